@@ -1,0 +1,210 @@
+"""The CommitLog: every message of the store, appended in order (``CommitLog``).
+
+Records (see :mod:`engine.message`) are appended to fixed-size segment files
+(:class:`engine.mappedfile.FileQueue`). When a record plus the 8-byte blank record does not fit
+in the rest of a segment, the blank END_OF_FILE record is written and the record goes to the
+next segment (``CommitLog.doAppend``, reference section 1.8).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from .errors import CorruptRecordError, MessageIllegalError
+from .mappedfile import FileQueue
+from .message import (BLANK, END_FILE_MIN_BLANK_LENGTH, MAGIC_BLANK, MAGIC_V1, MAGIC_V2,
+                      EncodedMessage, MessageRecord, decode_record, encode_blank, patch_record)
+
+DEFAULT_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
+SCAN_CHUNK = 8 * 1024 * 1024
+
+
+class AppendResult(tuple):
+    """``(commitLogOffset, size, storeTimestamp)`` of an appended record (bytes, bytes, epoch ms)."""
+
+    __slots__ = ()
+
+    @property
+    def offset(self) -> int:
+        return self[0]
+
+    @property
+    def size(self) -> int:
+        return self[1]
+
+
+class CommitLog:
+    """Segment files under ``commitlog/`` with append, read and scan.
+
+    Args:
+        directory: the ``commitlog`` directory.
+        file_size: segment size for a new store; existing files decide otherwise.
+        read_only: open for reading only.
+
+    Attributes:
+        max_offset: where the next record goes (bytes, absolute); set by recovery.
+        flushed_where: offset up to which data was fsynced.
+    """
+
+    def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE,
+                 read_only: bool = False):
+        self.files = FileQueue(directory, file_size, read_only)
+        self.file_size = self.files.file_size
+        self.max_offset = self.files.min_offset
+        self.flushed_where = 0
+        self.last_store_timestamp = 0
+        self.flushed_store_timestamp = 0
+        self.lock = threading.Lock()
+
+    @property
+    def min_offset(self) -> int:
+        """First offset still on disk (start of the oldest segment)."""
+        return self.files.min_offset
+
+    # -- read -------------------------------------------------------------------------------
+    def read(self, offset: int, size: int) -> bytes:
+        """Raw bytes of a record at ``offset`` (``size`` from its ConsumeQueue unit)."""
+        data = self.files.read(offset, size)
+        if len(data) != size:
+            raise CorruptRecordError(f"record of {size} bytes not in the CommitLog", offset)
+        return data
+
+    def read_message(self, offset: int, size: int, check_crc: bool = False) -> MessageRecord:
+        """Decode the record at ``offset``. Raises CorruptRecordError."""
+        return decode_record(self.read(offset, size), 0, check_crc=check_crc)
+
+    def scan(self, start: int, check_crc: bool = True, end: int | None = None):
+        """Walk records from ``start`` (a record boundary) to the first invalid one.
+
+        Yields ``MessageRecord``s. After the generator ends, :attr:`scan_end` holds the offset
+        just after the last good record and :attr:`scan_error` what stopped it (None at a clean
+        end: zeros, the end of the files or ``end``). A blank record moves to the next segment.
+        """
+        self.scan_error = None
+        pos = start
+        self.scan_end = pos
+        stop = self.files.end_offset if end is None else min(end, self.files.end_offset)
+        while pos < stop:
+            seg = self.files.find(pos)
+            if seg is None:
+                break
+            chunk_start = pos
+            chunk = os.pread(seg.fd, min(SCAN_CHUNK, seg.end - pos), pos - seg.start)
+            i = 0
+            n = len(chunk)
+            rolled = False
+            while i < n and chunk_start + i < stop:
+                if n - i < 8:
+                    if chunk_start + n >= seg.end:
+                        self.scan_error = "segment ends inside a record header"
+                        return
+                    break  # read more
+                total, magic = BLANK.unpack_from(chunk, i)
+                if magic == MAGIC_BLANK:
+                    pos = seg.end
+                    self.scan_end = pos
+                    rolled = True
+                    break
+                if total == 0 and magic == 0:
+                    self.scan_error = None
+                    return
+                if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+                    self.scan_error = f"no record at {chunk_start + i} (magic 0x{magic:08X})"
+                    return
+                if i + total > n:
+                    if chunk_start + i + total > seg.end:
+                        self.scan_error = f"record at {chunk_start + i} runs past its segment"
+                        return
+                    if i == 0:
+                        chunk = os.pread(seg.fd, total, pos - seg.start)
+                        n = len(chunk)
+                        if n < total:
+                            self.scan_error = f"record at {pos} is truncated"
+                            return
+                        continue
+                    break  # re-read from this record
+                try:
+                    rec = decode_record(chunk, i, check_crc=check_crc,
+                                        base_offset=chunk_start)
+                except CorruptRecordError as exc:
+                    self.scan_error = str(exc)
+                    return
+                yield rec
+                i += total
+                self.scan_end = chunk_start + i
+            if not rolled:
+                pos = chunk_start + i
+                if pos >= stop:
+                    break
+
+    # -- write ------------------------------------------------------------------------------
+    def append(self, messages: list[EncodedMessage], queue_offsets: list[int],
+               store_timestamp: int | None = None) -> list[AppendResult]:
+        """Append encoded records in order and return where each one went.
+
+        Fills QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP (``store_timestamp`` or now, epoch
+        ms). The caller holds the store's put lock. On an OSError (ENOSPC, EIO) everything this
+        call wrote is zeroed again and :attr:`max_offset` is unchanged, so no partial batch is
+        ever visible; the error is re-raised.
+
+        Raises:
+            MessageIllegalError: a record larger than a whole segment.
+        """
+        if store_timestamp is None:
+            store_timestamp = int(time.time() * 1000)
+        fs = self.file_size
+        start = pos = self.max_offset
+        results: list[AppendResult] = []
+        chunks: list[tuple[int, bytearray]] = []
+        chunk_start = pos
+        buf = bytearray()
+        for m, qoff in zip(messages, queue_offsets):
+            n = len(m.data)
+            if n + END_FILE_MIN_BLANK_LENGTH > fs:
+                raise MessageIllegalError(
+                    f"record of {n} bytes does not fit in a {fs}-byte CommitLog segment")
+            seg_end = pos - pos % fs + fs
+            if pos + n + END_FILE_MIN_BLANK_LENGTH > seg_end:
+                buf += encode_blank(seg_end - pos)
+                chunks.append((chunk_start, buf))
+                buf = bytearray()
+                pos = chunk_start = seg_end
+            rec_pos = len(buf)
+            buf += m.data
+            patch_record(buf, rec_pos, m.store_timestamp_pos, qoff, pos, store_timestamp)
+            results.append(AppendResult((pos, n, store_timestamp)))
+            pos += n
+        if buf:
+            chunks.append((chunk_start, buf))
+        try:
+            for off, data in chunks:
+                self.files.write(off, data)
+        except OSError:
+            self.files.truncate_dirty(start)
+            raise
+        self.max_offset = pos
+        self.last_store_timestamp = store_timestamp
+        return results
+
+    def flush(self) -> bool:
+        """fdatasync what was appended since the last flush. Returns True if anything was."""
+        end = self.max_offset
+        if end <= self.flushed_where:
+            return False
+        self.files.flush(self.flushed_where, end)
+        self.flushed_where = end
+        self.flushed_store_timestamp = self.last_store_timestamp
+        return True
+
+    def truncate(self, offset: int) -> None:
+        """Drop everything from ``offset`` on (recovery of a dirty tail)."""
+        if not self.files.read_only:
+            self.files.truncate_dirty(offset)
+        self.max_offset = offset
+        self.flushed_where = min(self.flushed_where, offset)
+
+    def close(self) -> None:
+        """Close the segment files."""
+        self.files.close()

@@ -1,0 +1,209 @@
+"""ConsumeQueue: the per-queue index of CommitLog positions (``ConsumeQueue``).
+
+Each unit is 20 bytes, big-endian (reference section 3, ``ConsumeQueue.CQ_STORE_UNIT_SIZE``)::
+
+    off  size  field
+    0    8     commitLogOffset   absolute offset of the record in the CommitLog
+    8    4     size              TOTALSIZE of the record
+    12   8     tagsCode          Java String.hashCode of TAGS (0 without tags); for
+                                 SCHEDULE_TOPIC_XXXX the deliver timestamp (epoch ms)
+
+Files live in ``consumequeue/<topic>/<queueId>/`` and are named by the byte offset of their
+first unit (``queueOffset * 20``), 300,000 units (6,000,000 bytes) per file by default. A unit
+is valid while ``commitLogOffset >= 0 and size > 0``; the first invalid one ends the queue.
+A unit ``(0, Integer.MAX_VALUE, 0)`` is the blank filler RocketMQ writes before the first unit of
+a queue that starts at a non-zero offset (``fillPreBlank``).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+
+from .mappedfile import FileQueue
+
+CQ_STORE_UNIT_SIZE = 20
+UNIT = struct.Struct(">qiq")  # commitLogOffset | size | tagsCode
+DEFAULT_UNITS_PER_FILE = 300_000
+BLANK_UNIT_SIZE = 0x7FFFFFFF
+
+
+class ConsumeQueue:
+    """One queue's units, with its min and max queue offsets.
+
+    Args:
+        directory: ``consumequeue/<topic>/<queueId>``.
+        topic, queue_id: the queue.
+        file_size: bytes per file when no file exists yet (``mappedFileSizeConsumeQueue``).
+        read_only: never write.
+
+    Offsets are queue offsets (unit numbers). ``max_offset`` is one past the last unit.
+    """
+
+    def __init__(self, directory: str, topic: str, queue_id: int,
+                 file_size: int = DEFAULT_UNITS_PER_FILE * CQ_STORE_UNIT_SIZE,
+                 read_only: bool = False):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.files = FileQueue(directory, file_size, read_only)
+        if self.files.file_size % CQ_STORE_UNIT_SIZE:
+            raise ValueError(f"{directory}: file size is not a multiple of 20")
+        self.lock = threading.Lock()
+        # A read-only store that needs units its files lack (e.g. a store holding only
+        # commitlog/) keeps them here, starting at queue offset ``mem_base``.
+        self.mem = bytearray()
+        self.mem_base = 0
+        self.min_offset = self.files.min_offset // CQ_STORE_UNIT_SIZE
+        self.max_offset = self.min_offset
+        self.max_physic_offset = -1  # end (offset + size) of the last unit
+        self.last_commitlog_offset = -1  # start of the last unit's record
+
+    # -- recovery ---------------------------------------------------------------------------
+    def recover(self) -> None:
+        """Find the last valid unit (``ConsumeQueue.recover``) and drop what follows it."""
+        end = self.files.min_offset
+        last = None
+        for seg in self.files.segments:
+            data = os.pread(seg.fd, seg.size, 0)
+            n = _valid_prefix_units(data)
+            end = seg.start + n * CQ_STORE_UNIT_SIZE
+            if n:
+                last = UNIT.unpack_from(data, (n - 1) * CQ_STORE_UNIT_SIZE)
+            if n * CQ_STORE_UNIT_SIZE < seg.size:
+                break
+        self.max_offset = end // CQ_STORE_UNIT_SIZE
+        if last is not None:
+            self.last_commitlog_offset = last[0]
+            self.max_physic_offset = last[0] + last[1]
+        if not self.files.read_only:
+            self.files.truncate_dirty(end)
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        """Drop units whose record starts at or after ``phy_offset`` (``truncateDirtyLogicFiles``)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:  # first unit with commitLogOffset >= phy_offset
+            mid = (lo + hi) // 2
+            if self.unit(mid)[0] >= phy_offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.truncate_to(lo)
+
+    def truncate_to(self, queue_offset: int) -> None:
+        """Drop the units at and after ``queue_offset``."""
+        lo = max(queue_offset, self.min_offset)
+        if lo >= self.max_offset:
+            return
+        self.max_offset = lo
+        if self.mem:
+            keep = max(0, lo - self.mem_base) * CQ_STORE_UNIT_SIZE
+            del self.mem[keep:]
+        if not self.files.read_only:
+            self.files.truncate_dirty(lo * CQ_STORE_UNIT_SIZE)
+        if lo > self.min_offset:
+            off, size, _ = self.unit(lo - 1)
+            self.last_commitlog_offset, self.max_physic_offset = off, off + size
+        else:
+            self.last_commitlog_offset = self.max_physic_offset = -1
+
+    # -- read -------------------------------------------------------------------------------
+    def unit(self, queue_offset: int) -> tuple[int, int, int]:
+        """``(commitLogOffset, size, tagsCode)`` of one unit. Raises IndexError if absent."""
+        if not self.min_offset <= queue_offset < self.max_offset:
+            raise IndexError(queue_offset)
+        return UNIT.unpack(self.read_units(queue_offset, 1))
+
+    def read_units(self, start: int, count: int) -> bytes:
+        """Raw units from ``start`` (queue offset), at most ``count``, stopping at a file end."""
+        start = max(start, self.min_offset)
+        count = min(count, self.max_offset - start)
+        if count <= 0:
+            return b""
+        if self.mem and start >= self.mem_base:
+            i = (start - self.mem_base) * CQ_STORE_UNIT_SIZE
+            return bytes(self.mem[i:i + count * CQ_STORE_UNIT_SIZE])
+        if self.mem:
+            count = min(count, self.mem_base - start)
+        return self.files.read(start * CQ_STORE_UNIT_SIZE, count * CQ_STORE_UNIT_SIZE)
+
+    def iter_units(self, start: int, end: int | None = None, batch: int = 4096):
+        """Yield ``(queueOffset, commitLogOffset, size, tagsCode)`` for ``[start, end)``."""
+        end = self.max_offset if end is None else min(end, self.max_offset)
+        pos = max(start, self.min_offset)
+        while pos < end:
+            raw = self.read_units(pos, min(batch, end - pos))
+            if not raw:
+                return
+            for off, size, tags in UNIT.iter_unpack(raw):
+                yield pos, off, size, tags
+                pos += 1
+
+    # -- write ------------------------------------------------------------------------------
+    def put_units(self, first_queue_offset: int, units: bytes) -> None:
+        """Append encoded units starting at ``first_queue_offset`` (must equal ``max_offset``).
+
+        A queue that starts above 0 gets blank filler units first (``fillPreBlank``).
+        Raises OSError from the disk (e.g. ENOSPC); nothing is counted then.
+        """
+        if first_queue_offset != self.max_offset:
+            raise ValueError(f"{self.topic}/{self.queue_id}: unit {first_queue_offset} does not "
+                             f"follow {self.max_offset}")
+        if self.files.read_only:
+            if not self.mem:
+                self.mem_base = first_queue_offset
+                if self.max_offset == self.min_offset == 0:
+                    self.min_offset = first_queue_offset
+            self.mem += units
+            self._advance(units)
+            return
+        pos = first_queue_offset * CQ_STORE_UNIT_SIZE
+        if not self.files.segments and pos % self.files.file_size:
+            start = pos - pos % self.files.file_size
+            filler = UNIT.pack(0, BLANK_UNIT_SIZE, 0) * ((pos - start) // CQ_STORE_UNIT_SIZE)
+            self.files.write(start, filler)
+            self.min_offset = first_queue_offset
+        view = memoryview(units)
+        while view:
+            seg = self.files.segment_for_write(pos)
+            n = min(len(view), seg.end - pos)
+            self.files.write(pos, view[:n])
+            view = view[n:]
+            pos += n
+        self._advance(units)
+
+    def _advance(self, units: bytes) -> None:
+        self.max_offset += len(units) // CQ_STORE_UNIT_SIZE
+        off, size, _ = UNIT.unpack_from(units, len(units) - CQ_STORE_UNIT_SIZE)
+        self.last_commitlog_offset, self.max_physic_offset = off, off + size
+
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        """Move ``min_offset`` to the first unit whose record is still in the CommitLog."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            off, size, _ = self.unit(mid)
+            if off >= min_commitlog_offset and size != BLANK_UNIT_SIZE:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.min_offset = lo
+
+    def flush(self) -> None:
+        """fdatasync the queue's files."""
+        self.files.flush()
+
+    def close(self) -> None:
+        """Close the files."""
+        self.files.close()
+
+
+def _valid_prefix_units(data: bytes) -> int:
+    """Number of leading valid units in ``data`` (``offset >= 0 and size > 0``)."""
+    n = 0
+    usable = len(data) - len(data) % CQ_STORE_UNIT_SIZE
+    for off, size, _ in UNIT.iter_unpack(memoryview(data)[:usable]):
+        if off < 0 or size <= 0:
+            break
+        n += 1
+    return n

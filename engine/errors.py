@@ -1,0 +1,89 @@
+"""Exceptions raised by the engine.
+
+Every error the engine raises is a :class:`StoreError`. Corrupt bytes on disk raise
+:class:`CorruptRecordError` (one clear type, like kafka-python's ``CorruptRecordException``);
+invalid input from a caller raises one of the :class:`PutMessageError` subclasses, whose names
+follow RocketMQ's ``PutMessageStatus`` (``MESSAGE_ILLEGAL``, ``PROPERTIES_SIZE_EXCEEDED``, ...).
+"""
+
+from __future__ import annotations
+
+import errno
+
+
+class StoreError(Exception):
+    """Base class of every error raised by :mod:`engine`.
+
+    ``errno`` is the POSIX error number the filesystem layer should report for it.
+    """
+
+    errno = errno.EIO
+
+
+class CorruptRecordError(StoreError):
+    """Bytes on disk do not form a valid record (bad magic, size, CRC or truncated data).
+
+    Attributes:
+        offset: absolute offset (bytes) in the file sequence where the bad record starts,
+            or ``None`` when unknown.
+    """
+
+    errno = errno.EIO
+
+    def __init__(self, message: str, offset: int | None = None):
+        super().__init__(message if offset is None else f"{message} (at offset {offset})")
+        self.offset = offset
+
+
+class PutMessageError(StoreError):
+    """A message was refused before anything was written (nothing is stored)."""
+
+    errno = errno.EINVAL
+
+
+class MessageIllegalError(PutMessageError):
+    """RocketMQ ``MESSAGE_ILLEGAL``: body larger than ``maxMessageSize`` or record too long."""
+
+    errno = errno.EMSGSIZE
+
+
+class PropertiesSizeExceededError(PutMessageError):
+    """RocketMQ ``PROPERTIES_SIZE_EXCEEDED``: encoded properties longer than 32767 bytes."""
+
+    errno = errno.EMSGSIZE
+
+
+class InvalidNameError(PutMessageError):
+    """A topic or group name breaks RocketMQ's naming rules (``TopicValidator``)."""
+
+    errno = errno.EINVAL
+
+
+class NoSuchTopicError(StoreError):
+    """The topic (or queue) does not exist."""
+
+    errno = errno.ENOENT
+
+
+class PermissionDeniedError(StoreError):
+    """The topic's ``perm`` does not allow the operation (e.g. perm without write bit)."""
+
+    errno = errno.EACCES
+
+
+class OffsetOutOfRangeError(StoreError):
+    """A queue offset outside ``[minOffset, maxOffset]`` was given."""
+
+    errno = errno.EINVAL
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write was attempted on a store opened read-only."""
+
+    errno = errno.EROFS
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store's ``lock`` file."""
+
+    errno = errno.EBUSY

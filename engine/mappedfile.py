@@ -1,0 +1,227 @@
+"""A sequence of fixed-size files named by their 20-digit start offset (``MappedFileQueue``).
+
+RocketMQ keeps the CommitLog, each ConsumeQueue and the batch queues as a directory of files of
+one size, each named ``UtilAll.offset2FileName(fileFromOffset)`` (reference section 2). Nothing
+on disk records the write position: the owner derives it by scanning and calls
+:meth:`FileQueue.truncate_dirty`.
+
+Files are created at their full size as sparse files (``ftruncate``), like RocketMQ's
+preallocated mapped files, so a broker loading the directory finds the length it expects. Reads
+and writes use ``os.pread``/``os.pwrite``, which are safe to call from several threads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+from .errors import CorruptRecordError
+
+_NAME = re.compile(r"^\d{20}$")
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``UtilAll.offset2FileName``: the offset zero-padded to 20 digits."""
+    return f"{offset:020d}"
+
+
+class Segment:
+    """One file of a :class:`FileQueue`: ``[start, start + size)`` of the logical byte space."""
+
+    __slots__ = ("start", "path", "fd", "size")
+
+    def __init__(self, start: int, path: str, fd: int, size: int):
+        self.start = start
+        self.path = path
+        self.fd = fd
+        self.size = size
+
+    @property
+    def end(self) -> int:
+        """First offset after this file."""
+        return self.start + self.size
+
+
+class FileQueue:
+    """Files of ``file_size`` bytes in ``directory``, addressed by absolute byte offset.
+
+    Args:
+        directory: where the files are (created on first write).
+        file_size: bytes per file; when files exist, their size wins (pass ``None`` to require
+            it from the files).
+        read_only: open files read-only and never create or delete any.
+
+    Raises:
+        CorruptRecordError: files of different sizes, or names that are not 20-digit offsets
+            aligned to the size.
+    """
+
+    def __init__(self, directory: str, file_size: int | None, read_only: bool = False):
+        self.directory = directory
+        self.read_only = read_only
+        self.segments: list[Segment] = []
+        self._lock = threading.Lock()
+        names = []
+        if os.path.isdir(directory):
+            names = sorted(n for n in os.listdir(directory)
+                           if _NAME.match(n) and os.path.isfile(os.path.join(directory, n)))
+        # MappedFileQueue.load: a zero-length last file is deleted.
+        while names and os.path.getsize(os.path.join(directory, names[-1])) == 0:
+            if not read_only:
+                os.unlink(os.path.join(directory, names[-1]))
+            names.pop()
+        sizes = {os.path.getsize(os.path.join(directory, n)) for n in names}
+        if len(sizes) > 1:
+            raise CorruptRecordError(
+                f"{directory}: files of different sizes {sorted(sizes)}; all must be equal")
+        if sizes:
+            file_size = sizes.pop()
+        if not file_size or file_size <= 0:
+            raise ValueError(f"{directory}: no files and no file size given")
+        self.file_size = file_size
+        flags = os.O_RDONLY if read_only else os.O_RDWR
+        for n in names:
+            start = int(n)
+            if start % file_size:
+                raise CorruptRecordError(f"{directory}/{n}: start not a multiple of {file_size}")
+            if self.segments and start != self.segments[-1].end:
+                raise CorruptRecordError(f"{directory}/{n}: gap after the previous file")
+            path = os.path.join(directory, n)
+            self.segments.append(Segment(start, path, os.open(path, flags), file_size))
+
+    # -- lookup -----------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        """Start offset of the first file (``getMinOffset``), 0 when there is none."""
+        return self.segments[0].start if self.segments else 0
+
+    @property
+    def end_offset(self) -> int:
+        """End of the last file (all files are full size), 0 when there is none."""
+        return self.segments[-1].end if self.segments else 0
+
+    def find(self, offset: int) -> Segment | None:
+        """The file holding ``offset`` (``findMappedFileByOffset``), or None."""
+        segs = self.segments
+        if not segs or offset < segs[0].start or offset >= segs[-1].end:
+            return None
+        return segs[(offset - segs[0].start) // self.file_size]
+
+    def roll_next(self, offset: int) -> int:
+        """Start of the file after the one holding ``offset`` (``rollNextFile``)."""
+        return offset + self.file_size - offset % self.file_size
+
+    # -- I/O --------------------------------------------------------------------------------
+    def read(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``offset``, never crossing a file end; b"" if no file."""
+        seg = self.find(offset)
+        if seg is None:
+            return b""
+        return os.pread(seg.fd, min(length, seg.end - offset), offset - seg.start)
+
+    def segment_for_write(self, offset: int) -> Segment:
+        """The file holding ``offset``, created (sparse, full size) when it is the next one."""
+        seg = self.find(offset)
+        if seg is not None:
+            return seg
+        with self._lock:
+            seg = self.find(offset)
+            if seg is not None:
+                return seg
+            start = offset - offset % self.file_size
+            if self.segments and start != self.segments[-1].end:
+                raise ValueError(f"offset {offset} is not in the next file of {self.directory}")
+            os.makedirs(self.directory, exist_ok=True)
+            path = os.path.join(self.directory, offset_to_file_name(start))
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, self.file_size)
+            except OSError:
+                os.close(fd)
+                os.unlink(path)
+                raise
+            if not self.segments:
+                _fsync_dir(self.directory)
+            seg = Segment(start, path, fd, self.file_size)
+            self.segments.append(seg)
+            return seg
+
+    def write(self, offset: int, data) -> None:
+        """Write ``data`` at ``offset``; it must not cross a file end. Raises OSError (ENOSPC)."""
+        seg = self.segment_for_write(offset)
+        if offset + len(data) > seg.end:
+            raise ValueError("write crosses a file boundary")
+        pos = offset - seg.start
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(seg.fd, view, pos)
+            view = view[n:]
+            pos += n
+
+    def zero_range(self, offset: int, end: int) -> None:
+        """Make ``[offset, end)`` of one file read as zeros and free its blocks.
+
+        Used to drop a torn tail: ``ftruncate`` down then back up keeps the file's length (a
+        broker requires it) and does not need free space, so it works on a full disk.
+        """
+        seg = self.find(offset)
+        if seg is None or end <= offset:
+            return
+        if end < seg.end:
+            # Zero only the range: the bytes after it must stay.
+            os.pwrite(seg.fd, bytes(end - offset), offset - seg.start)
+            return
+        os.ftruncate(seg.fd, offset - seg.start)
+        os.ftruncate(seg.fd, seg.size)
+
+    def truncate_dirty(self, offset: int) -> None:
+        """Drop everything at or after ``offset`` (``truncateDirtyFiles``).
+
+        Files that start after ``offset`` are deleted; the file holding it is zeroed from there.
+        """
+        with self._lock:
+            while self.segments and self.segments[-1].start > offset:
+                seg = self.segments.pop()
+                os.close(seg.fd)
+                os.unlink(seg.path)
+        seg = self.find(offset)
+        if seg is not None:
+            self.zero_range(offset, seg.end)
+
+    def delete_first(self) -> Segment | None:
+        """Delete the oldest file (expiry); never the last one. Returns it, or None."""
+        with self._lock:
+            if len(self.segments) <= 1:
+                return None
+            seg = self.segments.pop(0)
+        os.close(seg.fd)
+        os.unlink(seg.path)
+        return seg
+
+    def flush(self, start: int = 0, end: int | None = None) -> None:
+        """``fdatasync`` the files overlapping ``[start, end)`` (all files by default)."""
+        for seg in list(self.segments):
+            if seg.end > start and (end is None or seg.start < end):
+                os.fdatasync(seg.fd)
+
+    def close(self) -> None:
+        """Close every file descriptor."""
+        with self._lock:
+            for seg in self.segments:
+                try:
+                    os.close(seg.fd)
+                except OSError:
+                    pass
+            self.segments = []
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+fsync_dir = _fsync_dir

@@ -1,0 +1,504 @@
+"""CommitLog message record: the byte layout, a reader and a builder.
+
+Matches RocketMQ's ``MessageExtEncoder.encode`` / ``MessageDecoder.decode`` and
+``CommitLog.checkMessageAndReturnSize`` (store 5.3.3; see
+shared/reference/rocketmq-store-format.md section 1). All integers are big-endian.
+
+Record layout (offsets for IPv4 born and store hosts; a host is 20 bytes instead of 8 when its
+SYSFLAG bit 0x10 (born) or 0x20 (store) is set)::
+
+    off  size  field
+    0    4     TOTALSIZE          whole record, this field included
+    4    4     MAGICCODE          0xDAA320A7 (V1) or 0xDAA320AB (V2)
+    8    4     BODYCRC            zlib CRC-32 of the stored body & 0x7FFFFFFF
+    12   4     QUEUEID
+    16   4     FLAG
+    20   8     QUEUEOFFSET
+    28   8     PHYSICALOFFSET     absolute CommitLog offset of this record
+    36   4     SYSFLAG
+    40   8     BORNTIMESTAMP      epoch ms
+    48   8|20  BORNHOST           IPv4 (4) or IPv6 (16) address + int32 port
+    56   8     STORETIMESTAMP     epoch ms
+    64   8|20  STOREHOSTADDRESS
+    72   4     RECONSUMETIMES
+    76   8     PREPARED TRANSACTION OFFSET
+    84   4     BODY length, then the body (compressed when SYSFLAG bit 0 is set)
+    ..   1|2   TOPIC length (V1: signed byte, V2: short), then UTF-8 topic
+    ..   2     PROPERTIES length (signed short, <= 32767), then ``k\\x01v\\x02`` pairs
+
+TOTALSIZE = 91 + body + topic + properties for V1/IPv4/IPv4 (``MessageExtEncoder.calMsgLength``).
+
+The blank end-of-file record (``CommitLog.doAppend`` END_OF_FILE) is 8 bytes:
+``int32 remaining bytes of the segment`` + ``int32 0xCBD43194``.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from .errors import CorruptRecordError, MessageIllegalError, PropertiesSizeExceededError
+from .javahash import tags_code
+
+# MessageDecoder.MESSAGE_MAGIC_CODE(_V2), CommitLog.BLANK_MAGIC_CODE
+MAGIC_V1 = 0xDAA320A7
+MAGIC_V2 = 0xDAA320AB
+MAGIC_BLANK = 0xCBD43194
+MAGIC_V1_SIGNED = MAGIC_V1 - (1 << 32)
+MAGIC_V2_SIGNED = MAGIC_V2 - (1 << 32)
+MAGIC_BLANK_SIGNED = MAGIC_BLANK - (1 << 32)
+
+# CommitLog.END_FILE_MIN_BLANK_LENGTH
+END_FILE_MIN_BLANK_LENGTH = 8
+BLANK = struct.Struct(">iI")  # int32 maxBlank | int32 BLANK magic
+
+# MessageSysFlag
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+COMPRESSION_LZ4 = 0x100
+COMPRESSION_ZSTD = 0x200
+COMPRESSION_ZLIB = 0x300
+
+# MessageDecoder.NAME_VALUE_SEPARATOR / PROPERTY_SEPARATOR
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# MessageConst property names used by the store
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"  # MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+PROPERTY_DELAY = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QID = "REAL_QID"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_CRC32 = "__CRC32#"
+PROPERTY_INNER_NUM = "INNER_NUM"
+PROPERTY_INNER_BASE = "INNER_BASE"
+KEY_SEPARATOR = " "
+
+# MessageStoreConfig defaults
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+MAX_PROPERTIES_LENGTH = 32767
+RECORD_SLACK = 64 * 1024  # encoder buffer = maxMessageSize + 64 KiB
+
+# The fixed part up to and including the body length, for IPv4 born and store hosts.
+#   TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
+#   BORNHOST(ip4, port) STORETIMESTAMP STOREHOST(ip4, port) RECONSUMETIMES PREPAREDTXOFFSET BODYLEN
+FIXED_V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")
+PREFIX = struct.Struct(">iIiiiqqiq")  # up to BORNTIMESTAMP (48 bytes), any host width
+HOST_V4 = struct.Struct(">4si")
+HOST_V6 = struct.Struct(">16si")
+INT64 = struct.Struct(">q")
+INT32 = struct.Struct(">i")
+INT16 = struct.Struct(">h")
+INT8 = struct.Struct(">b")
+
+QUEUE_OFFSET_POSITION = 20   # MessageDecoder.QUEUE_OFFSET_POSITION
+PHYSICAL_OFFSET_POSITION = 28  # MessageDecoder.PHY_POS_POSITION
+SYSFLAG_POSITION = 36
+BORN_HOST_POSITION = 48
+
+Host = tuple  # (address bytes of length 4 or 16, port)
+
+
+def host_width(sys_flag: int, v6_flag: int) -> int:
+    """Bytes a host address takes in the record: 8 (IPv4) or 20 (IPv6)."""
+    return 20 if sys_flag & v6_flag else 8
+
+
+def cal_msg_length(sys_flag: int, body_length: int, topic_length: int,
+                   properties_length: int, version_v2: bool = False) -> int:
+    """TOTALSIZE for the given field lengths (``MessageExtEncoder.calMsgLength``), in bytes."""
+    bh = host_width(sys_flag, BORNHOST_V6_FLAG)
+    sh = host_width(sys_flag, STOREHOSTADDRESS_V6_FLAG)
+    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + bh + 8 + sh + 4 + 8 + 4 + max(body_length, 0)
+            + (2 if version_v2 else 1) + topic_length + 2 + max(properties_length, 0))
+
+
+def body_crc(body: bytes) -> int:
+    """``UtilAll.crc32``: CRC-32/IEEE (zlib) of the stored body, masked to 31 bits."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def encode_properties(props: dict[str, str]) -> bytes:
+    """Encode properties as ``name\\x01value\\x02`` for every entry (``messageProperties2String``).
+
+    Entries whose value is ``None`` are skipped, as in RocketMQ.
+    """
+    if not props:
+        return b""
+    return "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v is not None).encode("utf-8")
+
+
+def decode_properties(raw: bytes) -> dict[str, str]:
+    """Decode a properties area (``MessageDecoder.string2messageProperties``).
+
+    Pairs are split on \\x02; a pair is kept only when \\x01 lies strictly inside it, so empty
+    names and empty values are dropped as RocketMQ drops them.
+    """
+    props: dict[str, str] = {}
+    if not raw:
+        return props
+    text = raw.decode("utf-8", errors="replace")
+    for item in text.split("\x02"):
+        i = item.find("\x01")
+        if 0 < i < len(item) - 1:
+            props[item[:i]] = item[i + 1:]
+    return props
+
+
+def host_to_str(host: Host) -> str:
+    """Render a host as ``ip:port`` (``[ipv6]:port`` for IPv6)."""
+    addr, port = host
+    if len(addr) == 4:
+        return f"{socket.inet_ntop(socket.AF_INET, addr)}:{port}"
+    # Java's Inet6Address.getHostAddress: eight groups, no "::" shortening.
+    groups = ":".join(f"{(addr[i] << 8) | addr[i + 1]:x}" for i in range(0, 16, 2))
+    return f"[{groups}]:{port}"
+
+
+def host_from_str(text: str) -> Host:
+    """Parse ``ip:port`` or ``[ipv6]:port`` into ``(address bytes, port)``; raises ValueError."""
+    if text.startswith("["):
+        addr, _, port = text[1:].partition("]:")
+        return socket.inet_pton(socket.AF_INET6, addr), int(port)
+    addr, _, port = text.rpartition(":")
+    if ":" in addr:
+        return socket.inet_pton(socket.AF_INET6, addr), int(port)
+    return socket.inet_pton(socket.AF_INET, addr), int(port)
+
+
+def offset_msg_id(store_host: Host, commitlog_offset: int) -> str:
+    """Offset message id: hex of store ip + int32 port + int64 offset, 32 or 56 upper-case digits.
+
+    ``MessageDecoder.createMessageId`` (reference section 1.9).
+    """
+    addr, port = store_host
+    return (addr + INT32.pack(port) + INT64.pack(commitlog_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[Host, int]:
+    """Inverse of :func:`offset_msg_id`: ``((address, port), commitLogOffset)``.
+
+    Raises ValueError for a string that is not 32 or 56 hex digits.
+    """
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"msgId must be 32 or 56 hex digits, got {len(msg_id)}")
+    raw = bytes.fromhex(msg_id)
+    n = len(raw) - 12
+    return (raw[:n], INT32.unpack_from(raw, n)[0]), INT64.unpack_from(raw, n + 4)[0]
+
+
+def decompress_body(body: bytes, sys_flag: int) -> bytes:
+    """Return the body uncompressed, per SYSFLAG bits 0 and 8-10 (``CompressionType``).
+
+    Type 0 means ZLIB for compatibility with older writers. Raises CorruptRecordError when the
+    bytes do not decompress.
+    """
+    if not sys_flag & COMPRESSED_FLAG:
+        return body
+    kind = sys_flag & COMPRESSION_TYPE_MASK
+    try:
+        if kind == COMPRESSION_LZ4:
+            import lz4.frame
+            return lz4.frame.decompress(body)
+        if kind == COMPRESSION_ZSTD:
+            import zstandard
+            return zstandard.ZstdDecompressor().decompressobj().decompress(body)
+        return zlib.decompress(body)
+    except Exception as exc:  # noqa: BLE001 - any codec failure is corrupt data
+        raise CorruptRecordError(f"compressed body does not decompress: {exc}") from exc
+
+
+def compress_body(body: bytes, kind: int) -> bytes:
+    """Compress a body with the codec named by SYSFLAG compression bits (ZLIB, LZ4, ZSTD)."""
+    if kind == COMPRESSION_LZ4:
+        import lz4.frame
+        return lz4.frame.compress(body)
+    if kind == COMPRESSION_ZSTD:
+        import zstandard
+        return zstandard.ZstdCompressor(level=5).compress(body)
+    return zlib.compress(body, 5)
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    """One decoded CommitLog record (RocketMQ ``MessageExt``).
+
+    Timestamps are epoch milliseconds; offsets are bytes (``commitlog_offset``) or queue units
+    (``queue_offset``); ``body`` is the stored body (compressed if ``sys_flag`` says so; see
+    :attr:`plain_body`).
+    """
+
+    store_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commitlog_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: Host
+    store_timestamp: int
+    store_host: Host
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property, or None."""
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        """The KEYS property split on spaces (``MessageConst.KEY_SEPARATOR``)."""
+        k = self.properties.get(PROPERTY_KEYS)
+        return [t for t in k.split(KEY_SEPARATOR) if t] if k else []
+
+    @property
+    def uniq_key(self) -> str | None:
+        """The client message id (``UNIQ_KEY`` property), or None."""
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def msg_id(self) -> str:
+        """The offset msgId (32 or 56 hex digits)."""
+        return offset_msg_id(self.store_host, self.commitlog_offset)
+
+    @property
+    def plain_body(self) -> bytes:
+        """The body, decompressed when the record is compressed."""
+        return decompress_body(self.body, self.sys_flag)
+
+    @property
+    def transaction_type(self) -> int:
+        """``sysFlag & 0xC``: NOT (0), PREPARED (4), COMMIT (8) or ROLLBACK (0xC)."""
+        return self.sys_flag & 0xC
+
+    @property
+    def tags_code(self) -> int:
+        """The ConsumeQueue tagsCode this record dispatches with (Java hash of TAGS, or 0)."""
+        return tags_code(self.tags)
+
+
+def read_total_size_and_magic(buf, pos: int) -> tuple[int, int]:
+    """``(TOTALSIZE, MAGICCODE as unsigned)`` at ``pos``; raises CorruptRecordError if < 8 bytes."""
+    if len(buf) - pos < 8:
+        raise CorruptRecordError("truncated record header", pos)
+    return BLANK.unpack_from(buf, pos)
+
+
+def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
+                  base_offset: int | None = None) -> MessageRecord:
+    """Decode the message record starting at ``buf[pos]``.
+
+    Args:
+        buf: bytes-like holding at least the whole record.
+        pos: where the record starts in ``buf``.
+        check_crc: verify BODYCRC (``checkCRCOnRecover``).
+        base_offset: absolute CommitLog offset of ``buf[0]``; when given, PHYSICALOFFSET must
+            equal ``base_offset + pos``.
+
+    Raises:
+        CorruptRecordError: unknown magic (a blank record included: check for it first), a
+            TOTALSIZE that does not match the field lengths, a truncated record or a bad CRC.
+    """
+    end_of_buf = len(buf)
+    if end_of_buf - pos < 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4:
+        raise CorruptRecordError("truncated record", pos)
+    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag,
+     born_ts) = PREFIX.unpack_from(buf, pos)
+    if magic == MAGIC_V1:
+        v2 = False
+    elif magic == MAGIC_V2:
+        v2 = True
+    else:
+        raise CorruptRecordError(f"bad magic code 0x{magic:08X}", pos)
+    if total <= 0 or pos + total > end_of_buf:
+        raise CorruptRecordError(f"record size {total} runs past the data", pos)
+    if not sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        (_, _, _, _, _, _, _, _, _, born_ip, born_port, store_ts, store_ip, store_port,
+         reconsume, prepared, body_len) = FIXED_V4.unpack_from(buf, pos)
+        born_host = (born_ip, born_port)
+        store_host = (store_ip, store_port)
+        p = pos + FIXED_V4.size
+    else:
+        p = pos + BORN_HOST_POSITION
+        hs = HOST_V6 if sys_flag & BORNHOST_V6_FLAG else HOST_V4
+        born_host = hs.unpack_from(buf, p)
+        p += hs.size
+        store_ts = INT64.unpack_from(buf, p)[0]
+        p += 8
+        hs = HOST_V6 if sys_flag & STOREHOSTADDRESS_V6_FLAG else HOST_V4
+        store_host = hs.unpack_from(buf, p)
+        p += hs.size
+        reconsume, prepared, body_len = struct.unpack_from(">iqi", buf, p)
+        p += 16
+    record_end = pos + total
+    if body_len < 0 or p + body_len > record_end:
+        raise CorruptRecordError(f"body length {body_len} runs past the record", pos)
+    body = bytes(buf[p:p + body_len])
+    p += body_len
+    if v2:
+        if p + 2 > record_end:
+            raise CorruptRecordError("truncated topic length", pos)
+        topic_len = INT16.unpack_from(buf, p)[0]
+        p += 2
+    else:
+        if p + 1 > record_end:
+            raise CorruptRecordError("truncated topic length", pos)
+        topic_len = INT8.unpack_from(buf, p)[0]
+        p += 1
+    if topic_len < 0 or p + topic_len + 2 > record_end:
+        raise CorruptRecordError(f"topic length {topic_len} runs past the record", pos)
+    try:
+        topic = bytes(buf[p:p + topic_len]).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError("topic is not UTF-8", pos) from exc
+    p += topic_len
+    props_len = INT16.unpack_from(buf, p)[0]
+    p += 2
+    if props_len < 0 or p + props_len > record_end:
+        raise CorruptRecordError(f"properties length {props_len} runs past the record", pos)
+    props_raw = bytes(buf[p:p + props_len])
+    expected = cal_msg_length(sys_flag, body_len, topic_len, props_len, v2)
+    if expected != total:
+        raise CorruptRecordError(f"TOTALSIZE {total} != calMsgLength {expected}", pos)
+    if check_crc and crc != (zlib.crc32(body) & 0x7FFFFFFF):
+        raise CorruptRecordError("body CRC mismatch", pos)
+    if base_offset is not None and phys != base_offset + pos:
+        raise CorruptRecordError(f"PHYSICALOFFSET {phys} != position {base_offset + pos}", pos)
+    return MessageRecord(total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag,
+                         born_ts, born_host, store_ts, store_host, reconsume, prepared, body,
+                         topic, decode_properties(props_raw))
+
+
+# ----------------------------------------------------------------------------------------------
+# Writer
+
+
+@dataclass(slots=True)
+class EncodedMessage:
+    """A record encoded by :func:`encode_message`, waiting for its store-time fields.
+
+    ``data`` is the whole record; :func:`patch_record` fills QUEUEOFFSET, PHYSICALOFFSET and
+    STORETIMESTAMP in place when the CommitLog assigns them.
+    """
+
+    data: bytearray
+    topic: str
+    queue_id: int
+    sys_flag: int
+    tags_code: int
+    keys: list[str]
+    uniq_key: str | None
+    store_timestamp_pos: int
+
+
+def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[str, str],
+                   born_timestamp: int, born_host: Host, store_host: Host, flag: int = 0,
+                   sys_flag: int = 0, reconsume_times: int = 0,
+                   prepared_transaction_offset: int = 0,
+                   max_message_size: int = MAX_MESSAGE_SIZE,
+                   auto_v2: bool = True) -> EncodedMessage:
+    """Encode one message record (``MessageExtEncoder.encode``), offsets still zero.
+
+    ``body`` is stored as given (compress it first and set the sysFlag bits for a compressed
+    record). The V2 magic is chosen when ``auto_v2`` and the topic is longer than 127 chars
+    (``autoMessageVersionOnTopicLen``). IPv6 flags are set from the host address lengths.
+
+    Raises:
+        MessageIllegalError: body longer than ``max_message_size`` bytes, a topic that does not
+            fit its length field, or a record longer than max_message_size + 64 KiB.
+        PropertiesSizeExceededError: encoded properties longer than 32767 bytes.
+    """
+    if len(body) > max_message_size:
+        raise MessageIllegalError(
+            f"message body is {len(body)} bytes, more than maxMessageSize {max_message_size}")
+    topic_raw = topic.encode("utf-8")
+    v2 = auto_v2 and len(topic) > 127
+    if len(topic_raw) > (32767 if v2 else 127):
+        raise MessageIllegalError(f"topic is {len(topic_raw)} bytes, too long for its field")
+    props_raw = encode_properties(properties)
+    if len(props_raw) > MAX_PROPERTIES_LENGTH:
+        raise PropertiesSizeExceededError(
+            f"properties are {len(props_raw)} bytes, more than {MAX_PROPERTIES_LENGTH}")
+    sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+    if len(born_host[0]) == 16:
+        sys_flag |= BORNHOST_V6_FLAG
+    if len(store_host[0]) == 16:
+        sys_flag |= STOREHOSTADDRESS_V6_FLAG
+    total = cal_msg_length(sys_flag, len(body), len(topic_raw), len(props_raw), v2)
+    if total > max_message_size + RECORD_SLACK:
+        raise MessageIllegalError(
+            f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
+    buf = bytearray(total)
+    crc = zlib.crc32(body) & 0x7FFFFFFF
+    if not sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        FIXED_V4.pack_into(buf, 0, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, 0, 0,
+                           sys_flag, born_timestamp, born_host[0], born_host[1], 0,
+                           store_host[0], store_host[1], reconsume_times,
+                           prepared_transaction_offset, len(body))
+        p = FIXED_V4.size
+        store_ts_pos = 56
+    else:
+        PREFIX.pack_into(buf, 0, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, 0, 0,
+                         sys_flag, born_timestamp)
+        p = BORN_HOST_POSITION
+        hs = HOST_V6 if len(born_host[0]) == 16 else HOST_V4
+        hs.pack_into(buf, p, born_host[0], born_host[1])
+        p += hs.size
+        store_ts_pos = p
+        p += 8
+        hs = HOST_V6 if len(store_host[0]) == 16 else HOST_V4
+        hs.pack_into(buf, p, store_host[0], store_host[1])
+        p += hs.size
+        struct.pack_into(">iqi", buf, p, reconsume_times, prepared_transaction_offset, len(body))
+        p += 16
+    buf[p:p + len(body)] = body
+    p += len(body)
+    if v2:
+        INT16.pack_into(buf, p, len(topic_raw))
+        p += 2
+    else:
+        buf[p] = len(topic_raw)
+        p += 1
+    buf[p:p + len(topic_raw)] = topic_raw
+    p += len(topic_raw)
+    INT16.pack_into(buf, p, len(props_raw))
+    p += 2
+    buf[p:p + len(props_raw)] = props_raw
+    tags = properties.get(PROPERTY_TAGS)
+    keys_text = properties.get(PROPERTY_KEYS)
+    return EncodedMessage(buf, topic, queue_id, sys_flag, tags_code(tags),
+                          [k for k in keys_text.split(KEY_SEPARATOR) if k] if keys_text else [],
+                          properties.get(PROPERTY_UNIQ_KEY), store_ts_pos)
+
+
+def patch_record(buf, pos: int, store_timestamp_pos: int, queue_offset: int,
+                 physical_offset: int, store_timestamp: int) -> None:
+    """Fill QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP of the record at ``buf[pos]``."""
+    INT64.pack_into(buf, pos + QUEUE_OFFSET_POSITION, queue_offset)
+    INT64.pack_into(buf, pos + PHYSICAL_OFFSET_POSITION, physical_offset)
+    INT64.pack_into(buf, pos + store_timestamp_pos, store_timestamp)
+
+
+def encode_blank(max_blank: int) -> bytes:
+    """The 8-byte END_OF_FILE record declaring ``max_blank`` bytes to the end of the segment."""
+    return BLANK.pack(max_blank, MAGIC_BLANK)

@@ -1,0 +1,720 @@
+"""The message store: CommitLog, ConsumeQueues, metadata, recovery (``DefaultMessageStore``).
+
+A store directory is byte-compatible with a RocketMQ broker's ``storePathRootDir``::
+
+    commitlog/<20-digit offset>       CommitLog segments
+    consumequeue/<topic>/<queueId>/   ConsumeQueue files
+    config/topics.json, consumerOffset.json, subscriptionGroup.json
+    checkpoint, abort, lock
+
+The CommitLog is the source of truth. Every put appends the records, then dispatches them to the
+ConsumeQueues (``ReputMessageService`` runs inline here, so a put that returns is visible to
+readers). On open the store recovers like the broker (reference section 7): it finds the last
+valid record, drops a torn tail, truncates ConsumeQueue units past it and re-dispatches the
+records the queues lack.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+
+from .checkpoint import StoreCheckpoint
+from .commitlog import CommitLog
+from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
+                     TopicConfig, TopicConfigManager, validate_group_name, validate_topic_name)
+from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from .errors import (CorruptRecordError, NoSuchTopicError, OffsetOutOfRangeError,
+                     PermissionDeniedError, PutMessageError, ReadOnlyStoreError,
+                     StoreLockedError)
+from .message import (MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_SHARDING_KEY,
+                      PROPERTY_TAGS, PROPERTY_UNIQ_KEY, TRANSACTION_PREPARED_TYPE,
+                      TRANSACTION_ROLLBACK_TYPE, Host, MessageRecord, encode_message,
+                      offset_msg_id)
+from .uniqkey import UniqKeyGenerator
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_TIME_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass
+class StoreConfig:
+    """Store settings, named after ``MessageStoreConfig``/``BrokerConfig`` keys.
+
+    Sizes in bytes, intervals in ms. :meth:`from_broker_conf` reads a broker.conf.
+    """
+
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * CQ_STORE_UNIT_SIZE
+    flush_disk_type: str = "ASYNC_FLUSH"
+    flush_interval_commit_log: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 10_000
+    sync_flush_timeout: int = 5000
+    max_message_size: int = MAX_MESSAGE_SIZE
+    check_crc_on_recover: bool = True
+    broker_ip1: str = "127.0.0.1"
+    listen_port: int = 10911
+    broker_name: str = "broker-a"
+    default_topic_queue_nums: int = 4
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+
+    _KEYS = {
+        "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", int),
+        "mappedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", int),
+        "flushDiskType": ("flush_disk_type", str),
+        "flushIntervalCommitLog": ("flush_interval_commit_log", int),
+        "flushCommitLogLeastPages": ("flush_commit_log_least_pages", int),
+        "flushCommitLogThoroughInterval": ("flush_commit_log_thorough_interval", int),
+        "syncFlushTimeout": ("sync_flush_timeout", int),
+        "maxMessageSize": ("max_message_size", int),
+        "checkCRCOnRecover": ("check_crc_on_recover", lambda v: v.lower() == "true"),
+        "brokerIP1": ("broker_ip1", str),
+        "listenPort": ("listen_port", int),
+        "brokerName": ("broker_name", str),
+        "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+        "messageDelayLevel": ("message_delay_level", str),
+        "messageIndexEnable": ("message_index_enable", lambda v: v.lower() == "true"),
+        "maxHashSlotNum": ("max_hash_slot_num", int),
+        "maxIndexNum": ("max_index_num", int),
+        "fileReservedTime": ("file_reserved_time", int),
+        "deleteWhen": ("delete_when", str),
+        "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
+    }
+
+    @classmethod
+    def from_broker_conf(cls, path: str) -> "StoreConfig":
+        """Read a RocketMQ ``broker.conf`` (Java properties: ``key=value``, ``#`` comments).
+
+        Unknown keys are ignored; a bad value raises ValueError naming the key.
+        """
+        cfg = cls()
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line or line[0] in "#!":
+                    continue
+                sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+                if sep < 0:
+                    continue
+                key, value = line[:sep].strip(), line[sep + 1:].strip()
+                if key in cls._KEYS:
+                    attr, conv = cls._KEYS[key]
+                    try:
+                        setattr(cfg, attr, conv(value))
+                    except ValueError as exc:
+                        raise ValueError(f"{path}: bad value for {key}: {value!r}") from exc
+        if cfg.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            raise ValueError(f"{path}: flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH")
+        return cfg
+
+    def delay_level_table(self) -> dict[int, int]:
+        """``{level: delay ms}`` parsed from ``messageDelayLevel`` (levels start at 1)."""
+        table = {}
+        for i, item in enumerate(self.message_delay_level.split(), start=1):
+            table[i] = int(item[:-1]) * _TIME_UNITS[item[-1]]
+        return table
+
+
+@dataclass
+class Message:
+    """A message to put (``MessageExtBrokerInner`` before the store fills its fields).
+
+    ``keys`` is a list or a space-separated string. ``queue_id`` None picks a queue: by
+    ``sharding_key`` hash when given, else round-robin over the topic's write queues.
+    Timestamps are epoch ms; hosts are ``(address bytes, port)``.
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: list[str] | str | None = None
+    properties: dict[str, str] | None = None
+    queue_id: int | None = None
+    sharding_key: str | None = None
+    flag: int = 0
+    born_timestamp: int | None = None
+    born_host: Host | None = None
+    sys_flag: int = 0
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """Where a put message went: queue offset (units) and CommitLog offset/size (bytes)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    store_timestamp: int
+    msg_id: str
+    uniq_key: str | None
+
+
+@dataclass
+class _Dispatch:
+    """``DispatchRequest``: what a record contributes to the derived files."""
+
+    topic: str
+    queue_id: int
+    commitlog_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    keys: list[str] = field(default_factory=list)
+    uniq_key: str | None = None
+    sys_flag: int = 0
+
+
+class MessageStore:
+    """A RocketMQ store directory opened for reading and writing.
+
+    Args:
+        root: the store directory (``storePathRootDir``); created when missing.
+        config: settings; segment sizes of existing files win over it.
+        read_only: take no lock, write nothing (derived data missing on disk is rebuilt in
+            memory only).
+
+    Raises:
+        StoreLockedError: another process holds ``lock``.
+        CorruptRecordError: files that cannot be a store (mixed segment sizes, ...).
+    """
+
+    def __init__(self, root: str, config: StoreConfig | None = None, read_only: bool = False):
+        self.root = os.path.abspath(root)
+        self.config = config or StoreConfig()
+        self.read_only = read_only
+        self.put_lock = threading.RLock()
+        self._closed = False
+        self._lock_fd = None
+        if not read_only:
+            os.makedirs(self.root, exist_ok=True)
+            self._take_lock()
+        elif not os.path.isdir(self.root):
+            raise FileNotFoundError(errno.ENOENT, "no store directory", self.root)
+        self.abort_path = os.path.join(self.root, "abort")
+        self.checkpoint_path = os.path.join(self.root, "checkpoint")
+        self.last_exit_ok = not os.path.exists(self.abort_path)
+        config_dir = os.path.join(self.root, "config")
+        self.topic_config = TopicConfigManager(config_dir, read_only)
+        self.consumer_offsets = ConsumerOffsetManager(config_dir, read_only)
+        self.subscription_groups = SubscriptionGroupManager(config_dir, read_only)
+        self.checkpoint = StoreCheckpoint.read(self.checkpoint_path)
+        self.commitlog = CommitLog(os.path.join(self.root, "commitlog"),
+                                   self.config.mapped_file_size_commit_log, read_only)
+        self.store_host: Host = (bytes(map(int, self.config.broker_ip1.split("."))),
+                                 self.config.listen_port)
+        self.uniq_keys = UniqKeyGenerator()
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._cq_file_size = self.config.mapped_file_size_consume_queue
+        self._round_robin: dict[str, int] = {}
+        self._delay_levels = self.config.delay_level_table()
+        self.dispatchers: list = []  # objects with dispatch(list[_Dispatch]) / truncate(offset)
+        self.listeners: list = []  # callables(list[PutResult]) run after each put
+        self._load_consume_queues()
+        self.recover()
+        if not read_only:
+            with open(self.abort_path, "w") as f:  # 5.x writes the pid
+                f.write(str(os.getpid()))
+        self._stop_flush = threading.Event()
+        self._flush_thread = None
+        if not read_only:
+            self._flush_thread = threading.Thread(target=self._flush_loop, name="rmq-flush",
+                                                  daemon=True)
+            self._flush_thread.start()
+
+    # ------------------------------------------------------------------------------------------
+    # lock, open, recovery
+
+    def _take_lock(self) -> None:
+        path = os.path.join(self.root, "lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError:
+            holder = _lock_holder(fd)
+            os.close(fd)
+            who = f"process {holder}" if holder else "another process"
+            raise StoreLockedError(f"store {self.root} is locked by {who} "
+                                   "(a broker or another rmqfs); stop it first") from None
+        os.pwrite(fd, b"lock", 0)
+        self._lock_fd = fd
+
+    def _load_consume_queues(self) -> None:
+        base = os.path.join(self.root, "consumequeue")
+        if not os.path.isdir(base):
+            return
+        for topic in sorted(os.listdir(base)):
+            tdir = os.path.join(base, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for q in sorted(os.listdir(tdir)):
+                if not q.isdigit():
+                    continue
+                qdir = os.path.join(tdir, q)
+                names = [n for n in os.listdir(qdir) if n.isdigit() and len(n) == 20]
+                if names:
+                    self._cq_file_size = os.path.getsize(os.path.join(qdir, max(names))) or \
+                        self._cq_file_size
+                cq = ConsumeQueue(qdir, topic, int(q), self._cq_file_size, self.read_only)
+                cq.recover()
+                self.consume_queues[(topic, int(q))] = cq
+
+    def recover(self) -> None:
+        """Find the end of the CommitLog and make the ConsumeQueues agree with it.
+
+        Normal recovery (no ``abort`` file) scans from the newest record the queues point at;
+        abnormal recovery starts from the segment the checkpoint vouches for
+        (``isMappedFileMatchedRecover``). Either way the scan stops at the first invalid
+        record, everything after it is dropped, and records the queues lack are dispatched
+        (idempotently). If a queue turns out to miss older units, the scan restarts from the
+        first segment.
+        """
+        cl = self.commitlog
+        if not cl.files.segments:
+            for cq in self.consume_queues.values():
+                cq.truncate_to(cq.min_offset)
+            cl.max_offset = cl.files.min_offset
+            return
+        start = self._recovery_start()
+        end, gap = self._scan_and_dispatch(start, full=start <= cl.min_offset)
+        if gap and start > cl.min_offset:
+            log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
+            end, _ = self._scan_and_dispatch(cl.min_offset, full=True)
+        if cl.scan_error:
+            log.warning("CommitLog: dropping a torn tail at %d: %s", end, cl.scan_error)
+        for cq in self.consume_queues.values():
+            cq.truncate_dirty(end)
+            cq.correct_min_offset(cl.min_offset)
+        for d in self.dispatchers:
+            d.truncate(end)
+        cl.truncate(end)
+        cl.flushed_where = end
+
+    def _recovery_start(self) -> int:
+        cl = self.commitlog
+        if self.last_exit_ok:
+            last = max((cq.last_commitlog_offset for cq in self.consume_queues.values()),
+                       default=-1)
+            if last >= cl.min_offset:
+                seg = cl.files.find(last)
+                if seg is not None:
+                    try:
+                        size = struct.unpack(">i", cl.files.read(last, 4))[0]
+                        cl.read_message(last, size, check_crc=True)
+                        return last
+                    except (CorruptRecordError, struct.error):
+                        pass
+            return cl.min_offset
+        # Abnormal: newest segment whose first record is older than the checkpoint.
+        min_ts = self.checkpoint.min_timestamp
+        for seg in reversed(cl.files.segments):
+            head = os.pread(seg.fd, 64, 0)
+            if len(head) < 64:
+                continue
+            magic = struct.unpack_from(">I", head, 4)[0]
+            if magic not in (0xDAA320A7, 0xDAA320AB):
+                continue
+            sys_flag = struct.unpack_from(">i", head, 36)[0]
+            ts_pos = 56 if not sys_flag & 0x10 else 68
+            store_ts = struct.unpack_from(">q", head, ts_pos)[0]
+            if store_ts and store_ts <= min_ts:
+                return seg.start
+        return cl.min_offset
+
+    def _scan_and_dispatch(self, start: int, full: bool) -> tuple[int, bool]:
+        cl = self.commitlog
+        batch: list[_Dispatch] = []
+        gap = False
+        for rec in cl.scan(start, check_crc=self.config.check_crc_on_recover):
+            d = self._dispatch_of(rec)
+            if d is not None:
+                batch.append(d)
+            if len(batch) >= 4096:
+                gap |= self._dispatch(batch, recovering=True, full=full)
+                batch = []
+        if batch:
+            gap |= self._dispatch(batch, recovering=True, full=full)
+        return cl.scan_end, gap
+
+    def _dispatch_of(self, rec: MessageRecord) -> _Dispatch | None:
+        tc = rec.tags_code
+        if rec.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in rec.properties:
+            tc = self._deliver_timestamp(int(rec.properties[PROPERTY_DELAY]), rec.store_timestamp)
+        return _Dispatch(rec.topic, rec.queue_id, rec.commitlog_offset, rec.store_size, tc,
+                         rec.store_timestamp, rec.queue_offset, rec.keys, rec.uniq_key,
+                         rec.sys_flag)
+
+    def _deliver_timestamp(self, level: int, store_timestamp: int) -> int:
+        """``computeDeliverTimestamp``: store time + the level's delay (1 s if unknown)."""
+        if self._delay_levels:
+            level = min(level, max(self._delay_levels))
+        delay = self._delay_levels.get(level)
+        return store_timestamp + (delay if delay is not None else 1000)
+
+    def _consume_queue(self, topic: str, queue_id: int, create: bool) -> ConsumeQueue | None:
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None and create:
+            qdir = os.path.join(self.root, "consumequeue", topic, str(queue_id))
+            cq = ConsumeQueue(qdir, topic, queue_id, self._cq_file_size, self.read_only)
+            self.consume_queues[(topic, queue_id)] = cq
+        return cq
+
+    def _dispatch(self, batch: list[_Dispatch], recovering: bool = False,
+                  full: bool = False) -> bool:
+        """Write ConsumeQueue units (and run the dispatchers) for ``batch``.
+
+        Returns True when a unit's queue offset lies past its queue's end (a gap).
+        """
+        gap = False
+        per_queue: dict[tuple[str, int], list[_Dispatch]] = {}
+        for d in batch:
+            if d.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+                continue
+            per_queue.setdefault((d.topic, d.queue_id), []).append(d)
+        for (topic, qid), items in per_queue.items():
+            cq = self._consume_queue(topic, qid, create=True)
+            if recovering:
+                # Skip units already present (ConsumeQueue.putMessagePositionInfo).
+                items = [d for d in items if d.queue_offset >= cq.max_offset]
+                if not items:
+                    continue
+                if items[0].queue_offset > cq.max_offset:
+                    if not full or cq.max_offset > cq.min_offset:
+                        gap = True
+                        if not full:
+                            continue
+                    if cq.max_offset == cq.min_offset and not cq.files.segments and not cq.mem:
+                        cq.max_offset = cq.min_offset = items[0].queue_offset
+                    else:
+                        gap = True
+                        continue
+                # Units must be contiguous; stop at a hole (a later full pass fills it).
+                run = [items[0]]
+                for d in items[1:]:
+                    if d.queue_offset != run[-1].queue_offset + 1:
+                        gap = True
+                        break
+                    run.append(d)
+                items = run
+                if topic not in self.topic_config.topics:
+                    self._register_topic(topic, qid)
+                elif qid >= self.topic_config.topics[topic].read_queue_nums:
+                    self._register_topic(topic, qid)
+            units = b"".join(UNIT.pack(d.commitlog_offset, d.size, d.tags_code) for d in items)
+            cq.put_units(items[0].queue_offset, units)
+        for disp in self.dispatchers:
+            disp.dispatch(batch)
+        return gap
+
+    def _register_topic(self, topic: str, queue_id: int) -> None:
+        cfg = self.topic_config.get(topic)
+        n = max(queue_id + 1, self.config.default_topic_queue_nums)
+        if cfg is None:
+            cfg = TopicConfig(topic, n, n)
+        else:
+            cfg = TopicConfig(**{**cfg.__dict__, "read_queue_nums": max(cfg.read_queue_nums, n),
+                                 "write_queue_nums": max(cfg.write_queue_nums, n)})
+        if self.read_only:
+            self.topic_config.topics[topic] = cfg
+        else:
+            self.topic_config.put(cfg)
+
+    # ------------------------------------------------------------------------------------------
+    # topics and queues
+
+    def topic_names(self) -> list[str]:
+        """Every topic: from topics.json and from the ConsumeQueues, sorted."""
+        names = set(self.topic_config.topics)
+        names.update(t for t, _ in self.consume_queues)
+        return sorted(names)
+
+    def create_topic(self, name: str, queue_nums: int | None = None,
+                     perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+        """Create a topic (or return the existing one) and persist topics.json.
+
+        Raises InvalidNameError for a name RocketMQ would refuse; ReadOnlyStoreError.
+        """
+        validate_topic_name(name)
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        existing = self.topic_config.get(name)
+        if existing is not None:
+            return existing
+        n = queue_nums or self.config.default_topic_queue_nums
+        cfg = TopicConfig(name, n, n, perm)
+        self.topic_config.put(cfg)
+        return cfg
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queue ids of a topic: ``range(readQueueNums)`` plus any queue with data."""
+        ids = {q for t, q in self.consume_queues if t == topic}
+        cfg = self.topic_config.get(topic)
+        if cfg is not None:
+            ids.update(range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
+        return sorted(ids)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue's ConsumeQueue, or None when it has never had a message."""
+        return self.consume_queues.get((topic, queue_id))
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """``getMinOffsetInQueue``: first queue offset still readable."""
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.min_offset if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """``getMaxOffsetInQueue``: one past the last queue offset."""
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.max_offset if cq else 0
+
+    # ------------------------------------------------------------------------------------------
+    # reading
+
+    def read_record(self, commitlog_offset: int, size: int) -> MessageRecord:
+        """Decode the record at a CommitLog offset. Raises CorruptRecordError."""
+        return self.commitlog.read_message(commitlog_offset, size)
+
+    def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
+        """The message at a queue offset. Raises OffsetOutOfRangeError / NoSuchTopicError."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
+        if not cq.min_offset <= queue_offset < cq.max_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {queue_offset} outside [{cq.min_offset}, {cq.max_offset})")
+        off, size, _ = cq.unit(queue_offset)
+        return self.commitlog.read_message(off, size)
+
+    def iter_queue(self, topic: str, queue_id: int, start: int = 0, end: int | None = None):
+        """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return
+        for qoff, off, size, _ in cq.iter_units(start, end):
+            yield qoff, self.commitlog.read_message(off, size)
+
+    # ------------------------------------------------------------------------------------------
+    # writing
+
+    def _select_queue(self, msg: Message, cfg: TopicConfig) -> int:
+        n = cfg.write_queue_nums
+        if msg.queue_id is not None:
+            if not 0 <= msg.queue_id < max(n, cfg.read_queue_nums):
+                raise PutMessageError(f"queueId {msg.queue_id} is not a queue of {cfg.topic_name}"
+                                      f" (0..{n - 1})")
+            return msg.queue_id
+        if msg.sharding_key is not None:
+            return (zlib.crc32(msg.sharding_key.encode()) & 0x7FFFFFFF) % n
+        i = self._round_robin.get(cfg.topic_name, 0)
+        self._round_robin[cfg.topic_name] = i + 1
+        return i % n
+
+    def put_messages(self, messages: list[Message]) -> list[PutResult]:
+        """Append messages and dispatch them; all of them or none are stored.
+
+        When this returns, the records are in the CommitLog (page cache) and visible to readers;
+        with SYNC_FLUSH they are also on disk. Encoding errors are raised before anything is
+        written.
+
+        Raises:
+            NoSuchTopicError: a topic that was never created.
+            PermissionDeniedError: a topic whose perm lacks the write bit.
+            MessageIllegalError / PropertiesSizeExceededError / PutMessageError: bad messages.
+            ReadOnlyStoreError: the store is read-only.
+            OSError: the disk failed (e.g. ENOSPC); nothing of the batch is kept.
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        if not messages:
+            return []
+        now = int(time.time() * 1000)
+        encoded = []
+        with self.put_lock:
+            if self._closed:
+                raise ReadOnlyStoreError("store is closed")
+            queue_ids = []
+            for msg in messages:
+                cfg = self.topic_config.get(msg.topic)
+                if cfg is None:
+                    raise NoSuchTopicError(f"topic {msg.topic} does not exist")
+                if not cfg.writable:
+                    raise PermissionDeniedError(
+                        f"topic {msg.topic} has perm {cfg.perm}, without write permission")
+                queue_ids.append(self._select_queue(msg, cfg))
+            for msg, qid in zip(messages, queue_ids):
+                props = dict(msg.properties or {})
+                if msg.tags:
+                    props[PROPERTY_TAGS] = msg.tags
+                if msg.keys:
+                    props[PROPERTY_KEYS] = (msg.keys if isinstance(msg.keys, str)
+                                            else " ".join(msg.keys))
+                if msg.sharding_key is not None:
+                    props.setdefault(PROPERTY_SHARDING_KEY, msg.sharding_key)
+                born = msg.born_timestamp or now
+                props.setdefault(PROPERTY_UNIQ_KEY, self.uniq_keys.next(born))
+                encoded.append(encode_message(
+                    msg.topic, msg.body, queue_id=qid, properties=props, born_timestamp=born,
+                    born_host=msg.born_host or (b"\x7f\x00\x00\x01", 0),
+                    store_host=self.store_host, flag=msg.flag, sys_flag=msg.sys_flag,
+                    max_message_size=self.config.max_message_size))
+            # assignOffset: consecutive queue offsets, not for prepared/rollback records.
+            next_offsets: dict[tuple[str, int], int] = {}
+            queue_offsets = []
+            for e in encoded:
+                key = (e.topic, e.queue_id)
+                if e.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+                    queue_offsets.append(0)
+                    continue
+                if key not in next_offsets:
+                    next_offsets[key] = self.max_offset(*key)
+                queue_offsets.append(next_offsets[key])
+                next_offsets[key] += 1
+            cl = self.commitlog
+            start = cl.max_offset
+            before = {k: self.max_offset(*k) for k in next_offsets}
+            results = cl.append(encoded, queue_offsets, now)
+            batch = []
+            for msg, e, qoff, res in zip(messages, encoded, queue_offsets, results):
+                tc = e.tags_code
+                if e.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in (msg.properties or {}):
+                    tc = self._deliver_timestamp(int(msg.properties[PROPERTY_DELAY]), now)
+                batch.append(_Dispatch(e.topic, e.queue_id, res[0], res[1], tc, now, qoff,
+                                       e.keys, e.uniq_key, e.sys_flag))
+            try:
+                self._dispatch(batch)
+            except OSError:
+                for key, old in before.items():
+                    cq = self.consume_queues.get(key)
+                    if cq is not None:
+                        cq.truncate_to(old)
+                for d in self.dispatchers:
+                    d.truncate(start)
+                cl.truncate(start)
+                raise
+            if self.config.flush_disk_type == "SYNC_FLUSH":
+                self.flush()
+            out = [PutResult(e.topic, e.queue_id, qoff, res[0], res[1], now,
+                             offset_msg_id(self.store_host, res[0]), e.uniq_key)
+                   for e, qoff, res in zip(encoded, queue_offsets, results)]
+        for listener in self.listeners:
+            listener(out)
+        return out
+
+    # ------------------------------------------------------------------------------------------
+    # consumer offsets and groups
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit a consumer offset (persisted atomically in consumerOffset.json).
+
+        Raises OffsetOutOfRangeError outside ``[minOffset, maxOffset]``, InvalidNameError for a
+        bad group name, NoSuchTopicError for an unknown queue, ReadOnlyStoreError.
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        validate_group_name(group)
+        if topic not in self.topic_names() or queue_id not in self.queue_ids(topic):
+            raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
+        lo, hi = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
+        if not lo <= offset <= hi:
+            raise OffsetOutOfRangeError(f"offset {offset} outside [{lo}, {hi}] of {topic}/"
+                                        f"{queue_id}")
+        self.consumer_offsets.commit(group, topic, queue_id, offset)
+
+    def group_names(self) -> list[str]:
+        """Groups from subscriptionGroup.json and consumerOffset.json, sorted."""
+        return sorted(set(self.subscription_groups.groups) | self.consumer_offsets.groups())
+
+    def create_group(self, group: str) -> None:
+        """Create a subscription group (persisted). Raises InvalidNameError."""
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        self.subscription_groups.create(group)
+
+    # ------------------------------------------------------------------------------------------
+    # flush and close
+
+    def flush(self) -> None:
+        """Force appended data to disk and update the checkpoint."""
+        if self.read_only:
+            return
+        with self.put_lock:
+            cl = self.commitlog
+            if not cl.flush():
+                return
+            for cq in list(self.consume_queues.values()):
+                cq.flush()
+            ts = cl.flushed_store_timestamp
+            self.checkpoint.physic_msg_timestamp = ts
+            self.checkpoint.logics_msg_timestamp = ts
+            self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, 0)
+            self.checkpoint.confirm_phy_offset = cl.flushed_where
+            self.checkpoint.write(self.checkpoint_path)
+
+    def _flush_loop(self) -> None:
+        interval = self.config.flush_interval_commit_log / 1000
+        while not self._stop_flush.wait(interval):
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - keep flushing; the next round retries
+                log.exception("background flush failed")
+
+    def close(self) -> None:
+        """Flush, write the checkpoint, remove ``abort`` and release the lock."""
+        if self._closed:
+            return
+        self._stop_flush.set()
+        if self._flush_thread is not None:
+            self._flush_thread.join()
+        with self.put_lock:
+            self._closed = True
+            if not self.read_only:
+                self.flush()
+                for d in self.dispatchers:
+                    if hasattr(d, "close"):
+                        d.close()
+                try:
+                    os.unlink(self.abort_path)
+                except FileNotFoundError:
+                    pass
+            for cq in self.consume_queues.values():
+                cq.close()
+            self.commitlog.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _lock_holder(fd: int) -> int | None:
+    """pid of the process holding a POSIX lock on byte 0 of ``fd`` (F_GETLK), or None."""
+    try:
+        req = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0) + b"\0" * 4
+        res = fcntl.fcntl(fd, fcntl.F_GETLK, req)
+        l_type, _, _, _, pid = struct.unpack_from("hhqqi", res)
+        return pid if l_type != fcntl.F_UNLCK and pid > 0 else None
+    except OSError:
+        return None
