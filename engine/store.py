@@ -228,6 +228,7 @@ class MessageStore:
         self._round_robin: dict[str, int] = {}
         self._delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[_Dispatch]) / truncate(offset)
+        self.index_service = None
         self.listeners: list = []  # callables(list[PutResult]) run after each put
         self._load_consume_queues()
         self.recover()
@@ -472,6 +473,33 @@ class MessageStore:
             ids.update(range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
         return sorted(ids)
 
+    def queue_max_offsets(self, topic: str) -> dict[int, int]:
+        """``{queueId: maxOffset}`` of a topic's queues, as one consistent cut.
+
+        Taken under the put lock, so a put is either wholly in the cut or not at all; merging
+        the queues up to these offsets by CommitLog offset gives CommitLog order.
+        """
+        with self.put_lock:
+            return {q: cq.max_offset for (t, q), cq in list(self.consume_queues.items())
+                    if t == topic}
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """``getOffsetInQueueByTime`` (LOWER): first queue offset stored at or after
+        ``timestamp`` (epoch ms); ``maxOffset`` when every message is older.
+        """
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            off, size, _ = cq.unit(mid)
+            if self.commitlog.read_message(off, size).store_timestamp >= timestamp:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue's ConsumeQueue, or None when it has never had a message."""
         return self.consume_queues.get((topic, queue_id))
@@ -492,6 +520,40 @@ class MessageStore:
     def read_record(self, commitlog_offset: int, size: int) -> MessageRecord:
         """Decode the record at a CommitLog offset. Raises CorruptRecordError."""
         return self.commitlog.read_message(commitlog_offset, size)
+
+    def message_at(self, commitlog_offset: int) -> MessageRecord | None:
+        """The record starting at a CommitLog offset, or None when none starts there."""
+        cl = self.commitlog
+        if not cl.min_offset <= commitlog_offset < cl.max_offset:
+            return None
+        head = cl.files.read(commitlog_offset, 4)
+        if len(head) < 4:
+            return None
+        size = struct.unpack(">i", head)[0]
+        if size <= 0 or commitlog_offset + size > cl.max_offset:
+            return None
+        try:
+            rec = cl.read_message(commitlog_offset, size)
+        except CorruptRecordError:
+            return None
+        return rec if rec.commitlog_offset == commitlog_offset else None
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
+                     end: int = 2**63 - 1) -> list[MessageRecord]:
+        """Messages of ``topic`` whose KEYS or UNIQ_KEY equal ``key``, via the IndexFiles.
+
+        Like ``queryMsgByKey``: at most ``max_num`` (capped at 64), store time within
+        ``[begin, end]`` (epoch ms), newest first; hash collisions are filtered out here.
+        """
+        if self.index_service is None:
+            return []
+        out = []
+        for off in self.index_service.query(topic, key, max_num, begin, end):
+            rec = self.message_at(off)
+            if rec is not None and rec.topic == topic and (
+                    key in rec.keys or rec.uniq_key == key):
+                out.append(rec)
+        return out
 
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
         """The message at a queue offset. Raises OffsetOutOfRangeError / NoSuchTopicError."""

@@ -85,15 +85,18 @@ def build_session(
 
     ``master`` defaults to ``local[*]``. The settings are: Spark UI and console progress bars off,
     ``spark.sql.shuffle.partitions=shuffle_partitions`` (results are small), session time
-    zone UTC, and log level WARN. For ``local`` masters, the driver also binds to 127.0.0.1 and
-    ``PYSPARK_PYTHON`` is set to ``sys.executable``. For other masters, ``PYSPARK_PYTHON`` is only
-    set when it is unset, and the driver address is left alone (executors must reach it).
+    zone UTC, and log level WARN. For ``local`` masters, the driver also binds to 127.0.0.1
+    (``SPARK_LOCAL_IP`` defaults to it) and ``PYSPARK_PYTHON`` is set to ``sys.executable``.
+    For other masters, ``PYSPARK_PYTHON`` is only set when it is unset, and the driver address
+    is left alone (executors must reach it).
     """
     _require_pyspark()
     master = master or "local[*]"
     local = master.startswith("local")
     if local:
         os.environ["PYSPARK_PYTHON"] = sys.executable
+        # Silences "Your hostname ... resolves to a loopback address" at JVM start.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     else:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
@@ -211,13 +214,15 @@ def compute_report(spark: "SparkSession", paths: Sequence[str]) -> dict[str, "Da
       topic, queueId, queueOffset, storeSize or a plausible storeTimestamp. Sorted by file.
     """
     messages = read_messages(spark, paths)
-    valid = (
+    # coalesce: a NULL storeTimestamp makes `between` NULL, and the predicate must be true or false.
+    valid = F.coalesce(
         F.col(CORRUPT_COLUMN).isNull()
         & F.col("topic").isNotNull()
         & F.col("queueId").isNotNull()
         & F.col("queueOffset").isNotNull()
         & F.col("storeSize").isNotNull()
-        & F.col("storeTimestamp").between(F.lit(0), F.lit(_MAX_EPOCH_MS))
+        & F.col("storeTimestamp").between(F.lit(0), F.lit(_MAX_EPOCH_MS)),
+        F.lit(False),
     )
     ts = F.col("storeTimestamp")
     rows = messages.select(

@@ -328,7 +328,7 @@ def test_main_prints_tables_and_writes_csv(spark, mount, tmp_path, capsys):
 
 
 @pytest.mark.spark
-def test_main_several_mounts_and_duplicates(spark, mount, tmp_path):
+def test_main_several_mounts_and_duplicates(spark, mount, tmp_path, capsys):
     root, lines = mount
     other = tmp_path / "broker-b"
     lines_b = build_mount(str(other), specs=[("TopicB", 3, 10, 90_000, "T", ["k"], b"b", 0)])
@@ -336,7 +336,9 @@ def test_main_several_mounts_and_duplicates(spark, mount, tmp_path):
     # The same mount given twice (once through a symlink) is read once.
     link = tmp_path / "mnt-link"
     link.symlink_to(root)
-    assert report.main([str(root), str(other), str(link), "--out", str(out)]) == 0
+    assert report.main([str(root), str(other), str(link), "--out", str(out), "--max-rows", "2"]) == 0
+    stdout = capsys.readouterr().out
+    assert stdout.count("more rows not shown (first 2); see the CSV file") == 2
     rows = read_csv(glob.glob(str(out / "per_queue" / "part-*.csv"))[0])[1:]
     assert [r[:3] for r in rows] == [[RETRY, "0", "3"], ["TopicA", "0", "4"], ["TopicA", "1", "2"], ["TopicB", "3", "1"]]
     assert rows[3][3] == str(lines_b[0]["storeSize"])

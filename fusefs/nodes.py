@@ -1,0 +1,1012 @@
+"""The mounted tree (mount contract section 2) as plain objects, without pyfuse3.
+
+Every path maps to a :class:`Node`. Directories answer :meth:`Node.list` (readdir) and
+:meth:`Node.child` (lookup, which may find entries readdir does not list, such as
+``by-offset/<n>``); files answer :meth:`Node.stat` and open into handles. Errors are
+:class:`FsError` carrying an errno; the pyfuse3 layer turns them into ``FUSEError``.
+
+Methods here may block on disk I/O or rendering: the filesystem layer calls them from worker
+threads, never on the trio loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import json
+import os
+import re
+import stat
+import threading
+import time
+from dataclasses import dataclass
+
+from engine import errors as E
+from engine.config import validate_group_name, validate_topic_name
+from engine.message import decode_offset_msg_id
+from engine.store import Message, MessageStore
+
+from . import render as R
+from .views import ViewCache
+
+DIR_MODE = stat.S_IFDIR | 0o755
+RO_FILE = stat.S_IFREG | 0o444
+RW_FILE = stat.S_IFREG | 0o644
+WO_FILE = stat.S_IFREG | 0o222
+
+VIEW_PART_MESSAGES = 100_000  # queue offsets per view/ part
+
+
+class FsError(Exception):
+    """A filesystem error with its errno."""
+
+    def __init__(self, err: int, message: str = ""):
+        super().__init__(message or os.strerror(err))
+        self.errno = err
+
+
+def fs_error(exc: E.StoreError) -> FsError:
+    """The FsError for an engine error (its ``errno`` attribute)."""
+    return FsError(exc.errno, str(exc))
+
+
+@dataclass
+class Stat:
+    """What getattr reports: mode bits, size in bytes, mtime in ns, and whether it may change."""
+
+    mode: int
+    size: int = 0
+    mtime_ns: int = 0
+    live: bool = True
+
+
+class Context:
+    """What every node needs: the store, the view cache, mount flags and a start time."""
+
+    def __init__(self, store: MessageStore, views: ViewCache, read_only: bool,
+                 part_messages: int = VIEW_PART_MESSAGES, pid: int | None = None):
+        self.store = store
+        self.views = views
+        self.read_only = read_only or store.read_only
+        self.part_messages = part_messages
+        self.pid = pid or os.getpid()
+        self.mount_time_ns = time.time_ns()
+
+
+def _ms_to_ns(ms: int) -> int:
+    return ms * 1_000_000
+
+
+# --------------------------------------------------------------------------------------------
+# Base classes
+
+
+class Node:
+    """A path in the tree."""
+
+    is_dir = False
+
+    def __init__(self, ctx: Context, path: str):
+        self.ctx = ctx
+        self.path = path
+
+    def stat(self) -> Stat:
+        raise NotImplementedError
+
+    # directories
+    def list(self) -> list[str]:
+        raise FsError(errno.ENOTDIR)
+
+    def child(self, name: str) -> "Node | None":
+        raise FsError(errno.ENOTDIR)
+
+    def mkdir(self, name: str) -> "Node":
+        raise FsError(errno.EPERM if self.is_dir else errno.ENOTDIR)
+
+    # files
+    def open(self, flags: int) -> "Handle":
+        raise FsError(errno.EISDIR)
+
+    def truncate(self, size: int) -> None:
+        raise FsError(errno.EISDIR if self.is_dir else errno.EACCES)
+
+
+class Dir(Node):
+    """A directory with a fixed set of named children plus optional dynamic ones."""
+
+    is_dir = True
+
+    def entries(self) -> dict:
+        """``{name: factory()}`` of listed children."""
+        return {}
+
+    def list(self) -> list[str]:
+        return list(self.entries())
+
+    def child(self, name: str):
+        f = self.entries().get(name)
+        return f() if f else None
+
+    def stat(self) -> Stat:
+        return Stat(DIR_MODE, 0, self.ctx.mount_time_ns)
+
+    def sub(self, name: str) -> str:
+        return f"{self.path.rstrip('/')}/{name}"
+
+
+class Handle:
+    """An open file. ``direct_io`` and ``keep_cache`` go to the kernel."""
+
+    direct_io = False
+    keep_cache = False
+    writable = False
+
+    def read(self, offset: int, length: int) -> bytes:
+        raise FsError(errno.EBADF)
+
+    def write(self, data: bytes) -> int:
+        raise FsError(errno.EBADF)
+
+    def flush(self) -> None:
+        pass
+
+    def fsync(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
+class BytesHandle(Handle):
+    """A snapshot of generated content, read with direct_io (its size may change)."""
+
+    direct_io = True
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.data[offset:offset + length]
+
+
+class GeneratedFile(Node):
+    """A small read-only file rendered on demand (status.json, offsets.json, ...)."""
+
+    def content(self) -> bytes:
+        raise NotImplementedError
+
+    def mtime_ns(self) -> int:
+        return self.ctx.mount_time_ns
+
+    def stat(self) -> Stat:
+        return Stat(RO_FILE, len(self.content()), self.mtime_ns())
+
+    def open(self, flags: int) -> Handle:
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            raise FsError(errno.EACCES)
+        return BytesHandle(self.content())
+
+
+def _check_read_only_open(flags: int) -> None:
+    if flags & os.O_ACCMODE != os.O_RDONLY:
+        raise FsError(errno.EACCES)
+
+
+# --------------------------------------------------------------------------------------------
+# Root
+
+README = """rmqfs: an Apache RocketMQ store, mounted
+=========================================
+
+Store: {root}
+
+topics/<topic>/produce          append lines: each line becomes one message
+topics/<topic>/produce.jsonl    append JSON lines: {{"body": ..., "tags": ..., "keys": [...]}}
+topics/<topic>/messages.jsonl   every message of the topic, decoded, in CommitLog order
+topics/<topic>/bodies.txt       the bodies only, one per line
+topics/<topic>/topic.json       the topic's config (topics.json)
+topics/<topic>/keys/<key>       messages with this key (IndexFile lookup)
+topics/<topic>/<queueId>/       messages.jsonl, bodies.txt, offsets.json, produce,
+                                by-offset/<n>, by-time/<epochMillis>
+groups/<group>/<topic>/<queueId>/offset        the committed offset; echo N > offset commits
+groups/<group>/<topic>/<queueId>/pending.jsonl messages from the committed offset on
+groups/<group>/progress.json    brokerOffset, consumerOffset, diff per queue
+messages/<msgId>                a message by its offset msgId
+view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.jsonl + _schema.ddl
+raw/                            the store's own files, read-only (for tar, rsync, restic)
+status.json                     CommitLog offsets, segment sizes, counts
+
+mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group.
+"""
+
+
+class RootDir(Dir):
+    def entries(self):
+        c = self.ctx
+        return {
+            "README.txt": lambda: StaticFile(c, "/README.txt",
+                                             README.format(root=c.store.root).encode()),
+            "status.json": lambda: StatusFile(c, "/status.json"),
+            "topics": lambda: TopicsDir(c, "/topics"),
+            "groups": lambda: GroupsDir(c, "/groups"),
+            "messages": lambda: MessagesDir(c, "/messages"),
+            "view": lambda: ViewRootDir(c, "/view"),
+            "raw": lambda: RawDir(c, "/raw", ""),
+        }
+
+
+class StaticFile(GeneratedFile):
+    def __init__(self, ctx, path, data: bytes):
+        super().__init__(ctx, path)
+        self.data = data
+
+    def content(self) -> bytes:
+        return self.data
+
+    def stat(self) -> Stat:
+        return Stat(RO_FILE, len(self.data), self.ctx.mount_time_ns, live=False)
+
+
+class StatusFile(GeneratedFile):
+    def content(self) -> bytes:
+        s = self.ctx.store
+        cl = s.commitlog
+        topics = s.topic_names()
+        queues = [(t, q) for (t, q) in s.consume_queues]
+        return R.render_json({
+            "storePathRootDir": s.root,
+            "pid": self.ctx.pid,
+            "readOnly": self.ctx.read_only,
+            "flushDiskType": s.config.flush_disk_type,
+            "commitLogMinOffset": cl.min_offset,
+            "commitLogMaxOffset": cl.max_offset,
+            "commitLogFlushedOffset": cl.flushed_where,
+            "dispatchBehindBytes": 0,
+            "mappedFileSizeCommitLog": cl.file_size,
+            "mappedFileSizeConsumeQueue": s._cq_file_size,
+            "commitLogSegments": len(cl.files.segments),
+            "topics": len(topics),
+            "queues": len(queues),
+            "messages": sum(s.max_offset(t, q) - s.min_offset(t, q) for t, q in queues),
+            "groups": len(s.group_names()),
+        })
+
+
+# --------------------------------------------------------------------------------------------
+# topics/
+
+
+class TopicsDir(Dir):
+    def list(self):
+        return self.ctx.store.topic_names()
+
+    def child(self, name):
+        if name in self.ctx.store.topic_names():
+            return TopicDir(self.ctx, self.sub(name), name)
+        return None
+
+    def mkdir(self, name):
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+        if name in self.ctx.store.topic_names():
+            raise FsError(errno.EEXIST)
+        try:
+            self.ctx.store.create_topic(name)
+        except E.StoreError as exc:
+            raise fs_error(exc) from exc
+        return TopicDir(self.ctx, self.sub(name), name)
+
+
+class TopicDir(Dir):
+    def __init__(self, ctx, path, topic):
+        super().__init__(ctx, path)
+        self.topic = topic
+
+    def entries(self):
+        c, t = self.ctx, self.topic
+        d = {
+            "produce": lambda: ProduceFile(c, self.sub("produce"), t, None, jsonl=False),
+            "produce.jsonl": lambda: ProduceFile(c, self.sub("produce.jsonl"), t, None, True),
+            "messages.jsonl": lambda: TopicViewFile(c, self.sub("messages.jsonl"), t, "messages"),
+            "bodies.txt": lambda: TopicViewFile(c, self.sub("bodies.txt"), t, "bodies"),
+            "topic.json": lambda: TopicJsonFile(c, self.sub("topic.json"), t),
+            "keys": lambda: KeysDir(c, self.sub("keys"), t),
+        }
+        for q in c.store.queue_ids(t):
+            d[str(q)] = (lambda q=q: QueueDir(c, self.sub(str(q)), t, q))
+        return d
+
+
+class TopicJsonFile(GeneratedFile):
+    def __init__(self, ctx, path, topic):
+        super().__init__(ctx, path)
+        self.topic = topic
+
+    def content(self):
+        cfg = self.ctx.store.topic_config.get(self.topic)
+        if cfg is None:
+            n = len(self.ctx.store.queue_ids(self.topic))
+            from engine.config import TopicConfig
+            cfg = TopicConfig(self.topic, n, n)
+        return R.render_json(cfg.to_json())
+
+
+class QueueDir(Dir):
+    def __init__(self, ctx, path, topic, queue_id):
+        super().__init__(ctx, path)
+        self.topic, self.queue_id = topic, queue_id
+
+    def entries(self):
+        c, t, q = self.ctx, self.topic, self.queue_id
+        return {
+            "messages.jsonl": lambda: QueueViewFile(c, self.sub("messages.jsonl"), t, q,
+                                                    "messages"),
+            "bodies.txt": lambda: QueueViewFile(c, self.sub("bodies.txt"), t, q, "bodies"),
+            "offsets.json": lambda: OffsetsFile(c, self.sub("offsets.json"), t, q),
+            "produce": lambda: ProduceFile(c, self.sub("produce"), t, q, jsonl=False),
+            "by-offset": lambda: ByOffsetDir(c, self.sub("by-offset"), t, q),
+            "by-time": lambda: ByTimeDir(c, self.sub("by-time"), t, q),
+        }
+
+
+class OffsetsFile(GeneratedFile):
+    def __init__(self, ctx, path, topic, queue_id):
+        super().__init__(ctx, path)
+        self.topic, self.queue_id = topic, queue_id
+
+    def content(self):
+        s = self.ctx.store
+        lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
+        first = last = None
+        if hi > lo:
+            first = s.get_message(self.topic, self.queue_id, lo).store_timestamp
+            last = s.get_message(self.topic, self.queue_id, hi - 1).store_timestamp
+        return R.render_json({"topic": self.topic, "queueId": self.queue_id, "minOffset": lo,
+                              "maxOffset": hi, "minStoreTimestamp": first,
+                              "maxStoreTimestamp": last})
+
+
+# -- decoded views ---------------------------------------------------------------------------
+
+RENDERERS = {"messages": R.render_message, "bodies": R.render_body,
+             "view": R.render_view_message}
+
+
+class ViewHandle(Handle):
+    """Reads an append-only rendered log between a fixed start and its current end."""
+
+    keep_cache = True
+
+    def __init__(self, log, start: int = 0):
+        self.log = log
+        self.start = start
+
+    def read(self, offset, length):
+        return self.log.read(self.start + offset, length)
+
+
+class ViewFile(Node):
+    """Base of decoded views: size = rendered bytes, mtime = newest message's store time."""
+
+    def view(self):
+        raise NotImplementedError
+
+    def stat(self) -> Stat:
+        log = self.view().log
+        return Stat(RO_FILE, log.size, _ms_to_ns(log.mtime_ms) or self.ctx.mount_time_ns)
+
+    def open(self, flags):
+        _check_read_only_open(flags)
+        return ViewHandle(self.view().log)
+
+
+class TopicViewFile(ViewFile):
+    def __init__(self, ctx, path, topic, kind):
+        super().__init__(ctx, path)
+        self.topic, self.kind = topic, kind
+
+    def view(self):
+        return self.ctx.views.topic(self.kind, self.topic, RENDERERS[self.kind])
+
+
+class QueueViewFile(ViewFile):
+    def __init__(self, ctx, path, topic, queue_id, kind):
+        super().__init__(ctx, path)
+        self.topic, self.queue_id, self.kind = topic, queue_id, kind
+
+    def view(self):
+        return self.ctx.views.queue(self.kind, self.topic, self.queue_id, RENDERERS[self.kind])
+
+
+class MessageFile(GeneratedFile):
+    """One message as a JSON line (lookups)."""
+
+    def __init__(self, ctx, path, records):
+        super().__init__(ctx, path)
+        self.records = records
+
+    def content(self):
+        return b"".join(R.render_message(r) for r in self.records)
+
+    def stat(self):
+        data = self.content()
+        ms = max(r.store_timestamp for r in self.records)
+        return Stat(RO_FILE, len(data), _ms_to_ns(ms), live=False)
+
+
+class ByOffsetDir(Dir):
+    def __init__(self, ctx, path, topic, queue_id):
+        super().__init__(ctx, path)
+        self.topic, self.queue_id = topic, queue_id
+
+    def list(self):
+        return []
+
+    def child(self, name):
+        if not name.isdigit():
+            return None
+        try:
+            rec = self.ctx.store.get_message(self.topic, self.queue_id, int(name))
+        except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
+            return None
+        return MessageFile(self.ctx, self.sub(name), [rec])
+
+
+class ByTimeDir(ByOffsetDir):
+    def child(self, name):
+        if not name.isdigit():
+            return None
+        s = self.ctx.store
+        off = s.offset_by_time(self.topic, self.queue_id, int(name))
+        if off >= s.max_offset(self.topic, self.queue_id):
+            return None
+        return MessageFile(self.ctx, self.sub(name), [s.get_message(self.topic, self.queue_id,
+                                                                     off)])
+
+
+class KeysDir(Dir):
+    def __init__(self, ctx, path, topic):
+        super().__init__(ctx, path)
+        self.topic = topic
+
+    def list(self):
+        return []
+
+    def child(self, name):
+        records = self.ctx.store.query_by_key(self.topic, name)
+        if not records:
+            return None
+        return MessageFile(self.ctx, self.sub(name), records)
+
+
+class MessagesDir(Dir):
+    def list(self):
+        return []
+
+    def child(self, name):
+        try:
+            _, offset = decode_offset_msg_id(name)
+        except ValueError:
+            return None
+        rec = self.ctx.store.message_at(offset)
+        if rec is None or rec.msg_id != name.upper():
+            return None
+        return MessageFile(self.ctx, self.sub(name), [rec])
+
+
+# -- producing -------------------------------------------------------------------------------
+
+
+class ProduceHandle(Handle):
+    """Splits written bytes into lines; each complete line is a message.
+
+    One write() is one put: all of its complete lines are stored, or none (EINVAL, EMSGSIZE,
+    ENOSPC...). A final line without a newline is stored at flush (close).
+    """
+
+    writable = True
+
+    def __init__(self, ctx: Context, topic: str, queue_id: int | None, jsonl: bool):
+        self.ctx = ctx
+        self.topic = topic
+        self.queue_id = queue_id
+        self.jsonl = jsonl
+        self.buf = bytearray()
+        self.lock = threading.Lock()
+
+    def _message(self, line: bytes) -> Message:
+        if not self.jsonl:
+            return Message(self.topic, bytes(line), queue_id=self.queue_id)
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise FsError(errno.EINVAL, f"not a JSON object: {exc}") from exc
+        if not isinstance(obj, dict):
+            raise FsError(errno.EINVAL, "not a JSON object")
+        if "bodyBase64" in obj:
+            try:
+                body = base64.b64decode(obj["bodyBase64"], validate=True)
+            except (ValueError, TypeError) as exc:
+                raise FsError(errno.EINVAL, "bad bodyBase64") from exc
+        elif isinstance(obj.get("body"), str):
+            body = obj["body"].encode("utf-8")
+        else:
+            raise FsError(errno.EINVAL, "a line needs body or bodyBase64")
+        keys = obj.get("keys")
+        if keys is not None and not (isinstance(keys, str) or (
+                isinstance(keys, list) and all(isinstance(k, str) for k in keys))):
+            raise FsError(errno.EINVAL, "keys must be a string or a list of strings")
+        props = obj.get("properties") or {}
+        if not isinstance(props, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
+            raise FsError(errno.EINVAL, "properties must map strings to strings")
+        qid = obj.get("queueId", self.queue_id)
+        if qid is not None and not isinstance(qid, int):
+            raise FsError(errno.EINVAL, "queueId must be an integer")
+        tags = obj.get("tags")
+        if tags is not None and not isinstance(tags, str):
+            raise FsError(errno.EINVAL, "tags must be a string")
+        sk = obj.get("shardingKey")
+        return Message(self.topic, body, tags=tags, keys=keys, properties=props,
+                       queue_id=qid, sharding_key=None if sk is None else str(sk))
+
+    def _put(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        msgs = [self._message(line) for line in lines]
+        try:
+            self.ctx.store.put_messages(msgs)
+        except E.StoreError as exc:
+            raise fs_error(exc) from exc
+
+    def write(self, data: bytes) -> int:
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+        with self.lock:
+            buf = self.buf
+            start = len(buf)
+            buf += data
+            cut = buf.rfind(b"\n", start)
+            if cut < 0:
+                return len(data)
+            lines = bytes(buf[:cut]).split(b"\n")
+            try:
+                self._put(lines)
+            except (FsError, OSError):
+                del buf[start:]  # this write stored nothing: forget its bytes
+                raise
+            del buf[:cut + 1]
+            return len(data)
+
+    def flush(self) -> None:
+        with self.lock:
+            if self.buf:
+                line = bytes(self.buf)
+                self.buf.clear()
+                self._put([line])
+
+    def fsync(self) -> None:
+        self.flush()
+        self.ctx.store.flush()
+
+    def release(self) -> None:
+        try:
+            self.flush()
+        except (FsError, OSError):
+            pass
+
+
+class ProduceFile(Node):
+    """``produce`` / ``produce.jsonl``: write-only, always empty when read."""
+
+    def __init__(self, ctx, path, topic, queue_id, jsonl):
+        super().__init__(ctx, path)
+        self.topic, self.queue_id, self.jsonl = topic, queue_id, jsonl
+
+    def stat(self):
+        return Stat(WO_FILE if not self.ctx.read_only else stat.S_IFREG, 0,
+                    self.ctx.mount_time_ns, live=False)
+
+    def open(self, flags):
+        if flags & os.O_ACCMODE == os.O_RDONLY:
+            return BytesHandle(b"")
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+        cfg = self.ctx.store.topic_config.get(self.topic)
+        if cfg is not None and not cfg.writable:
+            raise FsError(errno.EACCES, f"topic {self.topic} has no write permission")
+        return ProduceHandle(self.ctx, self.topic, self.queue_id, self.jsonl)
+
+    def truncate(self, size):
+        if size != 0:
+            raise FsError(errno.EINVAL)
+
+
+# --------------------------------------------------------------------------------------------
+# groups/
+
+
+class GroupsDir(Dir):
+    def list(self):
+        return self.ctx.store.group_names()
+
+    def child(self, name):
+        try:
+            validate_group_name(name)
+        except E.InvalidNameError:
+            return None
+        return GroupDir(self.ctx, self.sub(name), name)
+
+    def mkdir(self, name):
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+        if name in self.ctx.store.group_names():
+            raise FsError(errno.EEXIST)
+        try:
+            self.ctx.store.create_group(name)
+        except E.StoreError as exc:
+            raise fs_error(exc) from exc
+        return GroupDir(self.ctx, self.sub(name), name)
+
+
+class GroupDir(Dir):
+    def __init__(self, ctx, path, group):
+        super().__init__(ctx, path)
+        self.group = group
+
+    def entries(self):
+        c, g = self.ctx, self.group
+        d = {"progress.json": lambda: ProgressFile(c, self.sub("progress.json"), g)}
+        for t in c.store.topic_names():
+            d[t] = (lambda t=t: GroupTopicDir(c, self.sub(t), g, t))
+        return d
+
+
+class ProgressFile(GeneratedFile):
+    def __init__(self, ctx, path, group):
+        super().__init__(ctx, path)
+        self.group = group
+
+    def content(self):
+        s = self.ctx.store
+        rows = []
+        for topic, queues in sorted(s.consumer_offsets.topics_of(self.group).items()):
+            for q in sorted(set(queues) | set(s.queue_ids(topic))):
+                broker = s.max_offset(topic, q)
+                consumer = queues.get(q, -1)
+                last = None
+                if 0 <= consumer - 1 < broker and consumer > s.min_offset(topic, q):
+                    try:
+                        last = s.get_message(topic, q, consumer - 1).store_timestamp
+                    except E.StoreError:
+                        last = None
+                rows.append({"topic": topic, "queueId": q, "brokerOffset": broker,
+                             "consumerOffset": consumer,
+                             "diff": broker - max(consumer, 0), "lastTimestamp": last})
+        return R.render_json({"group": self.group, "queues": rows,
+                              "diffTotal": sum(r["diff"] for r in rows)})
+
+
+class GroupTopicDir(Dir):
+    def __init__(self, ctx, path, group, topic):
+        super().__init__(ctx, path)
+        self.group, self.topic = group, topic
+
+    def entries(self):
+        c = self.ctx
+        return {str(q): (lambda q=q: GroupQueueDir(c, self.sub(str(q)), self.group,
+                                                   self.topic, q))
+                for q in c.store.queue_ids(self.topic)}
+
+
+class GroupQueueDir(Dir):
+    def __init__(self, ctx, path, group, topic, queue_id):
+        super().__init__(ctx, path)
+        self.group, self.topic, self.queue_id = group, topic, queue_id
+
+    def entries(self):
+        c = self.ctx
+        return {
+            "offset": lambda: OffsetFile(c, self.sub("offset"), self.group, self.topic,
+                                         self.queue_id),
+            "pending.jsonl": lambda: PendingFile(c, self.sub("pending.jsonl"), self.group,
+                                                 self.topic, self.queue_id),
+        }
+
+
+class OffsetWriteHandle(Handle):
+    """Collects the written text; a complete line (or close) commits the offset."""
+
+    writable = True
+    direct_io = True
+
+    def __init__(self, node: "OffsetFile"):
+        self.node = node
+        self.buf = bytearray()
+
+    def read(self, offset, length):
+        return self.node.content()[offset:offset + length]
+
+    def write(self, data):
+        self.buf += data
+        if b"\n" in self.buf:
+            self._commit()
+        return len(data)
+
+    def _commit(self):
+        text = self.buf.decode("ascii", "replace").strip()
+        self.buf.clear()
+        if not re.fullmatch(r"-?\d+", text):
+            raise FsError(errno.EINVAL, f"not an offset: {text!r}")
+        self.node.commit(int(text))
+
+    def flush(self):
+        if self.buf.strip():
+            self._commit()
+
+    def release(self):
+        try:
+            self.flush()
+        except FsError:
+            pass
+
+
+class OffsetFile(GeneratedFile):
+    """``offset``: the committed offset and a newline; writing an integer commits it."""
+
+    def __init__(self, ctx, path, group, topic, queue_id):
+        super().__init__(ctx, path)
+        self.group, self.topic, self.queue_id = group, topic, queue_id
+
+    def content(self):
+        off = self.ctx.store.consumer_offsets.query(self.group, self.topic, self.queue_id)
+        return f"{off}\n".encode()
+
+    def stat(self):
+        return Stat(RW_FILE if not self.ctx.read_only else RO_FILE, len(self.content()),
+                    self.ctx.mount_time_ns)
+
+    def commit(self, offset: int):
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+        try:
+            self.ctx.store.commit_offset(self.group, self.topic, self.queue_id, offset)
+        except E.StoreError as exc:
+            raise fs_error(exc) from exc
+
+    def open(self, flags):
+        if flags & os.O_ACCMODE == os.O_RDONLY:
+            return BytesHandle(self.content())
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+        return OffsetWriteHandle(self)
+
+    def truncate(self, size):
+        if size != 0:
+            raise FsError(errno.EINVAL)
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+
+
+class PendingFile(ViewFile):
+    """The queue's ``messages.jsonl`` from the committed offset to the end."""
+
+    def __init__(self, ctx, path, group, topic, queue_id):
+        super().__init__(ctx, path)
+        self.group, self.topic, self.queue_id = group, topic, queue_id
+
+    def view(self):
+        return self.ctx.views.queue("messages", self.topic, self.queue_id, R.render_message)
+
+    def _start(self, v) -> int:
+        committed = self.ctx.store.consumer_offsets.query(self.group, self.topic, self.queue_id)
+        return v.byte_offset(max(committed, 0))
+
+    def stat(self):
+        v = self.view()
+        start = self._start(v)
+        return Stat(RO_FILE, v.log.size - start, _ms_to_ns(v.log.mtime_ms)
+                    or self.ctx.mount_time_ns)
+
+    def open(self, flags):
+        _check_read_only_open(flags)
+        v = self.view()
+        h = ViewHandle(v.log, self._start(v))
+        h.keep_cache = False
+        return h
+
+
+# --------------------------------------------------------------------------------------------
+# view/ (Spark)
+
+
+def escape_partition_value(value: str) -> str:
+    """Escape a value for a Hive-style directory name the way Spark unescapes it."""
+    out = []
+    for ch in value:
+        if ch in '%/=:\\"\'#?*[]{}^' or ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8")))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def unescape_partition_value(name: str) -> str:
+    """Inverse of :func:`escape_partition_value`."""
+    from urllib.parse import unquote
+    return unquote(name)
+
+
+class ViewRootDir(Dir):
+    def list(self):
+        s = self.ctx.store
+        names = ["_schema.ddl"]
+        names += [f"topic={escape_partition_value(t)}" for t in s.topic_names()
+                  if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))]
+        return names
+
+    def child(self, name):
+        if name == "_schema.ddl":
+            return StaticFile(self.ctx, self.sub(name), (R.VIEW_DDL + "\n").encode())
+        if not name.startswith("topic="):
+            return None
+        topic = unescape_partition_value(name[6:])
+        if escape_partition_value(topic) != name[6:] or topic not in self.ctx.store.topic_names():
+            return None
+        return ViewTopicDir(self.ctx, self.sub(name), topic)
+
+
+class ViewTopicDir(Dir):
+    def __init__(self, ctx, path, topic):
+        super().__init__(ctx, path)
+        self.topic = topic
+
+    def list(self):
+        s = self.ctx.store
+        return [f"queue={q}" for q in s.queue_ids(self.topic)
+                if s.max_offset(self.topic, q) > s.min_offset(self.topic, q)]
+
+    def child(self, name):
+        if not name.startswith("queue=") or not name[6:].isdigit():
+            return None
+        q = int(name[6:])
+        if f"queue={q}" != name or q not in self.ctx.store.queue_ids(self.topic):
+            return None
+        return ViewQueueDir(self.ctx, self.sub(name), self.topic, q)
+
+
+class ViewQueueDir(Dir):
+    def __init__(self, ctx, path, topic, queue_id):
+        super().__init__(ctx, path)
+        self.topic, self.queue_id = topic, queue_id
+
+    def _parts(self):
+        s = self.ctx.store
+        lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
+        p = self.ctx.part_messages
+        return [k * p for k in range(lo // p, (hi - 1) // p + 1)] if hi > lo else []
+
+    def list(self):
+        return [f"part-{first:020d}.jsonl" for first in self._parts()]
+
+    def child(self, name):
+        m = re.fullmatch(r"part-(\d{20})\.jsonl", name)
+        if not m or int(m.group(1)) not in self._parts():
+            return None
+        return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id,
+                            int(m.group(1)))
+
+
+class ViewPartFile(ViewFile):
+    """Lines of queue offsets ``[first, first + part_messages)``, body always base64."""
+
+    def __init__(self, ctx, path, topic, queue_id, first):
+        super().__init__(ctx, path)
+        self.topic, self.queue_id, self.first = topic, queue_id, first
+
+    def view(self):
+        return self.ctx.views.queue("view", self.topic, self.queue_id, R.render_view_message)
+
+    def _range(self, v):
+        last = self.first + self.ctx.part_messages
+        return v.byte_offset(self.first), v.byte_offset(last), v.next_offset >= last
+
+    def stat(self):
+        v = self.view()
+        a, b, full = self._range(v)
+        return Stat(RO_FILE, b - a, _ms_to_ns(v.log.mtime_ms) or self.ctx.mount_time_ns,
+                    live=not full)
+
+    def open(self, flags):
+        _check_read_only_open(flags)
+        v = self.view()
+        a, b, _ = self._range(v)
+        return PartHandle(v.log, a, b)
+
+
+class PartHandle(ViewHandle):
+    def __init__(self, log, start, end):
+        super().__init__(log, start)
+        self.end = end
+
+    def read(self, offset, length):
+        return self.log.read(self.start + offset, length, self.end)
+
+
+# --------------------------------------------------------------------------------------------
+# raw/
+
+
+class RawHandle(Handle):
+    def __init__(self, path: str, keep_cache: bool):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.keep_cache = keep_cache
+
+    def read(self, offset, length):
+        return os.pread(self.fd, length, offset)
+
+    def release(self):
+        os.close(self.fd)
+
+
+class RawDir(Dir):
+    """A read-only mirror of the store directory."""
+
+    def __init__(self, ctx, path, rel):
+        super().__init__(ctx, path)
+        self.rel = rel
+        self.real = os.path.join(ctx.store.root, rel) if rel else ctx.store.root
+
+    def list(self):
+        try:
+            return sorted(n for n in os.listdir(self.real) if not n.endswith(".tmp"))
+        except FileNotFoundError:
+            return []
+
+    def child(self, name):
+        real = os.path.join(self.real, name)
+        rel = os.path.join(self.rel, name) if self.rel else name
+        if name.endswith(".tmp"):
+            return None
+        if os.path.isdir(real):
+            return RawDir(self.ctx, self.sub(name), rel)
+        if os.path.isfile(real):
+            return RawFile(self.ctx, self.sub(name), rel, real)
+        return None
+
+    def stat(self):
+        try:
+            st = os.stat(self.real)
+            return Stat(DIR_MODE, 0, st.st_mtime_ns)
+        except FileNotFoundError:
+            raise FsError(errno.ENOENT) from None
+
+
+class RawFile(Node):
+    def __init__(self, ctx, path, rel, real):
+        super().__init__(ctx, path)
+        self.rel, self.real = rel, real
+
+    def sealed(self) -> bool:
+        """A CommitLog/ConsumeQueue file that will not be written again."""
+        parts = self.rel.split(os.sep)
+        if parts[0] == "commitlog":
+            seg = self.ctx.store.commitlog.files.find(int(parts[-1])) if parts[-1].isdigit() \
+                else None
+            return seg is not None and seg.end <= self.ctx.store.commitlog.max_offset - 1 \
+                or self.ctx.read_only
+        return self.ctx.read_only
+
+    def stat(self):
+        try:
+            st = os.stat(self.real)
+        except FileNotFoundError:
+            raise FsError(errno.ENOENT) from None
+        return Stat(RO_FILE, st.st_size, st.st_mtime_ns, live=not self.sealed())
+
+    def open(self, flags):
+        _check_read_only_open(flags)
+        try:
+            return RawHandle(self.real, keep_cache=self.sealed())
+        except FileNotFoundError:
+            raise FsError(errno.ENOENT) from None

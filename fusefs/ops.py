@@ -1,0 +1,241 @@
+"""The pyfuse3 filesystem: kernel requests mapped onto :mod:`fusefs.nodes`.
+
+Inodes are stable across mounts: a 63-bit hash of the path, so ``rsync``, ``tar`` and
+``restic`` see unchanged files as unchanged. Every node method that may touch the disk or
+render runs in a worker thread (``trio.to_thread``), never on the trio loop. Files that grow are
+reported with a zero attribute timeout so ``tail -f`` and ``ls -l`` see new sizes at once;
+files that never change again (sealed segments, full ``view/`` parts) are cached for an hour.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import stat as stat_mod
+import threading
+
+import pyfuse3
+import trio
+
+from .nodes import Context, FsError, Node, RootDir
+
+log = logging.getLogger(__name__)
+
+LIVE_TIMEOUT = 0.0
+DIR_TIMEOUT = 1.0
+SEALED_TIMEOUT = 3600.0
+BLKSIZE = 128 * 1024
+
+
+def path_inode(path: str) -> int:
+    """Stable inode number of a path (the root is ``pyfuse3.ROOT_INODE``)."""
+    if path == "/":
+        return pyfuse3.ROOT_INODE
+    h = int.from_bytes(hashlib.blake2b(path.encode("utf-8"), digest_size=8).digest(), "big")
+    return (h & 0x7FFF_FFFF_FFFF_FFFF) | 0x100  # never 0 or 1
+
+
+async def _run(fn, *args):
+    try:
+        return await trio.to_thread.run_sync(fn, *args)
+    except FsError as exc:
+        raise pyfuse3.FUSEError(exc.errno) from None
+    except pyfuse3.FUSEError:
+        raise
+    except OSError as exc:
+        raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
+    except Exception:  # noqa: BLE001 - never let a bug kill the mount
+        log.exception("error in %s", getattr(fn, "__qualname__", fn))
+        raise pyfuse3.FUSEError(errno.EIO) from None
+
+
+class RmqOperations(pyfuse3.Operations):
+    """pyfuse3 operations over a :class:`fusefs.nodes.Context`."""
+
+    enable_writeback_cache = False
+    supports_dot_lookup = True
+
+    def __init__(self, ctx: Context):
+        super().__init__()
+        self.ctx = ctx
+        self.nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: RootDir(ctx, "/")}
+        self.lookups: dict[int, int] = {}
+        self.parents: dict[int, int] = {}
+        self.handles: dict[int, object] = {}
+        self._next_fh = 1
+        self._lock = threading.Lock()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _node(self, inode: int) -> Node:
+        node = self.nodes.get(inode)
+        if node is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return node
+
+    def _remember(self, node: Node, parent: int) -> int:
+        ino = path_inode(node.path)
+        self.nodes[ino] = node
+        self.parents[ino] = parent
+        self.lookups[ino] = self.lookups.get(ino, 0) + 1
+        return ino
+
+    def _entry(self, node: Node, ino: int) -> pyfuse3.EntryAttributes:
+        st = node.stat()
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = ino
+        a.st_mode = st.mode
+        a.st_nlink = 2 if stat_mod.S_ISDIR(st.mode) else 1
+        a.st_size = st.size
+        a.st_blksize = BLKSIZE
+        a.st_blocks = (st.size + 511) // 512
+        a.st_uid = os.getuid()
+        a.st_gid = os.getgid()
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = st.mtime_ns
+        a.generation = 0
+        if node.is_dir:
+            a.attr_timeout = a.entry_timeout = DIR_TIMEOUT
+        elif st.live:
+            a.attr_timeout = LIVE_TIMEOUT
+            a.entry_timeout = DIR_TIMEOUT
+        else:
+            a.attr_timeout = a.entry_timeout = SEALED_TIMEOUT
+        return a
+
+    # -- lookup and attributes --------------------------------------------------------------
+    async def lookup(self, parent_inode, name, ctx=None):
+        parent = self._node(parent_inode)
+        name = os.fsdecode(name)
+        if name == ".":
+            return await _run(self._entry, parent, parent_inode)
+        if name == "..":
+            pino = self.parents.get(parent_inode, pyfuse3.ROOT_INODE)
+            return await _run(self._entry, self._node(pino), pino)
+
+        def find():
+            child = parent.child(name)
+            if child is None:
+                raise FsError(errno.ENOENT)
+            attr = self._entry(child, path_inode(child.path))
+            self._remember(child, parent_inode)
+            return attr
+        return await _run(find)
+
+    def forget(self, inode_list):
+        for ino, n in inode_list:
+            left = self.lookups.get(ino, 0) - n
+            if left > 0:
+                self.lookups[ino] = left
+            elif ino != pyfuse3.ROOT_INODE:
+                self.lookups.pop(ino, None)
+                self.nodes.pop(ino, None)
+                self.parents.pop(ino, None)
+
+    async def getattr(self, inode, ctx=None):
+        node = self._node(inode)
+        return await _run(self._entry, node, inode)
+
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        node = self._node(inode)
+        if fields.update_size:
+            await _run(node.truncate, attr.st_size)
+        return await _run(self._entry, node, inode)
+
+    async def statfs(self, ctx):
+        st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root)
+        s = pyfuse3.StatvfsData()
+        for name in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files",
+                     "f_ffree", "f_favail", "f_namemax"):
+            setattr(s, name, getattr(st, name))
+        return s
+
+    # -- directories ------------------------------------------------------------------------
+    async def opendir(self, inode, ctx):
+        node = self._node(inode)
+        if not node.is_dir:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return inode
+
+    async def readdir(self, fh, start_id, token):
+        node = self._node(fh)
+
+        def entries():
+            out = []
+            for name in sorted(node.list()):
+                child = node.child(name)
+                if child is None:
+                    continue
+                try:
+                    out.append((name, child, self._entry(child, path_inode(child.path))))
+                except FsError:
+                    continue
+            return out
+        items = await _run(entries)
+        for i, (name, child, attr) in enumerate(items[start_id:], start=start_id + 1):
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i):
+                break
+            self._remember(child, fh)
+
+    async def releasedir(self, fh):
+        pass
+
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        parent = self._node(parent_inode)
+        name = os.fsdecode(name)
+
+        def make():
+            child = parent.mkdir(name)
+            attr = self._entry(child, path_inode(child.path))
+            self._remember(child, parent_inode)
+            return attr
+        attr = await _run(make)
+        return attr
+
+    async def rmdir(self, parent_inode, name, ctx):
+        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+
+    async def unlink(self, parent_inode, name, ctx):
+        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EACCES)
+
+    async def rename(self, *args):
+        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+
+    # -- files ------------------------------------------------------------------------------
+    async def open(self, inode, flags, ctx):
+        node = self._node(inode)
+        if node.is_dir:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        handle = await _run(node.open, flags)
+        with self._lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self.handles[fh] = handle
+        return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io,
+                                keep_cache=handle.keep_cache, nonseekable=False)
+
+    def _handle(self, fh):
+        h = self.handles.get(fh)
+        if h is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        return h
+
+    async def read(self, fh, off, size):
+        return await _run(self._handle(fh).read, off, size)
+
+    async def write(self, fh, off, buf):
+        return await _run(self._handle(fh).write, buf)
+
+    async def flush(self, fh):
+        await _run(self._handle(fh).flush)
+
+    async def fsync(self, fh, datasync):
+        await _run(self._handle(fh).fsync)
+
+    async def release(self, fh):
+        h = self.handles.pop(fh, None)
+        if h is not None:
+            await _run(h.release)

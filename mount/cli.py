@@ -1,0 +1,200 @@
+"""``rmqfs``: mount a RocketMQ store, unmount it, and run the Spark report.
+
+``rmqfs mount STORE MNT`` returns once the mount is ready and keeps serving in the background;
+``-f`` stays in front. ``rmqfs umount MNT`` unmounts and waits for the daemon to close the
+store. Exit status 0 on success, 1 with a message on stderr on failure, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import logging.handlers
+import os
+import subprocess
+import sys
+import time
+
+log = logging.getLogger("rmqfs")
+
+
+def _parse_options(text: str | None) -> set[str]:
+    return {o.strip() for o in (text or "").split(",") if o.strip()}
+
+
+def _setup_logging(args, foreground: bool) -> None:
+    level = logging.DEBUG if args.debug else logging.INFO
+    handlers: list[logging.Handler] = []
+    if args.log_file:
+        handlers.append(logging.FileHandler(args.log_file))
+    elif foreground:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    elif os.path.exists("/dev/log"):
+        handlers.append(logging.handlers.SysLogHandler("/dev/log"))
+    else:
+        handlers.append(logging.NullHandler())
+    logging.basicConfig(level=level, handlers=handlers,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def _load_config(path: str | None):
+    from engine.store import StoreConfig
+    if path is None:
+        return None
+    return StoreConfig.from_broker_conf(path)
+
+
+def cmd_mount(args) -> int:
+    """Mount; in the background unless ``-f``."""
+    from engine.errors import StoreError
+
+    from .daemon import Daemon, MountError
+
+    if not args.foreground and args.ready_fd is None:
+        return _spawn_background(args)
+    if args.ready_fd is not None:
+        # libfuse's auto_unmount helper must not inherit the pipe, or the parent never sees EOF.
+        os.set_inheritable(args.ready_fd, False)
+    _setup_logging(args, foreground=args.ready_fd is None)
+    try:
+        config = _load_config(args.config)
+        daemon = Daemon(args.store, args.mountpoint, _parse_options(args.options), config,
+                        args.cache_dir, args.debug_fuse)
+        daemon.setup()
+    except (MountError, StoreError, ValueError, OSError) as exc:
+        msg = f"rmqfs: {exc}"
+        if args.ready_fd is not None:
+            os.write(args.ready_fd, msg.encode())
+            os.close(args.ready_fd)
+        print(msg, file=sys.stderr)
+        return 1
+    log.info("mounted %s on %s", args.store, args.mountpoint)
+    if args.ready_fd is not None:
+        os.write(args.ready_fd, b"ok")
+        os.close(args.ready_fd)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+    daemon.serve()
+    return 0
+
+
+def _spawn_background(args) -> int:
+    """Start the daemon as a new session and wait until it says the mount is ready."""
+    r, w = os.pipe()
+    cmd = [sys.executable, "-m", "mount.cli", "mount", args.store, args.mountpoint,
+           "--ready-fd", str(w)]
+    for flag, value in (("-o", args.options), ("--config", args.config),
+                        ("--cache-dir", args.cache_dir), ("--log-file", args.log_file)):
+        if value:
+            cmd += [flag, value]
+    if args.debug:
+        cmd.append("--debug")
+    if args.debug_fuse:
+        cmd.append("--debug-fuse")
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen(cmd, pass_fds=(w,), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True, env=env)
+    os.close(w)
+    chunks = []
+    while True:
+        data = os.read(r, 4096)
+        if not data:
+            break
+        chunks.append(data)
+        if b"".join(chunks) == b"ok":
+            break
+    os.close(r)
+    answer = b"".join(chunks).decode(errors="replace")
+    if answer == "ok":
+        proc.stderr.close()
+        return 0
+    err = proc.stderr.read().decode(errors="replace").strip() if not answer else ""
+    proc.wait()
+    print(answer or f"rmqfs: the mount daemon exited ({proc.returncode}): {err}",
+          file=sys.stderr)
+    return 1
+
+
+def _mount_pid(mountpoint: str) -> int | None:
+    try:
+        with open(os.path.join(mountpoint, "status.json")) as f:
+            return int(json.load(f)["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def cmd_umount(args) -> int:
+    """Unmount and wait for the daemon to close the store."""
+    mnt = os.path.abspath(args.mountpoint)
+    if not os.path.ismount(mnt):
+        print(f"rmqfs: {mnt} is not mounted", file=sys.stderr)
+        return 1
+    pid = _mount_pid(mnt)
+    cmd = ["fusermount3", "-u"] + (["-z"] if args.lazy else []) + [mnt]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        print(f"rmqfs: cannot unmount {mnt}: {res.stderr.strip()}", file=sys.stderr)
+        return 1
+    if pid:
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            print(f"rmqfs: unmounted, but daemon {pid} is still closing the store",
+                  file=sys.stderr)
+            return 1
+    return 0
+
+
+def cmd_report(args) -> int:
+    """Run the Spark report (pipeline/report.py)."""
+    from pipeline import report
+    return report.main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rmqfs", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("mount", help="mount a store (background once ready)")
+    m.add_argument("store", help="store directory (storePathRootDir); created if missing")
+    m.add_argument("mountpoint", help="an empty directory")
+    m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
+    m.add_argument("-o", dest="options", metavar="OPTS",
+                   help="FUSE options, comma separated: ro, allow_other, default_permissions")
+    m.add_argument("--config", metavar="broker.conf", help="RocketMQ broker.conf to read")
+    m.add_argument("--cache-dir", help="where to cache rendered views (default: a temp dir)")
+    m.add_argument("--log-file", help="log here (default: stderr with -f, else syslog)")
+    m.add_argument("--debug", action="store_true", help="debug logging")
+    m.add_argument("--debug-fuse", action="store_true", help="libfuse request tracing")
+    m.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    m.set_defaults(func=cmd_mount)
+
+    u = sub.add_parser("umount", help="unmount and wait for the store to close")
+    u.add_argument("mountpoint")
+    u.add_argument("-z", "--lazy", action="store_true", help="lazy unmount (busy mounts)")
+    u.add_argument("--timeout", type=float, default=60, help="seconds to wait for the daemon")
+    u.set_defaults(func=cmd_umount)
+
+    r = sub.add_parser("report", help="Spark report over mounted stores", add_help=False)
+    r.add_argument("rest", nargs=argparse.REMAINDER)
+    r.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

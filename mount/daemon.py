@@ -1,0 +1,134 @@
+"""The mount daemon's life: open the store, mount, serve, unmount and close cleanly.
+
+Follows s3ql's pattern (reference fuse-prior-art section 3.6): SIGINT/SIGTERM call
+``pyfuse3.terminate()``, ``pyfuse3.main`` returns, and ``pyfuse3.close(unmount=True)`` removes
+the mount; ``auto_unmount`` is always on so even ``kill -9`` leaves no dead mount. The store is
+then closed (checkpoint written, ``abort`` removed, lock released).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import shutil
+import signal
+import tempfile
+
+import pyfuse3
+import trio
+
+from engine.store import MessageStore, StoreConfig
+from fusefs.nodes import Context
+from fusefs.ops import RmqOperations
+from fusefs.views import ViewCache
+
+log = logging.getLogger("rmqfs")
+
+
+class MountError(Exception):
+    """The mount could not be set up; the message says why."""
+
+
+def check_mountpoint(mountpoint: str) -> None:
+    """Raise MountError unless ``mountpoint`` is an empty directory that is not a mount."""
+    if not os.path.exists(mountpoint):
+        raise MountError(f"mount point {mountpoint} does not exist")
+    if not os.path.isdir(mountpoint):
+        raise MountError(f"mount point {mountpoint} is not a directory")
+    if os.path.ismount(mountpoint):
+        raise MountError(f"mount point {mountpoint} is already a mount point (busy)")
+    try:
+        if os.listdir(mountpoint):
+            raise MountError(f"mount point {mountpoint} is not empty")
+    except PermissionError as exc:
+        raise MountError(f"mount point {mountpoint}: {exc.strerror}") from exc
+
+
+def check_fuse() -> None:
+    """Raise MountError when FUSE cannot work here (no /dev/fuse or no fusermount3)."""
+    if not os.path.exists("/dev/fuse"):
+        raise MountError("FUSE is not available: /dev/fuse is missing (modprobe fuse?)")
+    if shutil.which("fusermount3") is None:
+        raise MountError("FUSE is not available: fusermount3 is missing (apt install fuse3)")
+
+
+class Daemon:
+    """One mounted store.
+
+    Args:
+        store_path: the store directory (created when missing, unless read-only).
+        mountpoint: an empty directory.
+        options: FUSE mount options (``ro``, ``allow_other``, ``default_permissions``, ...).
+        config: store settings.
+        cache_dir: where rendered views are cached (a temporary directory by default).
+    """
+
+    def __init__(self, store_path: str, mountpoint: str, options: set[str],
+                 config: StoreConfig | None = None, cache_dir: str | None = None,
+                 debug_fuse: bool = False):
+        self.store_path = store_path
+        self.mountpoint = os.path.abspath(mountpoint)
+        self.options = set(options)
+        self.read_only = "ro" in self.options
+        self.config = config
+        self.cache_dir = cache_dir
+        self.debug_fuse = debug_fuse
+        self.store = None
+        self.views = None
+        self._own_cache = False
+
+    def setup(self) -> None:
+        """Check everything, open the store and mount. Raises MountError or StoreError."""
+        check_fuse()
+        check_mountpoint(self.mountpoint)
+        if self.read_only and not os.path.isdir(self.store_path):
+            raise MountError(f"store {self.store_path} does not exist (read-only mount)")
+        self.store = MessageStore(self.store_path, self.config, read_only=self.read_only)
+        if self.cache_dir is None:
+            self.cache_dir = tempfile.mkdtemp(prefix="rmqfs-cache-")
+            self._own_cache = True
+        self.views = ViewCache(self.store, self.cache_dir)
+        ctx = Context(self.store, self.views, self.read_only)
+        ops = RmqOperations(ctx)
+        opts = set(self.options)
+        opts.update({"fsname=rmqfs", "subtype=rmqfs", "auto_unmount"})
+        if self.debug_fuse:
+            opts.add("debug")
+        try:
+            pyfuse3.init(ops, self.mountpoint, opts)
+        except RuntimeError as exc:
+            self._close_store()
+            raise MountError(f"cannot mount {self.mountpoint}: {exc} (options: "
+                             f"{','.join(sorted(self.options)) or 'none'})") from exc
+
+    def serve(self) -> None:
+        """Serve requests until unmounted or signalled, then unmount and close the store."""
+        faulthandler.enable()
+
+        def on_signal(signum, frame):
+            log.info("signal %d: unmounting", signum)
+            pyfuse3.terminate()
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        try:
+            trio.run(pyfuse3.main)
+        except BaseException:
+            log.exception("the FUSE main loop failed")
+            raise
+        finally:
+            try:
+                pyfuse3.close(unmount=True)
+            finally:
+                self._close_store()
+                log.info("unmounted %s; store closed", self.mountpoint)
+
+    def _close_store(self) -> None:
+        if self.views is not None:
+            self.views.close()
+            self.views = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self._own_cache and self.cache_dir:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
