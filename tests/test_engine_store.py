@@ -1,0 +1,200 @@
+"""Engine tests without a mount: put/get, the on-disk bytes, reopening, fixtures."""
+
+import base64
+import json
+import os
+
+import pytest
+
+import refreader
+from conftest import FIXTURES, copy_fixture
+from engine.errors import (InvalidNameError, MessageIllegalError, NoSuchTopicError,
+                           OffsetOutOfRangeError, PropertiesSizeExceededError, StoreLockedError)
+from engine.javahash import java_string_hash, tags_code
+from engine.message import MAGIC_V1, decode_record
+from engine.store import Message, MessageStore, StoreConfig
+
+
+def _put_lines(store, topic, lines, **kw):
+    return store.put_messages([Message(topic, line, **kw) for line in lines])
+
+
+def test_java_string_hash_matches_java():
+    assert java_string_hash("") == 0
+    assert java_string_hash("TAG1") == 2567159
+    assert java_string_hash("polygenelubricants") == -2**31
+    assert java_string_hash("\U0001F600") == refreader.java_string_hash("\U0001F600")
+    assert tags_code(None) == 0
+
+
+def test_put_and_read_back(tmp_path, small_config):
+    with MessageStore(tmp_path / "s", small_config) as s:
+        s.create_topic("T")
+        res = s.put_messages([Message("T", b"hello", tags="TagA", keys=["k1", "k2"]),
+                              Message("T", b"world", queue_id=2, properties={"a": "b"})])
+        assert [r.queue_id for r in res] == [0, 2]
+        assert [r.queue_offset for r in res] == [0, 0]
+        assert res[1].commitlog_offset == res[0].commitlog_offset + res[0].size
+        rec = s.get_message("T", 0, 0)
+        assert rec.body == b"hello" and rec.tags == "TagA" and rec.keys == ["k1", "k2"]
+        assert rec.msg_id == res[0].msg_id and len(rec.msg_id) == 32
+        assert rec.uniq_key == res[0].uniq_key and len(rec.uniq_key) == 32
+        assert s.get_message("T", 2, 0).properties["a"] == "b"
+        with pytest.raises(OffsetOutOfRangeError):
+            s.get_message("T", 0, 1)
+        with pytest.raises(NoSuchTopicError):
+            s.put_messages([Message("Nope", b"x")])
+
+
+def test_bytes_follow_the_reference_layout(tmp_path, small_config):
+    """The CommitLog and ConsumeQueue bytes, read by the independent reader, field by field."""
+    root = tmp_path / "s"
+    bodies = [f"line {i} ".encode() * (i % 50 + 1) for i in range(600)]
+    with MessageStore(root, small_config) as s:
+        s.create_topic("TopicX")
+        results = _put_lines(s, "TopicX", bodies, tags="TagX", keys="a b")
+    scan = refreader.scan_commitlog(root / "commitlog")
+    recs = scan["records"]
+    assert scan["segmentSize"] == 64 * 1024
+    assert len(scan["blanks"]) >= 1  # records rolled over segment ends with a blank record
+    assert len(recs) == len(bodies)
+    for rec, body, res in zip(recs, bodies, results):
+        refreader.check_record(rec)
+        assert rec["magic"] == MAGIC_V1
+        assert rec["body"] == body
+        assert rec["topic"] == "TopicX"
+        assert rec["physicalOffset"] == res.commitlog_offset
+        assert rec["queueId"] == res.queue_id and rec["queueOffset"] == res.queue_offset
+        assert rec["properties"]["TAGS"] == "TagX" and rec["properties"]["KEYS"] == "a b"
+        assert rec["properties"]["UNIQ_KEY"] == res.uniq_key
+        assert rec["storeTimestamp"] == res.store_timestamp
+        assert refreader.offset_msg_id(rec["storeHostRaw"], rec["physicalOffset"]) == res.msg_id
+    for q in range(4):
+        units = refreader.read_consumequeue(root, "TopicX", q)
+        expected = [(r.commitlog_offset, r.size, refreader.tags_code("TagX"))
+                    for r in results if r.queue_id == q]
+        assert units == expected
+        assert os.path.getsize(root / "consumequeue" / "TopicX" / str(q) /
+                               "00000000000000000000") == 100 * 20
+
+
+def test_reopen_keeps_everything_and_continues(tmp_path, small_config):
+    root = tmp_path / "s"
+    with MessageStore(root, small_config) as s:
+        s.create_topic("T")
+        first = _put_lines(s, "T", [b"a%d" % i for i in range(300)])
+    assert not (root / "abort").exists()
+    with MessageStore(root, small_config) as s:
+        assert sum(s.max_offset("T", q) for q in range(4)) == 300
+        more = _put_lines(s, "T", [b"b%d" % i for i in range(10)])
+        assert more[0].commitlog_offset == first[-1].commitlog_offset + first[-1].size or \
+            more[0].commitlog_offset % small_config.mapped_file_size_commit_log == 0
+        assert [r.queue_offset for r in more][:4] == [75, 75, 75, 75]
+    assert len(refreader.read_commitlog(root / "commitlog")) == 310
+
+
+def test_torn_tail_is_dropped(tmp_path, small_config):
+    root = tmp_path / "s"
+    with MessageStore(root, small_config) as s:
+        s.create_topic("T")
+        res = _put_lines(s, "T", [b"x" * 100 for _ in range(20)])
+    last = res[-1]
+    seg = root / "commitlog" / "00000000000000000000"
+    with open(seg, "r+b") as f:  # cut the last record in the middle
+        f.seek(last.commitlog_offset + 50)
+        f.write(b"\0" * (last.size - 50))
+    (root / "abort").write_text("1")
+    with MessageStore(root, small_config) as s:
+        assert s.commitlog.max_offset == last.commitlog_offset
+        assert sum(s.max_offset("T", q) for q in range(4)) == 19
+
+
+def test_size_limits(tmp_path):
+    with MessageStore(tmp_path / "s", StoreConfig(mapped_file_size_commit_log=16 << 20)) as s:
+        s.create_topic("T")
+        s.put_messages([Message("T", b"x" * (4 << 20))])
+        with pytest.raises(MessageIllegalError):
+            s.put_messages([Message("T", b"x" * ((4 << 20) + 1))])
+        with pytest.raises(PropertiesSizeExceededError):
+            s.put_messages([Message("T", b"x", properties={"p": "v" * 32767})])
+        assert s.max_offset("T", 1) == 0  # nothing of a refused put is stored
+        with pytest.raises(InvalidNameError):
+            s.create_topic("bad topic")
+
+
+def test_second_writer_is_refused_with_the_holders_pid(tmp_path):
+    import subprocess
+    import sys
+    root = tmp_path / "s"
+    code = ("import sys,time; sys.path.insert(0, %r); from engine.store import MessageStore; "
+            "s = MessageStore(%r); print('ready', flush=True); time.sleep(30)"
+            % (str(os.path.dirname(os.path.dirname(__file__))), str(root)))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLockedError, match=str(p.pid)):
+            MessageStore(root)
+        MessageStore(root, read_only=True).close()  # readers are allowed
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_commitlog_only_store_rebuilds_topics_and_queues(tmp_path):
+    """A store holding only commitlog/ (as Java's unit tests leave it) opens with its topic."""
+    root = copy_fixture("apache-rocketmq-pr3535/store", tmp_path / "s")
+    with MessageStore(root) as s:
+        assert s.topic_names() == ["abc"]
+        assert s.max_offset("abc", 0) == 47
+        recs = [r for _, r in s.iter_queue("abc", 0)]
+        assert [r.queue_offset for r in recs] == list(range(47))
+        assert all(r.tags == "TAG1" for r in recs)
+        assert s.commitlog.file_size == 8192
+    assert json.loads((root / "config" / "topics.json").read_text())[
+        "topicConfigTable"]["abc"]["readQueueNums"] >= 1
+    assert refreader.read_consumequeue(root, "abc", 0)[0] == (0, 172, 2567159)
+
+
+def test_read_only_store_needs_no_writes(tmp_path):
+    root = FIXTURES / "apache-rocketmq-pr3535" / "store"
+    with MessageStore(root, read_only=True) as s:
+        assert s.max_offset("abc", 0) == 47
+        assert s.get_message("abc", 0, 46).body == b"Once, there was a chance for me!"
+
+
+def test_rocketmq_498_fixture_reads_every_field(tmp_path):
+    root = FIXTURES / "rocketmq-4.9.8-written" / "store"
+    expected = [json.loads(line) for line in
+                (FIXTURES / "rocketmq-4.9.8-written" / "expected.jsonl").read_text().splitlines()]
+    expected = [e for e in expected if e.get("kind", "message") == "message"]
+    with MessageStore(root, read_only=True) as s:
+        assert s.commitlog.file_size == 256 * 1024
+        for e in expected:
+            rec = s.get_message(e["topic"], e["queueId"], e["queueOffset"])
+            assert rec.commitlog_offset == e["commitLogOffset"]
+            assert rec.store_size == e["size"]
+            assert rec.body == base64.b64decode(e["body"])
+            assert rec.tags == e["tags"]
+            assert rec.msg_id == e["msgId"]
+            unit = s.consume_queue(e["topic"], e["queueId"]).unit(e["queueOffset"])
+            assert unit == (e["commitLogOffset"], e["size"], e["tagsCode"])
+
+
+def test_rust_fixture(tmp_path):
+    root = FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file"
+    exp = json.loads((FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" /
+                      "expected-records.json").read_text())
+    with MessageStore(root, read_only=True) as s:
+        assert s.max_offset(exp["topic"], exp["queue_id"]) == exp["queue_max_offset"]
+        bodies = [r.body.decode() for _, r in s.iter_queue(exp["topic"], exp["queue_id"])]
+        assert bodies == exp["message_bodies"]
+
+
+def test_decode_rejects_corruption():
+    raw = bytearray((FIXTURES / "apache-rocketmq-pr3535" / "store" / "commitlog" /
+                     "00000000000000000000").read_bytes())
+    decode_record(raw, 0)
+    raw[100] ^= 0xFF
+    from engine.errors import CorruptRecordError
+    with pytest.raises(CorruptRecordError):
+        decode_record(raw, 0)
