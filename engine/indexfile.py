@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from .errors import CorruptRecordError, ReadOnlyStoreError, StoreError
 from .javahash import index_key_hash
 
-HEADER = struct.Struct(">qqqqii")  # begin/endTimestamp, begin/endPhyOffset, hashSlotCount, indexCount
+HEADER = struct.Struct(">qqqqii")  # begin/endTimestamp, begin/endPhyOffset, slot and item counts
 SLOT = struct.Struct(">i")
 ITEM = struct.Struct(">iqii")  # keyHash | phyOffset | timeDiff | prevIndex
 INDEX_HEADER_SIZE = HEADER.size  # 40
@@ -483,17 +483,21 @@ def _check_geometry(hash_slot_num: int, index_num: int) -> None:
 
 
 class _RWLock:
-    """Many readers or one writer (``ReentrantReadWriteLock`` without reentrancy)."""
+    """Many readers or one writer (``ReentrantReadWriteLock`` without reentrancy).
+
+    A waiting writer blocks new readers, so a stream of queries cannot starve it.
+    """
 
     def __init__(self):
         self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._writer = False
+        self._writers_waiting = 0
 
     @contextmanager
     def read(self):
         with self._cond:
-            while self._writer:
+            while self._writer or self._writers_waiting:
                 self._cond.wait()
             self._readers += 1
         try:
@@ -507,8 +511,12 @@ class _RWLock:
     @contextmanager
     def write(self):
         with self._cond:
-            while self._writer or self._readers:
-                self._cond.wait()
+            self._writers_waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
             self._writer = True
         try:
             yield

@@ -37,7 +37,8 @@ T0 = 1_700_000_000_000
 def rec(offset, ts, keys=(), uniq=None, topic="T", sys_flag=0):
     """A dispatch item as the store passes it (``_Dispatch``'s index fields)."""
     return SimpleNamespace(topic=topic, commitlog_offset=offset, store_timestamp=ts,
-                           keys=list(keys), uniq_key=uniq, sys_flag=sys_flag)
+                           keys=keys if isinstance(keys, str) else list(keys),
+                           uniq_key=uniq, sys_flag=sys_flag)
 
 
 def used_bytes(f: IndexFile | str, slots: int | None = None) -> bytes:
@@ -157,8 +158,8 @@ def test_select_time_window(tmp_path):
     # Items older than begin stop the walk; items after end are skipped.
     got = f.select_phy_offsets("T#k", 64, T0 + 30_000, T0 + 60_000)
     assert got == [60, 50, 40, 30]
+    assert f.select_phy_offsets("T#k", 64, T0 + 95_000, LONG_MAX) == []
     for begin, end in ((T0 + 30_000, T0 + 60_000), (0, T0), (T0 + 95_000, LONG_MAX)):
-        assert got if begin else True
         assert f.select_phy_offsets("T#k", 64, begin, end) == rr.index_lookup(
             f.path, "T#k", 4, begin, end)
     f.close()
@@ -270,6 +271,17 @@ def test_redispatch_is_idempotent(tmp_path):
     svc.dispatch(batch)
     svc.dispatch(batch[-1:])
     assert [Path(f.path).read_bytes() for f in svc.files] == before
+    svc.close()
+    # A record whose keys straddle two files (15 items per file, 4 keys per record).
+    svc = IndexService(str(tmp_path / "straddle"), 4, 16)
+    batch = [rec(i * 100, T0 + i, [f"a{i}", f"b{i}", f"c{i}"], f"U{i}") for i in range(4)]
+    svc.dispatch(batch)
+    assert [f.index_count for f in svc.files] == [16, 2]
+    svc.flush()
+    before = [Path(f.path).read_bytes() for f in svc.files]
+    svc.dispatch(batch[-1:])
+    assert [Path(f.path).read_bytes() for f in svc.files] == before
+    assert svc.query("T", "c3") == [300] and svc.query("T", "U3") == [300]
     svc.close()
 
 
