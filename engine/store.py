@@ -31,6 +31,7 @@ from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
                      TopicConfig, TopicConfigManager, validate_group_name, validate_topic_name)
 from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from .indexfile import IndexService
 from .errors import (CorruptRecordError, NoSuchTopicError, OffsetOutOfRangeError,
                      PermissionDeniedError, PutMessageError, ReadOnlyStoreError,
                      StoreLockedError)
@@ -228,8 +229,14 @@ class MessageStore:
         self._round_robin: dict[str, int] = {}
         self._delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[_Dispatch]) / truncate(offset)
-        self.index_service = None
+        self.index_service: IndexService | None = None
         self.listeners: list = []  # callables(list[PutResult]) run after each put
+        if self.config.message_index_enable:
+            self.index_service = IndexService(os.path.join(self.root, "index"),
+                                              self.config.max_hash_slot_num,
+                                              self.config.max_index_num, read_only)
+            self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+            self.dispatchers.append(self.index_service)
         self._load_consume_queues()
         self.recover()
         if not read_only:
@@ -296,6 +303,10 @@ class MessageStore:
             cl.max_offset = cl.files.min_offset
             return
         start = self._recovery_start()
+        if self.index_service is not None:
+            # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
+            start = max(cl.min_offset, min(start, self._record_boundary(
+                self.index_service.end_phy_offset)))
         end, gap = self._scan_and_dispatch(start, full=start <= cl.min_offset)
         if gap and start > cl.min_offset:
             log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
@@ -309,6 +320,18 @@ class MessageStore:
             d.truncate(end)
         cl.truncate(end)
         cl.flushed_where = end
+
+    def _record_boundary(self, offset: int) -> int:
+        """``offset`` when a valid record starts there, else the start of its segment."""
+        cl = self.commitlog
+        if offset <= cl.min_offset:
+            return cl.min_offset
+        try:
+            size = struct.unpack(">i", cl.files.read(offset, 4))[0]
+            cl.read_message(offset, size)
+            return offset
+        except (CorruptRecordError, struct.error):
+            return offset - offset % cl.file_size
 
     def _recovery_start(self) -> int:
         cl = self.commitlog
@@ -727,7 +750,8 @@ class MessageStore:
             ts = cl.flushed_store_timestamp
             self.checkpoint.physic_msg_timestamp = ts
             self.checkpoint.logics_msg_timestamp = ts
-            self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, 0)
+            if self.index_service is not None:
+                self.checkpoint.index_msg_timestamp = self.index_service.flush()
             self.checkpoint.confirm_phy_offset = cl.flushed_where
             self.checkpoint.write(self.checkpoint_path)
 
@@ -750,9 +774,10 @@ class MessageStore:
             self._closed = True
             if not self.read_only:
                 self.flush()
-                for d in self.dispatchers:
-                    if hasattr(d, "close"):
-                        d.close()
+            for d in self.dispatchers:
+                if hasattr(d, "close"):
+                    d.close()
+            if not self.read_only:
                 try:
                     os.unlink(self.abort_path)
                 except FileNotFoundError:

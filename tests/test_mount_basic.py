@@ -156,11 +156,14 @@ while pos < len(data):
 def test_kill_9_while_producing_loses_no_acknowledged_line(mount_store, tmp_path):
     m = mount_store()
     os.mkdir(m.mnt / "topics" / "Crash")
-    lines = [f"{i:08d} {'x' * (i % 300)}\n".encode() for i in range(60000)]
+    lines = [f"{i:08d} {'x' * (i % 300)}\n".encode() for i in range(400_000)]
     data = b"".join(lines)
     acked = tmp_path / "acked.txt"
+    acked.write_text("0")
     w = _writer(m.mnt / "topics" / "Crash" / "produce", data, acked)
-    time.sleep(0.6)
+    deadline = time.monotonic() + 30
+    while int(acked.read_text() or 0) < 2_000_000 and time.monotonic() < deadline:
+        time.sleep(0.005)
     os.kill(m.pid, signal.SIGKILL)
     w.wait(timeout=30)
     deadline = time.monotonic() + 10
