@@ -41,7 +41,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the spark extra
     _PYSPARK_IMPORT_ERROR = _exc
 
-from pipeline.schema import FIELD_NAMES, MESSAGE_DDL
+from pipeline.schema import FIELD_NAMES
 
 __all__ = [
     "build_session",

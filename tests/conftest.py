@@ -24,14 +24,13 @@ def spark():
 
 import os  # noqa: E402
 import shutil  # noqa: E402
-import stat  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("RMQFS_SHARED", REPO.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 LOGHUB = SHARED / "data" / "loghub"
 LOGHUB_LOGS = sorted(LOGHUB.glob("*_2k.log"))

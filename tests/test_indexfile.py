@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.errors import CorruptRecordError, ReadOnlyStoreError
-from engine.indexfile import (HEADER, INDEX_HEADER_SIZE, ITEM, LONG_MAX, IndexFile, IndexService,
+from engine.indexfile import (HEADER, INDEX_HEADER_SIZE, LONG_MAX, IndexFile, IndexService,
                               _name_after, index_file_name, index_file_size, index_geometry)
 from engine.javahash import index_key_hash
 
