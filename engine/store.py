@@ -368,8 +368,8 @@ class MessageStore:
         # Abnormal: newest segment whose first record is older than the checkpoint.
         min_ts = self.checkpoint.min_timestamp
         for seg in reversed(cl.files.segments):
-            head = os.pread(seg.fd, 64, 0)
-            if len(head) < 64:
+            head = os.pread(seg.fd, 80, 0)  # STORETIMESTAMP is at 68 after an IPv6 born host
+            if len(head) < 80:
                 continue
             magic = struct.unpack_from(">I", head, 4)[0]
             if magic not in (0xDAA320A7, 0xDAA320AB):

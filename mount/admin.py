@@ -231,7 +231,7 @@ def cmd_produce(args) -> int:
             raise AdminError(f"bad --property {item!r}: use NAME=VALUE")
         properties[k] = v
     for path in args.files:
-        if path != "-" and not os.path.isfile(path):
+        if path != "-" and (not os.path.exists(path) or os.path.isdir(path)):
             raise AdminError(f"{path}: no such file")
     validate_topic_name(args.topic)
     path = os.path.abspath(args.store)
