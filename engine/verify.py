@@ -211,6 +211,7 @@ class _Segment:
     path: str
     size: int
     map: object = None
+    fd: int = -1
 
 
 def _majority_size(sizes: list[int]) -> int:
@@ -262,6 +263,8 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
         for s in segs:
             if s.map is not None:
                 s.map.close()
+            if s.fd >= 0:
+                os.close(s.fd)
     return res
 
 
@@ -308,19 +311,33 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
                     "(a file is missing)")
     for s in segs:
         if s.size:
-            fd = os.open(s.path, os.O_RDONLY)
-            try:
-                s.map = mmap.mmap(fd, s.size, prot=mmap.PROT_READ)
-            finally:
-                os.close(fd)
+            s.fd = os.open(s.path, os.O_RDONLY)
+            s.map = mmap.mmap(s.fd, s.size, prot=mmap.PROT_READ)
     return segs
 
 
-def _is_zero(buf, start: int, end: int) -> bool:
+def _is_zero(seg: "_Segment", start: int, end: int) -> bool:
+    """Whether ``[start, end)`` of a segment reads as zeros; holes of a sparse file are skipped
+    (SEEK_DATA), so a new 1 GiB segment costs nothing."""
     step = 1 << 20
-    for p in range(start, end, step):
-        if bytes(buf[p:min(end, p + step)]).strip(b"\0"):
-            return False
+    p = start
+    while p < end:
+        try:
+            p = os.lseek(seg.fd, p, os.SEEK_DATA)
+        except OSError:  # ENXIO: only a hole up to the end of the file
+            return True
+        if p >= end:
+            return True
+        try:
+            hole = os.lseek(seg.fd, p, os.SEEK_HOLE)
+        except OSError:
+            hole = end
+        stop = min(end, hole)
+        while p < stop:
+            q = min(stop, p + step)
+            if bytes(seg.map[p:q]).strip(b"\0"):
+                return False
+            p = q
     return True
 
 
@@ -344,7 +361,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
         is_last = si == len(segs) - 1
         while True:
             if pos + 8 > size:
-                if pos < size and not _is_zero(m, pos, size):
+                if pos < size and not _is_zero(seg, pos, size):
                     _bad(res, rel, seg.start + pos, "segment ends inside a record header",
                          in_use and is_last)
                 break
@@ -358,7 +375,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                     res.commitlog_end = seg.start + file_size
                 break
             if total == 0 and magic == 0:
-                if not _is_zero(m, pos, size):
+                if not _is_zero(seg, pos, size):
                     _bad(res, rel, seg.start + pos,
                          "zeros, then non-zero bytes before the end of the file", in_use and
                          is_last)
@@ -368,7 +385,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
             if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
                 _bad(res, rel, seg.start + pos,
                      f"no record here (TOTALSIZE {total}, MAGICCODE 0x{magic:08X})",
-                     in_use and is_last and _is_zero(m, pos + 8, size))
+                     in_use and is_last and _is_zero(seg, pos + 8, size))
                 reachable = False
                 break
             if pos + total > size:
@@ -382,7 +399,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
             except CorruptRecordError as exc:
                 msg = str(exc).split(" (at offset")[0]
                 _bad(res, rel, seg.start + pos, msg,
-                     in_use and is_last and _is_zero(m, pos + total, size))
+                     in_use and is_last and _is_zero(seg, pos + total, size))
                 reachable = False
                 pos += total
                 continue
@@ -757,9 +774,8 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
         res.add("error", "index-item", rel,
                 f"{past_count} items from item {past_end[0]} on point past the end of the "
                 f"CommitLog ({end}): the index is ahead of the CommitLog", past_end[0])
-    for s, (v,) in enumerate(SLOT.iter_unpack(slot_raw)):
-        if v == 0:
-            continue
+    used_slots = _nonzero_slots(slot_raw)
+    for s, v in used_slots:
         if v < 0 or v >= count:
             err(f"hash slot {s} points at item {v}, outside [1, {count})")
         elif items[v - 1][0] % slots != s:
@@ -767,12 +783,11 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
         elif bucket_newest.get(s) != v:
             err(f"hash slot {s} points at item {v}, but item {bucket_newest.get(s)} is the "
                 "newest of its bucket (items unreachable)")
-    missing_slots = set(bucket_newest) - {s for s, (v,) in enumerate(SLOT.iter_unpack(slot_raw))
-                                          if v}
+    missing_slots = set(bucket_newest) - {s for s, _ in used_slots}
     if missing_slots:
         err(f"{len(missing_slots)} hash buckets with items have an empty slot "
             f"(e.g. slot {min(missing_slots)})")
-    used = sum(1 for (v,) in SLOT.iter_unpack(slot_raw) if v)
+    used = len(used_slots)
     if used != slot_count:
         err(f"hashSlotCount {slot_count} but {used} slots are in use")
     if items:
@@ -785,6 +800,20 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
     if not items:
         return (e_phy, e_phy, 0)
     return (items[0][1], items[-1][1], valid)
+
+
+def _nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
+    """``[(slot, value)]`` of the non-zero 4-byte slots; all-zero chunks are skipped in C."""
+    out = []
+    zero = bytes(chunk)
+    for base in range(0, len(raw), chunk):
+        part = raw[base:base + chunk]
+        if part == zero[:len(part)]:
+            continue
+        for i, (v,) in enumerate(SLOT.iter_unpack(part)):
+            if v:
+                out.append((base // 4 + i, v))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -934,6 +963,9 @@ def _force_full_redispatch(root: str) -> None:
     cp = StoreCheckpoint.read(path)
     cp.physic_msg_timestamp = 0
     cp.logics_msg_timestamp = 0
+    # Keep the IndexFiles: verify vouched for them (damaged ones are gone already); records
+    # after the newest one's endPhyOffset are indexed by the re-dispatch.
+    cp.index_msg_timestamp = 2**62
     cp.write(path)
     with open(os.path.join(root, "abort"), "w") as f:
         f.write(str(os.getpid()))
