@@ -722,6 +722,7 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
 
     items = list(ITEM.iter_unpack(items_raw))
     past_end, past_count = None, 0
+    cached = (-1, None, set())  # (phyOffset, record, key hashes) of the last item's record
     bucket_newest: dict[int, int] = {}
     valid = 0
     end = res.first_bad if res.first_bad is not None else res.commitlog_end
@@ -750,15 +751,19 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
             else:
                 err(f"item {n}: phyOffset {phy} is not the start of a record", n)
             continue
-        rec = _read_record_at(segs, phy)
+        if cached[0] != phy:
+            rec = _read_record_at(segs, phy)
+            hashes = set()
+            if rec is not None:
+                if rec.uniq_key is not None:
+                    hashes.add(index_key_hash(f"{rec.topic}#{rec.uniq_key}"))
+                for k in rec.keys:
+                    hashes.add(index_key_hash(f"{rec.topic}#{k}"))
+            cached = (phy, rec, hashes)
+        _, rec, hashes = cached
         if rec is None:
             err(f"item {n}: the record at {phy} does not decode", n)
             continue
-        hashes = set()
-        if rec.uniq_key is not None:
-            hashes.add(index_key_hash(f"{rec.topic}#{rec.uniq_key}"))
-        for k in rec.keys:
-            hashes.add(index_key_hash(f"{rec.topic}#{k}"))
         if h not in hashes:
             err(f"item {n}: keyHash {h} is not the hash of a key of the record at {phy} "
                 f"(topic {rec.topic}, keys {rec.keys}, UNIQ_KEY {rec.uniq_key})", n)
@@ -879,6 +884,10 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
     try:
         before = verify_store(root, cfg, progress)
         report.before = before
+        if not before.problems and not before.suppressed:
+            report.actions.append("nothing to repair")
+            report.after = before
+            return report
         for p in before.problems:
             if p.kind in ("commitlog-gap", "commitlog-name"):
                 raise StoreError(f"cannot repair {p.path}: {p.what}")
@@ -923,8 +932,6 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             _reopen(root, cfg, MessageStore)
             after = verify_store(root, cfg, progress)
         report.after = after
-        if not before.problems:
-            report.actions.append("nothing to repair")
         return report
     finally:
         os.close(lock_fd)
