@@ -469,3 +469,36 @@ def test_verify_next_to_a_running_mount(mount_store, tmp_path):
     assert len(out.splitlines()) == 125
     m.umount()
     assert "OK: no errors, 0 warnings" in _verify(tmp_path / "store").stdout
+
+
+def test_crc32_property_is_verified(tmp_path):
+    """AppendPropCRCTest: records with a __CRC32# trailer pass; one changed properties byte
+    fails. The trailer is written here by hand (reference section 1.5: CRC-32 & 0x7FFFFFFF of
+    the record before the 20 reserved bytes, 10 digits least significant first)."""
+    import zlib
+    root = tmp_path / "s"
+    props = {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6"}
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("T", 1)
+        res = s.put_messages([Message("T", f"body{i}".encode(), properties={
+            **props, "UNIQ_KEY": f"{i:032X}", "__CRC32#": "0" * 10}) for i in range(10)])
+        s.flush()
+    seg = root / "commitlog" / f"{0:020d}"
+    with open(seg, "r+b") as f:
+        for r in res:
+            f.seek(r.commitlog_offset)
+            raw = f.read(r.size)
+            assert raw[-20:] == b"__CRC32#\x01" + b"0" * 10 + b"\x02"
+            crc = zlib.crc32(raw[:-20]) & 0x7FFFFFFF
+            f.seek(r.commitlog_offset + r.size - 11)
+            f.write(f"{crc:010d}"[::-1].encode())
+    assert "OK: no errors, 0 warnings" in _verify(root, None).stdout
+    last = res[-1]
+    with open(seg, "r+b") as f:  # the "a" property's value, inside the last record
+        f.seek(last.commitlog_offset)
+        pos = last.commitlog_offset + f.read(last.size).index(b"a\x011\x02") + 2
+        f.seek(pos)
+        f.write(b"2")
+    r = _verify(root, None, rc=1)
+    assert (f"ERROR   commitlog/{seg.name} @ {last.commitlog_offset}: __CRC32# property does "
+            "not match the record") in r.stdout.splitlines()
