@@ -18,7 +18,9 @@ and ``deleteExpiredFileByOffset``, ``IndexService.deleteExpiredFile``). One run 
    Oldest first, never the last file, a file is deleted when its mtime is at least
    ``fileReservedTime`` hours old (or ``cleanImmediately`` and ``cleanFileForciblyEnable``);
    the first file that is not expired stops the run (never a hole in the middle); at most
-   ``deleteFileBatchMax`` (10) files per run, ``deleteCommitLogFilesInterval`` ms apart.
+   ``deleteFileBatchMax`` (10) files per run. Queue min offsets move past them first, then the
+   run waits ``deleteCommitLogFilesInterval`` ms (RocketMQ waits that long between deletions)
+   before the files go.
 
 2. ConsumeQueues and IndexFiles, when the CommitLog min offset moved: each queue's min offset
    moves to its first unit still in the CommitLog (``correctMinOffset``), then its files whose
@@ -223,27 +225,30 @@ class CleanService:
         batch_max = int(self._cfg("delete_file_batch_max", 10))
         interval = self._cfg("delete_commit_log_files_interval", 100) / 1000.0
         now_ms = self.clock() * 1000
-        deleted: list[str] = []
-        while len(deleted) < batch_max:
-            segs = fq.segments
-            if len(segs) <= 1:
+        victims = []
+        for seg in fq.segments[:-1]:  # never the last file
+            if len(victims) >= batch_max:
                 break
-            first = segs[0]
             try:
-                mtime_ms = os.stat(first.path).st_mtime * 1000
+                mtime_ms = os.stat(seg.path).st_mtime * 1000
             except FileNotFoundError:
                 mtime_ms = 0  # already gone: drop it from the list
             if not (now_ms >= mtime_ms + reserved_ms or clean_immediately):
+                break  # never a hole in the middle
+            victims.append(seg)
+        if not victims:
+            return []
+        # First move every queue's min offset past the records of these files, so readers
+        # stop asking for them; give readers already past that check a moment to finish.
+        self._correct_min_offsets(victims[-1].end)
+        if interval > 0:
+            time.sleep(interval)
+        deleted: list[str] = []
+        for seg in victims:
+            if not self._drop_first(fq, seg):
                 break
-            # Move every queue's min offset past the records of this file first, so readers
-            # stop asking for them before they disappear.
-            self._correct_min_offsets(first.end)
-            if not self._drop_first(fq, first):
-                break
-            deleted.append(first.path)
-            log.info("deleted expired CommitLog file %s", first.path)
-            if interval > 0 and len(deleted) < batch_max and len(fq.segments) > 1:
-                time.sleep(interval)
+            deleted.append(seg.path)
+            log.info("deleted expired CommitLog file %s", seg.path)
         return deleted
 
     def clean_consume_queues(self) -> CleanReport:

@@ -502,3 +502,23 @@ def test_crc32_property_is_verified(tmp_path):
     r = _verify(root, None, rc=1)
     assert (f"ERROR   commitlog/{seg.name} @ {last.commitlog_offset}: __CRC32# property does "
             "not match the record") in r.stdout.splitlines()
+
+
+def test_cut_middle_segment_keeps_the_dropped_files(tmp_path):
+    """A segment cut in the middle of the CommitLog: the broker's recovery would drop everything
+    after the damage; recover does too, but first copies the files to lost+found/."""
+    root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "s")
+    mid = root / "commitlog" / f"{3 * ORACLE_SEG:020d}"
+    later = sorted(p.name for p in (root / "commitlog").iterdir() if p.name > mid.name)
+    originals = {n: (root / "commitlog" / n).read_bytes() for n in later}
+    os.truncate(mid, 1000)
+    r = _verify(root, rc=1)
+    assert (f"ERROR   commitlog/{mid.name}: 1000 bytes, the other files are {ORACLE_SEG} bytes "
+            "(cut short)") in r.stdout.splitlines()
+    rec = run_rmqfs("recover", root)
+    assert "valid records after the damage, which recovery drops" in rec.stdout
+    lost = next((root / "lost+found").iterdir()) / "commitlog"
+    assert {n: (lost / n).read_bytes() for n in later} == originals
+    v = _verify(root)
+    assert "OK: no errors, 0 warnings" in v.stdout
+    assert sorted(p.name for p in (root / "commitlog").iterdir())[-1] == mid.name
