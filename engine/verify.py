@@ -599,6 +599,8 @@ def _check_unit(topic, qid, qoff, off, size, tc, frel, rel, res, recs, q) -> Non
         return  # the record expired with its CommitLog file
     end = res.first_bad if res.first_bad is not None else res.commitlog_end
     if off >= end and _record_index(recs, off) is None:
+        if res.lock_holder and res.first_bad is None:
+            return  # appended by the running writer after the CommitLog was scanned
         past = res.past_end.setdefault(rel, [frel, qoff, 0])
         past[2] += 1
         return
@@ -617,7 +619,8 @@ def _check_unit(topic, qid, qoff, off, size, tc, frel, rel, res, recs, q) -> Non
             return
     j = _record_index(recs, off)
     if j is None:
-        what = f"unit ({off}, {size}, {tc}) points at CommitLog offset {off}, where no record starts"
+        what = (f"unit ({off}, {size}, {tc}) points at CommitLog offset {off}, where no record "
+                "starts")
     else:
         what = (f"unit ({off}, {size}, {tc}) points at a record that is not {topic}/{qid} "
                 f"queue offset {qoff}")
@@ -694,7 +697,8 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
     try:
         slots, index_num = index_geometry(size, cfg.max_hash_slot_num, cfg.max_index_num, rel)
     except CorruptRecordError as exc:
-        res.add("error", "index-size", rel, str(exc))
+        res.add("error", "index-size", rel, f"{exc} (give the broker.conf with its "
+                "maxHashSlotNum and maxIndexNum: --config)")
         res.bad_index_files.add(rel)
         return None
     with open(path, "rb") as f:
@@ -746,8 +750,9 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
         i = _record_index(recs, phy)
         if i is None:
             if phy >= end:
-                past_end = past_end or (n, phy)
-                past_count += 1
+                if not (res.lock_holder and res.first_bad is None):  # else: newer than the scan
+                    past_end = past_end or (n, phy)
+                    past_count += 1
             else:
                 err(f"item {n}: phyOffset {phy} is not the start of a record", n)
             continue

@@ -401,9 +401,9 @@ def _by_msg_id(store, msg_id: str, topic: str | None):
     from engine.message import decode_offset_msg_id
     msg_id = msg_id.strip()
     try:
-        host, offset = decode_offset_msg_id(msg_id)
+        _, offset = decode_offset_msg_id(msg_id)
     except ValueError:
-        host = offset = None
+        offset = None
     if offset is not None:
         rec = store.message_at(offset)
         if rec is not None and rec.msg_id == msg_id.upper() and (

@@ -236,7 +236,8 @@ def test_missing_consume_queue_and_index_are_lag_then_rebuilt(store, conf):
 
 def test_clear_errors(tmp_path, store):
     r = run_rmqfs("verify", tmp_path / "nope", check=False)
-    assert r.returncode == 1 and r.stderr == f"rmqfs: {tmp_path / 'nope'}: no such store directory\n"
+    assert r.returncode == 1
+    assert r.stderr == f"rmqfs: {tmp_path / 'nope'}: no such store directory\n"
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "x.txt").write_text("x")
     r = run_rmqfs("recover", tmp_path / "empty", check=False)
@@ -522,3 +523,26 @@ def test_cut_middle_segment_keeps_the_dropped_files(tmp_path):
     v = _verify(root)
     assert "OK: no errors, 0 warnings" in v.stdout
     assert sorted(p.name for p in (root / "commitlog").iterdir())[-1] == mid.name
+
+
+def test_verify_while_a_writer_appends(store, conf):
+    """verify next to a live writer: records, units and index items newer than its scan are not
+    errors."""
+    import threading
+    root, _ = store
+    stop = threading.Event()
+    lines = _hdfs_lines(200)
+    with MessageStore(root, _cfg()) as s:
+        def produce():
+            while not stop.is_set():
+                s.put_messages([Message("HDFS", line, keys="live") for line in lines])
+        t = threading.Thread(target=produce)
+        t.start()
+        try:
+            for _ in range(2):
+                r = _verify(root, conf)
+                assert "ERROR" not in r.stdout
+        finally:
+            stop.set()
+            t.join()
+    assert "OK: no errors, 0 warnings" in _verify(root, conf).stdout

@@ -9,7 +9,7 @@ import pytest
 
 from engine.cleanup import is_time_to_delete
 from engine.consumequeue import UNIT, ConsumeQueue
-from engine.errors import OffsetOutOfRangeError
+from engine.errors import OffsetOutOfRangeError, ReadOnlyStoreError
 from engine.message import cal_msg_length
 from engine.store import Message, MessageStore, StoreConfig
 
@@ -250,7 +250,7 @@ def test_read_only_store_runs_no_clean(tmp_path):
         _fill(s, 3)
     with MessageStore(tmp_path / "store", _config("04", 99), read_only=True) as s:
         assert s.clean_service._thread is None
-        with pytest.raises(Exception):
+        with pytest.raises(ReadOnlyStoreError):
             s.delete_expired_files()
 
 
