@@ -658,11 +658,24 @@ def add_subcommands(sub) -> None:
     p.set_defaults(func=_run(cmd_clean))
 
 
+def _check_common(args) -> None:
+    import codecs
+    if getattr(args, "charset", None):
+        try:
+            codecs.lookup(args.charset)
+        except LookupError:
+            raise AdminError(f"unknown charset {args.charset}") from None
+    if getattr(args, "print_body", None) is not None and \
+            args.print_body.lower() not in ("true", "false"):
+        raise AdminError(f"-d takes true or false, not {args.print_body!r}")
+
+
 def _run(func):
     """Wrap a command: known failures print ``rmqfs: message`` and return 1."""
     def run(args) -> int:
         from engine.errors import StoreError
         try:
+            _check_common(args)
             return func(args)
         except AdminError as exc:
             print(f"rmqfs: {exc}", file=sys.stderr)
