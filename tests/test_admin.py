@@ -550,3 +550,33 @@ def test_verify_while_a_writer_appends(store, conf):
             stop.set()
             t.join()
     assert "OK: no errors, 0 warnings" in _verify(root, conf).stdout
+
+
+def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
+    """tagsCode = deliver time for SCHEDULE_TOPIC_XXXX; prepared/rollback records have no unit;
+    a 127-character topic (the longest TopicValidator allows)."""
+    from engine.verify import verify_store
+    root = tmp_path / "s"
+    long_topic = "L" * 127
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("SCHEDULE_TOPIC_XXXX", 18)
+        s.create_topic("Tx", 1)
+        s.create_topic(long_topic, 1)
+        s.put_messages([Message("SCHEDULE_TOPIC_XXXX", b"later", queue_id=2,
+                                properties={"DELAY": "3", "REAL_TOPIC": "Tx", "REAL_QID": "0"})])
+        s.put_messages([Message("Tx", b"prepared", sys_flag=0x4),
+                        Message("Tx", b"commit", sys_flag=0x8),
+                        Message("Tx", b"rollback", sys_flag=0xC)])
+        s.put_messages([Message(long_topic, b"long", tags="T")])
+    res = verify_store(str(root), _cfg())
+    assert res.ok and not res.problems, [str(p) for p in res.problems]
+    assert (res.records, res.units) == (5, 3)
+    cq = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "2" / "00000000000000000000"
+    off, size, tc = UNIT.unpack_from(cq.read_bytes(), 0)
+    with open(cq, "r+b") as f:  # a wrong deliver time is caught
+        f.seek(12)
+        f.write(struct.pack(">q", tc + 1))
+    res = verify_store(str(root), _cfg())
+    assert [str(p) for p in res.errors] == [
+        f"ERROR   consumequeue/SCHEDULE_TOPIC_XXXX/2/{cq.name} @ 0: unit at CommitLog offset "
+        f"{off}: tagsCode {tc + 1} != {tc}"]
