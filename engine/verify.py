@@ -100,6 +100,7 @@ class VerifyResult:
     commitlog_end: int = 0
     first_bad: int | None = None
     records_after_bad: int = 0
+    last_store_timestamp: int = 0  # of the last record before first_bad (epoch ms)
     queues: int = 0
     units: int = 0
     index_files: int = 0
@@ -251,6 +252,10 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
     progress = progress or _no_progress
     res = VerifyResult(root)
     res.lock_holder = lock_holder(root)
+    if res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
+        res.add("warning", "abort", "abort", "the store was not shut down cleanly (a broker or "
+                "mount stopped without closing it); opening it runs the broker's abnormal "
+                "recovery")
     segs = _check_segments(root, cfg, res)
     recs = _Records()
     try:
@@ -425,6 +430,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
             pos += total
             if reachable:
                 res.commitlog_end = seg.start + pos
+                res.last_store_timestamp = rec.store_timestamp
         bar.update(seg.size)
     bar.close()
 
@@ -830,6 +836,11 @@ def _nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
 # config
 
 def _check_config(root: str, res: VerifyResult) -> None:
+    from .checkpoint import StoreCheckpoint
+    try:
+        StoreCheckpoint.read(os.path.join(root, "checkpoint"))
+    except CorruptRecordError as exc:
+        res.add("error", "checkpoint", "checkpoint", str(exc))
     for name in CONFIG_FILES:
         path = os.path.join(root, "config", name)
         if not os.path.exists(path) and not os.path.exists(path + ".bak"):
@@ -937,6 +948,8 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             _reopen(root, cfg, MessageStore)
             after = verify_store(root, cfg, progress)
         report.after = after
+        if after.ok:
+            _sync_and_checkpoint(root, after)
         return report
     finally:
         os.close(lock_fd)
@@ -972,7 +985,10 @@ def _force_full_redispatch(root: str) -> None:
     IndexFiles written after it are rebuilt."""
     from .checkpoint import StoreCheckpoint
     path = os.path.join(root, "checkpoint")
-    cp = StoreCheckpoint.read(path)
+    try:
+        cp = StoreCheckpoint.read(path)
+    except CorruptRecordError:
+        cp = StoreCheckpoint()  # rewritten from the data at the end of the recovery
     cp.physic_msg_timestamp = 0
     cp.logics_msg_timestamp = 0
     # Keep the IndexFiles: verify vouched for them (damaged ones are gone already); records
@@ -981,6 +997,39 @@ def _force_full_redispatch(root: str) -> None:
     cp.write(path)
     with open(os.path.join(root, "abort"), "w") as f:
         f.write(str(os.getpid()))
+
+
+def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
+    """fsync the rebuilt derived files, then write a checkpoint that vouches for them: CommitLog
+    and ConsumeQueue timestamps = the last record's store time, indexMsgTimestamp = the newest
+    IndexFile's endTimestamp, confirmPhyOffset = the end of the CommitLog."""
+    from .checkpoint import StoreCheckpoint
+    for sub in ("consumequeue", "index"):
+        for dirpath, _dirs, files in os.walk(os.path.join(root, sub)):
+            for name in files:
+                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            fd = os.open(dirpath, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    index_ts = 0
+    names = _names(os.path.join(root, "index"), _INDEX_NAME)
+    if names:
+        with open(os.path.join(root, "index", names[-1]), "rb") as f:
+            head = f.read(INDEX_HEADER_SIZE)
+        if len(head) == INDEX_HEADER_SIZE:
+            index_ts = HEADER.unpack(head)[1]
+    path = os.path.join(root, "checkpoint")
+    cp = StoreCheckpoint.read(path)
+    cp.physic_msg_timestamp = cp.logics_msg_timestamp = res.last_store_timestamp
+    cp.index_msg_timestamp = index_ts
+    cp.confirm_phy_offset = res.commitlog_end
+    cp.write(path)
 
 
 def _reopen(root: str, cfg, store_cls) -> None:

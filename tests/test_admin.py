@@ -580,3 +580,19 @@ def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
     assert [str(p) for p in res.errors] == [
         f"ERROR   consumequeue/SCHEDULE_TOPIC_XXXX/2/{cq.name} @ 0: unit at CommitLog offset "
         f"{off}: tagsCode {tc + 1} != {tc}"]
+
+
+def test_recover_writes_a_checkpoint_that_vouches_for_the_data(store, conf):
+    from engine.checkpoint import StoreCheckpoint
+    root, res = store
+    (root / "checkpoint").write_bytes(b"short")
+    (root / "abort").write_text("12345")
+    r = _verify(root, conf, rc=1)
+    assert "ERROR   checkpoint: " in r.stdout and "WARNING abort: " in r.stdout
+    run_rmqfs("recover", root, "--config", conf)
+    assert "OK: no errors, 0 warnings" in _verify(root, conf).stdout
+    cp = StoreCheckpoint.read(str(root / "checkpoint"))
+    assert cp.physic_msg_timestamp == cp.logics_msg_timestamp == res[-1].store_timestamp
+    assert cp.confirm_phy_offset == res[-1].commitlog_offset + res[-1].size
+    assert 0 < cp.index_msg_timestamp <= res[-1].store_timestamp
+    assert not (root / "abort").exists()
