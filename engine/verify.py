@@ -917,6 +917,12 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                                   f"{before.segment_size} bytes with zeros")
         if before.bad_segment_sizes:
             before = verify_store(root, cfg, progress)
+        saved_checkpoint = None
+        try:
+            with open(os.path.join(root, "checkpoint"), "rb") as f:
+                saved_checkpoint = f.read()
+        except FileNotFoundError:
+            pass
         cut = before.first_bad
         if cut is not None:
             _truncate_commitlog(root, before, cut, report)
@@ -950,6 +956,9 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
         report.after = after
         if after.ok:
             _sync_and_checkpoint(root, after)
+        elif saved_checkpoint is not None:  # leave the broker's own checkpoint as it was
+            with open(os.path.join(root, "checkpoint"), "wb") as f:
+                f.write(saved_checkpoint)
         return report
     finally:
         os.close(lock_fd)
