@@ -101,6 +101,7 @@ class VerifyResult:
     first_bad: int | None = None
     records_after_bad: int = 0
     last_store_timestamp: int = 0  # of the last record before first_bad (epoch ms)
+    explicit_config: bool = False  # segment size from a broker.conf, not only from the files
     queues: int = 0
     units: int = 0
     index_files: int = 0
@@ -251,6 +252,7 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
     cfg = config or StoreConfig()
     progress = progress or _no_progress
     res = VerifyResult(root)
+    res.explicit_config = config is not None
     res.lock_holder = lock_holder(root)
     if res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
         res.add("warning", "abort", "abort", "the store was not shut down cleanly (a broker or "
@@ -292,8 +294,10 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
         return []
     sizes = [s.size for s in segs]
     if len(segs) == 1:
+        # One file: its own size, unless a broker.conf says otherwise (or the name proves it).
         file_size = segs[0].size
-        if segs[0].start % file_size and cfg.mapped_file_size_commit_log > file_size:
+        if res.explicit_config or (segs[0].start % file_size
+                                   and cfg.mapped_file_size_commit_log > file_size):
             file_size = cfg.mapped_file_size_commit_log
     else:
         file_size = _majority_size(sizes)
@@ -304,8 +308,9 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
         rel = f"commitlog/{s.name}"
         if s.size != file_size:
             res.bad_segment_sizes[s.path] = s.size
-            res.add("error", "commitlog-size", rel,
-                    f"{s.size} bytes, the other files are {file_size} bytes"
+            expected = (f"the other files are {file_size} bytes" if len(segs) > 1 else
+                        f"mappedFileSizeCommitLog is {file_size} bytes")
+            res.add("error", "commitlog-size", rel, f"{s.size} bytes, {expected}"
                     + (" (cut short)" if s.size < file_size else ""))
         if s.start % file_size:
             res.add("error", "commitlog-name", rel,
@@ -898,7 +903,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
     report = RecoverReport()
     lock_fd = _take_lock(root)
     try:
-        before = verify_store(root, cfg, progress)
+        before = verify_store(root, config, progress)
         report.before = before
         if not before.problems and not before.suppressed:
             report.actions.append("nothing to repair")
@@ -916,7 +921,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             report.actions.append(f"extended {os.path.relpath(path, root)} from {size} to "
                                   f"{before.segment_size} bytes with zeros")
         if before.bad_segment_sizes:
-            before = verify_store(root, cfg, progress)
+            before = verify_store(root, config, progress)
         saved_checkpoint = None
         try:
             with open(os.path.join(root, "checkpoint"), "rb") as f:
@@ -944,7 +949,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                     report.actions.append(f"deleted index/{n} (rebuilt from the CommitLog)")
         _force_full_redispatch(root)
         _reopen(root, cfg, MessageStore)
-        after = verify_store(root, cfg, progress)
+        after = verify_store(root, config, progress)
         if not after.ok or any(p.kind.endswith(("lag", "missing")) for p in after.problems):
             report.actions.append("derived files still disagree: rebuilding every ConsumeQueue "
                                   "and IndexFile from the CommitLog")
@@ -952,7 +957,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                 _delete_files(os.path.join(root, rel), _SEGMENT_NAME)
             _delete_files(index_dir, _INDEX_NAME)
             _reopen(root, cfg, MessageStore)
-            after = verify_store(root, cfg, progress)
+            after = verify_store(root, config, progress)
         report.after = after
         if after.ok:
             _sync_and_checkpoint(root, after)

@@ -596,3 +596,20 @@ def test_recover_writes_a_checkpoint_that_vouches_for_the_data(store, conf):
     assert cp.confirm_phy_offset == res[-1].commitlog_offset + res[-1].size
     assert 0 < cp.index_msg_timestamp <= res[-1].store_timestamp
     assert not (root / "abort").exists()
+
+
+def test_cut_single_segment_with_broker_conf(store, conf, tmp_path):
+    """One CommitLog file: only a broker.conf tells its real size; recover restores it."""
+    root = tmp_path / "one"
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("T", 1)
+        res = s.put_messages([Message("T", b"x" * 100) for _ in range(50)])
+    seg = root / "commitlog" / f"{0:020d}"
+    os.truncate(seg, res[30].commitlog_offset + 7)
+    r = _verify(root, conf, rc=1)
+    assert (f"ERROR   commitlog/{seg.name}: {res[30].commitlog_offset + 7} bytes, "
+            f"mappedFileSizeCommitLog is {SEG} bytes (cut short)") in r.stdout.splitlines()
+    run_rmqfs("recover", root, "--config", conf)
+    assert os.path.getsize(seg) == SEG
+    v = _verify(root, conf)
+    assert f"30 records, offsets [0, {res[30].commitlog_offset})" in v.stdout
