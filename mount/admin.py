@@ -223,6 +223,7 @@ def cmd_recover(args) -> int:
 def cmd_produce(args) -> int:
     """``rmqfs produce STORE -t TOPIC [FILE...]``: one message per line (stdin without FILE)."""
     from engine.config import validate_topic_name
+    from engine.errors import StoreError
     from engine.store import Message
     properties = {}
     for item in args.property or ():
@@ -259,7 +260,12 @@ def cmd_produce(args) -> int:
             msgs = [Message(args.topic, line, tags=args.tags, keys=args.keys,
                             properties=properties or None, queue_id=args.queue_id)
                     for line in lines]
-            for r in store.put_messages(msgs):
+            try:
+                results = store.put_messages(msgs)
+            except StoreError as exc:
+                raise AdminError(f"{exc}; {total} messages before lines {total + 1}.."
+                                 f"{total + len(msgs)} were produced, none after") from None
+            for r in results:
                 counts[r.queue_id] = counts.get(r.queue_id, 0) + 1
                 first = first or r
                 last = r

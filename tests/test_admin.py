@@ -613,3 +613,14 @@ def test_cut_single_segment_with_broker_conf(store, conf, tmp_path):
     assert os.path.getsize(seg) == SEG
     v = _verify(root, conf)
     assert f"30 records, offsets [0, {res[30].commitlog_offset})" in v.stdout
+
+
+def test_produce_stops_at_an_oversized_line(tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"a\n" + b"x" * (4 * 1024 * 1024 + 1) + b"\nb\n")
+    r = run_rmqfs("produce", tmp_path / "s", "-t", "T", "-c", src, check=False)
+    assert r.returncode == 1
+    assert r.stderr == ("rmqfs: message body is 4194305 bytes, more than maxMessageSize 4194304; "
+                        "1 messages before lines 2..3 were produced, none after\n")
+    with MessageStore(tmp_path / "s", read_only=True) as s:
+        assert [rec.body for q in s.queue_ids("T") for _, rec in s.iter_queue("T", q)] == [b"a"]
