@@ -100,6 +100,7 @@ class VerifyResult:
     commitlog_end: int = 0
     first_bad: int | None = None
     records_after_bad: int = 0
+    data_after_bad: bool = False  # non-zero bytes past the damage that are not records
     last_store_timestamp: int = 0  # of the last record before first_bad (epoch ms)
     explicit_config: bool = False  # segment size from a broker.conf, not only from the files
     queues: int = 0
@@ -386,6 +387,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                 break
             if total == 0 and magic == 0:
                 if not _is_zero(seg, pos, size):
+                    res.data_after_bad = res.data_after_bad or res.first_bad is None
                     _bad(res, rel, seg.start + pos,
                          "zeros, then non-zero bytes before the end of the file", in_use and
                          is_last)
@@ -393,6 +395,8 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                     ended_at = seg.start + pos
                 break
             if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+                if res.first_bad is None and not _is_zero(seg, pos + 8, size):
+                    res.data_after_bad = True
                 _bad(res, rel, seg.start + pos,
                      f"no record here (TOTALSIZE {total}, MAGICCODE 0x{magic:08X})",
                      in_use and is_last and _is_zero(seg, pos + 8, size))
@@ -1058,7 +1062,7 @@ def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverR
     fs = res.segment_size
     names = _names(cl_dir, _SEGMENT_NAME)
     dropped_records = res.records_after_bad
-    if dropped_records:
+    if dropped_records or res.data_after_bad:
         dest = os.path.join(root, "lost+found", time.strftime("%Y%m%d%H%M%S"), "commitlog")
         os.makedirs(dest, exist_ok=True)
         for n in names:
@@ -1066,7 +1070,8 @@ def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverR
                 shutil.copyfile(os.path.join(cl_dir, n), os.path.join(dest, n))
         report.actions.append(f"copied the CommitLog files from offset {cut - cut % fs} to "
                               f"{os.path.relpath(dest, root)} (they hold {dropped_records} "
-                              "valid records after the damage, which recovery drops)")
+                              "valid records" + (" and other data" if res.data_after_bad else "")
+                              + " after the damage, which recovery drops)")
     removed = 0
     for n in names:
         start = int(n)

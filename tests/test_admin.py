@@ -624,3 +624,21 @@ def test_produce_stops_at_an_oversized_line(tmp_path):
     assert r.stderr.endswith("; 1 messages before lines 2..3 were produced, none after\n")
     with MessageStore(tmp_path / "s", read_only=True) as s:
         assert [rec.body for q in s.queue_ids("T") for _, rec in s.iter_queue("T", q)] == [b"a"]
+
+
+def test_zeros_inside_the_last_file_then_data(store, conf):
+    """A page that never reached the disk, with later pages that did: the broker cuts at the
+    zeros; recover does too and keeps a copy of the file."""
+    root, res = store
+    hole = res[-20]
+    seg = _seg_path(root, hole.commitlog_offset)
+    with open(seg, "r+b") as f:
+        f.seek(hole.commitlog_offset % SEG)
+        f.write(bytes(3 * hole.size))
+    r = _verify(root, conf, rc=1)
+    assert (f"ERROR   commitlog/{seg.name} @ {hole.commitlog_offset}: zeros, then non-zero "
+            "bytes before the end of the file") in r.stdout.splitlines()
+    rec = run_rmqfs("recover", root, "--config", conf)
+    assert "0 valid records and other data after the damage" in rec.stdout
+    assert "OK: no errors, 0 warnings" in _verify(root, conf).stdout
+    assert len(list((root / "lost+found").glob("*/commitlog/*"))) == 1
