@@ -484,9 +484,9 @@ def cmd_consumer_progress(args) -> int:
         if args.group is None:
             print(f"{'#Group':<40} {'#Diff Total':>12}")
             for g in groups:
+                if args.topic and args.topic not in store.consumer_offsets.topics_of(g):
+                    continue  # the group never consumed this topic
                 rows = consumer_progress(store, g, args.topic)
-                if args.topic and not rows:
-                    continue
                 print(f"{g:<40} {sum(r['diff'] for r in rows):>12}")
             return 0
         if args.group not in groups:

@@ -400,6 +400,11 @@ def test_consumer_progress_and_reset_offset(store, conf):
     out = run_rmqfs("consumer-progress", root, "--config", conf).stdout.splitlines()
     assert out == [f"{'#Group':<40} {'#Diff Total':>12}", f"{'G1':<40} {800:>12}",
                    f"{'G2':<40} {1195:>12}"]
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("Other", 1)
+        s.commit_offset("G3", "Other", 0, 0)
+    out = run_rmqfs("consumer-progress", root, "-t", "HDFS", "--config", conf).stdout
+    assert "G3" not in out and "G1" in out
     out = run_rmqfs("consumer-progress", root, "-g", "G1", "--config", conf).stdout.splitlines()
     from mount.admin import format_time
     by_q = {(x.queue_id, x.queue_offset): x for x in res}
