@@ -166,11 +166,28 @@ def cmd_verify(args) -> int:
     from engine.verify import verify_store
     root = _check_store(args.store)
     res = verify_store(root, _config(args), _progress)
-    _print_verify(res)
+    if args.json:
+        print(json.dumps(_verify_json(res), indent=1))
+    else:
+        _print_verify(res)
     if res.ok:
         return 0
     print(f"rmqfs: {root}: {res.count('error')} errors", file=sys.stderr)
     return 1
+
+
+def _verify_json(res) -> dict:
+    """The verification as one JSON object (offsets in bytes, RocketMQ-style field names)."""
+    return {"ok": res.ok, "errors": res.count("error"), "warnings": res.count("warning"),
+            "segments": res.segments, "segmentSize": res.segment_size, "records": res.records,
+            "commitLogMinOffset": res.commitlog_min, "commitLogMaxOffset": res.commitlog_end,
+            "firstBadOffset": res.first_bad, "queues": res.queues, "units": res.units,
+            "indexFiles": res.index_files, "indexItems": res.index_items,
+            "lockHolder": res.lock_holder,
+            "problems": [{"severity": p.severity, "kind": p.kind, "path": p.path,
+                          "offset": p.offset, "what": p.what} for p in res.problems],
+            "notListed": [{"severity": sev, "kind": kind, "path": path, "count": n}
+                          for (path, kind), (sev, n) in sorted(res.suppressed.items())]}
 
 
 def _print_verify(res) -> None:
@@ -575,6 +592,7 @@ def add_subcommands(sub) -> None:
     p = sub.add_parser("verify", help="check every record, CRC, ConsumeQueue unit and index item",
                        description=cmd_verify.__doc__)
     _store_arg(p)
+    p.add_argument("--json", action="store_true", help="the result as one JSON object")
     p.set_defaults(func=_run(cmd_verify))
 
     p = sub.add_parser("recover", help="repair what verify finds (truncate a dirty tail, rebuild "

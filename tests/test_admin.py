@@ -123,6 +123,11 @@ def test_flipped_body_byte(store, conf):
     assert "CRC" in errors[0]  # "body CRC mismatch"
     assert f"the CommitLog is valid up to offset {bad.commitlog_offset}" in r.stdout
     assert r.stderr.strip().endswith("errors")
+    doc = json.loads(run_rmqfs("verify", root, "--config", conf, "--json", check=False).stdout)
+    assert (doc["ok"], doc["firstBadOffset"], doc["records"]) == \
+        (False, bad.commitlog_offset, 1199)
+    assert doc["problems"][0]["path"] == f"commitlog/{seg.name}"
+    assert doc["problems"][0]["offset"] == bad.commitlog_offset
     rec = run_rmqfs("recover", root, "--config", conf)
     assert f"truncated the CommitLog at offset {bad.commitlog_offset}" in rec.stdout
     assert "499 valid records after the damage" in rec.stdout
