@@ -652,3 +652,19 @@ def test_zeros_inside_the_last_file_then_data(store, conf):
     assert "0 valid records and other data after the damage" in rec.stdout
     assert "OK: no errors, 0 warnings" in _verify(root, conf).stdout
     assert len(list((root / "lost+found").glob("*/commitlog/*"))) == 1
+
+
+def test_truncated_consume_queue_file(tmp_path):
+    """A ConsumeQueue file cut short: the store cannot even open (files of different sizes);
+    recover rebuilds the queue byte for byte as the broker wrote it."""
+    root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "s")
+    qdir = root / "consumequeue" / "OracleTopicB" / "2"
+    original = {p.name: p.read_bytes() for p in qdir.iterdir()}
+    files = sorted(qdir.iterdir())
+    os.truncate(files[-1], 150)
+    r = _verify(root, rc=1)
+    assert ("ERROR   consumequeue/OracleTopicB/2: files of sizes [150, 160]: all must be equal "
+            "multiples of 20") in r.stdout.splitlines()
+    run_rmqfs("recover", root)
+    assert "OK: no errors, 0 warnings" in _verify(root).stdout
+    assert {p.name: p.read_bytes() for p in qdir.iterdir()} == original
