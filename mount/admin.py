@@ -573,6 +573,11 @@ def cmd_clean(args) -> int:
 # ----------------------------------------------------------------------------------------------
 # argparse
 
+def _doc(func) -> str:
+    """A command's docstring for --help, without the reST markup."""
+    return (func.__doc__ or "").replace("``", "")
+
+
 def _store_arg(p) -> None:
     p.add_argument("store", metavar="STORE", help="the store directory (storePathRootDir)")
     p.add_argument("--config", metavar="broker.conf",
@@ -590,20 +595,20 @@ def _body_args(p) -> None:
 def add_subcommands(sub) -> None:
     """Register the offline commands on the ``rmqfs`` subparsers."""
     p = sub.add_parser("verify", help="check every record, CRC, ConsumeQueue unit and index item",
-                       description=cmd_verify.__doc__)
+                       description=_doc(cmd_verify))
     _store_arg(p)
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
     p.set_defaults(func=_run(cmd_verify))
 
     p = sub.add_parser("recover", help="repair what verify finds (truncate a dirty tail, rebuild "
-                       "derived files)", description=cmd_recover.__doc__)
+                       "derived files)", description=_doc(cmd_recover))
     _store_arg(p)
     p.add_argument("--rebuild", action="store_true",
                    help="rebuild every ConsumeQueue and IndexFile from the CommitLog")
     p.set_defaults(func=_run(cmd_recover))
 
     p = sub.add_parser("produce", help="append messages, one per line of FILEs or stdin",
-                       description=cmd_produce.__doc__)
+                       description=_doc(cmd_produce))
     p.__class__ = _IntermixedParser  # FILEs may come before or after the options
     _store_arg(p)
     p.add_argument("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)")
@@ -622,7 +627,7 @@ def add_subcommands(sub) -> None:
     p.set_defaults(func=_run(cmd_produce))
 
     p = sub.add_parser("print-msg", help="print a topic's messages (mqadmin printMsg)",
-                       description=cmd_print_msg.__doc__)
+                       description=_doc(cmd_print_msg))
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-i", "--queue-id", type=int, help="only this queue (printMsgByQueue)")
@@ -634,7 +639,7 @@ def add_subcommands(sub) -> None:
     p.set_defaults(func=_run(cmd_print_msg))
 
     p = sub.add_parser("query-msg", help="find messages by key, msgId or queue offset",
-                       description=cmd_query_msg.__doc__)
+                       description=_doc(cmd_query_msg))
     _store_arg(p)
     p.add_argument("-t", "--topic")
     p.add_argument("-k", "--key", help="message key (queryMsgByKey; needs -t)")
@@ -652,20 +657,20 @@ def add_subcommands(sub) -> None:
     p.set_defaults(func=_run(cmd_topic_list))
 
     p = sub.add_parser("topic-status", help="per queue min/max offset and last update time",
-                       description=cmd_topic_status.__doc__)
+                       description=_doc(cmd_topic_status))
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
     p.set_defaults(func=_run(cmd_topic_status))
 
     p = sub.add_parser("consumer-progress", help="brokerOffset, consumerOffset and diff per queue",
-                       description=cmd_consumer_progress.__doc__)
+                       description=_doc(cmd_consumer_progress))
     _store_arg(p)
     p.add_argument("-g", "--group", help="consumer group (default: every group's diff total)")
     p.add_argument("-t", "--topic", help="only this topic")
     p.set_defaults(func=_run(cmd_consumer_progress))
 
     p = sub.add_parser("reset-offset", help="commit offsets by time or value "
-                       "(mqadmin resetOffsetByTime)", description=cmd_reset_offset.__doc__)
+                       "(mqadmin resetOffsetByTime)", description=_doc(cmd_reset_offset))
     _store_arg(p)
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-t", "--topic", required=True)
@@ -675,7 +680,7 @@ def add_subcommands(sub) -> None:
     p.set_defaults(func=_run(cmd_reset_offset))
 
     p = sub.add_parser("clean", help="delete expired files now (mqadmin deleteExpiredCommitLog)",
-                       description=cmd_clean.__doc__)
+                       description=_doc(cmd_clean))
     _store_arg(p)
     p.add_argument("--file-reserved-time", type=float, metavar="HOURS",
                    help="override fileReservedTime (hours; default 72 or broker.conf)")
