@@ -340,11 +340,12 @@ class CleanService:
     # -- background thread --------------------------------------------------------------------
     def start(self, initial_delay: float | None = None) -> None:
         """Run :meth:`run_once` every ``clean_resource_interval`` ms in a daemon thread, after
-        ``initial_delay`` seconds (RocketMQ waits 60 s; default: one interval)."""
+        ``initial_delay`` seconds. RocketMQ waits 60 s before the first run; the default here
+        is min(60 s, 6 intervals): 60 s with the default 10 s interval."""
         if self._thread is not None:
             return
         interval = self._cfg("clean_resource_interval", 10_000) / 1000.0
-        delay = interval if initial_delay is None else initial_delay
+        delay = min(60.0, 6 * interval) if initial_delay is None else initial_delay
 
         def loop():
             wait = delay
