@@ -27,6 +27,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from .checkpoint import StoreCheckpoint
+from .cleanup import CleanReport, CleanService
 from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
                      TopicConfig, TopicConfigManager, validate_group_name, validate_topic_name)
@@ -75,6 +76,12 @@ class StoreConfig:
     file_reserved_time: int = 72
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: float = 0.85
+    disk_space_warning_level_ratio: float = 0.90
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: int = 10_000
+    delete_file_batch_max: int = 10
+    delete_commit_log_files_interval: int = 100
 
     _KEYS = {
         "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", int),
@@ -97,6 +104,12 @@ class StoreConfig:
         "fileReservedTime": ("file_reserved_time", int),
         "deleteWhen": ("delete_when", str),
         "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
+        "diskSpaceCleanForciblyRatio": ("disk_space_clean_forcibly_ratio", float),
+        "diskSpaceWarningLevelRatio": ("disk_space_warning_level_ratio", float),
+        "cleanFileForciblyEnable": ("clean_file_forcibly_enable", lambda v: v.lower() == "true"),
+        "cleanResourceInterval": ("clean_resource_interval", int),
+        "deleteFileBatchMax": ("delete_file_batch_max", int),
+        "deleteCommitLogFilesInterval": ("delete_commit_log_files_interval", int),
     }
 
     @classmethod
@@ -242,6 +255,10 @@ class MessageStore:
         if not read_only:
             with open(self.abort_path, "w") as f:  # 5.x writes the pid
                 f.write(str(os.getpid()))
+        self.disk_full = False  # set by the CleanService above diskSpaceWarningLevelRatio
+        self.clean_service = CleanService(self)
+        if not read_only:
+            self.clean_service.start()
         self._stop_flush = threading.Event()
         self._flush_thread = None
         if not read_only:
@@ -351,8 +368,8 @@ class MessageStore:
         # Abnormal: newest segment whose first record is older than the checkpoint.
         min_ts = self.checkpoint.min_timestamp
         for seg in reversed(cl.files.segments):
-            head = os.pread(seg.fd, 64, 0)
-            if len(head) < 64:
+            head = os.pread(seg.fd, 80, 0)  # STORETIMESTAMP is at 68 after an IPv6 born host
+            if len(head) < 80:
                 continue
             magic = struct.unpack_from(">I", head, 4)[0]
             if magic not in (0xDAA320A7, 0xDAA320AB):
@@ -629,6 +646,9 @@ class MessageStore:
         """
         if self.read_only:
             raise ReadOnlyStoreError("store is read-only")
+        if self.disk_full:
+            raise OSError(errno.ENOSPC, "disk usage above diskSpaceWarningLevelRatio; "
+                          "the store refuses messages until expired files are deleted")
         if not messages:
             return []
         now = int(time.time() * 1000)
@@ -755,6 +775,19 @@ class MessageStore:
             self.checkpoint.confirm_phy_offset = cl.flushed_where
             self.checkpoint.write(self.checkpoint_path)
 
+    def delete_expired_files(self, manual: bool = True) -> CleanReport:
+        """Delete expired files now (``deleteExpiredCommitLog``; see :mod:`engine.cleanup`).
+
+        ``manual``: like mqadmin's request, up to 20 runs whatever the hour and disk usage;
+        otherwise one run under the usual triggers. Returns what was deleted.
+        Raises ReadOnlyStoreError on a read-only store.
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        if manual:
+            return self.clean_service.delete_expired_files()
+        return self.clean_service.run_once()
+
     def _flush_loop(self) -> None:
         interval = self.config.flush_interval_commit_log / 1000
         while not self._stop_flush.wait(interval):
@@ -767,6 +800,7 @@ class MessageStore:
         """Flush, write the checkpoint, remove ``abort`` and release the lock."""
         if self._closed:
             return
+        self.clean_service.shutdown()
         self._stop_flush.set()
         if self._flush_thread is not None:
             self._flush_thread.join()
