@@ -107,6 +107,10 @@ class CommitLog:
                     break  # read more
                 total, magic = BLANK.unpack_from(chunk, i)
                 if magic == MAGIC_BLANK:
+                    # recoverNormally: a blank in the last file ends the scan at the blank
+                    # (the next append overwrites it); otherwise go on in the next file.
+                    if self.files.find(seg.end) is None:
+                        return
                     pos = seg.end
                     self.scan_end = pos
                     rolled = True
@@ -140,6 +144,9 @@ class CommitLog:
                 i += total
                 self.scan_end = chunk_start + i
             if not rolled:
+                if n == 0 or (i == 0 and n < 8):
+                    self.scan_error = f"segment file ends early at {chunk_start + i}"
+                    return
                 pos = chunk_start + i
                 if pos >= stop:
                     break

@@ -37,16 +37,18 @@ class ConsumeQueue:
         topic, queue_id: the queue.
         file_size: bytes per file when no file exists yet (``mappedFileSizeConsumeQueue``).
         read_only: never write.
+        trusted_size: ``file_size`` is certain (a lone shorter file is then a torn one).
 
     Offsets are queue offsets (unit numbers). ``max_offset`` is one past the last unit.
     """
 
     def __init__(self, directory: str, topic: str, queue_id: int,
                  file_size: int = DEFAULT_UNITS_PER_FILE * CQ_STORE_UNIT_SIZE,
-                 read_only: bool = False):
+                 read_only: bool = False, trusted_size: bool = False):
         self.topic = topic
         self.queue_id = queue_id
-        self.files = FileQueue(directory, file_size, read_only)
+        self.files = FileQueue(directory, file_size, read_only, trusted_size=trusted_size,
+                               derived=True)
         if self.files.file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"{directory}: file size is not a multiple of 20")
         self.lock = threading.Lock()

@@ -345,9 +345,17 @@ class MessageStore:
         self._lock_fd = fd
 
     def _load_consume_queues(self) -> None:
+        """Open every ``consumequeue/<topic>/<queueId>`` and recover it (``ConsumeQueue.recover``).
+
+        The file size comes from the files: the most common size among files that are not the
+        newest of their queue (those are complete), else among all files, else the config.
+        """
         base = os.path.join(self.root, "consumequeue")
         if not os.path.isdir(base):
             return
+        queues = []
+        full_sizes: dict[int, int] = {}
+        all_sizes: dict[int, int] = {}
         for topic in sorted(os.listdir(base)):
             tdir = os.path.join(base, topic)
             if not os.path.isdir(tdir):
@@ -356,13 +364,25 @@ class MessageStore:
                 if not q.isdigit():
                     continue
                 qdir = os.path.join(tdir, q)
-                names = [n for n in os.listdir(qdir) if n.isdigit() and len(n) == 20]
-                if names:
-                    self._cq_file_size = os.path.getsize(os.path.join(qdir, max(names))) or \
-                        self._cq_file_size
-                cq = ConsumeQueue(qdir, topic, int(q), self._cq_file_size, self.read_only)
-                cq.recover()
-                self.consume_queues[(topic, int(q))] = cq
+                names = sorted(n for n in os.listdir(qdir) if n.isdigit() and len(n) == 20)
+                for i, n in enumerate(names):
+                    size = os.path.getsize(os.path.join(qdir, n))
+                    if size and size % CQ_STORE_UNIT_SIZE == 0:
+                        all_sizes[size] = all_sizes.get(size, 0) + 1
+                        if i < len(names) - 1:
+                            full_sizes[size] = full_sizes.get(size, 0) + 1
+                queues.append((topic, int(q), qdir))
+        trusted = bool(full_sizes) or sum(all_sizes.values()) >= 2
+        sizes = full_sizes or all_sizes
+        if sizes:
+            self._cq_file_size = max(sizes, key=lambda k: (sizes[k], k))
+        for topic, q, qdir in queues:
+            cq = ConsumeQueue(qdir, topic, q, self._cq_file_size, self.read_only,
+                              trusted_size=trusted)
+            for what in cq.files.repairs:
+                log.warning("ConsumeQueue %s/%d: %s", topic, q, what)
+            cq.recover()
+            self.consume_queues[(topic, q)] = cq
 
     def recover(self) -> None:
         """Find the end of the CommitLog and make the ConsumeQueues agree with it.
@@ -380,6 +400,7 @@ class MessageStore:
                 cq.truncate_to(cq.min_offset)
             cl.max_offset = cl.files.min_offset
             return
+        self._check_queue_tails()
         start = self._recovery_start()
         if self.index_service is not None:
             # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
@@ -389,6 +410,15 @@ class MessageStore:
         if gap and start > cl.min_offset:
             log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
             end, _ = self._scan_and_dispatch(cl.min_offset, full=True)
+        last = self._scan_last
+        if last is not None and last.commitlog_offset + last.store_size == end and \
+                not self._ends_with_separator(last):
+            # A tear inside the properties passes the size and body-CRC checks; every writer
+            # ends a properties area with PROPERTY_SEPARATOR (\x02), so the last record of the
+            # log must too.
+            log.warning("CommitLog: the last record at %d is torn inside its properties; "
+                        "dropped", last.commitlog_offset)
+            end = last.commitlog_offset
         if cl.scan_error:
             log.warning("CommitLog: dropping a torn tail at %d: %s", end, cl.scan_error)
         for cq in self.consume_queues.values():
@@ -398,6 +428,47 @@ class MessageStore:
             d.truncate(end)
         cl.truncate(end)
         cl.flushed_where = end
+
+    def _ends_with_separator(self, rec: MessageRecord) -> bool:
+        """The record's properties area is empty or ends with \x02."""
+        from .message import MAGIC_V2, cal_msg_length
+        props_len = rec.store_size - cal_msg_length(rec.sys_flag, len(rec.body),
+                                                    len(rec.topic.encode()), 0,
+                                                    rec.magic == MAGIC_V2)
+        if props_len <= 0:
+            return True
+        end = rec.commitlog_offset + rec.store_size
+        return self.commitlog.files.read(end - 1, 1) == b"\x02"
+
+    def _check_queue_tails(self) -> None:
+        """Drop trailing ConsumeQueue units that do not describe their record.
+
+        A torn unit can look valid (offset and size intact, tagsCode half written); RocketMQ
+        would keep it. Each queue's last units are compared with the CommitLog record they
+        point at (start, size, queue offset, tagsCode) and dropped until one agrees; the scan
+        that follows re-dispatches them. Cost: one record read per queue.
+        """
+        cl = self.commitlog
+        for cq in self.consume_queues.values():
+            while cq.max_offset > cq.min_offset:
+                qoff = cq.max_offset - 1
+                off, size, tc = cq.unit(qoff)
+                if size == 0x7FFFFFFF:
+                    break
+                try:
+                    rec = cl.read_message(off, size) if off >= cl.min_offset else None
+                except CorruptRecordError:
+                    rec = None
+                if rec is not None and rec.commitlog_offset == off and \
+                        rec.queue_offset == qoff and rec.topic == cq.topic and \
+                        rec.queue_id == cq.queue_id and \
+                        self._dispatch_of(rec).tags_code == tc:
+                    break
+                if rec is None and off < cl.min_offset:
+                    break  # expired record: nothing to compare with
+                log.warning("ConsumeQueue %s/%d: unit %d does not match the CommitLog; "
+                            "dropped and rebuilt", cq.topic, cq.queue_id, qoff)
+                cq.truncate_to(qoff)
 
     def _record_boundary(self, offset: int) -> int:
         """``offset`` when a valid record starts there, else the start of its segment."""
@@ -416,6 +487,14 @@ class MessageStore:
         if self.last_exit_ok:
             last = max((cq.last_commitlog_offset for cq in self.consume_queues.values()),
                        default=-1)
+            # A queue whose files had to be repaired (torn or missing file) is re-dispatched
+            # from its last good unit on.
+            damaged = [cq.last_commitlog_offset for cq in self.consume_queues.values()
+                       if cq.files.repairs]
+            if damaged:
+                last = min(damaged)
+                if last < cl.min_offset:
+                    return cl.min_offset
             if last >= cl.min_offset:
                 seg = cl.files.find(last)
                 if seg is not None:
@@ -446,7 +525,9 @@ class MessageStore:
         cl = self.commitlog
         batch: list[_Dispatch] = []
         gap = False
+        self._scan_last = None
         for rec in cl.scan(start, check_crc=self.config.check_crc_on_recover):
+            self._scan_last = rec
             d = self._dispatch_of(rec)
             if d is not None:
                 batch.append(d)
