@@ -410,12 +410,14 @@ class MessageStore:
         if gap and start > cl.min_offset:
             log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
             end, _ = self._scan_and_dispatch(cl.min_offset, full=True)
-        last = self._scan_last
-        if last is not None and last.commitlog_offset + last.store_size == end and \
-                not self._ends_with_separator(last):
-            # A tear inside the properties passes the size and body-CRC checks; every writer
-            # ends a properties area with PROPERTY_SEPARATOR (\x02), so the last record of the
-            # log must too.
+        last, prev = self._scan_last, self._scan_prev
+        if last is not None and prev is not None and \
+                last.commitlog_offset + last.store_size == end and \
+                self._ends_with_separator(prev) is True and \
+                self._ends_with_separator(last) is False:
+            # A tear inside the properties passes the size and body-CRC checks. 5.x writers
+            # end a properties area with PROPERTY_SEPARATOR (\x02) (4.9.x ones do not): when
+            # the record before does, the last record of the log must too.
             log.warning("CommitLog: the last record at %d is torn inside its properties; "
                         "dropped", last.commitlog_offset)
             end = last.commitlog_offset
@@ -429,14 +431,14 @@ class MessageStore:
         cl.truncate(end)
         cl.flushed_where = end
 
-    def _ends_with_separator(self, rec: MessageRecord) -> bool:
-        """The record's properties area is empty or ends with \x02."""
+    def _ends_with_separator(self, rec: MessageRecord) -> bool | None:
+        """Whether the record's properties area ends with \x02; None when it is empty."""
         from .message import MAGIC_V2, cal_msg_length
         props_len = rec.store_size - cal_msg_length(rec.sys_flag, len(rec.body),
                                                     len(rec.topic.encode()), 0,
                                                     rec.magic == MAGIC_V2)
         if props_len <= 0:
-            return True
+            return None
         end = rec.commitlog_offset + rec.store_size
         return self.commitlog.files.read(end - 1, 1) == b"\x02"
 
@@ -525,9 +527,9 @@ class MessageStore:
         cl = self.commitlog
         batch: list[_Dispatch] = []
         gap = False
-        self._scan_last = None
+        self._scan_last = self._scan_prev = None
         for rec in cl.scan(start, check_crc=self.config.check_crc_on_recover):
-            self._scan_last = rec
+            self._scan_prev, self._scan_last = self._scan_last, rec
             d = self._dispatch_of(rec)
             if d is not None:
                 batch.append(d)
