@@ -2,7 +2,8 @@
 
 Follows ``DefaultMessageStore.getMessage`` (store 5.3.3, reference section 10):
 
-* no ConsumeQueue for topic/queue: ``NO_MATCHED_LOGIC_QUEUE``, next offset 0;
+* no such topic/queue: ``NO_MATCHED_LOGIC_QUEUE``, next offset 0 (a queue of a known topic
+  that never had a message is ``NO_MESSAGE_IN_QUEUE``, as RocketMQ creates it on demand);
 * ``maxOffset == 0``: ``NO_MESSAGE_IN_QUEUE``, next 0;
 * ``offset < minOffset``: ``OFFSET_TOO_SMALL``, next ``minOffset``;
 * ``offset == maxOffset``: ``OFFSET_OVERFLOW_ONE``, next ``offset``;
@@ -115,7 +116,12 @@ def get_messages(store, topic: str, queue_id: int, offset: int, max_msg_nums: in
     """The getMessage algorithm over a :class:`engine.store.MessageStore` (see module doc)."""
     cq = store.consume_queue(topic, queue_id)
     if cq is None:
-        return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+        # RocketMQ's findConsumeQueue creates an empty queue on demand, so a queue of a known
+        # topic reads as NO_MESSAGE_IN_QUEUE; an unknown topic or queue id as
+        # NO_MATCHED_LOGIC_QUEUE.
+        known = topic in store.topic_names() and queue_id in store.queue_ids(topic)
+        return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE if known
+                                else GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
     min_offset, max_offset = cq.min_offset, cq.max_offset
     res = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
     if max_offset == 0:
