@@ -153,7 +153,8 @@ class CommitLog:
 
     # -- write ------------------------------------------------------------------------------
     def append(self, messages: list[EncodedMessage], queue_offsets: list[int],
-               store_timestamp: int | None = None) -> list[AppendResult]:
+               store_timestamp: int | None = None, together: bool = False
+               ) -> list[AppendResult]:
         """Append encoded records in order and return where each one went.
 
         Fills QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP (``store_timestamp`` or now, epoch
@@ -161,8 +162,12 @@ class CommitLog:
         call wrote is zeroed again and :attr:`max_offset` is unchanged, so no partial batch is
         ever visible; the error is re-raised.
 
+        ``together`` keeps the records in one segment, as RocketMQ appends a MessageBatch
+        (``doAppend(MessageExtBatch)``): when the whole batch does not fit in the rest of the
+        segment, the blank record is written and the batch goes whole into the next one.
+
         Raises:
-            MessageIllegalError: a record larger than a whole segment.
+            MessageIllegalError: a record (or a ``together`` batch) larger than a segment.
         """
         if store_timestamp is None:
             store_timestamp = int(time.time() * 1000)
@@ -172,6 +177,15 @@ class CommitLog:
         chunks: list[tuple[int, bytearray]] = []
         chunk_start = pos
         buf = bytearray()
+        if together:
+            total = sum(len(m.data) for m in messages)
+            if total + END_FILE_MIN_BLANK_LENGTH > fs:
+                raise MessageIllegalError(
+                    f"batch of {total} bytes does not fit in a {fs}-byte CommitLog segment")
+            seg_end = pos - pos % fs + fs
+            if pos + total + END_FILE_MIN_BLANK_LENGTH > seg_end:
+                chunks.append((pos, bytearray(encode_blank(seg_end - pos))))
+                pos = chunk_start = seg_end
         for m, qoff in zip(messages, queue_offsets):
             n = len(m.data)
             if n + END_FILE_MIN_BLANK_LENGTH > fs:

@@ -787,8 +787,12 @@ class MessageStore:
         self._round_robin[cfg.topic_name] = i + 1
         return i % n
 
-    def put_messages(self, messages: list[Message]) -> list[PutResult]:
+    def put_messages(self, messages: list[Message], batch: bool = False) -> list[PutResult]:
         """Append messages and dispatch them; all of them or none are stored.
+
+        ``batch`` gives RocketMQ's MessageBatch semantics (``putMessages``): one topic, one
+        queue for all (chosen once), consecutive queue offsets, and the records kept together
+        in one CommitLog segment.
 
         When this returns, the records are in the CommitLog (page cache) and visible to readers.
         With SYNC_FLUSH the call waits (group commit: concurrent callers share one fdatasync)
@@ -816,6 +820,8 @@ class MessageStore:
             if self._closed:
                 raise ReadOnlyStoreError("store is closed")
             targets = []  # (topic, queueId, extra properties) after the delay rewrite
+            if batch and len({m.topic for m in messages}) > 1:
+                raise PutMessageError("a batch must have a single topic")
             for msg in messages:
                 cfg = self.topic_config.get(msg.topic)
                 if cfg is None:
@@ -823,7 +829,7 @@ class MessageStore:
                 if not cfg.writable:
                     raise PermissionDeniedError(
                         f"topic {msg.topic} has perm {cfg.perm}, without write permission")
-                qid = self._select_queue(msg, cfg)
+                qid = targets[0][1] if batch and targets else self._select_queue(msg, cfg)
                 if msg.delay_level > 0 and msg.topic != SCHEDULE_TOPIC:
                     level = min(msg.delay_level, max(self._delay_levels, default=1))
                     self._schedule_topic()
@@ -877,7 +883,7 @@ class MessageStore:
             cl = self.commitlog
             start = cl.max_offset
             before = {k: self.max_offset(*k) for k in next_offsets}
-            results = cl.append(encoded, queue_offsets, now)
+            results = cl.append(encoded, queue_offsets, now, together=batch)
             batch = []
             for e, qoff, res, level in zip(encoded, queue_offsets, results, delays):
                 tc = e.tags_code
@@ -1099,7 +1105,11 @@ class MessageStore:
                 log.exception("background flush failed")
 
     def close(self) -> None:
-        """Flush, write the checkpoint, remove ``abort`` and release the lock."""
+        """Flush, write the checkpoint, remove ``abort`` and release the lock.
+
+        ``abort`` stays when the flush failed or records are still undispatched
+        (``dispatchBehindBytes() > 0``): the next open then recovers abnormally.
+        """
         if self._closed:
             return
         self._stop_flush.set()
@@ -1109,8 +1119,15 @@ class MessageStore:
             self._group_commit_thread.join()
         with self.put_lock:
             self._closed = True
+        clean = True
         if not self.read_only:
-            self.flush()
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - recorded as an abnormal shutdown
+                log.exception("flush at close failed; the next open recovers")
+                clean = False
+            # DefaultMessageStore.shutdown keeps ``abort`` while dispatch is behind.
+            clean = clean and not self._pending
         with self._gc_cond:
             waiters, self._gc_waiters = self._gc_waiters, []
         for w in waiters:  # flushed above
@@ -1119,7 +1136,7 @@ class MessageStore:
             for d in self.dispatchers:
                 if hasattr(d, "close"):
                     d.close()
-            if not self.read_only:
+            if not self.read_only and clean:
                 try:
                     os.unlink(self.abort_path)
                 except FileNotFoundError:
