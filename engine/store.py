@@ -281,7 +281,7 @@ class MessageStore:
                                    self.config.mapped_file_size_commit_log, read_only)
         self.commitlog.force_verify_prop_crc = self.config.force_verify_prop_crc
         self.store_host: Host = self.config.store_host
-        self.uniq_keys = UniqKeyGenerator()
+        self.uniq_keys = UniqKeyGenerator(self.store_host[0])
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_file_size = self.config.mapped_file_size_consume_queue
         self._round_robin: dict[str, int] = {}
@@ -1061,6 +1061,7 @@ class MessageStore:
             except Exception as exc:  # noqa: BLE001 - reported to every waiter
                 log.exception("group commit flush failed")
                 error = exc
+                self._stop_flush.wait(0.01)  # do not spin on a failing disk
             flushed = self.commitlog.flushed_where
             for w in waiters:
                 if error is None and flushed < w[0]:
