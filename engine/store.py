@@ -168,10 +168,17 @@ class StoreConfig:
 
     @property
     def store_host(self) -> Host:
-        """``(address bytes, port)`` of brokerIP1:listenPort (IPv4 or IPv6)."""
-        return host_from_str(f"[{self.broker_ip1}]:{self.listen_port}"
-                             if ":" in self.broker_ip1 else
-                             f"{self.broker_ip1}:{self.listen_port}")
+        """``(address bytes, port)`` of brokerIP1:listenPort (IPv4 or IPv6).
+
+        Raises ValueError when brokerIP1 is not an IP address.
+        """
+        ip = self.broker_ip1.strip("[]")
+        try:
+            return host_from_str(f"[{ip}]:{self.listen_port}" if ":" in ip
+                                 else f"{ip}:{self.listen_port}")
+        except (OSError, ValueError):
+            raise ValueError(f"brokerIP1 {self.broker_ip1!r} is not an IPv4 or IPv6 address") \
+                from None
 
     def delay_level_table(self) -> dict[int, int]:
         """``{level: delay ms}`` parsed from ``messageDelayLevel`` (levels start at 1)."""
@@ -471,6 +478,7 @@ class MessageStore:
                 log.warning("ConsumeQueue %s/%d: unit %d does not match the CommitLog; "
                             "dropped and rebuilt", cq.topic, cq.queue_id, qoff)
                 cq.truncate_to(qoff)
+                cq.files.repairs.append(f"unit {qoff} did not match the CommitLog")
 
     def _record_boundary(self, offset: int) -> int:
         """``offset`` when a valid record starts there, else the start of its segment."""
