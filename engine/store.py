@@ -32,11 +32,12 @@ from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionG
                      TopicConfig, TopicConfigManager, validate_group_name, validate_topic_name)
 from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
 from .indexfile import IndexService
-from .errors import (CorruptRecordError, FlushDiskTimeoutError, NoSuchTopicError,
+from .errors import (CorruptRecordError, FlushDiskTimeoutError, MessageIllegalError,
+                     NoSuchTopicError,
                      OffsetOutOfRangeError, PermissionDeniedError, PutMessageError,
                      ReadOnlyStoreError, StoreLockedError)
 from .message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK, COMPRESSION_ZLIB,
-                      COMPRESSION_ZSTD, MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS,
+                      COMPRESSION_ZSTD, INNER_BATCH_FLAG, MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS,
                       PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_SHARDING_KEY,
                       PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, TRANSACTION_PREPARED_TYPE,
                       TRANSACTION_ROLLBACK_TYPE, Host, MessageRecord, compress_body,
@@ -312,6 +313,9 @@ class MessageStore:
         self._gc_waiters: list = []
         self._dispatched_store_timestamp = self.checkpoint.logics_msg_timestamp
         self._last_thorough_flush = time.monotonic()
+        # TopicAttributes "queue.type" = BatchCQ (5.x): served by batchconsumequeue/.
+        self._batch_cq_topics = {name for name, t in self.topic_config.topics.items()
+                                 if str(t.attributes.get("queue.type", "")).lower() == "batchcq"}
         self._load_consume_queues()
         self.recover()
         if not read_only:
@@ -584,6 +588,10 @@ class MessageStore:
         for d in batch:
             if d.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
                 continue
+            if d.sys_flag & INNER_BATCH_FLAG or d.topic in self._batch_cq_topics:
+                # BatchCQ topics dispatch to batchconsumequeue/, which is not written here;
+                # a plain ConsumeQueue for them would make a broker refuse the store.
+                continue
             per_queue.setdefault((d.topic, d.queue_id), []).append(d)
         for (topic, qid), items in per_queue.items():
             cq = self._consume_queue(topic, qid, create=True)
@@ -837,6 +845,10 @@ class MessageStore:
                 if not cfg.writable:
                     raise PermissionDeniedError(
                         f"topic {msg.topic} has perm {cfg.perm}, without write permission")
+                if msg.sys_flag & INNER_BATCH_FLAG or msg.topic in self._batch_cq_topics:
+                    raise MessageIllegalError(
+                        f"{msg.topic}: inner-batch messages and BatchCQ topics need "
+                        "batchconsumequeue/, which this engine does not write")
                 qid = targets[0][1] if batch and targets else self._select_queue(msg, cfg)
                 if msg.delay_level > 0 and msg.topic != SCHEDULE_TOPIC:
                     level = min(msg.delay_level, max(self._delay_levels, default=1))

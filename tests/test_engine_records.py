@@ -16,14 +16,15 @@ import pytest
 import refreader
 from conftest import FIXTURES, copy_fixture
 from engine.checkpoint import StoreCheckpoint
-from engine.errors import FlushDiskTimeoutError, InvalidNameError
+from engine.errors import FlushDiskTimeoutError, InvalidNameError, MessageIllegalError
 from engine.getmessage import GetMessageStatus as S
 from engine.javahash import java_string_hash
 from engine.message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK,
                             COMPRESSION_ZLIB, COMPRESSION_ZSTD, INNER_BATCH_FLAG, MAGIC_V2,
                             NEED_UNWRAP_FLAG, TRANSACTION_COMMIT_TYPE,
                             TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                            decode_offset_msg_id, host_from_str)
+                            decode_offset_msg_id, decode_record, encode_message,
+                            host_from_str)
 from engine.store import SCHEDULE_TOPIC, Message, MessageStore, StoreConfig
 
 
@@ -99,17 +100,29 @@ def test_compression_type_zero_means_zlib(tmp_path):
         assert s.get_message("T", 0, 0).plain_body == b"legacy"
 
 
-def test_batch_flags_are_kept_and_decoded(tmp_path):
+def test_batch_flags_are_decoded_and_inner_batch_is_refused(tmp_path):
+    """Inner-batch records belong to BatchCQ topics (batchconsumequeue/, not written here):
+    a put is refused with MESSAGE_ILLEGAL, records found in a store are decoded but not put in
+    a plain ConsumeQueue (a broker would refuse a plain CQ for a BatchCQ topic)."""
     root = tmp_path / "s"
-    with MessageStore(root, _cfg()) as s:
-        s.create_topic("T", 1)
-        s.put_messages([Message("T", b"inner", sys_flag=INNER_BATCH_FLAG | NEED_UNWRAP_FLAG,
-                                properties={"INNER_NUM": "3", "INNER_BASE": "0"})])
-        rec = s.get_message("T", 0, 0)
-    assert rec.sys_flag & (INNER_BATCH_FLAG | NEED_UNWRAP_FLAG) == INNER_BATCH_FLAG | \
-        NEED_UNWRAP_FLAG
+    host = (b"\x7f\0\0\1", 1)
+    e = encode_message("B", b"inner", queue_id=0, born_timestamp=1, born_host=host,
+                       store_host=host, sys_flag=INNER_BATCH_FLAG | NEED_UNWRAP_FLAG,
+                       properties={"INNER_NUM": "3", "INNER_BASE": "0"})
+    rec = decode_record(e.data, 0)
+    assert rec.sys_flag & (INNER_BATCH_FLAG | NEED_UNWRAP_FLAG) == \
+        INNER_BATCH_FLAG | NEED_UNWRAP_FLAG
     assert rec.properties["INNER_NUM"] == "3"
-    assert refreader.read_commitlog(root / "commitlog")[0]["sysFlag"] & INNER_BATCH_FLAG
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("B", 1)
+        with pytest.raises(MessageIllegalError, match="batchconsumequeue"):
+            s.put_messages([Message("B", b"x", sys_flag=INNER_BATCH_FLAG)])
+        s.commitlog.append([e], [0])           # as a 5.x broker would have written it
+        s.put_messages([Message("B", b"plain")])
+    shutil.rmtree(root / "consumequeue")
+    with MessageStore(root, _cfg()) as s:       # recovery decodes it, skips its dispatch
+        assert [r.body for _, r in s.iter_queue("B", 0)] == [b"plain"]
+        assert s.message_at(0).properties["INNER_BASE"] == "0"
 
 
 def test_transactions_prepared_and_rollback_stay_out_of_the_consumequeue(tmp_path):
