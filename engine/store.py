@@ -52,6 +52,62 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 _TIME_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+def read_java_properties(text: str) -> dict[str, str]:
+    """Parse ``java.util.Properties`` text: ``key=value``, ``key: value`` or ``key value``;
+    ``#``/``!`` comments; a line ending in an odd number of backslashes continues; escapes
+    ``\\t \\n \\r \\f \\uXXXX`` and ``\\<char>``. Later keys win."""
+    lines = text.splitlines()
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        key, j, n = [], 0, len(line)
+        while j < n and line[j] not in "=: \t\f":
+            if line[j] == "\\" and j + 1 < n:
+                key.append(line[j:j + 2])
+                j += 2
+                continue
+            key.append(line[j])
+            j += 1
+        while j < n and line[j] in " \t\f":
+            j += 1
+        if j < n and line[j] in "=:":
+            j += 1
+            while j < n and line[j] in " \t\f":
+                j += 1
+        out[_unescape("".join(key))] = _unescape(line[j:])
+    return out
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    res, j = [], 0
+    while j < len(text):
+        c = text[j]
+        if c == "\\" and j + 1 < len(text):
+            nxt = text[j + 1]
+            if nxt == "u" and j + 6 <= len(text):
+                try:
+                    res.append(chr(int(text[j + 2:j + 6], 16)))
+                    j += 6
+                    continue
+                except ValueError:
+                    pass
+            res.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+            j += 2
+            continue
+        res.append(c)
+        j += 1
+    return "".join(res)
+
+
 def _bool(value: str) -> bool:
     """A Java ``Boolean.parseBoolean``: "true" (any case) is True, anything else False."""
     return value.strip().lower() == "true"
@@ -87,6 +143,7 @@ class StoreConfig:
     file_reserved_time: int = 72
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
+    store_path_root_dir: str | None = None  # storePathRootDir, for tools given only broker.conf
     enabled_append_prop_crc: bool = False
     force_verify_prop_crc: bool = False
     auto_message_version_on_topic_len: bool = True
@@ -124,6 +181,7 @@ class StoreConfig:
         "fileReservedTime": ("file_reserved_time", int),
         "deleteWhen": ("delete_when", str),
         "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
+        "storePathRootDir": ("store_path_root_dir", str),
         "enabledAppendPropCRC": ("enabled_append_prop_crc", _bool),
         "forceVerifyPropCRC": ("force_verify_prop_crc", _bool),
         "autoMessageVersionOnTopicLen": ("auto_message_version_on_topic_len", _bool),
@@ -140,26 +198,21 @@ class StoreConfig:
 
     @classmethod
     def from_broker_conf(cls, path: str) -> "StoreConfig":
-        """Read a RocketMQ ``broker.conf`` (Java properties: ``key=value``, ``#`` comments).
+        """Read a RocketMQ ``broker.conf`` (a Java properties file, see
+        :func:`read_java_properties`) with the broker's key names.
 
         Unknown keys are ignored; a bad value raises ValueError naming the key.
         """
         cfg = cls()
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line or line[0] in "#!":
-                    continue
-                sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-                if sep < 0:
-                    continue
-                key, value = line[:sep].strip(), line[sep + 1:].strip()
-                if key in cls._KEYS:
-                    attr, conv = cls._KEYS[key]
-                    try:
-                        setattr(cfg, attr, conv(value))
-                    except ValueError as exc:
-                        raise ValueError(f"{path}: bad value for {key}: {value!r}") from exc
+            props = read_java_properties(f.read())
+        for key, value in props.items():
+            if key in cls._KEYS:
+                attr, conv = cls._KEYS[key]
+                try:
+                    setattr(cfg, attr, conv(value.strip()))
+                except ValueError as exc:
+                    raise ValueError(f"{path}: bad value for {key}: {value!r}") from exc
         if cfg.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise ValueError(f"{path}: flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH")
         cfg.compress_type = cfg.compress_type.upper()

@@ -243,6 +243,12 @@ def test_broker_conf_keys(tmp_path):
             c.mapped_file_size_commit_log, c.enabled_append_prop_crc, c.compress_type,
             c.broker_name) == ("SYNC_FLUSH", 700, 200, 2, 3000, 65536, True, "LZ4", "b1")
     assert len(c.store_host[0]) == 16
+    # Java properties forms: "key value", "key: value", continuation lines, escapes
+    conf.write_text("flushDiskType SYNC_FLUSH\nsyncFlushTimeout: 900\n"
+                    "storePathRootDir=/data/\\\n    rocketmq/store\n! comment\n")
+    c = StoreConfig.from_broker_conf(str(conf))
+    assert (c.flush_disk_type, c.sync_flush_timeout, c.store_path_root_dir) == \
+        ("SYNC_FLUSH", 900, "/data/rocketmq/store")
     conf.write_text("syncFlushTimeout=soon\n")
     with pytest.raises(ValueError, match="syncFlushTimeout"):
         StoreConfig.from_broker_conf(str(conf))
