@@ -63,19 +63,22 @@ class ConsumeQueue:
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self) -> None:
-        """Find the last valid unit (``ConsumeQueue.recover``) and drop what follows it."""
-        end = self.files.min_offset
-        last = None
-        for seg in self.files.segments:
+        """Find the last valid unit (``ConsumeQueue.recover``) and drop what follows it.
+
+        Like RocketMQ, the scan starts at the third-last file; the files before it are full.
+        """
+        segs = self.files.segments
+        first = max(0, len(segs) - 3)
+        end = segs[first].start if segs else self.files.min_offset
+        for seg in segs[first:]:
             data = os.pread(seg.fd, seg.size, 0)
             n = _valid_prefix_units(data)
             end = seg.start + n * CQ_STORE_UNIT_SIZE
-            if n:
-                last = UNIT.unpack_from(data, (n - 1) * CQ_STORE_UNIT_SIZE)
             if n * CQ_STORE_UNIT_SIZE < seg.size:
                 break
         self.max_offset = end // CQ_STORE_UNIT_SIZE
-        if last is not None:
+        if end > self.files.min_offset:
+            last = UNIT.unpack(self.files.read(end - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE))
             self.last_commitlog_offset = last[0]
             self.max_physic_offset = last[0] + last[1]
         if not self.files.read_only:

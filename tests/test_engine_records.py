@@ -426,9 +426,7 @@ def test_every_fixture_opens_read_only_and_writable(tmp_path, name):
                 for _, rec in s.iter_queue(t, q):
                     assert rec.topic == t
     root = copy_fixture(name, tmp_path / "copy")
-    for f in ("lock",):
-        assert (root / f).exists() or True
-    with MessageStore(root) as s:
+    with MessageStore(root) as s:  # writable: recovery (abnormal where `abort` was left)
         topics = s.topic_names()
         counts = {t: sum(s.max_offset(t, q) for q in s.queue_ids(t)) for t in topics}
     with MessageStore(root, read_only=True) as s:
@@ -491,4 +489,3 @@ def test_store_written_here_loads_in_a_broker_layout(tmp_path):
                       "topicFilterType", "topicSysFlag", "order", "attributes"}
     assert set(topics["dataVersion"]) == {"counter", "stateVersion", "timestamp"}
     assert (root / "lock").read_bytes()[:4] == b"lock"
-    time.sleep(0)
