@@ -42,7 +42,8 @@ from .message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK, C
                       PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, TRANSACTION_PREPARED_TYPE,
                       TRANSACTION_ROLLBACK_TYPE, Host, MessageRecord, compress_body,
                       encode_message, host_from_str, offset_msg_id)
-from .getmessage import GetMessageResult, GetMessageStatus, get_messages, parse_subscription  # noqa: F401 - re-exported
+from .getmessage import (GetMessageResult, GetMessageStatus,  # noqa: F401 - re-exported
+                         get_messages, parse_subscription)
 from .uniqkey import UniqKeyGenerator
 
 log = logging.getLogger(__name__)
