@@ -163,7 +163,8 @@ class FileQueue:
             start = offset - offset % self.file_size
             if self.segments and start != self.segments[-1].end:
                 raise ValueError(f"offset {offset} is not in the next file of {self.directory}")
-            os.makedirs(self.directory, exist_ok=True)
+            if not os.path.isdir(self.directory):
+                _makedirs_durable(self.directory)
             path = os.path.join(self.directory, offset_to_file_name(start))
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -172,8 +173,9 @@ class FileQueue:
                 os.close(fd)
                 os.unlink(path)
                 raise
-            if not self.segments:
-                _fsync_dir(self.directory)
+            # The new name must survive a power cut once its data is fdatasync'ed (SYNC_FLUSH
+            # acknowledges after fdatasync of the file only): sync the directory entry now.
+            _fsync_dir(self.directory)
             seg = Segment(start, path, fd, self.file_size)
             self.segments.append(seg)
             return seg
@@ -256,3 +258,16 @@ def _fsync_dir(path: str) -> None:
 
 
 fsync_dir = _fsync_dir
+
+
+def _makedirs_durable(path: str) -> None:
+    """``os.makedirs`` and fsync each parent whose entry was added, so the new directory
+    survives a power cut."""
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    os.makedirs(path, exist_ok=True)
+    for d in reversed(missing):
+        _fsync_dir(os.path.dirname(d))
