@@ -314,3 +314,42 @@ def test_DefaultMessageStoreTest_testGroupCommit(tmp_path):
             t.join()
         assert sorted(r.queue_offset for r in out) == list(range(16))
         assert s.commitlog.flushed_where == s.commitlog.max_offset
+
+
+def test_DefaultMessageStoreTest_testLookMessageByOffset(tmp_path):
+    """Every put's commitLogOffset reads back the same message (``lookMessageByOffset``)."""
+    with _store(tmp_path / "s") as s:
+        s.create_topic("FooBar", 2)
+        res = s.put_messages([Message("FooBar", b"m%d" % i) for i in range(10)])
+        for i, r in enumerate(res):
+            m = s.message_at(r.commitlog_offset)
+            assert (m.body, m.queue_id, m.queue_offset, m.msg_id) == \
+                (b"m%d" % i, r.queue_id, r.queue_offset, r.msg_id)
+        assert s.message_at(res[0].commitlog_offset + 1) is None
+
+
+@pytest.mark.parametrize("store_ip", ["127.0.0.1", "::1"])
+def test_DefaultMessageStoreTest_testWriteAndRead(tmp_path, store_ip):
+    """v4 and v6 hosts: put, then read back through getMessage after a reopen."""
+    root = tmp_path / "s"
+    born = host_from_str("[::1]:4000" if ":" in store_ip else "127.0.0.1:4000")
+    with _store(root, broker_ip1=store_ip) as s:
+        s.create_topic("FooBar", 1)
+        s.put_messages([Message("FooBar", b"m%d" % i, born_host=born) for i in range(20)])
+    with _store(root, broker_ip1=store_ip) as s:
+        r = s.get_messages("g", "FooBar", 0, 0, 32)
+        assert r.status == S.FOUND
+        assert [m.body for m in r.messages] == [b"m%d" % i for i in range(20)]
+        assert all(m.born_host == born for m in r.messages)
+
+
+def test_DefaultMessageStoreTest_testDynamicMaxMessageSize(tmp_path):
+    """maxMessageSize changes at runtime (``updateMaxMessageSize`` on every put)."""
+    with _store(tmp_path / "s") as s:
+        s.create_topic("FooBar", 1)
+        s.config.max_message_size = 10
+        with pytest.raises(MessageIllegalError):
+            s.put_messages([Message("FooBar", b"x" * 11)])
+        s.config.max_message_size = 20
+        s.put_messages([Message("FooBar", b"x" * 11)])
+        assert s.max_offset("FooBar", 0) == 1
