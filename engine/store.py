@@ -958,18 +958,18 @@ class MessageStore:
             start = cl.max_offset
             before = {k: self.max_offset(*k) for k in next_offsets}
             results = cl.append(encoded, queue_offsets, now, together=batch)
-            batch = []
+            dispatch = []
             for e, qoff, res, level in zip(encoded, queue_offsets, results, delays):
                 tc = e.tags_code
                 if level:
                     tc = self._deliver_timestamp(level, now)
-                batch.append(_Dispatch(e.topic, e.queue_id, res[0], res[1], tc, now, qoff,
+                dispatch.append(_Dispatch(e.topic, e.queue_id, res[0], res[1], tc, now, qoff,
                                        e.keys, e.uniq_key, e.sys_flag))
             if self.sync_flush:
-                self._pending.append((cl.max_offset, batch))
+                self._pending.append((cl.max_offset, dispatch))
             else:
                 try:
-                    self._dispatch(batch)
+                    self._dispatch(dispatch)
                 except OSError:
                     for key, old in before.items():
                         cq = self.consume_queues.get(key)
