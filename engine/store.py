@@ -8,10 +8,15 @@ A store directory is byte-compatible with a RocketMQ broker's ``storePathRootDir
     checkpoint, abort, lock
 
 The CommitLog is the source of truth. Every put appends the records, then dispatches them to the
-ConsumeQueues (``ReputMessageService`` runs inline here, so a put that returns is visible to
-readers). On open the store recovers like the broker (reference section 7): it finds the last
-valid record, drops a torn tail, truncates ConsumeQueue units past it and re-dispatches the
-records the queues lack.
+ConsumeQueues and the index (``ReputMessageService``). Under ASYNC_FLUSH dispatch runs inline,
+so a put that returns is visible to readers; under SYNC_FLUSH it runs right after the group
+commit's fdatasync, so nothing unflushed is ever visible (the bound RocketMQ's reput has with
+``getConfirmOffset() == flushedWhere``). On open the store recovers like the broker (reference
+section 7): it finds the last valid record, drops a torn tail, truncates ConsumeQueue units and
+index items past it and re-dispatches the records the queues lack.
+
+getMessage lives in :mod:`engine.getmessage`; flush services: :meth:`MessageStore.flush`
+(FlushRealTimeService, the fsync() path) and the group-commit thread (GroupCommitService).
 """
 
 from __future__ import annotations
