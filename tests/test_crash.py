@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +39,16 @@ REPO = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("RMQFS_CRASH_SEED", "20261122"))
 TOPICS = ("CrashA", "CrashB")
 HASH_SLOTS = 16
+
+
+@pytest.fixture
+def tmp_path():
+    """A private temporary directory: pytest's numbered ``tmp_path`` directories are pruned
+    by any other pytest session of the same user, which a shared machine may start while
+    these (longer) tests run."""
+    d = Path(tempfile.mkdtemp(prefix="rmqfs-crash-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def crash_config(flush: str = "ASYNC_FLUSH", prop_crc: bool = False) -> StoreConfig:
