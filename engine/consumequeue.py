@@ -59,6 +59,7 @@ class ConsumeQueue:
         self.min_offset = self.files.min_offset // CQ_STORE_UNIT_SIZE
         self.max_offset = self.min_offset
         self.max_physic_offset = -1  # end (offset + size) of the last unit
+        self._flushed_to = self.min_offset  # queue offset up to which units were synced
         self.last_commitlog_offset = -1  # start of the last unit's record
 
     # -- recovery ---------------------------------------------------------------------------
@@ -101,6 +102,7 @@ class ConsumeQueue:
         if lo >= self.max_offset:
             return
         self.max_offset = lo
+        self._flushed_to = min(self._flushed_to, lo)
         if self.mem:
             keep = max(0, lo - self.mem_base) * CQ_STORE_UNIT_SIZE
             del self.mem[keep:]
@@ -195,8 +197,13 @@ class ConsumeQueue:
         self.min_offset = lo
 
     def flush(self) -> None:
-        """fdatasync the queue's files."""
-        self.files.flush()
+        """fdatasync the files holding units appended since the last flush (none: no-op)."""
+        end = self.max_offset
+        start = min(self._flushed_to, end)
+        if end <= self._flushed_to or self.files.read_only:
+            return
+        self.files.flush(start * CQ_STORE_UNIT_SIZE, end * CQ_STORE_UNIT_SIZE)
+        self._flushed_to = end
 
     def close(self) -> None:
         """Close the files."""

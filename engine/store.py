@@ -372,6 +372,7 @@ class MessageStore:
         self._gc_waiters: list = []
         self._dispatched_store_timestamp = self.checkpoint.logics_msg_timestamp
         self._last_thorough_flush = time.monotonic()
+        self._checkpoint_written = False
         # TopicAttributes "queue.type" = BatchCQ (5.x): served by batchconsumequeue/.
         self._batch_cq_topics = {name for name, t in self.topic_config.topics.items()
                                  if str(t.attributes.get("queue.type", "")).lower() == "batchcq"}
@@ -1085,19 +1086,27 @@ class MessageStore:
             with self.put_lock:
                 end, ts = cl.max_offset, cl.last_store_timestamp
             synced = cl.flush(least_pages, end, ts)
-            if self.sync_flush:
-                with self.put_lock:
+            with self.put_lock:
+                if self.sync_flush:
                     self._dispatch_flushed(cl.flushed_where)
+                # the ConsumeQueue content synced below covers at least this
+                logics_ts = self._dispatched_store_timestamp
             if not synced and least_pages:
                 return False
             for cq in list(self.consume_queues.values()):
                 cq.flush()
-            self.checkpoint.physic_msg_timestamp = cl.flushed_store_timestamp
-            self.checkpoint.logics_msg_timestamp = self._dispatched_store_timestamp
+            cp = self.checkpoint
+            before = (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
+                      cp.confirm_phy_offset)
+            cp.physic_msg_timestamp = cl.flushed_store_timestamp
+            cp.logics_msg_timestamp = logics_ts
             if self.index_service is not None:
-                self.checkpoint.index_msg_timestamp = self.index_service.flush()
-            self.checkpoint.confirm_phy_offset = cl.flushed_where
-            self.checkpoint.write(self.checkpoint_path)
+                cp.index_msg_timestamp = self.index_service.flush()
+            cp.confirm_phy_offset = cl.flushed_where
+            if (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
+                    cp.confirm_phy_offset) != before or not self._checkpoint_written:
+                cp.write(self.checkpoint_path)
+                self._checkpoint_written = True
             return synced
 
     def _dispatch_flushed(self, flushed: int) -> None:
@@ -1169,13 +1178,15 @@ class MessageStore:
     def _flush_loop(self) -> None:
         """FlushRealTimeService: every ``flushIntervalCommitLog`` ms flush when at least
         ``flushCommitLogLeastPages`` pages are dirty, and everything every
-        ``flushCommitLogThoroughInterval`` ms (checkpoint included)."""
+        ``flushCommitLogThoroughInterval`` ms (checkpoint included). Under SYNC_FLUSH the
+        CommitLog is synced by group commit; this loop then keeps the ConsumeQueues and the
+        checkpoint close behind (FlushConsumeQueueService)."""
         cfg = self.config
         interval = cfg.flush_interval_commit_log / 1000
         while not self._stop_flush.wait(interval):
             try:
                 now = time.monotonic()
-                if (now - self._last_thorough_flush) * 1000 >= \
+                if self.sync_flush or (now - self._last_thorough_flush) * 1000 >= \
                         cfg.flush_commit_log_thorough_interval:
                     self._last_thorough_flush = now
                     self.flush(0)
