@@ -656,7 +656,11 @@ class MessageStore:
         for (topic, qid), items in per_queue.items():
             cq = self._consume_queue(topic, qid, create=True)
             if recovering:
-                # Skip units already present (ConsumeQueue.putMessagePositionInfo).
+                # Units already present are skipped (ConsumeQueue.putMessagePositionInfo),
+                # but first compared: after a power cut a unit in the middle of what was
+                # re-dispatched may be torn (a unit can straddle two pages). From the first
+                # one that differs, the queue is rewritten.
+                self._verify_present(cq, items)
                 items = [d for d in items if d.queue_offset >= cq.max_offset]
                 if not items:
                     continue
@@ -689,6 +693,20 @@ class MessageStore:
         if batch and not recovering:
             self._dispatched_store_timestamp = batch[-1].store_timestamp
         return gap
+
+    def _verify_present(self, cq: ConsumeQueue, items: list) -> None:
+        """Truncate ``cq`` at the first unit of ``items`` (queue order) it holds differently."""
+        present = [d for d in items if cq.min_offset <= d.queue_offset < cq.max_offset]
+        if not present:
+            return
+        lo, hi = present[0].queue_offset, present[-1].queue_offset + 1
+        units = {q: (off, size, tc) for q, off, size, tc in cq.iter_units(lo, hi)}
+        for d in present:
+            if units.get(d.queue_offset) != (d.commitlog_offset, d.size, d.tags_code):
+                log.warning("ConsumeQueue %s/%d: unit %d differs from the CommitLog; "
+                            "rewritten from there", cq.topic, cq.queue_id, d.queue_offset)
+                cq.truncate_to(d.queue_offset)
+                return
 
     def _register_topic(self, topic: str, queue_id: int) -> None:
         cfg = self.topic_config.get(topic)
