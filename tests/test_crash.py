@@ -52,16 +52,19 @@ def tmp_path():
     shutil.rmtree(d, ignore_errors=True)
 
 
+# StoreConfig of every crash test (also rebuilt inside the child process).
+CRASH_CONFIG = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,
+                    max_hash_slot_num=HASH_SLOTS, max_index_num=64, flush_interval_commit_log=20,
+                    default_topic_queue_nums=3)
+
+
 def crash_config(flush: str = "ASYNC_FLUSH", prop_crc: bool = False) -> StoreConfig:
-    return StoreConfig(mapped_file_size_commit_log=8 * 1024,
-                       mapped_file_size_consume_queue=16 * 20,
-                       max_hash_slot_num=HASH_SLOTS, max_index_num=64,
-                       flush_disk_type=flush, flush_interval_commit_log=20,
-                       default_topic_queue_nums=3, enabled_append_prop_crc=prop_crc,
+    return StoreConfig(**CRASH_CONFIG, flush_disk_type=flush, enabled_append_prop_crc=prop_crc,
                        force_verify_prop_crc=prop_crc)
 
 
 def body_for(tag: str, rng: random.Random) -> bytes:
+    """``<id>`` then 0-700 printable bytes."""
     return f"<{tag}>".encode() + bytes(rng.randrange(32, 127) for _ in range(rng.randint(0, 700)))
 
 
@@ -69,15 +72,14 @@ def id_of(body: bytes) -> str:
     return body[1:body.index(b">")].decode()
 
 
+# The producing child: only the engine is imported, so it starts fast.
 CHILD = r"""
 import os, random, sys
 sys.path.insert(0, {repo!r})
-sys.path.insert(0, {tests!r})
-from test_crash import crash_config, body_for, TOPICS
-from engine.store import Message, MessageStore
+from engine.store import Message, MessageStore, StoreConfig
 rng = random.Random({seed})
-store = MessageStore({root!r}, crash_config({flush!r}))
-for t in TOPICS:
+store = MessageStore({root!r}, StoreConfig(**{config!r}, flush_disk_type={flush!r}))
+for t in {topics!r}:
     store.create_topic(t, 3)
 os.write(1, b"ready\n")
 seq = 0
@@ -86,7 +88,9 @@ while True:
     msgs = []
     for k in range(n):
         mid = "{round}.%d" % (seq + k)
-        msgs.append(Message(rng.choice(TOPICS), body_for(mid, rng), tags="T%d" % rng.randint(0, 2),
+        body = ("<%s>" % mid).encode() + bytes(rng.randrange(32, 127)
+                                               for _ in range(rng.randint(0, 700)))
+        msgs.append(Message(rng.choice({topics!r}), body, tags="T%d" % rng.randint(0, 2),
                             keys=["k" + mid, "shared"]))
     store.put_messages(msgs)
     seq += n
@@ -96,8 +100,8 @@ while True:
 
 def run_child_and_kill(root: Path, rnd: int, rng: random.Random, flush: str) -> set[str]:
     """Produce in a child, SIGKILL it at a random moment; returns the acknowledged ids."""
-    code = CHILD.format(repo=str(REPO), tests=str(REPO / "tests"), seed=rng.randrange(1 << 30),
-                        root=str(root), flush=flush, round=rnd)
+    code = CHILD.format(repo=str(REPO), seed=rng.randrange(1 << 30), root=str(root),
+                        config=CRASH_CONFIG, flush=flush, round=rnd, topics=TOPICS)
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     acked = 0
@@ -106,7 +110,7 @@ def run_child_and_kill(root: Path, rnd: int, rng: random.Random, flush: str) -> 
             # Kill during start-up: imports, open, recovery of the previous crash.
             time.sleep(rng.uniform(0.0, 0.25))
         else:
-            target = rng.randint(1, 250)
+            target = rng.randint(1, 150)
             while acked < target:
                 line = p.stdout.readline()
                 if not line:
