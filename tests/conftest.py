@@ -44,6 +44,9 @@ def copy_fixture(name: str, dest: Path) -> Path:
             os.chmod(os.path.join(root, d), 0o755)
         for f in files:
             os.chmod(os.path.join(root, f), 0o644)
+            # copytree keeps the fixtures' old mtimes; a store's expiry (fileReservedTime,
+            # 72 h by mtime) must not delete a copy made for a test.
+            os.utime(os.path.join(root, f))
     os.chmod(dest, 0o755)
     return dest
 
