@@ -11,6 +11,7 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -26,12 +27,34 @@ from fusefs.views import ViewCache
 log = logging.getLogger("rmqfs")
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 class MountError(Exception):
     """The mount could not be set up; the message says why."""
 
 
+def is_mounted(path: str) -> bool:
+    """True when ``path`` is a mount point, a dead FUSE mount included ("Transport endpoint
+    is not connected"), which ``os.path.ismount`` cannot stat."""
+    path = os.path.realpath(path)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
+                            line.split(" ")[4])
+                if mp == path:
+                    return True
+    except OSError:
+        pass
+    return os.path.ismount(path)
+
+
 def check_mountpoint(mountpoint: str) -> None:
     """Raise MountError unless ``mountpoint`` is an empty directory that is not a mount."""
+    if is_mounted(mountpoint):
+        raise MountError(f"mount point {mountpoint} is already a mount point (busy); "
+                         f"rmqfs umount {mountpoint} first")
     if not os.path.exists(mountpoint):
         raise MountError(f"mount point {mountpoint} does not exist")
     if not os.path.isdir(mountpoint):
@@ -79,7 +102,12 @@ class Daemon:
         self._own_cache = False
 
     def setup(self) -> None:
-        """Check everything, open the store and mount. Raises MountError or StoreError."""
+        """Check everything, open the store and mount. Raises MountError or StoreError.
+
+        SIGINT and SIGTERM stay blocked from here until the FUSE loop runs (s3ql#202): a
+        signal in between is delivered then, and unmounts cleanly.
+        """
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         check_fuse()
         check_mountpoint(self.mountpoint)
         if self.read_only and not os.path.isdir(self.store_path):
@@ -105,14 +133,19 @@ class Daemon:
     def serve(self) -> None:
         """Serve requests until unmounted or signalled, then unmount and close the store."""
         faulthandler.enable()
+        faulthandler.register(signal.SIGUSR1)  # kill -USR1 PID logs every thread's stack
 
         def on_signal(signum, frame):
-            log.info("signal %d: unmounting", signum)
+            log.info("%s: unmounting", signal.Signals(signum).name)
             pyfuse3.terminate()
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
+
+        async def main():
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            await pyfuse3.main()
         try:
-            trio.run(pyfuse3.main)
+            trio.run(main)
         except BaseException:
             log.exception("the FUSE main loop failed")
             raise
