@@ -58,6 +58,7 @@ class Stat:
     mtime_ns: int = 0
     live: bool = True
     blocks: int | None = None  # 512-byte blocks allocated; None: size rounded up
+    attr_timeout: float | None = None  # seconds the kernel may cache it; None: by ``live``
 
 
 class Context:
@@ -980,9 +981,10 @@ class PendingFile(ViewFile):
 class RawHandle(Handle):
     """An open store file; reads are ``pread`` of the real file (byte-identical)."""
 
-    def __init__(self, path: str, keep_cache: bool):
+    def __init__(self, path: str, keep_cache: bool, direct_io: bool = False):
         self.fd = os.open(path, os.O_RDONLY)
         self.keep_cache = keep_cache
+        self.direct_io = direct_io
 
     def read(self, offset, length):
         return os.pread(self.fd, length, offset)
@@ -1032,6 +1034,15 @@ class RawFile(Node):
         super().__init__(ctx, path)
         self.rel, self.real = rel, real
 
+    # Preallocated files: their size never changes, only their bytes (and mtime) do.
+    PREALLOCATED = ("commitlog", "consumequeue", "index")
+    # While being written, their attributes may be cached this long (seconds): a zero timeout
+    # would cost a GETATTR round trip per read() call (tar reads 10 KiB at a time).
+    LIVE_SEGMENT_TIMEOUT = 1.0
+
+    def preallocated(self) -> bool:
+        return self.rel.split(os.sep)[0] in self.PREALLOCATED
+
     def sealed(self) -> bool:
         """A CommitLog/ConsumeQueue file that will not be written again."""
         parts = self.rel.split(os.sep)
@@ -1049,12 +1060,16 @@ class RawFile(Node):
             raise FsError(errno.ENOENT) from None
         # st_blocks of the real file: preallocated segments are sparse, and `du`, `tar -S`
         # and `cp --sparse` should see that.
-        return Stat(RO_FILE, st.st_size, st.st_mtime_ns, live=not self.sealed(),
-                    blocks=st.st_blocks)
+        sealed = self.sealed()
+        timeout = None if sealed or not self.preallocated() else self.LIVE_SEGMENT_TIMEOUT
+        return Stat(RO_FILE, st.st_size, st.st_mtime_ns, live=not sealed,
+                    blocks=st.st_blocks, attr_timeout=timeout)
 
     def open(self, flags):
         _check_read_only_open(flags)
         try:
-            return RawHandle(self.real, keep_cache=self.sealed())
+            # checkpoint and config/*.json are rewritten at any size: never page-cached
+            return RawHandle(self.real, keep_cache=self.sealed(),
+                             direct_io=not self.preallocated() and not self.sealed())
         except FileNotFoundError:
             raise FsError(errno.ENOENT) from None

@@ -107,6 +107,9 @@ class RmqOperations(pyfuse3.Operations):
         a.generation = 0
         if node.is_dir:
             a.attr_timeout = a.entry_timeout = DIR_TIMEOUT
+        elif st.attr_timeout is not None:
+            a.attr_timeout = st.attr_timeout
+            a.entry_timeout = DIR_TIMEOUT
         elif st.live:
             a.attr_timeout = LIVE_TIMEOUT
             a.entry_timeout = DIR_TIMEOUT
