@@ -157,11 +157,20 @@ class Daemon:
                 log.info("unmounted %s; store closed", self.mountpoint)
 
     def _close_store(self) -> None:
-        if self.views is not None:
-            self.views.close()
-            self.views = None
-        if self.store is not None:
-            self.store.close()
-            self.store = None
-        if self._own_cache and self.cache_dir:
-            shutil.rmtree(self.cache_dir, ignore_errors=True)
+        """Close the store (checkpoint, no ``abort``); the view cache goes whatever happens."""
+        try:
+            if self.store is not None:
+                store, self.store = self.store, None
+                try:
+                    store.close()
+                except Exception:
+                    # e.g. ENOSPC writing the checkpoint: `abort` stays, and the next open
+                    # recovers the store as after a crash.
+                    log.exception("closing the store failed; the next mount will recover it")
+                    raise
+        finally:
+            if self.views is not None:
+                self.views.close()
+                self.views = None
+            if self._own_cache and self.cache_dir:
+                shutil.rmtree(self.cache_dir, ignore_errors=True)

@@ -196,8 +196,10 @@ def test_enospc_on_a_full_disk_keeps_the_store_consistent(mount_store, tmp_path)
         m = mount_store(disk / "store", config=conf)
         t = m.mnt / "topics" / "Full"
         os.mkdir(t)
-        acked = []
+        acked = [b"first"]
         fd = os.open(t / "produce", os.O_WRONLY | os.O_APPEND)
+        os.write(fd, b"first\n")
+        os.fsync(fd)  # the first flush creates the checkpoint, before the disk is full
         err = None
         try:
             for i in range(100_000):
