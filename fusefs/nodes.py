@@ -250,9 +250,14 @@ groups/<group>/progress.json    brokerOffset, consumerOffset, diff per queue
 messages/<msgId>                a message by its offset msgId
 view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.jsonl + _schema.ddl
 raw/                            the store's own files, read-only (for tar, rsync, restic)
-status.json                     CommitLog offsets, segment sizes, counts
+status.json                     CommitLog offsets, flush and dispatch lag, segment sizes, counts
 
 mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group.
+Lookups (keys/, by-offset/, by-time/, messages/) are not listed: name what you want.
+A write() to a produce file returns once its messages are in the CommitLog; fsync() once
+they are on disk; a last line without a newline is stored at close().
+Errors: EINVAL bad line/offset/name, EMSGSIZE too big, EACCES topic not writable,
+EROFS read-only mount, ENOSPC disk full (nothing of the failed write is stored).
 """
 
 

@@ -47,9 +47,22 @@ def path_inode(path: str) -> int:
     return (h & 0x7FFF_FFFF_FFFF_FFFF) | 0x100  # never 0 or 1
 
 
+_limiter: trio.CapacityLimiter | None = None
+
+
+def _threads() -> trio.CapacityLimiter:
+    """Worker threads for node methods: more than pyfuse3's 99 request tasks, so requests
+    waiting on a slow render can never use up the threads the others need (trio's default
+    limiter has 40)."""
+    global _limiter
+    if _limiter is None:
+        _limiter = trio.CapacityLimiter(128)
+    return _limiter
+
+
 async def _run(fn, *args):
     try:
-        return await trio.to_thread.run_sync(fn, *args)
+        return await trio.to_thread.run_sync(fn, *args, limiter=_threads())
     except FsError as exc:
         raise pyfuse3.FUSEError(exc.errno) from None
     except pyfuse3.FUSEError:
@@ -160,7 +173,7 @@ class RmqOperations(pyfuse3.Operations):
         return await _run(self._entry, node, inode)
 
     async def statfs(self, ctx):
-        st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root)
+        st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root, limiter=_threads())
         s = pyfuse3.StatvfsData()
         for name in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files",
                      "f_ffree", "f_favail", "f_namemax"):
@@ -177,20 +190,27 @@ class RmqOperations(pyfuse3.Operations):
     async def readdir(self, fh, start_id, token):
         node = self._node(fh)
 
+        # Entries go out in inode order and next_id is the entry's inode, so a listing that
+        # continues after entries were added (a new topic, segment or queue) neither repeats
+        # nor skips any (passthroughfs.py does the same).
         def entries():
             out = []
-            for name in sorted(node.list()):
+            for name in node.list():
                 child = node.child(name)
                 if child is None:
                     continue
+                ino = path_inode(child.path)
+                if ino <= start_id:
+                    continue
                 try:
-                    out.append((name, child, self._entry(child, path_inode(child.path))))
+                    out.append((ino, name, child, self._entry(child, ino)))
                 except FsError:
                     continue
+            out.sort(key=lambda e: e[0])
             return out
         items = await _run(entries)
-        for i, (name, child, attr) in enumerate(items[start_id:], start=start_id + 1):
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i):
+        for ino, name, child, attr in items:
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
                 break
             self._remember(child, fh)
 
@@ -264,7 +284,7 @@ class RmqOperations(pyfuse3.Operations):
             return await _run(h.write, buf)
         finally:
             if h.invalidates:
-                await trio.to_thread.run_sync(self._invalidate_after, h)
+                await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
 
     async def flush(self, fh):
         h = self._handle(fh)
@@ -272,7 +292,7 @@ class RmqOperations(pyfuse3.Operations):
             await _run(h.flush)
         finally:
             if h.invalidates:
-                await trio.to_thread.run_sync(self._invalidate_after, h)
+                await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
 
     def _invalidate_after(self, h) -> None:
         """After a commit through ``h``: its own inode, and siblings whose content moved."""
