@@ -103,7 +103,7 @@ def render_message(rec: MessageRecord) -> bytes:
     else:
         keys_json = "[]"
     if props:
-        props_json = "{" + ",".join(_str(k) + ":" + _str(v) for k, v in props.items()) + "}"
+        props_json = "{" + ",".join([_str(k) + ":" + _str(v) for k, v in props.items()]) + "}"
     else:
         props_json = "{}"
     body = rec.plain_body
@@ -114,13 +114,17 @@ def render_message(rec: MessageRecord) -> bytes:
         body_json = '"' + base64.b64encode(body).decode("ascii") + '"'
         enc = ',"bodyEncoding":"base64"'
     off = rec.commitlog_offset
+    born, store = rec.born_host, rec.store_host
+    born_s = _hosts.get(born) or _host(born)
+    store_s = _hosts.get(store) or _host(store)
+    prefix = _id_prefixes.get(store) or _id_prefix(store)
     line = (f'{{"topic":{_str(rec.topic)},"queueId":{rec.queue_id},'
             f'"queueOffset":{rec.queue_offset},"commitLogOffset":{off},'
             f'"storeSize":{rec.store_size},'
-            f'"msgId":"{_id_prefix(rec.store_host)}{off & 0xFFFFFFFFFFFFFFFF:016X}",'
+            f'"msgId":"{prefix}{off & 0xFFFFFFFFFFFFFFFF:016X}",'
             f'"tags":{"null" if tags is None else _str(tags)},"keys":{keys_json},'
-            f'"bornTimestamp":{rec.born_timestamp},"bornHost":{_host(rec.born_host)},'
-            f'"storeTimestamp":{rec.store_timestamp},"storeHost":{_host(rec.store_host)},'
+            f'"bornTimestamp":{rec.born_timestamp},"bornHost":{born_s},'
+            f'"storeTimestamp":{rec.store_timestamp},"storeHost":{store_s},'
             f'"sysFlag":{rec.sys_flag},"flag":{rec.flag},"bodyCRC":{rec.body_crc},'
             f'"reconsumeTimes":{rec.reconsume_times},'
             f'"preparedTransactionOffset":{rec.prepared_transaction_offset},'
