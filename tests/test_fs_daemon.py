@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fuse, run_rmqfs
+from conftest import REPO, fuse
 
 pytestmark = [fuse, pytest.mark.fuse]
 

@@ -82,7 +82,8 @@ def test_sizes_are_exact_and_views_match_tools(mount_store):
     head = sh(f"head -3 '{t}/messages.jsonl'").stdout.splitlines()
     lines = HDFS.read_bytes().decode().split("\n")
     assert [json.loads(x)["body"] for x in head] == lines[:3]
-    tail = subprocess.run(["tail", "-n", "2", str(t / "bodies.txt")], capture_output=True).stdout.decode().split("\n")
+    tail = subprocess.run(["tail", "-n", "2", str(t / "bodies.txt")],
+                          capture_output=True).stdout.decode().split("\n")
     assert tail == lines[-3:]
     # cp and dd of a decoded view copy every byte
     sh(f"cp '{t}/messages.jsonl' '{m.mnt.parent}/copy.jsonl'")
@@ -252,7 +253,8 @@ def test_second_rsync_transfers_nothing(mount_store, tmp_path):
         second = _rsync(src, dst)
         assert "Number of regular files transferred: 0" in second, second
         # itemized changes: nothing but the summary
-        assert not [x for x in second.splitlines() if len(x) > 1 and x[0] in "<>ch." and x[1] in "fdL"]
+        assert not [x for x in second.splitlines()
+                    if len(x) > 1 and x[0] in "<>ch." and x[1] in "fdL"]
     assert (tmp_path / "copy-topic" / "bodies.txt").read_bytes() == HDFS.read_bytes()
     for name in os.listdir(m.store / "commitlog"):
         assert (tmp_path / "copy-raw" / "commitlog" / name).read_bytes() == \
