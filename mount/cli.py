@@ -77,7 +77,7 @@ def cmd_mount(args) -> int:
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-    daemon.serve()
+    daemon.serve(args.log_file)
     return 0
 
 

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 
 import pyfuse3
@@ -130,10 +131,15 @@ class Daemon:
             raise MountError(f"cannot mount {self.mountpoint}: {exc} (options: "
                              f"{','.join(sorted(self.options)) or 'none'})") from exc
 
-    def serve(self) -> None:
-        """Serve requests until unmounted or signalled, then unmount and close the store."""
-        faulthandler.enable()
-        faulthandler.register(signal.SIGUSR1)  # kill -USR1 PID logs every thread's stack
+    def serve(self, log_file: str | None = None) -> None:
+        """Serve requests until unmounted or signalled, then unmount and close the store.
+
+        Fatal errors and ``kill -USR1 PID`` (every thread's stack) go to ``log_file`` when
+        given, else to stderr.
+        """
+        out = open(log_file, "a") if log_file else sys.stderr  # noqa: SIM115 - kept open
+        faulthandler.enable(file=out)
+        faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
 
         def on_signal(signum, frame):
             log.info("%s: unmounting", signal.Signals(signum).name)
