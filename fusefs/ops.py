@@ -23,7 +23,6 @@ import errno
 import hashlib
 import logging
 import os
-import stat as stat_mod
 import threading
 
 import pyfuse3
@@ -110,7 +109,8 @@ class RmqOperations(pyfuse3.Operations):
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
         a.st_mode = st.mode
-        a.st_nlink = 2 if stat_mod.S_ISDIR(st.mode) else 1
+        # 1 for directories: the "unknown" convention, so find(1) never assumes a leaf
+        a.st_nlink = 1
         a.st_size = st.size
         a.st_blksize = BLKSIZE
         a.st_blocks = (st.size + 511) // 512 if st.blocks is None else st.blocks
