@@ -54,6 +54,11 @@ def is_mounted(path: str) -> bool:
 def check_mountpoint(mountpoint: str) -> None:
     """Raise MountError unless ``mountpoint`` is an empty directory that is not a mount."""
     if is_mounted(mountpoint):
+        try:
+            os.listdir(mountpoint)  # not stat: the kernel may answer that from its cache
+        except OSError as exc:  # ENOTCONN/ECONNABORTED: the daemon of that mount is gone
+            raise MountError(f"mount point {mountpoint} is a dead mount ({exc.strerror}); "
+                             f"clean it with: rmqfs umount -z {mountpoint}") from exc
         raise MountError(f"mount point {mountpoint} is already a mount point (busy); "
                          f"rmqfs umount {mountpoint} first")
     if not os.path.exists(mountpoint):

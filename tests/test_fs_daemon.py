@@ -1,6 +1,7 @@
 """``rmqfs mount`` / ``rmqfs umount``: readiness, clear failures, signals, no dead mounts, and
 a cleanly closed store (no ``abort`` file) after every orderly exit."""
 
+import errno
 import json
 import os
 import signal
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fuse
+from conftest import REPO, fuse, run_rmqfs
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -160,3 +161,24 @@ def test_status_json(mount_store):
     assert st["flushBehindBytes"] == 0
     assert st["commitLogFlushedOffset"] == st["commitLogMaxOffset"]
     assert st["checkpoint"]["physicMsgTimestamp"] == st["lastStoreTimestamp"]
+
+
+def test_a_dead_mount_is_named_and_cleaned(mount_store, tmp_path):
+    m = mount_store()
+    pid = m.pid
+    # kill the auto_unmount helper first, then the daemon: a dead mount stays behind
+    helpers = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    for h in helpers:
+        os.kill(h, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not pid_alive(pid))
+    with pytest.raises(OSError) as info:
+        os.listdir(m.mnt)
+    assert info.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)  # the daemon is gone
+    assert mounted(m.mnt)
+    err = fail("mount", m.store, m.mnt)
+    assert "dead mount" in err and "rmqfs umount -z" in err
+    run_rmqfs("umount", "-z", m.mnt)
+    assert not mounted(m.mnt)
+    m.mount()  # and the store recovers
+    assert os.listdir(m.mnt / "topics") == []
