@@ -49,6 +49,10 @@ def test_concurrent_writers_never_interleave_or_lose_lines(mount_store):
     # readers while the writers write: every read shows whole JSON lines, growing
     sizes = []
     while any(p.poll() is None for p in procs):
+        size = os.stat(t / "bodies.txt").st_size
+        now = (t / "bodies.txt").read_bytes()
+        # st_size always ends a whole line: never a torn message
+        assert len(now) >= size and (size == 0 or now[size - 1:size] == b"\n")
         data = (t / "messages.jsonl").read_bytes()
         assert data == b"" or data.endswith(b"\n")
         last = data.rsplit(b"\n", 2)

@@ -77,6 +77,11 @@ def test_einval(mount_store):
     assert off.read_text() == "-1\n"
     write_once(off, b"1\n", os.O_WRONLY | os.O_TRUNC)
     assert off.read_text() == "1\n"
+    # `>` and `>>` both commit; `truncate -s 0` is accepted
+    subprocess.run(["bash", "-c", f"echo 0 >> '{off}' && truncate -s 0 '{off}'"], check=True)
+    assert off.read_text() == "0\n"
+    subprocess.run(["bash", "-c", f"printf 1 > '{off}'"], check=True)  # no newline: at close
+    assert off.read_text() == "1\n"
     # truncating an append file to anything but 0
     assert oserror(os.truncate, t / "produce", 3) == errno.EINVAL
     assert oserror(os.truncate, off, 3) == errno.EINVAL
