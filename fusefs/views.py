@@ -7,8 +7,10 @@ an ``array('q')``. That gives exact ``st_size`` at any moment, O(1) reads (``pre
 cache) and byte offsets for any queue offset.
 
 A queue view renders its ConsumeQueue in order; a topic view merges the topic's queues by
-CommitLog offset, which is CommitLog order. Both catch up on demand (:meth:`sync`), from a
-consistent cut of the queues taken under the store's put lock.
+CommitLog offset, which is CommitLog order. Both catch up on demand (:meth:`sync`, in worker
+threads), from a consistent cut of the queues taken under the store's put lock;
+:meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
+FUSE layer may call on its trio loop.
 """
 
 from __future__ import annotations
@@ -46,12 +48,8 @@ def pread_nowait(fd: int, length: int, offset: int) -> bytes | None:
         n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
     except (BlockingIOError, OSError, AttributeError):
         return None
-    if n == length:
-        return buf
-    if n == 0:
-        # Either the end of the file or nothing cached: let the thread tell them apart.
-        return None
-    return None
+    # A short read is either the end of the file or a page not cached: the thread decides.
+    return buf if n == length else None
 
 
 class RenderedLog:
