@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 SYSPY ?= python3
-APT_PKGS := fuse3 libfuse3-dev pkg-config gcc
+APT_PKGS := fuse3 libfuse3-dev pkg-config gcc rsync restic
 STAMP := $(VENV)/.installed
 
 .PHONY: all deps venv test demo bench clean

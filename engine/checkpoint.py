@@ -55,6 +55,8 @@ class StoreCheckpoint:
                 data = f.read(LAYOUT.size)
         except FileNotFoundError:
             return cls()
+        if not data:  # created but never written (crash or full disk at the first flush)
+            return cls()
         if len(data) < 24:
             raise CorruptRecordError(f"{path}: checkpoint is {len(data)} bytes, need 24")
         data = data.ljust(LAYOUT.size, b"\0")

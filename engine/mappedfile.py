@@ -12,6 +12,7 @@ and writes use ``os.pread``/``os.pwrite``, which are safe to call from several t
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import threading
@@ -201,6 +202,8 @@ class FileQueue:
         seg = self.find(offset)
         if seg is None or end <= offset:
             return
+        if _reads_as_zeros(seg.fd, offset - seg.start, end - seg.start):
+            return  # the usual clean reopen: leave the file, and its mtime, alone
         if end < seg.end:
             # Zero only the range: the bytes after it must stay.
             os.pwrite(seg.fd, bytes(end - offset), offset - seg.start)
@@ -247,6 +250,27 @@ class FileQueue:
                 except OSError:
                     pass
             self.segments = []
+
+
+def _reads_as_zeros(fd: int, start: int, end: int, budget: int = 4 << 20) -> bool:
+    """True when ``[start, end)`` of the file is known to read as zeros: holes
+    (``SEEK_DATA``/``SEEK_HOLE``) plus at most ``budget`` bytes of data checked by reading."""
+    pos = start
+    try:
+        while pos < end:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+            if data >= end:
+                return True
+            hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
+            if hole - data > budget:
+                return False
+            budget -= hole - data
+            if os.pread(fd, hole - data, data).count(0) != hole - data:
+                return False
+            pos = hole
+    except OSError as exc:
+        return exc.errno == errno.ENXIO  # no data after pos; other errors: not known
+    return True
 
 
 def _fsync_dir(path: str) -> None:

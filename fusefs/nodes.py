@@ -22,12 +22,11 @@ import time
 from dataclasses import dataclass
 
 from engine import errors as E
-from engine.config import validate_group_name
 from engine.message import decode_offset_msg_id
 from engine.store import Message, MessageStore
 
 from . import render as R
-from .views import ViewCache
+from .views import ViewCache, pread_nowait
 
 DIR_MODE = stat.S_IFDIR | 0o755
 RO_FILE = stat.S_IFREG | 0o444
@@ -58,6 +57,8 @@ class Stat:
     size: int = 0
     mtime_ns: int = 0
     live: bool = True
+    blocks: int | None = None  # 512-byte blocks allocated; None: size rounded up
+    attr_timeout: float | None = None  # seconds the kernel may cache it; None: by ``live``
 
 
 class Context:
@@ -71,6 +72,25 @@ class Context:
         self.part_messages = part_messages
         self.pid = pid or os.getpid()
         self.mount_time_ns = time.time_ns()
+        self.config_dir = os.path.join(store.root, "config")
+
+    def file_mtime_ns(self, *names: str) -> int:
+        """Newest mtime (ns) of files under ``config/``; the mount time when none exists.
+
+        Directories and metadata files take their mtime from the config file they show, so
+        it is stable across mounts and changes exactly when their content does.
+        """
+        best = 0
+        for name in names:
+            try:
+                best = max(best, os.stat(os.path.join(self.config_dir, name)).st_mtime_ns)
+            except OSError:
+                pass
+        return best or self.mount_time_ns
+
+    def tree_mtime_ns(self) -> int:
+        """mtime of the generated directories: when a topic or group was last created."""
+        return self.file_mtime_ns("topics.json", "subscriptionGroup.json")
 
 
 def _ms_to_ns(ms: int) -> int:
@@ -92,6 +112,13 @@ class Node:
 
     def stat(self) -> Stat:
         raise NotImplementedError
+
+    def stat_nowait(self) -> "Stat | None":
+        """:meth:`stat` when it needs neither disk I/O nor rendering, else None.
+
+        The FUSE layer calls this on the trio loop and :meth:`stat` in a worker thread.
+        """
+        return None
 
     # directories
     def list(self) -> list[str]:
@@ -128,7 +155,7 @@ class Dir(Node):
         return f() if f else None
 
     def stat(self) -> Stat:
-        return Stat(DIR_MODE, 0, self.ctx.mount_time_ns)
+        return Stat(DIR_MODE, 0, self.ctx.tree_mtime_ns())
 
     def sub(self, name: str) -> str:
         return f"{self.path.rstrip('/')}/{name}"
@@ -140,9 +167,16 @@ class Handle:
     direct_io = False
     keep_cache = False
     writable = False
+    inode = 0  # set by the FUSE layer
+    invalidates: tuple = ()  # paths whose kernel cache a write or flush here makes stale
 
     def read(self, offset: int, length: int) -> bytes:
         raise FsError(errno.EBADF)
+
+    def read_nowait(self, offset: int, length: int):
+        """:meth:`read` when it needs no disk I/O (data in memory or the page cache), else
+        None. Called on the trio loop; :meth:`read` runs in a worker thread."""
+        return None
 
     def write(self, data: bytes) -> int:
         raise FsError(errno.EBADF)
@@ -167,6 +201,8 @@ class BytesHandle(Handle):
 
     def read(self, offset: int, length: int) -> bytes:
         return self.data[offset:offset + length]
+
+    read_nowait = read
 
 
 class GeneratedFile(Node):
@@ -214,9 +250,14 @@ groups/<group>/progress.json    brokerOffset, consumerOffset, diff per queue
 messages/<msgId>                a message by its offset msgId
 view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.jsonl + _schema.ddl
 raw/                            the store's own files, read-only (for tar, rsync, restic)
-status.json                     CommitLog offsets, segment sizes, counts
+status.json                     CommitLog offsets, flush and dispatch lag, segment sizes, counts
 
 mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group.
+Lookups (keys/, by-offset/, by-time/, messages/) are not listed: name what you want.
+A write() to a produce file returns once its messages are in the CommitLog; fsync() once
+they are on disk; a last line without a newline is stored at close().
+Errors: EINVAL bad line/offset/name, EMSGSIZE too big, EACCES topic not writable,
+EROFS read-only mount, ENOSPC disk full (nothing of the failed write is stored).
 """
 
 
@@ -249,15 +290,30 @@ class StaticFile(GeneratedFile):
         return self.data
 
     def stat(self) -> Stat:
-        return Stat(RO_FILE, len(self.data), self.ctx.mount_time_ns, live=False)
+        return Stat(RO_FILE, len(self.data), self.ctx.tree_mtime_ns(), live=False)
 
 
 class StatusFile(GeneratedFile):
+    """``status.json``: where the CommitLog stands, how far dispatch and flush lag, counts.
+
+    Offsets and lags are bytes of the CommitLog; timestamps epoch ms. ``dispatchBehindBytes``
+    is RocketMQ's ``dispatchBehindBytes()`` (CommitLog max offset minus the reput offset; 0
+    while dispatch runs inline with the put); ``flushBehindBytes`` what an fsync would still
+    write. mtime = the store time of the newest message (the mount time before any).
+    """
+
     def content(self) -> bytes:
         s = self.ctx.store
         cl = s.commitlog
         topics = s.topic_names()
-        queues = [(t, q) for (t, q) in s.consume_queues]
+        queues = list(s.consume_queues.items())
+        reput = getattr(s, "reput_from_offset", None)
+        if reput is None:
+            reput = getattr(s, "dispatched_offset", cl.max_offset)
+        index_files = 0
+        if s.index_service is not None:
+            index_files = len(getattr(s.index_service, "files", []) or [])
+        cp = s.checkpoint
         return R.render_json({
             "storePathRootDir": s.root,
             "pid": self.ctx.pid,
@@ -266,15 +322,28 @@ class StatusFile(GeneratedFile):
             "commitLogMinOffset": cl.min_offset,
             "commitLogMaxOffset": cl.max_offset,
             "commitLogFlushedOffset": cl.flushed_where,
-            "dispatchBehindBytes": 0,
+            "flushBehindBytes": max(0, cl.max_offset - cl.flushed_where),
+            "dispatchedOffset": reput,
+            "dispatchBehindBytes": max(0, cl.max_offset - reput),
+            "lastStoreTimestamp": cl.last_store_timestamp or None,
+            "checkpoint": {"physicMsgTimestamp": cp.physic_msg_timestamp,
+                           "logicsMsgTimestamp": cp.logics_msg_timestamp,
+                           "indexMsgTimestamp": cp.index_msg_timestamp},
             "mappedFileSizeCommitLog": cl.file_size,
             "mappedFileSizeConsumeQueue": s._cq_file_size,
+            "maxMessageSize": s.config.max_message_size,
             "commitLogSegments": len(cl.files.segments),
+            "consumeQueueFiles": sum(len(cq.files.segments) for _, cq in queues),
+            "indexFiles": index_files,
             "topics": len(topics),
             "queues": len(queues),
-            "messages": sum(s.max_offset(t, q) - s.min_offset(t, q) for t, q in queues),
+            "messages": sum(cq.max_offset - cq.min_offset for _, cq in queues),
             "groups": len(s.group_names()),
         })
+
+    def mtime_ns(self) -> int:
+        return _ms_to_ns(self.ctx.store.commitlog.last_store_timestamp) or \
+            self.ctx.mount_time_ns
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,6 +404,9 @@ class TopicJsonFile(GeneratedFile):
             cfg = TopicConfig(self.topic, n, n)
         return R.render_json(cfg.to_json())
 
+    def mtime_ns(self):
+        return self.ctx.file_mtime_ns("topics.json")
+
 
 class QueueDir(Dir):
     def __init__(self, ctx, path, topic, queue_id):
@@ -359,16 +431,23 @@ class OffsetsFile(GeneratedFile):
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
-    def content(self):
+    def _fields(self) -> dict:
         s = self.ctx.store
         lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
         first = last = None
         if hi > lo:
             first = s.get_message(self.topic, self.queue_id, lo).store_timestamp
             last = s.get_message(self.topic, self.queue_id, hi - 1).store_timestamp
-        return R.render_json({"topic": self.topic, "queueId": self.queue_id, "minOffset": lo,
-                              "maxOffset": hi, "minStoreTimestamp": first,
-                              "maxStoreTimestamp": last})
+        return {"topic": self.topic, "queueId": self.queue_id, "minOffset": lo,
+                "maxOffset": hi, "minStoreTimestamp": first, "maxStoreTimestamp": last}
+
+    def content(self):
+        return R.render_json(self._fields())
+
+    def stat(self):
+        f = self._fields()
+        return Stat(RO_FILE, len(R.render_json(f)),
+                    _ms_to_ns(f["maxStoreTimestamp"] or 0) or self.ctx.tree_mtime_ns())
 
 
 # -- decoded views ---------------------------------------------------------------------------
@@ -389,16 +468,30 @@ class ViewHandle(Handle):
     def read(self, offset, length):
         return self.log.read(self.start + offset, length)
 
+    def read_nowait(self, offset, length):
+        return self.log.read_nowait(self.start + offset, length)
+
 
 class ViewFile(Node):
     """Base of decoded views: size = rendered bytes, mtime = newest message's store time."""
 
     def view(self):
+        """The view, caught up with the store (may render: worker threads only)."""
         raise NotImplementedError
 
+    def peek(self):
+        """The view when it exists and is caught up, else None (never blocks)."""
+        return None
+
+    def _stat_of(self, log) -> Stat:
+        return Stat(RO_FILE, log.size, _ms_to_ns(log.mtime_ms) or self.ctx.tree_mtime_ns())
+
     def stat(self) -> Stat:
-        log = self.view().log
-        return Stat(RO_FILE, log.size, _ms_to_ns(log.mtime_ms) or self.ctx.mount_time_ns)
+        return self._stat_of(self.view().log)
+
+    def stat_nowait(self):
+        v = self.peek()
+        return None if v is None else self._stat_of(v.log)
 
     def open(self, flags):
         _check_read_only_open(flags)
@@ -413,6 +506,9 @@ class TopicViewFile(ViewFile):
     def view(self):
         return self.ctx.views.topic(self.kind, self.topic, RENDERERS[self.kind])
 
+    def peek(self):
+        return self.ctx.views.peek(self.kind, self.topic)
+
 
 class QueueViewFile(ViewFile):
     def __init__(self, ctx, path, topic, queue_id, kind):
@@ -421,6 +517,9 @@ class QueueViewFile(ViewFile):
 
     def view(self):
         return self.ctx.views.queue(self.kind, self.topic, self.queue_id, RENDERERS[self.kind])
+
+    def peek(self):
+        return self.ctx.views.peek(self.kind, self.topic, self.queue_id)
 
 
 class MessageFile(GeneratedFile):
@@ -506,10 +605,21 @@ class ProduceHandle(Handle):
     """Splits written bytes into lines; each complete line is a message.
 
     One write() is one put: all of its complete lines are stored, or none (EINVAL, EMSGSIZE,
-    ENOSPC...). A final line without a newline is stored at flush (close).
+    ENOSPC...), and the write fails with that errno. Lines are buffered per open file, so
+    writers in other processes never interleave inside a line. A final line without a newline
+    is stored at flush, i.e. when close() is called, so close() reports its errors and the
+    message is visible once close() returns.
+
+    A line that grows past what could ever be one message (``maxMessageSize``, or 4/3 of it
+    plus slack for ``produce.jsonl``) fails with EMSGSIZE as soon as it does, and the rest of
+    that line, up to its newline, is dropped too: memory stays bounded.
+
+    direct_io: writes reach us at the caller's size (up to 1 MiB), never go through the page
+    cache, and the file's size stays 0.
     """
 
     writable = True
+    direct_io = True
 
     def __init__(self, ctx: Context, topic: str, queue_id: int | None, jsonl: bool):
         self.ctx = ctx
@@ -518,6 +628,9 @@ class ProduceHandle(Handle):
         self.jsonl = jsonl
         self.buf = bytearray()
         self.lock = threading.Lock()
+        self.skipping = False  # dropping the rest of an over-long line
+        limit = ctx.store.config.max_message_size
+        self.max_line = limit * 4 // 3 + 64 * 1024 if jsonl else limit
 
     def _message(self, line: bytes) -> Message:
         if not self.jsonl:
@@ -568,20 +681,46 @@ class ProduceHandle(Handle):
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         with self.lock:
-            buf = self.buf
-            start = len(buf)
-            buf += data
-            cut = buf.rfind(b"\n", start)
-            if cut < 0:
-                return len(data)
-            lines = bytes(buf[:cut]).split(b"\n")
-            try:
-                self._put(lines)
-            except (FsError, OSError):
-                del buf[start:]  # this write stored nothing: forget its bytes
-                raise
-            del buf[:cut + 1]
+            if self.skipping:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
+                self.skipping = False
+                return nl + 1 + self._write(data[nl + 1:])
+            return self._write(data)
+
+    def _write(self, data: bytes) -> int:
+        if not data:
+            return 0
+        buf = self.buf
+        start = len(buf)
+        buf += data
+        cut = buf.rfind(b"\n", start)
+        if cut < 0:
+            if len(buf) > self.max_line:
+                buf.clear()
+                self.skipping = True
+                raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
             return len(data)
+        if len(buf) - cut - 1 > self.max_line:
+            # the complete lines are fine, the new partial one is too long already
+            rest = len(buf) - cut - 1
+            del buf[cut + 1:]
+            self._write_complete(buf, start, cut)
+            self.skipping = True
+            return len(data) - rest
+        self._write_complete(buf, start, cut)
+        return len(data)
+
+    def _write_complete(self, buf: bytearray, start: int, cut: int) -> None:
+        """Store the lines of ``buf[:cut]``; on error forget ``buf[start:]`` and raise."""
+        lines = bytes(buf[:cut]).split(b"\n")
+        try:
+            self._put(lines)
+        except (FsError, OSError):
+            del buf[start:]  # this write stored nothing: forget its bytes
+            raise
+        del buf[:cut + 1]
 
     def flush(self) -> None:
         with self.lock:
@@ -610,7 +749,7 @@ class ProduceFile(Node):
 
     def stat(self):
         return Stat(WO_FILE if not self.ctx.read_only else stat.S_IFREG, 0,
-                    self.ctx.mount_time_ns, live=False)
+                    self.ctx.tree_mtime_ns())
 
     def open(self, flags):
         if flags & os.O_ACCMODE == os.O_RDONLY:
@@ -636,9 +775,9 @@ class GroupsDir(Dir):
         return self.ctx.store.group_names()
 
     def child(self, name):
-        try:
-            validate_group_name(name)
-        except E.InvalidNameError:
+        # Only existing groups: a lookup that answered for any valid name would make
+        # `mkdir groups/<new>` fail with EEXIST (the kernel looks the name up first).
+        if name not in self.ctx.store.group_names():
             return None
         return GroupDir(self.ctx, self.sub(name), name)
 
@@ -691,6 +830,10 @@ class ProgressFile(GeneratedFile):
         return R.render_json({"group": self.group, "queues": rows,
                               "diffTotal": sum(r["diff"] for r in rows)})
 
+    def mtime_ns(self):
+        return max(self.ctx.file_mtime_ns("consumerOffset.json"),
+                   _ms_to_ns(self.ctx.store.commitlog.last_store_timestamp))
+
 
 class GroupTopicDir(Dir):
     def __init__(self, ctx, path, group, topic):
@@ -728,6 +871,9 @@ class OffsetWriteHandle(Handle):
     def __init__(self, node: "OffsetFile"):
         self.node = node
         self.buf = bytearray()
+        parent = node.path.rsplit("/", 1)[0]
+        group_dir = parent.rsplit("/", 2)[0]
+        self.invalidates = (f"{parent}/pending.jsonl", f"{group_dir}/progress.json")
 
     def read(self, offset, length):
         return self.node.content()[offset:offset + length]
@@ -769,7 +915,7 @@ class OffsetFile(GeneratedFile):
 
     def stat(self):
         return Stat(RW_FILE if not self.ctx.read_only else RO_FILE, len(self.content()),
-                    self.ctx.mount_time_ns)
+                    self.ctx.file_mtime_ns("consumerOffset.json"))
 
     def commit(self, offset: int):
         if self.ctx.read_only:
@@ -803,21 +949,33 @@ class PendingFile(ViewFile):
     def view(self):
         return self.ctx.views.queue("messages", self.topic, self.queue_id, R.render_message)
 
+    def peek(self):
+        return self.ctx.views.peek("messages", self.topic, self.queue_id)
+
     def _start(self, v) -> int:
         committed = self.ctx.store.consumer_offsets.query(self.group, self.topic, self.queue_id)
         return v.byte_offset(max(committed, 0))
 
-    def stat(self):
-        v = self.view()
+    def _pending_stat(self, v) -> Stat:
         start = self._start(v)
-        return Stat(RO_FILE, v.log.size - start, _ms_to_ns(v.log.mtime_ms)
-                    or self.ctx.mount_time_ns)
+        # mtime moves with the newest message and with each commit (the start moves)
+        mtime = max(_ms_to_ns(v.log.mtime_ms), self.ctx.file_mtime_ns("consumerOffset.json"))
+        return Stat(RO_FILE, v.log.size - start, mtime)
+
+    def stat(self):
+        return self._pending_stat(self.view())
+
+    def stat_nowait(self):
+        return None
 
     def open(self, flags):
         _check_read_only_open(flags)
         v = self.view()
         h = ViewHandle(v.log, self._start(v))
+        # The same byte offset shows other lines after a commit moves the start, and the page
+        # cache is per inode, not per handle: never cache.
         h.keep_cache = False
+        h.direct_io = True
         return h
 
 
@@ -826,12 +984,18 @@ class PendingFile(ViewFile):
 
 
 class RawHandle(Handle):
-    def __init__(self, path: str, keep_cache: bool):
+    """An open store file; reads are ``pread`` of the real file (byte-identical)."""
+
+    def __init__(self, path: str, keep_cache: bool, direct_io: bool = False):
         self.fd = os.open(path, os.O_RDONLY)
         self.keep_cache = keep_cache
+        self.direct_io = direct_io
 
     def read(self, offset, length):
         return os.pread(self.fd, length, offset)
+
+    def read_nowait(self, offset, length):
+        return pread_nowait(self.fd, length, offset)
 
     def release(self):
         os.close(self.fd)
@@ -875,6 +1039,15 @@ class RawFile(Node):
         super().__init__(ctx, path)
         self.rel, self.real = rel, real
 
+    # Preallocated files: their size never changes, only their bytes (and mtime) do.
+    PREALLOCATED = ("commitlog", "consumequeue", "index")
+    # While being written, their attributes may be cached this long (seconds): a zero timeout
+    # would cost a GETATTR round trip per read() call (tar reads 10 KiB at a time).
+    LIVE_SEGMENT_TIMEOUT = 1.0
+
+    def preallocated(self) -> bool:
+        return self.rel.split(os.sep)[0] in self.PREALLOCATED
+
     def sealed(self) -> bool:
         """A CommitLog/ConsumeQueue file that will not be written again."""
         parts = self.rel.split(os.sep)
@@ -890,11 +1063,18 @@ class RawFile(Node):
             st = os.stat(self.real)
         except FileNotFoundError:
             raise FsError(errno.ENOENT) from None
-        return Stat(RO_FILE, st.st_size, st.st_mtime_ns, live=not self.sealed())
+        # st_blocks of the real file: preallocated segments are sparse, and `du`, `tar -S`
+        # and `cp --sparse` should see that.
+        sealed = self.sealed()
+        timeout = None if sealed or not self.preallocated() else self.LIVE_SEGMENT_TIMEOUT
+        return Stat(RO_FILE, st.st_size, st.st_mtime_ns, live=not sealed,
+                    blocks=st.st_blocks, attr_timeout=timeout)
 
     def open(self, flags):
         _check_read_only_open(flags)
         try:
-            return RawHandle(self.real, keep_cache=self.sealed())
+            # checkpoint and config/*.json are rewritten at any size: never page-cached
+            return RawHandle(self.real, keep_cache=self.sealed(),
+                             direct_io=not self.preallocated() and not self.sealed())
         except FileNotFoundError:
             raise FsError(errno.ENOENT) from None

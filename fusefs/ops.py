@@ -1,10 +1,20 @@
 """The pyfuse3 filesystem: kernel requests mapped onto :mod:`fusefs.nodes`.
 
 Inodes are stable across mounts: a 63-bit hash of the path, so ``rsync``, ``tar`` and
-``restic`` see unchanged files as unchanged. Every node method that may touch the disk or
-render runs in a worker thread (``trio.to_thread``), never on the trio loop. Files that grow are
-reported with a zero attribute timeout so ``tail -f`` and ``ls -l`` see new sizes at once;
-files that never change again (sealed segments, full ``view/`` parts) are cached for an hour.
+``restic`` see unchanged files as unchanged.
+
+Threads: every node method that may touch the disk or render runs in a worker thread
+(``trio.to_thread``), never on the trio loop, so one slow reader never stalls the mount. The two
+hot requests have a fast path that stays on the loop when it cannot block: ``read`` tries
+``preadv(RWF_NOWAIT)`` (data already in the page cache) and ``getattr`` of a decoded view uses
+the cached size when the view is caught up.
+
+Kernel caching: files that grow are reported with a zero attribute timeout so ``tail -f`` and
+``ls -l`` see new sizes at once (a size change also drops the file's cached pages); files that
+never change again (sealed segments, full ``view/`` parts) are cached for an hour. Generated
+files whose bytes change without a size change (``offset``, ``status.json``, ...) are read with
+``direct_io``; after a commit or a mkdir the affected inodes are invalidated explicitly
+(``invalidate_inode``) so no cached attribute survives.
 """
 
 from __future__ import annotations
@@ -13,7 +23,6 @@ import errno
 import hashlib
 import logging
 import os
-import stat as stat_mod
 import threading
 
 import pyfuse3
@@ -37,9 +46,22 @@ def path_inode(path: str) -> int:
     return (h & 0x7FFF_FFFF_FFFF_FFFF) | 0x100  # never 0 or 1
 
 
+_limiter: trio.CapacityLimiter | None = None
+
+
+def _threads() -> trio.CapacityLimiter:
+    """Worker threads for node methods: more than pyfuse3's 99 request tasks, so requests
+    waiting on a slow render can never use up the threads the others need (trio's default
+    limiter has 40)."""
+    global _limiter
+    if _limiter is None:
+        _limiter = trio.CapacityLimiter(128)
+    return _limiter
+
+
 async def _run(fn, *args):
     try:
-        return await trio.to_thread.run_sync(fn, *args)
+        return await trio.to_thread.run_sync(fn, *args, limiter=_threads())
     except FsError as exc:
         raise pyfuse3.FUSEError(exc.errno) from None
     except pyfuse3.FUSEError:
@@ -81,21 +103,26 @@ class RmqOperations(pyfuse3.Operations):
         self.lookups[ino] = self.lookups.get(ino, 0) + 1
         return ino
 
-    def _entry(self, node: Node, ino: int) -> pyfuse3.EntryAttributes:
-        st = node.stat()
+    def _entry(self, node: Node, ino: int, st=None) -> pyfuse3.EntryAttributes:
+        if st is None:
+            st = node.stat()
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
         a.st_mode = st.mode
-        a.st_nlink = 2 if stat_mod.S_ISDIR(st.mode) else 1
+        # 1 for directories: the "unknown" convention, so find(1) never assumes a leaf
+        a.st_nlink = 1
         a.st_size = st.size
         a.st_blksize = BLKSIZE
-        a.st_blocks = (st.size + 511) // 512
+        a.st_blocks = (st.size + 511) // 512 if st.blocks is None else st.blocks
         a.st_uid = os.getuid()
         a.st_gid = os.getgid()
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = st.mtime_ns
         a.generation = 0
         if node.is_dir:
             a.attr_timeout = a.entry_timeout = DIR_TIMEOUT
+        elif st.attr_timeout is not None:
+            a.attr_timeout = st.attr_timeout
+            a.entry_timeout = DIR_TIMEOUT
         elif st.live:
             a.attr_timeout = LIVE_TIMEOUT
             a.entry_timeout = DIR_TIMEOUT
@@ -134,6 +161,9 @@ class RmqOperations(pyfuse3.Operations):
 
     async def getattr(self, inode, ctx=None):
         node = self._node(inode)
+        st = node.stat_nowait()
+        if st is not None:
+            return self._entry(node, inode, st)
         return await _run(self._entry, node, inode)
 
     async def setattr(self, inode, attr, fields, fh, ctx):
@@ -143,7 +173,7 @@ class RmqOperations(pyfuse3.Operations):
         return await _run(self._entry, node, inode)
 
     async def statfs(self, ctx):
-        st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root)
+        st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root, limiter=_threads())
         s = pyfuse3.StatvfsData()
         for name in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files",
                      "f_ffree", "f_favail", "f_namemax"):
@@ -160,20 +190,27 @@ class RmqOperations(pyfuse3.Operations):
     async def readdir(self, fh, start_id, token):
         node = self._node(fh)
 
+        # Entries go out in inode order and next_id is the entry's inode, so a listing that
+        # continues after entries were added (a new topic, segment or queue) neither repeats
+        # nor skips any (passthroughfs.py does the same).
         def entries():
             out = []
-            for name in sorted(node.list()):
+            for name in node.list():
                 child = node.child(name)
                 if child is None:
                     continue
+                ino = path_inode(child.path)
+                if ino <= start_id:
+                    continue
                 try:
-                    out.append((name, child, self._entry(child, path_inode(child.path))))
+                    out.append((ino, name, child, self._entry(child, ino)))
                 except FsError:
                     continue
+            out.sort(key=lambda e: e[0])
             return out
         items = await _run(entries)
-        for i, (name, child, attr) in enumerate(items[start_id:], start=start_id + 1):
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i):
+        for ino, name, child, attr in items:
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
                 break
             self._remember(child, fh)
 
@@ -190,6 +227,7 @@ class RmqOperations(pyfuse3.Operations):
             self._remember(child, parent_inode)
             return attr
         attr = await _run(make)
+        self._invalidate(parent_inode)
         return attr
 
     async def rmdir(self, parent_inode, name, ctx):
@@ -205,11 +243,21 @@ class RmqOperations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
 
     # -- files ------------------------------------------------------------------------------
+    def _invalidate(self, inode: int, attr_only: bool = True) -> None:
+        """Drop the kernel's cached attributes (and pages) of an inode it knows."""
+        if inode not in self.nodes:
+            return
+        try:
+            pyfuse3.invalidate_inode(inode, attr_only)
+        except OSError as exc:  # ENOENT: the kernel forgot it already
+            log.debug("invalidate_inode(%d): %s", inode, exc)
+
     async def open(self, inode, flags, ctx):
         node = self._node(inode)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
         handle = await _run(node.open, flags)
+        handle.inode = inode
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1
@@ -224,13 +272,33 @@ class RmqOperations(pyfuse3.Operations):
         return h
 
     async def read(self, fh, off, size):
-        return await _run(self._handle(fh).read, off, size)
+        h = self._handle(fh)
+        data = h.read_nowait(off, size)
+        if data is not None:
+            return data
+        return await _run(h.read, off, size)
 
     async def write(self, fh, off, buf):
-        return await _run(self._handle(fh).write, buf)
+        h = self._handle(fh)
+        try:
+            return await _run(h.write, buf)
+        finally:
+            if h.invalidates:
+                await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
 
     async def flush(self, fh):
-        await _run(self._handle(fh).flush)
+        h = self._handle(fh)
+        try:
+            await _run(h.flush)
+        finally:
+            if h.invalidates:
+                await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
+
+    def _invalidate_after(self, h) -> None:
+        """After a commit through ``h``: its own inode, and siblings whose content moved."""
+        self._invalidate(h.inode, attr_only=False)
+        for path in h.invalidates:
+            self._invalidate(path_inode(path), attr_only=False)
 
     async def fsync(self, fh, datasync):
         await _run(self._handle(fh).fsync)

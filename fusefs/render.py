@@ -47,8 +47,8 @@ def message_fields(rec: MessageRecord) -> dict:
     }
 
 
-def render_message(rec: MessageRecord) -> bytes:
-    """A ``topics/`` line: body as text when UTF-8, else base64 with ``bodyEncoding``."""
+def render_message_json(rec: MessageRecord) -> bytes:
+    """Reference implementation of :func:`render_message` with ``json`` (same bytes, slower)."""
     d = message_fields(rec)
     body = rec.plain_body
     try:
@@ -57,6 +57,79 @@ def render_message(rec: MessageRecord) -> bytes:
         d["body"] = base64.b64encode(body).decode("ascii")
         d["bodyEncoding"] = "base64"
     return _dumps(d).encode("utf-8") + b"\n"
+
+
+# -- the fast path -----------------------------------------------------------------------------
+# Rendering is the cost of a first read of a decoded view, so the line is assembled from an
+# f-string: integers with str(), strings with json's own C string encoder (the exact escaping
+# json.dumps(ensure_ascii=False) uses), hosts and msgId prefixes from small caches. The test
+# suite checks it against render_message_json byte for byte.
+
+_str = json.encoder.encode_basestring  # c_encode_basestring when the C accelerator is there
+_hosts: dict = {}
+_id_prefixes: dict = {}
+
+
+def _host(host) -> str:
+    s = _hosts.get(host)
+    if s is None:
+        if len(_hosts) > 4096:
+            _hosts.clear()
+        s = _hosts[host] = _str(host_to_str(host))
+    return s
+
+
+def _id_prefix(host) -> str:
+    s = _id_prefixes.get(host)
+    if s is None:
+        if len(_id_prefixes) > 4096:
+            _id_prefixes.clear()
+        addr, port = host
+        s = _id_prefixes[host] = addr.hex().upper() + f"{port & 0xFFFFFFFF:08X}"
+    return s
+
+
+def render_message(rec: MessageRecord) -> bytes:
+    """A ``topics/`` line: body as text when UTF-8, else base64 with ``bodyEncoding``.
+
+    Same bytes as :func:`render_message_json` (``MessageExt`` field order, compact JSON,
+    non-ASCII kept as UTF-8), about three times faster.
+    """
+    props = rec.properties
+    tags = props.get("TAGS")
+    keys = props.get("KEYS")
+    if keys:
+        keys_json = "[" + ",".join(_str(k) for k in keys.split(" ") if k) + "]"
+    else:
+        keys_json = "[]"
+    if props:
+        props_json = "{" + ",".join([_str(k) + ":" + _str(v) for k, v in props.items()]) + "}"
+    else:
+        props_json = "{}"
+    body = rec.plain_body
+    try:
+        body_json = _str(body.decode("utf-8"))
+        enc = ""
+    except UnicodeDecodeError:
+        body_json = '"' + base64.b64encode(body).decode("ascii") + '"'
+        enc = ',"bodyEncoding":"base64"'
+    off = rec.commitlog_offset
+    born, store = rec.born_host, rec.store_host
+    born_s = _hosts.get(born) or _host(born)
+    store_s = _hosts.get(store) or _host(store)
+    prefix = _id_prefixes.get(store) or _id_prefix(store)
+    line = (f'{{"topic":{_str(rec.topic)},"queueId":{rec.queue_id},'
+            f'"queueOffset":{rec.queue_offset},"commitLogOffset":{off},'
+            f'"storeSize":{rec.store_size},'
+            f'"msgId":"{prefix}{off & 0xFFFFFFFFFFFFFFFF:016X}",'
+            f'"tags":{"null" if tags is None else _str(tags)},"keys":{keys_json},'
+            f'"bornTimestamp":{rec.born_timestamp},"bornHost":{born_s},'
+            f'"storeTimestamp":{rec.store_timestamp},"storeHost":{store_s},'
+            f'"sysFlag":{rec.sys_flag},"flag":{rec.flag},"bodyCRC":{rec.body_crc},'
+            f'"reconsumeTimes":{rec.reconsume_times},'
+            f'"preparedTransactionOffset":{rec.prepared_transaction_offset},'
+            f'"properties":{props_json},"body":{body_json}{enc}}}\n')
+    return line.encode("utf-8")
 
 
 def render_view_message(rec: MessageRecord) -> bytes:

@@ -7,8 +7,10 @@ an ``array('q')``. That gives exact ``st_size`` at any moment, O(1) reads (``pre
 cache) and byte offsets for any queue offset.
 
 A queue view renders its ConsumeQueue in order; a topic view merges the topic's queues by
-CommitLog offset, which is CommitLog order. Both catch up on demand (:meth:`sync`), from a
-consistent cut of the queues taken under the store's put lock.
+CommitLog offset, which is CommitLog order. Both catch up on demand (:meth:`sync`, in worker
+threads), from a consistent cut of the queues taken under the store's put lock;
+:meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
+FUSE layer may call on its trio loop.
 """
 
 from __future__ import annotations
@@ -17,15 +19,37 @@ import bisect
 import heapq
 import os
 import threading
+import time
 from array import array
 from typing import Callable
 
 from engine.consumequeue import BLANK_UNIT_SIZE
-from engine.message import MessageRecord
+from engine.message import MessageRecord, decode_record
 from engine.store import MessageStore
 
 Renderer = Callable[[MessageRecord], bytes]
 BATCH = 2048
+SPAN_MAX = 4 * 1024 * 1024  # read a batch's records with one pread when they lie this close
+
+# Tests only: seconds to sleep per rendered batch, to make a render observably slow.
+_RENDER_PAUSE = float(os.environ.get("RMQFS_TEST_RENDER_PAUSE", "0") or 0)
+
+
+def pread_nowait(fd: int, length: int, offset: int) -> bytes | None:
+    """``pread`` that never waits for the disk: the bytes when all of them are in the page
+    cache, None otherwise (``preadv`` with ``RWF_NOWAIT``, Linux 4.14+).
+
+    The FUSE layer calls it on the trio loop and falls back to a worker thread on None.
+    """
+    if length <= 0:
+        return b""
+    buf = bytearray(length)
+    try:
+        n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except (BlockingIOError, OSError, AttributeError):
+        return None
+    # A short read is either the end of the file or a page not cached: the thread decides.
+    return buf if n == length else None
 
 
 class RenderedLog:
@@ -83,6 +107,13 @@ class RenderedLog:
             return b""
         return os.pread(self.fd, min(length, stop - offset), offset)
 
+    def read_nowait(self, offset: int, length: int, end: int | None = None):
+        """Like :meth:`read` when the bytes are in the page cache, else None."""
+        stop = self.size if end is None else min(end, self.size)
+        if offset >= stop:
+            return b""
+        return pread_nowait(self.fd, min(length, stop - offset), offset)
+
     def close(self) -> None:
         """Close and delete the cache file."""
         os.close(self.fd)
@@ -92,16 +123,54 @@ class RenderedLog:
             pass
 
 
+def _records(store: MessageStore, units):
+    """Decode the records of ``(commitLogOffset, size)`` pairs, in order.
+
+    Records that lie close together in one segment (the common case: a queue's or a topic's
+    messages are mostly contiguous in the CommitLog) are read with one ``pread`` per span of up
+    to SPAN_MAX bytes instead of one per record.
+    """
+    cl = store.commitlog
+    files = cl.files
+    i, n = 0, len(units)
+    while i < n:
+        off, size = units[i]
+        seg = files.find(off)
+        if seg is None:
+            yield cl.read_message(off, size)
+            i += 1
+            continue
+        j, end = i + 1, off + size
+        while j < n:
+            o2, s2 = units[j]
+            if o2 < off or o2 + s2 > seg.end or o2 + s2 - off > SPAN_MAX:
+                break
+            end = max(end, o2 + s2)
+            j += 1
+        if j == i + 1:
+            yield cl.read_message(off, size)
+            i += 1
+            continue
+        buf = os.pread(seg.fd, end - off, off - seg.start)
+        for k in range(i, j):
+            o, s = units[k]
+            if o - off + s > len(buf):
+                yield cl.read_message(o, s)
+            else:
+                yield decode_record(buf, o - off, check_crc=False)
+        i = j
+
+
 def _render_units(store: MessageStore, units, render: Renderer):
     """Render ``(commitLogOffset, size)`` pairs; returns (lines, newest store ms)."""
-    cl = store.commitlog
     lines = []
     newest = 0
-    for off, size in units:
-        rec = cl.read_message(off, size)
+    for rec in _records(store, units):
         lines.append(render(rec))
         if rec.store_timestamp > newest:
             newest = rec.store_timestamp
+    if _RENDER_PAUSE:
+        time.sleep(_RENDER_PAUSE)
     return lines, newest
 
 
@@ -138,6 +207,12 @@ class QueueView:
                 self.log.append(lines, newest)
                 nxt += n
 
+    def up_to_date(self) -> bool:
+        """True when every stored message is rendered (no lock taken: safe on the trio loop)."""
+        cq = self.store.consume_queue(self.topic, self.queue_id)
+        return cq is None or (self.first_offset is not None
+                              and cq.max_offset == self.next_offset)
+
     @property
     def next_offset(self) -> int:
         """Queue offset of the first message not rendered yet."""
@@ -158,11 +233,20 @@ class TopicView:
         self.log = RenderedLog(cache_path)
         self.next: dict[int, int] = {}
 
+    def up_to_date(self) -> bool:
+        """True when every stored message is rendered (no lock taken: safe on the trio loop)."""
+        store = self.store
+        for (t, q), cq in list(store.consume_queues.items()):
+            if t == self.topic and cq.max_offset != self.next.get(q, cq.min_offset):
+                return False
+        return True
+
     def sync(self) -> None:
         """Render the messages stored since the last call, merged by CommitLog offset."""
         cut = self.store.queue_max_offsets(self.topic)
         with self.log.lock:
             streams = []
+            done = {}
             for qid, end in cut.items():
                 cq = self.store.consume_queue(self.topic, qid)
                 if cq is None:
@@ -171,7 +255,7 @@ class TopicView:
                 if start < end:
                     streams.append(((off, size) for _, off, size, _ in cq.iter_units(start, end)
                                     if size != BLANK_UNIT_SIZE))
-                    self.next[qid] = end
+                    done[qid] = end
             if not streams:
                 return
             batch = []
@@ -182,6 +266,8 @@ class TopicView:
                     batch = []
             if batch:
                 self.log.append(*_render_units(self.store, batch, self.render))
+            # only now: up_to_date() must not say yes while lines are still being rendered
+            self.next.update(done)
 
 
 class ViewCache:
@@ -205,6 +291,14 @@ class ViewCache:
                     v = factory(os.path.join(self.cache_dir, f"view-{self._n}"))
                     self._views[key] = v
         return v
+
+    def peek(self, *key):
+        """The view of ``key`` (``(kind, topic)`` or ``(kind, topic, queueId)``) when it exists
+        and is up to date, else None. Never blocks: the FUSE layer calls it on the trio loop."""
+        v = self._views.get(key)
+        if v is not None and v.up_to_date():
+            return v
+        return None
 
     def queue(self, kind: str, topic: str, queue_id: int, render: Renderer) -> QueueView:
         """The synced queue view of ``kind`` (a name for ``render``)."""

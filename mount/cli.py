@@ -70,24 +70,28 @@ def cmd_mount(args) -> int:
         print(msg, file=sys.stderr)
         return 1
     log.info("mounted %s on %s", args.store, args.mountpoint)
+    os.chdir("/")
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"ok")
         os.close(args.ready_fd)
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-    daemon.serve()
+    daemon.serve(args.log_file)
     return 0
 
 
 def _spawn_background(args) -> int:
     """Start the daemon as a new session and wait until it says the mount is ready."""
     r, w = os.pipe()
-    cmd = [sys.executable, "-m", "mount.cli", "mount", args.store, args.mountpoint,
-           "--ready-fd", str(w)]
+    # The daemon runs from "/" (it must not keep the caller's directory busy): absolute paths.
+    cmd = [sys.executable, "-m", "mount.cli", "mount", os.path.abspath(args.store),
+           os.path.abspath(args.mountpoint), "--ready-fd", str(w)]
     for flag, value in (("-o", args.options), ("--config", args.config),
                         ("--cache-dir", args.cache_dir), ("--log-file", args.log_file)):
         if value:
+            if flag != "-o":
+                value = os.path.abspath(value)
             cmd += [flag, value]
     if args.debug:
         cmd.append("--debug")
@@ -98,7 +102,7 @@ def _spawn_background(args) -> int:
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.Popen(cmd, pass_fds=(w,), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True, env=env)
+                            start_new_session=True, env=env, cwd="/")
     os.close(w)
     chunks = []
     while True:
@@ -130,8 +134,10 @@ def _mount_pid(mountpoint: str) -> int | None:
 
 def cmd_umount(args) -> int:
     """Unmount and wait for the daemon to close the store."""
+    from .daemon import is_mounted
+
     mnt = os.path.abspath(args.mountpoint)
-    if not os.path.ismount(mnt):
+    if not is_mounted(mnt):
         print(f"rmqfs: {mnt} is not mounted", file=sys.stderr)
         return 1
     pid = _mount_pid(mnt)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
+import re
 import shutil
 import signal
+import sys
 import tempfile
 
 import pyfuse3
@@ -26,12 +28,39 @@ from fusefs.views import ViewCache
 log = logging.getLogger("rmqfs")
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 class MountError(Exception):
     """The mount could not be set up; the message says why."""
 
 
+def is_mounted(path: str) -> bool:
+    """True when ``path`` is a mount point, a dead FUSE mount included ("Transport endpoint
+    is not connected"), which ``os.path.ismount`` cannot stat."""
+    path = os.path.realpath(path)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
+                            line.split(" ")[4])
+                if mp == path:
+                    return True
+    except OSError:
+        pass
+    return os.path.ismount(path)
+
+
 def check_mountpoint(mountpoint: str) -> None:
     """Raise MountError unless ``mountpoint`` is an empty directory that is not a mount."""
+    if is_mounted(mountpoint):
+        try:
+            os.listdir(mountpoint)  # not stat: the kernel may answer that from its cache
+        except OSError as exc:  # ENOTCONN/ECONNABORTED: the daemon of that mount is gone
+            raise MountError(f"mount point {mountpoint} is a dead mount ({exc.strerror}); "
+                             f"clean it with: rmqfs umount -z {mountpoint}") from exc
+        raise MountError(f"mount point {mountpoint} is already a mount point (busy); "
+                         f"rmqfs umount {mountpoint} first")
     if not os.path.exists(mountpoint):
         raise MountError(f"mount point {mountpoint} does not exist")
     if not os.path.isdir(mountpoint):
@@ -79,7 +108,12 @@ class Daemon:
         self._own_cache = False
 
     def setup(self) -> None:
-        """Check everything, open the store and mount. Raises MountError or StoreError."""
+        """Check everything, open the store and mount. Raises MountError or StoreError.
+
+        SIGINT and SIGTERM stay blocked from here until the FUSE loop runs (s3ql#202): a
+        signal in between is delivered then, and unmounts cleanly.
+        """
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         check_fuse()
         check_mountpoint(self.mountpoint)
         if self.read_only and not os.path.isdir(self.store_path):
@@ -102,17 +136,27 @@ class Daemon:
             raise MountError(f"cannot mount {self.mountpoint}: {exc} (options: "
                              f"{','.join(sorted(self.options)) or 'none'})") from exc
 
-    def serve(self) -> None:
-        """Serve requests until unmounted or signalled, then unmount and close the store."""
-        faulthandler.enable()
+    def serve(self, log_file: str | None = None) -> None:
+        """Serve requests until unmounted or signalled, then unmount and close the store.
+
+        Fatal errors and ``kill -USR1 PID`` (every thread's stack) go to ``log_file`` when
+        given, else to stderr.
+        """
+        out = open(log_file, "a") if log_file else sys.stderr  # noqa: SIM115 - kept open
+        faulthandler.enable(file=out)
+        faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
 
         def on_signal(signum, frame):
-            log.info("signal %d: unmounting", signum)
+            log.info("%s: unmounting", signal.Signals(signum).name)
             pyfuse3.terminate()
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
+
+        async def main():
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            await pyfuse3.main()
         try:
-            trio.run(pyfuse3.main)
+            trio.run(main)
         except BaseException:
             log.exception("the FUSE main loop failed")
             raise
@@ -124,11 +168,20 @@ class Daemon:
                 log.info("unmounted %s; store closed", self.mountpoint)
 
     def _close_store(self) -> None:
-        if self.views is not None:
-            self.views.close()
-            self.views = None
-        if self.store is not None:
-            self.store.close()
-            self.store = None
-        if self._own_cache and self.cache_dir:
-            shutil.rmtree(self.cache_dir, ignore_errors=True)
+        """Close the store (checkpoint, no ``abort``); the view cache goes whatever happens."""
+        try:
+            if self.store is not None:
+                store, self.store = self.store, None
+                try:
+                    store.close()
+                except Exception:
+                    # e.g. ENOSPC writing the checkpoint: `abort` stays, and the next open
+                    # recovers the store as after a crash.
+                    log.exception("closing the store failed; the next mount will recover it")
+                    raise
+        finally:
+            if self.views is not None:
+                self.views.close()
+                self.views = None
+            if self._own_cache and self.cache_dir:
+                shutil.rmtree(self.cache_dir, ignore_errors=True)

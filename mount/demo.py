@@ -73,6 +73,7 @@ def main(argv=None) -> int:
         with open(mnt / "topics" / first / "messages.jsonl", encoding="utf-8") as fh:
             for _, line in zip(range(2), fh):
                 print(line.rstrip()[:400])
+        (mnt / "groups" / "demo").mkdir(exist_ok=True)  # mkdir creates a consumer group
         off = mnt / "groups" / "demo" / first / "0" / "offset"
         off.write_text("1\n")
         print(f"\n$ echo 1 > {off} && cat {off}\n{off.read_text().strip()}")

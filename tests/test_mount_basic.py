@@ -113,6 +113,7 @@ def test_offset_commit_survives_remount(mount_store):
     os.mkdir(m.mnt / "topics" / "T")
     with open(m.mnt / "topics" / "T" / "0" / "produce", "w") as f:
         f.write("".join(f"m{i}\n" for i in range(200)))
+    os.mkdir(m.mnt / "groups" / "demo")
     off = m.mnt / "groups" / "demo" / "T" / "0" / "offset"
     subprocess.run(f"echo 100 > '{off}'", shell=True, check=True)
     assert off.read_text() == "100\n"

@@ -1,0 +1,184 @@
+"""``rmqfs mount`` / ``rmqfs umount``: readiness, clear failures, signals, no dead mounts, and
+a cleanly closed store (no ``abort`` file) after every orderly exit."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, fuse, run_rmqfs
+
+pytestmark = [fuse, pytest.mark.fuse]
+
+
+def mounted(path: Path) -> bool:
+    real = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == real for line in f)
+
+
+def wait_until(pred, timeout=20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie child of this test counts as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def fail(*args, env=None) -> str:
+    """Run rmqfs expecting exit status 1; return its stderr."""
+    res = subprocess.run([sys.executable, "-m", "mount.cli", *map(str, args)],
+                         capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env=env or dict(os.environ, PYTHONPATH=str(REPO)))
+    assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
+    return res.stderr
+
+
+def test_mount_refuses_bad_mount_points_locked_stores_and_missing_fuse(mount_store, tmp_path):
+    store = tmp_path / "store"
+    err = fail("mount", store, tmp_path / "missing")
+    assert "does not exist" in err
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "file").write_text("x")
+    assert "not empty" in fail("mount", store, full)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert "not a directory" in fail("mount", store, afile)
+    m = mount_store(store)
+    assert "already a mount point" in fail("mount", tmp_path / "other", m.mnt)
+    # a second mount of the same store: the lock names the daemon holding it
+    (tmp_path / "mnt2").mkdir()
+    err = fail("mount", store, tmp_path / "mnt2")
+    assert "locked" in err and str(m.pid) in err
+    assert not mounted(tmp_path / "mnt2")
+    # no fusermount3 on PATH: FUSE unavailable
+    env = dict(os.environ, PYTHONPATH=str(REPO), PATH=os.path.dirname(sys.executable))
+    err = fail("mount", tmp_path / "s3", tmp_path / "mnt2", env=env)
+    assert "FUSE is not available" in err
+    # an unknown FUSE option
+    err = fail("mount", tmp_path / "s4", tmp_path / "mnt2", "-o", "no_such_option")
+    assert "cannot mount" in err and not mounted(tmp_path / "mnt2")
+    assert "not mounted" in fail("umount", tmp_path / "mnt2")
+
+
+def test_background_mount_umount_and_sigterm_close_the_store(mount_store, tmp_path):
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_text("one\n")
+    pid = m.pid
+    assert (m.store / "abort").exists()  # open: a crash now would be detected
+    m.umount()
+    assert not mounted(m.mnt) and not pid_alive(pid)
+    assert not (m.store / "abort").exists()
+    # SIGTERM
+    m.mount()
+    pid = m.pid
+    os.kill(pid, signal.SIGTERM)
+    assert wait_until(lambda: not mounted(m.mnt) and not pid_alive(pid))
+    assert not (m.store / "abort").exists()
+    assert os.listdir(m.mnt) == []
+    # options reach the kernel
+    m2 = mount_store(m.store, "allow_other", "default_permissions", name="mnt-opts")
+    line = [x for x in Path("/proc/self/mountinfo").read_text().splitlines()
+            if x.split()[4] == str(m2.mnt)][0]
+    assert "allow_other" in line and "default_permissions" in line
+    assert (m2.mnt / "topics" / "T" / "bodies.txt").read_text() == "one\n"
+    m2.umount()
+    log = m2.log.read_text()
+    assert "mounted" in log and "store closed" in log and "DEBUG" in log
+
+
+def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    store = tmp_path / "store"
+    proc = subprocess.Popen([sys.executable, "-m", "mount.cli", "mount", str(store), str(mnt),
+                             "-f"], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: mounted(mnt) and (mnt / "status.json").exists())
+        os.mkdir(mnt / "topics" / "T")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+    assert not mounted(mnt)
+    assert not (store / "abort").exists()
+    assert "SIGINT" in proc.stderr.read()
+
+
+def test_kill_9_leaves_no_dead_mount(mount_store):
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    pid = m.pid
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not mounted(m.mnt))  # auto_unmount
+    assert os.listdir(m.mnt) == []
+    # the store knows it crashed (abort left behind) and recovers on the next mount
+    assert (m.store / "abort").exists()
+    m.mount()
+    assert "T" in os.listdir(m.mnt / "topics")
+    m.umount()
+    assert not (m.store / "abort").exists()
+
+
+def test_status_json(mount_store):
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_text("a\nb\nc\n")
+    st = json.loads((m.mnt / "status.json").read_text())
+    assert st["pid"] == m.pid and st["messages"] == 3 and st["topics"] == 1
+    assert st["commitLogMaxOffset"] > st["commitLogMinOffset"] == 0
+    assert st["dispatchBehindBytes"] == 0
+    assert st["dispatchedOffset"] == st["commitLogMaxOffset"]
+    assert st["flushBehindBytes"] == st["commitLogMaxOffset"] - st["commitLogFlushedOffset"]
+    fd = os.open(m.mnt / "topics" / "T" / "produce", os.O_WRONLY)
+    os.fsync(fd)  # returns once the messages are on disk
+    os.close(fd)
+    st = json.loads((m.mnt / "status.json").read_text())
+    assert st["flushBehindBytes"] == 0
+    assert st["commitLogFlushedOffset"] == st["commitLogMaxOffset"]
+    assert st["checkpoint"]["physicMsgTimestamp"] == st["lastStoreTimestamp"]
+
+
+def test_a_dead_mount_is_named_and_cleaned(mount_store, tmp_path):
+    m = mount_store()
+    pid = m.pid
+    # kill the auto_unmount helper first, then the daemon: a dead mount stays behind
+    helpers = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    for h in helpers:
+        os.kill(h, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not pid_alive(pid))
+    with pytest.raises(OSError) as info:
+        os.listdir(m.mnt)
+    assert info.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)  # the daemon is gone
+    assert mounted(m.mnt)
+    err = fail("mount", m.store, m.mnt)
+    assert "dead mount" in err and "rmqfs umount -z" in err
+    run_rmqfs("umount", "-z", m.mnt)
+    assert not mounted(m.mnt)
+    m.mount()  # and the store recovers
+    assert os.listdir(m.mnt / "topics") == []

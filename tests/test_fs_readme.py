@@ -1,0 +1,51 @@
+"""Every shell example of the README's filesystem sections works when pasted into bash, as a new
+user would, from a checkout next to ``shared/`` with ``.venv`` activated."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, SHARED, fuse
+
+pytestmark = [fuse, pytest.mark.fuse]
+
+
+def readme_blocks(section: str) -> list[str]:
+    text = (REPO / "README.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```\n(.*?)```", body, re.S)
+
+
+@pytest.mark.parametrize("sections", [["By hand", "Backup and restore"]])
+def test_readme_examples_work_when_pasted(tmp_path, sections):
+    work = tmp_path / "checkout"
+    (work / ".venv" / "bin").mkdir(parents=True)
+    os.symlink(SHARED, tmp_path / "shared")
+    # `. .venv/bin/activate` puts an `rmqfs` running this checkout's code on PATH
+    rmqfs = work / ".venv" / "bin" / "rmqfs"
+    rmqfs.write_text(f"#!/bin/sh\nPYTHONPATH='{REPO}' exec '{sys.executable}' -m mount.cli "
+                     '"$@"\n')
+    rmqfs.chmod(0o755)
+    (work / ".venv" / "bin" / "activate").write_text(f'PATH="{rmqfs.parent}:$PATH"\n')
+    scripts = [b for s in sections for b in readme_blocks(s) if "rmqfs mount" in b]
+    assert len(scripts) == len(sections)
+    try:
+        for script in scripts:
+            res = subprocess.run(["bash", "-e", "-c", script], cwd=work, capture_output=True,
+                                 text=True, timeout=300)
+            assert res.returncode == 0, f"{script}\n--- stdout\n{res.stdout}\n--- stderr\n" \
+                                        f"{res.stderr}"
+            out = res.stdout
+            if "mkdir ./mnt/topics/HDFS" in script:
+                assert out.count('"topic":"HDFS"') >= 5 and "\n500\n" in out
+                assert '"tags":"TagA","keys":["order-1"]' in out
+                assert '"queueOffset":7' in out and "\n100\n" in out
+                assert '"consumerOffset": 100' in out and "00000000000000000000" in out
+            else:
+                assert out.split() == ["HDFS"]
+                assert (work / "restored" / "commitlog").is_dir()
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", str(work / "mnt")], capture_output=True)
