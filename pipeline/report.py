@@ -93,6 +93,12 @@ def build_session(
     _require_pyspark()
     master = master or "local[*]"
     local = master.startswith("local")
+    # Python workers must import this project (the rocketmq data source, UDFs) from the same
+    # tree as the driver: put it first on their path (local mode; on a cluster, install it).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in paths if p])
     if local:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         # Silences "Your hostname ... resolves to a loopback address" at JVM start.
