@@ -94,7 +94,36 @@ def register(spark) -> None:
     without which Spark refuses a Python reader that implements ``pushFilters``.
     """
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    _ship_code(spark)
     spark.dataSource.register(RocketMQDataSource)
+
+
+def _ship_code(spark) -> None:
+    """Make ``pipeline`` and ``engine`` importable in every Python worker.
+
+    Spark's Python planner workers (``create_data_source``, ``plan_data_source_read``) do not
+    get the driver's ``PYTHONPATH``, and executors of a cluster may not have rmqfs installed;
+    a zip of the two packages added with ``addPyFile`` reaches both. Done once per session.
+    """
+    import io
+    import tempfile
+    import zipfile
+    sc = spark.sparkContext
+    if getattr(sc, "_rmqfs_shipped", False):
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for pkg in ("pipeline", "engine", "fusefs"):
+            for name in sorted(os.listdir(os.path.join(root, pkg))):
+                if name.endswith(".py"):
+                    z.write(os.path.join(root, pkg, name), f"{pkg}/{name}")
+    tmp = tempfile.mkdtemp(prefix="rmqfs-pyfiles-")
+    path = os.path.join(tmp, "rmqfs_code.zip")
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    sc.addPyFile(path)
+    sc._rmqfs_shipped = True
 
 
 def _store(path: str) -> StoreFiles:
@@ -430,7 +459,7 @@ class RocketMQStreamReader(DataSourceStreamReader):
                 if cur is None or cur < off:
                     latest[t][q] = off
         if isinstance(limit, ReadMaxRows):
-            latest = _rate_limit(start, latest, limit.maxRows, self.plan)
+            latest = _rate_limit(start, latest, limit.max_rows, self.plan)
         return latest
 
     def reportLatestOffset(self):

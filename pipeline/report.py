@@ -337,7 +337,13 @@ def write_charts(tables: dict, out_dir: str) -> list[str]:
     ax.set_xlabel("minute (UTC)")
     ax.set_ylabel("messages")
     if len(pm):
+        import matplotlib.dates as mdates
         ax.legend(fontsize="small", loc="best")
+        lo, hi = pm["minute"].min(), pm["minute"].max()
+        pad = max((hi - lo) * 0.05, _dt.timedelta(minutes=2))
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.set_ylim(bottom=0)
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
         fig.autofmt_xdate()
     else:
         ax.text(0.5, 0.5, "no messages", ha="center", va="center", transform=ax.transAxes)
