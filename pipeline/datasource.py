@@ -63,7 +63,7 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
@@ -171,7 +171,6 @@ class _Options:
     f_lo: int = 0
     f_hi: int | None = None
     f_tags: set | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def _bool(value: str, name: str) -> bool:

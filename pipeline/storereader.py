@@ -36,8 +36,8 @@ import numpy as np
 from engine.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE
 from engine.errors import CorruptRecordError
 from engine.javahash import tags_code
-from engine.message import (FIXED_V4, INT32, INT64, MAGIC_V1, MAGIC_V2, PROPERTY_KEYS, PROPERTY_TAGS,
-                            decode_record, decompress_body, host_to_str)
+from engine.message import (FIXED_V4, INT32, INT64, MAGIC_V1, MAGIC_V2, decode_record,
+                            decompress_body, host_to_str)
 
 __all__ = ["StoreFiles", "UNIT_DTYPE", "SCHEDULE_TOPIC", "arrow_schema", "records_to_batch"]
 
@@ -287,7 +287,7 @@ class StoreFiles:
     # -- reading -----------------------------------------------------------------------------
     def read_batches(self, topic: str, queue_id: int, start: int, end: int,
                      tags: Iterable[str] | None = None, batch_rows: int = 8192
-                     ) -> Iterator["pa.RecordBatch"]:
+                     ) -> Iterator:
         """Decode queue offsets ``[start, end)`` of one queue into Arrow record batches.
 
         ``tags``: keep only messages whose TAGS equal one of these; units are first selected by
