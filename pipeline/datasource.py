@@ -43,6 +43,9 @@ Options (strings, names case-insensitive), modelled on Spark's Kafka source:
 ``maxOffsetsPerTrigger``
     Streaming: at most this many messages per micro-batch, shared across queues in proportion
     to their backlog.
+``.schema("topic STRING, queue INT, queueOffset BIGINT, body BINARY")``
+    A narrower schema (a subset of the columns, same names and types) decodes only those
+    columns: the Python Data Source API has no column pruning, this is the way to ask for it.
 ``maxRecordsPerPartition``
     Queue offsets per Spark partition (default 100000): a queue's range is cut at multiples of
     it, as ``view/`` cuts its parts.
@@ -145,6 +148,7 @@ class QueueRange(InputPartition):
     end: int
     tags: tuple | None = None
     fail_on_data_loss: bool = True
+    columns: tuple | None = None
 
     def __post_init__(self):
         super().__init__((self.topic, self.queue_id, self.start, self.end))
@@ -165,6 +169,7 @@ class _Options:
     fail_on_data_loss: bool = True
     max_per_trigger: int | None = None
     per_partition: int = DEFAULT_RECORDS_PER_PARTITION
+    columns: tuple | None = None  # a narrower user schema: only these columns are decoded
     # pushed-down filters
     f_topics: set | None = None
     f_queues: set | None = None
@@ -334,7 +339,8 @@ class _Planner:
             a = start
             while a < end:
                 b = min(end, (a // step + 1) * step)
-                out.append(QueueRange(o.path, topic, q, a, b, tags, o.fail_on_data_loss))
+                out.append(QueueRange(o.path, topic, q, a, b, tags, o.fail_on_data_loss,
+                                      o.columns))
                 a = b
         return out
 
@@ -352,7 +358,7 @@ def read_range(p: QueueRange) -> Iterator:
         if p.fail_on_data_loss:
             raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
         start = lo
-    yield from s.read_batches(p.topic, p.queue_id, start, p.end, p.tags)
+    yield from s.read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=p.columns)
 
 
 class RocketMQReader(DataSourceReader):
@@ -523,7 +529,29 @@ class RocketMQDataSource(DataSource):
         return DATASOURCE_DDL
 
     def reader(self, schema):
-        return RocketMQReader(parse_options(self.options))
+        opts = parse_options(self.options)
+        opts.columns = _columns(schema)
+        return RocketMQReader(opts)
 
     def streamReader(self, schema):
-        return RocketMQStreamReader(parse_options(self.options))
+        opts = parse_options(self.options)
+        opts.columns = _columns(schema)
+        return RocketMQStreamReader(opts)
+
+
+def _columns(schema) -> tuple | None:
+    """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
+    checked against ``DATASOURCE_DDL``; None for the full schema. Only these are decoded."""
+    from pipeline.schema import split_ddl
+    types = {n: t.lower().replace(" ", "") for n, t in split_ddl(DATASOURCE_DDL)}
+    names = list(types)
+    if schema is None or [f.name for f in schema.fields] == names:
+        return None
+    for f in schema.fields:
+        if f.name not in types:
+            raise ValueError(f"rocketmq: no column {f.name!r}; the columns are "
+                             f"{', '.join(names)}")
+        if f.dataType.simpleString().replace(" ", "") != types[f.name]:
+            raise ValueError(f"rocketmq: column {f.name} is {types[f.name]}, "
+                             f"not {f.dataType.simpleString()}")
+    return tuple(f.name for f in schema.fields)

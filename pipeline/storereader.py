@@ -286,13 +286,14 @@ class StoreFiles:
 
     # -- reading -----------------------------------------------------------------------------
     def read_batches(self, topic: str, queue_id: int, start: int, end: int,
-                     tags: Iterable[str] | None = None, batch_rows: int = 8192
-                     ) -> Iterator:
+                     tags: Iterable[str] | None = None, batch_rows: int = 8192,
+                     columns: tuple | None = None) -> Iterator:
         """Decode queue offsets ``[start, end)`` of one queue into Arrow record batches.
 
         ``tags``: keep only messages whose TAGS equal one of these; units are first selected by
         their ConsumeQueue tagsCode (Java hash of the tag), then the decoded tag is compared,
-        so hash collisions are removed. Batches have the schema :func:`arrow_schema`.
+        so hash collisions are removed. Batches have the schema :func:`arrow_schema`, or only
+        ``columns`` of it, in that order.
 
         Raises CorruptRecordError when a unit points at bytes that are not its record.
         """
@@ -317,7 +318,8 @@ class StoreFiles:
             if not keep.all():
                 units, qoffs = units[keep], qoffs[keep]
             if len(units):
-                batch = records_to_batch(self.commitlog, topic, queue_id, units, qoffs, wanted)
+                batch = records_to_batch(self.commitlog, topic, queue_id, units, qoffs, wanted,
+                                         columns)
                 if batch.num_rows:
                     yield batch
             pos += n
@@ -407,17 +409,22 @@ def _slow_row(buf, qoff: int, topic: str, queue_id: int):
 
 
 def records_to_batch(commitlog: _Segments, topic: str, queue_id: int, units: np.ndarray,
-                     queue_offsets: np.ndarray, wanted_tags: set | None = None):
+                     queue_offsets: np.ndarray, wanted_tags: set | None = None,
+                     columns: tuple | None = None):
     """Decode the records the ``units`` point at into one Arrow RecordBatch (:func:`arrow_schema`).
 
     ``queue_offsets[i]`` is the queue offset of ``units[i]``; ``wanted_tags`` keeps only rows
-    whose TAGS is one of them. Runs of units in one CommitLog file whose records are all the
+    whose TAGS is one of them; ``columns`` (names of :func:`arrow_schema`) builds only those
+    columns, in that order (None: all). Runs of units in one CommitLog file whose records are all the
     common kind (V1 magic, IPv4 hosts, uncompressed) are decoded column-wise with numpy and
     pyarrow (:func:`_fast_batch`); anything else goes record by record (:func:`_rows_batch`).
     Both give identical rows. Raises CorruptRecordError for a unit whose bytes are not a
     record of this queue.
     """
     import pyarrow as pa
+    build = columns
+    if columns is not None and wanted_tags is not None and "tags" not in columns:
+        build = (*columns, "tags")
     offs = units["off"].astype(np.int64)
     fs = commitlog.file_size
     batches = []
@@ -431,18 +438,23 @@ def records_to_batch(commitlog: _Segments, topic: str, queue_id: int, units: np.
             if loc is not None:
                 batch = _fast_batch(loc[0], int(offs[a]) - loc[1], offs[a:b],
                                     units["size"][a:b].astype(np.int64), queue_offsets[a:b],
-                                    topic, queue_id)
+                                    topic, queue_id, build)
             if batch is None:
                 batch = _rows_batch(commitlog, topic, queue_id, units[a:b], queue_offsets[a:b])
+                if build is not None:
+                    batch = batch.select(list(build))
             batches.append(batch)
     else:
-        batches.append(_rows_batch(commitlog, topic, queue_id, units, queue_offsets))
+        batch = _rows_batch(commitlog, topic, queue_id, units, queue_offsets)
+        batches.append(batch if build is None else batch.select(list(build)))
     batch = batches[0] if len(batches) == 1 else pa.RecordBatch.from_struct_array(
         pa.concat_arrays([b.to_struct_array() for b in batches]))
     if wanted_tags is not None and batch.num_rows:
         import pyarrow.compute as pc
         batch = batch.filter(pc.fill_null(pc.is_in(batch.column("tags"),
                                                    pa.array(sorted(wanted_tags))), False))
+    if build is not columns:
+        batch = batch.select(list(columns))
     return batch
 
 
@@ -471,11 +483,10 @@ def _gather(mv: memoryview, starts: np.ndarray, lengths: np.ndarray) -> tuple:
 
 
 def _fast_batch(m, seg_start: int, offs: np.ndarray, sizes: np.ndarray, qoffs: np.ndarray,
-                topic: str, queue_id: int):
+                topic: str, queue_id: int, columns: tuple | None = None):
     """Column-wise decode of records in one mapped CommitLog file; None when any record is
     not the common kind (the caller then decodes record by record)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     n = len(offs)
     buf = np.frombuffer(m, dtype=np.uint8)
     pos = offs - seg_start
@@ -500,13 +511,66 @@ def _fast_batch(m, seg_start: int, offs: np.ndarray, sizes: np.ndarray, qoffs: n
     plen = (buf[pp].astype(np.int64) << 8) | buf[pp + 1]
     if not np.all(pp + 2 + plen == pos + sizes):
         return None
-    # properties: "k\x01v\x02..." -> map, tags, keys
-    poff, pdata = _gather(mv, pp + 2, plen)
+    names = arrow_schema().names if columns is None else columns
+    need = set(names)
+    cols: dict = {}
+    if need & {"properties", "tags", "keys"}:
+        cols.update(_properties_columns(mv, pp + 2, plen, n))
+        if not cols:
+            return None
+
+    def col(name, dtype):
+        return pa.array(hdr[name].astype(dtype))
+
+    def msg_id():
+        # hex of store ip, port and the CommitLog offset (16 bytes -> 32 hex digits)
+        raw = np.empty((n, 2), dtype=">u8")
+        raw[:, 0] = hdr["shost"]
+        raw[:, 1] = hdr["phys"].astype(np.uint64)
+        hexed = raw.tobytes().hex().upper().encode("ascii")
+        return pa.StringArray.from_buffers(
+            n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)), pa.py_buffer(hexed))
+
+    def body():
+        boff, bdata = _gather(mv, body_start, blen)
+        return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(boff),
+                                                             pa.py_buffer(bdata)])
+
+    make = {
+        "queueId": lambda: pa.array(np.full(n, queue_id, dtype=np.int32)),
+        "queueOffset": lambda: pa.array(qoffs.astype(np.int64)),
+        "commitLogOffset": lambda: col("phys", np.int64),
+        "storeSize": lambda: col("total", np.int32),
+        "msgId": msg_id,
+        "bornTimestamp": lambda: col("born", np.int64),
+        "bornHost": lambda: _hosts(hdr["bhost"]),
+        "storeTimestamp": lambda: col("store", np.int64),
+        "storeHost": lambda: _hosts(hdr["shost"]),
+        "sysFlag": lambda: col("sys", np.int32),
+        "flag": lambda: col("flag", np.int32),
+        "bodyCRC": lambda: col("crc", np.int32),
+        "reconsumeTimes": lambda: col("recon", np.int32),
+        "preparedTransactionOffset": lambda: col("prep", np.int64),
+        "body": body,
+        "topic": lambda: pa.array([topic] * n, pa.string()),
+        "queue": lambda: pa.array(np.full(n, queue_id, dtype=np.int32)),
+    }
+    arrays = [cols[name] if name in cols else make[name]() for name in names]
+    schema = arrow_schema()
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([schema.field(x) for x in names]))
+
+
+def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray, n: int) -> dict:
+    """``{"properties", "tags", "keys"}`` arrays from the properties areas (``k\\x01v\\x02``
+    pairs, ``MessageDecoder.string2messageProperties``); {} when they are not UTF-8."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    poff, pdata = _gather(mv, starts, lengths)
     props = pa.StringArray.from_buffers(n, pa.py_buffer(poff), pa.py_buffer(pdata))
     try:
         props.validate(full=True)
-    except pa.ArrowInvalid:  # not UTF-8: the slow path decodes with errors="replace"
-        return None
+    except pa.ArrowInvalid:  # not UTF-8: the per-record path decodes with errors="replace"
+        return {}
     items = pc.split_pattern(props, "\x02")
     flat = items.flatten()
     counts = np.diff(items.offsets.to_numpy())
@@ -531,38 +595,14 @@ def _fast_batch(m, seg_start: int, offs: np.ndarray, sizes: np.ndarray, qoffs: n
         return v.take(pa.array(idx, mask=idx < 0))
 
     tags = lookup("TAGS")
-    keys_text = pc.fill_null(lookup("KEYS"), "")
-    parts = pc.split_pattern(keys_text, " ")
+    parts = pc.split_pattern(pc.fill_null(lookup("KEYS"), ""), " ")
     kflat = parts.flatten()
     krow = np.repeat(np.arange(n), np.diff(parts.offsets.to_numpy()))
     nonempty = pc.not_equal(kflat, "").to_numpy(zero_copy_only=False)
     koff = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(krow[nonempty], minlength=n), out=koff[1:])
     keys = pa.ListArray.from_arrays(pa.array(koff), kflat.filter(pa.array(nonempty)))
-    # msgId: hex of store ip, port and the CommitLog offset (16 bytes -> 32 hex digits)
-    raw = np.empty((n, 2), dtype=">u8")
-    raw[:, 0] = hdr["shost"]
-    raw[:, 1] = hdr["phys"].astype(np.uint64)
-    hexed = raw.tobytes().hex().upper().encode("ascii")
-    msg_id = pa.StringArray.from_buffers(
-        n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)), pa.py_buffer(hexed))
-    boff, bdata = _gather(mv, body_start, blen)
-    body = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(boff),
-                                                         pa.py_buffer(bdata)])
-
-    def col(name, dtype):
-        return pa.array(hdr[name].astype(dtype))
-
-    arrays = [
-        pa.array(np.full(n, queue_id, dtype=np.int32)), pa.array(qoffs.astype(np.int64)),
-        col("phys", np.int64), col("total", np.int32), msg_id, tags, keys, col("born", np.int64),
-        _hosts(hdr["bhost"]), col("store", np.int64), _hosts(hdr["shost"]), col("sys", np.int32),
-        col("flag", np.int32), col("crc", np.int32), col("recon", np.int32),
-        col("prep", np.int64), properties, body,
-        pa.array([topic] * n, pa.string()),
-        pa.array(np.full(n, queue_id, dtype=np.int32)),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema())
+    return {"properties": properties, "tags": tags, "keys": keys}
 
 
 def _rows_batch(commitlog: _Segments, topic: str, queue_id: int, units: np.ndarray,

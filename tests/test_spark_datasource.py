@@ -44,9 +44,9 @@ def test_tag_filters_are_pushed_down_to_the_consumequeue_tagscode(tmp_path, monk
     decoded = []
     real = storereader.records_to_batch
 
-    def counting(cl, topic, q, units, qoffs, wanted=None):
+    def counting(cl, topic, q, units, qoffs, wanted=None, columns=None):
         decoded.extend((topic, q, int(o)) for o in qoffs)
-        return real(cl, topic, q, units, qoffs, wanted)
+        return real(cl, topic, q, units, qoffs, wanted, columns)
 
     monkeypatch.setattr(storereader, "records_to_batch", counting)
     got = []
