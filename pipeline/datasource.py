@@ -57,7 +57,7 @@ consumer position (the store's consumerOffset.json is left alone).
 
 The store may be written by a mount or a broker while it is read: the reader takes no lock and
 writes nothing (``pipeline.storereader``). Executors need the store at the same path (local
-mode, or a shared filesystem on a cluster) and this package importable.
+mode, or a shared filesystem on a cluster); ``register()`` ships this code to them.
 """
 
 from __future__ import annotations

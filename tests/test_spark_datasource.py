@@ -115,6 +115,13 @@ def test_offsets_below_the_min_offset_fail_unless_failondataloss_false(spark, tm
     assert f"min offset is {lo}" in str(info.value)
     assert reader.option("failOnDataLoss", "false").load(str(root)).count() == hi - lo
     assert spark.read.format("rocketmq").load(str(root)).count() == hi - lo  # earliest
+    # A narrower schema decodes only those columns; a wrong one is refused clearly.
+    narrow = (spark.read.format("rocketmq").schema("queueOffset BIGINT, body BINARY, topic STRING")
+              .load(str(root)).collect())
+    assert [r.queueOffset for r in narrow] == list(range(lo, hi))
+    assert all(bytes(r.body) == b"x" * 200 and r.topic == "L" for r in narrow)
+    with pytest.raises(Exception, match="column body is binary, not string"):
+        spark.read.format("rocketmq").schema("body STRING").load(str(root)).count()
 
 
 @pytest.mark.spark
