@@ -286,7 +286,7 @@ class StoreFiles:
 
     # -- reading -----------------------------------------------------------------------------
     def read_batches(self, topic: str, queue_id: int, start: int, end: int,
-                     tags: Iterable[str] | None = None, batch_rows: int = 8192,
+                     tags: Iterable[str] | None = None, batch_rows: int = 32768,
                      columns: tuple | None = None) -> Iterator:
         """Decode queue offsets ``[start, end)`` of one queue into Arrow record batches.
 
