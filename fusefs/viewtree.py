@@ -10,15 +10,27 @@ from __future__ import annotations
 
 import re
 
+from engine.errors import StoreError
+
 from . import render as R
 from .nodes import (RO_FILE, Dir, StaticFile, Stat, ViewFile, ViewHandle,
                     _check_read_only_open, _ms_to_ns)
 
+# ExternalCatalogUtils.charToEscape (Spark): the characters its writer escapes as %XX.
+_SPARK_ESCAPED = frozenset('"#%\'*/:=?\\{[]^\x7f') | frozenset(map(chr, range(0x20)))
+
+
 def escape_partition_value(value: str) -> str:
-    """Escape a value for a Hive-style directory name the way Spark unescapes it."""
+    """Escape a value for a Hive-style directory name as Spark's ``escapePathName`` does.
+
+    ``%RETRY%g`` -> ``%25RETRY%25g``. Spark URL-decodes partition values when it reads them
+    (``unescapePathName``), so an unescaped ``%`` followed by two hex digits would be read back
+    as another character (``%DLQ%CafeGroup`` -> ``%DLQÊfeGroup``). Only ASCII characters are
+    escaped, one ``%XX`` each, which both Spark and :func:`unescape_partition_value` decode.
+    """
     out = []
     for ch in value:
-        if ch in '%/=:\\"\'#?*[]{}^' or ord(ch) < 0x20 or ord(ch) == 0x7F:
+        if ch in _SPARK_ESCAPED:
             out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8")))
         else:
             out.append(ch)
@@ -26,7 +38,8 @@ def escape_partition_value(value: str) -> str:
 
 
 def unescape_partition_value(name: str) -> str:
-    """Inverse of :func:`escape_partition_value`."""
+    """Inverse of :func:`escape_partition_value` (names it did not produce are refused by the
+    callers, which check that escaping the result gives ``name`` back)."""
     from urllib.parse import unquote
     return unquote(name)
 
@@ -108,14 +121,45 @@ class ViewPartFile(ViewFile):
     def stat(self):
         v = self.view()
         a, b, full = self._range(v)
-        return Stat(RO_FILE, b - a, _ms_to_ns(v.log.mtime_ms) or self.ctx.mount_time_ns,
-                    live=not full)
+        return Stat(RO_FILE, b - a, self._mtime_ns(v, full), live=not full)
+
+    def _mtime_ns(self, v, full: bool) -> int:
+        """Store time of the part's newest (last) message; fixed once the part is full.
+
+        The queue view's own mtime moves with every new message of the queue, which would
+        make a full part look modified (Spark's ``modifiedAfter``, rsync).
+        """
+        cache = _part_mtimes(self.ctx)
+        key = (self.topic, self.queue_id, self.first)
+        ns = cache.get(key)
+        if ns is not None:
+            return ns
+        last = min(self.first + self.ctx.part_messages, v.next_offset) - 1
+        ns = 0
+        if last >= max(self.first, v.first_offset or 0):
+            try:
+                ns = _ms_to_ns(self.ctx.store.get_message(self.topic, self.queue_id,
+                                                          last).store_timestamp)
+            except StoreError:
+                ns = 0
+        ns = ns or self.ctx.mount_time_ns
+        if full:
+            cache[key] = ns
+        return ns
 
     def open(self, flags):
         _check_read_only_open(flags)
         v = self.view()
         a, b, _ = self._range(v)
         return PartHandle(v.log, a, b)
+
+
+def _part_mtimes(ctx) -> dict:
+    """Per-mount cache ``{(topic, queueId, first): mtime ns}`` of full parts."""
+    cache = getattr(ctx, "_view_part_mtimes", None)
+    if cache is None:
+        cache = ctx._view_part_mtimes = {}
+    return cache
 
 
 class PartHandle(ViewHandle):

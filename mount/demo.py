@@ -1,5 +1,7 @@
 """``make demo``: mount a new store, produce real logs into it, run the Spark report, unmount.
 
+The report's summary is printed, then where its tables and PNG charts are.
+
 Usage: ``python -m mount.demo [FILE ...]`` (``make demo DATA="a.log b.log"``). Without files it
 uses the machine's own logs (``/var/log/dpkg.log``, ``/var/log/apt/history.log``,
 ``/var/log/alternatives.log``), falling back to ../shared/data/loghub. One topic per file.
@@ -78,13 +80,15 @@ def main(argv=None) -> int:
         off.write_text("1\n")
         print(f"\n$ echo 1 > {off} && cat {off}\n{off.read_text().strip()}")
         print(f"\n$ cat {mnt}/status.json\n{(mnt / 'status.json').read_text()}")
-        print("$ rmqfs report", mnt, "--out", OUT / "report")
+        print(f"\n$ rmqfs report {mnt} --out {OUT / 'report'}", flush=True)
         from pipeline import report
         rc = report.main([str(mnt), "--out", str(OUT / "report")])
         if rc != 0:
             raise SystemExit(f"demo: the report failed ({rc})")
     finally:
         rmqfs("umount", str(mnt))
+    print(f"\nreport: tables in {OUT / 'report'} (Parquet and CSV); charts: "
+          + ", ".join(str(OUT / "report" / c) for c in report.CHARTS))
     print(f"\ndemo finished in {time.monotonic() - t0:.1f} s; no mount left "
           f"({'mounted!' if os.path.ismount(mnt) else 'ok'}); store kept in {store}")
     return 0

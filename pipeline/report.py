@@ -1,76 +1,75 @@
-"""``rmqfs report``: a Spark batch job over one or more rmqfs FUSE mounts.
+"""``rmqfs report MNT... [--out DIR] [--master URL]``: the operator's report, on Spark.
 
-It reads the topic-level files ``MNT/topics/<topic>/messages.jsonl`` (one decoded message
-per line, schema ``pipeline.schema.MESSAGE_DDL``) and computes:
+Input: one or more rmqfs mounts (one per broker). For each mount the job reads
 
-* ``per_queue``: per (topic, queueId), the message count, the bytes (sum of ``storeSize``)
-  and the min/max ``queueOffset``;
-* ``per_minute``: per topic and UTC minute of ``storeTimestamp``, the message count and bytes;
-* ``malformed``: lines that could not be used (not JSON, wrong types, or required fields
-  missing), per file. They are left out of the two reports above and shown as a warning.
+* ``MNT/view/`` with ``spark.read.schema(VIEW_DDL).json("file://MNT/view")``: one row per
+  message, ``topic``/``queue`` partition columns, ``body`` BINARY;
+* ``MNT/groups/<group>/progress.json``: brokerOffset and consumerOffset per topic and queue;
+* ``MNT/status.json``: ``brokerName`` when the mount reports it, else the mount directory's name.
 
-The queue-level files ``MNT/topics/<topic>/<queueId>/messages.jsonl`` hold the same messages
-again, so they are never read: reading both would count every message twice.
+Why ``view/`` and not ``topics/*/messages.jsonl``: ``view/`` is the tree made for Spark. Its
+bodies are always base64, so ``body`` is BINARY and body sizes are byte counts (in
+``messages.jsonl`` a body is text or base64 depending on its bytes); its parts are immutable
+once full, with exact sizes and stable mtimes, so a part never changes under a running job,
+while ``messages.jsonl`` grows as messages arrive (Spark reads a file that grew after listing
+only up to the listed length, plus one line); parts of at most 100,000 messages give Spark
+parallelism without splitting; and ``topic=``/``queue=`` directories give partition pruning.
 
-The files are listed in Python and given to Spark as explicit ``file://`` paths. Spark is
-not given a glob: a single glob path makes Spark log a WARN with a Java stack trace on every run
-(``FileStreamSink``: "Assume no metadata directory"), and a glob would also need escaping
-for mount paths that contain ``[]{}*?``.
+Output (``--out``, default ``./report``): for each table ``<name>.parquet`` and ``<name>.csv``;
+``messages_per_minute.png`` and ``lag_per_group.png``; and a summary on stdout. The tables:
 
-The mount is scanned once: one aggregation at (topic, queue, minute) granularity is
-computed and checkpointed, and all reports are derived from it. So the printed tables and the
-CSV files come from the same snapshot, even if the mount changes while the job runs.
+``per_queue_tag``
+    brokerName, topic, queue, tags: messages, bytes (sum of storeSize, whole CommitLog records),
+    bodyBytes.
+``per_minute``
+    brokerName, topic, minute (UTC minute of storeTimestamp): messages, bytes.
+``body_size``
+    brokerName, topic: messages, min/p50/p95/p99/max/avg body bytes.
+``body_size_histogram``
+    brokerName, topic, bucket (upper bound in bytes, powers of 2): messages.
+``store_latency``
+    brokerName, topic: p50/p95/p99/max of storeTimestamp - bornTimestamp (ms).
+``consumer_lag``
+    brokerName, group, topic, queueId: brokerOffset, consumerOffset, lag, lastTimestamp.
+``top_keys``
+    topic, key: messages (the KEYS entries seen most often, ``--top`` rows).
+
+The aggregates are small: they are collected to the driver and written there (pyarrow and
+pandas), so the same job runs on a cluster (``--master``) as long as every executor sees the
+mounts at the same paths.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import glob
+import json
 import os
 import sys
 from typing import Sequence
-from urllib.parse import unquote
 
 try:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
     _PYSPARK_IMPORT_ERROR: ImportError | None = None
 except ImportError as _exc:  # pragma: no cover - exercised only without the spark extra
     _PYSPARK_IMPORT_ERROR = _exc
 
-from pipeline.schema import FIELD_NAMES
+from pipeline.schema import DATASOURCE_DDL, VIEW_DDL
 
-__all__ = [
-    "build_session",
-    "topic_message_files",
-    "read_messages",
-    "compute_report",
-    "write_report",
-    "main",
-]
+__all__ = ["build_session", "Mount", "read_view", "read_lag", "compute_report", "write_report",
+           "write_charts", "summary", "main"]
 
 DEFAULT_APP_NAME = "rmqfs-report"
 DEFAULT_OUT = "report"
-#: Rows printed per table on stdout; the CSV files always hold every row.
-DEFAULT_MAX_ROWS = 1000
-#: Name of the column that holds lines Spark could not parse with the schema.
-CORRUPT_COLUMN = "_corrupt_record"
-#: storeTimestamp values outside [0, this] (epoch ms, 9999-12-31T23:59:59.999Z) are malformed.
-_MAX_EPOCH_MS = 253402300799999
+DEFAULT_TOP = 20
 _MINUTE_MS = 60_000
-_CSV_TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ssXXX"
-
-#: Report name -> columns used to sort it (also the order of rows in its CSV file).
-REPORT_ORDER = {
-    "per_queue": ("topic", "queueId"),
-    "per_minute": ("topic", "minute"),
-    "malformed": ("file",),
-}
-#: The reports written as CSV by ``main``.
-CSV_REPORTS = ("per_queue", "per_minute")
+TABLES = ("per_queue_tag", "per_minute", "body_size", "body_size_histogram", "store_latency",
+          "consumer_lag", "top_keys")
+LAG_DDL = ("brokerName STRING, group STRING, topic STRING, queueId INT, brokerOffset BIGINT, "
+           "consumerOffset BIGINT, lag BIGINT, lastTimestamp BIGINT")
+CHARTS = ("messages_per_minute.png", "lag_per_group.png")
 
 
 # --------------------------------------------------------------------------- session
@@ -85,14 +84,20 @@ def build_session(
 
     ``master`` defaults to ``local[*]``. The settings are: Spark UI and console progress bars off,
     ``spark.sql.shuffle.partitions=shuffle_partitions`` (results are small), session time
-    zone UTC, and log level WARN. For ``local`` masters, the driver also binds to 127.0.0.1
-    (``SPARK_LOCAL_IP`` defaults to it) and ``PYSPARK_PYTHON`` is set to ``sys.executable``.
-    For other masters, ``PYSPARK_PYTHON`` is only set when it is unset, and the driver address
-    is left alone (executors must reach it).
+    zone UTC, Python data source filter pushdown on, and log level WARN. For ``local`` masters,
+    the driver binds to 127.0.0.1 and ``PYSPARK_PYTHON`` is ``sys.executable``; for others
+    ``PYSPARK_PYTHON`` is only set when unset. Python workers get this project first on their
+    ``PYTHONPATH`` (the ``rocketmq`` data source runs in them).
     """
     _require_pyspark()
     master = master or "local[*]"
     local = master.startswith("local")
+    # Python workers must import this project (the rocketmq data source) from the same tree
+    # as the driver: put it first on their path (local mode; on a cluster, install it).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in paths if p])
     if local:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         # Silences "Your hostname ... resolves to a loopback address" at JVM start.
@@ -106,6 +111,7 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(int(shuffle_partitions)))
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
     )
     if local:
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
@@ -118,257 +124,310 @@ def build_session(
 
 def _require_pyspark() -> None:
     if _PYSPARK_IMPORT_ERROR is not None:
-        raise ImportError(
-            "rmqfs report needs pyspark: pip install 'rmqfs[spark]'"
-        ) from _PYSPARK_IMPORT_ERROR
+        raise ImportError("rmqfs report needs pyspark: pip install 'rmqfs[spark]'") \
+            from _PYSPARK_IMPORT_ERROR
 
 
 # --------------------------------------------------------------------------- input
 
 
-def topic_message_files(mount: str | os.PathLike) -> list[str]:
-    """List the topic-level message files of one mount as ``file://`` URIs, sorted.
+class Mount:
+    """One rmqfs mount given to the report: its path and broker name.
 
-    Returns one URI per ``<mount>/topics/<topic>/messages.jsonl`` that is a regular file.
-    Queue-level files (``topics/<topic>/<queueId>/messages.jsonl``) hold the same messages
-    again and are never listed. Topic directories whose name starts with ``.`` are skipped,
-    as Spark skips them. Raises ``FileNotFoundError`` if ``<mount>/topics`` is not a directory.
+    Raises FileNotFoundError when ``path`` has no ``view/`` directory (not an rmqfs mount).
     """
-    topics_dir = os.path.join(os.path.abspath(os.fspath(mount)), "topics")
-    if not os.path.isdir(topics_dir):
-        raise FileNotFoundError(f"{os.fspath(mount)}: no topics/ directory")
-    pattern = os.path.join(glob.escape(topics_dir), "*", "messages.jsonl")
-    return ["file://" + path for path in sorted(glob.glob(pattern)) if os.path.isfile(path)]
+
+    def __init__(self, path: str, broker_name: str | None = None):
+        self.path = os.path.abspath(path)
+        if not os.path.isdir(os.path.join(self.path, "view")):
+            raise FileNotFoundError(f"{path}: no view/ directory (is this an rmqfs mount?)")
+        self.broker_name = broker_name or self._broker_name()
+
+    def _broker_name(self) -> str:
+        try:
+            with open(os.path.join(self.path, "status.json"), encoding="utf-8") as f:
+                name = json.load(f).get("brokerName")
+            if name:
+                return str(name)
+        except (OSError, ValueError, AttributeError):
+            pass
+        return os.path.basename(self.path.rstrip("/")) or self.path
+
+    @property
+    def view(self) -> str:
+        return os.path.join(self.path, "view")
+
+    def has_messages(self) -> bool:
+        return any(n.startswith("topic=") for n in os.listdir(self.view))
 
 
-def _read_schema() -> "StructType":
-    from pipeline.schema import MESSAGE_SCHEMA
+def read_view(spark: "SparkSession", mount: Mount) -> "DataFrame":
+    """The mount's ``view/`` as a DataFrame: ``DATASOURCE_DDL`` columns plus ``brokerName``.
 
-    return StructType(list(MESSAGE_SCHEMA.fields) + [StructField(CORRUPT_COLUMN, StringType())])
-
-
-def read_messages(spark: "SparkSession", paths: Sequence[str]) -> "DataFrame":
-    """Read decoded message lines from ``paths`` with the explicit schema (never inferred).
-
-    ``paths``: file paths or URIs (``file:///...``) of ``messages.jsonl`` files. An empty
-    sequence gives an empty DataFrame. Files of size 0 are skipped by Spark.
-
-    Returns one row per line. The columns are those of ``MESSAGE_DDL`` (timestamps stay BIGINT epoch ms),
-    followed by:
-
-    * ``_corrupt_record`` (STRING): the raw line if Spark could not parse it with the schema,
-      otherwise NULL;
-    * ``sourceFile`` (STRING): URI of the file the line came from (URL-encoded, as Spark reports it);
-    * ``bornTime`` / ``storeTime`` (TIMESTAMP): ``bornTimestamp`` / ``storeTimestamp`` as
-      timestamps (NULL if the epoch-ms value is NULL or outside years 0001-9999).
+    A view without any topic yet gives an empty DataFrame of the same schema.
     """
     _require_pyspark()
-    schema = _read_schema()
-    if paths:
-        df = (
-            spark.read.schema(schema)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-            .json(list(paths))
-        )
-        source = F.col("_metadata.file_path")
+    if mount.has_messages():
+        df = spark.read.schema(VIEW_DDL).json("file://" + mount.view)
     else:
-        df = spark.createDataFrame([], schema)
-        source = F.lit(None).cast("string")
-    return df.select(
-        *[F.col(c) for c in (*FIELD_NAMES, CORRUPT_COLUMN)],
-        source.alias("sourceFile"),
-        _epoch_ms_to_timestamp(F.col("bornTimestamp")).alias("bornTime"),
-        _epoch_ms_to_timestamp(F.col("storeTimestamp")).alias("storeTime"),
-    )
+        df = spark.createDataFrame([], DATASOURCE_DDL)
+    cols = [c.split()[0] for c in _top_level(DATASOURCE_DDL)]
+    return df.select(*cols, F.lit(mount.broker_name).alias("brokerName"))
 
 
-def _epoch_ms_to_timestamp(col):
-    in_range = col.between(F.lit(-62135596800000), F.lit(_MAX_EPOCH_MS))
-    return F.when(in_range, F.timestamp_millis(col))
+def _top_level(ddl: str) -> list[str]:
+    from pipeline.schema import split_ddl
+    return [f"{n} {t}" for n, t in split_ddl(ddl)]
 
 
-# --------------------------------------------------------------------------- report
+def read_lag(mount: Mount) -> list[dict]:
+    """Rows of ``consumer_lag`` from ``MNT/groups/*/progress.json`` (lag = brokerOffset -
+    max(consumerOffset, 0), the mount's ``diff``). Unreadable files are skipped with a warning
+    on stderr."""
+    rows = []
+    gdir = os.path.join(mount.path, "groups")
+    try:
+        groups = sorted(os.listdir(gdir))
+    except OSError:
+        return rows
+    for g in groups:
+        path = os.path.join(gdir, g, "progress.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                progress = json.load(f)
+        except (OSError, ValueError) as exc:
+            print(f"rmqfs report: warning: skipping {path}: {exc}", file=sys.stderr)
+            continue
+        for q in progress.get("queues", []):
+            broker, consumer = int(q["brokerOffset"]), int(q["consumerOffset"])
+            rows.append({"brokerName": mount.broker_name, "group": progress.get("group", g),
+                         "topic": q["topic"], "queueId": int(q["queueId"]),
+                         "brokerOffset": broker, "consumerOffset": consumer,
+                         "lag": int(q.get("diff", broker - max(consumer, 0))),
+                         "lastTimestamp": q.get("lastTimestamp")})
+    return rows
 
 
-def compute_report(spark: "SparkSession", paths: Sequence[str]) -> dict[str, "DataFrame"]:
-    """Compute the report DataFrames over the message files ``paths``.
+# --------------------------------------------------------------------------- job
 
-    ``paths``: topic-level ``messages.jsonl`` files as paths or ``file://`` URIs (for a
-    mount, use ``topic_message_files(mount)``). It may be empty.
 
-    This runs one Spark job, which scans the input once and checkpoints a small aggregate. The
-    returned DataFrames are derived from that aggregate, so they are cheap and consistent with
-    each other. Keys and columns of the returned dict:
+def compute_report(spark: "SparkSession", messages: "DataFrame", lag_rows: list[dict],
+                   top: int = DEFAULT_TOP) -> dict[str, "DataFrame"]:
+    """Compute every table of the report from ``messages`` (``read_view`` rows).
 
-    * ``"per_queue"``: ``topic`` STRING, ``queueId`` INT, ``messages`` BIGINT (count),
-      ``bytes`` BIGINT (sum of ``storeSize``), ``minQueueOffset`` / ``maxQueueOffset`` BIGINT;
-      sorted by topic and queueId.
-    * ``"per_minute"``: ``topic`` STRING, ``minute`` TIMESTAMP (start of the minute of
-      ``storeTimestamp``; the buckets are computed on epoch ms, so they do not depend on the
-      session time zone), ``messages`` BIGINT, ``bytes`` BIGINT; only minutes that have messages,
-      sorted by topic and minute.
-    * ``"malformed"``: ``file`` STRING (file URI as Spark reports it, URL-encoded, such as
-      ``file:/mnt/topics/%25RETRY%25g/messages.jsonl``), ``lines`` BIGINT: lines left out of the
-      other reports because they are not valid JSON for the schema, or because they lack
-      topic, queueId, queueOffset, storeSize or a plausible storeTimestamp. Sorted by file.
+    ``messages`` is scanned once: the columns the tables need are projected and persisted,
+    and every table is derived from that. Returns ``{table name: DataFrame}`` (see TABLES),
+    plus ``"_cached"``: the persisted projection, to ``unpersist()`` once the tables are
+    collected.
     """
-    messages = read_messages(spark, paths)
-    # coalesce: a NULL storeTimestamp makes `between` NULL, and the predicate must be true or false.
-    valid = F.coalesce(
-        F.col(CORRUPT_COLUMN).isNull()
-        & F.col("topic").isNotNull()
-        & F.col("queueId").isNotNull()
-        & F.col("queueOffset").isNotNull()
-        & F.col("storeSize").isNotNull()
-        & F.col("storeTimestamp").between(F.lit(0), F.lit(_MAX_EPOCH_MS)),
-        F.lit(False),
-    )
+    _require_pyspark()
     ts = F.col("storeTimestamp")
-    rows = messages.select(
-        F.when(valid, F.col("topic")).alias("topic"),
-        F.when(valid, F.col("queueId")).alias("queueId"),
-        F.when(valid, ts - F.pmod(ts, F.lit(_MINUTE_MS))).alias("minuteMs"),
-        F.when(valid, F.col("storeSize")).alias("storeSize"),
-        F.when(valid, F.col("queueOffset")).alias("queueOffset"),
-        F.when(~valid, F.col("sourceFile")).alias("badFile"),
-    )
-    # One row per (topic, queue, minute) for good lines, one per file for bad lines.
-    fine = (
-        rows.groupBy("topic", "queueId", "minuteMs", "badFile")
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.sum("storeSize").alias("bytes"),
-            F.min("queueOffset").alias("minQueueOffset"),
-            F.max("queueOffset").alias("maxQueueOffset"),
-        )
-        .localCheckpoint(eager=True)
-    )
-    good = fine.where(F.col("badFile").isNull())
-    bad = fine.where(F.col("badFile").isNotNull())
-
-    per_queue = (
-        good.groupBy("topic", "queueId")
-        .agg(
-            F.sum("messages").cast("bigint").alias("messages"),
-            F.sum("bytes").cast("bigint").alias("bytes"),
-            F.min("minQueueOffset").alias("minQueueOffset"),
-            F.max("maxQueueOffset").alias("maxQueueOffset"),
-        )
-        .orderBy(*REPORT_ORDER["per_queue"])
+    slim = messages.select(
+        "brokerName", "topic", "queue", "tags", "storeSize", "keys",
+        F.length("body").alias("bodySize"),
+        (ts - F.col("bornTimestamp")).alias("latency"),
+        (ts - F.pmod(ts, F.lit(_MINUTE_MS))).alias("minuteMs"),
+    ).persist()
+    per_queue_tag = (
+        slim.groupBy("brokerName", "topic", "queue", "tags")
+        .agg(F.count(F.lit(1)).alias("messages"), F.sum("storeSize").alias("bytes"),
+             F.sum("bodySize").alias("bodyBytes"))
+        .orderBy("brokerName", "topic", "queue", F.col("tags").asc_nulls_first())
     )
     per_minute = (
-        good.groupBy("topic", "minuteMs")
-        .agg(
-            F.sum("messages").cast("bigint").alias("messages"),
-            F.sum("bytes").cast("bigint").alias("bytes"),
-        )
-        .select(
-            "topic",
-            F.timestamp_millis(F.col("minuteMs")).alias("minute"),
-            "messages",
-            "bytes",
-        )
-        .orderBy(*REPORT_ORDER["per_minute"])
+        slim.groupBy("brokerName", "topic", "minuteMs")
+        .agg(F.count(F.lit(1)).alias("messages"), F.sum("storeSize").alias("bytes"))
+        .select("brokerName", "topic", F.timestamp_millis("minuteMs").alias("minute"),
+                "messages", "bytes")
+        .orderBy("brokerName", "topic", "minute")
     )
-    malformed = (
-        bad.groupBy(F.col("badFile").alias("file"))
-        .agg(F.sum("messages").cast("bigint").alias("lines"))
-        .orderBy(*REPORT_ORDER["malformed"])
+    q = F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))
+    body = (
+        slim.groupBy("brokerName", "topic")
+        .agg(F.count(F.lit(1)).alias("messages"), F.min("bodySize").alias("min"),
+             F.percentile("bodySize", q).alias("p"), F.max("bodySize").alias("max"),
+             F.avg("bodySize").alias("avg"))
+        .select("brokerName", "topic", "messages", "min", F.col("p")[0].alias("p50"),
+                F.col("p")[1].alias("p95"), F.col("p")[2].alias("p99"), "max", "avg")
+        .orderBy("brokerName", "topic")
     )
-    return {"per_queue": per_queue, "per_minute": per_minute, "malformed": malformed}
+    bucket = F.when(F.col("bodySize") <= 1, F.lit(1)).otherwise(
+        F.pow(F.lit(2), F.ceil(F.log2(F.col("bodySize"))))).cast("bigint")
+    histogram = (
+        slim.groupBy("brokerName", "topic", bucket.alias("bucket"))
+        .agg(F.count(F.lit(1)).alias("messages"))
+        .orderBy("brokerName", "topic", "bucket")
+    )
+    latency = (
+        slim.groupBy("brokerName", "topic")
+        .agg(F.percentile("latency", q).alias("p"), F.max("latency").alias("max"))
+        .select("brokerName", "topic", F.col("p")[0].alias("p50"), F.col("p")[1].alias("p95"),
+                F.col("p")[2].alias("p99"), "max")
+        .orderBy("brokerName", "topic")
+    )
+    top_keys = (
+        slim.select("topic", F.explode("keys").alias("key"))
+        .groupBy("topic", "key").agg(F.count(F.lit(1)).alias("messages"))
+        .orderBy(F.desc("messages"), "topic", "key").limit(top)
+    )
+    lag = spark.createDataFrame(lag_rows, LAG_DDL).orderBy(
+        "brokerName", "group", "topic", "queueId")
+    return {"_cached": slim, "per_queue_tag": per_queue_tag, "per_minute": per_minute, "body_size": body,
+            "body_size_histogram": histogram, "store_latency": latency,
+            "consumer_lag": lag, "top_keys": top_keys}
 
 
-def write_report(report: dict[str, "DataFrame"], out_dir: str | os.PathLike) -> dict[str, str]:
-    """Write the ``CSV_REPORTS`` DataFrames of ``report`` as CSV under ``out_dir``.
+def collect(report: dict[str, "DataFrame"]) -> dict:
+    """``{name: pandas.DataFrame}`` of every table (they are small aggregates)."""
+    from pyspark.sql.types import IntegralType
+    out = {}
+    for name in TABLES:
+        df = report[name]
+        pdf = df.toPandas()
+        for f in df.schema.fields:
+            c = f.name
+            if str(pdf[c].dtype).startswith("datetime64"):
+                # timestamps leave Spark as naive session-time (UTC) values
+                pdf[c] = pdf[c].dt.tz_localize("UTC")
+            elif isinstance(f.dataType, IntegralType) and pdf[c].dtype.kind == "f":
+                pdf[c] = pdf[c].astype("Int64")  # integers with NULLs stay integers
+        out[name] = pdf
+    return out
 
-    Each report goes to ``<out_dir>/<name>/`` through Spark's writer (``coalesce(1)``, header,
-    mode overwrite: only that subdirectory is replaced). That gives exactly one
-    ``part-*.csv`` file per report, with rows in ``REPORT_ORDER``. Timestamps are written as
-    ``2024-05-01T12:00:00Z`` (ISO 8601, UTC under the session time zone that ``build_session`` sets).
-    An empty report gives a file with only the header line.
 
-    Returns {report name: local path of its CSV file}.
+def write_report(tables: dict, out_dir: str) -> dict[str, list[str]]:
+    """Write ``<out_dir>/<name>.parquet`` and ``<name>.csv`` for every table.
+
+    Returns ``{name: [parquet path, csv path]}``. Timestamps are UTC (ISO 8601 in the CSV).
+    Files are written to a temporary name and renamed, so a reader never sees half a file.
     """
-    out_dir = os.path.abspath(os.fspath(out_dir))
-    written: dict[str, str] = {}
-    for name in CSV_REPORTS:
-        target = os.path.join(out_dir, name)
-        (
-            report[name]
-            .coalesce(1)
-            .sortWithinPartitions(*REPORT_ORDER[name])
-            .write.mode("overwrite")
-            .option("header", "true")
-            .option("timestampFormat", _CSV_TIMESTAMP_FORMAT)
-            .csv("file://" + target)
-        )
-        parts = sorted(glob.glob(os.path.join(glob.escape(target), "part-*.csv")))
-        if len(parts) != 1:  # pragma: no cover - Spark contract
-            raise RuntimeError(f"expected one CSV part file in {target}, found {len(parts)}")
-        written[name] = parts[0]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    os.makedirs(out_dir, exist_ok=True)
+    written = {}
+    for name, pdf in tables.items():
+        pqt = os.path.join(out_dir, f"{name}.parquet")
+        csv = os.path.join(out_dir, f"{name}.csv")
+        pq.write_table(pa.Table.from_pandas(pdf, preserve_index=False), pqt + ".tmp")
+        os.replace(pqt + ".tmp", pqt)
+        pdf.to_csv(csv + ".tmp", index=False, date_format="%Y-%m-%dT%H:%M:%SZ")
+        os.replace(csv + ".tmp", csv)
+        written[name] = [pqt, csv]
     return written
 
 
-# --------------------------------------------------------------------------- printing
+def write_charts(tables: dict, out_dir: str) -> list[str]:
+    """``messages_per_minute.png`` (a line per broker/topic) and ``lag_per_group.png`` (a bar
+    per broker/group, stacked by topic), drawn with matplotlib's Agg backend. Returns the paths.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    pm = tables["per_minute"]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    multi = pm["brokerName"].nunique() > 1 if len(pm) else False
+    for (broker, topic), g in pm.groupby(["brokerName", "topic"], sort=True):
+        label = f"{broker}/{topic}" if multi else topic
+        ax.plot(g["minute"], g["messages"], marker="o" if len(g) < 30 else None,
+                label=label)
+    ax.set_title("Messages per minute (storeTimestamp, UTC)")
+    ax.set_xlabel("minute (UTC)")
+    ax.set_ylabel("messages")
+    if len(pm):
+        import matplotlib.dates as mdates
+        ax.legend(fontsize="small", loc="best")
+        lo, hi = pm["minute"].min(), pm["minute"].max()
+        pad = max((hi - lo) * 0.05, _dt.timedelta(minutes=2))
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.set_ylim(bottom=0)
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
+        fig.autofmt_xdate()
+    else:
+        ax.text(0.5, 0.5, "no messages", ha="center", va="center", transform=ax.transAxes)
+    path = os.path.join(out_dir, CHARTS[0])
+    fig.savefig(path + ".tmp.png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
+    paths.append(path)
+
+    lag = tables["consumer_lag"]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    if len(lag):
+        multi = lag["brokerName"].nunique() > 1
+        lag = lag.assign(who=lag["brokerName"] + "/" + lag["group"] if multi else lag["group"])
+        pivot = lag.pivot_table(index="who", columns="topic", values="lag", aggfunc="sum",
+                                fill_value=0)
+        pivot.plot(kind="barh", stacked=True, ax=ax)
+        ax.set_xlabel("lag (messages: brokerOffset - consumerOffset)")
+        ax.set_ylabel("consumer group")
+        ax.legend(fontsize="small", title="topic")
+    else:
+        ax.text(0.5, 0.5, "no consumer groups", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_title("Consumer lag per group")
+    path = os.path.join(out_dir, CHARTS[1])
+    fig.savefig(path + ".tmp.png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
+    paths.append(path)
+    return paths
 
 
-def _table_rows(df: "DataFrame", limit: int) -> tuple[list[str], list[list[str]], bool]:
-    """Collect at most ``limit`` rows of ``df`` as strings; timestamps as ISO UTC."""
-    ts_cols = {f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)}
-    # Timestamps leave Spark as epoch ms: pyspark would convert them to naive local-time datetimes.
-    view = df.select(
-        *[F.unix_millis(F.col(c)).alias(c) if c in ts_cols else F.col(c) for c in df.columns]
-    )
-    rows = view.limit(limit + 1).collect() if limit > 0 else view.collect()
-    more = limit > 0 and len(rows) > limit
-    rows = rows[:limit] if more else rows
-    out = []
-    for row in rows:
-        cells = []
-        for c in df.columns:
-            v = row[c]
-            if v is None:
-                cells.append("null")
-            elif c in ts_cols:
-                t = _dt.datetime.fromtimestamp(v / 1000, tz=_dt.timezone.utc)
-                cells.append(t.strftime("%Y-%m-%dT%H:%M:%SZ"))
-            else:
-                cells.append(str(v))
-        out.append(cells)
-    return list(df.columns), out, more
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
-def _format_table(columns: list[str], rows: list[list[str]]) -> str:
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
-    numeric = [all(r[i].lstrip("-").isdigit() for r in rows) and bool(rows) for i in range(len(columns))]
-
-    def fmt(cells: list[str]) -> str:
-        return "  ".join(
-            cell.rjust(w) if num else cell.ljust(w) for cell, w, num in zip(cells, widths, numeric)
-        ).rstrip()
-
-    lines = [fmt(columns), "  ".join("-" * w for w in widths)]
-    lines += [fmt(r) for r in rows]
+def summary(tables: dict, mounts: list[Mount]) -> str:
+    """A short text summary of the report (what ``main`` prints)."""
+    pq_, pm = tables["per_queue_tag"], tables["per_minute"]
+    lines = []
+    brokers = ", ".join(m.broker_name for m in mounts)
+    total = int(pq_["messages"].sum()) if len(pq_) else 0
+    if not total:
+        lines.append(f"no messages in {len(mounts)} mount(s) (brokers: {brokers})")
+    else:
+        first, last = pm["minute"].min(), pm["minute"].max()
+        lines.append(f"{total:,} messages, {_human(float(pq_['bytes'].sum()))} in CommitLog "
+                     f"records, {pq_['topic'].nunique()} topic(s), broker(s): {brokers}; "
+                     f"stored {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M} UTC")
+        lines.append("")
+        by_topic = pq_.groupby(["brokerName", "topic"]).agg(
+            messages=("messages", "sum"), bytes=("bytes", "sum"), queues=("queue", "nunique"),
+            tags=("tags", "nunique")).reset_index()
+        lat = tables["store_latency"].set_index(["brokerName", "topic"])
+        body = tables["body_size"].set_index(["brokerName", "topic"])
+        hdr = (f"{'broker':<12} {'topic':<24} {'messages':>10} {'bytes':>11} {'queues':>6} "
+               f"{'tags':>4} {'body p50/p99':>14} {'latency p50/p95/p99 ms':>24}")
+        lines.append(hdr)
+        lines.append("-" * len(hdr))
+        for r in by_topic.itertuples():
+            la, bo = lat.loc[(r.brokerName, r.topic)], body.loc[(r.brokerName, r.topic)]
+            lines.append(
+                f"{r.brokerName[:12]:<12} {r.topic[:24]:<24} {r.messages:>10,} "
+                f"{_human(r.bytes):>11} {r.queues:>6} {r.tags:>4} "
+                f"{f'{bo.p50:.0f}/{bo.p99:.0f} B':>14} "
+                f"{f'{la.p50:.0f}/{la.p95:.0f}/{la.p99:.0f}':>24}")
+    lag = tables["consumer_lag"]
+    lines.append("")
+    if len(lag):
+        lines.append("consumer lag (messages):")
+        for (b, g), grp in lag.groupby(["brokerName", "group"]):
+            per = ", ".join(f"{t} {int(v):,}" for t, v in grp.groupby("topic")["lag"].sum().items())
+            lines.append(f"  {b}/{g}: {int(grp['lag'].sum()):,} ({per})")
+    else:
+        lines.append("consumer lag: no consumer groups")
+    keys = tables["top_keys"]
+    if len(keys):
+        lines.append("top keys: " + ", ".join(
+            f"{r.topic}:{r.key} ({r.messages})" for r in keys.head(5).itertuples()))
     return "\n".join(lines)
-
-
-def _print_table(title: str, df: "DataFrame", max_rows: int, file) -> None:
-    columns, rows, more = _table_rows(df, max_rows)
-    print(title, file=file)
-    print(_format_table(columns, rows), file=file)
-    if more:
-        print(f"... more rows not shown (first {max_rows}); see the CSV file", file=file)
-    print(file=file)
-
-
-def _uri_to_path(uri: str) -> str:
-    """``file:/a/%25b`` (Spark's file URI) -> ``/a/%b``."""
-    if uri.startswith("file://"):
-        uri = uri[len("file://"):]
-    elif uri.startswith("file:"):
-        uri = uri[len("file:"):]
-    return unquote(uri)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -377,98 +436,84 @@ def _uri_to_path(uri: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rmqfs report",
-        description=(
-            "Spark report over rmqfs mounts: messages per topic and queue (count, bytes, "
-            "min/max queueOffset) and messages per minute of storeTimestamp per topic. "
-            "Reads MNT/topics/*/messages.jsonl only."
-        ),
-    )
-    p.add_argument("mounts", nargs="+", metavar="MNT", help="rmqfs mount point (has a topics/ directory)")
-    p.add_argument(
-        "--out",
-        default=DEFAULT_OUT,
-        metavar="DIR",
-        help="directory for the CSV reports, written to DIR/per_queue/ and DIR/per_minute/ (default: ./report)",
-    )
-    p.add_argument("--master", default=None, metavar="URL", help="Spark master URL (default: local[*])")
-    p.add_argument(
-        "--max-rows",
-        type=int,
-        default=DEFAULT_MAX_ROWS,
-        metavar="N",
-        help=f"rows printed per table, 0 = all (default: {DEFAULT_MAX_ROWS}); the CSV files hold all rows",
-    )
+        description=("Spark report over rmqfs mounts (one per broker): messages and bytes per "
+                     "topic, queue and tag; messages per minute; body sizes; store latency; "
+                     "consumer lag; top keys. Reads MNT/view/ and MNT/groups/*/progress.json."))
+    p.add_argument("mounts", nargs="+", metavar="MNT", help="rmqfs mount point")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                   help="where the Parquet/CSV tables and PNG charts go (default: ./report)")
+    p.add_argument("--master", default=None, metavar="URL",
+                   help="Spark master URL (default: local[*]); executors need the mounts "
+                        "at the same paths")
+    p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
+                   help=f"rows of top_keys (default: {DEFAULT_TOP})")
     return p
 
 
+def run(spark: "SparkSession", mounts: list[Mount], out_dir: str, top: int = DEFAULT_TOP,
+        file=None) -> dict:
+    """Run the report on ``mounts`` with ``spark``; write everything under ``out_dir`` and
+    print the summary to ``file`` (default stdout). Returns the pandas tables."""
+    file = file or sys.stdout
+    frames = [read_view(spark, m) for m in mounts]
+    messages = frames[0]
+    for f in frames[1:]:
+        messages = messages.unionByName(f)
+    lag_rows = [r for m in mounts for r in read_lag(m)]
+    report = compute_report(spark, messages, lag_rows, top)
+    try:
+        tables = collect(report)
+    finally:
+        report["_cached"].unpersist()
+    written = write_report(tables, out_dir)
+    charts = write_charts(tables, out_dir)
+    print(summary(tables, mounts), file=file)
+    print(f"\ntables: {out_dir}/{{{','.join(TABLES)}}}.{{parquet,csv}} "
+          f"({len(written) * 2} files)", file=file)
+    print("charts: " + "  ".join(charts), file=file)
+    file.flush()
+    return tables
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``rmqfs report MNT [MNT...] [--out DIR] [--master URL] [--max-rows N]``.
+    """``rmqfs report MNT [MNT...] [--out DIR] [--master URL] [--top N]``.
 
-    ``argv``: the arguments after the ``report`` subcommand (default ``sys.argv[1:]``).
-    The function prints the two tables on stdout, writes the CSV files (see ``write_report``) and
-    returns the exit code:
-
-    * 0: report written. With no messages at all, it prints "no messages", and the CSV files
-      hold only their header lines. Malformed lines are skipped and listed on stderr.
-    * 1: a MNT has no ``topics/`` directory, pyspark is missing, or Spark cannot start.
-    * 2: bad command line (argparse).
-
-    A Spark session that is already active (such as a test fixture) is reused and left running.
-    A session that ``main`` starts itself is stopped at the end.
+    Exit codes: 0 report written; 1 a MNT is not an rmqfs mount, pyspark is missing, or Spark
+    cannot start; 2 bad command line. An active SparkSession (a test fixture) is reused and left
+    running; one that ``main`` starts is stopped at the end.
     """
     try:
         args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help or a usage error; argparse already printed it
+    except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-
-    mounts: list[str] = []
-    for m in args.mounts:
-        path = os.path.abspath(m)
-        if not os.path.isdir(os.path.join(path, "topics")):
-            print(
-                f"rmqfs report: {m}: no topics/ directory (is this an rmqfs mount?)",
-                file=sys.stderr,
-            )
-            return 1
-        if os.path.realpath(path) not in {os.path.realpath(x) for x in mounts}:
-            mounts.append(path)
-    paths = [f for m in mounts for f in topic_message_files(m)]
-
+    mounts: list[Mount] = []
+    seen_paths = set()
+    try:
+        for m in args.mounts:
+            mount = Mount(m)
+            if os.path.realpath(mount.path) in seen_paths:
+                continue
+            seen_paths.add(os.path.realpath(mount.path))
+            names = {x.broker_name for x in mounts}
+            if mount.broker_name in names:  # two mounts of brokers with one name: keep apart
+                mount.broker_name = f"{mount.broker_name}#{len(mounts) + 1}"
+            mounts.append(mount)
+    except FileNotFoundError as exc:
+        print(f"rmqfs report: {exc}", file=sys.stderr)
+        return 1
     if _PYSPARK_IMPORT_ERROR is not None:
-        print("rmqfs report: pyspark is not installed: pip install 'rmqfs[spark]'", file=sys.stderr)
+        print("rmqfs report: pyspark is not installed: pip install 'rmqfs[spark]'",
+              file=sys.stderr)
         return 1
     owns_session = SparkSession.getActiveSession() is None
     try:
         spark = build_session(args.master)
     except Exception as exc:  # noqa: BLE001 - report any start-up failure clearly
-        print(
-            f"rmqfs report: cannot start Spark (Java 17+ and JAVA_HOME needed): {exc}",
-            file=sys.stderr,
-        )
+        print(f"rmqfs report: cannot start Spark (Java 17+ and JAVA_HOME needed): {exc}",
+              file=sys.stderr)
         return 1
     try:
-        report = compute_report(spark, paths)
-        out = sys.stdout
-        has_messages = bool(report["per_queue"].limit(1).collect())
-        if has_messages:
-            _print_table("Messages per topic and queue", report["per_queue"], args.max_rows, out)
-            _print_table(
-                "Messages per minute of storeTimestamp (UTC) per topic",
-                report["per_minute"],
-                args.max_rows,
-                out,
-            )
-        else:
-            print(f"no messages in {', '.join(mounts)} (read {len(paths)} topic file(s))", file=out)
-        for row in report["malformed"].collect():
-            print(
-                f"rmqfs report: warning: skipped {row['lines']} malformed line(s) in {_uri_to_path(row['file'])}",
-                file=sys.stderr,
-            )
-        written = write_report(report, args.out)
-        for name, path in written.items():
-            print(f"wrote {name}: {path}", file=out)
-        out.flush()
+        run(spark, mounts, os.path.abspath(args.out), args.top)
     finally:
         if owns_session:
             spark.stop()

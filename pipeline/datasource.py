@@ -1,0 +1,557 @@
+"""``rocketmq``: a Spark data source over a RocketMQ store's files (Python Data Source API).
+
+Reads the CommitLog through the ConsumeQueues, with no mount and no broker::
+
+    from pipeline.datasource import register
+    register(spark)
+    df = spark.read.format("rocketmq").load("/data/rocketmq/store")
+    q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
+         .load("/data/rocketmq/store").writeStream...)
+
+The schema is ``pipeline.schema.DATASOURCE_DDL``: the same columns, types and order as
+``spark.read.schema(VIEW_DDL).json("file://MNT/view")`` (``topic`` and ``queue`` last). Rows
+come as Arrow record batches, one Spark partition per range of queue offsets of one queue.
+
+Options (strings, names case-insensitive), modelled on Spark's Kafka source:
+
+``topics``
+    Comma-separated topics (default: every topic with a ConsumeQueue, ``%RETRY%``/``%DLQ%``
+    included). ``subscribePattern``: a regular expression instead.
+``queues``
+    Comma-separated queue ids for every topic, or JSON ``{"TopicA": [0, 1]}`` (Kafka's
+    ``assign``).
+``startingOffsets`` / ``endingOffsets``
+    ``earliest``, ``latest`` or JSON ``{"TopicA": {"0": 23, "1": -2}}`` with -2 = earliest and
+    -1 = latest; queues not named start at earliest and end at latest. The start is inclusive,
+    the end exclusive (``[from, until)``, RocketMQ's "next offset"). Batch default:
+    earliest..latest. Streaming default start: ``latest`` (as Kafka); ``endingOffsets`` is
+    batch only.
+``startingTimestamp`` / ``endingTimestamp``
+    Epoch ms for every queue: the first message stored at or after it
+    (``getOffsetInQueueByTime``). ``startingOffsetsByTimestamp`` /
+    ``endingOffsetsByTimestamp``: JSON ``{"TopicA": {"0": 1714564800000}}``. They take
+    precedence over the offset options.
+``tags``
+    RocketMQ sub-expression ``TagA || TagB`` (``*`` = all). Selects ConsumeQueue units by
+    tagsCode before any CommitLog read. ``WHERE tags = 'TagA'`` / ``tags IN (...)`` are pushed
+    down the same way (``pushFilters``), as are ``topic``/``queue``/``queueId`` equality and
+    ``IN``, and ``queueOffset`` ranges.
+``failOnDataLoss``
+    ``true`` (default): a start offset below a queue's min offset (its ConsumeQueue/CommitLog
+    files were deleted by retention) fails the query with an error naming the queue and both
+    offsets. ``false``: read from the min offset and log a warning.
+``maxOffsetsPerTrigger``
+    Streaming: at most this many messages per micro-batch, shared across queues in proportion
+    to their backlog.
+``.schema("topic STRING, queue INT, queueOffset BIGINT, body BINARY")``
+    A narrower schema (a subset of the columns, same names and types) decodes only those
+    columns: the Python Data Source API has no column pruning, this is the way to ask for it.
+``maxRecordsPerPartition``
+    Queue offsets per Spark partition (default 100000): a queue's range is cut at multiples of
+    it, as ``view/`` cuts its parts.
+
+Streaming offsets are ``{"<topic>": {"<queueId>": <next queue offset>}}``, Kafka's shape.
+Spark checkpoints them; a query restarted from its checkpoint resumes at exactly the next
+offset, so every message is delivered once. ``commit()`` records nothing: the checkpoint is the
+consumer position (the store's consumerOffset.json is left alone).
+
+The store may be written by a mount or a broker while it is read: the reader takes no lock and
+writes nothing (``pipeline.storereader``). Executors need the store at the same path (local
+mode, or a shared filesystem on a cluster); ``register()`` ships this code to them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition,
+                                    LessThan, LessThanOrEqual)
+
+from pipeline.schema import DATASOURCE_DDL
+from pipeline.storereader import StoreFiles
+
+__all__ = ["RocketMQDataSource", "register", "DataLossError", "QueueRange"]
+
+log = logging.getLogger(__name__)
+
+EARLIEST = -2
+LATEST = -1
+DEFAULT_RECORDS_PER_PARTITION = 100_000
+_stores: dict[str, StoreFiles] = {}
+
+
+class DataLossError(RuntimeError):
+    """Offsets that were asked for are no longer in the store (``failOnDataLoss=true``)."""
+
+
+def register(spark) -> None:
+    """Register the ``rocketmq`` format with a SparkSession (``spark.dataSource.register``).
+
+    Also turns on ``spark.sql.python.filterPushdown.enabled`` (off by default in Spark 4),
+    without which Spark refuses a Python reader that implements ``pushFilters``.
+    """
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    _ship_code(spark)
+    spark.dataSource.register(RocketMQDataSource)
+
+
+def _ship_code(spark) -> None:
+    """Make ``pipeline`` and ``engine`` importable in every Python worker.
+
+    Spark's Python planner workers (``create_data_source``, ``plan_data_source_read``) do not
+    get the driver's ``PYTHONPATH``, and executors of a cluster may not have rmqfs installed;
+    a zip of the two packages added with ``addPyFile`` reaches both. Done once per session.
+    """
+    import io
+    import tempfile
+    import zipfile
+    sc = spark.sparkContext
+    if getattr(sc, "_rmqfs_shipped", False):
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for pkg in ("pipeline", "engine", "fusefs"):
+            for name in sorted(os.listdir(os.path.join(root, pkg))):
+                if name.endswith(".py"):
+                    z.write(os.path.join(root, pkg, name), f"{pkg}/{name}")
+    tmp = tempfile.mkdtemp(prefix="rmqfs-pyfiles-")
+    path = os.path.join(tmp, "rmqfs_code.zip")
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    sc.addPyFile(path)
+    sc._rmqfs_shipped = True
+
+
+def _store(path: str) -> StoreFiles:
+    """A per-process cached reader of the store at ``path``."""
+    s = _stores.get(path)
+    if s is None:
+        s = _stores[path] = StoreFiles(path)
+    return s
+
+
+@dataclass
+class QueueRange(InputPartition):
+    """Queue offsets ``[start, end)`` of one queue; ``tags`` None = every message."""
+
+    path: str
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+    tags: tuple | None = None
+    fail_on_data_loss: bool = True
+    columns: tuple | None = None
+
+    def __post_init__(self):
+        super().__init__((self.topic, self.queue_id, self.start, self.end))
+
+
+@dataclass
+class _Options:
+    path: str
+    topics: list | None = None
+    pattern: str | None = None
+    assign: dict | None = None
+    queues: set | None = None
+    starting: object = None
+    ending: object = None
+    start_ts: object = None
+    end_ts: object = None
+    tags: set | None = None
+    fail_on_data_loss: bool = True
+    max_per_trigger: int | None = None
+    per_partition: int = DEFAULT_RECORDS_PER_PARTITION
+    columns: tuple | None = None  # a narrower user schema: only these columns are decoded
+    # pushed-down filters
+    f_topics: set | None = None
+    f_queues: set | None = None
+    f_lo: int = 0
+    f_hi: int | None = None
+    f_tags: set | None = None
+
+
+def _bool(value: str, name: str) -> bool:
+    v = value.strip().lower()
+    if v not in ("true", "false"):
+        raise ValueError(f"option {name} must be true or false, not {value!r}")
+    return v == "true"
+
+
+def _int(value: str, name: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"option {name} must be an integer, not {value!r}") from None
+
+
+def _offsets_option(value: str | None, name: str):
+    """``earliest`` / ``latest`` / JSON ``{"t": {"q": n}}`` -> str or dict; None if unset."""
+    if value is None:
+        return None
+    v = value.strip()
+    if v.lower() in ("earliest", "latest"):
+        return v.lower()
+    try:
+        parsed = json.loads(v)
+        if not isinstance(parsed, dict) or not all(
+                isinstance(qs, dict) and all(isinstance(o, int) for o in qs.values())
+                for qs in parsed.values()):
+            raise ValueError
+        return {t: {str(int(q)): o for q, o in qs.items()} for t, qs in parsed.items()}
+    except ValueError:
+        raise ValueError(f'option {name} must be "earliest", "latest" or JSON like '
+                         f'{{"TopicA": {{"0": 23, "1": -2}}}}, not {value!r}') from None
+
+
+def _timestamps_option(options, single: str, per_queue: str):
+    if options.get(per_queue) is not None:
+        return _offsets_option(options[per_queue], per_queue)
+    if options.get(single) is not None:
+        return _int(options[single], single)
+    return None
+
+
+def parse_options(options) -> _Options:
+    """Check the options (a case-insensitive dict of strings); raises ValueError."""
+    get = options.get
+    path = get("path") or get("store")
+    if not path:
+        raise ValueError('rocketmq: give the store directory: .load("/path/to/store")')
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    o = _Options(path=os.path.abspath(path))
+    if not os.path.isdir(os.path.join(o.path, "commitlog")):
+        raise ValueError(f"rocketmq: {path} is not a RocketMQ store (no commitlog/ directory)")
+    if get("topics"):
+        o.topics = [t.strip() for t in get("topics").split(",") if t.strip()]
+    if get("subscribePattern"):
+        o.pattern = get("subscribePattern")
+        re.compile(o.pattern)
+    q = get("queues")
+    if q:
+        if q.strip().startswith("{"):
+            try:
+                o.assign = {t: {int(x) for x in qs} for t, qs in json.loads(q).items()}
+            except (ValueError, TypeError, AttributeError):
+                raise ValueError(f'option queues: expected JSON like {{"TopicA": [0, 1]}} or '
+                                 f'"0,1", not {q!r}') from None
+        else:
+            o.queues = {_int(x, "queues") for x in q.split(",") if x.strip()}
+    o.starting = _offsets_option(get("startingOffsets"), "startingOffsets")
+    o.ending = _offsets_option(get("endingOffsets"), "endingOffsets")
+    o.start_ts = _timestamps_option(options, "startingTimestamp", "startingOffsetsByTimestamp")
+    o.end_ts = _timestamps_option(options, "endingTimestamp", "endingOffsetsByTimestamp")
+    tags = get("tags")
+    if tags and tags.strip() != "*":
+        o.tags = {t.strip() for t in tags.split("||") if t.strip()}
+    if get("failOnDataLoss") is not None:
+        o.fail_on_data_loss = _bool(get("failOnDataLoss"), "failOnDataLoss")
+    if get("maxOffsetsPerTrigger"):
+        o.max_per_trigger = _int(get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
+    if get("maxRecordsPerPartition"):
+        o.per_partition = max(1, _int(get("maxRecordsPerPartition"), "maxRecordsPerPartition"))
+    return o
+
+
+class _Planner:
+    """Resolves topics, queues and offsets against the store (driver side)."""
+
+    def __init__(self, opts: _Options):
+        self.o = opts
+        self.store = StoreFiles(opts.path)
+
+    def queues(self) -> list[tuple[str, int]]:
+        o = self.o
+        topics = self.store.topics()
+        if o.topics is not None:
+            topics = [t for t in o.topics if t in topics]
+        if o.pattern:
+            topics = [t for t in topics if re.fullmatch(o.pattern, t)]
+        if o.assign is not None:
+            topics = [t for t in topics if t in o.assign]
+        if o.f_topics is not None:
+            topics = [t for t in topics if t in o.f_topics]
+        out = []
+        for t in topics:
+            for q in self.store.queue_ids(t):
+                if o.queues is not None and q not in o.queues:
+                    continue
+                if o.assign is not None and q not in o.assign[t]:
+                    continue
+                if o.f_queues is not None and q not in o.f_queues:
+                    continue
+                out.append((t, q))
+        return out
+
+    def resolve(self, spec, ts, topic: str, q: int, default: int) -> int:
+        """Offset for ``spec`` (str/dict) or ``ts`` (int/dict of epoch ms) for one queue."""
+        s = self.store
+        if ts is not None:
+            t = ts.get(topic, {}).get(str(q)) if isinstance(ts, dict) else ts
+            if t is not None:
+                return s.offset_for_timestamp(topic, q, t)
+        value = default
+        if isinstance(spec, str):
+            value = EARLIEST if spec == "earliest" else LATEST
+        elif isinstance(spec, dict):
+            value = spec.get(topic, {}).get(str(q), default)
+        if value == EARLIEST:
+            return s.min_offset(topic, q)
+        if value == LATEST:
+            return s.max_offset(topic, q)
+        return value
+
+    def check_start(self, topic: str, q: int, start: int) -> int:
+        """``start``, or the queue's min offset when data below it is gone and that is allowed."""
+        lo = self.store.min_offset(topic, q)
+        if start < lo:
+            msg = (f"rocketmq: {topic}/{q}: offsets {start}..{lo - 1} are no longer in the store "
+                   f"(min offset is {lo}; expired CommitLog/ConsumeQueue files)")
+            if self.o.fail_on_data_loss:
+                raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+            log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+            return lo
+        return start
+
+    def ranges(self, bounds: dict) -> list[QueueRange]:
+        """Cut ``{(topic, q): (start, end)}`` into partitions at multiples of per_partition."""
+        o = self.o
+        tags = None
+        if o.tags is not None or o.f_tags is not None:
+            t = o.tags if o.tags is not None else o.f_tags
+            if o.f_tags is not None:
+                t = t & o.f_tags
+            tags = tuple(sorted(t))
+        out = []
+        step = o.per_partition
+        for (topic, q), (start, end) in sorted(bounds.items()):
+            start = max(start, o.f_lo)
+            if o.f_hi is not None:
+                end = min(end, o.f_hi)
+            a = start
+            while a < end:
+                b = min(end, (a // step + 1) * step)
+                out.append(QueueRange(o.path, topic, q, a, b, tags, o.fail_on_data_loss,
+                                      o.columns))
+                a = b
+        return out
+
+
+def read_range(p: QueueRange) -> Iterator:
+    """Arrow batches of one partition (runs in the Python worker)."""
+    if p.tags == ():
+        return
+    s = _store(p.path)
+    start = p.start
+    lo = s.min_offset(p.topic, p.queue_id)
+    if start < lo:
+        msg = (f"rocketmq: {p.topic}/{p.queue_id}: offsets {start}..{lo - 1} were deleted "
+               f"from the store while the query ran (min offset is now {lo})")
+        if p.fail_on_data_loss:
+            raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+        start = lo
+    yield from s.read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=p.columns)
+
+
+class RocketMQReader(DataSourceReader):
+    """Batch reader: ``[startingOffsets, endingOffsets)`` of every selected queue."""
+
+    def __init__(self, opts: _Options):
+        self.o = opts
+
+    def pushFilters(self, filters):
+        o = self.o
+        for f in filters:
+            col = f.attribute[0] if len(f.attribute) == 1 else None
+            if isinstance(f, (EqualTo, In)) and col in ("tags", "topic", "queue", "queueId"):
+                values = {f.value} if isinstance(f, EqualTo) else set(f.value)
+                if col == "tags":
+                    values = {v for v in values if isinstance(v, str)}
+                    o.f_tags = values if o.f_tags is None else o.f_tags & values
+                elif col == "topic":
+                    o.f_topics = values if o.f_topics is None else o.f_topics & values
+                else:
+                    values = {int(v) for v in values if isinstance(v, int)}
+                    o.f_queues = values if o.f_queues is None else o.f_queues & values
+                continue
+            if col == "queueOffset" and isinstance(
+                    f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
+            ) and isinstance(f.value, int):
+                v = f.value
+                if isinstance(f, (EqualTo, GreaterThanOrEqual)):
+                    o.f_lo = max(o.f_lo, v)
+                if isinstance(f, GreaterThan):
+                    o.f_lo = max(o.f_lo, v + 1)
+                if isinstance(f, (EqualTo, LessThanOrEqual)):
+                    o.f_hi = v + 1 if o.f_hi is None else min(o.f_hi, v + 1)
+                if isinstance(f, LessThan):
+                    o.f_hi = v if o.f_hi is None else min(o.f_hi, v)
+                continue
+            yield f
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.o
+        if o.starting == "latest":
+            raise ValueError('startingOffsets="latest" is not allowed for a batch query')
+        if o.ending == "earliest":
+            raise ValueError('endingOffsets="earliest" is not allowed for a batch query')
+        plan = _Planner(o)
+        bounds = {}
+        for t, q in plan.queues():
+            start = plan.resolve(o.starting, o.start_ts, t, q, EARLIEST)
+            end = plan.resolve(o.ending, o.end_ts, t, q, LATEST)
+            end = min(end, plan.store.max_offset(t, q))
+            if end > start:
+                bounds[(t, q)] = (plan.check_start(t, q, start), end)
+        parts = plan.ranges(bounds)
+        return parts or [QueueRange(o.path, "", 0, 0, 0, ())]
+
+    def read(self, partition):
+        return read_range(partition)
+
+
+class RocketMQStreamReader(DataSourceStreamReader):
+    """Micro-batch reader whose offsets are ``{"topic": {"queueId": next queue offset}}``."""
+
+    def __init__(self, opts: _Options):
+        if opts.ending is not None or opts.end_ts is not None:
+            raise ValueError("endingOffsets/endingTimestamp are for batch queries only")
+        self.o = opts
+        self._plan = None
+
+    @property
+    def plan(self) -> _Planner:
+        if self._plan is None:
+            self._plan = _Planner(self.o)
+        return self._plan
+
+    def _current(self) -> dict:
+        p = self.plan
+        out: dict = {}
+        for t, q in p.queues():
+            out.setdefault(t, {})[str(q)] = p.store.max_offset(t, q)
+        return out
+
+    def initialOffset(self) -> dict:
+        p = self.plan
+        out: dict = {}
+        for t, q in p.queues():
+            out.setdefault(t, {})[str(q)] = p.resolve(self.o.starting or "latest",
+                                                      self.o.start_ts, t, q, LATEST)
+        return out
+
+    def getDefaultReadLimit(self):
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+        if self.o.max_per_trigger:
+            return ReadMaxRows(self.o.max_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+        latest = self._current()
+        # Never go backwards (a queue that vanished keeps its last offset).
+        for t, qs in start.items():
+            for q, off in qs.items():
+                cur = latest.setdefault(t, {}).get(q)
+                if cur is None or cur < off:
+                    latest[t][q] = off
+        if isinstance(limit, ReadMaxRows):
+            latest = _rate_limit(start, latest, limit.max_rows, self.plan)
+        return latest
+
+    def reportLatestOffset(self):
+        return self._current()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        p = self.plan
+        bounds = {}
+        for t, qs in end.items():
+            for q, e in qs.items():
+                s = start.get(t, {}).get(q)
+                if s is None:  # a queue that appeared after the query started: from earliest
+                    s = p.store.min_offset(t, int(q))
+                if e > s:
+                    bounds[(t, int(q))] = (p.check_start(t, int(q), s), e)
+        return p.ranges(bounds)
+
+    def read(self, partition):
+        return read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: Spark's checkpoint holds the position."""
+
+
+def _rate_limit(start: dict, latest: dict, max_rows: int, plan: _Planner) -> dict:
+    """Cap ``latest`` so that at most ``max_rows`` offsets are read, shared in proportion to
+    each queue's backlog (``KafkaSource.rateLimit``)."""
+    backlog = {}
+    for t, qs in latest.items():
+        for q, e in qs.items():
+            s = start.get(t, {}).get(q)
+            if s is None:
+                s = plan.store.min_offset(t, int(q))
+            backlog[(t, q)] = (s, max(0, e - s))
+    total = sum(n for _, n in backlog.values())
+    if total <= max_rows:
+        return latest
+    out: dict = {}
+    given = 0
+    for (t, q), (s, n) in sorted(backlog.items()):
+        share = (n * max_rows) // total
+        out.setdefault(t, {})[q] = s + share
+        given += share
+    # hand out the rounding remainder so that progress is always made
+    for (t, q), (s, n) in sorted(backlog.items()):
+        if given >= max_rows:
+            break
+        if out[t][q] < s + n:
+            out[t][q] += 1
+            given += 1
+    return out
+
+
+class RocketMQDataSource(DataSource):
+    """``spark.read.format("rocketmq").load(STORE)`` (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def schema(self) -> str:
+        return DATASOURCE_DDL
+
+    def reader(self, schema):
+        opts = parse_options(self.options)
+        opts.columns = _columns(schema)
+        return RocketMQReader(opts)
+
+    def streamReader(self, schema):
+        opts = parse_options(self.options)
+        opts.columns = _columns(schema)
+        return RocketMQStreamReader(opts)
+
+
+def _columns(schema) -> tuple | None:
+    """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
+    checked against ``DATASOURCE_DDL``; None for the full schema. Only these are decoded."""
+    from pipeline.schema import split_ddl
+    types = {n: t.lower().replace(" ", "") for n, t in split_ddl(DATASOURCE_DDL)}
+    names = list(types)
+    if schema is None or [f.name for f in schema.fields] == names:
+        return None
+    for f in schema.fields:
+        if f.name not in types:
+            raise ValueError(f"rocketmq: no column {f.name!r}; the columns are "
+                             f"{', '.join(names)}")
+        if f.dataType.simpleString().replace(" ", "") != types[f.name]:
+            raise ValueError(f"rocketmq: column {f.name} is {types[f.name]}, "
+                             f"not {f.dataType.simpleString()}")
+    return tuple(f.name for f in schema.fields)

@@ -1,0 +1,226 @@
+"""The ``rocketmq`` Spark data source (pipeline.datasource) over store files, no mount needed."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from conftest import FIXTURES, copy_fixture, fuse
+from engine.store import Message, MessageStore
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
+
+from pipeline import datasource as D  # noqa: E402
+from pipeline import storereader  # noqa: E402
+from pipeline.schema import VIEW_DDL  # noqa: E402
+
+FIX = FIXTURES / "rocketmq-4.9.8-written"
+
+
+def expected_498():
+    rows = [json.loads(x) for x in (FIX / "expected.jsonl").read_text().splitlines()]
+    return [r for r in rows if r.get("kind", "message") == "message"]
+
+
+def test_tag_filters_are_pushed_down_to_the_consumequeue_tagscode(tmp_path, monkeypatch):
+    """No Spark: the reader keeps tag filters, selects units by tagsCode before any CommitLog
+    read, and returns exactly the messages with that tag."""
+    exp = expected_498()
+    want = sorted((e["topic"], e["queueId"], e["queueOffset"]) for e in exp
+                  if e["tags"] in ("Tag0", "Tag3") and e["queueId"] == 1)
+    assert want
+    reader = D.RocketMQReader(D.parse_options({"path": str(FIX / "store")}))
+    tags = In(("tags",), ("Tag0", "Tag3"))
+    queue = EqualTo(("queue",), 1)
+    other = GreaterThanOrEqual(("storeTimestamp",), 0)
+    assert list(reader.pushFilters([tags, queue, other])) == [other]
+    decoded = []
+    real = storereader.records_to_batch
+
+    def counting(cl, topic, q, units, qoffs, wanted=None, columns=None):
+        decoded.extend((topic, q, int(o)) for o in qoffs)
+        return real(cl, topic, q, units, qoffs, wanted, columns)
+
+    monkeypatch.setattr(storereader, "records_to_batch", counting)
+    got = []
+    for p in reader.partitions():
+        for batch in D.read_range(p):
+            for r in batch.to_pylist():
+                assert r["tags"] in ("Tag0", "Tag3") and r["queue"] == 1
+                got.append((r["topic"], r["queue"], r["queueOffset"]))
+    assert sorted(got) == want
+    assert sorted(decoded) == want  # only the matching units reached the CommitLog
+
+
+@pytest.mark.spark
+@fuse
+def test_fixture_store_reads_through_the_view_and_the_data_source(spark, mount_store,
+                                                                  tmp_path):
+    """A store written by RocketMQ 4.9.8 itself (IPv6 hosts, 256 KiB segments, 8-unit CQ
+    files): the mount's view/ and the data source both give every message, equal to what the
+    broker stored."""
+    store = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "store")
+    exp = {(e["topic"], e["queueId"], e["queueOffset"]): e for e in expected_498()}
+    D.register(spark)
+    ds = spark.read.format("rocketmq").load(str(store))
+    m = mount_store(store)
+    view = spark.read.schema(VIEW_DDL).json(f"file://{m.mnt}/view")
+    for df in (view, ds):
+        rows = {(r.topic, r.queue, r.queueOffset): r for r in df.collect()}
+        assert set(rows) == set(exp)
+        for key, e in exp.items():
+            r = rows[key]
+            assert bytes(r.body) == base64.b64decode(e["body"])
+            assert (r.commitLogOffset, r.storeSize, r.tags, r.msgId) == \
+                (e["commitLogOffset"], e["size"], e["tags"], e["msgId"])
+            assert r.keys == e["keys"].split()
+    assert ds.where("tags = 'Tag1'").count() == sum(e["tags"] == "Tag1" for e in exp.values())
+    only = (spark.read.format("rocketmq").option("topics", "OracleTopicB")
+            .option("startingOffsets", '{"OracleTopicB": {"2": 10}}')
+            .option("endingOffsets", '{"OracleTopicB": {"2": 20, "3": 5}}').load(str(store)))
+    got = sorted((r.queue, r.queueOffset) for r in only.select("queue", "queueOffset").collect())
+    lat = {q: max(o for (t, qq, o) in exp if t == "OracleTopicB" and qq == q) + 1
+           for q in range(4)}
+    want = ([(0, o) for o in range(lat[0])] + [(1, o) for o in range(lat[1])]
+            + [(2, o) for o in range(10, min(20, lat[2]))] + [(3, o) for o in range(5)])
+    assert got == sorted(want)
+    m.umount()
+
+
+@pytest.mark.spark
+def test_offsets_below_the_min_offset_fail_unless_failondataloss_false(spark, tmp_path,
+                                                                       small_config):
+    root = tmp_path / "store"
+    with MessageStore(str(root), small_config) as s:
+        s.create_topic("L", queue_nums=1)
+        for i in range(6):
+            s.put_messages([Message("L", b"x" * 200) for _ in range(100)])
+    # Retention: the oldest CommitLog segment is deleted.
+    first = sorted(os.listdir(root / "commitlog"))[0]
+    os.unlink(root / "commitlog" / first)
+    files = storereader.StoreFiles(str(root))
+    lo, hi = files.min_offset("L", 0), files.max_offset("L", 0)
+    assert 0 < lo < hi == 600
+    D.register(spark)
+    reader = spark.read.format("rocketmq").option("startingOffsets", '{"L": {"0": 0}}')
+    with pytest.raises(Exception, match="failOnDataLoss") as info:
+        reader.load(str(root)).count()
+    assert f"min offset is {lo}" in str(info.value)
+    assert reader.option("failOnDataLoss", "false").load(str(root)).count() == hi - lo
+    assert spark.read.format("rocketmq").load(str(root)).count() == hi - lo  # earliest
+    # A narrower schema decodes only those columns; a wrong one is refused clearly.
+    narrow = (spark.read.format("rocketmq").schema("queueOffset BIGINT, body BINARY, topic STRING")
+              .load(str(root)).collect())
+    assert [r.queueOffset for r in narrow] == list(range(lo, hi))
+    assert all(bytes(r.body) == b"x" * 200 and r.topic == "L" for r in narrow)
+    with pytest.raises(Exception, match="column body is binary, not string"):
+        spark.read.format("rocketmq").schema("body STRING").load(str(root)).count()
+
+
+@pytest.mark.spark
+def test_stream_delivers_every_message_once_across_a_restart(spark, tmp_path, small_config):
+    """Messages keep arriving while a streaming query runs, is stopped, and is restarted from
+    its checkpoint: the sink holds every message exactly once."""
+    root, out, chk = tmp_path / "store", tmp_path / "out", tmp_path / "chk"
+    store = MessageStore(str(root), small_config)  # a writer holding the lock, as a mount does
+    store.create_topic("S", queue_nums=3)
+    store.create_topic("%RETRY%g", queue_nums=1)
+    stop = threading.Event()
+    errors = []
+
+    def produce():
+        i = 0
+        try:
+            while not stop.is_set():
+                store.put_messages([Message("S" if j % 4 else "%RETRY%g", f"{i}-{j}".encode())
+                                    for j in range(20)])
+                i += 1
+                time.sleep(0.05)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    produce_once = [Message("S", f"first-{j}".encode()) for j in range(50)]
+    store.put_messages(produce_once)
+    D.register(spark)
+
+    def start():
+        return (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", "300").load(str(root))
+                .select("topic", "queue", "queueOffset", "body")
+                .writeStream.format("parquet").option("path", str(out))
+                .option("checkpointLocation", str(chk))
+                .trigger(processingTime="300 milliseconds").start())
+
+    def wait_batches(query, n):
+        deadline = time.monotonic() + 60
+        while len([p for p in query.recentProgress if p["numInputRows"]]) < n:
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.1)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        q1 = start()
+        wait_batches(q1, 2)
+        q1.stop()
+        q2 = start()
+        wait_batches(q2, 2)
+    finally:
+        stop.set()
+        producer.join()
+    assert not errors
+    q2.processAllAvailable()
+    q2.stop()
+    produced = {(t, q): store.max_offset(t, q) for t in ("S", "%RETRY%g")
+                for q in store.queue_ids(t)}
+    bodies = {(t, q, o): rec.body for (t, q) in produced for o, rec in store.iter_queue(t, q)}
+    store.close()
+    rows = spark.read.parquet(str(out)).collect()
+    keys = [(r.topic, r.queue, r.queueOffset) for r in rows]
+    assert len(keys) == len(set(keys)) == sum(produced.values()) > 100
+    assert set(keys) == set(bodies)
+    assert all(bytes(r.body) == bodies[(r.topic, r.queue, r.queueOffset)] for r in rows)
+    batches = [n for n in os.listdir(chk / "offsets") if n.isdigit()]
+    last = json.loads((chk / "offsets" / max(batches, key=int))
+                      .read_text().splitlines()[-1])
+    assert last == {t: {str(q): n for (tt, q), n in produced.items() if tt == t}
+                    for t in ("S", "%RETRY%g")}
+
+
+def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, small_config):
+    """The vectorized decoder (common records) gives the same rows as the per-record one and
+    as engine.message, including edge cases of the properties area."""
+    import numpy as np
+    root = tmp_path / "store"
+    with MessageStore(str(root), small_config) as s:
+        s.create_topic("E", queue_nums=2)
+        msgs = [
+            Message("E", b"", queue_id=0),
+            Message("E", b"plain", tags="A", keys="k1  k2 ", queue_id=0),
+            Message("E", "é ✓".encode(), keys=["only"], properties={"e": "", "x": "a\x01b"},
+                    queue_id=0),
+            Message("E", bytes(range(256)), tags="B", properties={"TAGS": "B"}, queue_id=0),
+        ] * 30 + [Message("E", b"x" * 5000, queue_id=1) for _ in range(40)]  # crosses segments
+        s.put_messages(msgs[:60])
+        s.put_messages(msgs[60:])
+        files = storereader.StoreFiles(str(root))
+        for q in (0, 1):
+            n = files.max_offset("E", q)
+            units = files.queue("E", q).units(0, n)
+            qoffs = np.arange(n)
+            fast = storereader.records_to_batch(files.commitlog, "E", q, units, qoffs)
+            slow = storereader._rows_batch(files.commitlog, "E", q, units, qoffs)
+            assert fast.equals(slow)
+            for row in fast.to_pylist():
+                rec = s.get_message("E", q, row["queueOffset"])
+                assert dict(row["properties"]) == rec.properties
+                assert (row["body"], row["tags"], row["keys"], row["msgId"]) == \
+                    (rec.body, rec.tags, rec.keys, rec.msg_id)
