@@ -63,6 +63,31 @@ def small_config():
 # --------------------------------------------------------------------------------------------
 # Real FUSE mounts
 
+def in_mount_table(path) -> bool:
+    """True while ``path`` is in /proc/self/mounts, dead FUSE mounts included.
+
+    ``os.path.ismount`` says False for a mount whose daemon died (stat fails with ENOTCONN),
+    so tests that kill a daemon must wait on the mount table instead.
+    """
+    target = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            mnt = line.split()[1].replace("\\040", " ")
+            if mnt == target:
+                return True
+    return False
+
+
+def wait_unmounted(path, timeout: float = 15) -> bool:
+    """Wait until ``path`` leaves the mount table (e.g. auto_unmount after kill -9)."""
+    deadline = time.monotonic() + timeout
+    while in_mount_table(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def fuse_available() -> bool:
     return os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
 
@@ -117,11 +142,9 @@ class Mount:
         assert not os.path.ismount(self.mnt)
 
     def cleanup(self):
-        if os.path.ismount(self.mnt):
+        if in_mount_table(self.mnt):
             subprocess.run(["fusermount3", "-u", "-z", str(self.mnt)], capture_output=True)
-            deadline = time.monotonic() + 10
-            while os.path.ismount(self.mnt) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_unmounted(self.mnt, 10)
 
 
 @pytest.fixture

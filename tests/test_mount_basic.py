@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import refreader
-from conftest import LOGHUB_LOGS, copy_fixture, fuse
+from conftest import LOGHUB_LOGS, copy_fixture, fuse, wait_unmounted
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -167,10 +167,7 @@ def test_kill_9_while_producing_loses_no_acknowledged_line(mount_store, tmp_path
         time.sleep(0.005)
     os.kill(m.pid, signal.SIGKILL)
     w.wait(timeout=30)
-    deadline = time.monotonic() + 10
-    while os.path.ismount(m.mnt) and time.monotonic() < deadline:  # auto_unmount cleans up
-        time.sleep(0.05)
-    assert not os.path.ismount(m.mnt)
+    assert wait_unmounted(m.mnt), "auto_unmount should remove the mount of a killed daemon"
     n_acked = int(acked.read_text() or 0)
     assert 0 < n_acked < len(data), "the kill should land mid-produce"
     m.mount()

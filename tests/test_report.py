@@ -38,6 +38,7 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
     produce_lines(b.mnt, "%RETRY%sshd", [
         json.dumps({"body": line.decode(), "tags": t, "keys": k}).encode()
         for line, t, k in zip(ssh, ssh_tags, ssh_keys)], jsonl=True)
+    (a.mnt / "groups" / "g1").mkdir()
     (a.mnt / "groups" / "g1" / "HDFS" / "0" / "offset").write_text("100\n")
     hdfs_q0 = json.loads((a.mnt / "topics" / "HDFS" / "0" / "offsets.json").read_text())
     out = tmp_path / "report"
