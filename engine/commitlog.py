@@ -188,6 +188,25 @@ class CommitLog:
         self.last_store_timestamp = store_timestamp
         return results
 
+    def append_chunks(self, chunks: list[tuple[int, object]], end: int,
+                      store_timestamp: int) -> None:
+        """Write records already encoded with their final offsets (the store's put path).
+
+        ``chunks`` are ``(absolute offset, bytes)`` in order, starting at :attr:`max_offset`,
+        each inside one segment (a chunk that ends a segment ends with its blank record);
+        ``end`` is the new :attr:`max_offset`. Same failure contract as :meth:`append`: on an
+        OSError everything written is zeroed again and the error re-raised.
+        """
+        start = self.max_offset
+        try:
+            for off, data in chunks:
+                self.files.write(off, data)
+        except OSError:
+            self.files.truncate_dirty(start)
+            raise
+        self.max_offset = end
+        self.last_store_timestamp = store_timestamp
+
     def flush(self) -> bool:
         """fdatasync what was appended since the last flush. Returns True if anything was."""
         end = self.max_offset

@@ -27,6 +27,18 @@ CQ_STORE_UNIT_SIZE = 20
 UNIT = struct.Struct(">qiq")  # commitLogOffset | size | tagsCode
 DEFAULT_UNITS_PER_FILE = 300_000
 BLANK_UNIT_SIZE = 0x7FFFFFFF
+_UNITS_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def pack_units(flat: list[int]) -> bytes:
+    """Encode units from a flat ``[commitLogOffset, size, tagsCode, ...]`` list in one pack."""
+    n = len(flat) // 3
+    st = _UNITS_STRUCTS.get(n)
+    if st is None:
+        st = struct.Struct(">" + "qiq" * n)
+        if len(_UNITS_STRUCTS) < 1024:
+            _UNITS_STRUCTS[n] = st
+    return st.pack(*flat)
 
 
 class ConsumeQueue:

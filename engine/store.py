@@ -30,7 +30,7 @@ from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
                      TopicConfig, TopicConfigManager, validate_group_name, validate_topic_name)
-from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, pack_units
 from .indexfile import IndexService
 from .errors import (CorruptRecordError, NoSuchTopicError, OffsetOutOfRangeError,
                      PermissionDeniedError, PutMessageError, ReadOnlyStoreError,
@@ -39,6 +39,9 @@ from .message import (MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_
                       PROPERTY_TAGS, PROPERTY_UNIQ_KEY, TRANSACTION_PREPARED_TYPE,
                       TRANSACTION_ROLLBACK_TYPE, Host, MessageRecord, encode_message,
                       offset_msg_id)
+from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
+from .message import FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, RECORD_SLACK, encode_blank
+from .errors import MessageIllegalError, PropertiesSizeExceededError
 from .uniqkey import UniqKeyGenerator
 
 log = logging.getLogger(__name__)
@@ -168,6 +171,21 @@ class PutResult:
     msg_id: str
     uniq_key: str | None
 
+    @classmethod
+    def _fast(cls, topic, queue_id, queue_offset, commitlog_offset, size, store_timestamp,
+              msg_id, uniq_key) -> "PutResult":
+        """Construct without the frozen dataclass's per-field ``object.__setattr__`` calls."""
+        obj = _new_object(cls)
+        _set_attr(obj, "__dict__", {
+            "topic": topic, "queue_id": queue_id, "queue_offset": queue_offset,
+            "commitlog_offset": commitlog_offset, "size": size,
+            "store_timestamp": store_timestamp, "msg_id": msg_id, "uniq_key": uniq_key})
+        return obj
+
+
+_new_object = object.__new__
+_set_attr = object.__setattr__
+
 
 @dataclass
 class _Dispatch:
@@ -227,6 +245,7 @@ class MessageStore:
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_file_size = self.config.mapped_file_size_consume_queue
         self._round_robin: dict[str, int] = {}
+        self._tags_cache: dict[str, tuple[bytes, int]] = {}  # TAGS -> (encoded property, tagsCode)
         self._delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[_Dispatch]) / truncate(offset)
         self.index_service: IndexService | None = None
@@ -631,6 +650,11 @@ class MessageStore:
             raise ReadOnlyStoreError("store is read-only")
         if not messages:
             return []
+        out = self._put_plain(messages)
+        if out is not None:
+            for listener in self.listeners:
+                listener(out)
+            return out
         now = int(time.time() * 1000)
         encoded = []
         with self.put_lock:
@@ -702,6 +726,206 @@ class MessageStore:
                    for e, qoff, res in zip(encoded, queue_offsets, results)]
         for listener in self.listeners:
             listener(out)
+        return out
+
+    # Fields of Message the fast path handles itself; any other field must hold its default.
+    _PLAIN_FIELDS = frozenset(("topic", "body", "tags", "keys", "properties", "queue_id",
+                               "sharding_key", "flag", "born_timestamp", "born_host",
+                               "sys_flag"))
+    _plain_extra: list | None = None
+
+    def _plain_topic(self, topic: str):
+        """Per-topic pieces for the fast path, or None when the topic needs the general one."""
+        cfg = self.topic_config.get(topic)
+        if cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC:
+            return None
+        raw = topic.encode("utf-8")
+        if len(topic) > 127 or len(raw) > 127:
+            return None
+        return (cfg.write_queue_nums, max(cfg.write_queue_nums, cfg.read_queue_nums),
+                bytes((len(raw),)) + raw, 91 + len(raw), java_hash_u32(topic + "#"))
+
+    def _put_plain(self, messages: list[Message]) -> list[PutResult] | None:
+        """The put path for the common case, fused: encode, append and dispatch in one pass.
+
+        Handles batches where every message has no user properties, sysFlag 0, an IPv4 (or
+        default) born host and a V1 topic, under ASYNC_FLUSH with an IPv4 store host; returns
+        None for anything else (nothing done), and :meth:`put_messages` runs the general path.
+        Writes exactly the bytes the general path writes: the records come out of
+        ``encode_message`` + ``patch_record`` field for field (tested), with the offsets known
+        up front so each record is packed once, the ConsumeQueue units of a queue are packed
+        in one call and the index keys are hashed from cached parts and written in one batch.
+        """
+        cfgs = self.config
+        if (cfgs.flush_disk_type != "ASYNC_FLUSH" or len(self.store_host[0]) != 4
+                or getattr(cfgs, "enabled_append_prop_crc", False)
+                or getattr(cfgs, "compress_msg_body_over_howmuch", -1) >= 0):
+            return None
+        extra = MessageStore._plain_extra
+        if extra is None:
+            import dataclasses
+            extra = MessageStore._plain_extra = [
+                (f.name, f.default) for f in dataclasses.fields(Message)
+                if f.name not in self._PLAIN_FIELDS]
+        max_body = cfgs.max_message_size
+        topics: dict[str, tuple] = {}
+        for m in messages:
+            if (m.properties or m.sys_flag or len(m.body) > max_body
+                    or (m.born_host is not None and len(m.born_host[0]) != 4)):
+                return None
+            for name, default in extra:
+                if getattr(m, name) != default:
+                    return None
+            if m.topic not in topics:
+                info = self._plain_topic(m.topic)
+                if info is None:
+                    return None
+                topics[m.topic] = info
+        other_dispatchers = [d for d in self.dispatchers if d is not self.index_service]
+        now = int(time.time() * 1000)
+        with self.put_lock:
+            if self._closed:
+                raise ReadOnlyStoreError("store is closed")
+            cl = self.commitlog
+            fs = cl.file_size
+            start = pos = chunk_start = cl.max_offset
+            seg_end = pos - pos % fs + fs
+            chunks = []
+            pieces: list = []
+            queues: dict[tuple[str, int], list] = {}  # key -> [next queue offset, units]
+            queue_offsets = getattr(self, "_queue_offsets", None)
+            rr = self._round_robin
+            tags_cache = self._tags_cache
+            uniq_next = self.uniq_keys.next_with_hash
+            crc32 = zlib.crc32
+            pack = FIXED_V4.pack
+            sip, sport = self.store_host
+            id_prefix = (sip + struct.pack(">i", sport)).hex().upper()
+            index = self.index_service
+            idx: list[int] = []
+            p32 = pow31(32)
+            limit = max_body + RECORD_SLACK
+            default_born = (b"\x7f\x00\x00\x01", 0)
+            out: list[PutResult] = []
+            new_result = PutResult._fast
+            for m in messages:
+                topic = m.topic
+                nwq, nq, tail, base, topic_hash = topics[topic]
+                body = m.body
+                blen = len(body)
+                qid = m.queue_id
+                if qid is None:
+                    if m.sharding_key is not None:
+                        qid = (crc32(m.sharding_key.encode()) & 0x7FFFFFFF) % nwq
+                    else:
+                        i = rr.get(topic, 0)
+                        rr[topic] = i + 1
+                        qid = i % nwq
+                elif not 0 <= qid < nq:
+                    raise PutMessageError(f"queueId {qid} is not a queue of {topic}"
+                                          f" (0..{nwq - 1})")
+                tags = m.tags
+                if tags:
+                    head_tc = tags_cache.get(tags)
+                    if head_tc is None:
+                        head_tc = (f"TAGS\x01{tags}\x02".encode(), tags_code(tags))
+                        if len(tags_cache) < 4096:
+                            tags_cache[tags] = head_tc
+                    head, tc = head_tc
+                else:
+                    head, tc = b"", 0
+                keys = m.keys
+                if keys:
+                    keys = keys if isinstance(keys, str) else " ".join(keys)
+                    head += f"KEYS\x01{keys}\x02".encode()
+                if m.sharding_key is not None:
+                    head += f"__SHARDINGKEY\x01{m.sharding_key}\x02".encode()
+                born = m.born_timestamp or now
+                uniq, uniq_hash = uniq_next(born)
+                props = b"%sUNIQ_KEY\x01%s\x02" % (head, uniq.encode())
+                plen = len(props)
+                if plen > MAX_PROPERTIES_LENGTH:
+                    raise PropertiesSizeExceededError(
+                        f"properties are {plen} bytes, more than {MAX_PROPERTIES_LENGTH}")
+                total = base + blen + plen
+                if total > limit:
+                    raise MessageIllegalError(
+                        f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
+                if pos + total + 8 > seg_end:
+                    if total + 8 > fs:
+                        raise MessageIllegalError(f"record of {total} bytes does not fit in a "
+                                                  f"{fs}-byte CommitLog segment")
+                    pieces.append(encode_blank(seg_end - pos))
+                    chunks.append((chunk_start, pieces))
+                    pieces = []
+                    pos = chunk_start = seg_end
+                    seg_end += fs
+                key = (topic, qid)
+                q = queues.get(key)
+                if q is None:
+                    nxt = queue_offsets.get(key) if queue_offsets else None
+                    if nxt is None:
+                        cq = self.consume_queues.get(key)
+                        nxt = cq.max_offset if cq is not None else 0
+                    q = queues[key] = [nxt, []]
+                qoff = q[0]
+                q[0] = qoff + 1
+                q[1] += (pos, total, tc)
+                bh = m.born_host or default_born
+                pieces += (pack(total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff,
+                                pos, 0, born, bh[0], bh[1], now, sip, sport, 0, 0, blen),
+                           body, tail, plen.to_bytes(2, "big"), props)
+                if index is not None:
+                    h = (topic_hash * p32 + uniq_hash) & 0xFFFFFFFF
+                    if h & 0x80000000:
+                        h = 0x100000000 - h
+                        if h > 0x7FFFFFFF:
+                            h = 0
+                    idx += (h, pos, now)
+                    if keys:
+                        for k in keys.split(" "):
+                            if k:
+                                idx += (key_hash_of_u32(
+                                    (topic_hash * pow31(utf16_len(k)) + java_hash_u32(k))
+                                    & 0xFFFFFFFF), pos, now)
+                out.append(new_result(topic, qid, qoff, pos, total, now,
+                                      id_prefix + "%016X" % pos, uniq))
+                pos += total
+            chunks.append((chunk_start, pieces))
+            cl.append_chunks([(off, b"".join(p)) for off, p in chunks], pos, now)
+            before = {}
+            try:
+                for key, (nxt, units) in queues.items():
+                    cq = self._consume_queue(key[0], key[1], create=True)
+                    before[key] = cq.max_offset
+                    cq.put_units(nxt - len(units) // 3, pack_units(units))
+                if index is not None and idx:
+                    if idx[1] > index.end_phy_offset:
+                        index.put_hashed(idx)
+                    else:  # cannot happen after recovery; keep the general rule anyway
+                        other_dispatchers.insert(0, index)
+                if other_dispatchers:
+                    batch = [_Dispatch(r.topic, r.queue_id, r.commitlog_offset, r.size, 0,
+                                       now, r.queue_offset, [], r.uniq_key, 0) for r in out]
+                    for m, d in zip(messages, batch):
+                        d.tags_code = tags_code(m.tags) if m.tags else 0
+                        k = m.keys
+                        if k:
+                            d.keys = [t for t in (k if isinstance(k, str) else
+                                                  " ".join(k)).split(" ") if t]
+                    for d in other_dispatchers:
+                        d.dispatch(batch)
+            except OSError:
+                for key, old in before.items():
+                    self.consume_queues[key].truncate_to(old)
+                for d in self.dispatchers:
+                    d.truncate(start)
+                cl.truncate(start)
+                raise
+            if queue_offsets is not None:
+                queue_offsets.update((k, v[0]) for k, v in queues.items())
+            if hasattr(self, "_dispatched_store_timestamp"):
+                self._dispatched_store_timestamp = now
         return out
 
     # ------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 
-_TAIL = struct.Struct(">iH")
+from .javahash import java_hash_u32
 
 
 class UniqKeyGenerator:
@@ -35,6 +35,9 @@ class UniqKeyGenerator:
         self._lock = threading.Lock()
         self._month_start = 0
         self._next_month = 0
+        self._head_since = None
+        self._head = ""
+        self._head_hash = 0
 
     def _roll_month(self, now_ms: int) -> None:
         now = _dt.datetime.fromtimestamp(now_ms / 1000)
@@ -45,6 +48,15 @@ class UniqKeyGenerator:
 
     def next(self, now_ms: int | None = None) -> str:
         """A new id (32 hex digits for IPv4)."""
+        return self.next_with_hash(now_ms)[0]
+
+    def next_with_hash(self, now_ms: int | None = None) -> tuple[str, int]:
+        """A new id and its Java ``hashCode`` as an unsigned 32-bit int.
+
+        The hash comes from the cached hash of the fixed head (prefix + time part) combined
+        with a table lookup for the 4 counter digits (``h(a+b) = h(a)*31**4 + h(b)``), so the
+        IndexFile key ``topic#id`` costs no per-character work.
+        """
         if now_ms is None:
             now_ms = int(time.time() * 1000)
         with self._lock:
@@ -52,4 +64,19 @@ class UniqKeyGenerator:
                 self._roll_month(now_ms)
             counter = next(self._counter) & 0xFFFF
             since = now_ms - self._month_start
-        return self._prefix + _TAIL.pack(since & 0x7FFFFFFF, counter).hex().upper()
+        if since != self._head_since:
+            head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
+            self._head = head
+            self._head_hash = (java_hash_u32(head) * _POW31_4) & 0xFFFFFFFF
+            self._head_since = since
+        return (self._head + _HEX4[counter],
+                (self._head_hash + _HASH4[counter]) & 0xFFFFFFFF)
+
+
+# "%04X" of every counter value and the Java hash of that text (65536 entries, built lazily
+# in C-level comprehensions from the 256 two-digit halves).
+_HEX2 = ["%02X" % b for b in range(256)]
+_HASH2 = [ord(t[0]) * 31 + ord(t[1]) for t in _HEX2]
+_HEX4 = [a + b for a in _HEX2 for b in _HEX2]
+_HASH4 = [ha * 961 + hb for ha in _HASH2 for hb in _HASH2]
+_POW31_4 = 31 ** 4
