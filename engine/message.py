@@ -39,6 +39,11 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+try:  # the same CRC-32 as zlib's, 10-20x faster (PCLMUL); zlib's when it is missing
+    from zlib_ng.zlib_ng import crc32
+except ImportError:  # pragma: no cover
+    from zlib import crc32
+
 from .errors import CorruptRecordError, MessageIllegalError, PropertiesSizeExceededError
 from .javahash import tags_code
 
@@ -129,7 +134,7 @@ def cal_msg_length(sys_flag: int, body_length: int, topic_length: int,
 
 def body_crc(body: bytes) -> int:
     """``UtilAll.crc32``: CRC-32/IEEE (zlib) of the stored body, masked to 31 bits."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
@@ -380,7 +385,7 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
     expected = cal_msg_length(sys_flag, body_len, topic_len, props_len, v2)
     if expected != total:
         raise CorruptRecordError(f"TOTALSIZE {total} != calMsgLength {expected}", pos)
-    if check_crc and crc != (zlib.crc32(body) & 0x7FFFFFFF):
+    if check_crc and crc != (crc32(body) & 0x7FFFFFFF):
         raise CorruptRecordError("body CRC mismatch", pos)
     if base_offset is not None and phys != base_offset + pos:
         raise CorruptRecordError(f"PHYSICALOFFSET {phys} != position {base_offset + pos}", pos)
@@ -449,7 +454,7 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
         raise MessageIllegalError(
             f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
     buf = bytearray(total)
-    crc = zlib.crc32(body) & 0x7FFFFFFF
+    crc = crc32(body) & 0x7FFFFFFF
     if not sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
         FIXED_V4.pack_into(buf, 0, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, 0, 0,
                            sys_flag, born_timestamp, born_host[0], born_host[1], 0,

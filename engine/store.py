@@ -41,6 +41,7 @@ from .message import (MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_
                       offset_msg_id)
 from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
 from .message import FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, RECORD_SLACK, encode_blank
+from .message import crc32 as _body_crc32
 from .errors import MessageIllegalError, PropertiesSizeExceededError
 from .uniqkey import UniqKeyGenerator
 
@@ -797,7 +798,7 @@ class MessageStore:
             rr = self._round_robin
             tags_cache = self._tags_cache
             uniq_next = self.uniq_keys.next_with_hash
-            crc32 = zlib.crc32
+            crc32 = _body_crc32
             pack = FIXED_V4.pack
             sip, sport = self.store_host
             id_prefix = (sip + struct.pack(">i", sport)).hex().upper()
@@ -892,7 +893,7 @@ class MessageStore:
                                       id_prefix + "%016X" % pos, uniq))
                 pos += total
             chunks.append((chunk_start, pieces))
-            cl.append_chunks([(off, b"".join(p)) for off, p in chunks], pos, now)
+            cl.append_chunks(chunks, pos, now)
             before = {}
             try:
                 for key, (nxt, units) in queues.items():
