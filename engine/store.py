@@ -17,6 +17,7 @@ records the queues lack.
 from __future__ import annotations
 
 import errno
+import itertools
 import fcntl
 import logging
 import os
@@ -42,6 +43,7 @@ from .message import (MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_
 from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
 from .message import FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, RECORD_SLACK, encode_blank
 from .message import crc32 as _body_crc32
+from .message import decode_record
 from .errors import MessageIllegalError, PropertiesSizeExceededError
 from .uniqkey import UniqKeyGenerator
 
@@ -388,8 +390,22 @@ class MessageStore:
         cl = self.commitlog
         batch: list[_Dispatch] = []
         gap = False
-        for rec in cl.scan(start, check_crc=self.config.check_crc_on_recover):
-            d = self._dispatch_of(rec)
+        cqs = self.consume_queues
+        index = self.index_service
+        # Records the ConsumeQueues and the index already hold need no decoding: _dispatch
+        # would drop them anyway (queue offset below the queue's max; offset below the
+        # index's endPhyOffset). Other dispatchers see every record.
+        skip_known = all(d is index for d in self.dispatchers)
+        indexed_below = index.end_phy_offset if index is not None else None
+        for (buf, pos, phys, _size, topic, qid, qoff, sys_flag) in cl.scan_raw(
+                start, check_crc=self.config.check_crc_on_recover):
+            if skip_known and (indexed_below is None or phys < indexed_below):
+                if sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+                    continue
+                cq = cqs.get((topic, qid))
+                if cq is not None and qoff < cq.max_offset:
+                    continue
+            d = self._dispatch_of(decode_record(buf, pos, check_crc=False))
             if d is not None:
                 batch.append(d)
             if len(batch) >= 4096:
@@ -751,11 +767,11 @@ class MessageStore:
 
         Handles batches where every message has no user properties, sysFlag 0, an IPv4 (or
         default) born host and a V1 topic, under ASYNC_FLUSH with an IPv4 store host; returns
-        None for anything else (nothing done), and :meth:`put_messages` runs the general path.
-        Writes exactly the bytes the general path writes: the records come out of
-        ``encode_message`` + ``patch_record`` field for field (tested), with the offsets known
-        up front so each record is packed once, the ConsumeQueue units of a queue are packed
-        in one call and the index keys are hashed from cached parts and written in one batch.
+        None for anything else (nothing written), and :meth:`put_messages` runs the general
+        path. Writes exactly the bytes the general path writes (tests/test_fastpaths.py): the
+        offsets are known up front so each record is packed once, the ConsumeQueue units of a
+        queue are packed in one call, UNIQ_KEYs come in one batch with their hashes, and the
+        index keys are written in one batch.
         """
         cfgs = self.config
         if (cfgs.flush_disk_type != "ASYNC_FLUSH" or len(self.store_host[0]) != 4
@@ -769,20 +785,6 @@ class MessageStore:
                 (f.name, f.default) for f in dataclasses.fields(Message)
                 if f.name not in self._PLAIN_FIELDS]
         max_body = cfgs.max_message_size
-        topics: dict[str, tuple] = {}
-        for m in messages:
-            if (m.properties or m.sys_flag or len(m.body) > max_body
-                    or (m.born_host is not None and len(m.born_host[0]) != 4)):
-                return None
-            for name, default in extra:
-                if getattr(m, name) != default:
-                    return None
-            if m.topic not in topics:
-                info = self._plain_topic(m.topic)
-                if info is None:
-                    return None
-                topics[m.topic] = info
-        other_dispatchers = [d for d in self.dispatchers if d is not self.index_service]
         now = int(time.time() * 1000)
         with self.put_lock:
             if self._closed:
@@ -793,11 +795,17 @@ class MessageStore:
             seg_end = pos - pos % fs + fs
             chunks = []
             pieces: list = []
+            topics: dict[str, tuple] = {}
             queues: dict[tuple[str, int], list] = {}  # key -> [next queue offset, units]
             queue_offsets = getattr(self, "_queue_offsets", None)
             rr = self._round_robin
+            rr_before = dict(rr)
             tags_cache = self._tags_cache
             uniq_next = self.uniq_keys.next_with_hash
+            if any(m.born_timestamp for m in messages):  # ids follow each born time
+                uniq_keys = uniq_hashes = itertools.repeat(None)
+            else:  # one batch of ids, in message order as one by one
+                uniq_keys, uniq_hashes = self.uniq_keys.next_many(len(messages), now)
             crc32 = _body_crc32
             pack = FIXED_V4.pack
             sip, sport = self.store_host
@@ -809,15 +817,29 @@ class MessageStore:
             default_born = (b"\x7f\x00\x00\x01", 0)
             out: list[PutResult] = []
             new_result = PutResult._fast
-            for m in messages:
+            for m, uniq, uniq_hash in zip(messages, uniq_keys, uniq_hashes):
                 topic = m.topic
-                nwq, nq, tail, base, topic_hash = topics[topic]
                 body = m.body
                 blen = len(body)
+                bh = m.born_host
+                info = topics.get(topic)
+                if info is None:
+                    info = topics[topic] = self._plain_topic(topic)
+                if (info is None or m.properties or m.sys_flag or blen > max_body
+                        or (bh is not None and len(bh[0]) != 4)):
+                    rr.clear()
+                    rr.update(rr_before)
+                    return None
+                for name, default in extra:
+                    if getattr(m, name) != default:
+                        rr.clear()
+                        rr.update(rr_before)
+                        return None
+                nwq, nq, tail, base, topic_hash = info
                 qid = m.queue_id
                 if qid is None:
                     if m.sharding_key is not None:
-                        qid = (crc32(m.sharding_key.encode()) & 0x7FFFFFFF) % nwq
+                        qid = (zlib.crc32(m.sharding_key.encode()) & 0x7FFFFFFF) % nwq
                     else:
                         i = rr.get(topic, 0)
                         rr[topic] = i + 1
@@ -842,7 +864,8 @@ class MessageStore:
                 if m.sharding_key is not None:
                     head += f"__SHARDINGKEY\x01{m.sharding_key}\x02".encode()
                 born = m.born_timestamp or now
-                uniq, uniq_hash = uniq_next(born)
+                if uniq is None:
+                    uniq, uniq_hash = uniq_next(born)
                 props = b"%sUNIQ_KEY\x01%s\x02" % (head, uniq.encode())
                 plen = len(props)
                 if plen > MAX_PROPERTIES_LENGTH:
@@ -872,7 +895,8 @@ class MessageStore:
                 qoff = q[0]
                 q[0] = qoff + 1
                 q[1] += (pos, total, tc)
-                bh = m.born_host or default_born
+                if bh is None:
+                    bh = default_born
                 pieces += (pack(total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff,
                                 pos, 0, born, bh[0], bh[1], now, sip, sport, 0, 0, blen),
                            body, tail, plen.to_bytes(2, "big"), props)
@@ -894,40 +918,47 @@ class MessageStore:
                 pos += total
             chunks.append((chunk_start, pieces))
             cl.append_chunks(chunks, pos, now)
-            before = {}
-            try:
-                for key, (nxt, units) in queues.items():
-                    cq = self._consume_queue(key[0], key[1], create=True)
-                    before[key] = cq.max_offset
-                    cq.put_units(nxt - len(units) // 3, pack_units(units))
-                if index is not None and idx:
-                    if idx[1] > index.end_phy_offset:
-                        index.put_hashed(idx)
-                    else:  # cannot happen after recovery; keep the general rule anyway
-                        other_dispatchers.insert(0, index)
-                if other_dispatchers:
-                    batch = [_Dispatch(r.topic, r.queue_id, r.commitlog_offset, r.size, 0,
-                                       now, r.queue_offset, [], r.uniq_key, 0) for r in out]
-                    for m, d in zip(messages, batch):
-                        d.tags_code = tags_code(m.tags) if m.tags else 0
-                        k = m.keys
-                        if k:
-                            d.keys = [t for t in (k if isinstance(k, str) else
-                                                  " ".join(k)).split(" ") if t]
-                    for d in other_dispatchers:
-                        d.dispatch(batch)
-            except OSError:
-                for key, old in before.items():
-                    self.consume_queues[key].truncate_to(old)
-                for d in self.dispatchers:
-                    d.truncate(start)
-                cl.truncate(start)
-                raise
+            self._dispatch_plain(messages, out, queues, idx, start, now)
             if queue_offsets is not None:
                 queue_offsets.update((k, v[0]) for k, v in queues.items())
             if hasattr(self, "_dispatched_store_timestamp"):
                 self._dispatched_store_timestamp = now
         return out
+
+    def _dispatch_plain(self, messages, out, queues, idx, start: int, now: int) -> None:
+        """ConsumeQueue units, index keys and other dispatchers for :meth:`_put_plain`; on an
+        OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
+        index = self.index_service
+        others = [d for d in self.dispatchers if d is not index]
+        before = {}
+        try:
+            for key, (nxt, units) in queues.items():
+                cq = self._consume_queue(key[0], key[1], create=True)
+                before[key] = cq.max_offset
+                cq.put_units(nxt - len(units) // 3, pack_units(units))
+            if index is not None and idx:
+                if idx[1] > index.end_phy_offset:
+                    index.put_hashed(idx)
+                else:  # cannot happen after recovery; keep the general rule anyway
+                    others.insert(0, index)
+            if others:
+                batch = [_Dispatch(r.topic, r.queue_id, r.commitlog_offset, r.size, 0,
+                                   now, r.queue_offset, [], r.uniq_key, 0) for r in out]
+                for m, d in zip(messages, batch):
+                    d.tags_code = tags_code(m.tags) if m.tags else 0
+                    k = m.keys
+                    if k:
+                        d.keys = [t for t in (k if isinstance(k, str) else
+                                              " ".join(k)).split(" ") if t]
+                for d in others:
+                    d.dispatch(batch)
+        except OSError:
+            for key, old in before.items():
+                self.consume_queues[key].truncate_to(old)
+            for d in self.dispatchers:
+                d.truncate(start)
+            self.commitlog.truncate(start)
+            raise
 
     # ------------------------------------------------------------------------------------------
     # consumer offsets and groups

@@ -11,7 +11,6 @@ so 32 hex digits for an IPv4 producer. The first three parts are fixed per proce
 from __future__ import annotations
 
 import datetime as _dt
-import itertools
 import os
 import random
 import struct
@@ -31,7 +30,7 @@ class UniqKeyGenerator:
     def __init__(self, ip: bytes = b"\x7f\x00\x00\x01"):
         prefix = ip + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))
         self._prefix = prefix.hex().upper()
-        self._counter = itertools.count(random.getrandbits(16))
+        self._next_counter = random.getrandbits(16)  # used & 0xFFFF, like a short
         self._lock = threading.Lock()
         self._month_start = 0
         self._next_month = 0
@@ -57,20 +56,31 @@ class UniqKeyGenerator:
         with a table lookup for the 4 counter digits (``h(a+b) = h(a)*31**4 + h(b)``), so the
         IndexFile key ``topic#id`` costs no per-character work.
         """
+        keys, hashes = self.next_many(1, now_ms)
+        return keys[0], hashes[0]
+
+    def next_many(self, n: int, now_ms: int | None = None) -> tuple[list[str], list[int]]:
+        """``n`` new ids for the same time (epoch ms) and their unsigned Java hashes."""
         if now_ms is None:
             now_ms = int(time.time() * 1000)
         with self._lock:
             if now_ms >= self._next_month:
                 self._roll_month(now_ms)
-            counter = next(self._counter) & 0xFFFF
+            first = self._next_counter
+            self._next_counter = first + n
             since = now_ms - self._month_start
-        if since != self._head_since:
-            head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
-            self._head = head
-            self._head_hash = (java_hash_u32(head) * _POW31_4) & 0xFFFFFFFF
-            self._head_since = since
-        return (self._head + _HEX4[counter],
-                (self._head_hash + _HASH4[counter]) & 0xFFFFFFFF)
+            if since != self._head_since:
+                head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
+                self._head = head
+                self._head_hash = (java_hash_u32(head) * _POW31_4) & 0xFFFFFFFF
+                self._head_since = since
+            head, head_hash = self._head, self._head_hash
+        if n == 1:
+            c = first & 0xFFFF
+            return [head + _HEX4[c]], [(head_hash + _HASH4[c]) & 0xFFFFFFFF]
+        counters = [c & 0xFFFF for c in range(first, first + n)]
+        return ([head + _HEX4[c] for c in counters],
+                [(head_hash + _HASH4[c]) & 0xFFFFFFFF for c in counters])
 
 
 # "%04X" of every counter value and the Java hash of that text (65536 entries, built lazily

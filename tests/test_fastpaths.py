@@ -98,7 +98,7 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     s = MessageStore(str(root), cfg)
     s.uniq_keys = UniqKeyGenerator()
     s.uniq_keys._prefix = "7F0000010001000000FF"
-    s.uniq_keys._counter = itertools.count(65530)  # wraps the 16-bit counter
+    s.uniq_keys._next_counter = 65530  # wraps the 16-bit counter
     s.create_topic("T", 4)
     s.create_topic("Other", 2)
     results = []
