@@ -156,11 +156,10 @@ def decode_properties(raw: bytes) -> dict[str, str]:
     props: dict[str, str] = {}
     if not raw:
         return props
-    text = raw.decode("utf-8", errors="replace")
-    for item in text.split("\x02"):
-        i = item.find("\x01")
-        if 0 < i < len(item) - 1:
-            props[item[:i]] = item[i + 1:]
+    for item in raw.decode("utf-8", errors="replace").split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if name and value:
+            props[name] = value
     return props
 
 
@@ -302,6 +301,9 @@ class MessageRecord:
         return tags_code(self.tags)
 
 
+_TOPICS: dict[bytes, str] = {}  # decoded topic names, shared by every decode
+
+
 def read_total_size_and_magic(buf, pos: int) -> tuple[int, int]:
     """``(TOTALSIZE, MAGICCODE as unsigned)`` at ``pos``; raises CorruptRecordError if < 8 bytes."""
     if len(buf) - pos < 8:
@@ -372,10 +374,15 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
         p += 1
     if topic_len < 0 or p + topic_len + 2 > record_end:
         raise CorruptRecordError(f"topic length {topic_len} runs past the record", pos)
-    try:
-        topic = bytes(buf[p:p + topic_len]).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorruptRecordError("topic is not UTF-8", pos) from exc
+    raw_topic = bytes(buf[p:p + topic_len])
+    topic = _TOPICS.get(raw_topic)
+    if topic is None:
+        try:
+            topic = raw_topic.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptRecordError("topic is not UTF-8", pos) from exc
+        if len(_TOPICS) < 65536:
+            _TOPICS[raw_topic] = topic
     p += topic_len
     props_len = INT16.unpack_from(buf, p)[0]
     p += 2

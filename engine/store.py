@@ -626,12 +626,41 @@ class MessageStore:
         return self.commitlog.read_message(off, size)
 
     def iter_queue(self, topic: str, queue_id: int, start: int = 0, end: int | None = None):
-        """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue."""
+        """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue.
+
+        Reads ConsumeQueue units in batches and, where a batch's records lie close together in
+        the CommitLog (one queue of a few), the whole span with one pread. Raises
+        CorruptRecordError for a unit that points at no valid record.
+        """
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             return
-        for qoff, off, size, _ in cq.iter_units(start, end):
-            yield qoff, self.commitlog.read_message(off, size)
+        cl = self.commitlog
+        files = cl.files
+        end = cq.max_offset if end is None else min(end, cq.max_offset)
+        pos = max(start, cq.min_offset)
+        while pos < end:
+            raw = cq.read_units(pos, min(_READ_BATCH, end - pos))
+            if not raw:
+                return
+            units = UNIT.iter_unpack(raw)
+            for group in _spans(list(units), files.file_size):
+                first, last = group[0], group[-1]
+                lo, hi = first[0], last[0] + last[1]
+                data = files.read(lo, hi - lo)
+                if len(data) != hi - lo:
+                    raise CorruptRecordError(f"records of {hi - lo} bytes not in the CommitLog",
+                                             lo)
+                for off, size, _tags in group:
+                    if off - lo + size > len(data):
+                        raise CorruptRecordError(f"record of {size} bytes not in the CommitLog",
+                                                 off)
+                    rec = decode_record(data, off - lo, check_crc=False)
+                    if rec.store_size > size:
+                        raise CorruptRecordError(
+                            f"record of {rec.store_size} bytes, its unit says {size}", off)
+                    yield pos, rec
+                    pos += 1
 
     # ------------------------------------------------------------------------------------------
     # writing
@@ -1050,6 +1079,34 @@ class MessageStore:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_READ_BATCH = 1024  # ConsumeQueue units read at once by iter_queue
+_SPAN_MAX = 4 << 20  # at most this many CommitLog bytes in one read
+_SPAN_SLACK = 4  # read a span when it is at most this many times the records' own bytes
+
+
+def _spans(units: list, file_size: int):
+    """Split ``(offset, size, tagsCode)`` units into runs each worth reading with one pread:
+    inside one segment, at most _SPAN_MAX bytes, and not mostly other queues' records."""
+    i, n = 0, len(units)
+    while i < n:
+        lo = units[i][0]
+        seg_end = lo - lo % file_size + file_size
+        own = 0
+        j = i
+        while j < n:
+            off, size, _ = units[j]
+            hi = off + size
+            if off < lo or hi > seg_end or hi - lo > _SPAN_MAX or (
+                    j > i and hi - lo > _SPAN_SLACK * (own + size)):
+                break
+            own += size
+            j += 1
+        if j == i:
+            j = i + 1  # a single record: read it alone
+        yield units[i:j]
+        i = j
 
 
 def _lock_holder(fd: int) -> int | None:
