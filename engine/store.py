@@ -249,6 +249,7 @@ class MessageStore:
         self._cq_file_size = self.config.mapped_file_size_consume_queue
         self._round_robin: dict[str, int] = {}
         self._tags_cache: dict[str, tuple[bytes, int]] = {}  # TAGS -> (encoded property, tagsCode)
+        self._plain_topics: dict[str, tuple] = {}  # topic -> (config, state, _plain_topic info)
         self._delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[_Dispatch]) / truncate(offset)
         self.index_service: IndexService | None = None
@@ -779,17 +780,28 @@ class MessageStore:
                                "sharding_key", "flag", "born_timestamp", "born_host",
                                "sys_flag"))
     _plain_extra: list | None = None
+    _msg_id_prefix: str | None = None  # hex of the store host for offset msgIds
 
     def _plain_topic(self, topic: str):
-        """Per-topic pieces for the fast path, or None when the topic needs the general one."""
+        """Per-topic pieces for the fast path, or None when the topic needs the general one:
+        ``(writeQueueNums, queues, topic length byte + name, 91 + name length,
+        hash of "topic#")``. Cached while the topic's config stays the same."""
         cfg = self.topic_config.get(topic)
         if cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC:
             return None
+        state = (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums)
+        hit = self._plain_topics.get(topic)
+        if hit is not None and hit[0] is cfg and hit[1] == state:
+            return hit[2]
         raw = topic.encode("utf-8")
         if len(topic) > 127 or len(raw) > 127:
             return None
-        return (cfg.write_queue_nums, max(cfg.write_queue_nums, cfg.read_queue_nums),
+        info = (cfg.write_queue_nums, max(cfg.write_queue_nums, cfg.read_queue_nums),
                 bytes((len(raw),)) + raw, 91 + len(raw), java_hash_u32(topic + "#"))
+        if len(self._plain_topics) > 65536:
+            self._plain_topics.clear()
+        self._plain_topics[topic] = (cfg, state, info)
+        return info
 
     def _put_plain(self, messages: list[Message]) -> list[PutResult] | None:
         """The put path for the common case, fused: encode, append and dispatch in one pass.
@@ -838,7 +850,9 @@ class MessageStore:
             crc32 = _body_crc32
             pack = FIXED_V4.pack
             sip, sport = self.store_host
-            id_prefix = (sip + struct.pack(">i", sport)).hex().upper()
+            id_prefix = self._msg_id_prefix
+            if id_prefix is None:
+                id_prefix = self._msg_id_prefix = (sip + struct.pack(">i", sport)).hex().upper()
             index = self.index_service
             idx: list[int] = []
             p32 = pow31(32)
