@@ -20,6 +20,7 @@ import errno
 import itertools
 import fcntl
 import logging
+import operator
 import os
 import struct
 import threading
@@ -188,6 +189,7 @@ class PutResult:
 
 _new_object = object.__new__
 _set_attr = object.__setattr__
+_BORN_OF = operator.attrgetter("born_timestamp")
 
 
 @dataclass
@@ -843,7 +845,7 @@ class MessageStore:
             rr_before = dict(rr)
             tags_cache = self._tags_cache
             uniq_next = self.uniq_keys.next_with_hash
-            if any(m.born_timestamp for m in messages):  # ids follow each born time
+            if any(map(_BORN_OF, messages)):  # ids follow each born time
                 uniq_keys = uniq_hashes = itertools.repeat(None)
             else:  # one batch of ids, in message order as one by one
                 uniq_keys, uniq_hashes = self.uniq_keys.next_many(len(messages), now)
@@ -859,7 +861,8 @@ class MessageStore:
             limit = max_body + RECORD_SLACK
             default_born = (b"\x7f\x00\x00\x01", 0)
             out: list[PutResult] = []
-            new_result = PutResult._fast
+            new_object = _new_object
+            set_attr = _set_attr
             for m, uniq, uniq_hash in zip(messages, uniq_keys, uniq_hashes):
                 topic = m.topic
                 body = m.body
@@ -956,8 +959,12 @@ class MessageStore:
                                 idx += (key_hash_of_u32(
                                     (topic_hash * pow31(utf16_len(k)) + java_hash_u32(k))
                                     & 0xFFFFFFFF), pos, now)
-                out.append(new_result(topic, qid, qoff, pos, total, now,
-                                      id_prefix + "%016X" % pos, uniq))
+                res = new_object(PutResult)  # PutResult._fast, inlined
+                set_attr(res, "__dict__", {
+                    "topic": topic, "queue_id": qid, "queue_offset": qoff,
+                    "commitlog_offset": pos, "size": total, "store_timestamp": now,
+                    "msg_id": id_prefix + "%016X" % pos, "uniq_key": uniq})
+                out.append(res)
                 pos += total
             chunks.append((chunk_start, pieces))
             cl.append_chunks(chunks, pos, now)
