@@ -126,10 +126,19 @@ def host_width(sys_flag: int, v6_flag: int) -> int:
 def cal_msg_length(sys_flag: int, body_length: int, topic_length: int,
                    properties_length: int, version_v2: bool = False) -> int:
     """TOTALSIZE for the given field lengths (``MessageExtEncoder.calMsgLength``), in bytes."""
-    bh = host_width(sys_flag, BORNHOST_V6_FLAG)
-    sh = host_width(sys_flag, STOREHOSTADDRESS_V6_FLAG)
-    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + bh + 8 + sh + 4 + 8 + 4 + max(body_length, 0)
-            + (2 if version_v2 else 1) + topic_length + 2 + max(properties_length, 0))
+    # 4+4+4+4+4+8+8+4+8 + born 8 + 8 + store 8 + 4+8+4 + topic length 1 + properties length 2
+    # = 91; an IPv6 host adds 12, V2's topic length adds 1.
+    n = 91 + topic_length
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        n += (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (
+            12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+    if version_v2:
+        n += 1
+    if body_length > 0:
+        n += body_length
+    if properties_length > 0:
+        n += properties_length
+    return n
 
 
 def body_crc(body: bytes) -> int:
@@ -329,8 +338,11 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
     end_of_buf = len(buf)
     if end_of_buf - pos < 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4:
         raise CorruptRecordError("truncated record", pos)
-    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag,
-     born_ts) = PREFIX.unpack_from(buf, pos)
+    # The IPv4 layout covers the first 84 bytes of any record (the length check above): read it
+    # all at once, and re-read the hosts when a SYSFLAG bit says IPv6.
+    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip,
+     born_port, store_ts, store_ip, store_port, reconsume, prepared,
+     body_len) = FIXED_V4.unpack_from(buf, pos)
     if magic == MAGIC_V1:
         v2 = False
     elif magic == MAGIC_V2:
@@ -340,8 +352,6 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
     if total <= 0 or pos + total > end_of_buf:
         raise CorruptRecordError(f"record size {total} runs past the data", pos)
     if not sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
-        (_, _, _, _, _, _, _, _, _, born_ip, born_port, store_ts, store_ip, store_port,
-         reconsume, prepared, body_len) = FIXED_V4.unpack_from(buf, pos)
         born_host = (born_ip, born_port)
         store_host = (store_ip, store_port)
         p = pos + FIXED_V4.size
@@ -370,7 +380,9 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
     else:
         if p + 1 > record_end:
             raise CorruptRecordError("truncated topic length", pos)
-        topic_len = INT8.unpack_from(buf, p)[0]
+        topic_len = buf[p]
+        if topic_len > 127:  # a signed byte
+            topic_len -= 256
         p += 1
     if topic_len < 0 or p + topic_len + 2 > record_end:
         raise CorruptRecordError(f"topic length {topic_len} runs past the record", pos)
