@@ -17,8 +17,8 @@ records the queues lack.
 from __future__ import annotations
 
 import errno
-import itertools
 import fcntl
+import itertools
 import logging
 import operator
 import os
@@ -41,11 +41,12 @@ from .message import (MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_
                       PROPERTY_TAGS, PROPERTY_UNIQ_KEY, TRANSACTION_PREPARED_TYPE,
                       TRANSACTION_ROLLBACK_TYPE, Host, MessageRecord, encode_message,
                       offset_msg_id)
-from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
-from .message import FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, RECORD_SLACK, encode_blank
-from .message import crc32 as _body_crc32
-from .message import decode_record
+# The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from .errors import MessageIllegalError, PropertiesSizeExceededError
+from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
+from .message import (FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, RECORD_SLACK, decode_record,
+                      encode_blank)
+from .message import crc32 as _body_crc32
 from .uniqkey import UniqKeyGenerator
 
 log = logging.getLogger(__name__)
