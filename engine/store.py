@@ -191,6 +191,7 @@ class PutResult:
 _new_object = object.__new__
 _set_attr = object.__setattr__
 _BORN_OF = operator.attrgetter("born_timestamp")
+_SHORTS = [n.to_bytes(2, "big") for n in range(4096)]  # big-endian int16 of small lengths
 
 
 @dataclass
@@ -863,6 +864,7 @@ class MessageStore:
             default_born = (b"\x7f\x00\x00\x01", 0)
             out: list[PutResult] = []
             new_object = _new_object
+            shorts = _SHORTS
             set_attr = _set_attr
             for m, uniq, uniq_hash in zip(messages, uniq_keys, uniq_hashes):
                 topic = m.topic
@@ -913,8 +915,7 @@ class MessageStore:
                 born = m.born_timestamp or now
                 if uniq is None:
                     uniq, uniq_hash = uniq_next(born)
-                props = b"%sUNIQ_KEY\x01%s\x02" % (head, uniq.encode())
-                plen = len(props)
+                plen = len(head) + len(uniq) + 10  # + "UNIQ_KEY" \x01 uniq \x02
                 if plen > MAX_PROPERTIES_LENGTH:
                     raise PropertiesSizeExceededError(
                         f"properties are {plen} bytes, more than {MAX_PROPERTIES_LENGTH}")
@@ -944,9 +945,12 @@ class MessageStore:
                 q[1] += (pos, total, tc)
                 if bh is None:
                     bh = default_born
+                # header | body | topic length + topic | properties length + properties
                 pieces += (pack(total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff,
                                 pos, 0, born, bh[0], bh[1], now, sip, sport, 0, 0, blen),
-                           body, tail, plen.to_bytes(2, "big"), props)
+                           body, b"%s%s%sUNIQ_KEY\x01%s\x02" % (
+                               tail, shorts[plen] if plen < 4096 else plen.to_bytes(2, "big"),
+                               head, uniq.encode()))
                 if index is not None:
                     h = (topic_hash * p32 + uniq_hash) & 0xFFFFFFFF
                     if h & 0x80000000:
