@@ -21,7 +21,7 @@ the store and the baseline write to the same filesystem:
   abnormal recovery scans every record from the start of the segment with CRC checks.
   Reported in MB/s of CommitLog scanned. The files are in the page cache (just written).
 
-Every case runs ``--repeat`` times (default 3; store and baseline alternate) and the best run
+Every case runs ``--repeat`` times (default 5; store and baseline alternate) and the best run
 of each is reported, since the machine may be shared; all run times are in the JSON.
 Messages are created before the clock starts (a producer has its messages already); batches are
 reused round-robin. Results are printed as a table and written to ``bench-out/engine.json``.
@@ -230,8 +230,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a tenth of the volume (smoke run)")
     ap.add_argument("--dir", default=None, help="where the stores go (default: bench-out/)")
     ap.add_argument("--out", default=str(REPO / "bench-out"), help="where engine.json goes")
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="runs per case; the best is reported (default 3)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="runs per case; the best is reported (default 5)")
     ap.add_argument("--only", choices=["append", "read", "recovery"], action="append",
                     help="run only these parts (repeatable)")
     args = ap.parse_args(argv)
