@@ -31,7 +31,10 @@ reads the messages back and compares the real keys (``DefaultMessageStore.queryM
 Files are created at full length as sparse files (``ftruncate``) and accessed with
 ``os.pread``/``os.pwrite`` (no mmap: a full disk gives ``OSError(ENOSPC)``, not SIGBUS). Writers
 write an item before the slot that points at it, so a concurrent reader never follows a slot to
-a half-written item.
+a half-written item. The store's put path writes keys in batches (:meth:`IndexFile.put_hashed`):
+every item of the batch with one pwrite, then each changed slot, then the header, with the slot
+values taken from an in-memory copy of the slot table (``hashSlotNum * 4`` bytes, loaded on the
+first batch) instead of one pread per key.
 """
 
 from __future__ import annotations
