@@ -302,3 +302,54 @@ def test_abnormal_recovery_redispatches_exactly_what_is_missing(tmp_path):
         assert s.max_offset("T", 1) == valid // 20
     assert _files(root, "consumequeue") == cq_before
     assert list(_files(root, "index").values()) == index_before
+
+
+def test_put_hashed_restores_slots_when_the_header_write_fails(tmp_path):
+    f = IndexFile(str(tmp_path / "f"), 2, 16)
+    f.put_hashed([index_key_hash("T#a"), 10, T0])
+    before = Path(f.path).read_bytes()
+    real = f._io
+
+    class FailHeader:
+        def __init__(self):
+            self.read = real.read
+
+        def write(self, off, data):
+            if off == 0:
+                raise OSError(28, "No space left on device")
+            real.write(off, data)
+
+    f._io = FailHeader()
+    entries = [index_key_hash(k) for k in ("T#b", "T#c", "T#a")]
+    with pytest.raises(OSError):
+        f.put_hashed([x for i, h in enumerate(entries) for x in (h, 20 + i, T0)])
+    f._io = real
+    assert f.index_count == 2
+    after = Path(f.path).read_bytes()
+    used = 40 + 2 * 4
+    assert after[:used] == before[:used]  # header and slots as before; items are unreachable
+    assert f.select_phy_offsets("T#a", 10) == [10]
+    f.put_hashed([index_key_hash("T#a"), 30, T0 + 1000])  # the slot table is still right
+    assert f.select_phy_offsets("T#a", 10) == [30, 10]
+    f.close()
+
+
+def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch):
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"first", keys=["a"])])
+        end, q0 = s.commitlog.max_offset, s.max_offset("T", 0)
+        real = IndexService.put_hashed
+
+        def fail(self, entries):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(IndexService, "put_hashed", fail)
+        with pytest.raises(OSError):
+            s.put_messages([Message("T", b"lost %d" % i, keys=["a"]) for i in range(5)])
+        assert s.commitlog.max_offset == end and s.max_offset("T", 0) == q0
+        monkeypatch.setattr(IndexService, "put_hashed", real)
+        res = s.put_messages([Message("T", b"second", keys=["a"])])
+        assert res[0].commitlog_offset == end
+        assert [r.body for r in s.query_by_key("T", "a")] == [b"second", b"first"]
+        assert [r.body for _, r in s.iter_queue("T", res[0].queue_id)][-1] == b"second"
