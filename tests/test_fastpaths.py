@@ -353,3 +353,30 @@ def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch):
         assert res[0].commitlog_offset == end
         assert [r.body for r in s.query_by_key("T", "a")] == [b"second", b"first"]
         assert [r.body for _, r in s.iter_queue("T", res[0].queue_id)][-1] == b"second"
+
+
+def test_scan_raw_handles_v2_ipv6_and_crc_property_records(tmp_path):
+    """Records off the common layout (V2 magic for a 200-char topic, IPv6 hosts, a __CRC32#
+    property) are walked exactly as the decoding scan walks them."""
+    from engine.commitlog import CommitLog
+    from engine.message import encode_message
+
+    cl = CommitLog(str(tmp_path / "commitlog"), 4096)
+    v4, v6 = (b"\x7f\x00\x00\x01", 1), (bytes(range(16)), 2)
+    msgs = []
+    for i in range(40):
+        topic = "t" * 200 if i % 4 == 1 else "T"
+        props = {"UNIQ_KEY": f"u{i}"}
+        if i % 5 == 2:
+            props["__CRC32#"] = "123"
+        msgs.append(encode_message(topic, b"x" * (i * 7), queue_id=i % 3, properties=props,
+                                   born_timestamp=T0, born_host=v6 if i % 3 == 0 else v4,
+                                   store_host=v6 if i % 6 == 0 else v4))
+    cl.append(msgs, list(range(40)), T0)
+    a = [(r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset, r.sys_flag)
+         for r in cl.scan(0)]
+    b = [(phys, total, topic, qid, qoff, flag)
+         for (_b, _p, phys, total, topic, qid, qoff, flag) in cl.scan_raw(0)]
+    assert a == b and len(a) == 40
+    assert {t for _, _, t, *_ in b} == {"T", "t" * 200}
+    cl.close()
