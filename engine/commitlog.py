@@ -14,8 +14,9 @@ import time
 
 from .errors import CorruptRecordError, MessageIllegalError
 from .mappedfile import FileQueue
-from .message import (BLANK, END_FILE_MIN_BLANK_LENGTH, FIXED_V4, MAGIC_BLANK, MAGIC_V1,
-                      MAGIC_V2, PROPERTY_CRC32, INT16, EncodedMessage, MessageRecord, decode_record, encode_blank, patch_record)
+from .message import (BLANK, END_FILE_MIN_BLANK_LENGTH, FIXED_V4, INT16, MAGIC_BLANK, MAGIC_V1,
+                      MAGIC_V2, PROPERTY_CRC32, EncodedMessage, MessageRecord, decode_record,
+                      encode_blank, patch_record, write_prop_crc)
 
 from .message import crc32 as _crc32
 
@@ -23,6 +24,7 @@ _PROP_CRC = PROPERTY_CRC32.encode()
 
 DEFAULT_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
 SCAN_CHUNK = 8 * 1024 * 1024
+OS_PAGE_SIZE = 4096  # DefaultMappedFile.OS_PAGE_SIZE
 _WRITEV_MIN_PIECE = 2048  # average piece size from which pwritev beats join + pwrite
 _IOV_MAX = 1024  # os.sysconf("SC_IOV_MAX") on Linux
 
@@ -89,6 +91,8 @@ class CommitLog:
         self.last_store_timestamp = 0
         self.flushed_store_timestamp = 0
         self.lock = threading.Lock()
+        self.force_verify_prop_crc = False  # MessageStoreConfig.forceVerifyPropCRC
+        self.flush_count = 0  # fdatasync rounds, for group-commit accounting
 
     @property
     def min_offset(self) -> int:
@@ -135,6 +139,10 @@ class CommitLog:
                     break  # read more
                 total, magic = BLANK.unpack_from(chunk, i)
                 if magic == MAGIC_BLANK:
+                    # recoverNormally: a blank in the last file ends the scan at the blank
+                    # (the next append overwrites it); otherwise go on in the next file.
+                    if self.files.find(seg.end) is None:
+                        return
                     pos = seg.end
                     self.scan_end = pos
                     rolled = True
@@ -159,7 +167,8 @@ class CommitLog:
                     break  # re-read from this record
                 try:
                     rec = decode_record(chunk, i, check_crc=check_crc,
-                                        base_offset=chunk_start)
+                                        base_offset=chunk_start,
+                                        force_verify_prop_crc=self.force_verify_prop_crc)
                 except CorruptRecordError as exc:
                     self.scan_error = str(exc)
                     return
@@ -167,6 +176,9 @@ class CommitLog:
                 i += total
                 self.scan_end = chunk_start + i
             if not rolled:
+                if n == 0 or (i == 0 and n < 8):
+                    self.scan_error = f"segment file ends early at {chunk_start + i}"
+                    return
                 pos = chunk_start + i
                 if pos >= stop:
                     break
@@ -191,7 +203,7 @@ class CommitLog:
         unpack_short = INT16.unpack_from
         topics: dict[bytes, str] = {}
         last_tail, last_topic, last_magic = b"", "", 0
-        force_prop_crc = getattr(self, "force_verify_prop_crc", False)
+        force_prop_crc = self.force_verify_prop_crc
         while pos < stop:
             seg = self.files.find(pos)
             if seg is None:
@@ -210,6 +222,10 @@ class CommitLog:
                     break  # read more
                 total, magic = unpack_head(chunk, i)
                 if magic == MAGIC_BLANK:
+                    # recoverNormally: a blank in the last file ends the scan at the blank
+                    # (the next append overwrites it); otherwise go on in the next file.
+                    if self.files.find(seg.end) is None:
+                        return
                     pos = seg.end
                     self.scan_end = pos
                     rolled = True
@@ -276,9 +292,9 @@ class CommitLog:
                                 fields = topic
                 if fields is None:
                     try:  # anything unusual, or a layout error to report precisely
-                        kw = {"force_verify_prop_crc": True} if force_prop_crc else {}
                         rec = decode_record(chunk, i, check_crc=check_crc,
-                                            base_offset=chunk_start, **kw)
+                                            base_offset=chunk_start,
+                                            force_verify_prop_crc=force_prop_crc)
                     except CorruptRecordError as exc:
                         self.scan_error = str(exc)
                         return
@@ -297,13 +313,17 @@ class CommitLog:
                 i = rec_end
                 self.scan_end = chunk_start + i
             if not rolled:
+                if n == 0 or (i == 0 and n < 8):
+                    self.scan_error = f"segment file ends early at {chunk_start + i}"
+                    return
                 pos = chunk_start + i
                 if pos >= stop:
                     break
 
     # -- write ------------------------------------------------------------------------------
     def append(self, messages: list[EncodedMessage], queue_offsets: list[int],
-               store_timestamp: int | None = None) -> list[AppendResult]:
+               store_timestamp: int | None = None, together: bool = False
+               ) -> list[AppendResult]:
         """Append encoded records in order and return where each one went.
 
         Fills QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP (``store_timestamp`` or now, epoch
@@ -311,8 +331,12 @@ class CommitLog:
         call wrote is zeroed again and :attr:`max_offset` is unchanged, so no partial batch is
         ever visible; the error is re-raised.
 
+        ``together`` keeps the records in one segment, as RocketMQ appends a MessageBatch
+        (``doAppend(MessageExtBatch)``): when the whole batch does not fit in the rest of the
+        segment, the blank record is written and the batch goes whole into the next one.
+
         Raises:
-            MessageIllegalError: a record larger than a whole segment.
+            MessageIllegalError: a record (or a ``together`` batch) larger than a segment.
         """
         if store_timestamp is None:
             store_timestamp = int(time.time() * 1000)
@@ -322,6 +346,15 @@ class CommitLog:
         chunks: list[tuple[int, bytearray]] = []
         chunk_start = pos
         buf = bytearray()
+        if together:
+            total = sum(len(m.data) for m in messages)
+            if total + END_FILE_MIN_BLANK_LENGTH > fs:
+                raise MessageIllegalError(
+                    f"batch of {total} bytes does not fit in a {fs}-byte CommitLog segment")
+            seg_end = pos - pos % fs + fs
+            if pos + total + END_FILE_MIN_BLANK_LENGTH > seg_end:
+                chunks.append((pos, bytearray(encode_blank(seg_end - pos))))
+                pos = chunk_start = seg_end
         for m, qoff in zip(messages, queue_offsets):
             n = len(m.data)
             if n + END_FILE_MIN_BLANK_LENGTH > fs:
@@ -336,6 +369,8 @@ class CommitLog:
             rec_pos = len(buf)
             buf += m.data
             patch_record(buf, rec_pos, m.store_timestamp_pos, qoff, pos, store_timestamp)
+            if m.prop_crc:
+                write_prop_crc(buf, rec_pos, n)
             results.append(AppendResult((pos, n, store_timestamp)))
             pos += n
         if buf:
@@ -377,14 +412,32 @@ class CommitLog:
         self.max_offset = end
         self.last_store_timestamp = store_timestamp
 
-    def flush(self) -> bool:
-        """fdatasync what was appended since the last flush. Returns True if anything was."""
-        end = self.max_offset
-        if end <= self.flushed_where:
+    def flush(self, least_pages: int = 0, end: int | None = None,
+              store_timestamp: int | None = None) -> bool:
+        """fdatasync what was appended since the last flush (``MappedFileQueue.flush``).
+
+        Args:
+            least_pages: flush only when at least this many 4 KiB pages are dirty
+                (``flushCommitLogLeastPages``); 0 flushes any dirty byte.
+            end, store_timestamp: flush up to ``end`` (bytes) whose last record has this store
+                time (epoch ms); default :attr:`max_offset` / the last append. The caller may
+                take these under the put lock and call this without it, so puts go on while
+                the disk syncs.
+
+        Returns True if anything was synced. Raises OSError from the disk.
+        """
+        if end is None:
+            end, store_timestamp = self.max_offset, self.last_store_timestamp
+        flushed = self.flushed_where
+        if end <= flushed:
             return False
-        self.files.flush(self.flushed_where, end)
-        self.flushed_where = end
-        self.flushed_store_timestamp = self.last_store_timestamp
+        if least_pages > 0 and end // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE < least_pages:
+            return False
+        self.files.flush(flushed, end)
+        self.flush_count += 1
+        if end > self.flushed_where:
+            self.flushed_where = end
+            self.flushed_store_timestamp = store_timestamp or self.flushed_store_timestamp
         return True
 
     def truncate(self, offset: int) -> None:

@@ -37,11 +37,27 @@ PERM_WRITE = 0x2
 PERM_INHERIT = 0x1
 
 
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"  # MixAll.RETRY_GROUP_TOPIC_PREFIX
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"  # MixAll.DLQ_GROUP_TOPIC_PREFIX
+
+
+def max_topic_length(name: str) -> int:
+    """Longest allowed name: 127 chars (``Validators.TOPIC_MAX_LENGTH``), except the broker's
+    retry and dead-letter topics ``%RETRY%<group>`` / ``%DLQ%<group>``, which a group name of up
+    to 255 chars makes longer. Those need the V2 record (2-byte topic length)."""
+    for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if name.startswith(prefix):
+            return len(prefix) + GROUP_MAX_LENGTH
+    return TOPIC_MAX_LENGTH
+
+
 def validate_topic_name(name: str) -> None:
-    """Raise InvalidNameError unless ``name`` follows ``TopicValidator.validateTopic``."""
-    if not name or len(name) > TOPIC_MAX_LENGTH or not _VALID_NAME.match(name):
+    """Raise InvalidNameError unless ``name`` follows ``TopicValidator.validateTopic``
+    (``^[%|a-zA-Z0-9_-]+$``, at most :func:`max_topic_length` chars)."""
+    limit = max_topic_length(name or "")
+    if not name or len(name) > limit or not _VALID_NAME.match(name):
         raise InvalidNameError(
-            f"invalid topic name {name!r}: use 1-{TOPIC_MAX_LENGTH} of [%|a-zA-Z0-9_-]")
+            f"invalid topic name {name!r}: use 1-{limit} of [%|a-zA-Z0-9_-]")
 
 
 def validate_group_name(name: str) -> None:

@@ -49,16 +49,18 @@ class ConsumeQueue:
         topic, queue_id: the queue.
         file_size: bytes per file when no file exists yet (``mappedFileSizeConsumeQueue``).
         read_only: never write.
+        trusted_size: ``file_size`` is certain (a lone shorter file is then a torn one).
 
     Offsets are queue offsets (unit numbers). ``max_offset`` is one past the last unit.
     """
 
     def __init__(self, directory: str, topic: str, queue_id: int,
                  file_size: int = DEFAULT_UNITS_PER_FILE * CQ_STORE_UNIT_SIZE,
-                 read_only: bool = False):
+                 read_only: bool = False, trusted_size: bool = False):
         self.topic = topic
         self.queue_id = queue_id
-        self.files = FileQueue(directory, file_size, read_only)
+        self.files = FileQueue(directory, file_size, read_only, trusted_size=trusted_size,
+                               derived=True)
         if self.files.file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"{directory}: file size is not a multiple of 20")
         self.lock = threading.Lock()
@@ -69,23 +71,27 @@ class ConsumeQueue:
         self.min_offset = self.files.min_offset // CQ_STORE_UNIT_SIZE
         self.max_offset = self.min_offset
         self.max_physic_offset = -1  # end (offset + size) of the last unit
+        self._flushed_to = self.min_offset  # queue offset up to which units were synced
         self.last_commitlog_offset = -1  # start of the last unit's record
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self) -> None:
-        """Find the last valid unit (``ConsumeQueue.recover``) and drop what follows it."""
-        end = self.files.min_offset
-        last = None
-        for seg in self.files.segments:
+        """Find the last valid unit (``ConsumeQueue.recover``) and drop what follows it.
+
+        Like RocketMQ, the scan starts at the third-last file; the files before it are full.
+        """
+        segs = self.files.segments
+        first = max(0, len(segs) - 3)
+        end = segs[first].start if segs else self.files.min_offset
+        for seg in segs[first:]:
             data = os.pread(seg.fd, seg.size, 0)
             n = _valid_prefix_units(data)
             end = seg.start + n * CQ_STORE_UNIT_SIZE
-            if n:
-                last = UNIT.unpack_from(data, (n - 1) * CQ_STORE_UNIT_SIZE)
             if n * CQ_STORE_UNIT_SIZE < seg.size:
                 break
         self.max_offset = end // CQ_STORE_UNIT_SIZE
-        if last is not None:
+        if end > self.files.min_offset:
+            last = UNIT.unpack(self.files.read(end - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE))
             self.last_commitlog_offset = last[0]
             self.max_physic_offset = last[0] + last[1]
         if not self.files.read_only:
@@ -108,6 +114,7 @@ class ConsumeQueue:
         if lo >= self.max_offset:
             return
         self.max_offset = lo
+        self._flushed_to = min(self._flushed_to, lo)
         if self.mem:
             keep = max(0, lo - self.mem_base) * CQ_STORE_UNIT_SIZE
             del self.mem[keep:]
@@ -202,8 +209,13 @@ class ConsumeQueue:
         self.min_offset = lo
 
     def flush(self) -> None:
-        """fdatasync the queue's files."""
-        self.files.flush()
+        """fdatasync the files holding units appended since the last flush (none: no-op)."""
+        end = self.max_offset
+        start = min(self._flushed_to, end)
+        if end <= self._flushed_to or self.files.read_only:
+            return
+        self.files.flush(start * CQ_STORE_UNIT_SIZE, end * CQ_STORE_UNIT_SIZE)
+        self._flushed_to = end
 
     def close(self) -> None:
         """Close the files."""

@@ -87,3 +87,21 @@ class StoreLockedError(StoreError):
     """Another process holds the store's ``lock`` file."""
 
     errno = errno.EBUSY
+
+
+class FlushDiskTimeoutError(StoreError):
+    """RocketMQ ``FLUSH_DISK_TIMEOUT``: under SYNC_FLUSH the records were appended but not
+    confirmed on disk within ``syncFlushTimeout`` ms.
+
+    The records stay in the CommitLog and become durable and visible with the next successful
+    flush (as in RocketMQ, where the producer sees SendStatus.FLUSH_DISK_TIMEOUT).
+
+    Attributes:
+        results: the ``PutResult`` of each appended message.
+    """
+
+    errno = errno.ETIMEDOUT
+
+    def __init__(self, message: str, results=None):
+        super().__init__(message)
+        self.results = results or []

@@ -51,17 +51,23 @@ class FileQueue:
         file_size: bytes per file; when files exist, their size wins (pass ``None`` to require
             it from the files).
         read_only: open files read-only and never create or delete any.
+        trusted_size: ``file_size`` is known for sure (e.g. from other queues), so a lone file
+            shorter than it is a torn file rather than a smaller segment size.
+        derived: the files can be rebuilt (ConsumeQueue): files after a missing one are
+            dropped instead of refusing the load.
 
     Raises:
         CorruptRecordError: files of different sizes, or names that are not 20-digit offsets
             aligned to the size.
     """
 
-    def __init__(self, directory: str, file_size: int | None, read_only: bool = False):
+    def __init__(self, directory: str, file_size: int | None, read_only: bool = False, *,
+                 trusted_size: bool = False, derived: bool = False):
         self.directory = directory
         self.read_only = read_only
         self.segments: list[Segment] = []
         self._lock = threading.Lock()
+        self.repairs: list[str] = []  # what load had to repair (for logs and reports)
         names = []
         if os.path.isdir(directory):
             names = sorted(n for n in os.listdir(directory)
@@ -71,24 +77,49 @@ class FileQueue:
             if not read_only:
                 os.unlink(os.path.join(directory, names[-1]))
             names.pop()
-        sizes = {os.path.getsize(os.path.join(directory, n)) for n in names}
-        if len(sizes) > 1:
+        sizes = [os.path.getsize(os.path.join(directory, n)) for n in names]
+        # Every file but the last must have the segment size. The last one may be shorter when
+        # a crash tore it (a broker refuses such a queue; here it is zero-extended, so the torn
+        # part reads as the end of the data and recovery truncates there).
+        body = set(sizes[:-1])
+        if len(body) > 1:
             raise CorruptRecordError(
-                f"{directory}: files of different sizes {sorted(sizes)}; all must be equal")
-        if sizes:
-            file_size = sizes.pop()
+                f"{directory}: files of different sizes {sorted(body)}; all must be equal")
+        if body:
+            size = body.pop()
+            if sizes[-1] > size:
+                raise CorruptRecordError(
+                    f"{directory}: last file is {sizes[-1]} bytes, larger than the others "
+                    f"({size})")
+            file_size = size
+        elif sizes:
+            if not (trusted_size and file_size and sizes[0] < file_size):
+                file_size = sizes[0]
         if not file_size or file_size <= 0:
             raise ValueError(f"{directory}: no files and no file size given")
         self.file_size = file_size
         flags = os.O_RDONLY if read_only else os.O_RDWR
-        for n in names:
+        for n, size in zip(names, sizes):
             start = int(n)
+            path = os.path.join(directory, n)
             if start % file_size:
                 raise CorruptRecordError(f"{directory}/{n}: start not a multiple of {file_size}")
             if self.segments and start != self.segments[-1].end:
-                raise CorruptRecordError(f"{directory}/{n}: gap after the previous file")
-            path = os.path.join(directory, n)
-            self.segments.append(Segment(start, path, os.open(path, flags), file_size))
+                if not derived:
+                    raise CorruptRecordError(f"{directory}/{n}: gap after the previous file")
+                # A ConsumeQueue is derived data: drop what follows the gap; recovery
+                # re-dispatches it from the CommitLog.
+                self.repairs.append(f"gap before {n}: later files dropped")
+                if not read_only:
+                    for later in names[names.index(n):]:
+                        os.unlink(os.path.join(directory, later))
+                break
+            fd = os.open(path, flags)
+            if size < file_size:
+                self.repairs.append(f"{n} is {size} bytes, short of {file_size}: zero-extended")
+                if not read_only:
+                    os.ftruncate(fd, file_size)
+            self.segments.append(Segment(start, path, fd, file_size))
 
     # -- lookup -----------------------------------------------------------------------------
     @property
@@ -132,7 +163,8 @@ class FileQueue:
             start = offset - offset % self.file_size
             if self.segments and start != self.segments[-1].end:
                 raise ValueError(f"offset {offset} is not in the next file of {self.directory}")
-            os.makedirs(self.directory, exist_ok=True)
+            if not os.path.isdir(self.directory):
+                _makedirs_durable(self.directory)
             path = os.path.join(self.directory, offset_to_file_name(start))
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -141,8 +173,9 @@ class FileQueue:
                 os.close(fd)
                 os.unlink(path)
                 raise
-            if not self.segments:
-                _fsync_dir(self.directory)
+            # The new name must survive a power cut once its data is fdatasync'ed (SYNC_FLUSH
+            # acknowledges after fdatasync of the file only): sync the directory entry now.
+            _fsync_dir(self.directory)
             seg = Segment(start, path, fd, self.file_size)
             self.segments.append(seg)
             return seg
@@ -225,3 +258,16 @@ def _fsync_dir(path: str) -> None:
 
 
 fsync_dir = _fsync_dir
+
+
+def _makedirs_durable(path: str) -> None:
+    """``os.makedirs`` and fsync each parent whose entry was added, so the new directory
+    survives a power cut."""
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    os.makedirs(path, exist_ok=True)
+    for d in reversed(missing):
+        _fsync_dir(os.path.dirname(d))

@@ -93,6 +93,10 @@ PROPERTY_INNER_NUM = "INNER_NUM"
 PROPERTY_INNER_BASE = "INNER_BASE"
 KEY_SEPARATOR = " "
 
+# CommitLog.CRC32_RESERVED_LEN: "__CRC32#" + \x01 + 10 digits + \x02
+CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1
+_CRC32_PREFIX = PROPERTY_CRC32.encode() + b"\x01"
+
 # MessageStoreConfig defaults
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 MAX_PROPERTIES_LENGTH = 32767
@@ -235,15 +239,19 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
         raise CorruptRecordError(f"compressed body does not decompress: {exc}") from exc
 
 
-def compress_body(body: bytes, kind: int) -> bytes:
-    """Compress a body with the codec named by SYSFLAG compression bits (ZLIB, LZ4, ZSTD)."""
+def compress_body(body: bytes, kind: int, level: int = 5) -> bytes:
+    """Compress a body with the codec named by SYSFLAG compression bits (ZLIB, LZ4, ZSTD).
+
+    The formats RocketMQ's compressors write: zlib stream (``ZlibCompressor``/``Deflater``),
+    LZ4 frame (``Lz4Compressor``: ``LZ4FrameOutputStream``), zstd frame (``ZstdCompressor``).
+    """
     if kind == COMPRESSION_LZ4:
         import lz4.frame
         return lz4.frame.compress(body)
     if kind == COMPRESSION_ZSTD:
         import zstandard
-        return zstandard.ZstdCompressor(level=5).compress(body)
-    return zlib.compress(body, 5)
+        return zstandard.ZstdCompressor(level=level).compress(body)
+    return zlib.compress(body, level)
 
 
 @dataclass(slots=True)
@@ -321,7 +329,8 @@ def read_total_size_and_magic(buf, pos: int) -> tuple[int, int]:
 
 
 def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
-                  base_offset: int | None = None) -> MessageRecord:
+                  base_offset: int | None = None,
+                  force_verify_prop_crc: bool = False) -> MessageRecord:
     """Decode the message record starting at ``buf[pos]``.
 
     Args:
@@ -330,6 +339,8 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
         check_crc: verify BODYCRC (``checkCRCOnRecover``).
         base_offset: absolute CommitLog offset of ``buf[0]``; when given, PHYSICALOFFSET must
             equal ``base_offset + pos``.
+        force_verify_prop_crc: with ``check_crc``, require the ``__CRC32#`` trailer
+            (``forceVerifyPropCRC``); without it a trailer is verified when present.
 
     Raises:
         CorruptRecordError: unknown magic (a blank record included: check for it first), a
@@ -404,8 +415,14 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
     expected = cal_msg_length(sys_flag, body_len, topic_len, props_len, v2)
     if expected != total:
         raise CorruptRecordError(f"TOTALSIZE {total} != calMsgLength {expected}", pos)
-    if check_crc and crc != (crc32(body) & 0x7FFFFFFF):
-        raise CorruptRecordError("body CRC mismatch", pos)
+    if check_crc:
+        if crc != (crc32(body) & 0x7FFFFFFF):
+            raise CorruptRecordError("body CRC mismatch", pos)
+        if props_len >= CRC32_RESERVED_LEN or force_verify_prop_crc:
+            ok = prop_crc_status(buf, pos, total)
+            if ok is False or (ok is None and force_verify_prop_crc):
+                raise CorruptRecordError("__CRC32# property " +
+                                         ("missing" if ok is None else "mismatch"), pos)
     if base_offset is not None and phys != base_offset + pos:
         raise CorruptRecordError(f"PHYSICALOFFSET {phys} != position {base_offset + pos}", pos)
     return MessageRecord(total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag,
@@ -433,6 +450,7 @@ class EncodedMessage:
     keys: list[str]
     uniq_key: str | None
     store_timestamp_pos: int
+    prop_crc: bool = False  # the last 20 bytes are reserved for ``__CRC32#`` (section 1.5)
 
 
 def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[str, str],
@@ -440,12 +458,15 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
                    sys_flag: int = 0, reconsume_times: int = 0,
                    prepared_transaction_offset: int = 0,
                    max_message_size: int = MAX_MESSAGE_SIZE,
-                   auto_v2: bool = True) -> EncodedMessage:
+                   auto_v2: bool = True, append_prop_crc: bool = False) -> EncodedMessage:
     """Encode one message record (``MessageExtEncoder.encode``), offsets still zero.
 
     ``body`` is stored as given (compress it first and set the sysFlag bits for a compressed
     record). The V2 magic is chosen when ``auto_v2`` and the topic is longer than 127 chars
     (``autoMessageVersionOnTopicLen``). IPv6 flags are set from the host address lengths.
+    With ``append_prop_crc`` (``enabledAppendPropCRC``) any caller-supplied ``__CRC32#`` is
+    dropped and 20 bytes are reserved at the end of the properties; :func:`write_prop_crc` fills
+    them once the offsets are patched (``CommitLog.doAppend``).
 
     Raises:
         MessageIllegalError: body longer than ``max_message_size`` bytes, a topic that does not
@@ -459,7 +480,12 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
     v2 = auto_v2 and len(topic) > 127
     if len(topic_raw) > (32767 if v2 else 127):
         raise MessageIllegalError(f"topic is {len(topic_raw)} bytes, too long for its field")
+    if append_prop_crc and PROPERTY_CRC32 in properties:
+        properties = {k: v for k, v in properties.items() if k != PROPERTY_CRC32}
     props_raw = encode_properties(properties)
+    if append_prop_crc:
+        # encode_properties always ends a non-empty area with \x02 (PROPERTY_SEPARATOR).
+        props_raw += bytes(CRC32_RESERVED_LEN)
     if len(props_raw) > MAX_PROPERTIES_LENGTH:
         raise PropertiesSizeExceededError(
             f"properties are {len(props_raw)} bytes, more than {MAX_PROPERTIES_LENGTH}")
@@ -512,7 +538,41 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
     keys_text = properties.get(PROPERTY_KEYS)
     return EncodedMessage(buf, topic, queue_id, sys_flag, tags_code(tags),
                           [k for k in keys_text.split(KEY_SEPARATOR) if k] if keys_text else [],
-                          properties.get(PROPERTY_UNIQ_KEY), store_ts_pos)
+                          properties.get(PROPERTY_UNIQ_KEY), store_ts_pos, append_prop_crc)
+
+
+def write_prop_crc(buf, pos: int, total: int) -> None:
+    """Fill the 20 reserved bytes at the end of the record at ``buf[pos:pos+total]``.
+
+    ``crc = UtilAll.crc32(record[0 .. total-20))`` written by ``MessageDecoder.createCrc32`` as
+    ``"__CRC32#" 0x01 d0..d9 0x02`` with the ten decimal digits least significant first
+    (reference section 1.5).
+    """
+    end = pos + total - CRC32_RESERVED_LEN
+    crc = crc32(memoryview(buf)[pos:end]) & 0x7FFFFFFF
+    digits = bytearray(10)
+    for i in range(10):
+        digits[i] = 48 + crc % 10
+        crc //= 10
+    buf[end:pos + total] = _CRC32_PREFIX + digits + b"\x02"
+
+
+def prop_crc_status(buf, pos: int, total: int) -> bool | None:
+    """Check the ``__CRC32#`` trailer of the record at ``buf[pos:pos+total]``.
+
+    Returns None when the record has no trailer, True when it matches, False when not
+    (``CommitLog.checkMessageAndReturnSize`` with ``forceVerifyPropCRC``).
+    """
+    end = pos + total - CRC32_RESERVED_LEN
+    if total < CRC32_RESERVED_LEN or bytes(buf[end:end + 9]) != _CRC32_PREFIX:
+        return None
+    digits = bytes(buf[end + 9:end + 19])
+    if buf[end + 19] != 2 or not digits.isdigit():
+        return False
+    value = 0
+    for d in reversed(digits):
+        value = value * 10 + d - 48
+    return value == crc32(memoryview(buf)[pos:end]) & 0x7FFFFFFF
 
 
 def patch_record(buf, pos: int, store_timestamp_pos: int, queue_offset: int,

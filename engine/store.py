@@ -8,10 +8,15 @@ A store directory is byte-compatible with a RocketMQ broker's ``storePathRootDir
     checkpoint, abort, lock
 
 The CommitLog is the source of truth. Every put appends the records, then dispatches them to the
-ConsumeQueues (``ReputMessageService`` runs inline here, so a put that returns is visible to
-readers). On open the store recovers like the broker (reference section 7): it finds the last
-valid record, drops a torn tail, truncates ConsumeQueue units past it and re-dispatches the
-records the queues lack.
+ConsumeQueues and the index (``ReputMessageService``). Under ASYNC_FLUSH dispatch runs inline,
+so a put that returns is visible to readers; under SYNC_FLUSH it runs right after the group
+commit's fdatasync, so nothing unflushed is ever visible (the bound RocketMQ's reput has with
+``getConfirmOffset() == flushedWhere``). On open the store recovers like the broker (reference
+section 7): it finds the last valid record, drops a torn tail, truncates ConsumeQueue units and
+index items past it and re-dispatches the records the queues lack.
+
+getMessage lives in :mod:`engine.getmessage`; flush services: :meth:`MessageStore.flush`
+(FlushRealTimeService, the fsync() path) and the group-commit thread (GroupCommitService).
 """
 
 from __future__ import annotations
@@ -29,23 +34,29 @@ import zlib
 from dataclasses import dataclass, field
 
 from .checkpoint import StoreCheckpoint
+from .cleanup import CleanReport, CleanService
 from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
                      TopicConfig, TopicConfigManager, validate_group_name, validate_topic_name)
 from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, pack_units
 from .indexfile import IndexService
-from .errors import (CorruptRecordError, NoSuchTopicError, OffsetOutOfRangeError,
-                     PermissionDeniedError, PutMessageError, ReadOnlyStoreError,
-                     StoreLockedError)
-from .message import (MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_SHARDING_KEY,
-                      PROPERTY_TAGS, PROPERTY_UNIQ_KEY, TRANSACTION_PREPARED_TYPE,
-                      TRANSACTION_ROLLBACK_TYPE, Host, MessageRecord, encode_message,
-                      offset_msg_id)
+from .errors import (CorruptRecordError, FlushDiskTimeoutError, MessageIllegalError,
+                     NoSuchTopicError,
+                     OffsetOutOfRangeError, PermissionDeniedError, PutMessageError,
+                     ReadOnlyStoreError, StoreLockedError)
+from .message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK, COMPRESSION_ZLIB,
+                      COMPRESSION_ZSTD, INNER_BATCH_FLAG, MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS,
+                      PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_SHARDING_KEY,
+                      PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, TRANSACTION_PREPARED_TYPE,
+                      TRANSACTION_ROLLBACK_TYPE, Host, MessageRecord, compress_body,
+                      encode_message, host_from_str, offset_msg_id)
+from .getmessage import (GetMessageResult, GetMessageStatus,  # noqa: F401 - re-exported
+                         get_messages, parse_subscription)
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from .errors import MessageIllegalError, PropertiesSizeExceededError
+from .errors import PropertiesSizeExceededError
 from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
-from .message import (FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, RECORD_SLACK, decode_record,
-                      encode_blank)
+from .message import (FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, RECORD_SLACK, decode_properties,
+                      decode_record, encode_blank)
 from .message import crc32 as _body_crc32
 from .uniqkey import UniqKeyGenerator
 
@@ -54,6 +65,70 @@ log = logging.getLogger(__name__)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _TIME_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def read_java_properties(text: str) -> dict[str, str]:
+    """Parse ``java.util.Properties`` text: ``key=value``, ``key: value`` or ``key value``;
+    ``#``/``!`` comments; a line ending in an odd number of backslashes continues; escapes
+    ``\\t \\n \\r \\f \\uXXXX`` and ``\\<char>``. Later keys win."""
+    lines = text.splitlines()
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        key, j, n = [], 0, len(line)
+        while j < n and line[j] not in "=: \t\f":
+            if line[j] == "\\" and j + 1 < n:
+                key.append(line[j:j + 2])
+                j += 2
+                continue
+            key.append(line[j])
+            j += 1
+        while j < n and line[j] in " \t\f":
+            j += 1
+        if j < n and line[j] in "=:":
+            j += 1
+            while j < n and line[j] in " \t\f":
+                j += 1
+        out[_unescape("".join(key))] = _unescape(line[j:])
+    return out
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    res, j = [], 0
+    while j < len(text):
+        c = text[j]
+        if c == "\\" and j + 1 < len(text):
+            nxt = text[j + 1]
+            if nxt == "u" and j + 6 <= len(text):
+                try:
+                    res.append(chr(int(text[j + 2:j + 6], 16)))
+                    j += 6
+                    continue
+                except ValueError:
+                    pass
+            res.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+            j += 2
+            continue
+        res.append(c)
+        j += 1
+    return "".join(res)
+
+
+def _bool(value: str) -> bool:
+    """A Java ``Boolean.parseBoolean``: "true" (any case) is True, anything else False."""
+    return value.strip().lower() == "true"
+
+
+_COMPRESSION_TYPES = {"LZ4": COMPRESSION_LZ4, "ZSTD": COMPRESSION_ZSTD, "ZLIB": COMPRESSION_ZLIB}
 
 
 @dataclass
@@ -83,6 +158,28 @@ class StoreConfig:
     file_reserved_time: int = 72
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: float = 0.85
+    disk_space_warning_level_ratio: float = 0.90
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: int = 10_000
+    delete_file_batch_max: int = 10
+    delete_commit_log_files_interval: int = 100
+    store_path_root_dir: str | None = None  # storePathRootDir, for tools given only broker.conf
+    enabled_append_prop_crc: bool = False
+    force_verify_prop_crc: bool = False
+    auto_message_version_on_topic_len: bool = True
+    # Producer-side compression (DefaultMQProducer.compressMsgBodyOverHowmuch, default 4096
+    # there): bodies of at least this many bytes are stored compressed; -1 never compresses.
+    compress_msg_body_over_howmuch: int = -1
+    compress_type: str = "ZLIB"  # rocketmq.message.compressType: ZLIB, LZ4 or ZSTD
+    compress_level: int = 5  # rocketmq.message.compressLevel
+    # getMessage limits (MessageStoreConfig)
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40
+    max_filter_message_size: int = 16000
 
     _KEYS = {
         "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", int),
@@ -93,45 +190,76 @@ class StoreConfig:
         "flushCommitLogThoroughInterval": ("flush_commit_log_thorough_interval", int),
         "syncFlushTimeout": ("sync_flush_timeout", int),
         "maxMessageSize": ("max_message_size", int),
-        "checkCRCOnRecover": ("check_crc_on_recover", lambda v: v.lower() == "true"),
+        "checkCRCOnRecover": ("check_crc_on_recover", _bool),
         "brokerIP1": ("broker_ip1", str),
         "listenPort": ("listen_port", int),
         "brokerName": ("broker_name", str),
         "defaultTopicQueueNums": ("default_topic_queue_nums", int),
         "messageDelayLevel": ("message_delay_level", str),
-        "messageIndexEnable": ("message_index_enable", lambda v: v.lower() == "true"),
+        "messageIndexEnable": ("message_index_enable", _bool),
         "maxHashSlotNum": ("max_hash_slot_num", int),
         "maxIndexNum": ("max_index_num", int),
         "fileReservedTime": ("file_reserved_time", int),
         "deleteWhen": ("delete_when", str),
         "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
+        "diskSpaceCleanForciblyRatio": ("disk_space_clean_forcibly_ratio", float),
+        "diskSpaceWarningLevelRatio": ("disk_space_warning_level_ratio", float),
+        "cleanFileForciblyEnable": ("clean_file_forcibly_enable", _bool),
+        "cleanResourceInterval": ("clean_resource_interval", int),
+        "deleteFileBatchMax": ("delete_file_batch_max", int),
+        "deleteCommitLogFilesInterval": ("delete_commit_log_files_interval", int),
+        "storePathRootDir": ("store_path_root_dir", str),
+        "enabledAppendPropCRC": ("enabled_append_prop_crc", _bool),
+        "forceVerifyPropCRC": ("force_verify_prop_crc", _bool),
+        "autoMessageVersionOnTopicLen": ("auto_message_version_on_topic_len", _bool),
+        "compressMsgBodyOverHowmuch": ("compress_msg_body_over_howmuch", int),
+        "compressType": ("compress_type", str),
+        "compressLevel": ("compress_level", int),
+        "maxTransferBytesOnMessageInMemory": ("max_transfer_bytes_on_message_in_memory", int),
+        "maxTransferCountOnMessageInMemory": ("max_transfer_count_on_message_in_memory", int),
+        "maxTransferBytesOnMessageInDisk": ("max_transfer_bytes_on_message_in_disk", int),
+        "maxTransferCountOnMessageInDisk": ("max_transfer_count_on_message_in_disk", int),
+        "accessMessageInMemoryMaxRatio": ("access_message_in_memory_max_ratio", int),
+        "maxFilterMessageSize": ("max_filter_message_size", int),
     }
 
     @classmethod
     def from_broker_conf(cls, path: str) -> "StoreConfig":
-        """Read a RocketMQ ``broker.conf`` (Java properties: ``key=value``, ``#`` comments).
+        """Read a RocketMQ ``broker.conf`` (a Java properties file, see
+        :func:`read_java_properties`) with the broker's key names.
 
         Unknown keys are ignored; a bad value raises ValueError naming the key.
         """
         cfg = cls()
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line or line[0] in "#!":
-                    continue
-                sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-                if sep < 0:
-                    continue
-                key, value = line[:sep].strip(), line[sep + 1:].strip()
-                if key in cls._KEYS:
-                    attr, conv = cls._KEYS[key]
-                    try:
-                        setattr(cfg, attr, conv(value))
-                    except ValueError as exc:
-                        raise ValueError(f"{path}: bad value for {key}: {value!r}") from exc
+            props = read_java_properties(f.read())
+        for key, value in props.items():
+            if key in cls._KEYS:
+                attr, conv = cls._KEYS[key]
+                try:
+                    setattr(cfg, attr, conv(value.strip()))
+                except ValueError as exc:
+                    raise ValueError(f"{path}: bad value for {key}: {value!r}") from exc
         if cfg.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise ValueError(f"{path}: flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH")
+        cfg.compress_type = cfg.compress_type.upper()
+        if cfg.compress_type not in _COMPRESSION_TYPES:
+            raise ValueError(f"{path}: compressType must be one of {sorted(_COMPRESSION_TYPES)}")
         return cfg
+
+    @property
+    def store_host(self) -> Host:
+        """``(address bytes, port)`` of brokerIP1:listenPort (IPv4 or IPv6).
+
+        Raises ValueError when brokerIP1 is not an IP address.
+        """
+        ip = self.broker_ip1.strip("[]")
+        try:
+            return host_from_str(f"[{ip}]:{self.listen_port}" if ":" in ip
+                                 else f"{ip}:{self.listen_port}")
+        except (OSError, ValueError):
+            raise ValueError(f"brokerIP1 {self.broker_ip1!r} is not an IPv4 or IPv6 address") \
+                from None
 
     def delay_level_table(self) -> dict[int, int]:
         """``{level: delay ms}`` parsed from ``messageDelayLevel`` (levels start at 1)."""
@@ -147,7 +275,14 @@ class Message:
 
     ``keys`` is a list or a space-separated string. ``queue_id`` None picks a queue: by
     ``sharding_key`` hash when given, else round-robin over the topic's write queues.
-    Timestamps are epoch ms; hosts are ``(address bytes, port)``.
+    Timestamps are epoch ms; hosts are ``(address bytes, port)`` (16 address bytes = IPv6).
+
+    ``sys_flag`` may carry the transaction type (PREPARED/COMMIT/ROLLBACK) and batch bits.
+    ``delay_level`` > 0 stores the message as RocketMQ's broker does a delayed one
+    (``HookUtils.handleScheduleMessage``): topic ``SCHEDULE_TOPIC_XXXX``, queue ``level-1``,
+    properties ``REAL_TOPIC``/``REAL_QID``/``DELAY``. ``compress`` True/False forces or
+    forbids body compression; None applies ``StoreConfig.compress_msg_body_over_howmuch``.
+    ``wait_store_msg_ok`` False (property ``WAIT=false``) does not wait for SYNC_FLUSH.
     """
 
     topic: str
@@ -161,6 +296,9 @@ class Message:
     born_timestamp: int | None = None
     born_host: Host | None = None
     sys_flag: int = 0
+    delay_level: int = 0
+    compress: bool | None = None
+    wait_store_msg_ok: bool = True
 
 
 @dataclass(frozen=True)
@@ -246,9 +384,9 @@ class MessageStore:
         self.checkpoint = StoreCheckpoint.read(self.checkpoint_path)
         self.commitlog = CommitLog(os.path.join(self.root, "commitlog"),
                                    self.config.mapped_file_size_commit_log, read_only)
-        self.store_host: Host = (bytes(map(int, self.config.broker_ip1.split("."))),
-                                 self.config.listen_port)
-        self.uniq_keys = UniqKeyGenerator()
+        self.commitlog.force_verify_prop_crc = self.config.force_verify_prop_crc
+        self.store_host: Host = self.config.store_host
+        self.uniq_keys = UniqKeyGenerator(self.store_host[0])
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_file_size = self.config.mapped_file_size_consume_queue
         self._round_robin: dict[str, int] = {}
@@ -264,17 +402,45 @@ class MessageStore:
                                               self.config.max_index_num, read_only)
             self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
             self.dispatchers.append(self.index_service)
+        # topicQueueTable: the next queue offset to assign, ahead of the ConsumeQueue while a
+        # SYNC_FLUSH put waits for its flush (getMaxOffsetInQueue(committed=false)).
+        self._queue_offsets: dict[tuple[str, int], int] = {}
+        # SYNC_FLUSH: dispatches waiting for their records to be flushed, in CommitLog order.
+        self._pending: list[tuple[int, list]] = []
+        self._flush_lock = threading.Lock()
+        self._gc_cond = threading.Condition()
+        self._gc_waiters: list = []
+        self._dispatched_store_timestamp = self.checkpoint.logics_msg_timestamp
+        self._last_thorough_flush = time.monotonic()
+        self._checkpoint_written = False
+        # TopicAttributes "queue.type" = BatchCQ (5.x): served by batchconsumequeue/.
+        self._batch_cq_topics = {name for name, t in self.topic_config.topics.items()
+                                 if str(t.attributes.get("queue.type", "")).lower() == "batchcq"}
         self._load_consume_queues()
         self.recover()
         if not read_only:
             with open(self.abort_path, "w") as f:  # 5.x writes the pid
                 f.write(str(os.getpid()))
+        self.disk_full = False  # set by the CleanService above diskSpaceWarningLevelRatio
+        self.clean_service = CleanService(self)
+        if not read_only:
+            self.clean_service.start()
         self._stop_flush = threading.Event()
         self._flush_thread = None
+        self._group_commit_thread = None
         if not read_only:
             self._flush_thread = threading.Thread(target=self._flush_loop, name="rmq-flush",
                                                   daemon=True)
             self._flush_thread.start()
+            if self.sync_flush:
+                self._group_commit_thread = threading.Thread(
+                    target=self._group_commit_loop, name="rmq-group-commit", daemon=True)
+                self._group_commit_thread.start()
+
+    @property
+    def sync_flush(self) -> bool:
+        """``flushDiskType == SYNC_FLUSH``."""
+        return self.config.flush_disk_type == "SYNC_FLUSH"
 
     # ------------------------------------------------------------------------------------------
     # lock, open, recovery
@@ -294,9 +460,17 @@ class MessageStore:
         self._lock_fd = fd
 
     def _load_consume_queues(self) -> None:
+        """Open every ``consumequeue/<topic>/<queueId>`` and recover it (``ConsumeQueue.recover``).
+
+        The file size comes from the files: the most common size among files that are not the
+        newest of their queue (those are complete), else among all files, else the config.
+        """
         base = os.path.join(self.root, "consumequeue")
         if not os.path.isdir(base):
             return
+        queues = []
+        full_sizes: dict[int, int] = {}
+        all_sizes: dict[int, int] = {}
         for topic in sorted(os.listdir(base)):
             tdir = os.path.join(base, topic)
             if not os.path.isdir(tdir):
@@ -305,13 +479,25 @@ class MessageStore:
                 if not q.isdigit():
                     continue
                 qdir = os.path.join(tdir, q)
-                names = [n for n in os.listdir(qdir) if n.isdigit() and len(n) == 20]
-                if names:
-                    self._cq_file_size = os.path.getsize(os.path.join(qdir, max(names))) or \
-                        self._cq_file_size
-                cq = ConsumeQueue(qdir, topic, int(q), self._cq_file_size, self.read_only)
-                cq.recover()
-                self.consume_queues[(topic, int(q))] = cq
+                names = sorted(n for n in os.listdir(qdir) if n.isdigit() and len(n) == 20)
+                for i, n in enumerate(names):
+                    size = os.path.getsize(os.path.join(qdir, n))
+                    if size and size % CQ_STORE_UNIT_SIZE == 0:
+                        all_sizes[size] = all_sizes.get(size, 0) + 1
+                        if i < len(names) - 1:
+                            full_sizes[size] = full_sizes.get(size, 0) + 1
+                queues.append((topic, int(q), qdir))
+        trusted = bool(full_sizes) or sum(all_sizes.values()) >= 2
+        sizes = full_sizes or all_sizes
+        if sizes:
+            self._cq_file_size = max(sizes, key=lambda k: (sizes[k], k))
+        for topic, q, qdir in queues:
+            cq = ConsumeQueue(qdir, topic, q, self._cq_file_size, self.read_only,
+                              trusted_size=trusted)
+            for what in cq.files.repairs:
+                log.warning("ConsumeQueue %s/%d: %s", topic, q, what)
+            cq.recover()
+            self.consume_queues[(topic, q)] = cq
 
     def recover(self) -> None:
         """Find the end of the CommitLog and make the ConsumeQueues agree with it.
@@ -329,6 +515,7 @@ class MessageStore:
                 cq.truncate_to(cq.min_offset)
             cl.max_offset = cl.files.min_offset
             return
+        self._check_queue_tails()
         start = self._recovery_start()
         if self.index_service is not None:
             # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
@@ -338,6 +525,17 @@ class MessageStore:
         if gap and start > cl.min_offset:
             log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
             end, _ = self._scan_and_dispatch(cl.min_offset, full=True)
+        last, prev = self._scan_last, self._scan_prev
+        if last is not None and prev is not None and \
+                last.commitlog_offset + last.store_size == end and \
+                self._ends_with_separator(prev) is True and \
+                self._ends_with_separator(last) is False:
+            # A tear inside the properties passes the size and body-CRC checks. 5.x writers
+            # end a properties area with PROPERTY_SEPARATOR (\x02) (4.9.x ones do not): when
+            # the record before does, the last record of the log must too.
+            log.warning("CommitLog: the last record at %d is torn inside its properties; "
+                        "dropped", last.commitlog_offset)
+            end = last.commitlog_offset
         if cl.scan_error:
             log.warning("CommitLog: dropping a torn tail at %d: %s", end, cl.scan_error)
         for cq in self.consume_queues.values():
@@ -347,6 +545,48 @@ class MessageStore:
             d.truncate(end)
         cl.truncate(end)
         cl.flushed_where = end
+
+    def _ends_with_separator(self, rec: MessageRecord) -> bool | None:
+        """Whether the record's properties area ends with \x02; None when it is empty."""
+        from .message import MAGIC_V2, cal_msg_length
+        props_len = rec.store_size - cal_msg_length(rec.sys_flag, len(rec.body),
+                                                    len(rec.topic.encode()), 0,
+                                                    rec.magic == MAGIC_V2)
+        if props_len <= 0:
+            return None
+        end = rec.commitlog_offset + rec.store_size
+        return self.commitlog.files.read(end - 1, 1) == b"\x02"
+
+    def _check_queue_tails(self) -> None:
+        """Drop trailing ConsumeQueue units that do not describe their record.
+
+        A torn unit can look valid (offset and size intact, tagsCode half written); RocketMQ
+        would keep it. Each queue's last units are compared with the CommitLog record they
+        point at (start, size, queue offset, tagsCode) and dropped until one agrees; the scan
+        that follows re-dispatches them. Cost: one record read per queue.
+        """
+        cl = self.commitlog
+        for cq in self.consume_queues.values():
+            while cq.max_offset > cq.min_offset:
+                qoff = cq.max_offset - 1
+                off, size, tc = cq.unit(qoff)
+                if size == 0x7FFFFFFF:
+                    break
+                try:
+                    rec = cl.read_message(off, size) if off >= cl.min_offset else None
+                except CorruptRecordError:
+                    rec = None
+                if rec is not None and rec.commitlog_offset == off and \
+                        rec.queue_offset == qoff and rec.topic == cq.topic and \
+                        rec.queue_id == cq.queue_id and \
+                        self._dispatch_of(rec).tags_code == tc:
+                    break
+                if rec is None and off < cl.min_offset:
+                    break  # expired record: nothing to compare with
+                log.warning("ConsumeQueue %s/%d: unit %d does not match the CommitLog; "
+                            "dropped and rebuilt", cq.topic, cq.queue_id, qoff)
+                cq.truncate_to(qoff)
+                cq.files.repairs.append(f"unit {qoff} did not match the CommitLog")
 
     def _record_boundary(self, offset: int) -> int:
         """``offset`` when a valid record starts there, else the start of its segment."""
@@ -365,6 +605,14 @@ class MessageStore:
         if self.last_exit_ok:
             last = max((cq.last_commitlog_offset for cq in self.consume_queues.values()),
                        default=-1)
+            # A queue whose files had to be repaired (torn or missing file) is re-dispatched
+            # from its last good unit on.
+            damaged = [cq.last_commitlog_offset for cq in self.consume_queues.values()
+                       if cq.files.repairs]
+            if damaged:
+                last = min(damaged)
+                if last < cl.min_offset:
+                    return cl.min_offset
             if last >= cl.min_offset:
                 seg = cl.files.find(last)
                 if seg is not None:
@@ -378,8 +626,8 @@ class MessageStore:
         # Abnormal: newest segment whose first record is older than the checkpoint.
         min_ts = self.checkpoint.min_timestamp
         for seg in reversed(cl.files.segments):
-            head = os.pread(seg.fd, 64, 0)
-            if len(head) < 64:
+            head = os.pread(seg.fd, 80, 0)  # STORETIMESTAMP is at 68 after an IPv6 born host
+            if len(head) < 80:
                 continue
             magic = struct.unpack_from(">I", head, 4)[0]
             if magic not in (0xDAA320A7, 0xDAA320AB):
@@ -397,20 +645,48 @@ class MessageStore:
         gap = False
         cqs = self.consume_queues
         index = self.index_service
-        # Records the ConsumeQueues and the index already hold need no decoding: _dispatch
-        # would drop them anyway (queue offset below the queue's max; offset below the
-        # index's endPhyOffset). Other dispatchers see every record.
-        skip_known = all(d is index for d in self.dispatchers)
+        # Records the ConsumeQueues and the index already hold need no decoding. The index
+        # drops them (offset below its endPhyOffset); _dispatch would compare each one's unit
+        # with the record (_verify_present) and change nothing when they agree. So the unit is
+        # compared here, from offset, size and the tagsCode read straight from the record,
+        # against units read ahead in blocks. From the first record of a queue that goes to
+        # _dispatch (a unit that differs, or any other reason), every later record of that
+        # queue goes there too, so a truncation and rewrite happen exactly as on the decoded
+        # path. Other dispatchers see every record decoded.
+        skip_known = self._recover_undecoded and all(d is index for d in self.dispatchers)
         indexed_below = index.end_phy_offset if index is not None else None
+        light = self._light_unit
+        pack_unit = UNIT.pack
+        windows: dict = {}  # (topic, queueId) -> (first queue offset, raw units read ahead)
+        dirty: set = set()  # queues with a record handed to _dispatch
+        self._scan_last = self._scan_prev = None
+        last = prev = None  # (buf, pos) of the last two records, decoded after the scan
         for (buf, pos, phys, _size, topic, qid, qoff, sys_flag) in cl.scan_raw(
                 start, check_crc=self.config.check_crc_on_recover):
+            prev, last = last, (buf, pos)
+            d = None
+            key = (topic, qid)
             if skip_known and (indexed_below is None or phys < indexed_below):
                 if sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-                    continue
-                cq = cqs.get((topic, qid))
-                if cq is not None and qoff < cq.max_offset:
-                    continue
-            d = self._dispatch_of(decode_record(buf, pos, check_crc=False))
+                    continue  # no unit, and already indexed
+                cq = cqs.get(key)
+                if cq is not None and qoff < cq.max_offset and topic != SCHEDULE_TOPIC \
+                        and not sys_flag & 0x30:
+                    size, tc, store_ts = light(buf, pos)
+                    if key not in dirty:
+                        if qoff < cq.min_offset:
+                            continue  # not present, not written: as _dispatch does
+                        w = windows.get(key)
+                        if w is None or not w[0] <= qoff < w[0] + len(w[1]) // CQ_STORE_UNIT_SIZE:
+                            w = windows[key] = (qoff, cq.read_units(qoff, 4096))
+                        i = (qoff - w[0]) * CQ_STORE_UNIT_SIZE
+                        if w[1][i:i + CQ_STORE_UNIT_SIZE] == pack_unit(phys, size, tc):
+                            continue
+                    d = _Dispatch(topic, qid, phys, size, tc, store_ts, qoff, [], None,
+                                  sys_flag)
+            if d is None:
+                d = self._dispatch_of(decode_record(buf, pos, check_crc=False))
+            dirty.add(key)
             if d is not None:
                 batch.append(d)
             if len(batch) >= 4096:
@@ -418,12 +694,57 @@ class MessageStore:
                 batch = []
         if batch:
             gap |= self._dispatch(batch, recovering=True, full=full)
+        if prev is not None:
+            self._scan_prev = decode_record(prev[0], prev[1], check_crc=False)
+        if last is not None:
+            self._scan_last = decode_record(last[0], last[1], check_crc=False)
         return cl.scan_end, gap
+
+    _tags_codes: dict = {}  # TAGS value -> tagsCode, shared (a pure function)
+    _recover_undecoded = True  # False: recovery decodes every record (tests compare the two)
+
+    def _light_unit(self, buf, pos: int) -> tuple[int, int, int]:
+        """``(size, tagsCode, storeTimestamp)`` that :meth:`_dispatch_of` gives a record with
+        IPv4 hosts whose layout :meth:`CommitLog.scan_raw` checked, without decoding it
+        (tagsCode from the TAGS property). Not for ``SCHEDULE_TOPIC_XXXX`` (its tagsCode is a
+        deliver time)."""
+        (total, magic, _, _, _, _, _, _, _, _, _, store_ts, _, _, _, _,
+         body_len) = FIXED_V4.unpack_from(buf, pos)
+        p = pos + FIXED_V4.size + body_len
+        if magic == MAGIC_V1:
+            tlen = buf[p]
+            if tlen > 127:
+                tlen -= 256
+            p += 1 + tlen + 2
+        else:
+            p += 2 + int.from_bytes(buf[p:p + 2], "big", signed=True) + 2
+        tc = 0
+        end = pos + total
+        at = buf.find(b"TAGS\x01", p, end)
+        if at >= 0:
+            # decode_properties(...).get("TAGS"), read in place: one item named TAGS (at the
+            # start or after a separator) and no other occurrence; anything else is decoded.
+            if (at == p or buf[at - 1] == 2) and buf.find(b"TAGS\x01", at + 5, end) < 0:
+                vend = buf.find(b"\x02", at + 5, end)
+                raw = bytes(buf[at + 5:vend if vend >= 0 else end])
+            else:
+                tags = decode_properties(bytes(buf[p:end])).get(PROPERTY_TAGS)
+                raw = tags.encode("utf-8", "surrogatepass") if tags else b""
+            if raw:
+                tcs = MessageStore._tags_codes
+                tc = tcs.get(raw)
+                if tc is None:
+                    tc = tags_code(raw.decode("utf-8", errors="replace"))
+                    if len(tcs) < 4096:
+                        tcs[raw] = tc
+        return total, tc, store_ts
 
     def _dispatch_of(self, rec: MessageRecord) -> _Dispatch | None:
         tc = rec.tags_code
         if rec.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in rec.properties:
-            tc = self._deliver_timestamp(int(rec.properties[PROPERTY_DELAY]), rec.store_timestamp)
+            level = _int_or_zero(rec.properties[PROPERTY_DELAY])
+            if level:
+                tc = self._deliver_timestamp(level, rec.store_timestamp)
         return _Dispatch(rec.topic, rec.queue_id, rec.commitlog_offset, rec.store_size, tc,
                          rec.store_timestamp, rec.queue_offset, rec.keys, rec.uniq_key,
                          rec.sys_flag)
@@ -454,11 +775,19 @@ class MessageStore:
         for d in batch:
             if d.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
                 continue
+            if d.sys_flag & INNER_BATCH_FLAG or d.topic in self._batch_cq_topics:
+                # BatchCQ topics dispatch to batchconsumequeue/, which is not written here;
+                # a plain ConsumeQueue for them would make a broker refuse the store.
+                continue
             per_queue.setdefault((d.topic, d.queue_id), []).append(d)
         for (topic, qid), items in per_queue.items():
             cq = self._consume_queue(topic, qid, create=True)
             if recovering:
-                # Skip units already present (ConsumeQueue.putMessagePositionInfo).
+                # Units already present are skipped (ConsumeQueue.putMessagePositionInfo),
+                # but first compared: after a power cut a unit in the middle of what was
+                # re-dispatched may be torn (a unit can straddle two pages). From the first
+                # one that differs, the queue is rewritten.
+                self._verify_present(cq, items)
                 items = [d for d in items if d.queue_offset >= cq.max_offset]
                 if not items:
                     continue
@@ -488,7 +817,23 @@ class MessageStore:
             cq.put_units(items[0].queue_offset, units)
         for disp in self.dispatchers:
             disp.dispatch(batch)
+        if batch and not recovering:
+            self._dispatched_store_timestamp = batch[-1].store_timestamp
         return gap
+
+    def _verify_present(self, cq: ConsumeQueue, items: list) -> None:
+        """Truncate ``cq`` at the first unit of ``items`` (queue order) it holds differently."""
+        present = [d for d in items if cq.min_offset <= d.queue_offset < cq.max_offset]
+        if not present:
+            return
+        lo, hi = present[0].queue_offset, present[-1].queue_offset + 1
+        units = {q: (off, size, tc) for q, off, size, tc in cq.iter_units(lo, hi)}
+        for d in present:
+            if units.get(d.queue_offset) != (d.commitlog_offset, d.size, d.tags_code):
+                log.warning("ConsumeQueue %s/%d: unit %d differs from the CommitLog; "
+                            "rewritten from there", cq.topic, cq.queue_id, d.queue_offset)
+                cq.truncate_to(d.queue_offset)
+                return
 
     def _register_topic(self, topic: str, queue_id: int) -> None:
         cfg = self.topic_config.get(topic)
@@ -573,8 +918,17 @@ class MessageStore:
         cq = self.consume_queues.get((topic, queue_id))
         return cq.min_offset if cq else 0
 
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        """``getMaxOffsetInQueue``: one past the last queue offset."""
+    def max_offset(self, topic: str, queue_id: int, committed: bool = True) -> int:
+        """``getMaxOffsetInQueue``: one past the last queue offset.
+
+        ``committed`` False counts the offsets already assigned to puts whose units are not
+        dispatched yet (SYNC_FLUSH waiting for its flush), like RocketMQ's
+        ``getMaxOffsetInQueue(topic, queueId, false)``.
+        """
+        if not committed:
+            n = self._queue_offsets.get((topic, queue_id))
+            if n is not None:
+                return n
         cq = self.consume_queues.get((topic, queue_id))
         return cq.max_offset if cq else 0
 
@@ -683,35 +1037,49 @@ class MessageStore:
         self._round_robin[cfg.topic_name] = i + 1
         return i % n
 
-    def put_messages(self, messages: list[Message]) -> list[PutResult]:
+    def put_messages(self, messages: list[Message], batch: bool = False) -> list[PutResult]:
         """Append messages and dispatch them; all of them or none are stored.
 
-        When this returns, the records are in the CommitLog (page cache) and visible to readers;
-        with SYNC_FLUSH they are also on disk. Encoding errors are raised before anything is
-        written.
+        ``batch`` gives RocketMQ's MessageBatch semantics (``putMessages``): one topic, one
+        queue for all (chosen once), consecutive queue offsets, and the records kept together
+        in one CommitLog segment.
+
+        When this returns, the records are in the CommitLog (page cache) and visible to readers.
+        With SYNC_FLUSH the call waits (group commit: concurrent callers share one fdatasync)
+        until they are on disk, and they become visible only then, as RocketMQ's
+        ReputMessageService dispatches only up to the flushed offset. Encoding errors are
+        raised before anything is written.
 
         Raises:
             NoSuchTopicError: a topic that was never created.
             PermissionDeniedError: a topic whose perm lacks the write bit.
             MessageIllegalError / PropertiesSizeExceededError / PutMessageError: bad messages.
             ReadOnlyStoreError: the store is read-only.
+            FlushDiskTimeoutError: SYNC_FLUSH and the flush took longer than
+                ``syncFlushTimeout`` ms (the records are appended; see the error).
             OSError: the disk failed (e.g. ENOSPC); nothing of the batch is kept.
         """
         if self.read_only:
             raise ReadOnlyStoreError("store is read-only")
+        if self.disk_full:
+            raise OSError(errno.ENOSPC, "disk usage above diskSpaceWarningLevelRatio; "
+                          "the store refuses messages until expired files are deleted")
         if not messages:
             return []
-        out = self._put_plain(messages)
+        out = None if batch else self._put_plain(messages)
         if out is not None:
             for listener in self.listeners:
                 listener(out)
             return out
         now = int(time.time() * 1000)
         encoded = []
+        cfg_ = self.config
         with self.put_lock:
             if self._closed:
                 raise ReadOnlyStoreError("store is closed")
-            queue_ids = []
+            targets = []  # (topic, queueId, extra properties) after the delay rewrite
+            if batch and len({m.topic for m in messages}) > 1:
+                raise PutMessageError("a batch must have a single topic")
             for msg in messages:
                 cfg = self.topic_config.get(msg.topic)
                 if cfg is None:
@@ -719,8 +1087,21 @@ class MessageStore:
                 if not cfg.writable:
                     raise PermissionDeniedError(
                         f"topic {msg.topic} has perm {cfg.perm}, without write permission")
-                queue_ids.append(self._select_queue(msg, cfg))
-            for msg, qid in zip(messages, queue_ids):
+                if msg.sys_flag & INNER_BATCH_FLAG or msg.topic in self._batch_cq_topics:
+                    raise MessageIllegalError(
+                        f"{msg.topic}: inner-batch messages and BatchCQ topics need "
+                        "batchconsumequeue/, which this engine does not write")
+                qid = targets[0][1] if batch and targets else self._select_queue(msg, cfg)
+                if msg.delay_level > 0 and msg.topic != SCHEDULE_TOPIC:
+                    level = min(msg.delay_level, max(self._delay_levels, default=1))
+                    self._schedule_topic()
+                    targets.append((SCHEDULE_TOPIC, level - 1, {
+                        PROPERTY_REAL_TOPIC: msg.topic, PROPERTY_REAL_QID: str(qid),
+                        PROPERTY_DELAY: str(level)}))
+                else:
+                    targets.append((msg.topic, qid, None))
+            delays = []
+            for msg, (topic, qid, extra) in zip(messages, targets):
                 props = dict(msg.properties or {})
                 if msg.tags:
                     props[PROPERTY_TAGS] = msg.tags
@@ -729,13 +1110,26 @@ class MessageStore:
                                             else " ".join(msg.keys))
                 if msg.sharding_key is not None:
                     props.setdefault(PROPERTY_SHARDING_KEY, msg.sharding_key)
+                if not msg.wait_store_msg_ok:
+                    props[PROPERTY_WAIT] = "false"
+                if extra:
+                    props.update(extra)
                 born = msg.born_timestamp or now
                 props.setdefault(PROPERTY_UNIQ_KEY, self.uniq_keys.next(born))
+                delays.append(_int_or_zero(props.get(PROPERTY_DELAY))
+                              if topic == SCHEDULE_TOPIC else 0)
+                body, sys_flag = msg.body, msg.sys_flag
+                if self._should_compress(msg):
+                    kind = _COMPRESSION_TYPES[cfg_.compress_type.upper()]
+                    body = compress_body(body, kind, cfg_.compress_level)
+                    sys_flag = (sys_flag & ~COMPRESSION_TYPE_MASK) | COMPRESSED_FLAG | kind
                 encoded.append(encode_message(
-                    msg.topic, msg.body, queue_id=qid, properties=props, born_timestamp=born,
+                    topic, body, queue_id=qid, properties=props, born_timestamp=born,
                     born_host=msg.born_host or (b"\x7f\x00\x00\x01", 0),
-                    store_host=self.store_host, flag=msg.flag, sys_flag=msg.sys_flag,
-                    max_message_size=self.config.max_message_size))
+                    store_host=self.store_host, flag=msg.flag, sys_flag=sys_flag,
+                    max_message_size=cfg_.max_message_size,
+                    auto_v2=cfg_.auto_message_version_on_topic_len,
+                    append_prop_crc=cfg_.enabled_append_prop_crc))
             # assignOffset: consecutive queue offsets, not for prepared/rollback records.
             next_offsets: dict[tuple[str, int], int] = {}
             queue_offsets = []
@@ -745,45 +1139,91 @@ class MessageStore:
                     queue_offsets.append(0)
                     continue
                 if key not in next_offsets:
-                    next_offsets[key] = self.max_offset(*key)
+                    next_offsets[key] = self.max_offset(*key, committed=False)
                 queue_offsets.append(next_offsets[key])
                 next_offsets[key] += 1
             cl = self.commitlog
             start = cl.max_offset
             before = {k: self.max_offset(*k) for k in next_offsets}
-            results = cl.append(encoded, queue_offsets, now)
-            batch = []
-            for msg, e, qoff, res in zip(messages, encoded, queue_offsets, results):
+            results = cl.append(encoded, queue_offsets, now, together=batch)
+            dispatch = []
+            for e, qoff, res, level in zip(encoded, queue_offsets, results, delays):
                 tc = e.tags_code
-                if e.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in (msg.properties or {}):
-                    tc = self._deliver_timestamp(int(msg.properties[PROPERTY_DELAY]), now)
-                batch.append(_Dispatch(e.topic, e.queue_id, res[0], res[1], tc, now, qoff,
+                if level:
+                    tc = self._deliver_timestamp(level, now)
+                dispatch.append(_Dispatch(e.topic, e.queue_id, res[0], res[1], tc, now, qoff,
                                        e.keys, e.uniq_key, e.sys_flag))
-            try:
-                self._dispatch(batch)
-            except OSError:
-                for key, old in before.items():
-                    cq = self.consume_queues.get(key)
-                    if cq is not None:
-                        cq.truncate_to(old)
-                for d in self.dispatchers:
-                    d.truncate(start)
-                cl.truncate(start)
-                raise
-            if self.config.flush_disk_type == "SYNC_FLUSH":
-                self.flush()
+            if self.sync_flush:
+                self._pending.append((cl.max_offset, dispatch))
+            else:
+                try:
+                    self._dispatch(dispatch)
+                except OSError:
+                    for key, old in before.items():
+                        cq = self.consume_queues.get(key)
+                        if cq is not None:
+                            cq.truncate_to(old)
+                    for d in self.dispatchers:
+                        d.truncate(start)
+                    cl.truncate(start)
+                    raise
+            self._queue_offsets.update(next_offsets)
+            end = cl.max_offset
             out = [PutResult(e.topic, e.queue_id, qoff, res[0], res[1], now,
                              offset_msg_id(self.store_host, res[0]), e.uniq_key)
                    for e, qoff, res in zip(encoded, queue_offsets, results)]
+        if self.sync_flush:
+            if all(m.wait_store_msg_ok for m in messages):
+                self._wait_flushed(end, out)
+            else:
+                with self._gc_cond:
+                    self._gc_cond.notify()
         for listener in self.listeners:
             listener(out)
         return out
+
+    def _should_compress(self, msg: Message) -> bool:
+        """``DefaultMQProducerImpl.tryToCompressMessage``: body >= compressMsgBodyOverHowmuch."""
+        if msg.compress is not None:
+            return msg.compress
+        limit = self.config.compress_msg_body_over_howmuch
+        return 0 <= limit <= len(msg.body) and not msg.sys_flag & COMPRESSED_FLAG
+
+    def _schedule_topic(self) -> None:
+        """Create ``SCHEDULE_TOPIC_XXXX`` with one queue per delay level, as the broker does."""
+        if self.topic_config.get(SCHEDULE_TOPIC) is None:
+            n = max(len(self._delay_levels), 1)
+            self.topic_config.put(TopicConfig(SCHEDULE_TOPIC, n, n))
+
+    # ------------------------------------------------------------------------------------------
+    # getMessage
+
+    def get_messages(self, group: str, topic: str, queue_id: int, offset: int,
+                     max_msg_nums: int = 32, tags: str | None = None) -> GetMessageResult:
+        """``DefaultMessageStore.getMessage``: up to ``max_msg_nums`` messages from a queue
+        offset, with RocketMQ's status and next-offset correction (reference section 10).
+
+        Args:
+            group: the consumer group (kept for the API; the store does not filter by it).
+            topic, queue_id, offset: where to read (offset in queue units).
+            max_msg_nums: the most messages to return (the broker's transfer limits of
+                ``StoreConfig`` also apply: 32 messages / 256 KiB from memory).
+            tags: a subscription expression, ``"TagA || TagB"``; None, ``""`` or ``"*"`` match
+                all. Matching is by tagsCode (Java hash of the tag), as the broker's
+                ``DefaultMessageFilter.isMatchedByConsumeQueue``; the client re-checks strings.
+
+        Returns:
+            GetMessageResult with ``status`` (GetMessageStatus), ``next_begin_offset``,
+            ``min_offset``, ``max_offset`` and ``messages`` (MessageRecord list, in order).
+        """
+        return get_messages(self, topic, queue_id, offset, max_msg_nums,
+                            parse_subscription(tags))
 
     # Fields of Message the fast path handles itself; any other field must hold its default.
     _PLAIN_FIELDS = frozenset(("topic", "body", "tags", "keys", "properties", "queue_id",
                                "sharding_key", "flag", "born_timestamp", "born_host",
                                "sys_flag"))
-    _plain_extra: list | None = None
+    _plain_extra: tuple | None = None  # (attrgetter of the other fields, their defaults)
     _msg_id_prefix: str | None = None  # hex of the store host for offset msgIds
 
     def _plain_topic(self, topic: str):
@@ -791,7 +1231,8 @@ class MessageStore:
         ``(writeQueueNums, queues, topic length byte + name, 91 + name length,
         hash of "topic#")``. Cached while the topic's config stays the same."""
         cfg = self.topic_config.get(topic)
-        if cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC:
+        if (cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC
+                or topic in self._batch_cq_topics):
             return None
         state = (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums)
         hit = self._plain_topics.get(topic)
@@ -810,25 +1251,32 @@ class MessageStore:
     def _put_plain(self, messages: list[Message]) -> list[PutResult] | None:
         """The put path for the common case, fused: encode, append and dispatch in one pass.
 
-        Handles batches where every message has no user properties, sysFlag 0, an IPv4 (or
-        default) born host and a V1 topic, under ASYNC_FLUSH with an IPv4 store host; returns
-        None for anything else (nothing written), and :meth:`put_messages` runs the general
-        path. Writes exactly the bytes the general path writes (tests/test_fastpaths.py): the
+        Handles puts where every message has no user properties, sysFlag 0, an IPv4 (or
+        default) born host, a V1 topic (not SCHEDULE_TOPIC_XXXX, not a BatchCQ topic) and
+        every other Message field at its default (no delay_level, compress or
+        wait_store_msg_ok=False), under ASYNC_FLUSH with an IPv4 store host, without
+        enabledAppendPropCRC or compressMsgBodyOverHowmuch; returns None for anything else
+        (nothing written, round-robin state restored), and :meth:`put_messages` runs the
+        general path. MessageBatch puts (``batch=True``) never come here; the disk-full
+        refusal is checked before. It keeps the shared state as the general path does
+        (topicQueueTable ``_queue_offsets``, ``_dispatched_store_timestamp``). Writes exactly the bytes the general path writes (tests/test_fastpaths.py): the
         offsets are known up front so each record is packed once, the ConsumeQueue units of a
         queue are packed in one call, UNIQ_KEYs come in one batch with their hashes, and the
         index keys are written in one batch.
         """
         cfgs = self.config
-        if (cfgs.flush_disk_type != "ASYNC_FLUSH" or len(self.store_host[0]) != 4
-                or getattr(cfgs, "enabled_append_prop_crc", False)
-                or getattr(cfgs, "compress_msg_body_over_howmuch", -1) >= 0):
+        if (self.sync_flush or len(self.store_host[0]) != 4 or cfgs.enabled_append_prop_crc
+                or cfgs.compress_msg_body_over_howmuch >= 0):
             return None
         extra = MessageStore._plain_extra
         if extra is None:
             import dataclasses
-            extra = MessageStore._plain_extra = [
-                (f.name, f.default) for f in dataclasses.fields(Message)
-                if f.name not in self._PLAIN_FIELDS]
+            fields = [f for f in dataclasses.fields(Message) if f.name not in self._PLAIN_FIELDS]
+            # one attrgetter call and one comparison per message for all the other fields
+            names = [f.name for f in fields] + ["topic"]  # "topic": always a tuple
+            extra = MessageStore._plain_extra = (
+                operator.attrgetter(*names), tuple(f.default for f in fields))
+        extra_of, extra_defaults = extra
         max_body = cfgs.max_message_size
         now = int(time.time() * 1000)
         with self.put_lock:
@@ -842,9 +1290,12 @@ class MessageStore:
             pieces: list = []
             topics: dict[str, tuple] = {}
             queues: dict[tuple[str, int], list] = {}  # key -> [next queue offset, units]
-            queue_offsets = getattr(self, "_queue_offsets", None)
+            queue_offsets = self._queue_offsets
             rr = self._round_robin
             rr_before = dict(rr)
+            # A fallback leaves no trace: round-robin positions and the UNIQ_KEY counter are
+            # put back, so the general path assigns what it would have assigned alone.
+            counter_before = self.uniq_keys._next_counter
             tags_cache = self._tags_cache
             uniq_next = self.uniq_keys.next_with_hash
             if any(map(_BORN_OF, messages)):  # ids follow each born time
@@ -878,12 +1329,13 @@ class MessageStore:
                         or (bh is not None and len(bh[0]) != 4)):
                     rr.clear()
                     rr.update(rr_before)
+                    self.uniq_keys._next_counter = counter_before
                     return None
-                for name, default in extra:
-                    if getattr(m, name) != default:
-                        rr.clear()
-                        rr.update(rr_before)
-                        return None
+                if extra_of(m)[:-1] != extra_defaults:
+                    rr.clear()
+                    rr.update(rr_before)
+                    self.uniq_keys._next_counter = counter_before
+                    return None
                 nwq, nq, tail, base, topic_hash = info
                 qid = m.queue_id
                 if qid is None:
@@ -974,10 +1426,8 @@ class MessageStore:
             chunks.append((chunk_start, pieces))
             cl.append_chunks(chunks, pos, now)
             self._dispatch_plain(messages, out, queues, idx, start, now)
-            if queue_offsets is not None:
-                queue_offsets.update((k, v[0]) for k, v in queues.items())
-            if hasattr(self, "_dispatched_store_timestamp"):
-                self._dispatched_store_timestamp = now
+            queue_offsets.update((k, v[0]) for k, v in queues.items())
+            self._dispatched_store_timestamp = now
         return out
 
     def _dispatch_plain(self, messages, out, queues, idx, start: int, now: int) -> None:
@@ -1048,47 +1498,178 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # flush and close
 
-    def flush(self) -> None:
-        """Force appended data to disk and update the checkpoint."""
+    def flush(self, least_pages: int = 0) -> bool:
+        """Force appended data to disk, then the ConsumeQueues, index and checkpoint.
+
+        This is the fsync() path. The CommitLog is synced without holding the put lock, so
+        puts continue meanwhile. Under SYNC_FLUSH the records synced here are then dispatched
+        (made visible). ``least_pages`` > 0 skips the round when fewer 4 KiB pages are dirty
+        (``flushCommitLogLeastPages``). Returns True when CommitLog data was synced.
+        Raises OSError from the disk.
+        """
         if self.read_only:
-            return
-        with self.put_lock:
-            cl = self.commitlog
-            if not cl.flush():
-                return
+            return False
+        cl = self.commitlog
+        with self._flush_lock:
+            with self.put_lock:
+                end, ts = cl.max_offset, cl.last_store_timestamp
+            synced = cl.flush(least_pages, end, ts)
+            with self.put_lock:
+                if self.sync_flush:
+                    self._dispatch_flushed(cl.flushed_where)
+                # the ConsumeQueue content synced below covers at least this
+                logics_ts = self._dispatched_store_timestamp
+            if not synced and least_pages:
+                return False
             for cq in list(self.consume_queues.values()):
                 cq.flush()
-            ts = cl.flushed_store_timestamp
-            self.checkpoint.physic_msg_timestamp = ts
-            self.checkpoint.logics_msg_timestamp = ts
+            cp = self.checkpoint
+            before = (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
+                      cp.confirm_phy_offset)
+            cp.physic_msg_timestamp = cl.flushed_store_timestamp
+            cp.logics_msg_timestamp = logics_ts
             if self.index_service is not None:
-                self.checkpoint.index_msg_timestamp = self.index_service.flush()
-            self.checkpoint.confirm_phy_offset = cl.flushed_where
-            self.checkpoint.write(self.checkpoint_path)
+                cp.index_msg_timestamp = self.index_service.flush()
+            cp.confirm_phy_offset = cl.flushed_where
+            if (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
+                    cp.confirm_phy_offset) != before or not self._checkpoint_written:
+                cp.write(self.checkpoint_path)
+                self._checkpoint_written = True
+            return synced
+
+    def _dispatch_flushed(self, flushed: int) -> None:
+        """SYNC_FLUSH: dispatch the pending puts whose records end at or before ``flushed``.
+
+        Caller holds the put lock. A dispatch error leaves the batch pending (retried on the
+        next flush; a restart re-dispatches it from the CommitLog anyway).
+        """
+        while self._pending and self._pending[0][0] <= flushed:
+            self._dispatch(self._pending[0][1])
+            self._pending.pop(0)
+
+    def _wait_flushed(self, end: int, results: list) -> None:
+        """GroupCommitService: wait until the CommitLog is flushed to ``end``."""
+        timeout = self.config.sync_flush_timeout / 1000
+        waiter = [end, threading.Event(), None]
+        with self._gc_cond:
+            self._gc_waiters.append(waiter)
+            self._gc_cond.notify()
+        if not waiter[1].wait(timeout):
+            raise FlushDiskTimeoutError(
+                f"FLUSH_DISK_TIMEOUT: CommitLog not flushed to {end} within syncFlushTimeout "
+                f"{self.config.sync_flush_timeout} ms; the messages are appended and will be "
+                "visible after the next flush", results)
+        if waiter[2] is not None:
+            raise waiter[2]
+
+    def _group_commit_loop(self) -> None:
+        """Serve SYNC_FLUSH waiters: one fdatasync covers every request queued before it."""
+        while not self._stop_flush.is_set():
+            with self._gc_cond:
+                if not self._gc_waiters and not self._pending:
+                    self._gc_cond.wait(0.01)
+                waiters, self._gc_waiters = self._gc_waiters, []
+            if not waiters and not self._pending:
+                continue
+            error = None
+            try:
+                self.flush_commitlog()
+            except Exception as exc:  # noqa: BLE001 - reported to every waiter
+                log.exception("group commit flush failed")
+                error = exc
+                self._stop_flush.wait(0.01)  # do not spin on a failing disk
+            flushed = self.commitlog.flushed_where
+            for w in waiters:
+                if error is None and flushed < w[0]:
+                    with self._gc_cond:  # appended after this round: next round
+                        self._gc_waiters.append(w)
+                    continue
+                w[2] = error
+                w[1].set()
+
+    def flush_commitlog(self) -> bool:
+        """Sync the CommitLog only (and, under SYNC_FLUSH, dispatch what became durable).
+
+        The cheap half of :meth:`flush` that group commit runs per round; ConsumeQueues and the
+        checkpoint follow on the background flush interval. Returns True if data was synced.
+        """
+        cl = self.commitlog
+        with self._flush_lock:
+            with self.put_lock:
+                end, ts = cl.max_offset, cl.last_store_timestamp
+            synced = cl.flush(0, end, ts)
+            if self.sync_flush:
+                with self.put_lock:
+                    self._dispatch_flushed(cl.flushed_where)
+            return synced
+
+    def delete_expired_files(self, manual: bool = True) -> CleanReport:
+        """Delete expired files now (``deleteExpiredCommitLog``; see :mod:`engine.cleanup`).
+
+        ``manual``: like mqadmin's request, up to 20 runs whatever the hour and disk usage;
+        otherwise one run under the usual triggers. Returns what was deleted.
+        Raises ReadOnlyStoreError on a read-only store.
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        if manual:
+            return self.clean_service.delete_expired_files()
+        return self.clean_service.run_once()
 
     def _flush_loop(self) -> None:
-        interval = self.config.flush_interval_commit_log / 1000
+        """FlushRealTimeService: every ``flushIntervalCommitLog`` ms flush when at least
+        ``flushCommitLogLeastPages`` pages are dirty, and everything every
+        ``flushCommitLogThoroughInterval`` ms (checkpoint included). Under SYNC_FLUSH the
+        CommitLog is synced by group commit; this loop then keeps the ConsumeQueues and the
+        checkpoint close behind (FlushConsumeQueueService)."""
+        cfg = self.config
+        interval = cfg.flush_interval_commit_log / 1000
         while not self._stop_flush.wait(interval):
             try:
-                self.flush()
+                now = time.monotonic()
+                if self.sync_flush or (now - self._last_thorough_flush) * 1000 >= \
+                        cfg.flush_commit_log_thorough_interval:
+                    self._last_thorough_flush = now
+                    self.flush(0)
+                else:
+                    self.flush(cfg.flush_commit_log_least_pages)
             except Exception:  # noqa: BLE001 - keep flushing; the next round retries
                 log.exception("background flush failed")
 
     def close(self) -> None:
-        """Flush, write the checkpoint, remove ``abort`` and release the lock."""
+        """Flush, write the checkpoint, remove ``abort`` and release the lock.
+
+        ``abort`` stays when the flush failed or records are still undispatched
+        (``dispatchBehindBytes() > 0``): the next open then recovers abnormally.
+        """
         if self._closed:
             return
+        self.clean_service.shutdown()
         self._stop_flush.set()
         if self._flush_thread is not None:
             self._flush_thread.join()
+        if self._group_commit_thread is not None:
+            self._group_commit_thread.join()
         with self.put_lock:
             self._closed = True
-            if not self.read_only:
+        clean = True
+        if not self.read_only:
+            try:
                 self.flush()
+            except Exception:  # noqa: BLE001 - recorded as an abnormal shutdown
+                log.exception("flush at close failed; the next open recovers")
+                clean = False
+            # DefaultMessageStore.shutdown keeps ``abort`` while dispatch is behind.
+            clean = clean and not self._pending
+        with self._gc_cond:
+            waiters, self._gc_waiters = self._gc_waiters, []
+        for w in waiters:  # flushed above
+            w[1].set()
+        with self.put_lock:
             for d in self.dispatchers:
                 if hasattr(d, "close"):
                     d.close()
-            if not self.read_only:
+            if not self.read_only and clean:
                 try:
                     os.unlink(self.abort_path)
                 except FileNotFoundError:
@@ -1133,6 +1714,13 @@ def _spans(units: list, file_size: int):
             j = i + 1  # a single record: read it alone
         yield units[i:j]
         i = j
+
+
+def _int_or_zero(text: str | None) -> int:
+    try:
+        return int(text) if text else 0
+    except ValueError:
+        return 0
 
 
 def _lock_holder(fd: int) -> int | None:

@@ -28,7 +28,8 @@ class UniqKeyGenerator:
     """
 
     def __init__(self, ip: bytes = b"\x7f\x00\x00\x01"):
-        prefix = ip + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))
+        # (short) UtilAll.getPid(): the low 16 bits; then the class loader's hashCode.
+        prefix = ip + struct.pack(">Hi", os.getpid() & 0xFFFF, random.getrandbits(31))
         self._prefix = prefix.hex().upper()
         self._next_counter = random.getrandbits(16)  # used & 0xFFFF, like a short
         self._lock = threading.Lock()

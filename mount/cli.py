@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="Spark report over mounted stores", add_help=False)
     r.add_argument("rest", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_report)
+
+    from . import admin  # verify, recover, produce, print-msg, query-msg, ... (offline)
+    admin.add_subcommands(sub)
     return p
 
 

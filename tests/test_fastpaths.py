@@ -380,3 +380,252 @@ def test_scan_raw_handles_v2_ipv6_and_crc_property_records(tmp_path):
     assert a == b and len(a) == 40
     assert {t for _, _, t, *_ in b} == {"T", "t" * 200}
     cl.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# After the merge of the engine features: the fast paths against main's rules.
+
+
+def _scan_both(root: Path, cfg: StoreConfig):
+    with MessageStore(str(root), cfg, read_only=True) as s:
+        return _scan_all(s, raw=False), _scan_all(s, raw=True)
+
+
+def _fill(root: Path, cfg: StoreConfig, n: int = 40) -> list:
+    with MessageStore(str(root), cfg) as s:
+        s.create_topic("T", 2)
+        return [s.put_messages([Message("T", b"m%d" % i * (i * 7 % 200 + 1), tags="A",
+                                        keys=["k%d" % i])])[0] for i in range(n)]
+
+
+@pytest.mark.parametrize("case", ["blank_in_last_file", "short_file", "empty_last_file",
+                                  "header_only_file"])
+def test_scan_raw_stops_where_scan_stops_on_mains_rules(tmp_path, case):
+    """main's stopping rules: a blank record in the last file ends the scan there; a segment
+    file that ends early (shorter than a record header at a record boundary) stops it."""
+    cfg = StoreConfig(mapped_file_size_commit_log=4096)
+    root = tmp_path / "s"
+    res = _fill(root, cfg)
+    segs = sorted((root / "commitlog").iterdir())
+    assert len(segs) >= 3
+    last = segs[-1]
+    if case == "blank_in_last_file":
+        last.unlink()  # the file before ends with its blank record and is now the last one
+    elif case == "short_file":
+        cut = [r for r in res if r.commitlog_offset >= int(last.name)][-1]
+        last.write_bytes(last.read_bytes()[:cut.commitlog_offset - int(last.name) + 5])
+    elif case == "empty_last_file":
+        last.write_bytes(b"")
+    else:
+        last.write_bytes(last.read_bytes()[:6])
+    a, b = _scan_both(root, cfg)
+    assert a == b
+    if case == "blank_in_last_file":
+        assert a[1] < int(last.name) and a[2]  # ends at the blank, a clean end
+
+
+def _tear_last_properties(root: Path, res: list) -> int:
+    """Zero the last 3 bytes of the last record's properties (the UNIQ_KEY tail and its
+    separator): TOTALSIZE and body CRC still pass."""
+    last = res[-1]
+    seg = sorted((root / "commitlog").iterdir())[-1]
+    data = bytearray(seg.read_bytes())
+    end = last.commitlog_offset + last.size - int(seg.name)
+    data[end - 3:end] = bytes(3)
+    seg.write_bytes(bytes(data))
+    return last.commitlog_offset
+
+
+@pytest.mark.parametrize("abnormal", [False, True])
+def test_torn_properties_of_the_last_record_dropped_with_the_raw_scan(tmp_path, monkeypatch,
+                                                                       abnormal):
+    """A last record torn inside its properties is dropped (5.x-style writers end the
+    properties with a separator) by the recovery built on scan_raw, exactly as with every
+    record decoded. (Normal recovery starts at the last record, so there is no record
+    before it to compare with and it is kept, as on main.)"""
+    cfg = StoreConfig(mapped_file_size_commit_log=4096)
+    ends = []
+    for light in (True, False):
+        root = tmp_path / f"s{light}"
+        res = _fill(root, cfg)
+        torn_at = _tear_last_properties(root, res)
+        a, b = _scan_both(root, cfg)
+        assert a == b  # both scans accept the torn record; recovery drops it
+        if abnormal:
+            (root / "abort").write_text("1")
+        if not light:
+            monkeypatch.setattr(MessageStore, "_recover_undecoded", False)
+        with MessageStore(str(root), cfg) as s:
+            if abnormal:
+                assert s.commitlog.max_offset == torn_at
+                assert s.max_offset("T", res[-1].queue_id) == res[-1].queue_offset
+            ends.append(s.commitlog.max_offset)
+        monkeypatch.undo()
+    assert ends[0] == ends[1]
+    assert _files(tmp_path / "sTrue", "consumequeue") == _files(tmp_path / "sFalse",
+                                                                "consumequeue")
+
+
+def test_recovery_without_decoding_rewrites_a_torn_unit_in_the_middle(tmp_path, monkeypatch):
+    """After a power cut a unit in the middle of what recovery re-dispatches may be torn
+    (tagsCode half written): the units compared without decoding the records find it and the
+    queue is rewritten from there, byte for byte as the puts wrote it."""
+    cfg = StoreConfig(mapped_file_size_commit_log=64 * 1024, message_index_enable=False)
+    root = tmp_path / "s"
+    with MessageStore(str(root), cfg) as s:
+        s.create_topic("T", 1)
+        for i in range(60):
+            s.put_messages([Message("T", b"x" * 50, tags="Tag%d" % (i % 4),
+                                    keys=["k%d" % i])])
+    before = _files(root, "consumequeue")
+    qfile = sorted((root / "consumequeue" / "T" / "0").iterdir())[0]
+    data = bytearray(qfile.read_bytes())
+    data[30 * 20 + 12 + 6] ^= 0x5A  # tagsCode of unit 30 of 60
+    qfile.write_bytes(bytes(data))
+    (root / "abort").write_text("1")
+    (root / "checkpoint").unlink()  # nothing vouched for: abnormal recovery from the start
+    calls = []
+    real = MessageStore._light_unit
+    monkeypatch.setattr(MessageStore, "_light_unit",
+                        lambda self, *a: calls.append(1) or real(self, *a))
+    with MessageStore(str(root), cfg) as s:
+        assert [r.tags for _, r in s.iter_queue("T", 0)] == ["Tag%d" % (i % 4)
+                                                             for i in range(60)]
+    assert calls  # the records were not decoded
+    assert _files(root, "consumequeue") == before
+
+
+def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
+    """delay_level, compress, wait_store_msg_ok, MessageBatch puts, enabledAppendPropCRC,
+    compressMsgBodyOverHowmuch, SYNC_FLUSH, an IPv6 store host and BatchCQ topics all take
+    the general path; a fallback leaves round-robin and UNIQ_KEY counter as they were."""
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 4)
+        assert s._put_plain([Message("T", b"plain")]) is not None
+        rr, counter = dict(s._round_robin), s.uniq_keys._next_counter
+        for m in (Message("T", b"d", delay_level=2), Message("T", b"c", compress=True),
+                  Message("T", b"c", compress=False), Message("T", b"w", wait_store_msg_ok=False)):
+            assert s._put_plain([Message("T", b"first"), m]) is None
+            assert s._round_robin == rr and s.uniq_keys._next_counter == counter
+        for name, value in (("enabled_append_prop_crc", True),
+                            ("compress_msg_body_over_howmuch", 0),
+                            ("flush_disk_type", "SYNC_FLUSH")):
+            old = getattr(s.config, name)
+            setattr(s.config, name, value)
+            assert s._put_plain([Message("T", b"x")]) is None
+            setattr(s.config, name, old)
+        s._batch_cq_topics.add("T")
+        assert s._put_plain([Message("T", b"x")]) is None
+        s._batch_cq_topics.discard("T")
+        seen = []
+        real = s._put_plain
+        s._put_plain = lambda msgs: seen.append(1) or real(msgs)
+        res = s.put_messages([Message("T", b"b%d" % i) for i in range(3)], batch=True)
+        assert not seen and len({r.queue_id for r in res}) == 1
+        res = s.put_messages([Message("T", b"delayed", delay_level=1)])
+        assert res[0].topic == "SCHEDULE_TOPIC_XXXX" and seen == [1]
+    with MessageStore(str(tmp_path / "v6"), StoreConfig(broker_ip1="::1")) as s:
+        s.create_topic("T", 1)
+        assert s._put_plain([Message("T", b"x")]) is None
+
+
+def test_fast_put_path_refused_when_the_disk_is_full(tmp_path):
+    import errno
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"a")])
+        end = s.commitlog.max_offset
+        s.disk_full = True
+        with pytest.raises(OSError) as exc:
+            s.put_messages([Message("T", b"plain")])
+        assert exc.value.errno == errno.ENOSPC and s.commitlog.max_offset == end
+        s.disk_full = False
+        assert s.put_messages([Message("T", b"b")])[0].queue_offset == 1
+
+
+def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch):
+    """Batches of plain messages (fast path) between delayed, compressed, transactional and
+    MessageBatch puts (general path): the store's files are those of the general path alone,
+    and queue offsets (topicQueueTable) continue across both paths."""
+    from engine.message import TRANSACTION_PREPARED_TYPE
+
+    def run(root, general):
+        now = [T0]  # one store time per put, however often a put reads the clock
+        monkeypatch.setattr(store_mod.time, "time", lambda: now[0] / 1000)
+        if general:
+            monkeypatch.setattr(MessageStore, "_put_plain", lambda self, msgs: None)
+        cfg = StoreConfig(mapped_file_size_commit_log=16 * 1024,
+                          mapped_file_size_consume_queue=10 * 20,
+                          max_hash_slot_num=16, max_index_num=64)
+        s = MessageStore(str(root), cfg)
+        s.uniq_keys = UniqKeyGenerator()
+        s.uniq_keys._prefix = "7F0000010001000000FF"
+        s.uniq_keys._next_counter = 100
+        s.create_topic("T", 2)
+        out = []
+        rnd = random.Random(5)
+        for b in range(30):
+            now[0] += 1700
+            kind = b % 6
+            msgs = [Message("T", bytes(rnd.randrange(256) for _ in range(rnd.choice((1, 300)))),
+                            tags=rnd.choice((None, "A", "B")), keys=[f"k{b}-{i}"])
+                    for i in range(rnd.choice((1, 4, 9)))]
+            if kind == 1:
+                msgs[-1].delay_level = 3
+            elif kind == 2:
+                msgs[0].compress = True
+                msgs[0].body = b"z" * 5000
+            elif kind == 3:
+                msgs[0].sys_flag = TRANSACTION_PREPARED_TYPE
+            out += s.put_messages(msgs, batch=(kind == 4))
+            if kind == 5:
+                out.append(s.max_offset("T", 0, committed=False))
+        s.close()
+        monkeypatch.undo()
+        return out
+
+    fast = run(tmp_path / "fast", False)
+    general = run(tmp_path / "general", True)
+    assert fast == general
+    for sub in ("commitlog", "consumequeue"):
+        assert _files(tmp_path / "fast", sub) == _files(tmp_path / "general", sub), sub
+    assert list(_files(tmp_path / "fast", "index").values()) == \
+        list(_files(tmp_path / "general", "index").values())
+
+
+def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
+    """Recovery's undecoded dispatch gives each record the tagsCode, offset and size the
+    decoded one gives, whatever the properties hold (TAGS first, last, empty, duplicated,
+    inside another value, not UTF-8, a V2 topic)."""
+    from engine.commitlog import CommitLog
+    from engine.message import decode_record, encode_message
+
+    cl = CommitLog(str(tmp_path / "commitlog"), 64 * 1024)
+    props_list = [{}, {"TAGS": "a"}, {"XTAGS": "b", "TAGS": "c"}, {"TAGS": ""},
+                  {"k": "TAGS"}, {"TAGS": "標籤", "UNIQ_KEY": "u"}, {"KEYS": "x", "TAGS": "t"},
+                  {"TAGS": "a", "XXXX": "b"}, {"XXXX": "b", "TAGS": "a"}, {"k": "vTAGS\x01z"},
+                  {"TAGS": "\x01"}, {"TAGS": "ab", "QQQQ": "cd"}]
+    msgs = [encode_message("t" * 200 if i % 2 else "T", b"body%d" % i, queue_id=0,
+                           properties=p, born_timestamp=T0,
+                           born_host=(b"\x7f\x00\x00\x01", 1),
+                           store_host=(b"\x7f\x00\x00\x01", 2))
+            for i, p in enumerate(props_list)]
+    res = cl.append(msgs, list(range(len(msgs))), T0)
+    seg = sorted((tmp_path / "commitlog").iterdir())[0]
+    data = bytearray(seg.read_bytes())
+    for r, old, new in ((res[7], b"XXXX\x01b", b"TAGS\x01b"), (res[8], b"XXXX\x01b", b"TAGS\x01b"),
+                        (res[11], b"ab", b"\xff\xfe")):
+        at = data.index(old, r.offset, r.offset + r.size)
+        data[at:at + len(old)] = new
+    seg.write_bytes(bytes(data))
+    cl.close()
+    with MessageStore(str(tmp_path), StoreConfig(mapped_file_size_commit_log=64 * 1024),
+                      read_only=True) as s:
+        n = 0
+        for (buf, pos, phys, size, topic, qid, qoff, flag) in s.commitlog.scan_raw(0):
+            a = (topic, qid, phys, *s._light_unit(buf, pos), qoff, flag)
+            b = s._dispatch_of(decode_record(buf, pos, check_crc=False))
+            assert a == (b.topic, b.queue_id, b.commitlog_offset, b.size, b.tags_code,
+                         b.store_timestamp, b.queue_offset, b.sys_flag)
+            n += 1
+        assert n == len(msgs)

@@ -1,0 +1,1094 @@
+"""Offline verification and repair of a store directory (``rmqfs verify`` / ``rmqfs recover``).
+
+:func:`verify_store` reads the files themselves, read-only and without the store's recovery (which
+would hide damage), and checks:
+
+* CommitLog: every segment has the same size, aligned names and no gaps; every record decodes
+  (magic, TOTALSIZE = ``calMsgLength``, PHYSICALOFFSET = its position, BODYCRC, and the
+  ``__CRC32#`` whole-record CRC when the property is present, reference section 1.5); blank
+  END_OF_FILE records; nothing but zeros after the last record; no hole followed by data.
+* ConsumeQueue (section 3): uniform file sizes; every unit points at a real record with the same
+  size, topic, queueId, queueOffset and tagsCode (deliver time for ``SCHEDULE_TOPIC_XXXX``);
+  nothing after the last unit; units past the CommitLog end.
+* IndexFile (section 4): geometry, header counts and offsets, every slot and item chain in range,
+  every item points at a record carrying a key with that hash, and the item's timeDiff.
+* config/*.json parse.
+
+Lag (records the ConsumeQueues or IndexFiles do not cover yet) is a *warning*: the store
+re-dispatches it on open, as the broker's ReputMessageService does. Everything else is an *error*.
+
+:func:`recover_store` repairs what :func:`verify_store` finds: it extends a cut segment, truncates
+the CommitLog at the first invalid record (saving any valid data it drops under
+``lost+found/``), deletes damaged ConsumeQueue and IndexFile files, and lets the store re-dispatch
+them from the CommitLog (reference section 7); when that is not enough it rebuilds every
+derived file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import fcntl
+import mmap
+import os
+import re
+import shutil
+import struct
+import time
+import zlib
+from array import array
+from dataclasses import dataclass, field
+
+from .config import load_config_file
+from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
+from .errors import CorruptRecordError, StoreError, StoreLockedError
+from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
+from .javahash import index_key_hash, tags_code
+from .message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_CRC32, PROPERTY_DELAY,
+                      TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record)
+
+_SEGMENT_NAME = re.compile(r"^\d{20}$")
+_INDEX_NAME = re.compile(r"^\d{17}$")
+CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1  # CommitLog.CRC32_RESERVED_LEN = 20
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
+CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
+                "delayOffset.json")
+
+
+class NotAStoreError(StoreError):
+    """The path is not a store directory (missing, not a directory, or no store files)."""
+
+    errno = errno.ENOENT
+
+
+@dataclass
+class Problem:
+    """One finding: ``severity`` "error" or "warning", the file (relative to the store root),
+    the absolute offset in that file sequence when it applies (bytes for the CommitLog, queue
+    offset for a ConsumeQueue, item number for an IndexFile), and what is wrong."""
+
+    severity: str
+    kind: str
+    path: str
+    what: str
+    offset: int | None = None
+
+    def __str__(self) -> str:
+        where = self.path if self.offset is None else f"{self.path} @ {self.offset}"
+        return f"{self.severity.upper():7} {where}: {self.what}"
+
+
+@dataclass
+class VerifyResult:
+    """What :func:`verify_store` found.
+
+    ``commitlog_min``/``commitlog_end`` are bytes: the first segment's start and the end of the
+    last valid record reachable from it; ``first_bad`` is where the broker's recovery would cut
+    the CommitLog (None when nothing is wrong with it). ``lock_holder`` is the pid of a running
+    process holding the store's lock, if any.
+    """
+
+    root: str
+    problems: list[Problem] = field(default_factory=list)
+    suppressed: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    _shown: dict = field(default_factory=dict, repr=False)
+    segment_size: int = 0
+    segments: int = 0
+    records: int = 0
+    commitlog_min: int = 0
+    commitlog_end: int = 0
+    first_bad: int | None = None
+    records_after_bad: int = 0
+    data_after_bad: bool = False  # non-zero bytes past the damage that are not records
+    last_store_timestamp: int = 0  # of the last record before first_bad (epoch ms)
+    explicit_config: bool = False  # segment size from a broker.conf, not only from the files
+    queues: int = 0
+    units: int = 0
+    index_files: int = 0
+    index_items: int = 0
+    lock_holder: int | None = None
+    bad_queues: set = field(default_factory=set)  # consumequeue/<topic>/<qid> paths
+    bad_index_files: set = field(default_factory=set)  # index/<name> paths
+    bad_segment_sizes: dict = field(default_factory=dict)  # path -> size
+    past_end: dict = field(default_factory=dict)  # queue/index rel -> [file, first, count]
+
+    @property
+    def errors(self) -> list[Problem]:
+        """The problems of severity "error"."""
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        """The problems of severity "warning"."""
+        return [p for p in self.problems if p.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        """True when there is no error (warnings allowed)."""
+        return self.count("error") == 0
+
+    def add(self, severity: str, kind: str, path: str, what: str,
+            offset: int | None = None) -> None:
+        """Record a problem; past :data:`MAX_REPORTED_PER_FILE` per (path, kind) only count it."""
+        key = (path, kind)
+        shown = self._shown.get(key, 0)
+        self._shown[key] = shown + 1
+        if shown >= MAX_REPORTED_PER_FILE:
+            self.suppressed[key] = (severity, self.suppressed.get(key, (severity, 0))[1] + 1)
+            return
+        self.problems.append(Problem(severity, kind, path, what, offset))
+
+    def count(self, severity: str) -> int:
+        """Problems of ``severity``, those not listed included."""
+        return (sum(1 for p in self.problems if p.severity == severity)
+                + sum(n for sev, n in self.suppressed.values() if sev == severity))
+
+
+class _Progress:
+    """No-op progress (``update(n)``, ``close()``); the CLI passes tqdm instead."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _no_progress(total: int, desc: str, unit: str = "B"):
+    return _Progress()
+
+
+def lock_holder(root: str) -> int | None:
+    """pid of the process holding ``root/lock`` (a broker or an rmqfs mount), or None."""
+    path = os.path.join(root, "lock")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        req = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0) + b"\0" * 4
+        res = fcntl.fcntl(fd, fcntl.F_GETLK, req)
+        l_type, _, _, _, pid = struct.unpack_from("hhqqi", res)
+        return pid if l_type != fcntl.F_UNLCK and pid > 0 else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def check_store_dir(root: str) -> None:
+    """Raise NotAStoreError unless ``root`` is a directory holding store files."""
+    if not os.path.exists(root):
+        raise NotAStoreError(f"{root}: no such store directory")
+    if not os.path.isdir(root):
+        raise NotAStoreError(f"{root}: not a directory")
+    names = set(os.listdir(root))
+    if not names & {"commitlog", "consumequeue", "index", "config", "checkpoint", "lock"}:
+        raise NotAStoreError(f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, "
+                             "index/, config/ or checkpoint)")
+
+
+def prop_crc_ok(raw, pos: int, total: int) -> bool | None:
+    """Check the ``__CRC32#`` trailer of the record at ``raw[pos:pos+total]`` (5.2+).
+
+    The last 20 bytes are ``__CRC32#\\x01`` + 10 digits, least significant first, + ``\\x02``;
+    the value is ``UtilAll.crc32`` (CRC-32 & 0x7FFFFFFF) of the record before them. Returns None
+    when the record has no such trailer.
+    """
+    tail = bytes(raw[pos + total - CRC32_RESERVED_LEN:pos + total])
+    if not (tail.startswith(PROPERTY_CRC32.encode() + b"\x01") and tail.endswith(b"\x02")):
+        return None
+    digits = tail[len(PROPERTY_CRC32) + 1:-1]
+    if not digits.isdigit():
+        return False
+    value = int(digits[::-1].decode())
+    crc = zlib.crc32(raw[pos:pos + total - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+    return crc == value
+
+
+@dataclass
+class _Segment:
+    start: int
+    name: str
+    path: str
+    size: int
+    map: object = None
+    fd: int = -1
+
+
+def _majority_size(sizes: list[int]) -> int:
+    counts: dict[int, int] = {}
+    for s in sizes:
+        counts[s] = counts.get(s, 0) + 1
+    return max(counts, key=lambda s: (counts[s], s))
+
+
+class _Records:
+    """The valid records of the CommitLog, compactly (arrays), for the derived-file checks."""
+
+    def __init__(self):
+        self.offsets = array("q")
+        self.sizes = array("i")
+        self.nkeys = array("b")
+        self.last_keyed = -1  # offset of the last record with index keys
+        self.queues: dict[tuple[str, int], tuple[array, array, array, array]] = {}
+
+
+def verify_store(root: str, config=None, progress=None, check_index: bool = True) -> VerifyResult:
+    """Verify every file of the store at ``root`` without writing anything.
+
+    Args:
+        root: the store directory.
+        config: a :class:`engine.store.StoreConfig` (segment sizes for a new file, index
+            geometry, delay levels); default settings when None.
+        progress: ``callable(total, desc, unit) -> object with update(n) and close()`` (tqdm).
+
+    Returns:
+        A :class:`VerifyResult`. Raises NotAStoreError for a path that is not a store.
+    """
+    from .store import StoreConfig
+    root = os.path.abspath(root)
+    check_store_dir(root)
+    cfg = config or StoreConfig()
+    progress = progress or _no_progress
+    res = VerifyResult(root)
+    res.explicit_config = config is not None
+    res.lock_holder = lock_holder(root)
+    if res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
+        res.add("warning", "abort", "abort", "the store was not shut down cleanly (a broker or "
+                "mount stopped without closing it); opening it runs the broker's abnormal "
+                "recovery")
+    segs = _check_segments(root, cfg, res)
+    recs = _Records()
+    try:
+        _scan_commitlog(segs, cfg, res, recs, progress)
+        _check_consume_queues(root, res, recs, cfg, progress)
+        if check_index and cfg.message_index_enable:
+            _check_index(root, segs, res, recs, cfg, progress)
+        _check_config(root, res)
+    finally:
+        for s in segs:
+            if s.map is not None:
+                s.map.close()
+            if s.fd >= 0:
+                os.close(s.fd)
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
+# CommitLog
+
+def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
+    cl_dir = os.path.join(root, "commitlog")
+    if not os.path.isdir(cl_dir):
+        return []
+    names = sorted(n for n in os.listdir(cl_dir) if _SEGMENT_NAME.match(n)
+                   and os.path.isfile(os.path.join(cl_dir, n)))
+    segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
+                     os.path.getsize(os.path.join(cl_dir, n))) for n in names]
+    if segs and segs[-1].size == 0:
+        res.add("warning", "commitlog-size", f"commitlog/{segs[-1].name}",
+                "empty last file (a broker deletes it on load)")
+        segs.pop()
+    if not segs:
+        return []
+    sizes = [s.size for s in segs]
+    if len(segs) == 1:
+        # One file: its own size, unless a broker.conf says otherwise (or the name proves it).
+        file_size = segs[0].size
+        if res.explicit_config or (segs[0].start % file_size
+                                   and cfg.mapped_file_size_commit_log > file_size):
+            file_size = cfg.mapped_file_size_commit_log
+    else:
+        file_size = _majority_size(sizes)
+    res.segment_size = file_size
+    res.segments = len(segs)
+    res.commitlog_min = segs[0].start
+    for i, s in enumerate(segs):
+        rel = f"commitlog/{s.name}"
+        if s.size != file_size:
+            res.bad_segment_sizes[s.path] = s.size
+            expected = (f"the other files are {file_size} bytes" if len(segs) > 1 else
+                        f"mappedFileSizeCommitLog is {file_size} bytes")
+            res.add("error", "commitlog-size", rel, f"{s.size} bytes, {expected}"
+                    + (" (cut short)" if s.size < file_size else ""))
+        if s.start % file_size:
+            res.add("error", "commitlog-name", rel,
+                    f"name is not a multiple of the segment size {file_size}")
+        if i and s.start != segs[i - 1].start + file_size:
+            res.add("error", "commitlog-gap", rel,
+                    f"starts at {s.start}, expected {segs[i - 1].start + file_size} "
+                    "(a file is missing)")
+    for s in segs:
+        if s.size:
+            s.fd = os.open(s.path, os.O_RDONLY)
+            s.map = mmap.mmap(s.fd, s.size, prot=mmap.PROT_READ)
+    return segs
+
+
+def _is_zero(seg: "_Segment", start: int, end: int) -> bool:
+    """Whether ``[start, end)`` of a segment reads as zeros; holes of a sparse file are skipped
+    (SEEK_DATA), so a new 1 GiB segment costs nothing."""
+    step = 1 << 20
+    p = start
+    while p < end:
+        try:
+            p = os.lseek(seg.fd, p, os.SEEK_DATA)
+        except OSError:  # ENXIO: only a hole up to the end of the file
+            return True
+        if p >= end:
+            return True
+        try:
+            hole = os.lseek(seg.fd, p, os.SEEK_HOLE)
+        except OSError:
+            hole = end
+        stop = min(end, hole)
+        while p < stop:
+            q = min(stop, p + step)
+            if bytes(seg.map[p:q]).strip(b"\0"):
+                return False
+            p = q
+    return True
+
+
+def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records,
+                    progress) -> None:
+    if not segs:
+        return
+    file_size = res.segment_size
+    delay_table = cfg.delay_level_table()
+    max_level = max(delay_table) if delay_table else 0
+    bar = progress(sum(s.size for s in segs), "CommitLog", "B")
+    ended_at = None  # offset where the data ended (zeros) before the last segment
+    reachable = True
+    res.commitlog_end = segs[0].start
+    in_use = res.lock_holder is not None
+    for si, seg in enumerate(segs):
+        m = seg.map
+        rel = f"commitlog/{seg.name}"
+        pos = 0
+        size = seg.size
+        is_last = si == len(segs) - 1
+        while True:
+            if pos + 8 > size:
+                if pos < size and not _is_zero(seg, pos, size):
+                    _bad(res, rel, seg.start + pos, "segment ends inside a record header",
+                         in_use and is_last)
+                break
+            total, magic = BLANK.unpack_from(m, pos)
+            if magic == MAGIC_BLANK:
+                if total != file_size - pos:
+                    res.add("warning", "commitlog-blank", rel,
+                            f"END_OF_FILE record declares {total} bytes, {file_size - pos} "
+                            "remain", seg.start + pos)
+                if reachable:
+                    res.commitlog_end = seg.start + file_size
+                break
+            if total == 0 and magic == 0:
+                if not _is_zero(seg, pos, size):
+                    res.data_after_bad = res.data_after_bad or res.first_bad is None
+                    _bad(res, rel, seg.start + pos,
+                         "zeros, then non-zero bytes before the end of the file", in_use and
+                         is_last)
+                elif not is_last and reachable:
+                    ended_at = seg.start + pos
+                break
+            if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+                if res.first_bad is None and not _is_zero(seg, pos + 8, size):
+                    res.data_after_bad = True
+                _bad(res, rel, seg.start + pos,
+                     f"no record here (TOTALSIZE {total}, MAGICCODE 0x{magic:08X})",
+                     in_use and is_last and _is_zero(seg, pos + 8, size))
+                reachable = False
+                break
+            if pos + total > size:
+                _bad(res, rel, seg.start + pos,
+                     f"record of {total} bytes runs past the end of its file",
+                     in_use and is_last)
+                reachable = False
+                break
+            try:
+                rec = decode_record(m, pos, check_crc=True, base_offset=seg.start)
+            except CorruptRecordError as exc:
+                msg = str(exc).split(" (at offset")[0]
+                _bad(res, rel, seg.start + pos, msg,
+                     in_use and is_last and _is_zero(seg, pos + total, size))
+                reachable = False
+                pos += total
+                continue
+            if PROPERTY_CRC32 in rec.properties and prop_crc_ok(m, pos, total) is False:
+                _bad(res, rel, seg.start + pos, "__CRC32# property does not match the record",
+                     False)
+                reachable = False
+                pos += total
+                continue
+            if ended_at is not None:
+                res.add("error", "commitlog-hole", rel,
+                        f"the data ended with zeros at CommitLog offset {ended_at}, but this "
+                        "later file holds records (a broker drops them on recovery)",
+                        seg.start + pos)
+                if res.first_bad is None:
+                    res.first_bad = ended_at
+                ended_at = None
+                reachable = False
+            _add_record(rec, recs, delay_table, max_level, reachable)
+            res.records += 1
+            if res.first_bad is not None and rec.commitlog_offset > res.first_bad:
+                res.records_after_bad += 1
+            pos += total
+            if reachable:
+                res.commitlog_end = seg.start + pos
+                res.last_store_timestamp = rec.store_timestamp
+        bar.update(seg.size)
+    bar.close()
+
+
+def _bad(res: VerifyResult, rel: str, offset: int, what: str, in_flight: bool) -> None:
+    """A bad record. In a store that is in use, a torn record at the very end is a write in
+    progress: a warning."""
+    if in_flight:
+        res.add("warning", "commitlog-tail", rel,
+                f"{what}; the store is in use (pid {res.lock_holder}): a write in progress?",
+                offset)
+        return
+    res.add("error", "commitlog-record", rel, what, offset)
+    if res.first_bad is None:
+        res.first_bad = offset
+
+
+def _add_record(rec, recs: _Records, delay_table: dict, max_level: int,
+                reachable: bool) -> None:
+    recs.offsets.append(rec.commitlog_offset)
+    recs.sizes.append(rec.store_size)
+    if rec.sys_flag & TRANSACTION_ROLLBACK_TYPE == TRANSACTION_ROLLBACK_TYPE:
+        nkeys = 0
+    else:
+        nkeys = (rec.uniq_key is not None) + len(rec.keys)
+    recs.nkeys.append(min(nkeys, 127))
+    if nkeys and reachable:
+        recs.last_keyed = rec.commitlog_offset
+    if rec.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        return
+    tc = tags_code(rec.tags)
+    if rec.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in rec.properties:
+        try:
+            level = int(rec.properties[PROPERTY_DELAY])
+        except ValueError:
+            level = 0
+        if max_level:
+            level = min(level, max_level)
+        delay = delay_table.get(level)
+        tc = rec.store_timestamp + (delay if delay is not None else 1000)
+    q = recs.queues.get((rec.topic, rec.queue_id))
+    if q is None:
+        q = recs.queues[(rec.topic, rec.queue_id)] = (array("q"), array("q"), array("i"),
+                                                       array("q"))
+    q[0].append(rec.queue_offset)
+    q[1].append(rec.commitlog_offset)
+    q[2].append(rec.store_size)
+    q[3].append(tc)
+
+
+def _record_index(recs: _Records, offset: int) -> int | None:
+    i = bisect.bisect_left(recs.offsets, offset)
+    if i < len(recs.offsets) and recs.offsets[i] == offset:
+        return i
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# ConsumeQueue
+
+def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, progress) -> None:
+    base = os.path.join(root, "consumequeue")
+    seen = set()
+    dirs = []
+    if os.path.isdir(base):
+        for topic in sorted(os.listdir(base)):
+            tdir = os.path.join(base, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for q in sorted(os.listdir(tdir), key=lambda x: (not x.isdigit(), x.zfill(12))):
+                if q.isdigit() and os.path.isdir(os.path.join(tdir, q)):
+                    dirs.append((topic, int(q), os.path.join(tdir, q)))
+    bar = progress(len(dirs), "ConsumeQueue", "queue")
+    for topic, qid, qdir in dirs:
+        seen.add((topic, qid))
+        rel = f"consumequeue/{topic}/{qid}"
+        _check_queue(topic, qid, qdir, rel, res, recs)
+        if rel in res.past_end:
+            frel, first, n = res.past_end[rel]
+            end = res.first_bad if res.first_bad is not None else res.commitlog_end
+            res.add("error", "cq-unit", frel,
+                    f"{n} units from queue offset {first} on point past the end of the "
+                    f"CommitLog ({end}): the queue is ahead of the CommitLog", first)
+        bar.update(1)
+    bar.close()
+    res.queues = len(dirs)
+    for (topic, qid), q in sorted(recs.queues.items()):
+        if (topic, qid) not in seen:
+            live = sum(1 for off in q[1] if off >= res.commitlog_min)
+            if live:
+                res.add("warning", "cq-lag", f"consumequeue/{topic}/{qid}",
+                        f"missing: {live} records of this queue are in the CommitLog "
+                        "(re-dispatched when the store is opened for writing)")
+
+
+def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
+                 recs: _Records) -> None:
+    names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n)
+                   and os.path.isfile(os.path.join(qdir, n)))
+    files = [(int(n), os.path.join(qdir, n), os.path.getsize(os.path.join(qdir, n)))
+             for n in names]
+    while files and files[-1][2] == 0:
+        files.pop()
+    q = recs.queues.get((topic, qid))
+    if not files:
+        live = sum(1 for off in q[1] if off >= res.commitlog_min) if q is not None else 0
+        if live:
+            res.add("warning", "cq-lag", rel,
+                    f"no files: {live} records of this queue are in the CommitLog "
+                    "(re-dispatched when the store is opened for writing)")
+        return
+    sizes = {f[2] for f in files}
+    if len(sizes) > 1 or any(s % CQ_STORE_UNIT_SIZE for s in sizes):
+        res.add("error", "cq-size", rel,
+                f"files of sizes {sorted(sizes)}: all must be equal multiples of 20")
+        res.bad_queues.add(rel)
+        return
+    fsize = sizes.pop()
+    for i, (start, path, _) in enumerate(files):
+        if start % fsize or (i and start != files[i - 1][0] + fsize):
+            res.add("error", "cq-name", f"{rel}/{os.path.basename(path)}",
+                    "file name does not follow the previous file")
+            res.bad_queues.add(rel)
+            return
+    first_real = None
+    end_q = None
+    for fi, (start, path, _) in enumerate(files):
+        with open(path, "rb") as f:
+            data = f.read()
+        frel = f"{rel}/{os.path.basename(path)}"
+        qbase = start // CQ_STORE_UNIT_SIZE
+        if end_q is not None:
+            if data.strip(b"\0"):
+                res.add("error", "cq-garbage", frel,
+                        f"units after the end of the queue (queue offset {end_q})",
+                        qbase)
+                res.bad_queues.add(rel)
+            continue
+        for i, (off, size, tc) in enumerate(UNIT.iter_unpack(data)):
+            qoff = qbase + i
+            if off < 0 or size <= 0:
+                end_q = qoff
+                if data[(i + 1) * CQ_STORE_UNIT_SIZE:].strip(b"\0") or (off, size, tc) != (0, 0, 0):
+                    res.add("error", "cq-garbage", frel,
+                            f"invalid unit ({off}, {size}, {tc}) followed by more data",
+                            qoff)
+                    res.bad_queues.add(rel)
+                break
+            if size == BLANK_UNIT_SIZE and off == 0 and first_real is None:
+                continue  # fillPreBlank filler
+            if first_real is None:
+                first_real = qoff
+            res.units += 1
+            _check_unit(topic, qid, qoff, off, size, tc, frel, rel, res, recs, q)
+        else:
+            if fi == len(files) - 1:
+                end_q = qbase + len(data) // CQ_STORE_UNIT_SIZE
+    if end_q is None:
+        end_q = files[-1][0] // CQ_STORE_UNIT_SIZE
+    # records of this queue past its last unit: lag
+    if q is not None and len(q[0]):
+        i = bisect.bisect_left(q[0], end_q)
+        lag = len(q[0]) - i
+        if lag and q[1][i] < res.commitlog_end:
+            res.add("warning", "cq-lag", rel,
+                    f"{lag} records from queue offset {q[0][i]} (CommitLog offset {q[1][i]}) "
+                    "have no unit yet (re-dispatched when the store is opened for writing)")
+
+
+def _check_unit(topic, qid, qoff, off, size, tc, frel, rel, res, recs, q) -> None:
+    if off < res.commitlog_min:
+        return  # the record expired with its CommitLog file
+    end = res.first_bad if res.first_bad is not None else res.commitlog_end
+    if off >= end and _record_index(recs, off) is None:
+        if res.lock_holder and res.first_bad is None:
+            return  # appended by the running writer after the CommitLog was scanned
+        past = res.past_end.setdefault(rel, [frel, qoff, 0])
+        past[2] += 1
+        return
+    if q is not None:
+        i = bisect.bisect_left(q[0], qoff)
+        if i < len(q[0]) and q[0][i] == qoff and q[1][i] == off:
+            diffs = []
+            if q[2][i] != size:
+                diffs.append(f"size {size} != record size {q[2][i]}")
+            if q[3][i] != tc:
+                diffs.append(f"tagsCode {tc} != {q[3][i]}")
+            if diffs:
+                res.add("error", "cq-unit", frel, f"unit at CommitLog offset {off}: "
+                        + ", ".join(diffs), qoff)
+                res.bad_queues.add(rel)
+            return
+    j = _record_index(recs, off)
+    if j is None:
+        what = (f"unit ({off}, {size}, {tc}) points at CommitLog offset {off}, where no record "
+                "starts")
+    else:
+        what = (f"unit ({off}, {size}, {tc}) points at a record that is not {topic}/{qid} "
+                f"queue offset {qoff}")
+        for (t, qq), arrs in recs.queues.items():
+            k = bisect.bisect_left(arrs[1], off)
+            if k < len(arrs[1]) and arrs[1][k] == off:
+                what = (f"unit ({off}, {size}, {tc}) points at the record of {t}/{qq} queue "
+                        f"offset {arrs[0][k]}, not {topic}/{qid} queue offset {qoff}")
+                break
+    res.add("error", "cq-unit", frel, what, qoff)
+    res.bad_queues.add(rel)
+
+
+# ----------------------------------------------------------------------------------------------
+# IndexFile
+
+def _read_record_at(segs: list[_Segment], offset: int):
+    """Decode the record at a CommitLog offset from the mapped segments, or None."""
+    for s in segs:
+        if s.start <= offset < s.start + s.size and s.map is not None:
+            try:
+                return decode_record(s.map, offset - s.start, check_crc=False)
+            except CorruptRecordError:
+                return None
+    return None
+
+
+def _check_index(root: str, segs, res: VerifyResult, recs: _Records, cfg, progress) -> None:
+    idx_dir = os.path.join(root, "index")
+    names = []
+    if os.path.isdir(idx_dir):
+        names = sorted(n for n in os.listdir(idx_dir) if _INDEX_NAME.match(n)
+                       and os.path.isfile(os.path.join(idx_dir, n)))
+    bar = progress(len(names), "IndexFile", "file")
+    last_indexed = -1
+    first_indexed = None
+    found = 0
+    for name in names:
+        rel = f"index/{name}"
+        path = os.path.join(idx_dir, name)
+        r = _check_index_file(path, rel, segs, res, recs, cfg)
+        bar.update(1)
+        if r is None:
+            continue
+        lo, hi, n = r
+        res.index_files += 1
+        if n:
+            found += n
+            last_indexed = max(last_indexed, hi)
+            first_indexed = lo if first_indexed is None else min(first_indexed, lo)
+    bar.close()
+    if recs.last_keyed > last_indexed and recs.last_keyed >= res.commitlog_min:
+        i = bisect.bisect_right(recs.offsets, last_indexed)
+        missing = sum(1 for k in recs.nkeys[i:] if k)
+        res.add("warning", "index-lag", "index",
+                f"{missing} records with keys after CommitLog offset {max(last_indexed, 0)} are "
+                "not indexed yet (re-dispatched when the store is opened for writing)")
+    if first_indexed is not None:
+        i = bisect.bisect_left(recs.offsets, first_indexed)
+        j = bisect.bisect_right(recs.offsets, last_indexed)
+        expected = sum(recs.nkeys[i:j])
+        if found < expected:
+            res.add("warning", "index-missing", "index",
+                    f"{expected - found} keys of records in CommitLog [{first_indexed}, "
+                    f"{last_indexed}] have no index item")
+
+
+def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
+    """Check one IndexFile; returns (first phy, last phy, valid items) or None if unusable."""
+    size = os.path.getsize(path)
+    if size == 0:
+        res.add("warning", "index-size", rel, "empty file (deleted on load)")
+        return None
+    try:
+        slots, index_num = index_geometry(size, cfg.max_hash_slot_num, cfg.max_index_num, rel)
+    except CorruptRecordError as exc:
+        res.add("error", "index-size", rel, f"{exc} (give the broker.conf with its "
+                "maxHashSlotNum and maxIndexNum: --config)")
+        res.bad_index_files.add(rel)
+        return None
+    with open(path, "rb") as f:
+        head = f.read(INDEX_HEADER_SIZE)
+        b_ts, e_ts, b_phy, e_phy, slot_count, count = HEADER.unpack(head)
+        if count <= 0:
+            count = 1
+        if count > index_num:
+            res.add("error", "index-header", rel, f"indexCount {count} > indexNum {index_num}")
+            res.bad_index_files.add(rel)
+            return None
+        slot_raw = f.read(slots * 4)
+        f.seek(INDEX_HEADER_SIZE + slots * 4 + INDEX_SIZE)
+        items_raw = f.read((count - 1) * INDEX_SIZE)
+    if len(items_raw) != (count - 1) * INDEX_SIZE:
+        res.add("error", "index-size", rel, "file shorter than its item count")
+        res.bad_index_files.add(rel)
+        return None
+    bad = False
+
+    def err(what, n=None):
+        nonlocal bad
+        bad = True
+        res.add("error", "index-item" if n is not None else "index-header", rel, what, n)
+
+    items = list(ITEM.iter_unpack(items_raw))
+    past_end, past_count = None, 0
+    cached = (-1, None, set())  # (phyOffset, record, key hashes) of the last item's record
+    bucket_newest: dict[int, int] = {}
+    valid = 0
+    end = res.first_bad if res.first_bad is not None else res.commitlog_end
+    for n, (h, phy, tdiff, prev) in enumerate(items, start=1):
+        res.index_items += 1
+        bucket = h % slots
+        bucket_newest[bucket] = n
+        if h < 0:
+            err(f"item {n}: negative keyHash {h}", n)
+            continue
+        if prev < 0 or prev >= n:
+            err(f"item {n}: prevIndex {prev} does not point at an older item", n)
+        elif prev and items[prev - 1][0] % slots != bucket:
+            err(f"item {n}: prevIndex {prev} is in another hash bucket", n)
+        if tdiff < 0:
+            err(f"item {n}: negative timeDiff {tdiff}", n)
+            continue
+        if phy < res.commitlog_min:
+            valid += 1
+            continue  # the record expired; the file goes once all its records have
+        i = _record_index(recs, phy)
+        if i is None:
+            if phy >= end:
+                if not (res.lock_holder and res.first_bad is None):  # else: newer than the scan
+                    past_end = past_end or (n, phy)
+                    past_count += 1
+            else:
+                err(f"item {n}: phyOffset {phy} is not the start of a record", n)
+            continue
+        if cached[0] != phy:
+            rec = _read_record_at(segs, phy)
+            hashes = set()
+            if rec is not None:
+                if rec.uniq_key is not None:
+                    hashes.add(index_key_hash(f"{rec.topic}#{rec.uniq_key}"))
+                for k in rec.keys:
+                    hashes.add(index_key_hash(f"{rec.topic}#{k}"))
+            cached = (phy, rec, hashes)
+        _, rec, hashes = cached
+        if rec is None:
+            err(f"item {n}: the record at {phy} does not decode", n)
+            continue
+        if h not in hashes:
+            err(f"item {n}: keyHash {h} is not the hash of a key of the record at {phy} "
+                f"(topic {rec.topic}, keys {rec.keys}, UNIQ_KEY {rec.uniq_key})", n)
+            continue
+        if n > 1 and b_ts > 0 and rec.store_timestamp >= b_ts:
+            expect = (rec.store_timestamp - b_ts) // 1000
+            if tdiff != min(expect, 2**31 - 1):
+                err(f"item {n}: timeDiff {tdiff} s, the record was stored {expect} s after "
+                    "the file's beginTimestamp", n)
+                continue
+        valid += 1
+    if past_end:
+        res.add("error", "index-item", rel,
+                f"{past_count} items from item {past_end[0]} on point past the end of the "
+                f"CommitLog ({end}): the index is ahead of the CommitLog", past_end[0])
+    used_slots = _nonzero_slots(slot_raw)
+    for s, v in used_slots:
+        if v < 0 or v >= count:
+            err(f"hash slot {s} points at item {v}, outside [1, {count})")
+        elif items[v - 1][0] % slots != s:
+            err(f"hash slot {s} points at item {v} of another bucket")
+        elif bucket_newest.get(s) != v:
+            err(f"hash slot {s} points at item {v}, but item {bucket_newest.get(s)} is the "
+                "newest of its bucket (items unreachable)")
+    missing_slots = set(bucket_newest) - {s for s, _ in used_slots}
+    if missing_slots:
+        err(f"{len(missing_slots)} hash buckets with items have an empty slot "
+            f"(e.g. slot {min(missing_slots)})")
+    used = len(used_slots)
+    if used != slot_count:
+        err(f"hashSlotCount {slot_count} but {used} slots are in use")
+    if items:
+        if e_phy != items[-1][1]:
+            err(f"endPhyOffset {e_phy} != the last item's phyOffset {items[-1][1]}")
+        if b_phy != items[0][1]:
+            err(f"beginPhyOffset {b_phy} != the first item's phyOffset {items[0][1]}")
+    if bad:
+        res.bad_index_files.add(rel)
+    if not items:
+        return (e_phy, e_phy, 0)
+    return (items[0][1], items[-1][1], valid)
+
+
+def _nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
+    """``[(slot, value)]`` of the non-zero 4-byte slots; all-zero chunks are skipped in C."""
+    out = []
+    zero = bytes(chunk)
+    for base in range(0, len(raw), chunk):
+        part = raw[base:base + chunk]
+        if part == zero[:len(part)]:
+            continue
+        for i, (v,) in enumerate(SLOT.iter_unpack(part)):
+            if v:
+                out.append((base // 4 + i, v))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# config
+
+def _check_config(root: str, res: VerifyResult) -> None:
+    from .checkpoint import StoreCheckpoint
+    try:
+        StoreCheckpoint.read(os.path.join(root, "checkpoint"))
+    except CorruptRecordError as exc:
+        res.add("error", "checkpoint", "checkpoint", str(exc))
+    for name in CONFIG_FILES:
+        path = os.path.join(root, "config", name)
+        if not os.path.exists(path) and not os.path.exists(path + ".bak"):
+            continue
+        try:
+            load_config_file(path)
+        except CorruptRecordError as exc:
+            res.add("error", "config", f"config/{name}", f"does not parse: {exc}")
+
+
+# ----------------------------------------------------------------------------------------------
+# recover
+
+@dataclass
+class RecoverReport:
+    """What :func:`recover_store` did, as human-readable lines, and the final verification."""
+
+    actions: list[str] = field(default_factory=list)
+    before: VerifyResult | None = None
+    after: VerifyResult | None = None
+
+
+def _take_lock(root: str) -> int:
+    path = os.path.join(root, "lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError:
+        os.close(fd)
+        holder = lock_holder(root)
+        who = f"process {holder}" if holder else "another process"
+        raise StoreLockedError(f"store {root} is locked by {who} (a broker or an rmqfs "
+                               "mount); stop it first") from None
+    return fd
+
+
+def recover_store(root: str, config=None, progress=None, rebuild: bool = False) -> RecoverReport:
+    """Repair the store at ``root`` so that :func:`verify_store` passes.
+
+    Steps: extend CommitLog files that were cut short (zeros); truncate the CommitLog at the
+    first invalid record, like the broker's recovery (valid records after it are copied to
+    ``lost+found/<time>/`` first); delete ConsumeQueues and IndexFiles with errors (all of them
+    with ``rebuild``); open the store, whose recovery re-dispatches what the derived files lack;
+    verify; if errors or lag remain, rebuild every derived file and verify again.
+
+    Raises:
+        StoreLockedError: a broker or mount holds the store (names its pid).
+        NotAStoreError: ``root`` is not a store.
+        StoreError: a damage this cannot repair (e.g. a CommitLog file missing in the middle).
+    """
+    from .store import MessageStore, StoreConfig
+    root = os.path.abspath(root)
+    check_store_dir(root)
+    cfg = config or StoreConfig()
+    report = RecoverReport()
+    lock_fd = _take_lock(root)
+    try:
+        before = verify_store(root, config, progress)
+        report.before = before
+        if not before.problems and not before.suppressed:
+            report.actions.append("nothing to repair")
+            report.after = before
+            return report
+        for p in before.problems:
+            if p.kind in ("commitlog-gap", "commitlog-name"):
+                raise StoreError(f"cannot repair {p.path}: {p.what}")
+        for path, size in sorted(before.bad_segment_sizes.items()):
+            if size > before.segment_size:
+                raise StoreError(f"cannot repair {path}: {size} bytes, larger than the "
+                                 f"{before.segment_size}-byte segments")
+            with open(path, "r+b") as f:
+                f.truncate(before.segment_size)
+            report.actions.append(f"extended {os.path.relpath(path, root)} from {size} to "
+                                  f"{before.segment_size} bytes with zeros")
+        if before.bad_segment_sizes:
+            before = verify_store(root, config, progress)
+        saved_checkpoint = None
+        try:
+            with open(os.path.join(root, "checkpoint"), "rb") as f:
+                saved_checkpoint = f.read()
+        except FileNotFoundError:
+            pass
+        cut = before.first_bad
+        if cut is not None:
+            _truncate_commitlog(root, before, cut, report)
+        derived = list(before.bad_queues)
+        if rebuild:
+            derived = _all_queue_dirs(root)
+        for rel in sorted(derived):
+            _delete_files(os.path.join(root, rel), _SEGMENT_NAME)
+            report.actions.append(f"deleted {rel} (rebuilt from the CommitLog)")
+        index_dir = os.path.join(root, "index")
+        bad_index = sorted(before.bad_index_files)
+        if rebuild:
+            bad_index = [f"index/{n}" for n in _names(index_dir, _INDEX_NAME)]
+        if bad_index:
+            first = min(os.path.basename(r) for r in bad_index)
+            for n in _names(index_dir, _INDEX_NAME):
+                if n >= first:
+                    os.unlink(os.path.join(index_dir, n))
+                    report.actions.append(f"deleted index/{n} (rebuilt from the CommitLog)")
+        _force_full_redispatch(root)
+        _reopen(root, cfg, MessageStore)
+        after = verify_store(root, config, progress)
+        if not after.ok or any(p.kind.endswith(("lag", "missing")) for p in after.problems):
+            report.actions.append("derived files still disagree: rebuilding every ConsumeQueue "
+                                  "and IndexFile from the CommitLog")
+            for rel in _all_queue_dirs(root):
+                _delete_files(os.path.join(root, rel), _SEGMENT_NAME)
+            _delete_files(index_dir, _INDEX_NAME)
+            _reopen(root, cfg, MessageStore)
+            after = verify_store(root, config, progress)
+        report.after = after
+        if after.ok:
+            _sync_and_checkpoint(root, after)
+        elif saved_checkpoint is not None:  # leave the broker's own checkpoint as it was
+            with open(os.path.join(root, "checkpoint"), "wb") as f:
+                f.write(saved_checkpoint)
+        return report
+    finally:
+        os.close(lock_fd)
+
+
+def _names(directory: str, pattern) -> list[str]:
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if pattern.match(n))
+
+
+def _delete_files(directory: str, pattern) -> None:
+    for n in _names(directory, pattern):
+        os.unlink(os.path.join(directory, n))
+
+
+def _all_queue_dirs(root: str) -> list[str]:
+    base = os.path.join(root, "consumequeue")
+    out = []
+    if os.path.isdir(base):
+        for t in sorted(os.listdir(base)):
+            tdir = os.path.join(base, t)
+            if os.path.isdir(tdir):
+                out += [f"consumequeue/{t}/{q}" for q in sorted(os.listdir(tdir))
+                        if q.isdigit() and os.path.isdir(os.path.join(tdir, q))]
+    return out
+
+
+def _force_full_redispatch(root: str) -> None:
+    """Make the next open re-dispatch the whole CommitLog (idempotently): the broker's abnormal
+    recovery (``abort`` present) from the first file, since no file is older than a checkpoint
+    whose CommitLog and ConsumeQueue timestamps are 0. indexMsgTimestamp is kept, so only the
+    IndexFiles written after it are rebuilt."""
+    from .checkpoint import StoreCheckpoint
+    path = os.path.join(root, "checkpoint")
+    try:
+        cp = StoreCheckpoint.read(path)
+    except CorruptRecordError:
+        cp = StoreCheckpoint()  # rewritten from the data at the end of the recovery
+    cp.physic_msg_timestamp = 0
+    cp.logics_msg_timestamp = 0
+    # Keep the IndexFiles: verify vouched for them (damaged ones are gone already); records
+    # after the newest one's endPhyOffset are indexed by the re-dispatch.
+    cp.index_msg_timestamp = 2**62
+    cp.write(path)
+    with open(os.path.join(root, "abort"), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
+    """fsync the rebuilt derived files, then write a checkpoint that vouches for them: CommitLog
+    and ConsumeQueue timestamps = the last record's store time, indexMsgTimestamp = the newest
+    IndexFile's endTimestamp, confirmPhyOffset = the end of the CommitLog."""
+    from .checkpoint import StoreCheckpoint
+    for sub in ("consumequeue", "index"):
+        for dirpath, _dirs, files in os.walk(os.path.join(root, sub)):
+            for name in files:
+                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            fd = os.open(dirpath, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    index_ts = 0
+    names = _names(os.path.join(root, "index"), _INDEX_NAME)
+    if names:
+        with open(os.path.join(root, "index", names[-1]), "rb") as f:
+            head = f.read(INDEX_HEADER_SIZE)
+        if len(head) == INDEX_HEADER_SIZE:
+            index_ts = HEADER.unpack(head)[1]
+    path = os.path.join(root, "checkpoint")
+    cp = StoreCheckpoint.read(path)
+    cp.physic_msg_timestamp = cp.logics_msg_timestamp = res.last_store_timestamp
+    cp.index_msg_timestamp = index_ts
+    cp.confirm_phy_offset = res.commitlog_end
+    cp.write(path)
+
+
+def _reopen(root: str, cfg, store_cls) -> None:
+    """Open the store for writing (its recovery re-dispatches) and close it cleanly."""
+    store = store_cls(root, cfg)
+    store.close()
+
+
+def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverReport) -> None:
+    """Drop the CommitLog from ``cut`` on; save valid records after it under lost+found/."""
+    cl_dir = os.path.join(root, "commitlog")
+    fs = res.segment_size
+    names = _names(cl_dir, _SEGMENT_NAME)
+    dropped_records = res.records_after_bad
+    if dropped_records or res.data_after_bad:
+        dest = os.path.join(root, "lost+found", time.strftime("%Y%m%d%H%M%S"), "commitlog")
+        os.makedirs(dest, exist_ok=True)
+        for n in names:
+            if int(n) + fs > cut:
+                shutil.copyfile(os.path.join(cl_dir, n), os.path.join(dest, n))
+        report.actions.append(f"copied the CommitLog files from offset {cut - cut % fs} to "
+                              f"{os.path.relpath(dest, root)} (they hold {dropped_records} "
+                              "valid records" + (" and other data" if res.data_after_bad else "")
+                              + " after the damage, which recovery drops)")
+    removed = 0
+    for n in names:
+        start = int(n)
+        path = os.path.join(cl_dir, n)
+        if start > cut - cut % fs:
+            os.unlink(path)
+            removed += 1
+        elif start <= cut < start + fs:
+            with open(path, "r+b") as f:
+                f.truncate(cut - start)
+                f.truncate(fs)
+                f.flush()
+                os.fsync(f.fileno())
+    fd = os.open(cl_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    report.actions.append(f"truncated the CommitLog at offset {cut} (zeroed the rest of its "
+                          f"file" + (f", deleted {removed} later files)" if removed else ")"))

@@ -1,0 +1,322 @@
+"""Expiry and clean (engine/cleanup.py): RocketMQ's DefaultMessageStoreCleanFilesTest,
+MappedFileQueueTest.testDeleteExpiredFileByTime and ConsumeQueueTest.testCorrectMinOffset."""
+
+import errno
+import json
+import os
+import time
+
+import pytest
+
+from conftest import LOGHUB, fuse, run_rmqfs
+from engine.cleanup import is_time_to_delete
+from engine.consumequeue import UNIT, ConsumeQueue
+from engine.errors import OffsetOutOfRangeError, ReadOnlyStoreError
+from engine.message import cal_msg_length
+from engine.store import Message, MessageStore, StoreConfig
+
+TOPIC = "test"
+KEYS = "hello"
+FILE_COUNT = 55  # DefaultMessageStoreCleanFilesTest.fileCountCommitLog: one message per file
+SEG = 256  # the Java test uses 128 bytes; our messages also carry a UNIQ_KEY, so 256
+CQ_UNITS_PER_FILE = 7  # mappedFileSizeConsumeQueue 128 rounds up to 140 bytes = 7 units
+INDEX_ITEMS_PER_FILE = 7  # maxIndexNum 8 -> 7 keys per file
+KEYS_PER_MESSAGE = 2  # KEYS "hello" and the UNIQ_KEY
+
+
+def _hour_not_now() -> str:
+    return f"{(time.localtime().tm_hour + 12) % 24:02d}"
+
+
+def _config(delete_when, ratio, **kw):
+    return StoreConfig(mapped_file_size_commit_log=SEG,
+                       mapped_file_size_consume_queue=CQ_UNITS_PER_FILE * 20,
+                       max_hash_slot_num=100, max_index_num=INDEX_ITEMS_PER_FILE + 1,
+                       file_reserved_time=1, delete_when=delete_when,
+                       disk_max_used_space_ratio=ratio, clean_resource_interval=3_600_000,
+                       delete_commit_log_files_interval=0, **kw)
+
+
+def _open(tmp_path, delete_when, ratio, usage, **kw):
+    s = MessageStore(tmp_path / "store", _config(delete_when, ratio, **kw))
+    s.clean_service.disk_usage = lambda path: usage
+    s.create_topic(TOPIC, 1)
+    return s
+
+
+def _fill(s, count=FILE_COUNT):
+    """Put ``count`` messages of exactly one CommitLog file each (record + 8-byte blank)."""
+    props_len = len(f"KEYS\x01{KEYS}\x02UNIQ_KEY\x01{'0' * 32}\x02")
+    body_len = SEG - cal_msg_length(0, 0, len(TOPIC), props_len) - 8
+    res = s.put_messages([Message(TOPIC, bytes(body_len), keys=KEYS, queue_id=0)
+                          for _ in range(count)])
+    assert all(r.size == SEG - 8 for r in res)
+    assert len(s.commitlog.files.segments) == count
+    return res
+
+
+def _expire(s, count):
+    old = time.time() - 2 * 3600
+    for seg in s.commitlog.files.segments[:count]:
+        os.utime(seg.path, (old, old))
+
+
+def _cq_files(s):
+    return len(s.consume_queue(TOPIC, 0).files.segments)
+
+
+def _index_files_left(deleted_messages):
+    """Index files kept once ``deleted_messages`` CommitLog files are gone: a file goes when its
+    endPhyOffset (the message of its last item) is below the new min offset."""
+    items = FILE_COUNT * KEYS_PER_MESSAGE
+    files = -(-items // INDEX_ITEMS_PER_FILE)
+    gone = 0
+    for f in range(files - 1):
+        last_item = min(items, (f + 1) * INDEX_ITEMS_PER_FILE) - 1
+        if last_item // KEYS_PER_MESSAGE < deleted_messages:
+            gone += 1
+        else:
+            break
+    return files - gone
+
+
+def _check_counts(s, deleted):
+    assert len(s.commitlog.files.segments) == FILE_COUNT - deleted
+    assert s.commitlog.min_offset == deleted * SEG
+    cq_total = -(-FILE_COUNT // CQ_UNITS_PER_FILE)
+    assert _cq_files(s) == cq_total - deleted // CQ_UNITS_PER_FILE
+    assert len(s.index_service.files) == _index_files_left(deleted)
+    assert s.min_offset(TOPIC, 0) == deleted
+    assert s.max_offset(TOPIC, 0) == FILE_COUNT
+
+
+def test_files_are_what_the_java_test_expects(tmp_path):
+    with _open(tmp_path, _hour_not_now(), 99, 0.1) as s:
+        _fill(s)
+        assert _cq_files(s) == 8  # ceil(55 / 7)
+        assert len(s.index_service.files) == _index_files_left(0) == 16  # ceil(110 / 7)
+
+
+def test_delete_expired_files_by_time_up(tmp_path):
+    """testDeleteExpiredFilesByTimeUp: deleteWhen = this hour; 15 expired; 10 per run."""
+    hour = f"{time.localtime().tm_hour:02d}"
+    with _open(tmp_path, hour, 99, 0.1) as s:
+        _fill(s)
+        _expire(s, 15)
+        r1 = s.clean_service.run_once()
+        assert len(r1.commitlog) == 10 and "deleteWhen" in r1.reason
+        _check_counts(s, 10)
+        r2 = s.clean_service.run_once()
+        assert len(r2.commitlog) == 5
+        _check_counts(s, 15)
+        assert not s.clean_service.run_once().deleted  # the 16th file is not expired
+
+
+def test_delete_expired_files_by_space_full(tmp_path):
+    """testDeleteExpiredFilesBySpaceFull: disk above diskMaxUsedSpaceRatio, below the forcibly
+    ratio: only expired files go."""
+    with _open(tmp_path, _hour_not_now(), 1, 0.5) as s:
+        _fill(s)
+        _expire(s, 15)
+        s.clean_service.run_once()
+        _check_counts(s, 10)
+        s.clean_service.run_once()
+        _check_counts(s, 15)
+        s.clean_service.run_once()
+        _check_counts(s, 15)
+
+
+def test_delete_files_immediately_by_space_full(tmp_path):
+    """testDeleteFilesImmediatelyBySpaceFull: above diskSpaceCleanForciblyRatio every file but
+    the last goes, expired or not, 10 per run."""
+    with _open(tmp_path, _hour_not_now(), 1, 0.87) as s:
+        _fill(s)
+        for a in range(1, 6):
+            s.clean_service.run_once()
+            _check_counts(s, 10 * a)
+        s.clean_service.run_once()
+        _check_counts(s, FILE_COUNT - 1)  # never the last file
+        assert not s.disk_full  # 0.87 is below the warning level
+
+
+def test_clean_forcibly_disabled_deletes_only_expired(tmp_path):
+    with _open(tmp_path, _hour_not_now(), 1, 0.87, clean_file_forcibly_enable=False) as s:
+        _fill(s)
+        _expire(s, 3)
+        s.clean_service.run_once()
+        _check_counts(s, 3)
+
+
+def test_delete_expired_files_manually(tmp_path):
+    """testDeleteExpiredFilesManually: no time or space trigger; executeDeleteFilesManually."""
+    with _open(tmp_path, _hour_not_now(), 99, 0.1) as s:
+        _fill(s)
+        _expire(s, 15)
+        assert not s.clean_service.run_once().deleted
+        s.clean_service.execute_delete_files_manually()
+        s.clean_service.run_once()
+        _check_counts(s, 10)
+        s.clean_service.run_once()
+        _check_counts(s, 15)
+
+
+def test_manual_delete_expired_files_runs_to_the_end(tmp_path):
+    """MessageStore.delete_expired_files: mqadmin deleteExpiredCommitLog, rounds back to back."""
+    with _open(tmp_path, _hour_not_now(), 99, 0.1) as s:
+        _fill(s)
+        _expire(s, 23)
+        report = s.delete_expired_files(manual=True)
+        assert len(report.commitlog) == 23 and report.min_offset == 23 * SEG
+        assert len(report.consumequeue) == 23 // CQ_UNITS_PER_FILE
+        assert len(s.index_service.files) + len(report.index) == 16
+        _check_counts(s, 23)
+        assert not os.path.exists(report.commitlog[0])
+
+
+def test_deletion_never_skips_a_live_file(tmp_path):
+    """MappedFileQueueTest.testDeleteExpiredFileByTime: files 0-4 and 21-49 aged, only 5 go."""
+    cfg = _config(_hour_not_now(), 99, delete_file_batch_max=1000)
+    with MessageStore(tmp_path / "store", cfg) as s:
+        s.clean_service.disk_usage = lambda path: 0.1
+        s.create_topic(TOPIC, 1)
+        _fill(s, 50)
+        segs = s.commitlog.files.segments
+        old = time.time() - 2 * 3600
+        for i, seg in enumerate(segs):
+            if i < 5 or i > 20:
+                os.utime(seg.path, (old, old))
+        s.clean_service.execute_delete_files_manually()
+        assert len(s.clean_service.run_once().commitlog) == 5
+        assert len(s.commitlog.files.segments) == 45
+
+
+def test_disk_full_flag_refuses_and_then_accepts_puts(tmp_path):
+    """testIsSpaceFullFunctionEmpty2Full / Full2Empty: above diskSpaceWarningLevelRatio the
+    store is marked disk-full and puts fail with ENOSPC; below it they work again."""
+    with _open(tmp_path, _hour_not_now(), 99, 0.95) as s:
+        _fill(s, 3)
+        assert s.clean_service.is_space_to_delete()
+        assert s.disk_full
+        with pytest.raises(OSError) as exc:
+            s.put_messages([Message(TOPIC, b"x")])
+        assert exc.value.errno == errno.ENOSPC
+        assert s.max_offset(TOPIC, 0) == 3
+        s.clean_service.disk_usage = lambda path: 0.2
+        assert not s.clean_service.is_space_to_delete()
+        assert not s.disk_full
+        s.put_messages([Message(TOPIC, b"x")])
+        assert s.max_offset(TOPIC, 0) == 4
+
+
+def test_readers_after_expiry_and_reopen(tmp_path):
+    with _open(tmp_path, _hour_not_now(), 99, 0.1) as s:
+        res = _fill(s, 20)
+        _expire(s, 8)
+        s.delete_expired_files()
+        assert s.min_offset(TOPIC, 0) == 8
+        with pytest.raises(OffsetOutOfRangeError):
+            s.get_message(TOPIC, 0, 7)
+        assert s.get_message(TOPIC, 0, 8).commitlog_offset == res[8].commitlog_offset
+        assert [q for q, _ in s.iter_queue(TOPIC, 0, 0)] == list(range(8, 20))
+        assert s.message_at(res[0].commitlog_offset) is None
+        assert s.query_by_key(TOPIC, res[0].uniq_key) == []
+        assert [r.commitlog_offset for r in s.query_by_key(TOPIC, res[9].uniq_key)] == \
+            [res[9].commitlog_offset]
+        assert s.offset_by_time(TOPIC, 0, 0) == 8
+    with MessageStore(tmp_path / "store", _config(_hour_not_now(), 99)) as s:
+        assert s.commitlog.min_offset == 8 * SEG
+        assert s.min_offset(TOPIC, 0) == 8 and s.max_offset(TOPIC, 0) == 20
+        assert s.get_message(TOPIC, 0, 19).commitlog_offset == res[19].commitlog_offset
+    with MessageStore(tmp_path / "store", _config(_hour_not_now(), 99), read_only=True) as s:
+        assert s.min_offset(TOPIC, 0) == 8
+
+
+def test_background_clean_thread(tmp_path):
+    cfg = _config(_hour_not_now(), 99)
+    cfg.clean_resource_interval = 20
+    with MessageStore(tmp_path / "store", cfg) as s:
+        s.clean_service.disk_usage = lambda path: 0.1
+        s.create_topic(TOPIC, 1)
+        _fill(s, 6)
+        _expire(s, 4)
+        s.clean_service.execute_delete_files_manually()
+        deadline = time.monotonic() + 20
+        while s.commitlog.min_offset < 4 * SEG and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert s.commitlog.min_offset == 4 * SEG
+        assert s.min_offset(TOPIC, 0) == 4
+
+
+def test_read_only_store_runs_no_clean(tmp_path):
+    with _open(tmp_path, _hour_not_now(), 99, 0.1) as s:
+        _fill(s, 3)
+    with MessageStore(tmp_path / "store", _config("04", 99), read_only=True) as s:
+        assert s.clean_service._thread is None
+        with pytest.raises(ReadOnlyStoreError):
+            s.delete_expired_files()
+
+
+def test_correct_min_offset():
+    """ConsumeQueueTest.testCorrectMinOffset: 10000 units of size 100; correctMinOffset(2000)
+    gives min offset 20."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        cq = ConsumeQueue(d, "T", 0, 20 * 20000)
+        cq.put_units(0, b"".join(UNIT.pack(i * 100, 100, 0) for i in range(10000)))
+        cq.correct_min_offset(2000)
+        assert cq.min_offset == 20
+        cq.correct_min_offset(10000 * 100)  # every unit below: min = end of the queue
+        assert cq.min_offset == 10000
+        cq.close()
+
+
+def test_is_time_to_delete_hours():
+    t = time.mktime((2026, 11, 22, 4, 30, 0, 0, 0, -1))
+    assert is_time_to_delete("04", t)
+    assert is_time_to_delete("01;04;16", t)
+    assert not is_time_to_delete("05;16", t)
+    assert not is_time_to_delete("", t)
+    assert not is_time_to_delete("x;y", t)
+
+
+def test_broker_conf_clean_keys(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("fileReservedTime=48\ndeleteWhen=02;14\ndiskMaxUsedSpaceRatio=60\n"
+                    "cleanResourceInterval=5000\ndeleteFileBatchMax=3\n"
+                    "cleanFileForciblyEnable=false\ndiskSpaceCleanForciblyRatio=0.5\n"
+                    "diskSpaceWarningLevelRatio=0.6\ndeleteCommitLogFilesInterval=0\n")
+    cfg = StoreConfig.from_broker_conf(str(conf))
+    assert (cfg.file_reserved_time, cfg.delete_when, cfg.disk_max_used_space_ratio) == \
+        (48, "02;14", 60)
+    assert (cfg.clean_resource_interval, cfg.delete_file_batch_max) == (5000, 3)
+    assert cfg.clean_file_forcibly_enable is False
+    assert (cfg.disk_space_clean_forcibly_ratio, cfg.disk_space_warning_level_ratio) == (0.5, 0.6)
+    assert cfg.delete_commit_log_files_interval == 0
+
+
+@fuse
+def test_expiry_under_a_running_mount(mount_store, tmp_path):
+    """The mount's store expires files in the background (broker.conf keys); the queue files
+    show the live messages only, with no I/O error, and verify passes next to it."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
+                    "maxHashSlotNum=64\nmaxIndexNum=256\nfileReservedTime=0\n"
+                    f"deleteWhen={time.localtime().tm_hour:02d}\ncleanResourceInterval=100\n")
+    m = mount_store(tmp_path / "store", config=conf)
+    os.mkdir(m.mnt / "topics" / "T")
+    log = (LOGHUB / "HDFS_2k.log").read_bytes()
+    (m.mnt / "topics" / "T" / "produce").write_bytes(log)
+    deadline = time.monotonic() + 20
+    while len(os.listdir(tmp_path / "store" / "commitlog")) > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.listdir(tmp_path / "store" / "commitlog") == [f"{524288:020d}"]
+    offsets = json.loads((m.mnt / "topics" / "T" / "0" / "offsets.json").read_text())
+    assert offsets["minOffset"] > 0 and offsets["maxOffset"] == 500
+    lines = (m.mnt / "topics" / "T" / "0" / "messages.jsonl").read_text().splitlines()
+    assert [json.loads(x)["queueOffset"] for x in lines] == \
+        list(range(offsets["minOffset"], 500))
+    status = json.loads((m.mnt / "status.json").read_text())
+    assert status["commitLogMinOffset"] == 524288
+    assert log.endswith((m.mnt / "topics" / "T" / "bodies.txt").read_bytes())
+    r = run_rmqfs("verify", tmp_path / "store", "--config", conf)
+    assert "OK: no errors" in r.stdout
