@@ -14,13 +14,45 @@ import time
 
 from .errors import CorruptRecordError, MessageIllegalError
 from .mappedfile import FileQueue
-from .message import (BLANK, END_FILE_MIN_BLANK_LENGTH, MAGIC_BLANK, MAGIC_V1, MAGIC_V2,
-                      EncodedMessage, MessageRecord, decode_record, encode_blank, patch_record,
-                      write_prop_crc)
+from .message import (BLANK, END_FILE_MIN_BLANK_LENGTH, FIXED_V4, INT16, MAGIC_BLANK, MAGIC_V1,
+                      MAGIC_V2, PROPERTY_CRC32, EncodedMessage, MessageRecord, decode_record,
+                      encode_blank, patch_record, write_prop_crc)
+
+from .message import crc32 as _crc32
+
+_PROP_CRC = PROPERTY_CRC32.encode()
 
 DEFAULT_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
 SCAN_CHUNK = 8 * 1024 * 1024
 OS_PAGE_SIZE = 4096  # DefaultMappedFile.OS_PAGE_SIZE
+_WRITEV_MIN_PIECE = 2048  # average piece size from which pwritev beats join + pwrite
+_IOV_MAX = 1024  # os.sysconf("SC_IOV_MAX") on Linux
+
+
+def _pwritev_all(fd: int, pieces: list, pos: int) -> None:
+    """``pwritev`` every piece at ``pos``, in calls of at most IOV_MAX buffers, resuming after
+    short writes."""
+    i, n = 0, len(pieces)
+    while i < n:
+        bufs = pieces[i:i + _IOV_MAX]
+        want = sum(map(len, bufs))
+        done = os.pwritev(fd, bufs, pos)
+        pos += done
+        if done == want:
+            i += len(bufs)
+            continue
+        # Short write: skip the whole buffers written, then finish the partial one.
+        for b in bufs:
+            if done < len(b):
+                break
+            done -= len(b)
+            i += 1
+        rest = memoryview(pieces[i])[done:]
+        while rest:
+            k = os.pwrite(fd, rest, pos)
+            rest = rest[k:]
+            pos += k
+        i += 1
 
 
 class AppendResult(tuple):
@@ -151,6 +183,143 @@ class CommitLog:
                 if pos >= stop:
                     break
 
+    def scan_raw(self, start: int, check_crc: bool = True, end: int | None = None):
+        """Like :meth:`scan`, with the same checks and stopping rules, but without decoding.
+
+        Yields ``(buf, pos, phys, total, topic, queue_id, queue_offset, sys_flag)`` per valid
+        record: the record is ``buf[pos:pos + total]`` (decode it with
+        :func:`engine.message.decode_record` when more is needed; its CRC was checked already).
+        Recovery uses this to pass over records the ConsumeQueues and the index already hold
+        with only a size, CRC and layout check (CRC over a memoryview, no copies). Records with
+        IPv6 hosts or a ``__CRC32#`` property are checked by ``decode_record`` itself.
+        :attr:`scan_end` / :attr:`scan_error` as for :meth:`scan`.
+        """
+        self.scan_error = None
+        pos = start
+        self.scan_end = pos
+        stop = self.files.end_offset if end is None else min(end, self.files.end_offset)
+        unpack_head = BLANK.unpack_from
+        unpack_fixed = FIXED_V4.unpack_from
+        unpack_short = INT16.unpack_from
+        topics: dict[bytes, str] = {}
+        last_tail, last_topic, last_magic = b"", "", 0
+        force_prop_crc = self.force_verify_prop_crc
+        while pos < stop:
+            seg = self.files.find(pos)
+            if seg is None:
+                break
+            chunk_start = pos
+            chunk = os.pread(seg.fd, min(SCAN_CHUNK, seg.end - pos), pos - seg.start)
+            view = memoryview(chunk)
+            i = 0
+            n = len(chunk)
+            rolled = False
+            while i < n and chunk_start + i < stop:
+                if n - i < 8:
+                    if chunk_start + n >= seg.end:
+                        self.scan_error = "segment ends inside a record header"
+                        return
+                    break  # read more
+                total, magic = unpack_head(chunk, i)
+                if magic == MAGIC_BLANK:
+                    # recoverNormally: a blank in the last file ends the scan at the blank
+                    # (the next append overwrites it); otherwise go on in the next file.
+                    if self.files.find(seg.end) is None:
+                        return
+                    pos = seg.end
+                    self.scan_end = pos
+                    rolled = True
+                    break
+                if total == 0 and magic == 0:
+                    self.scan_error = None
+                    return
+                if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+                    self.scan_error = f"no record at {chunk_start + i} (magic 0x{magic:08X})"
+                    return
+                if i + total > n:
+                    if chunk_start + i + total > seg.end:
+                        self.scan_error = f"record at {chunk_start + i} runs past its segment"
+                        return
+                    if i == 0:
+                        chunk = os.pread(seg.fd, total, pos - seg.start)
+                        view = memoryview(chunk)
+                        n = len(chunk)
+                        if n < total:
+                            self.scan_error = f"record at {pos} is truncated"
+                            return
+                        continue
+                    break  # re-read from this record
+                rec_end = i + total
+                fields = None
+                if total >= FIXED_V4.size + 3:
+                    (_, _, crc, queue_id, _, queue_offset, phys, sys_flag, _, _, _, _, _, _, _,
+                     _, body_len) = unpack_fixed(chunk, i)
+                    if not sys_flag & 0x30 and body_len >= 0:
+                        p = i + FIXED_V4.size + body_len
+                        if magic == last_magic and chunk.startswith(last_tail, p):
+                            # the previous record's topic (length field + name)
+                            topic = last_topic
+                            q = p + len(last_tail)
+                        else:
+                            topic = None
+                            if magic == MAGIC_V1:
+                                tlen = chunk[p] if p < rec_end else -1
+                                if tlen > 127:
+                                    tlen -= 256
+                                t0 = p + 1
+                            else:
+                                tlen = int.from_bytes(chunk[p:p + 2], "big", signed=True) \
+                                    if p + 2 <= rec_end else -1
+                                t0 = p + 2
+                            q = t0 + tlen
+                            if tlen >= 0 and q + 2 <= rec_end:
+                                traw = chunk[t0:q]
+                                topic = topics.get(traw)
+                                if topic is None:
+                                    try:
+                                        topic = traw.decode("utf-8")
+                                    except UnicodeDecodeError:
+                                        topic = None
+                                    else:
+                                        topics[traw] = topic
+                                if topic is not None:
+                                    last_tail, last_topic, last_magic = chunk[p:q], topic, magic
+                        if topic is not None and q + 2 <= rec_end:
+                            plen = unpack_short(chunk, q)[0]
+                            if (plen >= 0 and q + 2 + plen == rec_end
+                                    and not force_prop_crc
+                                    and chunk.find(_PROP_CRC, q + 2, rec_end) < 0):
+                                fields = topic
+                if fields is None:
+                    try:  # anything unusual, or a layout error to report precisely
+                        rec = decode_record(chunk, i, check_crc=check_crc,
+                                            base_offset=chunk_start,
+                                            force_verify_prop_crc=force_prop_crc)
+                    except CorruptRecordError as exc:
+                        self.scan_error = str(exc)
+                        return
+                    yield (chunk, i, rec.commitlog_offset, total, rec.topic, rec.queue_id,
+                           rec.queue_offset, rec.sys_flag)
+                else:
+                    body_at = i + FIXED_V4.size
+                    if check_crc and crc != (
+                            _crc32(view[body_at:body_at + body_len]) & 0x7FFFFFFF):
+                        self.scan_error = f"body CRC mismatch (record at {chunk_start + i})"
+                        return
+                    if phys != chunk_start + i:
+                        self.scan_error = f"PHYSICALOFFSET {phys} != position {chunk_start + i}"
+                        return
+                    yield (chunk, i, phys, total, fields, queue_id, queue_offset, sys_flag)
+                i = rec_end
+                self.scan_end = chunk_start + i
+            if not rolled:
+                if n == 0 or (i == 0 and n < 8):
+                    self.scan_error = f"segment file ends early at {chunk_start + i}"
+                    return
+                pos = chunk_start + i
+                if pos >= stop:
+                    break
+
     # -- write ------------------------------------------------------------------------------
     def append(self, messages: list[EncodedMessage], queue_offsets: list[int],
                store_timestamp: int | None = None, together: bool = False
@@ -215,6 +384,33 @@ class CommitLog:
         self.max_offset = pos
         self.last_store_timestamp = store_timestamp
         return results
+
+    def append_chunks(self, chunks: list[tuple[int, list]], end: int,
+                      store_timestamp: int) -> None:
+        """Write records already encoded with their final offsets (the store's put path).
+
+        ``chunks`` are ``(absolute offset, list of bytes-like pieces)`` in order, starting at
+        :attr:`max_offset`, each inside one segment (a chunk that ends a segment ends with its
+        blank record); ``end`` is the new :attr:`max_offset`. Large pieces go to the kernel
+        as they are (``pwritev``, no copy); small ones are joined first. Same failure contract
+        as :meth:`append`: on an OSError everything written is zeroed again and re-raised.
+        """
+        start = self.max_offset
+        try:
+            for off, pieces in chunks:
+                size = sum(map(len, pieces))
+                if size < _WRITEV_MIN_PIECE * len(pieces):
+                    self.files.write(off, b"".join(pieces))
+                    continue
+                seg = self.files.segment_for_write(off)
+                if off + size > seg.end:
+                    raise ValueError("write crosses a file boundary")
+                _pwritev_all(seg.fd, pieces, off - seg.start)
+        except OSError:
+            self.files.truncate_dirty(start)
+            raise
+        self.max_offset = end
+        self.last_store_timestamp = store_timestamp
 
     def flush(self, least_pages: int = 0, end: int | None = None,
               store_timestamp: int | None = None) -> bool:

@@ -27,6 +27,18 @@ CQ_STORE_UNIT_SIZE = 20
 UNIT = struct.Struct(">qiq")  # commitLogOffset | size | tagsCode
 DEFAULT_UNITS_PER_FILE = 300_000
 BLANK_UNIT_SIZE = 0x7FFFFFFF
+_UNITS_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def pack_units(flat: list[int]) -> bytes:
+    """Encode units from a flat ``[commitLogOffset, size, tagsCode, ...]`` list in one pack."""
+    n = len(flat) // 3
+    st = _UNITS_STRUCTS.get(n)
+    if st is None:
+        st = struct.Struct(">" + "qiq" * n)
+        if len(_UNITS_STRUCTS) < 1024:
+            _UNITS_STRUCTS[n] = st
+    return st.pack(*flat)
 
 
 class ConsumeQueue:
@@ -210,12 +222,32 @@ class ConsumeQueue:
         self.files.close()
 
 
+_HIGH_BIT = bytes(1 if b & 0x80 else 0 for b in range(256))
+
+
 def _valid_prefix_units(data: bytes) -> int:
-    """Number of leading valid units in ``data`` (``offset >= 0 and size > 0``)."""
-    n = 0
-    usable = len(data) - len(data) % CQ_STORE_UNIT_SIZE
-    for off, size, _ in UNIT.iter_unpack(memoryview(data)[:usable]):
-        if off < 0 or size <= 0:
-            break
-        n += 1
-    return n
+    """Number of leading valid units in ``data`` (``offset >= 0 and size > 0``).
+
+    Whole-buffer byte operations, no loop per unit: a negative commitLogOffset or size has the
+    high bit of its first byte set; a zero size has all four bytes zero, which the OR of the
+    four byte planes shows.
+    """
+    n = len(data) // CQ_STORE_UNIT_SIZE
+    if not n:
+        return 0
+    data = bytes(data[:n * CQ_STORE_UNIT_SIZE])
+    first = n
+    k = data[0::CQ_STORE_UNIT_SIZE].translate(_HIGH_BIT).find(1)
+    if k >= 0:
+        first = k
+    s0 = data[8::CQ_STORE_UNIT_SIZE]
+    k = s0.translate(_HIGH_BIT).find(1)
+    if 0 <= k < first:
+        first = k
+    planes = (int.from_bytes(s0, "big") | int.from_bytes(data[9::CQ_STORE_UNIT_SIZE], "big")
+              | int.from_bytes(data[10::CQ_STORE_UNIT_SIZE], "big")
+              | int.from_bytes(data[11::CQ_STORE_UNIT_SIZE], "big"))
+    k = planes.to_bytes(n, "big").find(0)
+    if 0 <= k < first:
+        first = k
+    return first

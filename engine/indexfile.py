@@ -31,13 +31,18 @@ reads the messages back and compares the real keys (``DefaultMessageStore.queryM
 Files are created at full length as sparse files (``ftruncate``) and accessed with
 ``os.pread``/``os.pwrite`` (no mmap: a full disk gives ``OSError(ENOSPC)``, not SIGBUS). Writers
 write an item before the slot that points at it, so a concurrent reader never follows a slot to
-a half-written item.
+a half-written item. The store's put path writes keys in batches (:meth:`IndexFile.put_hashed`):
+every item of the batch with one pwrite, then each changed slot, then the header, with the slot
+values taken from an in-memory copy of the slot table (``hashSlotNum * 4`` bytes, loaded on the
+first batch) instead of one pread per key.
 """
 
 from __future__ import annotations
 
 import datetime
 import mmap
+import sys
+from array import array
 import os
 import re
 import struct
@@ -46,7 +51,7 @@ import time
 from contextlib import contextmanager
 
 from .errors import CorruptRecordError, ReadOnlyStoreError, StoreError
-from .javahash import index_key_hash
+from .javahash import combine_u32, index_key_hash, java_hash_u32, key_hash_of_u32, utf16_len
 
 HEADER = struct.Struct(">qqqqii")  # begin/endTimestamp, begin/endPhyOffset, slot and item counts
 SLOT = struct.Struct(">i")
@@ -63,6 +68,17 @@ _INT_MAX = 2**31 - 1
 TRANSACTION_ROLLBACK_TYPE = 0xC  # MessageSysFlag: (sysFlag & 0xC) == 0xC
 _NAME = re.compile(r"^\d{17}$")
 _TRUNCATE_CHUNK = 65536  # items read at once when undoing items
+_ITEMS_STRUCTS: dict[int, struct.Struct] = {}  # n -> Struct(">" + "iqii" * n)
+
+
+def _items_struct(n: int) -> struct.Struct:
+    """A Struct packing ``n`` items at once (cached for the usual batch sizes)."""
+    st = _ITEMS_STRUCTS.get(n)
+    if st is None:
+        st = struct.Struct(">" + "iqii" * n)
+        if len(_ITEMS_STRUCTS) < 1024:
+            _ITEMS_STRUCTS[n] = st
+    return st
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -242,6 +258,9 @@ class IndexFile:
                     raise
                 self._dirty = True
         self._items_base = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        # The hash slots as native ints, loaded on the first batched put (hashSlotNum * 4
+        # bytes, 20 MB for the default geometry) and kept equal to the file by every writer.
+        self._slots: array | None = None
 
     # -- header -------------------------------------------------------------------------------
     @property
@@ -320,11 +339,107 @@ class IndexFile:
                 pass
             raise
         self._dirty = True
+        if self._slots is not None:
+            self._slots[(slot_pos - INDEX_HEADER_SIZE) // HASH_SLOT_SIZE] = count
         self.begin_timestamp, self.begin_phy_offset = begin_ts, begin_phy
         self.end_timestamp, self.end_phy_offset = store_timestamp, phy_offset
         self.hash_slot_count = slot_count
         self.index_count = count + 1
         return True
+
+    def _slot_table(self) -> array:
+        slots = self._slots
+        if slots is None:
+            slots = array("i")
+            slots.frombytes(self._io.read(INDEX_HEADER_SIZE, self.hash_slot_num * HASH_SLOT_SIZE))
+            if sys.byteorder == "little":
+                slots.byteswap()
+            self._slots = slots
+        return slots
+
+    def put_hashed(self, entries: list[int], start: int = 0) -> int:
+        """Add many keys at once; byte for byte what :meth:`put_key` would write for each.
+
+        Args:
+            entries: flat ``[keyHash, phyOffset, storeTimestamp, ...]`` (keyHash as
+                :func:`engine.javahash.index_key_hash` gives it; bytes; epoch ms), in order.
+            start: the first entry (counted in entries, not list items) to store.
+
+        Returns:
+            The number of the first entry not stored: ``len(entries) // 3`` when all fit, less
+            when the file filled up (the caller rolls to a new file).
+
+        Writes go items first (one pwrite for the whole run), then every changed hash slot
+        (one pwrite per run of adjacent slots), then the header, so a crash at any point
+        leaves slots that point only at written items and a header that counts only items its
+        slots may reach; a reader meanwhile never follows a slot past its indexCount.
+
+        Raises:
+            ReadOnlyStoreError: the file was opened read-only.
+            OSError: from the disk; the header and the slots are as before the call.
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.path}: index file opened read-only")
+        count = self.index_count
+        n = min(len(entries) // 3 - start, self.index_num - count)
+        if n <= 0:
+            return start
+        slots = self._slot_table()
+        nslots = self.hash_slot_num
+        begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
+        slot_count = self.hash_slot_count
+        items: list[int] = []
+        old: dict[int, int] = {}  # slot -> value before this call
+        c = count
+        phy = ts = 0
+        for j in range(3 * start, 3 * (start + n), 3):
+            key_hash, phy, ts = entries[j], entries[j + 1], entries[j + 2]
+            slot = key_hash % nslots
+            value = slots[slot]
+            if value <= INVALID_INDEX or value > c:
+                value = INVALID_INDEX
+                slot_count += 1
+            if begin_ts <= 0:
+                time_diff = 0
+            else:
+                delta = ts - begin_ts
+                time_diff = delta // 1000 if delta >= 0 else 0
+                if time_diff > _INT_MAX:
+                    time_diff = _INT_MAX
+            items += (key_hash, phy, time_diff, value)
+            if c <= 1:
+                begin_phy, begin_ts = phy, ts
+            if slot not in old:
+                old[slot] = slots[slot]
+            slots[slot] = c
+            c += 1
+        io = self._io
+        written: list[int] = []
+        try:
+            io.write(self._items_base + count * INDEX_SIZE, _items_struct(n).pack(*items))
+            for first, run in _slot_runs(sorted(old)):
+                io.write(INDEX_HEADER_SIZE + first * HASH_SLOT_SIZE,
+                         struct.pack(f">{run}i", *slots[first:first + run]))
+                written.append((first, run))
+            io.write(0, HEADER.pack(begin_ts, ts, begin_phy, phy, slot_count, c))
+        except OSError:
+            for slot, value in old.items():
+                slots[slot] = value
+            for first, run in written:  # the chains must not name unwritten items
+                try:
+                    io.write(INDEX_HEADER_SIZE + first * HASH_SLOT_SIZE,
+                             struct.pack(f">{run}i", *slots[first:first + run]))
+                except OSError:
+                    pass
+            raise
+        self._dirty = True
+        self.begin_timestamp, self.begin_phy_offset = begin_ts, begin_phy
+        self.end_timestamp, self.end_phy_offset = ts, phy
+        self.hash_slot_count = slot_count
+        self.index_count = c
+        if c >= self.index_num:
+            self._slots = None  # full: no more puts, free the table
+        return start + n
 
     # -- read ---------------------------------------------------------------------------------
     def select_phy_offsets(self, key: str, max_num: int, begin: int = 0,
@@ -423,6 +538,7 @@ class IndexFile:
                 lo = mid + 1
         if lo >= count:
             return count
+        self._slots = None  # reloaded from the file on the next batched put
         new_slots: dict[int, int] = {}
         slots = self.hash_slot_num
         for start in range(lo, count, _TRUNCATE_CHUNK):
@@ -474,6 +590,19 @@ class IndexFile:
         return (f"IndexFile({self.name}, slots={self.hash_slot_num}, items={self.index_num}, "
                 f"indexCount={self.index_count}, phy=[{self.begin_phy_offset}, "
                 f"{self.end_phy_offset}], ts=[{self.begin_timestamp}, {self.end_timestamp}])")
+
+
+def _slot_runs(sorted_slots: list[int]):
+    """``(first, length)`` runs of consecutive slot numbers."""
+    if not sorted_slots:
+        return
+    first = prev = sorted_slots[0]
+    for s in sorted_slots[1:]:
+        if s != prev + 1:
+            yield first, prev - first + 1
+            first = s
+        prev = s
+    yield first, prev - first + 1
 
 
 def _check_geometry(hash_slot_num: int, index_num: int) -> None:
@@ -559,6 +688,7 @@ class IndexService:
         self.read_only = read_only
         self.max_msgs_num_batch = max_msgs_num_batch
         self.files: list[IndexFile] = []
+        self._topic_hashes: dict[str, int] = {}  # topic -> hash of "topic#"
         self._mutex = threading.RLock()
         self._rw = _RWLock()
         names = []
@@ -632,31 +762,89 @@ class IndexService:
             OSError: from the disk (the keys put so far stay; :meth:`truncate` undoes them).
         """
         with self._mutex:
+            entries: list[int] = []  # flat keyHash, phyOffset, storeTimestamp
+            prefixes = self._topic_hashes
+            last = -1  # offset of the newest pending entry
             for d in batch:
                 if d.sys_flag & TRANSACTION_ROLLBACK_TYPE == TRANSACTION_ROLLBACK_TYPE:
                     continue
                 keys = d.keys
                 if isinstance(keys, str):
                     keys = keys.split(" ")
-                idx_keys = [f"{d.topic}#{d.uniq_key}"] if d.uniq_key is not None else []
-                idx_keys += [f"{d.topic}#{k}" for k in keys or () if k]
-                if not idx_keys:
+                uniq = d.uniq_key
+                if uniq is None and not keys:
                     continue
                 offset = d.commitlog_offset
-                files = self.files
-                if files and offset < files[-1].end_phy_offset:
+                if entries:
+                    end_phy = last
+                elif self.files:
+                    end_phy = self.files[-1].end_phy_offset
+                else:
+                    end_phy = None
+                if end_phy is not None and offset <= end_phy:
+                    if offset < end_phy:
+                        continue  # already indexed
+                    # The newest indexed record again (a restart re-dispatching it): only the
+                    # keys it lacks, one by one.
+                    self._put_entries(entries)
+                    entries = []
+                    self._put_again(d.topic, uniq, keys, offset, d.store_timestamp)
                     continue
-                holders = []  # files that already hold items of this very record
-                if files and offset == files[-1].end_phy_offset:
-                    for f in reversed(files):
-                        if f.end_phy_offset != offset:
-                            break
-                        if f.index_count > 1:
-                            holders.append(f)
-                for key in idx_keys:
-                    if holders and any(f.has_key_at(key, offset) for f in holders):
-                        continue
-                    self._put(key, offset, d.store_timestamp)
+                topic = d.topic
+                ph = prefixes.get(topic)
+                if ph is None:
+                    ph = java_hash_u32(topic + "#")
+                    if len(prefixes) < 65536:
+                        prefixes[topic] = ph
+                ts = d.store_timestamp
+                if uniq is not None:
+                    entries += (key_hash_of_u32(combine_u32(ph, java_hash_u32(uniq),
+                                                            utf16_len(uniq))), offset, ts)
+                for k in keys or ():
+                    if k:
+                        entries += (key_hash_of_u32(combine_u32(ph, java_hash_u32(k),
+                                                                utf16_len(k))), offset, ts)
+                last = offset
+            self._put_entries(entries)
+
+    def _put_again(self, topic: str, uniq: str | None, keys, offset: int,
+                   store_timestamp: int) -> None:
+        idx_keys = [f"{topic}#{uniq}"] if uniq is not None else []
+        idx_keys += [f"{topic}#{k}" for k in keys or () if k]
+        files = self.files
+        holders = []  # files that already hold items of this very record
+        for f in reversed(files):
+            if f.end_phy_offset != offset:
+                break
+            if f.index_count > 1:
+                holders.append(f)
+        for key in idx_keys:
+            if holders and any(f.has_key_at(key, offset) for f in holders):
+                continue
+            self._put(key, offset, store_timestamp)
+
+    def put_hashed(self, entries: list[int]) -> None:
+        """Index pre-hashed keys of new records (the store's put path).
+
+        ``entries`` is flat ``[keyHash, phyOffset, storeTimestamp, ...]`` in CommitLog order,
+        every phyOffset after :attr:`end_phy_offset`; keyHash is
+        ``index_key_hash("topic#key")``. Rolls to new files as they fill. Raises OSError.
+        """
+        with self._mutex:
+            self._put_entries(entries)
+
+    def _put_entries(self, entries: list[int]) -> None:
+        total = len(entries) // 3
+        i = 0
+        while i < total:
+            f = self._writable_last()
+            j = f.put_hashed(entries, i)
+            if j == i:
+                f = self._new_file()
+                j = f.put_hashed(entries, i)
+                if j == i:
+                    raise StoreError(f"{f.name}: a new index file refused a key")
+            i = j
 
     def _put(self, key: str, offset: int, store_timestamp: int) -> None:
         f = self._writable_last()

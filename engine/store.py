@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import logging
+import operator
 import os
 import struct
 import threading
@@ -36,7 +38,7 @@ from .cleanup import CleanReport, CleanService
 from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
                      TopicConfig, TopicConfigManager, validate_group_name, validate_topic_name)
-from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, pack_units
 from .indexfile import IndexService
 from .errors import (CorruptRecordError, FlushDiskTimeoutError, MessageIllegalError,
                      NoSuchTopicError,
@@ -50,6 +52,12 @@ from .message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK, C
                       encode_message, host_from_str, offset_msg_id)
 from .getmessage import (GetMessageResult, GetMessageStatus,  # noqa: F401 - re-exported
                          get_messages, parse_subscription)
+# The fast put path and the recovery scan (kept apart from the imports above on purpose).
+from .errors import PropertiesSizeExceededError
+from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
+from .message import (FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, RECORD_SLACK, decode_properties,
+                      decode_record, encode_blank)
+from .message import crc32 as _body_crc32
 from .uniqkey import UniqKeyGenerator
 
 log = logging.getLogger(__name__)
@@ -306,6 +314,23 @@ class PutResult:
     msg_id: str
     uniq_key: str | None
 
+    @classmethod
+    def _fast(cls, topic, queue_id, queue_offset, commitlog_offset, size, store_timestamp,
+              msg_id, uniq_key) -> "PutResult":
+        """Construct without the frozen dataclass's per-field ``object.__setattr__`` calls."""
+        obj = _new_object(cls)
+        _set_attr(obj, "__dict__", {
+            "topic": topic, "queue_id": queue_id, "queue_offset": queue_offset,
+            "commitlog_offset": commitlog_offset, "size": size,
+            "store_timestamp": store_timestamp, "msg_id": msg_id, "uniq_key": uniq_key})
+        return obj
+
+
+_new_object = object.__new__
+_set_attr = object.__setattr__
+_BORN_OF = operator.attrgetter("born_timestamp")
+_SHORTS = [n.to_bytes(2, "big") for n in range(4096)]  # big-endian int16 of small lengths
+
 
 @dataclass
 class _Dispatch:
@@ -365,6 +390,8 @@ class MessageStore:
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_file_size = self.config.mapped_file_size_consume_queue
         self._round_robin: dict[str, int] = {}
+        self._tags_cache: dict[str, tuple[bytes, int]] = {}  # TAGS -> (encoded property, tagsCode)
+        self._plain_topics: dict[str, tuple] = {}  # topic -> (config, state, _plain_topic info)
         self._delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[_Dispatch]) / truncate(offset)
         self.index_service: IndexService | None = None
@@ -616,10 +643,50 @@ class MessageStore:
         cl = self.commitlog
         batch: list[_Dispatch] = []
         gap = False
+        cqs = self.consume_queues
+        index = self.index_service
+        # Records the ConsumeQueues and the index already hold need no decoding. The index
+        # drops them (offset below its endPhyOffset); _dispatch would compare each one's unit
+        # with the record (_verify_present) and change nothing when they agree. So the unit is
+        # compared here, from offset, size and the tagsCode read straight from the record,
+        # against units read ahead in blocks. From the first record of a queue that goes to
+        # _dispatch (a unit that differs, or any other reason), every later record of that
+        # queue goes there too, so a truncation and rewrite happen exactly as on the decoded
+        # path. Other dispatchers see every record decoded.
+        skip_known = self._recover_undecoded and all(d is index for d in self.dispatchers)
+        indexed_below = index.end_phy_offset if index is not None else None
+        light = self._light_unit
+        pack_unit = UNIT.pack
+        windows: dict = {}  # (topic, queueId) -> (first queue offset, raw units read ahead)
+        dirty: set = set()  # queues with a record handed to _dispatch
         self._scan_last = self._scan_prev = None
-        for rec in cl.scan(start, check_crc=self.config.check_crc_on_recover):
-            self._scan_prev, self._scan_last = self._scan_last, rec
-            d = self._dispatch_of(rec)
+        last = prev = None  # (buf, pos) of the last two records, decoded after the scan
+        for (buf, pos, phys, _size, topic, qid, qoff, sys_flag) in cl.scan_raw(
+                start, check_crc=self.config.check_crc_on_recover):
+            prev, last = last, (buf, pos)
+            d = None
+            key = (topic, qid)
+            if skip_known and (indexed_below is None or phys < indexed_below):
+                if sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+                    continue  # no unit, and already indexed
+                cq = cqs.get(key)
+                if cq is not None and qoff < cq.max_offset and topic != SCHEDULE_TOPIC \
+                        and not sys_flag & 0x30:
+                    size, tc, store_ts = light(buf, pos)
+                    if key not in dirty:
+                        if qoff < cq.min_offset:
+                            continue  # not present, not written: as _dispatch does
+                        w = windows.get(key)
+                        if w is None or not w[0] <= qoff < w[0] + len(w[1]) // CQ_STORE_UNIT_SIZE:
+                            w = windows[key] = (qoff, cq.read_units(qoff, 4096))
+                        i = (qoff - w[0]) * CQ_STORE_UNIT_SIZE
+                        if w[1][i:i + CQ_STORE_UNIT_SIZE] == pack_unit(phys, size, tc):
+                            continue
+                    d = _Dispatch(topic, qid, phys, size, tc, store_ts, qoff, [], None,
+                                  sys_flag)
+            if d is None:
+                d = self._dispatch_of(decode_record(buf, pos, check_crc=False))
+            dirty.add(key)
             if d is not None:
                 batch.append(d)
             if len(batch) >= 4096:
@@ -627,7 +694,50 @@ class MessageStore:
                 batch = []
         if batch:
             gap |= self._dispatch(batch, recovering=True, full=full)
+        if prev is not None:
+            self._scan_prev = decode_record(prev[0], prev[1], check_crc=False)
+        if last is not None:
+            self._scan_last = decode_record(last[0], last[1], check_crc=False)
         return cl.scan_end, gap
+
+    _tags_codes: dict = {}  # TAGS value -> tagsCode, shared (a pure function)
+    _recover_undecoded = True  # False: recovery decodes every record (tests compare the two)
+
+    def _light_unit(self, buf, pos: int) -> tuple[int, int, int]:
+        """``(size, tagsCode, storeTimestamp)`` that :meth:`_dispatch_of` gives a record with
+        IPv4 hosts whose layout :meth:`CommitLog.scan_raw` checked, without decoding it
+        (tagsCode from the TAGS property). Not for ``SCHEDULE_TOPIC_XXXX`` (its tagsCode is a
+        deliver time)."""
+        (total, magic, _, _, _, _, _, _, _, _, _, store_ts, _, _, _, _,
+         body_len) = FIXED_V4.unpack_from(buf, pos)
+        p = pos + FIXED_V4.size + body_len
+        if magic == MAGIC_V1:
+            tlen = buf[p]
+            if tlen > 127:
+                tlen -= 256
+            p += 1 + tlen + 2
+        else:
+            p += 2 + int.from_bytes(buf[p:p + 2], "big", signed=True) + 2
+        tc = 0
+        end = pos + total
+        at = buf.find(b"TAGS\x01", p, end)
+        if at >= 0:
+            # decode_properties(...).get("TAGS"), read in place: one item named TAGS (at the
+            # start or after a separator) and no other occurrence; anything else is decoded.
+            if (at == p or buf[at - 1] == 2) and buf.find(b"TAGS\x01", at + 5, end) < 0:
+                vend = buf.find(b"\x02", at + 5, end)
+                raw = bytes(buf[at + 5:vend if vend >= 0 else end])
+            else:
+                tags = decode_properties(bytes(buf[p:end])).get(PROPERTY_TAGS)
+                raw = tags.encode("utf-8", "surrogatepass") if tags else b""
+            if raw:
+                tcs = MessageStore._tags_codes
+                tc = tcs.get(raw)
+                if tc is None:
+                    tc = tags_code(raw.decode("utf-8", errors="replace"))
+                    if len(tcs) < 4096:
+                        tcs[raw] = tc
+        return total, tc, store_ts
 
     def _dispatch_of(self, rec: MessageRecord) -> _Dispatch | None:
         tc = rec.tags_code
@@ -875,12 +985,41 @@ class MessageStore:
         return self.commitlog.read_message(off, size)
 
     def iter_queue(self, topic: str, queue_id: int, start: int = 0, end: int | None = None):
-        """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue."""
+        """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue.
+
+        Reads ConsumeQueue units in batches and, where a batch's records lie close together in
+        the CommitLog (one queue of a few), the whole span with one pread. Raises
+        CorruptRecordError for a unit that points at no valid record.
+        """
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             return
-        for qoff, off, size, _ in cq.iter_units(start, end):
-            yield qoff, self.commitlog.read_message(off, size)
+        cl = self.commitlog
+        files = cl.files
+        end = cq.max_offset if end is None else min(end, cq.max_offset)
+        pos = max(start, cq.min_offset)
+        while pos < end:
+            raw = cq.read_units(pos, min(_READ_BATCH, end - pos))
+            if not raw:
+                return
+            units = UNIT.iter_unpack(raw)
+            for group in _spans(list(units), files.file_size):
+                first, last = group[0], group[-1]
+                lo, hi = first[0], last[0] + last[1]
+                data = files.read(lo, hi - lo)
+                if len(data) != hi - lo:
+                    raise CorruptRecordError(f"records of {hi - lo} bytes not in the CommitLog",
+                                             lo)
+                for off, size, _tags in group:
+                    if off - lo + size > len(data):
+                        raise CorruptRecordError(f"record of {size} bytes not in the CommitLog",
+                                                 off)
+                    rec = decode_record(data, off - lo, check_crc=False)
+                    if rec.store_size > size:
+                        raise CorruptRecordError(
+                            f"record of {rec.store_size} bytes, its unit says {size}", off)
+                    yield pos, rec
+                    pos += 1
 
     # ------------------------------------------------------------------------------------------
     # writing
@@ -927,6 +1066,11 @@ class MessageStore:
                           "the store refuses messages until expired files are deleted")
         if not messages:
             return []
+        out = None if batch else self._put_plain(messages)
+        if out is not None:
+            for listener in self.listeners:
+                listener(out)
+            return out
         now = int(time.time() * 1000)
         encoded = []
         cfg_ = self.config
@@ -1074,6 +1218,252 @@ class MessageStore:
         """
         return get_messages(self, topic, queue_id, offset, max_msg_nums,
                             parse_subscription(tags))
+
+    # Fields of Message the fast path handles itself; any other field must hold its default.
+    _PLAIN_FIELDS = frozenset(("topic", "body", "tags", "keys", "properties", "queue_id",
+                               "sharding_key", "flag", "born_timestamp", "born_host",
+                               "sys_flag"))
+    _plain_extra: tuple | None = None  # (attrgetter of the other fields, their defaults)
+    _msg_id_prefix: str | None = None  # hex of the store host for offset msgIds
+
+    def _plain_topic(self, topic: str):
+        """Per-topic pieces for the fast path, or None when the topic needs the general one:
+        ``(writeQueueNums, queues, topic length byte + name, 91 + name length,
+        hash of "topic#")``. Cached while the topic's config stays the same."""
+        cfg = self.topic_config.get(topic)
+        if (cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC
+                or topic in self._batch_cq_topics):
+            return None
+        state = (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums)
+        hit = self._plain_topics.get(topic)
+        if hit is not None and hit[0] is cfg and hit[1] == state:
+            return hit[2]
+        raw = topic.encode("utf-8")
+        if len(topic) > 127 or len(raw) > 127:
+            return None
+        info = (cfg.write_queue_nums, max(cfg.write_queue_nums, cfg.read_queue_nums),
+                bytes((len(raw),)) + raw, 91 + len(raw), java_hash_u32(topic + "#"))
+        if len(self._plain_topics) > 65536:
+            self._plain_topics.clear()
+        self._plain_topics[topic] = (cfg, state, info)
+        return info
+
+    def _put_plain(self, messages: list[Message]) -> list[PutResult] | None:
+        """The put path for the common case, fused: encode, append and dispatch in one pass.
+
+        Handles puts where every message has no user properties, sysFlag 0, an IPv4 (or
+        default) born host, a V1 topic (not SCHEDULE_TOPIC_XXXX, not a BatchCQ topic) and
+        every other Message field at its default (no delay_level, compress or
+        wait_store_msg_ok=False), under ASYNC_FLUSH with an IPv4 store host, without
+        enabledAppendPropCRC or compressMsgBodyOverHowmuch; returns None for anything else
+        (nothing written, round-robin state restored), and :meth:`put_messages` runs the
+        general path. MessageBatch puts (``batch=True``) never come here; the disk-full
+        refusal is checked before. It keeps the shared state as the general path does
+        (topicQueueTable ``_queue_offsets``, ``_dispatched_store_timestamp``). Writes exactly the bytes the general path writes (tests/test_fastpaths.py): the
+        offsets are known up front so each record is packed once, the ConsumeQueue units of a
+        queue are packed in one call, UNIQ_KEYs come in one batch with their hashes, and the
+        index keys are written in one batch.
+        """
+        cfgs = self.config
+        if (self.sync_flush or len(self.store_host[0]) != 4 or cfgs.enabled_append_prop_crc
+                or cfgs.compress_msg_body_over_howmuch >= 0):
+            return None
+        extra = MessageStore._plain_extra
+        if extra is None:
+            import dataclasses
+            fields = [f for f in dataclasses.fields(Message) if f.name not in self._PLAIN_FIELDS]
+            # one attrgetter call and one comparison per message for all the other fields
+            names = [f.name for f in fields] + ["topic"]  # "topic": always a tuple
+            extra = MessageStore._plain_extra = (
+                operator.attrgetter(*names), tuple(f.default for f in fields))
+        extra_of, extra_defaults = extra
+        max_body = cfgs.max_message_size
+        now = int(time.time() * 1000)
+        with self.put_lock:
+            if self._closed:
+                raise ReadOnlyStoreError("store is closed")
+            cl = self.commitlog
+            fs = cl.file_size
+            start = pos = chunk_start = cl.max_offset
+            seg_end = pos - pos % fs + fs
+            chunks = []
+            pieces: list = []
+            topics: dict[str, tuple] = {}
+            queues: dict[tuple[str, int], list] = {}  # key -> [next queue offset, units]
+            queue_offsets = self._queue_offsets
+            rr = self._round_robin
+            rr_before = dict(rr)
+            # A fallback leaves no trace: round-robin positions and the UNIQ_KEY counter are
+            # put back, so the general path assigns what it would have assigned alone.
+            counter_before = self.uniq_keys._next_counter
+            tags_cache = self._tags_cache
+            uniq_next = self.uniq_keys.next_with_hash
+            if any(map(_BORN_OF, messages)):  # ids follow each born time
+                uniq_keys = uniq_hashes = itertools.repeat(None)
+            else:  # one batch of ids, in message order as one by one
+                uniq_keys, uniq_hashes = self.uniq_keys.next_many(len(messages), now)
+            crc32 = _body_crc32
+            pack = FIXED_V4.pack
+            sip, sport = self.store_host
+            id_prefix = self._msg_id_prefix
+            if id_prefix is None:
+                id_prefix = self._msg_id_prefix = (sip + struct.pack(">i", sport)).hex().upper()
+            index = self.index_service
+            idx: list[int] = []
+            p32 = pow31(32)
+            limit = max_body + RECORD_SLACK
+            default_born = (b"\x7f\x00\x00\x01", 0)
+            out: list[PutResult] = []
+            new_object = _new_object
+            shorts = _SHORTS
+            set_attr = _set_attr
+            for m, uniq, uniq_hash in zip(messages, uniq_keys, uniq_hashes):
+                topic = m.topic
+                body = m.body
+                blen = len(body)
+                bh = m.born_host
+                info = topics.get(topic)
+                if info is None:
+                    info = topics[topic] = self._plain_topic(topic)
+                if (info is None or m.properties or m.sys_flag or blen > max_body
+                        or (bh is not None and len(bh[0]) != 4)):
+                    rr.clear()
+                    rr.update(rr_before)
+                    self.uniq_keys._next_counter = counter_before
+                    return None
+                if extra_of(m)[:-1] != extra_defaults:
+                    rr.clear()
+                    rr.update(rr_before)
+                    self.uniq_keys._next_counter = counter_before
+                    return None
+                nwq, nq, tail, base, topic_hash = info
+                qid = m.queue_id
+                if qid is None:
+                    if m.sharding_key is not None:
+                        qid = (zlib.crc32(m.sharding_key.encode()) & 0x7FFFFFFF) % nwq
+                    else:
+                        i = rr.get(topic, 0)
+                        rr[topic] = i + 1
+                        qid = i % nwq
+                elif not 0 <= qid < nq:
+                    raise PutMessageError(f"queueId {qid} is not a queue of {topic}"
+                                          f" (0..{nwq - 1})")
+                tags = m.tags
+                if tags:
+                    head_tc = tags_cache.get(tags)
+                    if head_tc is None:
+                        head_tc = (f"TAGS\x01{tags}\x02".encode(), tags_code(tags))
+                        if len(tags_cache) < 4096:
+                            tags_cache[tags] = head_tc
+                    head, tc = head_tc
+                else:
+                    head, tc = b"", 0
+                keys = m.keys
+                if keys:
+                    keys = keys if isinstance(keys, str) else " ".join(keys)
+                    head += f"KEYS\x01{keys}\x02".encode()
+                if m.sharding_key is not None:
+                    head += f"__SHARDINGKEY\x01{m.sharding_key}\x02".encode()
+                born = m.born_timestamp or now
+                if uniq is None:
+                    uniq, uniq_hash = uniq_next(born)
+                plen = len(head) + len(uniq) + 10  # + "UNIQ_KEY" \x01 uniq \x02
+                if plen > MAX_PROPERTIES_LENGTH:
+                    raise PropertiesSizeExceededError(
+                        f"properties are {plen} bytes, more than {MAX_PROPERTIES_LENGTH}")
+                total = base + blen + plen
+                if total > limit:
+                    raise MessageIllegalError(
+                        f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
+                if pos + total + 8 > seg_end:
+                    if total + 8 > fs:
+                        raise MessageIllegalError(f"record of {total} bytes does not fit in a "
+                                                  f"{fs}-byte CommitLog segment")
+                    pieces.append(encode_blank(seg_end - pos))
+                    chunks.append((chunk_start, pieces))
+                    pieces = []
+                    pos = chunk_start = seg_end
+                    seg_end += fs
+                key = (topic, qid)
+                q = queues.get(key)
+                if q is None:
+                    nxt = queue_offsets.get(key) if queue_offsets else None
+                    if nxt is None:
+                        cq = self.consume_queues.get(key)
+                        nxt = cq.max_offset if cq is not None else 0
+                    q = queues[key] = [nxt, []]
+                qoff = q[0]
+                q[0] = qoff + 1
+                q[1] += (pos, total, tc)
+                if bh is None:
+                    bh = default_born
+                # header | body | topic length + topic | properties length + properties
+                pieces += (pack(total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff,
+                                pos, 0, born, bh[0], bh[1], now, sip, sport, 0, 0, blen),
+                           body, b"%s%s%sUNIQ_KEY\x01%s\x02" % (
+                               tail, shorts[plen] if plen < 4096 else plen.to_bytes(2, "big"),
+                               head, uniq.encode()))
+                if index is not None:
+                    h = (topic_hash * p32 + uniq_hash) & 0xFFFFFFFF
+                    if h & 0x80000000:
+                        h = 0x100000000 - h
+                        if h > 0x7FFFFFFF:
+                            h = 0
+                    idx += (h, pos, now)
+                    if keys:
+                        for k in keys.split(" "):
+                            if k:
+                                idx += (key_hash_of_u32(
+                                    (topic_hash * pow31(utf16_len(k)) + java_hash_u32(k))
+                                    & 0xFFFFFFFF), pos, now)
+                res = new_object(PutResult)  # PutResult._fast, inlined
+                set_attr(res, "__dict__", {
+                    "topic": topic, "queue_id": qid, "queue_offset": qoff,
+                    "commitlog_offset": pos, "size": total, "store_timestamp": now,
+                    "msg_id": id_prefix + "%016X" % pos, "uniq_key": uniq})
+                out.append(res)
+                pos += total
+            chunks.append((chunk_start, pieces))
+            cl.append_chunks(chunks, pos, now)
+            self._dispatch_plain(messages, out, queues, idx, start, now)
+            queue_offsets.update((k, v[0]) for k, v in queues.items())
+            self._dispatched_store_timestamp = now
+        return out
+
+    def _dispatch_plain(self, messages, out, queues, idx, start: int, now: int) -> None:
+        """ConsumeQueue units, index keys and other dispatchers for :meth:`_put_plain`; on an
+        OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
+        index = self.index_service
+        others = [d for d in self.dispatchers if d is not index]
+        before = {}
+        try:
+            for key, (nxt, units) in queues.items():
+                cq = self._consume_queue(key[0], key[1], create=True)
+                before[key] = cq.max_offset
+                cq.put_units(nxt - len(units) // 3, pack_units(units))
+            if index is not None and idx:
+                if idx[1] > index.end_phy_offset:
+                    index.put_hashed(idx)
+                else:  # cannot happen after recovery; keep the general rule anyway
+                    others.insert(0, index)
+            if others:
+                batch = [_Dispatch(r.topic, r.queue_id, r.commitlog_offset, r.size, 0,
+                                   now, r.queue_offset, [], r.uniq_key, 0) for r in out]
+                for m, d in zip(messages, batch):
+                    d.tags_code = tags_code(m.tags) if m.tags else 0
+                    k = m.keys
+                    if k:
+                        d.keys = [t for t in (k if isinstance(k, str) else
+                                              " ".join(k)).split(" ") if t]
+                for d in others:
+                    d.dispatch(batch)
+        except OSError:
+            for key, old in before.items():
+                self.consume_queues[key].truncate_to(old)
+            for d in self.dispatchers:
+                d.truncate(start)
+            self.commitlog.truncate(start)
+            raise
 
     # ------------------------------------------------------------------------------------------
     # consumer offsets and groups
@@ -1296,6 +1686,34 @@ class MessageStore:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_READ_BATCH = 1024  # ConsumeQueue units read at once by iter_queue
+_SPAN_MAX = 4 << 20  # at most this many CommitLog bytes in one read
+_SPAN_SLACK = 4  # read a span when it is at most this many times the records' own bytes
+
+
+def _spans(units: list, file_size: int):
+    """Split ``(offset, size, tagsCode)`` units into runs each worth reading with one pread:
+    inside one segment, at most _SPAN_MAX bytes, and not mostly other queues' records."""
+    i, n = 0, len(units)
+    while i < n:
+        lo = units[i][0]
+        seg_end = lo - lo % file_size + file_size
+        own = 0
+        j = i
+        while j < n:
+            off, size, _ = units[j]
+            hi = off + size
+            if off < lo or hi > seg_end or hi - lo > _SPAN_MAX or (
+                    j > i and hi - lo > _SPAN_SLACK * (own + size)):
+                break
+            own += size
+            j += 1
+        if j == i:
+            j = i + 1  # a single record: read it alone
+        yield units[i:j]
+        i = j
 
 
 def _int_or_zero(text: str | None) -> int:

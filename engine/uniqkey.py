@@ -11,14 +11,13 @@ so 32 hex digits for an IPv4 producer. The first three parts are fixed per proce
 from __future__ import annotations
 
 import datetime as _dt
-import itertools
 import os
 import random
 import struct
 import threading
 import time
 
-_TAIL = struct.Struct(">iH")
+from .javahash import java_hash_u32
 
 
 class UniqKeyGenerator:
@@ -32,10 +31,13 @@ class UniqKeyGenerator:
         # (short) UtilAll.getPid(): the low 16 bits; then the class loader's hashCode.
         prefix = ip + struct.pack(">Hi", os.getpid() & 0xFFFF, random.getrandbits(31))
         self._prefix = prefix.hex().upper()
-        self._counter = itertools.count(random.getrandbits(16))
+        self._next_counter = random.getrandbits(16)  # used & 0xFFFF, like a short
         self._lock = threading.Lock()
         self._month_start = 0
         self._next_month = 0
+        self._head_since = None
+        self._head = ""
+        self._head_hash = 0
 
     def _roll_month(self, now_ms: int) -> None:
         now = _dt.datetime.fromtimestamp(now_ms / 1000)
@@ -46,11 +48,46 @@ class UniqKeyGenerator:
 
     def next(self, now_ms: int | None = None) -> str:
         """A new id (32 hex digits for IPv4)."""
+        return self.next_with_hash(now_ms)[0]
+
+    def next_with_hash(self, now_ms: int | None = None) -> tuple[str, int]:
+        """A new id and its Java ``hashCode`` as an unsigned 32-bit int.
+
+        The hash comes from the cached hash of the fixed head (prefix + time part) combined
+        with a table lookup for the 4 counter digits (``h(a+b) = h(a)*31**4 + h(b)``), so the
+        IndexFile key ``topic#id`` costs no per-character work.
+        """
+        keys, hashes = self.next_many(1, now_ms)
+        return keys[0], hashes[0]
+
+    def next_many(self, n: int, now_ms: int | None = None) -> tuple[list[str], list[int]]:
+        """``n`` new ids for the same time (epoch ms) and their unsigned Java hashes."""
         if now_ms is None:
             now_ms = int(time.time() * 1000)
         with self._lock:
             if now_ms >= self._next_month:
                 self._roll_month(now_ms)
-            counter = next(self._counter) & 0xFFFF
+            first = self._next_counter
+            self._next_counter = first + n
             since = now_ms - self._month_start
-        return self._prefix + _TAIL.pack(since & 0x7FFFFFFF, counter).hex().upper()
+            if since != self._head_since:
+                head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
+                self._head = head
+                self._head_hash = (java_hash_u32(head) * _POW31_4) & 0xFFFFFFFF
+                self._head_since = since
+            head, head_hash = self._head, self._head_hash
+        if n == 1:
+            c = first & 0xFFFF
+            return [head + _HEX4[c]], [(head_hash + _HASH4[c]) & 0xFFFFFFFF]
+        counters = [c & 0xFFFF for c in range(first, first + n)]
+        return ([head + _HEX4[c] for c in counters],
+                [(head_hash + _HASH4[c]) & 0xFFFFFFFF for c in counters])
+
+
+# "%04X" of every counter value and the Java hash of that text (65536 entries, built lazily
+# in C-level comprehensions from the 256 two-digit halves).
+_HEX2 = ["%02X" % b for b in range(256)]
+_HASH2 = [ord(t[0]) * 31 + ord(t[1]) for t in _HEX2]
+_HEX4 = [a + b for a in _HEX2 for b in _HEX2]
+_HASH4 = [ha * 961 + hb for ha in _HASH2 for hb in _HASH2]
+_POW31_4 = 31 ** 4
