@@ -33,7 +33,6 @@ import mmap
 import os
 import re
 import shutil
-import struct
 import time
 import zlib
 from array import array
@@ -46,6 +45,7 @@ from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_
 from .javahash import index_key_hash, tags_code
 from .message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_CRC32, PROPERTY_DELAY,
                       TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record)
+from .store import _lock_holder
 
 _SEGMENT_NAME = re.compile(r"^\d{20}$")
 _INDEX_NAME = re.compile(r"^\d{17}$")
@@ -167,12 +167,7 @@ def lock_holder(root: str) -> int | None:
     except OSError:
         return None
     try:
-        req = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0) + b"\0" * 4
-        res = fcntl.fcntl(fd, fcntl.F_GETLK, req)
-        l_type, _, _, _, pid = struct.unpack_from("hhqqi", res)
-        return pid if l_type != fcntl.F_UNLCK and pid > 0 else None
-    except OSError:
-        return None
+        return _lock_holder(fd)
     finally:
         os.close(fd)
 
