@@ -116,75 +116,22 @@ class CommitLog:
 
         Yields ``MessageRecord``s. After the generator ends, :attr:`scan_end` holds the offset
         just after the last good record and :attr:`scan_error` what stopped it (None at a clean
-        end: zeros, the end of the files or ``end``). A blank record moves to the next segment.
+        end: zeros, the end of the files or ``end``). A blank record moves to the next segment,
+        and a blank in the last file ends the scan (``recoverNormally``). This is
+        :meth:`scan_raw` plus a full decode of each record, so both stop at the same place
+        unless a record fails to decode, which ends this scan at that record.
         """
-        self.scan_error = None
-        pos = start
-        self.scan_end = pos
-        stop = self.files.end_offset if end is None else min(end, self.files.end_offset)
-        while pos < stop:
-            seg = self.files.find(pos)
-            if seg is None:
-                break
-            chunk_start = pos
-            chunk = os.pread(seg.fd, min(SCAN_CHUNK, seg.end - pos), pos - seg.start)
-            i = 0
-            n = len(chunk)
-            rolled = False
-            while i < n and chunk_start + i < stop:
-                if n - i < 8:
-                    if chunk_start + n >= seg.end:
-                        self.scan_error = "segment ends inside a record header"
-                        return
-                    break  # read more
-                total, magic = BLANK.unpack_from(chunk, i)
-                if magic == MAGIC_BLANK:
-                    # recoverNormally: a blank in the last file ends the scan at the blank
-                    # (the next append overwrites it); otherwise go on in the next file.
-                    if self.files.find(seg.end) is None:
-                        return
-                    pos = seg.end
-                    self.scan_end = pos
-                    rolled = True
-                    break
-                if total == 0 and magic == 0:
-                    self.scan_error = None
-                    return
-                if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
-                    self.scan_error = f"no record at {chunk_start + i} (magic 0x{magic:08X})"
-                    return
-                if i + total > n:
-                    if chunk_start + i + total > seg.end:
-                        self.scan_error = f"record at {chunk_start + i} runs past its segment"
-                        return
-                    if i == 0:
-                        chunk = os.pread(seg.fd, total, pos - seg.start)
-                        n = len(chunk)
-                        if n < total:
-                            self.scan_error = f"record at {pos} is truncated"
-                            return
-                        continue
-                    break  # re-read from this record
-                try:
-                    rec = decode_record(chunk, i, check_crc=check_crc,
-                                        base_offset=chunk_start,
-                                        force_verify_prop_crc=self.force_verify_prop_crc)
-                except CorruptRecordError as exc:
-                    self.scan_error = str(exc)
-                    return
-                yield rec
-                i += total
-                self.scan_end = chunk_start + i
-            if not rolled:
-                if n == 0 or (i == 0 and n < 8):
-                    self.scan_error = f"segment file ends early at {chunk_start + i}"
-                    return
-                pos = chunk_start + i
-                if pos >= stop:
-                    break
+        for buf, pos, phys, _total, *_ in self.scan_raw(start, check_crc, end):
+            try:
+                rec = decode_record(buf, pos, check_crc=False)
+            except CorruptRecordError as exc:
+                self.scan_error = str(exc)
+                self.scan_end = phys
+                return
+            yield rec
 
     def scan_raw(self, start: int, check_crc: bool = True, end: int | None = None):
-        """Like :meth:`scan`, with the same checks and stopping rules, but without decoding.
+        """Walk records from ``start`` to the first invalid one without decoding them.
 
         Yields ``(buf, pos, phys, total, topic, queue_id, queue_offset, sys_flag)`` per valid
         record: the record is ``buf[pos:pos + total]`` (decode it with
@@ -192,7 +139,9 @@ class CommitLog:
         Recovery uses this to pass over records the ConsumeQueues and the index already hold
         with only a size, CRC and layout check (CRC over a memoryview, no copies). Records with
         IPv6 hosts or a ``__CRC32#`` property are checked by ``decode_record`` itself.
-        :attr:`scan_end` / :attr:`scan_error` as for :meth:`scan`.
+        :attr:`scan_end` / :attr:`scan_error` as for :meth:`scan`. Stopping rules: zeros end the
+        scan cleanly; a bad magic, size, CRC, PHYSICALOFFSET or layout, a record running past
+        its segment, or a segment file that ends early end it with :attr:`scan_error` set.
         """
         self.scan_error = None
         pos = start
