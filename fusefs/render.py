@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import json
 
-from engine.message import MessageRecord, host_to_str
+from engine.message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, MAGIC_V1,
+                            STOREHOSTADDRESS_V6_FLAG, MessageRecord, decode_properties,
+                            host_to_str)
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -147,3 +149,82 @@ def render_body(rec: MessageRecord) -> bytes:
 def render_json(obj) -> bytes:
     """Pretty JSON for small status files, ending in a newline."""
     return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+# -- straight from the record bytes --------------------------------------------------------------
+# The first read of a view renders every message, so for the common record (V1 magic, IPv4
+# hosts, uncompressed body) the line is built from the CommitLog bytes without building a
+# MessageRecord first. Anything else returns None and the caller decodes the record and uses
+# render_message / render_view_message; the tests check both give the same bytes.
+
+_FIXED = FIXED_V4.unpack_from
+_FIXED_SIZE = FIXED_V4.size
+_SLOW_FLAGS = COMPRESSED_FLAG | BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_topics: dict = {}
+
+
+def render_raw(buf, pos: int, view: bool = False):
+    """Render the record at ``buf[pos]`` as a ``topics/`` line (``view=True``: a ``view/``
+    line, body base64). Returns ``(line bytes, storeTimestamp ms)``, or None when the record is
+    not a plain V1/IPv4/uncompressed one or its lengths do not add up (decode it instead).
+    """
+    (total, magic, crc, queue_id, flag, queue_offset, off, sys_flag, born_ts, born_ip,
+     born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len) = _FIXED(buf, pos)
+    if magic != MAGIC_V1 or sys_flag & _SLOW_FLAGS or body_len < 0:
+        return None
+    p = pos + _FIXED_SIZE
+    body = bytes(buf[p:p + body_len])
+    p += body_len
+    tlen = buf[p] if p < pos + total else 128
+    if tlen > 127:
+        return None
+    traw = bytes(buf[p + 1:p + 1 + tlen])
+    p += 1 + tlen
+    plen = (buf[p] << 8) | buf[p + 1] if p + 2 <= pos + total else -1
+    if total != 91 + body_len + tlen + plen or plen > 32767:
+        return None
+    props = decode_properties(bytes(buf[p + 2:p + 2 + plen]))
+    topic = _topics.get(traw)
+    if topic is None:
+        if len(_topics) > 4096:
+            _topics.clear()
+        try:
+            topic = _topics[traw] = _str(traw.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+    tags = props.get("TAGS")
+    keys = props.get("KEYS")
+    if keys:
+        keys_json = "[" + ",".join(_str(k) for k in keys.split(" ") if k) + "]"
+    else:
+        keys_json = "[]"
+    if props:
+        props_json = "{" + ",".join([_str(k) + ":" + _str(v) for k, v in props.items()]) + "}"
+    else:
+        props_json = "{}"
+    if view:
+        body_json = '"' + base64.b64encode(body).decode("ascii") + '"'
+        enc = ""
+    else:
+        try:
+            body_json = _str(body.decode("utf-8"))
+            enc = ""
+        except UnicodeDecodeError:
+            body_json = '"' + base64.b64encode(body).decode("ascii") + '"'
+            enc = ',"bodyEncoding":"base64"'
+    born, store = (born_ip, born_port), (store_ip, store_port)
+    born_s = _hosts.get(born) or _host(born)
+    store_s = _hosts.get(store) or _host(store)
+    prefix = _id_prefixes.get(store) or _id_prefix(store)
+    line = (f'{{"topic":{topic},"queueId":{queue_id},'
+            f'"queueOffset":{queue_offset},"commitLogOffset":{off},'
+            f'"storeSize":{total},'
+            f'"msgId":"{prefix}{off & 0xFFFFFFFFFFFFFFFF:016X}",'
+            f'"tags":{"null" if tags is None else _str(tags)},"keys":{keys_json},'
+            f'"bornTimestamp":{born_ts},"bornHost":{born_s},'
+            f'"storeTimestamp":{store_ts},"storeHost":{store_s},'
+            f'"sysFlag":{sys_flag},"flag":{flag},"bodyCRC":{crc},'
+            f'"reconsumeTimes":{reconsume},'
+            f'"preparedTransactionOffset":{prepared},'
+            f'"properties":{props_json},"body":{body_json}{enc}}}\n')
+    return line.encode("utf-8"), store_ts

@@ -27,6 +27,8 @@ from engine.consumequeue import BLANK_UNIT_SIZE
 from engine.message import MessageRecord, decode_record
 from engine.store import MessageStore
 
+from . import render as R
+
 Renderer = Callable[[MessageRecord], bytes]
 BATCH = 2048
 SPAN_MAX = 4 * 1024 * 1024  # read a batch's records with one pread when they lie this close
@@ -123,12 +125,11 @@ class RenderedLog:
             pass
 
 
-def _records(store: MessageStore, units):
-    """Decode the records of ``(commitLogOffset, size)`` pairs, in order.
+def _raw_records(store: MessageStore, units):
+    """Yield ``(buf, pos)`` for the records of ``(commitLogOffset, size)`` pairs, in order.
 
-    Records that lie close together in one segment (the common case: a queue's or a topic's
-    messages are mostly contiguous in the CommitLog) are read with one ``pread`` per span of up
-    to SPAN_MAX bytes instead of one per record.
+    Records close together in the CommitLog (a topic's or queue's messages usually are) are
+    read with one ``pread`` per span of up to SPAN_MAX bytes instead of one per record.
     """
     cl = store.commitlog
     files = cl.files
@@ -137,7 +138,7 @@ def _records(store: MessageStore, units):
         off, size = units[i]
         seg = files.find(off)
         if seg is None:
-            yield cl.read_message(off, size)
+            yield cl.read(off, size), 0
             i += 1
             continue
         j, end = i + 1, off + size
@@ -148,27 +149,40 @@ def _records(store: MessageStore, units):
             end = max(end, o2 + s2)
             j += 1
         if j == i + 1:
-            yield cl.read_message(off, size)
+            yield cl.read(off, size), 0
             i += 1
             continue
         buf = os.pread(seg.fd, end - off, off - seg.start)
         for k in range(i, j):
             o, s = units[k]
             if o - off + s > len(buf):
-                yield cl.read_message(o, s)
+                yield cl.read(o, s), 0
             else:
-                yield decode_record(buf, o - off, check_crc=False)
+                yield buf, o - off
         i = j
+
+
+# Renderers that can work on the record bytes directly (see render.render_raw): the value is
+# render_raw's ``view`` argument.
+_RAW_RENDERERS = {R.render_message: False, R.render_view_message: True}
 
 
 def _render_units(store: MessageStore, units, render: Renderer):
     """Render ``(commitLogOffset, size)`` pairs; returns (lines, newest store ms)."""
     lines = []
     newest = 0
-    for rec in _records(store, units):
-        lines.append(render(rec))
-        if rec.store_timestamp > newest:
-            newest = rec.store_timestamp
+    raw_view = _RAW_RENDERERS.get(render)
+    render_raw = R.render_raw
+    for buf, pos in _raw_records(store, units):
+        out = render_raw(buf, pos, raw_view) if raw_view is not None else None
+        if out is None:
+            rec = decode_record(buf, pos, check_crc=False)
+            line, ts = render(rec), rec.store_timestamp
+        else:
+            line, ts = out
+        lines.append(line)
+        if ts > newest:
+            newest = ts
     if _RENDER_PAUSE:
         time.sleep(_RENDER_PAUSE)
     return lines, newest
