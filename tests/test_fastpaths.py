@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import random
 from pathlib import Path
 
@@ -218,14 +219,17 @@ def test_iter_queue_span_reads_equal_single_reads(tmp_path):
             assert [o for o, _ in s.iter_queue(topic, q, 2, hi - 1)] == list(range(2, hi - 1))
 
 
-def _scan_all(store: MessageStore, raw: bool):
+def _scan_all(store: MessageStore, raw: bool, production: bool = False):
     cl = store.commitlog
-    if raw:
+    if production:  # CommitLog.scan: scan_raw plus a decode of each record
+        out = [(r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset,
+                r.sys_flag) for r in cl.scan(0)]
+    elif raw:
         out = [(phys, total, topic, qid, qoff, flag)
                for (_b, _p, phys, total, topic, qid, qoff, flag) in cl.scan_raw(0)]
     else:
         out = [(r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset,
-                r.sys_flag) for r in cl.scan(0)]
+                r.sys_flag) for r in reference_scan(cl, 0)]
     return out, cl.scan_end, cl.scan_error is None
 
 
@@ -260,7 +264,8 @@ def test_scan_raw_stops_where_scan_stops(tmp_path, damage):
     with MessageStore(str(root), cfg, read_only=True) as s:
         a = _scan_all(s, raw=False)
         b = _scan_all(s, raw=True)
-    assert a == b
+        c = _scan_all(s, raw=True, production=True)
+    assert a == b == c
     if damage != "none":
         assert a[1] < last
 
@@ -374,7 +379,7 @@ def test_scan_raw_handles_v2_ipv6_and_crc_property_records(tmp_path):
                                    store_host=v6 if i % 6 == 0 else v4))
     cl.append(msgs, list(range(40)), T0)
     a = [(r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset, r.sys_flag)
-         for r in cl.scan(0)]
+         for r in reference_scan(cl, 0)]
     b = [(phys, total, topic, qid, qoff, flag)
          for (_b, _p, phys, total, topic, qid, qoff, flag) in cl.scan_raw(0)]
     assert a == b and len(a) == 40
@@ -629,3 +634,87 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
                          b.store_timestamp, b.queue_offset, b.sys_flag)
             n += 1
         assert n == len(msgs)
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference walker for the scan tests.
+
+from engine.commitlog import SCAN_CHUNK  # noqa: E402
+from engine.errors import CorruptRecordError  # noqa: E402
+from engine.message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2,  # noqa: E402
+                            decode_record as _decode_record)
+
+
+def reference_scan(self, start: int, check_crc: bool = True, end: int | None = None):
+    """The record-by-record decoding walk CommitLog.scan had before it was built on scan_raw.
+
+    Kept here, independent of scan_raw, as the reference the stop-point tests compare against
+    (``self`` is a CommitLog; scan_end / scan_error are set on it as the real scans do).
+    Yields ``MessageRecord``s. After the generator ends, :attr:`scan_end` holds the offset
+    just after the last good record and :attr:`scan_error` what stopped it (None at a clean
+    end: zeros, the end of the files or ``end``). A blank record moves to the next segment.
+    """
+    self.scan_error = None
+    pos = start
+    self.scan_end = pos
+    stop = self.files.end_offset if end is None else min(end, self.files.end_offset)
+    while pos < stop:
+        seg = self.files.find(pos)
+        if seg is None:
+            break
+        chunk_start = pos
+        chunk = os.pread(seg.fd, min(SCAN_CHUNK, seg.end - pos), pos - seg.start)
+        i = 0
+        n = len(chunk)
+        rolled = False
+        while i < n and chunk_start + i < stop:
+            if n - i < 8:
+                if chunk_start + n >= seg.end:
+                    self.scan_error = "segment ends inside a record header"
+                    return
+                break  # read more
+            total, magic = BLANK.unpack_from(chunk, i)
+            if magic == MAGIC_BLANK:
+                # recoverNormally: a blank in the last file ends the scan at the blank
+                # (the next append overwrites it); otherwise go on in the next file.
+                if self.files.find(seg.end) is None:
+                    return
+                pos = seg.end
+                self.scan_end = pos
+                rolled = True
+                break
+            if total == 0 and magic == 0:
+                self.scan_error = None
+                return
+            if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+                self.scan_error = f"no record at {chunk_start + i} (magic 0x{magic:08X})"
+                return
+            if i + total > n:
+                if chunk_start + i + total > seg.end:
+                    self.scan_error = f"record at {chunk_start + i} runs past its segment"
+                    return
+                if i == 0:
+                    chunk = os.pread(seg.fd, total, pos - seg.start)
+                    n = len(chunk)
+                    if n < total:
+                        self.scan_error = f"record at {pos} is truncated"
+                        return
+                    continue
+                break  # re-read from this record
+            try:
+                rec = _decode_record(chunk, i, check_crc=check_crc,
+                                    base_offset=chunk_start,
+                                    force_verify_prop_crc=self.force_verify_prop_crc)
+            except CorruptRecordError as exc:
+                self.scan_error = str(exc)
+                return
+            yield rec
+            i += total
+            self.scan_end = chunk_start + i
+        if not rolled:
+            if n == 0 or (i == 0 and n < 8):
+                self.scan_error = f"segment file ends early at {chunk_start + i}"
+                return
+            pos = chunk_start + i
+            if pos >= stop:
+                break
