@@ -52,6 +52,7 @@ from contextlib import contextmanager
 
 from .errors import CorruptRecordError, ReadOnlyStoreError, StoreError
 from .javahash import combine_u32, index_key_hash, java_hash_u32, key_hash_of_u32, utf16_len
+from .mappedfile import create_preallocated
 
 HEADER = struct.Struct(">qqqqii")  # begin/endTimestamp, begin/endPhyOffset, slot and item counts
 SLOT = struct.Struct(">i")
@@ -229,13 +230,7 @@ class IndexFile:
             _check_geometry(hash_slot_num, index_num)
             self.hash_slot_num, self.index_num = hash_slot_num, index_num
             self.size = index_file_size(hash_slot_num, index_num)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.ftruncate(fd, self.size)
-            except OSError:
-                os.close(fd)
-                os.unlink(path)
-                raise
+            fd = create_preallocated(path, self.size, exclusive=True)
             self._io = _FdIO(fd, path)
             created = True
         if created:

@@ -27,6 +27,24 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+def create_preallocated(path: str, size: int, exclusive: bool = False) -> int:
+    """Create ``path`` at its full ``size`` (bytes) as a sparse file and return an O_RDWR fd.
+
+    RocketMQ preallocates its mapped files, and a broker refuses a file of another length.
+    ``ftruncate`` needs no free blocks; on failure the file is removed and OSError raised.
+    ``exclusive`` fails with FileExistsError when the file already exists.
+    """
+    flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if exclusive else 0)
+    fd = os.open(path, flags, 0o644)
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    return fd
+
+
 class Segment:
     """One file of a :class:`FileQueue`: ``[start, start + size)`` of the logical byte space."""
 
@@ -167,13 +185,7 @@ class FileQueue:
             if not os.path.isdir(self.directory):
                 _makedirs_durable(self.directory)
             path = os.path.join(self.directory, offset_to_file_name(start))
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                os.ftruncate(fd, self.file_size)
-            except OSError:
-                os.close(fd)
-                os.unlink(path)
-                raise
+            fd = create_preallocated(path, self.file_size)
             # The new name must survive a power cut once its data is fdatasync'ed (SYNC_FLUSH
             # acknowledges after fdatasync of the file only): sync the directory entry now.
             _fsync_dir(self.directory)

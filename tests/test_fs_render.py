@@ -29,18 +29,25 @@ def test_fast_renderer_matches_json_on_broker_written_stores(tmp_path, fixture):
         assert render_message(rec) == render_message_json(rec)
 
 
-def test_fast_renderer_matches_json_on_odd_messages(tmp_path):
-    bodies = [b"", b"plain", "ünïcödé \u2028 \u0000 \t \" \\ /".encode(), b"\xff\xfe\x00binary",
-              b"x" * 70_000, "emoji \U0001F600".encode()]
-    with MessageStore(str(tmp_path / "s")) as s:
+ODD_BODIES = [b"", b"plain", "ünïcödé \u2028 \u0000 \t \" \\ /".encode(),
+              b"\xff\xfe\x00binary", b"x" * 70_000, "emoji \U0001F600".encode()]
+
+
+def _odd_store(path):
+    """A store of ODD_BODIES, each with no tags/keys/properties, odd ones, and empty ones."""
+    with MessageStore(str(path)) as s:
         s.create_topic("Odd%|_-1")
         s.put_messages([Message("Odd%|_-1", b, tags=t, keys=k, properties=p)
-                        for b in bodies
+                        for b in ODD_BODIES
                         for t, k, p in [(None, None, None),
                                         ("Tä\"g", ["k 1", "k\\2"], {"ü": "\n", "a": "é"}),
                                         ("", "  spaced  keys ", {})]])
-    recs = _records(tmp_path / "s")
-    assert len(recs) == len(bodies) * 3
+    return path
+
+
+def test_fast_renderer_matches_json_on_odd_messages(tmp_path):
+    recs = _records(_odd_store(tmp_path / "s"))
+    assert len(recs) == len(ODD_BODIES) * 3
     for rec in recs:
         line = render_message(rec)
         assert line == render_message_json(rec)
@@ -77,15 +84,7 @@ def test_raw_renderer_matches_the_record_renderers(tmp_path, fixture):
 
 def test_raw_renderer_on_odd_messages(tmp_path):
     from fusefs.render import render_raw, render_view_message
-    bodies = [b"", b"plain", "ünïcödé \u2028 \u0000 \t \" \\ /".encode(), b"\xff\xfe\x00binary",
-              b"x" * 70_000, "emoji \U0001F600".encode()]
-    with MessageStore(str(tmp_path / "s")) as s:
-        s.create_topic("Odd%|_-1")
-        s.put_messages([Message("Odd%|_-1", b, tags=t, keys=k, properties=p)
-                        for b in bodies
-                        for t, k, p in [(None, None, None),
-                                        ("Tä\"g", ["k 1", "k\\2"], {"ü": "\n", "a": "é"}),
-                                        ("", "  spaced  keys ", {})]])
+    _odd_store(tmp_path / "s")
     for data, rec in _raw_and_records(tmp_path / "s"):
         assert render_raw(data, 0, False) == (render_message(rec), rec.store_timestamp)
         assert render_raw(data, 0, True) == (render_view_message(rec), rec.store_timestamp)
