@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from engine import errors as E
 from engine.message import decode_offset_msg_id
+from engine.progress import consumer_progress
 from engine.store import Message, MessageStore
 
 from . import render as R
@@ -812,21 +813,7 @@ class ProgressFile(GeneratedFile):
         self.group = group
 
     def content(self):
-        s = self.ctx.store
-        rows = []
-        for topic, queues in sorted(s.consumer_offsets.topics_of(self.group).items()):
-            for q in sorted(set(queues) | set(s.queue_ids(topic))):
-                broker = s.max_offset(topic, q)
-                consumer = queues.get(q, -1)
-                last = None
-                if 0 <= consumer - 1 < broker and consumer > s.min_offset(topic, q):
-                    try:
-                        last = s.get_message(topic, q, consumer - 1).store_timestamp
-                    except E.StoreError:
-                        last = None
-                rows.append({"topic": topic, "queueId": q, "brokerOffset": broker,
-                             "consumerOffset": consumer,
-                             "diff": broker - max(consumer, 0), "lastTimestamp": last})
+        rows = consumer_progress(self.ctx.store, self.group)
         return R.render_json({"group": self.group, "queues": rows,
                               "diffTotal": sum(r["diff"] for r in rows)})
 

@@ -26,6 +26,8 @@ import os
 import sys
 import time
 
+from engine.progress import consumer_progress
+
 TIME_FORMAT_HELP = "epoch ms, or yyyy-MM-dd#HH:mm:ss:SSS (local time)"
 
 
@@ -467,29 +469,6 @@ def cmd_topic_status(args) -> int:
                 last = format_time(store.get_message(topic, q, hi - 1).store_timestamp)
             print(f"{broker:<24} {q:>4} {lo:>12} {hi:>12} {last}".rstrip())
     return 0
-
-
-def consumer_progress(store, group: str, topic: str | None = None) -> list[dict]:
-    """Rows of ``consumerProgress`` for ``group``: per topic/queue brokerOffset, consumerOffset,
-    diff and lastTimestamp (store time of the last consumed message, epoch ms; 0 if none)."""
-    committed = store.consumer_offsets.topics_of(group)
-    topics = [topic] if topic else sorted(committed)
-    rows = []
-    for t in topics:
-        for q in store.queue_ids(t):
-            broker_offset = store.max_offset(t, q)
-            consumer_offset = max(committed.get(t, {}).get(q, 0), 0)
-            last_ts = 0
-            if consumer_offset > store.min_offset(t, q) and consumer_offset <= broker_offset:
-                try:
-                    last_ts = store.get_message(t, q, consumer_offset - 1).store_timestamp
-                except Exception:  # noqa: BLE001 - expired or unreadable: no time
-                    last_ts = 0
-            rows.append({"topic": t, "queueId": q, "brokerOffset": broker_offset,
-                         "consumerOffset": consumer_offset,
-                         "diff": max(broker_offset - consumer_offset, 0),
-                         "lastTimestamp": last_ts})
-    return rows
 
 
 def cmd_consumer_progress(args) -> int:
