@@ -1,0 +1,280 @@
+"""Snapshots (issue 10, items 2-3): ``engine.snapshot`` freezes a consistent point of a live
+store, ``SNAPSHOT.json`` manifests carry CRC32C sums, ``rmqfs snapshot-verify`` checks copies,
+and ``MNT/snapshots/<name>/`` serves the frozen files to tar, rsync and restic.
+
+Engine tests (no mount) first, then real mounts."""
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import refreader
+from conftest import fuse, run_rmqfs
+
+from engine.crc import crc32c, crc32c_file, crc32c_zeros
+from engine.errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError
+from engine.snapshot import MANIFEST_NAME, SnapshotManager, freeze, verify_copy
+from engine.store import Message, MessageStore, StoreConfig
+
+
+def small_store_config(**kw):
+    return StoreConfig(mapped_file_size_commit_log=64 * 1024,
+                       mapped_file_size_consume_queue=100 * 20,
+                       max_hash_slot_num=64, max_index_num=256, **kw)
+
+
+def materialize(snap, dest: Path, manifest: bytes | None = None) -> Path:
+    """Write a snapshot's files to ``dest`` (as a copy tool would), zeros as holes."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel, f in snap.files.items():
+        p = dest / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "wb") as out:
+            pos = 0
+            while pos < f.size:
+                chunk = f.read(pos, 1 << 20)
+                if chunk.count(0) == len(chunk):
+                    out.seek(len(chunk), os.SEEK_CUR)
+                else:
+                    out.write(chunk)
+                pos += len(chunk)
+            out.truncate(f.size)
+    if manifest is not None:
+        (dest / MANIFEST_NAME).write_bytes(manifest)
+    return dest
+
+
+def bodies_of(root: Path, config=None) -> dict:
+    """``{(topic, queueId): [bodies]}`` after opening (recovering) the store at ``root``."""
+    with MessageStore(str(root), config) as s:
+        out = {}
+        for (t, q), cq in s.consume_queues.items():
+            out[(t, q)] = [r.body for _, r in s.iter_queue(t, q)]
+        offsets = {g: s.consumer_offsets.topics_of(g) for g in s.group_names()}
+    return out, offsets
+
+
+# --------------------------------------------------------------------------------------------
+# crc32c helpers
+
+def test_crc32c_zeros_matches_the_package():
+    for n in (0, 1, 4095, 4097, 65536, 1 << 20, 3_000_001):
+        for c in (0, 1, 0xDEADBEEF, 0xFFFFFFFF):
+            assert crc32c_zeros(c, n) == crc32c(bytes(n), c)
+
+
+def test_crc32c_file_with_holes(tmp_path):
+    p = tmp_path / "sparse"
+    with open(p, "wb") as f:
+        f.write(os.urandom(10000))
+        f.seek(5 << 20)
+        f.write(b"data" + os.urandom(3 << 20))
+        f.truncate(20 << 20)
+    data = p.read_bytes()
+    assert crc32c_file(str(p)) == (len(data), crc32c(data))
+
+
+# --------------------------------------------------------------------------------------------
+# freeze, engine level
+
+
+def _put(store, n, topic="T", start=0, keys=True):
+    return store.put_messages([Message(topic, f"m-{start + i:06d}-{'x' * (i % 300)}".encode(),
+                                       tags="A" if i % 2 else None,
+                                       keys=[f"k{start + i}"] if keys else None)
+                               for i in range(n)])
+
+
+def test_snapshot_holds_exactly_the_state_of_its_instant(tmp_path):
+    cfg = small_store_config()
+    store = MessageStore(str(tmp_path / "s"), cfg)
+    try:
+        store.create_topic("T", 4)
+        store.create_topic("U", 2)
+        _put(store, 700)
+        _put(store, 50, topic="U")
+        store.create_group("G")
+        store.commit_offset("G", "T", 1, 20)
+        snap = freeze(store, "one")
+        assert snap.commitlog_offset == store.commitlog.max_offset
+        expect, _ = {}, None
+        for (t, q) in store.consume_queues:
+            expect[(t, q)] = [r.body for _, r in store.iter_queue(t, q)]
+        # after the freeze: more messages (rolling segments), another commit, expiry-like unlink
+        _put(store, 900, start=700)
+        store.commit_offset("G", "T", 1, 150)
+        store.commit_offset("G", "T", 2, 5)
+        store.create_topic("V", 1)
+        out = materialize(snap, tmp_path / "copy")
+        assert not (out / "abort").exists() and not (out / "lock").exists()
+        got, offsets = bodies_of(out, cfg)
+        assert got == expect
+        assert offsets == {"G": {"T": {1: 20}}}
+        # the index of the copy answers for keys before the snapshot, not after
+        with MessageStore(str(out), cfg, read_only=True) as s:
+            assert [r.body for r in s.query_by_key("T", "k5")] == [expect_body(expect, b"-000005-")]
+            assert s.query_by_key("T", "k800") == []
+            assert "V" not in s.topic_names()
+            assert s.commitlog.max_offset == snap.commitlog_offset
+    finally:
+        snap.release()
+        store.close()
+
+
+def expect_body(expect, marker):
+    return next(b for bodies in expect.values() for b in bodies if marker in b)
+
+
+def test_restored_snapshot_recovers_normally_without_rewriting(tmp_path):
+    """No abort: normal recovery; nothing to repair, so recovery changes no byte."""
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 4)
+        _put(store, 500)
+        snap = freeze(store, "a")
+        _put(store, 100, start=500)
+        out = materialize(snap, tmp_path / "copy")
+        snap.release()
+    sums = {p: crc32c_file(str(p)) for p in out.rglob("*") if p.is_file()}
+    with MessageStore(str(out), cfg) as s:
+        assert s.last_exit_ok
+        assert sum(cq.max_offset for cq in s.consume_queues.values()) == 500
+    after = {p: crc32c_file(str(p)) for p in out.rglob("*") if p.is_file() and p in sums}
+    changed = [str(p.relative_to(out)) for p in sums if sums[p] != after[p]]
+    assert changed in ([], ["checkpoint"]), changed  # close rewrites the checkpoint
+    recs = refreader.read_commitlog(out / "commitlog", check=True)
+    assert len(recs) == 500
+
+
+def test_snapshot_bytes_survive_expiry_and_never_change(tmp_path):
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 2)
+        _put(store, 600)
+        snap = freeze(store, "a")
+        first = {rel: f.read(0, f.size) for rel, f in snap.files.items()}
+        # expiry deletes the oldest CommitLog segments and ConsumeQueue files
+        seg = sorted(os.listdir(tmp_path / "s" / "commitlog"))[0]
+        store.commitlog.files.delete_first()
+        assert not (tmp_path / "s" / "commitlog" / seg).exists()
+        _put(store, 600, start=600)
+        again = {rel: f.read(0, f.size) for rel, f in snap.files.items()}
+        assert again == first
+        snap.release()
+
+
+def test_manager_names_manifest_and_drop(tmp_path):
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 2)
+        _put(store, 300)
+        mgr = SnapshotManager(store, str(tmp_path / "cache"))
+        (tmp_path / "cache").mkdir()
+        for bad in ("", ".x", "-x", "a/b", "x" * 129, "a b"):
+            with pytest.raises(InvalidNameError):
+                mgr.create(bad)
+        a = mgr.create("a")
+        with pytest.raises(SnapshotExistsError):
+            mgr.create("a")
+        doc = json.loads(mgr.manifest(a))
+        assert doc["name"] == "a" and doc["commitLogOffset"] == a.commitlog_offset
+        assert doc["messageCount"] == 300
+        assert set(doc["files"]) == set(a.files)
+        for rel, f in a.files.items():
+            assert doc["files"][rel] == {"size": f.size,
+                                         "crc32c": f"{crc32c(f.read(0, f.size)):08x}"}
+        out = materialize(a, tmp_path / "copy", mgr.manifest(a))
+        _, problems = verify_copy(str(out))
+        assert problems == []
+        # unchanged files keep their mtime in the next snapshot, changed ones move by >= 1 s
+        _put(store, 10, start=300)
+        b = mgr.create("b")
+        for rel, f in b.files.items():
+            old = a.files.get(rel)
+            if old is None:
+                continue
+            if old.read(0, old.size) == f.read(0, f.size):
+                assert f.mtime_ns == old.mtime_ns, rel
+            else:
+                assert f.mtime_ns // 10**9 > old.mtime_ns // 10**9, rel
+        assert json.loads(mgr.manifest(b))["messageCount"] == 310
+        assert mgr.names() == ["a", "b"]
+        mgr.drop("a")
+        with pytest.raises(NoSuchSnapshotError):
+            mgr.drop("a")
+        assert mgr.names() == ["b"]
+        mgr.close()
+    # the sums of the store's files are cached for the next snapshot (and mount)
+    assert json.loads((tmp_path / "cache" / "snapshot-crc32c.json").read_text())
+
+
+def test_verify_copy_names_missing_short_and_damaged_files(tmp_path):
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 2)
+        _put(store, 400)
+        mgr = SnapshotManager(store)
+        a = mgr.create("a")
+        out = materialize(a, tmp_path / "copy", mgr.manifest(a))
+        mgr.close()
+    cl = sorted((out / "commitlog").iterdir())
+    data = bytearray(cl[0].read_bytes())
+    data[1234] ^= 0x01
+    cl[0].write_bytes(bytes(data))
+    cqs = sorted(p for p in (out / "consumequeue" / "T").rglob("0*") if p.is_file())
+    with open(cqs[0], "r+b") as f:
+        f.truncate(100)
+    (out / "config" / "topics.json").unlink()
+    (out / "abort").write_text("1")
+    _, problems = verify_copy(str(out))
+    what = {rel: w.split(":")[0] for rel, w in problems}
+    assert what == {f"commitlog/{cl[0].name}": "damaged",
+                    str(cqs[0].relative_to(out)): "short",
+                    "config/topics.json": "missing", "abort": "extra"}, problems
+    res = run_rmqfs("snapshot-verify", out, check=False)
+    assert res.returncode == 1
+    for name in (cl[0].name, "topics.json", cqs[0].name):
+        assert name in res.stdout + res.stderr
+
+
+def test_freeze_on_a_read_only_store_writes_nothing(tmp_path):
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 2)
+        _put(store, 300)
+    before = {p: (p.stat().st_mtime_ns, crc32c_file(str(p))) for p in (tmp_path / "s").rglob("*")
+              if p.is_file()}
+    with MessageStore(str(tmp_path / "s"), cfg, read_only=True) as ro:
+        mgr = SnapshotManager(ro)
+        a = mgr.create("a")
+        out = materialize(a, tmp_path / "copy", mgr.manifest(a))
+        mgr.close()
+    after = {p: (p.stat().st_mtime_ns, crc32c_file(str(p))) for p in (tmp_path / "s").rglob("*")
+             if p.is_file()}
+    assert before == after
+    assert verify_copy(str(out))[1] == []
+    got, _ = bodies_of(out, cfg)
+    assert sum(len(v) for v in got.values()) == 300
+
+
+def test_freeze_under_sync_flush_excludes_unflushed_puts(tmp_path):
+    cfg = small_store_config(flush_disk_type="SYNC_FLUSH")
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 1)
+        _put(store, 100)
+        # a put appended but waiting for its flush is not acknowledged: not in the snapshot
+        with store.put_lock:
+            store._pending.append((store.commitlog.max_offset + 10, [
+                type("D", (), {"commitlog_offset": store.commitlog.max_offset})()]))
+            snap = freeze(store, "a")
+            store._pending.pop()
+        assert snap.commitlog_offset == store.commitlog.max_offset
+        snap.release()
