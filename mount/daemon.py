@@ -20,6 +20,7 @@ import tempfile
 import pyfuse3
 import trio
 
+from engine.snapshot import SnapshotManager
 from engine.store import MessageStore, StoreConfig
 from fusefs.nodes import Context
 from fusefs.ops import RmqOperations
@@ -105,6 +106,7 @@ class Daemon:
         self.debug_fuse = debug_fuse
         self.store = None
         self.views = None
+        self.snapshots = None
         self._own_cache = False
 
     def setup(self) -> None:
@@ -124,8 +126,12 @@ class Daemon:
             self._own_cache = True
         self.views = ViewCache(self.store, self.cache_dir)
         ctx = Context(self.store, self.views, self.read_only)
+        self.snapshots = ctx.snapshots = SnapshotManager(self.store, self.cache_dir)
         ops = RmqOperations(ctx)
         opts = set(self.options)
+        # A read-only mount is read-only in the daemon (every write is EROFS there), not in the
+        # kernel: the kernel would refuse `mkdir snapshots/<name>` too.
+        opts.discard("ro")
         opts.update({"fsname=rmqfs", "subtype=rmqfs", "auto_unmount"})
         if self.debug_fuse:
             opts.add("debug")
@@ -170,6 +176,9 @@ class Daemon:
     def _close_store(self) -> None:
         """Close the store (checkpoint, no ``abort``); the view cache goes whatever happens."""
         try:
+            if self.snapshots is not None:
+                snapshots, self.snapshots = self.snapshots, None
+                snapshots.close()
             if self.store is not None:
                 store, self.store = self.store, None
                 try:
