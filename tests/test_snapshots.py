@@ -278,3 +278,239 @@ def test_freeze_under_sync_flush_excludes_unflushed_puts(tmp_path):
             store._pending.pop()
         assert snap.commitlog_offset == store.commitlog.max_offset
         snap.release()
+
+
+# --------------------------------------------------------------------------------------------
+# Real mounts
+
+PRODUCER = r"""
+import os, sys
+path, acked, name = sys.argv[1], sys.argv[2], sys.argv[3]
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+i = 0
+while not os.path.exists(acked + ".stop"):
+    os.write(fd, "".join(f"{name}-{i + k:07d}\n" for k in range(50)).encode())
+    i += 50                                # returns once the 50 messages are stored
+    with open(acked + ".tmp", "w") as f:
+        f.write(str(i))
+    os.replace(acked + ".tmp", acked)      # i messages acknowledged
+os.close(fd)
+"""
+
+COMMITTER = r"""
+import os, sys, time
+path, acked, top = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for i in range(1, top + 1):
+    if os.path.exists(acked + ".stop"):
+        break
+    with open(path, "w") as f:
+        f.write(f"{i}\n")                  # committed once close() returns
+    with open(acked + ".tmp", "w") as f:
+        f.write(str(i))
+    os.replace(acked + ".tmp", acked)
+    time.sleep(0.002)
+"""
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, shell=True, check=True, capture_output=True, text=True, **kw)
+
+
+def read_int(p: Path) -> int:
+    try:
+        return int(p.read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def check_copy(copy: Path, mount_store, name, acked_before, acked_after, committed):
+    """snapshot-verify passes, and the copy mounts with a normal recovery and holds, per
+    producer, a whole-batch prefix of its messages at least what was acknowledged before
+    the mkdir and at most what was acknowledged right after it (plus the batch in flight)."""
+    res = run_rmqfs("snapshot-verify", copy, check=False)
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
+    assert not (copy / "abort").exists()
+    m = mount_store(copy, name=name)
+    bodies = (m.mnt / "topics" / "T" / "bodies.txt").read_text().splitlines()
+    offset = int((m.mnt / "groups" / "G" / "T" / "0" / "offset").read_text())
+    m.umount()
+    assert bodies[:2000] == [f"old-{i}" for i in range(2000)]
+    per = {}
+    for b in bodies[2000:]:
+        k, _, i = b.partition("-")
+        per.setdefault(k, []).append(int(i))
+    for k in acked_before:
+        got = sorted(per.get(k, []))
+        assert got == list(range(len(got))), f"{k}: not a prefix, or doubles"
+        assert len(got) % 50 == 0, f"{k}: a write stored in part"
+        assert acked_before[k] <= len(got) <= acked_after[k] + 50, (k, len(got))
+    assert committed[0] <= offset <= committed[1] + 1, (offset, committed)
+    return bodies
+
+
+@fuse
+@pytest.mark.fuse
+@pytest.mark.skipif(not (shutil.which("rsync") and shutil.which("restic")),
+                    reason="rsync and restic needed")
+def test_snapshot_while_producing_copied_with_tar_rsync_restic(mount_store, tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=262144\nmappedFileSizeConsumeQueue=4000\n")
+    m = mount_store(None, config=conf)
+    t = m.mnt / "topics" / "T"
+    os.mkdir(t)
+    (t / "produce").write_text("".join(f"old-{i}\n" for i in range(2000)))
+    os.mkdir(m.mnt / "groups" / "G")
+    procs = []
+    acks = {f"p{k}": tmp_path / f"acked-p{k}" for k in range(4)}
+    for name, ack in acks.items():
+        procs.append(subprocess.Popen([sys.executable, "-c", PRODUCER, str(t / "produce"),
+                                       str(ack), name]))
+    cack = tmp_path / "acked-commit"
+    procs.append(subprocess.Popen([sys.executable, "-c", COMMITTER,
+                                   str(m.mnt / "groups" / "G" / "T" / "0" / "offset"),
+                                   str(cack), "500"]))
+    try:
+        while min(read_int(a) for a in acks.values()) < 500 or read_int(cack) < 20:
+            time.sleep(0.01)
+        before = {k: read_int(a) for k, a in acks.items()}
+        c_before = read_int(cack)
+        os.mkdir(m.mnt / "snapshots" / "s1")
+        after = {k: read_int(a) for k, a in acks.items()}
+        c_after = read_int(cack)
+        snap = m.mnt / "snapshots" / "s1"
+        # copies while the producers go on
+        sh(f"tar -C '{snap}' -Scf '{tmp_path}/s1.tar' .")
+        rs = tmp_path / "rsync"
+        first = sh(f"rsync -a --sparse --stats -i '{snap}/' '{rs}/'").stdout
+        second = sh(f"rsync -a --sparse --stats -i '{snap}/' '{rs}/'").stdout
+        env = dict(os.environ, RESTIC_PASSWORD="test", RESTIC_REPOSITORY=str(tmp_path / "repo"),
+                   RESTIC_CACHE_DIR=str(tmp_path / "rcache"))
+        sh("restic init -q", env=env)
+        sh("restic backup -q .", env=env, cwd=snap)
+        time.sleep(0.3)
+    finally:
+        for a in list(acks.values()) + [cack]:
+            Path(str(a) + ".stop").write_text("")
+        for p in procs:
+            p.wait(timeout=60)
+    assert max(read_int(a) for a in acks.values()) > max(after.values()), \
+        "the producers should write on after the mkdir"
+    assert "Number of regular files transferred: 0" not in first
+    assert "Number of regular files transferred: 0" in second, second
+    assert not [x for x in second.splitlines() if x[:2] in (">f", "cd", "cL")]
+    # tar
+    tcopy = tmp_path / "tar"
+    tcopy.mkdir()
+    sh(f"tar -C '{tcopy}' -xf '{tmp_path}/s1.tar'")
+    # restic
+    sh(f"restic restore -q latest --target '{tmp_path}/restic'", env=env)
+    rcopy = next((tmp_path / "restic").rglob(MANIFEST_NAME)).parent
+    manifest = json.loads((snap / MANIFEST_NAME).read_text())
+    for copy in (tcopy, rs, rcopy):
+        assert json.loads((copy / MANIFEST_NAME).read_text()) == manifest
+    # a flipped byte is caught, and named
+    seg = sorted((tcopy / "commitlog").iterdir())[0]
+    with open(seg, "r+b") as f:
+        f.seek(5000)
+        b = f.read(1)
+        f.seek(5000)
+        f.write(bytes([b[0] ^ 0x10]))
+    res = run_rmqfs("snapshot-verify", tcopy, check=False)
+    assert res.returncode == 1 and f"commitlog/{seg.name}: damaged" in res.stdout, res.stdout
+    with open(seg, "r+b") as f:
+        f.seek(5000)
+        f.write(b)
+    results = [check_copy(c, mount_store, f"m-{i}", before, after, (c_before, c_after))
+               for i, c in enumerate((tcopy, rs, rcopy))]
+    assert results[0] == results[1] == results[2]
+    assert len(results[0]) - 2000 == manifest["messageCount"] - 2000
+    m.umount()
+
+
+@fuse
+@pytest.mark.fuse
+@pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync not installed")
+def test_rsync_of_a_later_snapshot_copies_only_changed_files(mount_store, tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=131072\nmappedFileSizeConsumeQueue=2000\n")
+    m = mount_store(None, config=conf)
+    t = m.mnt / "topics" / "T"
+    os.mkdir(t)
+    (t / "produce").write_text("".join(f"first-{i}-{'z' * 100}\n" for i in range(3000)))
+    os.mkdir(m.mnt / "groups" / "G")
+    (m.mnt / "groups" / "G" / "T" / "1" / "offset").write_text("7\n")
+    os.mkdir(m.mnt / "snapshots" / "a")
+    dst = tmp_path / "backup"
+    sh(f"rsync -a --stats -i '{m.mnt}/snapshots/a/' '{dst}/'")
+    again = sh(f"rsync -a --stats -i '{m.mnt}/snapshots/a/' '{dst}/'").stdout
+    assert "Number of regular files transferred: 0" in again, again
+    # only queue 2 gets new messages
+    (t / "2" / "produce").write_text("".join(f"second-{i}\n" for i in range(40)))
+    time.sleep(1.1)
+    os.mkdir(m.mnt / "snapshots" / "b")
+    ma = json.loads((m.mnt / "snapshots" / "a" / MANIFEST_NAME).read_text())["files"]
+    mb = json.loads((m.mnt / "snapshots" / "b" / MANIFEST_NAME).read_text())["files"]
+    changed = {rel for rel in mb if ma.get(rel) != mb[rel]} | {MANIFEST_NAME}
+    out = sh(f"rsync -a --stats -i '{m.mnt}/snapshots/b/' '{dst}/'").stdout
+    sent = {x.split(" ", 1)[1] for x in out.splitlines() if x.startswith(">f")}
+    assert sent == changed, (sent, changed)
+    assert any(r.startswith("consumequeue/T/2/") for r in changed)
+    assert not any(r.startswith("consumequeue/T/0/") for r in changed)
+    assert run_rmqfs("snapshot-verify", dst).returncode == 0
+    m.umount()
+    got, offsets = bodies_of(dst)
+    assert got[("T", 2)][-40:] == [f"second-{i}".encode() for i in range(40)]
+    assert sum(len(v) for v in got.values()) == 3040
+    assert offsets == {"G": {"T": {1: 7}}}
+
+
+@fuse
+@pytest.mark.fuse
+def test_snapshots_on_a_read_only_mount_and_rmdir(mount_store, tmp_path):
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_text("".join(f"m{i}\n" for i in range(1000)))
+    m.umount()
+    files = [p for p in m.store.rglob("*") if p.is_file()]
+    before = {p: (p.stat().st_mtime_ns, crc32c_file(str(p))) for p in files}
+    ro = mount_store(m.store, "ro", name="ro")
+    snaps = ro.mnt / "snapshots"
+    assert os.listdir(snaps) == []
+    os.mkdir(snaps / "one")
+    assert os.listdir(snaps) == ["one"]
+    for bad, err in (("one", errno.EEXIST), (".hidden", errno.EINVAL), ("a b", errno.EINVAL)):
+        with pytest.raises(OSError) as exc:
+            os.mkdir(snaps / bad)
+        assert exc.value.errno == err, bad
+    with pytest.raises(OSError) as exc:
+        os.mkdir(ro.mnt / "topics" / "New")
+    assert exc.value.errno == errno.EROFS
+    with pytest.raises(OSError) as exc:
+        open(ro.mnt / "raw" / "checkpoint", "r+b")
+    assert exc.value.errno == errno.EROFS
+    copy = tmp_path / "copy"
+    sh(f"tar -C '{snaps}/one' -Scf - . | (mkdir '{copy}' && tar -C '{copy}' -xf -)")
+    assert run_rmqfs("snapshot-verify", copy).returncode == 0
+    assert sorted(os.listdir(copy)) == [MANIFEST_NAME, "checkpoint", "commitlog", "config",
+                                        "consumequeue", "index"]
+    # an open file keeps reading after rmdir; the snapshot is gone from the tree
+    seg = sorted((snaps / "one" / "commitlog").iterdir())[0]
+    with open(seg, "rb") as f:
+        head = f.read(4096)
+        os.rmdir(snaps / "one")
+        assert f.read(4096) == (copy / "commitlog" / seg.name).read_bytes()[4096:8192]
+    assert head == (copy / "commitlog" / seg.name).read_bytes()[:4096]
+    assert os.listdir(snaps) == []
+    with pytest.raises(FileNotFoundError):
+        os.stat(snaps / "one")
+    with pytest.raises(FileNotFoundError):
+        os.rmdir(snaps / "one")
+    with pytest.raises(OSError) as exc:
+        os.rmdir(ro.mnt / "topics" / "T")
+    assert exc.value.errno == errno.EROFS
+    ro.umount()
+    after = {p: (p.stat().st_mtime_ns, crc32c_file(str(p))) for p in files}
+    assert before == after
+    assert sorted(p for p in m.store.rglob("*") if p.is_file()) == sorted(files)
+    got, _ = bodies_of(copy)
+    assert sum(len(v) for v in got.values()) == 1000
