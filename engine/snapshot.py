@@ -37,11 +37,11 @@ directories (``timerwheel``, ``batchconsumequeue``, ...), which this engine does
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from array import array
@@ -65,6 +65,40 @@ _TAIL_CHECK = 64 * 1024  # bytes re-summed to confirm a cached prefix sum is sti
 
 class SnapshotError(StoreError):
     """A snapshot cannot be made: the store is closed."""
+
+
+class _IndexHead:
+    """The header and hash slots of a live IndexFile as frozen: the slot table is copied under
+    the put lock in the engine's native int order (one memcpy) and turned into the file's
+    big-endian bytes on first use, off the mkdir path."""
+
+    __slots__ = ("_head", "_slots", "_native", "_bytes", "_lock")
+
+    def __init__(self, head: bytes, slots: bytes, native: bool):
+        self._head, self._slots, self._native = head, slots, native
+        self._bytes = None
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._head) + len(self._slots) if self._bytes is None else len(self._bytes)
+
+    def get(self) -> bytes:
+        if self._bytes is None:
+            with self._lock:
+                if self._bytes is None:
+                    slots = self._slots
+                    if self._native and sys.byteorder == "little":
+                        a = array("i")
+                        a.frombytes(slots)
+                        a.byteswap()
+                        slots = a.tobytes()
+                    self._bytes = self._head + slots
+                    self._slots = None
+        return self._bytes
+
+
+def _bytes_of(data) -> bytes:
+    return data if isinstance(data, (bytes, bytearray)) else data.get()
 
 
 class FrozenFile:
@@ -104,7 +138,7 @@ class FrozenFile:
                 pos = s
             n = min(e, end) - pos
             if data is not None:
-                parts.append(data[pos - s:pos - s + n])
+                parts.append(_bytes_of(data)[pos - s:pos - s + n])
             else:
                 b = os.pread(fd, n, fo + pos - s)
                 if len(b) < n:  # cannot happen below a frozen point; never serve garbage
@@ -339,21 +373,20 @@ def freeze(store, name: str) -> Snapshot:
             os.close(fd)
         raise
     # -- outside the lock ---------------------------------------------------------------------
-    import sys
     for rel, size, head, slots, native, fd, items_base in slot_copies:
-        if native:
-            a = array("i")
-            a.frombytes(slots)
-            if sys.byteorder == "little":
-                a.byteswap()
-            slots = a.tobytes()
         count = HEADER.unpack(head)[5] if len(head) == INDEX_HEADER_SIZE else 0
         count = max(count, 1)
-        extents = [(0, INDEX_HEADER_SIZE + len(slots), -1, 0, head + slots)]
+        extents = [(0, INDEX_HEADER_SIZE + len(slots), -1, 0, _IndexHead(head, slots, native))]
         items_end = min(size, items_base + count * INDEX_SIZE)
         if items_end > items_base:
             extents.append((items_base, items_end, fd, items_base, None))
-        files.append(FrozenFile(rel, size, extents))
+        f = FrozenFile(rel, size, extents)
+        st = os.fstat(fd)
+        # The header names the items (indexCount, endPhyOffset, ...), and the items determine
+        # the slots: equal headers of one file, equal content.
+        f.key = ("index", st.st_dev, st.st_ino, size, head)
+        f.candidate_mtime_ns = now_ms * 1_000_000
+        files.append(f)
     for n, (data, mtime) in config.items():
         f = FrozenFile(f"config/{n}", len(data), [(0, len(data), -1, 0, data)])
         f.key = ("data", len(data), crc32c(data))
@@ -375,16 +408,15 @@ def freeze(store, name: str) -> Snapshot:
                 f.key = ("file", st.st_dev, st.st_ino, f.size, st.st_mtime_ns)
                 f.candidate_mtime_ns = st.st_mtime_ns
         f.ident = ident
-        if f.key is None:
-            h = hashlib.blake2b(digest_size=16)
+        if f.key is None:  # a file served in part: identified by what is served
+            parts = []
             for s, e, fd, fo, data in f.extents:
-                h.update(f"{s}:{e}:{fo}:".encode())
                 if data is not None:
-                    h.update(data)
+                    parts.append((s, e, crc32c(data)))
                 else:
                     st = os.fstat(fd)
-                    h.update(f"{st.st_dev}:{st.st_ino};".encode())
-            f.key = ("part", f.size, h.hexdigest())
+                    parts.append((s, e, fo, st.st_dev, st.st_ino))
+            f.key = ("part", f.size, tuple(parts))
             f.candidate_mtime_ns = now_ms * 1_000_000
     return Snapshot(name, now_ms, offset, min_offset, messages, cp,
                     {f.rel: f for f in sorted(files, key=lambda f: f.rel)}, fds, store.root)
@@ -457,7 +489,7 @@ def file_checksum(f: FrozenFile, cache: _CrcCache, cancelled=lambda: False) -> i
         if s > pos:
             crc = crc32c_zeros(crc, s - pos)
         if data is not None:
-            crc = crc32c(data, crc)
+            crc = crc32c(_bytes_of(data), crc)
         elif s == 0 and fo == 0 and pos == 0 and f.ident is not None:
             crc = cache.prefix(f.ident, fd, e)
         else:
