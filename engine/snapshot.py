@@ -37,6 +37,7 @@ directories (``timerwheel``, ``batchconsumequeue``, ...), which this engine does
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -513,14 +514,24 @@ class SnapshotManager:
 
     mtimes: a file whose content is the same as in the previous snapshot keeps its mtime; a
     file whose content changed gets a new one at least one second later than before, so
-    ``rsync -a`` (which compares whole seconds) copies exactly the files that changed.
+    ``rsync -a`` (which compares whole seconds) copies exactly the files that changed. The
+    memory of the previous mtimes is kept in ``cache_dir`` (``snapshot-mtimes.json``), so this
+    holds across mounts that use the same ``--cache-dir``.
     """
 
     def __init__(self, store, cache_dir: str | None = None):
         self.store = store
         self.snapshots: dict[str, Snapshot] = {}
         self._lock = threading.Lock()
-        self._mtimes: dict[str, tuple] = {}  # rel -> (content key, mtime_ns)
+        # rel -> (digest of the content key, mtime_ns), kept in the cache dir across mounts
+        self._mtimes_path = os.path.join(cache_dir, "snapshot-mtimes.json") if cache_dir else None
+        self._mtimes: dict[str, list] = {}
+        if self._mtimes_path and os.path.exists(self._mtimes_path):
+            try:
+                with open(self._mtimes_path, "rb") as f:
+                    self._mtimes = json.loads(f.read())
+            except (OSError, ValueError):
+                self._mtimes = {}
         self._cache = _CrcCache(os.path.join(cache_dir, "snapshot-crc32c.json")
                                 if cache_dir else None)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-snapshot-sum")
@@ -543,16 +554,19 @@ class SnapshotManager:
             if name in self.snapshots:
                 raise SnapshotExistsError(f"snapshot {name} exists")
             snap = freeze(self.store, name)
+            mtimes = {}
             for rel, f in snap.files.items():
+                digest = hashlib.blake2b(repr(f.key).encode(), digest_size=16).hexdigest()
                 prev = self._mtimes.get(rel)
                 mt = f.candidate_mtime_ns
                 if prev is not None:
-                    if prev[0] == f.key:
+                    if prev[0] == digest:
                         mt = prev[1]
                     else:
                         mt = max(mt, (prev[1] // NS + 1) * NS)
                 f.mtime_ns = mt
-            self._mtimes = {rel: (f.key, f.mtime_ns) for rel, f in snap.files.items()}
+                mtimes[rel] = [digest, mt]
+            self._mtimes = mtimes
             self.snapshots[name] = snap
         snap.acquire()
         snap.manifest_future = self._pool.submit(self._compute, snap)
@@ -568,11 +582,25 @@ class SnapshotManager:
                 if f.ident is not None:
                     paths[f"{f.ident[0]}:{f.ident[1]}"] = os.path.join(snap.store_root, rel)
             self._cache.save(paths)
+            self._save_mtimes()
             doc = snap.manifest_head()
             doc["files"] = out
             return (json.dumps(doc, indent=1) + "\n").encode()
         finally:
             snap.release()
+
+    def _save_mtimes(self) -> None:
+        if not self._mtimes_path:
+            return
+        with self._lock:
+            data = json.dumps(self._mtimes).encode()
+        tmp = self._mtimes_path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self._mtimes_path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", self._mtimes_path, exc)
 
     def manifest(self, snap: Snapshot, timeout: float | None = None) -> bytes:
         """The ``SNAPSHOT.json`` bytes (waits for the sums). Raises InterruptedError when the

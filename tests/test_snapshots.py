@@ -211,7 +211,24 @@ def test_manager_names_manifest_and_drop(tmp_path):
         with pytest.raises(NoSuchSnapshotError):
             mgr.drop("a")
         assert mgr.names() == ["b"]
+        b_files = {rel: (f.read(0, f.size), f.mtime_ns) for rel, f in b.files.items()}
         mgr.close()
+        # a new manager (a remount with the same --cache-dir) remembers the mtimes
+        _put(store, 10, start=310)
+        mgr2 = SnapshotManager(store, str(tmp_path / "cache"))
+        c = mgr2.create("c")
+        moved = 0
+        for rel, f in c.files.items():
+            if rel not in b_files:
+                continue
+            data, mtime = b_files[rel]
+            if data == f.read(0, f.size):
+                assert f.mtime_ns == mtime, rel
+            else:
+                moved += 1
+                assert f.mtime_ns // 10**9 > mtime // 10**9, rel
+        assert moved >= 3  # the live segment, a ConsumeQueue, the index, the checkpoint
+        mgr2.close()
     # the sums of the store's files are cached for the next snapshot (and mount)
     assert json.loads((tmp_path / "cache" / "snapshot-crc32c.json").read_text())
 
