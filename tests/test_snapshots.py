@@ -531,3 +531,38 @@ def test_snapshots_on_a_read_only_mount_and_rmdir(mount_store, tmp_path):
     assert sorted(p for p in m.store.rglob("*") if p.is_file()) == sorted(files)
     got, _ = bodies_of(copy)
     assert sum(len(v) for v in got.values()) == 1000
+
+
+@fuse
+@pytest.mark.fuse
+@pytest.mark.skipif(shutil.which("restic") is None, reason="restic not installed")
+def test_restic_of_the_same_snapshot_name_reads_only_changed_files(mount_store, tmp_path):
+    """README recipe: mkdir nightly / restic backup --ignore-inode / rmdir nightly, daily."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=131072\nmappedFileSizeConsumeQueue=2000\n")
+    m = mount_store(None, config=conf)
+    t = m.mnt / "topics" / "T"
+    os.mkdir(t)
+    (t / "produce").write_text("".join(f"r-{i}-{'q' * 80}\n" for i in range(2000)))
+    env = dict(os.environ, RESTIC_PASSWORD="test", RESTIC_REPOSITORY=str(tmp_path / "repo"),
+               RESTIC_CACHE_DIR=str(tmp_path / "rcache"))
+    sh("restic init -q", env=env)
+    nightly = m.mnt / "snapshots" / "nightly"
+
+    def backup():
+        os.mkdir(nightly)
+        out = sh(f"restic backup --json --ignore-inode '{nightly}'", env=env).stdout
+        manifest = json.loads((nightly / MANIFEST_NAME).read_text())["files"]
+        os.rmdir(nightly)
+        return [json.loads(x) for x in out.splitlines() if '"summary"' in x][-1], manifest
+
+    first, m1 = backup()
+    assert first["files_new"] == len(m1) + 1
+    same, m2 = backup()  # nothing happened: only SNAPSHOT.json (its time) differs
+    assert (same["files_new"], same["files_changed"]) == (0, 1), same
+    (t / "3" / "produce").write_text("".join(f"later-{i}\n" for i in range(30)))
+    later, m3 = backup()
+    changed = [rel for rel in m3 if m2.get(rel) != m3[rel]]
+    assert later["files_new"] + later["files_changed"] == len(changed) + 1, (later, changed)
+    assert later["files_unmodified"] == len(m3) - len(changed)
+    m.umount()
