@@ -83,6 +83,17 @@ def check_fuse() -> None:
         raise MountError("FUSE is not available: fusermount3 is missing (apt install fuse3)")
 
 
+def _raise_fd_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit (as brokers are told to run with 655350)."""
+    import resource
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError):
+        pass
+
+
 class Daemon:
     """One mounted store.
 
@@ -120,6 +131,7 @@ class Daemon:
         check_mountpoint(self.mountpoint)
         if self.read_only and not os.path.isdir(self.store_path):
             raise MountError(f"store {self.store_path} does not exist (read-only mount)")
+        _raise_fd_limit()  # each snapshot holds a descriptor per store file
         self.store = MessageStore(self.store_path, self.config, read_only=self.read_only)
         if self.cache_dir is None:
             self.cache_dir = tempfile.mkdtemp(prefix="rmqfs-cache-")

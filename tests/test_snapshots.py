@@ -297,6 +297,79 @@ def test_freeze_under_sync_flush_excludes_unflushed_puts(tmp_path):
         snap.release()
 
 
+def test_freeze_while_threads_put_holds_exactly_the_acknowledged_puts(tmp_path):
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 4)
+        acked = {k: 0 for k in range(4)}
+        stop = threading.Event()
+
+        def producer(k):
+            i = 0
+            while not stop.is_set():
+                store.put_messages([Message("T", f"w{k}-{i + j:07d}".encode(), keys=[f"w{k}"])
+                                    for j in range(10)])
+                i += 10
+                acked[k] = i
+
+        threads = [threading.Thread(target=producer, args=(k,)) for k in range(4)]
+        for th in threads:
+            th.start()
+        try:
+            while min(acked.values()) < 300:
+                time.sleep(0.001)
+            before = dict(acked)
+            snap = freeze(store, "a")
+            after = dict(acked)
+            time.sleep(0.05)
+        finally:
+            stop.set()
+            for th in threads:
+                th.join()
+        assert store.commitlog.max_offset > snap.commitlog_offset
+        out = materialize(snap, tmp_path / "copy")
+        snap.release()
+    got, _ = bodies_of(out, cfg)
+    per = {}
+    for bodies in got.values():
+        for b in bodies:
+            k, _, i = b.decode().partition("-")
+            per.setdefault(k, []).append(int(i))
+    for k in range(4):
+        seq = sorted(per[f"w{k}"])
+        assert seq == list(range(len(seq))) and len(seq) % 10 == 0
+        assert before[k] <= len(seq) <= after[k] + 10
+    assert verify_problems(out) == []
+
+
+def verify_problems(out: Path) -> list:
+    """``rmqfs verify`` of a restored copy: its errors and warnings (records, units, index
+    items; an ``abort`` or lagging derived files would be warnings)."""
+    res = run_rmqfs("verify", out, "--json", check=False)
+    return json.loads(res.stdout)["problems"]
+
+
+def test_snapshot_of_a_read_only_store_includes_units_kept_in_memory(tmp_path):
+    """A read-only store that had to rebuild its ConsumeQueues in memory (here: deleted)
+    snapshots them as files, so the copy holds complete queues."""
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 2)
+        _put(store, 500)
+    shutil.rmtree(tmp_path / "s" / "consumequeue")
+    (tmp_path / "s" / "abort").write_text("")  # so that recovery rebuilds them (in memory)
+    with MessageStore(str(tmp_path / "s"), cfg, read_only=True) as ro:
+        assert sum(cq.max_offset for cq in ro.consume_queues.values()) == 500
+        snap = freeze(ro, "a")
+        out = materialize(snap, tmp_path / "copy")
+        snap.release()
+    assert not (tmp_path / "s" / "consumequeue").exists()
+    units = sum(len(refreader.read_consumequeue(out, "T", q)) for q in range(2))
+    assert units == 500
+    got, _ = bodies_of(out, cfg)
+    assert sum(len(v) for v in got.values()) == 500
+
+
 # --------------------------------------------------------------------------------------------
 # Real mounts
 
@@ -347,6 +420,7 @@ def check_copy(copy: Path, mount_store, name, acked_before, acked_after, committ
     res = run_rmqfs("snapshot-verify", copy, check=False)
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
     assert not (copy / "abort").exists()
+    assert verify_problems(copy) == []
     m = mount_store(copy, name=name)
     bodies = (m.mnt / "topics" / "T" / "bodies.txt").read_text().splitlines()
     offset = int((m.mnt / "groups" / "G" / "T" / "0" / "offset").read_text())
