@@ -20,7 +20,9 @@ What is frozen, and how (reference sections 2-6):
   and hash-slot table (``40 + hashSlotNum * 4`` bytes, the only part written in place) copied,
   and its items up to the frozen ``indexCount``, zeros after.
 - ``config/*.json`` (consumer offsets, topics, groups, their ``.bak``): their bytes, read under
-  the put lock and the consumer-offset lock, so every commit that returned before is in.
+  the consumer-offset lock, which is held until the put lock is released again: every commit
+  that returned before is in, none that began after (a commit's fsync never runs under the
+  put lock, so producers do not wait for it).
 - ``checkpoint`` as ``flush()`` at close would write it: physicMsgTimestamp and
   logicsMsgTimestamp = store time of the last record before ``O``, indexMsgTimestamp = the
   newest IndexFile's endTimestamp, confirmPhyOffset = ``O``.
@@ -289,7 +291,27 @@ def freeze(store, name: str) -> Snapshot:
     slot_copies = []  # (rel, size, head bytes, slots (array or bytes), items_end, fd, base)
     config_dir = os.path.join(store.root, "config")
     config: dict[str, tuple[bytes, int]] = {}
+    offsets_lock = store.consumer_offsets.lock
+    held = False
     try:
+        # Consumer offsets first, under their lock (held until the freeze is done, so no commit
+        # lands in between): a commit in progress fsyncs, and waiting for it must not hold
+        # the put lock, which would pause producers.
+        offsets_lock.acquire()
+        held = True
+        try:
+            names = sorted(os.listdir(config_dir))
+        except FileNotFoundError:
+            names = []
+        for n in names:
+            p = os.path.join(config_dir, n)
+            if n.endswith(".tmp") or not os.path.isfile(p) or os.path.islink(p):
+                continue
+            try:
+                with open(p, "rb") as fh:
+                    config[n] = (fh.read(), os.fstat(fh.fileno()).st_mtime_ns)
+            except FileNotFoundError:
+                continue
         with store.put_lock:
             if store._closed:
                 raise SnapshotError("store is closed")
@@ -353,26 +375,17 @@ def freeze(store, name: str) -> Snapshot:
                         slot_copies.append((rel, f.size, head, slots, native, fd,
                                             INDEX_HEADER_SIZE + nslots))
                         index_ts = HEADER.unpack(head)[1] if len(head) == 40 else index_ts
-            with store.consumer_offsets.lock:
-                try:
-                    names = sorted(os.listdir(config_dir))
-                except FileNotFoundError:
-                    names = []
-                for n in names:
-                    p = os.path.join(config_dir, n)
-                    if n.endswith(".tmp") or not os.path.isfile(p) or os.path.islink(p):
-                        continue
-                    try:
-                        with open(p, "rb") as fh:
-                            config[n] = (fh.read(), os.fstat(fh.fileno()).st_mtime_ns)
-                    except FileNotFoundError:
-                        continue
             cp = StoreCheckpoint(last_ts, last_ts, index_ts,
                                  store.checkpoint.master_flushed_offset, offset)
+        offsets_lock.release()
+        held = False
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
+    finally:
+        if held:
+            offsets_lock.release()
     # -- outside the lock ---------------------------------------------------------------------
     for rel, size, head, slots, native, fd, items_base in slot_copies:
         count = HEADER.unpack(head)[5] if len(head) == INDEX_HEADER_SIZE else 0
