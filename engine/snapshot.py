@@ -387,6 +387,11 @@ def freeze(store, name: str) -> Snapshot:
         if held:
             offsets_lock.release()
     # -- outside the lock ---------------------------------------------------------------------
+    # Files served in part (and the checkpoint) show the whole second before the snapshot: a
+    # store file written after the snapshot (the only way its content can differ from what
+    # was served) has an mtime in a later second, so even a copy tool comparing whole seconds
+    # without this manager's memory of earlier mtimes (another mount) sees it changed.
+    partial_mtime = (now_ms // 1000 - 1) * NS
     for rel, size, head, slots, native, fd, items_base in slot_copies:
         count = HEADER.unpack(head)[5] if len(head) == INDEX_HEADER_SIZE else 0
         count = max(count, 1)
@@ -399,7 +404,7 @@ def freeze(store, name: str) -> Snapshot:
         # The header names the items (indexCount, endPhyOffset, ...), and the items determine
         # the slots: equal headers of one file, equal content.
         f.key = ("index", st.st_dev, st.st_ino, size, head)
-        f.candidate_mtime_ns = now_ms * 1_000_000
+        f.candidate_mtime_ns = partial_mtime
         files.append(f)
     for n, (data, mtime) in config.items():
         f = FrozenFile(f"config/{n}", len(data), [(0, len(data), -1, 0, data)])
@@ -409,7 +414,7 @@ def freeze(store, name: str) -> Snapshot:
     page = cp.to_bytes()
     f = FrozenFile("checkpoint", len(page), [(0, len(page), -1, 0, page)])
     f.key = ("data", len(page), crc32c(page))
-    f.candidate_mtime_ns = now_ms * 1_000_000
+    f.candidate_mtime_ns = partial_mtime
     files.append(f)
     for f in files:
         if f.key is not None:
@@ -431,7 +436,7 @@ def freeze(store, name: str) -> Snapshot:
                     st = os.fstat(fd)
                     parts.append((s, e, fo, st.st_dev, st.st_ino))
             f.key = ("part", f.size, tuple(parts))
-            f.candidate_mtime_ns = now_ms * 1_000_000
+            f.candidate_mtime_ns = partial_mtime
     return Snapshot(name, now_ms, offset, min_offset, messages, cp,
                     {f.rel: f for f in sorted(files, key=lambda f: f.rel)}, fds, store.root)
 

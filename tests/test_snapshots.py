@@ -532,17 +532,17 @@ def test_rsync_of_a_later_snapshot_copies_only_changed_files(mount_store, tmp_pa
     (m.mnt / "groups" / "G" / "T" / "1" / "offset").write_text("7\n")
     os.mkdir(m.mnt / "snapshots" / "a")
     dst = tmp_path / "backup"
-    sh(f"rsync -a --stats -i '{m.mnt}/snapshots/a/' '{dst}/'")
-    again = sh(f"rsync -a --stats -i '{m.mnt}/snapshots/a/' '{dst}/'").stdout
+    rsync = "rsync -a --sparse --delete --modify-window=-1 --stats -i"  # the README's
+    sh(f"{rsync} '{m.mnt}/snapshots/a/' '{dst}/'")
+    again = sh(f"{rsync} '{m.mnt}/snapshots/a/' '{dst}/'").stdout
     assert "Number of regular files transferred: 0" in again, again
     # only queue 2 gets new messages
     (t / "2" / "produce").write_text("".join(f"second-{i}\n" for i in range(40)))
-    time.sleep(1.1)
-    os.mkdir(m.mnt / "snapshots" / "b")
+    os.mkdir(m.mnt / "snapshots" / "b")  # within the same second or not: changed files move
     ma = json.loads((m.mnt / "snapshots" / "a" / MANIFEST_NAME).read_text())["files"]
     mb = json.loads((m.mnt / "snapshots" / "b" / MANIFEST_NAME).read_text())["files"]
     changed = {rel for rel in mb if ma.get(rel) != mb[rel]} | {MANIFEST_NAME}
-    out = sh(f"rsync -a --stats -i '{m.mnt}/snapshots/b/' '{dst}/'").stdout
+    out = sh(f"{rsync} '{m.mnt}/snapshots/b/' '{dst}/'").stdout
     sent = {x.split(" ", 1)[1] for x in out.splitlines() if x.startswith(">f")}
     assert sent == changed, (sent, changed)
     assert any(r.startswith("consumequeue/T/2/") for r in changed)
