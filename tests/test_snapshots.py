@@ -640,3 +640,29 @@ def test_restic_of_the_same_snapshot_name_reads_only_changed_files(mount_store, 
     assert later["files_new"] + later["files_changed"] == len(changed) + 1, (later, changed)
     assert later["files_unmodified"] == len(m3) - len(changed)
     m.umount()
+
+
+def test_snapshot_verify_command_line(tmp_path):
+    res = run_rmqfs("snapshot-verify", tmp_path / "nope", check=False)
+    assert res.returncode == 1 and "rmqfs: " in res.stderr and "not a directory" in res.stderr
+    (tmp_path / "empty").mkdir()
+    res = run_rmqfs("snapshot-verify", tmp_path / "empty", check=False)
+    assert res.returncode == 1 and "no SNAPSHOT.json" in res.stderr
+    (tmp_path / "empty" / MANIFEST_NAME).write_text("{nope")
+    res = run_rmqfs("snapshot-verify", tmp_path / "empty", check=False)
+    assert res.returncode == 1 and "not JSON" in res.stderr
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 1)
+        _put(store, 50)
+        mgr = SnapshotManager(store)
+        a = mgr.create("a")
+        out = materialize(a, tmp_path / "copy", mgr.manifest(a))
+        mgr.close()
+    res = run_rmqfs("snapshot-verify", out, "--json", "-j", "1")
+    doc = json.loads(res.stdout)
+    assert doc["ok"] is True and doc["name"] == "a" and doc["problems"] == []
+    (out / "checkpoint").unlink()
+    res = run_rmqfs("snapshot-verify", out, "--json", check=False)
+    assert res.returncode == 1
+    assert json.loads(res.stdout)["problems"] == [{"file": "checkpoint", "problem": "missing"}]
