@@ -216,6 +216,37 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
         for p in procs:
             p.wait(timeout=60)
         rmqfs("umount", str(mnt))
+    # In-process: the time the freeze holds the put lock (what producers can wait at most),
+    # while 4 threads put, free of FUSE and scheduling noise between processes.
+    import threading
+    from engine.snapshot import freeze
+    from engine.store import Message, MessageStore
+    with MessageStore(str(store)) as s:
+        halt = threading.Event()
+
+        def put():
+            while not halt.is_set():
+                s.put_messages([Message("SnapBench", b"y" * 150) for _ in range(20)])
+        threads = [threading.Thread(target=put) for _ in range(4)]
+        for th in threads:
+            th.start()
+        held, walls = [], []
+        try:
+            for r in range(rounds):
+                time.sleep(0.2)
+                t0 = time.perf_counter()
+                snap = freeze(s, f"e{r}")
+                walls.append(time.perf_counter() - t0)
+                held.append(snap.put_lock_ns / 1e9)
+                snap.release()
+        finally:
+            halt.set()
+            for th in threads:
+                th.join()
+    results.append(("engine freeze() while 4 threads put: put lock held (median / max)",
+                    f"{statistics.median(held) * 1000:.2f} ms",
+                    f"max {max(held) * 1000:.2f} ms; whole freeze() median "
+                    f"{statistics.median(walls) * 1000:.2f} ms"))
     files = [p for p in copy.rglob("*") if p.is_file()]
     total = sum(p.stat().st_size for p in files)
     for p in files:  # warm the page cache for every contender alike
