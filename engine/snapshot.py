@@ -152,6 +152,26 @@ class FrozenFile:
             parts.append(bytes(end - pos))
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def piece(self, offset: int, length: int):
+        """Where ``[offset, offset + length)`` comes from when it lies in one extent or in
+        zeros only: ``("fd", fd, file_offset, n)``, ``("data", bytes)`` or ``("zeros", n)``;
+        None when it spans several (callers then use :meth:`read`)."""
+        end = min(offset + length, self.size)
+        if offset >= end:
+            return ("data", b"")
+        for s, e, fd, fo, data in self.extents:
+            if e <= offset:
+                continue
+            if s >= end:
+                break
+            if s <= offset and end <= e:
+                if data is None:
+                    return ("fd", fd, fo + offset - s, end - offset)
+                if isinstance(data, (bytes, bytearray)):
+                    return ("data", data[offset - s:end - s])
+            return None
+        return ("zeros", end - offset)
+
     def served_whole(self) -> bool:
         """True when every byte comes from one store file at the same offsets."""
         return (len(self.extents) == 1 and self.extents[0][4] is None

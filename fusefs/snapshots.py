@@ -19,6 +19,7 @@ from engine import errors as E
 
 from .nodes import DIR_MODE, RO_FILE, Dir, FsError, Handle, Node, Stat, _check_read_only_open, \
     fs_error
+from .views import pread_nowait
 
 
 def manager(ctx):
@@ -104,6 +105,16 @@ class SnapshotHandle(Handle):
 
     def read(self, offset, length):
         return self.frozen.read(offset, length)
+
+    def read_nowait(self, offset, length):
+        p = self.frozen.piece(offset, length)
+        if p is None:
+            return None
+        if p[0] == "fd":
+            return pread_nowait(p[1], p[3], p[2])
+        if p[0] == "zeros":
+            return bytes(p[1])
+        return p[1]
 
     def release(self):
         if not self._released:

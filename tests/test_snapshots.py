@@ -666,3 +666,28 @@ def test_snapshot_verify_command_line(tmp_path):
     res = run_rmqfs("snapshot-verify", out, "--json", check=False)
     assert res.returncode == 1
     assert json.loads(res.stdout)["problems"] == [{"file": "checkpoint", "problem": "missing"}]
+
+
+def test_frozen_file_piece_agrees_with_read(tmp_path):
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 2)
+        _put(store, 300)
+        snap = freeze(store, "a")
+        import random
+        rnd = random.Random(5)
+        for f in snap.files.values():
+            for _ in range(200):
+                off = rnd.randrange(0, f.size + 10)
+                n = rnd.choice([1, 20, 4096, 65536, 1 << 20])
+                p = f.piece(off, n)
+                if p is None:
+                    continue
+                if p[0] == "fd":
+                    got = os.pread(p[1], p[3], p[2])
+                elif p[0] == "zeros":
+                    got = bytes(p[1])
+                else:
+                    got = bytes(p[1])
+                assert got == f.read(off, n), (f.rel, off, n)
+        snap.release()
