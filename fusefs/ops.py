@@ -15,6 +15,10 @@ never change again (sealed segments, full ``view/`` parts) are cached for an hou
 files whose bytes change without a size change (``offset``, ``status.json``, ...) are read with
 ``direct_io``; after a commit or a mkdir the affected inodes are invalidated explicitly
 (``invalidate_inode``) so no cached attribute survives.
+
+``mkdir`` and ``rmdir`` go to the parent node (``snapshots/<name>`` makes and drops snapshots).
+A ``-o ro`` mount is read-only here, not in the kernel (which would refuse those mkdirs too):
+opens for writing and setattr answer EROFS, as the nodes do for every other write.
 """
 
 from __future__ import annotations
