@@ -13,6 +13,9 @@ holder's pid, while a mount or broker runs: its in-memory state would overwrite 
 running mount takes offsets through ``MNT/groups/G/T/Q/offset`` and messages through
 ``MNT/topics/T/produce`` instead.)
 
+``snapshot-verify DIR`` works on a copy of a snapshot (``MNT/snapshots/NAME``), not on a store:
+it checks every file against the copy's ``SNAPSHOT.json`` (size, CRC32C).
+
 Exit status: 0 on success, 1 with ``rmqfs: <message>`` on stderr on failure (and when
 ``verify`` finds an error), 2 for bad usage.
 """
