@@ -13,7 +13,16 @@ Measures, and prints as a table with ratios against the baseline of the same run
 3. ``cat FILE > topics/T/produce`` in messages/s vs ``MessageStore.put_messages`` of the same
    lines, cut into the same 128 KiB pieces ``cat`` writes (each piece one put, like the FS).
 
+4. Snapshots (issue 10): ``mkdir snapshots/<name>`` on the 1 GiB+ store while 4 producer
+   processes write through the mount: the mkdir's wall time, and the longest ``write()``
+   latency of a producer overlapping a mkdir vs the longest in the same run without one.
+   Then ``rmqfs snapshot-verify`` of a copy of the snapshot (made with ``tar -S``), in GB/s of
+   files, vs a plain in-process ``crc32c`` of the same files (read whole) and vs
+   ``cat FILES > /dev/null``; and ``tar -c`` of the snapshot vs of ``raw/`` (files per second
+   of wall time). ``--snapshots-only`` runs just this part.
+
 Targets (issue 4): raw >= 0.7 x passthrough, produce >= 0.5 x engine, decoded >= 100 MB/s.
+Targets (issue 10): snapshot mkdir < 50 ms, producers not paused longer; verify >= 1 GB/s.
 Needs root (or a setuid fusermount3), /dev/fuse, gcc and libfuse3-dev; about 3 GiB of free
 space in ``--dir`` (default: a temp dir, removed at the end).
 """
@@ -125,11 +134,197 @@ def engine_append(store: Path, data: bytes) -> float:
         return time.perf_counter() - t0
 
 
+SNAP_PRODUCER = r"""
+import os, sys, time
+path, out, stop = sys.argv[1], sys.argv[2], sys.argv[3]
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+lat = []
+i = 0
+while not os.path.exists(stop):
+    data = "".join(f"bench-{os.getpid()}-{i + k:08d} {'x' * 150}\n" for k in range(20)).encode()
+    t0 = time.monotonic()
+    os.write(fd, data)
+    lat.append((t0, time.monotonic() - t0))
+    i += 20
+os.close(fd)
+with open(out, "w") as f:
+    f.write("\n".join(f"{a} {b}" for a, b in lat))
+"""
+
+
+def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> None:
+    """Item 4 of the module docstring, on ``store`` (mounted here)."""
+    import statistics
+    import crc32c
+    mnt = work / "mnt-snap"
+    mnt.mkdir(exist_ok=True)
+    rmqfs("mount", str(store), str(mnt))
+    procs = []
+    stop = work / "snap-stop"
+    try:
+        os.makedirs(mnt / "topics" / "SnapBench", exist_ok=True)
+        for k in range(4):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", SNAP_PRODUCER, str(mnt / "topics" / "SnapBench" / "produce"),
+                 str(work / f"lat-{k}"), str(stop)]))
+        time.sleep(2.0)
+        windows = []
+        mkdir_times = []
+        for r in range(rounds):
+            time.sleep(0.5)  # a quiet stretch between mkdirs: the baseline
+            t0 = time.monotonic()
+            os.mkdir(mnt / "snapshots" / f"b{r}")
+            t1 = time.monotonic()
+            windows.append((t0, t1))
+            mkdir_times.append(t1 - t0)
+            if r < rounds - 1:
+                os.rmdir(mnt / "snapshots" / f"b{r}")
+        time.sleep(0.5)
+        stop.write_text("")
+        for p in procs:
+            p.wait(timeout=60)
+        lat = []
+        for k in range(4):
+            lat += [tuple(map(float, x.split())) for x in
+                    (work / f"lat-{k}").read_text().splitlines() if x]
+        during = [d for t, d in lat if any(t < b and t + d > a for a, b in windows)]
+        quiet = [d for t, d in lat if not any(t < b + 0.1 and t + d > a - 0.1
+                                              for a, b in windows)]
+        quiet.sort()
+        p99 = quiet[int(len(quiet) * 0.99)] if quiet else 0.0
+        results.append(("snapshot mkdir while 4 producers write (median / max)",
+                        f"{statistics.median(mkdir_times) * 1000:.1f} ms",
+                        f"max {max(mkdir_times) * 1000:.1f} ms (target 50 ms); "
+                        f"store {store_bytes(store) / 2**30:.2f} GiB"))
+        results.append(("longest producer write() overlapping a mkdir",
+                        f"{max(during, default=0) * 1000:.1f} ms",
+                        f"vs {max(quiet, default=0) * 1000:.1f} ms longest / {p99 * 1000:.1f} ms"
+                        f" p99 without ({len(during)} / {len(quiet)} writes)"))
+        snap = mnt / "snapshots" / f"b{rounds - 1}"
+        t0 = time.monotonic()
+        (snap / "SNAPSHOT.json").stat()
+        t_sum = time.monotonic() - t0
+        results.append(("SNAPSHOT.json ready after mkdir (background sums)",
+                        f"{t_sum * 1000:.0f} ms", "sealed sums cached by the earlier rounds"))
+        copy = work / "snap-copy"
+        shutil.rmtree(copy, ignore_errors=True)
+        copy.mkdir()
+        subprocess.run(f"tar -C '{snap}' -Scf - . | tar -C '{copy}' -xf -", shell=True,
+                       check=True)
+
+        def tar(src: Path) -> float:
+            best = float("inf")
+            for _ in range(2):
+                t0 = time.perf_counter()
+                subprocess.run(f"tar -C '{src}' -cf - . | cat > /dev/null", shell=True,
+                               check=True)
+                best = min(best, time.perf_counter() - t0)
+            return best
+        snap_bytes = sum(p.stat().st_size for p in snap.rglob("*") if p.is_file())
+        raw_bytes = sum(p.stat().st_size for p in (mnt / "raw").rglob("*") if p.is_file())
+        t_raw, t_snap = tar(mnt / "raw"), tar(snap)
+        results.append(("tar -c of raw/ (producers stopped)",
+                        f"{raw_bytes / 1e6 / t_raw:,.0f} MB/s", "baseline"))
+        results.append(("tar -c of snapshots/<name>/",
+                        f"{snap_bytes / 1e6 / t_snap:,.0f} MB/s",
+                        f"{(snap_bytes / t_snap) / (raw_bytes / t_raw):.2f} x raw/"))
+    finally:
+        if not stop.exists():
+            stop.write_text("")
+        for p in procs:
+            p.wait(timeout=60)
+        rmqfs("umount", str(mnt))
+    # In-process: the time the freeze holds the put lock (what producers can wait at most),
+    # while 4 threads put, free of FUSE and scheduling noise between processes.
+    import threading
+    from engine.snapshot import freeze
+    from engine.store import Message, MessageStore
+    with MessageStore(str(store)) as s:
+        halt = threading.Event()
+
+        def put():
+            while not halt.is_set():
+                s.put_messages([Message("SnapBench", b"y" * 150) for _ in range(20)])
+        threads = [threading.Thread(target=put) for _ in range(4)]
+        for th in threads:
+            th.start()
+        held, walls = [], []
+        try:
+            for r in range(rounds):
+                time.sleep(0.2)
+                t0 = time.perf_counter()
+                snap = freeze(s, f"e{r}")
+                walls.append(time.perf_counter() - t0)
+                held.append(snap.put_lock_ns / 1e9)
+                snap.release()
+        finally:
+            halt.set()
+            for th in threads:
+                th.join()
+    results.append(("engine freeze() while 4 threads put: put lock held (median / max)",
+                    f"{statistics.median(held) * 1000:.2f} ms",
+                    f"max {max(held) * 1000:.2f} ms; whole freeze() median "
+                    f"{statistics.median(walls) * 1000:.2f} ms"))
+    files = [p for p in copy.rglob("*") if p.is_file()]
+    total = sum(p.stat().st_size for p in files)
+    for p in files:  # warm the page cache for every contender alike
+        subprocess.run(["cat", str(p)], stdout=subprocess.DEVNULL, check=True)
+
+    def verify():
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        subprocess.run([sys.executable, "-m", "mount.cli", "snapshot-verify", str(copy)],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+
+    def plain():
+        for p in files:
+            with open(p, "rb", buffering=0) as f:
+                crc = 0
+                while True:
+                    b = f.read(8 << 20)
+                    if not b:
+                        break
+                    crc = crc32c.crc32c(b, crc)
+
+    def cat():
+        subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+    timings = {}
+    for name, fn in (("verify", verify), ("plain", plain), ("cat", cat)):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        timings[name] = best
+    gb = total / 1e9
+    results.append(("cat snapshot copy > /dev/null", f"{gb / timings['cat']:,.2f} GB/s",
+                    "baseline"))
+    results.append(("crc32c of every file, in-process (whole files)",
+                    f"{gb / timings['plain']:,.2f} GB/s",
+                    f"{timings['cat'] / timings['plain']:.2f} x cat"))
+    results.append(("rmqfs snapshot-verify (whole command)", f"{gb / timings['verify']:,.2f} GB/s",
+                    f"{timings['plain'] / timings['verify']:.2f} x plain crc32c, "
+                    f"{timings['cat'] / timings['verify']:.2f} x cat; {total / 2**30:.2f} GiB "
+                    f"in {len(files)} files (target 1 GB/s)"))
+
+
+def store_bytes(store: Path) -> int:
+    return sum(p.stat().st_size for p in (store / "commitlog").iterdir())
+
+
+def print_results(results: list) -> None:
+    width = max(len(r[0]) for r in results)
+    print(f"{'':{width}}  {'throughput':>14}  ratio")
+    for name, value, note in results:
+        print(f"{name:{width}}  {value:>14}  {note}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", help="work directory (default: a new temp dir, removed after)")
     p.add_argument("--messages", type=int, default=300_000,
                    help="loghub lines for the decoded and produce runs (default 300000)")
+    p.add_argument("--snapshots-only", action="store_true",
+                   help="only the snapshot figures (item 4)")
     args = p.parse_args(argv)
     work = Path(args.dir or tempfile.mkdtemp(prefix="rmqfs-bench-fuse-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -138,6 +333,17 @@ def main(argv=None) -> int:
     ptmnt.mkdir(exist_ok=True)
     results = []
     pt_proc = None
+    if args.snapshots_only:
+        try:
+            log("filling a 1 GiB CommitLog segment ...")
+            fill_segment(store)
+            log("snapshots ...")
+            snapshot_bench(work, store, results)
+        finally:
+            if not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        print_results(results)
+        return 0
     try:
         log("filling a 1 GiB CommitLog segment ...")
         seg = fill_segment(store)
@@ -204,13 +410,12 @@ def main(argv=None) -> int:
                 subprocess.run(["fusermount3", "-u", str(ptmnt)], check=False)
                 pt_proc.wait(timeout=30)
             rmqfs("umount", str(mnt))
+        log("snapshots ...")
+        snapshot_bench(work, store, results)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
-    width = max(len(r[0]) for r in results)
-    print(f"{'':{width}}  {'throughput':>14}  ratio")
-    for name, value, note in results:
-        print(f"{name:{width}}  {value:>14}  {note}")
+    print_results(results)
     return 0
 
 

@@ -62,11 +62,15 @@ class StoreCheckpoint:
         data = data.ljust(LAYOUT.size, b"\0")
         return cls(*LAYOUT.unpack(data))
 
-    def write(self, path: str, sync: bool = True) -> None:
-        """Write the 4096-byte file in place (as the broker's mmap does) and optionally fsync."""
-        page = LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp,
+    def to_bytes(self) -> bytes:
+        """The 4096-byte file content (5.x layout, zero padded)."""
+        return LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp,
                            self.index_msg_timestamp, self.master_flushed_offset,
                            self.confirm_phy_offset).ljust(CHECKPOINT_FILE_SIZE, b"\0")
+
+    def write(self, path: str, sync: bool = True) -> None:
+        """Write the 4096-byte file in place (as the broker's mmap does) and optionally fsync."""
+        page = self.to_bytes()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, page, 0)

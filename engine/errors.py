@@ -105,3 +105,15 @@ class FlushDiskTimeoutError(StoreError):
     def __init__(self, message: str, results=None):
         super().__init__(message)
         self.results = results or []
+
+
+class SnapshotExistsError(StoreError):
+    """``mkdir snapshots/<name>`` for a name that is taken (EEXIST)."""
+
+    errno = errno.EEXIST
+
+
+class NoSuchSnapshotError(StoreError):
+    """A snapshot that does not exist (ENOENT)."""
+
+    errno = errno.ENOENT

@@ -131,6 +131,9 @@ class Node:
     def mkdir(self, name: str) -> "Node":
         raise FsError(errno.EPERM if self.is_dir else errno.ENOTDIR)
 
+    def rmdir(self, name: str) -> None:
+        raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+
     # files
     def open(self, flags: int) -> "Handle":
         raise FsError(errno.EISDIR)
@@ -250,7 +253,9 @@ groups/<group>/<topic>/<queueId>/pending.jsonl messages from the committed offse
 groups/<group>/progress.json    brokerOffset, consumerOffset, diff per queue
 messages/<msgId>                a message by its offset msgId
 view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.jsonl + _schema.ddl
-raw/                            the store's own files, read-only (for tar, rsync, restic)
+raw/                            the store's own files, read-only (live: see snapshots/)
+snapshots/<name>/               mkdir: a frozen point in time of raw/ + SNAPSHOT.json (crc32c);
+                                copy it with tar, rsync or restic; rmdir drops it
 status.json                     CommitLog offsets, flush and dispatch lag, segment sizes, counts
 
 mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group.
@@ -274,7 +279,13 @@ class RootDir(Dir):
             "messages": lambda: MessagesDir(c, "/messages"),
             "view": lambda: _view_root(c),
             "raw": lambda: RawDir(c, "/raw", ""),
+            "snapshots": lambda: _snapshots_root(c),
         }
+
+
+def _snapshots_root(ctx):
+    from .snapshots import SnapshotsDir
+    return SnapshotsDir(ctx, "/snapshots")
 
 
 def _view_root(ctx):

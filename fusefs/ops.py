@@ -15,6 +15,10 @@ never change again (sealed segments, full ``view/`` parts) are cached for an hou
 files whose bytes change without a size change (``offset``, ``status.json``, ...) are read with
 ``direct_io``; after a commit or a mkdir the affected inodes are invalidated explicitly
 (``invalidate_inode``) so no cached attribute survives.
+
+``mkdir`` and ``rmdir`` go to the parent node (``snapshots/<name>`` makes and drops snapshots).
+A ``-o ro`` mount is read-only here, not in the kernel (which would refuse those mkdirs too):
+opens for writing and setattr answer EROFS, as the nodes do for every other write.
 """
 
 from __future__ import annotations
@@ -168,6 +172,8 @@ class RmqOperations(pyfuse3.Operations):
 
     async def setattr(self, inode, attr, fields, fh, ctx):
         node = self._node(inode)
+        if self.ctx.read_only:  # the kernel mount is not "ro" (snapshots/ takes mkdir)
+            raise pyfuse3.FUSEError(errno.EROFS)
         if fields.update_size:
             await _run(node.truncate, attr.st_size)
         return await _run(self._entry, node, inode)
@@ -231,7 +237,8 @@ class RmqOperations(pyfuse3.Operations):
         return attr
 
     async def rmdir(self, parent_inode, name, ctx):
-        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+        parent = self._node(parent_inode)
+        await _run(parent.rmdir, os.fsdecode(name))
 
     async def unlink(self, parent_inode, name, ctx):
         raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
@@ -256,6 +263,8 @@ class RmqOperations(pyfuse3.Operations):
         node = self._node(inode)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
+        if self.ctx.read_only and flags & os.O_ACCMODE != os.O_RDONLY:
+            raise pyfuse3.FUSEError(errno.EROFS)
         handle = await _run(node.open, flags)
         handle.inode = inode
         with self._lock:

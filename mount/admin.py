@@ -13,6 +13,9 @@ holder's pid, while a mount or broker runs: its in-memory state would overwrite 
 running mount takes offsets through ``MNT/groups/G/T/Q/offset`` and messages through
 ``MNT/topics/T/produce`` instead.)
 
+``snapshot-verify DIR`` works on a copy of a snapshot (``MNT/snapshots/NAME``), not on a store:
+it checks every file against the copy's ``SNAPSHOT.json`` (size, CRC32C).
+
 Exit status: 0 on success, 1 with ``rmqfs: <message>`` on stderr on failure (and when
 ``verify`` finds an error), 2 for bad usage.
 """
@@ -549,6 +552,44 @@ def cmd_clean(args) -> int:
     return 0
 
 
+def cmd_snapshot_verify(args) -> int:
+    """Check a copy of a snapshot (MNT/snapshots/NAME copied with tar, rsync, restic restore)
+    against its SNAPSHOT.json: every file named there must exist with its size and CRC32C.
+    Prints one line per problem (missing, short, damaged file) and a summary; exit 1 on any
+    problem. Files the manifest does not name are reported as extra (not an error)."""
+    from engine.snapshot import MANIFEST_NAME, verify_copy
+    directory = args.directory
+    if not os.path.isdir(directory):
+        raise AdminError(f"{directory} is not a directory")
+    if not os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
+        raise AdminError(f"{directory} has no {MANIFEST_NAME} (not a copy of a snapshot)")
+    start = time.monotonic()
+    try:
+        with open(os.path.join(directory, MANIFEST_NAME), "rb") as f:
+            total = sum(int(v.get("size", 0)) for v in
+                        (json.loads(f.read()).get("files") or {}).values())
+    except (ValueError, AttributeError, TypeError):
+        total = 0
+    with _progress(total, "verify") as bar:
+        doc, problems = verify_copy(directory, workers=args.jobs, progress=bar.update)
+    errors = [(rel, what) for rel, what in problems if what != "extra"]
+    elapsed = time.monotonic() - start
+    size = sum(int(v["size"]) for v in doc["files"].values())
+    if args.json:
+        print(json.dumps({"name": doc.get("name"), "commitLogOffset": doc.get("commitLogOffset"),
+                          "files": len(doc["files"]), "bytes": size,
+                          "problems": [{"file": r, "problem": w} for r, w in problems],
+                          "ok": not errors}))
+    else:
+        for rel, what in problems:
+            print(f"{'WARNING' if what == 'extra' else 'ERROR'} {rel}: {what}")
+        verdict = "OK" if not errors else f"FAILED: {len(errors)} bad files"
+        print(f"snapshot {doc.get('name')} (CommitLog offset {doc.get('commitLogOffset')}, "
+              f"{doc.get('messageCount')} messages): {len(doc['files'])} files, {size:,} bytes "
+              f"in {elapsed:.2f} s: {verdict}")
+    return 1 if errors else 0
+
+
 # ----------------------------------------------------------------------------------------------
 # argparse
 
@@ -657,6 +698,13 @@ def add_subcommands(sub) -> None:
     p.add_argument("-o", "--offset", type=int, help="this queue offset")
     p.add_argument("-q", "--queue-id", type=int, help="only this queue")
     p.set_defaults(func=_run(cmd_reset_offset))
+
+    p = sub.add_parser("snapshot-verify", help="check a copy of a snapshot against its "
+                       "SNAPSHOT.json (sizes, CRC32C)", description=_doc(cmd_snapshot_verify))
+    p.add_argument("directory", metavar="DIR", help="the copy (holds SNAPSHOT.json)")
+    p.add_argument("-j", "--jobs", type=int, help="threads summing files (default: one per CPU)")
+    p.add_argument("--json", action="store_true", help="the result as one JSON object")
+    p.set_defaults(func=_run(cmd_snapshot_verify))
 
     p = sub.add_parser("clean", help="delete expired files now (mqadmin deleteExpiredCommitLog)",
                        description=_doc(cmd_clean))

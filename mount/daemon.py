@@ -20,6 +20,7 @@ import tempfile
 import pyfuse3
 import trio
 
+from engine.snapshot import SnapshotManager
 from engine.store import MessageStore, StoreConfig
 from fusefs.nodes import Context
 from fusefs.ops import RmqOperations
@@ -82,6 +83,17 @@ def check_fuse() -> None:
         raise MountError("FUSE is not available: fusermount3 is missing (apt install fuse3)")
 
 
+def _raise_fd_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit (as brokers are told to run with 655350)."""
+    import resource
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError):
+        pass
+
+
 class Daemon:
     """One mounted store.
 
@@ -105,6 +117,7 @@ class Daemon:
         self.debug_fuse = debug_fuse
         self.store = None
         self.views = None
+        self.snapshots = None
         self._own_cache = False
 
     def setup(self) -> None:
@@ -118,14 +131,19 @@ class Daemon:
         check_mountpoint(self.mountpoint)
         if self.read_only and not os.path.isdir(self.store_path):
             raise MountError(f"store {self.store_path} does not exist (read-only mount)")
+        _raise_fd_limit()  # each snapshot holds a descriptor per store file
         self.store = MessageStore(self.store_path, self.config, read_only=self.read_only)
         if self.cache_dir is None:
             self.cache_dir = tempfile.mkdtemp(prefix="rmqfs-cache-")
             self._own_cache = True
         self.views = ViewCache(self.store, self.cache_dir)
         ctx = Context(self.store, self.views, self.read_only)
+        self.snapshots = ctx.snapshots = SnapshotManager(self.store, self.cache_dir)
         ops = RmqOperations(ctx)
         opts = set(self.options)
+        # A read-only mount is read-only in the daemon (every write is EROFS there), not in the
+        # kernel: the kernel would refuse `mkdir snapshots/<name>` too.
+        opts.discard("ro")
         opts.update({"fsname=rmqfs", "subtype=rmqfs", "auto_unmount"})
         if self.debug_fuse:
             opts.add("debug")
@@ -170,6 +188,9 @@ class Daemon:
     def _close_store(self) -> None:
         """Close the store (checkpoint, no ``abort``); the view cache goes whatever happens."""
         try:
+            if self.snapshots is not None:
+                snapshots, self.snapshots = self.snapshots, None
+                snapshots.close()
             if self.store is not None:
                 store, self.store = self.store, None
                 try:

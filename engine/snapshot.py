@@ -1,0 +1,747 @@
+"""Point-in-time snapshots of a live store, and their manifests (``SNAPSHOT.json``).
+
+:func:`freeze` takes, under the store's put lock, the state a clean shutdown at that instant
+would leave on disk, and returns a :class:`Snapshot`: the files of the store's layout
+(``commitlog/``, ``consumequeue/``, ``index/``, ``config/``, ``checkpoint``; no ``abort``, no
+``lock``) as :class:`FrozenFile` objects whose bytes never change while the snapshot exists.
+
+What is frozen, and how (reference sections 2-6):
+
+- the CommitLog offset ``O``: a record boundary with every dispatched (acknowledged) record
+  before it and none after (``max_offset``; under SYNC_FLUSH the start of the first put still
+  waiting for its flush). Segments are served from the store's files up to ``O`` and read as
+  zeros from there to their full size, exactly what a broker's normal recovery
+  (``CommitLog.recoverNormally``: it stops at the first record whose magic is not a record's)
+  and ours expect after a clean shutdown. Segments starting after ``O`` are left out.
+- every ConsumeQueue's unit count: its files up to the last unit, zeros after (a unit of
+  zeros ends ``ConsumeQueue.recover``'s scan). Units a read-only store keeps only in memory
+  are copied.
+- the IndexFiles: full files are served as they are; a file still being filled has its header
+  and hash-slot table (``40 + hashSlotNum * 4`` bytes, the only part written in place) copied,
+  and its items up to the frozen ``indexCount``, zeros after.
+- ``config/*.json`` (consumer offsets, topics, groups, their ``.bak``): their bytes, read under
+  the consumer-offset lock, which is held until the put lock is released again: every commit
+  that returned before is in, none that began after (a commit's fsync never runs under the
+  put lock, so producers do not wait for it).
+- ``checkpoint`` as ``flush()`` at close would write it: physicMsgTimestamp and
+  logicsMsgTimestamp = store time of the last record before ``O``, indexMsgTimestamp = the
+  newest IndexFile's endTimestamp, confirmPhyOffset = ``O``.
+
+CommitLog, ConsumeQueue and IndexFile item regions are append-only, so their bytes below the
+frozen points never change; the snapshot holds duplicated file descriptors, so expiry (which
+unlinks files) cannot take them away while it exists. Cost under the lock: one ``dup`` per file
+and one copy of the live IndexFile's slot table (20 MB for the default 5,000,000 slots).
+
+Not in a snapshot: IndexFiles a read-only store built in memory only (the restored store's
+recovery re-indexes from the last on-disk index file's endPhyOffset), and other 5.x
+directories (``timerwheel``, ``batchconsumequeue``, ...), which this engine does not write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from array import array
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from .checkpoint import StoreCheckpoint
+from .consumequeue import CQ_STORE_UNIT_SIZE
+from .crc import crc32c, crc32c_fd, crc32c_zeros
+from .errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError, StoreError
+from .indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE
+from .mappedfile import offset_to_file_name
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "SNAPSHOT.json"
+MANIFEST_FORMAT = 1
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,-]{0,127}$")
+NS = 1_000_000_000
+_TAIL_CHECK = 64 * 1024  # bytes re-summed to confirm a cached prefix sum is still valid
+
+
+class SnapshotError(StoreError):
+    """A snapshot cannot be made: the store is closed."""
+
+
+class _IndexHead:
+    """The header and hash slots of a live IndexFile as frozen: the slot table is copied under
+    the put lock in the engine's native int order (one memcpy) and turned into the file's
+    big-endian bytes on first use, off the mkdir path."""
+
+    __slots__ = ("_head", "_slots", "_native", "_bytes", "_lock")
+
+    def __init__(self, head: bytes, slots: bytes, native: bool):
+        self._head, self._slots, self._native = head, slots, native
+        self._bytes = None
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._head) + len(self._slots) if self._bytes is None else len(self._bytes)
+
+    def get(self) -> bytes:
+        if self._bytes is None:
+            with self._lock:
+                if self._bytes is None:
+                    slots = self._slots
+                    if self._native and sys.byteorder == "little":
+                        a = array("i")
+                        a.frombytes(slots)
+                        a.byteswap()
+                        slots = a.tobytes()
+                    self._bytes = self._head + slots
+                    self._slots = None
+        return self._bytes
+
+
+def _bytes_of(data) -> bytes:
+    return data if isinstance(data, (bytes, bytearray)) else data.get()
+
+
+class FrozenFile:
+    """One file of a snapshot: ``size`` bytes made of extents, zeros elsewhere.
+
+    ``extents`` is a sorted list of ``(start, end, fd, fd_offset, data)``: bytes
+    ``[start, end)`` come from ``fd`` at ``fd_offset`` (``data`` None) or from ``data`` (fd
+    -1). ``key`` identifies the content (equal keys, equal bytes); ``candidate_mtime_ns`` is the
+    mtime to show when the content is new (the store file's mtime when served whole).
+    """
+
+    __slots__ = ("rel", "size", "extents", "key", "candidate_mtime_ns", "mtime_ns", "ident")
+
+    def __init__(self, rel: str, size: int, extents: list, ident=None):
+        self.rel = rel
+        self.size = size
+        self.extents = extents
+        self.ident = ident  # (st_dev, st_ino) of the store file served from offset 0
+        self.key = None
+        self.candidate_mtime_ns = 0
+        self.mtime_ns = 0
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` (short at the end of the file)."""
+        end = min(offset + length, self.size)
+        if offset >= end:
+            return b""
+        parts = []
+        pos = offset
+        for s, e, fd, fo, data in self.extents:
+            if e <= pos:
+                continue
+            if s >= end:
+                break
+            if s > pos:
+                parts.append(bytes(s - pos))
+                pos = s
+            n = min(e, end) - pos
+            if data is not None:
+                parts.append(_bytes_of(data)[pos - s:pos - s + n])
+            else:
+                b = os.pread(fd, n, fo + pos - s)
+                if len(b) < n:  # cannot happen below a frozen point; never serve garbage
+                    b += bytes(n - len(b))
+                parts.append(b)
+            pos += n
+        if pos < end:
+            parts.append(bytes(end - pos))
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def piece(self, offset: int, length: int):
+        """Where ``[offset, offset + length)`` comes from when it lies in one extent or in
+        zeros only: ``("fd", fd, file_offset, n)``, ``("data", bytes)`` or ``("zeros", n)``;
+        None when it spans several (callers then use :meth:`read`)."""
+        end = min(offset + length, self.size)
+        if offset >= end:
+            return ("data", b"")
+        for s, e, fd, fo, data in self.extents:
+            if e <= offset:
+                continue
+            if s >= end:
+                break
+            if s <= offset and end <= e:
+                if data is None:
+                    return ("fd", fd, fo + offset - s, end - offset)
+                if isinstance(data, (bytes, bytearray)):
+                    return ("data", data[offset - s:end - s])
+            return None
+        return ("zeros", end - offset)
+
+    def served_whole(self) -> bool:
+        """True when every byte comes from one store file at the same offsets."""
+        return (len(self.extents) == 1 and self.extents[0][4] is None
+                and self.extents[0][0] == 0 and self.extents[0][3] == 0
+                and self.extents[0][1] == self.size)
+
+
+class Snapshot:
+    """A frozen store: name, time, CommitLog offset, files (see the module docstring).
+
+    Files are served until :meth:`release` drops the last reference (the snapshot's own, held
+    until ``rmdir``, plus one per open file and per running manifest computation).
+    """
+
+    def __init__(self, name: str, time_ms: int, commitlog_offset: int,
+                 commitlog_min_offset: int, message_count: int, checkpoint: StoreCheckpoint,
+                 files: dict[str, FrozenFile], fds: list[int], store_root: str):
+        self.name = name
+        self.time_ms = time_ms
+        self.commitlog_offset = commitlog_offset
+        self.commitlog_min_offset = commitlog_min_offset
+        self.message_count = message_count
+        self.checkpoint = checkpoint
+        self.files = files
+        self.store_root = store_root
+        self._fds = fds
+        self._refs = 1
+        self._lock = threading.Lock()
+        self.manifest_future: Future | None = None
+        self.put_lock_ns = 0  # time the freeze held the store's put lock
+        self.cancelled = False
+        dirs: dict[str, set] = {"": set()}
+        for rel in files:
+            parts = rel.split("/")
+            for i in range(len(parts)):
+                parent = "/".join(parts[:i])
+                dirs.setdefault(parent, set()).add(parts[i])
+        self.dirs = {k: sorted(v) for k, v in dirs.items()}
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def acquire(self) -> bool:
+        """Take a reference; False when the snapshot is already released."""
+        with self._lock:
+            if self._refs <= 0:
+                return False
+            self._refs += 1
+            return True
+
+    def release(self) -> None:
+        """Drop a reference; the last one closes the file descriptors."""
+        with self._lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            fds, self._fds = self._fds, []
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # -- content ------------------------------------------------------------------------------
+    def is_dir(self, rel: str) -> bool:
+        return rel in self.dirs
+
+    def manifest_head(self) -> dict:
+        """Everything of the manifest but the files."""
+        cp = self.checkpoint
+        return {"format": MANIFEST_FORMAT, "name": self.name, "time": self.time_ms,
+                "commitLogOffset": self.commitlog_offset,
+                "commitLogMinOffset": self.commitlog_min_offset,
+                "messageCount": self.message_count,
+                "storePathRootDir": self.store_root,
+                "checkpoint": {"physicMsgTimestamp": cp.physic_msg_timestamp,
+                               "logicsMsgTimestamp": cp.logics_msg_timestamp,
+                               "indexMsgTimestamp": cp.index_msg_timestamp,
+                               "confirmPhyOffset": cp.confirm_phy_offset}}
+
+
+def validate_snapshot_name(name: str) -> None:
+    """A snapshot name: 1-128 of ``[A-Za-z0-9_.+=@,-]``, not starting with ``.``, ``-``.
+
+    Raises InvalidNameError.
+    """
+    if not NAME_RE.match(name):
+        raise InvalidNameError(f"bad snapshot name {name!r}: use 1-128 characters of "
+                               "A-Z a-z 0-9 _ . + = @ , - (not starting with . or -)")
+
+
+def _segment_files(prefix: str, segs: list, end: int, file_size: int, mem: bytes = b"",
+                   mem_base: int = -1) -> list[FrozenFile]:
+    """FrozenFiles of a FileQueue frozen at byte ``end``: each ``(start, fd, size)`` segment
+    served up to ``end`` (and up to ``mem_base`` when units live in memory from there), then
+    ``mem`` bytes, zeros after. Segments starting at or after ``end`` are left out, except a
+    queue's only file."""
+    out = []
+    by_start = {s: fd for s, fd, _ in segs}
+    starts = [s for s, _, _ in segs if s < end] or [s for s, _, _ in segs][:1]
+    if mem:
+        first = mem_base - mem_base % file_size
+        for s in range(first, end, file_size):
+            if s not in starts:
+                starts.append(s)
+    for s in sorted(starts):
+        extents = []
+        fd = by_start.get(s)
+        disk_end = min(end, mem_base) if mem else end
+        if fd is not None and disk_end > s:
+            extents.append((0, min(file_size, disk_end - s), fd, 0, None))
+        if mem:
+            lo, hi = max(s, mem_base), min(s + file_size, end)
+            if hi > lo:
+                extents.append((lo - s, hi - s, -1, 0, mem[lo - mem_base:hi - mem_base]))
+        out.append(FrozenFile(f"{prefix}/{offset_to_file_name(s)}", file_size, extents,
+                              ident=fd))
+    return out
+
+
+def freeze(store, name: str) -> Snapshot:
+    """Freeze ``store`` (an open :class:`engine.store.MessageStore`) as snapshot ``name``.
+
+    Holds the put lock for the time of a few ``dup`` calls and one copy of the live IndexFile's
+    hash slots; everything else (sizes, mtimes, sums) is done after. Works on read-only stores
+    (nothing is written anywhere).
+
+    Raises:
+        SnapshotError: the store is closed.
+        OSError: from dup/pread (EMFILE when out of file descriptors).
+    """
+    fds: list[int] = []
+
+    def dup(fd: int) -> int:
+        nfd = os.dup(fd)
+        fds.append(nfd)
+        return nfd
+
+    files: list[FrozenFile] = []
+    slot_copies = []  # (rel, size, head bytes, slots (array or bytes), items_end, fd, base)
+    config_dir = os.path.join(store.root, "config")
+    config: dict[str, tuple[bytes, int]] = {}
+    offsets_lock = store.consumer_offsets.lock
+    held = False
+    try:
+        # Consumer offsets first, under their lock (held until the freeze is done, so no commit
+        # lands in between): a commit in progress fsyncs, and waiting for it must not hold
+        # the put lock, which would pause producers.
+        offsets_lock.acquire()
+        held = True
+        try:
+            names = sorted(os.listdir(config_dir))
+        except FileNotFoundError:
+            names = []
+        for n in names:
+            p = os.path.join(config_dir, n)
+            if n.endswith(".tmp") or not os.path.isfile(p) or os.path.islink(p):
+                continue
+            try:
+                with open(p, "rb") as fh:
+                    config[n] = (fh.read(), os.fstat(fh.fileno()).st_mtime_ns)
+            except FileNotFoundError:
+                continue
+        with store.put_lock:
+            locked_at = time.perf_counter_ns()
+            if store._closed:
+                raise SnapshotError("store is closed")
+            now_ms = int(time.time() * 1000)
+            cl = store.commitlog
+            pending = store._pending
+            if pending:  # SYNC_FLUSH puts waiting for their flush: not acknowledged yet
+                offset = min(d.commitlog_offset for d in pending[0][1])
+                last_ts = store._dispatched_store_timestamp
+            else:
+                offset = cl.max_offset
+                last_ts = cl.last_store_timestamp or store._dispatched_store_timestamp
+            # The follower mount (issue 10) may read the CommitLog ahead of its dispatch.
+            reput = getattr(store, "reput_from_offset", None)
+            if isinstance(reput, int) and 0 <= reput < offset:
+                offset = reput
+            with cl.files._lock:
+                segs = [(s.start, dup(s.fd), s.size) for s in cl.files.segments]
+            files += _segment_files("commitlog", segs, offset, cl.file_size)
+            min_offset = cl.min_offset
+            messages = 0
+            for (topic, qid), cq in list(store.consume_queues.items()):
+                with cq.files._lock:
+                    qsegs = [(s.start, dup(s.fd), s.size) for s in cq.files.segments]
+                end = cq.max_offset * CQ_STORE_UNIT_SIZE
+                messages += cq.max_offset - cq.min_offset
+                mem = b""
+                mem_base = -1
+                if cq.mem:
+                    mem_base = cq.mem_base * CQ_STORE_UNIT_SIZE
+                    mem = bytes(cq.mem[:max(0, end - mem_base)])
+                if not qsegs and not mem:
+                    continue
+                files += _segment_files(f"consumequeue/{topic}/{qid}", qsegs, end,
+                                        cq.files.file_size, mem, mem_base)
+            index_ts = 0
+            index = store.index_service
+            if index is not None:
+                with index._mutex:
+                    for f in index.files:
+                        if f.path is None:
+                            continue  # in memory only (read-only store)
+                        fd = dup(f._io.fd)
+                        rel = f"index/{f.name}"
+                        if f.is_write_full:
+                            files.append(FrozenFile(rel, f.size, [(0, f.size, fd, 0, None)],
+                                                    ident=fd))
+                            index_ts = f.end_timestamp
+                            continue
+                        nslots = f.hash_slot_num * HASH_SLOT_SIZE
+                        # Slots first, then the header: a writer (another process, for a
+                        # follower) writes items, then slots, then the header, so the slots
+                        # read here name only items the header read after counts.
+                        if f._slots is not None and not f.read_only:
+                            slots = f._slots.tobytes()  # native order; swapped after the lock
+                            native = True
+                        else:
+                            slots = os.pread(fd, nslots, INDEX_HEADER_SIZE)
+                            native = False
+                        head = os.pread(fd, INDEX_HEADER_SIZE, 0)
+                        slot_copies.append((rel, f.size, head, slots, native, fd,
+                                            INDEX_HEADER_SIZE + nslots))
+                        index_ts = HEADER.unpack(head)[1] if len(head) == 40 else index_ts
+            cp = StoreCheckpoint(last_ts, last_ts, index_ts,
+                                 store.checkpoint.master_flushed_offset, offset)
+            lock_ns = time.perf_counter_ns() - locked_at
+        offsets_lock.release()
+        held = False
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    finally:
+        if held:
+            offsets_lock.release()
+    # -- outside the lock ---------------------------------------------------------------------
+    # Files served in part (and the checkpoint) show the whole second before the snapshot: a
+    # store file written after the snapshot (the only way its content can differ from what
+    # was served) has an mtime in a later second, so even a copy tool comparing whole seconds
+    # without this manager's memory of earlier mtimes (another mount) sees it changed.
+    partial_mtime = (now_ms // 1000 - 1) * NS
+    for rel, size, head, slots, native, fd, items_base in slot_copies:
+        count = HEADER.unpack(head)[5] if len(head) == INDEX_HEADER_SIZE else 0
+        count = max(count, 1)
+        extents = [(0, INDEX_HEADER_SIZE + len(slots), -1, 0, _IndexHead(head, slots, native))]
+        items_end = min(size, items_base + count * INDEX_SIZE)
+        if items_end > items_base:
+            extents.append((items_base, items_end, fd, items_base, None))
+        f = FrozenFile(rel, size, extents)
+        st = os.fstat(fd)
+        # The header names the items (indexCount, endPhyOffset, ...), and the items determine
+        # the slots: equal headers of one file, equal content.
+        f.key = ("index", st.st_dev, st.st_ino, size, head)
+        f.candidate_mtime_ns = partial_mtime
+        files.append(f)
+    for n, (data, mtime) in config.items():
+        f = FrozenFile(f"config/{n}", len(data), [(0, len(data), -1, 0, data)])
+        f.key = ("data", len(data), crc32c(data))
+        f.candidate_mtime_ns = mtime
+        files.append(f)
+    page = cp.to_bytes()
+    f = FrozenFile("checkpoint", len(page), [(0, len(page), -1, 0, page)])
+    f.key = ("data", len(page), crc32c(page))
+    f.candidate_mtime_ns = partial_mtime
+    files.append(f)
+    for f in files:
+        if f.key is not None:
+            continue
+        ident = None
+        if f.ident is not None:
+            st = os.fstat(f.ident)
+            ident = (st.st_dev, st.st_ino)
+            if f.served_whole():
+                f.key = ("file", st.st_dev, st.st_ino, f.size, st.st_mtime_ns)
+                f.candidate_mtime_ns = st.st_mtime_ns
+        f.ident = ident
+        if f.key is None:  # a file served in part: identified by what is served
+            parts = []
+            for s, e, fd, fo, data in f.extents:
+                if data is not None:
+                    parts.append((s, e, crc32c(data)))
+                else:
+                    st = os.fstat(fd)
+                    parts.append((s, e, fo, st.st_dev, st.st_ino))
+            f.key = ("part", f.size, tuple(parts))
+            f.candidate_mtime_ns = partial_mtime
+    snap = Snapshot(name, now_ms, offset, min_offset, messages, cp,
+                    {f.rel: f for f in sorted(files, key=lambda f: f.rel)}, fds, store.root)
+    snap.put_lock_ns = lock_ns  # how long puts waited at most (bench, logs)
+    return snap
+
+
+class _CrcCache:
+    """CRC32C of file prefixes ``[0, end)`` by ``(st_dev, st_ino)``, kept in a JSON file.
+
+    Store files only grow below their frozen points (append-only regions), so the sum of a
+    prefix summed once is extended by the new bytes only. A cached entry is used after the
+    sum of its last 64 KiB is found unchanged (a file rewritten by ``recover`` or replaced is
+    summed again).
+    """
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self.entries: dict[str, list] = {}
+        self.lock = threading.Lock()
+        if path and os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    self.entries = json.loads(f.read())
+            except (OSError, ValueError):
+                self.entries = {}
+
+    def prefix(self, ident, fd: int, end: int) -> int:
+        key = f"{ident[0]}:{ident[1]}"
+        with self.lock:
+            ent = self.entries.get(key)
+        crc, done = 0, 0
+        if ent is not None:
+            e0, c0, t0 = ent[1], ent[2], ent[3]
+            lo = max(0, e0 - _TAIL_CHECK)
+            if e0 <= end and (e0 == 0 or crc32c_fd(fd, lo, e0) == t0):
+                crc, done = c0, e0
+        crc = crc32c_fd(fd, done, end, crc)
+        lo = max(0, end - _TAIL_CHECK)
+        tail = crc32c_fd(fd, lo, end) if end else 0
+        with self.lock:
+            self.entries[key] = [None, end, crc, tail]
+        return crc
+
+    def save(self, paths: dict) -> None:
+        """Keep entries of files named in ``paths`` (ident key -> path) and write the file."""
+        with self.lock:
+            for k, p in paths.items():
+                if k in self.entries:
+                    self.entries[k][0] = p
+            keep = {k: v for k, v in self.entries.items()
+                    if v[0] is not None and os.path.exists(v[0])}
+            self.entries = keep
+            data = json.dumps(keep).encode()
+        if not self.path:
+            return
+        tmp = self.path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", self.path, exc)
+
+
+def file_checksum(f: FrozenFile, cache: _CrcCache, cancelled=lambda: False) -> int:
+    """CRC32C of a frozen file's bytes; zeros are never read (see :mod:`engine.crc`)."""
+    crc, pos = 0, 0
+    for s, e, fd, fo, data in f.extents:
+        if cancelled():
+            raise InterruptedError("snapshot dropped")
+        if s > pos:
+            crc = crc32c_zeros(crc, s - pos)
+        if data is not None:
+            crc = crc32c(_bytes_of(data), crc)
+        elif s == 0 and fo == 0 and pos == 0 and f.ident is not None:
+            crc = cache.prefix(f.ident, fd, e)
+        else:
+            crc = crc32c_fd(fd, fo, fo + e - s, crc)
+        pos = e
+    return crc32c_zeros(crc, f.size - pos)
+
+
+class SnapshotManager:
+    """The snapshots of one open store (what ``MNT/snapshots/`` shows).
+
+    Args:
+        store: the open MessageStore.
+        cache_dir: where the sums of store files are cached across snapshots (and mounts);
+            None: in memory only.
+
+    Manifests are computed in a background thread right after :meth:`create` (one snapshot
+    at a time, oldest first); :meth:`manifest` waits for it. Snapshots live as long as the
+    manager (the mount): they hold file descriptors and copies in memory, which a remount
+    cannot get back without having written them somewhere.
+
+    mtimes: a file whose content is the same as in the previous snapshot keeps its mtime; a
+    file whose content changed gets a new one at least one second later than before, so
+    ``rsync -a`` (which compares whole seconds) copies exactly the files that changed. The
+    memory of the previous mtimes is kept in ``cache_dir`` (``snapshot-mtimes.json``), so this
+    holds across mounts that use the same ``--cache-dir``.
+    """
+
+    def __init__(self, store, cache_dir: str | None = None):
+        self.store = store
+        self.snapshots: dict[str, Snapshot] = {}
+        self._lock = threading.Lock()
+        # rel -> (digest of the content key, mtime_ns), kept in the cache dir across mounts
+        self._mtimes_path = os.path.join(cache_dir, "snapshot-mtimes.json") if cache_dir else None
+        self._mtimes: dict[str, list] = {}
+        if self._mtimes_path and os.path.exists(self._mtimes_path):
+            try:
+                with open(self._mtimes_path, "rb") as f:
+                    self._mtimes = json.loads(f.read())
+            except (OSError, ValueError):
+                self._mtimes = {}
+        self._cache = _CrcCache(os.path.join(cache_dir, "snapshot-crc32c.json")
+                                if cache_dir else None)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-snapshot-sum")
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self.snapshots)
+
+    def get(self, name: str) -> Snapshot | None:
+        with self._lock:
+            return self.snapshots.get(name)
+
+    def create(self, name: str) -> Snapshot:
+        """Freeze the store as ``name`` and start summing its files.
+
+        Raises InvalidNameError, SnapshotExistsError, SnapshotError, OSError.
+        """
+        validate_snapshot_name(name)
+        with self._lock:
+            if name in self.snapshots:
+                raise SnapshotExistsError(f"snapshot {name} exists")
+            snap = freeze(self.store, name)
+            mtimes = {}
+            for rel, f in snap.files.items():
+                digest = hashlib.blake2b(repr(f.key).encode(), digest_size=16).hexdigest()
+                prev = self._mtimes.get(rel)
+                mt = f.candidate_mtime_ns
+                if prev is not None:
+                    if prev[0] == digest:
+                        mt = prev[1]
+                    else:
+                        mt = max(mt, (prev[1] // NS + 1) * NS)
+                f.mtime_ns = mt
+                mtimes[rel] = [digest, mt]
+            self._mtimes = mtimes
+            self.snapshots[name] = snap
+        log.info("snapshot %s: CommitLog offset %d, %d messages, %d files; put lock held %.2f ms",
+                 name, snap.commitlog_offset, snap.message_count, len(snap.files),
+                 snap.put_lock_ns / 1e6)
+        snap.acquire()
+        snap.manifest_future = self._pool.submit(self._compute, snap)
+        return snap
+
+    def _compute(self, snap: Snapshot) -> bytes:
+        try:
+            out = {}
+            paths = {}
+            for rel, f in snap.files.items():
+                out[rel] = {"size": f.size,
+                            "crc32c": f"{file_checksum(f, self._cache, lambda: snap.cancelled):08x}"}
+                if f.ident is not None:
+                    paths[f"{f.ident[0]}:{f.ident[1]}"] = os.path.join(snap.store_root, rel)
+            self._cache.save(paths)
+            self._save_mtimes()
+            doc = snap.manifest_head()
+            doc["files"] = out
+            return (json.dumps(doc, indent=1) + "\n").encode()
+        finally:
+            snap.release()
+
+    def _save_mtimes(self) -> None:
+        if not self._mtimes_path:
+            return
+        with self._lock:
+            data = json.dumps(self._mtimes).encode()
+        tmp = self._mtimes_path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self._mtimes_path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", self._mtimes_path, exc)
+
+    def manifest(self, snap: Snapshot, timeout: float | None = None) -> bytes:
+        """The ``SNAPSHOT.json`` bytes (waits for the sums). Raises InterruptedError when the
+        snapshot was dropped meanwhile, OSError from the disk."""
+        return snap.manifest_future.result(timeout)
+
+    def drop(self, name: str) -> None:
+        """``rmdir``: forget the snapshot; its files close once no reader holds them.
+        Raises NoSuchSnapshotError."""
+        with self._lock:
+            snap = self.snapshots.pop(name, None)
+        if snap is None:
+            raise NoSuchSnapshotError(f"no snapshot {name}")
+        snap.cancelled = True
+        snap.release()
+
+    def close(self) -> None:
+        """Drop every snapshot (at unmount)."""
+        for name in self.names():
+            try:
+                self.drop(name)
+            except NoSuchSnapshotError:
+                pass
+        self._pool.shutdown(wait=True)
+
+
+def verify_copy(directory: str, workers: int | None = None, progress=None) -> tuple[dict, list]:
+    """Check a copy of a snapshot against its ``SNAPSHOT.json``.
+
+    Every file the manifest names must exist with its size and CRC32C; files are summed in
+    ``workers`` threads (default: one per CPU), holes without reading. ``progress(n)`` is
+    called with the bytes of each file done.
+
+    Returns:
+        ``(manifest, problems)``: problems is a list of ``(rel, what)``, ``what`` one of
+        ``missing``, ``short: N of M bytes``, ``longer: ...``, ``damaged: crc32c X, expected Y``,
+        ``unreadable: ...``, and ``extra`` for files the manifest does not name (not an error
+        of the copy, reported so that a leftover ``abort`` or ``lock`` is seen).
+
+    Raises:
+        FileNotFoundError: no SNAPSHOT.json in ``directory``.
+        ValueError: SNAPSHOT.json is not a manifest.
+    """
+    with open(os.path.join(directory, MANIFEST_NAME), "rb") as f:
+        try:
+            doc = json.loads(f.read())
+        except ValueError as exc:
+            raise ValueError(f"{MANIFEST_NAME}: not JSON: {exc}") from None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, dict):
+        raise ValueError(f"{MANIFEST_NAME}: no \"files\" table")
+    problems: list[tuple[str, str]] = []
+
+    def check(rel: str, want: dict):
+        path = os.path.join(directory, *rel.split("/"))
+        if ".." in rel.split("/") or rel.startswith("/"):
+            return rel, "unsafe name in manifest", 0
+        size = int(want["size"])
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return rel, "missing", 0
+        except OSError as exc:
+            return rel, f"unreadable: {exc.strerror}", 0
+        try:
+            st = os.fstat(fd)
+            if st.st_size < size:
+                return rel, f"short: {st.st_size} of {size} bytes", st.st_size
+            if st.st_size > size:
+                return rel, f"longer: {st.st_size} bytes, expected {size}", size
+            try:
+                crc = crc32c_fd(fd, 0, size)
+            except EOFError as exc:
+                return rel, f"short: {exc}", size
+            if f"{crc:08x}" != want["crc32c"]:
+                return rel, f"damaged: crc32c {crc:08x}, expected {want['crc32c']}", size
+            return rel, None, size
+        except OSError as exc:
+            return rel, f"unreadable: {exc.strerror}", 0
+        finally:
+            os.close(fd)
+
+    workers = workers or os.cpu_count() or 1
+    # Big files first, so the threads finish together.
+    order = sorted(files.items(), key=lambda kv: -int(kv[1].get("size", 0)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for rel, what, n in pool.map(lambda kv: check(*kv), order):
+            if what:
+                problems.append((rel, what))
+            if progress is not None:
+                progress(n)
+    for root, dirs, names in os.walk(directory):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), directory).replace(os.sep, "/")
+            if rel != MANIFEST_NAME and rel not in files:
+                problems.append((rel, "extra"))
+    problems.sort()
+    return doc, problems
