@@ -217,3 +217,19 @@ def test_only_canonical_decimals_are_lookup_names():
     for bad in ["", "00", "01", "+1", "-1", " 1", "1 ", "1\n", "²", "١", "٣٤", "1_000", "0x1",
                 "1e3", "1.0", "12345678901234567890", "9" * 5000]:
         assert V.parse_decimal(bad) is None, bad
+
+
+def test_cli_produce_refuses_bad_fields_with_a_clear_message(tmp_path):
+    from conftest import run_rmqfs
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"a\n")
+    for args, words in [(["--property", "__CRC32#=0000000000"], "reserved"),
+                        (["--property", "UNIQ_KEY=x"], "reserved"),
+                        (["-a", "a||b"], "'|'"),
+                        (["-k", "k\x01"], "control character"),
+                        (["--property", "p=\x02"], "control character")]:
+        r = run_rmqfs("produce", tmp_path / "s", "-t", "T", "-c", src, *args, check=False)
+        assert r.returncode == 1 and r.stderr.startswith("rmqfs: ") and words in r.stderr, \
+            (args, r.stderr)
+        assert "Traceback" not in r.stderr
+    assert not (tmp_path / "s").exists()  # refused before the store was created
