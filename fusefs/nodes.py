@@ -609,7 +609,7 @@ class ProduceHandle(Handle):
     """Splits written bytes into lines; each complete non-empty line is a message.
 
     The rules (README "Producing", "Guarantees"), per write request the kernel sends (a
-    write() of up to 1 MiB is one request; a larger one is split into several):
+    write() of up to 255 pages is one request; a larger one is split, at about 1 MiB):
 
     * The request's complete lines (with the unfinished line earlier requests left, if any,
       in front) are stored all or none: one bad line fails the request with its errno
@@ -629,8 +629,8 @@ class ProduceHandle(Handle):
     * SYNC_FLUSH timeout (ETIMEDOUT): the lines were appended and become durable with the next
       flush (RocketMQ's FLUSH_DISK_TIMEOUT); they are not buffered again.
 
-    direct_io: writes reach us at the caller's size (up to 1 MiB), never go through the page
-    cache, and the file's size stays 0.
+    direct_io: writes reach us at the caller's size (up to about 1 MiB), never go through
+    the page cache, and the file's size stays 0.
     """
 
     writable = True

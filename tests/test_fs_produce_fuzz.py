@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import Mount, fuse
@@ -198,7 +198,7 @@ def _complete(pending: bytes, piece: bytes, jsonl: bool) -> tuple[list[bytes], b
     return keep, data[cut + 1:]
 
 
-@settings(max_examples=int(os.environ.get("RMQFS_FUZZ_EXAMPLES", "60")), deadline=None,
+@settings(max_examples=int(os.environ.get("RMQFS_FUZZ_EXAMPLES", "200")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(_stream())
@@ -216,6 +216,9 @@ def test_every_write_stores_all_its_lines_or_fails_and_stores_none(fuzzed, strea
             except OSError as exc:
                 assert exc.errno in INPUT_ERRNOS, (exc, piece[:200])
                 assert fuzzed.max_offset() == before, "a failed write stored something"
+                event(f"write refused: {errno.errorcode[exc.errno]}"
+                      + (" (line refused before)" if refused else
+                         " (continued a line)" if pending else ""))
                 if refused:
                     assert exc.errno == refused
                 elif pending:
@@ -227,6 +230,7 @@ def test_every_write_stores_all_its_lines_or_fails_and_stores_none(fuzzed, strea
             lines, pending = _complete(pending, piece, jsonl)
             stored += lines
             assert (fuzzed.max_offset() > before) == bool(lines)
+            event("write stored lines" if lines else "write buffered or skipped only")
     finally:
         before = fuzzed.max_offset()
         try:
@@ -267,6 +271,29 @@ def test_a_write_larger_than_a_request_stores_the_requests_before_the_bad_one(fu
     new = fuzzed.new_messages()
     complete = data[:n].count(b"\n")
     assert len(new) == complete and new[-1]["body"] == "m%06d" % (complete - 1)
+
+
+def test_a_write_of_up_to_255_pages_is_one_request(fuzzed):
+    """1,044,480 bytes (255 pages) with a bad last line fail whole at any buffer alignment:
+    the kernel sent them as one request (README: keep writes at or under this size)."""
+    size = 255 * 4096
+    bad = b'{"body": 1}\n'
+    good = b"".join(b'{"body":"m%06d"}\n' % i for i in range((size - len(bad)) // 19 - 1))
+    pad = size - len(bad) - len(good)
+    data = good + b'{"body":"' + b"x" * (pad - 12) + b'"}\n' + bad
+    assert len(data) == size
+    buf = bytearray(size + 8192)
+    for shift in (0, 1, 2048, 4095):
+        view = memoryview(buf)[shift:shift + size]
+        view[:] = data
+        before = fuzzed.max_offset()
+        fd = os.open(fuzzed.topic / "produce.jsonl", os.O_WRONLY | os.O_APPEND)
+        try:
+            assert _fails(os.write, fd, view) == errno.EINVAL
+        finally:
+            os.close(fd)
+        assert fuzzed.max_offset() == before, shift
+    fuzzed.new_messages()
 
 
 def _fails(fn, *args) -> int:
