@@ -581,6 +581,11 @@ class KeysDir(Dir):
         return []
 
     def child(self, name):
+        if not name.isascii():
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:  # bytes that are not UTF-8: no key has that name
+                return None
         records = self.ctx.store.query_by_key(self.topic, name)
         if not records:
             return None

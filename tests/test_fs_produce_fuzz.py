@@ -354,6 +354,10 @@ def test_the_reported_instances(fuzzed):
     for bad in ["00", "+0", "0\n", "²", "٠", "0 ", "1e0", "9" * 30, "9" * 5000]:
         for d in ("by-offset", "by-time"):
             assert _fails(os.stat, q0 / d / bad) in (errno.ENOENT, errno.ENAMETOOLONG), (d, bad)
+    for bad in [b"\xff", b"k\xc3", "\u00e9".encode("latin-1"), b"x" * 255]:  # not UTF-8
+        assert _fails(os.stat, os.fsencode(t / "keys") + b"/" + bad) == errno.ENOENT
+        assert _fails(os.stat, os.fsencode(mnt / "messages") + b"/" + bad) == errno.ENOENT
+        assert _fails(os.stat, os.fsencode(mnt / "topics") + b"/" + bad) == errno.ENOENT
     assert (mnt / "view" / f"topic={TOPIC}" / "queue=0").is_dir()
     for bad in ["queue=00", "queue=²", "queue=٠", "queue=0\n"]:
         assert _fails(os.stat, mnt / "view" / f"topic={TOPIC}" / bad) == errno.ENOENT
