@@ -367,6 +367,25 @@ def test_the_reported_instances(fuzzed):
     fuzzed.new_messages()
 
 
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.binary(min_size=1, max_size=300).filter(lambda b: b"/" not in b and b"\0" not in b
+                                                  and b not in (b".", b"..")))
+def test_any_lookup_name_is_found_or_enoent_never_eio(fuzzed, name):
+    """Lookup directories take any name the kernel passes (bytes, not UTF-8, digits of other
+    scripts, 255+ bytes): the answer is an entry or ENOENT (ENAMETOOLONG from the kernel),
+    never EIO."""
+    mnt = os.fsencode(fuzzed.mount.mnt)
+    t = f"/topics/{TOPIC}".encode()
+    for d in [t + b"/0/by-offset", t + b"/0/by-time", t + b"/keys", b"/messages", b"/topics",
+              b"/groups", t, t + b"/0", f"/view/topic={TOPIC}".encode(), b"/view", b"/raw",
+              b"/raw/commitlog", b"/raw/consumequeue/" + TOPIC.encode()]:
+        try:
+            os.stat(mnt + d + b"/" + name)
+        except OSError as exc:
+            assert exc.errno in (errno.ENOENT, errno.ENAMETOOLONG), (d, name, exc)
+
+
 def test_zz_store_verifies_clean_and_no_traceback_after_fuzzing(fuzzed):
     fuzzed.mount.umount()
     res = verify_store(str(fuzzed.store))
