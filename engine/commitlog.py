@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-from .errors import CorruptRecordError, MessageIllegalError
+from .errors import CorruptRecordError, MessageTooLargeError
 from .mappedfile import FileQueue
 from .message import (BLANK, END_FILE_MIN_BLANK_LENGTH, FIXED_V4, INT16, MAGIC_BLANK, MAGIC_V1,
                       MAGIC_V2, PROPERTY_CRC32, EncodedMessage, MessageRecord, decode_record,
@@ -285,7 +285,7 @@ class CommitLog:
         segment, the blank record is written and the batch goes whole into the next one.
 
         Raises:
-            MessageIllegalError: a record (or a ``together`` batch) larger than a segment.
+            MessageTooLargeError: a record (or a ``together`` batch) larger than a segment.
         """
         if store_timestamp is None:
             store_timestamp = int(time.time() * 1000)
@@ -298,7 +298,7 @@ class CommitLog:
         if together:
             total = sum(len(m.data) for m in messages)
             if total + END_FILE_MIN_BLANK_LENGTH > fs:
-                raise MessageIllegalError(
+                raise MessageTooLargeError(
                     f"batch of {total} bytes does not fit in a {fs}-byte CommitLog segment")
             seg_end = pos - pos % fs + fs
             if pos + total + END_FILE_MIN_BLANK_LENGTH > seg_end:
@@ -307,7 +307,7 @@ class CommitLog:
         for m, qoff in zip(messages, queue_offsets):
             n = len(m.data)
             if n + END_FILE_MIN_BLANK_LENGTH > fs:
-                raise MessageIllegalError(
+                raise MessageTooLargeError(
                     f"record of {n} bytes does not fit in a {fs}-byte CommitLog segment")
             seg_end = pos - pos % fs + fs
             if pos + n + END_FILE_MIN_BLANK_LENGTH > seg_end:

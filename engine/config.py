@@ -27,7 +27,7 @@ TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
 
 # TopicValidator: "^[%|a-zA-Z0-9_-]+$", at most 127 chars for a topic (TOPIC_MAX_LENGTH);
 # group names follow the same character rule (at most 255 chars).
-_VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would pass "a\n"
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 
@@ -55,14 +55,14 @@ def validate_topic_name(name: str) -> None:
     """Raise InvalidNameError unless ``name`` follows ``TopicValidator.validateTopic``
     (``^[%|a-zA-Z0-9_-]+$``, at most :func:`max_topic_length` chars)."""
     limit = max_topic_length(name or "")
-    if not name or len(name) > limit or not _VALID_NAME.match(name):
+    if not name or len(name) > limit or not _VALID_NAME.fullmatch(name):
         raise InvalidNameError(
             f"invalid topic name {name!r}: use 1-{limit} of [%|a-zA-Z0-9_-]")
 
 
 def validate_group_name(name: str) -> None:
     """Raise InvalidNameError unless ``name`` is a valid consumer group name."""
-    if not name or len(name) > GROUP_MAX_LENGTH or not _VALID_NAME.match(name):
+    if not name or len(name) > GROUP_MAX_LENGTH or not _VALID_NAME.fullmatch(name):
         raise InvalidNameError(
             f"invalid group name {name!r}: use 1-{GROUP_MAX_LENGTH} of [%|a-zA-Z0-9_-]")
 

@@ -42,7 +42,16 @@ class PutMessageError(StoreError):
 
 
 class MessageIllegalError(PutMessageError):
-    """RocketMQ ``MESSAGE_ILLEGAL``: body larger than ``maxMessageSize`` or record too long."""
+    """RocketMQ ``MESSAGE_ILLEGAL``: a message RocketMQ would refuse (a reserved property
+    name, a control character in a tag, a queueId that is not an integer...; the rules are in
+    :mod:`engine.validation`)."""
+
+    errno = errno.EINVAL
+
+
+class MessageTooLargeError(MessageIllegalError):
+    """``MESSAGE_ILLEGAL`` for size: body larger than ``maxMessageSize``, a record longer than
+    maxMessageSize + 64 KiB or than a CommitLog segment, a topic too long for its field."""
 
     errno = errno.EMSGSIZE
 

@@ -67,7 +67,7 @@ MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query
 LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
 TRANSACTION_ROLLBACK_TYPE = 0xC  # MessageSysFlag: (sysFlag & 0xC) == 0xC
-_NAME = re.compile(r"^\d{17}$")
+_NAME = re.compile(r"[0-9]{17}")  # fullmatch, ASCII digits only
 _TRUNCATE_CHUNK = 65536  # items read at once when undoing items
 _ITEMS_STRUCTS: dict[int, struct.Struct] = {}  # n -> Struct(">" + "iqii" * n)
 
@@ -688,7 +688,7 @@ class IndexService:
         self._rw = _RWLock()
         names = []
         if os.path.isdir(index_dir):
-            names = sorted(n for n in os.listdir(index_dir) if _NAME.match(n)
+            names = sorted(n for n in os.listdir(index_dir) if _NAME.fullmatch(n)
                            and os.path.isfile(os.path.join(index_dir, n)))
         try:
             for n in names:

@@ -19,7 +19,7 @@ import threading
 
 from .errors import CorruptRecordError
 
-_NAME = re.compile(r"^\d{20}$")
+_NAME = re.compile(r"[0-9]{20}")  # fullmatch: "\d" takes non-ASCII digits, "$" a trailing newline
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -90,7 +90,7 @@ class FileQueue:
         names = []
         if os.path.isdir(directory):
             names = sorted(n for n in os.listdir(directory)
-                           if _NAME.match(n) and os.path.isfile(os.path.join(directory, n)))
+                           if _NAME.fullmatch(n) and os.path.isfile(os.path.join(directory, n)))
         # MappedFileQueue.load: a zero-length last file is deleted.
         while names and os.path.getsize(os.path.join(directory, names[-1])) == 0:
             if not read_only:

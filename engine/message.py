@@ -44,7 +44,7 @@ try:  # the same CRC-32 as zlib's, 10-20x faster (PCLMUL); zlib's when it is mis
 except ImportError:  # pragma: no cover
     from zlib import crc32
 
-from .errors import CorruptRecordError, MessageIllegalError, PropertiesSizeExceededError
+from .errors import CorruptRecordError, MessageTooLargeError, PropertiesSizeExceededError
 from .javahash import tags_code
 
 # MessageDecoder.MESSAGE_MAGIC_CODE(_V2), CommitLog.BLANK_MAGIC_CODE
@@ -469,17 +469,17 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
     them once the offsets are patched (``CommitLog.doAppend``).
 
     Raises:
-        MessageIllegalError: body longer than ``max_message_size`` bytes, a topic that does not
+        MessageTooLargeError: body longer than ``max_message_size`` bytes, a topic that does not
             fit its length field, or a record longer than max_message_size + 64 KiB.
         PropertiesSizeExceededError: encoded properties longer than 32767 bytes.
     """
     if len(body) > max_message_size:
-        raise MessageIllegalError(
+        raise MessageTooLargeError(
             f"message body is {len(body)} bytes, more than maxMessageSize {max_message_size}")
     topic_raw = topic.encode("utf-8")
     v2 = auto_v2 and len(topic) > 127
     if len(topic_raw) > (32767 if v2 else 127):
-        raise MessageIllegalError(f"topic is {len(topic_raw)} bytes, too long for its field")
+        raise MessageTooLargeError(f"topic is {len(topic_raw)} bytes, too long for its field")
     if append_prop_crc and PROPERTY_CRC32 in properties:
         properties = {k: v for k, v in properties.items() if k != PROPERTY_CRC32}
     props_raw = encode_properties(properties)
@@ -496,7 +496,7 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
         sys_flag |= STOREHOSTADDRESS_V6_FLAG
     total = cal_msg_length(sys_flag, len(body), len(topic_raw), len(props_raw), v2)
     if total > max_message_size + RECORD_SLACK:
-        raise MessageIllegalError(
+        raise MessageTooLargeError(
             f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
     buf = bytearray(total)
     crc = crc32(body) & 0x7FFFFFFF

@@ -41,15 +41,16 @@ from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionG
 from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, pack_units
 from .indexfile import IndexService
 from .errors import (CorruptRecordError, FlushDiskTimeoutError, MessageIllegalError,
-                     NoSuchTopicError,
-                     OffsetOutOfRangeError, PermissionDeniedError, PutMessageError,
-                     ReadOnlyStoreError, StoreLockedError)
+                     MessageTooLargeError, NoSuchTopicError, OffsetOutOfRangeError,
+                     PermissionDeniedError, PutMessageError, ReadOnlyStoreError,
+                     StoreLockedError)
 from .message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK, COMPRESSION_ZLIB,
                       COMPRESSION_ZSTD, INNER_BATCH_FLAG, MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS,
                       PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_SHARDING_KEY,
                       PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT, TRANSACTION_PREPARED_TYPE,
                       TRANSACTION_ROLLBACK_TYPE, Host, MessageRecord, compress_body,
                       encode_message, host_from_str, offset_msg_id)
+from .validation import check_messages, parse_decimal
 from .getmessage import (GetMessageResult, GetMessageStatus,  # noqa: F401 - re-exported
                          get_messages, parse_subscription)
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
@@ -476,10 +477,11 @@ class MessageStore:
             if not os.path.isdir(tdir):
                 continue
             for q in sorted(os.listdir(tdir)):
-                if not q.isdigit():
+                if parse_decimal(q) is None:  # "²".isdigit() is True; int("²") fails
                     continue
                 qdir = os.path.join(tdir, q)
-                names = sorted(n for n in os.listdir(qdir) if n.isdigit() and len(n) == 20)
+                names = sorted(n for n in os.listdir(qdir)
+                               if len(n) == 20 and n.isascii() and n.isdigit())
                 for i, n in enumerate(names):
                     size = os.path.getsize(os.path.join(qdir, n))
                     if size and size % CQ_STORE_UNIT_SIZE == 0:
@@ -1037,8 +1039,16 @@ class MessageStore:
         self._round_robin[cfg.topic_name] = i + 1
         return i % n
 
-    def put_messages(self, messages: list[Message], batch: bool = False) -> list[PutResult]:
+    def put_messages(self, messages: list[Message], batch: bool = False,
+                     internal: bool = False) -> list[PutResult]:
         """Append messages and dispatch them; all of them or none are stored.
+
+        Every message is first checked against :mod:`engine.validation` (RocketMQ's client and
+        proxy rules: no reserved property names, no control characters in tags, keys or
+        properties, an integer queueId...). ``internal`` True skips those checks, for puts the
+        broker makes itself (its retry, schedule and transaction records carry system
+        properties) and for tests that build odd stores on purpose; the size limits apply
+        either way.
 
         ``batch`` gives RocketMQ's MessageBatch semantics (``putMessages``): one topic, one
         queue for all (chosen once), consecutive queue offsets, and the records kept together
@@ -1053,7 +1063,10 @@ class MessageStore:
         Raises:
             NoSuchTopicError: a topic that was never created.
             PermissionDeniedError: a topic whose perm lacks the write bit.
-            MessageIllegalError / PropertiesSizeExceededError / PutMessageError: bad messages.
+            MessageIllegalError: a message breaks a rule of :mod:`engine.validation`
+                (EINVAL), or needs batchconsumequeue/.
+            MessageTooLargeError / PropertiesSizeExceededError: too large (EMSGSIZE).
+            PutMessageError: a queueId that is not a queue of the topic, a mixed batch.
             ReadOnlyStoreError: the store is read-only.
             FlushDiskTimeoutError: SYNC_FLUSH and the flush took longer than
                 ``syncFlushTimeout`` ms (the records are appended; see the error).
@@ -1066,6 +1079,8 @@ class MessageStore:
                           "the store refuses messages until expired files are deleted")
         if not messages:
             return []
+        if not internal:
+            check_messages(messages)
         out = None if batch else self._put_plain(messages)
         if out is not None:
             for listener in self.listeners:
@@ -1373,11 +1388,11 @@ class MessageStore:
                         f"properties are {plen} bytes, more than {MAX_PROPERTIES_LENGTH}")
                 total = base + blen + plen
                 if total > limit:
-                    raise MessageIllegalError(
+                    raise MessageTooLargeError(
                         f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
                 if pos + total + 8 > seg_end:
                     if total + 8 > fs:
-                        raise MessageIllegalError(f"record of {total} bytes does not fit in a "
+                        raise MessageTooLargeError(f"record of {total} bytes does not fit in a "
                                                   f"{fs}-byte CommitLog segment")
                     pieces.append(encode_blank(seg_end - pos))
                     chunks.append((chunk_start, pieces))

@@ -46,9 +46,10 @@ from .javahash import index_key_hash, tags_code
 from .message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_CRC32, PROPERTY_DELAY,
                       TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record)
 from .store import _lock_holder
+from .validation import parse_decimal
 
-_SEGMENT_NAME = re.compile(r"^\d{20}$")
-_INDEX_NAME = re.compile(r"^\d{17}$")
+_SEGMENT_NAME = re.compile(r"[0-9]{20}")  # fullmatch: "\d" takes non-ASCII digits, "$" a trailing newline
+_INDEX_NAME = re.compile(r"[0-9]{17}")  # fullmatch, ASCII digits only
 CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1  # CommitLog.CRC32_RESERVED_LEN = 20
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
@@ -278,7 +279,7 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     cl_dir = os.path.join(root, "commitlog")
     if not os.path.isdir(cl_dir):
         return []
-    names = sorted(n for n in os.listdir(cl_dir) if _SEGMENT_NAME.match(n)
+    names = sorted(n for n in os.listdir(cl_dir) if _SEGMENT_NAME.fullmatch(n)
                    and os.path.isfile(os.path.join(cl_dir, n)))
     segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
                      os.path.getsize(os.path.join(cl_dir, n))) for n in names]
@@ -505,7 +506,7 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
             if not os.path.isdir(tdir):
                 continue
             for q in sorted(os.listdir(tdir), key=lambda x: (not x.isdigit(), x.zfill(12))):
-                if q.isdigit() and os.path.isdir(os.path.join(tdir, q)):
+                if parse_decimal(q) is not None and os.path.isdir(os.path.join(tdir, q)):
                     dirs.append((topic, int(q), os.path.join(tdir, q)))
     bar = progress(len(dirs), "ConsumeQueue", "queue")
     for topic, qid, qdir in dirs:
@@ -532,7 +533,7 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
 
 def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
                  recs: _Records) -> None:
-    names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n)
+    names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.fullmatch(n)
                    and os.path.isfile(os.path.join(qdir, n)))
     files = [(int(n), os.path.join(qdir, n), os.path.getsize(os.path.join(qdir, n)))
              for n in names]
@@ -662,7 +663,7 @@ def _check_index(root: str, segs, res: VerifyResult, recs: _Records, cfg, progre
     idx_dir = os.path.join(root, "index")
     names = []
     if os.path.isdir(idx_dir):
-        names = sorted(n for n in os.listdir(idx_dir) if _INDEX_NAME.match(n)
+        names = sorted(n for n in os.listdir(idx_dir) if _INDEX_NAME.fullmatch(n)
                        and os.path.isfile(os.path.join(idx_dir, n)))
     bar = progress(len(names), "IndexFile", "file")
     last_indexed = -1
@@ -971,7 +972,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
 def _names(directory: str, pattern) -> list[str]:
     if not os.path.isdir(directory):
         return []
-    return sorted(n for n in os.listdir(directory) if pattern.match(n))
+    return sorted(n for n in os.listdir(directory) if pattern.fullmatch(n))
 
 
 def _delete_files(directory: str, pattern) -> None:
@@ -987,7 +988,7 @@ def _all_queue_dirs(root: str) -> list[str]:
             tdir = os.path.join(base, t)
             if os.path.isdir(tdir):
                 out += [f"consumequeue/{t}/{q}" for q in sorted(os.listdir(tdir))
-                        if q.isdigit() and os.path.isdir(os.path.join(tdir, q))]
+                        if parse_decimal(q) is not None and os.path.isdir(os.path.join(tdir, q))]
     return out
 
 

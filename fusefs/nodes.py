@@ -11,9 +11,8 @@ threads, never on the trio loop.
 
 from __future__ import annotations
 
-import base64
 import errno
-import json
+import logging
 import os
 import re
 import stat
@@ -25,9 +24,12 @@ from engine import errors as E
 from engine.message import decode_offset_msg_id
 from engine.progress import consumer_progress
 from engine.store import Message, MessageStore
+from engine.validation import message_from_json, parse_decimal, parse_json_line
 
 from . import render as R
 from .views import ViewCache, pread_nowait
+
+log = logging.getLogger(__name__)
 
 DIR_MODE = stat.S_IFDIR | 0o755
 RO_FILE = stat.S_IFREG | 0o444
@@ -559,10 +561,11 @@ class ByOffsetDir(Dir):
         return []
 
     def child(self, name):
-        if not name.isdigit():
+        offset = parse_decimal(name)
+        if offset is None:
             return None
         try:
-            rec = self.ctx.store.get_message(self.topic, self.queue_id, int(name))
+            rec = self.ctx.store.get_message(self.topic, self.queue_id, offset)
         except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
             return None
         return MessageFile(self.ctx, self.sub(name), [rec])
@@ -570,10 +573,11 @@ class ByOffsetDir(Dir):
 
 class ByTimeDir(ByOffsetDir):
     def child(self, name):
-        if not name.isdigit():
+        ms = parse_decimal(name)
+        if ms is None:
             return None
         s = self.ctx.store
-        off = s.offset_by_time(self.topic, self.queue_id, int(name))
+        off = s.offset_by_time(self.topic, self.queue_id, ms)
         if off >= s.max_offset(self.topic, self.queue_id):
             return None
         return MessageFile(self.ctx, self.sub(name), [s.get_message(self.topic, self.queue_id,
@@ -589,6 +593,11 @@ class KeysDir(Dir):
         return []
 
     def child(self, name):
+        if not name.isascii():
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:  # bytes that are not UTF-8: no key has that name
+                return None
         records = self.ctx.store.query_by_key(self.topic, name)
         if not records:
             return None
@@ -614,76 +623,66 @@ class MessagesDir(Dir):
 
 
 class ProduceHandle(Handle):
-    """Splits written bytes into lines; each complete line is a message.
+    """Splits written bytes into lines; each complete non-empty line is a message.
 
-    One write() is one put: all of its complete lines are stored, or none (EINVAL, EMSGSIZE,
-    ENOSPC...), and the write fails with that errno. Lines are buffered per open file, so
-    writers in other processes never interleave inside a line. A final line without a newline
-    is stored at flush, i.e. when close() is called, so close() reports its errors and the
-    message is visible once close() returns.
+    The rules (README "Producing", "Guarantees"), per write request the kernel sends (a
+    write() of up to 255 pages is one request; a larger one is split, at about 1 MiB):
 
-    A line that grows past what could ever be one message (``maxMessageSize``, or 4/3 of it
-    plus slack for ``produce.jsonl``) fails with EMSGSIZE as soon as it does, and the rest of
-    that line, up to its newline, is dropped too: memory stays bounded.
+    * The request's complete lines (with the unfinished line earlier requests left, if any,
+      in front) are stored all or none: one bad line fails the request with its errno
+      (EINVAL, EMSGSIZE, ENOSPC, ...) and nothing of it is stored. Empty lines store nothing
+      (``produce.jsonl``: lines of only JSON whitespace too).
+    * Bytes after the request's last newline are buffered (per open file, so writers in other
+      processes never interleave inside a line); the line becomes a message when a later
+      request ends it, or at flush (close()/fsync()), which then reports its errors. An
+      unfinished line that grows past what could ever be one message (``maxMessageSize``, or
+      4/3 of it plus 64 KiB for ``produce.jsonl``) fails the request with EMSGSIZE.
+    * A failed request that started at a line boundary leaves the file as before it: a retry
+      fails the same way, other writes go on. A failed request that continued an unfinished
+      line refuses that line whole: its buffered start is dropped, and every later write and
+      flush on this open file fails with the same errno (the rest of the line may follow in a
+      retry of a short write, and must not be stored as a line of its own). Open the file
+      again to go on.
+    * SYNC_FLUSH timeout (ETIMEDOUT): the lines were appended and become durable with the next
+      flush (RocketMQ's FLUSH_DISK_TIMEOUT); they are not buffered again.
 
-    direct_io: writes reach us at the caller's size (up to 1 MiB), never go through the page
-    cache, and the file's size stays 0.
+    direct_io: writes reach us at the caller's size (up to about 1 MiB), never go through
+    the page cache, and the file's size stays 0.
     """
 
     writable = True
     direct_io = True
 
-    def __init__(self, ctx: Context, topic: str, queue_id: int | None, jsonl: bool):
+    def __init__(self, ctx: Context, topic: str, queue_id: int | None, jsonl: bool,
+                 path: str = ""):
         self.ctx = ctx
         self.topic = topic
         self.queue_id = queue_id
         self.jsonl = jsonl
-        self.buf = bytearray()
+        self.path = path
+        self.buf = bytearray()  # the unfinished line
         self.lock = threading.Lock()
-        self.skipping = False  # dropping the rest of an over-long line
+        self.refused = 0  # errno of a refused line this file continued; 0 when fine
         limit = ctx.store.config.max_message_size
         self.max_line = limit * 4 // 3 + 64 * 1024 if jsonl else limit
 
-    def _message(self, line: bytes) -> Message:
+    def _messages(self, lines: list[bytes]) -> list[Message]:
         if not self.jsonl:
-            return Message(self.topic, bytes(line), queue_id=self.queue_id)
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise FsError(errno.EINVAL, f"not a JSON object: {exc}") from exc
-        if not isinstance(obj, dict):
-            raise FsError(errno.EINVAL, "not a JSON object")
-        if "bodyBase64" in obj:
+            return [Message(self.topic, line, queue_id=self.queue_id) for line in lines if line]
+        msgs = []
+        for i, line in enumerate(lines):
+            if not line.strip(b" \t\r"):
+                continue
             try:
-                body = base64.b64decode(obj["bodyBase64"], validate=True)
-            except (ValueError, TypeError) as exc:
-                raise FsError(errno.EINVAL, "bad bodyBase64") from exc
-        elif isinstance(obj.get("body"), str):
-            body = obj["body"].encode("utf-8")
-        else:
-            raise FsError(errno.EINVAL, "a line needs body or bodyBase64")
-        keys = obj.get("keys")
-        if keys is not None and not (isinstance(keys, str) or (
-                isinstance(keys, list) and all(isinstance(k, str) for k in keys))):
-            raise FsError(errno.EINVAL, "keys must be a string or a list of strings")
-        props = obj.get("properties") or {}
-        if not isinstance(props, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
-            raise FsError(errno.EINVAL, "properties must map strings to strings")
-        qid = obj.get("queueId", self.queue_id)
-        if qid is not None and not isinstance(qid, int):
-            raise FsError(errno.EINVAL, "queueId must be an integer")
-        tags = obj.get("tags")
-        if tags is not None and not isinstance(tags, str):
-            raise FsError(errno.EINVAL, "tags must be a string")
-        sk = obj.get("shardingKey")
-        return Message(self.topic, body, tags=tags, keys=keys, properties=props,
-                       queue_id=qid, sharding_key=None if sk is None else str(sk))
+                msgs.append(message_from_json(parse_json_line(line), self.topic, self.queue_id))
+            except E.StoreError as exc:
+                raise FsError(exc.errno, f"line {i + 1} of the write: {exc}") from None
+        return msgs
 
     def _put(self, lines: list[bytes]) -> None:
-        if not lines:
+        msgs = self._messages(lines)
+        if not msgs:
             return
-        msgs = [self._message(line) for line in lines]
         try:
             self.ctx.store.put_messages(msgs)
         except E.StoreError as exc:
@@ -693,53 +692,57 @@ class ProduceHandle(Handle):
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         with self.lock:
-            if self.skipping:
-                nl = data.find(b"\n")
-                if nl < 0:
-                    raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
-                self.skipping = False
-                return nl + 1 + self._write(data[nl + 1:])
-            return self._write(data)
+            if self.refused:
+                raise FsError(self.refused, "an earlier write on this file refused the line "
+                              "it continued; open the file again")
+            continued = bool(self.buf)
+            try:
+                return self._write(data)
+            except (FsError, OSError) as exc:
+                err = exc.errno or errno.EIO
+                if isinstance(exc, FsError) and err == errno.ETIMEDOUT:
+                    raise
+                if continued:
+                    self.buf.clear()
+                    self.refused = err
+                log.warning("%s: write of %d bytes refused (%s): %s", self.path or self.topic,
+                            len(data), errno.errorcode.get(err, err), exc)
+                raise
 
     def _write(self, data: bytes) -> int:
-        if not data:
-            return 0
         buf = self.buf
-        start = len(buf)
-        buf += data
-        cut = buf.rfind(b"\n", start)
+        cut = data.rfind(b"\n")
         if cut < 0:
-            if len(buf) > self.max_line:
-                buf.clear()
-                self.skipping = True
+            if len(buf) + len(data) > self.max_line:
                 raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
+            buf += data
             return len(data)
-        if len(buf) - cut - 1 > self.max_line:
-            # the complete lines are fine, the new partial one is too long already
-            rest = len(buf) - cut - 1
-            del buf[cut + 1:]
-            self._write_complete(buf, start, cut)
-            self.skipping = True
-            return len(data) - rest
-        self._write_complete(buf, start, cut)
-        return len(data)
-
-    def _write_complete(self, buf: bytearray, start: int, cut: int) -> None:
-        """Store the lines of ``buf[:cut]``; on error forget ``buf[start:]`` and raise."""
-        lines = bytes(buf[:cut]).split(b"\n")
+        if len(data) - cut - 1 > self.max_line:
+            raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
+        lines = (bytes(buf) + data[:cut] if buf else bytes(data[:cut])).split(b"\n")
         try:
             self._put(lines)
-        except (FsError, OSError):
-            del buf[start:]  # this write stored nothing: forget its bytes
+        except FsError as exc:
+            if exc.errno == errno.ETIMEDOUT:  # appended: never store these lines twice
+                buf[:] = data[cut + 1:]
             raise
-        del buf[:cut + 1]
+        buf[:] = data[cut + 1:]
+        return len(data)
 
     def flush(self) -> None:
         with self.lock:
+            if self.refused:
+                raise FsError(self.refused, "a line written to this file was refused")
             if self.buf:
                 line = bytes(self.buf)
                 self.buf.clear()
-                self._put([line])
+                try:
+                    self._put([line])
+                except (FsError, OSError) as exc:
+                    log.warning("%s: last line refused at close (%s): %s",
+                                self.path or self.topic,
+                                errno.errorcode.get(exc.errno, exc.errno), exc)
+                    raise
 
     def fsync(self) -> None:
         self.flush()
@@ -771,7 +774,7 @@ class ProduceFile(Node):
         cfg = self.ctx.store.topic_config.get(self.topic)
         if cfg is not None and not cfg.writable:
             raise FsError(errno.EACCES, f"topic {self.topic} has no write permission")
-        return ProduceHandle(self.ctx, self.topic, self.queue_id, self.jsonl)
+        return ProduceHandle(self.ctx, self.topic, self.queue_id, self.jsonl, self.path)
 
     def truncate(self, size):
         if size != 0:
@@ -885,7 +888,7 @@ class OffsetWriteHandle(Handle):
     def _commit(self):
         text = self.buf.decode("ascii", "replace").strip()
         self.buf.clear()
-        if not re.fullmatch(r"-?\d+", text):
+        if not re.fullmatch(r"-?[0-9]{1,19}", text):
             raise FsError(errno.EINVAL, f"not an offset: {text!r}")
         self.node.commit(int(text))
 
@@ -1050,8 +1053,8 @@ class RawFile(Node):
         """A CommitLog/ConsumeQueue file that will not be written again."""
         parts = self.rel.split(os.sep)
         if parts[0] == "commitlog":
-            seg = self.ctx.store.commitlog.files.find(int(parts[-1])) if parts[-1].isdigit() \
-                else None
+            start = parse_decimal(parts[-1].lstrip("0") or "0") if len(parts[-1]) == 20 else None
+            seg = self.ctx.store.commitlog.files.find(start) if start is not None else None
             return seg is not None and seg.end <= self.ctx.store.commitlog.max_offset - 1 \
                 or self.ctx.read_only
         return self.ctx.read_only

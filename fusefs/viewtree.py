@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from engine.errors import StoreError
+from engine.validation import parse_decimal
 
 from . import render as R
 from .nodes import (RO_FILE, Dir, StaticFile, Stat, ViewFile, ViewHandle,
@@ -74,10 +75,8 @@ class ViewTopicDir(Dir):
                 if s.max_offset(self.topic, q) > s.min_offset(self.topic, q)]
 
     def child(self, name):
-        if not name.startswith("queue=") or not name[6:].isdigit():
-            return None
-        q = int(name[6:])
-        if f"queue={q}" != name or q not in self.ctx.store.queue_ids(self.topic):
+        q = parse_decimal(name[6:]) if name.startswith("queue=") else None
+        if q is None or q not in self.ctx.store.queue_ids(self.topic):
             return None
         return ViewQueueDir(self.ctx, self.sub(name), self.topic, q)
 
@@ -97,7 +96,7 @@ class ViewQueueDir(Dir):
         return [f"part-{first:020d}.jsonl" for first in self._parts()]
 
     def child(self, name):
-        m = re.fullmatch(r"part-(\d{20})\.jsonl", name)
+        m = re.fullmatch(r"part-([0-9]{20})\.jsonl", name)
         if not m or int(m.group(1)) not in self._parts():
             return None
         return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id,

@@ -253,6 +253,10 @@ def cmd_produce(args) -> int:
         if not sep or not k:
             raise AdminError(f"bad --property {item!r}: use NAME=VALUE")
         properties[k] = v
+    from engine.validation import check_message
+    # the message fields shared by every line, checked once before the store is opened
+    check_message(Message(args.topic, b"", tags=args.tags, keys=args.keys,
+                          properties=properties or None, queue_id=args.queue_id))
     for path in args.files:
         if path != "-" and (not os.path.exists(path) or os.path.isdir(path)):
             raise AdminError(f"{path}: no such file")
@@ -281,7 +285,9 @@ def cmd_produce(args) -> int:
             nonlocal first, last, total
             msgs = [Message(args.topic, line, tags=args.tags, keys=args.keys,
                             properties=properties or None, queue_id=args.queue_id)
-                    for line in lines]
+                    for line in lines if line]  # an empty line is no message
+            if not msgs:
+                return
             try:
                 results = store.put_messages(msgs)
             except StoreError as exc:

@@ -286,7 +286,7 @@ def test_produce_and_print(tmp_path):
     r = run_rmqfs("produce", root, "-t", "Logs", os.devnull, check=False)
     assert r.returncode == 1 and "pass -c" in r.stderr and not root.exists()
     src = tmp_path / "in.txt"
-    src.write_bytes(b"alpha\nbeta\n\ngamma")  # an empty line and a last line without \n
+    src.write_bytes(b"alpha\nbeta\n\ndelta\ngamma")  # an empty line (no message), no last \n
     r = run_rmqfs("produce", root, "-t", "Logs", "-c", "--queues", "2", src, "-a", "TagX",
                   "-k", "k1 k2")
     assert r.stdout.splitlines() == [
@@ -296,7 +296,7 @@ def test_produce_and_print(tmp_path):
     p = run_rmqfs("print-msg", root, "-t", "Logs", "--json")
     msgs = [json.loads(x) for x in p.stdout.splitlines()]
     assert [(m["queueId"], m["queueOffset"], m["body"]) for m in msgs] == \
-        [(0, 0, "alpha"), (0, 1, ""), (1, 0, "beta"), (1, 1, "gamma")]
+        [(0, 0, "alpha"), (0, 1, "delta"), (1, 0, "beta"), (1, 1, "gamma")]
     assert all(m["tags"] == "TagX" and m["keys"] == ["k1", "k2"] for m in msgs)
     with MessageStore(root, read_only=True) as s:
         recs = [s.get_message("Logs", q, o) for q in (0, 1) for o in (0, 1)]
@@ -495,7 +495,8 @@ def test_crc32_property_is_verified(tmp_path):
     with MessageStore(root, _cfg()) as s:
         s.create_topic("T", 1)
         res = s.put_messages([Message("T", f"body{i}".encode(), properties={
-            **props, "UNIQ_KEY": f"{i:032X}", "__CRC32#": "0" * 10}) for i in range(10)])
+            **props, "UNIQ_KEY": f"{i:032X}", "__CRC32#": "0" * 10}) for i in range(10)],
+            internal=True)  # the reserved names, as a broker's own put
         s.flush()
     seg = root / "commitlog" / f"{0:020d}"
     with open(seg, "r+b") as f:
@@ -573,7 +574,8 @@ def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
         s.create_topic("Tx", 1)
         s.create_topic(long_topic, 1)
         s.put_messages([Message("SCHEDULE_TOPIC_XXXX", b"later", queue_id=2,
-                                properties={"DELAY": "3", "REAL_TOPIC": "Tx", "REAL_QID": "0"})])
+                                properties={"DELAY": "3", "REAL_TOPIC": "Tx", "REAL_QID": "0"})],
+                       internal=True)  # as the broker's schedule service writes it
         s.put_messages([Message("Tx", b"prepared", sys_flag=0x4),
                         Message("Tx", b"commit", sys_flag=0x8),
                         Message("Tx", b"rollback", sys_flag=0xC)])

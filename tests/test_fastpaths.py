@@ -103,7 +103,9 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     s.create_topic("Other", 2)
     results = []
     for msgs in batches:
-        results += s.put_messages(msgs)
+        # internal: the odd keys ("", "k é" in a list) are refused by the validation of
+        # engine/validation.py; here both paths must encode them the same way
+        results += s.put_messages(msgs, internal=True)
     s.close()
     monkeypatch.undo()
     return results

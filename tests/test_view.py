@@ -164,7 +164,7 @@ def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, moun
             Message(DLQ, b"", queue_id=1),
             Message("TopicA", compress_body(b"zipped " * 50, COMPRESSION_ZLIB), queue_id=1,
                     sys_flag=COMPRESSED_FLAG | COMPRESSION_ZLIB),
-        ])
+        ], internal=True)  # RETRY_TOPIC: written by the broker itself
     m = mount_store(store_dir)
     view = m.mnt / "view"
     assert sorted(os.listdir(view)) == ["_schema.ddl", "topic=%25DLQ%25CafeGroup",

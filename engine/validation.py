@@ -1,0 +1,308 @@
+"""What a message must look like before the store takes it: the one home of these rules.
+
+RocketMQ checks a message twice before the store sees it: the client (``Validators.checkMessage``,
+``Message.putUserProperty``) and, in 5.x, the proxy (``GrpcValidator.validateTag``,
+``SendMessageActivity`` for keys, message group and user properties). The store itself then
+writes whatever it is given, so a property named ``__CRC32#`` or a ``\\x01`` inside a tag would
+make a record that recovery cuts at or that re-parses as other properties
+(``MessageDecoder.string2messageProperties`` splits on ``\\x01``/``\\x02``). The rules here are
+those checks, applied by :meth:`engine.store.MessageStore.put_messages` to every caller
+(``rmqfs produce``, the mount's ``produce`` files, Python code), unless the caller says it is
+the broker itself (``internal=True``).
+
+Rules (all refusals raise :class:`~engine.errors.MessageIllegalError`, errno EINVAL):
+
+* text fields (tags, keys, shardingKey, property names and values) are ``str`` that encode to
+  UTF-8 (no lone surrogates) and hold no control character (U+0000-U+001F, U+007F-U+009F:
+  Guava's ``CharMatcher.javaIsoControl`` as the proxy uses it), so never ``\\x01``/``\\x02``;
+* tags: not blank, no ``|`` (the subscription expression separator ``||``);
+* keys: a ``str`` (space-separated keys, ``MessageConst.KEY_SEPARATOR``) or a list/tuple of
+  ``str``, each non-blank and without a space (a space would split it into other keys);
+* shardingKey: not blank;
+* properties: a ``dict`` of ``str`` to ``str``; names and values not blank
+  (``Message.putUserProperty``); no name RocketMQ reserves (:data:`RESERVED_PROPERTY_NAMES`:
+  every ``MessageConst`` property name, ``STRING_HASH_SET`` and the others the broker or store
+  sets, such as ``__CRC32#`` and ``__SHARDINGKEY``) and none starting with
+  ``__RMQ.TRANSIENT.``; tags, keys and the sharding key have their own fields;
+* queueId: an ``int`` and not a ``bool`` (``True`` would be queue 1 and name a ConsumeQueue
+  directory ``True``); its range is checked against the topic by the store.
+
+Size limits (maxMessageSize, 32767 bytes of properties) stay with the encoder
+(:func:`engine.message.encode_message`), which raises
+:class:`~engine.errors.MessageTooLargeError` (EMSGSIZE).
+
+:func:`message_from_json` is the one parser of a ``produce.jsonl`` line.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+
+from .errors import MessageIllegalError
+
+# org.apache.rocketmq.common.message.MessageConst (5.3): every property name it defines.
+# STRING_HASH_SET is the set Message.putUserProperty refuses; the others are set by the broker
+# or the store itself (__CRC32# by CommitLog with enabledAppendPropCRC, __SHARDINGKEY from the
+# producer's sharding key, INNER_NUM/INNER_BASE for inner batches, ...).
+RESERVED_PROPERTY_NAMES = frozenset((
+    "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
+    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
+    "EXTEND_UNIQ_INFO", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INNER_NUM", "INNER_BASE",
+    "DUP_INFO", "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRAN_PREPARED_QUEUE_OFFSET",
+    "__transactionId__", "TRANSACTION_CHECK_TIMES", "INSTANCE_ID", "CORRELATION_ID",
+    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
+    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "__SHARDINGKEY", "PROPERTY_FORWARD_QUEUE_ID",
+    "REDIRECT", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", "TRACE_CONTEXT",
+    "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "__BORNHOST", "BORN_TIMESTAMP", "TIMER_ENQUEUE_MS",
+    "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY",
+    "TIMER_DELAY_LEVEL",
+    "__CRC32#",  # CommitLog.doAppend with enabledAppendPropCRC (not in MessageConst)
+))
+TRANSIENT_PREFIX = "__RMQ.TRANSIENT."  # MessageConst.PROPERTY_TRANSIENT_PREFIX
+
+# javaIsoControl, and the UTF-16 surrogates (a str holding one cannot be encoded to UTF-8)
+_BAD_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_GOOD_TAGS: set[str] = set()  # tags already checked (bounded)
+
+# produce.jsonl: the fields of a line
+JSON_FIELDS = frozenset(("body", "bodyBase64", "tags", "keys", "properties", "queueId",
+                         "shardingKey"))
+
+
+def _describe(ch: str) -> str:
+    if "\ud800" <= ch <= "\udfff":
+        return f"a lone surrogate U+{ord(ch):04X} (not encodable as UTF-8)"
+    return f"control character U+{ord(ch):04X}"
+
+
+def check_text(what: str, value) -> None:
+    """Raise MessageIllegalError unless ``value`` is a non-blank ``str`` without control
+    characters or lone surrogates. ``what`` names the field in the message."""
+    if not isinstance(value, str):
+        raise MessageIllegalError(f"{what} must be a string, not {type(value).__name__}")
+    bad = _BAD_CHAR.search(value)
+    if bad:
+        raise MessageIllegalError(f"{what} {value!r} contains {_describe(bad.group())}")
+    if not value.strip():
+        raise MessageIllegalError(f"{what} must not be empty or blank")
+
+
+def check_tags(tags) -> None:
+    """A message's tags (``GrpcValidator.validateTag``); ``None`` and ``""`` mean no tags."""
+    if tags is None or tags == "":
+        return
+    if isinstance(tags, str) and tags in _GOOD_TAGS:
+        return
+    check_text("tags", tags)
+    if "|" in tags:
+        raise MessageIllegalError(f"tags {tags!r} contain '|' (the tag expression separator)")
+    if len(_GOOD_TAGS) > 4096:
+        _GOOD_TAGS.clear()
+    _GOOD_TAGS.add(tags)
+
+
+def check_keys(keys) -> None:
+    """Keys: a space-separated ``str`` or a list/tuple of keys without spaces."""
+    if keys is None:
+        return
+    if isinstance(keys, str):
+        if keys:
+            bad = _BAD_CHAR.search(keys)
+            if bad:
+                raise MessageIllegalError(f"keys {keys!r} contain {_describe(bad.group())}")
+        return
+    if not isinstance(keys, (list, tuple)):
+        raise MessageIllegalError(
+            f"keys must be a string or a list of strings, not {type(keys).__name__}")
+    for k in keys:
+        check_text("key", k)
+        if " " in k:
+            raise MessageIllegalError(f"key {k!r} contains a space, which separates keys")
+
+
+def check_properties(props) -> None:
+    """User properties (``Message.putUserProperty`` and the proxy's checks)."""
+    if props is None:
+        return
+    if not isinstance(props, dict):
+        raise MessageIllegalError(
+            f"properties must map strings to strings, not {type(props).__name__}")
+    for name, value in props.items():
+        check_text("property name", name)
+        if name in RESERVED_PROPERTY_NAMES or name.startswith(TRANSIENT_PREFIX):
+            raise MessageIllegalError(
+                f"property {name!r} is reserved by RocketMQ; tags, keys and shardingKey have "
+                "their own fields")
+        check_text(f"property {name!r}", value)
+
+
+def check_queue_id(queue_id) -> None:
+    """``None`` (the store picks) or an ``int`` that is not a ``bool``."""
+    if queue_id is not None and (not isinstance(queue_id, int) or isinstance(queue_id, bool)):
+        raise MessageIllegalError(
+            f"queueId must be an integer, not {type(queue_id).__name__} {queue_id!r}")
+
+
+def check_message(msg) -> None:
+    """Every rule of this module for one :class:`engine.store.Message`.
+
+    Raises:
+        MessageIllegalError: the first broken rule, naming the field.
+    """
+    check_tags(msg.tags)
+    check_keys(msg.keys)
+    check_properties(msg.properties)
+    if msg.sharding_key is not None:
+        check_text("shardingKey", msg.sharding_key)
+    check_queue_id(msg.queue_id)
+    if not isinstance(msg.body, (bytes, bytearray, memoryview)):
+        raise MessageIllegalError(f"body must be bytes, not {type(msg.body).__name__}")
+
+
+def check_messages(messages) -> None:
+    """:func:`check_message` for each message, with the common cases inline (hot path)."""
+    for m in messages:
+        t = m.tags
+        if t and (t.__class__ is not str or t not in _GOOD_TAGS):
+            check_tags(t)
+        if m.keys:
+            check_keys(m.keys)
+        if m.properties:
+            check_properties(m.properties)
+        if m.sharding_key is not None:
+            check_text("shardingKey", m.sharding_key)
+        q = m.queue_id
+        if q is not None and q.__class__ is not int:
+            check_queue_id(q)
+        if m.body.__class__ is not bytes:
+            check_message(m)
+
+
+def parse_json_line(line: bytes):
+    """Parse one ``produce.jsonl`` line strictly: UTF-8 (no other encoding is guessed), one
+    JSON value, no ``NaN``/``Infinity``, no object with the same name twice (which would
+    otherwise keep the last one silently).
+
+    Raises:
+        MessageIllegalError: the line is not such JSON (the message says where).
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MessageIllegalError(f"the line is not UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise MessageIllegalError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise MessageIllegalError("not JSON: nested too deeply") from None
+
+
+def _no_duplicates(pairs):
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError(f"name {k!r} appears twice")
+            seen.add(k)
+    return obj
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def message_from_json(obj, topic: str, queue_id: int | None = None):
+    """The :class:`engine.store.Message` of one parsed ``produce.jsonl`` line.
+
+    ``obj`` is what ``json.loads`` returned for the line; ``queue_id`` is the default queue
+    (None: the store picks). Fields: ``body`` (text, stored as UTF-8) or ``bodyBase64``
+    (strict base64), exactly one of them and not empty (RocketMQ's client refuses an empty
+    body); optional ``tags``, ``keys``, ``properties``, ``queueId``, ``shardingKey``, where
+    ``null`` is the same as leaving the field out. Any other field is refused, so a misspelt
+    ``tag`` or a pasted ``messages.jsonl`` line never loses data silently.
+
+    Raises:
+        MessageIllegalError: the line breaks a rule (the message names it).
+    """
+    from .store import Message
+
+    if not isinstance(obj, dict):
+        raise MessageIllegalError(f"a line must be a JSON object, not {_json_type(obj)}")
+    unknown = obj.keys() - JSON_FIELDS
+    if unknown:
+        raise MessageIllegalError(
+            f"unknown field {sorted(unknown)[0]!r} (fields: {', '.join(sorted(JSON_FIELDS))})")
+    body, b64 = obj.get("body"), obj.get("bodyBase64")
+    if body is not None and b64 is not None:
+        raise MessageIllegalError("give body or bodyBase64, not both")
+    if b64 is not None:
+        if not isinstance(b64, str):
+            raise MessageIllegalError(f"bodyBase64 must be a string, not {_json_type(b64)}")
+        try:
+            data = base64.b64decode(b64.encode("ascii"), validate=True)
+        except (ValueError, binascii.Error, UnicodeEncodeError):
+            raise MessageIllegalError("bodyBase64 is not valid base64") from None
+    elif body is not None:
+        if not isinstance(body, str):
+            raise MessageIllegalError(
+                f"body must be a string, not {_json_type(body)} (use bodyBase64 for bytes)")
+        try:
+            data = body.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise MessageIllegalError(
+                f"body contains {_describe(body[exc.start])}") from None
+    else:
+        raise MessageIllegalError("a line needs body or bodyBase64")
+    if not data:
+        raise MessageIllegalError("the body is empty (RocketMQ refuses empty bodies)")
+    tags = obj.get("tags")
+    if tags is not None and not isinstance(tags, str):
+        raise MessageIllegalError(f"tags must be a string, not {_json_type(tags)}")
+    qid = obj.get("queueId")
+    if qid is None:
+        qid = queue_id
+    elif not isinstance(qid, int) or isinstance(qid, bool):
+        raise MessageIllegalError(f"queueId must be an integer, not {_json_type(qid)}")
+    props = obj.get("properties")
+    if props is not None and not isinstance(props, dict):
+        raise MessageIllegalError(f"properties must be an object, not {_json_type(props)}")
+    msg = Message(topic, data, tags=tags, keys=obj.get("keys"), properties=props or None,
+                  queue_id=qid, sharding_key=obj.get("shardingKey"))
+    check_message(msg)
+    return msg
+
+
+def _json_type(value) -> str:
+    """The JSON name of a parsed value's type (for messages)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
+
+
+def parse_decimal(text: str) -> int | None:
+    """The value of a name that is a canonical non-negative decimal (``0`` or ASCII digits
+    without a leading zero, at most 19 of them: an int64), else None.
+
+    For lookup names (``by-offset/<n>``, ``by-time/<ms>``, ``queue=<q>``): ``00``, ``+1``,
+    ``1\\n``, ``²`` or Arabic-Indic digits name nothing (ENOENT), so every entry has one name.
+    """
+    return int(text) if _DECIMAL.fullmatch(text) else None
