@@ -212,7 +212,7 @@ class IndexFile:
             self._io = _MemIO(self.size)
             created = True
         elif read_only or os.path.exists(path):
-            fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
+            fd = os.open(path, (os.O_RDONLY if read_only else os.O_RDWR) | os.O_NOFOLLOW)
             try:
                 self.size = os.fstat(fd).st_size
                 self.hash_slot_num, self.index_num = index_geometry(

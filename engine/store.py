@@ -27,6 +27,7 @@ import itertools
 import logging
 import operator
 import os
+import re
 import struct
 import threading
 import time
@@ -37,9 +38,12 @@ from .checkpoint import StoreCheckpoint
 from .cleanup import CleanReport, CleanService
 from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
-                     TopicConfig, TopicConfigManager, validate_group_name, validate_topic_name)
+                     TopicConfig, TopicConfigManager, validate_group_name, validate_queue_nums,
+                     validate_topic_name)
 from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, pack_units
 from .indexfile import IndexService
+from .mappedfile import remove_temp_files
+from .storetree import check_store_tree
 from .errors import (CorruptRecordError, FlushDiskTimeoutError, MessageIllegalError,
                      NoSuchTopicError,
                      OffsetOutOfRangeError, PermissionDeniedError, PutMessageError,
@@ -371,9 +375,15 @@ class MessageStore:
         self._lock_fd = None
         if not read_only:
             os.makedirs(self.root, exist_ok=True)
-            self._take_lock()
         elif not os.path.isdir(self.root):
             raise FileNotFoundError(errno.ENOENT, "no store directory", self.root)
+        # Never through a link, never a FIFO or device (engine/storetree.py).
+        check_store_tree(self.root)
+        if not read_only:
+            self._take_lock()
+            for sub in ("", "config", "commitlog", "index"):
+                for n in remove_temp_files(os.path.join(self.root, sub)):
+                    log.warning("removed %s/%s: a file a crash left half-created", sub or ".", n)
         self.abort_path = os.path.join(self.root, "abort")
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
         self.last_exit_ok = not os.path.exists(self.abort_path)
@@ -475,8 +485,13 @@ class MessageStore:
             tdir = os.path.join(base, topic)
             if not os.path.isdir(tdir):
                 continue
+            try:
+                validate_topic_name(topic)
+            except PutMessageError as exc:
+                log.warning("consumequeue/%s skipped: %s", topic, exc)
+                continue
             for q in sorted(os.listdir(tdir)):
-                if not q.isdigit():
+                if not _QUEUE_DIR.match(q):
                     continue
                 qdir = os.path.join(tdir, q)
                 names = sorted(n for n in os.listdir(qdir) if n.isdigit() and len(n) == 20)
@@ -869,7 +884,8 @@ class MessageStore:
         existing = self.topic_config.get(name)
         if existing is not None:
             return existing
-        n = queue_nums or self.config.default_topic_queue_nums
+        n = validate_queue_nums(self.config.default_topic_queue_nums if queue_nums is None
+                                else queue_nums)
         cfg = TopicConfig(name, n, n, perm)
         self.topic_config.put(cfg)
         return cfg
@@ -879,7 +895,7 @@ class MessageStore:
         ids = {q for t, q in self.consume_queues if t == topic}
         cfg = self.topic_config.get(topic)
         if cfg is not None:
-            ids.update(range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
+            ids.update(range(cfg.shown_queue_nums))
         return sorted(ids)
 
     def queue_max_offsets(self, topic: str) -> dict[int, int]:
@@ -1688,6 +1704,7 @@ class MessageStore:
         self.close()
 
 
+_QUEUE_DIR = re.compile(r"[0-9]{1,9}\Z")  # consumequeue/<topic>/<queueId>: ASCII digits only
 _READ_BATCH = 1024  # ConsumeQueue units read at once by iter_queue
 _SPAN_MAX = 4 << 20  # at most this many CommitLog bytes in one read
 _SPAN_SLACK = 4  # read a span when it is at most this many times the records' own bytes

@@ -38,7 +38,7 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 
-from .config import load_config_file
+from .config import config_parsers, load_config_file, load_config_file_only
 from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
 from .errors import CorruptRecordError, StoreError, StoreLockedError
 from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
@@ -845,14 +845,24 @@ def _check_config(root: str, res: VerifyResult) -> None:
         StoreCheckpoint.read(os.path.join(root, "checkpoint"))
     except CorruptRecordError as exc:
         res.add("error", "checkpoint", "checkpoint", str(exc))
+    parsers = config_parsers()
     for name in CONFIG_FILES:
         path = os.path.join(root, "config", name)
-        if not os.path.exists(path) and not os.path.exists(path + ".bak"):
+        if not os.path.lexists(path) and not os.path.lexists(path + ".bak"):
             continue
         try:
-            load_config_file(path)
+            load_config_file(path, parsers[name])
         except CorruptRecordError as exc:
-            res.add("error", "config", f"config/{name}", f"does not parse: {exc}")
+            res.add("error", "config", f"config/{name}", f"cannot be loaded: {exc}")
+            continue
+        if os.path.lexists(path) and os.path.lexists(path + ".bak"):
+            # The file itself must load; when only its .bak does, say so (the broker and
+            # rmqfs load the .bak, so this is a warning, and the next write replaces the file).
+            try:
+                load_config_file_only(path, parsers[name])
+            except CorruptRecordError as exc:
+                res.add("warning", "config", f"config/{name}",
+                        f"{exc}; {name}.bak is loaded instead")
 
 
 # ----------------------------------------------------------------------------------------------
