@@ -95,7 +95,7 @@ class ConsumeQueue:
             self.last_commitlog_offset = last[0]
             self.max_physic_offset = last[0] + last[1]
         if not self.files.read_only:
-            self.files.truncate_dirty(end)
+            self.files.truncate_dirty(end, delete_at_start=True)
 
     def truncate_dirty(self, phy_offset: int) -> None:
         """Drop units whose record starts at or after ``phy_offset`` (``truncateDirtyLogicFiles``)."""
@@ -119,7 +119,8 @@ class ConsumeQueue:
             keep = max(0, lo - self.mem_base) * CQ_STORE_UNIT_SIZE
             del self.mem[keep:]
         if not self.files.read_only:
-            self.files.truncate_dirty(lo * CQ_STORE_UNIT_SIZE)
+            # ConsumeQueue.truncateDirtyLogicFiles: a file whose first unit goes is deleted.
+            self.files.truncate_dirty(lo * CQ_STORE_UNIT_SIZE, delete_at_start=True)
         if lo > self.min_offset:
             off, size, _ = self.unit(lo - 1)
             self.last_commitlog_offset, self.max_physic_offset = off, off + size

@@ -19,7 +19,8 @@ import threading
 
 from .errors import CorruptRecordError
 
-_NAME = re.compile(r"^\d{20}$")
+SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # offset2FileName: 20 ASCII digits
+_NAME = SEGMENT_NAME
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -267,13 +268,17 @@ class FileQueue:
         os.ftruncate(seg.fd, offset - seg.start)
         os.ftruncate(seg.fd, seg.size)
 
-    def truncate_dirty(self, offset: int) -> None:
+    def truncate_dirty(self, offset: int, delete_at_start: bool = False) -> None:
         """Drop everything at or after ``offset`` (``truncateDirtyFiles``).
 
         Files that start after ``offset`` are deleted; the file holding it is zeroed from there.
+        With ``delete_at_start`` a file that starts exactly at ``offset`` is deleted too, as
+        ``ConsumeQueue.truncateDirtyLogicFiles`` does (its first unit is dirty): a broker would
+        otherwise read its zero first unit as a message.
         """
         with self._lock:
-            while self.segments and self.segments[-1].start > offset:
+            while self.segments and (self.segments[-1].start > offset or (
+                    delete_at_start and self.segments[-1].start == offset)):
                 seg = self.segments.pop()
                 os.close(seg.fd)
                 os.unlink(seg.path)

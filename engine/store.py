@@ -42,7 +42,7 @@ from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionG
                      validate_topic_name)
 from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, pack_units
 from .indexfile import IndexService
-from .mappedfile import remove_temp_files
+from .mappedfile import SEGMENT_NAME, remove_temp_files
 from .storetree import check_store_tree
 from .errors import (CorruptRecordError, FlushDiskTimeoutError, MessageIllegalError,
                      NoSuchTopicError,
@@ -491,10 +491,10 @@ class MessageStore:
                 log.warning("consumequeue/%s skipped: %s", topic, exc)
                 continue
             for q in sorted(os.listdir(tdir)):
-                if not _QUEUE_DIR.match(q):
+                if not QUEUE_DIR_NAME.match(q):
                     continue
                 qdir = os.path.join(tdir, q)
-                names = sorted(n for n in os.listdir(qdir) if n.isdigit() and len(n) == 20)
+                names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n))
                 for i, n in enumerate(names):
                     size = os.path.getsize(os.path.join(qdir, n))
                     if size and size % CQ_STORE_UNIT_SIZE == 0:
@@ -1704,7 +1704,7 @@ class MessageStore:
         self.close()
 
 
-_QUEUE_DIR = re.compile(r"[0-9]{1,9}\Z")  # consumequeue/<topic>/<queueId>: ASCII digits only
+QUEUE_DIR_NAME = re.compile(r"[0-9]{1,9}\Z")  # consumequeue/<topic>/<queueId>: ASCII digits
 _READ_BATCH = 1024  # ConsumeQueue units read at once by iter_queue
 _SPAN_MAX = 4 << 20  # at most this many CommitLog bytes in one read
 _SPAN_SLACK = 4  # read a span when it is at most this many times the records' own bytes

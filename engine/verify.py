@@ -45,10 +45,12 @@ from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_
 from .javahash import index_key_hash, tags_code
 from .message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_CRC32, PROPERTY_DELAY,
                       TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record)
+from .mappedfile import SEGMENT_NAME as _SEGMENT_NAME
+from .store import QUEUE_DIR_NAME as _QUEUE_DIR
+from .storetree import check_store_tree, unsafe_entries
 from .store import _lock_holder
 
-_SEGMENT_NAME = re.compile(r"^\d{20}$")
-_INDEX_NAME = re.compile(r"^\d{17}$")
+_INDEX_NAME = re.compile(r"[0-9]{17}\Z")
 CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1  # CommitLog.CRC32_RESERVED_LEN = 20
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
@@ -112,6 +114,8 @@ class VerifyResult:
     bad_index_files: set = field(default_factory=set)  # index/<name> paths
     bad_segment_sizes: dict = field(default_factory=dict)  # path -> size
     past_end: dict = field(default_factory=dict)  # queue/index rel -> [file, first, count]
+    empty_files: list = field(default_factory=list)  # paths of 0-byte last segments
+    cq_file_size: int = 0  # the store's ConsumeQueue file size (bytes), 0 when unknown
 
     @property
     def errors(self) -> list[Problem]:
@@ -249,6 +253,14 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
     progress = progress or _no_progress
     res = VerifyResult(root)
     res.explicit_config = config is not None
+    bad = unsafe_entries(root)
+    if bad:
+        # Nothing is read through a link or from a special file: the store is refused whole.
+        for entry in bad:
+            res.add("error", "unsafe", entry.split(" (")[0],
+                    f"{entry}: a store holds only regular files and directories; rmqfs refuses "
+                    "to open it until this is removed")
+        return res
     res.lock_holder = lock_holder(root)
     if res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
         res.add("warning", "abort", "abort", "the store was not shut down cleanly (a broker or "
@@ -283,8 +295,10 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
                      os.path.getsize(os.path.join(cl_dir, n))) for n in names]
     if segs and segs[-1].size == 0:
-        res.add("warning", "commitlog-size", f"commitlog/{segs[-1].name}",
-                "empty last file (a broker deletes it on load)")
+        res.add("error", "commitlog-size", f"commitlog/{segs[-1].name}",
+                "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
+                "the CommitLog: length not matched)")
+        res.empty_files.append(segs[-1].path)
         segs.pop()
     if not segs:
         return []
@@ -505,8 +519,9 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
             if not os.path.isdir(tdir):
                 continue
             for q in sorted(os.listdir(tdir), key=lambda x: (not x.isdigit(), x.zfill(12))):
-                if q.isdigit() and os.path.isdir(os.path.join(tdir, q)):
+                if _QUEUE_DIR.match(q) and os.path.isdir(os.path.join(tdir, q)):
                     dirs.append((topic, int(q), os.path.join(tdir, q)))
+    res.cq_file_size = _cq_file_size([d[2] for d in dirs], cfg, res.explicit_config)
     bar = progress(len(dirs), "ConsumeQueue", "queue")
     for topic, qid, qdir in dirs:
         seen.add((topic, qid))
@@ -530,13 +545,43 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
                         "(re-dispatched when the store is opened for writing)")
 
 
+def _cq_file_size(qdirs: list[str], cfg, explicit: bool) -> int:
+    """The store's ConsumeQueue file size: mappedFileSizeConsumeQueue from a given broker.conf,
+    else the most common size among files that are not the last of their queue (those are
+    complete), else among all non-empty files; 0 when there is none. The same rule as
+    ``MessageStore._load_consume_queues``."""
+    if explicit:
+        return cfg.mapped_file_size_consume_queue
+    full: dict[int, int] = {}
+    every: dict[int, int] = {}
+    for qdir in qdirs:
+        names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n))
+        for i, n in enumerate(names):
+            try:
+                size = os.lstat(os.path.join(qdir, n)).st_size
+            except OSError:
+                continue
+            if size and size % CQ_STORE_UNIT_SIZE == 0:
+                every[size] = every.get(size, 0) + 1
+                if i < len(names) - 1:
+                    full[size] = full.get(size, 0) + 1
+    sizes = full or every
+    if not full and sum(every.values()) < 2:
+        return 0  # one file: its own size is the only evidence
+    return max(sizes, key=lambda k: (sizes[k], k)) if sizes else 0
+
+
 def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
                  recs: _Records) -> None:
     names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n)
                    and os.path.isfile(os.path.join(qdir, n)))
     files = [(int(n), os.path.join(qdir, n), os.path.getsize(os.path.join(qdir, n)))
              for n in names]
-    while files and files[-1][2] == 0:
+    if files and files[-1][2] == 0:
+        res.add("error", "cq-size", f"{rel}/{os.path.basename(files[-1][1])}",
+                "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
+                "the queue: length not matched)")
+        res.empty_files.append(files[-1][1])
         files.pop()
     q = recs.queues.get((topic, qid))
     if not files:
@@ -553,6 +598,12 @@ def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
         res.bad_queues.add(rel)
         return
     fsize = sizes.pop()
+    if res.cq_file_size and fsize < res.cq_file_size:
+        res.add("error", "cq-size", rel,
+                f"files of {fsize} bytes, short of the {res.cq_file_size}-byte ConsumeQueue "
+                "files of this store (cut short; RocketMQ refuses to load the queue)")
+        res.bad_queues.add(rel)
+        return
     for i, (start, path, _) in enumerate(files):
         if start % fsize or (i and start != files[i - 1][0] + fsize):
             res.add("error", "cq-name", f"{rel}/{os.path.basename(path)}",
@@ -910,6 +961,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
     check_store_dir(root)
     cfg = config or StoreConfig()
     report = RecoverReport()
+    check_store_tree(root)  # links and special files: refused, never repaired through
     lock_fd = _take_lock(root)
     try:
         before = verify_store(root, config, progress)
@@ -929,7 +981,11 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                 f.truncate(before.segment_size)
             report.actions.append(f"extended {os.path.relpath(path, root)} from {size} to "
                                   f"{before.segment_size} bytes with zeros")
-        if before.bad_segment_sizes:
+        for path in before.empty_files:
+            os.unlink(path)
+            report.actions.append(f"deleted {os.path.relpath(path, root)} (empty: a crash "
+                                  "while it was created)")
+        if before.bad_segment_sizes or before.empty_files:
             before = verify_store(root, config, progress)
         saved_checkpoint = None
         try:
