@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from .errors import CorruptRecordError
+from .mappedfile import create_preallocated
 
 CHECKPOINT_FILE_SIZE = 4096  # OS_PAGE_SIZE
 LAYOUT = struct.Struct(">qqqqq")
@@ -67,7 +68,11 @@ class StoreCheckpoint:
         page = LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp,
                            self.index_msg_timestamp, self.master_flushed_offset,
                            self.confirm_phy_offset).ljust(CHECKPOINT_FILE_SIZE, b"\0")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            # A new file appears whole: built as checkpoint.tmp, synced, renamed into place.
+            fd = create_preallocated(path, CHECKPOINT_FILE_SIZE)
         try:
             os.pwrite(fd, page, 0)
             if sync:

@@ -25,6 +25,7 @@ from .mappedfile import FileQueue
 
 CQ_STORE_UNIT_SIZE = 20
 UNIT = struct.Struct(">qiq")  # commitLogOffset | size | tagsCode
+_UNIT_DTYPE = [("off", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # UNIT for numpy
 DEFAULT_UNITS_PER_FILE = 300_000
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
@@ -83,9 +84,16 @@ class ConsumeQueue:
         segs = self.files.segments
         first = max(0, len(segs) - 3)
         end = segs[first].start if segs else self.files.min_offset
+        prev_end = -1
         for seg in segs[first:]:
             data = os.pread(seg.fd, seg.size, 0)
             n = _valid_prefix_units(data)
+            k, prev_end = _ordered_prefix_units(data, n, prev_end)
+            if k < n:
+                self.files.repairs.append(
+                    f"unit {(seg.start // CQ_STORE_UNIT_SIZE) + k} overlaps or precedes the unit "
+                    "before it: units from there are dropped and rebuilt from the CommitLog")
+                n = k
             end = seg.start + n * CQ_STORE_UNIT_SIZE
             if n * CQ_STORE_UNIT_SIZE < seg.size:
                 break
@@ -221,6 +229,36 @@ class ConsumeQueue:
     def close(self) -> None:
         """Close the files."""
         self.files.close()
+
+
+def _ordered_prefix_units(data: bytes, n: int, prev_end: int) -> tuple[int, int]:
+    """How many of the first ``n`` (valid) units keep CommitLog order: each record starts at or
+    after the end (offset + size) of the one before, the first after ``prev_end``. A unit
+    breaking the order is damage (a flipped offset or size); the unit before it is counted
+    out too, since either may be the damaged one. Blank fillers (``fillPreBlank``) are skipped.
+
+    Returns ``(count, end of the last counted unit)``; numpy, no loop per unit.
+    """
+    if n == 0:
+        return 0, prev_end
+    import numpy as np
+    units = np.frombuffer(data, dtype=_UNIT_DTYPE, count=n)
+    off = units["off"].astype(np.int64)
+    size = units["size"].astype(np.int64)
+    real = ~((off == 0) & (size == BLANK_UNIT_SIZE))
+    idx = np.flatnonzero(real)
+    if not len(idx):
+        return n, prev_end
+    o, e = off[idx], off[idx] + size[idx]
+    starts_ok = np.empty(len(idx), dtype=bool)
+    starts_ok[0] = o[0] >= prev_end
+    starts_ok[1:] = o[1:] >= e[:-1]
+    bad = np.flatnonzero(~starts_ok)
+    if not len(bad):
+        return n, int(e[-1])
+    j = int(bad[0])
+    cut = int(idx[j - 1]) if j > 0 else int(idx[0])
+    return cut, (int(e[j - 2]) if j >= 2 else prev_end)
 
 
 _HIGH_BIT = bytes(1 if b & 0x80 else 0 for b in range(256))

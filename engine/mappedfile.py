@@ -35,37 +35,67 @@ def create_preallocated(path: str, size: int, exclusive: bool = False) -> int:
     """Create ``path`` at its full ``size`` (bytes) as a sparse file and return an O_RDWR fd.
 
     RocketMQ preallocates its mapped files, and a broker refuses a file of another length
-    ("length not matched"), so the file appears whole or not at all: it is built as
-    ``<path>.tmp``, sized with ``ftruncate`` (no free blocks needed), fsynced, then linked
-    (``exclusive``) or renamed into place, and the directory is fsynced. A crash at any point
-    leaves either no ``path`` or one of the full size; a leftover ``.tmp`` is removed by
-    :func:`remove_temp_files` when the store opens.
+    ("length not matched"), so the file appears whole or not at all: it is built without a
+    name (``O_TMPFILE``), sized with ``ftruncate`` (no free blocks needed) and fsynced, then
+    linked into place (``linkat``), and the directory is fsynced. A crash at any point leaves
+    either no ``path`` or one of the full size, and nothing else in the directory (a broker
+    would choke on any other file name there). Where the filesystem has no ``O_TMPFILE``, the
+    file is built as ``<path>.tmp`` and renamed; :func:`remove_temp_files` removes a leftover
+    when the store opens.
 
     Raises:
         FileExistsError: ``exclusive`` and ``path`` exists.
         OSError: from the disk (ENOSPC, EACCES, ...); nothing is left behind then.
     """
+    directory = os.path.dirname(path) or "."
     if exclusive and os.path.lexists(path):
         raise FileExistsError(errno.EEXIST, "file exists", path)
-    tmp = path + TMP_SUFFIX
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    tmp = None
+    try:
+        fd = os.open(directory, os.O_TMPFILE | os.O_RDWR, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+        tmp = path + TMP_SUFFIX
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
         os.ftruncate(fd, size)
         os.fsync(fd)
-        if exclusive:
+        if tmp is None:
+            try:
+                _link_fd(fd, path)
+            except FileExistsError:
+                if exclusive:
+                    raise
+                tmp = path + TMP_SUFFIX
+                _link_fd(fd, tmp)
+                os.rename(tmp, path)
+        elif exclusive:
             os.link(tmp, path)
             os.unlink(tmp)
         else:
             os.rename(tmp, path)
-        _fsync_dir(os.path.dirname(path) or ".")
+        _fsync_dir(directory)
     except BaseException:
         os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         raise
     return fd
+
+
+def _link_fd(fd: int, path: str) -> None:
+    """Give the unnamed (O_TMPFILE) file ``fd`` the name ``path``: ``linkat`` of
+    /proc/self/fd/N with AT_SYMLINK_FOLLOW (a directory fd makes os.link use linkat)."""
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", os.path.basename(path), dst_dir_fd=dfd,
+                follow_symlinks=True)
+    finally:
+        os.close(dfd)
 
 
 def remove_temp_files(directory: str) -> list[str]:

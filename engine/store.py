@@ -404,6 +404,10 @@ class MessageStore:
         self._plain_topics: dict[str, tuple] = {}  # topic -> (config, state, _plain_topic info)
         self._delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[_Dispatch]) / truncate(offset)
+        # What opening the store repaired, and queues whose units point at no valid record
+        # (found while reading): "<path>: <what>" lines for logs and status.json.
+        self.repairs: list[str] = []
+        self.damaged: dict[tuple[str, int], str] = {}
         self.index_service: IndexService | None = None
         self.listeners: list = []  # callables(list[PutResult]) run after each put
         if self.config.message_index_enable:
@@ -509,9 +513,10 @@ class MessageStore:
         for topic, q, qdir in queues:
             cq = ConsumeQueue(qdir, topic, q, self._cq_file_size, self.read_only,
                               trusted_size=trusted)
+            cq.recover()
             for what in cq.files.repairs:
                 log.warning("ConsumeQueue %s/%d: %s", topic, q, what)
-            cq.recover()
+                self.repairs.append(f"consumequeue/{topic}/{q}: {what}")
             self.consume_queues[(topic, q)] = cq
 
     def recover(self) -> None:
@@ -998,7 +1003,19 @@ class MessageStore:
             raise OffsetOutOfRangeError(
                 f"offset {queue_offset} outside [{cq.min_offset}, {cq.max_offset})")
         off, size, _ = cq.unit(queue_offset)
-        return self.commitlog.read_message(off, size)
+        try:
+            return self.commitlog.read_message(off, size)
+        except CorruptRecordError as exc:
+            self._note_damage(topic, queue_id, queue_offset, exc)
+            raise
+
+    def _note_damage(self, topic: str, queue_id: int, queue_offset: int, exc) -> None:
+        """Remember (for status.json) and log, once per queue, a unit that reads no record."""
+        if (topic, queue_id) not in self.damaged and len(self.damaged) < 10_000:
+            what = f"unit {queue_offset}: {exc}"
+            self.damaged[(topic, queue_id)] = what
+            log.error("ConsumeQueue %s/%d damaged: %s (rmqfs recover rebuilds it)",
+                      topic, queue_id, what)
 
     def iter_queue(self, topic: str, queue_id: int, start: int = 0, end: int | None = None):
         """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue.
@@ -1023,19 +1040,23 @@ class MessageStore:
                 first, last = group[0], group[-1]
                 lo, hi = first[0], last[0] + last[1]
                 data = files.read(lo, hi - lo)
-                if len(data) != hi - lo:
-                    raise CorruptRecordError(f"records of {hi - lo} bytes not in the CommitLog",
-                                             lo)
-                for off, size, _tags in group:
-                    if off - lo + size > len(data):
-                        raise CorruptRecordError(f"record of {size} bytes not in the CommitLog",
-                                                 off)
-                    rec = decode_record(data, off - lo, check_crc=False)
-                    if rec.store_size > size:
+                try:
+                    if len(data) != hi - lo:
                         raise CorruptRecordError(
-                            f"record of {rec.store_size} bytes, its unit says {size}", off)
-                    yield pos, rec
-                    pos += 1
+                            f"records of {hi - lo} bytes not in the CommitLog", lo)
+                    for off, size, _tags in group:
+                        if off - lo + size > len(data):
+                            raise CorruptRecordError(
+                                f"record of {size} bytes not in the CommitLog", off)
+                        rec = decode_record(data, off - lo, check_crc=False)
+                        if rec.store_size > size:
+                            raise CorruptRecordError(
+                                f"record of {rec.store_size} bytes, its unit says {size}", off)
+                        yield pos, rec
+                        pos += 1
+                except CorruptRecordError as exc:
+                    self._note_damage(topic, queue_id, pos, exc)
+                    raise
 
     # ------------------------------------------------------------------------------------------
     # writing
