@@ -134,13 +134,15 @@ CACHE_OWNER = "daemon.pid"  # in a daemon's own cache dir: "<pid> <start time>"
 
 
 def _proc_start_time(pid: int) -> str | None:
-    """Field 22 of /proc/<pid>/stat (start time in clock ticks), None when no such process."""
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks), None when no such process
+    or a zombie (dead, not yet reaped)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             data = f.read()
     except OSError:
         return None
-    return data.rsplit(")", 1)[1].split()[19]
+    fields = data.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def make_cache_dir() -> str:
