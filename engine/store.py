@@ -1006,10 +1006,10 @@ class MessageStore:
         try:
             return self.commitlog.read_message(off, size)
         except CorruptRecordError as exc:
-            self._note_damage(topic, queue_id, queue_offset, exc)
+            self.note_damage(topic, queue_id, queue_offset, exc)
             raise
 
-    def _note_damage(self, topic: str, queue_id: int, queue_offset: int, exc) -> None:
+    def note_damage(self, topic: str, queue_id: int, queue_offset: int, exc) -> None:
         """Remember (for status.json) and log, once per queue, a unit that reads no record."""
         if (topic, queue_id) not in self.damaged and len(self.damaged) < 10_000:
             what = f"unit {queue_offset}: {exc}"
@@ -1055,7 +1055,7 @@ class MessageStore:
                         yield pos, rec
                         pos += 1
                 except CorruptRecordError as exc:
-                    self._note_damage(topic, queue_id, pos, exc)
+                    self.note_damage(topic, queue_id, pos, exc)
                     raise
 
     # ------------------------------------------------------------------------------------------
