@@ -495,8 +495,9 @@ class MessageStore:
                 log.warning("consumequeue/%s skipped: %s", topic, exc)
                 continue
             for q in sorted(os.listdir(tdir)):
-                if not QUEUE_DIR_NAME.match(q):
-                    continue
+                if not QUEUE_DIR_NAME.match(q) or str(int(q)) != q or \
+                        not os.path.isdir(os.path.join(tdir, q)):
+                    continue  # "007" or a file: not a queue (verify warns)
                 qdir = os.path.join(tdir, q)
                 names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n))
                 for i, n in enumerate(names):

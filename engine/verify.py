@@ -290,6 +290,9 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     cl_dir = os.path.join(root, "commitlog")
     if not os.path.isdir(cl_dir):
         return []
+    for n in _not_files(cl_dir, _SEGMENT_NAME):
+        res.add("error", "commitlog-name", f"commitlog/{n}",
+                "not a regular file (RocketMQ refuses to load the CommitLog)")
     names = sorted(n for n in os.listdir(cl_dir) if _SEGMENT_NAME.match(n)
                    and os.path.isfile(os.path.join(cl_dir, n)))
     segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
@@ -519,8 +522,13 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
             if not os.path.isdir(tdir):
                 continue
             for q in sorted(os.listdir(tdir), key=lambda x: (not x.isdigit(), x.zfill(12))):
-                if _QUEUE_DIR.match(q) and os.path.isdir(os.path.join(tdir, q)):
+                if _QUEUE_DIR.match(q) and os.path.isdir(os.path.join(tdir, q)) and \
+                        str(int(q)) == q:
                     dirs.append((topic, int(q), os.path.join(tdir, q)))
+                else:
+                    res.add("warning", "cq-stray", f"consumequeue/{topic}/{q}",
+                            "not a queue directory (a canonical decimal queue id): rmqfs "
+                            "ignores it; other readers may take it for a queue, remove it")
     res.cq_file_size = _cq_file_size([d[2] for d in dirs], cfg, res.explicit_config)
     bar = progress(len(dirs), "ConsumeQueue", "queue")
     for topic, qid, qdir in dirs:
@@ -571,8 +579,23 @@ def _cq_file_size(qdirs: list[str], cfg, explicit: bool) -> int:
     return max(sizes, key=lambda k: (sizes[k], k)) if sizes else 0
 
 
+def _not_files(directory: str, pattern) -> list[str]:
+    """Names in ``directory`` that look like segments (``pattern``) but are not regular
+    files (a directory, say): a broker refuses them ("length not matched")."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(n for n in names if pattern.match(n)
+                  and not os.path.isfile(os.path.join(directory, n)))
+
+
 def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
                  recs: _Records) -> None:
+    for n in _not_files(qdir, _SEGMENT_NAME):
+        res.add("error", "cq-name", f"{rel}/{n}", "not a regular file (RocketMQ refuses to "
+                "load the queue)")
+        res.bad_queues.add(rel)
     names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n)
                    and os.path.isfile(os.path.join(qdir, n)))
     files = [(int(n), os.path.join(qdir, n), os.path.getsize(os.path.join(qdir, n)))
@@ -715,6 +738,9 @@ def _check_index(root: str, segs, res: VerifyResult, recs: _Records, cfg, progre
     if os.path.isdir(idx_dir):
         names = sorted(n for n in os.listdir(idx_dir) if _INDEX_NAME.match(n)
                        and os.path.isfile(os.path.join(idx_dir, n)))
+        for n in _not_files(idx_dir, _INDEX_NAME):
+            res.add("error", "index-size", f"index/{n}", "not a regular file")
+            res.bad_index_files.add(f"index/{n}")
     bar = progress(len(names), "IndexFile", "file")
     last_indexed = -1
     first_indexed = None
@@ -1010,7 +1036,8 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             first = min(os.path.basename(r) for r in bad_index)
             for n in _names(index_dir, _INDEX_NAME):
                 if n >= first:
-                    os.unlink(os.path.join(index_dir, n))
+                    p = os.path.join(index_dir, n)
+                    shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
                     report.actions.append(f"deleted index/{n} (rebuilt from the CommitLog)")
         _force_full_redispatch(root)
         _reopen(root, cfg, MessageStore)
@@ -1041,8 +1068,14 @@ def _names(directory: str, pattern) -> list[str]:
 
 
 def _delete_files(directory: str, pattern) -> None:
+    """Delete the derived files (ConsumeQueue or IndexFile) named by ``pattern``; a directory
+    in the place of one (damage) goes too."""
     for n in _names(directory, pattern):
-        os.unlink(os.path.join(directory, n))
+        p = os.path.join(directory, n)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)
 
 
 def _all_queue_dirs(root: str) -> list[str]:
