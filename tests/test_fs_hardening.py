@@ -109,6 +109,14 @@ def test_modes_tell_the_truth(shared_dir):
     assert mode(t / "0") == 0o555
     st = os.stat(t / "produce")
     assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+    # without allow_other, other users cannot even enter (FUSE's rule)
+    assert as_nobody(f"""
+try:
+    os.listdir({str(m.mnt)!r})
+    print(json.dumps([0]))
+except OSError as e:
+    print(json.dumps([errno.errorcode[e.errno]]))
+""") == ["EACCES"]
     m.umount()
     ro = mount(shared_dir, "ro", store=m.store)
     assert stat.S_IMODE(os.stat(ro.mnt / "topics" / "T" / "produce").st_mode) == 0o444

@@ -235,8 +235,11 @@ def test_bad_names_in_config_are_skipped_and_kept(tmp_path):
     raw = json.loads(tp.read_text())
     raw["topicConfigTable"]["bad\nname"] = {"topicName": "bad\nname", "readQueueNums": 1}
     tp.write_text(json.dumps(raw))
+    (root / "consumequeue" / "bad name" / "0").mkdir(parents=True)
+    (root / "consumequeue" / "T" / "007").mkdir(parents=True)
     with MessageStore(str(root), small()) as s:
         assert s.group_names() == ["ok"]
+        assert s.queue_ids("T") == [0, 1]
         assert s.topic_names() == ["T"]
         s.create_group("new")
         s.create_topic("U")
