@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from .config import config_parsers, load_config_file, load_config_file_only
 from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
-from .errors import CorruptRecordError, StoreError, StoreLockedError
+from .errors import ConfigFileError, CorruptRecordError, StoreError, StoreLockedError
 from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
 from .javahash import index_key_hash, tags_code
 from .message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_CRC32, PROPERTY_DELAY,
@@ -999,6 +999,10 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
         for p in before.problems:
             if p.kind in ("commitlog-gap", "commitlog-name"):
                 raise StoreError(f"cannot repair {p.path}: {p.what}")
+            if p.kind == "config" and p.severity == "error":
+                # offsets and topics are not derived data: nothing is changed, the operator
+                # restores the file (or its .bak)
+                raise ConfigFileError(f"cannot repair {p.path}: {p.what}")
         for path, size in sorted(before.bad_segment_sizes.items()):
             if size > before.segment_size:
                 raise StoreError(f"cannot repair {path}: {size} bytes, larger than the "

@@ -221,8 +221,12 @@ def test_an_unusable_config_file_fails_naming_file_and_reason(tmp_path, content,
     assert str(path) in str(info.value) and reason in str(info.value)
     res = verify_store(str(root), small())
     assert [p for p in res.errors if p.kind == "config"], res.problems
-    with pytest.raises(ConfigFileError):
+    listing = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigFileError) as info:
         recover_store(str(root), small())
+    assert "consumerOffset.json" in str(info.value)
+    # recover changed nothing (no abort, no rewritten checkpoint)
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} == listing
 
 
 def test_bad_names_in_config_are_skipped_and_kept(tmp_path):
