@@ -290,8 +290,10 @@ mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer gr
 Lookups (keys/, by-offset/, by-time/, messages/) are not listed: name what you want.
 A write() to a produce file returns once its messages are in the CommitLog; fsync() once
 they are on disk; a last line without a newline is stored at close().
-Errors: EINVAL bad line/offset/name, EMSGSIZE too big, EACCES topic not writable,
-EROFS read-only mount, ENOSPC disk full (nothing of the failed write is stored).
+Errors: EINVAL bad line/offset/name, EMSGSIZE too big, EACCES topic not writable or
+another user writing (only the mounting user writes, unless -o allow_other_write), EROFS
+read-only mount, ENOSPC disk full (nothing of the failed write is stored), EPERM chmod,
+chown, touch, rm, mv.
 """
 
 
