@@ -31,6 +31,37 @@ BLANK_UNIT_SIZE = 0x7FFFFFFF
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
 
 
+def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
+    """The ConsumeQueue file size of a store from its queue directories: the most common size
+    among files that are not the last of their queue (those are complete), else among all
+    non-empty files (sizes a multiple of 20 only).
+
+    Returns ``(size in bytes or 0 when no file tells, trusted)``: ``trusted`` is False when
+    the only evidence is one file (a lone torn file could be shorter than the real size).
+    """
+    from .mappedfile import SEGMENT_NAME
+    full: dict[int, int] = {}
+    every: dict[int, int] = {}
+    for qdir in qdirs:
+        try:
+            names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n))
+        except OSError:
+            continue
+        for i, n in enumerate(names):
+            try:
+                size = os.lstat(os.path.join(qdir, n)).st_size
+            except OSError:
+                continue
+            if size and size % CQ_STORE_UNIT_SIZE == 0:
+                every[size] = every.get(size, 0) + 1
+                if i < len(names) - 1:
+                    full[size] = full.get(size, 0) + 1
+    sizes = full or every
+    if not sizes:
+        return 0, False
+    return max(sizes, key=lambda k: (sizes[k], k)), bool(full) or sum(every.values()) >= 2
+
+
 def pack_units(flat: list[int]) -> bytes:
     """Encode units from a flat ``[commitLogOffset, size, tagsCode, ...]`` list in one pack."""
     n = len(flat) // 3

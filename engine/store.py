@@ -41,8 +41,9 @@ from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionG
                      TopicConfig, TopicConfigManager, validate_group_name, validate_queue_nums,
                      validate_topic_name)
 from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, pack_units
+from .consumequeue import store_file_size as cq_store_file_size
 from .indexfile import IndexService
-from .mappedfile import SEGMENT_NAME, remove_temp_files
+from .mappedfile import remove_temp_files
 from .storetree import check_store_tree
 from .errors import (CorruptRecordError, FlushDiskTimeoutError, MessageIllegalError,
                      NoSuchTopicError,
@@ -483,8 +484,6 @@ class MessageStore:
         if not os.path.isdir(base):
             return
         queues = []
-        full_sizes: dict[int, int] = {}
-        all_sizes: dict[int, int] = {}
         for topic in sorted(os.listdir(base)):
             tdir = os.path.join(base, topic)
             if not os.path.isdir(tdir):
@@ -498,19 +497,10 @@ class MessageStore:
                 if not QUEUE_DIR_NAME.match(q) or str(int(q)) != q or \
                         not os.path.isdir(os.path.join(tdir, q)):
                     continue  # "007" or a file: not a queue (verify warns)
-                qdir = os.path.join(tdir, q)
-                names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n))
-                for i, n in enumerate(names):
-                    size = os.path.getsize(os.path.join(qdir, n))
-                    if size and size % CQ_STORE_UNIT_SIZE == 0:
-                        all_sizes[size] = all_sizes.get(size, 0) + 1
-                        if i < len(names) - 1:
-                            full_sizes[size] = full_sizes.get(size, 0) + 1
-                queues.append((topic, int(q), qdir))
-        trusted = bool(full_sizes) or sum(all_sizes.values()) >= 2
-        sizes = full_sizes or all_sizes
-        if sizes:
-            self._cq_file_size = max(sizes, key=lambda k: (sizes[k], k))
+                queues.append((topic, int(q), os.path.join(tdir, q)))
+        size, trusted = cq_store_file_size([qdir for _, _, qdir in queues])
+        if size:
+            self._cq_file_size = size
         for topic, q, qdir in queues:
             cq = ConsumeQueue(qdir, topic, q, self._cq_file_size, self.read_only,
                               trusted_size=trusted)

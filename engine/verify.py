@@ -39,7 +39,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from .config import config_parsers, load_config_file, load_config_file_only
-from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
+from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, store_file_size
 from .errors import ConfigFileError, CorruptRecordError, StoreError, StoreLockedError
 from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
 from .javahash import index_key_hash, tags_code
@@ -555,28 +555,12 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
 
 def _cq_file_size(qdirs: list[str], cfg, explicit: bool) -> int:
     """The store's ConsumeQueue file size: mappedFileSizeConsumeQueue from a given broker.conf,
-    else the most common size among files that are not the last of their queue (those are
-    complete), else among all non-empty files; 0 when there is none. The same rule as
-    ``MessageStore._load_consume_queues``."""
+    else what the files say (:func:`engine.consumequeue.store_file_size`, the rule the store
+    opens with) when more than one file tells; 0 when unknown."""
     if explicit:
         return cfg.mapped_file_size_consume_queue
-    full: dict[int, int] = {}
-    every: dict[int, int] = {}
-    for qdir in qdirs:
-        names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n))
-        for i, n in enumerate(names):
-            try:
-                size = os.lstat(os.path.join(qdir, n)).st_size
-            except OSError:
-                continue
-            if size and size % CQ_STORE_UNIT_SIZE == 0:
-                every[size] = every.get(size, 0) + 1
-                if i < len(names) - 1:
-                    full[size] = full.get(size, 0) + 1
-    sizes = full or every
-    if not full and sum(every.values()) < 2:
-        return 0  # one file: its own size is the only evidence
-    return max(sizes, key=lambda k: (sizes[k], k)) if sizes else 0
+    size, trusted = store_file_size(qdirs)
+    return size if trusted else 0
 
 
 def _not_files(directory: str, pattern) -> list[str]:
@@ -621,6 +605,17 @@ def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
         res.bad_queues.add(rel)
         return
     fsize = sizes.pop()
+    if q is not None and len(q[0]):
+        # Records of this queue still in the CommitLog but before its first file: a file at
+        # the head is missing (expiry deletes ConsumeQueue files only after their records).
+        head = files[0][0] // CQ_STORE_UNIT_SIZE
+        i = bisect.bisect_left(q[0], head)
+        live = i - bisect.bisect_left(q[1], res.commitlog_min, 0, i)
+        if live > 0:
+            res.add("error", "cq-missing", rel,
+                    f"{live} records of queue offsets below {head} are in the CommitLog but "
+                    "the queue's first file is missing: they cannot be consumed")
+            res.bad_queues.add(rel)
     if res.cq_file_size and fsize < res.cq_file_size:
         res.add("error", "cq-size", rel,
                 f"files of {fsize} bytes, short of the {res.cq_file_size}-byte ConsumeQueue "

@@ -351,3 +351,15 @@ def test_a_unit_pointing_at_no_record_fails_only_its_queue(tmp_path):
     assert any(p.path.startswith("consumequeue/T/0") for p in res.errors)
     assert recover_store(str(root), small()).after.ok
     assert len(bodies(root)) == 20
+
+
+def test_a_missing_first_consumequeue_file_is_found_and_rebuilt(tmp_path):
+    """Found by the damage fuzz: a deleted head file made messages unconsumable, verify OK."""
+    root = tmp_path / "store"
+    produce(root, 40, queue_id=0)
+    qdir = root / "consumequeue" / "T" / "0"
+    os.unlink(sorted(qdir.iterdir())[0])
+    res = verify_store(str(root), small())
+    assert [p.kind for p in res.errors] == ["cq-missing"], res.problems
+    assert recover_store(str(root), small()).after.ok
+    assert len(bodies(root)) == 40
