@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from .errors import CorruptRecordError
+from .mappedfile import create_preallocated
 
 CHECKPOINT_FILE_SIZE = 4096  # OS_PAGE_SIZE
 LAYOUT = struct.Struct(">qqqqq")
@@ -71,7 +72,11 @@ class StoreCheckpoint:
     def write(self, path: str, sync: bool = True) -> None:
         """Write the 4096-byte file in place (as the broker's mmap does) and optionally fsync."""
         page = self.to_bytes()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            # A new file appears whole: built as checkpoint.tmp, synced, renamed into place.
+            fd = create_preallocated(path, CHECKPOINT_FILE_SIZE)
         try:
             os.pwrite(fd, page, 0)
             if sync:

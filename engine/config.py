@@ -15,13 +15,17 @@ Loading falls back to ``<file>.bak`` when ``<file>`` is missing, empty or unpars
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
 
-from .errors import CorruptRecordError, InvalidNameError
+from .errors import ConfigFileError, InvalidNameError
+
+log = logging.getLogger(__name__)
 
 TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
 
@@ -30,6 +34,19 @@ TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
 _VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would pass "a\n"
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
+# readQueueNums/writeQueueNums: RocketMQ requires them positive (a broker refuses 0 or less in
+# updateAndCreateTopic); it sets no upper bound, so one stray number can make a listing of
+# topics/<t>/ enumerate 10^8 queues. rmqfs accepts 1..MAX_QUEUE_NUMS when creating a topic and
+# shows at most that many configured queues of a loaded one (queues with data are always shown).
+MAX_QUEUE_NUMS = 1024
+
+
+def validate_queue_nums(n) -> int:
+    """Return ``n`` when it is an int in ``1..MAX_QUEUE_NUMS``; raise InvalidNameError (EINVAL)
+    otherwise."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_QUEUE_NUMS:
+        raise InvalidNameError(f"queue count {n!r}: use 1-{MAX_QUEUE_NUMS}")
+    return n
 
 PERM_PRIORITY = 0x8
 PERM_READ = 0x4
@@ -85,27 +102,102 @@ def dumps_pretty(obj) -> str:
                       ensure_ascii=False)
 
 
-def load_config_file(path: str):
-    """Load ``path`` or, failing that, ``path.bak``; None when neither holds anything.
+def load_config_file(path: str, parse=None):
+    """Load ``path`` or, failing that, ``path.bak``, as RocketMQ's ``ConfigManager.load`` does.
 
-    Raises CorruptRecordError when both exist and neither parses.
+    A file that is missing or empty is skipped; one that is not UTF-8, not (fastjson) JSON,
+    nested too deeply, or that ``parse`` refuses, is logged and the ``.bak`` is tried. The
+    broker loads an empty table when both fail; rmqfs refuses instead (offsets or topics would
+    silently vanish).
+
+    Args:
+        path: the config file.
+        parse: ``callable(obj) -> value`` that checks the JSON's shape and types and raises
+            ValueError or TypeError naming what is wrong; the identity when None.
+
+    Returns:
+        ``parse(obj)`` of the first usable file, or None when neither holds anything.
+
+    Raises:
+        ConfigFileError: a file exists that cannot be used and no ``.bak`` can; the message
+            names each file and its reason.
     """
+    return _load_first((path, path + ".bak"), parse)
+
+
+def load_config_file_only(path: str, parse=None):
+    """:func:`load_config_file` without the ``.bak`` fallback (for ``rmqfs verify``)."""
+    return _load_first((path,), parse)
+
+
+def _load_first(paths, parse):
     errors = []
-    for p in (path, path + ".bak"):
+    for p in paths:
         try:
-            with open(p, encoding="utf-8") as f:
-                text = f.read()
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
+            continue
+        except OSError as exc:
+            errors.append(f"{p}: {exc.strerror}")
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                errors.append(f"{p}: not a regular file")
+                continue
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read()
+        finally:
+            os.close(fd)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            errors.append(f"{p}: not UTF-8 (byte {exc.start})")
             continue
         if not text.strip():
             continue
         try:
-            return loads_fastjson(text)
-        except ValueError as exc:
+            obj = loads_fastjson(text)
+            value = parse(obj) if parse is not None else obj
+        except RecursionError:
+            errors.append(f"{p}: JSON nested too deeply")
+            continue
+        except (ValueError, TypeError) as exc:
             errors.append(f"{p}: {exc}")
+            continue
+        if errors:
+            log.warning("%s; loaded %s instead (as the broker's ConfigManager does)",
+                        "; ".join(errors), os.path.basename(p))
+        return value
     if errors:
-        raise CorruptRecordError("; ".join(errors))
+        raise ConfigFileError("; ".join(errors))
     return None
+
+
+def _table(raw, key: str) -> dict:
+    """``raw[key]`` as a dict (missing/null: empty). Raises TypeError naming the field."""
+    if not isinstance(raw, dict):
+        raise TypeError(f"top level is a {type(raw).__name__}, not an object")
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{key} is a {type(value).__name__}, not an object")
+    return value
+
+
+def _int(value, what: str) -> int:
+    """A JSON integer (not a bool, not a float). Raises TypeError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} is {value!r}, not an integer")
+    return value
+
+
+def _counter(raw) -> int:
+    dv = raw.get("dataVersion") if isinstance(raw, dict) else None
+    if not isinstance(dv, dict):
+        return 0
+    c = dv.get("counter", 0)
+    return c if isinstance(c, int) and not isinstance(c, bool) else 0
 
 
 def persist_config_file(path: str, obj) -> None:
@@ -166,11 +258,30 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, name: str, d: dict) -> "TopicConfig":
-        """Build from a ``topicConfigTable`` entry (4.x entries lack ``attributes``)."""
-        return cls(d.get("topicName", name), int(d.get("readQueueNums", 4)),
-                   int(d.get("writeQueueNums", 4)), int(d.get("perm", 6)),
-                   d.get("topicFilterType", "SINGLE_TAG"), int(d.get("topicSysFlag", 0)),
-                   bool(d.get("order", False)), dict(d.get("attributes") or {}))
+        """Build from a ``topicConfigTable`` entry (4.x entries lack ``attributes``).
+
+        Raises TypeError naming the field when a value has the wrong JSON type.
+        """
+        if not isinstance(d, dict):
+            raise TypeError(f"topic {name!r}: entry is not an object")
+        where = f"topic {name!r}: "
+        attrs = d.get("attributes") or {}
+        if not isinstance(attrs, dict):
+            raise TypeError(where + "attributes is not an object")
+        tft = d.get("topicFilterType", "SINGLE_TAG")
+        if not isinstance(tft, str):
+            raise TypeError(where + "topicFilterType is not a string")
+        return cls(name, _int(d.get("readQueueNums", 4), where + "readQueueNums"),
+                   _int(d.get("writeQueueNums", 4), where + "writeQueueNums"),
+                   _int(d.get("perm", 6), where + "perm"), tft,
+                   _int(d.get("topicSysFlag", 0), where + "topicSysFlag"),
+                   bool(d.get("order", False)), dict(attrs))
+
+    @property
+    def shown_queue_nums(self) -> int:
+        """Configured queues a listing shows: max(read, write), clamped to
+        ``0..MAX_QUEUE_NUMS`` (a topics.json written elsewhere may hold any number)."""
+        return max(0, min(max(self.read_queue_nums, self.write_queue_nums), MAX_QUEUE_NUMS))
 
     @property
     def writable(self) -> bool:
@@ -194,37 +305,72 @@ class TopicConfigManager:
         self.read_only = read_only
         self.lock = threading.Lock()
         self.topics: dict[str, TopicConfig] = {}
-        self.counter = 0
-        raw = load_config_file(self.path) or {}
-        for name, d in (raw.get("topicConfigTable") or {}).items():
-            self.topics[name] = TopicConfig.from_json(name, d)
-        self.counter = int((raw.get("dataVersion") or {}).get("counter", 0))
+        self.skipped: dict[str, object] = {}  # entries with invalid names, written back as is
+        raw = load_config_file(self.path, self._parse) or {}
+        for name, d in _table(raw, "topicConfigTable").items():
+            try:
+                validate_topic_name(name)
+            except InvalidNameError as exc:
+                log.warning("%s: topic skipped: %s", self.path, exc)
+                self.skipped[name] = d
+                continue
+            cfg = TopicConfig.from_json(name, d)
+            if max(cfg.read_queue_nums, cfg.write_queue_nums) > MAX_QUEUE_NUMS:
+                log.warning("%s: topic %s has %d queues; only queues 0-%d and queues with data "
+                            "are shown", self.path, name,
+                            max(cfg.read_queue_nums, cfg.write_queue_nums), MAX_QUEUE_NUMS - 1)
+            self.topics[name] = cfg
+        self.counter = _counter(raw)
         self._extra = {k: v for k, v in raw.items() if k not in ("topicConfigTable", "dataVersion")}
+
+    @staticmethod
+    def _parse(raw):
+        for name, d in _table(raw, "topicConfigTable").items():
+            TopicConfig.from_json(name, d)
+        return raw
 
     def get(self, name: str) -> TopicConfig | None:
         """The topic's config, or None."""
         return self.topics.get(name)
 
     def put(self, cfg: TopicConfig) -> None:
-        """Create or replace a topic and persist topics.json."""
+        """Create or replace a topic and persist topics.json.
+
+        When the write fails (ENOSPC, ...) the table is left as it was and OSError raised.
+        """
         with self.lock:
+            old = self.topics.get(cfg.topic_name)
             self.topics[cfg.topic_name] = cfg
-            self._persist()
+            try:
+                self._persist()
+            except BaseException:
+                if old is None:
+                    del self.topics[cfg.topic_name]
+                else:
+                    self.topics[cfg.topic_name] = old
+                raise
 
     def remove(self, name: str) -> None:
-        """Delete a topic's config and persist."""
+        """Delete a topic's config and persist (restored in memory when the write fails)."""
         with self.lock:
-            if self.topics.pop(name, None) is not None:
-                self._persist()
+            old = self.topics.pop(name, None)
+            if old is not None:
+                try:
+                    self._persist()
+                except BaseException:
+                    self.topics[name] = old
+                    raise
 
     def _persist(self) -> None:
         if self.read_only:
             return
-        self.counter += 1
         obj = dict(self._extra)
-        obj["dataVersion"] = _data_version(self.counter)
-        obj["topicConfigTable"] = {n: c.to_json() for n, c in sorted(self.topics.items())}
+        obj["dataVersion"] = _data_version(self.counter + 1)
+        table = {n: c.to_json() for n, c in self.topics.items()}
+        table.update(self.skipped)
+        obj["topicConfigTable"] = dict(sorted(table.items()))
         persist_config_file(self.path, obj)
+        self.counter += 1
 
 
 class ConsumerOffsetManager:
@@ -238,17 +384,48 @@ class ConsumerOffsetManager:
         self.read_only = read_only
         self.lock = threading.Lock()
         self.table: dict[str, dict[int, int]] = {}
-        raw = load_config_file(self.path) or {}
-        for key, queues in (raw.get("offsetTable") or {}).items():
-            self.table[key] = {int(q): int(o) for q, o in (queues or {}).items()}
-        self.counter = int((raw.get("dataVersion") or {}).get("counter", 0))
+        raw = load_config_file(self.path, self._parse) or {}
+        self.table = self._offsets(raw)
+        self.counter = _counter(raw)
         self._extra = {k: v for k, v in raw.items()
                        if k not in ("offsetTable", "dataVersion", "groupTopicMap")}
 
+    @classmethod
+    def _parse(cls, raw):
+        """``raw`` when :meth:`_offsets` accepts it (for :func:`load_config_file`)."""
+        cls._offsets(raw)
+        return raw
+
+    @staticmethod
+    def _offsets(raw) -> dict[str, dict[int, int]]:
+        """``offsetTable`` as ``{"topic@group": {queueId: offset}}``; TypeError/ValueError when
+        it is not an object of objects mapping integer queue ids to integer offsets."""
+        table = {}
+        for key, queues in _table(raw, "offsetTable").items():
+            if queues is None:
+                queues = {}
+            if not isinstance(queues, dict):
+                raise TypeError(f"offsetTable[{key!r}] is not an object")
+            row = {}
+            for q, o in queues.items():
+                try:
+                    qid = int(q)
+                except ValueError:
+                    raise ValueError(f"offsetTable[{key!r}]: queue id {q!r} is not an integer") \
+                        from None
+                row[qid] = _int(o, f"offsetTable[{key!r}][{q}]")
+            table[key] = row
+        return table
+
     def groups(self) -> set[str]:
         """Every group that has an offset (broadcast keys included, without the suffix)."""
-        return {k.split(TOPIC_GROUP_SEPARATOR)[1] for k in self.table
-                if TOPIC_GROUP_SEPARATOR in k}
+        out = set()
+        for k in self.table:
+            parts = k.split(TOPIC_GROUP_SEPARATOR)
+            if len(parts) >= 2 and _VALID_NAME.match(parts[1]) and \
+                    len(parts[1]) <= GROUP_MAX_LENGTH:
+                out.add(parts[1])
+        return out
 
     def topics_of(self, group: str) -> dict[str, dict[int, int]]:
         """``{topic: {queueId: offset}}`` committed by ``group``."""
@@ -265,21 +442,33 @@ class ConsumerOffsetManager:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Set an offset and persist the file atomically before returning."""
+        key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
         with self.lock:
-            self.table.setdefault(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {})[queue_id] = offset
-            self._persist()
+            row = self.table.get(key)
+            old = None if row is None else row.get(queue_id)
+            self.table.setdefault(key, {})[queue_id] = offset
+            try:
+                self._persist()
+            except BaseException:  # ENOSPC...: the commit did not happen, in memory either
+                if row is None:
+                    del self.table[key]
+                elif old is None:
+                    del row[queue_id]
+                else:
+                    row[queue_id] = old
+                raise
+            self.counter += 1
 
     def _persist(self) -> None:
         if self.read_only:
             return
-        self.counter += 1
         group_topics: dict[str, list[str]] = {}
         for key in self.table:
             parts = key.split(TOPIC_GROUP_SEPARATOR)
             if len(parts) == 2:
                 group_topics.setdefault(parts[1], []).append(parts[0])
         obj = dict(self._extra)
-        obj["dataVersion"] = _data_version(self.counter)
+        obj["dataVersion"] = _data_version(self.counter + 1)
         obj["groupTopicMap"] = {g: sorted(ts) for g, ts in sorted(group_topics.items())}
         obj["offsetTable"] = {k: {str(q): o for q, o in sorted(v.items())}
                               for k, v in sorted(self.table.items())}
@@ -293,11 +482,27 @@ class SubscriptionGroupManager:
         self.path = os.path.join(config_dir, "subscriptionGroup.json")
         self.read_only = read_only
         self.lock = threading.Lock()
-        raw = load_config_file(self.path) or {}
-        self.groups: dict[str, dict] = dict(raw.get("subscriptionGroupTable") or {})
-        self.counter = int((raw.get("dataVersion") or {}).get("counter", 0))
+        raw = load_config_file(self.path, self._parse) or {}
+        self.groups: dict[str, dict] = {}
+        self.skipped: dict[str, object] = {}  # entries with invalid names, written back as is
+        for name, d in _table(raw, "subscriptionGroupTable").items():
+            try:
+                validate_group_name(name)
+            except InvalidNameError as exc:
+                log.warning("%s: group skipped: %s", self.path, exc)
+                self.skipped[name] = d
+                continue
+            self.groups[name] = d
+        self.counter = _counter(raw)
         self._extra = {k: v for k, v in raw.items()
                        if k not in ("subscriptionGroupTable", "dataVersion")}
+
+    @staticmethod
+    def _parse(raw):
+        for name, d in _table(raw, "subscriptionGroupTable").items():
+            if not isinstance(d, dict):
+                raise TypeError(f"subscriptionGroupTable[{name!r}] is not an object")
+        return raw
 
     def create(self, group: str) -> None:
         """Add a group with RocketMQ's defaults and persist (no-op if it exists)."""
@@ -315,9 +520,28 @@ class SubscriptionGroupManager:
                 "whichBrokerWhenConsumeSlowly": 1}
             if self.read_only:
                 return
-            self.counter += 1
             obj = dict(self._extra)
             obj.setdefault("forbiddenTable", {})
-            obj["dataVersion"] = _data_version(self.counter)
-            obj["subscriptionGroupTable"] = dict(sorted(self.groups.items()))
-            persist_config_file(self.path, obj)
+            obj["dataVersion"] = _data_version(self.counter + 1)
+            obj["subscriptionGroupTable"] = dict(sorted({**self.groups, **self.skipped}.items()))
+            try:
+                persist_config_file(self.path, obj)
+            except BaseException:  # ENOSPC...: no trace of the group in memory either
+                del self.groups[group]
+                raise
+            self.counter += 1
+
+
+def _parse_delay_offsets(raw):
+    for q, o in _table(raw, "offsetTable").items():
+        _int(o, f"offsetTable[{q}]")
+    return raw
+
+
+def config_parsers() -> dict:
+    """``{file name under config/: parse function}`` for :func:`load_config_file`: the checks
+    the store applies when it opens, for ``rmqfs verify`` to apply the same."""
+    return {"topics.json": TopicConfigManager._parse,
+            "consumerOffset.json": ConsumerOffsetManager._parse,
+            "subscriptionGroup.json": SubscriptionGroupManager._parse,
+            "delayOffset.json": _parse_delay_offsets}

@@ -25,9 +25,41 @@ from .mappedfile import FileQueue
 
 CQ_STORE_UNIT_SIZE = 20
 UNIT = struct.Struct(">qiq")  # commitLogOffset | size | tagsCode
+_UNIT_DTYPE = [("off", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # UNIT for numpy
 DEFAULT_UNITS_PER_FILE = 300_000
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
+    """The ConsumeQueue file size of a store from its queue directories: the most common size
+    among files that are not the last of their queue (those are complete), else among all
+    non-empty files (sizes a multiple of 20 only).
+
+    Returns ``(size in bytes or 0 when no file tells, trusted)``: ``trusted`` is False when
+    the only evidence is one file (a lone torn file could be shorter than the real size).
+    """
+    from .mappedfile import SEGMENT_NAME
+    full: dict[int, int] = {}
+    every: dict[int, int] = {}
+    for qdir in qdirs:
+        try:
+            names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n))
+        except OSError:
+            continue
+        for i, n in enumerate(names):
+            try:
+                size = os.lstat(os.path.join(qdir, n)).st_size
+            except OSError:
+                continue
+            if size and size % CQ_STORE_UNIT_SIZE == 0:
+                every[size] = every.get(size, 0) + 1
+                if i < len(names) - 1:
+                    full[size] = full.get(size, 0) + 1
+    sizes = full or every
+    if not sizes:
+        return 0, False
+    return max(sizes, key=lambda k: (sizes[k], k)), bool(full) or sum(every.values()) >= 2
 
 
 def pack_units(flat: list[int]) -> bytes:
@@ -83,9 +115,16 @@ class ConsumeQueue:
         segs = self.files.segments
         first = max(0, len(segs) - 3)
         end = segs[first].start if segs else self.files.min_offset
+        prev_end = -1
         for seg in segs[first:]:
             data = os.pread(seg.fd, seg.size, 0)
             n = _valid_prefix_units(data)
+            k, prev_end = _ordered_prefix_units(data, n, prev_end)
+            if k < n:
+                self.files.repairs.append(
+                    f"unit {(seg.start // CQ_STORE_UNIT_SIZE) + k} overlaps or precedes the unit "
+                    "before it: units from there are dropped and rebuilt from the CommitLog")
+                n = k
             end = seg.start + n * CQ_STORE_UNIT_SIZE
             if n * CQ_STORE_UNIT_SIZE < seg.size:
                 break
@@ -95,7 +134,7 @@ class ConsumeQueue:
             self.last_commitlog_offset = last[0]
             self.max_physic_offset = last[0] + last[1]
         if not self.files.read_only:
-            self.files.truncate_dirty(end)
+            self.files.truncate_dirty(end, delete_at_start=True)
 
     def truncate_dirty(self, phy_offset: int) -> None:
         """Drop units whose record starts at or after ``phy_offset`` (``truncateDirtyLogicFiles``)."""
@@ -119,7 +158,8 @@ class ConsumeQueue:
             keep = max(0, lo - self.mem_base) * CQ_STORE_UNIT_SIZE
             del self.mem[keep:]
         if not self.files.read_only:
-            self.files.truncate_dirty(lo * CQ_STORE_UNIT_SIZE)
+            # ConsumeQueue.truncateDirtyLogicFiles: a file whose first unit goes is deleted.
+            self.files.truncate_dirty(lo * CQ_STORE_UNIT_SIZE, delete_at_start=True)
         if lo > self.min_offset:
             off, size, _ = self.unit(lo - 1)
             self.last_commitlog_offset, self.max_physic_offset = off, off + size
@@ -220,6 +260,36 @@ class ConsumeQueue:
     def close(self) -> None:
         """Close the files."""
         self.files.close()
+
+
+def _ordered_prefix_units(data: bytes, n: int, prev_end: int) -> tuple[int, int]:
+    """How many of the first ``n`` (valid) units keep CommitLog order: each record starts at or
+    after the end (offset + size) of the one before, the first after ``prev_end``. A unit
+    breaking the order is damage (a flipped offset or size); the unit before it is counted
+    out too, since either may be the damaged one. Blank fillers (``fillPreBlank``) are skipped.
+
+    Returns ``(count, end of the last counted unit)``; numpy, no loop per unit.
+    """
+    if n == 0:
+        return 0, prev_end
+    import numpy as np
+    units = np.frombuffer(data, dtype=_UNIT_DTYPE, count=n)
+    off = units["off"].astype(np.int64)
+    size = units["size"].astype(np.int64)
+    real = ~((off == 0) & (size == BLANK_UNIT_SIZE))
+    idx = np.flatnonzero(real)
+    if not len(idx):
+        return n, prev_end
+    o, e = off[idx], off[idx] + size[idx]
+    starts_ok = np.empty(len(idx), dtype=bool)
+    starts_ok[0] = o[0] >= prev_end
+    starts_ok[1:] = o[1:] >= e[:-1]
+    bad = np.flatnonzero(~starts_ok)
+    if not len(bad):
+        return n, int(e[-1])
+    j = int(bad[0])
+    cut = int(idx[j - 1]) if j > 0 else int(idx[0])
+    return cut, (int(e[j - 2]) if j >= 2 else prev_end)
 
 
 _HIGH_BIT = bytes(1 if b & 0x80 else 0 for b in range(256))

@@ -126,3 +126,18 @@ class NoSuchSnapshotError(StoreError):
     """A snapshot that does not exist (ENOENT)."""
 
     errno = errno.ENOENT
+
+
+class UnsafeStoreError(StoreError):
+    """The store directory holds a symbolic link or a special file (FIFO, device, socket).
+
+    The engine never reads or writes through a link, so such a store is refused as a whole;
+    the message names the entries. See :mod:`engine.storetree`.
+    """
+
+    errno = errno.EACCES
+
+
+class ConfigFileError(CorruptRecordError):
+    """A ``config/*.json`` file (and its ``.bak``) cannot be used; the message names the file
+    and the reason."""

@@ -67,7 +67,7 @@ MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query
 LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
 TRANSACTION_ROLLBACK_TYPE = 0xC  # MessageSysFlag: (sysFlag & 0xC) == 0xC
-_NAME = re.compile(r"[0-9]{17}")  # fullmatch, ASCII digits only
+_NAME = re.compile(r"[0-9]{17}\Z")
 _TRUNCATE_CHUNK = 65536  # items read at once when undoing items
 _ITEMS_STRUCTS: dict[int, struct.Struct] = {}  # n -> Struct(">" + "iqii" * n)
 
@@ -212,7 +212,7 @@ class IndexFile:
             self._io = _MemIO(self.size)
             created = True
         elif read_only or os.path.exists(path):
-            fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
+            fd = os.open(path, (os.O_RDONLY if read_only else os.O_RDWR) | os.O_NOFOLLOW)
             try:
                 self.size = os.fstat(fd).st_size
                 self.hash_slot_num, self.index_num = index_geometry(

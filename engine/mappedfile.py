@@ -19,7 +19,8 @@ import threading
 
 from .errors import CorruptRecordError
 
-_NAME = re.compile(r"[0-9]{20}")  # fullmatch: "\d" takes non-ASCII digits, "$" a trailing newline
+SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # offset2FileName: 20 ASCII digits
+_NAME = SEGMENT_NAME
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -27,22 +28,94 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+TMP_SUFFIX = ".tmp"  # files being built; never part of a queue, removed when a store opens
+
+
 def create_preallocated(path: str, size: int, exclusive: bool = False) -> int:
     """Create ``path`` at its full ``size`` (bytes) as a sparse file and return an O_RDWR fd.
 
-    RocketMQ preallocates its mapped files, and a broker refuses a file of another length.
-    ``ftruncate`` needs no free blocks; on failure the file is removed and OSError raised.
-    ``exclusive`` fails with FileExistsError when the file already exists.
+    RocketMQ preallocates its mapped files, and a broker refuses a file of another length
+    ("length not matched"), so the file appears whole or not at all: it is built without a
+    name (``O_TMPFILE``), sized with ``ftruncate`` (no free blocks needed) and fsynced, then
+    linked into place (``linkat``), and the directory is fsynced. A crash at any point leaves
+    either no ``path`` or one of the full size, and nothing else in the directory (a broker
+    would choke on any other file name there). Where the filesystem has no ``O_TMPFILE``, the
+    file is built as ``<path>.tmp`` and renamed; :func:`remove_temp_files` removes a leftover
+    when the store opens.
+
+    Raises:
+        FileExistsError: ``exclusive`` and ``path`` exists.
+        OSError: from the disk (ENOSPC, EACCES, ...); nothing is left behind then.
     """
-    flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if exclusive else 0)
-    fd = os.open(path, flags, 0o644)
+    directory = os.path.dirname(path) or "."
+    if exclusive and os.path.lexists(path):
+        raise FileExistsError(errno.EEXIST, "file exists", path)
+    tmp = None
+    try:
+        fd = os.open(directory, os.O_TMPFILE | os.O_RDWR, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+        tmp = path + TMP_SUFFIX
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
         os.ftruncate(fd, size)
-    except OSError:
+        os.fsync(fd)
+        if tmp is None:
+            try:
+                _link_fd(fd, path)
+            except FileExistsError:
+                if exclusive:
+                    raise
+                tmp = path + TMP_SUFFIX
+                _link_fd(fd, tmp)
+                os.rename(tmp, path)
+        elif exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.rename(tmp, path)
+        _fsync_dir(directory)
+    except BaseException:
         os.close(fd)
-        os.unlink(path)
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         raise
     return fd
+
+
+def _link_fd(fd: int, path: str) -> None:
+    """Give the unnamed (O_TMPFILE) file ``fd`` the name ``path``: ``linkat`` of
+    /proc/self/fd/N with AT_SYMLINK_FOLLOW (a directory fd makes os.link use linkat)."""
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", os.path.basename(path), dst_dir_fd=dfd,
+                follow_symlinks=True)
+    finally:
+        os.close(dfd)
+
+
+def remove_temp_files(directory: str) -> list[str]:
+    """Delete the ``*.tmp`` files a crash left in ``directory`` (not recursive).
+
+    Returns their names. Only regular files (or links) named ``*.tmp`` are removed; a missing
+    directory is no error.
+    """
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    gone = []
+    for n in names:
+        if n.endswith(TMP_SUFFIX):
+            p = os.path.join(directory, n)
+            if os.path.islink(p) or os.path.isfile(p):
+                os.unlink(p)
+                gone.append(n)
+    return gone
 
 
 class Segment:
@@ -88,6 +161,9 @@ class FileQueue:
         self._lock = threading.Lock()
         self.repairs: list[str] = []  # what load had to repair (for logs and reports)
         names = []
+        if not read_only:
+            for n in remove_temp_files(directory):
+                self.repairs.append(f"removed {n} (a file a crash left half-created)")
         if os.path.isdir(directory):
             names = sorted(n for n in os.listdir(directory)
                            if _NAME.fullmatch(n) and os.path.isfile(os.path.join(directory, n)))
@@ -117,7 +193,7 @@ class FileQueue:
         if not file_size or file_size <= 0:
             raise ValueError(f"{directory}: no files and no file size given")
         self.file_size = file_size
-        flags = os.O_RDONLY if read_only else os.O_RDWR
+        flags = (os.O_RDONLY if read_only else os.O_RDWR) | os.O_NOFOLLOW
         for n, size in zip(names, sizes):
             start = int(n)
             path = os.path.join(directory, n)
@@ -185,10 +261,9 @@ class FileQueue:
             if not os.path.isdir(self.directory):
                 _makedirs_durable(self.directory)
             path = os.path.join(self.directory, offset_to_file_name(start))
+            # Whole or not at all, and the new name survives a power cut once its data is
+            # fdatasync'ed (SYNC_FLUSH acknowledges after fdatasync of the file only).
             fd = create_preallocated(path, self.file_size)
-            # The new name must survive a power cut once its data is fdatasync'ed (SYNC_FLUSH
-            # acknowledges after fdatasync of the file only): sync the directory entry now.
-            _fsync_dir(self.directory)
             seg = Segment(start, path, fd, self.file_size)
             self.segments.append(seg)
             return seg
@@ -223,13 +298,17 @@ class FileQueue:
         os.ftruncate(seg.fd, offset - seg.start)
         os.ftruncate(seg.fd, seg.size)
 
-    def truncate_dirty(self, offset: int) -> None:
+    def truncate_dirty(self, offset: int, delete_at_start: bool = False) -> None:
         """Drop everything at or after ``offset`` (``truncateDirtyFiles``).
 
         Files that start after ``offset`` are deleted; the file holding it is zeroed from there.
+        With ``delete_at_start`` a file that starts exactly at ``offset`` is deleted too, as
+        ``ConsumeQueue.truncateDirtyLogicFiles`` does (its first unit is dirty): a broker would
+        otherwise read its zero first unit as a message.
         """
         with self._lock:
-            while self.segments and self.segments[-1].start > offset:
+            while self.segments and (self.segments[-1].start > offset or (
+                    delete_at_start and self.segments[-1].start == offset)):
                 seg = self.segments.pop()
                 os.close(seg.fd)
                 os.unlink(seg.path)

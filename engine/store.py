@@ -27,6 +27,7 @@ import itertools
 import logging
 import operator
 import os
+import re
 import struct
 import threading
 import time
@@ -37,9 +38,13 @@ from .checkpoint import StoreCheckpoint
 from .cleanup import CleanReport, CleanService
 from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
-                     TopicConfig, TopicConfigManager, validate_group_name, validate_topic_name)
+                     TopicConfig, TopicConfigManager, validate_group_name, validate_queue_nums,
+                     validate_topic_name)
 from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, pack_units
+from .consumequeue import store_file_size as cq_store_file_size
 from .indexfile import IndexService
+from .mappedfile import remove_temp_files
+from .storetree import check_store_tree
 from .errors import (CorruptRecordError, FlushDiskTimeoutError, MessageIllegalError,
                      MessageTooLargeError, NoSuchTopicError, OffsetOutOfRangeError,
                      PermissionDeniedError, PutMessageError, ReadOnlyStoreError,
@@ -372,9 +377,15 @@ class MessageStore:
         self._lock_fd = None
         if not read_only:
             os.makedirs(self.root, exist_ok=True)
-            self._take_lock()
         elif not os.path.isdir(self.root):
             raise FileNotFoundError(errno.ENOENT, "no store directory", self.root)
+        # Never through a link, never a FIFO or device (engine/storetree.py).
+        check_store_tree(self.root)
+        if not read_only:
+            self._take_lock()
+            for sub in ("", "config", "commitlog", "index"):
+                for n in remove_temp_files(os.path.join(self.root, sub)):
+                    log.warning("removed %s/%s: a file a crash left half-created", sub or ".", n)
         self.abort_path = os.path.join(self.root, "abort")
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
         self.last_exit_ok = not os.path.exists(self.abort_path)
@@ -395,6 +406,10 @@ class MessageStore:
         self._plain_topics: dict[str, tuple] = {}  # topic -> (config, state, _plain_topic info)
         self._delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[_Dispatch]) / truncate(offset)
+        # What opening the store repaired, and queues whose units point at no valid record
+        # (found while reading): "<path>: <what>" lines for logs and status.json.
+        self.repairs: list[str] = []
+        self.damaged: dict[tuple[str, int], str] = {}
         self.index_service: IndexService | None = None
         self.listeners: list = []  # callables(list[PutResult]) run after each put
         if self.config.message_index_enable:
@@ -470,35 +485,30 @@ class MessageStore:
         if not os.path.isdir(base):
             return
         queues = []
-        full_sizes: dict[int, int] = {}
-        all_sizes: dict[int, int] = {}
         for topic in sorted(os.listdir(base)):
             tdir = os.path.join(base, topic)
             if not os.path.isdir(tdir):
                 continue
+            try:
+                validate_topic_name(topic)
+            except PutMessageError as exc:
+                log.warning("consumequeue/%s skipped: %s", topic, exc)
+                continue
             for q in sorted(os.listdir(tdir)):
-                if parse_decimal(q) is None:  # "²".isdigit() is True; int("²") fails
-                    continue
-                qdir = os.path.join(tdir, q)
-                names = sorted(n for n in os.listdir(qdir)
-                               if len(n) == 20 and n.isascii() and n.isdigit())
-                for i, n in enumerate(names):
-                    size = os.path.getsize(os.path.join(qdir, n))
-                    if size and size % CQ_STORE_UNIT_SIZE == 0:
-                        all_sizes[size] = all_sizes.get(size, 0) + 1
-                        if i < len(names) - 1:
-                            full_sizes[size] = full_sizes.get(size, 0) + 1
-                queues.append((topic, int(q), qdir))
-        trusted = bool(full_sizes) or sum(all_sizes.values()) >= 2
-        sizes = full_sizes or all_sizes
-        if sizes:
-            self._cq_file_size = max(sizes, key=lambda k: (sizes[k], k))
+                if not QUEUE_DIR_NAME.match(q) or str(int(q)) != q or \
+                        not os.path.isdir(os.path.join(tdir, q)):
+                    continue  # "007" or a file: not a queue (verify warns)
+                queues.append((topic, int(q), os.path.join(tdir, q)))
+        size, trusted = cq_store_file_size([qdir for _, _, qdir in queues])
+        if size:
+            self._cq_file_size = size
         for topic, q, qdir in queues:
             cq = ConsumeQueue(qdir, topic, q, self._cq_file_size, self.read_only,
                               trusted_size=trusted)
+            cq.recover()
             for what in cq.files.repairs:
                 log.warning("ConsumeQueue %s/%d: %s", topic, q, what)
-            cq.recover()
+                self.repairs.append(f"consumequeue/{topic}/{q}: {what}")
             self.consume_queues[(topic, q)] = cq
 
     def recover(self) -> None:
@@ -871,7 +881,8 @@ class MessageStore:
         existing = self.topic_config.get(name)
         if existing is not None:
             return existing
-        n = queue_nums or self.config.default_topic_queue_nums
+        n = validate_queue_nums(self.config.default_topic_queue_nums if queue_nums is None
+                                else queue_nums)
         cfg = TopicConfig(name, n, n, perm)
         self.topic_config.put(cfg)
         return cfg
@@ -881,7 +892,7 @@ class MessageStore:
         ids = {q for t, q in self.consume_queues if t == topic}
         cfg = self.topic_config.get(topic)
         if cfg is not None:
-            ids.update(range(max(cfg.read_queue_nums, cfg.write_queue_nums)))
+            ids.update(range(cfg.shown_queue_nums))
         return sorted(ids)
 
     def queue_max_offsets(self, topic: str) -> dict[int, int]:
@@ -984,7 +995,19 @@ class MessageStore:
             raise OffsetOutOfRangeError(
                 f"offset {queue_offset} outside [{cq.min_offset}, {cq.max_offset})")
         off, size, _ = cq.unit(queue_offset)
-        return self.commitlog.read_message(off, size)
+        try:
+            return self.commitlog.read_message(off, size)
+        except CorruptRecordError as exc:
+            self.note_damage(topic, queue_id, queue_offset, exc)
+            raise
+
+    def note_damage(self, topic: str, queue_id: int, queue_offset: int, exc) -> None:
+        """Remember (for status.json) and log, once per queue, a unit that reads no record."""
+        if (topic, queue_id) not in self.damaged and len(self.damaged) < 10_000:
+            what = f"unit {queue_offset}: {exc}"
+            self.damaged[(topic, queue_id)] = what
+            log.error("ConsumeQueue %s/%d damaged: %s (rmqfs recover rebuilds it)",
+                      topic, queue_id, what)
 
     def iter_queue(self, topic: str, queue_id: int, start: int = 0, end: int | None = None):
         """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue.
@@ -1009,19 +1032,23 @@ class MessageStore:
                 first, last = group[0], group[-1]
                 lo, hi = first[0], last[0] + last[1]
                 data = files.read(lo, hi - lo)
-                if len(data) != hi - lo:
-                    raise CorruptRecordError(f"records of {hi - lo} bytes not in the CommitLog",
-                                             lo)
-                for off, size, _tags in group:
-                    if off - lo + size > len(data):
-                        raise CorruptRecordError(f"record of {size} bytes not in the CommitLog",
-                                                 off)
-                    rec = decode_record(data, off - lo, check_crc=False)
-                    if rec.store_size > size:
+                try:
+                    if len(data) != hi - lo:
                         raise CorruptRecordError(
-                            f"record of {rec.store_size} bytes, its unit says {size}", off)
-                    yield pos, rec
-                    pos += 1
+                            f"records of {hi - lo} bytes not in the CommitLog", lo)
+                    for off, size, _tags in group:
+                        if off - lo + size > len(data):
+                            raise CorruptRecordError(
+                                f"record of {size} bytes not in the CommitLog", off)
+                        rec = decode_record(data, off - lo, check_crc=False)
+                        if rec.store_size > size:
+                            raise CorruptRecordError(
+                                f"record of {rec.store_size} bytes, its unit says {size}", off)
+                        yield pos, rec
+                        pos += 1
+                except CorruptRecordError as exc:
+                    self.note_damage(topic, queue_id, pos, exc)
+                    raise
 
     # ------------------------------------------------------------------------------------------
     # writing
@@ -1703,6 +1730,7 @@ class MessageStore:
         self.close()
 
 
+QUEUE_DIR_NAME = re.compile(r"[0-9]{1,9}\Z")  # consumequeue/<topic>/<queueId>: ASCII digits
 _READ_BATCH = 1024  # ConsumeQueue units read at once by iter_queue
 _SPAN_MAX = 4 << 20  # at most this many CommitLog bytes in one read
 _SPAN_SLACK = 4  # read a span when it is at most this many times the records' own bytes

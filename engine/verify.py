@@ -38,18 +38,20 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 
-from .config import load_config_file
-from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
-from .errors import CorruptRecordError, StoreError, StoreLockedError
+from .config import config_parsers, load_config_file, load_config_file_only
+from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, store_file_size
+from .errors import ConfigFileError, CorruptRecordError, StoreError, StoreLockedError
 from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
 from .javahash import index_key_hash, tags_code
 from .message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_CRC32, PROPERTY_DELAY,
                       TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record)
+from .mappedfile import SEGMENT_NAME as _SEGMENT_NAME
+from .store import QUEUE_DIR_NAME as _QUEUE_DIR
+from .storetree import check_store_tree, unsafe_entries
 from .store import _lock_holder
 from .validation import parse_decimal
 
-_SEGMENT_NAME = re.compile(r"[0-9]{20}")  # fullmatch: "\d" takes non-ASCII digits, "$" a trailing newline
-_INDEX_NAME = re.compile(r"[0-9]{17}")  # fullmatch, ASCII digits only
+_INDEX_NAME = re.compile(r"[0-9]{17}\Z")
 CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1  # CommitLog.CRC32_RESERVED_LEN = 20
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
@@ -113,6 +115,8 @@ class VerifyResult:
     bad_index_files: set = field(default_factory=set)  # index/<name> paths
     bad_segment_sizes: dict = field(default_factory=dict)  # path -> size
     past_end: dict = field(default_factory=dict)  # queue/index rel -> [file, first, count]
+    empty_files: list = field(default_factory=list)  # paths of 0-byte last segments
+    cq_file_size: int = 0  # the store's ConsumeQueue file size (bytes), 0 when unknown
 
     @property
     def errors(self) -> list[Problem]:
@@ -250,6 +254,14 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
     progress = progress or _no_progress
     res = VerifyResult(root)
     res.explicit_config = config is not None
+    bad = unsafe_entries(root)
+    if bad:
+        # Nothing is read through a link or from a special file: the store is refused whole.
+        for entry in bad:
+            res.add("error", "unsafe", entry.split(" (")[0],
+                    f"{entry}: a store holds only regular files and directories; rmqfs refuses "
+                    "to open it until this is removed")
+        return res
     res.lock_holder = lock_holder(root)
     if res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
         res.add("warning", "abort", "abort", "the store was not shut down cleanly (a broker or "
@@ -279,13 +291,18 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     cl_dir = os.path.join(root, "commitlog")
     if not os.path.isdir(cl_dir):
         return []
-    names = sorted(n for n in os.listdir(cl_dir) if _SEGMENT_NAME.fullmatch(n)
+    for n in _not_files(cl_dir, _SEGMENT_NAME):
+        res.add("error", "commitlog-name", f"commitlog/{n}",
+                "not a regular file (RocketMQ refuses to load the CommitLog)")
+    names = sorted(n for n in os.listdir(cl_dir) if _SEGMENT_NAME.match(n)
                    and os.path.isfile(os.path.join(cl_dir, n)))
     segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
                      os.path.getsize(os.path.join(cl_dir, n))) for n in names]
     if segs and segs[-1].size == 0:
-        res.add("warning", "commitlog-size", f"commitlog/{segs[-1].name}",
-                "empty last file (a broker deletes it on load)")
+        res.add("error", "commitlog-size", f"commitlog/{segs[-1].name}",
+                "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
+                "the CommitLog: length not matched)")
+        res.empty_files.append(segs[-1].path)
         segs.pop()
     if not segs:
         return []
@@ -506,8 +523,14 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
             if not os.path.isdir(tdir):
                 continue
             for q in sorted(os.listdir(tdir), key=lambda x: (not x.isdigit(), x.zfill(12))):
-                if parse_decimal(q) is not None and os.path.isdir(os.path.join(tdir, q)):
+                if _QUEUE_DIR.match(q) and os.path.isdir(os.path.join(tdir, q)) and \
+                        str(int(q)) == q:
                     dirs.append((topic, int(q), os.path.join(tdir, q)))
+                else:
+                    res.add("warning", "cq-stray", f"consumequeue/{topic}/{q}",
+                            "not a queue directory (a canonical decimal queue id): rmqfs "
+                            "ignores it; other readers may take it for a queue, remove it")
+    res.cq_file_size = _cq_file_size([d[2] for d in dirs], cfg, res.explicit_config)
     bar = progress(len(dirs), "ConsumeQueue", "queue")
     for topic, qid, qdir in dirs:
         seen.add((topic, qid))
@@ -531,13 +554,42 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
                         "(re-dispatched when the store is opened for writing)")
 
 
+def _cq_file_size(qdirs: list[str], cfg, explicit: bool) -> int:
+    """The store's ConsumeQueue file size: mappedFileSizeConsumeQueue from a given broker.conf,
+    else what the files say (:func:`engine.consumequeue.store_file_size`, the rule the store
+    opens with) when more than one file tells; 0 when unknown."""
+    if explicit:
+        return cfg.mapped_file_size_consume_queue
+    size, trusted = store_file_size(qdirs)
+    return size if trusted else 0
+
+
+def _not_files(directory: str, pattern) -> list[str]:
+    """Names in ``directory`` that look like segments (``pattern``) but are not regular
+    files (a directory, say): a broker refuses them ("length not matched")."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(n for n in names if pattern.match(n)
+                  and not os.path.isfile(os.path.join(directory, n)))
+
+
 def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
                  recs: _Records) -> None:
-    names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.fullmatch(n)
+    for n in _not_files(qdir, _SEGMENT_NAME):
+        res.add("error", "cq-name", f"{rel}/{n}", "not a regular file (RocketMQ refuses to "
+                "load the queue)")
+        res.bad_queues.add(rel)
+    names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n)
                    and os.path.isfile(os.path.join(qdir, n)))
     files = [(int(n), os.path.join(qdir, n), os.path.getsize(os.path.join(qdir, n)))
              for n in names]
-    while files and files[-1][2] == 0:
+    if files and files[-1][2] == 0:
+        res.add("error", "cq-size", f"{rel}/{os.path.basename(files[-1][1])}",
+                "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
+                "the queue: length not matched)")
+        res.empty_files.append(files[-1][1])
         files.pop()
     q = recs.queues.get((topic, qid))
     if not files:
@@ -554,6 +606,23 @@ def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
         res.bad_queues.add(rel)
         return
     fsize = sizes.pop()
+    if q is not None and len(q[0]):
+        # Records of this queue still in the CommitLog but before its first file: a file at
+        # the head is missing (expiry deletes ConsumeQueue files only after their records).
+        head = files[0][0] // CQ_STORE_UNIT_SIZE
+        i = bisect.bisect_left(q[0], head)
+        live = i - bisect.bisect_left(q[1], res.commitlog_min, 0, i)
+        if live > 0:
+            res.add("error", "cq-missing", rel,
+                    f"{live} records of queue offsets below {head} are in the CommitLog but "
+                    "the queue's first file is missing: they cannot be consumed")
+            res.bad_queues.add(rel)
+    if res.cq_file_size and fsize < res.cq_file_size:
+        res.add("error", "cq-size", rel,
+                f"files of {fsize} bytes, short of the {res.cq_file_size}-byte ConsumeQueue "
+                "files of this store (cut short; RocketMQ refuses to load the queue)")
+        res.bad_queues.add(rel)
+        return
     for i, (start, path, _) in enumerate(files):
         if start % fsize or (i and start != files[i - 1][0] + fsize):
             res.add("error", "cq-name", f"{rel}/{os.path.basename(path)}",
@@ -665,6 +734,9 @@ def _check_index(root: str, segs, res: VerifyResult, recs: _Records, cfg, progre
     if os.path.isdir(idx_dir):
         names = sorted(n for n in os.listdir(idx_dir) if _INDEX_NAME.fullmatch(n)
                        and os.path.isfile(os.path.join(idx_dir, n)))
+        for n in _not_files(idx_dir, _INDEX_NAME):
+            res.add("error", "index-size", f"index/{n}", "not a regular file")
+            res.bad_index_files.add(f"index/{n}")
     bar = progress(len(names), "IndexFile", "file")
     last_indexed = -1
     first_indexed = None
@@ -846,14 +918,24 @@ def _check_config(root: str, res: VerifyResult) -> None:
         StoreCheckpoint.read(os.path.join(root, "checkpoint"))
     except CorruptRecordError as exc:
         res.add("error", "checkpoint", "checkpoint", str(exc))
+    parsers = config_parsers()
     for name in CONFIG_FILES:
         path = os.path.join(root, "config", name)
-        if not os.path.exists(path) and not os.path.exists(path + ".bak"):
+        if not os.path.lexists(path) and not os.path.lexists(path + ".bak"):
             continue
         try:
-            load_config_file(path)
+            load_config_file(path, parsers[name])
         except CorruptRecordError as exc:
-            res.add("error", "config", f"config/{name}", f"does not parse: {exc}")
+            res.add("error", "config", f"config/{name}", f"cannot be loaded: {exc}")
+            continue
+        if os.path.lexists(path) and os.path.lexists(path + ".bak"):
+            # The file itself must load; when only its .bak does, say so (the broker and
+            # rmqfs load the .bak, so this is a warning, and the next write replaces the file).
+            try:
+                load_config_file_only(path, parsers[name])
+            except CorruptRecordError as exc:
+                res.add("warning", "config", f"config/{name}",
+                        f"{exc}; {name}.bak is loaded instead")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -901,6 +983,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
     check_store_dir(root)
     cfg = config or StoreConfig()
     report = RecoverReport()
+    check_store_tree(root)  # links and special files: refused, never repaired through
     lock_fd = _take_lock(root)
     try:
         before = verify_store(root, config, progress)
@@ -912,6 +995,10 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
         for p in before.problems:
             if p.kind in ("commitlog-gap", "commitlog-name"):
                 raise StoreError(f"cannot repair {p.path}: {p.what}")
+            if p.kind == "config" and p.severity == "error":
+                # offsets and topics are not derived data: nothing is changed, the operator
+                # restores the file (or its .bak)
+                raise ConfigFileError(f"cannot repair {p.path}: {p.what}")
         for path, size in sorted(before.bad_segment_sizes.items()):
             if size > before.segment_size:
                 raise StoreError(f"cannot repair {path}: {size} bytes, larger than the "
@@ -920,7 +1007,11 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                 f.truncate(before.segment_size)
             report.actions.append(f"extended {os.path.relpath(path, root)} from {size} to "
                                   f"{before.segment_size} bytes with zeros")
-        if before.bad_segment_sizes:
+        for path in before.empty_files:
+            os.unlink(path)
+            report.actions.append(f"deleted {os.path.relpath(path, root)} (empty: a crash "
+                                  "while it was created)")
+        if before.bad_segment_sizes or before.empty_files:
             before = verify_store(root, config, progress)
         saved_checkpoint = None
         try:
@@ -945,7 +1036,8 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             first = min(os.path.basename(r) for r in bad_index)
             for n in _names(index_dir, _INDEX_NAME):
                 if n >= first:
-                    os.unlink(os.path.join(index_dir, n))
+                    p = os.path.join(index_dir, n)
+                    shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
                     report.actions.append(f"deleted index/{n} (rebuilt from the CommitLog)")
         _force_full_redispatch(root)
         _reopen(root, cfg, MessageStore)
@@ -976,8 +1068,14 @@ def _names(directory: str, pattern) -> list[str]:
 
 
 def _delete_files(directory: str, pattern) -> None:
+    """Delete the derived files (ConsumeQueue or IndexFile) named by ``pattern``; a directory
+    in the place of one (damage) goes too."""
     for n in _names(directory, pattern):
-        os.unlink(os.path.join(directory, n))
+        p = os.path.join(directory, n)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)
 
 
 def _all_queue_dirs(root: str) -> list[str]:

@@ -25,16 +25,24 @@ from engine.message import decode_offset_msg_id
 from engine.progress import consumer_progress
 from engine.store import Message, MessageStore
 from engine.validation import message_from_json, parse_decimal, parse_json_line
+from engine.storetree import lstat_beneath, open_beneath
 
 from . import render as R
 from .views import ViewCache, pread_nowait
 
 log = logging.getLogger(__name__)
 
-DIR_MODE = stat.S_IFDIR | 0o755
+# Permission model (README "Other users"): everything belongs to the mounting user; files
+# that accept writes (produce, produce.jsonl, offset) are 0644 and the directories that accept
+# mkdir (topics/, groups/, snapshots/) 0755, so only the owner (and root) may write. `-o allow_other_write`
+# makes them 0666/0777. A read-only mount shows no write bit anywhere. The modes are what the
+# daemon enforces itself (Context.check_write), so `default_permissions` agrees with them.
+DIR_MODE = stat.S_IFDIR | 0o755  # topics/ and groups/ (mkdir), as write_mode() shows them
+RO_DIR = stat.S_IFDIR | 0o555  # every other directory: nothing can be created in it
 RO_FILE = stat.S_IFREG | 0o444
 RW_FILE = stat.S_IFREG | 0o644
-WO_FILE = stat.S_IFREG | 0o222
+WO_FILE = RW_FILE  # produce files: writable by the owner, read as empty by anyone
+OTHERS_WRITE = 0o022  # the group and other write bits added by allow_other_write
 
 VIEW_PART_MESSAGES = 100_000  # queue offsets per view/ part
 
@@ -68,7 +76,11 @@ class Context:
     """What every node needs: the store, the view cache, mount flags and a start time."""
 
     def __init__(self, store: MessageStore, views: ViewCache, read_only: bool,
-                 part_messages: int = VIEW_PART_MESSAGES, pid: int | None = None):
+                 part_messages: int = VIEW_PART_MESSAGES, pid: int | None = None,
+                 others_write: bool = False):
+        self.owner_uid = os.getuid()
+        self.owner_gid = os.getgid()
+        self.others_write = others_write  # -o allow_other_write
         self.store = store
         self.views = views
         self.read_only = read_only or store.read_only
@@ -76,6 +88,28 @@ class Context:
         self.pid = pid or os.getpid()
         self.mount_time_ns = time.time_ns()
         self.config_dir = os.path.join(store.root, "config")
+
+    def may_write(self, uid: int | None) -> bool:
+        """Whether the user ``uid`` may write (produce, commit, mkdir): the mounting user,
+        root, or anyone with ``allow_other_write``. ``None`` (no request context) is the
+        daemon itself."""
+        return uid is None or uid in (0, self.owner_uid) or self.others_write
+
+    def check_write(self, uid: int | None) -> None:
+        """Raise FsError(EROFS) on a read-only mount, FsError(EACCES) unless
+        :meth:`may_write`."""
+        if self.read_only:
+            raise FsError(errno.EROFS)
+        if not self.may_write(uid):
+            raise FsError(errno.EACCES, "only the mounting user may write "
+                          "(mount with -o allow_other_write to let others)")
+
+    def write_mode(self, mode: int) -> int:
+        """``mode`` of a writable node as shown: no write bit on a read-only mount, the group
+        and other write bits with allow_other_write."""
+        if self.read_only:
+            return mode & ~0o222
+        return mode | OTHERS_WRITE if self.others_write else mode
 
     def file_mtime_ns(self, *names: str) -> int:
         """Newest mtime (ns) of files under ``config/``; the mount time when none exists.
@@ -131,7 +165,9 @@ class Node:
         raise FsError(errno.ENOTDIR)
 
     def mkdir(self, name: str) -> "Node":
-        raise FsError(errno.EPERM if self.is_dir else errno.ENOTDIR)
+        if not self.is_dir:
+            raise FsError(errno.ENOTDIR)
+        raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
 
     def rmdir(self, name: str) -> None:
         raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
@@ -161,7 +197,7 @@ class Dir(Node):
         return f() if f else None
 
     def stat(self) -> Stat:
-        return Stat(DIR_MODE, 0, self.ctx.tree_mtime_ns())
+        return Stat(RO_DIR, 0, self.ctx.tree_mtime_ns())
 
     def sub(self, name: str) -> str:
         return f"{self.path.rstrip('/')}/{name}"
@@ -264,8 +300,10 @@ mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer gr
 Lookups (keys/, by-offset/, by-time/, messages/) are not listed: name what you want.
 A write() to a produce file returns once its messages are in the CommitLog; fsync() once
 they are on disk; a last line without a newline is stored at close().
-Errors: EINVAL bad line/offset/name, EMSGSIZE too big, EACCES topic not writable,
-EROFS read-only mount, ENOSPC disk full (nothing of the failed write is stored).
+Errors: EINVAL bad line/offset/name, EMSGSIZE too big, EACCES topic not writable or
+another user writing (only the mounting user writes, unless -o allow_other_write), EROFS
+read-only mount, ENOSPC disk full (nothing of the failed write is stored), EPERM chmod,
+chown, touch, rm, mv.
 """
 
 
@@ -353,6 +391,11 @@ class StatusFile(GeneratedFile):
             "queues": len(queues),
             "messages": sum(cq.max_offset - cq.min_offset for _, cq in queues),
             "groups": len(s.group_names()),
+            # what opening the store repaired, and queues found damaged while reading
+            # (rmqfs verify names the units; rmqfs recover rebuilds them)
+            "repairs": list(getattr(s, "repairs", []))[:100],
+            "damagedQueues": [{"topic": t, "queueId": q, "error": what} for (t, q), what
+                              in sorted(getattr(s, "damaged", {}).items())[:100]],
         })
 
     def mtime_ns(self) -> int:
@@ -365,6 +408,9 @@ class StatusFile(GeneratedFile):
 
 
 class TopicsDir(Dir):
+    def stat(self) -> Stat:
+        return Stat(self.ctx.write_mode(DIR_MODE), 0, self.ctx.tree_mtime_ns())
+
     def list(self):
         return self.ctx.store.topic_names()
 
@@ -763,8 +809,7 @@ class ProduceFile(Node):
         self.topic, self.queue_id, self.jsonl = topic, queue_id, jsonl
 
     def stat(self):
-        return Stat(WO_FILE if not self.ctx.read_only else stat.S_IFREG, 0,
-                    self.ctx.tree_mtime_ns())
+        return Stat(self.ctx.write_mode(WO_FILE), 0, self.ctx.tree_mtime_ns())
 
     def open(self, flags):
         if flags & os.O_ACCMODE == os.O_RDONLY:
@@ -786,6 +831,9 @@ class ProduceFile(Node):
 
 
 class GroupsDir(Dir):
+    def stat(self) -> Stat:
+        return Stat(self.ctx.write_mode(DIR_MODE), 0, self.ctx.tree_mtime_ns())
+
     def list(self):
         return self.ctx.store.group_names()
 
@@ -915,7 +963,7 @@ class OffsetFile(GeneratedFile):
         return f"{off}\n".encode()
 
     def stat(self):
-        return Stat(RW_FILE if not self.ctx.read_only else RO_FILE, len(self.content()),
+        return Stat(self.ctx.write_mode(RW_FILE), len(self.content()),
                     self.ctx.file_mtime_ns("consumerOffset.json"))
 
     def commit(self, offset: int):
@@ -987,8 +1035,12 @@ class PendingFile(ViewFile):
 class RawHandle(Handle):
     """An open store file; reads are ``pread`` of the real file (byte-identical)."""
 
-    def __init__(self, path: str, keep_cache: bool, direct_io: bool = False):
-        self.fd = os.open(path, os.O_RDONLY)
+    def __init__(self, root: str, rel: str, keep_cache: bool, direct_io: bool = False):
+        # Never through a link, anywhere below the store root (engine/storetree.py).
+        self.fd = open_beneath(root, rel, os.O_RDONLY)
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            raise FsError(errno.EISDIR)
         self.keep_cache = keep_cache
         self.direct_io = direct_io
 
@@ -1011,28 +1063,46 @@ class RawDir(Dir):
         self.real = os.path.join(ctx.store.root, rel) if rel else ctx.store.root
 
     def list(self):
+        # Only regular files and directories: a link or special file is never shown (a store
+        # holding one is refused when it opens; this covers one created while mounted).
         try:
-            return sorted(n for n in os.listdir(self.real) if not n.endswith(".tmp"))
-        except FileNotFoundError:
+            fd = open_beneath(self.ctx.store.root, self.rel, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
             return []
+        try:
+            out = []
+            for e in os.scandir(fd):
+                if e.name.endswith(".tmp"):
+                    continue
+                if e.is_file(follow_symlinks=False) or e.is_dir(follow_symlinks=False):
+                    out.append(e.name)
+            return sorted(out)
+        finally:
+            os.close(fd)
 
     def child(self, name):
         real = os.path.join(self.real, name)
         rel = os.path.join(self.rel, name) if self.rel else name
         if name.endswith(".tmp"):
             return None
-        if os.path.isdir(real):
+        try:
+            st = lstat_beneath(self.ctx.store.root, rel)
+        except OSError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
             return RawDir(self.ctx, self.sub(name), rel)
-        if os.path.isfile(real):
+        if stat.S_ISREG(st.st_mode):
             return RawFile(self.ctx, self.sub(name), rel, real)
         return None
 
     def stat(self):
         try:
-            st = os.stat(self.real)
-            return Stat(DIR_MODE, 0, st.st_mtime_ns)
-        except FileNotFoundError:
+            st = lstat_beneath(self.ctx.store.root, self.rel)
+        except OSError:
             raise FsError(errno.ENOENT) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise FsError(errno.ENOENT)
+        return Stat(RO_DIR, 0, st.st_mtime_ns)
 
 
 class RawFile(Node):
@@ -1061,9 +1131,11 @@ class RawFile(Node):
 
     def stat(self):
         try:
-            st = os.stat(self.real)
-        except FileNotFoundError:
+            st = lstat_beneath(self.ctx.store.root, self.rel)
+        except OSError:
             raise FsError(errno.ENOENT) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise FsError(errno.ENOENT)
         # st_blocks of the real file: preallocated segments are sparse, and `du`, `tar -S`
         # and `cp --sparse` should see that.
         sealed = self.sealed()
@@ -1075,7 +1147,7 @@ class RawFile(Node):
         _check_read_only_open(flags)
         try:
             # checkpoint and config/*.json are rewritten at any size: never page-cached
-            return RawHandle(self.real, keep_cache=self.sealed(),
+            return RawHandle(self.ctx.store.root, self.rel, keep_cache=self.sealed(),
                              direct_io=not self.preallocated() and not self.sealed())
-        except FileNotFoundError:
-            raise FsError(errno.ENOENT) from None
+        except OSError as exc:  # ENOENT, or ELOOP/EACCES: a link or special file now
+            raise FsError(errno.ENOENT if exc.errno == errno.ENOENT else errno.EACCES) from None

@@ -32,7 +32,7 @@ import threading
 import pyfuse3
 import trio
 
-from .nodes import Context, FsError, Node, RootDir
+from .nodes import RO_DIR, RO_FILE, Context, FsError, Node, RootDir, Stat
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,26 @@ async def _run(fn, *args):
     except Exception:  # noqa: BLE001 - never let a bug kill the mount
         log.exception("error in %s", getattr(fn, "__qualname__", fn))
         raise pyfuse3.FUSEError(errno.EIO) from None
+
+
+def _uid(ctx) -> int | None:
+    """The requesting user's uid (None without a request context)."""
+    return getattr(ctx, "uid", None)
+
+
+def _check_write(fs_ctx: Context, ctx) -> None:
+    """FUSEError(EACCES) unless the requesting user may write (Context.check_write)."""
+    try:
+        fs_ctx.check_write(_uid(ctx))
+    except FsError as exc:
+        raise pyfuse3.FUSEError(exc.errno) from None
+
+
+def _check_owner(fs_ctx: Context, ctx) -> None:
+    """FUSEError(EACCES) unless the requesting user may write (Context.may_write); unlike
+    :func:`_check_write` it leaves a read-only mount's EROFS to the node."""
+    if not fs_ctx.may_write(_uid(ctx)):
+        raise pyfuse3.FUSEError(errno.EACCES)
 
 
 class RmqOperations(pyfuse3.Operations):
@@ -172,11 +192,36 @@ class RmqOperations(pyfuse3.Operations):
 
     async def setattr(self, inode, attr, fields, fh, ctx):
         node = self._node(inode)
+        if fields.update_mode or fields.update_uid or fields.update_gid:
+            # chmod/chown: modes and owners are generated (README "Other users")
+            raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
         if self.ctx.read_only:  # the kernel mount is not "ro" (snapshots/ takes mkdir)
             raise pyfuse3.FUSEError(errno.EROFS)
         if fields.update_size:
+            # open(O_TRUNC) and truncate(); the kernel adds mtime/ctime, which follow the data
+            _check_write(self.ctx, ctx)
             await _run(node.truncate, attr.st_size)
+        elif fields.update_atime or fields.update_mtime:
+            # utime/touch: times come from the data (message store times, config files)
+            raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
         return await _run(self._entry, node, inode)
+
+    async def access(self, inode, mode, ctx):
+        """access(2) without default_permissions: True when the shown mode bits allow
+        ``mode`` to the caller (the owner's bits for the mounting user and root, the others'
+        bits for anyone else); writes also need :meth:`Context.may_write`."""
+        node = self._node(inode)
+        st = node.stat_nowait() or await _run(node.stat)
+        uid = _uid(ctx)
+        if mode & os.W_OK and (self.ctx.read_only or not self.ctx.may_write(uid)):
+            return False
+        bits = st.mode & 0o777
+        if uid == 0:  # root: anything but executing a file no one may execute
+            return not (mode & os.X_OK and not bits & 0o111)
+        shift = 6 if uid in (None, self.ctx.owner_uid) else 0
+        want = (4 if mode & os.R_OK else 0) | (2 if mode & os.W_OK else 0) | \
+            (1 if mode & os.X_OK else 0)
+        return not want & ~(bits >> shift) & 0o7
 
     async def statfs(self, ctx):
         st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root, limiter=_threads())
@@ -202,16 +247,26 @@ class RmqOperations(pyfuse3.Operations):
         def entries():
             out = []
             for name in node.list():
-                child = node.child(name)
+                try:
+                    child = node.child(name)
+                except Exception as exc:  # noqa: BLE001 - one bad entry never fails a listing
+                    log.warning("%s/%s skipped in a listing: %s", node.path, name, exc)
+                    continue
                 if child is None:
                     continue
                 ino = path_inode(child.path)
                 if ino <= start_id:
                     continue
                 try:
-                    out.append((ino, name, child, self._entry(child, ino)))
+                    attr = self._entry(child, ino)
                 except FsError:
                     continue
+                except Exception as exc:  # noqa: BLE001 - e.g. a view over a damaged queue
+                    # Listed with a placeholder size; opening it reports the error (EIO).
+                    log.warning("%s: %s", child.path, exc)
+                    attr = self._entry(child, ino, Stat(RO_DIR if child.is_dir else RO_FILE,
+                                                        0, self.ctx.mount_time_ns))
+                out.append((ino, name, child, attr))
             out.sort(key=lambda e: e[0])
             return out
         items = await _run(entries)
@@ -226,6 +281,9 @@ class RmqOperations(pyfuse3.Operations):
     async def mkdir(self, parent_inode, name, mode, ctx):
         parent = self._node(parent_inode)
         name = os.fsdecode(name)
+        # Only the owner creates (topics, groups, snapshots); the nodes answer EROFS where a
+        # read-only mount cannot create (a ro mount still takes snapshots).
+        _check_owner(self.ctx, ctx)
 
         def make():
             child = parent.mkdir(name)
@@ -238,6 +296,7 @@ class RmqOperations(pyfuse3.Operations):
 
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._node(parent_inode)
+        _check_owner(self.ctx, ctx)  # only the owner drops snapshots (README "Other users")
         await _run(parent.rmdir, os.fsdecode(name))
 
     async def unlink(self, parent_inode, name, ctx):
@@ -263,8 +322,10 @@ class RmqOperations(pyfuse3.Operations):
         node = self._node(inode)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
-        if self.ctx.read_only and flags & os.O_ACCMODE != os.O_RDONLY:
-            raise pyfuse3.FUSEError(errno.EROFS)
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            if self.ctx.read_only:  # the kernel mount is not "ro" (snapshots/ takes mkdir)
+                raise pyfuse3.FUSEError(errno.EROFS)
+            _check_write(self.ctx, ctx)
         handle = await _run(node.open, flags)
         handle.inode = inode
         with self._lock:

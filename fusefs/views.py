@@ -23,6 +23,7 @@ import time
 from array import array
 from typing import Callable
 
+from engine.errors import StoreError
 from engine.consumequeue import BLANK_UNIT_SIZE
 from engine.message import MessageRecord, decode_record
 from engine.store import MessageStore
@@ -217,7 +218,11 @@ class QueueView:
                 n = min(BATCH, end - nxt)
                 units = [(off, size) for _, off, size, _ in cq.iter_units(nxt, nxt + n)
                          if size != BLANK_UNIT_SIZE]
-                lines, newest = _render_units(self.store, units, self.render)
+                try:
+                    lines, newest = _render_units(self.store, units, self.render)
+                except StoreError as exc:  # a damaged unit: status.json names the queue
+                    self.store.note_damage(self.topic, self.queue_id, nxt, exc)
+                    raise
                 self.log.append(lines, newest)
                 nxt += n
 

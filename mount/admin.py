@@ -244,7 +244,7 @@ def cmd_recover(args) -> int:
 
 def cmd_produce(args) -> int:
     """``rmqfs produce STORE -t TOPIC [FILE...]``: one message per line (stdin without FILE)."""
-    from engine.config import validate_topic_name
+    from engine.config import validate_queue_nums, validate_topic_name
     from engine.errors import StoreError
     from engine.store import Message
     properties = {}
@@ -261,6 +261,11 @@ def cmd_produce(args) -> int:
         if path != "-" and (not os.path.exists(path) or os.path.isdir(path)):
             raise AdminError(f"{path}: no such file")
     validate_topic_name(args.topic)
+    if args.queues is not None:
+        try:
+            validate_queue_nums(args.queues)
+        except StoreError as exc:
+            raise AdminError(f"--queues: {exc}") from None
     path = os.path.abspath(args.store)
     if not args.create and (not os.path.exists(path) or (os.path.isdir(path)
                                                          and not os.listdir(path))):

@@ -158,6 +158,8 @@ def cmd_umount(args) -> int:
             print(f"rmqfs: unmounted, but daemon {pid} is still closing the store",
                   file=sys.stderr)
             return 1
+    from .daemon import clean_stale_caches
+    clean_stale_caches()  # the view caches of daemons killed earlier (kill -9)
     return 0
 
 
@@ -176,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("mountpoint", help="an empty directory")
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("-o", dest="options", metavar="OPTS",
-                   help="FUSE options, comma separated: ro, allow_other, default_permissions")
+                   help="options, comma separated: FUSE's ro, allow_other, "
+                   "default_permissions; rmqfs's allow_other_write (others may produce, "
+                   "commit and mkdir) and create (make a store in a non-empty directory)")
     m.add_argument("--config", metavar="broker.conf", help="RocketMQ broker.conf to read")
     m.add_argument("--cache-dir", help="where to cache rendered views (default: a temp dir)")
     m.add_argument("--log-file", help="log here (default: stderr with -f, else syslog)")

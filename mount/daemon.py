@@ -8,12 +8,14 @@ then closed (checkpoint written, ``abort`` removed, lock released).
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import logging
 import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 
@@ -52,14 +54,67 @@ def is_mounted(path: str) -> bool:
     return os.path.ismount(path)
 
 
+FSTYPE = "fuse.rmqfs"  # what /proc/self/mountinfo shows for our mounts (subtype=rmqfs)
+FSNAME = "rmqfs"
+
+
+def mount_info(path: str) -> tuple[str, str] | None:
+    """``(fstype, source)`` of the mount at ``path`` from /proc/self/mountinfo (the last one
+    mounted there), or None when ``path`` is not a mount point."""
+    path = os.path.realpath(path)
+    found = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.split(" ")
+                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                if mp == path and " - " in line:
+                    after = line.split(" - ", 1)[1].split(" ")
+                    found = (after[0], after[1] if len(after) > 1 else "")
+    except OSError:
+        return None
+    return found
+
+
+def clean_dead_mount(mountpoint: str) -> bool:
+    """Lazily unmount a dead rmqfs mount (its daemon was killed) at ``mountpoint``.
+
+    Only a mount whose type is ``fuse.rmqfs`` and whose directory answers ENOTCONN or
+    ECONNABORTED is touched. Returns True when one was removed; raises MountError when the
+    unmount fails.
+    """
+    info = mount_info(mountpoint)
+    if info is None or info[0] != FSTYPE:
+        return False
+    try:
+        os.listdir(mountpoint)  # not stat: the kernel may answer that from its cache
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
+            return False
+    res = subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        raise MountError(f"mount point {mountpoint} is a dead rmqfs mount and it cannot be "
+                         f"unmounted: {res.stderr.strip()}")
+    log.warning("removed the dead rmqfs mount at %s (its daemon had died)", mountpoint)
+    return True
+
+
 def check_mountpoint(mountpoint: str) -> None:
-    """Raise MountError unless ``mountpoint`` is an empty directory that is not a mount."""
+    """Raise MountError unless ``mountpoint`` is an empty directory that is not a mount.
+
+    A dead rmqfs mount there (its daemon killed) is unmounted first (lazily).
+    """
+    if is_mounted(mountpoint):
+        clean_dead_mount(mountpoint)
     if is_mounted(mountpoint):
         try:
             os.listdir(mountpoint)  # not stat: the kernel may answer that from its cache
         except OSError as exc:  # ENOTCONN/ECONNABORTED: the daemon of that mount is gone
-            raise MountError(f"mount point {mountpoint} is a dead mount ({exc.strerror}); "
-                             f"clean it with: rmqfs umount -z {mountpoint}") from exc
+            raise MountError(f"mount point {mountpoint} is a dead mount of another kind "
+                             f"({exc.strerror}); clean it with: fusermount3 -u -z "
+                             f"{mountpoint}") from exc
         raise MountError(f"mount point {mountpoint} is already a mount point (busy); "
                          f"rmqfs umount {mountpoint} first")
     if not os.path.exists(mountpoint):
@@ -73,6 +128,87 @@ def check_mountpoint(mountpoint: str) -> None:
             raise MountError(f"mount point {mountpoint} is not empty")
     except PermissionError as exc:
         raise MountError(f"mount point {mountpoint}: {exc.strerror}") from exc
+
+
+CACHE_PREFIX = "rmqfs-cache-"
+CACHE_OWNER = "daemon.pid"  # in a daemon's own cache dir: "<pid> <start time>"
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks), None when no such process
+    or a zombie (dead, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def make_cache_dir() -> str:
+    """A private temporary cache directory recording its daemon (pid and start time), so a
+    later mount or umount can remove it once that daemon is gone (kill -9)."""
+    path = tempfile.mkdtemp(prefix=CACHE_PREFIX)
+    with open(os.path.join(path, CACHE_OWNER), "w") as f:
+        f.write(f"{os.getpid()} {_proc_start_time(os.getpid())}\n")
+    return path
+
+
+def clean_stale_caches(tmpdir: str | None = None) -> list[str]:
+    """Remove the temporary cache directories of rmqfs daemons that died without cleaning up.
+
+    Only directories named ``rmqfs-cache-*`` in the temp dir, owned by the current user and
+    holding a ``daemon.pid`` whose process is gone (or is another process with that pid) are
+    removed. Returns their paths.
+    """
+    tmpdir = tmpdir or tempfile.gettempdir()
+    gone = []
+    try:
+        names = os.listdir(tmpdir)
+    except OSError:
+        return gone
+    for name in names:
+        if not name.startswith(CACHE_PREFIX):
+            continue
+        path = os.path.join(tmpdir, name)
+        try:
+            st = os.lstat(path)
+            if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
+                continue
+            with open(os.path.join(path, CACHE_OWNER), encoding="ascii") as f:
+                pid_text, start = f.read().split()
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue
+        if pid == os.getpid() or _proc_start_time(pid) == start:
+            continue  # alive
+        shutil.rmtree(path, ignore_errors=True)
+        gone.append(path)
+        log.info("removed the view cache %s of dead daemon %d", path, pid)
+    return gone
+
+
+# rmqfs's own -o options, taken out before the rest go to FUSE
+OWN_OPTIONS = {"allow_other_write", "create"}
+
+
+def check_store_path(store_path: str, create: bool) -> None:
+    """Refuse to turn a non-empty directory that is not a store into one, unless ``create``.
+
+    A missing or empty directory is made a store (as before); one holding files but none of
+    a store's (commitlog/, consumequeue/, index/, config/, checkpoint, lock) is most likely
+    a mistyped path.
+    """
+    from engine.verify import NotAStoreError, check_store_dir
+    if create or not os.path.isdir(store_path) or not os.listdir(store_path):
+        return
+    try:
+        check_store_dir(store_path)
+    except NotAStoreError:
+        raise MountError(f"{store_path} is a non-empty directory that is not a RocketMQ store; "
+                         "check the path, or mount with -o create to make a store in it") \
+            from None
 
 
 def check_fuse() -> None:
@@ -110,7 +246,8 @@ class Daemon:
                  debug_fuse: bool = False):
         self.store_path = store_path
         self.mountpoint = os.path.abspath(mountpoint)
-        self.options = set(options)
+        self.own_options = set(options) & OWN_OPTIONS
+        self.options = set(options) - OWN_OPTIONS
         self.read_only = "ro" in self.options
         self.config = config
         self.cache_dir = cache_dir
@@ -132,19 +269,22 @@ class Daemon:
         if self.read_only and not os.path.isdir(self.store_path):
             raise MountError(f"store {self.store_path} does not exist (read-only mount)")
         _raise_fd_limit()  # each snapshot holds a descriptor per store file
+        check_store_path(self.store_path, "create" in self.own_options)
+        clean_stale_caches()
         self.store = MessageStore(self.store_path, self.config, read_only=self.read_only)
         if self.cache_dir is None:
-            self.cache_dir = tempfile.mkdtemp(prefix="rmqfs-cache-")
+            self.cache_dir = make_cache_dir()
             self._own_cache = True
         self.views = ViewCache(self.store, self.cache_dir)
-        ctx = Context(self.store, self.views, self.read_only)
+        ctx = Context(self.store, self.views, self.read_only,
+                      others_write="allow_other_write" in self.own_options)
         self.snapshots = ctx.snapshots = SnapshotManager(self.store, self.cache_dir)
         ops = RmqOperations(ctx)
         opts = set(self.options)
         # A read-only mount is read-only in the daemon (every write is EROFS there), not in the
         # kernel: the kernel would refuse `mkdir snapshots/<name>` too.
         opts.discard("ro")
-        opts.update({"fsname=rmqfs", "subtype=rmqfs", "auto_unmount"})
+        opts.update({f"fsname={FSNAME}", "subtype=rmqfs", "auto_unmount"})
         if self.debug_fuse:
             opts.add("debug")
         try:

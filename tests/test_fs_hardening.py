@@ -1,0 +1,278 @@
+"""Issue 9 (store side), mounted: the permission model, chmod/chown/utime, raw/ and links,
+stores refused at mount, one damaged queue in a listing, and ENOSPC on a real full disk."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import Mount, fuse, run_rmqfs
+from engine.store import Message, MessageStore, StoreConfig
+
+pytestmark = [fuse, pytest.mark.fuse]
+
+NOBODY = 65534
+PY3 = shutil.which("python3", path="/usr/bin:/bin") or sys.executable  # readable by nobody
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory other users can traverse (pytest's tmp_path is private to root)."""
+    d = Path(tempfile.mkdtemp(prefix="rmqfs-perm-"))
+    os.chmod(d, 0o755)
+    mounts = []
+    yield d, mounts
+    for m in mounts:
+        m.cleanup()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def mount(shared, *options, store=None):
+    d, mounts = shared
+    m = Mount(store or d / "store", d / f"mnt{len(mounts)}", *options)
+    mounts.append(m)
+    return m
+
+
+def as_nobody(code: str) -> list:
+    """Run Python ``code`` as user nobody; it prints a JSON list; returns it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a command as another user")
+    res = subprocess.run([PY3, "-c", "import json, os, errno\n" + code],
+                         capture_output=True, text=True, user=NOBODY, group=NOBODY,
+                         timeout=60, cwd="/")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+# each attempt prints the errno it got (0: success)
+ATTEMPTS = r"""
+def attempt(fn):
+    try:
+        fn()
+        return 0
+    except OSError as e:
+        return errno.errorcode[e.errno]
+m = %r
+def produce():
+    fd = os.open(m + "/topics/T/produce", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"from nobody\n")
+    finally:
+        os.close(fd)
+def commit():
+    fd = os.open(m + "/groups/g/T/0/offset", os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, b"0\n")
+    finally:
+        os.close(fd)
+print(json.dumps([
+    attempt(lambda: open(m + "/status.json").read()),
+    attempt(lambda: os.listdir(m + "/topics/T")),
+    attempt(produce),
+    attempt(lambda: os.mkdir(m + "/topics/X")),
+    attempt(lambda: os.mkdir(m + "/groups/h")),
+    attempt(commit),
+    os.access(m + "/topics/T/produce", os.W_OK),
+    os.access(m + "/status.json", os.R_OK),
+]))
+"""
+
+
+def _prepare(m):
+    os.mkdir(m.mnt / "topics" / "T")
+    os.mkdir(m.mnt / "groups" / "g")
+    with open(m.mnt / "topics" / "T" / "produce", "a") as f:
+        f.write("from the owner\n")
+
+
+def test_modes_tell_the_truth(shared_dir):
+    m = mount(shared_dir)
+    _prepare(m)
+    t = m.mnt / "topics" / "T"
+
+    def mode(p):
+        return stat.S_IMODE(os.stat(p).st_mode)
+    assert mode(m.mnt) == 0o555 and mode(m.mnt / "raw") == 0o555
+    assert mode(m.mnt / "topics") == 0o755 and mode(m.mnt / "groups") == 0o755
+    assert mode(t / "produce") == 0o644 and mode(t / "produce.jsonl") == 0o644
+    assert mode(t / "0" / "produce") == 0o644
+    assert mode(m.mnt / "groups" / "g" / "T" / "0" / "offset") == 0o644
+    assert mode(m.mnt / "status.json") == 0o444 and mode(t / "messages.jsonl") == 0o444
+    assert mode(t / "0") == 0o555
+    st = os.stat(t / "produce")
+    assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+    # without allow_other, other users cannot even enter (FUSE's rule)
+    assert as_nobody(f"""
+try:
+    os.listdir({str(m.mnt)!r})
+    print(json.dumps([0]))
+except OSError as e:
+    print(json.dumps([errno.errorcode[e.errno]]))
+""") == ["EACCES"]
+    m.umount()
+    ro = mount(shared_dir, "ro", store=m.store)
+    assert stat.S_IMODE(os.stat(ro.mnt / "topics" / "T" / "produce").st_mode) == 0o444
+    assert stat.S_IMODE(os.stat(ro.mnt / "topics").st_mode) == 0o555
+
+
+@pytest.mark.parametrize("options", [("allow_other",), ("allow_other", "default_permissions")])
+def test_other_users_read_but_never_write(shared_dir, options):
+    m = mount(shared_dir, *options)
+    _prepare(m)
+    before = (m.mnt / "topics" / "T" / "bodies.txt").read_bytes()
+    got = as_nobody(ATTEMPTS % str(m.mnt))
+    assert got == [0, 0, "EACCES", "EACCES", "EACCES", "EACCES", False, True]
+    assert sorted(os.listdir(m.mnt / "topics")) == ["T"]
+    assert os.listdir(m.mnt / "groups") == ["g"]
+    assert (m.mnt / "topics" / "T" / "bodies.txt").read_bytes() == before
+    assert (m.mnt / "groups" / "g" / "T" / "0" / "offset").read_text() == "-1\n"
+
+
+def test_allow_other_write_lets_others_write(shared_dir):
+    m = mount(shared_dir, "allow_other", "allow_other_write", "default_permissions")
+    _prepare(m)
+    assert stat.S_IMODE(os.stat(m.mnt / "topics" / "T" / "produce").st_mode) == 0o666
+    assert stat.S_IMODE(os.stat(m.mnt / "topics").st_mode) == 0o777
+    got = as_nobody(ATTEMPTS % str(m.mnt))
+    assert got == [0, 0, 0, 0, 0, 0, True, True]
+    assert b"from nobody" in (m.mnt / "topics" / "T" / "bodies.txt").read_bytes()
+
+
+def test_chmod_chown_utime_are_refused(shared_dir):
+    m = mount(shared_dir)
+    _prepare(m)
+    p = m.mnt / "topics" / "T" / "produce"
+    for fn in (lambda: os.chmod(p, 0o600), lambda: os.chown(p, NOBODY, NOBODY),
+               lambda: os.utime(p, (1, 1)), lambda: os.utime(p),
+               lambda: os.chmod(m.mnt / "topics", 0o700)):
+        with pytest.raises(OSError) as info:
+            fn()
+        assert info.value.errno == errno.EPERM
+    # truncating writes (O_TRUNC sets size and times) still work
+    subprocess.run(["bash", "-c", f"echo 0 > '{m.mnt}/groups/g/T/0/offset'"], check=True)
+    assert (m.mnt / "groups" / "g" / "T" / "0" / "offset").read_text() == "0\n"
+
+
+def test_raw_never_shows_a_link(shared_dir):
+    d, _ = shared_dir
+    m = mount(shared_dir)
+    _prepare(m)
+    secret = d / "secret"
+    secret.write_text("top secret\n")
+    os.symlink(secret, m.store / "x")             # created while mounted
+    os.symlink(d, m.store / "config" / "up")
+    assert "x" not in os.listdir(m.mnt / "raw")
+    assert "up" not in os.listdir(m.mnt / "raw" / "config")
+    for p in (m.mnt / "raw" / "x", m.mnt / "raw" / "config" / "up" / "secret"):
+        with pytest.raises(FileNotFoundError):
+            p.read_bytes()
+    assert secret.read_text() == "top secret\n"
+    m.umount()
+    res = run_rmqfs("mount", m.store, m.mnt, check=False)
+    assert res.returncode == 1 and "symbolic link" in res.stderr and "x" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_non_empty_directory_that_is_not_a_store_is_refused(shared_dir):
+    d, _ = shared_dir
+    home = d / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine\n")
+    mnt = d / "m"
+    mnt.mkdir()
+    res = run_rmqfs("mount", home, mnt, check=False)
+    assert res.returncode == 1 and "not a RocketMQ store" in res.stderr and "-o create" in res.stderr
+    assert sorted(os.listdir(home)) == ["notes.txt"]
+    m = mount(shared_dir, "create", store=home)
+    assert (home / "lock").exists() and os.listdir(m.mnt / "topics") == []
+
+
+def test_one_damaged_queue_leaves_the_topic_listable(shared_dir):
+    d, _ = shared_dir
+    root = d / "store"
+    cfg = StoreConfig(mapped_file_size_commit_log=64 * 1024,
+                      mapped_file_size_consume_queue=100 * 20)
+    with MessageStore(str(root), cfg) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"a%d" % i, queue_id=0) for i in range(450)]
+                       + [Message("T", b"b%d" % i, queue_id=1) for i in range(10)])
+    # unit 3 of queue 0 points one byte into its record; its file is older than the three
+    # recovery reads at open (damage there is found and rebuilt), so it stays
+    with open(root / "consumequeue" / "T" / "0" / ("0" * 20), "r+b") as f:
+        f.seek(3 * 20)
+        off = int.from_bytes(f.read(8), "big")
+        f.seek(3 * 20)
+        f.write((off + 1).to_bytes(8, "big"))
+    m = mount(shared_dir, store=root)
+    t = m.mnt / "topics" / "T"
+    names = os.listdir(t)
+    assert {"0", "1", "messages.jsonl", "produce"} <= set(names)
+    assert (t / "1" / "bodies.txt").read_bytes() == b"".join(b"b%d\n" % i for i in range(10))
+    with pytest.raises(OSError) as info:
+        (t / "0" / "bodies.txt").read_bytes()
+    assert info.value.errno == errno.EIO
+    status = json.loads((m.mnt / "status.json").read_text())
+    assert [q["queueId"] for q in status["damagedQueues"]] == [0]
+    assert os.listdir(m.mnt / "groups") == []
+    res = run_rmqfs("verify", root, check=False)
+    assert res.returncode != 0 and "consumequeue/T/0" in res.stdout + res.stderr
+
+
+@pytest.fixture
+def small_disk():
+    """A 4 MiB tmpfs (root only)."""
+    d = Path(tempfile.mkdtemp(prefix="rmqfs-full-"))
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {res.stderr}")
+    yield d
+    subprocess.run(["umount", "-l", str(d)], capture_output=True)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_enospc_leaves_no_trace(small_disk, tmp_path):
+    store = small_disk / "store"
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
+                    "messageIndexEnable=false\n")
+    m = Mount(store, tmp_path / "mnt", config=conf)
+    try:
+        os.mkdir(m.mnt / "topics" / "T")
+        os.mkdir(m.mnt / "groups" / "g")
+        with open(m.mnt / "topics" / "T" / "0" / "produce", "a") as f:
+            f.write("one\ntwo\n")
+        (m.mnt / "groups" / "g" / "T" / "0" / "offset").write_text("1\n")
+        filler = small_disk / "filler"
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\xff" * 65536)
+                    f.flush()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+        for fn in (lambda: os.mkdir(m.mnt / "topics" / "X"),
+                   lambda: os.mkdir(m.mnt / "groups" / "h"),
+                   lambda: (m.mnt / "groups" / "g" / "T" / "0" / "offset").write_text("2\n")):
+            with pytest.raises(OSError) as info:
+                fn()
+            assert info.value.errno == errno.ENOSPC
+        assert os.listdir(m.mnt / "topics") == ["T"]
+        assert os.listdir(m.mnt / "groups") == ["g"]
+        assert (m.mnt / "groups" / "g" / "T" / "0" / "offset").read_text() == "1\n"
+        os.unlink(filler)
+        os.mkdir(m.mnt / "topics" / "X")
+        assert sorted(os.listdir(m.mnt / "topics")) == ["T", "X"]
+        m.umount()
+    finally:
+        m.cleanup()

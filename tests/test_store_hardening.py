@@ -1,0 +1,365 @@
+"""Issue 9 (store side), without mounting: files created whole, no link followed, damaged
+config files, queue-count limits, ENOSPC rollback, the ConsumeQueue cut at a file start,
+short segments in verify, and one damaged ConsumeQueue kept to its queue."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import refreader
+from engine import config as C
+from engine import mappedfile
+from engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeStoreError
+from engine.store import Message, MessageStore, StoreConfig
+from engine.verify import recover_store, verify_store
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,
+             max_hash_slot_num=16, max_index_num=64)
+
+
+def small() -> StoreConfig:
+    return StoreConfig(**SMALL)
+
+
+def produce(root, n, topic="T", queue_id=None, tag="m", cfg=None):
+    with MessageStore(str(root), cfg or small()) as s:
+        if s.topic_config.get(topic) is None:
+            s.create_topic(topic, 2)
+        s.put_messages([Message(topic, f"{tag}{i}".encode(), keys=[f"k{tag}{i}"],
+                                queue_id=queue_id) for i in range(n)])
+
+
+def bodies(root, topic="T", cfg=None):
+    with MessageStore(str(root), cfg or small(), read_only=True) as s:
+        return sorted(rec.body for q in s.queue_ids(topic)
+                      for _, rec in s.iter_queue(topic, q))
+
+
+def sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------
+# item 8: whole or nothing
+
+
+def test_a_failed_creation_leaves_no_file(tmp_path, monkeypatch):
+    def no_space(fd, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "ftruncate", no_space)
+    with pytest.raises(OSError):
+        mappedfile.create_preallocated(str(tmp_path / "00000000000000000000"), 4096)
+    assert os.listdir(tmp_path) == []
+
+
+def test_without_o_tmpfile_a_leftover_temp_file_is_removed_on_open(tmp_path, monkeypatch):
+    real_open = os.open
+
+    def no_tmpfile(path, flags, *a, **k):
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            raise OSError(errno.EOPNOTSUPP, "not supported")
+        return real_open(path, flags, *a, **k)
+    monkeypatch.setattr(os, "open", no_tmpfile)
+    fd = mappedfile.create_preallocated(str(tmp_path / "00000000000000000000"), 4096)
+    os.close(fd)
+    assert os.listdir(tmp_path) == ["00000000000000000000"]
+    monkeypatch.undo()
+    root = tmp_path / "store"
+    produce(root, 5)
+    # a crash between creating and renaming the temp file
+    (root / "commitlog" / "00000000000000008192.tmp").write_bytes(b"")
+    (root / "config" / "topics.json.tmp").write_bytes(b"{")
+    produce(root, 1, tag="n")
+    assert not list(root.rglob("*.tmp"))
+
+
+def test_verify_reports_empty_and_short_segments_and_recover_repairs(tmp_path):
+    root = tmp_path / "store"
+    produce(root, 120, queue_id=0)
+    cl = sorted((root / "commitlog").iterdir())
+    nxt = int(cl[-1].name) + SMALL["mapped_file_size_commit_log"]
+    (root / "commitlog" / f"{nxt:020d}").write_bytes(b"")  # crash before sizing (old code)
+    qdir = root / "consumequeue" / "T" / "0"
+    files = sorted(qdir.iterdir())
+    assert len(files) >= 3
+    os.truncate(files[-1], 100)  # a short ConsumeQueue file
+    res = verify_store(str(root), small())
+    kinds = {(p.kind, p.severity) for p in res.problems}
+    assert ("commitlog-size", "error") in kinds and ("cq-size", "error") in kinds, res.problems
+    rep = recover_store(str(root), small())
+    assert rep.after.ok, [str(p) for p in rep.after.errors]
+    assert not (root / "commitlog" / f"{nxt:020d}").exists()
+    assert {f.stat().st_size for f in qdir.iterdir()} == {SMALL["mapped_file_size_consume_queue"]}
+    assert len(bodies(root)) == 120
+
+
+# ----------------------------------------------------------------------------------------------
+# item 9: the cut at the start of a ConsumeQueue file deletes the file
+
+
+def test_cut_at_a_consumequeue_file_start_deletes_that_file(tmp_path):
+    root = tmp_path / "store"
+    produce(root, 16, queue_id=0)          # exactly one full 16-unit ConsumeQueue file
+    produce(root, 1, queue_id=0, tag="x")  # the 17th opens the second file
+    qdir = root / "consumequeue" / "T" / "0"
+    assert len(list(qdir.iterdir())) == 2
+    recs = refreader.read_commitlog(root / "commitlog")
+    last = recs[-1]
+    seg = [s for s in refreader.list_segments(root / "commitlog")
+           if s[0] <= last["physicalOffset"] < s[0] + s[2]][0]
+    with open(seg[1], "r+b") as f:  # the last record torn: recovery cuts exactly there
+        f.seek(last["physicalOffset"] - seg[0])
+        f.write(bytes(last["totalSize"]))
+    (root / "abort").write_text("1")
+    with MessageStore(str(root), small()) as s:
+        assert s.max_offset("T", 0) == 16
+    # as ConsumeQueue.truncateDirtyLogicFiles: no all-zero file a broker would count
+    assert [f.name for f in sorted(qdir.iterdir())] == ["00000000000000000000"]
+    assert refreader.read_consumequeue(root, "T", 0)[-1][0] == recs[-2]["physicalOffset"]
+    assert verify_store(str(root), small()).ok
+
+
+# ----------------------------------------------------------------------------------------------
+# item 6: links and special files
+
+
+@pytest.mark.parametrize("where", ["segment", "cq-dir", "config", "top"])
+def test_a_store_with_a_link_is_refused_and_the_target_untouched(tmp_path, where):
+    root = tmp_path / "store"
+    produce(root, 40)
+    outside = tmp_path / "secret"
+    outside.write_bytes(b"do not read or write me\n" * 400)
+    before = sha(outside)
+    if where == "segment":
+        seg = sorted((root / "commitlog").iterdir())[-1]
+        os.unlink(seg)
+        os.symlink(outside, seg)
+    elif where == "cq-dir":
+        (root / "consumequeue" / "L").symlink_to(tmp_path, target_is_directory=True)
+    elif where == "config":
+        p = root / "config" / "topics.json"
+        os.unlink(p)
+        os.symlink(outside, p)
+    else:
+        (root / "x").symlink_to(outside)
+    with pytest.raises(UnsafeStoreError) as info:
+        MessageStore(str(root), small())
+    assert "symbolic link" in str(info.value)
+    with pytest.raises(UnsafeStoreError):
+        MessageStore(str(root), small(), read_only=True)
+    res = verify_store(str(root), small())
+    assert not res.ok and {p.kind for p in res.errors} == {"unsafe"}
+    with pytest.raises(UnsafeStoreError):
+        recover_store(str(root), small())
+    assert sha(outside) == before
+
+
+def test_a_fifo_in_the_store_is_refused_without_hanging(tmp_path):
+    root = tmp_path / "store"
+    produce(root, 3)
+    os.mkfifo(root / "config" / "consumerOffset.json")
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from engine.store import MessageStore\n"
+            "try:\n    MessageStore(%r)\nexcept Exception as e:\n    print(type(e).__name__)\n"
+            % (str(REPO), str(root)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "UnsafeStoreError", out.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# item 11: damaged config files
+
+
+def _with_bak(root):
+    """A store whose consumerOffset.json has a .bak (two commits)."""
+    produce(root, 10, queue_id=0)
+    with MessageStore(str(root), small()) as s:
+        s.commit_offset("g", "T", 0, 3)
+        s.commit_offset("g", "T", 0, 5)
+    return root / "config" / "consumerOffset.json"
+
+
+def test_a_stray_byte_falls_back_to_the_bak_as_the_broker_does(tmp_path):
+    root = tmp_path / "store"
+    path = _with_bak(root)
+    with open(path, "ab") as f:
+        f.write(b"\xff")
+    res = verify_store(str(root), small())
+    assert res.ok
+    warn = [p for p in res.warnings if p.kind == "config"]
+    assert warn and "consumerOffset.json" in warn[0].what and ".bak" in warn[0].what
+    with MessageStore(str(root), small()) as s:
+        assert s.consumer_offsets.query("g", "T", 0) == 3  # the .bak's value
+    assert recover_store(str(root), small()).after.ok
+
+
+@pytest.mark.parametrize("content,reason", [
+    (b'{"offsetTable":5}', "offsetTable is a int"),
+    (b'{"offsetTable":{"T@g":{"0":"12"}}}', "not an integer"),
+    (b'{"offsetTable":{"T@g":{"x":1}}}', "queue id"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"[1, 2]", "top level"),
+])
+def test_an_unusable_config_file_fails_naming_file_and_reason(tmp_path, content, reason):
+    root = tmp_path / "store"
+    produce(root, 3)
+    path = root / "config" / "consumerOffset.json"
+    path.write_bytes(content)
+    with pytest.raises(ConfigFileError) as info:
+        MessageStore(str(root), small())
+    assert str(path) in str(info.value) and reason in str(info.value)
+    res = verify_store(str(root), small())
+    assert [p for p in res.errors if p.kind == "config"], res.problems
+    listing = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigFileError) as info:
+        recover_store(str(root), small())
+    assert "consumerOffset.json" in str(info.value)
+    # recover changed nothing (no abort, no rewritten checkpoint)
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} == listing
+
+
+def test_bad_names_in_config_are_skipped_and_kept(tmp_path):
+    root = tmp_path / "store"
+    produce(root, 3)
+    sg = root / "config" / "subscriptionGroup.json"
+    sg.write_text(json.dumps({"subscriptionGroupTable": {"a/b": {"groupName": "a/b"},
+                                                         "ok": {"groupName": "ok"}}}))
+    tp = root / "config" / "topics.json"
+    raw = json.loads(tp.read_text())
+    raw["topicConfigTable"]["bad\nname"] = {"topicName": "bad\nname", "readQueueNums": 1}
+    tp.write_text(json.dumps(raw))
+    (root / "consumequeue" / "bad name" / "0").mkdir(parents=True)
+    (root / "consumequeue" / "T" / "007").mkdir(parents=True)
+    with MessageStore(str(root), small()) as s:
+        assert s.group_names() == ["ok"]
+        assert s.queue_ids("T") == [0, 1]
+        assert s.topic_names() == ["T"]
+        s.create_group("new")
+        s.create_topic("U")
+    # written back untouched, for the broker that wrote them
+    assert "a/b" in json.loads(sg.read_text())["subscriptionGroupTable"]
+    assert "bad\nname" in json.loads(tp.read_text())["topicConfigTable"]
+
+
+# ----------------------------------------------------------------------------------------------
+# item 12: queue counts
+
+
+@pytest.mark.parametrize("n", [0, -5, 100_000_000, True, 1.5])
+def test_queue_counts_are_validated(tmp_path, n):
+    with MessageStore(str(tmp_path / "store"), small()) as s:
+        with pytest.raises(InvalidNameError):
+            s.create_topic("Q", n)
+        assert "Q" not in s.topic_names()
+
+
+def test_a_huge_queue_count_in_topics_json_costs_a_bounded_listing(tmp_path):
+    root = tmp_path / "store"
+    produce(root, 3)
+    tp = root / "config" / "topics.json"
+    raw = json.loads(tp.read_text())
+    raw["topicConfigTable"]["T"]["readQueueNums"] = 100_000_000
+    tp.write_text(json.dumps(raw))
+    with MessageStore(str(root), small()) as s:
+        assert len(s.queue_ids("T")) == C.MAX_QUEUE_NUMS
+
+
+def test_produce_cli_validates_queues(tmp_path):
+    for n in ("100000000", "-5", "0"):
+        res = subprocess.run([sys.executable, "-m", "mount.cli", "produce", str(tmp_path / "s"),
+                              "-t", "T", "-c", "--queues", n], input="x\n", text=True,
+                             capture_output=True, cwd=REPO, timeout=60,
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert res.returncode == 1 and "--queues" in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# item 15: a failed config write leaves no trace in memory
+
+
+def test_enospc_on_config_writes_rolls_back(tmp_path, monkeypatch):
+    root = tmp_path / "store"
+    produce(root, 10, queue_id=0)
+    with MessageStore(str(root), small()) as s:
+        s.commit_offset("g", "T", 0, 4)
+
+        def full(path, obj):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(C, "persist_config_file", full)
+        with pytest.raises(OSError):
+            s.create_topic("G")
+        with pytest.raises(OSError):
+            s.create_group("newgroup")
+        with pytest.raises(OSError):
+            s.commit_offset("g", "T", 0, 7)
+        with pytest.raises(OSError):
+            s.commit_offset("h", "T", 0, 2)
+        assert "G" not in s.topic_names()
+        assert "newgroup" not in s.group_names() and "h" not in s.group_names()
+        assert s.consumer_offsets.query("g", "T", 0) == 4
+        monkeypatch.undo()
+        s.commit_offset("g", "T", 0, 6)  # and the next write works
+    with MessageStore(str(root), small()) as s:
+        assert s.consumer_offsets.query("g", "T", 0) == 6
+        assert "G" not in s.topic_names()
+
+
+# ----------------------------------------------------------------------------------------------
+# item 13: one damaged ConsumeQueue stays in its queue
+
+
+def test_units_out_of_order_are_rebuilt_at_open(tmp_path):
+    root = tmp_path / "store"
+    produce(root, 40, queue_id=0)
+    produce(root, 10, queue_id=1, tag="b")
+    f = sorted((root / "consumequeue" / "T" / "0").iterdir())[1]
+    with open(f, "r+b") as fh:  # unit 20: commitLogOffset with high bits flipped
+        fh.seek(4 * 20)
+        fh.write(b"\x00\x10")
+    with MessageStore(str(root), small()) as s:
+        assert any("consumequeue/T/0" in r for r in s.repairs)
+    assert len(bodies(root)) == 50
+    assert verify_store(str(root), small()).ok
+
+
+def test_a_unit_pointing_at_no_record_fails_only_its_queue(tmp_path):
+    root = tmp_path / "store"
+    produce(root, 10, queue_id=0)
+    produce(root, 10, queue_id=1, tag="b")
+    f = sorted((root / "consumequeue" / "T" / "0").iterdir())[0]
+    with open(f, "r+b") as fh:  # unit 3's size: 1 byte (order kept, no record read)
+        fh.seek(3 * 20 + 8)
+        fh.write((1).to_bytes(4, "big"))
+    with MessageStore(str(root), small(), read_only=True) as s:
+        assert [r.body for _, r in s.iter_queue("T", 1)] == [b"b%d" % i for i in range(10)]
+        with pytest.raises(StoreError):
+            list(s.iter_queue("T", 0))
+        assert ("T", 0) in s.damaged and ("T", 1) not in s.damaged
+    res = verify_store(str(root), small())
+    assert any(p.path.startswith("consumequeue/T/0") for p in res.errors)
+    assert recover_store(str(root), small()).after.ok
+    assert len(bodies(root)) == 20
+
+
+def test_a_missing_first_consumequeue_file_is_found_and_rebuilt(tmp_path):
+    """Found by the damage fuzz: a deleted head file made messages unconsumable, verify OK."""
+    root = tmp_path / "store"
+    produce(root, 40, queue_id=0)
+    qdir = root / "consumequeue" / "T" / "0"
+    os.unlink(sorted(qdir.iterdir())[0])
+    res = verify_store(str(root), small())
+    assert [p.kind for p in res.errors] == ["cq-missing"], res.problems
+    assert recover_store(str(root), small()).after.ok
+    assert len(bodies(root)) == 40
