@@ -73,6 +73,8 @@ class Context:
         self.pid = pid or os.getpid()
         self.mount_time_ns = time.time_ns()
         self.config_dir = os.path.join(store.root, "config")
+        # nothing under the store changes: a read-only mount of a store no one writes
+        self.frozen = self.read_only and store.follower is None
 
     def file_mtime_ns(self, *names: str) -> int:
         """Newest mtime (ns) of files under ``config/``; the mount time when none exists.
@@ -339,11 +341,27 @@ class StatusFile(GeneratedFile):
             "queues": len(queues),
             "messages": sum(cq.max_offset - cq.min_offset for _, cq in queues),
             "groups": len(s.group_names()),
+            **follower_status(s),
         })
 
     def mtime_ns(self) -> int:
         return _ms_to_ns(self.ctx.store.commitlog.last_store_timestamp) or \
             self.ctx.mount_time_ns
+
+
+def follower_status(store: MessageStore) -> dict:
+    """status.json's follower fields: ``follower`` (bool), and for a follower the writer's
+    pid, its CommitLog end (``writerCommitLogMaxOffset``, bytes of complete records),
+    ``followerBehindBytes`` (written but not visible yet), ``followerBehindMs`` (how long the
+    oldest of those has waited since its store time) and ``followerRefreshedTimestamp``
+    (epoch ms of the last refresh)."""
+    f = store.follower
+    if f is None:
+        return {"follower": False}
+    return {"follower": True, "writerPid": store.writer_pid,
+            "writerCommitLogMaxOffset": max(f.writer_end, store.commitlog.max_offset),
+            "followerBehindBytes": f.behind_bytes, "followerBehindMs": f.behind_ms(),
+            "followerRefreshedTimestamp": f.refreshed_ms}
 
 
 # --------------------------------------------------------------------------------------------
@@ -535,7 +553,9 @@ class MessageFile(GeneratedFile):
     def stat(self):
         data = self.content()
         ms = max(r.store_timestamp for r in self.records)
-        return Stat(RO_FILE, len(data), _ms_to_ns(ms), live=False)
+        # cached for long only when the store cannot change (expiry makes lookups ENOENT)
+        return Stat(RO_FILE, len(data), _ms_to_ns(ms), live=False,
+                    attr_timeout=None if self.ctx.frozen else 1.0)
 
 
 class ByOffsetDir(Dir):
@@ -1055,8 +1075,8 @@ class RawFile(Node):
             seg = self.ctx.store.commitlog.files.find(int(parts[-1])) if parts[-1].isdigit() \
                 else None
             return seg is not None and seg.end <= self.ctx.store.commitlog.max_offset - 1 \
-                or self.ctx.read_only
-        return self.ctx.read_only
+                or self.ctx.frozen
+        return self.ctx.frozen
 
     def stat(self):
         try:
