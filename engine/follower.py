@@ -196,6 +196,7 @@ class Follower:
             cl = s.commitlog
             old_min = cl.min_offset
             deleted = self._follow_file_queue(cl.files)
+            cl.file_size = cl.files.file_size
             try:
                 s.checkpoint = StoreCheckpoint.read(s.checkpoint_path)
             except (OSError, ValueError, StoreError):
@@ -276,6 +277,8 @@ class Follower:
                 except FileNotFoundError:
                     break
                 size = os.fstat(fd).st_size
+                if not keep and size > 0 and start % size == 0:
+                    fq.file_size = size  # the first file of a new queue: its size is the size
                 if size != fq.file_size or start % fq.file_size:
                     os.close(fd)  # being created (size 0 until ftruncate), or not ours
                     break
@@ -336,7 +339,8 @@ class Follower:
         if not os.path.isdir(qdir):
             return None
         try:
-            cq = ConsumeQueue(qdir, topic, queue_id, s._cq_file_size, True, trusted_size=True)
+            # the writer preallocates its files: a lone file's size is the file size
+            cq = ConsumeQueue(qdir, topic, queue_id, s._cq_file_size, True)
         except (ValueError, CorruptRecordError, OSError) as exc:
             log.debug("follower: queue %s/%d not readable yet: %s", topic, queue_id, exc)
             return None
