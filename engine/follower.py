@@ -41,12 +41,16 @@ import struct
 import threading
 import time
 
+import numpy as np
+
 from .checkpoint import StoreCheckpoint
 from .config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
-from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units
 from .errors import CorruptRecordError, StoreError
 from .mappedfile import FileQueue, Segment
-from .message import INNER_BATCH_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from .message import crc32 as _crc32
+from .message import (INNER_BATCH_FLAG, MAGIC_BLANK, MAGIC_V1, MAGIC_V2,
+                      TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,16 @@ _STORE_TS_V4, _STORE_TS_V6 = 56, 68
 _BORNHOST_V6_FLAG = 0x10  # MessageSysFlag.BORNHOST_V6_FLAG
 _Q = struct.Struct(">q")
 GRAVE_ROUNDS = 50  # refreshes before the descriptor of a deleted file is closed
+MAX_NEW_UNITS = 1 << 20  # units of one queue taken per refresh
+BRIDGE_MAX = 10_000  # unit-less records walked one by one per refresh
+TAIL_MAX = 10_000  # records past the last unit walked to measure the writer's lead
+# A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.consumequeue) and the
+# first 40 bytes of a CommitLog record (engine.message FIXED_V4 up to SYSFLAG), as numpy
+# records for the columnar checks.
+_UNIT_DT = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+_HEAD_DT = np.dtype([("total", ">i4"), ("magic", ">u4"), ("crc", ">i4"), ("qid", ">i4"),
+                     ("flag", ">i4"), ("qoff", ">i8"), ("phys", ">i8"), ("sys", ">i4")])
+_MAGICS = np.array([MAGIC_V1, MAGIC_V2], dtype=np.uint32)
 
 
 def writer_pid(root: str) -> int | None:
@@ -122,15 +136,16 @@ class Follower:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._refresh_lock = threading.Lock()
+        self._opened_queue = False
         self.listeners: list = []  # callables(dict of what changed) run after a refresh
 
     # -- open ---------------------------------------------------------------------------------
     def open(self) -> None:
         """Set the visible state from the writer's files, then :meth:`refresh`.
 
-        The visible CommitLog end starts at the newest record a ConsumeQueue points at (the
-        writer's reput position, as normal recovery starts there); units past what the
-        refresh then validates are hidden.
+        The visible CommitLog end starts at the start of the segment holding the newest
+        record a ConsumeQueue points at (the writer's reput position); the refresh then checks
+        every unit from there on.
         """
         s = self.store
         cl = s.commitlog
@@ -139,14 +154,16 @@ class Follower:
         last = max((cq.last_commitlog_offset for cq in s.consume_queues.values()), default=-1)
         start = cl.min_offset
         if last >= cl.min_offset:
-            start = s._record_boundary(last)
+            start = max(cl.min_offset, last - last % cl.file_size)
+        # Units of the newest segment are checked again by the reput (from its start, the
+        # tiling needs every unit of it); older ones are trusted, as normal recovery does.
+        for cq in s.consume_queues.values():
+            if cq.max_offset > cq.min_offset and cq.last_commitlog_offset >= start:
+                cq.truncate_dirty(start)  # read-only: in memory only
         cl.max_offset = start
         self.writer_end = start
         self.refresh()
-        end = cl.max_offset
         for cq in s.consume_queues.values():
-            if cq.max_offset > cq.min_offset and cq.last_commitlog_offset >= end:
-                cq.truncate_dirty(end)  # read-only: in memory only
             cq.correct_min_offset(cl.min_offset)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -214,7 +231,11 @@ class Follower:
                             cq.min_offset = base
                             cq.max_offset = max(cq.max_offset, base)
                         cq.correct_min_offset(cl.min_offset)
-            changes["records"] = self._reput()
+            for _ in range(8):  # again at once when the writer started new queues
+                self._opened_queue = False
+                changes["records"] += self._reput()
+                if not self._opened_queue:
+                    break
             if s.index_service is not None:
                 changes["deleted"] += [os.path.relpath(p, s.root)
                                        for p in s.index_service.follow()]
@@ -327,6 +348,19 @@ class Follower:
             out.append((name, attr, mgr))
         return out
 
+    def _discover_queues(self, topic: str) -> int:
+        """Open every queue directory of ``topic`` the writer created since; returns how
+        many (a new topic's queues usually all start within one put)."""
+        try:
+            names = os.listdir(os.path.join(self.store.root, "consumequeue", topic))
+        except OSError:
+            return 0
+        n = 0
+        for name in names:
+            if name.isdigit() and (topic, int(name)) not in self.store.consume_queues:
+                n += self._queue(topic, int(name)) is not None
+        return n
+
     def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The store's ConsumeQueue of a queue, opened when the writer created its directory
         since (None while it has not)."""
@@ -349,126 +383,250 @@ class Follower:
             s.consume_queues[key] = cq
         return cq
 
-    def _disk_units(self, cq: ConsumeQueue, lo: int, hi: int) -> bytes:
-        """The writer's raw units ``[lo, hi)`` (queue offsets) from the files, following the
-        queue's directory for new files; shorter when files end first."""
+    # -- reput --------------------------------------------------------------------------------
+    def _new_units(self, cq: ConsumeQueue) -> bytes:
+        """The writer's valid units after the queue's visible end (``cq.max_offset``), read
+        in growing steps (most queues gain a few units per refresh) and across new files;
+        at most MAX_NEW_UNITS."""
         fq = cq.files
-        want_end = hi * CQ_STORE_UNIT_SIZE
-        if want_end > fq.end_offset:
-            self._follow_file_queue(fq)
+        lo = cq.max_offset
         out = []
-        pos = lo * CQ_STORE_UNIT_SIZE
-        while pos < want_end:
-            data = fq.read(pos, want_end - pos)
+        n_total = 0
+        step = 256
+        while n_total < MAX_NEW_UNITS:
+            pos = (lo + n_total) * CQ_STORE_UNIT_SIZE
+            if pos >= fq.end_offset:
+                self._follow_file_queue(fq)  # the writer may have started the next file
+                if pos >= fq.end_offset:
+                    break
+            data = fq.read(pos, step * CQ_STORE_UNIT_SIZE)
             if not data:
                 break
-            out.append(data)
-            pos += len(data)
+            n = _valid_prefix_units(data)
+            out.append(data[:n * CQ_STORE_UNIT_SIZE])
+            n_total += n
+            if n * CQ_STORE_UNIT_SIZE < len(data):
+                break
+            step = min(step * 8, 1 << 16)
         return b"".join(out)
 
-    # -- reput --------------------------------------------------------------------------------
     def _reput(self) -> int:
-        """Advance the visible end over complete records whose units the writer has written.
-        Returns the number of records made visible."""
+        """Advance the visible end over complete records whose units the writer has written
+        (see the module docstring). Returns the number of units made visible.
+
+        Columnar: the new units of every queue are read in one pass per queue, sorted by
+        CommitLog offset and must tile the CommitLog from the visible end (a unit ends where
+        the next begins); their records' headers are checked with numpy (TOTALSIZE equals the
+        unit's size, MAGIC, PHYSICALOFFSET, QUEUEID and QUEUEOFFSET equal the unit's) and
+        their bodies' CRCs computed; only the gaps of the tiling (a blank record at a segment
+        end, records that get no unit, or a unit not written yet) are looked at one by one.
+        """
         s = self.store
         cl = s.commitlog
         start = cl.max_offset
-        recs = []  # (phys, total, key or None, queue offset, buf, pos)
-        for buf, pos, phys, total, topic, qid, qoff, sys_flag in cl.scan_raw(
-                start, check_crc=True):
-            needs_unit = not (sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE,
-                                                  TRANSACTION_ROLLBACK_TYPE)
-                              or sys_flag & INNER_BATCH_FLAG or topic in s._batch_cq_topics)
-            recs.append((phys, total, (topic, qid) if needs_unit else None, qoff, buf, pos))
-        scan_end = cl.scan_end
-        if not recs:
-            self.writer_end = max(start, scan_end)
-            if scan_end > start:  # a blank record: the visible end moves to the next file
-                with s.put_lock:
-                    cl.max_offset = scan_end
-            self.waiting_since_ms = 0
-            return 0
-        last = recs[-1]
-        self.writer_end = max(scan_end, last[0] + last[1])
-        self.writer_store_timestamp = _store_timestamp(last[4], last[5])
-        stop = len(recs)
-        per_queue: dict[tuple, list] = {}
-        for i, r in enumerate(recs):
-            if r[2] is not None:
-                per_queue.setdefault(r[2], []).append(i)
-        new_max: dict[tuple, tuple] = {}
-        for key, idxs in per_queue.items():
-            cq = self._queue(*key)
-            if cq is None:
-                stop = min(stop, idxs[0])
-                continue
-            lo = min(cq.max_offset, recs[idxs[0]][3])
-            hi = recs[idxs[-1]][3] + 1
-            if lo < cq.min_offset:
-                lo = cq.min_offset
-            raw = self._disk_units(cq, lo, hi) if hi > lo else b""
-            n = len(raw) // CQ_STORE_UNIT_SIZE
-            # units between the visible end of the queue and the first new record (a unit a
-            # queue had before the records scanned here, e.g. RocketMQ's pre-blank filler)
-            first = recs[idxs[0]][3]
-            gap_ok = True
-            for k in range(max(0, cq.max_offset - lo), max(0, first - lo)):
-                if k >= n:
-                    gap_ok = False
-                    break
-                off, size, _ = UNIT.unpack_from(raw, k * CQ_STORE_UNIT_SIZE)
-                if off < 0 or size <= 0:
-                    gap_ok = False
-                    break
-            if not gap_ok:
-                stop = min(stop, idxs[0])
-                continue
-            good = None
-            for i in idxs:
-                if i >= stop:
-                    break
-                phys, total, _, qoff, _, _ = recs[i]
-                k = qoff - lo
-                if qoff < cq.min_offset:
-                    continue  # expired meanwhile: nothing to show, nothing to check
-                if k < 0 or k >= n:
-                    stop = min(stop, i)
-                    break
-                off, size, _ = UNIT.unpack_from(raw, k * CQ_STORE_UNIT_SIZE)
-                if off != phys or size != total:
-                    stop = min(stop, i)
-                    break
-                good = i
-            if good is not None:
-                new_max[key] = (cq, good)
-        end = recs[stop][0] if stop < len(recs) else scan_end
-        if stop < len(recs):
-            r = recs[stop]
-            self.waiting_since_ms = _store_timestamp(r[4], r[5])
+        queues = list(s.consume_queues.values())
+        parts = []
+        for i, cq in enumerate(queues):
+            raw = self._new_units(cq)
+            if raw:
+                parts.append((i, cq.max_offset, np.frombuffer(raw, _UNIT_DT)))
+        if parts:
+            off = np.concatenate([u["off"] for _, _, u in parts]).astype(np.int64)
+            size = np.concatenate([u["size"] for _, _, u in parts]).astype(np.int64)
+            qoff = np.concatenate([np.arange(b, b + len(u), dtype=np.int64)
+                                   for _, b, u in parts])
+            qidx = np.concatenate([np.full(len(u), i, dtype=np.int64) for i, _, u in parts])
         else:
-            self.waiting_since_ms = 0
+            off = size = qoff = qidx = np.zeros(0, dtype=np.int64)
+        end_of = off + size
+        order = np.argsort(off, kind="stable")
+        # the tiling, from the visible end
+        pos = start
+        so, se = off[order], end_of[order]
+        ahead = so >= start
+        so_a, se_a = so[ahead], se[ahead]
+        if len(so_a) > 1:
+            breaks = np.flatnonzero(so_a[1:] != se_a[:-1])
+        else:
+            breaks = np.zeros(0, dtype=np.int64)
+        i, n = 0, len(so_a)
+        while True:
+            if i < n and so_a[i] == pos:
+                k = np.searchsorted(breaks, i)  # the first break at or after i
+                last = int(breaks[k]) if k < len(breaks) else n - 1
+                pos = int(se_a[last])
+                i = last + 1
+                continue
+            if i < n and so_a[i] < pos:  # a unit overlapping what is taken: torn or foreign
+                break
+            bridged = self._bridge(pos, int(so_a[i]) if i < n else None)
+            if bridged == pos:
+                break
+            pos = bridged
+        # header and CRC checks of everything taken (and of units below the start, which a
+        # queue may get late: they are complete records already inside the visible end)
+        take = off < pos
+        bad = self._check_records(off, size, qoff, qidx, queues, take)
+        if bad is not None:
+            pos = min(pos, bad)
+            take = off < pos
+        # per queue, the taken units are a prefix of its new ones (units are in CommitLog order)
+        counts = {}
+        at = 0
+        for i, base, u in parts:
+            t = take[at:at + len(u)]
+            k = int(np.argmin(t)) if not t.all() else len(u)
+            counts[i] = k
+            at += len(u)
+        # how far the writer is: its units and then its CommitLog beyond them
+        writer_end = max(pos, int(end_of.max()) if len(end_of) else 0)
+        writer_end, last_ts = self._writer_tail(writer_end)
+        self.writer_end = writer_end
+        if last_ts:
+            self.writer_store_timestamp = last_ts
+        self.waiting_since_ms = self._store_ts_at(pos) if writer_end > pos else 0
+        made = 0
         with s.put_lock:
-            for key, (cq, good) in new_max.items():
-                if good >= stop:
-                    # the queue's last record below the stop point
-                    idxs = [i for i in per_queue[key] if i < stop]
-                    if not idxs:
-                        continue
-                    good = idxs[-1]
-                phys, total, _, qoff, _, _ = recs[good]
-                if qoff + 1 > cq.max_offset:
-                    cq.max_offset = qoff + 1
-                    cq.last_commitlog_offset, cq.max_physic_offset = phys, phys + total
-            if stop > 0:
-                r = recs[stop - 1]
-                cl.last_store_timestamp = _store_timestamp(r[4], r[5])
-                s._dispatched_store_timestamp = cl.last_store_timestamp
-            if end > cl.max_offset:
-                cl.max_offset = end
+            for i, k in counts.items():
+                if k:
+                    cq = queues[i]
+                    hit = np.flatnonzero(qidx == i)[k - 1]
+                    cq.max_offset += k
+                    cq.last_commitlog_offset = int(off[hit])
+                    cq.max_physic_offset = int(end_of[hit])
+                    made += k
+            if pos > cl.max_offset:
+                taken = off[take]
+                newest = int(taken.max()) if len(taken) else None
+                cl.max_offset = pos
+                ts = self._store_ts_at(newest) if newest is not None else 0
+                if ts:
+                    cl.last_store_timestamp = ts
+                    s._dispatched_store_timestamp = ts
             # what the writer says it has synced (checkpoint), within what is visible
             confirmed = s.checkpoint.confirm_phy_offset
             cl.flushed_where = min(cl.max_offset, confirmed) if confirmed > 0 else cl.max_offset
-        return stop
+        return made
+
+    def _bridge(self, pos: int, target: int | None) -> int:
+        """Walk records from ``pos`` that need no unit of a known queue: a blank record at a
+        segment end (to the next segment, once the follower has its file), PREPARED/ROLLBACK
+        transaction records, inner-batch or BatchCQ records. Stops at ``target``, at a record
+        whose unit is missing (opening its queue when the writer created the directory since;
+        the next refresh takes it), or at anything incomplete. Returns where it stopped."""
+        s = self.store
+        cl = s.commitlog
+        for _ in range(BRIDGE_MAX):
+            if target is not None and pos >= target:
+                break
+            head = cl.files.read(pos, 8)
+            if len(head) < 8:
+                break
+            total, magic = struct.unpack(">iI", head)
+            if magic == MAGIC_BLANK:
+                nxt = cl.files.roll_next(pos)
+                if cl.files.find(nxt) is None:
+                    break
+                pos = nxt
+                continue
+            if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+                break
+            try:
+                rec = cl.read_message(pos, total, check_crc=True)
+            except CorruptRecordError:
+                break
+            if rec.commitlog_offset != pos:
+                break
+            needs_unit = not (rec.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE,
+                                                      TRANSACTION_ROLLBACK_TYPE)
+                              or rec.sys_flag & INNER_BATCH_FLAG
+                              or rec.topic in s._batch_cq_topics)
+            if needs_unit:
+                if (rec.topic, rec.queue_id) not in s.consume_queues and \
+                        self._discover_queues(rec.topic):
+                    self._opened_queue = True  # new queues: the reput runs again
+                break
+            pos += total
+        return pos
+
+    def _check_records(self, off, size, qoff, qidx, queues, take) -> int | None:
+        """Check the records of the taken units (numpy over each segment's bytes, then the
+        body CRCs). Returns the CommitLog offset of the first bad one, or None."""
+        idx = np.flatnonzero(take)
+        if not len(idx):
+            return None
+        cl = self.store.commitlog
+        idx = idx[np.argsort(off[idx], kind="stable")]
+        fs = cl.files.file_size
+        seg_of = off[idx] // fs
+        bad = None
+        qids = np.array([cq.queue_id for cq in queues], dtype=np.int64)
+        for seg_no in np.unique(seg_of):
+            sel = idx[seg_of == seg_no]
+            lo = int(off[sel].min())
+            hi = int((off[sel] + size[sel]).max())
+            data = cl.files.read(lo, hi - lo)
+            ok = np.zeros(len(sel), dtype=bool)
+            rel = off[sel] - lo
+            fits = (rel >= 0) & (rel + size[sel] <= len(data)) & (size[sel] >= _HEAD_DT.itemsize)
+            if fits.any() and data:
+                buf = np.frombuffer(data, dtype=np.uint8)
+                r = rel[fits]
+                heads = buf[r[:, None] + np.arange(_HEAD_DT.itemsize)].copy().view(_HEAD_DT)
+                heads = heads.reshape(-1)
+                u = sel[fits]
+                good = ((heads["total"] == size[u]) & np.isin(heads["magic"], _MAGICS)
+                        & (heads["phys"] == off[u]) & (heads["qid"] == qids[qidx[u]])
+                        & (heads["qoff"] == qoff[u]))
+                # body CRCs (BODYCRC covers the body only), one C call per record
+                sysf = heads["sys"].astype(np.int64)
+                blen_at = r + 84 + 12 * ((sysf & 0x10) > 0) + 12 * ((sysf & 0x20) > 0)
+                inside = blen_at + 4 <= len(data)
+                blen = np.full(len(r), -1, dtype=np.int64)
+                if inside.any():
+                    b = buf[blen_at[inside][:, None] + np.arange(4)].copy().view(">i4")
+                    blen[inside] = b.reshape(-1)
+                good &= inside & (blen >= 0) & (blen_at + 4 + blen <= r + size[u])
+                mv = memoryview(data)
+                js = np.flatnonzero(good)
+                a_list = (blen_at[js] + 4).tolist()
+                e_list = (blen_at[js] + 4 + blen[js]).tolist()
+                c_list = heads["crc"][js].tolist()
+                crc = _crc32
+                for j, a, e, c in zip(js.tolist(), a_list, e_list, c_list):
+                    if crc(mv[a:e]) & 0x7FFFFFFF != c:
+                        good[j] = False
+                ok[fits] = good
+            if not ok.all():
+                first = int(off[sel[int(np.argmin(ok))]])
+                bad = first if bad is None else min(bad, first)
+                break
+        return bad
+
+    def _writer_tail(self, pos: int) -> tuple[int, int]:
+        """``(end, storeTimestamp)`` of the complete records the writer has after ``pos``
+        (records its ConsumeQueues do not point at yet), walking at most TAIL_MAX of them."""
+        cl = self.store.commitlog
+        end, ts, n = pos, 0, 0
+        head = cl.files.read(pos, 8)
+        if len(head) < 8 or head == bytes(8):
+            return end, ts  # the usual case: nothing after the units (no 8 MB scan read)
+        for buf, at, phys, total, *_ in cl.scan_raw(pos, check_crc=True):
+            end = phys + total
+            ts = _store_timestamp(buf, at)
+            n += 1
+            if n >= TAIL_MAX:
+                break
+        else:
+            end = max(end, cl.scan_end)
+        return end, ts
+
+    def _store_ts_at(self, pos: int) -> int:
+        """STORETIMESTAMP of the record at ``pos`` (0 when none can be read there)."""
+        head = self.store.commitlog.files.read(pos, 80)
+        if len(head) < 80:
+            return 0
+        return _store_timestamp(head, 0)
 
 
 def _store_timestamp(buf, pos: int) -> int:
