@@ -6,7 +6,10 @@ messages/s, in writes of ``--batch`` lines, each write one put; a write's acknow
 is when ``write()`` returned). This process reads the follower's ``topics/F/messages.jsonl`` as
 ``tail -f`` does (``fstat``, then ``pread`` up to that size, every ``--poll`` seconds) and
 notes when each line first became readable there. Per message: visible time minus ack time
-(``CLOCK_MONOTONIC``, one clock for both processes). Reported: p50/p99/max over the run and
+(``CLOCK_MONOTONIC``, one clock for both processes). Also when the follower's own state
+(``status.json``'s ``commitLogMaxOffset``, what lookups see) reached the writer's CommitLog end
+read right after each write, and the CPU seconds each mount daemon used per second of
+producing (a figure the machine's other load does not change much). Reported: p50/p99/max over the run and
 per window of ``--window`` seconds with the store's CommitLog size at that window, to show how
 the lag grows with the store (it should not: a refresh reads only what was written since the
 previous one), and the rate the producer actually reached.
@@ -29,9 +32,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 PRODUCER = r"""
-import os, sys, time
+import json, os, sys, time
 path, out, rate, batch, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+status = sys.argv[6]
 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+ends = []
 pad = b"x" * 80
 acks = []
 k = 0
@@ -47,11 +52,20 @@ while True:
     data = b"".join(b"%d:%d %s\n" % (k, j, pad) for j in range(batch))
     os.write(fd, data)
     acks.append(time.monotonic())
+    with open(status, "rb") as f:  # an upper bound of where this write's records end
+        ends.append(json.loads(f.read())["commitLogMaxOffset"])
     k += 1
 os.close(fd)
 with open(out, "w") as f:
-    f.write("\n".join(repr(a) for a in acks))
+    f.write("\n".join(f"{a!r} {e}" for a, e in zip(acks, ends)))
 """
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (s), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rmqfs(*args: str) -> None:
@@ -79,9 +93,13 @@ def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: 
         try:
             assert json.loads((rmnt / "status.json").read_text())["follower"]
             acks_file = work / "acks.txt"
+            pids = {name: json.loads((m / "status.json").read_text())["pid"]
+                    for name, m in (("writer", wmnt), ("follower", rmnt))}
+            cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
             prod = subprocess.Popen([sys.executable, "-c", PRODUCER,
                                      str(wmnt / "topics" / "F" / "produce"), str(acks_file),
-                                     str(rate), str(batch), str(seconds)])
+                                     str(rate), str(batch), str(seconds),
+                                     str(wmnt / "status.json")])
             view = rmnt / "topics" / "F" / "messages.jsonl"
             deadline = time.monotonic() + 10
             while not view.exists():
@@ -117,18 +135,28 @@ def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: 
                         idle_since = idle_since or now
                         if now - idle_since > 3:
                             break
-                    if not sizes or now - sizes[-1][0] > 0.5:
-                        st = json.loads((rmnt / "status.json").read_text())
-                        sizes.append((now, st["commitLogMaxOffset"], st["followerBehindBytes"]))
+                    st = json.loads((rmnt / "status.json").read_text())
+                    sizes.append((time.monotonic(), st["commitLogMaxOffset"],
+                                  st["followerBehindBytes"]))
                     time.sleep(poll)
             finally:
                 os.close(fd)
             prod.wait()
+            cpu = {name: _cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
         finally:
             rmqfs("umount", rmnt)
     finally:
         rmqfs("umount", wmnt)
-    acks = [float(x) for x in acks_file.read_text().split()]
+    rows = [x.split() for x in acks_file.read_text().splitlines() if x]
+    acks = [float(a) for a, _ in rows]
+    # visible in the follower's state (status.json, lookups): its CommitLog end reached the
+    # writer's end seen right after the write
+    ack_ends = np.array([int(e) for _, e in rows], dtype=np.int64)
+    times = np.array([t for t, _, _ in sizes])
+    ends = np.maximum.accumulate(np.array([e for _, e, _ in sizes], dtype=np.int64))
+    at = np.searchsorted(ends, ack_ends, side="left")
+    state_lags = np.sort(np.repeat(np.where(at < len(times), times[np.minimum(at, len(times) - 1)]
+                                            - np.array(acks), np.inf), batch))
     lags = []
     per_window: dict[int, list] = {}
     missing = 0
@@ -155,6 +183,9 @@ def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: 
                         "p99": _pct(values, 0.99), "max": values[-1]})
     arr = np.array(lags) if lags else np.array([float("nan")])
     return {"rate_target": rate, "rate_reached": produced / span if span else float("nan"),
+            "state_p50": float(np.percentile(state_lags, 50)),
+            "state_p99": float(np.percentile(state_lags, 99)),
+            "cpu_per_s": {k: v / span for k, v in cpu.items()} if span else {},
             "messages": produced, "missing": missing, "p50": float(np.percentile(arr, 50)),
             "p99": float(np.percentile(arr, 99)), "max": float(arr.max()), "windows": windows,
             "max_behind_bytes": max((b for _, _, b in sizes), default=0)}
@@ -167,6 +198,10 @@ def add_results(res: dict, results: list) -> None:
                     f"max {res['max'] * 1000:,.0f} ms (target p99 < 1 s); reached "
                     f"{res['rate_reached']:,.0f} msg/s, {res['messages']:,} messages, "
                     f"{res['missing']} missing"))
+    results.append(("  in the follower's state (status.json, lookups) p50 / p99",
+                    f"{res['state_p50'] * 1000:,.0f} / {res['state_p99'] * 1000:,.0f} ms",
+                    "CPU per second of producing: " + ", ".join(
+                        f"{k} daemon {v:.2f} s" for k, v in res["cpu_per_s"].items())))
     for w in res["windows"]:
         results.append((f"  window {w['window']}: CommitLog {w['commitLogBytes'] / 1e6:,.0f} MB",
                         f"{w['p50'] * 1000:,.0f} / {w['p99'] * 1000:,.0f} ms",

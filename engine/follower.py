@@ -10,12 +10,17 @@ CommitLog:
 1. the files: new and deleted CommitLog segments (``commitlog/``), ConsumeQueue files and
    directories (new topics and queues), IndexFiles (``index/``, headers re-read), and the
    ``config/*.json`` files when the writer rewrote them (topics, consumer offsets, groups);
-2. the reput: the CommitLog is walked from the visible end with the recovery scan
-   (:meth:`engine.commitlog.CommitLog.scan_raw`: size, magic, body CRC, PHYSICALOFFSET and
-   layout checked, so a record the writer is still writing is never taken), and each record is
-   made visible only once the *writer's own* ConsumeQueue unit for it is on disk and describes
-   it exactly (commitLogOffset and size equal to the record's, at the record's
-   queueId/queueOffset). The visible end stops at the first record that lacks its unit.
+2. the reput: the writer's new ConsumeQueue units (after each queue's visible end) are read,
+   sorted by commitLogOffset, and taken as long as they tile the CommitLog from the visible
+   end without a hole (a unit ends where the next begins; a blank END_OF_FILE record moves to
+   the next segment; records that get no unit, PREPARED/ROLLBACK transaction halves,
+   inner-batch and BatchCQ records, are walked over one by one). Each taken unit's record must
+   agree with it (TOTALSIZE = size, MAGIC, PHYSICALOFFSET = commitLogOffset, QUEUEID and
+   QUEUEOFFSET = the unit's queue and position) and have a good body CRC. A writer writes the
+   record, then its unit (``ReputMessageService``), so a unit names a complete record; the
+   checks catch torn units and damage. The visible end stops at the first record without its
+   unit. Checks are columnar (numpy over units and the 40-byte record heads), only the CRCs
+   are one C call per record.
 
 Why follow the writer's ConsumeQueues instead of dispatching in memory: queue offsets are then
 exactly the broker's (units are what its consumers pull), nothing has to be held in memory per
@@ -211,14 +216,14 @@ class Follower:
                     setattr(s, mgr_attr, mgr)
                     changes["configs"].append(name)
             cl = s.commitlog
-            old_min = cl.min_offset
-            deleted = self._follow_file_queue(cl.files)
-            cl.file_size = cl.files.file_size
             try:
                 s.checkpoint = StoreCheckpoint.read(s.checkpoint_path)
             except (OSError, ValueError, StoreError):
                 pass
             with s.put_lock:
+                old_min = cl.min_offset
+                deleted = self._follow_file_queue(cl.files)
+                cl.file_size = cl.files.file_size
                 if cl.min_offset != old_min or deleted:
                     changes["deleted"] += [os.path.relpath(p, s.root) for p in deleted]
                     if cl.max_offset < cl.min_offset:
@@ -306,7 +311,8 @@ class Follower:
                 keep.append(Segment(start, path, fd, fq.file_size))
                 nxt = start + fq.file_size
         if gone or len(keep) != len(old):
-            fq.segments = keep
+            with fq._lock:  # readers take the list once (find) or under this lock (snapshots)
+                fq.segments = keep
         if gone:
             self._graves.append((self.refreshes, [seg.fd for seg in gone]))
         return [seg.path for seg in gone]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -548,3 +549,31 @@ def test_follower_mount_of_a_store_rocketmq_wrote(mount_store, tmp_path):
     assert min(m["commitLogOffset"] for m in new) >= end
     assert (r.mnt / "topics" / "Appended" / "bodies.txt").read_bytes() == \
         (w.mnt / "topics" / "Appended" / "bodies.txt").read_bytes()
+
+
+@fuse
+def test_tail_f_of_a_follower_mount(mount_store, tmp_path):
+    """GNU ``tail -f`` of the follower's messages.jsonl shows what the writer produces (tail
+    polls FUSE files once a second), each message once."""
+    store = tmp_path / "store"
+    w = mount_store(store, config=_conf(tmp_path), name="w")
+    os.mkdir(w.mnt / "topics" / "Tail")
+    (w.mnt / "topics" / "Tail" / "produce").write_text("before\n")
+    r = mount_store(store, "ro", name="r")
+    out = tmp_path / "tail.out"
+    with open(out, "wb") as fh:
+        tail = subprocess.Popen(["tail", "-n", "+1", "-f",
+                                 str(r.mnt / "topics" / "Tail" / "messages.jsonl")],
+                                stdout=fh, stderr=subprocess.DEVNULL)
+    try:
+        for i in range(3):
+            (w.mnt / "topics" / "Tail" / "produce").write_text(f"after-{i}\n")
+            t0 = time.monotonic()
+            while f"after-{i}".encode() not in out.read_bytes():
+                assert time.monotonic() - t0 < 2.5, out.read_bytes()  # tail's 1 s poll + ours
+                time.sleep(0.02)
+    finally:
+        tail.terminate()
+        tail.wait()
+    bodies = [json.loads(x)["body"] for x in out.read_bytes().splitlines()]
+    assert bodies == ["before", "after-0", "after-1", "after-2"]
