@@ -13,7 +13,12 @@ Measures, and prints as a table with ratios against the baseline of the same run
 3. ``cat FILE > topics/T/produce`` in messages/s vs ``MessageStore.put_messages`` of the same
    lines, cut into the same 128 KiB pieces ``cat`` writes (each piece one put, like the FS).
 
+5. Follower lag (issue 10, :mod:`bench.follower`): a writer mount producing at 100,000 msg/s
+   and a ``-o ro`` follower mount read like ``tail -f``; per message visible time minus ack
+   time, p50/p99, per 5 s window with the store's size. ``--follower-only`` runs just this.
+
 Targets (issue 4): raw >= 0.7 x passthrough, produce >= 0.5 x engine, decoded >= 100 MB/s.
+Target (issue 10): follower lag p99 < 1 s at 100,000 msg/s.
 Needs root (or a setuid fusermount3), /dev/fuse, gcc and libfuse3-dev; about 3 GiB of free
 space in ``--dir`` (default: a temp dir, removed at the end).
 """
@@ -130,7 +135,12 @@ def main(argv=None) -> int:
     p.add_argument("--dir", help="work directory (default: a new temp dir, removed after)")
     p.add_argument("--messages", type=int, default=300_000,
                    help="loghub lines for the decoded and produce runs (default 300000)")
+    p.add_argument("--follower-only", action="store_true",
+                   help="only the follower lag (python -m bench.follower has its options)")
     args = p.parse_args(argv)
+    if args.follower_only:
+        from bench import follower
+        return follower.main(["--dir", args.dir] if args.dir else [])
     work = Path(args.dir or tempfile.mkdtemp(prefix="rmqfs-bench-fuse-"))
     work.mkdir(parents=True, exist_ok=True)
     store, mnt, ptmnt = work / "store", work / "mnt", work / "pt"
@@ -204,6 +214,9 @@ def main(argv=None) -> int:
                 subprocess.run(["fusermount3", "-u", str(ptmnt)], check=False)
                 pt_proc.wait(timeout=30)
             rmqfs("umount", str(mnt))
+        log("follower lag ...")
+        from bench import follower
+        follower.add_results(follower.follower_lag(work / "follower"), results)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
