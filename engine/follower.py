@@ -68,6 +68,7 @@ GRAVE_ROUNDS = 50  # refreshes before the descriptor of a deleted file is closed
 MAX_NEW_UNITS = 1 << 20  # units of one queue taken per refresh
 BRIDGE_MAX = 10_000  # unit-less records walked one by one per refresh
 TAIL_MAX = 10_000  # records past the last unit walked to measure the writer's lead
+CHECK_CHUNK = 16_384  # records checked per numpy pass
 # A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.consumequeue) and the
 # first 40 bytes of a CommitLog record (engine.message FIXED_V4 up to SYSFLAG), as numpy
 # records for the columnar checks.
@@ -148,23 +149,22 @@ class Follower:
     def open(self) -> None:
         """Set the visible state from the writer's files, then :meth:`refresh`.
 
-        The visible CommitLog end starts at the start of the segment holding the newest
-        record a ConsumeQueue points at (the writer's reput position); the refresh then checks
-        every unit from there on.
+        The visible CommitLog end starts after the newest record a ConsumeQueue points at (the
+        writer's reput position, where normal recovery starts too); units the writer adds
+        later, also below that point (a queue whose units of the last put were not written
+        yet), are checked by the refresh.
         """
         s = self.store
         cl = s.commitlog
         for name in ("topics.json", "consumerOffset.json", "subscriptionGroup.json"):
             self._config_sigs[name] = self._config_sig(name)
-        last = max((cq.last_commitlog_offset for cq in s.consume_queues.values()), default=-1)
-        start = cl.min_offset
-        if last >= cl.min_offset:
-            start = max(cl.min_offset, last - last % cl.file_size)
-        # Units of the newest segment are checked again by the reput (from its start, the
-        # tiling needs every unit of it); older ones are trusted, as normal recovery does.
-        for cq in s.consume_queues.values():
-            if cq.max_offset > cq.min_offset and cq.last_commitlog_offset >= start:
-                cq.truncate_dirty(start)  # read-only: in memory only
+        # The writer's units are trusted as normal recovery trusts them, but for each queue's
+        # last one, which is compared with its record (a unit being written is dropped, in
+        # memory); the reput goes on from the end of the newest record a unit names.
+        s._check_queue_tails()
+        start = max((cq.max_physic_offset for cq in s.consume_queues.values()
+                     if cq.max_offset > cq.min_offset), default=cl.min_offset)
+        start = max(start, cl.min_offset)
         cl.max_offset = start
         self.writer_end = start
         self.refresh()
@@ -567,8 +567,11 @@ class Follower:
         seg_of = off[idx] // fs
         bad = None
         qids = np.array([cq.queue_id for cq in queues], dtype=np.int64)
+        chunks = []
         for seg_no in np.unique(seg_of):
-            sel = idx[seg_of == seg_no]
+            in_seg = idx[seg_of == seg_no]
+            chunks += [in_seg[k:k + CHECK_CHUNK] for k in range(0, len(in_seg), CHECK_CHUNK)]
+        for sel in chunks:  # bounded memory: a chunk's bytes and a (units x 40) index
             lo = int(off[sel].min())
             hi = int((off[sel] + size[sel]).max())
             data = cl.files.read(lo, hi - lo)
