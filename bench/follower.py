@@ -14,6 +14,11 @@ per window of ``--window`` seconds with the store's CommitLog size at that windo
 the lag grows with the store (it should not: a refresh reads only what was written since the
 previous one), and the rate the producer actually reached.
 
+First, the follower mechanism alone, without FUSE: an engine writer process puts at the same
+rate and a follower ``MessageStore`` in this process is refreshed every 100 ms, as a follower
+mount's daemon does; per message, the end of the refresh that made it visible minus the end of
+its put, and the refresh's CPU time per message.
+
 Target (issue 10): p99 under 1 s at 100,000 msg/s.
 """
 
@@ -191,6 +196,99 @@ def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: 
             "max_behind_bytes": max((b for _, _, b in sizes), default=0)}
 
 
+ENGINE_WRITER = r"""
+import sys, time
+sys.path.insert(0, sys.argv[6])
+from engine.store import Message, MessageStore
+root, out, rate, batch, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+pad = b"x" * 80
+rows = []
+with MessageStore(root) as s:
+    s.create_topic("F", 4)
+    open(out + ".ready", "w").close()
+    k = 0
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while True:
+        due = t0 + k * batch / rate
+        now = time.monotonic()
+        if due >= end:
+            break
+        if due > now:
+            time.sleep(due - now)
+        res = s.put_messages([Message("F", b"%d:%d %s" % (k, j, pad)) for j in range(batch)])
+        rows.append((time.monotonic(), res[-1].commitlog_offset + res[-1].size))
+        k += 1
+with open(out, "w") as f:
+    f.write("\n".join(f"{a!r} {e}" for a, e in rows))
+"""
+
+
+def engine_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: int = 1000,
+               interval: float = 0.1) -> dict:
+    """The follower mechanism alone: an engine writer process puts at ``rate``; this process
+    runs a follower store refreshed every ``interval`` s (as a follower mount does). Per
+    message: the end of the refresh that made it visible minus the end of its put."""
+    import numpy as np
+    from engine.store import MessageStore
+    root = work / "engine-store"
+    out = work / "engine-acks.txt"
+    proc = subprocess.Popen([sys.executable, "-c", ENGINE_WRITER, str(root), str(out),
+                             str(rate), str(batch), str(seconds), str(REPO)])
+    ready = Path(str(out) + ".ready")
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise SystemExit("the engine writer failed")
+        time.sleep(0.01)
+    f = MessageStore(str(root), read_only=True, follow=True)
+    seen = []  # (time, visible end)
+    cpu = []
+    try:
+        while proc.poll() is None or not seen or seen[-1][1] < _last_end(out):
+            t0 = time.process_time()
+            f.follower.refresh()
+            cpu.append(time.process_time() - t0)
+            seen.append((time.monotonic(), f.commitlog.max_offset))
+            time.sleep(interval)
+            if proc.poll() is not None and len(seen) > 5 and seen[-1][1] == seen[-6][1]:
+                break
+    finally:
+        f.close()
+        proc.wait()
+    rows = [x.split() for x in out.read_text().splitlines() if x]
+    acks = np.array([float(a) for a, _ in rows])
+    ends = np.array([int(e) for _, e in rows], dtype=np.int64)
+    times = np.array([t for t, _ in seen])
+    vis = np.maximum.accumulate(np.array([e for _, e in seen], dtype=np.int64))
+    at = np.searchsorted(vis, ends, side="left")
+    lags = np.where(at < len(times), times[np.minimum(at, len(times) - 1)] - acks, np.inf)
+    lags = np.repeat(lags, batch)
+    produced = len(acks) * batch
+    span = acks[-1] - acks[0] if len(acks) > 1 else float("nan")
+    return {"rate_reached": produced / span, "messages": produced,
+            "p50": float(np.percentile(lags, 50)), "p99": float(np.percentile(lags, 99)),
+            "max": float(lags.max()), "refresh_cpu_per_message_us":
+                sum(cpu) / produced * 1e6, "store_bytes": int(ends[-1])}
+
+
+def _last_end(out: Path) -> int:
+    try:
+        text = out.read_text()
+    except FileNotFoundError:
+        return 1 << 62
+    rows = text.split()
+    return int(rows[-1]) if rows else 0
+
+
+def add_engine_results(res: dict, results: list) -> None:
+    """Rows for the engine-level follower figure."""
+    results.append(("follower store alone (engine writer, refresh every 100 ms) p50 / p99",
+                    f"{res['p50'] * 1000:,.0f} / {res['p99'] * 1000:,.0f} ms",
+                    f"max {res['max'] * 1000:,.0f} ms; reached {res['rate_reached']:,.0f} "
+                    f"msg/s, {res['messages']:,} messages, {res['store_bytes'] / 1e6:,.0f} MB; "
+                    f"refresh CPU {res['refresh_cpu_per_message_us']:.2f} us/message"))
+
+
 def add_results(res: dict, results: list) -> None:
     """Rows for bench.fuse's table."""
     results.append((f"follower lag at {res['rate_target']:,.0f} msg/s (p50 / p99)",
@@ -220,11 +318,13 @@ def main(argv=None) -> int:
     work = Path(args.dir or tempfile.mkdtemp(prefix="rmqfs-bench-follow-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
+        eng = engine_lag(work, args.rate, args.seconds, args.batch)
         res = follower_lag(work, args.rate, args.seconds, args.batch, args.poll, args.window)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
     results: list = []
+    add_engine_results(eng, results)
     add_results(res, results)
     width = max(len(r[0]) for r in results)
     for name, value, note in results:

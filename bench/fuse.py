@@ -216,6 +216,8 @@ def main(argv=None) -> int:
             rmqfs("umount", str(mnt))
         log("follower lag ...")
         from bench import follower
+        (work / "follower").mkdir(exist_ok=True)
+        follower.add_engine_results(follower.engine_lag(work / "follower"), results)
         follower.add_results(follower.follower_lag(work / "follower"), results)
     finally:
         if not args.dir:
