@@ -224,7 +224,9 @@ class Follower:
                 old_min = cl.min_offset
                 deleted = self._follow_file_queue(cl.files)
                 cl.file_size = cl.files.file_size
-                if cl.min_offset != old_min or deleted:
+                # the writer deletes ConsumeQueue files a little after the segments: their
+                # deletion is also looked for once a second
+                if cl.min_offset != old_min or deleted or self.refreshes % 10 == 0:
                     changes["deleted"] += [os.path.relpath(p, s.root) for p in deleted]
                     if cl.max_offset < cl.min_offset:
                         cl.max_offset = cl.min_offset
@@ -472,10 +474,13 @@ class Follower:
         # header and CRC checks of everything taken (and of units below the start, which a
         # queue may get late: they are complete records already inside the visible end)
         take = off < pos
-        bad = self._check_records(off, size, qoff, qidx, queues, take)
-        if bad is not None:
-            pos = min(pos, bad)
-            take = off < pos
+        valid = self._check_records(off, size, qoff, qidx, queues, take)
+        # a bad unit in the tiled range ends it there; a bad late unit (below the start) only
+        # stops its own queue (the per-queue prefix below)
+        bad_ahead = off[~valid & (off >= start)]
+        if len(bad_ahead):
+            pos = min(pos, int(bad_ahead.min()))
+        take = (off < pos) & valid
         # per queue, the taken units are a prefix of its new ones (units are in CommitLog order)
         counts = {}
         at = 0
@@ -555,17 +560,18 @@ class Follower:
             pos += total
         return pos
 
-    def _check_records(self, off, size, qoff, qidx, queues, take) -> int | None:
-        """Check the records of the taken units (numpy over each segment's bytes, then the
-        body CRCs). Returns the CommitLog offset of the first bad one, or None."""
+    def _check_records(self, off, size, qoff, qidx, queues, take):
+        """Check the records of the units where ``take`` is set (numpy over each segment's
+        bytes, then the body CRCs). Returns a bool array over all units: False for a unit
+        whose record does not agree with it (True for units not checked)."""
+        valid = np.ones(len(off), dtype=bool)
         idx = np.flatnonzero(take)
         if not len(idx):
-            return None
+            return valid
         cl = self.store.commitlog
         idx = idx[np.argsort(off[idx], kind="stable")]
         fs = cl.files.file_size
         seg_of = off[idx] // fs
-        bad = None
         qids = np.array([cq.queue_id for cq in queues], dtype=np.int64)
         chunks = []
         for seg_no in np.unique(seg_of):
@@ -606,11 +612,8 @@ class Follower:
                     if crc(mv[a:e]) & 0x7FFFFFFF != c:
                         good[j] = False
                 ok[fits] = good
-            if not ok.all():
-                first = int(off[sel[int(np.argmin(ok))]])
-                bad = first if bad is None else min(bad, first)
-                break
-        return bad
+            valid[sel] = ok
+        return valid
 
     def _writer_tail(self, pos: int) -> tuple[int, int]:
         """``(end, storeTimestamp)`` of the complete records the writer has after ``pos``
