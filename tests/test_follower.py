@@ -201,6 +201,35 @@ def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(
         w.close()
 
 
+def test_engine_follower_walks_records_without_units_and_segment_ends(tmp_path):
+    """PREPARED transaction halves get no ConsumeQueue unit, and a segment ends in a blank
+    record: the follower walks over both to the records after them."""
+    from engine.message import TRANSACTION_PREPARED_TYPE
+    root = tmp_path / "store"
+    cfg = _config()
+    w = MessageStore(root, cfg)
+    f = None
+    try:
+        w.create_topic("T", 2)
+        f = MessageStore(root, cfg, read_only=True, follow=True)
+        got = []
+        for i in range(60):
+            w.put_messages([Message("T", b"half %d" % i * 300,
+                                    sys_flag=TRANSACTION_PREPARED_TYPE)])
+            got += w.put_messages([Message("T", b"whole %d" % i * 300, keys=[f"w{i}"])])
+            f.follower.refresh()
+            assert f.commitlog.max_offset == w.commitlog.max_offset
+        assert len(w.commitlog.files.segments) >= 3
+        assert [rec.plain_body for q in (0, 1) for _, rec in f.iter_queue("T", q)] == \
+            [rec.plain_body for q in (0, 1) for _, rec in w.iter_queue("T", q)]
+        assert sum(f.max_offset("T", q) for q in (0, 1)) == 60
+        assert f.query_by_key("T", "w59")[0].commitlog_offset == got[-1].commitlog_offset
+    finally:
+        if f is not None:
+            f.close()
+        w.close()
+
+
 def test_engine_follower_writes_nothing(tmp_path):
     """A follower opened on a store with everything a recovering opener would change (an
     abort file, a torn tail, zero-length newest files, a missing ConsumeQueue unit) reads it
