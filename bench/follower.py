@@ -9,10 +9,10 @@ notes when each line first became readable there. Per message: visible time minu
 (``CLOCK_MONOTONIC``, one clock for both processes). Also when the follower's own state
 (``status.json``'s ``commitLogMaxOffset``, what lookups see) reached the writer's CommitLog end
 read right after each write, and the CPU seconds each mount daemon used per second of
-producing (a figure the machine's other load does not change much). Reported: p50/p99/max over the run and
-per window of ``--window`` seconds with the store's CommitLog size at that window, to show how
-the lag grows with the store (it should not: a refresh reads only what was written since the
-previous one), and the rate the producer actually reached.
+producing (a figure the machine's other load does not change much). Reported: p50/p99/max
+over the run and per window of ``--window`` seconds with the store's CommitLog size at that
+window, to show how the lag grows with the store (it should not: a refresh reads only what
+was written since the previous one), and the rate the producer actually reached.
 
 First, the follower mechanism alone, without FUSE: an engine writer process puts at the same
 rate and a follower ``MessageStore`` in this process is refreshed every 100 ms, as a follower
@@ -38,7 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 PRODUCER = r"""
 import json, os, sys, time
-path, out, rate, batch, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+path, out = sys.argv[1], sys.argv[2]
+rate, batch, seconds = float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 status = sys.argv[6]
 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
 ends = []
@@ -200,7 +201,8 @@ ENGINE_WRITER = r"""
 import sys, time
 sys.path.insert(0, sys.argv[6])
 from engine.store import Message, MessageStore
-root, out, rate, batch, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+root, out = sys.argv[1], sys.argv[2]
+rate, batch, seconds = float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 pad = b"x" * 80
 rows = []
 with MessageStore(root) as s:

@@ -158,8 +158,8 @@ def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(
         assert f.max_offset("T", 0) == 10
         visible = f.commitlog.max_offset
         (x,) = w.put_messages([Message("T", b"x" * 3000, keys=["x"])])
-        seg_path = root / "commitlog" / f"{x.commitlog_offset - x.commitlog_offset % cfg.mapped_file_size_commit_log:020d}"
         pos = x.commitlog_offset % cfg.mapped_file_size_commit_log
+        seg_path = root / "commitlog" / f"{x.commitlog_offset - pos:020d}"
         fd = os.open(seg_path, os.O_RDWR)
         try:
             whole = os.pread(fd, x.size, pos)
@@ -434,7 +434,8 @@ def test_follower_mount_shows_every_acked_message_within_a_second(mount_store, t
     assert ws["commitLogMinOffset"] == rs["commitLogMinOffset"] > 0
     assert rs["commitLogMaxOffset"] == ws["commitLogMaxOffset"] > 4 * 131072
     assert rs["followerBehindBytes"] == 0
-    assert sorted(os.listdir(r.mnt / "raw" / "commitlog")) == sorted(os.listdir(store / "commitlog"))
+    assert sorted(os.listdir(r.mnt / "raw" / "commitlog")) == \
+        sorted(os.listdir(store / "commitlog"))
     for q in range(4):
         wo = json.loads((w.mnt / "topics" / "T" / str(q) / "offsets.json").read_text())
         ro = json.loads((r.mnt / "topics" / "T" / str(q) / "offsets.json").read_text())
