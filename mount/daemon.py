@@ -169,6 +169,8 @@ class Daemon:
             log.exception("the FUSE main loop failed")
             raise
         finally:
+            if self.store is not None and self.store.follower is not None:
+                self.store.follower.stop()  # its listener talks to the FUSE session
             try:
                 pyfuse3.close(unmount=True)
             finally:
