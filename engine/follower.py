@@ -246,6 +246,8 @@ class Follower:
             if s.index_service is not None:
                 changes["deleted"] += [os.path.relpath(p, s.root)
                                        for p in s.index_service.follow()]
+            if self.refreshes % 10 == 0:  # the writer may have stopped, or been restarted
+                s.writer_pid = writer_pid(s.root)
             self.refreshed_ms = int(time.time() * 1000)
         if changes["records"] or changes["deleted"] or changes["configs"]:
             for listener in self.listeners:

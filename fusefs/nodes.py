@@ -351,7 +351,7 @@ class StatusFile(GeneratedFile):
 
 def follower_status(store: MessageStore) -> dict:
     """status.json's follower fields: ``follower`` (bool), and for a follower the writer's
-    pid, its CommitLog end (``writerCommitLogMaxOffset``, bytes of complete records),
+    pid (null once no process holds the store's lock), its CommitLog end (``writerCommitLogMaxOffset``, bytes of complete records),
     ``followerBehindBytes`` (written but not visible yet), ``followerBehindMs`` (how long the
     oldest of those has waited since its store time) and ``followerRefreshedTimestamp``
     (epoch ms of the last refresh)."""
