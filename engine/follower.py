@@ -171,6 +171,12 @@ class Follower:
         for cq in s.consume_queues.values():
             cq.correct_min_offset(cl.min_offset)
 
+    def attach(self) -> None:
+        """Follow from the state normal recovery left (a clean store no one wrote at open)."""
+        for name in ("topics.json", "consumerOffset.json", "subscriptionGroup.json"):
+            self._config_sigs[name] = self._config_sig(name)
+        self.writer_end = self.store.commitlog.max_offset
+
     # -- the loop -----------------------------------------------------------------------------
     def start(self, interval: float = 0.1) -> None:
         """Refresh every ``interval`` seconds in a daemon thread until :meth:`stop`."""

@@ -359,7 +359,9 @@ class MessageStore:
         follow: read-only only: follow a store another process writes (see
             :mod:`engine.follower`): trust the writer's files instead of recovering them and
             let :attr:`follower` advance the visible state. None (the default) follows when
-            a live process holds the store's lock.
+            a live process holds the store's lock, and also a cleanly closed store that its
+            files describe whole (normal recovery rebuilt nothing in memory), in case a
+            writer starts later; a crashed store no one holds is recovered and frozen.
 
     Attributes:
         follower: the :class:`engine.follower.Follower` of a following store, else None.
@@ -385,6 +387,7 @@ class MessageStore:
         self.abort_path = os.path.join(self.root, "abort")
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
         self.last_exit_ok = not os.path.exists(self.abort_path)
+        auto_follow = follow is None
         if follow is None:
             from .follower import writer_pid
             follow = read_only and writer_pid(self.root) is not None
@@ -443,6 +446,13 @@ class MessageStore:
             self.follower.open()
         else:
             self.recover()
+            if read_only and auto_follow and self.last_exit_ok and \
+                    not any(cq.mem for cq in self.consume_queues.values()):
+                # A clean store that no one writes now, whose files say all there is: it is
+                # followed too, should a writer start later (nothing changes until then).
+                from .follower import Follower
+                self.follower = Follower(self)
+                self.follower.attach()
         if not read_only:
             with open(self.abort_path, "w") as f:  # 5.x writes the pid
                 f.write(str(os.getpid()))

@@ -607,3 +607,26 @@ def test_tail_f_of_a_follower_mount(mount_store, tmp_path):
         tail.wait()
     bodies = [json.loads(x)["body"] for x in out.read_bytes().splitlines()]
     assert bodies == ["before", "after-0", "after-1", "after-2"]
+
+
+@fuse
+def test_follower_mount_of_a_clean_store_follows_a_writer_started_later(mount_store, tmp_path):
+    store = tmp_path / "store"
+    w = mount_store(store, config=_conf(tmp_path), name="w")
+    os.mkdir(w.mnt / "topics" / "T")
+    (w.mnt / "topics" / "T" / "produce").write_text("one\n")
+    w.umount()
+    r = mount_store(store, "ro", name="r")
+    st = json.loads((r.mnt / "status.json").read_text())
+    assert st["follower"] is True and st["writerPid"] is None
+    assert (r.mnt / "topics" / "T" / "bodies.txt").read_text() == "one\n"
+    w.mount()
+    (w.mnt / "topics" / "T" / "produce").write_text("two\n")
+    t0 = time.monotonic()
+    while (r.mnt / "topics" / "T" / "bodies.txt").read_text() != "one\ntwo\n":
+        assert time.monotonic() - t0 < 1.0
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    while json.loads((r.mnt / "status.json").read_text())["writerPid"] != w.pid:
+        assert time.monotonic() - t0 < 2.0
+        time.sleep(0.05)
