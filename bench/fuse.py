@@ -20,9 +20,13 @@ Measures, and prints as a table with ratios against the baseline of the same run
    files, vs a plain in-process ``crc32c`` of the same files (read whole) and vs
    ``cat FILES > /dev/null``; and ``tar -c`` of the snapshot vs of ``raw/`` (files per second
    of wall time). ``--snapshots-only`` runs just this part.
+5. Follower lag (issue 10, :mod:`bench.follower`): a writer mount producing at 100,000 msg/s
+   and a ``-o ro`` follower mount read like ``tail -f``; per message visible time minus ack
+   time, p50/p99, per 5 s window with the store's size. ``--follower-only`` runs just this.
 
 Targets (issue 4): raw >= 0.7 x passthrough, produce >= 0.5 x engine, decoded >= 100 MB/s.
-Targets (issue 10): snapshot mkdir < 50 ms, producers not paused longer; verify >= 1 GB/s.
+Targets (issue 10): snapshot mkdir < 50 ms, producers not paused longer; verify >= 1 GB/s;
+follower lag p99 < 1 s at 100,000 msg/s.
 Needs root (or a setuid fusermount3), /dev/fuse, gcc and libfuse3-dev; about 3 GiB of free
 space in ``--dir`` (default: a temp dir, removed at the end).
 """
@@ -325,7 +329,12 @@ def main(argv=None) -> int:
                    help="loghub lines for the decoded and produce runs (default 300000)")
     p.add_argument("--snapshots-only", action="store_true",
                    help="only the snapshot figures (item 4)")
+    p.add_argument("--follower-only", action="store_true",
+                   help="only the follower lag (python -m bench.follower has its options)")
     args = p.parse_args(argv)
+    if args.follower_only:
+        from bench import follower
+        return follower.main(["--dir", args.dir] if args.dir else [])
     work = Path(args.dir or tempfile.mkdtemp(prefix="rmqfs-bench-fuse-"))
     work.mkdir(parents=True, exist_ok=True)
     store, mnt, ptmnt = work / "store", work / "mnt", work / "pt"
@@ -412,6 +421,11 @@ def main(argv=None) -> int:
             rmqfs("umount", str(mnt))
         log("snapshots ...")
         snapshot_bench(work, store, results)
+        log("follower lag ...")
+        from bench import follower
+        (work / "follower").mkdir(exist_ok=True)
+        follower.add_engine_results(follower.engine_lag(work / "follower"), results)
+        follower.add_results(follower.follower_lag(work / "follower"), results)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)

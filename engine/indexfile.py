@@ -253,6 +253,9 @@ class IndexFile:
                     raise
                 self._dirty = True
         self._items_base = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        # A file another process writes (a follower's): chains are walked up to the file's
+        # capacity rather than the header's indexCount read earlier (see reload_header).
+        self.live = False
         # The hash slots as native ints, loaded on the first batched put (hashSlotNum * 4
         # bytes, 20 MB for the default geometry) and kept equal to the file by every writer.
         self._slots: array | None = None
@@ -454,6 +457,13 @@ class IndexFile:
         if max_num <= 0:
             return out
         count, begin_ts = self.index_count, self.begin_timestamp
+        if self.live:
+            # The writer writes an item, then the slot pointing at it, then the header: a
+            # slot may be newer than the header read last, never than its item.
+            count = self.index_num - 1
+            if not begin_ts:
+                self.reload_header()
+                begin_ts = self.begin_timestamp
         key_hash = index_key_hash(key)
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         current = SLOT.unpack(self._io.read(slot_pos, HASH_SLOT_SIZE))[0]
@@ -499,6 +509,22 @@ class IndexFile:
                 return False
             current = prev
         return False
+
+    def reload_header(self) -> bool:
+        """Re-read the header of a file another process writes (a follower's files).
+        Returns True when it changed."""
+        head = self._io.read(0, INDEX_HEADER_SIZE)
+        if len(head) < INDEX_HEADER_SIZE:
+            return False
+        fields = HEADER.unpack(head)
+        before = (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                  self.end_phy_offset, self.hash_slot_count, self.index_count)
+        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+         self.end_phy_offset, self.hash_slot_count, self.index_count) = fields
+        if self.index_count <= 0:
+            self.index_count = 1
+        return before != (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                          self.end_phy_offset, self.hash_slot_count, self.index_count)
 
     def item(self, n: int) -> tuple[int, int, int, int]:
         """Item ``n`` (1 .. indexCount-1) as ``(keyHash, phyOffset, timeDiff, prevIndex)``."""
@@ -927,6 +953,43 @@ class IndexService:
                     self.files.remove(f)
                     f.destroy()
             return len(victims)
+
+    def follow(self) -> list[str]:
+        """Follower (read-only, another process writes ``index/``): open the files the
+        writer created since, forget those it deleted (expiry), re-read the newest files'
+        headers. Every file is marked ``live``. Returns the paths of the forgotten files.
+        """
+        try:
+            names = sorted(n for n in os.listdir(self.index_dir) if _NAME.match(n))
+        except FileNotFoundError:
+            names = []
+        with self._mutex:
+            known = {f.name: f for f in self.files if not f.in_memory}
+            present = set(names)
+            gone = [f for f in self.files if not f.in_memory and f.name not in present]
+            added = []
+            newest = max(known, default="")
+            for n in names:
+                if n in known or n <= newest:
+                    continue
+                path = os.path.join(self.index_dir, n)
+                try:
+                    if os.path.getsize(path) == 0:
+                        break  # being created: next time
+                    f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=True)
+                except (OSError, CorruptRecordError):
+                    break
+                added.append(f)
+            for f in self.files[-2:] + added:
+                f.live = True
+                if not f.in_memory:
+                    f.reload_header()
+            if gone or added:
+                with self._rw.write():
+                    self.files = [f for f in self.files if f not in gone] + added
+                    for f in gone:
+                        f.close()
+            return [f.path for f in gone]
 
     # -- query --------------------------------------------------------------------------------
     def query(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin: int = 0,

@@ -362,13 +362,23 @@ class MessageStore:
         config: settings; segment sizes of existing files win over it.
         read_only: take no lock, write nothing (derived data missing on disk is rebuilt in
             memory only).
+        follow: read-only only: follow a store another process writes (see
+            :mod:`engine.follower`): trust the writer's files instead of recovering them and
+            let :attr:`follower` advance the visible state. None (the default) follows when
+            a live process holds the store's lock, and also a cleanly closed store that its
+            files describe whole (normal recovery rebuilt nothing in memory), in case a
+            writer starts later; a crashed store no one holds is recovered and frozen.
+
+    Attributes:
+        follower: the :class:`engine.follower.Follower` of a following store, else None.
 
     Raises:
         StoreLockedError: another process holds ``lock``.
         CorruptRecordError: files that cannot be a store (mixed segment sizes, ...).
     """
 
-    def __init__(self, root: str, config: StoreConfig | None = None, read_only: bool = False):
+    def __init__(self, root: str, config: StoreConfig | None = None, read_only: bool = False,
+                 follow: bool | None = None):
         self.root = os.path.abspath(root)
         self.config = config or StoreConfig()
         self.read_only = read_only
@@ -389,6 +399,19 @@ class MessageStore:
         self.abort_path = os.path.join(self.root, "abort")
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
         self.last_exit_ok = not os.path.exists(self.abort_path)
+        auto_follow = follow is None
+        if follow is None:
+            from .follower import writer_pid
+            follow = read_only and writer_pid(self.root) is not None
+        self.follower = None
+        self.writer_pid = None
+        if follow:
+            if not read_only:
+                raise ValueError("only a read-only store can follow a writer")
+            from .follower import writer_pid
+            self.writer_pid = writer_pid(self.root)
+            # the writer's abort file says it is running, not that it crashed
+            self.last_exit_ok = True
         config_dir = os.path.join(self.root, "config")
         self.topic_config = TopicConfigManager(config_dir, read_only)
         self.consumer_offsets = ConsumerOffsetManager(config_dir, read_only)
@@ -433,7 +456,19 @@ class MessageStore:
         self._batch_cq_topics = {name for name, t in self.topic_config.topics.items()
                                  if str(t.attributes.get("queue.type", "")).lower() == "batchcq"}
         self._load_consume_queues()
-        self.recover()
+        if follow:
+            from .follower import Follower
+            self.follower = Follower(self)
+            self.follower.open()
+        else:
+            self.recover()
+            if read_only and auto_follow and self.last_exit_ok and \
+                    not any(cq.mem for cq in self.consume_queues.values()):
+                # A clean store that no one writes now, whose files say all there is: it is
+                # followed too, should a writer start later (nothing changes until then).
+                from .follower import Follower
+                self.follower = Follower(self)
+                self.follower.attach()
         if not read_only:
             with open(self.abort_path, "w") as f:  # 5.x writes the pid
                 f.write(str(os.getpid()))
@@ -1686,6 +1721,8 @@ class MessageStore:
         """
         if self._closed:
             return
+        if self.follower is not None:
+            self.follower.stop()
         self.clean_service.shutdown()
         self._stop_flush.set()
         if self._flush_thread is not None:

@@ -88,6 +88,8 @@ class Context:
         self.pid = pid or os.getpid()
         self.mount_time_ns = time.time_ns()
         self.config_dir = os.path.join(store.root, "config")
+        # nothing under the store changes: a read-only mount of a store no one writes
+        self.frozen = self.read_only and store.follower is None
 
     def may_write(self, uid: int | None) -> bool:
         """Whether the user ``uid`` may write (produce, commit, mkdir): the mounting user,
@@ -396,11 +398,27 @@ class StatusFile(GeneratedFile):
             "repairs": list(getattr(s, "repairs", []))[:100],
             "damagedQueues": [{"topic": t, "queueId": q, "error": what} for (t, q), what
                               in sorted(getattr(s, "damaged", {}).items())[:100]],
+            **follower_status(s),
         })
 
     def mtime_ns(self) -> int:
         return _ms_to_ns(self.ctx.store.commitlog.last_store_timestamp) or \
             self.ctx.mount_time_ns
+
+
+def follower_status(store: MessageStore) -> dict:
+    """status.json's follower fields: ``follower`` (bool), and for a follower the writer's
+    pid (null once no process holds the store's lock), its CommitLog end (``writerCommitLogMaxOffset``, bytes of complete records),
+    ``followerBehindBytes`` (written but not visible yet), ``followerBehindMs`` (how long the
+    oldest of those has waited since its store time) and ``followerRefreshedTimestamp``
+    (epoch ms of the last refresh)."""
+    f = store.follower
+    if f is None:
+        return {"follower": False}
+    return {"follower": True, "writerPid": store.writer_pid,
+            "writerCommitLogMaxOffset": max(f.writer_end, store.commitlog.max_offset),
+            "followerBehindBytes": f.behind_bytes, "followerBehindMs": f.behind_ms(),
+            "followerRefreshedTimestamp": f.refreshed_ms}
 
 
 # --------------------------------------------------------------------------------------------
@@ -595,7 +613,9 @@ class MessageFile(GeneratedFile):
     def stat(self):
         data = self.content()
         ms = max(r.store_timestamp for r in self.records)
-        return Stat(RO_FILE, len(data), _ms_to_ns(ms), live=False)
+        # cached for long only when the store cannot change (expiry makes lookups ENOENT)
+        return Stat(RO_FILE, len(data), _ms_to_ns(ms), live=False,
+                    attr_timeout=None if self.ctx.frozen else 1.0)
 
 
 class ByOffsetDir(Dir):
@@ -1126,8 +1146,8 @@ class RawFile(Node):
             start = parse_decimal(parts[-1].lstrip("0") or "0") if len(parts[-1]) == 20 else None
             seg = self.ctx.store.commitlog.files.find(start) if start is not None else None
             return seg is not None and seg.end <= self.ctx.store.commitlog.max_offset - 1 \
-                or self.ctx.read_only
-        return self.ctx.read_only
+                or self.ctx.frozen
+        return self.ctx.frozen
 
     def stat(self):
         try:

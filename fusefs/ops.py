@@ -318,6 +318,17 @@ class RmqOperations(pyfuse3.Operations):
         except OSError as exc:  # ENOENT: the kernel forgot it already
             log.debug("invalidate_inode(%d): %s", inode, exc)
 
+    def follower_changed(self, changes: dict) -> None:
+        """A follower refresh saw the writer delete files (expiry): drop the kernel's cached
+        entries of their ``raw/`` paths, which sealed files keep for an hour. Runs in the
+        follower's thread, never in a request handler (where it could deadlock)."""
+        for rel in changes.get("deleted", ()):
+            parent, name = os.path.split("/raw/" + rel)
+            try:
+                pyfuse3.invalidate_entry(path_inode(parent), os.fsencode(name))
+            except (OSError, AttributeError) as exc:  # not known to the kernel: fine
+                log.debug("invalidate_entry(%s): %s", rel, exc)
+
     async def open(self, inode, flags, ctx):
         node = self._node(inode)
         if node.is_dir:

@@ -32,6 +32,7 @@ log = logging.getLogger("rmqfs")
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+FOLLOW_INTERVAL = 0.1  # seconds between a follower mount's refreshes
 
 
 class MountError(Exception):
@@ -293,6 +294,13 @@ class Daemon:
             self._close_store()
             raise MountError(f"cannot mount {self.mountpoint}: {exc} (options: "
                              f"{','.join(sorted(self.options)) or 'none'})") from exc
+        follower = self.store.follower
+        if follower is not None:
+            # a read-only mount of a store a live process writes: follow it
+            follower.listeners.append(ops.follower_changed)
+            follower.start(FOLLOW_INTERVAL)
+            log.info("following the writer of %s (pid %s)", self.store_path,
+                     self.store.writer_pid)
 
     def serve(self, log_file: str | None = None) -> None:
         """Serve requests until unmounted or signalled, then unmount and close the store.
@@ -319,6 +327,8 @@ class Daemon:
             log.exception("the FUSE main loop failed")
             raise
         finally:
+            if self.store is not None and self.store.follower is not None:
+                self.store.follower.stop()  # its listener talks to the FUSE session
             try:
                 pyfuse3.close(unmount=True)
             finally:

@@ -1,0 +1,663 @@
+"""Follow a store that another process writes (a slave's reput, read-only).
+
+A read-only :class:`engine.store.MessageStore` whose store is held by a live writer (a RocketMQ
+broker or another rmqfs: the ``lock`` file carries its POSIX lock) opens in follower mode: it
+trusts the writer's files instead of recovering them (the writer's ``abort`` file is there
+because it is running, not because it crashed), and :meth:`Follower.refresh` then advances what
+readers see, in one step, the way a RocketMQ slave's ``ReputMessageService`` follows a
+CommitLog:
+
+1. the files: new and deleted CommitLog segments (``commitlog/``), ConsumeQueue files and
+   directories (new topics and queues), IndexFiles (``index/``, headers re-read), and the
+   ``config/*.json`` files when the writer rewrote them (topics, consumer offsets, groups);
+2. the reput: the writer's new ConsumeQueue units (after each queue's visible end) are read,
+   sorted by commitLogOffset, and taken as long as they tile the CommitLog from the visible
+   end without a hole (a unit ends where the next begins; a blank END_OF_FILE record moves to
+   the next segment; records that get no unit, PREPARED/ROLLBACK transaction halves,
+   inner-batch and BatchCQ records, are walked over one by one). Each taken unit's record must
+   agree with it (TOTALSIZE = size, MAGIC, PHYSICALOFFSET = commitLogOffset, QUEUEID and
+   QUEUEOFFSET = the unit's queue and position) and have a good body CRC. A writer writes the
+   record, then its unit (``ReputMessageService``), so a unit names a complete record; the
+   checks catch torn units and damage. The visible end stops at the first record without its
+   unit. Checks are columnar (numpy over units and the 40-byte record heads), only the CRCs
+   are one C call per record.
+
+Why follow the writer's ConsumeQueues instead of dispatching in memory: queue offsets are then
+exactly the broker's (units are what its consumers pull), nothing has to be held in memory per
+message however long the follower runs, and the lookups (by offset, by time) read the same
+units the broker serves. The record carries its own queueOffset, so the two would agree; a
+broker's ConsumeQueue may however lag its CommitLog by its reput, and the follower then lags
+with it (``behind_bytes`` says by how much), exactly as a consumer of that broker would.
+
+Visible state (what snapshots and views read) changes only inside :meth:`Follower.refresh`,
+under the store's ``put_lock``: ``commitlog.max_offset`` (the visible CommitLog end, a record
+boundary), each ConsumeQueue's ``min_offset``/``max_offset``, ``commitlog.min_offset`` (the
+oldest segment still on disk) and the config managers. Nothing is ever written to the store.
+Files the writer deletes stay readable through descriptors the follower still holds; those are
+closed a few refreshes later, once no reader can still be using them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import threading
+import time
+
+import numpy as np
+
+from .checkpoint import StoreCheckpoint
+from .config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
+from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units
+from .errors import CorruptRecordError, StoreError
+from .mappedfile import FileQueue, Segment
+from .message import crc32 as _crc32
+from .message import (INNER_BATCH_FLAG, MAGIC_BLANK, MAGIC_V1, MAGIC_V2,
+                      TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^\d{20}$")
+# Offsets of STORETIMESTAMP in a record (MessageDecoder): after an IPv4 / IPv6 born host.
+_STORE_TS_V4, _STORE_TS_V6 = 56, 68
+_BORNHOST_V6_FLAG = 0x10  # MessageSysFlag.BORNHOST_V6_FLAG
+_Q = struct.Struct(">q")
+GRAVE_ROUNDS = 50  # refreshes before the descriptor of a deleted file is closed
+MAX_NEW_UNITS = 1 << 20  # units of one queue taken per refresh
+BRIDGE_MAX = 10_000  # unit-less records walked one by one per refresh
+TAIL_MAX = 10_000  # records past the last unit walked to measure the writer's lead
+CHECK_CHUNK = 16_384  # records checked per numpy pass
+# A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.consumequeue) and the
+# first 40 bytes of a CommitLog record (engine.message FIXED_V4 up to SYSFLAG), as numpy
+# records for the columnar checks.
+_UNIT_DT = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+_HEAD_DT = np.dtype([("total", ">i4"), ("magic", ">u4"), ("crc", ">i4"), ("qid", ">i4"),
+                     ("flag", ">i4"), ("qoff", ">i8"), ("phys", ">i8"), ("sys", ">i4")])
+_MAGICS = np.array([MAGIC_V1, MAGIC_V2], dtype=np.uint32)
+
+
+def writer_pid(root: str) -> int | None:
+    """pid of the process holding the POSIX (or OFD) lock on ``root/lock``, or None.
+
+    Read from ``/proc/locks`` by inode number, without opening the lock file: closing any
+    descriptor of a file drops every POSIX lock the calling process holds on it, so a
+    follower running in the writer's own process must never open it. OFD locks have no pid
+    (-1 is returned for them). Linux only; None elsewhere.
+    """
+    try:
+        ino = os.stat(os.path.join(root, "lock")).st_ino
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] == "->" or parts[1] not in ("POSIX", "OFDLCK"):
+            continue
+        dev_ino = parts[5].rsplit(":", 1)
+        if len(dev_ino) == 2 and dev_ino[1].isdigit() and int(dev_ino[1]) == ino:
+            try:
+                return int(parts[4])
+            except ValueError:
+                return -1
+    return None
+
+
+def _file_sig(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class Follower:
+    """The reput of a follower store (see the module docstring).
+
+    Args:
+        store: a read-only MessageStore opened with ``follow=True`` (it calls
+            :meth:`open` itself).
+
+    Attributes:
+        writer_end: CommitLog offset just after the last complete record the writer has
+            written (bytes; >= the visible end ``store.commitlog.max_offset``).
+        writer_store_timestamp: store time (epoch ms) of the writer's newest complete record.
+        waiting_since_ms: store time of the oldest complete record not visible yet (its unit
+            is missing), 0 when nothing waits.
+        refreshed_ms: when the last refresh ended (epoch ms).
+        refreshes: how many refreshes ran.
+    """
+
+    def __init__(self, store):
+        self.store = store
+        self.writer_end = 0
+        self.writer_store_timestamp = 0
+        self.waiting_since_ms = 0
+        self.refreshed_ms = 0
+        self.refreshes = 0
+        self._config_sigs: dict[str, tuple] = {}
+        self._graves: list[tuple[int, list]] = []  # (refresh number, fds to close)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._refresh_lock = threading.Lock()
+        self._opened_queue = False
+        self.listeners: list = []  # callables(dict of what changed) run after a refresh
+
+    # -- open ---------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Set the visible state from the writer's files, then :meth:`refresh`.
+
+        The visible CommitLog end starts after the newest record a ConsumeQueue points at (the
+        writer's reput position, where normal recovery starts too); units the writer adds
+        later, also below that point (a queue whose units of the last put were not written
+        yet), are checked by the refresh.
+        """
+        s = self.store
+        cl = s.commitlog
+        for name in ("topics.json", "consumerOffset.json", "subscriptionGroup.json"):
+            self._config_sigs[name] = self._config_sig(name)
+        # The writer's units are trusted as normal recovery trusts them, but for each queue's
+        # last one, which is compared with its record (a unit being written is dropped, in
+        # memory); the reput goes on from the end of the newest record a unit names.
+        s._check_queue_tails()
+        start = max((cq.max_physic_offset for cq in s.consume_queues.values()
+                     if cq.max_offset > cq.min_offset), default=cl.min_offset)
+        start = max(start, cl.min_offset)
+        cl.max_offset = start
+        self.writer_end = start
+        self.refresh()
+        for cq in s.consume_queues.values():
+            cq.correct_min_offset(cl.min_offset)
+
+    def attach(self) -> None:
+        """Follow from the state normal recovery left (a clean store no one wrote at open)."""
+        for name in ("topics.json", "consumerOffset.json", "subscriptionGroup.json"):
+            self._config_sigs[name] = self._config_sig(name)
+        self.writer_end = self.store.commitlog.max_offset
+
+    # -- the loop -----------------------------------------------------------------------------
+    def start(self, interval: float = 0.1) -> None:
+        """Refresh every ``interval`` seconds in a daemon thread until :meth:`stop`."""
+        if self._thread is not None:
+            return
+
+        def loop():
+            while not self._stop.wait(interval):
+                try:
+                    self.refresh()
+                except Exception:  # noqa: BLE001 - keep following; the next round retries
+                    log.exception("follower refresh failed")
+        self._thread = threading.Thread(target=loop, name="rmq-follow", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the refresh thread (if any) and close the descriptors of deleted files."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        for _, fds in self._graves:
+            for fd in fds:
+                _close(fd)
+        self._graves = []
+
+    # -- one step -----------------------------------------------------------------------------
+    def refresh(self) -> dict:
+        """Follow the writer one step: files, configs, then the reput.
+
+        Returns what changed: ``{"records": n, "deleted": [paths], "configs": [names]}``
+        (paths relative to the store root). Raises OSError only for the store directory
+        itself; a file that vanishes meanwhile is skipped.
+        """
+        with self._refresh_lock:
+            s = self.store
+            changes = {"records": 0, "deleted": [], "configs": []}
+            self.refreshes += 1
+            self._bury()
+            configs = self._follow_configs()
+            with s.put_lock:
+                for name, mgr_attr, mgr in configs:
+                    setattr(s, mgr_attr, mgr)
+                    changes["configs"].append(name)
+            cl = s.commitlog
+            try:
+                s.checkpoint = StoreCheckpoint.read(s.checkpoint_path)
+            except (OSError, ValueError, StoreError):
+                pass
+            with s.put_lock:
+                old_min = cl.min_offset
+                deleted = self._follow_file_queue(cl.files)
+                cl.file_size = cl.files.file_size
+                # the writer deletes ConsumeQueue files a little after the segments: their
+                # deletion is also looked for once a second
+                if cl.min_offset != old_min or deleted or self.refreshes % 10 == 0:
+                    changes["deleted"] += [os.path.relpath(p, s.root) for p in deleted]
+                    if cl.max_offset < cl.min_offset:
+                        cl.max_offset = cl.min_offset
+                    for cq in list(s.consume_queues.values()):
+                        gone = self._follow_file_queue(cq.files, add=False)
+                        changes["deleted"] += [os.path.relpath(p, s.root) for p in gone]
+                        base = cq.files.min_offset // CQ_STORE_UNIT_SIZE
+                        if cq.min_offset < base:
+                            cq.min_offset = base
+                            cq.max_offset = max(cq.max_offset, base)
+                        cq.correct_min_offset(cl.min_offset)
+            for _ in range(8):  # again at once when the writer started new queues
+                self._opened_queue = False
+                changes["records"] += self._reput()
+                if not self._opened_queue:
+                    break
+            if s.index_service is not None:
+                changes["deleted"] += [os.path.relpath(p, s.root)
+                                       for p in s.index_service.follow()]
+            if self.refreshes % 10 == 0:  # the writer may have stopped, or been restarted
+                s.writer_pid = writer_pid(s.root)
+            self.refreshed_ms = int(time.time() * 1000)
+        if changes["records"] or changes["deleted"] or changes["configs"]:
+            for listener in self.listeners:
+                try:
+                    listener(changes)
+                except Exception:  # noqa: BLE001 - a listener never stops the follower
+                    log.exception("follower listener failed")
+        return changes
+
+    @property
+    def behind_bytes(self) -> int:
+        """CommitLog bytes the writer has written completely that are not visible yet."""
+        return max(0, self.writer_end - self.store.commitlog.max_offset)
+
+    def behind_ms(self, now_ms: int | None = None) -> int:
+        """How long (ms) the oldest complete record that is not visible yet has waited since
+        the writer stored it (0 when the follower is caught up with the writer's files)."""
+        if not self.waiting_since_ms or not self.behind_bytes:
+            return 0
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        return max(0, now_ms - self.waiting_since_ms)
+
+    # -- files --------------------------------------------------------------------------------
+    def _follow_file_queue(self, fq: FileQueue, add: bool = True) -> list[str]:
+        """Make ``fq.segments`` match the directory: drop files the writer deleted (their
+        descriptors are closed later), append new full-size files. Returns deleted paths.
+
+        The segment list is replaced as a whole, so readers (``FileQueue.find``) always see
+        one consistent list.
+        """
+        try:
+            names = sorted(n for n in os.listdir(fq.directory) if _NAME.match(n))
+        except FileNotFoundError:
+            names = []
+        present = {int(n) for n in names}
+        old = fq.segments
+        keep = [seg for seg in old if seg.start in present]
+        # a file in the middle cannot vanish alone; keep the run that ends at the newest file
+        run: list[Segment] = []
+        for seg in keep:
+            if run and seg.start != run[-1].end:
+                run = []
+            run.append(seg)
+        keep = run
+        gone = [seg for seg in old if seg not in keep]
+        if add:
+            nxt = keep[-1].end if keep else None
+            for n in names:
+                start = int(n)
+                if nxt is not None and start < nxt:
+                    continue
+                if nxt is not None and start != nxt:
+                    break
+                path = os.path.join(fq.directory, n)
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    break
+                size = os.fstat(fd).st_size
+                if not keep and size > 0 and start % size == 0:
+                    fq.file_size = size  # the first file of a new queue: its size is the size
+                if size != fq.file_size or start % fq.file_size:
+                    os.close(fd)  # being created (size 0 until ftruncate), or not ours
+                    break
+                keep.append(Segment(start, path, fd, fq.file_size))
+                nxt = start + fq.file_size
+        if gone or len(keep) != len(old):
+            with fq._lock:  # readers take the list once (find) or under this lock (snapshots)
+                fq.segments = keep
+        if gone:
+            self._graves.append((self.refreshes, [seg.fd for seg in gone]))
+        return [seg.path for seg in gone]
+
+    def _bury(self) -> None:
+        """Close descriptors of deleted files once GRAVE_ROUNDS refreshes have passed."""
+        keep = []
+        for n, fds in self._graves:
+            if self.refreshes - n >= GRAVE_ROUNDS:
+                for fd in fds:
+                    _close(fd)
+            else:
+                keep.append((n, fds))
+        self._graves = keep
+
+    def _config_sig(self, name: str):
+        path = os.path.join(self.store.root, "config", name)
+        return (_file_sig(path), _file_sig(path + ".bak"))
+
+    def _follow_configs(self) -> list:
+        """Reload the config files the writer rewrote (atomically: a file that does not parse
+        is skipped until the next refresh). Returns ``[(name, store attribute, manager)]``."""
+        out = []
+        config_dir = os.path.join(self.store.root, "config")
+        for name, attr, cls in (("topics.json", "topic_config", TopicConfigManager),
+                                ("consumerOffset.json", "consumer_offsets",
+                                 ConsumerOffsetManager),
+                                ("subscriptionGroup.json", "subscription_groups",
+                                 SubscriptionGroupManager)):
+            sig = self._config_sig(name)
+            if sig == self._config_sigs.get(name):
+                continue
+            try:
+                mgr = cls(config_dir, True)
+            except (OSError, ValueError, StoreError) as exc:
+                log.debug("follower: %s not reloaded yet: %s", name, exc)
+                continue
+            self._config_sigs[name] = sig
+            out.append((name, attr, mgr))
+        return out
+
+    def _discover_queues(self, topic: str) -> int:
+        """Open every queue directory of ``topic`` the writer created since; returns how
+        many (a new topic's queues usually all start within one put)."""
+        try:
+            names = os.listdir(os.path.join(self.store.root, "consumequeue", topic))
+        except OSError:
+            return 0
+        n = 0
+        for name in names:
+            if name.isdigit() and (topic, int(name)) not in self.store.consume_queues:
+                n += self._queue(topic, int(name)) is not None
+        return n
+
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The store's ConsumeQueue of a queue, opened when the writer created its directory
+        since (None while it has not)."""
+        s = self.store
+        key = (topic, queue_id)
+        cq = s.consume_queues.get(key)
+        if cq is not None:
+            return cq
+        qdir = os.path.join(s.root, "consumequeue", topic, str(queue_id))
+        if not os.path.isdir(qdir):
+            return None
+        try:
+            # the writer preallocates its files: a lone file's size is the file size
+            cq = ConsumeQueue(qdir, topic, queue_id, s._cq_file_size, True)
+        except (ValueError, CorruptRecordError, OSError) as exc:
+            log.debug("follower: queue %s/%d not readable yet: %s", topic, queue_id, exc)
+            return None
+        cq.max_offset = cq.min_offset  # units become visible through the reput only
+        with s.put_lock:
+            s.consume_queues[key] = cq
+        return cq
+
+    # -- reput --------------------------------------------------------------------------------
+    def _new_units(self, cq: ConsumeQueue) -> bytes:
+        """The writer's valid units after the queue's visible end (``cq.max_offset``), read
+        in growing steps (most queues gain a few units per refresh) and across new files;
+        at most MAX_NEW_UNITS."""
+        fq = cq.files
+        lo = cq.max_offset
+        out = []
+        n_total = 0
+        step = 256
+        while n_total < MAX_NEW_UNITS:
+            pos = (lo + n_total) * CQ_STORE_UNIT_SIZE
+            if pos >= fq.end_offset:
+                self._follow_file_queue(fq)  # the writer may have started the next file
+                if pos >= fq.end_offset:
+                    break
+            data = fq.read(pos, step * CQ_STORE_UNIT_SIZE)
+            if not data:
+                break
+            n = _valid_prefix_units(data)
+            out.append(data[:n * CQ_STORE_UNIT_SIZE])
+            n_total += n
+            if n * CQ_STORE_UNIT_SIZE < len(data):
+                break
+            step = min(step * 8, 1 << 16)
+        return b"".join(out)
+
+    def _reput(self) -> int:
+        """Advance the visible end over complete records whose units the writer has written
+        (see the module docstring). Returns the number of units made visible.
+
+        Columnar: the new units of every queue are read in one pass per queue, sorted by
+        CommitLog offset and must tile the CommitLog from the visible end (a unit ends where
+        the next begins); their records' headers are checked with numpy (TOTALSIZE equals the
+        unit's size, MAGIC, PHYSICALOFFSET, QUEUEID and QUEUEOFFSET equal the unit's) and
+        their bodies' CRCs computed; only the gaps of the tiling (a blank record at a segment
+        end, records that get no unit, or a unit not written yet) are looked at one by one.
+        """
+        s = self.store
+        cl = s.commitlog
+        start = cl.max_offset
+        queues = list(s.consume_queues.values())
+        parts = []
+        for i, cq in enumerate(queues):
+            raw = self._new_units(cq)
+            if raw:
+                parts.append((i, cq.max_offset, np.frombuffer(raw, _UNIT_DT)))
+        if parts:
+            off = np.concatenate([u["off"] for _, _, u in parts]).astype(np.int64)
+            size = np.concatenate([u["size"] for _, _, u in parts]).astype(np.int64)
+            qoff = np.concatenate([np.arange(b, b + len(u), dtype=np.int64)
+                                   for _, b, u in parts])
+            qidx = np.concatenate([np.full(len(u), i, dtype=np.int64) for i, _, u in parts])
+        else:
+            off = size = qoff = qidx = np.zeros(0, dtype=np.int64)
+        end_of = off + size
+        order = np.argsort(off, kind="stable")
+        # the tiling, from the visible end
+        pos = start
+        so, se = off[order], end_of[order]
+        ahead = so >= start
+        so_a, se_a = so[ahead], se[ahead]
+        if len(so_a) > 1:
+            breaks = np.flatnonzero(so_a[1:] != se_a[:-1])
+        else:
+            breaks = np.zeros(0, dtype=np.int64)
+        i, n = 0, len(so_a)
+        while True:
+            if i < n and so_a[i] == pos:
+                k = np.searchsorted(breaks, i)  # the first break at or after i
+                last = int(breaks[k]) if k < len(breaks) else n - 1
+                pos = int(se_a[last])
+                i = last + 1
+                continue
+            if i < n and so_a[i] < pos:  # a unit overlapping what is taken: torn or foreign
+                break
+            bridged = self._bridge(pos, int(so_a[i]) if i < n else None)
+            if bridged == pos:
+                break
+            pos = bridged
+        # header and CRC checks of everything taken (and of units below the start, which a
+        # queue may get late: they are complete records already inside the visible end)
+        take = off < pos
+        valid = self._check_records(off, size, qoff, qidx, queues, take)
+        # a bad unit in the tiled range ends it there; a bad late unit (below the start) only
+        # stops its own queue (the per-queue prefix below)
+        bad_ahead = off[~valid & (off >= start)]
+        if len(bad_ahead):
+            pos = min(pos, int(bad_ahead.min()))
+        take = (off < pos) & valid
+        # per queue, the taken units are a prefix of its new ones (units are in CommitLog order)
+        counts = {}
+        at = 0
+        for i, base, u in parts:
+            t = take[at:at + len(u)]
+            k = int(np.argmin(t)) if not t.all() else len(u)
+            counts[i] = k
+            at += len(u)
+        # how far the writer is: its units and then its CommitLog beyond them
+        writer_end = max(pos, int(end_of.max()) if len(end_of) else 0)
+        writer_end, last_ts = self._writer_tail(writer_end)
+        self.writer_end = writer_end
+        if last_ts:
+            self.writer_store_timestamp = last_ts
+        self.waiting_since_ms = self._store_ts_at(pos) if writer_end > pos else 0
+        made = 0
+        with s.put_lock:
+            for i, k in counts.items():
+                if k:
+                    cq = queues[i]
+                    hit = np.flatnonzero(qidx == i)[k - 1]
+                    cq.max_offset += k
+                    cq.last_commitlog_offset = int(off[hit])
+                    cq.max_physic_offset = int(end_of[hit])
+                    made += k
+            if pos > cl.max_offset:
+                taken = off[take]
+                newest = int(taken.max()) if len(taken) else None
+                cl.max_offset = pos
+                ts = self._store_ts_at(newest) if newest is not None else 0
+                if ts:
+                    cl.last_store_timestamp = ts
+                    s._dispatched_store_timestamp = ts
+            # what the writer says it has synced (checkpoint), within what is visible
+            confirmed = s.checkpoint.confirm_phy_offset
+            cl.flushed_where = min(cl.max_offset, confirmed) if confirmed > 0 else cl.max_offset
+        return made
+
+    def _bridge(self, pos: int, target: int | None) -> int:
+        """Walk records from ``pos`` that need no unit of a known queue: a blank record at a
+        segment end (to the next segment, once the follower has its file), PREPARED/ROLLBACK
+        transaction records, inner-batch or BatchCQ records. Stops at ``target``, at a record
+        whose unit is missing (opening its queue when the writer created the directory since;
+        the next refresh takes it), or at anything incomplete. Returns where it stopped."""
+        s = self.store
+        cl = s.commitlog
+        for _ in range(BRIDGE_MAX):
+            if target is not None and pos >= target:
+                break
+            head = cl.files.read(pos, 8)
+            if len(head) < 8:
+                break
+            total, magic = struct.unpack(">iI", head)
+            if magic == MAGIC_BLANK:
+                nxt = cl.files.roll_next(pos)
+                if cl.files.find(nxt) is None:
+                    break
+                pos = nxt
+                continue
+            if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+                break
+            try:
+                rec = cl.read_message(pos, total, check_crc=True)
+            except CorruptRecordError:
+                break
+            if rec.commitlog_offset != pos:
+                break
+            needs_unit = not (rec.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE,
+                                                      TRANSACTION_ROLLBACK_TYPE)
+                              or rec.sys_flag & INNER_BATCH_FLAG
+                              or rec.topic in s._batch_cq_topics)
+            if needs_unit:
+                if (rec.topic, rec.queue_id) not in s.consume_queues and \
+                        self._discover_queues(rec.topic):
+                    self._opened_queue = True  # new queues: the reput runs again
+                break
+            pos += total
+        return pos
+
+    def _check_records(self, off, size, qoff, qidx, queues, take):
+        """Check the records of the units where ``take`` is set (numpy over each segment's
+        bytes, then the body CRCs). Returns a bool array over all units: False for a unit
+        whose record does not agree with it (True for units not checked)."""
+        valid = np.ones(len(off), dtype=bool)
+        idx = np.flatnonzero(take)
+        if not len(idx):
+            return valid
+        cl = self.store.commitlog
+        idx = idx[np.argsort(off[idx], kind="stable")]
+        fs = cl.files.file_size
+        seg_of = off[idx] // fs
+        qids = np.array([cq.queue_id for cq in queues], dtype=np.int64)
+        chunks = []
+        for seg_no in np.unique(seg_of):
+            in_seg = idx[seg_of == seg_no]
+            chunks += [in_seg[k:k + CHECK_CHUNK] for k in range(0, len(in_seg), CHECK_CHUNK)]
+        for sel in chunks:  # bounded memory: a chunk's bytes and a (units x 40) index
+            lo = int(off[sel].min())
+            hi = int((off[sel] + size[sel]).max())
+            data = cl.files.read(lo, hi - lo)
+            ok = np.zeros(len(sel), dtype=bool)
+            rel = off[sel] - lo
+            fits = (rel >= 0) & (rel + size[sel] <= len(data)) & (size[sel] >= _HEAD_DT.itemsize)
+            if fits.any() and data:
+                buf = np.frombuffer(data, dtype=np.uint8)
+                r = rel[fits]
+                heads = buf[r[:, None] + np.arange(_HEAD_DT.itemsize)].copy().view(_HEAD_DT)
+                heads = heads.reshape(-1)
+                u = sel[fits]
+                good = ((heads["total"] == size[u]) & np.isin(heads["magic"], _MAGICS)
+                        & (heads["phys"] == off[u]) & (heads["qid"] == qids[qidx[u]])
+                        & (heads["qoff"] == qoff[u]))
+                # body CRCs (BODYCRC covers the body only), one C call per record
+                sysf = heads["sys"].astype(np.int64)
+                blen_at = r + 84 + 12 * ((sysf & 0x10) > 0) + 12 * ((sysf & 0x20) > 0)
+                inside = blen_at + 4 <= len(data)
+                blen = np.full(len(r), -1, dtype=np.int64)
+                if inside.any():
+                    b = buf[blen_at[inside][:, None] + np.arange(4)].copy().view(">i4")
+                    blen[inside] = b.reshape(-1)
+                good &= inside & (blen >= 0) & (blen_at + 4 + blen <= r + size[u])
+                mv = memoryview(data)
+                js = np.flatnonzero(good)
+                a_list = (blen_at[js] + 4).tolist()
+                e_list = (blen_at[js] + 4 + blen[js]).tolist()
+                c_list = heads["crc"][js].tolist()
+                crc = _crc32
+                for j, a, e, c in zip(js.tolist(), a_list, e_list, c_list):
+                    if crc(mv[a:e]) & 0x7FFFFFFF != c:
+                        good[j] = False
+                ok[fits] = good
+            valid[sel] = ok
+        return valid
+
+    def _writer_tail(self, pos: int) -> tuple[int, int]:
+        """``(end, storeTimestamp)`` of the complete records the writer has after ``pos``
+        (records its ConsumeQueues do not point at yet), walking at most TAIL_MAX of them."""
+        cl = self.store.commitlog
+        end, ts, n = pos, 0, 0
+        head = cl.files.read(pos, 8)
+        if len(head) < 8 or head == bytes(8):
+            return end, ts  # the usual case: nothing after the units (no 8 MB scan read)
+        for buf, at, phys, total, *_ in cl.scan_raw(pos, check_crc=True):
+            end = phys + total
+            ts = _store_timestamp(buf, at)
+            n += 1
+            if n >= TAIL_MAX:
+                break
+        else:
+            end = max(end, cl.scan_end)
+        return end, ts
+
+    def _store_ts_at(self, pos: int) -> int:
+        """STORETIMESTAMP of the record at ``pos`` (0 when none can be read there)."""
+        head = self.store.commitlog.files.read(pos, 80)
+        if len(head) < 80:
+            return 0
+        return _store_timestamp(head, 0)
+
+
+def _store_timestamp(buf, pos: int) -> int:
+    """STORETIMESTAMP of the record at ``buf[pos:]`` (epoch ms)."""
+    sys_flag = struct.unpack_from(">i", buf, pos + 36)[0]
+    at = _STORE_TS_V6 if sys_flag & _BORNHOST_V6_FLAG else _STORE_TS_V4
+    return _Q.unpack_from(buf, pos + at)[0]
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
