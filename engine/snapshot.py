@@ -50,6 +50,8 @@ import time
 from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import numpy as np
+
 from .checkpoint import StoreCheckpoint
 from .consumequeue import CQ_STORE_UNIT_SIZE
 from .crc import crc32c, crc32c_fd, crc32c_zeros
@@ -378,12 +380,20 @@ def freeze(store, name: str) -> Snapshot:
                             continue  # in memory only (read-only store)
                         fd = dup(f._io.fd)
                         rel = f"index/{f.name}"
+                        nslots = f.hash_slot_num * HASH_SLOT_SIZE
                         if f.is_write_full:
+                            head = os.pread(fd, INDEX_HEADER_SIZE, 0)
+                            if len(head) == INDEX_HEADER_SIZE and \
+                                    HEADER.unpack(head)[3] >= offset:
+                                # names records past the snapshot (a follower's writer is
+                                # ahead of what it shows): cut below, slots read then
+                                slot_copies.append((rel, f.size, head, None, False, fd,
+                                                    INDEX_HEADER_SIZE + nslots))
+                                continue
                             files.append(FrozenFile(rel, f.size, [(0, f.size, fd, 0, None)],
                                                     ident=fd))
                             index_ts = f.end_timestamp
                             continue
-                        nslots = f.hash_slot_num * HASH_SLOT_SIZE
                         # Slots first, then the header: a writer (another process, for a
                         # follower) writes items, then slots, then the header, so the slots
                         # read here name only items the header read after counts.
@@ -415,7 +425,16 @@ def freeze(store, name: str) -> Snapshot:
     # was served) has an mtime in a later second, so even a copy tool comparing whole seconds
     # without this manager's memory of earlier mtimes (another mount) sees it changed.
     partial_mtime = (now_ms // 1000 - 1) * NS
+    cut_ts = None
     for rel, size, head, slots, native, fd, items_base in slot_copies:
+        if slots is None:
+            slots = os.pread(fd, items_base - INDEX_HEADER_SIZE, INDEX_HEADER_SIZE)
+        if len(head) == INDEX_HEADER_SIZE and HEADER.unpack(head)[3] >= offset:
+            cut = _cut_index(store, fd, head, slots, native, items_base, offset)
+            if cut is None:
+                continue  # every item names a record past the snapshot: no such file yet
+            head, slots, native = cut
+            cut_ts = HEADER.unpack(head)[1]
         count = HEADER.unpack(head)[5] if len(head) == INDEX_HEADER_SIZE else 0
         count = max(count, 1)
         extents = [(0, INDEX_HEADER_SIZE + len(slots), -1, 0, _IndexHead(head, slots, native))]
@@ -434,6 +453,9 @@ def freeze(store, name: str) -> Snapshot:
         f.key = ("data", len(data), crc32c(data))
         f.candidate_mtime_ns = mtime
         files.append(f)
+    if cut_ts is not None:  # indexMsgTimestamp: the newest IndexFile as cut
+        cp = StoreCheckpoint(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cut_ts,
+                             cp.master_flushed_offset, cp.confirm_phy_offset)
     page = cp.to_bytes()
     f = FrozenFile("checkpoint", len(page), [(0, len(page), -1, 0, page)])
     f.key = ("data", len(page), crc32c(page))
@@ -464,6 +486,46 @@ def freeze(store, name: str) -> Snapshot:
                     {f.rel: f for f in sorted(files, key=lambda f: f.rel)}, fds, store.root)
     snap.put_lock_ns = lock_ns  # how long puts waited at most (bench, logs)
     return snap
+
+
+_ITEM_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"),
+                        ("prev_index", ">i4")])  # indexfile.ITEM as a numpy dtype
+
+
+def _cut_index(store, fd: int, head: bytes, slots: bytes, native: bool, items_base: int,
+               cut: int):
+    """An IndexFile as it was when the CommitLog ended at ``cut``: items naming records at or
+    past ``cut`` dropped, the hash slots pointing at them moved down their chains to the newest
+    item kept, the header's counts and ends set to the last item kept.
+
+    Needed where the file's writer is ahead of the snapshot (a follower shows less than its
+    writer has indexed). Items are appended in CommitLog order, so the items kept are a prefix.
+    Returns ``(header bytes, big-endian slot bytes, False)``, or None when no item is kept.
+    """
+    begin_ts, _end_ts, begin_phy, _end_phy, _slot_count, count = HEADER.unpack(head)
+    if count <= 1:
+        return None
+    raw = os.pread(fd, (count - 1) * INDEX_SIZE, items_base + INDEX_SIZE)
+    n = len(raw) // INDEX_SIZE
+    items = np.frombuffer(raw[:n * INDEX_SIZE], dtype=_ITEM_DTYPE)
+    keep = 1 + int(np.searchsorted(items["phy_offset"], cut, side="left"))  # items 1..keep-1
+    if keep <= 1:
+        return None
+    table = np.frombuffer(slots, dtype="=i4" if native else ">i4").astype(np.int64)
+    prev = items["prev_index"].astype(np.int64)
+    for _ in range(count):  # every step moves each slot down one chain link
+        ahead = table >= keep
+        if not ahead.any():
+            break
+        idx = table[ahead]
+        nxt = np.where(idx - 1 < n, prev[np.minimum(idx - 1, n - 1)], 0)
+        table[ahead] = np.where(nxt >= idx, 0, nxt)  # a chain must go down; else drop it
+    last = items[keep - 2]
+    rec = store.message_at(int(last["phy_offset"]))
+    end_ts = rec.store_timestamp if rec is not None else begin_ts + int(last["time_diff"]) * 1000
+    new_head = HEADER.pack(begin_ts, end_ts, begin_phy, int(last["phy_offset"]),
+                           int(np.count_nonzero(table)), keep)
+    return new_head, table.astype(">i4").tobytes(), False
 
 
 class _CrcCache:

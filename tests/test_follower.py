@@ -630,3 +630,51 @@ def test_follower_mount_of_a_clean_store_follows_a_writer_started_later(mount_st
     while json.loads((r.mnt / "status.json").read_text())["writerPid"] != w.pid:
         assert time.monotonic() - t0 < 2.0
         time.sleep(0.05)
+
+
+@fuse
+@pytest.mark.fuse
+def test_snapshot_of_a_follower_mount_while_the_writer_produces(mount_store, tmp_path):
+    """A follower mount takes a snapshot of what it shows: the copy verifies, mounts with a
+    normal recovery and holds exactly the messages the follower had made visible (a prefix of
+    the writer's, whole records only), although the writer keeps producing during the mkdir."""
+    store = tmp_path / "store"
+    w = mount_store(store, config=_conf(tmp_path), name="w")
+    os.mkdir(w.mnt / "topics" / "Snap")
+    produce = w.mnt / "topics" / "Snap" / "produce"
+    produce.write_bytes(b"".join(b"first-%d\n" % i for i in range(500)))
+    r = mount_store(store, "ro", name="r")
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            with open(produce, "ab") as f:
+                f.write(b"".join(b"more-%d-%d\n" % (i, j) for j in range(50)))
+            i += 1
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        time.sleep(0.5)
+        os.mkdir(r.mnt / "snapshots" / "f1")
+        manifest = json.loads((r.mnt / "snapshots" / "f1" / "SNAPSHOT.json").read_bytes())
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        t.join()
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(r.mnt / "snapshots" / "f1"), str(copy)], check=True)
+    res = run_rmqfs("snapshot-verify", copy, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not (copy / "abort").exists()
+    (copy / "SNAPSHOT.json").unlink()
+    with MessageStore(str(copy), read_only=True) as snap, \
+            MessageStore(str(store), read_only=True) as live:
+        got = [b for q in snap.queue_ids("Snap") for b in _queue_bodies(snap, "Snap", q)]
+        assert len(got) == manifest["messageCount"] >= 500
+        # every queue of the snapshot is a prefix of the writer's queue, byte for byte
+        for q in snap.queue_ids("Snap"):
+            mine = _queue_bodies(snap, "Snap", q)
+            assert mine == _queue_bodies(live, "Snap", q)[:len(mine)]
+        assert snap.commitlog.max_offset == manifest["commitLogOffset"] <= live.commitlog.max_offset
+    assert run_rmqfs("verify", copy).returncode == 0
