@@ -299,7 +299,8 @@ class StatusFile(GeneratedFile):
     Offsets and lags are bytes of the CommitLog; timestamps epoch ms. ``dispatchBehindBytes``
     is RocketMQ's ``dispatchBehindBytes()`` (CommitLog max offset minus the reput offset; 0
     while dispatch runs inline with the put); ``flushBehindBytes`` what an fsync would still
-    write. mtime = the store time of the newest message (the mount time before any).
+    write. ``brokerName`` is broker.conf's (``--config``), else RocketMQ's default, the host
+    name. mtime = the store time of the newest message (the mount time before any).
     """
 
     def content(self) -> bytes:
@@ -315,6 +316,7 @@ class StatusFile(GeneratedFile):
             index_files = len(getattr(s.index_service, "files", []) or [])
         cp = s.checkpoint
         return R.render_json({
+            "brokerName": s.config.broker_name,
             "storePathRootDir": s.root,
             "pid": self.ctx.pid,
             "readOnly": self.ctx.read_only,

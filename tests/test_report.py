@@ -29,8 +29,12 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
     hdfs = (LOGHUB / "HDFS_2k.log").read_bytes().splitlines()
     ssh = (LOGHUB / "OpenSSH_2k.log").read_bytes().splitlines()
     zk = (LOGHUB / "Zookeeper_2k.log").read_bytes().splitlines()
-    a = mount_store(tmp_path / "store-a", name="broker-a")
-    b = mount_store(tmp_path / "store-b", name="broker-b")
+    # brokerName comes from broker.conf through status.json, not from the mount's name
+    for n in "ab":
+        (tmp_path / f"broker-{n}.conf").write_text(f"brokerName = broker-{n}\n")
+    a = mount_store(tmp_path / "store-a", config=tmp_path / "broker-a.conf", name="mnt-a")
+    b = mount_store(tmp_path / "store-b", config=tmp_path / "broker-b.conf", name="mnt-b")
+    assert json.loads((a.mnt / "status.json").read_text())["brokerName"] == "broker-a"
     produce_lines(a.mnt, "HDFS", hdfs)
     produce_lines(a.mnt, "Zookeeper", zk)
     ssh_tags = [f"T{i % 3}" for i in range(len(ssh))]

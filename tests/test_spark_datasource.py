@@ -224,3 +224,47 @@ def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, smal
                 assert dict(row["properties"]) == rec.properties
                 assert (row["body"], row["tags"], row["keys"], row["msgId"]) == \
                     (rec.body, rec.tags, rec.keys, rec.msg_id)
+
+
+_REGISTER_IN_A_SESSION = """
+import sys
+from pyspark.sql import SparkSession
+from pipeline.datasource import WorkerEnvironmentError, register
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+try:
+    register(spark)
+    print("REGISTERED")
+except WorkerEnvironmentError as exc:
+    print("ERROR", exc)
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("worker", ["venv-without-pyarrow", "missing"])
+def test_register_names_the_workers_interpreter(tmp_path, worker):
+    """register() fails at once, with the workers' interpreter and the fix, when Spark's Python
+    workers cannot import pyarrow or do not start (not "Python worker exited unexpectedly" in
+    the first query). A session of its own, in a subprocess: PYSPARK_PYTHON is read when a
+    SparkContext starts, and the shared session must keep working workers."""
+    import subprocess
+    import sys
+    from conftest import REPO
+    if worker == "missing":
+        python = str(tmp_path / "no-such-python")
+    else:
+        # same interpreter version as the driver, but without the venv's site-packages
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")],
+                       check=True)
+        python = str(tmp_path / "venv" / "bin" / "python")
+    env = dict(os.environ, PYSPARK_PYTHON=python, PYTHONPATH=str(REPO),
+               SPARK_LOCAL_IP="127.0.0.1")
+    out = subprocess.run([sys.executable, "-c", _REGISTER_IN_A_SESSION], env=env,
+                         capture_output=True, text=True, timeout=300).stdout
+    assert "REGISTERED" not in out
+    line = next(x for x in out.splitlines() if x.startswith("ERROR"))
+    assert python in line and f"PYSPARK_PYTHON={sys.executable}" in line
+    assert "spark.pyspark.python" in line
+    if worker != "missing":
+        assert "cannot import pyarrow" in line
