@@ -104,3 +104,19 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
 def test_not_a_mount_is_a_clear_error(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 1
     assert "no view/ directory" in capsys.readouterr().err
+
+
+def test_chart_bucket_suits_the_time_span():
+    """A burst of seconds is charted per second, an hour per 10 seconds... at most 240 points."""
+    assert report.chart_bucket(0) == (1_000, "second")
+    assert report.chart_bucket(3_500) == (1_000, "second")
+    assert report.chart_bucket(239_000) == (1_000, "second")
+    assert report.chart_bucket(240_000)[1] == "10 seconds"
+    assert report.chart_bucket(30 * 60_000)[1] == "10 seconds"
+    assert report.chart_bucket(3 * 3600_000)[1] == "minute"
+    assert report.chart_bucket(2 * 86_400_000)[1] == "hour"
+    assert report.chart_bucket(365 * 86_400_000)[1] == "day"
+    assert report.chart_bucket(10 * 365 * 86_400_000)[1] == "30 days"
+    for span in (0, 1, 999_999, 10**8, 10**10):
+        ms, _ = report.chart_bucket(span)
+        assert span // ms + 1 <= 240 or ms == report.CHART_BUCKETS[-1][0]
