@@ -764,8 +764,11 @@ def _dedupe(row: np.ndarray, names: np.ndarray):
     repeats (the usual case, checked column-wise). ``decode_properties`` builds a dict, which
     keeps a repeated name at its first position with its last value."""
     import pyarrow as pa
-    t = pa.table({"r": pa.array(row), "k": pa.array(names, pa.string())})
-    if t.group_by(["r", "k"]).aggregate([]).num_rows == len(row):
+    import pyarrow.compute as pc
+    codes = pc.dictionary_encode(pa.array(names, pa.string()))
+    pair = row.astype(np.int64) * len(codes.dictionary) + codes.indices.to_numpy()
+    pair.sort()
+    if not len(pair) or np.all(pair[1:] != pair[:-1]):
         return None
     first: dict = {}
     last: dict = {}
