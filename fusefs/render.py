@@ -17,12 +17,8 @@ from engine.message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, MAGIC_V
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
-# Spark DDL of a view/ line; topic and queue also come from the directory names.
-VIEW_DDL = ("topic STRING, queueId INT, queueOffset BIGINT, commitLogOffset BIGINT, "
-            "storeSize INT, msgId STRING, tags STRING, keys ARRAY<STRING>, "
-            "bornTimestamp BIGINT, bornHost STRING, storeTimestamp BIGINT, storeHost STRING, "
-            "sysFlag INT, flag INT, bodyCRC INT, reconsumeTimes INT, "
-            "preparedTransactionOffset BIGINT, properties MAP<STRING,STRING>, body BINARY")
+# Spark DDL of a messages.jsonl line (engine.schema is the one definition of the columns).
+from engine.schema import VIEW_DDL  # noqa: E402
 
 
 def message_fields(rec: MessageRecord) -> dict:

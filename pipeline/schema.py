@@ -17,29 +17,10 @@ in the CommitLog; ``queueOffset`` the index of its ConsumeQueue unit; ``body`` t
 
 from __future__ import annotations
 
-from fusefs.render import VIEW_DDL
+# The one definition of the columns is engine.schema; these names stay for pipeline/.
+from engine.schema import DATASOURCE_DDL, VIEW_DDL, split_ddl
 
 __all__ = ["VIEW_DDL", "DATASOURCE_DDL", "FIELD_NAMES", "split_ddl"]
 
-
-def split_ddl(ddl: str) -> list[tuple[str, str]]:
-    """``[(column, type), ...]`` of a DDL column list (commas inside ``<...>`` kept)."""
-    fields, depth, start = [], 0, 0
-    for i, ch in enumerate(ddl):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            fields.append(ddl[start:i].strip())
-            start = i + 1
-    fields.append(ddl[start:].strip())
-    return [tuple(f.split(None, 1)) for f in fields]
-
-
-#: Column names of a ``view/`` line, in the order the mount writes them.
+#: Column names of a ``messages.jsonl`` line, in the order the mount writes them.
 FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in split_ddl(VIEW_DDL))
-
-#: The schema of ``spark.read.schema(VIEW_DDL).json(view)``: data columns, then partitions.
-DATASOURCE_DDL = ", ".join(
-    [f"{n} {t}" for n, t in split_ddl(VIEW_DDL) if n != "topic"] + ["topic STRING", "queue INT"])
