@@ -8,9 +8,11 @@ Reads the CommitLog through the ConsumeQueues, with no mount and no broker::
     q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
          .load("/data/rocketmq/store").writeStream...)
 
-The schema is ``pipeline.schema.DATASOURCE_DDL``: the same columns, types and order as
-``spark.read.schema(VIEW_DDL).json("file://MNT/view")`` (``topic`` and ``queue`` last). Rows
-come as Arrow record batches, one Spark partition per range of queue offsets of one queue.
+The schema is ``pipeline.schema.DATASOURCE_DDL`` (``engine.schema``): the same columns, types
+and order as ``spark.read.parquet("file://MNT/view")`` (``topic`` and ``queue`` last). Rows
+are decoded by ``engine.columnar`` (numpy over the memory-mapped CommitLog, only the columns
+asked for) and come as Arrow record batches, one Spark partition per range of queue offsets of
+one queue.
 
 Options (strings, names case-insensitive), modelled on Spark's Kafka source:
 
@@ -56,7 +58,7 @@ offset, so every message is delivered once. ``commit()`` records nothing: the ch
 consumer position (the store's consumerOffset.json is left alone).
 
 The store may be written by a mount or a broker while it is read: the reader takes no lock and
-writes nothing (``pipeline.storereader``). Executors need the store at the same path (local
+writes nothing (``engine.columnar``). Executors need the store at the same path (local
 mode, or a shared filesystem on a cluster); ``register()`` ships this code to them.
 """
 
@@ -74,7 +76,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     LessThan, LessThanOrEqual)
 
 from pipeline.schema import DATASOURCE_DDL
-from pipeline.storereader import StoreFiles
+from engine.columnar import StoreFiles
 
 __all__ = ["RocketMQDataSource", "register", "check_workers", "DataLossError",
            "WorkerEnvironmentError", "QueueRange"]
@@ -185,7 +187,7 @@ def _ship_code(spark) -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for pkg in ("pipeline", "engine", "fusefs"):
+        for pkg in ("pipeline", "engine"):
             for name in sorted(os.listdir(os.path.join(root, pkg))):
                 if name.endswith(".py"):
                     z.write(os.path.join(root, pkg, name), f"{pkg}/{name}")

@@ -115,7 +115,8 @@ def test_chart_bucket_suits_the_time_span():
     assert report.chart_bucket(30 * 60_000)[1] == "10 seconds"
     assert report.chart_bucket(3 * 3600_000)[1] == "minute"
     assert report.chart_bucket(2 * 86_400_000)[1] == "hour"
-    assert report.chart_bucket(365 * 86_400_000)[1] == "day"
+    assert report.chart_bucket(200 * 86_400_000)[1] == "day"
+    assert report.chart_bucket(365 * 86_400_000)[1] == "week"
     assert report.chart_bucket(10 * 365 * 86_400_000)[1] == "30 days"
     for span in (0, 1, 999_999, 10**8, 10**10):
         ms, _ = report.chart_bucket(span)

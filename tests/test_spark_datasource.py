@@ -18,7 +18,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
 
 from pipeline import datasource as D  # noqa: E402
-from pipeline import storereader  # noqa: E402
+from engine import columnar  # noqa: E402
 from pipeline.schema import VIEW_DDL  # noqa: E402
 
 FIX = FIXTURES / "rocketmq-4.9.8-written"
@@ -42,13 +42,13 @@ def test_tag_filters_are_pushed_down_to_the_consumequeue_tagscode(tmp_path, monk
     other = GreaterThanOrEqual(("storeTimestamp",), 0)
     assert list(reader.pushFilters([tags, queue, other])) == [other]
     decoded = []
-    real = storereader.records_to_batch
+    real = columnar.decode_units
 
     def counting(cl, topic, q, units, qoffs, wanted=None, columns=None):
         decoded.extend((topic, q, int(o)) for o in qoffs)
         return real(cl, topic, q, units, qoffs, wanted, columns)
 
-    monkeypatch.setattr(storereader, "records_to_batch", counting)
+    monkeypatch.setattr(columnar, "decode_units", counting)
     got = []
     for p in reader.partitions():
         for batch in D.read_range(p):
@@ -105,7 +105,7 @@ def test_offsets_below_the_min_offset_fail_unless_failondataloss_false(spark, tm
     # Retention: the oldest CommitLog segment is deleted.
     first = sorted(os.listdir(root / "commitlog"))[0]
     os.unlink(root / "commitlog" / first)
-    files = storereader.StoreFiles(str(root))
+    files = columnar.StoreFiles(str(root))
     lo, hi = files.min_offset("L", 0), files.max_offset("L", 0)
     assert 0 < lo < hi == 600
     D.register(spark)
@@ -211,13 +211,13 @@ def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, smal
         ] * 30 + [Message("E", b"x" * 5000, queue_id=1) for _ in range(40)]  # crosses segments
         s.put_messages(msgs[:60])
         s.put_messages(msgs[60:])
-        files = storereader.StoreFiles(str(root))
+        files = columnar.StoreFiles(str(root))
         for q in (0, 1):
             n = files.max_offset("E", q)
             units = files.queue("E", q).units(0, n)
             qoffs = np.arange(n)
-            fast = storereader.records_to_batch(files.commitlog, "E", q, units, qoffs)
-            slow = storereader._rows_batch(files.commitlog, "E", q, units, qoffs)
+            fast = columnar.decode_units(files.commitlog, "E", q, units, qoffs)
+            slow = columnar.decode_units_per_record(files.commitlog, "E", q, units, qoffs)
             assert fast.equals(slow)
             for row in fast.to_pylist():
                 rec = s.get_message("E", q, row["queueOffset"])
