@@ -9,6 +9,7 @@ schema reads ``body`` as BINARY. The same record always renders to the same byte
 from __future__ import annotations
 
 import base64
+import os
 import json
 
 from engine.message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, MAGIC_V1,
@@ -205,3 +206,85 @@ def render_raw(buf, pos: int, view: bool = False):
                  (born_ip, born_port), store_ts, (store_ip, store_port), sys_flag, flag, crc,
                  reconsume, prepared, body, view)
     return line, store_ts
+
+
+# -- view/ Parquet parts ---------------------------------------------------------------------------
+# A part is rendered in a worker process (fusefs.views.PartCache): the units of its queue
+# offsets come from the daemon (it owns the ConsumeQueues), the records are decoded from the
+# CommitLog files with engine.columnar and written as Parquet. The same units give the same
+# bytes: fixed batch and row-group boundaries, no timestamps in the file.
+
+PART_BATCH_ROWS = 16384      # decode batch (a divisor of PART_ROW_GROUP_ROWS)
+PART_ROW_GROUP_ROWS = 65536  # rows per Parquet row group (tens of MB: one Spark task each)
+PART_COMPRESSION = "zstd"
+_segments: dict = {}
+
+
+def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, first: int,
+                out_path: str) -> tuple[int, int, int]:
+    """Write the Parquet part of queue offsets ``[first, first + len(units) // 20)``.
+
+    Args:
+        commitlog_dir: the store's ``commitlog/`` directory (opened read-only, no lock).
+        topic, queue_id: the queue.
+        units: the raw ConsumeQueue units of those offsets (``engine.consumequeue.UNIT``);
+            blank filler units are skipped.
+        first: queue offset of the first unit.
+        out_path: the file to create; written under ``out_path + ".tmp"`` and renamed, so it
+            appears whole or not at all.
+
+    Returns:
+        ``(size in bytes, storeTimestamp of the last message (epoch ms, 0 if none), rows)``.
+
+    Raises:
+        CorruptRecordError: a unit does not point at its record (``engine.columnar``).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.columnar import UNIT_DTYPE, Segments, decode_units
+    from engine.consumequeue import BLANK_UNIT_SIZE
+    from engine.schema import part_schema
+
+    segs = _segments.get(commitlog_dir)
+    if segs is None:
+        segs = _segments[commitlog_dir] = Segments(commitlog_dir)
+    else:
+        segs.refresh()
+    arr = np.frombuffer(units, dtype=UNIT_DTYPE)
+    qoffs = np.arange(first, first + len(arr), dtype=np.int64)
+    schema = part_schema()
+    names = tuple(schema.names)
+    tmp = out_path + ".tmp"
+    newest = 0
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression=PART_COMPRESSION,
+                              write_statistics=True) as w:
+            group = []
+            for a in range(0, len(arr), PART_BATCH_ROWS):
+                u, q = arr[a:a + PART_BATCH_ROWS], qoffs[a:a + PART_BATCH_ROWS]
+                keep = u["size"] != BLANK_UNIT_SIZE
+                if not keep.all():
+                    u, q = u[keep], q[keep]
+                if len(u):
+                    b = decode_units(segs, topic, queue_id, u, q, columns=names)
+                    group.append(b)
+                    rows += b.num_rows
+                    newest = int(b.column("storeTimestamp")[-1].as_py())
+                if (a + PART_BATCH_ROWS) % PART_ROW_GROUP_ROWS == 0 or \
+                        a + PART_BATCH_ROWS >= len(arr):
+                    if group:
+                        w.write_table(pa.Table.from_batches(group, schema),
+                                      row_group_size=PART_ROW_GROUP_ROWS)
+                    group = []
+        size = os.path.getsize(tmp)
+        os.rename(tmp, out_path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return size, newest, rows

@@ -16,7 +16,9 @@ FUSE layer may call on its trio loop.
 from __future__ import annotations
 
 import bisect
+import errno
 import heapq
+import logging
 import os
 import threading
 import time
@@ -24,10 +26,13 @@ from array import array
 from typing import Callable
 
 from engine.consumequeue import BLANK_UNIT_SIZE
+from engine.errors import StoreError
 from engine.message import MessageRecord, decode_record
 from engine.store import MessageStore
 
 from . import render as R
+
+log = logging.getLogger(__name__)
 
 Renderer = Callable[[MessageRecord], bytes]
 BATCH = 2048
@@ -287,10 +292,13 @@ class TopicView:
 class ViewCache:
     """Creates views on first use and owns their cache files under ``cache_dir``."""
 
-    def __init__(self, store: MessageStore, cache_dir: str):
+    def __init__(self, store: MessageStore, cache_dir: str, cache_size: int | None = None,
+                 workers: int | None = None):
         self.store = store
         self.cache_dir = cache_dir
         os.makedirs(cache_dir, exist_ok=True)
+        self.cache_size = default_cache_size(cache_dir) if cache_size is None else cache_size
+        self.parts = PartCache(store, cache_dir, self.cache_size, workers)
         self._views: dict = {}
         self._lock = threading.Lock()
         self._n = 0
@@ -328,8 +336,197 @@ class ViewCache:
         return v
 
     def close(self) -> None:
-        """Delete every cache file."""
+        """Delete every cache file (and stop the part renderers)."""
+        self.parts.close()
         with self._lock:
             for v in self._views.values():
                 v.log.close()
             self._views.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# view/ Parquet parts: rendered by a pool of worker processes, cached on disk, LRU-bounded
+
+
+def default_cache_size(cache_dir: str) -> int:
+    """``--cache-size`` default: the smaller of 10% of the cache directory's disk and 8 GiB."""
+    try:
+        st = os.statvfs(cache_dir)
+        disk = st.f_blocks * st.f_frsize
+    except OSError:
+        disk = 0
+    return min(disk // 10, 8 << 30) if disk else 8 << 30
+
+
+class PartCache:
+    """Rendered ``view/`` parts: ``(topic, queueId, first, end)`` -> a Parquet file.
+
+    ``end`` is one past the part's last queue offset, so a growing last part is a new key
+    (the old file is dropped) and a full part's key never changes. Parts render in a pool of
+    ``workers`` processes (default: one per core), so a render never holds the daemon's GIL
+    and a listing renders every part in parallel (:meth:`prefetch`). Files are evicted least
+    recently used first once they add up to more than ``max_bytes``; the size and mtime of
+    every part rendered are kept (:meth:`known`), so a stat does not re-render, and an evicted
+    part is rendered again (the same bytes) when it is read.
+
+    Thread-safe; methods that wait for a render must run in worker threads, never on the trio
+    loop.
+    """
+
+    def __init__(self, store: MessageStore, cache_dir: str, max_bytes: int,
+                 workers: int | None = None):
+        self.store = store
+        self.dir = os.path.join(cache_dir, "parts")
+        os.makedirs(self.dir, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.workers = workers or os.cpu_count() or 1
+        self.commitlog_dir = os.path.join(store.root, "commitlog")
+        self.lock = threading.Lock()
+        self.files: dict = {}       # key -> size of the file on disk, in LRU order
+        self.meta: dict = {}        # key -> (size, mtime ms, rows), kept after eviction
+        self.pending: dict = {}     # key -> Future of a render under way
+        self.latest: dict = {}      # (topic, queueId, first) -> newest end rendered
+        self.total = 0
+        self._pool = None
+        self._closed = False
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of rendered parts on disk."""
+        return self.total
+
+    def _path(self, key) -> str:
+        import hashlib
+        h = hashlib.sha1(repr(key).encode()).hexdigest()
+        return os.path.join(self.dir, f"part-{h}.parquet")
+
+    def _pool_(self):
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            # spawn: never fork the FUSE daemon (threads, the /dev/fuse fd)
+            self._pool = ProcessPoolExecutor(self.workers,
+                                             mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    def _units(self, topic: str, queue_id: int, first: int, end: int) -> bytes:
+        cq = self.store.consume_queue(topic, queue_id)
+        out = []
+        pos = first
+        while cq is not None and pos < end:
+            raw = cq.read_units(pos, end - pos)
+            if not raw:
+                break
+            out.append(raw)
+            pos += len(raw) // 20
+        if pos < end:
+            raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+        return b"".join(out)
+
+    def known(self, key):
+        """``(size, mtime ms, rows)`` of a part rendered before (evicted or not), or None."""
+        return self.meta.get(key)
+
+    def submit(self, key):
+        """Start rendering ``key`` unless it is on disk or under way; returns the Future or
+        None (already on disk)."""
+        with self.lock:
+            if key in self.files:
+                return None
+            fut = self.pending.get(key)
+            if fut is not None:
+                return fut
+            if self._closed:
+                raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+            topic, queue_id, first, end = key
+            units = self._units(topic, queue_id, first, end)
+            fut = self._pool_().submit(R.render_part, self.commitlog_dir, topic, queue_id,
+                                       units, first, self._path(key))
+            self.pending[key] = fut
+            fut.add_done_callback(lambda f, k=key: self._done(k, f))
+            return fut
+
+    def prefetch(self, keys) -> None:
+        """Queue renders of parts not rendered yet (a directory listing: the stats follow)."""
+        for key in keys:
+            if key not in self.files and key not in self.meta:
+                try:
+                    self.submit(key)
+                except Exception:  # noqa: BLE001 - the stat that follows reports it
+                    return
+
+    def _done(self, key, fut) -> None:
+        with self.lock:
+            self.pending.pop(key, None)
+            if fut.cancelled() or fut.exception() is not None:
+                return
+            size, mtime_ms, rows = fut.result()
+            if self._closed:
+                return
+            self.meta[key] = (size, mtime_ms, rows)
+            self.files[key] = size
+            self.total += size
+            short = key[:3]
+            old = self.latest.get(short)
+            if old is None or key[3] > old:
+                self.latest[short] = key[3]
+                if old is not None:  # the part grew: its shorter render is stale
+                    self._drop(short + (old,))
+            self._evict(keep=key)
+
+    def _drop(self, key) -> None:
+        size = self.files.pop(key, None)
+        if size is not None:
+            self.total -= size
+            try:
+                os.unlink(self._path(key))
+            except FileNotFoundError:
+                pass
+
+    def _evict(self, keep) -> None:
+        while self.total > self.max_bytes and len(self.files) > 1:
+            oldest = next(iter(self.files))
+            if oldest == keep:
+                self.files[oldest] = self.files.pop(oldest)  # move to the end
+                oldest = next(iter(self.files))
+            self._drop(oldest)
+
+    def open(self, key) -> int:
+        """An fd of the rendered part (rendering it first when needed); the file stays
+        readable through the fd after an eviction. Raises FsError(EIO) when the render
+        fails (a damaged record: logged)."""
+        for _ in range(8):
+            fut = self.submit(key)
+            if fut is not None:
+                try:
+                    fut.result()
+                except StoreError as exc:
+                    log.error("view/ part %s: %s", key, exc)
+                    raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
+            with self.lock:
+                if key in self.files:
+                    self.files[key] = self.files.pop(key)  # most recently used
+                    return os.open(self._path(key), os.O_RDONLY)
+        raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+
+    def info(self, key) -> tuple[int, int, int]:
+        """``(size, mtime ms, rows)`` of a part, rendering it when it was never rendered."""
+        m = self.meta.get(key)
+        if m is None:
+            os.close(self.open(key))
+            m = self.meta[key]
+        return m
+
+    def close(self) -> None:
+        """Stop the workers (renders under way are abandoned) and delete the files."""
+        with self.lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+            for key in list(self.files):
+                self._drop(key)
+        if pool is not None:
+            procs = list(getattr(pool, "_processes", {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
