@@ -385,6 +385,7 @@ class PartCache:
         self.files: dict = {}       # key -> size of the file on disk, in LRU order
         self.meta: dict = {}        # key -> (size, mtime ms, rows), kept after eviction
         self.pending: dict = {}     # key -> Future of a render under way
+        self.reserved: dict = {}    # key -> bytes kept free for a render under way
         self.latest: dict = {}      # (topic, queueId, first) -> newest end rendered
         self.total = 0
         self._pool = None
@@ -440,6 +441,14 @@ class PartCache:
                 raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
             topic, queue_id, first, end = key
             units = self._units(topic, queue_id, first, end)
+            # Room for the file before it is written: its CommitLog bytes bound it (a
+            # compressed Parquet part is smaller), so the cache stays within max_bytes.
+            import numpy as np
+            from engine.columnar import UNIT_DTYPE
+            sizes = np.frombuffer(units, UNIT_DTYPE)["size"].astype(np.int64)
+            est = int(sizes[sizes != BLANK_UNIT_SIZE].sum()) + 65536
+            self.reserved[key] = est
+            self._evict(keep=None)
             fut = self._pool_().submit(R.render_part, self.commitlog_dir, topic, queue_id,
                                        units, first, self._path(key))
             self.pending[key] = fut
@@ -458,6 +467,7 @@ class PartCache:
     def _done(self, key, fut) -> None:
         with self.lock:
             self.pending.pop(key, None)
+            self.reserved.pop(key, None)
             if fut.cancelled() or fut.exception() is not None:
                 return
             size, mtime_ms, rows = fut.result()
@@ -484,12 +494,13 @@ class PartCache:
                 pass
 
     def _evict(self, keep) -> None:
-        while self.total > self.max_bytes and len(self.files) > 1:
-            oldest = next(iter(self.files))
-            if oldest == keep:
-                self.files[oldest] = self.files.pop(oldest)  # move to the end
-                oldest = next(iter(self.files))
-            self._drop(oldest)
+        """Drop least recently used files until the files and the room reserved for renders
+        under way fit in ``max_bytes`` (``keep``, the part just rendered, stays)."""
+        while self.total + sum(self.reserved.values()) > self.max_bytes:
+            victims = [k for k in self.files if k != keep]
+            if not victims:
+                break
+            self._drop(victims[0])
 
     def open(self, key) -> int:
         """An fd of the rendered part (rendering it first when needed); the file stays
