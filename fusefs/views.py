@@ -95,6 +95,21 @@ class RenderedLog:
         self.size = end
         self.mtime_ms = max(self.mtime_ms, newest_ms)
 
+    def append_block(self, data: bytes, ends, newest_ms: int) -> None:
+        """Append lines already joined: ``ends[i]`` is the end of line ``i`` within ``data``
+        (caller holds :attr:`lock`)."""
+        if not len(ends):
+            return
+        view = memoryview(data)
+        pos = self.size
+        while view:
+            n = os.pwrite(self.fd, view, pos)
+            view = view[n:]
+            pos += n
+        self.ends.extend((ends + self.size).tolist())
+        self.size += len(data)
+        self.mtime_ms = max(self.mtime_ms, newest_ms)
+
     def line_start(self, i: int) -> int:
         """Byte offset where line ``i`` starts (``size`` when ``i`` is past the end)."""
         if i <= 0:
@@ -193,6 +208,58 @@ def _render_units(store: MessageStore, units, render: Renderer):
     return lines, newest
 
 
+# Renderers whose lines are built column-wise from engine.columnar batches (render.render_lines).
+_LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
+COLUMNAR_BATCH = 8192  # messages decoded and rendered per step of a columnar render
+_commitlogs: dict = {}
+_commitlogs_lock = threading.Lock()
+
+
+def _commitlog(store: MessageStore):
+    """The store's CommitLog as ``engine.columnar.Segments`` (read-only mmaps whose pages are
+    dropped from the daemon's RSS after each batch)."""
+    from engine.columnar import Segments
+    path = os.path.join(store.root, "commitlog")
+    with _commitlogs_lock:
+        segs = _commitlogs.get(path)
+        if segs is None:
+            segs = _commitlogs[path] = Segments(path, drop_pages=True)
+    return segs
+
+
+def _unit_array(cq, start: int, end: int):
+    """``(UNIT_DTYPE array, queue offsets)`` of ``[start, end)`` (shorter at a file end)."""
+    import numpy as np
+    from engine.columnar import UNIT_DTYPE
+    raw = cq.read_units(start, end - start)
+    arr = np.frombuffer(raw, dtype=UNIT_DTYPE)
+    return arr, np.arange(start, start + len(arr), dtype=np.int64)
+
+
+def _render_columnar(store, topic: str, queue_ids, units, qoffs, kind: str):
+    """Render units (blank filler dropped) of one queue (``queue_ids`` an int) or of several
+    (an array): ``(data, ends, newest ms)``."""
+    import numpy as np
+    from engine.columnar import decode_topic_units, decode_units
+    keep = units["size"] != BLANK_UNIT_SIZE
+    if not keep.all():
+        units, qoffs = units[keep], qoffs[keep]
+        if not isinstance(queue_ids, int):
+            queue_ids = queue_ids[keep]
+    if not len(units):
+        return b"", np.zeros(0, np.int64), 0
+    cols = R.LINE_COLUMNS[kind]
+    if isinstance(queue_ids, int):
+        batch = decode_units(_commitlog(store), topic, queue_ids, units, qoffs, columns=cols)
+    else:
+        batch = decode_topic_units(_commitlog(store), topic, queue_ids, units, qoffs,
+                                   columns=cols)
+    out = R.render_lines(batch, kind)
+    if _RENDER_PAUSE:
+        time.sleep(_RENDER_PAUSE)
+    return out
+
+
 class QueueView:
     """One queue rendered in queue-offset order.
 
@@ -218,6 +285,14 @@ class QueueView:
                 self.first_offset = cq.min_offset
             nxt = self.first_offset + len(self.log.ends)
             end = cq.max_offset
+            kind = _LINE_KINDS.get(self.render)
+            while kind is not None and nxt < end:
+                units, qoffs = _unit_array(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
+                if not len(units):
+                    break
+                self.log.append_block(*_render_columnar(self.store, self.topic, self.queue_id,
+                                                        units, qoffs, kind))
+                nxt += len(units)
             while nxt < end:
                 n = min(BATCH, end - nxt)
                 units = [(off, size) for _, off, size, _ in cq.iter_units(nxt, nxt + n)
@@ -260,6 +335,9 @@ class TopicView:
                 return False
         return True
 
+    def _sync_columnar(self, cut: dict, kind: str) -> None:
+        _topic_sync_columnar(self, cut, kind)
+
     def sync(self) -> None:
         """Render the messages stored since the last call, merged by CommitLog offset."""
         cut = self.store.queue_max_offsets(self.topic)
@@ -277,6 +355,11 @@ class TopicView:
                     done[qid] = end
             if not streams:
                 return
+            kind = _LINE_KINDS.get(self.render)
+            if kind is not None:
+                self._sync_columnar(cut, kind)
+                self.next.update(done)
+                return
             batch = []
             for unit in heapq.merge(*streams):
                 batch.append(unit)
@@ -287,6 +370,52 @@ class TopicView:
                 self.log.append(*_render_units(self.store, batch, self.render))
             # only now: up_to_date() must not say yes while lines are still being rendered
             self.next.update(done)
+
+
+def _topic_sync_columnar(self, cut: dict, kind: str) -> None:
+    """Render what each queue gained up to ``cut`` merged by CommitLog offset, a bounded
+    number of units at a time: from every queue with units left a chunk is loaded, and every
+    unit at or below the smallest of the chunks' last offsets is rendered (no queue can still
+    have a smaller one: each queue's offsets grow)."""
+    import numpy as np
+    bufs = {}
+    pos = {}
+    for qid, end in cut.items():
+        cq = self.store.consume_queue(self.topic, qid)
+        if cq is not None:
+            pos[qid] = self.next.get(qid, cq.min_offset)
+    while True:
+        for qid, end in cut.items():
+            if qid not in pos:
+                continue
+            b = bufs.get(qid)
+            if (b is None or not len(b[0])) and pos[qid] < end:
+                cq = self.store.consume_queue(self.topic, qid)
+                units, qoffs = _unit_array(cq, pos[qid], min(end, pos[qid] + COLUMNAR_BATCH))
+                pos[qid] += len(units)
+                if len(units):
+                    bufs[qid] = (units, qoffs)
+                else:
+                    pos[qid] = end
+        live = {q: b for q, b in bufs.items() if len(b[0])}
+        if not live:
+            return
+        bound = min(int(b[0]["off"][-1]) for b in live.values())
+        parts, qids = [], []
+        for q, (units, qoffs) in live.items():
+            k = int(np.searchsorted(units["off"].astype(np.int64), bound, side="right"))
+            parts.append((units[:k], qoffs[:k]))
+            qids.append(np.full(k, q, dtype=np.int64))
+            bufs[q] = (units[k:], qoffs[k:])
+        units = np.concatenate([p[0] for p in parts])
+        qoffs = np.concatenate([p[1] for p in parts])
+        qid_arr = np.concatenate(qids)
+        order = np.argsort(units["off"].astype(np.int64), kind="stable")
+        units, qoffs, qid_arr = units[order], qoffs[order], qid_arr[order]
+        for a in range(0, len(units), COLUMNAR_BATCH):
+            sl = slice(a, a + COLUMNAR_BATCH)
+            self.log.append_block(*_render_columnar(self.store, self.topic, qid_arr[sl],
+                                                    units[sl], qoffs[sl], kind))
 
 
 class ViewCache:
