@@ -50,7 +50,7 @@ from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIEL
 from .schema import arrow_schema
 
 __all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "SCHEDULE_TOPIC", "decode_units",
-           "decode_units_per_record", "decode_commitlog", "arrow_schema"]
+           "decode_topic_units", "decode_units_per_record", "decode_commitlog", "arrow_schema"]
 
 # numpy type of each struct format character of FIXED_V4_FIELDS (big-endian). An IPv4 address
 # ("4s") is read as one unsigned 32-bit integer: the same four bytes.
@@ -91,10 +91,13 @@ class Segments:
     Opens files with ``O_RDONLY`` and takes no lock; never writes.
     """
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, drop_pages: bool = False):
         self.directory = directory
         self.lock = threading.Lock()
         self.maps: dict[int, mmap.mmap] = {}
+        #: after decoding, unmap the pages read (MADV_DONTNEED: they stay in the page cache
+        #: but leave this process's RSS), for a long-lived process such as the mount daemon
+        self.drop_pages = drop_pages
         self.refresh()
 
     def refresh(self) -> None:
@@ -432,6 +435,31 @@ def decode_units(commitlog: Segments, topic: str, queue_id: int, units: np.ndarr
     return batch
 
 
+def decode_topic_units(commitlog: Segments, topic: str, queue_ids: np.ndarray,
+                       units: np.ndarray, queue_offsets: np.ndarray,
+                       columns: tuple | None = None):
+    """:func:`decode_units` for units of several queues of one topic (``queue_ids[i]`` is the
+    queue of ``units[i]``), e.g. merged in CommitLog order. Same batch and errors; a record
+    whose QUEUEID is not its unit's queue raises CorruptRecordError."""
+    names = tuple(arrow_schema().names if columns is None else columns)
+    build = names if "queueId" in names else (*names, "queueId")
+    batch = _decode(commitlog, units["off"].astype(np.int64), units["size"].astype(np.int64),
+                    np.asarray(queue_offsets, dtype=np.int64), topic, None, build)
+    got = batch.column("queueId").to_numpy()
+    bad = got != np.asarray(queue_ids)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CorruptRecordError(f"the record belongs to queue {int(got[i])}, not "
+                                 f"{int(queue_ids[i])}", int(units["off"][i]))
+    if build is not names:
+        batch = batch.select(list(names))
+    if "queue" in names:
+        import pyarrow as pa
+        batch = batch.set_column(names.index("queue"), batch.schema.field("queue"),
+                                 pa.array(np.asarray(queue_ids, dtype=np.int32)))
+    return batch
+
+
 def decode_units_per_record(commitlog: Segments, topic: str, queue_id: int, units: np.ndarray,
                             queue_offsets: np.ndarray, columns: tuple | None = None):
     """The same batch as :func:`decode_units`, decoded record by record with
@@ -517,7 +545,21 @@ def _decode(commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, top
         batches.append(_decode_segment(commitlog, loc[0], int(offs[a]) - loc[1], offs[a:b],
                                        sizes[a:b], None if qoffs is None else qoffs[a:b],
                                        topic, queue_id, names))
+        if commitlog.drop_pages:
+            _drop_pages(loc[0], int(offs[a:b].min()) - (int(offs[a]) - loc[1]),
+                        int((offs[a:b] + sizes[a:b]).max()) - (int(offs[a]) - loc[1]))
     return _concat(batches)
+
+
+def _drop_pages(m, start: int, end: int) -> None:
+    page = mmap.PAGESIZE
+    start -= start % page
+    end = min(len(m), end + (-end) % page)
+    if end > start:
+        try:
+            m.madvise(mmap.MADV_DONTNEED, start, end - start)
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 def _empty(names):

@@ -248,7 +248,7 @@ groups/<group>/<topic>/<queueId>/offset        the committed offset; echo N > of
 groups/<group>/<topic>/<queueId>/pending.jsonl messages from the committed offset on
 groups/<group>/progress.json    brokerOffset, consumerOffset, diff per queue
 messages/<msgId>                a message by its offset msgId
-view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.jsonl + _schema.ddl
+view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.parquet + _schema.ddl
 raw/                            the store's own files, read-only (for tar, rsync, restic)
 status.json                     CommitLog offsets, flush and dispatch lag, segment sizes, counts
 

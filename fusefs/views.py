@@ -16,7 +16,9 @@ FUSE layer may call on its trio loop.
 from __future__ import annotations
 
 import bisect
+import errno
 import heapq
+import logging
 import os
 import threading
 import time
@@ -24,10 +26,13 @@ from array import array
 from typing import Callable
 
 from engine.consumequeue import BLANK_UNIT_SIZE
+from engine.errors import StoreError
 from engine.message import MessageRecord, decode_record
 from engine.store import MessageStore
 
 from . import render as R
+
+log = logging.getLogger(__name__)
 
 Renderer = Callable[[MessageRecord], bytes]
 BATCH = 2048
@@ -88,6 +93,21 @@ class RenderedLog:
             end += len(line)
             ends.append(end)
         self.size = end
+        self.mtime_ms = max(self.mtime_ms, newest_ms)
+
+    def append_block(self, data: bytes, ends, newest_ms: int) -> None:
+        """Append lines already joined: ``ends[i]`` is the end of line ``i`` within ``data``
+        (caller holds :attr:`lock`)."""
+        if not len(ends):
+            return
+        view = memoryview(data)
+        pos = self.size
+        while view:
+            n = os.pwrite(self.fd, view, pos)
+            view = view[n:]
+            pos += n
+        self.ends.extend((ends + self.size).tolist())
+        self.size += len(data)
         self.mtime_ms = max(self.mtime_ms, newest_ms)
 
     def line_start(self, i: int) -> int:
@@ -188,6 +208,58 @@ def _render_units(store: MessageStore, units, render: Renderer):
     return lines, newest
 
 
+# Renderers whose lines are built column-wise from engine.columnar batches (render.render_lines).
+_LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
+COLUMNAR_BATCH = 8192  # messages decoded and rendered per step of a columnar render
+_commitlogs: dict = {}
+_commitlogs_lock = threading.Lock()
+
+
+def _commitlog(store: MessageStore):
+    """The store's CommitLog as ``engine.columnar.Segments`` (read-only mmaps whose pages are
+    dropped from the daemon's RSS after each batch)."""
+    from engine.columnar import Segments
+    path = os.path.join(store.root, "commitlog")
+    with _commitlogs_lock:
+        segs = _commitlogs.get(path)
+        if segs is None:
+            segs = _commitlogs[path] = Segments(path, drop_pages=True)
+    return segs
+
+
+def _unit_array(cq, start: int, end: int):
+    """``(UNIT_DTYPE array, queue offsets)`` of ``[start, end)`` (shorter at a file end)."""
+    import numpy as np
+    from engine.columnar import UNIT_DTYPE
+    raw = cq.read_units(start, end - start)
+    arr = np.frombuffer(raw, dtype=UNIT_DTYPE)
+    return arr, np.arange(start, start + len(arr), dtype=np.int64)
+
+
+def _render_columnar(store, topic: str, queue_ids, units, qoffs, kind: str):
+    """Render units (blank filler dropped) of one queue (``queue_ids`` an int) or of several
+    (an array): ``(data, ends, newest ms)``."""
+    import numpy as np
+    from engine.columnar import decode_topic_units, decode_units
+    keep = units["size"] != BLANK_UNIT_SIZE
+    if not keep.all():
+        units, qoffs = units[keep], qoffs[keep]
+        if not isinstance(queue_ids, int):
+            queue_ids = queue_ids[keep]
+    if not len(units):
+        return b"", np.zeros(0, np.int64), 0
+    cols = R.LINE_COLUMNS[kind]
+    if isinstance(queue_ids, int):
+        batch = decode_units(_commitlog(store), topic, queue_ids, units, qoffs, columns=cols)
+    else:
+        batch = decode_topic_units(_commitlog(store), topic, queue_ids, units, qoffs,
+                                   columns=cols)
+    out = R.render_lines(batch, kind)
+    if _RENDER_PAUSE:
+        time.sleep(_RENDER_PAUSE)
+    return out
+
+
 class QueueView:
     """One queue rendered in queue-offset order.
 
@@ -213,6 +285,14 @@ class QueueView:
                 self.first_offset = cq.min_offset
             nxt = self.first_offset + len(self.log.ends)
             end = cq.max_offset
+            kind = _LINE_KINDS.get(self.render)
+            while kind is not None and nxt < end:
+                units, qoffs = _unit_array(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
+                if not len(units):
+                    break
+                self.log.append_block(*_render_columnar(self.store, self.topic, self.queue_id,
+                                                        units, qoffs, kind))
+                nxt += len(units)
             while nxt < end:
                 n = min(BATCH, end - nxt)
                 units = [(off, size) for _, off, size, _ in cq.iter_units(nxt, nxt + n)
@@ -255,6 +335,9 @@ class TopicView:
                 return False
         return True
 
+    def _sync_columnar(self, cut: dict, kind: str) -> None:
+        _topic_sync_columnar(self, cut, kind)
+
     def sync(self) -> None:
         """Render the messages stored since the last call, merged by CommitLog offset."""
         cut = self.store.queue_max_offsets(self.topic)
@@ -272,6 +355,11 @@ class TopicView:
                     done[qid] = end
             if not streams:
                 return
+            kind = _LINE_KINDS.get(self.render)
+            if kind is not None:
+                self._sync_columnar(cut, kind)
+                self.next.update(done)
+                return
             batch = []
             for unit in heapq.merge(*streams):
                 batch.append(unit)
@@ -284,13 +372,62 @@ class TopicView:
             self.next.update(done)
 
 
+def _topic_sync_columnar(self, cut: dict, kind: str) -> None:
+    """Render what each queue gained up to ``cut`` merged by CommitLog offset, a bounded
+    number of units at a time: from every queue with units left a chunk is loaded, and every
+    unit at or below the smallest of the chunks' last offsets is rendered (no queue can still
+    have a smaller one: each queue's offsets grow)."""
+    import numpy as np
+    bufs = {}
+    pos = {}
+    for qid, end in cut.items():
+        cq = self.store.consume_queue(self.topic, qid)
+        if cq is not None:
+            pos[qid] = self.next.get(qid, cq.min_offset)
+    while True:
+        for qid, end in cut.items():
+            if qid not in pos:
+                continue
+            b = bufs.get(qid)
+            if (b is None or not len(b[0])) and pos[qid] < end:
+                cq = self.store.consume_queue(self.topic, qid)
+                units, qoffs = _unit_array(cq, pos[qid], min(end, pos[qid] + COLUMNAR_BATCH))
+                pos[qid] += len(units)
+                if len(units):
+                    bufs[qid] = (units, qoffs)
+                else:
+                    pos[qid] = end
+        live = {q: b for q, b in bufs.items() if len(b[0])}
+        if not live:
+            return
+        bound = min(int(b[0]["off"][-1]) for b in live.values())
+        parts, qids = [], []
+        for q, (units, qoffs) in live.items():
+            k = int(np.searchsorted(units["off"].astype(np.int64), bound, side="right"))
+            parts.append((units[:k], qoffs[:k]))
+            qids.append(np.full(k, q, dtype=np.int64))
+            bufs[q] = (units[k:], qoffs[k:])
+        units = np.concatenate([p[0] for p in parts])
+        qoffs = np.concatenate([p[1] for p in parts])
+        qid_arr = np.concatenate(qids)
+        order = np.argsort(units["off"].astype(np.int64), kind="stable")
+        units, qoffs, qid_arr = units[order], qoffs[order], qid_arr[order]
+        for a in range(0, len(units), COLUMNAR_BATCH):
+            sl = slice(a, a + COLUMNAR_BATCH)
+            self.log.append_block(*_render_columnar(self.store, self.topic, qid_arr[sl],
+                                                    units[sl], qoffs[sl], kind))
+
+
 class ViewCache:
     """Creates views on first use and owns their cache files under ``cache_dir``."""
 
-    def __init__(self, store: MessageStore, cache_dir: str):
+    def __init__(self, store: MessageStore, cache_dir: str, cache_size: int | None = None,
+                 workers: int | None = None):
         self.store = store
         self.cache_dir = cache_dir
         os.makedirs(cache_dir, exist_ok=True)
+        self.cache_size = default_cache_size(cache_dir) if cache_size is None else cache_size
+        self.parts = PartCache(store, cache_dir, self.cache_size, workers)
         self._views: dict = {}
         self._lock = threading.Lock()
         self._n = 0
@@ -328,8 +465,208 @@ class ViewCache:
         return v
 
     def close(self) -> None:
-        """Delete every cache file."""
+        """Delete every cache file (and stop the part renderers)."""
+        self.parts.close()
         with self._lock:
             for v in self._views.values():
                 v.log.close()
             self._views.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# view/ Parquet parts: rendered by a pool of worker processes, cached on disk, LRU-bounded
+
+
+def default_cache_size(cache_dir: str) -> int:
+    """``--cache-size`` default: the smaller of 10% of the cache directory's disk and 8 GiB."""
+    try:
+        st = os.statvfs(cache_dir)
+        disk = st.f_blocks * st.f_frsize
+    except OSError:
+        disk = 0
+    return min(disk // 10, 8 << 30) if disk else 8 << 30
+
+
+class PartCache:
+    """Rendered ``view/`` parts: ``(topic, queueId, first, end)`` -> a Parquet file.
+
+    ``end`` is one past the part's last queue offset, so a growing last part is a new key
+    (the old file is dropped) and a full part's key never changes. Parts render in a pool of
+    ``workers`` processes (default: one per core), so a render never holds the daemon's GIL
+    and a listing renders every part in parallel (:meth:`prefetch`). Files are evicted least
+    recently used first once they add up to more than ``max_bytes``; the size and mtime of
+    every part rendered are kept (:meth:`known`), so a stat does not re-render, and an evicted
+    part is rendered again (the same bytes) when it is read.
+
+    Thread-safe; methods that wait for a render must run in worker threads, never on the trio
+    loop.
+    """
+
+    def __init__(self, store: MessageStore, cache_dir: str, max_bytes: int,
+                 workers: int | None = None):
+        self.store = store
+        self.dir = os.path.join(cache_dir, "parts")
+        os.makedirs(self.dir, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.workers = workers or os.cpu_count() or 1
+        self.commitlog_dir = os.path.join(store.root, "commitlog")
+        self.lock = threading.Lock()
+        self.files: dict = {}       # key -> size of the file on disk, in LRU order
+        self.meta: dict = {}        # key -> (size, mtime ms, rows), kept after eviction
+        self.pending: dict = {}     # key -> Future of a render under way
+        self.reserved: dict = {}    # key -> bytes kept free for a render under way
+        self.latest: dict = {}      # (topic, queueId, first) -> newest end rendered
+        self.total = 0
+        self._pool = None
+        self._closed = False
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of rendered parts on disk."""
+        return self.total
+
+    def _path(self, key) -> str:
+        import hashlib
+        h = hashlib.sha1(repr(key).encode()).hexdigest()
+        return os.path.join(self.dir, f"part-{h}.parquet")
+
+    def _pool_(self):
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            # spawn: never fork the FUSE daemon (threads, the /dev/fuse fd)
+            self._pool = ProcessPoolExecutor(self.workers,
+                                             mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    def _units(self, topic: str, queue_id: int, first: int, end: int) -> bytes:
+        cq = self.store.consume_queue(topic, queue_id)
+        out = []
+        pos = first
+        while cq is not None and pos < end:
+            raw = cq.read_units(pos, end - pos)
+            if not raw:
+                break
+            out.append(raw)
+            pos += len(raw) // 20
+        if pos < end:
+            raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+        return b"".join(out)
+
+    def known(self, key):
+        """``(size, mtime ms, rows)`` of a part rendered before (evicted or not), or None."""
+        return self.meta.get(key)
+
+    def submit(self, key):
+        """Start rendering ``key`` unless it is on disk or under way; returns the Future or
+        None (already on disk)."""
+        with self.lock:
+            if key in self.files:
+                return None
+            fut = self.pending.get(key)
+            if fut is not None:
+                return fut
+            if self._closed:
+                raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+            topic, queue_id, first, end = key
+            units = self._units(topic, queue_id, first, end)
+            # Room for the file before it is written: its CommitLog bytes bound it (a
+            # compressed Parquet part is smaller), so the cache stays within max_bytes.
+            import numpy as np
+            from engine.columnar import UNIT_DTYPE
+            sizes = np.frombuffer(units, UNIT_DTYPE)["size"].astype(np.int64)
+            est = int(sizes[sizes != BLANK_UNIT_SIZE].sum()) + 65536
+            self.reserved[key] = est
+            self._evict(keep=None)
+            fut = self._pool_().submit(R.render_part, self.commitlog_dir, topic, queue_id,
+                                       units, first, self._path(key))
+            self.pending[key] = fut
+            fut.add_done_callback(lambda f, k=key: self._done(k, f))
+            return fut
+
+    def prefetch(self, keys) -> None:
+        """Queue renders of parts not rendered yet (a directory listing: the stats follow)."""
+        for key in keys:
+            if key not in self.files and key not in self.meta:
+                try:
+                    self.submit(key)
+                except Exception:  # noqa: BLE001 - the stat that follows reports it
+                    return
+
+    def _done(self, key, fut) -> None:
+        with self.lock:
+            self.pending.pop(key, None)
+            self.reserved.pop(key, None)
+            if fut.cancelled() or fut.exception() is not None:
+                return
+            size, mtime_ms, rows = fut.result()
+            if self._closed:
+                return
+            self.meta[key] = (size, mtime_ms, rows)
+            self.files[key] = size
+            self.total += size
+            short = key[:3]
+            old = self.latest.get(short)
+            if old is None or key[3] > old:
+                self.latest[short] = key[3]
+                if old is not None:  # the part grew: its shorter render is stale
+                    self._drop(short + (old,))
+            self._evict(keep=key)
+
+    def _drop(self, key) -> None:
+        size = self.files.pop(key, None)
+        if size is not None:
+            self.total -= size
+            try:
+                os.unlink(self._path(key))
+            except FileNotFoundError:
+                pass
+
+    def _evict(self, keep) -> None:
+        """Drop least recently used files until the files and the room reserved for renders
+        under way fit in ``max_bytes`` (``keep``, the part just rendered, stays)."""
+        while self.total + sum(self.reserved.values()) > self.max_bytes:
+            victims = [k for k in self.files if k != keep]
+            if not victims:
+                break
+            self._drop(victims[0])
+
+    def open(self, key) -> int:
+        """An fd of the rendered part (rendering it first when needed); the file stays
+        readable through the fd after an eviction. Raises FsError(EIO) when the render
+        fails (a damaged record: logged)."""
+        for _ in range(8):
+            fut = self.submit(key)
+            if fut is not None:
+                try:
+                    fut.result()
+                except StoreError as exc:
+                    log.error("view/ part %s: %s", key, exc)
+                    raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
+            with self.lock:
+                if key in self.files:
+                    self.files[key] = self.files.pop(key)  # most recently used
+                    return os.open(self._path(key), os.O_RDONLY)
+        raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+
+    def info(self, key) -> tuple[int, int, int]:
+        """``(size, mtime ms, rows)`` of a part, rendering it when it was never rendered."""
+        m = self.meta.get(key)
+        if m is None:
+            os.close(self.open(key))
+            m = self.meta[key]
+        return m
+
+    def close(self) -> None:
+        """Stop the workers (renders under way are abandoned) and delete the files."""
+        with self.lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+            for key in list(self.files):
+                self._drop(key)
+        if pool is not None:
+            procs = list(getattr(pool, "_processes", {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()

@@ -2,7 +2,7 @@
 
 Input: one or more rmqfs mounts (one per broker). For each mount the job reads
 
-* ``MNT/view/`` with ``spark.read.schema(VIEW_DDL).json("file://MNT/view")``: one row per
+* ``MNT/view/`` with ``spark.read.parquet("file://MNT/view")``: one row per
   message, ``topic``/``queue`` partition columns, ``body`` BINARY;
 * ``MNT/groups/<group>/progress.json``: brokerOffset and consumerOffset per topic and queue;
 * ``MNT/status.json``: ``brokerName`` when the mount reports it, else the mount directory's name.
@@ -56,7 +56,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the spark extra
     _PYSPARK_IMPORT_ERROR = _exc
 
-from pipeline.schema import DATASOURCE_DDL, VIEW_DDL
+from pipeline.schema import DATASOURCE_DDL
 
 __all__ = ["build_session", "Mount", "read_view", "read_lag", "compute_report", "write_report",
            "write_charts", "summary", "main"]
@@ -168,7 +168,7 @@ def read_view(spark: "SparkSession", mount: Mount) -> "DataFrame":
     """
     _require_pyspark()
     if mount.has_messages():
-        df = spark.read.schema(VIEW_DDL).json("file://" + mount.view)
+        df = spark.read.parquet("file://" + mount.view)
     else:
         df = spark.createDataFrame([], DATASOURCE_DDL)
     cols = [c.split()[0] for c in _top_level(DATASOURCE_DDL)]
