@@ -8,12 +8,12 @@ Input: one or more rmqfs mounts (one per broker). For each mount the job reads
 * ``MNT/status.json``: ``brokerName`` when the mount reports it, else the mount directory's name.
 
 Why ``view/`` and not ``topics/*/messages.jsonl``: ``view/`` is the tree made for Spark. Its
-bodies are always base64, so ``body`` is BINARY and body sizes are byte counts (in
-``messages.jsonl`` a body is text or base64 depending on its bytes); its parts are immutable
-once full, with exact sizes and stable mtimes, so a part never changes under a running job,
-while ``messages.jsonl`` grows as messages arrive (Spark reads a file that grew after listing
-only up to the listed length, plus one line); parts of at most 100,000 messages give Spark
-parallelism without splitting; and ``topic=``/``queue=`` directories give partition pruning.
+parts are Parquet (``body`` BINARY, so body sizes are byte counts; Spark reads only the
+columns the job uses); they are immutable once full, with exact sizes and stable mtimes, so a
+part never changes under a running job, while ``messages.jsonl`` grows as messages arrive;
+parts of at most 100,000 messages give Spark parallelism; and ``topic=``/``queue=``
+directories give partition pruning. The first read of a part renders it (in the daemon's
+worker processes); later reads come from the render cache and the page cache.
 
 Output (``--out``, default ``./report``): for each table ``<name>.parquet`` and ``<name>.csv``;
 ``messages_per_minute.png`` and ``lag_per_group.png``; and a summary on stdout. The tables:
@@ -168,7 +168,9 @@ def read_view(spark: "SparkSession", mount: Mount) -> "DataFrame":
     """
     _require_pyspark()
     if mount.has_messages():
-        df = spark.read.parquet("file://" + mount.view)
+        # The schema is given so that topic names made of digits stay STRING (Spark would
+        # infer the partition column's type from the directory names).
+        df = spark.read.schema(DATASOURCE_DDL).parquet("file://" + mount.view)
     else:
         df = spark.createDataFrame([], DATASOURCE_DDL)
     cols = [c.split()[0] for c in _top_level(DATASOURCE_DDL)]
