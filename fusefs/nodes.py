@@ -464,6 +464,10 @@ class ViewHandle(Handle):
     def __init__(self, log, start: int = 0):
         self.log = log
         self.start = start
+        log.opens += 1  # not evicted while open (fusefs.views.ViewCache)
+
+    def release(self):
+        self.log.opens -= 1
 
     def read(self, offset, length):
         return self.log.read(self.start + offset, length)

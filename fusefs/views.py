@@ -75,6 +75,7 @@ class RenderedLog:
         self.size = 0
         self.mtime_ms = 0
         self.lock = threading.Lock()
+        self.opens = 0  # open file handles reading it (an evicted log must have none)
 
     def append(self, lines: list[bytes], newest_ms: int) -> None:
         """Append rendered lines (caller holds :attr:`lock`)."""
@@ -428,40 +429,97 @@ class ViewCache:
         os.makedirs(cache_dir, exist_ok=True)
         self.cache_size = default_cache_size(cache_dir) if cache_size is None else cache_size
         self.parts = PartCache(store, cache_dir, self.cache_size, workers)
-        self._views: dict = {}
+        self._views: dict = {}      # key -> view, least recently used first
+        self._evicted: dict = {}    # key -> (size, mtime ms, store cut) of evicted views
         self._lock = threading.Lock()
         self._n = 0
+        self.parts.other_bytes = self.json_bytes
+
+    def json_bytes(self) -> int:
+        """Bytes of the rendered JSON views on disk."""
+        return sum(v.log.size for v in list(self._views.values()))
 
     def _get(self, key, factory):
-        v = self._views.get(key)
-        if v is None:
-            with self._lock:
-                v = self._views.get(key)
-                if v is None:
-                    self._n += 1
-                    v = factory(os.path.join(self.cache_dir, f"view-{self._n}"))
-                    self._views[key] = v
+        with self._lock:
+            v = self._views.pop(key, None)
+            if v is None:
+                self._n += 1
+                v = factory(os.path.join(self.cache_dir, f"view-{self._n}"))
+                self._evicted.pop(key, None)
+            self._views[key] = v  # most recently used
+            v.used = time.monotonic()
         return v
+
+    def _cut(self, key) -> tuple:
+        """Where the store stands for a view: the max offset of each of its queues."""
+        s = self.store
+        if len(key) == 3:
+            return (s.max_offset(key[1], key[2]),)
+        return tuple(sorted(s.queue_max_offsets(key[1]).items()))
+
+    def _view_cut(self, key, v) -> tuple:
+        if len(key) == 3:
+            return (v.next_offset,)
+        return tuple(sorted(v.next.items()))
 
     def peek(self, *key):
         """The view of ``key`` (``(kind, topic)`` or ``(kind, topic, queueId)``) when it exists
-        and is up to date, else None. Never blocks: the FUSE layer calls it on the trio loop."""
+        and is up to date, else None; for a view evicted from the cache while up to date, an
+        object whose ``log`` has its ``size`` and ``mtime_ms`` (a stat needs no re-render).
+        Never blocks: the FUSE layer calls it on the trio loop."""
         v = self._views.get(key)
         if v is not None and v.up_to_date():
             return v
+        old = self._evicted.get(key)
+        if v is None and old is not None:
+            size, mtime_ms, cut = old
+            try:
+                if self._cut(key) == cut:
+                    from types import SimpleNamespace
+                    return SimpleNamespace(log=SimpleNamespace(size=size, mtime_ms=mtime_ms))
+            except Exception:  # noqa: BLE001 - a stat falls back to the slow path
+                return None
         return None
+
+    def _evict(self, keep) -> None:
+        """Drop least recently used JSON views (not open, not rendering, not just used) while
+        the cache is over ``cache_size``, then parts (``PartCache``) if still over."""
+        now = time.monotonic()
+        with self._lock:
+            over = (self.json_bytes() + self.parts.total + sum(self.parts.reserved.values())
+                    - self.cache_size)
+            for key, v in list(self._views.items()):
+                if over <= 0:
+                    break
+                if key == keep or v.log.opens or now - getattr(v, "used", 0) < 2:
+                    continue
+                if not v.log.lock.acquire(blocking=False):
+                    continue
+                try:
+                    self._evicted[key] = (v.log.size, v.log.mtime_ms, self._view_cut(key, v))
+                    over -= v.log.size
+                    v.log.close()
+                    del self._views[key]
+                finally:
+                    v.log.lock.release()
+        if over > 0:
+            with self.parts.lock:
+                self.parts._evict(keep=None)
 
     def queue(self, kind: str, topic: str, queue_id: int, render: Renderer) -> QueueView:
         """The synced queue view of ``kind`` (a name for ``render``)."""
-        v = self._get((kind, topic, queue_id),
-                      lambda p: QueueView(self.store, topic, queue_id, render, p))
+        key = (kind, topic, queue_id)
+        v = self._get(key, lambda p: QueueView(self.store, topic, queue_id, render, p))
         v.sync()
+        self._evict(keep=key)
         return v
 
     def topic(self, kind: str, topic: str, render: Renderer) -> TopicView:
         """The synced topic view of ``kind``."""
-        v = self._get((kind, topic), lambda p: TopicView(self.store, topic, render, p))
+        key = (kind, topic)
+        v = self._get(key, lambda p: TopicView(self.store, topic, render, p))
         v.sync()
+        self._evict(keep=key)
         return v
 
     def close(self) -> None:
@@ -519,6 +577,8 @@ class PartCache:
         self.total = 0
         self._pool = None
         self._closed = False
+        #: bytes of other renders sharing the bound (ViewCache sets it: the JSON views)
+        self.other_bytes = lambda: 0
 
     @property
     def used_bytes(self) -> int:
@@ -625,7 +685,7 @@ class PartCache:
     def _evict(self, keep) -> None:
         """Drop least recently used files until the files and the room reserved for renders
         under way fit in ``max_bytes`` (``keep``, the part just rendered, stays)."""
-        while self.total + sum(self.reserved.values()) > self.max_bytes:
+        while self.total + sum(self.reserved.values()) + self.other_bytes() > self.max_bytes:
             victims = [k for k in self.files if k != keep]
             if not victims:
                 break
