@@ -774,17 +774,16 @@ def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
         zero_copy_only=False)
     k, v, row = k.filter(pa.array(keep)), v.filter(pa.array(keep)), row[keep]
     # a repeated name: one entry at its first position with its last value (a dict)
-    knp = k.to_numpy(zero_copy_only=False)
-    fix = _dedupe(row, knp)
+    fix = _dedupe(row, k)
     if fix is not None:
         first, last = fix
-        k, v, row, knp = k.take(pa.array(first)), v.take(pa.array(last)), row[first], knp[first]
+        k, v, row = k.take(pa.array(first)), v.take(pa.array(last)), row[first]
     moff = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(row, minlength=n), out=moff[1:])
     properties = pa.MapArray.from_arrays(pa.array(moff), k, v)
 
     def lookup(name):
-        sel = np.flatnonzero(knp == name)
+        sel = np.flatnonzero(pc.equal(k, name).to_numpy(zero_copy_only=False))
         idx = np.full(n, -1, dtype=np.int64)
         idx[row[sel]] = sel
         return v.take(pa.array(idx, mask=idx < 0))
@@ -800,21 +799,21 @@ def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
     return {"properties": properties, "tags": tags, "keys": keys}
 
 
-def _dedupe(row: np.ndarray, names: np.ndarray):
+def _dedupe(row: np.ndarray, names):
     """For properties whose name repeats within a record: ``(first, last)`` index arrays,
     one per distinct (record, name), of its first entry and of its last one; None when no name
     repeats (the usual case, checked column-wise). ``decode_properties`` builds a dict, which
     keeps a repeated name at its first position with its last value."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    codes = pc.dictionary_encode(pa.array(names, pa.string()))
+    codes = pc.dictionary_encode(names)
     pair = row.astype(np.int64) * len(codes.dictionary) + codes.indices.to_numpy()
     pair.sort()
     if not len(pair) or np.all(pair[1:] != pair[:-1]):
         return None
     first: dict = {}
     last: dict = {}
-    for i, key in enumerate(zip(row.tolist(), names.tolist())):
+    for i, key in enumerate(zip(row.tolist(), names.to_pylist())):
         first.setdefault(key, i)
         last[key] = i
     order = sorted(first.values())
