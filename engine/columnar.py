@@ -766,13 +766,14 @@ def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
     counts = np.diff(items.offsets.to_numpy())
     row = np.repeat(np.arange(n), counts)
     kv = pc.split_pattern(flat, "\x01", max_splits=1)
-    two = pc.equal(pc.list_value_length(kv), 2).to_numpy(zero_copy_only=False)
-    safe = pc.if_else(pa.array(two), kv, pa.scalar(["", ""], pa.list_(pa.string())))
-    k = pc.list_element(safe, 0)
-    v = pc.list_element(safe, 1)
-    keep = two & pc.invert(pc.or_(pc.equal(k, ""), pc.equal(v, ""))).to_numpy(
-        zero_copy_only=False)
-    k, v, row = k.filter(pa.array(keep)), v.filter(pa.array(keep)), row[keep]
+    two = pc.equal(pc.list_value_length(kv), 2)
+    if not pc.all(two).as_py():
+        kv, row = kv.filter(two), row[two.to_numpy(zero_copy_only=False)]
+    k = pc.list_element(kv, 0)
+    v = pc.list_element(kv, 1)
+    keep = pc.and_(pc.not_equal(k, ""), pc.not_equal(v, ""))
+    if not pc.all(keep).as_py():
+        k, v, row = k.filter(keep), v.filter(keep), row[keep.to_numpy(zero_copy_only=False)]
     # a repeated name: one entry at its first position with its last value (a dict)
     fix = _dedupe(row, k)
     if fix is not None:

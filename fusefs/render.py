@@ -317,8 +317,9 @@ def _json_strings(arr):
     import pyarrow.compute as pc
     if len(arr) and pc.any(pc.match_substring_regex(arr, _NEEDS_ESCAPE)).as_py():
         esc = arr
-        for a, b in _ESCAPES:
-            esc = pc.replace_substring(esc, a, b)
+        for a, b in _ESCAPES:  # one pass per character that occurs
+            if pc.any(pc.match_substring(esc, a)).as_py():
+                esc = pc.replace_substring(esc, a, b)
         other = pc.match_substring_regex(esc, _OTHER_CONTROL)
         if pc.any(other).as_py():
             fix = other.to_numpy(zero_copy_only=False)
@@ -402,8 +403,16 @@ def _message_lines(batch, n):
                 encs.append(',"bodyEncoding":"base64"')
         body_j = pa.array(vals, pa.string())
         enc = pa.array(encs, pa.string())
-    parts = ['{"topic":', _json_strings(batch.column("topic")),
-             ',"queueId":', num("queueId"), ',"queueOffset":', num("queueOffset"),
+    topic = batch.column("topic")
+    if pc.count_distinct(topic).as_py() == 1:  # a topic or queue view: one topic
+        topic_j = _json_strings(topic.slice(0, 1))[0].as_py()
+    else:
+        topic_j = _json_strings(topic)
+    if isinstance(topic_j, str):
+        head = ['{"topic":' + topic_j + ',"queueId":']
+    else:
+        head = ['{"topic":', topic_j, ',"queueId":']
+    parts = [*head, num("queueId"), ',"queueOffset":', num("queueOffset"),
              ',"commitLogOffset":', num("commitLogOffset"), ',"storeSize":', num("storeSize"),
              ',"msgId":', plain("msgId"), ',"tags":', tags_j, ',"keys":', keys_j,
              ',"bornTimestamp":', num("bornTimestamp"), ',"bornHost":', plain("bornHost"),
