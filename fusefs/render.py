@@ -368,7 +368,6 @@ def render_lines(batch, kind: str):
 
 
 def _message_lines(batch, n):
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -424,5 +423,4 @@ def _message_lines(batch, n):
     if enc is not None:
         parts.append(enc)
     parts.append("}\n")
-    del np
     return pc.binary_join_element_wise(*parts, "")
