@@ -7,7 +7,10 @@ an ``array('q')``. That gives exact ``st_size`` at any moment, O(1) reads (``pre
 cache) and byte offsets for any queue offset.
 
 A queue view renders its ConsumeQueue in order; a topic view merges the topic's queues by
-CommitLog offset, which is CommitLog order. Both catch up on demand (:meth:`sync`, in worker
+CommitLog offset, which is CommitLog order. ``messages.jsonl`` and ``bodies.txt`` lines are
+built from ``engine.columnar`` batches (``render.render_lines``); ``view/`` parts are Parquet
+files rendered by a pool of worker processes (:class:`PartCache`). Everything rendered shares
+one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both catch up on demand (:meth:`sync`, in worker
 threads), from a consistent cut of the queues taken under the store's put lock;
 :meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
 FUSE layer may call on its trio loop.
