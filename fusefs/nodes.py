@@ -452,8 +452,7 @@ class OffsetsFile(GeneratedFile):
 
 # -- decoded views ---------------------------------------------------------------------------
 
-RENDERERS = {"messages": R.render_message, "bodies": R.render_body,
-             "view": R.render_view_message}
+RENDERERS = {"messages": R.render_message, "bodies": R.render_body}
 
 
 class ViewHandle(Handle):

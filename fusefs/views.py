@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import bisect
 import errno
-import heapq
 import logging
 import os
 import threading
@@ -30,7 +29,7 @@ from typing import Callable
 
 from engine.consumequeue import BLANK_UNIT_SIZE
 from engine.errors import StoreError
-from engine.message import MessageRecord, decode_record
+from engine.message import MessageRecord
 from engine.store import MessageStore
 
 from . import render as R
@@ -38,8 +37,6 @@ from . import render as R
 log = logging.getLogger(__name__)
 
 Renderer = Callable[[MessageRecord], bytes]
-BATCH = 2048
-SPAN_MAX = 4 * 1024 * 1024  # read a batch's records with one pread when they lie this close
 
 # Tests only: seconds to sleep per rendered batch, to make a render observably slow.
 _RENDER_PAUSE = float(os.environ.get("RMQFS_TEST_RENDER_PAUSE", "0") or 0)
@@ -149,69 +146,6 @@ class RenderedLog:
             pass
 
 
-def _raw_records(store: MessageStore, units):
-    """Yield ``(buf, pos)`` for the records of ``(commitLogOffset, size)`` pairs, in order.
-
-    Records close together in the CommitLog (a topic's or queue's messages usually are) are
-    read with one ``pread`` per span of up to SPAN_MAX bytes instead of one per record.
-    """
-    cl = store.commitlog
-    files = cl.files
-    i, n = 0, len(units)
-    while i < n:
-        off, size = units[i]
-        seg = files.find(off)
-        if seg is None:
-            yield cl.read(off, size), 0
-            i += 1
-            continue
-        j, end = i + 1, off + size
-        while j < n:
-            o2, s2 = units[j]
-            if o2 < off or o2 + s2 > seg.end or o2 + s2 - off > SPAN_MAX:
-                break
-            end = max(end, o2 + s2)
-            j += 1
-        if j == i + 1:
-            yield cl.read(off, size), 0
-            i += 1
-            continue
-        buf = os.pread(seg.fd, end - off, off - seg.start)
-        for k in range(i, j):
-            o, s = units[k]
-            if o - off + s > len(buf):
-                yield cl.read(o, s), 0
-            else:
-                yield buf, o - off
-        i = j
-
-
-# Renderers that can work on the record bytes directly (see render.render_raw): the value is
-# render_raw's ``view`` argument.
-_RAW_RENDERERS = {R.render_message: False, R.render_view_message: True}
-
-
-def _render_units(store: MessageStore, units, render: Renderer):
-    """Render ``(commitLogOffset, size)`` pairs; returns (lines, newest store ms)."""
-    lines = []
-    newest = 0
-    raw_view = _RAW_RENDERERS.get(render)
-    render_raw = R.render_raw
-    for buf, pos in _raw_records(store, units):
-        out = render_raw(buf, pos, raw_view) if raw_view is not None else None
-        if out is None:
-            rec = decode_record(buf, pos, check_crc=False)
-            line, ts = render(rec), rec.store_timestamp
-        else:
-            line, ts = out
-        lines.append(line)
-        if ts > newest:
-            newest = ts
-    if _RENDER_PAUSE:
-        time.sleep(_RENDER_PAUSE)
-    return lines, newest
-
-
 # Renderers whose lines are built column-wise from engine.columnar batches (render.render_lines).
 _LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
 COLUMNAR_BATCH = 8192  # messages decoded and rendered per step of a columnar render
@@ -289,21 +223,14 @@ class QueueView:
                 self.first_offset = cq.min_offset
             nxt = self.first_offset + len(self.log.ends)
             end = cq.max_offset
-            kind = _LINE_KINDS.get(self.render)
-            while kind is not None and nxt < end:
+            kind = _LINE_KINDS[self.render]
+            while nxt < end:
                 units, qoffs = _unit_array(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
                 if not len(units):
                     break
                 self.log.append_block(*_render_columnar(self.store, self.topic, self.queue_id,
                                                         units, qoffs, kind))
                 nxt += len(units)
-            while nxt < end:
-                n = min(BATCH, end - nxt)
-                units = [(off, size) for _, off, size, _ in cq.iter_units(nxt, nxt + n)
-                         if size != BLANK_UNIT_SIZE]
-                lines, newest = _render_units(self.store, units, self.render)
-                self.log.append(lines, newest)
-                nxt += n
 
     def up_to_date(self) -> bool:
         """True when every stored message is rendered (no lock taken: safe on the trio loop)."""
@@ -346,32 +273,14 @@ class TopicView:
         """Render the messages stored since the last call, merged by CommitLog offset."""
         cut = self.store.queue_max_offsets(self.topic)
         with self.log.lock:
-            streams = []
             done = {}
             for qid, end in cut.items():
                 cq = self.store.consume_queue(self.topic, qid)
-                if cq is None:
-                    continue
-                start = self.next.get(qid, cq.min_offset)
-                if start < end:
-                    streams.append(((off, size) for _, off, size, _ in cq.iter_units(start, end)
-                                    if size != BLANK_UNIT_SIZE))
+                if cq is not None and self.next.get(qid, cq.min_offset) < end:
                     done[qid] = end
-            if not streams:
+            if not done:
                 return
-            kind = _LINE_KINDS.get(self.render)
-            if kind is not None:
-                self._sync_columnar(cut, kind)
-                self.next.update(done)
-                return
-            batch = []
-            for unit in heapq.merge(*streams):
-                batch.append(unit)
-                if len(batch) >= BATCH:
-                    self.log.append(*_render_units(self.store, batch, self.render))
-                    batch = []
-            if batch:
-                self.log.append(*_render_units(self.store, batch, self.render))
+            self._sync_columnar(cut, _LINE_KINDS[self.render])
             # only now: up_to_date() must not say yes while lines are still being rendered
             self.next.update(done)
 
