@@ -485,6 +485,7 @@ class PartCache:
         self.meta: dict = {}        # key -> (size, mtime ms, rows), kept after eviction
         self.pending: dict = {}     # key -> Future of a render under way
         self.reserved: dict = {}    # key -> bytes kept free for a render under way
+        self.wanted: dict = {}      # key -> readers waiting to open it (not evicted)
         self.latest: dict = {}      # (topic, queueId, first) -> newest end rendered
         self.total = 0
         self._pool = None
@@ -598,7 +599,7 @@ class PartCache:
         """Drop least recently used files until the files and the room reserved for renders
         under way fit in ``max_bytes`` (``keep``, the part just rendered, stays)."""
         while self.total + sum(self.reserved.values()) + self.other_bytes() > self.max_bytes:
-            victims = [k for k in self.files if k != keep]
+            victims = [k for k in self.files if k != keep and k not in self.wanted]
             if not victims:
                 break
             self._drop(victims[0])
@@ -607,19 +608,27 @@ class PartCache:
         """An fd of the rendered part (rendering it first when needed); the file stays
         readable through the fd after an eviction. Raises FsError(EIO) when the render
         fails (a damaged record: logged)."""
-        for _ in range(8):
-            fut = self.submit(key)
-            if fut is not None:
-                try:
-                    fut.result()
-                except StoreError as exc:
-                    log.error("view/ part %s: %s", key, exc)
-                    raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
+        with self.lock:  # a part someone waits for is not evicted before it is opened
+            self.wanted[key] = self.wanted.get(key, 0) + 1
+        try:
+            for _ in range(8):
+                fut = self.submit(key)
+                if fut is not None:
+                    try:
+                        fut.result()
+                    except StoreError as exc:
+                        log.error("view/ part %s: %s", key, exc)
+                        raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
+                with self.lock:
+                    if key in self.files:
+                        self.files[key] = self.files.pop(key)  # most recently used
+                        return os.open(self._path(key), os.O_RDONLY)
+            raise OSError(errno.EIO, f"view/ part {key}: not rendered")
+        finally:
             with self.lock:
-                if key in self.files:
-                    self.files[key] = self.files.pop(key)  # most recently used
-                    return os.open(self._path(key), os.O_RDONLY)
-        raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+                left = self.wanted.pop(key) - 1
+                if left:
+                    self.wanted[key] = left
 
     def info(self, key) -> tuple[int, int, int]:
         """``(size, mtime ms, rows)`` of a part, rendering it when it was never rendered."""
