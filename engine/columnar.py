@@ -766,25 +766,25 @@ def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
     counts = np.diff(items.offsets.to_numpy())
     row = np.repeat(np.arange(n), counts)
     kv = pc.split_pattern(flat, "\x01", max_splits=1)
-    two = pc.equal(pc.list_value_length(kv), 2).to_numpy(zero_copy_only=False)
-    safe = pc.if_else(pa.array(two), kv, pa.scalar(["", ""], pa.list_(pa.string())))
-    k = pc.list_element(safe, 0)
-    v = pc.list_element(safe, 1)
-    keep = two & pc.invert(pc.or_(pc.equal(k, ""), pc.equal(v, ""))).to_numpy(
-        zero_copy_only=False)
-    k, v, row = k.filter(pa.array(keep)), v.filter(pa.array(keep)), row[keep]
+    two = pc.equal(pc.list_value_length(kv), 2)
+    if not pc.all(two).as_py():
+        kv, row = kv.filter(two), row[two.to_numpy(zero_copy_only=False)]
+    k = pc.list_element(kv, 0)
+    v = pc.list_element(kv, 1)
+    keep = pc.and_(pc.not_equal(k, ""), pc.not_equal(v, ""))
+    if not pc.all(keep).as_py():
+        k, v, row = k.filter(keep), v.filter(keep), row[keep.to_numpy(zero_copy_only=False)]
     # a repeated name: one entry at its first position with its last value (a dict)
-    knp = k.to_numpy(zero_copy_only=False)
-    fix = _dedupe(row, knp)
+    fix = _dedupe(row, k)
     if fix is not None:
         first, last = fix
-        k, v, row, knp = k.take(pa.array(first)), v.take(pa.array(last)), row[first], knp[first]
+        k, v, row = k.take(pa.array(first)), v.take(pa.array(last)), row[first]
     moff = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(row, minlength=n), out=moff[1:])
     properties = pa.MapArray.from_arrays(pa.array(moff), k, v)
 
     def lookup(name):
-        sel = np.flatnonzero(knp == name)
+        sel = np.flatnonzero(pc.equal(k, name).to_numpy(zero_copy_only=False))
         idx = np.full(n, -1, dtype=np.int64)
         idx[row[sel]] = sel
         return v.take(pa.array(idx, mask=idx < 0))
@@ -800,21 +800,21 @@ def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
     return {"properties": properties, "tags": tags, "keys": keys}
 
 
-def _dedupe(row: np.ndarray, names: np.ndarray):
+def _dedupe(row: np.ndarray, names):
     """For properties whose name repeats within a record: ``(first, last)`` index arrays,
     one per distinct (record, name), of its first entry and of its last one; None when no name
     repeats (the usual case, checked column-wise). ``decode_properties`` builds a dict, which
     keeps a repeated name at its first position with its last value."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    codes = pc.dictionary_encode(pa.array(names, pa.string()))
+    codes = pc.dictionary_encode(names)
     pair = row.astype(np.int64) * len(codes.dictionary) + codes.indices.to_numpy()
     pair.sort()
     if not len(pair) or np.all(pair[1:] != pair[:-1]):
         return None
     first: dict = {}
     last: dict = {}
-    for i, key in enumerate(zip(row.tolist(), names.tolist())):
+    for i, key in enumerate(zip(row.tolist(), names.to_pylist())):
         first.setdefault(key, i)
         last[key] = i
     order = sorted(first.values())

@@ -454,8 +454,7 @@ class OffsetsFile(GeneratedFile):
 
 # -- decoded views ---------------------------------------------------------------------------
 
-RENDERERS = {"messages": R.render_message, "bodies": R.render_body,
-             "view": R.render_view_message}
+RENDERERS = {"messages": R.render_message, "bodies": R.render_body}
 
 
 class ViewHandle(Handle):
@@ -466,6 +465,10 @@ class ViewHandle(Handle):
     def __init__(self, log, start: int = 0):
         self.log = log
         self.start = start
+        log.opens += 1  # not evicted while open (fusefs.views.ViewCache)
+
+    def release(self):
+        self.log.opens -= 1
 
     def read(self, offset, length):
         return self.log.read(self.start + offset, length)

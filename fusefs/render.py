@@ -2,24 +2,23 @@
 
 One JSON object per line, RocketMQ's ``MessageExt`` field names, timestamps in epoch ms.
 ``topics/`` views show a body as text when it is valid UTF-8 and as base64 otherwise (with
-``"bodyEncoding": "base64"``); ``view/`` (for Spark) always shows base64, so that a fixed Spark
-schema reads ``body`` as BINARY. The same record always renders to the same bytes.
+``"bodyEncoding": "base64"``). The same record always renders to the same bytes: per record
+(:func:`render_message`, lookups) and column-wise from ``engine.columnar`` batches
+(:func:`render_lines`, the views). ``view/`` parts are Parquet (:func:`render_part`).
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import json
+import os
 
-from engine.message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, MAGIC_V1,
-                            STOREHOSTADDRESS_V6_FLAG, MessageRecord, decode_properties,
-                            host_to_str)
+from engine.message import MessageRecord, host_to_str
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 # Spark DDL of a messages.jsonl line (engine.schema is the one definition of the columns).
-from engine.schema import VIEW_DDL  # noqa: E402
+from engine.schema import VIEW_DDL  # noqa: E402,F401
 
 
 def message_fields(rec: MessageRecord) -> dict:
@@ -144,13 +143,6 @@ def render_message(rec: MessageRecord) -> bytes:
                  rec.reconsume_times, rec.prepared_transaction_offset, rec.plain_body, False)
 
 
-def render_view_message(rec: MessageRecord) -> bytes:
-    """A ``view/`` line: body always base64 (read by Spark as BINARY)."""
-    d = message_fields(rec)
-    d["body"] = base64.b64encode(rec.plain_body).decode("ascii")
-    return _dumps(d).encode("utf-8") + b"\n"
-
-
 def render_body(rec: MessageRecord) -> bytes:
     """A ``bodies.txt`` line: the (decompressed) body and ``\\n``."""
     return rec.plain_body + b"\n"
@@ -159,53 +151,6 @@ def render_body(rec: MessageRecord) -> bytes:
 def render_json(obj) -> bytes:
     """Pretty JSON for small status files, ending in a newline."""
     return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-# -- straight from the record bytes --------------------------------------------------------------
-# The first read of a view renders every message, so for the common record (V1 magic, IPv4
-# hosts, uncompressed body) the line is built from the CommitLog bytes without building a
-# MessageRecord first. Anything else returns None and the caller decodes the record and uses
-# render_message / render_view_message; the tests check both give the same bytes.
-
-_FIXED = FIXED_V4.unpack_from
-_FIXED_SIZE = FIXED_V4.size
-_SLOW_FLAGS = COMPRESSED_FLAG | BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
-_topics: dict = {}
-
-
-def render_raw(buf, pos: int, view: bool = False):
-    """Render the record at ``buf[pos]`` as a ``topics/`` line (``view=True``: a ``view/``
-    line, body base64). Returns ``(line bytes, storeTimestamp ms)``, or None when the record is
-    not a plain V1/IPv4/uncompressed one or its lengths do not add up (decode it instead).
-    """
-    (total, magic, crc, queue_id, flag, queue_offset, off, sys_flag, born_ts, born_ip,
-     born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len) = _FIXED(buf, pos)
-    if magic != MAGIC_V1 or sys_flag & _SLOW_FLAGS or body_len < 0:
-        return None
-    p = pos + _FIXED_SIZE
-    body = bytes(buf[p:p + body_len])
-    p += body_len
-    tlen = buf[p] if p < pos + total else 128
-    if tlen > 127:
-        return None
-    traw = bytes(buf[p + 1:p + 1 + tlen])
-    p += 1 + tlen
-    plen = (buf[p] << 8) | buf[p + 1] if p + 2 <= pos + total else -1
-    if total != 91 + body_len + tlen + plen or plen > 32767:
-        return None
-    props = decode_properties(bytes(buf[p + 2:p + 2 + plen]))
-    topic = _topics.get(traw)
-    if topic is None:
-        if len(_topics) > 4096:
-            _topics.clear()
-        try:
-            topic = _topics[traw] = _str(traw.decode("utf-8"))
-        except UnicodeDecodeError:
-            return None
-    line = _line(topic, queue_id, queue_offset, off, total, props, born_ts,
-                 (born_ip, born_port), store_ts, (store_ip, store_port), sys_flag, flag, crc,
-                 reconsume, prepared, body, view)
-    return line, store_ts
 
 
 # -- view/ Parquet parts ---------------------------------------------------------------------------
@@ -317,8 +262,9 @@ def _json_strings(arr):
     import pyarrow.compute as pc
     if len(arr) and pc.any(pc.match_substring_regex(arr, _NEEDS_ESCAPE)).as_py():
         esc = arr
-        for a, b in _ESCAPES:
-            esc = pc.replace_substring(esc, a, b)
+        for a, b in _ESCAPES:  # one pass per character that occurs
+            if pc.any(pc.match_substring(esc, a)).as_py():
+                esc = pc.replace_substring(esc, a, b)
         other = pc.match_substring_regex(esc, _OTHER_CONTROL)
         if pc.any(other).as_py():
             fix = other.to_numpy(zero_copy_only=False)
@@ -367,7 +313,6 @@ def render_lines(batch, kind: str):
 
 
 def _message_lines(batch, n):
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -402,8 +347,16 @@ def _message_lines(batch, n):
                 encs.append(',"bodyEncoding":"base64"')
         body_j = pa.array(vals, pa.string())
         enc = pa.array(encs, pa.string())
-    parts = ['{"topic":', _json_strings(batch.column("topic")),
-             ',"queueId":', num("queueId"), ',"queueOffset":', num("queueOffset"),
+    topic = batch.column("topic")
+    if pc.count_distinct(topic).as_py() == 1:  # a topic or queue view: one topic
+        topic_j = _json_strings(topic.slice(0, 1))[0].as_py()
+    else:
+        topic_j = _json_strings(topic)
+    if isinstance(topic_j, str):
+        head = ['{"topic":' + topic_j + ',"queueId":']
+    else:
+        head = ['{"topic":', topic_j, ',"queueId":']
+    parts = [*head, num("queueId"), ',"queueOffset":', num("queueOffset"),
              ',"commitLogOffset":', num("commitLogOffset"), ',"storeSize":', num("storeSize"),
              ',"msgId":', plain("msgId"), ',"tags":', tags_j, ',"keys":', keys_j,
              ',"bornTimestamp":', num("bornTimestamp"), ',"bornHost":', plain("bornHost"),
@@ -415,5 +368,4 @@ def _message_lines(batch, n):
     if enc is not None:
         parts.append(enc)
     parts.append("}\n")
-    del np
     return pc.binary_join_element_wise(*parts, "")

@@ -7,7 +7,10 @@ an ``array('q')``. That gives exact ``st_size`` at any moment, O(1) reads (``pre
 cache) and byte offsets for any queue offset.
 
 A queue view renders its ConsumeQueue in order; a topic view merges the topic's queues by
-CommitLog offset, which is CommitLog order. Both catch up on demand (:meth:`sync`, in worker
+CommitLog offset, which is CommitLog order. ``messages.jsonl`` and ``bodies.txt`` lines are
+built from ``engine.columnar`` batches (``render.render_lines``); ``view/`` parts are Parquet
+files rendered by a pool of worker processes (:class:`PartCache`). Everything rendered shares
+one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both catch up on demand (:meth:`sync`, in worker
 threads), from a consistent cut of the queues taken under the store's put lock;
 :meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
 FUSE layer may call on its trio loop.
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import bisect
 import errno
-import heapq
 import logging
 import os
 import threading
@@ -27,7 +29,7 @@ from typing import Callable
 
 from engine.consumequeue import BLANK_UNIT_SIZE
 from engine.errors import StoreError
-from engine.message import MessageRecord, decode_record
+from engine.message import MessageRecord
 from engine.store import MessageStore
 
 from . import render as R
@@ -35,8 +37,6 @@ from . import render as R
 log = logging.getLogger(__name__)
 
 Renderer = Callable[[MessageRecord], bytes]
-BATCH = 2048
-SPAN_MAX = 4 * 1024 * 1024  # read a batch's records with one pread when they lie this close
 
 # Tests only: seconds to sleep per rendered batch, to make a render observably slow.
 _RENDER_PAUSE = float(os.environ.get("RMQFS_TEST_RENDER_PAUSE", "0") or 0)
@@ -75,6 +75,7 @@ class RenderedLog:
         self.size = 0
         self.mtime_ms = 0
         self.lock = threading.Lock()
+        self.opens = 0  # open file handles reading it (an evicted log must have none)
 
     def append(self, lines: list[bytes], newest_ms: int) -> None:
         """Append rendered lines (caller holds :attr:`lock`)."""
@@ -143,69 +144,6 @@ class RenderedLog:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
-
-
-def _raw_records(store: MessageStore, units):
-    """Yield ``(buf, pos)`` for the records of ``(commitLogOffset, size)`` pairs, in order.
-
-    Records close together in the CommitLog (a topic's or queue's messages usually are) are
-    read with one ``pread`` per span of up to SPAN_MAX bytes instead of one per record.
-    """
-    cl = store.commitlog
-    files = cl.files
-    i, n = 0, len(units)
-    while i < n:
-        off, size = units[i]
-        seg = files.find(off)
-        if seg is None:
-            yield cl.read(off, size), 0
-            i += 1
-            continue
-        j, end = i + 1, off + size
-        while j < n:
-            o2, s2 = units[j]
-            if o2 < off or o2 + s2 > seg.end or o2 + s2 - off > SPAN_MAX:
-                break
-            end = max(end, o2 + s2)
-            j += 1
-        if j == i + 1:
-            yield cl.read(off, size), 0
-            i += 1
-            continue
-        buf = os.pread(seg.fd, end - off, off - seg.start)
-        for k in range(i, j):
-            o, s = units[k]
-            if o - off + s > len(buf):
-                yield cl.read(o, s), 0
-            else:
-                yield buf, o - off
-        i = j
-
-
-# Renderers that can work on the record bytes directly (see render.render_raw): the value is
-# render_raw's ``view`` argument.
-_RAW_RENDERERS = {R.render_message: False, R.render_view_message: True}
-
-
-def _render_units(store: MessageStore, units, render: Renderer):
-    """Render ``(commitLogOffset, size)`` pairs; returns (lines, newest store ms)."""
-    lines = []
-    newest = 0
-    raw_view = _RAW_RENDERERS.get(render)
-    render_raw = R.render_raw
-    for buf, pos in _raw_records(store, units):
-        out = render_raw(buf, pos, raw_view) if raw_view is not None else None
-        if out is None:
-            rec = decode_record(buf, pos, check_crc=False)
-            line, ts = render(rec), rec.store_timestamp
-        else:
-            line, ts = out
-        lines.append(line)
-        if ts > newest:
-            newest = ts
-    if _RENDER_PAUSE:
-        time.sleep(_RENDER_PAUSE)
-    return lines, newest
 
 
 # Renderers whose lines are built column-wise from engine.columnar batches (render.render_lines).
@@ -285,21 +223,14 @@ class QueueView:
                 self.first_offset = cq.min_offset
             nxt = self.first_offset + len(self.log.ends)
             end = cq.max_offset
-            kind = _LINE_KINDS.get(self.render)
-            while kind is not None and nxt < end:
+            kind = _LINE_KINDS[self.render]
+            while nxt < end:
                 units, qoffs = _unit_array(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
                 if not len(units):
                     break
                 self.log.append_block(*_render_columnar(self.store, self.topic, self.queue_id,
                                                         units, qoffs, kind))
                 nxt += len(units)
-            while nxt < end:
-                n = min(BATCH, end - nxt)
-                units = [(off, size) for _, off, size, _ in cq.iter_units(nxt, nxt + n)
-                         if size != BLANK_UNIT_SIZE]
-                lines, newest = _render_units(self.store, units, self.render)
-                self.log.append(lines, newest)
-                nxt += n
 
     def up_to_date(self) -> bool:
         """True when every stored message is rendered (no lock taken: safe on the trio loop)."""
@@ -342,32 +273,14 @@ class TopicView:
         """Render the messages stored since the last call, merged by CommitLog offset."""
         cut = self.store.queue_max_offsets(self.topic)
         with self.log.lock:
-            streams = []
             done = {}
             for qid, end in cut.items():
                 cq = self.store.consume_queue(self.topic, qid)
-                if cq is None:
-                    continue
-                start = self.next.get(qid, cq.min_offset)
-                if start < end:
-                    streams.append(((off, size) for _, off, size, _ in cq.iter_units(start, end)
-                                    if size != BLANK_UNIT_SIZE))
+                if cq is not None and self.next.get(qid, cq.min_offset) < end:
                     done[qid] = end
-            if not streams:
+            if not done:
                 return
-            kind = _LINE_KINDS.get(self.render)
-            if kind is not None:
-                self._sync_columnar(cut, kind)
-                self.next.update(done)
-                return
-            batch = []
-            for unit in heapq.merge(*streams):
-                batch.append(unit)
-                if len(batch) >= BATCH:
-                    self.log.append(*_render_units(self.store, batch, self.render))
-                    batch = []
-            if batch:
-                self.log.append(*_render_units(self.store, batch, self.render))
+            self._sync_columnar(cut, _LINE_KINDS[self.render])
             # only now: up_to_date() must not say yes while lines are still being rendered
             self.next.update(done)
 
@@ -428,40 +341,97 @@ class ViewCache:
         os.makedirs(cache_dir, exist_ok=True)
         self.cache_size = default_cache_size(cache_dir) if cache_size is None else cache_size
         self.parts = PartCache(store, cache_dir, self.cache_size, workers)
-        self._views: dict = {}
+        self._views: dict = {}      # key -> view, least recently used first
+        self._evicted: dict = {}    # key -> (size, mtime ms, store cut) of evicted views
         self._lock = threading.Lock()
         self._n = 0
+        self.parts.other_bytes = self.json_bytes
+
+    def json_bytes(self) -> int:
+        """Bytes of the rendered JSON views on disk."""
+        return sum(v.log.size for v in list(self._views.values()))
 
     def _get(self, key, factory):
-        v = self._views.get(key)
-        if v is None:
-            with self._lock:
-                v = self._views.get(key)
-                if v is None:
-                    self._n += 1
-                    v = factory(os.path.join(self.cache_dir, f"view-{self._n}"))
-                    self._views[key] = v
+        with self._lock:
+            v = self._views.pop(key, None)
+            if v is None:
+                self._n += 1
+                v = factory(os.path.join(self.cache_dir, f"view-{self._n}"))
+                self._evicted.pop(key, None)
+            self._views[key] = v  # most recently used
+            v.used = time.monotonic()
         return v
+
+    def _cut(self, key) -> tuple:
+        """Where the store stands for a view: the max offset of each of its queues."""
+        s = self.store
+        if len(key) == 3:
+            return (s.max_offset(key[1], key[2]),)
+        return tuple(sorted(s.queue_max_offsets(key[1]).items()))
+
+    def _view_cut(self, key, v) -> tuple:
+        if len(key) == 3:
+            return (v.next_offset,)
+        return tuple(sorted(v.next.items()))
 
     def peek(self, *key):
         """The view of ``key`` (``(kind, topic)`` or ``(kind, topic, queueId)``) when it exists
-        and is up to date, else None. Never blocks: the FUSE layer calls it on the trio loop."""
+        and is up to date, else None; for a view evicted from the cache while up to date, an
+        object whose ``log`` has its ``size`` and ``mtime_ms`` (a stat needs no re-render).
+        Never blocks: the FUSE layer calls it on the trio loop."""
         v = self._views.get(key)
         if v is not None and v.up_to_date():
             return v
+        old = self._evicted.get(key)
+        if v is None and old is not None:
+            size, mtime_ms, cut = old
+            try:
+                if self._cut(key) == cut:
+                    from types import SimpleNamespace
+                    return SimpleNamespace(log=SimpleNamespace(size=size, mtime_ms=mtime_ms))
+            except Exception:  # noqa: BLE001 - a stat falls back to the slow path
+                return None
         return None
+
+    def _evict(self, keep) -> None:
+        """Drop least recently used JSON views (not open, not rendering, not just used) while
+        the cache is over ``cache_size``, then parts (``PartCache``) if still over."""
+        now = time.monotonic()
+        with self._lock:
+            over = (self.json_bytes() + self.parts.total + sum(self.parts.reserved.values())
+                    - self.cache_size)
+            for key, v in list(self._views.items()):
+                if over <= 0:
+                    break
+                if key == keep or v.log.opens or now - getattr(v, "used", 0) < 2:
+                    continue
+                if not v.log.lock.acquire(blocking=False):
+                    continue
+                try:
+                    self._evicted[key] = (v.log.size, v.log.mtime_ms, self._view_cut(key, v))
+                    over -= v.log.size
+                    v.log.close()
+                    del self._views[key]
+                finally:
+                    v.log.lock.release()
+        if over > 0:
+            with self.parts.lock:
+                self.parts._evict(keep=None)
 
     def queue(self, kind: str, topic: str, queue_id: int, render: Renderer) -> QueueView:
         """The synced queue view of ``kind`` (a name for ``render``)."""
-        v = self._get((kind, topic, queue_id),
-                      lambda p: QueueView(self.store, topic, queue_id, render, p))
+        key = (kind, topic, queue_id)
+        v = self._get(key, lambda p: QueueView(self.store, topic, queue_id, render, p))
         v.sync()
+        self._evict(keep=key)
         return v
 
     def topic(self, kind: str, topic: str, render: Renderer) -> TopicView:
         """The synced topic view of ``kind``."""
-        v = self._get((kind, topic), lambda p: TopicView(self.store, topic, render, p))
+        key = (kind, topic)
+        v = self._get(key, lambda p: TopicView(self.store, topic, render, p))
         v.sync()
+        self._evict(keep=key)
         return v
 
     def close(self) -> None:
@@ -515,10 +485,13 @@ class PartCache:
         self.meta: dict = {}        # key -> (size, mtime ms, rows), kept after eviction
         self.pending: dict = {}     # key -> Future of a render under way
         self.reserved: dict = {}    # key -> bytes kept free for a render under way
+        self.wanted: dict = {}      # key -> readers waiting to open it (not evicted)
         self.latest: dict = {}      # (topic, queueId, first) -> newest end rendered
         self.total = 0
         self._pool = None
         self._closed = False
+        #: bytes of other renders sharing the bound (ViewCache sets it: the JSON views)
+        self.other_bytes = lambda: 0
 
     @property
     def used_bytes(self) -> int:
@@ -625,8 +598,8 @@ class PartCache:
     def _evict(self, keep) -> None:
         """Drop least recently used files until the files and the room reserved for renders
         under way fit in ``max_bytes`` (``keep``, the part just rendered, stays)."""
-        while self.total + sum(self.reserved.values()) > self.max_bytes:
-            victims = [k for k in self.files if k != keep]
+        while self.total + sum(self.reserved.values()) + self.other_bytes() > self.max_bytes:
+            victims = [k for k in self.files if k != keep and k not in self.wanted]
             if not victims:
                 break
             self._drop(victims[0])
@@ -635,19 +608,27 @@ class PartCache:
         """An fd of the rendered part (rendering it first when needed); the file stays
         readable through the fd after an eviction. Raises FsError(EIO) when the render
         fails (a damaged record: logged)."""
-        for _ in range(8):
-            fut = self.submit(key)
-            if fut is not None:
-                try:
-                    fut.result()
-                except StoreError as exc:
-                    log.error("view/ part %s: %s", key, exc)
-                    raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
+        with self.lock:  # a part someone waits for is not evicted before it is opened
+            self.wanted[key] = self.wanted.get(key, 0) + 1
+        try:
+            for _ in range(8):
+                fut = self.submit(key)
+                if fut is not None:
+                    try:
+                        fut.result()
+                    except StoreError as exc:
+                        log.error("view/ part %s: %s", key, exc)
+                        raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
+                with self.lock:
+                    if key in self.files:
+                        self.files[key] = self.files.pop(key)  # most recently used
+                        return os.open(self._path(key), os.O_RDONLY)
+            raise OSError(errno.EIO, f"view/ part {key}: not rendered")
+        finally:
             with self.lock:
-                if key in self.files:
-                    self.files[key] = self.files.pop(key)  # most recently used
-                    return os.open(self._path(key), os.O_RDONLY)
-        raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+                left = self.wanted.pop(key) - 1
+                if left:
+                    self.wanted[key] = left
 
     def info(self, key) -> tuple[int, int, int]:
         """``(size, mtime ms, rows)`` of a part, rendering it when it was never rendered."""

@@ -128,3 +128,48 @@ def test_a_killed_reader_exits_at_once_and_umount_works(tmp_path, monkeypatch):
             pytest.fail("the daemon did not exit")
     finally:
         m.cleanup()
+
+
+def test_json_views_are_evicted_lru_and_their_sizes_kept(tmp_path, monkeypatch):
+    """messages.jsonl views share the bound: least recently used ones are evicted (not while
+    open), a stat of an evicted, unchanged view needs no render, a read renders the same
+    bytes again."""
+    import fusefs.views as V
+    from fusefs import render as R
+    from fusefs.nodes import ViewHandle
+    store = MessageStore(str(tmp_path / "s"))
+    try:
+        store.create_topic("J", 4)
+        for q in range(4):
+            store.put_messages([Message("J", os.urandom(200).hex().encode(), queue_id=q)
+                                for _ in range(1000)])
+        views = V.ViewCache(store, str(tmp_path / "cache"), cache_size=1 << 20)
+        first = {}
+        for q in range(4):
+            v = views.queue("messages", "J", q, R.render_message)
+            first[q] = (v.log.size, v.log.read(0, 1 << 30))
+            v.used = 0  # as if used long ago
+        assert sum(size for size, _ in first.values()) > 1 << 20
+        assert views.json_bytes() <= 1 << 20
+        evicted = [q for q in range(4) if ("messages", "J", q) not in views._views]
+        assert evicted
+        q = evicted[0]
+        calls = []
+        monkeypatch.setattr(V, "_render_columnar",
+                            lambda *a, real=V._render_columnar: calls.append(1) or real(*a))
+        assert views.peek("messages", "J", q).log.size == first[q][0]  # no render
+        assert not calls
+        v = views.queue("messages", "J", q, R.render_message)
+        assert calls and (v.log.size, v.log.read(0, 1 << 30)) == first[q]
+        h = ViewHandle(v.log)  # an open view is never evicted
+        v.used = 0
+        for other in range(4):
+            views.queue("messages", "J", other, R.render_message).used = 0
+        assert views._views.get(("messages", "J", q)) is v
+        h.release()
+        store.put_messages([Message("J", b"new", queue_id=evicted[-1])])
+        if ("messages", "J", evicted[-1]) not in views._views:
+            assert views.peek("messages", "J", evicted[-1]) is None  # changed: re-render
+        views.close()
+    finally:
+        store.close()
