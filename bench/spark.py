@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -199,7 +200,7 @@ def main(argv=None) -> int:
         shutil.rmtree(cache, ignore_errors=True)
 
     best = {k: min(v) for k, v in runs.items()}
-    median = {k: sorted(v)[len(v) // 2] for k, v in runs.items()}
+    median = {k: statistics.median(v) for k, v in runs.items()}
     base = median["local"]
     results.update(runs=runs, best=best, median=median,
                    warm_over_local=round(median["mounted_warm"] / base, 2),
