@@ -165,6 +165,57 @@ PART_COMPRESSION = "zstd"
 _segments: dict = {}
 
 
+def _worker_segments(commitlog_dir: str):
+    """The CommitLog of a worker process (read-only mmaps, kept between tasks, refreshed so
+    segments created since are seen)."""
+    from engine.columnar import Segments
+    segs = _segments.get(commitlog_dir)
+    if segs is None:
+        segs = _segments[commitlog_dir] = Segments(commitlog_dir)
+    else:
+        segs.refresh()
+    return segs
+
+
+# Tests only: seconds to sleep per rendered JSON view chunk, to make a render observably slow.
+_RENDER_PAUSE = float(os.environ.get("RMQFS_TEST_RENDER_PAUSE", "0") or 0)
+
+
+def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_offsets,
+                      kind: str):
+    """Render one chunk of a ``messages.jsonl`` / ``bodies.txt`` view in a worker process
+    (``fusefs.views`` splits a view into chunks in line order and appends the results in order).
+
+    Args:
+        commitlog_dir: the store's ``commitlog/`` directory (opened read-only, no lock).
+        topic: the topic.
+        queue_ids: the queue id (an int: a queue view) or one per unit (int64 array: a topic
+            view, units in CommitLog order).
+        units: ``engine.columnar.UNIT_DTYPE`` array without blank filler.
+        queue_offsets: int64 array, the units' queue offsets.
+        kind: ``"messages"`` or ``"bodies"``.
+
+    Returns:
+        :func:`render_lines`'s ``(data, ends, newest ms)``.
+
+    Raises:
+        CorruptRecordError: a unit does not point at its record (``engine.columnar``).
+    """
+    import time
+
+    from engine.columnar import decode_topic_units, decode_units
+    segs = _worker_segments(commitlog_dir)
+    cols = LINE_COLUMNS[kind]
+    if isinstance(queue_ids, int):
+        batch = decode_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
+    else:
+        batch = decode_topic_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
+    out = render_lines(batch, kind)
+    if _RENDER_PAUSE:
+        time.sleep(_RENDER_PAUSE)
+    return out
+
+
 def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, first: int,
                 out_path: str) -> tuple[int, int, int]:
     """Write the Parquet part of queue offsets ``[first, first + len(units) // 20)``.
@@ -192,11 +243,7 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, fir
     from engine.consumequeue import BLANK_UNIT_SIZE
     from engine.schema import part_schema
 
-    segs = _segments.get(commitlog_dir)
-    if segs is None:
-        segs = _segments[commitlog_dir] = Segments(commitlog_dir)
-    else:
-        segs.refresh()
+    segs = _worker_segments(commitlog_dir)
     arr = np.frombuffer(units, dtype=UNIT_DTYPE)
     qoffs = np.arange(first, first + len(arr), dtype=np.int64)
     schema = part_schema()

@@ -8,8 +8,9 @@ cache) and byte offsets for any queue offset.
 
 A queue view renders its ConsumeQueue in order; a topic view merges the topic's queues by
 CommitLog offset, which is CommitLog order. ``messages.jsonl`` and ``bodies.txt`` lines are
-built from ``engine.columnar`` batches (``render.render_lines``); ``view/`` parts are Parquet
-files rendered by a pool of worker processes (:class:`PartCache`). Everything rendered shares
+built from ``engine.columnar`` batches (``render.render_view_chunk``) in chunks of units that
+the pool of worker processes of :class:`PartCache` renders in parallel, appended in order;
+``view/`` parts are Parquet files rendered by the same pool. Everything rendered shares
 one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both catch up on demand (:meth:`sync`, in worker
 threads), from a consistent cut of the queues taken under the store's put lock;
 :meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
@@ -37,10 +38,6 @@ from . import render as R
 log = logging.getLogger(__name__)
 
 Renderer = Callable[[MessageRecord], bytes]
-
-# Tests only: seconds to sleep per rendered batch, to make a render observably slow.
-_RENDER_PAUSE = float(os.environ.get("RMQFS_TEST_RENDER_PAUSE", "0") or 0)
-
 
 def pread_nowait(fd: int, length: int, offset: int) -> bytes | None:
     """``pread`` that never waits for the disk: the bytes when all of them are in the page
@@ -148,21 +145,7 @@ class RenderedLog:
 
 # Renderers whose lines are built column-wise from engine.columnar batches (render.render_lines).
 _LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
-COLUMNAR_BATCH = 8192  # messages decoded and rendered per step of a columnar render
-_commitlogs: dict = {}
-_commitlogs_lock = threading.Lock()
-
-
-def _commitlog(store: MessageStore):
-    """The store's CommitLog as ``engine.columnar.Segments`` (read-only mmaps whose pages are
-    dropped from the daemon's RSS after each batch)."""
-    from engine.columnar import Segments
-    path = os.path.join(store.root, "commitlog")
-    with _commitlogs_lock:
-        segs = _commitlogs.get(path)
-        if segs is None:
-            segs = _commitlogs[path] = Segments(path, drop_pages=True)
-    return segs
+COLUMNAR_BATCH = 8192  # messages decoded and rendered per chunk (one worker task)
 
 
 def _unit_array(cq, start: int, end: int):
@@ -174,28 +157,36 @@ def _unit_array(cq, start: int, end: int):
     return arr, np.arange(start, start + len(arr), dtype=np.int64)
 
 
-def _render_columnar(store, topic: str, queue_ids, units, qoffs, kind: str):
-    """Render units (blank filler dropped) of one queue (``queue_ids`` an int) or of several
-    (an array): ``(data, ends, newest ms)``."""
-    import numpy as np
-    from engine.columnar import decode_topic_units, decode_units
-    keep = units["size"] != BLANK_UNIT_SIZE
-    if not keep.all():
-        units, qoffs = units[keep], qoffs[keep]
-        if not isinstance(queue_ids, int):
-            queue_ids = queue_ids[keep]
-    if not len(units):
-        return b"", np.zeros(0, np.int64), 0
-    cols = R.LINE_COLUMNS[kind]
-    if isinstance(queue_ids, int):
-        batch = decode_units(_commitlog(store), topic, queue_ids, units, qoffs, columns=cols)
-    else:
-        batch = decode_topic_units(_commitlog(store), topic, queue_ids, units, qoffs,
-                                   columns=cols)
-    out = R.render_lines(batch, kind)
-    if _RENDER_PAUSE:
-        time.sleep(_RENDER_PAUSE)
-    return out
+def _render_chunks(parts: "PartCache", log_: RenderedLog, topic: str, chunks, kind: str) -> None:
+    """Render ``chunks`` (an iterator of ``(queue id or queue id array, units, queue
+    offsets)``, in line order) in the worker processes of ``parts`` and append the results
+    to ``log_`` in order (caller holds its lock).
+
+    Up to two chunks per worker are under way at once, so every core renders while the
+    daemon only appends; a chunk's lines are appended as soon as it and every earlier one
+    are done (a reader of the growing view sees them). Blank filler units are dropped here.
+    """
+    from collections import deque
+    ahead = deque()
+    depth = 2 * parts.workers
+    for queue_ids, units, qoffs in chunks:
+        keep = units["size"] != BLANK_UNIT_SIZE
+        if not keep.all():
+            units, qoffs = units[keep], qoffs[keep]
+            if not isinstance(queue_ids, int):
+                queue_ids = queue_ids[keep]
+        if not len(units):
+            continue
+        ahead.append(parts.submit_task(R.render_view_chunk, parts.commitlog_dir, topic,
+                                       queue_ids, units, qoffs, kind))
+        while len(ahead) >= depth:
+            log_.append_block(*ahead.popleft().result())
+    try:
+        while ahead:
+            log_.append_block(*ahead.popleft().result())
+    finally:
+        for f in ahead:  # an error: the chunks after it are not wanted
+            f.cancel()
 
 
 class QueueView:
@@ -205,8 +196,9 @@ class QueueView:
     """
 
     def __init__(self, store: MessageStore, topic: str, queue_id: int, render: Renderer,
-                 cache_path: str):
+                 cache_path: str, parts: "PartCache"):
         self.store = store
+        self.parts = parts  # its worker processes render the chunks
         self.topic = topic
         self.queue_id = queue_id
         self.render = render
@@ -224,13 +216,15 @@ class QueueView:
             nxt = self.first_offset + len(self.log.ends)
             end = cq.max_offset
             kind = _LINE_KINDS[self.render]
-            while nxt < end:
-                units, qoffs = _unit_array(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
-                if not len(units):
-                    break
-                self.log.append_block(*_render_columnar(self.store, self.topic, self.queue_id,
-                                                        units, qoffs, kind))
-                nxt += len(units)
+            _render_chunks(self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind)
+
+    def _chunks(self, cq, nxt: int, end: int):
+        while nxt < end:
+            units, qoffs = _unit_array(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
+            if not len(units):
+                return
+            yield self.queue_id, units, qoffs
+            nxt += len(units)
 
     def up_to_date(self) -> bool:
         """True when every stored message is rendered (no lock taken: safe on the trio loop)."""
@@ -251,8 +245,10 @@ class QueueView:
 class TopicView:
     """All queues of a topic rendered in CommitLog order."""
 
-    def __init__(self, store: MessageStore, topic: str, render: Renderer, cache_path: str):
+    def __init__(self, store: MessageStore, topic: str, render: Renderer, cache_path: str,
+                 parts: "PartCache"):
         self.store = store
+        self.parts = parts  # its worker processes render the chunks
         self.topic = topic
         self.render = render
         self.log = RenderedLog(cache_path)
@@ -267,7 +263,7 @@ class TopicView:
         return True
 
     def _sync_columnar(self, cut: dict, kind: str) -> None:
-        _topic_sync_columnar(self, cut, kind)
+        _render_chunks(self.parts, self.log, self.topic, _topic_chunks(self, cut), kind)
 
     def sync(self) -> None:
         """Render the messages stored since the last call, merged by CommitLog offset."""
@@ -285,11 +281,12 @@ class TopicView:
             self.next.update(done)
 
 
-def _topic_sync_columnar(self, cut: dict, kind: str) -> None:
-    """Render what each queue gained up to ``cut`` merged by CommitLog offset, a bounded
-    number of units at a time: from every queue with units left a chunk is loaded, and every
-    unit at or below the smallest of the chunks' last offsets is rendered (no queue can still
-    have a smaller one: each queue's offsets grow)."""
+def _topic_chunks(self, cut: dict):
+    """What each queue gained up to ``cut`` merged by CommitLog offset, as chunks of at most
+    COLUMNAR_BATCH ``(queue id array, units, queue offsets)``, a bounded number of units at a
+    time: from every queue with units left a chunk is loaded, and every unit at or below the
+    smallest of the chunks' last offsets is emitted (no queue can still have a smaller one:
+    each queue's offsets grow)."""
     import numpy as np
     bufs = {}
     pos = {}
@@ -327,8 +324,7 @@ def _topic_sync_columnar(self, cut: dict, kind: str) -> None:
         units, qoffs, qid_arr = units[order], qoffs[order], qid_arr[order]
         for a in range(0, len(units), COLUMNAR_BATCH):
             sl = slice(a, a + COLUMNAR_BATCH)
-            self.log.append_block(*_render_columnar(self.store, self.topic, qid_arr[sl],
-                                                    units[sl], qoffs[sl], kind))
+            yield qid_arr[sl], units[sl], qoffs[sl]
 
 
 class ViewCache:
@@ -421,7 +417,8 @@ class ViewCache:
     def queue(self, kind: str, topic: str, queue_id: int, render: Renderer) -> QueueView:
         """The synced queue view of ``kind`` (a name for ``render``)."""
         key = (kind, topic, queue_id)
-        v = self._get(key, lambda p: QueueView(self.store, topic, queue_id, render, p))
+        v = self._get(key, lambda p: QueueView(self.store, topic, queue_id, render, p,
+                                                   self.parts))
         v.sync()
         self._evict(keep=key)
         return v
@@ -429,7 +426,7 @@ class ViewCache:
     def topic(self, kind: str, topic: str, render: Renderer) -> TopicView:
         """The synced topic view of ``kind``."""
         key = (kind, topic)
-        v = self._get(key, lambda p: TopicView(self.store, topic, render, p))
+        v = self._get(key, lambda p: TopicView(self.store, topic, render, p, self.parts))
         v.sync()
         self._evict(keep=key)
         return v
@@ -525,6 +522,13 @@ class PartCache:
         if pos < end:
             raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
         return b"".join(out)
+
+    def submit_task(self, fn, *args):
+        """Run ``fn(*args)`` in a worker process (a JSON view chunk): its Future."""
+        with self.lock:
+            if self._closed:
+                raise OSError(errno.EIO, "the mount is closing")
+            return self._pool_().submit(fn, *args)
 
     def known(self, key):
         """``(size, mtime ms, rows)`` of a part rendered before (evicted or not), or None."""

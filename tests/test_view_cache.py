@@ -155,8 +155,8 @@ def test_json_views_are_evicted_lru_and_their_sizes_kept(tmp_path, monkeypatch):
         assert evicted
         q = evicted[0]
         calls = []
-        monkeypatch.setattr(V, "_render_columnar",
-                            lambda *a, real=V._render_columnar: calls.append(1) or real(*a))
+        monkeypatch.setattr(V, "_render_chunks",
+                            lambda *a, real=V._render_chunks: calls.append(1) or real(*a))
         assert views.peek("messages", "J", q).log.size == first[q][0]  # no render
         assert not calls
         v = views.queue("messages", "J", q, R.render_message)
