@@ -102,10 +102,17 @@ MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 MAX_PROPERTIES_LENGTH = 32767
 RECORD_SLACK = 64 * 1024  # encoder buffer = maxMessageSize + 64 KiB
 
-# The fixed part up to and including the body length, for IPv4 born and store hosts.
-#   TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
-#   BORNHOST(ip4, port) STORETIMESTAMP STOREHOST(ip4, port) RECONSUMETIMES PREPAREDTXOFFSET BODYLEN
-FIXED_V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")
+# The fixed part up to and including the body length, for IPv4 born and store hosts: the one
+# field list both the Struct below and the columnar decoder's numpy dtype
+# (``engine.columnar.RECORD_DTYPE``) are built from. ``4s`` is an IPv4 address.
+FIXED_V4_FIELDS: tuple[tuple[str, str], ...] = (
+    ("totalSize", "i"), ("magicCode", "I"), ("bodyCRC", "i"), ("queueId", "i"), ("flag", "i"),
+    ("queueOffset", "q"), ("physicalOffset", "q"), ("sysFlag", "i"), ("bornTimestamp", "q"),
+    ("bornHostAddress", "4s"), ("bornHostPort", "i"), ("storeTimestamp", "q"),
+    ("storeHostAddress", "4s"), ("storeHostPort", "i"), ("reconsumeTimes", "i"),
+    ("preparedTransactionOffset", "q"), ("bodyLength", "i"),
+)
+FIXED_V4 = struct.Struct(">" + "".join(fmt for _, fmt in FIXED_V4_FIELDS))
 PREFIX = struct.Struct(">iIiiiqqiq")  # up to BORNTIMESTAMP (48 bytes), any host width
 HOST_V4 = struct.Struct(">4si")
 HOST_V6 = struct.Struct(">16si")

@@ -28,6 +28,7 @@ import logging
 import operator
 import os
 import re
+import socket
 import struct
 import threading
 import time
@@ -155,7 +156,9 @@ class StoreConfig:
     check_crc_on_recover: bool = True
     broker_ip1: str = "127.0.0.1"
     listen_port: int = 10911
-    broker_name: str = "broker-a"
+    # BrokerConfig/BrokerIdentity.defaultBrokerName(): the local host name, "DEFAULT_BROKER"
+    # when it cannot be had.
+    broker_name: str = field(default_factory=lambda: socket.gethostname() or "DEFAULT_BROKER")
     default_topic_queue_nums: int = 4
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     message_index_enable: bool = True

@@ -292,7 +292,7 @@ groups/<group>/<topic>/<queueId>/offset        the committed offset; echo N > of
 groups/<group>/<topic>/<queueId>/pending.jsonl messages from the committed offset on
 groups/<group>/progress.json    brokerOffset, consumerOffset, diff per queue
 messages/<msgId>                a message by its offset msgId
-view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.jsonl + _schema.ddl
+view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.parquet + _schema.ddl
 raw/                            the store's own files, read-only (live: see snapshots/)
 snapshots/<name>/               mkdir: a frozen point in time of raw/ + SNAPSHOT.json (crc32c);
                                 copy it with tar, rsync or restic; rmdir drops it
@@ -353,7 +353,8 @@ class StatusFile(GeneratedFile):
     Offsets and lags are bytes of the CommitLog; timestamps epoch ms. ``dispatchBehindBytes``
     is RocketMQ's ``dispatchBehindBytes()`` (CommitLog max offset minus the reput offset; 0
     while dispatch runs inline with the put); ``flushBehindBytes`` what an fsync would still
-    write. mtime = the store time of the newest message (the mount time before any).
+    write. ``brokerName`` is broker.conf's (``--config``), else RocketMQ's default, the host
+    name. mtime = the store time of the newest message (the mount time before any).
     """
 
     def content(self) -> bytes:
@@ -369,6 +370,7 @@ class StatusFile(GeneratedFile):
             index_files = len(getattr(s.index_service, "files", []) or [])
         cp = s.checkpoint
         return R.render_json({
+            "brokerName": s.config.broker_name,
             "storePathRootDir": s.root,
             "pid": self.ctx.pid,
             "readOnly": self.ctx.read_only,
@@ -530,8 +532,7 @@ class OffsetsFile(GeneratedFile):
 
 # -- decoded views ---------------------------------------------------------------------------
 
-RENDERERS = {"messages": R.render_message, "bodies": R.render_body,
-             "view": R.render_view_message}
+RENDERERS = {"messages": R.render_message, "bodies": R.render_body}
 
 
 class ViewHandle(Handle):
@@ -542,6 +543,10 @@ class ViewHandle(Handle):
     def __init__(self, log, start: int = 0):
         self.log = log
         self.start = start
+        log.opens += 1  # not evicted while open (fusefs.views.ViewCache)
+
+    def release(self):
+        self.log.opens -= 1
 
     def read(self, offset, length):
         return self.log.read(self.start + offset, length)

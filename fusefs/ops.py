@@ -63,9 +63,82 @@ def _threads() -> trio.CapacityLimiter:
     return _limiter
 
 
-async def _run(fn, *args):
+def signalled(pid: int) -> bool:
+    """True when the process (thread) ``pid`` is gone or has a signal pending that it neither
+    blocks nor ignores (``/proc/<pid>/status``: SigPnd, ShdPnd, SigBlk, SigIgn).
+
+    The kernel makes a process wait for the answer to a FUSE request it already handed to the
+    daemon even when the process is killed (``request_wait_answer``: "wait it out"), and
+    pyfuse3 does not pass FUSE_INTERRUPT on; so a request that may take long is abandoned with
+    EINTR when its caller has such a signal pending, and the killed reader exits at once.
+    """
     try:
-        return await trio.to_thread.run_sync(fn, *args, limiter=_threads())
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    except OSError:
+        return False
+    fields = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(b":")
+        if name in (b"SigPnd", b"ShdPnd", b"SigBlk", b"SigIgn", b"State"):
+            fields[name] = value.strip()
+    if fields.get(b"State", b"").startswith((b"Z", b"X")):
+        return True
+    try:
+        pending = int(fields[b"SigPnd"], 16) | int(fields[b"ShdPnd"], 16)
+        masked = int(fields[b"SigBlk"], 16) | int(fields[b"SigIgn"], 16)
+    except (KeyError, ValueError):
+        return False
+    return bool(pending & ~masked) or bool(pending & (1 << 8))  # SIGKILL cannot be masked
+
+
+# Requests waiting on a worker thread, with the pid that asked: the watcher cancels (EINTR) the
+# ones whose caller was signalled.
+_waiting: dict = {}
+_watcher_started = False
+WATCH_INTERVAL = 0.1  # seconds between checks of the waiting callers
+
+
+async def _watch_callers() -> None:
+    while True:
+        await trio.sleep(WATCH_INTERVAL)
+        for scope, pid in list(_waiting.items()):
+            try:
+                if signalled(pid):
+                    scope.cancel()
+            except Exception:  # noqa: BLE001 - the watcher must never die
+                log.exception("checking caller %s", pid)
+
+
+def _pid(ctx) -> int | None:
+    """The caller's pid of a request (None when unknown)."""
+    return getattr(ctx, "pid", None) or None
+
+
+async def _run(fn, *args, pid: int | None = None):
+    """Run ``fn(*args)`` in a worker thread; FsError/OSError become their errno.
+
+    With ``pid`` (the caller of the FUSE request) the request answers EINTR as soon as the
+    caller is killed or signalled (checked every WATCH_INTERVAL s); the thread is abandoned
+    and its work (a render) finishes in the background for the next reader.
+    """
+    global _watcher_started
+    try:
+        if not pid:
+            return await trio.to_thread.run_sync(fn, *args, limiter=_threads())
+        if not _watcher_started:
+            _watcher_started = True
+            trio.lowlevel.spawn_system_task(_watch_callers)
+        with trio.CancelScope() as scope:
+            _waiting[scope] = pid
+            try:
+                return await trio.to_thread.run_sync(fn, *args, limiter=_threads(),
+                                                     abandon_on_cancel=True)
+            finally:
+                _waiting.pop(scope, None)
+        raise pyfuse3.FUSEError(errno.EINTR)
     except FsError as exc:
         raise pyfuse3.FUSEError(exc.errno) from None
     except pyfuse3.FUSEError:
@@ -111,6 +184,7 @@ class RmqOperations(pyfuse3.Operations):
         self.parents: dict[int, int] = {}
         self.handles: dict[int, object] = {}
         self._next_fh = 1
+        self.dir_handles: dict[int, tuple] = {}  # opendir fh -> (inode, caller pid)
         self._lock = threading.Lock()
 
     # -- helpers ----------------------------------------------------------------------------
@@ -171,7 +245,7 @@ class RmqOperations(pyfuse3.Operations):
             attr = self._entry(child, path_inode(child.path))
             self._remember(child, parent_inode)
             return attr
-        return await _run(find)
+        return await _run(find, pid=_pid(ctx))
 
     def forget(self, inode_list):
         for ino, n in inode_list:
@@ -188,7 +262,7 @@ class RmqOperations(pyfuse3.Operations):
         st = node.stat_nowait()
         if st is not None:
             return self._entry(node, inode, st)
-        return await _run(self._entry, node, inode)
+        return await _run(self._entry, node, inode, pid=_pid(ctx))
 
     async def setattr(self, inode, attr, fields, fh, ctx):
         node = self._node(inode)
@@ -236,10 +310,17 @@ class RmqOperations(pyfuse3.Operations):
         node = self._node(inode)
         if not node.is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        return inode
+        with self._lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self.dir_handles[fh] = (inode, _pid(ctx))
+        return fh
 
     async def readdir(self, fh, start_id, token):
-        node = self._node(fh)
+        inode, pid = self.dir_handles.get(fh, (None, None))
+        if inode is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        node = self._node(inode)
 
         # Entries go out in inode order and next_id is the entry's inode, so a listing that
         # continues after entries were added (a new topic, segment or queue) neither repeats
@@ -269,14 +350,14 @@ class RmqOperations(pyfuse3.Operations):
                 out.append((ino, name, child, attr))
             out.sort(key=lambda e: e[0])
             return out
-        items = await _run(entries)
+        items = await _run(entries, pid=pid)
         for ino, name, child, attr in items:
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
                 break
-            self._remember(child, fh)
+            self._remember(child, inode)
 
     async def releasedir(self, fh):
-        pass
+        self.dir_handles.pop(fh, None)
 
     async def mkdir(self, parent_inode, name, mode, ctx):
         parent = self._node(parent_inode)
@@ -337,8 +418,9 @@ class RmqOperations(pyfuse3.Operations):
             if self.ctx.read_only:  # the kernel mount is not "ro" (snapshots/ takes mkdir)
                 raise pyfuse3.FUSEError(errno.EROFS)
             _check_write(self.ctx, ctx)
-        handle = await _run(node.open, flags)
+        handle = await _run(node.open, flags, pid=_pid(ctx))
         handle.inode = inode
+        handle.pid = _pid(ctx)
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1
@@ -357,7 +439,7 @@ class RmqOperations(pyfuse3.Operations):
         data = h.read_nowait(off, size)
         if data is not None:
             return data
-        return await _run(h.read, off, size)
+        return await _run(h.read, off, size, pid=getattr(h, "pid", None))
 
     async def write(self, fh, off, buf):
         h = self._handle(fh)

@@ -2,27 +2,23 @@
 
 One JSON object per line, RocketMQ's ``MessageExt`` field names, timestamps in epoch ms.
 ``topics/`` views show a body as text when it is valid UTF-8 and as base64 otherwise (with
-``"bodyEncoding": "base64"``); ``view/`` (for Spark) always shows base64, so that a fixed Spark
-schema reads ``body`` as BINARY. The same record always renders to the same bytes.
+``"bodyEncoding": "base64"``). The same record always renders to the same bytes: per record
+(:func:`render_message`, lookups) and column-wise from ``engine.columnar`` batches
+(:func:`render_lines`, the views). ``view/`` parts are Parquet (:func:`render_part`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 
-from engine.message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, MAGIC_V1,
-                            STOREHOSTADDRESS_V6_FLAG, MessageRecord, decode_properties,
-                            host_to_str)
+from engine.message import MessageRecord, host_to_str
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
-# Spark DDL of a view/ line; topic and queue also come from the directory names.
-VIEW_DDL = ("topic STRING, queueId INT, queueOffset BIGINT, commitLogOffset BIGINT, "
-            "storeSize INT, msgId STRING, tags STRING, keys ARRAY<STRING>, "
-            "bornTimestamp BIGINT, bornHost STRING, storeTimestamp BIGINT, storeHost STRING, "
-            "sysFlag INT, flag INT, bodyCRC INT, reconsumeTimes INT, "
-            "preparedTransactionOffset BIGINT, properties MAP<STRING,STRING>, body BINARY")
+# Spark DDL of a messages.jsonl line (engine.schema is the one definition of the columns).
+from engine.schema import VIEW_DDL  # noqa: E402,F401
 
 
 def message_fields(rec: MessageRecord) -> dict:
@@ -147,13 +143,6 @@ def render_message(rec: MessageRecord) -> bytes:
                  rec.reconsume_times, rec.prepared_transaction_offset, rec.plain_body, False)
 
 
-def render_view_message(rec: MessageRecord) -> bytes:
-    """A ``view/`` line: body always base64 (read by Spark as BINARY)."""
-    d = message_fields(rec)
-    d["body"] = base64.b64encode(rec.plain_body).decode("ascii")
-    return _dumps(d).encode("utf-8") + b"\n"
-
-
 def render_body(rec: MessageRecord) -> bytes:
     """A ``bodies.txt`` line: the (decompressed) body and ``\\n``."""
     return rec.plain_body + b"\n"
@@ -164,48 +153,266 @@ def render_json(obj) -> bytes:
     return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-# -- straight from the record bytes --------------------------------------------------------------
-# The first read of a view renders every message, so for the common record (V1 magic, IPv4
-# hosts, uncompressed body) the line is built from the CommitLog bytes without building a
-# MessageRecord first. Anything else returns None and the caller decodes the record and uses
-# render_message / render_view_message; the tests check both give the same bytes.
+# -- view/ Parquet parts ---------------------------------------------------------------------------
+# A part is rendered in a worker process (fusefs.views.PartCache): the units of its queue
+# offsets come from the daemon (it owns the ConsumeQueues), the records are decoded from the
+# CommitLog files with engine.columnar and written as Parquet. The same units give the same
+# bytes: fixed batch and row-group boundaries, no timestamps in the file.
 
-_FIXED = FIXED_V4.unpack_from
-_FIXED_SIZE = FIXED_V4.size
-_SLOW_FLAGS = COMPRESSED_FLAG | BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
-_topics: dict = {}
+PART_BATCH_ROWS = 16384      # decode batch (a divisor of PART_ROW_GROUP_ROWS)
+PART_ROW_GROUP_ROWS = 65536  # rows per Parquet row group (tens of MB: one Spark task each)
+PART_COMPRESSION = "zstd"
+_segments: dict = {}
 
 
-def render_raw(buf, pos: int, view: bool = False):
-    """Render the record at ``buf[pos]`` as a ``topics/`` line (``view=True``: a ``view/``
-    line, body base64). Returns ``(line bytes, storeTimestamp ms)``, or None when the record is
-    not a plain V1/IPv4/uncompressed one or its lengths do not add up (decode it instead).
+def _worker_segments(commitlog_dir: str):
+    """The CommitLog of a worker process (read-only mmaps, kept between tasks, refreshed so
+    segments created since are seen)."""
+    from engine.columnar import Segments
+    segs = _segments.get(commitlog_dir)
+    if segs is None:
+        segs = _segments[commitlog_dir] = Segments(commitlog_dir)
+    else:
+        segs.refresh()
+    return segs
+
+
+# Tests only: seconds to sleep per rendered JSON view chunk, to make a render observably slow.
+_RENDER_PAUSE = float(os.environ.get("RMQFS_TEST_RENDER_PAUSE", "0") or 0)
+
+
+def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_offsets,
+                      kind: str):
+    """Render one chunk of a ``messages.jsonl`` / ``bodies.txt`` view in a worker process
+    (``fusefs.views`` splits a view into chunks in line order and appends the results in order).
+
+    Args:
+        commitlog_dir: the store's ``commitlog/`` directory (opened read-only, no lock).
+        topic: the topic.
+        queue_ids: the queue id (an int: a queue view) or one per unit (int64 array: a topic
+            view, units in CommitLog order).
+        units: ``engine.columnar.UNIT_DTYPE`` array without blank filler.
+        queue_offsets: int64 array, the units' queue offsets.
+        kind: ``"messages"`` or ``"bodies"``.
+
+    Returns:
+        :func:`render_lines`'s ``(data, ends, newest ms)``.
+
+    Raises:
+        CorruptRecordError: a unit does not point at its record (``engine.columnar``).
     """
-    (total, magic, crc, queue_id, flag, queue_offset, off, sys_flag, born_ts, born_ip,
-     born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len) = _FIXED(buf, pos)
-    if magic != MAGIC_V1 or sys_flag & _SLOW_FLAGS or body_len < 0:
-        return None
-    p = pos + _FIXED_SIZE
-    body = bytes(buf[p:p + body_len])
-    p += body_len
-    tlen = buf[p] if p < pos + total else 128
-    if tlen > 127:
-        return None
-    traw = bytes(buf[p + 1:p + 1 + tlen])
-    p += 1 + tlen
-    plen = (buf[p] << 8) | buf[p + 1] if p + 2 <= pos + total else -1
-    if total != 91 + body_len + tlen + plen or plen > 32767:
-        return None
-    props = decode_properties(bytes(buf[p + 2:p + 2 + plen]))
-    topic = _topics.get(traw)
-    if topic is None:
-        if len(_topics) > 4096:
-            _topics.clear()
+    import time
+
+    from engine.columnar import decode_topic_units, decode_units
+    segs = _worker_segments(commitlog_dir)
+    cols = LINE_COLUMNS[kind]
+    if isinstance(queue_ids, int):
+        batch = decode_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
+    else:
+        batch = decode_topic_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
+    out = render_lines(batch, kind)
+    if _RENDER_PAUSE:
+        time.sleep(_RENDER_PAUSE)
+    return out
+
+
+def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, first: int,
+                out_path: str) -> tuple[int, int, int]:
+    """Write the Parquet part of queue offsets ``[first, first + len(units) // 20)``.
+
+    Args:
+        commitlog_dir: the store's ``commitlog/`` directory (opened read-only, no lock).
+        topic, queue_id: the queue.
+        units: the raw ConsumeQueue units of those offsets (``engine.consumequeue.UNIT``);
+            blank filler units are skipped.
+        first: queue offset of the first unit.
+        out_path: the file to create; written under ``out_path + ".tmp"`` and renamed, so it
+            appears whole or not at all.
+
+    Returns:
+        ``(size in bytes, storeTimestamp of the last message (epoch ms, 0 if none), rows)``.
+
+    Raises:
+        CorruptRecordError: a unit does not point at its record (``engine.columnar``).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engine.columnar import UNIT_DTYPE, Segments, decode_units
+    from engine.consumequeue import BLANK_UNIT_SIZE
+    from engine.schema import part_schema
+
+    segs = _worker_segments(commitlog_dir)
+    arr = np.frombuffer(units, dtype=UNIT_DTYPE)
+    qoffs = np.arange(first, first + len(arr), dtype=np.int64)
+    schema = part_schema()
+    names = tuple(schema.names)
+    tmp = out_path + ".tmp"
+    newest = 0
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression=PART_COMPRESSION,
+                              write_statistics=True) as w:
+            group = []
+            for a in range(0, len(arr), PART_BATCH_ROWS):
+                u, q = arr[a:a + PART_BATCH_ROWS], qoffs[a:a + PART_BATCH_ROWS]
+                keep = u["size"] != BLANK_UNIT_SIZE
+                if not keep.all():
+                    u, q = u[keep], q[keep]
+                if len(u):
+                    b = decode_units(segs, topic, queue_id, u, q, columns=names)
+                    group.append(b)
+                    rows += b.num_rows
+                    newest = int(b.column("storeTimestamp")[-1].as_py())
+                if (a + PART_BATCH_ROWS) % PART_ROW_GROUP_ROWS == 0 or \
+                        a + PART_BATCH_ROWS >= len(arr):
+                    if group:
+                        w.write_table(pa.Table.from_batches(group, schema),
+                                      row_group_size=PART_ROW_GROUP_ROWS)
+                    group = []
+        size = os.path.getsize(tmp)
+        os.rename(tmp, out_path)
+    except BaseException:
         try:
-            topic = _topics[traw] = _str(traw.decode("utf-8"))
-        except UnicodeDecodeError:
-            return None
-    line = _line(topic, queue_id, queue_offset, off, total, props, born_ts,
-                 (born_ip, born_port), store_ts, (store_ip, store_port), sys_flag, flag, crc,
-                 reconsume, prepared, body, view)
-    return line, store_ts
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return size, newest, rows
+
+
+# -- JSON lines from columnar batches ----------------------------------------------------------
+# The first read of messages.jsonl / bodies.txt renders every message, so lines are assembled
+# column-wise with Arrow kernels from engine.columnar's batches: the same bytes as
+# render_message / render_body (tests compare them), without Python per message. Strings are
+# escaped as json.dumps(ensure_ascii=False) does (", \, and control characters); the rare
+# control characters without a short escape and bodies that are not UTF-8 are done per row.
+
+_ESCAPES = (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
+            ("\x08", "\\b"), ("\x0c", "\\f"))
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
+_OTHER_CONTROL = r"[\x00-\x1f]"
+#: Columns render_lines reads, per kind.
+LINE_COLUMNS = {
+    "messages": ("topic", "queueId", "queueOffset", "commitLogOffset", "storeSize", "msgId",
+                 "tags", "keys", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost",
+                 "sysFlag", "flag", "bodyCRC", "reconsumeTimes", "preparedTransactionOffset",
+                 "properties", "body"),
+    "bodies": ("storeTimestamp", "body"),
+}
+
+
+def _json_strings(arr):
+    """JSON string literals (quoted, escaped) of a string array without nulls."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if len(arr) and pc.any(pc.match_substring_regex(arr, _NEEDS_ESCAPE)).as_py():
+        esc = arr
+        for a, b in _ESCAPES:  # one pass per character that occurs
+            if pc.any(pc.match_substring(esc, a)).as_py():
+                esc = pc.replace_substring(esc, a, b)
+        other = pc.match_substring_regex(esc, _OTHER_CONTROL)
+        if pc.any(other).as_py():
+            fix = other.to_numpy(zero_copy_only=False)
+            vals = esc.to_pylist()
+            orig = arr.to_pylist()
+            for i in fix.nonzero()[0].tolist():
+                vals[i] = _str(orig[i])[1:-1]
+            esc = pa.array(vals, pa.string())
+        arr = esc
+    return pc.binary_join_element_wise('"', arr, '"', "")
+
+
+def _json_list(list_arr, open_: str, close: str):
+    """``[...]``/``{...}`` texts of a list<string> array of JSON pieces."""
+    import pyarrow.compute as pc
+    return pc.binary_join_element_wise(open_, pc.binary_join(list_arr, ","), close, "")
+
+
+def render_lines(batch, kind: str):
+    """Render a batch of ``engine.columnar`` rows as ``kind`` lines.
+
+    ``kind``: ``"messages"`` (a ``messages.jsonl`` line, :func:`render_message`'s bytes) or
+    ``"bodies"`` (:func:`render_body`). The batch needs :data:`LINE_COLUMNS` ``[kind]``.
+
+    Returns:
+        ``(data bytes, ends, newest)``: the lines concatenated, ``ends[i]`` the byte offset
+        just after line ``i`` (numpy int64), and the newest storeTimestamp (epoch ms, 0 if
+        the batch is empty).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    n = batch.num_rows
+    if not n:
+        return b"", np.zeros(0, np.int64), 0
+    newest = int(pc.max(batch.column("storeTimestamp")).as_py())
+    if kind == "bodies":
+        lines = pc.binary_join_element_wise(batch.column("body"), b"\n", b"")
+    else:
+        lines = _message_lines(batch, n)
+    lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
+    offs = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=n + 1,
+                         offset=lines.offset * 4).astype(np.int64)
+    data = lines.buffers()[2].to_pybytes()[offs[0]:offs[-1]]
+    return data, offs[1:] - offs[0], newest
+
+
+def _message_lines(batch, n):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def num(name):
+        return pc.cast(batch.column(name), pa.string())
+
+    def plain(name):  # strings that never need escaping (msgId, hosts)
+        return pc.binary_join_element_wise('"', batch.column(name), '"', "")
+
+    tags = batch.column("tags")
+    tags_j = pc.if_else(pc.is_null(tags), "null", _json_strings(pc.fill_null(tags, "")))
+    keys = batch.column("keys")
+    keys_j = _json_list(pa.ListArray.from_arrays(
+        keys.offsets, _json_strings(keys.values)), "[", "]")
+    props = batch.column("properties")
+    pairs = pc.binary_join_element_wise(_json_strings(props.keys), ":",
+                                        _json_strings(props.items), "")
+    props_j = _json_list(pa.ListArray.from_arrays(props.offsets, pairs), "{", "}")
+    body = batch.column("body")
+    enc = None
+    try:
+        text = body.cast(pa.string())
+        body_j = _json_strings(text)
+    except pa.ArrowInvalid:  # some bodies are not UTF-8: those go base64 with bodyEncoding
+        vals, encs = [], []
+        for b in body.to_pylist():
+            try:
+                vals.append(_str(b.decode("utf-8")))
+                encs.append("")
+            except UnicodeDecodeError:
+                vals.append('"' + base64.b64encode(b).decode("ascii") + '"')
+                encs.append(',"bodyEncoding":"base64"')
+        body_j = pa.array(vals, pa.string())
+        enc = pa.array(encs, pa.string())
+    topic = batch.column("topic")
+    if pc.count_distinct(topic).as_py() == 1:  # a topic or queue view: one topic
+        topic_j = _json_strings(topic.slice(0, 1))[0].as_py()
+    else:
+        topic_j = _json_strings(topic)
+    if isinstance(topic_j, str):
+        head = ['{"topic":' + topic_j + ',"queueId":']
+    else:
+        head = ['{"topic":', topic_j, ',"queueId":']
+    parts = [*head, num("queueId"), ',"queueOffset":', num("queueOffset"),
+             ',"commitLogOffset":', num("commitLogOffset"), ',"storeSize":', num("storeSize"),
+             ',"msgId":', plain("msgId"), ',"tags":', tags_j, ',"keys":', keys_j,
+             ',"bornTimestamp":', num("bornTimestamp"), ',"bornHost":', plain("bornHost"),
+             ',"storeTimestamp":', num("storeTimestamp"), ',"storeHost":', plain("storeHost"),
+             ',"sysFlag":', num("sysFlag"), ',"flag":', num("flag"), ',"bodyCRC":',
+             num("bodyCRC"), ',"reconsumeTimes":', num("reconsumeTimes"),
+             ',"preparedTransactionOffset":', num("preparedTransactionOffset"),
+             ',"properties":', props_j, ',"body":', body_j]
+    if enc is not None:
+        parts.append(enc)
+    parts.append("}\n")
+    return pc.binary_join_element_wise(*parts, "")

@@ -7,7 +7,11 @@ an ``array('q')``. That gives exact ``st_size`` at any moment, O(1) reads (``pre
 cache) and byte offsets for any queue offset.
 
 A queue view renders its ConsumeQueue in order; a topic view merges the topic's queues by
-CommitLog offset, which is CommitLog order. Both catch up on demand (:meth:`sync`, in worker
+CommitLog offset, which is CommitLog order. ``messages.jsonl`` and ``bodies.txt`` lines are
+built from ``engine.columnar`` batches (``render.render_view_chunk``) in chunks of units that
+the pool of worker processes of :class:`PartCache` renders in parallel, appended in order;
+``view/`` parts are Parquet files rendered by the same pool. Everything rendered shares
+one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both catch up on demand (:meth:`sync`, in worker
 threads), from a consistent cut of the queues taken under the store's put lock;
 :meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
 FUSE layer may call on its trio loop.
@@ -16,27 +20,24 @@ FUSE layer may call on its trio loop.
 from __future__ import annotations
 
 import bisect
-import heapq
+import errno
+import logging
 import os
 import threading
 import time
 from array import array
 from typing import Callable
 
-from engine.errors import StoreError
 from engine.consumequeue import BLANK_UNIT_SIZE
-from engine.message import MessageRecord, decode_record
+from engine.errors import StoreError
+from engine.message import MessageRecord
 from engine.store import MessageStore
 
 from . import render as R
 
+log = logging.getLogger(__name__)
+
 Renderer = Callable[[MessageRecord], bytes]
-BATCH = 2048
-SPAN_MAX = 4 * 1024 * 1024  # read a batch's records with one pread when they lie this close
-
-# Tests only: seconds to sleep per rendered batch, to make a render observably slow.
-_RENDER_PAUSE = float(os.environ.get("RMQFS_TEST_RENDER_PAUSE", "0") or 0)
-
 
 def pread_nowait(fd: int, length: int, offset: int) -> bytes | None:
     """``pread`` that never waits for the disk: the bytes when all of them are in the page
@@ -71,6 +72,7 @@ class RenderedLog:
         self.size = 0
         self.mtime_ms = 0
         self.lock = threading.Lock()
+        self.opens = 0  # open file handles reading it (an evicted log must have none)
 
     def append(self, lines: list[bytes], newest_ms: int) -> None:
         """Append rendered lines (caller holds :attr:`lock`)."""
@@ -89,6 +91,21 @@ class RenderedLog:
             end += len(line)
             ends.append(end)
         self.size = end
+        self.mtime_ms = max(self.mtime_ms, newest_ms)
+
+    def append_block(self, data: bytes, ends, newest_ms: int) -> None:
+        """Append lines already joined: ``ends[i]`` is the end of line ``i`` within ``data``
+        (caller holds :attr:`lock`)."""
+        if not len(ends):
+            return
+        view = memoryview(data)
+        pos = self.size
+        while view:
+            n = os.pwrite(self.fd, view, pos)
+            view = view[n:]
+            pos += n
+        self.ends.extend((ends + self.size).tolist())
+        self.size += len(data)
         self.mtime_ms = max(self.mtime_ms, newest_ms)
 
     def line_start(self, i: int) -> int:
@@ -126,67 +143,50 @@ class RenderedLog:
             pass
 
 
-def _raw_records(store: MessageStore, units):
-    """Yield ``(buf, pos)`` for the records of ``(commitLogOffset, size)`` pairs, in order.
+# Renderers whose lines are built column-wise from engine.columnar batches (render.render_lines).
+_LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
+COLUMNAR_BATCH = 8192  # messages decoded and rendered per chunk (one worker task)
 
-    Records close together in the CommitLog (a topic's or queue's messages usually are) are
-    read with one ``pread`` per span of up to SPAN_MAX bytes instead of one per record.
+
+def _unit_array(cq, start: int, end: int):
+    """``(UNIT_DTYPE array, queue offsets)`` of ``[start, end)`` (shorter at a file end)."""
+    import numpy as np
+    from engine.columnar import UNIT_DTYPE
+    raw = cq.read_units(start, end - start)
+    arr = np.frombuffer(raw, dtype=UNIT_DTYPE)
+    return arr, np.arange(start, start + len(arr), dtype=np.int64)
+
+
+def _render_chunks(parts: "PartCache", log_: RenderedLog, topic: str, chunks, kind: str) -> None:
+    """Render ``chunks`` (an iterator of ``(queue id or queue id array, units, queue
+    offsets)``, in line order) in the worker processes of ``parts`` and append the results
+    to ``log_`` in order (caller holds its lock).
+
+    Up to two chunks per worker are under way at once, so every core renders while the
+    daemon only appends; a chunk's lines are appended as soon as it and every earlier one
+    are done (a reader of the growing view sees them). Blank filler units are dropped here.
     """
-    cl = store.commitlog
-    files = cl.files
-    i, n = 0, len(units)
-    while i < n:
-        off, size = units[i]
-        seg = files.find(off)
-        if seg is None:
-            yield cl.read(off, size), 0
-            i += 1
+    from collections import deque
+    ahead = deque()
+    depth = 2 * parts.workers
+    for queue_ids, units, qoffs in chunks:
+        keep = units["size"] != BLANK_UNIT_SIZE
+        if not keep.all():
+            units, qoffs = units[keep], qoffs[keep]
+            if not isinstance(queue_ids, int):
+                queue_ids = queue_ids[keep]
+        if not len(units):
             continue
-        j, end = i + 1, off + size
-        while j < n:
-            o2, s2 = units[j]
-            if o2 < off or o2 + s2 > seg.end or o2 + s2 - off > SPAN_MAX:
-                break
-            end = max(end, o2 + s2)
-            j += 1
-        if j == i + 1:
-            yield cl.read(off, size), 0
-            i += 1
-            continue
-        buf = os.pread(seg.fd, end - off, off - seg.start)
-        for k in range(i, j):
-            o, s = units[k]
-            if o - off + s > len(buf):
-                yield cl.read(o, s), 0
-            else:
-                yield buf, o - off
-        i = j
-
-
-# Renderers that can work on the record bytes directly (see render.render_raw): the value is
-# render_raw's ``view`` argument.
-_RAW_RENDERERS = {R.render_message: False, R.render_view_message: True}
-
-
-def _render_units(store: MessageStore, units, render: Renderer):
-    """Render ``(commitLogOffset, size)`` pairs; returns (lines, newest store ms)."""
-    lines = []
-    newest = 0
-    raw_view = _RAW_RENDERERS.get(render)
-    render_raw = R.render_raw
-    for buf, pos in _raw_records(store, units):
-        out = render_raw(buf, pos, raw_view) if raw_view is not None else None
-        if out is None:
-            rec = decode_record(buf, pos, check_crc=False)
-            line, ts = render(rec), rec.store_timestamp
-        else:
-            line, ts = out
-        lines.append(line)
-        if ts > newest:
-            newest = ts
-    if _RENDER_PAUSE:
-        time.sleep(_RENDER_PAUSE)
-    return lines, newest
+        ahead.append(parts.submit_task(R.render_view_chunk, parts.commitlog_dir, topic,
+                                       queue_ids, units, qoffs, kind))
+        while len(ahead) >= depth:
+            log_.append_block(*ahead.popleft().result())
+    try:
+        while ahead:
+            log_.append_block(*ahead.popleft().result())
+    finally:
+        for f in ahead:  # an error: the chunks after it are not wanted
+            f.cancel()
 
 
 class QueueView:
@@ -196,8 +196,9 @@ class QueueView:
     """
 
     def __init__(self, store: MessageStore, topic: str, queue_id: int, render: Renderer,
-                 cache_path: str):
+                 cache_path: str, parts: "PartCache"):
         self.store = store
+        self.parts = parts  # its worker processes render the chunks
         self.topic = topic
         self.queue_id = queue_id
         self.render = render
@@ -214,17 +215,20 @@ class QueueView:
                 self.first_offset = cq.min_offset
             nxt = self.first_offset + len(self.log.ends)
             end = cq.max_offset
-            while nxt < end:
-                n = min(BATCH, end - nxt)
-                units = [(off, size) for _, off, size, _ in cq.iter_units(nxt, nxt + n)
-                         if size != BLANK_UNIT_SIZE]
-                try:
-                    lines, newest = _render_units(self.store, units, self.render)
-                except StoreError as exc:  # a damaged unit: status.json names the queue
-                    self.store.note_damage(self.topic, self.queue_id, nxt, exc)
-                    raise
-                self.log.append(lines, newest)
-                nxt += n
+            kind = _LINE_KINDS[self.render]
+            try:
+                _render_chunks(self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind)
+            except StoreError as exc:  # a damaged unit: status.json names the queue
+                self.store.note_damage(self.topic, self.queue_id, self.next_offset(), exc)
+                raise
+
+    def _chunks(self, cq, nxt: int, end: int):
+        while nxt < end:
+            units, qoffs = _unit_array(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
+            if not len(units):
+                return
+            yield self.queue_id, units, qoffs
+            nxt += len(units)
 
     def up_to_date(self) -> bool:
         """True when every stored message is rendered (no lock taken: safe on the trio loop)."""
@@ -245,8 +249,10 @@ class QueueView:
 class TopicView:
     """All queues of a topic rendered in CommitLog order."""
 
-    def __init__(self, store: MessageStore, topic: str, render: Renderer, cache_path: str):
+    def __init__(self, store: MessageStore, topic: str, render: Renderer, cache_path: str,
+                 parts: "PartCache"):
         self.store = store
+        self.parts = parts  # its worker processes render the chunks
         self.topic = topic
         self.render = render
         self.log = RenderedLog(cache_path)
@@ -260,81 +266,396 @@ class TopicView:
                 return False
         return True
 
+    def _sync_columnar(self, cut: dict, kind: str) -> None:
+        _render_chunks(self.parts, self.log, self.topic, _topic_chunks(self, cut), kind)
+
     def sync(self) -> None:
         """Render the messages stored since the last call, merged by CommitLog offset."""
         cut = self.store.queue_max_offsets(self.topic)
         with self.log.lock:
-            streams = []
             done = {}
             for qid, end in cut.items():
                 cq = self.store.consume_queue(self.topic, qid)
-                if cq is None:
-                    continue
-                start = self.next.get(qid, cq.min_offset)
-                if start < end:
-                    streams.append(((off, size) for _, off, size, _ in cq.iter_units(start, end)
-                                    if size != BLANK_UNIT_SIZE))
+                if cq is not None and self.next.get(qid, cq.min_offset) < end:
                     done[qid] = end
-            if not streams:
+            if not done:
                 return
-            batch = []
-            for unit in heapq.merge(*streams):
-                batch.append(unit)
-                if len(batch) >= BATCH:
-                    self.log.append(*_render_units(self.store, batch, self.render))
-                    batch = []
-            if batch:
-                self.log.append(*_render_units(self.store, batch, self.render))
+            self._sync_columnar(cut, _LINE_KINDS[self.render])
             # only now: up_to_date() must not say yes while lines are still being rendered
             self.next.update(done)
+
+
+def _topic_chunks(self, cut: dict):
+    """What each queue gained up to ``cut`` merged by CommitLog offset, as chunks of at most
+    COLUMNAR_BATCH ``(queue id array, units, queue offsets)``, a bounded number of units at a
+    time: from every queue with units left a chunk is loaded, and every unit at or below the
+    smallest of the chunks' last offsets is emitted (no queue can still have a smaller one:
+    each queue's offsets grow)."""
+    import numpy as np
+    bufs = {}
+    pos = {}
+    for qid, end in cut.items():
+        cq = self.store.consume_queue(self.topic, qid)
+        if cq is not None:
+            pos[qid] = self.next.get(qid, cq.min_offset)
+    while True:
+        for qid, end in cut.items():
+            if qid not in pos:
+                continue
+            b = bufs.get(qid)
+            if (b is None or not len(b[0])) and pos[qid] < end:
+                cq = self.store.consume_queue(self.topic, qid)
+                units, qoffs = _unit_array(cq, pos[qid], min(end, pos[qid] + COLUMNAR_BATCH))
+                pos[qid] += len(units)
+                if len(units):
+                    bufs[qid] = (units, qoffs)
+                else:
+                    pos[qid] = end
+        live = {q: b for q, b in bufs.items() if len(b[0])}
+        if not live:
+            return
+        bound = min(int(b[0]["off"][-1]) for b in live.values())
+        parts, qids = [], []
+        for q, (units, qoffs) in live.items():
+            k = int(np.searchsorted(units["off"].astype(np.int64), bound, side="right"))
+            parts.append((units[:k], qoffs[:k]))
+            qids.append(np.full(k, q, dtype=np.int64))
+            bufs[q] = (units[k:], qoffs[k:])
+        units = np.concatenate([p[0] for p in parts])
+        qoffs = np.concatenate([p[1] for p in parts])
+        qid_arr = np.concatenate(qids)
+        order = np.argsort(units["off"].astype(np.int64), kind="stable")
+        units, qoffs, qid_arr = units[order], qoffs[order], qid_arr[order]
+        for a in range(0, len(units), COLUMNAR_BATCH):
+            sl = slice(a, a + COLUMNAR_BATCH)
+            yield qid_arr[sl], units[sl], qoffs[sl]
 
 
 class ViewCache:
     """Creates views on first use and owns their cache files under ``cache_dir``."""
 
-    def __init__(self, store: MessageStore, cache_dir: str):
+    def __init__(self, store: MessageStore, cache_dir: str, cache_size: int | None = None,
+                 workers: int | None = None):
         self.store = store
         self.cache_dir = cache_dir
         os.makedirs(cache_dir, exist_ok=True)
-        self._views: dict = {}
+        self.cache_size = default_cache_size(cache_dir) if cache_size is None else cache_size
+        self.parts = PartCache(store, cache_dir, self.cache_size, workers)
+        self._views: dict = {}      # key -> view, least recently used first
+        self._evicted: dict = {}    # key -> (size, mtime ms, store cut) of evicted views
         self._lock = threading.Lock()
         self._n = 0
+        self.parts.other_bytes = self.json_bytes
+
+    def json_bytes(self) -> int:
+        """Bytes of the rendered JSON views on disk."""
+        return sum(v.log.size for v in list(self._views.values()))
 
     def _get(self, key, factory):
-        v = self._views.get(key)
-        if v is None:
-            with self._lock:
-                v = self._views.get(key)
-                if v is None:
-                    self._n += 1
-                    v = factory(os.path.join(self.cache_dir, f"view-{self._n}"))
-                    self._views[key] = v
+        with self._lock:
+            v = self._views.pop(key, None)
+            if v is None:
+                self._n += 1
+                v = factory(os.path.join(self.cache_dir, f"view-{self._n}"))
+                self._evicted.pop(key, None)
+            self._views[key] = v  # most recently used
+            v.used = time.monotonic()
         return v
+
+    def _cut(self, key) -> tuple:
+        """Where the store stands for a view: the max offset of each of its queues."""
+        s = self.store
+        if len(key) == 3:
+            return (s.max_offset(key[1], key[2]),)
+        return tuple(sorted(s.queue_max_offsets(key[1]).items()))
+
+    def _view_cut(self, key, v) -> tuple:
+        if len(key) == 3:
+            return (v.next_offset,)
+        return tuple(sorted(v.next.items()))
 
     def peek(self, *key):
         """The view of ``key`` (``(kind, topic)`` or ``(kind, topic, queueId)``) when it exists
-        and is up to date, else None. Never blocks: the FUSE layer calls it on the trio loop."""
+        and is up to date, else None; for a view evicted from the cache while up to date, an
+        object whose ``log`` has its ``size`` and ``mtime_ms`` (a stat needs no re-render).
+        Never blocks: the FUSE layer calls it on the trio loop."""
         v = self._views.get(key)
         if v is not None and v.up_to_date():
             return v
+        old = self._evicted.get(key)
+        if v is None and old is not None:
+            size, mtime_ms, cut = old
+            try:
+                if self._cut(key) == cut:
+                    from types import SimpleNamespace
+                    return SimpleNamespace(log=SimpleNamespace(size=size, mtime_ms=mtime_ms))
+            except Exception:  # noqa: BLE001 - a stat falls back to the slow path
+                return None
         return None
+
+    def _evict(self, keep) -> None:
+        """Drop least recently used JSON views (not open, not rendering, not just used) while
+        the cache is over ``cache_size``, then parts (``PartCache``) if still over."""
+        now = time.monotonic()
+        with self._lock:
+            over = (self.json_bytes() + self.parts.total + sum(self.parts.reserved.values())
+                    - self.cache_size)
+            for key, v in list(self._views.items()):
+                if over <= 0:
+                    break
+                if key == keep or v.log.opens or now - getattr(v, "used", 0) < 2:
+                    continue
+                if not v.log.lock.acquire(blocking=False):
+                    continue
+                try:
+                    self._evicted[key] = (v.log.size, v.log.mtime_ms, self._view_cut(key, v))
+                    over -= v.log.size
+                    v.log.close()
+                    del self._views[key]
+                finally:
+                    v.log.lock.release()
+        if over > 0:
+            with self.parts.lock:
+                self.parts._evict(keep=None)
 
     def queue(self, kind: str, topic: str, queue_id: int, render: Renderer) -> QueueView:
         """The synced queue view of ``kind`` (a name for ``render``)."""
-        v = self._get((kind, topic, queue_id),
-                      lambda p: QueueView(self.store, topic, queue_id, render, p))
+        key = (kind, topic, queue_id)
+        v = self._get(key, lambda p: QueueView(self.store, topic, queue_id, render, p,
+                                                   self.parts))
         v.sync()
+        self._evict(keep=key)
         return v
 
     def topic(self, kind: str, topic: str, render: Renderer) -> TopicView:
         """The synced topic view of ``kind``."""
-        v = self._get((kind, topic), lambda p: TopicView(self.store, topic, render, p))
+        key = (kind, topic)
+        v = self._get(key, lambda p: TopicView(self.store, topic, render, p, self.parts))
         v.sync()
+        self._evict(keep=key)
         return v
 
     def close(self) -> None:
-        """Delete every cache file."""
+        """Delete every cache file (and stop the part renderers)."""
+        self.parts.close()
         with self._lock:
             for v in self._views.values():
                 v.log.close()
             self._views.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# view/ Parquet parts: rendered by a pool of worker processes, cached on disk, LRU-bounded
+
+
+def default_cache_size(cache_dir: str) -> int:
+    """``--cache-size`` default: the smaller of 10% of the cache directory's disk and 8 GiB."""
+    try:
+        st = os.statvfs(cache_dir)
+        disk = st.f_blocks * st.f_frsize
+    except OSError:
+        disk = 0
+    return min(disk // 10, 8 << 30) if disk else 8 << 30
+
+
+class PartCache:
+    """Rendered ``view/`` parts: ``(topic, queueId, first, end)`` -> a Parquet file.
+
+    ``end`` is one past the part's last queue offset, so a growing last part is a new key
+    (the old file is dropped) and a full part's key never changes. Parts render in a pool of
+    ``workers`` processes (default: one per core), so a render never holds the daemon's GIL
+    and a listing renders every part in parallel (:meth:`prefetch`). Files are evicted least
+    recently used first once they add up to more than ``max_bytes``; the size and mtime of
+    every part rendered are kept (:meth:`known`), so a stat does not re-render, and an evicted
+    part is rendered again (the same bytes) when it is read.
+
+    Thread-safe; methods that wait for a render must run in worker threads, never on the trio
+    loop.
+    """
+
+    def __init__(self, store: MessageStore, cache_dir: str, max_bytes: int,
+                 workers: int | None = None):
+        self.store = store
+        self.dir = os.path.join(cache_dir, "parts")
+        os.makedirs(self.dir, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.workers = workers or os.cpu_count() or 1
+        self.commitlog_dir = os.path.join(store.root, "commitlog")
+        self.lock = threading.Lock()
+        self.files: dict = {}       # key -> size of the file on disk, in LRU order
+        self.meta: dict = {}        # key -> (size, mtime ms, rows), kept after eviction
+        self.pending: dict = {}     # key -> Future of a render under way
+        self.reserved: dict = {}    # key -> bytes kept free for a render under way
+        self.wanted: dict = {}      # key -> readers waiting to open it (not evicted)
+        self.latest: dict = {}      # (topic, queueId, first) -> newest end rendered
+        self.total = 0
+        self._pool = None
+        self._closed = False
+        #: bytes of other renders sharing the bound (ViewCache sets it: the JSON views)
+        self.other_bytes = lambda: 0
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of rendered parts on disk."""
+        return self.total
+
+    def _path(self, key) -> str:
+        import hashlib
+        h = hashlib.sha1(repr(key).encode()).hexdigest()
+        return os.path.join(self.dir, f"part-{h}.parquet")
+
+    def _pool_(self):
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            # spawn: never fork the FUSE daemon (threads, the /dev/fuse fd)
+            self._pool = ProcessPoolExecutor(self.workers,
+                                             mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    def _units(self, topic: str, queue_id: int, first: int, end: int) -> bytes:
+        cq = self.store.consume_queue(topic, queue_id)
+        out = []
+        pos = first
+        while cq is not None and pos < end:
+            raw = cq.read_units(pos, end - pos)
+            if not raw:
+                break
+            out.append(raw)
+            pos += len(raw) // 20
+        if pos < end:
+            raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+        return b"".join(out)
+
+    def submit_task(self, fn, *args):
+        """Run ``fn(*args)`` in a worker process (a JSON view chunk): its Future."""
+        with self.lock:
+            if self._closed:
+                raise OSError(errno.EIO, "the mount is closing")
+            return self._pool_().submit(fn, *args)
+
+    def known(self, key):
+        """``(size, mtime ms, rows)`` of a part rendered before (evicted or not), or None."""
+        return self.meta.get(key)
+
+    def submit(self, key):
+        """Start rendering ``key`` unless it is on disk or under way; returns the Future or
+        None (already on disk)."""
+        with self.lock:
+            if key in self.files:
+                return None
+            fut = self.pending.get(key)
+            if fut is not None:
+                return fut
+            if self._closed:
+                raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+            topic, queue_id, first, end = key
+            units = self._units(topic, queue_id, first, end)
+            # Room for the file before it is written: its CommitLog bytes bound it (a
+            # compressed Parquet part is smaller), so the cache stays within max_bytes.
+            import numpy as np
+            from engine.columnar import UNIT_DTYPE
+            sizes = np.frombuffer(units, UNIT_DTYPE)["size"].astype(np.int64)
+            est = int(sizes[sizes != BLANK_UNIT_SIZE].sum()) + 65536
+            self.reserved[key] = est
+            self._evict(keep=None)
+            fut = self._pool_().submit(R.render_part, self.commitlog_dir, topic, queue_id,
+                                       units, first, self._path(key))
+            self.pending[key] = fut
+            fut.add_done_callback(lambda f, k=key: self._done(k, f))
+            return fut
+
+    def prefetch(self, keys) -> None:
+        """Queue renders of parts not rendered yet (a directory listing: the stats follow)."""
+        for key in keys:
+            if key not in self.files and key not in self.meta:
+                try:
+                    self.submit(key)
+                except Exception:  # noqa: BLE001 - the stat that follows reports it
+                    return
+
+    def _done(self, key, fut) -> None:
+        with self.lock:
+            self.pending.pop(key, None)
+            self.reserved.pop(key, None)
+            if fut.cancelled() or fut.exception() is not None:
+                return
+            size, mtime_ms, rows = fut.result()
+            if self._closed:
+                return
+            self.meta[key] = (size, mtime_ms, rows)
+            self.files[key] = size
+            self.total += size
+            short = key[:3]
+            old = self.latest.get(short)
+            if old is None or key[3] > old:
+                self.latest[short] = key[3]
+                if old is not None:  # the part grew: its shorter render is stale
+                    self._drop(short + (old,))
+            self._evict(keep=key)
+
+    def _drop(self, key) -> None:
+        size = self.files.pop(key, None)
+        if size is not None:
+            self.total -= size
+            try:
+                os.unlink(self._path(key))
+            except FileNotFoundError:
+                pass
+
+    def _evict(self, keep) -> None:
+        """Drop least recently used files until the files and the room reserved for renders
+        under way fit in ``max_bytes`` (``keep``, the part just rendered, stays)."""
+        while self.total + sum(self.reserved.values()) + self.other_bytes() > self.max_bytes:
+            victims = [k for k in self.files if k != keep and k not in self.wanted]
+            if not victims:
+                break
+            self._drop(victims[0])
+
+    def open(self, key) -> int:
+        """An fd of the rendered part (rendering it first when needed); the file stays
+        readable through the fd after an eviction. Raises FsError(EIO) when the render
+        fails (a damaged record: logged)."""
+        with self.lock:  # a part someone waits for is not evicted before it is opened
+            self.wanted[key] = self.wanted.get(key, 0) + 1
+        try:
+            for _ in range(8):
+                fut = self.submit(key)
+                if fut is not None:
+                    try:
+                        fut.result()
+                    except StoreError as exc:
+                        log.error("view/ part %s: %s", key, exc)
+                        raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
+                with self.lock:
+                    if key in self.files:
+                        self.files[key] = self.files.pop(key)  # most recently used
+                        return os.open(self._path(key), os.O_RDONLY)
+            raise OSError(errno.EIO, f"view/ part {key}: not rendered")
+        finally:
+            with self.lock:
+                left = self.wanted.pop(key) - 1
+                if left:
+                    self.wanted[key] = left
+
+    def info(self, key) -> tuple[int, int, int]:
+        """``(size, mtime ms, rows)`` of a part, rendering it when it was never rendered."""
+        m = self.meta.get(key)
+        if m is None:
+            os.close(self.open(key))
+            m = self.meta[key]
+        return m
+
+    def close(self) -> None:
+        """Stop the workers (renders under way are abandoned) and delete the files."""
+        with self.lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+            for key in list(self.files):
+                self._drop(key)
+        if pool is not None:
+            procs = list(getattr(pool, "_processes", {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()

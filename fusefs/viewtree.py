@@ -1,21 +1,23 @@
 """``view/``: the decoded messages laid out for Spark (mount contract sections 2 and 4).
 
-``view/topic=<topic>/queue=<queueId>/part-<20-digit first queue offset>.jsonl`` with ``%``
-(and the other characters Spark unescapes) escaped as ``%XX``, plus ``_schema.ddl``. A part
-covers a fixed range of queue offsets and never changes once full; bodies are base64 so that
-``spark.read.schema(ddl).json(...)`` reads them as BINARY.
+``view/topic=<topic>/queue=<queueId>/part-<20-digit first queue offset>.parquet`` with ``%``
+(and the other characters Spark unescapes) escaped as ``%XX``, plus ``_schema.ddl`` (the DDL
+of ``spark.read.parquet(view)``: ``engine.schema.DATASOURCE_DDL``). A part covers a fixed
+range of queue offsets and never changes once full; it holds the columns
+``engine.schema.PART_COLUMNS`` (``body`` BINARY; ``topic`` and ``queue`` are left to the
+directory names), zstd-compressed. Parts render in worker processes (``views.PartCache``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 
-from engine.errors import StoreError
+from engine.schema import DATASOURCE_DDL
 from engine.validation import parse_decimal
 
-from . import render as R
-from .nodes import (RO_FILE, Dir, StaticFile, Stat, ViewFile, ViewHandle,
-                    _check_read_only_open, _ms_to_ns)
+from .nodes import (RO_FILE, Dir, Handle, Node, StaticFile, Stat, _check_read_only_open,
+                    _ms_to_ns)
 
 # ExternalCatalogUtils.charToEscape (Spark): the characters its writer escapes as %XX.
 _SPARK_ESCAPED = frozenset('"#%\'*/:=?\\{[]^\x7f') | frozenset(map(chr, range(0x20)))
@@ -55,7 +57,7 @@ class ViewRootDir(Dir):
 
     def child(self, name):
         if name == "_schema.ddl":
-            return StaticFile(self.ctx, self.sub(name), (R.VIEW_DDL + "\n").encode())
+            return StaticFile(self.ctx, self.sub(name), (DATASOURCE_DDL + "\n").encode())
         if not name.startswith("topic="):
             return None
         topic = unescape_partition_value(name[6:])
@@ -93,80 +95,83 @@ class ViewQueueDir(Dir):
         return [k * p for k in range(lo // p, (hi - 1) // p + 1)] if hi > lo else []
 
     def list(self):
-        return [f"part-{first:020d}.jsonl" for first in self._parts()]
+        firsts = self._parts()
+        # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
+        # size needs its render: queue them all now, so the worker pool renders in parallel.
+        self.ctx.views.parts.prefetch([part_key(self.ctx, self.topic, self.queue_id, f)
+                                       for f in firsts])
+        return [f"part-{first:020d}.parquet" for first in firsts]
 
     def child(self, name):
-        m = re.fullmatch(r"part-([0-9]{20})\.jsonl", name)
+        m = re.fullmatch(r"part-([0-9]{20})\.parquet", name)
         if not m or int(m.group(1)) not in self._parts():
             return None
         return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id,
                             int(m.group(1)))
 
 
-class ViewPartFile(ViewFile):
-    """Lines of queue offsets ``[first, first + part_messages)``, body always base64."""
+def part_key(ctx, topic: str, queue_id: int, first: int) -> tuple:
+    """``(topic, queueId, first, end)`` of a part as the store stands: ``end`` is one past
+    its last queue offset (``first + part_messages`` once full)."""
+    s = ctx.store
+    lo = s.min_offset(topic, queue_id)
+    end = min(first + ctx.part_messages, s.max_offset(topic, queue_id))
+    return (topic, queue_id, max(first, lo), end)
+
+
+class ViewPartFile(Node):
+    """The Parquet file of queue offsets ``[first, first + part_messages)``.
+
+    Columns: ``engine.schema.PART_COLUMNS`` (``topic`` and ``queue`` come from the path).
+    mtime: store time of the part's last message; a full part never changes (same bytes,
+    size and mtime after an eviction or a remount), the last part grows as messages arrive.
+    """
 
     def __init__(self, ctx, path, topic, queue_id, first):
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.first = topic, queue_id, first
 
-    def view(self):
-        return self.ctx.views.queue("view", self.topic, self.queue_id, R.render_view_message)
+    def _key(self):
+        return part_key(self.ctx, self.topic, self.queue_id, self.first)
 
-    def _range(self, v):
-        last = self.first + self.ctx.part_messages
-        return v.byte_offset(self.first), v.byte_offset(last), v.next_offset >= last
+    def _stat(self, key, info) -> Stat:
+        size, mtime_ms, _ = info
+        full = key[3] >= self.first + self.ctx.part_messages
+        return Stat(RO_FILE, size, _ms_to_ns(mtime_ms) or self.ctx.mount_time_ns,
+                    live=not full)
 
     def stat(self):
-        v = self.view()
-        a, b, full = self._range(v)
-        return Stat(RO_FILE, b - a, self._mtime_ns(v, full), live=not full)
+        key = self._key()
+        return self._stat(key, self.ctx.views.parts.info(key))
 
-    def _mtime_ns(self, v, full: bool) -> int:
-        """Store time of the part's newest (last) message; fixed once the part is full.
-
-        The queue view's own mtime moves with every new message of the queue, which would
-        make a full part look modified (Spark's ``modifiedAfter``, rsync).
-        """
-        cache = _part_mtimes(self.ctx)
-        key = (self.topic, self.queue_id, self.first)
-        ns = cache.get(key)
-        if ns is not None:
-            return ns
-        last = min(self.first + self.ctx.part_messages, v.next_offset) - 1
-        ns = 0
-        if last >= max(self.first, v.first_offset or 0):
-            try:
-                ns = _ms_to_ns(self.ctx.store.get_message(self.topic, self.queue_id,
-                                                          last).store_timestamp)
-            except StoreError:
-                ns = 0
-        ns = ns or self.ctx.mount_time_ns
-        if full:
-            cache[key] = ns
-        return ns
+    def stat_nowait(self):
+        key = self._key()
+        info = self.ctx.views.parts.known(key)
+        return None if info is None else self._stat(key, info)
 
     def open(self, flags):
         _check_read_only_open(flags)
-        v = self.view()
-        a, b, _ = self._range(v)
-        return PartHandle(v.log, a, b)
+        return PartHandle(self.ctx.views.parts.open(self._key()))
 
 
-def _part_mtimes(ctx) -> dict:
-    """Per-mount cache ``{(topic, queueId, first): mtime ns}`` of full parts."""
-    cache = getattr(ctx, "_view_part_mtimes", None)
-    if cache is None:
-        cache = ctx._view_part_mtimes = {}
-    return cache
+class PartHandle(Handle):
+    """An open part: reads its rendered file through an fd of its own (an eviction unlinks
+    the file, the fd stays readable)."""
 
+    keep_cache = True
 
-class PartHandle(ViewHandle):
-    def __init__(self, log, start, end):
-        super().__init__(log, start)
-        self.end = end
+    def __init__(self, fd: int):
+        self.fd = fd
 
     def read(self, offset, length):
-        return self.log.read(self.start + offset, length, self.end)
+        return os.pread(self.fd, length, offset)
 
+    def read_nowait(self, offset, length):
+        from .views import pread_nowait
+        data = pread_nowait(self.fd, length, offset)
+        if data is None:  # short: the end of the file, or pages not cached
+            return None
+        return bytes(data)
 
+    def release(self):
+        os.close(self.fd)

@@ -12,6 +12,7 @@ import json
 import logging
 import logging.handlers
 import os
+import re
 import subprocess
 import sys
 import time
@@ -60,7 +61,7 @@ def cmd_mount(args) -> int:
     try:
         config = _load_config(args.config)
         daemon = Daemon(args.store, args.mountpoint, _parse_options(args.options), config,
-                        args.cache_dir, args.debug_fuse)
+                        args.cache_dir, args.debug_fuse, cache_size=args.cache_size)
         daemon.setup()
     except (MountError, StoreError, ValueError, OSError) as exc:
         msg = f"rmqfs: {exc}"
@@ -93,6 +94,8 @@ def _spawn_background(args) -> int:
             if flag != "-o":
                 value = os.path.abspath(value)
             cmd += [flag, value]
+    if args.cache_size is not None:
+        cmd += ["--cache-size", str(args.cache_size)]
     if args.debug:
         cmd.append("--debug")
     if args.debug_fuse:
@@ -169,6 +172,17 @@ def cmd_report(args) -> int:
     return report.main(args.rest)
 
 
+def _size(text: str) -> int:
+    """``--cache-size``: bytes, with an optional K, M, G or T suffix (powers of 1024)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
+    n = int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+    if n < 1 << 20:
+        raise argparse.ArgumentTypeError(f"cache size {text!r} is below 1M")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rmqfs", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -183,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "commit and mkdir) and create (make a store in a non-empty directory)")
     m.add_argument("--config", metavar="broker.conf", help="RocketMQ broker.conf to read")
     m.add_argument("--cache-dir", help="where to cache rendered views (default: a temp dir)")
+    m.add_argument("--cache-size", type=_size, metavar="BYTES",
+                   help="bound of the render cache, e.g. 2G or 500M (default: the smaller of "
+                        "10%% of the cache directory's disk and 8G); least recently used "
+                        "renders are evicted")
     m.add_argument("--log-file", help="log here (default: stderr with -f, else syslog)")
     m.add_argument("--debug", action="store_true", help="debug logging")
     m.add_argument("--debug-fuse", action="store_true", help="libfuse request tracing")

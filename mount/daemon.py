@@ -240,11 +240,13 @@ class Daemon:
         options: FUSE mount options (``ro``, ``allow_other``, ``default_permissions``, ...).
         config: store settings.
         cache_dir: where rendered views are cached (a temporary directory by default).
+        cache_size: bound of the render cache in bytes (default
+            ``fusefs.views.default_cache_size``).
     """
 
     def __init__(self, store_path: str, mountpoint: str, options: set[str],
                  config: StoreConfig | None = None, cache_dir: str | None = None,
-                 debug_fuse: bool = False):
+                 debug_fuse: bool = False, cache_size: int | None = None):
         self.store_path = store_path
         self.mountpoint = os.path.abspath(mountpoint)
         self.own_options = set(options) & OWN_OPTIONS
@@ -252,6 +254,7 @@ class Daemon:
         self.read_only = "ro" in self.options
         self.config = config
         self.cache_dir = cache_dir
+        self.cache_size = cache_size
         self.debug_fuse = debug_fuse
         self.store = None
         self.views = None
@@ -276,7 +279,7 @@ class Daemon:
         if self.cache_dir is None:
             self.cache_dir = make_cache_dir()
             self._own_cache = True
-        self.views = ViewCache(self.store, self.cache_dir)
+        self.views = ViewCache(self.store, self.cache_dir, self.cache_size)
         ctx = Context(self.store, self.views, self.read_only,
                       others_write="allow_other_write" in self.own_options)
         self.snapshots = ctx.snapshots = SnapshotManager(self.store, self.cache_dir)

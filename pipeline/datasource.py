@@ -8,9 +8,11 @@ Reads the CommitLog through the ConsumeQueues, with no mount and no broker::
     q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
          .load("/data/rocketmq/store").writeStream...)
 
-The schema is ``pipeline.schema.DATASOURCE_DDL``: the same columns, types and order as
-``spark.read.schema(VIEW_DDL).json("file://MNT/view")`` (``topic`` and ``queue`` last). Rows
-come as Arrow record batches, one Spark partition per range of queue offsets of one queue.
+The schema is ``pipeline.schema.DATASOURCE_DDL`` (``engine.schema``): the same columns, types
+and order as ``spark.read.parquet("file://MNT/view")`` (``topic`` and ``queue`` last). Rows
+are decoded by ``engine.columnar`` (numpy over the memory-mapped CommitLog, only the columns
+asked for) and come as Arrow record batches, one Spark partition per range of queue offsets of
+one queue.
 
 Options (strings, names case-insensitive), modelled on Spark's Kafka source:
 
@@ -56,7 +58,7 @@ offset, so every message is delivered once. ``commit()`` records nothing: the ch
 consumer position (the store's consumerOffset.json is left alone).
 
 The store may be written by a mount or a broker while it is read: the reader takes no lock and
-writes nothing (``pipeline.storereader``). Executors need the store at the same path (local
+writes nothing (``engine.columnar``). Executors need the store at the same path (local
 mode, or a shared filesystem on a cluster); ``register()`` ships this code to them.
 """
 
@@ -74,9 +76,10 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     LessThan, LessThanOrEqual)
 
 from pipeline.schema import DATASOURCE_DDL
-from pipeline.storereader import StoreFiles
+from engine.columnar import StoreFiles
 
-__all__ = ["RocketMQDataSource", "register", "DataLossError", "QueueRange"]
+__all__ = ["RocketMQDataSource", "register", "check_workers", "DataLossError",
+           "WorkerEnvironmentError", "QueueRange"]
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +93,82 @@ class DataLossError(RuntimeError):
     """Offsets that were asked for are no longer in the store (``failOnDataLoss=true``)."""
 
 
+class WorkerEnvironmentError(RuntimeError):
+    """Spark's Python workers cannot run the ``rocketmq`` reader (see :func:`register`)."""
+
+
 def register(spark) -> None:
     """Register the ``rocketmq`` format with a SparkSession (``spark.dataSource.register``).
 
     Also turns on ``spark.sql.python.filterPushdown.enabled`` (off by default in Spark 4),
     without which Spark refuses a Python reader that implements ``pushFilters``.
+
+    Raises :class:`WorkerEnvironmentError` at once when Spark's Python workers cannot import
+    pyarrow, numpy or this project (typically ``.venv/bin/python job.py`` without activating
+    the venv: the workers then run ``python3`` from ``PATH``), naming the interpreter the
+    workers run and how to choose another, instead of a "Python worker exited unexpectedly"
+    deep inside the first query.
     """
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     _ship_code(spark)
+    check_workers(spark)
     spark.dataSource.register(RocketMQDataSource)
+
+
+#: What the reader needs in a Python worker (the project itself is shipped by ``_ship_code``).
+_WORKER_IMPORTS = ("pyarrow", "numpy", "pipeline.datasource")
+
+
+def check_workers(spark) -> None:
+    """Run one tiny task that imports what the reader needs in a Python worker.
+
+    Raises :class:`WorkerEnvironmentError` naming the workers' interpreter (``sys.executable``
+    of the worker, or ``PYSPARK_PYTHON`` as the session saw it when the worker could not even
+    start) and how to set ``PYSPARK_PYTHON`` / ``spark.pyspark.python``. Done once per session.
+    """
+    sc = spark.sparkContext
+    if getattr(sc, "_rmqfs_workers_ok", False):
+        return
+    import sys
+    # The workers run sc.pythonExec: PYSPARK_PYTHON as the driver's environment had it when
+    # the SparkContext started, else "python3" from PATH. spark.pyspark.python is turned into
+    # PYSPARK_PYTHON by spark-submit only; on a session builder it has no effect.
+    where = (f"PYSPARK_PYTHON={sc.pythonExec}" if os.environ.get("PYSPARK_PYTHON")
+             else f"PYSPARK_PYTHON unset, so Spark runs {sc.pythonExec!r} from PATH")
+    fix = (f"set PYSPARK_PYTHON={sys.executable} (the interpreter that has rmqfs and pyarrow) "
+           f"in the environment before the SparkSession starts (os.environ in the job before "
+           f"getOrCreate(), or export it), or --conf spark.pyspark.python={sys.executable} "
+           f"with spark-submit; activating that venv before running the job also works")
+    imports = _WORKER_IMPORTS
+
+    def probe(_):
+        # Runs in a worker. A closure, so that cloudpickle ships it by value: unpickling must
+        # not need this module (whose own imports are what is being checked).
+        import importlib
+        import sys
+        for name in imports:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # noqa: BLE001 - any failure is reported to the driver
+                yield (sys.executable, sys.version.split()[0], name,
+                       f"{type(exc).__name__}: {exc}")
+                return
+        yield (sys.executable, sys.version.split()[0], None, None)
+
+    try:
+        found = sc.parallelize([0], 1).mapPartitions(probe).collect()
+    except Exception as exc:  # noqa: BLE001 - the worker did not start or crashed
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WorkerEnvironmentError(
+            f"rocketmq: Spark's Python workers ({sc.pythonExec!r}; {where}) cannot run: "
+            f"{first[:300]}. To fix it, {fix}") from None
+    exe, version, module, error = found[0]
+    if module is not None:
+        raise WorkerEnvironmentError(
+            f"rocketmq: Spark's Python workers run {exe} (Python {version}; {where}), which "
+            f"cannot import {module} ({error}); the driver runs {sys.executable}. "
+            f"To fix it, {fix}")
+    sc._rmqfs_workers_ok = True
 
 
 def _ship_code(spark) -> None:
@@ -117,7 +187,7 @@ def _ship_code(spark) -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for pkg in ("pipeline", "engine", "fusefs"):
+        for pkg in ("pipeline", "engine"):
             for name in sorted(os.listdir(os.path.join(root, pkg))):
                 if name.endswith(".py"):
                     z.write(os.path.join(root, pkg, name), f"{pkg}/{name}")

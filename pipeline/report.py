@@ -2,18 +2,18 @@
 
 Input: one or more rmqfs mounts (one per broker). For each mount the job reads
 
-* ``MNT/view/`` with ``spark.read.schema(VIEW_DDL).json("file://MNT/view")``: one row per
+* ``MNT/view/`` with ``spark.read.parquet("file://MNT/view")``: one row per
   message, ``topic``/``queue`` partition columns, ``body`` BINARY;
 * ``MNT/groups/<group>/progress.json``: brokerOffset and consumerOffset per topic and queue;
 * ``MNT/status.json``: ``brokerName`` when the mount reports it, else the mount directory's name.
 
 Why ``view/`` and not ``topics/*/messages.jsonl``: ``view/`` is the tree made for Spark. Its
-bodies are always base64, so ``body`` is BINARY and body sizes are byte counts (in
-``messages.jsonl`` a body is text or base64 depending on its bytes); its parts are immutable
-once full, with exact sizes and stable mtimes, so a part never changes under a running job,
-while ``messages.jsonl`` grows as messages arrive (Spark reads a file that grew after listing
-only up to the listed length, plus one line); parts of at most 100,000 messages give Spark
-parallelism without splitting; and ``topic=``/``queue=`` directories give partition pruning.
+parts are Parquet (``body`` BINARY, so body sizes are byte counts; Spark reads only the
+columns the job uses); they are immutable once full, with exact sizes and stable mtimes, so a
+part never changes under a running job, while ``messages.jsonl`` grows as messages arrive;
+parts of at most 100,000 messages give Spark parallelism; and ``topic=``/``queue=``
+directories give partition pruning. The first read of a part renders it (in the daemon's
+worker processes); later reads come from the render cache and the page cache.
 
 Output (``--out``, default ``./report``): for each table ``<name>.parquet`` and ``<name>.csv``;
 ``messages_per_minute.png`` and ``lag_per_group.png``; and a summary on stdout. The tables:
@@ -56,7 +56,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the spark extra
     _PYSPARK_IMPORT_ERROR = _exc
 
-from pipeline.schema import DATASOURCE_DDL, VIEW_DDL
+from pipeline.schema import DATASOURCE_DDL
 
 __all__ = ["build_session", "Mount", "read_view", "read_lag", "compute_report", "write_report",
            "write_charts", "summary", "main"]
@@ -168,7 +168,9 @@ def read_view(spark: "SparkSession", mount: Mount) -> "DataFrame":
     """
     _require_pyspark()
     if mount.has_messages():
-        df = spark.read.schema(VIEW_DDL).json("file://" + mount.view)
+        # The schema is given so that topic names made of digits stay STRING (Spark would
+        # infer the partition column's type from the directory names).
+        df = spark.read.schema(DATASOURCE_DDL).parquet("file://" + mount.view)
     else:
         df = spark.createDataFrame([], DATASOURCE_DDL)
     cols = [c.split()[0] for c in _top_level(DATASOURCE_DDL)]
@@ -218,7 +220,9 @@ def compute_report(spark: "SparkSession", messages: "DataFrame", lag_rows: list[
     ``messages`` is scanned once: the columns the tables need are projected and persisted,
     and every table is derived from that. Returns ``{table name: DataFrame}`` (see TABLES),
     plus ``"_cached"``: the persisted projection, to ``unpersist()`` once the tables are
-    collected.
+    collected; ``"_timeline"``: messages per broker, topic and ``bucketMs`` (epoch ms, start of
+    a bucket of ``"_bucket_ms"`` ms, :func:`chart_bucket` of the stored time span), for the
+    chart. Runs one small Spark job (the time span) before returning.
     """
     _require_pyspark()
     ts = F.col("storeTimestamp")
@@ -226,8 +230,16 @@ def compute_report(spark: "SparkSession", messages: "DataFrame", lag_rows: list[
         "brokerName", "topic", "queue", "tags", "storeSize", "keys",
         F.length("body").alias("bodySize"),
         (ts - F.col("bornTimestamp")).alias("latency"),
-        (ts - F.pmod(ts, F.lit(_MINUTE_MS))).alias("minuteMs"),
+        (ts - F.pmod(ts, F.lit(_MINUTE_MS))).alias("minuteMs"), ts.alias("storeTimestamp"),
     ).persist()
+    lo, hi = slim.agg(F.min(ts), F.max(ts)).first()
+    bucket_ms = chart_bucket(hi - lo if lo is not None else 0)[0]
+    timeline = (
+        slim.groupBy("brokerName", "topic",
+                     (ts - F.pmod(ts, F.lit(bucket_ms))).alias("bucketMs"))
+        .agg(F.count(F.lit(1)).alias("messages"))
+        .orderBy("brokerName", "topic", "bucketMs")
+    )
     per_queue_tag = (
         slim.groupBy("brokerName", "topic", "queue", "tags")
         .agg(F.count(F.lit(1)).alias("messages"), F.sum("storeSize").alias("bytes"),
@@ -272,13 +284,15 @@ def compute_report(spark: "SparkSession", messages: "DataFrame", lag_rows: list[
     )
     lag = spark.createDataFrame(lag_rows, LAG_DDL).orderBy(
         "brokerName", "group", "topic", "queueId")
-    return {"_cached": slim, "per_queue_tag": per_queue_tag, "per_minute": per_minute, "body_size": body,
+    return {"_cached": slim, "_timeline": timeline, "_bucket_ms": bucket_ms,
+            "per_queue_tag": per_queue_tag, "per_minute": per_minute, "body_size": body,
             "body_size_histogram": histogram, "store_latency": latency,
             "consumer_lag": lag, "top_keys": top_keys}
 
 
 def collect(report: dict[str, "DataFrame"]) -> dict:
-    """``{name: pandas.DataFrame}`` of every table (they are small aggregates)."""
+    """``{name: pandas.DataFrame}`` of every table (they are small aggregates), plus the
+    chart's ``"_timeline"`` (with a UTC ``time`` column) and ``"_bucket_ms"``."""
     from pyspark.sql.types import IntegralType
     out = {}
     for name in TABLES:
@@ -292,6 +306,11 @@ def collect(report: dict[str, "DataFrame"]) -> dict:
             elif isinstance(f.dataType, IntegralType) and pdf[c].dtype.kind == "f":
                 pdf[c] = pdf[c].astype("Int64")  # integers with NULLs stay integers
         out[name] = pdf
+    if "_timeline" in report:
+        import pandas as pd
+        tl = report["_timeline"].toPandas()
+        tl["time"] = pd.to_datetime(tl["bucketMs"], unit="ms", utc=True)
+        out["_timeline"], out["_bucket_ms"] = tl, report["_bucket_ms"]
     return out
 
 
@@ -306,6 +325,8 @@ def write_report(tables: dict, out_dir: str) -> dict[str, list[str]]:
     os.makedirs(out_dir, exist_ok=True)
     written = {}
     for name, pdf in tables.items():
+        if name not in TABLES:  # the chart's data
+            continue
         pqt = os.path.join(out_dir, f"{name}.parquet")
         csv = os.path.join(out_dir, f"{name}.csv")
         pq.write_table(pa.Table.from_pandas(pdf, preserve_index=False), pqt + ".tmp")
@@ -316,35 +337,60 @@ def write_report(tables: dict, out_dir: str) -> dict[str, list[str]]:
     return written
 
 
+#: Buckets of the messages-over-time chart: (ms, name). The smallest that gives at most
+#: _CHART_POINTS points over the stored time span is used.
+CHART_BUCKETS = ((1_000, "second"), (10_000, "10 seconds"), (_MINUTE_MS, "minute"),
+                 (10 * _MINUTE_MS, "10 minutes"), (60 * _MINUTE_MS, "hour"),
+                 (6 * 60 * _MINUTE_MS, "6 hours"), (24 * 60 * _MINUTE_MS, "day"),
+                 (7 * 24 * 60 * _MINUTE_MS, "week"), (30 * 24 * 60 * _MINUTE_MS, "30 days"))
+_CHART_POINTS = 240
+
+
+def chart_bucket(span_ms: int) -> tuple[int, str]:
+    """``(bucket ms, name)`` for a chart of messages over ``span_ms`` (last minus first
+    storeTimestamp): a burst of seconds is drawn per second, a day per 10 minutes, months per
+    day."""
+    for ms, name in CHART_BUCKETS:
+        if span_ms // ms + 1 <= _CHART_POINTS:
+            return ms, name
+    return CHART_BUCKETS[-1]
+
+
 def write_charts(tables: dict, out_dir: str) -> list[str]:
-    """``messages_per_minute.png`` (a line per broker/topic) and ``lag_per_group.png`` (a bar
-    per broker/group, stacked by topic), drawn with matplotlib's Agg backend. Returns the paths.
+    """``messages_per_minute.png``: messages over storeTimestamp, a line per broker/topic, per
+    bucket of ``tables["_bucket_ms"]`` (:func:`chart_bucket`; per minute when ``tables`` has no
+    ``"_timeline"``); and ``lag_per_group.png`` (a bar per broker/group, stacked by topic).
+    Drawn with matplotlib's Agg backend. Returns the paths.
     """
     import matplotlib
     matplotlib.use("Agg")
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    pm = tables["per_minute"]
+    if "_timeline" in tables:
+        tl, bucket_ms = tables["_timeline"], tables["_bucket_ms"]
+    else:
+        tl, bucket_ms = tables["per_minute"].rename(columns={"minute": "time"}), _MINUTE_MS
+    unit = next((name for ms, name in CHART_BUCKETS if ms == bucket_ms), f"{bucket_ms} ms")
     fig, ax = plt.subplots(figsize=(10, 5))
-    multi = pm["brokerName"].nunique() > 1 if len(pm) else False
-    for (broker, topic), g in pm.groupby(["brokerName", "topic"], sort=True):
+    multi = tl["brokerName"].nunique() > 1 if len(tl) else False
+    for (broker, topic), g in tl.groupby(["brokerName", "topic"], sort=True):
         label = f"{broker}/{topic}" if multi else topic
-        ax.plot(g["minute"], g["messages"], marker="o" if len(g) < 30 else None,
-                label=label)
-    ax.set_title("Messages per minute (storeTimestamp, UTC)")
-    ax.set_xlabel("minute (UTC)")
-    ax.set_ylabel("messages")
-    if len(pm):
-        import matplotlib.dates as mdates
+        ax.plot(g["time"], g["messages"], marker="o" if len(g) < 60 else None, label=label)
+    ax.set_title(f"Messages per {unit} (storeTimestamp, UTC)")
+    ax.set_xlabel("storeTimestamp (UTC)")
+    ax.set_ylabel(f"messages per {unit}")
+    if len(tl):
         ax.legend(fontsize="small", loc="best")
-        lo, hi = pm["minute"].min(), pm["minute"].max()
-        pad = max((hi - lo) * 0.05, _dt.timedelta(minutes=2))
+        lo, hi = tl["time"].min(), tl["time"].max()
+        pad = max((hi - lo) * 0.05, _dt.timedelta(milliseconds=bucket_ms))
         ax.set_xlim(lo - pad, hi + pad)
         ax.set_ylim(bottom=0)
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
-        fig.autofmt_xdate()
+        locator = mdates.AutoDateLocator(tz=_dt.timezone.utc, minticks=3, maxticks=10)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=_dt.timezone.utc))
     else:
         ax.text(0.5, 0.5, "no messages", ha="center", va="center", transform=ax.transAxes)
     path = os.path.join(out_dir, CHARTS[0])

@@ -1,45 +1,27 @@
-"""Spark schemas of the decoded messages (mount contract sections 2.1 and 4).
+"""Spark schemas of the decoded messages (mount contract sections 2.1 and 4), for pipeline/.
 
-* :data:`VIEW_DDL` is the DDL of one ``view/`` line, shipped in ``MNT/view/_schema.ddl``.
-  ``spark.read.schema(VIEW_DDL).json("file://MNT/view")`` gives one row per message.
-* :data:`DATASOURCE_DDL` is the schema of that DataFrame as Spark builds it: the line's
-  columns, then the partition columns ``topic`` (taken from the directory name, which wins over
-  the equal data column) and ``queue`` (INT, inferred from ``queue=<n>``). The ``rocketmq``
-  data source (``pipeline.datasource``) returns exactly this schema, so the two can be compared
-  or unioned.
+The one definition of the columns is :mod:`engine.schema`; this module re-exports it:
+
+* :data:`DATASOURCE_DDL`: the schema of ``spark.read.parquet("file://MNT/view")`` (the
+  columns of a ``view/`` Parquet part, then the partition columns ``topic`` STRING and
+  ``queue`` INT from ``topic=<t>/queue=<q>``), shipped in ``MNT/view/_schema.ddl``. The
+  ``rocketmq`` data source (``pipeline.datasource``) returns exactly this schema, so the two
+  can be compared or unioned.
+* :data:`VIEW_DDL`: the DDL of one ``topics/<t>/messages.jsonl`` line (``topic`` first).
 
 Units and encodings: ``bornTimestamp`` / ``storeTimestamp`` are epoch milliseconds (BIGINT);
 ``storeSize`` is the bytes of the whole CommitLog record; ``commitLogOffset`` its byte offset
 in the CommitLog; ``queueOffset`` the index of its ConsumeQueue unit; ``body`` the message body
-(decompressed) as BINARY (base64 in the JSON lines); ``tags`` NULL when the message has none;
-``keys`` the KEYS property split on spaces; ``properties`` every property, as a map.
+(decompressed) as BINARY; ``tags`` NULL when the message has none; ``keys`` the KEYS property
+split on spaces; ``properties`` every property, as a map.
 """
 
 from __future__ import annotations
 
-from fusefs.render import VIEW_DDL
+# The one definition of the columns is engine.schema; these names stay for pipeline/.
+from engine.schema import DATASOURCE_DDL, VIEW_DDL, split_ddl
 
 __all__ = ["VIEW_DDL", "DATASOURCE_DDL", "FIELD_NAMES", "split_ddl"]
 
-
-def split_ddl(ddl: str) -> list[tuple[str, str]]:
-    """``[(column, type), ...]`` of a DDL column list (commas inside ``<...>`` kept)."""
-    fields, depth, start = [], 0, 0
-    for i, ch in enumerate(ddl):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            fields.append(ddl[start:i].strip())
-            start = i + 1
-    fields.append(ddl[start:].strip())
-    return [tuple(f.split(None, 1)) for f in fields]
-
-
-#: Column names of a ``view/`` line, in the order the mount writes them.
+#: Column names of a ``messages.jsonl`` line, in the order the mount writes them.
 FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in split_ddl(VIEW_DDL))
-
-#: The schema of ``spark.read.schema(VIEW_DDL).json(view)``: data columns, then partitions.
-DATASOURCE_DDL = ", ".join(
-    [f"{n} {t}" for n, t in split_ddl(VIEW_DDL) if n != "topic"] + ["topic STRING", "queue INT"])

@@ -4,6 +4,7 @@ a cleanly closed store (no ``abort`` file) after every orderly exit."""
 import errno
 import json
 import os
+import socket
 import signal
 import subprocess
 import sys
@@ -151,6 +152,8 @@ def test_status_json(mount_store):
     (m.mnt / "topics" / "T" / "produce").write_text("a\nb\nc\n")
     st = json.loads((m.mnt / "status.json").read_text())
     assert st["pid"] == m.pid and st["messages"] == 3 and st["topics"] == 1
+    # no broker.conf: RocketMQ's default brokerName, the host name (BrokerIdentity)
+    assert st["brokerName"] == (socket.gethostname() or "DEFAULT_BROKER")
     assert st["commitLogMaxOffset"] > st["commitLogMinOffset"] == 0
     assert st["dispatchBehindBytes"] == 0
     assert st["dispatchedOffset"] == st["commitLogMaxOffset"]

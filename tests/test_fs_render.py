@@ -1,6 +1,7 @@
-"""The fast ``topics/`` line renderer gives the same bytes as the plain ``json`` one, for
-records written by RocketMQ itself (IPv6 hosts, binary and large bodies, non-ASCII properties)
-and by us (compressed bodies, odd characters)."""
+"""The fast ``topics/`` line renderer and the column-wise one (views) give the same bytes as
+the plain ``json`` one, for records written by RocketMQ itself (IPv6 hosts, binary and large
+bodies, non-ASCII properties) and by us (compressed bodies, odd characters, every record
+kind)."""
 
 import json
 
@@ -55,41 +56,48 @@ def test_fast_renderer_matches_json_on_odd_messages(tmp_path):
         assert json.loads(line)["queueOffset"] == rec.queue_offset
 
 
-def _raw_and_records(store):
-    """``(buf, pos, MessageRecord)`` for every dispatched record of a store."""
-    from engine.store import MessageStore as _S
-    out = []
-    with _S(str(store), read_only=True) as s:
-        for (t, q) in sorted(s.consume_queues):
-            for _, off, size, _ in s.consume_queue(t, q).iter_units(0):
-                data = s.commitlog.read(off, size)
-                out.append((data, s.commitlog.read_message(off, size)))
+def _columnar_lines(store, kind):
+    """{commitLogOffset: line} rendered by render.render_lines from engine.columnar batches."""
+    import numpy as np
+    from engine.columnar import StoreFiles
+    from fusefs.render import render_lines
+    files = StoreFiles(str(store))
+    out = {}
+    for t in files.topics():
+        for q in files.queue_ids(t):
+            for b in files.read_batches(t, q, files.min_offset(t, q), files.max_offset(t, q),
+                                        batch_rows=5):
+                data, ends, newest = render_lines(b, kind)
+                assert newest == max(b.column("storeTimestamp").to_pylist())
+                starts = np.concatenate([[0], ends[:-1]])
+                for off, a, e in zip(b.column("commitLogOffset").to_pylist(), starts, ends):
+                    out[off] = data[a:e]
+    files.close()
     return out
 
 
+def _check_columnar_lines(store):
+    from fusefs.render import render_body
+    for kind, ref in (("messages", render_message), ("bodies", render_body)):
+        got = _columnar_lines(store, kind)
+        recs = _records(store)
+        assert len(got) == len(recs) > 0
+        for rec in recs:
+            assert got[rec.commitlog_offset] == ref(rec), rec.commitlog_offset
+
+
 @pytest.mark.parametrize("fixture", ["rocketmq-4.9.8-written/store",
-                                     "apache-rocketmq-pr3535/store"])
-def test_raw_renderer_matches_the_record_renderers(tmp_path, fixture):
-    from fusefs.render import render_raw, render_view_message
-    store = copy_fixture(fixture, tmp_path / "s")
-    raw = _raw_and_records(store)
-    fast = 0
-    for data, rec in raw:
-        for view, slow in ((False, render_message), (True, render_view_message)):
-            out = render_raw(data, 0, view)
-            if out is not None:  # None: IPv6/compressed/V2 records take the decoding path
-                fast += 1
-                assert out == (slow(rec), rec.store_timestamp)
-    assert fast > len(raw)  # the common records do take the raw path
+                                     "mxsm-rocketmq-rust/store-v0.9.0/local-file"])
+def test_columnar_lines_match_the_record_renderers_on_broker_stores(tmp_path, fixture):
+    _check_columnar_lines(copy_fixture(fixture, tmp_path / "s"))
 
 
-def test_raw_renderer_on_odd_messages(tmp_path):
-    from fusefs.render import render_raw, render_view_message
-    _odd_store(tmp_path / "s")
-    for data, rec in _raw_and_records(tmp_path / "s"):
-        assert render_raw(data, 0, False) == (render_message(rec), rec.store_timestamp)
-        assert render_raw(data, 0, True) == (render_view_message(rec), rec.store_timestamp)
-    # a record whose lengths do not add up is left to the decoder (which raises)
-    bad = bytearray(data)
-    bad[0:4] = (len(bad) + 1).to_bytes(4, "big")
-    assert render_raw(bad, 0, False) is None
+def test_columnar_lines_match_on_odd_and_every_kind_of_message(tmp_path):
+    _check_columnar_lines(_odd_store(tmp_path / "odd"))
+    from test_columnar import _every_kind_store
+    _check_columnar_lines(_every_kind_store(tmp_path / "kinds"))
+    with MessageStore(str(tmp_path / "ctl")) as s:  # control characters without short escapes
+        s.create_topic("C")
+        s.put_messages([Message("C", b"a\x01b\x1f", tags="t\x07", keys=["k\x00"],
+                                properties={"p\x1b": "v\x02x"})])
+    _check_columnar_lines(tmp_path / "ctl")

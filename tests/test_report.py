@@ -29,8 +29,12 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
     hdfs = (LOGHUB / "HDFS_2k.log").read_bytes().splitlines()
     ssh = (LOGHUB / "OpenSSH_2k.log").read_bytes().splitlines()
     zk = (LOGHUB / "Zookeeper_2k.log").read_bytes().splitlines()
-    a = mount_store(tmp_path / "store-a", name="broker-a")
-    b = mount_store(tmp_path / "store-b", name="broker-b")
+    # brokerName comes from broker.conf through status.json, not from the mount's name
+    for n in "ab":
+        (tmp_path / f"broker-{n}.conf").write_text(f"brokerName = broker-{n}\n")
+    a = mount_store(tmp_path / "store-a", config=tmp_path / "broker-a.conf", name="mnt-a")
+    b = mount_store(tmp_path / "store-b", config=tmp_path / "broker-b.conf", name="mnt-b")
+    assert json.loads((a.mnt / "status.json").read_text())["brokerName"] == "broker-a"
     produce_lines(a.mnt, "HDFS", hdfs)
     produce_lines(a.mnt, "Zookeeper", zk)
     ssh_tags = [f"T{i % 3}" for i in range(len(ssh))]
@@ -100,3 +104,20 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
 def test_not_a_mount_is_a_clear_error(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 1
     assert "no view/ directory" in capsys.readouterr().err
+
+
+def test_chart_bucket_suits_the_time_span():
+    """A burst of seconds is charted per second, an hour per 10 seconds... at most 240 points."""
+    assert report.chart_bucket(0) == (1_000, "second")
+    assert report.chart_bucket(3_500) == (1_000, "second")
+    assert report.chart_bucket(239_000) == (1_000, "second")
+    assert report.chart_bucket(240_000)[1] == "10 seconds"
+    assert report.chart_bucket(30 * 60_000)[1] == "10 seconds"
+    assert report.chart_bucket(3 * 3600_000)[1] == "minute"
+    assert report.chart_bucket(2 * 86_400_000)[1] == "hour"
+    assert report.chart_bucket(200 * 86_400_000)[1] == "day"
+    assert report.chart_bucket(365 * 86_400_000)[1] == "week"
+    assert report.chart_bucket(10 * 365 * 86_400_000)[1] == "30 days"
+    for span in (0, 1, 999_999, 10**8, 10**10):
+        ms, _ = report.chart_bucket(span)
+        assert span // ms + 1 <= 240 or ms == report.CHART_BUCKETS[-1][0]

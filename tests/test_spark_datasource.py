@@ -18,8 +18,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
 
 from pipeline import datasource as D  # noqa: E402
-from pipeline import storereader  # noqa: E402
-from pipeline.schema import VIEW_DDL  # noqa: E402
+from engine import columnar  # noqa: E402
 
 FIX = FIXTURES / "rocketmq-4.9.8-written"
 
@@ -42,13 +41,13 @@ def test_tag_filters_are_pushed_down_to_the_consumequeue_tagscode(tmp_path, monk
     other = GreaterThanOrEqual(("storeTimestamp",), 0)
     assert list(reader.pushFilters([tags, queue, other])) == [other]
     decoded = []
-    real = storereader.records_to_batch
+    real = columnar.decode_units
 
     def counting(cl, topic, q, units, qoffs, wanted=None, columns=None):
         decoded.extend((topic, q, int(o)) for o in qoffs)
         return real(cl, topic, q, units, qoffs, wanted, columns)
 
-    monkeypatch.setattr(storereader, "records_to_batch", counting)
+    monkeypatch.setattr(columnar, "decode_units", counting)
     got = []
     for p in reader.partitions():
         for batch in D.read_range(p):
@@ -71,7 +70,7 @@ def test_fixture_store_reads_through_the_view_and_the_data_source(spark, mount_s
     D.register(spark)
     ds = spark.read.format("rocketmq").load(str(store))
     m = mount_store(store)
-    view = spark.read.schema(VIEW_DDL).json(f"file://{m.mnt}/view")
+    view = spark.read.parquet(f"file://{m.mnt}/view")  # view/ serves Parquet
     for df in (view, ds):
         rows = {(r.topic, r.queue, r.queueOffset): r for r in df.collect()}
         assert set(rows) == set(exp)
@@ -105,7 +104,7 @@ def test_offsets_below_the_min_offset_fail_unless_failondataloss_false(spark, tm
     # Retention: the oldest CommitLog segment is deleted.
     first = sorted(os.listdir(root / "commitlog"))[0]
     os.unlink(root / "commitlog" / first)
-    files = storereader.StoreFiles(str(root))
+    files = columnar.StoreFiles(str(root))
     lo, hi = files.min_offset("L", 0), files.max_offset("L", 0)
     assert 0 < lo < hi == 600
     D.register(spark)
@@ -211,16 +210,60 @@ def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, smal
         ] * 30 + [Message("E", b"x" * 5000, queue_id=1) for _ in range(40)]  # crosses segments
         s.put_messages(msgs[:60], internal=True)  # odd properties on purpose (not validated)
         s.put_messages(msgs[60:], internal=True)
-        files = storereader.StoreFiles(str(root))
+        files = columnar.StoreFiles(str(root))
         for q in (0, 1):
             n = files.max_offset("E", q)
             units = files.queue("E", q).units(0, n)
             qoffs = np.arange(n)
-            fast = storereader.records_to_batch(files.commitlog, "E", q, units, qoffs)
-            slow = storereader._rows_batch(files.commitlog, "E", q, units, qoffs)
+            fast = columnar.decode_units(files.commitlog, "E", q, units, qoffs)
+            slow = columnar.decode_units_per_record(files.commitlog, "E", q, units, qoffs)
             assert fast.equals(slow)
             for row in fast.to_pylist():
                 rec = s.get_message("E", q, row["queueOffset"])
                 assert dict(row["properties"]) == rec.properties
                 assert (row["body"], row["tags"], row["keys"], row["msgId"]) == \
                     (rec.body, rec.tags, rec.keys, rec.msg_id)
+
+
+_REGISTER_IN_A_SESSION = """
+import sys
+from pyspark.sql import SparkSession
+from pipeline.datasource import WorkerEnvironmentError, register
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+try:
+    register(spark)
+    print("REGISTERED")
+except WorkerEnvironmentError as exc:
+    print("ERROR", exc)
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("worker", ["venv-without-pyarrow", "missing"])
+def test_register_names_the_workers_interpreter(tmp_path, worker):
+    """register() fails at once, with the workers' interpreter and the fix, when Spark's Python
+    workers cannot import pyarrow or do not start (not "Python worker exited unexpectedly" in
+    the first query). A session of its own, in a subprocess: PYSPARK_PYTHON is read when a
+    SparkContext starts, and the shared session must keep working workers."""
+    import subprocess
+    import sys
+    from conftest import REPO
+    if worker == "missing":
+        python = str(tmp_path / "no-such-python")
+    else:
+        # same interpreter version as the driver, but without the venv's site-packages
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")],
+                       check=True)
+        python = str(tmp_path / "venv" / "bin" / "python")
+    env = dict(os.environ, PYSPARK_PYTHON=python, PYTHONPATH=str(REPO),
+               SPARK_LOCAL_IP="127.0.0.1")
+    out = subprocess.run([sys.executable, "-c", _REGISTER_IN_A_SESSION], env=env,
+                         capture_output=True, text=True, timeout=300).stdout
+    assert "REGISTERED" not in out
+    line = next(x for x in out.splitlines() if x.startswith("ERROR"))
+    assert python in line and f"PYSPARK_PYTHON={sys.executable}" in line
+    assert "spark.pyspark.python" in line
+    if worker != "missing":
+        assert "cannot import pyarrow" in line

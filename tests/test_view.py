@@ -7,10 +7,11 @@ row, with the engine's own decode of the same store, and with the ``rocketmq`` d
 
 from __future__ import annotations
 
-import base64
-import json
+import io
 import os
 import re
+
+import pyarrow.parquet as pq
 
 import pytest
 
@@ -18,7 +19,7 @@ from conftest import fuse
 from engine.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
 from engine.store import Message, MessageStore
 from fusefs.nodes import Context
-from fusefs.render import VIEW_DDL
+from engine.schema import DATASOURCE_DDL, part_schema
 from fusefs.views import ViewCache
 from fusefs.viewtree import (ViewRootDir, escape_partition_value,
                              unescape_partition_value)
@@ -54,7 +55,7 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
         fill(store, 25)
         fill(store, 3, topic=RETRY, queue_id=1)
         assert root.list() == ["_schema.ddl", "topic=%25RETRY%25CafeGroup", "topic=TopicA"]
-        assert root.child("_schema.ddl").content() == (VIEW_DDL + "\n").encode()
+        assert root.child("_schema.ddl").content() == (DATASOURCE_DDL + "\n").encode()
         assert root.child("topic=%RETRY%CafeGroup") is None  # only the escaped name exists
         assert root.child("bin") is None
         topic = root.child("topic=TopicA")
@@ -62,7 +63,7 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
         assert topic.child("queue=00") is None
         qdir = topic.child("queue=0")
         names = qdir.list()
-        assert names == [f"part-{n:020d}.jsonl" for n in (0, 10, 20)]
+        assert names == [f"part-{n:020d}.parquet" for n in (0, 10, 20)]
 
         def snapshot():
             out = {}
@@ -71,16 +72,21 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
                 st = node.stat()
                 h = node.open(os.O_RDONLY)
                 data = h.read(0, st.size + 100)
+                h.release()
                 out[name] = (st, data)
             return out
 
+        def rows(data):
+            return pq.read_table(io.BytesIO(data)).to_pylist()
+
         before = snapshot()
-        lines = [json.loads(x) for _, (_, d) in sorted(before.items()) for x in d.splitlines()]
-        assert [x["queueOffset"] for x in lines] == list(range(25))
+        got = [r for _, (_, d) in sorted(before.items()) for r in rows(d)]
+        assert [x["queueOffset"] for x in got] == list(range(25))
         for name, (st, data) in before.items():
-            assert st.size == len(data) > 0
+            assert st.size == len(data) > 0 and data[:4] == b"PAR1" == data[-4:]
+            assert pq.read_schema(io.BytesIO(data)) == part_schema()  # no topic/queue inside
             first = int(re.search(r"\d{20}", name).group())
-            offs = [json.loads(x)["queueOffset"] for x in data.splitlines()]
+            offs = [x["queueOffset"] for x in rows(data)]
             assert offs == list(range(first, min(first + 10, 25)))
             last = store.get_message("TopicA", 0, offs[-1])
             assert st.mtime_ns == last.store_timestamp * 1_000_000
@@ -89,14 +95,30 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
 
         fill(store, 12, start=25)  # part 20 fills up, part 30 starts
         after = snapshot()
-        assert list(after) == names + [f"part-{30:020d}.jsonl"]
+        assert list(after) == names + [f"part-{30:020d}.parquet"]
         for name in names[:2]:
             assert after[name] == before[name]  # full parts: same bytes, size and mtime
         assert after[names[2]][0].size > before[names[2]][0].size
         assert not after[names[2]][0].live
-        # body is always base64
-        line = json.loads(after[names[0]][1].splitlines()[0])
-        assert base64.b64decode(line["body"]) == b"m0"
+        # body is BINARY, decompressed
+        assert rows(after[names[0]][1])[0]["body"] == b"m0"
+
+        # evicted parts render again to the same bytes; a remount (new cache) too
+        parts = ctx.views.parts
+        assert parts.used_bytes > 0
+        for key in list(parts.files):
+            parts._drop(key)
+        assert parts.used_bytes == 0
+        assert qdir.child(names[0]).stat_nowait() == after[names[0]][0]  # size kept: no render
+        assert snapshot() == after
+        ctx2 = Context(store, ViewCache(store, str(tmp_path / "cache2")), False, part_messages=10)
+        q2 = ViewRootDir(ctx2, "/view").child("topic=TopicA").child("queue=0")
+        for name, (st, data) in after.items():
+            node = q2.child(name)
+            h = node.open(os.O_RDONLY)
+            assert (node.stat(), h.read(0, st.size + 1)) == (st, data)
+            h.release()
+        ctx2.views.close()
         ctx.views.close()
     finally:
         store.close()
@@ -170,7 +192,8 @@ def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, moun
     assert sorted(os.listdir(view)) == ["_schema.ddl", "topic=%25DLQ%25CafeGroup",
                                         "topic=%25RETRY%25CafeGroup", "topic=TopicA"]
     ddl = (view / "_schema.ddl").read_text().strip()
-    df = spark.read.schema(ddl).json(f"file://{view}")
+    assert ddl == DATASOURCE_DDL
+    df = spark.read.parquet(f"file://{view}")  # no schema argument
     assert df.schema.simpleString() == spark.createDataFrame([], DATASOURCE_DDL) \
         .schema.simpleString()  # queue INT, topic STRING from the path, body BINARY
     got = spark_rows(df)

@@ -1,0 +1,870 @@
+"""Columnar decoding of CommitLog records into Arrow record batches: the one fast walker.
+
+Given the ConsumeQueue units of a queue (:func:`decode_units`, :meth:`StoreFiles.read_batches`)
+or a CommitLog byte range (:func:`decode_commitlog`), the records are decoded column-wise with
+numpy and pyarrow over the memory-mapped CommitLog segments: the 88-byte fixed part of every
+record is gathered into a numpy structured array (:data:`RECORD_DTYPE`, built from
+``engine.message.FIXED_V4_FIELDS``, the same field list ``FIXED_V4`` is built from), bodies and
+properties areas are gathered into Arrow buffers, properties are split with Arrow compute
+kernels, msgIds are hex-encoded in one call. There is no per-record Python for the common
+record (V1 magic, IPv4 hosts, uncompressed body, no inner batch); the rare kinds (compressed
+bodies, IPv6 hosts, V2 magic, inner batches, properties that are not UTF-8) go record by record
+through ``engine.message.decode_record``, so the result is always exact and equal to the
+per-record decoder (:func:`decode_units_per_record`).
+
+Checks (what ``verify`` checks cheaply, per record): the record lies inside its CommitLog file,
+MAGICCODE is V1 or V2, TOTALSIZE equals the unit's size, PHYSICALOFFSET equals the unit's
+CommitLog offset, the lengths add up to TOTALSIZE (``calMsgLength``), and, for units of a
+queue, the record's topic and QUEUEID are the queue's. A record that fails raises
+:class:`engine.errors.CorruptRecordError` naming its CommitLog offset; no row of a damaged
+record is ever returned. BODYCRC is not checked (``verify`` does that).
+
+The columns are ``engine.schema``'s (:func:`engine.schema.arrow_schema`); a ``columns`` subset
+decodes only those (a body that is not asked for is never copied).
+
+Reading is lock-free and read-only (:class:`StoreFiles`): a store that a mount or a broker is
+writing can be read at the same time, since both write the CommitLog record before its
+ConsumeQueue unit (``ReputMessageService``).
+
+Formats: ``engine.message`` (records, reference section 1), ``engine.consumequeue`` (units,
+section 3).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+import threading
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE
+from .errors import CorruptRecordError
+from .javahash import tags_code
+from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIELDS, INNER_BATCH_FLAG,
+                      INT32, INT64, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, NEED_UNWRAP_FLAG,
+                      STOREHOSTADDRESS_V6_FLAG, decode_record, decompress_body, host_to_str)
+from .schema import arrow_schema
+
+__all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "SCHEDULE_TOPIC", "decode_units",
+           "decode_topic_units", "decode_units_per_record", "decode_commitlog", "arrow_schema"]
+
+# numpy type of each struct format character of FIXED_V4_FIELDS (big-endian). An IPv4 address
+# ("4s") is read as one unsigned 32-bit integer: the same four bytes.
+_NP_TYPES = {"i": ">i4", "I": ">u4", "q": ">i8", "4s": ">u4"}
+#: The fixed part of a V1/IPv4 record (88 bytes) as a numpy record, from message.FIXED_V4_FIELDS.
+RECORD_DTYPE = np.dtype([(name, _NP_TYPES[fmt]) for name, fmt in FIXED_V4_FIELDS])
+assert RECORD_DTYPE.itemsize == FIXED_V4.size
+_FIXED = FIXED_V4.size
+#: A ConsumeQueue unit (``engine.consumequeue.UNIT``: commitLogOffset | size | tagsCode).
+UNIT_DTYPE = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
+#: TopicValidator.RMQ_SYS_SCHEDULE_TOPIC: its tagsCode is a deliver time, not a tag hash.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# SYSFLAG bits whose records take the per-record decoder.
+_RARE_FLAGS = (COMPRESSED_FLAG | BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG | INNER_BATCH_FLAG
+               | NEED_UNWRAP_FLAG)
+_MIN_RECORD = 91  # calMsgLength with empty body, topic and properties
+_HEAD = struct.Struct(">iI")  # TOTALSIZE | MAGICCODE
+_POS = {name: RECORD_DTYPE.fields[name][1] for name in RECORD_DTYPE.names}
+_NAME = re.compile(r"^\d{20}$")
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def _segment_names(directory: str) -> list[str]:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if _NAME.match(n))
+
+
+class Segments:
+    """Files of one size named by their 20-digit start offset, read through read-only mmaps.
+
+    Opens files with ``O_RDONLY`` and takes no lock; never writes.
+    """
+
+    def __init__(self, directory: str, drop_pages: bool = False):
+        self.directory = directory
+        self.lock = threading.Lock()
+        self.maps: dict[int, mmap.mmap] = {}
+        #: after decoding, unmap the pages read (MADV_DONTNEED: they stay in the page cache
+        #: but leave this process's RSS), for a long-lived process such as the mount daemon
+        self.drop_pages = drop_pages
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-list the files (new segments, segments deleted by retention)."""
+        names = _segment_names(self.directory)
+        sizes = {}
+        starts = []
+        for n in names:
+            try:
+                size = os.path.getsize(os.path.join(self.directory, n))
+            except FileNotFoundError:  # deleted by retention meanwhile
+                continue
+            if size:
+                starts.append(int(n))
+                sizes[int(n)] = size
+        self.starts = starts
+        self.sizes = sizes
+        self.file_size = max(sizes.values()) if sizes else 0
+
+    @property
+    def min_offset(self) -> int:
+        """Start offset of the first file (0 without files)."""
+        return self.starts[0] if self.starts else 0
+
+    def _map(self, start: int) -> mmap.mmap | None:
+        m = self.maps.get(start)
+        if m is None:
+            with self.lock:
+                m = self.maps.get(start)
+                if m is None:
+                    path = os.path.join(self.directory, f"{start:020d}")
+                    try:
+                        with open(path, "rb") as f:
+                            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    except (FileNotFoundError, ValueError):
+                        return None
+                    self.maps[start] = m
+        return m
+
+    def locate(self, offset: int) -> tuple[mmap.mmap, int] | None:
+        """``(mapping of the file holding offset, position in it)`` or None."""
+        if not self.file_size or offset < 0:
+            return None
+        start = offset - offset % self.file_size
+        if start not in self.sizes:
+            self.refresh()
+            if start not in self.sizes:
+                return None
+        m = self._map(start)
+        if m is None:
+            return None
+        pos = offset - start
+        if pos >= len(m):  # the file grew since it was mapped
+            with self.lock:
+                self.maps.pop(start, None)
+            m = self._map(start)
+            if m is None or pos >= len(m):
+                return None
+        return m, pos
+
+    def close(self) -> None:
+        """Unmap every file (batches already returned keep their own copies)."""
+        with self.lock:
+            for m in self.maps.values():
+                try:
+                    m.close()
+                except BufferError:  # still exported by a live numpy view: dropped with it
+                    pass
+            self.maps.clear()
+
+
+class QueueFiles:
+    """One ``consumequeue/<topic>/<queueId>`` directory, read-only."""
+
+    def __init__(self, directory: str):
+        self.files = Segments(directory)
+
+    def units(self, start: int, end: int) -> np.ndarray:
+        """Units of queue offsets ``[start, end)`` as a :data:`UNIT_DTYPE` array (shorter when
+        files are missing)."""
+        parts = []
+        pos = start * CQ_STORE_UNIT_SIZE
+        stop = end * CQ_STORE_UNIT_SIZE
+        while pos < stop:
+            loc = self.files.locate(pos)
+            if loc is None:
+                break
+            m, p = loc
+            n = min(stop - pos, len(m) - p)
+            n -= n % CQ_STORE_UNIT_SIZE
+            if n <= 0:
+                break
+            parts.append(np.frombuffer(m, dtype=UNIT_DTYPE, count=n // CQ_STORE_UNIT_SIZE,
+                                       offset=p).copy())
+            pos += n
+        if not parts:
+            return np.empty(0, dtype=UNIT_DTYPE)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def valid_end(self) -> int:
+        """Queue offset one past the last valid unit on disk (``ConsumeQueue.recover``)."""
+        self.files.refresh()
+        if not self.files.starts:
+            return 0
+        last = self.files.starts[-1]
+        loc = self.files.locate(last)
+        if loc is None:
+            return last // CQ_STORE_UNIT_SIZE
+        m, _ = loc
+        arr = np.frombuffer(m, dtype=UNIT_DTYPE, count=len(m) // CQ_STORE_UNIT_SIZE)
+        bad = (arr["off"] < 0) | (arr["size"] <= 0)
+        n = int(np.argmax(bad)) if bad.any() else len(arr)
+        del arr
+        return last // CQ_STORE_UNIT_SIZE + n
+
+
+class StoreFiles:
+    """A store directory opened for reading only, without the store's ``lock`` file.
+
+    No recovery scan and no IndexFile: the ConsumeQueues are trusted as they are on disk.
+    A queue's max offset is the end of the valid prefix of its last file, minus trailing units
+    whose record is not (yet) a valid record; its min offset the first unit that is not blank
+    filler (``fillPreBlank``) and whose record is still in the CommitLog (``correctMinOffset``).
+    A store that crashed and was never recovered may have units past the CommitLog's valid
+    end: mount it once (or open it with ``MessageStore``) to recover it first.
+
+    Args:
+        root: the store directory (``storePathRootDir``: has ``commitlog/`` and
+            ``consumequeue/``).
+
+    Raises:
+        FileNotFoundError: ``root`` has no ``commitlog/`` directory.
+    """
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        cl = os.path.join(self.root, "commitlog")
+        if not os.path.isdir(cl):
+            raise FileNotFoundError(f"{root}: not a RocketMQ store (no commitlog/ directory)")
+        self.commitlog = Segments(cl)
+        self._queues: dict[tuple[str, int], QueueFiles] = {}
+
+    # -- layout ------------------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        """Topics that have a ConsumeQueue directory, sorted."""
+        base = os.path.join(self.root, "consumequeue")
+        try:
+            return sorted(t for t in os.listdir(base) if os.path.isdir(os.path.join(base, t)))
+        except FileNotFoundError:
+            return []
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queue ids of a topic that have a ConsumeQueue directory, sorted."""
+        base = os.path.join(self.root, "consumequeue", topic)
+        try:
+            return sorted(int(q) for q in os.listdir(base) if q.isdigit())
+        except FileNotFoundError:
+            return []
+
+    def queue(self, topic: str, queue_id: int) -> QueueFiles:
+        """The :class:`QueueFiles` of one queue (cached)."""
+        key = (topic, queue_id)
+        q = self._queues.get(key)
+        if q is None:
+            q = self._queues[key] = QueueFiles(
+                os.path.join(self.root, "consumequeue", topic, str(queue_id)))
+        return q
+
+    # -- offsets -----------------------------------------------------------------------------
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """``getMaxOffsetInQueue``: one past the last queue offset whose record is readable."""
+        q = self.queue(topic, queue_id)
+        end = q.valid_end()
+        lo = q.files.min_offset // CQ_STORE_UNIT_SIZE
+        # A concurrent writer may have written a unit whose record we cannot see yet (another
+        # host's page cache, a torn copy): back off to the last unit whose record header is sane.
+        while end > lo:
+            u = q.units(end - 1, end)
+            if len(u) and self._record_ok(int(u["off"][0]), int(u["size"][0])):
+                break
+            end -= 1
+        return end
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """``getMinOffsetInQueue``: first queue offset whose record is still in the CommitLog."""
+        q = self.queue(topic, queue_id)
+        q.files.refresh()
+        lo = q.files.min_offset // CQ_STORE_UNIT_SIZE
+        hi = q.valid_end()
+        self.commitlog.refresh()
+        cl_min = self.commitlog.min_offset
+        while lo < hi:  # first unit with off >= commitlog min and not blank filler
+            mid = (lo + hi) // 2
+            u = q.units(mid, mid + 1)
+            if len(u) and int(u["off"][0]) >= cl_min and int(u["size"][0]) != BLANK_UNIT_SIZE:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _record_ok(self, off: int, size: int) -> bool:
+        loc = self.commitlog.locate(off)
+        if loc is None:
+            return False
+        m, p = loc
+        if p + size > len(m) or p + 8 > len(m):
+            return False
+        total, magic = _HEAD.unpack_from(m, p)
+        return total == size and magic in (MAGIC_V1, MAGIC_V2)
+
+    def store_timestamp(self, off: int) -> int:
+        """STORETIMESTAMP (epoch ms) of the record at CommitLog offset ``off``.
+
+        Raises CorruptRecordError when no record is there."""
+        loc = self.commitlog.locate(off)
+        if loc is None or loc[1] + _FIXED > len(loc[0]):
+            raise CorruptRecordError("record not in the CommitLog", off)
+        m, p = loc
+        sys_flag = INT32.unpack_from(m, p + _POS["sysFlag"])[0]
+        pos = _POS["storeTimestamp"] + (12 if sys_flag & BORNHOST_V6_FLAG else 0)
+        return INT64.unpack_from(m, p + pos)[0]
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """First queue offset stored at or after ``timestamp`` (epoch ms), or the max offset
+        when every message is older (``getOffsetInQueueByTime``, binary search)."""
+        q = self.queue(topic, queue_id)
+        lo, hi = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = q.units(mid, mid + 1)
+            if self.store_timestamp(int(u["off"][0])) >= timestamp:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- reading -----------------------------------------------------------------------------
+    def read_batches(self, topic: str, queue_id: int, start: int, end: int,
+                     tags: Iterable[str] | None = None, batch_rows: int = 32768,
+                     columns: tuple | None = None) -> Iterator:
+        """Decode queue offsets ``[start, end)`` of one queue into Arrow record batches.
+
+        ``tags``: keep only messages whose TAGS equal one of these; units are first selected by
+        their ConsumeQueue tagsCode (Java hash of the tag), then the decoded tag is compared,
+        so hash collisions are removed. Batches (at most ``batch_rows`` rows each) have the
+        schema :func:`engine.schema.arrow_schema`, or only ``columns`` of it, in that order.
+        Blank filler units are skipped; empty batches are not yielded.
+
+        Raises CorruptRecordError when a unit is missing or points at bytes that are not its
+        record (the message names the CommitLog offset).
+        """
+        q = self.queue(topic, queue_id)
+        wanted = None
+        codes = None
+        if tags is not None:
+            wanted = set(tags)
+            if topic != SCHEDULE_TOPIC:
+                codes = np.array(sorted({tags_code(t) for t in wanted}), dtype=np.int64)
+        pos = start
+        while pos < end:
+            n = min(batch_rows, end - pos)
+            units = q.units(pos, pos + n)
+            if len(units) < n:
+                raise CorruptRecordError(
+                    f"{topic}/{queue_id}: ConsumeQueue units {pos}..{pos + n} are missing")
+            qoffs = np.arange(pos, pos + n, dtype=np.int64)
+            keep = units["size"] != BLANK_UNIT_SIZE
+            if codes is not None:
+                keep &= np.isin(units["tags"].astype(np.int64), codes)
+            if not keep.all():
+                units, qoffs = units[keep], qoffs[keep]
+            if len(units):
+                batch = self._decode(self.commitlog, topic, queue_id, units, qoffs, wanted,
+                                     columns)
+                if batch.num_rows:
+                    yield batch
+            pos += n
+
+    #: The decoder :meth:`read_batches` calls (a hook for tests that count decoded units).
+    _decode = staticmethod(lambda *a: decode_units(*a))
+
+    def read_commitlog(self, start: int = 0, end: int | None = None, batch_rows: int = 32768,
+                       columns: tuple | None = None) -> Iterator:
+        """:func:`decode_commitlog` over this store's CommitLog."""
+        return decode_commitlog(self.commitlog, start, end, batch_rows, columns)
+
+    def close(self) -> None:
+        """Unmap every file."""
+        self.commitlog.close()
+        for q in self._queues.values():
+            q.files.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+def decode_units(commitlog: Segments, topic: str, queue_id: int, units: np.ndarray,
+                 queue_offsets: np.ndarray, wanted_tags: set | None = None,
+                 columns: tuple | None = None):
+    """Decode the records ConsumeQueue ``units`` of one queue point at, column-wise.
+
+    Args:
+        commitlog: the store's CommitLog (:class:`Segments`).
+        topic, queue_id: the queue; every record must belong to it.
+        units: :data:`UNIT_DTYPE` array (commitLogOffset, size, tagsCode); no blank filler.
+        queue_offsets: int64 array, the queue offset of each unit.
+        wanted_tags: keep only rows whose TAGS is one of these (None: all rows).
+        columns: names of :func:`engine.schema.arrow_schema` to build, in that order
+            (None: all of them). Columns not asked for are not decoded.
+
+    Returns:
+        one ``pyarrow.RecordBatch`` with a row per unit (fewer with ``wanted_tags``), in the
+        units' order.
+
+    Raises:
+        CorruptRecordError: a record is not in the CommitLog, runs past its file, or is not
+            the record of its unit (magic, TOTALSIZE != unit size, PHYSICALOFFSET != unit
+            offset, lengths, topic or queue); the message names its CommitLog offset.
+    """
+    import pyarrow as pa
+    build = columns
+    if columns is not None and wanted_tags is not None and "tags" not in columns:
+        build = (*columns, "tags")
+    offs = units["off"].astype(np.int64)
+    sizes = units["size"].astype(np.int64)
+    qoffs = np.asarray(queue_offsets, dtype=np.int64)
+    batch = _decode(commitlog, offs, sizes, qoffs, topic, queue_id, build)
+    if wanted_tags is not None and batch.num_rows:
+        import pyarrow.compute as pc
+        batch = batch.filter(pc.fill_null(pc.is_in(batch.column("tags"),
+                                                   pa.array(sorted(wanted_tags))), False))
+    if build is not columns:
+        batch = batch.select(list(columns))
+    return batch
+
+
+def decode_topic_units(commitlog: Segments, topic: str, queue_ids: np.ndarray,
+                       units: np.ndarray, queue_offsets: np.ndarray,
+                       columns: tuple | None = None):
+    """:func:`decode_units` for units of several queues of one topic (``queue_ids[i]`` is the
+    queue of ``units[i]``), e.g. merged in CommitLog order. Same batch and errors; a record
+    whose QUEUEID is not its unit's queue raises CorruptRecordError."""
+    names = tuple(arrow_schema().names if columns is None else columns)
+    build = names if "queueId" in names else (*names, "queueId")
+    batch = _decode(commitlog, units["off"].astype(np.int64), units["size"].astype(np.int64),
+                    np.asarray(queue_offsets, dtype=np.int64), topic, None, build)
+    got = batch.column("queueId").to_numpy()
+    bad = got != np.asarray(queue_ids)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CorruptRecordError(f"the record belongs to queue {int(got[i])}, not "
+                                 f"{int(queue_ids[i])}", int(units["off"][i]))
+    if build is not names:
+        batch = batch.select(list(names))
+    if "queue" in names:
+        import pyarrow as pa
+        batch = batch.set_column(names.index("queue"), batch.schema.field("queue"),
+                                 pa.array(np.asarray(queue_ids, dtype=np.int32)))
+    return batch
+
+
+def decode_units_per_record(commitlog: Segments, topic: str, queue_id: int, units: np.ndarray,
+                            queue_offsets: np.ndarray, columns: tuple | None = None):
+    """The same batch as :func:`decode_units`, decoded record by record with
+    ``engine.message.decode_record`` (the reference the columnar path is tested against)."""
+    offs = units["off"].astype(np.int64)
+    sizes = units["size"].astype(np.int64)
+    names = arrow_schema().names if columns is None else list(columns)
+    return _slow_batch(commitlog, offs, sizes, np.asarray(queue_offsets, np.int64), topic,
+                       queue_id, names)
+
+
+def decode_commitlog(commitlog: Segments, start: int = 0, end: int | None = None,
+                     batch_rows: int = 32768, columns: tuple | None = None) -> Iterator:
+    """Decode every record of the CommitLog byte range ``[start, end)`` in CommitLog order.
+
+    ``start`` must be the offset of a record (or of a segment); the walk skips the blank
+    END_OF_FILE records and stops at ``end`` (None: the end of the data, the first position
+    whose TOTALSIZE is 0). ``queueOffset`` is the record's QUEUEOFFSET field; ``topic`` and
+    ``queue`` come from each record. Yields RecordBatches of at most ``batch_rows`` rows
+    (schema as :func:`decode_units`).
+
+    Raises CorruptRecordError at the first position that is neither a record nor a blank.
+    """
+    commitlog.refresh()
+    pos = max(start, commitlog.min_offset)
+    offs, sizes = [], []
+    names = tuple(arrow_schema().names) if columns is None else tuple(columns)
+    while end is None or pos < end:
+        loc = commitlog.locate(pos)
+        if loc is None:
+            break
+        m, p = loc
+        if p + 8 > len(m):
+            raise CorruptRecordError("truncated record header", pos)
+        total, magic = _HEAD.unpack_from(m, p)
+        if magic == MAGIC_BLANK:
+            pos += len(m) - p  # rest of the segment
+            continue
+        if total == 0:
+            break
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < _MIN_RECORD:
+            raise CorruptRecordError(f"bad record header (TOTALSIZE {total}, "
+                                     f"MAGICCODE 0x{magic:08X})", pos)
+        offs.append(pos)
+        sizes.append(total)
+        pos += total
+        if len(offs) >= batch_rows:
+            yield _decode(commitlog, np.array(offs, np.int64), np.array(sizes, np.int64), None,
+                          None, None, names)
+            offs, sizes = [], []
+    if offs:
+        yield _decode(commitlog, np.array(offs, np.int64), np.array(sizes, np.int64), None,
+                      None, None, names)
+
+
+def _concat(batches: list):
+    import pyarrow as pa
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 62)[0] \
+        if sum(b.num_rows for b in batches) else batches[0]
+
+
+def _decode(commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, topic, queue_id,
+            columns) -> "pa.RecordBatch":  # noqa: F821
+    """Decode records at CommitLog ``offs`` of ``sizes`` bytes; split by CommitLog file."""
+    names = list(arrow_schema().names if columns is None else columns)
+    fs = commitlog.file_size
+    n = len(offs)
+    if not n or not fs:
+        if n:
+            raise CorruptRecordError("CommitLog offset is not in the store", int(offs[0]))
+        return _empty(names)
+    seg = offs // fs
+    cuts = np.flatnonzero(np.diff(seg)) + 1
+    bounds = [0, *cuts.tolist(), n]
+    batches = []
+    for a, b in zip(bounds, bounds[1:]):
+        loc = commitlog.locate(int(offs[a]))
+        if loc is None:
+            raise CorruptRecordError("CommitLog offset is not in the store (deleted, or not "
+                                     "written yet)", int(offs[a]))
+        batches.append(_decode_segment(commitlog, loc[0], int(offs[a]) - loc[1], offs[a:b],
+                                       sizes[a:b], None if qoffs is None else qoffs[a:b],
+                                       topic, queue_id, names))
+        if commitlog.drop_pages:
+            _drop_pages(loc[0], int(offs[a:b].min()) - (int(offs[a]) - loc[1]),
+                        int((offs[a:b] + sizes[a:b]).max()) - (int(offs[a]) - loc[1]))
+    return _concat(batches)
+
+
+def _drop_pages(m, start: int, end: int) -> None:
+    page = mmap.PAGESIZE
+    start -= start % page
+    end = min(len(m), end + (-end) % page)
+    if end > start:
+        try:
+            m.madvise(mmap.MADV_DONTNEED, start, end - start)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def _empty(names):
+    import pyarrow as pa
+    schema = arrow_schema()
+    return pa.RecordBatch.from_arrays(
+        [pa.array([], schema.field(x).type) for x in names],
+        schema=pa.schema([schema.field(x) for x in names]))
+
+
+def _first_bad(offs: np.ndarray, bad: np.ndarray) -> int:
+    return int(offs[int(np.argmax(bad))])
+
+
+def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, queue_id, names):
+    """Decode records that all lie in one mapped CommitLog file (see :func:`decode_units`)."""
+    import pyarrow as pa
+    n = len(offs)
+    buf = np.frombuffer(m, dtype=np.uint8)
+    pos = offs - seg_start
+    end = pos + sizes
+    bad = (sizes < _MIN_RECORD) | (end > len(buf))
+    if bad.any():
+        raise CorruptRecordError("the unit's size runs past the CommitLog file or is smaller "
+                                 "than a record", _first_bad(offs, bad))
+    hdr = buf[pos[:, None] + np.arange(_FIXED)].view(RECORD_DTYPE).reshape(n)
+    magic = hdr["magicCode"]
+    bad = (magic != MAGIC_V1) & (magic != MAGIC_V2)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CorruptRecordError(f"bad magic code 0x{int(magic[i]):08X}", int(offs[i]))
+    bad = hdr["totalSize"] != sizes
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CorruptRecordError(f"TOTALSIZE {int(hdr['totalSize'][i])} != the unit's size "
+                                 f"{int(sizes[i])}", int(offs[i]))
+    bad = hdr["physicalOffset"] != offs
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CorruptRecordError(f"PHYSICALOFFSET {int(hdr['physicalOffset'][i])} != the "
+                                 "unit's CommitLog offset", int(offs[i]))
+    if queue_id is not None:
+        bad = hdr["queueId"] != queue_id
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise CorruptRecordError(f"the record belongs to queue {int(hdr['queueId'][i])}, "
+                                     f"not {queue_id}", int(offs[i]))
+    # Which records the columnar path decodes: V1, IPv4 hosts, plain body, lengths adding up.
+    blen = hdr["bodyLength"].astype(np.int64)
+    fast = (magic == MAGIC_V1) & ((hdr["sysFlag"] & _RARE_FLAGS) == 0) & (blen >= 0)
+    tpos = pos + _FIXED + blen
+    fast &= tpos + 3 <= end
+    tpos = np.where(fast, tpos, pos)
+    tlen = buf[tpos].astype(np.int64)
+    fast &= (tlen <= 127) & (tpos + 3 + tlen <= end)
+    pp = np.where(fast, tpos + 1 + tlen, pos)
+    plen = (buf[pp].astype(np.int64) << 8) | buf[pp + 1]
+    fast &= (plen <= 32767) & (pp + 2 + plen == end)
+    if topic is not None:
+        raw = topic.encode("utf-8")
+        fast &= tlen == len(raw)
+        if raw and fast.any():
+            fi = np.flatnonzero(fast)
+            same = np.all(buf[tpos[fi, None] + 1 + np.arange(len(raw))]
+                          == np.frombuffer(raw, np.uint8), axis=1)
+            fast[fi[~same]] = False
+    need = set(names)
+    mv = memoryview(m)
+    cols: dict = {}
+    if fast.any() and need & {"properties", "tags", "keys"}:
+        fi = np.flatnonzero(fast)
+        cols = _properties_columns(mv, pp[fi] + 2, plen[fi], len(fi))
+        if not cols:  # some properties are not UTF-8: decode_properties replaces, go slow
+            fast[:] = False
+    topics = None
+    if topic is None and fast.any() and need & {"topic"}:
+        fi = np.flatnonzero(fast)
+        toff, tdata = _gather(mv, tpos[fi] + 1, tlen[fi])
+        topics = pa.StringArray.from_buffers(len(fi), pa.py_buffer(toff), pa.py_buffer(tdata))
+        try:
+            topics.validate(full=True)
+        except pa.ArrowInvalid:
+            fast[:] = False
+            cols = {}
+    if fast.all():
+        return _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
+    if not fast.any():
+        return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
+    fi, si = np.flatnonzero(fast), np.flatnonzero(~fast)
+    a = _fast_batch(mv, hdr[fi], pos[fi], blen[fi], None if qoffs is None else qoffs[fi], topic,
+                    queue_id, names, cols, topics)
+    b = _slow_batch(commitlog, offs[si], sizes[si], None if qoffs is None else qoffs[si], topic,
+                    queue_id, names)
+    order = np.empty(n, dtype=np.int64)
+    order[np.concatenate([fi, si])] = np.arange(n)
+    return _concat([a, b]).take(pa.array(order))
+
+
+_host_cache: dict = {}
+
+
+def _host(h) -> str:
+    s = _host_cache.get(h)
+    if s is None:
+        if len(_host_cache) > 65536:
+            _host_cache.clear()
+        s = _host_cache[h] = host_to_str(h)
+    return s
+
+
+def _hosts(addr: np.ndarray, port: np.ndarray):
+    """``ip:port`` strings of IPv4 hosts (uint32 address, int32 port) as an Arrow array."""
+    import pyarrow as pa
+    packed = (addr.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint32).astype(np.uint64)
+    uniq, inverse = np.unique(packed, return_inverse=True)
+    names = [_host((int(u >> 32).to_bytes(4, "big"),
+                    int(u & 0xFFFFFFFF) - (int(u & 0x80000000) << 1))) for u in uniq.tolist()]
+    return pa.array(names, pa.string()).take(pa.array(inverse.reshape(-1).astype(np.int32)))
+
+
+def _gather(mv: memoryview, starts: np.ndarray, lengths: np.ndarray) -> tuple:
+    """Concatenate ``mv[starts[i]:starts[i] + lengths[i]]``: (int32 offsets, bytes)."""
+    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > 0x7FFFFFFF:
+        raise OverflowError("more than 2 GiB in one batch")
+    ends = (starts + lengths).tolist()
+    return offsets.astype(np.int32), b"".join([mv[a:b] for a, b in zip(starts.tolist(), ends)])
+
+
+def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics):
+    """Column-wise build of the rows of common records (already checked by the caller)."""
+    import pyarrow as pa
+    n = len(pos)
+    schema = arrow_schema()
+
+    def col(name, dtype):
+        return pa.array(hdr[name].astype(dtype))
+
+    def msg_id():
+        # hex of store ip, port and the CommitLog offset (16 bytes -> 32 hex digits)
+        raw = np.empty((n, 4), dtype=">u4")
+        raw[:, 0] = hdr["storeHostAddress"]
+        raw[:, 1] = hdr["storeHostPort"].astype(np.uint32)
+        phys = hdr["physicalOffset"].astype(np.uint64)
+        raw[:, 2] = (phys >> np.uint64(32)).astype(np.uint32)
+        raw[:, 3] = (phys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        hexed = raw.tobytes().hex().upper().encode("ascii")
+        return pa.StringArray.from_buffers(
+            n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)), pa.py_buffer(hexed))
+
+    def body():
+        boff, bdata = _gather(mv, pos + _FIXED, blen)
+        return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(boff),
+                                                             pa.py_buffer(bdata)])
+
+    def queue_ids():
+        return col("queueId", np.int32)
+
+    def topic_col():
+        if topics is not None:
+            return topics
+        return pa.array([topic] * n, pa.string())
+
+    make = {
+        "queueId": queue_ids,
+        "queueOffset": (lambda: pa.array(qoffs.astype(np.int64))) if qoffs is not None
+        else (lambda: col("queueOffset", np.int64)),
+        "commitLogOffset": lambda: col("physicalOffset", np.int64),
+        "storeSize": lambda: col("totalSize", np.int32),
+        "msgId": msg_id,
+        "bornTimestamp": lambda: col("bornTimestamp", np.int64),
+        "bornHost": lambda: _hosts(hdr["bornHostAddress"], hdr["bornHostPort"]),
+        "storeTimestamp": lambda: col("storeTimestamp", np.int64),
+        "storeHost": lambda: _hosts(hdr["storeHostAddress"], hdr["storeHostPort"]),
+        "sysFlag": lambda: col("sysFlag", np.int32),
+        "flag": lambda: col("flag", np.int32),
+        "bodyCRC": lambda: col("bodyCRC", np.int32),
+        "reconsumeTimes": lambda: col("reconsumeTimes", np.int32),
+        "preparedTransactionOffset": lambda: col("preparedTransactionOffset", np.int64),
+        "body": body,
+        "topic": topic_col,
+        "queue": queue_ids,
+    }
+    arrays = [cols[name] if name in cols else make[name]() for name in names]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([schema.field(x) for x in names]))
+
+
+def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray, n: int) -> dict:
+    """``{"properties", "tags", "keys"}`` arrays from the properties areas (``k\\x01v\\x02``
+    pairs, ``MessageDecoder.string2messageProperties``: a pair is kept when \\x01 lies strictly
+    inside it; a repeated name keeps its last value, as a Java HashMap does); {} when an area
+    is not UTF-8."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    poff, pdata = _gather(mv, starts, lengths)
+    props = pa.StringArray.from_buffers(n, pa.py_buffer(poff), pa.py_buffer(pdata))
+    try:
+        props.validate(full=True)
+    except pa.ArrowInvalid:
+        return {}
+    items = pc.split_pattern(props, "\x02")
+    flat = items.flatten()
+    counts = np.diff(items.offsets.to_numpy())
+    row = np.repeat(np.arange(n), counts)
+    kv = pc.split_pattern(flat, "\x01", max_splits=1)
+    two = pc.equal(pc.list_value_length(kv), 2)
+    if not pc.all(two).as_py():
+        kv, row = kv.filter(two), row[two.to_numpy(zero_copy_only=False)]
+    k = pc.list_element(kv, 0)
+    v = pc.list_element(kv, 1)
+    keep = pc.and_(pc.not_equal(k, ""), pc.not_equal(v, ""))
+    if not pc.all(keep).as_py():
+        k, v, row = k.filter(keep), v.filter(keep), row[keep.to_numpy(zero_copy_only=False)]
+    # a repeated name: one entry at its first position with its last value (a dict)
+    fix = _dedupe(row, k)
+    if fix is not None:
+        first, last = fix
+        k, v, row = k.take(pa.array(first)), v.take(pa.array(last)), row[first]
+    moff = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(row, minlength=n), out=moff[1:])
+    properties = pa.MapArray.from_arrays(pa.array(moff), k, v)
+
+    def lookup(name):
+        sel = np.flatnonzero(pc.equal(k, name).to_numpy(zero_copy_only=False))
+        idx = np.full(n, -1, dtype=np.int64)
+        idx[row[sel]] = sel
+        return v.take(pa.array(idx, mask=idx < 0))
+
+    tags = lookup("TAGS")
+    parts = pc.split_pattern(pc.fill_null(lookup("KEYS"), ""), " ")
+    kflat = parts.flatten()
+    krow = np.repeat(np.arange(n), np.diff(parts.offsets.to_numpy()))
+    nonempty = pc.not_equal(kflat, "").to_numpy(zero_copy_only=False)
+    koff = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(krow[nonempty], minlength=n), out=koff[1:])
+    keys = pa.ListArray.from_arrays(pa.array(koff), kflat.filter(pa.array(nonempty)))
+    return {"properties": properties, "tags": tags, "keys": keys}
+
+
+def _dedupe(row: np.ndarray, names):
+    """For properties whose name repeats within a record: ``(first, last)`` index arrays,
+    one per distinct (record, name), of its first entry and of its last one; None when no name
+    repeats (the usual case, checked column-wise). ``decode_properties`` builds a dict, which
+    keeps a repeated name at its first position with its last value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    codes = pc.dictionary_encode(names)
+    pair = row.astype(np.int64) * len(codes.dictionary) + codes.indices.to_numpy()
+    pair.sort()
+    if not len(pair) or np.all(pair[1:] != pair[:-1]):
+        return None
+    first: dict = {}
+    last: dict = {}
+    for i, key in enumerate(zip(row.tolist(), names.to_pylist())):
+        first.setdefault(key, i)
+        last[key] = i
+    order = sorted(first.values())
+    keys = {i: key for key, i in first.items()}
+    return (np.array(order, dtype=np.int64),
+            np.array([last[keys[i]] for i in order], dtype=np.int64))
+
+
+def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names):
+    """Record-by-record decode with ``engine.message.decode_record`` (any record kind).
+
+    Bodies are decompressed. Raises CorruptRecordError for a record that is not the one its
+    unit describes (see :func:`decode_units`)."""
+    import pyarrow as pa
+    rows = {name: [] for name in names}
+    for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
+        loc = commitlog.locate(off)
+        if loc is None:
+            raise CorruptRecordError("CommitLog offset is not in the store (deleted, or not "
+                                     "written yet)", off)
+        m, p = loc
+        if p + size > len(m):
+            raise CorruptRecordError("record runs past its CommitLog file", off)
+        try:
+            rec = decode_record(memoryview(m)[p:p + size], 0, check_crc=False, base_offset=off)
+            body = decompress_body(rec.body, rec.sys_flag) if "body" in rows else None
+        except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's
+            raise CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off) from exc
+        if rec.store_size != size:
+            raise CorruptRecordError(f"TOTALSIZE {rec.store_size} != the unit's size {size}",
+                                     off)
+        if (topic is not None and rec.topic != topic) or (queue_id is not None
+                                                          and rec.queue_id != queue_id):
+            raise CorruptRecordError(f"the record belongs to {rec.topic}/{rec.queue_id}, not "
+                                     f"{topic}/{queue_id}", off)
+        row = {
+            "queueId": rec.queue_id, "queue": rec.queue_id,
+            "queueOffset": rec.queue_offset if qoffs is None else int(qoffs[i]),
+            "commitLogOffset": rec.commitlog_offset, "storeSize": rec.store_size,
+            "msgId": rec.msg_id, "tags": rec.tags, "keys": rec.keys,
+            "bornTimestamp": rec.born_timestamp, "bornHost": _host(rec.born_host),
+            "storeTimestamp": rec.store_timestamp, "storeHost": _host(rec.store_host),
+            "sysFlag": rec.sys_flag, "flag": rec.flag, "bodyCRC": rec.body_crc,
+            "reconsumeTimes": rec.reconsume_times,
+            "preparedTransactionOffset": rec.prepared_transaction_offset,
+            "properties": list(rec.properties.items()), "topic": rec.topic,
+        }
+        for name in names:
+            rows[name].append(body if name == "body" else row[name])
+    schema = arrow_schema()
+    return pa.RecordBatch.from_arrays(
+        [pa.array(rows[x], type=schema.field(x).type) for x in names],
+        schema=pa.schema([schema.field(x) for x in names]))

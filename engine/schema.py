@@ -1,0 +1,96 @@
+"""The contract's message columns: names, Arrow types and Spark DDL, defined once.
+
+Mount contract sections 2.1 and 4. Every decoded form of a message uses these columns:
+``topics/*/messages.jsonl`` lines (:data:`LINE_COLUMNS`, JSON), the ``view/`` Parquet parts
+(:data:`PART_COLUMNS`: the partition columns ``topic`` and ``queue`` are left to the directory
+names ``topic=<t>/queue=<q>``), the ``rocketmq`` Spark data source and the columnar decoder
+(:func:`arrow_schema`: the part's columns, then ``topic`` and ``queue``, which is what
+``spark.read.parquet("file://MNT/view")`` returns).
+
+Units and encodings: ``bornTimestamp`` / ``storeTimestamp`` are epoch milliseconds (BIGINT);
+``storeSize`` is the bytes of the whole CommitLog record (TOTALSIZE); ``commitLogOffset`` its
+byte offset in the CommitLog; ``queueOffset`` the index of its ConsumeQueue unit; ``msgId`` the
+offset message id (``MessageDecoder.createMessageId``: 32 or 56 upper-case hex digits);
+``tags`` NULL when the message has none; ``keys`` the KEYS property split on spaces;
+``properties`` every property as a map (``string2messageProperties``); ``body`` the message
+body, decompressed, as BINARY.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LINE_COLUMNS", "PART_COLUMNS", "PARTITION_COLUMNS", "COLUMN_NAMES", "VIEW_DDL",
+           "DATASOURCE_DDL", "PART_DDL", "arrow_schema", "part_schema", "split_ddl"]
+
+# (name, Spark DDL type) of a message, in RocketMQ ``MessageExt`` order. Arrow types follow
+# from the DDL type (_ARROW below), so each column is written here once.
+LINE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("topic", "STRING"), ("queueId", "INT"), ("queueOffset", "BIGINT"),
+    ("commitLogOffset", "BIGINT"), ("storeSize", "INT"), ("msgId", "STRING"),
+    ("tags", "STRING"), ("keys", "ARRAY<STRING>"), ("bornTimestamp", "BIGINT"),
+    ("bornHost", "STRING"), ("storeTimestamp", "BIGINT"), ("storeHost", "STRING"),
+    ("sysFlag", "INT"), ("flag", "INT"), ("bodyCRC", "INT"), ("reconsumeTimes", "INT"),
+    ("preparedTransactionOffset", "BIGINT"), ("properties", "MAP<STRING,STRING>"),
+    ("body", "BINARY"),
+)
+#: Partition columns of ``view/`` (``topic=<t>/queue=<q>`` directories), in Spark's order.
+PARTITION_COLUMNS: tuple[tuple[str, str], ...] = (("topic", "STRING"), ("queue", "INT"))
+#: Columns stored in a ``view/`` Parquet part: a line's columns without the partition ``topic``.
+PART_COLUMNS: tuple[tuple[str, str], ...] = tuple(c for c in LINE_COLUMNS if c[0] != "topic")
+#: Columns of the decoder's batches and of the data source: the part's, then the partitions.
+_ALL = PART_COLUMNS + PARTITION_COLUMNS
+COLUMN_NAMES: tuple[str, ...] = tuple(n for n, _ in _ALL)
+
+
+def _ddl(cols) -> str:
+    return ", ".join(f"{n} {t}" for n, t in cols)
+
+
+#: DDL of one ``messages.jsonl`` line (the JSON view; topic first).
+VIEW_DDL = _ddl(LINE_COLUMNS)
+#: DDL of a ``view/`` Parquet part's own columns.
+PART_DDL = _ddl(PART_COLUMNS)
+#: DDL of ``spark.read.parquet(view)`` and of the ``rocketmq`` data source (``_schema.ddl``).
+DATASOURCE_DDL = _ddl(_ALL)
+
+
+def split_ddl(ddl: str) -> list[tuple[str, str]]:
+    """``[(column, type), ...]`` of a DDL column list (commas inside ``<...>`` kept)."""
+    fields, depth, start = [], 0, 0
+    for i, ch in enumerate(ddl):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            fields.append(ddl[start:i].strip())
+            start = i + 1
+    fields.append(ddl[start:].strip())
+    return [tuple(f.split(None, 1)) for f in fields]
+
+
+def _arrow_type(ddl_type: str):
+    import pyarrow as pa
+    s = pa.string()
+    return {"STRING": s, "INT": pa.int32(), "BIGINT": pa.int64(), "BINARY": pa.binary(),
+            "ARRAY<STRING>": pa.list_(s), "MAP<STRING,STRING>": pa.map_(s, s)}[ddl_type]
+
+
+_cache: dict = {}
+
+
+def arrow_schema():
+    """Arrow schema of the decoder's batches: :data:`PART_COLUMNS` then ``topic``, ``queue``."""
+    s = _cache.get("all")
+    if s is None:
+        import pyarrow as pa
+        s = _cache["all"] = pa.schema([(n, _arrow_type(t)) for n, t in _ALL])
+    return s
+
+
+def part_schema():
+    """Arrow schema of a ``view/`` Parquet part (:data:`PART_COLUMNS`)."""
+    s = _cache.get("part")
+    if s is None:
+        import pyarrow as pa
+        s = _cache["part"] = pa.schema([(n, _arrow_type(t)) for n, t in PART_COLUMNS])
+    return s

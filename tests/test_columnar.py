@@ -1,0 +1,302 @@
+"""The columnar decoder (engine.columnar) equals the per-record decoder (engine.message) and
+the independent reader (tests/refreader.py) on every fixture and on stores holding every record
+kind the engine writes; a damaged record raises CorruptRecordError naming its offset."""
+
+import os
+import shutil
+import zlib
+
+import numpy as np
+import pytest
+
+import refreader
+from conftest import FIXTURES
+from engine import columnar
+from engine.errors import CorruptRecordError
+from engine.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, NEED_UNWRAP_FLAG,
+                            TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE,
+                            decompress_body, encode_message, host_from_str)
+from engine.schema import arrow_schema
+from engine.store import Message, MessageStore, StoreConfig
+
+STORES = [FIXTURES / "rocketmq-4.9.8-written" / "store",
+          FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file",
+          FIXTURES / "apache-rocketmq-pr3535" / "store"]
+
+
+def _cfg(**kw):
+    base = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20,
+                max_hash_slot_num=64, max_index_num=256)
+    base.update(kw)
+    return StoreConfig(**base)
+
+
+def _ref_row(rec: dict) -> dict:
+    """What refreader says a row must be (body decompressed)."""
+    props = rec["properties"]
+    keys = props.get("KEYS")
+    return {
+        "topic": rec["topic"], "queueId": rec["queueId"], "queue": rec["queueId"],
+        "commitLogOffset": rec["physicalOffset"], "storeSize": rec["totalSize"],
+        "msgId": refreader.offset_msg_id(rec["storeHostRaw"], rec["physicalOffset"]),
+        "tags": props.get("TAGS"), "keys": [k for k in keys.split(" ") if k] if keys else [],
+        "bornTimestamp": rec["bornTimestamp"], "bornHost": rec["bornHost"],
+        "storeTimestamp": rec["storeTimestamp"], "storeHost": rec["storeHost"],
+        "sysFlag": rec["sysFlag"], "flag": rec["flag"], "bodyCRC": rec["bodyCRC"],
+        "reconsumeTimes": rec["reconsumeTimes"],
+        "preparedTransactionOffset": rec["preparedTransactionOffset"],
+        "properties": props, "body": decompress_body(rec["body"], rec["sysFlag"]),
+    }
+
+
+def _as_ref(row: dict) -> dict:
+    out = dict(row)
+    out["properties"] = dict(row["properties"])
+    return out
+
+
+def _check_store(root) -> int:
+    """Compare every queue and the whole CommitLog; returns the rows compared."""
+    root = str(root)
+    by_offset = {r["fileOffset"]: r for r in refreader.read_commitlog(
+        os.path.join(root, "commitlog"), check=False)}
+    files = columnar.StoreFiles(root)
+    rows = 0
+    for topic in files.topics():
+        for q in files.queue_ids(topic):
+            lo, hi = files.min_offset(topic, q), files.max_offset(topic, q)
+            units = files.queue(topic, q).units(lo, hi)
+            keep = units["size"] != columnar.BLANK_UNIT_SIZE
+            qoffs = np.arange(lo, hi)[keep]
+            units = units[keep]
+            fast = columnar.decode_units(files.commitlog, topic, q, units, qoffs)
+            slow = columnar.decode_units_per_record(files.commitlog, topic, q, units, qoffs)
+            assert fast.schema == arrow_schema()
+            assert fast.equals(slow), (topic, q)
+            via_batches = list(files.read_batches(topic, q, lo, hi, batch_rows=7))
+            assert sum(b.num_rows for b in via_batches) == fast.num_rows
+            ref_units = refreader.read_consumequeue(root, topic, q)
+            base = min(int(n) for n in os.listdir(os.path.join(root, "consumequeue", topic,
+                                                               str(q)))) // 20
+            for row in fast.to_pylist():
+                off, size, _ = ref_units[row["queueOffset"] - base]
+                assert (off, size) == (row["commitLogOffset"], row["storeSize"])
+                want = _ref_row(by_offset[off])
+                got = _as_ref(row)
+                got.pop("queueOffset")
+                assert got == want, off
+                rows += 1
+            # a column subset decodes to the same values
+            sub = columnar.decode_units(files.commitlog, topic, q, units, qoffs,
+                                        columns=("body", "queueOffset", "tags"))
+            assert sub.equals(fast.select(["body", "queueOffset", "tags"]))
+    # the CommitLog range walk finds every record refreader finds, in order
+    walked = [b for b in files.read_commitlog(batch_rows=5)]
+    got = [r for b in walked for r in b.to_pylist()]
+    assert [r["commitLogOffset"] for r in got] == sorted(by_offset)
+    for r in got:
+        rec = by_offset[r["commitLogOffset"]]
+        want = _ref_row(rec)
+        assert r["queueOffset"] == rec["queueOffset"]
+        r = _as_ref(r)
+        r.pop("queueOffset")
+        assert r == want
+    files.close()
+    return rows + len(got)
+
+
+@pytest.mark.parametrize("root", STORES, ids=lambda p: p.parts[-2])
+def test_columnar_equals_per_record_and_refreader_on_fixtures(root):
+    assert _check_store(root) > 0
+
+
+def _every_kind_store(root):
+    """V1 and V2 records, IPv6 hosts, zlib/lz4/zstd bodies, __CRC32#, transactions, delayed
+    messages, odd bodies and properties, a non-UTF-8 property, an inner-batch record (in the
+    CommitLog only), segments crossed."""
+    odd = [b"", b"plain", "ünï \u2028 \x00 \" \\".encode(), b"\xff\xfe\x00bin", b"x" * 9000]
+    with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=1024,
+                                      compress_type="LZ4")) as s:
+        long_topic = "%RETRY%" + "g" * 200
+        for t, n in (("T", 3), (long_topic, 1), ("Z", 1)):
+            s.create_topic(t, n)
+        msgs = []
+        for i, b in enumerate(odd * 4):
+            msgs.append(Message("T", b, tags=["a", None, "Tä\"g", ""][i % 4],
+                                keys=[None, "k1  k2 ", ["only"]][i % 3],
+                                properties=[None, {"ü": "\n", "e": ""}, {"x": "a\x01b"}][i % 3]))
+        s.put_messages(msgs)
+        s.put_messages([Message("T", b"big " * 2000), Message("T", b"big " * 2000,
+                                                               compress=False)])
+        s.put_messages([Message(long_topic, b"v2 record", tags="r")])
+        s.put_messages([Message("T", b"from v6", born_host=host_from_str("[2001:db8::7]:42"))])
+        s.put_messages([Message("T", b"delayed", delay_level=2)])
+        s.put_messages([Message("T", b"half", sys_flag=TRANSACTION_PREPARED_TYPE)])
+        s.put_messages([Message("T", b"commit", sys_flag=TRANSACTION_COMMIT_TYPE)])
+        s.put_messages([Message("Z", zlib.compress(b"legacy zlib"), sys_flag=COMPRESSED_FLAG,
+                                compress=False)])
+        host = (b"\x7f\0\0\1", 1)
+        e = encode_message("Z", b"inner", queue_id=0, born_timestamp=1, born_host=host,
+                           store_host=host, sys_flag=INNER_BATCH_FLAG | NEED_UNWRAP_FLAG,
+                           properties={"INNER_NUM": "3", "INNER_BASE": "0"})
+        s.commitlog.append([e], [0])
+        s.put_messages([Message("Z", b"after inner", tags="z")])
+    for kind in ("ZSTD", "ZLIB"):
+        with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=1024,
+                                          compress_type=kind)) as s:
+            s.put_messages([Message("T", b"compress me " * 500)] * 3)
+    with MessageStore(str(root), _cfg(enabled_append_prop_crc=True)) as s:
+        s.put_messages([Message("T", b"with crc property", tags="c")] * 3)
+    with MessageStore(str(root), _cfg(broker_ip1="::1")) as s:
+        s.put_messages([Message("T", b"stored by a v6 broker")] * 2)
+    return root
+
+
+def test_columnar_on_every_record_kind(tmp_path):
+    root = _every_kind_store(tmp_path / "s")
+    recs = refreader.read_commitlog(root / "commitlog", check=False)
+    flags = {r["sysFlag"] for r in recs}
+    assert any(f & COMPRESSED_FLAG for f in flags) and any(f & 0x30 for f in flags)
+    assert any(f & INNER_BATCH_FLAG for f in flags)
+    assert any(r["magic"] == 0xDAA320AB for r in recs)
+    assert _check_store(root) > 2 * len(recs) - 10
+
+
+def test_mixed_runs_keep_their_order(tmp_path, monkeypatch):
+    """Common and rare records interleaved in one queue come back in queue order."""
+    root = tmp_path / "s"
+    with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=100)) as s:
+        s.create_topic("M", 1)
+        s.put_messages([Message("M", (b"%d " % i) * (1 + 60 * (i % 3 == 0)))
+                        for i in range(50)])
+    files = columnar.StoreFiles(str(root))
+    slow_rows = []
+    real = columnar._slow_batch
+
+    def counting(cl, offs, *a):
+        slow_rows.extend(offs.tolist())
+        return real(cl, offs, *a)
+    monkeypatch.setattr(columnar, "_slow_batch", counting)
+    got = [r for b in files.read_batches("M", 0, 0, 50) for r in b.to_pylist()]
+    # only the compressed records took the per-record decoder
+    assert sorted(slow_rows) == [r["commitLogOffset"] for r in got
+                                 if r["sysFlag"] & COMPRESSED_FLAG]
+    assert [r["queueOffset"] for r in got] == list(range(50))
+    assert [r["body"] for r in got] == [(b"%d " % i) * (1 + 60 * (i % 3 == 0))
+                                        for i in range(50)]
+    assert any(r["sysFlag"] & COMPRESSED_FLAG for r in got)
+
+
+def test_repeated_property_names_decode_like_a_dict():
+    props = b"A\x01one\x02TAGS\x01t1\x02A\x01two\x02\x02x\x01\x02TAGS\x01t2\x02"
+    mv = memoryview(props + b"B\x01b\x02")
+    cols = columnar._properties_columns(mv, np.array([0, len(props)]),
+                                        np.array([len(props), 4]), 2)
+    want = [{"A": "two", "TAGS": "t2"}, {"B": "b"}]
+    from engine.message import decode_properties
+    assert [decode_properties(props), decode_properties(b"B\x01b\x02")] == want
+    assert cols["properties"].to_pylist() == [list(w.items()) for w in want]
+    assert cols["tags"].to_pylist() == ["t2", None]
+
+
+def _damage(root, mutate):
+    files = columnar.StoreFiles(str(root))
+    units = files.queue("D", 0).units(0, 10)
+    offs = [int(u) for u in units["off"]]
+    sizes = [int(u) for u in units["size"]]
+    files.close()
+    mutate(root, offs, sizes)
+    files = columnar.StoreFiles(str(root))
+    try:
+        with pytest.raises(CorruptRecordError) as info:
+            for _ in files.read_batches("D", 0, 0, 10):
+                pass
+        return info.value, offs
+    finally:
+        files.close()
+
+
+def sizes_of(root):
+    return [r["totalSize"] for r in refreader.read_commitlog(root / "commitlog", check=False)]
+
+
+def _patch(path, pos, data):
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
+
+
+@pytest.mark.parametrize("what", ["magic", "totalsize", "physical", "bodylen", "unit_size",
+                                  "unit_offset", "queue", "topic"])
+def test_damaged_record_raises_naming_its_offset(tmp_path, what):
+    root = tmp_path / "s"
+    with MessageStore(str(root), _cfg()) as s:
+        s.create_topic("D", 1)
+        s.create_topic("E", 1)
+        s.put_messages([Message("D", b"body %d" % i, tags="t") for i in range(10)])
+        s.put_messages([Message("E", b"other")])
+    cl = root / "commitlog" / f"{0:020d}"
+    cq = root / "consumequeue" / "D" / "0" / f"{0:020d}"
+
+    def mutate(root, offs, sizes):
+        o = offs[4]
+        if what == "magic":
+            _patch(cl, o + 4, b"\0\0\0\0")
+        elif what == "totalsize":
+            _patch(cl, o, (sizes[4] + 1).to_bytes(4, "big"))
+        elif what == "physical":
+            _patch(cl, o + 28, (o + 1).to_bytes(8, "big"))
+        elif what == "bodylen":
+            _patch(cl, o + 84, (200).to_bytes(4, "big"))
+        elif what == "unit_size":
+            _patch(cq, 4 * 20 + 8, (sizes[4] - 3).to_bytes(4, "big"))
+        elif what == "unit_offset":
+            _patch(cq, 4 * 20, (o + 7).to_bytes(8, "big"))
+        elif what == "queue":
+            _patch(cl, o + 12, (3).to_bytes(4, "big"))
+        elif what == "topic":  # the unit points at a record of topic E
+            e_off = offs[-1] + sizes[-1]
+            _patch(cq, 4 * 20, e_off.to_bytes(8, "big"))
+            _patch(cq, 4 * 20 + 8, refreader.read_commitlog(root / "commitlog")[-1][
+                "totalSize"].to_bytes(4, "big"))
+    err, offs = _damage(root, mutate)
+    if what in ("unit_offset",):
+        assert err.offset == offs[4] + 7
+    elif what == "topic":
+        assert err.offset == offs[-1] + sizes_of(root)[-2] and "belongs to E/0" in str(err)
+    else:
+        assert err.offset == offs[4]
+    assert f"offset {err.offset}" in str(err)
+
+
+def test_damaged_rare_record_raises_too(tmp_path):
+    """A compressed (per-record path) record with a bad magic or whose body does not
+    decompress raises instead of giving a row."""
+    root = tmp_path / "s"
+    with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=10)) as s:
+        s.create_topic("D", 1)
+        s.put_messages([Message("D", b"compress this body " * 20) for _ in range(10)])
+
+    def mutate(root, offs, sizes):
+        _patch(root / "commitlog" / f"{0:020d}", offs[4] + 88 + 2, b"\xff\xff\xff\xff")
+    err, offs = _damage(root, mutate)
+    assert "decompress" in str(err)
+
+
+def test_store_files_open_read_only_without_the_lock(tmp_path):
+    """A store held by a writer is readable; nothing is created or written."""
+    root = tmp_path / "s"
+    with MessageStore(str(root), _cfg()) as s:
+        s.create_topic("R", 1)
+        s.put_messages([Message("R", b"m%d" % i) for i in range(5)])
+        before = {p: os.stat(os.path.join(d, p)).st_mtime_ns
+                  for d, _, fs in os.walk(root) for p in fs}
+        files = columnar.StoreFiles(str(root))
+        rows = [r["body"] for b in files.read_batches("R", 0, 0, files.max_offset("R", 0))
+                for r in b.to_pylist()]
+        assert rows == [b"m%d" % i for i in range(5)]
+        files.close()
+        after = {p: os.stat(os.path.join(d, p)).st_mtime_ns
+                 for d, _, fs in os.walk(root) for p in fs}
+        assert after == before
+    shutil.rmtree(root)

@@ -1,0 +1,175 @@
+"""The render cache over a real mount: bounded by --cache-size while a store twice as large is
+read end to end, parts byte-identical after eviction and after a remount, and a reader killed
+during a render exits at once while umount still works."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import Mount, fuse, run_rmqfs
+from engine.store import Message, MessageStore
+
+CACHE = 3 << 20
+
+
+class CacheMount(Mount):
+    def __init__(self, store, mnt, cache_dir, *extra):
+        self.cache_dir, self.extra = cache_dir, extra
+        super().__init__(store, mnt)
+
+    def mount(self):
+        run_rmqfs("mount", self.store, self.mnt, "--log-file", self.log, "--cache-dir",
+                  self.cache_dir, *self.extra)
+        assert os.path.ismount(self.mnt)
+        return self
+
+
+def _du(path) -> int:
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def _read_parts(view) -> dict:
+    out = {}
+    for d, _, files in sorted(os.walk(view)):
+        for f in sorted(files):
+            if f.endswith(".parquet"):
+                p = os.path.join(d, f)
+                st = os.stat(p)
+                with open(p, "rb") as fh:
+                    data = fh.read()
+                assert len(data) == st.st_size
+                out[os.path.relpath(p, view)] = (st.st_size, st.st_mtime_ns,
+                                                 hashlib.sha256(data).hexdigest())
+    return out
+
+
+@fuse
+def test_cache_stays_under_cache_size_and_parts_are_stable(tmp_path):
+    store = tmp_path / "store"
+    with MessageStore(str(store)) as s:
+        s.create_topic("Big", 8)
+        for q in range(8):  # incompressible bodies: ~6 MB of parts, twice the cache
+            s.put_messages([Message("Big", os.urandom(512), queue_id=q, tags="t")
+                            for _ in range(1500)])
+    cache = tmp_path / "cache"
+    m = CacheMount(store, tmp_path / "mnt", cache, "--cache-size", "3M")
+    peak = [0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], _du(cache))
+            time.sleep(0.01)
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        first = _read_parts(m.mnt / "view")
+        second = _read_parts(m.mnt / "view")  # most of it evicted and rendered again
+    finally:
+        stop.set()
+        t.join()
+    try:
+        assert len(first) == 8
+        assert sum(v[0] for v in first.values()) > 2 * CACHE
+        assert 0 < peak[0] <= CACHE, peak[0]
+        assert second == first  # same bytes, size and mtime after eviction
+        m.umount()
+        m2 = CacheMount(store, tmp_path / "mnt2", tmp_path / "cache2", "--cache-size", "3M")
+        assert _read_parts(m2.mnt / "view") == first  # and after a remount
+        m2.umount()
+    finally:
+        m.cleanup()
+
+
+@fuse
+def test_a_killed_reader_exits_at_once_and_umount_works(tmp_path, monkeypatch):
+    # every rendered batch (2048 messages) of a JSON view sleeps 0.5 s in the daemon: 4 s
+    monkeypatch.setenv("RMQFS_TEST_RENDER_PAUSE", "0.5")
+    store = tmp_path / "store"
+    with MessageStore(str(store)) as s:
+        s.create_topic("Slow", 1)
+        s.put_messages([Message("Slow", b"m%d" % i) for i in range(16_000)])
+    m = CacheMount(store, tmp_path / "mnt", tmp_path / "cache")
+    try:
+        pid = m.pid
+        reader = subprocess.Popen(["cat", str(m.mnt / "topics" / "Slow" / "messages.jsonl")],
+                                  stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+        assert reader.poll() is None  # waiting on the render
+        t0 = time.monotonic()
+        reader.send_signal(signal.SIGKILL)
+        reader.wait(timeout=10)
+        assert time.monotonic() - t0 < 1.5
+        t0 = time.monotonic()
+        run_rmqfs("umount", m.mnt, timeout=30)  # not refused as busy
+        assert not os.path.ismount(m.mnt)
+        assert time.monotonic() - t0 < 10
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the daemon did not exit")
+    finally:
+        m.cleanup()
+
+
+def test_json_views_are_evicted_lru_and_their_sizes_kept(tmp_path, monkeypatch):
+    """messages.jsonl views share the bound: least recently used ones are evicted (not while
+    open), a stat of an evicted, unchanged view needs no render, a read renders the same
+    bytes again."""
+    import fusefs.views as V
+    from fusefs import render as R
+    from fusefs.nodes import ViewHandle
+    store = MessageStore(str(tmp_path / "s"))
+    try:
+        store.create_topic("J", 4)
+        for q in range(4):
+            store.put_messages([Message("J", os.urandom(200).hex().encode(), queue_id=q)
+                                for _ in range(1000)])
+        views = V.ViewCache(store, str(tmp_path / "cache"), cache_size=1 << 20)
+        first = {}
+        for q in range(4):
+            v = views.queue("messages", "J", q, R.render_message)
+            first[q] = (v.log.size, v.log.read(0, 1 << 30))
+            v.used = 0  # as if used long ago
+        assert sum(size for size, _ in first.values()) > 1 << 20
+        assert views.json_bytes() <= 1 << 20
+        evicted = [q for q in range(4) if ("messages", "J", q) not in views._views]
+        assert evicted
+        q = evicted[0]
+        calls = []
+        monkeypatch.setattr(V, "_render_chunks",
+                            lambda *a, real=V._render_chunks: calls.append(1) or real(*a))
+        assert views.peek("messages", "J", q).log.size == first[q][0]  # no render
+        assert not calls
+        v = views.queue("messages", "J", q, R.render_message)
+        assert calls and (v.log.size, v.log.read(0, 1 << 30)) == first[q]
+        h = ViewHandle(v.log)  # an open view is never evicted
+        v.used = 0
+        for other in range(4):
+            views.queue("messages", "J", other, R.render_message).used = 0
+        assert views._views.get(("messages", "J", q)) is v
+        h.release()
+        store.put_messages([Message("J", b"new", queue_id=evicted[-1])])
+        if ("messages", "J", evicted[-1]) not in views._views:
+            assert views.peek("messages", "J", evicted[-1]) is None  # changed: re-render
+        views.close()
+    finally:
+        store.close()
