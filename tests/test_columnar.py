@@ -110,6 +110,11 @@ def test_columnar_equals_per_record_and_refreader_on_fixtures(root):
     assert _check_store(root) > 0
 
 
+def _put_internal(store, msgs):
+    """Put records a client could not send (odd properties, broker-internal topics) on purpose."""
+    return store.put_messages(msgs, internal=True)
+
+
 def _every_kind_store(root):
     """V1 and V2 records, IPv6 hosts, zlib/lz4/zstd bodies, __CRC32#, transactions, delayed
     messages, odd bodies and properties, a non-UTF-8 property, an inner-batch record (in the
@@ -125,30 +130,30 @@ def _every_kind_store(root):
             msgs.append(Message("T", b, tags=["a", None, "Tä\"g", ""][i % 4],
                                 keys=[None, "k1  k2 ", ["only"]][i % 3],
                                 properties=[None, {"ü": "\n", "e": ""}, {"x": "a\x01b"}][i % 3]))
-        s.put_messages(msgs)
-        s.put_messages([Message("T", b"big " * 2000), Message("T", b"big " * 2000,
+        _put_internal(s, msgs)
+        _put_internal(s, [Message("T", b"big " * 2000), Message("T", b"big " * 2000,
                                                                compress=False)])
-        s.put_messages([Message(long_topic, b"v2 record", tags="r")])
-        s.put_messages([Message("T", b"from v6", born_host=host_from_str("[2001:db8::7]:42"))])
-        s.put_messages([Message("T", b"delayed", delay_level=2)])
-        s.put_messages([Message("T", b"half", sys_flag=TRANSACTION_PREPARED_TYPE)])
-        s.put_messages([Message("T", b"commit", sys_flag=TRANSACTION_COMMIT_TYPE)])
-        s.put_messages([Message("Z", zlib.compress(b"legacy zlib"), sys_flag=COMPRESSED_FLAG,
+        _put_internal(s, [Message(long_topic, b"v2 record", tags="r")])
+        _put_internal(s, [Message("T", b"from v6", born_host=host_from_str("[2001:db8::7]:42"))])
+        _put_internal(s, [Message("T", b"delayed", delay_level=2)])
+        _put_internal(s, [Message("T", b"half", sys_flag=TRANSACTION_PREPARED_TYPE)])
+        _put_internal(s, [Message("T", b"commit", sys_flag=TRANSACTION_COMMIT_TYPE)])
+        _put_internal(s, [Message("Z", zlib.compress(b"legacy zlib"), sys_flag=COMPRESSED_FLAG,
                                 compress=False)])
         host = (b"\x7f\0\0\1", 1)
         e = encode_message("Z", b"inner", queue_id=0, born_timestamp=1, born_host=host,
                            store_host=host, sys_flag=INNER_BATCH_FLAG | NEED_UNWRAP_FLAG,
                            properties={"INNER_NUM": "3", "INNER_BASE": "0"})
         s.commitlog.append([e], [0])
-        s.put_messages([Message("Z", b"after inner", tags="z")])
+        _put_internal(s, [Message("Z", b"after inner", tags="z")])
     for kind in ("ZSTD", "ZLIB"):
         with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=1024,
                                           compress_type=kind)) as s:
-            s.put_messages([Message("T", b"compress me " * 500)] * 3)
+            _put_internal(s, [Message("T", b"compress me " * 500)] * 3)
     with MessageStore(str(root), _cfg(enabled_append_prop_crc=True)) as s:
-        s.put_messages([Message("T", b"with crc property", tags="c")] * 3)
+        _put_internal(s, [Message("T", b"with crc property", tags="c")] * 3)
     with MessageStore(str(root), _cfg(broker_ip1="::1")) as s:
-        s.put_messages([Message("T", b"stored by a v6 broker")] * 2)
+        _put_internal(s, [Message("T", b"stored by a v6 broker")] * 2)
     return root
 
 

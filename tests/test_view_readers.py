@@ -37,7 +37,7 @@ def mounted(tmp_path_factory):
             Message(DLQ, b"", queue_id=1),
             Message("TopicA", compress_body(b"zipped " * 50, COMPRESSION_ZLIB), queue_id=1,
                     sys_flag=COMPRESSED_FLAG | COMPRESSION_ZLIB),
-        ])
+        ], internal=True)  # broker-written records (RETRY_TOPIC, empty body) on purpose
         for start in range(0, BULK, 20_000):
             s.put_messages([Message("Bulk", b"line %d" % i, queue_id=0, tags=f"L{i % 5}",
                                     keys=[f"b{i}"])
