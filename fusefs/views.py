@@ -169,19 +169,19 @@ def _render_chunks(parts: "PartCache", log_: RenderedLog, topic: str, chunks, ki
     from collections import deque
     ahead = deque()
     depth = 2 * parts.workers
-    for queue_ids, units, qoffs in chunks:
-        keep = units["size"] != BLANK_UNIT_SIZE
-        if not keep.all():
-            units, qoffs = units[keep], qoffs[keep]
-            if not isinstance(queue_ids, int):
-                queue_ids = queue_ids[keep]
-        if not len(units):
-            continue
-        ahead.append(parts.submit_task(R.render_view_chunk, parts.commitlog_dir, topic,
-                                       queue_ids, units, qoffs, kind))
-        while len(ahead) >= depth:
-            log_.append_block(*ahead.popleft().result())
     try:
+        for queue_ids, units, qoffs in chunks:
+            keep = units["size"] != BLANK_UNIT_SIZE
+            if not keep.all():
+                units, qoffs = units[keep], qoffs[keep]
+                if not isinstance(queue_ids, int):
+                    queue_ids = queue_ids[keep]
+            if not len(units):
+                continue
+            ahead.append(parts.submit_task(R.render_view_chunk, parts.commitlog_dir, topic,
+                                           queue_ids, units, qoffs, kind))
+            while len(ahead) >= depth:
+                log_.append_block(*ahead.popleft().result())
         while ahead:
             log_.append_block(*ahead.popleft().result())
     finally:

@@ -173,3 +173,37 @@ def test_json_views_are_evicted_lru_and_their_sizes_kept(tmp_path, monkeypatch):
         views.close()
     finally:
         store.close()
+
+
+def test_json_views_render_in_the_worker_processes_in_order(tmp_path):
+    # A topic view larger than one chunk renders in the worker pool (not in the calling
+    # thread) and equals the per-record renderer merged in CommitLog order, also as it grows.
+    import fusefs.render as R
+    import fusefs.views as V
+    store = MessageStore(str(tmp_path / "s"))
+    try:
+        store.create_topic("W", 3)
+        for i in range(5):
+            store.put_messages([Message("W", f"m{i}-{j} \"q\" \\ é".encode(), tags=f"t{j % 3}",
+                                        keys=[f"k{j}"], queue_id=j % 3)
+                                for j in range(V.COLUMNAR_BATCH)])
+        views = V.ViewCache(store, str(tmp_path / "cache"), workers=2)
+        try:
+            main_pid = os.getpid()
+            v = views.topic("messages", "W", R.render_message)
+            procs = views.parts._pool._processes
+            assert procs and all(pid != main_pid for pid in procs)
+
+            def expected():
+                recs = [r for q in range(3) for _, r in store.iter_queue("W", q)]
+                recs.sort(key=lambda r: r.commitlog_offset)
+                return b"".join(R.render_message(r) for r in recs)
+            assert v.log.read(0, 1 << 30) == expected()
+            assert len(v.log.ends) == 5 * V.COLUMNAR_BATCH
+            store.put_messages([Message("W", b"late", queue_id=q) for q in (2, 0)])
+            v = views.topic("messages", "W", R.render_message)
+            assert v.log.read(0, 1 << 30) == expected()
+        finally:
+            views.close()
+    finally:
+        store.close()
