@@ -48,6 +48,7 @@ from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIEL
                       INT32, INT64, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, NEED_UNWRAP_FLAG,
                       STOREHOSTADDRESS_V6_FLAG, decode_record, decompress_body, host_to_str)
 from .schema import arrow_schema
+from .validation import parse_decimal
 
 __all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "SCHEDULE_TOPIC", "decode_units",
            "decode_topic_units", "decode_units_per_record", "decode_commitlog", "arrow_schema"]
@@ -253,9 +254,12 @@ class StoreFiles:
         """Queue ids of a topic that have a ConsumeQueue directory, sorted."""
         base = os.path.join(self.root, "consumequeue", topic)
         try:
-            return sorted(int(q) for q in os.listdir(base) if q.isdigit())
+            names = os.listdir(base)
         except FileNotFoundError:
             return []
+        # canonical decimal names only, as the store reads them ("007" or "²" is no queue)
+        return sorted(q for q in map(parse_decimal, names) if q is not None
+                      and os.path.isdir(os.path.join(base, str(q))))
 
     def queue(self, topic: str, queue_id: int) -> QueueFiles:
         """The :class:`QueueFiles` of one queue (cached)."""

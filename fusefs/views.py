@@ -219,7 +219,7 @@ class QueueView:
             try:
                 _render_chunks(self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind)
             except StoreError as exc:  # a damaged unit: status.json names the queue
-                self.store.note_damage(self.topic, self.queue_id, self.next_offset(), exc)
+                self.store.note_damage(self.topic, self.queue_id, self.next_offset, exc)
                 raise
 
     def _chunks(self, cq, nxt: int, end: int):

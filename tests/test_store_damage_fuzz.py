@@ -10,7 +10,7 @@ child process per case with a time limit (a hang fails the case):
 * nothing outside the store is written: link targets (a file and a directory beside the
   store) keep their names, sizes and checksums;
 * when recover succeeds, the store loads in every reader: the engine (every queue read
-  through ``iter_queue``), verify (clean), ``pipeline.storereader`` (Arrow batches) and the
+  through ``iter_queue``), verify (clean), ``engine.columnar`` (Arrow batches) and the
   independent ``tests/refreader.py``, and they agree on the message count.
 """
 
@@ -188,17 +188,15 @@ if out["recover"][0] == 0:
     res = verify_store(root, cfg)
     counts["verify_ok"] = res.ok
     counts["verify_errors"] = [str(p) for p in res.errors][:5]
-    from pipeline import storereader
+    from engine import columnar
     if os.path.isdir(os.path.join(root, "commitlog")):
-        files = storereader.StoreFiles(root)
+        files = columnar.StoreFiles(root)
         n = 0
         for t in files.topics():
-            # set(): storereader takes a stray "00000000000000000000" entry for queue 0 too
-            # (verify warns about such entries; see the issue 9 report)
-            for q in sorted(set(files.queue_ids(t))):
+            for q in files.queue_ids(t):
                 lo, hi = files.min_offset(t, q), files.max_offset(t, q)
                 n += sum(b.num_rows for b in files.read_batches(t, q, lo, hi))
-        counts["storereader"] = n
+        counts["columnar"] = n
         sys.path.insert(0, os.path.join({repo!r}, "tests"))
         import refreader
         recs = refreader.read_commitlog(os.path.join(root, "commitlog"))
@@ -258,7 +256,7 @@ def test_damaged_stores_never_crash_hang_or_escape(base_store):
             if r is not None:
                 if not r["verify_ok"]:
                     failures.append(f"{case}: recover said OK but verify: {r['verify_errors']}")
-                n = {r["engine"], r.get("storereader", 0), r.get("refreader_units", 0),
+                n = {r["engine"], r.get("columnar", 0), r.get("refreader_units", 0),
                      r.get("refreader_records", 0)}
                 if len(n) != 1:
                     failures.append(f"{case}: readers disagree after recover: {r}")
