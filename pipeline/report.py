@@ -339,7 +339,7 @@ def write_report(tables: dict, out_dir: str) -> dict[str, list[str]]:
 
 #: Buckets of the messages-over-time chart: (ms, name). The smallest that gives at most
 #: _CHART_POINTS points over the stored time span is used.
-CHART_BUCKETS = ((1_000, "second"), (10_000, "10 seconds"), (_MINUTE_MS, "minute"),
+CHART_BUCKETS = ((10, "10 ms"), (100, "100 ms"), (1_000, "second"), (10_000, "10 seconds"), (_MINUTE_MS, "minute"),
                  (10 * _MINUTE_MS, "10 minutes"), (60 * _MINUTE_MS, "hour"),
                  (6 * 60 * _MINUTE_MS, "6 hours"), (24 * 60 * _MINUTE_MS, "day"),
                  (7 * 24 * 60 * _MINUTE_MS, "week"), (30 * 24 * 60 * _MINUTE_MS, "30 days"))
@@ -348,7 +348,8 @@ _CHART_POINTS = 240
 
 def chart_bucket(span_ms: int) -> tuple[int, str]:
     """``(bucket ms, name)`` for a chart of messages over ``span_ms`` (last minus first
-    storeTimestamp): a burst of seconds is drawn per second, a day per 10 minutes, months per
+    storeTimestamp): a burst of logs produced in under a second is drawn per 10 ms, minutes per
+    second, a day per 10 minutes, months per
     day."""
     for ms, name in CHART_BUCKETS:
         if span_ms // ms + 1 <= _CHART_POINTS:

@@ -108,8 +108,9 @@ def test_not_a_mount_is_a_clear_error(tmp_path, capsys):
 
 def test_chart_bucket_suits_the_time_span():
     """A burst of seconds is charted per second, an hour per 10 seconds... at most 240 points."""
-    assert report.chart_bucket(0) == (1_000, "second")
-    assert report.chart_bucket(3_500) == (1_000, "second")
+    assert report.chart_bucket(0) == (10, "10 ms")  # one burst: its shape, not one dot
+    assert report.chart_bucket(540) == (10, "10 ms")
+    assert report.chart_bucket(3_500) == (100, "100 ms")
     assert report.chart_bucket(239_000) == (1_000, "second")
     assert report.chart_bucket(240_000)[1] == "10 seconds"
     assert report.chart_bucket(30 * 60_000)[1] == "10 seconds"
