@@ -74,25 +74,6 @@ class RenderedLog:
         self.lock = threading.Lock()
         self.opens = 0  # open file handles reading it (an evicted log must have none)
 
-    def append(self, lines: list[bytes], newest_ms: int) -> None:
-        """Append rendered lines (caller holds :attr:`lock`)."""
-        if not lines:
-            return
-        data = b"".join(lines)
-        view = memoryview(data)
-        pos = self.size
-        while view:
-            n = os.pwrite(self.fd, view, pos)
-            view = view[n:]
-            pos += n
-        end = self.size
-        ends = self.ends
-        for line in lines:
-            end += len(line)
-            ends.append(end)
-        self.size = end
-        self.mtime_ms = max(self.mtime_ms, newest_ms)
-
     def append_block(self, data: bytes, ends, newest_ms: int) -> None:
         """Append lines already joined: ``ends[i]`` is the end of line ``i`` within ``data``
         (caller holds :attr:`lock`)."""
