@@ -211,9 +211,14 @@ assert FIXED_V4.size == BODY_LENGTH_POSITION + INT32.size
 assert MIN_RECORD_SIZE == FIXED_V4.size + TOPIC_LENGTH_SIZE_V1 + PROPERTIES_LENGTH_SIZE
 
 
+#: ``UtilAll.crc32`` keeps 31 bits of the CRC-32 (BODYCRC and the ``__CRC32#`` value). Loops
+#: that cannot afford a call to :func:`body_crc` per record use ``crc32(b) & BODY_CRC_MASK``.
+BODY_CRC_MASK = 0x7FFFFFFF
+
+
 def body_crc(body: bytes) -> int:
     """``UtilAll.crc32``: CRC-32/IEEE (zlib) of the stored body, masked to 31 bits."""
-    return crc32(body) & 0x7FFFFFFF
+    return crc32(body) & BODY_CRC_MASK
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
@@ -482,7 +487,7 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
     if expected != total:
         raise CorruptRecordError(f"TOTALSIZE {total} != calMsgLength {expected}", pos)
     if check_crc:
-        if crc != (crc32(body) & 0x7FFFFFFF):
+        if crc != (crc32(body) & BODY_CRC_MASK):
             raise CorruptRecordError("body CRC mismatch", pos)
         if props_len >= CRC32_RESERVED_LEN or force_verify_prop_crc:
             ok = prop_crc_status(buf, pos, total)
@@ -565,7 +570,7 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
         raise MessageTooLargeError(
             f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
     buf = bytearray(total)
-    crc = crc32(body) & 0x7FFFFFFF
+    crc = crc32(body) & BODY_CRC_MASK
     if not sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
         FIXED_V4.pack_into(buf, 0, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, 0, 0,
                            sys_flag, born_timestamp, born_host[0], born_host[1], 0,
