@@ -39,12 +39,12 @@ def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
     Returns ``(size in bytes or 0 when no file tells, trusted)``: ``trusted`` is False when
     the only evidence is one file (a lone torn file could be shorter than the real size).
     """
-    from .mappedfile import SEGMENT_NAME
+    from .mappedfile import segment_names
     full: dict[int, int] = {}
     every: dict[int, int] = {}
     for qdir in qdirs:
         try:
-            names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n))
+            names = segment_names(qdir)
         except OSError:
             continue
         for i, n in enumerate(names):

@@ -56,7 +56,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the spark extra
     _PYSPARK_IMPORT_ERROR = _exc
 
-from pipeline.schema import DATASOURCE_DDL
+from engine.schema import DATASOURCE_DDL
 
 __all__ = ["build_session", "Mount", "read_view", "read_lag", "compute_report", "write_report",
            "write_charts", "summary", "main"]
@@ -178,7 +178,7 @@ def read_view(spark: "SparkSession", mount: Mount) -> "DataFrame":
 
 
 def _top_level(ddl: str) -> list[str]:
-    from pipeline.schema import split_ddl
+    from engine.schema import split_ddl
     return [f"{n} {t}" for n, t in split_ddl(ddl)]
 
 
