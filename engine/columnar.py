@@ -39,7 +39,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE
+from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC
 from .errors import CorruptRecordError
 from .javahash import tags_code
 from .mappedfile import segment_names
@@ -78,7 +78,7 @@ assert RECORD_DTYPE.itemsize == FIXED_V4.size
 assert all(RECORD_DTYPE.fields[n][1] == at for n, at in FIXED_V4_POSITIONS.items())
 _FIXED = FIXED_V4.size
 #: A ConsumeQueue unit (``engine.consumequeue.UNIT``: commitLogOffset | size | tagsCode).
-UNIT_DTYPE = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+UNIT_DTYPE = np.dtype(UNIT_DTYPE_SPEC)
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
 # SYSFLAG bits whose records take the per-record decoder.
 _RARE_FLAGS = (COMPRESSED_FLAG | BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG | INNER_BATCH_FLAG

@@ -24,8 +24,16 @@ import threading
 from .mappedfile import FileQueue
 
 CQ_STORE_UNIT_SIZE = 20
-UNIT = struct.Struct(">qiq")  # commitLogOffset | size | tagsCode
-_UNIT_DTYPE = [("off", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # UNIT for numpy
+#: (numpy field name, struct format) of a unit: commitLogOffset | size | tagsCode. The one list
+#: UNIT, pack_units and the numpy dtype (UNIT_DTYPE_SPEC; ``engine.columnar.UNIT_DTYPE``) are
+#: built from.
+UNIT_FIELDS: tuple[tuple[str, str], ...] = (("off", "q"), ("size", "i"), ("tags", "q"))
+_UNIT_FORMAT = "".join(fmt for _, fmt in UNIT_FIELDS)
+UNIT = struct.Struct(">" + _UNIT_FORMAT)  # commitLogOffset | size | tagsCode
+assert UNIT.size == CQ_STORE_UNIT_SIZE
+#: UNIT as a numpy dtype description (``np.dtype(UNIT_DTYPE_SPEC)``; numpy is imported lazily).
+UNIT_DTYPE_SPEC = [(name, f">i{struct.calcsize(fmt)}") for name, fmt in UNIT_FIELDS]
+_UNIT_DTYPE = UNIT_DTYPE_SPEC
 DEFAULT_UNITS_PER_FILE = 300_000
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
@@ -67,7 +75,7 @@ def pack_units(flat: list[int]) -> bytes:
     n = len(flat) // 3
     st = _UNITS_STRUCTS.get(n)
     if st is None:
-        st = struct.Struct(">" + "qiq" * n)
+        st = struct.Struct(">" + _UNIT_FORMAT * n)
         if len(_UNITS_STRUCTS) < 1024:
             _UNITS_STRUCTS[n] = st
     return st.pack(*flat)
