@@ -3,7 +3,7 @@
 that the record decoder and verify share.
 
 The small HDFS store and broker.conf fixtures are test_admin.py's (the other offline commands
-run on the same stores)."""
+run on the same stores); the 8 KiB-segment stores are test_store_hardening.py's."""
 
 import json
 import os
@@ -15,7 +15,9 @@ import pytest
 from conftest import FIXTURES, copy_fixture, fuse, run_rmqfs
 from engine.consumequeue import UNIT
 from engine.store import Message, MessageStore, StoreConfig
+from engine.verify import recover_store, verify_store
 from test_admin import SEG, _cfg, _hdfs_lines, _verify, conf, store  # noqa: F401 (fixtures)
+from test_store_hardening import SMALL, bodies, produce, small
 
 FIXTURE_STORES = {
     "rocketmq-4.9.8-written": "rocketmq-4.9.8-written/store",
@@ -399,6 +401,40 @@ def test_truncated_consume_queue_file(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
+# verify_store / recover_store on 8 KiB segments (moved from test_store_hardening.py unchanged)
+
+def test_verify_reports_empty_and_short_segments_and_recover_repairs(tmp_path):
+    root = tmp_path / "store"
+    produce(root, 120, queue_id=0)
+    cl = sorted((root / "commitlog").iterdir())
+    nxt = int(cl[-1].name) + SMALL["mapped_file_size_commit_log"]
+    (root / "commitlog" / f"{nxt:020d}").write_bytes(b"")  # crash before sizing (old code)
+    qdir = root / "consumequeue" / "T" / "0"
+    files = sorted(qdir.iterdir())
+    assert len(files) >= 3
+    os.truncate(files[-1], 100)  # a short ConsumeQueue file
+    res = verify_store(str(root), small())
+    kinds = {(p.kind, p.severity) for p in res.problems}
+    assert ("commitlog-size", "error") in kinds and ("cq-size", "error") in kinds, res.problems
+    rep = recover_store(str(root), small())
+    assert rep.after.ok, [str(p) for p in rep.after.errors]
+    assert not (root / "commitlog" / f"{nxt:020d}").exists()
+    assert {f.stat().st_size for f in qdir.iterdir()} == {SMALL["mapped_file_size_consume_queue"]}
+    assert len(bodies(root)) == 120
+
+
+def test_a_missing_first_consumequeue_file_is_found_and_rebuilt(tmp_path):
+    """Found by the damage fuzz: a deleted head file made messages unconsumable, verify OK."""
+    root = tmp_path / "store"
+    produce(root, 40, queue_id=0)
+    qdir = root / "consumequeue" / "T" / "0"
+    os.unlink(sorted(qdir.iterdir())[0])
+    res = verify_store(str(root), small())
+    assert [p.kind for p in res.errors] == ["cq-missing"], res.problems
+    assert recover_store(str(root), small()).after.ok
+    assert len(bodies(root)) == 40
+
+# ----------------------------------------------------------------------------------------------
 # the one __CRC32# check: engine.message.prop_crc_status, called by decode_record (and so by
 # verify, which has no copy of its own)
 
@@ -453,7 +489,6 @@ def test_verify_checks_the_crc32_trailer_through_the_decoder(tmp_path, monkeypat
     prop_crc_status for every record, and names the record whose trailer was damaged (a digit
     changed, the closing \\x02 gone)."""
     import engine.message as message
-    from engine.verify import verify_store
     cfg = StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=100 * 20,
                       max_hash_slot_num=64, max_index_num=256, enabled_append_prop_crc=True)
     root = tmp_path / "s"
