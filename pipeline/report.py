@@ -183,9 +183,9 @@ def _top_level(ddl: str) -> list[str]:
 
 
 def read_lag(mount: Mount) -> list[dict]:
-    """Rows of ``consumer_lag`` from ``MNT/groups/*/progress.json`` (lag = brokerOffset -
-    max(consumerOffset, 0), the mount's ``diff``). Unreadable files are skipped with a warning
-    on stderr."""
+    """Rows of ``consumer_lag`` from ``MNT/groups/*/progress.json``: lag is the file's ``diff``
+    (computed once, by ``engine.progress.consumer_progress``). Unreadable files are skipped with
+    a warning on stderr."""
     rows = []
     gdir = os.path.join(mount.path, "groups")
     try:
@@ -205,7 +205,7 @@ def read_lag(mount: Mount) -> list[dict]:
             rows.append({"brokerName": mount.broker_name, "group": progress.get("group", g),
                          "topic": q["topic"], "queueId": int(q["queueId"]),
                          "brokerOffset": broker, "consumerOffset": consumer,
-                         "lag": int(q.get("diff", broker - max(consumer, 0))),
+                         "lag": int(q["diff"]),
                          "lastTimestamp": q.get("lastTimestamp")})
     return rows
 
