@@ -696,7 +696,7 @@ def _gather(mv: memoryview, starts: np.ndarray, lengths: np.ndarray) -> tuple:
     """Concatenate ``mv[starts[i]:starts[i] + lengths[i]]``: (int32 offsets, bytes)."""
     offsets = np.zeros(len(starts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    if offsets[-1] > 0x7FFFFFFF:
+    if offsets[-1] > np.iinfo(np.int32).max:  # Arrow string/binary offsets are int32
         raise OverflowError("more than 2 GiB in one batch")
     ends = (starts + lengths).tolist()
     return offsets.astype(np.int32), b"".join([mv[a:b] for a, b in zip(starts.tolist(), ends)])

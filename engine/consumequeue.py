@@ -70,6 +70,28 @@ def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
     return max(sizes, key=lambda k: (sizes[k], k)), bool(full) or sum(every.values()) >= 2
 
 
+def deliver_tags_code(delay: str | None, store_timestamp: int,
+                      delay_levels: dict[int, int]) -> int | None:
+    """The tagsCode of a ``SCHEDULE_TOPIC_XXXX`` record's unit: its deliver time (epoch ms),
+    ``CommitLog.checkMessageAndReturnSize`` with ``computeDeliverTimestamp``.
+
+    ``delay`` is the record's DELAY property, ``delay_levels`` ``{level: delay ms}``
+    (``StoreConfig.delay_level_table``). The level is capped at the highest one; a level
+    without a delay waits 1 s. Returns None when the property is missing, not a number or 0:
+    the unit then keeps the tag hash (the store's dispatch and ``verify`` share this rule).
+    """
+    try:
+        level = int(delay) if delay else 0
+    except ValueError:
+        return None
+    if not level:
+        return None
+    if delay_levels:
+        level = min(level, max(delay_levels))
+    wait = delay_levels.get(level)
+    return store_timestamp + (wait if wait is not None else 1000)
+
+
 def pack_units(flat: list[int]) -> bytes:
     """Encode units from a flat ``[commitLogOffset, size, tagsCode, ...]`` list in one pack."""
     n = len(flat) // 3

@@ -39,7 +39,8 @@ from array import array
 from dataclasses import dataclass, field
 
 from .config import config_parsers, load_config_file, load_config_file_only
-from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, store_file_size
+from .consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
+                           store_file_size)
 from .errors import ConfigFileError, CorruptRecordError, StoreError, StoreLockedError
 from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
 from .javahash import index_key_hash, tags_code
@@ -352,7 +353,6 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
         return
     file_size = res.segment_size
     delay_table = cfg.delay_level_table()
-    max_level = max(delay_table) if delay_table else 0
     bar = progress(sum(s.size for s in segs), "CommitLog", "B")
     ended_at = None  # offset where the data ended (zeros) before the last segment
     reachable = True
@@ -420,7 +420,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                     res.first_bad = ended_at
                 ended_at = None
                 reachable = False
-            _add_record(rec, recs, delay_table, max_level, reachable)
+            _add_record(rec, recs, delay_table, reachable)
             res.records += 1
             if res.first_bad is not None and rec.commitlog_offset > res.first_bad:
                 res.records_after_bad += 1
@@ -445,8 +445,7 @@ def _bad(res: VerifyResult, rel: str, offset: int, what: str, in_flight: bool) -
         res.first_bad = offset
 
 
-def _add_record(rec, recs: _Records, delay_table: dict, max_level: int,
-                reachable: bool) -> None:
+def _add_record(rec, recs: _Records, delay_table: dict, reachable: bool) -> None:
     recs.offsets.append(rec.commitlog_offset)
     recs.sizes.append(rec.store_size)
     ttype = transaction_type(rec.sys_flag)
@@ -460,15 +459,11 @@ def _add_record(rec, recs: _Records, delay_table: dict, max_level: int,
     if ttype in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
         return
     tc = tags_code(rec.tags)
-    if rec.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in rec.properties:
-        try:
-            level = int(rec.properties[PROPERTY_DELAY])
-        except ValueError:
-            level = 0
-        if max_level:
-            level = min(level, max_level)
-        delay = delay_table.get(level)
-        tc = rec.store_timestamp + (delay if delay is not None else 1000)
+    if rec.topic == SCHEDULE_TOPIC:
+        deliver = deliver_tags_code(rec.properties.get(PROPERTY_DELAY), rec.store_timestamp,
+                                    delay_table)
+        if deliver is not None:
+            tc = deliver
     q = recs.queues.get((rec.topic, rec.queue_id))
     if q is None:
         q = recs.queues[(rec.topic, rec.queue_id)] = (array("q"), array("q"), array("i"),

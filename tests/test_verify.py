@@ -520,3 +520,29 @@ def test_verify_checks_the_crc32_trailer_through_the_decoder(tmp_path, monkeypat
         assert r.first_bad == last.commitlog_offset
     seg.write_bytes(original)
     assert verify_store(str(root), cfg).ok
+
+
+def test_verify_and_the_store_share_the_deliver_time_rule(tmp_path):
+    """SCHEDULE_TOPIC_XXXX units carry the deliver time only for a DELAY level that is a
+    non-zero number (engine.consumequeue.deliver_tags_code); DELAY "0" or "soon" keeps the tag
+    hash, in the store's dispatch and in verify alike (verify used to expect a deliver time)."""
+    from engine.consumequeue import deliver_tags_code
+    from engine.javahash import tags_code
+    levels = {1: 1000, 2: 5000, 3: 10000}
+    assert deliver_tags_code("2", 100, levels) == 5100
+    assert deliver_tags_code("99", 100, levels) == 10100  # capped at the highest level
+    assert deliver_tags_code("2", 100, {}) == 1100  # no delay known: 1 s
+    assert [deliver_tags_code(d, 100, levels) for d in (None, "", "0", "soon")] == [None] * 4
+    root = tmp_path / "s"
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("SCHEDULE_TOPIC_XXXX", 18)
+        res = s.put_messages([Message("SCHEDULE_TOPIC_XXXX", b"x", queue_id=0, tags="TagA",
+                                      properties={"DELAY": d, "REAL_TOPIC": "T", "REAL_QID": "0"})
+                              for d in ("0", "soon", "3")], internal=True)
+    res_v = verify_store(str(root), _cfg())
+    assert res_v.ok and not res_v.problems, [str(p) for p in res_v.problems]
+    cq = (root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "0" / "00000000000000000000").read_bytes()
+    units = [UNIT.unpack_from(cq, 20 * i) for i in range(3)]
+    delay3 = _cfg().delay_level_table()[3]
+    assert [u[2] for u in units] == [tags_code("TagA"), tags_code("TagA"),
+                                     res[2].store_timestamp + delay3]
