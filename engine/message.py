@@ -30,6 +30,13 @@ TOTALSIZE = 91 + body + topic + properties for V1/IPv4/IPv4 (``MessageExtEncoder
 
 The blank end-of-file record (``CommitLog.doAppend`` END_OF_FILE) is 8 bytes:
 ``int32 remaining bytes of the segment`` + ``int32 0xCBD43194``.
+
+This module is the one home of the layout: the magic codes, SYSFLAG bits, property names and
+separators, ``SCHEDULE_TOPIC``, the field offsets (``FIXED_V4_POSITIONS`` and the
+``*_POSITION`` names, derived from ``FIXED_V4_FIELDS``, never retyped) and the ``__CRC32#``
+trailer (:func:`write_prop_crc`, :func:`prop_crc_status`). Other modules import them
+(``engine.columnar`` builds its numpy dtypes from ``FIXED_V4_FIELDS``);
+tests/test_layout_home.py fails when a copy appears elsewhere.
 """
 
 from __future__ import annotations
