@@ -47,10 +47,10 @@ import time
 import numpy as np
 
 from .checkpoint import StoreCheckpoint
+from .columnar import UNIT_DTYPE, record_dtype
 from .config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units
 from .errors import CorruptRecordError, StoreError
-from .columnar import UNIT_DTYPE, record_dtype
 from .mappedfile import FileQueue, Segment, segment_names
 from .message import (BODY_CRC_MASK, BODY_LENGTH_POSITION, BORNHOST_V6_FLAG, HOST_V6_EXTRA,
                       INNER_BATCH_FLAG, INT32, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RECORD_HEAD,
