@@ -39,7 +39,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC
+from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
 from .errors import CorruptRecordError
 from .javahash import tags_code
 from .mappedfile import segment_names
@@ -52,7 +52,6 @@ from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIEL
                       TOPIC_LENGTH_SIZE_V1, decode_record, decompress_body, host_to_str,
                       read_store_timestamp)
 from .schema import arrow_schema
-from .validation import parse_decimal
 
 __all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "record_dtype", "decode_units",
            "decode_topic_units", "decode_units_per_record", "decode_commitlog", "arrow_schema"]
@@ -268,7 +267,7 @@ class StoreFiles:
         except FileNotFoundError:
             return []
         # canonical decimal names only, as the store reads them ("007" or "²" is no queue)
-        return sorted(q for q in map(parse_decimal, names) if q is not None
+        return sorted(q for q in map(queue_dir_id, names) if q is not None
                       and os.path.isdir(os.path.join(base, str(q))))
 
     def queue(self, topic: str, queue_id: int) -> QueueFiles:

@@ -18,6 +18,7 @@ a queue that starts at a non-zero offset (``fillPreBlank``).
 from __future__ import annotations
 
 import os
+import re
 import struct
 import threading
 
@@ -37,6 +38,16 @@ _UNIT_DTYPE = UNIT_DTYPE_SPEC
 DEFAULT_UNITS_PER_FILE = 300_000
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
+
+
+_QUEUE_DIR_NAME = re.compile(r"(?:0|[1-9][0-9]{0,8})\Z")
+
+
+def queue_dir_id(name: str) -> int | None:
+    """The queueId a ``consumequeue/<topic>/<name>`` directory stands for: a canonical decimal
+    of at most 9 ASCII digits (``0``, or no leading zero), else None: ``007``, ``+1``, ``²`` or
+    ``1\n`` are not queues, and the store and every reader ignore them (verify warns)."""
+    return int(name) if _QUEUE_DIR_NAME.match(name) else None
 
 
 def store_file_size(qdirs: list[str]) -> tuple[int, bool]:

@@ -49,7 +49,7 @@ import numpy as np
 from .checkpoint import StoreCheckpoint
 from .columnar import UNIT_DTYPE, record_dtype
 from .config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
-from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units
+from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units, queue_dir_id
 from .errors import CorruptRecordError, StoreError
 from .mappedfile import FileQueue, Segment, segment_names
 from .message import (BODY_CRC_MASK, BODY_LENGTH_POSITION, BORNHOST_V6_FLAG, HOST_V6_EXTRA,
@@ -365,8 +365,9 @@ class Follower:
             return 0
         n = 0
         for name in names:
-            if name.isdigit() and (topic, int(name)) not in self.store.consume_queues:
-                n += self._queue(topic, int(name)) is not None
+            q = queue_dir_id(name)  # "²".isdigit() is True, but int("²") raises
+            if q is not None and (topic, q) not in self.store.consume_queues:
+                n += self._queue(topic, q) is not None
         return n
 
     def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:

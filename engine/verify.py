@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from .config import config_parsers, load_config_file, load_config_file_only
 from .consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
-                           store_file_size)
+                           queue_dir_id, store_file_size)
 from .errors import ConfigFileError, CorruptRecordError, StoreError, StoreLockedError
 from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
 from .javahash import index_key_hash, tags_code
@@ -48,10 +48,8 @@ from .mappedfile import segment_names
 from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HEAD,
                       SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
                       decode_record, transaction_type)
-from .store import QUEUE_DIR_NAME as _QUEUE_DIR
 from .storetree import check_store_tree, unsafe_entries
 from .store import _lock_holder
-from .validation import parse_decimal
 
 _INDEX_NAME = re.compile(r"[0-9]{17}\Z")
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
@@ -494,8 +492,7 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
             if not os.path.isdir(tdir):
                 continue
             for q in sorted(os.listdir(tdir), key=lambda x: (not x.isdigit(), x.zfill(12))):
-                if _QUEUE_DIR.match(q) and os.path.isdir(os.path.join(tdir, q)) and \
-                        str(int(q)) == q:
+                if queue_dir_id(q) is not None and os.path.isdir(os.path.join(tdir, q)):
                     dirs.append((topic, int(q), os.path.join(tdir, q)))
                 else:
                     res.add("warning", "cq-stray", f"consumequeue/{topic}/{q}",
@@ -1070,7 +1067,7 @@ def _all_queue_dirs(root: str) -> list[str]:
             tdir = os.path.join(base, t)
             if os.path.isdir(tdir):
                 out += [f"consumequeue/{t}/{q}" for q in sorted(os.listdir(tdir))
-                        if parse_decimal(q) is not None and os.path.isdir(os.path.join(tdir, q))]
+                        if queue_dir_id(q) is not None and os.path.isdir(os.path.join(tdir, q))]
     return out
 
 
