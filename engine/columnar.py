@@ -44,8 +44,9 @@ from .errors import CorruptRecordError
 from .javahash import tags_code
 from .mappedfile import segment_names
 from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIELDS,
-                      FIXED_V4_POSITIONS, INNER_BATCH_FLAG, KEY_SEPARATOR, MAGIC_BLANK, MAGIC_V1,
-                      MAGIC_V2, MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH_V1, MIN_RECORD_SIZE,
+                      FIXED_V4_POSITIONS, HOST_V4, INNER_BATCH_FLAG, INT64, KEY_SEPARATOR,
+                      MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MAX_PROPERTIES_LENGTH,
+                      MAX_TOPIC_LENGTH_V1, MIN_RECORD_SIZE,
                       NAME_VALUE_SEPARATOR, NEED_UNWRAP_FLAG, PROPERTIES_LENGTH_SIZE,
                       PROPERTY_KEYS, PROPERTY_SEPARATOR, PROPERTY_TAGS, RECORD_HEAD,
                       SCHEDULE_TOPIC, STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
@@ -89,6 +90,8 @@ _V1_TAIL_LENGTHS = TOPIC_LENGTH_SIZE_V1 + PROPERTIES_LENGTH_SIZE
 _PROPS_SEP = PROPERTY_SEPARATOR
 _TS_NEED = max(_FIXED, STORE_TIMESTAMP_END_MAX)  # bytes store_timestamp wants at a record
 _NAME_SEP = NAME_VALUE_SEPARATOR
+# message.offset_msg_id of an IPv4 store host: hex of address, port and CommitLog offset
+_MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -711,7 +714,7 @@ def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
         return pa.array(hdr[name].astype(dtype))
 
     def msg_id():
-        # hex of store ip, port and the CommitLog offset (16 bytes -> 32 hex digits)
+        # message.offset_msg_id column-wise: hex of store ip, port and the CommitLog offset
         raw = np.empty((n, 4), dtype=">u4")
         raw[:, 0] = hdr["storeHostAddress"]
         raw[:, 1] = hdr["storeHostPort"].astype(np.uint32)
@@ -720,7 +723,8 @@ def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
         raw[:, 3] = (phys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         hexed = raw.tobytes().hex().upper().encode("ascii")
         return pa.StringArray.from_buffers(
-            n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)), pa.py_buffer(hexed))
+            n, pa.py_buffer(np.arange(0, _MSG_ID_V4_HEX * n + 1, _MSG_ID_V4_HEX,
+                                      dtype=np.int32)), pa.py_buffer(hexed))
 
     def body():
         boff, bdata = _gather(mv, pos + _FIXED, blen)
