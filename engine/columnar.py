@@ -34,56 +34,68 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
-import struct
 import threading
 from typing import Iterable, Iterator
 
 import numpy as np
 
-from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE
+from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
 from .errors import CorruptRecordError
 from .javahash import tags_code
-from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIELDS, INNER_BATCH_FLAG,
-                      INT32, INT64, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, NEED_UNWRAP_FLAG,
-                      STOREHOSTADDRESS_V6_FLAG, decode_record, decompress_body, host_to_str)
+from .mappedfile import segment_names
+from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIELDS,
+                      FIXED_V4_POSITIONS, HOST_V4, INNER_BATCH_FLAG, INT64, KEY_SEPARATOR,
+                      MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MAX_PROPERTIES_LENGTH,
+                      MAX_TOPIC_LENGTH_V1, MIN_RECORD_SIZE,
+                      NAME_VALUE_SEPARATOR, NEED_UNWRAP_FLAG, PROPERTIES_LENGTH_SIZE,
+                      PROPERTY_KEYS, PROPERTY_SEPARATOR, PROPERTY_TAGS, RECORD_HEAD,
+                      SCHEDULE_TOPIC, STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
+                      TOPIC_LENGTH_SIZE_V1, decode_record, decompress_body, host_to_str,
+                      read_store_timestamp)
 from .schema import arrow_schema
-from .validation import parse_decimal
 
-__all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "SCHEDULE_TOPIC", "decode_units",
+__all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "record_dtype", "decode_units",
            "decode_topic_units", "decode_units_per_record", "decode_commitlog", "arrow_schema"]
 
 # numpy type of each struct format character of FIXED_V4_FIELDS (big-endian). An IPv4 address
 # ("4s") is read as one unsigned 32-bit integer: the same four bytes.
 _NP_TYPES = {"i": ">i4", "I": ">u4", "q": ">i8", "4s": ">u4"}
+
+
+def record_dtype(last_field: str = FIXED_V4_FIELDS[-1][0]) -> np.dtype:
+    """The fields of ``engine.message.FIXED_V4_FIELDS`` up to and including ``last_field`` as
+    a numpy record dtype (big-endian; an IPv4 address as one uint32), at the offsets
+    ``FIXED_V4_POSITIONS`` gives. Fields before ``bornHostAddress`` have these offsets in every
+    record, whatever its hosts."""
+    names = [name for name, _ in FIXED_V4_FIELDS]
+    fields = FIXED_V4_FIELDS[:names.index(last_field) + 1]
+    return np.dtype([(name, _NP_TYPES[fmt]) for name, fmt in fields])
+
+
 #: The fixed part of a V1/IPv4 record (88 bytes) as a numpy record, from message.FIXED_V4_FIELDS.
-RECORD_DTYPE = np.dtype([(name, _NP_TYPES[fmt]) for name, fmt in FIXED_V4_FIELDS])
+RECORD_DTYPE = record_dtype()
 assert RECORD_DTYPE.itemsize == FIXED_V4.size
+assert all(RECORD_DTYPE.fields[n][1] == at for n, at in FIXED_V4_POSITIONS.items())
 _FIXED = FIXED_V4.size
 #: A ConsumeQueue unit (``engine.consumequeue.UNIT``: commitLogOffset | size | tagsCode).
-UNIT_DTYPE = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+UNIT_DTYPE = np.dtype(UNIT_DTYPE_SPEC)
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
-#: TopicValidator.RMQ_SYS_SCHEDULE_TOPIC: its tagsCode is a deliver time, not a tag hash.
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 # SYSFLAG bits whose records take the per-record decoder.
 _RARE_FLAGS = (COMPRESSED_FLAG | BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG | INNER_BATCH_FLAG
                | NEED_UNWRAP_FLAG)
-_MIN_RECORD = 91  # calMsgLength with empty body, topic and properties
-_HEAD = struct.Struct(">iI")  # TOTALSIZE | MAGICCODE
-_POS = {name: RECORD_DTYPE.fields[name][1] for name in RECORD_DTYPE.names}
-_NAME = re.compile(r"^\d{20}$")
+_MIN_RECORD = MIN_RECORD_SIZE  # calMsgLength with empty body, topic and properties
+_HEAD = RECORD_HEAD  # TOTALSIZE | MAGICCODE
+# after the body of a V1 record: topic length (1 byte), topic, properties length (2 bytes)
+_V1_TAIL_LENGTHS = TOPIC_LENGTH_SIZE_V1 + PROPERTIES_LENGTH_SIZE
+_PROPS_SEP = PROPERTY_SEPARATOR
+_TS_NEED = max(_FIXED, STORE_TIMESTAMP_END_MAX)  # bytes store_timestamp wants at a record
+_NAME_SEP = NAME_VALUE_SEPARATOR
+# message.offset_msg_id of an IPv4 store host: hex of address, port and CommitLog offset
+_MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 
 
 # ---------------------------------------------------------------------------------------------
 # Files
-
-
-def _segment_names(directory: str) -> list[str]:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if _NAME.match(n))
 
 
 class Segments:
@@ -103,7 +115,7 @@ class Segments:
 
     def refresh(self) -> None:
         """Re-list the files (new segments, segments deleted by retention)."""
-        names = _segment_names(self.directory)
+        names = segment_names(self.directory)
         sizes = {}
         starts = []
         for n in names:
@@ -258,7 +270,7 @@ class StoreFiles:
         except FileNotFoundError:
             return []
         # canonical decimal names only, as the store reads them ("007" or "²" is no queue)
-        return sorted(q for q in map(parse_decimal, names) if q is not None
+        return sorted(q for q in map(queue_dir_id, names) if q is not None
                       and os.path.isdir(os.path.join(base, str(q))))
 
     def queue(self, topic: str, queue_id: int) -> QueueFiles:
@@ -317,12 +329,10 @@ class StoreFiles:
 
         Raises CorruptRecordError when no record is there."""
         loc = self.commitlog.locate(off)
-        if loc is None or loc[1] + _FIXED > len(loc[0]):
+        if loc is None or loc[1] + _TS_NEED > len(loc[0]):
             raise CorruptRecordError("record not in the CommitLog", off)
         m, p = loc
-        sys_flag = INT32.unpack_from(m, p + _POS["sysFlag"])[0]
-        pos = _POS["storeTimestamp"] + (12 if sys_flag & BORNHOST_V6_FLAG else 0)
-        return INT64.unpack_from(m, p + pos)[0]
+        return read_store_timestamp(m, p)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
         """First queue offset stored at or after ``timestamp`` (epoch ms), or the max offset
@@ -615,19 +625,19 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     blen = hdr["bodyLength"].astype(np.int64)
     fast = (magic == MAGIC_V1) & ((hdr["sysFlag"] & _RARE_FLAGS) == 0) & (blen >= 0)
     tpos = pos + _FIXED + blen
-    fast &= tpos + 3 <= end
+    fast &= tpos + _V1_TAIL_LENGTHS <= end
     tpos = np.where(fast, tpos, pos)
     tlen = buf[tpos].astype(np.int64)
-    fast &= (tlen <= 127) & (tpos + 3 + tlen <= end)
-    pp = np.where(fast, tpos + 1 + tlen, pos)
+    fast &= (tlen <= MAX_TOPIC_LENGTH_V1) & (tpos + _V1_TAIL_LENGTHS + tlen <= end)
+    pp = np.where(fast, tpos + TOPIC_LENGTH_SIZE_V1 + tlen, pos)
     plen = (buf[pp].astype(np.int64) << 8) | buf[pp + 1]
-    fast &= (plen <= 32767) & (pp + 2 + plen == end)
+    fast &= (plen <= MAX_PROPERTIES_LENGTH) & (pp + PROPERTIES_LENGTH_SIZE + plen == end)
     if topic is not None:
         raw = topic.encode("utf-8")
         fast &= tlen == len(raw)
         if raw and fast.any():
             fi = np.flatnonzero(fast)
-            same = np.all(buf[tpos[fi, None] + 1 + np.arange(len(raw))]
+            same = np.all(buf[tpos[fi, None] + TOPIC_LENGTH_SIZE_V1 + np.arange(len(raw))]
                           == np.frombuffer(raw, np.uint8), axis=1)
             fast[fi[~same]] = False
     need = set(names)
@@ -635,13 +645,13 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     cols: dict = {}
     if fast.any() and need & {"properties", "tags", "keys"}:
         fi = np.flatnonzero(fast)
-        cols = _properties_columns(mv, pp[fi] + 2, plen[fi], len(fi))
+        cols = _properties_columns(mv, pp[fi] + PROPERTIES_LENGTH_SIZE, plen[fi], len(fi))
         if not cols:  # some properties are not UTF-8: decode_properties replaces, go slow
             fast[:] = False
     topics = None
     if topic is None and fast.any() and need & {"topic"}:
         fi = np.flatnonzero(fast)
-        toff, tdata = _gather(mv, tpos[fi] + 1, tlen[fi])
+        toff, tdata = _gather(mv, tpos[fi] + TOPIC_LENGTH_SIZE_V1, tlen[fi])
         topics = pa.StringArray.from_buffers(len(fi), pa.py_buffer(toff), pa.py_buffer(tdata))
         try:
             topics.validate(full=True)
@@ -688,7 +698,7 @@ def _gather(mv: memoryview, starts: np.ndarray, lengths: np.ndarray) -> tuple:
     """Concatenate ``mv[starts[i]:starts[i] + lengths[i]]``: (int32 offsets, bytes)."""
     offsets = np.zeros(len(starts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    if offsets[-1] > 0x7FFFFFFF:
+    if offsets[-1] > np.iinfo(np.int32).max:  # Arrow string/binary offsets are int32
         raise OverflowError("more than 2 GiB in one batch")
     ends = (starts + lengths).tolist()
     return offsets.astype(np.int32), b"".join([mv[a:b] for a, b in zip(starts.tolist(), ends)])
@@ -704,7 +714,7 @@ def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
         return pa.array(hdr[name].astype(dtype))
 
     def msg_id():
-        # hex of store ip, port and the CommitLog offset (16 bytes -> 32 hex digits)
+        # message.offset_msg_id column-wise: hex of store ip, port and the CommitLog offset
         raw = np.empty((n, 4), dtype=">u4")
         raw[:, 0] = hdr["storeHostAddress"]
         raw[:, 1] = hdr["storeHostPort"].astype(np.uint32)
@@ -713,7 +723,8 @@ def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
         raw[:, 3] = (phys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         hexed = raw.tobytes().hex().upper().encode("ascii")
         return pa.StringArray.from_buffers(
-            n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)), pa.py_buffer(hexed))
+            n, pa.py_buffer(np.arange(0, _MSG_ID_V4_HEX * n + 1, _MSG_ID_V4_HEX,
+                                      dtype=np.int32)), pa.py_buffer(hexed))
 
     def body():
         boff, bdata = _gather(mv, pos + _FIXED, blen)
@@ -765,11 +776,11 @@ def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
         props.validate(full=True)
     except pa.ArrowInvalid:
         return {}
-    items = pc.split_pattern(props, "\x02")
+    items = pc.split_pattern(props, _PROPS_SEP)
     flat = items.flatten()
     counts = np.diff(items.offsets.to_numpy())
     row = np.repeat(np.arange(n), counts)
-    kv = pc.split_pattern(flat, "\x01", max_splits=1)
+    kv = pc.split_pattern(flat, _NAME_SEP, max_splits=1)
     two = pc.equal(pc.list_value_length(kv), 2)
     if not pc.all(two).as_py():
         kv, row = kv.filter(two), row[two.to_numpy(zero_copy_only=False)]
@@ -793,8 +804,8 @@ def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
         idx[row[sel]] = sel
         return v.take(pa.array(idx, mask=idx < 0))
 
-    tags = lookup("TAGS")
-    parts = pc.split_pattern(pc.fill_null(lookup("KEYS"), ""), " ")
+    tags = lookup(PROPERTY_TAGS)
+    parts = pc.split_pattern(pc.fill_null(lookup(PROPERTY_KEYS), ""), KEY_SEPARATOR)
     kflat = parts.flatten()
     krow = np.repeat(np.arange(n), np.diff(parts.offsets.to_numpy()))
     nonempty = pc.not_equal(kflat, "").to_numpy(zero_copy_only=False)

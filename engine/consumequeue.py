@@ -18,17 +18,36 @@ a queue that starts at a non-zero offset (``fillPreBlank``).
 from __future__ import annotations
 
 import os
+import re
 import struct
 import threading
 
 from .mappedfile import FileQueue
 
 CQ_STORE_UNIT_SIZE = 20
-UNIT = struct.Struct(">qiq")  # commitLogOffset | size | tagsCode
-_UNIT_DTYPE = [("off", ">i8"), ("size", ">i4"), ("tags", ">i8")]  # UNIT for numpy
+#: (numpy field name, struct format) of a unit: commitLogOffset | size | tagsCode. The one list
+#: UNIT, pack_units and the numpy dtype (UNIT_DTYPE_SPEC; ``engine.columnar.UNIT_DTYPE``) are
+#: built from.
+UNIT_FIELDS: tuple[tuple[str, str], ...] = (("off", "q"), ("size", "i"), ("tags", "q"))
+_UNIT_FORMAT = "".join(fmt for _, fmt in UNIT_FIELDS)
+UNIT = struct.Struct(">" + _UNIT_FORMAT)  # commitLogOffset | size | tagsCode
+assert UNIT.size == CQ_STORE_UNIT_SIZE
+#: UNIT as a numpy dtype description (``np.dtype(UNIT_DTYPE_SPEC)``; numpy is imported lazily).
+UNIT_DTYPE_SPEC = [(name, f">i{struct.calcsize(fmt)}") for name, fmt in UNIT_FIELDS]
+_UNIT_DTYPE = UNIT_DTYPE_SPEC
 DEFAULT_UNITS_PER_FILE = 300_000
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _UNITS_STRUCTS: dict[int, struct.Struct] = {}
+
+
+_QUEUE_DIR_NAME = re.compile(r"(?:0|[1-9][0-9]{0,8})\Z")
+
+
+def queue_dir_id(name: str) -> int | None:
+    """The queueId a ``consumequeue/<topic>/<name>`` directory stands for: a canonical decimal
+    of at most 9 ASCII digits (``0``, or no leading zero), else None: ``007``, ``+1``, ``²`` or
+    ``1\n`` are not queues, and the store and every reader ignore them (verify warns)."""
+    return int(name) if _QUEUE_DIR_NAME.match(name) else None
 
 
 def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
@@ -39,12 +58,12 @@ def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
     Returns ``(size in bytes or 0 when no file tells, trusted)``: ``trusted`` is False when
     the only evidence is one file (a lone torn file could be shorter than the real size).
     """
-    from .mappedfile import SEGMENT_NAME
+    from .mappedfile import segment_names
     full: dict[int, int] = {}
     every: dict[int, int] = {}
     for qdir in qdirs:
         try:
-            names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n))
+            names = segment_names(qdir)
         except OSError:
             continue
         for i, n in enumerate(names):
@@ -62,12 +81,34 @@ def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
     return max(sizes, key=lambda k: (sizes[k], k)), bool(full) or sum(every.values()) >= 2
 
 
+def deliver_tags_code(delay: str | None, store_timestamp: int,
+                      delay_levels: dict[int, int]) -> int | None:
+    """The tagsCode of a ``SCHEDULE_TOPIC_XXXX`` record's unit: its deliver time (epoch ms),
+    ``CommitLog.checkMessageAndReturnSize`` with ``computeDeliverTimestamp``.
+
+    ``delay`` is the record's DELAY property, ``delay_levels`` ``{level: delay ms}``
+    (``StoreConfig.delay_level_table``). The level is capped at the highest one; a level
+    without a delay waits 1 s. Returns None when the property is missing, not a number or 0:
+    the unit then keeps the tag hash (the store's dispatch and ``verify`` share this rule).
+    """
+    try:
+        level = int(delay) if delay else 0
+    except ValueError:
+        return None
+    if not level:
+        return None
+    if delay_levels:
+        level = min(level, max(delay_levels))
+    wait = delay_levels.get(level)
+    return store_timestamp + (wait if wait is not None else 1000)
+
+
 def pack_units(flat: list[int]) -> bytes:
     """Encode units from a flat ``[commitLogOffset, size, tagsCode, ...]`` list in one pack."""
     n = len(flat) // 3
     st = _UNITS_STRUCTS.get(n)
     if st is None:
-        st = struct.Struct(">" + "qiq" * n)
+        st = struct.Struct(">" + _UNIT_FORMAT * n)
         if len(_UNITS_STRUCTS) < 1024:
             _UNITS_STRUCTS[n] = st
     return st.pack(*flat)

@@ -41,40 +41,35 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import struct
 import threading
 import time
 
 import numpy as np
 
 from .checkpoint import StoreCheckpoint
+from .columnar import UNIT_DTYPE, record_dtype
 from .config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
-from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units
+from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units, queue_dir_id
 from .errors import CorruptRecordError, StoreError
-from .mappedfile import FileQueue, Segment
-from .message import crc32 as _crc32
-from .message import (INNER_BATCH_FLAG, MAGIC_BLANK, MAGIC_V1, MAGIC_V2,
-                      TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+from .mappedfile import FileQueue, Segment, segment_names
+from .message import (BODY_CRC_MASK, BODY_LENGTH_POSITION, BORNHOST_V6_FLAG, HOST_V6_EXTRA,
+                      INNER_BATCH_FLAG, INT32, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RECORD_HEAD,
+                      STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
+                      TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, crc32,
+                      read_store_timestamp, transaction_type)
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^\d{20}$")
-# Offsets of STORETIMESTAMP in a record (MessageDecoder): after an IPv4 / IPv6 born host.
-_STORE_TS_V4, _STORE_TS_V6 = 56, 68
-_BORNHOST_V6_FLAG = 0x10  # MessageSysFlag.BORNHOST_V6_FLAG
-_Q = struct.Struct(">q")
 GRAVE_ROUNDS = 50  # refreshes before the descriptor of a deleted file is closed
 MAX_NEW_UNITS = 1 << 20  # units of one queue taken per refresh
 BRIDGE_MAX = 10_000  # unit-less records walked one by one per refresh
 TAIL_MAX = 10_000  # records past the last unit walked to measure the writer's lead
 CHECK_CHUNK = 16_384  # records checked per numpy pass
 # A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.consumequeue) and the
-# first 40 bytes of a CommitLog record (engine.message FIXED_V4 up to SYSFLAG), as numpy
-# records for the columnar checks.
-_UNIT_DT = np.dtype([("off", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-_HEAD_DT = np.dtype([("total", ">i4"), ("magic", ">u4"), ("crc", ">i4"), ("qid", ">i4"),
-                     ("flag", ">i4"), ("qoff", ">i8"), ("phys", ">i8"), ("sys", ">i4")])
+# first 40 bytes of a CommitLog record (engine.message FIXED_V4_FIELDS up to SYSFLAG: the same
+# offsets whatever the hosts), as numpy records for the columnar checks.
+_UNIT_DT = UNIT_DTYPE
+_HEAD_DT = record_dtype("sysFlag")
 _MAGICS = np.array([MAGIC_V1, MAGIC_V2], dtype=np.uint32)
 
 
@@ -284,10 +279,7 @@ class Follower:
         The segment list is replaced as a whole, so readers (``FileQueue.find``) always see
         one consistent list.
         """
-        try:
-            names = sorted(n for n in os.listdir(fq.directory) if _NAME.match(n))
-        except FileNotFoundError:
-            names = []
+        names = segment_names(fq.directory)  # [] once the directory is gone
         present = {int(n) for n in names}
         old = fq.segments
         keep = [seg for seg in old if seg.start in present]
@@ -373,8 +365,9 @@ class Follower:
             return 0
         n = 0
         for name in names:
-            if name.isdigit() and (topic, int(name)) not in self.store.consume_queues:
-                n += self._queue(topic, int(name)) is not None
+            q = queue_dir_id(name)  # "²".isdigit() is True, but int("²") raises
+            if q is not None and (topic, q) not in self.store.consume_queues:
+                n += self._queue(topic, q) is not None
         return n
 
     def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -538,10 +531,10 @@ class Follower:
         for _ in range(BRIDGE_MAX):
             if target is not None and pos >= target:
                 break
-            head = cl.files.read(pos, 8)
-            if len(head) < 8:
+            head = cl.files.read(pos, RECORD_HEAD.size)
+            if len(head) < RECORD_HEAD.size:
                 break
-            total, magic = struct.unpack(">iI", head)
+            total, magic = RECORD_HEAD.unpack(head)
             if magic == MAGIC_BLANK:
                 nxt = cl.files.roll_next(pos)
                 if cl.files.find(nxt) is None:
@@ -556,8 +549,8 @@ class Follower:
                 break
             if rec.commitlog_offset != pos:
                 break
-            needs_unit = not (rec.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE,
-                                                      TRANSACTION_ROLLBACK_TYPE)
+            needs_unit = not (transaction_type(rec.sys_flag) in (TRANSACTION_PREPARED_TYPE,
+                                                                 TRANSACTION_ROLLBACK_TYPE)
                               or rec.sys_flag & INNER_BATCH_FLAG
                               or rec.topic in s._batch_cq_topics)
             if needs_unit:
@@ -598,26 +591,31 @@ class Follower:
                 heads = buf[r[:, None] + np.arange(_HEAD_DT.itemsize)].copy().view(_HEAD_DT)
                 heads = heads.reshape(-1)
                 u = sel[fits]
-                good = ((heads["total"] == size[u]) & np.isin(heads["magic"], _MAGICS)
-                        & (heads["phys"] == off[u]) & (heads["qid"] == qids[qidx[u]])
-                        & (heads["qoff"] == qoff[u]))
+                good = ((heads["totalSize"] == size[u]) & np.isin(heads["magicCode"], _MAGICS)
+                        & (heads["physicalOffset"] == off[u])
+                        & (heads["queueId"] == qids[qidx[u]])
+                        & (heads["queueOffset"] == qoff[u]))
                 # body CRCs (BODYCRC covers the body only), one C call per record
-                sysf = heads["sys"].astype(np.int64)
-                blen_at = r + 84 + 12 * ((sysf & 0x10) > 0) + 12 * ((sysf & 0x20) > 0)
-                inside = blen_at + 4 <= len(data)
+                sysf = heads["sysFlag"].astype(np.int64)
+                # message.body_length_position, column-wise
+                blen_at = (r + BODY_LENGTH_POSITION
+                           + HOST_V6_EXTRA * ((sysf & BORNHOST_V6_FLAG) > 0)
+                           + HOST_V6_EXTRA * ((sysf & STOREHOSTADDRESS_V6_FLAG) > 0))
+                n4 = INT32.size
+                inside = blen_at + n4 <= len(data)
                 blen = np.full(len(r), -1, dtype=np.int64)
                 if inside.any():
-                    b = buf[blen_at[inside][:, None] + np.arange(4)].copy().view(">i4")
+                    b = buf[blen_at[inside][:, None] + np.arange(n4)].copy().view(">i4")
                     blen[inside] = b.reshape(-1)
-                good &= inside & (blen >= 0) & (blen_at + 4 + blen <= r + size[u])
+                good &= inside & (blen >= 0) & (blen_at + n4 + blen <= r + size[u])
                 mv = memoryview(data)
                 js = np.flatnonzero(good)
-                a_list = (blen_at[js] + 4).tolist()
-                e_list = (blen_at[js] + 4 + blen[js]).tolist()
-                c_list = heads["crc"][js].tolist()
-                crc = _crc32
+                a_list = (blen_at[js] + n4).tolist()
+                e_list = (blen_at[js] + n4 + blen[js]).tolist()
+                c_list = heads["bodyCRC"][js].tolist()
+                crc, mask = crc32, BODY_CRC_MASK  # message.body_crc without a call per record
                 for j, a, e, c in zip(js.tolist(), a_list, e_list, c_list):
-                    if crc(mv[a:e]) & 0x7FFFFFFF != c:
+                    if crc(mv[a:e]) & mask != c:
                         good[j] = False
                 ok[fits] = good
             valid[sel] = ok
@@ -628,12 +626,12 @@ class Follower:
         (records its ConsumeQueues do not point at yet), walking at most TAIL_MAX of them."""
         cl = self.store.commitlog
         end, ts, n = pos, 0, 0
-        head = cl.files.read(pos, 8)
-        if len(head) < 8 or head == bytes(8):
+        head = cl.files.read(pos, RECORD_HEAD.size)
+        if len(head) < RECORD_HEAD.size or head == bytes(RECORD_HEAD.size):
             return end, ts  # the usual case: nothing after the units (no 8 MB scan read)
         for buf, at, phys, total, *_ in cl.scan_raw(pos, check_crc=True):
             end = phys + total
-            ts = _store_timestamp(buf, at)
+            ts = read_store_timestamp(buf, at)
             n += 1
             if n >= TAIL_MAX:
                 break
@@ -643,17 +641,10 @@ class Follower:
 
     def _store_ts_at(self, pos: int) -> int:
         """STORETIMESTAMP of the record at ``pos`` (0 when none can be read there)."""
-        head = self.store.commitlog.files.read(pos, 80)
-        if len(head) < 80:
+        head = self.store.commitlog.files.read(pos, STORE_TIMESTAMP_END_MAX)
+        if len(head) < STORE_TIMESTAMP_END_MAX:
             return 0
-        return _store_timestamp(head, 0)
-
-
-def _store_timestamp(buf, pos: int) -> int:
-    """STORETIMESTAMP of the record at ``buf[pos:]`` (epoch ms)."""
-    sys_flag = struct.unpack_from(">i", buf, pos + 36)[0]
-    at = _STORE_TS_V6 if sys_flag & _BORNHOST_V6_FLAG else _STORE_TS_V4
-    return _Q.unpack_from(buf, pos + at)[0]
+        return read_store_timestamp(head, 0)
 
 
 def _close(fd: int) -> None:

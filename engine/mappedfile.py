@@ -386,3 +386,16 @@ def _makedirs_durable(path: str) -> None:
     os.makedirs(path, exist_ok=True)
     for d in reversed(missing):
         _fsync_dir(os.path.dirname(d))
+
+
+def segment_names(directory: str) -> list[str]:
+    """Names in ``directory`` that are segment names (:data:`SEGMENT_NAME`: 20 ASCII digits,
+    ``UtilAll.offset2FileName``), sorted, so in offset order; whatever their file type (callers
+    that need regular files check). [] when the directory does not exist; other OSErrors
+    propagate. The one listing of a CommitLog or ConsumeQueue directory outside FileQueue
+    (issue 11: added by issue11b for verify, columnar, follower and consumequeue)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if SEGMENT_NAME.fullmatch(n))

@@ -30,6 +30,13 @@ TOTALSIZE = 91 + body + topic + properties for V1/IPv4/IPv4 (``MessageExtEncoder
 
 The blank end-of-file record (``CommitLog.doAppend`` END_OF_FILE) is 8 bytes:
 ``int32 remaining bytes of the segment`` + ``int32 0xCBD43194``.
+
+This module is the one home of the layout: the magic codes, SYSFLAG bits, property names and
+separators, ``SCHEDULE_TOPIC``, the field offsets (``FIXED_V4_POSITIONS`` and the
+``*_POSITION`` names, derived from ``FIXED_V4_FIELDS``, never retyped) and the ``__CRC32#``
+trailer (:func:`write_prop_crc`, :func:`prop_crc_status`). Other modules import them
+(``engine.columnar`` builds its numpy dtypes from ``FIXED_V4_FIELDS``);
+tests/test_layout_home.py fails when a copy appears elsewhere.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ MAGIC_BLANK_SIGNED = MAGIC_BLANK - (1 << 32)
 # CommitLog.END_FILE_MIN_BLANK_LENGTH
 END_FILE_MIN_BLANK_LENGTH = 8
 BLANK = struct.Struct(">iI")  # int32 maxBlank | int32 BLANK magic
+#: The 8 bytes every record starts with, a blank one included: TOTALSIZE | MAGICCODE (unsigned).
+RECORD_HEAD = BLANK
 
 # MessageSysFlag
 COMPRESSED_FLAG = 0x1
@@ -66,6 +75,8 @@ TRANSACTION_NOT_TYPE = 0x0
 TRANSACTION_PREPARED_TYPE = 0x4
 TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
+# MessageSysFlag.getTransactionValue: sysFlag & TRANSACTION_ROLLBACK_TYPE
+TRANSACTION_TYPE_MASK = TRANSACTION_ROLLBACK_TYPE
 BORNHOST_V6_FLAG = 0x10
 STOREHOSTADDRESS_V6_FLAG = 0x20
 NEED_UNWRAP_FLAG = 0x40
@@ -84,6 +95,9 @@ PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"  # MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 PROPERTY_DELAY = "DELAY"
+# TopicValidator.RMQ_SYS_SCHEDULE_TOPIC: where delayed messages wait (queue = delay level - 1);
+# its ConsumeQueue tagsCode is the deliver time (epoch ms), not a tag hash.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
 PROPERTY_WAIT = "WAIT"
@@ -95,7 +109,7 @@ KEY_SEPARATOR = " "
 
 # CommitLog.CRC32_RESERVED_LEN: "__CRC32#" + \x01 + 10 digits + \x02
 CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1
-_CRC32_PREFIX = PROPERTY_CRC32.encode() + b"\x01"
+_CRC32_PREFIX = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode()
 
 # MessageStoreConfig defaults
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
@@ -121,10 +135,28 @@ INT32 = struct.Struct(">i")
 INT16 = struct.Struct(">h")
 INT8 = struct.Struct(">b")
 
-QUEUE_OFFSET_POSITION = 20   # MessageDecoder.QUEUE_OFFSET_POSITION
-PHYSICAL_OFFSET_POSITION = 28  # MessageDecoder.PHY_POS_POSITION
-SYSFLAG_POSITION = 36
-BORN_HOST_POSITION = 48
+#: Byte offset of each field of FIXED_V4_FIELDS in a record with IPv4 hosts, derived from that
+#: field list (never retyped). The fields before BORNHOST sit there whatever the hosts; every
+#: later field moves by HOST_V6_EXTRA bytes per IPv6 host before it.
+FIXED_V4_POSITIONS: dict[str, int] = {}
+for _i, (_name, _fmt) in enumerate(FIXED_V4_FIELDS):
+    FIXED_V4_POSITIONS[_name] = struct.calcsize(">" + "".join(f for _, f in FIXED_V4_FIELDS[:_i]))
+del _i, _name, _fmt
+HOST_V6_EXTRA = HOST_V6.size - HOST_V4.size  # 12: a 16-byte address instead of 4
+
+QUEUE_OFFSET_POSITION = FIXED_V4_POSITIONS["queueOffset"]  # MessageDecoder.QUEUE_OFFSET_POSITION
+PHYSICAL_OFFSET_POSITION = FIXED_V4_POSITIONS["physicalOffset"]  # MessageDecoder.PHY_POS_POSITION
+SYSFLAG_POSITION = FIXED_V4_POSITIONS["sysFlag"]  # MessageDecoder.SYSFLAG_POSITION
+BORN_HOST_POSITION = FIXED_V4_POSITIONS["bornHostAddress"]
+STORE_TIMESTAMP_POSITION = FIXED_V4_POSITIONS["storeTimestamp"]  # after an IPv4 born host
+BODY_LENGTH_POSITION = FIXED_V4_POSITIONS["bodyLength"]  # after IPv4 born and store hosts
+assert PREFIX.size == BORN_HOST_POSITION
+# The variable tail after the body: the topic length (V1: a signed byte, V2: a short), the
+# topic, the properties length (a signed short), the properties.
+TOPIC_LENGTH_SIZE_V1 = INT8.size
+TOPIC_LENGTH_SIZE_V2 = INT16.size
+MAX_TOPIC_LENGTH_V1 = 127  # Byte.MAX_VALUE: longer topics take the V2 magic
+PROPERTIES_LENGTH_SIZE = INT16.size
 
 Host = tuple  # (address bytes of length 4 or 16, port)
 
@@ -134,6 +166,32 @@ def host_width(sys_flag: int, v6_flag: int) -> int:
     return 20 if sys_flag & v6_flag else 8
 
 
+def store_timestamp_position(sys_flag: int) -> int:
+    """Offset (bytes) of STORETIMESTAMP in a record with this SYSFLAG: after an IPv4 or IPv6
+    born host."""
+    return STORE_TIMESTAMP_POSITION + (HOST_V6_EXTRA if sys_flag & BORNHOST_V6_FLAG else 0)
+
+
+def body_length_position(sys_flag: int) -> int:
+    """Offset (bytes) of the BODY length field in a record with this SYSFLAG (the body follows
+    it); each IPv6 host before it adds HOST_V6_EXTRA."""
+    return (BODY_LENGTH_POSITION + (HOST_V6_EXTRA if sys_flag & BORNHOST_V6_FLAG else 0)
+            + (HOST_V6_EXTRA if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0))
+
+
+def read_store_timestamp(buf, pos: int = 0) -> int:
+    """STORETIMESTAMP (epoch ms) of the record at ``buf[pos]``; the buffer must hold at least
+    ``STORE_TIMESTAMP_END_MAX`` bytes from ``pos`` (struct.error otherwise)."""
+    sys_flag = INT32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
+    return INT64.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
+
+
+def transaction_type(sys_flag: int) -> int:
+    """``MessageSysFlag.getTransactionValue``: NOT (0), PREPARED (4), COMMIT (8) or ROLLBACK
+    (0xC). PREPARED and ROLLBACK records get no ConsumeQueue unit; ROLLBACK ones no index."""
+    return sys_flag & TRANSACTION_TYPE_MASK
+
+
 def cal_msg_length(sys_flag: int, body_length: int, topic_length: int,
                    properties_length: int, version_v2: bool = False) -> int:
     """TOTALSIZE for the given field lengths (``MessageExtEncoder.calMsgLength``), in bytes."""
@@ -141,8 +199,8 @@ def cal_msg_length(sys_flag: int, body_length: int, topic_length: int,
     # = 91; an IPv6 host adds 12, V2's topic length adds 1.
     n = 91 + topic_length
     if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
-        n += (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (
-            12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+        n += (HOST_V6_EXTRA if sys_flag & BORNHOST_V6_FLAG else 0) + (
+            HOST_V6_EXTRA if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
     if version_v2:
         n += 1
     if body_length > 0:
@@ -152,9 +210,22 @@ def cal_msg_length(sys_flag: int, body_length: int, topic_length: int,
     return n
 
 
+#: The smallest record: calMsgLength of an empty body, topic and properties (V1, IPv4).
+MIN_RECORD_SIZE = cal_msg_length(0, 0, 0, 0)
+#: Bytes from a record's start that hold STORETIMESTAMP whatever its hosts.
+STORE_TIMESTAMP_END_MAX = store_timestamp_position(BORNHOST_V6_FLAG) + INT64.size
+assert FIXED_V4.size == BODY_LENGTH_POSITION + INT32.size
+assert MIN_RECORD_SIZE == FIXED_V4.size + TOPIC_LENGTH_SIZE_V1 + PROPERTIES_LENGTH_SIZE
+
+
+#: ``UtilAll.crc32`` keeps 31 bits of the CRC-32 (BODYCRC and the ``__CRC32#`` value). Loops
+#: that cannot afford a call to :func:`body_crc` per record use ``crc32(b) & BODY_CRC_MASK``.
+BODY_CRC_MASK = 0x7FFFFFFF
+
+
 def body_crc(body: bytes) -> int:
     """``UtilAll.crc32``: CRC-32/IEEE (zlib) of the stored body, masked to 31 bits."""
-    return crc32(body) & 0x7FFFFFFF
+    return crc32(body) & BODY_CRC_MASK
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
@@ -317,7 +388,7 @@ class MessageRecord:
     @property
     def transaction_type(self) -> int:
         """``sysFlag & 0xC``: NOT (0), PREPARED (4), COMMIT (8) or ROLLBACK (0xC)."""
-        return self.sys_flag & 0xC
+        return self.sys_flag & TRANSACTION_TYPE_MASK
 
     @property
     def tags_code(self) -> int:
@@ -354,9 +425,9 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
             TOTALSIZE that does not match the field lengths, a truncated record or a bad CRC.
     """
     end_of_buf = len(buf)
-    if end_of_buf - pos < 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4:
+    if end_of_buf - pos < FIXED_V4.size:
         raise CorruptRecordError("truncated record", pos)
-    # The IPv4 layout covers the first 84 bytes of any record (the length check above): read it
+    # The IPv4 layout covers the first 88 bytes of any record (the length check above): read it
     # all at once, and re-read the hosts when a SYSFLAG bit says IPv6.
     (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip,
      born_port, store_ts, store_ip, store_port, reconsume, prepared,
@@ -423,7 +494,7 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
     if expected != total:
         raise CorruptRecordError(f"TOTALSIZE {total} != calMsgLength {expected}", pos)
     if check_crc:
-        if crc != (crc32(body) & 0x7FFFFFFF):
+        if crc != (crc32(body) & BODY_CRC_MASK):
             raise CorruptRecordError("body CRC mismatch", pos)
         if props_len >= CRC32_RESERVED_LEN or force_verify_prop_crc:
             ok = prop_crc_status(buf, pos, total)
@@ -506,14 +577,14 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
         raise MessageTooLargeError(
             f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
     buf = bytearray(total)
-    crc = crc32(body) & 0x7FFFFFFF
+    crc = crc32(body) & BODY_CRC_MASK
     if not sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
         FIXED_V4.pack_into(buf, 0, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, 0, 0,
                            sys_flag, born_timestamp, born_host[0], born_host[1], 0,
                            store_host[0], store_host[1], reconsume_times,
                            prepared_transaction_offset, len(body))
         p = FIXED_V4.size
-        store_ts_pos = 56
+        store_ts_pos = STORE_TIMESTAMP_POSITION
     else:
         PREFIX.pack_into(buf, 0, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, 0, 0,
                          sys_flag, born_timestamp)

@@ -44,6 +44,7 @@ import json
 import logging
 import os
 import re
+import struct
 import sys
 import threading
 import time
@@ -56,7 +57,7 @@ from .checkpoint import StoreCheckpoint
 from .consumequeue import CQ_STORE_UNIT_SIZE
 from .crc import crc32c, crc32c_fd, crc32c_zeros
 from .errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError, StoreError
-from .indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE
+from .indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM
 from .mappedfile import offset_to_file_name
 
 log = logging.getLogger(__name__)
@@ -406,7 +407,8 @@ def freeze(store, name: str) -> Snapshot:
                         head = os.pread(fd, INDEX_HEADER_SIZE, 0)
                         slot_copies.append((rel, f.size, head, slots, native, fd,
                                             INDEX_HEADER_SIZE + nslots))
-                        index_ts = HEADER.unpack(head)[1] if len(head) == 40 else index_ts
+                        index_ts = (HEADER.unpack(head)[1] if len(head) == INDEX_HEADER_SIZE
+                                    else index_ts)
             cp = StoreCheckpoint(last_ts, last_ts, index_ts,
                                  store.checkpoint.master_flushed_offset, offset)
             lock_ns = time.perf_counter_ns() - locked_at
@@ -488,8 +490,11 @@ def freeze(store, name: str) -> Snapshot:
     return snap
 
 
-_ITEM_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"),
-                        ("prev_index", ">i4")])  # indexfile.ITEM as a numpy dtype
+# indexfile.ITEM (keyHash | phyOffset | timeDiff | prevIndex) as a numpy dtype, from its format
+_ITEM_DTYPE = np.dtype([(name, f">i{struct.calcsize(fmt)}") for name, fmt in
+                        zip(("key_hash", "phy_offset", "time_diff", "prev_index"),
+                            ITEM.format.lstrip(">"))])
+assert _ITEM_DTYPE.itemsize == INDEX_SIZE
 
 
 def _cut_index(store, fd: int, head: bytes, slots: bytes, native: bool, items_base: int,

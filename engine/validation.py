@@ -42,6 +42,7 @@ import json
 import re
 
 from .errors import MessageIllegalError
+from .message import KEY_SEPARATOR, PROPERTY_CRC32
 
 # org.apache.rocketmq.common.message.MessageConst (5.3): every property name it defines.
 # STRING_HASH_SET is the set Message.putUserProperty refuses; the others are set by the broker
@@ -60,7 +61,7 @@ RESERVED_PROPERTY_NAMES = frozenset((
     "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "__BORNHOST", "BORN_TIMESTAMP", "TIMER_ENQUEUE_MS",
     "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY",
     "TIMER_DELAY_LEVEL",
-    "__CRC32#",  # CommitLog.doAppend with enabledAppendPropCRC (not in MessageConst)
+    PROPERTY_CRC32,  # CommitLog.doAppend with enabledAppendPropCRC (not in MessageConst)
 ))
 TRANSIENT_PREFIX = "__RMQ.TRANSIENT."  # MessageConst.PROPERTY_TRANSIENT_PREFIX
 
@@ -120,7 +121,7 @@ def check_keys(keys) -> None:
             f"keys must be a string or a list of strings, not {type(keys).__name__}")
     for k in keys:
         check_text("key", k)
-        if " " in k:
+        if KEY_SEPARATOR in k:
             raise MessageIllegalError(f"key {k!r} contains a space, which separates keys")
 
 

@@ -5,8 +5,9 @@ would hide damage), and checks:
 
 * CommitLog: every segment has the same size, aligned names and no gaps; every record decodes
   (magic, TOTALSIZE = ``calMsgLength``, PHYSICALOFFSET = its position, BODYCRC, and the
-  ``__CRC32#`` whole-record CRC when the property is present, reference section 1.5); blank
-  END_OF_FILE records; nothing but zeros after the last record; no hole followed by data.
+  ``__CRC32#`` whole-record CRC when the property is present, reference section 1.5: all
+  checked by ``engine.message.decode_record``); blank END_OF_FILE records; nothing but zeros
+  after the last record; no hole followed by data.
 * ConsumeQueue (section 3): uniform file sizes; every unit points at a real record with the same
   size, topic, queueId, queueOffset and tagsCode (deliver time for ``SCHEDULE_TOPIC_XXXX``);
   nothing after the last unit; units past the CommitLog end.
@@ -34,26 +35,23 @@ import os
 import re
 import shutil
 import time
-import zlib
 from array import array
 from dataclasses import dataclass, field
 
 from .config import config_parsers, load_config_file, load_config_file_only
-from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, store_file_size
+from .consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
+                           queue_dir_id, store_file_size)
 from .errors import ConfigFileError, CorruptRecordError, StoreError, StoreLockedError
 from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
 from .javahash import index_key_hash, tags_code
-from .message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_CRC32, PROPERTY_DELAY,
-                      TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, decode_record)
-from .mappedfile import SEGMENT_NAME as _SEGMENT_NAME
-from .store import QUEUE_DIR_NAME as _QUEUE_DIR
+from .mappedfile import segment_names
+from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HEAD,
+                      SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+                      decode_record, transaction_type)
 from .storetree import check_store_tree, unsafe_entries
 from .store import _lock_holder
-from .validation import parse_decimal
 
 _INDEX_NAME = re.compile(r"[0-9]{17}\Z")
-CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1  # CommitLog.CRC32_RESERVED_LEN = 20
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
 CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
                 "delayOffset.json")
@@ -189,24 +187,6 @@ def check_store_dir(root: str) -> None:
                              "index/, config/ or checkpoint)")
 
 
-def prop_crc_ok(raw, pos: int, total: int) -> bool | None:
-    """Check the ``__CRC32#`` trailer of the record at ``raw[pos:pos+total]`` (5.2+).
-
-    The last 20 bytes are ``__CRC32#\\x01`` + 10 digits, least significant first, + ``\\x02``;
-    the value is ``UtilAll.crc32`` (CRC-32 & 0x7FFFFFFF) of the record before them. Returns None
-    when the record has no such trailer.
-    """
-    tail = bytes(raw[pos + total - CRC32_RESERVED_LEN:pos + total])
-    if not (tail.startswith(PROPERTY_CRC32.encode() + b"\x01") and tail.endswith(b"\x02")):
-        return None
-    digits = tail[len(PROPERTY_CRC32) + 1:-1]
-    if not digits.isdigit():
-        return False
-    value = int(digits[::-1].decode())
-    crc = zlib.crc32(raw[pos:pos + total - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
-    return crc == value
-
-
 @dataclass
 class _Segment:
     start: int
@@ -291,11 +271,11 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     cl_dir = os.path.join(root, "commitlog")
     if not os.path.isdir(cl_dir):
         return []
-    for n in _not_files(cl_dir, _SEGMENT_NAME):
+    listed = _segments(cl_dir)
+    for n in _not_files(cl_dir, listed):
         res.add("error", "commitlog-name", f"commitlog/{n}",
                 "not a regular file (RocketMQ refuses to load the CommitLog)")
-    names = sorted(n for n in os.listdir(cl_dir) if _SEGMENT_NAME.match(n)
-                   and os.path.isfile(os.path.join(cl_dir, n)))
+    names = _files(cl_dir, listed)
     segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
                      os.path.getsize(os.path.join(cl_dir, n))) for n in names]
     if segs and segs[-1].size == 0:
@@ -371,7 +351,6 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
         return
     file_size = res.segment_size
     delay_table = cfg.delay_level_table()
-    max_level = max(delay_table) if delay_table else 0
     bar = progress(sum(s.size for s in segs), "CommitLog", "B")
     ended_at = None  # offset where the data ended (zeros) before the last segment
     reachable = True
@@ -389,7 +368,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                     _bad(res, rel, seg.start + pos, "segment ends inside a record header",
                          in_use and is_last)
                 break
-            total, magic = BLANK.unpack_from(m, pos)
+            total, magic = RECORD_HEAD.unpack_from(m, pos)
             if magic == MAGIC_BLANK:
                 if total != file_size - pos:
                     res.add("warning", "commitlog-blank", rel,
@@ -430,12 +409,6 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                 reachable = False
                 pos += total
                 continue
-            if PROPERTY_CRC32 in rec.properties and prop_crc_ok(m, pos, total) is False:
-                _bad(res, rel, seg.start + pos, "__CRC32# property does not match the record",
-                     False)
-                reachable = False
-                pos += total
-                continue
             if ended_at is not None:
                 res.add("error", "commitlog-hole", rel,
                         f"the data ended with zeros at CommitLog offset {ended_at}, but this "
@@ -445,7 +418,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                     res.first_bad = ended_at
                 ended_at = None
                 reachable = False
-            _add_record(rec, recs, delay_table, max_level, reachable)
+            _add_record(rec, recs, delay_table, reachable)
             res.records += 1
             if res.first_bad is not None and rec.commitlog_offset > res.first_bad:
                 res.records_after_bad += 1
@@ -470,29 +443,25 @@ def _bad(res: VerifyResult, rel: str, offset: int, what: str, in_flight: bool) -
         res.first_bad = offset
 
 
-def _add_record(rec, recs: _Records, delay_table: dict, max_level: int,
-                reachable: bool) -> None:
+def _add_record(rec, recs: _Records, delay_table: dict, reachable: bool) -> None:
     recs.offsets.append(rec.commitlog_offset)
     recs.sizes.append(rec.store_size)
-    if rec.sys_flag & TRANSACTION_ROLLBACK_TYPE == TRANSACTION_ROLLBACK_TYPE:
+    ttype = transaction_type(rec.sys_flag)
+    if ttype == TRANSACTION_ROLLBACK_TYPE:
         nkeys = 0
     else:
         nkeys = (rec.uniq_key is not None) + len(rec.keys)
     recs.nkeys.append(min(nkeys, 127))
     if nkeys and reachable:
         recs.last_keyed = rec.commitlog_offset
-    if rec.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+    if ttype in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
         return
     tc = tags_code(rec.tags)
-    if rec.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in rec.properties:
-        try:
-            level = int(rec.properties[PROPERTY_DELAY])
-        except ValueError:
-            level = 0
-        if max_level:
-            level = min(level, max_level)
-        delay = delay_table.get(level)
-        tc = rec.store_timestamp + (delay if delay is not None else 1000)
+    if rec.topic == SCHEDULE_TOPIC:
+        deliver = deliver_tags_code(rec.properties.get(PROPERTY_DELAY), rec.store_timestamp,
+                                    delay_table)
+        if deliver is not None:
+            tc = deliver
     q = recs.queues.get((rec.topic, rec.queue_id))
     if q is None:
         q = recs.queues[(rec.topic, rec.queue_id)] = (array("q"), array("q"), array("i"),
@@ -523,8 +492,7 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
             if not os.path.isdir(tdir):
                 continue
             for q in sorted(os.listdir(tdir), key=lambda x: (not x.isdigit(), x.zfill(12))):
-                if _QUEUE_DIR.match(q) and os.path.isdir(os.path.join(tdir, q)) and \
-                        str(int(q)) == q:
+                if queue_dir_id(q) is not None and os.path.isdir(os.path.join(tdir, q)):
                     dirs.append((topic, int(q), os.path.join(tdir, q)))
                 else:
                     res.add("warning", "cq-stray", f"consumequeue/{topic}/{q}",
@@ -564,25 +532,44 @@ def _cq_file_size(qdirs: list[str], cfg, explicit: bool) -> int:
     return size if trusted else 0
 
 
-def _not_files(directory: str, pattern) -> list[str]:
-    """Names in ``directory`` that look like segments (``pattern``) but are not regular
-    files (a directory, say): a broker refuses them ("length not matched")."""
+def _segments(directory: str) -> list[str]:
+    """Segment names in a CommitLog or ConsumeQueue directory (``mappedfile.segment_names``),
+    sorted; [] when it cannot be listed."""
+    try:
+        return segment_names(directory)
+    except OSError:
+        return []
+
+
+def _index_names(directory: str) -> list[str]:
+    """IndexFile names (17-digit timestamps) in ``directory``, sorted; [] when it cannot be
+    listed."""
     try:
         names = os.listdir(directory)
     except OSError:
         return []
-    return sorted(n for n in names if pattern.match(n)
-                  and not os.path.isfile(os.path.join(directory, n)))
+    return sorted(n for n in names if _INDEX_NAME.fullmatch(n))
+
+
+def _files(directory: str, names: list[str]) -> list[str]:
+    """The ``names`` that are regular files in ``directory``."""
+    return [n for n in names if os.path.isfile(os.path.join(directory, n))]
+
+
+def _not_files(directory: str, names: list[str]) -> list[str]:
+    """The ``names`` (segment or IndexFile names) that are not regular files in ``directory``
+    (a directory, say): a broker refuses them ("length not matched")."""
+    return [n for n in names if not os.path.isfile(os.path.join(directory, n))]
 
 
 def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
                  recs: _Records) -> None:
-    for n in _not_files(qdir, _SEGMENT_NAME):
+    listed = _segments(qdir)
+    for n in _not_files(qdir, listed):
         res.add("error", "cq-name", f"{rel}/{n}", "not a regular file (RocketMQ refuses to "
                 "load the queue)")
         res.bad_queues.add(rel)
-    names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n)
-                   and os.path.isfile(os.path.join(qdir, n)))
+    names = _files(qdir, listed)
     files = [(int(n), os.path.join(qdir, n), os.path.getsize(os.path.join(qdir, n)))
              for n in names]
     if files and files[-1][2] == 0:
@@ -732,9 +719,9 @@ def _check_index(root: str, segs, res: VerifyResult, recs: _Records, cfg, progre
     idx_dir = os.path.join(root, "index")
     names = []
     if os.path.isdir(idx_dir):
-        names = sorted(n for n in os.listdir(idx_dir) if _INDEX_NAME.fullmatch(n)
-                       and os.path.isfile(os.path.join(idx_dir, n)))
-        for n in _not_files(idx_dir, _INDEX_NAME):
+        listed = _index_names(idx_dir)
+        names = _files(idx_dir, listed)
+        for n in _not_files(idx_dir, listed):
             res.add("error", "index-size", f"index/{n}", "not a regular file")
             res.bad_index_files.add(f"index/{n}")
     bar = progress(len(names), "IndexFile", "file")
@@ -1026,15 +1013,15 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
         if rebuild:
             derived = _all_queue_dirs(root)
         for rel in sorted(derived):
-            _delete_files(os.path.join(root, rel), _SEGMENT_NAME)
+            _delete_files(os.path.join(root, rel), _segments(os.path.join(root, rel)))
             report.actions.append(f"deleted {rel} (rebuilt from the CommitLog)")
         index_dir = os.path.join(root, "index")
         bad_index = sorted(before.bad_index_files)
         if rebuild:
-            bad_index = [f"index/{n}" for n in _names(index_dir, _INDEX_NAME)]
+            bad_index = [f"index/{n}" for n in _index_names(index_dir)]
         if bad_index:
             first = min(os.path.basename(r) for r in bad_index)
-            for n in _names(index_dir, _INDEX_NAME):
+            for n in _index_names(index_dir):
                 if n >= first:
                     p = os.path.join(index_dir, n)
                     shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
@@ -1046,8 +1033,8 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             report.actions.append("derived files still disagree: rebuilding every ConsumeQueue "
                                   "and IndexFile from the CommitLog")
             for rel in _all_queue_dirs(root):
-                _delete_files(os.path.join(root, rel), _SEGMENT_NAME)
-            _delete_files(index_dir, _INDEX_NAME)
+                _delete_files(os.path.join(root, rel), _segments(os.path.join(root, rel)))
+            _delete_files(index_dir, _index_names(index_dir))
             _reopen(root, cfg, MessageStore)
             after = verify_store(root, config, progress)
         report.after = after
@@ -1061,16 +1048,10 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
         os.close(lock_fd)
 
 
-def _names(directory: str, pattern) -> list[str]:
-    if not os.path.isdir(directory):
-        return []
-    return sorted(n for n in os.listdir(directory) if pattern.fullmatch(n))
-
-
-def _delete_files(directory: str, pattern) -> None:
-    """Delete the derived files (ConsumeQueue or IndexFile) named by ``pattern``; a directory
-    in the place of one (damage) goes too."""
-    for n in _names(directory, pattern):
+def _delete_files(directory: str, names: list[str]) -> None:
+    """Delete the derived files (ConsumeQueue or IndexFile) ``names`` in ``directory``; a
+    directory in the place of one (damage) goes too."""
+    for n in names:
         p = os.path.join(directory, n)
         if os.path.isdir(p) and not os.path.islink(p):
             shutil.rmtree(p)
@@ -1086,7 +1067,7 @@ def _all_queue_dirs(root: str) -> list[str]:
             tdir = os.path.join(base, t)
             if os.path.isdir(tdir):
                 out += [f"consumequeue/{t}/{q}" for q in sorted(os.listdir(tdir))
-                        if parse_decimal(q) is not None and os.path.isdir(os.path.join(tdir, q))]
+                        if queue_dir_id(q) is not None and os.path.isdir(os.path.join(tdir, q))]
     return out
 
 
@@ -1130,7 +1111,7 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
             finally:
                 os.close(fd)
     index_ts = 0
-    names = _names(os.path.join(root, "index"), _INDEX_NAME)
+    names = _index_names(os.path.join(root, "index"))
     if names:
         with open(os.path.join(root, "index", names[-1]), "rb") as f:
             head = f.read(INDEX_HEADER_SIZE)
@@ -1154,7 +1135,7 @@ def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverR
     """Drop the CommitLog from ``cut`` on; save valid records after it under lost+found/."""
     cl_dir = os.path.join(root, "commitlog")
     fs = res.segment_size
-    names = _names(cl_dir, _SEGMENT_NAME)
+    names = _segments(cl_dir)
     dropped_records = res.records_after_bad
     if dropped_records or res.data_after_bad:
         dest = os.path.join(root, "lost+found", time.strftime("%Y%m%d%H%M%S"), "commitlog")

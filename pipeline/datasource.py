@@ -8,7 +8,7 @@ Reads the CommitLog through the ConsumeQueues, with no mount and no broker::
     q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
          .load("/data/rocketmq/store").writeStream...)
 
-The schema is ``pipeline.schema.DATASOURCE_DDL`` (``engine.schema``): the same columns, types
+The schema is ``engine.schema.DATASOURCE_DDL``: the same columns, types
 and order as ``spark.read.parquet("file://MNT/view")`` (``topic`` and ``queue`` last). Rows
 are decoded by ``engine.columnar`` (numpy over the memory-mapped CommitLog, only the columns
 asked for) and come as Arrow record batches, one Spark partition per range of queue offsets of
@@ -75,8 +75,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition,
                                     LessThan, LessThanOrEqual)
 
-from pipeline.schema import DATASOURCE_DDL
 from engine.columnar import StoreFiles
+from engine.schema import DATASOURCE_DDL
 
 __all__ = ["RocketMQDataSource", "register", "check_workers", "DataLossError",
            "WorkerEnvironmentError", "QueueRange"]
@@ -612,7 +612,7 @@ class RocketMQDataSource(DataSource):
 def _columns(schema) -> tuple | None:
     """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
     checked against ``DATASOURCE_DDL``; None for the full schema. Only these are decoded."""
-    from pipeline.schema import split_ddl
+    from engine.schema import split_ddl
     types = {n: t.lower().replace(" ", "") for n, t in split_ddl(DATASOURCE_DDL)}
     names = list(types)
     if schema is None or [f.name for f in schema.fields] == names:

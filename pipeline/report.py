@@ -56,7 +56,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the spark extra
     _PYSPARK_IMPORT_ERROR = _exc
 
-from pipeline.schema import DATASOURCE_DDL
+from engine.schema import DATASOURCE_DDL
 
 __all__ = ["build_session", "Mount", "read_view", "read_lag", "compute_report", "write_report",
            "write_charts", "summary", "main"]
@@ -178,14 +178,14 @@ def read_view(spark: "SparkSession", mount: Mount) -> "DataFrame":
 
 
 def _top_level(ddl: str) -> list[str]:
-    from pipeline.schema import split_ddl
+    from engine.schema import split_ddl
     return [f"{n} {t}" for n, t in split_ddl(ddl)]
 
 
 def read_lag(mount: Mount) -> list[dict]:
-    """Rows of ``consumer_lag`` from ``MNT/groups/*/progress.json`` (lag = brokerOffset -
-    max(consumerOffset, 0), the mount's ``diff``). Unreadable files are skipped with a warning
-    on stderr."""
+    """Rows of ``consumer_lag`` from ``MNT/groups/*/progress.json``: lag is the file's ``diff``
+    (computed once, by ``engine.progress.consumer_progress``). Unreadable files are skipped with
+    a warning on stderr."""
     rows = []
     gdir = os.path.join(mount.path, "groups")
     try:
@@ -205,7 +205,7 @@ def read_lag(mount: Mount) -> list[dict]:
             rows.append({"brokerName": mount.broker_name, "group": progress.get("group", g),
                          "topic": q["topic"], "queueId": int(q["queueId"]),
                          "brokerOffset": broker, "consumerOffset": consumer,
-                         "lag": int(q.get("diff", broker - max(consumer, 0))),
+                         "lag": int(q["diff"]),
                          "lastTimestamp": q.get("lastTimestamp")})
     return rows
 

@@ -305,3 +305,29 @@ def test_store_files_open_read_only_without_the_lock(tmp_path):
                  for d, _, fs in os.walk(root) for p in fs}
         assert after == before
     shutil.rmtree(root)
+
+
+def test_queue_directory_names_follow_the_stores_one_rule(tmp_path):
+    """``consumequeue/<topic>/<name>``: StoreFiles, the store and verify take a name for a
+    queue by one rule (engine.consumequeue.queue_dir_id: a canonical decimal of at most 9
+    digits); "007", "²" and a 10-digit name are no queues anywhere (verify warns)."""
+    from engine.consumequeue import queue_dir_id
+    from engine.verify import verify_store
+    assert [queue_dir_id(n) for n in ("0", "7", "123456789")] == [0, 7, 123456789]
+    assert [queue_dir_id(n) for n in ("007", "+1", "²", "1\n", "1234567890", "")] == [None] * 6
+    root = tmp_path / "s"
+    with MessageStore(str(root), _cfg()) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"m%d" % i) for i in range(4)])
+    odd = ("007", "²", "1234567890")
+    for name in odd:
+        (root / "consumequeue" / "T" / name).mkdir()
+    files = columnar.StoreFiles(str(root))
+    assert files.queue_ids("T") == [0, 1]
+    files.close()
+    with MessageStore(str(root), _cfg(), read_only=True) as s:
+        assert s.queue_ids("T") == [0, 1]
+    res = verify_store(str(root), _cfg())
+    assert res.ok and res.queues == 2
+    assert sorted(p.path for p in res.warnings if p.kind == "cq-stray") == \
+        sorted(f"consumequeue/T/{n}" for n in odd)

@@ -678,3 +678,29 @@ def test_snapshot_of_a_follower_mount_while_the_writer_produces(mount_store, tmp
             assert mine == _queue_bodies(live, "Snap", q)[:len(mine)]
         assert snap.commitlog.max_offset == manifest["commitLogOffset"] <= live.commitlog.max_offset
     assert run_rmqfs("verify", copy).returncode == 0
+
+
+def test_engine_follower_opens_only_canonical_queue_directories(tmp_path):
+    """A new topic whose consumequeue/ directory also holds "²", "007" and "1234567890"
+    (no queues for the store: engine.consumequeue.queue_dir_id): the follower opens the real
+    queue and ignores the others ("²".isdigit() is True, but int("²") raises)."""
+    root = tmp_path / "store"
+    cfg = _config()
+    w = MessageStore(root, cfg)
+    f = None
+    try:
+        w.create_topic("T", 1)
+        w.put_messages([Message("T", b"t0")])
+        f = MessageStore(root, cfg, read_only=True, follow=True)
+        w.create_topic("V", 2)
+        for odd in ("²", "007", "1234567890"):
+            (root / "consumequeue" / "V" / odd).mkdir(parents=True)
+        w.put_messages([Message("V", b"v%d" % i, queue_id=1) for i in range(3)])
+        f.follower.refresh()
+        f.follower.refresh()
+        assert _queue_bodies(f, "V", 1) == [(i, b"v%d" % i) for i in range(3)]
+        assert sorted(k for k in f.consume_queues if k[0] == "V") == [("V", 1)]
+    finally:
+        if f is not None:
+            f.close()
+        w.close()

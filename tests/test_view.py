@@ -171,7 +171,7 @@ def assert_same_rows(got: dict, want: dict):
 def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, mount_store,
                                                                      tmp_path):
     from pipeline.datasource import register
-    from pipeline.schema import DATASOURCE_DDL
+    from engine.schema import DATASOURCE_DDL
 
     store_dir = tmp_path / "store"
     with MessageStore(str(store_dir)) as s:

@@ -98,7 +98,7 @@ def test_view_is_parquet_with_the_partition_columns_in_the_path(mounted):
 @pytest.mark.spark
 @fuse
 def test_spark_read_parquet_of_the_mount(spark, mounted):
-    from pipeline.schema import DATASOURCE_DDL
+    from engine.schema import DATASOURCE_DDL
     m, want = mounted
     df = spark.read.parquet(f"file://{m.mnt}/view")  # no schema argument
     assert df.schema.simpleString() == \
