@@ -14,13 +14,17 @@ import time
 
 from .errors import CorruptRecordError, MessageTooLargeError
 from .mappedfile import FileQueue
-from .message import (BLANK, END_FILE_MIN_BLANK_LENGTH, FIXED_V4, INT16, MAGIC_BLANK, MAGIC_V1,
-                      MAGIC_V2, PROPERTY_CRC32, EncodedMessage, MessageRecord, decode_record,
-                      encode_blank, patch_record, write_prop_crc)
+from .message import (BLANK, BODY_CRC_MASK, BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_LENGTH, FIXED_V4,
+                      INT16, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MAX_TOPIC_LENGTH_V1,
+                      MIN_RECORD_SIZE, PROPERTIES_LENGTH_SIZE, PROPERTY_CRC32, RECORD_HEAD,
+                      STOREHOSTADDRESS_V6_FLAG, TOPIC_LENGTH_SIZE_V1, TOPIC_LENGTH_SIZE_V2,
+                      EncodedMessage, MessageRecord, decode_record, encode_blank, patch_record,
+                      write_prop_crc)
 
-from .message import crc32 as _crc32
+from .message import crc32 as _crc32  # zlib's; masked with BODY_CRC_MASK
 
 _PROP_CRC = PROPERTY_CRC32.encode()
+_HOSTS_V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 
 DEFAULT_FILE_SIZE = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
 SCAN_CHUNK = 8 * 1024 * 1024
@@ -164,7 +168,7 @@ class CommitLog:
             n = len(chunk)
             rolled = False
             while i < n and chunk_start + i < stop:
-                if n - i < 8:
+                if n - i < RECORD_HEAD.size:
                     if chunk_start + n >= seg.end:
                         self.scan_error = "segment ends inside a record header"
                         return
@@ -200,10 +204,10 @@ class CommitLog:
                     break  # re-read from this record
                 rec_end = i + total
                 fields = None
-                if total >= FIXED_V4.size + 3:
+                if total >= MIN_RECORD_SIZE:
                     (_, _, crc, queue_id, _, queue_offset, phys, sys_flag, _, _, _, _, _, _, _,
                      _, body_len) = unpack_fixed(chunk, i)
-                    if not sys_flag & 0x30 and body_len >= 0:
+                    if not sys_flag & _HOSTS_V6 and body_len >= 0:
                         p = i + FIXED_V4.size + body_len
                         if magic == last_magic and chunk.startswith(last_tail, p):
                             # the previous record's topic (length field + name)
@@ -213,15 +217,14 @@ class CommitLog:
                             topic = None
                             if magic == MAGIC_V1:
                                 tlen = chunk[p] if p < rec_end else -1
-                                if tlen > 127:
-                                    tlen -= 256
-                                t0 = p + 1
+                                if tlen > MAX_TOPIC_LENGTH_V1:
+                                    tlen -= 256  # a signed byte
+                                t0 = p + TOPIC_LENGTH_SIZE_V1
                             else:
-                                tlen = int.from_bytes(chunk[p:p + 2], "big", signed=True) \
-                                    if p + 2 <= rec_end else -1
-                                t0 = p + 2
+                                t0 = p + TOPIC_LENGTH_SIZE_V2
+                                tlen = unpack_short(chunk, p)[0] if t0 <= rec_end else -1
                             q = t0 + tlen
-                            if tlen >= 0 and q + 2 <= rec_end:
+                            if tlen >= 0 and q + PROPERTIES_LENGTH_SIZE <= rec_end:
                                 traw = chunk[t0:q]
                                 topic = topics.get(traw)
                                 if topic is None:
@@ -233,11 +236,11 @@ class CommitLog:
                                         topics[traw] = topic
                                 if topic is not None:
                                     last_tail, last_topic, last_magic = chunk[p:q], topic, magic
-                        if topic is not None and q + 2 <= rec_end:
+                        if topic is not None and q + PROPERTIES_LENGTH_SIZE <= rec_end:
                             plen = unpack_short(chunk, q)[0]
-                            if (plen >= 0 and q + 2 + plen == rec_end
+                            if (plen >= 0 and q + PROPERTIES_LENGTH_SIZE + plen == rec_end
                                     and not force_prop_crc
-                                    and chunk.find(_PROP_CRC, q + 2, rec_end) < 0):
+                                    and chunk.find(_PROP_CRC, q + PROPERTIES_LENGTH_SIZE, rec_end) < 0):
                                 fields = topic
                 if fields is None:
                     try:  # anything unusual, or a layout error to report precisely
@@ -252,7 +255,7 @@ class CommitLog:
                 else:
                     body_at = i + FIXED_V4.size
                     if check_crc and crc != (
-                            _crc32(view[body_at:body_at + body_len]) & 0x7FFFFFFF):
+                            _crc32(view[body_at:body_at + body_len]) & BODY_CRC_MASK):
                         self.scan_error = f"body CRC mismatch (record at {chunk_start + i})"
                         return
                     if phys != chunk_start + i:

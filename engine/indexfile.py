@@ -53,6 +53,7 @@ from contextlib import contextmanager
 from .errors import CorruptRecordError, ReadOnlyStoreError, StoreError
 from .javahash import combine_u32, index_key_hash, java_hash_u32, key_hash_of_u32, utf16_len
 from .mappedfile import create_preallocated
+from .message import TRANSACTION_ROLLBACK_TYPE  # MessageSysFlag: (sysFlag & 0xC) == 0xC
 
 HEADER = struct.Struct(">qqqqii")  # begin/endTimestamp, begin/endPhyOffset, slot and item counts
 SLOT = struct.Struct(">i")
@@ -66,7 +67,6 @@ DEFAULT_INDEX_NUM = 5_000_000 * 4  # maxIndexNum
 MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query
 LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
-TRANSACTION_ROLLBACK_TYPE = 0xC  # MessageSysFlag: (sysFlag & 0xC) == 0xC
 _NAME = re.compile(r"[0-9]{17}\Z")
 _TRUNCATE_CHUNK = 65536  # items read at once when undoing items
 _ITEMS_STRUCTS: dict[int, struct.Struct] = {}  # n -> Struct(">" + "iqii" * n)

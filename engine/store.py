@@ -27,7 +27,6 @@ import itertools
 import logging
 import operator
 import os
-import re
 import socket
 import struct
 import threading
@@ -41,7 +40,8 @@ from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
                      TopicConfig, TopicConfigManager, validate_group_name, validate_queue_nums,
                      validate_topic_name)
-from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, pack_units
+from .consumequeue import (CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, deliver_tags_code, pack_units,
+                           queue_dir_id)
 from .consumequeue import store_file_size as cq_store_file_size
 from .indexfile import IndexService
 from .mappedfile import remove_temp_files
@@ -62,14 +62,26 @@ from .getmessage import (GetMessageResult, GetMessageStatus,  # noqa: F401 - re-
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from .errors import PropertiesSizeExceededError
 from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
-from .message import (FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, RECORD_SLACK, decode_properties,
-                      decode_record, encode_blank)
-from .message import crc32 as _body_crc32
+from .message import (BODY_CRC_MASK, BORNHOST_V6_FLAG, FIXED_V4, MAGIC_V1, MAGIC_V2,
+                      MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, RECORD_HEAD,
+                      RECORD_SLACK, SCHEDULE_TOPIC, STOREHOSTADDRESS_V6_FLAG,
+                      STORE_TIMESTAMP_END_MAX, TRANSACTION_TYPE_MASK, cal_msg_length, crc32,
+                      decode_properties, decode_record, encode_blank, read_store_timestamp)
 from .uniqkey import UniqKeyGenerator
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+# Property items of the fast put path and the recovery scan, built once from message.py's names
+# (MessageDecoder.messageProperties2String: name NAME_VALUE_SEPARATOR value PROPERTY_SEPARATOR).
+_TAGS_ITEM = (PROPERTY_TAGS + NAME_VALUE_SEPARATOR).encode()
+_KEYS_ITEM = PROPERTY_KEYS + NAME_VALUE_SEPARATOR
+_SHARDING_ITEM = PROPERTY_SHARDING_KEY + NAME_VALUE_SEPARATOR
+_PROPERTY_END = PROPERTY_SEPARATOR.encode()
+_PROPERTY_END_BYTE = _PROPERTY_END[0]
+_UNIQ_ITEM_FORMAT = (b"%s%s%s" + (PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR).encode()
+                     + b"%s" + _PROPERTY_END)  # topic, properties length, head, UNIQ_KEY value
+_UNIQ_ITEM_OVERHEAD = len(PROPERTY_UNIQ_KEY) + len(NAME_VALUE_SEPARATOR) + len(PROPERTY_SEPARATOR)
+_HOSTS_V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _TIME_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -533,8 +545,7 @@ class MessageStore:
                 log.warning("consumequeue/%s skipped: %s", topic, exc)
                 continue
             for q in sorted(os.listdir(tdir)):
-                if not QUEUE_DIR_NAME.match(q) or str(int(q)) != q or \
-                        not os.path.isdir(os.path.join(tdir, q)):
+                if queue_dir_id(q) is None or not os.path.isdir(os.path.join(tdir, q)):
                     continue  # "007" or a file: not a queue (verify warns)
                 queues.append((topic, int(q), os.path.join(tdir, q)))
         size, trusted = cq_store_file_size([qdir for _, _, qdir in queues])
@@ -597,15 +608,15 @@ class MessageStore:
         cl.flushed_where = end
 
     def _ends_with_separator(self, rec: MessageRecord) -> bool | None:
-        """Whether the record's properties area ends with \x02; None when it is empty."""
-        from .message import MAGIC_V2, cal_msg_length
+        """Whether the record's properties area ends with PROPERTY_SEPARATOR; None when it is
+        empty."""
         props_len = rec.store_size - cal_msg_length(rec.sys_flag, len(rec.body),
                                                     len(rec.topic.encode()), 0,
                                                     rec.magic == MAGIC_V2)
         if props_len <= 0:
             return None
         end = rec.commitlog_offset + rec.store_size
-        return self.commitlog.files.read(end - 1, 1) == b"\x02"
+        return self.commitlog.files.read(end - 1, 1) == _PROPERTY_END
 
     def _check_queue_tails(self) -> None:
         """Drop trailing ConsumeQueue units that do not describe their record.
@@ -676,15 +687,12 @@ class MessageStore:
         # Abnormal: newest segment whose first record is older than the checkpoint.
         min_ts = self.checkpoint.min_timestamp
         for seg in reversed(cl.files.segments):
-            head = os.pread(seg.fd, 80, 0)  # STORETIMESTAMP is at 68 after an IPv6 born host
-            if len(head) < 80:
+            head = os.pread(seg.fd, STORE_TIMESTAMP_END_MAX, 0)
+            if len(head) < STORE_TIMESTAMP_END_MAX:
                 continue
-            magic = struct.unpack_from(">I", head, 4)[0]
-            if magic not in (0xDAA320A7, 0xDAA320AB):
+            if RECORD_HEAD.unpack_from(head)[1] not in (MAGIC_V1, MAGIC_V2):
                 continue
-            sys_flag = struct.unpack_from(">i", head, 36)[0]
-            ts_pos = 56 if not sys_flag & 0x10 else 68
-            store_ts = struct.unpack_from(">q", head, ts_pos)[0]
+            store_ts = read_store_timestamp(head)
             if store_ts and store_ts <= min_ts:
                 return seg.start
         return cl.min_offset
@@ -717,11 +725,12 @@ class MessageStore:
             d = None
             key = (topic, qid)
             if skip_known and (indexed_below is None or phys < indexed_below):
-                if sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+                if sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE,
+                                                        TRANSACTION_ROLLBACK_TYPE):
                     continue  # no unit, and already indexed
                 cq = cqs.get(key)
                 if cq is not None and qoff < cq.max_offset and topic != SCHEDULE_TOPIC \
-                        and not sys_flag & 0x30:
+                        and not sys_flag & _HOSTS_V6:
                     size, tc, store_ts = light(buf, pos)
                     if key not in dirty:
                         if qoff < cq.min_offset:
@@ -770,13 +779,15 @@ class MessageStore:
             p += 2 + int.from_bytes(buf[p:p + 2], "big", signed=True) + 2
         tc = 0
         end = pos + total
-        at = buf.find(b"TAGS\x01", p, end)
+        item = _TAGS_ITEM
+        at = buf.find(item, p, end)
         if at >= 0:
             # decode_properties(...).get("TAGS"), read in place: one item named TAGS (at the
             # start or after a separator) and no other occurrence; anything else is decoded.
-            if (at == p or buf[at - 1] == 2) and buf.find(b"TAGS\x01", at + 5, end) < 0:
-                vend = buf.find(b"\x02", at + 5, end)
-                raw = bytes(buf[at + 5:vend if vend >= 0 else end])
+            v = at + len(item)
+            if (at == p or buf[at - 1] == _PROPERTY_END_BYTE) and buf.find(item, v, end) < 0:
+                vend = buf.find(_PROPERTY_END, v, end)
+                raw = bytes(buf[v:vend if vend >= 0 else end])
             else:
                 tags = decode_properties(bytes(buf[p:end])).get(PROPERTY_TAGS)
                 raw = tags.encode("utf-8", "surrogatepass") if tags else b""
@@ -791,20 +802,14 @@ class MessageStore:
 
     def _dispatch_of(self, rec: MessageRecord) -> _Dispatch | None:
         tc = rec.tags_code
-        if rec.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in rec.properties:
-            level = _int_or_zero(rec.properties[PROPERTY_DELAY])
-            if level:
-                tc = self._deliver_timestamp(level, rec.store_timestamp)
+        if rec.topic == SCHEDULE_TOPIC:
+            deliver = deliver_tags_code(rec.properties.get(PROPERTY_DELAY), rec.store_timestamp,
+                                        self._delay_levels)
+            if deliver is not None:
+                tc = deliver
         return _Dispatch(rec.topic, rec.queue_id, rec.commitlog_offset, rec.store_size, tc,
                          rec.store_timestamp, rec.queue_offset, rec.keys, rec.uniq_key,
                          rec.sys_flag)
-
-    def _deliver_timestamp(self, level: int, store_timestamp: int) -> int:
-        """``computeDeliverTimestamp``: store time + the level's delay (1 s if unknown)."""
-        if self._delay_levels:
-            level = min(level, max(self._delay_levels))
-        delay = self._delay_levels.get(level)
-        return store_timestamp + (delay if delay is not None else 1000)
 
     def _consume_queue(self, topic: str, queue_id: int, create: bool) -> ConsumeQueue | None:
         cq = self.consume_queues.get((topic, queue_id))
@@ -823,7 +828,7 @@ class MessageStore:
         gap = False
         per_queue: dict[tuple[str, int], list[_Dispatch]] = {}
         for d in batch:
-            if d.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            if d.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
                 continue
             if d.sys_flag & INNER_BATCH_FLAG or d.topic in self._batch_cq_topics:
                 # BatchCQ topics dispatch to batchconsumequeue/, which is not written here;
@@ -1196,8 +1201,7 @@ class MessageStore:
                     props.update(extra)
                 born = msg.born_timestamp or now
                 props.setdefault(PROPERTY_UNIQ_KEY, self.uniq_keys.next(born))
-                delays.append(_int_or_zero(props.get(PROPERTY_DELAY))
-                              if topic == SCHEDULE_TOPIC else 0)
+                delays.append(props.get(PROPERTY_DELAY) if topic == SCHEDULE_TOPIC else None)
                 body, sys_flag = msg.body, msg.sys_flag
                 if self._should_compress(msg):
                     kind = _COMPRESSION_TYPES[cfg_.compress_type.upper()]
@@ -1215,7 +1219,7 @@ class MessageStore:
             queue_offsets = []
             for e in encoded:
                 key = (e.topic, e.queue_id)
-                if e.sys_flag & 0xC in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+                if e.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
                     queue_offsets.append(0)
                     continue
                 if key not in next_offsets:
@@ -1227,10 +1231,12 @@ class MessageStore:
             before = {k: self.max_offset(*k) for k in next_offsets}
             results = cl.append(encoded, queue_offsets, now, together=batch)
             dispatch = []
-            for e, qoff, res, level in zip(encoded, queue_offsets, results, delays):
+            for e, qoff, res, delay in zip(encoded, queue_offsets, results, delays):
                 tc = e.tags_code
-                if level:
-                    tc = self._deliver_timestamp(level, now)
+                if delay is not None:
+                    deliver = deliver_tags_code(delay, now, self._delay_levels)
+                    if deliver is not None:
+                        tc = deliver
                 dispatch.append(_Dispatch(e.topic, e.queue_id, res[0], res[1], tc, now, qoff,
                                        e.keys, e.uniq_key, e.sys_flag))
             if self.sync_flush:
@@ -1322,7 +1328,7 @@ class MessageStore:
         if len(topic) > 127 or len(raw) > 127:
             return None
         info = (cfg.write_queue_nums, max(cfg.write_queue_nums, cfg.read_queue_nums),
-                bytes((len(raw),)) + raw, 91 + len(raw), java_hash_u32(topic + "#"))
+                bytes((len(raw),)) + raw, cal_msg_length(0, 0, len(raw), 0), java_hash_u32(topic + "#"))
         if len(self._plain_topics) > 65536:
             self._plain_topics.clear()
         self._plain_topics[topic] = (cfg, state, info)
@@ -1382,7 +1388,6 @@ class MessageStore:
                 uniq_keys = uniq_hashes = itertools.repeat(None)
             else:  # one batch of ids, in message order as one by one
                 uniq_keys, uniq_hashes = self.uniq_keys.next_many(len(messages), now)
-            crc32 = _body_crc32
             pack = FIXED_V4.pack
             sip, sport = self.store_host
             id_prefix = self._msg_id_prefix
@@ -1432,7 +1437,7 @@ class MessageStore:
                 if tags:
                     head_tc = tags_cache.get(tags)
                     if head_tc is None:
-                        head_tc = (f"TAGS\x01{tags}\x02".encode(), tags_code(tags))
+                        head_tc = (_TAGS_ITEM + tags.encode() + _PROPERTY_END, tags_code(tags))
                         if len(tags_cache) < 4096:
                             tags_cache[tags] = head_tc
                     head, tc = head_tc
@@ -1441,13 +1446,13 @@ class MessageStore:
                 keys = m.keys
                 if keys:
                     keys = keys if isinstance(keys, str) else " ".join(keys)
-                    head += f"KEYS\x01{keys}\x02".encode()
+                    head += f"{_KEYS_ITEM}{keys}{PROPERTY_SEPARATOR}".encode()
                 if m.sharding_key is not None:
-                    head += f"__SHARDINGKEY\x01{m.sharding_key}\x02".encode()
+                    head += f"{_SHARDING_ITEM}{m.sharding_key}{PROPERTY_SEPARATOR}".encode()
                 born = m.born_timestamp or now
                 if uniq is None:
                     uniq, uniq_hash = uniq_next(born)
-                plen = len(head) + len(uniq) + 10  # + "UNIQ_KEY" \x01 uniq \x02
+                plen = len(head) + len(uniq) + _UNIQ_ITEM_OVERHEAD
                 if plen > MAX_PROPERTIES_LENGTH:
                     raise PropertiesSizeExceededError(
                         f"properties are {plen} bytes, more than {MAX_PROPERTIES_LENGTH}")
@@ -1478,9 +1483,9 @@ class MessageStore:
                 if bh is None:
                     bh = default_born
                 # header | body | topic length + topic | properties length + properties
-                pieces += (pack(total, MAGIC_V1, crc32(body) & 0x7FFFFFFF, qid, m.flag, qoff,
+                pieces += (pack(total, MAGIC_V1, crc32(body) & BODY_CRC_MASK, qid, m.flag, qoff,
                                 pos, 0, born, bh[0], bh[1], now, sip, sport, 0, 0, blen),
-                           body, b"%s%s%sUNIQ_KEY\x01%s\x02" % (
+                           body, _UNIQ_ITEM_FORMAT % (
                                tail, shorts[plen] if plen < 4096 else plen.to_bytes(2, "big"),
                                head, uniq.encode()))
                 if index is not None:
@@ -1770,7 +1775,6 @@ class MessageStore:
         self.close()
 
 
-QUEUE_DIR_NAME = re.compile(r"[0-9]{1,9}\Z")  # consumequeue/<topic>/<queueId>: ASCII digits
 _READ_BATCH = 1024  # ConsumeQueue units read at once by iter_queue
 _SPAN_MAX = 4 << 20  # at most this many CommitLog bytes in one read
 _SPAN_SLACK = 4  # read a span when it is at most this many times the records' own bytes
@@ -1797,13 +1801,6 @@ def _spans(units: list, file_size: int):
             j = i + 1  # a single record: read it alone
         yield units[i:j]
         i = j
-
-
-def _int_or_zero(text: str | None) -> int:
-    try:
-        return int(text) if text else 0
-    except ValueError:
-        return 0
 
 
 def _lock_holder(fd: int) -> int | None:

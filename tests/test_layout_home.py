@@ -23,13 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("engine", "fusefs", "mount", "pipeline")
 HOME = "engine/message.py"
 
-#: Copies that issue11a's split of engine/store.py removes. The lead empties this at the merge
-#: of issue11a's branch; a copy elsewhere, or one more here, fails now.
-ALLOWED = Counter({
-    ("engine/store.py", "magic"): 2,
-    ("engine/store.py", "separator"): 11,
-    ("engine/store.py", "SCHEDULE_TOPIC_XXXX"): 1,
-})
+#: Copies allowed outside message.py, per (file, kind): none.
+ALLOWED: Counter = Counter()  # no copy left anywhere
 
 _MAGICS = {message.MAGIC_V1, message.MAGIC_V2, message.MAGIC_BLANK, message.MAGIC_V1_SIGNED,
            message.MAGIC_V2_SIGNED, message.MAGIC_BLANK_SIGNED}
@@ -132,9 +127,8 @@ def test_the_scanner_finds_a_copy(source, kinds):
     assert sorted(k for _, k, _ in layout_copies(source)) == sorted(kinds)
 
 
-#: message.py's names that issue11a's files define again; the lead empties this at the merge.
-ALLOWED_REDEFINED = {("engine/store.py", "SCHEDULE_TOPIC"),
-                     ("engine/indexfile.py", "TRANSACTION_ROLLBACK_TYPE")}
+#: message.py's names allowed to be defined again, as (file, name): none.
+ALLOWED_REDEFINED: set = set()  # none
 
 
 def redefined(source: str, names: set[str]) -> list[tuple[int, str]]:
