@@ -51,6 +51,7 @@ from .columnar import UNIT_DTYPE, record_dtype
 from .config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units, queue_dir_id
 from .errors import CorruptRecordError, StoreError
+from .lock import lock_holder
 from .mappedfile import FileQueue, Segment, segment_names
 from .message import (BODY_CRC_MASK, BODY_LENGTH_POSITION, BORNHOST_V6_FLAG, HOST_V6_EXTRA,
                       INNER_BATCH_FLAG, INT32, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RECORD_HEAD,
@@ -71,33 +72,6 @@ CHECK_CHUNK = 16_384  # records checked per numpy pass
 _UNIT_DT = UNIT_DTYPE
 _HEAD_DT = record_dtype("sysFlag")
 _MAGICS = np.array([MAGIC_V1, MAGIC_V2], dtype=np.uint32)
-
-
-def writer_pid(root: str) -> int | None:
-    """pid of the process holding the POSIX (or OFD) lock on ``root/lock``, or None.
-
-    Read from ``/proc/locks`` by inode number, without opening the lock file: closing any
-    descriptor of a file drops every POSIX lock the calling process holds on it, so a
-    follower running in the writer's own process must never open it. OFD locks have no pid
-    (-1 is returned for them). Linux only; None elsewhere.
-    """
-    try:
-        ino = os.stat(os.path.join(root, "lock")).st_ino
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 6 or parts[1] == "->" or parts[1] not in ("POSIX", "OFDLCK"):
-            continue
-        dev_ino = parts[5].rsplit(":", 1)
-        if len(dev_ino) == 2 and dev_ino[1].isdigit() and int(dev_ino[1]) == ino:
-            try:
-                return int(parts[4])
-            except ValueError:
-                return -1
-    return None
 
 
 def _file_sig(path: str):
@@ -248,7 +222,7 @@ class Follower:
                 changes["deleted"] += [os.path.relpath(p, s.root)
                                        for p in s.index_service.follow()]
             if self.refreshes % 10 == 0:  # the writer may have stopped, or been restarted
-                s.writer_pid = writer_pid(s.root)
+                s.writer_pid = lock_holder(s.root)
             self.refreshed_ms = int(time.time() * 1000)
         if changes["records"] or changes["deleted"] or changes["configs"]:
             for listener in self.listeners:

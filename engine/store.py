@@ -22,7 +22,6 @@ getMessage lives in :mod:`engine.getmessage`; flush services: :meth:`MessageStor
 from __future__ import annotations
 
 import errno
-import fcntl
 import itertools
 import logging
 import operator
@@ -35,6 +34,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from .checkpoint import StoreCheckpoint
+from .lock import lock_holder, release_store_lock, take_store_lock
 from .cleanup import CleanReport, CleanService
 from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
@@ -64,7 +64,7 @@ from .errors import PropertiesSizeExceededError
 from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
 from .message import (BODY_CRC_MASK, BORNHOST_V6_FLAG, FIXED_V4, MAGIC_V1, MAGIC_V2,
                       MAX_PROPERTIES_LENGTH, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, RECORD_HEAD,
-                      RECORD_SLACK, SCHEDULE_TOPIC, STOREHOSTADDRESS_V6_FLAG,
+                      INT32, RECORD_SLACK, SCHEDULE_TOPIC, STOREHOSTADDRESS_V6_FLAG,
                       STORE_TIMESTAMP_END_MAX, TRANSACTION_TYPE_MASK, cal_msg_length, crc32,
                       decode_properties, decode_record, encode_blank, read_store_timestamp)
 from .uniqkey import UniqKeyGenerator
@@ -416,15 +416,13 @@ class MessageStore:
         self.last_exit_ok = not os.path.exists(self.abort_path)
         auto_follow = follow is None
         if follow is None:
-            from .follower import writer_pid
-            follow = read_only and writer_pid(self.root) is not None
+            follow = read_only and lock_holder(self.root) is not None
         self.follower = None
         self.writer_pid = None
         if follow:
             if not read_only:
                 raise ValueError("only a read-only store can follow a writer")
-            from .follower import writer_pid
-            self.writer_pid = writer_pid(self.root)
+            self.writer_pid = lock_holder(self.root)
             # the writer's abort file says it is running, not that it crashed
             self.last_exit_ok = True
         config_dir = os.path.join(self.root, "config")
@@ -512,18 +510,7 @@ class MessageStore:
     # lock, open, recovery
 
     def _take_lock(self) -> None:
-        path = os.path.join(self.root, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-        except OSError:
-            holder = _lock_holder(fd)
-            os.close(fd)
-            who = f"process {holder}" if holder else "another process"
-            raise StoreLockedError(f"store {self.root} is locked by {who} "
-                                   "(a broker or another rmqfs); stop it first") from None
-        os.pwrite(fd, b"lock", 0)
-        self._lock_fd = fd
+        self._lock_fd = take_store_lock(self.root)
 
     def _load_consume_queues(self) -> None:
         """Open every ``consumequeue/<topic>/<queueId>`` and recover it (``ConsumeQueue.recover``).
@@ -655,7 +642,7 @@ class MessageStore:
         if offset <= cl.min_offset:
             return cl.min_offset
         try:
-            size = struct.unpack(">i", cl.files.read(offset, 4))[0]
+            size = INT32.unpack(cl.files.read(offset, 4))[0]
             cl.read_message(offset, size)
             return offset
         except (CorruptRecordError, struct.error):
@@ -678,7 +665,7 @@ class MessageStore:
                 seg = cl.files.find(last)
                 if seg is not None:
                     try:
-                        size = struct.unpack(">i", cl.files.read(last, 4))[0]
+                        size = INT32.unpack(cl.files.read(last, 4))[0]
                         cl.read_message(last, size, check_crc=True)
                         return last
                     except (CorruptRecordError, struct.error):
@@ -1003,7 +990,7 @@ class MessageStore:
         head = cl.files.read(commitlog_offset, 4)
         if len(head) < 4:
             return None
-        size = struct.unpack(">i", head)[0]
+        size = INT32.unpack(head)[0]
         if size <= 0 or commitlog_offset + size > cl.max_offset:
             return None
         try:
@@ -1764,9 +1751,8 @@ class MessageStore:
             for cq in self.consume_queues.values():
                 cq.close()
             self.commitlog.close()
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+            release_store_lock(self._lock_fd)
+            self._lock_fd = None
 
     def __enter__(self):
         return self
@@ -1801,14 +1787,3 @@ def _spans(units: list, file_size: int):
             j = i + 1  # a single record: read it alone
         yield units[i:j]
         i = j
-
-
-def _lock_holder(fd: int) -> int | None:
-    """pid of the process holding a POSIX lock on byte 0 of ``fd`` (F_GETLK), or None."""
-    try:
-        req = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0) + b"\0" * 4
-        res = fcntl.fcntl(fd, fcntl.F_GETLK, req)
-        l_type, _, _, _, pid = struct.unpack_from("hhqqi", res)
-        return pid if l_type != fcntl.F_UNLCK and pid > 0 else None
-    except OSError:
-        return None

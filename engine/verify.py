@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import errno
-import fcntl
 import mmap
 import os
 import re
@@ -49,7 +48,7 @@ from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HE
                       SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
                       decode_record, transaction_type)
 from .storetree import check_store_tree, unsafe_entries
-from .store import _lock_holder
+from .lock import lock_holder, release_store_lock, take_store_lock
 
 _INDEX_NAME = re.compile(r"[0-9]{17}\Z")
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
@@ -162,19 +161,6 @@ def _no_progress(total: int, desc: str, unit: str = "B"):
     return _Progress()
 
 
-def lock_holder(root: str) -> int | None:
-    """pid of the process holding ``root/lock`` (a broker or an rmqfs mount), or None."""
-    path = os.path.join(root, "lock")
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return _lock_holder(fd)
-    finally:
-        os.close(fd)
-
-
 def check_store_dir(root: str) -> None:
     """Raise NotAStoreError unless ``root`` is a directory holding store files."""
     if not os.path.exists(root):
@@ -242,7 +228,7 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
                     f"{entry}: a store holds only regular files and directories; rmqfs refuses "
                     "to open it until this is removed")
         return res
-    res.lock_holder = lock_holder(root)
+    res.lock_holder = lock_holder(root, others_only=True)
     if res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
         res.add("warning", "abort", "abort", "the store was not shut down cleanly (a broker or "
                 "mount stopped without closing it); opening it runs the broker's abnormal "
@@ -937,20 +923,6 @@ class RecoverReport:
     after: VerifyResult | None = None
 
 
-def _take_lock(root: str) -> int:
-    path = os.path.join(root, "lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-    except OSError:
-        os.close(fd)
-        holder = lock_holder(root)
-        who = f"process {holder}" if holder else "another process"
-        raise StoreLockedError(f"store {root} is locked by {who} (a broker or an rmqfs "
-                               "mount); stop it first") from None
-    return fd
-
-
 def recover_store(root: str, config=None, progress=None, rebuild: bool = False) -> RecoverReport:
     """Repair the store at ``root`` so that :func:`verify_store` passes.
 
@@ -971,7 +943,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
     cfg = config or StoreConfig()
     report = RecoverReport()
     check_store_tree(root)  # links and special files: refused, never repaired through
-    lock_fd = _take_lock(root)
+    lock_fd = take_store_lock(root)
     try:
         before = verify_store(root, config, progress)
         report.before = before
@@ -1045,7 +1017,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                 f.write(saved_checkpoint)
         return report
     finally:
-        os.close(lock_fd)
+        release_store_lock(lock_fd)
 
 
 def _delete_files(directory: str, names: list[str]) -> None:
