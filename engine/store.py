@@ -50,6 +50,7 @@ from .errors import (CorruptRecordError, FlushDiskTimeoutError, MessageIllegalEr
                      MessageTooLargeError, NoSuchTopicError, OffsetOutOfRangeError,
                      PermissionDeniedError, PutMessageError, ReadOnlyStoreError,
                      StoreLockedError)
+from .message import Message  # noqa: F401 - the put request; part of the store API
 from .message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK, COMPRESSION_ZLIB,
                       COMPRESSION_ZSTD, INNER_BATCH_FLAG, MAX_MESSAGE_SIZE, PROPERTY_DELAY, PROPERTY_KEYS,
                       PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_SHARDING_KEY,
@@ -288,38 +289,6 @@ class StoreConfig:
         for i, item in enumerate(self.message_delay_level.split(), start=1):
             table[i] = int(item[:-1]) * _TIME_UNITS[item[-1]]
         return table
-
-
-@dataclass
-class Message:
-    """A message to put (``MessageExtBrokerInner`` before the store fills its fields).
-
-    ``keys`` is a list or a space-separated string. ``queue_id`` None picks a queue: by
-    ``sharding_key`` hash when given, else round-robin over the topic's write queues.
-    Timestamps are epoch ms; hosts are ``(address bytes, port)`` (16 address bytes = IPv6).
-
-    ``sys_flag`` may carry the transaction type (PREPARED/COMMIT/ROLLBACK) and batch bits.
-    ``delay_level`` > 0 stores the message as RocketMQ's broker does a delayed one
-    (``HookUtils.handleScheduleMessage``): topic ``SCHEDULE_TOPIC_XXXX``, queue ``level-1``,
-    properties ``REAL_TOPIC``/``REAL_QID``/``DELAY``. ``compress`` True/False forces or
-    forbids body compression; None applies ``StoreConfig.compress_msg_body_over_howmuch``.
-    ``wait_store_msg_ok`` False (property ``WAIT=false``) does not wait for SYNC_FLUSH.
-    """
-
-    topic: str
-    body: bytes
-    tags: str | None = None
-    keys: list[str] | str | None = None
-    properties: dict[str, str] | None = None
-    queue_id: int | None = None
-    sharding_key: str | None = None
-    flag: int = 0
-    born_timestamp: int | None = None
-    born_host: Host | None = None
-    sys_flag: int = 0
-    delay_level: int = 0
-    compress: bool | None = None
-    wait_store_msg_ok: bool = True
 
 
 @dataclass(frozen=True)

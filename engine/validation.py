@@ -42,7 +42,7 @@ import json
 import re
 
 from .errors import MessageIllegalError
-from .message import KEY_SEPARATOR, PROPERTY_CRC32
+from .message import KEY_SEPARATOR, PROPERTY_CRC32, Message
 
 # org.apache.rocketmq.common.message.MessageConst (5.3): every property name it defines.
 # STRING_HASH_SET is the set Message.putUserProperty refuses; the others are set by the broker
@@ -231,7 +231,6 @@ def message_from_json(obj, topic: str, queue_id: int | None = None):
     Raises:
         MessageIllegalError: the line breaks a rule (the message names it).
     """
-    from .store import Message
 
     if not isinstance(obj, dict):
         raise MessageIllegalError(f"a line must be a JSON object, not {_json_type(obj)}")

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from .config import config_parsers, load_config_file, load_config_file_only
 from .consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
                            queue_dir_id, store_file_size)
-from .errors import ConfigFileError, CorruptRecordError, StoreError, StoreLockedError
+from .errors import ConfigFileError, CorruptRecordError, StoreError
 from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
 from .javahash import index_key_hash, tags_code
 from .mappedfile import segment_names

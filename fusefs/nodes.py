@@ -17,8 +17,6 @@ import os
 import re
 import stat
 import threading
-import time
-from dataclasses import dataclass
 
 from engine import errors as E
 from engine.message import decode_offset_msg_id
@@ -28,249 +26,13 @@ from engine.validation import message_from_json, parse_decimal, parse_json_line
 from engine.storetree import lstat_beneath, open_beneath
 
 from . import render as R
-from .views import ViewCache, pread_nowait
+from .base import (DIR_MODE, RO_DIR, RO_FILE, RW_FILE, WO_FILE, BytesHandle, Context, Dir, FsError,
+                   GeneratedFile, Handle, Node, StaticFile, Stat, check_read_only_open, fs_error,
+                   ms_to_ns, pread_nowait)
+from .snapshots import SnapshotsDir
+from .viewtree import ViewRootDir
 
 log = logging.getLogger(__name__)
-
-# Permission model (README "Other users"): everything belongs to the mounting user; files
-# that accept writes (produce, produce.jsonl, offset) are 0644 and the directories that accept
-# mkdir (topics/, groups/, snapshots/) 0755, so only the owner (and root) may write. `-o allow_other_write`
-# makes them 0666/0777. A read-only mount shows no write bit anywhere. The modes are what the
-# daemon enforces itself (Context.check_write), so `default_permissions` agrees with them.
-DIR_MODE = stat.S_IFDIR | 0o755  # topics/ and groups/ (mkdir), as write_mode() shows them
-RO_DIR = stat.S_IFDIR | 0o555  # every other directory: nothing can be created in it
-RO_FILE = stat.S_IFREG | 0o444
-RW_FILE = stat.S_IFREG | 0o644
-WO_FILE = RW_FILE  # produce files: writable by the owner, read as empty by anyone
-OTHERS_WRITE = 0o022  # the group and other write bits added by allow_other_write
-
-VIEW_PART_MESSAGES = 100_000  # queue offsets per view/ part
-
-
-class FsError(Exception):
-    """A filesystem error with its errno."""
-
-    def __init__(self, err: int, message: str = ""):
-        super().__init__(message or os.strerror(err))
-        self.errno = err
-
-
-def fs_error(exc: E.StoreError) -> FsError:
-    """The FsError for an engine error (its ``errno`` attribute)."""
-    return FsError(exc.errno, str(exc))
-
-
-@dataclass
-class Stat:
-    """What getattr reports: mode bits, size in bytes, mtime in ns, and whether it may change."""
-
-    mode: int
-    size: int = 0
-    mtime_ns: int = 0
-    live: bool = True
-    blocks: int | None = None  # 512-byte blocks allocated; None: size rounded up
-    attr_timeout: float | None = None  # seconds the kernel may cache it; None: by ``live``
-
-
-class Context:
-    """What every node needs: the store, the view cache, mount flags and a start time."""
-
-    def __init__(self, store: MessageStore, views: ViewCache, read_only: bool,
-                 part_messages: int = VIEW_PART_MESSAGES, pid: int | None = None,
-                 others_write: bool = False):
-        self.owner_uid = os.getuid()
-        self.owner_gid = os.getgid()
-        self.others_write = others_write  # -o allow_other_write
-        self.store = store
-        self.views = views
-        self.read_only = read_only or store.read_only
-        self.part_messages = part_messages
-        self.pid = pid or os.getpid()
-        self.mount_time_ns = time.time_ns()
-        self.config_dir = os.path.join(store.root, "config")
-        # nothing under the store changes: a read-only mount of a store no one writes
-        self.frozen = self.read_only and store.follower is None
-
-    def may_write(self, uid: int | None) -> bool:
-        """Whether the user ``uid`` may write (produce, commit, mkdir): the mounting user,
-        root, or anyone with ``allow_other_write``. ``None`` (no request context) is the
-        daemon itself."""
-        return uid is None or uid in (0, self.owner_uid) or self.others_write
-
-    def check_write(self, uid: int | None) -> None:
-        """Raise FsError(EROFS) on a read-only mount, FsError(EACCES) unless
-        :meth:`may_write`."""
-        if self.read_only:
-            raise FsError(errno.EROFS)
-        if not self.may_write(uid):
-            raise FsError(errno.EACCES, "only the mounting user may write "
-                          "(mount with -o allow_other_write to let others)")
-
-    def write_mode(self, mode: int) -> int:
-        """``mode`` of a writable node as shown: no write bit on a read-only mount, the group
-        and other write bits with allow_other_write."""
-        if self.read_only:
-            return mode & ~0o222
-        return mode | OTHERS_WRITE if self.others_write else mode
-
-    def file_mtime_ns(self, *names: str) -> int:
-        """Newest mtime (ns) of files under ``config/``; the mount time when none exists.
-
-        Directories and metadata files take their mtime from the config file they show, so
-        it is stable across mounts and changes exactly when their content does.
-        """
-        best = 0
-        for name in names:
-            try:
-                best = max(best, os.stat(os.path.join(self.config_dir, name)).st_mtime_ns)
-            except OSError:
-                pass
-        return best or self.mount_time_ns
-
-    def tree_mtime_ns(self) -> int:
-        """mtime of the generated directories: when a topic or group was last created."""
-        return self.file_mtime_ns("topics.json", "subscriptionGroup.json")
-
-
-def _ms_to_ns(ms: int) -> int:
-    return ms * 1_000_000
-
-
-# --------------------------------------------------------------------------------------------
-# Base classes
-
-
-class Node:
-    """A path in the tree."""
-
-    is_dir = False
-
-    def __init__(self, ctx: Context, path: str):
-        self.ctx = ctx
-        self.path = path
-
-    def stat(self) -> Stat:
-        raise NotImplementedError
-
-    def stat_nowait(self) -> "Stat | None":
-        """:meth:`stat` when it needs neither disk I/O nor rendering, else None.
-
-        The FUSE layer calls this on the trio loop and :meth:`stat` in a worker thread.
-        """
-        return None
-
-    # directories
-    def list(self) -> list[str]:
-        raise FsError(errno.ENOTDIR)
-
-    def child(self, name: str) -> "Node | None":
-        raise FsError(errno.ENOTDIR)
-
-    def mkdir(self, name: str) -> "Node":
-        if not self.is_dir:
-            raise FsError(errno.ENOTDIR)
-        raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
-
-    def rmdir(self, name: str) -> None:
-        raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
-
-    # files
-    def open(self, flags: int) -> "Handle":
-        raise FsError(errno.EISDIR)
-
-    def truncate(self, size: int) -> None:
-        raise FsError(errno.EISDIR if self.is_dir else errno.EACCES)
-
-
-class Dir(Node):
-    """A directory with a fixed set of named children plus optional dynamic ones."""
-
-    is_dir = True
-
-    def entries(self) -> dict:
-        """``{name: factory()}`` of listed children."""
-        return {}
-
-    def list(self) -> list[str]:
-        return list(self.entries())
-
-    def child(self, name: str):
-        f = self.entries().get(name)
-        return f() if f else None
-
-    def stat(self) -> Stat:
-        return Stat(RO_DIR, 0, self.ctx.tree_mtime_ns())
-
-    def sub(self, name: str) -> str:
-        return f"{self.path.rstrip('/')}/{name}"
-
-
-class Handle:
-    """An open file. ``direct_io`` and ``keep_cache`` go to the kernel."""
-
-    direct_io = False
-    keep_cache = False
-    writable = False
-    inode = 0  # set by the FUSE layer
-    invalidates: tuple = ()  # paths whose kernel cache a write or flush here makes stale
-
-    def read(self, offset: int, length: int) -> bytes:
-        raise FsError(errno.EBADF)
-
-    def read_nowait(self, offset: int, length: int):
-        """:meth:`read` when it needs no disk I/O (data in memory or the page cache), else
-        None. Called on the trio loop; :meth:`read` runs in a worker thread."""
-        return None
-
-    def write(self, data: bytes) -> int:
-        raise FsError(errno.EBADF)
-
-    def flush(self) -> None:
-        pass
-
-    def fsync(self) -> None:
-        pass
-
-    def release(self) -> None:
-        pass
-
-
-class BytesHandle(Handle):
-    """A snapshot of generated content, read with direct_io (its size may change)."""
-
-    direct_io = True
-
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def read(self, offset: int, length: int) -> bytes:
-        return self.data[offset:offset + length]
-
-    read_nowait = read
-
-
-class GeneratedFile(Node):
-    """A small read-only file rendered on demand (status.json, offsets.json, ...)."""
-
-    def content(self) -> bytes:
-        raise NotImplementedError
-
-    def mtime_ns(self) -> int:
-        return self.ctx.mount_time_ns
-
-    def stat(self) -> Stat:
-        return Stat(RO_FILE, len(self.content()), self.mtime_ns())
-
-    def open(self, flags: int) -> Handle:
-        if flags & os.O_ACCMODE != os.O_RDONLY:
-            raise FsError(errno.EACCES)
-        return BytesHandle(self.content())
-
-
-def _check_read_only_open(flags: int) -> None:
-    if flags & os.O_ACCMODE != os.O_RDONLY:
-        raise FsError(errno.EACCES)
-
 
 # --------------------------------------------------------------------------------------------
 # Root
@@ -319,32 +81,10 @@ class RootDir(Dir):
             "topics": lambda: TopicsDir(c, "/topics"),
             "groups": lambda: GroupsDir(c, "/groups"),
             "messages": lambda: MessagesDir(c, "/messages"),
-            "view": lambda: _view_root(c),
+            "view": lambda: ViewRootDir(c, "/view"),
             "raw": lambda: RawDir(c, "/raw", ""),
-            "snapshots": lambda: _snapshots_root(c),
+            "snapshots": lambda: SnapshotsDir(c, "/snapshots"),
         }
-
-
-def _snapshots_root(ctx):
-    from .snapshots import SnapshotsDir
-    return SnapshotsDir(ctx, "/snapshots")
-
-
-def _view_root(ctx):
-    from .viewtree import ViewRootDir
-    return ViewRootDir(ctx, "/view")
-
-
-class StaticFile(GeneratedFile):
-    def __init__(self, ctx, path, data: bytes):
-        super().__init__(ctx, path)
-        self.data = data
-
-    def content(self) -> bytes:
-        return self.data
-
-    def stat(self) -> Stat:
-        return Stat(RO_FILE, len(self.data), self.ctx.tree_mtime_ns(), live=False)
 
 
 class StatusFile(GeneratedFile):
@@ -404,7 +144,7 @@ class StatusFile(GeneratedFile):
         })
 
     def mtime_ns(self) -> int:
-        return _ms_to_ns(self.ctx.store.commitlog.last_store_timestamp) or \
+        return ms_to_ns(self.ctx.store.commitlog.last_store_timestamp) or \
             self.ctx.mount_time_ns
 
 
@@ -527,7 +267,7 @@ class OffsetsFile(GeneratedFile):
     def stat(self):
         f = self._fields()
         return Stat(RO_FILE, len(R.render_json(f)),
-                    _ms_to_ns(f["maxStoreTimestamp"] or 0) or self.ctx.tree_mtime_ns())
+                    ms_to_ns(f["maxStoreTimestamp"] or 0) or self.ctx.tree_mtime_ns())
 
 
 # -- decoded views ---------------------------------------------------------------------------
@@ -567,7 +307,7 @@ class ViewFile(Node):
         return None
 
     def _stat_of(self, log) -> Stat:
-        return Stat(RO_FILE, log.size, _ms_to_ns(log.mtime_ms) or self.ctx.tree_mtime_ns())
+        return Stat(RO_FILE, log.size, ms_to_ns(log.mtime_ms) or self.ctx.tree_mtime_ns())
 
     def stat(self) -> Stat:
         return self._stat_of(self.view().log)
@@ -577,7 +317,7 @@ class ViewFile(Node):
         return None if v is None else self._stat_of(v.log)
 
     def open(self, flags):
-        _check_read_only_open(flags)
+        check_read_only_open(flags)
         return ViewHandle(self.view().log)
 
 
@@ -619,7 +359,7 @@ class MessageFile(GeneratedFile):
         data = self.content()
         ms = max(r.store_timestamp for r in self.records)
         # cached for long only when the store cannot change (expiry makes lookups ENOENT)
-        return Stat(RO_FILE, len(data), _ms_to_ns(ms), live=False,
+        return Stat(RO_FILE, len(data), ms_to_ns(ms), live=False,
                     attr_timeout=None if self.ctx.frozen else 1.0)
 
 
@@ -906,7 +646,7 @@ class ProgressFile(GeneratedFile):
 
     def mtime_ns(self):
         return max(self.ctx.file_mtime_ns("consumerOffset.json"),
-                   _ms_to_ns(self.ctx.store.commitlog.last_store_timestamp))
+                   ms_to_ns(self.ctx.store.commitlog.last_store_timestamp))
 
 
 class GroupTopicDir(Dir):
@@ -1033,7 +773,7 @@ class PendingFile(ViewFile):
     def _pending_stat(self, v) -> Stat:
         start = self._start(v)
         # mtime moves with the newest message and with each commit (the start moves)
-        mtime = max(_ms_to_ns(v.log.mtime_ms), self.ctx.file_mtime_ns("consumerOffset.json"))
+        mtime = max(ms_to_ns(v.log.mtime_ms), self.ctx.file_mtime_ns("consumerOffset.json"))
         return Stat(RO_FILE, v.log.size - start, mtime)
 
     def stat(self):
@@ -1043,7 +783,7 @@ class PendingFile(ViewFile):
         return None
 
     def open(self, flags):
-        _check_read_only_open(flags)
+        check_read_only_open(flags)
         v = self.view()
         h = ViewHandle(v.log, self._start(v))
         # The same byte offset shows other lines after a commit moves the start, and the page
@@ -1169,7 +909,7 @@ class RawFile(Node):
                     blocks=st.st_blocks, attr_timeout=timeout)
 
     def open(self, flags):
-        _check_read_only_open(flags)
+        check_read_only_open(flags)
         try:
             # checkpoint and config/*.json are rewritten at any size: never page-cached
             return RawHandle(self.ctx.store.root, self.rel, keep_cache=self.sealed(),

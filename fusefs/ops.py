@@ -32,7 +32,8 @@ import threading
 import pyfuse3
 import trio
 
-from .nodes import RO_DIR, RO_FILE, Context, FsError, Node, RootDir, Stat
+from .base import RO_DIR, RO_FILE, Context, FsError, Node, Stat
+from .nodes import RootDir
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,6 @@ from engine.message import MessageRecord, host_to_str
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
-# Spark DDL of a messages.jsonl line (engine.schema is the one definition of the columns).
-from engine.schema import VIEW_DDL  # noqa: E402,F401
-
 
 def message_fields(rec: MessageRecord) -> dict:
     """The contract's fields of a record, without ``body``, in their fixed order."""
@@ -239,7 +236,7 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, fir
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from engine.columnar import UNIT_DTYPE, Segments, decode_units
+    from engine.columnar import UNIT_DTYPE, decode_units
     from engine.consumequeue import BLANK_UNIT_SIZE
     from engine.schema import part_schema
 

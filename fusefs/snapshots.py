@@ -17,18 +17,13 @@ import errno
 
 from engine import errors as E
 
-from .nodes import DIR_MODE, RO_FILE, Dir, FsError, Handle, Node, Stat, _check_read_only_open, \
-    fs_error
-from .views import pread_nowait
+from .base import (DIR_MODE, RO_FILE, BytesHandle, Dir, FsError, Handle, Node, Stat,
+                   check_read_only_open, fs_error, pread_nowait)
 
 
 def manager(ctx):
     """The context's :class:`engine.snapshot.SnapshotManager` (made on first use)."""
-    mgr = getattr(ctx, "snapshots", None)
-    if mgr is None:
-        from engine.snapshot import SnapshotManager
-        mgr = ctx.snapshots = SnapshotManager(ctx.store, getattr(ctx, "snapshot_cache_dir", None))
-    return mgr
+    return ctx.snapshot_manager()
 
 
 class SnapshotsDir(Dir):
@@ -135,7 +130,7 @@ class SnapshotFile(Node):
     stat_nowait = stat
 
     def open(self, flags):
-        _check_read_only_open(flags)
+        check_read_only_open(flags)
         return SnapshotHandle(self.snap, self.frozen)
 
 
@@ -162,8 +157,7 @@ class ManifestFile(Node):
         return self.stat()
 
     def open(self, flags):
-        _check_read_only_open(flags)
-        from .nodes import BytesHandle
+        check_read_only_open(flags)
         h = BytesHandle(self._data())
         h.direct_io = False
         h.keep_cache = True

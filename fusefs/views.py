@@ -34,27 +34,11 @@ from engine.message import MessageRecord
 from engine.store import MessageStore
 
 from . import render as R
+from .base import pread_nowait
 
 log = logging.getLogger(__name__)
 
 Renderer = Callable[[MessageRecord], bytes]
-
-def pread_nowait(fd: int, length: int, offset: int) -> bytes | None:
-    """``pread`` that never waits for the disk: the bytes when all of them are in the page
-    cache, None otherwise (``preadv`` with ``RWF_NOWAIT``, Linux 4.14+).
-
-    The FUSE layer calls it on the trio loop and falls back to a worker thread on None.
-    """
-    if length <= 0:
-        return b""
-    buf = bytearray(length)
-    try:
-        n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
-    except (BlockingIOError, OSError, AttributeError):
-        return None
-    # A short read is either the end of the file or a page not cached: the thread decides.
-    return buf if n == length else None
-
 
 class RenderedLog:
     """An append-only cache file of rendered lines with their end offsets.

@@ -16,8 +16,8 @@ import re
 from engine.schema import DATASOURCE_DDL
 from engine.validation import parse_decimal
 
-from .nodes import (RO_FILE, Dir, Handle, Node, StaticFile, Stat, _check_read_only_open,
-                    _ms_to_ns)
+from .base import (RO_FILE, Dir, Handle, Node, StaticFile, Stat, check_read_only_open, ms_to_ns,
+                   pread_nowait)
 
 # ExternalCatalogUtils.charToEscape (Spark): the characters its writer escapes as %XX.
 _SPARK_ESCAPED = frozenset('"#%\'*/:=?\\{[]^\x7f') | frozenset(map(chr, range(0x20)))
@@ -137,7 +137,7 @@ class ViewPartFile(Node):
     def _stat(self, key, info) -> Stat:
         size, mtime_ms, _ = info
         full = key[3] >= self.first + self.ctx.part_messages
-        return Stat(RO_FILE, size, _ms_to_ns(mtime_ms) or self.ctx.mount_time_ns,
+        return Stat(RO_FILE, size, ms_to_ns(mtime_ms) or self.ctx.mount_time_ns,
                     live=not full)
 
     def stat(self):
@@ -150,7 +150,7 @@ class ViewPartFile(Node):
         return None if info is None else self._stat(key, info)
 
     def open(self, flags):
-        _check_read_only_open(flags)
+        check_read_only_open(flags)
         return PartHandle(self.ctx.views.parts.open(self._key()))
 
 
@@ -167,7 +167,6 @@ class PartHandle(Handle):
         return os.pread(self.fd, length, offset)
 
     def read_nowait(self, offset, length):
-        from .views import pread_nowait
         data = pread_nowait(self.fd, length, offset)
         if data is None:  # short: the end of the file, or pages not cached
             return None

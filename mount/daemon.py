@@ -22,9 +22,8 @@ import tempfile
 import pyfuse3
 import trio
 
-from engine.snapshot import SnapshotManager
 from engine.store import MessageStore, StoreConfig
-from fusefs.nodes import Context
+from fusefs.base import Context
 from fusefs.ops import RmqOperations
 from fusefs.views import ViewCache
 
@@ -281,8 +280,9 @@ class Daemon:
             self._own_cache = True
         self.views = ViewCache(self.store, self.cache_dir, self.cache_size)
         ctx = Context(self.store, self.views, self.read_only,
-                      others_write="allow_other_write" in self.own_options)
-        self.snapshots = ctx.snapshots = SnapshotManager(self.store, self.cache_dir)
+                      others_write="allow_other_write" in self.own_options,
+                      snapshot_cache_dir=self.cache_dir)
+        self.snapshots = ctx.snapshot_manager()
         ops = RmqOperations(ctx)
         opts = set(self.options)
         # A read-only mount is read-only in the daemon (every write is EROFS there), not in the

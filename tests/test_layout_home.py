@@ -1,9 +1,8 @@
 """One home for the CommitLog record layout (issue 11): the magic codes, the property
 separators, ``SCHEDULE_TOPIC_XXXX``, ``__CRC32#`` and the struct formats of the record head are
 written in engine/message.py only, and no other module assigns one of message.py's constant
-names again; every module of engine/, fusefs/, mount/ and pipeline/ imports them. And the
-layers import only downward: engine/ nothing above it, pipeline/ nothing from fusefs/ or
-mount/.
+names again; every module of engine/, fusefs/, mount/ and pipeline/ imports them. (Which layer
+may import which: tests/test_layers.py.)
 
 The source is read with ``ast``, so comments and docstrings may mention the values; code
 (constants, f-string parts) may not. A separator counts when a string or bytes constant is
@@ -152,23 +151,3 @@ def test_no_module_defines_a_constant_of_engine_message_again():
     assert not bad, bad
     assert redefined("from x import A\nA = 1\nB: int = 2\ndef f():\n    A = 3\n",
                      {"A", "B"}) == [(2, "A"), (3, "B")]
-
-
-def _imports(src: str) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.Import):
-            out |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.add(node.module.split(".")[0])
-    return out
-
-
-@pytest.mark.parametrize("layer, forbidden", [
-    ("engine", {"fusefs", "mount", "pipeline"}),
-    ("pipeline", {"fusefs", "mount"}),
-])
-def test_layers_import_only_downward(layer, forbidden):
-    bad = [f"{rel} imports {sorted(_imports(src) & forbidden)}" for rel, src in _sources()
-           if rel.startswith(layer + "/") and _imports(src) & forbidden]
-    assert not bad, bad

@@ -18,7 +18,7 @@ import pytest
 from conftest import fuse
 from engine.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
 from engine.store import Message, MessageStore
-from fusefs.nodes import Context
+from fusefs.base import Context
 from engine.schema import DATASOURCE_DDL, part_schema
 from fusefs.views import ViewCache
 from fusefs.viewtree import (ViewRootDir, escape_partition_value,

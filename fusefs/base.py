@@ -1,0 +1,305 @@
+"""The filesystem tree's building blocks: what every node module imports, and nothing above.
+
+Node, Dir, Stat, Handle and the generic handles and files, FsError (an errno), the mode bits of
+the permission model, and Context (what every node needs: the store, the view cache, the
+snapshot manager, the mount's flags). The tree modules (``nodes`` the topics/groups/messages/
+raw tree and the root, ``viewtree`` the ``view/`` tree, ``snapshots`` the ``snapshots/`` tree)
+build on this; ``ops`` maps the kernel's requests onto it. Nothing here imports pyfuse3 or trio,
+so the whole tree runs without a kernel mount (tests/fs/).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine import errors as E
+
+from engine.snapshot import SnapshotManager
+
+if TYPE_CHECKING:  # annotations only
+    from engine.store import MessageStore
+
+    from .views import ViewCache
+
+# Permission model (README "Other users"): everything belongs to the mounting user; files
+# that accept writes (produce, produce.jsonl, offset) are 0644 and the directories that accept
+# mkdir (topics/, groups/, snapshots/) 0755, so only the owner (and root) may write. `-o allow_other_write`
+# makes them 0666/0777. A read-only mount shows no write bit anywhere. The modes are what the
+# daemon enforces itself (Context.check_write), so `default_permissions` agrees with them.
+DIR_MODE = stat.S_IFDIR | 0o755  # topics/ and groups/ (mkdir), as write_mode() shows them
+RO_DIR = stat.S_IFDIR | 0o555  # every other directory: nothing can be created in it
+RO_FILE = stat.S_IFREG | 0o444
+RW_FILE = stat.S_IFREG | 0o644
+WO_FILE = RW_FILE  # produce files: writable by the owner, read as empty by anyone
+OTHERS_WRITE = 0o022  # the group and other write bits added by allow_other_write
+
+VIEW_PART_MESSAGES = 100_000  # queue offsets per view/ part
+
+
+class FsError(Exception):
+    """A filesystem error with its errno."""
+
+    def __init__(self, err: int, message: str = ""):
+        super().__init__(message or os.strerror(err))
+        self.errno = err
+
+
+def fs_error(exc: E.StoreError) -> FsError:
+    """The FsError for an engine error (its ``errno`` attribute)."""
+    return FsError(exc.errno, str(exc))
+
+
+@dataclass
+class Stat:
+    """What getattr reports: mode bits, size in bytes, mtime in ns, and whether it may change."""
+
+    mode: int
+    size: int = 0
+    mtime_ns: int = 0
+    live: bool = True
+    blocks: int | None = None  # 512-byte blocks allocated; None: size rounded up
+    attr_timeout: float | None = None  # seconds the kernel may cache it; None: by ``live``
+
+
+class Context:
+    """What every node needs: the store, the view cache, mount flags and a start time."""
+
+    def __init__(self, store: MessageStore, views: ViewCache, read_only: bool,
+                 part_messages: int = VIEW_PART_MESSAGES, pid: int | None = None,
+                 others_write: bool = False, snapshot_cache_dir: str | None = None):
+        self.owner_uid = os.getuid()
+        self.owner_gid = os.getgid()
+        self.others_write = others_write  # -o allow_other_write
+        self.store = store
+        self.views = views
+        self.read_only = read_only or store.read_only
+        self.part_messages = part_messages
+        self.pid = pid or os.getpid()
+        self.mount_time_ns = time.time_ns()
+        self.config_dir = os.path.join(store.root, "config")
+        # nothing under the store changes: a read-only mount of a store no one writes
+        self.frozen = self.read_only and store.follower is None
+        self.snapshot_cache_dir = snapshot_cache_dir  # where snapshot manifests are kept
+        self.snapshots: SnapshotManager | None = None  # made on first use: snapshot_manager()
+
+    def snapshot_manager(self) -> SnapshotManager:
+        """The mount's :class:`engine.snapshot.SnapshotManager` (made on first use)."""
+        if self.snapshots is None:
+            self.snapshots = SnapshotManager(self.store, self.snapshot_cache_dir)
+        return self.snapshots
+
+    def may_write(self, uid: int | None) -> bool:
+        """Whether the user ``uid`` may write (produce, commit, mkdir): the mounting user,
+        root, or anyone with ``allow_other_write``. ``None`` (no request context) is the
+        daemon itself."""
+        return uid is None or uid in (0, self.owner_uid) or self.others_write
+
+    def check_write(self, uid: int | None) -> None:
+        """Raise FsError(EROFS) on a read-only mount, FsError(EACCES) unless
+        :meth:`may_write`."""
+        if self.read_only:
+            raise FsError(errno.EROFS)
+        if not self.may_write(uid):
+            raise FsError(errno.EACCES, "only the mounting user may write "
+                          "(mount with -o allow_other_write to let others)")
+
+    def write_mode(self, mode: int) -> int:
+        """``mode`` of a writable node as shown: no write bit on a read-only mount, the group
+        and other write bits with allow_other_write."""
+        if self.read_only:
+            return mode & ~0o222
+        return mode | OTHERS_WRITE if self.others_write else mode
+
+    def file_mtime_ns(self, *names: str) -> int:
+        """Newest mtime (ns) of files under ``config/``; the mount time when none exists.
+
+        Directories and metadata files take their mtime from the config file they show, so
+        it is stable across mounts and changes exactly when their content does.
+        """
+        best = 0
+        for name in names:
+            try:
+                best = max(best, os.stat(os.path.join(self.config_dir, name)).st_mtime_ns)
+            except OSError:
+                pass
+        return best or self.mount_time_ns
+
+    def tree_mtime_ns(self) -> int:
+        """mtime of the generated directories: when a topic or group was last created."""
+        return self.file_mtime_ns("topics.json", "subscriptionGroup.json")
+
+
+def ms_to_ns(ms: int) -> int:
+    return ms * 1_000_000
+
+
+# --------------------------------------------------------------------------------------------
+# Base classes
+
+
+class Node:
+    """A path in the tree."""
+
+    is_dir = False
+
+    def __init__(self, ctx: Context, path: str):
+        self.ctx = ctx
+        self.path = path
+
+    def stat(self) -> Stat:
+        raise NotImplementedError
+
+    def stat_nowait(self) -> "Stat | None":
+        """:meth:`stat` when it needs neither disk I/O nor rendering, else None.
+
+        The FUSE layer calls this on the trio loop and :meth:`stat` in a worker thread.
+        """
+        return None
+
+    # directories
+    def list(self) -> list[str]:
+        raise FsError(errno.ENOTDIR)
+
+    def child(self, name: str) -> "Node | None":
+        raise FsError(errno.ENOTDIR)
+
+    def mkdir(self, name: str) -> "Node":
+        if not self.is_dir:
+            raise FsError(errno.ENOTDIR)
+        raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+
+    def rmdir(self, name: str) -> None:
+        raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+
+    # files
+    def open(self, flags: int) -> "Handle":
+        raise FsError(errno.EISDIR)
+
+    def truncate(self, size: int) -> None:
+        raise FsError(errno.EISDIR if self.is_dir else errno.EACCES)
+
+
+class Dir(Node):
+    """A directory with a fixed set of named children plus optional dynamic ones."""
+
+    is_dir = True
+
+    def entries(self) -> dict:
+        """``{name: factory()}`` of listed children."""
+        return {}
+
+    def list(self) -> list[str]:
+        return list(self.entries())
+
+    def child(self, name: str):
+        f = self.entries().get(name)
+        return f() if f else None
+
+    def stat(self) -> Stat:
+        return Stat(RO_DIR, 0, self.ctx.tree_mtime_ns())
+
+    def sub(self, name: str) -> str:
+        return f"{self.path.rstrip('/')}/{name}"
+
+
+class Handle:
+    """An open file. ``direct_io`` and ``keep_cache`` go to the kernel."""
+
+    direct_io = False
+    keep_cache = False
+    writable = False
+    inode = 0  # set by the FUSE layer
+    invalidates: tuple = ()  # paths whose kernel cache a write or flush here makes stale
+
+    def read(self, offset: int, length: int) -> bytes:
+        raise FsError(errno.EBADF)
+
+    def read_nowait(self, offset: int, length: int):
+        """:meth:`read` when it needs no disk I/O (data in memory or the page cache), else
+        None. Called on the trio loop; :meth:`read` runs in a worker thread."""
+        return None
+
+    def write(self, data: bytes) -> int:
+        raise FsError(errno.EBADF)
+
+    def flush(self) -> None:
+        pass
+
+    def fsync(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
+class BytesHandle(Handle):
+    """A snapshot of generated content, read with direct_io (its size may change)."""
+
+    direct_io = True
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.data[offset:offset + length]
+
+    read_nowait = read
+
+
+class GeneratedFile(Node):
+    """A small read-only file rendered on demand (status.json, offsets.json, ...)."""
+
+    def content(self) -> bytes:
+        raise NotImplementedError
+
+    def mtime_ns(self) -> int:
+        return self.ctx.mount_time_ns
+
+    def stat(self) -> Stat:
+        return Stat(RO_FILE, len(self.content()), self.mtime_ns())
+
+    def open(self, flags: int) -> Handle:
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            raise FsError(errno.EACCES)
+        return BytesHandle(self.content())
+
+
+def check_read_only_open(flags: int) -> None:
+    if flags & os.O_ACCMODE != os.O_RDONLY:
+        raise FsError(errno.EACCES)
+
+
+class StaticFile(GeneratedFile):
+    def __init__(self, ctx, path, data: bytes):
+        super().__init__(ctx, path)
+        self.data = data
+
+    def content(self) -> bytes:
+        return self.data
+
+    def stat(self) -> Stat:
+        return Stat(RO_FILE, len(self.data), self.ctx.tree_mtime_ns(), live=False)
+
+
+def pread_nowait(fd: int, length: int, offset: int) -> bytes | None:
+    """``pread`` that never waits for the disk: the bytes when all of them are in the page
+    cache, None otherwise (``preadv`` with ``RWF_NOWAIT``, Linux 4.14+).
+
+    The FUSE layer calls it on the trio loop and falls back to a worker thread on None.
+    """
+    if length <= 0:
+        return b""
+    buf = bytearray(length)
+    try:
+        n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except (BlockingIOError, OSError, AttributeError):
+        return None
+    # A short read is either the end of the file or a page not cached: the thread decides.
+    return buf if n == length else None
+
+
