@@ -1,0 +1,208 @@
+"""The filesystem tree without FUSE (no-mount tier): fusefs.nodes driven through the node API,
+with the errno each refusal gives on a real mount (tests/test_mount_basic.py,
+test_fs_errors.py and test_fs_hardening.py check the same rules through the kernel)."""
+
+import errno
+import json
+import os
+
+import pytest
+
+from fstree import tree
+from fusefs.base import FsError
+
+
+def errno_of(fn, *args, **kw) -> int:
+    with pytest.raises(FsError) as info:
+        fn(*args, **kw)
+    return info.value.errno
+
+
+def messages(t, topic):
+    out = []
+    for q in t.store.queue_ids(topic):
+        out += [(q, qoff, r.body) for qoff, r in t.store.iter_queue(topic, q)]
+    return out
+
+
+def test_root_lists_the_contract_entries(tmp_path):
+    with tree(tmp_path) as t:
+        assert t.root.list() == ["README.txt", "status.json", "topics", "groups", "messages",
+                                 "view", "raw", "snapshots"]
+        assert t.root.child("nothing") is None
+        assert b"topics/<topic>/produce" in t.read("/README.txt")
+        status = json.loads(t.read("/status.json"))
+        assert status["commitLogMaxOffset"] == 0 and "brokerName" in status
+
+
+def test_mkdir_topic_then_produce_lines_and_the_last_line_at_close(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        assert "T" in t.node("/topics").list()
+        assert errno_of(t.mkdir, "/topics/T") == errno.EEXIST
+        assert errno_of(t.mkdir, "/topics/bad name") == errno.EINVAL
+        assert errno_of(t.mkdir, "/topics/T\n") == errno.EINVAL
+        t.write("/topics/T/produce", b"one\ntw", b"o\nthree")  # "three": stored at close
+        bodies = sorted(b for _, _, b in messages(t, "T"))
+        assert bodies == [b"one", b"three", b"two"]
+        assert t.read("/topics/T/produce") == b""  # write-only: always empty when read
+        # a queue's own produce file puts into that queue
+        t.write("/topics/T/2/produce", b"q2\n")
+        assert [(q, b) for q, _, b in messages(t, "T") if b == b"q2"] == [(2, b"q2")]
+
+
+def test_produce_jsonl_refusals_store_nothing_of_the_write(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/J")
+        path = "/topics/J/produce.jsonl"
+        t.write(path, b'{"body": "a", "tags": "TagA", "keys": ["k1"]}\n')
+        for bad in (b'{"body": "x"}\n{not json}\n',  # all or nothing: "x" is not stored
+                    b'{"body": "x", "properties": {"__CRC32#": "1"}}\n',  # reserved name
+                    b'{"body": "x", "tags": "a\\u0001b"}\n',  # a property separator
+                    b'{"body": "x", "queueId": true}\n',
+                    b'[1, 2]\n'):
+            assert errno_of(t.write, path, bad) == errno.EINVAL, bad
+        assert [b for _, _, b in messages(t, "J")] == [b"a"]
+        _, rec = next(t.store.iter_queue("J", messages(t, "J")[0][0]))
+        assert rec.tags == "TagA" and rec.keys == ["k1"]
+
+
+def test_a_refused_continuation_poisons_the_open_file(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/P")
+        h = t.node("/topics/P/produce.jsonl").open(os.O_WRONLY)
+        assert h.write(b'{"body": "st') == 12  # buffered: no line yet
+        assert errno_of(h.write, b'art", "bad": }\n') == errno.EINVAL
+        assert errno_of(h.write, b'{"body": "later"}\n') == errno.EINVAL  # same errno after
+        assert errno_of(h.flush) == errno.EINVAL
+        h.release()
+        assert messages(t, "P") == []
+
+
+def test_a_line_longer_than_max_message_size_is_emsgsize(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/L")
+        limit = t.store.config.max_message_size
+        h = t.node("/topics/L/produce").open(os.O_WRONLY)
+        assert errno_of(h.write, b"x" * (limit + 1)) == errno.EMSGSIZE
+        h.release()
+        assert messages(t, "L") == []
+
+
+def test_produce_file_truncate_and_unwritable_topic(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        node = t.node("/topics/T/produce")
+        node.truncate(0)  # `>` redirection: fine
+        assert errno_of(node.truncate, 5) == errno.EINVAL
+        cfg = t.store.topic_config.get("T")
+        cfg.perm = 4  # PERM_READ only
+        assert errno_of(node.open, os.O_WRONLY) == errno.EACCES
+        assert node.open(os.O_RDONLY).read(0, 10) == b""
+
+
+def test_read_only_tree_refuses_every_write_with_erofs(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.write("/topics/T/produce", b"a\n")
+        t.mkdir("/groups/G")
+    with tree(tmp_path, read_only=True) as t:
+        assert errno_of(t.node("/topics/T/produce").open, os.O_WRONLY) == errno.EROFS
+        assert errno_of(t.mkdir, "/topics/U") == errno.EROFS
+        assert errno_of(t.mkdir, "/groups/H") == errno.EROFS
+        assert errno_of(t.node("/groups/G/T/0/offset").open, os.O_WRONLY) == errno.EROFS
+        t.mkdir("/snapshots/s")  # a read-only mount still freezes a point in time
+        assert "SNAPSHOT.json" in t.node("/snapshots/s").list()
+        assert t.node("/topics/T/produce").stat().mode & 0o222 == 0  # no write bit shown
+        assert [b for _, _, b in messages(t, "T")] == [b"a"]
+
+
+def test_only_the_owner_may_write_unless_allow_other_write(tmp_path):
+    with tree(tmp_path) as t:
+        assert errno_of(t.ctx.check_write, os.getuid() + 1000) == errno.EACCES
+        t.ctx.check_write(None)  # the daemon itself
+        t.ctx.check_write(0)
+        assert t.node("/topics").stat().mode & 0o777 == 0o755
+    with tree(tmp_path, others_write=True) as t:
+        t.ctx.check_write(os.getuid() + 1000)
+        assert t.node("/topics").stat().mode & 0o777 == 0o777
+
+
+def test_groups_and_offset_commits(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.write("/topics/T/0/produce", b"".join(b"m%d\n" % i for i in range(5)))
+        assert t.node("/groups").list() == []
+        t.mkdir("/groups/G")
+        assert errno_of(t.mkdir, "/groups/G") == errno.EEXIST
+        assert errno_of(t.mkdir, "/groups/a b") == errno.EINVAL
+        offset = "/groups/G/T/0/offset"
+        t.write(offset, b"3\n", flags=os.O_WRONLY | os.O_TRUNC)
+        assert t.read(offset) == b"3\n"
+        assert t.store.consumer_offsets.query("G", "T", 0) == 3
+        assert errno_of(t.write, offset, b"9\n") == errno.EINVAL  # past maxOffset 5
+        assert errno_of(t.write, offset, b"three\n") == errno.EINVAL
+        t.write(offset, b"5")  # no newline: committed at close
+        assert t.read(offset) == b"5\n"
+        progress = json.loads(t.read("/groups/G/progress.json"))
+        q0 = [q for q in progress["queues"] if q["queueId"] == 0][0]
+        assert (q0["brokerOffset"], q0["consumerOffset"], q0["diff"]) == (5, 5, 0)
+
+
+def test_lookups_by_offset_msgid_and_key_are_entries_or_enoent(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.write("/topics/T/produce.jsonl", b'{"body": "hello", "keys": ["order-7"], "queueId": 1}\n')
+        _, rec = next(t.store.iter_queue("T", 1))
+        by_offset = json.loads(t.read("/topics/T/1/by-offset/0"))
+        assert by_offset["body"] == "hello" and by_offset["msgId"] == rec.msg_id
+        assert json.loads(t.read(f"/messages/{rec.msg_id}"))["queueOffset"] == 0
+        assert b"hello" in t.read("/topics/T/keys/order-7")
+        for missing in ("/topics/T/1/by-offset/1", "/topics/T/1/by-offset/00",
+                        "/topics/T/1/by-offset/+0", "/topics/T/1/by-offset/\u00b2",
+                        "/messages/NOTANID", "/topics/T/keys/nokey", "/topics/T/9",
+                        "/topics/T/01", "/topics/nope"):
+            assert errno_of(t.node, missing) == errno.ENOENT, missing
+        assert t.node("/topics/T/1/by-offset").list() == []  # lookups are not listed
+
+
+def test_raw_is_the_store_read_only(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.write("/topics/T/produce", b"a\n")
+        assert {"commitlog", "consumequeue", "config"} <= set(t.node("/raw").list())
+        seg = t.node("/raw/commitlog").list()[0]
+        data = t.read(f"/raw/commitlog/{seg}")
+        with open(os.path.join(t.store.root, "commitlog", seg), "rb") as f:
+            assert data == f.read(len(data))
+        assert errno_of(t.node(f"/raw/commitlog/{seg}").open, os.O_RDWR) == errno.EACCES
+        assert errno_of(t.node("/raw").mkdir, "x") == errno.EPERM
+        assert errno_of(t.node, "/raw/../etc") == errno.ENOENT
+
+
+def test_snapshots_mkdir_and_rmdir(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.write("/topics/T/produce", b"a\nb\n")
+        frozen_at = t.store.commitlog.max_offset
+        t.mkdir("/snapshots/s1")
+        assert t.node("/snapshots").list() == ["s1"]
+        assert errno_of(t.mkdir, "/snapshots/s1") == errno.EEXIST
+        t.write("/topics/T/produce", b"c\n")  # after the snapshot: not in it
+        names = t.node("/snapshots/s1").list()
+        assert "SNAPSHOT.json" in names and "commitlog" in names
+        manifest = json.loads(t.read("/snapshots/s1/SNAPSHOT.json"))
+        assert manifest["commitLogOffset"] == frozen_at < t.store.commitlog.max_offset
+        t.rmdir("/snapshots/s1")
+        assert t.node("/snapshots").list() == []
+        assert errno_of(t.rmdir, "/snapshots/s1") == errno.ENOENT
+
+
+def test_removing_and_renaming_store_things_is_eperm(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        assert errno_of(t.rmdir, "/topics/T") == errno.EPERM
+        assert errno_of(t.node("/status.json").open, os.O_WRONLY) == errno.EACCES
+        assert errno_of(t.node("/status.json").truncate, 0) == errno.EACCES
+        assert errno_of(t.node("/topics").open, os.O_RDONLY) == errno.EISDIR
+        assert errno_of(t.node("/status.json").list) == errno.ENOTDIR
