@@ -174,10 +174,6 @@ def _worker_segments(commitlog_dir: str):
     return segs
 
 
-# Tests only: seconds to sleep per rendered JSON view chunk, to make a render observably slow.
-_RENDER_PAUSE = float(os.environ.get("RMQFS_TEST_RENDER_PAUSE", "0") or 0)
-
-
 def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_offsets,
                       kind: str):
     """Render one chunk of a ``messages.jsonl`` / ``bodies.txt`` view in a worker process
@@ -198,8 +194,6 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
     Raises:
         CorruptRecordError: a unit does not point at its record (``engine.columnar``).
     """
-    import time
-
     from engine.columnar import decode_topic_units, decode_units
     segs = _worker_segments(commitlog_dir)
     cols = LINE_COLUMNS[kind]
@@ -208,8 +202,6 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
     else:
         batch = decode_topic_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
     out = render_lines(batch, kind)
-    if _RENDER_PAUSE:
-        time.sleep(_RENDER_PAUSE)
     return out
 
 

@@ -99,9 +99,18 @@ def rmqfs_cmd(*args) -> list[str]:
     return [sys.executable, "-m", "mount.cli", *map(str, args)]
 
 
+@pytest.fixture
+def slow_renders(monkeypatch):
+    """Daemons started by run_rmqfs from now on sleep 2 s per rendered chunk of a JSON view
+    (tests/slowrender/sitecustomize.py; nothing of it is in production code)."""
+    monkeypatch.setenv("RMQFS_TEST_PYTHONPATH", str(REPO / "tests" / "slowrender"))
+
+
 def run_rmqfs(*args, check=True, timeout=120) -> subprocess.CompletedProcess:
     """Run the rmqfs command line; returns the completed process."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    # RMQFS_TEST_PYTHONPATH: directories a test adds (tests/slowrender: see slow_renders)
+    extra = [p for p in os.environ.get("RMQFS_TEST_PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *extra]))
     res = subprocess.run(rmqfs_cmd(*args), capture_output=True, text=True, timeout=timeout,
                          env=env, cwd=REPO)
     if check and res.returncode != 0:

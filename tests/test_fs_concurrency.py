@@ -76,14 +76,13 @@ def test_concurrent_writers_never_interleave_or_lose_lines(mount_store):
     assert [r["commitLogOffset"] for r in rows] == sorted(r["commitLogOffset"] for r in rows)
 
 
-def test_a_slow_render_does_not_stall_the_mount(mount_store, monkeypatch):
-    # Every rendered batch (2048 messages) of a view sleeps 0.5 s in this mount's daemon.
-    monkeypatch.setenv("RMQFS_TEST_RENDER_PAUSE", "0.5")
+def test_a_slow_render_does_not_stall_the_mount(mount_store, slow_renders):
+    # Every rendered chunk (8,192 messages) of a JSON view sleeps 2 s in this daemon.
     m = mount_store()
     t = m.mnt / "topics" / "Slow"
     os.mkdir(t)
     with open(t / "produce", "w") as f:
-        f.write("".join(f"m{i}\n" for i in range(16_000)))  # 8 batches: 4 s to render
+        f.write("".join(f"m{i}\n" for i in range(16_000)))  # 2 chunks: 2 s or more
     os.mkdir(m.mnt / "topics" / "Other")
     (m.mnt / "topics" / "Other" / "produce").write_text("hello\n")
     reader = subprocess.Popen(["cat", str(t / "messages.jsonl")], stdout=subprocess.PIPE)

@@ -96,9 +96,8 @@ def test_cache_stays_under_cache_size_and_parts_are_stable(tmp_path):
 
 
 @fuse
-def test_a_killed_reader_exits_at_once_and_umount_works(tmp_path, monkeypatch):
-    # every rendered batch (2048 messages) of a JSON view sleeps 0.5 s in the daemon: 4 s
-    monkeypatch.setenv("RMQFS_TEST_RENDER_PAUSE", "0.5")
+def test_a_killed_reader_exits_at_once_and_umount_works(tmp_path, slow_renders):
+    # every rendered chunk (8,192 messages) of a JSON view sleeps 2 s in the daemon
     store = tmp_path / "store"
     with MessageStore(str(store)) as s:
         s.create_topic("Slow", 1)
