@@ -52,6 +52,7 @@ from .config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfig
 from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units, queue_dir_id
 from .errors import CorruptRecordError, StoreError
 from .lock import lock_holder
+from . import recovery
 from .mappedfile import FileQueue, Segment, segment_names
 from .message import (BODY_CRC_MASK, BODY_LENGTH_POSITION, BORNHOST_V6_FLAG, HOST_V6_EXTRA,
                       INNER_BATCH_FLAG, INT32, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RECORD_HEAD,
@@ -130,7 +131,7 @@ class Follower:
         # The writer's units are trusted as normal recovery trusts them, but for each queue's
         # last one, which is compared with its record (a unit being written is dropped, in
         # memory); the reput goes on from the end of the newest record a unit names.
-        s._check_queue_tails()
+        recovery.check_queue_tails(s)
         start = max((cq.max_physic_offset for cq in s.consume_queues.values()
                      if cq.max_offset > cq.min_offset), default=cl.min_offset)
         start = max(start, cl.min_offset)

@@ -699,6 +699,11 @@ class IndexService:
         CorruptRecordError: an index file whose size fits no geometry.
     """
 
+    # Dispatcher capabilities (engine.dispatch): the fast put path hands it pre-hashed keys
+    # (put_hashed), and it ignores records below end_phy_offset, so recovery may skip them.
+    puts_hashed_keys = True
+    skips_below_end_offset = True
+
     def __init__(self, index_dir: str, hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
                  index_num: int = DEFAULT_INDEX_NUM, read_only: bool = False, *,
                  max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH):

@@ -89,6 +89,14 @@ COMPRESSION_ZLIB = 0x300
 # MessageDecoder.NAME_VALUE_SEPARATOR / PROPERTY_SEPARATOR
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+#: PROPERTY_SEPARATOR as bytes: the end of every encoded property item.
+PROPERTY_END = PROPERTY_SEPARATOR.encode()
+
+
+def property_prefix(name: str) -> bytes:
+    """The encoded start of the property item ``name``: ``name`` + NAME_VALUE_SEPARATOR
+    (``MessageDecoder.messageProperties2String``); the value and PROPERTY_END follow."""
+    return (name + NAME_VALUE_SEPARATOR).encode()
 
 # MessageConst property names used by the store
 PROPERTY_KEYS = "KEYS"

@@ -46,6 +46,18 @@ class UniqKeyGenerator:
         self._month_start = int(start.timestamp() * 1000)
         self._next_month = int(nxt.timestamp() * 1000)
 
+    @property
+    def counter(self) -> int:
+        """The counter the next id takes (its low 16 bits are used, ``MessageClientIDSetter``).
+        Setting it rewinds or moves the sequence: the store's fast put path puts it back when
+        it falls back, so the general path hands out the ids it would have alone."""
+        return self._next_counter
+
+    @counter.setter
+    def counter(self, value: int) -> None:
+        with self._lock:
+            self._next_counter = value
+
     def next(self, now_ms: int | None = None) -> str:
         """A new id (32 hex digits for IPv4)."""
         return self.next_with_hash(now_ms)[0]

@@ -149,7 +149,7 @@ def check_queue_id(queue_id) -> None:
 
 
 def check_message(msg) -> None:
-    """Every rule of this module for one :class:`engine.store.Message`.
+    """Every rule of this module for one :class:`engine.message.Message`.
 
     Raises:
         MessageIllegalError: the first broken rule, naming the field.
@@ -219,7 +219,7 @@ def _no_constant(name):
 
 
 def message_from_json(obj, topic: str, queue_id: int | None = None):
-    """The :class:`engine.store.Message` of one parsed ``produce.jsonl`` line.
+    """The :class:`engine.message.Message` of one parsed ``produce.jsonl`` line.
 
     ``obj`` is what ``json.loads`` returned for the line; ``queue_id`` is the default queue
     (None: the store picks). Fields: ``body`` (text, stored as UTF-8) or ``bodyBase64``

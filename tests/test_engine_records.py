@@ -25,7 +25,8 @@ from engine.message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_M
                             TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
                             decode_offset_msg_id, decode_record, encode_message,
                             host_from_str)
-from engine.store import SCHEDULE_TOPIC, Message, MessageStore, StoreConfig
+from engine.message import SCHEDULE_TOPIC
+from engine.store import Message, MessageStore, StoreConfig
 
 
 def _cfg(**kw):

@@ -1,6 +1,6 @@
 """The engine's fast paths write and read exactly what the straightforward paths do.
 
-* ``MessageStore._put_plain`` (fused encode/append/dispatch) against the general put path
+* ``engine.putmessage.put_plain`` (fused encode/append/dispatch) against the general put path
   (``encode_message`` + ``CommitLog.append`` + ``_dispatch``): byte-identical CommitLog,
   ConsumeQueue and IndexFile files, and equal PutResults, over segment and index-file rolls.
 * ``IndexFile.put_hashed`` (batched writes) against ``put_key`` one by one: identical files.
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import engine.store as store_mod
+from engine import dispatch, putmessage, recovery
 from engine.indexfile import IndexFile, IndexService
 from engine.javahash import (combine_u32, index_key_hash, java_hash_u32, java_string_hash,
                              utf16_len)
@@ -91,14 +92,14 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     clock = itertools.count(T0, 1700)  # store times cross seconds: index timeDiff varies
     monkeypatch.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
     if general:
-        monkeypatch.setattr(MessageStore, "_put_plain", lambda self, msgs: None)
+        monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs: None)
     cfg = StoreConfig(mapped_file_size_commit_log=16 * 1024,
                       mapped_file_size_consume_queue=10 * 20,
                       max_hash_slot_num=16, max_index_num=64)
     s = MessageStore(str(root), cfg)
     s.uniq_keys = UniqKeyGenerator()
     s.uniq_keys._prefix = "7F0000010001000000FF"
-    s.uniq_keys._next_counter = 65530  # wraps the 16-bit counter
+    s.uniq_keys.counter = 65530  # wraps the 16-bit counter
     s.create_topic("T", 4)
     s.create_topic("Other", 2)
     results = []
@@ -461,7 +462,7 @@ def test_torn_properties_of_the_last_record_dropped_with_the_raw_scan(tmp_path, 
         if abnormal:
             (root / "abort").write_text("1")
         if not light:
-            monkeypatch.setattr(MessageStore, "_recover_undecoded", False)
+            monkeypatch.setattr(recovery, "RECOVER_UNDECODED", False)
         with MessageStore(str(root), cfg) as s:
             if abnormal:
                 assert s.commitlog.max_offset == torn_at
@@ -492,9 +493,8 @@ def test_recovery_without_decoding_rewrites_a_torn_unit_in_the_middle(tmp_path, 
     (root / "abort").write_text("1")
     (root / "checkpoint").unlink()  # nothing vouched for: abnormal recovery from the start
     calls = []
-    real = MessageStore._light_unit
-    monkeypatch.setattr(MessageStore, "_light_unit",
-                        lambda self, *a: calls.append(1) or real(self, *a))
+    real = recovery.light_unit
+    monkeypatch.setattr(recovery, "light_unit", lambda *a: calls.append(1) or real(*a))
     with MessageStore(str(root), cfg) as s:
         assert [r.tags for _, r in s.iter_queue("T", 0)] == ["Tag%d" % (i % 4)
                                                              for i in range(60)]
@@ -508,32 +508,35 @@ def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
     the general path; a fallback leaves round-robin and UNIQ_KEY counter as they were."""
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 4)
-        assert s._put_plain([Message("T", b"plain")]) is not None
-        rr, counter = dict(s._round_robin), s.uniq_keys._next_counter
+        assert putmessage.put_plain(s, [Message("T", b"plain")]) is not None
+        rr, counter = dict(s._round_robin), s.uniq_keys.counter
         for m in (Message("T", b"d", delay_level=2), Message("T", b"c", compress=True),
                   Message("T", b"c", compress=False), Message("T", b"w", wait_store_msg_ok=False)):
-            assert s._put_plain([Message("T", b"first"), m]) is None
-            assert s._round_robin == rr and s.uniq_keys._next_counter == counter
+            assert putmessage.put_plain(s, [Message("T", b"first"), m]) is None
+            assert s._round_robin == rr and s.uniq_keys.counter == counter
         for name, value in (("enabled_append_prop_crc", True),
                             ("compress_msg_body_over_howmuch", 0),
                             ("flush_disk_type", "SYNC_FLUSH")):
             old = getattr(s.config, name)
             setattr(s.config, name, value)
-            assert s._put_plain([Message("T", b"x")]) is None
+            assert putmessage.put_plain(s, [Message("T", b"x")]) is None
             setattr(s.config, name, old)
         s._batch_cq_topics.add("T")
-        assert s._put_plain([Message("T", b"x")]) is None
+        assert putmessage.put_plain(s, [Message("T", b"x")]) is None
         s._batch_cq_topics.discard("T")
         seen = []
-        real = s._put_plain
-        s._put_plain = lambda msgs: seen.append(1) or real(msgs)
-        res = s.put_messages([Message("T", b"b%d" % i) for i in range(3)], batch=True)
-        assert not seen and len({r.queue_id for r in res}) == 1
-        res = s.put_messages([Message("T", b"delayed", delay_level=1)])
+        real = putmessage.put_plain
+        putmessage.put_plain = lambda store, msgs: seen.append(1) or real(store, msgs)
+        try:
+            res = s.put_messages([Message("T", b"b%d" % i) for i in range(3)], batch=True)
+            assert not seen and len({r.queue_id for r in res}) == 1
+            res = s.put_messages([Message("T", b"delayed", delay_level=1)])
+        finally:
+            putmessage.put_plain = real
         assert res[0].topic == "SCHEDULE_TOPIC_XXXX" and seen == [1]
     with MessageStore(str(tmp_path / "v6"), StoreConfig(broker_ip1="::1")) as s:
         s.create_topic("T", 1)
-        assert s._put_plain([Message("T", b"x")]) is None
+        assert putmessage.put_plain(s, [Message("T", b"x")]) is None
 
 
 def test_fast_put_path_refused_when_the_disk_is_full(tmp_path):
@@ -560,14 +563,14 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
         now = [T0]  # one store time per put, however often a put reads the clock
         monkeypatch.setattr(store_mod.time, "time", lambda: now[0] / 1000)
         if general:
-            monkeypatch.setattr(MessageStore, "_put_plain", lambda self, msgs: None)
+            monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs: None)
         cfg = StoreConfig(mapped_file_size_commit_log=16 * 1024,
                           mapped_file_size_consume_queue=10 * 20,
                           max_hash_slot_num=16, max_index_num=64)
         s = MessageStore(str(root), cfg)
         s.uniq_keys = UniqKeyGenerator()
         s.uniq_keys._prefix = "7F0000010001000000FF"
-        s.uniq_keys._next_counter = 100
+        s.uniq_keys.counter = 100
         s.create_topic("T", 2)
         out = []
         rnd = random.Random(5)
@@ -630,8 +633,8 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
                       read_only=True) as s:
         n = 0
         for (buf, pos, phys, size, topic, qid, qoff, flag) in s.commitlog.scan_raw(0):
-            a = (topic, qid, phys, *s._light_unit(buf, pos), qoff, flag)
-            b = s._dispatch_of(decode_record(buf, pos, check_crc=False))
+            a = (topic, qid, phys, *recovery.light_unit(buf, pos), qoff, flag)
+            b = dispatch.dispatch_of(s, decode_record(buf, pos, check_crc=False))
             assert a == (b.topic, b.queue_id, b.commitlog_offset, b.size, b.tags_code,
                          b.store_timestamp, b.queue_offset, b.sys_flag)
             n += 1

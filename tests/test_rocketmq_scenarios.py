@@ -24,6 +24,7 @@ from engine.indexfile import IndexFile
 from engine.mappedfile import FileQueue
 from engine.message import (MAGIC_BLANK, MAX_MESSAGE_SIZE, decode_record, encode_message,
                             host_from_str)
+from engine import dispatch, recovery
 from engine.store import Message, MessageStore, StoreConfig
 
 BORN = host_from_str("127.0.0.1:123")
@@ -260,7 +261,7 @@ def test_ConsumeQueueTest_redispatch_is_idempotent(tmp_path):
         s.put_messages([Message("T", b"x%d" % i) for i in range(50)])
         before = [refreader.read_consumequeue(root, "T", q) for q in range(2)]
         for _ in range(2):
-            s._scan_and_dispatch(s.commitlog.min_offset, full=True)
+            recovery.scan_and_dispatch(s, s.commitlog.min_offset, full=True)
         assert [refreader.read_consumequeue(root, "T", q) for q in range(2)] == before
         assert sum(s.max_offset("T", q) for q in range(2)) == 50
 
@@ -279,7 +280,7 @@ def test_ReputMessageServiceTest(tmp_path, flush, expected):
             assert r.message_count == (10 if expected == S.FOUND else 0)
 
 
-def test_DefaultMessageStoreShutDownTest(tmp_path):
+def test_DefaultMessageStoreShutDownTest(tmp_path, monkeypatch):
     """Shut down while dispatch is behind: ``abort`` is kept (an abnormal shutdown), and the
     next open re-dispatches the records."""
     root = tmp_path / "s"
@@ -291,8 +292,9 @@ def test_DefaultMessageStoreShutDownTest(tmp_path):
 
     def broken(*a, **k):
         raise OSError(5, "dispatch failed")
-    s._dispatch = broken
+    monkeypatch.setattr(dispatch, "dispatch", broken)
     s.close()
+    monkeypatch.undo()
     assert (root / "abort").exists()
     with _store(root) as s2:
         assert not s2.last_exit_ok

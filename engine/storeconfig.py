@@ -1,0 +1,225 @@
+"""StoreConfig: the store's settings, and broker.conf (RocketMQ ``MessageStoreConfig`` and
+``BrokerConfig``, read from a Java properties file as ``MixAll.properties2Object`` does).
+
+Field names are RocketMQ's in snake_case (``mapped_file_size_commit_log`` for
+``mappedFileSizeCommitLog``); :meth:`StoreConfig.from_broker_conf` reads a broker.conf. The JSON
+config files of the store (topics, consumer offsets, subscription groups) are engine/config.py.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+from .consumequeue import CQ_STORE_UNIT_SIZE
+from .message import (COMPRESSION_LZ4, COMPRESSION_ZLIB, COMPRESSION_ZSTD, MAX_MESSAGE_SIZE,
+                      Host, host_from_str)
+# The fast put path and the recovery scan (kept apart from the imports above on purpose).
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_TIME_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def read_java_properties(text: str) -> dict[str, str]:
+    """Parse ``java.util.Properties`` text: ``key=value``, ``key: value`` or ``key value``;
+    ``#``/``!`` comments; a line ending in an odd number of backslashes continues; escapes
+    ``\\t \\n \\r \\f \\uXXXX`` and ``\\<char>``. Later keys win."""
+    lines = text.splitlines()
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        key, j, n = [], 0, len(line)
+        while j < n and line[j] not in "=: \t\f":
+            if line[j] == "\\" and j + 1 < n:
+                key.append(line[j:j + 2])
+                j += 2
+                continue
+            key.append(line[j])
+            j += 1
+        while j < n and line[j] in " \t\f":
+            j += 1
+        if j < n and line[j] in "=:":
+            j += 1
+            while j < n and line[j] in " \t\f":
+                j += 1
+        out[_unescape("".join(key))] = _unescape(line[j:])
+    return out
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    res, j = [], 0
+    while j < len(text):
+        c = text[j]
+        if c == "\\" and j + 1 < len(text):
+            nxt = text[j + 1]
+            if nxt == "u" and j + 6 <= len(text):
+                try:
+                    res.append(chr(int(text[j + 2:j + 6], 16)))
+                    j += 6
+                    continue
+                except ValueError:
+                    pass
+            res.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+            j += 2
+            continue
+        res.append(c)
+        j += 1
+    return "".join(res)
+
+
+def _bool(value: str) -> bool:
+    """A Java ``Boolean.parseBoolean``: "true" (any case) is True, anything else False."""
+    return value.strip().lower() == "true"
+
+
+COMPRESSION_TYPES = {"LZ4": COMPRESSION_LZ4, "ZSTD": COMPRESSION_ZSTD, "ZLIB": COMPRESSION_ZLIB}
+
+
+@dataclass
+class StoreConfig:
+    """Store settings, named after ``MessageStoreConfig``/``BrokerConfig`` keys.
+
+    Sizes in bytes, intervals in ms. :meth:`from_broker_conf` reads a broker.conf.
+    """
+
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * CQ_STORE_UNIT_SIZE
+    flush_disk_type: str = "ASYNC_FLUSH"
+    flush_interval_commit_log: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 10_000
+    sync_flush_timeout: int = 5000
+    max_message_size: int = MAX_MESSAGE_SIZE
+    check_crc_on_recover: bool = True
+    broker_ip1: str = "127.0.0.1"
+    listen_port: int = 10911
+    # BrokerConfig/BrokerIdentity.defaultBrokerName(): the local host name, "DEFAULT_BROKER"
+    # when it cannot be had.
+    broker_name: str = field(default_factory=lambda: socket.gethostname() or "DEFAULT_BROKER")
+    default_topic_queue_nums: int = 4
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: float = 0.85
+    disk_space_warning_level_ratio: float = 0.90
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: int = 10_000
+    delete_file_batch_max: int = 10
+    delete_commit_log_files_interval: int = 100
+    store_path_root_dir: str | None = None  # storePathRootDir, for tools given only broker.conf
+    enabled_append_prop_crc: bool = False
+    force_verify_prop_crc: bool = False
+    auto_message_version_on_topic_len: bool = True
+    # Producer-side compression (DefaultMQProducer.compressMsgBodyOverHowmuch, default 4096
+    # there): bodies of at least this many bytes are stored compressed; -1 never compresses.
+    compress_msg_body_over_howmuch: int = -1
+    compress_type: str = "ZLIB"  # rocketmq.message.compressType: ZLIB, LZ4 or ZSTD
+    compress_level: int = 5  # rocketmq.message.compressLevel
+    # getMessage limits (MessageStoreConfig)
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40
+    max_filter_message_size: int = 16000
+
+    _KEYS = {
+        "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", int),
+        "mappedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", int),
+        "flushDiskType": ("flush_disk_type", str),
+        "flushIntervalCommitLog": ("flush_interval_commit_log", int),
+        "flushCommitLogLeastPages": ("flush_commit_log_least_pages", int),
+        "flushCommitLogThoroughInterval": ("flush_commit_log_thorough_interval", int),
+        "syncFlushTimeout": ("sync_flush_timeout", int),
+        "maxMessageSize": ("max_message_size", int),
+        "checkCRCOnRecover": ("check_crc_on_recover", _bool),
+        "brokerIP1": ("broker_ip1", str),
+        "listenPort": ("listen_port", int),
+        "brokerName": ("broker_name", str),
+        "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+        "messageDelayLevel": ("message_delay_level", str),
+        "messageIndexEnable": ("message_index_enable", _bool),
+        "maxHashSlotNum": ("max_hash_slot_num", int),
+        "maxIndexNum": ("max_index_num", int),
+        "fileReservedTime": ("file_reserved_time", int),
+        "deleteWhen": ("delete_when", str),
+        "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
+        "diskSpaceCleanForciblyRatio": ("disk_space_clean_forcibly_ratio", float),
+        "diskSpaceWarningLevelRatio": ("disk_space_warning_level_ratio", float),
+        "cleanFileForciblyEnable": ("clean_file_forcibly_enable", _bool),
+        "cleanResourceInterval": ("clean_resource_interval", int),
+        "deleteFileBatchMax": ("delete_file_batch_max", int),
+        "deleteCommitLogFilesInterval": ("delete_commit_log_files_interval", int),
+        "storePathRootDir": ("store_path_root_dir", str),
+        "enabledAppendPropCRC": ("enabled_append_prop_crc", _bool),
+        "forceVerifyPropCRC": ("force_verify_prop_crc", _bool),
+        "autoMessageVersionOnTopicLen": ("auto_message_version_on_topic_len", _bool),
+        "compressMsgBodyOverHowmuch": ("compress_msg_body_over_howmuch", int),
+        "compressType": ("compress_type", str),
+        "compressLevel": ("compress_level", int),
+        "maxTransferBytesOnMessageInMemory": ("max_transfer_bytes_on_message_in_memory", int),
+        "maxTransferCountOnMessageInMemory": ("max_transfer_count_on_message_in_memory", int),
+        "maxTransferBytesOnMessageInDisk": ("max_transfer_bytes_on_message_in_disk", int),
+        "maxTransferCountOnMessageInDisk": ("max_transfer_count_on_message_in_disk", int),
+        "accessMessageInMemoryMaxRatio": ("access_message_in_memory_max_ratio", int),
+        "maxFilterMessageSize": ("max_filter_message_size", int),
+    }
+
+    @classmethod
+    def from_broker_conf(cls, path: str) -> "StoreConfig":
+        """Read a RocketMQ ``broker.conf`` (a Java properties file, see
+        :func:`read_java_properties`) with the broker's key names.
+
+        Unknown keys are ignored; a bad value raises ValueError naming the key.
+        """
+        cfg = cls()
+        with open(path, encoding="utf-8") as f:
+            props = read_java_properties(f.read())
+        for key, value in props.items():
+            if key in cls._KEYS:
+                attr, conv = cls._KEYS[key]
+                try:
+                    setattr(cfg, attr, conv(value.strip()))
+                except ValueError as exc:
+                    raise ValueError(f"{path}: bad value for {key}: {value!r}") from exc
+        if cfg.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            raise ValueError(f"{path}: flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH")
+        cfg.compress_type = cfg.compress_type.upper()
+        if cfg.compress_type not in COMPRESSION_TYPES:
+            raise ValueError(f"{path}: compressType must be one of {sorted(COMPRESSION_TYPES)}")
+        return cfg
+
+    @property
+    def store_host(self) -> Host:
+        """``(address bytes, port)`` of brokerIP1:listenPort (IPv4 or IPv6).
+
+        Raises ValueError when brokerIP1 is not an IP address.
+        """
+        ip = self.broker_ip1.strip("[]")
+        try:
+            return host_from_str(f"[{ip}]:{self.listen_port}" if ":" in ip
+                                 else f"{ip}:{self.listen_port}")
+        except (OSError, ValueError):
+            raise ValueError(f"brokerIP1 {self.broker_ip1!r} is not an IPv4 or IPv6 address") \
+                from None
+
+    def delay_level_table(self) -> dict[int, int]:
+        """``{level: delay ms}`` parsed from ``messageDelayLevel`` (levels start at 1)."""
+        table = {}
+        for i, item in enumerate(self.message_delay_level.split(), start=1):
+            table[i] = int(item[:-1]) * _TIME_UNITS[item[-1]]
+        return table
+
