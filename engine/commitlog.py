@@ -103,6 +103,17 @@ class CommitLog:
         """First offset still on disk (start of the oldest segment)."""
         return self.files.min_offset
 
+    @property
+    def segment_count(self) -> int:
+        """Number of CommitLog files on disk."""
+        return len(self.files.segments)
+
+    def is_sealed(self, segment_start: int) -> bool:
+        """Whether the CommitLog file starting at ``segment_start`` (bytes, its name) exists and
+        will not be written again: appends have moved past its end."""
+        seg = self.files.find(segment_start)
+        return seg is not None and seg.start == segment_start and seg.end <= self.max_offset - 1
+
     # -- read -------------------------------------------------------------------------------
     def read(self, offset: int, size: int) -> bytes:
         """Raw bytes of a record at ``offset`` (``size`` from its ConsumeQueue unit)."""

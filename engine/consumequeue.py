@@ -298,6 +298,11 @@ class ConsumeQueue:
         self.files.flush(start * CQ_STORE_UNIT_SIZE, end * CQ_STORE_UNIT_SIZE)
         self._flushed_to = end
 
+    @property
+    def file_count(self) -> int:
+        """Number of this queue's files on disk."""
+        return len(self.files.segments)
+
     def close(self) -> None:
         """Close the files."""
         self.files.close()

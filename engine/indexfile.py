@@ -52,7 +52,7 @@ from contextlib import contextmanager
 
 from .errors import CorruptRecordError, ReadOnlyStoreError, StoreError
 from .javahash import combine_u32, index_key_hash, java_hash_u32, key_hash_of_u32, utf16_len
-from .mappedfile import create_preallocated
+from .mappedfile import create_preallocated, fsync_dir
 from .message import TRANSACTION_ROLLBACK_TYPE  # MessageSysFlag: (sysFlag & 0xC) == 0xC
 
 HEADER = struct.Struct(">qqqqii")  # begin/endTimestamp, begin/endPhyOffset, slot and item counts
@@ -67,7 +67,8 @@ DEFAULT_INDEX_NUM = 5_000_000 * 4  # maxIndexNum
 MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query
 LONG_MAX = 2**63 - 1
 _INT_MAX = 2**31 - 1
-_NAME = re.compile(r"[0-9]{17}\Z")
+#: An IndexFile name: its creation time as yyyyMMddHHmmssSSS (UtilAll.timeMillisToHumanString).
+INDEX_FILE_NAME = re.compile(r"[0-9]{17}\Z")
 _TRUNCATE_CHUNK = 65536  # items read at once when undoing items
 _ITEMS_STRUCTS: dict[int, struct.Struct] = {}  # n -> Struct(">" + "iqii" * n)
 
@@ -676,6 +677,13 @@ class _RWLock:
                 self._cond.notify_all()
 
 
+def build_key(topic: str, key: str) -> str:
+    """``IndexService.buildKey``: the string an IndexFile hashes for ``key`` (a KEYS entry or
+    the UNIQ_KEY) of a record of ``topic``: ``topic#key``. ``build_key(topic, "")`` is the
+    prefix shared by a topic's keys (its hash seeds the fast path's key hashes)."""
+    return f"{topic}#{key}"
+
+
 class IndexService:
     """The ``index/`` directory: builds and queries the key index (``IndexService``).
 
@@ -719,7 +727,7 @@ class IndexService:
         self._rw = _RWLock()
         names = []
         if os.path.isdir(index_dir):
-            names = sorted(n for n in os.listdir(index_dir) if _NAME.fullmatch(n)
+            names = sorted(n for n in os.listdir(index_dir) if INDEX_FILE_NAME.fullmatch(n)
                            and os.path.isfile(os.path.join(index_dir, n)))
         try:
             for n in names:
@@ -819,7 +827,7 @@ class IndexService:
                 topic = d.topic
                 ph = prefixes.get(topic)
                 if ph is None:
-                    ph = java_hash_u32(topic + "#")
+                    ph = java_hash_u32(build_key(topic, ""))
                     if len(prefixes) < 65536:
                         prefixes[topic] = ph
                 ts = d.store_timestamp
@@ -835,8 +843,8 @@ class IndexService:
 
     def _put_again(self, topic: str, uniq: str | None, keys, offset: int,
                    store_timestamp: int) -> None:
-        idx_keys = [f"{topic}#{uniq}"] if uniq is not None else []
-        idx_keys += [f"{topic}#{k}" for k in keys or () if k]
+        idx_keys = [build_key(topic, uniq)] if uniq is not None else []
+        idx_keys += [build_key(topic, k) for k in keys or () if k]
         files = self.files
         holders = []  # files that already hold items of this very record
         for f in reversed(files):
@@ -905,7 +913,7 @@ class IndexService:
                 name = _name_after(name)
             f = IndexFile(os.path.join(self.index_dir, name), self.hash_slot_num,
                           self.index_num, end_phy, end_ts)
-            _fsync_dir(self.index_dir)
+            fsync_dir(self.index_dir)
         with self._rw.write():
             self.files.append(f)
         return f
@@ -965,7 +973,7 @@ class IndexService:
         headers. Every file is marked ``live``. Returns the paths of the forgotten files.
         """
         try:
-            names = sorted(n for n in os.listdir(self.index_dir) if _NAME.match(n))
+            names = sorted(n for n in os.listdir(self.index_dir) if INDEX_FILE_NAME.match(n))
         except FileNotFoundError:
             names = []
         with self._mutex:
@@ -1013,7 +1021,7 @@ class IndexService:
         out: list[int] = []
         if max_num <= 0:
             return out
-        idx_key = f"{topic}#{key}"
+        idx_key = build_key(topic, key)
         with self._rw.read():
             for f in reversed(self.files):
                 if f.is_time_matched(begin, end):
@@ -1051,11 +1059,3 @@ class IndexService:
                     except OSError:
                         pass
                 self.files = []
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -20,7 +20,6 @@ import threading
 from .errors import CorruptRecordError
 
 SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # offset2FileName: 20 ASCII digits
-_NAME = SEGMENT_NAME
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -75,7 +74,7 @@ def create_preallocated(path: str, size: int, exclusive: bool = False) -> int:
             os.unlink(tmp)
         else:
             os.rename(tmp, path)
-        _fsync_dir(directory)
+        fsync_dir(directory)
     except BaseException:
         os.close(fd)
         if tmp is not None:
@@ -165,8 +164,8 @@ class FileQueue:
             for n in remove_temp_files(directory):
                 self.repairs.append(f"removed {n} (a file a crash left half-created)")
         if os.path.isdir(directory):
-            names = sorted(n for n in os.listdir(directory)
-                           if _NAME.fullmatch(n) and os.path.isfile(os.path.join(directory, n)))
+            names = [n for n in segment_names(directory)
+                     if os.path.isfile(os.path.join(directory, n))]
         # MappedFileQueue.load: a zero-length last file is deleted.
         while names and os.path.getsize(os.path.join(directory, names[-1])) == 0:
             if not read_only:
@@ -364,15 +363,15 @@ def _reads_as_zeros(fd: int, start: int, end: int, budget: int = 4 << 20) -> boo
     return True
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """fsync a directory, so the names created or removed in it survive a power cut (the one
+    home of this step for every file the store creates: segments, IndexFiles, config)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
-
-fsync_dir = _fsync_dir
 
 
 def _makedirs_durable(path: str) -> None:
@@ -385,15 +384,15 @@ def _makedirs_durable(path: str) -> None:
         p = os.path.dirname(p)
     os.makedirs(path, exist_ok=True)
     for d in reversed(missing):
-        _fsync_dir(os.path.dirname(d))
+        fsync_dir(os.path.dirname(d))
 
 
 def segment_names(directory: str) -> list[str]:
     """Names in ``directory`` that are segment names (:data:`SEGMENT_NAME`: 20 ASCII digits,
     ``UtilAll.offset2FileName``), sorted, so in offset order; whatever their file type (callers
     that need regular files check). [] when the directory does not exist; other OSErrors
-    propagate. The one listing of a CommitLog or ConsumeQueue directory outside FileQueue
-    (issue 11: added by issue11b for verify, columnar, follower and consumequeue)."""
+    propagate. The one listing of a CommitLog or ConsumeQueue directory: FileQueue, verify,
+    columnar, follower and consumequeue use it."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:

@@ -59,3 +59,9 @@ def _store_timestamp(store, topic: str, queue_id: int, queue_offset: int) -> int
         return store.get_message(topic, queue_id, queue_offset).store_timestamp
     except StoreError:  # expired under us, or unreadable: no time, as the broker's -1 -> 0
         return 0
+
+
+def diff_total(rows: list[dict]) -> int:
+    """``Consume Diff Total`` of :func:`consumer_progress` rows: the sum of their ``diff``
+    (``ConsumeStats.computeTotalDiff``), as the CLI, the mount and the report show it."""
+    return sum(r["diff"] for r in rows)

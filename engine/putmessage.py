@@ -40,6 +40,7 @@ from .message import (PROPERTY_END, property_prefix, BODY_CRC_MASK, FIXED_V4, MA
                       crc32, encode_blank)
 
 from . import dispatch, flush
+from .indexfile import build_key
 from .storeconfig import COMPRESSION_TYPES
 from .dispatch import DispatchRequest
 
@@ -298,7 +299,7 @@ def plain_topic(store, topic: str):
     if len(topic) > 127 or len(raw) > 127:
         return None
     info = (cfg.write_queue_nums, max(cfg.write_queue_nums, cfg.read_queue_nums),
-            bytes((len(raw),)) + raw, cal_msg_length(0, 0, len(raw), 0), java_hash_u32(topic + "#"))
+            bytes((len(raw),)) + raw, cal_msg_length(0, 0, len(raw), 0), java_hash_u32(build_key(topic, "")))
     if len(store._plain_topics) > 65536:
         store._plain_topics.clear()
     store._plain_topics[topic] = (cfg, state, info)

@@ -31,7 +31,6 @@ import bisect
 import errno
 import mmap
 import os
-import re
 import shutil
 import time
 from array import array
@@ -41,7 +40,8 @@ from .config import config_parsers, load_config_file, load_config_file_only
 from .consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
                            queue_dir_id, store_file_size)
 from .errors import ConfigFileError, CorruptRecordError, StoreError
-from .indexfile import HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, index_geometry
+from .indexfile import (HEADER, INDEX_FILE_NAME, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, build_key,
+                        index_geometry)
 from .javahash import index_key_hash, tags_code
 from .mappedfile import segment_names
 from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HEAD,
@@ -50,7 +50,6 @@ from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HE
 from .storetree import check_store_tree, unsafe_entries
 from .lock import lock_holder, release_store_lock, take_store_lock
 
-_INDEX_NAME = re.compile(r"[0-9]{17}\Z")
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
 CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
                 "delayOffset.json")
@@ -534,7 +533,7 @@ def _index_names(directory: str) -> list[str]:
         names = os.listdir(directory)
     except OSError:
         return []
-    return sorted(n for n in names if _INDEX_NAME.fullmatch(n))
+    return sorted(n for n in names if INDEX_FILE_NAME.fullmatch(n))
 
 
 def _files(directory: str, names: list[str]) -> list[str]:
@@ -817,9 +816,9 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
             hashes = set()
             if rec is not None:
                 if rec.uniq_key is not None:
-                    hashes.add(index_key_hash(f"{rec.topic}#{rec.uniq_key}"))
+                    hashes.add(index_key_hash(build_key(rec.topic, rec.uniq_key)))
                 for k in rec.keys:
-                    hashes.add(index_key_hash(f"{rec.topic}#{k}"))
+                    hashes.add(index_key_hash(build_key(rec.topic, k)))
             cached = (phy, rec, hashes)
         _, rec, hashes = cached
         if rec is None:

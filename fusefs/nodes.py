@@ -20,7 +20,7 @@ import threading
 
 from engine import errors as E
 from engine.message import decode_offset_msg_id
-from engine.progress import consumer_progress
+from engine.progress import consumer_progress, diff_total
 from engine.store import Message, MessageStore
 from engine.validation import message_from_json, parse_decimal, parse_json_line
 from engine.storetree import lstat_beneath, open_beneath
@@ -128,8 +128,8 @@ class StatusFile(GeneratedFile):
             "mappedFileSizeCommitLog": cl.file_size,
             "mappedFileSizeConsumeQueue": s._cq_file_size,
             "maxMessageSize": s.config.max_message_size,
-            "commitLogSegments": len(cl.files.segments),
-            "consumeQueueFiles": sum(len(cq.files.segments) for _, cq in queues),
+            "commitLogSegments": cl.segment_count,
+            "consumeQueueFiles": sum(cq.file_count for _, cq in queues),
             "indexFiles": index_files,
             "topics": len(topics),
             "queues": len(queues),
@@ -642,7 +642,7 @@ class ProgressFile(GeneratedFile):
     def content(self):
         rows = consumer_progress(self.ctx.store, self.group)
         return R.render_json({"group": self.group, "queues": rows,
-                              "diffTotal": sum(r["diff"] for r in rows)})
+                              "diffTotal": diff_total(rows)})
 
     def mtime_ns(self):
         return max(self.ctx.file_mtime_ns("consumerOffset.json"),
@@ -889,8 +889,7 @@ class RawFile(Node):
         parts = self.rel.split(os.sep)
         if parts[0] == "commitlog":
             start = parse_decimal(parts[-1].lstrip("0") or "0") if len(parts[-1]) == 20 else None
-            seg = self.ctx.store.commitlog.files.find(start) if start is not None else None
-            return seg is not None and seg.end <= self.ctx.store.commitlog.max_offset - 1 \
+            return (start is not None and self.ctx.store.commitlog.is_sealed(start)) \
                 or self.ctx.frozen
         return self.ctx.frozen
 

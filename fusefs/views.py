@@ -28,7 +28,7 @@ import time
 from array import array
 from typing import Callable
 
-from engine.consumequeue import BLANK_UNIT_SIZE
+from engine.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE
 from engine.errors import StoreError
 from engine.message import MessageRecord
 from engine.store import MessageStore
@@ -487,7 +487,7 @@ class PartCache:
             if not raw:
                 break
             out.append(raw)
-            pos += len(raw) // 20
+            pos += len(raw) // CQ_STORE_UNIT_SIZE
         if pos < end:
             raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
         return b"".join(out)

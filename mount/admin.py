@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-from engine.progress import consumer_progress
+from engine.progress import consumer_progress, diff_total
 
 TIME_FORMAT_HELP = "epoch ms, or yyyy-MM-dd#HH:mm:ss:SSS (local time)"
 
@@ -497,7 +497,7 @@ def cmd_consumer_progress(args) -> int:
                 if args.topic and args.topic not in store.consumer_offsets.topics_of(g):
                     continue  # the group never consumed this topic
                 rows = consumer_progress(store, g, args.topic)
-                print(f"{g:<40} {sum(r['diff'] for r in rows):>12}")
+                print(f"{g:<40} {diff_total(rows):>12}")
             return 0
         if args.group not in groups:
             raise AdminError(f"consumer group {args.group} does not exist (groups: "
@@ -511,7 +511,7 @@ def cmd_consumer_progress(args) -> int:
                   f"{r['consumerOffset']:>16} {r['diff']:>10} "
                   f"{format_time(r['lastTimestamp'])}")
         print()
-        print(f"Consume Diff Total: {sum(r['diff'] for r in rows)}")
+        print(f"Consume Diff Total: {diff_total(rows)}")
     return 0
 
 

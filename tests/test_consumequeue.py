@@ -1,0 +1,81 @@
+"""engine/consumequeue.py: ConsumeQueue units (commitLogOffset, size, tagsCode) written as a
+broker does, truncation after a torn tail, the min offset after expiry, and the two small rules
+that live only here (which directory names are queues; a delayed record's tagsCode)."""
+
+import pytest
+
+import refreader
+from engine.consumequeue import (CQ_STORE_UNIT_SIZE, ConsumeQueue, deliver_tags_code, pack_units,
+                                 queue_dir_id)
+from engine.javahash import tags_code
+
+
+def _queue(tmp_path, units=10, file_units=4):
+    cq = ConsumeQueue(str(tmp_path / "consumequeue" / "T" / "0"), "T", 0,
+                      file_units * CQ_STORE_UNIT_SIZE)
+    cq.put_units(0, pack_units([v for i in range(units)
+                                for v in (i * 100, 100, tags_code("Tag%d" % (i % 3)))]))
+    return cq
+
+
+def test_units_are_what_a_broker_writes(tmp_path):
+    cq = _queue(tmp_path)
+    try:
+        assert (cq.min_offset, cq.max_offset) == (0, 10)
+        assert cq.unit(7) == (700, 100, tags_code("Tag1"))
+        cq.flush() if hasattr(cq, "flush") else None
+    finally:
+        cq.close()
+    assert refreader.read_consumequeue(tmp_path, "T", 0) == [
+        (i * 100, 100, refreader.tags_code("Tag%d" % (i % 3))) for i in range(10)]
+    names = sorted(p.name for p in (tmp_path / "consumequeue" / "T" / "0").iterdir())
+    assert names == ["%020d" % (i * 4 * 20) for i in range(3)]  # 4 units per file
+
+
+def test_truncate_to_cuts_units_and_deletes_files_past_them(tmp_path):
+    cq = _queue(tmp_path)
+    try:
+        cq.truncate_to(5)
+        assert cq.max_offset == 5
+        assert [u[0] for u in cq.iter_units(0)] == [0, 1, 2, 3, 4]
+        cq.truncate_to(4)  # exactly at a file start: that file goes
+        assert cq.max_offset == 4
+    finally:
+        cq.close()
+    assert len(refreader.read_consumequeue(tmp_path, "T", 0)) == 4
+    assert sorted(p.name for p in (tmp_path / "consumequeue" / "T" / "0").iterdir()) == \
+        ["%020d" % 0]
+
+
+def test_truncate_dirty_drops_units_past_the_commitlog_end(tmp_path):
+    cq = _queue(tmp_path)
+    try:
+        cq.truncate_dirty(650)  # records at 700.. are gone from the CommitLog
+        assert cq.max_offset == 7 and cq.last_commitlog_offset == 600
+    finally:
+        cq.close()
+
+
+def test_correct_min_offset_after_expiry(tmp_path):
+    cq = _queue(tmp_path)
+    try:
+        cq.correct_min_offset(450)  # CommitLog files below 450 were deleted
+        assert cq.min_offset == 5
+        assert cq.max_offset == 10
+    finally:
+        cq.close()
+
+
+@pytest.mark.parametrize("name, qid", [("0", 0), ("7", 7), ("123456789", 123456789),
+                                       ("007", None), ("+1", None), ("\u00b2", None),
+                                       ("1\n", None), ("1234567890", None), ("", None)])
+def test_queue_directory_names(name, qid):
+    assert queue_dir_id(name) == qid
+
+
+def test_deliver_tags_code_of_a_delayed_record():
+    levels = {1: 1000, 2: 5000, 3: 10000}
+    assert deliver_tags_code("2", 1_000_000, levels) == 1_005_000
+    assert deliver_tags_code("9", 1_000_000, levels) == 1_010_000  # capped at the top level
+    for no in (None, "", "0", "x"):
+        assert deliver_tags_code(no, 1_000_000, levels) is None  # keeps the tag hash
