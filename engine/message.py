@@ -36,7 +36,7 @@ separators, ``SCHEDULE_TOPIC``, the field offsets (``FIXED_V4_POSITIONS`` and th
 ``*_POSITION`` names, derived from ``FIXED_V4_FIELDS``, never retyped) and the ``__CRC32#``
 trailer (:func:`write_prop_crc`, :func:`prop_crc_status`). Other modules import them
 (``engine.columnar`` builds its numpy dtypes from ``FIXED_V4_FIELDS``);
-tests/test_layout_home.py fails when a copy appears elsewhere.
+tests/engine/test_layout_home.py fails when a copy appears elsewhere.
 """
 
 from __future__ import annotations

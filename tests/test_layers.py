@@ -111,3 +111,25 @@ def test_the_tree_runs_without_pyfuse3_and_trio():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+TESTS = REPO / "tests"
+
+
+def _test_imports(path: Path) -> set[str]:
+    return {m.split(".")[0] for m in imports("tests.x", path.read_text())} | {
+        n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)
+        and n.id in ("fuse", "mount_store", "spark")}
+
+
+@pytest.mark.parametrize("tier, forbidden", [
+    ("engine", {"fusefs", "mount", "pipeline", "fuse", "mount_store", "spark"}),
+    ("fs", {"mount", "pipeline", "fuse", "mount_store", "spark"}),
+])
+def test_tests_are_grouped_by_layer(tier, forbidden):
+    """tests/engine/ runs without the filesystem, tests/fs/ without a kernel mount; tests that
+    mount are in tests/mount/ (or tools/, spark/)."""
+    bad = {p.name: sorted(_test_imports(p) & forbidden)
+           for p in sorted((TESTS / tier).glob("test_*.py")) if _test_imports(p) & forbidden}
+    assert not bad, bad
+    assert sorted(p.name for p in TESTS.glob("test_*.py")) == ["test_layers.py"]

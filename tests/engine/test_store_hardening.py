@@ -19,30 +19,11 @@ import refreader
 from engine import config as C
 from engine import mappedfile
 from engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeStoreError
-from engine.store import Message, MessageStore, StoreConfig
+from engine.store import MessageStore
 from engine.verify import recover_store, verify_store
 
-REPO = Path(__file__).resolve().parents[1]
-SMALL = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,
-             max_hash_slot_num=16, max_index_num=64)
-
-
-def small() -> StoreConfig:
-    return StoreConfig(**SMALL)
-
-
-def produce(root, n, topic="T", queue_id=None, tag="m", cfg=None):
-    with MessageStore(str(root), cfg or small()) as s:
-        if s.topic_config.get(topic) is None:
-            s.create_topic(topic, 2)
-        s.put_messages([Message(topic, f"{tag}{i}".encode(), keys=[f"k{tag}{i}"],
-                                queue_id=queue_id) for i in range(n)])
-
-
-def bodies(root, topic="T", cfg=None):
-    with MessageStore(str(root), cfg or small(), read_only=True) as s:
-        return sorted(rec.body for q in s.queue_ids(topic)
-                      for _, rec in s.iter_queue(topic, q))
+from conftest import REPO  # noqa: E402
+from stores import bodies, produce, small  # noqa: E402
 
 
 def sha(path) -> str:

@@ -36,7 +36,7 @@ import pytest
 import refreader
 from engine.store import Message, MessageStore, StoreConfig
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO  # noqa: E402
 SEED = int(os.environ.get("RMQFS_CRASH_SEED", "20261122"))
 TOPICS = ("CrashA", "CrashB")
 HASH_SLOTS = 16

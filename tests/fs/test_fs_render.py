@@ -94,8 +94,8 @@ def test_columnar_lines_match_the_record_renderers_on_broker_stores(tmp_path, fi
 
 def test_columnar_lines_match_on_odd_and_every_kind_of_message(tmp_path):
     _check_columnar_lines(_odd_store(tmp_path / "odd"))
-    from test_columnar import _every_kind_store
-    _check_columnar_lines(_every_kind_store(tmp_path / "kinds"))
+    from stores import every_kind_store
+    _check_columnar_lines(every_kind_store(tmp_path / "kinds"))
     with MessageStore(str(tmp_path / "ctl")) as s:  # control characters without short escapes
         s.create_topic("C")
         s.put_messages([Message("C", b"a\x01b\x1f", tags="t\x07", keys=["k\x00"],

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import shutil
-import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,10 +23,9 @@ from engine.indexfile import (HEADER, INDEX_HEADER_SIZE, LONG_MAX, IndexFile, In
                               _name_after, index_file_name, index_file_size, index_geometry)
 from engine.javahash import index_key_hash
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import refreader as rr  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+from conftest import FIXTURES  # noqa: E402
 RMQ498 = FIXTURES / "rocketmq-4.9.8-written"
 RUST_INDEX = FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file" / "index"
 INT_MAX = 2**31 - 1

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_fixture, fuse, run_rmqfs
+from conftest import SHARED, copy_fixture, fuse, run_rmqfs
 from engine.errors import CorruptRecordError, OffsetOutOfRangeError
 from engine.store import Message, MessageStore, StoreConfig
 
@@ -275,7 +275,7 @@ def test_engine_follower_writes_nothing(tmp_path):
 def test_engine_follower_of_a_store_rocketmq_wrote(tmp_path):
     """RocketMQ 4.9.8's own store (copied), then appended to by the engine: followed."""
     root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "store")
-    expected = [json.loads(x) for x in (Path(__file__).resolve().parents[2] / "shared" /
+    expected = [json.loads(x) for x in (SHARED /
                                          "fixtures" / "rocketmq-4.9.8-written" /
                                          "expected.jsonl").read_text().splitlines()]
     cfg = StoreConfig(max_hash_slot_num=32, max_index_num=128)

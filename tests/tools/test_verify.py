@@ -17,7 +17,7 @@ from engine.consumequeue import UNIT
 from engine.store import Message, MessageStore, StoreConfig
 from engine.verify import recover_store, verify_store
 from test_admin import SEG, _cfg, _hdfs_lines, _verify, conf, store  # noqa: F401 (fixtures)
-from test_store_hardening import SMALL, bodies, produce, small
+from stores import SMALL, bodies, produce, small
 
 FIXTURE_STORES = {
     "rocketmq-4.9.8-written": "rocketmq-4.9.8-written/store",

@@ -16,15 +16,12 @@ import json
 import os
 import shutil
 import struct
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import refreader as rr  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+from conftest import SHARED  # noqa: E402
 FIXTURES = SHARED / "fixtures"
 PR3535 = FIXTURES / "apache-rocketmq-pr3535" / "store"
 RMQ498 = FIXTURES / "rocketmq-4.9.8-written"

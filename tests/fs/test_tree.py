@@ -1,5 +1,5 @@
 """The filesystem tree without FUSE (no-mount tier): fusefs.nodes driven through the node API,
-with the errno each refusal gives on a real mount (tests/test_mount_basic.py,
+with the errno each refusal gives on a real mount (tests/mount/test_mount_basic.py,
 test_fs_errors.py and test_fs_hardening.py check the same rules through the kernel)."""
 
 import errno

@@ -12,13 +12,12 @@ constant such as the IPv4 address ``b"\\x7f\\x00\\x00\\x01"`` does not.
 
 import ast
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from engine import message
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO  # noqa: E402
 LAYERS = ("engine", "fusefs", "mount", "pipeline")
 HOME = "engine/message.py"
 

@@ -4,31 +4,24 @@ kind the engine writes; a damaged record raises CorruptRecordError naming its of
 
 import os
 import shutil
-import zlib
 
 import numpy as np
 import pytest
 
 import refreader
+from stores import every_kind_store, small_segments as _cfg
 from conftest import FIXTURES
 from engine import columnar
 from engine.errors import CorruptRecordError
-from engine.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, NEED_UNWRAP_FLAG,
-                            TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE,
-                            decompress_body, encode_message, host_from_str)
+from engine.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, decompress_body)
 from engine.schema import arrow_schema
-from engine.store import Message, MessageStore, StoreConfig
+from engine.store import Message, MessageStore
 
 STORES = [FIXTURES / "rocketmq-4.9.8-written" / "store",
           FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file",
           FIXTURES / "apache-rocketmq-pr3535" / "store"]
 
 
-def _cfg(**kw):
-    base = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20,
-                max_hash_slot_num=64, max_index_num=256)
-    base.update(kw)
-    return StoreConfig(**base)
 
 
 def _ref_row(rec: dict) -> dict:
@@ -110,55 +103,10 @@ def test_columnar_equals_per_record_and_refreader_on_fixtures(root):
     assert _check_store(root) > 0
 
 
-def _put_internal(store, msgs):
-    """Put records a client could not send (odd properties, broker-internal topics) on purpose."""
-    return store.put_messages(msgs, internal=True)
-
-
-def _every_kind_store(root):
-    """V1 and V2 records, IPv6 hosts, zlib/lz4/zstd bodies, __CRC32#, transactions, delayed
-    messages, odd bodies and properties, a non-UTF-8 property, an inner-batch record (in the
-    CommitLog only), segments crossed."""
-    odd = [b"", b"plain", "ünï \u2028 \x00 \" \\".encode(), b"\xff\xfe\x00bin", b"x" * 9000]
-    with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=1024,
-                                      compress_type="LZ4")) as s:
-        long_topic = "%RETRY%" + "g" * 200
-        for t, n in (("T", 3), (long_topic, 1), ("Z", 1)):
-            s.create_topic(t, n)
-        msgs = []
-        for i, b in enumerate(odd * 4):
-            msgs.append(Message("T", b, tags=["a", None, "Tä\"g", ""][i % 4],
-                                keys=[None, "k1  k2 ", ["only"]][i % 3],
-                                properties=[None, {"ü": "\n", "e": ""}, {"x": "a\x01b"}][i % 3]))
-        _put_internal(s, msgs)
-        _put_internal(s, [Message("T", b"big " * 2000), Message("T", b"big " * 2000,
-                                                               compress=False)])
-        _put_internal(s, [Message(long_topic, b"v2 record", tags="r")])
-        _put_internal(s, [Message("T", b"from v6", born_host=host_from_str("[2001:db8::7]:42"))])
-        _put_internal(s, [Message("T", b"delayed", delay_level=2)])
-        _put_internal(s, [Message("T", b"half", sys_flag=TRANSACTION_PREPARED_TYPE)])
-        _put_internal(s, [Message("T", b"commit", sys_flag=TRANSACTION_COMMIT_TYPE)])
-        _put_internal(s, [Message("Z", zlib.compress(b"legacy zlib"), sys_flag=COMPRESSED_FLAG,
-                                compress=False)])
-        host = (b"\x7f\0\0\1", 1)
-        e = encode_message("Z", b"inner", queue_id=0, born_timestamp=1, born_host=host,
-                           store_host=host, sys_flag=INNER_BATCH_FLAG | NEED_UNWRAP_FLAG,
-                           properties={"INNER_NUM": "3", "INNER_BASE": "0"})
-        s.commitlog.append([e], [0])
-        _put_internal(s, [Message("Z", b"after inner", tags="z")])
-    for kind in ("ZSTD", "ZLIB"):
-        with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=1024,
-                                          compress_type=kind)) as s:
-            _put_internal(s, [Message("T", b"compress me " * 500)] * 3)
-    with MessageStore(str(root), _cfg(enabled_append_prop_crc=True)) as s:
-        _put_internal(s, [Message("T", b"with crc property", tags="c")] * 3)
-    with MessageStore(str(root), _cfg(broker_ip1="::1")) as s:
-        _put_internal(s, [Message("T", b"stored by a v6 broker")] * 2)
-    return root
 
 
 def test_columnar_on_every_record_kind(tmp_path):
-    root = _every_kind_store(tmp_path / "s")
+    root = every_kind_store(tmp_path / "s")
     recs = refreader.read_commitlog(root / "commitlog", check=False)
     flags = {r["sysFlag"] for r in recs}
     assert any(f & COMPRESSED_FLAG for f in flags) and any(f & 0x30 for f in flags)
