@@ -527,8 +527,10 @@ class PartCache:
             fut = self._pool_().submit(R.render_part, self.commitlog_dir, topic, queue_id,
                                        units, first, self._path(key))
             self.pending[key] = fut
-            fut.add_done_callback(lambda f, k=key: self._done(k, f))
-            return fut
+        # Outside the lock: a render that is already over runs the callback right here, and
+        # _done takes the lock (under it, a fast render deadlocked the listing thread).
+        fut.add_done_callback(lambda f, k=key: self._done(k, f))
+        return fut
 
     def prefetch(self, keys) -> None:
         """Queue renders of parts not rendered yet (a directory listing: the stats follow)."""

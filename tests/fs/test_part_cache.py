@@ -1,0 +1,33 @@
+"""fusefs/views.py's PartCache without a mount: a render that is over before its completion
+callback is registered must not deadlock the thread that asked (it listed view/ and hung)."""
+
+import threading
+from concurrent.futures import Future
+
+from engine.store import Message, MessageStore
+from fusefs.views import PartCache
+from stores import small_segments
+
+
+class DoneAtOnce:
+    """An executor whose futures are complete when submit() returns (a render faster than the
+    caller), as a process pool's can be."""
+
+    def submit(self, fn, *args):
+        fut = Future()
+        fut.set_result((123, 0, 5))  # (size, mtime ms, rows) as render_part returns
+        return fut
+
+
+def test_a_render_done_before_its_callback_does_not_deadlock(tmp_path, monkeypatch):
+    with MessageStore(str(tmp_path / "s"), small_segments()) as store:
+        store.create_topic("T", 1)
+        store.put_messages([Message("T", b"m%d" % i) for i in range(5)])
+        parts = PartCache(store, str(tmp_path / "cache"), 1 << 30)
+        monkeypatch.setattr(parts, "_pool_", lambda: DoneAtOnce())
+        key = ("T", 0, 0, 5)
+        t = threading.Thread(target=parts.prefetch, args=([key],), daemon=True)
+        t.start()
+        t.join(5)
+        assert not t.is_alive(), "prefetch deadlocked on PartCache.lock"
+        assert parts.meta[key] == (123, 0, 5) and key not in parts.pending
