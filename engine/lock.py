@@ -4,8 +4,19 @@ RocketMQ's broker takes an exclusive lock on ``<storePathRootDir>/lock`` when it
 (``DefaultMessageStore`` constructor: ``lockFile = new RandomAccessFile(file, "rw")`` and
 ``load()``/``start()``: ``lock = lockFile.getChannel().tryLock(0, 1, false)``, then writes
 ``"lock"`` into it), so two writers never share a store. A Java ``FileChannel.tryLock`` is a POSIX
-record lock on Linux (``fcntl(F_SETLK)``), and so is ``fcntl.lockf`` here: a broker and rmqfs
-exclude each other, and the lock dies with its process (kill -9 included).
+record lock on Linux (``fcntl(F_SETLK)``, ``sun.nio.ch.FileDispatcherImpl.lock0``).
+
+rmqfs takes a Linux *open file description* lock (``F_OFD_SETLK``) on the same byte instead of a
+POSIX one. The two kinds conflict with each other both ways, so a broker and rmqfs still exclude
+each other, and both die with their holder (kill -9 included). The difference is what releases
+them: a POSIX lock belongs to the *process* and is dropped when the process closes *any*
+descriptor of the file, so a ``cat MNT/raw/lock`` (or tar, rsync, restic, ``grep -r`` of the mount)
+served by the daemon would silently unlock the store. An OFD lock belongs to the one descriptor
+:func:`take_store_lock` returns, and only closing that descriptor releases it.
+
+The descriptor is close-on-exec, so a program the holder starts never inherits it; never
+``fork()`` a holder without exec (the child would share the open file description and keep the
+lock alive): rmqfs's worker processes are spawned.
 
 Layout of the file: 4 bytes ``b"lock"`` (the content is not read by anyone; the lock is on byte 0,
 length 1).
@@ -28,30 +39,37 @@ LOCK_FILE = "lock"
 #: What the broker writes into it.
 LOCK_CONTENT = b"lock"
 # struct flock on Linux x86-64/aarch64: short l_type, short l_whence, off_t l_start, off_t l_len,
-# pid_t l_pid (+ padding).
+# pid_t l_pid (+ padding). OFD requests must pass l_pid 0.
 _FLOCK = struct.Struct("hhqqi4x")
+# Linux <fcntl.h>; Python has had the names since 3.9, the values are the kernel's ABI.
+F_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", 36)
+F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)
+
+
+def _flock(l_type: int) -> bytes:
+    return _FLOCK.pack(l_type, os.SEEK_SET, 0, 1, 0)
 
 
 def take_store_lock(root: str) -> int:
-    """Lock ``root/lock`` for this process (creating it) and return its descriptor.
+    """Lock byte 0 of ``root/lock`` (creating the file) with an OFD lock; return its descriptor.
 
     Keep the descriptor open while the store is written; :func:`release_store_lock` gives it
-    up. Closing *any* descriptor of the lock file drops the lock in this process (POSIX record
-    lock semantics), so nothing else in a writer's process may open it: use
-    :func:`lock_holder`, which does not.
+    up. Other descriptors of the file, in this process or any other, may be opened and closed
+    freely: only closing this one releases the lock.
 
     Raises:
-        StoreLockedError: another process holds it; the message names its pid when known.
+        StoreLockedError: another holder has it (a broker's POSIX lock or another rmqfs's OFD
+            lock); the message names its pid when it can be found.
         OSError: the file cannot be created or opened.
     """
     path = os.path.join(root, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        fcntl.fcntl(fd, F_OFD_SETLK, _flock(fcntl.F_WRLCK))
     except OSError:
-        holder = _holder_of_fd(fd)
         os.close(fd)
-        who = f"process {holder}" if holder else "another process"
+        holder = lock_holder(root, others_only=True)
+        who = f"process {holder}" if holder and holder > 0 else "another process"
         raise StoreLockedError(f"store {root} is locked by {who} "
                                "(a broker or an rmqfs mount); stop it first") from None
     if os.pread(fd, len(LOCK_CONTENT), 0) != LOCK_CONTENT:  # untouched (mtime) when it is
@@ -68,51 +86,109 @@ def release_store_lock(fd: int | None) -> None:
 def lock_holder(root: str, others_only: bool = False) -> int | None:
     """pid of the live process holding ``root/lock`` (a broker or an rmqfs mount), or None.
 
-    Read from ``/proc/locks`` by the file's inode, without opening the lock file, so it is safe
-    to call in the writer's own process. With ``others_only`` a lock this process holds counts
-    as none (``recover`` asks while holding it). An OFD lock has no pid: -1 then. Where /proc/locks
-    cannot be read (not Linux), the file is opened and asked with ``F_GETLK``; that is only
-    correct from a process that does not hold the lock itself.
+    Read from ``/proc/locks`` by the file's inode, without opening the lock file. A POSIX lock
+    (a broker's) names its pid there; an OFD lock (an rmqfs's) shows -1, and its holder is found
+    in ``/proc/<pid>/fdinfo`` (the descriptor's ``lock:`` lines); -1 is returned when that
+    cannot be read (another user's process without root). With ``others_only`` a lock this
+    process holds counts as none (``recover`` asks while holding it). Where /proc/locks cannot
+    be read (not Linux), the file is opened and asked with ``F_OFD_GETLK``.
     """
     path = os.path.join(root, LOCK_FILE)
     try:
-        ino = os.stat(path).st_ino
+        st = os.stat(path)
     except OSError:
         return None
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            return _holder_of_fd(fd)
-        finally:
-            os.close(fd)
+        return _holder_by_getlk(path)
+    ofd = False
     for line in lines:
         # "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 0"; "->" lines are waiters
         parts = line.split()
-        if len(parts) < 6 or parts[1] == "->" or parts[1] not in ("POSIX", "OFDLCK"):
+        if not _is_lock_on(parts, st.st_ino):
             continue
-        dev_ino = parts[5].rsplit(":", 1)
-        if len(dev_ino) == 2 and dev_ino[1].isdigit() and int(dev_ino[1]) == ino:
+        if parts[1] == "OFDLCK":
+            ofd = True
+            continue
+        try:
+            pid = int(parts[4])
+        except ValueError:
+            continue
+        if others_only and pid == os.getpid():
+            continue
+        return pid
+    if not ofd:
+        return None
+    key = (st.st_dev, st.st_ino)
+    cached = _last_ofd_holder.get(key)
+    holders = _ofd_holders(st, pids=[cached]) if cached is not None else set()
+    if not holders or (others_only and holders == {os.getpid()}):
+        holders = _ofd_holders(st)
+    if holders:
+        _last_ofd_holder[key] = min(holders)
+    if others_only:
+        holders.discard(os.getpid())
+        if not holders and _ofd_holders(st, pids=[os.getpid()]):
+            return None  # the one OFD lock is ours
+    return min(holders) if holders else -1
+
+
+#: (st_dev, st_ino) of a lock file -> the pid last found holding its OFD lock: asked first, so a
+#: follower asking every few seconds does not scan every process's descriptors each time.
+_last_ofd_holder: dict[tuple[int, int], int] = {}
+
+
+def _is_lock_on(parts: list[str], ino: int) -> bool:
+    """True for a /proc/locks (or fdinfo ``lock:``) line's fields naming a lock on inode ino."""
+    if len(parts) < 6 or parts[1] == "->" or parts[1] not in ("POSIX", "OFDLCK"):
+        return False
+    dev_ino = parts[5].rsplit(":", 1)
+    return len(dev_ino) == 2 and dev_ino[1].isdigit() and int(dev_ino[1]) == ino
+
+
+def _ofd_holders(st: os.stat_result, pids: list[int] | None = None) -> set[int]:
+    """pids whose open descriptors of the file ``st`` carry an OFD lock (``/proc/<pid>/fdinfo``).
+
+    Only called when /proc/locks shows an OFD lock on the file; the scan opens no file of the
+    store (it stats ``/proc/<pid>/fd/<n>`` links and reads fdinfo).
+    """
+    found: set[int] = set()
+    if pids is None:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    for pid in pids:
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for n in fds:
             try:
-                pid = int(parts[4])
-            except ValueError:
-                return -1
-            if others_only and pid == os.getpid():
+                fst = os.stat(f"{fd_dir}/{n}")
+                if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{n}", encoding="ascii", errors="replace") as f:
+                    info = f.read()
+            except OSError:
                 continue
-            return pid
-    return None
+            for line in info.splitlines():
+                if line.startswith("lock:") and _is_lock_on(line.split()[1:], st.st_ino) \
+                        and "OFDLCK" in line:
+                    found.add(pid)
+    return found
 
 
-def _holder_of_fd(fd: int) -> int | None:
-    """pid of the process holding a POSIX lock on byte 0 of ``fd`` (``F_GETLK``), or None."""
+def _holder_by_getlk(path: str) -> int | None:
+    """Who holds byte 0 (``F_OFD_GETLK`` on a descriptor of our own); -1 when the kernel hides it."""
     try:
-        req = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
-        l_type, _, _, _, pid = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, req))
-        return pid if l_type != fcntl.F_UNLCK and pid > 0 else None
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        l_type, _, _, _, pid = _FLOCK.unpack(fcntl.fcntl(fd, F_OFD_GETLK, _flock(fcntl.F_WRLCK)))
+        return (pid if pid > 0 else -1) if l_type != fcntl.F_UNLCK else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,5 +84,75 @@ def test_others_only_skips_this_process(tmp_path):
     try:
         assert lock_holder(str(tmp_path)) == os.getpid()
         assert lock_holder(str(tmp_path), others_only=True) is None
+    finally:
+        release_store_lock(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lock belongs to one descriptor (OFD), and excludes a real JVM both ways.
+
+PROBE = str(Path(__file__).resolve().parents[1] / "java" / "LockProbe.java")
+
+
+def jvm_try_lock(root) -> str:
+    """Run a JVM doing the broker's ``tryLock(0, 1, false)`` on root/lock; 'busy' or 'locked PID'."""
+    res = subprocess.run(["java", PROBE, str(root)], capture_output=True, text=True, timeout=120)
+    assert res.returncode in (0, 3), res.stderr
+    return res.stdout.strip()
+
+
+@pytest.fixture
+def jvm_holder(tmp_path):
+    """A JVM holding tmp_path/lock as a broker does, until its stdin closes; yields its pid."""
+    p = subprocess.Popen(["java", PROBE, str(tmp_path), "hold"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    first = p.stdout.readline().split()
+    assert first[0] == "locked", first
+    yield int(first[1])
+    p.stdin.close()
+    p.wait(30)
+
+
+def test_closing_another_descriptor_keeps_the_lock(tmp_path):
+    """Reading the lock file in the holder's process (what serving MNT/raw/lock does) must not
+    release it: with a POSIX lock any close() of the file in the process drops it."""
+    store = MessageStore(str(tmp_path))
+    try:
+        for flags in (os.O_RDONLY, os.O_RDWR):
+            os.close(os.open(tmp_path / LOCK_FILE, flags))
+        with open(tmp_path / LOCK_FILE, "rb") as f:
+            assert f.read() == b"lock"
+        assert lock_holder(str(tmp_path)) == os.getpid()
+        res = subprocess.run([sys.executable, "-c", HOLD, str(tmp_path)], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+                             input="", timeout=60)
+        assert res.returncode != 0 and f"locked by process {os.getpid()}" in res.stderr
+        assert jvm_try_lock(tmp_path) == "busy"
+    finally:
+        store.close()
+    assert jvm_try_lock(tmp_path).startswith("locked")
+
+
+def test_a_jvm_holding_the_lock_is_refused_and_named(tmp_path, jvm_holder):
+    with pytest.raises(StoreLockedError, match=f"locked by process {jvm_holder}"):
+        take_store_lock(str(tmp_path))
+    with pytest.raises(StoreLockedError, match=str(jvm_holder)):
+        MessageStore(str(tmp_path))
+    with pytest.raises(StoreLockedError, match=str(jvm_holder)):
+        recover_store(str(tmp_path))
+    assert lock_holder(str(tmp_path)) == jvm_holder
+    assert lock_holder(str(tmp_path), others_only=True) == jvm_holder
+
+
+def test_holder_found_from_another_process(tmp_path):
+    """Another process sees an OFD holder's pid (from /proc/<pid>/fdinfo), not -1."""
+    fd = take_store_lock(str(tmp_path))
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", "import sys; from engine.lock import lock_holder; "
+             "print(lock_holder(sys.argv[1]))", str(tmp_path)],
+            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+            timeout=60)
+        assert res.stdout.strip() == str(os.getpid()), res.stderr
     finally:
         release_store_lock(fd)
