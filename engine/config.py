@@ -220,16 +220,25 @@ def persist_config_file(path: str, obj) -> None:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
+    """Write ``path`` through ``path.tmp`` (written, fsynced, renamed). A failure (ENOSPC, EIO)
+    removes the temporary file, leaves ``path`` as it was and raises the OSError."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _data_version(counter: int) -> dict:

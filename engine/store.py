@@ -47,6 +47,7 @@ from .getmessage import get_messages, parse_subscription
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from .message import (INT32, decode_record)
 from .uniqkey import UniqKeyGenerator
+from .validation import check_topic_creatable
 
 # The store's API in one import: MessageStore, the put request and its result, the config, and
 # getMessage's result (each defined in its own module).
@@ -268,7 +269,8 @@ class MessageStore:
                      perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
         """Create a topic (or return the existing one) and persist topics.json.
 
-        Raises InvalidNameError for a name RocketMQ would refuse; ReadOnlyStoreError.
+        Raises InvalidNameError for a name RocketMQ would refuse (a system topic included:
+        ``validation.check_topic_creatable``); ReadOnlyStoreError.
         """
         validate_topic_name(name)
         if self.read_only:
@@ -276,6 +278,7 @@ class MessageStore:
         existing = self.topic_config.get(name)
         if existing is not None:
             return existing
+        check_topic_creatable(name)
         n = validate_queue_nums(self.config.default_topic_queue_nums if queue_nums is None
                                 else queue_nums)
         cfg = TopicConfig(name, n, n, perm)

@@ -41,8 +41,20 @@ import binascii
 import json
 import re
 
-from .errors import MessageIllegalError
-from .message import KEY_SEPARATOR, PROPERTY_CRC32, Message
+from .errors import InvalidNameError, MessageIllegalError, PermissionDeniedError
+from .message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC, Message
+
+# org.apache.rocketmq.common.topic.TopicValidator (5.3): the broker's own topics. A client may
+# not create one (AdminBrokerProcessor.updateAndCreateTopic: "is conflict with system topic",
+# INVALID_PARAMETER) nor send to the NOT_ALLOWED_SEND ones
+# (AbstractSendMessageProcessor.msgCheck: NO_PERMISSION, "Sending message to topic[..] is
+# forbidden"); the broker writes them itself (delayed messages, transactions).
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+NOT_ALLOWED_SEND_TOPICS = frozenset((
+    SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"))
+SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | frozenset((
+    "TBW102", "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC", "CHECKPOINT_TOPIC"))
 
 # org.apache.rocketmq.common.message.MessageConst (5.3): every property name it defines.
 # STRING_HASH_SET is the set Message.putUserProperty refuses; the others are set by the broker
@@ -148,12 +160,43 @@ def check_queue_id(queue_id) -> None:
             f"queueId must be an integer, not {type(queue_id).__name__} {queue_id!r}")
 
 
+def is_system_topic(topic: str) -> bool:
+    """``TopicValidator.isSystemTopic``: one of :data:`SYSTEM_TOPICS` or ``rmq_sys_*``."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def check_topic_creatable(topic: str) -> None:
+    """Refuse a client's creation of a system topic (``AdminBrokerProcessor.updateAndCreateTopic``
+    with ``validateSystemTopicWhenUpdateTopic``, the broker's default).
+
+    Raises:
+        InvalidNameError: ``topic`` is a system topic (EINVAL, RocketMQ INVALID_PARAMETER).
+    """
+    if is_system_topic(topic):
+        raise InvalidNameError(f"the topic {topic!r} is a RocketMQ system topic; clients "
+                               "may not create it")
+
+
+def check_send_topic(topic: str) -> None:
+    """Refuse a client's message to a topic only the broker writes
+    (``TopicValidator.isNotAllowedSendTopic``).
+
+    Raises:
+        PermissionDeniedError: EACCES (RocketMQ NO_PERMISSION).
+    """
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        raise PermissionDeniedError(f"sending messages to topic {topic} is forbidden: only "
+                                    "the broker writes it")
+
+
 def check_message(msg) -> None:
     """Every rule of this module for one :class:`engine.message.Message`.
 
     Raises:
         MessageIllegalError: the first broken rule, naming the field.
+        PermissionDeniedError: the topic is one only the broker writes.
     """
+    check_send_topic(msg.topic)
     check_tags(msg.tags)
     check_keys(msg.keys)
     check_properties(msg.properties)
@@ -167,6 +210,8 @@ def check_message(msg) -> None:
 def check_messages(messages) -> None:
     """:func:`check_message` for each message, with the common cases inline (hot path)."""
     for m in messages:
+        if m.topic in NOT_ALLOWED_SEND_TOPICS:
+            check_send_topic(m.topic)
         t = m.tags
         if t and (t.__class__ is not str or t not in _GOOD_TAGS):
             check_tags(t)

@@ -22,7 +22,7 @@ from engine import errors as E
 from engine.message import decode_offset_msg_id
 from engine.progress import consumer_progress, diff_total
 from engine.store import Message, MessageStore
-from engine.validation import message_from_json, parse_decimal, parse_json_line
+from engine.validation import check_send_topic, message_from_json, parse_decimal, parse_json_line
 from engine.storetree import lstat_beneath, open_beneath
 
 from . import render as R
@@ -477,6 +477,9 @@ class ProduceHandle(Handle):
         limit = ctx.store.config.max_message_size
         self.max_line = limit * 4 // 3 + 64 * 1024 if jsonl else limit
 
+    def read(self, offset, length):
+        return b""  # README: a produce file reads as empty, opened O_RDWR too
+
     def _messages(self, lines: list[bytes]) -> list[Message]:
         if not self.jsonl:
             return [Message(self.topic, line, queue_id=self.queue_id) for line in lines if line]
@@ -522,6 +525,9 @@ class ProduceHandle(Handle):
 
     def _write(self, data: bytes) -> int:
         buf = self.buf
+        if not self.jsonl and b"\0" in data:  # posix_fallocate's emulation writes NULs
+            raise FsError(errno.EINVAL, "a NUL byte in the write: produce takes text lines; "
+                          "send binary bodies as bodyBase64 through produce.jsonl")
         cut = data.rfind(b"\n")
         if cut < 0:
             if len(buf) + len(data) > self.max_line:
@@ -584,6 +590,10 @@ class ProduceFile(Node):
         cfg = self.ctx.store.topic_config.get(self.topic)
         if cfg is not None and not cfg.writable:
             raise FsError(errno.EACCES, f"topic {self.topic} has no write permission")
+        try:
+            check_send_topic(self.topic)
+        except E.StoreError as exc:
+            raise fs_error(exc) from exc
         return ProduceHandle(self.ctx, self.topic, self.queue_id, self.jsonl, self.path)
 
     def truncate(self, size):
@@ -676,6 +686,10 @@ class GroupQueueDir(Dir):
         }
 
 
+#: The longest line an ``offset`` file takes: a signed 64-bit decimal and some white space.
+OFFSET_LINE_MAX = 64
+
+
 class OffsetWriteHandle(Handle):
     """Collects the written text; a complete line (or close) commits the offset."""
 
@@ -693,21 +707,41 @@ class OffsetWriteHandle(Handle):
         return self.node.content()[offset:offset + length]
 
     def write(self, data):
-        self.buf += data
-        if b"\n" in self.buf:
-            self._commit()
+        """Each complete line commits its offset, in order; the unfinished line is kept.
+
+        The buffer holds at most :data:`OFFSET_LINE_MAX` bytes (an offset line is short):
+        a longer line is refused with EINVAL as soon as it is seen, so the cost of a write is
+        linear in its size and another user cannot make the daemon hold memory.
+        """
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if len(self.buf) + len(data) > OFFSET_LINE_MAX:
+                self.buf.clear()
+                raise FsError(errno.EINVAL, f"not an offset: a line over {OFFSET_LINE_MAX} bytes")
+            self.buf += data
+            return len(data)
+        lines = (bytes(self.buf) + data[:cut]).split(b"\n")
+        self.buf.clear()
+        rest = data[cut + 1:]
+        if len(rest) > OFFSET_LINE_MAX:
+            raise FsError(errno.EINVAL, f"not an offset: a line over {OFFSET_LINE_MAX} bytes")
+        for line in lines:
+            if line.strip():
+                self._commit(line)
+        self.buf += rest
         return len(data)
 
-    def _commit(self):
-        text = self.buf.decode("ascii", "replace").strip()
-        self.buf.clear()
-        if not re.fullmatch(r"-?[0-9]{1,19}", text):
-            raise FsError(errno.EINVAL, f"not an offset: {text!r}")
+    def _commit(self, line: bytes):
+        text = line[:OFFSET_LINE_MAX].decode("ascii", "replace").strip()
+        if len(line) > OFFSET_LINE_MAX or not re.fullmatch(r"-?[0-9]{1,19}", text):
+            raise FsError(errno.EINVAL, f"not an offset: {text[:40]!r}")
         self.node.commit(int(text))
 
     def flush(self):
         if self.buf.strip():
-            self._commit()
+            line = bytes(self.buf)
+            self.buf.clear()
+            self._commit(line)
 
     def release(self):
         try:

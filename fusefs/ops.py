@@ -387,6 +387,15 @@ class RmqOperations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EACCES)
 
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EACCES)
+
+    async def symlink(self, parent_inode, name, target, ctx):
+        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EACCES)
+
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+
     async def rename(self, *args):
         raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
 

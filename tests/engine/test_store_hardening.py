@@ -313,3 +313,26 @@ def test_a_unit_pointing_at_no_record_fails_only_its_queue(tmp_path):
     assert any(p.path.startswith("consumequeue/T/0") for p in res.errors)
     assert recover_store(str(root), small()).after.ok
     assert len(bodies(root)) == 20
+
+
+def test_a_config_write_that_fails_leaves_no_trace(tmp_path, monkeypatch):
+    """ENOSPC while persisting config/*.json: the old file and its .bak stay as they were and
+    no .tmp is left behind (README: no trace)."""
+    from engine import config as C
+    path = str(tmp_path / "config" / "topics.json")
+    C.persist_config_file(path, {"a": 1})
+    C.persist_config_file(path, {"a": 2})
+    before = {n: (tmp_path / "config" / n).read_bytes()
+              for n in os.listdir(tmp_path / "config")}
+    real_write = os.write
+
+    def full(fd, data):
+        if len(data) > 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError):
+        C.persist_config_file(path, {"a": 3})
+    monkeypatch.undo()
+    after = {n: (tmp_path / "config" / n).read_bytes() for n in os.listdir(tmp_path / "config")}
+    assert after == before and sorted(after) == ["topics.json", "topics.json.bak"]

@@ -206,3 +206,69 @@ def test_removing_and_renaming_store_things_is_eperm(tmp_path):
         assert errno_of(t.node("/status.json").truncate, 0) == errno.EACCES
         assert errno_of(t.node("/topics").open, os.O_RDONLY) == errno.EISDIR
         assert errno_of(t.node("/status.json").list) == errno.ENOTDIR
+
+
+def test_offset_lines_are_bounded_and_each_complete_line_commits(tmp_path):
+    """An offset line is short: a long one is EINVAL as soon as it is seen, the handle keeps
+    no more than OFFSET_LINE_MAX bytes, and a write costs time linear in its size."""
+    from fusefs.nodes import OFFSET_LINE_MAX
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.write("/topics/T/0/produce", b"".join(b"m%d\n" % i for i in range(5)))
+        t.mkdir("/groups/G")
+        offset = "/groups/G/T/0/offset"
+        h = t.node(offset).open(os.O_WRONLY)
+        try:
+            chunk = b"1" * 4096
+            assert errno_of(h.write, chunk) == errno.EINVAL  # no newline, over the bound
+            assert len(h.buf) == 0
+            for _ in range(3):  # digits keep coming: each write refused, nothing kept
+                assert errno_of(h.write, chunk) == errno.EINVAL
+                assert len(h.buf) <= OFFSET_LINE_MAX
+            assert errno_of(h.write, b"2" * 100 + b"\n") == errno.EINVAL
+        finally:
+            h.release()
+        assert t.store.consumer_offsets.query("G", "T", 0) in (-1, 0)
+        t.write(offset, b"1\n2\n4\n")  # several lines in one write: each commits, in order
+        assert t.read(offset) == b"4\n"
+        t.write(offset, b"  3  \n")
+        assert t.read(offset) == b"3\n"
+
+
+def test_system_topics_are_refused_as_the_broker_refuses_them(tmp_path):
+    """TopicValidator: clients may not create system topics (EINVAL) nor send to the
+    NOT_ALLOWED_SEND ones (EACCES); the broker's own delayed messages still go there."""
+    from engine.message import SCHEDULE_TOPIC
+    from engine.validation import NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPICS
+    with tree(tmp_path) as t:
+        for name in sorted(SYSTEM_TOPICS) + ["rmq_sys_wheel_timer"]:
+            assert errno_of(t.mkdir, f"/topics/{name}") == errno.EINVAL, name
+        assert t.node("/topics").list() == []
+        t.mkdir("/topics/T")
+        from engine.store import Message
+        t.store.put_messages([Message("T", b"later", delay_level=3)])  # the broker's path
+        assert SCHEDULE_TOPIC in t.store.topic_names()
+        assert errno_of(t.node(f"/topics/{SCHEDULE_TOPIC}/produce").open,
+                        os.O_WRONLY) == errno.EACCES
+        from engine.errors import PermissionDeniedError
+        for name in NOT_ALLOWED_SEND_TOPICS:
+            with pytest.raises(PermissionDeniedError):
+                t.store.put_messages([Message(name, b"x")])
+
+
+def test_produce_reads_empty_and_refuses_nul_bytes(tmp_path):
+    """A produce file opened O_RDWR reads as empty (README); plain produce takes text, so the
+    NULs of posix_fallocate's emulation (or any NUL) are refused, nothing stored."""
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        h = t.node("/topics/T/produce").open(os.O_RDWR)
+        try:
+            assert h.read(0, 100) == b""
+            assert errno_of(h.write, b"\0") == errno.EINVAL  # posix_fallocate's emulation
+            h.flush()
+        finally:
+            h.release()
+        assert errno_of(t.write, "/topics/T/produce", b"ok\na\0b\n") == errno.EINVAL
+        assert messages(t, "T") == []
+        t.write("/topics/T/produce.jsonl", b'{"bodyBase64": "AAE="}\n')
+        assert [m[2] for m in messages(t, "T")] == [b"\0\x01"]

@@ -232,3 +232,31 @@ def test_enospc_on_a_full_disk_keeps_the_store_consistent(mount_store, tmp_path)
         m.umount()
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_refusals_the_readme_names(mount_store, tmp_path):
+    """posix_fallocate on produce stores nothing (glibc emulates it with NUL writes: refused,
+    EINVAL); a produce file opened O_RDWR reads as empty; mknod and symlink are EACCES, link
+    EPERM; system topics cannot be made or written."""
+    m = mount_store(tmp_path / "store")
+    t = m.mnt / "topics" / "T"
+    os.mkdir(t)
+    fd = os.open(t / "produce", os.O_RDWR)
+    try:
+        assert os.read(fd, 100) == b""
+        assert oserror(os.posix_fallocate, fd, 0, 8192) == errno.EINVAL
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    with open(t / "produce", "ab") as f:
+        f.write(b"real\n")
+    assert bodies(t) == [b"real"]
+    assert oserror(os.mknod, t / "node", 0o644 | 0o100000) == errno.EACCES
+    assert oserror(os.mkfifo, t / "fifo") == errno.EACCES
+    assert oserror(os.symlink, "/etc/passwd", t / "link") == errno.EACCES
+    assert oserror(os.link, t / "produce", t / "hard") == errno.EPERM
+    assert oserror(os.mkdir, m.mnt / "topics" / "SCHEDULE_TOPIC_XXXX") == errno.EINVAL
+    assert oserror(os.mkdir, m.mnt / "topics" / "RMQ_SYS_TRANS_HALF_TOPIC") == errno.EINVAL
+    assert sorted(os.listdir(m.mnt / "topics")) == ["T"]
