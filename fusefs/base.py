@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -64,6 +65,58 @@ class Stat:
     live: bool = True
     blocks: int | None = None  # 512-byte blocks allocated; None: size rounded up
     attr_timeout: float | None = None  # seconds the kernel may cache it; None: by ``live``
+
+
+class HandleBudget:
+    """How many open files and directories users other than the mount's owner may hold.
+
+    Each open handle of a ``raw/`` file or a view holds a descriptor of the daemon, and every
+    handle holds memory: without a bound, a user let in by ``-o allow_other`` opening files
+    by the thousand would use up the daemon's RLIMIT_NOFILE, and the owner's produce, mkdir
+    of a snapshot or unmount would fail with EMFILE. Users other than the owner (and root)
+    share ``total`` handles, each at most ``per_uid``; past that their open/opendir fails
+    with EMFILE and is logged, and the owner is never counted or refused.
+    """
+
+    def __init__(self, owner_uid: int, total: int, per_uid: int):
+        self.owner_uid, self.total, self.per_uid = owner_uid, total, per_uid
+        self.held: dict[int, int] = {}  # uid -> handles open
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_limit(cls, owner_uid: int, nofile: int) -> "HandleBudget":
+        """A quarter of the daemon's descriptor limit ``nofile`` for others, at most 4096
+        a user."""
+        total = max(16, nofile // 4)
+        return cls(owner_uid, total, min(total, 4096))
+
+    def counted(self, uid: int | None) -> bool:
+        """Whether ``uid``'s handles count (everyone but the owner, root and the daemon)."""
+        return uid is not None and uid not in (0, self.owner_uid)
+
+    def take(self, uid: int | None) -> None:
+        """Count one more handle of ``uid``. Raises FsError(EMFILE) past the bound."""
+        if not self.counted(uid):
+            return
+        assert uid is not None
+        with self._lock:
+            mine = self.held.get(uid, 0)
+            if mine >= self.per_uid or sum(self.held.values()) >= self.total:
+                raise FsError(errno.EMFILE, f"uid {uid} holds {mine} open files of this mount; "
+                              f"other users may hold {self.per_uid} each, {self.total} in all")
+            self.held[uid] = mine + 1
+
+    def give(self, uid: int | None) -> None:
+        """One handle of ``uid`` closed."""
+        if not self.counted(uid):
+            return
+        assert uid is not None
+        with self._lock:
+            left = self.held.get(uid, 0) - 1
+            if left > 0:
+                self.held[uid] = left
+            else:
+                self.held.pop(uid, None)
 
 
 class Context:

@@ -32,7 +32,7 @@ import threading
 import pyfuse3
 import trio
 
-from .base import RO_DIR, RO_FILE, Context, FsError, Node, Stat
+from .base import RO_DIR, RO_FILE, Context, FsError, HandleBudget, Node, Stat
 from .nodes import RootDir
 
 log = logging.getLogger(__name__)
@@ -177,9 +177,14 @@ class RmqOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     supports_dot_lookup = True
 
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, budget: HandleBudget | None = None):
         super().__init__()
         self.ctx = ctx
+        if budget is None:
+            import resource
+            budget = HandleBudget.for_limit(
+                ctx.owner_uid, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        self.budget = budget  # what other users may hold open (HandleBudget)
         self.nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: RootDir(ctx, "/")}
         self.lookups: dict[int, int] = {}
         self.parents: dict[int, int] = {}
@@ -311,14 +316,23 @@ class RmqOperations(pyfuse3.Operations):
         node = self._node(inode)
         if not node.is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        uid = _uid(ctx)
+        self._take(uid)
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1
-            self.dir_handles[fh] = (inode, _pid(ctx))
+            self.dir_handles[fh] = (inode, _pid(ctx), uid)
         return fh
 
+    def _take(self, uid: int | None) -> None:
+        try:
+            self.budget.take(uid)
+        except FsError as exc:
+            log.warning("open refused (EMFILE): %s", exc)
+            raise pyfuse3.FUSEError(errno.EMFILE) from None
+
     async def readdir(self, fh, start_id, token):
-        inode, pid = self.dir_handles.get(fh, (None, None))
+        inode, pid, _ = self.dir_handles.get(fh, (None, None, None))
         if inode is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         node = self._node(inode)
@@ -358,7 +372,9 @@ class RmqOperations(pyfuse3.Operations):
             self._remember(child, inode)
 
     async def releasedir(self, fh):
-        self.dir_handles.pop(fh, None)
+        entry = self.dir_handles.pop(fh, None)
+        if entry is not None:
+            self.budget.give(entry[2])
 
     async def mkdir(self, parent_inode, name, mode, ctx):
         parent = self._node(parent_inode)
@@ -428,9 +444,16 @@ class RmqOperations(pyfuse3.Operations):
             if self.ctx.read_only:  # the kernel mount is not "ro" (snapshots/ takes mkdir)
                 raise pyfuse3.FUSEError(errno.EROFS)
             _check_write(self.ctx, ctx)
-        handle = await _run(node.open, flags, pid=_pid(ctx))
+        uid = _uid(ctx)
+        self._take(uid)
+        try:
+            handle = await _run(node.open, flags, pid=_pid(ctx))
+        except BaseException:
+            self.budget.give(uid)
+            raise
         handle.inode = inode
         handle.pid = _pid(ctx)
+        handle.uid = uid
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1
@@ -479,4 +502,5 @@ class RmqOperations(pyfuse3.Operations):
     async def release(self, fh):
         h = self.handles.pop(fh, None)
         if h is not None:
+            self.budget.give(getattr(h, "uid", None))
             await _run(h.release)

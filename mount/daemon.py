@@ -219,15 +219,26 @@ def check_fuse() -> None:
         raise MountError("FUSE is not available: fusermount3 is missing (apt install fuse3)")
 
 
-def _raise_fd_limit() -> None:
-    """Soft RLIMIT_NOFILE up to the hard limit (as brokers are told to run with 655350)."""
+def _raise_fd_limit() -> int:
+    """Raise RLIMIT_NOFILE as brokers are told to run (``ulimit -n 655350``): to the kernel's
+    ``fs.nr_open`` (at most 1,048,576) where this process may raise its hard limit (root),
+    else the soft limit to the hard one. Returns the soft limit in force."""
     import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        with open("/proc/sys/fs/nr_open") as f:
+            want = min(int(f.read()), 1 << 20)
     except (OSError, ValueError):
-        pass
+        want = hard
+    for target in (max(want, hard), hard):
+        if target <= soft:
+            break
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, max(target, hard)))
+            break
+        except (OSError, ValueError):
+            continue
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 class Daemon:

@@ -276,3 +276,58 @@ def test_enospc_leaves_no_trace(small_disk, tmp_path):
         m.umount()
     finally:
         m.cleanup()
+
+
+HOARD = r"""
+import errno, os, resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+m = sys.argv[1]
+seg = m + "/raw/commitlog/" + sorted(os.listdir(m + "/raw/commitlog"))[0]
+fds, err = [], 0
+while len(fds) < hard - 50:
+    try:
+        fds.append(os.open(seg, os.O_RDONLY))
+    except OSError as e:
+        err = e.errno
+        break
+print(len(fds), errno.errorcode.get(err, err), flush=True)
+sys.stdin.readline()
+for fd in fds:
+    os.close(fd)
+os.close(os.open(seg, os.O_RDONLY))
+print("again", flush=True)
+"""
+
+
+def test_another_user_cannot_starve_the_owner(shared_dir):
+    """With allow_other, a read-only user opening files by the thousand gets EMFILE from the
+    mount's per-user bound long before the daemon runs out of descriptors: the owner's
+    produce, snapshot and raw/ opens go on working."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a command as another user")
+    m = mount(shared_dir, "allow_other")
+    _prepare(m)
+    p = subprocess.Popen([PY3, "-c", HOARD, str(m.mnt)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, user=NOBODY, group=NOBODY, cwd="/")
+    try:
+        count, err = p.stdout.readline().split()
+        assert err == "EMFILE" and 0 < int(count) <= 4096, (count, err)
+        # the owner, while the other user holds everything it was allowed
+        t = m.mnt / "topics" / "T"
+        with open(t / "produce", "a") as f:
+            f.write("owner again\n")
+        os.mkdir(m.mnt / "snapshots" / "s1")
+        assert json.loads((m.mnt / "snapshots" / "s1" / "SNAPSHOT.json").read_text())
+        seg = m.mnt / "raw" / "commitlog" / sorted(os.listdir(m.mnt / "raw" / "commitlog"))[0]
+        mine = [os.open(seg, os.O_RDONLY) for _ in range(5000)]  # the owner is not bounded
+        for fd in mine:
+            os.close(fd)
+        assert (t / "bodies.txt").read_text().splitlines() == ["from the owner", "owner again"]
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "again"  # closing gave the budget back
+    finally:
+        p.kill()
+        p.wait(30)
+    os.rmdir(m.mnt / "snapshots" / "s1")
