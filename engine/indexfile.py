@@ -533,6 +533,52 @@ class IndexFile:
             raise IndexError(n)
         return ITEM.unpack(self._io.read(self._items_base + n * INDEX_SIZE, INDEX_SIZE))
 
+    # -- consistency --------------------------------------------------------------------------
+    def structure_problem(self) -> str | None:
+        """The first way the file's header, hash slots and items disagree, or None.
+
+        A crash (or a copy taken while the file was written: ``tar`` of ``raw/``) can leave
+        slots pointing at items the header does not count, or chains through items written
+        after the header. Checked column-wise over the whole file (numpy): each slot is the
+        newest item of its bucket (0 for an empty bucket), every prevIndex points at an older
+        item of the same bucket, phyOffsets never go back, keyHash and timeDiff are not
+        negative, and hashSlotCount and endPhyOffset match. Costs one read of the file (up to
+        about 420 MB for the default geometry): run after an abnormal exit only.
+        """
+        import numpy as np
+        slots, count = self.hash_slot_num, self.index_count
+        slot = np.frombuffer(self._io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE), ">i4")
+        raw = self._io.read(self._items_base + INDEX_SIZE, (count - 1) * INDEX_SIZE)
+        if len(slot) != slots or len(raw) != (count - 1) * INDEX_SIZE:
+            return "file shorter than its hash slots and indexCount items"
+        items = np.frombuffer(raw, np.dtype([("h", ">i4"), ("phy", ">i8"), ("td", ">i4"),
+                                             ("prev", ">i4")]))
+        h, phy, prev = items["h"], items["phy"], items["prev"]
+        n = np.arange(1, count, dtype=np.int64)
+        if (h < 0).any() or (items["td"] < 0).any():
+            return "an item with a negative keyHash or timeDiff"
+        if ((prev < 0) | (prev >= n)).any():
+            return "an item whose prevIndex is not an older item"
+        bucket = h.astype(np.int64) % slots
+        chained = prev > 0
+        if (bucket[prev[chained] - 1] != bucket[chained]).any():
+            return "an item whose prevIndex is in another hash bucket"
+        if len(phy) > 1 and (np.diff(phy) < 0).any():
+            return "items out of CommitLog order"
+        newest = np.zeros(slots, np.int64)
+        if len(bucket):
+            last_first, where = np.unique(bucket[::-1], return_index=True)
+            newest[last_first] = (count - 1) - where
+        if (slot.astype(np.int64) != newest).any():
+            s = int(np.flatnonzero(slot.astype(np.int64) != newest)[0])
+            return (f"hash slot {s} holds item {int(slot[s])}, the newest item of its bucket "
+                    f"is {int(newest[s])}")
+        if int(np.count_nonzero(slot)) != self.hash_slot_count:
+            return f"hashSlotCount {self.hash_slot_count} but {np.count_nonzero(slot)} in use"
+        if count > 1 and self.end_phy_offset != int(phy[-1]):
+            return f"endPhyOffset {self.end_phy_offset} != the last item's {int(phy[-1])}"
+        return None
+
     # -- truncate -----------------------------------------------------------------------------
     def truncate(self, phy_offset: int) -> int:
         """Undo every item whose phyOffset >= ``phy_offset``; returns the new indexCount.
@@ -764,6 +810,35 @@ class IndexService:
                     keep.append(f)
             self.files = keep
         return dropped
+
+    def drop_inconsistent(self, newest: int = 2) -> list[tuple[str, str]]:
+        """After an abnormal exit: check the ``newest`` files (those a crash or a live copy
+        can have caught mid-write) with :meth:`IndexFile.structure_problem`; the first
+        inconsistent one and every newer one are destroyed (dropped only, when read-only), so
+        recovery's re-dispatch from :attr:`end_phy_offset` rebuilds their entries from the
+        CommitLog. RocketMQ's ``IndexService.load`` trusts a file whose endTimestamp is not
+        past the checkpoint; a file copied while written can pass that test and still be torn.
+
+        Returns:
+            ``(name, problem)`` of each file dropped.
+        """
+        with self._mutex, self._rw.write():
+            first_bad = None
+            for i in range(max(0, len(self.files) - newest), len(self.files)):
+                problem = self.files[i].structure_problem()
+                if problem is not None:
+                    first_bad = (i, problem)
+                    break
+            if first_bad is None:
+                return []
+            i, problem = first_bad
+            dropped = []
+            for f in self.files[i:]:
+                f.destroy()
+                dropped.append((f.name, problem if f is self.files[i] else
+                                "newer than an inconsistent file"))
+            self.files = self.files[:i]
+            return dropped
 
     # -- properties ---------------------------------------------------------------------------
     @property

@@ -47,7 +47,6 @@ from .getmessage import get_messages, parse_subscription
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from .message import (INT32, decode_record)
 from .uniqkey import UniqKeyGenerator
-from .validation import check_topic_creatable
 
 # The store's API in one import: MessageStore, the put request and its result, the config, and
 # getMessage's result (each defined in its own module).
@@ -72,6 +71,11 @@ class MessageStore:
             a live process holds the store's lock, and also a cleanly closed store that its
             files describe whole (normal recovery rebuilt nothing in memory), in case a
             writer starts later; a crashed store no one holds is recovered and frozen.
+        held_lock: the descriptor of a store lock the caller took with
+            :func:`engine.lock.take_store_lock` and keeps (``rmqfs recover`` holds it across
+            its steps): the store writes under it and leaves it held at close. An OFD lock
+            conflicts with a second one even in the same process, so such a caller cannot
+            let the store take its own.
 
     Attributes:
         follower: the :class:`engine.follower.Follower` of a following store, else None.
@@ -82,13 +86,14 @@ class MessageStore:
     """
 
     def __init__(self, root: str, config: StoreConfig | None = None, read_only: bool = False,
-                 follow: bool | None = None):
+                 follow: bool | None = None, held_lock: int | None = None):
         self.root = os.path.abspath(root)
         self.config = config or StoreConfig()
         self.read_only = read_only
         self.put_lock = threading.RLock()
         self._closed = False
         self._lock_fd = None
+        self._held_lock = held_lock
         if not read_only:
             os.makedirs(self.root, exist_ok=True)
         elif not os.path.isdir(self.root):
@@ -100,6 +105,18 @@ class MessageStore:
             for sub in ("", "config", "commitlog", "index"):
                 for n in remove_temp_files(os.path.join(self.root, sub)):
                     log.warning("removed %s/%s: a file a crash left half-created", sub or ".", n)
+        try:
+            self._open(read_only, follow)
+        except BaseException:
+            # a failed open gives the lock back (an OFD lock would otherwise stay held by the
+            # leaked descriptor until it is collected, refusing the next open in this process)
+            if self._lock_fd is not None:
+                release_store_lock(self._lock_fd)
+                self._lock_fd = None
+            raise
+
+    def _open(self, read_only: bool, follow: bool | None) -> None:
+        """The rest of the constructor, under the lock: config, queues, recovery, services."""
         self.abort_path = os.path.join(self.root, "abort")
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
         self.last_exit_ok = not os.path.exists(self.abort_path)
@@ -142,6 +159,12 @@ class MessageStore:
                                               self.config.max_hash_slot_num,
                                               self.config.max_index_num, read_only)
             self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+            if not self.last_exit_ok:
+                for name, problem in self.index_service.drop_inconsistent():
+                    what = ("not used by this read-only open: key lookups miss its entries"
+                            if read_only else "rebuilt from the CommitLog")
+                    self.repairs.append(f"index/{name}: {problem}; {what}")
+                    log.warning("index/%s: %s; %s", name, problem, what)
             self.dispatchers.append(self.index_service)
         # topicQueueTable: the next queue offset to assign, ahead of the ConsumeQueue while a
         # SYNC_FLUSH put waits for its flush (getMaxOffsetInQueue(committed=false)).
@@ -199,7 +222,8 @@ class MessageStore:
     # lock, open, recovery
 
     def _take_lock(self) -> None:
-        self._lock_fd = take_store_lock(self.root)
+        if self._held_lock is None:
+            self._lock_fd = take_store_lock(self.root)
 
     def _load_consume_queues(self) -> None:
         """Open every ``consumequeue/<topic>/<queueId>`` and recover it (``ConsumeQueue.recover``).
@@ -269,8 +293,9 @@ class MessageStore:
                      perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
         """Create a topic (or return the existing one) and persist topics.json.
 
-        Raises InvalidNameError for a name RocketMQ would refuse (a system topic included:
-        ``validation.check_topic_creatable``); ReadOnlyStoreError.
+        Raises InvalidNameError for a name RocketMQ would refuse; ReadOnlyStoreError. Like
+        the broker's ``TopicConfigManager`` it makes system topics too: a client's request
+        is refused those at its boundary (``validation.check_topic_creatable``).
         """
         validate_topic_name(name)
         if self.read_only:
@@ -278,7 +303,6 @@ class MessageStore:
         existing = self.topic_config.get(name)
         if existing is not None:
             return existing
-        check_topic_creatable(name)
         n = validate_queue_nums(self.config.default_topic_queue_nums if queue_nums is None
                                 else queue_nums)
         cfg = TopicConfig(name, n, n, perm)

@@ -998,7 +998,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                     shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
                     report.actions.append(f"deleted index/{n} (rebuilt from the CommitLog)")
         _force_full_redispatch(root)
-        _reopen(root, cfg, MessageStore)
+        _reopen(root, cfg, MessageStore, lock_fd)
         after = verify_store(root, config, progress)
         if not after.ok or any(p.kind.endswith(("lag", "missing")) for p in after.problems):
             report.actions.append("derived files still disagree: rebuilding every ConsumeQueue "
@@ -1006,7 +1006,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             for rel in _all_queue_dirs(root):
                 _delete_files(os.path.join(root, rel), _segments(os.path.join(root, rel)))
             _delete_files(index_dir, _index_names(index_dir))
-            _reopen(root, cfg, MessageStore)
+            _reopen(root, cfg, MessageStore, lock_fd)
             after = verify_store(root, config, progress)
         report.after = after
         if after.ok:
@@ -1096,9 +1096,10 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
     cp.write(path)
 
 
-def _reopen(root: str, cfg, store_cls) -> None:
-    """Open the store for writing (its recovery re-dispatches) and close it cleanly."""
-    store = store_cls(root, cfg)
+def _reopen(root: str, cfg, store_cls, lock_fd: int) -> None:
+    """Open the store for writing under recover's lock ``lock_fd`` (its recovery
+    re-dispatches) and close it cleanly; the lock stays held."""
+    store = store_cls(root, cfg, held_lock=lock_fd)
     store.close()
 
 

@@ -22,7 +22,8 @@ from engine import errors as E
 from engine.message import decode_offset_msg_id
 from engine.progress import consumer_progress, diff_total
 from engine.store import Message, MessageStore
-from engine.validation import check_send_topic, message_from_json, parse_decimal, parse_json_line
+from engine.validation import (check_send_topic, check_topic_creatable, message_from_json,
+                               parse_decimal, parse_json_line)
 from engine.storetree import lstat_beneath, open_beneath
 
 from . import render as R
@@ -185,6 +186,7 @@ class TopicsDir(Dir):
         if name in self.ctx.store.topic_names():
             raise FsError(errno.EEXIST)
         try:
+            check_topic_creatable(name)  # AdminBrokerProcessor: no system topics
             self.ctx.store.create_topic(name)
         except E.StoreError as exc:
             raise fs_error(exc) from exc

@@ -253,7 +253,7 @@ def cmd_produce(args) -> int:
         if not sep or not k:
             raise AdminError(f"bad --property {item!r}: use NAME=VALUE")
         properties[k] = v
-    from engine.validation import check_message
+    from engine.validation import check_message, check_topic_creatable
     # the message fields shared by every line, checked once before the store is opened
     check_message(Message(args.topic, b"", tags=args.tags, keys=args.keys,
                           properties=properties or None, queue_id=args.queue_id))
@@ -277,6 +277,7 @@ def cmd_produce(args) -> int:
                 raise AdminError(f"topic {args.topic} does not exist; pass -c to create it "
                                  f"({args.queues or store.config.default_topic_queue_nums} "
                                  "queues)")
+            check_topic_creatable(args.topic)  # AdminBrokerProcessor: no system topics
             store.create_topic(args.topic, args.queues)
             print(f"created topic {args.topic} with "
                   f"{store.topic_config.get(args.topic).write_queue_nums} queues")
