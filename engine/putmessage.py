@@ -315,7 +315,7 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
     """The put path for the common case, fused: encode, append and dispatch in one pass.
 
     Handles puts where every message has no user properties, sysFlag 0, an IPv4 (or
-    default) born host, a V1 topic (not SCHEDULE_TOPIC_XXXX, not a BatchCQ topic) and
+    default) born host, a V1 or V2 topic (not SCHEDULE_TOPIC_XXXX, not a BatchCQ topic) and
     every other Message field at its default (no delay_level, compress or
     wait_store_msg_ok=False), under ASYNC_FLUSH with an IPv4 store host, without
     enabledAppendPropCRC or compressMsgBodyOverHowmuch; returns None for anything else
