@@ -39,6 +39,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from .config import topic_path_problem
 from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
 from .errors import CorruptRecordError
 from .javahash import tags_code
@@ -258,7 +259,9 @@ class StoreFiles:
         """Topics that have a ConsumeQueue directory, sorted."""
         base = os.path.join(self.root, "consumequeue")
         try:
-            return sorted(t for t in os.listdir(base) if os.path.isdir(os.path.join(base, t)))
+            # the store's rule (config.topic_path_problem): what a broker loads, unless unsafe
+            return sorted(t for t in os.listdir(base) if os.path.isdir(os.path.join(base, t))
+                          and topic_path_problem(t) is None)
         except FileNotFoundError:
             return []
 

@@ -14,6 +14,7 @@ Loading falls back to ``<file>.bak`` when ``<file>`` is missing, empty or unpars
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -34,6 +35,9 @@ TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
 _VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would pass "a\n"
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
+# HookUtils.MAX_TOPIC_LENGTH: the longest topic (UTF-8 bytes) a broker stores, since Linux file
+# names hold 255 bytes and each topic is a directory (consumequeue/<topic>).
+MAX_TOPIC_BYTES = 255
 # readQueueNums/writeQueueNums: RocketMQ requires them positive (a broker refuses 0 or less in
 # updateAndCreateTopic); it sets no upper bound, so one stray number can make a listing of
 # topics/<t>/ enumerate 10^8 queues. rmqfs accepts 1..MAX_QUEUE_NUMS when creating a topic and
@@ -59,22 +63,54 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"  # MixAll.DLQ_GROUP_TOPIC_PREFIX
 
 
 def max_topic_length(name: str) -> int:
-    """Longest allowed name: 127 chars (``Validators.TOPIC_MAX_LENGTH``), except the broker's
-    retry and dead-letter topics ``%RETRY%<group>`` / ``%DLQ%<group>``, which a group name of up
-    to 255 chars makes longer. Those need the V2 record (2-byte topic length)."""
+    """Longest name a topic may be created with: 127 chars (``TopicValidator.TOPIC_MAX_LENGTH``),
+    except the broker's retry and dead-letter topics ``%RETRY%<group>`` / ``%DLQ%<group>``:
+    255 (``TopicValidator.RETRY_OR_DLQ_TOPIC_MAX_LENGTH``, RocketMQ after 5.3.3, #9480), which
+    is also the most any topic may hold (``HookUtils.MAX_TOPIC_LENGTH``: a topic is a directory
+    name). Topics over 127 chars are stored as V2 records (2-byte topic length)."""
     for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
         if name.startswith(prefix):
-            return len(prefix) + GROUP_MAX_LENGTH
+            return MAX_TOPIC_BYTES
     return TOPIC_MAX_LENGTH
 
 
 def validate_topic_name(name: str) -> None:
     """Raise InvalidNameError unless ``name`` follows ``TopicValidator.validateTopic``
-    (``^[%|a-zA-Z0-9_-]+$``, at most :func:`max_topic_length` chars)."""
+    (``^[%|a-zA-Z0-9_-]+$``, at most :func:`max_topic_length` chars): the rule for creating a
+    topic. Loading a store uses :func:`topic_path_problem` instead."""
     limit = max_topic_length(name or "")
     if not name or len(name) > limit or not _VALID_NAME.fullmatch(name):
         raise InvalidNameError(
             f"invalid topic name {name!r}: use 1-{limit} of [%|a-zA-Z0-9_-]")
+
+
+@functools.lru_cache(maxsize=4096)
+def topic_path_problem(name: str) -> str | None:
+    """Why a topic found in a store (``topics.json``, a ``consumequeue/<topic>`` directory, a
+    record) cannot be shown, or None when it can.
+
+    A broker loads every name (``TopicConfigManager.decode``,
+    ``ConsumeQueueStore.loadConsumeQueues``: no validation), so the client's creation rule does
+    not apply here. Refused are only names unsafe as one path component: empty, ``.``,
+    ``..``, holding ``/`` or NUL, not UTF-8 (a directory name), or over 255 bytes of UTF-8,
+    which no Linux file name holds (``HookUtils.MAX_TOPIC_LENGTH``; a broker cannot create
+    the topic's ConsumeQueue directory).
+    """
+    if not name:
+        return "empty name"
+    if name in (".", ".."):
+        return f"{name!r} names a directory"
+    if "/" in name:
+        return "contains '/'"
+    if "\0" in name:
+        return "contains NUL"
+    try:
+        n = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "not UTF-8"
+    if n > MAX_TOPIC_BYTES:
+        return f"{n} bytes: a file name holds at most {MAX_TOPIC_BYTES}"
+    return None
 
 
 def validate_group_name(name: str) -> None:
@@ -314,14 +350,15 @@ class TopicConfigManager:
         self.read_only = read_only
         self.lock = threading.Lock()
         self.topics: dict[str, TopicConfig] = {}
-        self.skipped: dict[str, object] = {}  # entries with invalid names, written back as is
+        self.skipped: dict[str, object] = {}  # entries with unsafe names, written back as is
+        self.skip_reasons: dict[str, str] = {}  # their reasons (topic_path_problem)
         raw = load_config_file(self.path, self._parse) or {}
         for name, d in _table(raw, "topicConfigTable").items():
-            try:
-                validate_topic_name(name)
-            except InvalidNameError as exc:
-                log.warning("%s: topic skipped: %s", self.path, exc)
+            problem = topic_path_problem(name)
+            if problem is not None:
+                log.warning("%s: topic %r skipped: %s", self.path, name, problem)
                 self.skipped[name] = d
+                self.skip_reasons[name] = problem
                 continue
             cfg = TopicConfig.from_json(name, d)
             if max(cfg.read_queue_nums, cfg.write_queue_nums) > MAX_QUEUE_NUMS:
@@ -346,7 +383,13 @@ class TopicConfigManager:
         """Create or replace a topic and persist topics.json.
 
         When the write fails (ENOSPC, ...) the table is left as it was and OSError raised.
+        InvalidNameError for a name unsafe as a path (:func:`topic_path_problem`): the
+        broker's own topics (``%RETRY%``/``%DLQ%`` of long groups) pass, a name no
+        ``consumequeue/<topic>`` directory can have does not (``HookUtils.checkBeforePutMessage``).
         """
+        problem = topic_path_problem(cfg.topic_name)
+        if problem is not None:
+            raise InvalidNameError(f"invalid topic name {cfg.topic_name!r}: {problem}")
         with self.lock:
             old = self.topics.get(cfg.topic_name)
             self.topics[cfg.topic_name] = cfg

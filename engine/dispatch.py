@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from .config import TopicConfig
+from .config import TopicConfig, topic_path_problem
 from .consumequeue import (UNIT, ConsumeQueue, deliver_tags_code)
 from .message import (INNER_BATCH_FLAG, PROPERTY_DELAY, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
                       MessageRecord)
@@ -87,7 +87,18 @@ def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
             # a plain ConsumeQueue for them would make a broker refuse the store.
             continue
         per_queue.setdefault((d.topic, d.queue_id), []).append(d)
+    unsafe = set()
+    for topic in {t for t, _ in per_queue}:
+        problem = topic_path_problem(topic)
+        if problem is not None:
+            # A record of a topic no directory can be named after (a hostile store, or one
+            # that RocketMQ's store classes wrote without HookUtils.checkBeforePutMessage):
+            # its ConsumeQueue cannot exist; the record stays in the CommitLog.
+            store.skip_topic(topic, f"record: {problem}")
+            unsafe.add(topic)
     for (topic, qid), items in per_queue.items():
+        if topic in unsafe:
+            continue
         cq = store._consume_queue(topic, qid, create=True)
         if recovering:
             # Units already present are skipped (ConsumeQueue.putMessagePositionInfo),

@@ -48,7 +48,8 @@ import numpy as np
 
 from .checkpoint import StoreCheckpoint
 from .columnar import UNIT_DTYPE, record_dtype
-from .config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
+from .config import (ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager,
+                     topic_path_problem)
 from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units, queue_dir_id
 from .errors import CorruptRecordError, StoreError
 from .lock import lock_holder
@@ -528,7 +529,11 @@ class Follower:
                                                                  TRANSACTION_ROLLBACK_TYPE)
                               or rec.sys_flag & INNER_BATCH_FLAG
                               or rec.topic in s._batch_cq_topics)
-            if needs_unit:
+            problem = topic_path_problem(rec.topic) if needs_unit else None
+            if problem is not None:
+                # no directory can hold its ConsumeQueue (see dispatch.dispatch)
+                s.skip_topic(rec.topic, f"record: {problem}")
+            elif needs_unit:
                 if (rec.topic, rec.queue_id) not in s.consume_queues and \
                         self._discover_queues(rec.topic):
                     self._opened_queue = True  # new queues: the reput runs again

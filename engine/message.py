@@ -164,6 +164,25 @@ assert PREFIX.size == BORN_HOST_POSITION
 TOPIC_LENGTH_SIZE_V1 = INT8.size
 TOPIC_LENGTH_SIZE_V2 = INT16.size
 MAX_TOPIC_LENGTH_V1 = 127  # Byte.MAX_VALUE: longer topics take the V2 magic
+
+
+def topic_needs_v2(topic: str, auto_v2: bool = True) -> bool:
+    """Whether a put writes ``topic``'s record as V2 (``MessageVersion.MESSAGE_VERSION_V2``:
+    2-byte topic length, magic 0xDAA320AB): ``autoMessageVersionOnTopicLen`` and
+    ``topic.length() > Byte.MAX_VALUE``, Java's length in UTF-16 units (``CommitLog.asyncPutMessage``,
+    CommitLog.java:940-945 in 5.3.3; ``asyncPutMessages`` for batches)."""
+    if not auto_v2:
+        return False
+    n = len(topic)
+    if n > MAX_TOPIC_LENGTH_V1 or topic.isascii():
+        return n > MAX_TOPIC_LENGTH_V1
+    return len(topic.encode("utf-16-le")) // 2 > MAX_TOPIC_LENGTH_V1
+
+
+def topic_field(topic_raw: bytes, v2: bool) -> bytes:
+    """The TOPIC field: its length (V1: one byte, V2: a short, ``MessageVersion.putTopicLength``)
+    then the UTF-8 name. The caller has checked that the length fits."""
+    return (INT16.pack(len(topic_raw)) if v2 else bytes((len(topic_raw),))) + topic_raw
 PROPERTIES_LENGTH_SIZE = INT16.size
 
 Host = tuple  # (address bytes of length 4 or 16, port)
@@ -595,8 +614,8 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
         raise MessageTooLargeError(
             f"message body is {len(body)} bytes, more than maxMessageSize {max_message_size}")
     topic_raw = topic.encode("utf-8")
-    v2 = auto_v2 and len(topic) > 127
-    if len(topic_raw) > (32767 if v2 else 127):
+    v2 = topic_needs_v2(topic, auto_v2)
+    if len(topic_raw) > (32767 if v2 else MAX_TOPIC_LENGTH_V1):
         raise MessageTooLargeError(f"topic is {len(topic_raw)} bytes, too long for its field")
     if append_prop_crc and PROPERTY_CRC32 in properties:
         properties = {k: v for k, v in properties.items() if k != PROPERTY_CRC32}
@@ -641,14 +660,9 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
         p += 16
     buf[p:p + len(body)] = body
     p += len(body)
-    if v2:
-        INT16.pack_into(buf, p, len(topic_raw))
-        p += 2
-    else:
-        buf[p] = len(topic_raw)
-        p += 1
-    buf[p:p + len(topic_raw)] = topic_raw
-    p += len(topic_raw)
+    field = topic_field(topic_raw, v2)
+    buf[p:p + len(field)] = field
+    p += len(field)
     INT16.pack_into(buf, p, len(props_raw))
     p += 2
     buf[p:p + len(props_raw)] = props_raw

@@ -35,9 +35,11 @@ from .validation import check_messages
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from .errors import PropertiesSizeExceededError
 from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
-from .message import (PROPERTY_END, property_prefix, BODY_CRC_MASK, FIXED_V4, MAGIC_V1, MAX_PROPERTIES_LENGTH, PROPERTY_SEPARATOR,
+from .message import (PROPERTY_END, property_prefix, BODY_CRC_MASK, FIXED_V4, MAGIC_V1, MAGIC_V2,
+                      MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH_V1, PROPERTY_SEPARATOR,
                       RECORD_SLACK, SCHEDULE_TOPIC, TRANSACTION_TYPE_MASK, cal_msg_length,
-                      crc32, encode_blank)
+                      crc32, encode_blank, topic_field, topic_needs_v2)
+from .config import MAX_TOPIC_BYTES
 
 from . import dispatch, flush
 from .indexfile import build_key
@@ -285,8 +287,9 @@ def schedule_topic(store) -> None:
 
 def plain_topic(store, topic: str):
     """Per-topic pieces for the fast path, or None when the topic needs the general one:
-    ``(writeQueueNums, queues, topic length byte + name, 91 + name length,
-    hash of "topic#")``. Cached while the topic's config stays the same."""
+    ``(writeQueueNums, queues, TOPIC field (length + name), 91 + name length (+1 for V2),
+    hash of "topic#", MAGICCODE)``; a topic over 127 chars takes the V2 record, as in the
+    general path (``message.topic_needs_v2``). Cached while the topic's config stays the same."""
     cfg = store.topic_config.get(topic)
     if (cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC
             or topic in store._batch_cq_topics):
@@ -296,10 +299,12 @@ def plain_topic(store, topic: str):
     if hit is not None and hit[0] is cfg and hit[1] == state:
         return hit[2]
     raw = topic.encode("utf-8")
-    if len(topic) > 127 or len(raw) > 127:
-        return None
+    v2 = topic_needs_v2(topic, store.config.auto_message_version_on_topic_len)
+    if len(raw) > (MAX_TOPIC_BYTES if v2 else MAX_TOPIC_LENGTH_V1):
+        return None  # the general path refuses it
     info = (cfg.write_queue_nums, max(cfg.write_queue_nums, cfg.read_queue_nums),
-            bytes((len(raw),)) + raw, cal_msg_length(0, 0, len(raw), 0), java_hash_u32(build_key(topic, "")))
+            topic_field(raw, v2), cal_msg_length(0, 0, len(raw), 0, v2),
+            java_hash_u32(build_key(topic, "")), MAGIC_V2 if v2 else MAGIC_V1)
     if len(store._plain_topics) > 65536:
         store._plain_topics.clear()
     store._plain_topics[topic] = (cfg, state, info)
@@ -310,7 +315,7 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
     """The put path for the common case, fused: encode, append and dispatch in one pass.
 
     Handles puts where every message has no user properties, sysFlag 0, an IPv4 (or
-    default) born host, a V1 topic (not SCHEDULE_TOPIC_XXXX, not a BatchCQ topic) and
+    default) born host, a V1 or V2 topic (not SCHEDULE_TOPIC_XXXX, not a BatchCQ topic) and
     every other Message field at its default (no delay_level, compress or
     wait_store_msg_ok=False), under ASYNC_FLUSH with an IPv4 store host, without
     enabledAppendPropCRC or compressMsgBodyOverHowmuch; returns None for anything else
@@ -385,7 +390,7 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
                 rr.update(rr_before)
                 store.uniq_keys.counter = counter_before
                 return None
-            nwq, nq, tail, base, topic_hash = info
+            nwq, nq, tail, base, topic_hash, magic = info
             qid = m.queue_id
             if qid is None:
                 if m.sharding_key is not None:
@@ -447,7 +452,7 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
             if bh is None:
                 bh = default_born
             # header | body | topic length + topic | properties length + properties
-            pieces += (pack(total, MAGIC_V1, crc32(body) & BODY_CRC_MASK, qid, m.flag, qoff,
+            pieces += (pack(total, magic, crc32(body) & BODY_CRC_MASK, qid, m.flag, qoff,
                             pos, 0, born, bh[0], bh[1], now, sip, sport, 0, 0, blen),
                        body, _UNIQ_ITEM_FORMAT % (
                            tail, shorts[plen] if plen < 4096 else plen.to_bytes(2, "big"),

@@ -33,8 +33,8 @@ from .lock import lock_holder, release_store_lock, take_store_lock
 from .cleanup import CleanReport, CleanService
 from .commitlog import CommitLog
 from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
-                     TopicConfig, TopicConfigManager, validate_group_name, validate_queue_nums,
-                     validate_topic_name)
+                     TopicConfig, TopicConfigManager, topic_path_problem, validate_group_name,
+                     validate_queue_nums, validate_topic_name)
 from .consumequeue import (UNIT, ConsumeQueue, queue_dir_id)
 from .consumequeue import store_file_size as cq_store_file_size
 from .indexfile import IndexService
@@ -152,6 +152,10 @@ class MessageStore:
         # (found while reading): "<path>: <what>" lines for logs and status.json.
         self.repairs: list[str] = []
         self.damaged: dict[tuple[str, int], str] = {}
+        # Topics the store holds but cannot show (a name unsafe as a path: topic_path_problem),
+        # found in a consumequeue/ directory name or a record: {topic: reason}. topics.json's
+        # are the TopicConfigManager's (skip_reasons); skipped_topics() joins both.
+        self._skipped_topics: dict[str, str] = {}
         self.index_service: IndexService | None = None
         self.listeners: list = []  # callables(list[PutResult]) run after each put
         if self.config.message_index_enable:
@@ -239,10 +243,9 @@ class MessageStore:
             tdir = os.path.join(base, topic)
             if not os.path.isdir(tdir):
                 continue
-            try:
-                validate_topic_name(topic)
-            except PutMessageError as exc:
-                log.warning("consumequeue/%s skipped: %s", topic, exc)
+            problem = topic_path_problem(topic)
+            if problem is not None:
+                self.skip_topic(topic, f"consumequeue/ directory: {problem}")
                 continue
             for q in sorted(os.listdir(tdir)):
                 if queue_dir_id(q) is None or not os.path.isdir(os.path.join(tdir, q)):
@@ -422,6 +425,23 @@ class MessageStore:
         except CorruptRecordError as exc:
             self.note_damage(topic, queue_id, queue_offset, exc)
             raise
+
+    def skip_topic(self, topic: str, reason: str) -> None:
+        """Remember (for status.json) and log, once per topic, a topic the store holds that
+        cannot be shown (a name unsafe as a path)."""
+        if topic not in self._skipped_topics and len(self._skipped_topics) < 10_000:
+            self._skipped_topics[topic] = reason
+            log.warning("topic %r skipped: %s", topic, reason)
+
+    def skipped_topics(self) -> list[dict]:
+        """``[{"topic", "reason"}]``: every topic found in the store (topics.json, a
+        consumequeue/ directory, a record) that is not shown because its name is unsafe as a
+        path (``config.topic_path_problem``), sorted by name. A broker would load the
+        others, so they are all shown, whatever the client's rule for creating one."""
+        out = {t: f"topics.json: {r}" for t, r in self.topic_config.skip_reasons.items()}
+        for t, r in self._skipped_topics.items():
+            out[t] = f"{out[t]}; {r}" if t in out else r
+        return [{"topic": t, "reason": r} for t, r in sorted(out.items())]
 
     def note_damage(self, topic: str, queue_id: int, queue_offset: int, exc) -> None:
         """Remember (for status.json) and log, once per queue, a unit that reads no record."""

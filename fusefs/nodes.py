@@ -141,6 +141,9 @@ class StatusFile(GeneratedFile):
             "repairs": list(getattr(s, "repairs", []))[:100],
             "damagedQueues": [{"topic": t, "queueId": q, "error": what} for (t, q), what
                               in sorted(getattr(s, "damaged", {}).items())[:100]],
+            # topics the store holds under names unsafe as a path (empty, '.', '..', '/',
+            # NUL, over 255 bytes): not shown; every other topic is
+            "skippedTopics": s.skipped_topics()[:100],
             **follower_status(s),
         })
 

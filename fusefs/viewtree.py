@@ -1,7 +1,8 @@
 """``view/``: the decoded messages laid out for Spark (mount contract sections 2 and 4).
 
 ``view/topic=<topic>/queue=<queueId>/part-<20-digit first queue offset>.parquet`` with ``%``
-(and the other characters Spark unescapes) escaped as ``%XX``, plus ``_schema.ddl`` (the DDL
+(and the other characters Spark unescapes) escaped as ``%XX`` (a name over 255 bytes
+shortened: :func:`topic_dir_name`), plus ``_schema.ddl`` (the DDL
 of ``spark.read.parquet(view)``: ``engine.schema.DATASOURCE_DDL``). A part covers a fixed
 range of queue offsets and never changes once full; it holds the columns
 ``engine.schema.PART_COLUMNS`` (``body`` BINARY; ``topic`` and ``queue`` are left to the
@@ -10,6 +11,7 @@ directory names), zstd-compressed. Parts render in worker processes (``views.Par
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 
@@ -47,22 +49,61 @@ def unescape_partition_value(name: str) -> str:
     return unquote(name)
 
 
+#: The longest directory entry name, in bytes (Linux NAME_MAX; FUSE refuses longer ones).
+NAME_MAX = 255
+_TOPIC_DIR = "topic="
+_DIGEST_HEX = 16  # "~" + 16 hex digits of SHA-256 end a shortened name
+
+
+def topic_dir_name(topic: str) -> str:
+    """The ``view/`` directory of a topic: ``topic=<escaped topic>``.
+
+    A topic may have 255 bytes (``HookUtils.MAX_TOPIC_LENGTH``), a retry or DLQ topic of a
+    long group that many; escaped and prefixed, its name can pass NAME_MAX (``topic=%25RETRY%25``
+    + 248 chars is 263 bytes). Such a name is shortened to exactly what fits:
+    ``topic=<escaped start of the topic>~<16 hex digits of the SHA-256 of its UTF-8>``, unique
+    and mapped back by the mount (:meth:`ViewRootDir.child`). Spark's ``topic`` column then holds
+    the shortened name; the ``rocketmq`` data source (pipeline/datasource.py) reads the store
+    and gives the whole one.
+    """
+    name = _TOPIC_DIR + escape_partition_value(topic)
+    if len(name.encode("utf-8", "surrogateescape")) <= NAME_MAX:
+        return name
+    budget = NAME_MAX - len(_TOPIC_DIR) - 1 - _DIGEST_HEX
+    out, n = [], 0
+    for ch in topic:
+        piece = escape_partition_value(ch)
+        size = len(piece.encode("utf-8", "surrogateescape"))
+        if n + size > budget:
+            break
+        out.append(piece)
+        n += size
+    digest = hashlib.sha256(topic.encode("utf-8", "surrogateescape")).hexdigest()[:_DIGEST_HEX]
+    return f"{_TOPIC_DIR}{''.join(out)}~{digest}"
+
+
 class ViewRootDir(Dir):
     def list(self):
         s = self.ctx.store
         names = ["_schema.ddl"]
-        names += [f"topic={escape_partition_value(t)}" for t in s.topic_names()
+        names += [topic_dir_name(t) for t in s.topic_names()
                   if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))]
         return names
 
     def child(self, name):
         if name == "_schema.ddl":
             return StaticFile(self.ctx, self.sub(name), (DATASOURCE_DDL + "\n").encode())
-        if not name.startswith("topic="):
+        if not name.startswith(_TOPIC_DIR):
             return None
-        topic = unescape_partition_value(name[6:])
-        if escape_partition_value(topic) != name[6:] or topic not in self.ctx.store.topic_names():
-            return None
+        topics = self.ctx.store.topic_names()
+        topic = unescape_partition_value(name[len(_TOPIC_DIR):])
+        if topic not in topics or topic_dir_name(topic) != name:
+            # a shortened name (topic_dir_name): only a name of NAME_MAX bytes can be one
+            if len(name.encode("utf-8", "surrogateescape")) < NAME_MAX - 3:
+                return None
+            topic = next((t for t in topics if topic_dir_name(t) == name), None)
+            if topic is None:
+                return None
         return ViewTopicDir(self.ctx, self.sub(name), topic)
 
 

@@ -82,3 +82,51 @@ def every_kind_store(root):
     with MessageStore(str(root), small_segments(broker_ip1="::1")) as s:
         put_internal(s, [Message("T", b"stored by a v6 broker")] * 2)
     return root
+
+
+# Topics over 127 chars, stored as V2 records (MessageVersion.MESSAGE_VERSION_V2): the retry and
+# dead-letter topics of a long consumer group, of the longest a broker stores (255 bytes,
+# HookUtils.MAX_TOPIC_LENGTH, which a directory name also allows), and an ordinary 150-char
+# topic (RocketMQ's store classes take it; only the client limits a new topic to 127).
+LONG_GROUP = "G" * 248
+RETRY_TOPIC = "%RETRY%" + LONG_GROUP                 # 255 chars
+DLQ_TOPIC = "%DLQ%" + "D" * 250                      # 255 chars
+LONG_TOPIC = "L" * 150
+LONG_TOPICS = (RETRY_TOPIC, DLQ_TOPIC, LONG_TOPIC)
+
+
+def long_topic_config() -> StoreConfig:
+    """16 KiB CommitLog segments: long_topic_store's records cross several segment ends."""
+    return small_segments(mapped_file_size_commit_log=16 * 1024)
+
+
+def long_topic_store(root, cfg=None):
+    """A store mixing V1 records (topics T, U) and V2 records (LONG_TOPICS), written by the
+    engine's put paths (fast and general, one message and batches), records crossing segment
+    ends; LONG_GROUP has committed offsets on T and its retry topic. Returns
+    ``{topic: [bodies in put order]}``."""
+    from engine.config import TopicConfig
+    want: dict[str, list[bytes]] = {}
+    with MessageStore(str(root), cfg or long_topic_config()) as s:
+        s.create_topic("T", 4)
+        s.create_topic("U", 1)
+        s.create_topic(RETRY_TOPIC, 1)   # the broker's own topics: TopicValidator allows 255
+        s.create_topic(DLQ_TOPIC, 1)
+        s.topic_config.put(TopicConfig(LONG_TOPIC, 2, 2))  # a store-level topic
+        s.create_group(LONG_GROUP)
+        topics = ["T", RETRY_TOPIC, "U", DLQ_TOPIC, LONG_TOPIC]
+        for i in range(60):
+            t = topics[i % len(topics)]
+            body = f"{t[:9]}-{i} ".encode() * (1 + i % 7) * 40  # records of 0.5-3 KiB
+            want.setdefault(t, []).append(body)
+            kw = dict(tags=f"tag{i % 3}", keys=[f"key{i}", "shared"])
+            if i % 4 == 3:  # the general path (a property the fast path leaves to it)
+                kw["properties"] = {"n": str(i)}
+            put_internal(s, [Message(t, body, **kw)])
+        for t in (RETRY_TOPIC, LONG_TOPIC):  # batches: several V2 records in one put
+            bodies = [f"batch {t[:9]} {j}".encode() for j in range(5)]
+            want[t] += bodies
+            put_internal(s, [Message(t, b, keys=["shared"]) for b in bodies])
+        s.commit_offset(LONG_GROUP, "T", 0, 2)
+        s.commit_offset(LONG_GROUP, RETRY_TOPIC, 0, 3)
+    return want

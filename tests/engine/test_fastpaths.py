@@ -22,6 +22,9 @@ from engine import dispatch, putmessage, recovery
 from engine.indexfile import IndexFile, IndexService
 from engine.javahash import (combine_u32, index_key_hash, java_hash_u32, java_string_hash,
                              utf16_len)
+from engine.config import TopicConfig
+from engine.errors import InvalidNameError
+from engine.message import MAGIC_V2, cal_msg_length, encode_properties, topic_needs_v2
 from engine.store import Message, MessageStore, StoreConfig
 from engine.uniqkey import UniqKeyGenerator
 
@@ -59,6 +62,12 @@ def test_uniq_key_hash_matches_the_string():
             assert len(key) == 32 and h == java_hash_u32(key)
 
 
+# V2 records (MessageVersion.MESSAGE_VERSION_V2): a retry topic of the longest a broker
+# stores (255 bytes, HookUtils.MAX_TOPIC_LENGTH), an ordinary 150-char topic (RocketMQ's store
+# classes take it), and 65 code points that are 128 UTF-16 units (Java's topic.length()).
+LONG_TOPICS = ["%RETRY%" + "g" * 248, "L" * 150, "\U0001F600" * 63 + "ab"]
+
+
 def _batches(rnd: random.Random):
     """Mixed batches: tags, keys (list and str), sharding keys, explicit queues, born times."""
     out = []
@@ -73,7 +82,7 @@ def _batches(rnd: random.Random):
                 kw["keys"] = [f"order-{b}-{i}", "", "k é"]
             elif r < 0.5:
                 kw["keys"] = f"a{i} b{i}"
-            topic = rnd.choice(["T", "Other"])
+            topic = rnd.choice(["T", "Other", *LONG_TOPICS])
             if rnd.random() < 0.2:
                 kw["sharding_key"] = f"shard-{i % 3}"
             elif rnd.random() < 0.2:
@@ -102,6 +111,8 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     s.uniq_keys.counter = 65530  # wraps the 16-bit counter
     s.create_topic("T", 4)
     s.create_topic("Other", 2)
+    for t in LONG_TOPICS:
+        s.topic_config.put(TopicConfig(t, 2, 2))  # the broker's own path (no client rule)
     results = []
     for msgs in batches:
         # internal: the odd keys ("", "k é" in a list) are refused by the validation of
@@ -124,12 +135,39 @@ def test_fast_put_path_writes_the_general_paths_bytes(tmp_path, monkeypatch):
     general = _run(tmp_path / "general", batches, True, monkeypatch)
     assert fast == general
     assert len({r.commitlog_offset // (16 * 1024) for r in fast}) >= 3  # segments rolled
+    assert {r.topic for r in fast} >= set(LONG_TOPICS)
     for sub in ("commitlog", "consumequeue"):
         assert _files(tmp_path / "fast", sub) == _files(tmp_path / "general", sub), sub
     # Index files are named by creation time: compare them in order.
     fi = list(_files(tmp_path / "fast", "index").values())
     gi = list(_files(tmp_path / "general", "index").values())
     assert len(fi) > 1 and fi == gi
+
+
+def test_fast_put_path_writes_v2_records_for_long_topics(tmp_path):
+    """put_plain itself (not a fallback to the general path) writes the V2 record of a topic
+    over 127 chars: magic 0xDAA320AB, a 2-byte topic length, calMsgLength + 1."""
+    with MessageStore(str(tmp_path / "s")) as s:
+        for t in LONG_TOPICS + ["T"]:
+            s.topic_config.put(TopicConfig(t, 1, 1))
+        for t in LONG_TOPICS + ["T"]:
+            res = putmessage.put_plain(s, [Message(t, b"body", tags="a")])
+            assert res is not None, t
+            rec = s.get_message(t, 0, 0)
+            assert (rec.topic, rec.body, rec.magic == MAGIC_V2) == (t, b"body", t != "T")
+            raw = s.commitlog.read(res[0].commitlog_offset, res[0].size)
+            assert raw == s.commitlog.read(rec.commitlog_offset, rec.store_size)
+            assert res[0].size == cal_msg_length(0, 4, len(t.encode()), len(
+                encode_properties(rec.properties)), t != "T")
+        with pytest.raises(InvalidNameError):
+            s.topic_config.put(TopicConfig("%RETRY%" + "g" * 249, 1, 1))  # 256 bytes
+
+
+def test_topic_needs_v2_counts_java_chars():
+    assert not topic_needs_v2("a" * 127) and topic_needs_v2("a" * 128)
+    assert topic_needs_v2("\U0001F600" * 64)  # 64 code points, 128 UTF-16 units
+    assert not topic_needs_v2("é" * 127)  # 254 bytes but 127 chars: V1 in Java, refused here
+    assert not topic_needs_v2("a" * 200, auto_v2=False)
 
 
 def test_fast_put_path_falls_back_for_other_messages(tmp_path):

@@ -192,6 +192,9 @@ def test_an_unusable_config_file_fails_naming_file_and_reason(tmp_path, content,
 
 
 def test_bad_names_in_config_are_skipped_and_kept(tmp_path):
+    """A broker loads every topic name (TopicConfigManager.decode,
+    ConsumeQueueStore.loadConsumeQueues): only names unsafe as a path are skipped, each with
+    its reason in skipped_topics() (status.json); skipped entries are written back as they were."""
     root = tmp_path / "store"
     produce(root, 3)
     sg = root / "config" / "subscriptionGroup.json"
@@ -199,19 +202,31 @@ def test_bad_names_in_config_are_skipped_and_kept(tmp_path):
                                                          "ok": {"groupName": "ok"}}}))
     tp = root / "config" / "topics.json"
     raw = json.loads(tp.read_text())
-    raw["topicConfigTable"]["bad\nname"] = {"topicName": "bad\nname", "readQueueNums": 1}
+    unsafe = {"a/b": "contains '/'", "": "empty name", "..": "'..' names a directory",
+              "n\0ul": "contains NUL", "é" * 128: "256 bytes: a file name holds at most 255"}
+    for name in [*unsafe, "bad\nname", "L" * 200]:
+        raw["topicConfigTable"][name] = {"topicName": name, "readQueueNums": 1}
     tp.write_text(json.dumps(raw))
     (root / "consumequeue" / "bad name" / "0").mkdir(parents=True)
+    os.makedirs(os.path.join(os.fsencode(root), b"consumequeue", b"\xff\xfe", b"0"))
     (root / "consumequeue" / "T" / "007").mkdir(parents=True)
     with MessageStore(str(root), small()) as s:
         assert s.group_names() == ["ok"]
         assert s.queue_ids("T") == [0, 1]
-        assert s.topic_names() == ["T"]
+        # what a broker would load is shown, whatever the client's rule for creating it
+        assert s.topic_names() == sorted(["T", "bad\nname", "bad name", "L" * 200])
+        skipped = {d["topic"]: d["reason"] for d in s.skipped_topics()}
+        assert set(skipped) == {*unsafe, "\udcff\udcfe"}
+        for name, why in unsafe.items():
+            assert skipped[name] == f"topics.json: {why}"
+        assert skipped["\udcff\udcfe"] == "consumequeue/ directory: not UTF-8"
         s.create_group("new")
         s.create_topic("U")
+        with pytest.raises(InvalidNameError):
+            s.create_topic("L" * 128)  # creating keeps TopicValidator's 127
     # written back untouched, for the broker that wrote them
     assert "a/b" in json.loads(sg.read_text())["subscriptionGroupTable"]
-    assert "bad\nname" in json.loads(tp.read_text())["topicConfigTable"]
+    assert set(unsafe) | {"bad\nname", "U"} <= set(json.loads(tp.read_text())["topicConfigTable"])
 
 
 # ----------------------------------------------------------------------------------------------

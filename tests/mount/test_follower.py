@@ -704,3 +704,50 @@ def test_engine_follower_opens_only_canonical_queue_directories(tmp_path):
         if f is not None:
             f.close()
         w.close()
+
+
+def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
+    """A follower of a writer that puts V2 records (topics over 127 chars: the retry and DLQ
+    topics of a long group, 255 chars, and a 150-char topic), new topics included, shows them
+    all; a record of a topic no directory can hold is walked past and listed as skipped."""
+    from engine.config import TopicConfig
+    from engine.message import encode_message
+    from stores import DLQ_TOPIC, LONG_GROUP, LONG_TOPIC, RETRY_TOPIC
+    root = tmp_path / "store"
+    cfg = _config(mapped_file_size_commit_log=16 * 1024)
+    w = MessageStore(root, cfg)
+    f = None
+    try:
+        w.create_topic("T", 2)
+        w.put_messages([Message("T", b"first")])
+        f = MessageStore(root, cfg, read_only=True, follow=True)
+        w.create_topic(RETRY_TOPIC, 1)
+        w.create_topic(DLQ_TOPIC, 1)
+        w.topic_config.put(TopicConfig(LONG_TOPIC, 2, 2))
+        w.create_group(LONG_GROUP)
+        host = (b"\x7f\0\0\1", 1)
+        odd = encode_message("x" * 256, b"odd", queue_id=0, properties={}, born_timestamp=1,
+                             born_host=host, store_host=host)
+        for rnd in range(12):
+            for t in ("T", RETRY_TOPIC, DLQ_TOPIC, LONG_TOPIC):
+                w.put_messages([Message(t, b"%d " % rnd * 600, keys=["k%d" % rnd])],
+                               internal=True)
+            if rnd == 5:
+                with w.put_lock:
+                    w.commitlog.append([odd], [0])
+                w.commit_offset(LONG_GROUP, RETRY_TOPIC, 0, 4)
+            f.follower.refresh()
+        f.follower.refresh()
+        assert len(w.commitlog.files.segments) >= 4
+        assert f.commitlog.max_offset == w.commitlog.max_offset
+        assert f.topic_names() == sorted(["T", RETRY_TOPIC, DLQ_TOPIC, LONG_TOPIC])
+        for key, cq in list(w.consume_queues.items()):
+            assert (f.min_offset(*key), f.max_offset(*key)) == (cq.min_offset, cq.max_offset)
+            assert _queue_bodies(f, *key) == _queue_bodies(w, *key)
+        assert f.consumer_offsets.query(LONG_GROUP, RETRY_TOPIC, 0) == 4
+        assert [r.topic for r in f.query_by_key(LONG_TOPIC, "k11")] == [LONG_TOPIC]
+        assert [d["topic"] for d in f.skipped_topics()] == ["x" * 256]
+    finally:
+        if f is not None:
+            f.close()
+        w.close()
