@@ -35,7 +35,7 @@ def test_tag_filters_are_pushed_down_to_the_consumequeue_tagscode(tmp_path, monk
     want = sorted((e["topic"], e["queueId"], e["queueOffset"]) for e in exp
                   if e["tags"] in ("Tag0", "Tag3") and e["queueId"] == 1)
     assert want
-    reader = D.RocketMQReader(D.parse_options({"path": str(FIX / "store")}))
+    reader = D.RocketMQFilteringReader(D.parse_options({"path": str(FIX / "store")}))
     tags = In(("tags",), ("Tag0", "Tag3"))
     queue = EqualTo(("queue",), 1)
     other = GreaterThanOrEqual(("storeTimestamp",), 0)
@@ -56,6 +56,28 @@ def test_tag_filters_are_pushed_down_to_the_consumequeue_tagscode(tmp_path, monk
                 got.append((r["topic"], r["queue"], r["queueOffset"]))
     assert sorted(got) == want
     assert sorted(decoded) == want  # only the matching units reached the CommitLog
+
+
+def test_pushed_filters_stay_in_their_reader(tmp_path):
+    """No Spark: pushFilters narrows a copy of the reader's own; the parsed options, the
+    DataSource's options and a second reader of the same DataSource keep every queue. The
+    default reader pushes nothing (Spark's own pushFilters), as Spark 4.0 to 4.3 need."""
+    from pyspark.sql.datasource import DataSourceReader
+    path = str(FIX / "store")
+    source = D.RocketMQFilteringDataSource({"path": path})
+    everything = D.RocketMQDataSource({"path": path}).reader(None)
+    assert type(everything).pushFilters is DataSourceReader.pushFilters
+    want = everything.partitions()
+    first = source.reader(None)
+    before = D.parse_options({"path": path})
+    assert first.o == before
+    assert first.pushFilters([EqualTo(("queue",), 1), In(("tags",), ("Tag0",))]) == []
+    assert first.o == before and source.options == {"path": path}
+    assert first.pushed == D.PushedFilters(queues=frozenset({1}), tags=frozenset({"Tag0"}))
+    assert {p.queue_id for p in first.partitions()} == {1}
+    second = source.reader(None)
+    assert second.pushed == D.NO_FILTERS
+    assert second.partitions() == want and {p.queue_id for p in want} == {0, 1, 2, 3}
 
 
 @pytest.mark.spark
