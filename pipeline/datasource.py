@@ -211,10 +211,16 @@ def _ship_code(spark) -> None:
     Spark's Python planner workers (``create_data_source``, ``plan_data_source_read``) do not
     get the driver's ``PYTHONPATH``, and executors of a cluster may not have rmqfs installed;
     a zip of the two packages added with ``addPyFile`` reaches both. Done once per session.
+
+    The zip is written under the driver's ``SparkFiles.getRootDirectory()`` (the
+    ``userFiles-*`` directory that ``SparkEnv.stop`` deletes), not a temporary directory of
+    its own: executors fetch it from the driver's file server (``RpcEnv.fileServer``) for as
+    long as the session runs, and nothing of it is left once the session stops.
     """
     import io
-    import tempfile
     import zipfile
+
+    from pyspark import SparkFiles
     sc = spark.sparkContext
     if getattr(sc, "_rmqfs_shipped", False):
         return
@@ -225,8 +231,10 @@ def _ship_code(spark) -> None:
             for name in sorted(os.listdir(os.path.join(root, pkg))):
                 if name.endswith(".py"):
                     z.write(os.path.join(root, pkg, name), f"{pkg}/{name}")
-    tmp = tempfile.mkdtemp(prefix="rmqfs-pyfiles-")
-    path = os.path.join(tmp, "rmqfs_code.zip")
+    # A directory of its own: addFile copies the zip into the root directory itself.
+    here = os.path.join(SparkFiles.getRootDirectory(), "rmqfs-code")
+    os.makedirs(here, exist_ok=True)
+    path = os.path.join(here, "rmqfs_code.zip")
     with open(path, "wb") as f:
         f.write(buf.getvalue())
     sc.addPyFile(path)

@@ -289,3 +289,44 @@ def test_register_names_the_workers_interpreter(tmp_path, worker):
     assert "spark.pyspark.python" in line
     if worker != "missing":
         assert "cannot import pyarrow" in line
+
+
+_SHIP_AND_STOP = """
+import os, sys
+from pyspark.sql import SparkSession
+from engine.store import Message, MessageStore
+from pipeline.datasource import register
+tmp = sys.argv[1]
+with MessageStore(os.path.join(tmp, "store")) as s:
+    s.create_topic("T", queue_nums=1)
+    s.put_messages([Message("T", b"m%d" % i) for i in range(5)])
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.local.dir", os.path.join(tmp, "local"))
+         .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+register(spark)
+print("COUNT", spark.read.format("rocketmq").load(os.path.join(tmp, "store")).count())
+spark.stop()
+left = [os.path.join(d, n) for d, dirs, files in os.walk(tmp) for n in dirs + files
+        if n.startswith("rmqfs-pyfiles-") or n.endswith(".zip")]
+print("LEFT", left)
+"""
+
+
+@pytest.mark.spark
+def test_the_shipped_code_is_gone_when_the_session_stops(tmp_path):
+    """register() ships pipeline/ and engine/ as a zip (addPyFile); once the session stops,
+    nothing of it is left (it used to leave a /tmp/rmqfs-pyfiles-* directory per session).
+    A session of its own in a subprocess, with TMPDIR and spark.local.dir under tmp_path."""
+    import subprocess
+    import sys
+    from conftest import REPO
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(REPO),
+               SPARK_LOCAL_IP="127.0.0.1", TMPDIR=str(tmp_path / "tmp"))
+    res = subprocess.run([sys.executable, "-c", _SHIP_AND_STOP, str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert "COUNT 5" in res.stdout, res.stdout + res.stderr[-3000:]
+    assert "LEFT []" in res.stdout, res.stdout
+    left = [p for p in tmp_path.rglob("*") if p.name.startswith("rmqfs-pyfiles-")
+            or p.suffix == ".zip"]
+    assert left == []
