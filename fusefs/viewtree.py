@@ -1,8 +1,11 @@
 """``view/``: the decoded messages laid out for Spark (mount contract sections 2 and 4).
 
 ``view/topic=<topic>/queue=<queueId>/part-<20-digit first queue offset>.parquet`` with ``%``
-(and the other characters Spark unescapes) escaped as ``%XX``, plus ``_schema.ddl`` (the DDL
-of ``spark.read.parquet(view)``: ``engine.schema.DATASOURCE_DDL``). A part covers a fixed
+(and the other characters Spark unescapes) escaped as ``%XX``, and nothing else: Polars reads a
+directory only when every file in it is Parquet (it skips no ``_``/``.`` names, unlike Spark's
+and pyarrow's Hive-style listing), so the DDL of ``spark.read.parquet(view)``
+(``engine.schema.DATASOURCE_DDL``) is ``view.ddl`` beside ``view/`` (:func:`view_ddl_file`).
+A part covers a fixed
 range of queue offsets and never changes once full; it holds the columns
 ``engine.schema.PART_COLUMNS`` (``body`` BINARY; ``topic`` and ``queue`` are left to the
 directory names), zstd-compressed. Parts render in worker processes (``views.PartCache``).
@@ -47,17 +50,18 @@ def unescape_partition_value(name: str) -> str:
     return unquote(name)
 
 
+def view_ddl_file(ctx, path: str) -> StaticFile:
+    """``view.ddl``: the DDL of ``spark.read.parquet(MNT/view)`` (``queue INT``)."""
+    return StaticFile(ctx, path, (DATASOURCE_DDL + "\n").encode())
+
+
 class ViewRootDir(Dir):
     def list(self):
         s = self.ctx.store
-        names = ["_schema.ddl"]
-        names += [f"topic={escape_partition_value(t)}" for t in s.topic_names()
-                  if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))]
-        return names
+        return [f"topic={escape_partition_value(t)}" for t in s.topic_names()
+                if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))]
 
     def child(self, name):
-        if name == "_schema.ddl":
-            return StaticFile(self.ctx, self.sub(name), (DATASOURCE_DDL + "\n").encode())
         if not name.startswith("topic="):
             return None
         topic = unescape_partition_value(name[6:])
