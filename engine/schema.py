@@ -49,7 +49,7 @@ def _ddl(cols) -> str:
 VIEW_DDL = _ddl(LINE_COLUMNS)
 #: DDL of a ``view/`` Parquet part's own columns.
 PART_DDL = _ddl(PART_COLUMNS)
-#: DDL of ``spark.read.parquet(view)`` and of the ``rocketmq`` data source (``_schema.ddl``).
+#: DDL of ``spark.read.parquet(view)`` and of the ``rocketmq`` data source (the mount's ``view.ddl``).
 DATASOURCE_DDL = _ddl(_ALL)
 
 

@@ -31,7 +31,7 @@ from .base import (DIR_MODE, RO_DIR, RO_FILE, RW_FILE, WO_FILE, BytesHandle, Con
                    GeneratedFile, Handle, Node, StaticFile, Stat, check_read_only_open, fs_error,
                    ms_to_ns, pread_nowait)
 from .snapshots import SnapshotsDir
-from .viewtree import ViewRootDir
+from .viewtree import ViewRootDir, view_ddl_file
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ groups/<group>/<topic>/<queueId>/offset        the committed offset; echo N > of
 groups/<group>/<topic>/<queueId>/pending.jsonl messages from the committed offset on
 groups/<group>/progress.json    brokerOffset, consumerOffset, diff per queue
 messages/<msgId>                a message by its offset msgId
-view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.parquet + _schema.ddl
+view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.parquet
+view.ddl                        the schema of view/ as Spark DDL (queue INT)
 raw/                            the store's own files, read-only (live: see snapshots/)
 snapshots/<name>/               mkdir: a frozen point in time of raw/ + SNAPSHOT.json (crc32c);
                                 copy it with tar, rsync or restic; rmdir drops it
@@ -83,6 +84,7 @@ class RootDir(Dir):
             "groups": lambda: GroupsDir(c, "/groups"),
             "messages": lambda: MessagesDir(c, "/messages"),
             "view": lambda: ViewRootDir(c, "/view"),
+            "view.ddl": lambda: view_ddl_file(c, "/view.ddl"),
             "raw": lambda: RawDir(c, "/raw", ""),
             "snapshots": lambda: SnapshotsDir(c, "/snapshots"),
         }

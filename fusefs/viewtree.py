@@ -2,8 +2,11 @@
 
 ``view/topic=<topic>/queue=<queueId>/part-<20-digit first queue offset>.parquet`` with ``%``
 (and the other characters Spark unescapes) escaped as ``%XX`` (a name over 255 bytes
-shortened: :func:`topic_dir_name`), plus ``_schema.ddl`` (the DDL
-of ``spark.read.parquet(view)``: ``engine.schema.DATASOURCE_DDL``). A part covers a fixed
+shortened: :func:`topic_dir_name`), and nothing else: Polars reads a
+directory only when every file in it is Parquet (it skips no ``_``/``.`` names, unlike Spark's
+and pyarrow's Hive-style listing), so the DDL of ``spark.read.parquet(view)``
+(``engine.schema.DATASOURCE_DDL``) is ``view.ddl`` beside ``view/`` (:func:`view_ddl_file`).
+A part covers a fixed
 range of queue offsets and never changes once full; it holds the columns
 ``engine.schema.PART_COLUMNS`` (``body`` BINARY; ``topic`` and ``queue`` are left to the
 directory names), zstd-compressed. Parts render in worker processes (``views.PartCache``).
@@ -82,17 +85,18 @@ def topic_dir_name(topic: str) -> str:
     return f"{_TOPIC_DIR}{''.join(out)}~{digest}"
 
 
+def view_ddl_file(ctx, path: str) -> StaticFile:
+    """``view.ddl``: the DDL of ``spark.read.parquet(MNT/view)`` (``queue INT``)."""
+    return StaticFile(ctx, path, (DATASOURCE_DDL + "\n").encode())
+
+
 class ViewRootDir(Dir):
     def list(self):
         s = self.ctx.store
-        names = ["_schema.ddl"]
-        names += [topic_dir_name(t) for t in s.topic_names()
-                  if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))]
-        return names
+        return [topic_dir_name(t) for t in s.topic_names()
+                if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))]
 
     def child(self, name):
-        if name == "_schema.ddl":
-            return StaticFile(self.ctx, self.sub(name), (DATASOURCE_DDL + "\n").encode())
         if not name.startswith(_TOPIC_DIR):
             return None
         topics = self.ctx.store.topic_names()

@@ -167,7 +167,7 @@ def cmd_umount(args) -> int:
 
 
 def cmd_report(args) -> int:
-    """Run the Spark report (pipeline/report.py)."""
+    """Run the Spark report (pipeline/report.py) with the arguments after ``report``."""
     from pipeline import report
     return report.main(args.rest)
 
@@ -213,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--timeout", type=float, default=60, help="seconds to wait for the daemon")
     u.set_defaults(func=cmd_umount)
 
+    # Listed here for ``rmqfs --help``; main() hands everything after "report" to the report's
+    # own parser (argparse's REMAINDER does not take a leading option: --help, --out DIR).
     r = sub.add_parser("report", help="Spark report over mounted stores", add_help=False)
     r.add_argument("rest", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_report)
@@ -223,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["report"]:
+        return cmd_report(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     return args.func(args)
 

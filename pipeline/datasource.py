@@ -35,9 +35,10 @@ Options (strings, names case-insensitive), modelled on Spark's Kafka source:
     precedence over the offset options.
 ``tags``
     RocketMQ sub-expression ``TagA || TagB`` (``*`` = all). Selects ConsumeQueue units by
-    tagsCode before any CommitLog read. ``WHERE tags = 'TagA'`` / ``tags IN (...)`` are pushed
-    down the same way (``pushFilters``), as are ``topic``/``queue``/``queueId`` equality and
-    ``IN``, and ``queueOffset`` ranges.
+    tagsCode before any CommitLog read. Where Spark allows it safely (see "Filter pushdown"
+    below), ``WHERE tags = 'TagA'`` / ``tags IN (...)`` are pushed down the same way
+    (``pushFilters``), as are ``topic``/``queue``/``queueId`` equality and ``IN``, and
+    ``queueOffset`` ranges.
 ``failOnDataLoss``
     ``true`` (default): a start offset below a queue's min offset (its ConsumeQueue/CommitLog
     files were deleted by retention) fails the query with an error naming the queue and both
@@ -51,6 +52,16 @@ Options (strings, names case-insensitive), modelled on Spark's Kafka source:
 ``maxRecordsPerPartition``
     Queue offsets per Spark partition (default 100000): a queue's range is cut at multiples of
     it, as ``view/`` cuts its parts.
+
+Filter pushdown: Spark 4.0 to 4.3 keep the read that filter pushdown plans (partitions and
+reader, ``PythonDataSourceReadInfo``) on the ``PythonDataSourceV2`` provider, which every query
+of one DataFrame shares, and reuse it for a later query that has no pushable filter: after
+``d.where("queue = 0").count()``, ``d.count()`` would read only queue 0. On such a Spark,
+:func:`register` registers the reader without ``pushFilters`` (Spark evaluates every ``WHERE``
+itself; the options above still narrow what is read). Where ``PythonScanBuilder`` keeps that
+read in the scan it builds (a ``readInfo`` of its own, as in Spark's SPARK-58551), pushdown is
+on. Either way a reader's pushed filters live in a narrowed copy of its own
+(:class:`PushedFilters`), never in the parsed options.
 
 Streaming offsets are ``{"<topic>": {"<queueId>": <next queue offset>}}``, Kafka's shape.
 Spark checkpoints them; a query restarted from its checkpoint resumes at exactly the next
@@ -68,7 +79,7 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
@@ -78,8 +89,9 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
 from engine.columnar import StoreFiles
 from engine.schema import DATASOURCE_DDL
 
-__all__ = ["RocketMQDataSource", "register", "check_workers", "DataLossError",
-           "WorkerEnvironmentError", "QueueRange"]
+__all__ = ["RocketMQDataSource", "RocketMQFilteringDataSource", "register", "check_workers",
+           "pushdown_is_per_scan", "DataLossError", "WorkerEnvironmentError", "QueueRange",
+           "PushedFilters"]
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +112,10 @@ class WorkerEnvironmentError(RuntimeError):
 def register(spark) -> None:
     """Register the ``rocketmq`` format with a SparkSession (``spark.dataSource.register``).
 
-    Also turns on ``spark.sql.python.filterPushdown.enabled`` (off by default in Spark 4),
-    without which Spark refuses a Python reader that implements ``pushFilters``.
+    Where :func:`pushdown_is_per_scan`, registers :class:`RocketMQFilteringDataSource` (its
+    reader implements ``pushFilters``) and turns on ``spark.sql.python.filterPushdown.enabled``
+    (off by default in Spark 4), without which Spark refuses such a reader; elsewhere
+    :class:`RocketMQDataSource`, whose reader pushes nothing (see the module docstring).
 
     Raises :class:`WorkerEnvironmentError` at once when Spark's Python workers cannot import
     pyarrow, numpy or this project (typically ``.venv/bin/python job.py`` without activating
@@ -109,10 +123,30 @@ def register(spark) -> None:
     workers run and how to choose another, instead of a "Python worker exited unexpectedly"
     deep inside the first query.
     """
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     _ship_code(spark)
     check_workers(spark)
-    spark.dataSource.register(RocketMQDataSource)
+    if pushdown_is_per_scan(spark):
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        spark.dataSource.register(RocketMQFilteringDataSource)
+    else:
+        spark.dataSource.register(RocketMQDataSource)
+
+
+_SCAN_BUILDER = "org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder"
+
+
+def pushdown_is_per_scan(spark) -> bool:
+    """True when this Spark keeps the read planned during filter pushdown in the scan being
+    built (``PythonScanBuilder`` has a ``readInfo`` field of its own), so that it cannot leak
+    into another query of the same DataFrame. False where the builder hands it to the shared
+    ``PythonDataSourceV2.setReadInfo`` (Spark 4.0 to 4.3), and where the JVM cannot be asked
+    (Spark Connect): pushdown is then left off.
+    """
+    try:
+        cls = spark.sparkContext._jvm.java.lang.Class.forName(_SCAN_BUILDER)
+        return any(f.getName() == "readInfo" for f in cls.getDeclaredFields())
+    except Exception:  # noqa: BLE001 - no JVM to ask, or a Spark without that class
+        return False
 
 
 #: What the reader needs in a Python worker (the project itself is shipped by ``_ship_code``).
@@ -177,10 +211,16 @@ def _ship_code(spark) -> None:
     Spark's Python planner workers (``create_data_source``, ``plan_data_source_read``) do not
     get the driver's ``PYTHONPATH``, and executors of a cluster may not have rmqfs installed;
     a zip of the two packages added with ``addPyFile`` reaches both. Done once per session.
+
+    The zip is written under the driver's ``SparkFiles.getRootDirectory()`` (the
+    ``userFiles-*`` directory that ``SparkEnv.stop`` deletes), not a temporary directory of
+    its own: executors fetch it from the driver's file server (``RpcEnv.fileServer``) for as
+    long as the session runs, and nothing of it is left once the session stops.
     """
     import io
-    import tempfile
     import zipfile
+
+    from pyspark import SparkFiles
     sc = spark.sparkContext
     if getattr(sc, "_rmqfs_shipped", False):
         return
@@ -191,8 +231,10 @@ def _ship_code(spark) -> None:
             for name in sorted(os.listdir(os.path.join(root, pkg))):
                 if name.endswith(".py"):
                     z.write(os.path.join(root, pkg, name), f"{pkg}/{name}")
-    tmp = tempfile.mkdtemp(prefix="rmqfs-pyfiles-")
-    path = os.path.join(tmp, "rmqfs_code.zip")
+    # A directory of its own: addFile copies the zip into the root directory itself.
+    here = os.path.join(SparkFiles.getRootDirectory(), "rmqfs-code")
+    os.makedirs(here, exist_ok=True)
+    path = os.path.join(here, "rmqfs_code.zip")
     with open(path, "wb") as f:
         f.write(buf.getvalue())
     sc.addPyFile(path)
@@ -240,12 +282,53 @@ class _Options:
     max_per_trigger: int | None = None
     per_partition: int = DEFAULT_RECORDS_PER_PARTITION
     columns: tuple | None = None  # a narrower user schema: only these columns are decoded
-    # pushed-down filters
-    f_topics: set | None = None
-    f_queues: set | None = None
-    f_lo: int = 0
-    f_hi: int | None = None
-    f_tags: set | None = None
+
+
+@dataclass(frozen=True)
+class PushedFilters:
+    """What one reader's pushed-down filters select (``DataSourceReader.pushFilters``); None =
+    no restriction. Immutable: :meth:`push` returns a narrowed copy, so that nothing of one
+    query's filters can reach another reader or the parsed :class:`_Options`."""
+
+    topics: frozenset | None = None
+    queues: frozenset | None = None
+    lo: int = 0
+    hi: int | None = None
+    tags: frozenset | None = None
+
+    @staticmethod
+    def _meet(a: frozenset | None, b) -> frozenset:
+        return frozenset(b) if a is None else a & frozenset(b)
+
+    def push(self, f) -> "PushedFilters | None":
+        """This selection narrowed by filter ``f``, or None when ``f`` cannot be pushed."""
+        col = f.attribute[0] if len(f.attribute) == 1 else None
+        if isinstance(f, (EqualTo, In)) and col in ("tags", "topic", "queue", "queueId"):
+            values = {f.value} if isinstance(f, EqualTo) else set(f.value)
+            if col == "tags":
+                return replace(self, tags=self._meet(
+                    self.tags, {v for v in values if isinstance(v, str)}))
+            if col == "topic":
+                return replace(self, topics=self._meet(self.topics, values))
+            return replace(self, queues=self._meet(
+                self.queues, {int(v) for v in values if isinstance(v, int)}))
+        if col == "queueOffset" and isinstance(
+                f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
+        ) and isinstance(f.value, int):
+            v, lo, hi = f.value, self.lo, self.hi
+            if isinstance(f, (EqualTo, GreaterThanOrEqual)):
+                lo = max(lo, v)
+            if isinstance(f, GreaterThan):
+                lo = max(lo, v + 1)
+            if isinstance(f, (EqualTo, LessThanOrEqual)):
+                hi = v + 1 if hi is None else min(hi, v + 1)
+            if isinstance(f, LessThan):
+                hi = v if hi is None else min(hi, v)
+            return replace(self, lo=lo, hi=hi)
+        return None
+
+
+NO_FILTERS = PushedFilters()
 
 
 def _bool(value: str, name: str) -> bool:
@@ -334,8 +417,9 @@ def parse_options(options) -> _Options:
 class _Planner:
     """Resolves topics, queues and offsets against the store (driver side)."""
 
-    def __init__(self, opts: _Options):
+    def __init__(self, opts: _Options, pushed: PushedFilters = NO_FILTERS):
         self.o = opts
+        self.pushed = pushed
         self.store = StoreFiles(opts.path)
 
     def queues(self) -> list[tuple[str, int]]:
@@ -347,8 +431,9 @@ class _Planner:
             topics = [t for t in topics if re.fullmatch(o.pattern, t)]
         if o.assign is not None:
             topics = [t for t in topics if t in o.assign]
-        if o.f_topics is not None:
-            topics = [t for t in topics if t in o.f_topics]
+        pf = self.pushed
+        if pf.topics is not None:
+            topics = [t for t in topics if t in pf.topics]
         out = []
         for t in topics:
             for q in self.store.queue_ids(t):
@@ -356,7 +441,7 @@ class _Planner:
                     continue
                 if o.assign is not None and q not in o.assign[t]:
                     continue
-                if o.f_queues is not None and q not in o.f_queues:
+                if pf.queues is not None and q not in pf.queues:
                     continue
                 out.append((t, q))
         return out
@@ -393,19 +478,19 @@ class _Planner:
 
     def ranges(self, bounds: dict) -> list[QueueRange]:
         """Cut ``{(topic, q): (start, end)}`` into partitions at multiples of per_partition."""
-        o = self.o
+        o, pf = self.o, self.pushed
         tags = None
-        if o.tags is not None or o.f_tags is not None:
-            t = o.tags if o.tags is not None else o.f_tags
-            if o.f_tags is not None:
-                t = t & o.f_tags
+        if o.tags is not None or pf.tags is not None:
+            t = o.tags if o.tags is not None else pf.tags
+            if pf.tags is not None:
+                t = t & pf.tags
             tags = tuple(sorted(t))
         out = []
         step = o.per_partition
         for (topic, q), (start, end) in sorted(bounds.items()):
-            start = max(start, o.f_lo)
-            if o.f_hi is not None:
-                end = min(end, o.f_hi)
+            start = max(start, pf.lo)
+            if pf.hi is not None:
+                end = min(end, pf.hi)
             a = start
             while a < end:
                 b = min(end, (a // step + 1) * step)
@@ -432,40 +517,12 @@ def read_range(p: QueueRange) -> Iterator:
 
 
 class RocketMQReader(DataSourceReader):
-    """Batch reader: ``[startingOffsets, endingOffsets)`` of every selected queue."""
+    """Batch reader: ``[startingOffsets, endingOffsets)`` of every selected queue. Pushes no
+    filter down (Spark's default ``pushFilters``): Spark evaluates every ``WHERE`` itself."""
 
     def __init__(self, opts: _Options):
         self.o = opts
-
-    def pushFilters(self, filters):
-        o = self.o
-        for f in filters:
-            col = f.attribute[0] if len(f.attribute) == 1 else None
-            if isinstance(f, (EqualTo, In)) and col in ("tags", "topic", "queue", "queueId"):
-                values = {f.value} if isinstance(f, EqualTo) else set(f.value)
-                if col == "tags":
-                    values = {v for v in values if isinstance(v, str)}
-                    o.f_tags = values if o.f_tags is None else o.f_tags & values
-                elif col == "topic":
-                    o.f_topics = values if o.f_topics is None else o.f_topics & values
-                else:
-                    values = {int(v) for v in values if isinstance(v, int)}
-                    o.f_queues = values if o.f_queues is None else o.f_queues & values
-                continue
-            if col == "queueOffset" and isinstance(
-                    f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
-            ) and isinstance(f.value, int):
-                v = f.value
-                if isinstance(f, (EqualTo, GreaterThanOrEqual)):
-                    o.f_lo = max(o.f_lo, v)
-                if isinstance(f, GreaterThan):
-                    o.f_lo = max(o.f_lo, v + 1)
-                if isinstance(f, (EqualTo, LessThanOrEqual)):
-                    o.f_hi = v + 1 if o.f_hi is None else min(o.f_hi, v + 1)
-                if isinstance(f, LessThan):
-                    o.f_hi = v if o.f_hi is None else min(o.f_hi, v)
-                continue
-            yield f
+        self.pushed = NO_FILTERS
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.o
@@ -473,7 +530,7 @@ class RocketMQReader(DataSourceReader):
             raise ValueError('startingOffsets="latest" is not allowed for a batch query')
         if o.ending == "earliest":
             raise ValueError('endingOffsets="earliest" is not allowed for a batch query')
-        plan = _Planner(o)
+        plan = _Planner(o, self.pushed)
         bounds = {}
         for t, q in plan.queues():
             start = plan.resolve(o.starting, o.start_ts, t, q, EARLIEST)
@@ -486,6 +543,26 @@ class RocketMQReader(DataSourceReader):
 
     def read(self, partition):
         return read_range(partition)
+
+
+class RocketMQFilteringReader(RocketMQReader):
+    """:class:`RocketMQReader` that also takes ``tags``, ``topic``, ``queue``/``queueId``
+    equality and ``IN``, and ``queueOffset`` ranges (``DataSourceReader.pushFilters``): tags
+    select ConsumeQueue units by tagsCode, the others cut queues and offset ranges before any
+    CommitLog read. Only for a Spark that keeps the read in the scan
+    (:func:`pushdown_is_per_scan`)."""
+
+    def pushFilters(self, filters):
+        """Narrow this reader's own :class:`PushedFilters`; returns the filters left to Spark."""
+        pushed, rest = self.pushed, []
+        for f in filters:
+            narrowed = pushed.push(f)
+            if narrowed is None:
+                rest.append(f)
+            else:
+                pushed = narrowed
+        self.pushed = pushed
+        return rest
 
 
 class RocketMQStreamReader(DataSourceStreamReader):
@@ -598,15 +675,23 @@ class RocketMQDataSource(DataSource):
     def schema(self) -> str:
         return DATASOURCE_DDL
 
+    def _options(self, schema) -> _Options:
+        """Freshly parsed options for one reader (``self.options`` is never changed)."""
+        return replace(parse_options(self.options), columns=_columns(schema))
+
     def reader(self, schema):
-        opts = parse_options(self.options)
-        opts.columns = _columns(schema)
-        return RocketMQReader(opts)
+        return RocketMQReader(self._options(schema))
 
     def streamReader(self, schema):
-        opts = parse_options(self.options)
-        opts.columns = _columns(schema)
-        return RocketMQStreamReader(opts)
+        return RocketMQStreamReader(self._options(schema))
+
+
+class RocketMQFilteringDataSource(RocketMQDataSource):
+    """``rocketmq`` with filter pushdown (:class:`RocketMQFilteringReader`); what
+    :func:`register` registers where :func:`pushdown_is_per_scan`."""
+
+    def reader(self, schema):
+        return RocketMQFilteringReader(self._options(schema))
 
 
 def _columns(schema) -> tuple | None:

@@ -28,7 +28,7 @@ def messages(t, topic):
 def test_root_lists_the_contract_entries(tmp_path):
     with tree(tmp_path) as t:
         assert t.root.list() == ["README.txt", "status.json", "topics", "groups", "messages",
-                                 "view", "raw", "snapshots"]
+                                 "view", "view.ddl", "raw", "snapshots"]
         assert t.root.child("nothing") is None
         assert b"topics/<topic>/produce" in t.read("/README.txt")
         status = json.loads(t.read("/status.json"))

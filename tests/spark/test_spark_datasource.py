@@ -35,7 +35,7 @@ def test_tag_filters_are_pushed_down_to_the_consumequeue_tagscode(tmp_path, monk
     want = sorted((e["topic"], e["queueId"], e["queueOffset"]) for e in exp
                   if e["tags"] in ("Tag0", "Tag3") and e["queueId"] == 1)
     assert want
-    reader = D.RocketMQReader(D.parse_options({"path": str(FIX / "store")}))
+    reader = D.RocketMQFilteringReader(D.parse_options({"path": str(FIX / "store")}))
     tags = In(("tags",), ("Tag0", "Tag3"))
     queue = EqualTo(("queue",), 1)
     other = GreaterThanOrEqual(("storeTimestamp",), 0)
@@ -56,6 +56,28 @@ def test_tag_filters_are_pushed_down_to_the_consumequeue_tagscode(tmp_path, monk
                 got.append((r["topic"], r["queue"], r["queueOffset"]))
     assert sorted(got) == want
     assert sorted(decoded) == want  # only the matching units reached the CommitLog
+
+
+def test_pushed_filters_stay_in_their_reader(tmp_path):
+    """No Spark: pushFilters narrows a copy of the reader's own; the parsed options, the
+    DataSource's options and a second reader of the same DataSource keep every queue. The
+    default reader pushes nothing (Spark's own pushFilters), as Spark 4.0 to 4.3 need."""
+    from pyspark.sql.datasource import DataSourceReader
+    path = str(FIX / "store")
+    source = D.RocketMQFilteringDataSource({"path": path})
+    everything = D.RocketMQDataSource({"path": path}).reader(None)
+    assert type(everything).pushFilters is DataSourceReader.pushFilters
+    want = everything.partitions()
+    first = source.reader(None)
+    before = D.parse_options({"path": path})
+    assert first.o == before
+    assert first.pushFilters([EqualTo(("queue",), 1), In(("tags",), ("Tag0",))]) == []
+    assert first.o == before and source.options == {"path": path}
+    assert first.pushed == D.PushedFilters(queues=frozenset({1}), tags=frozenset({"Tag0"}))
+    assert {p.queue_id for p in first.partitions()} == {1}
+    second = source.reader(None)
+    assert second.pushed == D.NO_FILTERS
+    assert second.partitions() == want and {p.queue_id for p in want} == {0, 1, 2, 3}
 
 
 @pytest.mark.spark
@@ -305,3 +327,44 @@ def test_long_topics_through_the_data_source_and_a_mounted_view(spark, mount_sto
     m.umount()
     out = run_rmqfs("verify", store).stdout
     assert "OK" in out, out
+
+
+_SHIP_AND_STOP = """
+import os, sys
+from pyspark.sql import SparkSession
+from engine.store import Message, MessageStore
+from pipeline.datasource import register
+tmp = sys.argv[1]
+with MessageStore(os.path.join(tmp, "store")) as s:
+    s.create_topic("T", queue_nums=1)
+    s.put_messages([Message("T", b"m%d" % i) for i in range(5)])
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.local.dir", os.path.join(tmp, "local"))
+         .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+register(spark)
+print("COUNT", spark.read.format("rocketmq").load(os.path.join(tmp, "store")).count())
+spark.stop()
+left = [os.path.join(d, n) for d, dirs, files in os.walk(tmp) for n in dirs + files
+        if n.startswith("rmqfs-pyfiles-") or n.endswith(".zip")]
+print("LEFT", left)
+"""
+
+
+@pytest.mark.spark
+def test_the_shipped_code_is_gone_when_the_session_stops(tmp_path):
+    """register() ships pipeline/ and engine/ as a zip (addPyFile); once the session stops,
+    nothing of it is left (it used to leave a /tmp/rmqfs-pyfiles-* directory per session).
+    A session of its own in a subprocess, with TMPDIR and spark.local.dir under tmp_path."""
+    import subprocess
+    import sys
+    from conftest import REPO
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(REPO),
+               SPARK_LOCAL_IP="127.0.0.1", TMPDIR=str(tmp_path / "tmp"))
+    res = subprocess.run([sys.executable, "-c", _SHIP_AND_STOP, str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert "COUNT 5" in res.stdout, res.stdout + res.stderr[-3000:]
+    assert "LEFT []" in res.stdout, res.stdout
+    left = [p for p in tmp_path.rglob("*") if p.name.startswith("rmqfs-pyfiles-")
+            or p.suffix == ".zip"]
+    assert left == []

@@ -22,7 +22,7 @@ from fusefs.base import Context
 from engine.schema import DATASOURCE_DDL, part_schema
 from fusefs.views import ViewCache
 from fusefs.viewtree import (ViewRootDir, escape_partition_value,
-                             unescape_partition_value)
+                             unescape_partition_value, view_ddl_file)
 
 RETRY, DLQ = "%RETRY%CafeGroup", "%DLQ%CafeGroup"
 
@@ -51,11 +51,12 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
             store.create_topic(t, queue_nums=2)
         ctx = Context(store, ViewCache(store, str(tmp_path / "cache")), False, part_messages=10)
         root = ViewRootDir(ctx, "/view")
-        assert root.list() == ["_schema.ddl"]  # nothing but the schema while empty
+        assert root.list() == []  # nothing while empty
         fill(store, 25)
         fill(store, 3, topic=RETRY, queue_id=1)
-        assert root.list() == ["_schema.ddl", "topic=%25RETRY%25CafeGroup", "topic=TopicA"]
-        assert root.child("_schema.ddl").content() == (DATASOURCE_DDL + "\n").encode()
+        assert root.list() == ["topic=%25RETRY%25CafeGroup", "topic=TopicA"]  # only Parquet
+        assert root.child("_schema.ddl") is None
+        assert view_ddl_file(ctx, "/view.ddl").content() == (DATASOURCE_DDL + "\n").encode()
         assert root.child("topic=%RETRY%CafeGroup") is None  # only the escaped name exists
         assert root.child("bin") is None
         topic = root.child("topic=TopicA")
@@ -189,9 +190,9 @@ def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, moun
         ], internal=True)  # RETRY_TOPIC: written by the broker itself
     m = mount_store(store_dir)
     view = m.mnt / "view"
-    assert sorted(os.listdir(view)) == ["_schema.ddl", "topic=%25DLQ%25CafeGroup",
+    assert sorted(os.listdir(view)) == ["topic=%25DLQ%25CafeGroup",
                                         "topic=%25RETRY%25CafeGroup", "topic=TopicA"]
-    ddl = (view / "_schema.ddl").read_text().strip()
+    ddl = (m.mnt / "view.ddl").read_text().strip()
     assert ddl == DATASOURCE_DDL
     df = spark.read.parquet(f"file://{view}")  # no schema argument
     assert df.schema.simpleString() == spark.createDataFrame([], DATASOURCE_DDL) \

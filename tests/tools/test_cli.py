@@ -1,0 +1,31 @@
+"""The ``rmqfs`` command line itself: every subcommand answers ``--help``."""
+
+import re
+
+from conftest import run_rmqfs
+
+
+def _subcommands() -> list[str]:
+    """The subcommands as ``rmqfs --help`` lists them (``{mount,umount,report,...}``)."""
+    r = run_rmqfs("--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: rmqfs")
+    names = re.search(r"\{([a-z,-]+)\}", r.stdout).group(1).split(",")
+    assert {"mount", "umount", "report", "verify"} <= set(names)
+    return names
+
+
+def test_every_subcommand_answers_help():
+    for name in _subcommands():
+        for flag in ("--help", "-h"):
+            r = run_rmqfs(name, flag, check=False)
+            assert r.returncode == 0, (name, flag, r.stderr)
+            assert r.stdout.startswith(f"usage: rmqfs {name}"), (name, r.stdout[:200])
+            assert not r.stderr.strip(), (name, r.stderr)
+
+
+def test_report_takes_its_options_before_the_mounts(tmp_path):
+    """``rmqfs report --out DIR MNT`` reaches the report (which says MNT is no mount, 1), not
+    a usage error of the rmqfs command (2)."""
+    r = run_rmqfs("report", "--out", tmp_path / "out", tmp_path / "no-mount", check=False)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("rmqfs report:") and "no-mount" in r.stderr
