@@ -57,7 +57,7 @@ from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIEL
                       NAME_VALUE_SEPARATOR, NEED_UNWRAP_FLAG, PROPERTIES_LENGTH_SIZE,
                       PROPERTY_KEYS, PROPERTY_SEPARATOR, PROPERTY_TAGS, RECORD_HEAD,
                       SCHEDULE_TOPIC, STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
-                      TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, crc32, decode_record,
+                      TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
                       decompress_body, host_to_str, read_store_timestamp)
 from .schema import arrow_schema
 
@@ -885,9 +885,8 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
             raise CorruptRecordError("record runs past its CommitLog file", off)
         try:
             rec = decode_record(memoryview(m)[p:p + size], 0, check_crc=False, base_offset=off)
-            if commitlog.check_crc and rec.body and (
-                    crc32(rec.body) & BODY_CRC_MASK) != rec.body_crc:
-                raise CorruptRecordError("body CRC mismatch", off)
+            if commitlog.check_crc:
+                check_body_crc(rec)
             body = decompress_body(rec.body, rec.sys_flag) if "body" in rows else None
         except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's
             raise CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off) from exc
