@@ -101,6 +101,7 @@ class VerifyResult:
     records_after_bad: int = 0
     data_after_bad: bool = False  # non-zero bytes past the damage that are not records
     last_store_timestamp: int = 0  # of the last record before first_bad (epoch ms)
+    first_store_timestamp: int = 0  # of the first record (epoch ms)
     explicit_config: bool = False  # segment size from a broker.conf, not only from the files
     queues: int = 0
     units: int = 0
@@ -411,6 +412,8 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
             if reachable:
                 res.commitlog_end = seg.start + pos
                 res.last_store_timestamp = rec.store_timestamp
+                if not res.first_store_timestamp:
+                    res.first_store_timestamp = rec.store_timestamp
         bar.update(seg.size)
     bar.close()
 
@@ -887,9 +890,18 @@ def _nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
 def _check_config(root: str, res: VerifyResult) -> None:
     from .checkpoint import StoreCheckpoint
     try:
-        StoreCheckpoint.read(os.path.join(root, "checkpoint"))
+        cp = StoreCheckpoint.read(os.path.join(root, "checkpoint"))
     except CorruptRecordError as exc:
         res.add("error", "checkpoint", "checkpoint", str(exc))
+    else:
+        for severity, what in cp.problems(res.first_store_timestamp, res.last_store_timestamp,
+                                          int(time.time() * 1000),
+                                          live=res.lock_holder is not None):
+            res.add(severity, "checkpoint", "checkpoint",
+                    f"{what}: damaged (rmqfs recover rewrites it from the CommitLog's last "
+                    "record)" if severity == "error" else
+                    f"{what}: damaged (recovery after a crash scans more of the CommitLog; "
+                    "rmqfs recover rewrites it)")
     parsers = config_parsers()
     for name in CONFIG_FILES:
         path = os.path.join(root, "config", name)
