@@ -606,3 +606,35 @@ def test_verify_and_the_store_share_the_deliver_time_rule(tmp_path):
     delay3 = _cfg().delay_level_table()[3]
     assert [u[2] for u in units] == [tags_code("TagA"), tags_code("TagA"),
                                      res[2].store_timestamp + delay3]
+
+
+@pytest.mark.parametrize("entry", ["symlink", "fifo"])
+def test_verify_advice_matches_what_recover_does_for_links_and_special_files(store, conf,
+                                                                             tmp_path, entry):
+    """Issue 15 item 5d: verify told the user to run recover, which refuses a store holding
+    a link or a special file. verify now says what to do by hand instead, and recover refuses
+    as before (changing nothing)."""
+    root, _ = store
+    if entry == "symlink":
+        (tmp_path / "elsewhere").write_text("x")
+        os.symlink(tmp_path / "elsewhere", root / "config" / "extra.json")
+    else:
+        os.mkfifo(root / "consumequeue" / "pipe")
+    r = _verify(root, conf, rc=1)
+    assert "recover repairs" not in r.stdout, r.stdout
+    assert "BY HAND: " in r.stdout and "rmqfs recover refuses" in r.stdout
+    assert "replace each link" in r.stdout and "remove FIFOs" in r.stdout
+    js = json.loads(run_rmqfs("verify", root, "--config", conf, "--json", check=False).stdout)
+    assert js["byHand"] and "rmqfs recover refuses" in js["byHand"][0]
+    rec = run_rmqfs("recover", root, "--config", conf, check=False)
+    assert rec.returncode != 0 and ("extra.json" in rec.stderr or "pipe" in rec.stderr)
+
+
+def test_verify_advice_for_a_commitlog_gap_is_by_hand(store, conf):
+    """A CommitLog file missing between others: recover refuses, verify says so."""
+    root, _ = store
+    os.unlink(_seg_path(root, SEG))
+    r = _verify(root, conf, rc=1)
+    assert "recover repairs" not in r.stdout and "BY HAND: a CommitLog file is missing" \
+        in r.stdout, r.stdout
+    assert run_rmqfs("recover", root, "--config", conf, check=False).returncode != 0
