@@ -15,9 +15,15 @@ per-record decoder (:func:`decode_units_per_record`).
 Checks (what ``verify`` checks cheaply, per record): the record lies inside its CommitLog file,
 MAGICCODE is V1 or V2, TOTALSIZE equals the unit's size, PHYSICALOFFSET equals the unit's
 CommitLog offset, the lengths add up to TOTALSIZE (``calMsgLength``), and, for units of a
-queue, the record's topic and QUEUEID are the queue's. A record that fails raises
+queue, the record's topic and QUEUEID are the queue's, and BODYCRC is the CRC-32 of the stored
+body (as a RocketMQ client checks it: ``MessageDecoder.decode(..., checkCRC=true)`` throws
+"Msg crc is error!", ``decodesBatch`` stops at it; the broker's ``checkMessageAndReturnSize``
+treats it as the end of the valid data). A record that fails raises
 :class:`engine.errors.CorruptRecordError` naming its CommitLog offset; no row of a damaged
-record is ever returned. BODYCRC is not checked (``verify`` does that).
+record is ever returned, whichever columns are asked for. The CRC is one zlib-ng ``crc32``
+call per body over the mapped file (no vectorised CRC-32 exists for numpy/Arrow;
+``bench/bodycrc.py`` measures it). The ``__CRC32#`` whole-record trailer is left to
+``verify``, as the client's decoder does.
 
 The columns are ``engine.schema``'s (:func:`engine.schema.arrow_schema`); a ``columns`` subset
 decodes only those (a body that is not asked for is never copied).
@@ -51,8 +57,8 @@ from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIEL
                       NAME_VALUE_SEPARATOR, NEED_UNWRAP_FLAG, PROPERTIES_LENGTH_SIZE,
                       PROPERTY_KEYS, PROPERTY_SEPARATOR, PROPERTY_TAGS, RECORD_HEAD,
                       SCHEDULE_TOPIC, STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
-                      TOPIC_LENGTH_SIZE_V1, decode_record, decompress_body, host_to_str,
-                      read_store_timestamp)
+                      TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
+                      decompress_body, host_to_str, read_store_timestamp)
 from .schema import arrow_schema
 
 __all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "record_dtype", "decode_units",
@@ -103,10 +109,14 @@ class Segments:
     """Files of one size named by their 20-digit start offset, read through read-only mmaps.
 
     Opens files with ``O_RDONLY`` and takes no lock; never writes.
+
+    ``check_crc`` (the CommitLog's: records decoded from it have their BODYCRC checked) is
+    False only to measure what the check costs (``bench/bodycrc.py``).
     """
 
-    def __init__(self, directory: str, drop_pages: bool = False):
+    def __init__(self, directory: str, drop_pages: bool = False, check_crc: bool = True):
         self.directory = directory
+        self.check_crc = check_crc
         self.lock = threading.Lock()
         self.maps: dict[int, mmap.mmap] = {}
         #: after decoding, unmap the pages read (MADV_DONTNEED: they stay in the page cache
@@ -241,17 +251,18 @@ class StoreFiles:
     Args:
         root: the store directory (``storePathRootDir``: has ``commitlog/`` and
             ``consumequeue/``).
+        check_crc: check every record's BODYCRC (default); False only for benchmarks.
 
     Raises:
         FileNotFoundError: ``root`` has no ``commitlog/`` directory.
     """
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, check_crc: bool = True):
         self.root = os.path.abspath(root)
         cl = os.path.join(self.root, "commitlog")
         if not os.path.isdir(cl):
             raise FileNotFoundError(f"{root}: not a RocketMQ store (no commitlog/ directory)")
-        self.commitlog = Segments(cl)
+        self.commitlog = Segments(cl, check_crc=check_crc)
         self._queues: dict[tuple[str, int], QueueFiles] = {}
 
     # -- layout ------------------------------------------------------------------------------
@@ -645,6 +656,11 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
             fast[fi[~same]] = False
     need = set(names)
     mv = memoryview(m)
+    if commitlog.check_crc and fast.any():
+        fi = np.flatnonzero(fast)
+        bad = _body_crc_bad(mv, pos[fi] + _FIXED, blen[fi], hdr["bodyCRC"][fi])
+        if bad.any():
+            raise CorruptRecordError("body CRC mismatch", _first_bad(offs[fi], bad))
     cols: dict = {}
     if fast.any() and need & {"properties", "tags", "keys"}:
         fi = np.flatnonzero(fast)
@@ -673,6 +689,17 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     order = np.empty(n, dtype=np.int64)
     order[np.concatenate([fi, si])] = np.arange(n)
     return _concat([a, b]).take(pa.array(order))
+
+
+def _body_crc_bad(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
+                  want: np.ndarray) -> np.ndarray:
+    """Which bodies ``mv[starts[i]:starts[i] + lengths[i]]`` do not have the BODYCRC
+    ``want[i]`` (``UtilAll.crc32``: CRC-32 masked to 31 bits). An empty body is not checked,
+    as ``MessageDecoder.decode`` checks only ``bodyLen > 0``."""
+    ends = (starts + lengths).tolist()
+    got = np.fromiter((crc32(mv[a:b]) for a, b in zip(starts.tolist(), ends)),
+                      dtype=np.int64, count=len(ends))
+    return ((got & BODY_CRC_MASK) != want.astype(np.int64)) & (lengths > 0)
 
 
 _host_cache: dict = {}
@@ -858,6 +885,8 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
             raise CorruptRecordError("record runs past its CommitLog file", off)
         try:
             rec = decode_record(memoryview(m)[p:p + size], 0, check_crc=False, base_offset=off)
+            if commitlog.check_crc:
+                check_body_crc(rec)
             body = decompress_body(rec.body, rec.sys_flag) if "body" in rows else None
         except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's
             raise CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off) from exc

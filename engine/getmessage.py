@@ -19,6 +19,12 @@ Follows ``DefaultMessageStore.getMessage`` (store 5.3.3, reference section 10):
   (``isTheBatchFull``: 32 messages / 256 KiB when the record is "in memory", i.e. within
   ``accessMessageInMemoryMaxRatio`` % of RAM from the CommitLog end, else 8 / 64 KiB).
 
+A record whose body fails its CRC is never returned (``MessageDecoder.decode(...,
+checkCRC=true)`` drops it and ``decodesBatch`` stops there): the batch ends before it, with
+``next_begin_offset`` at it, so the next call starts there; a call whose first message it is
+raises CorruptRecordError. Either way the queue is noted as damaged (``store.note_damage``,
+status.json ``damagedQueues``); a consumer never skips it silently.
+
 Offsets are queue offsets (units), sizes bytes. The slave-only ``nextOffsetCorrection`` case
 does not apply (this store is always a master), and ``OFFSET_RESET`` is set only by a broker.
 """
@@ -32,7 +38,7 @@ from dataclasses import dataclass, field
 from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
 from .errors import CorruptRecordError
 from .javahash import java_string_hash
-from .message import MessageRecord
+from .message import MessageRecord, check_body_crc
 
 SUB_ALL = "*"  # SubscriptionData.SUB_ALL
 
@@ -187,6 +193,14 @@ def get_messages(store, topic: str, queue_id: int, offset: int, max_msg_nums: in
                 res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
             next_phy_file_start = cl.files.roll_next(off_py)
             continue
+        try:
+            check_body_crc(rec)
+        except CorruptRecordError as exc:
+            store.note_damage(topic, queue_id, qoff, exc)
+            if not res.messages:
+                raise
+            scanned -= 1  # the batch stops before it: the next call starts at it
+            break
         res.messages.append(rec)
         res.queue_offsets.append(qoff)
         total += size_py

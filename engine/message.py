@@ -255,6 +255,21 @@ def body_crc(body: bytes) -> int:
     return crc32(body) & BODY_CRC_MASK
 
 
+def check_body_crc(rec: "MessageRecord") -> "MessageRecord":
+    """Raise CorruptRecordError("body CRC mismatch") naming the record's CommitLog offset
+    when its stored (still compressed) body is not empty and its CRC is not BODYCRC; return
+    the record otherwise.
+
+    What ``MessageDecoder.decode(..., checkCRC=true)`` checks ("Msg crc is error!", the
+    message is dropped and ``decodesBatch`` stops at it) and the broker's
+    ``CommitLog.checkMessageAndReturnSize`` ("CRC check failed": not a valid message, recovery
+    ends the CommitLog there). Every read path of rmqfs applies it (README "Guarantees").
+    """
+    if rec.body and (crc32(rec.body) & BODY_CRC_MASK) != rec.body_crc:
+        raise CorruptRecordError("body CRC mismatch", rec.commitlog_offset)
+    return rec
+
+
 def encode_properties(props: dict[str, str]) -> bytes:
     """Encode properties as ``name\\x01value\\x02`` for every entry (``messageProperties2String``).
 

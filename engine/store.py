@@ -45,7 +45,7 @@ from .errors import (CorruptRecordError, NoSuchTopicError, OffsetOutOfRangeError
 from .message import (Host, MessageRecord)
 from .getmessage import get_messages, parse_subscription
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from .message import (INT32, decode_record)
+from .message import (INT32, check_body_crc, decode_record)
 from .uniqkey import UniqKeyGenerator
 
 # The store's API in one import: MessageStore, the put request and its result, the config, and
@@ -374,11 +374,26 @@ class MessageStore:
     # reading
 
     def read_record(self, commitlog_offset: int, size: int) -> MessageRecord:
-        """Decode the record at a CommitLog offset. Raises CorruptRecordError."""
-        return self.commitlog.read_message(commitlog_offset, size)
+        """Decode the record at a CommitLog offset, its body CRC checked
+        (:func:`engine.message.check_body_crc`). Raises CorruptRecordError; a body CRC
+        mismatch is also noted as damage of the record's queue (:meth:`note_damage`)."""
+        return self._checked(self.commitlog.read_message(commitlog_offset, size))
+
+    def _checked(self, rec: MessageRecord, queue_offset: int | None = None) -> MessageRecord:
+        """``rec`` when its body matches BODYCRC; else note the damage of its queue and raise
+        CorruptRecordError (``MessageDecoder.decode(..., checkCRC=true)``)."""
+        try:
+            return check_body_crc(rec)
+        except CorruptRecordError as exc:
+            self.note_damage(rec.topic, rec.queue_id,
+                             rec.queue_offset if queue_offset is None else queue_offset, exc)
+            raise
 
     def message_at(self, commitlog_offset: int) -> MessageRecord | None:
-        """The record starting at a CommitLog offset, or None when none starts there."""
+        """The record starting at a CommitLog offset, or None when none starts there.
+
+        A record that starts there but whose body fails its CRC is damage, not a miss: it is
+        noted (:meth:`note_damage`) and CorruptRecordError raised."""
         cl = self.commitlog
         if not cl.min_offset <= commitlog_offset < cl.max_offset:
             return None
@@ -392,7 +407,7 @@ class MessageStore:
             rec = cl.read_message(commitlog_offset, size)
         except CorruptRecordError:
             return None
-        return rec if rec.commitlog_offset == commitlog_offset else None
+        return self._checked(rec) if rec.commitlog_offset == commitlog_offset else None
 
     def query_by_key(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
                      end: int = 2**63 - 1) -> list[MessageRecord]:
@@ -400,6 +415,7 @@ class MessageStore:
 
         Like ``queryMsgByKey``: at most ``max_num`` (capped at 64), store time within
         ``[begin, end]`` (epoch ms), newest first; hash collisions are filtered out here.
+        Raises CorruptRecordError when a found record fails its body CRC (:meth:`message_at`).
         """
         if self.index_service is None:
             return []
@@ -412,7 +428,9 @@ class MessageStore:
         return out
 
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
-        """The message at a queue offset. Raises OffsetOutOfRangeError / NoSuchTopicError."""
+        """The message at a queue offset. Raises OffsetOutOfRangeError / NoSuchTopicError, and
+        CorruptRecordError (noted as damage of the queue) when the unit points at no record or
+        at one whose body fails its CRC."""
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
@@ -421,7 +439,7 @@ class MessageStore:
                 f"offset {queue_offset} outside [{cq.min_offset}, {cq.max_offset})")
         off, size, _ = cq.unit(queue_offset)
         try:
-            return self.commitlog.read_message(off, size)
+            return check_body_crc(self.commitlog.read_message(off, size))
         except CorruptRecordError as exc:
             self.note_damage(topic, queue_id, queue_offset, exc)
             raise
@@ -443,20 +461,27 @@ class MessageStore:
             out[t] = f"{out[t]}; {r}" if t in out else r
         return [{"topic": t, "reason": r} for t, r in sorted(out.items())]
 
-    def note_damage(self, topic: str, queue_id: int, queue_offset: int, exc) -> None:
-        """Remember (for status.json) and log, once per queue, a unit that reads no record."""
+    def note_damage(self, topic: str, queue_id: int, queue_offset: int | None, exc) -> None:
+        """Remember (for status.json ``damagedQueues``) and log, once per queue, damage a read
+        found: a unit that reads no record, or a record whose body fails its CRC. ``exc``
+        (the CorruptRecordError, or its text) names the CommitLog offset.
+
+        Every read path that meets damage calls this, whichever layer it is in (the engine's
+        reads, the mount's rendered views and view/ parts); the log gets one warning line,
+        never a traceback."""
         if (topic, queue_id) not in self.damaged and len(self.damaged) < 10_000:
-            what = f"unit {queue_offset}: {exc}"
+            what = str(exc) if queue_offset is None else f"unit {queue_offset}: {exc}"
             self.damaged[(topic, queue_id)] = what
-            log.error("ConsumeQueue %s/%d damaged: %s (rmqfs recover rebuilds it)",
-                      topic, queue_id, what)
+            log.warning("queue %s/%d damaged: %s (not served; rmqfs verify names it, "
+                        "rmqfs recover repairs it)", topic, queue_id, what)
 
     def iter_queue(self, topic: str, queue_id: int, start: int = 0, end: int | None = None):
         """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue.
 
         Reads ConsumeQueue units in batches and, where a batch's records lie close together in
         the CommitLog (one queue of a few), the whole span with one pread. Raises
-        CorruptRecordError for a unit that points at no valid record.
+        CorruptRecordError for a unit that points at no valid record or at one whose body
+        fails its CRC.
         """
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
@@ -482,7 +507,7 @@ class MessageStore:
                         if off - lo + size > len(data):
                             raise CorruptRecordError(
                                 f"record of {size} bytes not in the CommitLog", off)
-                        rec = decode_record(data, off - lo, check_crc=False)
+                        rec = check_body_crc(decode_record(data, off - lo, check_crc=False))
                         if rec.store_size > size:
                             raise CorruptRecordError(
                                 f"record of {rec.store_size} bytes, its unit says {size}", off)
@@ -527,6 +552,10 @@ class MessageStore:
         Returns:
             GetMessageResult with ``status`` (GetMessageStatus), ``next_begin_offset``,
             ``min_offset``, ``max_offset`` and ``messages`` (MessageRecord list, in order).
+            A batch ends before a record whose body fails its CRC (noted as damage).
+
+        Raises:
+            CorruptRecordError: the first message found fails its body CRC.
         """
         return get_messages(self, topic, queue_id, offset, max_msg_nums,
                             parse_subscription(tags))

@@ -53,6 +53,26 @@ from .lock import lock_holder, release_store_lock, take_store_lock
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
 CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
                 "delayOffset.json")
+#: Error kinds :func:`recover_store` refuses to repair (it raises naming the entry and changes
+#: nothing), with what the user must do instead. Links and special files: recover never
+#: reads or writes through them (``engine.storetree``); a gap or a misnamed CommitLog file:
+#: the records are not there to rebuild from; config/*.json: offsets and topics are not
+#: derived data.
+BY_HAND = {
+    "unsafe": "symbolic links or special files (listed above): rmqfs recover refuses such a "
+              "store and never follows them; by hand, replace each link with the file or "
+              "directory it points to (or mount the real directory), remove FIFOs, sockets "
+              "and devices, then run rmqfs verify again",
+    "commitlog-gap": "a CommitLog file is missing between others: rmqfs recover cannot "
+                     "rebuild it; restore it from a backup (or move the files after the gap "
+                     "out of commitlog/, losing their records), then run rmqfs verify again",
+    "commitlog-name": "a CommitLog file whose name is not its start offset: rmqfs recover "
+                      "cannot repair it; rename or remove it by hand, then run rmqfs verify "
+                      "again",
+    "config": "a config/*.json file (and its .bak) cannot be loaded: rmqfs recover does not "
+              "rewrite offsets or topics; restore the file from a backup, then run rmqfs "
+              "verify again",
+}
 
 
 class NotAStoreError(StoreError):
@@ -101,6 +121,7 @@ class VerifyResult:
     records_after_bad: int = 0
     data_after_bad: bool = False  # non-zero bytes past the damage that are not records
     last_store_timestamp: int = 0  # of the last record before first_bad (epoch ms)
+    first_store_timestamp: int = 0  # of the first record (epoch ms)
     explicit_config: bool = False  # segment size from a broker.conf, not only from the files
     queues: int = 0
     units: int = 0
@@ -139,6 +160,14 @@ class VerifyResult:
             self.suppressed[key] = (severity, self.suppressed.get(key, (severity, 0))[1] + 1)
             return
         self.problems.append(Problem(severity, kind, path, what, offset))
+
+    def by_hand(self) -> list[str]:
+        """What the user must do by hand for the errors :func:`recover_store` refuses to
+        repair (:data:`BY_HAND`, one line per kind found); [] when ``rmqfs recover`` can
+        repair every error. verify's advice therefore matches what recover will do."""
+        kinds = {p.kind for p in self.errors} | {k for (_, k), (sev, _) in
+                                                 self.suppressed.items() if sev == "error"}
+        return [BY_HAND[k] for k in BY_HAND if k in kinds]
 
     def count(self, severity: str) -> int:
         """Problems of ``severity``, those not listed included."""
@@ -411,6 +440,8 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
             if reachable:
                 res.commitlog_end = seg.start + pos
                 res.last_store_timestamp = rec.store_timestamp
+                if not res.first_store_timestamp:
+                    res.first_store_timestamp = rec.store_timestamp
         bar.update(seg.size)
     bar.close()
 
@@ -887,9 +918,18 @@ def _nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
 def _check_config(root: str, res: VerifyResult) -> None:
     from .checkpoint import StoreCheckpoint
     try:
-        StoreCheckpoint.read(os.path.join(root, "checkpoint"))
+        cp = StoreCheckpoint.read(os.path.join(root, "checkpoint"))
     except CorruptRecordError as exc:
         res.add("error", "checkpoint", "checkpoint", str(exc))
+    else:
+        for severity, what in cp.problems(res.first_store_timestamp, res.last_store_timestamp,
+                                          int(time.time() * 1000),
+                                          live=res.lock_holder is not None):
+            res.add(severity, "checkpoint", "checkpoint",
+                    f"{what}: damaged (rmqfs recover rewrites it from the CommitLog's last "
+                    "record)" if severity == "error" else
+                    f"{what}: damaged (recovery after a crash scans more of the CommitLog; "
+                    "rmqfs recover rewrites it)")
     parsers = config_parsers()
     for name in CONFIG_FILES:
         path = os.path.join(root, "config", name)
@@ -950,10 +990,10 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             report.actions.append("nothing to repair")
             report.after = before
             return report
-        for p in before.problems:
+        for p in before.errors:  # the kinds of BY_HAND (unsafe ones are refused above)
             if p.kind in ("commitlog-gap", "commitlog-name"):
                 raise StoreError(f"cannot repair {p.path}: {p.what}")
-            if p.kind == "config" and p.severity == "error":
+            if p.kind == "config":
                 # offsets and topics are not derived data: nothing is changed, the operator
                 # restores the file (or its .bak)
                 raise ConfigFileError(f"cannot repair {p.path}: {p.what}")

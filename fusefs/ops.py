@@ -32,6 +32,8 @@ import threading
 import pyfuse3
 import trio
 
+from engine.errors import CorruptRecordError, StoreError
+
 from .base import RO_DIR, RO_FILE, Context, FsError, HandleBudget, Node, Stat
 from .nodes import RootDir
 
@@ -146,6 +148,12 @@ async def _run(fn, *args, pid: int | None = None):
         raise
     except OSError as exc:
         raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
+    except CorruptRecordError as exc:  # damage: the store logged it once, in one line
+        log.debug("%s: %s", getattr(fn, "__qualname__", fn), exc)
+        raise pyfuse3.FUSEError(exc.errno) from None
+    except StoreError as exc:  # an engine error the tree did not translate: its errno
+        log.warning("%s: %s", getattr(fn, "__qualname__", fn), exc)
+        raise pyfuse3.FUSEError(exc.errno) from None
     except Exception:  # noqa: BLE001 - never let a bug kill the mount
         log.exception("error in %s", getattr(fn, "__qualname__", fn))
         raise pyfuse3.FUSEError(errno.EIO) from None

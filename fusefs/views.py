@@ -122,7 +122,22 @@ def _unit_array(cq, start: int, end: int):
     return arr, np.arange(start, start + len(arr), dtype=np.int64)
 
 
-def _render_chunks(parts: "PartCache", log_: RenderedLog, topic: str, chunks, kind: str) -> None:
+def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs,
+                exc: StoreError) -> None:
+    """Tell the store (``store.note_damage``: status.json ``damagedQueues``, one warning
+    line) which queue a render that failed on damage was reading: the queue and queue offset
+    of the unit at the CommitLog offset the error names (the chunk's first unit when it names
+    none). ``queue_ids`` is one queue id or one per unit."""
+    import numpy as np
+    at = getattr(exc, "offset", None)
+    hit = np.flatnonzero(units["off"].astype(np.int64) == at) if at is not None else ()
+    i = int(hit[0]) if len(hit) else 0
+    qid = queue_ids if isinstance(queue_ids, int) else int(queue_ids[i])
+    store.note_damage(topic, qid, int(qoffs[i]) if len(qoffs) else None, exc)
+
+
+def _render_chunks(parts: "PartCache", log_: RenderedLog, topic: str, chunks, kind: str,
+                   store: MessageStore) -> None:
     """Render ``chunks`` (an iterator of ``(queue id or queue id array, units, queue
     offsets)``, in line order) in the worker processes of ``parts`` and append the results
     to ``log_`` in order (caller holds its lock).
@@ -130,10 +145,22 @@ def _render_chunks(parts: "PartCache", log_: RenderedLog, topic: str, chunks, ki
     Up to two chunks per worker are under way at once, so every core renders while the
     daemon only appends; a chunk's lines are appended as soon as it and every earlier one
     are done (a reader of the growing view sees them). Blank filler units are dropped here.
+
+    A chunk that meets damage (a unit pointing at no record, a body failing its CRC) raises
+    its StoreError after :func:`note_damage`: the lines before that chunk stay, nothing of it
+    or after it is appended, and every later sync fails the same way (EIO).
     """
     from collections import deque
     ahead = deque()
     depth = 2 * parts.workers
+
+    def append(job):
+        fut, queue_ids, units, qoffs = job
+        try:
+            log_.append_block(*fut.result())
+        except StoreError as exc:
+            note_damage(store, topic, queue_ids, units, qoffs, exc)
+            raise
     try:
         for queue_ids, units, qoffs in chunks:
             keep = units["size"] != BLANK_UNIT_SIZE
@@ -143,15 +170,16 @@ def _render_chunks(parts: "PartCache", log_: RenderedLog, topic: str, chunks, ki
                     queue_ids = queue_ids[keep]
             if not len(units):
                 continue
-            ahead.append(parts.submit_task(R.render_view_chunk, parts.commitlog_dir, topic,
-                                           queue_ids, units, qoffs, kind))
+            ahead.append((parts.submit_task(R.render_view_chunk, parts.commitlog_dir, topic,
+                                            queue_ids, units, qoffs, kind),
+                          queue_ids, units, qoffs))
             while len(ahead) >= depth:
-                log_.append_block(*ahead.popleft().result())
+                append(ahead.popleft())
         while ahead:
-            log_.append_block(*ahead.popleft().result())
+            append(ahead.popleft())
     finally:
-        for f in ahead:  # an error: the chunks after it are not wanted
-            f.cancel()
+        for job in ahead:  # an error: the chunks after it are not wanted
+            job[0].cancel()
 
 
 class QueueView:
@@ -181,11 +209,9 @@ class QueueView:
             nxt = self.first_offset + len(self.log.ends)
             end = cq.max_offset
             kind = _LINE_KINDS[self.render]
-            try:
-                _render_chunks(self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind)
-            except StoreError as exc:  # a damaged unit: status.json names the queue
-                self.store.note_damage(self.topic, self.queue_id, self.next_offset, exc)
-                raise
+            # damage: _render_chunks has status.json name the queue, and raises
+            _render_chunks(self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind,
+                           self.store)
 
     def _chunks(self, cq, nxt: int, end: int):
         while nxt < end:
@@ -232,7 +258,8 @@ class TopicView:
         return True
 
     def _sync_columnar(self, cut: dict, kind: str) -> None:
-        _render_chunks(self.parts, self.log, self.topic, _topic_chunks(self, cut), kind)
+        _render_chunks(self.parts, self.log, self.topic, _topic_chunks(self, cut), kind,
+                       self.store)
 
     def sync(self) -> None:
         """Render the messages stored since the last call, merged by CommitLog offset."""
@@ -581,8 +608,8 @@ class PartCache:
 
     def open(self, key) -> int:
         """An fd of the rendered part (rendering it first when needed); the file stays
-        readable through the fd after an eviction. Raises FsError(EIO) when the render
-        fails (a damaged record: logged)."""
+        readable through the fd after an eviction. Raises OSError(EIO) when the render
+        fails on damage (noted in the store: status.json, one warning line)."""
         with self.lock:  # a part someone waits for is not evicted before it is opened
             self.wanted[key] = self.wanted.get(key, 0) + 1
         try:
@@ -591,8 +618,17 @@ class PartCache:
                 if fut is not None:
                     try:
                         fut.result()
-                    except StoreError as exc:
-                        log.error("view/ part %s: %s", key, exc)
+                    except StoreError as exc:  # status.json names the queue (one log line)
+                        topic, queue_id, first, end = key
+                        import numpy as np
+                        from engine.columnar import UNIT_DTYPE
+                        try:
+                            units = np.frombuffer(self._units(topic, queue_id, first, end),
+                                                  UNIT_DTYPE)
+                        except OSError:
+                            units = np.empty(0, UNIT_DTYPE)
+                        note_damage(self.store, topic, queue_id, units,
+                                    np.arange(first, first + len(units)), exc)
                         raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
                 with self.lock:
                     if key in self.files:

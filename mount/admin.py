@@ -188,7 +188,7 @@ def _verify_json(res) -> dict:
             "commitLogMinOffset": res.commitlog_min, "commitLogMaxOffset": res.commitlog_end,
             "firstBadOffset": res.first_bad, "queues": res.queues, "units": res.units,
             "indexFiles": res.index_files, "indexItems": res.index_items,
-            "lockHolder": res.lock_holder,
+            "lockHolder": res.lock_holder, "byHand": res.by_hand(),
             "problems": [{"severity": p.severity, "kind": p.kind, "path": p.path,
                           "offset": p.offset, "what": p.what} for p in res.problems],
             "notListed": [{"severity": sev, "kind": kind, "path": path, "count": n}
@@ -214,7 +214,12 @@ def _print_verify(res) -> None:
     if n_err:
         where = f"; the CommitLog is valid up to offset {res.first_bad}" \
             if res.first_bad is not None else ""
-        print(f"FAILED: {n_err} errors, {n_warn} warnings{where} (rmqfs recover repairs them)")
+        by_hand = res.by_hand()  # what recover refuses: say what to do instead
+        print(f"FAILED: {n_err} errors, {n_warn} warnings{where} "
+              + ("(rmqfs recover repairs them)" if not by_hand else
+                 "(rmqfs recover cannot repair them all)"))
+        for line in by_hand:
+            print(f"BY HAND: {line}")
     else:
         print(f"OK: no errors, {n_warn} warnings")
 

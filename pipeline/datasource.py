@@ -42,7 +42,9 @@ Options (strings, names case-insensitive), modelled on Spark's Kafka source:
 ``failOnDataLoss``
     ``true`` (default): a start offset below a queue's min offset (its ConsumeQueue/CommitLog
     files were deleted by retention) fails the query with an error naming the queue and both
-    offsets. ``false``: read from the min offset and log a warning.
+    offsets. ``false``: read from the min offset and log a warning. A damaged record (a body
+    that fails its BODYCRC, a unit pointing at no record) fails the query with
+    :class:`DataLossError` naming the queue and the CommitLog offset either way.
 ``maxOffsetsPerTrigger``
     Streaming: at most this many messages per micro-batch, shared across queues in proportion
     to their backlog.
@@ -87,6 +89,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     LessThan, LessThanOrEqual)
 
 from engine.columnar import StoreFiles
+from engine.errors import CorruptRecordError
 from engine.schema import DATASOURCE_DDL
 
 __all__ = ["RocketMQDataSource", "RocketMQFilteringDataSource", "register", "check_workers",
@@ -102,7 +105,9 @@ _stores: dict[str, StoreFiles] = {}
 
 
 class DataLossError(RuntimeError):
-    """Offsets that were asked for are no longer in the store (``failOnDataLoss=true``)."""
+    """Offsets that were asked for are no longer in the store (``failOnDataLoss=true``), or a
+    record asked for is damaged (whatever ``failOnDataLoss`` says: a damaged record is never
+    served nor silently skipped; ``rmqfs verify`` names it, ``rmqfs recover`` repairs it)."""
 
 
 class WorkerEnvironmentError(RuntimeError):
@@ -513,7 +518,11 @@ def read_range(p: QueueRange) -> Iterator:
         if p.fail_on_data_loss:
             raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
         start = lo
-    yield from s.read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=p.columns)
+    try:
+        yield from s.read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=p.columns)
+    except CorruptRecordError as exc:  # a body failing its CRC, a unit pointing at no record
+        raise DataLossError(f"rocketmq: {p.topic}/{p.queue_id}: damaged record, not served: "
+                            f"{exc} (rmqfs verify names it, rmqfs recover repairs it)") from None
 
 
 class RocketMQReader(DataSourceReader):

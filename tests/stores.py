@@ -1,6 +1,7 @@
 """Stores the tests of several layers build: small segments, a produce/read pair, and a store
 holding every kind of CommitLog record (one home; the tests import them from here)."""
 
+import os
 import zlib
 
 from engine.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, NEED_UNWRAP_FLAG,
@@ -130,3 +131,20 @@ def long_topic_store(root, cfg=None):
         s.commit_offset(LONG_GROUP, "T", 0, 2)
         s.commit_offset(LONG_GROUP, RETRY_TOPIC, 0, 3)
     return want
+
+
+def flip_body_byte(root, topic="T", queue_id=0, queue_offset=0, cfg=None) -> int:
+    """Flip one bit of the body of the message at ``topic/queue_id/queue_offset`` (a V1,
+    IPv4 record: body at +88), leaving its BODYCRC and every other field as they were: a
+    record that fails only its body CRC. Returns its CommitLog offset."""
+    cfg = cfg or small()
+    with MessageStore(str(root), cfg, read_only=True) as s:
+        off, _size, _ = s.consume_queue(topic, queue_id).unit(queue_offset)
+    fs = cfg.mapped_file_size_commit_log
+    path = os.path.join(str(root), "commitlog", f"{off - off % fs:020d}")
+    with open(path, "r+b") as f:
+        f.seek(off % fs + 88)
+        b = f.read(1)
+        f.seek(off % fs + 88)
+        f.write(bytes([b[0] ^ 0x20]))
+    return off

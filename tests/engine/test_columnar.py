@@ -5,6 +5,8 @@ kind the engine writes; a damaged record raises CorruptRecordError naming its of
 import os
 import shutil
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -231,9 +233,17 @@ def test_damaged_rare_record_raises_too(tmp_path):
         s.put_messages([Message("D", b"compress this body " * 20) for _ in range(10)])
 
     def mutate(root, offs, sizes):
-        _patch(root / "commitlog" / f"{0:020d}", offs[4] + 88 + 2, b"\xff\xff\xff\xff")
-    err, offs = _damage(root, mutate)
-    assert "decompress" in str(err)
+        cl = root / "commitlog" / f"{0:020d}"
+        _patch(cl, offs[4] + 88 + 2, b"\xff\xff\xff\xff")
+        if fix_crc:  # a BODYCRC that matches the damaged body: decompressing fails
+            raw = cl.read_bytes()
+            blen = int.from_bytes(raw[offs[4] + 84:offs[4] + 88], "big")
+            crc = zlib.crc32(raw[offs[4] + 88:offs[4] + 88 + blen]) & 0x7FFFFFFF
+            _patch(cl, offs[4] + 8, crc.to_bytes(4, "big"))
+    for fix_crc in (False, True):
+        err, offs = _damage(root, mutate)
+        assert ("decompress" if fix_crc else "body CRC mismatch") in str(err)
+        assert err.offset == offs[4]
 
 
 def test_store_files_open_read_only_without_the_lock(tmp_path):
@@ -279,3 +289,42 @@ def test_queue_directory_names_follow_the_stores_one_rule(tmp_path):
     assert res.ok and res.queues == 2
     assert sorted(p.path for p in res.warnings if p.kind == "cq-stray") == \
         sorted(f"consumequeue/T/{n}" for n in odd)
+
+
+@pytest.mark.parametrize("columns", [None, ("queueOffset",), ("msgId", "tags")])
+def test_body_crc_mismatch_is_never_a_row(tmp_path, columns):
+    """A record whose body does not match its BODYCRC (one flipped body byte: every other
+    check passes) raises CorruptRecordError naming its offset on every columnar path, whichever
+    columns are asked for (``MessageDecoder.decode(..., checkCRC=true)``)."""
+    root = tmp_path / "s"
+    with MessageStore(str(root), _cfg()) as s:
+        s.create_topic("D", 2)
+        s.put_messages([Message("D", b"body %d" % i, queue_id=i % 2) for i in range(20)])
+    files = columnar.StoreFiles(str(root))
+    units = files.queue("D", 0).units(0, 10)
+    files.close()
+    bad = int(units["off"][4])
+    _patch(root / "commitlog" / f"{0:020d}", bad + 88 + 1, b"X")
+    files = columnar.StoreFiles(str(root))
+    try:
+        for read in (lambda: list(files.read_batches("D", 0, 0, 10, columns=columns)),
+                     lambda: list(files.read_commitlog(columns=columns)),
+                     lambda: columnar.decode_topic_units(
+                         files.commitlog, "D", np.zeros(10, np.int64), units,
+                         np.arange(10), columns=columns),
+                     lambda: columnar.decode_units_per_record(
+                         files.commitlog, "D", 0, units, np.arange(10), columns=columns)):
+            with pytest.raises(CorruptRecordError, match="body CRC mismatch") as info:
+                read()
+            assert info.value.offset == bad
+        # the other queue and the records before it still read
+        assert sum(b.num_rows for b in files.read_batches("D", 1, 0, 10)) == 10
+        assert sum(b.num_rows for b in files.read_batches("D", 0, 0, 4)) == 4
+    finally:
+        files.close()
+    # the bench's switch: without the check the row comes back (what the mount served)
+    files = columnar.StoreFiles(str(root), check_crc=False)
+    try:
+        assert sum(b.num_rows for b in files.read_batches("D", 0, 0, 10)) == 10
+    finally:
+        files.close()

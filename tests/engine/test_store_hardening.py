@@ -23,7 +23,7 @@ from engine.store import MessageStore
 from engine.verify import recover_store, verify_store
 
 from conftest import REPO  # noqa: E402
-from stores import bodies, produce, small  # noqa: E402
+from stores import bodies, flip_body_byte, produce, small  # noqa: E402
 
 
 def sha(path) -> str:
@@ -328,6 +328,43 @@ def test_a_unit_pointing_at_no_record_fails_only_its_queue(tmp_path):
     assert any(p.path.startswith("consumequeue/T/0") for p in res.errors)
     assert recover_store(str(root), small()).after.ok
     assert len(bodies(root)) == 20
+
+
+def test_a_body_crc_mismatch_is_never_served_and_is_noted(tmp_path, caplog):
+    """Issue 15 item 5a: a record whose body does not match its BODYCRC (one flipped body
+    bit, every other field intact) is never returned by any engine read (get_message,
+    iter_queue, message_at, query_by_key, read_record, getMessage); it is noted in
+    ``store.damaged`` with a reason naming its CommitLog offset and logged in one warning
+    line; the other queue reads on (``MessageDecoder.decode(..., checkCRC=true)``)."""
+    import logging
+    from engine.errors import CorruptRecordError
+    root = tmp_path / "store"
+    produce(root, 6, queue_id=0)
+    produce(root, 4, queue_id=1, tag="b")
+    off = flip_body_byte(root, "T", 0, 3)
+    caplog.set_level(logging.WARNING, logger="engine.store")
+    with MessageStore(str(root), small(), read_only=True) as s:
+        assert [r.body for _, r in s.iter_queue("T", 1)] == [b"b%d" % i for i in range(4)]
+        assert s.get_message("T", 0, 2).body == b"m2"
+        reads = [lambda: s.get_message("T", 0, 3), lambda: list(s.iter_queue("T", 0)),
+                 lambda: s.message_at(off), lambda: s.query_by_key("T", "km3"),
+                 lambda: s.read_record(off, s.consume_queue("T", 0).unit(3)[1]),
+                 lambda: s.get_messages("g", "T", 0, 3)]
+        for read in reads:
+            with pytest.raises(CorruptRecordError, match="body CRC mismatch") as info:
+                read()
+            assert info.value.offset == off
+        # getMessage: the batch from 0 ends before it, and the next call starts at it
+        res = s.get_messages("g", "T", 0, 0)
+        assert [r.body for r in res.messages] == [b"m0", b"m1", b"m2"]
+        assert res.next_begin_offset == 3
+        assert list(s.damaged) == [("T", 0)]
+        assert f"offset {off}" in s.damaged[("T", 0)]
+    lines = [r for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING and not lines[0].exc_info
+    assert "T/0" in lines[0].getMessage() and f"offset {off}" in lines[0].getMessage()
+    res = verify_store(str(root), small())
+    assert any("CRC" in p.what for p in res.errors)
 
 
 def test_a_config_write_that_fails_leaves_no_trace(tmp_path, monkeypatch):

@@ -228,6 +228,36 @@ def test_one_damaged_queue_leaves_the_topic_listable(shared_dir):
     assert res.returncode != 0 and "consumequeue/T/0" in res.stdout + res.stderr
 
 
+def test_a_body_crc_mismatch_is_eio_and_named_without_traceback(shared_dir):
+    """Issue 15 item 5, on a real mount: a record whose body fails its BODYCRC is not served
+    by the topic view (EIO; before, its line was served as good data), status.json names the
+    queue and the offset, the daemon log has one warning line and no traceback."""
+    from stores import flip_body_byte
+    d, _ = shared_dir
+    root = d / "store"
+    cfg = StoreConfig(mapped_file_size_commit_log=64 * 1024,
+                      mapped_file_size_consume_queue=100 * 20)
+    with MessageStore(str(root), cfg) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"m%d" % i, queue_id=i % 2) for i in range(20)])
+    off = flip_body_byte(root, "T", 0, 4, cfg)
+    m = mount(shared_dir, store=root)
+    t = m.mnt / "topics" / "T"
+    with pytest.raises(OSError) as info:
+        (t / "messages.jsonl").read_bytes()
+    assert info.value.errno == errno.EIO
+    with pytest.raises(OSError) as info:
+        (t / "0" / "by-offset" / "4").read_bytes()
+    assert info.value.errno == errno.EIO
+    assert (t / "1" / "bodies.txt").read_bytes().count(b"\n") == 10
+    status = json.loads((m.mnt / "status.json").read_text())
+    assert [(q["topic"], q["queueId"]) for q in status["damagedQueues"]] == [("T", 0)]
+    assert f"offset {off}" in status["damagedQueues"][0]["error"]
+    m.umount()
+    log = m.log.read_text()
+    assert "Traceback" not in log and log.count("queue T/0 damaged") == 1, log
+
+
 @pytest.fixture
 def small_disk():
     """A 4 MiB tmpfs (root only)."""

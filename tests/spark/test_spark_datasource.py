@@ -368,3 +368,25 @@ def test_the_shipped_code_is_gone_when_the_session_stops(tmp_path):
     left = [p for p in tmp_path.rglob("*") if p.name.startswith("rmqfs-pyfiles-")
             or p.suffix == ".zip"]
     assert left == []
+
+
+@pytest.mark.spark
+def test_a_damaged_record_fails_the_query_with_data_loss(spark, tmp_path, small_config):
+    """Issue 15 item 5a: a record whose body fails its BODYCRC is never a row: the query
+    fails with DataLossError naming the queue and the offset (failOnDataLoss=false too); the
+    other queue reads."""
+    from stores import flip_body_byte
+    root = tmp_path / "store"
+    with MessageStore(str(root), small_config) as s:
+        s.create_topic("C", queue_nums=2)
+        s.put_messages([Message("C", b"c%d" % i, queue_id=i % 2) for i in range(40)])
+    off = flip_body_byte(root, "C", 0, 7, small_config)
+    D.register(spark)
+    for fail in ("true", "false"):
+        with pytest.raises(Exception, match="DataLossError") as info:
+            (spark.read.format("rocketmq").option("failOnDataLoss", fail)
+             .load(str(root)).collect())
+        assert f"offset {off}" in str(info.value) and "C/0" in str(info.value)
+    ok = spark.read.format("rocketmq").option("queues", '{"C": [1]}').load(str(root))
+    assert sorted(bytes(r.body) for r in ok.collect()) == sorted(b"c%d" % i
+                                                                 for i in range(1, 40, 2))

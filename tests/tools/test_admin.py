@@ -295,3 +295,23 @@ def test_produce_stops_at_an_oversized_line(tmp_path):
         assert [rec.body for q in s.queue_ids("T") for _, rec in s.iter_queue("T", q)] == [b"a"]
 
 
+
+
+def test_print_and_query_never_show_a_damaged_record(tmp_path, conf):
+    """Issue 15 item 5a: a body that fails its BODYCRC is never printed: print-msg prints the
+    messages before it and fails naming the offset; every query-msg mode that finds it fails."""
+    from stores import flip_body_byte
+    root = tmp_path / "store"
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"line %d" % i, keys=f"key{i}") for i in range(6)])
+        msg_id = s.get_message("T", 0, 3).msg_id
+    off = flip_body_byte(root, "T", 0, 3, _cfg())
+    p = run_rmqfs("print-msg", root, "-t", "T", "--json", "--config", conf, check=False)
+    assert p.returncode == 1 and f"body CRC mismatch (at offset {off})" in p.stderr
+    assert [json.loads(x)["body"] for x in p.stdout.splitlines()] == ["line 0", "line 1",
+                                                                      "line 2"]
+    for args in (["-i", msg_id], ["-t", "T", "-k", "key3"], ["-t", "T", "-q", "0", "-o", "3"]):
+        r = run_rmqfs("query-msg", root, *args, "--config", conf, check=False)
+        assert r.returncode == 1 and f"offset {off}" in r.stderr, (args, r.stdout, r.stderr)
+        assert "line" not in r.stdout

@@ -349,6 +349,66 @@ def test_recover_writes_a_checkpoint_that_vouches_for_the_data(store, conf):
     assert not (root / "abort").exists()
 
 
+def _flip_bit(data, bit_from_msb: int, value_at: int = 0) -> None:
+    """Flip one bit of the long at ``value_at`` so that its value grows (or, for the sign
+    bit, turns negative): a clear bit is set; a set one is left and the next clear one set."""
+    v = int.from_bytes(data[value_at:value_at + 8], "big")
+    bit = 63 - bit_from_msb
+    while v >> bit & 1:
+        bit -= 1
+    data[value_at:value_at + 8] = (v | 1 << bit).to_bytes(8, "big")
+
+
+@pytest.mark.parametrize("case", ["sign", "byte 2", "logics byte 1", "index byte 3",
+                                  "byte 4", "zeroed byte 2"])
+def test_a_checkpoint_with_flipped_bytes_is_damaged_and_recover_rewrites_it(store, conf, case):
+    """Issue 15 item 5c: the checkpoint has no CRC; a flipped bit makes a timestamp negative,
+    years in the future or days after the last record (byte 4: at least 2^24 ms, 4.7 hours):
+    verify reports an error (recovery would trust it). A byte cleared makes it years older:
+    a warning (recovery only scans more). recover rewrites it from the CommitLog's last
+    record either way, and verify is OK again."""
+    from engine.checkpoint import StoreCheckpoint
+    root, res = store
+    path = root / "checkpoint"
+    data = bytearray(path.read_bytes())
+    error = True
+    if case == "sign":
+        data[0] |= 0x80
+    elif case == "zeroed byte 2":
+        data[2], error = 0, False
+    else:
+        field, byte = {"byte 2": (0, 2), "logics byte 1": (8, 1), "index byte 3": (16, 3),
+                       "byte 4": (0, 4)}[case]
+        _flip_bit(data, 8 * byte, field)
+    path.write_bytes(bytes(data))
+    r = _verify(root, conf, rc=1 if error else 0)
+    level = "ERROR  " if error else "WARNING"
+    assert f"{level} checkpoint: " in r.stdout and "damaged" in r.stdout, r.stdout
+    out = run_rmqfs("recover", root, "--config", conf).stdout
+    assert "OK: no errors, 0 warnings" in _verify(root, conf).stdout, out
+    cp = StoreCheckpoint.read(str(path))
+    assert cp.physic_msg_timestamp == cp.logics_msg_timestamp == res[-1].store_timestamp
+    assert 0 < cp.index_msg_timestamp <= res[-1].store_timestamp
+
+
+def test_checkpoint_plausibility_rules():
+    from engine.checkpoint import FUTURE_MARGIN_MS, StoreCheckpoint
+    now, first, last = 1_700_000_000_000, 1_600_000_000_000, 1_650_000_000_000
+    ok = StoreCheckpoint(last, last, last - 5)
+    assert ok.problems(first, last, now) == []
+    assert StoreCheckpoint().problems(first, last, now) == []  # nothing flushed yet
+    assert StoreCheckpoint(last + 10).problems(first, last, now) == []  # within a second
+    assert [s for s, _ in StoreCheckpoint(last + 5000).problems(first, last, now)] == ["error"]
+    assert StoreCheckpoint(last + 5000).problems(first, last, now, live=True) == []
+    assert [s for s, _ in StoreCheckpoint(-1).problems(first, last, now)] == ["error"]
+    far = StoreCheckpoint(0, 0, now + 2 * FUTURE_MARGIN_MS)
+    assert [s for s, _ in far.problems(0, 0, now)] == ["error"]  # no record: the clock
+    old = StoreCheckpoint(first - 3 * FUTURE_MARGIN_MS)
+    assert [s for s, _ in old.problems(first, last, now)] == ["warning"]
+    assert [s for s, _ in StoreCheckpoint(confirm_phy_offset=-5).problems(first, last, now)] \
+        == ["error"]
+
+
 def test_cut_single_segment_with_broker_conf(store, conf, tmp_path):
     """One CommitLog file: only a broker.conf tells its real size; recover restores it."""
     root = tmp_path / "one"
@@ -546,3 +606,35 @@ def test_verify_and_the_store_share_the_deliver_time_rule(tmp_path):
     delay3 = _cfg().delay_level_table()[3]
     assert [u[2] for u in units] == [tags_code("TagA"), tags_code("TagA"),
                                      res[2].store_timestamp + delay3]
+
+
+@pytest.mark.parametrize("entry", ["symlink", "fifo"])
+def test_verify_advice_matches_what_recover_does_for_links_and_special_files(store, conf,
+                                                                             tmp_path, entry):
+    """Issue 15 item 5d: verify told the user to run recover, which refuses a store holding
+    a link or a special file. verify now says what to do by hand instead, and recover refuses
+    as before (changing nothing)."""
+    root, _ = store
+    if entry == "symlink":
+        (tmp_path / "elsewhere").write_text("x")
+        os.symlink(tmp_path / "elsewhere", root / "config" / "extra.json")
+    else:
+        os.mkfifo(root / "consumequeue" / "pipe")
+    r = _verify(root, conf, rc=1)
+    assert "recover repairs" not in r.stdout, r.stdout
+    assert "BY HAND: " in r.stdout and "rmqfs recover refuses" in r.stdout
+    assert "replace each link" in r.stdout and "remove FIFOs" in r.stdout
+    js = json.loads(run_rmqfs("verify", root, "--config", conf, "--json", check=False).stdout)
+    assert js["byHand"] and "rmqfs recover refuses" in js["byHand"][0]
+    rec = run_rmqfs("recover", root, "--config", conf, check=False)
+    assert rec.returncode != 0 and ("extra.json" in rec.stderr or "pipe" in rec.stderr)
+
+
+def test_verify_advice_for_a_commitlog_gap_is_by_hand(store, conf):
+    """A CommitLog file missing between others: recover refuses, verify says so."""
+    root, _ = store
+    os.unlink(_seg_path(root, SEG))
+    r = _verify(root, conf, rc=1)
+    assert "recover repairs" not in r.stdout and "BY HAND: a CommitLog file is missing" \
+        in r.stdout, r.stdout
+    assert run_rmqfs("recover", root, "--config", conf, check=False).returncode != 0

@@ -1,0 +1,116 @@
+"""Issue 15 item 5: damage is neither served nor forgotten, through the tree (no kernel).
+
+A record whose body does not match its BODYCRC (one flipped body bit: every other check
+passes) is never served by any read path of the mount: the JSON views (topic and queue
+``messages.jsonl``/``bodies.txt``, ``pending.jsonl``), ``view/`` parts and the lookups
+(``by-offset``, ``by-time``, ``keys/``, ``messages/<msgId>``) fail with EIO, status.json's
+``damagedQueues`` names the queue and the offset, the log gets one warning line and no
+traceback, and the other queue reads on."""
+
+import errno
+import json
+import logging
+
+import pytest
+
+from engine.store import Message, MessageStore
+from fstree import small_config, tree
+from stores import flip_body_byte
+
+
+def _store(tmp_path):
+    root = tmp_path / "store"
+    with MessageStore(str(root), small_config()) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"m%d" % i, keys=[f"k{i}"], queue_id=i % 2)
+                        for i in range(20)])
+        s.create_group("g")
+    off = flip_body_byte(root, "T", 0, 0, small_config())  # message m0
+    return root, off
+
+
+def errno_of(fn, *args) -> int:
+    with pytest.raises(Exception) as info:  # FsError, OSError or a StoreError: all carry errno
+        fn(*args)
+    return getattr(info.value, "errno", None)
+
+
+def _damaged(t):
+    return json.loads(t.read("/status.json"))["damagedQueues"]
+
+
+def test_a_topic_view_over_damage_is_eio_and_noted(tmp_path, caplog):
+    """Item 5b: the topic view is the first read to meet the damage: EIO, and status.json
+    names the queue (it stayed [] before), in one warning line, no traceback."""
+    root, off = _store(tmp_path)
+    caplog.set_level(logging.DEBUG)
+    with tree(tmp_path, store_dir=root) as t:
+        assert _damaged(t) == []
+        for path in ("/topics/T/messages.jsonl", "/topics/T/bodies.txt"):
+            assert errno_of(t.read, path) == errno.EIO, path
+        damaged = _damaged(t)
+        assert [(d["topic"], d["queueId"]) for d in damaged] == [("T", 0)]
+        assert f"offset {off}" in damaged[0]["error"] and "CRC" in damaged[0]["error"]
+        assert t.read("/topics/T/1/bodies.txt") == b"".join(b"m%d\n" % i
+                                                             for i in range(1, 20, 2))
+    noted = [r for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(noted) == 1 and noted[0].levelno == logging.WARNING
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_every_read_path_of_the_tree_refuses_a_damaged_record(tmp_path):
+    root, off = _store(tmp_path)
+    with MessageStore(str(root), small_config(), read_only=True) as s:
+        cq = s.consume_queue("T", 0)
+        good = s.get_message("T", 0, 1)
+        ts = s.commitlog.read_message(*cq.unit(0)[:2]).store_timestamp
+        msg_id = s.commitlog.read_message(*cq.unit(0)[:2]).msg_id
+    with tree(tmp_path, store_dir=root) as t:
+        paths = ["/topics/T/0/messages.jsonl", "/topics/T/0/bodies.txt",
+                 "/groups/g/T/0/pending.jsonl", "/topics/T/0/by-offset/0",
+                 f"/topics/T/0/by-time/{ts}", "/topics/T/keys/k0", f"/messages/{msg_id}",
+                 "/view/topic=T/queue=0/part-" + "0" * 20 + ".parquet",
+                 "/topics/T/messages.jsonl"]
+        for path in paths:
+            assert errno_of(t.read, path) == errno.EIO, path
+        damaged = _damaged(t)
+        assert [(d["topic"], d["queueId"]) for d in damaged] == [("T", 0)]
+        assert f"offset {off}" in damaged[0]["error"]
+        # what is not damaged still reads
+        assert json.loads(t.read("/topics/T/0/by-offset/1"))["body"] == "m2" == good.body.decode()
+        assert b"m5" in t.read("/topics/T/keys/k5")
+        assert t.read("/topics/T/1/bodies.txt").count(b"\n") == 10
+        assert t.node("/view/topic=T/queue=1/part-" + "0" * 20 + ".parquet").stat().size > 0
+
+
+def test_a_view_part_is_the_first_to_meet_the_damage(tmp_path):
+    """A view/ part alone notes the damage too (the Spark-over-the-mount path)."""
+    root, off = _store(tmp_path)
+    with tree(tmp_path, store_dir=root) as t:
+        part = "/view/topic=T/queue=0/part-" + "0" * 20 + ".parquet"
+        assert errno_of(t.read, part) == errno.EIO
+        damaged = _damaged(t)
+        assert [(d["topic"], d["queueId"]) for d in damaged] == [("T", 0)]
+        assert f"offset {off}" in damaged[0]["error"]
+
+
+def test_fuse_requests_turn_engine_errors_into_their_errno_without_traceback(caplog):
+    """What reaches pyfuse3 (fusefs/ops.py ``_run``): a CorruptRecordError a node let through
+    answers EIO with no traceback in the log (the store logged the damage once); before, it
+    was logged with log.exception as a bug."""
+    pyfuse3 = pytest.importorskip("pyfuse3")
+    import trio
+    from engine.errors import CorruptRecordError, NoSuchTopicError
+    from fusefs import ops
+
+    def damaged():
+        raise CorruptRecordError("body CRC mismatch", 864)
+
+    def gone():
+        raise NoSuchTopicError("no queue T/9")
+    caplog.set_level(logging.DEBUG)
+    for fn, want in ((damaged, errno.EIO), (gone, errno.ENOENT)):
+        with pytest.raises(pyfuse3.FUSEError) as info:
+            trio.run(ops._run, fn)
+        assert info.value.errno == want
+    assert not [r for r in caplog.records if r.exc_info]
