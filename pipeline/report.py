@@ -535,7 +535,7 @@ def run(spark: "SparkSession", mounts: list[Mount], out_dir: str, top: int = DEF
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``rmqfs report MNT [MNT...] [--out DIR] [--master URL] [--top N]``.
+    """``rmqfs report MNT [MNT...] [--out DIR] [--master URL] [--top N] [--series N]``.
 
     Exit codes: 0 report written; 1 a MNT is not an rmqfs mount, pyspark is missing, or Spark
     cannot start; 2 bad command line. An active SparkSession (a test fixture) is reused and left
