@@ -16,7 +16,9 @@ directories give partition pruning. The first read of a part renders it (in the 
 worker processes); later reads come from the render cache and the page cache.
 
 Output (``--out``, default ``./report``): for each table ``<name>.parquet`` and ``<name>.csv``;
-``messages_per_minute.png`` and ``lag_per_group.png``; and a summary on stdout. The tables:
+``messages_per_minute.png`` and ``lag_per_group.png`` (``pipeline/charts.py``); ``report.html``
+(``pipeline/htmlreport.py``: summary, charts and tables in one self-contained file); and a
+summary on stdout. The tables:
 
 ``per_queue_tag``
     brokerName, topic, queue, tags: messages, bytes (sum of storeSize, whole CommitLog records),
@@ -28,7 +30,11 @@ Output (``--out``, default ``./report``): for each table ``<name>.parquet`` and 
 ``body_size_histogram``
     brokerName, topic, bucket (upper bound in bytes, powers of 2): messages.
 ``store_latency``
-    brokerName, topic: p50/p95/p99/max of storeTimestamp - bornTimestamp (ms).
+    brokerName, topic: measurable, messages (with a bornTimestamp), p50/p95/p99/max of
+    storeTimestamp - bornTimestamp (ms), note. ``measurable`` is false, the percentiles null
+    and ``note`` says why, when no message of the topic has a bornTimestamp or every one equals
+    its storeTimestamp (messages produced through the mount are stamped once): 0/0/0 would
+    read as "stored instantly", not "unknown".
 ``consumer_lag``
     brokerName, group, topic, queueId: brokerOffset, consumerOffset, lag, lastTimestamp.
 ``top_keys``
@@ -42,7 +48,6 @@ mounts at the same paths.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import sys
@@ -59,17 +64,23 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the spa
 from engine.schema import DATASOURCE_DDL
 
 __all__ = ["build_session", "Mount", "read_view", "read_lag", "compute_report", "write_report",
-           "write_charts", "summary", "main"]
+           "write_charts", "summary", "main", "HTML", "CHARTS", "TABLES"]
 
 DEFAULT_APP_NAME = "rmqfs-report"
 DEFAULT_OUT = "report"
 DEFAULT_TOP = 20
+DEFAULT_SERIES = 8  # topics drawn on their own in a chart; the rest are summed as "other"
 _MINUTE_MS = 60_000
 TABLES = ("per_queue_tag", "per_minute", "body_size", "body_size_histogram", "store_latency",
           "consumer_lag", "top_keys")
 LAG_DDL = ("brokerName STRING, group STRING, topic STRING, queueId INT, brokerOffset BIGINT, "
            "consumerOffset BIGINT, lag BIGINT, lastTimestamp BIGINT")
 CHARTS = ("messages_per_minute.png", "lag_per_group.png")
+HTML = "report.html"
+#: ``store_latency.note`` where a topic's latency cannot be measured
+LATENCY_BORN_IS_STORE = ("not measurable: bornTimestamp equals storeTimestamp for every "
+                         "message (stamped once, as when produced through the mount)")
+LATENCY_NO_BORN = "not measurable: no message has a bornTimestamp"
 
 
 # --------------------------------------------------------------------------- session
@@ -229,7 +240,7 @@ def compute_report(spark: "SparkSession", messages: "DataFrame", lag_rows: list[
     slim = messages.select(
         "brokerName", "topic", "queue", "tags", "storeSize", "keys",
         F.length("body").alias("bodySize"),
-        (ts - F.col("bornTimestamp")).alias("latency"),
+        F.when(F.col("bornTimestamp") > 0, ts - F.col("bornTimestamp")).alias("latency"),
         (ts - F.pmod(ts, F.lit(_MINUTE_MS))).alias("minuteMs"), ts.alias("storeTimestamp"),
     ).persist()
     lo, hi = slim.agg(F.min(ts), F.max(ts)).first()
@@ -270,11 +281,21 @@ def compute_report(spark: "SparkSession", messages: "DataFrame", lag_rows: list[
         .agg(F.count(F.lit(1)).alias("messages"))
         .orderBy("brokerName", "topic", "bucket")
     )
+    # Latency is measurable for a topic when some message has a bornTimestamp (> 0) that
+    # differs from its storeTimestamp: messages produced through the mount are stamped once
+    # (born == store), so 0/0/0 there would read as "instant", not "unknown".
+    measurable = F.col("measured") > 0
     latency = (
         slim.groupBy("brokerName", "topic")
-        .agg(F.percentile("latency", q).alias("p"), F.max("latency").alias("max"))
-        .select("brokerName", "topic", F.col("p")[0].alias("p50"), F.col("p")[1].alias("p95"),
-                F.col("p")[2].alias("p99"), "max")
+        .agg(F.count("latency").alias("messages"),
+             F.count(F.when(F.col("latency") != 0, True)).alias("measured"),
+             F.percentile("latency", q).alias("p"), F.max("latency").alias("max_"))
+        .select("brokerName", "topic", measurable.alias("measurable"), "messages",
+                *[F.when(measurable, F.col("p")[i]).alias(n)
+                  for i, n in enumerate(("p50", "p95", "p99"))],
+                F.when(measurable, F.col("max_")).alias("max"),
+                F.when(F.col("messages") == 0, F.lit(LATENCY_NO_BORN))
+                .when(~measurable, F.lit(LATENCY_BORN_IS_STORE)).alias("note"))
         .orderBy("brokerName", "topic")
     )
     top_keys = (
@@ -357,69 +378,38 @@ def chart_bucket(span_ms: int) -> tuple[int, str]:
     return CHART_BUCKETS[-1]
 
 
-def write_charts(tables: dict, out_dir: str) -> list[str]:
-    """``messages_per_minute.png``: messages over storeTimestamp, a line per broker/topic, per
-    bucket of ``tables["_bucket_ms"]`` (:func:`chart_bucket`; per minute when ``tables`` has no
-    ``"_timeline"``); and ``lag_per_group.png`` (a bar per broker/group, stacked by topic).
-    Drawn with matplotlib's Agg backend. Returns the paths.
+def write_charts(tables: dict, out_dir: str, series: int = DEFAULT_SERIES) -> list[str]:
+    """``messages_per_minute.png``: messages over storeTimestamp, one panel per broker, a
+    stacked bar per bucket of ``tables["_bucket_ms"]`` (:func:`chart_bucket`; per minute when
+    ``tables`` has no ``"_timeline"``), the ``series`` topics with most messages and the rest
+    as ``other (N topics)`` (:func:`pipeline.charts.plot_timeline`); and
+    ``lag_per_group.png`` (a bar per broker/group, stacked by topic). Drawn with matplotlib's
+    Agg backend. Returns the paths.
     """
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
+    from pipeline import charts
+
     os.makedirs(out_dir, exist_ok=True)
-    paths = []
     if "_timeline" in tables:
         tl, bucket_ms = tables["_timeline"], tables["_bucket_ms"]
     else:
-        tl, bucket_ms = tables["per_minute"].rename(columns={"minute": "time"}), _MINUTE_MS
+        pm = tables["per_minute"]
+        tl = pm.assign(bucketMs=pm["minute"].map(lambda t: int(t.timestamp() * 1000))
+                       .astype("int64"))
+        bucket_ms = _MINUTE_MS
     unit = next((name for ms, name in CHART_BUCKETS if ms == bucket_ms), f"{bucket_ms} ms")
-    fig, ax = plt.subplots(figsize=(10, 5))
-    multi = tl["brokerName"].nunique() > 1 if len(tl) else False
-    for (broker, topic), g in tl.groupby(["brokerName", "topic"], sort=True):
-        label = f"{broker}/{topic}" if multi else topic
-        ax.plot(g["time"], g["messages"], marker="o" if len(g) < 60 else None, label=label)
-    ax.set_title(f"Messages per {unit} (storeTimestamp, UTC)")
-    ax.set_xlabel("storeTimestamp (UTC)")
-    ax.set_ylabel(f"messages per {unit}")
-    if len(tl):
-        ax.legend(fontsize="small", loc="best")
-        lo, hi = tl["time"].min(), tl["time"].max()
-        pad = max((hi - lo) * 0.05, _dt.timedelta(milliseconds=bucket_ms))
-        ax.set_xlim(lo - pad, hi + pad)
-        ax.set_ylim(bottom=0)
-        locator = mdates.AutoDateLocator(tz=_dt.timezone.utc, minticks=3, maxticks=10)
-        ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=_dt.timezone.utc))
-    else:
-        ax.text(0.5, 0.5, "no messages", ha="center", va="center", transform=ax.transAxes)
-    path = os.path.join(out_dir, CHARTS[0])
-    fig.savefig(path + ".tmp.png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(path + ".tmp.png", path)
-    paths.append(path)
-
-    lag = tables["consumer_lag"]
-    fig, ax = plt.subplots(figsize=(10, 5))
-    if len(lag):
-        multi = lag["brokerName"].nunique() > 1
-        lag = lag.assign(who=lag["brokerName"] + "/" + lag["group"] if multi else lag["group"])
-        pivot = lag.pivot_table(index="who", columns="topic", values="lag", aggfunc="sum",
-                                fill_value=0)
-        pivot.plot(kind="barh", stacked=True, ax=ax)
-        ax.set_xlabel("lag (messages: brokerOffset - consumerOffset)")
-        ax.set_ylabel("consumer group")
-        ax.legend(fontsize="small", title="topic")
-    else:
-        ax.text(0.5, 0.5, "no consumer groups", ha="center", va="center",
-                transform=ax.transAxes)
-    ax.set_title("Consumer lag per group")
-    path = os.path.join(out_dir, CHARTS[1])
-    fig.savefig(path + ".tmp.png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(path + ".tmp.png", path)
-    paths.append(path)
+    figures = [charts.plot_timeline(tl, bucket_ms, unit, series),
+               charts.plot_lag(tables["consumer_lag"], series)]
+    paths = []
+    for fig, name in zip(figures, CHARTS):
+        path = os.path.join(out_dir, name)
+        fig.savefig(path + ".tmp.png", dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        os.replace(path + ".tmp.png", path)
+        paths.append(path)
     return paths
 
 
@@ -429,6 +419,17 @@ def _human(n: float) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+LATENCY_NOTE = ("storeTimestamp - bornTimestamp needs a bornTimestamp set by the producer: "
+                "messages produced through the mount have bornTimestamp == storeTimestamp.")
+
+
+def _latency_cell(la) -> str:
+    """p50/p95/p99 of a ``store_latency`` row, or ``n/a`` when it is not measurable."""
+    if not la.measurable:
+        return "n/a"
+    return f"{la.p50:.0f}/{la.p95:.0f}/{la.p99:.0f}"
 
 
 def summary(tables: dict, mounts: list[Mount]) -> str:
@@ -460,7 +461,9 @@ def summary(tables: dict, mounts: list[Mount]) -> str:
                 f"{r.brokerName[:12]:<12} {r.topic[:24]:<24} {r.messages:>10,} "
                 f"{_human(r.bytes):>11} {r.queues:>6} {r.tags:>4} "
                 f"{f'{bo.p50:.0f}/{bo.p99:.0f} B':>14} "
-                f"{f'{la.p50:.0f}/{la.p95:.0f}/{la.p99:.0f}':>24}")
+                f"{_latency_cell(la):>24}")
+        if not tables["store_latency"]["measurable"].all():
+            lines.append(f"latency n/a: not measurable. {LATENCY_NOTE}")
     lag = tables["consumer_lag"]
     lines.append("")
     if len(lag):
@@ -488,17 +491,21 @@ def _parser() -> argparse.ArgumentParser:
                      "consumer lag; top keys. Reads MNT/view/ and MNT/groups/*/progress.json."))
     p.add_argument("mounts", nargs="+", metavar="MNT", help="rmqfs mount point")
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                   help="where the Parquet/CSV tables and PNG charts go (default: ./report)")
+                   help="where the Parquet/CSV tables, PNG charts and report.html go "
+                        "(default: ./report)")
     p.add_argument("--master", default=None, metavar="URL",
                    help="Spark master URL (default: local[*]); executors need the mounts "
                         "at the same paths")
     p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
                    help=f"rows of top_keys (default: {DEFAULT_TOP})")
+    p.add_argument("--series", type=int, default=DEFAULT_SERIES, metavar="N",
+                   help=f"topics drawn on their own in a chart, the rest summed as "
+                        f"'other' (default: {DEFAULT_SERIES})")
     return p
 
 
 def run(spark: "SparkSession", mounts: list[Mount], out_dir: str, top: int = DEFAULT_TOP,
-        file=None) -> dict:
+        file=None, series: int = DEFAULT_SERIES) -> dict:
     """Run the report on ``mounts`` with ``spark``; write everything under ``out_dir`` and
     print the summary to ``file`` (default stdout). Returns the pandas tables."""
     file = file or sys.stdout
@@ -513,17 +520,22 @@ def run(spark: "SparkSession", mounts: list[Mount], out_dir: str, top: int = DEF
     finally:
         report["_cached"].unpersist()
     written = write_report(tables, out_dir)
-    charts = write_charts(tables, out_dir)
-    print(summary(tables, mounts), file=file)
+    charts = write_charts(tables, out_dir, series)
+    text = summary(tables, mounts)
+    from pipeline import htmlreport
+    page = htmlreport.write(tables, list(TABLES), text, charts, out_dir, HTML,
+                            "rmqfs report: " + ", ".join(m.broker_name for m in mounts))
+    print(text, file=file)
     print(f"\ntables: {out_dir}/{{{','.join(TABLES)}}}.{{parquet,csv}} "
           f"({len(written) * 2} files)", file=file)
     print("charts: " + "  ".join(charts), file=file)
+    print(f"html:   {page} (summary, charts and tables in one file)", file=file)
     file.flush()
     return tables
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``rmqfs report MNT [MNT...] [--out DIR] [--master URL] [--top N]``.
+    """``rmqfs report MNT [MNT...] [--out DIR] [--master URL] [--top N] [--series N]``.
 
     Exit codes: 0 report written; 1 a MNT is not an rmqfs mount, pyspark is missing, or Spark
     cannot start; 2 bad command line. An active SparkSession (a test fixture) is reused and left
@@ -560,7 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     try:
-        run(spark, mounts, os.path.abspath(args.out), args.top)
+        run(spark, mounts, os.path.abspath(args.out), args.top, series=args.series)
     finally:
         if owns_session:
             spark.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -54,6 +55,16 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
         assert str(out / png) in printed
+    page = (out / report.HTML).read_text(encoding="utf-8")
+    assert f"html:   {out / report.HTML}" in printed
+    # one self-contained file: the charts as data: URIs, nothing else loaded or linked
+    assert page.count('src="data:image/png;base64,') == len(report.CHARTS)
+    assert all(s.startswith(("data:", "#"))
+               for s in re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page))
+    assert "http://" not in page and "https://" not in page
+    for name in report.TABLES:
+        assert f'<h2 id="{name}">{name}</h2>' in page
+    assert "%RETRY%sshd" in page and "broker-a" in page and "consumer lag" in page
     for name in report.TABLES:
         assert (out / f"{name}.csv").stat().st_size > 0
         assert (out / f"{name}.parquet").stat().st_size > 0
@@ -81,10 +92,15 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
     assert h["messages"].sum() == len(hdfs)
     assert (h["bucket"] & (h["bucket"] - 1) == 0).all()  # powers of two
 
+    # produced through the mount: bornTimestamp == storeTimestamp, so latency is unknown,
+    # said so in the table, the summary and the HTML, not 0/0/0
     lat = pd.read_parquet(out / "store_latency.parquet")
     assert set(lat.topic) == {"HDFS", "Zookeeper", "%RETRY%sshd"}
-    assert ((lat.p50 <= lat.p95) & (lat.p95 <= lat.p99) & (lat.p99 <= lat["max"])).all()
-    assert (lat.p50 >= 0).all()
+    assert not lat.measurable.any() and lat[["p50", "p95", "p99", "max"]].isna().all().all()
+    assert (lat.note == report.LATENCY_BORN_IS_STORE).all()
+    assert "not measurable" in pd.read_csv(out / "store_latency.csv").note[0]
+    assert "latency n/a: not measurable" in printed and " 0/0/0" not in printed
+    assert "Latency is not measurable for 3 of 3 topic(s)" in page
 
     lag = pd.read_parquet(out / "consumer_lag.parquet")
     row = lag[(lag.group == "g1") & (lag.topic == "HDFS") & (lag.queueId == 0)].iloc[0]
@@ -99,6 +115,53 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
     assert "broker-a, broker-b" in printed and "consumer lag" in printed
     a.umount()
     b.umount()
+
+
+def messages_frame(spark, rows):
+    """A ``read_view``-shaped DataFrame of ``rows`` (brokerName, topic, born, store)."""
+    from engine.schema import DATASOURCE_DDL
+    data = [{"queueId": 0, "queueOffset": i, "storeSize": 100, "tags": None, "keys": [],
+             "bornTimestamp": born, "storeTimestamp": store, "body": b"x" * 10,
+             "topic": topic, "queue": 0, "brokerName": broker}
+            for i, (broker, topic, born, store) in enumerate(rows)]
+    return spark.createDataFrame(data, DATASOURCE_DDL + ", brokerName STRING")
+
+
+@pytest.mark.spark
+def test_store_latency_says_when_it_cannot_be_measured(spark):
+    t = 1_700_000_000_000
+    rows = ([("b", "clients", t + i, t + i + d) for i, d in enumerate([0, 2, 4, 6, 100])]
+            + [("b", "mounted", t + i, t + i) for i in range(5)]       # born == store
+            + [("b", "noborn", None, t), ("b", "noborn", 0, t + 1)]    # no bornTimestamp
+            + [("c", "mounted", t, t + 3)])                           # another broker: set
+    r = report.compute_report(spark, messages_frame(spark, rows), [])
+    try:
+        tables = report.collect(r)
+    finally:
+        r["_cached"].unpersist()
+    lat = tables["store_latency"].set_index(["brokerName", "topic"])
+    clients = lat.loc[("b", "clients")]
+    assert clients.measurable and clients.messages == 5 and pd.isna(clients.note)
+    assert (clients.p50, clients["max"]) == (4, 100)
+    mounted = lat.loc[("b", "mounted")]
+    assert not mounted.measurable and mounted.messages == 5
+    assert mounted[["p50", "p95", "p99", "max"]].isna().all()
+    assert mounted.note == report.LATENCY_BORN_IS_STORE
+    noborn = lat.loc[("b", "noborn")]
+    assert not noborn.measurable and noborn.messages == 0
+    assert noborn.note == report.LATENCY_NO_BORN
+    assert lat.loc[("c", "mounted")].measurable and lat.loc[("c", "mounted")].p99 == 3
+
+    class M:
+        broker_name = "b"
+    text = report.summary(tables, [M()])
+    line = {tuple(ln.split()[:2]): ln.rstrip() for ln in text.splitlines()
+            if ln.startswith(("b ", "c "))}
+    assert line[("b", "clients")].endswith(
+        f" {clients.p50:.0f}/{clients.p95:.0f}/{clients.p99:.0f}")
+    assert line[("b", "mounted")].endswith(" n/a") and line[("b", "noborn")].endswith(" n/a")
+    assert line[("c", "mounted")].endswith(" 3/3/3")
+    assert "latency n/a: not measurable" in text
 
 
 def test_not_a_mount_is_a_clear_error(tmp_path, capsys):

@@ -1,0 +1,196 @@
+"""The report's charts, from its small pandas tables (no Spark here: tests run without it).
+
+``messages_per_minute.png``: messages over storeTimestamp, one panel per broker, a stacked bar
+per time bucket. A busy store has more topics than a chart has distinguishable colours, so each
+panel shows its ``top`` topics by messages and sums the rest into one ``other (N topics)``
+series (:func:`timeline_series`). Why stacked bars: an empty bucket has no bar, so an idle
+period shows as a gap (a line would join the buckets either side and draw it as a slow
+decline); two topics with identical counts are two segments of one bar, not one line drawn
+over the other; and the bar's height is the broker's total. Every series shown has its own
+colour; ``other`` is grey.
+
+``lag_per_group.png``: a bar per broker/group, stacked by topic (the same top-N and ``other``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import pandas as pd
+
+DEFAULT_TOP_SERIES = 8
+OTHER_COLOUR = "#7f7f7f"  # tab10's grey: kept for "other", never given to a topic
+
+
+def other_label(n: int) -> str:
+    return f"other ({n} topic{'s' if n != 1 else ''})"
+
+
+def top_topics(totals: pd.Series, top: int) -> tuple[list[str], list[str]]:
+    """``(shown, rest)``: the ``top`` keys of ``totals`` (messages per topic) by value, ties by
+    name, and the others (sorted by name). When only one would be left over, it is shown
+    itself: an "other (1 topics)" series hides a name for nothing."""
+    order = sorted(totals.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    names = [str(k) for k, _ in order]
+    if len(names) <= top + 1:
+        return names, []
+    return names[:top], sorted(names[top:])
+
+
+def timeline_series(tl: pd.DataFrame, bucket_ms: int,
+                    top: int = DEFAULT_TOP_SERIES) -> dict[str, pd.DataFrame]:
+    """The messages-over-time chart's data, one wide frame per broker.
+
+    ``tl`` has ``brokerName, topic, bucketMs`` (epoch ms, start of a bucket of ``bucket_ms``)
+    and ``messages``. Returns ``{brokerName: frame}`` (brokers sorted). Each frame's index is
+    every bucket start (UTC ``DatetimeIndex``) from the first to the last bucket of any broker,
+    empty buckets included, so the panels share one time axis; its columns are the broker's
+    top ``top`` topics by messages (most first, ties by name) and, when more topics are left,
+    ``other (N topics)`` with their sum. A bucket where a series has no message is NaN, not 0
+    and not interpolated (the chart leaves it empty).
+    """
+    if not len(tl):
+        return {}
+    lo, hi = int(tl["bucketMs"].min()), int(tl["bucketMs"].max())
+    index = pd.to_datetime(range(lo, hi + bucket_ms, bucket_ms), unit="ms", utc=True)
+    out = {}
+    for broker, g in tl.groupby("brokerName", sort=True):
+        wide = g.pivot_table(index="bucketMs", columns="topic", values="messages",
+                             aggfunc="sum")
+        shown, rest = top_topics(wide.sum(), top)
+        frame = wide[shown].copy() if shown else pd.DataFrame(index=wide.index)
+        frame.columns = [str(c) for c in frame.columns]
+        if rest:
+            # min_count=1: a bucket where none of the rest has a message stays NaN
+            frame[other_label(len(rest))] = wide[rest].sum(axis=1, min_count=1)
+        frame.index = pd.to_datetime(frame.index, unit="ms", utc=True)
+        out[str(broker)] = frame.reindex(index)
+    return out
+
+
+def _palette() -> list:
+    import matplotlib
+
+    tab10 = [c for c in matplotlib.colormaps["tab10"].colors
+             if matplotlib.colors.to_hex(c) != OTHER_COLOUR]
+    light = [c for i, c in enumerate(matplotlib.colormaps["tab20"].colors)
+             if i % 2 and matplotlib.colors.to_hex(c) != "#c7c7c7"]
+    return tab10 + light
+
+
+def series_styles(names: list[str]) -> list[tuple]:
+    """``(colour, hatch)`` per series name: :func:`series_colours`, and a hatch from the
+    first topic whose colour repeats one shown before (more than 18 topics shown)."""
+    n = len(_palette())
+    out, i = [], 0
+    for name, colour in zip(names, series_colours(names)):
+        if name.startswith("other ("):
+            out.append((colour, None))
+        else:
+            hatch = ("//", "..", "xx", "\\\\")[(i // n - 1) % 4] if i >= n else None
+            out.append((colour, hatch))
+            i += 1
+    return out
+
+
+def series_colours(names: list[str]) -> list:
+    """A distinct colour for each series name: tab10 without its grey (9), then tab20's light
+    shades without grey (9 more); the ``other (...)`` series is grey. Past 18 topics colours
+    repeat (:func:`series_styles` then adds hatches)."""
+    palette = _palette()
+    out, i = [], 0
+    for name in names:
+        if name.startswith("other ("):
+            out.append(OTHER_COLOUR)
+        else:
+            out.append(palette[i % len(palette)])
+            i += 1
+    return out
+
+
+def _time_axis(ax, lo, hi, bucket_ms: int) -> None:
+    import matplotlib.dates as mdates
+
+    pad = max((hi - lo) * 0.03, _dt.timedelta(milliseconds=bucket_ms))
+    ax.set_xlim(lo - pad, hi + pad + _dt.timedelta(milliseconds=bucket_ms))
+    locator = mdates.AutoDateLocator(tz=_dt.timezone.utc, minticks=3, maxticks=10)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=_dt.timezone.utc))
+
+
+def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str,
+                  top: int = DEFAULT_TOP_SERIES):
+    """The messages-over-time figure: one panel (axes) per broker of ``tl``, one when ``tl`` is
+    empty. Returns the matplotlib Figure (Agg; the caller saves and closes it)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = timeline_series(tl, bucket_ms, top)
+    n = max(len(panels), 1)
+    fig, axes = plt.subplots(n, 1, figsize=(11, 1.2 + 3.0 * n), sharex=True, squeeze=False)
+    axes = axes[:, 0]
+    if not panels:
+        axes[0].text(0.5, 0.5, "no messages", ha="center", va="center",
+                     transform=axes[0].transAxes)
+        axes[0].set_title(f"Messages per {unit} (storeTimestamp, UTC)")
+        return fig
+    width = bucket_ms / 86_400_000  # matplotlib's date unit is the day
+    for ax, (broker, frame) in zip(axes, panels.items()):
+        names = list(frame.columns)
+        bottom = pd.Series(0.0, index=frame.index)
+        for name, (colour, hatch) in zip(names, series_styles(names)):
+            values = frame[name]
+            ax.bar(frame.index, values.fillna(0), width=width, bottom=bottom, align="edge",
+                   color=colour, hatch=hatch, edgecolor=colour if hatch is None else "white",
+                   linewidth=0, label=f"{name} ({int(values.sum()):,})")
+            bottom = bottom + values.fillna(0)
+        topics = int(tl[tl["brokerName"] == broker]["topic"].nunique())
+        ax.set_title(f"{broker}: messages per {unit}, {topics} topic"
+                     f"{'s' if topics != 1 else ''} (storeTimestamp, UTC)", fontsize="medium")
+        ax.set_ylabel(f"messages / {unit}")
+        ax.set_ylim(bottom=0)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  title="topic (messages)", title_fontsize="small", frameon=False)
+    first = panels[next(iter(panels))].index
+    _time_axis(axes[-1], first.min(), first.max(), bucket_ms)
+    axes[-1].set_xlabel("storeTimestamp (UTC); an empty stretch had no messages")
+    fig.tight_layout()
+    return fig
+
+
+def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
+    """Consumer lag: a horizontal bar per broker/group, stacked by topic (the ``top`` topics by
+    lag, the rest as ``other (N topics)``). Returns the Figure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not len(lag):
+        fig, ax = plt.subplots(figsize=(10, 3))
+        ax.text(0.5, 0.5, "no consumer groups", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_title("Consumer lag per group")
+        return fig
+    multi = lag["brokerName"].nunique() > 1
+    lag = lag.assign(who=lag["brokerName"] + "/" + lag["group"] if multi else lag["group"])
+    pivot = lag.pivot_table(index="who", columns="topic", values="lag", aggfunc="sum",
+                            fill_value=0)
+    shown, rest = top_topics(pivot.sum(), top)
+    wide = pivot[shown].copy()
+    if rest:
+        wide[other_label(len(rest))] = pivot[rest].sum(axis=1)
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.45 * len(wide)))
+    left = pd.Series(0.0, index=wide.index)
+    for name, colour in zip(wide.columns, series_colours([str(c) for c in wide.columns])):
+        ax.barh(wide.index, wide[name], left=left, color=colour, label=str(name))
+        left = left + wide[name]
+    ax.invert_yaxis()
+    ax.set_xlabel("lag (messages: brokerOffset - consumerOffset)")
+    ax.set_ylabel("consumer group")
+    ax.legend(fontsize="small", title="topic", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              frameon=False)
+    ax.set_title("Consumer lag per group")
+    fig.tight_layout()
+    return fig
