@@ -11,6 +11,7 @@ so the whole tree runs without a kernel mount (tests/fs/).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 import threading
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING
 from engine import errors as E
 
 from engine.snapshot import SnapshotManager
+
+_log = logging.getLogger("rmqfs.refused")
 
 if TYPE_CHECKING:  # annotations only
     from engine.store import MessageStore
@@ -63,7 +66,7 @@ class Stat:
     size: int = 0
     mtime_ns: int = 0
     live: bool = True
-    blocks: int | None = None  # 512-byte blocks allocated; None: size rounded up
+    blocks: int | None = None  # 512-byte blocks in the store; None: 1 when not empty (du)
     attr_timeout: float | None = None  # seconds the kernel may cache it; None: by ``live``
 
 
@@ -119,6 +122,45 @@ class HandleBudget:
                 self.held.pop(uid, None)
 
 
+class RefusalLog:
+    """The recent refusals of write requests, for ``MNT/refused.jsonl`` and the log.
+
+    A refused write answers only an errno; its reason would be lost where no log is read (no
+    syslog on the machine, or another user's mount). Each refusal is kept here, the newest
+    ``keep`` (a bounded ring: a user writing bad lines in a loop holds no more memory), and
+    logged as one warning line. Entries: ``time`` (epoch ms), ``pid``, ``uid``, ``op``
+    (write, close, open, mkdir, rmdir, truncate, ...), ``path`` (in the mount), ``errno``
+    (its name, e.g. ``EINVAL``) and ``reason``. A user reads their own; the owner and root
+    read all.
+    """
+
+    def __init__(self, owner_uid: int, keep: int = 1000):
+        import collections
+        self.owner_uid = owner_uid
+        self.entries: collections.deque = collections.deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def record(self, op: str, path: str, pid: int | None, uid: int | None, err: int,
+               reason: str) -> None:
+        """Keep and log one refusal (``err``: the errno answered)."""
+        name = errno.errorcode.get(err, str(err))
+        entry = {"time": int(time.time() * 1000), "pid": pid, "uid": uid, "op": op,
+                 "path": path, "errno": name, "reason": reason or os.strerror(err)}
+        with self._lock:
+            self.entries.append(entry)
+        _log.warning("refused %s %s (pid %s, uid %s): %s: %s", op, path, pid, uid, name,
+                     entry["reason"])
+
+    def lines_for(self, uid: int | None) -> bytes:
+        """The kept refusals ``uid`` may read, oldest first, one JSON object a line."""
+        import json
+        with self._lock:
+            entries = list(self.entries)
+        if uid is not None and uid not in (0, self.owner_uid):
+            entries = [e for e in entries if e["uid"] == uid]
+        return b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n" for e in entries)
+
+
 class Context:
     """What every node needs: the store, the view cache, mount flags and a start time."""
 
@@ -139,6 +181,7 @@ class Context:
         self.frozen = self.read_only and store.follower is None
         self.snapshot_cache_dir = snapshot_cache_dir  # where snapshot manifests are kept
         self.snapshots: SnapshotManager | None = None  # made on first use: snapshot_manager()
+        self.refusals = RefusalLog(self.owner_uid)  # refused writes: MNT/refused.jsonl
 
     def snapshot_manager(self) -> SnapshotManager:
         """The mount's :class:`engine.snapshot.SnapshotManager` (made on first use)."""
@@ -232,6 +275,11 @@ class Node:
     # files
     def open(self, flags: int) -> "Handle":
         raise FsError(errno.EISDIR)
+
+    def open_as(self, flags: int, uid: int | None) -> "Handle":
+        """:meth:`open` for the user ``uid`` (the FUSE layer calls this); a file whose
+        content depends on who reads it (``refused.jsonl``) overrides it."""
+        return self.open(flags)
 
     def truncate(self, size: int) -> None:
         raise FsError(errno.EISDIR if self.is_dir else errno.EACCES)

@@ -61,6 +61,7 @@ raw/                            the store's own files, read-only (live: see snap
 snapshots/<name>/               mkdir: a frozen point in time of raw/ + SNAPSHOT.json (crc32c);
                                 copy it with tar, rsync or restic; rmdir drops it
 status.json                     CommitLog offsets, flush and dispatch lag, segment sizes, counts
+refused.jsonl                   your recent refused writes: time, pid, path, errno, reason
 
 mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group.
 Lookups (keys/, by-offset/, by-time/, messages/) are not listed: name what you want.
@@ -69,7 +70,7 @@ they are on disk; a last line without a newline is stored at close().
 Errors: EINVAL bad line/offset/name, EMSGSIZE too big, EACCES topic not writable or
 another user writing (only the mounting user writes, unless -o allow_other_write), EROFS
 read-only mount, ENOSPC disk full (nothing of the failed write is stored), EPERM chmod,
-chown, touch, rm, mv.
+chown, touch, rm, mv. Why a write of yours was refused: cat refused.jsonl.
 """
 
 
@@ -80,6 +81,7 @@ class RootDir(Dir):
             "README.txt": lambda: StaticFile(c, "/README.txt",
                                              README.format(root=c.store.root).encode()),
             "status.json": lambda: StatusFile(c, "/status.json"),
+            "refused.jsonl": lambda: RefusedFile(c, "/refused.jsonl"),
             "topics": lambda: TopicsDir(c, "/topics"),
             "groups": lambda: GroupsDir(c, "/groups"),
             "messages": lambda: MessagesDir(c, "/messages"),
@@ -88,6 +90,23 @@ class RootDir(Dir):
             "raw": lambda: RawDir(c, "/raw", ""),
             "snapshots": lambda: SnapshotsDir(c, "/snapshots"),
         }
+
+
+class RefusedFile(GeneratedFile):
+    """``refused.jsonl``: the recent refusals of the reader's own writes (all of them for the
+    owner and root), one JSON object a line: time (epoch ms), pid, uid, op, path, errno,
+    reason (:class:`fusefs.base.RefusalLog`). Read with direct I/O: it changes without
+    notice, so its size is shown as 0 and a read returns what is there at open."""
+
+    def stat(self) -> Stat:
+        return Stat(RO_FILE, 0, self.ctx.mount_time_ns)
+
+    def open(self, flags: int) -> Handle:
+        return self.open_as(flags, None)
+
+    def open_as(self, flags: int, uid: int | None) -> Handle:
+        check_read_only_open(flags)
+        return BytesHandle(self.ctx.refusals.lines_for(uid))
 
 
 class StatusFile(GeneratedFile):
@@ -526,9 +545,7 @@ class ProduceHandle(Handle):
                 if continued:
                     self.buf.clear()
                     self.refused = err
-                log.warning("%s: write of %d bytes refused (%s): %s", self.path or self.topic,
-                            len(data), errno.errorcode.get(err, err), exc)
-                raise
+                raise  # logged and kept by the FUSE layer (Context.refusals)
 
     def _write(self, data: bytes) -> int:
         buf = self.buf
@@ -560,13 +577,7 @@ class ProduceHandle(Handle):
             if self.buf:
                 line = bytes(self.buf)
                 self.buf.clear()
-                try:
-                    self._put([line])
-                except (FsError, OSError) as exc:
-                    log.warning("%s: last line refused at close (%s): %s",
-                                self.path or self.topic,
-                                errno.errorcode.get(exc.errno, exc.errno), exc)
-                    raise
+                self._put([line])  # a refusal is logged by the FUSE layer
 
     def fsync(self) -> None:
         self.flush()
@@ -908,7 +919,7 @@ class RawDir(Dir):
             raise FsError(errno.ENOENT) from None
         if not stat.S_ISDIR(st.st_mode):
             raise FsError(errno.ENOENT)
-        return Stat(RO_DIR, 0, st.st_mtime_ns)
+        return Stat(RO_DIR, 0, st.st_mtime_ns, blocks=st.st_blocks)  # du raw/ == du STORE
 
 
 class RawFile(Node):

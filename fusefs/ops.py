@@ -120,12 +120,14 @@ def _pid(ctx) -> int | None:
     return getattr(ctx, "pid", None) or None
 
 
-async def _run(fn, *args, pid: int | None = None):
+async def _run(fn, *args, pid: int | None = None, on_error=None):
     """Run ``fn(*args)`` in a worker thread; FsError/OSError become their errno.
 
     With ``pid`` (the caller of the FUSE request) the request answers EINTR as soon as the
     caller is killed or signalled (checked every WATCH_INTERVAL s); the thread is abandoned
-    and its work (a render) finishes in the background for the next reader.
+    and its work (a render) finishes in the background for the next reader. ``on_error``
+    (errno, reason) is called with each error answered, EINTR excepted (refused writes are
+    recorded: :class:`fusefs.base.RefusalLog`).
     """
     global _watcher_started
     try:
@@ -143,20 +145,36 @@ async def _run(fn, *args, pid: int | None = None):
                 _waiting.pop(scope, None)
         raise pyfuse3.FUSEError(errno.EINTR)
     except FsError as exc:
+        _tell(on_error, exc.errno, str(exc))
         raise pyfuse3.FUSEError(exc.errno) from None
-    except pyfuse3.FUSEError:
+    except pyfuse3.FUSEError as exc:
+        if exc.errno != errno.EINTR:
+            _tell(on_error, exc.errno, "")
         raise
     except OSError as exc:
+        _tell(on_error, exc.errno or errno.EIO, exc.strerror or str(exc))
         raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
     except CorruptRecordError as exc:  # damage: the store logged it once, in one line
         log.debug("%s: %s", getattr(fn, "__qualname__", fn), exc)
+        _tell(on_error, exc.errno, str(exc))
         raise pyfuse3.FUSEError(exc.errno) from None
     except StoreError as exc:  # an engine error the tree did not translate: its errno
-        log.warning("%s: %s", getattr(fn, "__qualname__", fn), exc)
+        if on_error is None:
+            log.warning("%s: %s", getattr(fn, "__qualname__", fn), exc)
+        _tell(on_error, exc.errno, str(exc))
         raise pyfuse3.FUSEError(exc.errno) from None
     except Exception:  # noqa: BLE001 - never let a bug kill the mount
         log.exception("error in %s", getattr(fn, "__qualname__", fn))
+        _tell(on_error, errno.EIO, "internal error (see the mount's log)")
         raise pyfuse3.FUSEError(errno.EIO) from None
+
+
+def _tell(on_error, err: int, reason: str) -> None:
+    if on_error is not None:
+        try:
+            on_error(err, reason)
+        except Exception:  # noqa: BLE001 - recording a refusal never changes the answer
+            log.exception("recording a refusal")
 
 
 def _uid(ctx) -> int | None:
@@ -202,6 +220,37 @@ class RmqOperations(pyfuse3.Operations):
         self._lock = threading.Lock()
 
     # -- helpers ----------------------------------------------------------------------------
+    def _refusal(self, op: str, path: str, pid: int | None, uid: int | None):
+        """An ``on_error`` for :func:`_run`: records the refused request (Context.refusals:
+        the log and ``refused.jsonl``)."""
+        return lambda err, reason: self.ctx.refusals.record(op, path, pid, uid, err, reason)
+
+    def _refuse(self, op: str, path: str, ctx, err: int, reason: str) -> pyfuse3.FUSEError:
+        """Record a refusal decided here; returns the FUSEError to raise."""
+        self.ctx.refusals.record(op, path, _pid(ctx), _uid(ctx), err, reason)
+        return pyfuse3.FUSEError(err)
+
+    def _check_writer(self, op: str, path: str, ctx, owner_only: bool = False) -> None:
+        """:func:`_check_write` (or :func:`_check_owner`), recording a refusal."""
+        try:
+            (_check_owner if owner_only else _check_write)(self.ctx, ctx)
+        except pyfuse3.FUSEError as exc:
+            why = ("the mount is read-only" if exc.errno == errno.EROFS else
+                   "only the mounting user may write (mount with -o allow_other_write to let "
+                   "others)")
+            raise self._refuse(op, path, ctx, exc.errno, why) from None
+
+    def _no_write(self, op: str, path: str, ctx, err: int, reason: str) -> pyfuse3.FUSEError:
+        """The refusal of an operation the tree never allows (EROFS on a read-only mount)."""
+        if self.ctx.read_only:
+            return self._refuse(op, path, ctx, errno.EROFS, "the mount is read-only")
+        return self._refuse(op, path, ctx, err, reason)
+
+    def _child_path(self, parent_inode: int, name) -> str:
+        parent = self.nodes.get(parent_inode)
+        base = parent.path if parent is not None else "?"
+        return base.rstrip("/") + "/" + os.fsdecode(name)
+
     def _node(self, inode: int) -> Node:
         node = self.nodes.get(inode)
         if node is None:
@@ -225,7 +274,10 @@ class RmqOperations(pyfuse3.Operations):
         a.st_nlink = 1
         a.st_size = st.size
         a.st_blksize = BLKSIZE
-        a.st_blocks = (st.size + 511) // 512 if st.blocks is None else st.blocks
+        # du counts the disk a file holds in the store: raw/ and snapshot files give their real
+        # blocks; decoded and generated files hold no store data and count one block when not
+        # empty (never 0: tar -S would archive a file of 0 blocks as one hole, unread)
+        a.st_blocks = (1 if st.size else 0) if st.blocks is None else st.blocks
         a.st_uid = os.getuid()
         a.st_gid = os.getgid()
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = st.mtime_ns
@@ -282,16 +334,19 @@ class RmqOperations(pyfuse3.Operations):
         node = self._node(inode)
         if fields.update_mode or fields.update_uid or fields.update_gid:
             # chmod/chown: modes and owners are generated (README "Other users")
-            raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+            raise self._no_write("chmod/chown", node.path, ctx, errno.EPERM,
+                                 "modes and owners in the mount are generated")
         if self.ctx.read_only:  # the kernel mount is not "ro" (snapshots/ takes mkdir)
-            raise pyfuse3.FUSEError(errno.EROFS)
+            raise self._refuse("setattr", node.path, ctx, errno.EROFS, "the mount is read-only")
         if fields.update_size:
             # open(O_TRUNC) and truncate(); the kernel adds mtime/ctime, which follow the data
-            _check_write(self.ctx, ctx)
-            await _run(node.truncate, attr.st_size)
+            self._check_writer("truncate", node.path, ctx)
+            await _run(node.truncate, attr.st_size,
+                       on_error=self._refusal("truncate", node.path, _pid(ctx), _uid(ctx)))
         elif fields.update_atime or fields.update_mtime:
             # utime/touch: times come from the data (message store times, config files)
-            raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+            raise self._no_write("utime", node.path, ctx, errno.EPERM,
+                                 "times in the mount come from the data")
         return await _run(self._entry, node, inode)
 
     async def access(self, inode, mode, ctx):
@@ -325,19 +380,18 @@ class RmqOperations(pyfuse3.Operations):
         if not node.is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         uid = _uid(ctx)
-        self._take(uid)
+        self._take(uid, node.path, ctx)
         with self._lock:
             fh = self._next_fh
             self._next_fh += 1
             self.dir_handles[fh] = (inode, _pid(ctx), uid)
         return fh
 
-    def _take(self, uid: int | None) -> None:
+    def _take(self, uid: int | None, path: str, ctx) -> None:
         try:
             self.budget.take(uid)
         except FsError as exc:
-            log.warning("open refused (EMFILE): %s", exc)
-            raise pyfuse3.FUSEError(errno.EMFILE) from None
+            raise self._refuse("open", path, ctx, errno.EMFILE, str(exc)) from None
 
     async def readdir(self, fh, start_id, token):
         inode, pid, _ = self.dir_handles.get(fh, (None, None, None))
@@ -389,39 +443,49 @@ class RmqOperations(pyfuse3.Operations):
         name = os.fsdecode(name)
         # Only the owner creates (topics, groups, snapshots); the nodes answer EROFS where a
         # read-only mount cannot create (a ro mount still takes snapshots).
-        _check_owner(self.ctx, ctx)
+        path = parent.path.rstrip("/") + "/" + name
+        self._check_writer("mkdir", path, ctx, owner_only=True)
 
         def make():
             child = parent.mkdir(name)
             attr = self._entry(child, path_inode(child.path))
             self._remember(child, parent_inode)
             return attr
-        attr = await _run(make)
+        attr = await _run(make, on_error=self._refusal("mkdir", path, _pid(ctx), _uid(ctx)))
         self._invalidate(parent_inode)
         return attr
 
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._node(parent_inode)
-        _check_owner(self.ctx, ctx)  # only the owner drops snapshots (README "Other users")
-        await _run(parent.rmdir, os.fsdecode(name))
+        path = self._child_path(parent_inode, name)
+        # only the owner drops snapshots (README "Other users")
+        self._check_writer("rmdir", path, ctx, owner_only=True)
+        await _run(parent.rmdir, os.fsdecode(name),
+                   on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx)))
 
     async def unlink(self, parent_inode, name, ctx):
-        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+        raise self._no_write("unlink", self._child_path(parent_inode, name), ctx, errno.EPERM,
+                             "files of the mount cannot be removed")
 
     async def create(self, parent_inode, name, mode, flags, ctx):
-        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EACCES)
+        raise self._no_write("create", self._child_path(parent_inode, name), ctx, errno.EACCES,
+                             "files cannot be created here (mkdir makes topics and groups)")
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EACCES)
+        raise self._no_write("mknod", self._child_path(parent_inode, name), ctx, errno.EACCES,
+                             "files cannot be created here")
 
     async def symlink(self, parent_inode, name, target, ctx):
-        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EACCES)
+        raise self._no_write("symlink", self._child_path(parent_inode, name), ctx,
+                             errno.EACCES, "links cannot be created here")
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
-        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+        raise self._no_write("link", self._child_path(new_parent_inode, new_name), ctx,
+                             errno.EPERM, "links cannot be created here")
 
-    async def rename(self, *args):
-        raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        raise self._no_write("rename", self._child_path(parent_inode_old, name_old), ctx,
+                             errno.EPERM, "files of the mount cannot be renamed")
 
     # -- files ------------------------------------------------------------------------------
     def _invalidate(self, inode: int, attr_only: bool = True) -> None:
@@ -448,14 +512,17 @@ class RmqOperations(pyfuse3.Operations):
         node = self._node(inode)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
-        if flags & os.O_ACCMODE != os.O_RDONLY:
+        writing = flags & os.O_ACCMODE != os.O_RDONLY
+        if writing:
             if self.ctx.read_only:  # the kernel mount is not "ro" (snapshots/ takes mkdir)
-                raise pyfuse3.FUSEError(errno.EROFS)
-            _check_write(self.ctx, ctx)
+                raise self._refuse("open", node.path, ctx, errno.EROFS, "the mount is read-only")
+            self._check_writer("open", node.path, ctx)
         uid = _uid(ctx)
-        self._take(uid)
+        self._take(uid, node.path, ctx)
         try:
-            handle = await _run(node.open, flags, pid=_pid(ctx))
+            handle = await _run(node.open_as, flags, uid, pid=_pid(ctx),
+                                on_error=self._refusal("open", node.path, _pid(ctx), uid)
+                                if writing else None)
         except BaseException:
             self.budget.give(uid)
             raise
@@ -468,6 +535,11 @@ class RmqOperations(pyfuse3.Operations):
             self.handles[fh] = handle
         return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io,
                                 keep_cache=handle.keep_cache, nonseekable=False)
+
+    def _handle_refusal(self, op: str, h):
+        node = self.nodes.get(getattr(h, "inode", 0))
+        return self._refusal(op, node.path if node is not None else "?",
+                             getattr(h, "pid", None), getattr(h, "uid", None))
 
     def _handle(self, fh):
         h = self.handles.get(fh)
@@ -485,7 +557,7 @@ class RmqOperations(pyfuse3.Operations):
     async def write(self, fh, off, buf):
         h = self._handle(fh)
         try:
-            return await _run(h.write, buf)
+            return await _run(h.write, buf, on_error=self._handle_refusal("write", h))
         finally:
             if h.invalidates:
                 await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
@@ -493,7 +565,7 @@ class RmqOperations(pyfuse3.Operations):
     async def flush(self, fh):
         h = self._handle(fh)
         try:
-            await _run(h.flush)
+            await _run(h.flush, on_error=self._handle_refusal("close", h))
         finally:
             if h.invalidates:
                 await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
@@ -505,7 +577,8 @@ class RmqOperations(pyfuse3.Operations):
             self._invalidate(path_inode(path), attr_only=False)
 
     async def fsync(self, fh, datasync):
-        await _run(self._handle(fh).fsync)
+        h = self._handle(fh)
+        await _run(h.fsync, on_error=self._handle_refusal("fsync", h))
 
     async def release(self, fh):
         h = self.handles.pop(fh, None)

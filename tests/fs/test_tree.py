@@ -27,8 +27,8 @@ def messages(t, topic):
 
 def test_root_lists_the_contract_entries(tmp_path):
     with tree(tmp_path) as t:
-        assert t.root.list() == ["README.txt", "status.json", "topics", "groups", "messages",
-                                 "view", "view.ddl", "raw", "snapshots"]
+        assert t.root.list() == ["README.txt", "status.json", "refused.jsonl", "topics", "groups",
+                                 "messages", "view", "view.ddl", "raw", "snapshots"]
         assert t.root.child("nothing") is None
         assert b"topics/<topic>/produce" in t.read("/README.txt")
         status = json.loads(t.read("/status.json"))

@@ -97,3 +97,40 @@ def test_tar_of_a_live_mount_restores_every_acknowledged_message(mount_store, tm
     got = (r.mnt / "topics" / "Live" / "bodies.txt").read_text().splitlines()
     assert got == bodies
     r.umount()
+
+
+def test_du_counts_the_store_and_tar_s_copies_views_whole(mount_store, tmp_path):
+    """``du MNT/raw`` equals ``du STORE`` block for block (directories included); decoded
+    files hold no store data and count one block each, so ``du MNT`` stays near the store's
+    size instead of adding every view's bytes; ``tar -S`` still copies a view whole (a file
+    of 0 blocks would be archived as one unread hole), and plain ``tar`` of a preallocated
+    segment takes its full size where ``tar -S`` keeps its zero tail sparse."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=16777216\n")
+    m = mount_store(None, config=conf)
+    t = m.mnt / "topics" / "T"
+    os.mkdir(t)
+    lines = b"".join(b"line %06d %s\n" % (i, b"z" * 300) for i in range(20000))
+    with open(t / "produce", "wb") as f:
+        f.write(lines)
+    assert (t / "bodies.txt").read_bytes() == lines  # rendered
+
+    def du(*args):
+        out = subprocess.run(["du", "-s", *map(str, args)], capture_output=True, text=True,
+                             check=True).stdout
+        return int(out.split()[0])
+    for rel in ("", "commitlog", "consumequeue", "consumequeue/T", "index", "config"):
+        assert du(m.mnt / "raw" / rel) == du(m.store / rel), rel
+    view_bytes = (t / "messages.jsonl").stat().st_size + len(lines)
+    assert view_bytes > 12_000_000
+    assert du(m.mnt) - du(m.store) < 200  # KiB: one block per decoded file, not their bytes
+    assert os.stat(t / "bodies.txt").st_blocks == 1
+    subprocess.run(["tar", "-S", "-cf", tmp_path / "v.tar", "-C", t, "bodies.txt"], check=True)
+    (tmp_path / "x").mkdir()
+    subprocess.run(["tar", "-xf", tmp_path / "v.tar", "-C", tmp_path / "x"], check=True)
+    assert (tmp_path / "x" / "bodies.txt").read_bytes() == lines
+    seg = m.mnt / "raw" / "commitlog" / "00000000000000000000"
+    for flags, name in (("-cf", "plain.tar"), ("-Scf", "sparse.tar")):
+        subprocess.run(["tar", flags, tmp_path / name, "-C", seg.parent, seg.name], check=True)
+    assert (tmp_path / "plain.tar").stat().st_size > seg.stat().st_size  # 16 MiB, zeros too
+    assert (tmp_path / "sparse.tar").stat().st_size < 2 * len(lines)

@@ -361,3 +361,47 @@ def test_another_user_cannot_starve_the_owner(shared_dir):
         p.kill()
         p.wait(30)
     os.rmdir(m.mnt / "snapshots" / "s1")
+
+
+def test_a_refused_write_says_why_to_its_writer(shared_dir):
+    """refused.jsonl: each refused write of the reader (time, pid, path, errno, reason), the
+    owner sees everyone's; every refusal is in the log too, offset commits included."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a command as another user")
+    m = mount(shared_dir, "allow_other")
+    _prepare(m)
+    t = m.mnt / "topics" / "T"
+    fd = os.open(t / "produce.jsonl", os.O_WRONLY | os.O_APPEND)
+    with pytest.raises(OSError):
+        os.write(fd, b'{"body": "x", "properties": {"KEYS": "k"}}\n')
+    os.close(fd)
+    offset = m.mnt / "groups" / "g" / "T" / "0" / "offset"
+    for bad in (b"-5\n", b"abc\n", b"99\n"):
+        fd = os.open(offset, os.O_WRONLY | os.O_TRUNC)
+        with pytest.raises(OSError):
+            os.write(fd, bad)
+        os.close(fd)
+    mine = [json.loads(x) for x in (m.mnt / "refused.jsonl").read_text().splitlines()]
+    assert [(e["op"], e["path"], e["errno"]) for e in mine] == [
+        ("write", "/topics/T/produce.jsonl", "EINVAL"),
+        ("write", "/groups/g/T/0/offset", "EINVAL"),
+        ("write", "/groups/g/T/0/offset", "EINVAL"),
+        ("write", "/groups/g/T/0/offset", "EINVAL")]
+    assert "KEYS" in mine[0]["reason"] and "abc" in mine[2]["reason"]
+    assert all(e["pid"] == os.getpid() and e["uid"] == 0 and e["time"] > 0 for e in mine)
+    got = as_nobody(f"""
+m = {str(m.mnt)!r}
+try:
+    fd = os.open(m + "/topics/T/produce", os.O_WRONLY | os.O_APPEND)
+except OSError as e:
+    err = errno.errorcode[e.errno]
+print(json.dumps([err, [json.loads(x) for x in open(m + "/refused.jsonl").read().splitlines()]]))
+""")
+    assert got[0] == "EACCES"
+    assert [(e["op"], e["errno"], e["uid"]) for e in got[1]] == [("open", "EACCES", NOBODY)]
+    assert "allow_other_write" in got[1][0]["reason"]
+    everyone = (m.mnt / "refused.jsonl").read_text().splitlines()
+    assert len(everyone) == 5 and json.loads(everyone[-1])["uid"] == NOBODY
+    log = m.log.read_text()
+    assert log.count("refused write /groups/g/T/0/offset") == 3
+    assert "refused open /topics/T/produce (pid" in log and "Traceback" not in log
