@@ -141,6 +141,8 @@ class StatusFile(GeneratedFile):
             # what opening the store repaired, and queues found damaged while reading
             # (rmqfs verify names the units; rmqfs recover rebuilds them)
             "repairs": list(getattr(s, "repairs", []))[:100],
+            # what the recovery at open did (engine.recovery.RecoveryReport; null: a follower)
+            "recovery": s.recovery_report.to_json() if s.recovery_report is not None else None,
             "damagedQueues": [{"topic": t, "queueId": q, "error": what} for (t, q), what
                               in sorted(getattr(s, "damaged", {}).items())[:100]],
             # topics the store holds under names unsafe as a path (empty, '.', '..', '/',
