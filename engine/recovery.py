@@ -399,7 +399,8 @@ def _scan(store, start: int, full: bool, bar, report: RecoveryReport) -> tuple[i
         store._scan_prev = decode_record(prev[0], prev[1], check_crc=False)
     if last is not None:
         store._scan_last = decode_record(last[0], last[1], check_crc=False)
-    bar.update(max(0, cl.files.end_offset - shown))  # the rest of the last segment: zeros
+    if cl.files.end_offset > shown:
+        bar.update(cl.files.end_offset - shown)  # the rest, to the end of the last segment
     return cl.scan_end, gap, records
 
 
