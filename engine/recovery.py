@@ -95,7 +95,8 @@ class RecoveryReport:
         if self.records_cut:
             parts.append(f"cut {self.records_cut} torn record{'s' * (self.records_cut != 1)}")
         if self.units_dropped:
-            parts.append(f"dropped {self.units_dropped:,} stale ConsumeQueue units")
+            parts.append(f"dropped {self.units_dropped:,} stale ConsumeQueue "
+                         f"unit{'s' * (self.units_dropped != 1)}")
         parts.append(f"rebuilt {self.units_rebuilt:,} ConsumeQueue units and "
                      f"{self.index_rebuilt:,} index entries")
         if self.repairs:
