@@ -72,10 +72,12 @@ def dispatch_of(store, rec: MessageRecord) -> DispatchRequest | None:
 
 
 def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
-              full: bool = False) -> bool:
+              full: bool = False, report=None) -> bool:
     """Write ConsumeQueue units (and run the dispatchers) for ``batch``.
 
-    Returns True when a unit's queue offset lies past its queue's end (a gap).
+    Returns True when a unit's queue offset lies past its queue's end (a gap). ``report``
+    (recovery's :class:`engine.recovery.RecoveryReport`) counts the units written in
+    ``units_rebuilt``.
     """
     gap = False
     per_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
@@ -133,6 +135,8 @@ def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
                 register_topic(store, topic, qid)
         units = b"".join(UNIT.pack(d.commitlog_offset, d.size, d.tags_code) for d in items)
         cq.put_units(items[0].queue_offset, units)
+        if report is not None:
+            report.units_rebuilt += len(items)
     for disp in store.dispatchers:
         disp.dispatch(batch)
     if batch and not recovering:

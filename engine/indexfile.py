@@ -853,6 +853,10 @@ class IndexService:
         files = self.files
         return files[-1].end_phy_offset if files else 0
 
+    def item_count(self) -> int:
+        """Index items in every file (what recovery reports as rebuilt, by difference)."""
+        return sum(max(0, f.index_count - 1) for f in self.files)
+
     # -- build --------------------------------------------------------------------------------
     def dispatch(self, batch) -> None:
         """Index a batch of dispatched records (``CommitLogDispatcherBuildIndex``/``buildIndex``).

@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
+from dataclasses import dataclass, field
 
 from .consumequeue import (CQ_STORE_UNIT_SIZE, UNIT)
 from .errors import CorruptRecordError
@@ -27,7 +29,7 @@ from .message import (PROPERTY_END, property_prefix, BORNHOST_V6_FLAG, FIXED_V4,
                       TRANSACTION_TYPE_MASK, cal_msg_length, decode_properties, decode_record,
                       read_store_timestamp)
 
-from . import dispatch
+from . import dispatch, workprogress
 from .dispatch import DispatchRequest
 
 log = logging.getLogger(__name__)
@@ -38,9 +40,96 @@ _HOSTS_V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _TAGS_CODES: dict = {}  # TAGS value (bytes) -> tagsCode, shared (a pure function), bounded
 #: False: recovery decodes every record instead of comparing units (tests compare the two).
 RECOVER_UNDECODED = True
+#: The recovery scan updates its progress bar every this many CommitLog bytes (and at the end).
+PROGRESS_STEP = 16 << 20
 
 
-def recover(store) -> None:
+@dataclass
+class RecoveryReport:
+    """What the recovery at open did (``MessageStore.recovery_report``; status.json
+    ``recovery``; the line ``rmqfs mount`` prints).
+
+    Attributes:
+        abnormal: the last exit was not clean (an ``abort`` file): abnormal recovery.
+        scan_start, scan_end: the CommitLog range checked, record by record; ``scan_end`` is
+            the CommitLog's end after recovery.
+        bytes_scanned, records_scanned: what the scan(s) read (a rescan from the first
+            segment, when a queue lacked older units, counts again).
+        torn_tail: why the scan stopped before the data's end (a torn or damaged record), or
+            None when the CommitLog ended cleanly.
+        records_cut: valid-looking records dropped from the tail (torn inside their
+            properties).
+        units_dropped: ConsumeQueue units dropped (past the CommitLog's end, or not matching
+            their record).
+        units_rebuilt: ConsumeQueue units written again from the CommitLog (re-dispatched).
+        index_rebuilt: index entries written again from the CommitLog.
+        repairs: what opening the store repaired (``MessageStore.repairs``: torn or missing
+            files, inconsistent IndexFiles), as ``"<path>: <what>"`` lines.
+        seconds: how long recovery took (loading the ConsumeQueues included).
+    """
+
+    abnormal: bool = False
+    scan_start: int = 0
+    scan_end: int = 0
+    bytes_scanned: int = 0
+    records_scanned: int = 0
+    torn_tail: str | None = None
+    records_cut: int = 0
+    units_dropped: int = 0
+    units_rebuilt: int = 0
+    index_rebuilt: int = 0
+    repairs: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def did_something(self) -> bool:
+        """True after a crash, or when anything was dropped, rebuilt or repaired."""
+        return bool(self.abnormal or self.torn_tail or self.records_cut or self.units_dropped
+                    or self.units_rebuilt or self.index_rebuilt or self.repairs)
+
+    def summary(self) -> str:
+        """One line: what recovery did."""
+        parts = [f"scanned {_human_size(self.bytes_scanned)} of CommitLog "
+                 f"({self.records_scanned:,} records, [{self.scan_start}, {self.scan_end}))"]
+        if self.torn_tail:
+            parts.append(f"dropped a torn tail at {self.scan_end} ({self.torn_tail})")
+        if self.records_cut:
+            parts.append(f"cut {self.records_cut} torn record{'s' * (self.records_cut != 1)}")
+        if self.units_dropped:
+            parts.append(f"dropped {self.units_dropped:,} stale ConsumeQueue "
+                         f"unit{'s' * (self.units_dropped != 1)}")
+        parts.append(f"rebuilt {self.units_rebuilt:,} ConsumeQueue units and "
+                     f"{self.index_rebuilt:,} index entries")
+        if self.repairs:
+            parts.append(f"{len(self.repairs)} repair{'s' * (len(self.repairs) != 1)} "
+                         "(status.json repairs)")
+        how = "after a crash" if self.abnormal else "after a clean shutdown"
+        return f"recovery {how} in {self.seconds:.1f} s: " + ", ".join(parts)
+
+    def to_json(self) -> dict:
+        """status.json's ``recovery`` object (RocketMQ-style camelCase names)."""
+        return {"abnormal": self.abnormal, "scanStartOffset": self.scan_start,
+                "scanEndOffset": self.scan_end, "bytesScanned": self.bytes_scanned,
+                "recordsScanned": self.records_scanned, "tornTail": self.torn_tail,
+                "recordsCut": self.records_cut, "unitsDropped": self.units_dropped,
+                "unitsRebuilt": self.units_rebuilt, "indexEntriesRebuilt": self.index_rebuilt,
+                "repairs": len(self.repairs), "seconds": round(self.seconds, 3),
+                "didSomething": self.did_something()}
+
+
+def _human_size(n: int) -> str:
+    """``n`` bytes, human-readable (binary units)."""
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _queue_units(store) -> int:
+    return sum(cq.max_offset - cq.min_offset for cq in store.consume_queues.values())
+
+
+def recover(store, progress=None, report: RecoveryReport | None = None) -> RecoveryReport:
     """Find the end of the CommitLog and make the ConsumeQueues agree with it.
 
     Normal recovery (no ``abort`` file) scans from the newest record the queues point at;
@@ -49,23 +138,46 @@ def recover(store) -> None:
     record, everything after it is dropped, and records the queues lack are dispatched
     (idempotently). If a queue turns out to miss older units, the scan restarts from the
     first segment.
+
+    ``progress``: a progress factory (:mod:`engine.workprogress`); the scan is one bar,
+    "recovering CommitLog", in bytes from its start to the end of the last segment (an upper
+    bound of the data), updated every :data:`PROGRESS_STEP` bytes. Returns ``report`` (a new
+    :class:`RecoveryReport` when None) with what was done.
     """
+    started = time.monotonic()
+    report = report if report is not None else RecoveryReport()
+    report.abnormal = not store.last_exit_ok
+    try:
+        _recover(store, progress, report)
+    finally:
+        report.repairs = list(store.repairs)
+        report.seconds += time.monotonic() - started
+    return report
+
+
+def _recover(store, progress, report: RecoveryReport) -> None:
     cl = store.commitlog
     if not cl.files.segments:
+        report.units_dropped += _queue_units(store)
         for cq in store.consume_queues.values():
             cq.truncate_to(cq.min_offset)
         cl.max_offset = cl.files.min_offset
+        report.scan_start = report.scan_end = cl.max_offset
         return
-    check_queue_tails(store)
+    report.units_dropped += check_queue_tails(store)
     start = recovery_start(store)
     if store.index_service is not None:
         # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
         start = max(cl.min_offset, min(start, record_boundary(store, 
             store.index_service.end_phy_offset)))
-    end, gap = scan_and_dispatch(store, start, full=start <= cl.min_offset)
+    report.scan_start = start
+    end, gap = scan_and_dispatch(store, start, full=start <= cl.min_offset,
+                                 progress=progress, report=report)
     if gap and start > cl.min_offset:
         log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
-        end, _ = scan_and_dispatch(store, cl.min_offset, full=True)
+        report.scan_start = cl.min_offset
+        end, _ = scan_and_dispatch(store, cl.min_offset, full=True, progress=progress,
+                                   report=report, desc="re-dispatching CommitLog")
     last, prev = store._scan_last, store._scan_prev
     if last is not None and prev is not None and \
             last.commitlog_offset + last.store_size == end and \
@@ -77,15 +189,21 @@ def recover(store) -> None:
         log.warning("CommitLog: the last record at %d is torn inside its properties; "
                     "dropped", last.commitlog_offset)
         end = last.commitlog_offset
+        report.records_cut += 1
     if cl.scan_error:
         log.warning("CommitLog: dropping a torn tail at %d: %s", end, cl.scan_error)
+        report.torn_tail = cl.scan_error
+    units = _queue_units(store)
     for cq in store.consume_queues.values():
         cq.truncate_dirty(end)
+    report.units_dropped += units - _queue_units(store)
+    for cq in store.consume_queues.values():
         cq.correct_min_offset(cl.min_offset)
     for d in store.dispatchers:
         d.truncate(end)
     cl.truncate(end)
     cl.flushed_where = end
+    report.scan_end = end
 
 
 def ends_with_separator(store, rec: MessageRecord) -> bool | None:
@@ -100,15 +218,17 @@ def ends_with_separator(store, rec: MessageRecord) -> bool | None:
     return store.commitlog.files.read(end - 1, 1) == PROPERTY_END
 
 
-def check_queue_tails(store) -> None:
+def check_queue_tails(store) -> int:
     """Drop trailing ConsumeQueue units that do not describe their record.
 
     A torn unit can look valid (offset and size intact, tagsCode half written); RocketMQ
     would keep it. Each queue's last units are compared with the CommitLog record they
     point at (start, size, queue offset, tagsCode) and dropped until one agrees; the scan
-    that follows re-dispatches them. Cost: one record read per queue.
+    that follows re-dispatches them. Cost: one record read per queue. Returns the number of
+    units dropped.
     """
     cl = store.commitlog
+    dropped = 0
     for cq in store.consume_queues.values():
         while cq.max_offset > cq.min_offset:
             qoff = cq.max_offset - 1
@@ -130,6 +250,8 @@ def check_queue_tails(store) -> None:
                         "dropped and rebuilt", cq.topic, cq.queue_id, qoff)
             cq.truncate_to(qoff)
             cq.files.repairs.append(f"unit {qoff} did not match the CommitLog")
+            dropped += 1
+    return dropped
 
 
 def record_boundary(store, offset: int) -> int:
@@ -182,7 +304,36 @@ def recovery_start(store) -> int:
     return cl.min_offset
 
 
-def scan_and_dispatch(store, start: int, full: bool) -> tuple[int, bool]:
+def scan_and_dispatch(store, start: int, full: bool, progress=None,
+                      report: RecoveryReport | None = None,
+                      desc: str = "recovering CommitLog") -> tuple[int, bool]:
+    """Check every record from ``start`` to the first invalid one and dispatch what the
+    derived files lack. Returns ``(end, gap)``: where the valid records end, and whether a
+    queue lacks units before the scan's first record.
+
+    ``progress`` (a progress factory, :mod:`engine.workprogress`) gets one bar, ``desc``, of
+    the bytes from ``start`` to the end of the last segment, updated every
+    :data:`PROGRESS_STEP` bytes and filled at the end. ``report`` counts what was scanned and
+    rebuilt.
+    """
+    cl = store.commitlog
+    total = max(0, cl.files.end_offset - start)
+    bar = workprogress.bar(progress, total, desc, "B")
+    report = report if report is not None else RecoveryReport()
+    index = store.index_service
+    indexed_before = index.item_count() if index is not None else 0
+    try:
+        end, gap, records = _scan(store, start, full, bar, report)
+    finally:
+        bar.close()
+    report.bytes_scanned += max(0, end - start)
+    report.records_scanned += records
+    if index is not None:
+        report.index_rebuilt += max(0, index.item_count() - indexed_before)
+    return end, gap
+
+
+def _scan(store, start: int, full: bool, bar, report: RecoveryReport) -> tuple[int, bool, int]:
     cl = store.commitlog
     batch: list[DispatchRequest] = []
     gap = False
@@ -204,9 +355,16 @@ def scan_and_dispatch(store, start: int, full: bool) -> tuple[int, bool]:
     dirty: set = set()  # queues with a record handed to _dispatch
     store._scan_last = store._scan_prev = None
     last = prev = None  # (buf, pos) of the last two records, decoded after the scan
+    shown = start  # bytes up to here are on the progress bar
+    next_show = start + PROGRESS_STEP
+    records = 0
     for (buf, pos, phys, _size, topic, qid, qoff, sys_flag) in cl.scan_raw(
             start, check_crc=store.config.check_crc_on_recover):
         prev, last = last, (buf, pos)
+        records += 1
+        if phys >= next_show:
+            bar.update(phys - shown)
+            shown, next_show = phys, phys + PROGRESS_STEP
         d = None
         key = (topic, qid)
         if skip_known and (indexed_below is None or phys < indexed_below):
@@ -234,15 +392,17 @@ def scan_and_dispatch(store, start: int, full: bool) -> tuple[int, bool]:
         if d is not None:
             batch.append(d)
         if len(batch) >= 4096:
-            gap |= dispatch.dispatch(store, batch, recovering=True, full=full)
+            gap |= dispatch.dispatch(store, batch, recovering=True, full=full, report=report)
             batch = []
     if batch:
-        gap |= dispatch.dispatch(store, batch, recovering=True, full=full)
+        gap |= dispatch.dispatch(store, batch, recovering=True, full=full, report=report)
     if prev is not None:
         store._scan_prev = decode_record(prev[0], prev[1], check_crc=False)
     if last is not None:
         store._scan_last = decode_record(last[0], last[1], check_crc=False)
-    return cl.scan_end, gap
+    if cl.files.end_offset > shown:
+        bar.update(cl.files.end_offset - shown)  # the rest, to the end of the last segment
+    return cl.scan_end, gap, records
 
 
 def light_unit(buf, pos: int) -> tuple[int, int, int]:

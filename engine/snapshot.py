@@ -59,6 +59,7 @@ from .crc import crc32c, crc32c_fd, crc32c_zeros
 from .errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError, StoreError
 from .indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM
 from .mappedfile import offset_to_file_name
+from . import workprogress
 
 log = logging.getLogger(__name__)
 
@@ -744,8 +745,9 @@ def verify_copy(directory: str, workers: int | None = None, progress=None) -> tu
     """Check a copy of a snapshot against its ``SNAPSHOT.json``.
 
     Every file the manifest names must exist with its size and CRC32C; files are summed in
-    ``workers`` threads (default: one per CPU), holes without reading. ``progress(n)`` is
-    called with the bytes of each file done.
+    ``workers`` threads (default: one per CPU), holes without reading. ``progress`` is a
+    progress factory (:mod:`engine.workprogress`): one bar ("verify", bytes of the manifest's
+    files) updated as each file is done.
 
     Returns:
         ``(manifest, problems)``: problems is a list of ``(rel, what)``, ``what`` one of
@@ -799,12 +801,16 @@ def verify_copy(directory: str, workers: int | None = None, progress=None) -> tu
     workers = workers or os.cpu_count() or 1
     # Big files first, so the threads finish together.
     order = sorted(files.items(), key=lambda kv: -int(kv[1].get("size", 0)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for rel, what, n in pool.map(lambda kv: check(*kv), order):
-            if what:
-                problems.append((rel, what))
-            if progress is not None:
-                progress(n)
+    done = workprogress.bar(progress, sum(max(0, int(v.get("size", 0))) for _, v in order),
+                            "verify")
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for rel, what, n in pool.map(lambda kv: check(*kv), order):
+                if what:
+                    problems.append((rel, what))
+                done.update(n)
+    finally:
+        done.close()
     for root, dirs, names in os.walk(directory):
         for n in names:
             rel = os.path.relpath(os.path.join(root, n), directory).replace(os.sep, "/")

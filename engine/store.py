@@ -28,7 +28,7 @@ import threading
 import time
 
 from .checkpoint import StoreCheckpoint
-from . import flush, putmessage, recovery
+from . import flush, putmessage, recovery, workprogress
 from .lock import lock_holder, release_store_lock, take_store_lock
 from .cleanup import CleanReport, CleanService
 from .commitlog import CommitLog
@@ -76,9 +76,14 @@ class MessageStore:
             its steps): the store writes under it and leaves it held at close. An OFD lock
             conflicts with a second one even in the same process, so such a caller cannot
             let the store take its own.
+        progress: a progress factory (:mod:`engine.workprogress`) for the open: bars
+            "loading ConsumeQueues" (queues) and "recovering CommitLog" (bytes), so a long
+            recovery (after a crash, the CommitLog from the checkpoint on) says how far it is.
 
     Attributes:
         follower: the :class:`engine.follower.Follower` of a following store, else None.
+        recovery_report: what the recovery at open did (:class:`engine.recovery.RecoveryReport`),
+            None for a following store (it recovers nothing).
 
     Raises:
         StoreLockedError: another process holds ``lock``.
@@ -86,8 +91,9 @@ class MessageStore:
     """
 
     def __init__(self, root: str, config: StoreConfig | None = None, read_only: bool = False,
-                 follow: bool | None = None, held_lock: int | None = None):
+                 follow: bool | None = None, held_lock: int | None = None, progress=None):
         self.root = os.path.abspath(root)
+        self.recovery_report: recovery.RecoveryReport | None = None
         self.config = config or StoreConfig()
         self.read_only = read_only
         self.put_lock = threading.RLock()
@@ -106,7 +112,7 @@ class MessageStore:
                 for n in remove_temp_files(os.path.join(self.root, sub)):
                     log.warning("removed %s/%s: a file a crash left half-created", sub or ".", n)
         try:
-            self._open(read_only, follow)
+            self._open(read_only, follow, progress)
         except BaseException:
             # a failed open gives the lock back (an OFD lock would otherwise stay held by the
             # leaked descriptor until it is collected, refusing the next open in this process)
@@ -115,8 +121,9 @@ class MessageStore:
                 self._lock_fd = None
             raise
 
-    def _open(self, read_only: bool, follow: bool | None) -> None:
+    def _open(self, read_only: bool, follow: bool | None, progress=None) -> None:
         """The rest of the constructor, under the lock: config, queues, recovery, services."""
+        started = time.monotonic()
         self.abort_path = os.path.join(self.root, "abort")
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
         self.last_exit_ok = not os.path.exists(self.abort_path)
@@ -184,13 +191,16 @@ class MessageStore:
         # TopicAttributes "queue.type" = BatchCQ (5.x): served by batchconsumequeue/.
         self._batch_cq_topics = {name for name, t in self.topic_config.topics.items()
                                  if str(t.attributes.get("queue.type", "")).lower() == "batchcq"}
-        self._load_consume_queues()
+        self._load_consume_queues(progress)
         if follow:
             from .follower import Follower
             self.follower = Follower(self)
             self.follower.open()
         else:
-            recovery.recover(self)
+            self.recovery_report = recovery.recover(self, progress)
+            self.recovery_report.seconds = time.monotonic() - started
+            if self.recovery_report.did_something():
+                log.warning("%s: %s", self.root, self.recovery_report.summary())
             if read_only and auto_follow and self.last_exit_ok and \
                     not any(cq.mem for cq in self.consume_queues.values()):
                 # A clean store that no one writes now, whose files say all there is: it is
@@ -229,11 +239,12 @@ class MessageStore:
         if self._held_lock is None:
             self._lock_fd = take_store_lock(self.root)
 
-    def _load_consume_queues(self) -> None:
+    def _load_consume_queues(self, progress=None) -> None:
         """Open every ``consumequeue/<topic>/<queueId>`` and recover it (``ConsumeQueue.recover``).
 
         The file size comes from the files: the most common size among files that are not the
         newest of their queue (those are complete), else among all files, else the config.
+        ``progress``: a progress factory; one bar, "loading ConsumeQueues", of the queues.
         """
         base = os.path.join(self.root, "consumequeue")
         if not os.path.isdir(base):
@@ -254,14 +265,19 @@ class MessageStore:
         size, trusted = cq_store_file_size([qdir for _, _, qdir in queues])
         if size:
             self._cq_file_size = size
-        for topic, q, qdir in queues:
-            cq = ConsumeQueue(qdir, topic, q, self._cq_file_size, self.read_only,
-                              trusted_size=trusted)
-            cq.recover()
-            for what in cq.files.repairs:
-                log.warning("ConsumeQueue %s/%d: %s", topic, q, what)
-                self.repairs.append(f"consumequeue/{topic}/{q}: {what}")
-            self.consume_queues[(topic, q)] = cq
+        bar = workprogress.bar(progress, len(queues), "loading ConsumeQueues", "queue")
+        try:
+            for topic, q, qdir in queues:
+                cq = ConsumeQueue(qdir, topic, q, self._cq_file_size, self.read_only,
+                                  trusted_size=trusted)
+                cq.recover()
+                for what in cq.files.repairs:
+                    log.warning("ConsumeQueue %s/%d: %s", topic, q, what)
+                    self.repairs.append(f"consumequeue/{topic}/{q}: {what}")
+                self.consume_queues[(topic, q)] = cq
+                bar.update(1)
+        finally:
+            bar.close()
 
 
 

@@ -49,6 +49,7 @@ from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HE
                       decode_record, transaction_type)
 from .storetree import check_store_tree, unsafe_entries
 from .lock import lock_holder, release_store_lock, take_store_lock
+from .workprogress import no_progress
 
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
 CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
@@ -175,20 +176,6 @@ class VerifyResult:
                 + sum(n for sev, n in self.suppressed.values() if sev == severity))
 
 
-class _Progress:
-    """No-op progress (``update(n)``, ``close()``); the CLI passes tqdm instead."""
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _no_progress(total: int, desc: str, unit: str = "B"):
-    return _Progress()
-
-
 def check_store_dir(root: str) -> None:
     """Raise NotAStoreError unless ``root`` is a directory holding store files."""
     if not os.path.exists(root):
@@ -236,7 +223,9 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
         root: the store directory.
         config: a :class:`engine.store.StoreConfig` (segment sizes for a new file, index
             geometry, delay levels); default settings when None.
-        progress: ``callable(total, desc, unit) -> object with update(n) and close()`` (tqdm).
+        progress: a progress factory, ``progress(total, desc, unit) -> bar``
+            (:mod:`engine.workprogress`; tqdm's shape): one bar per phase (CommitLog bytes,
+            ConsumeQueue queues, IndexFile files).
 
     Returns:
         A :class:`VerifyResult`. Raises NotAStoreError for a path that is not a store.
@@ -245,7 +234,7 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
     root = os.path.abspath(root)
     check_store_dir(root)
     cfg = config or StoreConfig()
-    progress = progress or _no_progress
+    progress = progress or no_progress
     res = VerifyResult(root)
     res.explicit_config = config is not None
     bad = unsafe_entries(root)
@@ -965,6 +954,9 @@ class RecoverReport:
 def recover_store(root: str, config=None, progress=None, rebuild: bool = False) -> RecoverReport:
     """Repair the store at ``root`` so that :func:`verify_store` passes.
 
+    ``progress``: a progress factory (:mod:`engine.workprogress`) for the verifications and
+    the store's recovery.
+
     Steps: extend CommitLog files that were cut short (zeros); truncate the CommitLog at the
     first invalid record, like the broker's recovery (valid records after it are copied to
     ``lost+found/<time>/`` first); delete ConsumeQueues and IndexFiles with errors (all of them
@@ -1038,7 +1030,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                     shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
                     report.actions.append(f"deleted index/{n} (rebuilt from the CommitLog)")
         _force_full_redispatch(root)
-        _reopen(root, cfg, MessageStore, lock_fd)
+        _reopen(root, cfg, MessageStore, lock_fd, report, progress)
         after = verify_store(root, config, progress)
         if not after.ok or any(p.kind.endswith(("lag", "missing")) for p in after.problems):
             report.actions.append("derived files still disagree: rebuilding every ConsumeQueue "
@@ -1046,7 +1038,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             for rel in _all_queue_dirs(root):
                 _delete_files(os.path.join(root, rel), _segments(os.path.join(root, rel)))
             _delete_files(index_dir, _index_names(index_dir))
-            _reopen(root, cfg, MessageStore, lock_fd)
+            _reopen(root, cfg, MessageStore, lock_fd, report, progress)
             after = verify_store(root, config, progress)
         report.after = after
         if after.ok:
@@ -1136,11 +1128,18 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
     cp.write(path)
 
 
-def _reopen(root: str, cfg, store_cls, lock_fd: int) -> None:
+def _reopen(root: str, cfg, store_cls, lock_fd: int, report: RecoverReport,
+            progress=None) -> None:
     """Open the store for writing under recover's lock ``lock_fd`` (its recovery
-    re-dispatches) and close it cleanly; the lock stays held."""
-    store = store_cls(root, cfg, held_lock=lock_fd)
-    store.close()
+    re-dispatches; ``progress`` shows how far) and close it cleanly; the lock stays held.
+    What that recovery did is one line of ``report.actions``."""
+    store = store_cls(root, cfg, held_lock=lock_fd, progress=progress)
+    try:
+        rec = store.recovery_report
+        if rec is not None and rec.did_something():
+            report.actions.append(f"opened the store: {rec.summary()}")
+    finally:
+        store.close()
 
 
 def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverReport) -> None:

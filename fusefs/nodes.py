@@ -131,6 +131,7 @@ class StatusFile(GeneratedFile):
         if s.index_service is not None:
             index_files = len(getattr(s.index_service, "files", []) or [])
         cp = s.checkpoint
+        recovery = getattr(s, "recovery_report", None)
         return R.render_json({
             "brokerName": s.config.broker_name,
             "storePathRootDir": s.root,
@@ -160,6 +161,8 @@ class StatusFile(GeneratedFile):
             # what opening the store repaired, and queues found damaged while reading
             # (rmqfs verify names the units; rmqfs recover rebuilds them)
             "repairs": list(getattr(s, "repairs", []))[:100],
+            # what the recovery at open did (engine.recovery.RecoveryReport; null: a follower)
+            "recovery": recovery.to_json() if recovery is not None else None,
             "damagedQueues": [{"topic": t, "queueId": q, "error": what} for (t, q), what
                               in sorted(getattr(s, "damaged", {}).items())[:100]],
             # topics the store holds under names unsafe as a path (empty, '.', '..', '/',

@@ -66,10 +66,10 @@ def format_time(ms: int) -> str:
 
 
 def _progress(total: int, desc: str, unit: str = "B"):
-    """A tqdm bar on stderr (hidden when stderr is not a terminal)."""
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", leave=False,
-                disable=None, file=sys.stderr)
+    """The progress factory of every long command (engine.workprogress): a tqdm bar on stderr,
+    hidden when stderr is not a terminal."""
+    from .progress import terminal_bar
+    return terminal_bar(total, desc, unit)
 
 
 def _config(args):
@@ -101,7 +101,8 @@ def open_store(args, write: bool = False, create: bool = False):
         root = path
     else:
         root = _check_store(path)
-    return MessageStore(root, _config(args), read_only=not write)
+    # the open's recovery (long after a crash) shows its progress too
+    return MessageStore(root, _config(args), read_only=not write, progress=_progress)
 
 
 def _topic(store, topic: str):
@@ -581,14 +582,7 @@ def cmd_snapshot_verify(args) -> int:
     if not os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
         raise AdminError(f"{directory} has no {MANIFEST_NAME} (not a copy of a snapshot)")
     start = time.monotonic()
-    try:
-        with open(os.path.join(directory, MANIFEST_NAME), "rb") as f:
-            total = sum(int(v.get("size", 0)) for v in
-                        (json.loads(f.read()).get("files") or {}).values())
-    except (ValueError, AttributeError, TypeError):
-        total = 0
-    with _progress(total, "verify") as bar:
-        doc, problems = verify_copy(directory, workers=args.jobs, progress=bar.update)
+    doc, problems = verify_copy(directory, workers=args.jobs, progress=_progress)
     errors = [(rel, what) for rel, what in problems if what != "extra"]
     elapsed = time.monotonic() - start
     size = sum(int(v["size"]) for v in doc["files"].values())

@@ -51,6 +51,7 @@ def cmd_mount(args) -> int:
     from engine.errors import StoreError
 
     from .daemon import Daemon, MountError
+    from .progress import PipeProgress, terminal_bar
 
     if not args.foreground and args.ready_fd is None:
         return _spawn_background(args)
@@ -58,10 +59,14 @@ def cmd_mount(args) -> int:
         # libfuse's auto_unmount helper must not inherit the pipe, or the parent never sees EOF.
         os.set_inheritable(args.ready_fd, False)
     _setup_logging(args, foreground=args.ready_fd is None)
+    # How far opening the store is (a long recovery): through the ready pipe to the parent,
+    # which draws it; with -f, drawn here (on a terminal only).
+    pipe = PipeProgress(args.ready_fd) if args.ready_fd is not None else None
     try:
         config = _load_config(args.config)
         daemon = Daemon(args.store, args.mountpoint, _parse_options(args.options), config,
-                        args.cache_dir, args.debug_fuse, cache_size=args.cache_size)
+                        args.cache_dir, args.debug_fuse, cache_size=args.cache_size,
+                        progress=pipe or terminal_bar)
         daemon.setup()
     except (MountError, StoreError, ValueError, OSError) as exc:
         msg = f"rmqfs: {exc}"
@@ -72,6 +77,9 @@ def cmd_mount(args) -> int:
         return 1
     log.info("mounted %s on %s", args.store, args.mountpoint)
     os.chdir("/")
+    report = daemon.recovery_report()
+    if pipe is not None and report is not None and report.did_something():
+        pipe.recovery(report.summary())  # the store logged it too
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"ok")
         os.close(args.ready_fd)
@@ -107,16 +115,12 @@ def _spawn_background(args) -> int:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True, env=env, cwd="/")
     os.close(w)
-    chunks = []
-    while True:
-        data = os.read(r, 4096)
-        if not data:
-            break
-        chunks.append(data)
-        if b"".join(chunks) == b"ok":
-            break
-    os.close(r)
-    answer = b"".join(chunks).decode(errors="replace")
+    from .progress import wait_ready
+    try:
+        # progress bars of a long recovery (on a terminal), its summary line, then the answer
+        answer = wait_ready(r, sys.stderr)
+    finally:
+        os.close(r)
     if answer == "ok":
         proc.stderr.close()
         return 0

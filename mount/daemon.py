@@ -252,11 +252,14 @@ class Daemon:
         cache_dir: where rendered views are cached (a temporary directory by default).
         cache_size: bound of the render cache in bytes (default
             ``fusefs.views.default_cache_size``).
+        progress: a progress factory (:mod:`engine.workprogress`) for opening the store
+            (a long recovery says how far it is).
     """
 
     def __init__(self, store_path: str, mountpoint: str, options: set[str],
                  config: StoreConfig | None = None, cache_dir: str | None = None,
-                 debug_fuse: bool = False, cache_size: int | None = None):
+                 debug_fuse: bool = False, cache_size: int | None = None, progress=None):
+        self.progress = progress
         self.store_path = store_path
         self.mountpoint = os.path.abspath(mountpoint)
         self.own_options = set(options) & OWN_OPTIONS
@@ -285,7 +288,8 @@ class Daemon:
         _raise_fd_limit()  # each snapshot holds a descriptor per store file
         check_store_path(self.store_path, "create" in self.own_options)
         clean_stale_caches()
-        self.store = MessageStore(self.store_path, self.config, read_only=self.read_only)
+        self.store = MessageStore(self.store_path, self.config, read_only=self.read_only,
+                                  progress=self.progress)
         if self.cache_dir is None:
             self.cache_dir = make_cache_dir()
             self._own_cache = True
@@ -315,6 +319,11 @@ class Daemon:
             follower.start(FOLLOW_INTERVAL)
             log.info("following the writer of %s (pid %s)", self.store_path,
                      self.store.writer_pid)
+
+    def recovery_report(self):
+        """What the store's recovery did (:class:`engine.recovery.RecoveryReport`), None
+        before :meth:`setup` or for a follower."""
+        return self.store.recovery_report if self.store is not None else None
 
     def serve(self, log_file: str | None = None) -> None:
         """Serve requests until unmounted or signalled, then unmount and close the store.

@@ -1,0 +1,120 @@
+"""Recovery at open says how far it is (a progress factory, engine.workprogress) and what it
+did (engine.recovery.RecoveryReport, ``MessageStore.recovery_report``)."""
+
+from __future__ import annotations
+
+import shutil
+
+import refreader
+from engine import recovery
+from engine.store import Message, MessageStore, StoreConfig
+
+CONFIG = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,
+              max_hash_slot_num=16, max_index_num=64, default_topic_queue_nums=3)
+
+
+class Recorder:
+    """A progress factory that remembers every bar: ``bars`` = [(desc, total, unit, [n...])]."""
+
+    def __init__(self):
+        self.bars = []
+        self.closed = 0
+
+    def __call__(self, total, desc, unit="B"):
+        updates = []
+        self.bars.append((desc, total, unit, updates))
+        rec = self
+
+        class Bar:
+            def update(self, n=1):
+                updates.append(n)
+
+            def close(self):
+                rec.closed += 1
+        return Bar()
+
+    def bar(self, desc):
+        (found,) = [b for b in self.bars if b[0] == desc]
+        return found
+
+
+def fill(root, n=200, crash=True):
+    """``n`` messages with one key each (2 index entries: key and UNIQ_KEY) over 3 queues."""
+    with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
+        s.create_topic("T", 3)
+        s.put_messages([Message("T", b"m%d-" % i + b"x" * 200, keys=[f"k{i}"],
+                                queue_id=i % 3) for i in range(n)])
+    if crash:
+        (root / "abort").write_text("1")
+
+
+def test_progress_of_the_recovery_scan(tmp_path, monkeypatch):
+    root = tmp_path / "s"
+    fill(root)
+    monkeypatch.setattr(recovery, "PROGRESS_STEP", 4096)
+    rec = Recorder()
+    with MessageStore(str(root), StoreConfig(**CONFIG), progress=rec) as s:
+        report = s.recovery_report
+        segments_end = s.commitlog.files.end_offset
+    assert rec.closed == len(rec.bars)  # every bar closed
+    desc, total, unit, updates = rec.bar("loading ConsumeQueues")
+    assert (total, unit, sum(updates)) == (3, "queue", 3)
+    desc, total, unit, updates = rec.bar("recovering CommitLog")
+    assert unit == "B"
+    assert total == segments_end - report.scan_start  # to the end of the last segment
+    assert sum(updates) == total
+    assert all(n > 0 for n in updates)  # so the offsets shown only increase
+    # every PROGRESS_STEP bytes (segments are 8 KiB: about two per segment), not per record
+    assert segments_end // 4096 - 2 <= len(updates) < report.records_scanned
+
+
+def test_report_after_a_crash_with_a_torn_tail_and_lost_derived_files(tmp_path):
+    root = tmp_path / "s"
+    fill(root, n=200)
+    records = refreader.read_commitlog(root / "commitlog")
+    last = records[-1]
+    start, path, _ = [seg for seg in refreader.list_segments(root / "commitlog")
+                      if seg[0] <= last["physicalOffset"] < seg[0] + seg[2]][0]
+    with open(path, "r+b") as f:  # the last record torn: its second half never written
+        f.seek(last["physicalOffset"] - start + last["totalSize"] // 2)
+        f.write(bytes(last["totalSize"] - last["totalSize"] // 2))
+    shutil.rmtree(root / "consumequeue" / "T" / "0")  # lost: rebuilt from the CommitLog
+    shutil.rmtree(root / "index")
+    with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
+        report = s.recovery_report
+        assert s.max_offset("T", 0) == sum(1 for r in records if r["queueId"] == 0)
+    kept = records[:-1]
+    assert report.abnormal and report.did_something()
+    assert report.scan_start == 0  # the index is gone: everything is re-dispatched
+    assert report.scan_end == last["physicalOffset"] == report.bytes_scanned
+    assert report.records_scanned == len(kept)
+    assert report.torn_tail  # why the scan stopped
+    assert last["queueId"] == 1
+    assert report.units_dropped == 1  # the torn record's unit in queue 1
+    assert report.units_rebuilt == sum(1 for r in kept if r["queueId"] == 0)
+    assert report.index_rebuilt == 2 * len(kept)  # its key and its UNIQ_KEY each
+    line = report.summary()
+    assert line.startswith("recovery after a crash in ")
+    assert f"{len(kept):,} records" in line and "dropped a torn tail" in line
+    assert f"rebuilt {report.units_rebuilt:,} ConsumeQueue units and " \
+           f"{report.index_rebuilt:,} index entries" in line
+    js = report.to_json()
+    assert js["abnormal"] and js["unitsRebuilt"] == report.units_rebuilt
+    assert js["indexEntriesRebuilt"] == report.index_rebuilt and js["tornTail"]
+
+
+def test_a_clean_reopen_did_nothing(tmp_path):
+    root = tmp_path / "s"
+    fill(root, crash=False)
+    with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
+        report = s.recovery_report
+    assert not report.abnormal and not report.did_something()
+    assert (report.units_rebuilt, report.index_rebuilt, report.units_dropped) == (0, 0, 0)
+    assert report.torn_tail is None and report.repairs == []
+
+
+def test_a_follower_recovers_nothing(tmp_path):
+    root = tmp_path / "s"
+    fill(root, crash=False)
+    with MessageStore(str(root), StoreConfig(**CONFIG), read_only=True, follow=True) as s:
+        assert s.recovery_report is None
