@@ -681,6 +681,38 @@ class SubscriptionGroupManager:
         self.counter += 1
 
 
+#: topics.json fields ``updateTopic`` may change (TopicConfig's JSON name -> keyword of
+#: ``MessageStore.update_topic``).
+TOPIC_UPDATE_FIELDS = {"readQueueNums": "read_queue_nums", "writeQueueNums": "write_queue_nums",
+                       "perm": "perm", "order": "order"}
+
+
+def topic_update_from_json(current: "TopicConfig", obj) -> dict:
+    """The ``MessageStore.update_topic`` keywords of a JSON object written to a topic's
+    ``topic.json``: only :data:`TOPIC_UPDATE_FIELDS` may change (their values are checked by
+    ``update_topic``); any other field of the entry may be present (the file read, edited and
+    written back) but must keep its value. Raises InvalidNameError (EINVAL) naming the field."""
+    if not isinstance(obj, dict):
+        raise InvalidNameError("topic.json takes a JSON object, e.g. {\"perm\": 4}")
+    now = current.to_json()
+    out = {}
+    for name, value in obj.items():
+        if name in TOPIC_UPDATE_FIELDS:
+            if name == "order" and not isinstance(value, bool):
+                raise InvalidNameError(f"order {value!r}: use true or false")
+            if name != "order" and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidNameError(f"{name} {value!r}: use an integer")
+            out[TOPIC_UPDATE_FIELDS[name]] = value
+        elif name in now:
+            if value != now[name]:
+                raise InvalidNameError(f"{name} cannot be changed here (only "
+                                       f"{', '.join(TOPIC_UPDATE_FIELDS)})")
+        else:
+            raise InvalidNameError(f"unknown topic field {name!r} (settable: "
+                                   f"{', '.join(TOPIC_UPDATE_FIELDS)})")
+    return out
+
+
 #: ``SubscriptionGroupConfig`` fields ``updateSubGroup`` may set: name -> (type, min, max).
 GROUP_FIELDS = {
     "consumeEnable": (bool, None, None),

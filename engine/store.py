@@ -223,6 +223,12 @@ class MessageStore:
                 self._group_commit_thread.start()
 
     @property
+    def cq_file_size(self) -> int:
+        """The size of this store's ConsumeQueue files (``mappedFileSizeConsumeQueue``, as
+        the files say)."""
+        return self._cq_file_size
+
+    @property
     def sync_flush(self) -> bool:
         """``flushDiskType == SYNC_FLUSH``."""
         return self.config.flush_disk_type == "SYNC_FLUSH"

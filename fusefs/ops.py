@@ -403,7 +403,18 @@ class RmqOperations(pyfuse3.Operations):
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._node(parent_inode)
         _check_owner(self.ctx, ctx)  # only the owner drops snapshots (README "Other users")
-        await _run(parent.rmdir, os.fsdecode(name))
+        name = os.fsdecode(name)
+        await _run(parent.rmdir, name)
+        # rmdir topics/T, groups/G: the nodes of what went (and of the topic's view/ tree)
+        # answer ENOENT from now on, whatever the kernel still holds
+        gone = (f"{parent.path.rstrip('/')}/{name}",)
+        if parent.path == "/topics":
+            gone += (f"/view/topic={name}",)
+        with self._lock:
+            for ino, node in list(self.nodes.items()):
+                if any(node.path == g or node.path.startswith(g + "/") for g in gone):
+                    self.nodes.pop(ino, None)
+        self._invalidate(parent_inode)
 
     async def unlink(self, parent_inode, name, ctx):
         raise pyfuse3.FUSEError(errno.EROFS if self.ctx.read_only else errno.EPERM)
