@@ -45,11 +45,26 @@ SEALED_TIMEOUT = 3600.0
 BLKSIZE = 128 * 1024
 
 
+#: Directories removed by ``rmdir`` in this mount (``topics/T``, ``groups/G``) -> how many
+#: times. The kernel marks a removed directory's inode dead while it still holds it, so a
+#: directory made again under the name needs a new inode number: its paths' numbers are
+#: salted with this count (stable numbers otherwise, as before any rmdir).
+_REMOVED: dict[str, int] = {}
+
+
 def path_inode(path: str) -> int:
     """Stable inode number of a path (the root is ``pyfuse3.ROOT_INODE``)."""
     if path == "/":
         return pyfuse3.ROOT_INODE
-    h = int.from_bytes(hashlib.blake2b(path.encode("utf-8"), digest_size=8).digest(), "big")
+    key = path
+    if _REMOVED:
+        parts = path.split("/")
+        salt = [f"{p}#{_REMOVED[p]}" for p in ("/".join(parts[:i])
+                                              for i in range(3, min(len(parts), 4) + 1))
+                if p in _REMOVED]
+        if salt:
+            key = path + "\0" + salt[0]
+    h = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big")
     return (h & 0x7FFF_FFFF_FFFF_FFFF) | 0x100  # never 0 or 1
 
 
@@ -408,6 +423,8 @@ class RmqOperations(pyfuse3.Operations):
         # rmdir topics/T, groups/G: the nodes of what went (and of the topic's view/ tree)
         # answer ENOENT from now on, whatever the kernel still holds
         gone = (f"{parent.path.rstrip('/')}/{name}",)
+        if parent.path in ("/topics", "/groups"):
+            _REMOVED[gone[0]] = _REMOVED.get(gone[0], 0) + 1
         if parent.path == "/topics":
             gone += (f"/view/topic={name}",)
         with self._lock:
