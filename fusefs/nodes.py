@@ -48,7 +48,7 @@ topics/<topic>/produce          append lines: each line becomes one message
 topics/<topic>/produce.jsonl    append JSON lines: {{"body": ..., "tags": ..., "keys": [...]}}
 topics/<topic>/messages.jsonl   every message of the topic, decoded, in CommitLog order
 topics/<topic>/bodies.txt       the bodies only, one per line
-topics/<topic>/topic.json       the topic's config (topics.json)
+topics/<topic>/topic.json       the topic's config (topics.json); write JSON to change it
 topics/<topic>/keys/<key>       messages with this key (IndexFile lookup)
 topics/<topic>/<queueId>/       messages.jsonl, bodies.txt, offsets.json, produce,
                                 by-offset/<n>, by-time/<epochMillis>
@@ -63,7 +63,9 @@ snapshots/<name>/               mkdir: a frozen point in time of raw/ + SNAPSHOT
                                 copy it with tar, rsync or restic; rmdir drops it
 status.json                     CommitLog offsets, flush and dispatch lag, segment sizes, counts
 
-mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group.
+mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group;
+rmdir deletes them (mqadmin deleteTopic; deleteSubGroup with its offsets). Writing
+{"perm": 4} (readQueueNums, writeQueueNums, perm, order) to topic.json changes the topic.
 Lookups (keys/, by-offset/, by-time/, messages/) are not listed: name what you want.
 A write() to a produce file returns once its messages are in the CommitLog; fsync() once
 they are on disk; a last line without a newline is stored at close().
