@@ -65,7 +65,7 @@ status.json                     CommitLog offsets, flush and dispatch lag, segme
 
 mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group;
 rmdir deletes them (mqadmin deleteTopic; deleteSubGroup with its offsets). Writing
-{"perm": 4} (readQueueNums, writeQueueNums, perm, order) to topic.json changes the topic.
+{{"perm": 4}} (readQueueNums, writeQueueNums, perm, order) to topic.json changes the topic.
 Lookups (keys/, by-offset/, by-time/, messages/) are not listed: name what you want.
 A write() to a produce file returns once its messages are in the CommitLog; fsync() once
 they are on disk; a last line without a newline is stored at close().
