@@ -511,6 +511,65 @@ class ConsumerOffsetManager:
                 raise
             self.counter += 1
 
+    def _mutate(self, change) -> object:
+        """Apply ``change(table)`` and persist; on a failed write (ENOSPC...) the table is
+        restored, in memory too, and the OSError raised. Returns what ``change`` returns."""
+        with self.lock:
+            before = {k: dict(v) for k, v in self.table.items()}
+            result = change(self.table)
+            try:
+                self._persist()
+            except BaseException:
+                self.table = before
+                raise
+            self.counter += 1
+            return result
+
+    def remove_topic(self, topic: str) -> list[str]:
+        """``ConsumerOffsetManager.cleanOffsetByTopic``: drop every ``topic@group`` entry
+        (keys of exactly two parts whose first is ``topic``). Returns the removed keys."""
+        def change(table):
+            gone = [k for k in table if k.split(TOPIC_GROUP_SEPARATOR)[0] == topic
+                    and len(k.split(TOPIC_GROUP_SEPARATOR)) == 2]
+            for k in gone:
+                del table[k]
+            return gone
+        return self._mutate(change) if self._keys(topic=topic) else []
+
+    def remove_group(self, group: str) -> list[str]:
+        """``ConsumerOffsetManager.removeOffset``: drop every ``topic@group`` entry of
+        ``group``. Returns the removed keys."""
+        def change(table):
+            gone = [k for k in table if len(k.split(TOPIC_GROUP_SEPARATOR)) == 2
+                    and k.split(TOPIC_GROUP_SEPARATOR)[1] == group]
+            for k in gone:
+                del table[k]
+            return gone
+        return self._mutate(change) if self._keys(group=group) else []
+
+    def clone(self, src: str, dest: str, topic: str) -> dict[int, int] | None:
+        """``ConsumerOffsetManager.cloneOffset``: ``topic@dest`` becomes a copy of
+        ``topic@src`` (replacing what dest had). Returns the copied offsets, or None (and
+        changes nothing) when ``src`` has none for ``topic``."""
+        offsets = self.table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{src}")
+        if offsets is None:
+            return None
+        copy = dict(offsets)
+
+        def change(table):
+            table[f"{topic}{TOPIC_GROUP_SEPARATOR}{dest}"] = dict(copy)
+        self._mutate(change)
+        return copy
+
+    def _keys(self, topic: str | None = None, group: str | None = None) -> list[str]:
+        out = []
+        for k in self.table:
+            parts = k.split(TOPIC_GROUP_SEPARATOR)
+            if len(parts) == 2 and (topic is None or parts[0] == topic) and \
+                    (group is None or parts[1] == group):
+                out.append(k)
+        return out
+
     def _persist(self) -> None:
         if self.read_only:
             return
@@ -556,32 +615,210 @@ class SubscriptionGroupManager:
                 raise TypeError(f"subscriptionGroupTable[{name!r}] is not an object")
         return raw
 
+    @staticmethod
+    def default_entry(group: str) -> dict:
+        """A new ``SubscriptionGroupConfig`` with RocketMQ's field defaults."""
+        return {
+            "attributes": {}, "brokerId": 0, "consumeBroadcastEnable": True,
+            "consumeEnable": True, "consumeFromMinEnable": True,
+            "consumeMessageOrderly": False, "consumeTimeoutMinute": 15,
+            "groupName": group, "groupRetryPolicy": {"type": "CUSTOMIZED"},
+            "groupSysFlag": 0, "notifyConsumerIdsChangedEnable": True,
+            "retryMaxTimes": 16, "retryQueueNums": 1, "subscriptionDataSet": [],
+            "whichBrokerWhenConsumeSlowly": 1}
+
     def create(self, group: str) -> None:
         """Add a group with RocketMQ's defaults and persist (no-op if it exists)."""
         validate_group_name(group)
         with self.lock:
             if group in self.groups:
                 return
-            self.groups[group] = {
-                "attributes": {}, "brokerId": 0, "consumeBroadcastEnable": True,
-                "consumeEnable": True, "consumeFromMinEnable": True,
-                "consumeMessageOrderly": False, "consumeTimeoutMinute": 15,
-                "groupName": group, "groupRetryPolicy": {"type": "CUSTOMIZED"},
-                "groupSysFlag": 0, "notifyConsumerIdsChangedEnable": True,
-                "retryMaxTimes": 16, "retryQueueNums": 1, "subscriptionDataSet": [],
-                "whichBrokerWhenConsumeSlowly": 1}
-            if self.read_only:
-                return
-            obj = dict(self._extra)
-            obj.setdefault("forbiddenTable", {})
-            obj["dataVersion"] = _data_version(self.counter + 1)
-            obj["subscriptionGroupTable"] = dict(sorted({**self.groups, **self.skipped}.items()))
+            self._replace(group, self.default_entry(group))
+
+    def update(self, group: str, fields: dict) -> dict:
+        """``SubscriptionGroupManager.updateSubscriptionGroupConfig``: set ``fields``
+        (SubscriptionGroupConfig's JSON names, checked by the caller) on the group, creating
+        it with the defaults first when missing, and persist. Returns the new entry."""
+        validate_group_name(group)
+        with self.lock:
+            entry = dict(self.groups.get(group) or self.default_entry(group))
+            entry.update(fields)
+            entry["groupName"] = group
+            self._replace(group, entry)
+            return entry
+
+    def remove(self, group: str) -> bool:
+        """``deleteSubscriptionGroupConfig``: drop the group's entry and persist. Returns
+        whether it existed."""
+        with self.lock:
+            if group not in self.groups:
+                return False
+            self._replace(group, None)
+            return True
+
+    def _replace(self, group: str, entry: dict | None) -> None:
+        """Set (or with None remove) one entry and persist, under ``self.lock``; a failed
+        write (ENOSPC...) leaves no trace in memory either."""
+        old = self.groups.get(group)
+        if entry is None:
+            self.groups.pop(group, None)
+        else:
+            self.groups[group] = entry
+        if self.read_only:
+            return
+        obj = dict(self._extra)
+        obj.setdefault("forbiddenTable", {})
+        obj["dataVersion"] = _data_version(self.counter + 1)
+        obj["subscriptionGroupTable"] = dict(sorted({**self.groups, **self.skipped}.items()))
+        try:
+            persist_config_file(self.path, obj)
+        except BaseException:
+            if old is None:
+                self.groups.pop(group, None)
+            else:
+                self.groups[group] = old
+            raise
+        self.counter += 1
+
+
+#: topics.json fields ``updateTopic`` may change (TopicConfig's JSON name -> keyword of
+#: ``MessageStore.update_topic``).
+TOPIC_UPDATE_FIELDS = {"readQueueNums": "read_queue_nums", "writeQueueNums": "write_queue_nums",
+                       "perm": "perm", "order": "order"}
+
+
+def topic_update_from_json(current: "TopicConfig", obj) -> dict:
+    """The ``MessageStore.update_topic`` keywords of a JSON object written to a topic's
+    ``topic.json``: only :data:`TOPIC_UPDATE_FIELDS` may change (their values are checked by
+    ``update_topic``); any other field of the entry may be present (the file read, edited and
+    written back) but must keep its value. Raises InvalidNameError (EINVAL) naming the field."""
+    if not isinstance(obj, dict):
+        raise InvalidNameError("topic.json takes a JSON object, e.g. {\"perm\": 4}")
+    now = current.to_json()
+    out = {}
+    for name, value in obj.items():
+        if name in TOPIC_UPDATE_FIELDS:
+            if name == "order" and not isinstance(value, bool):
+                raise InvalidNameError(f"order {value!r}: use true or false")
+            if name != "order" and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidNameError(f"{name} {value!r}: use an integer")
+            out[TOPIC_UPDATE_FIELDS[name]] = value
+        elif name in now:
+            if value != now[name]:
+                raise InvalidNameError(f"{name} cannot be changed here (only "
+                                       f"{', '.join(TOPIC_UPDATE_FIELDS)})")
+        else:
+            raise InvalidNameError(f"unknown topic field {name!r} (settable: "
+                                   f"{', '.join(TOPIC_UPDATE_FIELDS)})")
+    return out
+
+
+#: ``SubscriptionGroupConfig`` fields ``updateSubGroup`` may set: name -> (type, min, max).
+GROUP_FIELDS = {
+    "consumeEnable": (bool, None, None),
+    "consumeFromMinEnable": (bool, None, None),
+    "consumeBroadcastEnable": (bool, None, None),
+    "consumeMessageOrderly": (bool, None, None),
+    "notifyConsumerIdsChangedEnable": (bool, None, None),
+    "retryQueueNums": (int, 0, MAX_QUEUE_NUMS),
+    "retryMaxTimes": (int, -1, 2**31 - 1),
+    "brokerId": (int, 0, 2**63 - 1),
+    "whichBrokerWhenConsumeSlowly": (int, 0, 2**63 - 1),
+    "consumeTimeoutMinute": (int, 1, 2**31 - 1),
+    "groupSysFlag": (int, 0, 2**31 - 1),
+}
+
+
+def check_group_fields(fields: dict) -> dict:
+    """``fields`` when each is a settable ``SubscriptionGroupConfig`` field of the right JSON
+    type (booleans true/false, integers in range, not ``true`` for an integer); raises
+    InvalidNameError (EINVAL) naming the first that is not."""
+    if not isinstance(fields, dict):
+        raise InvalidNameError("a group's fields must be a JSON object")
+    for name, value in fields.items():
+        spec = GROUP_FIELDS.get(name)
+        if spec is None:
+            raise InvalidNameError(f"unknown or read-only group field {name!r} (settable: "
+                                   f"{', '.join(GROUP_FIELDS)})")
+        kind, lo, hi = spec
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise InvalidNameError(f"{name} {value!r}: use true or false")
+        elif isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise InvalidNameError(f"{name} {value!r}: use an integer in {lo}..{hi}")
+    return dict(fields)
+
+
+class DeletedTopics:
+    """``config/rmqfs.deletedTopics.json``: topics deleted while records of theirs remain in
+    the CommitLog, each with the CommitLog offset at its deletion.
+
+    RocketMQ keeps no such record: its ``deleteTopic`` drops the ConsumeQueues and relies on
+    the reput starting past them (``DefaultMessageStore.start``: reputFromOffset = the
+    largest physical offset any ConsumeQueue holds), so a crash recovery that scans from an
+    older segment (``CommitLog.recoverAbnormally``), or a deleted topic whose records end
+    the CommitLog, dispatches them again and the topic's queues come back. rmqfs writes this
+    file so that recovery, ``recover --rebuild`` and ``verify`` skip a deleted topic's records
+    below that offset; records written after (a topic created again) are the new topic's.
+    Entries go once the CommitLog's min offset passes them (:meth:`prune`). A broker ignores
+    the file. Format: fastjson like the broker's files, ``{"deletedTopicTable": {topic:
+    offset}, "dataVersion": ...}``.
+    """
+
+    FILE = "rmqfs.deletedTopics.json"
+
+    def __init__(self, config_dir: str, read_only: bool = False):
+        self.path = os.path.join(config_dir, self.FILE)
+        self.read_only = read_only
+        self.lock = threading.Lock()
+        raw = load_config_file(self.path, self._parse) or {}
+        self.table: dict[str, int] = {k: v for k, v in _table(raw, "deletedTopicTable").items()}
+        self.counter = _counter(raw)
+
+    @staticmethod
+    def _parse(raw):
+        for name, off in _table(raw, "deletedTopicTable").items():
+            _int(off, f"deletedTopicTable[{name!r}]")
+        return raw
+
+    def below(self, topic: str) -> int:
+        """Records of ``topic`` below this CommitLog offset belong to a deleted topic (0:
+        none)."""
+        return self.table.get(topic, 0)
+
+    def add(self, topic: str, offset: int) -> None:
+        """Remember ``topic`` deleted at CommitLog ``offset`` and persist."""
+        with self.lock:
+            old = self.table.get(topic)
+            self.table[topic] = max(offset, old or 0)
             try:
-                persist_config_file(self.path, obj)
-            except BaseException:  # ENOSPC...: no trace of the group in memory either
-                del self.groups[group]
+                self._persist()
+            except BaseException:
+                if old is None:
+                    del self.table[topic]
+                else:
+                    self.table[topic] = old
                 raise
-            self.counter += 1
+
+    def prune(self, min_offset: int) -> None:
+        """Forget deletions whose records have all expired (offset <= CommitLog min)."""
+        with self.lock:
+            gone = [t for t, off in self.table.items() if off <= min_offset]
+            if not gone or self.read_only:
+                return
+            for t in gone:
+                del self.table[t]
+            self._persist()
+
+    def _persist(self) -> None:
+        if self.read_only:
+            return
+        if not self.table and not os.path.exists(self.path):
+            return
+        obj = {"dataVersion": _data_version(self.counter + 1),
+               "deletedTopicTable": dict(sorted(self.table.items()))}
+        persist_config_file(self.path, obj)
+        self.counter += 1
 
 
 def _parse_delay_offsets(raw):
@@ -596,4 +833,5 @@ def config_parsers() -> dict:
     return {"topics.json": TopicConfigManager._parse,
             "consumerOffset.json": ConsumerOffsetManager._parse,
             "subscriptionGroup.json": SubscriptionGroupManager._parse,
-            "delayOffset.json": _parse_delay_offsets}
+            "delayOffset.json": _parse_delay_offsets,
+            DeletedTopics.FILE: DeletedTopics._parse}

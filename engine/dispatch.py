@@ -98,9 +98,17 @@ def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
             # its ConsumeQueue cannot exist; the record stays in the CommitLog.
             store.skip_topic(topic, f"record: {problem}")
             unsafe.add(topic)
+    deleted = store.deleted_topics.table
     for (topic, qid), items in per_queue.items():
         if topic in unsafe:
             continue
+        if topic in deleted:
+            # records of a topic deleted later (rmqfs delete-topic): never re-dispatched,
+            # so recovery and rebuilds do not bring its queues back (config.DeletedTopics)
+            below = deleted[topic]
+            items = [d for d in items if d.commitlog_offset >= below]
+            if not items:
+                continue
         cq = store._consume_queue(topic, qid, create=True)
         if recovering:
             # Units already present are skipped (ConsumeQueue.putMessagePositionInfo),

@@ -141,3 +141,18 @@ class UnsafeStoreError(StoreError):
 class ConfigFileError(CorruptRecordError):
     """A ``config/*.json`` file (and its ``.bak``) cannot be used; the message names the file
     and the reason."""
+
+
+class SystemTopicError(StoreError):
+    """An admin operation refused on a RocketMQ system topic (deleting ``SCHEDULE_TOPIC_XXXX``,
+    ``RMQ_SYS_*``, ...: ``AdminBrokerProcessor.deleteTopic`` with
+    ``validateSystemTopicWhenUpdateTopic`` answers INVALID_PARAMETER, "conflict with system
+    topic"). EPERM: the operation is not permitted on that object, whatever the input."""
+
+    errno = errno.EPERM
+
+
+class NoSuchGroupError(StoreError):
+    """A consumer group the store does not hold."""
+
+    errno = errno.ENOENT

@@ -32,16 +32,18 @@ from . import flush, putmessage, recovery, workprogress
 from .lock import lock_holder, release_store_lock, take_store_lock
 from .cleanup import CleanReport, CleanService
 from .commitlog import CommitLog
-from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, SubscriptionGroupManager,
-                     TopicConfig, TopicConfigManager, topic_path_problem, validate_group_name,
-                     validate_queue_nums, validate_topic_name)
+from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, DeletedTopics,
+                     SubscriptionGroupManager, TopicConfig, TopicConfigManager,
+                     topic_path_problem, validate_group_name, validate_queue_nums,
+                     validate_topic_name)
 from .consumequeue import (UNIT, ConsumeQueue, queue_dir_id)
 from .consumequeue import store_file_size as cq_store_file_size
 from .indexfile import IndexService
 from .mappedfile import remove_temp_files
 from .storetree import check_store_tree
-from .errors import (CorruptRecordError, NoSuchTopicError, OffsetOutOfRangeError,
-                     PutMessageError, ReadOnlyStoreError)
+from .errors import (CorruptRecordError, InvalidNameError, NoSuchGroupError, NoSuchTopicError,
+                     OffsetOutOfRangeError, PutMessageError, ReadOnlyStoreError,
+                     SystemTopicError)
 from .message import (Host, MessageRecord)
 from .getmessage import get_messages, parse_subscription
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
@@ -142,6 +144,7 @@ class MessageStore:
         self.topic_config = TopicConfigManager(config_dir, read_only)
         self.consumer_offsets = ConsumerOffsetManager(config_dir, read_only)
         self.subscription_groups = SubscriptionGroupManager(config_dir, read_only)
+        self.deleted_topics = DeletedTopics(config_dir, read_only)
         self.checkpoint = StoreCheckpoint.read(self.checkpoint_path)
         self.commitlog = CommitLog(os.path.join(self.root, "commitlog"),
                                    self.config.mapped_file_size_commit_log, read_only)
@@ -209,6 +212,8 @@ class MessageStore:
                 self.follower = Follower(self)
                 self.follower.attach()
         if not read_only:
+            # deletions whose records have all expired need no remembering
+            self.deleted_topics.prune(self.commitlog.min_offset)
             with open(self.abort_path, "w") as f:  # 5.x writes the pid
                 f.write(str(os.getpid()))
         self.disk_full = False  # set by the CleanService above diskSpaceWarningLevelRatio
@@ -226,6 +231,12 @@ class MessageStore:
                 self._group_commit_thread = threading.Thread(
                     target=flush.group_commit_loop, args=(self,), name="rmq-group-commit", daemon=True)
                 self._group_commit_thread.start()
+
+    @property
+    def cq_file_size(self) -> int:
+        """The size of this store's ConsumeQueue files (``mappedFileSizeConsumeQueue``, as
+        the files say)."""
+        return self._cq_file_size
 
     @property
     def sync_flush(self) -> bool:
@@ -327,6 +338,100 @@ class MessageStore:
         cfg = TopicConfig(name, n, n, perm)
         self.topic_config.put(cfg)
         return cfg
+
+    def update_topic(self, name: str, read_queue_nums: int | None = None,
+                     write_queue_nums: int | None = None, perm: int | None = None,
+                     order: bool | None = None) -> TopicConfig:
+        """``updateTopic`` (``AdminBrokerProcessor.updateAndCreateTopic`` ->
+        ``TopicConfigManager.updateTopicConfig``): set the given fields of a topic's entry in
+        topics.json (creating the topic when missing) and persist atomically. Unlike mqadmin,
+        which sends a whole ``TopicConfig`` whose unset fields take its defaults (8 queues,
+        perm 6), fields not given keep their values.
+
+        Raises InvalidNameError (a bad name, queue count outside 1-1024, perm not 2/4/6),
+        SystemTopicError (a system topic: ``validateSystemTopicWhenUpdateTopic``),
+        ReadOnlyStoreError.
+        """
+        from .validation import is_system_topic
+        validate_topic_name(name)
+        if is_system_topic(name):
+            raise SystemTopicError(f"the topic {name} is a RocketMQ system topic (the broker "
+                                   "refuses: conflict with system topic)")
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        for what, n in (("readQueueNums", read_queue_nums), ("writeQueueNums", write_queue_nums)):
+            if n is not None:
+                try:
+                    validate_queue_nums(n)
+                except InvalidNameError:
+                    raise InvalidNameError(f"{what} {n!r}: use 1-1024") from None
+        if perm is not None and (isinstance(perm, bool) or perm not in (2, 4, 6)):
+            raise InvalidNameError(f"perm {perm!r}: use 2 (write), 4 (read) or 6 (read and "
+                                   "write)")
+        with self.put_lock:
+            old = self.topic_config.get(name)
+            if old is None:
+                n = self.config.default_topic_queue_nums
+                old = TopicConfig(name, n, n)
+            cfg = TopicConfig(**{**old.__dict__, "attributes": dict(old.attributes)})
+            if read_queue_nums is not None:
+                cfg.read_queue_nums = read_queue_nums
+            if write_queue_nums is not None:
+                cfg.write_queue_nums = write_queue_nums
+            if perm is not None:
+                cfg.perm = perm
+            if order is not None:
+                cfg.order = bool(order)
+            self.topic_config.put(cfg)
+            return cfg
+
+    def delete_topic(self, name: str) -> dict:
+        """``deleteTopic`` (``AdminBrokerProcessor.deleteTopicInBroker``): remove the topic's
+        entry from topics.json, its consumer offsets (``cleanOffsetByTopic``: every
+        ``topic@group`` key) and its ConsumeQueues (``DefaultMessageStore.deleteTopics``:
+        ``consumequeue/<topic>/`` removed). Its CommitLog records stay until they expire.
+
+        The deletion is remembered with the CommitLog's end (:class:`config.DeletedTopics`)
+        before anything is removed, so no recovery or rebuild dispatches the old records
+        again, and each step can be redone: a crash in between leaves a topic that a second
+        delete finishes.
+
+        Returns ``{"topic", "queues": [ids removed], "offsets": [keys removed],
+        "commitLogOffset": where the deletion stands}``. Raises NoSuchTopicError,
+        SystemTopicError (``validateSystemTopicWhenUpdateTopic``), ReadOnlyStoreError.
+        """
+        from .validation import is_system_topic
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        if is_system_topic(name):
+            raise SystemTopicError(f"the topic {name} is a RocketMQ system topic and cannot "
+                                   "be deleted (the broker refuses: conflict with system topic)")
+        if name not in self.topic_names():
+            raise NoSuchTopicError(f"topic {name} does not exist")
+        with self.put_lock:
+            # records of the topic waiting for a SYNC_FLUSH group commit lie below ``end``
+            # too: their dispatch skips them (engine.dispatch)
+            end = self.commitlog.max_offset
+            self.deleted_topics.add(name, end)
+            queues = sorted(q for t, q in self.consume_queues if t == name)
+            for q in queues:
+                self.consume_queues.pop((name, q)).close()
+                self._queue_offsets.pop((name, q), None)
+                self.damaged.pop((name, q), None)
+            import shutil
+            for base in ("consumequeue", "consumequeue_ext", "batchconsumequeue"):
+                tdir = os.path.join(self.root, base, name)
+                if os.path.isdir(tdir) and not os.path.islink(tdir):
+                    shutil.rmtree(tdir)
+                    _fsync_dir(os.path.join(self.root, base))
+            offsets = self.consumer_offsets.remove_topic(name)
+            self.topic_config.remove(name)
+            self._round_robin.pop(name, None)
+            self._plain_topics.pop(name, None)
+            self._batch_cq_topics.discard(name)
+        log.info("deleted topic %s: queues %s, offsets %s; its records stay in the CommitLog "
+                 "below %d until they expire", name, queues, offsets, end)
+        return {"topic": name, "queues": queues, "offsets": offsets, "commitLogOffset": end}
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of a topic: ``range(readQueueNums)`` plus any queue with data."""
@@ -612,6 +717,51 @@ class MessageStore:
             raise ReadOnlyStoreError("store is read-only")
         self.subscription_groups.create(group)
 
+    def group_config(self, group: str) -> dict | None:
+        """The group's ``subscriptionGroupTable`` entry (a copy), or None."""
+        entry = self.subscription_groups.groups.get(group)
+        return None if entry is None else dict(entry)
+
+    def update_group(self, group: str, fields: dict) -> dict:
+        """``updateSubGroup`` (``AdminBrokerProcessor.updateAndCreateSubscriptionGroup``):
+        set ``fields`` (checked by :func:`engine.config.check_group_fields`) on the group's
+        subscriptionGroup.json entry, creating it with RocketMQ's defaults when missing.
+        Returns the new entry. Raises InvalidNameError, ReadOnlyStoreError."""
+        from .config import check_group_fields
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        validate_group_name(group)
+        return self.subscription_groups.update(group, check_group_fields(fields))
+
+    def delete_group(self, group: str, remove_offset: bool = False) -> dict:
+        """``deleteSubGroup`` (``AdminBrokerProcessor.deleteSubscriptionGroup``): remove the
+        group's subscriptionGroup.json entry and, with ``remove_offset`` (the request's
+        ``cleanOffset``, mqadmin ``-r true``), its offsets (``ConsumerOffsetManager.
+        removeOffset``). Returns ``{"group", "config": bool, "offsets": [keys]}``.
+        Raises NoSuchGroupError, ReadOnlyStoreError."""
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        if group not in self.group_names():
+            raise NoSuchGroupError(f"consumer group {group} does not exist")
+        had = self.subscription_groups.remove(group)
+        offsets = self.consumer_offsets.remove_group(group) if remove_offset else []
+        return {"group": group, "config": had, "offsets": offsets}
+
+    def clone_group_offset(self, src: str, dest: str, topic: str) -> dict[int, int]:
+        """``cloneGroupOffset`` (``ConsumerOffsetManager.cloneOffset``): ``topic@dest``
+        becomes a copy of ``topic@src``. Returns the offsets copied. Raises NoSuchTopicError,
+        NoSuchGroupError (src has no offsets of the topic), InvalidNameError,
+        ReadOnlyStoreError."""
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        validate_group_name(dest)
+        if topic not in self.topic_names():
+            raise NoSuchTopicError(f"topic {topic} does not exist")
+        copied = self.consumer_offsets.clone(src, dest, topic)
+        if copied is None:
+            raise NoSuchGroupError(f"consumer group {src} has no offsets of {topic}")
+        return copied
+
     # ------------------------------------------------------------------------------------------
     # flush and close (engine.flush)
 
@@ -691,6 +841,14 @@ class MessageStore:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _READ_BATCH = 1024  # ConsumeQueue units read at once by iter_queue

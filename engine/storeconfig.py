@@ -202,6 +202,19 @@ class StoreConfig:
             raise ValueError(f"{path}: compressType must be one of {sorted(COMPRESSION_TYPES)}")
         return cfg
 
+    def to_broker_conf(self) -> list[tuple[str, str]]:
+        """``[(key, value)]`` of every setting, as broker.conf lines would hold them (the
+        broker's key names, booleans ``true``/``false``), sorted by key; unset keys left out.
+        mqadmin ``getBrokerConfig`` prints a running broker's the same way."""
+        out = []
+        for key, (attr, _conv) in self._KEYS.items():
+            value = getattr(self, attr)
+            if value is None:
+                continue
+            out.append((key, ("true" if value else "false") if isinstance(value, bool)
+                        else str(value)))
+        return sorted(out)
+
     @property
     def store_host(self) -> Host:
         """``(address bytes, port)`` of brokerIP1:listenPort (IPv4 or IPv6).

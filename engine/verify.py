@@ -53,7 +53,7 @@ from .workprogress import no_progress
 
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
 CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
-                "delayOffset.json")
+                "delayOffset.json", "rmqfs.deletedTopics.json")
 #: Error kinds :func:`recover_store` refuses to repair (it raises naming the entry and changes
 #: nothing), with what the user must do instead. Links and special files: recover never
 #: reads or writes through them (``engine.storetree``); a gap or a misnamed CommitLog file:
@@ -254,6 +254,7 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
     recs = _Records()
     try:
         _scan_commitlog(segs, cfg, res, recs, progress)
+        _forget_deleted_topics(root, recs)
         _check_consume_queues(root, res, recs, cfg, progress)
         if check_index and cfg.message_index_enable:
             _check_index(root, segs, res, recs, cfg, progress)
@@ -475,6 +476,25 @@ def _add_record(rec, recs: _Records, delay_table: dict, reachable: bool) -> None
     q[1].append(rec.commitlog_offset)
     q[2].append(rec.store_size)
     q[3].append(tc)
+
+
+def _forget_deleted_topics(root: str, recs: _Records) -> None:
+    """Records of topics deleted by ``rmqfs delete-topic`` (``config/rmqfs.deletedTopics.json``:
+    below the CommitLog offset of the deletion) belong to no queue: no ConsumeQueue is
+    expected for them (the store never re-dispatches them, :mod:`engine.dispatch`)."""
+    from .config import DeletedTopics
+    try:
+        deleted = DeletedTopics(os.path.join(root, "config"), read_only=True).table
+    except CorruptRecordError:
+        return  # _check_config reports the file
+    for key in [k for k in recs.queues if k[0] in deleted]:
+        below = deleted[key[0]]
+        q = recs.queues[key]
+        i = bisect.bisect_left(q[1], below)
+        if i >= len(q[1]):
+            del recs.queues[key]
+        else:
+            recs.queues[key] = tuple(a[i:] for a in q)
 
 
 def _record_index(recs: _Records, offset: int) -> int | None:

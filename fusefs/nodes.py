@@ -21,6 +21,7 @@ import threading
 from engine import errors as E
 from engine.message import decode_offset_msg_id
 from engine.progress import consumer_progress, diff_total
+from engine.status import store_status
 from engine.store import Message, MessageStore
 from engine.validation import (check_send_topic, check_topic_creatable, message_from_json,
                                parse_decimal, parse_json_line)
@@ -47,7 +48,7 @@ topics/<topic>/produce          append lines: each line becomes one message
 topics/<topic>/produce.jsonl    append JSON lines: {{"body": ..., "tags": ..., "keys": [...]}}
 topics/<topic>/messages.jsonl   every message of the topic, decoded, in CommitLog order
 topics/<topic>/bodies.txt       the bodies only, one per line
-topics/<topic>/topic.json       the topic's config (topics.json)
+topics/<topic>/topic.json       the topic's config (topics.json); write JSON to change it
 topics/<topic>/keys/<key>       messages with this key (IndexFile lookup)
 topics/<topic>/<queueId>/       messages.jsonl, bodies.txt, offsets.json, produce,
                                 by-offset/<n>, by-time/<epochMillis>
@@ -63,7 +64,9 @@ snapshots/<name>/               mkdir: a frozen point in time of raw/ + SNAPSHOT
 status.json                     CommitLog offsets, flush and dispatch lag, segment sizes, counts
 refused.jsonl                   your recent refused writes: time, pid, path, errno, reason
 
-mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group.
+mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group;
+rmdir deletes them (mqadmin deleteTopic; deleteSubGroup with its offsets). Writing
+{{"perm": 4}} (readQueueNums, writeQueueNums, perm, order) to topic.json changes the topic.
 Lookups (keys/, by-offset/, by-time/, messages/) are not listed: name what you want.
 A write() to a produce file returns once its messages are in the CommitLog; fsync() once
 they are on disk; a last line without a newline is stored at close().
@@ -120,75 +123,16 @@ class StatusFile(GeneratedFile):
     """
 
     def content(self) -> bytes:
-        s = self.ctx.store
-        cl = s.commitlog
-        topics = s.topic_names()
-        queues = list(s.consume_queues.items())
-        reput = getattr(s, "reput_from_offset", None)
-        if reput is None:
-            reput = getattr(s, "dispatched_offset", cl.max_offset)
-        index_files = 0
-        if s.index_service is not None:
-            index_files = len(getattr(s.index_service, "files", []) or [])
-        cp = s.checkpoint
-        recovery = getattr(s, "recovery_report", None)
-        return R.render_json({
-            "brokerName": s.config.broker_name,
-            "storePathRootDir": s.root,
-            "pid": self.ctx.pid,
-            "readOnly": self.ctx.read_only,
-            "flushDiskType": s.config.flush_disk_type,
-            "commitLogMinOffset": cl.min_offset,
-            "commitLogMaxOffset": cl.max_offset,
-            "commitLogFlushedOffset": cl.flushed_where,
-            "flushBehindBytes": max(0, cl.max_offset - cl.flushed_where),
-            "dispatchedOffset": reput,
-            "dispatchBehindBytes": max(0, cl.max_offset - reput),
-            "lastStoreTimestamp": cl.last_store_timestamp or None,
-            "checkpoint": {"physicMsgTimestamp": cp.physic_msg_timestamp,
-                           "logicsMsgTimestamp": cp.logics_msg_timestamp,
-                           "indexMsgTimestamp": cp.index_msg_timestamp},
-            "mappedFileSizeCommitLog": cl.file_size,
-            "mappedFileSizeConsumeQueue": s._cq_file_size,
-            "maxMessageSize": s.config.max_message_size,
-            "commitLogSegments": cl.segment_count,
-            "consumeQueueFiles": sum(cq.file_count for _, cq in queues),
-            "indexFiles": index_files,
-            "topics": len(topics),
-            "queues": len(queues),
-            "messages": sum(cq.max_offset - cq.min_offset for _, cq in queues),
-            "groups": len(s.group_names()),
-            # what opening the store repaired, and queues found damaged while reading
-            # (rmqfs verify names the units; rmqfs recover rebuilds them)
-            "repairs": list(getattr(s, "repairs", []))[:100],
-            # what the recovery at open did (engine.recovery.RecoveryReport; null: a follower)
-            "recovery": recovery.to_json() if recovery is not None else None,
-            "damagedQueues": [{"topic": t, "queueId": q, "error": what} for (t, q), what
-                              in sorted(getattr(s, "damaged", {}).items())[:100]],
-            # topics the store holds under names unsafe as a path (empty, '.', '..', '/',
-            # NUL, over 255 bytes): not shown; every other topic is
-            "skippedTopics": s.skipped_topics()[:100],
-            **follower_status(s),
-        })
+        st = store_status(self.ctx.store)  # the same fields as `rmqfs brokerStatus`
+        # the mount's own: its daemon and whether it writes
+        st = {**{k: st[k] for k in ("brokerName", "storePathRootDir")},
+              "pid": self.ctx.pid, "readOnly": self.ctx.read_only,
+              **{k: v for k, v in st.items() if k not in ("brokerName", "storePathRootDir")}}
+        return R.render_json(st)
 
     def mtime_ns(self) -> int:
         return ms_to_ns(self.ctx.store.commitlog.last_store_timestamp) or \
             self.ctx.mount_time_ns
-
-
-def follower_status(store: MessageStore) -> dict:
-    """status.json's follower fields: ``follower`` (bool), and for a follower the writer's
-    pid (null once no process holds the store's lock), its CommitLog end (``writerCommitLogMaxOffset``, bytes of complete records),
-    ``followerBehindBytes`` (written but not visible yet), ``followerBehindMs`` (how long the
-    oldest of those has waited since its store time) and ``followerRefreshedTimestamp``
-    (epoch ms of the last refresh)."""
-    f = store.follower
-    if f is None:
-        return {"follower": False}
-    return {"follower": True, "writerPid": store.writer_pid,
-            "writerCommitLogMaxOffset": max(f.writer_end, store.commitlog.max_offset),
-            "followerBehindBytes": f.behind_bytes, "followerBehindMs": f.behind_ms(),
-            "followerRefreshedTimestamp": f.refreshed_ms}
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,6 +163,20 @@ class TopicsDir(Dir):
             raise fs_error(exc) from exc
         return TopicDir(self.ctx, self.sub(name), name)
 
+    def rmdir(self, name):
+        """``rmdir topics/T``: mqadmin deleteTopic (``MessageStore.delete_topic``): the
+        topics.json entry, the ConsumeQueues and the topic's consumer offsets go; CommitLog
+        records stay until they expire. The topic's rendered views are dropped. EPERM for a
+        RocketMQ system topic, ENOENT for no topic, EROFS on a read-only mount."""
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+        try:
+            self.ctx.store.delete_topic(name)
+        except E.StoreError as exc:
+            raise fs_error(exc) from exc
+        finally:
+            self.ctx.views.drop_topic(name)
+
 
 class TopicDir(Dir):
     def __init__(self, ctx, path, topic):
@@ -241,20 +199,104 @@ class TopicDir(Dir):
 
 
 class TopicJsonFile(GeneratedFile):
+    """``topic.json``: the topic's topics.json entry. Writing a JSON object changes the
+    fields it names (``readQueueNums``, ``writeQueueNums``, ``perm``, ``order``; other
+    fields may be written back unchanged): mqadmin updateTopic, atomic in topics.json."""
+
     def __init__(self, ctx, path, topic):
         super().__init__(ctx, path)
         self.topic = topic
 
-    def content(self):
+    def config(self):
         cfg = self.ctx.store.topic_config.get(self.topic)
         if cfg is None:
             n = len(self.ctx.store.queue_ids(self.topic))
             from engine.config import TopicConfig
             cfg = TopicConfig(self.topic, n, n)
-        return R.render_json(cfg.to_json())
+        return cfg
+
+    def content(self):
+        return R.render_json(self.config().to_json())
 
     def mtime_ns(self):
         return self.ctx.file_mtime_ns("topics.json")
+
+    def stat(self):
+        return Stat(self.ctx.write_mode(RW_FILE), len(self.content()), self.mtime_ns())
+
+    def open(self, flags):
+        if flags & os.O_ACCMODE == os.O_RDONLY:
+            return BytesHandle(self.content())
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+        return TopicJsonWriteHandle(self)
+
+    def truncate(self, size):
+        if size != 0:
+            raise FsError(errno.EINVAL)
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+
+    def update(self, text: bytes) -> None:
+        """Apply one JSON object (all its fields or none)."""
+        import json
+        from engine.config import topic_update_from_json
+        try:
+            obj = json.loads(text.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise FsError(errno.EINVAL, f"topic.json: not a JSON object: {exc}") from None
+        try:
+            self.ctx.store.update_topic(self.topic, **topic_update_from_json(self.config(), obj))
+        except E.StoreError as exc:
+            raise fs_error(exc) from exc
+
+
+#: The most a write to ``topic.json`` may hold (a topics.json entry is a few hundred bytes).
+TOPIC_JSON_MAX = 64 << 10
+
+
+class TopicJsonWriteHandle(Handle):
+    """Collects what is written to ``topic.json``; as soon as it is one whole JSON object
+    it is applied (so the ``write()`` reports a refusal), else at close."""
+
+    writable = True
+    direct_io = True
+
+    def __init__(self, node: TopicJsonFile):
+        self.node = node
+        self.buf = bytearray()
+        parent = node.path.rsplit("/", 1)[0]
+        self.invalidates = (node.path, parent)
+
+    def read(self, offset, length):
+        return self.node.content()[offset:offset + length]
+
+    def write(self, data):
+        if len(self.buf) + len(data) > TOPIC_JSON_MAX:
+            self.buf.clear()
+            raise FsError(errno.EINVAL, f"topic.json: over {TOPIC_JSON_MAX} bytes")
+        self.buf += data
+        import json
+        try:
+            json.loads(bytes(self.buf).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return len(data)  # not whole yet: wait for more, or for close
+        text = bytes(self.buf)
+        self.buf.clear()
+        self.node.update(text)
+        return len(data)
+
+    def flush(self):
+        if bytes(self.buf).strip():
+            text = bytes(self.buf)
+            self.buf.clear()
+            self.node.update(text)
+
+    def release(self):
+        try:
+            self.flush()
+        except FsError:
+            pass
 
 
 class QueueDir(Dir):
@@ -315,7 +357,10 @@ class ViewHandle(Handle):
         log.opens += 1  # not evicted while open (fusefs.views.ViewCache)
 
     def release(self):
-        self.log.opens -= 1
+        with self.log.lock:
+            self.log.opens -= 1
+            if not self.log.opens and getattr(self.log, "dropped", False):
+                self.log.close()  # its topic was deleted while this handle read it
 
     def read(self, offset, length):
         return self.log.read(self.start + offset, length)
@@ -650,6 +695,18 @@ class GroupsDir(Dir):
         except E.StoreError as exc:
             raise fs_error(exc) from exc
         return GroupDir(self.ctx, self.sub(name), name)
+
+    def rmdir(self, name):
+        """``rmdir groups/G``: mqadmin ``deleteSubGroup -r true``
+        (``MessageStore.delete_group`` with ``remove_offset``): the subscriptionGroup.json
+        entry and the group's offsets go, so the directory does not come back (a group
+        with offsets is listed). ENOENT for no group, EROFS on a read-only mount."""
+        if self.ctx.read_only:
+            raise FsError(errno.EROFS)
+        try:
+            self.ctx.store.delete_group(name, remove_offset=True)
+        except E.StoreError as exc:
+            raise fs_error(exc) from exc
 
 
 class GroupDir(Dir):

@@ -36,6 +36,7 @@ from engine.errors import CorruptRecordError, StoreError
 
 from .base import RO_DIR, RO_FILE, Context, FsError, HandleBudget, Node, Stat
 from .nodes import RootDir
+from .viewtree import topic_dir_name
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +46,26 @@ SEALED_TIMEOUT = 3600.0
 BLKSIZE = 128 * 1024
 
 
+#: Directories removed by ``rmdir`` in this mount (``topics/T``, ``groups/G``) -> how many
+#: times. The kernel marks a removed directory's inode dead while it still holds it, so a
+#: directory made again under the name needs a new inode number: its paths' numbers are
+#: salted with this count (stable numbers otherwise, as before any rmdir).
+_REMOVED: dict[str, int] = {}
+
+
 def path_inode(path: str) -> int:
     """Stable inode number of a path (the root is ``pyfuse3.ROOT_INODE``)."""
     if path == "/":
         return pyfuse3.ROOT_INODE
-    h = int.from_bytes(hashlib.blake2b(path.encode("utf-8"), digest_size=8).digest(), "big")
+    key = path
+    if _REMOVED:
+        parts = path.split("/")
+        salt = [f"{p}#{_REMOVED[p]}" for p in ("/".join(parts[:i])
+                                              for i in range(3, min(len(parts), 4) + 1))
+                if p in _REMOVED]
+        if salt:
+            key = path + "\0" + salt[0]
+    h = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big")
     return (h & 0x7FFF_FFFF_FFFF_FFFF) | 0x100  # never 0 or 1
 
 
@@ -460,8 +476,21 @@ class RmqOperations(pyfuse3.Operations):
         path = self._child_path(parent_inode, name)
         # only the owner drops snapshots (README "Other users")
         self._check_writer("rmdir", path, ctx, owner_only=True)
-        await _run(parent.rmdir, os.fsdecode(name),
+        name = os.fsdecode(name)
+        await _run(parent.rmdir, name,
                    on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx)))
+        # rmdir topics/T, groups/G: the nodes of what went (and of the topic's view/ tree)
+        # answer ENOENT from now on, whatever the kernel still holds
+        gone = (path,)
+        if parent.path in ("/topics", "/groups"):
+            _REMOVED[path] = _REMOVED.get(path, 0) + 1
+        if parent.path == "/topics":
+            gone += (f"/view/{topic_dir_name(name)}",)
+        with self._lock:
+            for ino, node in list(self.nodes.items()):
+                if any(node.path == g or node.path.startswith(g + "/") for g in gone):
+                    self.nodes.pop(ino, None)
+        self._invalidate(parent_inode)
 
     async def unlink(self, parent_inode, name, ctx):
         raise self._no_write("unlink", self._child_path(parent_inode, name), ctx, errno.EPERM,

@@ -427,6 +427,21 @@ class ViewCache:
         self._evict(keep=key)
         return v
 
+    def drop_topic(self, topic: str) -> None:
+        """Forget every rendered view and part of ``topic`` (deleted: ``rmdir topics/T``,
+        or a topic created again later, which must not show the old renders). A view open
+        for reading keeps its file until its last handle is released."""
+        with self._lock:
+            for key in [k for k in self._views if k[1] == topic]:
+                v = self._views.pop(key)
+                with v.log.lock:
+                    v.log.dropped = True
+                    if not v.log.opens:
+                        v.log.close()
+            for key in [k for k in self._evicted if k[1] == topic]:
+                del self._evicted[key]
+        self.parts.drop_topic(topic)
+
     def close(self) -> None:
         """Delete every cache file (and stop the part renderers)."""
         self.parts.close()
@@ -596,6 +611,16 @@ class PartCache:
                 os.unlink(self._path(key))
             except FileNotFoundError:
                 pass
+
+    def drop_topic(self, topic: str) -> None:
+        """Forget every part of ``topic``: files, sizes kept after eviction, newest ends. An
+        fd already open on a part keeps reading it (the file is only unlinked)."""
+        with self.lock:
+            for key in [k for k in self.files if k[0] == topic]:
+                self._drop(key)
+            for table in (self.meta, self.latest):
+                for key in [k for k in table if k[0] == topic]:
+                    del table[key]
 
     def _evict(self, keep) -> None:
         """Drop least recently used files until the files and the room reserved for renders

@@ -4,11 +4,16 @@ Every command takes the store directory as its first argument (``rmqfs CMD STORE
 ``rmqfs mount STORE MNT``), and ``--config broker.conf`` for a broker's settings. Option letters
 follow mqadmin where it has the command (``printMsg``, ``queryMsgByKey``/``ById``/``ByOffset``,
 ``topicStatus``, ``topicList``, ``consumerProgress``, ``resetOffsetByTime``,
-``deleteExpiredCommitLog``; reference section 14).
+``deleteExpiredCommitLog``, ``deleteTopic``, ``updateTopic``, ``deleteSubGroup``,
+``updateSubGroup``, ``cloneGroupOffset``, ``queryCq``, ``statsAll``, ``getBrokerConfig``,
+``brokerStatus``; reference section 14), and each command answers to mqadmin's name too
+(``rmqfs deleteTopic`` = ``rmqfs delete-topic``). Every time option takes one syntax
+(:func:`parse_time`).
 
-Reading commands (verify, print-msg, query-msg, topic-status, topic-list, consumer-progress) open
-the store read-only: they work next to a running mount or broker. Writing commands (recover,
-produce, reset-offset, clean) take the store's lock like a broker does and refuse, naming the
+Reading commands (verify, print-msg, query-msg, topic-status, topic-list, consumer-progress,
+query-cq, stats-all, get-broker-config, broker-status) open the store read-only: they work next
+to a running mount or broker. Writing commands (recover, produce, reset-offset, clean,
+delete-topic, update-topic, delete-sub-group, update-sub-group, clone-group-offset) take the store's lock like a broker does and refuse, naming the
 holder's pid, while a mount or broker runs: its in-memory state would overwrite theirs. (A
 running mount takes offsets through ``MNT/groups/G/T/Q/offset`` and messages through
 ``MNT/topics/T/produce`` instead.)
@@ -26,12 +31,13 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 import time
 
 from engine.progress import consumer_progress, diff_total
 
-TIME_FORMAT_HELP = "epoch ms, or yyyy-MM-dd#HH:mm:ss:SSS (local time)"
+TIME_FORMAT_HELP = "epoch ms, yyyy-MM-dd#HH:mm:ss:SSS (local time) or now"
 
 
 class AdminError(Exception):
@@ -41,20 +47,24 @@ class AdminError(Exception):
 # ----------------------------------------------------------------------------------------------
 # helpers
 
-def parse_time(text: str, allow_now: bool = False) -> int:
-    """Epoch ms from ``text``: digits (ms), ``yyyy-MM-dd#HH:mm:ss:SSS`` in local time (as
-    mqadmin's ``UtilAll.parseDate`` / ``-s`` options), or ``now`` when allowed."""
+def parse_time(text: str) -> int:
+    """Epoch ms from ``text``, the one syntax of every time option: digits (ms),
+    ``yyyy-MM-dd#HH:mm:ss:SSS`` in local time (mqadmin's ``UtilAll.parseDate`` pattern of
+    ``resetOffsetByTime -s`` and ``printMsg -b/-e``; ``SSS`` is milliseconds), or ``now``
+    (resetOffsetByTime's ``now``)."""
     text = text.strip()
-    if allow_now and text.lower() == "now":
+    if text.lower() == "now":
         return int(time.time() * 1000)
     if text.lstrip("-").isdigit():
         return int(text)
+    m = re.fullmatch(r"(\d{4}-\d{2}-\d{2}#\d{2}:\d{2}:\d{2}):(\d{1,3})", text)
     try:
-        dt = datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+        if m is None:
+            raise ValueError
+        dt = datetime.datetime.strptime(m.group(1), "%Y-%m-%d#%H:%M:%S")
     except ValueError:
-        raise AdminError(f"bad time {text!r}: use {TIME_FORMAT_HELP}"
-                         + (" or now" if allow_now else "")) from None
-    return int(time.mktime(dt.timetuple())) * 1000 + dt.microsecond // 1000
+        raise AdminError(f"bad time {text!r}: use {TIME_FORMAT_HELP}") from None
+    return int(time.mktime(dt.timetuple())) * 1000 + int(m.group(2))
 
 
 def format_time(ms: int) -> str:
@@ -530,7 +540,7 @@ def cmd_reset_offset(args) -> int:
     if (args.timestamp is None) == (args.offset is None):
         raise AdminError("give -s TIMESTAMP (ms, yyyy-MM-dd#HH:mm:ss:SSS or now) or -o OFFSET")
     validate_group_name(args.group)
-    ts = parse_time(args.timestamp, allow_now=True) if args.timestamp is not None else None
+    ts = parse_time(args.timestamp) if args.timestamp is not None else None
     with open_store(args, write=True) as store:
         topic = _topic(store, args.topic)
         queues = [_queue(store, topic, args.queue_id)] if args.queue_id is not None \
@@ -567,6 +577,216 @@ def cmd_clean(args) -> int:
                 print(f"deleted {kind} {os.path.relpath(p, store.root)}")
         print(f"deleted {report.deleted} files; CommitLog min offset {before} -> "
               f"{report.min_offset} (fileReservedTime {store.config.file_reserved_time} h)")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# topic and group administration (writing: the store's lock, like a broker)
+
+def _bool_arg(text: str | None, option: str) -> bool | None:
+    """mqadmin's ``Boolean.parseBoolean`` options, strictly: true or false."""
+    if text is None:
+        return None
+    if text.strip().lower() not in ("true", "false"):
+        raise AdminError(f"{option} takes true or false, not {text!r}")
+    return text.strip().lower() == "true"
+
+
+def _int_arg(text: str | None, option: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise AdminError(f"{option} takes an integer, not {text!r}") from None
+
+
+def cmd_delete_topic(args) -> int:
+    """``deleteTopic`` (AdminBrokerProcessor.deleteTopic -> deleteTopicInBroker): removes the
+    topic's topics.json entry, its consumer offsets (ConsumerOffsetManager.cleanOffsetByTopic:
+    every topic@group entry of consumerOffset.json) and its ConsumeQueues
+    (DefaultMessageStore.deleteTopics: consumequeue/TOPIC/). CommitLog records stay until they
+    expire; rmqfs remembers the deletion (config/rmqfs.deletedTopics.json) so that no recovery
+    brings the queues back. System topics are refused. Refused while a mount or broker holds
+    the store."""
+    with open_store(args, write=True) as store:
+        done = store.delete_topic(args.topic)
+        store.flush()
+    print(f"deleted topic {done['topic']}: {len(done['queues'])} ConsumeQueues, "
+          f"{len(done['offsets'])} consumer offset entries"
+          + (f" ({', '.join(done['offsets'])})" if done["offsets"] else "")
+          + f"; its records stay in the CommitLog below offset {done['commitLogOffset']} "
+          "until they expire")
+    return 0
+
+
+def cmd_update_topic(args) -> int:
+    """``updateTopic`` (AdminBrokerProcessor.updateAndCreateTopic ->
+    TopicConfigManager.updateTopicConfig): set the topic's readQueueNums (-r), writeQueueNums
+    (-w, 1-1024), perm (-p 2, 4 or 6) or order (-o) in topics.json, creating the topic when
+    missing. Options not given keep their values (mqadmin sends a whole TopicConfig with its
+    defaults instead). System topics are refused."""
+    kw = dict(read_queue_nums=_int_arg(args.read_queue_nums, "-r"),
+              write_queue_nums=_int_arg(args.write_queue_nums, "-w"),
+              perm=_int_arg(args.perm, "-p"), order=_bool_arg(args.order, "-o"))
+    with open_store(args, write=True) as store:
+        existed = store.topic_config.get(args.topic) is not None
+        cfg = store.update_topic(args.topic, **kw)
+    print(f"{'updated' if existed else 'created'} topic {args.topic}: "
+          + json.dumps(cfg.to_json(), sort_keys=True))
+    return 0
+
+
+def cmd_delete_sub_group(args) -> int:
+    """``deleteSubGroup`` (AdminBrokerProcessor.deleteSubscriptionGroup): removes the group's
+    subscriptionGroup.json entry; with -r true (the request's cleanOffset) also its offsets
+    (ConsumerOffsetManager.removeOffset: every topic@group entry). A group that keeps offsets
+    is still listed (consumer-progress, the mount's groups/)."""
+    remove = bool(_bool_arg(args.remove_offset, "-r"))
+    with open_store(args, write=True) as store:
+        done = store.delete_group(args.group, remove_offset=remove)
+    print(f"deleted subscription group {args.group}"
+          + ("" if done["config"] else " (it had no subscriptionGroup.json entry)")
+          + (f"; removed {len(done['offsets'])} offset entries" if remove else
+             "; offsets kept (-r true removes them)"))
+    return 0
+
+
+_GROUP_OPTIONS = (("consume_enable", "-s", "consumeEnable", bool),
+                  ("consume_from_min_enable", "-m", "consumeFromMinEnable", bool),
+                  ("consume_broadcast_enable", "-d", "consumeBroadcastEnable", bool),
+                  ("consume_message_orderly", "-o", "consumeMessageOrderly", bool),
+                  ("retry_queue_nums", "-q", "retryQueueNums", int),
+                  ("retry_max_times", "-r", "retryMaxTimes", int),
+                  ("broker_id", "-i", "brokerId", int),
+                  ("which_broker_when_consume_slowly", "-w", "whichBrokerWhenConsumeSlowly", int),
+                  ("notify_consumer_ids_changed", "-a", "notifyConsumerIdsChangedEnable", bool))
+
+
+def cmd_update_sub_group(args) -> int:
+    """``updateSubGroup`` (AdminBrokerProcessor.updateAndCreateSubscriptionGroup ->
+    SubscriptionGroupManager.updateSubscriptionGroupConfig): set SubscriptionGroupConfig
+    fields of the group in subscriptionGroup.json, creating it with RocketMQ's defaults when
+    missing. Options not given keep their values (mqadmin sends a whole config)."""
+    from engine.config import validate_group_name
+    validate_group_name(args.group)
+    fields = {}
+    for attr, opt, name, kind in _GROUP_OPTIONS:
+        raw = getattr(args, attr)
+        if raw is not None:
+            fields[name] = _bool_arg(raw, opt) if kind is bool else _int_arg(raw, opt)
+    with open_store(args, write=True) as store:
+        existed = store.group_config(args.group) is not None
+        entry = store.update_group(args.group, fields)
+    print(f"{'updated' if existed else 'created'} subscription group {args.group}: "
+          + json.dumps(entry, sort_keys=True))
+    return 0
+
+
+def cmd_clone_group_offset(args) -> int:
+    """``cloneGroupOffset`` (ConsumerOffsetManager.cloneOffset): the destination group's
+    offsets of the topic become a copy of the source group's."""
+    with open_store(args, write=True) as store:
+        _topic(store, args.topic)
+        copied = store.clone_group_offset(args.src_group, args.dest_group, args.topic)
+    print(f"cloned {len(copied)} offsets of {args.topic} from {args.src_group} to "
+          f"{args.dest_group}: " + ", ".join(f"{q}: {o}" for q, o in sorted(copied.items())))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# queues, stats, broker
+
+def cmd_query_cq(args) -> int:
+    """``queryCq`` (QueryConsumeQueueCommand): units of one ConsumeQueue from index -i, -c of
+    them: queueOffset, commitLogOffset, size, tagsCode and the record's storeTimestamp."""
+    from engine.errors import CorruptRecordError
+    with open_store(args) as store:
+        topic = _topic(store, args.topic)
+        q = _queue(store, topic, args.queue_id)
+        lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
+        start = lo if args.index is None else args.index
+        if not lo <= start <= hi:
+            raise AdminError(f"index {start} is not in {topic}/{q}: queue offsets are "
+                             f"[{lo}, {hi})")
+        if args.count < 1:
+            raise AdminError(f"-c {args.count}: give a count of at least 1")
+        cq = store.consume_queue(topic, q)
+        print(f"{'#QueueOffset':>12} {'#CommitLogOffset':>16} {'#Size':>8} {'#TagsCode':>20} "
+              f"{'#StoreTimestamp':>15} #StoreTime")
+        if cq is None:
+            return 0
+        for qoff, off, size, tc in cq.iter_units(start, min(hi, start + args.count)):
+            try:
+                ts = store.read_record(off, size).store_timestamp
+                when = format_time(ts)
+            except CorruptRecordError as exc:
+                ts, when = "-", f"damaged: {exc}"
+            print(f"{qoff:>12} {off:>16} {size:>8} {tc:>20} {ts:>15} {when}")
+    return 0
+
+
+def cmd_stats_all(args) -> int:
+    """``statsAll``: per topic (and with -q per queue) messages and bytes stored in the last
+    minute, hour and day before --now (default: now), and in total. A broker counts these in
+    memory (BrokerStatsManager); here they come from the ConsumeQueue units (numpy) and a
+    binary search on store timestamps per queue, so a big store costs no per-message work."""
+    from engine.stats import WINDOWS, topic_stats, total
+    now = parse_time(args.now) if args.now else int(time.time() * 1000)
+    with open_store(args) as store:
+        topics = [_topic(store, args.topic)] if args.topic else store.topic_names()
+        rows = []
+        for t in topics:
+            per_queue = topic_stats(store, t, now)
+            tot = total(per_queue)
+            tot["topic"] = t
+            if args.active_topic and not tot["day"]["messages"]:
+                continue
+            rows.append(tot)
+            if args.queues:
+                rows += per_queue
+    if args.json:
+        for r in rows:
+            print(json.dumps(r, sort_keys=True))
+        return 0
+    head = f"{'#Topic':<40} {'#QID':>4}"
+    for w in WINDOWS:
+        head += f" {'#Msgs/' + w:>12} {'#Bytes/' + w:>14}"
+    print(head + f" {'#Msgs':>12} {'#Bytes':>14}")
+    for r in rows:
+        line = f"{r['topic']:<40} {'all' if r['queueId'] is None else r['queueId']:>4}"
+        for w in WINDOWS:
+            line += f" {r[w]['messages']:>12} {r[w]['bytes']:>14}"
+        print(line + f" {r['messages']:>12} {r['bytes']:>14}")
+    return 0
+
+
+def cmd_get_broker_config(args) -> int:
+    """``getBrokerConfig``: the store's effective settings as broker.conf lines (key=value):
+    --config's, else the defaults, with the segment sizes the store's files have."""
+    with open_store(args) as store:
+        items = dict(store.config.to_broker_conf())
+        items["mappedFileSizeCommitLog"] = str(store.commitlog.file_size)
+        items["mappedFileSizeConsumeQueue"] = str(store.cq_file_size)
+        items["storePathRootDir"] = store.root
+    for k, v in sorted(items.items()):
+        print(f"{k}={v}")
+    return 0
+
+
+def cmd_broker_status(args) -> int:
+    """``brokerStatus``: what the mount's status.json shows (engine/status.py): CommitLog
+    offsets, flush and dispatch lag, counts, repairs and damaged queues; --json for the
+    object."""
+    from engine.status import store_status
+    with open_store(args) as store:
+        st = store_status(store)
+    if args.json:
+        print(json.dumps(st, sort_keys=True))
+        return 0
+    for k in sorted(st):  # mqadmin prints "%-32s: %s" per runtime key
+        v = st[k]
+        print(f"{k:<32}: {json.dumps(v) if isinstance(v, (dict, list)) else v}")
     return 0
 
 
@@ -638,7 +858,7 @@ def add_subcommands(sub) -> None:
                    help="rebuild every ConsumeQueue and IndexFile from the CommitLog")
     p.set_defaults(func=_run(cmd_recover))
 
-    p = sub.add_parser("produce", help="append messages, one per line of FILEs or stdin",
+    p = sub.add_parser("produce", aliases=["sendMessage"], help="append messages, one per line of FILEs or stdin",
                        description=_doc(cmd_produce))
     p.__class__ = _IntermixedParser  # FILEs may come before or after the options
     _store_arg(p)
@@ -657,7 +877,7 @@ def add_subcommands(sub) -> None:
                    help="print msgId, UNIQ_KEY, queueId and queueOffset of each message")
     p.set_defaults(func=_run(cmd_produce))
 
-    p = sub.add_parser("print-msg", help="print a topic's messages (mqadmin printMsg)",
+    p = sub.add_parser("print-msg", aliases=["printMsg", "printMsgByQueue"], help="print a topic's messages (mqadmin printMsg)",
                        description=_doc(cmd_print_msg))
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
@@ -669,7 +889,7 @@ def add_subcommands(sub) -> None:
     _body_args(p)
     p.set_defaults(func=_run(cmd_print_msg))
 
-    p = sub.add_parser("query-msg", help="find messages by key, msgId or queue offset",
+    p = sub.add_parser("query-msg", aliases=["queryMsgByKey", "queryMsgById", "queryMsgByOffset"], help="find messages by key, msgId or queue offset",
                        description=_doc(cmd_query_msg))
     _store_arg(p)
     p.add_argument("-t", "--topic")
@@ -683,24 +903,24 @@ def add_subcommands(sub) -> None:
     _body_args(p)
     p.set_defaults(func=_run(cmd_query_msg))
 
-    p = sub.add_parser("topic-list", help="list the topics (mqadmin topicList)")
+    p = sub.add_parser("topic-list", aliases=["topicList"], help="list the topics (mqadmin topicList)")
     _store_arg(p)
     p.set_defaults(func=_run(cmd_topic_list))
 
-    p = sub.add_parser("topic-status", help="per queue min/max offset and last update time",
+    p = sub.add_parser("topic-status", aliases=["topicStatus"], help="per queue min/max offset and last update time",
                        description=_doc(cmd_topic_status))
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
     p.set_defaults(func=_run(cmd_topic_status))
 
-    p = sub.add_parser("consumer-progress", help="brokerOffset, consumerOffset and diff per queue",
+    p = sub.add_parser("consumer-progress", aliases=["consumerProgress"], help="brokerOffset, consumerOffset and diff per queue",
                        description=_doc(cmd_consumer_progress))
     _store_arg(p)
     p.add_argument("-g", "--group", help="consumer group (default: every group's diff total)")
     p.add_argument("-t", "--topic", help="only this topic")
     p.set_defaults(func=_run(cmd_consumer_progress))
 
-    p = sub.add_parser("reset-offset", help="commit offsets by time or value "
+    p = sub.add_parser("reset-offset", aliases=["resetOffsetByTime"], help="commit offsets by time or value "
                        "(mqadmin resetOffsetByTime)", description=_doc(cmd_reset_offset))
     _store_arg(p)
     p.add_argument("-g", "--group", required=True)
@@ -710,6 +930,88 @@ def add_subcommands(sub) -> None:
     p.add_argument("-q", "--queue-id", type=int, help="only this queue")
     p.set_defaults(func=_run(cmd_reset_offset))
 
+    p = sub.add_parser("delete-topic", aliases=["deleteTopic"],
+                       help="delete a topic: topics.json entry, ConsumeQueues, offsets",
+                       description=_doc(cmd_delete_topic))
+    _store_arg(p)
+    p.add_argument("-t", "--topic", required=True)
+    p.set_defaults(func=_run(cmd_delete_topic))
+
+    p = sub.add_parser("update-topic", aliases=["updateTopic"],
+                       help="create a topic or change its queues, perm or order",
+                       description=_doc(cmd_update_topic))
+    _store_arg(p)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-r", "--read-queue-nums", metavar="N", help="readQueueNums (1-1024)")
+    p.add_argument("-w", "--write-queue-nums", metavar="N", help="writeQueueNums (1-1024)")
+    p.add_argument("-p", "--perm", metavar="2|4|6", help="permission: 2 W, 4 R, 6 RW")
+    p.add_argument("-o", "--order", metavar="true|false", help="order topic")
+    p.set_defaults(func=_run(cmd_update_topic))
+
+    p = sub.add_parser("delete-sub-group", aliases=["deleteSubGroup"],
+                       help="delete a consumer group (-r true: and its offsets)",
+                       description=_doc(cmd_delete_sub_group))
+    _store_arg(p)
+    p.add_argument("-g", "--group-name", dest="group", required=True)
+    p.add_argument("-r", "--remove-offset", metavar="true|false", default="false",
+                   help="also remove the group's offsets (default false)")
+    p.set_defaults(func=_run(cmd_delete_sub_group))
+
+    p = sub.add_parser("update-sub-group", aliases=["updateSubGroup"],
+                       help="create a consumer group or change its settings",
+                       description=_doc(cmd_update_sub_group))
+    _store_arg(p)
+    p.add_argument("-g", "--group-name", dest="group", required=True)
+    for attr, opt, name, kind in _GROUP_OPTIONS:
+        p.add_argument(opt, f"--{name}", dest=attr,
+                       metavar="true|false" if kind is bool else "N", help=name)
+    p.set_defaults(func=_run(cmd_update_sub_group))
+
+    p = sub.add_parser("clone-group-offset", aliases=["cloneGroupOffset"],
+                       help="copy one group's offsets of a topic to another group",
+                       description=_doc(cmd_clone_group_offset))
+    _store_arg(p)
+    p.add_argument("-s", "--src-group", required=True)
+    p.add_argument("-d", "--dest-group", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-o", "--offline", help="accepted for mqadmin compatibility (a store on "
+                   "disk is always offline)")
+    p.set_defaults(func=_run(cmd_clone_group_offset))
+
+    p = sub.add_parser("query-cq", aliases=["queryCq"], help="print ConsumeQueue units",
+                       description=_doc(cmd_query_cq))
+    _store_arg(p)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-q", "--queue", dest="queue_id", type=int, required=True)
+    p.add_argument("-i", "--index", type=int, help="first queue offset (default: min offset)")
+    p.add_argument("-c", "--count", type=int, default=10, help="units (default 10)")
+    p.set_defaults(func=_run(cmd_query_cq))
+
+    p = sub.add_parser("stats-all", aliases=["statsAll"],
+                       help="messages and bytes per topic: last minute, hour, day, total",
+                       description=_doc(cmd_stats_all))
+    _store_arg(p)
+    p.add_argument("-t", "--topic", help="only this topic")
+    p.add_argument("-a", "--active-topic", action="store_true",
+                   help="only topics with messages in the last day")
+    p.add_argument("-q", "--queues", action="store_true", help="a row per queue too")
+    p.add_argument("--now", help=f"the end of the windows ({TIME_FORMAT_HELP}; default now)")
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
+    p.set_defaults(func=_run(cmd_stats_all))
+
+    p = sub.add_parser("get-broker-config", aliases=["getBrokerConfig"],
+                       help="the effective settings as broker.conf lines",
+                       description=_doc(cmd_get_broker_config))
+    _store_arg(p)
+    p.set_defaults(func=_run(cmd_get_broker_config))
+
+    p = sub.add_parser("broker-status", aliases=["brokerStatus"],
+                       help="what status.json shows, for a store not mounted",
+                       description=_doc(cmd_broker_status))
+    _store_arg(p)
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=_run(cmd_broker_status))
+
     p = sub.add_parser("snapshot-verify", help="check a copy of a snapshot against its "
                        "SNAPSHOT.json (sizes, CRC32C)", description=_doc(cmd_snapshot_verify))
     p.add_argument("directory", metavar="DIR", help="the copy (holds SNAPSHOT.json)")
@@ -717,7 +1019,7 @@ def add_subcommands(sub) -> None:
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
     p.set_defaults(func=_run(cmd_snapshot_verify))
 
-    p = sub.add_parser("clean", help="delete expired files now (mqadmin deleteExpiredCommitLog)",
+    p = sub.add_parser("clean", aliases=["deleteExpiredCommitLog"], help="delete expired files now (mqadmin deleteExpiredCommitLog)",
                        description=_doc(cmd_clean))
     _store_arg(p)
     p.add_argument("--file-reserved-time", type=float, metavar="HOURS",

@@ -201,7 +201,9 @@ def test_snapshots_mkdir_and_rmdir(tmp_path):
 def test_removing_and_renaming_store_things_is_eperm(tmp_path):
     with tree(tmp_path) as t:
         t.mkdir("/topics/T")
-        assert errno_of(t.rmdir, "/topics/T") == errno.EPERM
+        assert errno_of(t.rmdir, "/topics/T/0") == errno.EPERM  # only topics/ and groups/
+        assert errno_of(t.rmdir, "/topics/T/keys") == errno.EPERM
+        assert errno_of(t.rmdir, "/raw/config") == errno.EPERM
         assert errno_of(t.node("/status.json").open, os.O_WRONLY) == errno.EACCES
         assert errno_of(t.node("/status.json").truncate, 0) == errno.EACCES
         assert errno_of(t.node("/topics").open, os.O_RDONLY) == errno.EISDIR
@@ -272,3 +274,108 @@ def test_produce_reads_empty_and_refuses_nul_bytes(tmp_path):
         assert messages(t, "T") == []
         t.write("/topics/T/produce.jsonl", b'{"bodyBase64": "AAE="}\n')
         assert [m[2] for m in messages(t, "T")] == [b"\0\x01"]
+
+
+def test_rmdir_topic_is_delete_topic(tmp_path):
+    """rmdir topics/T: mqadmin deleteTopic. topics.json loses the entry, consumequeue/T/ and
+    the topic's offsets (T@G keys) go, other topics and groups stay; the old renders are
+    dropped, so a topic created again under the name starts empty."""
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.mkdir("/topics/U")
+        t.write("/topics/T/produce", b"".join(b"t%d\n" % i for i in range(8)))
+        t.write("/topics/U/produce", b"u\n")
+        t.mkdir("/groups/G")
+        t.write("/groups/G/T/0/offset", b"1\n")
+        t.write("/groups/G/U/0/offset", b"1\n")
+        assert t.read("/topics/T/bodies.txt").count(b"\n") == 8  # rendered, cached
+        t.rmdir("/topics/T")
+        assert t.node("/topics").list() == ["U"]
+        assert errno_of(t.node, "/topics/T") == errno.ENOENT
+        root = t.store.root
+        assert not os.path.exists(os.path.join(root, "consumequeue", "T"))
+        with open(os.path.join(root, "config", "topics.json")) as f:
+            assert list(json.load(f)["topicConfigTable"]) == ["U"]
+        with open(os.path.join(root, "config", "consumerOffset.json")) as f:
+            assert list(json.load(f)["offsetTable"]) == ["U@G"]
+        assert t.node("/groups/G").list() == ["progress.json", "U"]
+        assert errno_of(t.rmdir, "/topics/T") == errno.ENOENT
+        t.mkdir("/topics/T")  # a new topic under the old name: nothing of the old one
+        assert t.read("/topics/T/bodies.txt") == b""
+        t.write("/topics/T/0/produce", b"new\n")
+        assert t.read("/topics/T/bodies.txt") == b"new\n"
+        assert t.read("/topics/T/0/by-offset/0").startswith(b"{")
+
+
+def test_rmdir_of_a_system_topic_is_eperm_and_readonly_erofs(tmp_path):
+    from engine.message import SCHEDULE_TOPIC
+    from engine.store import Message
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.store.put_messages([Message("T", b"later", delay_level=3)])
+        assert SCHEDULE_TOPIC in t.node("/topics").list()
+        assert errno_of(t.rmdir, f"/topics/{SCHEDULE_TOPIC}") == errno.EPERM
+        assert SCHEDULE_TOPIC in t.node("/topics").list()
+    with tree(tmp_path, read_only=True) as t:
+        assert errno_of(t.rmdir, "/topics/T") == errno.EROFS
+        assert errno_of(t.rmdir, "/groups/G") == errno.EROFS
+
+
+def test_rmdir_group_is_delete_sub_group_with_its_offsets(tmp_path):
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.write("/topics/T/produce", b"a\nb\n")
+        t.mkdir("/groups/G")
+        t.mkdir("/groups/H")
+        t.write("/groups/G/T/0/offset", b"1\n")
+        t.write("/groups/H/T/0/offset", b"1\n")
+        t.rmdir("/groups/G")
+        assert t.node("/groups").list() == ["H"]
+        root = t.store.root
+        with open(os.path.join(root, "config", "subscriptionGroup.json")) as f:
+            assert list(json.load(f)["subscriptionGroupTable"]) == ["H"]
+        with open(os.path.join(root, "config", "consumerOffset.json")) as f:
+            assert list(json.load(f)["offsetTable"]) == ["T@H"]
+        assert errno_of(t.rmdir, "/groups/G") == errno.ENOENT
+
+
+def test_writing_topic_json_is_update_topic(tmp_path):
+    """topic.json takes a JSON object of the fields to change (readQueueNums,
+    writeQueueNums, perm, order), validated and applied atomically to topics.json; the file
+    read and written back with a change works too; anything else is EINVAL, nothing kept."""
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        path = "/topics/T/topic.json"
+        t.write(path, b'{"perm": 4, "writeQueueNums": 2}\n', flags=os.O_WRONLY | os.O_TRUNC)
+        cfg = json.loads(t.read(path))
+        assert (cfg["perm"], cfg["writeQueueNums"], cfg["readQueueNums"]) == (4, 2, 4)
+        with open(os.path.join(t.store.root, "config", "topics.json")) as f:
+            assert json.load(f)["topicConfigTable"]["T"] == cfg
+        assert errno_of(t.node("/topics/T/produce").open, os.O_WRONLY) == errno.EACCES  # perm 4
+        cfg["perm"] = 6
+        t.write(path, json.dumps(cfg).encode(), flags=os.O_WRONLY | os.O_TRUNC)  # edited back
+        assert json.loads(t.read(path))["perm"] == 6
+        for bad in (b'{"perm": 3}', b'{"readQueueNums": 0}', b'{"writeQueueNums": 1025}',
+                    b'{"perm": true}', b'{"topicName": "X"}', b'{"colour": 1}', b'[1]',
+                    b'{"order": 1}'):
+            h = t.node(path).open(os.O_WRONLY)
+            try:
+                assert errno_of(h.write, bad) == errno.EINVAL, bad
+            finally:
+                h.release()
+        assert json.loads(t.read(path)) == cfg
+        h = t.node(path).open(os.O_WRONLY)  # split over writes: applied once whole
+        try:
+            assert h.write(b'{"readQueueNums"') == 16
+            assert json.loads(t.read(path))["readQueueNums"] == 4
+            h.write(b': 8}')
+        finally:
+            h.release()
+        assert json.loads(t.read(path))["readQueueNums"] == 8
+        assert "7" in t.node("/topics/T").list()
+        h = t.node(path).open(os.O_WRONLY)  # an unfinished object fails at close
+        h.write(b'{"perm": ')
+        assert errno_of(h.flush) == errno.EINVAL
+        h.release()
+    with tree(tmp_path, read_only=True) as t:
+        assert errno_of(t.node("/topics/T/topic.json").open, os.O_WRONLY) == errno.EROFS

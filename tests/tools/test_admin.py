@@ -315,3 +315,273 @@ def test_print_and_query_never_show_a_damaged_record(tmp_path, conf):
         r = run_rmqfs("query-msg", root, *args, "--config", conf, check=False)
         assert r.returncode == 1 and f"offset {off}" in r.stderr, (args, r.stdout, r.stderr)
         assert "line" not in r.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# topic and group administration (mqadmin deleteTopic, updateTopic, deleteSubGroup,
+# updateSubGroup, cloneGroupOffset), queryCq, statsAll, getBrokerConfig, brokerStatus
+
+def _config_json(root, name):
+    return json.loads((root / "config" / name).read_text())
+
+
+def test_delete_topic_leaves_what_the_broker_would(store, conf):
+    """deleteTopic: topics.json without the entry, consumequeue/HDFS/ gone, every HDFS@group
+    offset gone (cleanOffsetByTopic), other topics and offsets untouched; the CommitLog stays
+    byte for byte; the independent reader reads it and verify is clean."""
+    import refreader
+    root, _ = store
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("Other", 2)
+        s.put_messages([Message("Other", b"o%d" % i) for i in range(10)])
+        s.commit_offset("G1", "HDFS", 0, 5)
+        s.commit_offset("G1", "Other", 0, 1)
+        s.commit_offset("G2", "HDFS", 1, 2)
+    commitlog = {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()}
+    other_cq = {str(p.relative_to(root)): p.read_bytes()
+                for p in (root / "consumequeue" / "Other").rglob("*") if p.is_file()}
+    r = run_rmqfs("deleteTopic", root, "-t", "HDFS", "--config", conf)
+    assert "deleted topic HDFS: 4 ConsumeQueues, 2 consumer offset entries" in r.stdout
+    assert list(_config_json(root, "topics.json")["topicConfigTable"]) == ["Other"]
+    offsets = _config_json(root, "consumerOffset.json")
+    assert offsets["offsetTable"] == {"Other@G1": {"0": 1}}
+    assert offsets["groupTopicMap"] == {"G1": ["Other"]}
+    assert not (root / "consumequeue" / "HDFS").exists()
+    assert {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()} == commitlog
+    assert {str(p.relative_to(root)): p.read_bytes() for p in
+            (root / "consumequeue" / "Other").rglob("*") if p.is_file()} == other_cq
+    recs = refreader.read_commitlog(root / "commitlog")
+    assert sum(r["topic"] == "HDFS" for r in recs) == 1200  # still there, until expiry
+    assert [u for u in refreader.read_consumequeue(root, "Other", 0)]
+    v = _verify(root, conf)
+    assert "OK: no errors, 0 warnings" in v.stdout, v.stdout
+    assert run_rmqfs("topicList", root).stdout.split() == ["Other"]
+    r = run_rmqfs("delete-topic", root, "-t", "HDFS", check=False)
+    assert r.returncode == 1 and "topic HDFS does not exist" in r.stderr
+
+
+def test_a_deleted_topic_stays_deleted_after_a_crash(tmp_path, conf):
+    """RocketMQ re-dispatches from the newest ConsumeQueue position (abnormal recovery: from
+    an older segment), which would bring a deleted topic's queues back; rmqfs remembers the
+    deletion. Delete, write more to other topics, crash (abort left, no checkpoint), reopen:
+    the topic stays deleted, the others recover, verify is clean; also after recover
+    --rebuild, which re-dispatches the whole CommitLog."""
+    root = tmp_path / "store"
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("A", 2)
+        s.create_topic("B", 2)
+        s.put_messages([Message("A" if i % 2 else "B", b"x" * 100) for i in range(900)])
+    run_rmqfs("delete-topic", root, "-t", "B", "--config", conf)
+    code = ("import sys, os; sys.path.insert(0, %r)\n"
+            "from engine.store import MessageStore, Message, StoreConfig\n"
+            "s = MessageStore(%r, StoreConfig(mapped_file_size_commit_log=65536, "
+            "mapped_file_size_consume_queue=2000, max_hash_slot_num=64, max_index_num=256))\n"
+            "s.put_messages([Message('A', b'after') for _ in range(50)])\n"
+            "s.flush_commitlog()\n"
+            "os._exit(9)\n") % (str(REPO), str(root))
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 9
+    assert (root / "abort").exists()
+    (root / "checkpoint").unlink()  # recovery scans from the first segment
+    with MessageStore(root, _cfg()) as s:
+        assert s.topic_names() == ["A"]
+        assert sum(s.max_offset("A", q) for q in (0, 1)) == 450 + 50
+    assert not (root / "consumequeue" / "B").exists()
+    assert "OK: no errors, 0 warnings" in _verify(root, conf).stdout
+    run_rmqfs("recover", root, "--rebuild", "--config", conf)
+    assert not (root / "consumequeue" / "B").exists()
+    assert run_rmqfs("topic-list", root, "--config", conf).stdout.split() == ["A"]
+    # the name can be used again: its new records are the new topic's
+    run_rmqfs("update-topic", root, "-t", "B", "-w", "1", "-r", "1", "--config", conf)
+    with MessageStore(root, _cfg()) as s:
+        s.put_messages([Message("B", b"new")])
+    with MessageStore(root, _cfg(), read_only=True) as s:
+        assert [r.body for _, r in s.iter_queue("B", 0)] == [b"new"]
+    assert "OK: no errors, 0 warnings" in _verify(root, conf).stdout
+
+
+def test_delete_topic_refuses_system_topics_and_a_locked_store(store, conf):
+    root, _ = store
+    with MessageStore(root, _cfg()) as s:
+        s.put_messages([Message("HDFS", b"later", delay_level=2)])
+        r = run_rmqfs("delete-topic", root, "-t", "HDFS", check=False)
+        assert r.returncode == 1 and f"is locked by process {os.getpid()}" in r.stderr
+    r = run_rmqfs("delete-topic", root, "-t", "SCHEDULE_TOPIC_XXXX", check=False)
+    assert r.returncode == 1 and "system topic" in r.stderr
+    assert (root / "consumequeue" / "SCHEDULE_TOPIC_XXXX").is_dir()
+
+
+def test_delete_topic_of_a_broker_written_store_keeps_its_layout(tmp_path):
+    """A store RocketMQ 4.9.8 wrote (no topics.json: topics come from consumequeue/):
+    deleting one topic removes its directory and nothing else of the broker's files."""
+    import refreader
+    from conftest import copy_fixture
+    root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "store")
+    before = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    run_rmqfs("delete-topic", root, "-t", "OracleTopicB")
+    after = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    gone = {k for k in before if k not in after}
+    assert gone and all(k.startswith("consumequeue/OracleTopicB/") for k in gone)
+    assert set(after) - set(before) <= {"config/rmqfs.deletedTopics.json", "checkpoint"}
+    for k in after:
+        if k.startswith(("commitlog/", "consumequeue/", "index/")) or k == "config/delayOffset.json":
+            assert after[k] == before[k], k
+    assert not (root / "config" / "topics.json").exists()
+    assert {r["topic"] for r in refreader.read_commitlog(root / "commitlog")} >= {"OracleTopicB"}
+    assert "OK: no errors" in _verify(root).stdout
+    assert run_rmqfs("topicList", root).stdout.split() == ["OracleTopicA"]
+
+
+def test_update_topic(store, conf):
+    root, _ = store
+    r = run_rmqfs("updateTopic", root, "-t", "HDFS", "-w", "2", "-p", "4")
+    entry = _config_json(root, "topics.json")["topicConfigTable"]["HDFS"]
+    assert (entry["readQueueNums"], entry["writeQueueNums"], entry["perm"]) == (4, 2, 4)
+    assert "updated topic HDFS" in r.stdout
+    r = run_rmqfs("produce", root, "-t", "HDFS", os.devnull, check=False)
+    run_rmqfs("update-topic", root, "-t", "New", "-r", "8", "-w", "8", "-o", "true")
+    entry = _config_json(root, "topics.json")["topicConfigTable"]["New"]
+    assert (entry["readQueueNums"], entry["writeQueueNums"], entry["perm"], entry["order"]) \
+        == (8, 8, 6, True)
+    for args, what in ((["-w", "0"], "writeQueueNums 0"), (["-r", "1025"], "readQueueNums"),
+                       (["-p", "3"], "perm 3"), (["-o", "maybe"], "-o takes true or false"),
+                       (["-w", "x"], "-w takes an integer")):
+        r = run_rmqfs("update-topic", root, "-t", "HDFS", *args, check=False)
+        assert r.returncode == 1 and what in r.stderr, (args, r.stderr)
+    r = run_rmqfs("update-topic", root, "-t", "RMQ_SYS_TRACE_TOPIC", "-w", "1", check=False)
+    assert r.returncode == 1 and "system topic" in r.stderr
+    assert _config_json(root, "topics.json")["topicConfigTable"]["HDFS"]["perm"] == 4
+    assert "OK: no errors" in _verify(root, conf).stdout
+
+
+def test_sub_groups_and_clone_offset(store, conf):
+    """updateSubGroup creates or changes SubscriptionGroupConfig fields; deleteSubGroup drops
+    the entry and, with -r true, the group's offsets (removeOffset); cloneGroupOffset copies
+    topic@src to topic@dest (cloneOffset)."""
+    root, _ = store
+    with MessageStore(root, _cfg()) as s:
+        s.commit_offset("G1", "HDFS", 0, 10)
+        s.commit_offset("G1", "HDFS", 3, 30)
+    run_rmqfs("updateSubGroup", root, "-g", "G1", "-s", "false", "-q", "2", "-r", "5",
+              "-d", "false", "-w", "0", "-i", "1")
+    g = _config_json(root, "subscriptionGroup.json")["subscriptionGroupTable"]["G1"]
+    assert (g["consumeEnable"], g["retryQueueNums"], g["retryMaxTimes"],
+            g["consumeBroadcastEnable"], g["whichBrokerWhenConsumeSlowly"], g["brokerId"],
+            g["groupName"], g["consumeFromMinEnable"]) == (False, 2, 5, False, 0, 1, "G1", True)
+    run_rmqfs("update-sub-group", root, "-g", "G1", "-s", "true")
+    g = _config_json(root, "subscriptionGroup.json")["subscriptionGroupTable"]["G1"]
+    assert (g["consumeEnable"], g["retryQueueNums"]) == (True, 2)
+    for args, what in ((["-s", "yes"], "-s takes true or false"),
+                       (["-q", "-1"], "retryQueueNums -1"), (["-i", "x"], "-i takes an integer")):
+        r = run_rmqfs("update-sub-group", root, "-g", "G1", *args, check=False)
+        assert r.returncode == 1 and what in r.stderr, (args, r.stderr)
+
+    r = run_rmqfs("cloneGroupOffset", root, "-s", "G1", "-d", "G9", "-t", "HDFS")
+    assert "cloned 2 offsets" in r.stdout
+    assert _config_json(root, "consumerOffset.json")["offsetTable"]["HDFS@G9"] == \
+        {"0": 10, "3": 30}
+    r = run_rmqfs("clone-group-offset", root, "-s", "nobody", "-d", "G9", "-t", "HDFS",
+                  check=False)
+    assert r.returncode == 1 and "nobody has no offsets of HDFS" in r.stderr
+
+    run_rmqfs("deleteSubGroup", root, "-g", "G1")  # mqadmin's default: offsets kept
+    assert "G1" not in _config_json(root, "subscriptionGroup.json")["subscriptionGroupTable"]
+    assert "HDFS@G1" in _config_json(root, "consumerOffset.json")["offsetTable"]
+    run_rmqfs("delete-sub-group", root, "-g", "G1", "-r", "true")
+    table = _config_json(root, "consumerOffset.json")["offsetTable"]
+    assert "HDFS@G1" not in table and "HDFS@G9" in table
+    r = run_rmqfs("delete-sub-group", root, "-g", "G1", check=False)
+    assert r.returncode == 1 and "consumer group G1 does not exist" in r.stderr
+
+
+def test_query_cq(store, conf):
+    import refreader
+    root, res = store
+    out = run_rmqfs("queryCq", root, "-t", "HDFS", "-q", "1", "-i", "5", "-c", "3",
+                    "--config", conf).stdout.splitlines()
+    units = refreader.read_consumequeue(root, "HDFS", 1)[5:8]
+    by_off = {r.commitlog_offset: r for r in res}
+    assert len(out) == 4
+    for line, (off, size, tc), qoff in zip(out[1:], units, range(5, 8)):
+        f = line.split()
+        assert f[:5] == [str(qoff), str(off), str(size), str(tc),
+                         str(by_off[off].store_timestamp)]
+    r = run_rmqfs("query-cq", root, "-t", "HDFS", "-q", "1", "-i", "999", check=False)
+    assert r.returncode == 1 and "index 999 is not in HDFS/1" in r.stderr
+
+
+def test_stats_all_counts_by_store_time(tmp_path, conf):
+    """statsAll from units and store timestamps: messages and bytes of the last minute, hour
+    and day before --now, and in total; -q adds a row per queue."""
+    root = tmp_path / "store"
+    with MessageStore(root, _cfg()) as s:
+        s.create_topic("T", 2)
+        res = s.put_messages([Message("T", b"m%d" % i) for i in range(40)])
+    ts = sorted(r.store_timestamp for r in res)
+    now = ts[-1]
+    out = run_rmqfs("statsAll", root, "--now", now, "-q", "--json",
+                    "--config", conf).stdout.splitlines()
+    rows = [json.loads(x) for x in out]
+    tot = rows[0]
+    assert tot["queueId"] is None and tot["messages"] == 40
+    assert tot["bytes"] == sum(r.size for r in res)
+    assert tot["minute"]["messages"] == sum(1 for t in ts if now - 60_000 <= t <= now)
+    assert tot["day"] == {"messages": 40, "bytes": tot["bytes"]}
+    assert [r["queueId"] for r in rows[1:]] == [0, 1]
+    assert sum(r["messages"] for r in rows[1:]) == 40
+    # a day later nothing is recent; the totals stay
+    out = run_rmqfs("stats-all", root, "--now", now + 2 * 86_400_000, "--json").stdout
+    row = json.loads(out.splitlines()[0])
+    assert row["day"]["messages"] == 0 and row["messages"] == 40
+    assert run_rmqfs("stats-all", root, "-a", "--now", now + 2 * 86_400_000,
+                     "--json").stdout == ""
+    text = run_rmqfs("stats-all", root, "--now", "now").stdout.splitlines()
+    assert text[0].startswith("#Topic") and text[1].split()[:2] == ["T", "all"]
+
+
+def test_get_broker_config_and_broker_status(store, conf):
+    root, _ = store
+    out = run_rmqfs("getBrokerConfig", root, "--config", conf).stdout.splitlines()
+    conf_items = dict(line.split("=", 1) for line in out)
+    assert conf_items["mappedFileSizeCommitLog"] == "65536"
+    assert conf_items["mappedFileSizeConsumeQueue"] == "2000"
+    assert conf_items["brokerName"] == "broker-t"
+    assert conf_items["flushDiskType"] == "ASYNC_FLUSH"
+    assert conf_items["messageIndexEnable"] == "true"
+    assert conf_items["storePathRootDir"] == str(root)
+    st = json.loads(run_rmqfs("brokerStatus", root, "--json", "--config", conf).stdout)
+    from engine.status import store_status
+    with MessageStore(root, _cfg(), read_only=True) as s:
+        s.config.broker_name = "broker-t"
+        expect = store_status(s)
+    for d in (st, expect):  # how long each open's recovery took differs
+        d["recovery"].pop("seconds")
+    assert st == json.loads(json.dumps(expect))
+    assert st["messages"] == 1200 and st["topics"] == 1
+    text = run_rmqfs("broker-status", root, "--config", conf).stdout
+    assert f"{'commitLogMaxOffset':<32}: {st['commitLogMaxOffset']}" in text
+
+
+def test_mqadmin_names_and_one_time_syntax(store, conf):
+    """Every command answers to its mqadmin name; every time option takes ms, now and
+    yyyy-MM-dd#HH:mm:ss:SSS (print-msg -e now used to be refused)."""
+    from mount.admin import parse_time
+    root, _ = store
+    for name in ("topicList", "topicStatus -t HDFS", "consumerProgress",
+                 "printMsg -t HDFS -i 0 -d false", "printMsgByQueue -t HDFS -i 0 -d false",
+                 "queryMsgByOffset -t HDFS -q 0 -o 1"):
+        assert run_rmqfs(*name.split()[:1], root, *name.split()[1:]).returncode == 0, name
+    out = run_rmqfs("print-msg", root, "-t", "HDFS", "-b", "0", "-e", "now", "-d",
+                    "false").stdout
+    assert out.count("MSGID:") == 1200
+    assert run_rmqfs("printMsg", root, "-t", "HDFS", "-e", "2000-01-01#00:00:00:000").stdout == ""
+    t = parse_time("2026-11-22#00:30:00:123")
+    assert t % 1000 == 123 and parse_time(str(t)) == t
+    assert abs(parse_time("now") - time.time() * 1000) < 5000
+    for bad in ("yesterday", "2026-11-22 00:30:00", "2026-11-22#00:30:00:1234"):
+        r = run_rmqfs("print-msg", root, "-t", "HDFS", "-b", bad, check=False)
+        assert r.returncode == 1 and "bad time" in r.stderr and "now" in r.stderr
+        r = run_rmqfs("resetOffsetByTime", root, "-g", "G", "-t", "HDFS", "-s", bad,
+                      check=False)
+        assert r.returncode == 1 and "bad time" in r.stderr
+    run_rmqfs("resetOffsetByTime", root, "-g", "G", "-t", "HDFS", "-s", "now")
+    run_rmqfs("deleteExpiredCommitLog", root)
