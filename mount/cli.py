@@ -39,6 +39,16 @@ def _setup_logging(args, foreground: bool) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
+def default_log_file() -> str:
+    """Where a background mount logs when neither ``--log-file`` nor syslog (``/dev/log``) is
+    there: ``$XDG_STATE_HOME/rmqfs/mount.log`` (``~/.local/state/rmqfs/mount.log``), so
+    refusals and errors are never dropped. The directory is made private (0700)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    directory = os.path.join(state, "rmqfs")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    return os.path.join(directory, "mount.log")
+
+
 def _load_config(path: str | None):
     from engine.store import StoreConfig
     if path is None:
@@ -93,6 +103,8 @@ def cmd_mount(args) -> int:
 def _spawn_background(args) -> int:
     """Start the daemon as a new session and wait until it says the mount is ready."""
     r, w = os.pipe()
+    if not args.log_file and not os.path.exists("/dev/log"):
+        args.log_file = default_log_file()  # no syslog here: the log would be lost
     # The daemon runs from "/" (it must not keep the caller's directory busy): absolute paths.
     cmd = [sys.executable, "-m", "mount.cli", "mount", os.path.abspath(args.store),
            os.path.abspath(args.mountpoint), "--ready-fd", str(w)]
@@ -205,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bound of the render cache, e.g. 2G or 500M (default: the smaller of "
                         "10%% of the cache directory's disk and 8G); least recently used "
                         "renders are evicted")
-    m.add_argument("--log-file", help="log here (default: stderr with -f, else syslog)")
+    m.add_argument("--log-file", help="log here (default: stderr with -f, else syslog, else "
+                   "$XDG_STATE_HOME/rmqfs/mount.log)")
     m.add_argument("--debug", action="store_true", help="debug logging")
     m.add_argument("--debug-fuse", action="store_true", help="libfuse request tracing")
     m.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)

@@ -405,3 +405,23 @@ print(json.dumps([err, [json.loads(x) for x in open(m + "/refused.jsonl").read()
     log = m.log.read_text()
     assert log.count("refused write /groups/g/T/0/offset") == 3
     assert "refused open /topics/T/produce (pid" in log and "Traceback" not in log
+
+
+def test_without_syslog_a_background_mount_logs_to_a_file(tmp_path, monkeypatch):
+    """No --log-file and no /dev/log: the log (refusals included) goes to
+    $XDG_STATE_HOME/rmqfs/mount.log instead of nowhere."""
+    if os.path.exists("/dev/log"):
+        pytest.skip("this machine has syslog")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    run_rmqfs("mount", tmp_path / "store", mnt)
+    try:
+        os.mkdir(mnt / "topics" / "T")
+        with pytest.raises(OSError):
+            os.mkdir(mnt / "topics" / "bad name")
+    finally:
+        run_rmqfs("umount", mnt)
+    log = (tmp_path / "state" / "rmqfs" / "mount.log").read_text()
+    assert "refused mkdir /topics/bad name" in log and "EINVAL" in log
+    assert stat.S_IMODE(os.stat(tmp_path / "state" / "rmqfs").st_mode) == 0o700
