@@ -1,6 +1,6 @@
 """The store's ``checkpoint`` file (``StoreCheckpoint``).
 
-A 4096-byte file (one OS page), big-endian (reference section 5)::
+A 4096-byte file (one OS page), big-endian (docs/format.md "checkpoint")::
 
     off  size  field
     0    8     physicMsgTimestamp    store time (epoch ms) of the CommitLog flushed so far

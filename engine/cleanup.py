@@ -1,6 +1,6 @@
 """Expiry of old files: ``CleanCommitLogService`` and ``CleanConsumeQueueService``.
 
-RocketMQ deletes whole files, never records (reference section 9, ``DefaultMessageStore``
+RocketMQ deletes whole files, never records (``DefaultMessageStore``
 ``CleanCommitLogService``/``CleanConsumeQueueService``, ``MappedFileQueue.deleteExpiredFileByTime``
 and ``deleteExpiredFileByOffset``, ``IndexService.deleteExpiredFile``). One run of
 :meth:`CleanService.run_once`:

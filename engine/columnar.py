@@ -32,8 +32,8 @@ Reading is lock-free and read-only (:class:`StoreFiles`): a store that a mount o
 writing can be read at the same time, since both write the CommitLog record before its
 ConsumeQueue unit (``ReputMessageService``).
 
-Formats: ``engine.message`` (records, reference section 1), ``engine.consumequeue`` (units,
-section 3).
+Formats (docs/format.md): ``engine.message`` (records, ``MessageDecoder``), ``engine.consumequeue``
+(units, ``ConsumeQueue``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Records (see :mod:`engine.message`) are appended to fixed-size segment files
 (:class:`engine.mappedfile.FileQueue`). When a record plus the 8-byte blank record does not fit
 in the rest of a segment, the blank END_OF_FILE record is written and the record goes to the
-next segment (``CommitLog.doAppend``, reference section 1.8).
+next segment (``CommitLog.doAppend``, docs/format.md "CommitLog record").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Broker metadata files under ``config/``: topics, consumer offsets, subscription groups.
 
 RocketMQ serialises these with fastjson 1.x in pretty mode (``RemotingSerializable.toJson``;
-reference section 6): tab indentation, keys sorted, and ``Map<Integer, Long>`` keys written as
+docs/format.md): tab indentation, keys sorted, and ``Map<Integer, Long>`` keys written as
 bare integers (``{0:543,1:543}``), which is not strict JSON. The reader here accepts both bare and
 quoted integer keys; the writer emits strict JSON (quoted keys), which fastjson reads as well, so
 the files work with a broker and with ``jq``.

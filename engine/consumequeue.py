@@ -1,6 +1,6 @@
 """ConsumeQueue: the per-queue index of CommitLog positions (``ConsumeQueue``).
 
-Each unit is 20 bytes, big-endian (reference section 3, ``ConsumeQueue.CQ_STORE_UNIT_SIZE``)::
+Each unit is 20 bytes, big-endian (docs/format.md, ``ConsumeQueue.CQ_STORE_UNIT_SIZE``)::
 
     off  size  field
     0    8     commitLogOffset   absolute offset of the record in the CommitLog

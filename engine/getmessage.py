@@ -1,6 +1,6 @@
 """getMessage: pull messages from a ConsumeQueue with RocketMQ's statuses and corrections.
 
-Follows ``DefaultMessageStore.getMessage`` (store 5.3.3, reference section 10):
+Follows ``DefaultMessageStore.getMessage`` (store 5.3.3; docs/engine.md "getMessage"):
 
 * no such topic/queue: ``NO_MATCHED_LOGIC_QUEUE``, next offset 0 (a queue of a known topic
   that never had a message is ``NO_MESSAGE_IN_QUEUE``, as RocketMQ creates it on demand);

@@ -1,6 +1,6 @@
 """IndexFile and IndexService: the message-key hash index under ``index/``.
 
-One IndexFile is a fixed-size hash table with chained buckets, big-endian (reference section 4,
+One IndexFile is a fixed-size hash table with chained buckets, big-endian (docs/format.md,
 RocketMQ ``IndexHeader``, ``IndexFile`` and ``IndexService`` in ``store/.../index/``)::
 
     file size = 40 + hashSlotNum*4 + indexNum*20      (defaults 5,000,000 / 20,000,000:

@@ -1,7 +1,7 @@
 """A sequence of fixed-size files named by their 20-digit start offset (``MappedFileQueue``).
 
 RocketMQ keeps the CommitLog, each ConsumeQueue and the batch queues as a directory of files of
-one size, each named ``UtilAll.offset2FileName(fileFromOffset)`` (reference section 2). Nothing
+one size, each named ``UtilAll.offset2FileName(fileFromOffset)`` (docs/format.md). Nothing
 on disk records the write position: the owner derives it by scanning and calls
 :meth:`FileQueue.truncate_dirty`.
 

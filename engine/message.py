@@ -2,7 +2,7 @@
 
 Matches RocketMQ's ``MessageExtEncoder.encode`` / ``MessageDecoder.decode`` and
 ``CommitLog.checkMessageAndReturnSize`` (store 5.3.3; see
-shared/reference/rocketmq-store-format.md section 1). All integers are big-endian.
+docs/format.md "CommitLog record"). All integers are big-endian.
 
 Record layout (offsets for IPv4 born and store hosts; a host is 20 bytes instead of 8 when its
 SYSFLAG bit 0x10 (born) or 0x20 (store) is set)::
@@ -263,7 +263,7 @@ def check_body_crc(rec: "MessageRecord") -> "MessageRecord":
     What ``MessageDecoder.decode(..., checkCRC=true)`` checks ("Msg crc is error!", the
     message is dropped and ``decodesBatch`` stops at it) and the broker's
     ``CommitLog.checkMessageAndReturnSize`` ("CRC check failed": not a valid message, recovery
-    ends the CommitLog there). Every read path of rmqfs applies it (README "Guarantees").
+    ends the CommitLog there). Every read path of rmqfs applies it (docs/guarantees.md).
     """
     if rec.body and (crc32(rec.body) & BODY_CRC_MASK) != rec.body_crc:
         raise CorruptRecordError("body CRC mismatch", rec.commitlog_offset)
@@ -320,7 +320,7 @@ def host_from_str(text: str) -> Host:
 def offset_msg_id(store_host: Host, commitlog_offset: int) -> str:
     """Offset message id: hex of store ip + int32 port + int64 offset, 32 or 56 upper-case digits.
 
-    ``MessageDecoder.createMessageId`` (reference section 1.9).
+    ``MessageDecoder.createMessageId`` (docs/format.md "CommitLog record").
     """
     addr, port = store_host
     return (addr + INT32.pack(port) + INT64.pack(commitlog_offset)).hex().upper()
@@ -602,7 +602,7 @@ class EncodedMessage:
     keys: list[str]
     uniq_key: str | None
     store_timestamp_pos: int
-    prop_crc: bool = False  # the last 20 bytes are reserved for ``__CRC32#`` (section 1.5)
+    prop_crc: bool = False  # the last 20 bytes are reserved for ``__CRC32#`` (CRC32_RESERVED_LEN)
 
 
 def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[str, str],
@@ -693,7 +693,7 @@ def write_prop_crc(buf, pos: int, total: int) -> None:
 
     ``crc = UtilAll.crc32(record[0 .. total-20))`` written by ``MessageDecoder.createCrc32`` as
     ``"__CRC32#" 0x01 d0..d9 0x02`` with the ten decimal digits least significant first
-    (reference section 1.5).
+    (``MessageDecoder.createCrc32``; docs/format.md "CommitLog record").
     """
     end = pos + total - CRC32_RESERVED_LEN
     crc = crc32(memoryview(buf)[pos:end]) & 0x7FFFFFFF

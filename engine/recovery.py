@@ -1,6 +1,6 @@
 """Recovery at open: find the CommitLog's end and bring the ConsumeQueues and the index level
 with it (RocketMQ ``DefaultMessageStore.recover``, ``CommitLog.recoverNormally`` /
-``recoverAbnormally``, reference section 7).
+``recoverAbnormally``; docs/format.md "Recovery").
 
 After a clean shutdown (no ``abort`` file) the scan starts at the last record the ConsumeQueues
 hold; after a crash, at the newest CommitLog segment whose first record is older than the

@@ -5,7 +5,7 @@ would leave on disk, and returns a :class:`Snapshot`: the files of the store's l
 (``commitlog/``, ``consumequeue/``, ``index/``, ``config/``, ``checkpoint``; no ``abort``, no
 ``lock``) as :class:`FrozenFile` objects whose bytes never change while the snapshot exists.
 
-What is frozen, and how (reference sections 2-6):
+What is frozen, and how (the files of docs/format.md):
 
 - the CommitLog offset ``O``: a record boundary with every dispatched (acknowledged) record
   before it and none after (``max_offset``; under SYNC_FLUSH the start of the first put still

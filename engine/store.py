@@ -11,9 +11,10 @@ The CommitLog is the source of truth. Every put appends the records, then dispat
 ConsumeQueues and the index (``ReputMessageService``). Under ASYNC_FLUSH dispatch runs inline,
 so a put that returns is visible to readers; under SYNC_FLUSH it runs right after the group
 commit's fdatasync, so nothing unflushed is ever visible (the bound RocketMQ's reput has with
-``getConfirmOffset() == flushedWhere``). On open the store recovers like the broker (reference
-section 7): it finds the last valid record, drops a torn tail, truncates ConsumeQueue units and
-index items past it and re-dispatches the records the queues lack.
+``getConfirmOffset() == flushedWhere``). On open the store recovers like the broker
+(``CommitLog.recoverNormally``/``recoverAbnormally``): it finds the last valid record, drops a
+torn tail, truncates ConsumeQueue units and index items past it and re-dispatches the records
+the queues lack.
 
 getMessage lives in :mod:`engine.getmessage`; flush services: :meth:`MessageStore.flush`
 (FlushRealTimeService, the fsync() path) and the group-commit thread (GroupCommitService).
@@ -659,7 +660,7 @@ class MessageStore:
     def get_messages(self, group: str, topic: str, queue_id: int, offset: int,
                      max_msg_nums: int = 32, tags: str | None = None) -> GetMessageResult:
         """``DefaultMessageStore.getMessage``: up to ``max_msg_nums`` messages from a queue
-        offset, with RocketMQ's status and next-offset correction (reference section 10).
+        offset, with RocketMQ's status and next-offset correction (``GetMessageStatus``).
 
         Args:
             group: the consumer group (kept for the API; the store does not filter by it).

@@ -1,6 +1,6 @@
 """Client message ids (``UNIQ_KEY``) as RocketMQ's ``MessageClientIDSetter`` makes them.
 
-An id is upper-case hex of (reference section 1.9)::
+An id is upper-case hex of (``MessageClientIDSetter.createUniqID``; docs/format.md)::
 
     ip (4 or 16 bytes) | int16 pid | int32 class-loader hash | int32 ms since the month began
     | int16 counter

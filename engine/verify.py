@@ -5,13 +5,13 @@ would hide damage), and checks:
 
 * CommitLog: every segment has the same size, aligned names and no gaps; every record decodes
   (magic, TOTALSIZE = ``calMsgLength``, PHYSICALOFFSET = its position, BODYCRC, and the
-  ``__CRC32#`` whole-record CRC when the property is present, reference section 1.5: all
+  ``__CRC32#`` whole-record CRC when the property is present, ``MessageDecoder.createCrc32``: all
   checked by ``engine.message.decode_record``); blank END_OF_FILE records; nothing but zeros
   after the last record; no hole followed by data.
-* ConsumeQueue (section 3): uniform file sizes; every unit points at a real record with the same
+* ConsumeQueue: uniform file sizes; every unit points at a real record with the same
   size, topic, queueId, queueOffset and tagsCode (deliver time for ``SCHEDULE_TOPIC_XXXX``);
   nothing after the last unit; units past the CommitLog end.
-* IndexFile (section 4): geometry, header counts and offsets, every slot and item chain in range,
+* IndexFile: geometry, header counts and offsets, every slot and item chain in range,
   every item points at a record carrying a key with that hash, and the item's timeDiff.
 * config/*.json parse.
 
@@ -21,7 +21,7 @@ re-dispatches it on open, as the broker's ReputMessageService does. Everything e
 :func:`recover_store` repairs what :func:`verify_store` finds: it extends a cut segment, truncates
 the CommitLog at the first invalid record (saving any valid data it drops under
 ``lost+found/``), deletes damaged ConsumeQueue and IndexFile files, and lets the store re-dispatch
-them from the CommitLog (reference section 7); when that is not enough it rebuilds every
+them from the CommitLog (``CommitLog.recoverAbnormally``); when that is not enough it rebuilds every
 derived file.
 """
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # annotations only
 
     from .views import ViewCache
 
-# Permission model (README "Other users"): everything belongs to the mounting user; files
+# Permission model (docs/guarantees.md): everything belongs to the mounting user; files
 # that accept writes (produce, produce.jsonl, offset) are 0644 and the directories that accept
 # mkdir (topics/, groups/, snapshots/) 0755, so only the owner (and root) may write. `-o allow_other_write`
 # makes them 0666/0777. A read-only mount shows no write bit anywhere. The modes are what the

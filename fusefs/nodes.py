@@ -1,4 +1,4 @@
-"""The mounted tree (mount contract section 2) as plain objects, without pyfuse3.
+"""The mounted tree (docs/mount.md) as plain objects, without pyfuse3.
 
 Every path maps to a :class:`Node`. Directories answer :meth:`Node.list` (readdir) and
 :meth:`Node.child` (lookup, which may find entries readdir does not list, such as
@@ -510,7 +510,7 @@ class MessagesDir(Dir):
 class ProduceHandle(Handle):
     """Splits written bytes into lines; each complete non-empty line is a message.
 
-    The rules (README "Producing", "Guarantees"), per write request the kernel sends (a
+    The rules (docs/mount.md, docs/guarantees.md "Bad input"), per write request the kernel sends (a
     write() of up to 255 pages is one request; a larger one is split, at about 1 MiB):
 
     * The request's complete lines (with the unfinished line earlier requests left, if any,
@@ -552,7 +552,7 @@ class ProduceHandle(Handle):
         self.max_line = limit * 4 // 3 + 64 * 1024 if jsonl else limit
 
     def read(self, offset, length):
-        return b""  # README: a produce file reads as empty, opened O_RDWR too
+        return b""  # docs/mount.md: a produce file reads as empty, opened O_RDWR too
 
     def _messages(self, lines: list[bytes]) -> list[Message]:
         if not self.jsonl:

@@ -349,7 +349,7 @@ class RmqOperations(pyfuse3.Operations):
     async def setattr(self, inode, attr, fields, fh, ctx):
         node = self._node(inode)
         if fields.update_mode or fields.update_uid or fields.update_gid:
-            # chmod/chown: modes and owners are generated (README "Other users")
+            # chmod/chown: modes and owners are generated (docs/guarantees.md "Other users")
             raise self._no_write("chmod/chown", node.path, ctx, errno.EPERM,
                                  "modes and owners in the mount are generated")
         if self.ctx.read_only:  # the kernel mount is not "ro" (snapshots/ takes mkdir)
@@ -474,7 +474,7 @@ class RmqOperations(pyfuse3.Operations):
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._node(parent_inode)
         path = self._child_path(parent_inode, name)
-        # only the owner drops snapshots (README "Other users")
+        # only the owner drops snapshots (docs/guarantees.md "Other users")
         self._check_writer("rmdir", path, ctx, owner_only=True)
         name = os.fsdecode(name)
         await _run(parent.rmdir, name,

@@ -1,4 +1,4 @@
-"""Rendering of decoded messages as JSON lines (mount contract section 2.1).
+"""Rendering of decoded messages as JSON lines (docs/mount.md "What the mount looks like").
 
 One JSON object per line, RocketMQ's ``MessageExt`` field names, timestamps in epoch ms.
 ``topics/`` views show a body as text when it is valid UTF-8 and as base64 otherwise (with

@@ -1,4 +1,4 @@
-"""``view/``: the decoded messages laid out for Spark (mount contract sections 2 and 4).
+"""``view/``: the decoded messages laid out for Spark (docs/spark.md).
 
 ``view/topic=<topic>/queue=<queueId>/part-<20-digit first queue offset>.parquet`` with ``%``
 (and the other characters Spark unescapes) escaped as ``%XX`` (a name over 255 bytes

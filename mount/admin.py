@@ -6,7 +6,7 @@ follow mqadmin where it has the command (``printMsg``, ``queryMsgByKey``/``ById`
 ``topicStatus``, ``topicList``, ``consumerProgress``, ``resetOffsetByTime``,
 ``deleteExpiredCommitLog``, ``deleteTopic``, ``updateTopic``, ``deleteSubGroup``,
 ``updateSubGroup``, ``cloneGroupOffset``, ``queryCq``, ``statsAll``, ``getBrokerConfig``,
-``brokerStatus``; reference section 14), and each command answers to mqadmin's name too
+``brokerStatus``; docs/offline-commands.md), and each command answers to mqadmin's name too
 (``rmqfs deleteTopic`` = ``rmqfs delete-topic``). Every time option takes one syntax
 (:func:`parse_time`).
 

@@ -1,6 +1,6 @@
 """The mount daemon's life: open the store, mount, serve, unmount and close cleanly.
 
-Follows s3ql's pattern (reference fuse-prior-art section 3.6): SIGINT/SIGTERM call
+Follows s3ql's pattern (its ``mount.py``): SIGINT/SIGTERM call
 ``pyfuse3.terminate()``, ``pyfuse3.main`` returns, and ``pyfuse3.close(unmount=True)`` removes
 the mount; ``auto_unmount`` is always on so even ``kill -9`` leaves no dead mount. The store is
 then closed (checkpoint written, ``abort`` removed, lock released).

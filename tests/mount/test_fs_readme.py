@@ -1,5 +1,6 @@
-"""Every shell example of the README's filesystem sections works when pasted into bash, as a new
-user would, from a checkout next to ``shared/`` with ``.venv`` activated."""
+"""Every shell example of the filesystem sections of the README and the manual (docs/) works when
+pasted into bash, as a new user would, from a checkout next to ``shared/`` with ``.venv``
+activated."""
 
 import os
 import re
@@ -13,13 +14,24 @@ from conftest import REPO, SHARED, fuse
 pytestmark = [fuse, pytest.mark.fuse]
 
 
-def readme_blocks(section: str) -> list[str]:
-    text = (REPO / "README.md").read_text()
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```\n(.*?)```", body, re.S)
+def doc_blocks(path: str, heading: str) -> list[str]:
+    """The unlabelled code blocks of the section ``heading`` (e.g. ``## By hand``) of the markdown
+    file ``path``, up to the next heading of its level or above (lines in code blocks that
+    start with ``#`` are not headings)."""
+    level = len(heading) - len(heading.lstrip("#"))
+    lines = (REPO / path).read_text().split("\n")
+    start = lines.index(heading) + 1
+    body, fence = [], False
+    for line in lines[start:]:
+        fence ^= line.startswith("```")
+        if not fence and re.match(rf"#{{1,{level}}} ", line):
+            break
+        body.append(line)
+    return re.findall(r"```\n(.*?)```", "\n".join(body), re.S)
 
 
-@pytest.mark.parametrize("sections", [["By hand", "Backup and restore"]])
+@pytest.mark.parametrize("sections", [[("README.md", "## By hand"),
+                                       ("docs/backup.md", "# Backup and restore")]])
 def test_readme_examples_work_when_pasted(tmp_path, sections):
     work = tmp_path / "checkout"
     (work / ".venv" / "bin").mkdir(parents=True)
@@ -30,7 +42,7 @@ def test_readme_examples_work_when_pasted(tmp_path, sections):
                      '"$@"\n')
     rmqfs.chmod(0o755)
     (work / ".venv" / "bin" / "activate").write_text(f'PATH="{rmqfs.parent}:$PATH"\n')
-    scripts = [b for s in sections for b in readme_blocks(s) if "rmqfs mount" in b]
+    scripts = [b for p, h in sections for b in doc_blocks(p, h) if "rmqfs mount" in b]
     assert len(scripts) == len(sections)
     try:
         for script in scripts:
