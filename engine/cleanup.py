@@ -353,7 +353,7 @@ class CleanService:
                 wait = interval
                 try:
                     self.run_once()
-                except Exception:  # noqa: BLE001 - keep cleaning; the next run retries
+                except Exception:  # keep cleaning; the next run retries
                     log.exception("clean service run failed")
 
         self._thread = threading.Thread(target=loop, name="rmq-clean", daemon=True)

@@ -158,7 +158,7 @@ class Follower:
             while not self._stop.wait(interval):
                 try:
                     self.refresh()
-                except Exception:  # noqa: BLE001 - keep following; the next round retries
+                except Exception:  # keep following; the next round retries
                     log.exception("follower refresh failed")
         self._thread = threading.Thread(target=loop, name="rmq-follow", daemon=True)
         self._thread.start()
@@ -230,7 +230,7 @@ class Follower:
             for listener in self.listeners:
                 try:
                     listener(changes)
-                except Exception:  # noqa: BLE001 - a listener never stops the follower
+                except Exception:  # a listener never stops the follower
                     log.exception("follower listener failed")
         return changes
 

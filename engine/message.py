@@ -355,7 +355,7 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
             import zstandard
             return zstandard.ZstdDecompressor().decompressobj().decompress(body)
         return zlib.decompress(body)
-    except Exception as exc:  # noqa: BLE001 - any codec failure is corrupt data
+    except Exception as exc:  # any codec failure is corrupt data
         raise CorruptRecordError(f"compressed body does not decompress: {exc}") from exc
 
 

@@ -812,7 +812,7 @@ class MessageStore:
         if not self.read_only:
             try:
                 flush.flush(self)
-            except Exception:  # noqa: BLE001 - recorded as an abnormal shutdown
+            except Exception:  # recorded as an abnormal shutdown
                 log.exception("flush at close failed; the next open recovers")
                 clean = False
             # DefaultMessageStore.shutdown keeps ``abort`` while dispatch is behind.
