@@ -95,7 +95,7 @@ class CleanReport:
         """Number of files deleted."""
         return len(self.commitlog) + len(self.consumequeue) + len(self.index)
 
-    def merge(self, other: "CleanReport") -> None:
+    def merge(self, other: CleanReport) -> None:
         """Add another run's deletions to this one."""
         self.commitlog += other.commitlog
         self.consumequeue += other.consumequeue

@@ -41,7 +41,8 @@ from __future__ import annotations
 import mmap
 import os
 import threading
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -60,6 +61,9 @@ from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIEL
                       TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
                       decompress_body, host_to_str, read_store_timestamp)
 from .schema import arrow_schema
+
+if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
+    import pyarrow as pa
 
 __all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "record_dtype", "decode_units",
            "decode_topic_units", "decode_units_per_record", "decode_commitlog", "arrow_schema"]
@@ -552,7 +556,7 @@ def _concat(batches: list):
 
 
 def _decode(commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, topic, queue_id,
-            columns) -> "pa.RecordBatch":  # noqa: F821
+            columns) -> pa.RecordBatch:
     """Decode records at CommitLog ``offs`` of ``sizes`` bytes; split by CommitLog file."""
     names = list(arrow_schema().names if columns is None else columns)
     fs = commitlog.file_size
@@ -850,7 +854,6 @@ def _dedupe(row: np.ndarray, names):
     one per distinct (record, name), of its first entry and of its last one; None when no name
     repeats (the usual case, checked column-wise). ``decode_properties`` builds a dict, which
     keeps a repeated name at its first position with its last value."""
-    import pyarrow as pa
     import pyarrow.compute as pc
     codes = pc.dictionary_encode(names)
     pair = row.astype(np.int64) * len(codes.dictionary) + codes.indices.to_numpy()

@@ -302,7 +302,7 @@ class TopicConfig:
                 "writeQueueNums": self.write_queue_nums}
 
     @classmethod
-    def from_json(cls, name: str, d: dict) -> "TopicConfig":
+    def from_json(cls, name: str, d: dict) -> TopicConfig:
         """Build from a ``topicConfigTable`` entry (4.x entries lack ``attributes``).
 
         Raises TypeError naming the field when a value has the wrong JSON type.
@@ -687,7 +687,7 @@ TOPIC_UPDATE_FIELDS = {"readQueueNums": "read_queue_nums", "writeQueueNums": "wr
                        "perm": "perm", "order": "order"}
 
 
-def topic_update_from_json(current: "TopicConfig", obj) -> dict:
+def topic_update_from_json(current: TopicConfig, obj) -> dict:
     """The ``MessageStore.update_topic`` keywords of a JSON object written to a topic's
     ``topic.json``: only :data:`TOPIC_UPDATE_FIELDS` may change (their values are checked by
     ``update_topic``); any other field of the entry may be present (the file read, edited and

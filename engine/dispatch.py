@@ -137,9 +137,7 @@ def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
                     break
                 run.append(d)
             items = run
-            if topic not in store.topic_config.topics:
-                register_topic(store, topic, qid)
-            elif qid >= store.topic_config.topics[topic].read_queue_nums:
+            if topic not in store.topic_config.topics or qid >= store.topic_config.topics[topic].read_queue_nums:
                 register_topic(store, topic, qid)
         units = b"".join(UNIT.pack(d.commitlog_offset, d.size, d.tags_code) for d in items)
         cq.put_units(items[0].queue_offset, units)

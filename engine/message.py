@@ -255,7 +255,7 @@ def body_crc(body: bytes) -> int:
     return crc32(body) & BODY_CRC_MASK
 
 
-def check_body_crc(rec: "MessageRecord") -> "MessageRecord":
+def check_body_crc(rec: MessageRecord) -> MessageRecord:
     """Raise CorruptRecordError("body CRC mismatch") naming the record's CommitLog offset
     when its stored (still compressed) body is not empty and its CRC is not BODYCRC; return
     the record otherwise.

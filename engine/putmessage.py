@@ -79,7 +79,7 @@ class PutResult:
 
     @classmethod
     def _fast(cls, topic, queue_id, queue_offset, commitlog_offset, size, store_timestamp,
-              msg_id, uniq_key) -> "PutResult":
+              msg_id, uniq_key) -> PutResult:
         """Construct without the frozen dataclass's per-field ``object.__setattr__`` calls."""
         obj = _new_object(cls)
         _set_attr(obj, "__dict__", {

@@ -42,7 +42,7 @@ from .indexfile import IndexService
 from .mappedfile import remove_temp_files
 from .storetree import check_store_tree
 from .errors import (CorruptRecordError, InvalidNameError, NoSuchGroupError, NoSuchTopicError,
-                     OffsetOutOfRangeError, PutMessageError, ReadOnlyStoreError,
+                     OffsetOutOfRangeError, ReadOnlyStoreError,
                      SystemTopicError)
 from .message import (Host, MessageRecord)
 from .getmessage import get_messages, parse_subscription
@@ -52,10 +52,10 @@ from .uniqkey import UniqKeyGenerator
 
 # The store's API in one import: MessageStore, the put request and its result, the config, and
 # getMessage's result (each defined in its own module).
-from .getmessage import GetMessageResult, GetMessageStatus  # noqa: E402,F401
-from .message import Message  # noqa: E402,F401
-from .putmessage import PutResult  # noqa: E402,F401
-from .storeconfig import StoreConfig  # noqa: E402,F401
+from .getmessage import GetMessageResult, GetMessageStatus  # noqa: F401
+from .message import Message
+from .putmessage import PutResult
+from .storeconfig import StoreConfig
 
 log = logging.getLogger(__name__)
 

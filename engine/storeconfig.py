@@ -179,7 +179,7 @@ class StoreConfig:
     }
 
     @classmethod
-    def from_broker_conf(cls, path: str) -> "StoreConfig":
+    def from_broker_conf(cls, path: str) -> StoreConfig:
         """Read a RocketMQ ``broker.conf`` (a Java properties file, see
         :func:`read_java_properties`) with the broker's key names.
 

@@ -324,7 +324,7 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     return segs
 
 
-def _is_zero(seg: "_Segment", start: int, end: int) -> bool:
+def _is_zero(seg: _Segment, start: int, end: int) -> bool:
     """Whether ``[start, end)`` of a segment reads as zeros; holes of a sparse file are skipped
     (SEEK_DATA), so a new 1 GiB segment costs nothing."""
     step = 1 << 20

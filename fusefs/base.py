@@ -87,7 +87,7 @@ class HandleBudget:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_limit(cls, owner_uid: int, nofile: int) -> "HandleBudget":
+    def for_limit(cls, owner_uid: int, nofile: int) -> HandleBudget:
         """A quarter of the daemon's descriptor limit ``nofile`` for others, at most 4096
         a user."""
         total = max(16, nofile // 4)
@@ -250,7 +250,7 @@ class Node:
     def stat(self) -> Stat:
         raise NotImplementedError
 
-    def stat_nowait(self) -> "Stat | None":
+    def stat_nowait(self) -> Stat | None:
         """:meth:`stat` when it needs neither disk I/O nor rendering, else None.
 
         The FUSE layer calls this on the trio loop and :meth:`stat` in a worker thread.
@@ -261,10 +261,10 @@ class Node:
     def list(self) -> list[str]:
         raise FsError(errno.ENOTDIR)
 
-    def child(self, name: str) -> "Node | None":
+    def child(self, name: str) -> Node | None:
         raise FsError(errno.ENOTDIR)
 
-    def mkdir(self, name: str) -> "Node":
+    def mkdir(self, name: str) -> Node:
         if not self.is_dir:
             raise FsError(errno.ENOTDIR)
         raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
@@ -273,10 +273,10 @@ class Node:
         raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
 
     # files
-    def open(self, flags: int) -> "Handle":
+    def open(self, flags: int) -> Handle:
         raise FsError(errno.EISDIR)
 
-    def open_as(self, flags: int, uid: int | None) -> "Handle":
+    def open_as(self, flags: int, uid: int | None) -> Handle:
         """:meth:`open` for the user ``uid`` (the FUSE layer calls this); a file whose
         content depends on who reads it (``refused.jsonl``) overrides it."""
         return self.open(flags)

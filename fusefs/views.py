@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from array import array
-from typing import Callable
+from collections.abc import Callable
 
 from engine.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE
 from engine.errors import StoreError
@@ -136,7 +136,7 @@ def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs,
     store.note_damage(topic, qid, int(qoffs[i]) if len(qoffs) else None, exc)
 
 
-def _render_chunks(parts: "PartCache", log_: RenderedLog, topic: str, chunks, kind: str,
+def _render_chunks(parts: PartCache, log_: RenderedLog, topic: str, chunks, kind: str,
                    store: MessageStore) -> None:
     """Render ``chunks`` (an iterator of ``(queue id or queue id array, units, queue
     offsets)``, in line order) in the worker processes of ``parts`` and append the results
@@ -189,7 +189,7 @@ class QueueView:
     """
 
     def __init__(self, store: MessageStore, topic: str, queue_id: int, render: Renderer,
-                 cache_path: str, parts: "PartCache"):
+                 cache_path: str, parts: PartCache):
         self.store = store
         self.parts = parts  # its worker processes render the chunks
         self.topic = topic
@@ -241,7 +241,7 @@ class TopicView:
     """All queues of a topic rendered in CommitLog order."""
 
     def __init__(self, store: MessageStore, topic: str, render: Renderer, cache_path: str,
-                 parts: "PartCache"):
+                 parts: PartCache):
         self.store = store
         self.parts = parts  # its worker processes render the chunks
         self.topic = topic

@@ -36,7 +36,7 @@ import pytest
 import refreader
 from engine.store import Message, MessageStore, StoreConfig
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO
 SEED = int(os.environ.get("RMQFS_CRASH_SEED", "20261122"))
 TOPICS = ("CrashA", "CrashB")
 HASH_SLOTS = 16
@@ -142,8 +142,8 @@ def check_store(root: Path, must_have: set[str], may_have: set[str] | None = Non
                 while True:
                     r = s.get_messages("g", t, q, off, 32)
                     engine_ids += [id_of(m.plain_body) for m in r.messages]
-                    if r.next_begin_offset == off or not r.messages and \
-                            r.status.name != "NO_MATCHED_MESSAGE":
+                    if r.next_begin_offset == off or (not r.messages and \
+                            r.status.name != "NO_MATCHED_MESSAGE"):
                         break
                     off = r.next_begin_offset
     scan = refreader.scan_commitlog(root / "commitlog")

@@ -23,9 +23,9 @@ from engine.indexfile import (HEADER, INDEX_HEADER_SIZE, LONG_MAX, IndexFile, In
                               _name_after, index_file_name, index_file_size, index_geometry)
 from engine.javahash import index_key_hash
 
-import refreader as rr  # noqa: E402
+import refreader as rr
 
-from conftest import FIXTURES  # noqa: E402
+from conftest import FIXTURES
 RMQ498 = FIXTURES / "rocketmq-4.9.8-written"
 RUST_INDEX = FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file" / "index"
 INT_MAX = 2**31 - 1

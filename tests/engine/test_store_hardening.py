@@ -22,8 +22,8 @@ from engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeS
 from engine.store import MessageStore
 from engine.verify import recover_store, verify_store
 
-from conftest import REPO  # noqa: E402
-from stores import bodies, flip_body_byte, produce, small  # noqa: E402
+from conftest import REPO
+from stores import bodies, flip_body_byte, produce, small
 
 
 def sha(path) -> str:

@@ -301,7 +301,7 @@ def test_freeze_while_threads_put_holds_exactly_the_acknowledged_puts(tmp_path):
     cfg = small_store_config()
     with MessageStore(str(tmp_path / "s"), cfg) as store:
         store.create_topic("T", 4)
-        acked = {k: 0 for k in range(4)}
+        acked = dict.fromkeys(range(4), 0)
         stop = threading.Event()
 
         def producer(k):

@@ -15,10 +15,10 @@ from engine.store import Message, MessageStore
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
+from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In
 
-from pipeline import datasource as D  # noqa: E402
-from engine import columnar  # noqa: E402
+from pipeline import datasource as D
+from engine import columnar
 
 FIX = FIXTURES / "rocketmq-4.9.8-written"
 
