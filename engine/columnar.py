@@ -61,6 +61,7 @@ from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIEL
                       TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
                       decompress_body, host_to_str, read_store_timestamp)
 from .schema import arrow_schema
+import itertools
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
     import pyarrow as pa
@@ -569,7 +570,7 @@ def _decode(commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, top
     cuts = np.flatnonzero(np.diff(seg)) + 1
     bounds = [0, *cuts.tolist(), n]
     batches = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         loc = commitlog.locate(int(offs[a]))
         if loc is None:
             raise CorruptRecordError("CommitLog offset is not in the store (deleted, or not "

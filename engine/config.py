@@ -772,7 +772,7 @@ class DeletedTopics:
         self.read_only = read_only
         self.lock = threading.Lock()
         raw = load_config_file(self.path, self._parse) or {}
-        self.table: dict[str, int] = {k: v for k, v in _table(raw, "deletedTopicTable").items()}
+        self.table: dict[str, int] = dict(_table(raw, "deletedTopicTable"))
         self.counter = _counter(raw)
 
     @staticmethod

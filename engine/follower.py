@@ -461,7 +461,7 @@ class Follower:
         # per queue, the taken units are a prefix of its new ones (units are in CommitLog order)
         counts = {}
         at = 0
-        for i, base, u in parts:
+        for i, _base, u in parts:
             t = take[at:at + len(u)]
             k = int(np.argmin(t)) if not t.all() else len(u)
             counts[i] = k

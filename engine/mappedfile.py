@@ -186,9 +186,8 @@ class FileQueue:
                     f"{directory}: last file is {sizes[-1]} bytes, larger than the others "
                     f"({size})")
             file_size = size
-        elif sizes:
-            if not (trusted_size and file_size and sizes[0] < file_size):
-                file_size = sizes[0]
+        elif sizes and not (trusted_size and file_size and sizes[0] < file_size):
+            file_size = sizes[0]
         if not file_size or file_size <= 0:
             raise ValueError(f"{directory}: no files and no file size given")
         self.file_size = file_size

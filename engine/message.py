@@ -290,7 +290,7 @@ def decode_properties(raw: bytes) -> dict[str, str]:
     if not raw:
         return props
     for item in raw.decode("utf-8", errors="replace").split("\x02"):
-        name, sep, value = item.partition("\x01")
+        name, _sep, value = item.partition("\x01")
         if name and value:
             props[name] = value
     return props

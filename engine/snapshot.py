@@ -811,7 +811,7 @@ def verify_copy(directory: str, workers: int | None = None, progress=None) -> tu
                 done.update(n)
     finally:
         done.close()
-    for root, dirs, names in os.walk(directory):
+    for root, _dirs, names in os.walk(directory):
         for n in names:
             rel = os.path.relpath(os.path.join(root, n), directory).replace(os.sep, "/")
             if rel != MANIFEST_NAME and rel not in files:

@@ -798,7 +798,7 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
         return None
     with open(path, "rb") as f:
         head = f.read(INDEX_HEADER_SIZE)
-        b_ts, e_ts, b_phy, e_phy, slot_count, count = HEADER.unpack(head)
+        b_ts, _e_ts, b_phy, e_phy, slot_count, count = HEADER.unpack(head)
         if count <= 0:
             count = 1
         if count > index_num:

@@ -670,7 +670,7 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
     with MessageStore(str(tmp_path), StoreConfig(mapped_file_size_commit_log=64 * 1024),
                       read_only=True) as s:
         n = 0
-        for (buf, pos, phys, size, topic, qid, qoff, flag) in s.commitlog.scan_raw(0):
+        for (buf, pos, phys, _size, topic, qid, qoff, flag) in s.commitlog.scan_raw(0):
             a = (topic, qid, phys, *recovery.light_unit(buf, pos), qoff, flag)
             b = dispatch.dispatch_of(s, decode_record(buf, pos, check_crc=False))
             assert a == (b.topic, b.queue_id, b.commitlog_offset, b.size, b.tags_code,

@@ -76,8 +76,8 @@ def test_cut_at_a_consumequeue_file_start_deletes_that_file(tmp_path):
     assert len(list(qdir.iterdir())) == 2
     recs = refreader.read_commitlog(root / "commitlog")
     last = recs[-1]
-    seg = [s for s in refreader.list_segments(root / "commitlog")
-           if s[0] <= last["physicalOffset"] < s[0] + s[2]][0]
+    seg = next(s for s in refreader.list_segments(root / "commitlog")
+           if s[0] <= last["physicalOffset"] < s[0] + s[2])
     with open(seg[1], "r+b") as f:  # the last record torn: recovery cuts exactly there
         f.seek(last["physicalOffset"] - seg[0])
         f.write(bytes(last["totalSize"]))

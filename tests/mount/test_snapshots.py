@@ -56,7 +56,7 @@ def bodies_of(root: Path, config=None) -> dict:
     """``{(topic, queueId): [bodies]}`` after opening (recovering) the store at ``root``."""
     with MessageStore(str(root), config) as s:
         out = {}
-        for (t, q), cq in s.consume_queues.items():
+        for (t, q), _cq in s.consume_queues.items():
             out[(t, q)] = [r.body for _, r in s.iter_queue(t, q)]
         offsets = {g: s.consumer_offsets.topics_of(g) for g in s.group_names()}
     return out, offsets

@@ -121,7 +121,7 @@ def test_offsets_below_the_min_offset_fail_unless_failondataloss_false(spark, tm
     root = tmp_path / "store"
     with MessageStore(str(root), small_config) as s:
         s.create_topic("L", queue_nums=1)
-        for i in range(6):
+        for _i in range(6):
             s.put_messages([Message("L", b"x" * 200) for _ in range(100)])
     # Retention: the oldest CommitLog segment is deleted.
     first = sorted(os.listdir(root / "commitlog"))[0]
