@@ -215,10 +215,11 @@ def machine() -> dict:
     """CPU model, cores, Python, kernel and filesystem of the run."""
     cpu = platform.processor()
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
     except OSError:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),

@@ -605,14 +605,13 @@ class Follower:
         """``(end, storeTimestamp)`` of the complete records the writer has after ``pos``
         (records its ConsumeQueues do not point at yet), walking at most TAIL_MAX of them."""
         cl = self.store.commitlog
-        end, ts, n = pos, 0, 0
+        end, ts = pos, 0
         head = cl.files.read(pos, RECORD_HEAD.size)
         if len(head) < RECORD_HEAD.size or head == bytes(RECORD_HEAD.size):
             return end, ts  # the usual case: nothing after the units (no 8 MB scan read)
-        for buf, at, phys, total, *_ in cl.scan_raw(pos, check_crc=True):
+        for n, (buf, at, phys, total, *_) in enumerate(cl.scan_raw(pos, check_crc=True), 1):
             end = phys + total
             ts = read_store_timestamp(buf, at)
-            n += 1
             if n >= TAIL_MAX:
                 break
         else:

@@ -322,7 +322,8 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
     (nothing written, round-robin state restored), and :meth:`put_messages` runs the
     general path. MessageBatch puts (``batch=True``) never come here; the disk-full
     refusal is checked before. It keeps the shared state as the general path does
-    (topicQueueTable ``_queue_offsets``, ``_dispatched_store_timestamp``). Writes exactly the bytes the general path writes (tests/engine/test_fastpaths.py): the
+    (topicQueueTable ``_queue_offsets``, ``_dispatched_store_timestamp``). Writes exactly the
+    bytes the general path writes (tests/engine/test_fastpaths.py): the
     offsets are known up front so each record is packed once, the ConsumeQueue units of a
     queue are packed in one call, UNIQ_KEYs come in one batch with their hashes, and the
     index keys are written in one batch.

@@ -11,7 +11,8 @@ CommitLog offset, which is CommitLog order. ``messages.jsonl`` and ``bodies.txt`
 built from ``engine.columnar`` batches (``render.render_view_chunk``) in chunks of units that
 the pool of worker processes of :class:`PartCache` renders in parallel, appended in order;
 ``view/`` parts are Parquet files rendered by the same pool. Everything rendered shares
-one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both catch up on demand (:meth:`sync`, in worker
+one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both
+catch up on demand (:meth:`sync`, in worker
 threads), from a consistent cut of the queues taken under the store's put lock;
 :meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
 FUSE layer may call on its trio loop.
@@ -286,7 +287,7 @@ def _topic_chunks(self, cut: dict):
     import numpy as np
     bufs = {}
     pos = {}
-    for qid, end in cut.items():
+    for qid in cut:
         cq = self.store.consume_queue(self.topic, qid)
         if cq is not None:
             pos[qid] = self.next.get(qid, cq.min_offset)

@@ -521,7 +521,7 @@ def test_written_files_match_reference_reader(tmp_path):
 # -- real fixtures ------------------------------------------------------------------------------
 
 def expected_498():
-    rows = [json.loads(line) for line in open(RMQ498 / "expected.jsonl")]
+    rows = [json.loads(line) for line in (RMQ498 / "expected.jsonl").read_text().splitlines()]
     return sorted(rows, key=lambda r: r["commitLogOffset"])
 
 

@@ -57,7 +57,7 @@ def test_progress_of_the_recovery_scan(tmp_path, monkeypatch):
         report = s.recovery_report
         segments_end = s.commitlog.files.end_offset
     assert rec.closed == len(rec.bars)  # every bar closed
-    desc, total, unit, updates = rec.bar("loading ConsumeQueues")
+    _desc, total, unit, updates = rec.bar("loading ConsumeQueues")
     assert (total, unit, sum(updates)) == (3, "queue", 3)
     _desc, total, unit, updates = rec.bar("recovering CommitLog")
     assert unit == "B"
