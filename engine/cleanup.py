@@ -225,7 +225,7 @@ class CleanService:
         batch_max = int(self._cfg("delete_file_batch_max", 10))
         interval = self._cfg("delete_commit_log_files_interval", 100) / 1000.0
         now_ms = self.clock() * 1000
-        victims = []
+        victims: list = []
         for seg in fq.segments[:-1]:  # never the last file
             if len(victims) >= batch_max:
                 break

@@ -87,6 +87,7 @@ def record_dtype(last_field: str = FIXED_V4_FIELDS[-1][0]) -> np.dtype:
 #: The fixed part of a V1/IPv4 record (88 bytes) as a numpy record, from message.FIXED_V4_FIELDS.
 RECORD_DTYPE = record_dtype()
 assert RECORD_DTYPE.itemsize == FIXED_V4.size
+assert RECORD_DTYPE.fields is not None
 assert all(RECORD_DTYPE.fields[n][1] == at for n, at in FIXED_V4_POSITIONS.items())
 _FIXED = FIXED_V4.size
 #: A ConsumeQueue unit (``engine.consumequeue.UNIT``: commitLogOffset | size | tagsCode).
@@ -452,7 +453,7 @@ def decode_units(commitlog: Segments, topic: str, queue_id: int, units: np.ndarr
             offset, lengths, topic or queue); the message names its CommitLog offset.
     """
     import pyarrow as pa
-    build = columns
+    build: Iterable[str] | None = columns
     if columns is not None and wanted_tags is not None and "tags" not in columns:
         build = (*columns, "tags")
     offs = units["off"].astype(np.int64)
@@ -878,7 +879,7 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
     Bodies are decompressed. Raises CorruptRecordError for a record that is not the one its
     unit describes (see :func:`decode_units`)."""
     import pyarrow as pa
-    rows = {name: [] for name in names}
+    rows: dict[str, list] = {name: [] for name in names}
     for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
         loc = commitlog.locate(off)
         if loc is None:

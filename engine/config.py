@@ -23,6 +23,7 @@ import stat
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import ConfigFileError, InvalidNameError
 
@@ -350,7 +351,7 @@ class TopicConfigManager:
         self.read_only = read_only
         self.lock = threading.Lock()
         self.topics: dict[str, TopicConfig] = {}
-        self.skipped: dict[str, object] = {}  # entries with unsafe names, written back as is
+        self.skipped: dict[str, dict] = {}  # entries with unsafe names, written back as is
         self.skip_reasons: dict[str, str] = {}  # their reasons (topic_path_problem)
         raw = load_config_file(self.path, self._parse) or {}
         for name, d in _table(raw, "topicConfigTable").items():
@@ -511,7 +512,7 @@ class ConsumerOffsetManager:
                 raise
             self.counter += 1
 
-    def _mutate(self, change) -> object:
+    def _mutate(self, change) -> Any:
         """Apply ``change(table)`` and persist; on a failed write (ENOSPC...) the table is
         restored, in memory too, and the OSError raised. Returns what ``change`` returns."""
         with self.lock:
@@ -741,7 +742,7 @@ def check_group_fields(fields: dict) -> dict:
             raise InvalidNameError(f"unknown or read-only group field {name!r} (settable: "
                                    f"{', '.join(GROUP_FIELDS)})")
         kind, lo, hi = spec
-        if kind is bool:
+        if kind is bool or lo is None or hi is None:
             if not isinstance(value, bool):
                 raise InvalidNameError(f"{name} {value!r}: use true or false")
         elif isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:

@@ -59,7 +59,7 @@ def skips_below_end_offset(dispatcher) -> bool:
     return getattr(dispatcher, "skips_below_end_offset", False)
 
 
-def dispatch_of(store, rec: MessageRecord) -> DispatchRequest | None:
+def dispatch_of(store, rec: MessageRecord) -> DispatchRequest:
     tc = rec.tags_code
     if rec.topic == SCHEDULE_TOPIC:
         deliver = deliver_tags_code(rec.properties.get(PROPERTY_DELAY), rec.store_timestamp,

@@ -43,6 +43,7 @@ import logging
 import os
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -184,7 +185,7 @@ class Follower:
         """
         with self._refresh_lock:
             s = self.store
-            changes = {"records": 0, "deleted": [], "configs": []}
+            changes: dict[str, Any] = {"records": 0, "deleted": [], "configs": []}
             self.refreshes += 1
             self._bury()
             configs = self._follow_configs()
@@ -437,7 +438,7 @@ class Follower:
         i, n = 0, len(so_a)
         while True:
             if i < n and so_a[i] == pos:
-                k = np.searchsorted(breaks, i)  # the first break at or after i
+                k = int(np.searchsorted(breaks, i))  # the first break at or after i
                 last = int(breaks[k]) if k < len(breaks) else n - 1
                 pos = int(se_a[last])
                 i = last + 1
@@ -459,7 +460,7 @@ class Follower:
             pos = min(pos, int(bad_ahead.min()))
         take = (off < pos) & valid
         # per queue, the taken units are a prefix of its new ones (units are in CommitLog order)
-        counts = {}
+        counts: dict[int, int] = {}
         at = 0
         for i, _base, u in parts:
             t = take[at:at + len(u)]

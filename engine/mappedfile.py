@@ -310,9 +310,9 @@ class FileQueue:
                 seg = self.segments.pop()
                 os.close(seg.fd)
                 os.unlink(seg.path)
-        seg = self.find(offset)
-        if seg is not None:
-            self.zero_range(offset, seg.end)
+        last = self.find(offset)
+        if last is not None:
+            self.zero_range(offset, last.end)
 
     def delete_first(self) -> Segment | None:
         """Delete the oldest file (expiry); never the last one. Returns it, or None."""

@@ -116,7 +116,7 @@ class RecoveryReport:
                 "didSomething": self.did_something()}
 
 
-def _human_size(n: int) -> str:
+def _human_size(n: float) -> str:
     """``n`` bytes, human-readable (binary units)."""
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":

@@ -100,7 +100,7 @@ class MessageStore:
         self.read_only = read_only
         self.put_lock = threading.RLock()
         self._closed = False
-        self._lock_fd = None
+        self._lock_fd: int | None = None
         self._held_lock = held_lock
         if not read_only:
             os.makedirs(self.root, exist_ok=True)
@@ -269,10 +269,10 @@ class MessageStore:
             if problem is not None:
                 self.skip_topic(topic, f"consumequeue/ directory: {problem}")
                 continue
-            for q in sorted(os.listdir(tdir)):
-                if queue_dir_id(q) is None or not os.path.isdir(os.path.join(tdir, q)):
+            for qname in sorted(os.listdir(tdir)):
+                if queue_dir_id(qname) is None or not os.path.isdir(os.path.join(tdir, qname)):
                     continue  # "007" or a file: not a queue (verify warns)
-                queues.append((topic, int(q), os.path.join(tdir, q)))
+                queues.append((topic, int(qname), os.path.join(tdir, qname)))
         size, trusted = cq_store_file_size([qdir for _, _, qdir in queues])
         if size:
             self._cq_file_size = size
