@@ -163,7 +163,8 @@ def put_messages(store, messages: list[Message], batch: bool = False,
     with store.put_lock:
         if store._closed:
             raise ReadOnlyStoreError("store is closed")
-        targets: list[tuple[str, int, dict[str, str] | None]] = []  # (topic, queueId, extra properties) after the delay rewrite
+        # (topic, queueId, extra properties) after the delay rewrite
+        targets: list[tuple[str, int, dict[str, str] | None]] = []
         if batch and len({m.topic for m in messages}) > 1:
             raise PutMessageError("a batch must have a single topic")
         for msg in messages:
