@@ -123,7 +123,7 @@ def bench_append(work: str, body_size: int, batch: int, count: int, repeat: int)
     batches = make_batches(body_size, batch, distinct=max(1, min(64, count // batch)))
     nbatches = max(1, count // batch)
     runs = []
-    for r in range(repeat):
+    for _r in range(repeat):
         elapsed, cpu, written, sizes = _append_once(work, batches, nbatches,
                                                     f"{body_size}-{batch}")
         plain = _plain_once(work, sizes, written, f"{body_size}-{batch}")
@@ -156,7 +156,7 @@ def bench_read(work: str, body_size: int, count: int, repeat: int) -> dict:
         t0 = time.perf_counter()
         n = 0
         for q in queues:
-            for _qoff, rec in store.iter_queue(TOPIC, q):
+            for _qoff, _rec in store.iter_queue(TOPIC, q):
                 n += 1
         seq = min(seq, time.perf_counter() - t0)
     # Single reads by queue offset (get_message), a strided sample over all queues.
@@ -215,10 +215,11 @@ def machine() -> dict:
     """CPU model, cores, Python, kernel and filesystem of the run."""
     cpu = platform.processor()
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
     except OSError:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),

@@ -180,7 +180,7 @@ def main(argv=None) -> int:
             shutil.rmtree(local)
         t0 = time.monotonic()
         shutil.copytree(mnt / "view", local)
-        files = [f for f in local.rglob("*.parquet")]
+        files = list(local.rglob("*.parquet"))
         results.update(copy_s=round(time.monotonic() - t0, 1), view_files=len(files),
                        view_bytes=sum(f.stat().st_size for f in files))
         print(f"  copied view/ to local disk: {len(files)} parts, "

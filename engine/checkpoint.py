@@ -54,7 +54,7 @@ class StoreCheckpoint:
         return min(self.min_timestamp, self.index_msg_timestamp)
 
     @classmethod
-    def read(cls, path: str) -> "StoreCheckpoint":
+    def read(cls, path: str) -> StoreCheckpoint:
         """Read a checkpoint file (4.x or 5.x). A missing file reads as all zeros.
 
         Raises CorruptRecordError when the file is shorter than 24 bytes.

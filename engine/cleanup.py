@@ -95,7 +95,7 @@ class CleanReport:
         """Number of files deleted."""
         return len(self.commitlog) + len(self.consumequeue) + len(self.index)
 
-    def merge(self, other: "CleanReport") -> None:
+    def merge(self, other: CleanReport) -> None:
         """Add another run's deletions to this one."""
         self.commitlog += other.commitlog
         self.consumequeue += other.consumequeue
@@ -225,7 +225,7 @@ class CleanService:
         batch_max = int(self._cfg("delete_file_batch_max", 10))
         interval = self._cfg("delete_commit_log_files_interval", 100) / 1000.0
         now_ms = self.clock() * 1000
-        victims = []
+        victims: list = []
         for seg in fq.segments[:-1]:  # never the last file
             if len(victims) >= batch_max:
                 break
@@ -353,7 +353,7 @@ class CleanService:
                 wait = interval
                 try:
                     self.run_once()
-                except Exception:  # noqa: BLE001 - keep cleaning; the next run retries
+                except Exception:  # keep cleaning; the next run retries
                     log.exception("clean service run failed")
 
         self._thread = threading.Thread(target=loop, name="rmq-clean", daemon=True)

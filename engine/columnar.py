@@ -41,7 +41,8 @@ from __future__ import annotations
 import mmap
 import os
 import threading
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -60,6 +61,10 @@ from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIEL
                       TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
                       decompress_body, host_to_str, read_store_timestamp)
 from .schema import arrow_schema
+import itertools
+
+if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
+    import pyarrow as pa
 
 __all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "record_dtype", "decode_units",
            "decode_topic_units", "decode_units_per_record", "decode_commitlog", "arrow_schema"]
@@ -82,6 +87,7 @@ def record_dtype(last_field: str = FIXED_V4_FIELDS[-1][0]) -> np.dtype:
 #: The fixed part of a V1/IPv4 record (88 bytes) as a numpy record, from message.FIXED_V4_FIELDS.
 RECORD_DTYPE = record_dtype()
 assert RECORD_DTYPE.itemsize == FIXED_V4.size
+assert RECORD_DTYPE.fields is not None
 assert all(RECORD_DTYPE.fields[n][1] == at for n, at in FIXED_V4_POSITIONS.items())
 _FIXED = FIXED_V4.size
 #: A ConsumeQueue unit (``engine.consumequeue.UNIT``: commitLogOffset | size | tagsCode).
@@ -447,7 +453,7 @@ def decode_units(commitlog: Segments, topic: str, queue_id: int, units: np.ndarr
             offset, lengths, topic or queue); the message names its CommitLog offset.
     """
     import pyarrow as pa
-    build = columns
+    build: Iterable[str] | None = columns
     if columns is not None and wanted_tags is not None and "tags" not in columns:
         build = (*columns, "tags")
     offs = units["off"].astype(np.int64)
@@ -552,7 +558,7 @@ def _concat(batches: list):
 
 
 def _decode(commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, topic, queue_id,
-            columns) -> "pa.RecordBatch":  # noqa: F821
+            columns) -> pa.RecordBatch:
     """Decode records at CommitLog ``offs`` of ``sizes`` bytes; split by CommitLog file."""
     names = list(arrow_schema().names if columns is None else columns)
     fs = commitlog.file_size
@@ -565,7 +571,7 @@ def _decode(commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, top
     cuts = np.flatnonzero(np.diff(seg)) + 1
     bounds = [0, *cuts.tolist(), n]
     batches = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         loc = commitlog.locate(int(offs[a]))
         if loc is None:
             raise CorruptRecordError("CommitLog offset is not in the store (deleted, or not "
@@ -850,7 +856,6 @@ def _dedupe(row: np.ndarray, names):
     one per distinct (record, name), of its first entry and of its last one; None when no name
     repeats (the usual case, checked column-wise). ``decode_properties`` builds a dict, which
     keeps a repeated name at its first position with its last value."""
-    import pyarrow as pa
     import pyarrow.compute as pc
     codes = pc.dictionary_encode(names)
     pair = row.astype(np.int64) * len(codes.dictionary) + codes.indices.to_numpy()
@@ -874,7 +879,7 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
     Bodies are decompressed. Raises CorruptRecordError for a record that is not the one its
     unit describes (see :func:`decode_units`)."""
     import pyarrow as pa
-    rows = {name: [] for name in names}
+    rows: dict[str, list] = {name: [] for name in names}
     for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
         loc = commitlog.locate(off)
         if loc is None:

@@ -140,7 +140,7 @@ class CommitLog:
             try:
                 rec = decode_record(buf, pos, check_crc=False)
             except CorruptRecordError as exc:
-                self.scan_error = str(exc)
+                self.scan_error: str | None = str(exc)
                 self.scan_end = phys
                 return
             yield rec

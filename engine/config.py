@@ -23,6 +23,7 @@ import stat
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import ConfigFileError, InvalidNameError
 
@@ -302,7 +303,7 @@ class TopicConfig:
                 "writeQueueNums": self.write_queue_nums}
 
     @classmethod
-    def from_json(cls, name: str, d: dict) -> "TopicConfig":
+    def from_json(cls, name: str, d: dict) -> TopicConfig:
         """Build from a ``topicConfigTable`` entry (4.x entries lack ``attributes``).
 
         Raises TypeError naming the field when a value has the wrong JSON type.
@@ -350,7 +351,7 @@ class TopicConfigManager:
         self.read_only = read_only
         self.lock = threading.Lock()
         self.topics: dict[str, TopicConfig] = {}
-        self.skipped: dict[str, object] = {}  # entries with unsafe names, written back as is
+        self.skipped: dict[str, dict] = {}  # entries with unsafe names, written back as is
         self.skip_reasons: dict[str, str] = {}  # their reasons (topic_path_problem)
         raw = load_config_file(self.path, self._parse) or {}
         for name, d in _table(raw, "topicConfigTable").items():
@@ -511,7 +512,7 @@ class ConsumerOffsetManager:
                 raise
             self.counter += 1
 
-    def _mutate(self, change) -> object:
+    def _mutate(self, change) -> Any:
         """Apply ``change(table)`` and persist; on a failed write (ENOSPC...) the table is
         restored, in memory too, and the OSError raised. Returns what ``change`` returns."""
         with self.lock:
@@ -687,7 +688,7 @@ TOPIC_UPDATE_FIELDS = {"readQueueNums": "read_queue_nums", "writeQueueNums": "wr
                        "perm": "perm", "order": "order"}
 
 
-def topic_update_from_json(current: "TopicConfig", obj) -> dict:
+def topic_update_from_json(current: TopicConfig, obj) -> dict:
     """The ``MessageStore.update_topic`` keywords of a JSON object written to a topic's
     ``topic.json``: only :data:`TOPIC_UPDATE_FIELDS` may change (their values are checked by
     ``update_topic``); any other field of the entry may be present (the file read, edited and
@@ -741,7 +742,7 @@ def check_group_fields(fields: dict) -> dict:
             raise InvalidNameError(f"unknown or read-only group field {name!r} (settable: "
                                    f"{', '.join(GROUP_FIELDS)})")
         kind, lo, hi = spec
-        if kind is bool:
+        if kind is bool or lo is None or hi is None:
             if not isinstance(value, bool):
                 raise InvalidNameError(f"{name} {value!r}: use true or false")
         elif isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
@@ -772,7 +773,7 @@ class DeletedTopics:
         self.read_only = read_only
         self.lock = threading.Lock()
         raw = load_config_file(self.path, self._parse) or {}
-        self.table: dict[str, int] = {k: v for k, v in _table(raw, "deletedTopicTable").items()}
+        self.table: dict[str, int] = dict(_table(raw, "deletedTopicTable"))
         self.counter = _counter(raw)
 
     @staticmethod

@@ -59,7 +59,7 @@ def skips_below_end_offset(dispatcher) -> bool:
     return getattr(dispatcher, "skips_below_end_offset", False)
 
 
-def dispatch_of(store, rec: MessageRecord) -> DispatchRequest | None:
+def dispatch_of(store, rec: MessageRecord) -> DispatchRequest:
     tc = rec.tags_code
     if rec.topic == SCHEDULE_TOPIC:
         deliver = deliver_tags_code(rec.properties.get(PROPERTY_DELAY), rec.store_timestamp,
@@ -137,9 +137,7 @@ def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
                     break
                 run.append(d)
             items = run
-            if topic not in store.topic_config.topics:
-                register_topic(store, topic, qid)
-            elif qid >= store.topic_config.topics[topic].read_queue_nums:
+            if topic not in store.topic_config.topics or qid >= store.topic_config.topics[topic].read_queue_nums:
                 register_topic(store, topic, qid)
         units = b"".join(UNIT.pack(d.commitlog_offset, d.size, d.tags_code) for d in items)
         cq.put_units(items[0].queue_offset, units)

@@ -101,7 +101,7 @@ def group_commit_loop(store) -> None:
         error = None
         try:
             flush_commitlog(store)
-        except Exception as exc:  # noqa: BLE001 - reported to every waiter
+        except Exception as exc:  # reported to every waiter
             log.exception("group commit flush failed")
             error = exc
             store._stop_flush.wait(0.01)  # do not spin on a failing disk
@@ -149,5 +149,5 @@ def flush_loop(store) -> None:
                 flush(store, 0)
             else:
                 flush(store, cfg.flush_commit_log_least_pages)
-        except Exception:  # noqa: BLE001 - keep flushing; the next round retries
+        except Exception:  # keep flushing; the next round retries
             log.exception("background flush failed")

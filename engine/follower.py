@@ -43,6 +43,7 @@ import logging
 import os
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -158,7 +159,7 @@ class Follower:
             while not self._stop.wait(interval):
                 try:
                     self.refresh()
-                except Exception:  # noqa: BLE001 - keep following; the next round retries
+                except Exception:  # keep following; the next round retries
                     log.exception("follower refresh failed")
         self._thread = threading.Thread(target=loop, name="rmq-follow", daemon=True)
         self._thread.start()
@@ -184,7 +185,7 @@ class Follower:
         """
         with self._refresh_lock:
             s = self.store
-            changes = {"records": 0, "deleted": [], "configs": []}
+            changes: dict[str, Any] = {"records": 0, "deleted": [], "configs": []}
             self.refreshes += 1
             self._bury()
             configs = self._follow_configs()
@@ -230,7 +231,7 @@ class Follower:
             for listener in self.listeners:
                 try:
                     listener(changes)
-                except Exception:  # noqa: BLE001 - a listener never stops the follower
+                except Exception:  # a listener never stops the follower
                     log.exception("follower listener failed")
         return changes
 
@@ -437,7 +438,7 @@ class Follower:
         i, n = 0, len(so_a)
         while True:
             if i < n and so_a[i] == pos:
-                k = np.searchsorted(breaks, i)  # the first break at or after i
+                k = int(np.searchsorted(breaks, i))  # the first break at or after i
                 last = int(breaks[k]) if k < len(breaks) else n - 1
                 pos = int(se_a[last])
                 i = last + 1
@@ -459,9 +460,9 @@ class Follower:
             pos = min(pos, int(bad_ahead.min()))
         take = (off < pos) & valid
         # per queue, the taken units are a prefix of its new ones (units are in CommitLog order)
-        counts = {}
+        counts: dict[int, int] = {}
         at = 0
-        for i, base, u in parts:
+        for i, _base, u in parts:
             t = take[at:at + len(u)]
             k = int(np.argmin(t)) if not t.all() else len(u)
             counts[i] = k
@@ -605,14 +606,13 @@ class Follower:
         """``(end, storeTimestamp)`` of the complete records the writer has after ``pos``
         (records its ConsumeQueues do not point at yet), walking at most TAIL_MAX of them."""
         cl = self.store.commitlog
-        end, ts, n = pos, 0, 0
+        end, ts = pos, 0
         head = cl.files.read(pos, RECORD_HEAD.size)
         if len(head) < RECORD_HEAD.size or head == bytes(RECORD_HEAD.size):
             return end, ts  # the usual case: nothing after the units (no 8 MB scan read)
-        for buf, at, phys, total, *_ in cl.scan_raw(pos, check_crc=True):
+        for n, (buf, at, phys, total, *_) in enumerate(cl.scan_raw(pos, check_crc=True), 1):
             end = phys + total
             ts = read_store_timestamp(buf, at)
-            n += 1
             if n >= TAIL_MAX:
                 break
         else:

@@ -210,7 +210,7 @@ class IndexFile:
             _check_geometry(hash_slot_num, index_num)
             self.hash_slot_num, self.index_num = hash_slot_num, index_num
             self.size = index_file_size(hash_slot_num, index_num)
-            self._io = _MemIO(self.size)
+            self._io: _MemIO | _FdIO = _MemIO(self.size)
             created = True
         elif read_only or os.path.exists(path):
             fd = os.open(path, (os.O_RDONLY if read_only else os.O_RDWR) | os.O_NOFOLLOW)
@@ -413,7 +413,7 @@ class IndexFile:
             slots[slot] = c
             c += 1
         io = self._io
-        written: list[int] = []
+        written: list[tuple[int, int]] = []
         try:
             io.write(self._items_base + count * INDEX_SIZE, _items_struct(n).pack(*items))
             for first, run in _slot_runs(sorted(old)):

@@ -186,9 +186,8 @@ class FileQueue:
                     f"{directory}: last file is {sizes[-1]} bytes, larger than the others "
                     f"({size})")
             file_size = size
-        elif sizes:
-            if not (trusted_size and file_size and sizes[0] < file_size):
-                file_size = sizes[0]
+        elif sizes and not (trusted_size and file_size and sizes[0] < file_size):
+            file_size = sizes[0]
         if not file_size or file_size <= 0:
             raise ValueError(f"{directory}: no files and no file size given")
         self.file_size = file_size
@@ -311,9 +310,9 @@ class FileQueue:
                 seg = self.segments.pop()
                 os.close(seg.fd)
                 os.unlink(seg.path)
-        seg = self.find(offset)
-        if seg is not None:
-            self.zero_range(offset, seg.end)
+        last = self.find(offset)
+        if last is not None:
+            self.zero_range(offset, last.end)
 
     def delete_first(self) -> Segment | None:
         """Delete the oldest file (expiry); never the last one. Returns it, or None."""

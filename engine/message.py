@@ -255,7 +255,7 @@ def body_crc(body: bytes) -> int:
     return crc32(body) & BODY_CRC_MASK
 
 
-def check_body_crc(rec: "MessageRecord") -> "MessageRecord":
+def check_body_crc(rec: MessageRecord) -> MessageRecord:
     """Raise CorruptRecordError("body CRC mismatch") naming the record's CommitLog offset
     when its stored (still compressed) body is not empty and its CRC is not BODYCRC; return
     the record otherwise.
@@ -290,7 +290,7 @@ def decode_properties(raw: bytes) -> dict[str, str]:
     if not raw:
         return props
     for item in raw.decode("utf-8", errors="replace").split("\x02"):
-        name, sep, value = item.partition("\x01")
+        name, _sep, value = item.partition("\x01")
         if name and value:
             props[name] = value
     return props
@@ -355,7 +355,7 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
             import zstandard
             return zstandard.ZstdDecompressor().decompressobj().decompress(body)
         return zlib.decompress(body)
-    except Exception as exc:  # noqa: BLE001 - any codec failure is corrupt data
+    except Exception as exc:  # any codec failure is corrupt data
         raise CorruptRecordError(f"compressed body does not decompress: {exc}") from exc
 
 

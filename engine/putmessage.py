@@ -79,7 +79,7 @@ class PutResult:
 
     @classmethod
     def _fast(cls, topic, queue_id, queue_offset, commitlog_offset, size, store_timestamp,
-              msg_id, uniq_key) -> "PutResult":
+              msg_id, uniq_key) -> PutResult:
         """Construct without the frozen dataclass's per-field ``object.__setattr__`` calls."""
         obj = _new_object(cls)
         _set_attr(obj, "__dict__", {
@@ -163,7 +163,8 @@ def put_messages(store, messages: list[Message], batch: bool = False,
     with store.put_lock:
         if store._closed:
             raise ReadOnlyStoreError("store is closed")
-        targets = []  # (topic, queueId, extra properties) after the delay rewrite
+        # (topic, queueId, extra properties) after the delay rewrite
+        targets: list[tuple[str, int, dict[str, str] | None]] = []
         if batch and len({m.topic for m in messages}) > 1:
             raise PutMessageError("a batch must have a single topic")
         for msg in messages:
@@ -322,7 +323,8 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
     (nothing written, round-robin state restored), and :meth:`put_messages` runs the
     general path. MessageBatch puts (``batch=True``) never come here; the disk-full
     refusal is checked before. It keeps the shared state as the general path does
-    (topicQueueTable ``_queue_offsets``, ``_dispatched_store_timestamp``). Writes exactly the bytes the general path writes (tests/engine/test_fastpaths.py): the
+    (topicQueueTable ``_queue_offsets``, ``_dispatched_store_timestamp``). Writes exactly the
+    bytes the general path writes (tests/engine/test_fastpaths.py): the
     offsets are known up front so each record is packed once, the ConsumeQueue units of a
     queue are packed in one call, UNIQ_KEYs come in one batch with their hashes, and the
     index keys are written in one batch.

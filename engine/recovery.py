@@ -116,7 +116,7 @@ class RecoveryReport:
                 "didSomething": self.did_something()}
 
 
-def _human_size(n: int) -> str:
+def _human_size(n: float) -> str:
     """``n`` bytes, human-readable (binary units)."""
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -168,7 +168,7 @@ def _recover(store, progress, report: RecoveryReport) -> None:
     start = recovery_start(store)
     if store.index_service is not None:
         # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
-        start = max(cl.min_offset, min(start, record_boundary(store, 
+        start = max(cl.min_offset, min(start, record_boundary(store,
             store.index_service.end_phy_offset)))
     report.scan_start = start
     end, gap = scan_and_dispatch(store, start, full=start <= cl.min_offset,

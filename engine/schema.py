@@ -65,7 +65,7 @@ def split_ddl(ddl: str) -> list[tuple[str, str]]:
             fields.append(ddl[start:i].strip())
             start = i + 1
     fields.append(ddl[start:].strip())
-    return [tuple(f.split(None, 1)) for f in fields]
+    return [(name, kind) for name, kind in (f.split(None, 1) for f in fields)]
 
 
 def _arrow_type(ddl_type: str):

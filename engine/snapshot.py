@@ -82,18 +82,26 @@ class _IndexHead:
     __slots__ = ("_head", "_slots", "_native", "_bytes", "_lock")
 
     def __init__(self, head: bytes, slots: bytes, native: bool):
-        self._head, self._slots, self._native = head, slots, native
-        self._bytes = None
+        self._head, self._native = head, native
+        self._slots: bytes | None = slots
+        self._bytes: bytes | None = None
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._head) + len(self._slots) if self._bytes is None else len(self._bytes)
+        # Read _slots once: get() on another thread may set _bytes and drop _slots between a
+        # test of _bytes and a read of _slots (len(None) raised TypeError).
+        slots = self._slots
+        if slots is not None:
+            return len(self._head) + len(slots)
+        assert self._bytes is not None  # _slots is dropped only after _bytes is set
+        return len(self._bytes)
 
     def get(self) -> bytes:
         if self._bytes is None:
             with self._lock:
                 if self._bytes is None:
                     slots = self._slots
+                    assert slots is not None  # dropped only once _bytes is set
                     if self._native and sys.byteorder == "little":
                         a = array("i")
                         a.frombytes(slots)
@@ -101,10 +109,11 @@ class _IndexHead:
                         slots = a.tobytes()
                     self._bytes = self._head + slots
                     self._slots = None
+        assert self._bytes is not None
         return self._bytes
 
 
-def _bytes_of(data) -> bytes:
+def _bytes_of(data) -> bytes | bytearray:
     return data if isinstance(data, (bytes, bytearray)) else data.get()
 
 
@@ -122,9 +131,9 @@ class FrozenFile:
     def __init__(self, rel: str, size: int, extents: list, ident=None):
         self.rel = rel
         self.size = size
-        self.extents = extents
+        self.extents: list[tuple] = extents
         self.ident = ident  # (st_dev, st_ino) of the store file served from offset 0
-        self.key = None
+        self.key: tuple | None = None
         self.candidate_mtime_ns = 0
         self.mtime_ns = 0
 
@@ -719,6 +728,7 @@ class SnapshotManager:
     def manifest(self, snap: Snapshot, timeout: float | None = None) -> bytes:
         """The ``SNAPSHOT.json`` bytes (waits for the sums). Raises InterruptedError when the
         snapshot was dropped meanwhile, OSError from the disk."""
+        assert snap.manifest_future is not None, "manifest asked of an unfrozen snapshot"
         return snap.manifest_future.result(timeout)
 
     def drop(self, name: str) -> None:
@@ -811,7 +821,7 @@ def verify_copy(directory: str, workers: int | None = None, progress=None) -> tu
                 done.update(n)
     finally:
         done.close()
-    for root, dirs, names in os.walk(directory):
+    for root, _dirs, names in os.walk(directory):
         for n in names:
             rel = os.path.relpath(os.path.join(root, n), directory).replace(os.sep, "/")
             if rel != MANIFEST_NAME and rel not in files:

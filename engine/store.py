@@ -43,7 +43,7 @@ from .indexfile import IndexService
 from .mappedfile import remove_temp_files
 from .storetree import check_store_tree
 from .errors import (CorruptRecordError, InvalidNameError, NoSuchGroupError, NoSuchTopicError,
-                     OffsetOutOfRangeError, PutMessageError, ReadOnlyStoreError,
+                     OffsetOutOfRangeError, ReadOnlyStoreError,
                      SystemTopicError)
 from .message import (Host, MessageRecord)
 from .getmessage import get_messages, parse_subscription
@@ -53,10 +53,10 @@ from .uniqkey import UniqKeyGenerator
 
 # The store's API in one import: MessageStore, the put request and its result, the config, and
 # getMessage's result (each defined in its own module).
-from .getmessage import GetMessageResult, GetMessageStatus  # noqa: E402,F401
-from .message import Message  # noqa: E402,F401
-from .putmessage import PutResult  # noqa: E402,F401
-from .storeconfig import StoreConfig  # noqa: E402,F401
+from .getmessage import GetMessageResult, GetMessageStatus  # noqa: F401
+from .message import Message
+from .putmessage import PutResult
+from .storeconfig import StoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class MessageStore:
         self.read_only = read_only
         self.put_lock = threading.RLock()
         self._closed = False
-        self._lock_fd = None
+        self._lock_fd: int | None = None
         self._held_lock = held_lock
         if not read_only:
             os.makedirs(self.root, exist_ok=True)
@@ -270,10 +270,10 @@ class MessageStore:
             if problem is not None:
                 self.skip_topic(topic, f"consumequeue/ directory: {problem}")
                 continue
-            for q in sorted(os.listdir(tdir)):
-                if queue_dir_id(q) is None or not os.path.isdir(os.path.join(tdir, q)):
+            for qname in sorted(os.listdir(tdir)):
+                if queue_dir_id(qname) is None or not os.path.isdir(os.path.join(tdir, qname)):
                     continue  # "007" or a file: not a queue (verify warns)
-                queues.append((topic, int(q), os.path.join(tdir, q)))
+                queues.append((topic, int(qname), os.path.join(tdir, qname)))
         size, trusted = cq_store_file_size([qdir for _, _, qdir in queues])
         if size:
             self._cq_file_size = size
@@ -813,7 +813,7 @@ class MessageStore:
         if not self.read_only:
             try:
                 flush.flush(self)
-            except Exception:  # noqa: BLE001 - recorded as an abnormal shutdown
+            except Exception:  # recorded as an abnormal shutdown
                 log.exception("flush at close failed; the next open recovers")
                 clean = False
             # DefaultMessageStore.shutdown keeps ``abort`` while dispatch is behind.

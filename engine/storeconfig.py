@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from .consumequeue import CQ_STORE_UNIT_SIZE
 from .message import (COMPRESSION_LZ4, COMPRESSION_ZLIB, COMPRESSION_ZSTD, MAX_MESSAGE_SIZE,
@@ -136,7 +138,7 @@ class StoreConfig:
     access_message_in_memory_max_ratio: int = 40
     max_filter_message_size: int = 16000
 
-    _KEYS = {
+    _KEYS: ClassVar[dict[str, tuple[str, Callable[[str], Any]]]] = {
         "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", int),
         "mappedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", int),
         "flushDiskType": ("flush_disk_type", str),
@@ -179,7 +181,7 @@ class StoreConfig:
     }
 
     @classmethod
-    def from_broker_conf(cls, path: str) -> "StoreConfig":
+    def from_broker_conf(cls, path: str) -> StoreConfig:
         """Read a RocketMQ ``broker.conf`` (a Java properties file, see
         :func:`read_java_properties`) with the broker's key names.
 

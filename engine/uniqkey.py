@@ -35,7 +35,7 @@ class UniqKeyGenerator:
         self._lock = threading.Lock()
         self._month_start = 0
         self._next_month = 0
-        self._head_since = None
+        self._head_since: int | None = None
         self._head = ""
         self._head_hash = 0
 

@@ -35,6 +35,7 @@ import shutil
 import time
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 from .config import config_parsers, load_config_file, load_config_file_only
 from .consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
@@ -324,7 +325,7 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     return segs
 
 
-def _is_zero(seg: "_Segment", start: int, end: int) -> bool:
+def _is_zero(seg: _Segment, start: int, end: int) -> bool:
     """Whether ``[start, end)`` of a segment reads as zeros; holes of a sparse file are skipped
     (SEEK_DATA), so a new 1 GiB segment costs nothing."""
     step = 1 << 20
@@ -798,7 +799,7 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
         return None
     with open(path, "rb") as f:
         head = f.read(INDEX_HEADER_SIZE)
-        b_ts, e_ts, b_phy, e_phy, slot_count, count = HEADER.unpack(head)
+        b_ts, _e_ts, b_phy, e_phy, slot_count, count = HEADER.unpack(head)
         if count <= 0:
             count = 1
         if count > index_num:
@@ -821,7 +822,7 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
 
     items = list(ITEM.iter_unpack(items_raw))
     past_end, past_count = None, 0
-    cached = (-1, None, set())  # (phyOffset, record, key hashes) of the last item's record
+    cached: tuple[int, Any, set[int]] = (-1, None, set())  # (phyOffset, record, key hashes) of the last item's record
     bucket_newest: dict[int, int] = {}
     valid = 0
     end = res.first_bad if res.first_bad is not None else res.commitlog_end
@@ -1043,11 +1044,11 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
         if rebuild:
             bad_index = [f"index/{n}" for n in _index_names(index_dir)]
         if bad_index:
-            first = min(os.path.basename(r) for r in bad_index)
+            first_bad = min(os.path.basename(r) for r in bad_index)
             for n in _index_names(index_dir):
-                if n >= first:
-                    p = os.path.join(index_dir, n)
-                    shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
+                if n >= first_bad:
+                    victim = os.path.join(index_dir, n)
+                    shutil.rmtree(victim) if os.path.isdir(victim) else os.unlink(victim)
                     report.actions.append(f"deleted index/{n} (rebuilt from the CommitLog)")
         _force_full_redispatch(root)
         _reopen(root, cfg, MessageStore, lock_fd, report, progress)

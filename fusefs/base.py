@@ -87,7 +87,7 @@ class HandleBudget:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_limit(cls, owner_uid: int, nofile: int) -> "HandleBudget":
+    def for_limit(cls, owner_uid: int, nofile: int) -> HandleBudget:
         """A quarter of the daemon's descriptor limit ``nofile`` for others, at most 4096
         a user."""
         total = max(16, nofile // 4)
@@ -231,6 +231,7 @@ class Context:
 
 
 def ms_to_ns(ms: int) -> int:
+    """Milliseconds (the store's timestamps) to nanoseconds (``Stat.mtime_ns``)."""
     return ms * 1_000_000
 
 
@@ -239,77 +240,119 @@ def ms_to_ns(ms: int) -> int:
 
 
 class Node:
-    """A path in the tree."""
+    """A path in the tree: the contract every file and directory implements.
+
+    ``fusefs.ops`` maps each kernel request onto one method. Errors: a method raises
+    :class:`FsError` with the errno the request should answer (pyfuse3 ``FUSEError``);
+    ``ops`` also turns an engine ``StoreError`` and an ``OSError`` into their errno, and any
+    other exception into EIO (logged: a bug never kills the mount). Threads: every method but
+    :meth:`stat_nowait` runs in a worker thread (``trio.to_thread``, several at once, so
+    nodes guard shared state themselves) and may block on the disk or the store's locks;
+    nodes are made per lookup and may be dropped at any time (keep state in the store, the
+    view cache or :class:`Context`, not in a node).
+    """
 
     is_dir = False
 
     def __init__(self, ctx: Context, path: str):
         self.ctx = ctx
-        self.path = path
+        self.path = path  # in the mount, from "/": the inode is a hash of it (ops.path_inode)
 
     def stat(self) -> Stat:
+        """getattr/lookup: the node's :class:`Stat`. May read the disk or render (a view's
+        size); ENOENT when what it shows is gone (a deleted topic), EIO on damage."""
         raise NotImplementedError
 
-    def stat_nowait(self) -> "Stat | None":
+    def stat_nowait(self) -> Stat | None:
         """:meth:`stat` when it needs neither disk I/O nor rendering, else None.
 
-        The FUSE layer calls this on the trio loop and :meth:`stat` in a worker thread.
+        The FUSE layer calls this on the trio loop and :meth:`stat` in a worker thread when
+        it returns None: it must not block (no disk I/O, no lock a writer holds for long) and
+        should not raise (return None and let :meth:`stat` report the error).
         """
         return None
 
     # directories
     def list(self) -> list[str]:
+        """readdir: the names of the children, in listing order. ENOTDIR for a file. A child
+        that fails to load is skipped by ``ops`` (logged), not the whole listing."""
         raise FsError(errno.ENOTDIR)
 
-    def child(self, name: str) -> "Node | None":
+    def child(self, name: str) -> Node | None:
+        """lookup: the child ``name``, or None (ENOENT). ENOTDIR for a file."""
         raise FsError(errno.ENOTDIR)
 
-    def mkdir(self, name: str) -> "Node":
+    def mkdir(self, name: str) -> Node:
+        """mkdir ``name`` here and return the new child. ``ops`` has already refused users
+        other than the owner (EACCES/EPERM, :meth:`Context.check_write`). Default: ENOTDIR
+        for a file, EROFS on a read-only mount, else EPERM."""
         if not self.is_dir:
             raise FsError(errno.ENOTDIR)
         raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
 
     def rmdir(self, name: str) -> None:
+        """rmdir the child ``name`` (``snapshots/S``, ``topics/T``, ``groups/G``). Default:
+        EROFS on a read-only mount, else EPERM."""
         raise FsError(errno.EROFS if self.ctx.read_only else errno.EPERM)
 
     # files
-    def open(self, flags: int) -> "Handle":
+    def open(self, flags: int) -> Handle:
+        """open(2) with ``flags`` (``O_ACCMODE``, ``O_TRUNC``...): a new :class:`Handle`
+        that the kernel holds until release. EISDIR for a directory, EACCES (or EROFS) for a
+        write open of a read-only file; EMFILE past :class:`HandleBudget`."""
         raise FsError(errno.EISDIR)
 
-    def open_as(self, flags: int, uid: int | None) -> "Handle":
+    def open_as(self, flags: int, uid: int | None) -> Handle:
         """:meth:`open` for the user ``uid`` (the FUSE layer calls this); a file whose
         content depends on who reads it (``refused.jsonl``) overrides it."""
         return self.open(flags)
 
     def truncate(self, size: int) -> None:
+        """setattr(size): ``open(O_TRUNC)`` and truncate(2) of a writable file (the writable
+        files take size 0 only, EINVAL otherwise). EISDIR for a directory, EACCES for a
+        read-only file."""
         raise FsError(errno.EISDIR if self.is_dir else errno.EACCES)
 
 
 class Dir(Node):
-    """A directory with a fixed set of named children plus optional dynamic ones."""
+    """A directory with a fixed set of named children plus optional dynamic ones.
+
+    Subclasses override :meth:`entries` (and :meth:`list`/:meth:`child` for children that
+    are looked up without being listed, or listed from the store)."""
 
     is_dir = True
 
     def entries(self) -> dict:
-        """``{name: factory()}`` of listed children."""
+        """``{name: factory}`` of listed children; ``factory()`` makes the child Node."""
         return {}
 
     def list(self) -> list[str]:
+        """The names of :meth:`entries`."""
         return list(self.entries())
 
     def child(self, name: str):
+        """The child ``name`` made by its :meth:`entries` factory, or None."""
         f = self.entries().get(name)
         return f() if f else None
 
     def stat(self) -> Stat:
+        """A read-only directory whose mtime is the tree's (:meth:`Context.tree_mtime_ns`)."""
         return Stat(RO_DIR, 0, self.ctx.tree_mtime_ns())
 
     def sub(self, name: str) -> str:
+        """The path of the child ``name``."""
         return f"{self.path.rstrip('/')}/{name}"
 
 
 class Handle:
-    """An open file. ``direct_io`` and ``keep_cache`` go to the kernel."""
+    """An open file: what :meth:`Node.open` returns and the kernel's file handle names.
+
+    ``direct_io`` (the kernel reads through to :meth:`read` every time, for content that
+    changes without a size change) and ``keep_cache`` (keep cached pages across opens) go to
+    the kernel in pyfuse3's ``FileInfo``. Errors are :class:`FsError` as for :class:`Node`.
+    Threads: every method but :meth:`read_nowait` runs in a worker thread; one handle may
+    see concurrent reads (the kernel issues them in parallel), writes come in order.
+    """
 
     direct_io = False
     keep_cache = False
@@ -318,24 +361,33 @@ class Handle:
     invalidates: tuple = ()  # paths whose kernel cache a write or flush here makes stale
 
     def read(self, offset: int, length: int) -> bytes:
+        """read(2): up to ``length`` bytes at ``offset``; short (or empty) only at the end of
+        the file, as FUSE expects unless ``direct_io``. EBADF when not open for reading."""
         raise FsError(errno.EBADF)
 
     def read_nowait(self, offset: int, length: int):
         """:meth:`read` when it needs no disk I/O (data in memory or the page cache), else
-        None. Called on the trio loop; :meth:`read` runs in a worker thread."""
+        None. Called on the trio loop, so it must never block (``pread_nowait``) nor raise;
+        on None ``ops`` runs :meth:`read` in a worker thread."""
         return None
 
     def write(self, data: bytes) -> int:
+        """write(2) of ``data``; returns the bytes taken (all of them). The offset is not
+        passed: writable files take lines, buffered until a newline or :meth:`flush`
+        (``produce``, ``offset``, ``topic.json``). EBADF when not open for writing; EINVAL/EFBIG... for
+        bad content, recorded in ``refused.jsonl`` by ``ops``."""
         raise FsError(errno.EBADF)
 
     def flush(self) -> None:
-        pass
+        """close(2) of one descriptor (may be called more than once per handle): commit
+        what was written; an error here is what close(2) returns to the writer."""
 
     def fsync(self) -> None:
-        pass
+        """fsync(2): make what was written durable (the store's flush)."""
 
     def release(self) -> None:
-        pass
+        """The last descriptor closed: free what the handle holds (its errors are only
+        logged; the kernel does not report them)."""
 
 
 class BytesHandle(Handle):
@@ -371,11 +423,14 @@ class GeneratedFile(Node):
 
 
 def check_read_only_open(flags: int) -> None:
+    """Raise FsError(EACCES) unless ``flags`` open for reading only."""
     if flags & os.O_ACCMODE != os.O_RDONLY:
         raise FsError(errno.EACCES)
 
 
 class StaticFile(GeneratedFile):
+    """A read-only file of fixed bytes (``README.txt``): cacheable, the tree's mtime."""
+
     def __init__(self, ctx, path, data: bytes):
         super().__init__(ctx, path)
         self.data = data

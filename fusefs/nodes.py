@@ -22,7 +22,7 @@ from engine import errors as E
 from engine.message import decode_offset_msg_id
 from engine.progress import consumer_progress, diff_total
 from engine.status import store_status
-from engine.store import Message, MessageStore
+from engine.store import Message
 from engine.validation import (check_send_topic, check_topic_creatable, message_from_json,
                                parse_decimal, parse_json_line)
 from engine.storetree import lstat_beneath, open_beneath
@@ -774,7 +774,7 @@ class OffsetWriteHandle(Handle):
     writable = True
     direct_io = True
 
-    def __init__(self, node: "OffsetFile"):
+    def __init__(self, node: OffsetFile):
         self.node = node
         self.buf = bytearray()
         parent = node.path.rsplit("/", 1)[0]

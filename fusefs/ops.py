@@ -127,7 +127,7 @@ async def _watch_callers() -> None:
             try:
                 if signalled(pid):
                     scope.cancel()
-            except Exception:  # noqa: BLE001 - the watcher must never die
+            except Exception:  # the watcher must never die
                 log.exception("checking caller %s", pid)
 
 
@@ -179,7 +179,7 @@ async def _run(fn, *args, pid: int | None = None, on_error=None):
             log.warning("%s: %s", getattr(fn, "__qualname__", fn), exc)
         _tell(on_error, exc.errno, str(exc))
         raise pyfuse3.FUSEError(exc.errno) from None
-    except Exception:  # noqa: BLE001 - never let a bug kill the mount
+    except Exception:  # never let a bug kill the mount
         log.exception("error in %s", getattr(fn, "__qualname__", fn))
         _tell(on_error, errno.EIO, "internal error (see the mount's log)")
         raise pyfuse3.FUSEError(errno.EIO) from None
@@ -189,7 +189,7 @@ def _tell(on_error, err: int, reason: str) -> None:
     if on_error is not None:
         try:
             on_error(err, reason)
-        except Exception:  # noqa: BLE001 - recording a refusal never changes the answer
+        except Exception:  # recording a refusal never changes the answer
             log.exception("recording a refusal")
 
 

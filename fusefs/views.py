@@ -11,7 +11,8 @@ CommitLog offset, which is CommitLog order. ``messages.jsonl`` and ``bodies.txt`
 built from ``engine.columnar`` batches (``render.render_view_chunk``) in chunks of units that
 the pool of worker processes of :class:`PartCache` renders in parallel, appended in order;
 ``view/`` parts are Parquet files rendered by the same pool. Everything rendered shares
-one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both catch up on demand (:meth:`sync`, in worker
+one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both
+catch up on demand (:meth:`sync`, in worker
 threads), from a consistent cut of the queues taken under the store's put lock;
 :meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
 FUSE layer may call on its trio loop.
@@ -26,7 +27,7 @@ import os
 import threading
 import time
 from array import array
-from typing import Callable
+from collections.abc import Callable
 
 from engine.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE
 from engine.errors import StoreError
@@ -136,7 +137,7 @@ def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs,
     store.note_damage(topic, qid, int(qoffs[i]) if len(qoffs) else None, exc)
 
 
-def _render_chunks(parts: "PartCache", log_: RenderedLog, topic: str, chunks, kind: str,
+def _render_chunks(parts: PartCache, log_: RenderedLog, topic: str, chunks, kind: str,
                    store: MessageStore) -> None:
     """Render ``chunks`` (an iterator of ``(queue id or queue id array, units, queue
     offsets)``, in line order) in the worker processes of ``parts`` and append the results
@@ -189,7 +190,7 @@ class QueueView:
     """
 
     def __init__(self, store: MessageStore, topic: str, queue_id: int, render: Renderer,
-                 cache_path: str, parts: "PartCache"):
+                 cache_path: str, parts: PartCache):
         self.store = store
         self.parts = parts  # its worker processes render the chunks
         self.topic = topic
@@ -241,7 +242,7 @@ class TopicView:
     """All queues of a topic rendered in CommitLog order."""
 
     def __init__(self, store: MessageStore, topic: str, render: Renderer, cache_path: str,
-                 parts: "PartCache"):
+                 parts: PartCache):
         self.store = store
         self.parts = parts  # its worker processes render the chunks
         self.topic = topic
@@ -286,7 +287,7 @@ def _topic_chunks(self, cut: dict):
     import numpy as np
     bufs = {}
     pos = {}
-    for qid, end in cut.items():
+    for qid in cut:
         cq = self.store.consume_queue(self.topic, qid)
         if cq is not None:
             pos[qid] = self.next.get(qid, cq.min_offset)

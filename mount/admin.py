@@ -13,7 +13,8 @@ follow mqadmin where it has the command (``printMsg``, ``queryMsgByKey``/``ById`
 Reading commands (verify, print-msg, query-msg, topic-status, topic-list, consumer-progress,
 query-cq, stats-all, get-broker-config, broker-status) open the store read-only: they work next
 to a running mount or broker. Writing commands (recover, produce, reset-offset, clean,
-delete-topic, update-topic, delete-sub-group, update-sub-group, clone-group-offset) take the store's lock like a broker does and refuse, naming the
+delete-topic, update-topic, delete-sub-group, update-sub-group, clone-group-offset) take the
+store's lock like a broker does and refuse, naming the
 holder's pid, while a mount or broker runs: its in-memory state would overwrite theirs. (A
 running mount takes offsets through ``MNT/groups/G/T/Q/offset`` and messages through
 ``MNT/topics/T/produce`` instead.)
@@ -341,7 +342,7 @@ def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
         f = sys.stdin.buffer
         size = None
     else:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed in the finally below (stdin is not)
         size = os.path.getsize(path)
     bar = _progress(size or 0, os.path.basename(path) if path != "-" else "stdin")
     try:
@@ -877,7 +878,8 @@ def add_subcommands(sub) -> None:
                    help="print msgId, UNIQ_KEY, queueId and queueOffset of each message")
     p.set_defaults(func=_run(cmd_produce))
 
-    p = sub.add_parser("print-msg", aliases=["printMsg", "printMsgByQueue"], help="print a topic's messages (mqadmin printMsg)",
+    p = sub.add_parser("print-msg", aliases=["printMsg", "printMsgByQueue"],
+                       help="print a topic's messages (mqadmin printMsg)",
                        description=_doc(cmd_print_msg))
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
@@ -889,7 +891,8 @@ def add_subcommands(sub) -> None:
     _body_args(p)
     p.set_defaults(func=_run(cmd_print_msg))
 
-    p = sub.add_parser("query-msg", aliases=["queryMsgByKey", "queryMsgById", "queryMsgByOffset"], help="find messages by key, msgId or queue offset",
+    p = sub.add_parser("query-msg", aliases=["queryMsgByKey", "queryMsgById", "queryMsgByOffset"],
+                       help="find messages by key, msgId or queue offset",
                        description=_doc(cmd_query_msg))
     _store_arg(p)
     p.add_argument("-t", "--topic")
@@ -913,7 +916,8 @@ def add_subcommands(sub) -> None:
     p.add_argument("-t", "--topic", required=True)
     p.set_defaults(func=_run(cmd_topic_status))
 
-    p = sub.add_parser("consumer-progress", aliases=["consumerProgress"], help="brokerOffset, consumerOffset and diff per queue",
+    p = sub.add_parser("consumer-progress", aliases=["consumerProgress"],
+                       help="brokerOffset, consumerOffset and diff per queue",
                        description=_doc(cmd_consumer_progress))
     _store_arg(p)
     p.add_argument("-g", "--group", help="consumer group (default: every group's diff total)")
@@ -1019,7 +1023,8 @@ def add_subcommands(sub) -> None:
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
     p.set_defaults(func=_run(cmd_snapshot_verify))
 
-    p = sub.add_parser("clean", aliases=["deleteExpiredCommitLog"], help="delete expired files now (mqadmin deleteExpiredCommitLog)",
+    p = sub.add_parser("clean", aliases=["deleteExpiredCommitLog"],
+                       help="delete expired files now (mqadmin deleteExpiredCommitLog)",
                        description=_doc(cmd_clean))
     _store_arg(p)
     p.add_argument("--file-reserved-time", type=float, metavar="HOURS",

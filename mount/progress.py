@@ -34,7 +34,7 @@ def terminal_bar(total: int, desc: str, unit: str = "B", file=None, force: bool 
 class _PipeBar:
     """One phase's bar whose counts go through the ready pipe."""
 
-    def __init__(self, sender: "PipeProgress", total: int, desc: str, unit: str):
+    def __init__(self, sender: PipeProgress, total: int, desc: str, unit: str):
         self.sender, self.total, self.desc, self.unit = sender, total, desc, unit
         self.n = 0
         self.sent_at = 0.0

@@ -113,9 +113,9 @@ def _time_axis(ax, lo, hi, bucket_ms: int) -> None:
 
     pad = max((hi - lo) * 0.03, _dt.timedelta(milliseconds=bucket_ms))
     ax.set_xlim(lo - pad, hi + pad + _dt.timedelta(milliseconds=bucket_ms))
-    locator = mdates.AutoDateLocator(tz=_dt.timezone.utc, minticks=3, maxticks=10)
+    locator = mdates.AutoDateLocator(tz=_dt.UTC, minticks=3, maxticks=10)
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=_dt.timezone.utc))
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=_dt.UTC))
 
 
 def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str,

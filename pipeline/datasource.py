@@ -82,7 +82,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition,
@@ -305,7 +305,7 @@ class PushedFilters:
     def _meet(a: frozenset | None, b) -> frozenset:
         return frozenset(b) if a is None else a & frozenset(b)
 
-    def push(self, f) -> "PushedFilters | None":
+    def push(self, f) -> PushedFilters | None:
         """This selection narrowed by filter ``f``, or None when ``f`` cannot be pushed."""
         col = f.attribute[0] if len(f.attribute) == 1 else None
         if isinstance(f, (EqualTo, In)) and col in ("tags", "topic", "queue", "queueId"):

@@ -120,7 +120,7 @@ def render(tables: dict[str, pd.DataFrame], names: list[str], summary: str,
            charts: list[str], title: str = "rmqfs report") -> str:
     """The whole HTML document: ``summary`` text, ``charts`` (PNG paths, embedded), and the
     ``names`` tables of ``tables`` in that order."""
-    when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     nav = " ".join(f'<a href="#{html.escape(n)}">{html.escape(n)}</a>' for n in names)
     body = [f"<h1>{html.escape(title)}</h1>",
             f'<p class="muted">written {when}</p>',

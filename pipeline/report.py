@@ -51,7 +51,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 try:
     from pyspark.sql import DataFrame, SparkSession
@@ -90,7 +90,7 @@ def build_session(
     master: str | None = None,
     app_name: str = DEFAULT_APP_NAME,
     shuffle_partitions: int = 4,
-) -> "SparkSession":
+) -> SparkSession:
     """Return a quiet SparkSession for report jobs (``getOrCreate``: reuses an active one).
 
     ``master`` defaults to ``local[*]``. The settings are: Spark UI and console progress bars off,
@@ -172,7 +172,7 @@ class Mount:
         return any(n.startswith("topic=") for n in os.listdir(self.view))
 
 
-def read_view(spark: "SparkSession", mount: Mount) -> "DataFrame":
+def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
     """The mount's ``view/`` as a DataFrame: ``DATASOURCE_DDL`` columns plus ``brokerName``.
 
     A view without any topic yet gives an empty DataFrame of the same schema.
@@ -224,8 +224,8 @@ def read_lag(mount: Mount) -> list[dict]:
 # --------------------------------------------------------------------------- job
 
 
-def compute_report(spark: "SparkSession", messages: "DataFrame", lag_rows: list[dict],
-                   top: int = DEFAULT_TOP) -> dict[str, "DataFrame"]:
+def compute_report(spark: SparkSession, messages: DataFrame, lag_rows: list[dict],
+                   top: int = DEFAULT_TOP) -> dict[str, DataFrame]:
     """Compute every table of the report from ``messages`` (``read_view`` rows).
 
     ``messages`` is scanned once: the columns the tables need are projected and persisted,
@@ -311,7 +311,7 @@ def compute_report(spark: "SparkSession", messages: "DataFrame", lag_rows: list[
             "consumer_lag": lag, "top_keys": top_keys}
 
 
-def collect(report: dict[str, "DataFrame"]) -> dict:
+def collect(report: dict[str, DataFrame]) -> dict:
     """``{name: pandas.DataFrame}`` of every table (they are small aggregates), plus the
     chart's ``"_timeline"`` (with a UTC ``time`` column) and ``"_bucket_ms"``."""
     from pyspark.sql.types import IntegralType
@@ -504,7 +504,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(spark: "SparkSession", mounts: list[Mount], out_dir: str, top: int = DEFAULT_TOP,
+def run(spark: SparkSession, mounts: list[Mount], out_dir: str, top: int = DEFAULT_TOP,
         file=None, series: int = DEFAULT_SERIES) -> dict:
     """Run the report on ``mounts`` with ``spark``; write everything under ``out_dir`` and
     print the summary to ``file`` (default stdout). Returns the pandas tables."""

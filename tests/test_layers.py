@@ -91,7 +91,7 @@ def test_fusefs_base_imports_nothing_of_fusefs():
 
 def test_the_checks_can_fail():
     """A lazy import inside a function still makes a cycle; a relative import is resolved."""
-    g = {m: {i for i in imports(m, src)} for m, src in {
+    g = {m: set(imports(m, src)) for m, src in {
         "fusefs.a": "from .b import X\n",
         "fusefs.b": "def f():\n    from . import a\n",
         "fusefs.c": "import engine.store\nif TYPE_CHECKING:\n    from . import a\n",

@@ -86,7 +86,7 @@ def _check_store(root) -> int:
                                         columns=("body", "queueOffset", "tags"))
             assert sub.equals(fast.select(["body", "queueOffset", "tags"]))
     # the CommitLog range walk finds every record refreader finds, in order
-    walked = [b for b in files.read_commitlog(batch_rows=5)]
+    walked = list(files.read_commitlog(batch_rows=5))
     got = [r for b in walked for r in b.to_pylist()]
     assert [r["commitLogOffset"] for r in got] == sorted(by_offset)
     for r in got:

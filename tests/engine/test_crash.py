@@ -36,7 +36,7 @@ import pytest
 import refreader
 from engine.store import Message, MessageStore, StoreConfig
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO
 SEED = int(os.environ.get("RMQFS_CRASH_SEED", "20261122"))
 TOPICS = ("CrashA", "CrashB")
 HASH_SLOTS = 16
@@ -142,8 +142,8 @@ def check_store(root: Path, must_have: set[str], may_have: set[str] | None = Non
                 while True:
                     r = s.get_messages("g", t, q, off, 32)
                     engine_ids += [id_of(m.plain_body) for m in r.messages]
-                    if r.next_begin_offset == off or not r.messages and \
-                            r.status.name != "NO_MATCHED_MESSAGE":
+                    if r.next_begin_offset == off or (not r.messages and \
+                            r.status.name != "NO_MATCHED_MESSAGE"):
                         break
                     off = r.next_begin_offset
     scan = refreader.scan_commitlog(root / "commitlog")
@@ -280,8 +280,8 @@ def test_zeroed_bytes_in_last_record(tmp_path, case):
     produce(root, rng, rng.randint(20, 80), "a", cfg)
     before = refreader.read_commitlog(root / "commitlog")
     last = before[-1]
-    seg = [s for s in refreader.list_segments(root / "commitlog")
-           if s[0] <= last["physicalOffset"] < s[0] + s[2]][0]
+    seg = next(s for s in refreader.list_segments(root / "commitlog")
+           if s[0] <= last["physicalOffset"] < s[0] + s[2])
     with open(seg[1], "r+b") as f:
         f.seek(last["physicalOffset"] - seg[0])
         raw = bytearray(f.read(last["totalSize"]))
@@ -653,7 +653,7 @@ def test_an_index_copied_while_written_is_rebuilt_at_recovery(tmp_path):
     s.create_topic("T")
     s.put_messages([Message("T", b"m%d" % i, keys=[f"k{i}"]) for i in range(100)])
     s.close()
-    [index] = [p for p in (root / "index").iterdir()]
+    [index] = list((root / "index").iterdir())
     old_header = index.read_bytes()[:40]
     old_checkpoint = (root / "checkpoint").read_bytes()
     s = MessageStore(str(root), cfg)

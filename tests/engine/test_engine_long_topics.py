@@ -16,7 +16,7 @@ from engine.config import TopicConfig
 from engine.message import MAGIC_V1, MAGIC_V2, cal_msg_length, encode_message
 from engine.store import Message, MessageStore
 from engine.verify import verify_store
-from stores import (DLQ_TOPIC, LONG_GROUP, LONG_TOPIC, LONG_TOPICS, RETRY_TOPIC,
+from stores import (LONG_GROUP, LONG_TOPIC, LONG_TOPICS, RETRY_TOPIC,
                     long_topic_config, long_topic_store)
 
 from test_columnar import _check_store

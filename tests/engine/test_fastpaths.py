@@ -43,7 +43,7 @@ def java_hash_loop(s: str) -> int:
 def test_java_hash_without_loops_matches_the_loop():
     rnd = random.Random(7)
     alphabet = [chr(c) for c in range(1, 128)] + ["é", "中", "€", "\uffff", "😀", "\U0010ffff"]
-    for n in itertools.chain(range(0, 40), (511, 512, 513, 1030, 5000)):
+    for n in itertools.chain(range(40), (511, 512, 513, 1030, 5000)):
         for _ in range(10):
             s = "".join(rnd.choice(alphabet) for _ in range(n))
             assert java_string_hash(s) == java_hash_loop(s), s
@@ -670,7 +670,7 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
     with MessageStore(str(tmp_path), StoreConfig(mapped_file_size_commit_log=64 * 1024),
                       read_only=True) as s:
         n = 0
-        for (buf, pos, phys, size, topic, qid, qoff, flag) in s.commitlog.scan_raw(0):
+        for (buf, pos, phys, _size, topic, qid, qoff, flag) in s.commitlog.scan_raw(0):
             a = (topic, qid, phys, *recovery.light_unit(buf, pos), qoff, flag)
             b = dispatch.dispatch_of(s, decode_record(buf, pos, check_crc=False))
             assert a == (b.topic, b.queue_id, b.commitlog_offset, b.size, b.tags_code,

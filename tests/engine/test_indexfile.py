@@ -23,9 +23,9 @@ from engine.indexfile import (HEADER, INDEX_HEADER_SIZE, LONG_MAX, IndexFile, In
                               _name_after, index_file_name, index_file_size, index_geometry)
 from engine.javahash import index_key_hash
 
-import refreader as rr  # noqa: E402
+import refreader as rr
 
-from conftest import FIXTURES  # noqa: E402
+from conftest import FIXTURES
 RMQ498 = FIXTURES / "rocketmq-4.9.8-written"
 RUST_INDEX = FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file" / "index"
 INT_MAX = 2**31 - 1
@@ -449,7 +449,7 @@ def test_read_only_service_indexes_in_memory(tmp_path):
     w.close()
     before = {n: (d / n).read_bytes() for n in os.listdir(d)}
     ro = IndexService(str(d), 4, 16, read_only=True)
-    assert ro.load(False, 0) == [n for n in sorted(before)]  # dropped, not deleted
+    assert ro.load(False, 0) == sorted(before)  # dropped, not deleted
     ro.close()
     ro = IndexService(str(d), 4, 16, read_only=True)
     ro.dispatch(build_records(10))
@@ -521,7 +521,7 @@ def test_written_files_match_reference_reader(tmp_path):
 # -- real fixtures ------------------------------------------------------------------------------
 
 def expected_498():
-    rows = [json.loads(line) for line in open(RMQ498 / "expected.jsonl")]
+    rows = [json.loads(line) for line in (RMQ498 / "expected.jsonl").read_text().splitlines()]
     return sorted(rows, key=lambda r: r["commitLogOffset"])
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from engine import message
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO
 LAYERS = ("engine", "fusefs", "mount", "pipeline")
 HOME = "engine/message.py"
 

@@ -57,9 +57,9 @@ def test_progress_of_the_recovery_scan(tmp_path, monkeypatch):
         report = s.recovery_report
         segments_end = s.commitlog.files.end_offset
     assert rec.closed == len(rec.bars)  # every bar closed
-    desc, total, unit, updates = rec.bar("loading ConsumeQueues")
+    _desc, total, unit, updates = rec.bar("loading ConsumeQueues")
     assert (total, unit, sum(updates)) == (3, "queue", 3)
-    desc, total, unit, updates = rec.bar("recovering CommitLog")
+    _desc, total, unit, updates = rec.bar("recovering CommitLog")
     assert unit == "B"
     assert total == segments_end - report.scan_start  # to the end of the last segment
     assert sum(updates) == total
@@ -73,8 +73,8 @@ def test_report_after_a_crash_with_a_torn_tail_and_lost_derived_files(tmp_path):
     fill(root, n=200)
     records = refreader.read_commitlog(root / "commitlog")
     last = records[-1]
-    start, path, _ = [seg for seg in refreader.list_segments(root / "commitlog")
-                      if seg[0] <= last["physicalOffset"] < seg[0] + seg[2]][0]
+    start, path, _ = next(seg for seg in refreader.list_segments(root / "commitlog")
+                      if seg[0] <= last["physicalOffset"] < seg[0] + seg[2])
     with open(path, "r+b") as f:  # the last record torn: its second half never written
         f.seek(last["physicalOffset"] - start + last["totalSize"] // 2)
         f.write(bytes(last["totalSize"] - last["totalSize"] // 2))

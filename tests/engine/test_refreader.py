@@ -19,9 +19,9 @@ import struct
 
 import pytest
 
-import refreader as rr  # noqa: E402
+import refreader as rr
 
-from conftest import SHARED  # noqa: E402
+from conftest import SHARED
 FIXTURES = SHARED / "fixtures"
 PR3535 = FIXTURES / "apache-rocketmq-pr3535" / "store"
 RMQ498 = FIXTURES / "rocketmq-4.9.8-written"
@@ -55,7 +55,7 @@ def test_index_key_hash_min_value_maps_to_zero():
 def test_decode_properties_rules():
     # §1.6: trailing separator optional, empty key or value dropped,
     # first \x01 splits name from value.
-    raw = "A\x011\x02\x01x\x02y\x01\x02B\x01a\x01b".encode()
+    raw = b"A\x011\x02\x01x\x02y\x01\x02B\x01a\x01b"
     assert rr.decode_properties(raw) == {"A": "1", "B": "a\x01b"}
 
 

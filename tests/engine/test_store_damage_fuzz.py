@@ -30,7 +30,7 @@ import pytest
 
 from engine.store import Message, MessageStore, StoreConfig
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO
 SEED = int(os.environ.get("RMQFS_DAMAGE_SEED", "20261123"))
 CASES = int(os.environ.get("RMQFS_DAMAGE_CASES", "48"))
 CONFIG = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,

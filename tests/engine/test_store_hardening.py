@@ -22,8 +22,8 @@ from engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeS
 from engine.store import MessageStore
 from engine.verify import recover_store, verify_store
 
-from conftest import REPO  # noqa: E402
-from stores import bodies, flip_body_byte, produce, small  # noqa: E402
+from conftest import REPO
+from stores import bodies, flip_body_byte, produce, small
 
 
 def sha(path) -> str:
@@ -76,8 +76,8 @@ def test_cut_at_a_consumequeue_file_start_deletes_that_file(tmp_path):
     assert len(list(qdir.iterdir())) == 2
     recs = refreader.read_commitlog(root / "commitlog")
     last = recs[-1]
-    seg = [s for s in refreader.list_segments(root / "commitlog")
-           if s[0] <= last["physicalOffset"] < s[0] + s[2]][0]
+    seg = next(s for s in refreader.list_segments(root / "commitlog")
+           if s[0] <= last["physicalOffset"] < s[0] + s[2])
     with open(seg[1], "r+b") as f:  # the last record torn: recovery cuts exactly there
         f.seek(last["physicalOffset"] - seg[0])
         f.write(bytes(last["totalSize"]))

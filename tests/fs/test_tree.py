@@ -145,7 +145,7 @@ def test_groups_and_offset_commits(tmp_path):
         t.write(offset, b"5")  # no newline: committed at close
         assert t.read(offset) == b"5\n"
         progress = json.loads(t.read("/groups/G/progress.json"))
-        q0 = [q for q in progress["queues"] if q["queueId"] == 0][0]
+        q0 = next(q for q in progress["queues"] if q["queueId"] == 0)
         assert (q0["brokerOffset"], q0["consumerOffset"], q0["diff"]) == (5, 5, 0)
 
 

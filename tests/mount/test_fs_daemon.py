@@ -101,8 +101,8 @@ def test_background_mount_umount_and_sigterm_close_the_store(mount_store, tmp_pa
     assert os.listdir(m.mnt) == []
     # options reach the kernel
     m2 = mount_store(m.store, "allow_other", "default_permissions", name="mnt-opts")
-    line = [x for x in Path("/proc/self/mountinfo").read_text().splitlines()
-            if x.split()[4] == str(m2.mnt)][0]
+    line = next(x for x in Path("/proc/self/mountinfo").read_text().splitlines()
+            if x.split()[4] == str(m2.mnt))
     assert "allow_other" in line and "default_permissions" in line
     assert (m2.mnt / "topics" / "T" / "bodies.txt").read_text() == "one\n"
     m2.umount()

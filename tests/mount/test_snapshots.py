@@ -56,7 +56,7 @@ def bodies_of(root: Path, config=None) -> dict:
     """``{(topic, queueId): [bodies]}`` after opening (recovering) the store at ``root``."""
     with MessageStore(str(root), config) as s:
         out = {}
-        for (t, q), cq in s.consume_queues.items():
+        for (t, q), _cq in s.consume_queues.items():
             out[(t, q)] = [r.body for _, r in s.iter_queue(t, q)]
         offsets = {g: s.consumer_offsets.topics_of(g) for g in s.group_names()}
     return out, offsets
@@ -301,7 +301,7 @@ def test_freeze_while_threads_put_holds_exactly_the_acknowledged_puts(tmp_path):
     cfg = small_store_config()
     with MessageStore(str(tmp_path / "s"), cfg) as store:
         store.create_topic("T", 4)
-        acked = {k: 0 for k in range(4)}
+        acked = dict.fromkeys(range(4), 0)
         stop = threading.Event()
 
         def producer(k):
@@ -577,7 +577,7 @@ def test_snapshots_on_a_read_only_mount_and_rmdir(mount_store, tmp_path):
         os.mkdir(ro.mnt / "topics" / "New")
     assert exc.value.errno == errno.EROFS
     with pytest.raises(OSError) as exc:
-        open(ro.mnt / "raw" / "checkpoint", "r+b")
+        open(ro.mnt / "raw" / "checkpoint", "r+b")  # noqa: SIM115 - the open must fail
     assert exc.value.errno == errno.EROFS
     copy = tmp_path / "copy"
     sh(f"tar -C '{snaps}/one' -Scf - . | (mkdir '{copy}' && tar -C '{copy}' -xf -)")

@@ -14,7 +14,7 @@ from engine.store import Message, MessageStore
 
 pytest.importorskip("pyspark")
 
-from pipeline import datasource as D  # noqa: E402
+from pipeline import datasource as D
 
 pytestmark = pytest.mark.spark
 

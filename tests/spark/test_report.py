@@ -14,7 +14,7 @@ from conftest import LOGHUB, fuse
 
 pytest.importorskip("pyspark")
 
-from pipeline import report  # noqa: E402
+from pipeline import report
 
 
 def produce_lines(mnt, topic, lines, jsonl=False):

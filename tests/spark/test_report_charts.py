@@ -144,7 +144,8 @@ def test_html_is_one_self_contained_file_with_every_table(tmp_path):
     plt.close(fig)
     t = tables()
     path = htmlreport.write(t, list(t), "1 message & more", [str(png)], str(tmp_path))
-    page = open(path, encoding="utf-8").read()
+    with open(path, encoding="utf-8") as f:
+        page = f.read()
     assert page.startswith("<!DOCTYPE html>")
     # every resource is inline: the only src= are data: URIs, no link to anywhere
     srcs = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page)

@@ -15,10 +15,10 @@ from engine.store import Message, MessageStore
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
+from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In
 
-from pipeline import datasource as D  # noqa: E402
-from engine import columnar  # noqa: E402
+from pipeline import datasource as D
+from engine import columnar
 
 FIX = FIXTURES / "rocketmq-4.9.8-written"
 
@@ -121,7 +121,7 @@ def test_offsets_below_the_min_offset_fail_unless_failondataloss_false(spark, tm
     root = tmp_path / "store"
     with MessageStore(str(root), small_config) as s:
         s.create_topic("L", queue_nums=1)
-        for i in range(6):
+        for _i in range(6):
             s.put_messages([Message("L", b"x" * 200) for _ in range(100)])
     # Retention: the oldest CommitLog segment is deleted.
     first = sorted(os.listdir(root / "commitlog"))[0]

@@ -352,7 +352,7 @@ def test_delete_topic_leaves_what_the_broker_would(store, conf):
             (root / "consumequeue" / "Other").rglob("*") if p.is_file()} == other_cq
     recs = refreader.read_commitlog(root / "commitlog")
     assert sum(r["topic"] == "HDFS" for r in recs) == 1200  # still there, until expiry
-    assert [u for u in refreader.read_consumequeue(root, "Other", 0)]
+    assert list(refreader.read_consumequeue(root, "Other", 0))
     v = _verify(root, conf)
     assert "OK: no errors, 0 warnings" in v.stdout, v.stdout
     assert run_rmqfs("topicList", root).stdout.split() == ["Other"]

@@ -149,7 +149,7 @@ def test_damaged_consume_queue_unit_is_rebuilt_byte_identical(tmp_path):
     qdir = root / "consumequeue" / "OracleTopicA" / "1"
     first = sorted(qdir.iterdir())[0]
     original = {p.name: p.read_bytes() for p in qdir.iterdir()}
-    off, size, tc = UNIT.unpack_from(original[first.name], 3 * 20)
+    off, size, _tc = UNIT.unpack_from(original[first.name], 3 * 20)
     with open(first, "r+b") as f:
         f.seek(3 * 20 + 8)
         f.write(struct.pack(">i", size + 1))
@@ -323,7 +323,7 @@ def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
     assert res.ok and not res.problems, [str(p) for p in res.problems]
     assert (res.records, res.units) == (5, 3)
     cq = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "2" / "00000000000000000000"
-    off, size, tc = UNIT.unpack_from(cq.read_bytes(), 0)
+    off, _size, tc = UNIT.unpack_from(cq.read_bytes(), 0)
     with open(cq, "r+b") as f:  # a wrong deliver time is caught
         f.seek(12)
         f.write(struct.pack(">q", tc + 1))
