@@ -304,7 +304,7 @@ class CleanService:
 
     def _drop_first(self, fq, seg) -> bool:
         """Take ``seg`` (the first file) out of ``fq`` and unlink it; the fd closes later."""
-        with fq._lock:
+        with fq.lock:
             segs = fq.segments
             if len(segs) <= 1 or segs[0] is not seg:
                 return False

@@ -18,6 +18,8 @@ A ``SCHEDULE_TOPIC_XXXX`` unit's tagsCode is its deliver time (consumequeue.deli
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import logging
 from dataclasses import dataclass, field
 
@@ -27,6 +29,9 @@ from .message import (INNER_BATCH_FLAG, PROPERTY_DELAY, TRANSACTION_PREPARED_TYP
                       MessageRecord)
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from .message import (SCHEDULE_TOPIC, TRANSACTION_TYPE_MASK)
+
+if TYPE_CHECKING:
+    from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +64,11 @@ def skips_below_end_offset(dispatcher) -> bool:
     return getattr(dispatcher, "skips_below_end_offset", False)
 
 
-def dispatch_of(store, rec: MessageRecord) -> DispatchRequest:
+def dispatch_of(store: MessageStore, rec: MessageRecord) -> DispatchRequest:
     tc = rec.tags_code
     if rec.topic == SCHEDULE_TOPIC:
         deliver = deliver_tags_code(rec.properties.get(PROPERTY_DELAY), rec.store_timestamp,
-                                    store._delay_levels)
+                                    store.delay_levels)
         if deliver is not None:
             tc = deliver
     return DispatchRequest(rec.topic, rec.queue_id, rec.commitlog_offset, rec.store_size, tc,
@@ -71,7 +76,7 @@ def dispatch_of(store, rec: MessageRecord) -> DispatchRequest:
                      rec.sys_flag)
 
 
-def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
+def dispatch(store: MessageStore, batch: list[DispatchRequest], recovering: bool = False,
               full: bool = False, report=None) -> bool:
     """Write ConsumeQueue units (and run the dispatchers) for ``batch``.
 
@@ -84,7 +89,7 @@ def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
     for d in batch:
         if d.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
             continue
-        if d.sys_flag & INNER_BATCH_FLAG or d.topic in store._batch_cq_topics:
+        if d.sys_flag & INNER_BATCH_FLAG or d.topic in store.batch_cq_topics:
             # BatchCQ topics dispatch to batchconsumequeue/, which is not written here;
             # a plain ConsumeQueue for them would make a broker refuse the store.
             continue
@@ -109,7 +114,7 @@ def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
             items = [d for d in items if d.commitlog_offset >= below]
             if not items:
                 continue
-        cq = store._consume_queue(topic, qid, create=True)
+        cq = store.writable_consume_queue(topic, qid)
         if recovering:
             # Units already present are skipped (ConsumeQueue.putMessagePositionInfo),
             # but first compared: after a power cut a unit in the middle of what was
@@ -146,11 +151,11 @@ def dispatch(store, batch: list[DispatchRequest], recovering: bool = False,
     for disp in store.dispatchers:
         disp.dispatch(batch)
     if batch and not recovering:
-        store._dispatched_store_timestamp = batch[-1].store_timestamp
+        store.dispatched_store_timestamp = batch[-1].store_timestamp
     return gap
 
 
-def verify_present(store, cq: ConsumeQueue, items: list) -> None:
+def verify_present(store: MessageStore, cq: ConsumeQueue, items: list) -> None:
     """Truncate ``cq`` at the first unit of ``items`` (queue order) it holds differently."""
     present = [d for d in items if cq.min_offset <= d.queue_offset < cq.max_offset]
     if not present:
@@ -165,7 +170,7 @@ def verify_present(store, cq: ConsumeQueue, items: list) -> None:
             return
 
 
-def register_topic(store, topic: str, queue_id: int) -> None:
+def register_topic(store: MessageStore, topic: str, queue_id: int) -> None:
     cfg = store.topic_config.get(topic)
     n = max(queue_id + 1, store.config.default_topic_queue_nums)
     if cfg is None:

@@ -1,11 +1,15 @@
 """Flushing the CommitLog and the derived files (RocketMQ ``CommitLog.FlushRealTimeService``,
 ``GroupCommitService`` and ``DefaultMessageStore.FlushConsumeQueueService``).
 
-:func:`flush` is the fsync() path: CommitLog, ConsumeQueues, index and checkpoint, in the order
+:meth:`FlushService.flush` is the fsync() path: CommitLog, ConsumeQueues, index and checkpoint, in the order
 that keeps the checkpoint behind what is durable. Under SYNC_FLUSH the group-commit thread
-(:func:`group_commit_loop`) flushes the CommitLog for waiting puts and dispatches their records
-once they are durable; under ASYNC_FLUSH :func:`flush_loop` flushes every
+(:meth:`FlushService.group_commit_loop`) flushes the CommitLog for waiting puts and dispatches their records
+once they are durable; under ASYNC_FLUSH :meth:`FlushService.flush_loop` flushes every
 ``flushIntervalCommitLog`` ms.
+
+The state of both services (the SYNC_FLUSH pending dispatches, the flush lock, the group-commit
+waiters, the last thorough flush, whether the checkpoint was written) is a
+:class:`FlushService`'s, one per store (``store.flusher``); other modules use its methods.
 """
 
 from __future__ import annotations
@@ -13,141 +17,227 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from .errors import FlushDiskTimeoutError
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 
 from . import dispatch
 
+if TYPE_CHECKING:
+    from .store import MessageStore
+
 log = logging.getLogger(__name__)
 
 
-def flush(store, least_pages: int = 0) -> bool:
-    """Force appended data to disk, then the ConsumeQueues, index and checkpoint.
 
-    This is the fsync() path. The CommitLog is synced without holding the put lock, so
-    puts continue meanwhile. Under SYNC_FLUSH the records synced here are then dispatched
-    (made visible). ``least_pages`` > 0 skips the round when fewer 4 KiB pages are dirty
-    (``flushCommitLogLeastPages``). Returns True when CommitLog data was synced.
-    Raises OSError from the disk.
+class FlushService:
+    """A store's flush state and threads: ``FlushRealTimeService`` and ``GroupCommitService``.
+
+    Owns the SYNC_FLUSH dispatches waiting for their records to be flushed (in CommitLog
+    order), the flush lock (one flush at a time), the group-commit condition and its waiters,
+    the time of the last thorough flush and whether this open wrote the checkpoint yet.
     """
-    if store.read_only:
-        return False
-    cl = store.commitlog
-    with store._flush_lock:
-        with store.put_lock:
-            end, ts = cl.max_offset, cl.last_store_timestamp
-        synced = cl.flush(least_pages, end, ts)
-        with store.put_lock:
-            if store.sync_flush:
-                dispatch_flushed(store, cl.flushed_where)
-            # the ConsumeQueue content synced below covers at least this
-            logics_ts = store._dispatched_store_timestamp
-        if not synced and least_pages:
-            return False
-        for cq in list(store.consume_queues.values()):
-            cq.flush()
-        cp = store.checkpoint
-        before = (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
-                  cp.confirm_phy_offset)
-        cp.physic_msg_timestamp = cl.flushed_store_timestamp
-        cp.logics_msg_timestamp = logics_ts
-        if store.index_service is not None:
-            cp.index_msg_timestamp = store.index_service.flush()
-        cp.confirm_phy_offset = cl.flushed_where
-        if (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
-                cp.confirm_phy_offset) != before or not store._checkpoint_written:
-            cp.write(store.checkpoint_path)
-            store._checkpoint_written = True
-        return synced
 
+    def __init__(self, store: MessageStore):
+        self.store = store
+        # SYNC_FLUSH: dispatches waiting for their records to be flushed, in CommitLog order.
+        self._pending: list[tuple[int, list]] = []
+        self._lock = threading.Lock()
+        self._gc_cond = threading.Condition()
+        self._gc_waiters: list = []
+        self._last_thorough_flush = time.monotonic()
+        self._checkpoint_written = False
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
 
-def dispatch_flushed(store, flushed: int) -> None:
-    """SYNC_FLUSH: dispatch the pending puts whose records end at or before ``flushed``.
+    # -- state other modules see ------------------------------------------------------------
 
-    Caller holds the put lock. A dispatch error leaves the batch pending (retried on the
-    next flush; a restart re-dispatches it from the CommitLog anyway).
-    """
-    while store._pending and store._pending[0][0] <= flushed:
-        dispatch.dispatch(store, store._pending[0][1])
-        store._pending.pop(0)
+    @property
+    def lock(self) -> threading.Lock:
+        """Held by a flush from the CommitLog's sync to the checkpoint; holding it keeps
+        flushes (and, under SYNC_FLUSH, the dispatch of pending puts) from running."""
+        return self._lock
 
+    def has_pending(self) -> bool:
+        """Whether SYNC_FLUSH puts wait for their flush to be dispatched (caller holds the
+        put lock for an answer that stays true)."""
+        return bool(self._pending)
 
-def wait_flushed(store, end: int, results: list) -> None:
-    """GroupCommitService: wait until the CommitLog is flushed to ``end``."""
-    timeout = store.config.sync_flush_timeout / 1000
-    waiter = [end, threading.Event(), None]
-    with store._gc_cond:
-        store._gc_waiters.append(waiter)
-        store._gc_cond.notify()
-    if not waiter[1].wait(timeout):
-        raise FlushDiskTimeoutError(
-            f"FLUSH_DISK_TIMEOUT: CommitLog not flushed to {end} within syncFlushTimeout "
-            f"{store.config.sync_flush_timeout} ms; the messages are appended and will be "
-            "visible after the next flush", results)
-    if waiter[2] is not None:
-        raise waiter[2]
+    def pending_count(self) -> int:
+        """How many put batches wait for their flush (SYNC_FLUSH)."""
+        return len(self._pending)
 
+    def pending(self) -> list[tuple[int, list]]:
+        """The pending ``(end offset, dispatch requests)`` batches, in CommitLog order (the
+        list itself: the caller holds the put lock)."""
+        return self._pending
 
-def group_commit_loop(store) -> None:
-    """Serve SYNC_FLUSH waiters: one fdatasync covers every request queued before it."""
-    while not store._stop_flush.is_set():
-        with store._gc_cond:
-            if not store._gc_waiters and not store._pending:
-                store._gc_cond.wait(0.01)
-            waiters, store._gc_waiters = store._gc_waiters, []
-        if not waiters and not store._pending:
-            continue
-        error = None
-        try:
-            flush_commitlog(store)
-        except Exception as exc:  # reported to every waiter
-            log.exception("group commit flush failed")
-            error = exc
-            store._stop_flush.wait(0.01)  # do not spin on a failing disk
-        flushed = store.commitlog.flushed_where
+    def add_pending(self, end: int, requests: list) -> None:
+        """SYNC_FLUSH: dispatch ``requests`` once the CommitLog is flushed to ``end`` (caller
+        holds the put lock)."""
+        self._pending.append((end, requests))
+
+    def wake(self) -> None:
+        """Wake the group-commit thread (a put has something for it)."""
+        with self._gc_cond:
+            self._gc_cond.notify()
+
+    # -- the threads ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the flush thread and, under SYNC_FLUSH, the group-commit thread."""
+        store = self.store
+        self._threads.append(threading.Thread(target=self.flush_loop, name="rmq-flush",
+                                              daemon=True))
+        if store.sync_flush:
+            self._threads.append(threading.Thread(target=self.group_commit_loop,
+                                                  name="rmq-group-commit", daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        """Stop the threads and wait for them."""
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+    def release_waiters(self) -> None:
+        """Wake every group-commit waiter (at close, after the last flush)."""
+        with self._gc_cond:
+            waiters, self._gc_waiters = self._gc_waiters, []
         for w in waiters:
-            if error is None and flushed < w[0]:
-                with store._gc_cond:  # appended after this round: next round
-                    store._gc_waiters.append(w)
-                continue
-            w[2] = error
             w[1].set()
 
+    # -- flushing ------------------------------------------------------------------------
 
-def flush_commitlog(store) -> bool:
-    """Sync the CommitLog only (and, under SYNC_FLUSH, dispatch what became durable).
+    def flush(self, least_pages: int = 0) -> bool:
+        """Force appended data to disk, then the ConsumeQueues, index and checkpoint.
 
-    The cheap half of :meth:`flush` that group commit runs per round; ConsumeQueues and the
-    checkpoint follow on the background flush interval. Returns True if data was synced.
-    """
-    cl = store.commitlog
-    with store._flush_lock:
-        with store.put_lock:
-            end, ts = cl.max_offset, cl.last_store_timestamp
-        synced = cl.flush(0, end, ts)
-        if store.sync_flush:
+        This is the fsync() path. The CommitLog is synced without holding the put lock, so
+        puts continue meanwhile. Under SYNC_FLUSH the records synced here are then dispatched
+        (made visible). ``least_pages`` > 0 skips the round when fewer 4 KiB pages are dirty
+        (``flushCommitLogLeastPages``). Returns True when CommitLog data was synced.
+        Raises OSError from the disk.
+        """
+        store = self.store
+        if store.read_only:
+            return False
+        cl = store.commitlog
+        with self._lock:
             with store.put_lock:
-                dispatch_flushed(store, cl.flushed_where)
-        return synced
+                end, ts = cl.max_offset, cl.last_store_timestamp
+            synced = cl.flush(least_pages, end, ts)
+            with store.put_lock:
+                if store.sync_flush:
+                    self.dispatch_flushed(cl.flushed_where)
+                # the ConsumeQueue content synced below covers at least this
+                logics_ts = store.dispatched_store_timestamp
+            if not synced and least_pages:
+                return False
+            for cq in list(store.consume_queues.values()):
+                cq.flush()
+            cp = store.checkpoint
+            before = (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
+                      cp.confirm_phy_offset)
+            cp.physic_msg_timestamp = cl.flushed_store_timestamp
+            cp.logics_msg_timestamp = logics_ts
+            if store.index_service is not None:
+                cp.index_msg_timestamp = store.index_service.flush()
+            cp.confirm_phy_offset = cl.flushed_where
+            if (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
+                    cp.confirm_phy_offset) != before or not self._checkpoint_written:
+                cp.write(store.checkpoint_path)
+                self._checkpoint_written = True
+            return synced
 
+    def dispatch_flushed(self, flushed: int) -> None:
+        """SYNC_FLUSH: dispatch the pending puts whose records end at or before ``flushed``.
 
-def flush_loop(store) -> None:
-    """FlushRealTimeService: every ``flushIntervalCommitLog`` ms flush when at least
-    ``flushCommitLogLeastPages`` pages are dirty, and everything every
-    ``flushCommitLogThoroughInterval`` ms (checkpoint included). Under SYNC_FLUSH the
-    CommitLog is synced by group commit; this loop then keeps the ConsumeQueues and the
-    checkpoint close behind (FlushConsumeQueueService)."""
-    cfg = store.config
-    interval = cfg.flush_interval_commit_log / 1000
-    while not store._stop_flush.wait(interval):
-        try:
-            now = time.monotonic()
-            if store.sync_flush or (now - store._last_thorough_flush) * 1000 >= \
-                    cfg.flush_commit_log_thorough_interval:
-                store._last_thorough_flush = now
-                flush(store, 0)
-            else:
-                flush(store, cfg.flush_commit_log_least_pages)
-        except Exception:  # keep flushing; the next round retries
-            log.exception("background flush failed")
+        Caller holds the put lock. A dispatch error leaves the batch pending (retried on the
+        next flush; a restart re-dispatches it from the CommitLog anyway).
+        """
+        pending = self._pending
+        while pending and pending[0][0] <= flushed:
+            dispatch.dispatch(self.store, pending[0][1])
+            pending.pop(0)
+
+    def wait_flushed(self, end: int, results: list) -> None:
+        """GroupCommitService: wait until the CommitLog is flushed to ``end``."""
+        cfg = self.store.config
+        timeout = cfg.sync_flush_timeout / 1000
+        waiter = [end, threading.Event(), None]
+        with self._gc_cond:
+            self._gc_waiters.append(waiter)
+            self._gc_cond.notify()
+        if not waiter[1].wait(timeout):
+            raise FlushDiskTimeoutError(
+                f"FLUSH_DISK_TIMEOUT: CommitLog not flushed to {end} within syncFlushTimeout "
+                f"{cfg.sync_flush_timeout} ms; the messages are appended and will be "
+                "visible after the next flush", results)
+        if waiter[2] is not None:
+            raise waiter[2]
+
+    def group_commit_loop(self) -> None:
+        """Serve SYNC_FLUSH waiters: one fdatasync covers every request queued before it."""
+        while not self._stop.is_set():
+            with self._gc_cond:
+                if not self._gc_waiters and not self._pending:
+                    self._gc_cond.wait(0.01)
+                waiters, self._gc_waiters = self._gc_waiters, []
+            if not waiters and not self._pending:
+                continue
+            error = None
+            try:
+                self.flush_commitlog()
+            except Exception as exc:  # reported to every waiter
+                log.exception("group commit flush failed")
+                error = exc
+                self._stop.wait(0.01)  # do not spin on a failing disk
+            flushed = self.store.commitlog.flushed_where
+            for w in waiters:
+                if error is None and flushed < w[0]:
+                    with self._gc_cond:  # appended after this round: next round
+                        self._gc_waiters.append(w)
+                    continue
+                w[2] = error
+                w[1].set()
+
+    def flush_commitlog(self) -> bool:
+        """Sync the CommitLog only (and, under SYNC_FLUSH, dispatch what became durable).
+
+        The cheap half of :meth:`flush` that group commit runs per round; ConsumeQueues and
+        the checkpoint follow on the background flush interval. Returns True if data was
+        synced.
+        """
+        store = self.store
+        cl = store.commitlog
+        with self._lock:
+            with store.put_lock:
+                end, ts = cl.max_offset, cl.last_store_timestamp
+            synced = cl.flush(0, end, ts)
+            if store.sync_flush:
+                with store.put_lock:
+                    self.dispatch_flushed(cl.flushed_where)
+            return synced
+
+    def flush_loop(self) -> None:
+        """FlushRealTimeService: every ``flushIntervalCommitLog`` ms flush when at least
+        ``flushCommitLogLeastPages`` pages are dirty, and everything every
+        ``flushCommitLogThoroughInterval`` ms (checkpoint included). Under SYNC_FLUSH the
+        CommitLog is synced by group commit; this loop then keeps the ConsumeQueues and the
+        checkpoint close behind (FlushConsumeQueueService)."""
+        store = self.store
+        cfg = store.config
+        interval = cfg.flush_interval_commit_log / 1000
+        while not self._stop.wait(interval):
+            try:
+                now = time.monotonic()
+                if store.sync_flush or (now - self._last_thorough_flush) * 1000 >= \
+                        cfg.flush_commit_log_thorough_interval:
+                    self._last_thorough_flush = now
+                    self.flush(0)
+                else:
+                    self.flush(cfg.flush_commit_log_least_pages)
+            except Exception:  # keep flushing; the next round retries
+                log.exception("background flush failed")

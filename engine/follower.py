@@ -290,7 +290,7 @@ class Follower:
                 keep.append(Segment(start, path, fd, fq.file_size))
                 nxt = start + fq.file_size
         if gone or len(keep) != len(old):
-            with fq._lock:  # readers take the list once (find) or under this lock (snapshots)
+            with fq.lock:  # readers take the list once (find) or under this lock (snapshots)
                 fq.segments = keep
         if gone:
             self._graves.append((self.refreshes, [seg.fd for seg in gone]))
@@ -360,7 +360,7 @@ class Follower:
             return None
         try:
             # the writer preallocates its files: a lone file's size is the file size
-            cq = ConsumeQueue(qdir, topic, queue_id, s._cq_file_size, True)
+            cq = ConsumeQueue(qdir, topic, queue_id, s.cq_file_size, True)
         except (ValueError, CorruptRecordError, OSError) as exc:
             log.debug("follower: queue %s/%d not readable yet: %s", topic, queue_id, exc)
             return None
@@ -491,7 +491,7 @@ class Follower:
                 ts = self._store_ts_at(newest) if newest is not None else 0
                 if ts:
                     cl.last_store_timestamp = ts
-                    s._dispatched_store_timestamp = ts
+                    s.dispatched_store_timestamp = ts
             # what the writer says it has synced (checkpoint), within what is visible
             confirmed = s.checkpoint.confirm_phy_offset
             cl.flushed_where = min(cl.max_offset, confirmed) if confirmed > 0 else cl.max_offset
@@ -529,7 +529,7 @@ class Follower:
             needs_unit = not (transaction_type(rec.sys_flag) in (TRANSACTION_PREPARED_TYPE,
                                                                  TRANSACTION_ROLLBACK_TYPE)
                               or rec.sys_flag & INNER_BATCH_FLAG
-                              or rec.topic in s._batch_cq_topics)
+                              or rec.topic in s.batch_cq_topics)
             problem = topic_path_problem(rec.topic) if needs_unit else None
             if problem is not None:
                 # no directory can hold its ConsumeQueue (see dispatch.dispatch)

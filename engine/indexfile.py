@@ -284,6 +284,19 @@ class IndexFile:
         return (begin < b and end > e) or b <= begin <= e or b <= end <= e
 
     # -- write --------------------------------------------------------------------------------
+    @property
+    def fd(self) -> int | None:
+        """The file's descriptor; None for an in-memory file (a read-only store's)."""
+        return self._io.fd if isinstance(self._io, _FdIO) else None
+
+    def freeze_slots(self) -> bytes | None:
+        """A copy of the slot table this writer keeps in memory (native byte order), None
+        when there is none (read-only, or not loaded): then the file's slots are current.
+        Caller holds the :class:`IndexService`'s lock (:meth:`IndexService.frozen`)."""
+        if self._slots is None or self.read_only:
+            return None
+        return self._slots.tobytes()
+
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Add ``key`` (the full ``topic#key`` string) for the message at ``phy_offset``.
 
@@ -787,6 +800,13 @@ class IndexService:
             for f in self.files:
                 f.close()
             raise
+
+    @contextmanager
+    def frozen(self):
+        """Hold off every change to the index files (puts, truncation, rolling, deletion)
+        while the block runs; yields the list of files (a snapshot freezes them)."""
+        with self._mutex:
+            yield self.files
 
     # -- load ---------------------------------------------------------------------------------
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> list[str]:

@@ -216,6 +216,20 @@ class FileQueue:
 
     # -- lookup -----------------------------------------------------------------------------
     @property
+    def lock(self) -> threading.Lock:
+        """Guards swaps of :attr:`segments`: whoever replaces the list (expiry, a follower's
+        refresh) does it under this lock, and whoever needs the list and its descriptors to
+        stay together (a snapshot) reads it under it; plain readers take the list once."""
+        return self._lock
+
+    def dup_segments(self, dup=os.dup) -> list[tuple[int, int, int]]:
+        """``(start offset, dup of its descriptor, size)`` of every segment, taken under
+        :attr:`lock` (the descriptors stay valid after an expiry unlinks the files).
+        ``dup``: the duplicating function (the caller's, to track what it must close)."""
+        with self._lock:
+            return [(s.start, dup(s.fd), s.size) for s in self.segments]
+
+    @property
     def min_offset(self) -> int:
         """Start offset of the first file (``getMinOffset``), 0 when there is none."""
         return self.segments[0].start if self.segments else 0

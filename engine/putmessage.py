@@ -21,6 +21,7 @@ import struct
 import time
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .config import TopicConfig
 from .consumequeue import (deliver_tags_code, pack_units)
@@ -41,10 +42,13 @@ from .message import (PROPERTY_END, property_prefix, BODY_CRC_MASK, FIXED_V4, MA
                       crc32, encode_blank, topic_field, topic_needs_v2)
 from .config import MAX_TOPIC_BYTES
 
-from . import dispatch, flush
+from . import dispatch
 from .indexfile import build_key
 from .storeconfig import COMPRESSION_TYPES
 from .dispatch import DispatchRequest
+
+if TYPE_CHECKING:
+    from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +100,42 @@ _SHORTS = [n.to_bytes(2, "big") for n in range(4096)]  # big-endian int16 of sma
 
 
 
-def select_queue(store, msg: Message, cfg: TopicConfig) -> int:
+class PutService:
+    """The put paths' state, one per store (``store.putter``; RocketMQ keeps it in
+    ``CommitLog`` and ``DefaultAppendMessageCallback``).
+
+    Attributes (changed by this module's put functions only, under the store's put lock):
+        queue_offsets: topicQueueTable, the next queue offset to assign per (topic, queueId),
+            ahead of the ConsumeQueue while a SYNC_FLUSH put waits for its flush
+            (``getMaxOffsetInQueue(committed=false)``).
+        round_robin: the next queue per topic for messages with no queue and no sharding key.
+        tags_cache: TAGS value -> (encoded property, tagsCode), for the fast path.
+        plain_topics: topic -> (config, state, :func:`plain_topic` info), for the fast path.
+        msg_id_prefix: hex of the store host, the first half of offset msgIds (set on the
+            first fast put).
+    """
+
+    def __init__(self, store: MessageStore):
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        self.round_robin: dict[str, int] = {}
+        self.tags_cache: dict[str, tuple[bytes, int]] = {}
+        self.plain_topics: dict[str, tuple] = {}
+        self.msg_id_prefix: str | None = None
+
+    def assigned_offset(self, topic: str, queue_id: int) -> int | None:
+        """The next queue offset a put assigns in the queue, None before the first put of
+        this open."""
+        return self.queue_offsets.get((topic, queue_id))
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop what is cached of a deleted topic (caller holds the put lock)."""
+        for key in [k for k in self.queue_offsets if k[0] == topic]:
+            del self.queue_offsets[key]
+        self.round_robin.pop(topic, None)
+        self.plain_topics.pop(topic, None)
+
+
+def select_queue(store: MessageStore, msg: Message, cfg: TopicConfig) -> int:
     n = cfg.write_queue_nums
     if msg.queue_id is not None:
         if not 0 <= msg.queue_id < max(n, cfg.read_queue_nums):
@@ -105,12 +144,13 @@ def select_queue(store, msg: Message, cfg: TopicConfig) -> int:
         return msg.queue_id
     if msg.sharding_key is not None:
         return (zlib.crc32(msg.sharding_key.encode()) & 0x7FFFFFFF) % n
-    i = store._round_robin.get(cfg.topic_name, 0)
-    store._round_robin[cfg.topic_name] = i + 1
+    rr = store.putter.round_robin
+    i = rr.get(cfg.topic_name, 0)
+    rr[cfg.topic_name] = i + 1
     return i % n
 
 
-def put_messages(store, messages: list[Message], batch: bool = False,
+def put_messages(store: MessageStore, messages: list[Message], batch: bool = False,
                  internal: bool = False) -> list[PutResult]:
     """Append messages and dispatch them; all of them or none are stored.
 
@@ -161,7 +201,7 @@ def put_messages(store, messages: list[Message], batch: bool = False,
     encoded = []
     cfg_ = store.config
     with store.put_lock:
-        if store._closed:
+        if store.closed:
             raise ReadOnlyStoreError("store is closed")
         # (topic, queueId, extra properties) after the delay rewrite
         targets: list[tuple[str, int, dict[str, str] | None]] = []
@@ -174,13 +214,13 @@ def put_messages(store, messages: list[Message], batch: bool = False,
             if not cfg.writable:
                 raise PermissionDeniedError(
                     f"topic {msg.topic} has perm {cfg.perm}, without write permission")
-            if msg.sys_flag & INNER_BATCH_FLAG or msg.topic in store._batch_cq_topics:
+            if msg.sys_flag & INNER_BATCH_FLAG or msg.topic in store.batch_cq_topics:
                 raise MessageIllegalError(
                     f"{msg.topic}: inner-batch messages and BatchCQ topics need "
                     "batchconsumequeue/, which this engine does not write")
             qid = targets[0][1] if batch and targets else select_queue(store, msg, cfg)
             if msg.delay_level > 0 and msg.topic != SCHEDULE_TOPIC:
-                level = min(msg.delay_level, max(store._delay_levels, default=1))
+                level = min(msg.delay_level, max(store.delay_levels, default=1))
                 schedule_topic(store)
                 targets.append((SCHEDULE_TOPIC, level - 1, {
                     PROPERTY_REAL_TOPIC: msg.topic, PROPERTY_REAL_QID: str(qid),
@@ -236,13 +276,13 @@ def put_messages(store, messages: list[Message], batch: bool = False,
         for e, qoff, res, delay in zip(encoded, queue_offsets, results, delays):
             tc = e.tags_code
             if delay is not None:
-                deliver = deliver_tags_code(delay, now, store._delay_levels)
+                deliver = deliver_tags_code(delay, now, store.delay_levels)
                 if deliver is not None:
                     tc = deliver
             requests.append(DispatchRequest(e.topic, e.queue_id, res[0], res[1], tc, now, qoff,
                                    e.keys, e.uniq_key, e.sys_flag))
         if store.sync_flush:
-            store._pending.append((cl.max_offset, requests))
+            store.flusher.add_pending(cl.max_offset, requests)
         else:
             try:
                 dispatch.dispatch(store, requests)
@@ -255,23 +295,22 @@ def put_messages(store, messages: list[Message], batch: bool = False,
                     d.truncate(start)
                 cl.truncate(start)
                 raise
-        store._queue_offsets.update(next_offsets)
+        store.putter.queue_offsets.update(next_offsets)
         end = cl.max_offset
         out = [PutResult(e.topic, e.queue_id, qoff, res[0], res[1], now,
                          offset_msg_id(store.store_host, res[0]), e.uniq_key)
                for e, qoff, res in zip(encoded, queue_offsets, results)]
     if store.sync_flush:
         if all(m.wait_store_msg_ok for m in messages):
-            flush.wait_flushed(store, end, out)
+            store.flusher.wait_flushed(end, out)
         else:
-            with store._gc_cond:
-                store._gc_cond.notify()
+            store.flusher.wake()
     for listener in store.listeners:
         listener(out)
     return out
 
 
-def should_compress(store, msg: Message) -> bool:
+def should_compress(store: MessageStore, msg: Message) -> bool:
     """``DefaultMQProducerImpl.tryToCompressMessage``: body >= compressMsgBodyOverHowmuch."""
     if msg.compress is not None:
         return msg.compress
@@ -279,24 +318,25 @@ def should_compress(store, msg: Message) -> bool:
     return 0 <= limit <= len(msg.body) and not msg.sys_flag & COMPRESSED_FLAG
 
 
-def schedule_topic(store) -> None:
+def schedule_topic(store: MessageStore) -> None:
     """Create ``SCHEDULE_TOPIC_XXXX`` with one queue per delay level, as the broker does."""
     if store.topic_config.get(SCHEDULE_TOPIC) is None:
-        n = max(len(store._delay_levels), 1)
+        n = max(len(store.delay_levels), 1)
         store.topic_config.put(TopicConfig(SCHEDULE_TOPIC, n, n))
 
 
-def plain_topic(store, topic: str):
+def plain_topic(store: MessageStore, topic: str):
     """Per-topic pieces for the fast path, or None when the topic needs the general one:
     ``(writeQueueNums, queues, TOPIC field (length + name), 91 + name length (+1 for V2),
     hash of "topic#", MAGICCODE)``; a topic over 127 chars takes the V2 record, as in the
     general path (``message.topic_needs_v2``). Cached while the topic's config stays the same."""
     cfg = store.topic_config.get(topic)
     if (cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC
-            or topic in store._batch_cq_topics):
+            or topic in store.batch_cq_topics):
         return None
     state = (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums)
-    hit = store._plain_topics.get(topic)
+    cache = store.putter.plain_topics
+    hit = cache.get(topic)
     if hit is not None and hit[0] is cfg and hit[1] == state:
         return hit[2]
     raw = topic.encode("utf-8")
@@ -306,13 +346,13 @@ def plain_topic(store, topic: str):
     info = (cfg.write_queue_nums, max(cfg.write_queue_nums, cfg.read_queue_nums),
             topic_field(raw, v2), cal_msg_length(0, 0, len(raw), 0, v2),
             java_hash_u32(build_key(topic, "")), MAGIC_V2 if v2 else MAGIC_V1)
-    if len(store._plain_topics) > 65536:
-        store._plain_topics.clear()
-    store._plain_topics[topic] = (cfg, state, info)
+    if len(cache) > 65536:
+        cache.clear()
+    cache[topic] = (cfg, state, info)
     return info
 
 
-def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
+def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] | None:
     """The put path for the common case, fused: encode, append and dispatch in one pass.
 
     Handles puts where every message has no user properties, sysFlag 0, an IPv4 (or
@@ -323,7 +363,7 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
     (nothing written, round-robin state restored), and :meth:`put_messages` runs the
     general path. MessageBatch puts (``batch=True``) never come here; the disk-full
     refusal is checked before. It keeps the shared state as the general path does
-    (topicQueueTable ``_queue_offsets``, ``_dispatched_store_timestamp``). Writes exactly the
+    (topicQueueTable ``putter.queue_offsets``, ``dispatched_store_timestamp``). Writes exactly the
     bytes the general path writes (tests/engine/test_fastpaths.py): the
     offsets are known up front so each record is packed once, the ConsumeQueue units of a
     queue are packed in one call, UNIQ_KEYs come in one batch with their hashes, and the
@@ -337,7 +377,7 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
     max_body = cfgs.max_message_size
     now = int(time.time() * 1000)
     with store.put_lock:
-        if store._closed:
+        if store.closed:
             raise ReadOnlyStoreError("store is closed")
         cl = store.commitlog
         fs = cl.file_size
@@ -347,13 +387,14 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
         pieces: list = []
         topics: dict[str, tuple] = {}
         queues: dict[tuple[str, int], list] = {}  # key -> [next queue offset, units]
-        queue_offsets = store._queue_offsets
-        rr = store._round_robin
+        putter = store.putter
+        queue_offsets = putter.queue_offsets
+        rr = putter.round_robin
         rr_before = dict(rr)
         # A fallback leaves no trace: round-robin positions and the UNIQ_KEY counter are
         # put back, so the general path assigns what it would have assigned alone.
         counter_before = store.uniq_keys.counter
-        tags_cache = store._tags_cache
+        tags_cache = putter.tags_cache
         uniq_next = store.uniq_keys.next_with_hash
         if any(map(_BORN_OF, messages)):  # ids follow each born time
             uniq_keys = uniq_hashes = itertools.repeat(None)
@@ -361,9 +402,9 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
             uniq_keys, uniq_hashes = store.uniq_keys.next_many(len(messages), now)
         pack = FIXED_V4.pack
         sip, sport = store.store_host
-        id_prefix = store._msg_id_prefix
+        id_prefix = putter.msg_id_prefix
         if id_prefix is None:
-            id_prefix = store._msg_id_prefix = (sip + struct.pack(">i", sport)).hex().upper()
+            id_prefix = putter.msg_id_prefix = (sip + struct.pack(">i", sport)).hex().upper()
         index = store.index_service
         idx: list[int] = []
         p32 = pow31(32)
@@ -483,11 +524,11 @@ def put_plain(store, messages: list[Message]) -> list[PutResult] | None:
         cl.append_chunks(chunks, pos, now)
         dispatch_plain(store, messages, out, queues, idx, start, now)
         queue_offsets.update((k, v[0]) for k, v in queues.items())
-        store._dispatched_store_timestamp = now
+        store.dispatched_store_timestamp = now
     return out
 
 
-def dispatch_plain(store, messages, out, queues, idx, start: int, now: int) -> None:
+def dispatch_plain(store: MessageStore, messages, out, queues, idx, start: int, now: int) -> None:
     """ConsumeQueue units, index keys and other dispatchers for :meth:`_put_plain`; on an
     OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
     index = store.index_service
@@ -495,7 +536,7 @@ def dispatch_plain(store, messages, out, queues, idx, start: int, now: int) -> N
     before = {}
     try:
         for key, (nxt, units) in queues.items():
-            cq = store._consume_queue(key[0], key[1], create=True)
+            cq = store.writable_consume_queue(key[0], key[1])
             before[key] = cq.max_offset
             cq.put_units(nxt - len(units) // 3, pack_units(units))
         if index is not None and idx:

@@ -13,6 +13,8 @@ test_rocketmq_scenarios.py, test_store_hardening.py, test_fastpaths.py (decoded 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import logging
 import os
 import struct
@@ -32,14 +34,15 @@ from .message import (PROPERTY_END, property_prefix, BORNHOST_V6_FLAG, FIXED_V4,
 from . import dispatch, workprogress
 from .dispatch import DispatchRequest
 
+if TYPE_CHECKING:
+    from .store import MessageStore
+
 log = logging.getLogger(__name__)
 
 _TAGS_ITEM = property_prefix(PROPERTY_TAGS)
 _PROPERTY_END_BYTE = PROPERTY_END[0]
 _HOSTS_V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _TAGS_CODES: dict = {}  # TAGS value (bytes) -> tagsCode, shared (a pure function), bounded
-#: False: recovery decodes every record instead of comparing units (tests compare the two).
-RECOVER_UNDECODED = True
 #: The recovery scan updates its progress bar every this many CommitLog bytes (and at the end).
 PROGRESS_STEP = 16 << 20
 
@@ -125,11 +128,12 @@ def _human_size(n: float) -> str:
     return str(n)
 
 
-def _queue_units(store) -> int:
+def _queue_units(store: MessageStore) -> int:
     return sum(cq.max_offset - cq.min_offset for cq in store.consume_queues.values())
 
 
-def recover(store, progress=None, report: RecoveryReport | None = None) -> RecoveryReport:
+def recover(store: MessageStore, progress=None, report: RecoveryReport | None = None,
+            undecoded: bool = True) -> RecoveryReport:
     """Find the end of the CommitLog and make the ConsumeQueues agree with it.
 
     Normal recovery (no ``abort`` file) scans from the newest record the queues point at;
@@ -142,20 +146,22 @@ def recover(store, progress=None, report: RecoveryReport | None = None) -> Recov
     ``progress``: a progress factory (:mod:`engine.workprogress`); the scan is one bar,
     "recovering CommitLog", in bytes from its start to the end of the last segment (an upper
     bound of the data), updated every :data:`PROGRESS_STEP` bytes. Returns ``report`` (a new
-    :class:`RecoveryReport` when None) with what was done.
+    :class:`RecoveryReport` when None) with what was done. ``undecoded`` False decodes every
+    record instead of comparing the units of records the queues already hold with the raw
+    record (the two must agree: tests/engine/test_fastpaths.py compares them).
     """
     started = time.monotonic()
     report = report if report is not None else RecoveryReport()
     report.abnormal = not store.last_exit_ok
     try:
-        _recover(store, progress, report)
+        _recover(store, progress, report, undecoded)
     finally:
         report.repairs = list(store.repairs)
         report.seconds += time.monotonic() - started
     return report
 
 
-def _recover(store, progress, report: RecoveryReport) -> None:
+def _recover(store: MessageStore, progress, report: RecoveryReport, undecoded: bool) -> None:
     cl = store.commitlog
     if not cl.files.segments:
         report.units_dropped += _queue_units(store)
@@ -171,14 +177,14 @@ def _recover(store, progress, report: RecoveryReport) -> None:
         start = max(cl.min_offset, min(start, record_boundary(store,
             store.index_service.end_phy_offset)))
     report.scan_start = start
-    end, gap = scan_and_dispatch(store, start, full=start <= cl.min_offset,
-                                 progress=progress, report=report)
+    end, gap, tail = _scan_and_dispatch(store, start, start <= cl.min_offset, progress,
+                                        report, "recovering CommitLog", undecoded)
     if gap and start > cl.min_offset:
         log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
         report.scan_start = cl.min_offset
-        end, _ = scan_and_dispatch(store, cl.min_offset, full=True, progress=progress,
-                                   report=report, desc="re-dispatching CommitLog")
-    last, prev = store._scan_last, store._scan_prev
+        end, _, tail = _scan_and_dispatch(store, cl.min_offset, True, progress, report,
+                                          "re-dispatching CommitLog", undecoded)
+    prev, last = tail
     if last is not None and prev is not None and \
             last.commitlog_offset + last.store_size == end and \
             ends_with_separator(store, prev) is True and \
@@ -206,7 +212,7 @@ def _recover(store, progress, report: RecoveryReport) -> None:
     report.scan_end = end
 
 
-def ends_with_separator(store, rec: MessageRecord) -> bool | None:
+def ends_with_separator(store: MessageStore, rec: MessageRecord) -> bool | None:
     """Whether the record's properties area ends with PROPERTY_SEPARATOR; None when it is
     empty."""
     props_len = rec.store_size - cal_msg_length(rec.sys_flag, len(rec.body),
@@ -218,7 +224,7 @@ def ends_with_separator(store, rec: MessageRecord) -> bool | None:
     return store.commitlog.files.read(end - 1, 1) == PROPERTY_END
 
 
-def check_queue_tails(store) -> int:
+def check_queue_tails(store: MessageStore) -> int:
     """Drop trailing ConsumeQueue units that do not describe their record.
 
     A torn unit can look valid (offset and size intact, tagsCode half written); RocketMQ
@@ -254,7 +260,7 @@ def check_queue_tails(store) -> int:
     return dropped
 
 
-def record_boundary(store, offset: int) -> int:
+def record_boundary(store: MessageStore, offset: int) -> int:
     """``offset`` when a valid record starts there, else the start of its segment."""
     cl = store.commitlog
     if offset <= cl.min_offset:
@@ -267,7 +273,7 @@ def record_boundary(store, offset: int) -> int:
         return offset - offset % cl.file_size
 
 
-def recovery_start(store) -> int:
+def recovery_start(store: MessageStore) -> int:
     cl = store.commitlog
     if store.last_exit_ok:
         last = max((cq.last_commitlog_offset for cq in store.consume_queues.values()),
@@ -304,7 +310,7 @@ def recovery_start(store) -> int:
     return cl.min_offset
 
 
-def scan_and_dispatch(store, start: int, full: bool, progress=None,
+def scan_and_dispatch(store: MessageStore, start: int, full: bool, progress=None,
                       report: RecoveryReport | None = None,
                       desc: str = "recovering CommitLog") -> tuple[int, bool]:
     """Check every record from ``start`` to the first invalid one and dispatch what the
@@ -316,6 +322,14 @@ def scan_and_dispatch(store, start: int, full: bool, progress=None,
     :data:`PROGRESS_STEP` bytes and filled at the end. ``report`` counts what was scanned and
     rebuilt.
     """
+    end, gap, _ = _scan_and_dispatch(store, start, full, progress, report, desc, True)
+    return end, gap
+
+
+def _scan_and_dispatch(store: MessageStore, start: int, full: bool, progress,
+                       report: RecoveryReport | None, desc: str, undecoded: bool):
+    """:func:`scan_and_dispatch`, and the last two records decoded ``(prev, last)`` (None
+    where there are fewer)."""
     cl = store.commitlog
     total = max(0, cl.files.end_offset - start)
     bar = workprogress.bar(progress, total, desc, "B")
@@ -323,17 +337,18 @@ def scan_and_dispatch(store, start: int, full: bool, progress=None,
     index = store.index_service
     indexed_before = index.item_count() if index is not None else 0
     try:
-        end, gap, records = _scan(store, start, full, bar, report)
+        end, gap, records, tail = _scan(store, start, full, bar, report, undecoded)
     finally:
         bar.close()
     report.bytes_scanned += max(0, end - start)
     report.records_scanned += records
     if index is not None:
         report.index_rebuilt += max(0, index.item_count() - indexed_before)
-    return end, gap
+    return end, gap, tail
 
 
-def _scan(store, start: int, full: bool, bar, report: RecoveryReport) -> tuple[int, bool, int]:
+def _scan(store: MessageStore, start: int, full: bool, bar, report: RecoveryReport,
+          undecoded: bool) -> tuple[int, bool, int, tuple]:
     cl = store.commitlog
     batch: list[DispatchRequest] = []
     gap = False
@@ -347,13 +362,12 @@ def _scan(store, start: int, full: bool, bar, report: RecoveryReport) -> tuple[i
     # _dispatch (a unit that differs, or any other reason), every later record of that
     # queue goes there too, so a truncation and rewrite happen exactly as on the decoded
     # path. Dispatchers that need every record decoded turn this off (engine.dispatch).
-    skip_known = RECOVER_UNDECODED and all(map(dispatch.skips_below_end_offset, store.dispatchers))
+    skip_known = undecoded and all(map(dispatch.skips_below_end_offset, store.dispatchers))
     indexed_below = index.end_phy_offset if index is not None else None
     light = light_unit
     pack_unit = UNIT.pack
     windows: dict = {}  # (topic, queueId) -> (first queue offset, raw units read ahead)
     dirty: set = set()  # queues with a record handed to _dispatch
-    store._scan_last = store._scan_prev = None
     last = prev = None  # (buf, pos) of the last two records, decoded after the scan
     shown = start  # bytes up to here are on the progress bar
     next_show = start + PROGRESS_STEP
@@ -396,13 +410,11 @@ def _scan(store, start: int, full: bool, bar, report: RecoveryReport) -> tuple[i
             batch = []
     if batch:
         gap |= dispatch.dispatch(store, batch, recovering=True, full=full, report=report)
-    if prev is not None:
-        store._scan_prev = decode_record(prev[0], prev[1], check_crc=False)
-    if last is not None:
-        store._scan_last = decode_record(last[0], last[1], check_crc=False)
+    tail = (None if prev is None else decode_record(prev[0], prev[1], check_crc=False),
+            None if last is None else decode_record(last[0], last[1], check_crc=False))
     if cl.files.end_offset > shown:
         bar.update(cl.files.end_offset - shown)  # the rest, to the end of the last segment
-    return cl.scan_end, gap, records
+    return cl.scan_end, gap, records, tail
 
 
 def light_unit(buf, pos: int) -> tuple[int, int, int]:

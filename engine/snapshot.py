@@ -39,6 +39,8 @@ directories (``timerwheel``, ``batchconsumequeue``, ...), which this engine does
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import hashlib
 import json
 import logging
@@ -60,6 +62,9 @@ from .errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError, 
 from .indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM
 from .mappedfile import offset_to_file_name
 from . import workprogress
+
+if TYPE_CHECKING:
+    from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +308,7 @@ def _segment_files(prefix: str, segs: list, end: int, file_size: int, mem: bytes
     return out
 
 
-def freeze(store, name: str) -> Snapshot:
+def freeze(store: MessageStore, name: str) -> Snapshot:
     """Freeze ``store`` (an open :class:`engine.store.MessageStore`) as snapshot ``name``.
 
     Holds the put lock for the time of a few ``dup`` calls and one copy of the live IndexFile's
@@ -348,29 +353,27 @@ def freeze(store, name: str) -> Snapshot:
                 continue
         with store.put_lock:
             locked_at = time.perf_counter_ns()
-            if store._closed:
+            if store.closed:
                 raise SnapshotError("store is closed")
             now_ms = int(time.time() * 1000)
             cl = store.commitlog
-            pending = store._pending
+            pending = store.flusher.pending()
             if pending:  # SYNC_FLUSH puts waiting for their flush: not acknowledged yet
                 offset = min(d.commitlog_offset for d in pending[0][1])
-                last_ts = store._dispatched_store_timestamp
+                last_ts = store.dispatched_store_timestamp
             else:
                 offset = cl.max_offset
-                last_ts = cl.last_store_timestamp or store._dispatched_store_timestamp
+                last_ts = cl.last_store_timestamp or store.dispatched_store_timestamp
             # The follower mount (issue 10) may read the CommitLog ahead of its dispatch.
             reput = getattr(store, "reput_from_offset", None)
             if isinstance(reput, int) and 0 <= reput < offset:
                 offset = reput
-            with cl.files._lock:
-                segs = [(s.start, dup(s.fd), s.size) for s in cl.files.segments]
+            segs = cl.files.dup_segments(dup)
             files += _segment_files("commitlog", segs, offset, cl.file_size)
             min_offset = cl.min_offset
             messages = 0
             for (topic, qid), cq in list(store.consume_queues.items()):
-                with cq.files._lock:
-                    qsegs = [(s.start, dup(s.fd), s.size) for s in cq.files.segments]
+                qsegs = cq.files.dup_segments(dup)
                 end = cq.max_offset * CQ_STORE_UNIT_SIZE
                 messages += cq.max_offset - cq.min_offset
                 mem = b""
@@ -385,11 +388,11 @@ def freeze(store, name: str) -> Snapshot:
             index_ts = 0
             index = store.index_service
             if index is not None:
-                with index._mutex:
-                    for f in index.files:
-                        if f.path is None:
+                with index.frozen() as index_files:
+                    for f in index_files:
+                        if f.path is None or f.fd is None:
                             continue  # in memory only (read-only store)
-                        fd = dup(f._io.fd)
+                        fd = dup(f.fd)
                         rel = f"index/{f.name}"
                         nslots = f.hash_slot_num * HASH_SLOT_SIZE
                         if f.is_write_full:
@@ -408,8 +411,9 @@ def freeze(store, name: str) -> Snapshot:
                         # Slots first, then the header: a writer (another process, for a
                         # follower) writes items, then slots, then the header, so the slots
                         # read here name only items the header read after counts.
-                        if f._slots is not None and not f.read_only:
-                            slots = f._slots.tobytes()  # native order; swapped after the lock
+                        frozen = f.freeze_slots()  # native order; swapped after the lock
+                        if frozen is not None:
+                            slots = frozen
                             native = True
                         else:
                             slots = os.pread(fd, nslots, INDEX_HEADER_SIZE)
@@ -507,7 +511,7 @@ _ITEM_DTYPE = np.dtype([(name, f">i{struct.calcsize(fmt)}") for name, fmt in
 assert _ITEM_DTYPE.itemsize == INDEX_SIZE
 
 
-def _cut_index(store, fd: int, head: bytes, slots: bytes, native: bool, items_base: int,
+def _cut_index(store: MessageStore, fd: int, head: bytes, slots: bytes, native: bool, items_base: int,
                cut: int):
     """An IndexFile as it was when the CommitLog ended at ``cut``: items naming records at or
     past ``cut`` dropped, the hash slots pointing at them moved down their chains to the newest

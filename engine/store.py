@@ -154,10 +154,8 @@ class MessageStore:
         self.uniq_keys = UniqKeyGenerator(self.store_host[0])
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_file_size = self.config.mapped_file_size_consume_queue
-        self._round_robin: dict[str, int] = {}
-        self._tags_cache: dict[str, tuple[bytes, int]] = {}  # TAGS -> (encoded property, tagsCode)
-        self._plain_topics: dict[str, tuple] = {}  # topic -> (config, state, _plain_topic info)
-        self._delay_levels = self.config.delay_level_table()
+        # the delay levels' delays in ms (``messageDelayLevel``), level 1 first
+        self.delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[DispatchRequest]) / truncate(offset)
         # What opening the store repaired, and queues whose units point at no valid record
         # (found while reading): "<path>: <what>" lines for logs and status.json.
@@ -181,20 +179,16 @@ class MessageStore:
                     self.repairs.append(f"index/{name}: {problem}; {what}")
                     log.warning("index/%s: %s; %s", name, problem, what)
             self.dispatchers.append(self.index_service)
-        # topicQueueTable: the next queue offset to assign, ahead of the ConsumeQueue while a
-        # SYNC_FLUSH put waits for its flush (getMaxOffsetInQueue(committed=false)).
-        self._queue_offsets: dict[tuple[str, int], int] = {}
-        # SYNC_FLUSH: dispatches waiting for their records to be flushed, in CommitLog order.
-        self._pending: list[tuple[int, list]] = []
-        self._flush_lock = threading.Lock()
-        self._gc_cond = threading.Condition()
-        self._gc_waiters: list = []
-        self._dispatched_store_timestamp = self.checkpoint.logics_msg_timestamp
-        self._last_thorough_flush = time.monotonic()
-        self._checkpoint_written = False
+        # the put path's caches and queue offsets (engine.putmessage)
+        self.putter = putmessage.PutService(self)
+        # flush, group commit and the SYNC_FLUSH dispatches waiting for them (engine.flush)
+        self.flusher = flush.FlushService(self)
+        # the store timestamp of the last record dispatched to the ConsumeQueues (what the
+        # checkpoint's logicsMsgTimestamp may say once they are flushed)
+        self.dispatched_store_timestamp = self.checkpoint.logics_msg_timestamp
         # TopicAttributes "queue.type" = BatchCQ (5.x): served by batchconsumequeue/.
-        self._batch_cq_topics = {name for name, t in self.topic_config.topics.items()
-                                 if str(t.attributes.get("queue.type", "")).lower() == "batchcq"}
+        self.batch_cq_topics = {name for name, t in self.topic_config.topics.items()
+                                if str(t.attributes.get("queue.type", "")).lower() == "batchcq"}
         self._load_consume_queues(progress)
         if follow:
             from .follower import Follower
@@ -221,23 +215,19 @@ class MessageStore:
         self.clean_service = CleanService(self)
         if not read_only:
             self.clean_service.start()
-        self._stop_flush = threading.Event()
-        self._flush_thread = None
-        self._group_commit_thread = None
         if not read_only:
-            self._flush_thread = threading.Thread(target=flush.flush_loop, args=(self,), name="rmq-flush",
-                                                  daemon=True)
-            self._flush_thread.start()
-            if self.sync_flush:
-                self._group_commit_thread = threading.Thread(
-                    target=flush.group_commit_loop, args=(self,), name="rmq-group-commit", daemon=True)
-                self._group_commit_thread.start()
+            self.flusher.start()
 
     @property
     def cq_file_size(self) -> int:
         """The size of this store's ConsumeQueue files (``mappedFileSizeConsumeQueue``, as
         the files say)."""
         return self._cq_file_size
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has begun (read under the put lock: puts refuse after it)."""
+        return self._closed
 
     @property
     def sync_flush(self) -> bool:
@@ -300,9 +290,15 @@ class MessageStore:
 
 
 
-    def _consume_queue(self, topic: str, queue_id: int, create: bool) -> ConsumeQueue | None:
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue's ConsumeQueue, or None when it has never had a message."""
+        return self.consume_queues.get((topic, queue_id))
+
+    def writable_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue's ConsumeQueue, a new empty one when it has none yet (the dispatch of
+        its first unit; caller holds the put lock)."""
         cq = self.consume_queues.get((topic, queue_id))
-        if cq is None and create:
+        if cq is None:
             qdir = os.path.join(self.root, "consumequeue", topic, str(queue_id))
             cq = ConsumeQueue(qdir, topic, queue_id, self._cq_file_size, self.read_only)
             self.consume_queues[(topic, queue_id)] = cq
@@ -417,7 +413,6 @@ class MessageStore:
             queues = sorted(q for t, q in self.consume_queues if t == name)
             for q in queues:
                 self.consume_queues.pop((name, q)).close()
-                self._queue_offsets.pop((name, q), None)
                 self.damaged.pop((name, q), None)
             import shutil
             for base in ("consumequeue", "consumequeue_ext", "batchconsumequeue"):
@@ -427,9 +422,8 @@ class MessageStore:
                     _fsync_dir(os.path.join(self.root, base))
             offsets = self.consumer_offsets.remove_topic(name)
             self.topic_config.remove(name)
-            self._round_robin.pop(name, None)
-            self._plain_topics.pop(name, None)
-            self._batch_cq_topics.discard(name)
+            self.putter.forget_topic(name)
+            self.batch_cq_topics.discard(name)
         log.info("deleted topic %s: queues %s, offsets %s; its records stay in the CommitLog "
                  "below %d until they expire", name, queues, offsets, end)
         return {"topic": name, "queues": queues, "offsets": offsets, "commitLogOffset": end}
@@ -469,10 +463,6 @@ class MessageStore:
                 lo = mid + 1
         return lo
 
-    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        """The queue's ConsumeQueue, or None when it has never had a message."""
-        return self.consume_queues.get((topic, queue_id))
-
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset still readable."""
         cq = self.consume_queues.get((topic, queue_id))
@@ -486,7 +476,7 @@ class MessageStore:
         ``getMaxOffsetInQueue(topic, queueId, false)``.
         """
         if not committed:
-            n = self._queue_offsets.get((topic, queue_id))
+            n = self.putter.assigned_offset(topic, queue_id)
             if n is not None:
                 return n
         cq = self.consume_queues.get((topic, queue_id))
@@ -682,9 +672,6 @@ class MessageStore:
         return get_messages(self, topic, queue_id, offset, max_msg_nums,
                             parse_subscription(tags))
 
-    # Fields of Message the fast path handles itself; any other field must hold its default.
-    _msg_id_prefix: str | None = None  # hex of the store host for offset msgIds
-
 
 
 
@@ -768,14 +755,14 @@ class MessageStore:
 
     def flush(self, least_pages: int = 0) -> bool:
         """Force appended data to disk, then the ConsumeQueues, index and checkpoint (the
-        fsync() path; :func:`engine.flush.flush`). Returns True when CommitLog data was
+        fsync() path; :meth:`engine.flush.FlushService.flush`). Returns True when CommitLog data was
         synced. Raises OSError from the disk."""
-        return flush.flush(self, least_pages)
+        return self.flusher.flush(least_pages)
 
     def flush_commitlog(self) -> bool:
-        """Sync the CommitLog only (:func:`engine.flush.flush_commitlog`); True if data was
+        """Sync the CommitLog only (:meth:`engine.flush.FlushService.flush_commitlog`); True if data was
         synced."""
-        return flush.flush_commitlog(self)
+        return self.flusher.flush_commitlog()
 
     def delete_expired_files(self, manual: bool = True) -> CleanReport:
         """Delete expired files now (``deleteExpiredCommitLog``; see :mod:`engine.cleanup`).
@@ -802,26 +789,19 @@ class MessageStore:
         if self.follower is not None:
             self.follower.stop()
         self.clean_service.shutdown()
-        self._stop_flush.set()
-        if self._flush_thread is not None:
-            self._flush_thread.join()
-        if self._group_commit_thread is not None:
-            self._group_commit_thread.join()
+        self.flusher.stop()
         with self.put_lock:
             self._closed = True
         clean = True
         if not self.read_only:
             try:
-                flush.flush(self)
+                self.flusher.flush()
             except Exception:  # recorded as an abnormal shutdown
                 log.exception("flush at close failed; the next open recovers")
                 clean = False
             # DefaultMessageStore.shutdown keeps ``abort`` while dispatch is behind.
-            clean = clean and not self._pending
-        with self._gc_cond:
-            waiters, self._gc_waiters = self._gc_waiters, []
-        for w in waiters:  # flushed above
-            w[1].set()
+            clean = clean and not self.flusher.has_pending()
+        self.flusher.release_waiters()  # flushed above
         with self.put_lock:
             for d in self.dispatchers:
                 if hasattr(d, "close"):

@@ -294,12 +294,12 @@ def test_sync_flush_group_commit_shares_fsyncs(tmp_path):
 
         # Eight putters queued behind one flush in progress are served by one fdatasync.
         before = s.commitlog.flush_count
-        with s._flush_lock:
+        with s.flusher.lock:
             threads = [threading.Thread(target=put, args=(t,)) for t in range(n_threads)]
             per_thread = 1
             for t in threads:
                 t.start()
-            while len(s._pending) < n_threads:  # all appended, all waiting
+            while s.flusher.pending_count() < n_threads:  # all appended, all waiting
                 time.sleep(0.001)
         for t in threads:
             t.join()
@@ -311,7 +311,7 @@ def test_sync_flush_nothing_visible_before_flush(tmp_path):
     """ReputMessageServiceTest: under SYNC_FLUSH, unflushed records are not dispatched."""
     with MessageStore(tmp_path / "s", _cfg(flush_disk_type="SYNC_FLUSH")) as s:
         s.create_topic("T", 1)
-        with s._flush_lock:  # no flush can run
+        with s.flusher.lock:  # no flush can run
             s.put_messages([Message("T", b"m%d" % i, wait_store_msg_ok=False)
                             for i in range(10)])
             assert s.get_messages("g", "T", 0, 0, 32).status == S.NO_MESSAGE_IN_QUEUE
@@ -369,7 +369,7 @@ def test_get_messages_statuses(tmp_path):
         s.consume_queue("T", 0).min_offset = 20  # as after expiry (correctMinOffset)
         r = s.get_messages("g", "T", 0, 3)
         assert r.status == S.OFFSET_TOO_SMALL and r.next_begin_offset == 20
-        s._consume_queue("T", 1, create=True)
+        s.writable_consume_queue("T", 1)
         r = s.get_messages("g", "T", 1, 0)
         assert r.status == S.NO_MESSAGE_IN_QUEUE and r.next_begin_offset == 0
 

@@ -547,11 +547,11 @@ def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 4)
         assert putmessage.put_plain(s, [Message("T", b"plain")]) is not None
-        rr, counter = dict(s._round_robin), s.uniq_keys.counter
+        rr, counter = dict(s.putter.round_robin), s.uniq_keys.counter
         for m in (Message("T", b"d", delay_level=2), Message("T", b"c", compress=True),
                   Message("T", b"c", compress=False), Message("T", b"w", wait_store_msg_ok=False)):
             assert putmessage.put_plain(s, [Message("T", b"first"), m]) is None
-            assert s._round_robin == rr and s.uniq_keys.counter == counter
+            assert s.putter.round_robin == rr and s.uniq_keys.counter == counter
         for name, value in (("enabled_append_prop_crc", True),
                             ("compress_msg_body_over_howmuch", 0),
                             ("flush_disk_type", "SYNC_FLUSH")):
@@ -559,9 +559,9 @@ def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
             setattr(s.config, name, value)
             assert putmessage.put_plain(s, [Message("T", b"x")]) is None
             setattr(s.config, name, old)
-        s._batch_cq_topics.add("T")
+        s.batch_cq_topics.add("T")
         assert putmessage.put_plain(s, [Message("T", b"x")]) is None
-        s._batch_cq_topics.discard("T")
+        s.batch_cq_topics.discard("T")
         seen = []
         real = putmessage.put_plain
         putmessage.put_plain = lambda store, msgs: seen.append(1) or real(store, msgs)

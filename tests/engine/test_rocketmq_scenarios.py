@@ -202,7 +202,7 @@ def test_DefaultMessageStoreTest_testMaxOffset(tmp_path):
         s.create_topic("FooBar", 1)
         s.put_messages([Message("FooBar", b"m", queue_id=0) for _ in range(3)])
         assert s.max_offset("FooBar", 0) == 3
-        with s._flush_lock:
+        with s.flusher.lock:
             s.put_messages([Message("FooBar", b"m", queue_id=0, wait_store_msg_ok=False)
                             for _ in range(2)])
             assert s.max_offset("FooBar", 0, committed=True) == 3
@@ -272,7 +272,7 @@ def test_ReputMessageServiceTest(tmp_path, flush, expected):
     """SYNC_FLUSH without a flush: nothing dispatched (NO_MESSAGE_IN_QUEUE); ASYNC: all 10."""
     with _store(tmp_path / "s", flush_disk_type=flush, flush_interval_commit_log=60_000) as s:
         s.create_topic("T", 1)
-        with s._flush_lock:
+        with s.flusher.lock:
             s.put_messages([Message("T", b"m", queue_id=0, wait_store_msg_ok=False)
                             for _ in range(10)])
             r = s.get_messages("g", "T", 0, 0, 32)
@@ -286,7 +286,7 @@ def test_DefaultMessageStoreShutDownTest(tmp_path, monkeypatch):
     root = tmp_path / "s"
     s = _store(root, flush_disk_type="SYNC_FLUSH")
     s.create_topic("T", 1)
-    with s._flush_lock:
+    with s.flusher.lock:
         s.put_messages([Message("T", b"m", queue_id=0, wait_store_msg_ok=False)
                         for _ in range(3)])
 

@@ -289,10 +289,10 @@ def test_freeze_under_sync_flush_excludes_unflushed_puts(tmp_path):
         _put(store, 100)
         # a put appended but waiting for its flush is not acknowledged: not in the snapshot
         with store.put_lock:
-            store._pending.append((store.commitlog.max_offset + 10, [
-                type("D", (), {"commitlog_offset": store.commitlog.max_offset})()]))
+            store.flusher.add_pending(store.commitlog.max_offset + 10, [
+                type("D", (), {"commitlog_offset": store.commitlog.max_offset})()])
             snap = freeze(store, "a")
-            store._pending.pop()
+            store.flusher.pending().pop()
         assert snap.commitlog_offset == store.commitlog.max_offset
         snap.release()
 
