@@ -99,6 +99,18 @@ def rmqfs_cmd(*args) -> list[str]:
     return [sys.executable, "-m", "mount.cli", *map(str, args)]
 
 
+def recover_decoding_every_record(monkeypatch) -> None:
+    """Make every MessageStore opened afterwards recover with each record decoded
+    (``engine.recovery.recover(..., undecoded=False)``) instead of comparing the units the
+    queues already hold with the raw records: tests compare the two recoveries. Undone by
+    ``monkeypatch.undo()``."""
+    import functools
+
+    from engine import recovery
+    monkeypatch.setattr(recovery, "recover", functools.partial(recovery.recover,
+                                                               undecoded=False))
+
+
 @pytest.fixture
 def slow_renders(monkeypatch):
     """Daemons started by run_rmqfs from now on sleep 2 s per rendered chunk of a JSON view

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import recover_decoding_every_record
+
 import engine.store as store_mod
 from engine import dispatch, putmessage, recovery
 from engine.indexfile import IndexFile, IndexService
@@ -500,7 +502,7 @@ def test_torn_properties_of_the_last_record_dropped_with_the_raw_scan(tmp_path, 
         if abnormal:
             (root / "abort").write_text("1")
         if not light:
-            monkeypatch.setattr(recovery, "RECOVER_UNDECODED", False)
+            recover_decoding_every_record(monkeypatch)
         with MessageStore(str(root), cfg) as s:
             if abnormal:
                 assert s.commitlog.max_offset == torn_at
