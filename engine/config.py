@@ -353,7 +353,7 @@ class TopicConfigManager:
         self.topics: dict[str, TopicConfig] = {}
         self.skipped: dict[str, dict] = {}  # entries with unsafe names, written back as is
         self.skip_reasons: dict[str, str] = {}  # their reasons (topic_path_problem)
-        raw = load_config_file(self.path, self._parse) or {}
+        raw = load_config_file(self.path, self.parse) or {}
         for name, d in _table(raw, "topicConfigTable").items():
             problem = topic_path_problem(name)
             if problem is not None:
@@ -371,7 +371,7 @@ class TopicConfigManager:
         self._extra = {k: v for k, v in raw.items() if k not in ("topicConfigTable", "dataVersion")}
 
     @staticmethod
-    def _parse(raw):
+    def parse(raw):
         for name, d in _table(raw, "topicConfigTable").items():
             TopicConfig.from_json(name, d)
         return raw
@@ -437,14 +437,14 @@ class ConsumerOffsetManager:
         self.read_only = read_only
         self.lock = threading.Lock()
         self.table: dict[str, dict[int, int]] = {}
-        raw = load_config_file(self.path, self._parse) or {}
+        raw = load_config_file(self.path, self.parse) or {}
         self.table = self._offsets(raw)
         self.counter = _counter(raw)
         self._extra = {k: v for k, v in raw.items()
                        if k not in ("offsetTable", "dataVersion", "groupTopicMap")}
 
     @classmethod
-    def _parse(cls, raw):
+    def parse(cls, raw):
         """``raw`` when :meth:`_offsets` accepts it (for :func:`load_config_file`)."""
         cls._offsets(raw)
         return raw
@@ -594,7 +594,7 @@ class SubscriptionGroupManager:
         self.path = os.path.join(config_dir, "subscriptionGroup.json")
         self.read_only = read_only
         self.lock = threading.Lock()
-        raw = load_config_file(self.path, self._parse) or {}
+        raw = load_config_file(self.path, self.parse) or {}
         self.groups: dict[str, dict] = {}
         self.skipped: dict[str, object] = {}  # entries with invalid names, written back as is
         for name, d in _table(raw, "subscriptionGroupTable").items():
@@ -610,7 +610,7 @@ class SubscriptionGroupManager:
                        if k not in ("subscriptionGroupTable", "dataVersion")}
 
     @staticmethod
-    def _parse(raw):
+    def parse(raw):
         for name, d in _table(raw, "subscriptionGroupTable").items():
             if not isinstance(d, dict):
                 raise TypeError(f"subscriptionGroupTable[{name!r}] is not an object")
@@ -772,12 +772,12 @@ class DeletedTopics:
         self.path = os.path.join(config_dir, self.FILE)
         self.read_only = read_only
         self.lock = threading.Lock()
-        raw = load_config_file(self.path, self._parse) or {}
+        raw = load_config_file(self.path, self.parse) or {}
         self.table: dict[str, int] = dict(_table(raw, "deletedTopicTable"))
         self.counter = _counter(raw)
 
     @staticmethod
-    def _parse(raw):
+    def parse(raw):
         for name, off in _table(raw, "deletedTopicTable").items():
             _int(off, f"deletedTopicTable[{name!r}]")
         return raw
@@ -831,8 +831,8 @@ def _parse_delay_offsets(raw):
 def config_parsers() -> dict:
     """``{file name under config/: parse function}`` for :func:`load_config_file`: the checks
     the store applies when it opens, for ``rmqfs verify`` to apply the same."""
-    return {"topics.json": TopicConfigManager._parse,
-            "consumerOffset.json": ConsumerOffsetManager._parse,
-            "subscriptionGroup.json": SubscriptionGroupManager._parse,
+    return {"topics.json": TopicConfigManager.parse,
+            "consumerOffset.json": ConsumerOffsetManager.parse,
+            "subscriptionGroup.json": SubscriptionGroupManager.parse,
             "delayOffset.json": _parse_delay_offsets,
-            DeletedTopics.FILE: DeletedTopics._parse}
+            DeletedTopics.FILE: DeletedTopics.parse}

@@ -81,6 +81,7 @@ import json
 import logging
 import os
 import re
+import weakref
 from dataclasses import dataclass, replace
 from collections.abc import Iterator, Sequence
 
@@ -156,6 +157,10 @@ def pushdown_is_per_scan(spark) -> bool:
 
 #: What the reader needs in a Python worker (the project itself is shipped by ``_ship_code``).
 _WORKER_IMPORTS = ("pyarrow", "numpy", "pipeline.datasource")
+# SparkContexts whose workers were checked, and those the project was shipped to (kept here
+# rather than as attributes set on Spark's object)
+_WORKERS_CHECKED: weakref.WeakSet = weakref.WeakSet()
+_SHIPPED: weakref.WeakSet = weakref.WeakSet()
 
 
 def check_workers(spark) -> None:
@@ -166,7 +171,7 @@ def check_workers(spark) -> None:
     start) and how to set ``PYSPARK_PYTHON`` / ``spark.pyspark.python``. Done once per session.
     """
     sc = spark.sparkContext
-    if getattr(sc, "_rmqfs_workers_ok", False):
+    if sc in _WORKERS_CHECKED:
         return
     import sys
     # The workers run sc.pythonExec: PYSPARK_PYTHON as the driver's environment had it when
@@ -207,7 +212,7 @@ def check_workers(spark) -> None:
             f"rocketmq: Spark's Python workers run {exe} (Python {version}; {where}), which "
             f"cannot import {module} ({error}); the driver runs {sys.executable}. "
             f"To fix it, {fix}")
-    sc._rmqfs_workers_ok = True
+    _WORKERS_CHECKED.add(sc)
 
 
 def _ship_code(spark) -> None:
@@ -227,7 +232,7 @@ def _ship_code(spark) -> None:
 
     from pyspark import SparkFiles
     sc = spark.sparkContext
-    if getattr(sc, "_rmqfs_shipped", False):
+    if sc in _SHIPPED:
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     buf = io.BytesIO()
@@ -243,7 +248,7 @@ def _ship_code(spark) -> None:
     with open(path, "wb") as f:
         f.write(buf.getvalue())
     sc.addPyFile(path)
-    sc._rmqfs_shipped = True
+    _SHIPPED.add(sc)
 
 
 def _store(path: str) -> StoreFiles:

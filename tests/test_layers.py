@@ -132,5 +132,6 @@ def test_tests_are_grouped_by_layer(tier, forbidden):
     bad = {p.name: sorted(_test_imports(p) & forbidden)
            for p in sorted((TESTS / tier).glob("test_*.py")) if _test_imports(p) & forbidden}
     assert not bad, bad
-    # at the top only the checks of the whole repository: the layers, the docs' links
-    assert sorted(p.name for p in TESTS.glob("test_*.py")) == ["test_docs.py", "test_layers.py"]
+    # at the top only the checks of the whole repository: the layers, the docs' links, privacy
+    assert sorted(p.name for p in TESTS.glob("test_*.py")) == ["test_docs.py", "test_layers.py",
+                                                                  "test_privacy.py"]
