@@ -150,16 +150,14 @@ def select_queue(store: MessageStore, msg: Message, cfg: TopicConfig) -> int:
     return i % n
 
 
-def put_messages(store: MessageStore, messages: list[Message], batch: bool = False,
-                 internal: bool = False) -> list[PutResult]:
+def put_messages(store: MessageStore, messages: list[Message],
+                 batch: bool = False) -> list[PutResult]:
     """Append messages and dispatch them; all of them or none are stored.
 
     Every message is first checked against :mod:`engine.validation` (RocketMQ's client and
     proxy rules: no reserved property names, no control characters in tags, keys or
-    properties, an integer queueId...). ``internal`` True skips those checks, for puts the
-    broker makes itself (its retry, schedule and transaction records carry system
-    properties) and for tests that build odd stores on purpose; the size limits apply
-    either way.
+    properties, an integer queueId...); :func:`put_internal` is the broker's own path,
+    without them.
 
     ``batch`` gives RocketMQ's MessageBatch semantics (``putMessages``): one topic, one
     queue for all (chosen once), consecutive queue offsets, and the records kept together
@@ -183,6 +181,24 @@ def put_messages(store: MessageStore, messages: list[Message], batch: bool = Fal
             ``syncFlushTimeout`` ms (the records are appended; see the error).
         OSError: the disk failed (e.g. ENOSPC); nothing of the batch is kept.
     """
+    if messages:
+        check_messages(messages)
+    return _put(store, messages, batch)
+
+
+def put_internal(store: MessageStore, messages: list[Message],
+                 batch: bool = False) -> list[PutResult]:
+    """The broker's own put path: :func:`put_messages` without the client rules of
+    :mod:`engine.validation`, for records the broker writes itself (its retry, schedule
+    and transaction records carry system properties and reserved topics; RocketMQ's
+    ``DefaultMessageStore.putMessage`` checks none of the client's rules). The size limits
+    and everything else apply as in :func:`put_messages`. Nothing in rmqfs's faces (the
+    mount, ``rmqfs produce``) calls it; tests build broker-written stores with it.
+    """
+    return _put(store, messages, batch)
+
+
+def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutResult]:
     if store.read_only:
         raise ReadOnlyStoreError("store is read-only")
     if store.disk_full:
@@ -190,8 +206,6 @@ def put_messages(store: MessageStore, messages: list[Message], batch: bool = Fal
                       "the store refuses messages until expired files are deleted")
     if not messages:
         return []
-    if not internal:
-        check_messages(messages)
     out = None if batch else put_plain(store, messages)
     if out is not None:
         for listener in store.listeners:

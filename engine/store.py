@@ -632,8 +632,7 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # writing (engine.putmessage)
 
-    def put_messages(self, messages: list[Message], batch: bool = False,
-                     internal: bool = False) -> list[PutResult]:
+    def put_messages(self, messages: list[Message], batch: bool = False) -> list[PutResult]:
         """Append messages and dispatch them; all of them or none are stored.
 
         See :func:`engine.putmessage.put_messages` (validation, ``batch`` as RocketMQ's
@@ -642,7 +641,7 @@ class MessageStore:
         PropertiesSizeExceededError, PutMessageError, ReadOnlyStoreError,
         FlushDiskTimeoutError, OSError with nothing of the batch kept).
         """
-        return putmessage.put_messages(self, messages, batch, internal)
+        return putmessage.put_messages(self, messages, batch)
 
     # ------------------------------------------------------------------------------------------
     # getMessage

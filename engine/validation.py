@@ -7,8 +7,8 @@ writes whatever it is given, so a property named ``__CRC32#`` or a ``\\x01`` ins
 make a record that recovery cuts at or that re-parses as other properties
 (``MessageDecoder.string2messageProperties`` splits on ``\\x01``/``\\x02``). The rules here are
 those checks, applied by :meth:`engine.store.MessageStore.put_messages` to every caller
-(``rmqfs produce``, the mount's ``produce`` files, Python code), unless the caller says it is
-the broker itself (``internal=True``).
+(``rmqfs produce``, the mount's ``produce`` files, Python code); the broker's own records go
+through :func:`engine.putmessage.put_internal` instead.
 
 Rules (all refusals raise :class:`~engine.errors.MessageIllegalError`, errno EINVAL):
 

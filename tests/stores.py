@@ -38,9 +38,11 @@ def small_segments(**kw):
     return StoreConfig(**base)
 
 
-def put_internal(store, msgs):
-    """Put records a client could not send (odd properties, broker-internal topics) on purpose."""
-    return store.put_messages(msgs, internal=True)
+def put_internal(store, msgs, batch: bool = False):
+    """Put records a client could not send (odd properties, broker-internal topics) on
+    purpose, through the broker's own put path (:func:`engine.putmessage.put_internal`)."""
+    from engine import putmessage
+    return putmessage.put_internal(store, msgs, batch)
 
 
 def every_kind_store(root):

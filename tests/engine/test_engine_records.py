@@ -27,6 +27,7 @@ from engine.message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_M
                             host_from_str)
 from engine.message import SCHEDULE_TOPIC
 from engine.store import Message, MessageStore, StoreConfig
+from stores import put_internal
 
 
 def _cfg(**kw):
@@ -173,8 +174,8 @@ def test_prop_crc_written_like_rocketmq(tmp_path):
         with pytest.raises(MessageIllegalError, match="reserved"):
             s.put_messages([Message("T", b"x", properties={"__CRC32#": "bogus", "a": "b"})])
         # a broker-internal put may: with enabledAppendPropCRC the encoder drops it
-        s.put_messages([Message("T", b"x", properties={"__CRC32#": "bogus", "a": "b"}),
-                        Message("T", b"y")], internal=True)
+        put_internal(s, [Message("T", b"x", properties={"__CRC32#": "bogus", "a": "b"}),
+                        Message("T", b"y")])
     for rec in refreader.read_commitlog(root / "commitlog"):
         raw = (root / "commitlog" / "00000000000000000000").read_bytes()
         start, total = rec["physicalOffset"], rec["totalSize"]

@@ -29,6 +29,7 @@ from engine.errors import InvalidNameError
 from engine.message import MAGIC_V2, cal_msg_length, encode_properties, topic_needs_v2
 from engine.store import Message, MessageStore, StoreConfig
 from engine.uniqkey import UniqKeyGenerator
+from stores import put_internal
 
 T0 = 1_795_305_347_998
 
@@ -119,7 +120,7 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     for msgs in batches:
         # internal: the odd keys ("", "k é" in a list) are refused by the validation of
         # engine/validation.py; here both paths must encode them the same way
-        results += s.put_messages(msgs, internal=True)
+        results += put_internal(s, msgs)
     s.close()
     monkeypatch.undo()
     return results

@@ -14,6 +14,7 @@ from engine.config import validate_group_name, validate_topic_name
 from engine.errors import InvalidNameError, MessageIllegalError, MessageTooLargeError
 from engine.store import Message, MessageStore, StoreConfig
 from engine.verify import verify_store
+from stores import put_internal
 
 CONTROL = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]]
 
@@ -117,8 +118,7 @@ def test_sizes_stay_emsgsize(store):
 
 def test_internal_puts_skip_the_rules(store):
     """The broker's own records (retry/schedule) carry system properties."""
-    res = store.put_messages([Message("T", b"x", properties={"RETRY_TOPIC": "A"})],
-                             internal=True)
+    res = put_internal(store, [Message("T", b"x", properties={"RETRY_TOPIC": "A"})])
     assert store.message_at(res[0].commitlog_offset).properties["RETRY_TOPIC"] == "A"
 
 

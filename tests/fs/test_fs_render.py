@@ -10,6 +10,7 @@ import pytest
 from conftest import copy_fixture
 from engine.store import Message, MessageStore
 from fusefs.render import render_message, render_message_json
+from stores import put_internal
 
 
 def _records(store):
@@ -38,12 +39,12 @@ def _odd_store(path):
     """A store of ODD_BODIES, each with no tags/keys/properties, odd ones, and empty ones."""
     with MessageStore(str(path)) as s:
         s.create_topic("Odd%|_-1")
-        s.put_messages([Message("Odd%|_-1", b, tags=t, keys=k, properties=p)
+        # odd on purpose: past engine/validation.py's rules
+        put_internal(s, [Message("Odd%|_-1", b, tags=t, keys=k, properties=p)
                         for b in ODD_BODIES
                         for t, k, p in [(None, None, None),
                                         ("Tä\"g", ["k 1", "k\\2"], {"ü": "\n", "a": "é"}),
-                                        ("", "  spaced  keys ", {})]],
-                       internal=True)  # odd on purpose: past engine/validation.py's rules
+                                        ("", "  spaced  keys ", {})]])
     return path
 
 
@@ -98,7 +99,6 @@ def test_columnar_lines_match_on_odd_and_every_kind_of_message(tmp_path):
     _check_columnar_lines(every_kind_store(tmp_path / "kinds"))
     with MessageStore(str(tmp_path / "ctl")) as s:  # control characters without short escapes
         s.create_topic("C")
-        s.put_messages([Message("C", b"a\x01b\x1f", tags="t\x07", keys=["k\x00"],
-                                properties={"p\x1b": "v\x02x"})],
-                       internal=True)  # control characters on purpose
+        put_internal(s, [Message("C", b"a\x01b\x1f", tags="t\x07", keys=["k\x00"],
+                                properties={"p\x1b": "v\x02x"})])  # control characters on purpose
     _check_columnar_lines(tmp_path / "ctl")

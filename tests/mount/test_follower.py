@@ -21,6 +21,7 @@ import pytest
 from conftest import SHARED, copy_fixture, fuse, run_rmqfs
 from engine.errors import CorruptRecordError, OffsetOutOfRangeError
 from engine.store import Message, MessageStore, StoreConfig
+from stores import put_internal
 
 ALL_HOURS = ";".join(f"{h:02d}" for h in range(24))
 
@@ -730,8 +731,7 @@ def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
                              born_host=host, store_host=host)
         for rnd in range(12):
             for t in ("T", RETRY_TOPIC, DLQ_TOPIC, LONG_TOPIC):
-                w.put_messages([Message(t, b"%d " % rnd * 600, keys=["k%d" % rnd])],
-                               internal=True)
+                put_internal(w, [Message(t, b"%d " % rnd * 600, keys=["k%d" % rnd])])
             if rnd == 5:
                 with w.put_lock:
                     w.commitlog.append([odd], [0])

@@ -19,6 +19,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In
 
 from pipeline import datasource as D
 from engine import columnar
+from stores import put_internal
 
 FIX = FIXTURES / "rocketmq-4.9.8-written"
 
@@ -230,8 +231,8 @@ def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, smal
                     queue_id=0),
             Message("E", bytes(range(256)), tags="B", properties={"TAGS": "B"}, queue_id=0),
         ] * 30 + [Message("E", b"x" * 5000, queue_id=1) for _ in range(40)]  # crosses segments
-        s.put_messages(msgs[:60], internal=True)  # odd properties on purpose (not validated)
-        s.put_messages(msgs[60:], internal=True)
+        put_internal(s, msgs[:60])  # odd properties on purpose (not validated)
+        put_internal(s, msgs[60:])
         files = columnar.StoreFiles(str(root))
         for q in (0, 1):
             n = files.max_offset("E", q)

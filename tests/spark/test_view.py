@@ -23,6 +23,7 @@ from engine.schema import DATASOURCE_DDL, part_schema
 from fusefs.views import ViewCache
 from fusefs.viewtree import (ViewRootDir, escape_partition_value,
                              unescape_partition_value, view_ddl_file)
+from stores import put_internal
 
 RETRY, DLQ = "%RETRY%CafeGroup", "%DLQ%CafeGroup"
 
@@ -180,14 +181,14 @@ def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, moun
             s.create_topic(t, queue_nums=2)
         fill(s, 30)
         fill(s, 7, queue_id=1)
-        s.put_messages([
+        put_internal(s, [
             Message(RETRY, bytes(range(256)), tags="TagR", keys="order-1 vip",
                     properties={"RETRY_TOPIC": "TopicA", "note": "non-ASCII é ✓"}),
             Message(DLQ, b"\x00\xff\n\r\"{}", queue_id=1),
             Message(DLQ, b"", queue_id=1),
             Message("TopicA", compress_body(b"zipped " * 50, COMPRESSION_ZLIB), queue_id=1,
                     sys_flag=COMPRESSED_FLAG | COMPRESSION_ZLIB),
-        ], internal=True)  # RETRY_TOPIC: written by the broker itself
+        ])  # RETRY_TOPIC: written by the broker itself
     m = mount_store(store_dir)
     view = m.mnt / "view"
     assert sorted(os.listdir(view)) == ["topic=%25DLQ%25CafeGroup",

@@ -19,6 +19,7 @@ from conftest import Mount, fuse
 from engine.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
 from engine.store import Message, MessageStore
 from test_view import DLQ, RETRY, engine_rows, fill
+from stores import put_internal
 
 BULK = 100_005  # messages in Bulk/0: two parts, the second of 5
 
@@ -33,14 +34,14 @@ def mounted(tmp_path_factory):
             s.create_topic(t, queue_nums=2)
         fill(s, 30)
         fill(s, 7, queue_id=1)
-        s.put_messages([
+        put_internal(s, [
             Message(RETRY, bytes(range(256)), tags="TagR", keys="order-1 vip",
                     properties={"RETRY_TOPIC": "TopicA", "note": "non-ASCII é ✓"}),
             Message(DLQ, b"\x00\xff\n\r\"{}", queue_id=1),
             Message(DLQ, b"", queue_id=1),
             Message("TopicA", compress_body(b"zipped " * 50, COMPRESSION_ZLIB), queue_id=1,
                     sys_flag=COMPRESSED_FLAG | COMPRESSION_ZLIB),
-        ], internal=True)  # broker-written records (RETRY_TOPIC, empty body) on purpose
+        ])  # broker-written records (RETRY_TOPIC, empty body) on purpose
         for start in range(0, BULK, 20_000):
             s.put_messages([Message("Bulk", b"line %d" % i, queue_id=0, tags=f"L{i % 5}",
                                     keys=[f"b{i}"])

@@ -18,6 +18,7 @@ from engine.store import Message, MessageStore, StoreConfig
 from engine.verify import recover_store, verify_store
 from test_admin import SEG, _cfg, _hdfs_lines, _verify, conf, store  # noqa: F401 (fixtures)
 from stores import SMALL, bodies, produce, small
+from stores import put_internal
 
 FIXTURE_STORES = {
     "rocketmq-4.9.8-written": "rocketmq-4.9.8-written/store",
@@ -233,9 +234,9 @@ def test_crc32_property_is_verified(tmp_path):
     props = {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6"}
     with MessageStore(root, _cfg()) as s:
         s.create_topic("T", 1)
-        res = s.put_messages([Message("T", f"body{i}".encode(), properties={
-            **props, "UNIQ_KEY": f"{i:032X}", "__CRC32#": "0" * 10}) for i in range(10)],
-            internal=True)  # the reserved names, as a broker's own put
+        # the reserved names, as a broker's own put
+        res = put_internal(s, [Message("T", f"body{i}".encode(), properties={
+            **props, "UNIQ_KEY": f"{i:032X}", "__CRC32#": "0" * 10}) for i in range(10)])
         s.flush()
     seg = root / "commitlog" / f"{0:020d}"
     with open(seg, "r+b") as f:
@@ -312,9 +313,9 @@ def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
         s.create_topic("SCHEDULE_TOPIC_XXXX", 18)
         s.create_topic("Tx", 1)
         s.create_topic(long_topic, 1)
-        s.put_messages([Message("SCHEDULE_TOPIC_XXXX", b"later", queue_id=2,
-                                properties={"DELAY": "3", "REAL_TOPIC": "Tx", "REAL_QID": "0"})],
-                       internal=True)  # as the broker's schedule service writes it
+        # as the broker's schedule service writes it
+        put_internal(s, [Message("SCHEDULE_TOPIC_XXXX", b"later", queue_id=2,
+                                properties={"DELAY": "3", "REAL_TOPIC": "Tx", "REAL_QID": "0"})])
         s.put_messages([Message("Tx", b"prepared", sys_flag=0x4),
                         Message("Tx", b"commit", sys_flag=0x8),
                         Message("Tx", b"rollback", sys_flag=0xC)])
@@ -596,9 +597,9 @@ def test_verify_and_the_store_share_the_deliver_time_rule(tmp_path):
     root = tmp_path / "s"
     with MessageStore(root, _cfg()) as s:
         s.create_topic("SCHEDULE_TOPIC_XXXX", 18)
-        res = s.put_messages([Message("SCHEDULE_TOPIC_XXXX", b"x", queue_id=0, tags="TagA",
+        res = put_internal(s, [Message("SCHEDULE_TOPIC_XXXX", b"x", queue_id=0, tags="TagA",
                                       properties={"DELAY": d, "REAL_TOPIC": "T", "REAL_QID": "0"})
-                              for d in ("0", "soon", "3")], internal=True)
+                              for d in ("0", "soon", "3")])
     res_v = verify_store(str(root), _cfg())
     assert res_v.ok and not res_v.problems, [str(p) for p in res_v.problems]
     cq = (root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "0" / "00000000000000000000").read_bytes()
