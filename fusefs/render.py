@@ -205,15 +205,16 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
     return out
 
 
-def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, first: int,
+def render_part(commitlog_dir: str, topic: str, queue_id: int, units, first: int,
                 out_path: str) -> tuple[int, int, int]:
-    """Write the Parquet part of queue offsets ``[first, first + len(units) // 20)``.
+    """Write the Parquet part of queue offsets ``[first, first + len(units))``.
 
     Args:
         commitlog_dir: the store's ``commitlog/`` directory (opened read-only, no lock).
         topic, queue_id: the queue.
-        units: the raw ConsumeQueue units of those offsets (``engine.consumequeue.UNIT``);
-            blank filler units are skipped.
+        units: the ConsumeQueue units of those offsets (``engine.columnar.queue_units``: a
+            ``UNIT_DTYPE`` array); blank filler units are skipped
+            (``engine.columnar.drop_blank_units``).
         first: queue offset of the first unit.
         out_path: the file to create; written under ``out_path + ".tmp"`` and renamed, so it
             appears whole or not at all.
@@ -228,12 +229,11 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, fir
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from engine.columnar import UNIT_DTYPE, decode_units
-    from engine.consumequeue import BLANK_UNIT_SIZE
+    from engine.columnar import decode_units, drop_blank_units
     from engine.schema import part_schema
 
     segs = _worker_segments(commitlog_dir)
-    arr = np.frombuffer(units, dtype=UNIT_DTYPE)
+    arr = units
     qoffs = np.arange(first, first + len(arr), dtype=np.int64)
     schema = part_schema()
     names = tuple(schema.names)
@@ -246,9 +246,7 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, fir
             group = []
             for a in range(0, len(arr), PART_BATCH_ROWS):
                 u, q = arr[a:a + PART_BATCH_ROWS], qoffs[a:a + PART_BATCH_ROWS]
-                keep = u["size"] != BLANK_UNIT_SIZE
-                if not keep.all():
-                    u, q = u[keep], q[keep]
+                u, q, _ = drop_blank_units(u, q)
                 if len(u):
                     b = decode_units(segs, topic, queue_id, u, q, columns=names)
                     group.append(b)
