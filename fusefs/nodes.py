@@ -19,7 +19,6 @@ import stat
 import threading
 
 from engine import errors as E
-from engine.message import decode_offset_msg_id
 from engine.progress import consumer_progress, diff_total
 from engine.status import store_status
 from engine.store import Message
@@ -494,12 +493,8 @@ class MessagesDir(Dir):
         return []
 
     def child(self, name):
-        try:
-            _, offset = decode_offset_msg_id(name)
-        except ValueError:
-            return None
-        rec = self.ctx.store.message_at(offset)
-        if rec is None or rec.msg_id != name.upper():
+        rec = self.ctx.store.look_message_by_offset_msg_id(name)
+        if rec is None:
             return None
         return MessageFile(self.ctx, self.sub(name), [rec])
 

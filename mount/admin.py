@@ -455,17 +455,10 @@ def cmd_query_msg(args) -> int:
 
 def _by_msg_id(store, msg_id: str, topic: str | None):
     """An offset msgId (32/56 hex: store host + CommitLog offset), else a UNIQ_KEY."""
-    from engine.message import decode_offset_msg_id
     msg_id = msg_id.strip()
-    try:
-        _, offset = decode_offset_msg_id(msg_id)
-    except ValueError:
-        offset = None
-    if offset is not None:
-        rec = store.message_at(offset)
-        if rec is not None and rec.msg_id == msg_id.upper() and (
-                topic is None or rec.topic == topic):
-            return [rec]
+    rec = store.look_message_by_offset_msg_id(msg_id)
+    if rec is not None and (topic is None or rec.topic == topic):
+        return [rec]
     topics = [_topic(store, topic)] if topic else store.topic_names()
     recs = []
     for t in topics:
