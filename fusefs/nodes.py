@@ -22,8 +22,8 @@ from engine import errors as E
 from engine.progress import consumer_progress, diff_total
 from engine.status import store_status
 from engine.store import Message
-from engine.validation import (check_send_topic, check_topic_creatable, message_from_json,
-                               parse_decimal, parse_json_line)
+from engine.jsonline import message_from_json, parse_json_line
+from engine.validation import check_send_topic, check_topic_creatable, parse_decimal
 from engine.storetree import lstat_beneath, open_beneath
 
 from . import render as R

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import copy_fixture
 from engine.store import Message, MessageStore
-from fusefs.render import render_message, render_message_json
+from engine.jsonline import build_line as render_message_json
+from fusefs.render import render_message
 
 
 def _records(store):
