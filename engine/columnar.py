@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is buil
     import pyarrow as pa
 
 __all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "record_dtype", "decode_units",
+           "queue_units", "drop_blank_units",
            "decode_topic_units", "decode_units_per_record", "decode_commitlog", "arrow_schema"]
 
 # numpy type of each struct format character of FIXED_V4_FIELDS (big-endian). An IPv4 address
@@ -246,6 +247,49 @@ class QueueFiles:
         return last // CQ_STORE_UNIT_SIZE + n
 
 
+def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """Units of queue offsets ``[start, end)`` of a store's ConsumeQueue, read through its
+    ``read_units`` (:meth:`engine.consumequeue.ConsumeQueue.read_units`, across its files), as
+    ``(UNIT_DTYPE array, int64 queue offsets)``; blank filler kept (:func:`drop_blank_units`
+    removes it). Shorter than asked when the queue holds fewer units (``cq`` None: empty).
+
+    The one reader of ConsumeQueue bytes for the views (``fusefs.views``): above the engine
+    units are numpy arrays, never raw bytes.
+    """
+    out = []
+    pos = start
+    while cq is not None and pos < end:
+        raw = cq.read_units(pos, end - pos)
+        if not raw:
+            break
+        out.append(raw)
+        pos += len(raw) // CQ_STORE_UNIT_SIZE
+    # joined as bytes: np.concatenate would give the native byte order, not UNIT_DTYPE's
+    units = np.frombuffer(out[0] if len(out) == 1 else b"".join(out), dtype=UNIT_DTYPE)
+    return units, np.arange(start, start + len(units), dtype=np.int64)
+
+
+def drop_blank_units(units: np.ndarray, queue_offsets: np.ndarray, queue_ids=None,
+                     keep: np.ndarray | None = None):
+    """Remove blank filler units (size ``BLANK_UNIT_SIZE``: ``ConsumeQueue.fillPreBlank``) and,
+    when ``keep`` (a bool array) is given, the units it marks False, from ``units`` and the
+    arrays aligned with them: their queue offsets and, for a topic's merged units, their queue
+    ids (an int, one queue, passes through). Returns ``(units, queue_offsets, queue_ids)``,
+    the inputs themselves when nothing is removed.
+
+    The one blank filter of every decode of a queue (``StoreFiles.read_batches``, the views'
+    chunks and Parquet parts in ``fusefs``).
+    """
+    mask = units["size"] != BLANK_UNIT_SIZE
+    if keep is not None:
+        mask &= keep
+    if not mask.all():
+        units, queue_offsets = units[mask], queue_offsets[mask]
+        if queue_ids is not None and not isinstance(queue_ids, int):
+            queue_ids = queue_ids[mask]
+    return units, queue_offsets, queue_ids
+
+
 class StoreFiles:
     """A store directory opened for reading only, without the store's ``lock`` file.
 
@@ -402,11 +446,8 @@ class StoreFiles:
                 raise CorruptRecordError(
                     f"{topic}/{queue_id}: ConsumeQueue units {pos}..{pos + n} are missing")
             qoffs = np.arange(pos, pos + n, dtype=np.int64)
-            keep = units["size"] != BLANK_UNIT_SIZE
-            if codes is not None:
-                keep &= np.isin(units["tags"].astype(np.int64), codes)
-            if not keep.all():
-                units, qoffs = units[keep], qoffs[keep]
+            keep = None if codes is None else np.isin(units["tags"].astype(np.int64), codes)
+            units, qoffs, _ = drop_blank_units(units, qoffs, keep=keep)
             if len(units):
                 batch = decode_units(self.commitlog, topic, queue_id, units, qoffs, wanted,
                                      columns)

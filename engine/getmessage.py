@@ -87,19 +87,26 @@ class GetMessageResult:
         return len(self.messages)
 
 
-def parse_subscription(expression: str | None) -> frozenset[int] | None:
-    """The tagsCode set of a subscription (``FilterAPI.buildSubscriptionData``).
+def subscription_tags(expression: str | None) -> frozenset[str] | None:
+    """The tags of a subscription (``FilterAPI.buildSubscriptionData``: its tagsSet).
 
-    ``"TagA || TagB"`` gives the Java hashes of TagA and TagB; None, ``""`` and ``"*"`` give
-    None (every message matches). Blank parts are ignored.
+    ``"TagA || TagB"`` gives {TagA, TagB}; None, ``""`` and ``"*"`` give None (every message
+    matches). Blank parts are ignored: ``"||"`` gives an empty set (no message matches).
+    The one parser of a subscription expression (getMessage, ``rmqfs printMsg -s``).
     """
     if expression is None:
         return None
     expression = expression.strip()
     if not expression or expression == SUB_ALL:
         return None
-    tags = [t.strip() for t in expression.split("||")]
-    return frozenset(java_string_hash(t) for t in tags if t)
+    return frozenset(t.strip() for t in expression.split("||") if t.strip())
+
+
+def parse_subscription(expression: str | None) -> frozenset[int] | None:
+    """The tagsCode set of a subscription (``FilterAPI.buildSubscriptionData``: its codeSet):
+    the Java hashes of :func:`subscription_tags`; None when every message matches."""
+    tags = subscription_tags(expression)
+    return None if tags is None else frozenset(java_string_hash(t) for t in tags)
 
 
 def _matches(codes: frozenset[int] | None, tags_code: int) -> bool:

@@ -521,6 +521,25 @@ class MessageStore:
             return None
         return self._checked(rec) if rec.commitlog_offset == commitlog_offset else None
 
+    def look_message_by_offset_msg_id(self, msg_id: str) -> MessageRecord | None:
+        """The message an offset msgId names (32 or 56 hex digits: store host, port and
+        CommitLog offset; ``MessageDecoder.decodeMessageId`` then
+        ``DefaultMessageStore.lookMessageByOffset``), or None: not such a string, no record
+        at that offset, or the record there has another msgId (another store host). Case
+        does not matter; whitespace is not stripped.
+
+        Raises CorruptRecordError as :meth:`message_at` does (damage is not a miss).
+        """
+        from .message import decode_offset_msg_id
+        try:
+            _, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            return None
+        rec = self.message_at(offset)
+        if rec is None or rec.msg_id != msg_id.upper():
+            return None
+        return rec
+
     def query_by_key(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
                      end: int = 2**63 - 1) -> list[MessageRecord]:
         """Messages of ``topic`` whose KEYS or UNIQ_KEY equal ``key``, via the IndexFiles.

@@ -31,18 +31,16 @@ Size limits (maxMessageSize, 32767 bytes of properties) stay with the encoder
 (:func:`engine.message.encode_message`), which raises
 :class:`~engine.errors.MessageTooLargeError` (EMSGSIZE).
 
-:func:`message_from_json` is the one parser of a ``produce.jsonl`` line.
+:func:`engine.jsonline.message_from_json` is the one parser of a ``produce.jsonl`` line; it
+applies these rules.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 
 from .errors import InvalidNameError, MessageIllegalError, PermissionDeniedError
-from .message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC, Message
+from .message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC
 
 # org.apache.rocketmq.common.topic.TopicValidator (5.3): the broker's own topics. A client may
 # not create one (AdminBrokerProcessor.updateAndCreateTopic: "is conflict with system topic",
@@ -81,12 +79,9 @@ TRANSIENT_PREFIX = "__RMQ.TRANSIENT."  # MessageConst.PROPERTY_TRANSIENT_PREFIX
 _BAD_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _GOOD_TAGS: set[str] = set()  # tags already checked (bounded)
 
-# produce.jsonl: the fields of a line
-JSON_FIELDS = frozenset(("body", "bodyBase64", "tags", "keys", "properties", "queueId",
-                         "shardingKey"))
 
 
-def _describe(ch: str) -> str:
+def describe_char(ch: str) -> str:
     if "\ud800" <= ch <= "\udfff":
         return f"a lone surrogate U+{ord(ch):04X} (not encodable as UTF-8)"
     return f"control character U+{ord(ch):04X}"
@@ -99,7 +94,7 @@ def check_text(what: str, value) -> None:
         raise MessageIllegalError(f"{what} must be a string, not {type(value).__name__}")
     bad = _BAD_CHAR.search(value)
     if bad:
-        raise MessageIllegalError(f"{what} {value!r} contains {_describe(bad.group())}")
+        raise MessageIllegalError(f"{what} {value!r} contains {describe_char(bad.group())}")
     if not value.strip():
         raise MessageIllegalError(f"{what} must not be empty or blank")
 
@@ -126,7 +121,7 @@ def check_keys(keys) -> None:
         if keys:
             bad = _BAD_CHAR.search(keys)
             if bad:
-                raise MessageIllegalError(f"keys {keys!r} contain {_describe(bad.group())}")
+                raise MessageIllegalError(f"keys {keys!r} contain {describe_char(bad.group())}")
         return
     if not isinstance(keys, (list, tuple)):
         raise MessageIllegalError(
@@ -226,118 +221,6 @@ def check_messages(messages) -> None:
             check_queue_id(q)
         if m.body.__class__ is not bytes:
             check_message(m)
-
-
-def parse_json_line(line: bytes):
-    """Parse one ``produce.jsonl`` line strictly: UTF-8 (no other encoding is guessed), one
-    JSON value, no ``NaN``/``Infinity``, no object with the same name twice (which would
-    otherwise keep the last one silently).
-
-    Raises:
-        MessageIllegalError: the line is not such JSON (the message says where).
-    """
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MessageIllegalError(f"the line is not UTF-8 (byte {exc.start})") from None
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except ValueError as exc:
-        raise MessageIllegalError(f"not JSON: {exc}") from None
-    except RecursionError:
-        raise MessageIllegalError("not JSON: nested too deeply") from None
-
-
-def _no_duplicates(pairs):
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise ValueError(f"name {k!r} appears twice")
-            seen.add(k)
-    return obj
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} is not JSON")
-
-
-def message_from_json(obj, topic: str, queue_id: int | None = None):
-    """The :class:`engine.message.Message` of one parsed ``produce.jsonl`` line.
-
-    ``obj`` is what ``json.loads`` returned for the line; ``queue_id`` is the default queue
-    (None: the store picks). Fields: ``body`` (text, stored as UTF-8) or ``bodyBase64``
-    (strict base64), exactly one of them and not empty (RocketMQ's client refuses an empty
-    body); optional ``tags``, ``keys``, ``properties``, ``queueId``, ``shardingKey``, where
-    ``null`` is the same as leaving the field out. Any other field is refused, so a misspelt
-    ``tag`` or a pasted ``messages.jsonl`` line never loses data silently.
-
-    Raises:
-        MessageIllegalError: the line breaks a rule (the message names it).
-    """
-
-    if not isinstance(obj, dict):
-        raise MessageIllegalError(f"a line must be a JSON object, not {_json_type(obj)}")
-    unknown = obj.keys() - JSON_FIELDS
-    if unknown:
-        raise MessageIllegalError(
-            f"unknown field {sorted(unknown)[0]!r} (fields: {', '.join(sorted(JSON_FIELDS))})")
-    body, b64 = obj.get("body"), obj.get("bodyBase64")
-    if body is not None and b64 is not None:
-        raise MessageIllegalError("give body or bodyBase64, not both")
-    if b64 is not None:
-        if not isinstance(b64, str):
-            raise MessageIllegalError(f"bodyBase64 must be a string, not {_json_type(b64)}")
-        try:
-            data = base64.b64decode(b64.encode("ascii"), validate=True)
-        except (ValueError, binascii.Error, UnicodeEncodeError):
-            raise MessageIllegalError("bodyBase64 is not valid base64") from None
-    elif body is not None:
-        if not isinstance(body, str):
-            raise MessageIllegalError(
-                f"body must be a string, not {_json_type(body)} (use bodyBase64 for bytes)")
-        try:
-            data = body.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise MessageIllegalError(
-                f"body contains {_describe(body[exc.start])}") from None
-    else:
-        raise MessageIllegalError("a line needs body or bodyBase64")
-    if not data:
-        raise MessageIllegalError("the body is empty (RocketMQ refuses empty bodies)")
-    tags = obj.get("tags")
-    if tags is not None and not isinstance(tags, str):
-        raise MessageIllegalError(f"tags must be a string, not {_json_type(tags)}")
-    qid = obj.get("queueId")
-    if qid is None:
-        qid = queue_id
-    elif not isinstance(qid, int) or isinstance(qid, bool):
-        raise MessageIllegalError(f"queueId must be an integer, not {_json_type(qid)}")
-    props = obj.get("properties")
-    if props is not None and not isinstance(props, dict):
-        raise MessageIllegalError(f"properties must be an object, not {_json_type(props)}")
-    msg = Message(topic, data, tags=tags, keys=obj.get("keys"), properties=props or None,
-                  queue_id=qid, sharding_key=obj.get("shardingKey"))
-    check_message(msg)
-    return msg
-
-
-def _json_type(value) -> str:
-    """The JSON name of a parsed value's type (for messages)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({'true' if value else 'false'})"
-    if isinstance(value, (int, float)):
-        return f"a number ({value!r})"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")

@@ -19,12 +19,11 @@ import stat
 import threading
 
 from engine import errors as E
-from engine.message import decode_offset_msg_id
 from engine.progress import consumer_progress, diff_total
 from engine.status import store_status
 from engine.store import Message
-from engine.validation import (check_send_topic, check_topic_creatable, message_from_json,
-                               parse_decimal, parse_json_line)
+from engine.jsonline import message_from_json, parse_json_line
+from engine.validation import check_send_topic, check_topic_creatable, parse_decimal
 from engine.storetree import lstat_beneath, open_beneath
 
 from . import render as R
@@ -494,12 +493,8 @@ class MessagesDir(Dir):
         return []
 
     def child(self, name):
-        try:
-            _, offset = decode_offset_msg_id(name)
-        except ValueError:
-            return None
-        rec = self.ctx.store.message_at(offset)
-        if rec is None or rec.msg_id != name.upper():
+        rec = self.ctx.store.look_message_by_offset_msg_id(name)
+        if rec is None:
             return None
         return MessageFile(self.ctx, self.sub(name), [rec])
 

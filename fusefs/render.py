@@ -13,52 +13,16 @@ import base64
 import json
 import os
 
+from engine.jsonline import LINE_FIELDS
 from engine.message import MessageRecord, host_to_str
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-def message_fields(rec: MessageRecord) -> dict:
-    """The contract's fields of a record, without ``body``, in their fixed order."""
-    return {
-        "topic": rec.topic,
-        "queueId": rec.queue_id,
-        "queueOffset": rec.queue_offset,
-        "commitLogOffset": rec.commitlog_offset,
-        "storeSize": rec.store_size,
-        "msgId": rec.msg_id,
-        "tags": rec.tags,
-        "keys": rec.keys,
-        "bornTimestamp": rec.born_timestamp,
-        "bornHost": host_to_str(rec.born_host),
-        "storeTimestamp": rec.store_timestamp,
-        "storeHost": host_to_str(rec.store_host),
-        "sysFlag": rec.sys_flag,
-        "flag": rec.flag,
-        "bodyCRC": rec.body_crc,
-        "reconsumeTimes": rec.reconsume_times,
-        "preparedTransactionOffset": rec.prepared_transaction_offset,
-        "properties": rec.properties,
-    }
-
-
-def render_message_json(rec: MessageRecord) -> bytes:
-    """Reference implementation of :func:`render_message` with ``json`` (same bytes, slower)."""
-    d = message_fields(rec)
-    body = rec.plain_body
-    try:
-        d["body"] = body.decode("utf-8")
-    except UnicodeDecodeError:
-        d["body"] = base64.b64encode(body).decode("ascii")
-        d["bodyEncoding"] = "base64"
-    return _dumps(d).encode("utf-8") + b"\n"
 
 
 # -- the fast path -----------------------------------------------------------------------------
 # Rendering is the cost of a first read of a decoded view, so the line is assembled from an
 # f-string: integers with str(), strings with json's own C string encoder (the exact escaping
 # json.dumps(ensure_ascii=False) uses), hosts and msgId prefixes from small caches. The test
-# suite checks it against render_message_json byte for byte.
+# suite checks it against engine.jsonline.build_line byte for byte.
 
 _str = json.encoder.encode_basestring  # c_encode_basestring when the C accelerator is there
 _hosts: dict = {}
@@ -131,7 +95,7 @@ def _line(topic_json: str, queue_id: int, queue_offset: int, off: int, store_siz
 def render_message(rec: MessageRecord) -> bytes:
     """A ``topics/`` line: body as text when UTF-8, else base64 with ``bodyEncoding``.
 
-    Same bytes as :func:`render_message_json` (``MessageExt`` field order, compact JSON,
+    Same bytes as ``engine.jsonline.build_line`` (``MessageExt`` field order, compact JSON,
     non-ASCII kept as UTF-8), about three times faster.
     """
     return _line(_str(rec.topic), rec.queue_id, rec.queue_offset, rec.commitlog_offset,
@@ -205,15 +169,16 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
     return out
 
 
-def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, first: int,
+def render_part(commitlog_dir: str, topic: str, queue_id: int, units, first: int,
                 out_path: str) -> tuple[int, int, int]:
-    """Write the Parquet part of queue offsets ``[first, first + len(units) // 20)``.
+    """Write the Parquet part of queue offsets ``[first, first + len(units))``.
 
     Args:
         commitlog_dir: the store's ``commitlog/`` directory (opened read-only, no lock).
         topic, queue_id: the queue.
-        units: the raw ConsumeQueue units of those offsets (``engine.consumequeue.UNIT``);
-            blank filler units are skipped.
+        units: the ConsumeQueue units of those offsets (``engine.columnar.queue_units``: a
+            ``UNIT_DTYPE`` array); blank filler units are skipped
+            (``engine.columnar.drop_blank_units``).
         first: queue offset of the first unit.
         out_path: the file to create; written under ``out_path + ".tmp"`` and renamed, so it
             appears whole or not at all.
@@ -228,12 +193,11 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, fir
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from engine.columnar import UNIT_DTYPE, decode_units
-    from engine.consumequeue import BLANK_UNIT_SIZE
+    from engine.columnar import decode_units, drop_blank_units
     from engine.schema import part_schema
 
     segs = _worker_segments(commitlog_dir)
-    arr = np.frombuffer(units, dtype=UNIT_DTYPE)
+    arr = units
     qoffs = np.arange(first, first + len(arr), dtype=np.int64)
     schema = part_schema()
     names = tuple(schema.names)
@@ -246,9 +210,7 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units: bytes, fir
             group = []
             for a in range(0, len(arr), PART_BATCH_ROWS):
                 u, q = arr[a:a + PART_BATCH_ROWS], qoffs[a:a + PART_BATCH_ROWS]
-                keep = u["size"] != BLANK_UNIT_SIZE
-                if not keep.all():
-                    u, q = u[keep], q[keep]
+                u, q, _ = drop_blank_units(u, q)
                 if len(u):
                     b = decode_units(segs, topic, queue_id, u, q, columns=names)
                     group.append(b)
@@ -284,10 +246,7 @@ _SHORT_ESCAPES = {ord(a) for a, _ in _ESCAPES}
 _OTHER_CONTROL = r"[\x00-\x1f]"
 #: Columns render_lines reads, per kind.
 LINE_COLUMNS = {
-    "messages": ("topic", "queueId", "queueOffset", "commitLogOffset", "storeSize", "msgId",
-                 "tags", "keys", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost",
-                 "sysFlag", "flag", "bodyCRC", "reconsumeTimes", "preparedTransactionOffset",
-                 "properties", "body"),
+    "messages": LINE_FIELDS,
     "bodies": ("storeTimestamp", "body"),
 }
 

@@ -29,7 +29,6 @@ import time
 from array import array
 from collections.abc import Callable
 
-from engine.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE
 from engine.errors import StoreError
 from engine.message import MessageRecord
 from engine.store import MessageStore
@@ -114,15 +113,6 @@ _LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
 COLUMNAR_BATCH = 8192  # messages decoded and rendered per chunk (one worker task)
 
 
-def _unit_array(cq, start: int, end: int):
-    """``(UNIT_DTYPE array, queue offsets)`` of ``[start, end)`` (shorter at a file end)."""
-    import numpy as np
-    from engine.columnar import UNIT_DTYPE
-    raw = cq.read_units(start, end - start)
-    arr = np.frombuffer(raw, dtype=UNIT_DTYPE)
-    return arr, np.arange(start, start + len(arr), dtype=np.int64)
-
-
 def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs,
                 exc: StoreError) -> None:
     """Tell the store (``store.note_damage``: status.json ``damagedQueues``, one warning
@@ -162,13 +152,10 @@ def _render_chunks(parts: PartCache, log_: RenderedLog, topic: str, chunks, kind
         except StoreError as exc:
             note_damage(store, topic, queue_ids, units, qoffs, exc)
             raise
+    from engine.columnar import drop_blank_units
     try:
         for queue_ids, units, qoffs in chunks:
-            keep = units["size"] != BLANK_UNIT_SIZE
-            if not keep.all():
-                units, qoffs = units[keep], qoffs[keep]
-                if not isinstance(queue_ids, int):
-                    queue_ids = queue_ids[keep]
+            units, qoffs, queue_ids = drop_blank_units(units, qoffs, queue_ids)
             if not len(units):
                 continue
             ahead.append((parts.submit_task(R.render_view_chunk, parts.commitlog_dir, topic,
@@ -215,8 +202,9 @@ class QueueView:
                            self.store)
 
     def _chunks(self, cq, nxt: int, end: int):
+        from engine.columnar import queue_units
         while nxt < end:
-            units, qoffs = _unit_array(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
+            units, qoffs = queue_units(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
             if not len(units):
                 return
             yield self.queue_id, units, qoffs
@@ -285,6 +273,8 @@ def _topic_chunks(self, cut: dict):
     smallest of the chunks' last offsets is emitted (no queue can still have a smaller one:
     each queue's offsets grow)."""
     import numpy as np
+
+    from engine.columnar import queue_units
     bufs = {}
     pos = {}
     for qid in cut:
@@ -298,7 +288,7 @@ def _topic_chunks(self, cut: dict):
             b = bufs.get(qid)
             if (b is None or not len(b[0])) and pos[qid] < end:
                 cq = self.store.consume_queue(self.topic, qid)
-                units, qoffs = _unit_array(cq, pos[qid], min(end, pos[qid] + COLUMNAR_BATCH))
+                units, qoffs = queue_units(cq, pos[qid], min(end, pos[qid] + COLUMNAR_BATCH))
                 pos[qid] += len(units)
                 if len(units):
                     bufs[qid] = (units, qoffs)
@@ -521,19 +511,14 @@ class PartCache:
                                              mp_context=multiprocessing.get_context("spawn"))
         return self._pool
 
-    def _units(self, topic: str, queue_id: int, first: int, end: int) -> bytes:
-        cq = self.store.consume_queue(topic, queue_id)
-        out = []
-        pos = first
-        while cq is not None and pos < end:
-            raw = cq.read_units(pos, end - pos)
-            if not raw:
-                break
-            out.append(raw)
-            pos += len(raw) // CQ_STORE_UNIT_SIZE
-        if pos < end:
+    def _units(self, topic: str, queue_id: int, first: int, end: int):
+        """``(units, queue offsets)`` of the part ``[first, end)`` (``queue_units``); OSError
+        EIO when the queue lacks some."""
+        from engine.columnar import queue_units
+        units, qoffs = queue_units(self.store.consume_queue(topic, queue_id), first, end)
+        if first + len(units) < end:
             raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
-        return b"".join(out)
+        return units, qoffs
 
     def submit_task(self, fn, *args):
         """Run ``fn(*args)`` in a worker process (a JSON view chunk): its Future."""
@@ -558,13 +543,12 @@ class PartCache:
             if self._closed:
                 raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
             topic, queue_id, first, end = key
-            units = self._units(topic, queue_id, first, end)
+            units, qoffs = self._units(topic, queue_id, first, end)
             # Room for the file before it is written: its CommitLog bytes bound it (a
             # compressed Parquet part is smaller), so the cache stays within max_bytes.
-            import numpy as np
-            from engine.columnar import UNIT_DTYPE
-            sizes = np.frombuffer(units, UNIT_DTYPE)["size"].astype(np.int64)
-            est = int(sizes[sizes != BLANK_UNIT_SIZE].sum()) + 65536
+            from engine.columnar import drop_blank_units
+            real = drop_blank_units(units, qoffs)[0]
+            est = int(real["size"].astype("int64").sum()) + 65536
             self.reserved[key] = est
             self._evict(keep=None)
             fut = self._pool_().submit(R.render_part, self.commitlog_dir, topic, queue_id,
@@ -646,15 +630,12 @@ class PartCache:
                         fut.result()
                     except StoreError as exc:  # status.json names the queue (one log line)
                         topic, queue_id, first, end = key
-                        import numpy as np
-                        from engine.columnar import UNIT_DTYPE
-                        try:
-                            units = np.frombuffer(self._units(topic, queue_id, first, end),
-                                                  UNIT_DTYPE)
-                        except OSError:
-                            units = np.empty(0, UNIT_DTYPE)
-                        note_damage(self.store, topic, queue_id, units,
-                                    np.arange(first, first + len(units)), exc)
+                        from engine.columnar import queue_units
+                        units, qoffs = queue_units(self.store.consume_queue(topic, queue_id),
+                                                   first, end)
+                        if first + len(units) < end:  # as _units: none when some are missing
+                            units, qoffs = units[:0], qoffs[:0]
+                        note_damage(self.store, topic, queue_id, units, qoffs, exc)
                         raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
                 with self.lock:
                     if key in self.files:

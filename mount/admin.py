@@ -135,14 +135,6 @@ def _body_text(rec, charset: str) -> str:
     return rec.plain_body.decode(charset, errors="replace")
 
 
-def _parse_sub_expression(expr: str | None):
-    """``*`` / None -> None (all); ``TagA || TagB`` -> the set of tags (``SubscriptionData``)."""
-    if expr is None or expr.strip() in ("", "*"):
-        return None
-    tags = {t.strip() for t in expr.split("||") if t.strip()}
-    return tags or None
-
-
 def _message_line(rec, print_body: bool, charset: str) -> str:
     body = _body_text(rec, charset) if print_body else "NOT PRINT BODY"
     keys = " ".join(rec.keys)
@@ -372,15 +364,15 @@ def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
 
 def cmd_print_msg(args) -> int:
     """``printMsg`` / ``printMsgByQueue``: messages of a topic (or one queue) in a time range."""
-    from engine.javahash import tags_code
+    from engine.getmessage import parse_subscription, subscription_tags
     with open_store(args) as store:
         topic = _topic(store, args.topic)
         queues = [_queue(store, topic, args.queue_id)] if args.queue_id is not None \
             else store.queue_ids(topic)
         begin = parse_time(args.begin) if args.begin else None
         end = parse_time(args.end) if args.end else None
-        tags = _parse_sub_expression(args.sub_expression)
-        codes = {tags_code(t) for t in tags} if tags else None
+        tags = subscription_tags(args.sub_expression)
+        codes = parse_subscription(args.sub_expression)
         print_body = args.print_body.lower() != "false"
         shown = 0
         for q in queues:
@@ -455,17 +447,10 @@ def cmd_query_msg(args) -> int:
 
 def _by_msg_id(store, msg_id: str, topic: str | None):
     """An offset msgId (32/56 hex: store host + CommitLog offset), else a UNIQ_KEY."""
-    from engine.message import decode_offset_msg_id
     msg_id = msg_id.strip()
-    try:
-        _, offset = decode_offset_msg_id(msg_id)
-    except ValueError:
-        offset = None
-    if offset is not None:
-        rec = store.message_at(offset)
-        if rec is not None and rec.msg_id == msg_id.upper() and (
-                topic is None or rec.topic == topic):
-            return [rec]
+    rec = store.look_message_by_offset_msg_id(msg_id)
+    if rec is not None and (topic is None or rec.topic == topic):
+        return [rec]
     topics = [_topic(store, topic)] if topic else store.topic_names()
     recs = []
     for t in topics:

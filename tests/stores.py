@@ -150,3 +150,16 @@ def flip_body_byte(root, topic="T", queue_id=0, queue_offset=0, cfg=None) -> int
         f.seek(off % fs + 88)
         f.write(bytes([b[0] ^ 0x20]))
     return off
+
+
+def blank_units_store(root):
+    """A store whose queue T/0 holds blank filler units (fillPreBlank) at offsets 18, 20 and
+    27, in its second file (16 units a file; blanks in the first would move its min offset)."""
+    from engine.consumequeue import BLANK_UNIT_SIZE, UNIT
+    produce(root, 30, queue_id=0, cfg=small())
+    d = os.path.join(root, "consumequeue", "T", "0")
+    for q in (18, 20, 27):
+        with open(os.path.join(d, sorted(os.listdir(d))[q // 16]), "r+b") as f:
+            f.seek(q % 16 * 20)
+            f.write(UNIT.pack(0, BLANK_UNIT_SIZE, 0))
+    return root

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import refreader
-from stores import every_kind_store, small_segments as _cfg
+from stores import blank_units_store, every_kind_store, small_segments as _cfg
 from conftest import FIXTURES
 from engine import columnar
 from engine.errors import CorruptRecordError
@@ -328,3 +328,70 @@ def test_body_crc_mismatch_is_never_a_row(tmp_path, columns):
         assert sum(b.num_rows for b in files.read_batches("D", 0, 0, 10)) == 10
     finally:
         files.close()
+
+
+# -- one reader of a queue's units (issue 17): queue_units + drop_blank_units ------------------
+
+def _old_units(cq, start, end):
+    """The views' and parts' code before queue_units: raw bytes joined, then frombuffer."""
+    out, pos = [], start
+    while pos < end:
+        raw = cq.read_units(pos, end - pos)
+        if not raw:
+            break
+        out.append(raw)
+        pos += len(raw) // 20
+    arr = np.frombuffer(b"".join(out), dtype=columnar.UNIT_DTYPE)
+    return arr, np.arange(start, start + len(arr), dtype=np.int64)
+
+
+def _old_drop(units, qoffs, qids):
+    keep = units["size"] != columnar.BLANK_UNIT_SIZE
+    if not keep.all():
+        units, qoffs = units[keep], qoffs[keep]
+        if not isinstance(qids, int):
+            qids = qids[keep]
+    return units, qoffs, qids
+
+
+@pytest.mark.parametrize("which", ["blanks", "every_kind", *range(len(STORES))])
+def test_queue_units_and_blank_filter_equal_the_code_they_replace(tmp_path, which):
+    """The views' chunks, the Parquet parts and read_batches now read units and drop blank
+    filler through engine.columnar.queue_units / drop_blank_units: the same units, queue
+    offsets and queue ids as the inline code each had, and read_batches the same rows."""
+    if which == "blanks":
+        root, cfg = str(blank_units_store(tmp_path / "s")), None
+    elif which == "every_kind":
+        root, cfg = str(tmp_path / "s"), _cfg(compress_msg_body_over_howmuch=1024)
+        every_kind_store(root)
+    else:
+        root = str(tmp_path / "s")
+        shutil.copytree(STORES[which], root)
+        cfg = None
+    from stores import small
+    with MessageStore(root, small() if which == "blanks" else cfg, read_only=True) as s:
+        blanks = 0
+        for (topic, q), cq in sorted(s.consume_queues.items()):
+            lo, hi = cq.min_offset, cq.max_offset
+            for a, b in ((lo, hi), (lo, hi + 5), (lo + 1, min(hi, lo + 4)), (hi, hi)):
+                old, new = _old_units(cq, a, b), columnar.queue_units(cq, a, b)
+                assert old[0].tobytes() == new[0].tobytes() and (old[1] == new[1]).all()
+                qids = np.full(len(new[0]), q, dtype=np.int64)
+                for ids in (q, qids):
+                    o, n = _old_drop(*old, ids), columnar.drop_blank_units(*new, ids)
+                    assert o[0].tobytes() == n[0].tobytes() and (o[1] == n[1]).all()
+                    assert np.array_equal(o[2], n[2])
+                blanks = max(blanks, len(new[0]) - len(n[0]))
+            if which == "blanks" and (topic, q) == ("T", 0):
+                assert blanks == 3
+            files = columnar.StoreFiles(root)
+            try:
+                if (files.min_offset(topic, q), files.max_offset(topic, q)) != (lo, hi):
+                    continue  # units the store rebuilt in memory (no ConsumeQueue on disk)
+                got = [r["queueOffset"] for b in files.read_batches(topic, q, lo, hi, batch_rows=4)
+                       for r in b.to_pylist()]
+            finally:
+                files.close()
+            qoffs = _old_drop(*_old_units(cq, lo, hi), q)[1]
+            assert got == [int(x) for x in qoffs]
+        assert columnar.queue_units(None, 0, 5)[0].size == 0

@@ -221,3 +221,48 @@ def test_index_lookup_by_key_and_uniq_key(tmp_path, small_config):
         f.unlink()
     with MessageStore(root, small_config) as s:
         assert len(s.query_by_key("T", "order-3")) == len([i for i in range(100) if i % 7 == 3])
+
+
+def _old_by_msg_id(store, msg_id):
+    """The code admin's queryMsgById and fusefs' messages/<msgId> each had before issue 17."""
+    from engine.message import decode_offset_msg_id
+    try:
+        _, offset = decode_offset_msg_id(msg_id)
+    except ValueError:
+        return None
+    rec = store.message_at(offset)
+    return rec if rec is not None and rec.msg_id == msg_id.upper() else None
+
+
+@pytest.mark.parametrize("which", ["rocketmq-4.9.8-written/store",
+                                   "mxsm-rocketmq-rust/store-v0.9.0/local-file", "every_kind"])
+def test_look_message_by_offset_msg_id_equals_the_code_it_replaces(tmp_path, which):
+    """MessageStore.look_message_by_offset_msg_id (lookMessageByOffset of decodeMessageId),
+    now the one lookup of mount/admin.py and fusefs/nodes.py, finds what their copies found,
+    and misses what they missed: another host, an offset inside a record, past the end, lower
+    case, not hex, a UNIQ_KEY, padded with spaces."""
+    from stores import every_kind_store
+    if which == "every_kind":
+        root = every_kind_store(tmp_path / "s")
+    else:
+        root = copy_fixture(which, tmp_path / "s")
+    with MessageStore(str(root), read_only=True) as s:
+        ids = []
+        for t in s.topic_names():
+            for q in s.queue_ids(t):
+                for _, rec in s.iter_queue(t, q):
+                    mid = rec.msg_id
+                    other_host = ("0" if mid[0] != "0" else "1") + mid[1:]
+                    inside = mid[:-1] + format((int(mid[-1], 16) + 1) % 16, "X")
+                    past = mid[:-16] + format(s.commitlog.max_offset + 8, "016X")
+                    ids += [mid, mid.lower(), other_host, inside, past, " " + mid,
+                            mid[:-1] + "G", mid[:20], rec.uniq_key or ""]
+        assert ids
+        found = 0
+        for mid in ids:
+            old, new = _old_by_msg_id(s, mid), s.look_message_by_offset_msg_id(mid)
+            assert (old is None) == (new is None), mid
+            if new is not None:
+                assert new.commitlog_offset == old.commitlog_offset and new.msg_id == mid.upper()
+                found += 1
+        assert found >= len(ids) // 9 * 2  # every msgId, in either case

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine import jsonline as J
 from engine import validation as V
 from engine.config import validate_group_name, validate_topic_name
 from engine.errors import InvalidNameError, MessageIllegalError, MessageTooLargeError
@@ -137,7 +138,7 @@ def test_refused_puts_leave_a_store_verify_finds_clean(tmp_path):
 # -- produce.jsonl lines ---------------------------------------------------------------------
 
 def _line(obj) -> Message:
-    return V.message_from_json(V.parse_json_line(json.dumps(obj).encode()), "T")
+    return J.message_from_json(J.parse_json_line(json.dumps(obj).encode()), "T")
 
 
 def test_json_line_fields_and_types():
@@ -146,7 +147,7 @@ def test_json_line_fields_and_types():
     assert (m.body, m.tags, m.keys, m.properties, m.queue_id, m.sharding_key) == \
         ("hé".encode(), "A", ["k1", "k2"], {"p": "v"}, 2, "s")
     assert _line({"bodyBase64": "AAE=", "tags": None, "keys": None}).body == b"\x00\x01"
-    assert V.message_from_json({"body": "x"}, "T", 3).queue_id == 3  # the directory's queue
+    assert J.message_from_json({"body": "x"}, "T", 3).queue_id == 3  # the directory's queue
     bad = [
         [1], "s", 1, None, True,                                      # not an object
         {}, {"tags": "t"}, {"body": None},                            # no body
@@ -168,7 +169,7 @@ def test_json_line_fields_and_types():
     ]
     for obj in bad:
         with pytest.raises(MessageIllegalError):
-            V.message_from_json(obj, "T")
+            J.message_from_json(obj, "T")
 
 
 def test_json_line_parsing_is_strict():
@@ -176,7 +177,7 @@ def test_json_line_parsing_is_strict():
                 b'{"body": "\xff"}', b"\xef\xbb\xbf{}", b'{"body": "x"} {}', b"[" * 100_000,
                 '{"body": "x"}'.encode("utf-16")]:
         with pytest.raises(MessageIllegalError):
-            V.message_from_json(V.parse_json_line(raw), "T")
+            J.message_from_json(J.parse_json_line(raw), "T")
 
 
 @settings(max_examples=300, deadline=None)
@@ -194,7 +195,7 @@ def test_any_json_value_is_a_message_or_message_illegal(obj):
         except (ValueError, UnicodeEncodeError):
             continue
         try:
-            msg = V.message_from_json(V.parse_json_line(line), "T")
+            msg = J.message_from_json(J.parse_json_line(line), "T")
         except MessageIllegalError:
             continue
         V.check_message(msg)
@@ -233,3 +234,27 @@ def test_cli_produce_refuses_bad_fields_with_a_clear_message(tmp_path):
             (args, r.stderr)
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "s").exists()  # refused before the store was created
+
+
+def test_the_json_line_has_one_home(tmp_path):
+    """engine.jsonline owns the JSON line both ways (issue 17, item 2b): a built line has
+    LINE_FIELDS in order (engine.schema's columns), bodyEncoding only after a base64 body;
+    the produce fields are what message_from_json takes."""
+    from stores import every_kind_store
+    root = every_kind_store(tmp_path / "s")
+    seen_b64 = False
+    with MessageStore(str(root), read_only=True) as s:
+        for t in s.topic_names():
+            for q in s.queue_ids(t):
+                for _, rec in s.iter_queue(t, q):
+                    obj = json.loads(J.build_line(rec))
+                    names = list(obj)
+                    if names[-1] == J.BODY_ENCODING:
+                        seen_b64 = True
+                        names.pop()
+                    assert tuple(names) == J.LINE_FIELDS
+                    assert list(J.message_fields(rec)) == list(J.LINE_FIELDS[:-1])
+    assert seen_b64
+    for name in J.PRODUCE_FIELDS - {"body", "bodyBase64"}:
+        obj = {"body": "x", name: None}
+        assert J.message_from_json(J.parse_json_line(json.dumps(obj).encode()), "T").body == b"x"

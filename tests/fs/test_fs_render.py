@@ -4,12 +4,14 @@ bodies, non-ASCII properties) and by us (compressed bodies, odd characters, ever
 kind)."""
 
 import json
+import os
 
 import pytest
 
 from conftest import copy_fixture
 from engine.store import Message, MessageStore
-from fusefs.render import render_message, render_message_json
+from engine.jsonline import build_line as render_message_json
+from fusefs.render import render_message
 from stores import put_internal
 
 
@@ -102,3 +104,38 @@ def test_columnar_lines_match_on_odd_and_every_kind_of_message(tmp_path):
         put_internal(s, [Message("C", b"a\x01b\x1f", tags="t\x07", keys=["k\x00"],
                                 properties={"p\x1b": "v\x02x"})])  # control characters on purpose
     _check_columnar_lines(tmp_path / "ctl")
+
+
+@pytest.mark.parametrize("which", ["blanks", "rocketmq-4.9.8-written/store"])
+def test_parquet_part_rows_equal_read_batches(tmp_path, which):
+    """render_part (a view/ part) takes engine.columnar.queue_units' array and drops blank
+    filler with drop_blank_units, as StoreFiles.read_batches does: the same rows, blank units
+    of a queue's second file included (issue 17: one reader of a queue's units)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from engine.columnar import StoreFiles, queue_units
+    from engine.schema import part_schema
+    from fusefs import render
+    from stores import blank_units_store, small
+    if which == "blanks":
+        root, cfg = str(blank_units_store(str(tmp_path / "s"))), small()
+    else:
+        root, cfg = str(copy_fixture(which, tmp_path / "s")), None
+    names = part_schema().names
+    parts = 0
+    with MessageStore(root, cfg, read_only=True) as s:
+        files = StoreFiles(root)
+        for (t, q), cq in sorted(s.consume_queues.items()):
+            lo, hi = cq.min_offset, cq.max_offset
+            units = queue_units(cq, lo, hi)[0]
+            out = str(tmp_path / f"part-{parts}.parquet")
+            size, newest, rows = render.render_part(os.path.join(root, "commitlog"), t, q,
+                                                    units, lo, out)
+            want = pa.Table.from_batches(list(files.read_batches(t, q, lo, hi, columns=tuple(names))),
+                                         part_schema())
+            got = pq.read_table(out)
+            assert got.equals(want) and rows == want.num_rows and size == os.path.getsize(out)
+            assert newest == (want.column("storeTimestamp")[-1].as_py() if rows else 0)
+            parts += 1
+        files.close()
+    assert parts

@@ -167,6 +167,34 @@ def test_print_msg_time_range_and_tags(tmp_path):
                     "--json").stdout
     assert [json.loads(x)["body"] for x in out.splitlines()] == \
         ["b0m1", "b0m5", "b1m1", "b1m5", "b2m1", "b2m5"]
+    # the engine's parser (getMessage's): "*" is every message; blank parts only, none
+    every = run_rmqfs("print-msg", root, "-t", "T", "-s", " * ", "--json").stdout
+    assert len(every.splitlines()) == 18
+    assert run_rmqfs("print-msg", root, "-t", "T", "-s", " || ", "--json").stdout == ""
+
+
+@pytest.mark.parametrize("expr", [None, "", " ", "*", " * ", "TagA", " TagA ", "TagA||TagB",
+                                  "TagA || TagB ||", "a||a", "Tä g||*", "||", " || "])
+def test_print_msg_subscription_is_the_engines(expr):
+    """printMsg -s parses with engine.getmessage (subscription_tags, parse_subscription), not
+    a copy of its own (issue 17, item 2d): the same tags and tagsCodes as admin's old parser,
+    except an expression of blank parts only, which subscribes to nothing (RocketMQ's
+    FilterAPI builds empty tag and code sets), where the old copy read it as every message."""
+    from engine.getmessage import parse_subscription, subscription_tags
+    from engine.javahash import tags_code
+
+    def old(e):  # mount/admin.py's _parse_sub_expression before issue 17
+        if e is None or e.strip() in ("", "*"):
+            return None
+        tags = {t.strip() for t in e.split("||") if t.strip()}
+        return tags or None
+
+    tags, codes = subscription_tags(expr), parse_subscription(expr)
+    if expr is not None and expr.strip() in ("||",):
+        assert old(expr) is None and tags == codes == frozenset()
+        return
+    assert tags == old(expr)
+    assert codes == (None if tags is None else {tags_code(t) for t in tags})
 
 
 def test_query_msg(store, conf):
