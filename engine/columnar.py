@@ -61,6 +61,7 @@ from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIEL
                       TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
                       decompress_body, host_to_str, read_store_timestamp)
 from .schema import arrow_schema
+from .storetree import open_beneath
 import itertools
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
@@ -128,6 +129,7 @@ class Segments:
         self.check_crc = check_crc
         self.lock = threading.Lock()
         self.maps: dict[int, mmap.mmap] = {}
+        self.views: dict[int, mmap.mmap] = {}  # file_view's mappings (closed by close())
         #: after decoding, unmap the pages read (MADV_DONTNEED: they stay in the page cache
         #: but leave this process's RSS), for a long-lived process such as the mount daemon
         self.drop_pages = drop_pages
@@ -191,15 +193,75 @@ class Segments:
                 return None
         return m, pos
 
+    def open_file(self, start: int) -> int:
+        """A read-only descriptor of the file named by ``start`` (whatever its size or
+        alignment; listed by :meth:`refresh` or not), opened without following a link below
+        the directory (``storetree.open_beneath``: ``O_NOFOLLOW``, ``O_NONBLOCK`` so a FIFO never
+        blocks, refused unless a regular file). The caller closes it.
+
+        Raises:
+            OSError: ENOENT, ELOOP for a link, EACCES for a special file, ...
+        """
+        return open_beneath(self.directory, f"{start:020d}")
+
+    def file_view(self, start: int) -> mmap.mmap | None:
+        """Read-only mapping of the whole file named by ``start``, opened as :meth:`open_file`
+        does, whatever its size or alignment (for a checker that must read misnamed or
+        mis-sized files, which :meth:`locate` cannot address); None for an empty file. Kept
+        until :meth:`close`. OSErrors of the open propagate."""
+        m = self.views.get(start)
+        if m is None:
+            with self.lock:
+                m = self.views.get(start)
+                if m is None:
+                    fd = self.open_file(start)
+                    try:
+                        m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                    except ValueError:  # empty file
+                        return None
+                    finally:
+                        os.close(fd)
+                    self.views[start] = m
+        return m
+
+    def data_ranges(self, start: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The parts of ``[lo, hi)`` (positions in the file named by ``start``) that may hold
+        data, in order: the holes of a sparse file are left out (``SEEK_DATA``/``SEEK_HOLE``),
+        so a new preallocated segment costs nothing to check. Where ``SEEK_DATA`` fails (ENXIO:
+        only a hole up to the end) nothing more is data; where ``SEEK_HOLE`` fails the data
+        runs to ``hi``."""
+        out: list[tuple[int, int]] = []
+        fd = self.open_file(start)
+        try:
+            p = lo
+            while p < hi:
+                try:
+                    p = os.lseek(fd, p, os.SEEK_DATA)
+                except OSError:
+                    break
+                if p >= hi:
+                    break
+                try:
+                    hole = os.lseek(fd, p, os.SEEK_HOLE)
+                except OSError:
+                    hole = hi
+                stop = min(hi, hole)
+                out.append((p, stop))
+                p = stop
+        finally:
+            os.close(fd)
+        return out
+
     def close(self) -> None:
         """Unmap every file (batches already returned keep their own copies)."""
         with self.lock:
-            for m in self.maps.values():
+            for m in itertools.chain(self.maps.values(), self.views.values()):
                 try:
                     m.close()
                 except BufferError:  # still exported by a live numpy view: dropped with it
                     pass
             self.maps.clear()
+            self.views.clear()
 
 
 class QueueFiles:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import errno
-import mmap
 import os
 import shutil
 import time
@@ -44,6 +43,7 @@ from .errors import ConfigFileError, CorruptRecordError, StoreError
 from .indexfile import (HEADER, INDEX_FILE_NAME, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, build_key,
                         index_geometry)
 from .javahash import index_key_hash, tags_code
+from .columnar import Segments
 from .mappedfile import segment_names
 from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HEAD,
                       SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
@@ -191,12 +191,15 @@ def check_store_dir(root: str) -> None:
 
 @dataclass
 class _Segment:
+    """One CommitLog file as verify lists it (every regular file with a segment name, even
+    misnamed or mis-sized ones, which the readers skip or cannot address); its bytes are read
+    through the engine's reader, ``files`` (:class:`engine.columnar.Segments`)."""
     start: int
     name: str
     path: str
     size: int
-    map: object = None
-    fd: int = -1
+    files: Segments
+    map: Any = None
 
 
 def _majority_size(sizes: list[int]) -> int:
@@ -261,11 +264,8 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
             _check_index(root, segs, res, recs, cfg, progress)
         _check_config(root, res)
     finally:
-        for s in segs:
-            if s.map is not None:
-                s.map.close()
-            if s.fd >= 0:
-                os.close(s.fd)
+        if segs:
+            segs[0].files.close()  # one reader for all of them
     return res
 
 
@@ -281,8 +281,9 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
         res.add("error", "commitlog-name", f"commitlog/{n}",
                 "not a regular file (RocketMQ refuses to load the CommitLog)")
     names = _files(cl_dir, listed)
+    files = Segments(cl_dir, check_crc=False)
     segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
-                     os.path.getsize(os.path.join(cl_dir, n))) for n in names]
+                     os.path.getsize(os.path.join(cl_dir, n)), files) for n in names]
     if segs and segs[-1].size == 0:
         res.add("error", "commitlog-size", f"commitlog/{segs[-1].name}",
                 "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
@@ -318,10 +319,13 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
             res.add("error", "commitlog-gap", rel,
                     f"starts at {s.start}, expected {segs[i - 1].start + file_size} "
                     "(a file is missing)")
-    for s in segs:
-        if s.size:
-            s.fd = os.open(s.path, os.O_RDONLY)
-            s.map = mmap.mmap(s.fd, s.size, prot=mmap.PROT_READ)
+    try:
+        for s in segs:
+            if s.size:
+                s.map = files.file_view(s.start)
+    except BaseException:
+        files.close()
+        raise
     return segs
 
 
@@ -329,19 +333,7 @@ def _is_zero(seg: _Segment, start: int, end: int) -> bool:
     """Whether ``[start, end)`` of a segment reads as zeros; holes of a sparse file are skipped
     (SEEK_DATA), so a new 1 GiB segment costs nothing."""
     step = 1 << 20
-    p = start
-    while p < end:
-        try:
-            p = os.lseek(seg.fd, p, os.SEEK_DATA)
-        except OSError:  # ENXIO: only a hole up to the end of the file
-            return True
-        if p >= end:
-            return True
-        try:
-            hole = os.lseek(seg.fd, p, os.SEEK_HOLE)
-        except OSError:
-            hole = end
-        stop = min(end, hole)
+    for p, stop in seg.files.data_ranges(seg.start, start, end):
         while p < stop:
             q = min(stop, p + step)
             if bytes(seg.map[p:q]).strip(b"\0"):
