@@ -34,7 +34,7 @@ import shutil
 import time
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import config_parsers, load_config_file, load_config_file_only
 from .consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
@@ -43,7 +43,6 @@ from .errors import ConfigFileError, CorruptRecordError, StoreError
 from .indexfile import (HEADER, INDEX_FILE_NAME, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, build_key,
                         index_geometry)
 from .javahash import index_key_hash, tags_code
-from .columnar import Segments
 from .mappedfile import segment_names
 from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HEAD,
                       SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
@@ -51,6 +50,9 @@ from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HE
 from .storetree import check_store_tree, unsafe_entries
 from .lock import lock_holder, release_store_lock, take_store_lock
 from .workprogress import no_progress
+
+if TYPE_CHECKING:
+    from .columnar import Segments
 
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
 CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
@@ -281,6 +283,7 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
         res.add("error", "commitlog-name", f"commitlog/{n}",
                 "not a regular file (RocketMQ refuses to load the CommitLog)")
     names = _files(cl_dir, listed)
+    from .columnar import Segments  # numpy: loaded when verify runs, not on import (daemon)
     files = Segments(cl_dir, check_crc=False)
     segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
                      os.path.getsize(os.path.join(cl_dir, n)), files) for n in names]
