@@ -1,6 +1,6 @@
 """Cost of the body-CRC check on the columnar read path (``python -m bench.bodycrc``).
 
-``engine.columnar`` checks every record's BODYCRC (``MessageDecoder.decode(..., checkCRC)``)
+``engine.read.columnar`` checks every record's BODYCRC (``MessageDecoder.decode(..., checkCRC)``)
 with one zlib-ng ``crc32`` call per body over the mapped CommitLog (no vectorised CRC-32
 exists for numpy/Arrow). This builds a store of ``--sizes`` loghub lines (one topic, 4 queues)
 and times ``StoreFiles.read_batches`` over every queue with the check and without it
@@ -23,7 +23,7 @@ from bench.fuse import loghub_lines
 
 
 def _read(root: str, check: bool, columns) -> tuple[float, int]:
-    from engine.columnar import StoreFiles
+    from engine.read.columnar import StoreFiles
     files = StoreFiles(root, check_crc=check)
     try:
         t0 = time.perf_counter()

@@ -243,7 +243,7 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
     # In-process: the time the freeze holds the put lock (what producers can wait at most),
     # while 4 threads put, free of FUSE and scheduling noise between processes.
     import threading
-    from engine.snapshot import freeze
+    from engine.live.snapshot import freeze
     from engine.store import Message, MessageStore
     with MessageStore(str(store)) as s:
         halt = threading.Event()

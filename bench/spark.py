@@ -90,7 +90,7 @@ def build_store(store: Path, n: int, topics: int, queues: int) -> float:
 def commitlog_bytes(store: Path) -> int:
     """Bytes of CommitLog holding messages (the end of the last record a ConsumeQueue unit
     points at; the segment files themselves are preallocated)."""
-    from engine.columnar import StoreFiles
+    from engine.read.columnar import StoreFiles
     files = StoreFiles(str(store))
     try:
         end = 0

@@ -44,7 +44,7 @@ class PutMessageError(StoreError):
 class MessageIllegalError(PutMessageError):
     """RocketMQ ``MESSAGE_ILLEGAL``: a message RocketMQ would refuse (a reserved property
     name, a control character in a tag, a queueId that is not an integer...; the rules are in
-    :mod:`engine.validation`)."""
+    :mod:`engine.service.validation`)."""
 
     errno = errno.EINVAL
 
@@ -132,7 +132,7 @@ class UnsafeStoreError(StoreError):
     """The store directory holds a symbolic link or a special file (FIFO, device, socket).
 
     The engine never reads or writes through a link, so such a store is refused as a whole;
-    the message names the entries. See :mod:`engine.storetree`.
+    the message names the entries. See :mod:`engine.service.storetree`.
     """
 
     errno = errno.EACCES

@@ -16,7 +16,7 @@ commit's fdatasync, so nothing unflushed is ever visible (the bound RocketMQ's r
 torn tail, truncates ConsumeQueue units and index items past it and re-dispatches the records
 the queues lack.
 
-getMessage lives in :mod:`engine.getmessage`; flush services: :meth:`MessageStore.flush`
+getMessage lives in :mod:`engine.service.getmessage`; flush services: :meth:`MessageStore.flush`
 (FlushRealTimeService, the fsync() path) and the group-commit thread (GroupCommitService).
 """
 
@@ -28,34 +28,34 @@ import os
 import threading
 import time
 
-from .checkpoint import StoreCheckpoint
-from . import flush, putmessage, recovery, workprogress
-from .lock import lock_holder, release_store_lock, take_store_lock
-from .cleanup import CleanReport, CleanService
-from .commitlog import CommitLog
-from .config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, DeletedTopics,
-                     SubscriptionGroupManager, TopicConfig, TopicConfigManager,
-                     topic_path_problem, validate_group_name, validate_queue_nums,
-                     validate_topic_name)
-from .consumequeue import (UNIT, ConsumeQueue, queue_dir_id)
-from .consumequeue import store_file_size as cq_store_file_size
-from .indexfile import IndexService
-from .mappedfile import remove_temp_files
-from .storetree import check_store_tree
+from .format.checkpoint import StoreCheckpoint
+from .service import flush, putmessage, recovery, workprogress
+from .service.lock import lock_holder, release_store_lock, take_store_lock
+from .service.cleanup import CleanReport, CleanService
+from .format.commitlog import CommitLog
+from .format.config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, DeletedTopics,
+                            SubscriptionGroupManager, TopicConfig, TopicConfigManager,
+                            topic_path_problem, validate_group_name, validate_queue_nums,
+                            validate_topic_name)
+from .format.consumequeue import (UNIT, ConsumeQueue, queue_dir_id)
+from .format.consumequeue import store_file_size as cq_store_file_size
+from .format.indexfile import IndexService
+from .format.mappedfile import remove_temp_files
+from .service.storetree import check_store_tree
 from .errors import (CorruptRecordError, InvalidNameError, NoSuchGroupError, NoSuchTopicError,
                      OffsetOutOfRangeError, ReadOnlyStoreError,
                      SystemTopicError)
-from .message import (Host, MessageRecord)
-from .getmessage import get_messages, parse_subscription
+from .format.message import (Host, MessageRecord)
+from .service.getmessage import get_messages, parse_subscription
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from .message import (INT32, check_body_crc, decode_record)
-from .uniqkey import UniqKeyGenerator
+from .format.message import (INT32, check_body_crc, decode_record)
+from .format.uniqkey import UniqKeyGenerator
 
 # The store's API in one import: MessageStore, the put request and its result, the config, and
 # getMessage's result (each defined in its own module).
-from .getmessage import GetMessageResult, GetMessageStatus  # noqa: F401
-from .message import Message
-from .putmessage import PutResult
+from .service.getmessage import GetMessageResult, GetMessageStatus  # noqa: F401
+from .format.message import Message
+from .service.putmessage import PutResult
 from .storeconfig import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -69,23 +69,23 @@ class MessageStore:
         read_only: take no lock, write nothing (derived data missing on disk is rebuilt in
             memory only).
         follow: read-only only: follow a store another process writes (see
-            :mod:`engine.follower`): trust the writer's files instead of recovering them and
+            :mod:`engine.live.follower`): trust the writer's files instead of recovering them and
             let :attr:`follower` advance the visible state. None (the default) follows when
             a live process holds the store's lock, and also a cleanly closed store that its
             files describe whole (normal recovery rebuilt nothing in memory), in case a
             writer starts later; a crashed store no one holds is recovered and frozen.
         held_lock: the descriptor of a store lock the caller took with
-            :func:`engine.lock.take_store_lock` and keeps (``rmqfs recover`` holds it across
+            :func:`engine.service.lock.take_store_lock` and keeps (``rmqfs recover`` holds it across
             its steps): the store writes under it and leaves it held at close. An OFD lock
             conflicts with a second one even in the same process, so such a caller cannot
             let the store take its own.
-        progress: a progress factory (:mod:`engine.workprogress`) for the open: bars
+        progress: a progress factory (:mod:`engine.service.workprogress`) for the open: bars
             "loading ConsumeQueues" (queues) and "recovering CommitLog" (bytes), so a long
             recovery (after a crash, the CommitLog from the checkpoint on) says how far it is.
 
     Attributes:
-        follower: the :class:`engine.follower.Follower` of a following store, else None.
-        recovery_report: what the recovery at open did (:class:`engine.recovery.RecoveryReport`),
+        follower: the :class:`engine.live.follower.Follower` of a following store, else None.
+        recovery_report: what the recovery at open did (:class:`engine.service.recovery.RecoveryReport`),
             None for a following store (it recovers nothing).
 
     Raises:
@@ -107,7 +107,7 @@ class MessageStore:
             os.makedirs(self.root, exist_ok=True)
         elif not os.path.isdir(self.root):
             raise FileNotFoundError(errno.ENOENT, "no store directory", self.root)
-        # Never through a link, never a FIFO or device (engine/storetree.py).
+        # Never through a link, never a FIFO or device (engine/service/storetree.py).
         check_store_tree(self.root)
         if not read_only:
             self._take_lock()
@@ -179,9 +179,9 @@ class MessageStore:
                     self.repairs.append(f"index/{name}: {problem}; {what}")
                     log.warning("index/%s: %s; %s", name, problem, what)
             self.dispatchers.append(self.index_service)
-        # the put path's caches and queue offsets (engine.putmessage)
+        # the put path's caches and queue offsets (engine.service.putmessage)
         self.putter = putmessage.PutService(self)
-        # flush, group commit and the SYNC_FLUSH dispatches waiting for them (engine.flush)
+        # flush, group commit and the SYNC_FLUSH dispatches waiting for them (engine.service.flush)
         self.flusher = flush.FlushService(self)
         # the store timestamp of the last record dispatched to the ConsumeQueues (what the
         # checkpoint's logicsMsgTimestamp may say once they are flushed)
@@ -191,7 +191,7 @@ class MessageStore:
                                 if str(t.attributes.get("queue.type", "")).lower() == "batchcq"}
         self._load_consume_queues(progress)
         if follow:
-            from .follower import Follower
+            from .live.follower import Follower
             self.follower = Follower(self)
             self.follower.open()
         else:
@@ -203,7 +203,7 @@ class MessageStore:
                     not any(cq.mem for cq in self.consume_queues.values()):
                 # A clean store that no one writes now, whose files say all there is: it is
                 # followed too, should a writer start later (nothing changes until then).
-                from .follower import Follower
+                from .live.follower import Follower
                 self.follower = Follower(self)
                 self.follower.attach()
         if not read_only:
@@ -349,7 +349,7 @@ class MessageStore:
         SystemTopicError (a system topic: ``validateSystemTopicWhenUpdateTopic``),
         ReadOnlyStoreError.
         """
-        from .validation import is_system_topic
+        from .service.validation import is_system_topic
         validate_topic_name(name)
         if is_system_topic(name):
             raise SystemTopicError(f"the topic {name} is a RocketMQ system topic (the broker "
@@ -397,7 +397,7 @@ class MessageStore:
         "commitLogOffset": where the deletion stands}``. Raises NoSuchTopicError,
         SystemTopicError (``validateSystemTopicWhenUpdateTopic``), ReadOnlyStoreError.
         """
-        from .validation import is_system_topic
+        from .service.validation import is_system_topic
         if self.read_only:
             raise ReadOnlyStoreError("store is read-only")
         if is_system_topic(name):
@@ -407,7 +407,7 @@ class MessageStore:
             raise NoSuchTopicError(f"topic {name} does not exist")
         with self.put_lock:
             # records of the topic waiting for a SYNC_FLUSH group commit lie below ``end``
-            # too: their dispatch skips them (engine.dispatch)
+            # too: their dispatch skips them (engine.service.dispatch)
             end = self.commitlog.max_offset
             self.deleted_topics.add(name, end)
             queues = sorted(q for t, q in self.consume_queues if t == name)
@@ -487,7 +487,7 @@ class MessageStore:
 
     def read_record(self, commitlog_offset: int, size: int) -> MessageRecord:
         """Decode the record at a CommitLog offset, its body CRC checked
-        (:func:`engine.message.check_body_crc`). Raises CorruptRecordError; a body CRC
+        (:func:`engine.format.message.check_body_crc`). Raises CorruptRecordError; a body CRC
         mismatch is also noted as damage of the record's queue (:meth:`note_damage`)."""
         return self._checked(self.commitlog.read_message(commitlog_offset, size))
 
@@ -530,7 +530,7 @@ class MessageStore:
 
         Raises CorruptRecordError as :meth:`message_at` does (damage is not a miss).
         """
-        from .message import decode_offset_msg_id
+        from .format.message import decode_offset_msg_id
         try:
             _, offset = decode_offset_msg_id(msg_id)
         except ValueError:
@@ -649,12 +649,12 @@ class MessageStore:
                     raise
 
     # ------------------------------------------------------------------------------------------
-    # writing (engine.putmessage)
+    # writing (engine.service.putmessage)
 
     def put_messages(self, messages: list[Message], batch: bool = False) -> list[PutResult]:
         """Append messages and dispatch them; all of them or none are stored.
 
-        See :func:`engine.putmessage.put_messages` (validation, ``batch`` as RocketMQ's
+        See :func:`engine.service.putmessage.put_messages` (validation, ``batch`` as RocketMQ's
         MessageBatch, SYNC_FLUSH group commit, and the errors raised: NoSuchTopicError,
         PermissionDeniedError, MessageIllegalError, MessageTooLargeError,
         PropertiesSizeExceededError, PutMessageError, ReadOnlyStoreError,
@@ -730,10 +730,10 @@ class MessageStore:
 
     def update_group(self, group: str, fields: dict) -> dict:
         """``updateSubGroup`` (``AdminBrokerProcessor.updateAndCreateSubscriptionGroup``):
-        set ``fields`` (checked by :func:`engine.config.check_group_fields`) on the group's
+        set ``fields`` (checked by :func:`engine.format.config.check_group_fields`) on the group's
         subscriptionGroup.json entry, creating it with RocketMQ's defaults when missing.
         Returns the new entry. Raises InvalidNameError, ReadOnlyStoreError."""
-        from .config import check_group_fields
+        from .format.config import check_group_fields
         if self.read_only:
             raise ReadOnlyStoreError("store is read-only")
         validate_group_name(group)
@@ -769,21 +769,21 @@ class MessageStore:
         return copied
 
     # ------------------------------------------------------------------------------------------
-    # flush and close (engine.flush)
+    # flush and close (engine.service.flush)
 
     def flush(self, least_pages: int = 0) -> bool:
         """Force appended data to disk, then the ConsumeQueues, index and checkpoint (the
-        fsync() path; :meth:`engine.flush.FlushService.flush`). Returns True when CommitLog data was
+        fsync() path; :meth:`engine.service.flush.FlushService.flush`). Returns True when CommitLog data was
         synced. Raises OSError from the disk."""
         return self.flusher.flush(least_pages)
 
     def flush_commitlog(self) -> bool:
-        """Sync the CommitLog only (:meth:`engine.flush.FlushService.flush_commitlog`); True if data was
+        """Sync the CommitLog only (:meth:`engine.service.flush.FlushService.flush_commitlog`); True if data was
         synced."""
         return self.flusher.flush_commitlog()
 
     def delete_expired_files(self, manual: bool = True) -> CleanReport:
-        """Delete expired files now (``deleteExpiredCommitLog``; see :mod:`engine.cleanup`).
+        """Delete expired files now (``deleteExpiredCommitLog``; see :mod:`engine.service.cleanup`).
 
         ``manual``: like mqadmin's request, up to 20 runs whatever the hour and disk usage;
         otherwise one run under the usual triggers. Returns what was deleted.

@@ -3,7 +3,7 @@
 
 Field names are RocketMQ's in snake_case (``mapped_file_size_commit_log`` for
 ``mappedFileSizeCommitLog``); :meth:`StoreConfig.from_broker_conf` reads a broker.conf. The JSON
-config files of the store (topics, consumer offsets, subscription groups) are engine/config.py.
+config files of the store (topics, consumer offsets, subscription groups) are engine/format/config.py.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from .consumequeue import CQ_STORE_UNIT_SIZE
-from .message import (COMPRESSION_LZ4, COMPRESSION_ZLIB, COMPRESSION_ZSTD, MAX_MESSAGE_SIZE,
-                      Host, host_from_str)
+from .format.consumequeue import CQ_STORE_UNIT_SIZE
+from .format.message import (COMPRESSION_LZ4, COMPRESSION_ZLIB, COMPRESSION_ZSTD, MAX_MESSAGE_SIZE,
+                             Host, host_from_str)
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

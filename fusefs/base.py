@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from engine import errors as E
 
-from engine.snapshot import SnapshotManager
+from engine.live.snapshot import SnapshotManager
 
 _log = logging.getLogger("rmqfs.refused")
 
@@ -184,7 +184,7 @@ class Context:
         self.refusals = RefusalLog(self.owner_uid)  # refused writes: MNT/refused.jsonl
 
     def snapshot_manager(self) -> SnapshotManager:
-        """The mount's :class:`engine.snapshot.SnapshotManager` (made on first use)."""
+        """The mount's :class:`engine.live.snapshot.SnapshotManager` (made on first use)."""
         if self.snapshots is None:
             self.snapshots = SnapshotManager(self.store, self.snapshot_cache_dir)
         return self.snapshots

@@ -19,12 +19,12 @@ import stat
 import threading
 
 from engine import errors as E
-from engine.progress import consumer_progress, diff_total
-from engine.status import store_status
+from engine.live.progress import consumer_progress, diff_total
+from engine.live.status import store_status
 from engine.store import Message
-from engine.jsonline import message_from_json, parse_json_line
-from engine.validation import check_send_topic, check_topic_creatable, parse_decimal
-from engine.storetree import lstat_beneath, open_beneath
+from engine.read.jsonline import message_from_json, parse_json_line
+from engine.service.validation import check_send_topic, check_topic_creatable, parse_decimal
+from engine.service.storetree import lstat_beneath, open_beneath
 
 from . import render as R
 from .base import (DIR_MODE, RO_DIR, RO_FILE, RW_FILE, WO_FILE, BytesHandle, Context, Dir, FsError,
@@ -210,7 +210,7 @@ class TopicJsonFile(GeneratedFile):
         cfg = self.ctx.store.topic_config.get(self.topic)
         if cfg is None:
             n = len(self.ctx.store.queue_ids(self.topic))
-            from engine.config import TopicConfig
+            from engine.format.config import TopicConfig
             cfg = TopicConfig(self.topic, n, n)
         return cfg
 
@@ -239,7 +239,7 @@ class TopicJsonFile(GeneratedFile):
     def update(self, text: bytes) -> None:
         """Apply one JSON object (all its fields or none)."""
         import json
-        from engine.config import topic_update_from_json
+        from engine.format.config import topic_update_from_json
         try:
             obj = json.loads(text.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -908,7 +908,7 @@ class RawHandle(Handle):
     """An open store file; reads are ``pread`` of the real file (byte-identical)."""
 
     def __init__(self, root: str, rel: str, keep_cache: bool, direct_io: bool = False):
-        # Never through a link, anywhere below the store root (engine/storetree.py).
+        # Never through a link, anywhere below the store root (engine/service/storetree.py).
         self.fd = open_beneath(root, rel, os.O_RDONLY)
         if not stat.S_ISREG(os.fstat(self.fd).st_mode):
             os.close(self.fd)

@@ -3,7 +3,7 @@
 One JSON object per line, RocketMQ's ``MessageExt`` field names, timestamps in epoch ms.
 ``topics/`` views show a body as text when it is valid UTF-8 and as base64 otherwise (with
 ``"bodyEncoding": "base64"``). The same record always renders to the same bytes: per record
-(:func:`render_message`, lookups) and column-wise from ``engine.columnar`` batches
+(:func:`render_message`, lookups) and column-wise from ``engine.read.columnar`` batches
 (:func:`render_lines`, the views). ``view/`` parts are Parquet (:func:`render_part`).
 """
 
@@ -13,8 +13,8 @@ import base64
 import json
 import os
 
-from engine.jsonline import LINE_FIELDS
-from engine.message import MessageRecord, host_to_str
+from engine.read.jsonline import LINE_FIELDS
+from engine.format.message import MessageRecord, host_to_str
 
 
 
@@ -22,7 +22,7 @@ from engine.message import MessageRecord, host_to_str
 # Rendering is the cost of a first read of a decoded view, so the line is assembled from an
 # f-string: integers with str(), strings with json's own C string encoder (the exact escaping
 # json.dumps(ensure_ascii=False) uses), hosts and msgId prefixes from small caches. The test
-# suite checks it against engine.jsonline.build_line byte for byte.
+# suite checks it against engine.read.jsonline.build_line byte for byte.
 
 _str = json.encoder.encode_basestring  # c_encode_basestring when the C accelerator is there
 _hosts: dict = {}
@@ -95,7 +95,7 @@ def _line(topic_json: str, queue_id: int, queue_offset: int, off: int, store_siz
 def render_message(rec: MessageRecord) -> bytes:
     """A ``topics/`` line: body as text when UTF-8, else base64 with ``bodyEncoding``.
 
-    Same bytes as ``engine.jsonline.build_line`` (``MessageExt`` field order, compact JSON,
+    Same bytes as ``engine.read.jsonline.build_line`` (``MessageExt`` field order, compact JSON,
     non-ASCII kept as UTF-8), about three times faster.
     """
     return _line(_str(rec.topic), rec.queue_id, rec.queue_offset, rec.commitlog_offset,
@@ -117,7 +117,7 @@ def render_json(obj) -> bytes:
 # -- view/ Parquet parts ---------------------------------------------------------------------------
 # A part is rendered in a worker process (fusefs.views.PartCache): the units of its queue
 # offsets come from the daemon (it owns the ConsumeQueues), the records are decoded from the
-# CommitLog files with engine.columnar and written as Parquet. The same units give the same
+# CommitLog files with engine.read.columnar and written as Parquet. The same units give the same
 # bytes: fixed batch and row-group boundaries, no timestamps in the file.
 
 PART_BATCH_ROWS = 16384      # decode batch (a divisor of PART_ROW_GROUP_ROWS)
@@ -129,7 +129,7 @@ _segments: dict = {}
 def _worker_segments(commitlog_dir: str):
     """The CommitLog of a worker process (read-only mmaps, kept between tasks, refreshed so
     segments created since are seen)."""
-    from engine.columnar import Segments
+    from engine.read.columnar import Segments
     segs = _segments.get(commitlog_dir)
     if segs is None:
         segs = _segments[commitlog_dir] = Segments(commitlog_dir)
@@ -148,7 +148,7 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
         topic: the topic.
         queue_ids: the queue id (an int: a queue view) or one per unit (int64 array: a topic
             view, units in CommitLog order).
-        units: ``engine.columnar.UNIT_DTYPE`` array without blank filler.
+        units: ``engine.read.columnar.UNIT_DTYPE`` array without blank filler.
         queue_offsets: int64 array, the units' queue offsets.
         kind: ``"messages"`` or ``"bodies"``.
 
@@ -156,9 +156,9 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
         :func:`render_lines`'s ``(data, ends, newest ms)``.
 
     Raises:
-        CorruptRecordError: a unit does not point at its record (``engine.columnar``).
+        CorruptRecordError: a unit does not point at its record (``engine.read.columnar``).
     """
-    from engine.columnar import decode_topic_units, decode_units
+    from engine.read.columnar import decode_topic_units, decode_units
     segs = _worker_segments(commitlog_dir)
     cols = LINE_COLUMNS[kind]
     if isinstance(queue_ids, int):
@@ -176,9 +176,9 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units, first: int
     Args:
         commitlog_dir: the store's ``commitlog/`` directory (opened read-only, no lock).
         topic, queue_id: the queue.
-        units: the ConsumeQueue units of those offsets (``engine.columnar.queue_units``: a
+        units: the ConsumeQueue units of those offsets (``engine.read.columnar.queue_units``: a
             ``UNIT_DTYPE`` array); blank filler units are skipped
-            (``engine.columnar.drop_blank_units``).
+            (``engine.read.columnar.drop_blank_units``).
         first: queue offset of the first unit.
         out_path: the file to create; written under ``out_path + ".tmp"`` and renamed, so it
             appears whole or not at all.
@@ -187,14 +187,14 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units, first: int
         ``(size in bytes, storeTimestamp of the last message (epoch ms, 0 if none), rows)``.
 
     Raises:
-        CorruptRecordError: a unit does not point at its record (``engine.columnar``).
+        CorruptRecordError: a unit does not point at its record (``engine.read.columnar``).
     """
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from engine.columnar import decode_units, drop_blank_units
-    from engine.schema import part_schema
+    from engine.read.columnar import decode_units, drop_blank_units
+    from engine.read.schema import part_schema
 
     segs = _worker_segments(commitlog_dir)
     arr = units
@@ -235,7 +235,7 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units, first: int
 
 # -- JSON lines from columnar batches ----------------------------------------------------------
 # The first read of messages.jsonl / bodies.txt renders every message, so lines are assembled
-# column-wise with Arrow kernels from engine.columnar's batches: the same bytes as
+# column-wise with Arrow kernels from engine.read.columnar's batches: the same bytes as
 # render_message / render_body (tests compare them), without Python per message. Strings are
 # escaped as json.dumps(ensure_ascii=False) does (", \, and control characters); the rare
 # control characters without a short escape and bodies that are not UTF-8 are done per row.
@@ -301,7 +301,7 @@ def _json_list(list_arr, open_: str, close: str):
 
 
 def render_lines(batch, kind: str):
-    """Render a batch of ``engine.columnar`` rows as ``kind`` lines.
+    """Render a batch of ``engine.read.columnar`` rows as ``kind`` lines.
 
     ``kind``: ``"messages"`` (a ``messages.jsonl`` line, :func:`render_message`'s bytes) or
     ``"bodies"`` (:func:`render_body`). The batch needs :data:`LINE_COLUMNS` ``[kind]``.

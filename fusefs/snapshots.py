@@ -1,4 +1,4 @@
-"""``snapshots/``: point-in-time snapshots of the store (see :mod:`engine.snapshot`).
+"""``snapshots/``: point-in-time snapshots of the store (see :mod:`engine.live.snapshot`).
 
 ``mkdir snapshots/<name>`` freezes the store (also on a read-only mount: nothing is written
 anywhere), ``snapshots/<name>/`` then holds the layout of ``raw/`` (``commitlog/``,
@@ -22,7 +22,7 @@ from .base import (DIR_MODE, RO_FILE, BytesHandle, Dir, FsError, Handle, Node, S
 
 
 def manager(ctx):
-    """The context's :class:`engine.snapshot.SnapshotManager` (made on first use)."""
+    """The context's :class:`engine.live.snapshot.SnapshotManager` (made on first use)."""
     return ctx.snapshot_manager()
 
 

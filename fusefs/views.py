@@ -8,7 +8,7 @@ cache) and byte offsets for any queue offset.
 
 A queue view renders its ConsumeQueue in order; a topic view merges the topic's queues by
 CommitLog offset, which is CommitLog order. ``messages.jsonl`` and ``bodies.txt`` lines are
-built from ``engine.columnar`` batches (``render.render_view_chunk``) in chunks of units that
+built from ``engine.read.columnar`` batches (``render.render_view_chunk``) in chunks of units that
 the pool of worker processes of :class:`PartCache` renders in parallel, appended in order;
 ``view/`` parts are Parquet files rendered by the same pool. Everything rendered shares
 one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both
@@ -30,7 +30,7 @@ from array import array
 from collections.abc import Callable
 
 from engine.errors import StoreError
-from engine.message import MessageRecord
+from engine.format.message import MessageRecord
 from engine.store import MessageStore
 
 from . import render as R
@@ -108,7 +108,7 @@ class RenderedLog:
             pass
 
 
-# Renderers whose lines are built column-wise from engine.columnar batches (render.render_lines).
+# Renderers whose lines are built column-wise from engine.read.columnar batches (render.render_lines).
 _LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
 COLUMNAR_BATCH = 8192  # messages decoded and rendered per chunk (one worker task)
 
@@ -152,7 +152,7 @@ def _render_chunks(parts: PartCache, log_: RenderedLog, topic: str, chunks, kind
         except StoreError as exc:
             note_damage(store, topic, queue_ids, units, qoffs, exc)
             raise
-    from engine.columnar import drop_blank_units
+    from engine.read.columnar import drop_blank_units
     try:
         for queue_ids, units, qoffs in chunks:
             units, qoffs, queue_ids = drop_blank_units(units, qoffs, queue_ids)
@@ -202,7 +202,7 @@ class QueueView:
                            self.store)
 
     def _chunks(self, cq, nxt: int, end: int):
-        from engine.columnar import queue_units
+        from engine.read.columnar import queue_units
         while nxt < end:
             units, qoffs = queue_units(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
             if not len(units):
@@ -274,7 +274,7 @@ def _topic_chunks(self, cut: dict):
     each queue's offsets grow)."""
     import numpy as np
 
-    from engine.columnar import queue_units
+    from engine.read.columnar import queue_units
     bufs = {}
     pos = {}
     for qid in cut:
@@ -514,7 +514,7 @@ class PartCache:
     def _units(self, topic: str, queue_id: int, first: int, end: int):
         """``(units, queue offsets)`` of the part ``[first, end)`` (``queue_units``); OSError
         EIO when the queue lacks some."""
-        from engine.columnar import queue_units
+        from engine.read.columnar import queue_units
         units, qoffs = queue_units(self.store.consume_queue(topic, queue_id), first, end)
         if first + len(units) < end:
             raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
@@ -546,7 +546,7 @@ class PartCache:
             units, qoffs = self._units(topic, queue_id, first, end)
             # Room for the file before it is written: its CommitLog bytes bound it (a
             # compressed Parquet part is smaller), so the cache stays within max_bytes.
-            from engine.columnar import drop_blank_units
+            from engine.read.columnar import drop_blank_units
             real = drop_blank_units(units, qoffs)[0]
             est = int(real["size"].astype("int64").sum()) + 65536
             self.reserved[key] = est
@@ -630,7 +630,7 @@ class PartCache:
                         fut.result()
                     except StoreError as exc:  # status.json names the queue (one log line)
                         topic, queue_id, first, end = key
-                        from engine.columnar import queue_units
+                        from engine.read.columnar import queue_units
                         units, qoffs = queue_units(self.store.consume_queue(topic, queue_id),
                                                    first, end)
                         if first + len(units) < end:  # as _units: none when some are missing

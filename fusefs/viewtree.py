@@ -5,10 +5,10 @@
 shortened: :func:`topic_dir_name`), and nothing else: Polars reads a
 directory only when every file in it is Parquet (it skips no ``_``/``.`` names, unlike Spark's
 and pyarrow's Hive-style listing), so the DDL of ``spark.read.parquet(view)``
-(``engine.schema.DATASOURCE_DDL``) is ``view.ddl`` beside ``view/`` (:func:`view_ddl_file`).
+(``engine.read.schema.DATASOURCE_DDL``) is ``view.ddl`` beside ``view/`` (:func:`view_ddl_file`).
 A part covers a fixed
 range of queue offsets and never changes once full; it holds the columns
-``engine.schema.PART_COLUMNS`` (``body`` BINARY; ``topic`` and ``queue`` are left to the
+``engine.read.schema.PART_COLUMNS`` (``body`` BINARY; ``topic`` and ``queue`` are left to the
 directory names), zstd-compressed. Parts render in worker processes (``views.PartCache``).
 """
 
@@ -18,8 +18,8 @@ import hashlib
 import os
 import re
 
-from engine.schema import DATASOURCE_DDL
-from engine.validation import parse_decimal
+from engine.read.schema import DATASOURCE_DDL
+from engine.service.validation import parse_decimal
 
 from .base import (RO_FILE, Dir, Handle, Node, StaticFile, Stat, check_read_only_open, ms_to_ns,
                    pread_nowait)
@@ -167,7 +167,7 @@ def part_key(ctx, topic: str, queue_id: int, first: int) -> tuple:
 class ViewPartFile(Node):
     """The Parquet file of queue offsets ``[first, first + part_messages)``.
 
-    Columns: ``engine.schema.PART_COLUMNS`` (``topic`` and ``queue`` come from the path).
+    Columns: ``engine.read.schema.PART_COLUMNS`` (``topic`` and ``queue`` come from the path).
     mtime: store time of the part's last message; a full part never changes (same bytes,
     size and mtime after an eviction or a remount), the last part grows as messages arrive.
     """

@@ -36,7 +36,7 @@ import re
 import sys
 import time
 
-from engine.progress import consumer_progress, diff_total
+from engine.live.progress import consumer_progress, diff_total
 
 TIME_FORMAT_HELP = "epoch ms, yyyy-MM-dd#HH:mm:ss:SSS (local time) or now"
 
@@ -77,7 +77,7 @@ def format_time(ms: int) -> str:
 
 
 def _progress(total: int, desc: str, unit: str = "B"):
-    """The progress factory of every long command (engine.workprogress): a tqdm bar on stderr,
+    """The progress factory of every long command (engine.service.workprogress): a tqdm bar on stderr,
     hidden when stderr is not a terminal."""
     from .progress import terminal_bar
     return terminal_bar(total, desc, unit)
@@ -94,7 +94,7 @@ def _config(args):
 
 
 def _check_store(path: str) -> str:
-    from engine.verify import check_store_dir
+    from engine.tools.verify import check_store_dir
     root = os.path.abspath(path)
     check_store_dir(root)
     return root
@@ -151,7 +151,7 @@ def _json_line(rec) -> str:
 
 def _print_detail(rec, print_body: bool, charset: str) -> None:
     """A message the way ``mqadmin queryMsgById`` shows it."""
-    from engine.message import host_to_str
+    from engine.format.message import host_to_str
     rows = [("OffsetID", rec.msg_id), ("Topic", rec.topic), ("Tags", f"[{rec.tags or ''}]"),
             ("Keys", f"[{' '.join(rec.keys)}]"), ("Queue ID", rec.queue_id),
             ("Queue Offset", rec.queue_offset), ("CommitLog Offset", rec.commitlog_offset),
@@ -172,7 +172,7 @@ def _print_detail(rec, print_body: bool, charset: str) -> None:
 
 def cmd_verify(args) -> int:
     """``rmqfs verify STORE``: check every record, unit and index item; exit 1 on any error."""
-    from engine.verify import verify_store
+    from engine.tools.verify import verify_store
     root = _check_store(args.store)
     res = verify_store(root, _config(args), _progress)
     if args.json:
@@ -230,7 +230,7 @@ def _print_verify(res) -> None:
 
 def cmd_recover(args) -> int:
     """``rmqfs recover STORE``: repair what verify finds; exit 1 if verify still fails."""
-    from engine.verify import recover_store
+    from engine.tools.verify import recover_store
     root = _check_store(args.store)
     report = recover_store(root, _config(args), _progress, rebuild=args.rebuild)
     before = report.before
@@ -253,7 +253,7 @@ def cmd_recover(args) -> int:
 
 def cmd_produce(args) -> int:
     """``rmqfs produce STORE -t TOPIC [FILE...]``: one message per line (stdin without FILE)."""
-    from engine.config import validate_queue_nums, validate_topic_name
+    from engine.format.config import validate_queue_nums, validate_topic_name
     from engine.errors import StoreError
     from engine.store import Message
     properties = {}
@@ -262,7 +262,7 @@ def cmd_produce(args) -> int:
         if not sep or not k:
             raise AdminError(f"bad --property {item!r}: use NAME=VALUE")
         properties[k] = v
-    from engine.validation import check_message, check_topic_creatable
+    from engine.service.validation import check_message, check_topic_creatable
     # the message fields shared by every line, checked once before the store is opened
     check_message(Message(args.topic, b"", tags=args.tags, keys=args.keys,
                           properties=properties or None, queue_id=args.queue_id))
@@ -364,7 +364,7 @@ def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
 
 def cmd_print_msg(args) -> int:
     """``printMsg`` / ``printMsgByQueue``: messages of a topic (or one queue) in a time range."""
-    from engine.getmessage import parse_subscription, subscription_tags
+    from engine.service.getmessage import parse_subscription, subscription_tags
     with open_store(args) as store:
         topic = _topic(store, args.topic)
         queues = [_queue(store, topic, args.queue_id)] if args.queue_id is not None \
@@ -522,7 +522,7 @@ def cmd_reset_offset(args) -> int:
     """``resetOffsetByTime``: commit, for every queue of the topic (or ``-q``), the first offset
     stored at or after ``-s`` time, or ``-o`` offset. Written atomically to
     consumerOffset.json; refused while a mount or broker holds the store."""
-    from engine.config import validate_group_name
+    from engine.format.config import validate_group_name
     if (args.timestamp is None) == (args.offset is None):
         raise AdminError("give -s TIMESTAMP (ms, yyyy-MM-dd#HH:mm:ss:SSS or now) or -o OFFSET")
     validate_group_name(args.group)
@@ -654,7 +654,7 @@ def cmd_update_sub_group(args) -> int:
     SubscriptionGroupManager.updateSubscriptionGroupConfig): set SubscriptionGroupConfig
     fields of the group in subscriptionGroup.json, creating it with RocketMQ's defaults when
     missing. Options not given keep their values (mqadmin sends a whole config)."""
-    from engine.config import validate_group_name
+    from engine.format.config import validate_group_name
     validate_group_name(args.group)
     fields = {}
     for attr, opt, name, kind in _GROUP_OPTIONS:
@@ -717,7 +717,7 @@ def cmd_stats_all(args) -> int:
     minute, hour and day before --now (default: now), and in total. A broker counts these in
     memory (BrokerStatsManager); here they come from the ConsumeQueue units (numpy) and a
     binary search on store timestamps per queue, so a big store costs no per-message work."""
-    from engine.stats import WINDOWS, topic_stats, total
+    from engine.live.stats import WINDOWS, topic_stats, total
     now = parse_time(args.now) if args.now else int(time.time() * 1000)
     with open_store(args) as store:
         topics = [_topic(store, args.topic)] if args.topic else store.topic_names()
@@ -761,10 +761,10 @@ def cmd_get_broker_config(args) -> int:
 
 
 def cmd_broker_status(args) -> int:
-    """``brokerStatus``: what the mount's status.json shows (engine/status.py): CommitLog
+    """``brokerStatus``: what the mount's status.json shows (engine/live/status.py): CommitLog
     offsets, flush and dispatch lag, counts, repairs and damaged queues; --json for the
     object."""
-    from engine.status import store_status
+    from engine.live.status import store_status
     with open_store(args) as store:
         st = store_status(store)
     if args.json:
@@ -781,7 +781,7 @@ def cmd_snapshot_verify(args) -> int:
     against its SNAPSHOT.json: every file named there must exist with its size and CRC32C.
     Prints one line per problem (missing, short, damaged file) and a summary; exit 1 on any
     problem. Files the manifest does not name are reported as extra (not an error)."""
-    from engine.snapshot import MANIFEST_NAME, verify_copy
+    from engine.live.snapshot import MANIFEST_NAME, verify_copy
     directory = args.directory
     if not os.path.isdir(directory):
         raise AdminError(f"{directory} is not a directory")

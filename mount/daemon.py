@@ -200,7 +200,7 @@ def check_store_path(store_path: str, create: bool) -> None:
     a store's (commitlog/, consumequeue/, index/, config/, checkpoint, lock) is most likely
     a mistyped path.
     """
-    from engine.verify import NotAStoreError, check_store_dir
+    from engine.tools.verify import NotAStoreError, check_store_dir
     if create or not os.path.isdir(store_path) or not os.listdir(store_path):
         return
     try:
@@ -252,7 +252,7 @@ class Daemon:
         cache_dir: where rendered views are cached (a temporary directory by default).
         cache_size: bound of the render cache in bytes (default
             ``fusefs.views.default_cache_size``).
-        progress: a progress factory (:mod:`engine.workprogress`) for opening the store
+        progress: a progress factory (:mod:`engine.service.workprogress`) for opening the store
             (a long recovery says how far it is).
     """
 
@@ -321,7 +321,7 @@ class Daemon:
                      self.store.writer_pid)
 
     def recovery_report(self):
-        """What the store's recovery did (:class:`engine.recovery.RecoveryReport`), None
+        """What the store's recovery did (:class:`engine.service.recovery.RecoveryReport`), None
         before :meth:`setup` or for a follower."""
         return self.store.recovery_report if self.store is not None else None
 

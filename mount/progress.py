@@ -1,5 +1,5 @@
 """How far long work is, on the terminal: tqdm bars for the engine's progress factories
-(:mod:`engine.workprogress`: ``progress(total, desc, unit) -> bar``), and the messages a
+(:mod:`engine.service.workprogress`: ``progress(total, desc, unit) -> bar``), and the messages a
 background mount daemon sends ``rmqfs mount`` through its ready pipe while it opens the store.
 
 Bars go to stderr and only when it is a terminal (tqdm's ``disable=None``), so pipes and logs
@@ -56,7 +56,7 @@ class _PipeBar:
 
 
 class PipeProgress:
-    """A progress factory (:mod:`engine.workprogress`) whose bars are ``#progress`` lines
+    """A progress factory (:mod:`engine.service.workprogress`) whose bars are ``#progress`` lines
     written to ``fd`` (the daemon's ready pipe). A closed pipe (the parent is gone) is not an
     error: nothing more is sent."""
 

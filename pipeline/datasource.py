@@ -8,9 +8,9 @@ Reads the CommitLog through the ConsumeQueues, with no mount and no broker::
     q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
          .load("/data/rocketmq/store").writeStream...)
 
-The schema is ``engine.schema.DATASOURCE_DDL``: the same columns, types
+The schema is ``engine.read.schema.DATASOURCE_DDL``: the same columns, types
 and order as ``spark.read.parquet("file://MNT/view")`` (``topic`` and ``queue`` last). Rows
-are decoded by ``engine.columnar`` (numpy over the memory-mapped CommitLog, only the columns
+are decoded by ``engine.read.columnar`` (numpy over the memory-mapped CommitLog, only the columns
 asked for) and come as Arrow record batches, one Spark partition per range of queue offsets of
 one queue.
 
@@ -71,7 +71,7 @@ offset, so every message is delivered once. ``commit()`` records nothing: the ch
 consumer position (the store's consumerOffset.json is left alone).
 
 The store may be written by a mount or a broker while it is read: the reader takes no lock and
-writes nothing (``engine.columnar``). Executors need the store at the same path (local
+writes nothing (``engine.read.columnar``). Executors need the store at the same path (local
 mode, or a shared filesystem on a cluster); ``register()`` ships this code to them.
 """
 
@@ -89,9 +89,9 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition,
                                     LessThan, LessThanOrEqual)
 
-from engine.columnar import StoreFiles
+from engine.read.columnar import StoreFiles
 from engine.errors import CorruptRecordError
-from engine.schema import DATASOURCE_DDL
+from engine.read.schema import DATASOURCE_DDL
 
 __all__ = ["RocketMQDataSource", "RocketMQFilteringDataSource", "register", "check_workers",
            "pushdown_is_per_scan", "DataLossError", "WorkerEnvironmentError", "QueueRange",
@@ -711,7 +711,7 @@ class RocketMQFilteringDataSource(RocketMQDataSource):
 def _columns(schema) -> tuple | None:
     """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
     checked against ``DATASOURCE_DDL``; None for the full schema. Only these are decoded."""
-    from engine.schema import split_ddl
+    from engine.read.schema import split_ddl
     types = {n: t.lower().replace(" ", "") for n, t in split_ddl(DATASOURCE_DDL)}
     names = list(types)
     if schema is None or [f.name for f in schema.fields] == names:

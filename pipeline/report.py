@@ -61,7 +61,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the spark extra
     _PYSPARK_IMPORT_ERROR = _exc
 
-from engine.schema import DATASOURCE_DDL
+from engine.read.schema import DATASOURCE_DDL
 
 __all__ = ["build_session", "Mount", "read_view", "read_lag", "compute_report", "write_report",
            "write_charts", "summary", "main", "HTML", "CHARTS", "TABLES"]
@@ -189,13 +189,13 @@ def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
 
 
 def _top_level(ddl: str) -> list[str]:
-    from engine.schema import split_ddl
+    from engine.read.schema import split_ddl
     return [f"{n} {t}" for n, t in split_ddl(ddl)]
 
 
 def read_lag(mount: Mount) -> list[dict]:
     """Rows of ``consumer_lag`` from ``MNT/groups/*/progress.json``: lag is the file's ``diff``
-    (computed once, by ``engine.progress.consumer_progress``). Unreadable files are skipped with
+    (computed once, by ``engine.live.progress.consumer_progress``). Unreadable files are skipped with
     a warning on stderr."""
     rows = []
     gdir = os.path.join(mount.path, "groups")

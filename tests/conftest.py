@@ -101,12 +101,12 @@ def rmqfs_cmd(*args) -> list[str]:
 
 def recover_decoding_every_record(monkeypatch) -> None:
     """Make every MessageStore opened afterwards recover with each record decoded
-    (``engine.recovery.recover(..., undecoded=False)``) instead of comparing the units the
+    (``engine.service.recovery.recover(..., undecoded=False)``) instead of comparing the units the
     queues already hold with the raw records: tests compare the two recoveries. Undone by
     ``monkeypatch.undo()``."""
     import functools
 
-    from engine import recovery
+    from engine.service import recovery
     monkeypatch.setattr(recovery, "recover", functools.partial(recovery.recover,
                                                                undecoded=False))
 

@@ -4,9 +4,9 @@ holding every kind of CommitLog record (one home; the tests import them from her
 import os
 import zlib
 
-from engine.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, NEED_UNWRAP_FLAG,
-                            TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, encode_message,
-                            host_from_str)
+from engine.format.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, NEED_UNWRAP_FLAG,
+                                   TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, encode_message,
+                                   host_from_str)
 from engine.store import Message, MessageStore, StoreConfig
 
 SMALL = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,
@@ -40,8 +40,8 @@ def small_segments(**kw):
 
 def put_internal(store, msgs, batch: bool = False):
     """Put records a client could not send (odd properties, broker-internal topics) on
-    purpose, through the broker's own put path (:func:`engine.putmessage.put_internal`)."""
-    from engine import putmessage
+    purpose, through the broker's own put path (:func:`engine.service.putmessage.put_internal`)."""
+    from engine.service import putmessage
     return putmessage.put_internal(store, msgs, batch)
 
 
@@ -108,7 +108,7 @@ def long_topic_store(root, cfg=None):
     engine's put paths (fast and general, one message and batches), records crossing segment
     ends; LONG_GROUP has committed offsets on T and its retry topic. Returns
     ``{topic: [bodies in put order]}``."""
-    from engine.config import TopicConfig
+    from engine.format.config import TopicConfig
     want: dict[str, list[bytes]] = {}
     with MessageStore(str(root), cfg or long_topic_config()) as s:
         s.create_topic("T", 4)
@@ -155,7 +155,7 @@ def flip_body_byte(root, topic="T", queue_id=0, queue_offset=0, cfg=None) -> int
 def blank_units_store(root):
     """A store whose queue T/0 holds blank filler units (fillPreBlank) at offsets 18, 20 and
     27, in its second file (16 units a file; blanks in the first would move its min offset)."""
-    from engine.consumequeue import BLANK_UNIT_SIZE, UNIT
+    from engine.format.consumequeue import BLANK_UNIT_SIZE, UNIT
     produce(root, 30, queue_id=0, cfg=small())
     d = os.path.join(root, "consumequeue", "T", "0")
     for q in (18, 20, 27):

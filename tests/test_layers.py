@@ -1,9 +1,13 @@
 """The layers import only downward, and fusefs/ has no import cycle (README "Architecture").
 
 engine/ (the store) <- fusefs/ (the tree) <- mount/ (CLI and daemon); pipeline/ (Spark) -> engine/.
+Inside engine/, its subpackages are layered too (:data:`ENGINE_LAYERS`): errors, format/,
+storeconfig, service/, read/, live/, the store.py façade, tools/; each imports only its own layer
+and those before it, so format/ imports nothing of service/, read/, live/ or tools/, and nothing
+in engine/ imports tools/ but ``engine/__init__.py`` (lazily).
 Every import is read with ``ast``, those inside functions included, so a cycle cannot hide
-behind a lazy import. The tree modules must not pull in pyfuse3 or trio: they run without a
-kernel mount (tests/fs/).
+behind a lazy import (``if TYPE_CHECKING:`` blocks never run and are not counted). The tree
+modules must not pull in pyfuse3 or trio: they run without a kernel mount (tests/fs/).
 """
 
 import ast
@@ -20,9 +24,11 @@ FORBIDDEN = {"engine": {"fusefs", "mount", "pipeline"},
              "pipeline": {"fusefs", "mount"}}  # mount/ (the CLI) is the top: it may use any
 
 
-def imports(module: str, source: str) -> set[str]:
-    """Dotted names of the project modules ``module`` (e.g. ``fusefs.nodes``) imports."""
-    package = module.rsplit(".", 1)[0]
+def imports(module: str, source: str, is_package: bool = False) -> set[str]:
+    """Dotted names of the project modules ``module`` (e.g. ``fusefs.nodes``) imports;
+    ``is_package``: ``module`` is a package's ``__init__.py`` (its relative imports start from
+    the package itself)."""
+    package = module if is_package else module.rsplit(".", 1)[0]
     out = set()
     tree = ast.parse(source)
     typing_only = set()  # `if TYPE_CHECKING:` blocks never run
@@ -36,19 +42,29 @@ def imports(module: str, source: str) -> set[str]:
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:
-                base = package + ("." + base if base else "")
+            if node.level:  # from . / from .. : up level - 1 packages from this one
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = parent + ("." + base if base else "")
             out.add(base)
             out |= {f"{base}.{a.name}" for a in node.names}  # from . import render
     return {m for m in out if m.split(".")[0] in LAYERS}
 
 
-def graph() -> dict[str, set[str]]:
+def modules() -> dict[str, tuple[str, bool]]:
+    """Every project module, subpackages included: dotted name -> (source, is a package)."""
     mods = {}
     for layer in LAYERS:
-        for path in sorted((REPO / layer).glob("*.py")):
-            mods[f"{layer}.{path.stem}"] = path.read_text()
-    return {m: {i for i in imports(m, src) if i in mods and i != m} for m, src in mods.items()}
+        for path in sorted((REPO / layer).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            package = parts[-1] == "__init__"
+            mods[".".join(parts[:-1] if package else parts)] = (path.read_text(), package)
+    return mods
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: {i for i in imports(m, src, pkg) if i in mods and i != m}
+            for m, (src, pkg) in mods.items()}
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
@@ -89,6 +105,114 @@ def test_fusefs_base_imports_nothing_of_fusefs():
     assert {m for m in graph()["fusefs.base"] if m.startswith("fusefs.")} == set()
 
 
+#: engine/'s internal layers, lowest first: a module imports only its own layer and those
+#: before it (type annotations under ``if TYPE_CHECKING:`` excepted: the services name the
+#: MessageStore that owns them). ``engine`` itself (``__init__.py``, the public API) is above all.
+ENGINE_LAYERS = (
+    "engine.errors",       # the errors, each with its errno
+    "engine.format",       # the on-disk files and their primitives
+    "engine.storeconfig",  # StoreConfig, broker.conf
+    "engine.service",      # put, dispatch, recovery, flush, getMessage, cleanup, lock, validation
+    "engine.read",         # the column-wise reader (numpy, Arrow), the columns, the JSON line
+    "engine.live",         # followers, snapshots, status, stats, consumer progress
+    "engine.store",        # MessageStore, the façade
+    "engine.tools",        # offline verify and recover, above the store
+)
+
+
+def engine_layer(module: str) -> int:
+    """The rank of an engine module in :data:`ENGINE_LAYERS` (``engine`` itself: above all)."""
+    if module == "engine":
+        return len(ENGINE_LAYERS)
+    for rank, layer in enumerate(ENGINE_LAYERS):
+        if module == layer or module.startswith(layer + "."):
+            return rank
+    raise AssertionError(f"{module} is in no layer of ENGINE_LAYERS: add it there (and to "
+                         "docs/architecture.md)")
+
+
+def engine_upward(g: dict[str, set[str]]) -> list[str]:
+    """The imports inside engine/ that go up a layer."""
+    return [f"{m} ({ENGINE_LAYERS[engine_layer(m)]}) imports {i}"
+            for m, deps in sorted(g.items()) if m.split(".")[0] == "engine"
+            for i in sorted(deps) if i.split(".")[0] == "engine"
+            and engine_layer(i) > engine_layer(m)]
+
+
+def test_engine_modules_each_have_a_layer():
+    for m in graph():
+        if m.startswith("engine"):
+            engine_layer(m)
+
+
+def test_engine_layers_import_only_downward():
+    assert engine_upward(graph()) == []
+
+
+def test_format_imports_only_errors_and_format():
+    """The on-disk formats are the bottom: nothing of the services, readers, live stores or
+    tools (nor the store) leaks into them."""
+    bad = {m: sorted(i for i in deps if i.startswith("engine")
+                     and not i.startswith(("engine.format", "engine.errors")))
+           for m, deps in graph().items() if m.startswith("engine.format")}
+    assert not {m: d for m, d in bad.items() if d}, bad
+
+
+def test_nothing_in_engine_imports_tools():
+    """tools/ (verify, recover) sits above the store; only the package's public API names it,
+    and lazily (by module name, not an import statement)."""
+    bad = [f"{m} imports {i}" for m, deps in graph().items() if m.startswith("engine")
+           and not m.startswith("engine.tools") for i in deps if i.startswith("engine.tools")]
+    assert bad == []
+
+
+def test_import_engine_is_light():
+    """``import engine`` loads only the errors: the public names load on first use, and the
+    columnar reader's numpy/pyarrow only with StoreFiles (the FUSE daemon relies on it)."""
+    code = ("import sys, engine\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('engine', 'numpy', 'pyarrow')))\n"
+            "from engine import MessageStore, Message, StoreConfig\n"
+            "print('numpy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    assert out[0] == "['engine', 'engine.errors']"
+    assert out[1] == "False"
+
+
+def _engine_imports_that_do_not_resolve(path: Path) -> list[str]:
+    """The ``engine`` imports of a file that name no module of this checkout: an old path
+    (``engine.recovery`` after the move to ``engine.service``) would otherwise be found by the
+    editable install's finder in another checkout and load a second copy of the engine there.
+    ``from engine import X``: X is a subpackage or module, or a name of ``engine.__all__``."""
+    import engine
+    bad = []
+
+    def exists(dotted: str) -> bool:
+        base = REPO.joinpath(*dotted.split("."))
+        return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.split(".")[0] == "engine"
+                    and not exists(a.name)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and \
+                node.module.split(".")[0] == "engine":
+            if not exists(node.module):
+                bad.append(node.module)
+            elif node.module == "engine":
+                bad += [f"engine.{a.name}" for a in node.names
+                        if a.name not in engine.__all__ and not exists(f"engine.{a.name}")]
+    return bad
+
+
+def test_engine_imports_name_modules_of_this_checkout():
+    files = [p for d in (*LAYERS, "tests", "bench") for p in sorted((REPO / d).rglob("*.py"))
+             if "java" not in p.relative_to(REPO).parts]
+    bad = {str(p.relative_to(REPO)): b for p in files if (b := _engine_imports_that_do_not_resolve(p))}
+    assert not bad, bad
+
+
 def test_the_checks_can_fail():
     """A lazy import inside a function still makes a cycle; a relative import is resolved."""
     g = {m: set(imports(m, src)) for m, src in {
@@ -101,6 +225,31 @@ def test_the_checks_can_fail():
     assert g["fusefs.c"] == {"engine.store"}
     assert cycles({m: {i for i in d if i in g} for m, d in g.items()}) == [
         ["fusefs.a", "fusefs.b", "fusefs.a"]]
+    # two dots go up a package; a package's __init__ resolves from itself
+    assert imports("engine.format.message", "from ..errors import E\nfrom ..service import a\n"
+                   ) >= {"engine.errors", "engine.service", "engine.service.a"}
+    assert imports("engine.read", "from .columnar import S\n", is_package=True) >= {
+        "engine.read.columnar"}
+    # an engine layer importing upward is found: format -> service, service -> tools
+    # (lazily, inside a function); one under TYPE_CHECKING is not
+    g = {"engine.format.message": {"engine.service.putmessage", "engine.errors"},
+         "engine.service.recovery": {"engine.tools.verify"},
+         "engine.service.flush": imports("engine.service.flush",
+                                         "if TYPE_CHECKING:\n    from ..store import S\n"),
+         "engine": {"engine.tools.verify"}}
+    assert engine_upward(g) == [
+        "engine.format.message (engine.format) imports engine.service.putmessage",
+        "engine.service.recovery (engine.service) imports engine.tools.verify"]
+    with pytest.raises(AssertionError, match="no layer"):
+        engine_layer("engine.newmodule")
+
+
+def test_an_old_engine_path_is_found(tmp_path):
+    old = tmp_path / "old.py"
+    old.write_text("from engine import dispatch, errors, MessageStore\nimport engine.recovery\n"
+                   "from engine.columnar import StoreFiles\nfrom engine.read import columnar\n")
+    assert _engine_imports_that_do_not_resolve(old) == [
+        "engine.dispatch", "engine.recovery", "engine.columnar"]
 
 
 def test_the_tree_runs_without_pyfuse3_and_trio():

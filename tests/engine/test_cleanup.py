@@ -1,4 +1,4 @@
-"""Expiry and clean (engine/cleanup.py): RocketMQ's DefaultMessageStoreCleanFilesTest,
+"""Expiry and clean (engine/service/cleanup.py): RocketMQ's DefaultMessageStoreCleanFilesTest,
 MappedFileQueueTest.testDeleteExpiredFileByTime and ConsumeQueueTest.testCorrectMinOffset."""
 
 import errno
@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from engine.cleanup import is_time_to_delete
-from engine.consumequeue import UNIT, ConsumeQueue
+from engine.service.cleanup import is_time_to_delete
+from engine.format.consumequeue import UNIT, ConsumeQueue
 from engine.errors import OffsetOutOfRangeError, ReadOnlyStoreError
-from engine.message import cal_msg_length
+from engine.format.message import cal_msg_length
 from engine.store import Message, MessageStore, StoreConfig
 
 TOPIC = "test"

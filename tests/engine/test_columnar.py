@@ -1,4 +1,4 @@
-"""The columnar decoder (engine.columnar) equals the per-record decoder (engine.message) and
+"""The columnar decoder (engine.read.columnar) equals the per-record decoder (engine.format.message) and
 the independent reader (tests/refreader.py) on every fixture and on stores holding every record
 kind the engine writes; a damaged record raises CorruptRecordError naming its offset."""
 
@@ -13,10 +13,10 @@ import pytest
 import refreader
 from stores import blank_units_store, every_kind_store, small_segments as _cfg
 from conftest import FIXTURES
-from engine import columnar
+from engine.read import columnar
 from engine.errors import CorruptRecordError
-from engine.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, decompress_body)
-from engine.schema import arrow_schema
+from engine.format.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, decompress_body)
+from engine.read.schema import arrow_schema
 from engine.store import Message, MessageStore
 
 STORES = [FIXTURES / "rocketmq-4.9.8-written" / "store",
@@ -148,7 +148,7 @@ def test_repeated_property_names_decode_like_a_dict():
     cols = columnar._properties_columns(mv, np.array([0, len(props)]),
                                         np.array([len(props), 4]), 2)
     want = [{"A": "two", "TAGS": "t2"}, {"B": "b"}]
-    from engine.message import decode_properties
+    from engine.format.message import decode_properties
     assert [decode_properties(props), decode_properties(b"B\x01b\x02")] == want
     assert cols["properties"].to_pylist() == [list(w.items()) for w in want]
     assert cols["tags"].to_pylist() == ["t2", None]
@@ -267,10 +267,10 @@ def test_store_files_open_read_only_without_the_lock(tmp_path):
 
 def test_queue_directory_names_follow_the_stores_one_rule(tmp_path):
     """``consumequeue/<topic>/<name>``: StoreFiles, the store and verify take a name for a
-    queue by one rule (engine.consumequeue.queue_dir_id: a canonical decimal of at most 9
+    queue by one rule (engine.format.consumequeue.queue_dir_id: a canonical decimal of at most 9
     digits); "007", "²" and a 10-digit name are no queues anywhere (verify warns)."""
-    from engine.consumequeue import queue_dir_id
-    from engine.verify import verify_store
+    from engine.format.consumequeue import queue_dir_id
+    from engine.tools.verify import verify_store
     assert [queue_dir_id(n) for n in ("0", "7", "123456789")] == [0, 7, 123456789]
     assert [queue_dir_id(n) for n in ("007", "+1", "²", "1\n", "1234567890", "")] == [None] * 6
     root = tmp_path / "s"
@@ -357,7 +357,7 @@ def _old_drop(units, qoffs, qids):
 @pytest.mark.parametrize("which", ["blanks", "every_kind", *range(len(STORES))])
 def test_queue_units_and_blank_filter_equal_the_code_they_replace(tmp_path, which):
     """The views' chunks, the Parquet parts and read_batches now read units and drop blank
-    filler through engine.columnar.queue_units / drop_blank_units: the same units, queue
+    filler through engine.read.columnar.queue_units / drop_blank_units: the same units, queue
     offsets and queue ids as the inline code each had, and read_batches the same rows."""
     if which == "blanks":
         root, cfg = str(blank_units_store(tmp_path / "s")), None

@@ -1,4 +1,4 @@
-"""engine/commitlog.py: CommitLog segments, the raw record walk recovery uses (``scan_raw``),
+"""engine/format/commitlog.py: CommitLog segments, the raw record walk recovery uses (``scan_raw``),
 appends across a segment end (the blank END_OF_FILE record), truncation. The judge is
 tests/refreader.py, written from the format reference alone."""
 
@@ -9,8 +9,8 @@ import pytest
 
 import refreader
 from conftest import FIXTURES
-from engine.commitlog import CommitLog
-from engine.message import MAGIC_BLANK
+from engine.format.commitlog import CommitLog
+from engine.format.message import MAGIC_BLANK
 from engine.store import Message, MessageStore, StoreConfig
 
 # the fixtures that hold a CommitLog (../shared/fixtures/README)

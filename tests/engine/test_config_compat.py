@@ -3,7 +3,7 @@
 import json
 
 from conftest import copy_fixture
-from engine.config import loads_fastjson
+from engine.format.config import loads_fastjson
 from engine.store import MessageStore
 
 

@@ -1,13 +1,13 @@
-"""engine/consumequeue.py: ConsumeQueue units (commitLogOffset, size, tagsCode) written as a
+"""engine/format/consumequeue.py: ConsumeQueue units (commitLogOffset, size, tagsCode) written as a
 broker does, truncation after a torn tail, the min offset after expiry, and the two small rules
 that live only here (which directory names are queues; a delayed record's tagsCode)."""
 
 import pytest
 
 import refreader
-from engine.consumequeue import (CQ_STORE_UNIT_SIZE, ConsumeQueue, deliver_tags_code, pack_units,
-                                 queue_dir_id)
-from engine.javahash import tags_code
+from engine.format.consumequeue import (CQ_STORE_UNIT_SIZE, ConsumeQueue, deliver_tags_code, pack_units,
+                                        queue_dir_id)
+from engine.format.javahash import tags_code
 
 
 def _queue(tmp_path, units=10, file_units=4):

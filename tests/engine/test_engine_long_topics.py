@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 
 import refreader
-from engine import columnar
-from engine.config import TopicConfig
-from engine.message import MAGIC_V1, MAGIC_V2, cal_msg_length, encode_message
+from engine.read import columnar
+from engine.format.config import TopicConfig
+from engine.format.message import MAGIC_V1, MAGIC_V2, cal_msg_length, encode_message
 from engine.store import Message, MessageStore
-from engine.verify import verify_store
+from engine.tools.verify import verify_store
 from stores import (LONG_GROUP, LONG_TOPIC, LONG_TOPICS, RETRY_TOPIC,
                     long_topic_config, long_topic_store)
 

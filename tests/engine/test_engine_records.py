@@ -15,17 +15,17 @@ import pytest
 
 import refreader
 from conftest import FIXTURES, copy_fixture
-from engine.checkpoint import StoreCheckpoint
+from engine.format.checkpoint import StoreCheckpoint
 from engine.errors import FlushDiskTimeoutError, InvalidNameError, MessageIllegalError
-from engine.getmessage import GetMessageStatus as S
-from engine.javahash import java_string_hash
-from engine.message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK,
-                            COMPRESSION_ZLIB, COMPRESSION_ZSTD, INNER_BATCH_FLAG, MAGIC_V2,
-                            NEED_UNWRAP_FLAG, TRANSACTION_COMMIT_TYPE,
-                            TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                            decode_offset_msg_id, decode_record, encode_message,
-                            host_from_str)
-from engine.message import SCHEDULE_TOPIC
+from engine.service.getmessage import GetMessageStatus as S
+from engine.format.javahash import java_string_hash
+from engine.format.message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK,
+                                   COMPRESSION_ZLIB, COMPRESSION_ZSTD, INNER_BATCH_FLAG, MAGIC_V2,
+                                   NEED_UNWRAP_FLAG, TRANSACTION_COMMIT_TYPE,
+                                   TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+                                   decode_offset_msg_id, decode_record, encode_message,
+                                   host_from_str)
+from engine.format.message import SCHEDULE_TOPIC
 from engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 
@@ -410,7 +410,7 @@ def test_get_messages_offset_found_null_and_removing(tmp_path, small_config):
 
 
 def test_tag_filter_is_by_hash():
-    from engine.getmessage import parse_subscription
+    from engine.service.getmessage import parse_subscription
     assert parse_subscription("*") is None and parse_subscription(None) is None
     assert parse_subscription(" TagA ||TagB|| ") == {java_string_hash("TagA"),
                                                       java_string_hash("TagB")}

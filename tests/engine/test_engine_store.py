@@ -10,8 +10,8 @@ import refreader
 from conftest import FIXTURES, copy_fixture
 from engine.errors import (InvalidNameError, MessageIllegalError, NoSuchTopicError,
                            OffsetOutOfRangeError, PropertiesSizeExceededError, StoreLockedError)
-from engine.javahash import java_string_hash, tags_code
-from engine.message import MAGIC_V1, decode_record
+from engine.format.javahash import java_string_hash, tags_code
+from engine.format.message import MAGIC_V1, decode_record
 from engine.store import Message, MessageStore, StoreConfig
 
 
@@ -225,7 +225,7 @@ def test_index_lookup_by_key_and_uniq_key(tmp_path, small_config):
 
 def _old_by_msg_id(store, msg_id):
     """The code admin's queryMsgById and fusefs' messages/<msgId> each had before issue 17."""
-    from engine.message import decode_offset_msg_id
+    from engine.format.message import decode_offset_msg_id
     try:
         _, offset = decode_offset_msg_id(msg_id)
     except ValueError:

@@ -1,6 +1,6 @@
 """The engine's fast paths write and read exactly what the straightforward paths do.
 
-* ``engine.putmessage.put_plain`` (fused encode/append/dispatch) against the general put path
+* ``engine.service.putmessage.put_plain`` (fused encode/append/dispatch) against the general put path
   (``encode_message`` + ``CommitLog.append`` + ``_dispatch``): byte-identical CommitLog,
   ConsumeQueue and IndexFile files, and equal PutResults, over segment and index-file rolls.
 * ``IndexFile.put_hashed`` (batched writes) against ``put_key`` one by one: identical files.
@@ -20,15 +20,15 @@ import pytest
 from conftest import recover_decoding_every_record
 
 import engine.store as store_mod
-from engine import dispatch, putmessage, recovery
-from engine.indexfile import IndexFile, IndexService
-from engine.javahash import (combine_u32, index_key_hash, java_hash_u32, java_string_hash,
-                             utf16_len)
-from engine.config import TopicConfig
+from engine.service import dispatch, putmessage, recovery
+from engine.format.indexfile import IndexFile, IndexService
+from engine.format.javahash import (combine_u32, index_key_hash, java_hash_u32, java_string_hash,
+                                    utf16_len)
+from engine.format.config import TopicConfig
 from engine.errors import InvalidNameError
-from engine.message import MAGIC_V2, cal_msg_length, encode_properties, topic_needs_v2
+from engine.format.message import MAGIC_V2, cal_msg_length, encode_properties, topic_needs_v2
 from engine.store import Message, MessageStore, StoreConfig
-from engine.uniqkey import UniqKeyGenerator
+from engine.format.uniqkey import UniqKeyGenerator
 from stores import put_internal
 
 T0 = 1_795_305_347_998
@@ -119,7 +119,7 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     results = []
     for msgs in batches:
         # internal: the odd keys ("", "k é" in a list) are refused by the validation of
-        # engine/validation.py; here both paths must encode them the same way
+        # engine/service/validation.py; here both paths must encode them the same way
         results += put_internal(s, msgs)
     s.close()
     monkeypatch.undo()
@@ -407,8 +407,8 @@ def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch):
 def test_scan_raw_handles_v2_ipv6_and_crc_property_records(tmp_path):
     """Records off the common layout (V2 magic for a 200-char topic, IPv6 hosts, a __CRC32#
     property) are walked exactly as the decoding scan walks them."""
-    from engine.commitlog import CommitLog
-    from engine.message import encode_message
+    from engine.format.commitlog import CommitLog
+    from engine.format.message import encode_message
 
     cl = CommitLog(str(tmp_path / "commitlog"), 4096)
     v4, v6 = (b"\x7f\x00\x00\x01", 1), (bytes(range(16)), 2)
@@ -598,7 +598,7 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
     """Batches of plain messages (fast path) between delayed, compressed, transactional and
     MessageBatch puts (general path): the store's files are those of the general path alone,
     and queue offsets (topicQueueTable) continue across both paths."""
-    from engine.message import TRANSACTION_PREPARED_TYPE
+    from engine.format.message import TRANSACTION_PREPARED_TYPE
 
     def run(root, general):
         now = [T0]  # one store time per put, however often a put reads the clock
@@ -648,8 +648,8 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
     """Recovery's undecoded dispatch gives each record the tagsCode, offset and size the
     decoded one gives, whatever the properties hold (TAGS first, last, empty, duplicated,
     inside another value, not UTF-8, a V2 topic)."""
-    from engine.commitlog import CommitLog
-    from engine.message import decode_record, encode_message
+    from engine.format.commitlog import CommitLog
+    from engine.format.message import decode_record, encode_message
 
     cl = CommitLog(str(tmp_path / "commitlog"), 64 * 1024)
     props_list = [{}, {"TAGS": "a"}, {"XTAGS": "b", "TAGS": "c"}, {"TAGS": ""},
@@ -685,10 +685,10 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
 # ----------------------------------------------------------------------------------------------
 # The reference walker for the scan tests.
 
-from engine.commitlog import SCAN_CHUNK  # noqa: E402
+from engine.format.commitlog import SCAN_CHUNK  # noqa: E402
 from engine.errors import CorruptRecordError  # noqa: E402
-from engine.message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2,  # noqa: E402
-                            decode_record as _decode_record)
+from engine.format.message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2,  # noqa: E402
+                                   decode_record as _decode_record)
 
 
 def reference_scan(self, start: int, check_crc: bool = True, end: int | None = None):

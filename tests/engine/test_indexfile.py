@@ -1,4 +1,4 @@
-"""IndexFile / IndexService (engine/indexfile.py), engine only.
+"""IndexFile / IndexService (engine/format/indexfile.py), engine only.
 
 Ports RocketMQ's ``IndexFileTest`` (testPutKey, testSelectPhyOffset) and ``IndexServiceTest``
 (query with an empty key and a huge maxNum), then checks rolling, abnormal load, truncate,
@@ -19,9 +19,9 @@ from types import SimpleNamespace
 import pytest
 
 from engine.errors import CorruptRecordError, ReadOnlyStoreError
-from engine.indexfile import (HEADER, INDEX_HEADER_SIZE, LONG_MAX, IndexFile, IndexService,
-                              _name_after, index_file_name, index_file_size, index_geometry)
-from engine.javahash import index_key_hash
+from engine.format.indexfile import (HEADER, INDEX_HEADER_SIZE, LONG_MAX, IndexFile, IndexService,
+                                     _name_after, index_file_name, index_file_size, index_geometry)
+from engine.format.javahash import index_key_hash
 
 import refreader as rr
 

@@ -1,6 +1,6 @@
 """One home for the CommitLog record layout (issue 11): the magic codes, the property
 separators, ``SCHEDULE_TOPIC_XXXX``, ``__CRC32#`` and the struct formats of the record head are
-written in engine/message.py only, and no other module assigns one of message.py's constant
+written in engine/format/message.py only, and no other module assigns one of message.py's constant
 names again; every module of engine/, fusefs/, mount/ and pipeline/ imports them. (Which layer
 may import which: tests/test_layers.py.)
 
@@ -15,11 +15,11 @@ from collections import Counter
 
 import pytest
 
-from engine import message
+from engine.format import message
 
 from conftest import REPO
 LAYERS = ("engine", "fusefs", "mount", "pipeline")
-HOME = "engine/message.py"
+HOME = "engine/format/message.py"
 
 #: Copies allowed outside message.py, per (file, kind): none.
 ALLOWED: Counter = Counter()  # no copy left anywhere
@@ -98,7 +98,7 @@ def test_the_record_layout_is_written_in_engine_message_only():
             counts[(rel, kind)] += 1
             where.setdefault((rel, kind), []).append(f"{rel}:{line}: {value!r}")
     extra = [w for key, n in counts.items() if n > ALLOWED.get(key, 0) for w in where[key]]
-    assert not extra, ("import these from engine/message.py instead of writing them again:\n"
+    assert not extra, ("import these from engine/format/message.py instead of writing them again:\n"
                        + "\n".join(extra))
 
 

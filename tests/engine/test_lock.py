@@ -1,4 +1,4 @@
-"""engine/lock.py: the one store lock (RocketMQ's ``<root>/lock``, tryLock on byte 0)."""
+"""engine/service/lock.py: the one store lock (RocketMQ's ``<root>/lock``, tryLock on byte 0)."""
 
 import os
 import subprocess
@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from engine.errors import StoreLockedError
-from engine.lock import LOCK_FILE, lock_holder, release_store_lock, take_store_lock
+from engine.service.lock import LOCK_FILE, lock_holder, release_store_lock, take_store_lock
 from engine.store import MessageStore
-from engine.verify import recover_store
+from engine.tools.verify import recover_store
 
 HOLD = """
 import sys, time
-from engine.lock import take_store_lock
+from engine.service.lock import take_store_lock
 fd = take_store_lock(sys.argv[1])
 print("locked", flush=True)
 sys.stdin.read()
@@ -148,7 +148,7 @@ def test_holder_found_from_another_process(tmp_path):
     fd = take_store_lock(str(tmp_path))
     try:
         res = subprocess.run(
-            [sys.executable, "-c", "import sys; from engine.lock import lock_holder; "
+            [sys.executable, "-c", "import sys; from engine.service.lock import lock_holder; "
              "print(lock_holder(sys.argv[1]))", str(tmp_path)],
             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
             timeout=60)

@@ -1,12 +1,12 @@
-"""Recovery at open says how far it is (a progress factory, engine.workprogress) and what it
-did (engine.recovery.RecoveryReport, ``MessageStore.recovery_report``)."""
+"""Recovery at open says how far it is (a progress factory, engine.service.workprogress) and what it
+did (engine.service.recovery.RecoveryReport, ``MessageStore.recovery_report``)."""
 
 from __future__ import annotations
 
 import shutil
 
 import refreader
-from engine import recovery
+from engine.service import recovery
 from engine.store import Message, MessageStore, StoreConfig
 
 CONFIG = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,

@@ -16,15 +16,15 @@ import time
 import pytest
 
 import refreader
-from engine.checkpoint import StoreCheckpoint
-from engine.consumequeue import UNIT, ConsumeQueue
+from engine.format.checkpoint import StoreCheckpoint
+from engine.format.consumequeue import UNIT, ConsumeQueue
 from engine.errors import MessageIllegalError, PropertiesSizeExceededError
-from engine.getmessage import GetMessageStatus as S
-from engine.indexfile import IndexFile
-from engine.mappedfile import FileQueue
-from engine.message import (MAGIC_BLANK, MAX_MESSAGE_SIZE, decode_record, encode_message,
-                            host_from_str)
-from engine import dispatch, recovery
+from engine.service.getmessage import GetMessageStatus as S
+from engine.format.indexfile import IndexFile
+from engine.format.mappedfile import FileQueue
+from engine.format.message import (MAGIC_BLANK, MAX_MESSAGE_SIZE, decode_record, encode_message,
+                                   host_from_str)
+from engine.service import dispatch, recovery
 from engine.store import Message, MessageStore, StoreConfig
 
 BORN = host_from_str("127.0.0.1:123")

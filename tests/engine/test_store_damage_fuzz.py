@@ -10,7 +10,7 @@ child process per case with a time limit (a hang fails the case):
 * nothing outside the store is written: link targets (a file and a directory beside the
   store) keep their names, sizes and checksums;
 * when recover succeeds, the store loads in every reader: the engine (every queue read
-  through ``iter_queue``), verify (clean), ``engine.columnar`` (Arrow batches) and the
+  through ``iter_queue``), verify (clean), ``engine.read.columnar`` (Arrow batches) and the
   independent ``tests/refreader.py``, and they agree on the message count.
 """
 
@@ -166,7 +166,7 @@ def run_cli(*argv):
 # what the mount does first: open the store for writing (and close it)
 from engine.errors import StoreError
 from engine.store import MessageStore, StoreConfig
-from engine.verify import verify_store
+from engine.tools.verify import verify_store
 cfg = StoreConfig.from_broker_conf(conf)
 try:
     MessageStore(root, cfg).close()
@@ -188,7 +188,7 @@ if out["recover"][0] == 0:
     res = verify_store(root, cfg)
     counts["verify_ok"] = res.ok
     counts["verify_errors"] = [str(p) for p in res.errors][:5]
-    from engine import columnar
+    from engine.read import columnar
     if os.path.isdir(os.path.join(root, "commitlog")):
         files = columnar.StoreFiles(root)
         n = 0

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 import refreader
-from engine import config as C
-from engine import mappedfile
+from engine.format import config as C
+from engine.format import mappedfile
 from engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeStoreError
 from engine.store import MessageStore
-from engine.verify import recover_store, verify_store
+from engine.tools.verify import recover_store, verify_store
 
 from conftest import REPO
 from stores import bodies, flip_body_byte, produce, small
@@ -370,7 +370,7 @@ def test_a_body_crc_mismatch_is_never_served_and_is_noted(tmp_path, caplog):
 def test_a_config_write_that_fails_leaves_no_trace(tmp_path, monkeypatch):
     """ENOSPC while persisting config/*.json: the old file and its .bak stay as they were and
     no .tmp is left behind (README: no trace)."""
-    from engine import config as C
+    from engine.format import config as C
     path = str(tmp_path / "config" / "topics.json")
     C.persist_config_file(path, {"a": 1})
     C.persist_config_file(path, {"a": 2})

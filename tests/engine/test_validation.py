@@ -1,4 +1,4 @@
-"""The message rules of engine/validation.py, without a mount: each rule refuses its whole
+"""The message rules of engine/service/validation.py, without a mount: each rule refuses its whole
 class (not one instance), the store stays untouched by a refused put, and the lookup-name
 parser accepts only canonical decimals."""
 
@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import jsonline as J
-from engine import validation as V
-from engine.config import validate_group_name, validate_topic_name
+from engine.read import jsonline as J
+from engine.service import validation as V
+from engine.format.config import validate_group_name, validate_topic_name
 from engine.errors import InvalidNameError, MessageIllegalError, MessageTooLargeError
 from engine.store import Message, MessageStore, StoreConfig
-from engine.verify import verify_store
+from engine.tools.verify import verify_store
 from stores import put_internal
 
 CONTROL = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]]
@@ -237,8 +237,8 @@ def test_cli_produce_refuses_bad_fields_with_a_clear_message(tmp_path):
 
 
 def test_the_json_line_has_one_home(tmp_path):
-    """engine.jsonline owns the JSON line both ways (issue 17, item 2b): a built line has
-    LINE_FIELDS in order (engine.schema's columns), bodyEncoding only after a base64 body;
+    """engine.read.jsonline owns the JSON line both ways (issue 17, item 2b): a built line has
+    LINE_FIELDS in order (engine.read.schema's columns), bodyEncoding only after a base64 body;
     the produce fields are what message_from_json takes."""
     from stores import every_kind_store
     root = every_kind_store(tmp_path / "s")

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import copy_fixture
 from engine.store import Message, MessageStore
-from engine.jsonline import build_line as render_message_json
+from engine.read.jsonline import build_line as render_message_json
 from fusefs.render import render_message
 from stores import put_internal
 
@@ -41,7 +41,7 @@ def _odd_store(path):
     """A store of ODD_BODIES, each with no tags/keys/properties, odd ones, and empty ones."""
     with MessageStore(str(path)) as s:
         s.create_topic("Odd%|_-1")
-        # odd on purpose: past engine/validation.py's rules
+        # odd on purpose: past engine/service/validation.py's rules
         put_internal(s, [Message("Odd%|_-1", b, tags=t, keys=k, properties=p)
                         for b in ODD_BODIES
                         for t, k, p in [(None, None, None),
@@ -60,9 +60,9 @@ def test_fast_renderer_matches_json_on_odd_messages(tmp_path):
 
 
 def _columnar_lines(store, kind):
-    """{commitLogOffset: line} rendered by render.render_lines from engine.columnar batches."""
+    """{commitLogOffset: line} rendered by render.render_lines from engine.read.columnar batches."""
     import numpy as np
-    from engine.columnar import StoreFiles
+    from engine.read.columnar import StoreFiles
     from fusefs.render import render_lines
     files = StoreFiles(str(store))
     out = {}
@@ -108,13 +108,13 @@ def test_columnar_lines_match_on_odd_and_every_kind_of_message(tmp_path):
 
 @pytest.mark.parametrize("which", ["blanks", "rocketmq-4.9.8-written/store"])
 def test_parquet_part_rows_equal_read_batches(tmp_path, which):
-    """render_part (a view/ part) takes engine.columnar.queue_units' array and drops blank
+    """render_part (a view/ part) takes engine.read.columnar.queue_units' array and drops blank
     filler with drop_blank_units, as StoreFiles.read_batches does: the same rows, blank units
     of a queue's second file included (issue 17: one reader of a queue's units)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from engine.columnar import StoreFiles, queue_units
-    from engine.schema import part_schema
+    from engine.read.columnar import StoreFiles, queue_units
+    from engine.read.schema import part_schema
     from fusefs import render
     from stores import blank_units_store, small
     if which == "blanks":

@@ -240,8 +240,8 @@ def test_offset_lines_are_bounded_and_each_complete_line_commits(tmp_path):
 def test_system_topics_are_refused_as_the_broker_refuses_them(tmp_path):
     """TopicValidator: clients may not create system topics (EINVAL) nor send to the
     NOT_ALLOWED_SEND ones (EACCES); the broker's own delayed messages still go there."""
-    from engine.message import SCHEDULE_TOPIC
-    from engine.validation import NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPICS
+    from engine.format.message import SCHEDULE_TOPIC
+    from engine.service.validation import NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPICS
     with tree(tmp_path) as t:
         for name in sorted(SYSTEM_TOPICS) + ["rmq_sys_wheel_timer"]:
             assert errno_of(t.mkdir, f"/topics/{name}") == errno.EINVAL, name
@@ -308,7 +308,7 @@ def test_rmdir_topic_is_delete_topic(tmp_path):
 
 
 def test_rmdir_of_a_system_topic_is_eperm_and_readonly_erofs(tmp_path):
-    from engine.message import SCHEDULE_TOPIC
+    from engine.format.message import SCHEDULE_TOPIC
     from engine.store import Message
     with tree(tmp_path) as t:
         t.mkdir("/topics/T")

@@ -1,5 +1,5 @@
 """Follower stores and mounts: a read-only store (or ``-o ro`` mount) of a store that a live
-process writes follows it (engine/follower.py, README "Live stores: Follower mount").
+process writes follows it (engine/live/follower.py, README "Live stores: Follower mount").
 
 Engine tests run a writer MessageStore and a follower (``follow=True``) in one process and
 refresh the follower by hand; filesystem tests run a writer mount and a follower mount of the
@@ -205,7 +205,7 @@ def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(
 def test_engine_follower_walks_records_without_units_and_segment_ends(tmp_path):
     """PREPARED transaction halves get no ConsumeQueue unit, and a segment ends in a blank
     record: the follower walks over both to the records after them."""
-    from engine.message import TRANSACTION_PREPARED_TYPE
+    from engine.format.message import TRANSACTION_PREPARED_TYPE
     root = tmp_path / "store"
     cfg = _config()
     w = MessageStore(root, cfg)
@@ -683,7 +683,7 @@ def test_snapshot_of_a_follower_mount_while_the_writer_produces(mount_store, tmp
 
 def test_engine_follower_opens_only_canonical_queue_directories(tmp_path):
     """A new topic whose consumequeue/ directory also holds "²", "007" and "1234567890"
-    (no queues for the store: engine.consumequeue.queue_dir_id): the follower opens the real
+    (no queues for the store: engine.format.consumequeue.queue_dir_id): the follower opens the real
     queue and ignores the others ("²".isdigit() is True, but int("²") raises)."""
     root = tmp_path / "store"
     cfg = _config()
@@ -711,8 +711,8 @@ def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
     """A follower of a writer that puts V2 records (topics over 127 chars: the retry and DLQ
     topics of a long group, 255 chars, and a 150-char topic), new topics included, shows them
     all; a record of a topic no directory can hold is walked past and listed as skipped."""
-    from engine.config import TopicConfig
-    from engine.message import encode_message
+    from engine.format.config import TopicConfig
+    from engine.format.message import encode_message
     from stores import DLQ_TOPIC, LONG_GROUP, LONG_TOPIC, RETRY_TOPIC
     root = tmp_path / "store"
     cfg = _config(mapped_file_size_commit_log=16 * 1024)

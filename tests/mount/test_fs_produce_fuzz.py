@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import Mount, fuse
-from engine.validation import RESERVED_PROPERTY_NAMES
-from engine.verify import verify_store
+from engine.service.validation import RESERVED_PROPERTY_NAMES
+from engine.tools.verify import verify_store
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -108,7 +108,7 @@ def _good_message(draw) -> dict:
 
 @st.composite
 def _bad_message(draw) -> dict:
-    """A good message with one field broken (one rule of engine/validation.py each)."""
+    """A good message with one field broken (one rule of engine/service/validation.py each)."""
     obj = draw(_good_message())
     field, value = draw(st.sampled_from([
         ("queueId", True), ("queueId", 1.0), ("queueId", "1"), ("queueId", 99), ("queueId", -1),

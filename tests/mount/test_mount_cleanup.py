@@ -1,4 +1,4 @@
-"""Expiry (engine/cleanup.py) under a running mount: the daemon's store deletes files in the
+"""Expiry (engine/service/cleanup.py) under a running mount: the daemon's store deletes files in the
 background while the tree serves them (the engine tests of expiry are tests/engine/test_cleanup.py)."""
 
 import json

@@ -1,4 +1,4 @@
-"""Consumer progress (engine/progress.py): the broker's getConsumeStats rules, and one answer
+"""Consumer progress (engine/live/progress.py): the broker's getConsumeStats rules, and one answer
 through the engine, the command line and the mount."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import fuse, run_rmqfs
-from engine.progress import consumer_progress
+from engine.live.progress import consumer_progress
 from engine.store import Message, MessageStore
 
 

@@ -1,4 +1,4 @@
-"""Snapshots (issue 10, items 2-3): ``engine.snapshot`` freezes a consistent point of a live
+"""Snapshots (issue 10, items 2-3): ``engine.live.snapshot`` freezes a consistent point of a live
 store, ``SNAPSHOT.json`` manifests carry CRC32C sums, ``rmqfs snapshot-verify`` checks copies,
 and ``MNT/snapshots/<name>/`` serves the frozen files to tar, rsync and restic.
 
@@ -19,9 +19,9 @@ import pytest
 import refreader
 from conftest import fuse, run_rmqfs
 
-from engine.crc import crc32c, crc32c_file, crc32c_zeros
+from engine.format.crc import crc32c, crc32c_file, crc32c_zeros
 from engine.errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError
-from engine.snapshot import MANIFEST_NAME, SnapshotManager, freeze, verify_copy
+from engine.live.snapshot import MANIFEST_NAME, SnapshotManager, freeze, verify_copy
 from engine.store import Message, MessageStore, StoreConfig
 
 

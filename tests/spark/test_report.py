@@ -119,7 +119,7 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
 
 def messages_frame(spark, rows):
     """A ``read_view``-shaped DataFrame of ``rows`` (brokerName, topic, born, store)."""
-    from engine.schema import DATASOURCE_DDL
+    from engine.read.schema import DATASOURCE_DDL
     data = [{"queueId": 0, "queueOffset": i, "storeSize": 100, "tags": None, "keys": [],
              "bornTimestamp": born, "storeTimestamp": store, "body": b"x" * 10,
              "topic": topic, "queue": 0, "brokerName": broker}

@@ -18,7 +18,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In
 
 from pipeline import datasource as D
-from engine import columnar
+from engine.read import columnar
 from stores import put_internal
 
 FIX = FIXTURES / "rocketmq-4.9.8-written"
@@ -219,7 +219,7 @@ def test_stream_delivers_every_message_once_across_a_restart(spark, tmp_path, sm
 
 def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, small_config):
     """The vectorized decoder (common records) gives the same rows as the per-record one and
-    as engine.message, including edge cases of the properties area."""
+    as engine.format.message, including edge cases of the properties area."""
     import numpy as np
     root = tmp_path / "store"
     with MessageStore(str(root), small_config) as s:

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import fuse
-from engine.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
+from engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
 from engine.store import Message, MessageStore
 from fusefs.base import Context
-from engine.schema import DATASOURCE_DDL, part_schema
+from engine.read.schema import DATASOURCE_DDL, part_schema
 from fusefs.views import ViewCache
 from fusefs.viewtree import (ViewRootDir, escape_partition_value,
                              unescape_partition_value, view_ddl_file)
@@ -173,7 +173,7 @@ def assert_same_rows(got: dict, want: dict):
 def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, mount_store,
                                                                      tmp_path):
     from pipeline.datasource import register
-    from engine.schema import DATASOURCE_DDL
+    from engine.read.schema import DATASOURCE_DDL
 
     store_dir = tmp_path / "store"
     with MessageStore(str(store_dir)) as s:

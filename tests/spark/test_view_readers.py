@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import Mount, fuse
-from engine.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
+from engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
 from engine.store import Message, MessageStore
 from test_view import DLQ, RETRY, engine_rows, fill
 from stores import put_internal
@@ -89,7 +89,7 @@ def assert_same_rows(got: dict, want: dict):
 
 
 def test_view_is_parquet_with_the_partition_columns_in_the_path(mounted):
-    from engine.schema import DATASOURCE_DDL
+    from engine.read.schema import DATASOURCE_DDL
     m, _ = mounted
     view = m.mnt / "view"
     parts = sorted(p.relative_to(view).as_posix() for p in view.rglob("*.parquet"))
@@ -105,7 +105,7 @@ def test_view_is_parquet_with_the_partition_columns_in_the_path(mounted):
 @pytest.mark.spark
 @fuse
 def test_spark_read_parquet_of_the_mount(spark, mounted):
-    from engine.schema import DATASOURCE_DDL
+    from engine.read.schema import DATASOURCE_DDL
     m, want = mounted
     df = spark.read.parquet(f"file://{m.mnt}/view")  # no schema argument
     assert df.schema.simpleString() == \

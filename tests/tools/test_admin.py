@@ -1,5 +1,5 @@
 """The offline commands (mount/admin.py) through the real command line. ``rmqfs verify`` and
-``rmqfs recover`` (engine/verify.py) are tested in test_verify.py, which shares this module's
+``rmqfs recover`` (engine/tools/verify.py) are tested in test_verify.py, which shares this module's
 store fixtures."""
 
 import json
@@ -176,12 +176,12 @@ def test_print_msg_time_range_and_tags(tmp_path):
 @pytest.mark.parametrize("expr", [None, "", " ", "*", " * ", "TagA", " TagA ", "TagA||TagB",
                                   "TagA || TagB ||", "a||a", "Tä g||*", "||", " || "])
 def test_print_msg_subscription_is_the_engines(expr):
-    """printMsg -s parses with engine.getmessage (subscription_tags, parse_subscription), not
+    """printMsg -s parses with engine.service.getmessage (subscription_tags, parse_subscription), not
     a copy of its own (issue 17, item 2d): the same tags and tagsCodes as admin's old parser,
     except an expression of blank parts only, which subscribes to nothing (RocketMQ's
     FilterAPI builds empty tag and code sets), where the old copy read it as every message."""
-    from engine.getmessage import parse_subscription, subscription_tags
-    from engine.javahash import tags_code
+    from engine.service.getmessage import parse_subscription, subscription_tags
+    from engine.format.javahash import tags_code
 
     def old(e):  # mount/admin.py's _parse_sub_expression before issue 17
         if e is None or e.strip() in ("", "*"):
@@ -577,7 +577,7 @@ def test_get_broker_config_and_broker_status(store, conf):
     assert conf_items["messageIndexEnable"] == "true"
     assert conf_items["storePathRootDir"] == str(root)
     st = json.loads(run_rmqfs("brokerStatus", root, "--json", "--config", conf).stdout)
-    from engine.status import store_status
+    from engine.live.status import store_status
     with MessageStore(root, _cfg(), read_only=True) as s:
         s.config.broker_name = "broker-t"
         expect = store_status(s)

@@ -1,5 +1,5 @@
 """Long offline commands draw progress bars on a terminal only: a pipe or a log gets no bar
-(mount/progress.py, engine/workprogress.py)."""
+(mount/progress.py, engine/service/workprogress.py)."""
 
 from __future__ import annotations
 

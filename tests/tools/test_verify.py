@@ -1,5 +1,5 @@
-"""engine/verify.py: ``rmqfs verify`` / ``rmqfs recover`` end to end and ``verify_store`` /
-``recover_store`` directly, and the one ``__CRC32#`` check (``engine.message.prop_crc_status``)
+"""engine/tools/verify.py: ``rmqfs verify`` / ``rmqfs recover`` end to end and ``verify_store`` /
+``recover_store`` directly, and the one ``__CRC32#`` check (``engine.format.message.prop_crc_status``)
 that the record decoder and verify share.
 
 The small HDFS store and broker.conf fixtures are test_admin.py's (the other offline commands
@@ -13,9 +13,9 @@ import struct
 import pytest
 
 from conftest import FIXTURES, copy_fixture, fuse, run_rmqfs
-from engine.consumequeue import UNIT
+from engine.format.consumequeue import UNIT
 from engine.store import Message, MessageStore, StoreConfig
-from engine.verify import recover_store, verify_store
+from engine.tools.verify import recover_store, verify_store
 from test_admin import SEG, _cfg, _hdfs_lines, _verify, conf, store  # noqa: F401 (fixtures)
 from stores import SMALL, bodies, produce, small
 from stores import put_internal
@@ -306,7 +306,7 @@ def test_verify_while_a_writer_appends(store, conf):
 def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
     """tagsCode = deliver time for SCHEDULE_TOPIC_XXXX; prepared/rollback records have no unit;
     a 127-character topic (the longest TopicValidator allows)."""
-    from engine.verify import verify_store
+    from engine.tools.verify import verify_store
     root = tmp_path / "s"
     long_topic = "L" * 127
     with MessageStore(root, _cfg()) as s:
@@ -335,7 +335,7 @@ def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
 
 
 def test_recover_writes_a_checkpoint_that_vouches_for_the_data(store, conf):
-    from engine.checkpoint import StoreCheckpoint
+    from engine.format.checkpoint import StoreCheckpoint
     root, res = store
     (root / "checkpoint").write_bytes(b"short")
     (root / "abort").write_text("12345")
@@ -368,7 +368,7 @@ def test_a_checkpoint_with_flipped_bytes_is_damaged_and_recover_rewrites_it(stor
     verify reports an error (recovery would trust it). A byte cleared makes it years older:
     a warning (recovery only scans more). recover rewrites it from the CommitLog's last
     record either way, and verify is OK again."""
-    from engine.checkpoint import StoreCheckpoint
+    from engine.format.checkpoint import StoreCheckpoint
     root, res = store
     path = root / "checkpoint"
     data = bytearray(path.read_bytes())
@@ -393,7 +393,7 @@ def test_a_checkpoint_with_flipped_bytes_is_damaged_and_recover_rewrites_it(stor
 
 
 def test_checkpoint_plausibility_rules():
-    from engine.checkpoint import FUTURE_MARGIN_MS, StoreCheckpoint
+    from engine.format.checkpoint import FUTURE_MARGIN_MS, StoreCheckpoint
     now, first, last = 1_700_000_000_000, 1_600_000_000_000, 1_650_000_000_000
     ok = StoreCheckpoint(last, last, last - 5)
     assert ok.problems(first, last, now) == []
@@ -496,7 +496,7 @@ def test_a_missing_first_consumequeue_file_is_found_and_rebuilt(tmp_path):
     assert len(bodies(root)) == 40
 
 # ----------------------------------------------------------------------------------------------
-# the one __CRC32# check: engine.message.prop_crc_status, called by decode_record (and so by
+# the one __CRC32# check: engine.format.message.prop_crc_status, called by decode_record (and so by
 # verify, which has no copy of its own)
 
 def _host(port):
@@ -506,7 +506,7 @@ def _host(port):
 
 def _record(append_prop_crc=True):
     """One encoded record (offsets patched), with its __CRC32# trailer filled when asked."""
-    from engine.message import encode_message, patch_record, write_prop_crc
+    from engine.format.message import encode_message, patch_record, write_prop_crc
     enc = encode_message("T", b"body", queue_id=0, properties={"a": "1", "UNIQ_KEY": "U" * 32},
                          born_timestamp=1, born_host=_host(1), store_host=_host(2),
                          append_prop_crc=append_prop_crc)
@@ -519,7 +519,7 @@ def _record(append_prop_crc=True):
 
 def test_prop_crc_status_good_flipped_digit_missing_end_and_absent():
     from engine.errors import CorruptRecordError
-    from engine.message import decode_record, prop_crc_status
+    from engine.format.message import decode_record, prop_crc_status
     good = _record()
     assert bytes(good[-20:-11]) == b"__CRC32#\x01" and good[-1] == 2
     assert prop_crc_status(good, 0, len(good)) is True
@@ -549,7 +549,7 @@ def test_verify_checks_the_crc32_trailer_through_the_decoder(tmp_path, monkeypat
     """A store written with enabledAppendPropCRC: verify passes, goes through the decoder's
     prop_crc_status for every record, and names the record whose trailer was damaged (a digit
     changed, the closing \\x02 gone)."""
-    import engine.message as message
+    import engine.format.message as message
     cfg = StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=100 * 20,
                       max_hash_slot_num=64, max_index_num=256, enabled_append_prop_crc=True)
     root = tmp_path / "s"
@@ -585,10 +585,10 @@ def test_verify_checks_the_crc32_trailer_through_the_decoder(tmp_path, monkeypat
 
 def test_verify_and_the_store_share_the_deliver_time_rule(tmp_path):
     """SCHEDULE_TOPIC_XXXX units carry the deliver time only for a DELAY level that is a
-    non-zero number (engine.consumequeue.deliver_tags_code); DELAY "0" or "soon" keeps the tag
+    non-zero number (engine.format.consumequeue.deliver_tags_code); DELAY "0" or "soon" keeps the tag
     hash, in the store's dispatch and in verify alike (verify used to expect a deliver time)."""
-    from engine.consumequeue import deliver_tags_code
-    from engine.javahash import tags_code
+    from engine.format.consumequeue import deliver_tags_code
+    from engine.format.javahash import tags_code
     levels = {1: 1000, 2: 5000, 3: 10000}
     assert deliver_tags_code("2", 100, levels) == 5100
     assert deliver_tags_code("99", 100, levels) == 10100  # capped at the highest level

@@ -35,7 +35,7 @@ This module is the one home of the layout: the magic codes, SYSFLAG bits, proper
 separators, ``SCHEDULE_TOPIC``, the field offsets (``FIXED_V4_POSITIONS`` and the
 ``*_POSITION`` names, derived from ``FIXED_V4_FIELDS``, never retyped) and the ``__CRC32#``
 trailer (:func:`write_prop_crc`, :func:`prop_crc_status`). Other modules import them
-(``engine.columnar`` builds its numpy dtypes from ``FIXED_V4_FIELDS``);
+(``engine.read.columnar`` builds its numpy dtypes from ``FIXED_V4_FIELDS``);
 tests/engine/test_layout_home.py fails when a copy appears elsewhere.
 """
 
@@ -51,7 +51,7 @@ try:  # the same CRC-32 as zlib's, 10-20x faster (PCLMUL); zlib's when it is mis
 except ImportError:  # pragma: no cover
     from zlib import crc32
 
-from .errors import CorruptRecordError, MessageTooLargeError, PropertiesSizeExceededError
+from ..errors import CorruptRecordError, MessageTooLargeError, PropertiesSizeExceededError
 from .javahash import tags_code
 
 # MessageDecoder.MESSAGE_MAGIC_CODE(_V2), CommitLog.BLANK_MAGIC_CODE
@@ -126,7 +126,7 @@ RECORD_SLACK = 64 * 1024  # encoder buffer = maxMessageSize + 64 KiB
 
 # The fixed part up to and including the body length, for IPv4 born and store hosts: the one
 # field list both the Struct below and the columnar decoder's numpy dtype
-# (``engine.columnar.RECORD_DTYPE``) are built from. ``4s`` is an IPv4 address.
+# (``engine.read.columnar.RECORD_DTYPE``) are built from. ``4s`` is an IPv4 address.
 FIXED_V4_FIELDS: tuple[tuple[str, str], ...] = (
     ("totalSize", "i"), ("magicCode", "I"), ("bodyCRC", "i"), ("queueId", "i"), ("flag", "i"),
     ("queueOffset", "q"), ("physicalOffset", "q"), ("sysFlag", "i"), ("bornTimestamp", "q"),

@@ -35,10 +35,10 @@ import enum
 import os
 from dataclasses import dataclass, field
 
-from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
-from .errors import CorruptRecordError
-from .javahash import java_string_hash
-from .message import MessageRecord, check_body_crc
+from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
+from ..errors import CorruptRecordError
+from ..format.javahash import java_string_hash
+from ..format.message import MessageRecord, check_body_crc
 
 SUB_ALL = "*"  # SubscriptionData.SUB_ALL
 

@@ -26,7 +26,7 @@ from .mappedfile import FileQueue
 
 CQ_STORE_UNIT_SIZE = 20
 #: (numpy field name, struct format) of a unit: commitLogOffset | size | tagsCode. The one list
-#: UNIT, pack_units and the numpy dtype (UNIT_DTYPE_SPEC; ``engine.columnar.UNIT_DTYPE``) are
+#: UNIT, pack_units and the numpy dtype (UNIT_DTYPE_SPEC; ``engine.read.columnar.UNIT_DTYPE``) are
 #: built from.
 UNIT_FIELDS: tuple[tuple[str, str], ...] = (("off", "q"), ("size", "i"), ("tags", "q"))
 _UNIT_FORMAT = "".join(fmt for _, fmt in UNIT_FIELDS)

@@ -56,7 +56,7 @@ def store_status(store) -> dict:
         # what opening the store repaired, and queues found damaged while reading
         # (rmqfs verify names the units; rmqfs recover rebuilds them)
         "repairs": list(getattr(s, "repairs", []))[:100],
-        # what the recovery at open did (engine.recovery.RecoveryReport; null: a follower)
+        # what the recovery at open did (engine.service.recovery.RecoveryReport; null: a follower)
         "recovery": recovery.to_json() if recovery is not None else None,
         "damagedQueues": [{"topic": t, "queueId": q, "error": what} for (t, q), what
                           in sorted(getattr(s, "damaged", {}).items())[:100]],

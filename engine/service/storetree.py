@@ -8,8 +8,8 @@ forever, a device would be read as data) makes the whole store refused with
 :class:`~engine.errors.UnsafeStoreError`, naming the entries. The root itself may be a link
 (``/data/store -> /mnt/disk/store``): it is resolved once when the store opens.
 
-Files are then opened with ``O_NOFOLLOW`` by their owners (:mod:`engine.mappedfile`,
-:mod:`engine.indexfile`); :func:`open_beneath` opens a path below the root one component at a
+Files are then opened with ``O_NOFOLLOW`` by their owners (:mod:`engine.format.mappedfile`,
+:mod:`engine.format.indexfile`); :func:`open_beneath` opens a path below the root one component at a
 time (``openat`` with ``O_NOFOLLOW``), for readers such as ``raw/`` that serve names chosen
 by users while the store is live.
 """
@@ -20,7 +20,7 @@ import errno
 import os
 import stat
 
-from .errors import UnsafeStoreError
+from ..errors import UnsafeStoreError
 
 MAX_LISTED = 5  # entries named in the error message
 

@@ -36,20 +36,20 @@ from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .config import config_parsers, load_config_file, load_config_file_only
-from .consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
-                           queue_dir_id, store_file_size)
-from .errors import ConfigFileError, CorruptRecordError, StoreError
-from .indexfile import (HEADER, INDEX_FILE_NAME, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, build_key,
-                        index_geometry)
-from .javahash import index_key_hash, tags_code
-from .mappedfile import segment_names
-from .message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HEAD,
-                      SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                      decode_record, transaction_type)
-from .storetree import check_store_tree, unsafe_entries
-from .lock import lock_holder, release_store_lock, take_store_lock
-from .workprogress import no_progress
+from ..format.config import config_parsers, load_config_file, load_config_file_only
+from ..format.consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
+                                   queue_dir_id, store_file_size)
+from ..errors import ConfigFileError, CorruptRecordError, StoreError
+from ..format.indexfile import (HEADER, INDEX_FILE_NAME, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, build_key,
+                                index_geometry)
+from ..format.javahash import index_key_hash, tags_code
+from ..format.mappedfile import segment_names
+from ..format.message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HEAD,
+                              SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+                              decode_record, transaction_type)
+from ..service.storetree import check_store_tree, unsafe_entries
+from ..service.lock import lock_holder, release_store_lock, take_store_lock
+from ..service.workprogress import no_progress
 
 if TYPE_CHECKING:
     from .columnar import Segments
@@ -236,7 +236,7 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
     Returns:
         A :class:`VerifyResult`. Raises NotAStoreError for a path that is not a store.
     """
-    from .store import StoreConfig
+    from ..store import StoreConfig
     root = os.path.abspath(root)
     check_store_dir(root)
     cfg = config or StoreConfig()
@@ -478,7 +478,7 @@ def _forget_deleted_topics(root: str, recs: _Records) -> None:
     """Records of topics deleted by ``rmqfs delete-topic`` (``config/rmqfs.deletedTopics.json``:
     below the CommitLog offset of the deletion) belong to no queue: no ConsumeQueue is
     expected for them (the store never re-dispatches them, :mod:`engine.dispatch`)."""
-    from .config import DeletedTopics
+    from ..format.config import DeletedTopics
     try:
         deleted = DeletedTopics(os.path.join(root, "config"), read_only=True).table
     except CorruptRecordError:
@@ -921,7 +921,7 @@ def _nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
 # config
 
 def _check_config(root: str, res: VerifyResult) -> None:
-    from .checkpoint import StoreCheckpoint
+    from ..format.checkpoint import StoreCheckpoint
     try:
         cp = StoreCheckpoint.read(os.path.join(root, "checkpoint"))
     except CorruptRecordError as exc:
@@ -984,7 +984,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
         NotAStoreError: ``root`` is not a store.
         StoreError: a damage this cannot repair (e.g. a CommitLog file missing in the middle).
     """
-    from .store import MessageStore, StoreConfig
+    from ..store import MessageStore, StoreConfig
     root = os.path.abspath(root)
     check_store_dir(root)
     cfg = config or StoreConfig()
@@ -1095,7 +1095,7 @@ def _force_full_redispatch(root: str) -> None:
     recovery (``abort`` present) from the first file, since no file is older than a checkpoint
     whose CommitLog and ConsumeQueue timestamps are 0. indexMsgTimestamp is kept, so only the
     IndexFiles written after it are rebuilt."""
-    from .checkpoint import StoreCheckpoint
+    from ..format.checkpoint import StoreCheckpoint
     path = os.path.join(root, "checkpoint")
     try:
         cp = StoreCheckpoint.read(path)
@@ -1115,7 +1115,7 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
     """fsync the rebuilt derived files, then write a checkpoint that vouches for them: CommitLog
     and ConsumeQueue timestamps = the last record's store time, indexMsgTimestamp = the newest
     IndexFile's endTimestamp, confirmPhyOffset = the end of the CommitLog."""
-    from .checkpoint import StoreCheckpoint
+    from ..format.checkpoint import StoreCheckpoint
     for sub in ("consumequeue", "index"):
         for dirpath, _dirs, files in os.walk(os.path.join(root, sub)):
             for name in files:

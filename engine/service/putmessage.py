@@ -1,11 +1,11 @@
 """Putting messages: the two put paths of the store (RocketMQ ``DefaultMessageStore.putMessage``
 / ``putMessages``, ``CommitLog.asyncPutMessage(s)`` and ``DefaultAppendMessageCallback``).
 
-:func:`put_messages` is the general path: it validates (engine.validation), applies delay
-levels and compression, encodes each record with :func:`engine.message.encode_message`, appends
-them to the CommitLog and dispatches them (engine.dispatch), or queues them for the group commit
+:func:`put_messages` is the general path: it validates (engine.service.validation), applies delay
+levels and compression, encodes each record with :func:`engine.format.message.encode_message`, appends
+them to the CommitLog and dispatches them (engine.service.dispatch), or queues them for the group commit
 under SYNC_FLUSH. :func:`put_plain` is the fast path for the common case (no user properties,
-IPv4 hosts, ASYNC_FLUSH): it packs the very same bytes with :data:`engine.message.FIXED_V4` and
+IPv4 hosts, ASYNC_FLUSH): it packs the very same bytes with :data:`engine.format.message.FIXED_V4` and
 message.py's property names in one pass (tests/engine/test_fastpaths.py compares the two byte for
 byte), or returns None and changes nothing. PutResult says where a message went.
 """
@@ -23,32 +23,33 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .config import TopicConfig
-from .consumequeue import (deliver_tags_code, pack_units)
-from .errors import (MessageIllegalError, MessageTooLargeError, NoSuchTopicError,
-                     PermissionDeniedError, PutMessageError, ReadOnlyStoreError)
-from .message import Message
-from .message import (COMPRESSED_FLAG, COMPRESSION_TYPE_MASK, INNER_BATCH_FLAG, PROPERTY_DELAY,
-                      PROPERTY_KEYS, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_SHARDING_KEY, PROPERTY_TAGS,
-                      PROPERTY_UNIQ_KEY, PROPERTY_WAIT, TRANSACTION_PREPARED_TYPE,
-                      TRANSACTION_ROLLBACK_TYPE, compress_body, encode_message, offset_msg_id)
+from ..format.config import TopicConfig
+from ..format.consumequeue import (deliver_tags_code, pack_units)
+from ..errors import (MessageIllegalError, MessageTooLargeError, NoSuchTopicError,
+                      PermissionDeniedError, PutMessageError, ReadOnlyStoreError)
+from ..format.message import Message
+from ..format.message import (COMPRESSED_FLAG, COMPRESSION_TYPE_MASK, INNER_BATCH_FLAG,
+                              PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC,
+                              PROPERTY_SHARDING_KEY, PROPERTY_TAGS,
+                              PROPERTY_UNIQ_KEY, PROPERTY_WAIT, TRANSACTION_PREPARED_TYPE,
+                              TRANSACTION_ROLLBACK_TYPE, compress_body, encode_message, offset_msg_id)
 from .validation import check_messages
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from .errors import PropertiesSizeExceededError
-from .javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
-from .message import (PROPERTY_END, property_prefix, BODY_CRC_MASK, FIXED_V4, MAGIC_V1, MAGIC_V2,
-                      MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH_V1, PROPERTY_SEPARATOR,
-                      RECORD_SLACK, SCHEDULE_TOPIC, TRANSACTION_TYPE_MASK, cal_msg_length,
-                      crc32, encode_blank, topic_field, topic_needs_v2)
-from .config import MAX_TOPIC_BYTES
+from ..errors import PropertiesSizeExceededError
+from ..format.javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
+from ..format.message import (PROPERTY_END, property_prefix, BODY_CRC_MASK, FIXED_V4, MAGIC_V1, MAGIC_V2,
+                              MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH_V1, PROPERTY_SEPARATOR,
+                              RECORD_SLACK, SCHEDULE_TOPIC, TRANSACTION_TYPE_MASK, cal_msg_length,
+                              crc32, encode_blank, topic_field, topic_needs_v2)
+from ..format.config import MAX_TOPIC_BYTES
 
 from . import dispatch
-from .indexfile import build_key
-from .storeconfig import COMPRESSION_TYPES
+from ..format.indexfile import build_key
+from ..storeconfig import COMPRESSION_TYPES
 from .dispatch import DispatchRequest
 
 if TYPE_CHECKING:
-    from .store import MessageStore
+    from ..store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ def put_messages(store: MessageStore, messages: list[Message],
                  batch: bool = False) -> list[PutResult]:
     """Append messages and dispatch them; all of them or none are stored.
 
-    Every message is first checked against :mod:`engine.validation` (RocketMQ's client and
+    Every message is first checked against :mod:`engine.service.validation` (RocketMQ's client and
     proxy rules: no reserved property names, no control characters in tags, keys or
     properties, an integer queueId...); :func:`put_internal` is the broker's own path,
     without them.
@@ -172,7 +173,7 @@ def put_messages(store: MessageStore, messages: list[Message],
     Raises:
         NoSuchTopicError: a topic that was never created.
         PermissionDeniedError: a topic whose perm lacks the write bit.
-        MessageIllegalError: a message breaks a rule of :mod:`engine.validation`
+        MessageIllegalError: a message breaks a rule of :mod:`engine.service.validation`
             (EINVAL), or needs batchconsumequeue/.
         MessageTooLargeError / PropertiesSizeExceededError: too large (EMSGSIZE).
         PutMessageError: a queueId that is not a queue of the topic, a mixed batch.
@@ -189,7 +190,7 @@ def put_messages(store: MessageStore, messages: list[Message],
 def put_internal(store: MessageStore, messages: list[Message],
                  batch: bool = False) -> list[PutResult]:
     """The broker's own put path: :func:`put_messages` without the client rules of
-    :mod:`engine.validation`, for records the broker writes itself (its retry, schedule
+    :mod:`engine.service.validation`, for records the broker writes itself (its retry, schedule
     and transaction records carry system properties and reserved topics; RocketMQ's
     ``DefaultMessageStore.putMessage`` checks none of the client's rules). The size limits
     and everything else apply as in :func:`put_messages`. Nothing in rmqfs's faces (the

@@ -6,14 +6,14 @@ same numbers come from the store itself: a queue's messages stored since ``now -
 the queue offsets from ``getOffsetInQueueByTime(now - window)`` (a binary search on the
 records' store timestamps, a few dozen record reads per queue) to its max offset, and their
 bytes the sum of those ConsumeQueue units' sizes, read column-wise with numpy
-(:data:`engine.columnar.UNIT_DTYPE`). No message is decoded per unit, whatever the store's size.
+(:data:`engine.read.columnar.UNIT_DTYPE`). No message is decoded per unit, whatever the store's size.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .columnar import UNIT_DTYPE
+from ..read.columnar import UNIT_DTYPE
 
 #: The windows reported: name -> milliseconds.
 WINDOWS = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}

@@ -1,7 +1,7 @@
 """The CommitLog: every message of the store, appended in order (``CommitLog``).
 
-Records (see :mod:`engine.message`) are appended to fixed-size segment files
-(:class:`engine.mappedfile.FileQueue`). When a record plus the 8-byte blank record does not fit
+Records (see :mod:`engine.format.message`) are appended to fixed-size segment files
+(:class:`engine.format.mappedfile.FileQueue`). When a record plus the 8-byte blank record does not fit
 in the rest of a segment, the blank END_OF_FILE record is written and the record goes to the
 next segment (``CommitLog.doAppend``, docs/format.md "CommitLog record").
 """
@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-from .errors import CorruptRecordError, MessageTooLargeError
+from ..errors import CorruptRecordError, MessageTooLargeError
 from .mappedfile import FileQueue
 from .message import (BLANK, BODY_CRC_MASK, BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_LENGTH, FIXED_V4,
                       INT16, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MAX_TOPIC_LENGTH_V1,
@@ -150,7 +150,7 @@ class CommitLog:
 
         Yields ``(buf, pos, phys, total, topic, queue_id, queue_offset, sys_flag)`` per valid
         record: the record is ``buf[pos:pos + total]`` (decode it with
-        :func:`engine.message.decode_record` when more is needed; its CRC was checked already).
+        :func:`engine.format.message.decode_record` when more is needed; its CRC was checked already).
         Recovery uses this to pass over records the ConsumeQueues and the index already hold
         with only a size, CRC and layout check (CRC over a memoryview, no copies). Records with
         IPv6 hosts or a ``__CRC32#`` property are checked by ``decode_record`` itself.

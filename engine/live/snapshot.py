@@ -55,16 +55,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from .checkpoint import StoreCheckpoint
-from .consumequeue import CQ_STORE_UNIT_SIZE
-from .crc import crc32c, crc32c_fd, crc32c_zeros
-from .errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError, StoreError
-from .indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM
-from .mappedfile import offset_to_file_name
-from . import workprogress
+from ..format.checkpoint import StoreCheckpoint
+from ..format.consumequeue import CQ_STORE_UNIT_SIZE
+from ..format.crc import crc32c, crc32c_fd, crc32c_zeros
+from ..errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError, StoreError
+from ..format.indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM
+from ..format.mappedfile import offset_to_file_name
+from ..service import workprogress
 
 if TYPE_CHECKING:
-    from .store import MessageStore
+    from ..store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -606,7 +606,7 @@ class _CrcCache:
 
 
 def file_checksum(f: FrozenFile, cache: _CrcCache, cancelled=lambda: False) -> int:
-    """CRC32C of a frozen file's bytes; zeros are never read (see :mod:`engine.crc`)."""
+    """CRC32C of a frozen file's bytes; zeros are never read (see :mod:`engine.format.crc`)."""
     crc, pos = 0, 0
     for s, e, fd, fo, data in f.extents:
         if cancelled():
@@ -760,7 +760,7 @@ def verify_copy(directory: str, workers: int | None = None, progress=None) -> tu
 
     Every file the manifest names must exist with its size and CRC32C; files are summed in
     ``workers`` threads (default: one per CPU), holes without reading. ``progress`` is a
-    progress factory (:mod:`engine.workprogress`): one bar ("verify", bytes of the manifest's
+    progress factory (:mod:`engine.service.workprogress`): one bar ("verify", bytes of the manifest's
     files) updated as each file is done.
 
     Returns:

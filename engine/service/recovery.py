@@ -6,7 +6,7 @@ After a clean shutdown (no ``abort`` file) the scan starts at the last record th
 hold; after a crash, at the newest CommitLog segment whose first record is older than the
 checkpoint. Every record from there is checked (size, magic, body CRC), a torn tail is dropped,
 ConsumeQueue units and index items past the end are cut, and the records the queues lack are
-dispatched again (:mod:`engine.dispatch`). Records the queues already hold are compared by their
+dispatched again (:mod:`engine.service.dispatch`). Records the queues already hold are compared by their
 unit without decoding (:func:`light_unit`). Tests: tests/engine/test_crash.py,
 test_rocketmq_scenarios.py, test_store_hardening.py, test_fastpaths.py (decoded vs undecoded).
 """
@@ -21,21 +21,22 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from .consumequeue import (CQ_STORE_UNIT_SIZE, UNIT)
-from .errors import CorruptRecordError
-from .message import (PROPERTY_TAGS, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageRecord)
+from ..format.consumequeue import (CQ_STORE_UNIT_SIZE, UNIT)
+from ..errors import CorruptRecordError
+from ..format.message import (PROPERTY_TAGS, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageRecord)
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from .javahash import tags_code
-from .message import (PROPERTY_END, property_prefix, BORNHOST_V6_FLAG, FIXED_V4, MAGIC_V1, MAGIC_V2, RECORD_HEAD,
-                      INT32, SCHEDULE_TOPIC, STOREHOSTADDRESS_V6_FLAG, STORE_TIMESTAMP_END_MAX,
-                      TRANSACTION_TYPE_MASK, cal_msg_length, decode_properties, decode_record,
-                      read_store_timestamp)
+from ..format.javahash import tags_code
+from ..format.message import (PROPERTY_END, property_prefix, BORNHOST_V6_FLAG, FIXED_V4, MAGIC_V1,
+                              MAGIC_V2, RECORD_HEAD,
+                              INT32, SCHEDULE_TOPIC, STOREHOSTADDRESS_V6_FLAG, STORE_TIMESTAMP_END_MAX,
+                              TRANSACTION_TYPE_MASK, cal_msg_length, decode_properties, decode_record,
+                              read_store_timestamp)
 
 from . import dispatch, workprogress
 from .dispatch import DispatchRequest
 
 if TYPE_CHECKING:
-    from .store import MessageStore
+    from ..store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ def recover(store: MessageStore, progress=None, report: RecoveryReport | None = 
     (idempotently). If a queue turns out to miss older units, the scan restarts from the
     first segment.
 
-    ``progress``: a progress factory (:mod:`engine.workprogress`); the scan is one bar,
+    ``progress``: a progress factory (:mod:`engine.service.workprogress`); the scan is one bar,
     "recovering CommitLog", in bytes from its start to the end of the last segment (an upper
     bound of the data), updated every :data:`PROGRESS_STEP` bytes. Returns ``report`` (a new
     :class:`RecoveryReport` when None) with what was done. ``undecoded`` False decodes every
@@ -317,7 +318,7 @@ def scan_and_dispatch(store: MessageStore, start: int, full: bool, progress=None
     derived files lack. Returns ``(end, gap)``: where the valid records end, and whether a
     queue lacks units before the scan's first record.
 
-    ``progress`` (a progress factory, :mod:`engine.workprogress`) gets one bar, ``desc``, of
+    ``progress`` (a progress factory, :mod:`engine.service.workprogress`) gets one bar, ``desc``, of
     the bytes from ``start`` to the end of the last segment, updated every
     :data:`PROGRESS_STEP` bytes and filled at the end. ``report`` counts what was scanned and
     rebuilt.
@@ -361,7 +362,7 @@ def _scan(store: MessageStore, start: int, full: bool, bar, report: RecoveryRepo
     # against units read ahead in blocks. From the first record of a queue that goes to
     # _dispatch (a unit that differs, or any other reason), every later record of that
     # queue goes there too, so a truncation and rewrite happen exactly as on the decoded
-    # path. Dispatchers that need every record decoded turn this off (engine.dispatch).
+    # path. Dispatchers that need every record decoded turn this off (engine.service.dispatch).
     skip_known = undecoded and all(map(dispatch.skips_below_end_offset, store.dispatchers))
     indexed_below = index.end_phy_offset if index is not None else None
     light = light_unit

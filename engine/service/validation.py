@@ -8,7 +8,7 @@ make a record that recovery cuts at or that re-parses as other properties
 (``MessageDecoder.string2messageProperties`` splits on ``\\x01``/``\\x02``). The rules here are
 those checks, applied by :meth:`engine.store.MessageStore.put_messages` to every caller
 (``rmqfs produce``, the mount's ``produce`` files, Python code); the broker's own records go
-through :func:`engine.putmessage.put_internal` instead.
+through :func:`engine.service.putmessage.put_internal` instead.
 
 Rules (all refusals raise :class:`~engine.errors.MessageIllegalError`, errno EINVAL):
 
@@ -28,10 +28,10 @@ Rules (all refusals raise :class:`~engine.errors.MessageIllegalError`, errno EIN
   directory ``True``); its range is checked against the topic by the store.
 
 Size limits (maxMessageSize, 32767 bytes of properties) stay with the encoder
-(:func:`engine.message.encode_message`), which raises
+(:func:`engine.format.message.encode_message`), which raises
 :class:`~engine.errors.MessageTooLargeError` (EMSGSIZE).
 
-:func:`engine.jsonline.message_from_json` is the one parser of a ``produce.jsonl`` line; it
+:func:`engine.read.jsonline.message_from_json` is the one parser of a ``produce.jsonl`` line; it
 applies these rules.
 """
 
@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import re
 
-from .errors import InvalidNameError, MessageIllegalError, PermissionDeniedError
-from .message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC
+from ..errors import InvalidNameError, MessageIllegalError, PermissionDeniedError
+from ..format.message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC
 
 # org.apache.rocketmq.common.topic.TopicValidator (5.3): the broker's own topics. A client may
 # not create one (AdminBrokerProcessor.updateAndCreateTopic: "is conflict with system topic",
@@ -185,7 +185,7 @@ def check_send_topic(topic: str) -> None:
 
 
 def check_message(msg) -> None:
-    """Every rule of this module for one :class:`engine.message.Message`.
+    """Every rule of this module for one :class:`engine.format.message.Message`.
 
     Raises:
         MessageIllegalError: the first broken rule, naming the field.

@@ -18,7 +18,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 from .mappedfile import create_preallocated
 
 CHECKPOINT_FILE_SIZE = 4096  # OS_PAGE_SIZE

@@ -21,7 +21,7 @@ broker/src/main/java/org/apache/rocketmq/broker/processor/AdminBrokerProcessor.j
 
 from __future__ import annotations
 
-from .errors import StoreError
+from ..errors import StoreError
 
 
 def consumer_progress(store, group: str, topic: str | None = None) -> list[dict]:

@@ -2,13 +2,13 @@
 line and the parse of a ``produce.jsonl`` line (docs/mount.md).
 
 * out: ``topics/*/messages.jsonl`` (and ``rmqfs print-msg --json``): one JSON object per line,
-  RocketMQ's ``MessageExt`` field names (:data:`LINE_FIELDS`, in ``engine.schema``'s
+  RocketMQ's ``MessageExt`` field names (:data:`LINE_FIELDS`, in ``engine.read.schema``'s
   LINE_COLUMNS order), timestamps in epoch ms; the body as text when it is valid UTF-8, else
   base64 with ``"bodyEncoding": "base64"``. :func:`build_line` is the reference; the mount's
   fast renderers (``fusefs.render``) produce the same bytes.
 * in: a ``produce.jsonl`` line (the mount's produce files, ``rmqfs produce --json``): the fields
   :data:`PRODUCE_FIELDS`; :func:`parse_json_line` then :func:`message_from_json`, which applies
-  ``engine.validation``'s rules.
+  ``engine.service.validation``'s rules.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import base64
 import binascii
 import json
 
-from .errors import MessageIllegalError
-from .message import Message, MessageRecord, host_to_str
+from ..errors import MessageIllegalError
+from ..format.message import Message, MessageRecord, host_to_str
 from .schema import LINE_COLUMNS
-from .validation import check_message, describe_char
+from ..service.validation import check_message, describe_char
 
 __all__ = ["LINE_FIELDS", "BODY_ENCODING", "PRODUCE_FIELDS", "message_fields", "build_line",
            "parse_json_line", "message_from_json"]
@@ -110,7 +110,7 @@ def _no_constant(name):
 
 
 def message_from_json(obj, topic: str, queue_id: int | None = None):
-    """The :class:`engine.message.Message` of one parsed ``produce.jsonl`` line.
+    """The :class:`engine.format.message.Message` of one parsed ``produce.jsonl`` line.
 
     ``obj`` is what ``json.loads`` returned for the line; ``queue_id`` is the default queue
     (None: the store picks). Fields: ``body`` (text, stored as UTF-8) or ``bodyBase64``

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigFileError, InvalidNameError
+from ..errors import ConfigFileError, InvalidNameError
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ lock alive): rmqfs's worker processes are spawned.
 Layout of the file: 4 bytes ``b"lock"`` (the content is not read by anyone; the lock is on byte 0,
 length 1).
 
-Who uses it: :class:`engine.store.MessageStore` (writers take it), ``engine.verify`` (``recover``
-takes it; ``verify`` asks who holds it), ``engine.follower`` (a read-only open follows a live
+Who uses it: :class:`engine.store.MessageStore` (writers take it), ``engine.tools.verify`` (``recover``
+takes it; ``verify`` asks who holds it), ``engine.live.follower`` (a read-only open follows a live
 writer it finds here).
 """
 
@@ -32,7 +32,7 @@ import fcntl
 import os
 import struct
 
-from .errors import StoreLockedError
+from ..errors import StoreLockedError
 
 #: The lock file's name in the store root (``StorePathConfigHelper``: ``<root>/lock``).
 LOCK_FILE = "lock"

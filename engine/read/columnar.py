@@ -4,12 +4,12 @@ Given the ConsumeQueue units of a queue (:func:`decode_units`, :meth:`StoreFiles
 or a CommitLog byte range (:func:`decode_commitlog`), the records are decoded column-wise with
 numpy and pyarrow over the memory-mapped CommitLog segments: the 88-byte fixed part of every
 record is gathered into a numpy structured array (:data:`RECORD_DTYPE`, built from
-``engine.message.FIXED_V4_FIELDS``, the same field list ``FIXED_V4`` is built from), bodies and
+``engine.format.message.FIXED_V4_FIELDS``, the same field list ``FIXED_V4`` is built from), bodies and
 properties areas are gathered into Arrow buffers, properties are split with Arrow compute
 kernels, msgIds are hex-encoded in one call. There is no per-record Python for the common
 record (V1 magic, IPv4 hosts, uncompressed body, no inner batch); the rare kinds (compressed
 bodies, IPv6 hosts, V2 magic, inner batches, properties that are not UTF-8) go record by record
-through ``engine.message.decode_record``, so the result is always exact and equal to the
+through ``engine.format.message.decode_record``, so the result is always exact and equal to the
 per-record decoder (:func:`decode_units_per_record`).
 
 Checks (what ``verify`` checks cheaply, per record): the record lies inside its CommitLog file,
@@ -25,14 +25,14 @@ call per body over the mapped file (no vectorised CRC-32 exists for numpy/Arrow;
 ``bench/bodycrc.py`` measures it). The ``__CRC32#`` whole-record trailer is left to
 ``verify``, as the client's decoder does.
 
-The columns are ``engine.schema``'s (:func:`engine.schema.arrow_schema`); a ``columns`` subset
+The columns are ``engine.read.schema``'s (:func:`engine.read.schema.arrow_schema`); a ``columns`` subset
 decodes only those (a body that is not asked for is never copied).
 
 Reading is lock-free and read-only (:class:`StoreFiles`): a store that a mount or a broker is
 writing can be read at the same time, since both write the CommitLog record before its
 ConsumeQueue unit (``ReputMessageService``).
 
-Formats (docs/format.md): ``engine.message`` (records, ``MessageDecoder``), ``engine.consumequeue``
+Formats (docs/format.md): ``engine.format.message`` (records, ``MessageDecoder``), ``engine.format.consumequeue``
 (units, ``ConsumeQueue``).
 """
 
@@ -46,20 +46,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .config import topic_path_problem
-from .consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
-from .errors import CorruptRecordError
-from .javahash import tags_code
-from .mappedfile import segment_names
-from .message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIELDS,
-                      FIXED_V4_POSITIONS, HOST_V4, INNER_BATCH_FLAG, INT64, KEY_SEPARATOR,
-                      MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MAX_PROPERTIES_LENGTH,
-                      MAX_TOPIC_LENGTH_V1, MIN_RECORD_SIZE,
-                      NAME_VALUE_SEPARATOR, NEED_UNWRAP_FLAG, PROPERTIES_LENGTH_SIZE,
-                      PROPERTY_KEYS, PROPERTY_SEPARATOR, PROPERTY_TAGS, RECORD_HEAD,
-                      SCHEDULE_TOPIC, STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
-                      TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
-                      decompress_body, host_to_str, read_store_timestamp)
+from ..format.config import topic_path_problem
+from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
+from ..errors import CorruptRecordError
+from ..format.javahash import tags_code
+from ..format.mappedfile import segment_names
+from ..format.message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIELDS,
+                              FIXED_V4_POSITIONS, HOST_V4, INNER_BATCH_FLAG, INT64, KEY_SEPARATOR,
+                              MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MAX_PROPERTIES_LENGTH,
+                              MAX_TOPIC_LENGTH_V1, MIN_RECORD_SIZE,
+                              NAME_VALUE_SEPARATOR, NEED_UNWRAP_FLAG, PROPERTIES_LENGTH_SIZE,
+                              PROPERTY_KEYS, PROPERTY_SEPARATOR, PROPERTY_TAGS, RECORD_HEAD,
+                              SCHEDULE_TOPIC, STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
+                              TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
+                              decompress_body, host_to_str, read_store_timestamp)
 from .schema import arrow_schema
 from .storetree import open_beneath
 import itertools
@@ -77,7 +77,7 @@ _NP_TYPES = {"i": ">i4", "I": ">u4", "q": ">i8", "4s": ">u4"}
 
 
 def record_dtype(last_field: str = FIXED_V4_FIELDS[-1][0]) -> np.dtype:
-    """The fields of ``engine.message.FIXED_V4_FIELDS`` up to and including ``last_field`` as
+    """The fields of ``engine.format.message.FIXED_V4_FIELDS`` up to and including ``last_field`` as
     a numpy record dtype (big-endian; an IPv4 address as one uint32), at the offsets
     ``FIXED_V4_POSITIONS`` gives. Fields before ``bornHostAddress`` have these offsets in every
     record, whatever its hosts."""
@@ -92,7 +92,7 @@ assert RECORD_DTYPE.itemsize == FIXED_V4.size
 assert RECORD_DTYPE.fields is not None
 assert all(RECORD_DTYPE.fields[n][1] == at for n, at in FIXED_V4_POSITIONS.items())
 _FIXED = FIXED_V4.size
-#: A ConsumeQueue unit (``engine.consumequeue.UNIT``: commitLogOffset | size | tagsCode).
+#: A ConsumeQueue unit (``engine.format.consumequeue.UNIT``: commitLogOffset | size | tagsCode).
 UNIT_DTYPE = np.dtype(UNIT_DTYPE_SPEC)
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
 # SYSFLAG bits whose records take the per-record decoder.
@@ -311,7 +311,7 @@ class QueueFiles:
 
 def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
     """Units of queue offsets ``[start, end)`` of a store's ConsumeQueue, read through its
-    ``read_units`` (:meth:`engine.consumequeue.ConsumeQueue.read_units`, across its files), as
+    ``read_units`` (:meth:`engine.format.consumequeue.ConsumeQueue.read_units`, across its files), as
     ``(UNIT_DTYPE array, int64 queue offsets)``; blank filler kept (:func:`drop_blank_units`
     removes it). Shorter than asked when the queue holds fewer units (``cq`` None: empty).
 
@@ -487,7 +487,7 @@ class StoreFiles:
         ``tags``: keep only messages whose TAGS equal one of these; units are first selected by
         their ConsumeQueue tagsCode (Java hash of the tag), then the decoded tag is compared,
         so hash collisions are removed. Batches (at most ``batch_rows`` rows each) have the
-        schema :func:`engine.schema.arrow_schema`, or only ``columns`` of it, in that order.
+        schema :func:`engine.read.schema.arrow_schema`, or only ``columns`` of it, in that order.
         Blank filler units are skipped; empty batches are not yielded.
 
         Raises CorruptRecordError when a unit is missing or points at bytes that are not its
@@ -544,7 +544,7 @@ def decode_units(commitlog: Segments, topic: str, queue_id: int, units: np.ndarr
         units: :data:`UNIT_DTYPE` array (commitLogOffset, size, tagsCode); no blank filler.
         queue_offsets: int64 array, the queue offset of each unit.
         wanted_tags: keep only rows whose TAGS is one of these (None: all rows).
-        columns: names of :func:`engine.schema.arrow_schema` to build, in that order
+        columns: names of :func:`engine.read.schema.arrow_schema` to build, in that order
             (None: all of them). Columns not asked for are not decoded.
 
     Returns:
@@ -601,7 +601,7 @@ def decode_topic_units(commitlog: Segments, topic: str, queue_ids: np.ndarray,
 def decode_units_per_record(commitlog: Segments, topic: str, queue_id: int, units: np.ndarray,
                             queue_offsets: np.ndarray, columns: tuple | None = None):
     """The same batch as :func:`decode_units`, decoded record by record with
-    ``engine.message.decode_record`` (the reference the columnar path is tested against)."""
+    ``engine.format.message.decode_record`` (the reference the columnar path is tested against)."""
     offs = units["off"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
     names = arrow_schema().names if columns is None else list(columns)
@@ -978,7 +978,7 @@ def _dedupe(row: np.ndarray, names):
 
 
 def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names):
-    """Record-by-record decode with ``engine.message.decode_record`` (any record kind).
+    """Record-by-record decode with ``engine.format.message.decode_record`` (any record kind).
 
     Bodies are decompressed. Raises CorruptRecordError for a record that is not the one its
     unit describes (see :func:`decode_units`)."""

@@ -8,7 +8,7 @@ is an object with ``dispatch(list[DispatchRequest])`` and ``truncate(commitlog_o
 optional capabilities let the store's fast paths treat it specially without knowing its class:
 
 * ``puts_hashed_keys = True``: it takes pre-hashed index keys (``put_hashed``) from the fast put
-  path (engine.putmessage) instead of requests;
+  path (engine.service.putmessage) instead of requests;
 * ``skips_below_end_offset = True``: it ignores records below its ``end_phy_offset``, so
   recovery may skip decoding records the ConsumeQueues already hold.
 
@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING
 import logging
 from dataclasses import dataclass, field
 
-from .config import TopicConfig, topic_path_problem
-from .consumequeue import (UNIT, ConsumeQueue, deliver_tags_code)
-from .message import (INNER_BATCH_FLAG, PROPERTY_DELAY, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                      MessageRecord)
+from ..format.config import TopicConfig, topic_path_problem
+from ..format.consumequeue import (UNIT, ConsumeQueue, deliver_tags_code)
+from ..format.message import (INNER_BATCH_FLAG, PROPERTY_DELAY, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+                              MessageRecord)
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from .message import (SCHEDULE_TOPIC, TRANSACTION_TYPE_MASK)
+from ..format.message import (SCHEDULE_TOPIC, TRANSACTION_TYPE_MASK)
 
 if TYPE_CHECKING:
-    from .store import MessageStore
+    from ..store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def dispatch(store: MessageStore, batch: list[DispatchRequest], recovering: bool
     """Write ConsumeQueue units (and run the dispatchers) for ``batch``.
 
     Returns True when a unit's queue offset lies past its queue's end (a gap). ``report``
-    (recovery's :class:`engine.recovery.RecoveryReport`) counts the units written in
+    (recovery's :class:`engine.service.recovery.RecoveryReport`) counts the units written in
     ``units_rebuilt``.
     """
     gap = False

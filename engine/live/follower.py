@@ -47,20 +47,20 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import StoreCheckpoint
-from .columnar import UNIT_DTYPE, record_dtype
-from .config import (ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager,
-                     topic_path_problem)
-from .consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units, queue_dir_id
-from .errors import CorruptRecordError, StoreError
-from .lock import lock_holder
-from . import recovery
-from .mappedfile import FileQueue, Segment, segment_names
-from .message import (BODY_CRC_MASK, BODY_LENGTH_POSITION, BORNHOST_V6_FLAG, HOST_V6_EXTRA,
-                      INNER_BATCH_FLAG, INT32, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RECORD_HEAD,
-                      STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
-                      TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, crc32,
-                      read_store_timestamp, transaction_type)
+from ..format.checkpoint import StoreCheckpoint
+from ..read.columnar import UNIT_DTYPE, record_dtype
+from ..format.config import (ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager,
+                             topic_path_problem)
+from ..format.consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units, queue_dir_id
+from ..errors import CorruptRecordError, StoreError
+from ..service.lock import lock_holder
+from ..service import recovery
+from ..format.mappedfile import FileQueue, Segment, segment_names
+from ..format.message import (BODY_CRC_MASK, BODY_LENGTH_POSITION, BORNHOST_V6_FLAG, HOST_V6_EXTRA,
+                              INNER_BATCH_FLAG, INT32, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RECORD_HEAD,
+                              STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
+                              TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, crc32,
+                              read_store_timestamp, transaction_type)
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,8 @@ MAX_NEW_UNITS = 1 << 20  # units of one queue taken per refresh
 BRIDGE_MAX = 10_000  # unit-less records walked one by one per refresh
 TAIL_MAX = 10_000  # records past the last unit walked to measure the writer's lead
 CHECK_CHUNK = 16_384  # records checked per numpy pass
-# A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.consumequeue) and the
-# first 40 bytes of a CommitLog record (engine.message FIXED_V4_FIELDS up to SYSFLAG: the same
+# A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.format.consumequeue) and the
+# first 40 bytes of a CommitLog record (engine.format.message FIXED_V4_FIELDS up to SYSFLAG: the same
 # offsets whatever the hosts), as numpy records for the columnar checks.
 _UNIT_DT = UNIT_DTYPE
 _HEAD_DT = record_dtype("sysFlag")

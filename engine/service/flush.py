@@ -19,13 +19,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from .errors import FlushDiskTimeoutError
+from ..errors import FlushDiskTimeoutError
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 
 from . import dispatch
 
 if TYPE_CHECKING:
-    from .store import MessageStore
+    from ..store import MessageStore
 
 log = logging.getLogger(__name__)
 

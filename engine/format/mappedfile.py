@@ -17,7 +17,7 @@ import os
 import re
 import threading
 
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 
 SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # offset2FileName: 20 ASCII digits
 

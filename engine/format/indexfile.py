@@ -50,7 +50,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from .errors import CorruptRecordError, ReadOnlyStoreError, StoreError
+from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreError
 from .javahash import combine_u32, index_key_hash, java_hash_u32, key_hash_of_u32, utf16_len
 from .mappedfile import create_preallocated, fsync_dir
 from .message import TRANSACTION_ROLLBACK_TYPE  # MessageSysFlag: (sysFlag & 0xC) == 0xC
@@ -374,7 +374,7 @@ class IndexFile:
 
         Args:
             entries: flat ``[keyHash, phyOffset, storeTimestamp, ...]`` (keyHash as
-                :func:`engine.javahash.index_key_hash` gives it; bytes; epoch ms), in order.
+                :func:`engine.format.javahash.index_key_hash` gives it; bytes; epoch ms), in order.
             start: the first entry (counted in entries, not list items) to store.
 
         Returns:
@@ -766,7 +766,7 @@ class IndexService:
         CorruptRecordError: an index file whose size fits no geometry.
     """
 
-    # Dispatcher capabilities (engine.dispatch): the fast put path hands it pre-hashed keys
+    # Dispatcher capabilities (engine.service.dispatch): the fast put path hands it pre-hashed keys
     # (put_hashed), and it ignores records below end_phy_offset, so recovery may skip them.
     puts_hashed_keys = True
     skips_below_end_offset = True

@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .consumequeue import CQ_STORE_UNIT_SIZE, UNIT
+from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT
 
 log = logging.getLogger(__name__)
 
