@@ -61,7 +61,7 @@ from ..format.message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED
                               TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
                               decompress_body, host_to_str, read_store_timestamp)
 from .schema import arrow_schema
-from .storetree import open_beneath
+from ..service.storetree import open_beneath
 import itertools
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built

@@ -6,7 +6,7 @@ would hide damage), and checks:
 * CommitLog: every segment has the same size, aligned names and no gaps; every record decodes
   (magic, TOTALSIZE = ``calMsgLength``, PHYSICALOFFSET = its position, BODYCRC, and the
   ``__CRC32#`` whole-record CRC when the property is present, ``MessageDecoder.createCrc32``: all
-  checked by ``engine.message.decode_record``); blank END_OF_FILE records; nothing but zeros
+  checked by ``engine.format.message.decode_record``); blank END_OF_FILE records; nothing but zeros
   after the last record; no hole followed by data.
 * ConsumeQueue: uniform file sizes; every unit points at a real record with the same
   size, topic, queueId, queueOffset and tagsCode (deliver time for ``SCHEDULE_TOPIC_XXXX``);
@@ -52,14 +52,14 @@ from ..service.lock import lock_holder, release_store_lock, take_store_lock
 from ..service.workprogress import no_progress
 
 if TYPE_CHECKING:
-    from .columnar import Segments
+    from ..read.columnar import Segments
 
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
 CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
                 "delayOffset.json", "rmqfs.deletedTopics.json")
 #: Error kinds :func:`recover_store` refuses to repair (it raises naming the entry and changes
 #: nothing), with what the user must do instead. Links and special files: recover never
-#: reads or writes through them (``engine.storetree``); a gap or a misnamed CommitLog file:
+#: reads or writes through them (``engine.service.storetree``); a gap or a misnamed CommitLog file:
 #: the records are not there to rebuild from; config/*.json: offsets and topics are not
 #: derived data.
 BY_HAND = {
@@ -195,7 +195,7 @@ def check_store_dir(root: str) -> None:
 class _Segment:
     """One CommitLog file as verify lists it (every regular file with a segment name, even
     misnamed or mis-sized ones, which the readers skip or cannot address); its bytes are read
-    through the engine's reader, ``files`` (:class:`engine.columnar.Segments`)."""
+    through the engine's reader, ``files`` (:class:`engine.read.columnar.Segments`)."""
     start: int
     name: str
     path: str
@@ -230,7 +230,7 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
         config: a :class:`engine.store.StoreConfig` (segment sizes for a new file, index
             geometry, delay levels); default settings when None.
         progress: a progress factory, ``progress(total, desc, unit) -> bar``
-            (:mod:`engine.workprogress`; tqdm's shape): one bar per phase (CommitLog bytes,
+            (:mod:`engine.service.workprogress`; tqdm's shape): one bar per phase (CommitLog bytes,
             ConsumeQueue queues, IndexFile files).
 
     Returns:
@@ -283,7 +283,7 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
         res.add("error", "commitlog-name", f"commitlog/{n}",
                 "not a regular file (RocketMQ refuses to load the CommitLog)")
     names = _files(cl_dir, listed)
-    from .columnar import Segments  # numpy: loaded when verify runs, not on import (daemon)
+    from ..read.columnar import Segments  # numpy: loaded when verify runs, not on import (daemon)
     files = Segments(cl_dir, check_crc=False)
     segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
                      os.path.getsize(os.path.join(cl_dir, n)), files) for n in names]
@@ -477,7 +477,7 @@ def _add_record(rec, recs: _Records, delay_table: dict, reachable: bool) -> None
 def _forget_deleted_topics(root: str, recs: _Records) -> None:
     """Records of topics deleted by ``rmqfs delete-topic`` (``config/rmqfs.deletedTopics.json``:
     below the CommitLog offset of the deletion) belong to no queue: no ConsumeQueue is
-    expected for them (the store never re-dispatches them, :mod:`engine.dispatch`)."""
+    expected for them (the store never re-dispatches them, :mod:`engine.service.dispatch`)."""
     from ..format.config import DeletedTopics
     try:
         deleted = DeletedTopics(os.path.join(root, "config"), read_only=True).table
@@ -545,7 +545,7 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
 
 def _cq_file_size(qdirs: list[str], cfg, explicit: bool) -> int:
     """The store's ConsumeQueue file size: mappedFileSizeConsumeQueue from a given broker.conf,
-    else what the files say (:func:`engine.consumequeue.store_file_size`, the rule the store
+    else what the files say (:func:`engine.format.consumequeue.store_file_size`, the rule the store
     opens with) when more than one file tells; 0 when unknown."""
     if explicit:
         return cfg.mapped_file_size_consume_queue
@@ -970,7 +970,7 @@ class RecoverReport:
 def recover_store(root: str, config=None, progress=None, rebuild: bool = False) -> RecoverReport:
     """Repair the store at ``root`` so that :func:`verify_store` passes.
 
-    ``progress``: a progress factory (:mod:`engine.workprogress`) for the verifications and
+    ``progress``: a progress factory (:mod:`engine.service.workprogress`) for the verifications and
     the store's recovery.
 
     Steps: extend CommitLog files that were cut short (zeros); truncate the CommitLog at the
