@@ -31,10 +31,11 @@ $(STAMP): pyproject.toml | deps
 
 venv: deps $(STAMP)
 
-# ruff (rules in pyproject.toml) and mypy (files and flags in pyproject.toml). `ruff format` is
-# configured but not applied to the tree yet, so there is no `ruff format --check` here.
+# ruff (rules in pyproject.toml), ruff's formatter (check only: run `ruff format .` to apply)
+# and mypy (files and flags in pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 test: venv

@@ -24,6 +24,7 @@ from bench.fuse import loghub_lines
 
 def _read(root: str, check: bool, columns) -> tuple[float, int]:
     from engine.read.columnar import StoreFiles
+
     files = StoreFiles(root, check_crc=check)
     try:
         t0 = time.perf_counter()
@@ -42,9 +43,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
     from engine.store import Message, MessageStore
+
     print(f"load average {os.getloadavg()[0]:.2f}")
-    print(f"{'messages':>9} {'columns':>11} {'no CRC µs/msg':>14} {'CRC µs/msg':>11} "
-          f"{'ratio':>6} {'CRC µs/MB':>10}")
+    print(
+        f"{'messages':>9} {'columns':>11} {'no CRC µs/msg':>14} {'CRC µs/msg':>11} "
+        f"{'ratio':>6} {'CRC µs/MB':>10}"
+    )
     for n in (int(x) for x in args.sizes.split(",")):
         work = Path(tempfile.mkdtemp(prefix="rmqfs-bench-crc-"))
         try:
@@ -53,8 +57,9 @@ def main(argv=None) -> int:
             with MessageStore(root) as s:
                 s.create_topic("B", 4)
                 for a in range(0, n, 5000):
-                    s.put_messages([Message("B", x, queue_id=(a // 5000) % 4)
-                                    for x in lines[a:a + 5000]])
+                    s.put_messages(
+                        [Message("B", x, queue_id=(a // 5000) % 4) for x in lines[a : a + 5000]]
+                    )
             mb = sum(map(len, lines)) / 1e6
             for label, columns in (("all", None), ("queueOffset", ("queueOffset",))):
                 best = {}
@@ -63,8 +68,10 @@ def main(argv=None) -> int:
                     assert rows == n
                     best[check] = min(best.get(check, t), t)
                 base, crc = best[False], best[True]
-                print(f"{n:>9,} {label:>11} {base / n * 1e6:>14.3f} {crc / n * 1e6:>11.3f} "
-                      f"{crc / base:>6.2f} {(crc - base) / mb * 1e6:>10,.0f}")
+                print(
+                    f"{n:>9,} {label:>11} {base / n * 1e6:>14.3f} {crc / n * 1e6:>11.3f} "
+                    f"{crc / base:>6.2f} {(crc - base) / mb * 1e6:>10,.0f}"
+                )
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return 0

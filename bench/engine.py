@@ -68,7 +68,7 @@ def make_batches(body_size: int, batch: int, distinct: int) -> list[list[Message
         for _ in range(batch):
             if pos + body_size > len(corpus):
                 pos = (pos + 7919) % max(1, len(corpus) - body_size)
-            msgs.append(Message(TOPIC, corpus[pos:pos + body_size], tags="TagA"))
+            msgs.append(Message(TOPIC, corpus[pos : pos + body_size], tags="TagA"))
             pos += body_size
         out.append(msgs)
     return out
@@ -124,8 +124,7 @@ def bench_append(work: str, body_size: int, batch: int, count: int, repeat: int)
     nbatches = max(1, count // batch)
     runs = []
     for _r in range(repeat):
-        elapsed, cpu, written, sizes = _append_once(work, batches, nbatches,
-                                                    f"{body_size}-{batch}")
+        elapsed, cpu, written, sizes = _append_once(work, batches, nbatches, f"{body_size}-{batch}")
         plain = _plain_once(work, sizes, written, f"{body_size}-{batch}")
         runs.append((elapsed, cpu, plain))
     elapsed, cpu, _ = min(runs)
@@ -133,13 +132,20 @@ def bench_append(work: str, body_size: int, batch: int, count: int, repeat: int)
     n = nbatches * batch
     mbps = written / elapsed / MB
     plain_mbps = written / plain_elapsed / MB
-    return {"body_bytes": body_size, "batch": batch, "messages": n,
-            "commitlog_bytes": written, "seconds": round(elapsed, 3),
-            "cpu_seconds": round(cpu, 3), "messages_per_s": round(n / elapsed),
-            "messages_per_cpu_s": round(n / cpu) if cpu > 0 else None,
-            "mb_per_s": round(mbps, 1), "plain_write_mb_per_s": round(plain_mbps, 1),
-            "ratio_to_plain_write": round(mbps / plain_mbps, 3),
-            "runs_seconds": [[round(a, 3), round(c, 3)] for a, _, c in runs]}
+    return {
+        "body_bytes": body_size,
+        "batch": batch,
+        "messages": n,
+        "commitlog_bytes": written,
+        "seconds": round(elapsed, 3),
+        "cpu_seconds": round(cpu, 3),
+        "messages_per_s": round(n / elapsed),
+        "messages_per_cpu_s": round(n / cpu) if cpu > 0 else None,
+        "mb_per_s": round(mbps, 1),
+        "plain_write_mb_per_s": round(plain_mbps, 1),
+        "ratio_to_plain_write": round(mbps / plain_mbps, 3),
+        "runs_seconds": [[round(a, 3), round(c, 3)] for a, _, c in runs],
+    }
 
 
 def bench_read(work: str, body_size: int, count: int, repeat: int) -> dict:
@@ -174,9 +180,13 @@ def bench_read(work: str, body_size: int, count: int, repeat: int) -> dict:
         single = min(single, time.perf_counter() - t1)
     store.close()
     shutil.rmtree(root)
-    return {"body_bytes": body_size, "messages": n,
-            "iter_queue_messages_per_s": round(n / seq),
-            "get_message_messages_per_s": round(done / single), "get_message_reads": done}
+    return {
+        "body_bytes": body_size,
+        "messages": n,
+        "iter_queue_messages_per_s": round(n / seq),
+        "get_message_messages_per_s": round(done / single),
+        "get_message_reads": done,
+    }
 
 
 def bench_recovery(work: str, size: int, repeat: int, body_size: int = 1024) -> dict:
@@ -205,10 +215,16 @@ def bench_recovery(work: str, size: int, repeat: int, body_size: int = 1024) -> 
         store.close()
     shutil.rmtree(root)
     elapsed = min(times)
-    return {"commitlog_bytes": built, "messages": messages, "body_bytes": body_size,
-            "seconds": round(elapsed, 3), "mb_per_s": round(built / elapsed / MB, 1),
-            "messages_per_s": round(messages / elapsed), "recovered_whole_log": ok,
-            "runs_seconds": [round(t, 3) for t in times]}
+    return {
+        "commitlog_bytes": built,
+        "messages": messages,
+        "body_bytes": body_size,
+        "seconds": round(elapsed, 3),
+        "mb_per_s": round(built / elapsed / MB, 1),
+        "messages_per_s": round(messages / elapsed),
+        "recovered_whole_log": ok,
+        "runs_seconds": [round(t, 3) for t in times],
+    }
 
 
 def machine() -> dict:
@@ -222,8 +238,12 @@ def machine() -> dict:
                     break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "kernel": platform.release()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
 
 
 def main(argv=None) -> int:
@@ -231,10 +251,15 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a tenth of the volume (smoke run)")
     ap.add_argument("--dir", default=None, help="where the stores go (default: bench-out/)")
     ap.add_argument("--out", default=str(REPO / "bench-out"), help="where engine.json goes")
-    ap.add_argument("--repeat", type=int, default=5,
-                    help="runs per case; the best is reported (default 5)")
-    ap.add_argument("--only", choices=["append", "read", "recovery"], action="append",
-                    help="run only these parts (repeatable)")
+    ap.add_argument(
+        "--repeat", type=int, default=5, help="runs per case; the best is reported (default 5)"
+    )
+    ap.add_argument(
+        "--only",
+        choices=["append", "read", "recovery"],
+        action="append",
+        help="run only these parts (repeatable)",
+    )
     args = ap.parse_args(argv)
     scale = 0.1 if args.quick else 1.0
     os.makedirs(args.out, exist_ok=True)
@@ -242,8 +267,11 @@ def main(argv=None) -> int:
     os.makedirs(base, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench-engine-", dir=base)
     parts = set(args.only or ["append", "read", "recovery"])
-    results: dict = {"machine": machine(), "command": "python -m bench.engine"
-                     + (" --quick" if args.quick else ""), "dir": os.path.abspath(work)}
+    results: dict = {
+        "machine": machine(),
+        "command": "python -m bench.engine" + (" --quick" if args.quick else ""),
+        "dir": os.path.abspath(work),
+    }
     try:
         if "append" in parts:
             results["append"] = []
@@ -252,21 +280,30 @@ def main(argv=None) -> int:
                     n = int(count * scale) if batch > 1 else int(min(count, 20_000) * scale)
                     r = bench_append(work, body, batch, max(n, batch), args.repeat)
                     results["append"].append(r)
-                    print(f"append {body:>6} B x{batch:<4} {r['messages_per_s']:>9,} msg/s "
-                          f"({r['messages_per_cpu_s']:,} per CPU-s) "
-                          f"{r['mb_per_s']:>8.1f} MB/s  plain {r['plain_write_mb_per_s']:>8.1f} "
-                          f"MB/s  ratio {r['ratio_to_plain_write']:.3f}", flush=True)
+                    print(
+                        f"append {body:>6} B x{batch:<4} {r['messages_per_s']:>9,} msg/s "
+                        f"({r['messages_per_cpu_s']:,} per CPU-s) "
+                        f"{r['mb_per_s']:>8.1f} MB/s  plain {r['plain_write_mb_per_s']:>8.1f} "
+                        f"MB/s  ratio {r['ratio_to_plain_write']:.3f}",
+                        flush=True,
+                    )
         if "read" in parts:
             r = bench_read(work, 1024, int(200_000 * scale), args.repeat)
             results["read"] = r
-            print(f"read   {r['body_bytes']:>6} B  iter_queue {r['iter_queue_messages_per_s']:,}"
-                  f" msg/s  get_message {r['get_message_messages_per_s']:,} msg/s", flush=True)
+            print(
+                f"read   {r['body_bytes']:>6} B  iter_queue {r['iter_queue_messages_per_s']:,}"
+                f" msg/s  get_message {r['get_message_messages_per_s']:,} msg/s",
+                flush=True,
+            )
         if "recovery" in parts:
             size = (128 if args.quick else 1024) * 1024 * 1024
             r = bench_recovery(work, size, args.repeat)
             results["recovery"] = r
-            print(f"recovery {r['commitlog_bytes'] / 2**20:.0f} MiB in {r['seconds']} s: "
-                  f"{r['mb_per_s']} MB/s ({r['messages_per_s']:,} msg/s)", flush=True)
+            print(
+                f"recovery {r['commitlog_bytes'] / 2**20:.0f} MiB in {r['seconds']} s: "
+                f"{r['mb_per_s']} MB/s ({r['messages_per_s']:,} msg/s)",
+                flush=True,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_table(results)
@@ -282,19 +319,27 @@ def print_table(results: dict) -> None:
     print("| case | messages/s | per CPU-second | MB/s | plain os.write MB/s | ratio |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in results.get("append", []):
-        print(f"| append {r['body_bytes']} B bodies, batch {r['batch']} | "
-              f"{r['messages_per_s']:,} | {r['messages_per_cpu_s']:,} | {r['mb_per_s']:.1f} | "
-              f"{r['plain_write_mb_per_s']:.1f} | {r['ratio_to_plain_write']:.2f} |")
+        print(
+            f"| append {r['body_bytes']} B bodies, batch {r['batch']} | "
+            f"{r['messages_per_s']:,} | {r['messages_per_cpu_s']:,} | {r['mb_per_s']:.1f} | "
+            f"{r['plain_write_mb_per_s']:.1f} | {r['ratio_to_plain_write']:.2f} |"
+        )
     r = results.get("read")
     if r:
-        print(f"| read back, iter_queue ({r['body_bytes']} B) | "
-              f"{r['iter_queue_messages_per_s']:,} | | | | |")
-        print(f"| read back, get_message by queue offset ({r['body_bytes']} B) | "
-              f"{r['get_message_messages_per_s']:,} | | | | |")
+        print(
+            f"| read back, iter_queue ({r['body_bytes']} B) | "
+            f"{r['iter_queue_messages_per_s']:,} | | | | |"
+        )
+        print(
+            f"| read back, get_message by queue offset ({r['body_bytes']} B) | "
+            f"{r['get_message_messages_per_s']:,} | | | | |"
+        )
     r = results.get("recovery")
     if r:
-        print(f"| abnormal recovery, {r['commitlog_bytes'] / 2**20:.0f} MiB CommitLog "
-              f"({r['body_bytes']} B bodies) | {r['messages_per_s']:,} | | {r['mb_per_s']:.1f} | | |")
+        print(
+            f"| abnormal recovery, {r['commitlog_bytes'] / 2**20:.0f} MiB CommitLog "
+            f"({r['body_bytes']} B bodies) | {r['messages_per_s']:,} | | {r['mb_per_s']:.1f} | | |"
+        )
 
 
 if __name__ == "__main__":

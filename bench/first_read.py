@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     p.add_argument("--messages", type=int, default=200_000, help="lines per topic")
     args = p.parse_args(argv)
     from engine.store import Message, MessageStore
+
     work = Path(tempfile.mkdtemp(prefix="rmqfs-bench-first-"))
     store, mnt = work / "store", work / "mnt"
     mnt.mkdir()
@@ -37,8 +38,9 @@ def main(argv=None) -> int:
             for topic in ("P", "Q"):
                 s.create_topic(topic, 4)
                 for a in range(0, len(lines), 5000):
-                    s.put_messages([Message(topic, x, queue_id=(a // 5000) % 4)
-                                    for x in lines[a:a + 5000]])
+                    s.put_messages(
+                        [Message(topic, x, queue_id=(a // 5000) % 4) for x in lines[a : a + 5000]]
+                    )
         finally:
             s.close()
         rmqfs("mount", str(store), str(mnt))
@@ -56,10 +58,14 @@ def main(argv=None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     size = rows[0][1]
     print(f"load average {os.getloadavg()[0]:.2f}, {size / 1e6:,.0f} MB per view")
-    print(f"first read, workers starting: {size / 1e6 / rows[0][2]:,.0f} MB/s  "
-          f"({again / rows[0][2]:.2f} x later reads)")
-    print(f"first read, workers running:  {rows[1][1] / 1e6 / rows[1][2]:,.0f} MB/s  "
-          f"({again / rows[1][2]:.2f} x later reads)")
+    print(
+        f"first read, workers starting: {size / 1e6 / rows[0][2]:,.0f} MB/s  "
+        f"({again / rows[0][2]:.2f} x later reads)"
+    )
+    print(
+        f"first read, workers running:  {rows[1][1] / 1e6 / rows[1][2]:,.0f} MB/s  "
+        f"({again / rows[1][2]:.2f} x later reads)"
+    )
     print(f"later reads (baseline):       {size / 1e6 / again:,.0f} MB/s")
     return 0
 

@@ -86,10 +86,17 @@ def _pct(sorted_values, p: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * p))]
 
 
-def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: int = 1000,
-                 poll: float = 0.01, window: float = 5) -> dict:
+def follower_lag(
+    work: Path,
+    rate: float = 100_000,
+    seconds: float = 20,
+    batch: int = 1000,
+    poll: float = 0.01,
+    window: float = 5,
+) -> dict:
     """Run the measurement in ``work``; returns the figures (seconds, bytes, msg/s)."""
     import numpy as np
+
     store, wmnt, rmnt = work / "store", work / "mnt-writer", work / "mnt-follower"
     wmnt.mkdir(parents=True, exist_ok=True)
     rmnt.mkdir(parents=True, exist_ok=True)
@@ -100,13 +107,24 @@ def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: 
         try:
             assert json.loads((rmnt / "status.json").read_text())["follower"]
             acks_file = work / "acks.txt"
-            pids = {name: json.loads((m / "status.json").read_text())["pid"]
-                    for name, m in (("writer", wmnt), ("follower", rmnt))}
+            pids = {
+                name: json.loads((m / "status.json").read_text())["pid"]
+                for name, m in (("writer", wmnt), ("follower", rmnt))
+            }
             cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
-            prod = subprocess.Popen([sys.executable, "-c", PRODUCER,
-                                     str(wmnt / "topics" / "F" / "produce"), str(acks_file),
-                                     str(rate), str(batch), str(seconds),
-                                     str(wmnt / "status.json")])
+            prod = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    PRODUCER,
+                    str(wmnt / "topics" / "F" / "produce"),
+                    str(acks_file),
+                    str(rate),
+                    str(batch),
+                    str(seconds),
+                    str(wmnt / "status.json"),
+                ]
+            )
             view = rmnt / "topics" / "F" / "messages.jsonl"
             deadline = time.monotonic() + 10
             while not view.exists():
@@ -130,7 +148,7 @@ def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: 
                         carry = data[cut:]
                         for line in data[:cut].split(b"\n")[:-1]:
                             at = line.rindex(b'"body":"') + 8
-                            k = int(line[at:line.index(b":", at)])
+                            k = int(line[at : line.index(b":", at)])
                             e = seen.get(k)
                             if e is None:
                                 seen[k] = [1, now, now]
@@ -144,8 +162,9 @@ def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: 
                             break
                     if not sizes or now - sizes[-1][0] >= 0.05:  # 20 Hz: status costs CPU
                         st = json.loads((rmnt / "status.json").read_text())
-                        sizes.append((time.monotonic(), st["commitLogMaxOffset"],
-                                      st["followerBehindBytes"]))
+                        sizes.append(
+                            (time.monotonic(), st["commitLogMaxOffset"], st["followerBehindBytes"])
+                        )
                     time.sleep(poll)
             finally:
                 os.close(fd)
@@ -163,8 +182,14 @@ def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: 
     times = np.array([t for t, _, _ in sizes])
     ends = np.maximum.accumulate(np.array([e for _, e, _ in sizes], dtype=np.int64))
     at = np.searchsorted(ends, ack_ends, side="left")
-    state_lags = np.sort(np.repeat(np.where(at < len(times), times[np.minimum(at, len(times) - 1)]
-                                            - np.array(acks), np.inf), batch))
+    state_lags = np.sort(
+        np.repeat(
+            np.where(
+                at < len(times), times[np.minimum(at, len(times) - 1)] - np.array(acks), np.inf
+            ),
+            batch,
+        )
+    )
     lags = []
     per_window: dict[int, list] = {}
     missing = 0
@@ -187,16 +212,30 @@ def follower_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: 
         values.sort()
         t_mid = t_start + (w + 0.5) * window
         cl = max((s for t, s, _ in sizes if t <= t_mid), default=0)
-        windows.append({"window": w, "commitLogBytes": cl, "p50": _pct(values, 0.5),
-                        "p99": _pct(values, 0.99), "max": values[-1]})
+        windows.append(
+            {
+                "window": w,
+                "commitLogBytes": cl,
+                "p50": _pct(values, 0.5),
+                "p99": _pct(values, 0.99),
+                "max": values[-1],
+            }
+        )
     arr = np.array(lags) if lags else np.array([float("nan")])
-    return {"rate_target": rate, "rate_reached": produced / span if span else float("nan"),
-            "state_p50": float(np.percentile(state_lags, 50)),
-            "state_p99": float(np.percentile(state_lags, 99)),
-            "cpu_per_s": {k: v / span for k, v in cpu.items()} if span else {},
-            "messages": produced, "missing": missing, "p50": float(np.percentile(arr, 50)),
-            "p99": float(np.percentile(arr, 99)), "max": float(arr.max()), "windows": windows,
-            "max_behind_bytes": max((b for _, _, b in sizes), default=0)}
+    return {
+        "rate_target": rate,
+        "rate_reached": produced / span if span else float("nan"),
+        "state_p50": float(np.percentile(state_lags, 50)),
+        "state_p99": float(np.percentile(state_lags, 99)),
+        "cpu_per_s": {k: v / span for k, v in cpu.items()} if span else {},
+        "messages": produced,
+        "missing": missing,
+        "p50": float(np.percentile(arr, 50)),
+        "p99": float(np.percentile(arr, 99)),
+        "max": float(arr.max()),
+        "windows": windows,
+        "max_behind_bytes": max((b for _, _, b in sizes), default=0),
+    }
 
 
 ENGINE_WRITER = r"""
@@ -228,17 +267,31 @@ with open(out, "w") as f:
 """
 
 
-def engine_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: int = 1000,
-               interval: float = 0.1) -> dict:
+def engine_lag(
+    work: Path, rate: float = 100_000, seconds: float = 20, batch: int = 1000, interval: float = 0.1
+) -> dict:
     """The follower mechanism alone: an engine writer process puts at ``rate``; this process
     runs a follower store refreshed every ``interval`` s (as a follower mount does). Per
     message: the end of the refresh that made it visible minus the end of its put."""
     import numpy as np
+
     from engine.store import MessageStore
+
     root = work / "engine-store"
     out = work / "engine-acks.txt"
-    proc = subprocess.Popen([sys.executable, "-c", ENGINE_WRITER, str(root), str(out),
-                             str(rate), str(batch), str(seconds), str(REPO)])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            ENGINE_WRITER,
+            str(root),
+            str(out),
+            str(rate),
+            str(batch),
+            str(seconds),
+            str(REPO),
+        ]
+    )
     ready = Path(str(out) + ".ready")
     while not ready.exists():
         if proc.poll() is not None:
@@ -272,10 +325,16 @@ def engine_lag(work: Path, rate: float = 100_000, seconds: float = 20, batch: in
     lags = np.repeat(lags, batch)
     produced = len(acks) * batch
     span = acks[-1] - acks[0] if len(acks) > 1 else float("nan")
-    return {"rate_reached": produced / span, "messages": produced,
-            "p50": float(np.percentile(lags, 50)), "p99": float(np.percentile(lags, 99)),
-            "max": float(lags.max()), "open_s": open_s, "refresh_cpu_per_message_us":
-                sum(cpu) / produced * 1e6, "store_bytes": int(ends[-1])}
+    return {
+        "rate_reached": produced / span,
+        "messages": produced,
+        "p50": float(np.percentile(lags, 50)),
+        "p99": float(np.percentile(lags, 99)),
+        "max": float(lags.max()),
+        "open_s": open_s,
+        "refresh_cpu_per_message_us": sum(cpu) / produced * 1e6,
+        "store_bytes": int(ends[-1]),
+    }
 
 
 def _last_end(out: Path) -> int:
@@ -289,29 +348,45 @@ def _last_end(out: Path) -> int:
 
 def add_engine_results(res: dict, results: list) -> None:
     """Rows for the engine-level follower figure."""
-    results.append(("follower store alone (engine writer, refresh every 100 ms) p50 / p99",
-                    f"{res['p50'] * 1000:,.0f} / {res['p99'] * 1000:,.0f} ms",
-                    f"max {res['max'] * 1000:,.0f} ms; reached {res['rate_reached']:,.0f} "
-                    f"msg/s, {res['messages']:,} messages, {res['store_bytes'] / 1e6:,.0f} MB; "
-                    f"refresh CPU {res['refresh_cpu_per_message_us']:.2f} us/message; "
-                    f"opening a follower over it {res['open_s'] * 1000:,.0f} ms"))
+    results.append(
+        (
+            "follower store alone (engine writer, refresh every 100 ms) p50 / p99",
+            f"{res['p50'] * 1000:,.0f} / {res['p99'] * 1000:,.0f} ms",
+            f"max {res['max'] * 1000:,.0f} ms; reached {res['rate_reached']:,.0f} "
+            f"msg/s, {res['messages']:,} messages, {res['store_bytes'] / 1e6:,.0f} MB; "
+            f"refresh CPU {res['refresh_cpu_per_message_us']:.2f} us/message; "
+            f"opening a follower over it {res['open_s'] * 1000:,.0f} ms",
+        )
+    )
 
 
 def add_results(res: dict, results: list) -> None:
     """Rows for bench.fuse's table."""
-    results.append((f"follower lag at {res['rate_target']:,.0f} msg/s (p50 / p99)",
-                    f"{res['p50'] * 1000:,.0f} / {res['p99'] * 1000:,.0f} ms",
-                    f"max {res['max'] * 1000:,.0f} ms (target p99 < 1 s); reached "
-                    f"{res['rate_reached']:,.0f} msg/s, {res['messages']:,} messages, "
-                    f"{res['missing']} missing"))
-    results.append(("  in the follower's state (status.json, lookups) p50 / p99",
-                    f"{res['state_p50'] * 1000:,.0f} / {res['state_p99'] * 1000:,.0f} ms",
-                    "CPU per second of producing: " + ", ".join(
-                        f"{k} daemon {v:.2f} s" for k, v in res["cpu_per_s"].items())))
+    results.append(
+        (
+            f"follower lag at {res['rate_target']:,.0f} msg/s (p50 / p99)",
+            f"{res['p50'] * 1000:,.0f} / {res['p99'] * 1000:,.0f} ms",
+            f"max {res['max'] * 1000:,.0f} ms (target p99 < 1 s); reached "
+            f"{res['rate_reached']:,.0f} msg/s, {res['messages']:,} messages, "
+            f"{res['missing']} missing",
+        )
+    )
+    results.append(
+        (
+            "  in the follower's state (status.json, lookups) p50 / p99",
+            f"{res['state_p50'] * 1000:,.0f} / {res['state_p99'] * 1000:,.0f} ms",
+            "CPU per second of producing: "
+            + ", ".join(f"{k} daemon {v:.2f} s" for k, v in res["cpu_per_s"].items()),
+        )
+    )
     for w in res["windows"]:
-        results.append((f"  window {w['window']}: CommitLog {w['commitLogBytes'] / 1e6:,.0f} MB",
-                        f"{w['p50'] * 1000:,.0f} / {w['p99'] * 1000:,.0f} ms",
-                        f"max {w['max'] * 1000:,.0f} ms"))
+        results.append(
+            (
+                f"  window {w['window']}: CommitLog {w['commitLogBytes'] / 1e6:,.0f} MB",
+                f"{w['p50'] * 1000:,.0f} / {w['p99'] * 1000:,.0f} ms",
+                f"max {w['max'] * 1000:,.0f} ms",
+            )
+        )
 
 
 def main(argv=None) -> int:

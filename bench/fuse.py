@@ -93,6 +93,7 @@ def loghub_lines(n: int) -> list[bytes]:
 def fill_segment(store: Path) -> Path:
     """A store whose first 1 GiB CommitLog segment is full (sealed); returns that file."""
     from engine.store import Message, MessageStore
+
     body = (b"0123456789abcdef" * 256)[:4000]
     with MessageStore(str(store)) as s:
         s.create_topic("Fill")
@@ -107,10 +108,12 @@ def build_passthrough(work: Path) -> Path | None:
         log("passthrough_ll.c not found (apt-get install libfuse3-dev); skipping the C baseline")
         return None
     out = work / "passthrough_ll"
-    flags = subprocess.run(["pkg-config", "fuse3", "--cflags", "--libs"], check=True,
-                           capture_output=True, text=True).stdout.split()
-    subprocess.run(["gcc", "-O2", "-Wall", str(src), "-o", str(out), *flags], check=True,
-                   cwd=src.parent)
+    flags = subprocess.run(
+        ["pkg-config", "fuse3", "--cflags", "--libs"], check=True, capture_output=True, text=True
+    ).stdout.split()
+    subprocess.run(
+        ["gcc", "-O2", "-Wall", str(src), "-o", str(out), *flags], check=True, cwd=src.parent
+    )
     return out
 
 
@@ -126,14 +129,15 @@ def wait_mounted(path: Path, timeout: float = 20) -> None:
 def engine_append(store: Path, data: bytes) -> float:
     """Seconds for MessageStore.put_messages of ``data``'s lines in cat-sized pieces."""
     from engine.store import Message, MessageStore
+
     with MessageStore(str(store)) as s:
         s.create_topic("P")
         t0 = time.perf_counter()
         carry = b""
         for i in range(0, len(data), CHUNK):
-            piece = carry + data[i:i + CHUNK]
+            piece = carry + data[i : i + CHUNK]
             cut = piece.rfind(b"\n")
-            carry = piece[cut + 1:]
+            carry = piece[cut + 1 :]
             s.put_messages([Message("P", line) for line in piece[:cut].split(b"\n")])
         if carry:
             s.put_messages([Message("P", carry)])
@@ -161,7 +165,9 @@ with open(out, "w") as f:
 def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> None:
     """Item 4 of the module docstring, on ``store`` (mounted here)."""
     import statistics
+
     import crc32c
+
     mnt = work / "mnt-snap"
     mnt.mkdir(exist_ok=True)
     rmqfs("mount", str(store), str(mnt))
@@ -170,9 +176,18 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
     try:
         os.makedirs(mnt / "topics" / "SnapBench", exist_ok=True)
         for k in range(4):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-c", SNAP_PRODUCER, str(mnt / "topics" / "SnapBench" / "produce"),
-                 str(work / f"lat-{k}"), str(stop)]))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        SNAP_PRODUCER,
+                        str(mnt / "topics" / "SnapBench" / "produce"),
+                        str(work / f"lat-{k}"),
+                        str(stop),
+                    ]
+                )
+            )
         time.sleep(2.0)
         windows = []
         mkdir_times = []
@@ -191,49 +206,72 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
             p.wait(timeout=60)
         lat = []
         for k in range(4):
-            lat += [tuple(map(float, x.split())) for x in
-                    (work / f"lat-{k}").read_text().splitlines() if x]
+            lat += [
+                tuple(map(float, x.split()))
+                for x in (work / f"lat-{k}").read_text().splitlines()
+                if x
+            ]
         during = [d for t, d in lat if any(t < b and t + d > a for a, b in windows)]
-        quiet = [d for t, d in lat if not any(t < b + 0.1 and t + d > a - 0.1
-                                              for a, b in windows)]
+        quiet = [d for t, d in lat if not any(t < b + 0.1 and t + d > a - 0.1 for a, b in windows)]
         quiet.sort()
         p99 = quiet[int(len(quiet) * 0.99)] if quiet else 0.0
-        results.append(("snapshot mkdir while 4 producers write (median / max)",
-                        f"{statistics.median(mkdir_times) * 1000:.1f} ms",
-                        f"max {max(mkdir_times) * 1000:.1f} ms (target 50 ms); "
-                        f"store {store_bytes(store) / 2**30:.2f} GiB"))
-        results.append(("longest producer write() overlapping a mkdir",
-                        f"{max(during, default=0) * 1000:.1f} ms",
-                        f"vs {max(quiet, default=0) * 1000:.1f} ms longest / {p99 * 1000:.1f} ms"
-                        f" p99 without ({len(during)} / {len(quiet)} writes)"))
+        results.append(
+            (
+                "snapshot mkdir while 4 producers write (median / max)",
+                f"{statistics.median(mkdir_times) * 1000:.1f} ms",
+                f"max {max(mkdir_times) * 1000:.1f} ms (target 50 ms); "
+                f"store {store_bytes(store) / 2**30:.2f} GiB",
+            )
+        )
+        results.append(
+            (
+                "longest producer write() overlapping a mkdir",
+                f"{max(during, default=0) * 1000:.1f} ms",
+                f"vs {max(quiet, default=0) * 1000:.1f} ms longest / {p99 * 1000:.1f} ms"
+                f" p99 without ({len(during)} / {len(quiet)} writes)",
+            )
+        )
         snap = mnt / "snapshots" / f"b{rounds - 1}"
         t0 = time.monotonic()
         (snap / "SNAPSHOT.json").stat()
         t_sum = time.monotonic() - t0
-        results.append(("SNAPSHOT.json ready after mkdir (background sums)",
-                        f"{t_sum * 1000:.0f} ms", "sealed sums cached by the earlier rounds"))
+        results.append(
+            (
+                "SNAPSHOT.json ready after mkdir (background sums)",
+                f"{t_sum * 1000:.0f} ms",
+                "sealed sums cached by the earlier rounds",
+            )
+        )
         copy = work / "snap-copy"
         shutil.rmtree(copy, ignore_errors=True)
         copy.mkdir()
-        subprocess.run(f"tar -C '{snap}' -Scf - . | tar -C '{copy}' -xf -", shell=True,
-                       check=True)
+        subprocess.run(f"tar -C '{snap}' -Scf - . | tar -C '{copy}' -xf -", shell=True, check=True)
 
         def tar(src: Path) -> float:
             best = float("inf")
             for _ in range(2):
                 t0 = time.perf_counter()
-                subprocess.run(f"tar -C '{src}' -cf - . | cat > /dev/null", shell=True,
-                               check=True)
+                subprocess.run(f"tar -C '{src}' -cf - . | cat > /dev/null", shell=True, check=True)
                 best = min(best, time.perf_counter() - t0)
             return best
+
         snap_bytes = sum(p.stat().st_size for p in snap.rglob("*") if p.is_file())
         raw_bytes = sum(p.stat().st_size for p in (mnt / "raw").rglob("*") if p.is_file())
         t_raw, t_snap = tar(mnt / "raw"), tar(snap)
-        results.append(("tar -c of raw/ (producers stopped)",
-                        f"{raw_bytes / 1e6 / t_raw:,.0f} MB/s", "baseline"))
-        results.append(("tar -c of snapshots/<name>/",
-                        f"{snap_bytes / 1e6 / t_snap:,.0f} MB/s",
-                        f"{(snap_bytes / t_snap) / (raw_bytes / t_raw):.2f} x raw/"))
+        results.append(
+            (
+                "tar -c of raw/ (producers stopped)",
+                f"{raw_bytes / 1e6 / t_raw:,.0f} MB/s",
+                "baseline",
+            )
+        )
+        results.append(
+            (
+                "tar -c of snapshots/<name>/",
+                f"{snap_bytes / 1e6 / t_snap:,.0f} MB/s",
+                f"{(snap_bytes / t_snap) / (raw_bytes / t_raw):.2f} x raw/",
+            )
+        )
     finally:
         if not stop.exists():
             stop.write_text("")
@@ -243,14 +281,17 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
     # In-process: the time the freeze holds the put lock (what producers can wait at most),
     # while 4 threads put, free of FUSE and scheduling noise between processes.
     import threading
+
     from engine.live.snapshot import freeze
     from engine.store import Message, MessageStore
+
     with MessageStore(str(store)) as s:
         halt = threading.Event()
 
         def put():
             while not halt.is_set():
                 s.put_messages([Message("SnapBench", b"y" * 150) for _ in range(20)])
+
         threads = [threading.Thread(target=put) for _ in range(4)]
         for th in threads:
             th.start()
@@ -267,10 +308,14 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
             halt.set()
             for th in threads:
                 th.join()
-    results.append(("engine freeze() while 4 threads put: put lock held (median / max)",
-                    f"{statistics.median(held) * 1000:.2f} ms",
-                    f"max {max(held) * 1000:.2f} ms; whole freeze() median "
-                    f"{statistics.median(walls) * 1000:.2f} ms"))
+    results.append(
+        (
+            "engine freeze() while 4 threads put: put lock held (median / max)",
+            f"{statistics.median(held) * 1000:.2f} ms",
+            f"max {max(held) * 1000:.2f} ms; whole freeze() median "
+            f"{statistics.median(walls) * 1000:.2f} ms",
+        )
+    )
     files = [p for p in copy.rglob("*") if p.is_file()]
     total = sum(p.stat().st_size for p in files)
     for p in files:  # warm the page cache for every contender alike
@@ -278,8 +323,12 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
 
     def verify():
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        subprocess.run([sys.executable, "-m", "mount.cli", "snapshot-verify", str(copy)],
-                       check=True, env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "mount.cli", "snapshot-verify", str(copy)],
+            check=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
 
     def plain():
         for p in files:
@@ -293,6 +342,7 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
 
     def cat():
         subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+
     timings = {}
     for name, fn in (("verify", verify), ("plain", plain), ("cat", cat)):
         best = float("inf")
@@ -302,15 +352,25 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
             best = min(best, time.perf_counter() - t0)
         timings[name] = best
     gb = total / 1e9
-    results.append(("cat snapshot copy > /dev/null", f"{gb / timings['cat']:,.2f} GB/s",
-                    "baseline"))
-    results.append(("crc32c of every file, in-process (whole files)",
-                    f"{gb / timings['plain']:,.2f} GB/s",
-                    f"{timings['cat'] / timings['plain']:.2f} x cat"))
-    results.append(("rmqfs snapshot-verify (whole command)", f"{gb / timings['verify']:,.2f} GB/s",
-                    f"{timings['plain'] / timings['verify']:.2f} x plain crc32c, "
-                    f"{timings['cat'] / timings['verify']:.2f} x cat; {total / 2**30:.2f} GiB "
-                    f"in {len(files)} files (target 1 GB/s)"))
+    results.append(
+        ("cat snapshot copy > /dev/null", f"{gb / timings['cat']:,.2f} GB/s", "baseline")
+    )
+    results.append(
+        (
+            "crc32c of every file, in-process (whole files)",
+            f"{gb / timings['plain']:,.2f} GB/s",
+            f"{timings['cat'] / timings['plain']:.2f} x cat",
+        )
+    )
+    results.append(
+        (
+            "rmqfs snapshot-verify (whole command)",
+            f"{gb / timings['verify']:,.2f} GB/s",
+            f"{timings['plain'] / timings['verify']:.2f} x plain crc32c, "
+            f"{timings['cat'] / timings['verify']:.2f} x cat; {total / 2**30:.2f} GiB "
+            f"in {len(files)} files (target 1 GB/s)",
+        )
+    )
 
 
 def store_bytes(store: Path) -> int:
@@ -327,15 +387,24 @@ def print_results(results: list) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", help="work directory (default: a new temp dir, removed after)")
-    p.add_argument("--messages", type=int, default=300_000,
-                   help="loghub lines for the decoded and produce runs (default 300000)")
-    p.add_argument("--snapshots-only", action="store_true",
-                   help="only the snapshot figures (item 4)")
-    p.add_argument("--follower-only", action="store_true",
-                   help="only the follower lag (python -m bench.follower has its options)")
+    p.add_argument(
+        "--messages",
+        type=int,
+        default=300_000,
+        help="loghub lines for the decoded and produce runs (default 300000)",
+    )
+    p.add_argument(
+        "--snapshots-only", action="store_true", help="only the snapshot figures (item 4)"
+    )
+    p.add_argument(
+        "--follower-only",
+        action="store_true",
+        help="only the follower lag (python -m bench.follower has its options)",
+    )
     args = p.parse_args(argv)
     if args.follower_only:
         from bench import follower
+
         return follower.main(["--dir", args.dir] if args.dir else [])
     work = Path(args.dir or tempfile.mkdtemp(prefix="rmqfs-bench-fuse-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -371,6 +440,7 @@ def main(argv=None) -> int:
         rmqfs("mount", str(store), str(mnt))
         import json
         import threading
+
         daemon_pid = json.loads((mnt / "status.json").read_text())["pid"]
         stop_rss = threading.Event()
 
@@ -384,6 +454,7 @@ def main(argv=None) -> int:
         def watch_rss():  # VmHWM is the peak; sampling keeps the daemon's own view honest
             while not stop_rss.wait(0.2):
                 peak_rss()
+
         rss_thread = threading.Thread(target=watch_rss, daemon=True)
         rss_thread.start()
         try:
@@ -393,30 +464,43 @@ def main(argv=None) -> int:
             passthrough = build_passthrough(work)
             t_pt = None
             if passthrough:
-                pt_proc = subprocess.Popen([str(passthrough), "-f", "-o", f"source={store}",
-                                            str(ptmnt)])
+                pt_proc = subprocess.Popen(
+                    [str(passthrough), "-f", "-o", f"source={store}", str(ptmnt)]
+                )
                 wait_mounted(ptmnt)
                 t_pt = time_cat(ptmnt / "commitlog" / seg.name)
             mb = size / 1e6
-            results.append(("cat 1 GiB segment, native (page cache)", f"{mb / t_native:,.0f} MB/s",
-                            ""))
+            results.append(
+                ("cat 1 GiB segment, native (page cache)", f"{mb / t_native:,.0f} MB/s", "")
+            )
             if t_pt:
-                results.append(("cat 1 GiB segment, C passthrough_ll", f"{mb / t_pt:,.0f} MB/s",
-                                "baseline"))
-            results.append(("cat 1 GiB segment, rmqfs raw/", f"{mb / t_raw:,.0f} MB/s",
-                             f"{t_pt / t_raw:.2f} x passthrough (target 0.7)" if t_pt else ""))
+                results.append(
+                    ("cat 1 GiB segment, C passthrough_ll", f"{mb / t_pt:,.0f} MB/s", "baseline")
+                )
+            results.append(
+                (
+                    "cat 1 GiB segment, rmqfs raw/",
+                    f"{mb / t_raw:,.0f} MB/s",
+                    f"{t_pt / t_raw:.2f} x passthrough (target 0.7)" if t_pt else "",
+                )
+            )
 
             log("produce through the mount ...")
             os.mkdir(mnt / "topics" / "P")
             t0 = time.perf_counter()
-            subprocess.run(["bash", "-c", f"cat '{src}' > '{mnt}/topics/P/produce'"],
-                           check=True)
+            subprocess.run(["bash", "-c", f"cat '{src}' > '{mnt}/topics/P/produce'"], check=True)
             t_produce = time.perf_counter() - t0
             n = len(lines)
-            results.append(("engine put_messages (128 KiB pieces)", f"{n / t_engine:,.0f} msg/s",
-                            "baseline"))
-            results.append(("cat FILE > produce", f"{n / t_produce:,.0f} msg/s",
-                            f"{t_engine / t_produce:.2f} x engine (target 0.5)"))
+            results.append(
+                ("engine put_messages (128 KiB pieces)", f"{n / t_engine:,.0f} msg/s", "baseline")
+            )
+            results.append(
+                (
+                    "cat FILE > produce",
+                    f"{n / t_produce:,.0f} msg/s",
+                    f"{t_engine / t_produce:.2f} x engine (target 0.5)",
+                )
+            )
 
             log("decoded reads ...")
             view = mnt / "topics" / "P" / "messages.jsonl"
@@ -425,13 +509,23 @@ def main(argv=None) -> int:
             subprocess.run(["cat", str(view)], stdout=subprocess.DEVNULL, check=True)
             t_first = time.perf_counter() - t0
             t_again = time_cat(view)
-            results.append(("messages.jsonl, first read (renders)",
-                            f"{vsize / 1e6 / t_first:,.0f} MB/s",
-                            f"{vsize / 1e6:,.0f} MB (target 250 MB/s)"))
-            results.append(("messages.jsonl, later reads", f"{vsize / 1e6 / t_again:,.0f} MB/s",
-                            "target 100 MB/s"))
-            results.append(("  vs later reads (baseline)", "",
-                            f"{t_again / t_first:.2f} x later reads"))
+            results.append(
+                (
+                    "messages.jsonl, first read (renders)",
+                    f"{vsize / 1e6 / t_first:,.0f} MB/s",
+                    f"{vsize / 1e6:,.0f} MB (target 250 MB/s)",
+                )
+            )
+            results.append(
+                (
+                    "messages.jsonl, later reads",
+                    f"{vsize / 1e6 / t_again:,.0f} MB/s",
+                    "target 100 MB/s",
+                )
+            )
+            results.append(
+                ("  vs later reads (baseline)", "", f"{t_again / t_first:.2f} x later reads")
+            )
             log("view/ parts ...")
             t0 = time.perf_counter()
             psize = 0
@@ -440,16 +534,26 @@ def main(argv=None) -> int:
                 with open(part, "rb") as fh:
                     psize += len(fh.read())
             t_parts = time.perf_counter() - t0
-            results.append((f"view/ {len(parts)} Parquet parts, first read (renders)",
-                            f"{n / t_parts:,.0f} msg/s", f"{psize / 1e6:,.1f} MB of Parquet"))
+            results.append(
+                (
+                    f"view/ {len(parts)} Parquet parts, first read (renders)",
+                    f"{n / t_parts:,.0f} msg/s",
+                    f"{psize / 1e6:,.1f} MB of Parquet",
+                )
+            )
             bodies = mnt / "topics" / "P" / "bodies.txt"
             bsize = bodies.stat().st_size
             t_b = time_cat(bodies)
             results.append(("bodies.txt, later reads", f"{bsize / 1e6 / t_b:,.0f} MB/s", ""))
             stop_rss.set()
             rss_thread.join()
-            results.append(("daemon peak RSS (VmHWM), whole run", f"{peak_rss() / 1e6:,.0f} MB",
-                            "target < 500 MB"))
+            results.append(
+                (
+                    "daemon peak RSS (VmHWM), whole run",
+                    f"{peak_rss() / 1e6:,.0f} MB",
+                    "target < 500 MB",
+                )
+            )
         finally:
             if pt_proc is not None:
                 subprocess.run(["fusermount3", "-u", str(ptmnt)], check=False)
@@ -459,6 +563,7 @@ def main(argv=None) -> int:
         snapshot_bench(work, store, results)
         log("follower lag ...")
         from bench import follower
+
         (work / "follower").mkdir(exist_ok=True)
         follower.add_engine_results(follower.engine_lag(work / "follower"), results)
         follower.add_results(follower.follower_lag(work / "follower"), results)

@@ -77,10 +77,17 @@ def build_store(store: Path, n: int, topics: int, queues: int) -> float:
             s.create_topic(t, queue_nums=queues)
         batch = 4096
         for start in range(0, n, batch):
-            s.put_messages([
-                Message(names[i % topics], lines[i % len(lines)][0],
-                        tags=lines[i % len(lines)][1], keys=[f"k{i}"])
-                for i in range(start, min(n, start + batch))])
+            s.put_messages(
+                [
+                    Message(
+                        names[i % topics],
+                        lines[i % len(lines)][0],
+                        tags=lines[i % len(lines)][1],
+                        keys=[f"k{i}"],
+                    )
+                    for i in range(start, min(n, start + batch))
+                ]
+            )
             if start % 500_000 < batch:
                 print(f"  built {start:,} messages", flush=True)
     marker.write_text(json.dumps({"messages": n, "topics": topics, "queues": queues}))
@@ -91,6 +98,7 @@ def commitlog_bytes(store: Path) -> int:
     """Bytes of CommitLog holding messages (the end of the last record a ConsumeQueue unit
     points at; the segment files themselves are preallocated)."""
     from engine.read.columnar import StoreFiles
+
     files = StoreFiles(str(store))
     try:
         end = 0
@@ -106,8 +114,12 @@ def commitlog_bytes(store: Path) -> int:
 
 
 def rmqfs(*args) -> None:
-    subprocess.run([sys.executable, "-m", "mount.cli", *map(str, args)], check=True, cwd=REPO,
-                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+    subprocess.run(
+        [sys.executable, "-m", "mount.cli", *map(str, args)],
+        check=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
 
 
 def main(argv=None) -> int:
@@ -121,12 +133,20 @@ def main(argv=None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     store = OUT / f"store-{args.messages}-{args.topics}x{args.queues}"
     mnt, local = OUT / "mnt", OUT / "view-local"
-    print(f"store of {args.messages:,} messages ({args.topics} topics x {args.queues} queues): "
-          f"{store}", flush=True)
+    print(
+        f"store of {args.messages:,} messages ({args.topics} topics x {args.queues} queues): "
+        f"{store}",
+        flush=True,
+    )
     build_s = build_store(store, args.messages, args.topics, args.queues)
     cl_bytes = commitlog_bytes(store)
-    results: dict = {"messages": args.messages, "topics": args.topics, "queues": args.queues,
-                     "build_s": round(build_s, 1), "commitlog_bytes": cl_bytes}
+    results: dict = {
+        "messages": args.messages,
+        "topics": args.topics,
+        "queues": args.queues,
+        "build_s": round(build_s, 1),
+        "commitlog_bytes": cl_bytes,
+    }
     if os.path.ismount(mnt):
         subprocess.run(["fusermount3", "-u", "-z", str(mnt)])
     mnt.mkdir(exist_ok=True)
@@ -142,9 +162,16 @@ def main(argv=None) -> int:
     register(spark)
 
     def query(df):
-        return sorted(tuple(r) for r in df.groupBy("topic", "tags").agg(
-            F.count(F.lit(1)).alias("messages"), F.avg(F.length("body")).alias("avgBody"),
-            F.max("storeTimestamp").alias("lastStore")).collect())
+        return sorted(
+            tuple(r)
+            for r in df.groupBy("topic", "tags")
+            .agg(
+                F.count(F.lit(1)).alias("messages"),
+                F.avg(F.length("body")).alias("avgBody"),
+                F.max("storeTimestamp").alias("lastStore"),
+            )
+            .collect()
+        )
 
     def parquet(path):
         return lambda: spark.read.parquet(f"file://{path}")
@@ -152,10 +179,12 @@ def main(argv=None) -> int:
     # The Python Data Source API has no column pruning: the source decodes and ships every
     # column unless the query gives a narrower schema (the documented way to prune).
     narrow = "topic STRING, tags STRING, body BINARY, storeTimestamp BIGINT"
-    inputs = {"mounted_warm": parquet(mnt / "view"), "local": parquet(local),
-              "datasource": lambda: spark.read.format("rocketmq").load(str(store)),
-              "datasource_narrow": lambda: spark.read.format("rocketmq").schema(narrow)
-              .load(str(store))}
+    inputs = {
+        "mounted_warm": parquet(mnt / "view"),
+        "local": parquet(local),
+        "datasource": lambda: spark.read.format("rocketmq").load(str(store)),
+        "datasource_narrow": lambda: spark.read.format("rocketmq").schema(narrow).load(str(store)),
+    }
     expected = None
 
     def timed(name):
@@ -181,16 +210,22 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         shutil.copytree(mnt / "view", local)
         files = list(local.rglob("*.parquet"))
-        results.update(copy_s=round(time.monotonic() - t0, 1), view_files=len(files),
-                       view_bytes=sum(f.stat().st_size for f in files))
-        print(f"  copied view/ to local disk: {len(files)} parts, "
-              f"{results['view_bytes'] / 1e6:,.0f} MB", flush=True)
+        results.update(
+            copy_s=round(time.monotonic() - t0, 1),
+            view_files=len(files),
+            view_bytes=sum(f.stat().st_size for f in files),
+        )
+        print(
+            f"  copied view/ to local disk: {len(files)} parts, "
+            f"{results['view_bytes'] / 1e6:,.0f} MB",
+            flush=True,
+        )
         order = list(inputs)
         for name in order:  # warm-up, untimed
             timed(name)
         runs = {name: [] for name in order}
         for r in range(args.runs):
-            for name in (order if r % 2 == 0 else order[::-1]):
+            for name in order if r % 2 == 0 else order[::-1]:
                 s = timed(name)
                 runs[name].append(round(s, 2))
                 print(f"  run {r + 1}: {name:14s} {s:6.2f} s", flush=True)
@@ -202,22 +237,33 @@ def main(argv=None) -> int:
     best = {k: min(v) for k, v in runs.items()}
     median = {k: statistics.median(v) for k, v in runs.items()}
     base = median["local"]
-    results.update(runs=runs, best=best, median=median,
-                   warm_over_local=round(median["mounted_warm"] / base, 2),
-                   datasource_over_local=round(median["datasource"] / base, 2),
-                   datasource_narrow_over_local=round(median["datasource_narrow"] / base, 2),
-                   cold_over_local=round(cold / base, 2))
-    print(f"\n{'query (groupBy topic, tags)':40s} {'median s':>9s} {'best s':>9s} "
-          f"{'x local':>8s} {'target':>10s}")
-    for name, label, target in (("local", "Parquet copy on local disk", "baseline"),
-                                ("mounted_warm", "mounted view/, warm", "<= 1.3x"),
-                                ("datasource", "rocketmq data source", "<= 4x"),
-                                ("datasource_narrow", "data source, .schema(4 columns)",
-                                 "<= 4x")):
-        print(f"{label:40s} {median[name]:9.2f} {best[name]:9.2f} "
-              f"{median[name] / base:8.2f} {target:>10s}")
-    print(f"{'mounted view/, cold (first read)':40s} {cold:9.2f} {'':9s} {cold / base:8.2f} "
-          f"{'<= 15 s':>10s}")
+    results.update(
+        runs=runs,
+        best=best,
+        median=median,
+        warm_over_local=round(median["mounted_warm"] / base, 2),
+        datasource_over_local=round(median["datasource"] / base, 2),
+        datasource_narrow_over_local=round(median["datasource_narrow"] / base, 2),
+        cold_over_local=round(cold / base, 2),
+    )
+    print(
+        f"\n{'query (groupBy topic, tags)':40s} {'median s':>9s} {'best s':>9s} "
+        f"{'x local':>8s} {'target':>10s}"
+    )
+    for name, label, target in (
+        ("local", "Parquet copy on local disk", "baseline"),
+        ("mounted_warm", "mounted view/, warm", "<= 1.3x"),
+        ("datasource", "rocketmq data source", "<= 4x"),
+        ("datasource_narrow", "data source, .schema(4 columns)", "<= 4x"),
+    ):
+        print(
+            f"{label:40s} {median[name]:9.2f} {best[name]:9.2f} "
+            f"{median[name] / base:8.2f} {target:>10s}"
+        )
+    print(
+        f"{'mounted view/, cold (first read)':40s} {cold:9.2f} {'':9s} {cold / base:8.2f} "
+        f"{'<= 15 s':>10s}"
+    )
     (OUT / "result.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0
 

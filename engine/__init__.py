@@ -26,12 +26,27 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (ConfigFileError, CorruptRecordError, FlushDiskTimeoutError,
-                     InvalidNameError, MessageIllegalError, MessageTooLargeError,
-                     NoSuchGroupError, NoSuchSnapshotError, NoSuchTopicError,
-                     OffsetOutOfRangeError, PermissionDeniedError, PropertiesSizeExceededError,
-                     PutMessageError, ReadOnlyStoreError, SnapshotExistsError, StoreError,
-                     StoreLockedError, SystemTopicError, UnsafeStoreError)
+from .errors import (
+    ConfigFileError,
+    CorruptRecordError,
+    FlushDiskTimeoutError,
+    InvalidNameError,
+    MessageIllegalError,
+    MessageTooLargeError,
+    NoSuchGroupError,
+    NoSuchSnapshotError,
+    NoSuchTopicError,
+    OffsetOutOfRangeError,
+    PermissionDeniedError,
+    PropertiesSizeExceededError,
+    PutMessageError,
+    ReadOnlyStoreError,
+    SnapshotExistsError,
+    StoreError,
+    StoreLockedError,
+    SystemTopicError,
+    UnsafeStoreError,
+)
 
 if TYPE_CHECKING:  # what __getattr__ below returns, for type checkers and editors
     from .format.message import Message
@@ -57,17 +72,36 @@ _LAZY = {
 
 __all__ = [
     # the store and its requests and results
-    "MessageStore", "Message", "StoreConfig", "PutResult", "GetMessageResult",
+    "MessageStore",
+    "Message",
+    "StoreConfig",
+    "PutResult",
+    "GetMessageResult",
     # the column-wise reader (numpy, pyarrow)
     "StoreFiles",
     # offline tools
-    "verify_store", "recover_store",
+    "verify_store",
+    "recover_store",
     # errors (engine/errors.py): every one is a StoreError and carries its errno
-    "StoreError", "CorruptRecordError", "ConfigFileError", "PutMessageError",
-    "MessageIllegalError", "MessageTooLargeError", "PropertiesSizeExceededError",
-    "InvalidNameError", "NoSuchTopicError", "NoSuchGroupError", "SystemTopicError",
-    "PermissionDeniedError", "OffsetOutOfRangeError", "ReadOnlyStoreError", "StoreLockedError",
-    "FlushDiskTimeoutError", "SnapshotExistsError", "NoSuchSnapshotError", "UnsafeStoreError",
+    "StoreError",
+    "CorruptRecordError",
+    "ConfigFileError",
+    "PutMessageError",
+    "MessageIllegalError",
+    "MessageTooLargeError",
+    "PropertiesSizeExceededError",
+    "InvalidNameError",
+    "NoSuchTopicError",
+    "NoSuchGroupError",
+    "SystemTopicError",
+    "PermissionDeniedError",
+    "OffsetOutOfRangeError",
+    "ReadOnlyStoreError",
+    "StoreLockedError",
+    "FlushDiskTimeoutError",
+    "SnapshotExistsError",
+    "NoSuchSnapshotError",
+    "UnsafeStoreError",
     "NotAStoreError",
 ]
 

@@ -28,37 +28,51 @@ import os
 import threading
 import time
 
+from .errors import (
+    CorruptRecordError,
+    InvalidNameError,
+    NoSuchGroupError,
+    NoSuchTopicError,
+    OffsetOutOfRangeError,
+    ReadOnlyStoreError,
+    SystemTopicError,
+)
 from .format.checkpoint import StoreCheckpoint
-from .service import flush, putmessage, recovery, workprogress
-from .service.lock import lock_holder, release_store_lock, take_store_lock
-from .service.cleanup import CleanReport, CleanService
 from .format.commitlog import CommitLog
-from .format.config import (PERM_READ, PERM_WRITE, ConsumerOffsetManager, DeletedTopics,
-                            SubscriptionGroupManager, TopicConfig, TopicConfigManager,
-                            topic_path_problem, validate_group_name, validate_queue_nums,
-                            validate_topic_name)
-from .format.consumequeue import (UNIT, ConsumeQueue, queue_dir_id)
+from .format.config import (
+    PERM_READ,
+    PERM_WRITE,
+    ConsumerOffsetManager,
+    DeletedTopics,
+    SubscriptionGroupManager,
+    TopicConfig,
+    TopicConfigManager,
+    topic_path_problem,
+    validate_group_name,
+    validate_queue_nums,
+    validate_topic_name,
+)
+from .format.consumequeue import UNIT, ConsumeQueue, queue_dir_id
 from .format.consumequeue import store_file_size as cq_store_file_size
 from .format.indexfile import IndexService
 from .format.mappedfile import remove_temp_files
-from .service.storetree import check_store_tree
-from .errors import (CorruptRecordError, InvalidNameError, NoSuchGroupError, NoSuchTopicError,
-                     OffsetOutOfRangeError, ReadOnlyStoreError,
-                     SystemTopicError)
-from .format.message import (Host, MessageRecord)
-from .service.getmessage import get_messages, parse_subscription
+
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from .format.message import (INT32, check_body_crc, decode_record)
+from .format.message import INT32, Host, Message, MessageRecord, check_body_crc, decode_record
 from .format.uniqkey import UniqKeyGenerator
+from .service import flush, putmessage, recovery, workprogress
+from .service.cleanup import CleanReport, CleanService
 
 # The store's API in one import: MessageStore, the put request and its result, the config, and
 # getMessage's result (each defined in its own module).
-from .service.getmessage import GetMessageResult, GetMessageStatus  # noqa: F401
-from .format.message import Message
+from .service.getmessage import GetMessageResult, GetMessageStatus, get_messages, parse_subscription  # noqa: F401
+from .service.lock import lock_holder, release_store_lock, take_store_lock
 from .service.putmessage import PutResult
+from .service.storetree import check_store_tree
 from .storeconfig import StoreConfig
 
 log = logging.getLogger(__name__)
+
 
 class MessageStore:
     """A RocketMQ store directory opened for reading and writing.
@@ -93,8 +107,15 @@ class MessageStore:
         CorruptRecordError: files that cannot be a store (mixed segment sizes, ...).
     """
 
-    def __init__(self, root: str, config: StoreConfig | None = None, read_only: bool = False,
-                 follow: bool | None = None, held_lock: int | None = None, progress=None):
+    def __init__(
+        self,
+        root: str,
+        config: StoreConfig | None = None,
+        read_only: bool = False,
+        follow: bool | None = None,
+        held_lock: int | None = None,
+        progress=None,
+    ):
         self.root = os.path.abspath(root)
         self.recovery_report: recovery.RecoveryReport | None = None
         self.config = config or StoreConfig()
@@ -147,8 +168,9 @@ class MessageStore:
         self.subscription_groups = SubscriptionGroupManager(config_dir, read_only)
         self.deleted_topics = DeletedTopics(config_dir, read_only)
         self.checkpoint = StoreCheckpoint.read(self.checkpoint_path)
-        self.commitlog = CommitLog(os.path.join(self.root, "commitlog"),
-                                   self.config.mapped_file_size_commit_log, read_only)
+        self.commitlog = CommitLog(
+            os.path.join(self.root, "commitlog"), self.config.mapped_file_size_commit_log, read_only
+        )
         self.commitlog.force_verify_prop_crc = self.config.force_verify_prop_crc
         self.store_host: Host = self.config.store_host
         self.uniq_keys = UniqKeyGenerator(self.store_host[0])
@@ -168,14 +190,20 @@ class MessageStore:
         self.index_service: IndexService | None = None
         self.listeners: list = []  # callables(list[PutResult]) run after each put
         if self.config.message_index_enable:
-            self.index_service = IndexService(os.path.join(self.root, "index"),
-                                              self.config.max_hash_slot_num,
-                                              self.config.max_index_num, read_only)
+            self.index_service = IndexService(
+                os.path.join(self.root, "index"),
+                self.config.max_hash_slot_num,
+                self.config.max_index_num,
+                read_only,
+            )
             self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
             if not self.last_exit_ok:
                 for name, problem in self.index_service.drop_inconsistent():
-                    what = ("not used by this read-only open: key lookups miss its entries"
-                            if read_only else "rebuilt from the CommitLog")
+                    what = (
+                        "not used by this read-only open: key lookups miss its entries"
+                        if read_only
+                        else "rebuilt from the CommitLog"
+                    )
                     self.repairs.append(f"index/{name}: {problem}; {what}")
                     log.warning("index/%s: %s; %s", name, problem, what)
             self.dispatchers.append(self.index_service)
@@ -187,11 +215,15 @@ class MessageStore:
         # checkpoint's logicsMsgTimestamp may say once they are flushed)
         self.dispatched_store_timestamp = self.checkpoint.logics_msg_timestamp
         # TopicAttributes "queue.type" = BatchCQ (5.x): served by batchconsumequeue/.
-        self.batch_cq_topics = {name for name, t in self.topic_config.topics.items()
-                                if str(t.attributes.get("queue.type", "")).lower() == "batchcq"}
+        self.batch_cq_topics = {
+            name
+            for name, t in self.topic_config.topics.items()
+            if str(t.attributes.get("queue.type", "")).lower() == "batchcq"
+        }
         self._load_consume_queues(progress)
         if follow:
             from .live.follower import Follower
+
             self.follower = Follower(self)
             self.follower.open()
         else:
@@ -199,11 +231,16 @@ class MessageStore:
             self.recovery_report.seconds = time.monotonic() - started
             if self.recovery_report.did_something():
                 log.warning("%s: %s", self.root, self.recovery_report.summary())
-            if read_only and auto_follow and self.last_exit_ok and \
-                    not any(cq.mem for cq in self.consume_queues.values()):
+            if (
+                read_only
+                and auto_follow
+                and self.last_exit_ok
+                and not any(cq.mem for cq in self.consume_queues.values())
+            ):
                 # A clean store that no one writes now, whose files say all there is: it is
                 # followed too, should a writer start later (nothing changes until then).
                 from .live.follower import Follower
+
                 self.follower = Follower(self)
                 self.follower.attach()
         if not read_only:
@@ -270,8 +307,9 @@ class MessageStore:
         bar = workprogress.bar(progress, len(queues), "loading ConsumeQueues", "queue")
         try:
             for topic, q, qdir in queues:
-                cq = ConsumeQueue(qdir, topic, q, self._cq_file_size, self.read_only,
-                                  trusted_size=trusted)
+                cq = ConsumeQueue(
+                    qdir, topic, q, self._cq_file_size, self.read_only, trusted_size=trusted
+                )
                 cq.recover()
                 for what in cq.files.repairs:
                     log.warning("ConsumeQueue %s/%d: %s", topic, q, what)
@@ -280,15 +318,6 @@ class MessageStore:
                 bar.update(1)
         finally:
             bar.close()
-
-
-
-
-
-
-
-
-
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue's ConsumeQueue, or None when it has never had a message."""
@@ -304,9 +333,6 @@ class MessageStore:
             self.consume_queues[(topic, queue_id)] = cq
         return cq
 
-
-
-
     # ------------------------------------------------------------------------------------------
     # topics and queues
 
@@ -316,8 +342,9 @@ class MessageStore:
         names.update(t for t, _ in self.consume_queues)
         return sorted(names)
 
-    def create_topic(self, name: str, queue_nums: int | None = None,
-                     perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+    def create_topic(
+        self, name: str, queue_nums: int | None = None, perm: int = PERM_READ | PERM_WRITE
+    ) -> TopicConfig:
         """Create a topic (or return the existing one) and persist topics.json.
 
         Raises InvalidNameError for a name RocketMQ would refuse; ReadOnlyStoreError. Like
@@ -330,15 +357,21 @@ class MessageStore:
         existing = self.topic_config.get(name)
         if existing is not None:
             return existing
-        n = validate_queue_nums(self.config.default_topic_queue_nums if queue_nums is None
-                                else queue_nums)
+        n = validate_queue_nums(
+            self.config.default_topic_queue_nums if queue_nums is None else queue_nums
+        )
         cfg = TopicConfig(name, n, n, perm)
         self.topic_config.put(cfg)
         return cfg
 
-    def update_topic(self, name: str, read_queue_nums: int | None = None,
-                     write_queue_nums: int | None = None, perm: int | None = None,
-                     order: bool | None = None) -> TopicConfig:
+    def update_topic(
+        self,
+        name: str,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
+        order: bool | None = None,
+    ) -> TopicConfig:
         """``updateTopic`` (``AdminBrokerProcessor.updateAndCreateTopic`` ->
         ``TopicConfigManager.updateTopicConfig``): set the given fields of a topic's entry in
         topics.json (creating the topic when missing) and persist atomically. Unlike mqadmin,
@@ -350,10 +383,13 @@ class MessageStore:
         ReadOnlyStoreError.
         """
         from .service.validation import is_system_topic
+
         validate_topic_name(name)
         if is_system_topic(name):
-            raise SystemTopicError(f"the topic {name} is a RocketMQ system topic (the broker "
-                                   "refuses: conflict with system topic)")
+            raise SystemTopicError(
+                f"the topic {name} is a RocketMQ system topic (the broker "
+                "refuses: conflict with system topic)"
+            )
         if self.read_only:
             raise ReadOnlyStoreError("store is read-only")
         for what, n in (("readQueueNums", read_queue_nums), ("writeQueueNums", write_queue_nums)):
@@ -363,8 +399,7 @@ class MessageStore:
                 except InvalidNameError:
                     raise InvalidNameError(f"{what} {n!r}: use 1-1024") from None
         if perm is not None and (isinstance(perm, bool) or perm not in (2, 4, 6)):
-            raise InvalidNameError(f"perm {perm!r}: use 2 (write), 4 (read) or 6 (read and "
-                                   "write)")
+            raise InvalidNameError(f"perm {perm!r}: use 2 (write), 4 (read) or 6 (read and write)")
         with self.put_lock:
             old = self.topic_config.get(name)
             if old is None:
@@ -398,11 +433,14 @@ class MessageStore:
         SystemTopicError (``validateSystemTopicWhenUpdateTopic``), ReadOnlyStoreError.
         """
         from .service.validation import is_system_topic
+
         if self.read_only:
             raise ReadOnlyStoreError("store is read-only")
         if is_system_topic(name):
-            raise SystemTopicError(f"the topic {name} is a RocketMQ system topic and cannot "
-                                   "be deleted (the broker refuses: conflict with system topic)")
+            raise SystemTopicError(
+                f"the topic {name} is a RocketMQ system topic and cannot "
+                "be deleted (the broker refuses: conflict with system topic)"
+            )
         if name not in self.topic_names():
             raise NoSuchTopicError(f"topic {name} does not exist")
         with self.put_lock:
@@ -415,6 +453,7 @@ class MessageStore:
                 self.consume_queues.pop((name, q)).close()
                 self.damaged.pop((name, q), None)
             import shutil
+
             for base in ("consumequeue", "consumequeue_ext", "batchconsumequeue"):
                 tdir = os.path.join(self.root, base, name)
                 if os.path.isdir(tdir) and not os.path.islink(tdir):
@@ -424,8 +463,14 @@ class MessageStore:
             self.topic_config.remove(name)
             self.putter.forget_topic(name)
             self.batch_cq_topics.discard(name)
-        log.info("deleted topic %s: queues %s, offsets %s; its records stay in the CommitLog "
-                 "below %d until they expire", name, queues, offsets, end)
+        log.info(
+            "deleted topic %s: queues %s, offsets %s; its records stay in the CommitLog "
+            "below %d until they expire",
+            name,
+            queues,
+            offsets,
+            end,
+        )
         return {"topic": name, "queues": queues, "offsets": offsets, "commitLogOffset": end}
 
     def queue_ids(self, topic: str) -> list[int]:
@@ -443,8 +488,9 @@ class MessageStore:
         the queues up to these offsets by CommitLog offset gives CommitLog order.
         """
         with self.put_lock:
-            return {q: cq.max_offset for (t, q), cq in list(self.consume_queues.items())
-                    if t == topic}
+            return {
+                q: cq.max_offset for (t, q), cq in list(self.consume_queues.items()) if t == topic
+            }
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """``getOffsetInQueueByTime`` (LOWER): first queue offset stored at or after
@@ -497,8 +543,12 @@ class MessageStore:
         try:
             return check_body_crc(rec)
         except CorruptRecordError as exc:
-            self.note_damage(rec.topic, rec.queue_id,
-                             rec.queue_offset if queue_offset is None else queue_offset, exc)
+            self.note_damage(
+                rec.topic,
+                rec.queue_id,
+                rec.queue_offset if queue_offset is None else queue_offset,
+                exc,
+            )
             raise
 
     def message_at(self, commitlog_offset: int) -> MessageRecord | None:
@@ -531,6 +581,7 @@ class MessageStore:
         Raises CorruptRecordError as :meth:`message_at` does (damage is not a miss).
         """
         from .format.message import decode_offset_msg_id
+
         try:
             _, offset = decode_offset_msg_id(msg_id)
         except ValueError:
@@ -540,8 +591,9 @@ class MessageStore:
             return None
         return rec
 
-    def query_by_key(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
-                     end: int = 2**63 - 1) -> list[MessageRecord]:
+    def query_by_key(
+        self, topic: str, key: str, max_num: int = 64, begin: int = 0, end: int = 2**63 - 1
+    ) -> list[MessageRecord]:
         """Messages of ``topic`` whose KEYS or UNIQ_KEY equal ``key``, via the IndexFiles.
 
         Like ``queryMsgByKey``: at most ``max_num`` (capped at 64), store time within
@@ -553,8 +605,7 @@ class MessageStore:
         out = []
         for off in self.index_service.query(topic, key, max_num, begin, end):
             rec = self.message_at(off)
-            if rec is not None and rec.topic == topic and (
-                    key in rec.keys or rec.uniq_key == key):
+            if rec is not None and rec.topic == topic and (key in rec.keys or rec.uniq_key == key):
                 out.append(rec)
         return out
 
@@ -567,7 +618,8 @@ class MessageStore:
             raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
         if not cq.min_offset <= queue_offset < cq.max_offset:
             raise OffsetOutOfRangeError(
-                f"offset {queue_offset} outside [{cq.min_offset}, {cq.max_offset})")
+                f"offset {queue_offset} outside [{cq.min_offset}, {cq.max_offset})"
+            )
         off, size, _ = cq.unit(queue_offset)
         try:
             return check_body_crc(self.commitlog.read_message(off, size))
@@ -603,8 +655,13 @@ class MessageStore:
         if (topic, queue_id) not in self.damaged and len(self.damaged) < 10_000:
             what = str(exc) if queue_offset is None else f"unit {queue_offset}: {exc}"
             self.damaged[(topic, queue_id)] = what
-            log.warning("queue %s/%d damaged: %s (not served; rmqfs verify names it, "
-                        "rmqfs recover repairs it)", topic, queue_id, what)
+            log.warning(
+                "queue %s/%d damaged: %s (not served; rmqfs verify names it, "
+                "rmqfs recover repairs it)",
+                topic,
+                queue_id,
+                what,
+            )
 
     def iter_queue(self, topic: str, queue_id: int, start: int = 0, end: int | None = None):
         """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue.
@@ -633,15 +690,18 @@ class MessageStore:
                 try:
                     if len(data) != hi - lo:
                         raise CorruptRecordError(
-                            f"records of {hi - lo} bytes not in the CommitLog", lo)
+                            f"records of {hi - lo} bytes not in the CommitLog", lo
+                        )
                     for off, size, _tags in group:
                         if off - lo + size > len(data):
                             raise CorruptRecordError(
-                                f"record of {size} bytes not in the CommitLog", off)
+                                f"record of {size} bytes not in the CommitLog", off
+                            )
                         rec = check_body_crc(decode_record(data, off - lo, check_crc=False))
                         if rec.store_size > size:
                             raise CorruptRecordError(
-                                f"record of {rec.store_size} bytes, its unit says {size}", off)
+                                f"record of {rec.store_size} bytes, its unit says {size}", off
+                            )
                         yield pos, rec
                         pos += 1
                 except CorruptRecordError as exc:
@@ -665,8 +725,15 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # getMessage
 
-    def get_messages(self, group: str, topic: str, queue_id: int, offset: int,
-                     max_msg_nums: int = 32, tags: str | None = None) -> GetMessageResult:
+    def get_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int = 32,
+        tags: str | None = None,
+    ) -> GetMessageResult:
         """``DefaultMessageStore.getMessage``: up to ``max_msg_nums`` messages from a queue
         offset, with RocketMQ's status and next-offset correction (``GetMessageStatus``).
 
@@ -687,11 +754,7 @@ class MessageStore:
         Raises:
             CorruptRecordError: the first message found fails its body CRC.
         """
-        return get_messages(self, topic, queue_id, offset, max_msg_nums,
-                            parse_subscription(tags))
-
-
-
+        return get_messages(self, topic, queue_id, offset, max_msg_nums, parse_subscription(tags))
 
     # ------------------------------------------------------------------------------------------
     # consumer offsets and groups
@@ -709,8 +772,9 @@ class MessageStore:
             raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
         lo, hi = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
         if not lo <= offset <= hi:
-            raise OffsetOutOfRangeError(f"offset {offset} outside [{lo}, {hi}] of {topic}/"
-                                        f"{queue_id}")
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside [{lo}, {hi}] of {topic}/{queue_id}"
+            )
         self.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def group_names(self) -> list[str]:
@@ -734,6 +798,7 @@ class MessageStore:
         subscriptionGroup.json entry, creating it with RocketMQ's defaults when missing.
         Returns the new entry. Raises InvalidNameError, ReadOnlyStoreError."""
         from .format.config import check_group_fields
+
         if self.read_only:
             raise ReadOnlyStoreError("store is read-only")
         validate_group_name(group)
@@ -794,7 +859,6 @@ class MessageStore:
         if manual:
             return self.clean_service.delete_expired_files()
         return self.clean_service.run_once()
-
 
     def close(self) -> None:
         """Flush, write the checkpoint, remove ``abort`` and release the lock.
@@ -867,8 +931,12 @@ def _spans(units: list, file_size: int):
         while j < n:
             off, size, _ = units[j]
             hi = off + size
-            if off < lo or hi > seg_end or hi - lo > _SPAN_MAX or (
-                    j > i and hi - lo > _SPAN_SLACK * (own + size)):
+            if (
+                off < lo
+                or hi > seg_end
+                or hi - lo > _SPAN_MAX
+                or (j > i and hi - lo > _SPAN_SLACK * (own + size))
+            ):
                 break
             own += size
             j += 1

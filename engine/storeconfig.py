@@ -9,13 +9,20 @@ config files of the store (topics, consumer offsets, subscription groups) are en
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .format.consumequeue import CQ_STORE_UNIT_SIZE
-from .format.message import (COMPRESSION_LZ4, COMPRESSION_ZLIB, COMPRESSION_ZSTD, MAX_MESSAGE_SIZE,
-                             Host, host_from_str)
+from .format.message import (
+    COMPRESSION_LZ4,
+    COMPRESSION_ZLIB,
+    COMPRESSION_ZSTD,
+    MAX_MESSAGE_SIZE,
+    Host,
+    host_from_str,
+)
+
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -40,7 +47,7 @@ def read_java_properties(text: str) -> dict[str, str]:
         key, j, n = [], 0, len(line)
         while j < n and line[j] not in "=: \t\f":
             if line[j] == "\\" and j + 1 < n:
-                key.append(line[j:j + 2])
+                key.append(line[j : j + 2])
                 j += 2
                 continue
             key.append(line[j])
@@ -65,7 +72,7 @@ def _unescape(text: str) -> str:
             nxt = text[j + 1]
             if nxt == "u" and j + 6 <= len(text):
                 try:
-                    res.append(chr(int(text[j + 2:j + 6], 16)))
+                    res.append(chr(int(text[j + 2 : j + 6], 16)))
                     j += 6
                     continue
                 except ValueError:
@@ -213,8 +220,9 @@ class StoreConfig:
             value = getattr(self, attr)
             if value is None:
                 continue
-            out.append((key, ("true" if value else "false") if isinstance(value, bool)
-                        else str(value)))
+            out.append(
+                (key, ("true" if value else "false") if isinstance(value, bool) else str(value))
+            )
         return sorted(out)
 
     @property
@@ -225,11 +233,13 @@ class StoreConfig:
         """
         ip = self.broker_ip1.strip("[]")
         try:
-            return host_from_str(f"[{ip}]:{self.listen_port}" if ":" in ip
-                                 else f"{ip}:{self.listen_port}")
+            return host_from_str(
+                f"[{ip}]:{self.listen_port}" if ":" in ip else f"{ip}:{self.listen_port}"
+            )
         except (OSError, ValueError):
-            raise ValueError(f"brokerIP1 {self.broker_ip1!r} is not an IPv4 or IPv6 address") \
-                from None
+            raise ValueError(
+                f"brokerIP1 {self.broker_ip1!r} is not an IPv4 or IPv6 address"
+            ) from None
 
     def delay_level_table(self) -> dict[int, int]:
         """``{level: delay ms}`` parsed from ``messageDelayLevel`` (levels start at 1)."""
@@ -237,4 +247,3 @@ class StoreConfig:
         for i, item in enumerate(self.message_delay_level.split(), start=1):
             table[i] = int(item[:-1]) * _TIME_UNITS[item[-1]]
         return table
-

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine import errors as E
-
 from engine.live.snapshot import SnapshotManager
 
 _log = logging.getLogger("rmqfs.refused")
@@ -105,8 +104,11 @@ class HandleBudget:
         with self._lock:
             mine = self.held.get(uid, 0)
             if mine >= self.per_uid or sum(self.held.values()) >= self.total:
-                raise FsError(errno.EMFILE, f"uid {uid} holds {mine} open files of this mount; "
-                              f"other users may hold {self.per_uid} each, {self.total} in all")
+                raise FsError(
+                    errno.EMFILE,
+                    f"uid {uid} holds {mine} open files of this mount; "
+                    f"other users may hold {self.per_uid} each, {self.total} in all",
+                )
             self.held[uid] = mine + 1
 
     def give(self, uid: int | None) -> None:
@@ -136,24 +138,35 @@ class RefusalLog:
 
     def __init__(self, owner_uid: int, keep: int = 1000):
         import collections
+
         self.owner_uid = owner_uid
         self.entries: collections.deque = collections.deque(maxlen=keep)
         self._lock = threading.Lock()
 
-    def record(self, op: str, path: str, pid: int | None, uid: int | None, err: int,
-               reason: str) -> None:
+    def record(
+        self, op: str, path: str, pid: int | None, uid: int | None, err: int, reason: str
+    ) -> None:
         """Keep and log one refusal (``err``: the errno answered)."""
         name = errno.errorcode.get(err, str(err))
-        entry = {"time": int(time.time() * 1000), "pid": pid, "uid": uid, "op": op,
-                 "path": path, "errno": name, "reason": reason or os.strerror(err)}
+        entry = {
+            "time": int(time.time() * 1000),
+            "pid": pid,
+            "uid": uid,
+            "op": op,
+            "path": path,
+            "errno": name,
+            "reason": reason or os.strerror(err),
+        }
         with self._lock:
             self.entries.append(entry)
-        _log.warning("refused %s %s (pid %s, uid %s): %s: %s", op, path, pid, uid, name,
-                     entry["reason"])
+        _log.warning(
+            "refused %s %s (pid %s, uid %s): %s: %s", op, path, pid, uid, name, entry["reason"]
+        )
 
     def lines_for(self, uid: int | None) -> bytes:
         """The kept refusals ``uid`` may read, oldest first, one JSON object a line."""
         import json
+
         with self._lock:
             entries = list(self.entries)
         if uid is not None and uid not in (0, self.owner_uid):
@@ -164,9 +177,16 @@ class RefusalLog:
 class Context:
     """What every node needs: the store, the view cache, mount flags and a start time."""
 
-    def __init__(self, store: MessageStore, views: ViewCache, read_only: bool,
-                 part_messages: int = VIEW_PART_MESSAGES, pid: int | None = None,
-                 others_write: bool = False, snapshot_cache_dir: str | None = None):
+    def __init__(
+        self,
+        store: MessageStore,
+        views: ViewCache,
+        read_only: bool,
+        part_messages: int = VIEW_PART_MESSAGES,
+        pid: int | None = None,
+        others_write: bool = False,
+        snapshot_cache_dir: str | None = None,
+    ):
         self.owner_uid = os.getuid()
         self.owner_gid = os.getgid()
         self.others_write = others_write  # -o allow_other_write
@@ -201,8 +221,10 @@ class Context:
         if self.read_only:
             raise FsError(errno.EROFS)
         if not self.may_write(uid):
-            raise FsError(errno.EACCES, "only the mounting user may write "
-                          "(mount with -o allow_other_write to let others)")
+            raise FsError(
+                errno.EACCES,
+                "only the mounting user may write (mount with -o allow_other_write to let others)",
+            )
 
     def write_mode(self, mode: int) -> int:
         """``mode`` of a writable node as shown: no write bit on a read-only mount, the group
@@ -399,7 +421,7 @@ class BytesHandle(Handle):
         self.data = data
 
     def read(self, offset: int, length: int) -> bytes:
-        return self.data[offset:offset + length]
+        return self.data[offset : offset + length]
 
     read_nowait = read
 
@@ -457,5 +479,3 @@ def pread_nowait(fd: int, length: int, offset: int) -> bytes | None:
         return None
     # A short read is either the end of the file or a page not cached: the thread decides.
     return buf if n == length else None
-
-

@@ -21,15 +21,32 @@ import threading
 from engine import errors as E
 from engine.live.progress import consumer_progress, diff_total
 from engine.live.status import store_status
-from engine.store import Message
 from engine.read.jsonline import message_from_json, parse_json_line
-from engine.service.validation import check_send_topic, check_topic_creatable, parse_decimal
 from engine.service.storetree import lstat_beneath, open_beneath
+from engine.service.validation import check_send_topic, check_topic_creatable, parse_decimal
+from engine.store import Message
 
 from . import render as R
-from .base import (DIR_MODE, RO_DIR, RO_FILE, RW_FILE, WO_FILE, BytesHandle, Context, Dir, FsError,
-                   GeneratedFile, Handle, Node, StaticFile, Stat, check_read_only_open, fs_error,
-                   ms_to_ns, pread_nowait)
+from .base import (
+    DIR_MODE,
+    RO_DIR,
+    RO_FILE,
+    RW_FILE,
+    WO_FILE,
+    BytesHandle,
+    Context,
+    Dir,
+    FsError,
+    GeneratedFile,
+    Handle,
+    Node,
+    Stat,
+    StaticFile,
+    check_read_only_open,
+    fs_error,
+    ms_to_ns,
+    pread_nowait,
+)
 from .snapshots import SnapshotsDir
 from .viewtree import ViewRootDir, view_ddl_file
 
@@ -80,8 +97,9 @@ class RootDir(Dir):
     def entries(self):
         c = self.ctx
         return {
-            "README.txt": lambda: StaticFile(c, "/README.txt",
-                                             README.format(root=c.store.root).encode()),
+            "README.txt": lambda: StaticFile(
+                c, "/README.txt", README.format(root=c.store.root).encode()
+            ),
             "status.json": lambda: StatusFile(c, "/status.json"),
             "refused.jsonl": lambda: RefusedFile(c, "/refused.jsonl"),
             "topics": lambda: TopicsDir(c, "/topics"),
@@ -124,14 +142,16 @@ class StatusFile(GeneratedFile):
     def content(self) -> bytes:
         st = store_status(self.ctx.store)  # the same fields as `rmqfs brokerStatus`
         # the mount's own: its daemon and whether it writes
-        st = {**{k: st[k] for k in ("brokerName", "storePathRootDir")},
-              "pid": self.ctx.pid, "readOnly": self.ctx.read_only,
-              **{k: v for k, v in st.items() if k not in ("brokerName", "storePathRootDir")}}
+        st = {
+            **{k: st[k] for k in ("brokerName", "storePathRootDir")},
+            "pid": self.ctx.pid,
+            "readOnly": self.ctx.read_only,
+            **{k: v for k, v in st.items() if k not in ("brokerName", "storePathRootDir")},
+        }
         return R.render_json(st)
 
     def mtime_ns(self) -> int:
-        return ms_to_ns(self.ctx.store.commitlog.last_store_timestamp) or \
-            self.ctx.mount_time_ns
+        return ms_to_ns(self.ctx.store.commitlog.last_store_timestamp) or self.ctx.mount_time_ns
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,7 +213,7 @@ class TopicDir(Dir):
             "keys": lambda: KeysDir(c, self.sub("keys"), t),
         }
         for q in c.store.queue_ids(t):
-            d[str(q)] = (lambda q=q: QueueDir(c, self.sub(str(q)), t, q))
+            d[str(q)] = lambda q=q: QueueDir(c, self.sub(str(q)), t, q)
         return d
 
 
@@ -211,6 +231,7 @@ class TopicJsonFile(GeneratedFile):
         if cfg is None:
             n = len(self.ctx.store.queue_ids(self.topic))
             from engine.format.config import TopicConfig
+
             cfg = TopicConfig(self.topic, n, n)
         return cfg
 
@@ -239,7 +260,9 @@ class TopicJsonFile(GeneratedFile):
     def update(self, text: bytes) -> None:
         """Apply one JSON object (all its fields or none)."""
         import json
+
         from engine.format.config import topic_update_from_json
+
         try:
             obj = json.loads(text.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -268,7 +291,7 @@ class TopicJsonWriteHandle(Handle):
         self.invalidates = (node.path, parent)
 
     def read(self, offset, length):
-        return self.node.content()[offset:offset + length]
+        return self.node.content()[offset : offset + length]
 
     def write(self, data):
         if len(self.buf) + len(data) > TOPIC_JSON_MAX:
@@ -276,6 +299,7 @@ class TopicJsonWriteHandle(Handle):
             raise FsError(errno.EINVAL, f"topic.json: over {TOPIC_JSON_MAX} bytes")
         self.buf += data
         import json
+
         try:
             json.loads(bytes(self.buf).decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -306,8 +330,9 @@ class QueueDir(Dir):
     def entries(self):
         c, t, q = self.ctx, self.topic, self.queue_id
         return {
-            "messages.jsonl": lambda: QueueViewFile(c, self.sub("messages.jsonl"), t, q,
-                                                    "messages"),
+            "messages.jsonl": lambda: QueueViewFile(
+                c, self.sub("messages.jsonl"), t, q, "messages"
+            ),
             "bodies.txt": lambda: QueueViewFile(c, self.sub("bodies.txt"), t, q, "bodies"),
             "offsets.json": lambda: OffsetsFile(c, self.sub("offsets.json"), t, q),
             "produce": lambda: ProduceFile(c, self.sub("produce"), t, q, jsonl=False),
@@ -328,16 +353,25 @@ class OffsetsFile(GeneratedFile):
         if hi > lo:
             first = s.get_message(self.topic, self.queue_id, lo).store_timestamp
             last = s.get_message(self.topic, self.queue_id, hi - 1).store_timestamp
-        return {"topic": self.topic, "queueId": self.queue_id, "minOffset": lo,
-                "maxOffset": hi, "minStoreTimestamp": first, "maxStoreTimestamp": last}
+        return {
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "minOffset": lo,
+            "maxOffset": hi,
+            "minStoreTimestamp": first,
+            "maxStoreTimestamp": last,
+        }
 
     def content(self):
         return R.render_json(self._fields())
 
     def stat(self):
         f = self._fields()
-        return Stat(RO_FILE, len(R.render_json(f)),
-                    ms_to_ns(f["maxStoreTimestamp"] or 0) or self.ctx.tree_mtime_ns())
+        return Stat(
+            RO_FILE,
+            len(R.render_json(f)),
+            ms_to_ns(f["maxStoreTimestamp"] or 0) or self.ctx.tree_mtime_ns(),
+        )
 
 
 # -- decoded views ---------------------------------------------------------------------------
@@ -432,8 +466,13 @@ class MessageFile(GeneratedFile):
         data = self.content()
         ms = max(r.store_timestamp for r in self.records)
         # cached for long only when the store cannot change (expiry makes lookups ENOENT)
-        return Stat(RO_FILE, len(data), ms_to_ns(ms), live=False,
-                    attr_timeout=None if self.ctx.frozen else 1.0)
+        return Stat(
+            RO_FILE,
+            len(data),
+            ms_to_ns(ms),
+            live=False,
+            attr_timeout=None if self.ctx.frozen else 1.0,
+        )
 
 
 class ByOffsetDir(Dir):
@@ -464,8 +503,9 @@ class ByTimeDir(ByOffsetDir):
         off = s.offset_by_time(self.topic, self.queue_id, ms)
         if off >= s.max_offset(self.topic, self.queue_id):
             return None
-        return MessageFile(self.ctx, self.sub(name), [s.get_message(self.topic, self.queue_id,
-                                                                     off)])
+        return MessageFile(
+            self.ctx, self.sub(name), [s.get_message(self.topic, self.queue_id, off)]
+        )
 
 
 class KeysDir(Dir):
@@ -533,8 +573,7 @@ class ProduceHandle(Handle):
     writable = True
     direct_io = True
 
-    def __init__(self, ctx: Context, topic: str, queue_id: int | None, jsonl: bool,
-                 path: str = ""):
+    def __init__(self, ctx: Context, topic: str, queue_id: int | None, jsonl: bool, path: str = ""):
         self.ctx = ctx
         self.topic = topic
         self.queue_id = queue_id
@@ -576,8 +615,11 @@ class ProduceHandle(Handle):
             raise FsError(errno.EROFS)
         with self.lock:
             if self.refused:
-                raise FsError(self.refused, "an earlier write on this file refused the line "
-                              "it continued; open the file again")
+                raise FsError(
+                    self.refused,
+                    "an earlier write on this file refused the line "
+                    "it continued; open the file again",
+                )
             continued = bool(self.buf)
             try:
                 return self._write(data)
@@ -593,8 +635,11 @@ class ProduceHandle(Handle):
     def _write(self, data: bytes) -> int:
         buf = self.buf
         if not self.jsonl and b"\0" in data:  # posix_fallocate's emulation writes NULs
-            raise FsError(errno.EINVAL, "a NUL byte in the write: produce takes text lines; "
-                          "send binary bodies as bodyBase64 through produce.jsonl")
+            raise FsError(
+                errno.EINVAL,
+                "a NUL byte in the write: produce takes text lines; "
+                "send binary bodies as bodyBase64 through produce.jsonl",
+            )
         cut = data.rfind(b"\n")
         if cut < 0:
             if len(buf) + len(data) > self.max_line:
@@ -608,9 +653,9 @@ class ProduceHandle(Handle):
             self._put(lines)
         except FsError as exc:
             if exc.errno == errno.ETIMEDOUT:  # appended: never store these lines twice
-                buf[:] = data[cut + 1:]
+                buf[:] = data[cut + 1 :]
             raise
-        buf[:] = data[cut + 1:]
+        buf[:] = data[cut + 1 :]
         return len(data)
 
     def flush(self) -> None:
@@ -713,7 +758,7 @@ class GroupDir(Dir):
         c, g = self.ctx, self.group
         d = {"progress.json": lambda: ProgressFile(c, self.sub("progress.json"), g)}
         for t in c.store.topic_names():
-            d[t] = (lambda t=t: GroupTopicDir(c, self.sub(t), g, t))
+            d[t] = lambda t=t: GroupTopicDir(c, self.sub(t), g, t)
         return d
 
 
@@ -724,12 +769,13 @@ class ProgressFile(GeneratedFile):
 
     def content(self):
         rows = consumer_progress(self.ctx.store, self.group)
-        return R.render_json({"group": self.group, "queues": rows,
-                              "diffTotal": diff_total(rows)})
+        return R.render_json({"group": self.group, "queues": rows, "diffTotal": diff_total(rows)})
 
     def mtime_ns(self):
-        return max(self.ctx.file_mtime_ns("consumerOffset.json"),
-                   ms_to_ns(self.ctx.store.commitlog.last_store_timestamp))
+        return max(
+            self.ctx.file_mtime_ns("consumerOffset.json"),
+            ms_to_ns(self.ctx.store.commitlog.last_store_timestamp),
+        )
 
 
 class GroupTopicDir(Dir):
@@ -739,9 +785,10 @@ class GroupTopicDir(Dir):
 
     def entries(self):
         c = self.ctx
-        return {str(q): (lambda q=q: GroupQueueDir(c, self.sub(str(q)), self.group,
-                                                   self.topic, q))
-                for q in c.store.queue_ids(self.topic)}
+        return {
+            str(q): (lambda q=q: GroupQueueDir(c, self.sub(str(q)), self.group, self.topic, q))
+            for q in c.store.queue_ids(self.topic)
+        }
 
 
 class GroupQueueDir(Dir):
@@ -752,10 +799,12 @@ class GroupQueueDir(Dir):
     def entries(self):
         c = self.ctx
         return {
-            "offset": lambda: OffsetFile(c, self.sub("offset"), self.group, self.topic,
-                                         self.queue_id),
-            "pending.jsonl": lambda: PendingFile(c, self.sub("pending.jsonl"), self.group,
-                                                 self.topic, self.queue_id),
+            "offset": lambda: OffsetFile(
+                c, self.sub("offset"), self.group, self.topic, self.queue_id
+            ),
+            "pending.jsonl": lambda: PendingFile(
+                c, self.sub("pending.jsonl"), self.group, self.topic, self.queue_id
+            ),
         }
 
 
@@ -777,7 +826,7 @@ class OffsetWriteHandle(Handle):
         self.invalidates = (f"{parent}/pending.jsonl", f"{group_dir}/progress.json")
 
     def read(self, offset, length):
-        return self.node.content()[offset:offset + length]
+        return self.node.content()[offset : offset + length]
 
     def write(self, data):
         """Each complete line commits its offset, in order; the unfinished line is kept.
@@ -795,7 +844,7 @@ class OffsetWriteHandle(Handle):
             return len(data)
         lines = (bytes(self.buf) + data[:cut]).split(b"\n")
         self.buf.clear()
-        rest = data[cut + 1:]
+        rest = data[cut + 1 :]
         if len(rest) > OFFSET_LINE_MAX:
             raise FsError(errno.EINVAL, f"not an offset: a line over {OFFSET_LINE_MAX} bytes")
         for line in lines:
@@ -835,8 +884,11 @@ class OffsetFile(GeneratedFile):
         return f"{off}\n".encode()
 
     def stat(self):
-        return Stat(self.ctx.write_mode(RW_FILE), len(self.content()),
-                    self.ctx.file_mtime_ns("consumerOffset.json"))
+        return Stat(
+            self.ctx.write_mode(RW_FILE),
+            len(self.content()),
+            self.ctx.file_mtime_ns("consumerOffset.json"),
+        )
 
     def commit(self, offset: int):
         if self.ctx.read_only:
@@ -996,8 +1048,9 @@ class RawFile(Node):
         parts = self.rel.split(os.sep)
         if parts[0] == "commitlog":
             start = parse_decimal(parts[-1].lstrip("0") or "0") if len(parts[-1]) == 20 else None
-            return (start is not None and self.ctx.store.commitlog.is_sealed(start)) \
-                or self.ctx.frozen
+            return (
+                start is not None and self.ctx.store.commitlog.is_sealed(start)
+            ) or self.ctx.frozen
         return self.ctx.frozen
 
     def stat(self):
@@ -1011,14 +1064,24 @@ class RawFile(Node):
         # and `cp --sparse` should see that.
         sealed = self.sealed()
         timeout = None if sealed or not self.preallocated() else self.LIVE_SEGMENT_TIMEOUT
-        return Stat(RO_FILE, st.st_size, st.st_mtime_ns, live=not sealed,
-                    blocks=st.st_blocks, attr_timeout=timeout)
+        return Stat(
+            RO_FILE,
+            st.st_size,
+            st.st_mtime_ns,
+            live=not sealed,
+            blocks=st.st_blocks,
+            attr_timeout=timeout,
+        )
 
     def open(self, flags):
         check_read_only_open(flags)
         try:
             # checkpoint and config/*.json are rewritten at any size: never page-cached
-            return RawHandle(self.ctx.store.root, self.rel, keep_cache=self.sealed(),
-                             direct_io=not self.preallocated() and not self.sealed())
+            return RawHandle(
+                self.ctx.store.root,
+                self.rel,
+                keep_cache=self.sealed(),
+                direct_io=not self.preallocated() and not self.sealed(),
+            )
         except OSError as exc:  # ENOENT, or ELOOP/EACCES: a link or special file now
             raise FsError(errno.ENOENT if exc.errno == errno.ENOENT else errno.EACCES) from None

@@ -60,9 +60,11 @@ def path_inode(path: str) -> int:
     key = path
     if _REMOVED:
         parts = path.split("/")
-        salt = [f"{p}#{_REMOVED[p]}" for p in ("/".join(parts[:i])
-                                              for i in range(3, min(len(parts), 4) + 1))
-                if p in _REMOVED]
+        salt = [
+            f"{p}#{_REMOVED[p]}"
+            for p in ("/".join(parts[:i]) for i in range(3, min(len(parts), 4) + 1))
+            if p in _REMOVED
+        ]
         if salt:
             key = path + "\0" + salt[0]
     h = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big")
@@ -155,8 +157,9 @@ async def _run(fn, *args, pid: int | None = None, on_error=None):
         with trio.CancelScope() as scope:
             _waiting[scope] = pid
             try:
-                return await trio.to_thread.run_sync(fn, *args, limiter=_threads(),
-                                                     abandon_on_cancel=True)
+                return await trio.to_thread.run_sync(
+                    fn, *args, limiter=_threads(), abandon_on_cancel=True
+                )
             finally:
                 _waiting.pop(scope, None)
         raise pyfuse3.FUSEError(errno.EINTR)
@@ -224,8 +227,10 @@ class RmqOperations(pyfuse3.Operations):
         self.ctx = ctx
         if budget is None:
             import resource
+
             budget = HandleBudget.for_limit(
-                ctx.owner_uid, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+                ctx.owner_uid, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            )
         self.budget = budget  # what other users may hold open (HandleBudget)
         self.nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: RootDir(ctx, "/")}
         self.lookups: dict[int, int] = {}
@@ -251,9 +256,12 @@ class RmqOperations(pyfuse3.Operations):
         try:
             (_check_owner if owner_only else _check_write)(self.ctx, ctx)
         except pyfuse3.FUSEError as exc:
-            why = ("the mount is read-only" if exc.errno == errno.EROFS else
-                   "only the mounting user may write (mount with -o allow_other_write to let "
-                   "others)")
+            why = (
+                "the mount is read-only"
+                if exc.errno == errno.EROFS
+                else "only the mounting user may write (mount with -o allow_other_write to let "
+                "others)"
+            )
             raise self._refuse(op, path, ctx, exc.errno, why) from None
 
     def _no_write(self, op: str, path: str, ctx, err: int, reason: str) -> pyfuse3.FUSEError:
@@ -327,6 +335,7 @@ class RmqOperations(pyfuse3.Operations):
             attr = self._entry(child, path_inode(child.path))
             self._remember(child, parent_inode)
             return attr
+
         return await _run(find, pid=_pid(ctx))
 
     def forget(self, inode_list):
@@ -350,19 +359,28 @@ class RmqOperations(pyfuse3.Operations):
         node = self._node(inode)
         if fields.update_mode or fields.update_uid or fields.update_gid:
             # chmod/chown: modes and owners are generated (docs/guarantees.md "Other users")
-            raise self._no_write("chmod/chown", node.path, ctx, errno.EPERM,
-                                 "modes and owners in the mount are generated")
+            raise self._no_write(
+                "chmod/chown",
+                node.path,
+                ctx,
+                errno.EPERM,
+                "modes and owners in the mount are generated",
+            )
         if self.ctx.read_only:  # the kernel mount is not "ro" (snapshots/ takes mkdir)
             raise self._refuse("setattr", node.path, ctx, errno.EROFS, "the mount is read-only")
         if fields.update_size:
             # open(O_TRUNC) and truncate(); the kernel adds mtime/ctime, which follow the data
             self._check_writer("truncate", node.path, ctx)
-            await _run(node.truncate, attr.st_size,
-                       on_error=self._refusal("truncate", node.path, _pid(ctx), _uid(ctx)))
+            await _run(
+                node.truncate,
+                attr.st_size,
+                on_error=self._refusal("truncate", node.path, _pid(ctx), _uid(ctx)),
+            )
         elif fields.update_atime or fields.update_mtime:
             # utime/touch: times come from the data (message store times, config files)
-            raise self._no_write("utime", node.path, ctx, errno.EPERM,
-                                 "times in the mount come from the data")
+            raise self._no_write(
+                "utime", node.path, ctx, errno.EPERM, "times in the mount come from the data"
+            )
         return await _run(self._entry, node, inode)
 
     async def access(self, inode, mode, ctx):
@@ -378,15 +396,27 @@ class RmqOperations(pyfuse3.Operations):
         if uid == 0:  # root: anything but executing a file no one may execute
             return not (mode & os.X_OK and not bits & 0o111)
         shift = 6 if uid in (None, self.ctx.owner_uid) else 0
-        want = (4 if mode & os.R_OK else 0) | (2 if mode & os.W_OK else 0) | \
-            (1 if mode & os.X_OK else 0)
+        want = (
+            (4 if mode & os.R_OK else 0)
+            | (2 if mode & os.W_OK else 0)
+            | (1 if mode & os.X_OK else 0)
+        )
         return not want & ~(bits >> shift) & 0o7
 
     async def statfs(self, ctx):
         st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root, limiter=_threads())
         s = pyfuse3.StatvfsData()
-        for name in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files",
-                     "f_ffree", "f_favail", "f_namemax"):
+        for name in (
+            "f_bsize",
+            "f_frsize",
+            "f_blocks",
+            "f_bfree",
+            "f_bavail",
+            "f_files",
+            "f_ffree",
+            "f_favail",
+            "f_namemax",
+        ):
             setattr(s, name, getattr(st, name))
         return s
 
@@ -438,11 +468,15 @@ class RmqOperations(pyfuse3.Operations):
                 except Exception as exc:  # noqa: BLE001 - e.g. a view over a damaged queue
                     # Listed with a placeholder size; opening it reports the error (EIO).
                     log.warning("%s: %s", child.path, exc)
-                    attr = self._entry(child, ino, Stat(RO_DIR if child.is_dir else RO_FILE,
-                                                        0, self.ctx.mount_time_ns))
+                    attr = self._entry(
+                        child,
+                        ino,
+                        Stat(RO_DIR if child.is_dir else RO_FILE, 0, self.ctx.mount_time_ns),
+                    )
                 out.append((ino, name, child, attr))
             out.sort(key=lambda e: e[0])
             return out
+
         items = await _run(entries, pid=pid)
         for ino, name, child, attr in items:
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
@@ -467,6 +501,7 @@ class RmqOperations(pyfuse3.Operations):
             attr = self._entry(child, path_inode(child.path))
             self._remember(child, parent_inode)
             return attr
+
         attr = await _run(make, on_error=self._refusal("mkdir", path, _pid(ctx), _uid(ctx)))
         self._invalidate(parent_inode)
         return attr
@@ -477,8 +512,7 @@ class RmqOperations(pyfuse3.Operations):
         # only the owner drops snapshots (docs/guarantees.md "Other users")
         self._check_writer("rmdir", path, ctx, owner_only=True)
         name = os.fsdecode(name)
-        await _run(parent.rmdir, name,
-                   on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx)))
+        await _run(parent.rmdir, name, on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx)))
         # rmdir topics/T, groups/G: the nodes of what went (and of the topic's view/ tree)
         # answer ENOENT from now on, whatever the kernel still holds
         gone = (path,)
@@ -493,28 +527,58 @@ class RmqOperations(pyfuse3.Operations):
         self._invalidate(parent_inode)
 
     async def unlink(self, parent_inode, name, ctx):
-        raise self._no_write("unlink", self._child_path(parent_inode, name), ctx, errno.EPERM,
-                             "files of the mount cannot be removed")
+        raise self._no_write(
+            "unlink",
+            self._child_path(parent_inode, name),
+            ctx,
+            errno.EPERM,
+            "files of the mount cannot be removed",
+        )
 
     async def create(self, parent_inode, name, mode, flags, ctx):
-        raise self._no_write("create", self._child_path(parent_inode, name), ctx, errno.EACCES,
-                             "files cannot be created here (mkdir makes topics and groups)")
+        raise self._no_write(
+            "create",
+            self._child_path(parent_inode, name),
+            ctx,
+            errno.EACCES,
+            "files cannot be created here (mkdir makes topics and groups)",
+        )
 
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        raise self._no_write("mknod", self._child_path(parent_inode, name), ctx, errno.EACCES,
-                             "files cannot be created here")
+        raise self._no_write(
+            "mknod",
+            self._child_path(parent_inode, name),
+            ctx,
+            errno.EACCES,
+            "files cannot be created here",
+        )
 
     async def symlink(self, parent_inode, name, target, ctx):
-        raise self._no_write("symlink", self._child_path(parent_inode, name), ctx,
-                             errno.EACCES, "links cannot be created here")
+        raise self._no_write(
+            "symlink",
+            self._child_path(parent_inode, name),
+            ctx,
+            errno.EACCES,
+            "links cannot be created here",
+        )
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
-        raise self._no_write("link", self._child_path(new_parent_inode, new_name), ctx,
-                             errno.EPERM, "links cannot be created here")
+        raise self._no_write(
+            "link",
+            self._child_path(new_parent_inode, new_name),
+            ctx,
+            errno.EPERM,
+            "links cannot be created here",
+        )
 
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
-        raise self._no_write("rename", self._child_path(parent_inode_old, name_old), ctx,
-                             errno.EPERM, "files of the mount cannot be renamed")
+        raise self._no_write(
+            "rename",
+            self._child_path(parent_inode_old, name_old),
+            ctx,
+            errno.EPERM,
+            "files of the mount cannot be renamed",
+        )
 
     # -- files ------------------------------------------------------------------------------
     def _invalidate(self, inode: int, attr_only: bool = True) -> None:
@@ -549,9 +613,13 @@ class RmqOperations(pyfuse3.Operations):
         uid = _uid(ctx)
         self._take(uid, node.path, ctx)
         try:
-            handle = await _run(node.open_as, flags, uid, pid=_pid(ctx),
-                                on_error=self._refusal("open", node.path, _pid(ctx), uid)
-                                if writing else None)
+            handle = await _run(
+                node.open_as,
+                flags,
+                uid,
+                pid=_pid(ctx),
+                on_error=self._refusal("open", node.path, _pid(ctx), uid) if writing else None,
+            )
         except BaseException:
             self.budget.give(uid)
             raise
@@ -562,13 +630,18 @@ class RmqOperations(pyfuse3.Operations):
             fh = self._next_fh
             self._next_fh += 1
             self.handles[fh] = handle
-        return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io,
-                                keep_cache=handle.keep_cache, nonseekable=False)
+        return pyfuse3.FileInfo(
+            fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache, nonseekable=False
+        )
 
     def _handle_refusal(self, op: str, h):
         node = self.nodes.get(getattr(h, "inode", 0))
-        return self._refusal(op, node.path if node is not None else "?",
-                             getattr(h, "pid", None), getattr(h, "uid", None))
+        return self._refusal(
+            op,
+            node.path if node is not None else "?",
+            getattr(h, "pid", None),
+            getattr(h, "uid", None),
+        )
 
     def _handle(self, fh):
         h = self.handles.get(fh)

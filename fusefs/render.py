@@ -13,10 +13,8 @@ import base64
 import json
 import os
 
-from engine.read.jsonline import LINE_FIELDS
 from engine.format.message import MessageRecord, host_to_str
-
-
+from engine.read.jsonline import LINE_FIELDS
 
 # -- the fast path -----------------------------------------------------------------------------
 # Rendering is the cost of a first read of a decoded view, so the line is assembled from an
@@ -48,9 +46,25 @@ def _id_prefix(host) -> str:
     return s
 
 
-def _line(topic_json: str, queue_id: int, queue_offset: int, off: int, store_size: int,
-          props: dict, born_ts: int, born, store_ts: int, store, sys_flag: int, flag: int,
-          crc: int, reconsume: int, prepared: int, body: bytes, view: bool) -> bytes:
+def _line(
+    topic_json: str,
+    queue_id: int,
+    queue_offset: int,
+    off: int,
+    store_size: int,
+    props: dict,
+    born_ts: int,
+    born,
+    store_ts: int,
+    store,
+    sys_flag: int,
+    flag: int,
+    crc: int,
+    reconsume: int,
+    prepared: int,
+    body: bytes,
+    view: bool,
+) -> bytes:
     """Assemble one line in ``MessageExt`` field order (``topic_json`` already JSON-quoted).
 
     ``view``: body always base64 (a ``view/`` line); else text when UTF-8, base64 with
@@ -78,17 +92,19 @@ def _line(topic_json: str, queue_id: int, queue_offset: int, off: int, store_siz
     born_s = _hosts.get(born) or _host(born)
     store_s = _hosts.get(store) or _host(store)
     prefix = _id_prefixes.get(store) or _id_prefix(store)
-    line = (f'{{"topic":{topic_json},"queueId":{queue_id},'
-            f'"queueOffset":{queue_offset},"commitLogOffset":{off},'
-            f'"storeSize":{store_size},'
-            f'"msgId":"{prefix}{off & 0xFFFFFFFFFFFFFFFF:016X}",'
-            f'"tags":{"null" if tags is None else _str(tags)},"keys":{keys_json},'
-            f'"bornTimestamp":{born_ts},"bornHost":{born_s},'
-            f'"storeTimestamp":{store_ts},"storeHost":{store_s},'
-            f'"sysFlag":{sys_flag},"flag":{flag},"bodyCRC":{crc},'
-            f'"reconsumeTimes":{reconsume},'
-            f'"preparedTransactionOffset":{prepared},'
-            f'"properties":{props_json},"body":{body_json}{enc}}}\n')
+    line = (
+        f'{{"topic":{topic_json},"queueId":{queue_id},'
+        f'"queueOffset":{queue_offset},"commitLogOffset":{off},'
+        f'"storeSize":{store_size},'
+        f'"msgId":"{prefix}{off & 0xFFFFFFFFFFFFFFFF:016X}",'
+        f'"tags":{"null" if tags is None else _str(tags)},"keys":{keys_json},'
+        f'"bornTimestamp":{born_ts},"bornHost":{born_s},'
+        f'"storeTimestamp":{store_ts},"storeHost":{store_s},'
+        f'"sysFlag":{sys_flag},"flag":{flag},"bodyCRC":{crc},'
+        f'"reconsumeTimes":{reconsume},'
+        f'"preparedTransactionOffset":{prepared},'
+        f'"properties":{props_json},"body":{body_json}{enc}}}\n'
+    )
     return line.encode("utf-8")
 
 
@@ -98,10 +114,25 @@ def render_message(rec: MessageRecord) -> bytes:
     Same bytes as ``engine.read.jsonline.build_line`` (``MessageExt`` field order, compact JSON,
     non-ASCII kept as UTF-8), about three times faster.
     """
-    return _line(_str(rec.topic), rec.queue_id, rec.queue_offset, rec.commitlog_offset,
-                 rec.store_size, rec.properties, rec.born_timestamp, rec.born_host,
-                 rec.store_timestamp, rec.store_host, rec.sys_flag, rec.flag, rec.body_crc,
-                 rec.reconsume_times, rec.prepared_transaction_offset, rec.plain_body, False)
+    return _line(
+        _str(rec.topic),
+        rec.queue_id,
+        rec.queue_offset,
+        rec.commitlog_offset,
+        rec.store_size,
+        rec.properties,
+        rec.born_timestamp,
+        rec.born_host,
+        rec.store_timestamp,
+        rec.store_host,
+        rec.sys_flag,
+        rec.flag,
+        rec.body_crc,
+        rec.reconsume_times,
+        rec.prepared_transaction_offset,
+        rec.plain_body,
+        False,
+    )
 
 
 def render_body(rec: MessageRecord) -> bytes:
@@ -120,7 +151,7 @@ def render_json(obj) -> bytes:
 # CommitLog files with engine.read.columnar and written as Parquet. The same units give the same
 # bytes: fixed batch and row-group boundaries, no timestamps in the file.
 
-PART_BATCH_ROWS = 16384      # decode batch (a divisor of PART_ROW_GROUP_ROWS)
+PART_BATCH_ROWS = 16384  # decode batch (a divisor of PART_ROW_GROUP_ROWS)
 PART_ROW_GROUP_ROWS = 65536  # rows per Parquet row group (tens of MB: one Spark task each)
 PART_COMPRESSION = "zstd"
 _segments: dict = {}
@@ -130,6 +161,7 @@ def _worker_segments(commitlog_dir: str):
     """The CommitLog of a worker process (read-only mmaps, kept between tasks, refreshed so
     segments created since are seen)."""
     from engine.read.columnar import Segments
+
     segs = _segments.get(commitlog_dir)
     if segs is None:
         segs = _segments[commitlog_dir] = Segments(commitlog_dir)
@@ -138,8 +170,7 @@ def _worker_segments(commitlog_dir: str):
     return segs
 
 
-def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_offsets,
-                      kind: str):
+def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_offsets, kind: str):
     """Render one chunk of a ``messages.jsonl`` / ``bodies.txt`` view in a worker process
     (``fusefs.views`` splits a view into chunks in line order and appends the results in order).
 
@@ -159,6 +190,7 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
         CorruptRecordError: a unit does not point at its record (``engine.read.columnar``).
     """
     from engine.read.columnar import decode_topic_units, decode_units
+
     segs = _worker_segments(commitlog_dir)
     cols = LINE_COLUMNS[kind]
     if isinstance(queue_ids, int):
@@ -169,8 +201,9 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
     return out
 
 
-def render_part(commitlog_dir: str, topic: str, queue_id: int, units, first: int,
-                out_path: str) -> tuple[int, int, int]:
+def render_part(
+    commitlog_dir: str, topic: str, queue_id: int, units, first: int, out_path: str
+) -> tuple[int, int, int]:
     """Write the Parquet part of queue offsets ``[first, first + len(units))``.
 
     Args:
@@ -205,22 +238,25 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units, first: int
     newest = 0
     rows = 0
     try:
-        with pq.ParquetWriter(tmp, schema, compression=PART_COMPRESSION,
-                              write_statistics=True) as w:
+        with pq.ParquetWriter(
+            tmp, schema, compression=PART_COMPRESSION, write_statistics=True
+        ) as w:
             group = []
             for a in range(0, len(arr), PART_BATCH_ROWS):
-                u, q = arr[a:a + PART_BATCH_ROWS], qoffs[a:a + PART_BATCH_ROWS]
+                u, q = arr[a : a + PART_BATCH_ROWS], qoffs[a : a + PART_BATCH_ROWS]
                 u, q, _ = drop_blank_units(u, q)
                 if len(u):
                     b = decode_units(segs, topic, queue_id, u, q, columns=names)
                     group.append(b)
                     rows += b.num_rows
                     newest = int(b.column("storeTimestamp")[-1].as_py())
-                if (a + PART_BATCH_ROWS) % PART_ROW_GROUP_ROWS == 0 or \
-                        a + PART_BATCH_ROWS >= len(arr):
+                if (a + PART_BATCH_ROWS) % PART_ROW_GROUP_ROWS == 0 or a + PART_BATCH_ROWS >= len(
+                    arr
+                ):
                     if group:
-                        w.write_table(pa.Table.from_batches(group, schema),
-                                      row_group_size=PART_ROW_GROUP_ROWS)
+                        w.write_table(
+                            pa.Table.from_batches(group, schema), row_group_size=PART_ROW_GROUP_ROWS
+                        )
                     group = []
         size = os.path.getsize(tmp)
         os.rename(tmp, out_path)
@@ -240,8 +276,15 @@ def render_part(commitlog_dir: str, topic: str, queue_id: int, units, first: int
 # escaped as json.dumps(ensure_ascii=False) does (", \, and control characters); the rare
 # control characters without a short escape and bodies that are not UTF-8 are done per row.
 
-_ESCAPES = (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
-            ("\x08", "\\b"), ("\x0c", "\\f"))
+_ESCAPES = (
+    ("\\", "\\\\"),
+    ('"', '\\"'),
+    ("\n", "\\n"),
+    ("\r", "\\r"),
+    ("\t", "\\t"),
+    ("\x08", "\\b"),
+    ("\x0c", "\\f"),
+)
 _SHORT_ESCAPES = {ord(a) for a, _ in _ESCAPES}
 _OTHER_CONTROL = r"[\x00-\x1f]"
 #: Columns render_lines reads, per kind.
@@ -254,11 +297,12 @@ LINE_COLUMNS = {
 def _string_bytes(arr):
     """The UTF-8 bytes of a string array's values (numpy uint8, zero-copy)."""
     import numpy as np
+
     offs, data = arr.buffers()[1], arr.buffers()[2]
     if data is None or not len(arr):
         return np.zeros(0, np.uint8)
     o = np.frombuffer(offs, dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
-    return np.frombuffer(data, dtype=np.uint8)[o[0]:o[-1]]
+    return np.frombuffer(data, dtype=np.uint8)[o[0] : o[-1]]
 
 
 def _json_strings(arr):
@@ -270,6 +314,7 @@ def _json_strings(arr):
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
+
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     raw = _string_bytes(arr)
@@ -297,6 +342,7 @@ def _json_strings(arr):
 def _json_list(list_arr, open_: str, close: str):
     """``[...]``/``{...}`` texts of a list<string> array of JSON pieces."""
     import pyarrow.compute as pc
+
     return pc.binary_join_element_wise(open_, pc.binary_join(list_arr, ","), close, "")
 
 
@@ -314,6 +360,7 @@ def render_lines(batch, kind: str):
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
+
     n = batch.num_rows
     if not n:
         return b"", np.zeros(0, np.int64), 0
@@ -323,9 +370,10 @@ def render_lines(batch, kind: str):
     else:
         lines = _message_lines(batch, n)
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
-    offs = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=n + 1,
-                         offset=lines.offset * 4).astype(np.int64)
-    data = lines.buffers()[2].to_pybytes()[offs[0]:offs[-1]]
+    offs = np.frombuffer(
+        lines.buffers()[1], dtype=np.int32, count=n + 1, offset=lines.offset * 4
+    ).astype(np.int64)
+    data = lines.buffers()[2].to_pybytes()[offs[0] : offs[-1]]
     return data, offs[1:] - offs[0], newest
 
 
@@ -342,11 +390,13 @@ def _message_lines(batch, n):
     tags = batch.column("tags")
     tags_j = pc.if_else(pc.is_null(tags), "null", _json_strings(pc.fill_null(tags, "")))
     keys = batch.column("keys")
-    keys_j = _json_list(pa.ListArray.from_arrays(
-        keys.offsets, _json_strings(keys.values)), "[", "]")
+    keys_j = _json_list(
+        pa.ListArray.from_arrays(keys.offsets, _json_strings(keys.values)), "[", "]"
+    )
     props = batch.column("properties")
-    pairs = pc.binary_join_element_wise(_json_strings(props.keys), ":",
-                                        _json_strings(props.items), "")
+    pairs = pc.binary_join_element_wise(
+        _json_strings(props.keys), ":", _json_strings(props.items), ""
+    )
     props_j = _json_list(pa.ListArray.from_arrays(props.offsets, pairs), "{", "}")
     body = batch.column("body")
     enc = None
@@ -373,15 +423,44 @@ def _message_lines(batch, n):
         head = ['{"topic":' + topic_j + ',"queueId":']
     else:
         head = ['{"topic":', topic_j, ',"queueId":']
-    parts = [*head, num("queueId"), ',"queueOffset":', num("queueOffset"),
-             ',"commitLogOffset":', num("commitLogOffset"), ',"storeSize":', num("storeSize"),
-             ',"msgId":', plain("msgId"), ',"tags":', tags_j, ',"keys":', keys_j,
-             ',"bornTimestamp":', num("bornTimestamp"), ',"bornHost":', plain("bornHost"),
-             ',"storeTimestamp":', num("storeTimestamp"), ',"storeHost":', plain("storeHost"),
-             ',"sysFlag":', num("sysFlag"), ',"flag":', num("flag"), ',"bodyCRC":',
-             num("bodyCRC"), ',"reconsumeTimes":', num("reconsumeTimes"),
-             ',"preparedTransactionOffset":', num("preparedTransactionOffset"),
-             ',"properties":', props_j, ',"body":', body_j]
+    parts = [
+        *head,
+        num("queueId"),
+        ',"queueOffset":',
+        num("queueOffset"),
+        ',"commitLogOffset":',
+        num("commitLogOffset"),
+        ',"storeSize":',
+        num("storeSize"),
+        ',"msgId":',
+        plain("msgId"),
+        ',"tags":',
+        tags_j,
+        ',"keys":',
+        keys_j,
+        ',"bornTimestamp":',
+        num("bornTimestamp"),
+        ',"bornHost":',
+        plain("bornHost"),
+        ',"storeTimestamp":',
+        num("storeTimestamp"),
+        ',"storeHost":',
+        plain("storeHost"),
+        ',"sysFlag":',
+        num("sysFlag"),
+        ',"flag":',
+        num("flag"),
+        ',"bodyCRC":',
+        num("bodyCRC"),
+        ',"reconsumeTimes":',
+        num("reconsumeTimes"),
+        ',"preparedTransactionOffset":',
+        num("preparedTransactionOffset"),
+        ',"properties":',
+        props_j,
+        ',"body":',
+        body_j,
+    ]
     if enc is not None:
         parts.append(enc)
     parts.append("}\n")

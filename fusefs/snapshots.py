@@ -17,8 +17,19 @@ import errno
 
 from engine import errors as E
 
-from .base import (DIR_MODE, RO_FILE, BytesHandle, Dir, FsError, Handle, Node, Stat,
-                   check_read_only_open, fs_error, pread_nowait)
+from .base import (
+    DIR_MODE,
+    RO_FILE,
+    BytesHandle,
+    Dir,
+    FsError,
+    Handle,
+    Node,
+    Stat,
+    check_read_only_open,
+    fs_error,
+    pread_nowait,
+)
 
 
 def manager(ctx):

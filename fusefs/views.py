@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 Renderer = Callable[[MessageRecord], bytes]
 
+
 class RenderedLog:
     """An append-only cache file of rendered lines with their end offsets.
 
@@ -113,13 +114,13 @@ _LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
 COLUMNAR_BATCH = 8192  # messages decoded and rendered per chunk (one worker task)
 
 
-def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs,
-                exc: StoreError) -> None:
+def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs, exc: StoreError) -> None:
     """Tell the store (``store.note_damage``: status.json ``damagedQueues``, one warning
     line) which queue a render that failed on damage was reading: the queue and queue offset
     of the unit at the CommitLog offset the error names (the chunk's first unit when it names
     none). ``queue_ids`` is one queue id or one per unit."""
     import numpy as np
+
     at = getattr(exc, "offset", None)
     hit = np.flatnonzero(units["off"].astype(np.int64) == at) if at is not None else ()
     i = int(hit[0]) if len(hit) else 0
@@ -127,8 +128,9 @@ def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs,
     store.note_damage(topic, qid, int(qoffs[i]) if len(qoffs) else None, exc)
 
 
-def _render_chunks(parts: PartCache, log_: RenderedLog, topic: str, chunks, kind: str,
-                   store: MessageStore) -> None:
+def _render_chunks(
+    parts: PartCache, log_: RenderedLog, topic: str, chunks, kind: str, store: MessageStore
+) -> None:
     """Render ``chunks`` (an iterator of ``(queue id or queue id array, units, queue
     offsets)``, in line order) in the worker processes of ``parts`` and append the results
     to ``log_`` in order (caller holds its lock).
@@ -142,6 +144,7 @@ def _render_chunks(parts: PartCache, log_: RenderedLog, topic: str, chunks, kind
     or after it is appended, and every later sync fails the same way (EIO).
     """
     from collections import deque
+
     ahead = deque()
     depth = 2 * parts.workers
 
@@ -152,15 +155,30 @@ def _render_chunks(parts: PartCache, log_: RenderedLog, topic: str, chunks, kind
         except StoreError as exc:
             note_damage(store, topic, queue_ids, units, qoffs, exc)
             raise
+
     from engine.read.columnar import drop_blank_units
+
     try:
         for queue_ids, units, qoffs in chunks:
             units, qoffs, queue_ids = drop_blank_units(units, qoffs, queue_ids)
             if not len(units):
                 continue
-            ahead.append((parts.submit_task(R.render_view_chunk, parts.commitlog_dir, topic,
-                                            queue_ids, units, qoffs, kind),
-                          queue_ids, units, qoffs))
+            ahead.append(
+                (
+                    parts.submit_task(
+                        R.render_view_chunk,
+                        parts.commitlog_dir,
+                        topic,
+                        queue_ids,
+                        units,
+                        qoffs,
+                        kind,
+                    ),
+                    queue_ids,
+                    units,
+                    qoffs,
+                )
+            )
             while len(ahead) >= depth:
                 append(ahead.popleft())
         while ahead:
@@ -176,8 +194,15 @@ class QueueView:
     Line ``i`` is the message at queue offset ``first_offset + i``.
     """
 
-    def __init__(self, store: MessageStore, topic: str, queue_id: int, render: Renderer,
-                 cache_path: str, parts: PartCache):
+    def __init__(
+        self,
+        store: MessageStore,
+        topic: str,
+        queue_id: int,
+        render: Renderer,
+        cache_path: str,
+        parts: PartCache,
+    ):
         self.store = store
         self.parts = parts  # its worker processes render the chunks
         self.topic = topic
@@ -198,11 +223,13 @@ class QueueView:
             end = cq.max_offset
             kind = _LINE_KINDS[self.render]
             # damage: _render_chunks has status.json name the queue, and raises
-            _render_chunks(self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind,
-                           self.store)
+            _render_chunks(
+                self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind, self.store
+            )
 
     def _chunks(self, cq, nxt: int, end: int):
         from engine.read.columnar import queue_units
+
         while nxt < end:
             units, qoffs = queue_units(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
             if not len(units):
@@ -213,8 +240,7 @@ class QueueView:
     def up_to_date(self) -> bool:
         """True when every stored message is rendered (no lock taken: safe on the trio loop)."""
         cq = self.store.consume_queue(self.topic, self.queue_id)
-        return cq is None or (self.first_offset is not None
-                              and cq.max_offset == self.next_offset)
+        return cq is None or (self.first_offset is not None and cq.max_offset == self.next_offset)
 
     @property
     def next_offset(self) -> int:
@@ -229,8 +255,9 @@ class QueueView:
 class TopicView:
     """All queues of a topic rendered in CommitLog order."""
 
-    def __init__(self, store: MessageStore, topic: str, render: Renderer, cache_path: str,
-                 parts: PartCache):
+    def __init__(
+        self, store: MessageStore, topic: str, render: Renderer, cache_path: str, parts: PartCache
+    ):
         self.store = store
         self.parts = parts  # its worker processes render the chunks
         self.topic = topic
@@ -247,8 +274,7 @@ class TopicView:
         return True
 
     def _sync_columnar(self, cut: dict, kind: str) -> None:
-        _render_chunks(self.parts, self.log, self.topic, _topic_chunks(self, cut), kind,
-                       self.store)
+        _render_chunks(self.parts, self.log, self.topic, _topic_chunks(self, cut), kind, self.store)
 
     def sync(self) -> None:
         """Render the messages stored since the last call, merged by CommitLog offset."""
@@ -275,6 +301,7 @@ def _topic_chunks(self, cut: dict):
     import numpy as np
 
     from engine.read.columnar import queue_units
+
     bufs = {}
     pos = {}
     for qid in cut:
@@ -317,15 +344,20 @@ def _topic_chunks(self, cut: dict):
 class ViewCache:
     """Creates views on first use and owns their cache files under ``cache_dir``."""
 
-    def __init__(self, store: MessageStore, cache_dir: str, cache_size: int | None = None,
-                 workers: int | None = None):
+    def __init__(
+        self,
+        store: MessageStore,
+        cache_dir: str,
+        cache_size: int | None = None,
+        workers: int | None = None,
+    ):
         self.store = store
         self.cache_dir = cache_dir
         os.makedirs(cache_dir, exist_ok=True)
         self.cache_size = default_cache_size(cache_dir) if cache_size is None else cache_size
         self.parts = PartCache(store, cache_dir, self.cache_size, workers)
-        self._views: dict = {}      # key -> view, least recently used first
-        self._evicted: dict = {}    # key -> (size, mtime ms, store cut) of evicted views
+        self._views: dict = {}  # key -> view, least recently used first
+        self._evicted: dict = {}  # key -> (size, mtime ms, store cut) of evicted views
         self._lock = threading.Lock()
         self._n = 0
         self.parts.other_bytes = self.json_bytes
@@ -371,6 +403,7 @@ class ViewCache:
             try:
                 if self._cut(key) == cut:
                     from types import SimpleNamespace
+
                     return SimpleNamespace(log=SimpleNamespace(size=size, mtime_ms=mtime_ms))
             except Exception:  # noqa: BLE001 - a stat falls back to the slow path
                 return None
@@ -381,8 +414,12 @@ class ViewCache:
         the cache is over ``cache_size``, then parts (``PartCache``) if still over."""
         now = time.monotonic()
         with self._lock:
-            over = (self.json_bytes() + self.parts.total + sum(self.parts.reserved.values())
-                    - self.cache_size)
+            over = (
+                self.json_bytes()
+                + self.parts.total
+                + sum(self.parts.reserved.values())
+                - self.cache_size
+            )
             for key, v in list(self._views.items()):
                 if over <= 0:
                     break
@@ -404,8 +441,7 @@ class ViewCache:
     def queue(self, kind: str, topic: str, queue_id: int, render: Renderer) -> QueueView:
         """The synced queue view of ``kind`` (a name for ``render``)."""
         key = (kind, topic, queue_id)
-        v = self._get(key, lambda p: QueueView(self.store, topic, queue_id, render, p,
-                                                   self.parts))
+        v = self._get(key, lambda p: QueueView(self.store, topic, queue_id, render, p, self.parts))
         v.sync()
         self._evict(keep=key)
         return v
@@ -471,8 +507,9 @@ class PartCache:
     loop.
     """
 
-    def __init__(self, store: MessageStore, cache_dir: str, max_bytes: int,
-                 workers: int | None = None):
+    def __init__(
+        self, store: MessageStore, cache_dir: str, max_bytes: int, workers: int | None = None
+    ):
         self.store = store
         self.dir = os.path.join(cache_dir, "parts")
         os.makedirs(self.dir, exist_ok=True)
@@ -480,12 +517,12 @@ class PartCache:
         self.workers = workers or os.cpu_count() or 1
         self.commitlog_dir = os.path.join(store.root, "commitlog")
         self.lock = threading.Lock()
-        self.files: dict = {}       # key -> size of the file on disk, in LRU order
-        self.meta: dict = {}        # key -> (size, mtime ms, rows), kept after eviction
-        self.pending: dict = {}     # key -> Future of a render under way
-        self.reserved: dict = {}    # key -> bytes kept free for a render under way
-        self.wanted: dict = {}      # key -> readers waiting to open it (not evicted)
-        self.latest: dict = {}      # (topic, queueId, first) -> newest end rendered
+        self.files: dict = {}  # key -> size of the file on disk, in LRU order
+        self.meta: dict = {}  # key -> (size, mtime ms, rows), kept after eviction
+        self.pending: dict = {}  # key -> Future of a render under way
+        self.reserved: dict = {}  # key -> bytes kept free for a render under way
+        self.wanted: dict = {}  # key -> readers waiting to open it (not evicted)
+        self.latest: dict = {}  # (topic, queueId, first) -> newest end rendered
         self.total = 0
         self._pool = None
         self._closed = False
@@ -499,6 +536,7 @@ class PartCache:
 
     def _path(self, key) -> str:
         import hashlib
+
         h = hashlib.sha1(repr(key).encode()).hexdigest()
         return os.path.join(self.dir, f"part-{h}.parquet")
 
@@ -506,15 +544,18 @@ class PartCache:
         if self._pool is None:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
+
             # spawn: never fork the FUSE daemon (threads, the /dev/fuse fd)
-            self._pool = ProcessPoolExecutor(self.workers,
-                                             mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=multiprocessing.get_context("spawn")
+            )
         return self._pool
 
     def _units(self, topic: str, queue_id: int, first: int, end: int):
         """``(units, queue offsets)`` of the part ``[first, end)`` (``queue_units``); OSError
         EIO when the queue lacks some."""
         from engine.read.columnar import queue_units
+
         units, qoffs = queue_units(self.store.consume_queue(topic, queue_id), first, end)
         if first + len(units) < end:
             raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
@@ -547,12 +588,14 @@ class PartCache:
             # Room for the file before it is written: its CommitLog bytes bound it (a
             # compressed Parquet part is smaller), so the cache stays within max_bytes.
             from engine.read.columnar import drop_blank_units
+
             real = drop_blank_units(units, qoffs)[0]
             est = int(real["size"].astype("int64").sum()) + 65536
             self.reserved[key] = est
             self._evict(keep=None)
-            fut = self._pool_().submit(R.render_part, self.commitlog_dir, topic, queue_id,
-                                       units, first, self._path(key))
+            fut = self._pool_().submit(
+                R.render_part, self.commitlog_dir, topic, queue_id, units, first, self._path(key)
+            )
             self.pending[key] = fut
         # Outside the lock: a render that is already over runs the callback right here, and
         # _done takes the lock (under it, a fast render deadlocked the listing thread).
@@ -631,8 +674,10 @@ class PartCache:
                     except StoreError as exc:  # status.json names the queue (one log line)
                         topic, queue_id, first, end = key
                         from engine.read.columnar import queue_units
-                        units, qoffs = queue_units(self.store.consume_queue(topic, queue_id),
-                                                   first, end)
+
+                        units, qoffs = queue_units(
+                            self.store.consume_queue(topic, queue_id), first, end
+                        )
                         if first + len(units) < end:  # as _units: none when some are missing
                             units, qoffs = units[:0], qoffs[:0]
                         note_damage(self.store, topic, queue_id, units, qoffs, exc)

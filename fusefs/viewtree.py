@@ -21,8 +21,17 @@ import re
 from engine.read.schema import DATASOURCE_DDL
 from engine.service.validation import parse_decimal
 
-from .base import (RO_FILE, Dir, Handle, Node, StaticFile, Stat, check_read_only_open, ms_to_ns,
-                   pread_nowait)
+from .base import (
+    RO_FILE,
+    Dir,
+    Handle,
+    Node,
+    Stat,
+    StaticFile,
+    check_read_only_open,
+    ms_to_ns,
+    pread_nowait,
+)
 
 # ExternalCatalogUtils.charToEscape (Spark): the characters its writer escapes as %XX.
 _SPARK_ESCAPED = frozenset('"#%\'*/:=?\\{[]^\x7f') | frozenset(map(chr, range(0x20)))
@@ -49,6 +58,7 @@ def unescape_partition_value(name: str) -> str:
     """Inverse of :func:`escape_partition_value` (names it did not produce are refused by the
     callers, which check that escaping the result gives ``name`` back)."""
     from urllib.parse import unquote
+
     return unquote(name)
 
 
@@ -93,14 +103,17 @@ def view_ddl_file(ctx, path: str) -> StaticFile:
 class ViewRootDir(Dir):
     def list(self):
         s = self.ctx.store
-        return [topic_dir_name(t) for t in s.topic_names()
-                if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))]
+        return [
+            topic_dir_name(t)
+            for t in s.topic_names()
+            if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))
+        ]
 
     def child(self, name):
         if not name.startswith(_TOPIC_DIR):
             return None
         topics = self.ctx.store.topic_names()
-        topic = unescape_partition_value(name[len(_TOPIC_DIR):])
+        topic = unescape_partition_value(name[len(_TOPIC_DIR) :])
         if topic not in topics or topic_dir_name(topic) != name:
             # a shortened name (topic_dir_name): only a name of NAME_MAX bytes can be one
             if len(name.encode("utf-8", "surrogateescape")) < NAME_MAX - 3:
@@ -118,8 +131,11 @@ class ViewTopicDir(Dir):
 
     def list(self):
         s = self.ctx.store
-        return [f"queue={q}" for q in s.queue_ids(self.topic)
-                if s.max_offset(self.topic, q) > s.min_offset(self.topic, q)]
+        return [
+            f"queue={q}"
+            for q in s.queue_ids(self.topic)
+            if s.max_offset(self.topic, q) > s.min_offset(self.topic, q)
+        ]
 
     def child(self, name):
         q = parse_decimal(name[6:]) if name.startswith("queue=") else None
@@ -143,16 +159,16 @@ class ViewQueueDir(Dir):
         firsts = self._parts()
         # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
         # size needs its render: queue them all now, so the worker pool renders in parallel.
-        self.ctx.views.parts.prefetch([part_key(self.ctx, self.topic, self.queue_id, f)
-                                       for f in firsts])
+        self.ctx.views.parts.prefetch(
+            [part_key(self.ctx, self.topic, self.queue_id, f) for f in firsts]
+        )
         return [f"part-{first:020d}.parquet" for first in firsts]
 
     def child(self, name):
         m = re.fullmatch(r"part-([0-9]{20})\.parquet", name)
         if not m or int(m.group(1)) not in self._parts():
             return None
-        return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id,
-                            int(m.group(1)))
+        return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id, int(m.group(1)))
 
 
 def part_key(ctx, topic: str, queue_id: int, first: int) -> tuple:
@@ -182,8 +198,7 @@ class ViewPartFile(Node):
     def _stat(self, key, info) -> Stat:
         size, mtime_ms, _ = info
         full = key[3] >= self.first + self.ctx.part_messages
-        return Stat(RO_FILE, size, ms_to_ns(mtime_ms) or self.ctx.mount_time_ns,
-                    live=not full)
+        return Stat(RO_FILE, size, ms_to_ns(mtime_ms) or self.ctx.mount_time_ns, live=not full)
 
     def stat(self):
         key = self._key()

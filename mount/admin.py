@@ -48,6 +48,7 @@ class AdminError(Exception):
 # ----------------------------------------------------------------------------------------------
 # helpers
 
+
 def parse_time(text: str) -> int:
     """Epoch ms from ``text``, the one syntax of every time option: digits (ms),
     ``yyyy-MM-dd#HH:mm:ss:SSS`` in local time (mqadmin's ``UtilAll.parseDate`` pattern of
@@ -80,11 +81,13 @@ def _progress(total: int, desc: str, unit: str = "B"):
     """The progress factory of every long command (engine.service.workprogress): a tqdm bar on stderr,
     hidden when stderr is not a terminal."""
     from .progress import terminal_bar
+
     return terminal_bar(total, desc, unit)
 
 
 def _config(args):
     from engine.store import StoreConfig
+
     if getattr(args, "config", None):
         try:
             return StoreConfig.from_broker_conf(args.config)
@@ -95,6 +98,7 @@ def _config(args):
 
 def _check_store(path: str) -> str:
     from engine.tools.verify import check_store_dir
+
     root = os.path.abspath(path)
     check_store_dir(root)
     return root
@@ -107,6 +111,7 @@ def open_store(args, write: bool = False, create: bool = False):
     path that is not a store; StoreLockedError names the holder.
     """
     from engine.store import MessageStore
+
     path = os.path.abspath(args.store)
     if create and (not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path))):
         root = path
@@ -126,8 +131,9 @@ def _topic(store, topic: str):
 def _queue(store, topic: str, queue_id: int) -> int:
     ids = store.queue_ids(topic)
     if queue_id not in ids:
-        raise AdminError(f"queue {queue_id} is not a queue of {topic} (queues: "
-                         f"{', '.join(map(str, ids))})")
+        raise AdminError(
+            f"queue {queue_id} is not a queue of {topic} (queues: {', '.join(map(str, ids))})"
+        )
     return queue_id
 
 
@@ -138,30 +144,42 @@ def _body_text(rec, charset: str) -> str:
 def _message_line(rec, print_body: bool, charset: str) -> str:
     body = _body_text(rec, charset) if print_body else "NOT PRINT BODY"
     keys = " ".join(rec.keys)
-    return (f"MSGID: {rec.msg_id} topic={rec.topic} queueId={rec.queue_id} "
-            f"queueOffset={rec.queue_offset} commitLogOffset={rec.commitlog_offset} "
-            f"storeTimestamp={rec.store_timestamp} tags={rec.tags or ''} keys={keys} "
-            f"UNIQ_KEY={rec.uniq_key or ''} BODY: {body}")
+    return (
+        f"MSGID: {rec.msg_id} topic={rec.topic} queueId={rec.queue_id} "
+        f"queueOffset={rec.queue_offset} commitLogOffset={rec.commitlog_offset} "
+        f"storeTimestamp={rec.store_timestamp} tags={rec.tags or ''} keys={keys} "
+        f"UNIQ_KEY={rec.uniq_key or ''} BODY: {body}"
+    )
 
 
 def _json_line(rec) -> str:
     from fusefs.render import render_message
+
     return render_message(rec).decode("utf-8").rstrip("\n")
 
 
 def _print_detail(rec, print_body: bool, charset: str) -> None:
     """A message the way ``mqadmin queryMsgById`` shows it."""
     from engine.format.message import host_to_str
-    rows = [("OffsetID", rec.msg_id), ("Topic", rec.topic), ("Tags", f"[{rec.tags or ''}]"),
-            ("Keys", f"[{' '.join(rec.keys)}]"), ("Queue ID", rec.queue_id),
-            ("Queue Offset", rec.queue_offset), ("CommitLog Offset", rec.commitlog_offset),
-            ("Reconsume Times", rec.reconsume_times),
-            ("Born Timestamp", f"{format_time(rec.born_timestamp)} ({rec.born_timestamp})"),
-            ("Store Timestamp", f"{format_time(rec.store_timestamp)} ({rec.store_timestamp})"),
-            ("Born Host", host_to_str(rec.born_host)),
-            ("Store Host", host_to_str(rec.store_host)), ("System Flag", rec.sys_flag),
-            ("Properties", json.dumps(rec.properties, ensure_ascii=False, sort_keys=True)),
-            ("Body CRC", rec.body_crc), ("Store Size", rec.store_size)]
+
+    rows = [
+        ("OffsetID", rec.msg_id),
+        ("Topic", rec.topic),
+        ("Tags", f"[{rec.tags or ''}]"),
+        ("Keys", f"[{' '.join(rec.keys)}]"),
+        ("Queue ID", rec.queue_id),
+        ("Queue Offset", rec.queue_offset),
+        ("CommitLog Offset", rec.commitlog_offset),
+        ("Reconsume Times", rec.reconsume_times),
+        ("Born Timestamp", f"{format_time(rec.born_timestamp)} ({rec.born_timestamp})"),
+        ("Store Timestamp", f"{format_time(rec.store_timestamp)} ({rec.store_timestamp})"),
+        ("Born Host", host_to_str(rec.born_host)),
+        ("Store Host", host_to_str(rec.store_host)),
+        ("System Flag", rec.sys_flag),
+        ("Properties", json.dumps(rec.properties, ensure_ascii=False, sort_keys=True)),
+        ("Body CRC", rec.body_crc),
+        ("Store Size", rec.store_size),
+    ]
     for name, value in rows:
         print(f"{name + ':':<20} {value}")
     print(f"{'Message Body:':<20} {_body_text(rec, charset) if print_body else 'NOT PRINT BODY'}")
@@ -170,9 +188,11 @@ def _print_detail(rec, print_body: bool, charset: str) -> None:
 # ----------------------------------------------------------------------------------------------
 # verify / recover
 
+
 def cmd_verify(args) -> int:
     """``rmqfs verify STORE``: check every record, unit and index item; exit 1 on any error."""
     from engine.tools.verify import verify_store
+
     root = _check_store(args.store)
     res = verify_store(root, _config(args), _progress)
     if args.json:
@@ -187,25 +207,50 @@ def cmd_verify(args) -> int:
 
 def _verify_json(res) -> dict:
     """The verification as one JSON object (offsets in bytes, RocketMQ-style field names)."""
-    return {"ok": res.ok, "errors": res.count("error"), "warnings": res.count("warning"),
-            "segments": res.segments, "segmentSize": res.segment_size, "records": res.records,
-            "commitLogMinOffset": res.commitlog_min, "commitLogMaxOffset": res.commitlog_end,
-            "firstBadOffset": res.first_bad, "queues": res.queues, "units": res.units,
-            "indexFiles": res.index_files, "indexItems": res.index_items,
-            "lockHolder": res.lock_holder, "byHand": res.by_hand(),
-            "problems": [{"severity": p.severity, "kind": p.kind, "path": p.path,
-                          "offset": p.offset, "what": p.what} for p in res.problems],
-            "notListed": [{"severity": sev, "kind": kind, "path": path, "count": n}
-                          for (path, kind), (sev, n) in sorted(res.suppressed.items())]}
+    return {
+        "ok": res.ok,
+        "errors": res.count("error"),
+        "warnings": res.count("warning"),
+        "segments": res.segments,
+        "segmentSize": res.segment_size,
+        "records": res.records,
+        "commitLogMinOffset": res.commitlog_min,
+        "commitLogMaxOffset": res.commitlog_end,
+        "firstBadOffset": res.first_bad,
+        "queues": res.queues,
+        "units": res.units,
+        "indexFiles": res.index_files,
+        "indexItems": res.index_items,
+        "lockHolder": res.lock_holder,
+        "byHand": res.by_hand(),
+        "problems": [
+            {
+                "severity": p.severity,
+                "kind": p.kind,
+                "path": p.path,
+                "offset": p.offset,
+                "what": p.what,
+            }
+            for p in res.problems
+        ],
+        "notListed": [
+            {"severity": sev, "kind": kind, "path": path, "count": n}
+            for (path, kind), (sev, n) in sorted(res.suppressed.items())
+        ],
+    }
 
 
 def _print_verify(res) -> None:
     if res.lock_holder:
-        print(f"store in use by process {res.lock_holder}: records still being written may "
-              "show as lag")
+        print(
+            f"store in use by process {res.lock_holder}: records still being written may "
+            "show as lag"
+        )
     if res.segments:
-        print(f"CommitLog:    {res.segments} files of {res.segment_size} bytes, {res.records} "
-              f"records, offsets [{res.commitlog_min}, {res.commitlog_end})")
+        print(
+            f"CommitLog:    {res.segments} files of {res.segment_size} bytes, {res.records} "
+            f"records, offsets [{res.commitlog_min}, {res.commitlog_end})"
+        )
     else:
         print("CommitLog:    no files")
     print(f"ConsumeQueue: {res.queues} queues, {res.units} units")
@@ -216,12 +261,20 @@ def _print_verify(res) -> None:
         print(f"{sev.upper():7} {path}: {n} more {kind} problems")
     n_err, n_warn = res.count("error"), res.count("warning")
     if n_err:
-        where = f"; the CommitLog is valid up to offset {res.first_bad}" \
-            if res.first_bad is not None else ""
+        where = (
+            f"; the CommitLog is valid up to offset {res.first_bad}"
+            if res.first_bad is not None
+            else ""
+        )
         by_hand = res.by_hand()  # what recover refuses: say what to do instead
-        print(f"FAILED: {n_err} errors, {n_warn} warnings{where} "
-              + ("(rmqfs recover repairs them)" if not by_hand else
-                 "(rmqfs recover cannot repair them all)"))
+        print(
+            f"FAILED: {n_err} errors, {n_warn} warnings{where} "
+            + (
+                "(rmqfs recover repairs them)"
+                if not by_hand
+                else "(rmqfs recover cannot repair them all)"
+            )
+        )
         for line in by_hand:
             print(f"BY HAND: {line}")
     else:
@@ -231,6 +284,7 @@ def _print_verify(res) -> None:
 def cmd_recover(args) -> int:
     """``rmqfs recover STORE``: repair what verify finds; exit 1 if verify still fails."""
     from engine.tools.verify import recover_store
+
     root = _check_store(args.store)
     report = recover_store(root, _config(args), _progress, rebuild=args.rebuild)
     before = report.before
@@ -238,8 +292,10 @@ def cmd_recover(args) -> int:
     for line in report.actions:
         print(line)
     after = report.after
-    print(f"after:  {after.count('error')} errors, {after.count('warning')} warnings; "
-          f"{after.records} records, CommitLog [{after.commitlog_min}, {after.commitlog_end})")
+    print(
+        f"after:  {after.count('error')} errors, {after.count('warning')} warnings; "
+        f"{after.records} records, CommitLog [{after.commitlog_min}, {after.commitlog_end})"
+    )
     if not after.ok:
         for p in after.errors:
             print(str(p))
@@ -251,11 +307,13 @@ def cmd_recover(args) -> int:
 # ----------------------------------------------------------------------------------------------
 # produce
 
+
 def cmd_produce(args) -> int:
     """``rmqfs produce STORE -t TOPIC [FILE...]``: one message per line (stdin without FILE)."""
-    from engine.format.config import validate_queue_nums, validate_topic_name
     from engine.errors import StoreError
+    from engine.format.config import validate_queue_nums, validate_topic_name
     from engine.store import Message
+
     properties = {}
     for item in args.property or ():
         k, sep, v = item.partition("=")
@@ -263,9 +321,18 @@ def cmd_produce(args) -> int:
             raise AdminError(f"bad --property {item!r}: use NAME=VALUE")
         properties[k] = v
     from engine.service.validation import check_message, check_topic_creatable
+
     # the message fields shared by every line, checked once before the store is opened
-    check_message(Message(args.topic, b"", tags=args.tags, keys=args.keys,
-                          properties=properties or None, queue_id=args.queue_id))
+    check_message(
+        Message(
+            args.topic,
+            b"",
+            tags=args.tags,
+            keys=args.keys,
+            properties=properties or None,
+            queue_id=args.queue_id,
+        )
+    )
     for path in args.files:
         if path != "-" and (not os.path.exists(path) or os.path.isdir(path)):
             raise AdminError(f"{path}: no such file")
@@ -276,20 +343,24 @@ def cmd_produce(args) -> int:
         except StoreError as exc:
             raise AdminError(f"--queues: {exc}") from None
     path = os.path.abspath(args.store)
-    if not args.create and (not os.path.exists(path) or (os.path.isdir(path)
-                                                         and not os.listdir(path))):
-        raise AdminError(f"{path} holds no store yet; pass -c to create it with topic "
-                         f"{args.topic}")
+    if not args.create and (
+        not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path))
+    ):
+        raise AdminError(f"{path} holds no store yet; pass -c to create it with topic {args.topic}")
     with open_store(args, write=True, create=True) as store:
         if store.topic_config.get(args.topic) is None:
             if not args.create:
-                raise AdminError(f"topic {args.topic} does not exist; pass -c to create it "
-                                 f"({args.queues or store.config.default_topic_queue_nums} "
-                                 "queues)")
+                raise AdminError(
+                    f"topic {args.topic} does not exist; pass -c to create it "
+                    f"({args.queues or store.config.default_topic_queue_nums} "
+                    "queues)"
+                )
             check_topic_creatable(args.topic)  # AdminBrokerProcessor: no system topics
             store.create_topic(args.topic, args.queues)
-            print(f"created topic {args.topic} with "
-                  f"{store.topic_config.get(args.topic).write_queue_nums} queues")
+            print(
+                f"created topic {args.topic} with "
+                f"{store.topic_config.get(args.topic).write_queue_nums} queues"
+            )
         if args.queue_id is not None:
             _queue(store, args.topic, args.queue_id)
         counts: dict[int, int] = {}
@@ -298,16 +369,27 @@ def cmd_produce(args) -> int:
 
         def put(lines):
             nonlocal first, last, total
-            msgs = [Message(args.topic, line, tags=args.tags, keys=args.keys,
-                            properties=properties or None, queue_id=args.queue_id)
-                    for line in lines if line]  # an empty line is no message
+            msgs = [
+                Message(
+                    args.topic,
+                    line,
+                    tags=args.tags,
+                    keys=args.keys,
+                    properties=properties or None,
+                    queue_id=args.queue_id,
+                )
+                for line in lines
+                if line
+            ]  # an empty line is no message
             if not msgs:
                 return
             try:
                 results = store.put_messages(msgs)
             except StoreError as exc:
-                raise AdminError(f"{exc}; {total} messages before lines {total + 1}.."
-                                 f"{total + len(msgs)} were produced, none after") from None
+                raise AdminError(
+                    f"{exc}; {total} messages before lines {total + 1}.."
+                    f"{total + len(msgs)} were produced, none after"
+                ) from None
             for r in results:
                 counts[r.queue_id] = counts.get(r.queue_id, 0) + 1
                 first = first or r
@@ -321,8 +403,10 @@ def cmd_produce(args) -> int:
         store.flush()
     if total:
         per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(counts.items()))
-        print(f"produced {total} messages to {args.topic} (queue: count {per_queue}), "
-              f"CommitLog [{first.commitlog_offset}, {last.commitlog_offset + last.size})")
+        print(
+            f"produced {total} messages to {args.topic} (queue: count {per_queue}), "
+            f"CommitLog [{first.commitlog_offset}, {last.commitlog_offset + last.size})"
+        )
     else:
         print(f"produced 0 messages to {args.topic}")
     return 0
@@ -350,7 +434,7 @@ def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
                 rest = data
                 continue
             put(data[:cut].split(b"\n"))
-            rest = data[cut + 1:]
+            rest = data[cut + 1 :]
         if rest:
             put([rest])
     finally:
@@ -362,13 +446,18 @@ def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
 # ----------------------------------------------------------------------------------------------
 # print-msg / query-msg
 
+
 def cmd_print_msg(args) -> int:
     """``printMsg`` / ``printMsgByQueue``: messages of a topic (or one queue) in a time range."""
     from engine.service.getmessage import parse_subscription, subscription_tags
+
     with open_store(args) as store:
         topic = _topic(store, args.topic)
-        queues = [_queue(store, topic, args.queue_id)] if args.queue_id is not None \
+        queues = (
+            [_queue(store, topic, args.queue_id)]
+            if args.queue_id is not None
             else store.queue_ids(topic)
+        )
         begin = parse_time(args.begin) if args.begin else None
         end = parse_time(args.end) if args.end else None
         tags = subscription_tags(args.sub_expression)
@@ -390,8 +479,9 @@ def cmd_print_msg(args) -> int:
                 rec = store.read_record(off, size)
                 if tags is not None and rec.tags not in tags:
                     continue
-                print(_json_line(rec) if args.json else
-                      _message_line(rec, print_body, args.charset))
+                print(
+                    _json_line(rec) if args.json else _message_line(rec, print_body, args.charset)
+                )
                 shown += 1
         if args.count:
             print(f"{shown} messages", file=sys.stderr)
@@ -420,8 +510,10 @@ def cmd_query_msg(args) -> int:
                 return 0
             print(f"{'#Message ID':<34} {'#UNIQ_KEY':<34} {'#QID':>4} {'#Offset':>10}")
             for rec in recs:
-                print(f"{rec.msg_id:<34} {rec.uniq_key or '':<34} {rec.queue_id:>4} "
-                      f"{rec.queue_offset:>10}")
+                print(
+                    f"{rec.msg_id:<34} {rec.uniq_key or '':<34} {rec.queue_id:>4} "
+                    f"{rec.queue_offset:>10}"
+                )
             return 0
         if args.msg_id is not None:
             recs = _by_msg_id(store, args.msg_id, args.topic)
@@ -432,8 +524,9 @@ def cmd_query_msg(args) -> int:
             q = _queue(store, topic, args.queue_id)
             lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
             if not lo <= args.offset < hi:
-                raise AdminError(f"offset {args.offset} is not in {topic}/{q}: queue offsets "
-                                 f"are [{lo}, {hi})")
+                raise AdminError(
+                    f"offset {args.offset} is not in {topic}/{q}: queue offsets are [{lo}, {hi})"
+                )
             recs = [store.get_message(topic, q, args.offset)]
         for i, rec in enumerate(recs):
             if args.json:
@@ -456,13 +549,16 @@ def _by_msg_id(store, msg_id: str, topic: str | None):
     for t in topics:
         recs += [r for r in store.query_by_key(t, msg_id) if r.uniq_key == msg_id]
     if not recs:
-        raise AdminError(f"no message with msgId {msg_id} (neither an offset msgId of this "
-                         "store nor a UNIQ_KEY" + (f" of {topic}" if topic else "") + ")")
+        raise AdminError(
+            f"no message with msgId {msg_id} (neither an offset msgId of this "
+            "store nor a UNIQ_KEY" + (f" of {topic}" if topic else "") + ")"
+        )
     return recs
 
 
 # ----------------------------------------------------------------------------------------------
 # topics and consumers
+
 
 def cmd_topic_list(args) -> int:
     """``topicList``: every topic, one per line."""
@@ -477,8 +573,10 @@ def cmd_topic_status(args) -> int:
     with open_store(args) as store:
         topic = _topic(store, args.topic)
         broker = store.config.broker_name
-        print(f"{'#Broker Name':<24} {'#QID':>4} {'#Min Offset':>12} {'#Max Offset':>12} "
-              f"{'#Last Updated'}")
+        print(
+            f"{'#Broker Name':<24} {'#QID':>4} {'#Min Offset':>12} {'#Max Offset':>12} "
+            f"{'#Last Updated'}"
+        )
         for q in store.queue_ids(topic):
             lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
             last = ""
@@ -503,16 +601,22 @@ def cmd_consumer_progress(args) -> int:
                 print(f"{g:<40} {diff_total(rows):>12}")
             return 0
         if args.group not in groups:
-            raise AdminError(f"consumer group {args.group} does not exist (groups: "
-                             f"{', '.join(groups) or 'none'})")
+            raise AdminError(
+                f"consumer group {args.group} does not exist (groups: "
+                f"{', '.join(groups) or 'none'})"
+            )
         rows = consumer_progress(store, args.group, args.topic)
         broker = store.config.broker_name
-        print(f"{'#Topic':<32} {'#Broker Name':<16} {'#QID':>4} {'#Broker Offset':>14} "
-              f"{'#Consumer Offset':>16} {'#Diff':>10} {'#LastTime'}")
+        print(
+            f"{'#Topic':<32} {'#Broker Name':<16} {'#QID':>4} {'#Broker Offset':>14} "
+            f"{'#Consumer Offset':>16} {'#Diff':>10} {'#LastTime'}"
+        )
         for r in rows:
-            print(f"{r['topic']:<32} {broker:<16} {r['queueId']:>4} {r['brokerOffset']:>14} "
-                  f"{r['consumerOffset']:>16} {r['diff']:>10} "
-                  f"{format_time(r['lastTimestamp'])}")
+            print(
+                f"{r['topic']:<32} {broker:<16} {r['queueId']:>4} {r['brokerOffset']:>14} "
+                f"{r['consumerOffset']:>16} {r['diff']:>10} "
+                f"{format_time(r['lastTimestamp'])}"
+            )
         print()
         print(f"Consume Diff Total: {diff_total(rows)}")
     return 0
@@ -523,14 +627,18 @@ def cmd_reset_offset(args) -> int:
     stored at or after ``-s`` time, or ``-o`` offset. Written atomically to
     consumerOffset.json; refused while a mount or broker holds the store."""
     from engine.format.config import validate_group_name
+
     if (args.timestamp is None) == (args.offset is None):
         raise AdminError("give -s TIMESTAMP (ms, yyyy-MM-dd#HH:mm:ss:SSS or now) or -o OFFSET")
     validate_group_name(args.group)
     ts = parse_time(args.timestamp) if args.timestamp is not None else None
     with open_store(args, write=True) as store:
         topic = _topic(store, args.topic)
-        queues = [_queue(store, topic, args.queue_id)] if args.queue_id is not None \
+        queues = (
+            [_queue(store, topic, args.queue_id)]
+            if args.queue_id is not None
             else store.queue_ids(topic)
+        )
         plan = []
         for q in queues:
             lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
@@ -557,17 +665,23 @@ def cmd_clean(args) -> int:
             store.config.file_reserved_time = args.file_reserved_time
         before = store.commitlog.min_offset
         report = store.delete_expired_files(manual=True)
-        for kind, paths in (("CommitLog", report.commitlog),
-                            ("ConsumeQueue", report.consumequeue), ("IndexFile", report.index)):
+        for kind, paths in (
+            ("CommitLog", report.commitlog),
+            ("ConsumeQueue", report.consumequeue),
+            ("IndexFile", report.index),
+        ):
             for p in paths:
                 print(f"deleted {kind} {os.path.relpath(p, store.root)}")
-        print(f"deleted {report.deleted} files; CommitLog min offset {before} -> "
-              f"{report.min_offset} (fileReservedTime {store.config.file_reserved_time} h)")
+        print(
+            f"deleted {report.deleted} files; CommitLog min offset {before} -> "
+            f"{report.min_offset} (fileReservedTime {store.config.file_reserved_time} h)"
+        )
     return 0
 
 
 # ----------------------------------------------------------------------------------------------
 # topic and group administration (writing: the store's lock, like a broker)
+
 
 def _bool_arg(text: str | None, option: str) -> bool | None:
     """mqadmin's ``Boolean.parseBoolean`` options, strictly: true or false."""
@@ -598,11 +712,13 @@ def cmd_delete_topic(args) -> int:
     with open_store(args, write=True) as store:
         done = store.delete_topic(args.topic)
         store.flush()
-    print(f"deleted topic {done['topic']}: {len(done['queues'])} ConsumeQueues, "
-          f"{len(done['offsets'])} consumer offset entries"
-          + (f" ({', '.join(done['offsets'])})" if done["offsets"] else "")
-          + f"; its records stay in the CommitLog below offset {done['commitLogOffset']} "
-          "until they expire")
+    print(
+        f"deleted topic {done['topic']}: {len(done['queues'])} ConsumeQueues, "
+        f"{len(done['offsets'])} consumer offset entries"
+        + (f" ({', '.join(done['offsets'])})" if done["offsets"] else "")
+        + f"; its records stay in the CommitLog below offset {done['commitLogOffset']} "
+        "until they expire"
+    )
     return 0
 
 
@@ -612,14 +728,19 @@ def cmd_update_topic(args) -> int:
     (-w, 1-1024), perm (-p 2, 4 or 6) or order (-o) in topics.json, creating the topic when
     missing. Options not given keep their values (mqadmin sends a whole TopicConfig with its
     defaults instead). System topics are refused."""
-    kw = dict(read_queue_nums=_int_arg(args.read_queue_nums, "-r"),
-              write_queue_nums=_int_arg(args.write_queue_nums, "-w"),
-              perm=_int_arg(args.perm, "-p"), order=_bool_arg(args.order, "-o"))
+    kw = dict(
+        read_queue_nums=_int_arg(args.read_queue_nums, "-r"),
+        write_queue_nums=_int_arg(args.write_queue_nums, "-w"),
+        perm=_int_arg(args.perm, "-p"),
+        order=_bool_arg(args.order, "-o"),
+    )
     with open_store(args, write=True) as store:
         existed = store.topic_config.get(args.topic) is not None
         cfg = store.update_topic(args.topic, **kw)
-    print(f"{'updated' if existed else 'created'} topic {args.topic}: "
-          + json.dumps(cfg.to_json(), sort_keys=True))
+    print(
+        f"{'updated' if existed else 'created'} topic {args.topic}: "
+        + json.dumps(cfg.to_json(), sort_keys=True)
+    )
     return 0
 
 
@@ -631,22 +752,29 @@ def cmd_delete_sub_group(args) -> int:
     remove = bool(_bool_arg(args.remove_offset, "-r"))
     with open_store(args, write=True) as store:
         done = store.delete_group(args.group, remove_offset=remove)
-    print(f"deleted subscription group {args.group}"
-          + ("" if done["config"] else " (it had no subscriptionGroup.json entry)")
-          + (f"; removed {len(done['offsets'])} offset entries" if remove else
-             "; offsets kept (-r true removes them)"))
+    print(
+        f"deleted subscription group {args.group}"
+        + ("" if done["config"] else " (it had no subscriptionGroup.json entry)")
+        + (
+            f"; removed {len(done['offsets'])} offset entries"
+            if remove
+            else "; offsets kept (-r true removes them)"
+        )
+    )
     return 0
 
 
-_GROUP_OPTIONS = (("consume_enable", "-s", "consumeEnable", bool),
-                  ("consume_from_min_enable", "-m", "consumeFromMinEnable", bool),
-                  ("consume_broadcast_enable", "-d", "consumeBroadcastEnable", bool),
-                  ("consume_message_orderly", "-o", "consumeMessageOrderly", bool),
-                  ("retry_queue_nums", "-q", "retryQueueNums", int),
-                  ("retry_max_times", "-r", "retryMaxTimes", int),
-                  ("broker_id", "-i", "brokerId", int),
-                  ("which_broker_when_consume_slowly", "-w", "whichBrokerWhenConsumeSlowly", int),
-                  ("notify_consumer_ids_changed", "-a", "notifyConsumerIdsChangedEnable", bool))
+_GROUP_OPTIONS = (
+    ("consume_enable", "-s", "consumeEnable", bool),
+    ("consume_from_min_enable", "-m", "consumeFromMinEnable", bool),
+    ("consume_broadcast_enable", "-d", "consumeBroadcastEnable", bool),
+    ("consume_message_orderly", "-o", "consumeMessageOrderly", bool),
+    ("retry_queue_nums", "-q", "retryQueueNums", int),
+    ("retry_max_times", "-r", "retryMaxTimes", int),
+    ("broker_id", "-i", "brokerId", int),
+    ("which_broker_when_consume_slowly", "-w", "whichBrokerWhenConsumeSlowly", int),
+    ("notify_consumer_ids_changed", "-a", "notifyConsumerIdsChangedEnable", bool),
+)
 
 
 def cmd_update_sub_group(args) -> int:
@@ -655,6 +783,7 @@ def cmd_update_sub_group(args) -> int:
     fields of the group in subscriptionGroup.json, creating it with RocketMQ's defaults when
     missing. Options not given keep their values (mqadmin sends a whole config)."""
     from engine.format.config import validate_group_name
+
     validate_group_name(args.group)
     fields = {}
     for attr, opt, name, kind in _GROUP_OPTIONS:
@@ -664,8 +793,10 @@ def cmd_update_sub_group(args) -> int:
     with open_store(args, write=True) as store:
         existed = store.group_config(args.group) is not None
         entry = store.update_group(args.group, fields)
-    print(f"{'updated' if existed else 'created'} subscription group {args.group}: "
-          + json.dumps(entry, sort_keys=True))
+    print(
+        f"{'updated' if existed else 'created'} subscription group {args.group}: "
+        + json.dumps(entry, sort_keys=True)
+    )
     return 0
 
 
@@ -675,31 +806,36 @@ def cmd_clone_group_offset(args) -> int:
     with open_store(args, write=True) as store:
         _topic(store, args.topic)
         copied = store.clone_group_offset(args.src_group, args.dest_group, args.topic)
-    print(f"cloned {len(copied)} offsets of {args.topic} from {args.src_group} to "
-          f"{args.dest_group}: " + ", ".join(f"{q}: {o}" for q, o in sorted(copied.items())))
+    print(
+        f"cloned {len(copied)} offsets of {args.topic} from {args.src_group} to "
+        f"{args.dest_group}: " + ", ".join(f"{q}: {o}" for q, o in sorted(copied.items()))
+    )
     return 0
 
 
 # ----------------------------------------------------------------------------------------------
 # queues, stats, broker
 
+
 def cmd_query_cq(args) -> int:
     """``queryCq`` (QueryConsumeQueueCommand): units of one ConsumeQueue from index -i, -c of
     them: queueOffset, commitLogOffset, size, tagsCode and the record's storeTimestamp."""
     from engine.errors import CorruptRecordError
+
     with open_store(args) as store:
         topic = _topic(store, args.topic)
         q = _queue(store, topic, args.queue_id)
         lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
         start = lo if args.index is None else args.index
         if not lo <= start <= hi:
-            raise AdminError(f"index {start} is not in {topic}/{q}: queue offsets are "
-                             f"[{lo}, {hi})")
+            raise AdminError(f"index {start} is not in {topic}/{q}: queue offsets are [{lo}, {hi})")
         if args.count < 1:
             raise AdminError(f"-c {args.count}: give a count of at least 1")
         cq = store.consume_queue(topic, q)
-        print(f"{'#QueueOffset':>12} {'#CommitLogOffset':>16} {'#Size':>8} {'#TagsCode':>20} "
-              f"{'#StoreTimestamp':>15} #StoreTime")
+        print(
+            f"{'#QueueOffset':>12} {'#CommitLogOffset':>16} {'#Size':>8} {'#TagsCode':>20} "
+            f"{'#StoreTimestamp':>15} #StoreTime"
+        )
         if cq is None:
             return 0
         for qoff, off, size, tc in cq.iter_units(start, min(hi, start + args.count)):
@@ -718,6 +854,7 @@ def cmd_stats_all(args) -> int:
     memory (BrokerStatsManager); here they come from the ConsumeQueue units (numpy) and a
     binary search on store timestamps per queue, so a big store costs no per-message work."""
     from engine.live.stats import WINDOWS, topic_stats, total
+
     now = parse_time(args.now) if args.now else int(time.time() * 1000)
     with open_store(args) as store:
         topics = [_topic(store, args.topic)] if args.topic else store.topic_names()
@@ -765,6 +902,7 @@ def cmd_broker_status(args) -> int:
     offsets, flush and dispatch lag, counts, repairs and damaged queues; --json for the
     object."""
     from engine.live.status import store_status
+
     with open_store(args) as store:
         st = store_status(store)
     if args.json:
@@ -782,6 +920,7 @@ def cmd_snapshot_verify(args) -> int:
     Prints one line per problem (missing, short, damaged file) and a summary; exit 1 on any
     problem. Files the manifest does not name are reported as extra (not an error)."""
     from engine.live.snapshot import MANIFEST_NAME, verify_copy
+
     directory = args.directory
     if not os.path.isdir(directory):
         raise AdminError(f"{directory} is not a directory")
@@ -793,22 +932,33 @@ def cmd_snapshot_verify(args) -> int:
     elapsed = time.monotonic() - start
     size = sum(int(v["size"]) for v in doc["files"].values())
     if args.json:
-        print(json.dumps({"name": doc.get("name"), "commitLogOffset": doc.get("commitLogOffset"),
-                          "files": len(doc["files"]), "bytes": size,
-                          "problems": [{"file": r, "problem": w} for r, w in problems],
-                          "ok": not errors}))
+        print(
+            json.dumps(
+                {
+                    "name": doc.get("name"),
+                    "commitLogOffset": doc.get("commitLogOffset"),
+                    "files": len(doc["files"]),
+                    "bytes": size,
+                    "problems": [{"file": r, "problem": w} for r, w in problems],
+                    "ok": not errors,
+                }
+            )
+        )
     else:
         for rel, what in problems:
             print(f"{'WARNING' if what == 'extra' else 'ERROR'} {rel}: {what}")
         verdict = "OK" if not errors else f"FAILED: {len(errors)} bad files"
-        print(f"snapshot {doc.get('name')} (CommitLog offset {doc.get('commitLogOffset')}, "
-              f"{doc.get('messageCount')} messages): {len(doc['files'])} files, {size:,} bytes "
-              f"in {elapsed:.2f} s: {verdict}")
+        print(
+            f"snapshot {doc.get('name')} (CommitLog offset {doc.get('commitLogOffset')}, "
+            f"{doc.get('messageCount')} messages): {len(doc['files'])} files, {size:,} bytes "
+            f"in {elapsed:.2f} s: {verdict}"
+        )
     return 1 if errors else 0
 
 
 # ----------------------------------------------------------------------------------------------
 # argparse
+
 
 def _doc(func) -> str:
     """A command's docstring for --help, without the reST markup."""
@@ -817,55 +967,91 @@ def _doc(func) -> str:
 
 def _store_arg(p) -> None:
     p.add_argument("store", metavar="STORE", help="the store directory (storePathRootDir)")
-    p.add_argument("--config", metavar="broker.conf",
-                   help="a RocketMQ broker.conf (segment sizes, index geometry, ...)")
+    p.add_argument(
+        "--config",
+        metavar="broker.conf",
+        help="a RocketMQ broker.conf (segment sizes, index geometry, ...)",
+    )
 
 
 def _body_args(p) -> None:
-    p.add_argument("-d", "--print-body", nargs="?", const="true", default="true",
-                   metavar="true|false", help="print the body (default true)")
+    p.add_argument(
+        "-d",
+        "--print-body",
+        nargs="?",
+        const="true",
+        default="true",
+        metavar="true|false",
+        help="print the body (default true)",
+    )
     p.add_argument("-c", "--charset", default="UTF-8", help="charset of bodies (default UTF-8)")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON line per message, as the mount's messages.jsonl")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON line per message, as the mount's messages.jsonl",
+    )
 
 
 def add_subcommands(sub) -> None:
     """Register the offline commands on the ``rmqfs`` subparsers."""
-    p = sub.add_parser("verify", help="check every record, CRC, ConsumeQueue unit and index item",
-                       description=_doc(cmd_verify))
+    p = sub.add_parser(
+        "verify",
+        help="check every record, CRC, ConsumeQueue unit and index item",
+        description=_doc(cmd_verify),
+    )
     _store_arg(p)
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
     p.set_defaults(func=_run(cmd_verify))
 
-    p = sub.add_parser("recover", help="repair what verify finds (truncate a dirty tail, rebuild "
-                       "derived files)", description=_doc(cmd_recover))
+    p = sub.add_parser(
+        "recover",
+        help="repair what verify finds (truncate a dirty tail, rebuild derived files)",
+        description=_doc(cmd_recover),
+    )
     _store_arg(p)
-    p.add_argument("--rebuild", action="store_true",
-                   help="rebuild every ConsumeQueue and IndexFile from the CommitLog")
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="rebuild every ConsumeQueue and IndexFile from the CommitLog",
+    )
     p.set_defaults(func=_run(cmd_recover))
 
-    p = sub.add_parser("produce", aliases=["sendMessage"], help="append messages, one per line of FILEs or stdin",
-                       description=_doc(cmd_produce))
+    p = sub.add_parser(
+        "produce",
+        aliases=["sendMessage"],
+        help="append messages, one per line of FILEs or stdin",
+        description=_doc(cmd_produce),
+    )
     p.__class__ = _IntermixedParser  # FILEs may come before or after the options
     _store_arg(p)
     p.add_argument("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-c", "--create", action="store_true", help="create the topic if missing")
-    p.add_argument("--queues", type=int, help="queues of a created topic "
-                   "(default defaultTopicQueueNums, 4)")
+    p.add_argument(
+        "--queues", type=int, help="queues of a created topic (default defaultTopicQueueNums, 4)"
+    )
     p.add_argument("-a", "--tags", help="TAGS of every message")
     p.add_argument("-k", "--keys", help="KEYS of every message (space separated)")
-    p.add_argument("-i", "--queue-id", type=int, help="put every message in this queue "
-                   "(default round-robin)")
-    p.add_argument("--property", action="append", metavar="NAME=VALUE",
-                   help="a user property (repeatable)")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="print msgId, UNIQ_KEY, queueId and queueOffset of each message")
+    p.add_argument(
+        "-i", "--queue-id", type=int, help="put every message in this queue (default round-robin)"
+    )
+    p.add_argument(
+        "--property", action="append", metavar="NAME=VALUE", help="a user property (repeatable)"
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print msgId, UNIQ_KEY, queueId and queueOffset of each message",
+    )
     p.set_defaults(func=_run(cmd_produce))
 
-    p = sub.add_parser("print-msg", aliases=["printMsg", "printMsgByQueue"],
-                       help="print a topic's messages (mqadmin printMsg)",
-                       description=_doc(cmd_print_msg))
+    p = sub.add_parser(
+        "print-msg",
+        aliases=["printMsg", "printMsgByQueue"],
+        help="print a topic's messages (mqadmin printMsg)",
+        description=_doc(cmd_print_msg),
+    )
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-i", "--queue-id", type=int, help="only this queue (printMsgByQueue)")
@@ -876,9 +1062,12 @@ def add_subcommands(sub) -> None:
     _body_args(p)
     p.set_defaults(func=_run(cmd_print_msg))
 
-    p = sub.add_parser("query-msg", aliases=["queryMsgByKey", "queryMsgById", "queryMsgByOffset"],
-                       help="find messages by key, msgId or queue offset",
-                       description=_doc(cmd_query_msg))
+    p = sub.add_parser(
+        "query-msg",
+        aliases=["queryMsgByKey", "queryMsgById", "queryMsgByOffset"],
+        help="find messages by key, msgId or queue offset",
+        description=_doc(cmd_query_msg),
+    )
     _store_arg(p)
     p.add_argument("-t", "--topic")
     p.add_argument("-k", "--key", help="message key (queryMsgByKey; needs -t)")
@@ -891,26 +1080,39 @@ def add_subcommands(sub) -> None:
     _body_args(p)
     p.set_defaults(func=_run(cmd_query_msg))
 
-    p = sub.add_parser("topic-list", aliases=["topicList"], help="list the topics (mqadmin topicList)")
+    p = sub.add_parser(
+        "topic-list", aliases=["topicList"], help="list the topics (mqadmin topicList)"
+    )
     _store_arg(p)
     p.set_defaults(func=_run(cmd_topic_list))
 
-    p = sub.add_parser("topic-status", aliases=["topicStatus"], help="per queue min/max offset and last update time",
-                       description=_doc(cmd_topic_status))
+    p = sub.add_parser(
+        "topic-status",
+        aliases=["topicStatus"],
+        help="per queue min/max offset and last update time",
+        description=_doc(cmd_topic_status),
+    )
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
     p.set_defaults(func=_run(cmd_topic_status))
 
-    p = sub.add_parser("consumer-progress", aliases=["consumerProgress"],
-                       help="brokerOffset, consumerOffset and diff per queue",
-                       description=_doc(cmd_consumer_progress))
+    p = sub.add_parser(
+        "consumer-progress",
+        aliases=["consumerProgress"],
+        help="brokerOffset, consumerOffset and diff per queue",
+        description=_doc(cmd_consumer_progress),
+    )
     _store_arg(p)
     p.add_argument("-g", "--group", help="consumer group (default: every group's diff total)")
     p.add_argument("-t", "--topic", help="only this topic")
     p.set_defaults(func=_run(cmd_consumer_progress))
 
-    p = sub.add_parser("reset-offset", aliases=["resetOffsetByTime"], help="commit offsets by time or value "
-                       "(mqadmin resetOffsetByTime)", description=_doc(cmd_reset_offset))
+    p = sub.add_parser(
+        "reset-offset",
+        aliases=["resetOffsetByTime"],
+        help="commit offsets by time or value (mqadmin resetOffsetByTime)",
+        description=_doc(cmd_reset_offset),
+    )
     _store_arg(p)
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-t", "--topic", required=True)
@@ -919,16 +1121,22 @@ def add_subcommands(sub) -> None:
     p.add_argument("-q", "--queue-id", type=int, help="only this queue")
     p.set_defaults(func=_run(cmd_reset_offset))
 
-    p = sub.add_parser("delete-topic", aliases=["deleteTopic"],
-                       help="delete a topic: topics.json entry, ConsumeQueues, offsets",
-                       description=_doc(cmd_delete_topic))
+    p = sub.add_parser(
+        "delete-topic",
+        aliases=["deleteTopic"],
+        help="delete a topic: topics.json entry, ConsumeQueues, offsets",
+        description=_doc(cmd_delete_topic),
+    )
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
     p.set_defaults(func=_run(cmd_delete_topic))
 
-    p = sub.add_parser("update-topic", aliases=["updateTopic"],
-                       help="create a topic or change its queues, perm or order",
-                       description=_doc(cmd_update_topic))
+    p = sub.add_parser(
+        "update-topic",
+        aliases=["updateTopic"],
+        help="create a topic or change its queues, perm or order",
+        description=_doc(cmd_update_topic),
+    )
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-r", "--read-queue-nums", metavar="N", help="readQueueNums (1-1024)")
@@ -937,38 +1145,60 @@ def add_subcommands(sub) -> None:
     p.add_argument("-o", "--order", metavar="true|false", help="order topic")
     p.set_defaults(func=_run(cmd_update_topic))
 
-    p = sub.add_parser("delete-sub-group", aliases=["deleteSubGroup"],
-                       help="delete a consumer group (-r true: and its offsets)",
-                       description=_doc(cmd_delete_sub_group))
+    p = sub.add_parser(
+        "delete-sub-group",
+        aliases=["deleteSubGroup"],
+        help="delete a consumer group (-r true: and its offsets)",
+        description=_doc(cmd_delete_sub_group),
+    )
     _store_arg(p)
     p.add_argument("-g", "--group-name", dest="group", required=True)
-    p.add_argument("-r", "--remove-offset", metavar="true|false", default="false",
-                   help="also remove the group's offsets (default false)")
+    p.add_argument(
+        "-r",
+        "--remove-offset",
+        metavar="true|false",
+        default="false",
+        help="also remove the group's offsets (default false)",
+    )
     p.set_defaults(func=_run(cmd_delete_sub_group))
 
-    p = sub.add_parser("update-sub-group", aliases=["updateSubGroup"],
-                       help="create a consumer group or change its settings",
-                       description=_doc(cmd_update_sub_group))
+    p = sub.add_parser(
+        "update-sub-group",
+        aliases=["updateSubGroup"],
+        help="create a consumer group or change its settings",
+        description=_doc(cmd_update_sub_group),
+    )
     _store_arg(p)
     p.add_argument("-g", "--group-name", dest="group", required=True)
     for attr, opt, name, kind in _GROUP_OPTIONS:
-        p.add_argument(opt, f"--{name}", dest=attr,
-                       metavar="true|false" if kind is bool else "N", help=name)
+        p.add_argument(
+            opt, f"--{name}", dest=attr, metavar="true|false" if kind is bool else "N", help=name
+        )
     p.set_defaults(func=_run(cmd_update_sub_group))
 
-    p = sub.add_parser("clone-group-offset", aliases=["cloneGroupOffset"],
-                       help="copy one group's offsets of a topic to another group",
-                       description=_doc(cmd_clone_group_offset))
+    p = sub.add_parser(
+        "clone-group-offset",
+        aliases=["cloneGroupOffset"],
+        help="copy one group's offsets of a topic to another group",
+        description=_doc(cmd_clone_group_offset),
+    )
     _store_arg(p)
     p.add_argument("-s", "--src-group", required=True)
     p.add_argument("-d", "--dest-group", required=True)
     p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-o", "--offline", help="accepted for mqadmin compatibility (a store on "
-                   "disk is always offline)")
+    p.add_argument(
+        "-o",
+        "--offline",
+        help="accepted for mqadmin compatibility (a store on disk is always offline)",
+    )
     p.set_defaults(func=_run(cmd_clone_group_offset))
 
-    p = sub.add_parser("query-cq", aliases=["queryCq"], help="print ConsumeQueue units",
-                       description=_doc(cmd_query_cq))
+    p = sub.add_parser(
+        "query-cq",
+        aliases=["queryCq"],
+        help="print ConsumeQueue units",
+        description=_doc(cmd_query_cq),
+    )
     _store_arg(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-q", "--queue", dest="queue_id", type=int, required=True)
@@ -976,63 +1206,91 @@ def add_subcommands(sub) -> None:
     p.add_argument("-c", "--count", type=int, default=10, help="units (default 10)")
     p.set_defaults(func=_run(cmd_query_cq))
 
-    p = sub.add_parser("stats-all", aliases=["statsAll"],
-                       help="messages and bytes per topic: last minute, hour, day, total",
-                       description=_doc(cmd_stats_all))
+    p = sub.add_parser(
+        "stats-all",
+        aliases=["statsAll"],
+        help="messages and bytes per topic: last minute, hour, day, total",
+        description=_doc(cmd_stats_all),
+    )
     _store_arg(p)
     p.add_argument("-t", "--topic", help="only this topic")
-    p.add_argument("-a", "--active-topic", action="store_true",
-                   help="only topics with messages in the last day")
+    p.add_argument(
+        "-a",
+        "--active-topic",
+        action="store_true",
+        help="only topics with messages in the last day",
+    )
     p.add_argument("-q", "--queues", action="store_true", help="a row per queue too")
     p.add_argument("--now", help=f"the end of the windows ({TIME_FORMAT_HELP}; default now)")
     p.add_argument("--json", action="store_true", help="one JSON object per row")
     p.set_defaults(func=_run(cmd_stats_all))
 
-    p = sub.add_parser("get-broker-config", aliases=["getBrokerConfig"],
-                       help="the effective settings as broker.conf lines",
-                       description=_doc(cmd_get_broker_config))
+    p = sub.add_parser(
+        "get-broker-config",
+        aliases=["getBrokerConfig"],
+        help="the effective settings as broker.conf lines",
+        description=_doc(cmd_get_broker_config),
+    )
     _store_arg(p)
     p.set_defaults(func=_run(cmd_get_broker_config))
 
-    p = sub.add_parser("broker-status", aliases=["brokerStatus"],
-                       help="what status.json shows, for a store not mounted",
-                       description=_doc(cmd_broker_status))
+    p = sub.add_parser(
+        "broker-status",
+        aliases=["brokerStatus"],
+        help="what status.json shows, for a store not mounted",
+        description=_doc(cmd_broker_status),
+    )
     _store_arg(p)
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=_run(cmd_broker_status))
 
-    p = sub.add_parser("snapshot-verify", help="check a copy of a snapshot against its "
-                       "SNAPSHOT.json (sizes, CRC32C)", description=_doc(cmd_snapshot_verify))
+    p = sub.add_parser(
+        "snapshot-verify",
+        help="check a copy of a snapshot against its SNAPSHOT.json (sizes, CRC32C)",
+        description=_doc(cmd_snapshot_verify),
+    )
     p.add_argument("directory", metavar="DIR", help="the copy (holds SNAPSHOT.json)")
     p.add_argument("-j", "--jobs", type=int, help="threads summing files (default: one per CPU)")
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
     p.set_defaults(func=_run(cmd_snapshot_verify))
 
-    p = sub.add_parser("clean", aliases=["deleteExpiredCommitLog"],
-                       help="delete expired files now (mqadmin deleteExpiredCommitLog)",
-                       description=_doc(cmd_clean))
+    p = sub.add_parser(
+        "clean",
+        aliases=["deleteExpiredCommitLog"],
+        help="delete expired files now (mqadmin deleteExpiredCommitLog)",
+        description=_doc(cmd_clean),
+    )
     _store_arg(p)
-    p.add_argument("--file-reserved-time", type=float, metavar="HOURS",
-                   help="override fileReservedTime (hours; default 72 or broker.conf)")
+    p.add_argument(
+        "--file-reserved-time",
+        type=float,
+        metavar="HOURS",
+        help="override fileReservedTime (hours; default 72 or broker.conf)",
+    )
     p.set_defaults(func=_run(cmd_clean))
 
 
 def _check_common(args) -> None:
     import codecs
+
     if getattr(args, "charset", None):
         try:
             codecs.lookup(args.charset)
         except LookupError:
             raise AdminError(f"unknown charset {args.charset}") from None
-    if getattr(args, "print_body", None) is not None and \
-            args.print_body.lower() not in ("true", "false"):
+    if getattr(args, "print_body", None) is not None and args.print_body.lower() not in (
+        "true",
+        "false",
+    ):
         raise AdminError(f"-d takes true or false, not {args.print_body!r}")
 
 
 def _run(func):
     """Wrap a command: known failures print ``rmqfs: message`` and return 1."""
+
     def run(args) -> int:
         from engine.errors import StoreError
+
         try:
             _check_common(args)
             return func(args)
@@ -1049,6 +1307,7 @@ def _run(func):
         except ValueError as exc:
             print(f"rmqfs: {exc}", file=sys.stderr)
         return 1
+
     run.__doc__ = func.__doc__
     return run
 

@@ -35,8 +35,9 @@ def _setup_logging(args, foreground: bool) -> None:
         handlers.append(logging.handlers.SysLogHandler("/dev/log"))
     else:
         handlers.append(logging.NullHandler())
-    logging.basicConfig(level=level, handlers=handlers,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=level, handlers=handlers, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
 
 
 def default_log_file() -> str:
@@ -51,6 +52,7 @@ def default_log_file() -> str:
 
 def _load_config(path: str | None):
     from engine.store import StoreConfig
+
     if path is None:
         return None
     return StoreConfig.from_broker_conf(path)
@@ -74,9 +76,16 @@ def cmd_mount(args) -> int:
     pipe = PipeProgress(args.ready_fd) if args.ready_fd is not None else None
     try:
         config = _load_config(args.config)
-        daemon = Daemon(args.store, args.mountpoint, _parse_options(args.options), config,
-                        args.cache_dir, args.debug_fuse, cache_size=args.cache_size,
-                        progress=pipe or terminal_bar)
+        daemon = Daemon(
+            args.store,
+            args.mountpoint,
+            _parse_options(args.options),
+            config,
+            args.cache_dir,
+            args.debug_fuse,
+            cache_size=args.cache_size,
+            progress=pipe or terminal_bar,
+        )
         daemon.setup()
     except (MountError, StoreError, ValueError, OSError) as exc:
         msg = f"rmqfs: {exc}"
@@ -106,10 +115,22 @@ def _spawn_background(args) -> int:
     if not args.log_file and not os.path.exists("/dev/log"):
         args.log_file = default_log_file()  # no syslog here: the log would be lost
     # The daemon runs from "/" (it must not keep the caller's directory busy): absolute paths.
-    cmd = [sys.executable, "-m", "mount.cli", "mount", os.path.abspath(args.store),
-           os.path.abspath(args.mountpoint), "--ready-fd", str(w)]
-    for flag, value in (("-o", args.options), ("--config", args.config),
-                        ("--cache-dir", args.cache_dir), ("--log-file", args.log_file)):
+    cmd = [
+        sys.executable,
+        "-m",
+        "mount.cli",
+        "mount",
+        os.path.abspath(args.store),
+        os.path.abspath(args.mountpoint),
+        "--ready-fd",
+        str(w),
+    ]
+    for flag, value in (
+        ("-o", args.options),
+        ("--config", args.config),
+        ("--cache-dir", args.cache_dir),
+        ("--log-file", args.log_file),
+    ):
         if value:
             if flag != "-o":
                 value = os.path.abspath(value)
@@ -123,11 +144,19 @@ def _spawn_background(args) -> int:
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.Popen(cmd, pass_fds=(w,), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True, env=env, cwd="/")
+    proc = subprocess.Popen(
+        cmd,
+        pass_fds=(w,),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+        cwd="/",
+    )
     os.close(w)
     from .progress import wait_ready
+
     try:
         # progress bars of a long recovery (on a terminal), its summary line, then the answer
         answer = wait_ready(r, sys.stderr)
@@ -138,8 +167,7 @@ def _spawn_background(args) -> int:
         return 0
     err = proc.stderr.read().decode(errors="replace").strip() if not answer else ""
     proc.wait()
-    print(answer or f"rmqfs: the mount daemon exited ({proc.returncode}): {err}",
-          file=sys.stderr)
+    print(answer or f"rmqfs: the mount daemon exited ({proc.returncode}): {err}", file=sys.stderr)
     return 1
 
 
@@ -174,10 +202,10 @@ def cmd_umount(args) -> int:
                 break
             time.sleep(0.05)
         else:
-            print(f"rmqfs: unmounted, but daemon {pid} is still closing the store",
-                  file=sys.stderr)
+            print(f"rmqfs: unmounted, but daemon {pid} is still closing the store", file=sys.stderr)
             return 1
     from .daemon import clean_stale_caches
+
     clean_stale_caches()  # the view caches of daemons killed earlier (kill -9)
     return 0
 
@@ -185,6 +213,7 @@ def cmd_umount(args) -> int:
 def cmd_report(args) -> int:
     """Run the Spark report (pipeline/report.py) with the arguments after ``report``."""
     from pipeline import report
+
     return report.main(args.rest)
 
 
@@ -207,18 +236,29 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("store", help="store directory (storePathRootDir); created if missing")
     m.add_argument("mountpoint", help="an empty directory")
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
-    m.add_argument("-o", dest="options", metavar="OPTS",
-                   help="options, comma separated: FUSE's ro, allow_other, "
-                   "default_permissions; rmqfs's allow_other_write (others may produce, "
-                   "commit and mkdir) and create (make a store in a non-empty directory)")
+    m.add_argument(
+        "-o",
+        dest="options",
+        metavar="OPTS",
+        help="options, comma separated: FUSE's ro, allow_other, "
+        "default_permissions; rmqfs's allow_other_write (others may produce, "
+        "commit and mkdir) and create (make a store in a non-empty directory)",
+    )
     m.add_argument("--config", metavar="broker.conf", help="RocketMQ broker.conf to read")
     m.add_argument("--cache-dir", help="where to cache rendered views (default: a temp dir)")
-    m.add_argument("--cache-size", type=_size, metavar="BYTES",
-                   help="bound of the render cache, e.g. 2G or 500M (default: the smaller of "
-                        "10%% of the cache directory's disk and 8G); least recently used "
-                        "renders are evicted")
-    m.add_argument("--log-file", help="log here (default: stderr with -f, else syslog, else "
-                   "$XDG_STATE_HOME/rmqfs/mount.log)")
+    m.add_argument(
+        "--cache-size",
+        type=_size,
+        metavar="BYTES",
+        help="bound of the render cache, e.g. 2G or 500M (default: the smaller of "
+        "10%% of the cache directory's disk and 8G); least recently used "
+        "renders are evicted",
+    )
+    m.add_argument(
+        "--log-file",
+        help="log here (default: stderr with -f, else syslog, else "
+        "$XDG_STATE_HOME/rmqfs/mount.log)",
+    )
     m.add_argument("--debug", action="store_true", help="debug logging")
     m.add_argument("--debug-fuse", action="store_true", help="libfuse request tracing")
     m.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
@@ -237,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_report)
 
     from . import admin  # verify, recover, produce, print-msg, query-msg, ... (offline)
+
     admin.add_subcommands(sub)
     return p
 

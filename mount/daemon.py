@@ -45,8 +45,7 @@ def is_mounted(path: str) -> bool:
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
-                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
-                            line.split(" ")[4])
+                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split(" ")[4])
                 if mp == path:
                     return True
     except OSError:
@@ -92,11 +91,12 @@ def clean_dead_mount(mountpoint: str) -> bool:
     except OSError as exc:
         if exc.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
             return False
-    res = subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True,
-                         text=True)
+    res = subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True, text=True)
     if res.returncode != 0:
-        raise MountError(f"mount point {mountpoint} is a dead rmqfs mount and it cannot be "
-                         f"unmounted: {res.stderr.strip()}")
+        raise MountError(
+            f"mount point {mountpoint} is a dead rmqfs mount and it cannot be "
+            f"unmounted: {res.stderr.strip()}"
+        )
     log.warning("removed the dead rmqfs mount at %s (its daemon had died)", mountpoint)
     return True
 
@@ -112,11 +112,15 @@ def check_mountpoint(mountpoint: str) -> None:
         try:
             os.listdir(mountpoint)  # not stat: the kernel may answer that from its cache
         except OSError as exc:  # ENOTCONN/ECONNABORTED: the daemon of that mount is gone
-            raise MountError(f"mount point {mountpoint} is a dead mount of another kind "
-                             f"({exc.strerror}); clean it with: fusermount3 -u -z "
-                             f"{mountpoint}") from exc
-        raise MountError(f"mount point {mountpoint} is already a mount point (busy); "
-                         f"rmqfs umount {mountpoint} first")
+            raise MountError(
+                f"mount point {mountpoint} is a dead mount of another kind "
+                f"({exc.strerror}); clean it with: fusermount3 -u -z "
+                f"{mountpoint}"
+            ) from exc
+        raise MountError(
+            f"mount point {mountpoint} is already a mount point (busy); "
+            f"rmqfs umount {mountpoint} first"
+        )
     if not os.path.exists(mountpoint):
         raise MountError(f"mount point {mountpoint} does not exist")
     if not os.path.isdir(mountpoint):
@@ -201,14 +205,16 @@ def check_store_path(store_path: str, create: bool) -> None:
     a mistyped path.
     """
     from engine.tools.verify import NotAStoreError, check_store_dir
+
     if create or not os.path.isdir(store_path) or not os.listdir(store_path):
         return
     try:
         check_store_dir(store_path)
     except NotAStoreError:
-        raise MountError(f"{store_path} is a non-empty directory that is not a RocketMQ store; "
-                         "check the path, or mount with -o create to make a store in it") \
-            from None
+        raise MountError(
+            f"{store_path} is a non-empty directory that is not a RocketMQ store; "
+            "check the path, or mount with -o create to make a store in it"
+        ) from None
 
 
 def check_fuse() -> None:
@@ -224,6 +230,7 @@ def _raise_fd_limit() -> int:
     ``fs.nr_open`` (at most 1,048,576) where this process may raise its hard limit (root),
     else the soft limit to the hard one. Returns the soft limit in force."""
     import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         with open("/proc/sys/fs/nr_open") as f:
@@ -256,9 +263,17 @@ class Daemon:
             (a long recovery says how far it is).
     """
 
-    def __init__(self, store_path: str, mountpoint: str, options: set[str],
-                 config: StoreConfig | None = None, cache_dir: str | None = None,
-                 debug_fuse: bool = False, cache_size: int | None = None, progress=None):
+    def __init__(
+        self,
+        store_path: str,
+        mountpoint: str,
+        options: set[str],
+        config: StoreConfig | None = None,
+        cache_dir: str | None = None,
+        debug_fuse: bool = False,
+        cache_size: int | None = None,
+        progress=None,
+    ):
         self.progress = progress
         self.store_path = store_path
         self.mountpoint = os.path.abspath(mountpoint)
@@ -288,15 +303,20 @@ class Daemon:
         _raise_fd_limit()  # each snapshot holds a descriptor per store file
         check_store_path(self.store_path, "create" in self.own_options)
         clean_stale_caches()
-        self.store = MessageStore(self.store_path, self.config, read_only=self.read_only,
-                                  progress=self.progress)
+        self.store = MessageStore(
+            self.store_path, self.config, read_only=self.read_only, progress=self.progress
+        )
         if self.cache_dir is None:
             self.cache_dir = make_cache_dir()
             self._own_cache = True
         self.views = ViewCache(self.store, self.cache_dir, self.cache_size)
-        ctx = Context(self.store, self.views, self.read_only,
-                      others_write="allow_other_write" in self.own_options,
-                      snapshot_cache_dir=self.cache_dir)
+        ctx = Context(
+            self.store,
+            self.views,
+            self.read_only,
+            others_write="allow_other_write" in self.own_options,
+            snapshot_cache_dir=self.cache_dir,
+        )
         self.snapshots = ctx.snapshot_manager()
         ops = RmqOperations(ctx)
         opts = set(self.options)
@@ -310,15 +330,16 @@ class Daemon:
             pyfuse3.init(ops, self.mountpoint, opts)
         except RuntimeError as exc:
             self._close_store()
-            raise MountError(f"cannot mount {self.mountpoint}: {exc} (options: "
-                             f"{','.join(sorted(self.options)) or 'none'})") from exc
+            raise MountError(
+                f"cannot mount {self.mountpoint}: {exc} (options: "
+                f"{','.join(sorted(self.options)) or 'none'})"
+            ) from exc
         follower = self.store.follower
         if follower is not None:
             # a read-only mount of a store a live process writes: follow it
             follower.listeners.append(ops.follower_changed)
             follower.start(FOLLOW_INTERVAL)
-            log.info("following the writer of %s (pid %s)", self.store_path,
-                     self.store.writer_pid)
+            log.info("following the writer of %s (pid %s)", self.store_path, self.store.writer_pid)
 
     def recovery_report(self):
         """What the store's recovery did (:class:`engine.service.recovery.RecoveryReport`), None
@@ -338,12 +359,14 @@ class Daemon:
         def on_signal(signum, frame):
             log.info("%s: unmounting", signal.Signals(signum).name)
             pyfuse3.terminate()
+
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
 
         async def main():
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
             await pyfuse3.main()
+
         try:
             trio.run(main)
         except BaseException:

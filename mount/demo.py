@@ -84,8 +84,7 @@ def plan_topics(files: list[Path]) -> dict[str, list[bytes]]:
             text = line.decode("utf-8", "replace")
             for name, rx in patterns:
                 if rx.search(text):
-                    derived[name].append(
-                        json.dumps({"body": text, "tags": topic}).encode())
+                    derived[name].append(json.dumps({"body": text, "tags": topic}).encode())
     topics.update((name, lines) for name, lines in derived.items() if lines)
     return topics
 
@@ -100,11 +99,13 @@ def produce_round_robin(mnt: Path, topics: dict[str, list[bytes]]) -> None:
     start = time.monotonic()
     for r in range(rounds):
         if r == rounds // 2:
-            print(f"(round {r + 1} of {rounds}: pausing {PAUSE_S:.0f} s, an idle gap for the "
-                  f"chart)", flush=True)
+            print(
+                f"(round {r + 1} of {rounds}: pausing {PAUSE_S:.0f} s, an idle gap for the chart)",
+                flush=True,
+            )
             time.sleep(PAUSE_S)
         for t, lines in topics.items():
-            chunk = lines[r * CHUNK:(r + 1) * CHUNK]
+            chunk = lines[r * CHUNK : (r + 1) * CHUNK]
             if chunk:
                 name = "produce" if t in file_topics else "produce.jsonl"
                 with open(mnt / "topics" / t / name, "wb") as fh:
@@ -114,8 +115,10 @@ def produce_round_robin(mnt: Path, topics: dict[str, list[bytes]]) -> None:
     for t, lines in topics.items():
         kind = "file" if t in file_topics else "derived, tags = source topic"
         print(f"produced topics/{t}: {len(lines)} messages ({kind})")
-    print(f"{len(topics)} topics, {total:,} messages in {took:.1f} s "
-          f"(a {PAUSE_S:.0f} s pause included), {CHUNK} lines per topic per round")
+    print(
+        f"{len(topics)} topics, {total:,} messages in {took:.1f} s "
+        f"(a {PAUSE_S:.0f} s pause included), {CHUNK} lines per topic per round"
+    )
 
 
 def main(argv=None) -> int:
@@ -142,16 +145,21 @@ def main(argv=None) -> int:
         print(f"\n$ cat {mnt}/status.json\n{(mnt / 'status.json').read_text()}")
         print(f"\n$ rmqfs report {mnt} --out {OUT / 'report'}", flush=True)
         from pipeline import report
+
         rc = report.main([str(mnt), "--out", str(OUT / "report")])
         if rc != 0:
             raise SystemExit(f"demo: the report failed ({rc})")
     finally:
         rmqfs("umount", str(mnt))
-    print(f"\nreport: tables in {OUT / 'report'} (Parquet and CSV); charts: "
-          + ", ".join(str(OUT / "report" / c) for c in report.CHARTS))
+    print(
+        f"\nreport: tables in {OUT / 'report'} (Parquet and CSV); charts: "
+        + ", ".join(str(OUT / "report" / c) for c in report.CHARTS)
+    )
     print(f"report.html (summary, charts and tables in one file): {OUT / 'report' / report.HTML}")
-    print(f"\ndemo finished in {time.monotonic() - t0:.1f} s; no mount left "
-          f"({'mounted!' if os.path.ismount(mnt) else 'ok'}); store kept in {store}")
+    print(
+        f"\ndemo finished in {time.monotonic() - t0:.1f} s; no mount left "
+        f"({'mounted!' if os.path.ismount(mnt) else 'ok'}); store kept in {store}"
+    )
     return 0
 
 

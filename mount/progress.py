@@ -27,8 +27,16 @@ SEND_INTERVAL = 0.2
 def terminal_bar(total: int, desc: str, unit: str = "B", file=None, force: bool = False):
     """A tqdm bar on ``file`` (stderr), hidden unless it is a terminal (or ``force``)."""
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", leave=False,
-                disable=False if force else None, file=file or sys.stderr)
+
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=unit == "B",
+        leave=False,
+        disable=False if force else None,
+        file=file or sys.stderr,
+    )
 
 
 class _PipeBar:
@@ -69,8 +77,13 @@ class PipeProgress:
 
     def send(self, bar: _PipeBar) -> None:
         bar.sent_at = time.monotonic()
-        self._write(PROGRESS + json.dumps({"desc": bar.desc, "n": bar.n, "total": bar.total,
-                                           "unit": bar.unit}).encode() + b"\n")
+        self._write(
+            PROGRESS
+            + json.dumps(
+                {"desc": bar.desc, "n": bar.n, "total": bar.total, "unit": bar.unit}
+            ).encode()
+            + b"\n"
+        )
 
     def recovery(self, summary: str) -> None:
         """Send the recovery's summary line."""
@@ -109,11 +122,14 @@ def wait_ready(fd: int, err=None, force: bool = False) -> str:
                     if bar is not None:
                         bar.close()
                         bar = desc = None
-                    print("rmqfs: " + line[len(RECOVERY):].decode(errors="replace"),
-                          file=err, flush=True)
+                    print(
+                        "rmqfs: " + line[len(RECOVERY) :].decode(errors="replace"),
+                        file=err,
+                        flush=True,
+                    )
                     continue
                 try:
-                    msg = json.loads(line[len(PROGRESS):])
+                    msg = json.loads(line[len(PROGRESS) :])
                     n, total = int(msg["n"]), int(msg["total"])
                     name, unit = str(msg["desc"]), str(msg.get("unit", "B"))
                 except (ValueError, KeyError, TypeError):

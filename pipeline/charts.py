@@ -37,8 +37,9 @@ def top_topics(totals: pd.Series, top: int) -> tuple[list[str], list[str]]:
     return names[:top], sorted(names[top:])
 
 
-def timeline_series(tl: pd.DataFrame, bucket_ms: int,
-                    top: int = DEFAULT_TOP_SERIES) -> dict[str, pd.DataFrame]:
+def timeline_series(
+    tl: pd.DataFrame, bucket_ms: int, top: int = DEFAULT_TOP_SERIES
+) -> dict[str, pd.DataFrame]:
     """The messages-over-time chart's data, one wide frame per broker.
 
     ``tl`` has ``brokerName, topic, bucketMs`` (epoch ms, start of a bucket of ``bucket_ms``)
@@ -55,8 +56,7 @@ def timeline_series(tl: pd.DataFrame, bucket_ms: int,
     index = pd.to_datetime(range(lo, hi + bucket_ms, bucket_ms), unit="ms", utc=True)
     out = {}
     for broker, g in tl.groupby("brokerName", sort=True):
-        wide = g.pivot_table(index="bucketMs", columns="topic", values="messages",
-                             aggfunc="sum")
+        wide = g.pivot_table(index="bucketMs", columns="topic", values="messages", aggfunc="sum")
         shown, rest = top_topics(wide.sum(), top)
         frame = wide[shown].copy() if shown else pd.DataFrame(index=wide.index)
         frame.columns = [str(c) for c in frame.columns]
@@ -71,10 +71,16 @@ def timeline_series(tl: pd.DataFrame, bucket_ms: int,
 def _palette() -> list:
     import matplotlib
 
-    tab10 = [c for c in matplotlib.colormaps["tab10"].colors
-             if matplotlib.colors.to_hex(c) != OTHER_COLOUR]
-    light = [c for i, c in enumerate(matplotlib.colormaps["tab20"].colors)
-             if i % 2 and matplotlib.colors.to_hex(c) != "#c7c7c7"]
+    tab10 = [
+        c
+        for c in matplotlib.colormaps["tab10"].colors
+        if matplotlib.colors.to_hex(c) != OTHER_COLOUR
+    ]
+    light = [
+        c
+        for i, c in enumerate(matplotlib.colormaps["tab20"].colors)
+        if i % 2 and matplotlib.colors.to_hex(c) != "#c7c7c7"
+    ]
     return tab10 + light
 
 
@@ -118,11 +124,11 @@ def _time_axis(ax, lo, hi, bucket_ms: int) -> None:
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=_dt.UTC))
 
 
-def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str,
-                  top: int = DEFAULT_TOP_SERIES):
+def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str, top: int = DEFAULT_TOP_SERIES):
     """The messages-over-time figure: one panel (axes) per broker of ``tl``, one when ``tl`` is
     empty. Returns the matplotlib Figure (Agg; the caller saves and closes it)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -131,8 +137,7 @@ def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str,
     fig, axes = plt.subplots(n, 1, figsize=(11, 1.2 + 3.0 * n), sharex=True, squeeze=False)
     axes = axes[:, 0]
     if not panels:
-        axes[0].text(0.5, 0.5, "no messages", ha="center", va="center",
-                     transform=axes[0].transAxes)
+        axes[0].text(0.5, 0.5, "no messages", ha="center", va="center", transform=axes[0].transAxes)
         axes[0].set_title(f"Messages per {unit} (storeTimestamp, UTC)")
         return fig
     width = bucket_ms / 86_400_000  # matplotlib's date unit is the day
@@ -141,18 +146,36 @@ def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str,
         bottom = pd.Series(0.0, index=frame.index)
         for name, (colour, hatch) in zip(names, series_styles(names)):
             values = frame[name]
-            ax.bar(frame.index, values.fillna(0), width=width, bottom=bottom, align="edge",
-                   color=colour, hatch=hatch, edgecolor=colour if hatch is None else "white",
-                   linewidth=0, label=f"{name} ({int(values.sum()):,})")
+            ax.bar(
+                frame.index,
+                values.fillna(0),
+                width=width,
+                bottom=bottom,
+                align="edge",
+                color=colour,
+                hatch=hatch,
+                edgecolor=colour if hatch is None else "white",
+                linewidth=0,
+                label=f"{name} ({int(values.sum()):,})",
+            )
             bottom = bottom + values.fillna(0)
         topics = int(tl[tl["brokerName"] == broker]["topic"].nunique())
-        ax.set_title(f"{broker}: messages per {unit}, {topics} topic"
-                     f"{'s' if topics != 1 else ''} (storeTimestamp, UTC)", fontsize="medium")
+        ax.set_title(
+            f"{broker}: messages per {unit}, {topics} topic"
+            f"{'s' if topics != 1 else ''} (storeTimestamp, UTC)",
+            fontsize="medium",
+        )
         ax.set_ylabel(f"messages / {unit}")
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  title="topic (messages)", title_fontsize="small", frameon=False)
+        ax.legend(
+            fontsize="small",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            title="topic (messages)",
+            title_fontsize="small",
+            frameon=False,
+        )
     first = panels[next(iter(panels))].index
     _time_axis(axes[-1], first.min(), first.max(), bucket_ms)
     axes[-1].set_xlabel("storeTimestamp (UTC); an empty stretch had no messages")
@@ -164,19 +187,18 @@ def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
     """Consumer lag: a horizontal bar per broker/group, stacked by topic (the ``top`` topics by
     lag, the rest as ``other (N topics)``). Returns the Figure."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     if not len(lag):
         fig, ax = plt.subplots(figsize=(10, 3))
-        ax.text(0.5, 0.5, "no consumer groups", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no consumer groups", ha="center", va="center", transform=ax.transAxes)
         ax.set_title("Consumer lag per group")
         return fig
     multi = lag["brokerName"].nunique() > 1
     lag = lag.assign(who=lag["brokerName"] + "/" + lag["group"] if multi else lag["group"])
-    pivot = lag.pivot_table(index="who", columns="topic", values="lag", aggfunc="sum",
-                            fill_value=0)
+    pivot = lag.pivot_table(index="who", columns="topic", values="lag", aggfunc="sum", fill_value=0)
     shown, rest = top_topics(pivot.sum(), top)
     wide = pivot[shown].copy()
     if rest:
@@ -189,8 +211,9 @@ def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
     ax.invert_yaxis()
     ax.set_xlabel("lag (messages: brokerOffset - consumerOffset)")
     ax.set_ylabel("consumer group")
-    ax.legend(fontsize="small", title="topic", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-              frameon=False)
+    ax.legend(
+        fontsize="small", title="topic", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False
+    )
     ax.set_title("Consumer lag per group")
     fig.tight_layout()
     return fig

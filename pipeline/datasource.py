@@ -82,20 +82,37 @@ import logging
 import os
 import re
 import weakref
-from dataclasses import dataclass, replace
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
-from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
-                                    EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition,
-                                    LessThan, LessThanOrEqual)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
 
-from engine.read.columnar import StoreFiles
 from engine.errors import CorruptRecordError
+from engine.read.columnar import StoreFiles
 from engine.read.schema import DATASOURCE_DDL
 
-__all__ = ["RocketMQDataSource", "RocketMQFilteringDataSource", "register", "check_workers",
-           "pushdown_is_per_scan", "DataLossError", "WorkerEnvironmentError", "QueueRange",
-           "PushedFilters"]
+__all__ = [
+    "RocketMQDataSource",
+    "RocketMQFilteringDataSource",
+    "register",
+    "check_workers",
+    "pushdown_is_per_scan",
+    "DataLossError",
+    "WorkerEnvironmentError",
+    "QueueRange",
+    "PushedFilters",
+]
 
 log = logging.getLogger(__name__)
 
@@ -174,15 +191,21 @@ def check_workers(spark) -> None:
     if sc in _WORKERS_CHECKED:
         return
     import sys
+
     # The workers run sc.pythonExec: PYSPARK_PYTHON as the driver's environment had it when
     # the SparkContext started, else "python3" from PATH. spark.pyspark.python is turned into
     # PYSPARK_PYTHON by spark-submit only; on a session builder it has no effect.
-    where = (f"PYSPARK_PYTHON={sc.pythonExec}" if os.environ.get("PYSPARK_PYTHON")
-             else f"PYSPARK_PYTHON unset, so Spark runs {sc.pythonExec!r} from PATH")
-    fix = (f"set PYSPARK_PYTHON={sys.executable} (the interpreter that has rmqfs and pyarrow) "
-           f"in the environment before the SparkSession starts (os.environ in the job before "
-           f"getOrCreate(), or export it), or --conf spark.pyspark.python={sys.executable} "
-           f"with spark-submit; activating that venv before running the job also works")
+    where = (
+        f"PYSPARK_PYTHON={sc.pythonExec}"
+        if os.environ.get("PYSPARK_PYTHON")
+        else f"PYSPARK_PYTHON unset, so Spark runs {sc.pythonExec!r} from PATH"
+    )
+    fix = (
+        f"set PYSPARK_PYTHON={sys.executable} (the interpreter that has rmqfs and pyarrow) "
+        f"in the environment before the SparkSession starts (os.environ in the job before "
+        f"getOrCreate(), or export it), or --conf spark.pyspark.python={sys.executable} "
+        f"with spark-submit; activating that venv before running the job also works"
+    )
     imports = _WORKER_IMPORTS
 
     def probe(_):
@@ -190,12 +213,12 @@ def check_workers(spark) -> None:
         # not need this module (whose own imports are what is being checked).
         import importlib
         import sys
+
         for name in imports:
             try:
                 importlib.import_module(name)
             except Exception as exc:  # noqa: BLE001 - any failure is reported to the driver
-                yield (sys.executable, sys.version.split()[0], name,
-                       f"{type(exc).__name__}: {exc}")
+                yield (sys.executable, sys.version.split()[0], name, f"{type(exc).__name__}: {exc}")
                 return
         yield (sys.executable, sys.version.split()[0], None, None)
 
@@ -205,13 +228,15 @@ def check_workers(spark) -> None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise WorkerEnvironmentError(
             f"rocketmq: Spark's Python workers ({sc.pythonExec!r}; {where}) cannot run: "
-            f"{first[:300]}. To fix it, {fix}") from None
+            f"{first[:300]}. To fix it, {fix}"
+        ) from None
     exe, version, module, error = found[0]
     if module is not None:
         raise WorkerEnvironmentError(
             f"rocketmq: Spark's Python workers run {exe} (Python {version}; {where}), which "
             f"cannot import {module} ({error}); the driver runs {sys.executable}. "
-            f"To fix it, {fix}")
+            f"To fix it, {fix}"
+        )
     _WORKERS_CHECKED.add(sc)
 
 
@@ -231,6 +256,7 @@ def _ship_code(spark) -> None:
     import zipfile
 
     from pyspark import SparkFiles
+
     sc = spark.sparkContext
     if sc in _SHIPPED:
         return
@@ -316,15 +342,19 @@ class PushedFilters:
         if isinstance(f, (EqualTo, In)) and col in ("tags", "topic", "queue", "queueId"):
             values = {f.value} if isinstance(f, EqualTo) else set(f.value)
             if col == "tags":
-                return replace(self, tags=self._meet(
-                    self.tags, {v for v in values if isinstance(v, str)}))
+                return replace(
+                    self, tags=self._meet(self.tags, {v for v in values if isinstance(v, str)})
+                )
             if col == "topic":
                 return replace(self, topics=self._meet(self.topics, values))
-            return replace(self, queues=self._meet(
-                self.queues, {int(v) for v in values if isinstance(v, int)}))
-        if col == "queueOffset" and isinstance(
-                f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
-        ) and isinstance(f.value, int):
+            return replace(
+                self, queues=self._meet(self.queues, {int(v) for v in values if isinstance(v, int)})
+            )
+        if (
+            col == "queueOffset"
+            and isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual))
+            and isinstance(f.value, int)
+        ):
             v, lo, hi = f.value, self.lo, self.hi
             if isinstance(f, (EqualTo, GreaterThanOrEqual)):
                 lo = max(lo, v)
@@ -365,13 +395,16 @@ def _offsets_option(value: str | None, name: str):
     try:
         parsed = json.loads(v)
         if not isinstance(parsed, dict) or not all(
-                isinstance(qs, dict) and all(isinstance(o, int) for o in qs.values())
-                for qs in parsed.values()):
+            isinstance(qs, dict) and all(isinstance(o, int) for o in qs.values())
+            for qs in parsed.values()
+        ):
             raise ValueError
         return {t: {str(int(q)): o for q, o in qs.items()} for t, qs in parsed.items()}
     except ValueError:
-        raise ValueError(f'option {name} must be "earliest", "latest" or JSON like '
-                         f'{{"TopicA": {{"0": 23, "1": -2}}}}, not {value!r}') from None
+        raise ValueError(
+            f'option {name} must be "earliest", "latest" or JSON like '
+            f'{{"TopicA": {{"0": 23, "1": -2}}}}, not {value!r}'
+        ) from None
 
 
 def _timestamps_option(options, single: str, per_queue: str):
@@ -389,7 +422,7 @@ def parse_options(options) -> _Options:
     if not path:
         raise ValueError('rocketmq: give the store directory: .load("/path/to/store")')
     if path.startswith("file://"):
-        path = path[len("file://"):]
+        path = path[len("file://") :]
     o = _Options(path=os.path.abspath(path))
     if not os.path.isdir(os.path.join(o.path, "commitlog")):
         raise ValueError(f"rocketmq: {path} is not a RocketMQ store (no commitlog/ directory)")
@@ -404,8 +437,9 @@ def parse_options(options) -> _Options:
             try:
                 o.assign = {t: {int(x) for x in qs} for t, qs in json.loads(q).items()}
             except (ValueError, TypeError, AttributeError):
-                raise ValueError(f'option queues: expected JSON like {{"TopicA": [0, 1]}} or '
-                                 f'"0,1", not {q!r}') from None
+                raise ValueError(
+                    f'option queues: expected JSON like {{"TopicA": [0, 1]}} or "0,1", not {q!r}'
+                ) from None
         else:
             o.queues = {_int(x, "queues") for x in q.split(",") if x.strip()}
     o.starting = _offsets_option(get("startingOffsets"), "startingOffsets")
@@ -478,8 +512,10 @@ class _Planner:
         """``start``, or the queue's min offset when data below it is gone and that is allowed."""
         lo = self.store.min_offset(topic, q)
         if start < lo:
-            msg = (f"rocketmq: {topic}/{q}: offsets {start}..{lo - 1} are no longer in the store "
-                   f"(min offset is {lo}; expired CommitLog/ConsumeQueue files)")
+            msg = (
+                f"rocketmq: {topic}/{q}: offsets {start}..{lo - 1} are no longer in the store "
+                f"(min offset is {lo}; expired CommitLog/ConsumeQueue files)"
+            )
             if self.o.fail_on_data_loss:
                 raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
             log.warning("%s; skipping them (failOnDataLoss=false)", msg)
@@ -504,8 +540,7 @@ class _Planner:
             a = start
             while a < end:
                 b = min(end, (a // step + 1) * step)
-                out.append(QueueRange(o.path, topic, q, a, b, tags, o.fail_on_data_loss,
-                                      o.columns))
+                out.append(QueueRange(o.path, topic, q, a, b, tags, o.fail_on_data_loss, o.columns))
                 a = b
         return out
 
@@ -518,16 +553,20 @@ def read_range(p: QueueRange) -> Iterator:
     start = p.start
     lo = s.min_offset(p.topic, p.queue_id)
     if start < lo:
-        msg = (f"rocketmq: {p.topic}/{p.queue_id}: offsets {start}..{lo - 1} were deleted "
-               f"from the store while the query ran (min offset is now {lo})")
+        msg = (
+            f"rocketmq: {p.topic}/{p.queue_id}: offsets {start}..{lo - 1} were deleted "
+            f"from the store while the query ran (min offset is now {lo})"
+        )
         if p.fail_on_data_loss:
             raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
         start = lo
     try:
         yield from s.read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=p.columns)
     except CorruptRecordError as exc:  # a body failing its CRC, a unit pointing at no record
-        raise DataLossError(f"rocketmq: {p.topic}/{p.queue_id}: damaged record, not served: "
-                            f"{exc} (rmqfs verify names it, rmqfs recover repairs it)") from None
+        raise DataLossError(
+            f"rocketmq: {p.topic}/{p.queue_id}: damaged record, not served: "
+            f"{exc} (rmqfs verify names it, rmqfs recover repairs it)"
+        ) from None
 
 
 class RocketMQReader(DataSourceReader):
@@ -605,18 +644,21 @@ class RocketMQStreamReader(DataSourceStreamReader):
         p = self.plan
         out: dict = {}
         for t, q in p.queues():
-            out.setdefault(t, {})[str(q)] = p.resolve(self.o.starting or "latest",
-                                                      self.o.start_ts, t, q, LATEST)
+            out.setdefault(t, {})[str(q)] = p.resolve(
+                self.o.starting or "latest", self.o.start_ts, t, q, LATEST
+            )
         return out
 
     def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
         if self.o.max_per_trigger:
             return ReadMaxRows(self.o.max_per_trigger)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxRows
+
         latest = self._current()
         # Never go backwards (a queue that vanished keeps its last offset).
         for t, qs in start.items():
@@ -712,15 +754,16 @@ def _columns(schema) -> tuple | None:
     """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
     checked against ``DATASOURCE_DDL``; None for the full schema. Only these are decoded."""
     from engine.read.schema import split_ddl
+
     types = {n: t.lower().replace(" ", "") for n, t in split_ddl(DATASOURCE_DDL)}
     names = list(types)
     if schema is None or [f.name for f in schema.fields] == names:
         return None
     for f in schema.fields:
         if f.name not in types:
-            raise ValueError(f"rocketmq: no column {f.name!r}; the columns are "
-                             f"{', '.join(names)}")
+            raise ValueError(f"rocketmq: no column {f.name!r}; the columns are {', '.join(names)}")
         if f.dataType.simpleString().replace(" ", "") != types[f.name]:
-            raise ValueError(f"rocketmq: column {f.name} is {types[f.name]}, "
-                             f"not {f.dataType.simpleString()}")
+            raise ValueError(
+                f"rocketmq: column {f.name} is {types[f.name]}, not {f.dataType.simpleString()}"
+            )
     return tuple(f.name for f in schema.fields)

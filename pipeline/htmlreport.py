@@ -20,7 +20,7 @@ MAX_ROWS = 1000
 #: What each table holds, shown under its heading.
 DESCRIPTIONS = {
     "per_queue_tag": "Messages, bytes (whole CommitLog records) and body bytes per broker, "
-                     "topic, queue and tag.",
+    "topic, queue and tag.",
     "per_minute": "Messages and bytes per broker, topic and UTC minute of storeTimestamp.",
     "body_size": "Body size in bytes per broker and topic.",
     "body_size_histogram": "Messages per body size bucket (upper bound in bytes, powers of 2).",
@@ -72,14 +72,19 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
 
 def _table(df: pd.DataFrame) -> str:
     """``df`` as an HTML table of escaped :func:`display` strings; numbers right-aligned."""
-    num = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
-           for c in df.columns]
+    num = [
+        pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+        for c in df.columns
+    ]
     cls = [' class="num"' if n else "" for n in num]
     head = "".join(f"<th{k}>{html.escape(str(c))}</th>" for c, k in zip(df.columns, cls))
-    rows = ["<tr>" + "".join(f"<td{k}>{html.escape(v)}</td>" for v, k in zip(r, cls)) + "</tr>"
-            for r in display(df).itertuples(index=False)]
-    return (f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(rows)
-            + "\n</tbody></table>")
+    rows = [
+        "<tr>" + "".join(f"<td{k}>{html.escape(v)}</td>" for v, k in zip(r, cls)) + "</tr>"
+        for r in display(df).itertuples(index=False)
+    ]
+    return (
+        f"<table><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>"
+    )
 
 
 def _text(v) -> str:
@@ -97,49 +102,75 @@ def table_html(name: str, df: pd.DataFrame, max_rows: int = MAX_ROWS) -> str:
     """One table's section: heading, description, the rows (escaped), and a note when cut."""
     parts = [f'<h2 id="{html.escape(name)}">{html.escape(name)}</h2>']
     if name in DESCRIPTIONS:
-        parts.append(f'<p class="muted">{html.escape(DESCRIPTIONS[name])} '
-                     f'Also in {html.escape(name)}.csv and {html.escape(name)}.parquet.</p>')
+        parts.append(
+            f'<p class="muted">{html.escape(DESCRIPTIONS[name])} '
+            f'Also in {html.escape(name)}.csv and {html.escape(name)}.parquet.</p>'
+        )
     if name == "store_latency" and "measurable" in df and len(df) and not df["measurable"].all():
         n = int((~df["measurable"].astype(bool)).sum())
-        parts.append(f'<p class="note">Latency is not measurable for {n} of {len(df)} '
-                     "topic(s): storeTimestamp - bornTimestamp needs a bornTimestamp set by "
-                     "the producer, and messages produced through the mount have "
-                     "bornTimestamp == storeTimestamp. Their percentiles are empty, not 0.</p>")
+        parts.append(
+            f'<p class="note">Latency is not measurable for {n} of {len(df)} '
+            "topic(s): storeTimestamp - bornTimestamp needs a bornTimestamp set by "
+            "the producer, and messages produced through the mount have "
+            "bornTimestamp == storeTimestamp. Their percentiles are empty, not 0.</p>"
+        )
     if not len(df):
         parts.append("<p>(no rows)</p>")
         return "\n".join(parts)
     shown = df.head(max_rows)
     if len(df) > max_rows:
-        parts.append(f'<p class="note">First {max_rows:,} of {len(df):,} rows; the whole table '
-                     f"is in {html.escape(name)}.csv.</p>")
+        parts.append(
+            f'<p class="note">First {max_rows:,} of {len(df):,} rows; the whole table '
+            f"is in {html.escape(name)}.csv.</p>"
+        )
     parts.append(_table(shown))
     return "\n".join(parts)
 
 
-def render(tables: dict[str, pd.DataFrame], names: list[str], summary: str,
-           charts: list[str], title: str = "rmqfs report") -> str:
+def render(
+    tables: dict[str, pd.DataFrame],
+    names: list[str],
+    summary: str,
+    charts: list[str],
+    title: str = "rmqfs report",
+) -> str:
     """The whole HTML document: ``summary`` text, ``charts`` (PNG paths, embedded), and the
     ``names`` tables of ``tables`` in that order."""
     when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     nav = " ".join(f'<a href="#{html.escape(n)}">{html.escape(n)}</a>' for n in names)
-    body = [f"<h1>{html.escape(title)}</h1>",
-            f'<p class="muted">written {when}</p>',
-            f"<nav>{nav}</nav>",
-            "<h2>Summary</h2>", f"<pre>{html.escape(summary)}</pre>",
-            "<h2>Charts</h2>"]
+    body = [
+        f"<h1>{html.escape(title)}</h1>",
+        f'<p class="muted">written {when}</p>',
+        f"<nav>{nav}</nav>",
+        "<h2>Summary</h2>",
+        f"<pre>{html.escape(summary)}</pre>",
+        "<h2>Charts</h2>",
+    ]
     for path in charts:
         name = os.path.basename(path)
-        body.append(f'<figure><img alt="{html.escape(name)}" src="{png_data_uri(path)}">'
-                    f"<figcaption class=\"muted\">{html.escape(name)}</figcaption></figure>")
+        body.append(
+            f'<figure><img alt="{html.escape(name)}" src="{png_data_uri(path)}">'
+            f"<figcaption class=\"muted\">{html.escape(name)}</figcaption></figure>"
+        )
     for name in names:
         body.append(table_html(name, tables[name]))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
-def write(tables: dict[str, pd.DataFrame], names: list[str], summary: str, charts: list[str],
-          out_dir: str, filename: str = "report.html", title: str = "rmqfs report") -> str:
+def write(
+    tables: dict[str, pd.DataFrame],
+    names: list[str],
+    summary: str,
+    charts: list[str],
+    out_dir: str,
+    filename: str = "report.html",
+    title: str = "rmqfs report",
+) -> str:
     """Write ``out_dir/filename`` (to a temporary name, then renamed). Returns its path."""
     path = os.path.join(out_dir, filename)
     with open(path + ".tmp", "w", encoding="utf-8") as f:

@@ -63,23 +63,46 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the spa
 
 from engine.read.schema import DATASOURCE_DDL
 
-__all__ = ["build_session", "Mount", "read_view", "read_lag", "compute_report", "write_report",
-           "write_charts", "summary", "main", "HTML", "CHARTS", "TABLES"]
+__all__ = [
+    "build_session",
+    "Mount",
+    "read_view",
+    "read_lag",
+    "compute_report",
+    "write_report",
+    "write_charts",
+    "summary",
+    "main",
+    "HTML",
+    "CHARTS",
+    "TABLES",
+]
 
 DEFAULT_APP_NAME = "rmqfs-report"
 DEFAULT_OUT = "report"
 DEFAULT_TOP = 20
 DEFAULT_SERIES = 8  # topics drawn on their own in a chart; the rest are summed as "other"
 _MINUTE_MS = 60_000
-TABLES = ("per_queue_tag", "per_minute", "body_size", "body_size_histogram", "store_latency",
-          "consumer_lag", "top_keys")
-LAG_DDL = ("brokerName STRING, group STRING, topic STRING, queueId INT, brokerOffset BIGINT, "
-           "consumerOffset BIGINT, lag BIGINT, lastTimestamp BIGINT")
+TABLES = (
+    "per_queue_tag",
+    "per_minute",
+    "body_size",
+    "body_size_histogram",
+    "store_latency",
+    "consumer_lag",
+    "top_keys",
+)
+LAG_DDL = (
+    "brokerName STRING, group STRING, topic STRING, queueId INT, brokerOffset BIGINT, "
+    "consumerOffset BIGINT, lag BIGINT, lastTimestamp BIGINT"
+)
 CHARTS = ("messages_per_minute.png", "lag_per_group.png")
 HTML = "report.html"
 #: ``store_latency.note`` where a topic's latency cannot be measured
-LATENCY_BORN_IS_STORE = ("not measurable: bornTimestamp equals storeTimestamp for every "
-                         "message (stamped once, as when produced through the mount)")
+LATENCY_BORN_IS_STORE = (
+    "not measurable: bornTimestamp equals storeTimestamp for every "
+    "message (stamped once, as when produced through the mount)"
+)
 LATENCY_NO_BORN = "not measurable: no message has a bornTimestamp"
 
 
@@ -135,8 +158,9 @@ def build_session(
 
 def _require_pyspark() -> None:
     if _PYSPARK_IMPORT_ERROR is not None:
-        raise ImportError("rmqfs report needs pyspark: pip install 'rmqfs[spark]'") \
-            from _PYSPARK_IMPORT_ERROR
+        raise ImportError(
+            "rmqfs report needs pyspark: pip install 'rmqfs[spark]'"
+        ) from _PYSPARK_IMPORT_ERROR
 
 
 # --------------------------------------------------------------------------- input
@@ -190,6 +214,7 @@ def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
 
 def _top_level(ddl: str) -> list[str]:
     from engine.read.schema import split_ddl
+
     return [f"{n} {t}" for n, t in split_ddl(ddl)]
 
 
@@ -213,19 +238,27 @@ def read_lag(mount: Mount) -> list[dict]:
             continue
         for q in progress.get("queues", []):
             broker, consumer = int(q["brokerOffset"]), int(q["consumerOffset"])
-            rows.append({"brokerName": mount.broker_name, "group": progress.get("group", g),
-                         "topic": q["topic"], "queueId": int(q["queueId"]),
-                         "brokerOffset": broker, "consumerOffset": consumer,
-                         "lag": int(q["diff"]),
-                         "lastTimestamp": q.get("lastTimestamp")})
+            rows.append(
+                {
+                    "brokerName": mount.broker_name,
+                    "group": progress.get("group", g),
+                    "topic": q["topic"],
+                    "queueId": int(q["queueId"]),
+                    "brokerOffset": broker,
+                    "consumerOffset": consumer,
+                    "lag": int(q["diff"]),
+                    "lastTimestamp": q.get("lastTimestamp"),
+                }
+            )
     return rows
 
 
 # --------------------------------------------------------------------------- job
 
 
-def compute_report(spark: SparkSession, messages: DataFrame, lag_rows: list[dict],
-                   top: int = DEFAULT_TOP) -> dict[str, DataFrame]:
+def compute_report(
+    spark: SparkSession, messages: DataFrame, lag_rows: list[dict], top: int = DEFAULT_TOP
+) -> dict[str, DataFrame]:
     """Compute every table of the report from ``messages`` (``read_view`` rows).
 
     ``messages`` is scanned once: the columns the tables need are projected and persisted,
@@ -238,44 +271,73 @@ def compute_report(spark: SparkSession, messages: DataFrame, lag_rows: list[dict
     _require_pyspark()
     ts = F.col("storeTimestamp")
     slim = messages.select(
-        "brokerName", "topic", "queue", "tags", "storeSize", "keys",
+        "brokerName",
+        "topic",
+        "queue",
+        "tags",
+        "storeSize",
+        "keys",
         F.length("body").alias("bodySize"),
         F.when(F.col("bornTimestamp") > 0, ts - F.col("bornTimestamp")).alias("latency"),
-        (ts - F.pmod(ts, F.lit(_MINUTE_MS))).alias("minuteMs"), ts.alias("storeTimestamp"),
+        (ts - F.pmod(ts, F.lit(_MINUTE_MS))).alias("minuteMs"),
+        ts.alias("storeTimestamp"),
     ).persist()
     lo, hi = slim.agg(F.min(ts), F.max(ts)).first()
     bucket_ms = chart_bucket(hi - lo if lo is not None else 0)[0]
     timeline = (
-        slim.groupBy("brokerName", "topic",
-                     (ts - F.pmod(ts, F.lit(bucket_ms))).alias("bucketMs"))
+        slim.groupBy("brokerName", "topic", (ts - F.pmod(ts, F.lit(bucket_ms))).alias("bucketMs"))
         .agg(F.count(F.lit(1)).alias("messages"))
         .orderBy("brokerName", "topic", "bucketMs")
     )
     per_queue_tag = (
         slim.groupBy("brokerName", "topic", "queue", "tags")
-        .agg(F.count(F.lit(1)).alias("messages"), F.sum("storeSize").alias("bytes"),
-             F.sum("bodySize").alias("bodyBytes"))
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.sum("storeSize").alias("bytes"),
+            F.sum("bodySize").alias("bodyBytes"),
+        )
         .orderBy("brokerName", "topic", "queue", F.col("tags").asc_nulls_first())
     )
     per_minute = (
         slim.groupBy("brokerName", "topic", "minuteMs")
         .agg(F.count(F.lit(1)).alias("messages"), F.sum("storeSize").alias("bytes"))
-        .select("brokerName", "topic", F.timestamp_millis("minuteMs").alias("minute"),
-                "messages", "bytes")
+        .select(
+            "brokerName",
+            "topic",
+            F.timestamp_millis("minuteMs").alias("minute"),
+            "messages",
+            "bytes",
+        )
         .orderBy("brokerName", "topic", "minute")
     )
     q = F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))
     body = (
         slim.groupBy("brokerName", "topic")
-        .agg(F.count(F.lit(1)).alias("messages"), F.min("bodySize").alias("min"),
-             F.percentile("bodySize", q).alias("p"), F.max("bodySize").alias("max"),
-             F.avg("bodySize").alias("avg"))
-        .select("brokerName", "topic", "messages", "min", F.col("p")[0].alias("p50"),
-                F.col("p")[1].alias("p95"), F.col("p")[2].alias("p99"), "max", "avg")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.min("bodySize").alias("min"),
+            F.percentile("bodySize", q).alias("p"),
+            F.max("bodySize").alias("max"),
+            F.avg("bodySize").alias("avg"),
+        )
+        .select(
+            "brokerName",
+            "topic",
+            "messages",
+            "min",
+            F.col("p")[0].alias("p50"),
+            F.col("p")[1].alias("p95"),
+            F.col("p")[2].alias("p99"),
+            "max",
+            "avg",
+        )
         .orderBy("brokerName", "topic")
     )
-    bucket = F.when(F.col("bodySize") <= 1, F.lit(1)).otherwise(
-        F.pow(F.lit(2), F.ceil(F.log2(F.col("bodySize"))))).cast("bigint")
+    bucket = (
+        F.when(F.col("bodySize") <= 1, F.lit(1))
+        .otherwise(F.pow(F.lit(2), F.ceil(F.log2(F.col("bodySize")))))
+        .cast("bigint")
+    )
     histogram = (
         slim.groupBy("brokerName", "topic", bucket.alias("bucket"))
         .agg(F.count(F.lit(1)).alias("messages"))
@@ -287,34 +349,57 @@ def compute_report(spark: SparkSession, messages: DataFrame, lag_rows: list[dict
     measurable = F.col("measured") > 0
     latency = (
         slim.groupBy("brokerName", "topic")
-        .agg(F.count("latency").alias("messages"),
-             F.count(F.when(F.col("latency") != 0, True)).alias("measured"),
-             F.percentile("latency", q).alias("p"), F.max("latency").alias("max_"))
-        .select("brokerName", "topic", measurable.alias("measurable"), "messages",
-                *[F.when(measurable, F.col("p")[i]).alias(n)
-                  for i, n in enumerate(("p50", "p95", "p99"))],
-                F.when(measurable, F.col("max_")).alias("max"),
-                F.when(F.col("messages") == 0, F.lit(LATENCY_NO_BORN))
-                .when(~measurable, F.lit(LATENCY_BORN_IS_STORE)).alias("note"))
+        .agg(
+            F.count("latency").alias("messages"),
+            F.count(F.when(F.col("latency") != 0, True)).alias("measured"),
+            F.percentile("latency", q).alias("p"),
+            F.max("latency").alias("max_"),
+        )
+        .select(
+            "brokerName",
+            "topic",
+            measurable.alias("measurable"),
+            "messages",
+            *[
+                F.when(measurable, F.col("p")[i]).alias(n)
+                for i, n in enumerate(("p50", "p95", "p99"))
+            ],
+            F.when(measurable, F.col("max_")).alias("max"),
+            F.when(F.col("messages") == 0, F.lit(LATENCY_NO_BORN))
+            .when(~measurable, F.lit(LATENCY_BORN_IS_STORE))
+            .alias("note"),
+        )
         .orderBy("brokerName", "topic")
     )
     top_keys = (
         slim.select("topic", F.explode("keys").alias("key"))
-        .groupBy("topic", "key").agg(F.count(F.lit(1)).alias("messages"))
-        .orderBy(F.desc("messages"), "topic", "key").limit(top)
+        .groupBy("topic", "key")
+        .agg(F.count(F.lit(1)).alias("messages"))
+        .orderBy(F.desc("messages"), "topic", "key")
+        .limit(top)
     )
     lag = spark.createDataFrame(lag_rows, LAG_DDL).orderBy(
-        "brokerName", "group", "topic", "queueId")
-    return {"_cached": slim, "_timeline": timeline, "_bucket_ms": bucket_ms,
-            "per_queue_tag": per_queue_tag, "per_minute": per_minute, "body_size": body,
-            "body_size_histogram": histogram, "store_latency": latency,
-            "consumer_lag": lag, "top_keys": top_keys}
+        "brokerName", "group", "topic", "queueId"
+    )
+    return {
+        "_cached": slim,
+        "_timeline": timeline,
+        "_bucket_ms": bucket_ms,
+        "per_queue_tag": per_queue_tag,
+        "per_minute": per_minute,
+        "body_size": body,
+        "body_size_histogram": histogram,
+        "store_latency": latency,
+        "consumer_lag": lag,
+        "top_keys": top_keys,
+    }
 
 
 def collect(report: dict[str, DataFrame]) -> dict:
     """``{name: pandas.DataFrame}`` of every table (they are small aggregates), plus the
     chart's ``"_timeline"`` (with a UTC ``time`` column) and ``"_bucket_ms"``."""
     from pyspark.sql.types import IntegralType
+
     out = {}
     for name in TABLES:
         df = report[name]
@@ -329,6 +414,7 @@ def collect(report: dict[str, DataFrame]) -> dict:
         out[name] = pdf
     if "_timeline" in report:
         import pandas as pd
+
         tl = report["_timeline"].toPandas()
         tl["time"] = pd.to_datetime(tl["bucketMs"], unit="ms", utc=True)
         out["_timeline"], out["_bucket_ms"] = tl, report["_bucket_ms"]
@@ -343,6 +429,7 @@ def write_report(tables: dict, out_dir: str) -> dict[str, list[str]]:
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     os.makedirs(out_dir, exist_ok=True)
     written = {}
     for name, pdf in tables.items():
@@ -360,10 +447,19 @@ def write_report(tables: dict, out_dir: str) -> dict[str, list[str]]:
 
 #: Buckets of the messages-over-time chart: (ms, name). The smallest that gives at most
 #: _CHART_POINTS points over the stored time span is used.
-CHART_BUCKETS = ((10, "10 ms"), (100, "100 ms"), (1_000, "second"), (10_000, "10 seconds"), (_MINUTE_MS, "minute"),
-                 (10 * _MINUTE_MS, "10 minutes"), (60 * _MINUTE_MS, "hour"),
-                 (6 * 60 * _MINUTE_MS, "6 hours"), (24 * 60 * _MINUTE_MS, "day"),
-                 (7 * 24 * 60 * _MINUTE_MS, "week"), (30 * 24 * 60 * _MINUTE_MS, "30 days"))
+CHART_BUCKETS = (
+    (10, "10 ms"),
+    (100, "100 ms"),
+    (1_000, "second"),
+    (10_000, "10 seconds"),
+    (_MINUTE_MS, "minute"),
+    (10 * _MINUTE_MS, "10 minutes"),
+    (60 * _MINUTE_MS, "hour"),
+    (6 * 60 * _MINUTE_MS, "6 hours"),
+    (24 * 60 * _MINUTE_MS, "day"),
+    (7 * 24 * 60 * _MINUTE_MS, "week"),
+    (30 * 24 * 60 * _MINUTE_MS, "30 days"),
+)
 _CHART_POINTS = 240
 
 
@@ -387,6 +483,7 @@ def write_charts(tables: dict, out_dir: str, series: int = DEFAULT_SERIES) -> li
     Agg backend. Returns the paths.
     """
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -397,12 +494,15 @@ def write_charts(tables: dict, out_dir: str, series: int = DEFAULT_SERIES) -> li
         tl, bucket_ms = tables["_timeline"], tables["_bucket_ms"]
     else:
         pm = tables["per_minute"]
-        tl = pm.assign(bucketMs=pm["minute"].map(lambda t: int(t.timestamp() * 1000))
-                       .astype("int64"))
+        tl = pm.assign(
+            bucketMs=pm["minute"].map(lambda t: int(t.timestamp() * 1000)).astype("int64")
+        )
         bucket_ms = _MINUTE_MS
     unit = next((name for ms, name in CHART_BUCKETS if ms == bucket_ms), f"{bucket_ms} ms")
-    figures = [charts.plot_timeline(tl, bucket_ms, unit, series),
-               charts.plot_lag(tables["consumer_lag"], series)]
+    figures = [
+        charts.plot_timeline(tl, bucket_ms, unit, series),
+        charts.plot_lag(tables["consumer_lag"], series),
+    ]
     paths = []
     for fig, name in zip(figures, CHARTS):
         path = os.path.join(out_dir, name)
@@ -421,8 +521,10 @@ def _human(n: float) -> str:
     return str(n)
 
 
-LATENCY_NOTE = ("storeTimestamp - bornTimestamp needs a bornTimestamp set by the producer: "
-                "messages produced through the mount have bornTimestamp == storeTimestamp.")
+LATENCY_NOTE = (
+    "storeTimestamp - bornTimestamp needs a bornTimestamp set by the producer: "
+    "messages produced through the mount have bornTimestamp == storeTimestamp."
+)
 
 
 def _latency_cell(la) -> str:
@@ -442,17 +544,28 @@ def summary(tables: dict, mounts: list[Mount]) -> str:
         lines.append(f"no messages in {len(mounts)} mount(s) (brokers: {brokers})")
     else:
         first, last = pm["minute"].min(), pm["minute"].max()
-        lines.append(f"{total:,} messages, {_human(float(pq_['bytes'].sum()))} in CommitLog "
-                     f"records, {pq_['topic'].nunique()} topic(s), broker(s): {brokers}; "
-                     f"stored {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M} UTC")
+        lines.append(
+            f"{total:,} messages, {_human(float(pq_['bytes'].sum()))} in CommitLog "
+            f"records, {pq_['topic'].nunique()} topic(s), broker(s): {brokers}; "
+            f"stored {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M} UTC"
+        )
         lines.append("")
-        by_topic = pq_.groupby(["brokerName", "topic"]).agg(
-            messages=("messages", "sum"), bytes=("bytes", "sum"), queues=("queue", "nunique"),
-            tags=("tags", "nunique")).reset_index()
+        by_topic = (
+            pq_.groupby(["brokerName", "topic"])
+            .agg(
+                messages=("messages", "sum"),
+                bytes=("bytes", "sum"),
+                queues=("queue", "nunique"),
+                tags=("tags", "nunique"),
+            )
+            .reset_index()
+        )
         lat = tables["store_latency"].set_index(["brokerName", "topic"])
         body = tables["body_size"].set_index(["brokerName", "topic"])
-        hdr = (f"{'broker':<12} {'topic':<24} {'messages':>10} {'bytes':>11} {'queues':>6} "
-               f"{'tags':>4} {'body p50/p99':>14} {'latency p50/p95/p99 ms':>24}")
+        hdr = (
+            f"{'broker':<12} {'topic':<24} {'messages':>10} {'bytes':>11} {'queues':>6} "
+            f"{'tags':>4} {'body p50/p99':>14} {'latency p50/p95/p99 ms':>24}"
+        )
         lines.append(hdr)
         lines.append("-" * len(hdr))
         for r in by_topic.itertuples():
@@ -461,7 +574,8 @@ def summary(tables: dict, mounts: list[Mount]) -> str:
                 f"{r.brokerName[:12]:<12} {r.topic[:24]:<24} {r.messages:>10,} "
                 f"{_human(r.bytes):>11} {r.queues:>6} {r.tags:>4} "
                 f"{f'{bo.p50:.0f}/{bo.p99:.0f} B':>14} "
-                f"{_latency_cell(la):>24}")
+                f"{_latency_cell(la):>24}"
+            )
         if not tables["store_latency"]["measurable"].all():
             lines.append(f"latency n/a: not measurable. {LATENCY_NOTE}")
     lag = tables["consumer_lag"]
@@ -475,8 +589,10 @@ def summary(tables: dict, mounts: list[Mount]) -> str:
         lines.append("consumer lag: no consumer groups")
     keys = tables["top_keys"]
     if len(keys):
-        lines.append("top keys: " + ", ".join(
-            f"{r.topic}:{r.key} ({r.messages})" for r in keys.head(5).itertuples()))
+        lines.append(
+            "top keys: "
+            + ", ".join(f"{r.topic}:{r.key} ({r.messages})" for r in keys.head(5).itertuples())
+        )
     return "\n".join(lines)
 
 
@@ -486,26 +602,51 @@ def summary(tables: dict, mounts: list[Mount]) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rmqfs report",
-        description=("Spark report over rmqfs mounts (one per broker): messages and bytes per "
-                     "topic, queue and tag; messages per minute; body sizes; store latency; "
-                     "consumer lag; top keys. Reads MNT/view/ and MNT/groups/*/progress.json."))
+        description=(
+            "Spark report over rmqfs mounts (one per broker): messages and bytes per "
+            "topic, queue and tag; messages per minute; body sizes; store latency; "
+            "consumer lag; top keys. Reads MNT/view/ and MNT/groups/*/progress.json."
+        ),
+    )
     p.add_argument("mounts", nargs="+", metavar="MNT", help="rmqfs mount point")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                   help="where the Parquet/CSV tables, PNG charts and report.html go "
-                        "(default: ./report)")
-    p.add_argument("--master", default=None, metavar="URL",
-                   help="Spark master URL (default: local[*]); executors need the mounts "
-                        "at the same paths")
-    p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
-                   help=f"rows of top_keys (default: {DEFAULT_TOP})")
-    p.add_argument("--series", type=int, default=DEFAULT_SERIES, metavar="N",
-                   help=f"topics drawn on their own in a chart, the rest summed as "
-                        f"'other' (default: {DEFAULT_SERIES})")
+    p.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help="where the Parquet/CSV tables, PNG charts and report.html go (default: ./report)",
+    )
+    p.add_argument(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="Spark master URL (default: local[*]); executors need the mounts at the same paths",
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=DEFAULT_TOP,
+        metavar="N",
+        help=f"rows of top_keys (default: {DEFAULT_TOP})",
+    )
+    p.add_argument(
+        "--series",
+        type=int,
+        default=DEFAULT_SERIES,
+        metavar="N",
+        help=f"topics drawn on their own in a chart, the rest summed as "
+        f"'other' (default: {DEFAULT_SERIES})",
+    )
     return p
 
 
-def run(spark: SparkSession, mounts: list[Mount], out_dir: str, top: int = DEFAULT_TOP,
-        file=None, series: int = DEFAULT_SERIES) -> dict:
+def run(
+    spark: SparkSession,
+    mounts: list[Mount],
+    out_dir: str,
+    top: int = DEFAULT_TOP,
+    file=None,
+    series: int = DEFAULT_SERIES,
+) -> dict:
     """Run the report on ``mounts`` with ``spark``; write everything under ``out_dir`` and
     print the summary to ``file`` (default stdout). Returns the pandas tables."""
     file = file or sys.stdout
@@ -523,11 +664,21 @@ def run(spark: SparkSession, mounts: list[Mount], out_dir: str, top: int = DEFAU
     charts = write_charts(tables, out_dir, series)
     text = summary(tables, mounts)
     from pipeline import htmlreport
-    page = htmlreport.write(tables, list(TABLES), text, charts, out_dir, HTML,
-                            "rmqfs report: " + ", ".join(m.broker_name for m in mounts))
+
+    page = htmlreport.write(
+        tables,
+        list(TABLES),
+        text,
+        charts,
+        out_dir,
+        HTML,
+        "rmqfs report: " + ", ".join(m.broker_name for m in mounts),
+    )
     print(text, file=file)
-    print(f"\ntables: {out_dir}/{{{','.join(TABLES)}}}.{{parquet,csv}} "
-          f"({len(written) * 2} files)", file=file)
+    print(
+        f"\ntables: {out_dir}/{{{','.join(TABLES)}}}.{{parquet,csv}} ({len(written) * 2} files)",
+        file=file,
+    )
     print("charts: " + "  ".join(charts), file=file)
     print(f"html:   {page} (summary, charts and tables in one file)", file=file)
     file.flush()
@@ -561,15 +712,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rmqfs report: {exc}", file=sys.stderr)
         return 1
     if _PYSPARK_IMPORT_ERROR is not None:
-        print("rmqfs report: pyspark is not installed: pip install 'rmqfs[spark]'",
-              file=sys.stderr)
+        print("rmqfs report: pyspark is not installed: pip install 'rmqfs[spark]'", file=sys.stderr)
         return 1
     owns_session = SparkSession.getActiveSession() is None
     try:
         spark = build_session(args.master)
     except Exception as exc:  # noqa: BLE001 - report any start-up failure clearly
-        print(f"rmqfs report: cannot start Spark (Java 17+ and JAVA_HOME needed): {exc}",
-              file=sys.stderr)
+        print(
+            f"rmqfs report: cannot start Spark (Java 17+ and JAVA_HOME needed): {exc}",
+            file=sys.stderr,
+        )
         return 1
     try:
         run(spark, mounts, os.path.abspath(args.out), args.top, series=args.series)

@@ -55,13 +55,18 @@ def copy_fixture(name: str, dest: Path) -> Path:
 def small_config():
     """A StoreConfig with small segments (64 KiB CommitLog, 100-unit ConsumeQueue files)."""
     from engine.store import StoreConfig
-    return StoreConfig(mapped_file_size_commit_log=64 * 1024,
-                       mapped_file_size_consume_queue=100 * 20,
-                       max_hash_slot_num=64, max_index_num=256)
+
+    return StoreConfig(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Real FUSE mounts
+
 
 def in_mount_table(path) -> bool:
     """True while ``path`` is in /proc/self/mounts, dead FUSE mounts included.
@@ -107,8 +112,8 @@ def recover_decoding_every_record(monkeypatch) -> None:
     import functools
 
     from engine.service import recovery
-    monkeypatch.setattr(recovery, "recover", functools.partial(recovery.recover,
-                                                               undecoded=False))
+
+    monkeypatch.setattr(recovery, "recover", functools.partial(recovery.recover, undecoded=False))
 
 
 @pytest.fixture
@@ -123,11 +128,14 @@ def run_rmqfs(*args, check=True, timeout=120) -> subprocess.CompletedProcess:
     # RMQFS_TEST_PYTHONPATH: directories a test adds (tests/slowrender: see slow_renders)
     extra = [p for p in os.environ.get("RMQFS_TEST_PYTHONPATH", "").split(os.pathsep) if p]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *extra]))
-    res = subprocess.run(rmqfs_cmd(*args), capture_output=True, text=True, timeout=timeout,
-                         env=env, cwd=REPO)
+    res = subprocess.run(
+        rmqfs_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+    )
     if check and res.returncode != 0:
-        raise AssertionError(f"rmqfs {' '.join(map(str, args))} failed ({res.returncode}):\n"
-                             f"{res.stdout}\n{res.stderr}")
+        raise AssertionError(
+            f"rmqfs {' '.join(map(str, args))} failed ({res.returncode}):\n"
+            f"{res.stdout}\n{res.stderr}"
+        )
     return res
 
 
@@ -155,6 +163,7 @@ class Mount:
     @property
     def pid(self) -> int:
         import json
+
         return json.loads((self.mnt / "status.json").read_text())["pid"]
 
     def umount(self):
@@ -178,6 +187,7 @@ def mount_store(tmp_path):
         m = Mount(store, tmp_path / name, *options, config=config)
         mounts.append(m)
         return m
+
     yield make
     for m in mounts:
         m.cleanup()

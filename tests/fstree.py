@@ -63,9 +63,12 @@ class Tree:
 
 
 def small_config() -> StoreConfig:
-    return StoreConfig(mapped_file_size_commit_log=64 * 1024,
-                       mapped_file_size_consume_queue=100 * 20,
-                       max_hash_slot_num=64, max_index_num=256)
+    return StoreConfig(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+    )
 
 
 @contextlib.contextmanager
@@ -74,8 +77,13 @@ def tree(tmp_path, read_only: bool = False, others_write: bool = False, store_di
     root = str(store_dir or tmp_path / "store")
     store = MessageStore(root, small_config(), read_only=read_only)
     views = ViewCache(store, str(tmp_path / "cache"))
-    ctx = Context(store, views, read_only, others_write=others_write,
-                  snapshot_cache_dir=str(tmp_path / "cache"))
+    ctx = Context(
+        store,
+        views,
+        read_only,
+        others_write=others_write,
+        snapshot_cache_dir=str(tmp_path / "cache"),
+    )
     try:
         yield Tree(store, ctx)
     finally:

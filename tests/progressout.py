@@ -18,8 +18,14 @@ def run_on_pty(*args, timeout: float = 120) -> tuple[int, str, str]:
     # a terminal 100 columns wide (a new pty has 0: tqdm would draw an empty bar)
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(rmqfs_cmd(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=slave, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        rmqfs_cmd(*args),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=env,
+        cwd=REPO,
+    )
     os.close(slave)
     err = b""
     try:

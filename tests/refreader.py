@@ -43,7 +43,7 @@ SYSFLAG_STOREHOST_V6 = 0x20
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
-INT32_MIN = -(2 ** 31)
+INT32_MIN = -(2**31)
 
 # --------------------------------------------------------------------------
 # Layouts
@@ -84,6 +84,7 @@ MSGID_OFFSET = struct.Struct(">q")
 # Helpers
 # --------------------------------------------------------------------------
 
+
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode`` (§3, §4): ``h = 31*h + c`` over UTF-16 code
     units, as a signed 32-bit int."""
@@ -116,7 +117,7 @@ def decode_properties(raw: bytes) -> dict[str, str]:
             continue
         kv = segment.find(NAME_VALUE_SEPARATOR)
         if 0 < kv < len(segment) - 1:
-            out[segment[:kv]] = segment[kv + 1:]
+            out[segment[:kv]] = segment[kv + 1 :]
     return out
 
 
@@ -156,21 +157,44 @@ def offset_msg_id(store_host_bytes_and_port, commitlog_offset: int) -> str:
     return (raw + MSGID_OFFSET.pack(commitlog_offset)).hex().upper()
 
 
-def cal_msg_length(sys_flag: int, body_length: int, topic_length: int,
-                   properties_length: int, topic_length_size: int = 1) -> int:
+def cal_msg_length(
+    sys_flag: int,
+    body_length: int,
+    topic_length: int,
+    properties_length: int,
+    topic_length_size: int = 1,
+) -> int:
     """TOTALSIZE formula (§1.2, ``calMsgLength``)."""
     bornhost_length = 8 if (sys_flag & SYSFLAG_BORNHOST_V6) == 0 else 20
     storehost_length = 8 if (sys_flag & SYSFLAG_STOREHOST_V6) == 0 else 20
-    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + bornhost_length + 8
-            + storehost_length + 4 + 8
-            + 4 + max(body_length, 0)
-            + topic_length_size + topic_length
-            + 2 + max(properties_length, 0))
+    return (
+        4
+        + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
+        + bornhost_length
+        + 8
+        + storehost_length
+        + 4
+        + 8
+        + 4
+        + max(body_length, 0)
+        + topic_length_size
+        + topic_length
+        + 2
+        + max(properties_length, 0)
+    )
 
 
 # --------------------------------------------------------------------------
 # §2 file naming
 # --------------------------------------------------------------------------
+
 
 def list_segments(dir_path) -> list[tuple[int, str, int]]:
     """Files of a MappedFileQueue directory (§2), sorted by name, as
@@ -180,12 +204,12 @@ def list_segments(dir_path) -> list[tuple[int, str, int]]:
     (a zero-length *last* file is ignored, as the store deletes it on load)
     and that consecutive files are exactly one segment apart.
     """
-    names = sorted(n for n in os.listdir(dir_path)
-                   if os.path.isfile(os.path.join(dir_path, n)))
+    names = sorted(n for n in os.listdir(dir_path) if os.path.isfile(os.path.join(dir_path, n)))
     segs = []
     for name in names:
-        assert len(name) == 20 and name.isdigit(), \
+        assert len(name) == 20 and name.isdigit(), (
             "segment file name %r is not a 20-digit offset (§2)" % name
+        )
         path = os.path.join(dir_path, name)
         segs.append((int(name), path, os.path.getsize(path)))
     if segs and segs[-1][2] == 0:
@@ -194,11 +218,11 @@ def list_segments(dir_path) -> list[tuple[int, str, int]]:
         return segs
     size = segs[0][2]
     for i, (start, path, fsize) in enumerate(segs):
-        assert fsize == size, \
-            "%s: size %d differs from segment size %d (§2)" % (path, fsize, size)
+        assert fsize == size, "%s: size %d differs from segment size %d (§2)" % (path, fsize, size)
         if i:
-            assert start == segs[i - 1][0] + size, \
+            assert start == segs[i - 1][0] + size, (
                 "%s: start offset %d is not previous + %d (§2)" % (path, start, size)
+            )
     return segs
 
 
@@ -206,29 +230,41 @@ def list_segments(dir_path) -> list[tuple[int, str, int]]:
 # §1 CommitLog
 # --------------------------------------------------------------------------
 
+
 def _decode_record(buf: bytes, pos: int, file_from: int) -> dict:
     """Decode one message record starting at ``buf[pos]`` (§1.1)."""
-    (total_size, magic, body_crc, queue_id, flag, queue_offset,
-     physical_offset, sys_flag, born_ts) = RECORD_HEAD.unpack_from(buf, pos)
+    (
+        total_size,
+        magic,
+        body_crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+    ) = RECORD_HEAD.unpack_from(buf, pos)
     end = pos + total_size
     p = pos + RECORD_HEAD.size
 
     bh_len = HOST_V6.size if sys_flag & SYSFLAG_BORNHOST_V6 else HOST_V4.size
-    born_raw = bytes(buf[p:p + bh_len])
+    born_raw = bytes(buf[p : p + bh_len])
     p += bh_len
     (store_ts,) = INT64.unpack_from(buf, p)
     p += INT64.size
     sh_len = HOST_V6.size if sys_flag & SYSFLAG_STOREHOST_V6 else HOST_V4.size
-    store_raw = bytes(buf[p:p + sh_len])
+    store_raw = bytes(buf[p : p + sh_len])
     p += sh_len
     reconsume, prepared = RECONSUME_AND_PREPARED.unpack_from(buf, p)
     p += RECONSUME_AND_PREPARED.size
 
     (body_len,) = INT32.unpack_from(buf, p)
     p += INT32.size
-    assert 0 <= body_len and p + body_len <= end, \
-        "record at %d: body length %d overruns record" % (file_from + pos, body_len)
-    body = bytes(buf[p:p + body_len])
+    assert 0 <= body_len and p + body_len <= end, "record at %d: body length %d overruns record" % (
+        file_from + pos,
+        body_len,
+    )
+    body = bytes(buf[p : p + body_len])
     p += body_len
 
     if magic == MAGIC_V1:
@@ -238,16 +274,20 @@ def _decode_record(buf: bytes, pos: int, file_from: int) -> dict:
         (topic_len,) = INT16.unpack_from(buf, p)
         topic_len_size = INT16.size
     p += topic_len_size
-    assert 0 <= topic_len and p + topic_len <= end, \
-        "record at %d: topic length %d invalid" % (file_from + pos, topic_len)
-    topic_raw = bytes(buf[p:p + topic_len])
+    assert 0 <= topic_len and p + topic_len <= end, "record at %d: topic length %d invalid" % (
+        file_from + pos,
+        topic_len,
+    )
+    topic_raw = bytes(buf[p : p + topic_len])
     p += topic_len
 
     (props_len,) = INT16.unpack_from(buf, p)
     p += INT16.size
-    assert 0 <= props_len and p + props_len <= end, \
-        "record at %d: properties length %d invalid" % (file_from + pos, props_len)
-    props_raw = bytes(buf[p:p + props_len])
+    assert 0 <= props_len and p + props_len <= end, "record at %d: properties length %d invalid" % (
+        file_from + pos,
+        props_len,
+    )
+    props_raw = bytes(buf[p : p + props_len])
     p += props_len
 
     return {
@@ -287,24 +327,36 @@ def check_record(rec: dict) -> None:
     * PHYSICALOFFSET equals the absolute offset where the record was found.
     """
     where = "record at %d" % rec["fileOffset"]
-    expected = cal_msg_length(rec["sysFlag"], len(rec["body"]),
-                              len(rec["topic"].encode("utf-8")),
-                              len(rec["propertiesRaw"]), rec["topicLengthSize"])
-    assert rec["totalSize"] == expected, \
-        "%s: TOTALSIZE %d != calMsgLength %d (§1.2)" % (where, rec["totalSize"], expected)
+    expected = cal_msg_length(
+        rec["sysFlag"],
+        len(rec["body"]),
+        len(rec["topic"].encode("utf-8")),
+        len(rec["propertiesRaw"]),
+        rec["topicLengthSize"],
+    )
+    assert rec["totalSize"] == expected, "%s: TOTALSIZE %d != calMsgLength %d (§1.2)" % (
+        where,
+        rec["totalSize"],
+        expected,
+    )
     if "decodedLength" in rec:
-        assert rec["decodedLength"] == rec["totalSize"], \
-            "%s: fields use %d bytes, TOTALSIZE says %d" % (
-                where, rec["decodedLength"], rec["totalSize"])
+        assert rec["decodedLength"] == rec["totalSize"], (
+            "%s: fields use %d bytes, TOTALSIZE says %d"
+            % (where, rec["decodedLength"], rec["totalSize"])
+        )
     crc = zlib.crc32(rec["body"]) & 0x7FFFFFFF
-    assert rec["bodyCRC"] == crc, \
-        "%s: BODYCRC %d != crc32(body)&0x7fffffff %d (§1.4)" % (where, rec["bodyCRC"], crc)
-    assert rec["physicalOffset"] == rec["fileOffset"], \
-        "%s: PHYSICALOFFSET %d != position in commitlog (§1.1)" % (
-            where, rec["physicalOffset"])
+    assert rec["bodyCRC"] == crc, "%s: BODYCRC %d != crc32(body)&0x7fffffff %d (§1.4)" % (
+        where,
+        rec["bodyCRC"],
+        crc,
+    )
+    assert rec["physicalOffset"] == rec["fileOffset"], (
+        "%s: PHYSICALOFFSET %d != position in commitlog (§1.1)" % (where, rec["physicalOffset"])
+    )
     if rec["magic"] == MAGIC_V1:
-        assert len(rec["topic"].encode("utf-8")) <= 127, \
+        assert len(rec["topic"].encode("utf-8")) <= 127, (
             "%s: V1 record with topic longer than 127 bytes (§1.3)" % where
+        )
 
 
 def scan_commitlog(dir_path, check: bool = True) -> dict:
@@ -335,13 +387,17 @@ def scan_commitlog(dir_path, check: bool = True) -> dict:
             total_size, magic = BLANK_HEAD.unpack_from(buf, pos)
             if magic == MAGIC_BLANK:
                 blanks.append((file_from + pos, total_size))
-                assert pos + total_size == size, \
-                    "blank at %d declares %d bytes but %d remain in the file (§1.8)" % (
-                        file_from + pos, total_size, size - pos)
+                assert pos + total_size == size, (
+                    "blank at %d declares %d bytes but %d remain in the file (§1.8)"
+                    % (file_from + pos, total_size, size - pos)
+                )
                 break
             if total_size <= 0 or magic not in (MAGIC_V1, MAGIC_V2):
                 stop_reason = "header at %d: size %d magic 0x%08X" % (
-                    file_from + pos, total_size, magic)
+                    file_from + pos,
+                    total_size,
+                    magic,
+                )
                 break
             if pos + total_size > size:
                 stop_reason = "record at %d overruns its file" % (file_from + pos)
@@ -357,8 +413,13 @@ def scan_commitlog(dir_path, check: bool = True) -> dict:
     else:
         if segs:
             stop_reason = "blank record in last file"
-    return {"records": records, "blanks": blanks, "segmentSize": seg_size,
-            "endOffset": end_offset, "stopReason": stop_reason}
+    return {
+        "records": records,
+        "blanks": blanks,
+        "segmentSize": seg_size,
+        "endOffset": end_offset,
+        "stopReason": stop_reason,
+    }
 
 
 def read_commitlog(dir_path, check: bool = True) -> list[dict]:
@@ -383,6 +444,7 @@ def blank_records(dir_path) -> list[tuple[int, int]]:
 # §3 ConsumeQueue
 # --------------------------------------------------------------------------
 
+
 def read_consumequeue(dir_path, topic: str, queue_id: int) -> list[tuple[int, int, int]]:
     """Units ``(commitLogOffset, size, tagsCode)`` of
     ``<dir>/consumequeue/<topic>/<queue_id>/`` (§3), across files in name order,
@@ -394,10 +456,8 @@ def read_consumequeue(dir_path, topic: str, queue_id: int) -> list[tuple[int, in
     qdir = os.path.join(dir_path, "consumequeue", topic, str(queue_id))
     units: list[tuple[int, int, int]] = []
     for file_from, path, size in list_segments(qdir):
-        assert size % CQ_UNIT.size == 0, \
-            "%s: size %d is not a multiple of 20 (§3)" % (path, size)
-        assert file_from % CQ_UNIT.size == 0, \
-            "%s: file name is not a multiple of 20 (§3)" % path
+        assert size % CQ_UNIT.size == 0, "%s: size %d is not a multiple of 20 (§3)" % (path, size)
+        assert file_from % CQ_UNIT.size == 0, "%s: file name is not a multiple of 20 (§3)" % path
         with open(path, "rb") as f:
             buf = f.read()
         for off, usize, tags in CQ_UNIT.iter_unpack(buf):
@@ -419,14 +479,26 @@ def tags_code(tags) -> int:
 # §4 IndexFile
 # --------------------------------------------------------------------------
 
+
 def read_indexfile(path) -> dict:
     """IndexFile header (§4): beginTimestamp, endTimestamp, beginPhyOffset,
     endPhyOffset, hashSlotCount, indexCount."""
     with open(path, "rb") as f:
         head = f.read(INDEX_HEADER.size)
     fields = INDEX_HEADER.unpack(head)
-    return dict(zip(("beginTimestamp", "endTimestamp", "beginPhyOffset",
-                     "endPhyOffset", "hashSlotCount", "indexCount"), fields))
+    return dict(
+        zip(
+            (
+                "beginTimestamp",
+                "endTimestamp",
+                "beginPhyOffset",
+                "endPhyOffset",
+                "hashSlotCount",
+                "indexCount",
+            ),
+            fields,
+        )
+    )
 
 
 def index_geometry(path, index_num: int | None = None) -> tuple[int, int]:
@@ -440,13 +512,17 @@ def index_geometry(path, index_num: int | None = None) -> tuple[int, int]:
     size = os.path.getsize(path)
     body = size - INDEX_HEADER.size
     if index_num is None:
-        assert body > 0 and body % 84 == 0, \
+        assert body > 0 and body % 84 == 0, (
             "%s: size %d does not fit indexNum = 4*hashSlotNum; pass index_num" % (path, size)
+        )
         slots = body // 84
         return slots, 4 * slots
     rest = body - index_num * INDEX_ITEM.size
-    assert rest > 0 and rest % INDEX_SLOT.size == 0, \
-        "%s: size %d does not fit indexNum %d (§4)" % (path, size, index_num)
+    assert rest > 0 and rest % INDEX_SLOT.size == 0, "%s: size %d does not fit indexNum %d (§4)" % (
+        path,
+        size,
+        index_num,
+    )
     return rest // INDEX_SLOT.size, index_num
 
 
@@ -459,13 +535,20 @@ def read_index_items(path, hash_slot_num: int | None = None) -> list[tuple[int, 
     with open(path, "rb") as f:
         buf = f.read()
     base = INDEX_HEADER.size + hash_slot_num * INDEX_SLOT.size
-    return [INDEX_ITEM.unpack_from(buf, base + n * INDEX_ITEM.size)
-            for n in range(1, max(header["indexCount"], 1))]
+    return [
+        INDEX_ITEM.unpack_from(buf, base + n * INDEX_ITEM.size)
+        for n in range(1, max(header["indexCount"], 1))
+    ]
 
 
-def index_lookup(path, key: str, hash_slot_num: int | None = None,
-                 begin: int = 0, end: int = 2 ** 63 - 1,
-                 max_num: int | None = None) -> list[int]:
+def index_lookup(
+    path,
+    key: str,
+    hash_slot_num: int | None = None,
+    begin: int = 0,
+    end: int = 2**63 - 1,
+    max_num: int | None = None,
+) -> list[int]:
     """Physical offsets stored under ``key`` (the full ``topic#key`` string)
     in one IndexFile, following the slot chain as ``selectPhyOffset`` does
     (§4), newest first.  Hash collisions are not resolved (as in the store).
@@ -489,7 +572,8 @@ def index_lookup(path, key: str, hash_slot_num: int | None = None,
     current = slot_value
     while max_num is None or len(result) < max_num:
         item_hash, phy, time_diff, prev = INDEX_ITEM.unpack_from(
-            buf, items_base + current * INDEX_ITEM.size)
+            buf, items_base + current * INDEX_ITEM.size
+        )
         if time_diff < 0:
             break
         time_read = header["beginTimestamp"] + time_diff * 1000
@@ -514,6 +598,7 @@ def index_lookup_dir(index_dir, key: str, hash_slot_num: int | None = None) -> l
 # §5 checkpoint
 # --------------------------------------------------------------------------
 
+
 def read_checkpoint(path) -> dict:
     """checkpoint file (§5): physicMsgTimestamp, logicsMsgTimestamp,
     indexMsgTimestamp and, when the file holds them (5.x), masterFlushedOffset
@@ -522,9 +607,15 @@ def read_checkpoint(path) -> dict:
         buf = f.read(CHECKPOINT_4X.size + CHECKPOINT_5X.size)
     assert len(buf) >= CHECKPOINT_4X.size, "%s: shorter than 24 bytes (§5)" % path
     physic, logics, index = CHECKPOINT_4X.unpack_from(buf, 0)
-    master, confirm = (CHECKPOINT_5X.unpack_from(buf, CHECKPOINT_4X.size)
-                       if len(buf) >= CHECKPOINT_4X.size + CHECKPOINT_5X.size
-                       else (None, None))
-    return {"physicMsgTimestamp": physic, "logicsMsgTimestamp": logics,
-            "indexMsgTimestamp": index, "masterFlushedOffset": master,
-            "confirmPhyOffset": confirm}
+    master, confirm = (
+        CHECKPOINT_5X.unpack_from(buf, CHECKPOINT_4X.size)
+        if len(buf) >= CHECKPOINT_4X.size + CHECKPOINT_5X.size
+        else (None, None)
+    )
+    return {
+        "physicMsgTimestamp": physic,
+        "logicsMsgTimestamp": logics,
+        "indexMsgTimestamp": index,
+        "masterFlushedOffset": master,
+        "confirmPhyOffset": confirm,
+    }

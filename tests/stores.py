@@ -4,13 +4,23 @@ holding every kind of CommitLog record (one home; the tests import them from her
 import os
 import zlib
 
-from engine.format.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, NEED_UNWRAP_FLAG,
-                                   TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, encode_message,
-                                   host_from_str)
+from engine.format.message import (
+    COMPRESSED_FLAG,
+    INNER_BATCH_FLAG,
+    NEED_UNWRAP_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    encode_message,
+    host_from_str,
+)
 from engine.store import Message, MessageStore, StoreConfig
 
-SMALL = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,
-             max_hash_slot_num=16, max_index_num=64)
+SMALL = dict(
+    mapped_file_size_commit_log=8 * 1024,
+    mapped_file_size_consume_queue=16 * 20,
+    max_hash_slot_num=16,
+    max_index_num=64,
+)
 
 
 def small() -> StoreConfig:
@@ -21,19 +31,26 @@ def produce(root, n, topic="T", queue_id=None, tag="m", cfg=None):
     with MessageStore(str(root), cfg or small()) as s:
         if s.topic_config.get(topic) is None:
             s.create_topic(topic, 2)
-        s.put_messages([Message(topic, f"{tag}{i}".encode(), keys=[f"k{tag}{i}"],
-                                queue_id=queue_id) for i in range(n)])
+        s.put_messages(
+            [
+                Message(topic, f"{tag}{i}".encode(), keys=[f"k{tag}{i}"], queue_id=queue_id)
+                for i in range(n)
+            ]
+        )
 
 
 def bodies(root, topic="T", cfg=None):
     with MessageStore(str(root), cfg or small(), read_only=True) as s:
-        return sorted(rec.body for q in s.queue_ids(topic)
-                      for _, rec in s.iter_queue(topic, q))
+        return sorted(rec.body for q in s.queue_ids(topic) for _, rec in s.iter_queue(topic, q))
 
 
 def small_segments(**kw):
-    base = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20,
-                max_hash_slot_num=64, max_index_num=256)
+    base = dict(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+    )
     base.update(kw)
     return StoreConfig(**base)
 
@@ -42,6 +59,7 @@ def put_internal(store, msgs, batch: bool = False):
     """Put records a client could not send (odd properties, broker-internal topics) on
     purpose, through the broker's own put path (:func:`engine.service.putmessage.put_internal`)."""
     from engine.service import putmessage
+
     return putmessage.put_internal(store, msgs, batch)
 
 
@@ -50,35 +68,53 @@ def every_kind_store(root):
     messages, odd bodies and properties, a non-UTF-8 property, an inner-batch record (in the
     CommitLog only), segments crossed."""
     odd = [b"", b"plain", "ünï \u2028 \x00 \" \\".encode(), b"\xff\xfe\x00bin", b"x" * 9000]
-    with MessageStore(str(root), small_segments(compress_msg_body_over_howmuch=1024,
-                                      compress_type="LZ4")) as s:
+    with MessageStore(
+        str(root), small_segments(compress_msg_body_over_howmuch=1024, compress_type="LZ4")
+    ) as s:
         long_topic = "%RETRY%" + "g" * 200
         for t, n in (("T", 3), (long_topic, 1), ("Z", 1)):
             s.create_topic(t, n)
         msgs = []
         for i, b in enumerate(odd * 4):
-            msgs.append(Message("T", b, tags=["a", None, "Tä\"g", ""][i % 4],
-                                keys=[None, "k1  k2 ", ["only"]][i % 3],
-                                properties=[None, {"ü": "\n", "e": ""}, {"x": "a\x01b"}][i % 3]))
+            msgs.append(
+                Message(
+                    "T",
+                    b,
+                    tags=["a", None, "Tä\"g", ""][i % 4],
+                    keys=[None, "k1  k2 ", ["only"]][i % 3],
+                    properties=[None, {"ü": "\n", "e": ""}, {"x": "a\x01b"}][i % 3],
+                )
+            )
         put_internal(s, msgs)
-        put_internal(s, [Message("T", b"big " * 2000), Message("T", b"big " * 2000,
-                                                               compress=False)])
+        put_internal(
+            s, [Message("T", b"big " * 2000), Message("T", b"big " * 2000, compress=False)]
+        )
         put_internal(s, [Message(long_topic, b"v2 record", tags="r")])
         put_internal(s, [Message("T", b"from v6", born_host=host_from_str("[2001:db8::7]:42"))])
         put_internal(s, [Message("T", b"delayed", delay_level=2)])
         put_internal(s, [Message("T", b"half", sys_flag=TRANSACTION_PREPARED_TYPE)])
         put_internal(s, [Message("T", b"commit", sys_flag=TRANSACTION_COMMIT_TYPE)])
-        put_internal(s, [Message("Z", zlib.compress(b"legacy zlib"), sys_flag=COMPRESSED_FLAG,
-                                compress=False)])
+        put_internal(
+            s,
+            [Message("Z", zlib.compress(b"legacy zlib"), sys_flag=COMPRESSED_FLAG, compress=False)],
+        )
         host = (b"\x7f\0\0\1", 1)
-        e = encode_message("Z", b"inner", queue_id=0, born_timestamp=1, born_host=host,
-                           store_host=host, sys_flag=INNER_BATCH_FLAG | NEED_UNWRAP_FLAG,
-                           properties={"INNER_NUM": "3", "INNER_BASE": "0"})
+        e = encode_message(
+            "Z",
+            b"inner",
+            queue_id=0,
+            born_timestamp=1,
+            born_host=host,
+            store_host=host,
+            sys_flag=INNER_BATCH_FLAG | NEED_UNWRAP_FLAG,
+            properties={"INNER_NUM": "3", "INNER_BASE": "0"},
+        )
         s.commitlog.append([e], [0])
         put_internal(s, [Message("Z", b"after inner", tags="z")])
     for kind in ("ZSTD", "ZLIB"):
-        with MessageStore(str(root), small_segments(compress_msg_body_over_howmuch=1024,
-                                          compress_type=kind)) as s:
+        with MessageStore(
+            str(root), small_segments(compress_msg_body_over_howmuch=1024, compress_type=kind)
+        ) as s:
             put_internal(s, [Message("T", b"compress me " * 500)] * 3)
     with MessageStore(str(root), small_segments(enabled_append_prop_crc=True)) as s:
         put_internal(s, [Message("T", b"with crc property", tags="c")] * 3)
@@ -92,8 +128,8 @@ def every_kind_store(root):
 # HookUtils.MAX_TOPIC_LENGTH, which a directory name also allows), and an ordinary 150-char
 # topic (RocketMQ's store classes take it; only the client limits a new topic to 127).
 LONG_GROUP = "G" * 248
-RETRY_TOPIC = "%RETRY%" + LONG_GROUP                 # 255 chars
-DLQ_TOPIC = "%DLQ%" + "D" * 250                      # 255 chars
+RETRY_TOPIC = "%RETRY%" + LONG_GROUP  # 255 chars
+DLQ_TOPIC = "%DLQ%" + "D" * 250  # 255 chars
 LONG_TOPIC = "L" * 150
 LONG_TOPICS = (RETRY_TOPIC, DLQ_TOPIC, LONG_TOPIC)
 
@@ -109,11 +145,12 @@ def long_topic_store(root, cfg=None):
     ends; LONG_GROUP has committed offsets on T and its retry topic. Returns
     ``{topic: [bodies in put order]}``."""
     from engine.format.config import TopicConfig
+
     want: dict[str, list[bytes]] = {}
     with MessageStore(str(root), cfg or long_topic_config()) as s:
         s.create_topic("T", 4)
         s.create_topic("U", 1)
-        s.create_topic(RETRY_TOPIC, 1)   # the broker's own topics: TopicValidator allows 255
+        s.create_topic(RETRY_TOPIC, 1)  # the broker's own topics: TopicValidator allows 255
         s.create_topic(DLQ_TOPIC, 1)
         s.topic_config.put(TopicConfig(LONG_TOPIC, 2, 2))  # a store-level topic
         s.create_group(LONG_GROUP)
@@ -156,6 +193,7 @@ def blank_units_store(root):
     """A store whose queue T/0 holds blank filler units (fillPreBlank) at offsets 18, 20 and
     27, in its second file (16 units a file; blanks in the first would move its min offset)."""
     from engine.format.consumequeue import BLANK_UNIT_SIZE, UNIT
+
     produce(root, 30, queue_id=0, cfg=small())
     d = os.path.join(root, "consumequeue", "T", "0")
     for q in (18, 20, 27):

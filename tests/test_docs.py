@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = sorted([REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "CHANGELOG.md",
-               *(REPO / "docs").glob("*.md")])
+DOCS = sorted(
+    [
+        REPO / "README.md",
+        REPO / "CONTRIBUTING.md",
+        REPO / "CHANGELOG.md",
+        *(REPO / "docs").glob("*.md"),
+    ]
+)
 README_MAX_LINES = 250
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
@@ -73,8 +79,10 @@ def test_every_link_resolves(doc):
             if dest.suffix != ".md" or dest.is_dir():
                 bad.append(f"{target}: an anchor into a file that is not markdown")
             elif anchor not in anchors(dest):
-                bad.append(f"{target}: no heading #{anchor} in {dest.relative_to(REPO)} "
-                           f"(has {sorted(anchors(dest))})")
+                bad.append(
+                    f"{target}: no heading #{anchor} in {dest.relative_to(REPO)} "
+                    f"(has {sorted(anchors(dest))})"
+                )
         try:
             dest.relative_to(REPO)
         except ValueError:

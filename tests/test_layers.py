@@ -19,9 +19,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("engine", "fusefs", "mount", "pipeline")
-FORBIDDEN = {"engine": {"fusefs", "mount", "pipeline"},
-             "fusefs": {"mount", "pipeline"},
-             "pipeline": {"fusefs", "mount"}}  # mount/ (the CLI) is the top: it may use any
+FORBIDDEN = {
+    "engine": {"fusefs", "mount", "pipeline"},
+    "fusefs": {"mount", "pipeline"},
+    "pipeline": {"fusefs", "mount"},
+}  # mount/ (the CLI) is the top: it may use any
 
 
 def imports(module: str, source: str, is_package: bool = False) -> set[str]:
@@ -63,8 +65,10 @@ def modules() -> dict[str, tuple[str, bool]]:
 
 def graph() -> dict[str, set[str]]:
     mods = modules()
-    return {m: {i for i in imports(m, src, pkg) if i in mods and i != m}
-            for m, (src, pkg) in mods.items()}
+    return {
+        m: {i for i in imports(m, src, pkg) if i in mods and i != m}
+        for m, (src, pkg) in mods.items()
+    }
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
@@ -76,7 +80,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
         stack.append(m)
         for n in sorted(g.get(m, ())):
             if state.get(n) == 1:
-                found.append(stack[stack.index(n):] + [n])
+                found.append(stack[stack.index(n) :] + [n])
             elif n not in state:
                 walk(n, stack)
         stack.pop()
@@ -91,9 +95,11 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_layers_import_only_downward(layer):
     g = graph()
-    bad = [f"{m} imports {sorted(i for i in deps if i.split('.')[0] in FORBIDDEN[layer])}"
-           for m, deps in g.items() if m.startswith(layer + ".")
-           and any(i.split(".")[0] in FORBIDDEN[layer] for i in deps)]
+    bad = [
+        f"{m} imports {sorted(i for i in deps if i.split('.')[0] in FORBIDDEN[layer])}"
+        for m, deps in g.items()
+        if m.startswith(layer + ".") and any(i.split(".")[0] in FORBIDDEN[layer] for i in deps)
+    ]
     assert not bad, bad
 
 
@@ -109,14 +115,14 @@ def test_fusefs_base_imports_nothing_of_fusefs():
 #: before it (type annotations under ``if TYPE_CHECKING:`` excepted: the services name the
 #: MessageStore that owns them). ``engine`` itself (``__init__.py``, the public API) is above all.
 ENGINE_LAYERS = (
-    "engine.errors",       # the errors, each with its errno
-    "engine.format",       # the on-disk files and their primitives
+    "engine.errors",  # the errors, each with its errno
+    "engine.format",  # the on-disk files and their primitives
     "engine.storeconfig",  # StoreConfig, broker.conf
-    "engine.service",      # put, dispatch, recovery, flush, getMessage, cleanup, lock, validation
-    "engine.read",         # the column-wise reader (numpy, Arrow), the columns, the JSON line
-    "engine.live",         # followers, snapshots, status, stats, consumer progress
-    "engine.store",        # MessageStore, the façade
-    "engine.tools",        # offline verify and recover, above the store
+    "engine.service",  # put, dispatch, recovery, flush, getMessage, cleanup, lock, validation
+    "engine.read",  # the column-wise reader (numpy, Arrow), the columns, the JSON line
+    "engine.live",  # followers, snapshots, status, stats, consumer progress
+    "engine.store",  # MessageStore, the façade
+    "engine.tools",  # offline verify and recover, above the store
 )
 
 
@@ -127,16 +133,20 @@ def engine_layer(module: str) -> int:
     for rank, layer in enumerate(ENGINE_LAYERS):
         if module == layer or module.startswith(layer + "."):
             return rank
-    raise AssertionError(f"{module} is in no layer of ENGINE_LAYERS: add it there (and to "
-                         "docs/architecture.md)")
+    raise AssertionError(
+        f"{module} is in no layer of ENGINE_LAYERS: add it there (and to docs/architecture.md)"
+    )
 
 
 def engine_upward(g: dict[str, set[str]]) -> list[str]:
     """The imports inside engine/ that go up a layer."""
-    return [f"{m} ({ENGINE_LAYERS[engine_layer(m)]}) imports {i}"
-            for m, deps in sorted(g.items()) if m.split(".")[0] == "engine"
-            for i in sorted(deps) if i.split(".")[0] == "engine"
-            and engine_layer(i) > engine_layer(m)]
+    return [
+        f"{m} ({ENGINE_LAYERS[engine_layer(m)]}) imports {i}"
+        for m, deps in sorted(g.items())
+        if m.split(".")[0] == "engine"
+        for i in sorted(deps)
+        if i.split(".")[0] == "engine" and engine_layer(i) > engine_layer(m)
+    ]
 
 
 def test_engine_modules_each_have_a_layer():
@@ -152,30 +162,44 @@ def test_engine_layers_import_only_downward():
 def test_format_imports_only_errors_and_format():
     """The on-disk formats are the bottom: nothing of the services, readers, live stores or
     tools (nor the store) leaks into them."""
-    bad = {m: sorted(i for i in deps if i.startswith("engine")
-                     and not i.startswith(("engine.format", "engine.errors")))
-           for m, deps in graph().items() if m.startswith("engine.format")}
+    bad = {
+        m: sorted(
+            i
+            for i in deps
+            if i.startswith("engine") and not i.startswith(("engine.format", "engine.errors"))
+        )
+        for m, deps in graph().items()
+        if m.startswith("engine.format")
+    }
     assert not {m: d for m, d in bad.items() if d}, bad
 
 
 def test_nothing_in_engine_imports_tools():
     """tools/ (verify, recover) sits above the store; only the package's public API names it,
     and lazily (by module name, not an import statement)."""
-    bad = [f"{m} imports {i}" for m, deps in graph().items() if m.startswith("engine")
-           and not m.startswith("engine.tools") for i in deps if i.startswith("engine.tools")]
+    bad = [
+        f"{m} imports {i}"
+        for m, deps in graph().items()
+        if m.startswith("engine") and not m.startswith("engine.tools")
+        for i in deps
+        if i.startswith("engine.tools")
+    ]
     assert bad == []
 
 
 def test_import_engine_is_light():
     """``import engine`` loads only the errors: the public names load on first use, and the
     columnar reader's numpy/pyarrow only with StoreFiles (the FUSE daemon relies on it)."""
-    code = ("import sys, engine\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('engine', 'numpy', 'pyarrow')))\n"
-            "from engine import MessageStore, Message, StoreConfig\n"
-            "print('numpy' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout.split("\n")
+    code = (
+        "import sys, engine\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('engine', 'numpy', 'pyarrow')))\n"
+        "from engine import MessageStore, Message, StoreConfig\n"
+        "print('numpy' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     assert out[0] == "['engine', 'engine.errors']"
     assert out[1] == "False"
 
@@ -186,6 +210,7 @@ def _engine_imports_that_do_not_resolve(path: Path) -> list[str]:
     editable install's finder in another checkout and load a second copy of the engine there.
     ``from engine import X``: X is a subpackage or module, or a name of ``engine.__all__``."""
     import engine
+
     bad = []
 
     def exists(dotted: str) -> bool:
@@ -194,71 +219,105 @@ def _engine_imports_that_do_not_resolve(path: Path) -> list[str]:
 
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            bad += [a.name for a in node.names if a.name.split(".")[0] == "engine"
-                    and not exists(a.name)]
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and \
-                node.module.split(".")[0] == "engine":
+            bad += [
+                a.name
+                for a in node.names
+                if a.name.split(".")[0] == "engine" and not exists(a.name)
+            ]
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and node.module
+            and node.module.split(".")[0] == "engine"
+        ):
             if not exists(node.module):
                 bad.append(node.module)
             elif node.module == "engine":
-                bad += [f"engine.{a.name}" for a in node.names
-                        if a.name not in engine.__all__ and not exists(f"engine.{a.name}")]
+                bad += [
+                    f"engine.{a.name}"
+                    for a in node.names
+                    if a.name not in engine.__all__ and not exists(f"engine.{a.name}")
+                ]
     return bad
 
 
 def test_engine_imports_name_modules_of_this_checkout():
-    files = [p for d in (*LAYERS, "tests", "bench") for p in sorted((REPO / d).rglob("*.py"))
-             if "java" not in p.relative_to(REPO).parts]
-    bad = {str(p.relative_to(REPO)): b for p in files if (b := _engine_imports_that_do_not_resolve(p))}
+    files = [
+        p
+        for d in (*LAYERS, "tests", "bench")
+        for p in sorted((REPO / d).rglob("*.py"))
+        if "java" not in p.relative_to(REPO).parts
+    ]
+    bad = {
+        str(p.relative_to(REPO)): b for p in files if (b := _engine_imports_that_do_not_resolve(p))
+    }
     assert not bad, bad
 
 
 def test_the_checks_can_fail():
     """A lazy import inside a function still makes a cycle; a relative import is resolved."""
-    g = {m: set(imports(m, src)) for m, src in {
-        "fusefs.a": "from .b import X\n",
-        "fusefs.b": "def f():\n    from . import a\n",
-        "fusefs.c": "import engine.store\nif TYPE_CHECKING:\n    from . import a\n",
-    }.items()}
+    g = {
+        m: set(imports(m, src))
+        for m, src in {
+            "fusefs.a": "from .b import X\n",
+            "fusefs.b": "def f():\n    from . import a\n",
+            "fusefs.c": "import engine.store\nif TYPE_CHECKING:\n    from . import a\n",
+        }.items()
+    }
     assert g["fusefs.a"] == {"fusefs.b", "fusefs.b.X"}
     assert "fusefs.a" in g["fusefs.b"]
     assert g["fusefs.c"] == {"engine.store"}
     assert cycles({m: {i for i in d if i in g} for m, d in g.items()}) == [
-        ["fusefs.a", "fusefs.b", "fusefs.a"]]
+        ["fusefs.a", "fusefs.b", "fusefs.a"]
+    ]
     # two dots go up a package; a package's __init__ resolves from itself
-    assert imports("engine.format.message", "from ..errors import E\nfrom ..service import a\n"
-                   ) >= {"engine.errors", "engine.service", "engine.service.a"}
+    assert imports(
+        "engine.format.message", "from ..errors import E\nfrom ..service import a\n"
+    ) >= {"engine.errors", "engine.service", "engine.service.a"}
     assert imports("engine.read", "from .columnar import S\n", is_package=True) >= {
-        "engine.read.columnar"}
+        "engine.read.columnar"
+    }
     # an engine layer importing upward is found: format -> service, service -> tools
     # (lazily, inside a function); one under TYPE_CHECKING is not
-    g = {"engine.format.message": {"engine.service.putmessage", "engine.errors"},
-         "engine.service.recovery": {"engine.tools.verify"},
-         "engine.service.flush": imports("engine.service.flush",
-                                         "if TYPE_CHECKING:\n    from ..store import S\n"),
-         "engine": {"engine.tools.verify"}}
+    g = {
+        "engine.format.message": {"engine.service.putmessage", "engine.errors"},
+        "engine.service.recovery": {"engine.tools.verify"},
+        "engine.service.flush": imports(
+            "engine.service.flush", "if TYPE_CHECKING:\n    from ..store import S\n"
+        ),
+        "engine": {"engine.tools.verify"},
+    }
     assert engine_upward(g) == [
         "engine.format.message (engine.format) imports engine.service.putmessage",
-        "engine.service.recovery (engine.service) imports engine.tools.verify"]
+        "engine.service.recovery (engine.service) imports engine.tools.verify",
+    ]
     with pytest.raises(AssertionError, match="no layer"):
         engine_layer("engine.newmodule")
 
 
 def test_an_old_engine_path_is_found(tmp_path):
     old = tmp_path / "old.py"
-    old.write_text("from engine import dispatch, errors, MessageStore\nimport engine.recovery\n"
-                   "from engine.columnar import StoreFiles\nfrom engine.read import columnar\n")
+    old.write_text(
+        "from engine import dispatch, errors, MessageStore\nimport engine.recovery\n"
+        "from engine.columnar import StoreFiles\nfrom engine.read import columnar\n"
+    )
     assert _engine_imports_that_do_not_resolve(old) == [
-        "engine.dispatch", "engine.recovery", "engine.columnar"]
+        "engine.dispatch",
+        "engine.recovery",
+        "engine.columnar",
+    ]
 
 
 def test_the_tree_runs_without_pyfuse3_and_trio():
-    code = ("import sys\n"
-            "import fusefs.base, fusefs.nodes, fusefs.viewtree, fusefs.snapshots, fusefs.views, "
-            "fusefs.render\n"
-            "print(sorted(m for m in ('pyfuse3', 'trio') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout
+    code = (
+        "import sys\n"
+        "import fusefs.base, fusefs.nodes, fusefs.viewtree, fusefs.snapshots, fusefs.views, "
+        "fusefs.render\n"
+        "print(sorted(m for m in ('pyfuse3', 'trio') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -267,20 +326,31 @@ TESTS = REPO / "tests"
 
 def _test_imports(path: Path) -> set[str]:
     return {m.split(".")[0] for m in imports("tests.x", path.read_text())} | {
-        n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)
-        and n.id in ("fuse", "mount_store", "spark")}
+        n.id
+        for n in ast.walk(ast.parse(path.read_text()))
+        if isinstance(n, ast.Name) and n.id in ("fuse", "mount_store", "spark")
+    }
 
 
-@pytest.mark.parametrize("tier, forbidden", [
-    ("engine", {"fusefs", "mount", "pipeline", "fuse", "mount_store", "spark"}),
-    ("fs", {"mount", "pipeline", "fuse", "mount_store", "spark"}),
-])
+@pytest.mark.parametrize(
+    "tier, forbidden",
+    [
+        ("engine", {"fusefs", "mount", "pipeline", "fuse", "mount_store", "spark"}),
+        ("fs", {"mount", "pipeline", "fuse", "mount_store", "spark"}),
+    ],
+)
 def test_tests_are_grouped_by_layer(tier, forbidden):
     """tests/engine/ runs without the filesystem, tests/fs/ without a kernel mount; tests that
     mount are in tests/mount/ (or tools/, spark/)."""
-    bad = {p.name: sorted(_test_imports(p) & forbidden)
-           for p in sorted((TESTS / tier).glob("test_*.py")) if _test_imports(p) & forbidden}
+    bad = {
+        p.name: sorted(_test_imports(p) & forbidden)
+        for p in sorted((TESTS / tier).glob("test_*.py"))
+        if _test_imports(p) & forbidden
+    }
     assert not bad, bad
     # at the top only the checks of the whole repository: the layers, the docs' links, privacy
-    assert sorted(p.name for p in TESTS.glob("test_*.py")) == ["test_docs.py", "test_layers.py",
-                                                                  "test_privacy.py"]
+    assert sorted(p.name for p in TESTS.glob("test_*.py")) == [
+        "test_docs.py",
+        "test_layers.py",
+        "test_privacy.py",
+    ]

@@ -18,12 +18,10 @@ LAYERS = ("engine", "fusefs", "mount", "pipeline")
 ALLOWED = {
     # PySpark gives no public handle on the JVM gateway; the data source needs it to ask
     # the JVM for its Hadoop configuration.
-    ("pipeline/datasource.py", "_jvm"):
-        "PySpark's SparkContext._jvm: no public accessor exists",
+    ("pipeline/datasource.py", "_jvm"): "PySpark's SparkContext._jvm: no public accessor exists",
     # fusefs/views.py is being rewritten on the "one entry per job" branch (issue 17's other
     # half); its PartCache eviction call is fixed there to avoid a conflicting edit here.
-    ("fusefs/views.py", "_evict"):
-        "views.py belongs to the concurrent one-entry-per-job branch",
+    ("fusefs/views.py", "_evict"): "views.py belongs to the concurrent one-entry-per-job branch",
 }
 
 
@@ -53,8 +51,10 @@ def test_no_private_access_across_objects():
                 attr = v.rsplit(".", 1)[-1]
                 if (rel, attr) not in ALLOWED:
                     found.append(v)
-    assert not found, ("private attributes used outside their object (give the owner a "
-                       "public method):\n" + "\n".join(found))
+    assert not found, (
+        "private attributes used outside their object (give the owner a "
+        "public method):\n" + "\n".join(found)
+    )
 
 
 def test_allow_list_is_not_stale():

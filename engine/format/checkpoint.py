@@ -71,8 +71,9 @@ class StoreCheckpoint:
         data = data.ljust(LAYOUT.size, b"\0")
         return cls(*LAYOUT.unpack(data))
 
-    def problems(self, first_store_ms: int, last_store_ms: int, now_ms: int,
-                 live: bool = False) -> list[tuple[str, str]]:
+    def problems(
+        self, first_store_ms: int, last_store_ms: int, now_ms: int, live: bool = False
+    ) -> list[tuple[str, str]]:
         """``[(severity, what)]``: why these values cannot be what ``StoreCheckpoint`` holds
         for a CommitLog whose records were stored from ``first_store_ms`` to
         ``last_store_ms`` (0, 0 for no record). The file has no CRC, so plausibility is the
@@ -91,31 +92,49 @@ class StoreCheckpoint:
         ``masterFlushedOffset``/``confirmPhyOffset`` (5.x) below 0 are errors.
         """
         out = []
-        names = (("physicMsgTimestamp", self.physic_msg_timestamp),
-                 ("logicsMsgTimestamp", self.logics_msg_timestamp),
-                 ("indexMsgTimestamp", self.index_msg_timestamp))
+        names = (
+            ("physicMsgTimestamp", self.physic_msg_timestamp),
+            ("logicsMsgTimestamp", self.logics_msg_timestamp),
+            ("indexMsgTimestamp", self.index_msg_timestamp),
+        )
         for name, ts in names:
             if ts < 0:
                 out.append(("error", f"{name} {ts} is not a time"))
             elif ts > now_ms + FUTURE_MARGIN_MS:
                 out.append(("error", f"{name} {ts} is {_days(ts - now_ms)} in the future"))
             elif last_store_ms and not live and ts > last_store_ms + LAST_RECORD_MARGIN_MS:
-                out.append(("error", f"{name} {ts} is {ts - last_store_ms} ms after the last "
-                            f"record's store time {last_store_ms}"))
+                out.append(
+                    (
+                        "error",
+                        f"{name} {ts} is {ts - last_store_ms} ms after the last "
+                        f"record's store time {last_store_ms}",
+                    )
+                )
             elif first_store_ms and 0 < ts < first_store_ms - FUTURE_MARGIN_MS:
-                out.append(("warning", f"{name} {ts} is {_days(first_store_ms - ts)} before "
-                            f"the first record's store time {first_store_ms}"))
-        for name, v in (("masterFlushedOffset", self.master_flushed_offset),
-                        ("confirmPhyOffset", self.confirm_phy_offset)):
+                out.append(
+                    (
+                        "warning",
+                        f"{name} {ts} is {_days(first_store_ms - ts)} before "
+                        f"the first record's store time {first_store_ms}",
+                    )
+                )
+        for name, v in (
+            ("masterFlushedOffset", self.master_flushed_offset),
+            ("confirmPhyOffset", self.confirm_phy_offset),
+        ):
             if v < 0:
                 out.append(("error", f"{name} {v} is not an offset"))
         return out
 
     def to_bytes(self) -> bytes:
         """The 4096-byte file content (5.x layout, zero padded)."""
-        return LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp,
-                           self.index_msg_timestamp, self.master_flushed_offset,
-                           self.confirm_phy_offset).ljust(CHECKPOINT_FILE_SIZE, b"\0")
+        return LAYOUT.pack(
+            self.physic_msg_timestamp,
+            self.logics_msg_timestamp,
+            self.index_msg_timestamp,
+            self.master_flushed_offset,
+            self.confirm_phy_offset,
+        ).ljust(CHECKPOINT_FILE_SIZE, b"\0")
 
     def write(self, path: str, sync: bool = True) -> None:
         """Write the 4096-byte file in place (as the broker's mmap does) and optionally fsync."""

@@ -14,13 +14,31 @@ import time
 
 from ..errors import CorruptRecordError, MessageTooLargeError
 from .mappedfile import FileQueue
-from .message import (BLANK, BODY_CRC_MASK, BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_LENGTH, FIXED_V4,
-                      INT16, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MAX_TOPIC_LENGTH_V1,
-                      MIN_RECORD_SIZE, PROPERTIES_LENGTH_SIZE, PROPERTY_CRC32, RECORD_HEAD,
-                      STOREHOSTADDRESS_V6_FLAG, TOPIC_LENGTH_SIZE_V1, TOPIC_LENGTH_SIZE_V2,
-                      EncodedMessage, MessageRecord, decode_record, encode_blank, patch_record,
-                      write_prop_crc)
-
+from .message import (
+    BLANK,
+    BODY_CRC_MASK,
+    BORNHOST_V6_FLAG,
+    END_FILE_MIN_BLANK_LENGTH,
+    FIXED_V4,
+    INT16,
+    MAGIC_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_TOPIC_LENGTH_V1,
+    MIN_RECORD_SIZE,
+    PROPERTIES_LENGTH_SIZE,
+    PROPERTY_CRC32,
+    RECORD_HEAD,
+    STOREHOSTADDRESS_V6_FLAG,
+    TOPIC_LENGTH_SIZE_V1,
+    TOPIC_LENGTH_SIZE_V2,
+    EncodedMessage,
+    MessageRecord,
+    decode_record,
+    encode_blank,
+    patch_record,
+    write_prop_crc,
+)
 from .message import crc32 as _crc32  # zlib's; masked with BODY_CRC_MASK
 
 _PROP_CRC = PROPERTY_CRC32.encode()
@@ -38,7 +56,7 @@ def _pwritev_all(fd: int, pieces: list, pos: int) -> None:
     short writes."""
     i, n = 0, len(pieces)
     while i < n:
-        bufs = pieces[i:i + _IOV_MAX]
+        bufs = pieces[i : i + _IOV_MAX]
         want = sum(map(len, bufs))
         done = os.pwritev(fd, bufs, pos)
         pos += done
@@ -86,8 +104,7 @@ class CommitLog:
         flushed_where: offset up to which data was fsynced.
     """
 
-    def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE,
-                 read_only: bool = False):
+    def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE, read_only: bool = False):
         self.files = FileQueue(directory, file_size, read_only)
         self.file_size = self.files.file_size
         self.max_offset = self.files.min_offset
@@ -216,8 +233,25 @@ class CommitLog:
                 rec_end = i + total
                 fields = None
                 if total >= MIN_RECORD_SIZE:
-                    (_, _, crc, queue_id, _, queue_offset, phys, sys_flag, _, _, _, _, _, _, _,
-                     _, body_len) = unpack_fixed(chunk, i)
+                    (
+                        _,
+                        _,
+                        crc,
+                        queue_id,
+                        _,
+                        queue_offset,
+                        phys,
+                        sys_flag,
+                        _,
+                        _,
+                        _,
+                        _,
+                        _,
+                        _,
+                        _,
+                        _,
+                        body_len,
+                    ) = unpack_fixed(chunk, i)
                     if not sys_flag & _HOSTS_V6 and body_len >= 0:
                         p = i + FIXED_V4.size + body_len
                         if magic == last_magic and chunk.startswith(last_tail, p):
@@ -249,24 +283,40 @@ class CommitLog:
                                     last_tail, last_topic, last_magic = chunk[p:q], topic, magic
                         if topic is not None and q + PROPERTIES_LENGTH_SIZE <= rec_end:
                             plen = unpack_short(chunk, q)[0]
-                            if (plen >= 0 and q + PROPERTIES_LENGTH_SIZE + plen == rec_end
-                                    and not force_prop_crc
-                                    and chunk.find(_PROP_CRC, q + PROPERTIES_LENGTH_SIZE, rec_end) < 0):
+                            if (
+                                plen >= 0
+                                and q + PROPERTIES_LENGTH_SIZE + plen == rec_end
+                                and not force_prop_crc
+                                and chunk.find(_PROP_CRC, q + PROPERTIES_LENGTH_SIZE, rec_end) < 0
+                            ):
                                 fields = topic
                 if fields is None:
                     try:  # anything unusual, or a layout error to report precisely
-                        rec = decode_record(chunk, i, check_crc=check_crc,
-                                            base_offset=chunk_start,
-                                            force_verify_prop_crc=force_prop_crc)
+                        rec = decode_record(
+                            chunk,
+                            i,
+                            check_crc=check_crc,
+                            base_offset=chunk_start,
+                            force_verify_prop_crc=force_prop_crc,
+                        )
                     except CorruptRecordError as exc:
                         self.scan_error = str(exc)
                         return
-                    yield (chunk, i, rec.commitlog_offset, total, rec.topic, rec.queue_id,
-                           rec.queue_offset, rec.sys_flag)
+                    yield (
+                        chunk,
+                        i,
+                        rec.commitlog_offset,
+                        total,
+                        rec.topic,
+                        rec.queue_id,
+                        rec.queue_offset,
+                        rec.sys_flag,
+                    )
                 else:
                     body_at = i + FIXED_V4.size
                     if check_crc and crc != (
-                            _crc32(view[body_at:body_at + body_len]) & BODY_CRC_MASK):
+                        _crc32(view[body_at : body_at + body_len]) & BODY_CRC_MASK
+                    ):
                         self.scan_error = f"body CRC mismatch (record at {chunk_start + i})"
                         return
                     if phys != chunk_start + i:
@@ -284,9 +334,13 @@ class CommitLog:
                     break
 
     # -- write ------------------------------------------------------------------------------
-    def append(self, messages: list[EncodedMessage], queue_offsets: list[int],
-               store_timestamp: int | None = None, together: bool = False
-               ) -> list[AppendResult]:
+    def append(
+        self,
+        messages: list[EncodedMessage],
+        queue_offsets: list[int],
+        store_timestamp: int | None = None,
+        together: bool = False,
+    ) -> list[AppendResult]:
         """Append encoded records in order and return where each one went.
 
         Fills QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP (``store_timestamp`` or now, epoch
@@ -313,7 +367,8 @@ class CommitLog:
             total = sum(len(m.data) for m in messages)
             if total + END_FILE_MIN_BLANK_LENGTH > fs:
                 raise MessageTooLargeError(
-                    f"batch of {total} bytes does not fit in a {fs}-byte CommitLog segment")
+                    f"batch of {total} bytes does not fit in a {fs}-byte CommitLog segment"
+                )
             seg_end = pos - pos % fs + fs
             if pos + total + END_FILE_MIN_BLANK_LENGTH > seg_end:
                 chunks.append((pos, bytearray(encode_blank(seg_end - pos))))
@@ -322,7 +377,8 @@ class CommitLog:
             n = len(m.data)
             if n + END_FILE_MIN_BLANK_LENGTH > fs:
                 raise MessageTooLargeError(
-                    f"record of {n} bytes does not fit in a {fs}-byte CommitLog segment")
+                    f"record of {n} bytes does not fit in a {fs}-byte CommitLog segment"
+                )
             seg_end = pos - pos % fs + fs
             if pos + n + END_FILE_MIN_BLANK_LENGTH > seg_end:
                 buf += encode_blank(seg_end - pos)
@@ -348,8 +404,7 @@ class CommitLog:
         self.last_store_timestamp = store_timestamp
         return results
 
-    def append_chunks(self, chunks: list[tuple[int, list]], end: int,
-                      store_timestamp: int) -> None:
+    def append_chunks(self, chunks: list[tuple[int, list]], end: int, store_timestamp: int) -> None:
         """Write records already encoded with their final offsets (the store's put path).
 
         ``chunks`` are ``(absolute offset, list of bytes-like pieces)`` in order, starting at
@@ -375,8 +430,9 @@ class CommitLog:
         self.max_offset = end
         self.last_store_timestamp = store_timestamp
 
-    def flush(self, least_pages: int = 0, end: int | None = None,
-              store_timestamp: int | None = None) -> bool:
+    def flush(
+        self, least_pages: int = 0, end: int | None = None, store_timestamp: int | None = None
+    ) -> bool:
         """fdatasync what was appended since the last flush (``MappedFileQueue.flush``).
 
         Args:

@@ -53,6 +53,7 @@ def validate_queue_nums(n) -> int:
         raise InvalidNameError(f"queue count {n!r}: use 1-{MAX_QUEUE_NUMS}")
     return n
 
+
 PERM_PRIORITY = 0x8
 PERM_READ = 0x4
 PERM_WRITE = 0x2
@@ -81,8 +82,7 @@ def validate_topic_name(name: str) -> None:
     topic. Loading a store uses :func:`topic_path_problem` instead."""
     limit = max_topic_length(name or "")
     if not name or len(name) > limit or not _VALID_NAME.fullmatch(name):
-        raise InvalidNameError(
-            f"invalid topic name {name!r}: use 1-{limit} of [%|a-zA-Z0-9_-]")
+        raise InvalidNameError(f"invalid topic name {name!r}: use 1-{limit} of [%|a-zA-Z0-9_-]")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -118,7 +118,8 @@ def validate_group_name(name: str) -> None:
     """Raise InvalidNameError unless ``name`` is a valid consumer group name."""
     if not name or len(name) > GROUP_MAX_LENGTH or not _VALID_NAME.fullmatch(name):
         raise InvalidNameError(
-            f"invalid group name {name!r}: use 1-{GROUP_MAX_LENGTH} of [%|a-zA-Z0-9_-]")
+            f"invalid group name {name!r}: use 1-{GROUP_MAX_LENGTH} of [%|a-zA-Z0-9_-]"
+        )
 
 
 _STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)')
@@ -126,17 +127,18 @@ _STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)')
 
 def loads_fastjson(text: str):
     """Parse fastjson output: JSON plus bare integer object keys. Raises ValueError."""
+
     def repl(m):
         if m.group(1) is None:
             return m.group(0)
         return f'{m.group(1)}"{m.group(2)}"{m.group(3)}'
+
     return json.loads(_STRING_OR_BARE_KEY.sub(repl, text))
 
 
 def dumps_pretty(obj) -> str:
     """Serialise like fastjson's pretty mode: tabs, sorted keys, no space after ':'."""
-    return json.dumps(obj, indent="\t", sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
+    return json.dumps(obj, indent="\t", sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def load_config_file(path: str, parse=None):
@@ -202,8 +204,11 @@ def _load_first(paths, parse):
             errors.append(f"{p}: {exc}")
             continue
         if errors:
-            log.warning("%s; loaded %s instead (as the broker's ConfigManager does)",
-                        "; ".join(errors), os.path.basename(p))
+            log.warning(
+                "%s; loaded %s instead (as the broker's ConfigManager does)",
+                "; ".join(errors),
+                os.path.basename(p),
+            )
         return value
     if errors:
         raise ConfigFileError("; ".join(errors))
@@ -265,7 +270,7 @@ def _write_atomic(path: str, data: bytes) -> None:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -297,10 +302,16 @@ class TopicConfig:
 
     def to_json(self) -> dict:
         """The fastjson field names and values."""
-        return {"attributes": self.attributes, "order": self.order, "perm": self.perm,
-                "readQueueNums": self.read_queue_nums, "topicFilterType": self.topic_filter_type,
-                "topicName": self.topic_name, "topicSysFlag": self.topic_sys_flag,
-                "writeQueueNums": self.write_queue_nums}
+        return {
+            "attributes": self.attributes,
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
 
     @classmethod
     def from_json(cls, name: str, d: dict) -> TopicConfig:
@@ -317,11 +328,16 @@ class TopicConfig:
         tft = d.get("topicFilterType", "SINGLE_TAG")
         if not isinstance(tft, str):
             raise TypeError(where + "topicFilterType is not a string")
-        return cls(name, _int(d.get("readQueueNums", 4), where + "readQueueNums"),
-                   _int(d.get("writeQueueNums", 4), where + "writeQueueNums"),
-                   _int(d.get("perm", 6), where + "perm"), tft,
-                   _int(d.get("topicSysFlag", 0), where + "topicSysFlag"),
-                   bool(d.get("order", False)), dict(attrs))
+        return cls(
+            name,
+            _int(d.get("readQueueNums", 4), where + "readQueueNums"),
+            _int(d.get("writeQueueNums", 4), where + "writeQueueNums"),
+            _int(d.get("perm", 6), where + "perm"),
+            tft,
+            _int(d.get("topicSysFlag", 0), where + "topicSysFlag"),
+            bool(d.get("order", False)),
+            dict(attrs),
+        )
 
     @property
     def shown_queue_nums(self) -> int:
@@ -363,9 +379,13 @@ class TopicConfigManager:
                 continue
             cfg = TopicConfig.from_json(name, d)
             if max(cfg.read_queue_nums, cfg.write_queue_nums) > MAX_QUEUE_NUMS:
-                log.warning("%s: topic %s has %d queues; only queues 0-%d and queues with data "
-                            "are shown", self.path, name,
-                            max(cfg.read_queue_nums, cfg.write_queue_nums), MAX_QUEUE_NUMS - 1)
+                log.warning(
+                    "%s: topic %s has %d queues; only queues 0-%d and queues with data are shown",
+                    self.path,
+                    name,
+                    max(cfg.read_queue_nums, cfg.write_queue_nums),
+                    MAX_QUEUE_NUMS - 1,
+                )
             self.topics[name] = cfg
         self.counter = _counter(raw)
         self._extra = {k: v for k, v in raw.items() if k not in ("topicConfigTable", "dataVersion")}
@@ -440,8 +460,9 @@ class ConsumerOffsetManager:
         raw = load_config_file(self.path, self.parse) or {}
         self.table = self._offsets(raw)
         self.counter = _counter(raw)
-        self._extra = {k: v for k, v in raw.items()
-                       if k not in ("offsetTable", "dataVersion", "groupTopicMap")}
+        self._extra = {
+            k: v for k, v in raw.items() if k not in ("offsetTable", "dataVersion", "groupTopicMap")
+        }
 
     @classmethod
     def parse(cls, raw):
@@ -464,8 +485,9 @@ class ConsumerOffsetManager:
                 try:
                     qid = int(q)
                 except ValueError:
-                    raise ValueError(f"offsetTable[{key!r}]: queue id {q!r} is not an integer") \
-                        from None
+                    raise ValueError(
+                        f"offsetTable[{key!r}]: queue id {q!r} is not an integer"
+                    ) from None
                 row[qid] = _int(o, f"offsetTable[{key!r}][{q}]")
             table[key] = row
         return table
@@ -475,8 +497,11 @@ class ConsumerOffsetManager:
         out = set()
         for k in self.table:
             parts = k.split(TOPIC_GROUP_SEPARATOR)
-            if len(parts) >= 2 and _VALID_NAME.match(parts[1]) and \
-                    len(parts[1]) <= GROUP_MAX_LENGTH:
+            if (
+                len(parts) >= 2
+                and _VALID_NAME.match(parts[1])
+                and len(parts[1]) <= GROUP_MAX_LENGTH
+            ):
                 out.add(parts[1])
         return out
 
@@ -529,23 +554,35 @@ class ConsumerOffsetManager:
     def remove_topic(self, topic: str) -> list[str]:
         """``ConsumerOffsetManager.cleanOffsetByTopic``: drop every ``topic@group`` entry
         (keys of exactly two parts whose first is ``topic``). Returns the removed keys."""
+
         def change(table):
-            gone = [k for k in table if k.split(TOPIC_GROUP_SEPARATOR)[0] == topic
-                    and len(k.split(TOPIC_GROUP_SEPARATOR)) == 2]
+            gone = [
+                k
+                for k in table
+                if k.split(TOPIC_GROUP_SEPARATOR)[0] == topic
+                and len(k.split(TOPIC_GROUP_SEPARATOR)) == 2
+            ]
             for k in gone:
                 del table[k]
             return gone
+
         return self._mutate(change) if self._keys(topic=topic) else []
 
     def remove_group(self, group: str) -> list[str]:
         """``ConsumerOffsetManager.removeOffset``: drop every ``topic@group`` entry of
         ``group``. Returns the removed keys."""
+
         def change(table):
-            gone = [k for k in table if len(k.split(TOPIC_GROUP_SEPARATOR)) == 2
-                    and k.split(TOPIC_GROUP_SEPARATOR)[1] == group]
+            gone = [
+                k
+                for k in table
+                if len(k.split(TOPIC_GROUP_SEPARATOR)) == 2
+                and k.split(TOPIC_GROUP_SEPARATOR)[1] == group
+            ]
             for k in gone:
                 del table[k]
             return gone
+
         return self._mutate(change) if self._keys(group=group) else []
 
     def clone(self, src: str, dest: str, topic: str) -> dict[int, int] | None:
@@ -559,6 +596,7 @@ class ConsumerOffsetManager:
 
         def change(table):
             table[f"{topic}{TOPIC_GROUP_SEPARATOR}{dest}"] = dict(copy)
+
         self._mutate(change)
         return copy
 
@@ -566,8 +604,11 @@ class ConsumerOffsetManager:
         out = []
         for k in self.table:
             parts = k.split(TOPIC_GROUP_SEPARATOR)
-            if len(parts) == 2 and (topic is None or parts[0] == topic) and \
-                    (group is None or parts[1] == group):
+            if (
+                len(parts) == 2
+                and (topic is None or parts[0] == topic)
+                and (group is None or parts[1] == group)
+            ):
                 out.append(k)
         return out
 
@@ -582,8 +623,9 @@ class ConsumerOffsetManager:
         obj = dict(self._extra)
         obj["dataVersion"] = _data_version(self.counter + 1)
         obj["groupTopicMap"] = {g: sorted(ts) for g, ts in sorted(group_topics.items())}
-        obj["offsetTable"] = {k: {str(q): o for q, o in sorted(v.items())}
-                              for k, v in sorted(self.table.items())}
+        obj["offsetTable"] = {
+            k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())
+        }
         persist_config_file(self.path, obj)
 
 
@@ -606,8 +648,9 @@ class SubscriptionGroupManager:
                 continue
             self.groups[name] = d
         self.counter = _counter(raw)
-        self._extra = {k: v for k, v in raw.items()
-                       if k not in ("subscriptionGroupTable", "dataVersion")}
+        self._extra = {
+            k: v for k, v in raw.items() if k not in ("subscriptionGroupTable", "dataVersion")
+        }
 
     @staticmethod
     def parse(raw):
@@ -620,13 +663,22 @@ class SubscriptionGroupManager:
     def default_entry(group: str) -> dict:
         """A new ``SubscriptionGroupConfig`` with RocketMQ's field defaults."""
         return {
-            "attributes": {}, "brokerId": 0, "consumeBroadcastEnable": True,
-            "consumeEnable": True, "consumeFromMinEnable": True,
-            "consumeMessageOrderly": False, "consumeTimeoutMinute": 15,
-            "groupName": group, "groupRetryPolicy": {"type": "CUSTOMIZED"},
-            "groupSysFlag": 0, "notifyConsumerIdsChangedEnable": True,
-            "retryMaxTimes": 16, "retryQueueNums": 1, "subscriptionDataSet": [],
-            "whichBrokerWhenConsumeSlowly": 1}
+            "attributes": {},
+            "brokerId": 0,
+            "consumeBroadcastEnable": True,
+            "consumeEnable": True,
+            "consumeFromMinEnable": True,
+            "consumeMessageOrderly": False,
+            "consumeTimeoutMinute": 15,
+            "groupName": group,
+            "groupRetryPolicy": {"type": "CUSTOMIZED"},
+            "groupSysFlag": 0,
+            "notifyConsumerIdsChangedEnable": True,
+            "retryMaxTimes": 16,
+            "retryQueueNums": 1,
+            "subscriptionDataSet": [],
+            "whichBrokerWhenConsumeSlowly": 1,
+        }
 
     def create(self, group: str) -> None:
         """Add a group with RocketMQ's defaults and persist (no-op if it exists)."""
@@ -684,8 +736,12 @@ class SubscriptionGroupManager:
 
 #: topics.json fields ``updateTopic`` may change (TopicConfig's JSON name -> keyword of
 #: ``MessageStore.update_topic``).
-TOPIC_UPDATE_FIELDS = {"readQueueNums": "read_queue_nums", "writeQueueNums": "write_queue_nums",
-                       "perm": "perm", "order": "order"}
+TOPIC_UPDATE_FIELDS = {
+    "readQueueNums": "read_queue_nums",
+    "writeQueueNums": "write_queue_nums",
+    "perm": "perm",
+    "order": "order",
+}
 
 
 def topic_update_from_json(current: TopicConfig, obj) -> dict:
@@ -706,11 +762,13 @@ def topic_update_from_json(current: TopicConfig, obj) -> dict:
             out[TOPIC_UPDATE_FIELDS[name]] = value
         elif name in now:
             if value != now[name]:
-                raise InvalidNameError(f"{name} cannot be changed here (only "
-                                       f"{', '.join(TOPIC_UPDATE_FIELDS)})")
+                raise InvalidNameError(
+                    f"{name} cannot be changed here (only {', '.join(TOPIC_UPDATE_FIELDS)})"
+                )
         else:
-            raise InvalidNameError(f"unknown topic field {name!r} (settable: "
-                                   f"{', '.join(TOPIC_UPDATE_FIELDS)})")
+            raise InvalidNameError(
+                f"unknown topic field {name!r} (settable: {', '.join(TOPIC_UPDATE_FIELDS)})"
+            )
     return out
 
 
@@ -739,8 +797,9 @@ def check_group_fields(fields: dict) -> dict:
     for name, value in fields.items():
         spec = GROUP_FIELDS.get(name)
         if spec is None:
-            raise InvalidNameError(f"unknown or read-only group field {name!r} (settable: "
-                                   f"{', '.join(GROUP_FIELDS)})")
+            raise InvalidNameError(
+                f"unknown or read-only group field {name!r} (settable: {', '.join(GROUP_FIELDS)})"
+            )
         kind, lo, hi = spec
         if kind is bool or lo is None or hi is None:
             if not isinstance(value, bool):
@@ -816,8 +875,10 @@ class DeletedTopics:
             return
         if not self.table and not os.path.exists(self.path):
             return
-        obj = {"dataVersion": _data_version(self.counter + 1),
-               "deletedTopicTable": dict(sorted(self.table.items()))}
+        obj = {
+            "dataVersion": _data_version(self.counter + 1),
+            "deletedTopicTable": dict(sorted(self.table.items())),
+        }
         persist_config_file(self.path, obj)
         self.counter += 1
 
@@ -831,8 +892,10 @@ def _parse_delay_offsets(raw):
 def config_parsers() -> dict:
     """``{file name under config/: parse function}`` for :func:`load_config_file`: the checks
     the store applies when it opens, for ``rmqfs verify`` to apply the same."""
-    return {"topics.json": TopicConfigManager.parse,
-            "consumerOffset.json": ConsumerOffsetManager.parse,
-            "subscriptionGroup.json": SubscriptionGroupManager.parse,
-            "delayOffset.json": _parse_delay_offsets,
-            DeletedTopics.FILE: DeletedTopics.parse}
+    return {
+        "topics.json": TopicConfigManager.parse,
+        "consumerOffset.json": ConsumerOffsetManager.parse,
+        "subscriptionGroup.json": SubscriptionGroupManager.parse,
+        "delayOffset.json": _parse_delay_offsets,
+        DeletedTopics.FILE: DeletedTopics.parse,
+    }

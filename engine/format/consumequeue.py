@@ -59,6 +59,7 @@ def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
     the only evidence is one file (a lone torn file could be shorter than the real size).
     """
     from .mappedfile import segment_names
+
     full: dict[int, int] = {}
     every: dict[int, int] = {}
     for qdir in qdirs:
@@ -81,8 +82,9 @@ def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
     return max(sizes, key=lambda k: (sizes[k], k)), bool(full) or sum(every.values()) >= 2
 
 
-def deliver_tags_code(delay: str | None, store_timestamp: int,
-                      delay_levels: dict[int, int]) -> int | None:
+def deliver_tags_code(
+    delay: str | None, store_timestamp: int, delay_levels: dict[int, int]
+) -> int | None:
     """The tagsCode of a ``SCHEDULE_TOPIC_XXXX`` record's unit: its deliver time (epoch ms),
     ``CommitLog.checkMessageAndReturnSize`` with ``computeDeliverTimestamp``.
 
@@ -127,13 +129,20 @@ class ConsumeQueue:
     Offsets are queue offsets (unit numbers). ``max_offset`` is one past the last unit.
     """
 
-    def __init__(self, directory: str, topic: str, queue_id: int,
-                 file_size: int = DEFAULT_UNITS_PER_FILE * CQ_STORE_UNIT_SIZE,
-                 read_only: bool = False, trusted_size: bool = False):
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        queue_id: int,
+        file_size: int = DEFAULT_UNITS_PER_FILE * CQ_STORE_UNIT_SIZE,
+        read_only: bool = False,
+        trusted_size: bool = False,
+    ):
         self.topic = topic
         self.queue_id = queue_id
-        self.files = FileQueue(directory, file_size, read_only, trusted_size=trusted_size,
-                               derived=True)
+        self.files = FileQueue(
+            directory, file_size, read_only, trusted_size=trusted_size, derived=True
+        )
         if self.files.file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"{directory}: file size is not a multiple of 20")
         self.lock = threading.Lock()
@@ -164,7 +173,8 @@ class ConsumeQueue:
             if k < n:
                 self.files.repairs.append(
                     f"unit {(seg.start // CQ_STORE_UNIT_SIZE) + k} overlaps or precedes the unit "
-                    "before it: units from there are dropped and rebuilt from the CommitLog")
+                    "before it: units from there are dropped and rebuilt from the CommitLog"
+                )
                 n = k
             end = seg.start + n * CQ_STORE_UNIT_SIZE
             if n * CQ_STORE_UNIT_SIZE < seg.size:
@@ -222,7 +232,7 @@ class ConsumeQueue:
             return b""
         if self.mem and start >= self.mem_base:
             i = (start - self.mem_base) * CQ_STORE_UNIT_SIZE
-            return bytes(self.mem[i:i + count * CQ_STORE_UNIT_SIZE])
+            return bytes(self.mem[i : i + count * CQ_STORE_UNIT_SIZE])
         if self.mem:
             count = min(count, self.mem_base - start)
         return self.files.read(start * CQ_STORE_UNIT_SIZE, count * CQ_STORE_UNIT_SIZE)
@@ -247,8 +257,10 @@ class ConsumeQueue:
         Raises OSError from the disk (e.g. ENOSPC); nothing is counted then.
         """
         if first_queue_offset != self.max_offset:
-            raise ValueError(f"{self.topic}/{self.queue_id}: unit {first_queue_offset} does not "
-                             f"follow {self.max_offset}")
+            raise ValueError(
+                f"{self.topic}/{self.queue_id}: unit {first_queue_offset} does not "
+                f"follow {self.max_offset}"
+            )
         if self.files.read_only:
             if not self.mem:
                 self.mem_base = first_queue_offset
@@ -319,6 +331,7 @@ def _ordered_prefix_units(data: bytes, n: int, prev_end: int) -> tuple[int, int]
     if n == 0:
         return 0, prev_end
     import numpy as np
+
     units = np.frombuffer(data, dtype=_UNIT_DTYPE, count=n)
     off = units["off"].astype(np.int64)
     size = units["size"].astype(np.int64)
@@ -351,7 +364,7 @@ def _valid_prefix_units(data: bytes) -> int:
     n = len(data) // CQ_STORE_UNIT_SIZE
     if not n:
         return 0
-    data = bytes(data[:n * CQ_STORE_UNIT_SIZE])
+    data = bytes(data[: n * CQ_STORE_UNIT_SIZE])
     first = n
     k = data[0::CQ_STORE_UNIT_SIZE].translate(_HIGH_BIT).find(1)
     if k >= 0:
@@ -360,9 +373,12 @@ def _valid_prefix_units(data: bytes) -> int:
     k = s0.translate(_HIGH_BIT).find(1)
     if 0 <= k < first:
         first = k
-    planes = (int.from_bytes(s0, "big") | int.from_bytes(data[9::CQ_STORE_UNIT_SIZE], "big")
-              | int.from_bytes(data[10::CQ_STORE_UNIT_SIZE], "big")
-              | int.from_bytes(data[11::CQ_STORE_UNIT_SIZE], "big"))
+    planes = (
+        int.from_bytes(s0, "big")
+        | int.from_bytes(data[9::CQ_STORE_UNIT_SIZE], "big")
+        | int.from_bytes(data[10::CQ_STORE_UNIT_SIZE], "big")
+        | int.from_bytes(data[11::CQ_STORE_UNIT_SIZE], "big")
+    )
     k = planes.to_bytes(n, "big").find(0)
     if 0 <= k < first:
         first = k

@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import datetime
 import mmap
-import sys
-from array import array
 import os
 import re
 import struct
+import sys
 import threading
 import time
+from array import array
 from contextlib import contextmanager
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreError
@@ -88,8 +88,12 @@ def index_file_size(hash_slot_num: int, index_num: int) -> int:
     return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
 
 
-def index_geometry(file_size: int, hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
-                   index_num: int = DEFAULT_INDEX_NUM, path: str = "") -> tuple[int, int]:
+def index_geometry(
+    file_size: int,
+    hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+    index_num: int = DEFAULT_INDEX_NUM,
+    path: str = "",
+) -> tuple[int, int]:
     """``(hashSlotNum, indexNum)`` of an existing IndexFile of ``file_size`` bytes.
 
     The configured values win when they give exactly this size; otherwise the store's fixed
@@ -107,7 +111,8 @@ def index_geometry(file_size: int, hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
         return slots, 4 * slots
     raise CorruptRecordError(
         f"{path or 'index file'}: size {file_size} fits neither hashSlotNum={hash_slot_num}/"
-        f"indexNum={index_num} nor indexNum = 4*hashSlotNum")
+        f"indexNum={index_num} nor indexNum = 4*hashSlotNum"
+    )
 
 
 def index_file_name(millis: int | None = None) -> str:
@@ -161,10 +166,10 @@ class _MemIO:
         self.mm = mmap.mmap(-1, size)
 
     def read(self, offset: int, length: int) -> bytes:
-        return self.mm[offset:offset + length]
+        return self.mm[offset : offset + length]
 
     def write(self, offset: int, data) -> None:
-        self.mm[offset:offset + len(data)] = data
+        self.mm[offset : offset + len(data)] = data
 
     def sync(self) -> None:
         pass
@@ -198,9 +203,15 @@ class IndexFile:
         OSError: from the disk (ENOSPC, EACCES, ...).
     """
 
-    def __init__(self, path: str | None, hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
-                 index_num: int = DEFAULT_INDEX_NUM, end_phy_offset: int = 0,
-                 end_timestamp: int = 0, read_only: bool = False):
+    def __init__(
+        self,
+        path: str | None,
+        hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+        index_num: int = DEFAULT_INDEX_NUM,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+        read_only: bool = False,
+    ):
         self.path = path
         self.name = os.path.basename(path) if path else "<memory>"
         self.read_only = read_only and path is not None
@@ -217,14 +228,21 @@ class IndexFile:
             try:
                 self.size = os.fstat(fd).st_size
                 self.hash_slot_num, self.index_num = index_geometry(
-                    self.size, hash_slot_num, index_num, path)
+                    self.size, hash_slot_num, index_num, path
+                )
                 head = os.pread(fd, INDEX_HEADER_SIZE, 0)
             except BaseException:
                 os.close(fd)
                 raise
             self._io = _FdIO(fd, path)
-            (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-             self.end_phy_offset, self.hash_slot_count, self.index_count) = HEADER.unpack(head)
+            (
+                self.begin_timestamp,
+                self.end_timestamp,
+                self.begin_phy_offset,
+                self.end_phy_offset,
+                self.hash_slot_count,
+                self.index_count,
+            ) = HEADER.unpack(head)
             if self.index_count <= 0:
                 self.index_count = 1
         else:
@@ -246,9 +264,17 @@ class IndexFile:
                 # The Java setters write these fields through; the counts stay 0 on disk until
                 # the first put.
                 try:
-                    self._io.write(0, HEADER.pack(self.begin_timestamp, self.end_timestamp,
-                                                  self.begin_phy_offset, self.end_phy_offset,
-                                                  0, 0)[:32])
+                    self._io.write(
+                        0,
+                        HEADER.pack(
+                            self.begin_timestamp,
+                            self.end_timestamp,
+                            self.begin_phy_offset,
+                            self.end_phy_offset,
+                            0,
+                            0,
+                        )[:32],
+                    )
                 except OSError:
                     self.destroy()
                     raise
@@ -274,9 +300,14 @@ class IndexFile:
 
     def header(self) -> dict:
         """The header as a dict keyed by RocketMQ's field names (beginTimestamp, ...)."""
-        return {"beginTimestamp": self.begin_timestamp, "endTimestamp": self.end_timestamp,
-                "beginPhyOffset": self.begin_phy_offset, "endPhyOffset": self.end_phy_offset,
-                "hashSlotCount": self.hash_slot_count, "indexCount": self.index_count}
+        return {
+            "beginTimestamp": self.begin_timestamp,
+            "endTimestamp": self.end_timestamp,
+            "beginPhyOffset": self.begin_phy_offset,
+            "endPhyOffset": self.end_phy_offset,
+            "hashSlotCount": self.hash_slot_count,
+            "indexCount": self.index_count,
+        }
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         """``isTimeMatched``: whether ``[begin, end]`` (epoch ms) overlaps the file's time span."""
@@ -338,8 +369,9 @@ class IndexFile:
         else:
             begin_phy = self.begin_phy_offset
         slot_count = self.hash_slot_count + (slot_value == INVALID_INDEX)
-        header = HEADER.pack(begin_ts, store_timestamp, begin_phy, phy_offset, slot_count,
-                             count + 1)
+        header = HEADER.pack(
+            begin_ts, store_timestamp, begin_phy, phy_offset, slot_count, count + 1
+        )
         self._io.write(self._items_base + count * INDEX_SIZE, item)
         self._io.write(slot_pos, SLOT.pack(count))
         try:
@@ -430,8 +462,10 @@ class IndexFile:
         try:
             io.write(self._items_base + count * INDEX_SIZE, _items_struct(n).pack(*items))
             for first, run in _slot_runs(sorted(old)):
-                io.write(INDEX_HEADER_SIZE + first * HASH_SLOT_SIZE,
-                         struct.pack(f">{run}i", *slots[first:first + run]))
+                io.write(
+                    INDEX_HEADER_SIZE + first * HASH_SLOT_SIZE,
+                    struct.pack(f">{run}i", *slots[first : first + run]),
+                )
                 written.append((first, run))
             io.write(0, HEADER.pack(begin_ts, ts, begin_phy, phy, slot_count, c))
         except OSError:
@@ -439,8 +473,10 @@ class IndexFile:
                 slots[slot] = value
             for first, run in written:  # the chains must not name unwritten items
                 try:
-                    io.write(INDEX_HEADER_SIZE + first * HASH_SLOT_SIZE,
-                             struct.pack(f">{run}i", *slots[first:first + run]))
+                    io.write(
+                        INDEX_HEADER_SIZE + first * HASH_SLOT_SIZE,
+                        struct.pack(f">{run}i", *slots[first : first + run]),
+                    )
                 except OSError:
                     pass
             raise
@@ -454,8 +490,9 @@ class IndexFile:
         return start + n
 
     # -- read ---------------------------------------------------------------------------------
-    def select_phy_offsets(self, key: str, max_num: int, begin: int = 0,
-                           end: int = LONG_MAX) -> list[int]:
+    def select_phy_offsets(
+        self, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX
+    ) -> list[int]:
         """CommitLog offsets stored under ``key`` (``topic#key``), newest first.
 
         ``IndexFile.selectPhyOffset``: follow the bucket's chain from the slot; take an item
@@ -488,14 +525,14 @@ class IndexFile:
             if len(out) >= max_num:
                 break
             item_hash, phy, time_diff, prev = ITEM.unpack(
-                read(base + current * INDEX_SIZE, INDEX_SIZE))
+                read(base + current * INDEX_SIZE, INDEX_SIZE)
+            )
             if time_diff < 0:
                 break
             time_read = begin_ts + time_diff * 1000
             if item_hash == key_hash and begin <= time_read <= end:
                 out.append(phy)
-            if (prev <= INVALID_INDEX or prev > count or prev == current
-                    or time_read < begin):
+            if prev <= INVALID_INDEX or prev > count or prev == current or time_read < begin:
                 break
             current = prev
         return out
@@ -514,7 +551,8 @@ class IndexFile:
             return False
         for _ in range(count):
             item_hash, phy, _diff, prev = ITEM.unpack(
-                self._io.read(self._items_base + current * INDEX_SIZE, INDEX_SIZE))
+                self._io.read(self._items_base + current * INDEX_SIZE, INDEX_SIZE)
+            )
             if phy < phy_offset:
                 return False
             if phy == phy_offset and item_hash == key_hash:
@@ -531,14 +569,32 @@ class IndexFile:
         if len(head) < INDEX_HEADER_SIZE:
             return False
         fields = HEADER.unpack(head)
-        before = (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-                  self.end_phy_offset, self.hash_slot_count, self.index_count)
-        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-         self.end_phy_offset, self.hash_slot_count, self.index_count) = fields
+        before = (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = fields
         if self.index_count <= 0:
             self.index_count = 1
-        return before != (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-                          self.end_phy_offset, self.hash_slot_count, self.index_count)
+        return before != (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
 
     def item(self, n: int) -> tuple[int, int, int, int]:
         """Item ``n`` (1 .. indexCount-1) as ``(keyHash, phyOffset, timeDiff, prevIndex)``."""
@@ -559,13 +615,15 @@ class IndexFile:
         about 420 MB for the default geometry): run after an abnormal exit only.
         """
         import numpy as np
+
         slots, count = self.hash_slot_num, self.index_count
         slot = np.frombuffer(self._io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE), ">i4")
         raw = self._io.read(self._items_base + INDEX_SIZE, (count - 1) * INDEX_SIZE)
         if len(slot) != slots or len(raw) != (count - 1) * INDEX_SIZE:
             return "file shorter than its hash slots and indexCount items"
-        items = np.frombuffer(raw, np.dtype([("h", ">i4"), ("phy", ">i8"), ("td", ">i4"),
-                                             ("prev", ">i4")]))
+        items = np.frombuffer(
+            raw, np.dtype([("h", ">i4"), ("phy", ">i8"), ("td", ">i4"), ("prev", ">i4")])
+        )
         h, phy, prev = items["h"], items["phy"], items["prev"]
         n = np.arange(1, count, dtype=np.int64)
         if (h < 0).any() or (items["td"] < 0).any():
@@ -584,8 +642,10 @@ class IndexFile:
             newest[last_first] = (count - 1) - where
         if (slot.astype(np.int64) != newest).any():
             s = int(np.flatnonzero(slot.astype(np.int64) != newest)[0])
-            return (f"hash slot {s} holds item {int(slot[s])}, the newest item of its bucket "
-                    f"is {int(newest[s])}")
+            return (
+                f"hash slot {s} holds item {int(slot[s])}, the newest item of its bucket "
+                f"is {int(newest[s])}"
+            )
         if int(np.count_nonzero(slot)) != self.hash_slot_count:
             return f"hashSlotCount {self.hash_slot_count} but {np.count_nonzero(slot)} in use"
         if count > 1 and self.end_phy_offset != int(phy[-1]):
@@ -637,13 +697,22 @@ class IndexFile:
             if lo - 1 == 1:
                 self.end_timestamp = self.begin_timestamp
             else:
-                self.end_timestamp = max(self.begin_timestamp,
-                                         min(self.end_timestamp,
-                                             self.begin_timestamp + diff * 1000 + 999))
+                self.end_timestamp = max(
+                    self.begin_timestamp,
+                    min(self.end_timestamp, self.begin_timestamp + diff * 1000 + 999),
+                )
         self.index_count = lo
-        self._io.write(0, HEADER.pack(self.begin_timestamp, self.end_timestamp,
-                                      self.begin_phy_offset, self.end_phy_offset,
-                                      self.hash_slot_count, self.index_count))
+        self._io.write(
+            0,
+            HEADER.pack(
+                self.begin_timestamp,
+                self.end_timestamp,
+                self.begin_phy_offset,
+                self.end_phy_offset,
+                self.hash_slot_count,
+                self.index_count,
+            ),
+        )
         self._dirty = True
         return lo
 
@@ -668,9 +737,11 @@ class IndexFile:
                 pass
 
     def __repr__(self) -> str:
-        return (f"IndexFile({self.name}, slots={self.hash_slot_num}, items={self.index_num}, "
-                f"indexCount={self.index_count}, phy=[{self.begin_phy_offset}, "
-                f"{self.end_phy_offset}], ts=[{self.begin_timestamp}, {self.end_timestamp}])")
+        return (
+            f"IndexFile({self.name}, slots={self.hash_slot_num}, items={self.index_num}, "
+            f"indexCount={self.index_count}, phy=[{self.begin_phy_offset}, "
+            f"{self.end_phy_offset}], ts=[{self.begin_timestamp}, {self.end_timestamp}])"
+        )
 
 
 def _slot_runs(sorted_slots: list[int]):
@@ -688,8 +759,10 @@ def _slot_runs(sorted_slots: list[int]):
 
 def _check_geometry(hash_slot_num: int, index_num: int) -> None:
     if hash_slot_num < 1 or index_num < 2:
-        raise ValueError(f"bad index geometry: hashSlotNum={hash_slot_num}, "
-                         f"indexNum={index_num} (need >= 1 and >= 2)")
+        raise ValueError(
+            f"bad index geometry: hashSlotNum={hash_slot_num}, "
+            f"indexNum={index_num} (need >= 1 and >= 2)"
+        )
 
 
 class _RWLock:
@@ -771,9 +844,15 @@ class IndexService:
     puts_hashed_keys = True
     skips_below_end_offset = True
 
-    def __init__(self, index_dir: str, hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
-                 index_num: int = DEFAULT_INDEX_NUM, read_only: bool = False, *,
-                 max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH):
+    def __init__(
+        self,
+        index_dir: str,
+        hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+        index_num: int = DEFAULT_INDEX_NUM,
+        read_only: bool = False,
+        *,
+        max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
+    ):
         _check_geometry(hash_slot_num, index_num)
         self.index_dir = index_dir
         self.hash_slot_num = hash_slot_num
@@ -786,8 +865,11 @@ class IndexService:
         self._rw = _RWLock()
         names = []
         if os.path.isdir(index_dir):
-            names = sorted(n for n in os.listdir(index_dir) if INDEX_FILE_NAME.fullmatch(n)
-                           and os.path.isfile(os.path.join(index_dir, n)))
+            names = sorted(
+                n
+                for n in os.listdir(index_dir)
+                if INDEX_FILE_NAME.fullmatch(n) and os.path.isfile(os.path.join(index_dir, n))
+            )
         try:
             for n in names:
                 path = os.path.join(index_dir, n)
@@ -855,8 +937,9 @@ class IndexService:
             dropped = []
             for f in self.files[i:]:
                 f.destroy()
-                dropped.append((f.name, problem if f is self.files[i] else
-                                "newer than an inconsistent file"))
+                dropped.append(
+                    (f.name, problem if f is self.files[i] else "newer than an inconsistent file")
+                )
             self.files = self.files[:i]
             return dropped
 
@@ -931,17 +1014,24 @@ class IndexService:
                         prefixes[topic] = ph
                 ts = d.store_timestamp
                 if uniq is not None:
-                    entries += (key_hash_of_u32(combine_u32(ph, java_hash_u32(uniq),
-                                                            utf16_len(uniq))), offset, ts)
+                    entries += (
+                        key_hash_of_u32(combine_u32(ph, java_hash_u32(uniq), utf16_len(uniq))),
+                        offset,
+                        ts,
+                    )
                 for k in keys or ():
                     if k:
-                        entries += (key_hash_of_u32(combine_u32(ph, java_hash_u32(k),
-                                                                utf16_len(k))), offset, ts)
+                        entries += (
+                            key_hash_of_u32(combine_u32(ph, java_hash_u32(k), utf16_len(k))),
+                            offset,
+                            ts,
+                        )
                 last = offset
             self._put_entries(entries)
 
-    def _put_again(self, topic: str, uniq: str | None, keys, offset: int,
-                   store_timestamp: int) -> None:
+    def _put_again(
+        self, topic: str, uniq: str | None, keys, offset: int, store_timestamp: int
+    ) -> None:
         idx_keys = [build_key(topic, uniq)] if uniq is not None else []
         idx_keys += [build_key(topic, k) for k in keys or () if k]
         files = self.files
@@ -1010,8 +1100,13 @@ class IndexService:
                 name = _name_after(last_name)  # keep names unique and in creation order
             while os.path.exists(os.path.join(self.index_dir, name)):
                 name = _name_after(name)
-            f = IndexFile(os.path.join(self.index_dir, name), self.hash_slot_num,
-                          self.index_num, end_phy, end_ts)
+            f = IndexFile(
+                os.path.join(self.index_dir, name),
+                self.hash_slot_num,
+                self.index_num,
+                end_phy,
+                end_ts,
+            )
             fsync_dir(self.index_dir)
         with self._rw.write():
             self.files.append(f)
@@ -1104,8 +1199,14 @@ class IndexService:
             return [f.path for f in gone]
 
     # -- query --------------------------------------------------------------------------------
-    def query(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin: int = 0,
-              end: int = LONG_MAX) -> list[int]:
+    def query(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = MAX_MSGS_NUM_BATCH,
+        begin: int = 0,
+        end: int = LONG_MAX,
+    ) -> list[int]:
         """CommitLog offsets of messages indexed under ``topic#key`` (``queryOffset``).
 
         ``max_num`` is capped at ``max_msgs_num_batch`` (64). Files are read newest first, only

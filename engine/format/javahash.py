@@ -35,7 +35,7 @@ def _ascii_hash_u32(raw: bytes) -> int:
     """Unsigned hash of ASCII bytes (one code unit per byte)."""
     h = 0
     for i in range(0, len(raw), _CHUNK):
-        part = raw[i:i + _CHUNK]
+        part = raw[i : i + _CHUNK]
         v = int(part.translate(_ASCII_R), 31) + 31 * int(part.translate(_ASCII_Q), 31)
         h = (h * pow31(len(part)) + v) & _MASK
     return h
@@ -43,8 +43,11 @@ def _ascii_hash_u32(raw: bytes) -> int:
 
 def _plane_value(plane: bytes) -> int:
     """``sum(plane[j] * 31**(m-1-j))`` exactly, for bytes < 256 split as a*961 + q*31 + r."""
-    return (int(plane.translate(_BYTE_R), 31) + 31 * int(plane.translate(_BYTE_Q), 31)
-            + 961 * int(plane.translate(_BYTE_A), 31))
+    return (
+        int(plane.translate(_BYTE_R), 31)
+        + 31 * int(plane.translate(_BYTE_Q), 31)
+        + 961 * int(plane.translate(_BYTE_A), 31)
+    )
 
 
 def _utf16_hash_u32(s: str) -> int:
@@ -54,7 +57,7 @@ def _utf16_hash_u32(s: str) -> int:
     h = 0
     step = 2 * _CHUNK
     for i in range(0, len(units), step):
-        part = units[i:i + step]
+        part = units[i : i + step]
         v = 256 * _plane_value(part[0::2]) + _plane_value(part[1::2])
         h = (h * pow31(len(part) // 2) + v) & _MASK
     return h

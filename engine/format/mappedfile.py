@@ -91,8 +91,7 @@ def _link_fd(fd: int, path: str) -> None:
     /proc/self/fd/N with AT_SYMLINK_FOLLOW (a directory fd makes os.link use linkat)."""
     dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.link(f"/proc/self/fd/{fd}", os.path.basename(path), dst_dir_fd=dfd,
-                follow_symlinks=True)
+        os.link(f"/proc/self/fd/{fd}", os.path.basename(path), dst_dir_fd=dfd, follow_symlinks=True)
     finally:
         os.close(dfd)
 
@@ -152,8 +151,15 @@ class FileQueue:
             aligned to the size.
     """
 
-    def __init__(self, directory: str, file_size: int | None, read_only: bool = False, *,
-                 trusted_size: bool = False, derived: bool = False):
+    def __init__(
+        self,
+        directory: str,
+        file_size: int | None,
+        read_only: bool = False,
+        *,
+        trusted_size: bool = False,
+        derived: bool = False,
+    ):
         self.directory = directory
         self.read_only = read_only
         self.segments: list[Segment] = []
@@ -164,8 +170,9 @@ class FileQueue:
             for n in remove_temp_files(directory):
                 self.repairs.append(f"removed {n} (a file a crash left half-created)")
         if os.path.isdir(directory):
-            names = [n for n in segment_names(directory)
-                     if os.path.isfile(os.path.join(directory, n))]
+            names = [
+                n for n in segment_names(directory) if os.path.isfile(os.path.join(directory, n))
+            ]
         # MappedFileQueue.load: a zero-length last file is deleted.
         while names and os.path.getsize(os.path.join(directory, names[-1])) == 0:
             if not read_only:
@@ -178,13 +185,14 @@ class FileQueue:
         body = set(sizes[:-1])
         if len(body) > 1:
             raise CorruptRecordError(
-                f"{directory}: files of different sizes {sorted(body)}; all must be equal")
+                f"{directory}: files of different sizes {sorted(body)}; all must be equal"
+            )
         if body:
             size = body.pop()
             if sizes[-1] > size:
                 raise CorruptRecordError(
-                    f"{directory}: last file is {sizes[-1]} bytes, larger than the others "
-                    f"({size})")
+                    f"{directory}: last file is {sizes[-1]} bytes, larger than the others ({size})"
+                )
             file_size = size
         elif sizes and not (trusted_size and file_size and sizes[0] < file_size):
             file_size = sizes[0]
@@ -204,7 +212,7 @@ class FileQueue:
                 # re-dispatches it from the CommitLog.
                 self.repairs.append(f"gap before {n}: later files dropped")
                 if not read_only:
-                    for later in names[names.index(n):]:
+                    for later in names[names.index(n) :]:
                         os.unlink(os.path.join(directory, later))
                 break
             fd = os.open(path, flags)
@@ -319,8 +327,10 @@ class FileQueue:
         otherwise read its zero first unit as a message.
         """
         with self._lock:
-            while self.segments and (self.segments[-1].start > offset or (
-                    delete_at_start and self.segments[-1].start == offset)):
+            while self.segments and (
+                self.segments[-1].start > offset
+                or (delete_at_start and self.segments[-1].start == offset)
+            ):
                 seg = self.segments.pop()
                 os.close(seg.fd)
                 os.unlink(seg.path)
@@ -384,7 +394,6 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
 
 
 def _makedirs_durable(path: str) -> None:

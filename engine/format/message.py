@@ -98,6 +98,7 @@ def property_prefix(name: str) -> bytes:
     (``MessageDecoder.messageProperties2String``); the value and PROPERTY_END follow."""
     return (name + NAME_VALUE_SEPARATOR).encode()
 
+
 # MessageConst property names used by the store
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
@@ -128,11 +129,23 @@ RECORD_SLACK = 64 * 1024  # encoder buffer = maxMessageSize + 64 KiB
 # field list both the Struct below and the columnar decoder's numpy dtype
 # (``engine.read.columnar.RECORD_DTYPE``) are built from. ``4s`` is an IPv4 address.
 FIXED_V4_FIELDS: tuple[tuple[str, str], ...] = (
-    ("totalSize", "i"), ("magicCode", "I"), ("bodyCRC", "i"), ("queueId", "i"), ("flag", "i"),
-    ("queueOffset", "q"), ("physicalOffset", "q"), ("sysFlag", "i"), ("bornTimestamp", "q"),
-    ("bornHostAddress", "4s"), ("bornHostPort", "i"), ("storeTimestamp", "q"),
-    ("storeHostAddress", "4s"), ("storeHostPort", "i"), ("reconsumeTimes", "i"),
-    ("preparedTransactionOffset", "q"), ("bodyLength", "i"),
+    ("totalSize", "i"),
+    ("magicCode", "I"),
+    ("bodyCRC", "i"),
+    ("queueId", "i"),
+    ("flag", "i"),
+    ("queueOffset", "q"),
+    ("physicalOffset", "q"),
+    ("sysFlag", "i"),
+    ("bornTimestamp", "q"),
+    ("bornHostAddress", "4s"),
+    ("bornHostPort", "i"),
+    ("storeTimestamp", "q"),
+    ("storeHostAddress", "4s"),
+    ("storeHostPort", "i"),
+    ("reconsumeTimes", "i"),
+    ("preparedTransactionOffset", "q"),
+    ("bodyLength", "i"),
 )
 FIXED_V4 = struct.Struct(">" + "".join(fmt for _, fmt in FIXED_V4_FIELDS))
 PREFIX = struct.Struct(">iIiiiqqiq")  # up to BORNTIMESTAMP (48 bytes), any host width
@@ -183,6 +196,8 @@ def topic_field(topic_raw: bytes, v2: bool) -> bytes:
     """The TOPIC field: its length (V1: one byte, V2: a short, ``MessageVersion.putTopicLength``)
     then the UTF-8 name. The caller has checked that the length fits."""
     return (INT16.pack(len(topic_raw)) if v2 else bytes((len(topic_raw),))) + topic_raw
+
+
 PROPERTIES_LENGTH_SIZE = INT16.size
 
 Host = tuple  # (address bytes of length 4 or 16, port)
@@ -202,8 +217,11 @@ def store_timestamp_position(sys_flag: int) -> int:
 def body_length_position(sys_flag: int) -> int:
     """Offset (bytes) of the BODY length field in a record with this SYSFLAG (the body follows
     it); each IPv6 host before it adds HOST_V6_EXTRA."""
-    return (BODY_LENGTH_POSITION + (HOST_V6_EXTRA if sys_flag & BORNHOST_V6_FLAG else 0)
-            + (HOST_V6_EXTRA if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0))
+    return (
+        BODY_LENGTH_POSITION
+        + (HOST_V6_EXTRA if sys_flag & BORNHOST_V6_FLAG else 0)
+        + (HOST_V6_EXTRA if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+    )
 
 
 def read_store_timestamp(buf, pos: int = 0) -> int:
@@ -219,15 +237,21 @@ def transaction_type(sys_flag: int) -> int:
     return sys_flag & TRANSACTION_TYPE_MASK
 
 
-def cal_msg_length(sys_flag: int, body_length: int, topic_length: int,
-                   properties_length: int, version_v2: bool = False) -> int:
+def cal_msg_length(
+    sys_flag: int,
+    body_length: int,
+    topic_length: int,
+    properties_length: int,
+    version_v2: bool = False,
+) -> int:
     """TOTALSIZE for the given field lengths (``MessageExtEncoder.calMsgLength``), in bytes."""
     # 4+4+4+4+4+8+8+4+8 + born 8 + 8 + store 8 + 4+8+4 + topic length 1 + properties length 2
     # = 91; an IPv6 host adds 12, V2's topic length adds 1.
     n = 91 + topic_length
     if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
         n += (HOST_V6_EXTRA if sys_flag & BORNHOST_V6_FLAG else 0) + (
-            HOST_V6_EXTRA if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+            HOST_V6_EXTRA if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0
+        )
     if version_v2:
         n += 1
     if body_length > 0:
@@ -350,9 +374,11 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
     try:
         if kind == COMPRESSION_LZ4:
             import lz4.frame
+
             return lz4.frame.decompress(body)
         if kind == COMPRESSION_ZSTD:
             import zstandard
+
             return zstandard.ZstdDecompressor().decompressobj().decompress(body)
         return zlib.decompress(body)
     except Exception as exc:  # any codec failure is corrupt data
@@ -367,9 +393,11 @@ def compress_body(body: bytes, kind: int, level: int = 5) -> bytes:
     """
     if kind == COMPRESSION_LZ4:
         import lz4.frame
+
         return lz4.frame.compress(body)
     if kind == COMPRESSION_ZSTD:
         import zstandard
+
         return zstandard.ZstdCompressor(level=level).compress(body)
     return zlib.compress(body, level)
 
@@ -448,9 +476,14 @@ def read_total_size_and_magic(buf, pos: int) -> tuple[int, int]:
     return BLANK.unpack_from(buf, pos)
 
 
-def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
-                  base_offset: int | None = None,
-                  force_verify_prop_crc: bool = False) -> MessageRecord:
+def decode_record(
+    buf,
+    pos: int = 0,
+    *,
+    check_crc: bool = True,
+    base_offset: int | None = None,
+    force_verify_prop_crc: bool = False,
+) -> MessageRecord:
     """Decode the message record starting at ``buf[pos]``.
 
     Args:
@@ -471,9 +504,25 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
         raise CorruptRecordError("truncated record", pos)
     # The IPv4 layout covers the first 88 bytes of any record (the length check above): read it
     # all at once, and re-read the hosts when a SYSFLAG bit says IPv6.
-    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip,
-     born_port, store_ts, store_ip, store_port, reconsume, prepared,
-     body_len) = FIXED_V4.unpack_from(buf, pos)
+    (
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_ip,
+        born_port,
+        store_ts,
+        store_ip,
+        store_port,
+        reconsume,
+        prepared,
+        body_len,
+    ) = FIXED_V4.unpack_from(buf, pos)
     if magic == MAGIC_V1:
         v2 = False
     elif magic == MAGIC_V2:
@@ -501,7 +550,7 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
     record_end = pos + total
     if body_len < 0 or p + body_len > record_end:
         raise CorruptRecordError(f"body length {body_len} runs past the record", pos)
-    body = bytes(buf[p:p + body_len])
+    body = bytes(buf[p : p + body_len])
     p += body_len
     if v2:
         if p + 2 > record_end:
@@ -517,7 +566,7 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
         p += 1
     if topic_len < 0 or p + topic_len + 2 > record_end:
         raise CorruptRecordError(f"topic length {topic_len} runs past the record", pos)
-    raw_topic = bytes(buf[p:p + topic_len])
+    raw_topic = bytes(buf[p : p + topic_len])
     topic = _TOPICS.get(raw_topic)
     if topic is None:
         try:
@@ -531,7 +580,7 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
     p += 2
     if props_len < 0 or p + props_len > record_end:
         raise CorruptRecordError(f"properties length {props_len} runs past the record", pos)
-    props_raw = bytes(buf[p:p + props_len])
+    props_raw = bytes(buf[p : p + props_len])
     expected = cal_msg_length(sys_flag, body_len, topic_len, props_len, v2)
     if expected != total:
         raise CorruptRecordError(f"TOTALSIZE {total} != calMsgLength {expected}", pos)
@@ -541,13 +590,30 @@ def decode_record(buf, pos: int = 0, *, check_crc: bool = True,
         if props_len >= CRC32_RESERVED_LEN or force_verify_prop_crc:
             ok = prop_crc_status(buf, pos, total)
             if ok is False or (ok is None and force_verify_prop_crc):
-                raise CorruptRecordError("__CRC32# property " +
-                                         ("missing" if ok is None else "mismatch"), pos)
+                raise CorruptRecordError(
+                    "__CRC32# property " + ("missing" if ok is None else "mismatch"), pos
+                )
     if base_offset is not None and phys != base_offset + pos:
         raise CorruptRecordError(f"PHYSICALOFFSET {phys} != position {base_offset + pos}", pos)
-    return MessageRecord(total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag,
-                         born_ts, born_host, store_ts, store_host, reconsume, prepared, body,
-                         topic, decode_properties(props_raw))
+    return MessageRecord(
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        body,
+        topic,
+        decode_properties(props_raw),
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -605,12 +671,23 @@ class EncodedMessage:
     prop_crc: bool = False  # the last 20 bytes are reserved for ``__CRC32#`` (CRC32_RESERVED_LEN)
 
 
-def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[str, str],
-                   born_timestamp: int, born_host: Host, store_host: Host, flag: int = 0,
-                   sys_flag: int = 0, reconsume_times: int = 0,
-                   prepared_transaction_offset: int = 0,
-                   max_message_size: int = MAX_MESSAGE_SIZE,
-                   auto_v2: bool = True, append_prop_crc: bool = False) -> EncodedMessage:
+def encode_message(
+    topic: str,
+    body: bytes,
+    *,
+    queue_id: int,
+    properties: dict[str, str],
+    born_timestamp: int,
+    born_host: Host,
+    store_host: Host,
+    flag: int = 0,
+    sys_flag: int = 0,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    max_message_size: int = MAX_MESSAGE_SIZE,
+    auto_v2: bool = True,
+    append_prop_crc: bool = False,
+) -> EncodedMessage:
     """Encode one message record (``MessageExtEncoder.encode``), offsets still zero.
 
     ``body`` is stored as given (compress it first and set the sysFlag bits for a compressed
@@ -627,7 +704,8 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
     """
     if len(body) > max_message_size:
         raise MessageTooLargeError(
-            f"message body is {len(body)} bytes, more than maxMessageSize {max_message_size}")
+            f"message body is {len(body)} bytes, more than maxMessageSize {max_message_size}"
+        )
     topic_raw = topic.encode("utf-8")
     v2 = topic_needs_v2(topic, auto_v2)
     if len(topic_raw) > (32767 if v2 else MAX_TOPIC_LENGTH_V1):
@@ -640,7 +718,8 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
         props_raw += bytes(CRC32_RESERVED_LEN)
     if len(props_raw) > MAX_PROPERTIES_LENGTH:
         raise PropertiesSizeExceededError(
-            f"properties are {len(props_raw)} bytes, more than {MAX_PROPERTIES_LENGTH}")
+            f"properties are {len(props_raw)} bytes, more than {MAX_PROPERTIES_LENGTH}"
+        )
     sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
     if len(born_host[0]) == 16:
         sys_flag |= BORNHOST_V6_FLAG
@@ -649,19 +728,48 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
     total = cal_msg_length(sys_flag, len(body), len(topic_raw), len(props_raw), v2)
     if total > max_message_size + RECORD_SLACK:
         raise MessageTooLargeError(
-            f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
+            f"message record is {total} bytes, more than maxMessageSize + 64 KiB"
+        )
     buf = bytearray(total)
     crc = crc32(body) & BODY_CRC_MASK
     if not sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
-        FIXED_V4.pack_into(buf, 0, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, 0, 0,
-                           sys_flag, born_timestamp, born_host[0], born_host[1], 0,
-                           store_host[0], store_host[1], reconsume_times,
-                           prepared_transaction_offset, len(body))
+        FIXED_V4.pack_into(
+            buf,
+            0,
+            total,
+            MAGIC_V2 if v2 else MAGIC_V1,
+            crc,
+            queue_id,
+            flag,
+            0,
+            0,
+            sys_flag,
+            born_timestamp,
+            born_host[0],
+            born_host[1],
+            0,
+            store_host[0],
+            store_host[1],
+            reconsume_times,
+            prepared_transaction_offset,
+            len(body),
+        )
         p = FIXED_V4.size
         store_ts_pos = STORE_TIMESTAMP_POSITION
     else:
-        PREFIX.pack_into(buf, 0, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, 0, 0,
-                         sys_flag, born_timestamp)
+        PREFIX.pack_into(
+            buf,
+            0,
+            total,
+            MAGIC_V2 if v2 else MAGIC_V1,
+            crc,
+            queue_id,
+            flag,
+            0,
+            0,
+            sys_flag,
+            born_timestamp,
+        )
         p = BORN_HOST_POSITION
         hs = HOST_V6 if len(born_host[0]) == 16 else HOST_V4
         hs.pack_into(buf, p, born_host[0], born_host[1])
@@ -673,19 +781,27 @@ def encode_message(topic: str, body: bytes, *, queue_id: int, properties: dict[s
         p += hs.size
         struct.pack_into(">iqi", buf, p, reconsume_times, prepared_transaction_offset, len(body))
         p += 16
-    buf[p:p + len(body)] = body
+    buf[p : p + len(body)] = body
     p += len(body)
     field = topic_field(topic_raw, v2)
-    buf[p:p + len(field)] = field
+    buf[p : p + len(field)] = field
     p += len(field)
     INT16.pack_into(buf, p, len(props_raw))
     p += 2
-    buf[p:p + len(props_raw)] = props_raw
+    buf[p : p + len(props_raw)] = props_raw
     tags = properties.get(PROPERTY_TAGS)
     keys_text = properties.get(PROPERTY_KEYS)
-    return EncodedMessage(buf, topic, queue_id, sys_flag, tags_code(tags),
-                          [k for k in keys_text.split(KEY_SEPARATOR) if k] if keys_text else [],
-                          properties.get(PROPERTY_UNIQ_KEY), store_ts_pos, append_prop_crc)
+    return EncodedMessage(
+        buf,
+        topic,
+        queue_id,
+        sys_flag,
+        tags_code(tags),
+        [k for k in keys_text.split(KEY_SEPARATOR) if k] if keys_text else [],
+        properties.get(PROPERTY_UNIQ_KEY),
+        store_ts_pos,
+        append_prop_crc,
+    )
 
 
 def write_prop_crc(buf, pos: int, total: int) -> None:
@@ -701,7 +817,7 @@ def write_prop_crc(buf, pos: int, total: int) -> None:
     for i in range(10):
         digits[i] = 48 + crc % 10
         crc //= 10
-    buf[end:pos + total] = _CRC32_PREFIX + digits + b"\x02"
+    buf[end : pos + total] = _CRC32_PREFIX + digits + b"\x02"
 
 
 def prop_crc_status(buf, pos: int, total: int) -> bool | None:
@@ -711,9 +827,9 @@ def prop_crc_status(buf, pos: int, total: int) -> bool | None:
     (``CommitLog.checkMessageAndReturnSize`` with ``forceVerifyPropCRC``).
     """
     end = pos + total - CRC32_RESERVED_LEN
-    if total < CRC32_RESERVED_LEN or bytes(buf[end:end + 9]) != _CRC32_PREFIX:
+    if total < CRC32_RESERVED_LEN or bytes(buf[end : end + 9]) != _CRC32_PREFIX:
         return None
-    digits = bytes(buf[end + 9:end + 19])
+    digits = bytes(buf[end + 9 : end + 19])
     if buf[end + 19] != 2 or not digits.isdigit():
         return False
     value = 0
@@ -722,8 +838,14 @@ def prop_crc_status(buf, pos: int, total: int) -> bool | None:
     return value == crc32(memoryview(buf)[pos:end]) & 0x7FFFFFFF
 
 
-def patch_record(buf, pos: int, store_timestamp_pos: int, queue_offset: int,
-                 physical_offset: int, store_timestamp: int) -> None:
+def patch_record(
+    buf,
+    pos: int,
+    store_timestamp_pos: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+) -> None:
     """Fill QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP of the record at ``buf[pos]``."""
     INT64.pack_into(buf, pos + QUEUE_OFFSET_POSITION, queue_offset)
     INT64.pack_into(buf, pos + PHYSICAL_OFFSET_POSITION, physical_offset)

@@ -92,8 +92,10 @@ class UniqKeyGenerator:
             c = first & 0xFFFF
             return [head + _HEX4[c]], [(head_hash + _HASH4[c]) & 0xFFFFFFFF]
         counters = [c & 0xFFFF for c in range(first, first + n)]
-        return ([head + _HEX4[c] for c in counters],
-                [(head_hash + _HASH4[c]) & 0xFFFFFFFF for c in counters])
+        return (
+            [head + _HEX4[c] for c in counters],
+            [(head_hash + _HASH4[c]) & 0xFFFFFFFF for c in counters],
+        )
 
 
 # "%04X" of every counter value and the Java hash of that text (65536 entries, built lazily
@@ -102,4 +104,4 @@ _HEX2 = ["%02X" % b for b in range(256)]
 _HASH2 = [ord(t[0]) * 31 + ord(t[1]) for t in _HEX2]
 _HEX4 = [a + b for a in _HEX2 for b in _HEX2]
 _HASH4 = [ha * 961 + hb for ha in _HASH2 for hb in _HASH2]
-_POW31_4 = 31 ** 4
+_POW31_4 = 31**4

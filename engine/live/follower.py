@@ -47,20 +47,43 @@ from typing import Any
 
 import numpy as np
 
-from ..format.checkpoint import StoreCheckpoint
-from ..read.columnar import UNIT_DTYPE, record_dtype
-from ..format.config import (ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager,
-                             topic_path_problem)
-from ..format.consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, _valid_prefix_units, queue_dir_id
 from ..errors import CorruptRecordError, StoreError
-from ..service.lock import lock_holder
-from ..service import recovery
+from ..format.checkpoint import StoreCheckpoint
+from ..format.config import (
+    ConsumerOffsetManager,
+    SubscriptionGroupManager,
+    TopicConfigManager,
+    topic_path_problem,
+)
+from ..format.consumequeue import (
+    CQ_STORE_UNIT_SIZE,
+    ConsumeQueue,
+    _valid_prefix_units,
+    queue_dir_id,
+)
 from ..format.mappedfile import FileQueue, Segment, segment_names
-from ..format.message import (BODY_CRC_MASK, BODY_LENGTH_POSITION, BORNHOST_V6_FLAG, HOST_V6_EXTRA,
-                              INNER_BATCH_FLAG, INT32, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RECORD_HEAD,
-                              STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
-                              TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, crc32,
-                              read_store_timestamp, transaction_type)
+from ..format.message import (
+    BODY_CRC_MASK,
+    BODY_LENGTH_POSITION,
+    BORNHOST_V6_FLAG,
+    HOST_V6_EXTRA,
+    INNER_BATCH_FLAG,
+    INT32,
+    MAGIC_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    RECORD_HEAD,
+    STORE_TIMESTAMP_END_MAX,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    crc32,
+    read_store_timestamp,
+    transaction_type,
+)
+from ..read.columnar import UNIT_DTYPE, record_dtype
+from ..service import recovery
+from ..service.lock import lock_holder
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +157,14 @@ class Follower:
         # last one, which is compared with its record (a unit being written is dropped, in
         # memory); the reput goes on from the end of the newest record a unit names.
         recovery.check_queue_tails(s)
-        start = max((cq.max_physic_offset for cq in s.consume_queues.values()
-                     if cq.max_offset > cq.min_offset), default=cl.min_offset)
+        start = max(
+            (
+                cq.max_physic_offset
+                for cq in s.consume_queues.values()
+                if cq.max_offset > cq.min_offset
+            ),
+            default=cl.min_offset,
+        )
         start = max(start, cl.min_offset)
         cl.max_offset = start
         self.writer_end = start
@@ -161,6 +190,7 @@ class Follower:
                     self.refresh()
                 except Exception:  # keep following; the next round retries
                     log.exception("follower refresh failed")
+
         self._thread = threading.Thread(target=loop, name="rmq-follow", daemon=True)
         self._thread.start()
 
@@ -222,8 +252,7 @@ class Follower:
                 if not self._opened_queue:
                     break
             if s.index_service is not None:
-                changes["deleted"] += [os.path.relpath(p, s.root)
-                                       for p in s.index_service.follow()]
+                changes["deleted"] += [os.path.relpath(p, s.root) for p in s.index_service.follow()]
             if self.refreshes % 10 == 0:  # the writer may have stopped, or been restarted
                 s.writer_pid = lock_holder(s.root)
             self.refreshed_ms = int(time.time() * 1000)
@@ -316,11 +345,11 @@ class Follower:
         is skipped until the next refresh). Returns ``[(name, store attribute, manager)]``."""
         out = []
         config_dir = os.path.join(self.store.root, "config")
-        for name, attr, cls in (("topics.json", "topic_config", TopicConfigManager),
-                                ("consumerOffset.json", "consumer_offsets",
-                                 ConsumerOffsetManager),
-                                ("subscriptionGroup.json", "subscription_groups",
-                                 SubscriptionGroupManager)):
+        for name, attr, cls in (
+            ("topics.json", "topic_config", TopicConfigManager),
+            ("consumerOffset.json", "consumer_offsets", ConsumerOffsetManager),
+            ("subscriptionGroup.json", "subscription_groups", SubscriptionGroupManager),
+        ):
             sig = self._config_sig(name)
             if sig == self._config_sigs.get(name):
                 continue
@@ -389,7 +418,7 @@ class Follower:
             if not data:
                 break
             n = _valid_prefix_units(data)
-            out.append(data[:n * CQ_STORE_UNIT_SIZE])
+            out.append(data[: n * CQ_STORE_UNIT_SIZE])
             n_total += n
             if n * CQ_STORE_UNIT_SIZE < len(data):
                 break
@@ -419,8 +448,7 @@ class Follower:
         if parts:
             off = np.concatenate([u["off"] for _, _, u in parts]).astype(np.int64)
             size = np.concatenate([u["size"] for _, _, u in parts]).astype(np.int64)
-            qoff = np.concatenate([np.arange(b, b + len(u), dtype=np.int64)
-                                   for _, b, u in parts])
+            qoff = np.concatenate([np.arange(b, b + len(u), dtype=np.int64) for _, b, u in parts])
             qidx = np.concatenate([np.full(len(u), i, dtype=np.int64) for i, _, u in parts])
         else:
             off = size = qoff = qidx = np.zeros(0, dtype=np.int64)
@@ -463,7 +491,7 @@ class Follower:
         counts: dict[int, int] = {}
         at = 0
         for i, _base, u in parts:
-            t = take[at:at + len(u)]
+            t = take[at : at + len(u)]
             k = int(np.argmin(t)) if not t.all() else len(u)
             counts[i] = k
             at += len(u)
@@ -526,17 +554,20 @@ class Follower:
                 break
             if rec.commitlog_offset != pos:
                 break
-            needs_unit = not (transaction_type(rec.sys_flag) in (TRANSACTION_PREPARED_TYPE,
-                                                                 TRANSACTION_ROLLBACK_TYPE)
-                              or rec.sys_flag & INNER_BATCH_FLAG
-                              or rec.topic in s.batch_cq_topics)
+            needs_unit = not (
+                transaction_type(rec.sys_flag)
+                in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+                or rec.sys_flag & INNER_BATCH_FLAG
+                or rec.topic in s.batch_cq_topics
+            )
             problem = topic_path_problem(rec.topic) if needs_unit else None
             if problem is not None:
                 # no directory can hold its ConsumeQueue (see dispatch.dispatch)
                 s.skip_topic(rec.topic, f"record: {problem}")
             elif needs_unit:
-                if (rec.topic, rec.queue_id) not in s.consume_queues and \
-                        self._discover_queues(rec.topic):
+                if (rec.topic, rec.queue_id) not in s.consume_queues and self._discover_queues(
+                    rec.topic
+                ):
                     self._opened_queue = True  # new queues: the reput runs again
                 break
             pos += total
@@ -558,7 +589,7 @@ class Follower:
         chunks = []
         for seg_no in np.unique(seg_of):
             in_seg = idx[seg_of == seg_no]
-            chunks += [in_seg[k:k + CHECK_CHUNK] for k in range(0, len(in_seg), CHECK_CHUNK)]
+            chunks += [in_seg[k : k + CHECK_CHUNK] for k in range(0, len(in_seg), CHECK_CHUNK)]
         for sel in chunks:  # bounded memory: a chunk's bytes and a (units x 40) index
             lo = int(off[sel].min())
             hi = int((off[sel] + size[sel]).max())
@@ -572,16 +603,22 @@ class Follower:
                 heads = buf[r[:, None] + np.arange(_HEAD_DT.itemsize)].copy().view(_HEAD_DT)
                 heads = heads.reshape(-1)
                 u = sel[fits]
-                good = ((heads["totalSize"] == size[u]) & np.isin(heads["magicCode"], _MAGICS)
-                        & (heads["physicalOffset"] == off[u])
-                        & (heads["queueId"] == qids[qidx[u]])
-                        & (heads["queueOffset"] == qoff[u]))
+                good = (
+                    (heads["totalSize"] == size[u])
+                    & np.isin(heads["magicCode"], _MAGICS)
+                    & (heads["physicalOffset"] == off[u])
+                    & (heads["queueId"] == qids[qidx[u]])
+                    & (heads["queueOffset"] == qoff[u])
+                )
                 # body CRCs (BODYCRC covers the body only), one C call per record
                 sysf = heads["sysFlag"].astype(np.int64)
                 # message.body_length_position, column-wise
-                blen_at = (r + BODY_LENGTH_POSITION
-                           + HOST_V6_EXTRA * ((sysf & BORNHOST_V6_FLAG) > 0)
-                           + HOST_V6_EXTRA * ((sysf & STOREHOSTADDRESS_V6_FLAG) > 0))
+                blen_at = (
+                    r
+                    + BODY_LENGTH_POSITION
+                    + HOST_V6_EXTRA * ((sysf & BORNHOST_V6_FLAG) > 0)
+                    + HOST_V6_EXTRA * ((sysf & STOREHOSTADDRESS_V6_FLAG) > 0)
+                )
                 n4 = INT32.size
                 inside = blen_at + n4 <= len(data)
                 blen = np.full(len(r), -1, dtype=np.int64)

@@ -43,17 +43,26 @@ def consumer_progress(store, group: str, topic: str | None = None) -> list[dict]
         for q in store.queue_ids(t):
             broker_offset = max(store.max_offset(t, q), 0)
             consumer_offset = max(offsets.get(q, -1), 0)
-            rows.append({"topic": t, "queueId": q, "brokerOffset": broker_offset,
-                         "consumerOffset": consumer_offset,
-                         "diff": broker_offset - consumer_offset,
-                         "lastTimestamp": _store_timestamp(store, t, q, consumer_offset - 1)})
+            rows.append(
+                {
+                    "topic": t,
+                    "queueId": q,
+                    "brokerOffset": broker_offset,
+                    "consumerOffset": consumer_offset,
+                    "diff": broker_offset - consumer_offset,
+                    "lastTimestamp": _store_timestamp(store, t, q, consumer_offset - 1),
+                }
+            )
     return rows
 
 
 def _store_timestamp(store, topic: str, queue_id: int, queue_offset: int) -> int:
     """``getMessageStoreTimeStamp``: store time of one queue offset, 0 when there is none."""
-    if queue_offset < 0 or queue_offset < store.min_offset(topic, queue_id) \
-            or queue_offset >= store.max_offset(topic, queue_id):
+    if (
+        queue_offset < 0
+        or queue_offset < store.min_offset(topic, queue_id)
+        or queue_offset >= store.max_offset(topic, queue_id)
+    ):
         return 0
     try:
         return store.get_message(topic, queue_id, queue_offset).store_timestamp

@@ -39,8 +39,6 @@ directories (``timerwheel``, ``batchconsumequeue``, ...), which this engine does
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import hashlib
 import json
 import logging
@@ -52,13 +50,14 @@ import threading
 import time
 from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError, StoreError
 from ..format.checkpoint import StoreCheckpoint
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE
 from ..format.crc import crc32c, crc32c_fd, crc32c_zeros
-from ..errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError, StoreError
 from ..format.indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM
 from ..format.mappedfile import offset_to_file_name
 from ..service import workprogress
@@ -159,7 +158,7 @@ class FrozenFile:
                 pos = s
             n = min(e, end) - pos
             if data is not None:
-                parts.append(_bytes_of(data)[pos - s:pos - s + n])
+                parts.append(_bytes_of(data)[pos - s : pos - s + n])
             else:
                 b = os.pread(fd, n, fo + pos - s)
                 if len(b) < n:  # cannot happen below a frozen point; never serve garbage
@@ -186,15 +185,19 @@ class FrozenFile:
                 if data is None:
                     return ("fd", fd, fo + offset - s, end - offset)
                 if isinstance(data, (bytes, bytearray)):
-                    return ("data", data[offset - s:end - s])
+                    return ("data", data[offset - s : end - s])
             return None
         return ("zeros", end - offset)
 
     def served_whole(self) -> bool:
         """True when every byte comes from one store file at the same offsets."""
-        return (len(self.extents) == 1 and self.extents[0][4] is None
-                and self.extents[0][0] == 0 and self.extents[0][3] == 0
-                and self.extents[0][1] == self.size)
+        return (
+            len(self.extents) == 1
+            and self.extents[0][4] is None
+            and self.extents[0][0] == 0
+            and self.extents[0][3] == 0
+            and self.extents[0][1] == self.size
+        )
 
 
 class Snapshot:
@@ -204,9 +207,18 @@ class Snapshot:
     until ``rmdir``, plus one per open file and per running manifest computation).
     """
 
-    def __init__(self, name: str, time_ms: int, commitlog_offset: int,
-                 commitlog_min_offset: int, message_count: int, checkpoint: StoreCheckpoint,
-                 files: dict[str, FrozenFile], fds: list[int], store_root: str):
+    def __init__(
+        self,
+        name: str,
+        time_ms: int,
+        commitlog_offset: int,
+        commitlog_min_offset: int,
+        message_count: int,
+        checkpoint: StoreCheckpoint,
+        files: dict[str, FrozenFile],
+        fds: list[int],
+        store_root: str,
+    ):
         self.name = name
         self.time_ms = time_ms
         self.commitlog_offset = commitlog_offset
@@ -258,15 +270,21 @@ class Snapshot:
     def manifest_head(self) -> dict:
         """Everything of the manifest but the files."""
         cp = self.checkpoint
-        return {"format": MANIFEST_FORMAT, "name": self.name, "time": self.time_ms,
-                "commitLogOffset": self.commitlog_offset,
-                "commitLogMinOffset": self.commitlog_min_offset,
-                "messageCount": self.message_count,
-                "storePathRootDir": self.store_root,
-                "checkpoint": {"physicMsgTimestamp": cp.physic_msg_timestamp,
-                               "logicsMsgTimestamp": cp.logics_msg_timestamp,
-                               "indexMsgTimestamp": cp.index_msg_timestamp,
-                               "confirmPhyOffset": cp.confirm_phy_offset}}
+        return {
+            "format": MANIFEST_FORMAT,
+            "name": self.name,
+            "time": self.time_ms,
+            "commitLogOffset": self.commitlog_offset,
+            "commitLogMinOffset": self.commitlog_min_offset,
+            "messageCount": self.message_count,
+            "storePathRootDir": self.store_root,
+            "checkpoint": {
+                "physicMsgTimestamp": cp.physic_msg_timestamp,
+                "logicsMsgTimestamp": cp.logics_msg_timestamp,
+                "indexMsgTimestamp": cp.index_msg_timestamp,
+                "confirmPhyOffset": cp.confirm_phy_offset,
+            },
+        }
 
 
 def validate_snapshot_name(name: str) -> None:
@@ -275,12 +293,15 @@ def validate_snapshot_name(name: str) -> None:
     Raises InvalidNameError.
     """
     if not NAME_RE.match(name):
-        raise InvalidNameError(f"bad snapshot name {name!r}: use 1-128 characters of "
-                               "A-Z a-z 0-9 _ . + = @ , - (not starting with . or -)")
+        raise InvalidNameError(
+            f"bad snapshot name {name!r}: use 1-128 characters of "
+            "A-Z a-z 0-9 _ . + = @ , - (not starting with . or -)"
+        )
 
 
-def _segment_files(prefix: str, segs: list, end: int, file_size: int, mem: bytes = b"",
-                   mem_base: int = -1) -> list[FrozenFile]:
+def _segment_files(
+    prefix: str, segs: list, end: int, file_size: int, mem: bytes = b"", mem_base: int = -1
+) -> list[FrozenFile]:
     """FrozenFiles of a FileQueue frozen at byte ``end``: each ``(start, fd, size)`` segment
     served up to ``end`` (and up to ``mem_base`` when units live in memory from there), then
     ``mem`` bytes, zeros after. Segments starting at or after ``end`` are left out, except a
@@ -302,9 +323,8 @@ def _segment_files(prefix: str, segs: list, end: int, file_size: int, mem: bytes
         if mem:
             lo, hi = max(s, mem_base), min(s + file_size, end)
             if hi > lo:
-                extents.append((lo - s, hi - s, -1, 0, mem[lo - mem_base:hi - mem_base]))
-        out.append(FrozenFile(f"{prefix}/{offset_to_file_name(s)}", file_size, extents,
-                              ident=fd))
+                extents.append((lo - s, hi - s, -1, 0, mem[lo - mem_base : hi - mem_base]))
+        out.append(FrozenFile(f"{prefix}/{offset_to_file_name(s)}", file_size, extents, ident=fd))
     return out
 
 
@@ -380,11 +400,12 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                 mem_base = -1
                 if cq.mem:
                     mem_base = cq.mem_base * CQ_STORE_UNIT_SIZE
-                    mem = bytes(cq.mem[:max(0, end - mem_base)])
+                    mem = bytes(cq.mem[: max(0, end - mem_base)])
                 if not qsegs and not mem:
                     continue
-                files += _segment_files(f"consumequeue/{topic}/{qid}", qsegs, end,
-                                        cq.files.file_size, mem, mem_base)
+                files += _segment_files(
+                    f"consumequeue/{topic}/{qid}", qsegs, end, cq.files.file_size, mem, mem_base
+                )
             index_ts = 0
             index = store.index_service
             if index is not None:
@@ -397,15 +418,16 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                         nslots = f.hash_slot_num * HASH_SLOT_SIZE
                         if f.is_write_full:
                             head = os.pread(fd, INDEX_HEADER_SIZE, 0)
-                            if len(head) == INDEX_HEADER_SIZE and \
-                                    HEADER.unpack(head)[3] >= offset:
+                            if len(head) == INDEX_HEADER_SIZE and HEADER.unpack(head)[3] >= offset:
                                 # names records past the snapshot (a follower's writer is
                                 # ahead of what it shows): cut below, slots read then
-                                slot_copies.append((rel, f.size, head, None, False, fd,
-                                                    INDEX_HEADER_SIZE + nslots))
+                                slot_copies.append(
+                                    (rel, f.size, head, None, False, fd, INDEX_HEADER_SIZE + nslots)
+                                )
                                 continue
-                            files.append(FrozenFile(rel, f.size, [(0, f.size, fd, 0, None)],
-                                                    ident=fd))
+                            files.append(
+                                FrozenFile(rel, f.size, [(0, f.size, fd, 0, None)], ident=fd)
+                            )
                             index_ts = f.end_timestamp
                             continue
                         # Slots first, then the header: a writer (another process, for a
@@ -419,12 +441,15 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                             slots = os.pread(fd, nslots, INDEX_HEADER_SIZE)
                             native = False
                         head = os.pread(fd, INDEX_HEADER_SIZE, 0)
-                        slot_copies.append((rel, f.size, head, slots, native, fd,
-                                            INDEX_HEADER_SIZE + nslots))
-                        index_ts = (HEADER.unpack(head)[1] if len(head) == INDEX_HEADER_SIZE
-                                    else index_ts)
-            cp = StoreCheckpoint(last_ts, last_ts, index_ts,
-                                 store.checkpoint.master_flushed_offset, offset)
+                        slot_copies.append(
+                            (rel, f.size, head, slots, native, fd, INDEX_HEADER_SIZE + nslots)
+                        )
+                        index_ts = (
+                            HEADER.unpack(head)[1] if len(head) == INDEX_HEADER_SIZE else index_ts
+                        )
+            cp = StoreCheckpoint(
+                last_ts, last_ts, index_ts, store.checkpoint.master_flushed_offset, offset
+            )
             lock_ns = time.perf_counter_ns() - locked_at
         offsets_lock.release()
         held = False
@@ -470,8 +495,13 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
         f.candidate_mtime_ns = mtime
         files.append(f)
     if cut_ts is not None:  # indexMsgTimestamp: the newest IndexFile as cut
-        cp = StoreCheckpoint(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cut_ts,
-                             cp.master_flushed_offset, cp.confirm_phy_offset)
+        cp = StoreCheckpoint(
+            cp.physic_msg_timestamp,
+            cp.logics_msg_timestamp,
+            cut_ts,
+            cp.master_flushed_offset,
+            cp.confirm_phy_offset,
+        )
     page = cp.to_bytes()
     f = FrozenFile("checkpoint", len(page), [(0, len(page), -1, 0, page)])
     f.key = ("data", len(page), crc32c(page))
@@ -498,21 +528,36 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                     parts.append((s, e, fo, st.st_dev, st.st_ino))
             f.key = ("part", f.size, tuple(parts))
             f.candidate_mtime_ns = partial_mtime
-    snap = Snapshot(name, now_ms, offset, min_offset, messages, cp,
-                    {f.rel: f for f in sorted(files, key=lambda f: f.rel)}, fds, store.root)
+    snap = Snapshot(
+        name,
+        now_ms,
+        offset,
+        min_offset,
+        messages,
+        cp,
+        {f.rel: f for f in sorted(files, key=lambda f: f.rel)},
+        fds,
+        store.root,
+    )
     snap.put_lock_ns = lock_ns  # how long puts waited at most (bench, logs)
     return snap
 
 
 # indexfile.ITEM (keyHash | phyOffset | timeDiff | prevIndex) as a numpy dtype, from its format
-_ITEM_DTYPE = np.dtype([(name, f">i{struct.calcsize(fmt)}") for name, fmt in
-                        zip(("key_hash", "phy_offset", "time_diff", "prev_index"),
-                            ITEM.format.lstrip(">"))])
+_ITEM_DTYPE = np.dtype(
+    [
+        (name, f">i{struct.calcsize(fmt)}")
+        for name, fmt in zip(
+            ("key_hash", "phy_offset", "time_diff", "prev_index"), ITEM.format.lstrip(">")
+        )
+    ]
+)
 assert _ITEM_DTYPE.itemsize == INDEX_SIZE
 
 
-def _cut_index(store: MessageStore, fd: int, head: bytes, slots: bytes, native: bool, items_base: int,
-               cut: int):
+def _cut_index(
+    store: MessageStore, fd: int, head: bytes, slots: bytes, native: bool, items_base: int, cut: int
+):
     """An IndexFile as it was when the CommitLog ended at ``cut``: items naming records at or
     past ``cut`` dropped, the hash slots pointing at them moved down their chains to the newest
     item kept, the header's counts and ends set to the last item kept.
@@ -526,7 +571,7 @@ def _cut_index(store: MessageStore, fd: int, head: bytes, slots: bytes, native: 
         return None
     raw = os.pread(fd, (count - 1) * INDEX_SIZE, items_base + INDEX_SIZE)
     n = len(raw) // INDEX_SIZE
-    items = np.frombuffer(raw[:n * INDEX_SIZE], dtype=_ITEM_DTYPE)
+    items = np.frombuffer(raw[: n * INDEX_SIZE], dtype=_ITEM_DTYPE)
     keep = 1 + int(np.searchsorted(items["phy_offset"], cut, side="left"))  # items 1..keep-1
     if keep <= 1:
         return None
@@ -542,8 +587,9 @@ def _cut_index(store: MessageStore, fd: int, head: bytes, slots: bytes, native: 
     last = items[keep - 2]
     rec = store.message_at(int(last["phy_offset"]))
     end_ts = rec.store_timestamp if rec is not None else begin_ts + int(last["time_diff"]) * 1000
-    new_head = HEADER.pack(begin_ts, end_ts, begin_phy, int(last["phy_offset"]),
-                           int(np.count_nonzero(table)), keep)
+    new_head = HEADER.pack(
+        begin_ts, end_ts, begin_phy, int(last["phy_offset"]), int(np.count_nonzero(table)), keep
+    )
     return new_head, table.astype(">i4").tobytes(), False
 
 
@@ -590,8 +636,9 @@ class _CrcCache:
             for k, p in paths.items():
                 if k in self.entries:
                     self.entries[k][0] = p
-            keep = {k: v for k, v in self.entries.items()
-                    if v[0] is not None and os.path.exists(v[0])}
+            keep = {
+                k: v for k, v in self.entries.items() if v[0] is not None and os.path.exists(v[0])
+            }
             self.entries = keep
             data = json.dumps(keep).encode()
         if not self.path:
@@ -656,8 +703,9 @@ class SnapshotManager:
                     self._mtimes = json.loads(f.read())
             except (OSError, ValueError):
                 self._mtimes = {}
-        self._cache = _CrcCache(os.path.join(cache_dir, "snapshot-crc32c.json")
-                                if cache_dir else None)
+        self._cache = _CrcCache(
+            os.path.join(cache_dir, "snapshot-crc32c.json") if cache_dir else None
+        )
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-snapshot-sum")
 
     def names(self) -> list[str]:
@@ -692,9 +740,14 @@ class SnapshotManager:
                 mtimes[rel] = [digest, mt]
             self._mtimes = mtimes
             self.snapshots[name] = snap
-        log.info("snapshot %s: CommitLog offset %d, %d messages, %d files; put lock held %.2f ms",
-                 name, snap.commitlog_offset, snap.message_count, len(snap.files),
-                 snap.put_lock_ns / 1e6)
+        log.info(
+            "snapshot %s: CommitLog offset %d, %d messages, %d files; put lock held %.2f ms",
+            name,
+            snap.commitlog_offset,
+            snap.message_count,
+            len(snap.files),
+            snap.put_lock_ns / 1e6,
+        )
         snap.acquire()
         snap.manifest_future = self._pool.submit(self._compute, snap)
         return snap
@@ -704,8 +757,10 @@ class SnapshotManager:
             out = {}
             paths = {}
             for rel, f in snap.files.items():
-                out[rel] = {"size": f.size,
-                            "crc32c": f"{file_checksum(f, self._cache, lambda: snap.cancelled):08x}"}
+                out[rel] = {
+                    "size": f.size,
+                    "crc32c": f"{file_checksum(f, self._cache, lambda: snap.cancelled):08x}",
+                }
                 if f.ident is not None:
                     paths[f"{f.ident[0]}:{f.ident[1]}"] = os.path.join(snap.store_root, rel)
             self._cache.save(paths)
@@ -815,8 +870,9 @@ def verify_copy(directory: str, workers: int | None = None, progress=None) -> tu
     workers = workers or os.cpu_count() or 1
     # Big files first, so the threads finish together.
     order = sorted(files.items(), key=lambda kv: -int(kv[1].get("size", 0)))
-    done = workprogress.bar(progress, sum(max(0, int(v.get("size", 0))) for _, v in order),
-                            "verify")
+    done = workprogress.bar(
+        progress, sum(max(0, int(v.get("size", 0))) for _, v in order), "verify"
+    )
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for rel, what, n in pool.map(lambda kv: check(*kv), order):

@@ -66,8 +66,12 @@ def topic_stats(store, topic: str, now_ms: int) -> list[dict]:
 
 def total(rows: list[dict]) -> dict:
     """The sum of :func:`queue_stats` rows (``queueId`` None)."""
-    out = {"topic": rows[0]["topic"] if rows else None, "queueId": None,
-           "messages": sum(r["messages"] for r in rows), "bytes": sum(r["bytes"] for r in rows)}
+    out = {
+        "topic": rows[0]["topic"] if rows else None,
+        "queueId": None,
+        "messages": sum(r["messages"] for r in rows),
+        "bytes": sum(r["bytes"] for r in rows),
+    }
     for w in WINDOWS:
         out[w] = {k: sum(r[w][k] for r in rows) for k in ("messages", "bytes")}
     return out

@@ -40,9 +40,11 @@ def store_status(store) -> dict:
         "dispatchedOffset": reput,
         "dispatchBehindBytes": max(0, cl.max_offset - reput),
         "lastStoreTimestamp": cl.last_store_timestamp or None,
-        "checkpoint": {"physicMsgTimestamp": cp.physic_msg_timestamp,
-                       "logicsMsgTimestamp": cp.logics_msg_timestamp,
-                       "indexMsgTimestamp": cp.index_msg_timestamp},
+        "checkpoint": {
+            "physicMsgTimestamp": cp.physic_msg_timestamp,
+            "logicsMsgTimestamp": cp.logics_msg_timestamp,
+            "indexMsgTimestamp": cp.index_msg_timestamp,
+        },
         "mappedFileSizeCommitLog": cl.file_size,
         "mappedFileSizeConsumeQueue": s.cq_file_size,
         "maxMessageSize": s.config.max_message_size,
@@ -58,8 +60,10 @@ def store_status(store) -> dict:
         "repairs": list(getattr(s, "repairs", []))[:100],
         # what the recovery at open did (engine.service.recovery.RecoveryReport; null: a follower)
         "recovery": recovery.to_json() if recovery is not None else None,
-        "damagedQueues": [{"topic": t, "queueId": q, "error": what} for (t, q), what
-                          in sorted(getattr(s, "damaged", {}).items())[:100]],
+        "damagedQueues": [
+            {"topic": t, "queueId": q, "error": what}
+            for (t, q), what in sorted(getattr(s, "damaged", {}).items())[:100]
+        ],
         # topics the store holds under names unsafe as a path (empty, '.', '..', '/',
         # NUL, over 255 bytes): not shown; every other topic is
         "skippedTopics": s.skipped_topics()[:100],
@@ -77,7 +81,11 @@ def follower_status(store) -> dict:
     f = store.follower
     if f is None:
         return {"follower": False}
-    return {"follower": True, "writerPid": store.writer_pid,
-            "writerCommitLogMaxOffset": max(f.writer_end, store.commitlog.max_offset),
-            "followerBehindBytes": f.behind_bytes, "followerBehindMs": f.behind_ms(),
-            "followerRefreshedTimestamp": f.refreshed_ms}
+    return {
+        "follower": True,
+        "writerPid": store.writer_pid,
+        "writerCommitLogMaxOffset": max(f.writer_end, store.commitlog.max_offset),
+        "followerBehindBytes": f.behind_bytes,
+        "followerBehindMs": f.behind_ms(),
+        "followerRefreshedTimestamp": f.refreshed_ms,
+    }

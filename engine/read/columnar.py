@@ -38,6 +38,7 @@ Formats (docs/format.md): ``engine.format.message`` (records, ``MessageDecoder``
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import threading
@@ -46,30 +47,65 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import CorruptRecordError
 from ..format.config import topic_path_problem
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
-from ..errors import CorruptRecordError
 from ..format.javahash import tags_code
 from ..format.mappedfile import segment_names
-from ..format.message import (BORNHOST_V6_FLAG, COMPRESSED_FLAG, FIXED_V4, FIXED_V4_FIELDS,
-                              FIXED_V4_POSITIONS, HOST_V4, INNER_BATCH_FLAG, INT64, KEY_SEPARATOR,
-                              MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MAX_PROPERTIES_LENGTH,
-                              MAX_TOPIC_LENGTH_V1, MIN_RECORD_SIZE,
-                              NAME_VALUE_SEPARATOR, NEED_UNWRAP_FLAG, PROPERTIES_LENGTH_SIZE,
-                              PROPERTY_KEYS, PROPERTY_SEPARATOR, PROPERTY_TAGS, RECORD_HEAD,
-                              SCHEDULE_TOPIC, STORE_TIMESTAMP_END_MAX, STOREHOSTADDRESS_V6_FLAG,
-                              TOPIC_LENGTH_SIZE_V1, BODY_CRC_MASK, check_body_crc, crc32, decode_record,
-                              decompress_body, host_to_str, read_store_timestamp)
-from .schema import arrow_schema
+from ..format.message import (
+    BODY_CRC_MASK,
+    BORNHOST_V6_FLAG,
+    COMPRESSED_FLAG,
+    FIXED_V4,
+    FIXED_V4_FIELDS,
+    FIXED_V4_POSITIONS,
+    HOST_V4,
+    INNER_BATCH_FLAG,
+    INT64,
+    KEY_SEPARATOR,
+    MAGIC_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH_V1,
+    MIN_RECORD_SIZE,
+    NAME_VALUE_SEPARATOR,
+    NEED_UNWRAP_FLAG,
+    PROPERTIES_LENGTH_SIZE,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    RECORD_HEAD,
+    SCHEDULE_TOPIC,
+    STORE_TIMESTAMP_END_MAX,
+    STOREHOSTADDRESS_V6_FLAG,
+    TOPIC_LENGTH_SIZE_V1,
+    check_body_crc,
+    crc32,
+    decode_record,
+    decompress_body,
+    host_to_str,
+    read_store_timestamp,
+)
 from ..service.storetree import open_beneath
-import itertools
+from .schema import arrow_schema
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
     import pyarrow as pa
 
-__all__ = ["StoreFiles", "RECORD_DTYPE", "UNIT_DTYPE", "record_dtype", "decode_units",
-           "queue_units", "drop_blank_units",
-           "decode_topic_units", "decode_units_per_record", "decode_commitlog", "arrow_schema"]
+__all__ = [
+    "StoreFiles",
+    "RECORD_DTYPE",
+    "UNIT_DTYPE",
+    "record_dtype",
+    "decode_units",
+    "queue_units",
+    "drop_blank_units",
+    "decode_topic_units",
+    "decode_units_per_record",
+    "decode_commitlog",
+    "arrow_schema",
+]
 
 # numpy type of each struct format character of FIXED_V4_FIELDS (big-endian). An IPv4 address
 # ("4s") is read as one unsigned 32-bit integer: the same four bytes.
@@ -82,7 +118,7 @@ def record_dtype(last_field: str = FIXED_V4_FIELDS[-1][0]) -> np.dtype:
     ``FIXED_V4_POSITIONS`` gives. Fields before ``bornHostAddress`` have these offsets in every
     record, whatever its hosts."""
     names = [name for name, _ in FIXED_V4_FIELDS]
-    fields = FIXED_V4_FIELDS[:names.index(last_field) + 1]
+    fields = FIXED_V4_FIELDS[: names.index(last_field) + 1]
     return np.dtype([(name, _NP_TYPES[fmt]) for name, fmt in fields])
 
 
@@ -96,8 +132,13 @@ _FIXED = FIXED_V4.size
 UNIT_DTYPE = np.dtype(UNIT_DTYPE_SPEC)
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
 # SYSFLAG bits whose records take the per-record decoder.
-_RARE_FLAGS = (COMPRESSED_FLAG | BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG | INNER_BATCH_FLAG
-               | NEED_UNWRAP_FLAG)
+_RARE_FLAGS = (
+    COMPRESSED_FLAG
+    | BORNHOST_V6_FLAG
+    | STOREHOSTADDRESS_V6_FLAG
+    | INNER_BATCH_FLAG
+    | NEED_UNWRAP_FLAG
+)
 _MIN_RECORD = MIN_RECORD_SIZE  # calMsgLength with empty body, topic and properties
 _HEAD = RECORD_HEAD  # TOTALSIZE | MAGICCODE
 # after the body of a V1 record: topic length (1 byte), topic, properties length (2 bytes)
@@ -285,8 +326,9 @@ class QueueFiles:
             n -= n % CQ_STORE_UNIT_SIZE
             if n <= 0:
                 break
-            parts.append(np.frombuffer(m, dtype=UNIT_DTYPE, count=n // CQ_STORE_UNIT_SIZE,
-                                       offset=p).copy())
+            parts.append(
+                np.frombuffer(m, dtype=UNIT_DTYPE, count=n // CQ_STORE_UNIT_SIZE, offset=p).copy()
+            )
             pos += n
         if not parts:
             return np.empty(0, dtype=UNIT_DTYPE)
@@ -331,8 +373,9 @@ def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
     return units, np.arange(start, start + len(units), dtype=np.int64)
 
 
-def drop_blank_units(units: np.ndarray, queue_offsets: np.ndarray, queue_ids=None,
-                     keep: np.ndarray | None = None):
+def drop_blank_units(
+    units: np.ndarray, queue_offsets: np.ndarray, queue_ids=None, keep: np.ndarray | None = None
+):
     """Remove blank filler units (size ``BLANK_UNIT_SIZE``: ``ConsumeQueue.fillPreBlank``) and,
     when ``keep`` (a bool array) is given, the units it marks False, from ``units`` and the
     arrays aligned with them: their queue offsets and, for a topic's merged units, their queue
@@ -387,8 +430,11 @@ class StoreFiles:
         base = os.path.join(self.root, "consumequeue")
         try:
             # the store's rule (config.topic_path_problem): what a broker loads, unless unsafe
-            return sorted(t for t in os.listdir(base) if os.path.isdir(os.path.join(base, t))
-                          and topic_path_problem(t) is None)
+            return sorted(
+                t
+                for t in os.listdir(base)
+                if os.path.isdir(os.path.join(base, t)) and topic_path_problem(t) is None
+            )
         except FileNotFoundError:
             return []
 
@@ -400,8 +446,11 @@ class StoreFiles:
         except FileNotFoundError:
             return []
         # canonical decimal names only, as the store reads them ("007" or "²" is no queue)
-        return sorted(q for q in map(queue_dir_id, names) if q is not None
-                      and os.path.isdir(os.path.join(base, str(q))))
+        return sorted(
+            q
+            for q in map(queue_dir_id, names)
+            if q is not None and os.path.isdir(os.path.join(base, str(q)))
+        )
 
     def queue(self, topic: str, queue_id: int) -> QueueFiles:
         """The :class:`QueueFiles` of one queue (cached)."""
@@ -409,7 +458,8 @@ class StoreFiles:
         q = self._queues.get(key)
         if q is None:
             q = self._queues[key] = QueueFiles(
-                os.path.join(self.root, "consumequeue", topic, str(queue_id)))
+                os.path.join(self.root, "consumequeue", topic, str(queue_id))
+            )
         return q
 
     # -- offsets -----------------------------------------------------------------------------
@@ -479,9 +529,16 @@ class StoreFiles:
         return lo
 
     # -- reading -----------------------------------------------------------------------------
-    def read_batches(self, topic: str, queue_id: int, start: int, end: int,
-                     tags: Iterable[str] | None = None, batch_rows: int = 32768,
-                     columns: tuple | None = None) -> Iterator:
+    def read_batches(
+        self,
+        topic: str,
+        queue_id: int,
+        start: int,
+        end: int,
+        tags: Iterable[str] | None = None,
+        batch_rows: int = 32768,
+        columns: tuple | None = None,
+    ) -> Iterator:
         """Decode queue offsets ``[start, end)`` of one queue into Arrow record batches.
 
         ``tags``: keep only messages whose TAGS equal one of these; units are first selected by
@@ -506,19 +563,24 @@ class StoreFiles:
             units = q.units(pos, pos + n)
             if len(units) < n:
                 raise CorruptRecordError(
-                    f"{topic}/{queue_id}: ConsumeQueue units {pos}..{pos + n} are missing")
+                    f"{topic}/{queue_id}: ConsumeQueue units {pos}..{pos + n} are missing"
+                )
             qoffs = np.arange(pos, pos + n, dtype=np.int64)
             keep = None if codes is None else np.isin(units["tags"].astype(np.int64), codes)
             units, qoffs, _ = drop_blank_units(units, qoffs, keep=keep)
             if len(units):
-                batch = decode_units(self.commitlog, topic, queue_id, units, qoffs, wanted,
-                                     columns)
+                batch = decode_units(self.commitlog, topic, queue_id, units, qoffs, wanted, columns)
                 if batch.num_rows:
                     yield batch
             pos += n
 
-    def read_commitlog(self, start: int = 0, end: int | None = None, batch_rows: int = 32768,
-                       columns: tuple | None = None) -> Iterator:
+    def read_commitlog(
+        self,
+        start: int = 0,
+        end: int | None = None,
+        batch_rows: int = 32768,
+        columns: tuple | None = None,
+    ) -> Iterator:
         """:func:`decode_commitlog` over this store's CommitLog."""
         return decode_commitlog(self.commitlog, start, end, batch_rows, columns)
 
@@ -533,9 +595,15 @@ class StoreFiles:
 # Decoding
 
 
-def decode_units(commitlog: Segments, topic: str, queue_id: int, units: np.ndarray,
-                 queue_offsets: np.ndarray, wanted_tags: set | None = None,
-                 columns: tuple | None = None):
+def decode_units(
+    commitlog: Segments,
+    topic: str,
+    queue_id: int,
+    units: np.ndarray,
+    queue_offsets: np.ndarray,
+    wanted_tags: set | None = None,
+    columns: tuple | None = None,
+):
     """Decode the records ConsumeQueue ``units`` of one queue point at, column-wise.
 
     Args:
@@ -557,6 +625,7 @@ def decode_units(commitlog: Segments, topic: str, queue_id: int, units: np.ndarr
             offset, lengths, topic or queue); the message names its CommitLog offset.
     """
     import pyarrow as pa
+
     build: Iterable[str] | None = columns
     if columns is not None and wanted_tags is not None and "tags" not in columns:
         build = (*columns, "tags")
@@ -566,51 +635,83 @@ def decode_units(commitlog: Segments, topic: str, queue_id: int, units: np.ndarr
     batch = _decode(commitlog, offs, sizes, qoffs, topic, queue_id, build)
     if wanted_tags is not None and batch.num_rows:
         import pyarrow.compute as pc
-        batch = batch.filter(pc.fill_null(pc.is_in(batch.column("tags"),
-                                                   pa.array(sorted(wanted_tags))), False))
+
+        batch = batch.filter(
+            pc.fill_null(pc.is_in(batch.column("tags"), pa.array(sorted(wanted_tags))), False)
+        )
     if build is not columns:
         batch = batch.select(list(columns))
     return batch
 
 
-def decode_topic_units(commitlog: Segments, topic: str, queue_ids: np.ndarray,
-                       units: np.ndarray, queue_offsets: np.ndarray,
-                       columns: tuple | None = None):
+def decode_topic_units(
+    commitlog: Segments,
+    topic: str,
+    queue_ids: np.ndarray,
+    units: np.ndarray,
+    queue_offsets: np.ndarray,
+    columns: tuple | None = None,
+):
     """:func:`decode_units` for units of several queues of one topic (``queue_ids[i]`` is the
     queue of ``units[i]``), e.g. merged in CommitLog order. Same batch and errors; a record
     whose QUEUEID is not its unit's queue raises CorruptRecordError."""
     names = tuple(arrow_schema().names if columns is None else columns)
     build = names if "queueId" in names else (*names, "queueId")
-    batch = _decode(commitlog, units["off"].astype(np.int64), units["size"].astype(np.int64),
-                    np.asarray(queue_offsets, dtype=np.int64), topic, None, build)
+    batch = _decode(
+        commitlog,
+        units["off"].astype(np.int64),
+        units["size"].astype(np.int64),
+        np.asarray(queue_offsets, dtype=np.int64),
+        topic,
+        None,
+        build,
+    )
     got = batch.column("queueId").to_numpy()
     bad = got != np.asarray(queue_ids)
     if bad.any():
         i = int(np.argmax(bad))
-        raise CorruptRecordError(f"the record belongs to queue {int(got[i])}, not "
-                                 f"{int(queue_ids[i])}", int(units["off"][i]))
+        raise CorruptRecordError(
+            f"the record belongs to queue {int(got[i])}, not {int(queue_ids[i])}",
+            int(units["off"][i]),
+        )
     if build is not names:
         batch = batch.select(list(names))
     if "queue" in names:
         import pyarrow as pa
-        batch = batch.set_column(names.index("queue"), batch.schema.field("queue"),
-                                 pa.array(np.asarray(queue_ids, dtype=np.int32)))
+
+        batch = batch.set_column(
+            names.index("queue"),
+            batch.schema.field("queue"),
+            pa.array(np.asarray(queue_ids, dtype=np.int32)),
+        )
     return batch
 
 
-def decode_units_per_record(commitlog: Segments, topic: str, queue_id: int, units: np.ndarray,
-                            queue_offsets: np.ndarray, columns: tuple | None = None):
+def decode_units_per_record(
+    commitlog: Segments,
+    topic: str,
+    queue_id: int,
+    units: np.ndarray,
+    queue_offsets: np.ndarray,
+    columns: tuple | None = None,
+):
     """The same batch as :func:`decode_units`, decoded record by record with
     ``engine.format.message.decode_record`` (the reference the columnar path is tested against)."""
     offs = units["off"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
     names = arrow_schema().names if columns is None else list(columns)
-    return _slow_batch(commitlog, offs, sizes, np.asarray(queue_offsets, np.int64), topic,
-                       queue_id, names)
+    return _slow_batch(
+        commitlog, offs, sizes, np.asarray(queue_offsets, np.int64), topic, queue_id, names
+    )
 
 
-def decode_commitlog(commitlog: Segments, start: int = 0, end: int | None = None,
-                     batch_rows: int = 32768, columns: tuple | None = None) -> Iterator:
+def decode_commitlog(
+    commitlog: Segments,
+    start: int = 0,
+    end: int | None = None,
+    batch_rows: int = 32768,
+    columns: tuple | None = None,
+) -> Iterator:
     """Decode every record of the CommitLog byte range ``[start, end)`` in CommitLog order.
 
     ``start`` must be the offset of a record (or of a segment); the walk skips the blank
@@ -639,30 +740,44 @@ def decode_commitlog(commitlog: Segments, start: int = 0, end: int | None = None
         if total == 0:
             break
         if magic not in (MAGIC_V1, MAGIC_V2) or total < _MIN_RECORD:
-            raise CorruptRecordError(f"bad record header (TOTALSIZE {total}, "
-                                     f"MAGICCODE 0x{magic:08X})", pos)
+            raise CorruptRecordError(
+                f"bad record header (TOTALSIZE {total}, MAGICCODE 0x{magic:08X})", pos
+            )
         offs.append(pos)
         sizes.append(total)
         pos += total
         if len(offs) >= batch_rows:
-            yield _decode(commitlog, np.array(offs, np.int64), np.array(sizes, np.int64), None,
-                          None, None, names)
+            yield _decode(
+                commitlog,
+                np.array(offs, np.int64),
+                np.array(sizes, np.int64),
+                None,
+                None,
+                None,
+                names,
+            )
             offs, sizes = [], []
     if offs:
-        yield _decode(commitlog, np.array(offs, np.int64), np.array(sizes, np.int64), None,
-                      None, None, names)
+        yield _decode(
+            commitlog, np.array(offs, np.int64), np.array(sizes, np.int64), None, None, None, names
+        )
 
 
 def _concat(batches: list):
     import pyarrow as pa
+
     if len(batches) == 1:
         return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 62)[0] \
-        if sum(b.num_rows for b in batches) else batches[0]
+    return (
+        pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 62)[0]
+        if sum(b.num_rows for b in batches)
+        else batches[0]
+    )
 
 
-def _decode(commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, topic, queue_id,
-            columns) -> pa.RecordBatch:
+def _decode(
+    commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, topic, queue_id, columns
+) -> pa.RecordBatch:
     """Decode records at CommitLog ``offs`` of ``sizes`` bytes; split by CommitLog file."""
     names = list(arrow_schema().names if columns is None else columns)
     fs = commitlog.file_size
@@ -678,14 +793,28 @@ def _decode(commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, top
     for a, b in itertools.pairwise(bounds):
         loc = commitlog.locate(int(offs[a]))
         if loc is None:
-            raise CorruptRecordError("CommitLog offset is not in the store (deleted, or not "
-                                     "written yet)", int(offs[a]))
-        batches.append(_decode_segment(commitlog, loc[0], int(offs[a]) - loc[1], offs[a:b],
-                                       sizes[a:b], None if qoffs is None else qoffs[a:b],
-                                       topic, queue_id, names))
+            raise CorruptRecordError(
+                "CommitLog offset is not in the store (deleted, or not written yet)", int(offs[a])
+            )
+        batches.append(
+            _decode_segment(
+                commitlog,
+                loc[0],
+                int(offs[a]) - loc[1],
+                offs[a:b],
+                sizes[a:b],
+                None if qoffs is None else qoffs[a:b],
+                topic,
+                queue_id,
+                names,
+            )
+        )
         if commitlog.drop_pages:
-            _drop_pages(loc[0], int(offs[a:b].min()) - (int(offs[a]) - loc[1]),
-                        int((offs[a:b] + sizes[a:b]).max()) - (int(offs[a]) - loc[1]))
+            _drop_pages(
+                loc[0],
+                int(offs[a:b].min()) - (int(offs[a]) - loc[1]),
+                int((offs[a:b] + sizes[a:b]).max()) - (int(offs[a]) - loc[1]),
+            )
     return _concat(batches)
 
 
@@ -702,10 +831,12 @@ def _drop_pages(m, start: int, end: int) -> None:
 
 def _empty(names):
     import pyarrow as pa
+
     schema = arrow_schema()
     return pa.RecordBatch.from_arrays(
         [pa.array([], schema.field(x).type) for x in names],
-        schema=pa.schema([schema.field(x) for x in names]))
+        schema=pa.schema([schema.field(x) for x in names]),
+    )
 
 
 def _first_bad(offs: np.ndarray, bad: np.ndarray) -> int:
@@ -715,14 +846,17 @@ def _first_bad(offs: np.ndarray, bad: np.ndarray) -> int:
 def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, queue_id, names):
     """Decode records that all lie in one mapped CommitLog file (see :func:`decode_units`)."""
     import pyarrow as pa
+
     n = len(offs)
     buf = np.frombuffer(m, dtype=np.uint8)
     pos = offs - seg_start
     end = pos + sizes
     bad = (sizes < _MIN_RECORD) | (end > len(buf))
     if bad.any():
-        raise CorruptRecordError("the unit's size runs past the CommitLog file or is smaller "
-                                 "than a record", _first_bad(offs, bad))
+        raise CorruptRecordError(
+            "the unit's size runs past the CommitLog file or is smaller than a record",
+            _first_bad(offs, bad),
+        )
     hdr = buf[pos[:, None] + np.arange(_FIXED)].view(RECORD_DTYPE).reshape(n)
     magic = hdr["magicCode"]
     bad = (magic != MAGIC_V1) & (magic != MAGIC_V2)
@@ -732,19 +866,24 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     bad = hdr["totalSize"] != sizes
     if bad.any():
         i = int(np.argmax(bad))
-        raise CorruptRecordError(f"TOTALSIZE {int(hdr['totalSize'][i])} != the unit's size "
-                                 f"{int(sizes[i])}", int(offs[i]))
+        raise CorruptRecordError(
+            f"TOTALSIZE {int(hdr['totalSize'][i])} != the unit's size {int(sizes[i])}", int(offs[i])
+        )
     bad = hdr["physicalOffset"] != offs
     if bad.any():
         i = int(np.argmax(bad))
-        raise CorruptRecordError(f"PHYSICALOFFSET {int(hdr['physicalOffset'][i])} != the "
-                                 "unit's CommitLog offset", int(offs[i]))
+        raise CorruptRecordError(
+            f"PHYSICALOFFSET {int(hdr['physicalOffset'][i])} != the unit's CommitLog offset",
+            int(offs[i]),
+        )
     if queue_id is not None:
         bad = hdr["queueId"] != queue_id
         if bad.any():
             i = int(np.argmax(bad))
-            raise CorruptRecordError(f"the record belongs to queue {int(hdr['queueId'][i])}, "
-                                     f"not {queue_id}", int(offs[i]))
+            raise CorruptRecordError(
+                f"the record belongs to queue {int(hdr['queueId'][i])}, not {queue_id}",
+                int(offs[i]),
+            )
     # Which records the columnar path decodes: V1, IPv4 hosts, plain body, lengths adding up.
     blen = hdr["bodyLength"].astype(np.int64)
     fast = (magic == MAGIC_V1) & ((hdr["sysFlag"] & _RARE_FLAGS) == 0) & (blen >= 0)
@@ -761,8 +900,11 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
         fast &= tlen == len(raw)
         if raw and fast.any():
             fi = np.flatnonzero(fast)
-            same = np.all(buf[tpos[fi, None] + TOPIC_LENGTH_SIZE_V1 + np.arange(len(raw))]
-                          == np.frombuffer(raw, np.uint8), axis=1)
+            same = np.all(
+                buf[tpos[fi, None] + TOPIC_LENGTH_SIZE_V1 + np.arange(len(raw))]
+                == np.frombuffer(raw, np.uint8),
+                axis=1,
+            )
             fast[fi[~same]] = False
     need = set(names)
     mv = memoryview(m)
@@ -792,23 +934,36 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     if not fast.any():
         return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
     fi, si = np.flatnonzero(fast), np.flatnonzero(~fast)
-    a = _fast_batch(mv, hdr[fi], pos[fi], blen[fi], None if qoffs is None else qoffs[fi], topic,
-                    queue_id, names, cols, topics)
-    b = _slow_batch(commitlog, offs[si], sizes[si], None if qoffs is None else qoffs[si], topic,
-                    queue_id, names)
+    a = _fast_batch(
+        mv,
+        hdr[fi],
+        pos[fi],
+        blen[fi],
+        None if qoffs is None else qoffs[fi],
+        topic,
+        queue_id,
+        names,
+        cols,
+        topics,
+    )
+    b = _slow_batch(
+        commitlog, offs[si], sizes[si], None if qoffs is None else qoffs[si], topic, queue_id, names
+    )
     order = np.empty(n, dtype=np.int64)
     order[np.concatenate([fi, si])] = np.arange(n)
     return _concat([a, b]).take(pa.array(order))
 
 
-def _body_crc_bad(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
-                  want: np.ndarray) -> np.ndarray:
+def _body_crc_bad(
+    mv: memoryview, starts: np.ndarray, lengths: np.ndarray, want: np.ndarray
+) -> np.ndarray:
     """Which bodies ``mv[starts[i]:starts[i] + lengths[i]]`` do not have the BODYCRC
     ``want[i]`` (``UtilAll.crc32``: CRC-32 masked to 31 bits). An empty body is not checked,
     as ``MessageDecoder.decode`` checks only ``bodyLen > 0``."""
     ends = (starts + lengths).tolist()
-    got = np.fromiter((crc32(mv[a:b]) for a, b in zip(starts.tolist(), ends)),
-                      dtype=np.int64, count=len(ends))
+    got = np.fromiter(
+        (crc32(mv[a:b]) for a, b in zip(starts.tolist(), ends)), dtype=np.int64, count=len(ends)
+    )
     return ((got & BODY_CRC_MASK) != want.astype(np.int64)) & (lengths > 0)
 
 
@@ -827,10 +982,13 @@ def _host(h) -> str:
 def _hosts(addr: np.ndarray, port: np.ndarray):
     """``ip:port`` strings of IPv4 hosts (uint32 address, int32 port) as an Arrow array."""
     import pyarrow as pa
+
     packed = (addr.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint32).astype(np.uint64)
     uniq, inverse = np.unique(packed, return_inverse=True)
-    names = [_host((int(u >> 32).to_bytes(4, "big"),
-                    int(u & 0xFFFFFFFF) - (int(u & 0x80000000) << 1))) for u in uniq.tolist()]
+    names = [
+        _host((int(u >> 32).to_bytes(4, "big"), int(u & 0xFFFFFFFF) - (int(u & 0x80000000) << 1)))
+        for u in uniq.tolist()
+    ]
     return pa.array(names, pa.string()).take(pa.array(inverse.reshape(-1).astype(np.int32)))
 
 
@@ -847,6 +1005,7 @@ def _gather(mv: memoryview, starts: np.ndarray, lengths: np.ndarray) -> tuple:
 def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics):
     """Column-wise build of the rows of common records (already checked by the caller)."""
     import pyarrow as pa
+
     n = len(pos)
     schema = arrow_schema()
 
@@ -863,13 +1022,16 @@ def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
         raw[:, 3] = (phys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         hexed = raw.tobytes().hex().upper().encode("ascii")
         return pa.StringArray.from_buffers(
-            n, pa.py_buffer(np.arange(0, _MSG_ID_V4_HEX * n + 1, _MSG_ID_V4_HEX,
-                                      dtype=np.int32)), pa.py_buffer(hexed))
+            n,
+            pa.py_buffer(np.arange(0, _MSG_ID_V4_HEX * n + 1, _MSG_ID_V4_HEX, dtype=np.int32)),
+            pa.py_buffer(hexed),
+        )
 
     def body():
         boff, bdata = _gather(mv, pos + _FIXED, blen)
-        return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(boff),
-                                                             pa.py_buffer(bdata)])
+        return pa.BinaryArray.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(boff), pa.py_buffer(bdata)]
+        )
 
     def queue_ids():
         return col("queueId", np.int32)
@@ -881,7 +1043,8 @@ def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
 
     make = {
         "queueId": queue_ids,
-        "queueOffset": (lambda: pa.array(qoffs.astype(np.int64))) if qoffs is not None
+        "queueOffset": (lambda: pa.array(qoffs.astype(np.int64)))
+        if qoffs is not None
         else (lambda: col("queueOffset", np.int64)),
         "commitLogOffset": lambda: col("physicalOffset", np.int64),
         "storeSize": lambda: col("totalSize", np.int32),
@@ -910,6 +1073,7 @@ def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray,
     is not UTF-8."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
     poff, pdata = _gather(mv, starts, lengths)
     props = pa.StringArray.from_buffers(n, pa.py_buffer(poff), pa.py_buffer(pdata))
     try:
@@ -961,6 +1125,7 @@ def _dedupe(row: np.ndarray, names):
     repeats (the usual case, checked column-wise). ``decode_properties`` builds a dict, which
     keeps a repeated name at its first position with its last value."""
     import pyarrow.compute as pc
+
     codes = pc.dictionary_encode(names)
     pair = row.astype(np.int64) * len(codes.dictionary) + codes.indices.to_numpy()
     pair.sort()
@@ -973,8 +1138,10 @@ def _dedupe(row: np.ndarray, names):
         last[key] = i
     order = sorted(first.values())
     keys = {i: key for key, i in first.items()}
-    return (np.array(order, dtype=np.int64),
-            np.array([last[keys[i]] for i in order], dtype=np.int64))
+    return (
+        np.array(order, dtype=np.int64),
+        np.array([last[keys[i]] for i in order], dtype=np.int64),
+    )
 
 
 def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names):
@@ -983,44 +1150,57 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
     Bodies are decompressed. Raises CorruptRecordError for a record that is not the one its
     unit describes (see :func:`decode_units`)."""
     import pyarrow as pa
+
     rows: dict[str, list] = {name: [] for name in names}
     for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
         loc = commitlog.locate(off)
         if loc is None:
-            raise CorruptRecordError("CommitLog offset is not in the store (deleted, or not "
-                                     "written yet)", off)
+            raise CorruptRecordError(
+                "CommitLog offset is not in the store (deleted, or not written yet)", off
+            )
         m, p = loc
         if p + size > len(m):
             raise CorruptRecordError("record runs past its CommitLog file", off)
         try:
-            rec = decode_record(memoryview(m)[p:p + size], 0, check_crc=False, base_offset=off)
+            rec = decode_record(memoryview(m)[p : p + size], 0, check_crc=False, base_offset=off)
             if commitlog.check_crc:
                 check_body_crc(rec)
             body = decompress_body(rec.body, rec.sys_flag) if "body" in rows else None
         except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's
             raise CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off) from exc
         if rec.store_size != size:
-            raise CorruptRecordError(f"TOTALSIZE {rec.store_size} != the unit's size {size}",
-                                     off)
-        if (topic is not None and rec.topic != topic) or (queue_id is not None
-                                                          and rec.queue_id != queue_id):
-            raise CorruptRecordError(f"the record belongs to {rec.topic}/{rec.queue_id}, not "
-                                     f"{topic}/{queue_id}", off)
+            raise CorruptRecordError(f"TOTALSIZE {rec.store_size} != the unit's size {size}", off)
+        if (topic is not None and rec.topic != topic) or (
+            queue_id is not None and rec.queue_id != queue_id
+        ):
+            raise CorruptRecordError(
+                f"the record belongs to {rec.topic}/{rec.queue_id}, not {topic}/{queue_id}", off
+            )
         row = {
-            "queueId": rec.queue_id, "queue": rec.queue_id,
+            "queueId": rec.queue_id,
+            "queue": rec.queue_id,
             "queueOffset": rec.queue_offset if qoffs is None else int(qoffs[i]),
-            "commitLogOffset": rec.commitlog_offset, "storeSize": rec.store_size,
-            "msgId": rec.msg_id, "tags": rec.tags, "keys": rec.keys,
-            "bornTimestamp": rec.born_timestamp, "bornHost": _host(rec.born_host),
-            "storeTimestamp": rec.store_timestamp, "storeHost": _host(rec.store_host),
-            "sysFlag": rec.sys_flag, "flag": rec.flag, "bodyCRC": rec.body_crc,
+            "commitLogOffset": rec.commitlog_offset,
+            "storeSize": rec.store_size,
+            "msgId": rec.msg_id,
+            "tags": rec.tags,
+            "keys": rec.keys,
+            "bornTimestamp": rec.born_timestamp,
+            "bornHost": _host(rec.born_host),
+            "storeTimestamp": rec.store_timestamp,
+            "storeHost": _host(rec.store_host),
+            "sysFlag": rec.sys_flag,
+            "flag": rec.flag,
+            "bodyCRC": rec.body_crc,
             "reconsumeTimes": rec.reconsume_times,
             "preparedTransactionOffset": rec.prepared_transaction_offset,
-            "properties": list(rec.properties.items()), "topic": rec.topic,
+            "properties": list(rec.properties.items()),
+            "topic": rec.topic,
         }
         for name in names:
             rows[name].append(body if name == "body" else row[name])
     schema = arrow_schema()
     return pa.RecordBatch.from_arrays(
         [pa.array(rows[x], type=schema.field(x).type) for x in names],
-        schema=pa.schema([schema.field(x) for x in names]))
+        schema=pa.schema([schema.field(x) for x in names]),
+    )

@@ -19,19 +19,27 @@ import json
 
 from ..errors import MessageIllegalError
 from ..format.message import Message, MessageRecord, host_to_str
-from .schema import LINE_COLUMNS
 from ..service.validation import check_message, describe_char
+from .schema import LINE_COLUMNS
 
-__all__ = ["LINE_FIELDS", "BODY_ENCODING", "PRODUCE_FIELDS", "message_fields", "build_line",
-           "parse_json_line", "message_from_json"]
+__all__ = [
+    "LINE_FIELDS",
+    "BODY_ENCODING",
+    "PRODUCE_FIELDS",
+    "message_fields",
+    "build_line",
+    "parse_json_line",
+    "message_from_json",
+]
 
 #: The fields of a ``messages.jsonl`` line, in their order (``MessageExt``'s names).
 LINE_FIELDS: tuple[str, ...] = tuple(n for n, _ in LINE_COLUMNS)
 #: The field a line adds after ``body`` when the body is base64 (not UTF-8).
 BODY_ENCODING = "bodyEncoding"
 #: The fields a ``produce.jsonl`` line may have.
-PRODUCE_FIELDS = frozenset(("body", "bodyBase64", "tags", "keys", "properties", "queueId",
-                            "shardingKey"))
+PRODUCE_FIELDS = frozenset(
+    ("body", "bodyBase64", "tags", "keys", "properties", "queueId", "shardingKey")
+)
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -128,7 +136,8 @@ def message_from_json(obj, topic: str, queue_id: int | None = None):
     unknown = obj.keys() - PRODUCE_FIELDS
     if unknown:
         raise MessageIllegalError(
-            f"unknown field {sorted(unknown)[0]!r} (fields: {', '.join(sorted(PRODUCE_FIELDS))})")
+            f"unknown field {sorted(unknown)[0]!r} (fields: {', '.join(sorted(PRODUCE_FIELDS))})"
+        )
     body, b64 = obj.get("body"), obj.get("bodyBase64")
     if body is not None and b64 is not None:
         raise MessageIllegalError("give body or bodyBase64, not both")
@@ -142,12 +151,12 @@ def message_from_json(obj, topic: str, queue_id: int | None = None):
     elif body is not None:
         if not isinstance(body, str):
             raise MessageIllegalError(
-                f"body must be a string, not {_json_type(body)} (use bodyBase64 for bytes)")
+                f"body must be a string, not {_json_type(body)} (use bodyBase64 for bytes)"
+            )
         try:
             data = body.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise MessageIllegalError(
-                f"body contains {describe_char(body[exc.start])}") from None
+            raise MessageIllegalError(f"body contains {describe_char(body[exc.start])}") from None
     else:
         raise MessageIllegalError("a line needs body or bodyBase64")
     if not data:
@@ -163,8 +172,15 @@ def message_from_json(obj, topic: str, queue_id: int | None = None):
     props = obj.get("properties")
     if props is not None and not isinstance(props, dict):
         raise MessageIllegalError(f"properties must be an object, not {_json_type(props)}")
-    msg = Message(topic, data, tags=tags, keys=obj.get("keys"), properties=props or None,
-                  queue_id=qid, sharding_key=obj.get("shardingKey"))
+    msg = Message(
+        topic,
+        data,
+        tags=tags,
+        keys=obj.get("keys"),
+        properties=props or None,
+        queue_id=qid,
+        sharding_key=obj.get("shardingKey"),
+    )
     check_message(msg)
     return msg
 

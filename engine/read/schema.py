@@ -18,18 +18,40 @@ body, decompressed, as BINARY.
 
 from __future__ import annotations
 
-__all__ = ["LINE_COLUMNS", "PART_COLUMNS", "PARTITION_COLUMNS", "COLUMN_NAMES", "VIEW_DDL",
-           "DATASOURCE_DDL", "PART_DDL", "arrow_schema", "part_schema", "split_ddl"]
+__all__ = [
+    "LINE_COLUMNS",
+    "PART_COLUMNS",
+    "PARTITION_COLUMNS",
+    "COLUMN_NAMES",
+    "VIEW_DDL",
+    "DATASOURCE_DDL",
+    "PART_DDL",
+    "arrow_schema",
+    "part_schema",
+    "split_ddl",
+]
 
 # (name, Spark DDL type) of a message, in RocketMQ ``MessageExt`` order. Arrow types follow
 # from the DDL type (_ARROW below), so each column is written here once.
 LINE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("topic", "STRING"), ("queueId", "INT"), ("queueOffset", "BIGINT"),
-    ("commitLogOffset", "BIGINT"), ("storeSize", "INT"), ("msgId", "STRING"),
-    ("tags", "STRING"), ("keys", "ARRAY<STRING>"), ("bornTimestamp", "BIGINT"),
-    ("bornHost", "STRING"), ("storeTimestamp", "BIGINT"), ("storeHost", "STRING"),
-    ("sysFlag", "INT"), ("flag", "INT"), ("bodyCRC", "INT"), ("reconsumeTimes", "INT"),
-    ("preparedTransactionOffset", "BIGINT"), ("properties", "MAP<STRING,STRING>"),
+    ("topic", "STRING"),
+    ("queueId", "INT"),
+    ("queueOffset", "BIGINT"),
+    ("commitLogOffset", "BIGINT"),
+    ("storeSize", "INT"),
+    ("msgId", "STRING"),
+    ("tags", "STRING"),
+    ("keys", "ARRAY<STRING>"),
+    ("bornTimestamp", "BIGINT"),
+    ("bornHost", "STRING"),
+    ("storeTimestamp", "BIGINT"),
+    ("storeHost", "STRING"),
+    ("sysFlag", "INT"),
+    ("flag", "INT"),
+    ("bodyCRC", "INT"),
+    ("reconsumeTimes", "INT"),
+    ("preparedTransactionOffset", "BIGINT"),
+    ("properties", "MAP<STRING,STRING>"),
     ("body", "BINARY"),
 )
 #: Partition columns of ``view/`` (``topic=<t>/queue=<q>`` directories), in Spark's order.
@@ -70,9 +92,16 @@ def split_ddl(ddl: str) -> list[tuple[str, str]]:
 
 def _arrow_type(ddl_type: str):
     import pyarrow as pa
+
     s = pa.string()
-    return {"STRING": s, "INT": pa.int32(), "BIGINT": pa.int64(), "BINARY": pa.binary(),
-            "ARRAY<STRING>": pa.list_(s), "MAP<STRING,STRING>": pa.map_(s, s)}[ddl_type]
+    return {
+        "STRING": s,
+        "INT": pa.int32(),
+        "BIGINT": pa.int64(),
+        "BINARY": pa.binary(),
+        "ARRAY<STRING>": pa.list_(s),
+        "MAP<STRING,STRING>": pa.map_(s, s),
+    }[ddl_type]
 
 
 _cache: dict = {}
@@ -83,6 +112,7 @@ def arrow_schema():
     s = _cache.get("all")
     if s is None:
         import pyarrow as pa
+
         s = _cache["all"] = pa.schema([(n, _arrow_type(t)) for n, t in _ALL])
     return s
 
@@ -92,5 +122,6 @@ def part_schema():
     s = _cache.get("part")
     if s is None:
         import pyarrow as pa
+
         s = _cache["part"] = pa.schema([(n, _arrow_type(t)) for n, t in PART_COLUMNS])
     return s

@@ -171,8 +171,12 @@ class CleanService:
         for ratio in ratios:
             if ratio > warning:
                 if not getattr(self.store, "disk_full", False):
-                    log.error("disk usage %.2f above diskSpaceWarningLevelRatio %.2f: the store "
-                              "refuses new messages until files are deleted", ratio, warning)
+                    log.error(
+                        "disk usage %.2f above diskSpaceWarningLevelRatio %.2f: the store "
+                        "refuses new messages until files are deleted",
+                        ratio,
+                        warning,
+                    )
                 self.store.disk_full = True
                 self.clean_immediately = True
                 return True
@@ -205,9 +209,15 @@ class CleanService:
         if manual:
             self.manual_rounds -= 1
         force = bool(self._cfg("clean_file_forcibly_enable", True)) and self.clean_immediately
-        report.reason = ", ".join(r for r, on in (("time is up (deleteWhen)", time_up),
-                                                  ("disk is full", space),
-                                                  ("manual", manual)) if on)
+        report.reason = ", ".join(
+            r
+            for r, on in (
+                ("time is up (deleteWhen)", time_up),
+                ("disk is full", space),
+                ("manual", manual),
+            )
+            if on
+        )
         reserved_ms = int(self._cfg("file_reserved_time", 72) * HOUR_MS)
         report.commitlog = self.delete_expired_commitlog(reserved_ms, force)
         report.min_offset = self.store.commitlog.min_offset

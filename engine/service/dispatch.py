@@ -18,17 +18,23 @@ A ``SCHEDULE_TOPIC_XXXX`` unit's tagsCode is its deliver time (consumequeue.deli
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..format.config import TopicConfig, topic_path_problem
-from ..format.consumequeue import (UNIT, ConsumeQueue, deliver_tags_code)
-from ..format.message import (INNER_BATCH_FLAG, PROPERTY_DELAY, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                              MessageRecord)
+from ..format.consumequeue import UNIT, ConsumeQueue, deliver_tags_code
+
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from ..format.message import (SCHEDULE_TOPIC, TRANSACTION_TYPE_MASK)
+from ..format.message import (
+    INNER_BATCH_FLAG,
+    PROPERTY_DELAY,
+    SCHEDULE_TOPIC,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    MessageRecord,
+)
 
 if TYPE_CHECKING:
     from ..store import MessageStore
@@ -52,7 +58,6 @@ class DispatchRequest:
     sys_flag: int = 0
 
 
-
 def puts_hashed_keys(dispatcher) -> bool:
     """Whether ``dispatcher`` takes the fast put path's pre-hashed index keys."""
     return getattr(dispatcher, "puts_hashed_keys", False)
@@ -67,17 +72,32 @@ def skips_below_end_offset(dispatcher) -> bool:
 def dispatch_of(store: MessageStore, rec: MessageRecord) -> DispatchRequest:
     tc = rec.tags_code
     if rec.topic == SCHEDULE_TOPIC:
-        deliver = deliver_tags_code(rec.properties.get(PROPERTY_DELAY), rec.store_timestamp,
-                                    store.delay_levels)
+        deliver = deliver_tags_code(
+            rec.properties.get(PROPERTY_DELAY), rec.store_timestamp, store.delay_levels
+        )
         if deliver is not None:
             tc = deliver
-    return DispatchRequest(rec.topic, rec.queue_id, rec.commitlog_offset, rec.store_size, tc,
-                     rec.store_timestamp, rec.queue_offset, rec.keys, rec.uniq_key,
-                     rec.sys_flag)
+    return DispatchRequest(
+        rec.topic,
+        rec.queue_id,
+        rec.commitlog_offset,
+        rec.store_size,
+        tc,
+        rec.store_timestamp,
+        rec.queue_offset,
+        rec.keys,
+        rec.uniq_key,
+        rec.sys_flag,
+    )
 
 
-def dispatch(store: MessageStore, batch: list[DispatchRequest], recovering: bool = False,
-              full: bool = False, report=None) -> bool:
+def dispatch(
+    store: MessageStore,
+    batch: list[DispatchRequest],
+    recovering: bool = False,
+    full: bool = False,
+    report=None,
+) -> bool:
     """Write ConsumeQueue units (and run the dispatchers) for ``batch``.
 
     Returns True when a unit's queue offset lies past its queue's end (a gap). ``report``
@@ -87,7 +107,10 @@ def dispatch(store: MessageStore, batch: list[DispatchRequest], recovering: bool
     gap = False
     per_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
     for d in batch:
-        if d.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        if d.sys_flag & TRANSACTION_TYPE_MASK in (
+            TRANSACTION_PREPARED_TYPE,
+            TRANSACTION_ROLLBACK_TYPE,
+        ):
             continue
         if d.sys_flag & INNER_BATCH_FLAG or d.topic in store.batch_cq_topics:
             # BatchCQ topics dispatch to batchconsumequeue/, which is not written here;
@@ -142,7 +165,10 @@ def dispatch(store: MessageStore, batch: list[DispatchRequest], recovering: bool
                     break
                 run.append(d)
             items = run
-            if topic not in store.topic_config.topics or qid >= store.topic_config.topics[topic].read_queue_nums:
+            if (
+                topic not in store.topic_config.topics
+                or qid >= store.topic_config.topics[topic].read_queue_nums
+            ):
                 register_topic(store, topic, qid)
         units = b"".join(UNIT.pack(d.commitlog_offset, d.size, d.tags_code) for d in items)
         cq.put_units(items[0].queue_offset, units)
@@ -164,8 +190,12 @@ def verify_present(store: MessageStore, cq: ConsumeQueue, items: list) -> None:
     units = {q: (off, size, tc) for q, off, size, tc in cq.iter_units(lo, hi)}
     for d in present:
         if units.get(d.queue_offset) != (d.commitlog_offset, d.size, d.tags_code):
-            log.warning("ConsumeQueue %s/%d: unit %d differs from the CommitLog; "
-                        "rewritten from there", cq.topic, cq.queue_id, d.queue_offset)
+            log.warning(
+                "ConsumeQueue %s/%d: unit %d differs from the CommitLog; rewritten from there",
+                cq.topic,
+                cq.queue_id,
+                d.queue_offset,
+            )
             cq.truncate_to(d.queue_offset)
             return
 
@@ -176,8 +206,13 @@ def register_topic(store: MessageStore, topic: str, queue_id: int) -> None:
     if cfg is None:
         cfg = TopicConfig(topic, n, n)
     else:
-        cfg = TopicConfig(**{**cfg.__dict__, "read_queue_nums": max(cfg.read_queue_nums, n),
-                             "write_queue_nums": max(cfg.write_queue_nums, n)})
+        cfg = TopicConfig(
+            **{
+                **cfg.__dict__,
+                "read_queue_nums": max(cfg.read_queue_nums, n),
+                "write_queue_nums": max(cfg.write_queue_nums, n),
+            }
+        )
     if store.read_only:
         store.topic_config.topics[topic] = cfg
     else:

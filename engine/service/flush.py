@@ -20,15 +20,14 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import FlushDiskTimeoutError
-# The fast put path and the recovery scan (kept apart from the imports above on purpose).
 
+# The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from . import dispatch
 
 if TYPE_CHECKING:
     from ..store import MessageStore
 
 log = logging.getLogger(__name__)
-
 
 
 class FlushService:
@@ -88,11 +87,15 @@ class FlushService:
     def start(self) -> None:
         """Start the flush thread and, under SYNC_FLUSH, the group-commit thread."""
         store = self.store
-        self._threads.append(threading.Thread(target=self.flush_loop, name="rmq-flush",
-                                              daemon=True))
+        self._threads.append(
+            threading.Thread(target=self.flush_loop, name="rmq-flush", daemon=True)
+        )
         if store.sync_flush:
-            self._threads.append(threading.Thread(target=self.group_commit_loop,
-                                                  name="rmq-group-commit", daemon=True))
+            self._threads.append(
+                threading.Thread(
+                    target=self.group_commit_loop, name="rmq-group-commit", daemon=True
+                )
+            )
         for t in self._threads:
             t.start()
 
@@ -138,15 +141,23 @@ class FlushService:
             for cq in list(store.consume_queues.values()):
                 cq.flush()
             cp = store.checkpoint
-            before = (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
-                      cp.confirm_phy_offset)
+            before = (
+                cp.physic_msg_timestamp,
+                cp.logics_msg_timestamp,
+                cp.index_msg_timestamp,
+                cp.confirm_phy_offset,
+            )
             cp.physic_msg_timestamp = cl.flushed_store_timestamp
             cp.logics_msg_timestamp = logics_ts
             if store.index_service is not None:
                 cp.index_msg_timestamp = store.index_service.flush()
             cp.confirm_phy_offset = cl.flushed_where
-            if (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp,
-                    cp.confirm_phy_offset) != before or not self._checkpoint_written:
+            if (
+                cp.physic_msg_timestamp,
+                cp.logics_msg_timestamp,
+                cp.index_msg_timestamp,
+                cp.confirm_phy_offset,
+            ) != before or not self._checkpoint_written:
                 cp.write(store.checkpoint_path)
                 self._checkpoint_written = True
             return synced
@@ -174,7 +185,9 @@ class FlushService:
             raise FlushDiskTimeoutError(
                 f"FLUSH_DISK_TIMEOUT: CommitLog not flushed to {end} within syncFlushTimeout "
                 f"{cfg.sync_flush_timeout} ms; the messages are appended and will be "
-                "visible after the next flush", results)
+                "visible after the next flush",
+                results,
+            )
         if waiter[2] is not None:
             raise waiter[2]
 
@@ -233,8 +246,11 @@ class FlushService:
         while not self._stop.wait(interval):
             try:
                 now = time.monotonic()
-                if store.sync_flush or (now - self._last_thorough_flush) * 1000 >= \
-                        cfg.flush_commit_log_thorough_interval:
+                if (
+                    store.sync_flush
+                    or (now - self._last_thorough_flush) * 1000
+                    >= cfg.flush_commit_log_thorough_interval
+                ):
                     self._last_thorough_flush = now
                     self.flush(0)
                 else:

@@ -35,8 +35,8 @@ import enum
 import os
 from dataclasses import dataclass, field
 
-from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
 from ..errors import CorruptRecordError
+from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
 from ..format.javahash import java_string_hash
 from ..format.message import MessageRecord, check_body_crc
 
@@ -124,8 +124,9 @@ def _memory_bytes() -> int:
         return 8 << 30
 
 
-def get_messages(store, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                 codes: frozenset[int] | None) -> GetMessageResult:
+def get_messages(
+    store, topic: str, queue_id: int, offset: int, max_msg_nums: int, codes: frozenset[int] | None
+) -> GetMessageResult:
     """The getMessage algorithm over a :class:`engine.store.MessageStore` (see module doc)."""
     cq = store.consume_queue(topic, queue_id)
     if cq is None:
@@ -133,8 +134,12 @@ def get_messages(store, topic: str, queue_id: int, offset: int, max_msg_nums: in
         # topic reads as NO_MESSAGE_IN_QUEUE; an unknown topic or queue id as
         # NO_MATCHED_LOGIC_QUEUE.
         known = topic in store.topic_names() and queue_id in store.queue_ids(topic)
-        return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE if known
-                                else GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+        return GetMessageResult(
+            GetMessageStatus.NO_MESSAGE_IN_QUEUE
+            if known
+            else GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+            0,
+        )
     min_offset, max_offset = cq.min_offset, cq.max_offset
     res = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
     if max_offset == 0:
@@ -174,11 +179,15 @@ def get_messages(store, topic: str, queue_id: int, offset: int, max_msg_nums: in
             if n + 1 > max_msg_nums:
                 break
             if in_disk:
-                if total + size_py > cfg.max_transfer_bytes_on_message_in_disk or \
-                        n > cfg.max_transfer_count_on_message_in_disk - 1:
+                if (
+                    total + size_py > cfg.max_transfer_bytes_on_message_in_disk
+                    or n > cfg.max_transfer_count_on_message_in_disk - 1
+                ):
                     break
-            elif total + size_py > cfg.max_transfer_bytes_on_message_in_memory or \
-                    n > cfg.max_transfer_count_on_message_in_memory - 1:
+            elif (
+                total + size_py > cfg.max_transfer_bytes_on_message_in_memory
+                or n > cfg.max_transfer_count_on_message_in_memory - 1
+            ):
                 break
         qoff = offset + scanned
         scanned += 1

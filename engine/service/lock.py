@@ -70,8 +70,9 @@ def take_store_lock(root: str) -> int:
         os.close(fd)
         holder = lock_holder(root, others_only=True)
         who = f"process {holder}" if holder and holder > 0 else "another process"
-        raise StoreLockedError(f"store {root} is locked by {who} "
-                               "(a broker or an rmqfs mount); stop it first") from None
+        raise StoreLockedError(
+            f"store {root} is locked by {who} (a broker or an rmqfs mount); stop it first"
+        ) from None
     if os.pread(fd, len(LOCK_CONTENT), 0) != LOCK_CONTENT:  # untouched (mtime) when it is
         os.pwrite(fd, LOCK_CONTENT, 0)
     return fd
@@ -173,8 +174,11 @@ def _ofd_holders(st: os.stat_result, pids: list[int] | None = None) -> set[int]:
             except OSError:
                 continue
             for line in info.splitlines():
-                if line.startswith("lock:") and _is_lock_on(line.split()[1:], st.st_ino) \
-                        and "OFDLCK" in line:
+                if (
+                    line.startswith("lock:")
+                    and _is_lock_on(line.split()[1:], st.st_ino)
+                    and "OFDLCK" in line
+                ):
                     found.add(pid)
     return found
 

@@ -23,30 +23,60 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..format.config import TopicConfig
-from ..format.consumequeue import (deliver_tags_code, pack_units)
-from ..errors import (MessageIllegalError, MessageTooLargeError, NoSuchTopicError,
-                      PermissionDeniedError, PutMessageError, ReadOnlyStoreError)
-from ..format.message import Message
-from ..format.message import (COMPRESSED_FLAG, COMPRESSION_TYPE_MASK, INNER_BATCH_FLAG,
-                              PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC,
-                              PROPERTY_SHARDING_KEY, PROPERTY_TAGS,
-                              PROPERTY_UNIQ_KEY, PROPERTY_WAIT, TRANSACTION_PREPARED_TYPE,
-                              TRANSACTION_ROLLBACK_TYPE, compress_body, encode_message, offset_msg_id)
-from .validation import check_messages
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from ..errors import PropertiesSizeExceededError
-from ..format.javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
-from ..format.message import (PROPERTY_END, property_prefix, BODY_CRC_MASK, FIXED_V4, MAGIC_V1, MAGIC_V2,
-                              MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH_V1, PROPERTY_SEPARATOR,
-                              RECORD_SLACK, SCHEDULE_TOPIC, TRANSACTION_TYPE_MASK, cal_msg_length,
-                              crc32, encode_blank, topic_field, topic_needs_v2)
-from ..format.config import MAX_TOPIC_BYTES
-
-from . import dispatch
+from ..errors import (
+    MessageIllegalError,
+    MessageTooLargeError,
+    NoSuchTopicError,
+    PermissionDeniedError,
+    PropertiesSizeExceededError,
+    PutMessageError,
+    ReadOnlyStoreError,
+)
+from ..format.config import MAX_TOPIC_BYTES, TopicConfig
+from ..format.consumequeue import deliver_tags_code, pack_units
 from ..format.indexfile import build_key
+from ..format.javahash import java_hash_u32, key_hash_of_u32, pow31, tags_code, utf16_len
+from ..format.message import (
+    BODY_CRC_MASK,
+    COMPRESSED_FLAG,
+    COMPRESSION_TYPE_MASK,
+    FIXED_V4,
+    INNER_BATCH_FLAG,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH_V1,
+    PROPERTY_DELAY,
+    PROPERTY_END,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    RECORD_SLACK,
+    SCHEDULE_TOPIC,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    Message,
+    cal_msg_length,
+    compress_body,
+    crc32,
+    encode_blank,
+    encode_message,
+    offset_msg_id,
+    property_prefix,
+    topic_field,
+    topic_needs_v2,
+)
 from ..storeconfig import COMPRESSION_TYPES
+from . import dispatch
 from .dispatch import DispatchRequest
+from .validation import check_messages
 
 if TYPE_CHECKING:
     from ..store import MessageStore
@@ -60,13 +90,28 @@ _SHARDING_ITEM = property_prefix(PROPERTY_SHARDING_KEY).decode()
 _UNIQ_ITEM_FORMAT = b"%s%s%s" + property_prefix(PROPERTY_UNIQ_KEY) + b"%s" + PROPERTY_END
 _UNIQ_ITEM_OVERHEAD = len(property_prefix(PROPERTY_UNIQ_KEY)) + len(PROPERTY_END)
 # Fields of Message the fast path handles itself; any other field must hold its default.
-_PLAIN_FIELDS = frozenset(("topic", "body", "tags", "keys", "properties", "queue_id",
-                           "sharding_key", "flag", "born_timestamp", "born_host", "sys_flag"))
+_PLAIN_FIELDS = frozenset(
+    (
+        "topic",
+        "body",
+        "tags",
+        "keys",
+        "properties",
+        "queue_id",
+        "sharding_key",
+        "flag",
+        "born_timestamp",
+        "born_host",
+        "sys_flag",
+    )
+)
 _OTHER_FIELDS = [f for f in dataclasses.fields(Message) if f.name not in _PLAIN_FIELDS]
 # One attrgetter call and one comparison per message check all the other fields ("topic" is
 # added so the getter always returns a tuple).
-_PLAIN_EXTRA = (operator.attrgetter(*[f.name for f in _OTHER_FIELDS], "topic"),
-                tuple(f.default for f in _OTHER_FIELDS))
+_PLAIN_EXTRA = (
+    operator.attrgetter(*[f.name for f in _OTHER_FIELDS], "topic"),
+    tuple(f.default for f in _OTHER_FIELDS),
+)
 
 
 @dataclass(frozen=True)
@@ -83,14 +128,33 @@ class PutResult:
     uniq_key: str | None
 
     @classmethod
-    def _fast(cls, topic, queue_id, queue_offset, commitlog_offset, size, store_timestamp,
-              msg_id, uniq_key) -> PutResult:
+    def _fast(
+        cls,
+        topic,
+        queue_id,
+        queue_offset,
+        commitlog_offset,
+        size,
+        store_timestamp,
+        msg_id,
+        uniq_key,
+    ) -> PutResult:
         """Construct without the frozen dataclass's per-field ``object.__setattr__`` calls."""
         obj = _new_object(cls)
-        _set_attr(obj, "__dict__", {
-            "topic": topic, "queue_id": queue_id, "queue_offset": queue_offset,
-            "commitlog_offset": commitlog_offset, "size": size,
-            "store_timestamp": store_timestamp, "msg_id": msg_id, "uniq_key": uniq_key})
+        _set_attr(
+            obj,
+            "__dict__",
+            {
+                "topic": topic,
+                "queue_id": queue_id,
+                "queue_offset": queue_offset,
+                "commitlog_offset": commitlog_offset,
+                "size": size,
+                "store_timestamp": store_timestamp,
+                "msg_id": msg_id,
+                "uniq_key": uniq_key,
+            },
+        )
         return obj
 
 
@@ -98,7 +162,6 @@ _new_object = object.__new__
 _set_attr = object.__setattr__
 _BORN_OF = operator.attrgetter("born_timestamp")
 _SHORTS = [n.to_bytes(2, "big") for n in range(4096)]  # big-endian int16 of small lengths
-
 
 
 class PutService:
@@ -140,8 +203,9 @@ def select_queue(store: MessageStore, msg: Message, cfg: TopicConfig) -> int:
     n = cfg.write_queue_nums
     if msg.queue_id is not None:
         if not 0 <= msg.queue_id < max(n, cfg.read_queue_nums):
-            raise PutMessageError(f"queueId {msg.queue_id} is not a queue of {cfg.topic_name}"
-                                  f" (0..{n - 1})")
+            raise PutMessageError(
+                f"queueId {msg.queue_id} is not a queue of {cfg.topic_name} (0..{n - 1})"
+            )
         return msg.queue_id
     if msg.sharding_key is not None:
         return (zlib.crc32(msg.sharding_key.encode()) & 0x7FFFFFFF) % n
@@ -151,8 +215,9 @@ def select_queue(store: MessageStore, msg: Message, cfg: TopicConfig) -> int:
     return i % n
 
 
-def put_messages(store: MessageStore, messages: list[Message],
-                 batch: bool = False) -> list[PutResult]:
+def put_messages(
+    store: MessageStore, messages: list[Message], batch: bool = False
+) -> list[PutResult]:
     """Append messages and dispatch them; all of them or none are stored.
 
     Every message is first checked against :mod:`engine.service.validation` (RocketMQ's client and
@@ -187,8 +252,9 @@ def put_messages(store: MessageStore, messages: list[Message],
     return _put(store, messages, batch)
 
 
-def put_internal(store: MessageStore, messages: list[Message],
-                 batch: bool = False) -> list[PutResult]:
+def put_internal(
+    store: MessageStore, messages: list[Message], batch: bool = False
+) -> list[PutResult]:
     """The broker's own put path: :func:`put_messages` without the client rules of
     :mod:`engine.service.validation`, for records the broker writes itself (its retry, schedule
     and transaction records carry system properties and reserved topics; RocketMQ's
@@ -203,8 +269,11 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
     if store.read_only:
         raise ReadOnlyStoreError("store is read-only")
     if store.disk_full:
-        raise OSError(errno.ENOSPC, "disk usage above diskSpaceWarningLevelRatio; "
-                      "the store refuses messages until expired files are deleted")
+        raise OSError(
+            errno.ENOSPC,
+            "disk usage above diskSpaceWarningLevelRatio; "
+            "the store refuses messages until expired files are deleted",
+        )
     if not messages:
         return []
     out = None if batch else put_plain(store, messages)
@@ -228,18 +297,28 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
                 raise NoSuchTopicError(f"topic {msg.topic} does not exist")
             if not cfg.writable:
                 raise PermissionDeniedError(
-                    f"topic {msg.topic} has perm {cfg.perm}, without write permission")
+                    f"topic {msg.topic} has perm {cfg.perm}, without write permission"
+                )
             if msg.sys_flag & INNER_BATCH_FLAG or msg.topic in store.batch_cq_topics:
                 raise MessageIllegalError(
                     f"{msg.topic}: inner-batch messages and BatchCQ topics need "
-                    "batchconsumequeue/, which this engine does not write")
+                    "batchconsumequeue/, which this engine does not write"
+                )
             qid = targets[0][1] if batch and targets else select_queue(store, msg, cfg)
             if msg.delay_level > 0 and msg.topic != SCHEDULE_TOPIC:
                 level = min(msg.delay_level, max(store.delay_levels, default=1))
                 schedule_topic(store)
-                targets.append((SCHEDULE_TOPIC, level - 1, {
-                    PROPERTY_REAL_TOPIC: msg.topic, PROPERTY_REAL_QID: str(qid),
-                    PROPERTY_DELAY: str(level)}))
+                targets.append(
+                    (
+                        SCHEDULE_TOPIC,
+                        level - 1,
+                        {
+                            PROPERTY_REAL_TOPIC: msg.topic,
+                            PROPERTY_REAL_QID: str(qid),
+                            PROPERTY_DELAY: str(level),
+                        },
+                    )
+                )
             else:
                 targets.append((msg.topic, qid, None))
         delays = []
@@ -248,8 +327,7 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
             if msg.tags:
                 props[PROPERTY_TAGS] = msg.tags
             if msg.keys:
-                props[PROPERTY_KEYS] = (msg.keys if isinstance(msg.keys, str)
-                                        else " ".join(msg.keys))
+                props[PROPERTY_KEYS] = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
             if msg.sharding_key is not None:
                 props.setdefault(PROPERTY_SHARDING_KEY, msg.sharding_key)
             if not msg.wait_store_msg_ok:
@@ -264,19 +342,31 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
                 kind = COMPRESSION_TYPES[cfg_.compress_type.upper()]
                 body = compress_body(body, kind, cfg_.compress_level)
                 sys_flag = (sys_flag & ~COMPRESSION_TYPE_MASK) | COMPRESSED_FLAG | kind
-            encoded.append(encode_message(
-                topic, body, queue_id=qid, properties=props, born_timestamp=born,
-                born_host=msg.born_host or (b"\x7f\x00\x00\x01", 0),
-                store_host=store.store_host, flag=msg.flag, sys_flag=sys_flag,
-                max_message_size=cfg_.max_message_size,
-                auto_v2=cfg_.auto_message_version_on_topic_len,
-                append_prop_crc=cfg_.enabled_append_prop_crc))
+            encoded.append(
+                encode_message(
+                    topic,
+                    body,
+                    queue_id=qid,
+                    properties=props,
+                    born_timestamp=born,
+                    born_host=msg.born_host or (b"\x7f\x00\x00\x01", 0),
+                    store_host=store.store_host,
+                    flag=msg.flag,
+                    sys_flag=sys_flag,
+                    max_message_size=cfg_.max_message_size,
+                    auto_v2=cfg_.auto_message_version_on_topic_len,
+                    append_prop_crc=cfg_.enabled_append_prop_crc,
+                )
+            )
         # assignOffset: consecutive queue offsets, not for prepared/rollback records.
         next_offsets: dict[tuple[str, int], int] = {}
         queue_offsets = []
         for e in encoded:
             key = (e.topic, e.queue_id)
-            if e.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            if e.sys_flag & TRANSACTION_TYPE_MASK in (
+                TRANSACTION_PREPARED_TYPE,
+                TRANSACTION_ROLLBACK_TYPE,
+            ):
                 queue_offsets.append(0)
                 continue
             if key not in next_offsets:
@@ -294,8 +384,20 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
                 deliver = deliver_tags_code(delay, now, store.delay_levels)
                 if deliver is not None:
                     tc = deliver
-            requests.append(DispatchRequest(e.topic, e.queue_id, res[0], res[1], tc, now, qoff,
-                                   e.keys, e.uniq_key, e.sys_flag))
+            requests.append(
+                DispatchRequest(
+                    e.topic,
+                    e.queue_id,
+                    res[0],
+                    res[1],
+                    tc,
+                    now,
+                    qoff,
+                    e.keys,
+                    e.uniq_key,
+                    e.sys_flag,
+                )
+            )
         if store.sync_flush:
             store.flusher.add_pending(cl.max_offset, requests)
         else:
@@ -312,9 +414,19 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
                 raise
         store.putter.queue_offsets.update(next_offsets)
         end = cl.max_offset
-        out = [PutResult(e.topic, e.queue_id, qoff, res[0], res[1], now,
-                         offset_msg_id(store.store_host, res[0]), e.uniq_key)
-               for e, qoff, res in zip(encoded, queue_offsets, results)]
+        out = [
+            PutResult(
+                e.topic,
+                e.queue_id,
+                qoff,
+                res[0],
+                res[1],
+                now,
+                offset_msg_id(store.store_host, res[0]),
+                e.uniq_key,
+            )
+            for e, qoff, res in zip(encoded, queue_offsets, results)
+        ]
     if store.sync_flush:
         if all(m.wait_store_msg_ok for m in messages):
             store.flusher.wait_flushed(end, out)
@@ -346,8 +458,7 @@ def plain_topic(store: MessageStore, topic: str):
     hash of "topic#", MAGICCODE)``; a topic over 127 chars takes the V2 record, as in the
     general path (``message.topic_needs_v2``). Cached while the topic's config stays the same."""
     cfg = store.topic_config.get(topic)
-    if (cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC
-            or topic in store.batch_cq_topics):
+    if cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC or topic in store.batch_cq_topics:
         return None
     state = (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums)
     cache = store.putter.plain_topics
@@ -358,9 +469,14 @@ def plain_topic(store: MessageStore, topic: str):
     v2 = topic_needs_v2(topic, store.config.auto_message_version_on_topic_len)
     if len(raw) > (MAX_TOPIC_BYTES if v2 else MAX_TOPIC_LENGTH_V1):
         return None  # the general path refuses it
-    info = (cfg.write_queue_nums, max(cfg.write_queue_nums, cfg.read_queue_nums),
-            topic_field(raw, v2), cal_msg_length(0, 0, len(raw), 0, v2),
-            java_hash_u32(build_key(topic, "")), MAGIC_V2 if v2 else MAGIC_V1)
+    info = (
+        cfg.write_queue_nums,
+        max(cfg.write_queue_nums, cfg.read_queue_nums),
+        topic_field(raw, v2),
+        cal_msg_length(0, 0, len(raw), 0, v2),
+        java_hash_u32(build_key(topic, "")),
+        MAGIC_V2 if v2 else MAGIC_V1,
+    )
     if len(cache) > 65536:
         cache.clear()
     cache[topic] = (cfg, state, info)
@@ -385,8 +501,12 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
     index keys are written in one batch.
     """
     cfgs = store.config
-    if (store.sync_flush or len(store.store_host[0]) != 4 or cfgs.enabled_append_prop_crc
-            or cfgs.compress_msg_body_over_howmuch >= 0):
+    if (
+        store.sync_flush
+        or len(store.store_host[0]) != 4
+        or cfgs.enabled_append_prop_crc
+        or cfgs.compress_msg_body_over_howmuch >= 0
+    ):
         return None
     extra_of, extra_defaults = _PLAIN_EXTRA
     max_body = cfgs.max_message_size
@@ -437,8 +557,13 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
             info = topics.get(topic)
             if info is None:
                 info = topics[topic] = plain_topic(store, topic)
-            if (info is None or m.properties or m.sys_flag or blen > max_body
-                    or (bh is not None and len(bh[0]) != 4)):
+            if (
+                info is None
+                or m.properties
+                or m.sys_flag
+                or blen > max_body
+                or (bh is not None and len(bh[0]) != 4)
+            ):
                 rr.clear()
                 rr.update(rr_before)
                 store.uniq_keys.counter = counter_before
@@ -458,8 +583,7 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
                     rr[topic] = i + 1
                     qid = i % nwq
             elif not 0 <= qid < nq:
-                raise PutMessageError(f"queueId {qid} is not a queue of {topic}"
-                                      f" (0..{nwq - 1})")
+                raise PutMessageError(f"queueId {qid} is not a queue of {topic} (0..{nwq - 1})")
             tags = m.tags
             if tags:
                 head_tc = tags_cache.get(tags)
@@ -482,15 +606,18 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
             plen = len(head) + len(uniq) + _UNIQ_ITEM_OVERHEAD
             if plen > MAX_PROPERTIES_LENGTH:
                 raise PropertiesSizeExceededError(
-                    f"properties are {plen} bytes, more than {MAX_PROPERTIES_LENGTH}")
+                    f"properties are {plen} bytes, more than {MAX_PROPERTIES_LENGTH}"
+                )
             total = base + blen + plen
             if total > limit:
                 raise MessageTooLargeError(
-                    f"message record is {total} bytes, more than maxMessageSize + 64 KiB")
+                    f"message record is {total} bytes, more than maxMessageSize + 64 KiB"
+                )
             if pos + total + 8 > seg_end:
                 if total + 8 > fs:
-                    raise MessageTooLargeError(f"record of {total} bytes does not fit in a "
-                                              f"{fs}-byte CommitLog segment")
+                    raise MessageTooLargeError(
+                        f"record of {total} bytes does not fit in a {fs}-byte CommitLog segment"
+                    )
                 pieces.append(encode_blank(seg_end - pos))
                 chunks.append((chunk_start, pieces))
                 pieces = []
@@ -510,11 +637,35 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
             if bh is None:
                 bh = default_born
             # header | body | topic length + topic | properties length + properties
-            pieces += (pack(total, magic, crc32(body) & BODY_CRC_MASK, qid, m.flag, qoff,
-                            pos, 0, born, bh[0], bh[1], now, sip, sport, 0, 0, blen),
-                       body, _UNIQ_ITEM_FORMAT % (
-                           tail, shorts[plen] if plen < 4096 else plen.to_bytes(2, "big"),
-                           head, uniq.encode()))
+            pieces += (
+                pack(
+                    total,
+                    magic,
+                    crc32(body) & BODY_CRC_MASK,
+                    qid,
+                    m.flag,
+                    qoff,
+                    pos,
+                    0,
+                    born,
+                    bh[0],
+                    bh[1],
+                    now,
+                    sip,
+                    sport,
+                    0,
+                    0,
+                    blen,
+                ),
+                body,
+                _UNIQ_ITEM_FORMAT
+                % (
+                    tail,
+                    shorts[plen] if plen < 4096 else plen.to_bytes(2, "big"),
+                    head,
+                    uniq.encode(),
+                ),
+            )
             if index is not None:
                 h = (topic_hash * p32 + uniq_hash) & 0xFFFFFFFF
                 if h & 0x80000000:
@@ -525,14 +676,29 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
                 if keys:
                     for k in keys.split(" "):
                         if k:
-                            idx += (key_hash_of_u32(
-                                (topic_hash * pow31(utf16_len(k)) + java_hash_u32(k))
-                                & 0xFFFFFFFF), pos, now)
+                            idx += (
+                                key_hash_of_u32(
+                                    (topic_hash * pow31(utf16_len(k)) + java_hash_u32(k))
+                                    & 0xFFFFFFFF
+                                ),
+                                pos,
+                                now,
+                            )
             res = new_object(PutResult)  # PutResult._fast, inlined
-            set_attr(res, "__dict__", {
-                "topic": topic, "queue_id": qid, "queue_offset": qoff,
-                "commitlog_offset": pos, "size": total, "store_timestamp": now,
-                "msg_id": id_prefix + "%016X" % pos, "uniq_key": uniq})
+            set_attr(
+                res,
+                "__dict__",
+                {
+                    "topic": topic,
+                    "queue_id": qid,
+                    "queue_offset": qoff,
+                    "commitlog_offset": pos,
+                    "size": total,
+                    "store_timestamp": now,
+                    "msg_id": id_prefix + "%016X" % pos,
+                    "uniq_key": uniq,
+                },
+            )
             out.append(res)
             pos += total
         chunks.append((chunk_start, pieces))
@@ -560,14 +726,26 @@ def dispatch_plain(store: MessageStore, messages, out, queues, idx, start: int, 
             else:  # cannot happen after recovery; keep the general rule anyway
                 others.insert(0, index)
         if others:
-            batch = [DispatchRequest(r.topic, r.queue_id, r.commitlog_offset, r.size, 0,
-                               now, r.queue_offset, [], r.uniq_key, 0) for r in out]
+            batch = [
+                DispatchRequest(
+                    r.topic,
+                    r.queue_id,
+                    r.commitlog_offset,
+                    r.size,
+                    0,
+                    now,
+                    r.queue_offset,
+                    [],
+                    r.uniq_key,
+                    0,
+                )
+                for r in out
+            ]
             for m, d in zip(messages, batch):
                 d.tags_code = tags_code(m.tags) if m.tags else 0
                 k = m.keys
                 if k:
-                    d.keys = [t for t in (k if isinstance(k, str) else
-                                          " ".join(k)).split(" ") if t]
+                    d.keys = [t for t in (k if isinstance(k, str) else " ".join(k)).split(" ") if t]
             for d in others:
                 d.dispatch(batch)
     except OSError:

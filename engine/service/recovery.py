@@ -13,25 +13,40 @@ test_rocketmq_scenarios.py, test_store_hardening.py, test_fastpaths.py (decoded 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import logging
 import os
 import struct
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..format.consumequeue import (CQ_STORE_UNIT_SIZE, UNIT)
 from ..errors import CorruptRecordError
-from ..format.message import (PROPERTY_TAGS, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, MessageRecord)
+from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT
+
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from ..format.javahash import tags_code
-from ..format.message import (PROPERTY_END, property_prefix, BORNHOST_V6_FLAG, FIXED_V4, MAGIC_V1,
-                              MAGIC_V2, RECORD_HEAD,
-                              INT32, SCHEDULE_TOPIC, STOREHOSTADDRESS_V6_FLAG, STORE_TIMESTAMP_END_MAX,
-                              TRANSACTION_TYPE_MASK, cal_msg_length, decode_properties, decode_record,
-                              read_store_timestamp)
-
+from ..format.message import (
+    BORNHOST_V6_FLAG,
+    FIXED_V4,
+    INT32,
+    MAGIC_V1,
+    MAGIC_V2,
+    PROPERTY_END,
+    PROPERTY_TAGS,
+    RECORD_HEAD,
+    SCHEDULE_TOPIC,
+    STORE_TIMESTAMP_END_MAX,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    MessageRecord,
+    cal_msg_length,
+    decode_properties,
+    decode_record,
+    property_prefix,
+    read_store_timestamp,
+)
 from . import dispatch, workprogress
 from .dispatch import DispatchRequest
 
@@ -87,37 +102,59 @@ class RecoveryReport:
 
     def did_something(self) -> bool:
         """True after a crash, or when anything was dropped, rebuilt or repaired."""
-        return bool(self.abnormal or self.torn_tail or self.records_cut or self.units_dropped
-                    or self.units_rebuilt or self.index_rebuilt or self.repairs)
+        return bool(
+            self.abnormal
+            or self.torn_tail
+            or self.records_cut
+            or self.units_dropped
+            or self.units_rebuilt
+            or self.index_rebuilt
+            or self.repairs
+        )
 
     def summary(self) -> str:
         """One line: what recovery did."""
-        parts = [f"scanned {_human_size(self.bytes_scanned)} of CommitLog "
-                 f"({self.records_scanned:,} records, [{self.scan_start}, {self.scan_end}))"]
+        parts = [
+            f"scanned {_human_size(self.bytes_scanned)} of CommitLog "
+            f"({self.records_scanned:,} records, [{self.scan_start}, {self.scan_end}))"
+        ]
         if self.torn_tail:
             parts.append(f"dropped a torn tail at {self.scan_end} ({self.torn_tail})")
         if self.records_cut:
             parts.append(f"cut {self.records_cut} torn record{'s' * (self.records_cut != 1)}")
         if self.units_dropped:
-            parts.append(f"dropped {self.units_dropped:,} stale ConsumeQueue "
-                         f"unit{'s' * (self.units_dropped != 1)}")
-        parts.append(f"rebuilt {self.units_rebuilt:,} ConsumeQueue units and "
-                     f"{self.index_rebuilt:,} index entries")
+            parts.append(
+                f"dropped {self.units_dropped:,} stale ConsumeQueue "
+                f"unit{'s' * (self.units_dropped != 1)}"
+            )
+        parts.append(
+            f"rebuilt {self.units_rebuilt:,} ConsumeQueue units and "
+            f"{self.index_rebuilt:,} index entries"
+        )
         if self.repairs:
-            parts.append(f"{len(self.repairs)} repair{'s' * (len(self.repairs) != 1)} "
-                         "(status.json repairs)")
+            parts.append(
+                f"{len(self.repairs)} repair{'s' * (len(self.repairs) != 1)} (status.json repairs)"
+            )
         how = "after a crash" if self.abnormal else "after a clean shutdown"
         return f"recovery {how} in {self.seconds:.1f} s: " + ", ".join(parts)
 
     def to_json(self) -> dict:
         """status.json's ``recovery`` object (RocketMQ-style camelCase names)."""
-        return {"abnormal": self.abnormal, "scanStartOffset": self.scan_start,
-                "scanEndOffset": self.scan_end, "bytesScanned": self.bytes_scanned,
-                "recordsScanned": self.records_scanned, "tornTail": self.torn_tail,
-                "recordsCut": self.records_cut, "unitsDropped": self.units_dropped,
-                "unitsRebuilt": self.units_rebuilt, "indexEntriesRebuilt": self.index_rebuilt,
-                "repairs": len(self.repairs), "seconds": round(self.seconds, 3),
-                "didSomething": self.did_something()}
+        return {
+            "abnormal": self.abnormal,
+            "scanStartOffset": self.scan_start,
+            "scanEndOffset": self.scan_end,
+            "bytesScanned": self.bytes_scanned,
+            "recordsScanned": self.records_scanned,
+            "tornTail": self.torn_tail,
+            "recordsCut": self.records_cut,
+            "unitsDropped": self.units_dropped,
+            "unitsRebuilt": self.units_rebuilt,
+            "indexEntriesRebuilt": self.index_rebuilt,
+            "repairs": len(self.repairs),
+            "seconds": round(self.seconds, 3),
+            "didSomething": self.did_something(),
+        }
 
 
 def _human_size(n: float) -> str:
@@ -133,8 +170,9 @@ def _queue_units(store: MessageStore) -> int:
     return sum(cq.max_offset - cq.min_offset for cq in store.consume_queues.values())
 
 
-def recover(store: MessageStore, progress=None, report: RecoveryReport | None = None,
-            undecoded: bool = True) -> RecoveryReport:
+def recover(
+    store: MessageStore, progress=None, report: RecoveryReport | None = None, undecoded: bool = True
+) -> RecoveryReport:
     """Find the end of the CommitLog and make the ConsumeQueues agree with it.
 
     Normal recovery (no ``abort`` file) scans from the newest record the queues point at;
@@ -175,26 +213,34 @@ def _recover(store: MessageStore, progress, report: RecoveryReport, undecoded: b
     start = recovery_start(store)
     if store.index_service is not None:
         # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
-        start = max(cl.min_offset, min(start, record_boundary(store,
-            store.index_service.end_phy_offset)))
+        start = max(
+            cl.min_offset, min(start, record_boundary(store, store.index_service.end_phy_offset))
+        )
     report.scan_start = start
-    end, gap, tail = _scan_and_dispatch(store, start, start <= cl.min_offset, progress,
-                                        report, "recovering CommitLog", undecoded)
+    end, gap, tail = _scan_and_dispatch(
+        store, start, start <= cl.min_offset, progress, report, "recovering CommitLog", undecoded
+    )
     if gap and start > cl.min_offset:
         log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
         report.scan_start = cl.min_offset
-        end, _, tail = _scan_and_dispatch(store, cl.min_offset, True, progress, report,
-                                          "re-dispatching CommitLog", undecoded)
+        end, _, tail = _scan_and_dispatch(
+            store, cl.min_offset, True, progress, report, "re-dispatching CommitLog", undecoded
+        )
     prev, last = tail
-    if last is not None and prev is not None and \
-            last.commitlog_offset + last.store_size == end and \
-            ends_with_separator(store, prev) is True and \
-            ends_with_separator(store, last) is False:
+    if (
+        last is not None
+        and prev is not None
+        and last.commitlog_offset + last.store_size == end
+        and ends_with_separator(store, prev) is True
+        and ends_with_separator(store, last) is False
+    ):
         # A tear inside the properties passes the size and body-CRC checks. 5.x writers
         # end a properties area with PROPERTY_SEPARATOR (\x02) (4.9.x ones do not): when
         # the record before does, the last record of the log must too.
-        log.warning("CommitLog: the last record at %d is torn inside its properties; "
-                    "dropped", last.commitlog_offset)
+        log.warning(
+            "CommitLog: the last record at %d is torn inside its properties; dropped",
+            last.commitlog_offset,
+        )
         end = last.commitlog_offset
         report.records_cut += 1
     if cl.scan_error:
@@ -216,9 +262,9 @@ def _recover(store: MessageStore, progress, report: RecoveryReport, undecoded: b
 def ends_with_separator(store: MessageStore, rec: MessageRecord) -> bool | None:
     """Whether the record's properties area ends with PROPERTY_SEPARATOR; None when it is
     empty."""
-    props_len = rec.store_size - cal_msg_length(rec.sys_flag, len(rec.body),
-                                                len(rec.topic.encode()), 0,
-                                                rec.magic == MAGIC_V2)
+    props_len = rec.store_size - cal_msg_length(
+        rec.sys_flag, len(rec.body), len(rec.topic.encode()), 0, rec.magic == MAGIC_V2
+    )
     if props_len <= 0:
         return None
     end = rec.commitlog_offset + rec.store_size
@@ -246,15 +292,23 @@ def check_queue_tails(store: MessageStore) -> int:
                 rec = cl.read_message(off, size) if off >= cl.min_offset else None
             except CorruptRecordError:
                 rec = None
-            if rec is not None and rec.commitlog_offset == off and \
-                    rec.queue_offset == qoff and rec.topic == cq.topic and \
-                    rec.queue_id == cq.queue_id and \
-                    dispatch.dispatch_of(store, rec).tags_code == tc:
+            if (
+                rec is not None
+                and rec.commitlog_offset == off
+                and rec.queue_offset == qoff
+                and rec.topic == cq.topic
+                and rec.queue_id == cq.queue_id
+                and dispatch.dispatch_of(store, rec).tags_code == tc
+            ):
                 break
             if rec is None and off < cl.min_offset:
                 break  # expired record: nothing to compare with
-            log.warning("ConsumeQueue %s/%d: unit %d does not match the CommitLog; "
-                        "dropped and rebuilt", cq.topic, cq.queue_id, qoff)
+            log.warning(
+                "ConsumeQueue %s/%d: unit %d does not match the CommitLog; dropped and rebuilt",
+                cq.topic,
+                cq.queue_id,
+                qoff,
+            )
             cq.truncate_to(qoff)
             cq.files.repairs.append(f"unit {qoff} did not match the CommitLog")
             dropped += 1
@@ -277,12 +331,12 @@ def record_boundary(store: MessageStore, offset: int) -> int:
 def recovery_start(store: MessageStore) -> int:
     cl = store.commitlog
     if store.last_exit_ok:
-        last = max((cq.last_commitlog_offset for cq in store.consume_queues.values()),
-                   default=-1)
+        last = max((cq.last_commitlog_offset for cq in store.consume_queues.values()), default=-1)
         # A queue whose files had to be repaired (torn or missing file) is re-dispatched
         # from its last good unit on.
-        damaged = [cq.last_commitlog_offset for cq in store.consume_queues.values()
-                   if cq.files.repairs]
+        damaged = [
+            cq.last_commitlog_offset for cq in store.consume_queues.values() if cq.files.repairs
+        ]
         if damaged:
             last = min(damaged)
             if last < cl.min_offset:
@@ -311,9 +365,14 @@ def recovery_start(store: MessageStore) -> int:
     return cl.min_offset
 
 
-def scan_and_dispatch(store: MessageStore, start: int, full: bool, progress=None,
-                      report: RecoveryReport | None = None,
-                      desc: str = "recovering CommitLog") -> tuple[int, bool]:
+def scan_and_dispatch(
+    store: MessageStore,
+    start: int,
+    full: bool,
+    progress=None,
+    report: RecoveryReport | None = None,
+    desc: str = "recovering CommitLog",
+) -> tuple[int, bool]:
     """Check every record from ``start`` to the first invalid one and dispatch what the
     derived files lack. Returns ``(end, gap)``: where the valid records end, and whether a
     queue lacks units before the scan's first record.
@@ -327,8 +386,15 @@ def scan_and_dispatch(store: MessageStore, start: int, full: bool, progress=None
     return end, gap
 
 
-def _scan_and_dispatch(store: MessageStore, start: int, full: bool, progress,
-                       report: RecoveryReport | None, desc: str, undecoded: bool):
+def _scan_and_dispatch(
+    store: MessageStore,
+    start: int,
+    full: bool,
+    progress,
+    report: RecoveryReport | None,
+    desc: str,
+    undecoded: bool,
+):
     """:func:`scan_and_dispatch`, and the last two records decoded ``(prev, last)`` (None
     where there are fewer)."""
     cl = store.commitlog
@@ -348,8 +414,9 @@ def _scan_and_dispatch(store: MessageStore, start: int, full: bool, progress,
     return end, gap, tail
 
 
-def _scan(store: MessageStore, start: int, full: bool, bar, report: RecoveryReport,
-          undecoded: bool) -> tuple[int, bool, int, tuple]:
+def _scan(
+    store: MessageStore, start: int, full: bool, bar, report: RecoveryReport, undecoded: bool
+) -> tuple[int, bool, int, tuple]:
     cl = store.commitlog
     batch: list[DispatchRequest] = []
     gap = False
@@ -373,8 +440,9 @@ def _scan(store: MessageStore, start: int, full: bool, bar, report: RecoveryRepo
     shown = start  # bytes up to here are on the progress bar
     next_show = start + PROGRESS_STEP
     records = 0
-    for (buf, pos, phys, _size, topic, qid, qoff, sys_flag) in cl.scan_raw(
-            start, check_crc=store.config.check_crc_on_recover):
+    for buf, pos, phys, _size, topic, qid, qoff, sys_flag in cl.scan_raw(
+        start, check_crc=store.config.check_crc_on_recover
+    ):
         prev, last = last, (buf, pos)
         records += 1
         if phys >= next_show:
@@ -383,12 +451,18 @@ def _scan(store: MessageStore, start: int, full: bool, bar, report: RecoveryRepo
         d = None
         key = (topic, qid)
         if skip_known and (indexed_below is None or phys < indexed_below):
-            if sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE,
-                                                    TRANSACTION_ROLLBACK_TYPE):
+            if sys_flag & TRANSACTION_TYPE_MASK in (
+                TRANSACTION_PREPARED_TYPE,
+                TRANSACTION_ROLLBACK_TYPE,
+            ):
                 continue  # no unit, and already indexed
             cq = cqs.get(key)
-            if cq is not None and qoff < cq.max_offset and topic != SCHEDULE_TOPIC \
-                    and not sys_flag & _HOSTS_V6:
+            if (
+                cq is not None
+                and qoff < cq.max_offset
+                and topic != SCHEDULE_TOPIC
+                and not sys_flag & _HOSTS_V6
+            ):
                 size, tc, store_ts = light(buf, pos)
                 if key not in dirty:
                     if qoff < cq.min_offset:
@@ -397,10 +471,9 @@ def _scan(store: MessageStore, start: int, full: bool, bar, report: RecoveryRepo
                     if w is None or not w[0] <= qoff < w[0] + len(w[1]) // CQ_STORE_UNIT_SIZE:
                         w = windows[key] = (qoff, cq.read_units(qoff, 4096))
                     i = (qoff - w[0]) * CQ_STORE_UNIT_SIZE
-                    if w[1][i:i + CQ_STORE_UNIT_SIZE] == pack_unit(phys, size, tc):
+                    if w[1][i : i + CQ_STORE_UNIT_SIZE] == pack_unit(phys, size, tc):
                         continue
-                d = DispatchRequest(topic, qid, phys, size, tc, store_ts, qoff, [], None,
-                              sys_flag)
+                d = DispatchRequest(topic, qid, phys, size, tc, store_ts, qoff, [], None, sys_flag)
         if d is None:
             d = dispatch.dispatch_of(store, decode_record(buf, pos, check_crc=False))
         dirty.add(key)
@@ -411,8 +484,10 @@ def _scan(store: MessageStore, start: int, full: bool, bar, report: RecoveryRepo
             batch = []
     if batch:
         gap |= dispatch.dispatch(store, batch, recovering=True, full=full, report=report)
-    tail = (None if prev is None else decode_record(prev[0], prev[1], check_crc=False),
-            None if last is None else decode_record(last[0], last[1], check_crc=False))
+    tail = (
+        None if prev is None else decode_record(prev[0], prev[1], check_crc=False),
+        None if last is None else decode_record(last[0], last[1], check_crc=False),
+    )
     if cl.files.end_offset > shown:
         bar.update(cl.files.end_offset - shown)  # the rest, to the end of the last segment
     return cl.scan_end, gap, records, tail
@@ -423,8 +498,9 @@ def light_unit(buf, pos: int) -> tuple[int, int, int]:
     IPv4 hosts whose layout :meth:`CommitLog.scan_raw` checked, without decoding it
     (tagsCode from the TAGS property). Not for ``SCHEDULE_TOPIC_XXXX`` (its tagsCode is a
     deliver time)."""
-    (total, magic, _, _, _, _, _, _, _, _, _, store_ts, _, _, _, _,
-     body_len) = FIXED_V4.unpack_from(buf, pos)
+    (total, magic, _, _, _, _, _, _, _, _, _, store_ts, _, _, _, _, body_len) = (
+        FIXED_V4.unpack_from(buf, pos)
+    )
     p = pos + FIXED_V4.size + body_len
     if magic == MAGIC_V1:
         tlen = buf[p]
@@ -432,7 +508,7 @@ def light_unit(buf, pos: int) -> tuple[int, int, int]:
             tlen -= 256
         p += 1 + tlen + 2
     else:
-        p += 2 + int.from_bytes(buf[p:p + 2], "big", signed=True) + 2
+        p += 2 + int.from_bytes(buf[p : p + 2], "big", signed=True) + 2
     tc = 0
     end = pos + total
     item = _TAGS_ITEM
@@ -443,7 +519,7 @@ def light_unit(buf, pos: int) -> tuple[int, int, int]:
         v = at + len(item)
         if (at == p or buf[at - 1] == _PROPERTY_END_BYTE) and buf.find(item, v, end) < 0:
             vend = buf.find(PROPERTY_END, v, end)
-            raw = bytes(buf[v:vend if vend >= 0 else end])
+            raw = bytes(buf[v : vend if vend >= 0 else end])
         else:
             tags = decode_properties(bytes(buf[p:end])).get(PROPERTY_TAGS)
             raw = tags.encode("utf-8", "surrogatepass") if tags else b""

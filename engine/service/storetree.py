@@ -61,7 +61,8 @@ def check_store_tree(root: str) -> None:
         raise UnsafeStoreError(
             f"store {root} holds entries rmqfs never follows or reads: "
             f"{', '.join(bad[:MAX_LISTED])}{more}; remove them (a store holds only regular "
-            "files and directories)")
+            "files and directories)"
+        )
 
 
 def open_beneath(root: str, rel: str, flags: int = os.O_RDONLY) -> int:
@@ -96,6 +97,7 @@ def open_beneath(root: str, rel: str, flags: int = os.O_RDONLY) -> int:
         raise OSError(errno.EACCES, "not a regular file", rel)
     if flags & os.O_NONBLOCK == 0:
         import fcntl
+
         fl = fcntl.fcntl(fd, fcntl.F_GETFL)
         fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
     return fd
@@ -106,8 +108,11 @@ def lstat_beneath(root: str, rel: str) -> os.stat_result:
     parts = [p for p in rel.split("/") if p]
     if not parts:
         return os.stat(root)
-    dfd = open_beneath(root, "/".join(parts[:-1]), os.O_RDONLY) if len(parts) > 1 else \
-        os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    dfd = (
+        open_beneath(root, "/".join(parts[:-1]), os.O_RDONLY)
+        if len(parts) > 1
+        else os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    )
     try:
         return os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
     finally:

@@ -48,37 +48,91 @@ from ..format.message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC
 # (AbstractSendMessageProcessor.msgCheck: NO_PERMISSION, "Sending message to topic[..] is
 # forbidden"); the broker writes them itself (delayed messages, transactions).
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-NOT_ALLOWED_SEND_TOPICS = frozenset((
-    SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"))
-SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | frozenset((
-    "TBW102", "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC", "CHECKPOINT_TOPIC"))
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    (
+        SCHEDULE_TOPIC,
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    )
+)
+SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | frozenset(
+    ("TBW102", "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC", "CHECKPOINT_TOPIC")
+)
 
 # org.apache.rocketmq.common.message.MessageConst (5.3): every property name it defines.
 # STRING_HASH_SET is the set Message.putUserProperty refuses; the others are set by the broker
 # or the store itself (__CRC32# by CommitLog with enabledAppendPropCRC, __SHARDINGKEY from the
 # producer's sharding key, INNER_NUM/INNER_BASE for inner batches, ...).
-RESERVED_PROPERTY_NAMES = frozenset((
-    "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
-    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
-    "EXTEND_UNIQ_INFO", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INNER_NUM", "INNER_BASE",
-    "DUP_INFO", "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRAN_PREPARED_QUEUE_OFFSET",
-    "__transactionId__", "TRANSACTION_CHECK_TIMES", "INSTANCE_ID", "CORRELATION_ID",
-    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
-    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "__SHARDINGKEY", "PROPERTY_FORWARD_QUEUE_ID",
-    "REDIRECT", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", "TRACE_CONTEXT",
-    "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "__BORNHOST", "BORN_TIMESTAMP", "TIMER_ENQUEUE_MS",
-    "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY",
-    "TIMER_DELAY_LEVEL",
-    PROPERTY_CRC32,  # CommitLog.doAppend with enabledAppendPropCRC (not in MessageConst)
-))
+RESERVED_PROPERTY_NAMES = frozenset(
+    (
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "MSG_REGION",
+        "TRACE_ON",
+        "UNIQ_KEY",
+        "EXTEND_UNIQ_INFO",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "INNER_NUM",
+        "INNER_BASE",
+        "DUP_INFO",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "__transactionId__",
+        "TRANSACTION_CHECK_TIMES",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "__SHARDINGKEY",
+        "PROPERTY_FORWARD_QUEUE_ID",
+        "REDIRECT",
+        "INNER_MULTI_DISPATCH",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TRACE_CONTEXT",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELIVER_MS",
+        "__BORNHOST",
+        "BORN_TIMESTAMP",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+        PROPERTY_CRC32,  # CommitLog.doAppend with enabledAppendPropCRC (not in MessageConst)
+    )
+)
 TRANSIENT_PREFIX = "__RMQ.TRANSIENT."  # MessageConst.PROPERTY_TRANSIENT_PREFIX
 
 # javaIsoControl, and the UTF-16 surrogates (a str holding one cannot be encoded to UTF-8)
 _BAD_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _GOOD_TAGS: set[str] = set()  # tags already checked (bounded)
-
 
 
 def describe_char(ch: str) -> str:
@@ -125,7 +179,8 @@ def check_keys(keys) -> None:
         return
     if not isinstance(keys, (list, tuple)):
         raise MessageIllegalError(
-            f"keys must be a string or a list of strings, not {type(keys).__name__}")
+            f"keys must be a string or a list of strings, not {type(keys).__name__}"
+        )
     for k in keys:
         check_text("key", k)
         if KEY_SEPARATOR in k:
@@ -138,13 +193,15 @@ def check_properties(props) -> None:
         return
     if not isinstance(props, dict):
         raise MessageIllegalError(
-            f"properties must map strings to strings, not {type(props).__name__}")
+            f"properties must map strings to strings, not {type(props).__name__}"
+        )
     for name, value in props.items():
         check_text("property name", name)
         if name in RESERVED_PROPERTY_NAMES or name.startswith(TRANSIENT_PREFIX):
             raise MessageIllegalError(
                 f"property {name!r} is reserved by RocketMQ; tags, keys and shardingKey have "
-                "their own fields")
+                "their own fields"
+            )
         check_text(f"property {name!r}", value)
 
 
@@ -152,7 +209,8 @@ def check_queue_id(queue_id) -> None:
     """``None`` (the store picks) or an ``int`` that is not a ``bool``."""
     if queue_id is not None and (not isinstance(queue_id, int) or isinstance(queue_id, bool)):
         raise MessageIllegalError(
-            f"queueId must be an integer, not {type(queue_id).__name__} {queue_id!r}")
+            f"queueId must be an integer, not {type(queue_id).__name__} {queue_id!r}"
+        )
 
 
 def is_system_topic(topic: str) -> bool:
@@ -168,8 +226,9 @@ def check_topic_creatable(topic: str) -> None:
         InvalidNameError: ``topic`` is a system topic (EINVAL, RocketMQ INVALID_PARAMETER).
     """
     if is_system_topic(topic):
-        raise InvalidNameError(f"the topic {topic!r} is a RocketMQ system topic; clients "
-                               "may not create it")
+        raise InvalidNameError(
+            f"the topic {topic!r} is a RocketMQ system topic; clients may not create it"
+        )
 
 
 def check_send_topic(topic: str) -> None:
@@ -180,8 +239,9 @@ def check_send_topic(topic: str) -> None:
         PermissionDeniedError: EACCES (RocketMQ NO_PERMISSION).
     """
     if topic in NOT_ALLOWED_SEND_TOPICS:
-        raise PermissionDeniedError(f"sending messages to topic {topic} is forbidden: only "
-                                    "the broker writes it")
+        raise PermissionDeniedError(
+            f"sending messages to topic {topic} is forbidden: only the broker writes it"
+        )
 
 
 def check_message(msg) -> None:

@@ -36,27 +36,55 @@ from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..format.config import config_parsers, load_config_file, load_config_file_only
-from ..format.consumequeue import (BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code,
-                                   queue_dir_id, store_file_size)
 from ..errors import ConfigFileError, CorruptRecordError, StoreError
-from ..format.indexfile import (HEADER, INDEX_FILE_NAME, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM, SLOT, build_key,
-                                index_geometry)
+from ..format.config import config_parsers, load_config_file, load_config_file_only
+from ..format.consumequeue import (
+    BLANK_UNIT_SIZE,
+    CQ_STORE_UNIT_SIZE,
+    UNIT,
+    deliver_tags_code,
+    queue_dir_id,
+    store_file_size,
+)
+from ..format.indexfile import (
+    HEADER,
+    INDEX_FILE_NAME,
+    INDEX_HEADER_SIZE,
+    INDEX_SIZE,
+    ITEM,
+    SLOT,
+    build_key,
+    index_geometry,
+)
 from ..format.javahash import index_key_hash, tags_code
 from ..format.mappedfile import segment_names
-from ..format.message import (MAGIC_BLANK, MAGIC_V1, MAGIC_V2, PROPERTY_DELAY, RECORD_HEAD,
-                              SCHEDULE_TOPIC, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                              decode_record, transaction_type)
-from ..service.storetree import check_store_tree, unsafe_entries
+from ..format.message import (
+    MAGIC_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    PROPERTY_DELAY,
+    RECORD_HEAD,
+    SCHEDULE_TOPIC,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    decode_record,
+    transaction_type,
+)
 from ..service.lock import lock_holder, release_store_lock, take_store_lock
+from ..service.storetree import check_store_tree, unsafe_entries
 from ..service.workprogress import no_progress
 
 if TYPE_CHECKING:
     from ..read.columnar import Segments
 
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
-CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
-                "delayOffset.json", "rmqfs.deletedTopics.json")
+CONFIG_FILES = (
+    "topics.json",
+    "consumerOffset.json",
+    "subscriptionGroup.json",
+    "delayOffset.json",
+    "rmqfs.deletedTopics.json",
+)
 #: Error kinds :func:`recover_store` refuses to repair (it raises naming the entry and changes
 #: nothing), with what the user must do instead. Links and special files: recover never
 #: reads or writes through them (``engine.service.storetree``); a gap or a misnamed CommitLog file:
@@ -64,18 +92,18 @@ CONFIG_FILES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json",
 #: derived data.
 BY_HAND = {
     "unsafe": "symbolic links or special files (listed above): rmqfs recover refuses such a "
-              "store and never follows them; by hand, replace each link with the file or "
-              "directory it points to (or mount the real directory), remove FIFOs, sockets "
-              "and devices, then run rmqfs verify again",
+    "store and never follows them; by hand, replace each link with the file or "
+    "directory it points to (or mount the real directory), remove FIFOs, sockets "
+    "and devices, then run rmqfs verify again",
     "commitlog-gap": "a CommitLog file is missing between others: rmqfs recover cannot "
-                     "rebuild it; restore it from a backup (or move the files after the gap "
-                     "out of commitlog/, losing their records), then run rmqfs verify again",
+    "rebuild it; restore it from a backup (or move the files after the gap "
+    "out of commitlog/, losing their records), then run rmqfs verify again",
     "commitlog-name": "a CommitLog file whose name is not its start offset: rmqfs recover "
-                      "cannot repair it; rename or remove it by hand, then run rmqfs verify "
-                      "again",
+    "cannot repair it; rename or remove it by hand, then run rmqfs verify "
+    "again",
     "config": "a config/*.json file (and its .bak) cannot be loaded: rmqfs recover does not "
-              "rewrite offsets or topics; restore the file from a backup, then run rmqfs "
-              "verify again",
+    "rewrite offsets or topics; restore the file from a backup, then run rmqfs "
+    "verify again",
 }
 
 
@@ -154,8 +182,9 @@ class VerifyResult:
         """True when there is no error (warnings allowed)."""
         return self.count("error") == 0
 
-    def add(self, severity: str, kind: str, path: str, what: str,
-            offset: int | None = None) -> None:
+    def add(
+        self, severity: str, kind: str, path: str, what: str, offset: int | None = None
+    ) -> None:
         """Record a problem; past :data:`MAX_REPORTED_PER_FILE` per (path, kind) only count it."""
         key = (path, kind)
         shown = self._shown.get(key, 0)
@@ -169,14 +198,16 @@ class VerifyResult:
         """What the user must do by hand for the errors :func:`recover_store` refuses to
         repair (:data:`BY_HAND`, one line per kind found); [] when ``rmqfs recover`` can
         repair every error. verify's advice therefore matches what recover will do."""
-        kinds = {p.kind for p in self.errors} | {k for (_, k), (sev, _) in
-                                                 self.suppressed.items() if sev == "error"}
+        kinds = {p.kind for p in self.errors} | {
+            k for (_, k), (sev, _) in self.suppressed.items() if sev == "error"
+        }
         return [BY_HAND[k] for k in BY_HAND if k in kinds]
 
     def count(self, severity: str) -> int:
         """Problems of ``severity``, those not listed included."""
-        return (sum(1 for p in self.problems if p.severity == severity)
-                + sum(n for sev, n in self.suppressed.values() if sev == severity))
+        return sum(1 for p in self.problems if p.severity == severity) + sum(
+            n for sev, n in self.suppressed.values() if sev == severity
+        )
 
 
 def check_store_dir(root: str) -> None:
@@ -187,8 +218,10 @@ def check_store_dir(root: str) -> None:
         raise NotAStoreError(f"{root}: not a directory")
     names = set(os.listdir(root))
     if not names & {"commitlog", "consumequeue", "index", "config", "checkpoint", "lock"}:
-        raise NotAStoreError(f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, "
-                             "index/, config/ or checkpoint)")
+        raise NotAStoreError(
+            f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, "
+            "index/, config/ or checkpoint)"
+        )
 
 
 @dataclass
@@ -196,6 +229,7 @@ class _Segment:
     """One CommitLog file as verify lists it (every regular file with a segment name, even
     misnamed or mis-sized ones, which the readers skip or cannot address); its bytes are read
     through the engine's reader, ``files`` (:class:`engine.read.columnar.Segments`)."""
+
     start: int
     name: str
     path: str
@@ -237,6 +271,7 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
         A :class:`VerifyResult`. Raises NotAStoreError for a path that is not a store.
     """
     from ..store import StoreConfig
+
     root = os.path.abspath(root)
     check_store_dir(root)
     cfg = config or StoreConfig()
@@ -247,15 +282,24 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
     if bad:
         # Nothing is read through a link or from a special file: the store is refused whole.
         for entry in bad:
-            res.add("error", "unsafe", entry.split(" (")[0],
-                    f"{entry}: a store holds only regular files and directories; rmqfs refuses "
-                    "to open it until this is removed")
+            res.add(
+                "error",
+                "unsafe",
+                entry.split(" (")[0],
+                f"{entry}: a store holds only regular files and directories; rmqfs refuses "
+                "to open it until this is removed",
+            )
         return res
     res.lock_holder = lock_holder(root, others_only=True)
     if res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
-        res.add("warning", "abort", "abort", "the store was not shut down cleanly (a broker or "
-                "mount stopped without closing it); opening it runs the broker's abnormal "
-                "recovery")
+        res.add(
+            "warning",
+            "abort",
+            "abort",
+            "the store was not shut down cleanly (a broker or "
+            "mount stopped without closing it); opening it runs the broker's abnormal "
+            "recovery",
+        )
     segs = _check_segments(root, cfg, res)
     recs = _Records()
     try:
@@ -274,23 +318,37 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
 # ----------------------------------------------------------------------------------------------
 # CommitLog
 
+
 def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     cl_dir = os.path.join(root, "commitlog")
     if not os.path.isdir(cl_dir):
         return []
     listed = _segments(cl_dir)
     for n in _not_files(cl_dir, listed):
-        res.add("error", "commitlog-name", f"commitlog/{n}",
-                "not a regular file (RocketMQ refuses to load the CommitLog)")
+        res.add(
+            "error",
+            "commitlog-name",
+            f"commitlog/{n}",
+            "not a regular file (RocketMQ refuses to load the CommitLog)",
+        )
     names = _files(cl_dir, listed)
     from ..read.columnar import Segments  # numpy: loaded when verify runs, not on import (daemon)
+
     files = Segments(cl_dir, check_crc=False)
-    segs = [_Segment(int(n), n, os.path.join(cl_dir, n),
-                     os.path.getsize(os.path.join(cl_dir, n)), files) for n in names]
+    segs = [
+        _Segment(
+            int(n), n, os.path.join(cl_dir, n), os.path.getsize(os.path.join(cl_dir, n)), files
+        )
+        for n in names
+    ]
     if segs and segs[-1].size == 0:
-        res.add("error", "commitlog-size", f"commitlog/{segs[-1].name}",
-                "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
-                "the CommitLog: length not matched)")
+        res.add(
+            "error",
+            "commitlog-size",
+            f"commitlog/{segs[-1].name}",
+            "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
+            "the CommitLog: length not matched)",
+        )
         res.empty_files.append(segs[-1].path)
         segs.pop()
     if not segs:
@@ -299,8 +357,9 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     if len(segs) == 1:
         # One file: its own size, unless a broker.conf says otherwise (or the name proves it).
         file_size = segs[0].size
-        if res.explicit_config or (segs[0].start % file_size
-                                   and cfg.mapped_file_size_commit_log > file_size):
+        if res.explicit_config or (
+            segs[0].start % file_size and cfg.mapped_file_size_commit_log > file_size
+        ):
             file_size = cfg.mapped_file_size_commit_log
     else:
         file_size = _majority_size(sizes)
@@ -311,17 +370,32 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
         rel = f"commitlog/{s.name}"
         if s.size != file_size:
             res.bad_segment_sizes[s.path] = s.size
-            expected = (f"the other files are {file_size} bytes" if len(segs) > 1 else
-                        f"mappedFileSizeCommitLog is {file_size} bytes")
-            res.add("error", "commitlog-size", rel, f"{s.size} bytes, {expected}"
-                    + (" (cut short)" if s.size < file_size else ""))
+            expected = (
+                f"the other files are {file_size} bytes"
+                if len(segs) > 1
+                else f"mappedFileSizeCommitLog is {file_size} bytes"
+            )
+            res.add(
+                "error",
+                "commitlog-size",
+                rel,
+                f"{s.size} bytes, {expected}" + (" (cut short)" if s.size < file_size else ""),
+            )
         if s.start % file_size:
-            res.add("error", "commitlog-name", rel,
-                    f"name is not a multiple of the segment size {file_size}")
+            res.add(
+                "error",
+                "commitlog-name",
+                rel,
+                f"name is not a multiple of the segment size {file_size}",
+            )
         if i and s.start != segs[i - 1].start + file_size:
-            res.add("error", "commitlog-gap", rel,
-                    f"starts at {s.start}, expected {segs[i - 1].start + file_size} "
-                    "(a file is missing)")
+            res.add(
+                "error",
+                "commitlog-gap",
+                rel,
+                f"starts at {s.start}, expected {segs[i - 1].start + file_size} "
+                "(a file is missing)",
+            )
     try:
         for s in segs:
             if s.size:
@@ -345,8 +419,7 @@ def _is_zero(seg: _Segment, start: int, end: int) -> bool:
     return True
 
 
-def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records,
-                    progress) -> None:
+def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records, progress) -> None:
     if not segs:
         return
     file_size = res.segment_size
@@ -365,55 +438,85 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
         while True:
             if pos + 8 > size:
                 if pos < size and not _is_zero(seg, pos, size):
-                    _bad(res, rel, seg.start + pos, "segment ends inside a record header",
-                         in_use and is_last)
+                    _bad(
+                        res,
+                        rel,
+                        seg.start + pos,
+                        "segment ends inside a record header",
+                        in_use and is_last,
+                    )
                 break
             total, magic = RECORD_HEAD.unpack_from(m, pos)
             if magic == MAGIC_BLANK:
                 if total != file_size - pos:
-                    res.add("warning", "commitlog-blank", rel,
-                            f"END_OF_FILE record declares {total} bytes, {file_size - pos} "
-                            "remain", seg.start + pos)
+                    res.add(
+                        "warning",
+                        "commitlog-blank",
+                        rel,
+                        f"END_OF_FILE record declares {total} bytes, {file_size - pos} remain",
+                        seg.start + pos,
+                    )
                 if reachable:
                     res.commitlog_end = seg.start + file_size
                 break
             if total == 0 and magic == 0:
                 if not _is_zero(seg, pos, size):
                     res.data_after_bad = res.data_after_bad or res.first_bad is None
-                    _bad(res, rel, seg.start + pos,
-                         "zeros, then non-zero bytes before the end of the file", in_use and
-                         is_last)
+                    _bad(
+                        res,
+                        rel,
+                        seg.start + pos,
+                        "zeros, then non-zero bytes before the end of the file",
+                        in_use and is_last,
+                    )
                 elif not is_last and reachable:
                     ended_at = seg.start + pos
                 break
             if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
                 if res.first_bad is None and not _is_zero(seg, pos + 8, size):
                     res.data_after_bad = True
-                _bad(res, rel, seg.start + pos,
-                     f"no record here (TOTALSIZE {total}, MAGICCODE 0x{magic:08X})",
-                     in_use and is_last and _is_zero(seg, pos + 8, size))
+                _bad(
+                    res,
+                    rel,
+                    seg.start + pos,
+                    f"no record here (TOTALSIZE {total}, MAGICCODE 0x{magic:08X})",
+                    in_use and is_last and _is_zero(seg, pos + 8, size),
+                )
                 reachable = False
                 break
             if pos + total > size:
-                _bad(res, rel, seg.start + pos,
-                     f"record of {total} bytes runs past the end of its file",
-                     in_use and is_last)
+                _bad(
+                    res,
+                    rel,
+                    seg.start + pos,
+                    f"record of {total} bytes runs past the end of its file",
+                    in_use and is_last,
+                )
                 reachable = False
                 break
             try:
                 rec = decode_record(m, pos, check_crc=True, base_offset=seg.start)
             except CorruptRecordError as exc:
                 msg = str(exc).split(" (at offset")[0]
-                _bad(res, rel, seg.start + pos, msg,
-                     in_use and is_last and _is_zero(seg, pos + total, size))
+                _bad(
+                    res,
+                    rel,
+                    seg.start + pos,
+                    msg,
+                    in_use and is_last and _is_zero(seg, pos + total, size),
+                )
                 reachable = False
                 pos += total
                 continue
             if ended_at is not None:
-                res.add("error", "commitlog-hole", rel,
-                        f"the data ended with zeros at CommitLog offset {ended_at}, but this "
-                        "later file holds records (a broker drops them on recovery)",
-                        seg.start + pos)
+                res.add(
+                    "error",
+                    "commitlog-hole",
+                    rel,
+                    f"the data ended with zeros at CommitLog offset {ended_at}, but this "
+                    "later file holds records (a broker drops them on recovery)",
+                    seg.start + pos,
+                )
                 if res.first_bad is None:
                     res.first_bad = ended_at
                 ended_at = None
@@ -436,9 +539,13 @@ def _bad(res: VerifyResult, rel: str, offset: int, what: str, in_flight: bool) -
     """A bad record. In a store that is in use, a torn record at the very end is a write in
     progress: a warning."""
     if in_flight:
-        res.add("warning", "commitlog-tail", rel,
-                f"{what}; the store is in use (pid {res.lock_holder}): a write in progress?",
-                offset)
+        res.add(
+            "warning",
+            "commitlog-tail",
+            rel,
+            f"{what}; the store is in use (pid {res.lock_holder}): a write in progress?",
+            offset,
+        )
         return
     res.add("error", "commitlog-record", rel, what, offset)
     if res.first_bad is None:
@@ -460,14 +567,19 @@ def _add_record(rec, recs: _Records, delay_table: dict, reachable: bool) -> None
         return
     tc = tags_code(rec.tags)
     if rec.topic == SCHEDULE_TOPIC:
-        deliver = deliver_tags_code(rec.properties.get(PROPERTY_DELAY), rec.store_timestamp,
-                                    delay_table)
+        deliver = deliver_tags_code(
+            rec.properties.get(PROPERTY_DELAY), rec.store_timestamp, delay_table
+        )
         if deliver is not None:
             tc = deliver
     q = recs.queues.get((rec.topic, rec.queue_id))
     if q is None:
-        q = recs.queues[(rec.topic, rec.queue_id)] = (array("q"), array("q"), array("i"),
-                                                       array("q"))
+        q = recs.queues[(rec.topic, rec.queue_id)] = (
+            array("q"),
+            array("q"),
+            array("i"),
+            array("q"),
+        )
     q[0].append(rec.queue_offset)
     q[1].append(rec.commitlog_offset)
     q[2].append(rec.store_size)
@@ -479,6 +591,7 @@ def _forget_deleted_topics(root: str, recs: _Records) -> None:
     below the CommitLog offset of the deletion) belong to no queue: no ConsumeQueue is
     expected for them (the store never re-dispatches them, :mod:`engine.service.dispatch`)."""
     from ..format.config import DeletedTopics
+
     try:
         deleted = DeletedTopics(os.path.join(root, "config"), read_only=True).table
     except CorruptRecordError:
@@ -503,6 +616,7 @@ def _record_index(recs: _Records, offset: int) -> int | None:
 # ----------------------------------------------------------------------------------------------
 # ConsumeQueue
 
+
 def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, progress) -> None:
     base = os.path.join(root, "consumequeue")
     seen = set()
@@ -516,9 +630,13 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
                 if queue_dir_id(q) is not None and os.path.isdir(os.path.join(tdir, q)):
                     dirs.append((topic, int(q), os.path.join(tdir, q)))
                 else:
-                    res.add("warning", "cq-stray", f"consumequeue/{topic}/{q}",
-                            "not a queue directory (a canonical decimal queue id): rmqfs "
-                            "ignores it; other readers may take it for a queue, remove it")
+                    res.add(
+                        "warning",
+                        "cq-stray",
+                        f"consumequeue/{topic}/{q}",
+                        "not a queue directory (a canonical decimal queue id): rmqfs "
+                        "ignores it; other readers may take it for a queue, remove it",
+                    )
     res.cq_file_size = _cq_file_size([d[2] for d in dirs], cfg, res.explicit_config)
     bar = progress(len(dirs), "ConsumeQueue", "queue")
     for topic, qid, qdir in dirs:
@@ -528,9 +646,14 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
         if rel in res.past_end:
             frel, first, n = res.past_end[rel]
             end = res.first_bad if res.first_bad is not None else res.commitlog_end
-            res.add("error", "cq-unit", frel,
-                    f"{n} units from queue offset {first} on point past the end of the "
-                    f"CommitLog ({end}): the queue is ahead of the CommitLog", first)
+            res.add(
+                "error",
+                "cq-unit",
+                frel,
+                f"{n} units from queue offset {first} on point past the end of the "
+                f"CommitLog ({end}): the queue is ahead of the CommitLog",
+                first,
+            )
         bar.update(1)
     bar.close()
     res.queues = len(dirs)
@@ -538,9 +661,13 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
         if (topic, qid) not in seen:
             live = sum(1 for off in q[1] if off >= res.commitlog_min)
             if live:
-                res.add("warning", "cq-lag", f"consumequeue/{topic}/{qid}",
-                        f"missing: {live} records of this queue are in the CommitLog "
-                        "(re-dispatched when the store is opened for writing)")
+                res.add(
+                    "warning",
+                    "cq-lag",
+                    f"consumequeue/{topic}/{qid}",
+                    f"missing: {live} records of this queue are in the CommitLog "
+                    "(re-dispatched when the store is opened for writing)",
+                )
 
 
 def _cq_file_size(qdirs: list[str], cfg, explicit: bool) -> int:
@@ -583,34 +710,50 @@ def _not_files(directory: str, names: list[str]) -> list[str]:
     return [n for n in names if not os.path.isfile(os.path.join(directory, n))]
 
 
-def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
-                 recs: _Records) -> None:
+def _check_queue(
+    topic: str, qid: int, qdir: str, rel: str, res: VerifyResult, recs: _Records
+) -> None:
     listed = _segments(qdir)
     for n in _not_files(qdir, listed):
-        res.add("error", "cq-name", f"{rel}/{n}", "not a regular file (RocketMQ refuses to "
-                "load the queue)")
+        res.add(
+            "error",
+            "cq-name",
+            f"{rel}/{n}",
+            "not a regular file (RocketMQ refuses to load the queue)",
+        )
         res.bad_queues.add(rel)
     names = _files(qdir, listed)
-    files = [(int(n), os.path.join(qdir, n), os.path.getsize(os.path.join(qdir, n)))
-             for n in names]
+    files = [(int(n), os.path.join(qdir, n), os.path.getsize(os.path.join(qdir, n))) for n in names]
     if files and files[-1][2] == 0:
-        res.add("error", "cq-size", f"{rel}/{os.path.basename(files[-1][1])}",
-                "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
-                "the queue: length not matched)")
+        res.add(
+            "error",
+            "cq-size",
+            f"{rel}/{os.path.basename(files[-1][1])}",
+            "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
+            "the queue: length not matched)",
+        )
         res.empty_files.append(files[-1][1])
         files.pop()
     q = recs.queues.get((topic, qid))
     if not files:
         live = sum(1 for off in q[1] if off >= res.commitlog_min) if q is not None else 0
         if live:
-            res.add("warning", "cq-lag", rel,
-                    f"no files: {live} records of this queue are in the CommitLog "
-                    "(re-dispatched when the store is opened for writing)")
+            res.add(
+                "warning",
+                "cq-lag",
+                rel,
+                f"no files: {live} records of this queue are in the CommitLog "
+                "(re-dispatched when the store is opened for writing)",
+            )
         return
     sizes = {f[2] for f in files}
     if len(sizes) > 1 or any(s % CQ_STORE_UNIT_SIZE for s in sizes):
-        res.add("error", "cq-size", rel,
-                f"files of sizes {sorted(sizes)}: all must be equal multiples of 20")
+        res.add(
+            "error",
+            "cq-size",
+            rel,
+            f"files of sizes {sorted(sizes)}: all must be equal multiples of 20",
+        )
         res.bad_queues.add(rel)
         return
     fsize = sizes.pop()
@@ -621,20 +764,32 @@ def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
         i = bisect.bisect_left(q[0], head)
         live = i - bisect.bisect_left(q[1], res.commitlog_min, 0, i)
         if live > 0:
-            res.add("error", "cq-missing", rel,
-                    f"{live} records of queue offsets below {head} are in the CommitLog but "
-                    "the queue's first file is missing: they cannot be consumed")
+            res.add(
+                "error",
+                "cq-missing",
+                rel,
+                f"{live} records of queue offsets below {head} are in the CommitLog but "
+                "the queue's first file is missing: they cannot be consumed",
+            )
             res.bad_queues.add(rel)
     if res.cq_file_size and fsize < res.cq_file_size:
-        res.add("error", "cq-size", rel,
-                f"files of {fsize} bytes, short of the {res.cq_file_size}-byte ConsumeQueue "
-                "files of this store (cut short; RocketMQ refuses to load the queue)")
+        res.add(
+            "error",
+            "cq-size",
+            rel,
+            f"files of {fsize} bytes, short of the {res.cq_file_size}-byte ConsumeQueue "
+            "files of this store (cut short; RocketMQ refuses to load the queue)",
+        )
         res.bad_queues.add(rel)
         return
     for i, (start, path, _) in enumerate(files):
         if start % fsize or (i and start != files[i - 1][0] + fsize):
-            res.add("error", "cq-name", f"{rel}/{os.path.basename(path)}",
-                    "file name does not follow the previous file")
+            res.add(
+                "error",
+                "cq-name",
+                f"{rel}/{os.path.basename(path)}",
+                "file name does not follow the previous file",
+            )
             res.bad_queues.add(rel)
             return
     first_real = None
@@ -646,19 +801,31 @@ def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
         qbase = start // CQ_STORE_UNIT_SIZE
         if end_q is not None:
             if data.strip(b"\0"):
-                res.add("error", "cq-garbage", frel,
-                        f"units after the end of the queue (queue offset {end_q})",
-                        qbase)
+                res.add(
+                    "error",
+                    "cq-garbage",
+                    frel,
+                    f"units after the end of the queue (queue offset {end_q})",
+                    qbase,
+                )
                 res.bad_queues.add(rel)
             continue
         for i, (off, size, tc) in enumerate(UNIT.iter_unpack(data)):
             qoff = qbase + i
             if off < 0 or size <= 0:
                 end_q = qoff
-                if data[(i + 1) * CQ_STORE_UNIT_SIZE:].strip(b"\0") or (off, size, tc) != (0, 0, 0):
-                    res.add("error", "cq-garbage", frel,
-                            f"invalid unit ({off}, {size}, {tc}) followed by more data",
-                            qoff)
+                if data[(i + 1) * CQ_STORE_UNIT_SIZE :].strip(b"\0") or (off, size, tc) != (
+                    0,
+                    0,
+                    0,
+                ):
+                    res.add(
+                        "error",
+                        "cq-garbage",
+                        frel,
+                        f"invalid unit ({off}, {size}, {tc}) followed by more data",
+                        qoff,
+                    )
                     res.bad_queues.add(rel)
                 break
             if size == BLANK_UNIT_SIZE and off == 0 and first_real is None:
@@ -677,9 +844,13 @@ def _check_queue(topic: str, qid: int, qdir: str, rel: str, res: VerifyResult,
         i = bisect.bisect_left(q[0], end_q)
         lag = len(q[0]) - i
         if lag and q[1][i] < res.commitlog_end:
-            res.add("warning", "cq-lag", rel,
-                    f"{lag} records from queue offset {q[0][i]} (CommitLog offset {q[1][i]}) "
-                    "have no unit yet (re-dispatched when the store is opened for writing)")
+            res.add(
+                "warning",
+                "cq-lag",
+                rel,
+                f"{lag} records from queue offset {q[0][i]} (CommitLog offset {q[1][i]}) "
+                "have no unit yet (re-dispatched when the store is opened for writing)",
+            )
 
 
 def _check_unit(topic, qid, qoff, off, size, tc, frel, rel, res, recs, q) -> None:
@@ -701,22 +872,32 @@ def _check_unit(topic, qid, qoff, off, size, tc, frel, rel, res, recs, q) -> Non
             if q[3][i] != tc:
                 diffs.append(f"tagsCode {tc} != {q[3][i]}")
             if diffs:
-                res.add("error", "cq-unit", frel, f"unit at CommitLog offset {off}: "
-                        + ", ".join(diffs), qoff)
+                res.add(
+                    "error",
+                    "cq-unit",
+                    frel,
+                    f"unit at CommitLog offset {off}: " + ", ".join(diffs),
+                    qoff,
+                )
                 res.bad_queues.add(rel)
             return
     j = _record_index(recs, off)
     if j is None:
-        what = (f"unit ({off}, {size}, {tc}) points at CommitLog offset {off}, where no record "
-                "starts")
+        what = (
+            f"unit ({off}, {size}, {tc}) points at CommitLog offset {off}, where no record starts"
+        )
     else:
-        what = (f"unit ({off}, {size}, {tc}) points at a record that is not {topic}/{qid} "
-                f"queue offset {qoff}")
+        what = (
+            f"unit ({off}, {size}, {tc}) points at a record that is not {topic}/{qid} "
+            f"queue offset {qoff}"
+        )
         for (t, qq), arrs in recs.queues.items():
             k = bisect.bisect_left(arrs[1], off)
             if k < len(arrs[1]) and arrs[1][k] == off:
-                what = (f"unit ({off}, {size}, {tc}) points at the record of {t}/{qq} queue "
-                        f"offset {arrs[0][k]}, not {topic}/{qid} queue offset {qoff}")
+                what = (
+                    f"unit ({off}, {size}, {tc}) points at the record of {t}/{qq} queue "
+                    f"offset {arrs[0][k]}, not {topic}/{qid} queue offset {qoff}"
+                )
                 break
     res.add("error", "cq-unit", frel, what, qoff)
     res.bad_queues.add(rel)
@@ -724,6 +905,7 @@ def _check_unit(topic, qid, qoff, off, size, tc, frel, rel, res, recs, q) -> Non
 
 # ----------------------------------------------------------------------------------------------
 # IndexFile
+
 
 def _read_record_at(segs: list[_Segment], offset: int):
     """Decode the record at a CommitLog offset from the mapped segments, or None."""
@@ -766,17 +948,25 @@ def _check_index(root: str, segs, res: VerifyResult, recs: _Records, cfg, progre
     if recs.last_keyed > last_indexed and recs.last_keyed >= res.commitlog_min:
         i = bisect.bisect_right(recs.offsets, last_indexed)
         missing = sum(1 for k in recs.nkeys[i:] if k)
-        res.add("warning", "index-lag", "index",
-                f"{missing} records with keys after CommitLog offset {max(last_indexed, 0)} are "
-                "not indexed yet (re-dispatched when the store is opened for writing)")
+        res.add(
+            "warning",
+            "index-lag",
+            "index",
+            f"{missing} records with keys after CommitLog offset {max(last_indexed, 0)} are "
+            "not indexed yet (re-dispatched when the store is opened for writing)",
+        )
     if first_indexed is not None:
         i = bisect.bisect_left(recs.offsets, first_indexed)
         j = bisect.bisect_right(recs.offsets, last_indexed)
         expected = sum(recs.nkeys[i:j])
         if found < expected:
-            res.add("warning", "index-missing", "index",
-                    f"{expected - found} keys of records in CommitLog [{first_indexed}, "
-                    f"{last_indexed}] have no index item")
+            res.add(
+                "warning",
+                "index-missing",
+                "index",
+                f"{expected - found} keys of records in CommitLog [{first_indexed}, "
+                f"{last_indexed}] have no index item",
+            )
 
 
 def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
@@ -788,8 +978,12 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
     try:
         slots, index_num = index_geometry(size, cfg.max_hash_slot_num, cfg.max_index_num, rel)
     except CorruptRecordError as exc:
-        res.add("error", "index-size", rel, f"{exc} (give the broker.conf with its "
-                "maxHashSlotNum and maxIndexNum: --config)")
+        res.add(
+            "error",
+            "index-size",
+            rel,
+            f"{exc} (give the broker.conf with its maxHashSlotNum and maxIndexNum: --config)",
+        )
         res.bad_index_files.add(rel)
         return None
     with open(path, "rb") as f:
@@ -817,7 +1011,11 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
 
     items = list(ITEM.iter_unpack(items_raw))
     past_end, past_count = None, 0
-    cached: tuple[int, Any, set[int]] = (-1, None, set())  # (phyOffset, record, key hashes) of the last item's record
+    cached: tuple[int, Any, set[int]] = (
+        -1,
+        None,
+        set(),
+    )  # (phyOffset, record, key hashes) of the last item's record
     bucket_newest: dict[int, int] = {}
     valid = 0
     end = res.first_bad if res.first_bad is not None else res.commitlog_end
@@ -861,20 +1059,31 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
             err(f"item {n}: the record at {phy} does not decode", n)
             continue
         if h not in hashes:
-            err(f"item {n}: keyHash {h} is not the hash of a key of the record at {phy} "
-                f"(topic {rec.topic}, keys {rec.keys}, UNIQ_KEY {rec.uniq_key})", n)
+            err(
+                f"item {n}: keyHash {h} is not the hash of a key of the record at {phy} "
+                f"(topic {rec.topic}, keys {rec.keys}, UNIQ_KEY {rec.uniq_key})",
+                n,
+            )
             continue
         if n > 1 and b_ts > 0 and rec.store_timestamp >= b_ts:
             expect = (rec.store_timestamp - b_ts) // 1000
             if tdiff != min(expect, 2**31 - 1):
-                err(f"item {n}: timeDiff {tdiff} s, the record was stored {expect} s after "
-                    "the file's beginTimestamp", n)
+                err(
+                    f"item {n}: timeDiff {tdiff} s, the record was stored {expect} s after "
+                    "the file's beginTimestamp",
+                    n,
+                )
                 continue
         valid += 1
     if past_end:
-        res.add("error", "index-item", rel,
-                f"{past_count} items from item {past_end[0]} on point past the end of the "
-                f"CommitLog ({end}): the index is ahead of the CommitLog", past_end[0])
+        res.add(
+            "error",
+            "index-item",
+            rel,
+            f"{past_count} items from item {past_end[0]} on point past the end of the "
+            f"CommitLog ({end}): the index is ahead of the CommitLog",
+            past_end[0],
+        )
     used_slots = _nonzero_slots(slot_raw)
     for s, v in used_slots:
         if v < 0 or v >= count:
@@ -882,12 +1091,16 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
         elif items[v - 1][0] % slots != s:
             err(f"hash slot {s} points at item {v} of another bucket")
         elif bucket_newest.get(s) != v:
-            err(f"hash slot {s} points at item {v}, but item {bucket_newest.get(s)} is the "
-                "newest of its bucket (items unreachable)")
+            err(
+                f"hash slot {s} points at item {v}, but item {bucket_newest.get(s)} is the "
+                "newest of its bucket (items unreachable)"
+            )
     missing_slots = set(bucket_newest) - {s for s, _ in used_slots}
     if missing_slots:
-        err(f"{len(missing_slots)} hash buckets with items have an empty slot "
-            f"(e.g. slot {min(missing_slots)})")
+        err(
+            f"{len(missing_slots)} hash buckets with items have an empty slot "
+            f"(e.g. slot {min(missing_slots)})"
+        )
     used = len(used_slots)
     if used != slot_count:
         err(f"hashSlotCount {slot_count} but {used} slots are in use")
@@ -908,8 +1121,8 @@ def _nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
     out = []
     zero = bytes(chunk)
     for base in range(0, len(raw), chunk):
-        part = raw[base:base + chunk]
-        if part == zero[:len(part)]:
+        part = raw[base : base + chunk]
+        if part == zero[: len(part)]:
             continue
         for i, (v,) in enumerate(SLOT.iter_unpack(part)):
             if v:
@@ -920,21 +1133,30 @@ def _nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
 # ----------------------------------------------------------------------------------------------
 # config
 
+
 def _check_config(root: str, res: VerifyResult) -> None:
     from ..format.checkpoint import StoreCheckpoint
+
     try:
         cp = StoreCheckpoint.read(os.path.join(root, "checkpoint"))
     except CorruptRecordError as exc:
         res.add("error", "checkpoint", "checkpoint", str(exc))
     else:
-        for severity, what in cp.problems(res.first_store_timestamp, res.last_store_timestamp,
-                                          int(time.time() * 1000),
-                                          live=res.lock_holder is not None):
-            res.add(severity, "checkpoint", "checkpoint",
-                    f"{what}: damaged (rmqfs recover rewrites it from the CommitLog's last "
-                    "record)" if severity == "error" else
-                    f"{what}: damaged (recovery after a crash scans more of the CommitLog; "
-                    "rmqfs recover rewrites it)")
+        for severity, what in cp.problems(
+            res.first_store_timestamp,
+            res.last_store_timestamp,
+            int(time.time() * 1000),
+            live=res.lock_holder is not None,
+        ):
+            res.add(
+                severity,
+                "checkpoint",
+                "checkpoint",
+                f"{what}: damaged (rmqfs recover rewrites it from the CommitLog's last record)"
+                if severity == "error"
+                else f"{what}: damaged (recovery after a crash scans more of the CommitLog; "
+                "rmqfs recover rewrites it)",
+            )
     parsers = config_parsers()
     for name in CONFIG_FILES:
         path = os.path.join(root, "config", name)
@@ -951,12 +1173,14 @@ def _check_config(root: str, res: VerifyResult) -> None:
             try:
                 load_config_file_only(path, parsers[name])
             except CorruptRecordError as exc:
-                res.add("warning", "config", f"config/{name}",
-                        f"{exc}; {name}.bak is loaded instead")
+                res.add(
+                    "warning", "config", f"config/{name}", f"{exc}; {name}.bak is loaded instead"
+                )
 
 
 # ----------------------------------------------------------------------------------------------
 # recover
+
 
 @dataclass
 class RecoverReport:
@@ -985,6 +1209,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
         StoreError: a damage this cannot repair (e.g. a CommitLog file missing in the middle).
     """
     from ..store import MessageStore, StoreConfig
+
     root = os.path.abspath(root)
     check_store_dir(root)
     cfg = config or StoreConfig()
@@ -1007,16 +1232,21 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                 raise ConfigFileError(f"cannot repair {p.path}: {p.what}")
         for path, size in sorted(before.bad_segment_sizes.items()):
             if size > before.segment_size:
-                raise StoreError(f"cannot repair {path}: {size} bytes, larger than the "
-                                 f"{before.segment_size}-byte segments")
+                raise StoreError(
+                    f"cannot repair {path}: {size} bytes, larger than the "
+                    f"{before.segment_size}-byte segments"
+                )
             with open(path, "r+b") as f:
                 f.truncate(before.segment_size)
-            report.actions.append(f"extended {os.path.relpath(path, root)} from {size} to "
-                                  f"{before.segment_size} bytes with zeros")
+            report.actions.append(
+                f"extended {os.path.relpath(path, root)} from {size} to "
+                f"{before.segment_size} bytes with zeros"
+            )
         for path in before.empty_files:
             os.unlink(path)
-            report.actions.append(f"deleted {os.path.relpath(path, root)} (empty: a crash "
-                                  "while it was created)")
+            report.actions.append(
+                f"deleted {os.path.relpath(path, root)} (empty: a crash while it was created)"
+            )
         if before.bad_segment_sizes or before.empty_files:
             before = verify_store(root, config, progress)
         saved_checkpoint = None
@@ -1049,8 +1279,10 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
         _reopen(root, cfg, MessageStore, lock_fd, report, progress)
         after = verify_store(root, config, progress)
         if not after.ok or any(p.kind.endswith(("lag", "missing")) for p in after.problems):
-            report.actions.append("derived files still disagree: rebuilding every ConsumeQueue "
-                                  "and IndexFile from the CommitLog")
+            report.actions.append(
+                "derived files still disagree: rebuilding every ConsumeQueue "
+                "and IndexFile from the CommitLog"
+            )
             for rel in _all_queue_dirs(root):
                 _delete_files(os.path.join(root, rel), _segments(os.path.join(root, rel)))
             _delete_files(index_dir, _index_names(index_dir))
@@ -1085,8 +1317,11 @@ def _all_queue_dirs(root: str) -> list[str]:
         for t in sorted(os.listdir(base)):
             tdir = os.path.join(base, t)
             if os.path.isdir(tdir):
-                out += [f"consumequeue/{t}/{q}" for q in sorted(os.listdir(tdir))
-                        if queue_dir_id(q) is not None and os.path.isdir(os.path.join(tdir, q))]
+                out += [
+                    f"consumequeue/{t}/{q}"
+                    for q in sorted(os.listdir(tdir))
+                    if queue_dir_id(q) is not None and os.path.isdir(os.path.join(tdir, q))
+                ]
     return out
 
 
@@ -1096,6 +1331,7 @@ def _force_full_redispatch(root: str) -> None:
     whose CommitLog and ConsumeQueue timestamps are 0. indexMsgTimestamp is kept, so only the
     IndexFiles written after it are rebuilt."""
     from ..format.checkpoint import StoreCheckpoint
+
     path = os.path.join(root, "checkpoint")
     try:
         cp = StoreCheckpoint.read(path)
@@ -1116,6 +1352,7 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
     and ConsumeQueue timestamps = the last record's store time, indexMsgTimestamp = the newest
     IndexFile's endTimestamp, confirmPhyOffset = the end of the CommitLog."""
     from ..format.checkpoint import StoreCheckpoint
+
     for sub in ("consumequeue", "index"):
         for dirpath, _dirs, files in os.walk(os.path.join(root, sub)):
             for name in files:
@@ -1144,8 +1381,7 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
     cp.write(path)
 
 
-def _reopen(root: str, cfg, store_cls, lock_fd: int, report: RecoverReport,
-            progress=None) -> None:
+def _reopen(root: str, cfg, store_cls, lock_fd: int, report: RecoverReport, progress=None) -> None:
     """Open the store for writing under recover's lock ``lock_fd`` (its recovery
     re-dispatches; ``progress`` shows how far) and close it cleanly; the lock stays held.
     What that recovery did is one line of ``report.actions``."""
@@ -1170,10 +1406,13 @@ def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverR
         for n in names:
             if int(n) + fs > cut:
                 shutil.copyfile(os.path.join(cl_dir, n), os.path.join(dest, n))
-        report.actions.append(f"copied the CommitLog files from offset {cut - cut % fs} to "
-                              f"{os.path.relpath(dest, root)} (they hold {dropped_records} "
-                              "valid records" + (" and other data" if res.data_after_bad else "")
-                              + " after the damage, which recovery drops)")
+        report.actions.append(
+            f"copied the CommitLog files from offset {cut - cut % fs} to "
+            f"{os.path.relpath(dest, root)} (they hold {dropped_records} "
+            "valid records"
+            + (" and other data" if res.data_after_bad else "")
+            + " after the damage, which recovery drops)"
+        )
     removed = 0
     for n in names:
         start = int(n)
@@ -1192,5 +1431,7 @@ def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverR
         os.fsync(fd)
     finally:
         os.close(fd)
-    report.actions.append(f"truncated the CommitLog at offset {cut} (zeroed the rest of its "
-                          f"file" + (f", deleted {removed} later files)" if removed else ")"))
+    report.actions.append(
+        f"truncated the CommitLog at offset {cut} (zeroed the rest of its "
+        f"file" + (f", deleted {removed} later files)" if removed else ")")
+    )

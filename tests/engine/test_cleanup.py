@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from engine.service.cleanup import is_time_to_delete
-from engine.format.consumequeue import UNIT, ConsumeQueue
 from engine.errors import OffsetOutOfRangeError, ReadOnlyStoreError
+from engine.format.consumequeue import UNIT, ConsumeQueue
 from engine.format.message import cal_msg_length
+from engine.service.cleanup import is_time_to_delete
 from engine.store import Message, MessageStore, StoreConfig
 
 TOPIC = "test"
@@ -27,12 +27,18 @@ def _hour_not_now() -> str:
 
 
 def _config(delete_when, ratio, **kw):
-    return StoreConfig(mapped_file_size_commit_log=SEG,
-                       mapped_file_size_consume_queue=CQ_UNITS_PER_FILE * 20,
-                       max_hash_slot_num=100, max_index_num=INDEX_ITEMS_PER_FILE + 1,
-                       file_reserved_time=1, delete_when=delete_when,
-                       disk_max_used_space_ratio=ratio, clean_resource_interval=3_600_000,
-                       delete_commit_log_files_interval=0, **kw)
+    return StoreConfig(
+        mapped_file_size_commit_log=SEG,
+        mapped_file_size_consume_queue=CQ_UNITS_PER_FILE * 20,
+        max_hash_slot_num=100,
+        max_index_num=INDEX_ITEMS_PER_FILE + 1,
+        file_reserved_time=1,
+        delete_when=delete_when,
+        disk_max_used_space_ratio=ratio,
+        clean_resource_interval=3_600_000,
+        delete_commit_log_files_interval=0,
+        **kw,
+    )
 
 
 def _open(tmp_path, delete_when, ratio, usage, **kw):
@@ -46,8 +52,9 @@ def _fill(s, count=FILE_COUNT):
     """Put ``count`` messages of exactly one CommitLog file each (record + 8-byte blank)."""
     props_len = len(f"KEYS\x01{KEYS}\x02UNIQ_KEY\x01{'0' * 32}\x02")
     body_len = SEG - cal_msg_length(0, 0, len(TOPIC), props_len) - 8
-    res = s.put_messages([Message(TOPIC, bytes(body_len), keys=KEYS, queue_id=0)
-                          for _ in range(count)])
+    res = s.put_messages(
+        [Message(TOPIC, bytes(body_len), keys=KEYS, queue_id=0) for _ in range(count)]
+    )
     assert all(r.size == SEG - 8 for r in res)
     assert len(s.commitlog.files.segments) == count
     return res
@@ -218,8 +225,9 @@ def test_readers_after_expiry_and_reopen(tmp_path):
         assert [q for q, _ in s.iter_queue(TOPIC, 0, 0)] == list(range(8, 20))
         assert s.message_at(res[0].commitlog_offset) is None
         assert s.query_by_key(TOPIC, res[0].uniq_key) == []
-        assert [r.commitlog_offset for r in s.query_by_key(TOPIC, res[9].uniq_key)] == \
-            [res[9].commitlog_offset]
+        assert [r.commitlog_offset for r in s.query_by_key(TOPIC, res[9].uniq_key)] == [
+            res[9].commitlog_offset
+        ]
         assert s.offset_by_time(TOPIC, 0, 0) == 8
     with MessageStore(tmp_path / "store", _config(_hour_not_now(), 99)) as s:
         assert s.commitlog.min_offset == 8 * SEG
@@ -258,6 +266,7 @@ def test_correct_min_offset():
     """ConsumeQueueTest.testCorrectMinOffset: 10000 units of size 100; correctMinOffset(2000)
     gives min offset 20."""
     import tempfile
+
     with tempfile.TemporaryDirectory() as d:
         cq = ConsumeQueue(d, "T", 0, 20 * 20000)
         cq.put_units(0, b"".join(UNIT.pack(i * 100, 100, 0) for i in range(10000)))
@@ -279,13 +288,18 @@ def test_is_time_to_delete_hours():
 
 def test_broker_conf_clean_keys(tmp_path):
     conf = tmp_path / "broker.conf"
-    conf.write_text("fileReservedTime=48\ndeleteWhen=02;14\ndiskMaxUsedSpaceRatio=60\n"
-                    "cleanResourceInterval=5000\ndeleteFileBatchMax=3\n"
-                    "cleanFileForciblyEnable=false\ndiskSpaceCleanForciblyRatio=0.5\n"
-                    "diskSpaceWarningLevelRatio=0.6\ndeleteCommitLogFilesInterval=0\n")
+    conf.write_text(
+        "fileReservedTime=48\ndeleteWhen=02;14\ndiskMaxUsedSpaceRatio=60\n"
+        "cleanResourceInterval=5000\ndeleteFileBatchMax=3\n"
+        "cleanFileForciblyEnable=false\ndiskSpaceCleanForciblyRatio=0.5\n"
+        "diskSpaceWarningLevelRatio=0.6\ndeleteCommitLogFilesInterval=0\n"
+    )
     cfg = StoreConfig.from_broker_conf(str(conf))
-    assert (cfg.file_reserved_time, cfg.delete_when, cfg.disk_max_used_space_ratio) == \
-        (48, "02;14", 60)
+    assert (cfg.file_reserved_time, cfg.delete_when, cfg.disk_max_used_space_ratio) == (
+        48,
+        "02;14",
+        60,
+    )
     assert (cfg.clean_resource_interval, cfg.delete_file_batch_max) == (5000, 3)
     assert cfg.clean_file_forcibly_enable is False
     assert (cfg.disk_space_clean_forcibly_ratio, cfg.disk_space_warning_level_ratio) == (0.5, 0.6)

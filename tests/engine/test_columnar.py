@@ -4,26 +4,26 @@ kind the engine writes; a damaged record raises CorruptRecordError naming its of
 
 import os
 import shutil
-
 import zlib
 
 import numpy as np
 import pytest
 
 import refreader
-from stores import blank_units_store, every_kind_store, small_segments as _cfg
 from conftest import FIXTURES
-from engine.read import columnar
 from engine.errors import CorruptRecordError
-from engine.format.message import (COMPRESSED_FLAG, INNER_BATCH_FLAG, decompress_body)
+from engine.format.message import COMPRESSED_FLAG, INNER_BATCH_FLAG, decompress_body
+from engine.read import columnar
 from engine.read.schema import arrow_schema
 from engine.store import Message, MessageStore
+from stores import blank_units_store, every_kind_store
+from stores import small_segments as _cfg
 
-STORES = [FIXTURES / "rocketmq-4.9.8-written" / "store",
-          FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file",
-          FIXTURES / "apache-rocketmq-pr3535" / "store"]
-
-
+STORES = [
+    FIXTURES / "rocketmq-4.9.8-written" / "store",
+    FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file",
+    FIXTURES / "apache-rocketmq-pr3535" / "store",
+]
 
 
 def _ref_row(rec: dict) -> dict:
@@ -31,16 +31,25 @@ def _ref_row(rec: dict) -> dict:
     props = rec["properties"]
     keys = props.get("KEYS")
     return {
-        "topic": rec["topic"], "queueId": rec["queueId"], "queue": rec["queueId"],
-        "commitLogOffset": rec["physicalOffset"], "storeSize": rec["totalSize"],
+        "topic": rec["topic"],
+        "queueId": rec["queueId"],
+        "queue": rec["queueId"],
+        "commitLogOffset": rec["physicalOffset"],
+        "storeSize": rec["totalSize"],
         "msgId": refreader.offset_msg_id(rec["storeHostRaw"], rec["physicalOffset"]),
-        "tags": props.get("TAGS"), "keys": [k for k in keys.split(" ") if k] if keys else [],
-        "bornTimestamp": rec["bornTimestamp"], "bornHost": rec["bornHost"],
-        "storeTimestamp": rec["storeTimestamp"], "storeHost": rec["storeHost"],
-        "sysFlag": rec["sysFlag"], "flag": rec["flag"], "bodyCRC": rec["bodyCRC"],
+        "tags": props.get("TAGS"),
+        "keys": [k for k in keys.split(" ") if k] if keys else [],
+        "bornTimestamp": rec["bornTimestamp"],
+        "bornHost": rec["bornHost"],
+        "storeTimestamp": rec["storeTimestamp"],
+        "storeHost": rec["storeHost"],
+        "sysFlag": rec["sysFlag"],
+        "flag": rec["flag"],
+        "bodyCRC": rec["bodyCRC"],
         "reconsumeTimes": rec["reconsumeTimes"],
         "preparedTransactionOffset": rec["preparedTransactionOffset"],
-        "properties": props, "body": decompress_body(rec["body"], rec["sysFlag"]),
+        "properties": props,
+        "body": decompress_body(rec["body"], rec["sysFlag"]),
     }
 
 
@@ -53,8 +62,10 @@ def _as_ref(row: dict) -> dict:
 def _check_store(root) -> int:
     """Compare every queue and the whole CommitLog; returns the rows compared."""
     root = str(root)
-    by_offset = {r["fileOffset"]: r for r in refreader.read_commitlog(
-        os.path.join(root, "commitlog"), check=False)}
+    by_offset = {
+        r["fileOffset"]: r
+        for r in refreader.read_commitlog(os.path.join(root, "commitlog"), check=False)
+    }
     files = columnar.StoreFiles(root)
     rows = 0
     for topic in files.topics():
@@ -71,8 +82,10 @@ def _check_store(root) -> int:
             via_batches = list(files.read_batches(topic, q, lo, hi, batch_rows=7))
             assert sum(b.num_rows for b in via_batches) == fast.num_rows
             ref_units = refreader.read_consumequeue(root, topic, q)
-            base = min(int(n) for n in os.listdir(os.path.join(root, "consumequeue", topic,
-                                                               str(q)))) // 20
+            base = (
+                min(int(n) for n in os.listdir(os.path.join(root, "consumequeue", topic, str(q))))
+                // 20
+            )
             for row in fast.to_pylist():
                 off, size, _ = ref_units[row["queueOffset"] - base]
                 assert (off, size) == (row["commitLogOffset"], row["storeSize"])
@@ -82,8 +95,9 @@ def _check_store(root) -> int:
                 assert got == want, off
                 rows += 1
             # a column subset decodes to the same values
-            sub = columnar.decode_units(files.commitlog, topic, q, units, qoffs,
-                                        columns=("body", "queueOffset", "tags"))
+            sub = columnar.decode_units(
+                files.commitlog, topic, q, units, qoffs, columns=("body", "queueOffset", "tags")
+            )
             assert sub.equals(fast.select(["body", "queueOffset", "tags"]))
     # the CommitLog range walk finds every record refreader finds, in order
     walked = list(files.read_commitlog(batch_rows=5))
@@ -105,8 +119,6 @@ def test_columnar_equals_per_record_and_refreader_on_fixtures(root):
     assert _check_store(root) > 0
 
 
-
-
 def test_columnar_on_every_record_kind(tmp_path):
     root = every_kind_store(tmp_path / "s")
     recs = refreader.read_commitlog(root / "commitlog", check=False)
@@ -122,8 +134,7 @@ def test_mixed_runs_keep_their_order(tmp_path, monkeypatch):
     root = tmp_path / "s"
     with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=100)) as s:
         s.create_topic("M", 1)
-        s.put_messages([Message("M", (b"%d " % i) * (1 + 60 * (i % 3 == 0)))
-                        for i in range(50)])
+        s.put_messages([Message("M", (b"%d " % i) * (1 + 60 * (i % 3 == 0))) for i in range(50)])
     files = columnar.StoreFiles(str(root))
     slow_rows = []
     real = columnar._slow_batch
@@ -131,24 +142,25 @@ def test_mixed_runs_keep_their_order(tmp_path, monkeypatch):
     def counting(cl, offs, *a):
         slow_rows.extend(offs.tolist())
         return real(cl, offs, *a)
+
     monkeypatch.setattr(columnar, "_slow_batch", counting)
     got = [r for b in files.read_batches("M", 0, 0, 50) for r in b.to_pylist()]
     # only the compressed records took the per-record decoder
-    assert sorted(slow_rows) == [r["commitLogOffset"] for r in got
-                                 if r["sysFlag"] & COMPRESSED_FLAG]
+    assert sorted(slow_rows) == [
+        r["commitLogOffset"] for r in got if r["sysFlag"] & COMPRESSED_FLAG
+    ]
     assert [r["queueOffset"] for r in got] == list(range(50))
-    assert [r["body"] for r in got] == [(b"%d " % i) * (1 + 60 * (i % 3 == 0))
-                                        for i in range(50)]
+    assert [r["body"] for r in got] == [(b"%d " % i) * (1 + 60 * (i % 3 == 0)) for i in range(50)]
     assert any(r["sysFlag"] & COMPRESSED_FLAG for r in got)
 
 
 def test_repeated_property_names_decode_like_a_dict():
     props = b"A\x01one\x02TAGS\x01t1\x02A\x01two\x02\x02x\x01\x02TAGS\x01t2\x02"
     mv = memoryview(props + b"B\x01b\x02")
-    cols = columnar._properties_columns(mv, np.array([0, len(props)]),
-                                        np.array([len(props), 4]), 2)
+    cols = columnar._properties_columns(mv, np.array([0, len(props)]), np.array([len(props), 4]), 2)
     want = [{"A": "two", "TAGS": "t2"}, {"B": "b"}]
     from engine.format.message import decode_properties
+
     assert [decode_properties(props), decode_properties(b"B\x01b\x02")] == want
     assert cols["properties"].to_pylist() == [list(w.items()) for w in want]
     assert cols["tags"].to_pylist() == ["t2", None]
@@ -181,8 +193,10 @@ def _patch(path, pos, data):
         f.write(data)
 
 
-@pytest.mark.parametrize("what", ["magic", "totalsize", "physical", "bodylen", "unit_size",
-                                  "unit_offset", "queue", "topic"])
+@pytest.mark.parametrize(
+    "what",
+    ["magic", "totalsize", "physical", "bodylen", "unit_size", "unit_offset", "queue", "topic"],
+)
 def test_damaged_record_raises_naming_its_offset(tmp_path, what):
     root = tmp_path / "s"
     with MessageStore(str(root), _cfg()) as s:
@@ -212,8 +226,12 @@ def test_damaged_record_raises_naming_its_offset(tmp_path, what):
         elif what == "topic":  # the unit points at a record of topic E
             e_off = offs[-1] + sizes[-1]
             _patch(cq, 4 * 20, e_off.to_bytes(8, "big"))
-            _patch(cq, 4 * 20 + 8, refreader.read_commitlog(root / "commitlog")[-1][
-                "totalSize"].to_bytes(4, "big"))
+            _patch(
+                cq,
+                4 * 20 + 8,
+                refreader.read_commitlog(root / "commitlog")[-1]["totalSize"].to_bytes(4, "big"),
+            )
+
     err, offs = _damage(root, mutate)
     if what in ("unit_offset",):
         assert err.offset == offs[4] + 7
@@ -237,9 +255,10 @@ def test_damaged_rare_record_raises_too(tmp_path):
         _patch(cl, offs[4] + 88 + 2, b"\xff\xff\xff\xff")
         if fix_crc:  # a BODYCRC that matches the damaged body: decompressing fails
             raw = cl.read_bytes()
-            blen = int.from_bytes(raw[offs[4] + 84:offs[4] + 88], "big")
-            crc = zlib.crc32(raw[offs[4] + 88:offs[4] + 88 + blen]) & 0x7FFFFFFF
+            blen = int.from_bytes(raw[offs[4] + 84 : offs[4] + 88], "big")
+            crc = zlib.crc32(raw[offs[4] + 88 : offs[4] + 88 + blen]) & 0x7FFFFFFF
             _patch(cl, offs[4] + 8, crc.to_bytes(4, "big"))
+
     for fix_crc in (False, True):
         err, offs = _damage(root, mutate)
         assert ("decompress" if fix_crc else "body CRC mismatch") in str(err)
@@ -252,15 +271,20 @@ def test_store_files_open_read_only_without_the_lock(tmp_path):
     with MessageStore(str(root), _cfg()) as s:
         s.create_topic("R", 1)
         s.put_messages([Message("R", b"m%d" % i) for i in range(5)])
-        before = {p: os.stat(os.path.join(d, p)).st_mtime_ns
-                  for d, _, fs in os.walk(root) for p in fs}
+        before = {
+            p: os.stat(os.path.join(d, p)).st_mtime_ns for d, _, fs in os.walk(root) for p in fs
+        }
         files = columnar.StoreFiles(str(root))
-        rows = [r["body"] for b in files.read_batches("R", 0, 0, files.max_offset("R", 0))
-                for r in b.to_pylist()]
+        rows = [
+            r["body"]
+            for b in files.read_batches("R", 0, 0, files.max_offset("R", 0))
+            for r in b.to_pylist()
+        ]
         assert rows == [b"m%d" % i for i in range(5)]
         files.close()
-        after = {p: os.stat(os.path.join(d, p)).st_mtime_ns
-                 for d, _, fs in os.walk(root) for p in fs}
+        after = {
+            p: os.stat(os.path.join(d, p)).st_mtime_ns for d, _, fs in os.walk(root) for p in fs
+        }
         assert after == before
     shutil.rmtree(root)
 
@@ -271,6 +295,7 @@ def test_queue_directory_names_follow_the_stores_one_rule(tmp_path):
     digits); "007", "²" and a 10-digit name are no queues anywhere (verify warns)."""
     from engine.format.consumequeue import queue_dir_id
     from engine.tools.verify import verify_store
+
     assert [queue_dir_id(n) for n in ("0", "7", "123456789")] == [0, 7, 123456789]
     assert [queue_dir_id(n) for n in ("007", "+1", "²", "1\n", "1234567890", "")] == [None] * 6
     root = tmp_path / "s"
@@ -287,8 +312,9 @@ def test_queue_directory_names_follow_the_stores_one_rule(tmp_path):
         assert s.queue_ids("T") == [0, 1]
     res = verify_store(str(root), _cfg())
     assert res.ok and res.queues == 2
-    assert sorted(p.path for p in res.warnings if p.kind == "cq-stray") == \
-        sorted(f"consumequeue/T/{n}" for n in odd)
+    assert sorted(p.path for p in res.warnings if p.kind == "cq-stray") == sorted(
+        f"consumequeue/T/{n}" for n in odd
+    )
 
 
 @pytest.mark.parametrize("columns", [None, ("queueOffset",), ("msgId", "tags")])
@@ -307,13 +333,16 @@ def test_body_crc_mismatch_is_never_a_row(tmp_path, columns):
     _patch(root / "commitlog" / f"{0:020d}", bad + 88 + 1, b"X")
     files = columnar.StoreFiles(str(root))
     try:
-        for read in (lambda: list(files.read_batches("D", 0, 0, 10, columns=columns)),
-                     lambda: list(files.read_commitlog(columns=columns)),
-                     lambda: columnar.decode_topic_units(
-                         files.commitlog, "D", np.zeros(10, np.int64), units,
-                         np.arange(10), columns=columns),
-                     lambda: columnar.decode_units_per_record(
-                         files.commitlog, "D", 0, units, np.arange(10), columns=columns)):
+        for read in (
+            lambda: list(files.read_batches("D", 0, 0, 10, columns=columns)),
+            lambda: list(files.read_commitlog(columns=columns)),
+            lambda: columnar.decode_topic_units(
+                files.commitlog, "D", np.zeros(10, np.int64), units, np.arange(10), columns=columns
+            ),
+            lambda: columnar.decode_units_per_record(
+                files.commitlog, "D", 0, units, np.arange(10), columns=columns
+            ),
+        ):
             with pytest.raises(CorruptRecordError, match="body CRC mismatch") as info:
                 read()
             assert info.value.offset == bad
@@ -331,6 +360,7 @@ def test_body_crc_mismatch_is_never_a_row(tmp_path, columns):
 
 
 # -- one reader of a queue's units (issue 17): queue_units + drop_blank_units ------------------
+
 
 def _old_units(cq, start, end):
     """The views' and parts' code before queue_units: raw bytes joined, then frombuffer."""
@@ -369,6 +399,7 @@ def test_queue_units_and_blank_filter_equal_the_code_they_replace(tmp_path, whic
         shutil.copytree(STORES[which], root)
         cfg = None
     from stores import small
+
     with MessageStore(root, small() if which == "blanks" else cfg, read_only=True) as s:
         blanks = 0
         for (topic, q), cq in sorted(s.consume_queues.items()):
@@ -388,8 +419,11 @@ def test_queue_units_and_blank_filter_equal_the_code_they_replace(tmp_path, whic
             try:
                 if (files.min_offset(topic, q), files.max_offset(topic, q)) != (lo, hi):
                     continue  # units the store rebuilt in memory (no ConsumeQueue on disk)
-                got = [r["queueOffset"] for b in files.read_batches(topic, q, lo, hi, batch_rows=4)
-                       for r in b.to_pylist()]
+                got = [
+                    r["queueOffset"]
+                    for b in files.read_batches(topic, q, lo, hi, batch_rows=4)
+                    for r in b.to_pylist()
+                ]
             finally:
                 files.close()
             qoffs = _old_drop(*_old_units(cq, lo, hi), q)[1]

@@ -14,15 +14,20 @@ from engine.format.message import MAGIC_BLANK
 from engine.store import Message, MessageStore, StoreConfig
 
 # the fixtures that hold a CommitLog (../shared/fixtures/README)
-BROKER_STORES = ["rocketmq-4.9.8-written/store", "apache-rocketmq-pr3535/store",
-                 "mxsm-rocketmq-rust/store-v0.9.0/local-file"]
+BROKER_STORES = [
+    "rocketmq-4.9.8-written/store",
+    "apache-rocketmq-pr3535/store",
+    "mxsm-rocketmq-rust/store-v0.9.0/local-file",
+]
 
 
 def _walk(directory):
     cl = CommitLog(str(directory), read_only=True)
     try:
-        rows = [(phys, size, topic, qid, qoff) for (_, _, phys, size, topic, qid, qoff, _)
-                in cl.scan_raw(cl.min_offset)]
+        rows = [
+            (phys, size, topic, qid, qoff)
+            for (_, _, phys, size, topic, qid, qoff, _) in cl.scan_raw(cl.min_offset)
+        ]
         return rows, cl.scan_end, cl.scan_error
     finally:
         cl.close()
@@ -34,8 +39,10 @@ def test_scan_raw_equals_the_reference_walk_on_broker_written_stores(store):
     rows, end, error = _walk(directory)
     ref = refreader.scan_commitlog(directory)
     assert ref["records"]
-    assert rows == [(r["physicalOffset"], r["totalSize"], r["topic"], r["queueId"],
-                     r["queueOffset"]) for r in ref["records"]]
+    assert rows == [
+        (r["physicalOffset"], r["totalSize"], r["topic"], r["queueId"], r["queueOffset"])
+        for r in ref["records"]
+    ]
     assert error is None and end == ref["endOffset"]
 
 
@@ -93,8 +100,7 @@ def test_scan_stops_at_a_torn_tail(tmp_path):
     path = directory / ("%020d" % seg)
     data = bytearray(path.read_bytes())
     cut = last["physicalOffset"] - seg + 40  # the last record's header is half written
-    data[cut:last["physicalOffset"] - seg + last["totalSize"]] = bytes(
-        last["totalSize"] - 40)
+    data[cut : last["physicalOffset"] - seg + last["totalSize"]] = bytes(last["totalSize"] - 40)
     path.write_bytes(bytes(data))
     rows, end, error = _walk(directory)
     assert [r[0] for r in rows] == [r["physicalOffset"] for r in recs[:-1]]
@@ -119,5 +125,6 @@ def test_truncate_and_is_sealed(tmp_path):
         assert [s.start for s in cl.files.segments] == [s for s in segs if s <= cut]
     finally:
         cl.close()
-    assert [r["physicalOffset"] for r in refreader.read_commitlog(tmp_path / "copy")] == \
-        [r["physicalOffset"] for r in recs[:10]]
+    assert [r["physicalOffset"] for r in refreader.read_commitlog(tmp_path / "copy")] == [
+        r["physicalOffset"] for r in recs[:10]
+    ]

@@ -5,16 +5,24 @@ that live only here (which directory names are queues; a delayed record's tagsCo
 import pytest
 
 import refreader
-from engine.format.consumequeue import (CQ_STORE_UNIT_SIZE, ConsumeQueue, deliver_tags_code, pack_units,
-                                        queue_dir_id)
+from engine.format.consumequeue import (
+    CQ_STORE_UNIT_SIZE,
+    ConsumeQueue,
+    deliver_tags_code,
+    pack_units,
+    queue_dir_id,
+)
 from engine.format.javahash import tags_code
 
 
 def _queue(tmp_path, units=10, file_units=4):
-    cq = ConsumeQueue(str(tmp_path / "consumequeue" / "T" / "0"), "T", 0,
-                      file_units * CQ_STORE_UNIT_SIZE)
-    cq.put_units(0, pack_units([v for i in range(units)
-                                for v in (i * 100, 100, tags_code("Tag%d" % (i % 3)))]))
+    cq = ConsumeQueue(
+        str(tmp_path / "consumequeue" / "T" / "0"), "T", 0, file_units * CQ_STORE_UNIT_SIZE
+    )
+    cq.put_units(
+        0,
+        pack_units([v for i in range(units) for v in (i * 100, 100, tags_code("Tag%d" % (i % 3)))]),
+    )
     return cq
 
 
@@ -27,7 +35,8 @@ def test_units_are_what_a_broker_writes(tmp_path):
     finally:
         cq.close()
     assert refreader.read_consumequeue(tmp_path, "T", 0) == [
-        (i * 100, 100, refreader.tags_code("Tag%d" % (i % 3))) for i in range(10)]
+        (i * 100, 100, refreader.tags_code("Tag%d" % (i % 3))) for i in range(10)
+    ]
     names = sorted(p.name for p in (tmp_path / "consumequeue" / "T" / "0").iterdir())
     assert names == ["%020d" % (i * 4 * 20) for i in range(3)]  # 4 units per file
 
@@ -43,8 +52,9 @@ def test_truncate_to_cuts_units_and_deletes_files_past_them(tmp_path):
     finally:
         cq.close()
     assert len(refreader.read_consumequeue(tmp_path, "T", 0)) == 4
-    assert sorted(p.name for p in (tmp_path / "consumequeue" / "T" / "0").iterdir()) == \
-        ["%020d" % 0]
+    assert sorted(p.name for p in (tmp_path / "consumequeue" / "T" / "0").iterdir()) == [
+        "%020d" % 0
+    ]
 
 
 def test_truncate_dirty_drops_units_past_the_commitlog_end(tmp_path):
@@ -66,9 +76,20 @@ def test_correct_min_offset_after_expiry(tmp_path):
         cq.close()
 
 
-@pytest.mark.parametrize("name, qid", [("0", 0), ("7", 7), ("123456789", 123456789),
-                                       ("007", None), ("+1", None), ("\u00b2", None),
-                                       ("1\n", None), ("1234567890", None), ("", None)])
+@pytest.mark.parametrize(
+    "name, qid",
+    [
+        ("0", 0),
+        ("7", 7),
+        ("123456789", 123456789),
+        ("007", None),
+        ("+1", None),
+        ("\u00b2", None),
+        ("1\n", None),
+        ("1234567890", None),
+        ("", None),
+    ],
+)
 def test_queue_directory_names(name, qid):
     assert queue_dir_id(name) == qid
 

@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 
 import refreader
+from conftest import REPO
 from engine.store import Message, MessageStore, StoreConfig
 
-from conftest import REPO
 SEED = int(os.environ.get("RMQFS_CRASH_SEED", "20261122"))
 TOPICS = ("CrashA", "CrashB")
 HASH_SLOTS = 16
@@ -53,14 +53,23 @@ def tmp_path():
 
 
 # StoreConfig of every crash test (also rebuilt inside the child process).
-CRASH_CONFIG = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,
-                    max_hash_slot_num=HASH_SLOTS, max_index_num=64, flush_interval_commit_log=20,
-                    default_topic_queue_nums=3)
+CRASH_CONFIG = dict(
+    mapped_file_size_commit_log=8 * 1024,
+    mapped_file_size_consume_queue=16 * 20,
+    max_hash_slot_num=HASH_SLOTS,
+    max_index_num=64,
+    flush_interval_commit_log=20,
+    default_topic_queue_nums=3,
+)
 
 
 def crash_config(flush: str = "ASYNC_FLUSH", prop_crc: bool = False) -> StoreConfig:
-    return StoreConfig(**CRASH_CONFIG, flush_disk_type=flush, enabled_append_prop_crc=prop_crc,
-                       force_verify_prop_crc=prop_crc)
+    return StoreConfig(
+        **CRASH_CONFIG,
+        flush_disk_type=flush,
+        enabled_append_prop_crc=prop_crc,
+        force_verify_prop_crc=prop_crc,
+    )
 
 
 def body_for(tag: str, rng: random.Random) -> bytes:
@@ -69,7 +78,7 @@ def body_for(tag: str, rng: random.Random) -> bytes:
 
 
 def id_of(body: bytes) -> str:
-    return body[1:body.index(b">")].decode()
+    return body[1 : body.index(b">")].decode()
 
 
 # The producing child: only the engine is imported, so it starts fast.
@@ -100,10 +109,18 @@ while True:
 
 def run_child_and_kill(root: Path, rnd: int, rng: random.Random, flush: str) -> set[str]:
     """Produce in a child, SIGKILL it at a random moment; returns the acknowledged ids."""
-    code = CHILD.format(repo=str(REPO), seed=rng.randrange(1 << 30), root=str(root),
-                        config=CRASH_CONFIG, flush=flush, round=rnd, topics=TOPICS)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    code = CHILD.format(
+        repo=str(REPO),
+        seed=rng.randrange(1 << 30),
+        root=str(root),
+        config=CRASH_CONFIG,
+        flush=flush,
+        round=rnd,
+        topics=TOPICS,
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     acked = 0
     try:
         if rng.random() < 1 / 3:
@@ -128,8 +145,12 @@ def run_child_and_kill(root: Path, rnd: int, rng: random.Random, flush: str) -> 
     return {f"{rnd}.{i}" for i in range(acked)}
 
 
-def check_store(root: Path, must_have: set[str], may_have: set[str] | None = None,
-                config: StoreConfig | None = None) -> list[dict]:
+def check_store(
+    root: Path,
+    must_have: set[str],
+    may_have: set[str] | None = None,
+    config: StoreConfig | None = None,
+) -> list[dict]:
     """Reopen (recover) the store, then check it with the independent reader."""
     config = config or crash_config()
     with MessageStore(root, config) as s:
@@ -142,22 +163,26 @@ def check_store(root: Path, must_have: set[str], may_have: set[str] | None = Non
                 while True:
                     r = s.get_messages("g", t, q, off, 32)
                     engine_ids += [id_of(m.plain_body) for m in r.messages]
-                    if r.next_begin_offset == off or (not r.messages and \
-                            r.status.name != "NO_MATCHED_MESSAGE"):
+                    if r.next_begin_offset == off or (
+                        not r.messages and r.status.name != "NO_MATCHED_MESSAGE"
+                    ):
                         break
                     off = r.next_begin_offset
     scan = refreader.scan_commitlog(root / "commitlog")
     recs = scan["records"]
     blank_after = [b for b in scan["blanks"] if b[0] == scan["endOffset"]]
     assert engine_end == scan["endOffset"] or (
-        blank_after and engine_end == blank_after[0][0] + blank_after[0][1]), \
-        (engine_end, scan["endOffset"], scan["blanks"][-2:])
+        blank_after and engine_end == blank_after[0][0] + blank_after[0][1]
+    ), (engine_end, scan["endOffset"], scan["blanks"][-2:])
     segs = refreader.list_segments(root / "commitlog")
     if segs:
         last_start, last_path, size = segs[-1]
         assert last_start <= engine_end <= last_start + size, "segment after the end"
-        tail = Path(last_path).read_bytes()[engine_end - last_start:] if \
-            engine_end >= last_start else b""
+        tail = (
+            Path(last_path).read_bytes()[engine_end - last_start :]
+            if engine_end >= last_start
+            else b""
+        )
         assert tail.count(0) == len(tail), "bytes after the last record"
         assert all(s_[2] == size for s_ in segs)
     ids = [id_of(r["body"]) for r in recs]
@@ -182,8 +207,14 @@ def check_store(root: Path, must_have: set[str], may_have: set[str] | None = Non
                 continue
             units = refreader.read_consumequeue(root, t, q)
             assert [r["queueOffset"] for r in qrecs] == list(range(len(qrecs)))
-            assert units == [(r["physicalOffset"], r["totalSize"],
-                              refreader.tags_code(r["properties"].get("TAGS"))) for r in qrecs]
+            assert units == [
+                (
+                    r["physicalOffset"],
+                    r["totalSize"],
+                    refreader.tags_code(r["properties"].get("TAGS")),
+                )
+                for r in qrecs
+            ]
     # index: every item points at a record; keys are found
     starts = {r["physicalOffset"] for r in recs}
     index_dir = root / "index"
@@ -221,8 +252,9 @@ def test_kill_9_while_producing(tmp_path):
 # damaged files, in process
 
 
-def produce(root: Path, rng: random.Random, n: int, tag: str, config: StoreConfig,
-            crash: bool = True) -> list:
+def produce(
+    root: Path, rng: random.Random, n: int, tag: str, config: StoreConfig, crash: bool = True
+) -> list:
     """Put ``n`` messages; leave the store as a crash would (``abort`` kept) when ``crash``."""
     with MessageStore(root, config) as s:
         for t in TOPICS:
@@ -231,10 +263,17 @@ def produce(root: Path, rng: random.Random, n: int, tag: str, config: StoreConfi
         i = 0
         while i < n:
             k = min(rng.randint(1, 5), n - i)
-            res += s.put_messages([
-                Message(rng.choice(TOPICS), body_for(f"{tag}.{i + j}", rng),
-                        tags=f"T{rng.randint(0, 2)}", keys=[f"k{tag}.{i + j}"])
-                for j in range(k)])
+            res += s.put_messages(
+                [
+                    Message(
+                        rng.choice(TOPICS),
+                        body_for(f"{tag}.{i + j}", rng),
+                        tags=f"T{rng.randint(0, 2)}",
+                        keys=[f"k{tag}.{i + j}"],
+                    )
+                    for j in range(k)
+                ]
+            )
             i += k
     if crash:
         (root / "abort").write_text("1")
@@ -258,9 +297,9 @@ def test_torn_commitlog_tail(tmp_path, case):
     end = refreader.scan_commitlog(root / "commitlog")["endOffset"]
     cut = rng.randint(max(start, end - 3000), end)
     if case % 3 == 0 and len(segs) > 1:
-        os.truncate(path, cut - start)   # a shortened file
+        os.truncate(path, cut - start)  # a shortened file
     else:
-        with open(path, "r+b") as f:     # preallocated file, tail never written
+        with open(path, "r+b") as f:  # preallocated file, tail never written
             f.seek(cut - start)
             f.write(bytes(start + size - cut))
     kept = [r for r in before if r["physicalOffset"] + r["totalSize"] <= cut]
@@ -280,15 +319,18 @@ def test_zeroed_bytes_in_last_record(tmp_path, case):
     produce(root, rng, rng.randint(20, 80), "a", cfg)
     before = refreader.read_commitlog(root / "commitlog")
     last = before[-1]
-    seg = next(s for s in refreader.list_segments(root / "commitlog")
-           if s[0] <= last["physicalOffset"] < s[0] + s[2])
+    seg = next(
+        s
+        for s in refreader.list_segments(root / "commitlog")
+        if s[0] <= last["physicalOffset"] < s[0] + s[2]
+    )
     with open(seg[1], "r+b") as f:
         f.seek(last["physicalOffset"] - seg[0])
         raw = bytearray(f.read(last["totalSize"]))
         orig = bytes(raw)
         at = rng.randrange(len(raw))
         n = rng.randint(1, 16)
-        raw[at:at + n] = bytes(len(raw[at:at + n]))
+        raw[at : at + n] = bytes(len(raw[at : at + n]))
         f.seek(last["physicalOffset"] - seg[0])
         f.write(raw)
     kept = before if bytes(raw) == orig else before[:-1]
@@ -346,8 +388,7 @@ def test_deleted_index_file(tmp_path, case):
     assert len(recs) == len(before)
     for r in recs:  # every key of every message is found again
         key = f"{r['topic']}#k{id_of(r['body'])}"
-        assert r["physicalOffset"] in refreader.index_lookup_dir(root / "index", key,
-                                                                  HASH_SLOTS)
+        assert r["physicalOffset"] in refreader.index_lookup_dir(root / "index", key, HASH_SLOTS)
 
 
 @pytest.mark.parametrize("case", range(4))
@@ -361,11 +402,15 @@ def test_torn_consumequeue_unit(tmp_path, case):
     produce(root, rng, rng.randint(30, 120), "a", cfg, crash=case % 2 == 0)
     before = refreader.read_commitlog(root / "commitlog")
     tagged = [r for r in before if r["properties"].get("TAGS") not in (None, "")]
-    victim = max((r for r in tagged), key=lambda r: r["physicalOffset"]) if case < 2 else \
-        rng.choice(tagged)
+    victim = (
+        max((r for r in tagged), key=lambda r: r["physicalOffset"])
+        if case < 2
+        else rng.choice(tagged)
+    )
     # only the newest unit of the victim's queue can be torn by a crash
-    qrecs = [r for r in before if (r["topic"], r["queueId"]) == (victim["topic"],
-                                                                 victim["queueId"])]
+    qrecs = [
+        r for r in before if (r["topic"], r["queueId"]) == (victim["topic"], victim["queueId"])
+    ]
     last = qrecs[-1]
     qdir = root / "consumequeue" / last["topic"] / str(last["queueId"])
     pos = last["queueOffset"] * 20
@@ -374,11 +419,11 @@ def test_torn_consumequeue_unit(tmp_path, case):
     with open(path, "r+b") as f:
         f.seek(pos % size)
         unit = f.read(20)
-        k = rng.randint(12, 19)           # the write stopped inside tagsCode
+        k = rng.randint(12, 19)  # the write stopped inside tagsCode
         f.seek(pos % size + k)
         f.write(bytes(20 - k))
         f.seek(pos % size)
-        assert f.read(20) != unit         # the unit really changed
+        assert f.read(20) != unit  # the unit really changed
     recs = check_store(root, _ids(before), set())
     assert len(recs) == len(before)
 
@@ -395,7 +440,7 @@ class DiskModel:
 
     def __init__(self, files):
         self.files = files
-        self.writes = []       # [segment start, offset in segment, bytes, durable]
+        self.writes = []  # [segment start, offset in segment, bytes, durable]
         self.real_write, self.real_flush = files.write, files.flush
         files.write, files.flush = self.write, self.flush
 
@@ -420,9 +465,9 @@ class DiskModel:
             if not durable and (rng is None or rng.random() < 0.5):
                 continue
             if not durable and rng.random() < 0.3:
-                data = data[:rng.randrange(len(data) + 1)]   # torn
+                data = data[: rng.randrange(len(data) + 1)]  # torn
             buf = segs.setdefault(seg, bytearray(size))
-            buf[off:off + len(data)] = data
+            buf[off : off + len(data)] = data
         for seg, buf in segs.items():
             (dest / f"{seg:020d}").write_bytes(buf)
 
@@ -446,8 +491,13 @@ def test_power_loss(tmp_path, flush, case):
             if i == sync_at:
                 s.flush()  # what the background flush does every flushIntervalCommitLog
             mid = f"p.{i}"
-            s.put_messages([Message(rng.choice(TOPICS), body_for(mid, rng),
-                                    tags=f"T{i % 3}", keys=[f"k{mid}"])])
+            s.put_messages(
+                [
+                    Message(
+                        rng.choice(TOPICS), body_for(mid, rng), tags=f"T{i % 3}", keys=[f"k{mid}"]
+                    )
+                ]
+            )
             acked.add(mid)
         writes = [list(w) for w in model.writes]  # the cut: before close() syncs the rest
     model.writes = writes
@@ -473,6 +523,7 @@ class StoreDiskModel:
 
     def __init__(self, monkeypatch, root: Path):
         from engine.format.mappedfile import FileQueue
+
         self.root = root
         self.writes = []  # [relative path, file size, offset in file, bytes, durable]
         real_write, real_flush = FileQueue.write, FileQueue.flush
@@ -493,14 +544,16 @@ class StoreDiskModel:
                     for w in pending:
                         if w[0] == rel:
                             w[4] = True
+
         monkeypatch.setattr(FileQueue, "write", write)
         monkeypatch.setattr(FileQueue, "flush", flush)
 
     def cut(self):
         """Freeze what the disk holds now (call before close)."""
         self.frozen = [list(w) for w in self.writes]
-        self.checkpoint = (self.root / "checkpoint").read_bytes() if \
-            (self.root / "checkpoint").exists() else None
+        self.checkpoint = (
+            (self.root / "checkpoint").read_bytes() if (self.root / "checkpoint").exists() else None
+        )
 
     def image(self, dest: Path, rng: random.Random | None, commitlog_only=False):
         files = {}
@@ -510,9 +563,9 @@ class StoreDiskModel:
             if not durable and (rng is None or rng.random() < 0.5):
                 continue
             if not durable and rng.random() < 0.3:
-                data = data[:rng.randrange(len(data) + 1)]
+                data = data[: rng.randrange(len(data) + 1)]
             buf = files.setdefault(rel, bytearray(size))
-            buf[off:off + len(data)] = data
+            buf[off : off + len(data)] = data
         for rel, buf in files.items():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             (dest / rel).write_bytes(buf)
@@ -540,8 +593,13 @@ def test_power_loss_with_consumequeues_and_checkpoint(tmp_path, monkeypatch, flu
             if i in flush_at:
                 s.flush()
             mid = f"q.{i}"
-            s.put_messages([Message(rng.choice(TOPICS), body_for(mid, rng),
-                                    tags=f"T{i % 3}", keys=[f"k{mid}"])])
+            s.put_messages(
+                [
+                    Message(
+                        rng.choice(TOPICS), body_for(mid, rng), tags=f"T{i % 3}", keys=[f"k{mid}"]
+                    )
+                ]
+            )
             acked.add(mid)
         model.cut()
     durable = tmp_path / "durable"
@@ -580,17 +638,25 @@ setattr(os, _fn, _hook)
 """
 
 # (function, kill after the call instead of before, range of N to draw from)
-KILL_POINTS = [("ftruncate", False, 40), ("fsync", False, 60), ("link", False, 30),
-               ("link", True, 30), ("replace", False, 4), ("replace", True, 4)]
+KILL_POINTS = [
+    ("ftruncate", False, 40),
+    ("fsync", False, 60),
+    ("link", False, 30),
+    ("link", True, 30),
+    ("replace", False, 4),
+    ("replace", True, 4),
+]
 
 
 def _loadable_by_broker(root: Path) -> None:
     """What RocketMQ's MappedFileQueue.load checks, right after the crash (before any reopen):
     every file of commitlog/ and of each consumequeue/<topic>/<queueId>/ is named by a 20-digit
     offset and has its directory's full size (no 0-byte or short file, no stray temp file)."""
-    dirs = [root / "commitlog"] + [q for t in (root / "consumequeue").glob("*") for q in
-                                   t.glob("*")] if (root / "consumequeue").is_dir() else \
-        [root / "commitlog"]
+    dirs = (
+        [root / "commitlog"] + [q for t in (root / "consumequeue").glob("*") for q in t.glob("*")]
+        if (root / "consumequeue").is_dir()
+        else [root / "commitlog"]
+    )
     for d in dirs:
         if not d.is_dir():
             continue
@@ -598,8 +664,11 @@ def _loadable_by_broker(root: Path) -> None:
         for f in files:
             assert len(f.name) == 20 and f.name.isdigit(), f"stray file {f}"
         sizes = {f.stat().st_size for f in files}
-        expected = CRASH_CONFIG["mapped_file_size_commit_log"] if d.name == "commitlog" else \
-            CRASH_CONFIG["mapped_file_size_consume_queue"]
+        expected = (
+            CRASH_CONFIG["mapped_file_size_commit_log"]
+            if d.name == "commitlog"
+            else CRASH_CONFIG["mapped_file_size_consume_queue"]
+        )
         assert sizes <= {expected}, f"{d}: sizes {sizes}, RocketMQ needs {expected}"
 
 
@@ -609,29 +678,40 @@ def test_kill_inside_file_creation(tmp_path, fn, after, calls):
     and queue-file boundaries: the store stays loadable by a broker as it is (no short file),
     and reopens with every acknowledged message."""
     from engine.tools.verify import verify_store
+
     rng = random.Random(SEED * 53 + len(fn) * 7 + after)
     root = tmp_path / "store"
     acked: set[str] = set()
     for rnd, nth in enumerate(sorted(rng.sample(range(1, calls + 1), min(3, calls)))):
-        code = CHILD.format(repo=str(REPO), seed=rng.randrange(1 << 30), root=str(root),
-                            config=CRASH_CONFIG, flush="SYNC_FLUSH" if rnd % 2 else
-                            "ASYNC_FLUSH", round=rnd, topics=TOPICS)
-        code = code.replace("rng = random.Random(", KILL_HOOK.format(fn=fn, nth=nth,
-                                                                     after=after)
-                            + "rng = random.Random(", 1)
+        code = CHILD.format(
+            repo=str(REPO),
+            seed=rng.randrange(1 << 30),
+            root=str(root),
+            config=CRASH_CONFIG,
+            flush="SYNC_FLUSH" if rnd % 2 else "ASYNC_FLUSH",
+            round=rnd,
+            topics=TOPICS,
+        )
+        code = code.replace(
+            "rng = random.Random(",
+            KILL_HOOK.format(fn=fn, nth=nth, after=after) + "rng = random.Random(",
+            1,
+        )
         # a bounded run: the kill comes from the hook, or at the end
-        code = code.replace("while True:", "while seq < 300:", 1) + \
-            "\nos.kill(os.getpid(), signal.SIGKILL)\n"
-        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+        code = (
+            code.replace("while True:", "while seq < 300:", 1)
+            + "\nos.kill(os.getpid(), signal.SIGKILL)\n"
+        )
+        p = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         try:
             out, err = p.communicate(timeout=20)
         except subprocess.TimeoutExpired:  # the Nth call never came: kill it from outside
             p.kill()
             out, err = p.communicate()
         assert p.returncode == -signal.SIGKILL, err.decode()[-2000:]
-        n = max([int(x.split()[1]) for x in out.splitlines() if x.startswith(b"acked")],
-                default=0)
+        n = max([int(x.split()[1]) for x in out.splitlines() if x.startswith(b"acked")], default=0)
         acked |= {f"{rnd}.{i}" for i in range(n)}
         _loadable_by_broker(root)
         if (root / "commitlog").is_dir():
@@ -646,8 +726,8 @@ def test_an_index_copied_while_written_is_rebuilt_at_recovery(tmp_path):
     RocketMQ's timestamp rule keeps it. Recovery finds it inconsistent, rebuilds it from the
     CommitLog, says so in ``repairs``, and the store verifies clean."""
     from engine.tools.verify import verify_store
-    cfg = StoreConfig(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=64,
-                      max_index_num=4096)
+
+    cfg = StoreConfig(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=64, max_index_num=4096)
     root = tmp_path / "store"
     s = MessageStore(str(root), cfg)
     s.create_topic("T")

@@ -11,14 +11,19 @@ from __future__ import annotations
 import os
 
 import refreader
-from engine.read import columnar
 from engine.format.config import TopicConfig
 from engine.format.message import MAGIC_V1, MAGIC_V2, cal_msg_length, encode_message
+from engine.read import columnar
 from engine.store import Message, MessageStore
 from engine.tools.verify import verify_store
-from stores import (LONG_GROUP, LONG_TOPIC, LONG_TOPICS, RETRY_TOPIC,
-                    long_topic_config, long_topic_store)
-
+from stores import (
+    LONG_GROUP,
+    LONG_TOPIC,
+    LONG_TOPICS,
+    RETRY_TOPIC,
+    long_topic_config,
+    long_topic_store,
+)
 from test_columnar import _check_store
 
 
@@ -32,8 +37,9 @@ def test_v2_records_are_rocketmqs_bytes(tmp_path):
     for r in recs:
         v2 = len(r["topic"]) > 127
         assert (r["magic"], r["topicLengthSize"]) == ((MAGIC_V2, 2) if v2 else (MAGIC_V1, 1))
-        assert r["totalSize"] == cal_msg_length(r["sysFlag"], len(r["body"]),
-                                                len(r["topic"]), len(r["propertiesRaw"]), v2)
+        assert r["totalSize"] == cal_msg_length(
+            r["sysFlag"], len(r["body"]), len(r["topic"]), len(r["propertiesRaw"]), v2
+        )
     # records cross segment ends: the store has several CommitLog files, blanks at their ends
     assert len(refreader.list_segments(tmp_path / "s" / "commitlog")) >= 4
     assert refreader.blank_records(tmp_path / "s" / "commitlog")
@@ -61,6 +67,7 @@ def test_recovery_redispatches_v2_records(tmp_path):
     root = tmp_path / "s"
     want = long_topic_store(root)
     import shutil
+
     shutil.rmtree(root / "consumequeue")
     (root / "abort").write_bytes(b"")
     with MessageStore(str(root), long_topic_config()) as s:
@@ -95,16 +102,25 @@ def test_skipped_topics_of_records_and_directories(tmp_path):
     # append through the engine's CommitLog with a store open (dispatch then sees them)
     with MessageStore(str(root), long_topic_config()) as s:
         for topic in ("x" * 256, ".."):
-            e = encode_message(topic, b"odd", queue_id=0, properties={}, born_timestamp=1,
-                               born_host=host, store_host=host)
+            e = encode_message(
+                topic,
+                b"odd",
+                queue_id=0,
+                properties={},
+                born_timestamp=1,
+                born_host=host,
+                store_host=host,
+            )
             s.commitlog.append([e], [0])
     before = sorted(os.listdir(tmp_path))
     (root / "abort").write_bytes(b"")  # re-dispatch what the checkpoint does not cover
     with MessageStore(str(root), long_topic_config()) as s:
         assert s.topic_names() == ["T"]
         skipped = {d["topic"]: d["reason"] for d in s.skipped_topics()}
-        assert skipped == {"x" * 256: "record: 256 bytes: a file name holds at most 255",
-                           "..": "record: '..' names a directory"}
+        assert skipped == {
+            "x" * 256: "record: 256 bytes: a file name holds at most 255",
+            "..": "record: '..' names a directory",
+        }
         s.put_messages([Message("T", b"after")])
         assert [r.body for _, r in s.iter_queue("T", 0)] == [b"before", b"after"]
     assert sorted(os.listdir(tmp_path)) == before
@@ -116,8 +132,10 @@ def test_new_topics_keep_the_client_rule(tmp_path):
     127 chars, the broker's retry and DLQ topics 255 (RETRY_OR_DLQ_TOPIC_MAX_LENGTH, the
     HookUtils.MAX_TOPIC_LENGTH of a stored topic): %RETRY% + a 255-char group (262) is
     refused as a real broker refuses to store it."""
-    from engine.errors import InvalidNameError
     import pytest
+
+    from engine.errors import InvalidNameError
+
     with MessageStore(str(tmp_path / "s"), long_topic_config()) as s:
         for bad in ("L" * 128, "%RETRY%" + "g" * 249, "%DLQ%" + "g" * 251, "%RETRY%" + "g" * 255):
             with pytest.raises(InvalidNameError):

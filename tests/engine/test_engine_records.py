@@ -15,24 +15,39 @@ import pytest
 
 import refreader
 from conftest import FIXTURES, copy_fixture
-from engine.format.checkpoint import StoreCheckpoint
 from engine.errors import FlushDiskTimeoutError, InvalidNameError, MessageIllegalError
-from engine.service.getmessage import GetMessageStatus as S
+from engine.format.checkpoint import StoreCheckpoint
 from engine.format.javahash import java_string_hash
-from engine.format.message import (COMPRESSED_FLAG, COMPRESSION_LZ4, COMPRESSION_TYPE_MASK,
-                                   COMPRESSION_ZLIB, COMPRESSION_ZSTD, INNER_BATCH_FLAG, MAGIC_V2,
-                                   NEED_UNWRAP_FLAG, TRANSACTION_COMMIT_TYPE,
-                                   TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
-                                   decode_offset_msg_id, decode_record, encode_message,
-                                   host_from_str)
-from engine.format.message import SCHEDULE_TOPIC
+from engine.format.message import (
+    COMPRESSED_FLAG,
+    COMPRESSION_LZ4,
+    COMPRESSION_TYPE_MASK,
+    COMPRESSION_ZLIB,
+    COMPRESSION_ZSTD,
+    INNER_BATCH_FLAG,
+    MAGIC_V2,
+    NEED_UNWRAP_FLAG,
+    SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    decode_offset_msg_id,
+    decode_record,
+    encode_message,
+    host_from_str,
+)
+from engine.service.getmessage import GetMessageStatus as S
 from engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 
 
 def _cfg(**kw):
-    base = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20,
-                max_hash_slot_num=64, max_index_num=256)
+    base = dict(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+    )
     base.update(kw)
     return StoreConfig(**base)
 
@@ -75,15 +90,17 @@ def test_ipv6_born_and_store_hosts(tmp_path):
     assert refreader.offset_msg_id(raw["storeHostRaw"], 0) == r.msg_id
 
 
-@pytest.mark.parametrize("kind,flag", [("ZLIB", COMPRESSION_ZLIB), ("LZ4", COMPRESSION_LZ4),
-                                       ("ZSTD", COMPRESSION_ZSTD)])
+@pytest.mark.parametrize(
+    "kind,flag", [("ZLIB", COMPRESSION_ZLIB), ("LZ4", COMPRESSION_LZ4), ("ZSTD", COMPRESSION_ZSTD)]
+)
 def test_compressed_bodies(tmp_path, kind, flag):
     root = tmp_path / "s"
     big = b"the same line again and again\n" * 200
     with MessageStore(root, _cfg(compress_msg_body_over_howmuch=1024, compress_type=kind)) as s:
         s.create_topic("T", 1)
-        s.put_messages([Message("T", big), Message("T", b"small"),
-                        Message("T", big, compress=False)])
+        s.put_messages(
+            [Message("T", big), Message("T", b"small"), Message("T", big, compress=False)]
+        )
         recs = [r for _, r in s.iter_queue("T", 0)]
     assert recs[0].sys_flag & (COMPRESSED_FLAG | COMPRESSION_TYPE_MASK) == COMPRESSED_FLAG | flag
     assert len(recs[0].body) < len(big) and recs[0].plain_body == big
@@ -97,8 +114,9 @@ def test_compression_type_zero_means_zlib(tmp_path):
     """``CompressionType.findByValue(0)`` is ZLIB: old writers set only the COMPRESSED bit."""
     with MessageStore(tmp_path / "s", _cfg()) as s:
         s.create_topic("T", 1)
-        s.put_messages([Message("T", zlib.compress(b"legacy"), sys_flag=COMPRESSED_FLAG,
-                                compress=False)])
+        s.put_messages(
+            [Message("T", zlib.compress(b"legacy"), sys_flag=COMPRESSED_FLAG, compress=False)]
+        )
         assert s.get_message("T", 0, 0).plain_body == b"legacy"
 
 
@@ -108,31 +126,41 @@ def test_batch_flags_are_decoded_and_inner_batch_is_refused(tmp_path):
     a plain ConsumeQueue (a broker would refuse a plain CQ for a BatchCQ topic)."""
     root = tmp_path / "s"
     host = (b"\x7f\0\0\1", 1)
-    e = encode_message("B", b"inner", queue_id=0, born_timestamp=1, born_host=host,
-                       store_host=host, sys_flag=INNER_BATCH_FLAG | NEED_UNWRAP_FLAG,
-                       properties={"INNER_NUM": "3", "INNER_BASE": "0"})
+    e = encode_message(
+        "B",
+        b"inner",
+        queue_id=0,
+        born_timestamp=1,
+        born_host=host,
+        store_host=host,
+        sys_flag=INNER_BATCH_FLAG | NEED_UNWRAP_FLAG,
+        properties={"INNER_NUM": "3", "INNER_BASE": "0"},
+    )
     rec = decode_record(e.data, 0)
-    assert rec.sys_flag & (INNER_BATCH_FLAG | NEED_UNWRAP_FLAG) == \
-        INNER_BATCH_FLAG | NEED_UNWRAP_FLAG
+    assert (
+        rec.sys_flag & (INNER_BATCH_FLAG | NEED_UNWRAP_FLAG) == INNER_BATCH_FLAG | NEED_UNWRAP_FLAG
+    )
     assert rec.properties["INNER_NUM"] == "3"
     with MessageStore(root, _cfg()) as s:
         s.create_topic("B", 1)
         with pytest.raises(MessageIllegalError, match="batchconsumequeue"):
             s.put_messages([Message("B", b"x", sys_flag=INNER_BATCH_FLAG)])
-        s.commitlog.append([e], [0])           # as a 5.x broker would have written it
+        s.commitlog.append([e], [0])  # as a 5.x broker would have written it
         s.put_messages([Message("B", b"plain")])
     shutil.rmtree(root / "consumequeue")
-    with MessageStore(root, _cfg()) as s:       # recovery decodes it, skips its dispatch
+    with MessageStore(root, _cfg()) as s:  # recovery decodes it, skips its dispatch
         assert [r.body for _, r in s.iter_queue("B", 0)] == [b"plain"]
         assert s.message_at(0).properties["INNER_BASE"] == "0"
 
 
 def test_transactions_prepared_and_rollback_stay_out_of_the_consumequeue(tmp_path):
     root = tmp_path / "s"
-    msgs = [Message("T", b"half", sys_flag=TRANSACTION_PREPARED_TYPE, keys="kp"),
-            Message("T", b"plain", keys="kn"),
-            Message("T", b"commit", sys_flag=TRANSACTION_COMMIT_TYPE, keys="kc"),
-            Message("T", b"rollback", sys_flag=TRANSACTION_ROLLBACK_TYPE, keys="kr")]
+    msgs = [
+        Message("T", b"half", sys_flag=TRANSACTION_PREPARED_TYPE, keys="kp"),
+        Message("T", b"plain", keys="kn"),
+        Message("T", b"commit", sys_flag=TRANSACTION_COMMIT_TYPE, keys="kc"),
+        Message("T", b"rollback", sys_flag=TRANSACTION_ROLLBACK_TYPE, keys="kr"),
+    ]
     for m in msgs:
         m.queue_id = 0
     with MessageStore(root, _cfg()) as s:
@@ -140,10 +168,12 @@ def test_transactions_prepared_and_rollback_stay_out_of_the_consumequeue(tmp_pat
         res = s.put_messages(msgs)
         assert [r.queue_offset for r in res] == [0, 0, 1, 0]
         assert [r.body for _, r in s.iter_queue("T", 0)] == [b"plain", b"commit"]
-        assert s.query_by_key("T", "kr") == []       # rollback is not indexed
+        assert s.query_by_key("T", "kr") == []  # rollback is not indexed
         assert [r.body for r in s.query_by_key("T", "kp")] == [b"half"]
-    assert [u[0] for u in refreader.read_consumequeue(root, "T", 0)] == \
-        [res[1].commitlog_offset, res[2].commitlog_offset]
+    assert [u[0] for u in refreader.read_consumequeue(root, "T", 0)] == [
+        res[1].commitlog_offset,
+        res[2].commitlog_offset,
+    ]
     shutil.rmtree(root / "consumequeue")  # re-dispatch from the CommitLog: the same
     with MessageStore(root, _cfg()) as s:
         assert [r.body for _, r in s.iter_queue("T", 0)] == [b"plain", b"commit"]
@@ -174,14 +204,15 @@ def test_prop_crc_written_like_rocketmq(tmp_path):
         with pytest.raises(MessageIllegalError, match="reserved"):
             s.put_messages([Message("T", b"x", properties={"__CRC32#": "bogus", "a": "b"})])
         # a broker-internal put may: with enabledAppendPropCRC the encoder drops it
-        put_internal(s, [Message("T", b"x", properties={"__CRC32#": "bogus", "a": "b"}),
-                        Message("T", b"y")])
+        put_internal(
+            s, [Message("T", b"x", properties={"__CRC32#": "bogus", "a": "b"}), Message("T", b"y")]
+        )
     for rec in refreader.read_commitlog(root / "commitlog"):
         raw = (root / "commitlog" / "00000000000000000000").read_bytes()
         start, total = rec["physicalOffset"], rec["totalSize"]
-        tail = raw[start + total - 20:start + total]
+        tail = raw[start + total - 20 : start + total]
         assert tail[:9] == b"__CRC32#\x01" and tail[-1:] == b"\x02"
-        crc = zlib.crc32(raw[start:start + total - 20]) & 0x7FFFFFFF
+        crc = zlib.crc32(raw[start : start + total - 20]) & 0x7FFFFFFF
         assert tail[9:19] == f"{crc:010d}".encode()[::-1]  # least significant digit first
         assert rec["properties"]["__CRC32#"] == tail[9:19].decode()
 
@@ -197,8 +228,10 @@ def test_msg_id_and_uniq_key(tmp_path):
         assert len(raw) == 16 and raw[:4] == b"\x7f\0\0\1"
         assert int.from_bytes(raw[4:6], "big") == os.getpid() & 0xFFFF
     a, b = (bytes.fromhex(r.uniq_key) for r in res)
-    assert a[:10] == b[:10] and int.from_bytes(b[14:], "big") == \
-        (int.from_bytes(a[14:], "big") + 1) & 0xFFFF
+    assert (
+        a[:10] == b[:10]
+        and int.from_bytes(b[14:], "big") == (int.from_bytes(a[14:], "big") + 1) & 0xFFFF
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,22 +271,36 @@ def test_abort_file_holds_pid_and_means_crash(tmp_path):
 
 def test_broker_conf_keys(tmp_path):
     conf = tmp_path / "broker.conf"
-    conf.write_text("# broker\nbrokerName = b1\nflushDiskType=SYNC_FLUSH\nsyncFlushTimeout=700\n"
-                    "flushIntervalCommitLog=200\nflushCommitLogLeastPages=2\n"
-                    "flushCommitLogThoroughInterval=3000\nmappedFileSizeCommitLog=65536\n"
-                    "enabledAppendPropCRC=true\ncompressType=lz4\nbrokerIP1=::1\n")
+    conf.write_text(
+        "# broker\nbrokerName = b1\nflushDiskType=SYNC_FLUSH\nsyncFlushTimeout=700\n"
+        "flushIntervalCommitLog=200\nflushCommitLogLeastPages=2\n"
+        "flushCommitLogThoroughInterval=3000\nmappedFileSizeCommitLog=65536\n"
+        "enabledAppendPropCRC=true\ncompressType=lz4\nbrokerIP1=::1\n"
+    )
     c = StoreConfig.from_broker_conf(str(conf))
-    assert (c.flush_disk_type, c.sync_flush_timeout, c.flush_interval_commit_log,
-            c.flush_commit_log_least_pages, c.flush_commit_log_thorough_interval,
-            c.mapped_file_size_commit_log, c.enabled_append_prop_crc, c.compress_type,
-            c.broker_name) == ("SYNC_FLUSH", 700, 200, 2, 3000, 65536, True, "LZ4", "b1")
+    assert (
+        c.flush_disk_type,
+        c.sync_flush_timeout,
+        c.flush_interval_commit_log,
+        c.flush_commit_log_least_pages,
+        c.flush_commit_log_thorough_interval,
+        c.mapped_file_size_commit_log,
+        c.enabled_append_prop_crc,
+        c.compress_type,
+        c.broker_name,
+    ) == ("SYNC_FLUSH", 700, 200, 2, 3000, 65536, True, "LZ4", "b1")
     assert len(c.store_host[0]) == 16
     # Java properties forms: "key value", "key: value", continuation lines, escapes
-    conf.write_text("flushDiskType SYNC_FLUSH\nsyncFlushTimeout: 900\n"
-                    "storePathRootDir=/data/\\\n    rocketmq/store\n! comment\n")
+    conf.write_text(
+        "flushDiskType SYNC_FLUSH\nsyncFlushTimeout: 900\n"
+        "storePathRootDir=/data/\\\n    rocketmq/store\n! comment\n"
+    )
     c = StoreConfig.from_broker_conf(str(conf))
-    assert (c.flush_disk_type, c.sync_flush_timeout, c.store_path_root_dir) == \
-        ("SYNC_FLUSH", 900, "/data/rocketmq/store")
+    assert (c.flush_disk_type, c.sync_flush_timeout, c.store_path_root_dir) == (
+        "SYNC_FLUSH",
+        900,
+        "/data/rocketmq/store",
+    )
     conf.write_text("syncFlushTimeout=soon\n")
     with pytest.raises(ValueError, match="syncFlushTimeout"):
         StoreConfig.from_broker_conf(str(conf))
@@ -263,7 +310,7 @@ def test_async_flush_least_pages(tmp_path):
     with MessageStore(tmp_path / "s", _cfg(flush_interval_commit_log=60_000)) as s:
         s.create_topic("T", 1)
         s.put_messages([Message("T", b"x" * 100)])
-        assert s.flush(least_pages=4) is False        # < 4 dirty pages: no fsync
+        assert s.flush(least_pages=4) is False  # < 4 dirty pages: no fsync
         s.put_messages([Message("T", b"x" * 5000) for _ in range(4)])
         assert s.flush(least_pages=4) is True
         assert s.commitlog.flushed_where == s.commitlog.max_offset
@@ -285,6 +332,7 @@ def test_sync_flush_group_commit_shares_fsyncs(tmp_path):
                     assert s.max_offset("T", r.queue_id) > r.queue_offset
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
+
         threads = [threading.Thread(target=put, args=(t,)) for t in range(n_threads)]
         for t in threads:
             t.start()
@@ -313,8 +361,7 @@ def test_sync_flush_nothing_visible_before_flush(tmp_path):
     with MessageStore(tmp_path / "s", _cfg(flush_disk_type="SYNC_FLUSH")) as s:
         s.create_topic("T", 1)
         with s.flusher.lock:  # no flush can run
-            s.put_messages([Message("T", b"m%d" % i, wait_store_msg_ok=False)
-                            for i in range(10)])
+            s.put_messages([Message("T", b"m%d" % i, wait_store_msg_ok=False) for i in range(10)])
             assert s.get_messages("g", "T", 0, 0, 32).status == S.NO_MESSAGE_IN_QUEUE
             assert s.max_offset("T", 0) == 0 and s.max_offset("T", 0, committed=False) == 10
         s.flush()
@@ -323,8 +370,9 @@ def test_sync_flush_nothing_visible_before_flush(tmp_path):
 
 
 def test_sync_flush_timeout(tmp_path):
-    with MessageStore(tmp_path / "s", _cfg(flush_disk_type="SYNC_FLUSH",
-                                           sync_flush_timeout=50)) as s:
+    with MessageStore(
+        tmp_path / "s", _cfg(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=50)
+    ) as s:
         s.create_topic("T", 1)
         real = s.commitlog.files.flush
         slow = threading.Event()
@@ -332,6 +380,7 @@ def test_sync_flush_timeout(tmp_path):
         def slow_flush(*a):
             slow.wait(2)
             real(*a)
+
         s.commitlog.files.flush = slow_flush
         with pytest.raises(FlushDiskTimeoutError, match="FLUSH_DISK_TIMEOUT") as ei:
             s.put_messages([Message("T", b"late")])
@@ -352,8 +401,12 @@ def test_get_messages_statuses(tmp_path):
         assert s.get_messages("g", "T", 0, 0).status == S.NO_MESSAGE_IN_QUEUE
         assert s.get_messages("g", "Nope", 0, 0).status == S.NO_MATCHED_LOGIC_QUEUE
         assert s.get_messages("g", "T", 9, 0).status == S.NO_MATCHED_LOGIC_QUEUE
-        s.put_messages([Message("T", b"m%d" % i, queue_id=0, tags=("TagA", "TagB", "TagC")[i % 3])
-                        for i in range(60)])
+        s.put_messages(
+            [
+                Message("T", b"m%d" % i, queue_id=0, tags=("TagA", "TagB", "TagC")[i % 3])
+                for i in range(60)
+            ]
+        )
         r = s.get_messages("g", "T", 0, 0, 10)
         assert r.status == S.FOUND and r.message_count == 10 and r.next_begin_offset == 10
         assert [m.body for m in r.messages] == [b"m%d" % i for i in range(10)]
@@ -411,19 +464,28 @@ def test_get_messages_offset_found_null_and_removing(tmp_path, small_config):
 
 def test_tag_filter_is_by_hash():
     from engine.service.getmessage import parse_subscription
+
     assert parse_subscription("*") is None and parse_subscription(None) is None
-    assert parse_subscription(" TagA ||TagB|| ") == {java_string_hash("TagA"),
-                                                      java_string_hash("TagB")}
+    assert parse_subscription(" TagA ||TagB|| ") == {
+        java_string_hash("TagA"),
+        java_string_hash("TagB"),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
 # any store
 
 
-@pytest.mark.parametrize("name", ["apache-rocketmq-pr3535/store", "gxstax-rocketmq/store",
-                                  "liushangqing9803-rocketmq-tech/store",
-                                  "mxsm-rocketmq-rust/store-v0.9.0/local-file",
-                                  "rocketmq-4.9.8-written/store"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "apache-rocketmq-pr3535/store",
+        "gxstax-rocketmq/store",
+        "liushangqing9803-rocketmq-tech/store",
+        "mxsm-rocketmq-rust/store-v0.9.0/local-file",
+        "rocketmq-4.9.8-written/store",
+    ],
+)
 def test_every_fixture_opens_read_only_and_writable(tmp_path, name):
     with MessageStore(FIXTURES / name, read_only=True) as s:
         for t in s.topic_names():
@@ -454,8 +516,12 @@ def test_rust_fixture_with_its_index(tmp_path):
 
 def test_498_fixture_index_and_get_messages():
     root = FIXTURES / "rocketmq-4.9.8-written" / "store"
-    expected = [json.loads(line) for line in
-                (FIXTURES / "rocketmq-4.9.8-written" / "expected.jsonl").read_text().splitlines()]
+    expected = [
+        json.loads(line)
+        for line in (FIXTURES / "rocketmq-4.9.8-written" / "expected.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     expected = [e for e in expected if e.get("kind", "message") == "message"]
     with MessageStore(root, read_only=True) as s:
         e = expected[7]
@@ -490,7 +556,15 @@ def test_store_written_here_loads_in_a_broker_layout(tmp_path):
         assert f.stat().st_size == cfg.mapped_file_size_consume_queue
     topics = json.loads((root / "config" / "topics.json").read_text())
     t = topics["topicConfigTable"]["T"]
-    assert set(t) >= {"topicName", "readQueueNums", "writeQueueNums", "perm",
-                      "topicFilterType", "topicSysFlag", "order", "attributes"}
+    assert set(t) >= {
+        "topicName",
+        "readQueueNums",
+        "writeQueueNums",
+        "perm",
+        "topicFilterType",
+        "topicSysFlag",
+        "order",
+        "attributes",
+    }
     assert set(topics["dataVersion"]) == {"counter", "stateVersion", "timestamp"}
     assert (root / "lock").read_bytes()[:4] == b"lock"

@@ -8,8 +8,14 @@ import pytest
 
 import refreader
 from conftest import FIXTURES, copy_fixture
-from engine.errors import (InvalidNameError, MessageIllegalError, NoSuchTopicError,
-                           OffsetOutOfRangeError, PropertiesSizeExceededError, StoreLockedError)
+from engine.errors import (
+    InvalidNameError,
+    MessageIllegalError,
+    NoSuchTopicError,
+    OffsetOutOfRangeError,
+    PropertiesSizeExceededError,
+    StoreLockedError,
+)
 from engine.format.javahash import java_string_hash, tags_code
 from engine.format.message import MAGIC_V1, decode_record
 from engine.store import Message, MessageStore, StoreConfig
@@ -22,16 +28,20 @@ def _put_lines(store, topic, lines, **kw):
 def test_java_string_hash_matches_java():
     assert java_string_hash("") == 0
     assert java_string_hash("TAG1") == 2567159
-    assert java_string_hash("polygenelubricants") == -2**31
-    assert java_string_hash("\U0001F600") == refreader.java_string_hash("\U0001F600")
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert java_string_hash("\U0001f600") == refreader.java_string_hash("\U0001f600")
     assert tags_code(None) == 0
 
 
 def test_put_and_read_back(tmp_path, small_config):
     with MessageStore(tmp_path / "s", small_config) as s:
         s.create_topic("T")
-        res = s.put_messages([Message("T", b"hello", tags="TagA", keys=["k1", "k2"]),
-                              Message("T", b"world", queue_id=2, properties={"a": "b"})])
+        res = s.put_messages(
+            [
+                Message("T", b"hello", tags="TagA", keys=["k1", "k2"]),
+                Message("T", b"world", queue_id=2, properties={"a": "b"}),
+            ]
+        )
         assert [r.queue_id for r in res] == [0, 2]
         assert [r.queue_offset for r in res] == [0, 0]
         assert res[1].commitlog_offset == res[0].commitlog_offset + res[0].size
@@ -71,11 +81,16 @@ def test_bytes_follow_the_reference_layout(tmp_path, small_config):
         assert refreader.offset_msg_id(rec["storeHostRaw"], rec["physicalOffset"]) == res.msg_id
     for q in range(4):
         units = refreader.read_consumequeue(root, "TopicX", q)
-        expected = [(r.commitlog_offset, r.size, refreader.tags_code("TagX"))
-                    for r in results if r.queue_id == q]
+        expected = [
+            (r.commitlog_offset, r.size, refreader.tags_code("TagX"))
+            for r in results
+            if r.queue_id == q
+        ]
         assert units == expected
-        assert os.path.getsize(root / "consumequeue" / "TopicX" / str(q) /
-                               "00000000000000000000") == 100 * 20
+        assert (
+            os.path.getsize(root / "consumequeue" / "TopicX" / str(q) / "00000000000000000000")
+            == 100 * 20
+        )
 
 
 def test_reopen_keeps_everything_and_continues(tmp_path, small_config):
@@ -87,8 +102,10 @@ def test_reopen_keeps_everything_and_continues(tmp_path, small_config):
     with MessageStore(root, small_config) as s:
         assert sum(s.max_offset("T", q) for q in range(4)) == 300
         more = _put_lines(s, "T", [b"b%d" % i for i in range(10)])
-        assert more[0].commitlog_offset == first[-1].commitlog_offset + first[-1].size or \
-            more[0].commitlog_offset % small_config.mapped_file_size_commit_log == 0
+        assert (
+            more[0].commitlog_offset == first[-1].commitlog_offset + first[-1].size
+            or more[0].commitlog_offset % small_config.mapped_file_size_commit_log == 0
+        )
         assert [r.queue_offset for r in more][:4] == [75, 75, 75, 75]
     assert len(refreader.read_commitlog(root / "commitlog")) == 310
 
@@ -125,10 +142,13 @@ def test_size_limits(tmp_path):
 def test_second_writer_is_refused_with_the_holders_pid(tmp_path):
     import subprocess
     import sys
+
     root = tmp_path / "s"
-    code = ("import sys,time; sys.path.insert(0, %r); from engine.store import MessageStore; "
-            "s = MessageStore(%r); print('ready', flush=True); time.sleep(30)"
-            % (str(os.path.dirname(os.path.dirname(__file__))), str(root)))
+    code = (
+        "import sys,time; sys.path.insert(0, %r); from engine.store import MessageStore; "
+        "s = MessageStore(%r); print('ready', flush=True); time.sleep(30)"
+        % (str(os.path.dirname(os.path.dirname(__file__))), str(root))
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"
@@ -150,8 +170,12 @@ def test_commitlog_only_store_rebuilds_topics_and_queues(tmp_path):
         assert [r.queue_offset for r in recs] == list(range(47))
         assert all(r.tags == "TAG1" for r in recs)
         assert s.commitlog.file_size == 8192
-    assert json.loads((root / "config" / "topics.json").read_text())[
-        "topicConfigTable"]["abc"]["readQueueNums"] >= 1
+    assert (
+        json.loads((root / "config" / "topics.json").read_text())["topicConfigTable"]["abc"][
+            "readQueueNums"
+        ]
+        >= 1
+    )
     assert refreader.read_consumequeue(root, "abc", 0)[0] == (0, 172, 2567159)
 
 
@@ -164,8 +188,12 @@ def test_read_only_store_needs_no_writes(tmp_path):
 
 def test_rocketmq_498_fixture_reads_every_field(tmp_path):
     root = FIXTURES / "rocketmq-4.9.8-written" / "store"
-    expected = [json.loads(line) for line in
-                (FIXTURES / "rocketmq-4.9.8-written" / "expected.jsonl").read_text().splitlines()]
+    expected = [
+        json.loads(line)
+        for line in (FIXTURES / "rocketmq-4.9.8-written" / "expected.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     expected = [e for e in expected if e.get("kind", "message") == "message"]
     with MessageStore(root, read_only=True) as s:
         assert s.commitlog.file_size == 256 * 1024
@@ -182,8 +210,9 @@ def test_rocketmq_498_fixture_reads_every_field(tmp_path):
 
 def test_rust_fixture(tmp_path):
     root = FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file"
-    exp = json.loads((FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" /
-                      "expected-records.json").read_text())
+    exp = json.loads(
+        (FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "expected-records.json").read_text()
+    )
     with MessageStore(root, read_only=True) as s:
         assert s.max_offset(exp["topic"], exp["queue_id"]) == exp["queue_max_offset"]
         bodies = [r.body.decode() for _, r in s.iter_queue(exp["topic"], exp["queue_id"])]
@@ -191,11 +220,15 @@ def test_rust_fixture(tmp_path):
 
 
 def test_decode_rejects_corruption():
-    raw = bytearray((FIXTURES / "apache-rocketmq-pr3535" / "store" / "commitlog" /
-                     "00000000000000000000").read_bytes())
+    raw = bytearray(
+        (
+            FIXTURES / "apache-rocketmq-pr3535" / "store" / "commitlog" / "00000000000000000000"
+        ).read_bytes()
+    )
     decode_record(raw, 0)
     raw[100] ^= 0xFF
     from engine.errors import CorruptRecordError
+
     with pytest.raises(CorruptRecordError):
         decode_record(raw, 0)
 
@@ -204,11 +237,11 @@ def test_index_lookup_by_key_and_uniq_key(tmp_path, small_config):
     root = tmp_path / "s"
     with MessageStore(root, small_config) as s:
         s.create_topic("T")
-        res = s.put_messages([Message("T", b"m%d" % i, keys=[f"order-{i % 7}"])
-                              for i in range(100)])
+        res = s.put_messages(
+            [Message("T", b"m%d" % i, keys=[f"order-{i % 7}"]) for i in range(100)]
+        )
         hits = s.query_by_key("T", "order-3")
-        assert sorted(r.body for r in hits) == sorted(b"m%d" % i for i in range(100)
-                                                      if i % 7 == 3)
+        assert sorted(r.body for r in hits) == sorted(b"m%d" % i for i in range(100) if i % 7 == 3)
         assert [r.body for r in s.query_by_key("T", res[5].uniq_key)] == [b"m5"]
         assert s.query_by_key("T", "nope") == []
     # written in RocketMQ's layout: the independent reader finds the same offsets
@@ -226,6 +259,7 @@ def test_index_lookup_by_key_and_uniq_key(tmp_path, small_config):
 def _old_by_msg_id(store, msg_id):
     """The code admin's queryMsgById and fusefs' messages/<msgId> each had before issue 17."""
     from engine.format.message import decode_offset_msg_id
+
     try:
         _, offset = decode_offset_msg_id(msg_id)
     except ValueError:
@@ -234,14 +268,17 @@ def _old_by_msg_id(store, msg_id):
     return rec if rec is not None and rec.msg_id == msg_id.upper() else None
 
 
-@pytest.mark.parametrize("which", ["rocketmq-4.9.8-written/store",
-                                   "mxsm-rocketmq-rust/store-v0.9.0/local-file", "every_kind"])
+@pytest.mark.parametrize(
+    "which",
+    ["rocketmq-4.9.8-written/store", "mxsm-rocketmq-rust/store-v0.9.0/local-file", "every_kind"],
+)
 def test_look_message_by_offset_msg_id_equals_the_code_it_replaces(tmp_path, which):
     """MessageStore.look_message_by_offset_msg_id (lookMessageByOffset of decodeMessageId),
     now the one lookup of mount/admin.py and fusefs/nodes.py, finds what their copies found,
     and misses what they missed: another host, an offset inside a record, past the end, lower
     case, not hex, a UNIQ_KEY, padded with spaces."""
     from stores import every_kind_store
+
     if which == "every_kind":
         root = every_kind_store(tmp_path / "s")
     else:
@@ -255,8 +292,17 @@ def test_look_message_by_offset_msg_id_equals_the_code_it_replaces(tmp_path, whi
                     other_host = ("0" if mid[0] != "0" else "1") + mid[1:]
                     inside = mid[:-1] + format((int(mid[-1], 16) + 1) % 16, "X")
                     past = mid[:-16] + format(s.commitlog.max_offset + 8, "016X")
-                    ids += [mid, mid.lower(), other_host, inside, past, " " + mid,
-                            mid[:-1] + "G", mid[:20], rec.uniq_key or ""]
+                    ids += [
+                        mid,
+                        mid.lower(),
+                        other_host,
+                        inside,
+                        past,
+                        " " + mid,
+                        mid[:-1] + "G",
+                        mid[:20],
+                        rec.uniq_key or "",
+                    ]
         assert ids
         found = 0
         for mid in ids:

@@ -17,18 +17,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import recover_decoding_every_record
-
 import engine.store as store_mod
-from engine.service import dispatch, putmessage, recovery
-from engine.format.indexfile import IndexFile, IndexService
-from engine.format.javahash import (combine_u32, index_key_hash, java_hash_u32, java_string_hash,
-                                    utf16_len)
-from engine.format.config import TopicConfig
+from conftest import recover_decoding_every_record
 from engine.errors import InvalidNameError
+from engine.format.config import TopicConfig
+from engine.format.indexfile import IndexFile, IndexService
+from engine.format.javahash import (
+    combine_u32,
+    index_key_hash,
+    java_hash_u32,
+    java_string_hash,
+    utf16_len,
+)
 from engine.format.message import MAGIC_V2, cal_msg_length, encode_properties, topic_needs_v2
-from engine.store import Message, MessageStore, StoreConfig
 from engine.format.uniqkey import UniqKeyGenerator
+from engine.service import dispatch, putmessage, recovery
+from engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 
 T0 = 1_795_305_347_998
@@ -50,9 +54,8 @@ def test_java_hash_without_loops_matches_the_loop():
         for _ in range(10):
             s = "".join(rnd.choice(alphabet) for _ in range(n))
             assert java_string_hash(s) == java_hash_loop(s), s
-            a, b = s[: n // 2], s[n // 2:]
-            assert combine_u32(java_hash_u32(a), java_hash_u32(b), utf16_len(b)) == \
-                java_hash_u32(s)
+            a, b = s[: n // 2], s[n // 2 :]
+            assert combine_u32(java_hash_u32(a), java_hash_u32(b), utf16_len(b)) == java_hash_u32(s)
     assert java_string_hash("TagA") == 2598919  # Java: "TagA".hashCode()
     assert index_key_hash("polygenelubricants") == 0  # hashCode() == Integer.MIN_VALUE
 
@@ -68,7 +71,7 @@ def test_uniq_key_hash_matches_the_string():
 # V2 records (MessageVersion.MESSAGE_VERSION_V2): a retry topic of the longest a broker
 # stores (255 bytes, HookUtils.MAX_TOPIC_LENGTH), an ordinary 150-char topic (RocketMQ's store
 # classes take it), and 65 code points that are 128 UTF-16 units (Java's topic.length()).
-LONG_TOPICS = ["%RETRY%" + "g" * 248, "L" * 150, "\U0001F600" * 63 + "ab"]
+LONG_TOPICS = ["%RETRY%" + "g" * 248, "L" * 150, "\U0001f600" * 63 + "ab"]
 
 
 def _batches(rnd: random.Random):
@@ -105,9 +108,12 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     monkeypatch.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
     if general:
         monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs: None)
-    cfg = StoreConfig(mapped_file_size_commit_log=16 * 1024,
-                      mapped_file_size_consume_queue=10 * 20,
-                      max_hash_slot_num=16, max_index_num=64)
+    cfg = StoreConfig(
+        mapped_file_size_commit_log=16 * 1024,
+        mapped_file_size_consume_queue=10 * 20,
+        max_hash_slot_num=16,
+        max_index_num=64,
+    )
     s = MessageStore(str(root), cfg)
     s.uniq_keys = UniqKeyGenerator()
     s.uniq_keys._prefix = "7F0000010001000000FF"
@@ -128,8 +134,9 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
 
 def _files(root: Path, sub: str) -> dict[str, bytes]:
     base = root / sub
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()
+    }
 
 
 def test_fast_put_path_writes_the_general_paths_bytes(tmp_path, monkeypatch):
@@ -160,15 +167,16 @@ def test_fast_put_path_writes_v2_records_for_long_topics(tmp_path):
             assert (rec.topic, rec.body, rec.magic == MAGIC_V2) == (t, b"body", t != "T")
             raw = s.commitlog.read(res[0].commitlog_offset, res[0].size)
             assert raw == s.commitlog.read(rec.commitlog_offset, rec.store_size)
-            assert res[0].size == cal_msg_length(0, 4, len(t.encode()), len(
-                encode_properties(rec.properties)), t != "T")
+            assert res[0].size == cal_msg_length(
+                0, 4, len(t.encode()), len(encode_properties(rec.properties)), t != "T"
+            )
         with pytest.raises(InvalidNameError):
             s.topic_config.put(TopicConfig("%RETRY%" + "g" * 249, 1, 1))  # 256 bytes
 
 
 def test_topic_needs_v2_counts_java_chars():
     assert not topic_needs_v2("a" * 127) and topic_needs_v2("a" * 128)
-    assert topic_needs_v2("\U0001F600" * 64)  # 64 code points, 128 UTF-16 units
+    assert topic_needs_v2("\U0001f600" * 64)  # 64 code points, 128 UTF-16 units
     assert not topic_needs_v2("é" * 127)  # 254 bytes but 127 chars: V1 in Java, refused here
     assert not topic_needs_v2("a" * 200, auto_v2=False)
 
@@ -176,8 +184,9 @@ def test_topic_needs_v2_counts_java_chars():
 def test_fast_put_path_falls_back_for_other_messages(tmp_path):
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 2)
-        res = s.put_messages([Message("T", b"a", properties={"p": "v"}),
-                              Message("T", b"b", tags="x")])
+        res = s.put_messages(
+            [Message("T", b"a", properties={"p": "v"}), Message("T", b"b", tags="x")]
+        )
         assert [r.queue_offset for r in res] == [0, 0]
         rec = s.get_message("T", 0, 0)
         assert rec.properties["p"] == "v" and rec.body == b"a"
@@ -188,10 +197,10 @@ def test_batched_index_writes_equal_put_key(tmp_path):
     """``put_hashed`` over batches = ``put_key`` item by item, byte for byte, full file."""
     rnd = random.Random(11)
     keys = [f"T#k{rnd.randrange(40)}" for _ in range(300)]
-    single = IndexFile(str(tmp_path / "single"), 16, 400, end_phy_offset=0,
-                       end_timestamp=T0 - 5000)
-    batched = IndexFile(str(tmp_path / "batched"), 16, 400, end_phy_offset=0,
-                        end_timestamp=T0 - 5000)
+    single = IndexFile(str(tmp_path / "single"), 16, 400, end_phy_offset=0, end_timestamp=T0 - 5000)
+    batched = IndexFile(
+        str(tmp_path / "batched"), 16, 400, end_phy_offset=0, end_timestamp=T0 - 5000
+    )
     entries = []
     for i, k in enumerate(keys):
         off, ts = 1000 + 97 * i, T0 + 333 * i
@@ -200,7 +209,7 @@ def test_batched_index_writes_equal_put_key(tmp_path):
     i = 0
     while i < len(keys):
         n = rnd.choice((1, 2, 7, 64))
-        j = batched.put_hashed(entries[:3 * (i + n)], i)
+        j = batched.put_hashed(entries[: 3 * (i + n)], i)
         assert j == min(i + n, len(keys))
         i = j
     single.close()
@@ -236,8 +245,13 @@ def test_index_put_hashed_after_truncate_and_put_key(tmp_path):
     a.put_key(keys[30], 150, T0 + 15_000)
     for i, k in enumerate(keys[31:], start=31):
         a.put_key(k, 10 * i, T0 + 1000 * i)
-    b.put_hashed([x for i, k in enumerate(keys[31:], start=31)
-                  for x in (index_key_hash(k), 10 * i, T0 + 1000 * i)])
+    b.put_hashed(
+        [
+            x
+            for i, k in enumerate(keys[31:], start=31)
+            for x in (index_key_hash(k), 10 * i, T0 + 1000 * i)
+        ]
+    )
     a.close()
     b.close()
     assert Path(a.path).read_bytes() == Path(b.path).read_bytes()
@@ -246,15 +260,20 @@ def test_index_put_hashed_after_truncate_and_put_key(tmp_path):
 def test_iter_queue_span_reads_equal_single_reads(tmp_path):
     """iter_queue (CommitLog spans) yields what get_message (one record each) returns, over
     interleaved queues, segment rolls and a start/end window."""
-    cfg = StoreConfig(mapped_file_size_commit_log=8 * 1024,
-                      mapped_file_size_consume_queue=10 * 20)
+    cfg = StoreConfig(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=10 * 20)
     rnd = random.Random(5)
     with MessageStore(str(tmp_path / "s"), cfg) as s:
         s.create_topic("T", 3)
         s.create_topic("U", 1)
         for _ in range(20):
-            s.put_messages([Message(rnd.choice("TU"), bytes(rnd.randrange(1, 900)),
-                                    tags=rnd.choice([None, "a"])) for _ in range(7)])
+            s.put_messages(
+                [
+                    Message(
+                        rnd.choice("TU"), bytes(rnd.randrange(1, 900)), tags=rnd.choice([None, "a"])
+                    )
+                    for _ in range(7)
+                ]
+            )
         for topic, q in (("T", 0), ("T", 1), ("T", 2), ("U", 0)):
             hi = s.max_offset(topic, q)
             got = list(s.iter_queue(topic, q))
@@ -266,14 +285,20 @@ def test_iter_queue_span_reads_equal_single_reads(tmp_path):
 def _scan_all(store: MessageStore, raw: bool, production: bool = False):
     cl = store.commitlog
     if production:  # CommitLog.scan: scan_raw plus a decode of each record
-        out = [(r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset,
-                r.sys_flag) for r in cl.scan(0)]
+        out = [
+            (r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset, r.sys_flag)
+            for r in cl.scan(0)
+        ]
     elif raw:
-        out = [(phys, total, topic, qid, qoff, flag)
-               for (_b, _p, phys, total, topic, qid, qoff, flag) in cl.scan_raw(0)]
+        out = [
+            (phys, total, topic, qid, qoff, flag)
+            for (_b, _p, phys, total, topic, qid, qoff, flag) in cl.scan_raw(0)
+        ]
     else:
-        out = [(r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset,
-                r.sys_flag) for r in reference_scan(cl, 0)]
+        out = [
+            (r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset, r.sys_flag)
+            for r in reference_scan(cl, 0)
+        ]
     return out, cl.scan_end, cl.scan_error is None
 
 
@@ -287,9 +312,15 @@ def test_scan_raw_stops_where_scan_stops(tmp_path, damage):
         s.create_topic("T", 2)
         s.create_topic("x" * 120, 1)
         for i in range(30):
-            res = s.put_messages([Message("T" if i % 3 else "x" * 120,
-                                          b"b%d" % i * (i * 13 % 300),
-                                          keys=["k"] if i % 2 else None)])
+            res = s.put_messages(
+                [
+                    Message(
+                        "T" if i % 3 else "x" * 120,
+                        b"b%d" % i * (i * 13 % 300),
+                        keys=["k"] if i % 2 else None,
+                    )
+                ]
+            )
         last = s.commitlog.max_offset
         rec_at = res[0].commitlog_offset
     seg = sorted((root / "commitlog").iterdir())[-1]
@@ -299,9 +330,9 @@ def test_scan_raw_stops_where_scan_stops(tmp_path, damage):
     if damage == "crc":
         data[start + 150] ^= 0xFF
     elif damage == "torn":
-        data[start + 50:end] = bytes(end - start - 50)  # the tail never reached the disk
+        data[start + 50 : end] = bytes(end - start - 50)  # the tail never reached the disk
     elif damage == "zeros":
-        data[start + 84:start + 104] = bytes(20)
+        data[start + 84 : start + 104] = bytes(20)
     elif damage == "size":
         data[start + 3] += 1  # TOTALSIZE one more than the fields add up to
     seg.write_bytes(bytes(data))
@@ -318,16 +349,20 @@ def test_abnormal_recovery_redispatches_exactly_what_is_missing(tmp_path):
     """Recovery passes over records the queues and the index hold and re-dispatches the rest:
     after a crash that lost the tail of one ConsumeQueue and the newest index file, the
     rebuilt files equal the ones written by the puts, byte for byte."""
-    cfg = StoreConfig(mapped_file_size_commit_log=32 * 1024,
-                      mapped_file_size_consume_queue=50 * 20,
-                      max_hash_slot_num=32, max_index_num=128)
+    cfg = StoreConfig(
+        mapped_file_size_commit_log=32 * 1024,
+        mapped_file_size_consume_queue=50 * 20,
+        max_hash_slot_num=32,
+        max_index_num=128,
+    )
     root = tmp_path / "s"
     rnd = random.Random(9)
     with MessageStore(str(root), cfg) as s:
         s.create_topic("T", 3)
         for i in range(40):
-            s.put_messages([Message("T", bytes(rnd.randrange(1, 400)), keys=[f"k{i}-{j}"])
-                            for j in range(5)])
+            s.put_messages(
+                [Message("T", bytes(rnd.randrange(1, 400)), keys=[f"k{i}-{j}"]) for j in range(5)]
+            )
         valid = s.max_offset("T", 1) * 20
     cq_before = _files(root, "consumequeue")
     index_before = list(_files(root, "index").values())
@@ -342,7 +377,7 @@ def test_abnormal_recovery_redispatches_exactly_what_is_missing(tmp_path):
             p.unlink()
         elif start + p.stat().st_size > keep:
             data = bytearray(p.read_bytes())
-            data[keep - start:] = bytes(len(data) - (keep - start))
+            data[keep - start :] = bytes(len(data) - (keep - start))
             p.write_bytes(bytes(data))
     sorted((root / "index").iterdir())[-1].unlink()
     (root / "abort").write_text("1")
@@ -418,14 +453,26 @@ def test_scan_raw_handles_v2_ipv6_and_crc_property_records(tmp_path):
         props = {"UNIQ_KEY": f"u{i}"}
         if i % 5 == 2:
             props["__CRC32#"] = "123"
-        msgs.append(encode_message(topic, b"x" * (i * 7), queue_id=i % 3, properties=props,
-                                   born_timestamp=T0, born_host=v6 if i % 3 == 0 else v4,
-                                   store_host=v6 if i % 6 == 0 else v4))
+        msgs.append(
+            encode_message(
+                topic,
+                b"x" * (i * 7),
+                queue_id=i % 3,
+                properties=props,
+                born_timestamp=T0,
+                born_host=v6 if i % 3 == 0 else v4,
+                store_host=v6 if i % 6 == 0 else v4,
+            )
+        )
     cl.append(msgs, list(range(40)), T0)
-    a = [(r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset, r.sys_flag)
-         for r in reference_scan(cl, 0)]
-    b = [(phys, total, topic, qid, qoff, flag)
-         for (_b, _p, phys, total, topic, qid, qoff, flag) in cl.scan_raw(0)]
+    a = [
+        (r.commitlog_offset, r.store_size, r.topic, r.queue_id, r.queue_offset, r.sys_flag)
+        for r in reference_scan(cl, 0)
+    ]
+    b = [
+        (phys, total, topic, qid, qoff, flag)
+        for (_b, _p, phys, total, topic, qid, qoff, flag) in cl.scan_raw(0)
+    ]
     assert a == b and len(a) == 40
     assert {t for _, _, t, *_ in b} == {"T", "t" * 200}
     cl.close()
@@ -443,12 +490,17 @@ def _scan_both(root: Path, cfg: StoreConfig):
 def _fill(root: Path, cfg: StoreConfig, n: int = 40) -> list:
     with MessageStore(str(root), cfg) as s:
         s.create_topic("T", 2)
-        return [s.put_messages([Message("T", b"m%d" % i * (i * 7 % 200 + 1), tags="A",
-                                        keys=["k%d" % i])])[0] for i in range(n)]
+        return [
+            s.put_messages(
+                [Message("T", b"m%d" % i * (i * 7 % 200 + 1), tags="A", keys=["k%d" % i])]
+            )[0]
+            for i in range(n)
+        ]
 
 
-@pytest.mark.parametrize("case", ["blank_in_last_file", "short_file", "empty_last_file",
-                                  "header_only_file"])
+@pytest.mark.parametrize(
+    "case", ["blank_in_last_file", "short_file", "empty_last_file", "header_only_file"]
+)
 def test_scan_raw_stops_where_scan_stops_on_mains_rules(tmp_path, case):
     """main's stopping rules: a blank record in the last file ends the scan there; a segment
     file that ends early (shorter than a record header at a record boundary) stops it."""
@@ -462,7 +514,7 @@ def test_scan_raw_stops_where_scan_stops_on_mains_rules(tmp_path, case):
         last.unlink()  # the file before ends with its blank record and is now the last one
     elif case == "short_file":
         cut = [r for r in res if r.commitlog_offset >= int(last.name)][-1]
-        last.write_bytes(last.read_bytes()[:cut.commitlog_offset - int(last.name) + 5])
+        last.write_bytes(last.read_bytes()[: cut.commitlog_offset - int(last.name) + 5])
     elif case == "empty_last_file":
         last.write_bytes(b"")
     else:
@@ -480,14 +532,15 @@ def _tear_last_properties(root: Path, res: list) -> int:
     seg = sorted((root / "commitlog").iterdir())[-1]
     data = bytearray(seg.read_bytes())
     end = last.commitlog_offset + last.size - int(seg.name)
-    data[end - 3:end] = bytes(3)
+    data[end - 3 : end] = bytes(3)
     seg.write_bytes(bytes(data))
     return last.commitlog_offset
 
 
 @pytest.mark.parametrize("abnormal", [False, True])
-def test_torn_properties_of_the_last_record_dropped_with_the_raw_scan(tmp_path, monkeypatch,
-                                                                       abnormal):
+def test_torn_properties_of_the_last_record_dropped_with_the_raw_scan(
+    tmp_path, monkeypatch, abnormal
+):
     """A last record torn inside its properties is dropped (5.x-style writers end the
     properties with a separator) by the recovery built on scan_raw, exactly as with every
     record decoded. (Normal recovery starts at the last record, so there is no record
@@ -511,8 +564,7 @@ def test_torn_properties_of_the_last_record_dropped_with_the_raw_scan(tmp_path, 
             ends.append(s.commitlog.max_offset)
         monkeypatch.undo()
     assert ends[0] == ends[1]
-    assert _files(tmp_path / "sTrue", "consumequeue") == _files(tmp_path / "sFalse",
-                                                                "consumequeue")
+    assert _files(tmp_path / "sTrue", "consumequeue") == _files(tmp_path / "sFalse", "consumequeue")
 
 
 def test_recovery_without_decoding_rewrites_a_torn_unit_in_the_middle(tmp_path, monkeypatch):
@@ -524,8 +576,7 @@ def test_recovery_without_decoding_rewrites_a_torn_unit_in_the_middle(tmp_path, 
     with MessageStore(str(root), cfg) as s:
         s.create_topic("T", 1)
         for i in range(60):
-            s.put_messages([Message("T", b"x" * 50, tags="Tag%d" % (i % 4),
-                                    keys=["k%d" % i])])
+            s.put_messages([Message("T", b"x" * 50, tags="Tag%d" % (i % 4), keys=["k%d" % i])])
     before = _files(root, "consumequeue")
     qfile = sorted((root / "consumequeue" / "T" / "0").iterdir())[0]
     data = bytearray(qfile.read_bytes())
@@ -537,8 +588,7 @@ def test_recovery_without_decoding_rewrites_a_torn_unit_in_the_middle(tmp_path, 
     real = recovery.light_unit
     monkeypatch.setattr(recovery, "light_unit", lambda *a: calls.append(1) or real(*a))
     with MessageStore(str(root), cfg) as s:
-        assert [r.tags for _, r in s.iter_queue("T", 0)] == ["Tag%d" % (i % 4)
-                                                             for i in range(60)]
+        assert [r.tags for _, r in s.iter_queue("T", 0)] == ["Tag%d" % (i % 4) for i in range(60)]
     assert calls  # the records were not decoded
     assert _files(root, "consumequeue") == before
 
@@ -551,13 +601,19 @@ def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
         s.create_topic("T", 4)
         assert putmessage.put_plain(s, [Message("T", b"plain")]) is not None
         rr, counter = dict(s.putter.round_robin), s.uniq_keys.counter
-        for m in (Message("T", b"d", delay_level=2), Message("T", b"c", compress=True),
-                  Message("T", b"c", compress=False), Message("T", b"w", wait_store_msg_ok=False)):
+        for m in (
+            Message("T", b"d", delay_level=2),
+            Message("T", b"c", compress=True),
+            Message("T", b"c", compress=False),
+            Message("T", b"w", wait_store_msg_ok=False),
+        ):
             assert putmessage.put_plain(s, [Message("T", b"first"), m]) is None
             assert s.putter.round_robin == rr and s.uniq_keys.counter == counter
-        for name, value in (("enabled_append_prop_crc", True),
-                            ("compress_msg_body_over_howmuch", 0),
-                            ("flush_disk_type", "SYNC_FLUSH")):
+        for name, value in (
+            ("enabled_append_prop_crc", True),
+            ("compress_msg_body_over_howmuch", 0),
+            ("flush_disk_type", "SYNC_FLUSH"),
+        ):
             old = getattr(s.config, name)
             setattr(s.config, name, value)
             assert putmessage.put_plain(s, [Message("T", b"x")]) is None
@@ -582,6 +638,7 @@ def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
 
 def test_fast_put_path_refused_when_the_disk_is_full(tmp_path):
     import errno
+
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 1)
         s.put_messages([Message("T", b"a")])
@@ -605,9 +662,12 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
         monkeypatch.setattr(store_mod.time, "time", lambda: now[0] / 1000)
         if general:
             monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs: None)
-        cfg = StoreConfig(mapped_file_size_commit_log=16 * 1024,
-                          mapped_file_size_consume_queue=10 * 20,
-                          max_hash_slot_num=16, max_index_num=64)
+        cfg = StoreConfig(
+            mapped_file_size_commit_log=16 * 1024,
+            mapped_file_size_consume_queue=10 * 20,
+            max_hash_slot_num=16,
+            max_index_num=64,
+        )
         s = MessageStore(str(root), cfg)
         s.uniq_keys = UniqKeyGenerator()
         s.uniq_keys._prefix = "7F0000010001000000FF"
@@ -618,9 +678,15 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
         for b in range(30):
             now[0] += 1700
             kind = b % 6
-            msgs = [Message("T", bytes(rnd.randrange(256) for _ in range(rnd.choice((1, 300)))),
-                            tags=rnd.choice((None, "A", "B")), keys=[f"k{b}-{i}"])
-                    for i in range(rnd.choice((1, 4, 9)))]
+            msgs = [
+                Message(
+                    "T",
+                    bytes(rnd.randrange(256) for _ in range(rnd.choice((1, 300)))),
+                    tags=rnd.choice((None, "A", "B")),
+                    keys=[f"k{b}-{i}"],
+                )
+                for i in range(rnd.choice((1, 4, 9)))
+            ]
             if kind == 1:
                 msgs[-1].delay_level = 3
             elif kind == 2:
@@ -640,8 +706,9 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
     assert fast == general
     for sub in ("commitlog", "consumequeue"):
         assert _files(tmp_path / "fast", sub) == _files(tmp_path / "general", sub), sub
-    assert list(_files(tmp_path / "fast", "index").values()) == \
-        list(_files(tmp_path / "general", "index").values())
+    assert list(_files(tmp_path / "fast", "index").values()) == list(
+        _files(tmp_path / "general", "index").values()
+    )
 
 
 def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
@@ -652,32 +719,61 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
     from engine.format.message import decode_record, encode_message
 
     cl = CommitLog(str(tmp_path / "commitlog"), 64 * 1024)
-    props_list = [{}, {"TAGS": "a"}, {"XTAGS": "b", "TAGS": "c"}, {"TAGS": ""},
-                  {"k": "TAGS"}, {"TAGS": "標籤", "UNIQ_KEY": "u"}, {"KEYS": "x", "TAGS": "t"},
-                  {"TAGS": "a", "XXXX": "b"}, {"XXXX": "b", "TAGS": "a"}, {"k": "vTAGS\x01z"},
-                  {"TAGS": "\x01"}, {"TAGS": "ab", "QQQQ": "cd"}]
-    msgs = [encode_message("t" * 200 if i % 2 else "T", b"body%d" % i, queue_id=0,
-                           properties=p, born_timestamp=T0,
-                           born_host=(b"\x7f\x00\x00\x01", 1),
-                           store_host=(b"\x7f\x00\x00\x01", 2))
-            for i, p in enumerate(props_list)]
+    props_list = [
+        {},
+        {"TAGS": "a"},
+        {"XTAGS": "b", "TAGS": "c"},
+        {"TAGS": ""},
+        {"k": "TAGS"},
+        {"TAGS": "標籤", "UNIQ_KEY": "u"},
+        {"KEYS": "x", "TAGS": "t"},
+        {"TAGS": "a", "XXXX": "b"},
+        {"XXXX": "b", "TAGS": "a"},
+        {"k": "vTAGS\x01z"},
+        {"TAGS": "\x01"},
+        {"TAGS": "ab", "QQQQ": "cd"},
+    ]
+    msgs = [
+        encode_message(
+            "t" * 200 if i % 2 else "T",
+            b"body%d" % i,
+            queue_id=0,
+            properties=p,
+            born_timestamp=T0,
+            born_host=(b"\x7f\x00\x00\x01", 1),
+            store_host=(b"\x7f\x00\x00\x01", 2),
+        )
+        for i, p in enumerate(props_list)
+    ]
     res = cl.append(msgs, list(range(len(msgs))), T0)
     seg = sorted((tmp_path / "commitlog").iterdir())[0]
     data = bytearray(seg.read_bytes())
-    for r, old, new in ((res[7], b"XXXX\x01b", b"TAGS\x01b"), (res[8], b"XXXX\x01b", b"TAGS\x01b"),
-                        (res[11], b"ab", b"\xff\xfe")):
+    for r, old, new in (
+        (res[7], b"XXXX\x01b", b"TAGS\x01b"),
+        (res[8], b"XXXX\x01b", b"TAGS\x01b"),
+        (res[11], b"ab", b"\xff\xfe"),
+    ):
         at = data.index(old, r.offset, r.offset + r.size)
-        data[at:at + len(old)] = new
+        data[at : at + len(old)] = new
     seg.write_bytes(bytes(data))
     cl.close()
-    with MessageStore(str(tmp_path), StoreConfig(mapped_file_size_commit_log=64 * 1024),
-                      read_only=True) as s:
+    with MessageStore(
+        str(tmp_path), StoreConfig(mapped_file_size_commit_log=64 * 1024), read_only=True
+    ) as s:
         n = 0
-        for (buf, pos, phys, _size, topic, qid, qoff, flag) in s.commitlog.scan_raw(0):
+        for buf, pos, phys, _size, topic, qid, qoff, flag in s.commitlog.scan_raw(0):
             a = (topic, qid, phys, *recovery.light_unit(buf, pos), qoff, flag)
             b = dispatch.dispatch_of(s, decode_record(buf, pos, check_crc=False))
-            assert a == (b.topic, b.queue_id, b.commitlog_offset, b.size, b.tags_code,
-                         b.store_timestamp, b.queue_offset, b.sys_flag)
+            assert a == (
+                b.topic,
+                b.queue_id,
+                b.commitlog_offset,
+                b.size,
+                b.tags_code,
+                b.store_timestamp,
+                b.queue_offset,
+                b.sys_flag,
+            )
             n += 1
         assert n == len(msgs)
 
@@ -685,10 +781,10 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
 # ----------------------------------------------------------------------------------------------
 # The reference walker for the scan tests.
 
-from engine.format.commitlog import SCAN_CHUNK  # noqa: E402
 from engine.errors import CorruptRecordError  # noqa: E402
-from engine.format.message import (BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2,  # noqa: E402
-                                   decode_record as _decode_record)
+from engine.format.commitlog import SCAN_CHUNK  # noqa: E402
+from engine.format.message import BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2  # noqa: E402
+from engine.format.message import decode_record as _decode_record  # noqa: E402
 
 
 def reference_scan(self, start: int, check_crc: bool = True, end: int | None = None):
@@ -748,9 +844,13 @@ def reference_scan(self, start: int, check_crc: bool = True, end: int | None = N
                     continue
                 break  # re-read from this record
             try:
-                rec = _decode_record(chunk, i, check_crc=check_crc,
-                                    base_offset=chunk_start,
-                                    force_verify_prop_crc=self.force_verify_prop_crc)
+                rec = _decode_record(
+                    chunk,
+                    i,
+                    check_crc=check_crc,
+                    base_offset=chunk_start,
+                    force_verify_prop_crc=self.force_verify_prop_crc,
+                )
             except CorruptRecordError as exc:
                 self.scan_error = str(exc)
                 return

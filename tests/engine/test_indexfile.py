@@ -18,14 +18,22 @@ from types import SimpleNamespace
 
 import pytest
 
+import refreader as rr
+from conftest import FIXTURES
 from engine.errors import CorruptRecordError, ReadOnlyStoreError
-from engine.format.indexfile import (HEADER, INDEX_HEADER_SIZE, LONG_MAX, IndexFile, IndexService,
-                                     _name_after, index_file_name, index_file_size, index_geometry)
+from engine.format.indexfile import (
+    HEADER,
+    INDEX_HEADER_SIZE,
+    LONG_MAX,
+    IndexFile,
+    IndexService,
+    _name_after,
+    index_file_name,
+    index_file_size,
+    index_geometry,
+)
 from engine.format.javahash import index_key_hash
 
-import refreader as rr
-
-from conftest import FIXTURES
 RMQ498 = FIXTURES / "rocketmq-4.9.8-written"
 RUST_INDEX = FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file" / "index"
 INT_MAX = 2**31 - 1
@@ -34,9 +42,14 @@ T0 = 1_700_000_000_000
 
 def rec(offset, ts, keys=(), uniq=None, topic="T", sys_flag=0):
     """A dispatch item as the store passes it (``_Dispatch``'s index fields)."""
-    return SimpleNamespace(topic=topic, commitlog_offset=offset, store_timestamp=ts,
-                           keys=keys if isinstance(keys, str) else list(keys),
-                           uniq_key=uniq, sys_flag=sys_flag)
+    return SimpleNamespace(
+        topic=topic,
+        commitlog_offset=offset,
+        store_timestamp=ts,
+        keys=keys if isinstance(keys, str) else list(keys),
+        uniq_key=uniq,
+        sys_flag=sys_flag,
+    )
 
 
 def used_bytes(f: IndexFile | str, slots: int | None = None) -> bytes:
@@ -46,10 +59,11 @@ def used_bytes(f: IndexFile | str, slots: int | None = None) -> bytes:
     count = max(HEADER.unpack_from(data)[5], 1)
     if slots is None:
         slots = rr.index_geometry(str(path))[0]
-    return data[:INDEX_HEADER_SIZE + slots * 4 + count * 20]
+    return data[: INDEX_HEADER_SIZE + slots * 4 + count * 20]
 
 
 # -- IndexFileTest ------------------------------------------------------------------------------
+
 
 def test_put_key_capacity(tmp_path):
     """IndexFileTest.testPutKey: 100 slots, 400 items; 399 keys fit, the 400th is refused."""
@@ -87,15 +101,21 @@ def test_index_service_query_empty_key_huge_max(tmp_path):
 
 # -- putKey details -----------------------------------------------------------------------------
 
+
 def test_header_and_item_layout(tmp_path):
     f = IndexFile(str(tmp_path / "f"), 8, 32)
     assert f.put_key("T#a", 100, T0 + 1234)
     assert f.put_key("T#b", 200, T0 + 5678)
     assert f.put_key("T#a", 300, T0 + 9999)
     hdr = rr.read_indexfile(f.path)
-    assert hdr == {"beginTimestamp": T0 + 1234, "endTimestamp": T0 + 9999,
-                   "beginPhyOffset": 100, "endPhyOffset": 300,
-                   "hashSlotCount": f.hash_slot_count, "indexCount": 4}
+    assert hdr == {
+        "beginTimestamp": T0 + 1234,
+        "endTimestamp": T0 + 9999,
+        "beginPhyOffset": 100,
+        "endPhyOffset": 300,
+        "hashSlotCount": f.hash_slot_count,
+        "indexCount": 4,
+    }
     assert hdr == f.header()
     ha, hb = index_key_hash("T#a"), index_key_hash("T#b")
     items = rr.read_index_items(f.path, 8)
@@ -159,7 +179,8 @@ def test_select_time_window(tmp_path):
     assert f.select_phy_offsets("T#k", 64, T0 + 95_000, LONG_MAX) == []
     for begin, end in ((T0 + 30_000, T0 + 60_000), (0, T0), (T0 + 95_000, LONG_MAX)):
         assert f.select_phy_offsets("T#k", 64, begin, end) == rr.index_lookup(
-            f.path, "T#k", 4, begin, end)
+            f.path, "T#k", 4, begin, end
+        )
     f.close()
 
 
@@ -202,6 +223,7 @@ def test_read_only_file_refuses_put(tmp_path):
 
 # -- geometry and names -------------------------------------------------------------------------
 
+
 def test_geometry(tmp_path):
     assert index_file_size(5_000_000, 20_000_000) == 420_000_040
     assert index_geometry(420_000_040) == (5_000_000, 20_000_000)
@@ -224,6 +246,7 @@ def test_geometry(tmp_path):
 
 def test_file_names():
     import time
+
     ms = T0 + 42
     name = index_file_name(ms)
     assert len(name) == 17 and name.isdigit()
@@ -234,18 +257,25 @@ def test_file_names():
 
 # -- IndexService -------------------------------------------------------------------------------
 
+
 def build_records(n, keys_per=2, start_ts=T0, step_ts=1000, size=100):
-    return [rec(i * size, start_ts + i * step_ts, [f"k{i}", f"g{i % 3}"][:keys_per], f"U{i}")
-            for i in range(n)]
+    return [
+        rec(i * size, start_ts + i * step_ts, [f"k{i}", f"g{i % 3}"][:keys_per], f"U{i}")
+        for i in range(n)
+    ]
 
 
 def test_dispatch_keys_and_rollback(tmp_path):
     svc = IndexService(str(tmp_path / "index"), 16, 64)
-    svc.dispatch([rec(0, T0, ["a", "", "b"], "U0"),
-                  rec(100, T0 + 1, "a c", None),  # keys as the raw KEYS string
-                  rec(200, T0 + 2, ["a"], "U2", sys_flag=0xC),  # ROLLBACK: not indexed
-                  rec(300, T0 + 3, ["a"], "U3", sys_flag=0x4),  # PREPARED: indexed
-                  rec(400, T0 + 4, [], None)])
+    svc.dispatch(
+        [
+            rec(0, T0, ["a", "", "b"], "U0"),
+            rec(100, T0 + 1, "a c", None),  # keys as the raw KEYS string
+            rec(200, T0 + 2, ["a"], "U2", sys_flag=0xC),  # ROLLBACK: not indexed
+            rec(300, T0 + 3, ["a"], "U3", sys_flag=0x4),  # PREPARED: indexed
+            rec(400, T0 + 4, [], None),
+        ]
+    )
     assert svc.query("T", "a") == [300, 100, 0]
     assert svc.query("T", "U0") == [0]
     assert svc.query("T", "U2") == []
@@ -357,8 +387,10 @@ def test_abnormal_load_destroys_newer_files(tmp_path):
 def test_truncate_equals_fresh_build(tmp_path):
     """Cutting the index at a record and re-dispatching gives the bytes of a fresh build."""
     old = build_records(14)
-    new = [rec(r.commitlog_offset, r.store_timestamp + 500, [f"n{i}"], f"V{i}")
-           for i, r in enumerate(old[7:], 7)]
+    new = [
+        rec(r.commitlog_offset, r.store_timestamp + 500, [f"n{i}"], f"V{i}")
+        for i, r in enumerate(old[7:], 7)
+    ]
     a = IndexService(str(tmp_path / "a"), 4, 16)
     a.dispatch(old)
     assert len(a.files) == 3
@@ -481,7 +513,7 @@ def test_concurrent_queries_while_dispatching(tmp_path):
     for t in threads:
         t.start()
     for i in range(0, 600, 7):
-        svc.dispatch(records[i:i + 7])
+        svc.dispatch(records[i : i + 7])
         if i % 140 == 0:
             svc.delete_expired(i * 10 // 2)
     stop.set()
@@ -494,10 +526,11 @@ def test_concurrent_queries_while_dispatching(tmp_path):
 
 # -- agreement with the independent reader ------------------------------------------------------
 
+
 def test_written_files_match_reference_reader(tmp_path):
     rnd = random.Random(7)
     f = IndexFile(str(tmp_path / "f"), 16, 64)
-    keys = [f"T#key-{i}" for i in range(20)] + ["T#ключ", "T#消息", "T#\U0001F600"]
+    keys = [f"T#key-{i}" for i in range(20)] + ["T#ключ", "T#消息", "T#\U0001f600"]
     ts = T0
     expected: dict[str, list[int]] = {}
     for off in range(0, 63 * 50, 50):
@@ -514,11 +547,13 @@ def test_written_files_match_reference_reader(tmp_path):
         assert set(expected.get(k, [])) <= set(mine)
         for begin, end in ((T0 + 20_000, T0 + 60_000), (ts - 5000, LONG_MAX), (0, T0 + 1)):
             assert f.select_phy_offsets(k, 1000, begin, end) == rr.index_lookup(
-                f.path, k, 16, begin, end)
+                f.path, k, 16, begin, end
+            )
     f.close()
 
 
 # -- real fixtures ------------------------------------------------------------------------------
+
 
 def expected_498():
     rows = [json.loads(line) for line in (RMQ498 / "expected.jsonl").read_text().splitlines()]
@@ -526,8 +561,17 @@ def expected_498():
 
 
 def records_498():
-    return [rec(r["commitLogOffset"], r["storeTimestamp"], (r.get("keys") or "").split(" "),
-                r.get("uniqKey"), r["topic"], r["sysFlag"]) for r in expected_498()]
+    return [
+        rec(
+            r["commitLogOffset"],
+            r["storeTimestamp"],
+            (r.get("keys") or "").split(" "),
+            r.get("uniqKey"),
+            r["topic"],
+            r["sysFlag"],
+        )
+        for r in expected_498()
+    ]
 
 
 @pytest.mark.skipif(not RMQ498.is_dir(), reason="shared fixtures not present")
@@ -580,8 +624,7 @@ def test_fixture_rocketmq_rust_index(tmp_path):
     shutil.copy(path, d / path.name)
     os.chmod(d / path.name, 0o644)
     svc = IndexService(str(d), 32, 128)
-    svc.dispatch([rec(282, svc.last_timestamp + 10, ["v1-upgrade-key"], None,
-                      "V1UpgradeTopic")])
+    svc.dispatch([rec(282, svc.last_timestamp + 10, ["v1-upgrade-key"], None, "V1UpgradeTopic")])
     assert svc.query("V1UpgradeTopic", "v1-upgrade-key") == [282, 141, 0]
     svc.close()
     assert rr.index_lookup(str(d / path.name), "V1UpgradeTopic#v1-upgrade-key") == [282, 141, 0]

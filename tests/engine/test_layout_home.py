@@ -15,17 +15,23 @@ from collections import Counter
 
 import pytest
 
+from conftest import REPO
 from engine.format import message
 
-from conftest import REPO
 LAYERS = ("engine", "fusefs", "mount", "pipeline")
 HOME = "engine/format/message.py"
 
 #: Copies allowed outside message.py, per (file, kind): none.
 ALLOWED: Counter = Counter()  # no copy left anywhere
 
-_MAGICS = {message.MAGIC_V1, message.MAGIC_V2, message.MAGIC_BLANK, message.MAGIC_V1_SIGNED,
-           message.MAGIC_V2_SIGNED, message.MAGIC_BLANK_SIGNED}
+_MAGICS = {
+    message.MAGIC_V1,
+    message.MAGIC_V2,
+    message.MAGIC_BLANK,
+    message.MAGIC_V1_SIGNED,
+    message.MAGIC_V2_SIGNED,
+    message.MAGIC_BLANK_SIGNED,
+}
 _NAMES = {message.SCHEDULE_TOPIC: "SCHEDULE_TOPIC_XXXX", message.PROPERTY_CRC32: "__CRC32#"}
 _FORMATS = {message.FIXED_V4.format, message.PREFIX.format, message.RECORD_HEAD.format}
 _SEPS = (message.NAME_VALUE_SEPARATOR, message.PROPERTY_SEPARATOR)
@@ -36,8 +42,12 @@ def _docstrings(tree) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 out.add(id(body[0].value))
     return out
 
@@ -48,7 +58,7 @@ def _is_separator(value) -> bool:
         return True
     for i, ch in enumerate(text):
         if ch in _SEPS:
-            near = text[i - 1:i] + text[i + 1:i + 2]
+            near = text[i - 1 : i] + text[i + 1 : i + 2]
             if any(" " <= c <= "~" for c in near):
                 return True
     return False
@@ -60,8 +70,12 @@ def layout_copies(source: str) -> list[tuple[int, str, object]]:
     skip = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and \
-                isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, int):
+        if (
+            isinstance(node, ast.UnaryOp)
+            and isinstance(node.op, ast.USub)
+            and isinstance(node.operand, ast.Constant)
+            and isinstance(node.operand.value, int)
+        ):
             if -node.operand.value in _MAGICS:  # a signed magic, -626843481
                 found.append((node.lineno, "magic", -node.operand.value))
             continue
@@ -98,28 +112,41 @@ def test_the_record_layout_is_written_in_engine_message_only():
             counts[(rel, kind)] += 1
             where.setdefault((rel, kind), []).append(f"{rel}:{line}: {value!r}")
     extra = [w for key, n in counts.items() if n > ALLOWED.get(key, 0) for w in where[key]]
-    assert not extra, ("import these from engine/format/message.py instead of writing them again:\n"
-                       + "\n".join(extra))
+    assert not extra, (
+        "import these from engine/format/message.py instead of writing them again:\n"
+        + "\n".join(extra)
+    )
 
 
 def test_engine_message_defines_them():
     found = {kind for _, kind, _ in layout_copies((REPO / HOME).read_text(encoding="utf-8"))}
-    assert {"magic", "separator", "SCHEDULE_TOPIC_XXXX", "__CRC32#",
-            "record struct format"} <= found
+    assert {
+        "magic",
+        "separator",
+        "SCHEDULE_TOPIC_XXXX",
+        "__CRC32#",
+        "record struct format",
+    } <= found
 
 
-@pytest.mark.parametrize("source, kinds", [
-    ('X = 0xDAA320A7\n', ["magic"]),
-    ('def f(m):\n    return m == -626843481\n', ["magic"]),  # MAGIC_V1 as a signed int32
-    ('T = "SCHEDULE_TOPIC_XXXX"\n', ["SCHEDULE_TOPIC_XXXX"]),
-    ('def f(p):\n    return p.split("\\x02")\n', ["separator"]),
-    ('def f(t):\n    return f"TAGS\\x01{t}\\x02"\n', ["separator", "separator"]),
-    ('P = b"__CRC32#\\x01"\n', ["__CRC32#", "separator"]),
-    ('import struct\nH = struct.Struct(">iI")\n', ["record struct format"]),
-    ('IP = b"\\x7f\\x00\\x00\\x01"\n', []),  # an address, not a separator
-    ('"""A docstring may say 0xDAA320A7, SCHEDULE_TOPIC_XXXX and k\\x01v\\x02."""\n'
-     '# so may a comment: "\\x02"\n', []),
-])
+@pytest.mark.parametrize(
+    "source, kinds",
+    [
+        ('X = 0xDAA320A7\n', ["magic"]),
+        ('def f(m):\n    return m == -626843481\n', ["magic"]),  # MAGIC_V1 as a signed int32
+        ('T = "SCHEDULE_TOPIC_XXXX"\n', ["SCHEDULE_TOPIC_XXXX"]),
+        ('def f(p):\n    return p.split("\\x02")\n', ["separator"]),
+        ('def f(t):\n    return f"TAGS\\x01{t}\\x02"\n', ["separator", "separator"]),
+        ('P = b"__CRC32#\\x01"\n', ["__CRC32#", "separator"]),
+        ('import struct\nH = struct.Struct(">iI")\n', ["record struct format"]),
+        ('IP = b"\\x7f\\x00\\x00\\x01"\n', []),  # an address, not a separator
+        (
+            '"""A docstring may say 0xDAA320A7, SCHEDULE_TOPIC_XXXX and k\\x01v\\x02."""\n'
+            '# so may a comment: "\\x02"\n',
+            [],
+        ),
+    ],
+)
 def test_the_scanner_finds_a_copy(source, kinds):
     """The check above can fail: each kind of copy is found (and docstrings are not)."""
     assert sorted(k for _, k, _ in layout_copies(source)) == sorted(kinds)
@@ -133,10 +160,14 @@ def redefined(source: str, names: set[str]) -> list[tuple[int, str]]:
     """``[(line, name)]`` of module-level assignments to one of ``names``."""
     out = []
     for node in ast.parse(source).body:
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, ast.AnnAssign) else []
-        out += [(node.lineno, t.id) for t in targets
-                if isinstance(t, ast.Name) and t.id in names]
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        out += [(node.lineno, t.id) for t in targets if isinstance(t, ast.Name) and t.id in names]
     return out
 
 
@@ -145,8 +176,15 @@ def test_no_module_defines_a_constant_of_engine_message_again():
     second home of a message.py constant (import it)."""
     names = {n for n in vars(message) if n.isupper() and not n.startswith("_")}
     assert {"SCHEDULE_TOPIC", "TRANSACTION_ROLLBACK_TYPE", "CRC32_RESERVED_LEN"} <= names
-    bad = [f"{rel}:{line}: {name}" for rel, src in _sources() if rel != HOME
-           for line, name in redefined(src, names) if (rel, name) not in ALLOWED_REDEFINED]
+    bad = [
+        f"{rel}:{line}: {name}"
+        for rel, src in _sources()
+        if rel != HOME
+        for line, name in redefined(src, names)
+        if (rel, name) not in ALLOWED_REDEFINED
+    ]
     assert not bad, bad
-    assert redefined("from x import A\nA = 1\nB: int = 2\ndef f():\n    A = 3\n",
-                     {"A", "B"}) == [(2, "A"), (3, "B")]
+    assert redefined("from x import A\nA = 1\nB: int = 2\ndef f():\n    A = 3\n", {"A", "B"}) == [
+        (2, "A"),
+        (3, "B"),
+    ]

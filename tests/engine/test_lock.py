@@ -24,9 +24,13 @@ sys.stdin.read()
 @pytest.fixture
 def holder(tmp_path):
     """A child process holding tmp_path's store lock until its stdin closes."""
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     assert p.stdout.readline().strip() == "locked"
     yield p
     p.stdin.close()
@@ -103,8 +107,12 @@ def jvm_try_lock(root) -> str:
 @pytest.fixture
 def jvm_holder(tmp_path):
     """A JVM holding tmp_path/lock as a broker does, until its stdin closes; yields its pid."""
-    p = subprocess.Popen(["java", PROBE, str(tmp_path), "hold"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        ["java", PROBE, str(tmp_path), "hold"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     first = p.stdout.readline().split()
     assert first[0] == "locked", first
     yield int(first[1])
@@ -122,9 +130,14 @@ def test_closing_another_descriptor_keeps_the_lock(tmp_path):
         with open(tmp_path / LOCK_FILE, "rb") as f:
             assert f.read() == b"lock"
         assert lock_holder(str(tmp_path)) == os.getpid()
-        res = subprocess.run([sys.executable, "-c", HOLD, str(tmp_path)], capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
-                             input="", timeout=60)
+        res = subprocess.run(
+            [sys.executable, "-c", HOLD, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            input="",
+            timeout=60,
+        )
         assert res.returncode != 0 and f"locked by process {os.getpid()}" in res.stderr
         assert jvm_try_lock(tmp_path) == "busy"
     finally:
@@ -148,10 +161,18 @@ def test_holder_found_from_another_process(tmp_path):
     fd = take_store_lock(str(tmp_path))
     try:
         res = subprocess.run(
-            [sys.executable, "-c", "import sys; from engine.service.lock import lock_holder; "
-             "print(lock_holder(sys.argv[1]))", str(tmp_path)],
-            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
-            timeout=60)
+            [
+                sys.executable,
+                "-c",
+                "import sys; from engine.service.lock import lock_holder; "
+                "print(lock_holder(sys.argv[1]))",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            timeout=60,
+        )
         assert res.stdout.strip() == str(os.getpid()), res.stderr
     finally:
         release_store_lock(fd)

@@ -9,8 +9,13 @@ import refreader
 from engine.service import recovery
 from engine.store import Message, MessageStore, StoreConfig
 
-CONFIG = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,
-              max_hash_slot_num=16, max_index_num=64, default_topic_queue_nums=3)
+CONFIG = dict(
+    mapped_file_size_commit_log=8 * 1024,
+    mapped_file_size_consume_queue=16 * 20,
+    max_hash_slot_num=16,
+    max_index_num=64,
+    default_topic_queue_nums=3,
+)
 
 
 class Recorder:
@@ -31,6 +36,7 @@ class Recorder:
 
             def close(self):
                 rec.closed += 1
+
         return Bar()
 
     def bar(self, desc):
@@ -42,8 +48,12 @@ def fill(root, n=200, crash=True):
     """``n`` messages with one key each (2 index entries: key and UNIQ_KEY) over 3 queues."""
     with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
         s.create_topic("T", 3)
-        s.put_messages([Message("T", b"m%d-" % i + b"x" * 200, keys=[f"k{i}"],
-                                queue_id=i % 3) for i in range(n)])
+        s.put_messages(
+            [
+                Message("T", b"m%d-" % i + b"x" * 200, keys=[f"k{i}"], queue_id=i % 3)
+                for i in range(n)
+            ]
+        )
     if crash:
         (root / "abort").write_text("1")
 
@@ -73,8 +83,11 @@ def test_report_after_a_crash_with_a_torn_tail_and_lost_derived_files(tmp_path):
     fill(root, n=200)
     records = refreader.read_commitlog(root / "commitlog")
     last = records[-1]
-    start, path, _ = next(seg for seg in refreader.list_segments(root / "commitlog")
-                      if seg[0] <= last["physicalOffset"] < seg[0] + seg[2])
+    start, path, _ = next(
+        seg
+        for seg in refreader.list_segments(root / "commitlog")
+        if seg[0] <= last["physicalOffset"] < seg[0] + seg[2]
+    )
     with open(path, "r+b") as f:  # the last record torn: its second half never written
         f.seek(last["physicalOffset"] - start + last["totalSize"] // 2)
         f.write(bytes(last["totalSize"] - last["totalSize"] // 2))
@@ -96,8 +109,10 @@ def test_report_after_a_crash_with_a_torn_tail_and_lost_derived_files(tmp_path):
     line = report.summary()
     assert line.startswith("recovery after a crash in ")
     assert f"{len(kept):,} records" in line and "dropped a torn tail" in line
-    assert f"rebuilt {report.units_rebuilt:,} ConsumeQueue units and " \
-           f"{report.index_rebuilt:,} index entries" in line
+    assert (
+        f"rebuilt {report.units_rebuilt:,} ConsumeQueue units and "
+        f"{report.index_rebuilt:,} index entries" in line
+    )
     js = report.to_json()
     assert js["abnormal"] and js["unitsRebuilt"] == report.units_rebuilt
     assert js["indexEntriesRebuilt"] == report.index_rebuilt and js["tornTail"]

@@ -20,8 +20,8 @@ import struct
 import pytest
 
 import refreader as rr
-
 from conftest import SHARED
+
 FIXTURES = SHARED / "fixtures"
 PR3535 = FIXTURES / "apache-rocketmq-pr3535" / "store"
 RMQ498 = FIXTURES / "rocketmq-4.9.8-written"
@@ -34,15 +34,19 @@ pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures n
 # pure helpers
 # --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("", 0),
-    ("hello", 99162322),
-    ("TAG1", 2567159),
-    ("polygenelubricants", -2 ** 31),      # hashes to Integer.MIN_VALUE
-    ("\U0001F600", 0xD83D * 31 + 0xDE00),  # surrogate pair: two UTF-16 units
-    # ((((104*31 + 0xE9)*31 + 108)*31 + 108)*31 + 111): one unit per BMP char
-    ("h\u00e9llo", 103094734),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", 0),
+        ("hello", 99162322),
+        ("TAG1", 2567159),
+        ("polygenelubricants", -(2**31)),  # hashes to Integer.MIN_VALUE
+        ("\U0001f600", 0xD83D * 31 + 0xDE00),  # surrogate pair: two UTF-16 units
+        # ((((104*31 + 0xE9)*31 + 108)*31 + 108)*31 + 111): one unit per BMP char
+        ("h\u00e9llo", 103094734),
+    ],
+)
 def test_java_string_hash(text, expected):
     assert rr.java_string_hash(text) == expected
 
@@ -62,8 +66,10 @@ def test_decode_properties_rules():
 def test_offset_msg_id_forms():
     v4 = bytes([127, 0, 0, 1]) + struct.pack(">i", 10911)
     assert rr.offset_msg_id(v4, 0x1107) == "7F00000100002A9F0000000000001107"
-    assert rr.offset_msg_id((bytes([127, 0, 0, 1]), 10911), 0x1107) == \
-        "7F00000100002A9F0000000000001107"
+    assert (
+        rr.offset_msg_id((bytes([127, 0, 0, 1]), 10911), 0x1107)
+        == "7F00000100002A9F0000000000001107"
+    )
     v6 = bytes(15) + b"\x01" + struct.pack(">i", 10911)
     assert len(rr.offset_msg_id(v6, 1)) == 56
 
@@ -71,6 +77,7 @@ def test_offset_msg_id_forms():
 # --------------------------------------------------------------------------
 # apache-rocketmq-pr3535
 # --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def pr3535():
@@ -107,9 +114,11 @@ def test_pr3535_tags_code():
 
 
 def test_check_record_detects_corruption(pr3535):
-    for field, value in (("bodyCRC", pr3535[0]["bodyCRC"] ^ 1),
-                         ("totalSize", 171),
-                         ("physicalOffset", 1)):
+    for field, value in (
+        ("bodyCRC", pr3535[0]["bodyCRC"] ^ 1),
+        ("totalSize", 171),
+        ("physicalOffset", 1),
+    ):
         bad = dict(pr3535[0], **{field: value})
         with pytest.raises(AssertionError):
             rr.check_record(bad)
@@ -136,6 +145,7 @@ def test_segments_must_be_contiguous(tmp_path):
 # --------------------------------------------------------------------------
 # rocketmq-4.9.8-written
 # --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def expected498():
@@ -204,8 +214,10 @@ def test_498_segments_and_blanks(scan498):
     for off, length in blanks:
         assert (off + length) % seg == 0
         assert length >= 8
-    assert scan498["endOffset"] == scan498["records"][-1]["fileOffset"] + \
-        scan498["records"][-1]["totalSize"]
+    assert (
+        scan498["endOffset"]
+        == scan498["records"][-1]["fileOffset"] + scan498["records"][-1]["totalSize"]
+    )
     assert scan498["stopReason"].startswith("header at %d" % scan498["endOffset"])
     # no record crosses a segment boundary
     for rec in scan498["records"]:
@@ -228,8 +240,10 @@ def test_498_consume_queues(expected498):
         msgs.sort(key=lambda m: m["queueOffset"])
         assert [m["queueOffset"] for m in msgs] == list(range(len(msgs)))
         units = rr.read_consumequeue(store, topic, qid)
-        assert units == [(m["commitLogOffset"], m["size"], m["tagsCode"]) for m in msgs], \
-            (topic, qid)
+        assert units == [(m["commitLogOffset"], m["size"], m["tagsCode"]) for m in msgs], (
+            topic,
+            qid,
+        )
         for m in msgs:
             assert m["tagsCode"] == rr.tags_code(m["tags"])
         qdir = store / "consumequeue" / topic / str(qid)
@@ -291,8 +305,9 @@ def test_498_index_lookup(expected498):
             found = rr.index_lookup_dir(idx, key)
             assert exp["commitLogOffset"] in found, key
             # collisions are not resolved: exactly the items with that hash
-            assert collections.Counter(found) == \
-                collections.Counter(pairs_by_hash[rr.index_key_hash(key)]), key
+            assert collections.Counter(found) == collections.Counter(
+                pairs_by_hash[rr.index_key_hash(key)]
+            ), key
     assert rr.index_lookup_dir(idx, "OracleTopicA#no-such-key") == []
 
 
@@ -302,8 +317,10 @@ def test_498_checkpoint(scan498):
     assert cp["physicMsgTimestamp"] in store_ts
     assert cp["logicsMsgTimestamp"] == max(store_ts)
     # indexMsgTimestamp = endTimestamp of the last index file flushed when full
-    ends = [rr.read_indexfile(RMQ498 / "store" / "index" / n)["endTimestamp"]
-            for n in sorted(os.listdir(RMQ498 / "store" / "index"))]
+    ends = [
+        rr.read_indexfile(RMQ498 / "store" / "index" / n)["endTimestamp"]
+        for n in sorted(os.listdir(RMQ498 / "store" / "index"))
+    ]
     assert cp["indexMsgTimestamp"] == ends[3]
     assert cp["masterFlushedOffset"] == 0 and cp["confirmPhyOffset"] == 0  # 4.x: 24 bytes
     assert os.path.getsize(RMQ498 / "store" / "checkpoint") == 4096
@@ -312,6 +329,7 @@ def test_498_checkpoint(scan498):
 # --------------------------------------------------------------------------
 # mxsm-rocketmq-rust v0.9.0
 # --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def rust_expected():
@@ -332,8 +350,9 @@ def test_rust_commitlog(rust_expected):
 
 
 def test_rust_consume_queue(rust_expected):
-    units = rr.read_consumequeue(RUST / "local-file", rust_expected["topic"],
-                                 rust_expected["queue_id"])
+    units = rr.read_consumequeue(
+        RUST / "local-file", rust_expected["topic"], rust_expected["queue_id"]
+    )
     assert len(units) == rust_expected["queue_max_offset"] == 2
     assert units == [(0, 141, 0), (141, 141, 0)]
 
@@ -356,6 +375,11 @@ def test_rust_index(rust_expected):
 
 def test_rust_checkpoint():
     cp = rr.read_checkpoint(RUST / "local-file" / "checkpoint")
-    assert set(cp) == {"physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp",
-                       "masterFlushedOffset", "confirmPhyOffset"}
+    assert set(cp) == {
+        "physicMsgTimestamp",
+        "logicsMsgTimestamp",
+        "indexMsgTimestamp",
+        "masterFlushedOffset",
+        "confirmPhyOffset",
+    }
     assert cp["logicsMsgTimestamp"] == 1786727751704

@@ -16,23 +16,34 @@ import time
 import pytest
 
 import refreader
+from engine.errors import MessageIllegalError, PropertiesSizeExceededError
 from engine.format.checkpoint import StoreCheckpoint
 from engine.format.consumequeue import UNIT, ConsumeQueue
-from engine.errors import MessageIllegalError, PropertiesSizeExceededError
-from engine.service.getmessage import GetMessageStatus as S
 from engine.format.indexfile import IndexFile
 from engine.format.mappedfile import FileQueue
-from engine.format.message import (MAGIC_BLANK, MAX_MESSAGE_SIZE, decode_record, encode_message,
-                                   host_from_str)
+from engine.format.message import (
+    MAGIC_BLANK,
+    MAX_MESSAGE_SIZE,
+    decode_record,
+    encode_message,
+    host_from_str,
+)
 from engine.service import dispatch, recovery
+from engine.service.getmessage import GetMessageStatus as S
 from engine.store import Message, MessageStore, StoreConfig
 
 BORN = host_from_str("127.0.0.1:123")
 
 
 def _store(root, **kw):
-    cfg = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=1000 * 20,
-               max_hash_slot_num=64, max_index_num=256, broker_ip1="127.0.0.1", listen_port=124)
+    cfg = dict(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=1000 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        broker_ip1="127.0.0.1",
+        listen_port=124,
+    )
     cfg.update(kw)
     return MessageStore(root, StoreConfig(**cfg))
 
@@ -55,11 +66,11 @@ def test_AppendCallbackTest_testAppendMessageBatchEndOfFile(tmp_path):
         s.put_messages([Message("test-topic", b"f" * pad, born_host=BORN)])
         assert s.commitlog.max_offset == 3000
         res = s.put_messages(_batch(), batch=True)
-        assert sum(r.size for r in res) + 8 > 1000           # does not fit in maxBlank
+        assert sum(r.size for r in res) + 8 > 1000  # does not fit in maxBlank
     seg0 = (root / "commitlog" / "00000000000000000000").read_bytes()
     assert struct.unpack_from(">iI", seg0, 3000) == (1000, MAGIC_BLANK)
-    assert seg0[3008:] == bytes(992)                          # only 8 bytes written
-    assert res[0].commitlog_offset == 4000                    # the batch, whole, in file 2
+    assert seg0[3008:] == bytes(992)  # only 8 bytes written
+    assert res[0].commitlog_offset == 4000  # the batch, whole, in file 2
     assert [r.queue_offset for r in res] == list(range(2, 12))
     assert refreader.blank_records(root / "commitlog") == [(3000, 1000)]
 
@@ -94,8 +105,9 @@ def test_AppendPropCRCTest_testAppendMessageSucc(tmp_path):
     props = {f"key{i}": f"value{i}" for i in range(6)}
     with _store(root, enabled_append_prop_crc=True, force_verify_prop_crc=True) as s:
         s.create_topic("test-topic", 1)
-        res = s.put_messages([Message("test-topic", b"body", tags="abc", properties=props)
-                              for _ in range(10)])
+        res = s.put_messages(
+            [Message("test-topic", b"body", tags="abc", properties=props) for _ in range(10)]
+        )
     raw = bytearray((root / "commitlog" / "00000000000000000000").read_bytes())
     for r in res:
         rec = decode_record(raw, r.commitlog_offset, check_crc=True, force_verify_prop_crc=True)
@@ -105,6 +117,7 @@ def test_AppendPropCRCTest_testAppendMessageSucc(tmp_path):
     props_len = len("".join(f"{k}\x01{v}\x02" for k, v in rec.properties.items()).encode())
     raw[last.commitlog_offset + last.size - props_len // 2] += 1
     from engine.errors import CorruptRecordError
+
     with pytest.raises(CorruptRecordError, match="CRC32"):
         decode_record(raw, last.commitlog_offset, check_crc=True, force_verify_prop_crc=True)
     for r in res[:-1]:
@@ -123,6 +136,7 @@ def test_DefaultMessageStoreTest_testRecover(tmp_path, abnormal):
 
     def put(s, n):
         return s.put_messages([Message("FooBar", body, queue_id=0) for _ in range(n)])
+
     with _store(root, mapped_file_size_commit_log=1024 * 1024) as s:
         s.create_topic("FooBar", 1)
         put(s, 100)
@@ -152,8 +166,16 @@ def test_DefaultMessageStoreTest_testPutLongMessage():
 
     def enc(body_len, topic_len, props_len):
         props = {"p": "v" * (props_len - 3)}  # "p\x01" + value + "\x02"
-        return encode_message("t" * topic_len, b"x" * body_len, queue_id=0, properties=props,
-                              born_timestamp=0, born_host=host, store_host=host)
+        return encode_message(
+            "t" * topic_len,
+            b"x" * body_len,
+            queue_id=0,
+            properties=props,
+            born_timestamp=0,
+            born_host=host,
+            store_host=host,
+        )
+
     enc(MAX_MESSAGE_SIZE, 127, 32767)
     with pytest.raises(MessageIllegalError):
         enc(MAX_MESSAGE_SIZE + 1, 127, 100)
@@ -203,8 +225,9 @@ def test_DefaultMessageStoreTest_testMaxOffset(tmp_path):
         s.put_messages([Message("FooBar", b"m", queue_id=0) for _ in range(3)])
         assert s.max_offset("FooBar", 0) == 3
         with s.flusher.lock:
-            s.put_messages([Message("FooBar", b"m", queue_id=0, wait_store_msg_ok=False)
-                            for _ in range(2)])
+            s.put_messages(
+                [Message("FooBar", b"m", queue_id=0, wait_store_msg_ok=False) for _ in range(2)]
+            )
             assert s.max_offset("FooBar", 0, committed=True) == 3
             assert s.max_offset("FooBar", 0, committed=False) == 5
         s.flush()
@@ -239,7 +262,7 @@ def test_MappedFileQueueTest_testFindMappedFileByOffset_StartOffsetIsNonZero(tmp
     d.mkdir()
     (d / f"{1024:020d}").write_bytes(bytes(1024))
     q = FileQueue(str(d), 1024)
-    assert q.find(0) is None                 # not found, no returnFirstOnNotFound
+    assert q.find(0) is None  # not found, no returnFirstOnNotFound
     assert q.find(1024).start == 1024 and q.find(2047).start == 1024
     assert q.find(2048) is None
     q.close()
@@ -266,15 +289,17 @@ def test_ConsumeQueueTest_redispatch_is_idempotent(tmp_path):
         assert sum(s.max_offset("T", q) for q in range(2)) == 50
 
 
-@pytest.mark.parametrize("flush,expected", [("SYNC_FLUSH", S.NO_MESSAGE_IN_QUEUE),
-                                            ("ASYNC_FLUSH", S.FOUND)])
+@pytest.mark.parametrize(
+    "flush,expected", [("SYNC_FLUSH", S.NO_MESSAGE_IN_QUEUE), ("ASYNC_FLUSH", S.FOUND)]
+)
 def test_ReputMessageServiceTest(tmp_path, flush, expected):
     """SYNC_FLUSH without a flush: nothing dispatched (NO_MESSAGE_IN_QUEUE); ASYNC: all 10."""
     with _store(tmp_path / "s", flush_disk_type=flush, flush_interval_commit_log=60_000) as s:
         s.create_topic("T", 1)
         with s.flusher.lock:
-            s.put_messages([Message("T", b"m", queue_id=0, wait_store_msg_ok=False)
-                            for _ in range(10)])
+            s.put_messages(
+                [Message("T", b"m", queue_id=0, wait_store_msg_ok=False) for _ in range(10)]
+            )
             r = s.get_messages("g", "T", 0, 0, 32)
             assert r.status == expected
             assert r.message_count == (10 if expected == S.FOUND else 0)
@@ -287,11 +312,11 @@ def test_DefaultMessageStoreShutDownTest(tmp_path, monkeypatch):
     s = _store(root, flush_disk_type="SYNC_FLUSH")
     s.create_topic("T", 1)
     with s.flusher.lock:
-        s.put_messages([Message("T", b"m", queue_id=0, wait_store_msg_ok=False)
-                        for _ in range(3)])
+        s.put_messages([Message("T", b"m", queue_id=0, wait_store_msg_ok=False) for _ in range(3)])
 
     def broken(*a, **k):
         raise OSError(5, "dispatch failed")
+
     monkeypatch.setattr(dispatch, "dispatch", broken)
     s.close()
     monkeypatch.undo()
@@ -309,6 +334,7 @@ def test_DefaultMessageStoreTest_testGroupCommit(tmp_path):
 
         def put():
             out.extend(s.put_messages([Message("T", b"x", queue_id=0)]))
+
         threads = [threading.Thread(target=put) for _ in range(16)]
         for t in threads:
             t.start()
@@ -325,8 +351,12 @@ def test_DefaultMessageStoreTest_testLookMessageByOffset(tmp_path):
         res = s.put_messages([Message("FooBar", b"m%d" % i) for i in range(10)])
         for i, r in enumerate(res):
             m = s.message_at(r.commitlog_offset)
-            assert (m.body, m.queue_id, m.queue_offset, m.msg_id) == \
-                (b"m%d" % i, r.queue_id, r.queue_offset, r.msg_id)
+            assert (m.body, m.queue_id, m.queue_offset, m.msg_id) == (
+                b"m%d" % i,
+                r.queue_id,
+                r.queue_offset,
+                r.msg_id,
+            )
         assert s.message_at(res[0].commitlog_offset + 1) is None
 
 

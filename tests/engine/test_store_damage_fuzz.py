@@ -28,15 +28,21 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from engine.store import Message, MessageStore, StoreConfig
 
-from conftest import REPO
 SEED = int(os.environ.get("RMQFS_DAMAGE_SEED", "20261123"))
 CASES = int(os.environ.get("RMQFS_DAMAGE_CASES", "48"))
-CONFIG = dict(mapped_file_size_commit_log=8 * 1024, mapped_file_size_consume_queue=16 * 20,
-              max_hash_slot_num=16, max_index_num=64)
-BROKER_CONF = ("mappedFileSizeCommitLog=8192\nmappedFileSizeConsumeQueue=320\n"
-               "maxHashSlotNum=16\nmaxIndexNum=64\n")
+CONFIG = dict(
+    mapped_file_size_commit_log=8 * 1024,
+    mapped_file_size_consume_queue=16 * 20,
+    max_hash_slot_num=16,
+    max_index_num=64,
+)
+BROKER_CONF = (
+    "mappedFileSizeCommitLog=8192\nmappedFileSizeConsumeQueue=320\n"
+    "maxHashSlotNum=16\nmaxIndexNum=64\n"
+)
 MUTATIONS = ("flip", "truncate", "zero", "extend", "delete", "dir", "symlink")
 
 
@@ -51,9 +57,17 @@ def base_store():
         s.create_topic("A", 2)
         s.create_topic("B", 1)
         for i in range(6):
-            s.put_messages([Message(rng.choice("AB"), b"m%d-%d " % (i, k) + b"x" *
-                                    rng.randint(0, 300), tags=f"t{k % 3}",
-                                    keys=[f"k{i}-{k}"]) for k in range(20)])
+            s.put_messages(
+                [
+                    Message(
+                        rng.choice("AB"),
+                        b"m%d-%d " % (i, k) + b"x" * rng.randint(0, 300),
+                        tags=f"t{k % 3}",
+                        keys=[f"k{i}-{k}"],
+                    )
+                    for k in range(20)
+                ]
+            )
         s.create_group("g")
         s.commit_offset("g", "A", 0, 1)
         s.commit_offset("g", "A", 0, 2)
@@ -105,7 +119,7 @@ def _mutate(root: Path, rel: str, mutation: str, rng: random.Random, outside: Pa
         if data:
             at = rng.randrange(len(data))
             n = rng.randint(1, 64)
-            data[at:at + n] = bytes(len(data[at:at + n]))
+            data[at : at + n] = bytes(len(data[at : at + n]))
         p.write_bytes(bytes(data))
     elif mutation == "truncate":
         os.truncate(p, rng.choice([0, rng.randrange(max(1, p.stat().st_size))]))
@@ -234,9 +248,14 @@ def test_damaged_stores_never_crash_hang_or_escape(base_store):
             code = CHILD.format(repo=str(REPO), root=str(root), conf=str(conf))
             case = f"case {i}: {mutation} {rel}{' +abort' if abort else ''}"
             try:
-                p = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                                   text=True, timeout=60, cwd=str(REPO),
-                                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+                p = subprocess.run(
+                    [sys.executable, "-c", code],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    cwd=str(REPO),
+                    env=dict(os.environ, PYTHONPATH=str(REPO)),
+                )
             except subprocess.TimeoutExpired:
                 failures.append(f"{case}: hung for 60 s")
                 continue
@@ -256,8 +275,12 @@ def test_damaged_stores_never_crash_hang_or_escape(base_store):
             if r is not None:
                 if not r["verify_ok"]:
                     failures.append(f"{case}: recover said OK but verify: {r['verify_errors']}")
-                n = {r["engine"], r.get("columnar", 0), r.get("refreader_units", 0),
-                     r.get("refreader_records", 0)}
+                n = {
+                    r["engine"],
+                    r.get("columnar", 0),
+                    r.get("refreader_units", 0),
+                    r.get("refreader_records", 0),
+                }
                 if len(n) != 1:
                     failures.append(f"{case}: readers disagree after recover: {r}")
         finally:

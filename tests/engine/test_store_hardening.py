@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 
 import refreader
+from conftest import REPO
+from engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeStoreError
 from engine.format import config as C
 from engine.format import mappedfile
-from engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeStoreError
 from engine.store import MessageStore
 from engine.tools.verify import recover_store, verify_store
-
-from conftest import REPO
 from stores import bodies, flip_body_byte, produce, small
 
 
@@ -37,6 +36,7 @@ def sha(path) -> str:
 def test_a_failed_creation_leaves_no_file(tmp_path, monkeypatch):
     def no_space(fd, size):
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(os, "ftruncate", no_space)
     with pytest.raises(OSError):
         mappedfile.create_preallocated(str(tmp_path / "00000000000000000000"), 4096)
@@ -50,6 +50,7 @@ def test_without_o_tmpfile_a_leftover_temp_file_is_removed_on_open(tmp_path, mon
         if flags & os.O_TMPFILE == os.O_TMPFILE:
             raise OSError(errno.EOPNOTSUPP, "not supported")
         return real_open(path, flags, *a, **k)
+
     monkeypatch.setattr(os, "open", no_tmpfile)
     fd = mappedfile.create_preallocated(str(tmp_path / "00000000000000000000"), 4096)
     os.close(fd)
@@ -70,14 +71,17 @@ def test_without_o_tmpfile_a_leftover_temp_file_is_removed_on_open(tmp_path, mon
 
 def test_cut_at_a_consumequeue_file_start_deletes_that_file(tmp_path):
     root = tmp_path / "store"
-    produce(root, 16, queue_id=0)          # exactly one full 16-unit ConsumeQueue file
+    produce(root, 16, queue_id=0)  # exactly one full 16-unit ConsumeQueue file
     produce(root, 1, queue_id=0, tag="x")  # the 17th opens the second file
     qdir = root / "consumequeue" / "T" / "0"
     assert len(list(qdir.iterdir())) == 2
     recs = refreader.read_commitlog(root / "commitlog")
     last = recs[-1]
-    seg = next(s for s in refreader.list_segments(root / "commitlog")
-           if s[0] <= last["physicalOffset"] < s[0] + s[2])
+    seg = next(
+        s
+        for s in refreader.list_segments(root / "commitlog")
+        if s[0] <= last["physicalOffset"] < s[0] + s[2]
+    )
     with open(seg[1], "r+b") as f:  # the last record torn: recovery cuts exactly there
         f.seek(last["physicalOffset"] - seg[0])
         f.write(bytes(last["totalSize"]))
@@ -129,12 +133,13 @@ def test_a_fifo_in_the_store_is_refused_without_hanging(tmp_path):
     root = tmp_path / "store"
     produce(root, 3)
     os.mkfifo(root / "config" / "consumerOffset.json")
-    code = ("import sys; sys.path.insert(0, %r)\n"
-            "from engine.store import MessageStore\n"
-            "try:\n    MessageStore(%r)\nexcept Exception as e:\n    print(type(e).__name__)\n"
-            % (str(REPO), str(root)))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from engine.store import MessageStore\n"
+        "try:\n    MessageStore(%r)\nexcept Exception as e:\n    print(type(e).__name__)\n"
+        % (str(REPO), str(root))
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "UnsafeStoreError", out.stderr
 
 
@@ -165,14 +170,17 @@ def test_a_stray_byte_falls_back_to_the_bak_as_the_broker_does(tmp_path):
     assert recover_store(str(root), small()).after.ok
 
 
-@pytest.mark.parametrize("content,reason", [
-    (b'{"offsetTable":5}', "offsetTable is a int"),
-    (b'{"offsetTable":{"T@g":{"0":"12"}}}', "not an integer"),
-    (b'{"offsetTable":{"T@g":{"x":1}}}', "queue id"),
-    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
-    (b"\xff\xfe", "not UTF-8"),
-    (b"[1, 2]", "top level"),
-])
+@pytest.mark.parametrize(
+    "content,reason",
+    [
+        (b'{"offsetTable":5}', "offsetTable is a int"),
+        (b'{"offsetTable":{"T@g":{"0":"12"}}}', "not an integer"),
+        (b'{"offsetTable":{"T@g":{"x":1}}}', "queue id"),
+        (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"[1, 2]", "top level"),
+    ],
+)
 def test_an_unusable_config_file_fails_naming_file_and_reason(tmp_path, content, reason):
     root = tmp_path / "store"
     produce(root, 3)
@@ -198,12 +206,20 @@ def test_bad_names_in_config_are_skipped_and_kept(tmp_path):
     root = tmp_path / "store"
     produce(root, 3)
     sg = root / "config" / "subscriptionGroup.json"
-    sg.write_text(json.dumps({"subscriptionGroupTable": {"a/b": {"groupName": "a/b"},
-                                                         "ok": {"groupName": "ok"}}}))
+    sg.write_text(
+        json.dumps(
+            {"subscriptionGroupTable": {"a/b": {"groupName": "a/b"}, "ok": {"groupName": "ok"}}}
+        )
+    )
     tp = root / "config" / "topics.json"
     raw = json.loads(tp.read_text())
-    unsafe = {"a/b": "contains '/'", "": "empty name", "..": "'..' names a directory",
-              "n\0ul": "contains NUL", "é" * 128: "256 bytes: a file name holds at most 255"}
+    unsafe = {
+        "a/b": "contains '/'",
+        "": "empty name",
+        "..": "'..' names a directory",
+        "n\0ul": "contains NUL",
+        "é" * 128: "256 bytes: a file name holds at most 255",
+    }
     for name in [*unsafe, "bad\nname", "L" * 200]:
         raw["topicConfigTable"][name] = {"topicName": name, "readQueueNums": 1}
     tp.write_text(json.dumps(raw))
@@ -254,10 +270,26 @@ def test_a_huge_queue_count_in_topics_json_costs_a_bounded_listing(tmp_path):
 
 def test_produce_cli_validates_queues(tmp_path):
     for n in ("100000000", "-5", "0"):
-        res = subprocess.run([sys.executable, "-m", "mount.cli", "produce", str(tmp_path / "s"),
-                              "-t", "T", "-c", "--queues", n], input="x\n", text=True,
-                             capture_output=True, cwd=REPO, timeout=60,
-                             env=dict(os.environ, PYTHONPATH=str(REPO)))
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mount.cli",
+                "produce",
+                str(tmp_path / "s"),
+                "-t",
+                "T",
+                "-c",
+                "--queues",
+                n,
+            ],
+            input="x\n",
+            text=True,
+            capture_output=True,
+            cwd=REPO,
+            timeout=60,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
         assert res.returncode == 1 and "--queues" in res.stderr, res.stderr
         assert "Traceback" not in res.stderr
 
@@ -274,6 +306,7 @@ def test_enospc_on_config_writes_rolls_back(tmp_path, monkeypatch):
 
         def full(path, obj):
             raise OSError(errno.ENOSPC, "No space left on device")
+
         monkeypatch.setattr(C, "persist_config_file", full)
         with pytest.raises(OSError):
             s.create_topic("G")
@@ -337,7 +370,9 @@ def test_a_body_crc_mismatch_is_never_served_and_is_noted(tmp_path, caplog):
     ``store.damaged`` with a reason naming its CommitLog offset and logged in one warning
     line; the other queue reads on (``MessageDecoder.decode(..., checkCRC=true)``)."""
     import logging
+
     from engine.errors import CorruptRecordError
+
     root = tmp_path / "store"
     produce(root, 6, queue_id=0)
     produce(root, 4, queue_id=1, tag="b")
@@ -346,10 +381,14 @@ def test_a_body_crc_mismatch_is_never_served_and_is_noted(tmp_path, caplog):
     with MessageStore(str(root), small(), read_only=True) as s:
         assert [r.body for _, r in s.iter_queue("T", 1)] == [b"b%d" % i for i in range(4)]
         assert s.get_message("T", 0, 2).body == b"m2"
-        reads = [lambda: s.get_message("T", 0, 3), lambda: list(s.iter_queue("T", 0)),
-                 lambda: s.message_at(off), lambda: s.query_by_key("T", "km3"),
-                 lambda: s.read_record(off, s.consume_queue("T", 0).unit(3)[1]),
-                 lambda: s.get_messages("g", "T", 0, 3)]
+        reads = [
+            lambda: s.get_message("T", 0, 3),
+            lambda: list(s.iter_queue("T", 0)),
+            lambda: s.message_at(off),
+            lambda: s.query_by_key("T", "km3"),
+            lambda: s.read_record(off, s.consume_queue("T", 0).unit(3)[1]),
+            lambda: s.get_messages("g", "T", 0, 3),
+        ]
         for read in reads:
             with pytest.raises(CorruptRecordError, match="body CRC mismatch") as info:
                 read()
@@ -371,17 +410,18 @@ def test_a_config_write_that_fails_leaves_no_trace(tmp_path, monkeypatch):
     """ENOSPC while persisting config/*.json: the old file and its .bak stay as they were and
     no .tmp is left behind (README: no trace)."""
     from engine.format import config as C
+
     path = str(tmp_path / "config" / "topics.json")
     C.persist_config_file(path, {"a": 1})
     C.persist_config_file(path, {"a": 2})
-    before = {n: (tmp_path / "config" / n).read_bytes()
-              for n in os.listdir(tmp_path / "config")}
+    before = {n: (tmp_path / "config" / n).read_bytes() for n in os.listdir(tmp_path / "config")}
     real_write = os.write
 
     def full(fd, data):
         if len(data) > 2:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
+
     monkeypatch.setattr(os, "write", full)
     with pytest.raises(OSError):
         C.persist_config_file(path, {"a": 3})

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.errors import InvalidNameError, MessageIllegalError, MessageTooLargeError
+from engine.format.config import validate_group_name, validate_topic_name
 from engine.read import jsonline as J
 from engine.service import validation as V
-from engine.format.config import validate_group_name, validate_topic_name
-from engine.errors import InvalidNameError, MessageIllegalError, MessageTooLargeError
 from engine.store import Message, MessageStore, StoreConfig
 from engine.tools.verify import verify_store
 from stores import put_internal
@@ -22,8 +22,7 @@ CONTROL = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]]
 
 @pytest.fixture
 def store(tmp_path):
-    with MessageStore(str(tmp_path / "s"), StoreConfig(mapped_file_size_commit_log=64 * 1024)
-                      ) as s:
+    with MessageStore(str(tmp_path / "s"), StoreConfig(mapped_file_size_commit_log=64 * 1024)) as s:
         s.create_topic("T", 4)
         yield s
 
@@ -48,25 +47,68 @@ def test_every_reserved_property_name_is_refused(store):
 def test_rocketmq_string_hash_set_is_covered():
     """MessageConst.STRING_HASH_SET (5.3), the set Message.putUserProperty refuses."""
     string_hash_set = {
-        "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
-        "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
-        "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
-        "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
-        "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
-        "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
-        "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_SEC",
-        "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES",
-        "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP"}
+        "TRACE_ON",
+        "MSG_REGION",
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "DUP_INFO",
+        "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELIVER_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+        "__BORNHOST",
+        "BORN_TIMESTAMP",
+    }
     assert string_hash_set <= V.RESERVED_PROPERTY_NAMES
     assert {"__CRC32#", "__SHARDINGKEY", "INNER_NUM", "INNER_BASE"} <= V.RESERVED_PROPERTY_NAMES
 
 
 def test_separators_and_control_characters_are_refused_in_every_text_field(store):
     for ch in CONTROL:
-        for msg in [Message("T", b"x", tags=f"t{ch}"), Message("T", b"x", keys=f"k{ch}"),
-                    Message("T", b"x", keys=[f"k{ch}"]), Message("T", b"x", sharding_key=ch + "s"),
-                    Message("T", b"x", properties={f"n{ch}": "v"}),
-                    Message("T", b"x", properties={"n": f"v{ch}"})]:
+        for msg in [
+            Message("T", b"x", tags=f"t{ch}"),
+            Message("T", b"x", keys=f"k{ch}"),
+            Message("T", b"x", keys=[f"k{ch}"]),
+            Message("T", b"x", sharding_key=ch + "s"),
+            Message("T", b"x", properties={f"n{ch}": "v"}),
+            Message("T", b"x", properties={"n": f"v{ch}"}),
+        ]:
             _refused(store, msg, "control character")
     # the issue's instance: a TAGS value that would re-parse as a KEYS property
     _refused(store, Message("T", b"x", tags="t\x02KEYS\x01evil"))
@@ -75,10 +117,13 @@ def test_separators_and_control_characters_are_refused_in_every_text_field(store
 
 
 def test_lone_surrogates_are_refused(store):
-    for msg in [Message("T", b"x", tags="\ud800"), Message("T", b"x", keys="a\udfff"),
-                Message("T", b"x", keys=["\udc80"]),
-                Message("T", b"x", properties={"p": "\ud800"}),
-                Message("T", b"x", properties={"\ud800": "v"})]:
+    for msg in [
+        Message("T", b"x", tags="\ud800"),
+        Message("T", b"x", keys="a\udfff"),
+        Message("T", b"x", keys=["\udc80"]),
+        Message("T", b"x", properties={"p": "\ud800"}),
+        Message("T", b"x", properties={"\ud800": "v"}),
+    ]:
         _refused(store, msg, "surrogate")
 
 
@@ -97,8 +142,9 @@ def test_blank_and_malformed_fields(store):
     for qid in (True, False, 1.0, "1"):
         _refused(store, Message("T", b"x", queue_id=qid), "queueId")
     # what stays allowed: empty tags/keys mean none, a space-separated keys string
-    res = store.put_messages([Message("T", b"x", tags="", keys=""),
-                              Message("T", b"y", keys=" a  b ", queue_id=3)])
+    res = store.put_messages(
+        [Message("T", b"x", tags="", keys=""), Message("T", b"y", keys=" a  b ", queue_id=3)]
+    )
     assert res[1].queue_id == 3
     assert store.get_message("T", 3, 0).keys == ["a", "b"]
 
@@ -137,33 +183,68 @@ def test_refused_puts_leave_a_store_verify_finds_clean(tmp_path):
 
 # -- produce.jsonl lines ---------------------------------------------------------------------
 
+
 def _line(obj) -> Message:
     return J.message_from_json(J.parse_json_line(json.dumps(obj).encode()), "T")
 
 
 def test_json_line_fields_and_types():
-    m = _line({"body": "hé", "tags": "A", "keys": ["k1", "k2"], "properties": {"p": "v"},
-               "queueId": 2, "shardingKey": "s"})
-    assert (m.body, m.tags, m.keys, m.properties, m.queue_id, m.sharding_key) == \
-        ("hé".encode(), "A", ["k1", "k2"], {"p": "v"}, 2, "s")
+    m = _line(
+        {
+            "body": "hé",
+            "tags": "A",
+            "keys": ["k1", "k2"],
+            "properties": {"p": "v"},
+            "queueId": 2,
+            "shardingKey": "s",
+        }
+    )
+    assert (m.body, m.tags, m.keys, m.properties, m.queue_id, m.sharding_key) == (
+        "hé".encode(),
+        "A",
+        ["k1", "k2"],
+        {"p": "v"},
+        2,
+        "s",
+    )
     assert _line({"bodyBase64": "AAE=", "tags": None, "keys": None}).body == b"\x00\x01"
     assert J.message_from_json({"body": "x"}, "T", 3).queue_id == 3  # the directory's queue
     bad = [
-        [1], "s", 1, None, True,                                      # not an object
-        {}, {"tags": "t"}, {"body": None},                            # no body
-        {"body": ""}, {"bodyBase64": ""},                             # empty body
-        {"body": "a", "bodyBase64": "YQ=="},                          # both
-        {"body": 1}, {"body": ["a"]}, {"body": {"a": "b"}},           # body types
-        {"bodyBase64": "***"}, {"bodyBase64": 5}, {"bodyBase64": "é"},
-        {"body": "x", "queueId": True}, {"body": "x", "queueId": 1.0},
-        {"body": "x", "queueId": "1"}, {"body": "x", "queueId": [1]},
-        {"body": "x", "tags": 1}, {"body": "x", "tags": ["a"]},
-        {"body": "x", "keys": 1}, {"body": "x", "keys": [1]}, {"body": "x", "keys": {"a": "b"}},
-        {"body": "x", "properties": []}, {"body": "x", "properties": "a=b"},
-        {"body": "x", "properties": {"a": 1}}, {"body": "x", "properties": {"a": None}},
+        [1],
+        "s",
+        1,
+        None,
+        True,  # not an object
+        {},
+        {"tags": "t"},
+        {"body": None},  # no body
+        {"body": ""},
+        {"bodyBase64": ""},  # empty body
+        {"body": "a", "bodyBase64": "YQ=="},  # both
+        {"body": 1},
+        {"body": ["a"]},
+        {"body": {"a": "b"}},  # body types
+        {"bodyBase64": "***"},
+        {"bodyBase64": 5},
+        {"bodyBase64": "é"},
+        {"body": "x", "queueId": True},
+        {"body": "x", "queueId": 1.0},
+        {"body": "x", "queueId": "1"},
+        {"body": "x", "queueId": [1]},
+        {"body": "x", "tags": 1},
+        {"body": "x", "tags": ["a"]},
+        {"body": "x", "keys": 1},
+        {"body": "x", "keys": [1]},
+        {"body": "x", "keys": {"a": "b"}},
+        {"body": "x", "properties": []},
+        {"body": "x", "properties": "a=b"},
+        {"body": "x", "properties": {"a": 1}},
+        {"body": "x", "properties": {"a": None}},
         {"body": "x", "shardingKey": 1},
-        {"body": "x", "tag": "misspelt"}, {"body": "x", "queueOffset": 0},
-        {"body": "\ud800"}, {"body": "x", "tags": "\ud800"},
+        {"body": "x", "tag": "misspelt"},
+        {"body": "x", "queueOffset": 0},
+        {"body": "\ud800"},
+        {"body": "x", "tags": "\ud800"},
         {"body": "x", "properties": {"__CRC32#": "0"}},
         {"body": "x", "tags": "t\u0002KEYS\u0001evil"},
     ]
@@ -173,23 +254,41 @@ def test_json_line_fields_and_types():
 
 
 def test_json_line_parsing_is_strict():
-    for raw in [b'{"body": "a", "body": "b"}', b'{"body": NaN}', b'{"body": Infinity}',
-                b'{"body": "\xff"}', b"\xef\xbb\xbf{}", b'{"body": "x"} {}', b"[" * 100_000,
-                '{"body": "x"}'.encode("utf-16")]:
+    for raw in [
+        b'{"body": "a", "body": "b"}',
+        b'{"body": NaN}',
+        b'{"body": Infinity}',
+        b'{"body": "\xff"}',
+        b"\xef\xbb\xbf{}",
+        b'{"body": "x"} {}',
+        b"[" * 100_000,
+        '{"body": "x"}'.encode("utf-16"),
+    ]:
         with pytest.raises(MessageIllegalError):
             J.message_from_json(J.parse_json_line(raw), "T")
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                    | st.text(), lambda c: st.lists(c) | st.dictionaries(st.text(), c),
-                    max_leaves=8))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+        lambda c: st.lists(c) | st.dictionaries(st.text(), c),
+        max_leaves=8,
+    )
+)
 def test_any_json_value_is_a_message_or_message_illegal(obj):
     """Whatever JSON a line holds, the parser returns a Message that passes the rules or
     raises MessageIllegalError (never another exception)."""
-    for value in (obj, {"body": "x", "tags": obj}, {"body": "x", "keys": obj},
-                  {"body": "x", "properties": obj}, {"body": "x", "queueId": obj},
-                  {"body": obj}, {"bodyBase64": obj}, {"body": "x", "shardingKey": obj}):
+    for value in (
+        obj,
+        {"body": "x", "tags": obj},
+        {"body": "x", "keys": obj},
+        {"body": "x", "properties": obj},
+        {"body": "x", "queueId": obj},
+        {"body": obj},
+        {"bodyBase64": obj},
+        {"body": "x", "shardingKey": obj},
+    ):
         try:
             line = json.dumps(value).encode()
         except (ValueError, UnicodeEncodeError):
@@ -203,6 +302,7 @@ def test_any_json_value_is_a_message_or_message_illegal(obj):
 
 # -- names -----------------------------------------------------------------------------------
 
+
 def test_names_ending_in_newline_are_refused():
     for bad in ["T\n", "a\nb", "\n"]:
         with pytest.raises(InvalidNameError):
@@ -213,25 +313,51 @@ def test_names_ending_in_newline_are_refused():
 
 
 def test_only_canonical_decimals_are_lookup_names():
-    assert [V.parse_decimal(s) for s in ["0", "7", "10", "9223372036854775807"]] == \
-        [0, 7, 10, 9223372036854775807]
-    for bad in ["", "00", "01", "+1", "-1", " 1", "1 ", "1\n", "²", "١", "٣٤", "1_000", "0x1",
-                "1e3", "1.0", "12345678901234567890", "9" * 5000]:
+    assert [V.parse_decimal(s) for s in ["0", "7", "10", "9223372036854775807"]] == [
+        0,
+        7,
+        10,
+        9223372036854775807,
+    ]
+    for bad in [
+        "",
+        "00",
+        "01",
+        "+1",
+        "-1",
+        " 1",
+        "1 ",
+        "1\n",
+        "²",
+        "١",
+        "٣٤",
+        "1_000",
+        "0x1",
+        "1e3",
+        "1.0",
+        "12345678901234567890",
+        "9" * 5000,
+    ]:
         assert V.parse_decimal(bad) is None, bad
 
 
 def test_cli_produce_refuses_bad_fields_with_a_clear_message(tmp_path):
     from conftest import run_rmqfs
+
     src = tmp_path / "in.txt"
     src.write_bytes(b"a\n")
-    for args, words in [(["--property", "__CRC32#=0000000000"], "reserved"),
-                        (["--property", "UNIQ_KEY=x"], "reserved"),
-                        (["-a", "a||b"], "'|'"),
-                        (["-k", "k\x01"], "control character"),
-                        (["--property", "p=\x02"], "control character")]:
+    for args, words in [
+        (["--property", "__CRC32#=0000000000"], "reserved"),
+        (["--property", "UNIQ_KEY=x"], "reserved"),
+        (["-a", "a||b"], "'|'"),
+        (["-k", "k\x01"], "control character"),
+        (["--property", "p=\x02"], "control character"),
+    ]:
         r = run_rmqfs("produce", tmp_path / "s", "-t", "T", "-c", src, *args, check=False)
-        assert r.returncode == 1 and r.stderr.startswith("rmqfs: ") and words in r.stderr, \
-            (args, r.stderr)
+        assert r.returncode == 1 and r.stderr.startswith("rmqfs: ") and words in r.stderr, (
+            args,
+            r.stderr,
+        )
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "s").exists()  # refused before the store was created
 
@@ -241,6 +367,7 @@ def test_the_json_line_has_one_home(tmp_path):
     LINE_FIELDS in order (engine.read.schema's columns), bodyEncoding only after a base64 body;
     the produce fields are what message_from_json takes."""
     from stores import every_kind_store
+
     root = every_kind_store(tmp_path / "s")
     seen_b64 = False
     with MessageStore(str(root), read_only=True) as s:

@@ -22,8 +22,9 @@ def _store(tmp_path):
     root = tmp_path / "store"
     with MessageStore(str(root), small_config()) as s:
         s.create_topic("T", 2)
-        s.put_messages([Message("T", b"m%d" % i, keys=[f"k{i}"], queue_id=i % 2)
-                        for i in range(20)])
+        s.put_messages(
+            [Message("T", b"m%d" % i, keys=[f"k{i}"], queue_id=i % 2) for i in range(20)]
+        )
         s.create_group("g")
     off = flip_body_byte(root, "T", 0, 0, small_config())  # message m0
     return root, off
@@ -51,8 +52,7 @@ def test_a_topic_view_over_damage_is_eio_and_noted(tmp_path, caplog):
         damaged = _damaged(t)
         assert [(d["topic"], d["queueId"]) for d in damaged] == [("T", 0)]
         assert f"offset {off}" in damaged[0]["error"] and "CRC" in damaged[0]["error"]
-        assert t.read("/topics/T/1/bodies.txt") == b"".join(b"m%d\n" % i
-                                                             for i in range(1, 20, 2))
+        assert t.read("/topics/T/1/bodies.txt") == b"".join(b"m%d\n" % i for i in range(1, 20, 2))
     noted = [r for r in caplog.records if "damaged" in r.getMessage()]
     assert len(noted) == 1 and noted[0].levelno == logging.WARNING
     assert not [r for r in caplog.records if r.exc_info]
@@ -66,11 +66,17 @@ def test_every_read_path_of_the_tree_refuses_a_damaged_record(tmp_path):
         ts = s.commitlog.read_message(*cq.unit(0)[:2]).store_timestamp
         msg_id = s.commitlog.read_message(*cq.unit(0)[:2]).msg_id
     with tree(tmp_path, store_dir=root) as t:
-        paths = ["/topics/T/0/messages.jsonl", "/topics/T/0/bodies.txt",
-                 "/groups/g/T/0/pending.jsonl", "/topics/T/0/by-offset/0",
-                 f"/topics/T/0/by-time/{ts}", "/topics/T/keys/k0", f"/messages/{msg_id}",
-                 "/view/topic=T/queue=0/part-" + "0" * 20 + ".parquet",
-                 "/topics/T/messages.jsonl"]
+        paths = [
+            "/topics/T/0/messages.jsonl",
+            "/topics/T/0/bodies.txt",
+            "/groups/g/T/0/pending.jsonl",
+            "/topics/T/0/by-offset/0",
+            f"/topics/T/0/by-time/{ts}",
+            "/topics/T/keys/k0",
+            f"/messages/{msg_id}",
+            "/view/topic=T/queue=0/part-" + "0" * 20 + ".parquet",
+            "/topics/T/messages.jsonl",
+        ]
         for path in paths:
             assert errno_of(t.read, path) == errno.EIO, path
         damaged = _damaged(t)
@@ -100,6 +106,7 @@ def test_fuse_requests_turn_engine_errors_into_their_errno_without_traceback(cap
     was logged with log.exception as a bug."""
     pyfuse3 = pytest.importorskip("pyfuse3")
     import trio
+
     from engine.errors import CorruptRecordError, NoSuchTopicError
     from fusefs import ops
 
@@ -108,6 +115,7 @@ def test_fuse_requests_turn_engine_errors_into_their_errno_without_traceback(cap
 
     def gone():
         raise NoSuchTopicError("no queue T/9")
+
     caplog.set_level(logging.DEBUG)
     for fn, want in ((damaged, errno.EIO), (gone, errno.ENOENT)):
         with pytest.raises(pyfuse3.FUSEError) as info:

@@ -10,8 +10,8 @@ import json
 
 import pyarrow.parquet as pq
 
-from fusefs.viewtree import NAME_MAX, topic_dir_name
 from fstree import tree
+from fusefs.viewtree import NAME_MAX, topic_dir_name
 from stores import DLQ_TOPIC, LONG_GROUP, LONG_TOPIC, LONG_TOPICS, RETRY_TOPIC, long_topic_store
 
 
@@ -30,8 +30,9 @@ def test_every_message_of_long_topics_is_visible(tmp_path):
             rows = _lines(t.read(f"/topics/{topic}/messages.jsonl"))
             assert sorted(r["body"].encode() for r in rows) == sorted(bodies), topic
             assert {r["topic"] for r in rows} == {topic}
-            assert sorted(t.read(f"/topics/{topic}/bodies.txt").splitlines()) == \
-                sorted(b.rstrip(b"\n") for b in bodies)
+            assert sorted(t.read(f"/topics/{topic}/bodies.txt").splitlines()) == sorted(
+                b.rstrip(b"\n") for b in bodies
+            )
             per_queue = []
             for q in t.store.queue_ids(topic):
                 per_queue += _lines(t.read(f"/topics/{topic}/{q}/messages.jsonl"))
@@ -121,8 +122,11 @@ def test_status_lists_skipped_topics(tmp_path):
     with tree(tmp_path) as t:
         status = json.loads(t.read("/status.json"))
         assert status["skippedTopics"] == [
-            {"topic": "%RETRY%" + "g" * 255,
-             "reason": "topics.json: 262 bytes: a file name holds at most 255"},
-            {"topic": "a/b", "reason": "topics.json: contains '/'"}]
+            {
+                "topic": "%RETRY%" + "g" * 255,
+                "reason": "topics.json: 262 bytes: a file name holds at most 255",
+            },
+            {"topic": "a/b", "reason": "topics.json: contains '/'"},
+        ]
         assert t.node("/topics").list() == sorted(["T", "U", *LONG_TOPICS])
         assert DLQ_TOPIC in t.node("/topics").list()

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from conftest import copy_fixture
-from engine.store import Message, MessageStore
 from engine.read.jsonline import build_line as render_message_json
+from engine.store import Message, MessageStore
 from fusefs.render import render_message
 from stores import put_internal
 
@@ -18,13 +18,14 @@ from stores import put_internal
 def _records(store):
     with MessageStore(str(store), read_only=True) as s:
         out = []
-        for (t, q) in sorted(s.consume_queues):
+        for t, q in sorted(s.consume_queues):
             out += [rec for _, rec in s.iter_queue(t, q)]
         return out
 
 
-@pytest.mark.parametrize("fixture", ["rocketmq-4.9.8-written/store",
-                                     "apache-rocketmq-pr3535/store"])
+@pytest.mark.parametrize(
+    "fixture", ["rocketmq-4.9.8-written/store", "apache-rocketmq-pr3535/store"]
+)
 def test_fast_renderer_matches_json_on_broker_written_stores(tmp_path, fixture):
     store = copy_fixture(fixture, tmp_path / "s")
     recs = _records(store)
@@ -33,8 +34,14 @@ def test_fast_renderer_matches_json_on_broker_written_stores(tmp_path, fixture):
         assert render_message(rec) == render_message_json(rec)
 
 
-ODD_BODIES = [b"", b"plain", "ünïcödé \u2028 \u0000 \t \" \\ /".encode(),
-              b"\xff\xfe\x00binary", b"x" * 70_000, "emoji \U0001F600".encode()]
+ODD_BODIES = [
+    b"",
+    b"plain",
+    "ünïcödé \u2028 \u0000 \t \" \\ /".encode(),
+    b"\xff\xfe\x00binary",
+    b"x" * 70_000,
+    "emoji \U0001f600".encode(),
+]
 
 
 def _odd_store(path):
@@ -42,11 +49,18 @@ def _odd_store(path):
     with MessageStore(str(path)) as s:
         s.create_topic("Odd%|_-1")
         # odd on purpose: past engine/service/validation.py's rules
-        put_internal(s, [Message("Odd%|_-1", b, tags=t, keys=k, properties=p)
-                        for b in ODD_BODIES
-                        for t, k, p in [(None, None, None),
-                                        ("Tä\"g", ["k 1", "k\\2"], {"ü": "\n", "a": "é"}),
-                                        ("", "  spaced  keys ", {})]])
+        put_internal(
+            s,
+            [
+                Message("Odd%|_-1", b, tags=t, keys=k, properties=p)
+                for b in ODD_BODIES
+                for t, k, p in [
+                    (None, None, None),
+                    ("Tä\"g", ["k 1", "k\\2"], {"ü": "\n", "a": "é"}),
+                    ("", "  spaced  keys ", {}),
+                ]
+            ],
+        )
     return path
 
 
@@ -62,14 +76,17 @@ def test_fast_renderer_matches_json_on_odd_messages(tmp_path):
 def _columnar_lines(store, kind):
     """{commitLogOffset: line} rendered by render.render_lines from engine.read.columnar batches."""
     import numpy as np
+
     from engine.read.columnar import StoreFiles
     from fusefs.render import render_lines
+
     files = StoreFiles(str(store))
     out = {}
     for t in files.topics():
         for q in files.queue_ids(t):
-            for b in files.read_batches(t, q, files.min_offset(t, q), files.max_offset(t, q),
-                                        batch_rows=5):
+            for b in files.read_batches(
+                t, q, files.min_offset(t, q), files.max_offset(t, q), batch_rows=5
+            ):
                 data, ends, newest = render_lines(b, kind)
                 assert newest == max(b.column("storeTimestamp").to_pylist())
                 starts = np.concatenate([[0], ends[:-1]])
@@ -81,6 +98,7 @@ def _columnar_lines(store, kind):
 
 def _check_columnar_lines(store):
     from fusefs.render import render_body
+
     for kind, ref in (("messages", render_message), ("bodies", render_body)):
         got = _columnar_lines(store, kind)
         recs = _records(store)
@@ -89,8 +107,9 @@ def _check_columnar_lines(store):
             assert got[rec.commitlog_offset] == ref(rec), rec.commitlog_offset
 
 
-@pytest.mark.parametrize("fixture", ["rocketmq-4.9.8-written/store",
-                                     "mxsm-rocketmq-rust/store-v0.9.0/local-file"])
+@pytest.mark.parametrize(
+    "fixture", ["rocketmq-4.9.8-written/store", "mxsm-rocketmq-rust/store-v0.9.0/local-file"]
+)
 def test_columnar_lines_match_the_record_renderers_on_broker_stores(tmp_path, fixture):
     _check_columnar_lines(copy_fixture(fixture, tmp_path / "s"))
 
@@ -98,11 +117,18 @@ def test_columnar_lines_match_the_record_renderers_on_broker_stores(tmp_path, fi
 def test_columnar_lines_match_on_odd_and_every_kind_of_message(tmp_path):
     _check_columnar_lines(_odd_store(tmp_path / "odd"))
     from stores import every_kind_store
+
     _check_columnar_lines(every_kind_store(tmp_path / "kinds"))
     with MessageStore(str(tmp_path / "ctl")) as s:  # control characters without short escapes
         s.create_topic("C")
-        put_internal(s, [Message("C", b"a\x01b\x1f", tags="t\x07", keys=["k\x00"],
-                                properties={"p\x1b": "v\x02x"})])  # control characters on purpose
+        put_internal(
+            s,
+            [
+                Message(
+                    "C", b"a\x01b\x1f", tags="t\x07", keys=["k\x00"], properties={"p\x1b": "v\x02x"}
+                )
+            ],
+        )  # control characters on purpose
     _check_columnar_lines(tmp_path / "ctl")
 
 
@@ -113,10 +139,12 @@ def test_parquet_part_rows_equal_read_batches(tmp_path, which):
     of a queue's second file included (issue 17: one reader of a queue's units)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from engine.read.columnar import StoreFiles, queue_units
     from engine.read.schema import part_schema
     from fusefs import render
     from stores import blank_units_store, small
+
     if which == "blanks":
         root, cfg = str(blank_units_store(str(tmp_path / "s"))), small()
     else:
@@ -129,10 +157,12 @@ def test_parquet_part_rows_equal_read_batches(tmp_path, which):
             lo, hi = cq.min_offset, cq.max_offset
             units = queue_units(cq, lo, hi)[0]
             out = str(tmp_path / f"part-{parts}.parquet")
-            size, newest, rows = render.render_part(os.path.join(root, "commitlog"), t, q,
-                                                    units, lo, out)
-            want = pa.Table.from_batches(list(files.read_batches(t, q, lo, hi, columns=tuple(names))),
-                                         part_schema())
+            size, newest, rows = render.render_part(
+                os.path.join(root, "commitlog"), t, q, units, lo, out
+            )
+            want = pa.Table.from_batches(
+                list(files.read_batches(t, q, lo, hi, columns=tuple(names))), part_schema()
+            )
             got = pq.read_table(out)
             assert got.equals(want) and rows == want.num_rows and size == os.path.getsize(out)
             assert newest == (want.column("storeTimestamp")[-1].as_py() if rows else 0)

@@ -27,8 +27,18 @@ def messages(t, topic):
 
 def test_root_lists_the_contract_entries(tmp_path):
     with tree(tmp_path) as t:
-        assert t.root.list() == ["README.txt", "status.json", "refused.jsonl", "topics", "groups",
-                                 "messages", "view", "view.ddl", "raw", "snapshots"]
+        assert t.root.list() == [
+            "README.txt",
+            "status.json",
+            "refused.jsonl",
+            "topics",
+            "groups",
+            "messages",
+            "view",
+            "view.ddl",
+            "raw",
+            "snapshots",
+        ]
         assert t.root.child("nothing") is None
         assert b"topics/<topic>/produce" in t.read("/README.txt")
         status = json.loads(t.read("/status.json"))
@@ -56,11 +66,13 @@ def test_produce_jsonl_refusals_store_nothing_of_the_write(tmp_path):
         t.mkdir("/topics/J")
         path = "/topics/J/produce.jsonl"
         t.write(path, b'{"body": "a", "tags": "TagA", "keys": ["k1"]}\n')
-        for bad in (b'{"body": "x"}\n{not json}\n',  # all or nothing: "x" is not stored
-                    b'{"body": "x", "properties": {"__CRC32#": "1"}}\n',  # reserved name
-                    b'{"body": "x", "tags": "a\\u0001b"}\n',  # a property separator
-                    b'{"body": "x", "queueId": true}\n',
-                    b'[1, 2]\n'):
+        for bad in (
+            b'{"body": "x"}\n{not json}\n',  # all or nothing: "x" is not stored
+            b'{"body": "x", "properties": {"__CRC32#": "1"}}\n',  # reserved name
+            b'{"body": "x", "tags": "a\\u0001b"}\n',  # a property separator
+            b'{"body": "x", "queueId": true}\n',
+            b'[1, 2]\n',
+        ):
             assert errno_of(t.write, path, bad) == errno.EINVAL, bad
         assert [b for _, _, b in messages(t, "J")] == [b"a"]
         _, rec = next(t.store.iter_queue("J", messages(t, "J")[0][0]))
@@ -152,16 +164,25 @@ def test_groups_and_offset_commits(tmp_path):
 def test_lookups_by_offset_msgid_and_key_are_entries_or_enoent(tmp_path):
     with tree(tmp_path) as t:
         t.mkdir("/topics/T")
-        t.write("/topics/T/produce.jsonl", b'{"body": "hello", "keys": ["order-7"], "queueId": 1}\n')
+        t.write(
+            "/topics/T/produce.jsonl", b'{"body": "hello", "keys": ["order-7"], "queueId": 1}\n'
+        )
         _, rec = next(t.store.iter_queue("T", 1))
         by_offset = json.loads(t.read("/topics/T/1/by-offset/0"))
         assert by_offset["body"] == "hello" and by_offset["msgId"] == rec.msg_id
         assert json.loads(t.read(f"/messages/{rec.msg_id}"))["queueOffset"] == 0
         assert b"hello" in t.read("/topics/T/keys/order-7")
-        for missing in ("/topics/T/1/by-offset/1", "/topics/T/1/by-offset/00",
-                        "/topics/T/1/by-offset/+0", "/topics/T/1/by-offset/\u00b2",
-                        "/messages/NOTANID", "/topics/T/keys/nokey", "/topics/T/9",
-                        "/topics/T/01", "/topics/nope"):
+        for missing in (
+            "/topics/T/1/by-offset/1",
+            "/topics/T/1/by-offset/00",
+            "/topics/T/1/by-offset/+0",
+            "/topics/T/1/by-offset/\u00b2",
+            "/messages/NOTANID",
+            "/topics/T/keys/nokey",
+            "/topics/T/9",
+            "/topics/T/01",
+            "/topics/nope",
+        ):
             assert errno_of(t.node, missing) == errno.ENOENT, missing
         assert t.node("/topics/T/1/by-offset").list() == []  # lookups are not listed
 
@@ -214,6 +235,7 @@ def test_offset_lines_are_bounded_and_each_complete_line_commits(tmp_path):
     """An offset line is short: a long one is EINVAL as soon as it is seen, the handle keeps
     no more than OFFSET_LINE_MAX bytes, and a write costs time linear in its size."""
     from fusefs.nodes import OFFSET_LINE_MAX
+
     with tree(tmp_path) as t:
         t.mkdir("/topics/T")
         t.write("/topics/T/0/produce", b"".join(b"m%d\n" % i for i in range(5)))
@@ -242,17 +264,21 @@ def test_system_topics_are_refused_as_the_broker_refuses_them(tmp_path):
     NOT_ALLOWED_SEND ones (EACCES); the broker's own delayed messages still go there."""
     from engine.format.message import SCHEDULE_TOPIC
     from engine.service.validation import NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPICS
+
     with tree(tmp_path) as t:
         for name in sorted(SYSTEM_TOPICS) + ["rmq_sys_wheel_timer"]:
             assert errno_of(t.mkdir, f"/topics/{name}") == errno.EINVAL, name
         assert t.node("/topics").list() == []
         t.mkdir("/topics/T")
         from engine.store import Message
+
         t.store.put_messages([Message("T", b"later", delay_level=3)])  # the broker's path
         assert SCHEDULE_TOPIC in t.store.topic_names()
-        assert errno_of(t.node(f"/topics/{SCHEDULE_TOPIC}/produce").open,
-                        os.O_WRONLY) == errno.EACCES
+        assert (
+            errno_of(t.node(f"/topics/{SCHEDULE_TOPIC}/produce").open, os.O_WRONLY) == errno.EACCES
+        )
         from engine.errors import PermissionDeniedError
+
         for name in NOT_ALLOWED_SEND_TOPICS:
             with pytest.raises(PermissionDeniedError):
                 t.store.put_messages([Message(name, b"x")])
@@ -310,6 +336,7 @@ def test_rmdir_topic_is_delete_topic(tmp_path):
 def test_rmdir_of_a_system_topic_is_eperm_and_readonly_erofs(tmp_path):
     from engine.format.message import SCHEDULE_TOPIC
     from engine.store import Message
+
     with tree(tmp_path) as t:
         t.mkdir("/topics/T")
         t.store.put_messages([Message("T", b"later", delay_level=3)])
@@ -355,9 +382,16 @@ def test_writing_topic_json_is_update_topic(tmp_path):
         cfg["perm"] = 6
         t.write(path, json.dumps(cfg).encode(), flags=os.O_WRONLY | os.O_TRUNC)  # edited back
         assert json.loads(t.read(path))["perm"] == 6
-        for bad in (b'{"perm": 3}', b'{"readQueueNums": 0}', b'{"writeQueueNums": 1025}',
-                    b'{"perm": true}', b'{"topicName": "X"}', b'{"colour": 1}', b'[1]',
-                    b'{"order": 1}'):
+        for bad in (
+            b'{"perm": 3}',
+            b'{"readQueueNums": 0}',
+            b'{"writeQueueNums": 1025}',
+            b'{"perm": true}',
+            b'{"topicName": "X"}',
+            b'{"colour": 1}',
+            b'[1]',
+            b'{"order": 1}',
+        ):
             h = t.node(path).open(os.O_WRONLY)
             try:
                 assert errno_of(h.write, bad) == errno.EINVAL, bad

@@ -27,10 +27,16 @@ ALL_HOURS = ";".join(f"{h:02d}" for h in range(24))
 
 
 def _config(**kw) -> StoreConfig:
-    base = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20,
-                max_hash_slot_num=64, max_index_num=256, file_reserved_time=1,
-                delete_when=ALL_HOURS, clean_resource_interval=3_600_000,
-                delete_commit_log_files_interval=0)
+    base = dict(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        file_reserved_time=1,
+        delete_when=ALL_HOURS,
+        clean_resource_interval=3_600_000,
+        delete_commit_log_files_interval=0,
+    )
     base.update(kw)
     return StoreConfig(**base)
 
@@ -85,8 +91,12 @@ def test_engine_follower_follows_puts_rollover_new_queues_configs_and_expiry(tmp
         assert f.follower is not None and f.commitlog.max_offset == w.commitlog.max_offset
         acked = []
         for rnd in range(40):
-            acked += w.put_messages([Message("T", b"m%d-%d" % (rnd, i) * 8, tags="TagA",
-                                             keys=[f"k{rnd}-{i}"]) for i in range(25)])
+            acked += w.put_messages(
+                [
+                    Message("T", b"m%d-%d" % (rnd, i) * 8, tags="TagA", keys=[f"k{rnd}-{i}"])
+                    for i in range(25)
+                ]
+            )
             if rnd == 10:
                 w.create_topic("U", 2)
                 w.put_messages([Message("U", b"u0", queue_id=1)])
@@ -107,10 +117,12 @@ def test_engine_follower_follows_puts_rollover_new_queues_configs_and_expiry(tmp
         last = acked[-1]
         rec = f.message_at(last.commitlog_offset)
         assert rec is not None and rec.msg_id == last.msg_id
-        assert [r.commitlog_offset for r in f.query_by_key("T", "k39-24")] == \
-            [last.commitlog_offset]
-        assert [r.commitlog_offset for r in f.query_by_key("T", "b3")] == \
-            [r.commitlog_offset for r in w.query_by_key("T", "b3")]
+        assert [r.commitlog_offset for r in f.query_by_key("T", "k39-24")] == [
+            last.commitlog_offset
+        ]
+        assert [r.commitlog_offset for r in f.query_by_key("T", "b3")] == [
+            r.commitlog_offset for r in w.query_by_key("T", "b3")
+        ]
         assert f.get_messages("g", "T", 1, 0, 32, "TagA").status.name == "FOUND"
 
         # expiry: the writer deletes old segments (and ConsumeQueue and index files)
@@ -136,8 +148,9 @@ def test_engine_follower_follows_puts_rollover_new_queues_configs_and_expiry(tmp
         # and it goes on following after the expiry
         more = w.put_messages([Message("T", b"after", keys=["after"])])
         f.follower.refresh()
-        assert [r.commitlog_offset for r in f.query_by_key("T", "after")] == \
-            [more[0].commitlog_offset]
+        assert [r.commitlog_offset for r in f.query_by_key("T", "after")] == [
+            more[0].commitlog_offset
+        ]
     finally:
         if f is not None:
             f.close()
@@ -164,7 +177,7 @@ def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(
         fd = os.open(seg_path, os.O_RDWR)
         try:
             whole = os.pread(fd, x.size, pos)
-            os.pwrite(fd, whole[:x.size // 2] + bytes(x.size - x.size // 2), pos)
+            os.pwrite(fd, whole[: x.size // 2] + bytes(x.size - x.size // 2), pos)
             f.follower.refresh()
             assert f.commitlog.max_offset == visible
             assert f.max_offset("T", 0) == 10 and f.message_at(x.commitlog_offset) is None
@@ -206,6 +219,7 @@ def test_engine_follower_walks_records_without_units_and_segment_ends(tmp_path):
     """PREPARED transaction halves get no ConsumeQueue unit, and a segment ends in a blank
     record: the follower walks over both to the records after them."""
     from engine.format.message import TRANSACTION_PREPARED_TYPE
+
     root = tmp_path / "store"
     cfg = _config()
     w = MessageStore(root, cfg)
@@ -215,14 +229,14 @@ def test_engine_follower_walks_records_without_units_and_segment_ends(tmp_path):
         f = MessageStore(root, cfg, read_only=True, follow=True)
         got = []
         for i in range(60):
-            w.put_messages([Message("T", b"half %d" % i * 300,
-                                    sys_flag=TRANSACTION_PREPARED_TYPE)])
+            w.put_messages([Message("T", b"half %d" % i * 300, sys_flag=TRANSACTION_PREPARED_TYPE)])
             got += w.put_messages([Message("T", b"whole %d" % i * 300, keys=[f"w{i}"])])
             f.follower.refresh()
             assert f.commitlog.max_offset == w.commitlog.max_offset
         assert len(w.commitlog.files.segments) >= 3
-        assert [rec.plain_body for q in (0, 1) for _, rec in f.iter_queue("T", q)] == \
-            [rec.plain_body for q in (0, 1) for _, rec in w.iter_queue("T", q)]
+        assert [rec.plain_body for q in (0, 1) for _, rec in f.iter_queue("T", q)] == [
+            rec.plain_body for q in (0, 1) for _, rec in w.iter_queue("T", q)
+        ]
         assert sum(f.max_offset("T", q) for q in (0, 1)) == 60
         assert f.query_by_key("T", "w59")[0].commitlog_offset == got[-1].commitlog_offset
     finally:
@@ -276,9 +290,12 @@ def test_engine_follower_writes_nothing(tmp_path):
 def test_engine_follower_of_a_store_rocketmq_wrote(tmp_path):
     """RocketMQ 4.9.8's own store (copied), then appended to by the engine: followed."""
     root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "store")
-    expected = [json.loads(x) for x in (SHARED /
-                                         "fixtures" / "rocketmq-4.9.8-written" /
-                                         "expected.jsonl").read_text().splitlines()]
+    expected = [
+        json.loads(x)
+        for x in (SHARED / "fixtures" / "rocketmq-4.9.8-written" / "expected.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     cfg = StoreConfig(max_hash_slot_num=32, max_index_num=128)
     w = MessageStore(root, cfg)
     f = None
@@ -290,15 +307,17 @@ def test_engine_follower_of_a_store_rocketmq_wrote(tmp_path):
         for key, offs in by_queue.items():
             assert f.max_offset(*key) == max(offs) + 1
         w.create_topic("OracleTopicA", 4)  # the broker's test wrote no topics.json
-        res = w.put_messages([Message("OracleTopicA", b"appended %d" % i, keys=[f"ap{i}"])
-                              for i in range(50)])
+        res = w.put_messages(
+            [Message("OracleTopicA", b"appended %d" % i, keys=[f"ap{i}"]) for i in range(50)]
+        )
         f.follower.refresh()
         for r in res:
             got = f.get_message("OracleTopicA", r.queue_id, r.queue_offset)
             assert got.commitlog_offset == r.commitlog_offset
             assert r.queue_offset >= max(by_queue[("OracleTopicA", r.queue_id)]) + 1
-        assert [x.commitlog_offset for x in f.query_by_key("OracleTopicA", "ap49")] == \
-            [res[-1].commitlog_offset]
+        assert [x.commitlog_offset for x in f.query_by_key("OracleTopicA", "ap49")] == [
+            res[-1].commitlog_offset
+        ]
         old = expected[0]
         rec = f.get_message(old["topic"], old["queueId"], old["queueOffset"])
         assert rec.msg_id == old["msgId"]
@@ -314,10 +333,17 @@ def test_engine_follower_of_a_store_rocketmq_wrote(tmp_path):
 
 def _conf(tmp_path, **extra) -> Path:
     conf = tmp_path / "broker.conf"
-    keys = {"mappedFileSizeCommitLog": 131072, "mappedFileSizeConsumeQueue": 2000,
-            "maxHashSlotNum": 64, "maxIndexNum": 256, "fileReservedTime": 1,
-            "deleteWhen": ALL_HOURS, "cleanResourceInterval": 100,
-            "deleteCommitLogFilesInterval": 0, **extra}
+    keys = {
+        "mappedFileSizeCommitLog": 131072,
+        "mappedFileSizeConsumeQueue": 2000,
+        "maxHashSlotNum": 64,
+        "maxIndexNum": 256,
+        "fileReservedTime": 1,
+        "deleteWhen": ALL_HOURS,
+        "cleanResourceInterval": 100,
+        "deleteCommitLogFilesInterval": 0,
+        **extra,
+    }
     conf.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
     return conf
 
@@ -435,15 +461,17 @@ def test_follower_mount_shows_every_acked_message_within_a_second(mount_store, t
     assert ws["commitLogMinOffset"] == rs["commitLogMinOffset"] > 0
     assert rs["commitLogMaxOffset"] == ws["commitLogMaxOffset"] > 4 * 131072
     assert rs["followerBehindBytes"] == 0
-    assert sorted(os.listdir(r.mnt / "raw" / "commitlog")) == \
-        sorted(os.listdir(store / "commitlog"))
+    assert sorted(os.listdir(r.mnt / "raw" / "commitlog")) == sorted(
+        os.listdir(store / "commitlog")
+    )
     for q in range(4):
         wo = json.loads((w.mnt / "topics" / "T" / str(q) / "offsets.json").read_text())
         ro = json.loads((r.mnt / "topics" / "T" / str(q) / "offsets.json").read_text())
         assert ro == wo and ro["minOffset"] > 0
         assert not (r.mnt / "topics" / "T" / str(q) / "by-offset" / "0").exists()
-        m = json.loads((r.mnt / "topics" / "T" / str(q) / "by-offset" /
-                        str(ro["minOffset"])).read_text())
+        m = json.loads(
+            (r.mnt / "topics" / "T" / str(q) / "by-offset" / str(ro["minOffset"])).read_text()
+        )
         assert (m["queueId"], m["queueOffset"]) == (q, ro["minOffset"])
         assert (r.mnt / "messages" / m["msgId"]).exists()
 
@@ -459,8 +487,10 @@ def test_follower_mount_follows_groups_topics_and_lookups(mount_store, tmp_path)
     os.mkdir(w.mnt / "groups" / "G")
     with open(w.mnt / "topics" / "A" / "produce.jsonl", "w") as fh:
         for i in range(300):
-            fh.write(json.dumps({"body": f"a{i}", "keys": [f"key{i}"], "tags": "TagA",
-                                 "queueId": i % 4}) + "\n")
+            fh.write(
+                json.dumps({"body": f"a{i}", "keys": [f"key{i}"], "tags": "TagA", "queueId": i % 4})
+                + "\n"
+            )
     (w.mnt / "groups" / "G" / "A" / "2" / "offset").write_text("40\n")
     t0 = time.monotonic()
     while True:  # new directories show after the kernel's 1 s entry timeout at most
@@ -475,19 +505,26 @@ def test_follower_mount_follows_groups_topics_and_lookups(mount_store, tmp_path)
     prog = json.loads((r.mnt / "groups" / "G" / "progress.json").read_text())
     row = next(x for x in prog["queues"] if x["queueId"] == 2)
     assert (row["brokerOffset"], row["consumerOffset"], row["diff"]) == (75, 40, 35)
-    assert len((r.mnt / "groups" / "G" / "A" / "2" / "pending.jsonl").read_text()
-               .splitlines()) == 35
+    assert (
+        len((r.mnt / "groups" / "G" / "A" / "2" / "pending.jsonl").read_text().splitlines()) == 35
+    )
     key = json.loads((r.mnt / "topics" / "A" / "keys" / "key299").read_text())
     assert key["body"] == "a299" and key["queueOffset"] == 74
-    assert (r.mnt / "messages" / key["msgId"]).read_text() == \
-        (w.mnt / "messages" / key["msgId"]).read_text()
+    assert (r.mnt / "messages" / key["msgId"]).read_text() == (
+        w.mnt / "messages" / key["msgId"]
+    ).read_text()
     t = key["storeTimestamp"]
-    assert json.loads((r.mnt / "topics" / "A" / "3" / "by-time" / str(t)).read_text())[
-        "storeTimestamp"] >= t
+    assert (
+        json.loads((r.mnt / "topics" / "A" / "3" / "by-time" / str(t)).read_text())[
+            "storeTimestamp"
+        ]
+        >= t
+    )
     view_parts = sorted(p.name for p in (r.mnt / "view" / "topic=A").iterdir())
     assert view_parts == [f"queue={q}" for q in range(4)]
-    assert (r.mnt / "topics" / "A" / "bodies.txt").read_text() == \
-        (w.mnt / "topics" / "A" / "bodies.txt").read_text()
+    assert (r.mnt / "topics" / "A" / "bodies.txt").read_text() == (
+        w.mnt / "topics" / "A" / "bodies.txt"
+    ).read_text()
     # a commit rewrites consumerOffset.json: followed
     (w.mnt / "groups" / "G" / "A" / "2" / "offset").write_text("75\n")
     t0 = time.monotonic()
@@ -520,7 +557,8 @@ def test_follower_mount_and_offline_reads_change_nothing(mount_store, tmp_path):
     w = mount_store(store, config=conf, name="w")
     os.mkdir(w.mnt / "topics" / "T")
     (w.mnt / "topics" / "T" / "produce").write_bytes(
-        b"".join(b"line %d\n" % i for i in range(3000)))
+        b"".join(b"line %d\n" % i for i in range(3000))
+    )
     os.mkdir(w.mnt / "groups" / "G")
     (w.mnt / "groups" / "G" / "T" / "1" / "offset").write_text("9\n")
     before = _settled_digest(store)
@@ -557,14 +595,17 @@ def test_follower_mount_of_a_store_rocketmq_wrote(mount_store, tmp_path):
     assert json.loads((r.mnt / "status.json").read_text())["follower"] is True
     end = json.loads((w.mnt / "status.json").read_text())["commitLogMaxOffset"]
     for t in ("OracleTopicA", "OracleTopicB"):
-        assert (r.mnt / "topics" / t / "messages.jsonl").read_bytes() == \
-            (w.mnt / "topics" / t / "messages.jsonl").read_bytes()
-    old = json.loads((r.mnt / "topics" / "OracleTopicA" / "messages.jsonl").read_text()
-                     .splitlines()[7])
+        assert (r.mnt / "topics" / t / "messages.jsonl").read_bytes() == (
+            w.mnt / "topics" / t / "messages.jsonl"
+        ).read_bytes()
+    old = json.loads(
+        (r.mnt / "topics" / "OracleTopicA" / "messages.jsonl").read_text().splitlines()[7]
+    )
     assert json.loads((r.mnt / "messages" / old["msgId"]).read_text()) == old
     os.mkdir(w.mnt / "topics" / "Appended")
     (w.mnt / "topics" / "Appended" / "produce").write_bytes(
-        b"".join(b"appended %d\n" % i for i in range(100)))
+        b"".join(b"appended %d\n" % i for i in range(100))
+    )
     t0 = time.monotonic()
     while True:
         try:
@@ -578,8 +619,9 @@ def test_follower_mount_of_a_store_rocketmq_wrote(mount_store, tmp_path):
     new = [json.loads(x) for x in lines]
     assert [m["body"] for m in new] == [f"appended {i}" for i in range(100)]
     assert min(m["commitLogOffset"] for m in new) >= end
-    assert (r.mnt / "topics" / "Appended" / "bodies.txt").read_bytes() == \
-        (w.mnt / "topics" / "Appended" / "bodies.txt").read_bytes()
+    assert (r.mnt / "topics" / "Appended" / "bodies.txt").read_bytes() == (
+        w.mnt / "topics" / "Appended" / "bodies.txt"
+    ).read_bytes()
 
 
 @fuse
@@ -593,9 +635,11 @@ def test_tail_f_of_a_follower_mount(mount_store, tmp_path):
     r = mount_store(store, "ro", name="r")
     out = tmp_path / "tail.out"
     with open(out, "wb") as fh:
-        tail = subprocess.Popen(["tail", "-n", "+1", "-f",
-                                 str(r.mnt / "topics" / "Tail" / "messages.jsonl")],
-                                stdout=fh, stderr=subprocess.DEVNULL)
+        tail = subprocess.Popen(
+            ["tail", "-n", "+1", "-f", str(r.mnt / "topics" / "Tail" / "messages.jsonl")],
+            stdout=fh,
+            stderr=subprocess.DEVNULL,
+        )
     try:
         for i in range(3):
             (w.mnt / "topics" / "Tail" / "produce").write_text(f"after-{i}\n")
@@ -653,6 +697,7 @@ def test_snapshot_of_a_follower_mount_while_the_writer_produces(mount_store, tmp
             with open(produce, "ab") as f:
                 f.write(b"".join(b"more-%d-%d\n" % (i, j) for j in range(50)))
             i += 1
+
     t = threading.Thread(target=writer)
     t.start()
     try:
@@ -669,14 +714,16 @@ def test_snapshot_of_a_follower_mount_while_the_writer_produces(mount_store, tmp
     assert res.returncode == 0, res.stdout + res.stderr
     assert not (copy / "abort").exists()
     (copy / "SNAPSHOT.json").unlink()
-    with MessageStore(str(copy), read_only=True) as snap, \
-            MessageStore(str(store), read_only=True) as live:
+    with (
+        MessageStore(str(copy), read_only=True) as snap,
+        MessageStore(str(store), read_only=True) as live,
+    ):
         got = [b for q in snap.queue_ids("Snap") for b in _queue_bodies(snap, "Snap", q)]
         assert len(got) == manifest["messageCount"] >= 500
         # every queue of the snapshot is a prefix of the writer's queue, byte for byte
         for q in snap.queue_ids("Snap"):
             mine = _queue_bodies(snap, "Snap", q)
-            assert mine == _queue_bodies(live, "Snap", q)[:len(mine)]
+            assert mine == _queue_bodies(live, "Snap", q)[: len(mine)]
         assert snap.commitlog.max_offset == manifest["commitLogOffset"] <= live.commitlog.max_offset
     assert run_rmqfs("verify", copy).returncode == 0
 
@@ -714,6 +761,7 @@ def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
     from engine.format.config import TopicConfig
     from engine.format.message import encode_message
     from stores import DLQ_TOPIC, LONG_GROUP, LONG_TOPIC, RETRY_TOPIC
+
     root = tmp_path / "store"
     cfg = _config(mapped_file_size_commit_log=16 * 1024)
     w = MessageStore(root, cfg)
@@ -727,8 +775,15 @@ def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
         w.topic_config.put(TopicConfig(LONG_TOPIC, 2, 2))
         w.create_group(LONG_GROUP)
         host = (b"\x7f\0\0\1", 1)
-        odd = encode_message("x" * 256, b"odd", queue_id=0, properties={}, born_timestamp=1,
-                             born_host=host, store_host=host)
+        odd = encode_message(
+            "x" * 256,
+            b"odd",
+            queue_id=0,
+            properties={},
+            born_timestamp=1,
+            born_host=host,
+            store_host=host,
+        )
         for rnd in range(12):
             for t in ("T", RETRY_TOPIC, DLQ_TOPIC, LONG_TOPIC):
                 put_internal(w, [Message(t, b"%d " % rnd * 600, keys=["k%d" % rnd])])

@@ -27,7 +27,7 @@ def test_rmdir_topic_and_group_and_topic_json_write(mount_store):
     (m.mnt / "groups" / "G" / "U" / "0" / "offset").write_text("1\n")
     assert (t / "T" / "bodies.txt").read_bytes().count(b"\n") == 20  # rendered and cached
     with open(t / "T" / "messages.jsonl", "rb") as held:  # open while the topic goes:
-        os.rmdir(t / "T")                                  # its reads answer ENOENT
+        os.rmdir(t / "T")  # its reads answer ENOENT
         with pytest.raises(OSError) as info:
             held.read()
         assert info.value.errno == errno.ENOENT

@@ -36,6 +36,7 @@ def verify_store(store: Path) -> list[dict]:
     """Open the store with the engine (recovery), close it, then check every record and every
     ConsumeQueue unit with the independent reader. Returns the records."""
     from engine.store import MessageStore
+
     with MessageStore(str(store)) as s:
         n = {(t, q): (s.min_offset(t, q), s.max_offset(t, q)) for t, q in s.consume_queues}
     assert not (store / "abort").exists()
@@ -68,8 +69,11 @@ def test_tar_of_a_live_mount_restores_every_acknowledged_message(mount_store, tm
             time.sleep(0.01)
         n_before_tar = int(acked.read_text())
         backup = tmp_path / "backup.tar"
-        res = subprocess.run(["tar", "-C", str(m.mnt / "raw"), "-cf", str(backup), "."],
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            ["tar", "-C", str(m.mnt / "raw"), "-cf", str(backup), "."],
+            capture_output=True,
+            text=True,
+        )
         # 0, or 1 with "file changed as we read it" for the files the producer was writing
         assert res.returncode in (0, 1), res.stderr
         for line in res.stderr.splitlines():
@@ -85,11 +89,11 @@ def test_tar_of_a_live_mount_restores_every_acknowledged_message(mount_store, tm
     recs = verify_store(restored)
     bodies = [r["body"].decode() for r in recs]
     live = [f"live-{i:07d}-{'y' * (i % 200)}" for i in range(n_after_tar + 50)]
-    assert bodies[:len(before)] == before
+    assert bodies[: len(before)] == before
     # every message acknowledged before tar began, then a prefix of what came after: whole
     # messages only, no gap, nothing twice
-    rest = bodies[len(before):]
-    assert rest == live[:len(rest)]
+    rest = bodies[len(before) :]
+    assert rest == live[: len(rest)]
     assert len(rest) >= n_before_tar
     # the restored store mounts, with the consumer offset committed before the backup
     r = mount_store(restored, name="mnt-restored")
@@ -116,9 +120,11 @@ def test_du_counts_the_store_and_tar_s_copies_views_whole(mount_store, tmp_path)
     assert (t / "bodies.txt").read_bytes() == lines  # rendered
 
     def du(*args):
-        out = subprocess.run(["du", "-s", *map(str, args)], capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run(
+            ["du", "-s", *map(str, args)], capture_output=True, text=True, check=True
+        ).stdout
         return int(out.split()[0])
+
     for rel in ("", "commitlog", "consumequeue", "consumequeue/T", "index", "config"):
         assert du(m.mnt / "raw" / rel) == du(m.store / rel), rel
     view_bytes = (t / "messages.jsonl").stat().st_size + len(lines)

@@ -44,15 +44,17 @@ def test_concurrent_writers_never_interleave_or_lose_lines(mount_store):
     os.mkdir(t)
     n = 3000
     modes = ["buffered", "tiny", "lines", "buffered"]
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(t / "produce"), str(w), str(n),
-                               mode]) for w, mode in enumerate(modes)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(t / "produce"), str(w), str(n), mode])
+        for w, mode in enumerate(modes)
+    ]
     # readers while the writers write: every read shows whole JSON lines, growing
     sizes = []
     while any(p.poll() is None for p in procs):
         size = os.stat(t / "bodies.txt").st_size
         now = (t / "bodies.txt").read_bytes()
         # st_size always ends a whole line: never a torn message
-        assert len(now) >= size and (size == 0 or now[size - 1:size] == b"\n")
+        assert len(now) >= size and (size == 0 or now[size - 1 : size] == b"\n")
         data = (t / "messages.jsonl").read_bytes()
         assert data == b"" or data.endswith(b"\n")
         last = data.rsplit(b"\n", 2)
@@ -70,8 +72,9 @@ def test_concurrent_writers_never_interleave_or_lose_lines(mount_store):
         assert all(set(x.split("-", 2)[2]) <= {"x"} for x in mine)
     # every queue view and the topic view agree
     rows = [json.loads(x) for x in (t / "messages.jsonl").read_text().splitlines()]
-    per_queue = sum(len((t / str(q) / "messages.jsonl").read_bytes().splitlines())
-                    for q in range(4))
+    per_queue = sum(
+        len((t / str(q) / "messages.jsonl").read_bytes().splitlines()) for q in range(4)
+    )
     assert len(rows) == per_queue == len(got)
     assert [r["commitLogOffset"] for r in rows] == sorted(r["commitLogOffset"] for r in rows)
 

@@ -4,8 +4,8 @@ a cleanly closed store (no ``abort`` file) after every orderly exit."""
 import errno
 import json
 import os
-import socket
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,9 +48,14 @@ def pid_alive(pid: int) -> bool:
 
 def fail(*args, env=None) -> str:
     """Run rmqfs expecting exit status 1; return its stderr."""
-    res = subprocess.run([sys.executable, "-m", "mount.cli", *map(str, args)],
-                         capture_output=True, text=True, timeout=60, cwd=REPO,
-                         env=env or dict(os.environ, PYTHONPATH=str(REPO)))
+    res = subprocess.run(
+        [sys.executable, "-m", "mount.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env or dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
     return res.stderr
 
@@ -101,8 +106,11 @@ def test_background_mount_umount_and_sigterm_close_the_store(mount_store, tmp_pa
     assert os.listdir(m.mnt) == []
     # options reach the kernel
     m2 = mount_store(m.store, "allow_other", "default_permissions", name="mnt-opts")
-    line = next(x for x in Path("/proc/self/mountinfo").read_text().splitlines()
-            if x.split()[4] == str(m2.mnt))
+    line = next(
+        x
+        for x in Path("/proc/self/mountinfo").read_text().splitlines()
+        if x.split()[4] == str(m2.mnt)
+    )
     assert "allow_other" in line and "default_permissions" in line
     assert (m2.mnt / "topics" / "T" / "bodies.txt").read_text() == "one\n"
     m2.umount()
@@ -114,9 +122,13 @@ def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     store = tmp_path / "store"
-    proc = subprocess.Popen([sys.executable, "-m", "mount.cli", "mount", str(store), str(mnt),
-                             "-f"], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mount.cli", "mount", str(store), str(mnt), "-f"],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert wait_until(lambda: mounted(mnt) and (mnt / "status.json").exists())
         os.mkdir(mnt / "topics" / "T")
@@ -180,9 +192,11 @@ def test_a_dead_mount_is_named_and_cleaned(mount_store, tmp_path):
         os.listdir(m.mnt)
     assert info.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)  # the daemon is gone
     assert mounted(m.mnt)
-    caches = [d for d in Path(tempfile.gettempdir()).glob("rmqfs-cache-*")
-              if (d / "daemon.pid").is_file()
-              and (d / "daemon.pid").read_text().split()[0] == str(pid)]
+    caches = [
+        d
+        for d in Path(tempfile.gettempdir()).glob("rmqfs-cache-*")
+        if (d / "daemon.pid").is_file() and (d / "daemon.pid").read_text().split()[0] == str(pid)
+    ]
     assert caches, "the daemon's view cache records its pid"
     # issue 9 item 10: rmqfs mount cleans a dead mount of its own kind by itself...
     m.mount()  # and the store recovers

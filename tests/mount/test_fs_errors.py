@@ -52,10 +52,16 @@ def test_einval(mount_store):
     (t / "produce").write_text("good-1\n")
     pj = t / "produce.jsonl"
     # a bad line fails its write and stores none of the write's lines
-    for bad in [b'{"body": "ok"}\nnot json\n', b'{"tags": "no body"}\n', b'[1, 2]\n',
-                b'{"body": "x", "queueId": "zero"}\n', b'{"body": "x", "queueId": 99}\n',
-                b'{"bodyBase64": "***"}\n', b'{"body": "x", "properties": {"a": 1}}\n',
-                b'{"body": "x", "keys": [1]}\n']:
+    for bad in [
+        b'{"body": "ok"}\nnot json\n',
+        b'{"tags": "no body"}\n',
+        b'[1, 2]\n',
+        b'{"body": "x", "queueId": "zero"}\n',
+        b'{"body": "x", "queueId": 99}\n',
+        b'{"bodyBase64": "***"}\n',
+        b'{"body": "x", "properties": {"a": 1}}\n',
+        b'{"body": "x", "keys": [1]}\n',
+    ]:
         assert oserror(write_once, pj, bad) == errno.EINVAL, bad
     # a bad last line without newline fails at close()
     assert oserror(write_then_close, pj, b'{"body": ') == errno.EINVAL
@@ -71,8 +77,7 @@ def test_einval(mount_store):
     off = m.mnt / "groups" / "G" / "E" / "0" / "offset"
     for text in [b"abc\n", b"-1\n", b"2\n", b"1 2\n", b"\xff\n"]:
         assert oserror(write_once, off, text, os.O_WRONLY | os.O_TRUNC) == errno.EINVAL, text
-    bad = subprocess.run(["bash", "-c", f"echo nope > '{off}'"], capture_output=True,
-                         text=True)
+    bad = subprocess.run(["bash", "-c", f"echo nope > '{off}'"], capture_output=True, text=True)
     assert bad.returncode == 1 and "Invalid argument" in bad.stderr
     assert off.read_text() == "-1\n"
     write_once(off, b"1\n", os.O_WRONLY | os.O_TRUNC)
@@ -95,8 +100,10 @@ def test_emsgsize(mount_store, tmp_path):
     os.mkdir(t)
     write_once(t / "produce", b"small\n")
     assert oserror(write_once, t / "produce", b"x" * 1025 + b"\n") == errno.EMSGSIZE
-    assert oserror(write_once, t / "produce.jsonl",
-                   json.dumps({"body": "y" * 2000}).encode() + b"\n") == errno.EMSGSIZE
+    assert (
+        oserror(write_once, t / "produce.jsonl", json.dumps({"body": "y" * 2000}).encode() + b"\n")
+        == errno.EMSGSIZE
+    )
     # a line that never ends is refused once it is too long, without buffering it all
     fd = os.open(t / "produce", os.O_WRONLY | os.O_APPEND)
     try:
@@ -113,14 +120,18 @@ def test_emsgsize(mount_store, tmp_path):
         assert oserror(os.close, fd) == errno.EMSGSIZE  # close() reports it too
     write_once(t / "produce", b"after\n")  # a new open goes on
     # the shell sees "Message too long"
-    res = subprocess.run(["bash", "-c", f"head -c 5000 /dev/zero | tr '\\0' a > '{t}/produce'"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["bash", "-c", f"head -c 5000 /dev/zero | tr '\\0' a > '{t}/produce'"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode != 0 and "Message too long" in res.stderr
     assert bodies(t) == [b"small", b"after"]
 
 
 def test_eacces_for_a_topic_without_write_permission(mount_store, tmp_path):
     from engine.store import MessageStore
+
     store = tmp_path / "store"
     with MessageStore(str(store)) as s:
         s.create_topic("ReadOnlyTopic", perm=4)  # PermName.PERM_READ
@@ -129,8 +140,7 @@ def test_eacces_for_a_topic_without_write_permission(mount_store, tmp_path):
     t = m.mnt / "topics" / "ReadOnlyTopic"
     for name in ["produce", "produce.jsonl", "0/produce"]:
         assert oserror(open, t / name, "a") == errno.EACCES
-    res = subprocess.run(["bash", "-c", f"echo hi > '{t}/produce'"], capture_output=True,
-                         text=True)
+    res = subprocess.run(["bash", "-c", f"echo hi > '{t}/produce'"], capture_output=True, text=True)
     assert res.returncode == 1 and "Permission denied" in res.stderr
     # files cannot be created, renamed or removed anywhere in the generated tree
     o = m.mnt / "topics" / "Open"
@@ -165,13 +175,20 @@ def test_enoent_eisdir_enotdir(mount_store):
     os.mkdir(t)
     (t / "0" / "produce").write_text("a\nb\n")
     first = json.loads((t / "0" / "by-offset" / "0").read_text())
-    missing = [m.mnt / "topics" / "Nope", t / "7", t / "0" / "by-offset" / "2",
-               t / "0" / "by-offset" / "-1", t / "0" / "by-offset" / "x",
-               t / "0" / "by-time" / str(first["storeTimestamp"] + 10**9),
-               t / "keys" / "no-such-key", m.mnt / "messages" / "00",
-               m.mnt / "messages" / ("F" * 32),
-               m.mnt / "messages" / first["msgId"].replace(first["msgId"][-1], "F"),
-               m.mnt / "groups" / "NoGroup", m.mnt / "raw" / "nothing"]
+    missing = [
+        m.mnt / "topics" / "Nope",
+        t / "7",
+        t / "0" / "by-offset" / "2",
+        t / "0" / "by-offset" / "-1",
+        t / "0" / "by-offset" / "x",
+        t / "0" / "by-time" / str(first["storeTimestamp"] + 10**9),
+        t / "keys" / "no-such-key",
+        m.mnt / "messages" / "00",
+        m.mnt / "messages" / ("F" * 32),
+        m.mnt / "messages" / first["msgId"].replace(first["msgId"][-1], "F"),
+        m.mnt / "groups" / "NoGroup",
+        m.mnt / "raw" / "nothing",
+    ]
     for p in missing:
         assert oserror(os.stat, p) == errno.ENOENT, p
     assert oserror(open, m.mnt / "topics" / "Nope" / "produce", "a") == errno.ENOENT
@@ -187,8 +204,7 @@ def test_enoent_eisdir_enotdir(mount_store):
 
 def _tmpfs(path: Path, size: str):
     path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                   check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
@@ -197,8 +213,10 @@ def test_enospc_on_a_full_disk_keeps_the_store_consistent(mount_store, tmp_path)
     _tmpfs(disk, "8m")
     try:
         conf = tmp_path / "broker.conf"
-        conf.write_text("mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=20000\n"
-                        "messageIndexEnable=false\n")
+        conf.write_text(
+            "mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=20000\n"
+            "messageIndexEnable=false\n"
+        )
         m = mount_store(disk / "store", config=conf)
         t = m.mnt / "topics" / "Full"
         os.mkdir(t)

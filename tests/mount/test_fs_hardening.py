@@ -47,9 +47,15 @@ def as_nobody(code: str) -> list:
     """Run Python ``code`` as user nobody; it prints a JSON list; returns it."""
     if os.geteuid() != 0:
         pytest.skip("needs root to run a command as another user")
-    res = subprocess.run([PY3, "-c", "import json, os, errno\n" + code],
-                         capture_output=True, text=True, user=NOBODY, group=NOBODY,
-                         timeout=60, cwd="/")
+    res = subprocess.run(
+        [PY3, "-c", "import json, os, errno\n" + code],
+        capture_output=True,
+        text=True,
+        user=NOBODY,
+        group=NOBODY,
+        timeout=60,
+        cwd="/",
+    )
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -102,6 +108,7 @@ def test_modes_tell_the_truth(shared_dir):
 
     def mode(p):
         return stat.S_IMODE(os.stat(p).st_mode)
+
     assert mode(m.mnt) == 0o555 and mode(m.mnt / "raw") == 0o555
     assert mode(m.mnt / "topics") == 0o755 and mode(m.mnt / "groups") == 0o755
     assert mode(t / "produce") == 0o644 and mode(t / "produce.jsonl") == 0o644
@@ -152,9 +159,13 @@ def test_chmod_chown_utime_are_refused(shared_dir):
     m = mount(shared_dir)
     _prepare(m)
     p = m.mnt / "topics" / "T" / "produce"
-    for fn in (lambda: os.chmod(p, 0o600), lambda: os.chown(p, NOBODY, NOBODY),
-               lambda: os.utime(p, (1, 1)), lambda: os.utime(p),
-               lambda: os.chmod(m.mnt / "topics", 0o700)):
+    for fn in (
+        lambda: os.chmod(p, 0o600),
+        lambda: os.chown(p, NOBODY, NOBODY),
+        lambda: os.utime(p, (1, 1)),
+        lambda: os.utime(p),
+        lambda: os.chmod(m.mnt / "topics", 0o700),
+    ):
         with pytest.raises(OSError) as info:
             fn()
         assert info.value.errno == errno.EPERM
@@ -169,7 +180,7 @@ def test_raw_never_shows_a_link(shared_dir):
     _prepare(m)
     secret = d / "secret"
     secret.write_text("top secret\n")
-    os.symlink(secret, m.store / "x")             # created while mounted
+    os.symlink(secret, m.store / "x")  # created while mounted
     os.symlink(d, m.store / "config" / "up")
     assert "x" not in os.listdir(m.mnt / "raw")
     assert "up" not in os.listdir(m.mnt / "raw" / "config")
@@ -191,7 +202,9 @@ def test_a_non_empty_directory_that_is_not_a_store_is_refused(shared_dir):
     mnt = d / "m"
     mnt.mkdir()
     res = run_rmqfs("mount", home, mnt, check=False)
-    assert res.returncode == 1 and "not a RocketMQ store" in res.stderr and "-o create" in res.stderr
+    assert (
+        res.returncode == 1 and "not a RocketMQ store" in res.stderr and "-o create" in res.stderr
+    )
     assert sorted(os.listdir(home)) == ["notes.txt"]
     m = mount(shared_dir, "create", store=home)
     assert (home / "lock").exists() and os.listdir(m.mnt / "topics") == []
@@ -200,12 +213,15 @@ def test_a_non_empty_directory_that_is_not_a_store_is_refused(shared_dir):
 def test_one_damaged_queue_leaves_the_topic_listable(shared_dir):
     d, _ = shared_dir
     root = d / "store"
-    cfg = StoreConfig(mapped_file_size_commit_log=64 * 1024,
-                      mapped_file_size_consume_queue=100 * 20)
+    cfg = StoreConfig(
+        mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20
+    )
     with MessageStore(str(root), cfg) as s:
         s.create_topic("T", 2)
-        s.put_messages([Message("T", b"a%d" % i, queue_id=0) for i in range(450)]
-                       + [Message("T", b"b%d" % i, queue_id=1) for i in range(10)])
+        s.put_messages(
+            [Message("T", b"a%d" % i, queue_id=0) for i in range(450)]
+            + [Message("T", b"b%d" % i, queue_id=1) for i in range(10)]
+        )
     # unit 3 of queue 0 points one byte into its record; its file is older than the three
     # recovery reads at open (damage there is found and rebuilt), so it stays
     with open(root / "consumequeue" / "T" / "0" / ("0" * 20), "r+b") as f:
@@ -233,10 +249,12 @@ def test_a_body_crc_mismatch_is_eio_and_named_without_traceback(shared_dir):
     by the topic view (EIO; before, its line was served as good data), status.json names the
     queue and the offset, the daemon log has one warning line and no traceback."""
     from stores import flip_body_byte
+
     d, _ = shared_dir
     root = d / "store"
-    cfg = StoreConfig(mapped_file_size_commit_log=64 * 1024,
-                      mapped_file_size_consume_queue=100 * 20)
+    cfg = StoreConfig(
+        mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20
+    )
     with MessageStore(str(root), cfg) as s:
         s.create_topic("T", 2)
         s.put_messages([Message("T", b"m%d" % i, queue_id=i % 2) for i in range(20)])
@@ -262,8 +280,9 @@ def test_a_body_crc_mismatch_is_eio_and_named_without_traceback(shared_dir):
 def small_disk():
     """A 4 MiB tmpfs (root only)."""
     d = Path(tempfile.mkdtemp(prefix="rmqfs-full-"))
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], capture_output=True, text=True
+    )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {res.stderr}")
     yield d
@@ -274,8 +293,9 @@ def small_disk():
 def test_enospc_leaves_no_trace(small_disk, tmp_path):
     store = small_disk / "store"
     conf = tmp_path / "broker.conf"
-    conf.write_text("mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
-                    "messageIndexEnable=false\n")
+    conf.write_text(
+        "mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\nmessageIndexEnable=false\n"
+    )
     m = Mount(store, tmp_path / "mnt", config=conf)
     try:
         os.mkdir(m.mnt / "topics" / "T")
@@ -291,9 +311,11 @@ def test_enospc_leaves_no_trace(small_disk, tmp_path):
                     f.flush()
             except OSError as exc:
                 assert exc.errno == errno.ENOSPC
-        for fn in (lambda: os.mkdir(m.mnt / "topics" / "X"),
-                   lambda: os.mkdir(m.mnt / "groups" / "h"),
-                   lambda: (m.mnt / "groups" / "g" / "T" / "0" / "offset").write_text("2\n")):
+        for fn in (
+            lambda: os.mkdir(m.mnt / "topics" / "X"),
+            lambda: os.mkdir(m.mnt / "groups" / "h"),
+            lambda: (m.mnt / "groups" / "g" / "T" / "0" / "offset").write_text("2\n"),
+        ):
             with pytest.raises(OSError) as info:
                 fn()
             assert info.value.errno == errno.ENOSPC
@@ -338,8 +360,15 @@ def test_another_user_cannot_starve_the_owner(shared_dir):
         pytest.skip("needs root to run a command as another user")
     m = mount(shared_dir, "allow_other")
     _prepare(m)
-    p = subprocess.Popen([PY3, "-c", HOARD, str(m.mnt)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True, user=NOBODY, group=NOBODY, cwd="/")
+    p = subprocess.Popen(
+        [PY3, "-c", HOARD, str(m.mnt)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        user=NOBODY,
+        group=NOBODY,
+        cwd="/",
+    )
     try:
         count, err = p.stdout.readline().split()
         assert err == "EMFILE" and 0 < int(count) <= 4096, (count, err)
@@ -386,7 +415,8 @@ def test_a_refused_write_says_why_to_its_writer(shared_dir):
         ("write", "/topics/T/produce.jsonl", "EINVAL"),
         ("write", "/groups/g/T/0/offset", "EINVAL"),
         ("write", "/groups/g/T/0/offset", "EINVAL"),
-        ("write", "/groups/g/T/0/offset", "EINVAL")]
+        ("write", "/groups/g/T/0/offset", "EINVAL"),
+    ]
     assert "KEYS" in mine[0]["reason"] and "abc" in mine[2]["reason"]
     assert all(e["pid"] == os.getpid() and e["uid"] == 0 and e["time"] > 0 for e in mine)
     got = as_nobody(f"""

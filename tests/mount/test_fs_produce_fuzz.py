@@ -57,7 +57,7 @@ class Fuzzed:
     def new_messages(self) -> list[dict]:
         with open(self.topic / "messages.jsonl", "rb") as f:
             lines = f.read().splitlines()
-        new = [json.loads(x) for x in lines[self.seen:]]
+        new = [json.loads(x) for x in lines[self.seen :]]
         self.seen = len(lines)
         return new
 
@@ -76,10 +76,15 @@ def fuzzed(tmp_path_factory):
 
 _text = st.text(st.characters(codec="utf-8"), max_size=12)
 _any_text = st.text(max_size=12)  # lone surrogates, control characters, separators too
-_json = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70)
-                     | st.floats(allow_nan=False) | _any_text,
-                     lambda c: st.lists(c, max_size=3) | st.dictionaries(_any_text, c, max_size=3),
-                     max_leaves=6)
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | _any_text,
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(_any_text, c, max_size=3),
+    max_leaves=6,
+)
 
 
 @st.composite
@@ -89,16 +94,29 @@ def _good_message(draw) -> dict:
         obj["body"] = draw(st.text(st.characters(codec="utf-8"), min_size=1, max_size=40))
     else:
         obj["bodyBase64"] = base64.b64encode(draw(st.binary(min_size=1, max_size=40))).decode()
-    name = st.text(st.characters(codec="utf-8", exclude_categories=["Cc", "Cs", "Zs", "Zl", "Zp"],
-                                 exclude_characters="|"), min_size=1, max_size=8)
+    name = st.text(
+        st.characters(
+            codec="utf-8", exclude_categories=["Cc", "Cs", "Zs", "Zl", "Zp"], exclude_characters="|"
+        ),
+        min_size=1,
+        max_size=8,
+    )
     if draw(st.booleans()):
         obj["tags"] = draw(name)
     if draw(st.booleans()):
         obj["keys"] = draw(st.lists(name, max_size=3))
     if draw(st.booleans()):
-        obj["properties"] = draw(st.dictionaries(
-            name.filter(lambda n: n not in RESERVED_PROPERTY_NAMES
-                        and not n.startswith("__RMQ.TRANSIENT.")), name, max_size=3))
+        obj["properties"] = draw(
+            st.dictionaries(
+                name.filter(
+                    lambda n: (
+                        n not in RESERVED_PROPERTY_NAMES and not n.startswith("__RMQ.TRANSIENT.")
+                    )
+                ),
+                name,
+                max_size=3,
+            )
+        )
     if draw(st.booleans()):
         obj["queueId"] = draw(st.integers(0, 3))
     elif draw(st.booleans()):
@@ -110,15 +128,38 @@ def _good_message(draw) -> dict:
 def _bad_message(draw) -> dict:
     """A good message with one field broken (one rule of engine/service/validation.py each)."""
     obj = draw(_good_message())
-    field, value = draw(st.sampled_from([
-        ("queueId", True), ("queueId", 1.0), ("queueId", "1"), ("queueId", 99), ("queueId", -1),
-        ("tags", "t\x02KEYS\x01evil"), ("tags", "a|b"), ("tags", " "), ("tags", 5),
-        ("keys", [1]), ("keys", ["a b"]), ("keys", "k\x01"), ("keys", {"a": "b"}),
-        ("properties", {"__CRC32#": "0000000000"}), ("properties", {"UNIQ_KEY": "x"}),
-        ("properties", {"p": 1}), ("properties", {"p": "\x02"}), ("properties", ["p"]),
-        ("properties", {"p": ""}), ("body", "\ud800"), ("body", ""), ("body", 7),
-        ("bodyBase64", "***"), ("shardingKey", 1), ("tag", "misspelt"),
-        ("body", "x" * (MAX_MESSAGE_SIZE + 1))]))
+    field, value = draw(
+        st.sampled_from(
+            [
+                ("queueId", True),
+                ("queueId", 1.0),
+                ("queueId", "1"),
+                ("queueId", 99),
+                ("queueId", -1),
+                ("tags", "t\x02KEYS\x01evil"),
+                ("tags", "a|b"),
+                ("tags", " "),
+                ("tags", 5),
+                ("keys", [1]),
+                ("keys", ["a b"]),
+                ("keys", "k\x01"),
+                ("keys", {"a": "b"}),
+                ("properties", {"__CRC32#": "0000000000"}),
+                ("properties", {"UNIQ_KEY": "x"}),
+                ("properties", {"p": 1}),
+                ("properties", {"p": "\x02"}),
+                ("properties", ["p"]),
+                ("properties", {"p": ""}),
+                ("body", "\ud800"),
+                ("body", ""),
+                ("body", 7),
+                ("bodyBase64", "***"),
+                ("shardingKey", 1),
+                ("tag", "misspelt"),
+                ("body", "x" * (MAX_MESSAGE_SIZE + 1)),
+            ]
+        )
+    )
     if field in ("body", "bodyBase64"):
         obj.pop("body", None)
         obj.pop("bodyBase64", None)
@@ -140,8 +181,15 @@ _jsonl_line = st.one_of(
 )
 _plain_line = st.one_of(
     st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")),
-    st.sampled_from([b"", b"\r", b"x" * MAX_MESSAGE_SIZE, b"y" * (MAX_MESSAGE_SIZE + 1),
-                     b"z" * (3 * MAX_MESSAGE_SIZE)]),
+    st.sampled_from(
+        [
+            b"",
+            b"\r",
+            b"x" * MAX_MESSAGE_SIZE,
+            b"y" * (MAX_MESSAGE_SIZE + 1),
+            b"z" * (3 * MAX_MESSAGE_SIZE),
+        ]
+    ),
 )
 
 
@@ -159,13 +207,17 @@ def _stream(draw):
 
 # -- what must be stored -----------------------------------------------------------------------
 
+
 def _expected(line: bytes, jsonl: bool) -> dict:
     """The fields a stored line must show in messages.jsonl."""
     if not jsonl:
         return {"body": line}
     obj = json.loads(line)
-    body = (base64.b64decode(obj["bodyBase64"]) if obj.get("bodyBase64") is not None
-            else obj["body"].encode())
+    body = (
+        base64.b64decode(obj["bodyBase64"])
+        if obj.get("bodyBase64") is not None
+        else obj["body"].encode()
+    )
     out = {"body": body, "tags": obj.get("tags") or None}
     keys = obj.get("keys")
     out["keys"] = [k for k in keys.split(" ") if k] if isinstance(keys, str) else (keys or [])
@@ -177,8 +229,11 @@ def _expected(line: bytes, jsonl: bool) -> dict:
 
 
 def _shown(msg: dict, want: dict) -> dict:
-    body = msg["body"].encode() if msg.get("bodyEncoding") != "base64" \
+    body = (
+        msg["body"].encode()
+        if msg.get("bodyEncoding") != "base64"
         else base64.b64decode(msg["body"])
+    )
     out = {"body": body}
     for k in want:
         if k.startswith("property "):
@@ -195,12 +250,18 @@ def _complete(pending: bytes, piece: bytes, jsonl: bool) -> tuple[list[bytes], b
         return [], data
     lines = data[:cut].split(b"\n")
     keep = [x for x in lines if (x.strip(b" \t\r") if jsonl else x)]
-    return keep, data[cut + 1:]
+    return keep, data[cut + 1 :]
 
 
-@settings(max_examples=int(os.environ.get("RMQFS_FUZZ_EXAMPLES", "200")), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=int(os.environ.get("RMQFS_FUZZ_EXAMPLES", "200")),
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 @given(_stream())
 def test_every_write_stores_all_its_lines_or_fails_and_stores_none(fuzzed, stream):
     jsonl, pieces = stream
@@ -216,9 +277,16 @@ def test_every_write_stores_all_its_lines_or_fails_and_stores_none(fuzzed, strea
             except OSError as exc:
                 assert exc.errno in INPUT_ERRNOS, (exc, piece[:200])
                 assert fuzzed.max_offset() == before, "a failed write stored something"
-                event(f"write refused: {errno.errorcode[exc.errno]}"
-                      + (" (line refused before)" if refused else
-                         " (continued a line)" if pending else ""))
+                event(
+                    f"write refused: {errno.errorcode[exc.errno]}"
+                    + (
+                        " (line refused before)"
+                        if refused
+                        else " (continued a line)"
+                        if pending
+                        else ""
+                    )
+                )
                 if refused:
                     assert exc.errno == refused
                 elif pending:
@@ -284,7 +352,7 @@ def test_a_write_of_up_to_255_pages_is_one_request(fuzzed):
     assert len(data) == size
     buf = bytearray(size + 8192)
     for shift in (0, 1, 2048, 4095):
-        view = memoryview(buf)[shift:shift + size]
+        view = memoryview(buf)[shift : shift + size]
         view[:] = data
         before = fuzzed.max_offset()
         fd = os.open(fuzzed.topic / "produce.jsonl", os.O_WRONLY | os.O_APPEND)
@@ -315,12 +383,17 @@ def test_the_reported_instances(fuzzed):
     fuzzed.new_messages()
     t, mnt = fuzzed.topic, fuzzed.mount.mnt
     pj = t / "produce.jsonl"
-    for line in [b'{"body":"x","properties":{"__CRC32#":"0000000000"}}\n',    # 1
-                 b'{"body":"b0","queueId":true}\n',                           # 2
-                 b'{"body":"x","tags":"t\\u0002KEYS\\u0001evil"}\n',        # 3
-                 b'{"body":"\\ud800"}\n']:                                  # 5
-        res = subprocess.run(["bash", "-c", f"printf '%s' '{line.decode()}' >> '{pj}'"],
-                             capture_output=True, text=True)
+    for line in [
+        b'{"body":"x","properties":{"__CRC32#":"0000000000"}}\n',  # 1
+        b'{"body":"b0","queueId":true}\n',  # 2
+        b'{"body":"x","tags":"t\\u0002KEYS\\u0001evil"}\n',  # 3
+        b'{"body":"\\ud800"}\n',
+    ]:  # 5
+        res = subprocess.run(
+            ["bash", "-c", f"printf '%s' '{line.decode()}' >> '{pj}'"],
+            capture_output=True,
+            text=True,
+        )
         assert res.returncode == 1 and "Invalid argument" in res.stderr, (line, res.stderr)
     assert not (fuzzed.store / "consumequeue" / TOPIC / "True").exists()
     # 5: the refused line leaves the open file clean: the next write on it works
@@ -338,8 +411,11 @@ def test_the_reported_instances(fuzzed):
         assert _fails(os.write, fd, b"A" * 600) == errno.EMSGSIZE
     finally:
         assert _fails(os.close, fd) == errno.EMSGSIZE
-    res = subprocess.run(["bash", "-c", f"head -c {MAX_MESSAGE_SIZE + 1} /dev/zero | tr '\\0' A"
-                          f" >> '{t}/produce'"], capture_output=True, text=True)
+    res = subprocess.run(
+        ["bash", "-c", f"head -c {MAX_MESSAGE_SIZE + 1} /dev/zero | tr '\\0' A >> '{t}/produce'"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1 and "Message too long" in res.stderr
     # 16: empty lines store nothing, in both files
     _write(t / "produce", b"\n\nline\n\n")
@@ -367,19 +443,37 @@ def test_the_reported_instances(fuzzed):
     fuzzed.new_messages()
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.binary(min_size=1, max_size=300).filter(lambda b: b"/" not in b and b"\0" not in b
-                                                  and b not in (b".", b"..")))
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    st.binary(min_size=1, max_size=300).filter(
+        lambda b: b"/" not in b and b"\0" not in b and b not in (b".", b"..")
+    )
+)
 def test_any_lookup_name_is_found_or_enoent_never_eio(fuzzed, name):
     """Lookup directories take any name the kernel passes (bytes, not UTF-8, digits of other
     scripts, 255+ bytes): the answer is an entry or ENOENT (ENAMETOOLONG from the kernel),
     never EIO."""
     mnt = os.fsencode(fuzzed.mount.mnt)
     t = f"/topics/{TOPIC}".encode()
-    for d in [t + b"/0/by-offset", t + b"/0/by-time", t + b"/keys", b"/messages", b"/topics",
-              b"/groups", t, t + b"/0", f"/view/topic={TOPIC}".encode(), b"/view", b"/raw",
-              b"/raw/commitlog", b"/raw/consumequeue/" + TOPIC.encode()]:
+    for d in [
+        t + b"/0/by-offset",
+        t + b"/0/by-time",
+        t + b"/keys",
+        b"/messages",
+        b"/topics",
+        b"/groups",
+        t,
+        t + b"/0",
+        f"/view/topic={TOPIC}".encode(),
+        b"/view",
+        b"/raw",
+        b"/raw/commitlog",
+        b"/raw/consumequeue/" + TOPIC.encode(),
+    ]:
         try:
             os.stat(mnt + d + b"/" + name)
         except OSError as exc:

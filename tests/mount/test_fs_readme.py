@@ -30,26 +30,30 @@ def doc_blocks(path: str, heading: str) -> list[str]:
     return re.findall(r"```\n(.*?)```", "\n".join(body), re.S)
 
 
-@pytest.mark.parametrize("sections", [[("README.md", "## By hand"),
-                                       ("docs/backup.md", "# Backup and restore")]])
+@pytest.mark.parametrize(
+    "sections", [[("README.md", "## By hand"), ("docs/backup.md", "# Backup and restore")]]
+)
 def test_readme_examples_work_when_pasted(tmp_path, sections):
     work = tmp_path / "checkout"
     (work / ".venv" / "bin").mkdir(parents=True)
     os.symlink(SHARED, tmp_path / "shared")
     # `. .venv/bin/activate` puts an `rmqfs` running this checkout's code on PATH
     rmqfs = work / ".venv" / "bin" / "rmqfs"
-    rmqfs.write_text(f"#!/bin/sh\nPYTHONPATH='{REPO}' exec '{sys.executable}' -m mount.cli "
-                     '"$@"\n')
+    rmqfs.write_text(
+        f"#!/bin/sh\nPYTHONPATH='{REPO}' exec '{sys.executable}' -m mount.cli \"$@\"\n"
+    )
     rmqfs.chmod(0o755)
     (work / ".venv" / "bin" / "activate").write_text(f'PATH="{rmqfs.parent}:$PATH"\n')
     scripts = [b for p, h in sections for b in doc_blocks(p, h) if "rmqfs mount" in b]
     assert len(scripts) == len(sections)
     try:
         for script in scripts:
-            res = subprocess.run(["bash", "-e", "-c", script], cwd=work, capture_output=True,
-                                 text=True, timeout=300)
-            assert res.returncode == 0, f"{script}\n--- stdout\n{res.stdout}\n--- stderr\n" \
-                                        f"{res.stderr}"
+            res = subprocess.run(
+                ["bash", "-e", "-c", script], cwd=work, capture_output=True, text=True, timeout=300
+            )
+            assert res.returncode == 0, (
+                f"{script}\n--- stdout\n{res.stdout}\n--- stderr\n{res.stderr}"
+            )
             out = res.stdout
             if "mkdir ./mnt/topics/HDFS" in script:
                 assert out.count('"topic":"HDFS"') >= 5 and "\n500\n" in out

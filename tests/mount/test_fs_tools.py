@@ -35,13 +35,13 @@ def test_every_way_of_writing_a_produce_file(mount_store, tmp_path):
     t = m.mnt / "topics" / "W"
     os.mkdir(t)
     p = t / "produce"
-    sh(f"echo one > '{p}'")                       # O_TRUNC, one write
-    sh(f"echo two >> '{p}'")                      # O_APPEND
-    sh(f"printf 'three\\nfour\\n' >> '{p}'")      # two lines in one write
-    sh(f"printf 'no newline' > '{p}'")            # a last line without '\\n' (stored at close)
+    sh(f"echo one > '{p}'")  # O_TRUNC, one write
+    sh(f"echo two >> '{p}'")  # O_APPEND
+    sh(f"printf 'three\\nfour\\n' >> '{p}'")  # two lines in one write
+    sh(f"printf 'no newline' > '{p}'")  # a last line without '\\n' (stored at close)
     src = tmp_path / "lines.txt"
     src.write_bytes(b"".join(b"cp-%d\n" % i for i in range(1000)))
-    sh(f"cp '{src}' '{p}'")                       # cp opens with O_TRUNC too
+    sh(f"cp '{src}' '{p}'")  # cp opens with O_TRUNC too
     sh(f"dd if='{src}' of='{p}' bs=7 status=none")  # writes cut in the middle of lines
     sh(f"cat '{src}' | dd of='{p}' bs=64k oflag=append conv=notrunc status=none")
     # Python's buffered writer flushes 8 KiB pieces that split lines
@@ -53,9 +53,12 @@ def test_every_way_of_writing_a_produce_file(mount_store, tmp_path):
         f.write(b"par")
         f.write(b"tial\nwh")
         f.write(b"ole\n")
-    expect = ([b"one", b"two", b"three", b"four", b"no newline"]
-              + src.read_bytes().splitlines() * 3
-              + [f"py-{i}".encode() for i in range(3000)] + [b"partial", b"whole"])
+    expect = (
+        [b"one", b"two", b"three", b"four", b"no newline"]
+        + src.read_bytes().splitlines() * 3
+        + [f"py-{i}".encode() for i in range(3000)]
+        + [b"partial", b"whole"]
+    )
     got = bodies(t)
     assert got == expect
     # the write-only file reads as empty, with size 0
@@ -71,9 +74,16 @@ def test_sizes_are_exact_and_views_match_tools(mount_store):
     t = m.mnt / "topics" / "HDFS"
     os.mkdir(t)
     sh(f"cat '{HDFS}' > '{t}/produce'")
-    for f in [t / "messages.jsonl", t / "bodies.txt", t / "0" / "messages.jsonl",
-              t / "0" / "bodies.txt", t / "0" / "offsets.json", t / "topic.json",
-              m.mnt / "status.json", m.mnt / "README.txt"]:
+    for f in [
+        t / "messages.jsonl",
+        t / "bodies.txt",
+        t / "0" / "messages.jsonl",
+        t / "0" / "bodies.txt",
+        t / "0" / "offsets.json",
+        t / "topic.json",
+        m.mnt / "status.json",
+        m.mnt / "README.txt",
+    ]:
         data = f.read_bytes()
         assert os.stat(f).st_size == len(data) > 0, f
         assert sh(f"stat -c %s '{f}'").stdout.strip() == str(len(data))
@@ -82,8 +92,11 @@ def test_sizes_are_exact_and_views_match_tools(mount_store):
     head = sh(f"head -3 '{t}/messages.jsonl'").stdout.splitlines()
     lines = HDFS.read_bytes().decode().split("\n")
     assert [json.loads(x)["body"] for x in head] == lines[:3]
-    tail = subprocess.run(["tail", "-n", "2", str(t / "bodies.txt")],
-                          capture_output=True).stdout.decode().split("\n")
+    tail = (
+        subprocess.run(["tail", "-n", "2", str(t / "bodies.txt")], capture_output=True)
+        .stdout.decode()
+        .split("\n")
+    )
     assert tail == lines[-3:]
     # cp and dd of a decoded view copy every byte
     sh(f"cp '{t}/messages.jsonl' '{m.mnt.parent}/copy.jsonl'")
@@ -140,14 +153,16 @@ def test_tail_f_follows_growing_views(mount_store, tmp_path, view):
     (t / "0" / "produce").write_text("before\n")
     out = tmp_path / "tail.out"
     with open(out, "wb") as f:
-        tail = subprocess.Popen(["tail", "-n", "+1", "-f", str(t / view)], stdout=f,
-                                stderr=subprocess.DEVNULL)
+        tail = subprocess.Popen(
+            ["tail", "-n", "+1", "-f", str(t / view)], stdout=f, stderr=subprocess.DEVNULL
+        )
     try:
         assert _wait_for(lambda: b"before" in out.read_bytes())
         for i in range(3):
             (t / "0" / "produce").write_text(f"after-{i}\n")
-            assert _wait_for(lambda i=i: f"after-{i}".encode() in out.read_bytes()), \
+            assert _wait_for(lambda i=i: f"after-{i}".encode() in out.read_bytes()), (
                 out.read_bytes()
+            )
     finally:
         tail.terminate()
         tail.wait()
@@ -211,15 +226,18 @@ def test_inodes_and_mtimes_are_stable_across_remounts(mount_store):
     os.mkdir(t)
     sh(f"cat '{HDFS}' > '{t}/produce'")
     (m.mnt / "groups" / "g").mkdir()
-    before = _stats(m.mnt / "topics") | {"raw/" + k: v for k, v in
-                                         _stats(m.mnt / "raw" / "commitlog").items()}
-    newest = max(json.loads(x)["storeTimestamp"] for x in
-                 (t / "messages.jsonl").read_text().splitlines())
+    before = _stats(m.mnt / "topics") | {
+        "raw/" + k: v for k, v in _stats(m.mnt / "raw" / "commitlog").items()
+    }
+    newest = max(
+        json.loads(x)["storeTimestamp"] for x in (t / "messages.jsonl").read_text().splitlines()
+    )
     assert before["S/messages.jsonl"][2] == newest * 1_000_000
     m.umount()
     m.mount()
-    after = _stats(m.mnt / "topics") | {"raw/" + k: v for k, v in
-                                        _stats(m.mnt / "raw" / "commitlog").items()}
+    after = _stats(m.mnt / "topics") | {
+        "raw/" + k: v for k, v in _stats(m.mnt / "raw" / "commitlog").items()
+    }
     assert after == before
 
 
@@ -253,12 +271,14 @@ def test_second_rsync_transfers_nothing(mount_store, tmp_path):
         second = _rsync(src, dst)
         assert "Number of regular files transferred: 0" in second, second
         # itemized changes: nothing but the summary
-        assert not [x for x in second.splitlines()
-                    if len(x) > 1 and x[0] in "<>ch." and x[1] in "fdL"]
+        assert not [
+            x for x in second.splitlines() if len(x) > 1 and x[0] in "<>ch." and x[1] in "fdL"
+        ]
     assert (tmp_path / "copy-topic" / "bodies.txt").read_bytes() == HDFS.read_bytes()
     for name in os.listdir(m.store / "commitlog"):
-        assert (tmp_path / "copy-raw" / "commitlog" / name).read_bytes() == \
-            (m.store / "commitlog" / name).read_bytes()
+        assert (tmp_path / "copy-raw" / "commitlog" / name).read_bytes() == (
+            m.store / "commitlog" / name
+        ).read_bytes()
     # after a remount too (stable inodes and mtimes): still nothing to transfer
     m.umount()
     m.mount()
@@ -276,8 +296,12 @@ def test_second_restic_backup_finds_nothing_changed(mount_store, tmp_path):
     os.mkdir(t)
     sh(f"cat '{HDFS}' > '{t}/produce'")
     fsync_produce(t / "produce")
-    env = dict(os.environ, RESTIC_PASSWORD="test", RESTIC_REPOSITORY=str(tmp_path / "repo"),
-               RESTIC_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(
+        os.environ,
+        RESTIC_PASSWORD="test",
+        RESTIC_REPOSITORY=str(tmp_path / "repo"),
+        RESTIC_CACHE_DIR=str(tmp_path / "cache"),
+    )
     sh("restic init -q", env=env)
     src = f"'{m.mnt}/topics/Restic' '{m.mnt}/raw/commitlog' '{m.mnt}/raw/consumequeue'"
     sh(f"restic backup -q --json {src} > /dev/null", env=env)

@@ -28,8 +28,7 @@ def test_every_loghub_log_round_trips(mount_store, tmp_path):
         topic = log.name.split("_")[0]
         os.mkdir(m.mnt / "topics" / topic)
         # the shell's own redirection, as a user would type it
-        subprocess.run(f"cat '{log}' > '{m.mnt}/topics/{topic}/produce'", shell=True,
-                       check=True)
+        subprocess.run(f"cat '{log}' > '{m.mnt}/topics/{topic}/produce'", shell=True, check=True)
     for log in LOGHUB_LOGS:
         topic = log.name.split("_")[0]
         data = log.read_bytes()
@@ -57,13 +56,16 @@ def test_decoded_fields_match_the_commitlog(mount_store, tmp_path):
     os.mkdir(m.mnt / "topics" / "Fields")
     with open(m.mnt / "topics" / "Fields" / "produce.jsonl", "w") as f:
         f.write(json.dumps({"body": "plain", "tags": "TagA", "keys": ["k1", "k2"]}) + "\n")
-        f.write(json.dumps({"bodyBase64": "AAEC/w==", "properties": {"p": "v"},
-                            "queueId": 3}) + "\n")
+        f.write(
+            json.dumps({"bodyBase64": "AAEC/w==", "properties": {"p": "v"}, "queueId": 3}) + "\n"
+        )
     m.umount()
     recs = refreader.read_commitlog(m.store / "commitlog")
     m.mount()
-    rows = [json.loads(x) for x in
-            (m.mnt / "topics" / "Fields" / "messages.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x)
+        for x in (m.mnt / "topics" / "Fields" / "messages.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == len(recs) == 2
     for row, rec in zip(rows, recs):
         assert row["topic"] == rec["topic"]
@@ -77,8 +79,7 @@ def test_decoded_fields_match_the_commitlog(mount_store, tmp_path):
         assert row["bodyCRC"] == rec["bodyCRC"]
         assert row["sysFlag"] == rec["sysFlag"] and row["flag"] == rec["flag"]
         assert row["properties"] == rec["properties"]
-        assert row["msgId"] == refreader.offset_msg_id(rec["storeHostRaw"],
-                                                       rec["physicalOffset"])
+        assert row["msgId"] == refreader.offset_msg_id(rec["storeHostRaw"], rec["physicalOffset"])
     assert rows[0]["body"] == "plain" and rows[0]["tags"] == "TagA"
     assert rows[0]["keys"] == ["k1", "k2"]
     assert rows[1]["bodyEncoding"] == "base64" and rows[1]["body"] == "AAEC/w=="
@@ -89,8 +90,10 @@ def test_java_written_store_mounts_with_every_field(mount_store, tmp_path):
     store = copy_fixture("apache-rocketmq-pr3535/store", tmp_path / "pr3535")
     recs = refreader.read_commitlog(store / "commitlog")
     m = mount_store(store)
-    rows = [json.loads(x) for x in
-            (m.mnt / "topics" / "abc" / "messages.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x)
+        for x in (m.mnt / "topics" / "abc" / "messages.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == 47
     for row, rec in zip(rows, recs):
         assert row["commitLogOffset"] == rec["physicalOffset"]
@@ -104,8 +107,9 @@ def test_java_written_store_mounts_with_every_field(mount_store, tmp_path):
         assert row["tags"] == "TAG1" and row["keys"] == [rec["properties"]["KEYS"]]
         assert row["properties"] == rec["properties"]
     # raw/ shows the store's own bytes
-    assert (m.mnt / "raw" / "commitlog" / "00000000000000000000").read_bytes() == \
-        (store / "commitlog" / "00000000000000000000").read_bytes()
+    assert (m.mnt / "raw" / "commitlog" / "00000000000000000000").read_bytes() == (
+        store / "commitlog" / "00000000000000000000"
+    ).read_bytes()
 
 
 def test_offset_commit_survives_remount(mount_store):
@@ -174,7 +178,7 @@ def test_kill_9_while_producing_loses_no_acknowledged_line(mount_store, tmp_path
     bodies = (m.mnt / "topics" / "Crash" / "bodies.txt").read_bytes()
     got = _lines(bodies)
     # a prefix of the input, whole lines only, nothing twice, and every acknowledged line
-    assert bodies == data[:len(bodies)]
+    assert bodies == data[: len(bodies)]
     complete_acked = data[:n_acked].count(b"\n")
     assert len(got) >= complete_acked
     assert len(set(got)) == len(got)

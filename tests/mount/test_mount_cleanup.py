@@ -13,9 +13,11 @@ def test_expiry_under_a_running_mount(mount_store, tmp_path):
     """The mount's store expires files in the background (broker.conf keys); the queue files
     show the live messages only, with no I/O error, and verify passes next to it."""
     conf = tmp_path / "broker.conf"
-    conf.write_text("mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
-                    "maxHashSlotNum=64\nmaxIndexNum=256\nfileReservedTime=0\n"
-                    f"deleteWhen={time.localtime().tm_hour:02d}\ncleanResourceInterval=100\n")
+    conf.write_text(
+        "mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
+        "maxHashSlotNum=64\nmaxIndexNum=256\nfileReservedTime=0\n"
+        f"deleteWhen={time.localtime().tm_hour:02d}\ncleanResourceInterval=100\n"
+    )
     m = mount_store(tmp_path / "store", config=conf)
     os.mkdir(m.mnt / "topics" / "T")
     log = (LOGHUB / "HDFS_2k.log").read_bytes()
@@ -27,8 +29,7 @@ def test_expiry_under_a_running_mount(mount_store, tmp_path):
     offsets = json.loads((m.mnt / "topics" / "T" / "0" / "offsets.json").read_text())
     assert offsets["minOffset"] > 0 and offsets["maxOffset"] == 500
     lines = (m.mnt / "topics" / "T" / "0" / "messages.jsonl").read_text().splitlines()
-    assert [json.loads(x)["queueOffset"] for x in lines] == \
-        list(range(offsets["minOffset"], 500))
+    assert [json.loads(x)["queueOffset"] for x in lines] == list(range(offsets["minOffset"], 500))
     status = json.loads((m.mnt / "status.json").read_text())
     assert status["commitLogMinOffset"] == 524288
     assert log.endswith((m.mnt / "topics" / "T" / "bodies.txt").read_bytes())

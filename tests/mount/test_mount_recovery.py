@@ -24,9 +24,12 @@ def _crashed_store(root):
     return root
 
 
-SUMMARY = re.compile(r"^rmqfs: recovery after a crash in [\d.]+ s: scanned [\d.]+ KiB of "
-                     r"CommitLog \(100 records, \[0, \d+\)\), rebuilt 0 ConsumeQueue units and "
-                     r"200 index entries$", re.M)
+SUMMARY = re.compile(
+    r"^rmqfs: recovery after a crash in [\d.]+ s: scanned [\d.]+ KiB of "
+    r"CommitLog \(100 records, \[0, \d+\)\), rebuilt 0 ConsumeQueue units and "
+    r"200 index entries$",
+    re.M,
+)
 
 
 @fuse

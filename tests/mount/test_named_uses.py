@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Mount, REPO, fuse, run_rmqfs
+from conftest import REPO, Mount, fuse, run_rmqfs
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -114,8 +114,13 @@ class Producers:
 
 
 def tool(*cmd, ok=(0,), env=None, timeout=300) -> subprocess.CompletedProcess:
-    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
-                         timeout=timeout, env={**os.environ, **(env or {})})
+    res = subprocess.run(
+        [str(c) for c in cmd],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     assert res.returncode in ok, f"{cmd[0]} exited {res.returncode}:\n{res.stderr[-2000:]}"
     return res
 
@@ -131,35 +136,53 @@ def test_backup_tools_grep_and_find_while_producing_and_another_user_reads(share
     store, m = shared_dir / "store", None
     try:
         conf = shared_dir / "broker.conf"  # small files: the tools read the zero tails too
-        conf.write_text("mappedFileSizeCommitLog=16777216\nmaxHashSlotNum=100000\n"
-                        "maxIndexNum=400000\n")
+        conf.write_text(
+            "mappedFileSizeCommitLog=16777216\nmaxHashSlotNum=100000\nmaxIndexNum=400000\n"
+        )
         m = Mount(store, shared_dir / "mnt", "allow_other", config=conf)
         os.mkdir(m.mnt / "topics" / "T")
         os.mkdir(m.mnt / "groups" / "G")
         pid = json.loads((m.mnt / "status.json").read_text())["pid"]
         producers = Producers(m.mnt / "topics" / "T" / "produce")
-        reader = subprocess.Popen([PY3, "-c", READER, str(m.mnt)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, user=NOBODY, group=NOBODY,
-                                  cwd="/")
+        reader = subprocess.Popen(
+            [PY3, "-c", READER, str(m.mnt)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            user=NOBODY,
+            group=NOBODY,
+            cwd="/",
+        )
         time.sleep(1)
         try:
             acked_before_tar = len(producers.acked)
             # tar exits 1 for "file changed as we read it" (the live files)
-            tool("tar", "-S", "-cf", shared_dir / "raw.tar", "-C", m.mnt / "raw", ".",
-                 ok=(0, 1))
+            tool("tar", "-S", "-cf", shared_dir / "raw.tar", "-C", m.mnt / "raw", ".", ok=(0, 1))
             tool("rsync", "-a", "--sparse", f"{m.mnt}/raw/", shared_dir / "rsync", ok=(0, 23, 24))
             env = {"RESTIC_PASSWORD": "rmqfs-test", "RESTIC_CACHE_DIR": str(shared_dir / "rc")}
             tool("restic", "-q", "-r", shared_dir / "restic", "init", env=env)
-            tool("restic", "-q", "-r", shared_dir / "restic", "backup", m.mnt / "raw",
-                 env=env, ok=(0, 3))
+            tool(
+                "restic",
+                "-q",
+                "-r",
+                shared_dir / "restic",
+                "backup",
+                m.mnt / "raw",
+                env=env,
+                ok=(0, 3),
+            )
             tool("grep", "-r", "-s", "-c", "no such line", m.mnt, ok=(1,))
             found = tool("find", m.mnt).stdout.splitlines()
             assert str(m.mnt / "raw" / "lock") in found and len(found) > 20
             # the lock survived every read of raw/lock, in any process
             res = tool("java", PROBE, store, ok=(3,))
             assert res.stdout.strip() == "busy"
-            for args in (("produce", store, "-t", "T"), ("reset-offset", store, "-g", "G",
-                         "-t", "T", "-o", "0"), ("clean", store), ("recover", store)):
+            for args in (
+                ("produce", store, "-t", "T"),
+                ("reset-offset", store, "-g", "G", "-t", "T", "-o", "0"),
+                ("clean", store),
+                ("recover", store),
+            ):
                 assert str(pid) in refused(*args), args
             (shared_dir / "mnt2").mkdir()
             assert str(pid) in refused("mount", store, shared_dir / "mnt2")

@@ -24,11 +24,23 @@ def test_rows_follow_the_brokers_rules(tmp_path, small_config):
         rows = consumer_progress(s, "G")
         # only the topics the group committed to; every queue of it, committed or not
         assert rows == [
-            {"topic": "T", "queueId": 0, "brokerOffset": 5, "consumerOffset": 3, "diff": 2,
-             "lastTimestamp": ts[(0, 2)]},
+            {
+                "topic": "T",
+                "queueId": 0,
+                "brokerOffset": 5,
+                "consumerOffset": 3,
+                "diff": 2,
+                "lastTimestamp": ts[(0, 2)],
+            },
             # no commit: the broker's queryOffset -1 is shown as 0, and no last time (0)
-            {"topic": "T", "queueId": 1, "brokerOffset": 5, "consumerOffset": 0, "diff": 5,
-             "lastTimestamp": 0},
+            {
+                "topic": "T",
+                "queueId": 1,
+                "brokerOffset": 5,
+                "consumerOffset": 0,
+                "diff": 5,
+                "lastTimestamp": 0,
+            },
         ]
         # a topic asked for by name needs no commit; an unknown one has no rows
         assert [r["diff"] for r in consumer_progress(s, "G", "Other")] == [0]
@@ -52,5 +64,14 @@ def test_cli_and_mount_show_the_same_progress(mount_store):
     assert mounted["diffTotal"] == 36
     out = run_rmqfs("consumer-progress", m.store, "-g", "G").stdout.splitlines()
     cli = [line.split()[:6] for line in out[1:5]]
-    assert cli == [["T", s.config.broker_name, str(r["queueId"]), str(r["brokerOffset"]),
-                    str(r["consumerOffset"]), str(r["diff"])] for r in engine_rows]
+    assert cli == [
+        [
+            "T",
+            s.config.broker_name,
+            str(r["queueId"]),
+            str(r["brokerOffset"]),
+            str(r["consumerOffset"]),
+            str(r["diff"]),
+        ]
+        for r in engine_rows
+    ]

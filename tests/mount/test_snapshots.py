@@ -18,17 +18,20 @@ import pytest
 
 import refreader
 from conftest import fuse, run_rmqfs
-
-from engine.format.crc import crc32c, crc32c_file, crc32c_zeros
 from engine.errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError
+from engine.format.crc import crc32c, crc32c_file, crc32c_zeros
 from engine.live.snapshot import MANIFEST_NAME, SnapshotManager, freeze, verify_copy
 from engine.store import Message, MessageStore, StoreConfig
 
 
 def small_store_config(**kw):
-    return StoreConfig(mapped_file_size_commit_log=64 * 1024,
-                       mapped_file_size_consume_queue=100 * 20,
-                       max_hash_slot_num=64, max_index_num=256, **kw)
+    return StoreConfig(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        **kw,
+    )
 
 
 def materialize(snap, dest: Path, manifest: bytes | None = None) -> Path:
@@ -65,6 +68,7 @@ def bodies_of(root: Path, config=None) -> dict:
 # --------------------------------------------------------------------------------------------
 # crc32c helpers
 
+
 def test_crc32c_zeros_matches_the_package():
     for n in (0, 1, 4095, 4097, 65536, 1 << 20, 3_000_001):
         for c in (0, 1, 0xDEADBEEF, 0xFFFFFFFF):
@@ -87,10 +91,17 @@ def test_crc32c_file_with_holes(tmp_path):
 
 
 def _put(store, n, topic="T", start=0, keys=True):
-    return store.put_messages([Message(topic, f"m-{start + i:06d}-{'x' * (i % 300)}".encode(),
-                                       tags="A" if i % 2 else None,
-                                       keys=[f"k{start + i}"] if keys else None)
-                               for i in range(n)])
+    return store.put_messages(
+        [
+            Message(
+                topic,
+                f"m-{start + i:06d}-{'x' * (i % 300)}".encode(),
+                tags="A" if i % 2 else None,
+                keys=[f"k{start + i}"] if keys else None,
+            )
+            for i in range(n)
+        ]
+    )
 
 
 def test_snapshot_holds_exactly_the_state_of_its_instant(tmp_path):
@@ -106,7 +117,7 @@ def test_snapshot_holds_exactly_the_state_of_its_instant(tmp_path):
         snap = freeze(store, "one")
         assert snap.commitlog_offset == store.commitlog.max_offset
         expect, _ = {}, None
-        for (t, q) in store.consume_queues:
+        for t, q in store.consume_queues:
             expect[(t, q)] = [r.body for _, r in store.iter_queue(t, q)]
         # after the freeze: more messages (rolling segments), another commit, expiry-like unlink
         _put(store, 900, start=700)
@@ -189,8 +200,10 @@ def test_manager_names_manifest_and_drop(tmp_path):
         assert doc["messageCount"] == 300
         assert set(doc["files"]) == set(a.files)
         for rel, f in a.files.items():
-            assert doc["files"][rel] == {"size": f.size,
-                                         "crc32c": f"{crc32c(f.read(0, f.size)):08x}"}
+            assert doc["files"][rel] == {
+                "size": f.size,
+                "crc32c": f"{crc32c(f.read(0, f.size)):08x}",
+            }
         out = materialize(a, tmp_path / "copy", mgr.manifest(a))
         _, problems = verify_copy(str(out))
         assert problems == []
@@ -253,9 +266,12 @@ def test_verify_copy_names_missing_short_and_damaged_files(tmp_path):
     (out / "abort").write_text("1")
     _, problems = verify_copy(str(out))
     what = {rel: w.split(":")[0] for rel, w in problems}
-    assert what == {f"commitlog/{cl[0].name}": "damaged",
-                    str(cqs[0].relative_to(out)): "short",
-                    "config/topics.json": "missing", "abort": "extra"}, problems
+    assert what == {
+        f"commitlog/{cl[0].name}": "damaged",
+        str(cqs[0].relative_to(out)): "short",
+        "config/topics.json": "missing",
+        "abort": "extra",
+    }, problems
     res = run_rmqfs("snapshot-verify", out, check=False)
     assert res.returncode == 1
     for name in (cl[0].name, "topics.json", cqs[0].name):
@@ -267,15 +283,21 @@ def test_freeze_on_a_read_only_store_writes_nothing(tmp_path):
     with MessageStore(str(tmp_path / "s"), cfg) as store:
         store.create_topic("T", 2)
         _put(store, 300)
-    before = {p: (p.stat().st_mtime_ns, crc32c_file(str(p))) for p in (tmp_path / "s").rglob("*")
-              if p.is_file()}
+    before = {
+        p: (p.stat().st_mtime_ns, crc32c_file(str(p)))
+        for p in (tmp_path / "s").rglob("*")
+        if p.is_file()
+    }
     with MessageStore(str(tmp_path / "s"), cfg, read_only=True) as ro:
         mgr = SnapshotManager(ro)
         a = mgr.create("a")
         out = materialize(a, tmp_path / "copy", mgr.manifest(a))
         mgr.close()
-    after = {p: (p.stat().st_mtime_ns, crc32c_file(str(p))) for p in (tmp_path / "s").rglob("*")
-             if p.is_file()}
+    after = {
+        p: (p.stat().st_mtime_ns, crc32c_file(str(p)))
+        for p in (tmp_path / "s").rglob("*")
+        if p.is_file()
+    }
     assert before == after
     assert verify_copy(str(out))[1] == []
     got, _ = bodies_of(out, cfg)
@@ -289,8 +311,10 @@ def test_freeze_under_sync_flush_excludes_unflushed_puts(tmp_path):
         _put(store, 100)
         # a put appended but waiting for its flush is not acknowledged: not in the snapshot
         with store.put_lock:
-            store.flusher.add_pending(store.commitlog.max_offset + 10, [
-                type("D", (), {"commitlog_offset": store.commitlog.max_offset})()])
+            store.flusher.add_pending(
+                store.commitlog.max_offset + 10,
+                [type("D", (), {"commitlog_offset": store.commitlog.max_offset})()],
+            )
             snap = freeze(store, "a")
             store.flusher.pending().pop()
         assert snap.commitlog_offset == store.commitlog.max_offset
@@ -307,8 +331,9 @@ def test_freeze_while_threads_put_holds_exactly_the_acknowledged_puts(tmp_path):
         def producer(k):
             i = 0
             while not stop.is_set():
-                store.put_messages([Message("T", f"w{k}-{i + j:07d}".encode(), keys=[f"w{k}"])
-                                    for j in range(10)])
+                store.put_messages(
+                    [Message("T", f"w{k}-{i + j:07d}".encode(), keys=[f"w{k}"]) for j in range(10)]
+                )
                 i += 10
                 acked[k] = i
 
@@ -441,8 +466,9 @@ def check_copy(copy: Path, mount_store, name, acked_before, acked_after, committ
 
 @fuse
 @pytest.mark.fuse
-@pytest.mark.skipif(not (shutil.which("rsync") and shutil.which("restic")),
-                    reason="rsync and restic needed")
+@pytest.mark.skipif(
+    not (shutil.which("rsync") and shutil.which("restic")), reason="rsync and restic needed"
+)
 def test_snapshot_while_producing_copied_with_tar_rsync_restic(mount_store, tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("mappedFileSizeCommitLog=262144\nmappedFileSizeConsumeQueue=4000\n")
@@ -454,12 +480,22 @@ def test_snapshot_while_producing_copied_with_tar_rsync_restic(mount_store, tmp_
     procs = []
     acks = {f"p{k}": tmp_path / f"acked-p{k}" for k in range(4)}
     for name, ack in acks.items():
-        procs.append(subprocess.Popen([sys.executable, "-c", PRODUCER, str(t / "produce"),
-                                       str(ack), name]))
+        procs.append(
+            subprocess.Popen([sys.executable, "-c", PRODUCER, str(t / "produce"), str(ack), name])
+        )
     cack = tmp_path / "acked-commit"
-    procs.append(subprocess.Popen([sys.executable, "-c", COMMITTER,
-                                   str(m.mnt / "groups" / "G" / "T" / "0" / "offset"),
-                                   str(cack), "500"]))
+    procs.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                COMMITTER,
+                str(m.mnt / "groups" / "G" / "T" / "0" / "offset"),
+                str(cack),
+                "500",
+            ]
+        )
+    )
     try:
         while min(read_int(a) for a in acks.values()) < 500 or read_int(cack) < 20:
             time.sleep(0.01)
@@ -474,8 +510,12 @@ def test_snapshot_while_producing_copied_with_tar_rsync_restic(mount_store, tmp_
         rs = tmp_path / "rsync"
         first = sh(f"rsync -a --sparse --stats -i '{snap}/' '{rs}/'").stdout
         second = sh(f"rsync -a --sparse --stats -i '{snap}/' '{rs}/'").stdout
-        env = dict(os.environ, RESTIC_PASSWORD="test", RESTIC_REPOSITORY=str(tmp_path / "repo"),
-                   RESTIC_CACHE_DIR=str(tmp_path / "rcache"))
+        env = dict(
+            os.environ,
+            RESTIC_PASSWORD="test",
+            RESTIC_REPOSITORY=str(tmp_path / "repo"),
+            RESTIC_CACHE_DIR=str(tmp_path / "rcache"),
+        )
         sh("restic init -q", env=env)
         sh("restic backup -q .", env=env, cwd=snap)
         time.sleep(0.3)
@@ -484,8 +524,9 @@ def test_snapshot_while_producing_copied_with_tar_rsync_restic(mount_store, tmp_
             Path(str(a) + ".stop").write_text("")
         for p in procs:
             p.wait(timeout=60)
-    assert max(read_int(a) for a in acks.values()) > max(after.values()), \
+    assert max(read_int(a) for a in acks.values()) > max(after.values()), (
         "the producers should write on after the mkdir"
+    )
     assert "Number of regular files transferred: 0" not in first
     assert "Number of regular files transferred: 0" in second, second
     assert not [x for x in second.splitlines() if x[:2] in (">f", "cd", "cL")]
@@ -511,8 +552,10 @@ def test_snapshot_while_producing_copied_with_tar_rsync_restic(mount_store, tmp_
     with open(seg, "r+b") as f:
         f.seek(5000)
         f.write(b)
-    results = [check_copy(c, mount_store, f"m-{i}", before, after, (c_before, c_after))
-               for i, c in enumerate((tcopy, rs, rcopy))]
+    results = [
+        check_copy(c, mount_store, f"m-{i}", before, after, (c_before, c_after))
+        for i, c in enumerate((tcopy, rs, rcopy))
+    ]
     assert results[0] == results[1] == results[2]
     assert len(results[0]) - 2000 == manifest["messageCount"] - 2000
     m.umount()
@@ -582,8 +625,14 @@ def test_snapshots_on_a_read_only_mount_and_rmdir(mount_store, tmp_path):
     copy = tmp_path / "copy"
     sh(f"tar -C '{snaps}/one' -Scf - . | (mkdir '{copy}' && tar -C '{copy}' -xf -)")
     assert run_rmqfs("snapshot-verify", copy).returncode == 0
-    assert sorted(os.listdir(copy)) == [MANIFEST_NAME, "checkpoint", "commitlog", "config",
-                                        "consumequeue", "index"]
+    assert sorted(os.listdir(copy)) == [
+        MANIFEST_NAME,
+        "checkpoint",
+        "commitlog",
+        "config",
+        "consumequeue",
+        "index",
+    ]
     # an open file keeps reading after rmdir; the snapshot is gone from the tree
     seg = sorted((snaps / "one" / "commitlog").iterdir())[0]
     with open(seg, "rb") as f:
@@ -618,8 +667,12 @@ def test_restic_of_the_same_snapshot_name_reads_only_changed_files(mount_store, 
     t = m.mnt / "topics" / "T"
     os.mkdir(t)
     (t / "produce").write_text("".join(f"r-{i}-{'q' * 80}\n" for i in range(2000)))
-    env = dict(os.environ, RESTIC_PASSWORD="test", RESTIC_REPOSITORY=str(tmp_path / "repo"),
-               RESTIC_CACHE_DIR=str(tmp_path / "rcache"))
+    env = dict(
+        os.environ,
+        RESTIC_PASSWORD="test",
+        RESTIC_REPOSITORY=str(tmp_path / "repo"),
+        RESTIC_CACHE_DIR=str(tmp_path / "rcache"),
+    )
     sh("restic init -q", env=env)
     nightly = m.mnt / "snapshots" / "nightly"
 
@@ -675,6 +728,7 @@ def test_frozen_file_piece_agrees_with_read(tmp_path):
         _put(store, 300)
         snap = freeze(store, "a")
         import random
+
         rnd = random.Random(5)
         for f in snap.files.values():
             for _ in range(200):

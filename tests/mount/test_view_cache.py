@@ -25,8 +25,16 @@ class CacheMount(Mount):
         super().__init__(store, mnt)
 
     def mount(self):
-        run_rmqfs("mount", self.store, self.mnt, "--log-file", self.log, "--cache-dir",
-                  self.cache_dir, *self.extra)
+        run_rmqfs(
+            "mount",
+            self.store,
+            self.mnt,
+            "--log-file",
+            self.log,
+            "--cache-dir",
+            self.cache_dir,
+            *self.extra,
+        )
         assert os.path.ismount(self.mnt)
         return self
 
@@ -52,8 +60,11 @@ def _read_parts(view) -> dict:
                 with open(p, "rb") as fh:
                     data = fh.read()
                 assert len(data) == st.st_size
-                out[os.path.relpath(p, view)] = (st.st_size, st.st_mtime_ns,
-                                                 hashlib.sha256(data).hexdigest())
+                out[os.path.relpath(p, view)] = (
+                    st.st_size,
+                    st.st_mtime_ns,
+                    hashlib.sha256(data).hexdigest(),
+                )
     return out
 
 
@@ -63,8 +74,9 @@ def test_cache_stays_under_cache_size_and_parts_are_stable(tmp_path):
     with MessageStore(str(store)) as s:
         s.create_topic("Big", 8)
         for q in range(8):  # incompressible bodies: ~6 MB of parts, twice the cache
-            s.put_messages([Message("Big", os.urandom(512), queue_id=q, tags="t")
-                            for _ in range(1500)])
+            s.put_messages(
+                [Message("Big", os.urandom(512), queue_id=q, tags="t") for _ in range(1500)]
+            )
     cache = tmp_path / "cache"
     m = CacheMount(store, tmp_path / "mnt", cache, "--cache-size", "3M")
     peak = [0]
@@ -74,6 +86,7 @@ def test_cache_stays_under_cache_size_and_parts_are_stable(tmp_path):
         while not stop.is_set():
             peak[0] = max(peak[0], _du(cache))
             time.sleep(0.01)
+
     t = threading.Thread(target=sample)
     t.start()
     try:
@@ -105,8 +118,9 @@ def test_a_killed_reader_exits_at_once_and_umount_works(tmp_path, slow_renders):
     m = CacheMount(store, tmp_path / "mnt", tmp_path / "cache")
     try:
         pid = m.pid
-        reader = subprocess.Popen(["cat", str(m.mnt / "topics" / "Slow" / "messages.jsonl")],
-                                  stdout=subprocess.DEVNULL)
+        reader = subprocess.Popen(
+            ["cat", str(m.mnt / "topics" / "Slow" / "messages.jsonl")], stdout=subprocess.DEVNULL
+        )
         time.sleep(0.5)
         assert reader.poll() is None  # waiting on the render
         t0 = time.monotonic()
@@ -136,12 +150,14 @@ def test_json_views_are_evicted_lru_and_their_sizes_kept(tmp_path, monkeypatch):
     import fusefs.views as V
     from fusefs import render as R
     from fusefs.nodes import ViewHandle
+
     store = MessageStore(str(tmp_path / "s"))
     try:
         store.create_topic("J", 4)
         for q in range(4):
-            store.put_messages([Message("J", os.urandom(200).hex().encode(), queue_id=q)
-                                for _ in range(1000)])
+            store.put_messages(
+                [Message("J", os.urandom(200).hex().encode(), queue_id=q) for _ in range(1000)]
+            )
         views = V.ViewCache(store, str(tmp_path / "cache"), cache_size=1 << 20)
         first = {}
         for q in range(4):
@@ -154,8 +170,9 @@ def test_json_views_are_evicted_lru_and_their_sizes_kept(tmp_path, monkeypatch):
         assert evicted
         q = evicted[0]
         calls = []
-        monkeypatch.setattr(V, "_render_chunks",
-                            lambda *a, real=V._render_chunks: calls.append(1) or real(*a))
+        monkeypatch.setattr(
+            V, "_render_chunks", lambda *a, real=V._render_chunks: calls.append(1) or real(*a)
+        )
         assert views.peek("messages", "J", q).log.size == first[q][0]  # no render
         assert not calls
         v = views.queue("messages", "J", q, R.render_message)
@@ -179,13 +196,23 @@ def test_json_views_render_in_the_worker_processes_in_order(tmp_path):
     # thread) and equals the per-record renderer merged in CommitLog order, also as it grows.
     import fusefs.render as R
     import fusefs.views as V
+
     store = MessageStore(str(tmp_path / "s"))
     try:
         store.create_topic("W", 3)
         for i in range(5):
-            store.put_messages([Message("W", f"m{i}-{j} \"q\" \\ é".encode(), tags=f"t{j % 3}",
-                                        keys=[f"k{j}"], queue_id=j % 3)
-                                for j in range(V.COLUMNAR_BATCH)])
+            store.put_messages(
+                [
+                    Message(
+                        "W",
+                        f"m{i}-{j} \"q\" \\ é".encode(),
+                        tags=f"t{j % 3}",
+                        keys=[f"k{j}"],
+                        queue_id=j % 3,
+                    )
+                    for j in range(V.COLUMNAR_BATCH)
+                ]
+            )
         views = V.ViewCache(store, str(tmp_path / "cache"), workers=2)
         try:
             main_pid = os.getpid()
@@ -197,6 +224,7 @@ def test_json_views_render_in_the_worker_processes_in_order(tmp_path):
                 recs = [r for q in range(3) for _, r in store.iter_queue("W", q)]
                 recs.sort(key=lambda r: r.commitlog_offset)
                 return b"".join(R.render_message(r) for r in recs)
+
             assert v.log.read(0, 1 << 30) == expected()
             assert len(v.log.ends) == 5 * V.COLUMNAR_BATCH
             store.put_messages([Message("W", b"late", queue_id=q) for q in (2, 0)])

@@ -28,8 +28,9 @@ def store(tmp_path_factory):
         s.create_topic("B", queue_nums=2)
         s.create_topic("%RETRY%g", queue_nums=1)
         for q in range(4):
-            s.put_messages([Message("A", b"a%d" % i, queue_id=q, tags=f"T{i % 3}")
-                            for i in range(300)])
+            s.put_messages(
+                [Message("A", b"a%d" % i, queue_id=q, tags=f"T{i % 3}") for i in range(300)]
+            )
         for q in range(2):
             s.put_messages([Message("B", b"b%d" % i, queue_id=q, tags="T1") for i in range(50)])
         s.put_messages([Message("%RETRY%g", b"r%d" % i) for i in range(10)])
@@ -80,25 +81,30 @@ def test_batch_queries_on_one_dataframe_do_not_leak_into_each_other(spark, store
             q = d if cond is None else d.where(cond)
             want = _expect(rows, pred)
             assert q.count() == len(want), (cond, [c for c, _ in sequence])
-            got = {(r.topic, r.queue, r.queueOffset)
-                   for r in q.select("topic", "queue", "queueOffset").collect()}
+            got = {
+                (r.topic, r.queue, r.queueOffset)
+                for r in q.select("topic", "queue", "queueOffset").collect()
+            }
             assert got == want, cond
 
 
-def test_streaming_queries_on_one_dataframe_do_not_leak_into_each_other(spark, store,
-                                                                        tmp_path):
+def test_streaming_queries_on_one_dataframe_do_not_leak_into_each_other(spark, store, tmp_path):
     root, rows = store
     D.register(spark)
-    sd = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
-          .load(root))
+    sd = spark.readStream.format("rocketmq").option("startingOffsets", "earliest").load(root)
     qs = _queries(rows)
     sequence = [qs[0], qs[1], qs[0], qs[5], qs[3], qs[0]]
     for i, (cond, pred) in enumerate(sequence):
         s = sd if cond is None else sd.where(cond)
         name = f"rmq_stream_{i}"
-        query = (s.select("topic", "queue", "queueOffset").writeStream.format("memory")
-                 .queryName(name).option("checkpointLocation", str(tmp_path / name))
-                 .trigger(availableNow=True).start())
+        query = (
+            s.select("topic", "queue", "queueOffset")
+            .writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(120)
         assert query.exception() is None, query.exception()
         got = [(r.topic, r.queue, r.queueOffset) for r in spark.table(name).collect()]

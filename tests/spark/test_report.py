@@ -40,9 +40,15 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
     produce_lines(a.mnt, "Zookeeper", zk)
     ssh_tags = [f"T{i % 3}" for i in range(len(ssh))]
     ssh_keys = [[f"user{i % 7}", f"host{i % 2}"] for i in range(len(ssh))]
-    produce_lines(b.mnt, "%RETRY%sshd", [
-        json.dumps({"body": line.decode(), "tags": t, "keys": k}).encode()
-        for line, t, k in zip(ssh, ssh_tags, ssh_keys)], jsonl=True)
+    produce_lines(
+        b.mnt,
+        "%RETRY%sshd",
+        [
+            json.dumps({"body": line.decode(), "tags": t, "keys": k}).encode()
+            for line, t, k in zip(ssh, ssh_tags, ssh_keys)
+        ],
+        jsonl=True,
+    )
     (a.mnt / "groups" / "g1").mkdir()
     (a.mnt / "groups" / "g1" / "HDFS" / "0" / "offset").write_text("100\n")
     hdfs_q0 = json.loads((a.mnt / "topics" / "HDFS" / "0" / "offsets.json").read_text())
@@ -59,8 +65,9 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
     assert f"html:   {out / report.HTML}" in printed
     # one self-contained file: the charts as data: URIs, nothing else loaded or linked
     assert page.count('src="data:image/png;base64,') == len(report.CHARTS)
-    assert all(s.startswith(("data:", "#"))
-               for s in re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page))
+    assert all(
+        s.startswith(("data:", "#")) for s in re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page)
+    )
     assert "http://" not in page and "https://" not in page
     for name in report.TABLES:
         assert f'<h2 id="{name}">{name}</h2>' in page
@@ -71,8 +78,11 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
 
     pq = pd.read_parquet(out / "per_queue_tag.parquet")
     per_topic = pq.groupby(["brokerName", "topic"])["messages"].sum().to_dict()
-    assert per_topic == {("broker-a", "HDFS"): len(hdfs), ("broker-a", "Zookeeper"): len(zk),
-                         ("broker-b", "%RETRY%sshd"): len(ssh)}
+    assert per_topic == {
+        ("broker-a", "HDFS"): len(hdfs),
+        ("broker-a", "Zookeeper"): len(zk),
+        ("broker-b", "%RETRY%sshd"): len(ssh),
+    }
     by_tag = pq[pq.topic == "%RETRY%sshd"].groupby("tags")["messages"].sum().to_dict()
     assert by_tag == dict(Counter(ssh_tags))
     assert pq[pq.topic == "HDFS"]["bodyBytes"].sum() == sum(map(len, hdfs))
@@ -80,7 +90,10 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
 
     pm = pd.read_csv(out / "per_minute.csv")
     assert pm.groupby("topic")["messages"].sum().to_dict() == {
-        "HDFS": len(hdfs), "Zookeeper": len(zk), "%RETRY%sshd": len(ssh)}
+        "HDFS": len(hdfs),
+        "Zookeeper": len(zk),
+        "%RETRY%sshd": len(ssh),
+    }
 
     body = pd.read_parquet(out / "body_size.parquet").set_index("topic")
     sizes = np.array([len(x) for x in hdfs])
@@ -110,8 +123,7 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
 
     keys = pd.read_csv(out / "top_keys.csv", keep_default_na=False)
     want = Counter(k for ks in ssh_keys for k in ks).most_common()
-    assert list(zip(keys.key, keys.messages)) == \
-        sorted(want, key=lambda kv: (-kv[1], kv[0]))[:5]
+    assert list(zip(keys.key, keys.messages)) == sorted(want, key=lambda kv: (-kv[1], kv[0]))[:5]
     assert "broker-a, broker-b" in printed and "consumer lag" in printed
     a.umount()
     b.umount()
@@ -120,20 +132,35 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
 def messages_frame(spark, rows):
     """A ``read_view``-shaped DataFrame of ``rows`` (brokerName, topic, born, store)."""
     from engine.read.schema import DATASOURCE_DDL
-    data = [{"queueId": 0, "queueOffset": i, "storeSize": 100, "tags": None, "keys": [],
-             "bornTimestamp": born, "storeTimestamp": store, "body": b"x" * 10,
-             "topic": topic, "queue": 0, "brokerName": broker}
-            for i, (broker, topic, born, store) in enumerate(rows)]
+
+    data = [
+        {
+            "queueId": 0,
+            "queueOffset": i,
+            "storeSize": 100,
+            "tags": None,
+            "keys": [],
+            "bornTimestamp": born,
+            "storeTimestamp": store,
+            "body": b"x" * 10,
+            "topic": topic,
+            "queue": 0,
+            "brokerName": broker,
+        }
+        for i, (broker, topic, born, store) in enumerate(rows)
+    ]
     return spark.createDataFrame(data, DATASOURCE_DDL + ", brokerName STRING")
 
 
 @pytest.mark.spark
 def test_store_latency_says_when_it_cannot_be_measured(spark):
     t = 1_700_000_000_000
-    rows = ([("b", "clients", t + i, t + i + d) for i, d in enumerate([0, 2, 4, 6, 100])]
-            + [("b", "mounted", t + i, t + i) for i in range(5)]       # born == store
-            + [("b", "noborn", None, t), ("b", "noborn", 0, t + 1)]    # no bornTimestamp
-            + [("c", "mounted", t, t + 3)])                           # another broker: set
+    rows = (
+        [("b", "clients", t + i, t + i + d) for i, d in enumerate([0, 2, 4, 6, 100])]
+        + [("b", "mounted", t + i, t + i) for i in range(5)]  # born == store
+        + [("b", "noborn", None, t), ("b", "noborn", 0, t + 1)]  # no bornTimestamp
+        + [("c", "mounted", t, t + 3)]
+    )  # another broker: set
     r = report.compute_report(spark, messages_frame(spark, rows), [])
     try:
         tables = report.collect(r)
@@ -154,11 +181,16 @@ def test_store_latency_says_when_it_cannot_be_measured(spark):
 
     class M:
         broker_name = "b"
+
     text = report.summary(tables, [M()])
-    line = {tuple(ln.split()[:2]): ln.rstrip() for ln in text.splitlines()
-            if ln.startswith(("b ", "c "))}
+    line = {
+        tuple(ln.split()[:2]): ln.rstrip()
+        for ln in text.splitlines()
+        if ln.startswith(("b ", "c "))
+    }
     assert line[("b", "clients")].endswith(
-        f" {clients.p50:.0f}/{clients.p95:.0f}/{clients.p99:.0f}")
+        f" {clients.p50:.0f}/{clients.p95:.0f}/{clients.p99:.0f}"
+    )
     assert line[("b", "mounted")].endswith(" n/a") and line[("b", "noborn")].endswith(" n/a")
     assert line[("c", "mounted")].endswith(" 3/3/3")
     assert "latency n/a: not measurable" in text

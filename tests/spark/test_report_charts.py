@@ -25,9 +25,15 @@ def timeline(rows):
 
 def busy(brokers=("b1",), topics=18, buckets=10, gap=(4, 6), bucket_ms=1000):
     """``topics`` topics per broker, topic i with i+1 messages per bucket, none in ``gap``."""
-    return timeline([(b, f"t{i:02d}", T0 + k * bucket_ms, i + 1)
-                     for b in brokers for i in range(topics) for k in range(buckets)
-                     if not gap[0] <= k < gap[1]])
+    return timeline(
+        [
+            (b, f"t{i:02d}", T0 + k * bucket_ms, i + 1)
+            for b in brokers
+            for i in range(topics)
+            for k in range(buckets)
+            if not gap[0] <= k < gap[1]
+        ]
+    )
 
 
 def test_top_topics_and_the_rest_summed_as_other():
@@ -41,23 +47,38 @@ def test_top_topics_and_the_rest_summed_as_other():
 
 def test_ties_by_name_and_one_left_over_is_shown_itself():
     tl = timeline([("b", t, T0, 5) for t in ("c", "a", "b")] + [("b", "z", T0, 9)])
-    assert list(charts.timeline_series(tl, 10, top=2)["b"].columns) == ["z", "a", "other (2 topics)"]
+    assert list(charts.timeline_series(tl, 10, top=2)["b"].columns) == [
+        "z",
+        "a",
+        "other (2 topics)",
+    ]
     # 3 topics, top 2: an "other (1 topic)" would hide a name for nothing
-    assert list(charts.timeline_series(tl[tl.topic != "c"], 10, top=2)["b"].columns) == \
-        ["z", "a", "b"]
+    assert list(charts.timeline_series(tl[tl.topic != "c"], 10, top=2)["b"].columns) == [
+        "z",
+        "a",
+        "b",
+    ]
 
 
 def test_empty_buckets_are_missing_not_zero_or_interpolated():
     tl = busy(topics=3, buckets=10, gap=(4, 7))
     frame = charts.timeline_series(tl, 1000, top=8)["b1"]
     assert len(frame) == 10  # every bucket from first to last, the idle ones too
-    assert frame.index.to_list() == list(pd.to_datetime(
-        [T0 + k * 1000 for k in range(10)], unit="ms", utc=True))
+    assert frame.index.to_list() == list(
+        pd.to_datetime([T0 + k * 1000 for k in range(10)], unit="ms", utc=True)
+    )
     assert frame.iloc[4:7].isna().all().all()
     assert frame.iloc[[0, 3, 7, 9]].notna().all().all()
     # a topic missing from one bucket is NaN there, and "other" with none of the rest too
-    tl = timeline([("b", "x", T0, 1), ("b", "x", T0 + 20, 1), ("b", "y", T0 + 10, 3),
-                   ("b", "p", T0 + 10, 1), ("b", "q", T0 + 10, 1)])
+    tl = timeline(
+        [
+            ("b", "x", T0, 1),
+            ("b", "x", T0 + 20, 1),
+            ("b", "y", T0 + 10, 3),
+            ("b", "p", T0 + 10, 1),
+            ("b", "q", T0 + 10, 1),
+        ]
+    )
     frame = charts.timeline_series(tl, 10, top=1)["b"]
     assert list(frame.columns) == ["y", "other (3 topics)"]
     assert np.isnan(frame["y"].iloc[0]) and frame["y"].iloc[1] == 3 and np.isnan(frame["y"].iloc[2])
@@ -65,9 +86,14 @@ def test_empty_buckets_are_missing_not_zero_or_interpolated():
 
 
 def test_panels_share_one_time_axis():
-    tl = pd.concat([busy(brokers=("a",), buckets=5, gap=(0, 0)),
-                    busy(brokers=("b",), buckets=5, gap=(0, 0))
-                    .assign(bucketMs=lambda d: d.bucketMs + 3000)])
+    tl = pd.concat(
+        [
+            busy(brokers=("a",), buckets=5, gap=(0, 0)),
+            busy(brokers=("b",), buckets=5, gap=(0, 0)).assign(
+                bucketMs=lambda d: d.bucketMs + 3000
+            ),
+        ]
+    )
     panels = charts.timeline_series(tl, 1000)
     assert list(panels) == ["a", "b"]
     assert panels["a"].index.equals(panels["b"].index) and len(panels["a"]) == 8
@@ -88,6 +114,7 @@ def test_every_series_shown_has_its_own_colour():
 @pytest.mark.parametrize("brokers", [1, 3])
 def test_one_panel_per_broker(brokers):
     import matplotlib.pyplot as plt
+
     names = [f"broker-{i}" for i in range(brokers)]
     fig = charts.plot_timeline(busy(brokers=names), 1000, "second", top=8)
     try:
@@ -105,6 +132,7 @@ def test_one_panel_per_broker(brokers):
 
 def test_empty_timeline_is_one_panel_saying_so():
     import matplotlib.pyplot as plt
+
     fig = charts.plot_timeline(timeline([]), 1000, "second")
     assert len(fig.get_axes()) == 1
     assert "no messages" in [t.get_text() for t in fig.get_axes()[0].texts]
@@ -113,8 +141,14 @@ def test_empty_timeline_is_one_panel_saying_so():
 
 def test_lag_chart_groups_topics_the_same_way():
     import matplotlib.pyplot as plt
-    lag = pd.DataFrame([{"brokerName": "b", "group": f"g{g}", "topic": f"t{t:02d}",
-                         "queueId": 0, "lag": t + 1} for g in range(2) for t in range(12)])
+
+    lag = pd.DataFrame(
+        [
+            {"brokerName": "b", "group": f"g{g}", "topic": f"t{t:02d}", "queueId": 0, "lag": t + 1}
+            for g in range(2)
+            for t in range(12)
+        ]
+    )
     fig = charts.plot_lag(lag, top=8)
     labels = [t.get_text() for t in fig.get_axes()[0].get_legend().get_texts()]
     assert labels[-1] == "other (4 topics)" and len(labels) == 9
@@ -123,21 +157,34 @@ def test_lag_chart_groups_topics_the_same_way():
 
 def tables():
     return {
-        "per_minute": pd.DataFrame({"brokerName": ["b"], "topic": ["<script>x</script>"],
-                                    "minute": pd.to_datetime([T0], unit="ms", utc=True),
-                                    "messages": [1234567]}),
-        "store_latency": pd.DataFrame({
-            "brokerName": ["b", "b"], "topic": ["mounted", "clients"],
-            "measurable": [False, True], "messages": [10, 10],
-            "p50": [np.nan, 3.0], "p95": [np.nan, 5.0], "p99": [np.nan, 7.5],
-            "max": pd.array([None, 9], dtype="Int64"),
-            "note": ["not measurable: bornTimestamp equals storeTimestamp", None]}),
+        "per_minute": pd.DataFrame(
+            {
+                "brokerName": ["b"],
+                "topic": ["<script>x</script>"],
+                "minute": pd.to_datetime([T0], unit="ms", utc=True),
+                "messages": [1234567],
+            }
+        ),
+        "store_latency": pd.DataFrame(
+            {
+                "brokerName": ["b", "b"],
+                "topic": ["mounted", "clients"],
+                "measurable": [False, True],
+                "messages": [10, 10],
+                "p50": [np.nan, 3.0],
+                "p95": [np.nan, 5.0],
+                "p99": [np.nan, 7.5],
+                "max": pd.array([None, 9], dtype="Int64"),
+                "note": ["not measurable: bornTimestamp equals storeTimestamp", None],
+            }
+        ),
         "top_keys": pd.DataFrame({"topic": [], "key": [], "messages": []}),
     }
 
 
 def test_html_is_one_self_contained_file_with_every_table(tmp_path):
     import matplotlib.pyplot as plt
+
     fig = charts.plot_timeline(busy(), 1000, "second")
     png = tmp_path / "chart.png"
     fig.savefig(png)

@@ -17,8 +17,8 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In
 
-from pipeline import datasource as D
 from engine.read import columnar
+from pipeline import datasource as D
 from stores import put_internal
 
 FIX = FIXTURES / "rocketmq-4.9.8-written"
@@ -33,8 +33,11 @@ def test_tag_filters_are_pushed_down_to_the_consumequeue_tagscode(tmp_path, monk
     """No Spark: the reader keeps tag filters, selects units by tagsCode before any CommitLog
     read, and returns exactly the messages with that tag."""
     exp = expected_498()
-    want = sorted((e["topic"], e["queueId"], e["queueOffset"]) for e in exp
-                  if e["tags"] in ("Tag0", "Tag3") and e["queueId"] == 1)
+    want = sorted(
+        (e["topic"], e["queueId"], e["queueOffset"])
+        for e in exp
+        if e["tags"] in ("Tag0", "Tag3") and e["queueId"] == 1
+    )
     assert want
     reader = D.RocketMQFilteringReader(D.parse_options({"path": str(FIX / "store")}))
     tags = In(("tags",), ("Tag0", "Tag3"))
@@ -64,6 +67,7 @@ def test_pushed_filters_stay_in_their_reader(tmp_path):
     DataSource's options and a second reader of the same DataSource keep every queue. The
     default reader pushes nothing (Spark's own pushFilters), as Spark 4.0 to 4.3 need."""
     from pyspark.sql.datasource import DataSourceReader
+
     path = str(FIX / "store")
     source = D.RocketMQFilteringDataSource({"path": path})
     everything = D.RocketMQDataSource({"path": path}).reader(None)
@@ -83,8 +87,7 @@ def test_pushed_filters_stay_in_their_reader(tmp_path):
 
 @pytest.mark.spark
 @fuse
-def test_fixture_store_reads_through_the_view_and_the_data_source(spark, mount_store,
-                                                                  tmp_path):
+def test_fixture_store_reads_through_the_view_and_the_data_source(spark, mount_store, tmp_path):
     """A store written by RocketMQ 4.9.8 itself (IPv6 hosts, 256 KiB segments, 8-unit CQ
     files): the mount's view/ and the data source both give every message, equal to what the
     broker stored."""
@@ -100,25 +103,37 @@ def test_fixture_store_reads_through_the_view_and_the_data_source(spark, mount_s
         for key, e in exp.items():
             r = rows[key]
             assert bytes(r.body) == base64.b64decode(e["body"])
-            assert (r.commitLogOffset, r.storeSize, r.tags, r.msgId) == \
-                (e["commitLogOffset"], e["size"], e["tags"], e["msgId"])
+            assert (r.commitLogOffset, r.storeSize, r.tags, r.msgId) == (
+                e["commitLogOffset"],
+                e["size"],
+                e["tags"],
+                e["msgId"],
+            )
             assert r.keys == e["keys"].split()
     assert ds.where("tags = 'Tag1'").count() == sum(e["tags"] == "Tag1" for e in exp.values())
-    only = (spark.read.format("rocketmq").option("topics", "OracleTopicB")
-            .option("startingOffsets", '{"OracleTopicB": {"2": 10}}')
-            .option("endingOffsets", '{"OracleTopicB": {"2": 20, "3": 5}}').load(str(store)))
+    only = (
+        spark.read.format("rocketmq")
+        .option("topics", "OracleTopicB")
+        .option("startingOffsets", '{"OracleTopicB": {"2": 10}}')
+        .option("endingOffsets", '{"OracleTopicB": {"2": 20, "3": 5}}')
+        .load(str(store))
+    )
     got = sorted((r.queue, r.queueOffset) for r in only.select("queue", "queueOffset").collect())
-    lat = {q: max(o for (t, qq, o) in exp if t == "OracleTopicB" and qq == q) + 1
-           for q in range(4)}
-    want = ([(0, o) for o in range(lat[0])] + [(1, o) for o in range(lat[1])]
-            + [(2, o) for o in range(10, min(20, lat[2]))] + [(3, o) for o in range(5)])
+    lat = {q: max(o for (t, qq, o) in exp if t == "OracleTopicB" and qq == q) + 1 for q in range(4)}
+    want = (
+        [(0, o) for o in range(lat[0])]
+        + [(1, o) for o in range(lat[1])]
+        + [(2, o) for o in range(10, min(20, lat[2]))]
+        + [(3, o) for o in range(5)]
+    )
     assert got == sorted(want)
     m.umount()
 
 
 @pytest.mark.spark
-def test_offsets_below_the_min_offset_fail_unless_failondataloss_false(spark, tmp_path,
-                                                                       small_config):
+def test_offsets_below_the_min_offset_fail_unless_failondataloss_false(
+    spark, tmp_path, small_config
+):
     root = tmp_path / "store"
     with MessageStore(str(root), small_config) as s:
         s.create_topic("L", queue_nums=1)
@@ -138,8 +153,12 @@ def test_offsets_below_the_min_offset_fail_unless_failondataloss_false(spark, tm
     assert reader.option("failOnDataLoss", "false").load(str(root)).count() == hi - lo
     assert spark.read.format("rocketmq").load(str(root)).count() == hi - lo  # earliest
     # A narrower schema decodes only those columns; a wrong one is refused clearly.
-    narrow = (spark.read.format("rocketmq").schema("queueOffset BIGINT, body BINARY, topic STRING")
-              .load(str(root)).collect())
+    narrow = (
+        spark.read.format("rocketmq")
+        .schema("queueOffset BIGINT, body BINARY, topic STRING")
+        .load(str(root))
+        .collect()
+    )
     assert [r.queueOffset for r in narrow] == list(range(lo, hi))
     assert all(bytes(r.body) == b"x" * 200 and r.topic == "L" for r in narrow)
     with pytest.raises(Exception, match="column body is binary, not string"):
@@ -161,8 +180,9 @@ def test_stream_delivers_every_message_once_across_a_restart(spark, tmp_path, sm
         i = 0
         try:
             while not stop.is_set():
-                store.put_messages([Message("S" if j % 4 else "%RETRY%g", f"{i}-{j}".encode())
-                                    for j in range(20)])
+                store.put_messages(
+                    [Message("S" if j % 4 else "%RETRY%g", f"{i}-{j}".encode()) for j in range(20)]
+                )
                 i += 1
                 time.sleep(0.05)
         except Exception as exc:  # noqa: BLE001
@@ -173,12 +193,18 @@ def test_stream_delivers_every_message_once_across_a_restart(spark, tmp_path, sm
     D.register(spark)
 
     def start():
-        return (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
-                .option("maxOffsetsPerTrigger", "300").load(str(root))
-                .select("topic", "queue", "queueOffset", "body")
-                .writeStream.format("parquet").option("path", str(out))
-                .option("checkpointLocation", str(chk))
-                .trigger(processingTime="300 milliseconds").start())
+        return (
+            spark.readStream.format("rocketmq")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "300")
+            .load(str(root))
+            .select("topic", "queue", "queueOffset", "body")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(chk))
+            .trigger(processingTime="300 milliseconds")
+            .start()
+        )
 
     def wait_batches(query, n):
         deadline = time.monotonic() + 60
@@ -201,8 +227,9 @@ def test_stream_delivers_every_message_once_across_a_restart(spark, tmp_path, sm
     assert not errors
     q2.processAllAvailable()
     q2.stop()
-    produced = {(t, q): store.max_offset(t, q) for t in ("S", "%RETRY%g")
-                for q in store.queue_ids(t)}
+    produced = {
+        (t, q): store.max_offset(t, q) for t in ("S", "%RETRY%g") for q in store.queue_ids(t)
+    }
     bodies = {(t, q, o): rec.body for (t, q) in produced for o, rec in store.iter_queue(t, q)}
     store.close()
     rows = spark.read.parquet(str(out)).collect()
@@ -211,24 +238,26 @@ def test_stream_delivers_every_message_once_across_a_restart(spark, tmp_path, sm
     assert set(keys) == set(bodies)
     assert all(bytes(r.body) == bodies[(r.topic, r.queue, r.queueOffset)] for r in rows)
     batches = [n for n in os.listdir(chk / "offsets") if n.isdigit()]
-    last = json.loads((chk / "offsets" / max(batches, key=int))
-                      .read_text().splitlines()[-1])
-    assert last == {t: {str(q): n for (tt, q), n in produced.items() if tt == t}
-                    for t in ("S", "%RETRY%g")}
+    last = json.loads((chk / "offsets" / max(batches, key=int)).read_text().splitlines()[-1])
+    assert last == {
+        t: {str(q): n for (tt, q), n in produced.items() if tt == t} for t in ("S", "%RETRY%g")
+    }
 
 
 def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, small_config):
     """The vectorized decoder (common records) gives the same rows as the per-record one and
     as engine.format.message, including edge cases of the properties area."""
     import numpy as np
+
     root = tmp_path / "store"
     with MessageStore(str(root), small_config) as s:
         s.create_topic("E", queue_nums=2)
         msgs = [
             Message("E", b"", queue_id=0),
             Message("E", b"plain", tags="A", keys="k1  k2 ", queue_id=0),
-            Message("E", "é ✓".encode(), keys=["only"], properties={"e": "", "x": "a\x01b"},
-                    queue_id=0),
+            Message(
+                "E", "é ✓".encode(), keys=["only"], properties={"e": "", "x": "a\x01b"}, queue_id=0
+            ),
             Message("E", bytes(range(256)), tags="B", properties={"TAGS": "B"}, queue_id=0),
         ] * 30 + [Message("E", b"x" * 5000, queue_id=1) for _ in range(40)]  # crosses segments
         put_internal(s, msgs[:60])  # odd properties on purpose (not validated)
@@ -244,8 +273,12 @@ def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, smal
             for row in fast.to_pylist():
                 rec = s.get_message("E", q, row["queueOffset"])
                 assert dict(row["properties"]) == rec.properties
-                assert (row["body"], row["tags"], row["keys"], row["msgId"]) == \
-                    (rec.body, rec.tags, rec.keys, rec.msg_id)
+                assert (row["body"], row["tags"], row["keys"], row["msgId"]) == (
+                    rec.body,
+                    rec.tags,
+                    rec.keys,
+                    rec.msg_id,
+                )
 
 
 _REGISTER_IN_A_SESSION = """
@@ -272,18 +305,25 @@ def test_register_names_the_workers_interpreter(tmp_path, worker):
     SparkContext starts, and the shared session must keep working workers."""
     import subprocess
     import sys
+
     from conftest import REPO
+
     if worker == "missing":
         python = str(tmp_path / "no-such-python")
     else:
         # same interpreter version as the driver, but without the venv's site-packages
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True
+        )
         python = str(tmp_path / "venv" / "bin" / "python")
-    env = dict(os.environ, PYSPARK_PYTHON=python, PYTHONPATH=str(REPO),
-               SPARK_LOCAL_IP="127.0.0.1")
-    out = subprocess.run([sys.executable, "-c", _REGISTER_IN_A_SESSION], env=env,
-                         capture_output=True, text=True, timeout=300).stdout
+    env = dict(os.environ, PYSPARK_PYTHON=python, PYTHONPATH=str(REPO), SPARK_LOCAL_IP="127.0.0.1")
+    out = subprocess.run(
+        [sys.executable, "-c", _REGISTER_IN_A_SESSION],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     assert "REGISTERED" not in out
     line = next(x for x in out.splitlines() if x.startswith("ERROR"))
     assert python in line and f"PYSPARK_PYTHON={sys.executable}" in line
@@ -299,9 +339,10 @@ def test_long_topics_through_the_data_source_and_a_mounted_view(spark, mount_sto
     the data source gives every message with its whole topic; a real mount lists every topic
     directory (255-byte names) and Spark reads view/, where a partition name over 255 bytes
     is shortened (fusefs.viewtree.topic_dir_name); `rmqfs verify` is clean."""
-    from fusefs.viewtree import topic_dir_name, unescape_partition_value
     from conftest import run_rmqfs
+    from fusefs.viewtree import topic_dir_name, unescape_partition_value
     from stores import LONG_TOPICS, RETRY_TOPIC, long_topic_store
+
     store = tmp_path / "store"
     want = long_topic_store(store)
     D.register(spark)
@@ -316,8 +357,7 @@ def test_long_topics_through_the_data_source_and_a_mounted_view(spark, mount_sto
     assert sorted(os.listdir(m.mnt / "topics")) == sorted(["T", "U", *LONG_TOPICS])
     assert json.loads((m.mnt / "status.json").read_text())["skippedTopics"] == []
     for t in LONG_TOPICS:
-        assert len((m.mnt / "topics" / t / "bodies.txt").read_bytes().splitlines()) == \
-            len(want[t])
+        assert len((m.mnt / "topics" / t / "bodies.txt").read_bytes().splitlines()) == len(want[t])
     view = spark.read.parquet(f"file://{m.mnt}/view").select("topic", "body").collect()
     by_dir: dict = {}
     for r in view:
@@ -358,16 +398,29 @@ def test_the_shipped_code_is_gone_when_the_session_stops(tmp_path):
     A session of its own in a subprocess, with TMPDIR and spark.local.dir under tmp_path."""
     import subprocess
     import sys
+
     from conftest import REPO
+
     (tmp_path / "tmp").mkdir()
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(REPO),
-               SPARK_LOCAL_IP="127.0.0.1", TMPDIR=str(tmp_path / "tmp"))
-    res = subprocess.run([sys.executable, "-c", _SHIP_AND_STOP, str(tmp_path)], env=env,
-                         capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=str(REPO),
+        SPARK_LOCAL_IP="127.0.0.1",
+        TMPDIR=str(tmp_path / "tmp"),
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", _SHIP_AND_STOP, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "COUNT 5" in res.stdout, res.stdout + res.stderr[-3000:]
     assert "LEFT []" in res.stdout, res.stdout
-    left = [p for p in tmp_path.rglob("*") if p.name.startswith("rmqfs-pyfiles-")
-            or p.suffix == ".zip"]
+    left = [
+        p for p in tmp_path.rglob("*") if p.name.startswith("rmqfs-pyfiles-") or p.suffix == ".zip"
+    ]
     assert left == []
 
 
@@ -377,6 +430,7 @@ def test_a_damaged_record_fails_the_query_with_data_loss(spark, tmp_path, small_
     fails with DataLossError naming the queue and the offset (failOnDataLoss=false too); the
     other queue reads."""
     from stores import flip_body_byte
+
     root = tmp_path / "store"
     with MessageStore(str(root), small_config) as s:
         s.create_topic("C", queue_nums=2)
@@ -385,9 +439,9 @@ def test_a_damaged_record_fails_the_query_with_data_loss(spark, tmp_path, small_
     D.register(spark)
     for fail in ("true", "false"):
         with pytest.raises(Exception, match="DataLossError") as info:
-            (spark.read.format("rocketmq").option("failOnDataLoss", fail)
-             .load(str(root)).collect())
+            (spark.read.format("rocketmq").option("failOnDataLoss", fail).load(str(root)).collect())
         assert f"offset {off}" in str(info.value) and "C/0" in str(info.value)
     ok = spark.read.format("rocketmq").option("queues", '{"C": [1]}').load(str(root))
-    assert sorted(bytes(r.body) for r in ok.collect()) == sorted(b"c%d" % i
-                                                                 for i in range(1, 40, 2))
+    assert sorted(bytes(r.body) for r in ok.collect()) == sorted(
+        b"c%d" % i for i in range(1, 40, 2)
+    )

@@ -12,26 +12,38 @@ import os
 import re
 
 import pyarrow.parquet as pq
-
 import pytest
 
 from conftest import fuse
 from engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
+from engine.read.schema import DATASOURCE_DDL, part_schema
 from engine.store import Message, MessageStore
 from fusefs.base import Context
-from engine.read.schema import DATASOURCE_DDL, part_schema
 from fusefs.views import ViewCache
-from fusefs.viewtree import (ViewRootDir, escape_partition_value,
-                             unescape_partition_value, view_ddl_file)
+from fusefs.viewtree import (
+    ViewRootDir,
+    escape_partition_value,
+    unescape_partition_value,
+    view_ddl_file,
+)
 from stores import put_internal
 
 RETRY, DLQ = "%RETRY%CafeGroup", "%DLQ%CafeGroup"
 
 
 def fill(store: MessageStore, n: int, topic="TopicA", queue_id=0, start=0):
-    store.put_messages([Message(topic, f"m{start + i}".encode(), queue_id=queue_id,
-                                tags="T%d" % (i % 3), keys=[f"k{start + i}"])
-                        for i in range(n)])
+    store.put_messages(
+        [
+            Message(
+                topic,
+                f"m{start + i}".encode(),
+                queue_id=queue_id,
+                tags="T%d" % (i % 3),
+                keys=[f"k{start + i}"],
+            )
+            for i in range(n)
+        ]
+    )
 
 
 def test_partition_escaping_round_trips_like_spark():
@@ -129,6 +141,7 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
 # ----------------------------------------------------------------------------------------------
 # Spark over a real mount
 
+
 def engine_rows(store_dir: str) -> dict:
     """{(topic, queueId, queueOffset): row dict} from the engine's own decode."""
     out = {}
@@ -137,15 +150,25 @@ def engine_rows(store_dir: str) -> dict:
             for q in s.queue_ids(topic):
                 for qoff, rec in s.iter_queue(topic, q):
                     out[(topic, q, qoff)] = {
-                        "topic": rec.topic, "queue": q, "queueId": rec.queue_id,
-                        "queueOffset": qoff, "commitLogOffset": rec.commitlog_offset,
-                        "storeSize": rec.store_size, "msgId": rec.msg_id, "tags": rec.tags,
-                        "keys": rec.keys, "bornTimestamp": rec.born_timestamp,
-                        "storeTimestamp": rec.store_timestamp, "sysFlag": rec.sys_flag,
-                        "flag": rec.flag, "bodyCRC": rec.body_crc,
+                        "topic": rec.topic,
+                        "queue": q,
+                        "queueId": rec.queue_id,
+                        "queueOffset": qoff,
+                        "commitLogOffset": rec.commitlog_offset,
+                        "storeSize": rec.store_size,
+                        "msgId": rec.msg_id,
+                        "tags": rec.tags,
+                        "keys": rec.keys,
+                        "bornTimestamp": rec.born_timestamp,
+                        "storeTimestamp": rec.store_timestamp,
+                        "sysFlag": rec.sys_flag,
+                        "flag": rec.flag,
+                        "bodyCRC": rec.body_crc,
                         "reconsumeTimes": rec.reconsume_times,
                         "preparedTransactionOffset": rec.prepared_transaction_offset,
-                        "properties": rec.properties, "body": rec.plain_body}
+                        "properties": rec.properties,
+                        "body": rec.plain_body,
+                    }
     return out
 
 
@@ -170,10 +193,9 @@ def assert_same_rows(got: dict, want: dict):
 
 @pytest.mark.spark
 @fuse
-def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, mount_store,
-                                                                     tmp_path):
-    from pipeline.datasource import register
+def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, mount_store, tmp_path):
     from engine.read.schema import DATASOURCE_DDL
+    from pipeline.datasource import register
 
     store_dir = tmp_path / "store"
     with MessageStore(str(store_dir)) as s:
@@ -181,23 +203,39 @@ def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, moun
             s.create_topic(t, queue_nums=2)
         fill(s, 30)
         fill(s, 7, queue_id=1)
-        put_internal(s, [
-            Message(RETRY, bytes(range(256)), tags="TagR", keys="order-1 vip",
-                    properties={"RETRY_TOPIC": "TopicA", "note": "non-ASCII é ✓"}),
-            Message(DLQ, b"\x00\xff\n\r\"{}", queue_id=1),
-            Message(DLQ, b"", queue_id=1),
-            Message("TopicA", compress_body(b"zipped " * 50, COMPRESSION_ZLIB), queue_id=1,
-                    sys_flag=COMPRESSED_FLAG | COMPRESSION_ZLIB),
-        ])  # RETRY_TOPIC: written by the broker itself
+        put_internal(
+            s,
+            [
+                Message(
+                    RETRY,
+                    bytes(range(256)),
+                    tags="TagR",
+                    keys="order-1 vip",
+                    properties={"RETRY_TOPIC": "TopicA", "note": "non-ASCII é ✓"},
+                ),
+                Message(DLQ, b"\x00\xff\n\r\"{}", queue_id=1),
+                Message(DLQ, b"", queue_id=1),
+                Message(
+                    "TopicA",
+                    compress_body(b"zipped " * 50, COMPRESSION_ZLIB),
+                    queue_id=1,
+                    sys_flag=COMPRESSED_FLAG | COMPRESSION_ZLIB,
+                ),
+            ],
+        )  # RETRY_TOPIC: written by the broker itself
     m = mount_store(store_dir)
     view = m.mnt / "view"
-    assert sorted(os.listdir(view)) == ["topic=%25DLQ%25CafeGroup",
-                                        "topic=%25RETRY%25CafeGroup", "topic=TopicA"]
+    assert sorted(os.listdir(view)) == [
+        "topic=%25DLQ%25CafeGroup",
+        "topic=%25RETRY%25CafeGroup",
+        "topic=TopicA",
+    ]
     ddl = (m.mnt / "view.ddl").read_text().strip()
     assert ddl == DATASOURCE_DDL
     df = spark.read.parquet(f"file://{view}")  # no schema argument
-    assert df.schema.simpleString() == spark.createDataFrame([], DATASOURCE_DDL) \
-        .schema.simpleString()  # queue INT, topic STRING from the path, body BINARY
+    assert (
+        df.schema.simpleString() == spark.createDataFrame([], DATASOURCE_DDL).schema.simpleString()
+    )  # queue INT, topic STRING from the path, body BINARY
     got = spark_rows(df)
     want = engine_rows(str(store_dir))
     assert len(want) == 41

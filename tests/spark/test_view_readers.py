@@ -18,8 +18,8 @@ import pytest
 from conftest import Mount, fuse
 from engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
 from engine.store import Message, MessageStore
-from test_view import DLQ, RETRY, engine_rows, fill
 from stores import put_internal
+from test_view import DLQ, RETRY, engine_rows, fill
 
 BULK = 100_005  # messages in Bulk/0: two parts, the second of 5
 
@@ -34,18 +34,33 @@ def mounted(tmp_path_factory):
             s.create_topic(t, queue_nums=2)
         fill(s, 30)
         fill(s, 7, queue_id=1)
-        put_internal(s, [
-            Message(RETRY, bytes(range(256)), tags="TagR", keys="order-1 vip",
-                    properties={"RETRY_TOPIC": "TopicA", "note": "non-ASCII é ✓"}),
-            Message(DLQ, b"\x00\xff\n\r\"{}", queue_id=1),
-            Message(DLQ, b"", queue_id=1),
-            Message("TopicA", compress_body(b"zipped " * 50, COMPRESSION_ZLIB), queue_id=1,
-                    sys_flag=COMPRESSED_FLAG | COMPRESSION_ZLIB),
-        ])  # broker-written records (RETRY_TOPIC, empty body) on purpose
+        put_internal(
+            s,
+            [
+                Message(
+                    RETRY,
+                    bytes(range(256)),
+                    tags="TagR",
+                    keys="order-1 vip",
+                    properties={"RETRY_TOPIC": "TopicA", "note": "non-ASCII é ✓"},
+                ),
+                Message(DLQ, b"\x00\xff\n\r\"{}", queue_id=1),
+                Message(DLQ, b"", queue_id=1),
+                Message(
+                    "TopicA",
+                    compress_body(b"zipped " * 50, COMPRESSION_ZLIB),
+                    queue_id=1,
+                    sys_flag=COMPRESSED_FLAG | COMPRESSION_ZLIB,
+                ),
+            ],
+        )  # broker-written records (RETRY_TOPIC, empty body) on purpose
         for start in range(0, BULK, 20_000):
-            s.put_messages([Message("Bulk", b"line %d" % i, queue_id=0, tags=f"L{i % 5}",
-                                    keys=[f"b{i}"])
-                            for i in range(start, min(BULK, start + 20_000))])
+            s.put_messages(
+                [
+                    Message("Bulk", b"line %d" % i, queue_id=0, tags=f"L{i % 5}", keys=[f"b{i}"])
+                    for i in range(start, min(BULK, start + 20_000))
+                ]
+            )
     want = engine_rows(str(store_dir))
     m = Mount(store_dir, tmp / "mnt")
     try:
@@ -90,6 +105,7 @@ def assert_same_rows(got: dict, want: dict):
 
 def test_view_is_parquet_with_the_partition_columns_in_the_path(mounted):
     from engine.read.schema import DATASOURCE_DDL
+
     m, _ = mounted
     view = m.mnt / "view"
     parts = sorted(p.relative_to(view).as_posix() for p in view.rglob("*.parquet"))
@@ -106,20 +122,34 @@ def test_view_is_parquet_with_the_partition_columns_in_the_path(mounted):
 @fuse
 def test_spark_read_parquet_of_the_mount(spark, mounted):
     from engine.read.schema import DATASOURCE_DDL
+
     m, want = mounted
     df = spark.read.parquet(f"file://{m.mnt}/view")  # no schema argument
-    assert df.schema.simpleString() == \
-        spark.createDataFrame([], DATASOURCE_DDL).schema.simpleString()
+    assert (
+        df.schema.simpleString() == spark.createDataFrame([], DATASOURCE_DDL).schema.simpleString()
+    )
     small = {k: v for k, v in want.items() if k[0] != "Bulk"}
     assert_same_rows(by_key(r.asDict() for r in df.where("topic != 'Bulk'").collect()), small)
     # the large queue: aggregates against the engine's decode, and partition pruning
     bulk = [v for k, v in want.items() if k[0] == "Bulk"]
-    agg = df.where("topic = 'Bulk'").selectExpr(
-        "count(*)", "sum(length(body))", "sum(queueOffset)", "max(storeTimestamp)",
-        "count(distinct msgId)").first()
-    assert tuple(agg) == (BULK, sum(len(r["body"]) for r in bulk),
-                          sum(r["queueOffset"] for r in bulk),
-                          max(r["storeTimestamp"] for r in bulk), BULK)
+    agg = (
+        df.where("topic = 'Bulk'")
+        .selectExpr(
+            "count(*)",
+            "sum(length(body))",
+            "sum(queueOffset)",
+            "max(storeTimestamp)",
+            "count(distinct msgId)",
+        )
+        .first()
+    )
+    assert tuple(agg) == (
+        BULK,
+        sum(len(r["body"]) for r in bulk),
+        sum(r["queueOffset"] for r in bulk),
+        max(r["storeTimestamp"] for r in bulk),
+        BULK,
+    )
     assert df.where(f"topic = '{RETRY}'").count() == 1
     assert df.where("topic = 'TopicA' and queue = 1").count() == 8
 
@@ -147,6 +177,7 @@ def test_duckdb_hive_partitioned_glob(mounted):
 def test_pyarrow_dataset_and_pandas(mounted):
     import pandas as pd
     import pyarrow.dataset as ds
+
     m, want = mounted
     view = str(m.mnt / "view")
     dataset = ds.dataset(view, format="parquet", partitioning="hive")

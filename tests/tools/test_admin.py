@@ -17,16 +17,22 @@ SEG = 64 * 1024
 
 
 def _cfg():
-    return StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=100 * 20,
-                       max_hash_slot_num=64, max_index_num=256)
+    return StoreConfig(
+        mapped_file_size_commit_log=SEG,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+    )
 
 
 @pytest.fixture
 def conf(tmp_path):
     """broker.conf for the small stores (index geometry 64/256 cannot be guessed from sizes)."""
     p = tmp_path / "broker.conf"
-    p.write_text("mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
-                 "maxHashSlotNum=64\nmaxIndexNum=256\nbrokerName=broker-t\n")
+    p.write_text(
+        "mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
+        "maxHashSlotNum=64\nmaxIndexNum=256\nbrokerName=broker-t\n"
+    )
     return p
 
 
@@ -40,9 +46,14 @@ def store(tmp_path):
     root = tmp_path / "store"
     with MessageStore(root, _cfg()) as s:
         s.create_topic("HDFS")
-        res = s.put_messages([Message("HDFS", line, tags="TagA" if i % 3 == 0 else "TagB",
-                                      keys=f"key{i} blk{i % 7}")
-                              for i, line in enumerate(_hdfs_lines())])
+        res = s.put_messages(
+            [
+                Message(
+                    "HDFS", line, tags="TagA" if i % 3 == 0 else "TagB", keys=f"key{i} blk{i % 7}"
+                )
+                for i, line in enumerate(_hdfs_lines())
+            ]
+        )
     return root, res
 
 
@@ -55,6 +66,7 @@ def _verify(root, conf=None, rc=0):
 
 # ----------------------------------------------------------------------------------------------
 # errors and the store lock (verify/recover among the other commands)
+
 
 def test_clear_errors(tmp_path, store):
     r = run_rmqfs("verify", tmp_path / "nope", check=False)
@@ -85,9 +97,12 @@ def test_locked_store(store, conf):
         v = _verify(root, conf)
         assert f"store in use by process {os.getpid()}" in v.stdout
         assert "OK: no errors" in v.stdout
-        for args in (["recover", root], ["clean", root],
-                     ["reset-offset", root, "-g", "G", "-t", "HDFS", "-s", "now"],
-                     ["produce", root, "-t", "HDFS", os.devnull]):
+        for args in (
+            ["recover", root],
+            ["clean", root],
+            ["reset-offset", root, "-g", "G", "-t", "HDFS", "-s", "now"],
+            ["produce", root, "-t", "HDFS", os.devnull],
+        ):
             r = run_rmqfs(*args, check=False)
             assert r.returncode == 1
             assert f"is locked by process {os.getpid()}" in r.stderr, args
@@ -97,22 +112,29 @@ def test_locked_store(store, conf):
 # ----------------------------------------------------------------------------------------------
 # produce / print / query
 
+
 def test_produce_and_print(tmp_path):
     root = tmp_path / "new"
     r = run_rmqfs("produce", root, "-t", "Logs", os.devnull, check=False)
     assert r.returncode == 1 and "pass -c" in r.stderr and not root.exists()
     src = tmp_path / "in.txt"
     src.write_bytes(b"alpha\nbeta\n\ndelta\ngamma")  # an empty line (no message), no last \n
-    r = run_rmqfs("produce", root, "-t", "Logs", "-c", "--queues", "2", src, "-a", "TagX",
-                  "-k", "k1 k2")
+    r = run_rmqfs(
+        "produce", root, "-t", "Logs", "-c", "--queues", "2", src, "-a", "TagX", "-k", "k1 k2"
+    )
     assert r.stdout.splitlines() == [
         "created topic Logs with 2 queues",
         "produced 4 messages to Logs (queue: count 0: 2, 1: 2), CommitLog "
-        f"[0, {r.stdout.split('[0, ')[1].split(')')[0]})"]
+        f"[0, {r.stdout.split('[0, ')[1].split(')')[0]})",
+    ]
     p = run_rmqfs("print-msg", root, "-t", "Logs", "--json")
     msgs = [json.loads(x) for x in p.stdout.splitlines()]
-    assert [(m["queueId"], m["queueOffset"], m["body"]) for m in msgs] == \
-        [(0, 0, "alpha"), (0, 1, "delta"), (1, 0, "beta"), (1, 1, "gamma")]
+    assert [(m["queueId"], m["queueOffset"], m["body"]) for m in msgs] == [
+        (0, 0, "alpha"),
+        (0, 1, "delta"),
+        (1, 0, "beta"),
+        (1, 1, "gamma"),
+    ]
     assert all(m["tags"] == "TagX" and m["keys"] == ["k1", "k2"] for m in msgs)
     with MessageStore(root, read_only=True) as s:
         recs = [s.get_message("Logs", q, o) for q in (0, 1) for o in (0, 1)]
@@ -120,14 +142,37 @@ def test_produce_and_print(tmp_path):
     assert lines == [
         f"MSGID: {r.msg_id} topic=Logs queueId=1 queueOffset={r.queue_offset} "
         f"commitLogOffset={r.commitlog_offset} storeTimestamp={r.store_timestamp} tags=TagX "
-        f"keys=k1 k2 UNIQ_KEY={r.uniq_key} BODY: {r.body.decode()}" for r in recs[2:]]
+        f"keys=k1 k2 UNIQ_KEY={r.uniq_key} BODY: {r.body.decode()}"
+        for r in recs[2:]
+    ]
     nobody = run_rmqfs("print-msg", root, "-t", "Logs", "-i", "0", "-d", "false").stdout
     assert nobody.count("BODY: NOT PRINT BODY") == 2
     # stdin, a pinned queue and a property
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-m", "mount.cli", "produce", str(root), "-t", "Logs",
-                          "-i", "1", "--property", "src=stdin", "-v"], input=b"one\ntwo\n",
-                         capture_output=True, env=env, check=True).stdout.decode().splitlines()
+    out = (
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mount.cli",
+                "produce",
+                str(root),
+                "-t",
+                "Logs",
+                "-i",
+                "1",
+                "--property",
+                "src=stdin",
+                "-v",
+            ],
+            input=b"one\ntwo\n",
+            capture_output=True,
+            env=env,
+            check=True,
+        )
+        .stdout.decode()
+        .splitlines()
+    )
     assert [x.split()[2:] for x in out[:2]] == [["1", "2"], ["1", "3"]]
     with MessageStore(root, read_only=True) as s:
         assert s.get_message("Logs", 1, 3).properties["src"] == "stdin"
@@ -141,8 +186,11 @@ def test_produce_a_loghub_file_matches_the_mount_contract(tmp_path):
     run_rmqfs("produce", root, "-t", "HDFS", "-c", log)
     bodies = []
     with MessageStore(root, read_only=True) as s:
-        for off in sorted(cq.unit(i)[0] for cq in s.consume_queues.values()
-                          for i in range(cq.min_offset, cq.max_offset)):
+        for off in sorted(
+            cq.unit(i)[0]
+            for cq in s.consume_queues.values()
+            for i in range(cq.min_offset, cq.max_offset)
+        ):
             bodies.append(s.message_at(off).body)
     assert b"".join(b + b"\n" for b in bodies) == log.read_bytes()
 
@@ -153,35 +201,65 @@ def test_print_msg_time_range_and_tags(tmp_path):
     with MessageStore(root) as s:
         s.create_topic("T", 2)
         for b in range(3):
-            batches.append(s.put_messages([Message("T", f"b{b}m{i}".encode(),
-                                                   tags=f"Tag{i % 3}") for i in range(6)]))
+            batches.append(
+                s.put_messages(
+                    [Message("T", f"b{b}m{i}".encode(), tags=f"Tag{i % 3}") for i in range(6)]
+                )
+            )
             time.sleep(0.02)
     t1, t2 = batches[1][0].store_timestamp, batches[2][0].store_timestamp
     out = run_rmqfs("print-msg", root, "-t", "T", "-b", t1, "-e", t2, "--json").stdout
-    assert [json.loads(x)["body"] for x in out.splitlines()] == \
-        ["b1m0", "b1m2", "b1m4", "b1m1", "b1m3", "b1m5"]
+    assert [json.loads(x)["body"] for x in out.splitlines()] == [
+        "b1m0",
+        "b1m2",
+        "b1m4",
+        "b1m1",
+        "b1m3",
+        "b1m5",
+    ]
     human = time.strftime("%Y-%m-%d#%H:%M:%S", time.localtime(t1 // 1000)) + f":{t1 % 1000:03d}"
     out2 = run_rmqfs("print-msg", root, "-t", "T", "-b", human, "-e", t2, "--json").stdout
     assert out2 == out
-    out = run_rmqfs("print-msg", root, "-t", "T", "-s", "Tag1 || Tag2", "-i", "1",
-                    "--json").stdout
-    assert [json.loads(x)["body"] for x in out.splitlines()] == \
-        ["b0m1", "b0m5", "b1m1", "b1m5", "b2m1", "b2m5"]
+    out = run_rmqfs("print-msg", root, "-t", "T", "-s", "Tag1 || Tag2", "-i", "1", "--json").stdout
+    assert [json.loads(x)["body"] for x in out.splitlines()] == [
+        "b0m1",
+        "b0m5",
+        "b1m1",
+        "b1m5",
+        "b2m1",
+        "b2m5",
+    ]
     # the engine's parser (getMessage's): "*" is every message; blank parts only, none
     every = run_rmqfs("print-msg", root, "-t", "T", "-s", " * ", "--json").stdout
     assert len(every.splitlines()) == 18
     assert run_rmqfs("print-msg", root, "-t", "T", "-s", " || ", "--json").stdout == ""
 
 
-@pytest.mark.parametrize("expr", [None, "", " ", "*", " * ", "TagA", " TagA ", "TagA||TagB",
-                                  "TagA || TagB ||", "a||a", "Tä g||*", "||", " || "])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        None,
+        "",
+        " ",
+        "*",
+        " * ",
+        "TagA",
+        " TagA ",
+        "TagA||TagB",
+        "TagA || TagB ||",
+        "a||a",
+        "Tä g||*",
+        "||",
+        " || ",
+    ],
+)
 def test_print_msg_subscription_is_the_engines(expr):
     """printMsg -s parses with engine.service.getmessage (subscription_tags, parse_subscription), not
     a copy of its own (issue 17, item 2d): the same tags and tagsCodes as admin's old parser,
     except an expression of blank parts only, which subscribes to nothing (RocketMQ's
     FilterAPI builds empty tag and code sets), where the old copy read it as every message."""
-    from engine.service.getmessage import parse_subscription, subscription_tags
     from engine.format.javahash import tags_code
+    from engine.service.getmessage import parse_subscription, subscription_tags
 
     def old(e):  # mount/admin.py's _parse_sub_expression before issue 17
         if e is None or e.strip() in ("", "*"):
@@ -203,12 +281,15 @@ def test_query_msg(store, conf):
     out = run_rmqfs("query-msg", root, "-t", "HDFS", "-k", "key10", "--config", conf).stdout
     assert out.splitlines() == [
         f"{'#Message ID':<34} {'#UNIQ_KEY':<34} {'#QID':>4} {'#Offset':>10}",
-        f"{r.msg_id:<34} {r.uniq_key:<34} {r.queue_id:>4} {r.queue_offset:>10}"]
-    out = run_rmqfs("query-msg", root, "-t", "HDFS", "-k", "blk3", "-m", "5", "--json",
-                    "--config", conf).stdout
+        f"{r.msg_id:<34} {r.uniq_key:<34} {r.queue_id:>4} {r.queue_offset:>10}",
+    ]
+    out = run_rmqfs(
+        "query-msg", root, "-t", "HDFS", "-k", "blk3", "-m", "5", "--json", "--config", conf
+    ).stdout
     want = [x for i, x in enumerate(res) if i % 7 == 3][-5:][::-1]
-    assert [json.loads(x)["commitLogOffset"] for x in out.splitlines()] == \
-        [x.commitlog_offset for x in want]
+    assert [json.loads(x)["commitLogOffset"] for x in out.splitlines()] == [
+        x.commitlog_offset for x in want
+    ]
     for ident in (r.msg_id, r.uniq_key):
         out = run_rmqfs("query-msg", root, "-i", ident, "--config", conf).stdout
         lines = out.splitlines()
@@ -217,8 +298,19 @@ def test_query_msg(store, conf):
         assert f"Queue Offset:        {r.queue_offset}" in lines
         assert f"CommitLog Offset:    {r.commitlog_offset}" in lines
         assert lines[-1] == f"Message Body:        {_hdfs_lines()[10].decode().rstrip()}"
-    out = run_rmqfs("query-msg", root, "-t", "HDFS", "-q", r.queue_id, "-o", r.queue_offset,
-                    "--json", "--config", conf).stdout
+    out = run_rmqfs(
+        "query-msg",
+        root,
+        "-t",
+        "HDFS",
+        "-q",
+        r.queue_id,
+        "-o",
+        r.queue_offset,
+        "--json",
+        "--config",
+        conf,
+    ).stdout
     assert json.loads(out)["msgId"] == r.msg_id
     miss = run_rmqfs("query-msg", root, "-i", "0" * 32, "--config", conf, check=False)
     assert miss.returncode == 1 and "no message with msgId" in miss.stderr
@@ -227,16 +319,28 @@ def test_query_msg(store, conf):
 # ----------------------------------------------------------------------------------------------
 # topics, consumers, offsets
 
+
 def test_topic_status_and_list(store, conf):
     root, res = store
     out = run_rmqfs("topic-status", root, "-t", "HDFS", "--config", conf).stdout.splitlines()
     from mount.admin import format_time
-    assert out[0].split() == ["#Broker", "Name", "#QID", "#Min", "Offset", "#Max", "Offset",
-                              "#Last", "Updated"]
+
+    assert out[0].split() == [
+        "#Broker",
+        "Name",
+        "#QID",
+        "#Min",
+        "Offset",
+        "#Max",
+        "Offset",
+        "#Last",
+        "Updated",
+    ]
     for q in range(4):
         last = max((x for x in res if x.queue_id == q), key=lambda x: x.queue_offset)
-        assert out[1 + q] == (f"{'broker-t':<24} {q:>4} {0:>12} {300:>12} "
-                              f"{format_time(last.store_timestamp)}")
+        assert out[1 + q] == (
+            f"{'broker-t':<24} {q:>4} {0:>12} {300:>12} {format_time(last.store_timestamp)}"
+        )
     assert run_rmqfs("topic-list", root).stdout == "HDFS\n"
 
 
@@ -247,8 +351,11 @@ def test_consumer_progress_and_reset_offset(store, conf):
         s.commit_offset("G1", "HDFS", 2, 300)
         s.commit_offset("G2", "HDFS", 1, 5)
     out = run_rmqfs("consumer-progress", root, "--config", conf).stdout.splitlines()
-    assert out == [f"{'#Group':<40} {'#Diff Total':>12}", f"{'G1':<40} {800:>12}",
-                   f"{'G2':<40} {1195:>12}"]
+    assert out == [
+        f"{'#Group':<40} {'#Diff Total':>12}",
+        f"{'G1':<40} {800:>12}",
+        f"{'G2':<40} {1195:>12}",
+    ]
     with MessageStore(root, _cfg()) as s:
         s.create_topic("Other", 1)
         s.commit_offset("G3", "Other", 0, 0)
@@ -256,20 +363,27 @@ def test_consumer_progress_and_reset_offset(store, conf):
     assert "G3" not in out and "G1" in out
     out = run_rmqfs("consumer-progress", root, "-g", "G1", "--config", conf).stdout.splitlines()
     from mount.admin import format_time
+
     by_q = {(x.queue_id, x.queue_offset): x for x in res}
-    rows = [(0, 100, by_q[(0, 99)].store_timestamp), (1, 0, 0), (2, 300,
-                                                                 by_q[(2, 299)].store_timestamp),
-            (3, 0, 0)]
-    assert out[1:5] == [f"{'HDFS':<32} {'broker-t':<16} {q:>4} {300:>14} {c:>16} "
-                        f"{300 - c:>10} {format_time(ts)}" for q, c, ts in rows]
+    rows = [
+        (0, 100, by_q[(0, 99)].store_timestamp),
+        (1, 0, 0),
+        (2, 300, by_q[(2, 299)].store_timestamp),
+        (3, 0, 0),
+    ]
+    assert out[1:5] == [
+        f"{'HDFS':<32} {'broker-t':<16} {q:>4} {300:>14} {c:>16} {300 - c:>10} {format_time(ts)}"
+        for q, c, ts in rows
+    ]
     assert out[-1] == "Consume Diff Total: 800"
     r = run_rmqfs("consumer-progress", root, "-g", "nobody", check=False)
     assert r.returncode == 1 and "consumer group nobody does not exist" in r.stderr
 
     # by time: the first message stored at or after the 150th message of queue 0's time
     ts = by_q[(0, 150)].store_timestamp
-    out = run_rmqfs("reset-offset", root, "-g", "G1", "-t", "HDFS", "-s", ts, "--config",
-                    conf).stdout.splitlines()
+    out = run_rmqfs(
+        "reset-offset", root, "-g", "G1", "-t", "HDFS", "-s", ts, "--config", conf
+    ).stdout.splitlines()
     with MessageStore(root, _cfg(), read_only=True) as s:
         expect = {q: s.offset_by_time("HDFS", q, ts) for q in range(4)}
         got = {q: s.consumer_offsets.query("G1", "HDFS", q) for q in range(4)}
@@ -296,13 +410,16 @@ def test_clean_deletes_expired_files(store, conf):
     r = run_rmqfs("clean", root, "--config", conf)
     lines = r.stdout.splitlines()
     assert lines[:3] == [f"deleted CommitLog commitlog/{p.name}" for p in segs[:3]]
-    assert lines[-1].startswith(f"deleted {len(lines) - 1} files; CommitLog min offset 0 -> "
-                                f"{3 * SEG} (fileReservedTime 72 h)")
+    assert lines[-1].startswith(
+        f"deleted {len(lines) - 1} files; CommitLog min offset 0 -> "
+        f"{3 * SEG} (fileReservedTime 72 h)"
+    )
     assert not any(p.exists() for p in segs[:3])
     v = _verify(root, conf)
     assert f"offsets [{3 * SEG}, " in v.stdout and "OK: no errors, 0 warnings" in v.stdout
-    first_live = min(x.queue_offset for x in res
-                     if x.queue_id == 0 and x.commitlog_offset >= 3 * SEG)
+    first_live = min(
+        x.queue_offset for x in res if x.queue_id == 0 and x.commitlog_offset >= 3 * SEG
+    )
     out = run_rmqfs("topic-status", root, "-t", "HDFS", "--config", conf).stdout.splitlines()
     assert out[1].split()[2:4] == [str(first_live), "300"]
     again = run_rmqfs("clean", root, "--config", conf).stdout
@@ -323,12 +440,11 @@ def test_produce_stops_at_an_oversized_line(tmp_path):
         assert [rec.body for q in s.queue_ids("T") for _, rec in s.iter_queue("T", q)] == [b"a"]
 
 
-
-
 def test_print_and_query_never_show_a_damaged_record(tmp_path, conf):
     """Issue 15 item 5a: a body that fails its BODYCRC is never printed: print-msg prints the
     messages before it and fails naming the offset; every query-msg mode that finds it fails."""
     from stores import flip_body_byte
+
     root = tmp_path / "store"
     with MessageStore(root, _cfg()) as s:
         s.create_topic("T", 1)
@@ -337,8 +453,7 @@ def test_print_and_query_never_show_a_damaged_record(tmp_path, conf):
     off = flip_body_byte(root, "T", 0, 3, _cfg())
     p = run_rmqfs("print-msg", root, "-t", "T", "--json", "--config", conf, check=False)
     assert p.returncode == 1 and f"body CRC mismatch (at offset {off})" in p.stderr
-    assert [json.loads(x)["body"] for x in p.stdout.splitlines()] == ["line 0", "line 1",
-                                                                      "line 2"]
+    assert [json.loads(x)["body"] for x in p.stdout.splitlines()] == ["line 0", "line 1", "line 2"]
     for args in (["-i", msg_id], ["-t", "T", "-k", "key3"], ["-t", "T", "-q", "0", "-o", "3"]):
         r = run_rmqfs("query-msg", root, *args, "--config", conf, check=False)
         assert r.returncode == 1 and f"offset {off}" in r.stderr, (args, r.stdout, r.stderr)
@@ -349,6 +464,7 @@ def test_print_and_query_never_show_a_damaged_record(tmp_path, conf):
 # topic and group administration (mqadmin deleteTopic, updateTopic, deleteSubGroup,
 # updateSubGroup, cloneGroupOffset), queryCq, statsAll, getBrokerConfig, brokerStatus
 
+
 def _config_json(root, name):
     return json.loads((root / "config" / name).read_text())
 
@@ -358,6 +474,7 @@ def test_delete_topic_leaves_what_the_broker_would(store, conf):
     offset gone (cleanOffsetByTopic), other topics and offsets untouched; the CommitLog stays
     byte for byte; the independent reader reads it and verify is clean."""
     import refreader
+
     root, _ = store
     with MessageStore(root, _cfg()) as s:
         s.create_topic("Other", 2)
@@ -366,8 +483,11 @@ def test_delete_topic_leaves_what_the_broker_would(store, conf):
         s.commit_offset("G1", "Other", 0, 1)
         s.commit_offset("G2", "HDFS", 1, 2)
     commitlog = {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()}
-    other_cq = {str(p.relative_to(root)): p.read_bytes()
-                for p in (root / "consumequeue" / "Other").rglob("*") if p.is_file()}
+    other_cq = {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in (root / "consumequeue" / "Other").rglob("*")
+        if p.is_file()
+    }
     r = run_rmqfs("deleteTopic", root, "-t", "HDFS", "--config", conf)
     assert "deleted topic HDFS: 4 ConsumeQueues, 2 consumer offset entries" in r.stdout
     assert list(_config_json(root, "topics.json")["topicConfigTable"]) == ["Other"]
@@ -376,8 +496,11 @@ def test_delete_topic_leaves_what_the_broker_would(store, conf):
     assert offsets["groupTopicMap"] == {"G1": ["Other"]}
     assert not (root / "consumequeue" / "HDFS").exists()
     assert {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()} == commitlog
-    assert {str(p.relative_to(root)): p.read_bytes() for p in
-            (root / "consumequeue" / "Other").rglob("*") if p.is_file()} == other_cq
+    assert {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in (root / "consumequeue" / "Other").rglob("*")
+        if p.is_file()
+    } == other_cq
     recs = refreader.read_commitlog(root / "commitlog")
     assert sum(r["topic"] == "HDFS" for r in recs) == 1200  # still there, until expiry
     assert list(refreader.read_consumequeue(root, "Other", 0))
@@ -400,13 +523,15 @@ def test_a_deleted_topic_stays_deleted_after_a_crash(tmp_path, conf):
         s.create_topic("B", 2)
         s.put_messages([Message("A" if i % 2 else "B", b"x" * 100) for i in range(900)])
     run_rmqfs("delete-topic", root, "-t", "B", "--config", conf)
-    code = ("import sys, os; sys.path.insert(0, %r)\n"
-            "from engine.store import MessageStore, Message, StoreConfig\n"
-            "s = MessageStore(%r, StoreConfig(mapped_file_size_commit_log=65536, "
-            "mapped_file_size_consume_queue=2000, max_hash_slot_num=64, max_index_num=256))\n"
-            "s.put_messages([Message('A', b'after') for _ in range(50)])\n"
-            "s.flush_commitlog()\n"
-            "os._exit(9)\n") % (str(REPO), str(root))
+    code = (
+        "import sys, os; sys.path.insert(0, %r)\n"
+        "from engine.store import MessageStore, Message, StoreConfig\n"
+        "s = MessageStore(%r, StoreConfig(mapped_file_size_commit_log=65536, "
+        "mapped_file_size_consume_queue=2000, max_hash_slot_num=64, max_index_num=256))\n"
+        "s.put_messages([Message('A', b'after') for _ in range(50)])\n"
+        "s.flush_commitlog()\n"
+        "os._exit(9)\n"
+    ) % (str(REPO), str(root))
     assert subprocess.run([sys.executable, "-c", code]).returncode == 9
     assert (root / "abort").exists()
     (root / "checkpoint").unlink()  # recovery scans from the first segment
@@ -443,6 +568,7 @@ def test_delete_topic_of_a_broker_written_store_keeps_its_layout(tmp_path):
     deleting one topic removes its directory and nothing else of the broker's files."""
     import refreader
     from conftest import copy_fixture
+
     root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "store")
     before = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     run_rmqfs("delete-topic", root, "-t", "OracleTopicB")
@@ -451,7 +577,10 @@ def test_delete_topic_of_a_broker_written_store_keeps_its_layout(tmp_path):
     assert gone and all(k.startswith("consumequeue/OracleTopicB/") for k in gone)
     assert set(after) - set(before) <= {"config/rmqfs.deletedTopics.json", "checkpoint"}
     for k in after:
-        if k.startswith(("commitlog/", "consumequeue/", "index/")) or k == "config/delayOffset.json":
+        if (
+            k.startswith(("commitlog/", "consumequeue/", "index/"))
+            or k == "config/delayOffset.json"
+        ):
             assert after[k] == before[k], k
     assert not (root / "config" / "topics.json").exists()
     assert {r["topic"] for r in refreader.read_commitlog(root / "commitlog")} >= {"OracleTopicB"}
@@ -468,11 +597,19 @@ def test_update_topic(store, conf):
     r = run_rmqfs("produce", root, "-t", "HDFS", os.devnull, check=False)
     run_rmqfs("update-topic", root, "-t", "New", "-r", "8", "-w", "8", "-o", "true")
     entry = _config_json(root, "topics.json")["topicConfigTable"]["New"]
-    assert (entry["readQueueNums"], entry["writeQueueNums"], entry["perm"], entry["order"]) \
-        == (8, 8, 6, True)
-    for args, what in ((["-w", "0"], "writeQueueNums 0"), (["-r", "1025"], "readQueueNums"),
-                       (["-p", "3"], "perm 3"), (["-o", "maybe"], "-o takes true or false"),
-                       (["-w", "x"], "-w takes an integer")):
+    assert (entry["readQueueNums"], entry["writeQueueNums"], entry["perm"], entry["order"]) == (
+        8,
+        8,
+        6,
+        True,
+    )
+    for args, what in (
+        (["-w", "0"], "writeQueueNums 0"),
+        (["-r", "1025"], "readQueueNums"),
+        (["-p", "3"], "perm 3"),
+        (["-o", "maybe"], "-o takes true or false"),
+        (["-w", "x"], "-w takes an integer"),
+    ):
         r = run_rmqfs("update-topic", root, "-t", "HDFS", *args, check=False)
         assert r.returncode == 1 and what in r.stderr, (args, r.stderr)
     r = run_rmqfs("update-topic", root, "-t", "RMQ_SYS_TRACE_TOPIC", "-w", "1", check=False)
@@ -489,26 +626,50 @@ def test_sub_groups_and_clone_offset(store, conf):
     with MessageStore(root, _cfg()) as s:
         s.commit_offset("G1", "HDFS", 0, 10)
         s.commit_offset("G1", "HDFS", 3, 30)
-    run_rmqfs("updateSubGroup", root, "-g", "G1", "-s", "false", "-q", "2", "-r", "5",
-              "-d", "false", "-w", "0", "-i", "1")
+    run_rmqfs(
+        "updateSubGroup",
+        root,
+        "-g",
+        "G1",
+        "-s",
+        "false",
+        "-q",
+        "2",
+        "-r",
+        "5",
+        "-d",
+        "false",
+        "-w",
+        "0",
+        "-i",
+        "1",
+    )
     g = _config_json(root, "subscriptionGroup.json")["subscriptionGroupTable"]["G1"]
-    assert (g["consumeEnable"], g["retryQueueNums"], g["retryMaxTimes"],
-            g["consumeBroadcastEnable"], g["whichBrokerWhenConsumeSlowly"], g["brokerId"],
-            g["groupName"], g["consumeFromMinEnable"]) == (False, 2, 5, False, 0, 1, "G1", True)
+    assert (
+        g["consumeEnable"],
+        g["retryQueueNums"],
+        g["retryMaxTimes"],
+        g["consumeBroadcastEnable"],
+        g["whichBrokerWhenConsumeSlowly"],
+        g["brokerId"],
+        g["groupName"],
+        g["consumeFromMinEnable"],
+    ) == (False, 2, 5, False, 0, 1, "G1", True)
     run_rmqfs("update-sub-group", root, "-g", "G1", "-s", "true")
     g = _config_json(root, "subscriptionGroup.json")["subscriptionGroupTable"]["G1"]
     assert (g["consumeEnable"], g["retryQueueNums"]) == (True, 2)
-    for args, what in ((["-s", "yes"], "-s takes true or false"),
-                       (["-q", "-1"], "retryQueueNums -1"), (["-i", "x"], "-i takes an integer")):
+    for args, what in (
+        (["-s", "yes"], "-s takes true or false"),
+        (["-q", "-1"], "retryQueueNums -1"),
+        (["-i", "x"], "-i takes an integer"),
+    ):
         r = run_rmqfs("update-sub-group", root, "-g", "G1", *args, check=False)
         assert r.returncode == 1 and what in r.stderr, (args, r.stderr)
 
     r = run_rmqfs("cloneGroupOffset", root, "-s", "G1", "-d", "G9", "-t", "HDFS")
     assert "cloned 2 offsets" in r.stdout
-    assert _config_json(root, "consumerOffset.json")["offsetTable"]["HDFS@G9"] == \
-        {"0": 10, "3": 30}
-    r = run_rmqfs("clone-group-offset", root, "-s", "nobody", "-d", "G9", "-t", "HDFS",
-                  check=False)
+    assert _config_json(root, "consumerOffset.json")["offsetTable"]["HDFS@G9"] == {"0": 10, "3": 30}
+    r = run_rmqfs("clone-group-offset", root, "-s", "nobody", "-d", "G9", "-t", "HDFS", check=False)
     assert r.returncode == 1 and "nobody has no offsets of HDFS" in r.stderr
 
     run_rmqfs("deleteSubGroup", root, "-g", "G1")  # mqadmin's default: offsets kept
@@ -523,16 +684,17 @@ def test_sub_groups_and_clone_offset(store, conf):
 
 def test_query_cq(store, conf):
     import refreader
+
     root, res = store
-    out = run_rmqfs("queryCq", root, "-t", "HDFS", "-q", "1", "-i", "5", "-c", "3",
-                    "--config", conf).stdout.splitlines()
+    out = run_rmqfs(
+        "queryCq", root, "-t", "HDFS", "-q", "1", "-i", "5", "-c", "3", "--config", conf
+    ).stdout.splitlines()
     units = refreader.read_consumequeue(root, "HDFS", 1)[5:8]
     by_off = {r.commitlog_offset: r for r in res}
     assert len(out) == 4
     for line, (off, size, tc), qoff in zip(out[1:], units, range(5, 8)):
         f = line.split()
-        assert f[:5] == [str(qoff), str(off), str(size), str(tc),
-                         str(by_off[off].store_timestamp)]
+        assert f[:5] == [str(qoff), str(off), str(size), str(tc), str(by_off[off].store_timestamp)]
     r = run_rmqfs("query-cq", root, "-t", "HDFS", "-q", "1", "-i", "999", check=False)
     assert r.returncode == 1 and "index 999 is not in HDFS/1" in r.stderr
 
@@ -546,8 +708,9 @@ def test_stats_all_counts_by_store_time(tmp_path, conf):
         res = s.put_messages([Message("T", b"m%d" % i) for i in range(40)])
     ts = sorted(r.store_timestamp for r in res)
     now = ts[-1]
-    out = run_rmqfs("statsAll", root, "--now", now, "-q", "--json",
-                    "--config", conf).stdout.splitlines()
+    out = run_rmqfs(
+        "statsAll", root, "--now", now, "-q", "--json", "--config", conf
+    ).stdout.splitlines()
     rows = [json.loads(x) for x in out]
     tot = rows[0]
     assert tot["queueId"] is None and tot["messages"] == 40
@@ -560,8 +723,7 @@ def test_stats_all_counts_by_store_time(tmp_path, conf):
     out = run_rmqfs("stats-all", root, "--now", now + 2 * 86_400_000, "--json").stdout
     row = json.loads(out.splitlines()[0])
     assert row["day"]["messages"] == 0 and row["messages"] == 40
-    assert run_rmqfs("stats-all", root, "-a", "--now", now + 2 * 86_400_000,
-                     "--json").stdout == ""
+    assert run_rmqfs("stats-all", root, "-a", "--now", now + 2 * 86_400_000, "--json").stdout == ""
     text = run_rmqfs("stats-all", root, "--now", "now").stdout.splitlines()
     assert text[0].startswith("#Topic") and text[1].split()[:2] == ["T", "all"]
 
@@ -578,6 +740,7 @@ def test_get_broker_config_and_broker_status(store, conf):
     assert conf_items["storePathRootDir"] == str(root)
     st = json.loads(run_rmqfs("brokerStatus", root, "--json", "--config", conf).stdout)
     from engine.live.status import store_status
+
     with MessageStore(root, _cfg(), read_only=True) as s:
         s.config.broker_name = "broker-t"
         expect = store_status(s)
@@ -593,13 +756,18 @@ def test_mqadmin_names_and_one_time_syntax(store, conf):
     """Every command answers to its mqadmin name; every time option takes ms, now and
     yyyy-MM-dd#HH:mm:ss:SSS (print-msg -e now used to be refused)."""
     from mount.admin import parse_time
+
     root, _ = store
-    for name in ("topicList", "topicStatus -t HDFS", "consumerProgress",
-                 "printMsg -t HDFS -i 0 -d false", "printMsgByQueue -t HDFS -i 0 -d false",
-                 "queryMsgByOffset -t HDFS -q 0 -o 1"):
+    for name in (
+        "topicList",
+        "topicStatus -t HDFS",
+        "consumerProgress",
+        "printMsg -t HDFS -i 0 -d false",
+        "printMsgByQueue -t HDFS -i 0 -d false",
+        "queryMsgByOffset -t HDFS -q 0 -o 1",
+    ):
         assert run_rmqfs(*name.split()[:1], root, *name.split()[1:]).returncode == 0, name
-    out = run_rmqfs("print-msg", root, "-t", "HDFS", "-b", "0", "-e", "now", "-d",
-                    "false").stdout
+    out = run_rmqfs("print-msg", root, "-t", "HDFS", "-b", "0", "-e", "now", "-d", "false").stdout
     assert out.count("MSGID:") == 1200
     assert run_rmqfs("printMsg", root, "-t", "HDFS", "-e", "2000-01-01#00:00:00:000").stdout == ""
     t = parse_time("2026-11-22#00:30:00:123")
@@ -608,8 +776,7 @@ def test_mqadmin_names_and_one_time_syntax(store, conf):
     for bad in ("yesterday", "2026-11-22 00:30:00", "2026-11-22#00:30:00:1234"):
         r = run_rmqfs("print-msg", root, "-t", "HDFS", "-b", bad, check=False)
         assert r.returncode == 1 and "bad time" in r.stderr and "now" in r.stderr
-        r = run_rmqfs("resetOffsetByTime", root, "-g", "G", "-t", "HDFS", "-s", bad,
-                      check=False)
+        r = run_rmqfs("resetOffsetByTime", root, "-g", "G", "-t", "HDFS", "-s", bad, check=False)
         assert r.returncode == 1 and "bad time" in r.stderr
     run_rmqfs("resetOffsetByTime", root, "-g", "G", "-t", "HDFS", "-s", "now")
     run_rmqfs("deleteExpiredCommitLog", root)

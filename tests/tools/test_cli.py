@@ -35,14 +35,23 @@ def test_report_takes_its_options_before_the_mounts(tmp_path):
 
 def test_mqadmin_names_are_aliases():
     names = set(_subcommands())
-    for kebab, mq in (("delete-topic", "deleteTopic"), ("update-topic", "updateTopic"),
-                      ("delete-sub-group", "deleteSubGroup"),
-                      ("update-sub-group", "updateSubGroup"),
-                      ("clone-group-offset", "cloneGroupOffset"), ("query-cq", "queryCq"),
-                      ("stats-all", "statsAll"), ("get-broker-config", "getBrokerConfig"),
-                      ("broker-status", "brokerStatus"), ("topic-status", "topicStatus"),
-                      ("consumer-progress", "consumerProgress"), ("print-msg", "printMsg"),
-                      ("query-msg", "queryMsgById"), ("topic-list", "topicList"),
-                      ("reset-offset", "resetOffsetByTime"), ("clean", "deleteExpiredCommitLog")):
+    for kebab, mq in (
+        ("delete-topic", "deleteTopic"),
+        ("update-topic", "updateTopic"),
+        ("delete-sub-group", "deleteSubGroup"),
+        ("update-sub-group", "updateSubGroup"),
+        ("clone-group-offset", "cloneGroupOffset"),
+        ("query-cq", "queryCq"),
+        ("stats-all", "statsAll"),
+        ("get-broker-config", "getBrokerConfig"),
+        ("broker-status", "brokerStatus"),
+        ("topic-status", "topicStatus"),
+        ("consumer-progress", "consumerProgress"),
+        ("print-msg", "printMsg"),
+        ("query-msg", "queryMsgById"),
+        ("topic-list", "topicList"),
+        ("reset-offset", "resetOffsetByTime"),
+        ("clean", "deleteExpiredCommitLog"),
+    ):
         assert {kebab, mq} <= names
         assert run_rmqfs(mq, "--help").stdout.startswith(f"usage: rmqfs {kebab}"), mq

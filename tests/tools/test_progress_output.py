@@ -49,8 +49,9 @@ def test_snapshot_verify_draws_a_bar_on_a_terminal_only(tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
     (copy / "f").write_bytes(b"abc")
-    (copy / "SNAPSHOT.json").write_text(json.dumps(
-        {"name": "n", "files": {"f": {"size": 3, "crc32c": "364b3fb7"}}}))
+    (copy / "SNAPSHOT.json").write_text(
+        json.dumps({"name": "n", "files": {"f": {"size": 3, "crc32c": "364b3fb7"}}})
+    )
     rc, out, err = run_on_pty("snapshot-verify", copy)
     assert rc == 0, out + err
     assert "verify" in err and "\r" in err

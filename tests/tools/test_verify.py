@@ -16,9 +16,8 @@ from conftest import FIXTURES, copy_fixture, fuse, run_rmqfs
 from engine.format.consumequeue import UNIT
 from engine.store import Message, MessageStore, StoreConfig
 from engine.tools.verify import recover_store, verify_store
+from stores import SMALL, bodies, produce, put_internal, small
 from test_admin import SEG, _cfg, _hdfs_lines, _verify, conf, store  # noqa: F401 (fixtures)
-from stores import SMALL, bodies, produce, small
-from stores import put_internal
 
 FIXTURE_STORES = {
     "rocketmq-4.9.8-written": "rocketmq-4.9.8-written/store",
@@ -37,6 +36,7 @@ def _seg_path(root, offset, seg=SEG):
 # ----------------------------------------------------------------------------------------------
 # verify / recover (moved from test_admin.py unchanged)
 
+
 def test_verify_clean_store(store, conf):
     root, res = store
     end = res[-1].commitlog_offset + res[-1].size
@@ -46,7 +46,8 @@ def test_verify_clean_store(store, conf):
         f"CommitLog:    {nseg} files of {SEG} bytes, 1200 records, offsets [0, {end})",
         "ConsumeQueue: 4 queues, 1200 units",
         f"IndexFile:    {-(-3600 // 255)} files, 3600 items",  # UNIQ_KEY + 2 keys, 255 a file
-        "OK: no errors, 0 warnings"]
+        "OK: no errors, 0 warnings",
+    ]
     assert r.stderr == ""
 
 
@@ -92,8 +93,7 @@ def test_flipped_body_byte(store, conf):
     assert f"the CommitLog is valid up to offset {bad.commitlog_offset}" in r.stdout
     assert r.stderr.strip().endswith("errors")
     doc = json.loads(run_rmqfs("verify", root, "--config", conf, "--json", check=False).stdout)
-    assert (doc["ok"], doc["firstBadOffset"], doc["records"]) == \
-        (False, bad.commitlog_offset, 1199)
+    assert (doc["ok"], doc["firstBadOffset"], doc["records"]) == (False, bad.commitlog_offset, 1199)
     assert doc["problems"][0]["path"] == f"commitlog/{seg.name}"
     assert doc["problems"][0]["offset"] == bad.commitlog_offset
     rec = run_rmqfs("recover", root, "--config", conf)
@@ -125,19 +125,25 @@ def test_zeroed_topic_length_of_the_last_message(store, conf):
 
 def test_cut_segment_of_the_broker_store(tmp_path):
     root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "s")
-    expected = [json.loads(line) for line in
-                (FIXTURES / "rocketmq-4.9.8-written" / "expected.jsonl").read_text().splitlines()]
+    expected = [
+        json.loads(line)
+        for line in (FIXTURES / "rocketmq-4.9.8-written" / "expected.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     last_seg = root / "commitlog" / "00000000000002097152"
-    in_last = sorted(e["commitLogOffset"] for e in expected
-                     if e["commitLogOffset"] >= 2097152)
+    in_last = sorted(e["commitLogOffset"] for e in expected if e["commitLogOffset"] >= 2097152)
     cut_at = in_last[1] + 10  # inside the second record of the last file
     os.truncate(last_seg, cut_at - 2097152)
     r = _verify(root, rc=1)
-    assert (f"ERROR   commitlog/{last_seg.name}: {cut_at - 2097152} bytes, the other files are "
-            f"{ORACLE_SEG} bytes (cut short)") in r.stdout.splitlines()
+    assert (
+        f"ERROR   commitlog/{last_seg.name}: {cut_at - 2097152} bytes, the other files are "
+        f"{ORACLE_SEG} bytes (cut short)"
+    ) in r.stdout.splitlines()
     rec = run_rmqfs("recover", root)
-    assert f"extended commitlog/{last_seg.name} from {cut_at - 2097152} to {ORACLE_SEG}" \
-        in rec.stdout
+    assert (
+        f"extended commitlog/{last_seg.name} from {cut_at - 2097152} to {ORACLE_SEG}" in rec.stdout
+    )
     v = _verify(root)
     kept = sum(1 for e in expected if e["commitLogOffset"] < in_last[1])
     assert f"{kept} records, offsets [0, {in_last[1]})" in v.stdout
@@ -156,8 +162,10 @@ def test_damaged_consume_queue_unit_is_rebuilt_byte_identical(tmp_path):
         f.write(struct.pack(">i", size + 1))
     r = _verify(root, rc=1)
     q0 = int(first.name) // 20
-    assert (f"ERROR   consumequeue/OracleTopicA/1/{first.name} @ {q0 + 3}: unit at CommitLog "
-            f"offset {off}: size {size + 1} != record size {size}") in r.stdout.splitlines()
+    assert (
+        f"ERROR   consumequeue/OracleTopicA/1/{first.name} @ {q0 + 3}: unit at CommitLog "
+        f"offset {off}: size {size + 1} != record size {size}"
+    ) in r.stdout.splitlines()
     run_rmqfs("recover", root)
     assert "OK: no errors, 0 warnings" in _verify(root).stdout
     assert {p.name: p.read_bytes() for p in qdir.iterdir()} == original
@@ -171,9 +179,11 @@ def test_consume_queue_unit_pointing_elsewhere(store, conf):
         f.seek(5 * 20)
         f.write(UNIT.pack(other.commitlog_offset, other.size, 0))
     r = _verify(root, conf, rc=1)
-    assert (f"ERROR   consumequeue/HDFS/2/{cq.name} @ 5: unit ({other.commitlog_offset}, "
-            f"{other.size}, 0) points at the record of HDFS/1 queue offset 0, not HDFS/2 queue "
-            "offset 5") in r.stdout.splitlines()
+    assert (
+        f"ERROR   consumequeue/HDFS/2/{cq.name} @ 5: unit ({other.commitlog_offset}, "
+        f"{other.size}, 0) points at the record of HDFS/1 queue offset 0, not HDFS/2 queue "
+        "offset 5"
+    ) in r.stdout.splitlines()
     run_rmqfs("recover", root, "--config", conf)
     _verify(root, conf)
 
@@ -191,8 +201,10 @@ def test_damaged_index_item(tmp_path):
         f.write(struct.pack(">i", key_hash ^ 0x5555))
     r = _verify(root, rc=1)
     line = next(x for x in r.stdout.splitlines() if x.startswith("ERROR"))
-    assert line.startswith(f"ERROR   index/{idx.name} @ {item}: item {item}: keyHash "
-                           f"{key_hash ^ 0x5555} is not the hash of a key of the record at {phy}")
+    assert line.startswith(
+        f"ERROR   index/{idx.name} @ {item}: item {item}: keyHash "
+        f"{key_hash ^ 0x5555} is not the hash of a key of the record at {phy}"
+    )
     run_rmqfs("recover", root)
     assert "OK: no errors, 0 warnings" in _verify(root).stdout
 
@@ -230,13 +242,23 @@ def test_crc32_property_is_verified(tmp_path):
     fails. The trailer is written here by hand (reference section 1.5: CRC-32 & 0x7FFFFFFF of
     the record before the 20 reserved bytes, 10 digits least significant first)."""
     import zlib
+
     root = tmp_path / "s"
     props = {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6"}
     with MessageStore(root, _cfg()) as s:
         s.create_topic("T", 1)
         # the reserved names, as a broker's own put
-        res = put_internal(s, [Message("T", f"body{i}".encode(), properties={
-            **props, "UNIQ_KEY": f"{i:032X}", "__CRC32#": "0" * 10}) for i in range(10)])
+        res = put_internal(
+            s,
+            [
+                Message(
+                    "T",
+                    f"body{i}".encode(),
+                    properties={**props, "UNIQ_KEY": f"{i:032X}", "__CRC32#": "0" * 10},
+                )
+                for i in range(10)
+            ],
+        )
         s.flush()
     seg = root / "commitlog" / f"{0:020d}"
     with open(seg, "r+b") as f:
@@ -269,8 +291,10 @@ def test_cut_middle_segment_keeps_the_dropped_files(tmp_path):
     originals = {n: (root / "commitlog" / n).read_bytes() for n in later}
     os.truncate(mid, 1000)
     r = _verify(root, rc=1)
-    assert (f"ERROR   commitlog/{mid.name}: 1000 bytes, the other files are {ORACLE_SEG} bytes "
-            "(cut short)") in r.stdout.splitlines()
+    assert (
+        f"ERROR   commitlog/{mid.name}: 1000 bytes, the other files are {ORACLE_SEG} bytes "
+        "(cut short)"
+    ) in r.stdout.splitlines()
     rec = run_rmqfs("recover", root)
     assert "valid records after the damage, which recovery drops" in rec.stdout
     lost = next((root / "lost+found").iterdir()) / "commitlog"
@@ -284,13 +308,16 @@ def test_verify_while_a_writer_appends(store, conf):
     """verify next to a live writer: records, units and index items newer than its scan are not
     errors."""
     import threading
+
     root, _ = store
     stop = threading.Event()
     lines = _hdfs_lines(200)
     with MessageStore(root, _cfg()) as s:
+
         def produce():
             while not stop.is_set():
                 s.put_messages([Message("HDFS", line, keys="live") for line in lines])
+
         t = threading.Thread(target=produce)
         t.start()
         try:
@@ -307,6 +334,7 @@ def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
     """tagsCode = deliver time for SCHEDULE_TOPIC_XXXX; prepared/rollback records have no unit;
     a 127-character topic (the longest TopicValidator allows)."""
     from engine.tools.verify import verify_store
+
     root = tmp_path / "s"
     long_topic = "L" * 127
     with MessageStore(root, _cfg()) as s:
@@ -314,11 +342,24 @@ def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
         s.create_topic("Tx", 1)
         s.create_topic(long_topic, 1)
         # as the broker's schedule service writes it
-        put_internal(s, [Message("SCHEDULE_TOPIC_XXXX", b"later", queue_id=2,
-                                properties={"DELAY": "3", "REAL_TOPIC": "Tx", "REAL_QID": "0"})])
-        s.put_messages([Message("Tx", b"prepared", sys_flag=0x4),
-                        Message("Tx", b"commit", sys_flag=0x8),
-                        Message("Tx", b"rollback", sys_flag=0xC)])
+        put_internal(
+            s,
+            [
+                Message(
+                    "SCHEDULE_TOPIC_XXXX",
+                    b"later",
+                    queue_id=2,
+                    properties={"DELAY": "3", "REAL_TOPIC": "Tx", "REAL_QID": "0"},
+                )
+            ],
+        )
+        s.put_messages(
+            [
+                Message("Tx", b"prepared", sys_flag=0x4),
+                Message("Tx", b"commit", sys_flag=0x8),
+                Message("Tx", b"rollback", sys_flag=0xC),
+            ]
+        )
         s.put_messages([Message(long_topic, b"long", tags="T")])
     res = verify_store(str(root), _cfg())
     assert res.ok and not res.problems, [str(p) for p in res.problems]
@@ -331,11 +372,13 @@ def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
     res = verify_store(str(root), _cfg())
     assert [str(p) for p in res.errors] == [
         f"ERROR   consumequeue/SCHEDULE_TOPIC_XXXX/2/{cq.name} @ 0: unit at CommitLog offset "
-        f"{off}: tagsCode {tc + 1} != {tc}"]
+        f"{off}: tagsCode {tc + 1} != {tc}"
+    ]
 
 
 def test_recover_writes_a_checkpoint_that_vouches_for_the_data(store, conf):
     from engine.format.checkpoint import StoreCheckpoint
+
     root, res = store
     (root / "checkpoint").write_bytes(b"short")
     (root / "abort").write_text("12345")
@@ -353,15 +396,16 @@ def test_recover_writes_a_checkpoint_that_vouches_for_the_data(store, conf):
 def _flip_bit(data, bit_from_msb: int, value_at: int = 0) -> None:
     """Flip one bit of the long at ``value_at`` so that its value grows (or, for the sign
     bit, turns negative): a clear bit is set; a set one is left and the next clear one set."""
-    v = int.from_bytes(data[value_at:value_at + 8], "big")
+    v = int.from_bytes(data[value_at : value_at + 8], "big")
     bit = 63 - bit_from_msb
     while v >> bit & 1:
         bit -= 1
-    data[value_at:value_at + 8] = (v | 1 << bit).to_bytes(8, "big")
+    data[value_at : value_at + 8] = (v | 1 << bit).to_bytes(8, "big")
 
 
-@pytest.mark.parametrize("case", ["sign", "byte 2", "logics byte 1", "index byte 3",
-                                  "byte 4", "zeroed byte 2"])
+@pytest.mark.parametrize(
+    "case", ["sign", "byte 2", "logics byte 1", "index byte 3", "byte 4", "zeroed byte 2"]
+)
 def test_a_checkpoint_with_flipped_bytes_is_damaged_and_recover_rewrites_it(store, conf, case):
     """Issue 15 item 5c: the checkpoint has no CRC; a flipped bit makes a timestamp negative,
     years in the future or days after the last record (byte 4: at least 2^24 ms, 4.7 hours):
@@ -369,6 +413,7 @@ def test_a_checkpoint_with_flipped_bytes_is_damaged_and_recover_rewrites_it(stor
     a warning (recovery only scans more). recover rewrites it from the CommitLog's last
     record either way, and verify is OK again."""
     from engine.format.checkpoint import StoreCheckpoint
+
     root, res = store
     path = root / "checkpoint"
     data = bytearray(path.read_bytes())
@@ -378,8 +423,12 @@ def test_a_checkpoint_with_flipped_bytes_is_damaged_and_recover_rewrites_it(stor
     elif case == "zeroed byte 2":
         data[2], error = 0, False
     else:
-        field, byte = {"byte 2": (0, 2), "logics byte 1": (8, 1), "index byte 3": (16, 3),
-                       "byte 4": (0, 4)}[case]
+        field, byte = {
+            "byte 2": (0, 2),
+            "logics byte 1": (8, 1),
+            "index byte 3": (16, 3),
+            "byte 4": (0, 4),
+        }[case]
         _flip_bit(data, 8 * byte, field)
     path.write_bytes(bytes(data))
     r = _verify(root, conf, rc=1 if error else 0)
@@ -394,6 +443,7 @@ def test_a_checkpoint_with_flipped_bytes_is_damaged_and_recover_rewrites_it(stor
 
 def test_checkpoint_plausibility_rules():
     from engine.format.checkpoint import FUTURE_MARGIN_MS, StoreCheckpoint
+
     now, first, last = 1_700_000_000_000, 1_600_000_000_000, 1_650_000_000_000
     ok = StoreCheckpoint(last, last, last - 5)
     assert ok.problems(first, last, now) == []
@@ -406,8 +456,9 @@ def test_checkpoint_plausibility_rules():
     assert [s for s, _ in far.problems(0, 0, now)] == ["error"]  # no record: the clock
     old = StoreCheckpoint(first - 3 * FUTURE_MARGIN_MS)
     assert [s for s, _ in old.problems(first, last, now)] == ["warning"]
-    assert [s for s, _ in StoreCheckpoint(confirm_phy_offset=-5).problems(first, last, now)] \
-        == ["error"]
+    assert [s for s, _ in StoreCheckpoint(confirm_phy_offset=-5).problems(first, last, now)] == [
+        "error"
+    ]
 
 
 def test_cut_single_segment_with_broker_conf(store, conf, tmp_path):
@@ -419,8 +470,10 @@ def test_cut_single_segment_with_broker_conf(store, conf, tmp_path):
     seg = root / "commitlog" / f"{0:020d}"
     os.truncate(seg, res[30].commitlog_offset + 7)
     r = _verify(root, conf, rc=1)
-    assert (f"ERROR   commitlog/{seg.name}: {res[30].commitlog_offset + 7} bytes, "
-            f"mappedFileSizeCommitLog is {SEG} bytes (cut short)") in r.stdout.splitlines()
+    assert (
+        f"ERROR   commitlog/{seg.name}: {res[30].commitlog_offset + 7} bytes, "
+        f"mappedFileSizeCommitLog is {SEG} bytes (cut short)"
+    ) in r.stdout.splitlines()
     run_rmqfs("recover", root, "--config", conf)
     assert os.path.getsize(seg) == SEG
     v = _verify(root, conf)
@@ -437,8 +490,10 @@ def test_zeros_inside_the_last_file_then_data(store, conf):
         f.seek(hole.commitlog_offset % SEG)
         f.write(bytes(3 * hole.size))
     r = _verify(root, conf, rc=1)
-    assert (f"ERROR   commitlog/{seg.name} @ {hole.commitlog_offset}: zeros, then non-zero "
-            "bytes before the end of the file") in r.stdout.splitlines()
+    assert (
+        f"ERROR   commitlog/{seg.name} @ {hole.commitlog_offset}: zeros, then non-zero "
+        "bytes before the end of the file"
+    ) in r.stdout.splitlines()
     rec = run_rmqfs("recover", root, "--config", conf)
     assert "0 valid records and other data after the damage" in rec.stdout
     assert "OK: no errors, 0 warnings" in _verify(root, conf).stdout
@@ -454,8 +509,10 @@ def test_truncated_consume_queue_file(tmp_path):
     files = sorted(qdir.iterdir())
     os.truncate(files[-1], 150)
     r = _verify(root, rc=1)
-    assert ("ERROR   consumequeue/OracleTopicB/2: files of sizes [150, 160]: all must be equal "
-            "multiples of 20") in r.stdout.splitlines()
+    assert (
+        "ERROR   consumequeue/OracleTopicB/2: files of sizes [150, 160]: all must be equal "
+        "multiples of 20"
+    ) in r.stdout.splitlines()
     run_rmqfs("recover", root)
     assert "OK: no errors, 0 warnings" in _verify(root).stdout
     assert {p.name: p.read_bytes() for p in qdir.iterdir()} == original
@@ -463,6 +520,7 @@ def test_truncated_consume_queue_file(tmp_path):
 
 # ----------------------------------------------------------------------------------------------
 # verify_store / recover_store on 8 KiB segments (moved from test_store_hardening.py unchanged)
+
 
 def test_verify_reports_empty_and_short_segments_and_recover_repairs(tmp_path):
     root = tmp_path / "store"
@@ -495,21 +553,32 @@ def test_a_missing_first_consumequeue_file_is_found_and_rebuilt(tmp_path):
     assert recover_store(str(root), small()).after.ok
     assert len(bodies(root)) == 40
 
+
 # ----------------------------------------------------------------------------------------------
 # the one __CRC32# check: engine.format.message.prop_crc_status, called by decode_record (and so by
 # verify, which has no copy of its own)
 
+
 def _host(port):
     import socket
+
     return (socket.inet_aton("127.0.0.1"), port)
 
 
 def _record(append_prop_crc=True):
     """One encoded record (offsets patched), with its __CRC32# trailer filled when asked."""
     from engine.format.message import encode_message, patch_record, write_prop_crc
-    enc = encode_message("T", b"body", queue_id=0, properties={"a": "1", "UNIQ_KEY": "U" * 32},
-                         born_timestamp=1, born_host=_host(1), store_host=_host(2),
-                         append_prop_crc=append_prop_crc)
+
+    enc = encode_message(
+        "T",
+        b"body",
+        queue_id=0,
+        properties={"a": "1", "UNIQ_KEY": "U" * 32},
+        born_timestamp=1,
+        born_host=_host(1),
+        store_host=_host(2),
+        append_prop_crc=append_prop_crc,
+    )
     buf = enc.data
     patch_record(buf, 0, enc.store_timestamp_pos, 0, 0, 2)
     if append_prop_crc:
@@ -520,6 +589,7 @@ def _record(append_prop_crc=True):
 def test_prop_crc_status_good_flipped_digit_missing_end_and_absent():
     from engine.errors import CorruptRecordError
     from engine.format.message import decode_record, prop_crc_status
+
     good = _record()
     assert bytes(good[-20:-11]) == b"__CRC32#\x01" and good[-1] == 2
     assert prop_crc_status(good, 0, len(good)) is True
@@ -550,17 +620,27 @@ def test_verify_checks_the_crc32_trailer_through_the_decoder(tmp_path, monkeypat
     prop_crc_status for every record, and names the record whose trailer was damaged (a digit
     changed, the closing \\x02 gone)."""
     import engine.format.message as message
-    cfg = StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=100 * 20,
-                      max_hash_slot_num=64, max_index_num=256, enabled_append_prop_crc=True)
+
+    cfg = StoreConfig(
+        mapped_file_size_commit_log=SEG,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        enabled_append_prop_crc=True,
+    )
     root = tmp_path / "s"
     with MessageStore(root, cfg) as s:
         s.create_topic("T", 1)
-        res = s.put_messages([Message("T", f"body{i}".encode(), properties={"a": str(i)})
-                              for i in range(5)])
+        res = s.put_messages(
+            [Message("T", f"body{i}".encode(), properties={"a": str(i)}) for i in range(5)]
+        )
     calls = []
     real = message.prop_crc_status
-    monkeypatch.setattr(message, "prop_crc_status",
-                        lambda buf, pos, total: calls.append(pos) or real(buf, pos, total))
+    monkeypatch.setattr(
+        message,
+        "prop_crc_status",
+        lambda buf, pos, total: calls.append(pos) or real(buf, pos, total),
+    )
     assert verify_store(str(root), cfg).ok
     assert calls == [r.commitlog_offset for r in res]  # one segment: position = offset
     monkeypatch.undo()
@@ -568,7 +648,7 @@ def test_verify_checks_the_crc32_trailer_through_the_decoder(tmp_path, monkeypat
     last = res[-1]
     end = last.commitlog_offset + last.size
     original = seg.read_bytes()
-    assert original[end - 20:end - 11] == b"__CRC32#\x01"
+    assert original[end - 20 : end - 11] == b"__CRC32#\x01"
     digit = original[end - 6]
     for at, byte in ((end - 6, ord("0") + (digit - ord("0") + 1) % 10), (end - 1, ord("7"))):
         damaged = bytearray(original)
@@ -576,8 +656,11 @@ def test_verify_checks_the_crc32_trailer_through_the_decoder(tmp_path, monkeypat
         seg.write_bytes(bytes(damaged))
         r = verify_store(str(root), cfg)
         e = r.errors[0]  # (then the unit and index items of the record: past the end)
-        assert (e.path, e.offset, e.what) == (f"commitlog/{seg.name}", last.commitlog_offset,
-                                              "__CRC32# property mismatch")
+        assert (e.path, e.offset, e.what) == (
+            f"commitlog/{seg.name}",
+            last.commitlog_offset,
+            "__CRC32# property mismatch",
+        )
         assert r.first_bad == last.commitlog_offset
     seg.write_bytes(original)
     assert verify_store(str(root), cfg).ok
@@ -589,6 +672,7 @@ def test_verify_and_the_store_share_the_deliver_time_rule(tmp_path):
     hash, in the store's dispatch and in verify alike (verify used to expect a deliver time)."""
     from engine.format.consumequeue import deliver_tags_code
     from engine.format.javahash import tags_code
+
     levels = {1: 1000, 2: 5000, 3: 10000}
     assert deliver_tags_code("2", 100, levels) == 5100
     assert deliver_tags_code("99", 100, levels) == 10100  # capped at the highest level
@@ -597,21 +681,35 @@ def test_verify_and_the_store_share_the_deliver_time_rule(tmp_path):
     root = tmp_path / "s"
     with MessageStore(root, _cfg()) as s:
         s.create_topic("SCHEDULE_TOPIC_XXXX", 18)
-        res = put_internal(s, [Message("SCHEDULE_TOPIC_XXXX", b"x", queue_id=0, tags="TagA",
-                                      properties={"DELAY": d, "REAL_TOPIC": "T", "REAL_QID": "0"})
-                              for d in ("0", "soon", "3")])
+        res = put_internal(
+            s,
+            [
+                Message(
+                    "SCHEDULE_TOPIC_XXXX",
+                    b"x",
+                    queue_id=0,
+                    tags="TagA",
+                    properties={"DELAY": d, "REAL_TOPIC": "T", "REAL_QID": "0"},
+                )
+                for d in ("0", "soon", "3")
+            ],
+        )
     res_v = verify_store(str(root), _cfg())
     assert res_v.ok and not res_v.problems, [str(p) for p in res_v.problems]
     cq = (root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "0" / "00000000000000000000").read_bytes()
     units = [UNIT.unpack_from(cq, 20 * i) for i in range(3)]
     delay3 = _cfg().delay_level_table()[3]
-    assert [u[2] for u in units] == [tags_code("TagA"), tags_code("TagA"),
-                                     res[2].store_timestamp + delay3]
+    assert [u[2] for u in units] == [
+        tags_code("TagA"),
+        tags_code("TagA"),
+        res[2].store_timestamp + delay3,
+    ]
 
 
 @pytest.mark.parametrize("entry", ["symlink", "fifo"])
-def test_verify_advice_matches_what_recover_does_for_links_and_special_files(store, conf,
-                                                                             tmp_path, entry):
+def test_verify_advice_matches_what_recover_does_for_links_and_special_files(
+    store, conf, tmp_path, entry
+):
     """Issue 15 item 5d: verify told the user to run recover, which refuses a store holding
     a link or a special file. verify now says what to do by hand instead, and recover refuses
     as before (changing nothing)."""
@@ -636,6 +734,7 @@ def test_verify_advice_for_a_commitlog_gap_is_by_hand(store, conf):
     root, _ = store
     os.unlink(_seg_path(root, SEG))
     r = _verify(root, conf, rc=1)
-    assert "recover repairs" not in r.stdout and "BY HAND: a CommitLog file is missing" \
-        in r.stdout, r.stdout
+    assert (
+        "recover repairs" not in r.stdout and "BY HAND: a CommitLog file is missing" in r.stdout
+    ), r.stdout
     assert run_rmqfs("recover", root, "--config", conf, check=False).returncode != 0
