@@ -314,7 +314,7 @@ def main(argv=None) -> int:
 
 
 def print_table(results: dict) -> None:
-    """The results as a Markdown table (pasted into README.md)."""
+    """The results as a Markdown table (pasted into docs/performance.md)."""
     print()
     print("| case | messages/s | per CPU-second | MB/s | plain os.write MB/s | ratio |")
     print("|---|---:|---:|---:|---:|---:|")

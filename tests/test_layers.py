@@ -1,4 +1,4 @@
-"""The layers import only downward, and fusefs/ has no import cycle (README "Architecture").
+"""The layers import only downward, and fusefs/ has no import cycle (docs/architecture.md).
 
 engine/ (the store) <- fusefs/ (the tree) <- mount/ (CLI and daemon); pipeline/ (Spark) -> engine/.
 Inside engine/, its subpackages are layered too (:data:`ENGINE_LAYERS`): errors, format/,

@@ -408,7 +408,7 @@ def test_a_body_crc_mismatch_is_never_served_and_is_noted(tmp_path, caplog):
 
 def test_a_config_write_that_fails_leaves_no_trace(tmp_path, monkeypatch):
     """ENOSPC while persisting config/*.json: the old file and its .bak stay as they were and
-    no .tmp is left behind (README: no trace)."""
+    no .tmp is left behind (docs/guarantees.md: no trace)."""
     from engine.format import config as C
 
     path = str(tmp_path / "config" / "topics.json")

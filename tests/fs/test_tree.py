@@ -285,7 +285,7 @@ def test_system_topics_are_refused_as_the_broker_refuses_them(tmp_path):
 
 
 def test_produce_reads_empty_and_refuses_nul_bytes(tmp_path):
-    """A produce file opened O_RDWR reads as empty (README); plain produce takes text, so the
+    """A produce file opened O_RDWR reads as empty (docs/mount.md); plain produce takes text, so the
     NULs of posix_fallocate's emulation (or any NUL) are refused, nothing stored."""
     with tree(tmp_path) as t:
         t.mkdir("/topics/T")

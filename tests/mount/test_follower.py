@@ -1,5 +1,5 @@
 """Follower stores and mounts: a read-only store (or ``-o ro`` mount) of a store that a live
-process writes follows it (engine/live/follower.py, README "Live stores: Follower mount").
+process writes follows it (engine/live/follower.py, docs/live-stores.md "Follower mount").
 
 Engine tests run a writer MessageStore and a follower (``follow=True``) in one process and
 refresh the follower by hand; filesystem tests run a writer mount and a follower mount of the

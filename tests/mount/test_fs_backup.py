@@ -1,4 +1,4 @@
-"""Backup and restore through ``raw/`` (issue 4, item 5; README "Backup and restore"):
+"""Backup and restore through ``raw/`` (issue 4, item 5; docs/backup.md):
 ``tar -C MNT/raw -cf backup.tar .`` of a live mount while a producer writes, extracted into an
 empty directory, is a store that holds every message acknowledged before tar began, recovers,
 verifies and mounts."""

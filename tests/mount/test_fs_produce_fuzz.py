@@ -1,5 +1,5 @@
-"""Property-based fuzzing of ``produce`` and ``produce.jsonl`` on a real mount (README
-"Guarantees / Bad input").
+"""Property-based fuzzing of ``produce`` and ``produce.jsonl`` on a real mount
+(docs/guarantees.md "Bad input").
 
 Hypothesis writes random streams (random bytes, JSON of every type, valid messages, messages
 that break one rule, over-long lines, empty lines) cut into random write() pieces, and checks
@@ -343,7 +343,7 @@ def test_a_write_larger_than_a_request_stores_the_requests_before_the_bad_one(fu
 
 def test_a_write_of_up_to_255_pages_is_one_request(fuzzed):
     """1,044,480 bytes (255 pages) with a bad last line fail whole at any buffer alignment:
-    the kernel sent them as one request (README: keep writes at or under this size)."""
+    the kernel sent them as one request (docs/guarantees.md: keep writes at or under this size)."""
     size = 255 * 4096
     bad = b'{"body": 1}\n'
     good = b"".join(b'{"body":"m%06d"}\n' % i for i in range((size - len(bad)) // 19 - 1))
