@@ -8,10 +8,12 @@ store. Exit status 0 on success, 1 with a message on stderr on failure, 2 for ba
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import logging.handlers
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -24,20 +26,57 @@ def _parse_options(text: str | None) -> set[str]:
     return {o.strip() for o in (text or "").split(",") if o.strip()}
 
 
+#: Log records waiting for the writer thread (``_setup_logging``); past this they are dropped
+#: and counted, so a flood of log lines never holds memory or the FUSE loop.
+LOG_QUEUE_RECORDS = 10_000
+
+
+class _DroppingQueueHandler(logging.handlers.QueueHandler):
+    """A QueueHandler that never blocks: when the queue is full the record is dropped and
+    counted, and the count is logged with the next record that fits."""
+
+    def __init__(self, q: queue.Queue):
+        super().__init__(q)
+        self.dropped = 0
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            if self.dropped:
+                note = logging.makeLogRecord(
+                    {
+                        "name": "rmqfs",
+                        "levelno": logging.WARNING,
+                        "levelname": "WARNING",
+                        "msg": f"{self.dropped} log records dropped (the log could not keep up)",
+                    }
+                )
+                self.queue.put_nowait(note)
+                self.dropped = 0
+            self.queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+
 def _setup_logging(args, foreground: bool) -> None:
+    """The daemon's logging: records go through a bounded queue to one writer thread
+    (``logging.handlers.QueueListener``), so a log call on the trio loop (a refused write,
+    ``--debug``'s decisions) never waits on the disk or on syslog."""
     level = logging.DEBUG if args.debug else logging.INFO
-    handlers: list[logging.Handler] = []
+    handler: logging.Handler
     if args.log_file:
-        handlers.append(logging.FileHandler(args.log_file))
+        handler = logging.FileHandler(args.log_file)
     elif foreground:
-        handlers.append(logging.StreamHandler(sys.stderr))
+        handler = logging.StreamHandler(sys.stderr)
     elif os.path.exists("/dev/log"):
-        handlers.append(logging.handlers.SysLogHandler("/dev/log"))
+        handler = logging.handlers.SysLogHandler("/dev/log")
     else:
-        handlers.append(logging.NullHandler())
-    logging.basicConfig(
-        level=level, handlers=handlers, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    q: queue.Queue = queue.Queue(LOG_QUEUE_RECORDS)
+    listener = logging.handlers.QueueListener(q, handler)
+    listener.start()
+    atexit.register(listener.stop)  # writes what is queued before the process ends
+    logging.basicConfig(level=level, handlers=[_DroppingQueueHandler(q)])
 
 
 def default_log_file() -> str:

@@ -55,3 +55,32 @@ def test_mqadmin_names_are_aliases():
     ):
         assert {kebab, mq} <= names
         assert run_rmqfs(mq, "--help").stdout.startswith(f"usage: rmqfs {kebab}"), mq
+
+
+def test_daemon_logging_never_blocks_and_counts_what_it_drops():
+    """The daemon logs through a bounded queue (mount/cli.py): a full queue drops records
+    instead of blocking the caller (the trio loop), and says how many it dropped."""
+    import logging
+    import queue
+
+    from mount.cli import _DroppingQueueHandler
+
+    q: queue.Queue = queue.Queue(3)
+    h = _DroppingQueueHandler(q)
+    log = logging.getLogger("rmqfs.test-queue")
+    log.propagate = False
+    log.addHandler(h)
+    try:
+        for i in range(10):
+            log.warning("line %d", i)  # returns at once though nobody reads the queue
+        assert h.dropped == 7 and q.qsize() == 3
+        got = [q.get_nowait().getMessage() for _ in range(3)]
+        assert got == ["line 0", "line 1", "line 2"]
+        log.warning("after")
+        assert [q.get_nowait().getMessage() for _ in range(2)] == [
+            "7 log records dropped (the log could not keep up)",
+            "after",
+        ]
+        assert h.dropped == 0
+    finally:
+        log.removeHandler(h)
