@@ -88,6 +88,7 @@ from ..format.message import (
     read_store_timestamp,
 )
 from ..service.storetree import open_beneath
+from .jsonline import message_fields
 from .schema import arrow_schema
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
@@ -1176,27 +1177,11 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
             raise CorruptRecordError(
                 f"the record belongs to {rec.topic}/{rec.queue_id}, not {topic}/{queue_id}", off
             )
-        row = {
-            "queueId": rec.queue_id,
-            "queue": rec.queue_id,
-            "queueOffset": rec.queue_offset if qoffs is None else int(qoffs[i]),
-            "commitLogOffset": rec.commitlog_offset,
-            "storeSize": rec.store_size,
-            "msgId": rec.msg_id,
-            "tags": rec.tags,
-            "keys": rec.keys,
-            "bornTimestamp": rec.born_timestamp,
-            "bornHost": _host(rec.born_host),
-            "storeTimestamp": rec.store_timestamp,
-            "storeHost": _host(rec.store_host),
-            "sysFlag": rec.sys_flag,
-            "flag": rec.flag,
-            "bodyCRC": rec.body_crc,
-            "reconsumeTimes": rec.reconsume_times,
-            "preparedTransactionOffset": rec.prepared_transaction_offset,
-            "properties": list(rec.properties.items()),
-            "topic": rec.topic,
-        }
+        row = message_fields(rec)  # the contract's fields, one home (engine.read.jsonline)
+        row["queue"] = rec.queue_id
+        if qoffs is not None:
+            row["queueOffset"] = int(qoffs[i])
+        row["properties"] = list(rec.properties.items())
         for name in names:
             rows[name].append(body if name == "body" else row[name])
     schema = arrow_schema()
