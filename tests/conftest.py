@@ -191,3 +191,37 @@ def mount_store(tmp_path):
     yield make
     for m in mounts:
         m.cleanup()
+
+
+# --------------------------------------------------------------------------------------------
+# Another user (tests of allow_other: what a second uid can and cannot do)
+
+NOBODY = 65534
+PY3 = shutil.which("python3", path="/usr/bin:/bin") or sys.executable  # readable by nobody
+
+
+@pytest.fixture
+def traversable_dir():
+    """A directory other users can traverse (pytest's tmp_path is private to root)."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="rmqfs-shared-"))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def popen_as_nobody(code: str, *args) -> subprocess.Popen:
+    """Start ``python3 -c code args...`` as user nobody (cwd /), text pipes on stdin and
+    stdout; skips the test where this process cannot change user."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a command as another user")
+    return subprocess.Popen(
+        [PY3, "-c", code, *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        user=NOBODY,
+        group=NOBODY,
+        cwd="/",
+    )

@@ -9,31 +9,24 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import Mount, fuse, run_rmqfs
+from conftest import NOBODY, PY3, Mount, fuse, popen_as_nobody, run_rmqfs
 from engine.store import Message, MessageStore, StoreConfig
 
 pytestmark = [fuse, pytest.mark.fuse]
 
-NOBODY = 65534
-PY3 = shutil.which("python3", path="/usr/bin:/bin") or sys.executable  # readable by nobody
-
 
 @pytest.fixture
-def shared_dir():
-    """A directory other users can traverse (pytest's tmp_path is private to root)."""
-    d = Path(tempfile.mkdtemp(prefix="rmqfs-perm-"))
-    os.chmod(d, 0o755)
+def shared_dir(traversable_dir):
+    """(a directory other users can traverse, the mounts made in it: unmounted at the end)."""
     mounts = []
-    yield d, mounts
+    yield traversable_dir, mounts
     for m in mounts:
         m.cleanup()
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def mount(shared, *options, store=None):
@@ -360,15 +353,7 @@ def test_another_user_cannot_starve_the_owner(shared_dir):
         pytest.skip("needs root to run a command as another user")
     m = mount(shared_dir, "allow_other")
     _prepare(m)
-    p = subprocess.Popen(
-        [PY3, "-c", HOARD, str(m.mnt)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        user=NOBODY,
-        group=NOBODY,
-        cwd="/",
-    )
+    p = popen_as_nobody(HOARD, m.mnt)
     try:
         count, err = p.stdout.readline().split()
         assert err == "EMFILE" and 0 < int(count) <= 4096, (count, err)

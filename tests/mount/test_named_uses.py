@@ -18,22 +18,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Mount, fuse, run_rmqfs
+from conftest import REPO, Mount, fuse, popen_as_nobody, run_rmqfs
 
 pytestmark = [fuse, pytest.mark.fuse]
 
-NOBODY = 65534
-PY3 = shutil.which("python3", path="/usr/bin:/bin") or sys.executable  # readable by nobody
 PROBE = REPO / "tests" / "java" / "LockProbe.java"
 
 # nobody reads the mount until its stdin closes; prints how many reads worked and the errors
@@ -63,15 +58,6 @@ while not stop.is_set():
                 errors.append(f"{n}: {e}")
 print(json.dumps({"ok": ok, "errors": errors[:20]}))
 """
-
-
-@pytest.fixture
-def shared_dir():
-    """A directory other users can traverse (pytest's tmp_path is private to root)."""
-    d = Path(tempfile.mkdtemp(prefix="rmqfs-uses-"))
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 class Producers:
@@ -132,7 +118,8 @@ def refused(*args) -> str:
     return res.stderr
 
 
-def test_backup_tools_grep_and_find_while_producing_and_another_user_reads(shared_dir):
+def test_backup_tools_grep_and_find_while_producing_and_another_user_reads(traversable_dir):
+    shared_dir = traversable_dir
     store, m = shared_dir / "store", None
     try:
         conf = shared_dir / "broker.conf"  # small files: the tools read the zero tails too
@@ -144,15 +131,7 @@ def test_backup_tools_grep_and_find_while_producing_and_another_user_reads(share
         os.mkdir(m.mnt / "groups" / "G")
         pid = json.loads((m.mnt / "status.json").read_text())["pid"]
         producers = Producers(m.mnt / "topics" / "T" / "produce")
-        reader = subprocess.Popen(
-            [PY3, "-c", READER, str(m.mnt)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            user=NOBODY,
-            group=NOBODY,
-            cwd="/",
-        )
+        reader = popen_as_nobody(READER, m.mnt)
         time.sleep(1)
         try:
             acked_before_tar = len(producers.acked)
