@@ -129,10 +129,10 @@ def lock_holder(root: str, others_only: bool = False) -> int | None:
         holders = _ofd_holders(st)
     if holders:
         _last_ofd_holder[key] = min(holders)
-    if others_only:
+    if others_only and os.getpid() in holders:
         holders.discard(os.getpid())
-        if not holders and _ofd_holders(st, pids=[os.getpid()]):
-            return None  # the one OFD lock is ours
+        if not holders:
+            return None  # the one OFD lock is ours (the scan above already found it)
     return min(holders) if holders else -1
 
 
