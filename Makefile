@@ -4,10 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 SYSPY ?= python3
-APT_PKGS := fuse3 libfuse3-dev pkg-config gcc rsync restic
+APT_PKGS := fuse3 libfuse3-dev pkg-config gcc zlib1g-dev rsync restic
 STAMP := $(VENV)/.installed
 
-.PHONY: all deps venv lint test demo bench clean
+.PHONY: all deps venv kernel lint test demo bench clean
 
 all: test
 
@@ -29,7 +29,12 @@ $(STAMP): pyproject.toml | deps
 	$(PIP) install -q -e '.[dev]'
 	touch $(STAMP)
 
-venv: deps $(STAMP)
+venv: deps $(STAMP) kernel
+
+# The columnar decoder's compiled core (engine/read/_kernel.c, zlib): built beside its module
+# under a name that carries the source's digest, so an edited source is rebuilt here.
+kernel: $(STAMP)
+	@$(PY) -m engine.read.kernel >/dev/null
 
 # ruff (rules in pyproject.toml), ruff's formatter (check only: run `ruff format .` to apply)
 # and mypy (files and flags in pyproject.toml).
@@ -50,4 +55,4 @@ bench: venv
 	$(PY) -m bench.spark
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache engine/read/_kernel-*.so

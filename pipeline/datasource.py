@@ -264,9 +264,14 @@ def _ship_code(spark) -> None:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for pkg in ("pipeline", "engine"):
-            for name in sorted(os.listdir(os.path.join(root, pkg))):
-                if name.endswith(".py"):
-                    z.write(os.path.join(root, pkg, name), f"{pkg}/{name}")
+            # the packages with their subpackages (engine.read, ...) and the decoder's C
+            # source, which engine.read.kernel builds on a worker that has no library yet
+            for here, dirs, names in os.walk(os.path.join(root, pkg)):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                for name in sorted(names):
+                    if name.endswith((".py", ".c")):
+                        path = os.path.join(here, name)
+                        z.write(path, os.path.relpath(path, root))
     # A directory of its own: addFile copies the zip into the root directory itself.
     here = os.path.join(SparkFiles.getRootDirectory(), "rmqfs-code")
     os.makedirs(here, exist_ok=True)

@@ -1,16 +1,20 @@
 """Columnar decoding of CommitLog records into Arrow record batches: the one fast walker.
 
 Given the ConsumeQueue units of a queue (:func:`decode_units`, :meth:`StoreFiles.read_batches`)
-or a CommitLog byte range (:func:`decode_commitlog`), the records are decoded column-wise with
-numpy and pyarrow over the memory-mapped CommitLog segments: the 88-byte fixed part of every
-record is gathered into a numpy structured array (:data:`RECORD_DTYPE`, built from
-``engine.format.message.FIXED_V4_FIELDS``, the same field list ``FIXED_V4`` is built from), bodies and
-properties areas are gathered into Arrow buffers, properties are split with Arrow compute
-kernels, msgIds are hex-encoded in one call. There is no per-record Python for the common
-record (V1 magic, IPv4 hosts, uncompressed body, no inner batch); the rare kinds (compressed
-bodies, IPv6 hosts, V2 magic, inner batches, properties that are not UTF-8) go record by record
-through ``engine.format.message.decode_record``, so the result is always exact and equal to the
-per-record decoder (:func:`decode_units_per_record`).
+or a CommitLog byte range (:func:`decode_commitlog`), the records are decoded column-wise over
+the memory-mapped CommitLog segments by the compiled kernel (``engine.read.kernel``, C): the
+fixed fields of every record (:data:`RECORD_DTYPE`, built from
+``engine.format.message.FIXED_V4_FIELDS``, the same field list ``FIXED_V4`` is built from) are
+gathered into native numpy columns, the variable parts walked, bodies, topics and property
+names and values copied straight into Arrow buffers, properties split as
+``MessageDecoder.string2messageProperties`` splits them, msgIds hex-encoded in one call. There
+is no per-record Python for the common record (V1 magic, IPv4 hosts, uncompressed body, no
+inner batch, properties in UTF-8 with at most ``kernel.MAX_FAST_PAIRS`` pairs); the rare kinds
+(compressed bodies, IPv6 hosts, V2 magic, inner batches, properties that are not UTF-8) go
+record by record through ``engine.format.message.decode_record``, so the result is always
+exact and equal to the per-record decoder (:func:`decode_units_per_record`; tests/engine/
+test_kernel.py and test_columnar.py compare them). Without the kernel (no C compiler) every
+record takes the per-record decoder. ``bench/decode.py`` measures the cost per stage.
 
 Checks (what ``verify`` checks cheaply, per record): the record lies inside its CommitLog file,
 MAGICCODE is V1 or V2, TOTALSIZE equals the unit's size, PHYSICALOFFSET equals the unit's
@@ -20,8 +24,8 @@ body (as a RocketMQ client checks it: ``MessageDecoder.decode(..., checkCRC=true
 "Msg crc is error!", ``decodesBatch`` stops at it; the broker's ``checkMessageAndReturnSize``
 treats it as the end of the valid data). A record that fails raises
 :class:`engine.errors.CorruptRecordError` naming its CommitLog offset; no row of a damaged
-record is ever returned, whichever columns are asked for. The CRC is one zlib-ng ``crc32``
-call per body over the mapped file (no vectorised CRC-32 exists for numpy/Arrow;
+record is ever returned, whichever columns are asked for. The CRC is computed by the kernel over the
+mapped file (carry-less multiplication where the CPU has it, zlib otherwise;
 ``bench/bodycrc.py`` measures it). The ``__CRC32#`` whole-record trailer is left to
 ``verify``, as the client's decoder does.
 
@@ -81,13 +85,13 @@ from ..format.message import (
     STOREHOSTADDRESS_V6_FLAG,
     TOPIC_LENGTH_SIZE_V1,
     check_body_crc,
-    crc32,
     decode_record,
     decompress_body,
     host_to_str,
     read_store_timestamp,
 )
 from ..service.storetree import open_beneath
+from . import kernel
 from .jsonline import message_fields
 from .schema import arrow_schema
 
@@ -142,11 +146,30 @@ _RARE_FLAGS = (
 )
 _MIN_RECORD = MIN_RECORD_SIZE  # calMsgLength with empty body, topic and properties
 _HEAD = RECORD_HEAD  # TOTALSIZE | MAGICCODE
-# after the body of a V1 record: topic length (1 byte), topic, properties length (2 bytes)
-_V1_TAIL_LENGTHS = TOPIC_LENGTH_SIZE_V1 + PROPERTIES_LENGTH_SIZE
 _PROPS_SEP = PROPERTY_SEPARATOR
 _TS_NEED = max(_FIXED, STORE_TIMESTAMP_END_MAX)  # bytes store_timestamp wants at a record
 _NAME_SEP = NAME_VALUE_SEPARATOR
+#: What the kernel gathers of each record: (name, offset, numpy type) of every fixed field.
+_HEADER_FIELDS = [
+    (name, RECORD_DTYPE.fields[name][1], RECORD_DTYPE[name]) for name in RECORD_DTYPE.fields
+]
+_PROPERTY_COLUMNS = {"properties", "tags", "keys"}
+#: Kernel.v1_tail's view of a V1 record's variable part (engine.format.message)
+_V1_LAYOUT = (
+    _FIXED,
+    TOPIC_LENGTH_SIZE_V1,
+    PROPERTIES_LENGTH_SIZE,
+    MAX_TOPIC_LENGTH_V1,
+    MAX_PROPERTIES_LENGTH,
+)
+#: Kernel.split_properties' separators and the two names it finds (string2messageProperties)
+_PROPERTY_NAMES = (
+    _PROPS_SEP.encode(),
+    _NAME_SEP.encode(),
+    PROPERTY_TAGS.encode(),
+    PROPERTY_KEYS.encode(),
+)
+_KEY_SEP = KEY_SEPARATOR.encode()
 # message.offset_msg_id of an IPv4 store host: hex of address, port and CommitLog offset
 _MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 
@@ -852,13 +875,16 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     buf = np.frombuffer(m, dtype=np.uint8)
     pos = offs - seg_start
     end = pos + sizes
-    bad = (sizes < _MIN_RECORD) | (end > len(buf))
+    bad = (sizes < _MIN_RECORD) | (end > len(buf)) | (pos < 0)
     if bad.any():
         raise CorruptRecordError(
             "the unit's size runs past the CommitLog file or is smaller than a record",
             _first_bad(offs, bad),
         )
-    hdr = buf[pos[:, None] + np.arange(_FIXED)].view(RECORD_DTYPE).reshape(n)
+    k = kernel.load()
+    if k is None:  # no compiled core: every record through the per-record decoder
+        return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
+    hdr = k.gather_fields(buf, pos, _HEADER_FIELDS)
     magic = hdr["magicCode"]
     bad = (magic != MAGIC_V1) & (magic != MAGIC_V2)
     if bad.any():
@@ -887,85 +913,58 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
             )
     # Which records the columnar path decodes: V1, IPv4 hosts, plain body, lengths adding up.
     blen = hdr["bodyLength"].astype(np.int64)
-    fast = (magic == MAGIC_V1) & ((hdr["sysFlag"] & _RARE_FLAGS) == 0) & (blen >= 0)
-    tpos = pos + _FIXED + blen
-    fast &= tpos + _V1_TAIL_LENGTHS <= end
-    tpos = np.where(fast, tpos, pos)
-    tlen = buf[tpos].astype(np.int64)
-    fast &= (tlen <= MAX_TOPIC_LENGTH_V1) & (tpos + _V1_TAIL_LENGTHS + tlen <= end)
-    pp = np.where(fast, tpos + TOPIC_LENGTH_SIZE_V1 + tlen, pos)
-    plen = (buf[pp].astype(np.int64) << 8) | buf[pp + 1]
-    fast &= (plen <= MAX_PROPERTIES_LENGTH) & (pp + PROPERTIES_LENGTH_SIZE + plen == end)
-    if topic is not None:
-        raw = topic.encode("utf-8")
-        fast &= tlen == len(raw)
-        if raw and fast.any():
+    fast = (magic == MAGIC_V1) & ((hdr["sysFlag"] & _RARE_FLAGS) == 0)
+    tstart, tlen, pp, plen = k.v1_tail(
+        buf, pos, end, blen, fast, _V1_LAYOUT, None if topic is None else topic.encode("utf-8")
+    )
+    if topic is None and "topic" in names and fast.any():
+        fi = np.flatnonzero(fast)
+        if k.utf8_bad(buf, tstart[fi], tlen[fi]) >= 0:  # a topic name that is not UTF-8
+            fast[:] = False
+    props = None
+    if fast.any() and _PROPERTY_COLUMNS & set(names):
+        fi = np.flatnonzero(fast)
+        props = k.split_properties(buf, pp[fi], plen[fi], *_PROPERTY_NAMES)
+        if props["slow"].any():  # not UTF-8, or very many pairs: those go record by record
+            fast[fi[props["slow"]]] = False
             fi = np.flatnonzero(fast)
-            same = np.all(
-                buf[tpos[fi, None] + TOPIC_LENGTH_SIZE_V1 + np.arange(len(raw))]
-                == np.frombuffer(raw, np.uint8),
-                axis=1,
-            )
-            fast[fi[~same]] = False
-    need = set(names)
-    mv = memoryview(m)
+            props = k.split_properties(buf, pp[fi], plen[fi], *_PROPERTY_NAMES)
     if commitlog.check_crc and fast.any():
         fi = np.flatnonzero(fast)
-        bad = _body_crc_bad(mv, pos[fi] + _FIXED, blen[fi], hdr["bodyCRC"][fi])
+        got = k.crc32(buf, pos[fi] + _FIXED, blen[fi]).astype(np.int64) & BODY_CRC_MASK
+        # an empty body is not checked, as MessageDecoder.decode checks only bodyLen > 0
+        bad = (got != hdr["bodyCRC"][fi].astype(np.int64)) & (blen[fi] > 0)
         if bad.any():
             raise CorruptRecordError("body CRC mismatch", _first_bad(offs[fi], bad))
-    cols: dict = {}
-    if fast.any() and need & {"properties", "tags", "keys"}:
-        fi = np.flatnonzero(fast)
-        cols = _properties_columns(mv, pp[fi] + PROPERTIES_LENGTH_SIZE, plen[fi], len(fi))
-        if not cols:  # some properties are not UTF-8: decode_properties replaces, go slow
-            fast[:] = False
-    topics = None
-    if topic is None and fast.any() and need & {"topic"}:
-        fi = np.flatnonzero(fast)
-        toff, tdata = _gather(mv, tpos[fi] + TOPIC_LENGTH_SIZE_V1, tlen[fi])
-        topics = pa.StringArray.from_buffers(len(fi), pa.py_buffer(toff), pa.py_buffer(tdata))
-        try:
-            topics.validate(full=True)
-        except pa.ArrowInvalid:
-            fast[:] = False
-            cols = {}
-    if fast.all():
-        return _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
     if not fast.any():
         return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
-    fi, si = np.flatnonzero(fast), np.flatnonzero(~fast)
+    every = bool(fast.all())
+    fi = np.flatnonzero(fast)
+
+    def sel(a):
+        return a if every else a[fi]
+
     a = _fast_batch(
-        mv,
-        hdr[fi],
-        pos[fi],
-        blen[fi],
-        None if qoffs is None else qoffs[fi],
+        k,
+        buf,
+        {name: sel(col) for name, col in hdr.items()},
+        sel(pos),
+        sel(blen),
+        None if qoffs is None else sel(qoffs),
         topic,
-        queue_id,
+        (sel(tstart), sel(tlen)),
+        props,
         names,
-        cols,
-        topics,
     )
+    if every:
+        return a
+    si = np.flatnonzero(~fast)
     b = _slow_batch(
         commitlog, offs[si], sizes[si], None if qoffs is None else qoffs[si], topic, queue_id, names
     )
     order = np.empty(n, dtype=np.int64)
     order[np.concatenate([fi, si])] = np.arange(n)
     return _concat([a, b]).take(pa.array(order))
-
-
-def _body_crc_bad(
-    mv: memoryview, starts: np.ndarray, lengths: np.ndarray, want: np.ndarray
-) -> np.ndarray:
-    """Which bodies ``mv[starts[i]:starts[i] + lengths[i]]`` do not have the BODYCRC
-    ``want[i]`` (``UtilAll.crc32``: CRC-32 masked to 31 bits). An empty body is not checked,
-    as ``MessageDecoder.decode`` checks only ``bodyLen > 0``."""
-    ends = (starts + lengths).tolist()
-    got = np.fromiter(
-        (crc32(mv[a:b]) for a, b in zip(starts.tolist(), ends)), dtype=np.int64, count=len(ends)
-    )
-    return ((got & BODY_CRC_MASK) != want.astype(np.int64)) & (lengths > 0)
 
 
 _host_cache: dict = {}
@@ -985,7 +984,10 @@ def _hosts(addr: np.ndarray, port: np.ndarray):
     import pyarrow as pa
 
     packed = (addr.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint32).astype(np.uint64)
-    uniq, inverse = np.unique(packed, return_inverse=True)
+    if len(packed) and (packed == packed[0]).all():  # the usual case: one host
+        uniq, inverse = packed[:1], np.zeros(len(packed), dtype=np.int32)
+    else:
+        uniq, inverse = np.unique(packed, return_inverse=True)
     names = [
         _host((int(u >> 32).to_bytes(4, "big"), int(u & 0xFFFFFFFF) - (int(u & 0x80000000) << 1)))
         for u in uniq.tolist()
@@ -993,25 +995,41 @@ def _hosts(addr: np.ndarray, port: np.ndarray):
     return pa.array(names, pa.string()).take(pa.array(inverse.reshape(-1).astype(np.int32)))
 
 
-def _gather(mv: memoryview, starts: np.ndarray, lengths: np.ndarray) -> tuple:
-    """Concatenate ``mv[starts[i]:starts[i] + lengths[i]]``: (int32 offsets, bytes)."""
-    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if offsets[-1] > np.iinfo(np.int32).max:  # Arrow string/binary offsets are int32
-        raise OverflowError("more than 2 GiB in one batch")
-    ends = (starts + lengths).tolist()
-    return offsets.astype(np.int32), b"".join([mv[a:b] for a, b in zip(starts.tolist(), ends)])
+def _strings(k, buf, starts, lengths, valid=None, binary=False):
+    """An Arrow string (``binary``: binary) array of ``buf[starts[i]:starts[i] + lengths[i]]``,
+    gathered by the kernel; ``valid`` (bool array) marks the non-null rows (their
+    ``lengths`` must be 0 where False)."""
+    import pyarrow as pa
+
+    offsets, data = k.gather(buf, starts, lengths)
+    n = len(offsets) - 1
+    mask = None
+    nulls = 0
+    if valid is not None:
+        nulls = int(n - np.count_nonzero(valid))
+        if nulls:
+            mask = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(
+        pa.binary() if binary else pa.string(),
+        n,
+        [mask, pa.py_buffer(offsets), pa.py_buffer(data)],
+        null_count=nulls,
+    )
 
 
-def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics):
-    """Column-wise build of the rows of common records (already checked by the caller)."""
+def _fast_batch(k, buf, hdr, pos, blen, qoffs, topic, tloc, props, names):
+    """Column-wise build of the rows of common records (already checked by the caller).
+
+    ``hdr``: the records' fixed fields (native arrays by name); ``tloc``: positions and
+    lengths of their topic names in ``buf``; ``props``: ``Kernel.split_properties`` of their
+    properties areas (None when no property column is asked for)."""
     import pyarrow as pa
 
     n = len(pos)
     schema = arrow_schema()
 
     def col(name, dtype):
-        return pa.array(hdr[name].astype(dtype))
+        return pa.array(hdr[name].astype(dtype, copy=False))
 
     def msg_id():
         # message.offset_msg_id column-wise: hex of store ip, port and the CommitLog offset
@@ -1029,22 +1047,49 @@ def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
         )
 
     def body():
-        boff, bdata = _gather(mv, pos + _FIXED, blen)
-        return pa.BinaryArray.from_buffers(
-            pa.binary(), n, [None, pa.py_buffer(boff), pa.py_buffer(bdata)]
-        )
+        return _strings(k, buf, pos + _FIXED, blen, binary=True)
 
     def queue_ids():
         return col("queueId", np.int32)
 
     def topic_col():
-        if topics is not None:
-            return topics
-        return pa.array([topic] * n, pa.string())
+        if topic is None:
+            return _strings(k, buf, *tloc)
+        raw = topic.encode("utf-8")
+        return pa.StringArray.from_buffers(
+            n,
+            pa.py_buffer(np.arange(0, len(raw) * n + 1, max(len(raw), 1), dtype=np.int32)[: n + 1]
+                         if raw else np.zeros(n + 1, dtype=np.int32)),
+            pa.py_buffer(raw * n),
+        )  # fmt: skip
+
+    def value_of(pair):  # a property's value per record (null where the record lacks it)
+        valid = pair >= 0
+        idx = np.where(valid, pair, 0)
+        if not len(props["vstart"]):
+            return np.zeros(n, np.int64), np.zeros(n, np.int64), valid
+        return (
+            np.where(valid, props["vstart"][idx], 0),
+            np.where(valid, props["vlen"][idx], 0),
+            valid,
+        )
+
+    def properties():
+        keys = _strings(k, buf, props["kstart"], props["klen"])
+        values = _strings(k, buf, props["vstart"], props["vlen"])
+        return pa.MapArray.from_arrays(pa.array(props["offsets"]), keys, values)
+
+    def tags():
+        return _strings(k, buf, *value_of(props["tag"]))
+
+    def keys():
+        starts, lengths, _ = value_of(props["keys"])
+        pstart, plen, offsets = k.split_on(buf, starts, lengths, _KEY_SEP)
+        return pa.ListArray.from_arrays(pa.array(offsets), _strings(k, buf, pstart, plen))
 
     make = {
         "queueId": queue_ids,
-        "queueOffset": (lambda: pa.array(qoffs.astype(np.int64)))
+        "queueOffset": (lambda: pa.array(qoffs.astype(np.int64, copy=False)))
         if qoffs is not None
         else (lambda: col("queueOffset", np.int64)),
         "commitLogOffset": lambda: col("physicalOffset", np.int64),
@@ -1062,87 +1107,12 @@ def _fast_batch(mv, hdr, pos, blen, qoffs, topic, queue_id, names, cols, topics)
         "body": body,
         "topic": topic_col,
         "queue": queue_ids,
+        "properties": properties,
+        "tags": tags,
+        "keys": keys,
     }
-    arrays = [cols[name] if name in cols else make[name]() for name in names]
+    arrays = [make[name]() for name in names]
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([schema.field(x) for x in names]))
-
-
-def _properties_columns(mv: memoryview, starts: np.ndarray, lengths: np.ndarray, n: int) -> dict:
-    """``{"properties", "tags", "keys"}`` arrays from the properties areas (``k\\x01v\\x02``
-    pairs, ``MessageDecoder.string2messageProperties``: a pair is kept when \\x01 lies strictly
-    inside it; a repeated name keeps its last value, as a Java HashMap does); {} when an area
-    is not UTF-8."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    poff, pdata = _gather(mv, starts, lengths)
-    props = pa.StringArray.from_buffers(n, pa.py_buffer(poff), pa.py_buffer(pdata))
-    try:
-        props.validate(full=True)
-    except pa.ArrowInvalid:
-        return {}
-    items = pc.split_pattern(props, _PROPS_SEP)
-    flat = items.flatten()
-    counts = np.diff(items.offsets.to_numpy())
-    row = np.repeat(np.arange(n), counts)
-    kv = pc.split_pattern(flat, _NAME_SEP, max_splits=1)
-    two = pc.equal(pc.list_value_length(kv), 2)
-    if not pc.all(two).as_py():
-        kv, row = kv.filter(two), row[two.to_numpy(zero_copy_only=False)]
-    k = pc.list_element(kv, 0)
-    v = pc.list_element(kv, 1)
-    keep = pc.and_(pc.not_equal(k, ""), pc.not_equal(v, ""))
-    if not pc.all(keep).as_py():
-        k, v, row = k.filter(keep), v.filter(keep), row[keep.to_numpy(zero_copy_only=False)]
-    # a repeated name: one entry at its first position with its last value (a dict)
-    fix = _dedupe(row, k)
-    if fix is not None:
-        first, last = fix
-        k, v, row = k.take(pa.array(first)), v.take(pa.array(last)), row[first]
-    moff = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(row, minlength=n), out=moff[1:])
-    properties = pa.MapArray.from_arrays(pa.array(moff), k, v)
-
-    def lookup(name):
-        sel = np.flatnonzero(pc.equal(k, name).to_numpy(zero_copy_only=False))
-        idx = np.full(n, -1, dtype=np.int64)
-        idx[row[sel]] = sel
-        return v.take(pa.array(idx, mask=idx < 0))
-
-    tags = lookup(PROPERTY_TAGS)
-    parts = pc.split_pattern(pc.fill_null(lookup(PROPERTY_KEYS), ""), KEY_SEPARATOR)
-    kflat = parts.flatten()
-    krow = np.repeat(np.arange(n), np.diff(parts.offsets.to_numpy()))
-    nonempty = pc.not_equal(kflat, "").to_numpy(zero_copy_only=False)
-    koff = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(krow[nonempty], minlength=n), out=koff[1:])
-    keys = pa.ListArray.from_arrays(pa.array(koff), kflat.filter(pa.array(nonempty)))
-    return {"properties": properties, "tags": tags, "keys": keys}
-
-
-def _dedupe(row: np.ndarray, names):
-    """For properties whose name repeats within a record: ``(first, last)`` index arrays,
-    one per distinct (record, name), of its first entry and of its last one; None when no name
-    repeats (the usual case, checked column-wise). ``decode_properties`` builds a dict, which
-    keeps a repeated name at its first position with its last value."""
-    import pyarrow.compute as pc
-
-    codes = pc.dictionary_encode(names)
-    pair = row.astype(np.int64) * len(codes.dictionary) + codes.indices.to_numpy()
-    pair.sort()
-    if not len(pair) or np.all(pair[1:] != pair[:-1]):
-        return None
-    first: dict = {}
-    last: dict = {}
-    for i, key in enumerate(zip(row.tolist(), names.to_pylist())):
-        first.setdefault(key, i)
-        last[key] = i
-    order = sorted(first.values())
-    keys = {i: key for key, i in first.items()}
-    return (
-        np.array(order, dtype=np.int64),
-        np.array([last[keys[i]] for i in order], dtype=np.int64),
-    )
 
 
 def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names):

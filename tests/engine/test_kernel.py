@@ -1,0 +1,350 @@
+"""The compiled core of the columnar decoder (engine/read/_kernel.c through engine.read.kernel)
+against Python's own answers: zlib's CRC-32, bytes.decode's UTF-8, the per-record properties
+split (engine.format.message.decode_properties, MessageDecoder.string2messageProperties),
+str.split, struct; then whole decodes of crafted records (repeated names, non-UTF-8
+properties and topics, many pairs, empty and many keys) against the per-record decoder, with
+and without the kernel."""
+
+import os
+import shutil
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import refreader
+from engine.format.message import (
+    FIXED_V4,
+    FIXED_V4_FIELDS,
+    KEY_SEPARATOR,
+    decode_properties,
+)
+from engine.read import columnar, kernel
+from engine.store import Message, MessageStore
+from stores import put_internal, small_segments
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def k():
+    got = kernel.load()
+    assert got is not None, "make builds the kernel; tests run with it"
+    return got
+
+
+def _buf(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.uint8) if data else np.zeros(0, np.uint8)
+
+
+# -- the primitives --------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=700), min_size=1, max_size=12))
+def test_crc32_is_zlibs(k, pieces):
+    data = b"".join(pieces)
+    starts = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    got = k.crc32(_buf(data + b"\0"), starts, [len(p) for p in pieces])
+    assert got.tolist() == [zlib.crc32(p) for p in pieces]
+
+
+def test_crc32_every_length_around_the_folding_steps(k):
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, 4096, dtype=np.uint8)
+    lengths = np.arange(0, 600)
+    starts = rng.integers(0, 4096 - 600, len(lengths))
+    got = k.crc32(data, starts, lengths)
+    want = [zlib.crc32(data[a : a + n].tobytes()) for a, n in zip(starts, lengths)]
+    assert got.tolist() == want
+
+
+_UTF8ISH = st.lists(
+    st.sampled_from(
+        [b"a", b"\x01", b"\x02", b" ", b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xff",
+         b"\xc3", b"\xed\xa0\x80", b"\xe0\x80\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\x80",
+         b"TAGS", b"KEYS", b"\x00"]
+    ),
+    max_size=40,
+).map(b"".join)  # fmt: skip
+
+
+def _valid(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_UTF8ISH | st.binary(max_size=40), min_size=1, max_size=8))
+def test_utf8_check_is_bytes_decode(k, pieces):
+    data = b"".join(pieces)
+    starts = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    lengths = [len(p) for p in pieces]
+    want = next((i for i, p in enumerate(pieces) if not _valid(p)), -1)
+    assert k.utf8_bad(_buf(data + b"\0"), starts, lengths) == want
+
+
+def _split(k, areas):
+    data = b"".join(areas) + b"\0"
+    starts = np.cumsum([0] + [len(a) for a in areas[:-1]])
+    got = k.split_properties(_buf(data), starts, [len(a) for a in areas], *columnar._PROPERTY_NAMES)
+
+    def text(a, n):
+        return data[a : a + n].decode()
+
+    pairs = [
+        (text(a, b), text(c, d))
+        for a, b, c, d in zip(got["kstart"], got["klen"], got["vstart"], got["vlen"])
+    ]
+    rows = [pairs[got["offsets"][i] : got["offsets"][i + 1]] for i in range(len(areas))]
+    return got, pairs, rows
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_UTF8ISH, min_size=1, max_size=6))
+def test_properties_split_is_string2messageProperties(k, areas):
+    got, pairs, rows = _split(k, areas)
+    for i, area in enumerate(areas):
+        if not _valid(area):  # the per-record decoder replaces bad bytes: not the kernel's
+            assert got["slow"][i] and rows[i] == []
+            continue
+        assert not got["slow"][i]
+        want = decode_properties(area)
+        assert rows[i] == list(want.items())  # names in first-seen order, last values
+        tag = got["tag"][i]
+        assert (pairs[tag][1] if tag >= 0 else None) == want.get("TAGS")
+        keys = got["keys"][i]
+        assert (pairs[keys][1] if keys >= 0 else None) == want.get("KEYS")
+
+
+def test_properties_with_more_pairs_than_the_fast_bound_go_record_by_record(k):
+    many = b"\x02".join(b"n%d\x01v" % i for i in range(kernel.MAX_FAST_PAIRS + 1))
+    enough = b"\x02".join(b"n%d\x01v" % i for i in range(kernel.MAX_FAST_PAIRS))
+    same = b"\x02".join(b"n\x01v%d" % i for i in range(500))  # one name, 500 times
+    got, _, rows = _split(k, [many, enough, same])
+    assert got["slow"].tolist() == [True, False, False]
+    assert rows[0] == [] and len(rows[1]) == kernel.MAX_FAST_PAIRS
+    assert rows[2] == [("n", "v499")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=" ab\u00e9", max_size=12), min_size=1, max_size=8))
+def test_keys_split_is_str_split(k, values):
+    raw = [v.encode() for v in values]
+    data = b"".join(raw) + b"\0"
+    starts = np.cumsum([0] + [len(r) for r in raw[:-1]])
+    pstart, plen, offsets = k.split_on(_buf(data), starts, [len(r) for r in raw], b" ")
+    parts = [data[a : a + n].decode() for a, n in zip(pstart, plen)]
+    got = [parts[offsets[i] : offsets[i + 1]] for i in range(len(values))]
+    assert got == [[t for t in v.split(KEY_SEPARATOR) if t] for v in values]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(min_size=FIXED_V4.size, max_size=FIXED_V4.size), min_size=1))
+def test_fixed_fields_are_structs(k, heads):
+    data = b"".join(heads)
+    got = k.gather_fields(
+        _buf(data), np.arange(len(heads)) * FIXED_V4.size, columnar._HEADER_FIELDS
+    )
+    for i, head in enumerate(heads):
+        values = FIXED_V4.unpack(head)
+        for (name, fmt), want in zip(FIXED_V4_FIELDS, values):
+            if fmt == "4s":
+                want = int.from_bytes(want, "big")
+            assert int(got[name][i]) == want, name
+
+
+def test_positions_outside_the_buffer_are_refused(k):
+    buf = _buf(b"0123456789")
+    for starts, lengths in (([8], [3]), ([-1], [2]), ([0], [-1])):
+        with pytest.raises(ValueError):
+            k.gather(buf, starts, lengths)
+        with pytest.raises(ValueError):
+            k.crc32(buf, starts, lengths)
+    with pytest.raises(ValueError):
+        k.gather_fields(buf, [0], columnar._HEADER_FIELDS)
+
+
+def test_library_name_follows_the_source_and_builds_anywhere(tmp_path, monkeypatch):
+    path = kernel.build(str(tmp_path))
+    assert os.path.basename(path) == kernel.library_name()
+    assert kernel.Kernel(__import__("ctypes").CDLL(path)).lib.rmq_abi() == kernel.ABI
+    source = kernel._source()
+    monkeypatch.setattr(kernel, "_source", lambda: source + b"\n/* edited */\n")
+    assert kernel.library_name() != os.path.basename(path)
+
+
+# -- whole decodes of crafted records --------------------------------------------------------
+
+
+def _patch_properties(root, placeholder: bytes, area: bytes) -> None:
+    """Replace a record's properties area (found by its unique placeholder value) by ``area``
+    of the same length: properties are outside BODYCRC, so the record stays valid."""
+    for name in sorted(os.listdir(root / "commitlog")):
+        path = root / "commitlog" / name
+        data = path.read_bytes()
+        at = data.find(placeholder)
+        if at >= 0:
+            start = data.rfind(b"PAD\x01", 0, at)
+            assert start >= 0
+            old_len = at + len(placeholder) - start
+            assert len(area) <= old_len
+            area = area + b"\x02" * (old_len - len(area))  # empty pairs, dropped
+            with open(path, "r+b") as f:
+                f.seek(start)
+                f.write(area)
+            return
+    raise AssertionError(placeholder)
+
+
+REPEAT = 5  # enough records to cross a 64 KiB segment end
+CRAFTED = [
+    b"TAGS\x01first\x02A\x01one\x02TAGS\x01second\x02A\x01two",  # repeated names
+    b"TAGS\x01\xff\xfe\x02KEYS\x01k1 k2",  # not UTF-8: replaced by the per-record decoder
+    b"\x02".join(b"p%d\x01v" % i for i in range(70)),  # more pairs than the fast bound
+    b"KEYS\x01   \x02TAGS\x01t",  # keys of spaces only: no key
+    b"KEYS\x01" + b" ".join(b"k%d" % i for i in range(300)),  # many keys
+    b"\x01x\x02y\x01\x02\x01\x02TAGS\x01\xc3\xa9t\xc3\xa9",  # empty names/values, UTF-8 tag
+    b"",
+]
+
+
+def _crafted_store(root, areas=CRAFTED):
+    with MessageStore(str(root), small_segments()) as s:
+        s.create_topic("C", 2)
+        msgs = []
+        for i, _area in enumerate(areas * REPEAT):
+            msgs.append(
+                Message(
+                    "C",
+                    b"body %d " % i * (i % 40),
+                    queue_id=i % 2,
+                    properties={"PAD": "%05d" % i + "_" * 2000},
+                )
+            )
+        put_internal(s, msgs)
+    for i, area in enumerate(areas * REPEAT):
+        _patch_properties(root, b"%05d" % i + b"_" * 2000, area)
+    return root
+
+
+def _all_rows(root, **kw):
+    files = columnar.StoreFiles(str(root), **kw)
+    try:
+        out = []
+        for q in files.queue_ids("C"):
+            lo, hi = files.min_offset("C", q), files.max_offset("C", q)
+            units = files.queue("C", q).units(lo, hi)
+            qoffs = np.arange(lo, hi)
+            fast = columnar.decode_units(files.commitlog, "C", q, units, qoffs)
+            slow = columnar.decode_units_per_record(files.commitlog, "C", q, units, qoffs)
+            assert fast.equals(slow), q
+            for cols in (("tags", "keys"), ("properties",), ("body", "storeTimestamp", "tags")):
+                sub = columnar.decode_units(files.commitlog, "C", q, units, qoffs, columns=cols)
+                assert sub.equals(slow.select(list(cols))), (q, cols)
+            out.extend(fast.to_pylist())
+        walked = [r for b in files.read_commitlog(batch_rows=4) for r in b.to_pylist()]
+        return out, walked
+    finally:
+        files.close()
+
+
+def test_crafted_properties_decode_as_the_per_record_decoder(tmp_path):
+    root = _crafted_store(tmp_path / "s")
+    rows, walked = _all_rows(root)
+    assert len(rows) == len(walked) == REPEAT * len(CRAFTED)
+    by_tags = {r["tags"] for r in rows}
+    assert {"second", "\ufffd\ufffd", "t", "été"} <= by_tags
+    assert any(len(r["keys"]) == 300 for r in rows)
+    # the records crossed segment ends (small segments)
+    size = small_segments().mapped_file_size_commit_log
+    assert len({r["commitLogOffset"] // size for r in rows}) > 1
+    # refreader (strict UTF-8 only) agrees on every record it can read
+    utf8 = [a for a in CRAFTED if _valid(a)]
+    root = _crafted_store(tmp_path / "u", utf8)
+    rows, _ = _all_rows(root)
+    ref = {r["physicalOffset"]: r for r in refreader.read_commitlog(root / "commitlog")}
+    assert len(rows) == len(ref) == REPEAT * len(utf8)
+    for r in rows:
+        assert dict(r["properties"]) == ref[r["commitLogOffset"]]["properties"]
+
+
+def test_without_the_kernel_the_rows_are_the_same(tmp_path):
+    """RMQFS_NO_KERNEL=1: every record through the per-record decoder, the same batch."""
+    root = _crafted_store(tmp_path / "s")
+    code = (
+        "import sys, numpy as np\n"
+        "from engine.read import columnar, kernel\n"
+        "assert kernel.load() is None\n"
+        "f = columnar.StoreFiles(sys.argv[1])\n"
+        "for q in f.queue_ids('C'):\n"
+        "    u = f.queue('C', q).units(0, f.max_offset('C', q))\n"
+        "    b = columnar.decode_units(f.commitlog, 'C', q, u, np.arange(len(u)))\n"
+        "    sys.stdout.buffer.write(b'%d %d\\n' % (q, hash(str(b.to_pylist()))))\n"
+    )
+    env = dict(os.environ, RMQFS_NO_KERNEL="1", PYTHONPATH=REPO, PYTHONHASHSEED="0")
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(root)], env=env, capture_output=True, check=True
+    )
+    code_with = code.replace("assert kernel.load() is None", "assert kernel.load()")
+    env.pop("RMQFS_NO_KERNEL")
+    want = subprocess.run(
+        [sys.executable, "-c", code_with, str(root)], env=env, capture_output=True, check=True
+    )
+    assert out.stdout == want.stdout and len(out.stdout.splitlines()) == 2
+
+
+def test_kernel_is_built_in_the_user_cache_when_missing(tmp_path):
+    """A checkout where make did not build the library: the first use builds it in
+    $XDG_CACHE_HOME/rmqfs (0700) and decodes with it."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(
+        os.path.join(REPO, "engine"),
+        checkout / "engine",
+        ignore=shutil.ignore_patterns("*.so", "__pycache__"),
+    )
+    code = "from engine.read import kernel\nassert kernel.load()\nprint(kernel.library_name())\n"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(checkout))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        check=True,
+        text=True,
+        cwd=checkout,
+    )
+    cache = tmp_path / "cache" / "rmqfs"
+    assert (cache / out.stdout.strip()).is_file()
+    assert cache.stat().st_mode & 0o777 == 0o700
+    assert not list((checkout / "engine" / "read").glob("*.so"))
+    # without a compiler: a warning that says what to do, and the per-record decoder
+    env.update(XDG_CACHE_HOME=str(tmp_path / "other"), CC="/nonexistent/cc")
+    code = "from engine.read import kernel\nassert kernel.load() is None\n"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        check=True,
+        text=True,
+        cwd=checkout,
+    )
+    assert "compiled decoder is not available" in out.stderr and "make" in out.stderr
+
+
+def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
+    cache = tmp_path / "rmqfs"
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o777)
+    code = "from engine.read import kernel\nprint(kernel._cache_dir())\n"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, check=True, text=True
+    )
+    assert out.stdout.strip() == "None"
