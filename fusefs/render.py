@@ -14,7 +14,7 @@ import json
 import os
 
 from engine.format.message import MessageRecord, host_to_str
-from engine.read.jsonline import LINE_FIELDS
+from engine.read.jsonline import LINE_FIELDS, build_lines
 
 # -- the fast path -----------------------------------------------------------------------------
 # Rendering is the cost of a first read of a decoded view, so the line is assembled from an
@@ -270,80 +270,16 @@ def render_part(
 
 
 # -- JSON lines from columnar batches ----------------------------------------------------------
-# The first read of messages.jsonl / bodies.txt renders every message, so lines are assembled
-# column-wise with Arrow kernels from engine.read.columnar's batches: the same bytes as
-# render_message / render_body (tests compare them), without Python per message. Strings are
-# escaped as json.dumps(ensure_ascii=False) does (", \, and control characters); the rare
-# control characters without a short escape and bodies that are not UTF-8 are done per row.
+# The first read of messages.jsonl / bodies.txt renders every message, so lines are built from
+# engine.read.columnar's batches without Python per message: messages.jsonl lines by
+# engine.read.jsonline.build_lines (the compiled kernel), bodies.txt lines by one Arrow join.
+# The same bytes as render_message / render_body (tests compare them).
 
-_ESCAPES = (
-    ("\\", "\\\\"),
-    ('"', '\\"'),
-    ("\n", "\\n"),
-    ("\r", "\\r"),
-    ("\t", "\\t"),
-    ("\x08", "\\b"),
-    ("\x0c", "\\f"),
-)
-_SHORT_ESCAPES = {ord(a) for a, _ in _ESCAPES}
-_OTHER_CONTROL = r"[\x00-\x1f]"
 #: Columns render_lines reads, per kind.
 LINE_COLUMNS = {
     "messages": LINE_FIELDS,
     "bodies": ("storeTimestamp", "body"),
 }
-
-
-def _string_bytes(arr):
-    """The UTF-8 bytes of a string array's values (numpy uint8, zero-copy)."""
-    import numpy as np
-
-    offs, data = arr.buffers()[1], arr.buffers()[2]
-    if data is None or not len(arr):
-        return np.zeros(0, np.uint8)
-    o = np.frombuffer(offs, dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
-    return np.frombuffer(data, dtype=np.uint8)[o[0] : o[-1]]
-
-
-def _json_strings(arr):
-    """JSON string literals (quoted, escaped) of a string array without nulls.
-
-    Which characters need escaping is found on the values buffer with numpy (one pass, no
-    regex); each one that occurs costs one ``replace_substring`` pass.
-    """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    raw = _string_bytes(arr)
-    if len(raw):
-        ctrl = raw < 0x20
-        quote, bslash = raw == 0x22, raw == 0x5C
-        if ctrl.any() or quote.any() or bslash.any():
-            present = set(np.unique(raw[ctrl | quote | bslash]).tolist())
-            esc = arr
-            for a, b in _ESCAPES:  # one pass per character that occurs
-                if ord(a) in present:
-                    esc = pc.replace_substring(esc, a, b)
-            if present - _SHORT_ESCAPES:  # rare controls (\u00XX): per row
-                bad = pc.match_substring_regex(esc, _OTHER_CONTROL)
-                fix = bad.to_numpy(zero_copy_only=False)
-                vals = esc.to_pylist()
-                orig = arr.to_pylist()
-                for i in fix.nonzero()[0].tolist():
-                    vals[i] = _str(orig[i])[1:-1]
-                esc = pa.array(vals, pa.string())
-            arr = esc
-    return pc.binary_join_element_wise('"', arr, '"', "")
-
-
-def _json_list(list_arr, open_: str, close: str):
-    """``[...]``/``{...}`` texts of a list<string> array of JSON pieces."""
-    import pyarrow.compute as pc
-
-    return pc.binary_join_element_wise(open_, pc.binary_join(list_arr, ","), close, "")
 
 
 def render_lines(batch, kind: str):
@@ -365,103 +301,13 @@ def render_lines(batch, kind: str):
     if not n:
         return b"", np.zeros(0, np.int64), 0
     newest = int(pc.max(batch.column("storeTimestamp")).as_py())
-    if kind == "bodies":
-        lines = pc.binary_join_element_wise(batch.column("body"), b"\n", b"")
-    else:
-        lines = _message_lines(batch, n)
+    if kind == "messages":
+        data, ends = build_lines(batch)
+        return bytes(data), ends, newest  # bytes: the result crosses a process boundary
+    lines = pc.binary_join_element_wise(batch.column("body"), b"\n", b"")
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
     offs = np.frombuffer(
         lines.buffers()[1], dtype=np.int32, count=n + 1, offset=lines.offset * 4
     ).astype(np.int64)
     data = lines.buffers()[2].to_pybytes()[offs[0] : offs[-1]]
     return data, offs[1:] - offs[0], newest
-
-
-def _message_lines(batch, n):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    def num(name):
-        return pc.cast(batch.column(name), pa.string())
-
-    def plain(name):  # strings that never need escaping (msgId, hosts)
-        return pc.binary_join_element_wise('"', batch.column(name), '"', "")
-
-    tags = batch.column("tags")
-    tags_j = pc.if_else(pc.is_null(tags), "null", _json_strings(pc.fill_null(tags, "")))
-    keys = batch.column("keys")
-    keys_j = _json_list(
-        pa.ListArray.from_arrays(keys.offsets, _json_strings(keys.values)), "[", "]"
-    )
-    props = batch.column("properties")
-    pairs = pc.binary_join_element_wise(
-        _json_strings(props.keys), ":", _json_strings(props.items), ""
-    )
-    props_j = _json_list(pa.ListArray.from_arrays(props.offsets, pairs), "{", "}")
-    body = batch.column("body")
-    enc = None
-    try:
-        text = body.cast(pa.string())
-        body_j = _json_strings(text)
-    except pa.ArrowInvalid:  # some bodies are not UTF-8: those go base64 with bodyEncoding
-        vals, encs = [], []
-        for b in body.to_pylist():
-            try:
-                vals.append(_str(b.decode("utf-8")))
-                encs.append("")
-            except UnicodeDecodeError:
-                vals.append('"' + base64.b64encode(b).decode("ascii") + '"')
-                encs.append(',"bodyEncoding":"base64"')
-        body_j = pa.array(vals, pa.string())
-        enc = pa.array(encs, pa.string())
-    topic = batch.column("topic")
-    if pc.count_distinct(topic).as_py() == 1:  # a topic or queue view: one topic
-        topic_j = _json_strings(topic.slice(0, 1))[0].as_py()
-    else:
-        topic_j = _json_strings(topic)
-    if isinstance(topic_j, str):
-        head = ['{"topic":' + topic_j + ',"queueId":']
-    else:
-        head = ['{"topic":', topic_j, ',"queueId":']
-    parts = [
-        *head,
-        num("queueId"),
-        ',"queueOffset":',
-        num("queueOffset"),
-        ',"commitLogOffset":',
-        num("commitLogOffset"),
-        ',"storeSize":',
-        num("storeSize"),
-        ',"msgId":',
-        plain("msgId"),
-        ',"tags":',
-        tags_j,
-        ',"keys":',
-        keys_j,
-        ',"bornTimestamp":',
-        num("bornTimestamp"),
-        ',"bornHost":',
-        plain("bornHost"),
-        ',"storeTimestamp":',
-        num("storeTimestamp"),
-        ',"storeHost":',
-        plain("storeHost"),
-        ',"sysFlag":',
-        num("sysFlag"),
-        ',"flag":',
-        num("flag"),
-        ',"bodyCRC":',
-        num("bodyCRC"),
-        ',"reconsumeTimes":',
-        num("reconsumeTimes"),
-        ',"preparedTransactionOffset":',
-        num("preparedTransactionOffset"),
-        ',"properties":',
-        props_j,
-        ',"body":',
-        body_j,
-    ]
-    if enc is not None:
-        parts.append(enc)
-    parts.append("}\n")
-    return pc.binary_join_element_wise(*parts, "")

@@ -440,3 +440,288 @@ int64_t rmq_split_on(const uint8_t *buf, const int64_t *start, const int64_t *le
     }
     return out;
 }
+
+/* ---- JSON lines (a messages.jsonl line: engine/read/jsonline.py's build_line) ------------- */
+
+enum { JL_INT = 0, JL_STR = 1, JL_STRLIST = 2, JL_MAP = 3, JL_BODY = 4 };
+
+/* Extra bytes json.dumps(ensure_ascii=False) writes for a byte of a string: 0, 1 for the
+ * two-character escapes (\" \\ \n \r \t \b \f), 5 for the other controls (\u00XX). */
+static const uint8_t esc_extra[256] = {
+    5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 5, 1, 1, 5, 5, /* \b \t \n \f \r: short escapes */
+    5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+    ['"'] = 1, ['\\'] = 1,
+};
+static const char esc_short[256] = {
+    ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', ['\f'] = 'f', ['\r'] = 'r', ['"'] = '"',
+    ['\\'] = '\\',
+};
+
+/* Whether any of the 8 bytes of w needs an escape (< 0x20, '"' or '\\'): exact, by the
+ * "has a byte less than" and "has a zero byte" word tricks. */
+static inline uint64_t esc_word(uint64_t w)
+{
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    const uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+    return (((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b)) & high;
+}
+
+static int64_t str_size(const uint8_t *s, int64_t n)
+{
+    int64_t size = n + 2, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (esc_word(w))
+            for (int k = 0; k < 8; k++)
+                size += esc_extra[s[i + k]];
+    }
+    for (; i < n; i++)
+        size += esc_extra[s[i]];
+    return size;
+}
+
+static uint8_t *str_put(uint8_t *o, const uint8_t *s, int64_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    *o++ = '"';
+    int64_t run = 0, i = 0;
+    while (i < n) {
+        if (i + 8 <= n) { /* skip words without a byte to escape */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!esc_word(w)) {
+                i += 8;
+                continue;
+            }
+        }
+        const int64_t stop = i + 8 < n ? i + 8 : n;
+        for (; i < stop; i++) {
+            uint8_t c = s[i];
+            if (!esc_extra[c])
+                continue;
+            memcpy(o, s + run, (size_t)(i - run));
+            o += i - run;
+            run = i + 1;
+            *o++ = '\\';
+            if (esc_extra[c] == 1) {
+                *o++ = (uint8_t)esc_short[c];
+            } else {
+                memcpy(o, "u00", 3);
+                o[3] = (uint8_t)hex[c >> 4];
+                o[4] = (uint8_t)hex[c & 15];
+                o += 5;
+            }
+        }
+    }
+    memcpy(o, s + run, (size_t)(n - run));
+    o += n - run;
+    *o++ = '"';
+    return o;
+}
+
+static int digits(uint64_t u)
+{
+    static const uint64_t pow10[] = {
+        10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL, 100000000ULL,
+        1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL, 10000000000000ULL,
+        100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL,
+        100000000000000000ULL, 1000000000000000000ULL, 10000000000000000000ULL,
+    };
+    int d = 1;
+    while (d < 20 && u >= pow10[d - 1])
+        d++;
+    return d;
+}
+
+static int int_size(int64_t v)
+{
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    return digits(u) + (v < 0);
+}
+
+static uint8_t *int_put(uint8_t *o, int64_t v)
+{
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930"
+                                "31323334353637383940414243444546474849505152535455565758596061"
+                                "62636465666768697071727374757677787980818283848586878889909192"
+                                "93949596979899";
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    if (v < 0)
+        *o++ = '-';
+    int d = digits(u);
+    uint8_t *e = o + d;
+    while (u >= 100) { /* two digits a step, from the end */
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        e -= 2;
+        e[0] = (uint8_t)pairs[2 * r];
+        e[1] = (uint8_t)pairs[2 * r + 1];
+    }
+    if (u >= 10) {
+        e -= 2;
+        e[0] = (uint8_t)pairs[2 * u];
+        e[1] = (uint8_t)pairs[2 * u + 1];
+    } else {
+        *--e = (uint8_t)('0' + u);
+    }
+    return o + d;
+}
+
+static uint8_t *b64_put(uint8_t *o, const uint8_t *s, int64_t n)
+{
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    int64_t i = 0;
+    *o++ = '"';
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = ((uint32_t)s[i] << 16) | ((uint32_t)s[i + 1] << 8) | s[i + 2];
+        o[0] = (uint8_t)a[v >> 18];
+        o[1] = (uint8_t)a[(v >> 12) & 63];
+        o[2] = (uint8_t)a[(v >> 6) & 63];
+        o[3] = (uint8_t)a[v & 63];
+        o += 4;
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        o[0] = (uint8_t)a[v >> 18];
+        o[1] = (uint8_t)a[(v >> 12) & 63];
+        o[2] = o[3] = '=';
+        o += 4;
+    } else if (n - i == 2) {
+        uint32_t v = ((uint32_t)s[i] << 16) | ((uint32_t)s[i + 1] << 8);
+        o[0] = (uint8_t)a[v >> 18];
+        o[1] = (uint8_t)a[(v >> 12) & 63];
+        o[2] = (uint8_t)a[(v >> 6) & 63];
+        o[3] = '=';
+        o += 4;
+    }
+    *o++ = '"';
+    return o;
+}
+
+/*
+ * n JSON lines of nf fields each: line i is, for each field f, the literal
+ * lit[lit_off[f] : lit_off[f + 1]] then field f's value of row i, then (after a body that is
+ * not UTF-8, written as base64) the literal lit[lit_off[nf] : lit_off[nf + 1]], then
+ * lit[lit_off[nf + 1] : lit_off[nf + 2]] (the line's end). A field's value, by kind[f]:
+ *   JL_INT     p0 int64 values: the decimal number;
+ *   JL_STR     p0 int32 offsets, p1 data, p2 one byte per row (0: null) or NULL: a JSON
+ *              string escaped as json.dumps(ensure_ascii=False) escapes it, or null;
+ *   JL_STRLIST p0 int32 list offsets, p1/p2 the strings' offsets/data: [s, ...];
+ *   JL_MAP     p0 int32 map offsets, p1/p2 names, p3/p4 values: {name: value, ...};
+ *   JL_BODY    p0 int32 offsets, p1 data: the text when it is strict UTF-8, else base64.
+ * With out NULL only line_end is filled (line_end[i]: the end of line i, the first line
+ * starting at 0) and the total size returned; with out (sized to that total) the lines are
+ * written too. Strings are copied from the given buffers, which the caller keeps alive.
+ */
+int64_t rmq_json_lines(int64_t n, int32_t nf, const int32_t *kind, const uint8_t *lit,
+                       const int32_t *lit_off, void *const *p0, void *const *p1,
+                       void *const *p2, void *const *p3, void *const *p4, int64_t *line_end,
+                       uint8_t *out)
+{
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t *o = out ? out + at : NULL;
+        int64_t size = 0;
+        for (int32_t f = 0; f < nf; f++) {
+            const int64_t ll = lit_off[f + 1] - lit_off[f];
+            size += ll;
+            if (o) {
+                memcpy(o, lit + lit_off[f], (size_t)ll);
+                o += ll;
+            }
+            switch (kind[f]) {
+            case JL_INT: {
+                int64_t v = ((const int64_t *)p0[f])[i];
+                if (o)
+                    o = int_put(o, v);
+                else
+                    size += int_size(v);
+                break;
+            }
+            case JL_STR: {
+                const int32_t *so = p0[f];
+                const uint8_t *valid = p2[f];
+                if (valid && !valid[i]) {
+                    size += 4;
+                    if (o) {
+                        memcpy(o, "null", 4);
+                        o += 4;
+                    }
+                    break;
+                }
+                const uint8_t *s = (const uint8_t *)p1[f] + so[i];
+                if (o)
+                    o = str_put(o, s, so[i + 1] - so[i]);
+                else
+                    size += str_size(s, so[i + 1] - so[i]);
+                break;
+            }
+            case JL_STRLIST:
+            case JL_MAP: {
+                const int32_t *lo = p0[f];
+                const int32_t *ko = p1[f];
+                const uint8_t *kd = p2[f];
+                const int map = kind[f] == JL_MAP;
+                size += 2;
+                if (o)
+                    *o++ = map ? '{' : '[';
+                for (int32_t j = lo[i]; j < lo[i + 1]; j++) {
+                    if (j > lo[i]) {
+                        size += 1;
+                        if (o)
+                            *o++ = ',';
+                    }
+                    if (o)
+                        o = str_put(o, kd + ko[j], ko[j + 1] - ko[j]);
+                    else
+                        size += str_size(kd + ko[j], ko[j + 1] - ko[j]);
+                    if (map) {
+                        const int32_t *vo = p3[f];
+                        const uint8_t *vd = p4[f];
+                        size += 1;
+                        if (o) {
+                            *o++ = ':';
+                            o = str_put(o, vd + vo[j], vo[j + 1] - vo[j]);
+                        } else {
+                            size += str_size(vd + vo[j], vo[j + 1] - vo[j]);
+                        }
+                    }
+                }
+                if (o)
+                    *o++ = map ? '}' : ']';
+                break;
+            }
+            default: { /* JL_BODY */
+                const int32_t *bo = p0[f];
+                const uint8_t *b = (const uint8_t *)p1[f] + bo[i];
+                const int64_t bl = bo[i + 1] - bo[i];
+                if (utf8_ok(b, bl)) {
+                    if (o)
+                        o = str_put(o, b, bl);
+                    else
+                        size += str_size(b, bl);
+                } else {
+                    const int64_t el = lit_off[nf + 1] - lit_off[nf];
+                    size += 2 + (bl + 2) / 3 * 4 + el;
+                    if (o) {
+                        o = b64_put(o, b, bl);
+                        memcpy(o, lit + lit_off[nf], (size_t)el);
+                        o += el;
+                    }
+                }
+                break;
+            }
+            }
+        }
+        const int64_t tl = lit_off[nf + 2] - lit_off[nf + 1];
+        size += tl;
+        if (o) {
+            memcpy(o, lit + lit_off[nf + 1], (size_t)tl);
+            o += tl;
+        }
+        at = o ? (int64_t)(o - out) : at + size;
+        line_end[i] = at;
+    }
+    return at;
+}

@@ -17,9 +17,12 @@ import base64
 import binascii
 import json
 
+import numpy as np
+
 from ..errors import MessageIllegalError
 from ..format.message import Message, MessageRecord, host_to_str
 from ..service.validation import check_message, describe_char
+from . import kernel
 from .schema import LINE_COLUMNS
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "PRODUCE_FIELDS",
     "message_fields",
     "build_line",
+    "build_lines",
     "parse_json_line",
     "message_from_json",
 ]
@@ -70,16 +74,45 @@ def message_fields(rec: MessageRecord) -> dict:
 
 def build_line(rec: MessageRecord) -> bytes:
     """One ``messages.jsonl`` line of ``rec``, built with ``json``: the reference of
-    ``fusefs.render.render_message`` and ``render_lines`` (the same bytes, faster; tests
+    ``fusefs.render.render_message`` and :func:`build_lines` (the same bytes, faster; tests
     compare them)."""
-    d = message_fields(rec)
-    body = rec.plain_body
+    return _line(message_fields(rec), rec.plain_body)
+
+
+def _line(fields: dict, body: bytes) -> bytes:
+    d = dict(fields)
     try:
         d["body"] = body.decode("utf-8")
     except UnicodeDecodeError:
         d["body"] = base64.b64encode(body).decode("ascii")
         d[BODY_ENCODING] = "base64"
     return _dumps(d).encode("utf-8") + b"\n"
+
+
+#: what a line whose body is not UTF-8 has after the base64 body
+_BODY_SUFFIX = b',"' + BODY_ENCODING.encode() + b'":"base64"'
+
+
+def build_lines(batch) -> tuple[bytes | memoryview, np.ndarray]:
+    """The ``messages.jsonl`` lines of a ``pyarrow.RecordBatch`` of ``engine.read.columnar``
+    rows (it needs the :data:`LINE_FIELDS` columns; others are ignored), the same bytes as
+    :func:`build_line` of each record.
+
+    Returns ``(the lines concatenated (bytes-like), int64 ends: the byte offset just after line i)``. Built
+    by the compiled kernel (``engine.read.kernel.Kernel.json_lines``: no Python per line);
+    line by line with ``json`` where the kernel is not built.
+    """
+    batch = batch.select(list(LINE_FIELDS))
+    k = kernel.load()
+    if k is not None:
+        return k.json_lines(batch, _BODY_SUFFIX, b"}\n")
+    lines = []
+    for row in batch.to_pylist():
+        body = row.pop("body")
+        row["properties"] = dict(row["properties"])
+        lines.append(_line(row, body))
+    ends = np.cumsum([len(x) for x in lines], dtype=np.int64)
+    return b"".join(lines), ends
 
 
 def parse_json_line(line: bytes):

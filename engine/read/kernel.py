@@ -145,6 +145,8 @@ class Kernel:
             ctypes.c_char_p, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int64,
             _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
         ]  # fmt: skip
+        lib.rmq_json_lines.restype = ctypes.c_int64
+        lib.rmq_json_lines.argtypes = [ctypes.c_int64, ctypes.c_int32, *[_vp] * 10]
         lib.rmq_split_on.restype = ctypes.c_int64
         lib.rmq_split_on.argtypes = [
             _vp, _vp, _vp, ctypes.c_int64, ctypes.c_uint8, ctypes.c_int64, _vp, _vp, _vp,
@@ -316,6 +318,84 @@ class Kernel:
             raise AssertionError("split: capacity bound broken")
         return pstart[:got], plen[:got], offsets
 
+    def json_lines(self, batch, body_suffix: bytes, end: bytes) -> tuple[memoryview, np.ndarray]:
+        """One JSON object per row of a ``pyarrow.RecordBatch``, its columns in order, as
+        ``json.dumps(ensure_ascii=False, separators=(",", ":"))`` writes them: integers,
+        strings (null as ``null``), lists of strings, maps of strings, and a binary column
+        written as text when it is strict UTF-8, else base64 followed by ``body_suffix``.
+        Each line ends with ``end`` (``}\\n`` closes the object). Returns ``(the lines (a
+        bytes-like memoryview), int64 ends: the end of line i)``. Raises TypeError for a column of another type."""
+        import pyarrow as pa
+
+        n = batch.num_rows
+        names = batch.schema.names
+        nf = len(names)
+        lit = b"".join(
+            (b"{" if i == 0 else b",") + json_name(name) + b":" for i, name in enumerate(names)
+        )
+        lit_off = np.zeros(nf + 3, dtype=np.int32)
+        lengths = [len(json_name(name)) + 2 for name in names] + [len(body_suffix), len(end)]
+        np.cumsum(lengths, out=lit_off[1:])
+        lit += body_suffix + end
+        kinds = np.empty(nf, dtype=np.int32)
+        ptrs = [(ctypes.c_void_p * nf)() for _ in range(5)]
+        keep: list = []  # arrays whose memory the C code reads
+
+        def strings(arr):  # (offsets, data) pointers of a string/binary array
+            b = arr.buffers()
+            keep.append(arr)
+            offs = b[1].address + 4 * arr.offset
+            return offs, (b[2].address if b[2] is not None and b[2].size else _EMPTY.ctypes.data)
+
+        for f, name in enumerate(names):
+            col = batch.column(f)
+            t = col.type
+            if pa.types.is_integer(t):
+                values = np.ascontiguousarray(col.to_numpy(), dtype=np.int64)
+                keep.append(values)
+                kinds[f], ptrs[0][f] = _JL_INT, values.ctypes.data
+            elif pa.types.is_string(t):
+                kinds[f] = _JL_STR
+                ptrs[0][f], ptrs[1][f] = strings(col)
+                if col.null_count:
+                    valid = np.ascontiguousarray(col.is_valid().to_numpy(zero_copy_only=False))
+                    keep.append(valid)
+                    ptrs[2][f] = valid.ctypes.data
+            elif pa.types.is_binary(t):
+                kinds[f] = _JL_BODY
+                ptrs[0][f], ptrs[1][f] = strings(col)
+            elif pa.types.is_map(t) or pa.types.is_list(t):
+                offsets = np.ascontiguousarray(col.offsets.to_numpy(), dtype=np.int32)
+                keep.append(offsets)
+                ptrs[0][f] = offsets.ctypes.data
+                if pa.types.is_map(t):
+                    kinds[f] = _JL_MAP
+                    ptrs[1][f], ptrs[2][f] = strings(col.keys)
+                    ptrs[3][f], ptrs[4][f] = strings(col.items)
+                else:
+                    kinds[f] = _JL_STRLIST
+                    ptrs[1][f], ptrs[2][f] = strings(col.values)
+            else:
+                raise TypeError(f"{name}: no JSON line rendering for {t}")
+            if col.null_count and kinds[f] != _JL_STR:
+                raise TypeError(f"{name}: nulls only in string columns")
+        ends = np.empty(n, dtype=np.int64)
+        args = (n, nf, kinds.ctypes.data, lit, lit_off.ctypes.data, *ptrs, ends.ctypes.data)
+        total = self.lib.rmq_json_lines(*args, None)
+        out = np.empty(total, dtype=np.uint8)
+        self.lib.rmq_json_lines(*args, out.ctypes.data)
+        return out.data, ends
+
+
+def json_name(name: str) -> bytes:
+    """A column name as a JSON string (names are plain ASCII identifiers here)."""
+    import json
+
+    return json.dumps(name).encode()
+
+
+_JL_INT, _JL_STR, _JL_STRLIST, _JL_MAP, _JL_BODY = range(5)  # _kernel.c's JL_* kinds
+_EMPTY = np.zeros(1, dtype=np.uint8)
 
 _lock = threading.Lock()
 _loaded: list = []  # [Kernel | None] once load() has run
