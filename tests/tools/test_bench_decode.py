@@ -1,0 +1,49 @@
+"""bench/decode.py (issue 16) on stores of a few thousand messages, so the bench cannot rot: its
+measuring function in this process, and the command end to end (a child process per size,
+the table, decode.json). The figures themselves are not checked (a few thousand messages
+on a shared machine say nothing); that every stage is found and measured is."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import decode, spark
+from engine.read import kernel
+
+pytestmark = [
+    pytest.mark.skipif(not list(spark.LOGHUB.glob("*_2k.log")), reason="no loghub logs"),
+    pytest.mark.skipif(kernel.load() is None, reason="no compiled decoder"),
+]
+
+
+def test_measure_finds_every_stage(tmp_path, capsys):
+    store, built = decode.ensure_store(3000, tmp_path)
+    assert built > 0 and decode.ensure_store(3000, tmp_path)[1] == 0  # reused the second time
+    res = decode.measure(store, 3000, passes=1, work=tmp_path)
+    for label in decode.COLUMN_SETS:
+        assert res["decode"][label]["crc"] > 0 and res["decode"][label]["no_crc"] > 0
+    # every named stage was called (a renamed function would read 0 here)
+    assert [k for k, v in res["stages"].items() if v <= 0] in ([], ["rest (numpy/Arrow glue)"])
+    assert len(res["stages"]) == len(decode.stage_codes()) + 1
+    assert res["profiled_total_us"] > 0
+    part = res["part"]
+    assert part["messages"] == 3000 // decode.QUEUES and part["parquet_bytes"] > 0
+    assert part["render_us"] > part["decode_us"] > 0
+    assert res["lines"]["bytes"] > 0 and res["lines"]["us"] > 0
+    assert res["memory"]["end"]["VmHWM"] >= res["memory"]["peak_anon_decode"] > 0
+    assert not list(tmp_path.glob("parts-*"))  # the Parquet parts are removed
+    decode.print_table([res, res])
+    out = capsys.readouterr().out
+    assert "<= 0.5" in out and "<= 0.3" in out and "<= 1.2" in out
+    assert "cost per message is flat" in out
+
+
+def test_command_writes_the_table_and_json(tmp_path, capsys):
+    assert decode.main(["--sizes", "2000,4000", "--passes", "1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "load average:" in out and "      2,000       4,000" in out
+    doc = json.loads((tmp_path / "decode.json").read_text())
+    assert [s["messages"] for s in doc["sizes"]] == [2000, 4000]
+    assert all(s["commitlog_bytes"] > 0 for s in doc["sizes"])
