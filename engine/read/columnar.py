@@ -42,6 +42,7 @@ Formats (docs/format.md): ``engine.format.message`` (records, ``MessageDecoder``
 
 from __future__ import annotations
 
+import base64
 import itertools
 import mmap
 import os
@@ -1039,7 +1040,7 @@ def _fast_batch(k, buf, hdr, pos, blen, qoffs, topic, tloc, props, names):
         phys = hdr["physicalOffset"].astype(np.uint64)
         raw[:, 2] = (phys >> np.uint64(32)).astype(np.uint32)
         raw[:, 3] = (phys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        hexed = raw.tobytes().hex().upper().encode("ascii")
+        hexed = base64.b16encode(raw.tobytes())  # uppercase hex, as bytes, in C
         return pa.StringArray.from_buffers(
             n,
             pa.py_buffer(np.arange(0, _MSG_ID_V4_HEX * n + 1, _MSG_ID_V4_HEX, dtype=np.int32)),
