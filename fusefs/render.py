@@ -170,7 +170,26 @@ def _worker_segments(commitlog_dir: str):
     return segs
 
 
-def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_offsets, kind: str):
+def chunk_room(kind: str, units) -> int:
+    """Bytes to reserve in a view's cache file for the lines of ``units`` (a chunk of
+    :func:`render_view_chunk`): what such lines usually take (a ``messages.jsonl`` line is
+    the record's bytes, a few escapes, property values twice and about 400 bytes of names and
+    numbers); a chunk that turns out longer is returned whole instead of written."""
+    stored = int(units["size"].astype("int64").sum())
+    if kind == "bodies":
+        return stored + len(units)
+    return 2 * stored + 512 * len(units)
+
+
+def render_view_chunk(
+    commitlog_dir: str,
+    topic: str,
+    queue_ids,
+    units,
+    queue_offsets,
+    kind: str,
+    region: tuple[str, int, int] | None = None,
+):
     """Render one chunk of a ``messages.jsonl`` / ``bodies.txt`` view in a worker process
     (``fusefs.views`` splits a view into chunks in line order and appends the results in order).
 
@@ -182,12 +201,17 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
         units: ``engine.read.columnar.UNIT_DTYPE`` array without blank filler.
         queue_offsets: int64 array, the units' queue offsets.
         kind: ``"messages"`` or ``"bodies"``.
+        region: ``(cache file, offset, room)``: write the lines there when they fit in
+            ``room`` bytes (``views.RenderedLog.reserve``), so they never pass through the
+            daemon; None: return them.
 
     Returns:
-        :func:`render_lines`'s ``(data, ends, newest ms)``.
+        ``(length, data, ends, newest ms)``: ``data`` None when the lines were written into
+        the region, else the lines (:func:`render_lines`'s ``(data, ends, newest)``).
 
     Raises:
         CorruptRecordError: a unit does not point at its record (``engine.read.columnar``).
+        OSError: the cache file could not be written.
     """
     from engine.read.columnar import decode_topic_units, decode_units
 
@@ -197,8 +221,20 @@ def render_view_chunk(commitlog_dir: str, topic: str, queue_ids, units, queue_of
         batch = decode_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
     else:
         batch = decode_topic_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
-    out = render_lines(batch, kind)
-    return out
+    data, ends, newest = _lines(batch, kind)
+    if region is None or len(data) > region[2]:
+        return len(data), bytes(data), ends, newest
+    path, at, _room = region
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)  # the daemon's file, in its cache dir
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, at)
+            view = view[n:]
+            at += n
+    finally:
+        os.close(fd)
+    return len(data), None, ends, newest
 
 
 def render_part(
@@ -293,6 +329,12 @@ def render_lines(batch, kind: str):
         just after line ``i`` (numpy int64), and the newest storeTimestamp (epoch ms, 0 if
         the batch is empty).
     """
+    data, ends, newest = _lines(batch, kind)
+    return bytes(data), ends, newest
+
+
+def _lines(batch, kind: str):
+    """:func:`render_lines` with the lines as any bytes-like object (no copy)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -303,11 +345,11 @@ def render_lines(batch, kind: str):
     newest = int(pc.max(batch.column("storeTimestamp")).as_py())
     if kind == "messages":
         data, ends = build_lines(batch)
-        return bytes(data), ends, newest  # bytes: the result crosses a process boundary
+        return data, ends, newest
     lines = pc.binary_join_element_wise(batch.column("body"), b"\n", b"")
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
     offs = np.frombuffer(
         lines.buffers()[1], dtype=np.int32, count=n + 1, offset=lines.offset * 4
     ).astype(np.int64)
-    data = lines.buffers()[2].to_pybytes()[offs[0] : offs[-1]]
+    data = memoryview(lines.buffers()[2])[offs[0] : offs[-1]]
     return data, offs[1:] - offs[0], newest

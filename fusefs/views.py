@@ -44,35 +44,62 @@ Renderer = Callable[[MessageRecord], bytes]
 class RenderedLog:
     """An append-only cache file of rendered lines with their end offsets.
 
+    The view's bytes lie in the file as regions, one per appended block, in view order: a
+    region is reserved (:meth:`reserve`) before its block is rendered, so a render worker
+    writes its lines straight into the file (``render.render_view_chunk``) and the daemon only
+    records where they are (:meth:`append_region`): no copy of the rendered bytes passes
+    through the daemon. A block shorter than its reservation leaves a hole in the file (a
+    sparse file: holes take no disk blocks); reads map view offsets to file offsets.
+
     Attributes:
-        ends: ``ends[i]`` is the byte offset just after line ``i``.
-        size: bytes rendered so far.
+        ends: ``ends[i]`` is the byte offset (in the view) just after line ``i``.
+        size: bytes rendered so far (the view's size).
         mtime_ms: store timestamp (epoch ms) of the newest rendered message, 0 if none.
     """
 
     def __init__(self, path: str):
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         self.ends = array("q")
         self.size = 0
         self.mtime_ms = 0
         self.lock = threading.Lock()
         self.opens = 0  # open file handles reading it (an evicted log must have none)
+        self._view_at = array("q")  # view offset where each region starts
+        self._file_at = array("q")  # file offset of each region
+        self._reserved = 0  # file offset of the next reservation
+
+    def reserve(self, length: int) -> int:
+        """Reserve ``length`` bytes of the file (page aligned) for a block about to be
+        rendered; returns its file offset (caller holds :attr:`lock`)."""
+        at = self._reserved
+        self._reserved += length + (-length) % _PAGE
+        return at
+
+    def append_region(self, file_at: int, length: int, ends, newest_ms: int) -> None:
+        """Record ``length`` bytes of lines written at ``file_at`` (in a region from
+        :meth:`reserve`) as the view's next bytes: ``ends[i]`` is the end of line ``i``
+        within them (caller holds :attr:`lock`)."""
+        if not len(ends):
+            return
+        self._view_at.append(self.size)
+        self._file_at.append(file_at)
+        self.ends.extend((ends + self.size).tolist())
+        self.size += length
+        self.mtime_ms = max(self.mtime_ms, newest_ms)
 
     def append_block(self, data: bytes, ends, newest_ms: int) -> None:
         """Append lines already joined: ``ends[i]`` is the end of line ``i`` within ``data``
         (caller holds :attr:`lock`)."""
         if not len(ends):
             return
+        pos = at = self.reserve(len(data))
         view = memoryview(data)
-        pos = self.size
         while view:
             n = os.pwrite(self.fd, view, pos)
             view = view[n:]
             pos += n
-        self.ends.extend((ends + self.size).tolist())
-        self.size += len(data)
-        self.mtime_ms = max(self.mtime_ms, newest_ms)
+        self.append_region(at, len(data), ends, newest_ms)
 
     def line_start(self, i: int) -> int:
         """Byte offset where line ``i`` starts (``size`` when ``i`` is past the end)."""
@@ -86,19 +113,36 @@ class RenderedLog:
         """Index of the line holding ``byte_offset``."""
         return bisect.bisect_right(self.ends, byte_offset)
 
+    def _pieces(self, offset: int, length: int, end: int | None):
+        """``(file offset, length)`` of the regions holding view bytes ``[offset, offset +
+        length)``, cut at ``end`` and at the view's size."""
+        stop = min(self.size if end is None else min(end, self.size), offset + length)
+        out = []
+        r = bisect.bisect_right(self._view_at, offset) - 1
+        while offset < stop and r >= 0:
+            region_end = self._view_at[r + 1] if r + 1 < len(self._view_at) else self.size
+            n = min(stop, region_end) - offset
+            out.append((self._file_at[r] + offset - self._view_at[r], n))
+            offset += n
+            r += 1
+        return out
+
     def read(self, offset: int, length: int, end: int | None = None) -> bytes:
         """Up to ``length`` bytes at ``offset``, not past ``end`` (default: everything)."""
-        stop = self.size if end is None else min(end, self.size)
-        if offset >= stop:
-            return b""
-        return os.pread(self.fd, min(length, stop - offset), offset)
+        pieces = self._pieces(offset, length, end)
+        if len(pieces) == 1:
+            return os.pread(self.fd, pieces[0][1], pieces[0][0])
+        return b"".join(os.pread(self.fd, n, at) for at, n in pieces)
 
     def read_nowait(self, offset: int, length: int, end: int | None = None):
         """Like :meth:`read` when the bytes are in the page cache, else None."""
-        stop = self.size if end is None else min(end, self.size)
-        if offset >= stop:
-            return b""
-        return pread_nowait(self.fd, min(length, stop - offset), offset)
+        out = []
+        for at, n in self._pieces(offset, length, end):
+            got = pread_nowait(self.fd, n, at)
+            if got is None:
+                return None
+            out.append(got)
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def close(self) -> None:
         """Close and delete the cache file."""
@@ -107,6 +151,9 @@ class RenderedLog:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # Renderers whose lines are built column-wise from engine.read.columnar batches (render.render_lines).
@@ -149,12 +196,16 @@ def _render_chunks(
     depth = 2 * parts.workers
 
     def append(job):
-        fut, queue_ids, units, qoffs = job
+        fut, queue_ids, units, qoffs, at = job
         try:
-            log_.append_block(*fut.result())
+            length, data, ends, newest = fut.result()
         except StoreError as exc:
             note_damage(store, topic, queue_ids, units, qoffs, exc)
             raise
+        if data is None:  # written by the worker into its region
+            log_.append_region(at, length, ends, newest)
+        else:  # longer than the region: appended here
+            log_.append_block(data, ends, newest)
 
     from engine.read.columnar import drop_blank_units
 
@@ -163,6 +214,8 @@ def _render_chunks(
             units, qoffs, queue_ids = drop_blank_units(units, qoffs, queue_ids)
             if not len(units):
                 continue
+            room = R.chunk_room(kind, units)
+            at = log_.reserve(room)
             ahead.append(
                 (
                     parts.submit_task(
@@ -173,10 +226,12 @@ def _render_chunks(
                         units,
                         qoffs,
                         kind,
+                        (log_.path, at, room),
                     ),
                     queue_ids,
                     units,
                     qoffs,
+                    at,
                 )
             )
             while len(ahead) >= depth:

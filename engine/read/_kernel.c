@@ -466,21 +466,6 @@ static inline uint64_t esc_word(uint64_t w)
     return (((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b)) & high;
 }
 
-static int64_t str_size(const uint8_t *s, int64_t n)
-{
-    int64_t size = n + 2, i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        if (esc_word(w))
-            for (int k = 0; k < 8; k++)
-                size += esc_extra[s[i + k]];
-    }
-    for (; i < n; i++)
-        size += esc_extra[s[i]];
-    return size;
-}
-
 static uint8_t *str_put(uint8_t *o, const uint8_t *s, int64_t n)
 {
     static const char hex[] = "0123456789abcdef";
@@ -532,12 +517,6 @@ static int digits(uint64_t u)
     while (d < 20 && u >= pow10[d - 1])
         d++;
     return d;
-}
-
-static int int_size(int64_t v)
-{
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    return digits(u) + (v < 0);
 }
 
 static uint8_t *int_put(uint8_t *o, int64_t v)
@@ -599,8 +578,40 @@ static uint8_t *b64_put(uint8_t *o, const uint8_t *s, int64_t n)
     return o;
 }
 
+/* The most bytes one line can take (every string byte escaped as \u00XX; a body as base64). */
+static int64_t line_bound(int64_t i, int32_t nf, const int32_t *kind, const int32_t *lit_off,
+                          void *const *p0, void *const *p1, void *const *p3)
+{
+    int64_t b = lit_off[nf + 2]; /* every literal */
+    for (int32_t f = 0; f < nf; f++) {
+        switch (kind[f]) {
+        case JL_INT:
+            b += 20;
+            break;
+        case JL_STR:
+        case JL_BODY: {
+            const int32_t *so = p0[f];
+            b += 6 * (int64_t)(so[i + 1] - so[i]) + 4;
+            break;
+        }
+        default: { /* JL_STRLIST, JL_MAP: items' strings lie contiguously in the child */
+            const int32_t *lo = p0[f];
+            const int32_t *ko = p1[f];
+            int64_t items = lo[i + 1] - lo[i];
+            b += 2 + 4 * items + 6 * (int64_t)(ko[lo[i + 1]] - ko[lo[i]]);
+            if (kind[f] == JL_MAP) { /* the values: quotes, ':' and bytes */
+                const int32_t *vo = p3[f];
+                b += 4 * items + 6 * (int64_t)(vo[lo[i + 1]] - vo[lo[i]]);
+            }
+            break;
+        }
+        }
+    }
+    return b;
+}
+
 /*
- * n JSON lines of nf fields each: line i is, for each field f, the literal
+ * JSON lines of nf fields each, rows [first, n): line i is, for each field f, the literal
  * lit[lit_off[f] : lit_off[f + 1]] then field f's value of row i, then (after a body that is
  * not UTF-8, written as base64) the literal lit[lit_off[nf] : lit_off[nf + 1]], then
  * lit[lit_off[nf + 1] : lit_off[nf + 2]] (the line's end). A field's value, by kind[f]:
@@ -610,51 +621,38 @@ static uint8_t *b64_put(uint8_t *o, const uint8_t *s, int64_t n)
  *   JL_STRLIST p0 int32 list offsets, p1/p2 the strings' offsets/data: [s, ...];
  *   JL_MAP     p0 int32 map offsets, p1/p2 names, p3/p4 values: {name: value, ...};
  *   JL_BODY    p0 int32 offsets, p1 data: the text when it is strict UTF-8, else base64.
- * With out NULL only line_end is filled (line_end[i]: the end of line i, the first line
- * starting at 0) and the total size returned; with out (sized to that total) the lines are
- * written too. Strings are copied from the given buffers, which the caller keeps alive.
+ * Lines are written to out from *at on, while the next line's bound fits in cap; line_end[i]
+ * is the end of line i. Returns the first row not written (n when all are), *at updated:
+ * the caller grows out and calls again from there. Nothing is allocated.
  */
-int64_t rmq_json_lines(int64_t n, int32_t nf, const int32_t *kind, const uint8_t *lit,
-                       const int32_t *lit_off, void *const *p0, void *const *p1,
-                       void *const *p2, void *const *p3, void *const *p4, int64_t *line_end,
-                       uint8_t *out)
+int64_t rmq_json_lines(int64_t first, int64_t n, int32_t nf, const int32_t *kind,
+                       const uint8_t *lit, const int32_t *lit_off, void *const *p0,
+                       void *const *p1, void *const *p2, void *const *p3, void *const *p4,
+                       int64_t *line_end, uint8_t *out, int64_t cap, int64_t *at)
 {
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint8_t *o = out ? out + at : NULL;
-        int64_t size = 0;
+    uint8_t *o = out + *at;
+    for (int64_t i = first; i < n; i++) {
+        if ((o - out) + line_bound(i, nf, kind, lit_off, p0, p1, p3) > cap) {
+            *at = o - out;
+            return i;
+        }
         for (int32_t f = 0; f < nf; f++) {
             const int64_t ll = lit_off[f + 1] - lit_off[f];
-            size += ll;
-            if (o) {
-                memcpy(o, lit + lit_off[f], (size_t)ll);
-                o += ll;
-            }
+            memcpy(o, lit + lit_off[f], (size_t)ll);
+            o += ll;
             switch (kind[f]) {
-            case JL_INT: {
-                int64_t v = ((const int64_t *)p0[f])[i];
-                if (o)
-                    o = int_put(o, v);
-                else
-                    size += int_size(v);
+            case JL_INT:
+                o = int_put(o, ((const int64_t *)p0[f])[i]);
                 break;
-            }
             case JL_STR: {
                 const int32_t *so = p0[f];
                 const uint8_t *valid = p2[f];
                 if (valid && !valid[i]) {
-                    size += 4;
-                    if (o) {
-                        memcpy(o, "null", 4);
-                        o += 4;
-                    }
-                    break;
+                    memcpy(o, "null", 4);
+                    o += 4;
+                } else {
+                    o = str_put(o, (const uint8_t *)p1[f] + so[i], so[i + 1] - so[i]);
                 }
-                const uint8_t *s = (const uint8_t *)p1[f] + so[i];
-                if (o)
-                    o = str_put(o, s, so[i + 1] - so[i]);
-                else
-                    size += str_size(s, so[i + 1] - so[i]);
                 break;
             }
             case JL_STRLIST:
@@ -663,33 +661,18 @@ int64_t rmq_json_lines(int64_t n, int32_t nf, const int32_t *kind, const uint8_t
                 const int32_t *ko = p1[f];
                 const uint8_t *kd = p2[f];
                 const int map = kind[f] == JL_MAP;
-                size += 2;
-                if (o)
-                    *o++ = map ? '{' : '[';
+                *o++ = map ? '{' : '[';
                 for (int32_t j = lo[i]; j < lo[i + 1]; j++) {
-                    if (j > lo[i]) {
-                        size += 1;
-                        if (o)
-                            *o++ = ',';
-                    }
-                    if (o)
-                        o = str_put(o, kd + ko[j], ko[j + 1] - ko[j]);
-                    else
-                        size += str_size(kd + ko[j], ko[j + 1] - ko[j]);
+                    if (j > lo[i])
+                        *o++ = ',';
+                    o = str_put(o, kd + ko[j], ko[j + 1] - ko[j]);
                     if (map) {
                         const int32_t *vo = p3[f];
-                        const uint8_t *vd = p4[f];
-                        size += 1;
-                        if (o) {
-                            *o++ = ':';
-                            o = str_put(o, vd + vo[j], vo[j + 1] - vo[j]);
-                        } else {
-                            size += str_size(vd + vo[j], vo[j + 1] - vo[j]);
-                        }
+                        *o++ = ':';
+                        o = str_put(o, (const uint8_t *)p4[f] + vo[j], vo[j + 1] - vo[j]);
                     }
                 }
-                if (o)
-                    *o++ = map ? '}' : ']';
+                *o++ = map ? '}' : ']';
                 break;
             }
             default: { /* JL_BODY */
@@ -697,31 +680,22 @@ int64_t rmq_json_lines(int64_t n, int32_t nf, const int32_t *kind, const uint8_t
                 const uint8_t *b = (const uint8_t *)p1[f] + bo[i];
                 const int64_t bl = bo[i + 1] - bo[i];
                 if (utf8_ok(b, bl)) {
-                    if (o)
-                        o = str_put(o, b, bl);
-                    else
-                        size += str_size(b, bl);
+                    o = str_put(o, b, bl);
                 } else {
                     const int64_t el = lit_off[nf + 1] - lit_off[nf];
-                    size += 2 + (bl + 2) / 3 * 4 + el;
-                    if (o) {
-                        o = b64_put(o, b, bl);
-                        memcpy(o, lit + lit_off[nf], (size_t)el);
-                        o += el;
-                    }
+                    o = b64_put(o, b, bl);
+                    memcpy(o, lit + lit_off[nf], (size_t)el);
+                    o += el;
                 }
                 break;
             }
             }
         }
         const int64_t tl = lit_off[nf + 2] - lit_off[nf + 1];
-        size += tl;
-        if (o) {
-            memcpy(o, lit + lit_off[nf + 1], (size_t)tl);
-            o += tl;
-        }
-        at = o ? (int64_t)(o - out) : at + size;
-        line_end[i] = at;
+        memcpy(o, lit + lit_off[nf + 1], (size_t)tl);
+        o += tl;
+        line_end[i] = o - out;
     }
-    return at;
+    *at = o - out;
+    return n;
 }

@@ -146,7 +146,9 @@ class Kernel:
             _vp, _vp, _vp, _vp, _vp, _vp, _vp, _vp,
         ]  # fmt: skip
         lib.rmq_json_lines.restype = ctypes.c_int64
-        lib.rmq_json_lines.argtypes = [ctypes.c_int64, ctypes.c_int32, *[_vp] * 10]
+        lib.rmq_json_lines.argtypes = [
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, *[_vp] * 10, ctypes.c_int64, _i64p,
+        ]  # fmt: skip
         lib.rmq_split_on.restype = ctypes.c_int64
         lib.rmq_split_on.argtypes = [
             _vp, _vp, _vp, ctypes.c_int64, ctypes.c_uint8, ctypes.c_int64, _vp, _vp, _vp,
@@ -380,10 +382,21 @@ class Kernel:
             if col.null_count and kinds[f] != _JL_STR:
                 raise TypeError(f"{name}: nulls only in string columns")
         ends = np.empty(n, dtype=np.int64)
-        args = (n, nf, kinds.ctypes.data, lit, lit_off.ctypes.data, *ptrs, ends.ctypes.data)
-        total = self.lib.rmq_json_lines(*args, None)
-        out = np.empty(total, dtype=np.uint8)
-        self.lib.rmq_json_lines(*args, out.ctypes.data)
+        args = (nf, kinds.ctypes.data, lit, lit_off.ctypes.data, *ptrs, ends.ctypes.data)
+        # room for the lines as they usually are (a little over the strings' own bytes); the
+        # kernel stops before a line that might not fit, and the buffer grows
+        raw = batch.nbytes  # the batch's bytes (its slice's, for a slice)
+        out = np.empty(int(raw * 1.25) + n * (lit_off[-1] + 64) + 4096, dtype=np.uint8)
+        at = ctypes.c_int64(0)
+        row = 0
+        while True:
+            row = self.lib.rmq_json_lines(row, n, *args, out.ctypes.data, len(out), at)
+            if row == n:
+                break
+            bigger = np.empty(2 * len(out), dtype=np.uint8)
+            bigger[: at.value] = out[: at.value]
+            out = bigger
+        out = out[: at.value]
         return out.data, ends
 
 
