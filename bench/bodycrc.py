@@ -1,13 +1,14 @@
 """Cost of the body-CRC check on the columnar read path (``python -m bench.bodycrc``).
 
 ``engine.read.columnar`` checks every record's BODYCRC (``MessageDecoder.decode(..., checkCRC)``)
-with one zlib-ng ``crc32`` call per body over the mapped CommitLog (no vectorised CRC-32
-exists for numpy/Arrow). This builds a store of ``--sizes`` loghub lines (one topic, 4 queues)
-and times ``StoreFiles.read_batches`` over every queue with the check and without it
-(``StoreFiles(check_crc=False)``, the baseline, measured in the same run), for all columns and
-for one column (``queueOffset``: the body is otherwise never touched). Prints µs per message,
-the ratio to the baseline and the load average (the machine may be shared). Best of
-``--repeat`` runs, pages cached (the first run warms them).
+in its compiled kernel (``engine.read.kernel``: carry-less multiplication folding where the CPU
+has PCLMULQDQ, zlib's ``crc32`` for the rest) over the mapped CommitLog, in the same pass over
+each record as the rest of the decode. This builds a store of ``--sizes`` loghub lines (one
+topic, 4 queues) and times ``StoreFiles.read_batches`` over every queue with the check and
+without it (``StoreFiles(check_crc=False)``, the baseline, measured in the same run), for all
+columns and for one column (``queueOffset``: the body is otherwise never touched). Prints µs
+per message, the ratio to the baseline and the load average (the machine may be shared). Best
+of ``--repeat`` runs, pages cached (the first run warms them).
 """
 
 from __future__ import annotations

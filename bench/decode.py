@@ -22,18 +22,13 @@ For each size N (default 1M, 5M and 20M messages; ``--quick``: 200k and 1M):
    all columns and for ``tags, body, storeTimestamp``: one untimed warm-up pass (it also
    brings the CommitLog into the page cache), then the best of ``--passes`` (3) timed passes,
    in µs per message.
-3. **stages** of the all-columns decode (with CRC): one more pass under ``cProfile``
-   (``builtins=False``: Python calls only, a few hundred per batch of 16,384) attributes the
-   time to the calls the decoder makes a few of per batch: header gather
-   (``Kernel.gather_fields``), V1 tail walk (``Kernel.v1_tail``), body CRC (``Kernel.crc32``),
-   properties split (``Kernel.split_properties``, ``Kernel.split_on``), string/binary gathers
-   (``Kernel.gather``), msgId (``_fast_batch``'s ``msg_id``), hosts (``_hosts``); each figure
-   is the call's cumulative time (its numpy argument checks included). The profiler keeps its
-   default clock (wall, read in C); a CPU clock costs a system call per event on a VM (about
-   1 µs on the 2-core development VM: a third of the figure), so its times are scaled by the profiled pass's
-   CPU/wall ratio (1 on an idle core). The rest, numpy/Arrow glue, is the total without the
-   profiler minus those stages; the total with the profiler is printed beside it (its
-   overhead).
+3. **stages** of the all-columns decode: the decoder does every stage in one compiled pass
+   over each record (``Kernel.decode``), so a stage's cost is measured as what asking for it
+   adds: the columns of :data:`STAGES` are decoded cumulatively (numeric fields without the
+   CRC, then with it, then the body, the properties split that ``tags``, ``keys`` and
+   ``properties`` need, msgId, the host texts, ``topic``/``queue``), best of ``--passes``
+   each, and each stage is the difference from the set before (the last set is all columns;
+   the first is the header checks and the numeric fields, the Arrow assembly included).
 4. **part render**: queue 0's units cut into ``view/`` parts of ``VIEW_PART_MESSAGES``
    (100,000) as the mount cuts them, each written in-process by ``fusefs.render.render_part``
    (decode + Parquet, zstd) to a temporary file, timed whole; then the same units decoded as
@@ -61,10 +56,8 @@ and after, since the machine may be shared. Results go to stdout and
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
-import pstats
 import resource
 import shutil
 import subprocess
@@ -164,59 +157,34 @@ def decode_pass(files, ends: dict[int, int], columns, sample=None) -> tuple[floa
     return time.process_time() - c0, time.perf_counter() - w0, rows
 
 
-def _nested(fn, name: str):
-    """The code object of function ``name`` defined inside ``fn``."""
-    for c in fn.__code__.co_consts:
-        if getattr(c, "co_name", None) == name:
-            return c
-    raise LookupError(f"{fn.__qualname__} defines no {name}(): update bench/decode.py's STAGES")
+#: The numeric columns (fixed fields of the record header).
+NUMERIC = (
+    "queueId", "queueOffset", "commitLogOffset", "storeSize", "bornTimestamp", "storeTimestamp",
+    "sysFlag", "flag", "bodyCRC", "reconsumeTimes", "preparedTransactionOffset",
+)  # fmt: skip
+#: ``(stage, columns added, body CRC checked)``: decoded cumulatively, each stage costs what it
+#: adds to the set before it; together they are every column with the CRC.
+STAGES: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("header checks + numeric fields", NUMERIC, False),
+    ("body CRC", (), True),
+    ("body", ("body",), True),
+    ("properties split (tags, keys, properties)", ("tags", "keys", "properties"), True),
+    ("msgId", ("msgId",), True),
+    ("hosts (bornHost, storeHost)", ("bornHost", "storeHost"), True),
+    ("topic, queue", ("topic", "queue"), True),
+)
 
 
-def stage_codes() -> list[tuple[str, list]]:
-    """``(label, code objects)`` of the decoder's stages, from the functions themselves (so a
-    rename fails here, not silently as a zero)."""
-    from engine.read import columnar
-    from engine.read.kernel import Kernel
+def stage_columns() -> list[tuple[str, tuple[str, ...], bool]]:
+    """``(stage, cumulative columns, CRC)`` of :data:`STAGES`; the last is every column."""
+    from engine.read.schema import COLUMN_NAMES
 
-    return [
-        ("header gather (gather_fields)", [Kernel.gather_fields.__code__]),
-        ("V1 tail walk (v1_tail)", [Kernel.v1_tail.__code__]),
-        ("body CRC (crc32)", [Kernel.crc32.__code__]),
-        (
-            "properties split (split_properties, split_on)",
-            [Kernel.split_properties.__code__, Kernel.split_on.__code__],
-        ),
-        ("string/binary gathers (gather)", [Kernel.gather.__code__]),
-        ("msgId (_fast_batch.msg_id)", [_nested(columnar._fast_batch, "msg_id")]),
-        ("hosts (_hosts)", [columnar._hosts.__code__]),
-    ]
-
-
-def profile_stages(files, ends: dict[int, int], rows: int) -> tuple[dict[str, float], float]:
-    """One all-columns pass under cProfile: ``({stage: CPU µs/msg}, profiled total CPU µs/msg)``.
-
-    The profiler runs on its own clock (a wall clock read in C: cheap) and records Python calls
-    only (``builtins=False``: a few hundred per batch); a CPU-time timer costs a system call per
-    event here, which would be most of the figure. The stages' wall times are turned into CPU
-    time by the pass's CPU/wall ratio (1 on an idle core)."""
-    prof = cProfile.Profile(builtins=False)
-    w0, c0 = time.perf_counter(), time.process_time()
-    prof.enable()
-    try:
-        _, _, got = decode_pass(files, ends, None)
-    finally:
-        prof.disable()
-    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    assert got == rows, (got, rows)
-    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    cum = {key: v[3] for key, v in stats.items()}  # (file, line, name) -> cumulative s
-    scale = cpu / wall / rows * 1e6
-    out = {}
-    for label, codes in stage_codes():
-        out[label] = scale * sum(
-            cum.get((c.co_filename, c.co_firstlineno, c.co_name), 0.0) for c in codes
-        )
-    return out, cpu / rows * 1e6
+    out, cols = [], ()
+    for label, add, crc in STAGES:
+        cols = (*cols, *add)
+        out.append((label, cols, crc))
+    assert set(cols) == set(COLUMN_NAMES), "STAGES must add up to every column"
+    return out
 
 
 def _best(fn, passes: int) -> tuple[float, list[float]]:
@@ -339,6 +307,7 @@ def measure(root: Path, n: int, passes: int = 3, work: Path | None = None) -> di
 
     decode: dict = {}
     runs: dict = {}
+    cumulative: dict = {}
     for check in (True, False):
         files = StoreFiles(str(root), check_crc=check)
         try:
@@ -355,17 +324,20 @@ def measure(root: Path, n: int, passes: int = 3, work: Path | None = None) -> di
                 key = "crc" if check else "no_crc"
                 decode.setdefault(label, {})[key] = min(t[0] for t in times) / n * 1e6
                 runs[f"{label}, {key}"] = [[round(c, 4), round(w, 4)] for c, w in times]
-            if check:
-                stages, profiled = profile_stages(files, ends, n)
+            for label, cols, crc in stage_columns():
+                if crc == check:
+                    best = min(decode_pass(files, ends, cols)[0] for _ in range(passes))
+                    cumulative[label] = best / n * 1e6
         finally:
             files.close()
     res["decode"] = decode
     res["decode_runs_cpu_wall_s"] = runs
-    total = decode["all columns"]["crc"]
-    stages["rest (numpy/Arrow glue)"] = total - sum(stages.values())
+    stages, before = {}, 0.0
+    for label, _, _ in stage_columns():
+        stages[label] = cumulative[label] - before
+        before = cumulative[label]
     res["stages"] = stages
-    res["stages_total_us"] = total
-    res["profiled_total_us"] = profiled
+    res["stages_total_us"] = before
     mem: dict = {"after_decode": _status()}
     tmp = Path(tempfile.mkdtemp(prefix="parts-", dir=work or root.parent))
     try:
@@ -426,11 +398,10 @@ def rows_of(res: dict) -> list[tuple[str, float | None, str, str]]:
         t = TARGETS.get(label)
         rows.append((f"decode, {label}", d[label]["crc"], f"<= {t}" if t else "", "us"))
         rows.append(("  without CRC (check_crc=False)", d[label]["no_crc"], "", "us"))
-    rows.append(("all columns, by stage (cProfile):", None, "", ""))
+    rows.append(("all columns, by stage (what each adds):", None, "", ""))
     for label, v in res["stages"].items():
         rows.append((f"  {label}", v, "", "us"))
-    rows.append(("  total, without the profiler", res["stages_total_us"], "", "us"))
-    rows.append(("  total, with the profiler", res["profiled_total_us"], "", "us"))
+    rows.append(("  total (the last cumulative set)", res["stages_total_us"], "", "us"))
     t = TARGETS["part render (decode + Parquet)"]
     rows.append(("part render (decode + Parquet)", p["render_us"], f"<= {t}", "us"))
     rows.append(("  decode of the part's units", p["decode_us"], "", "us"))

@@ -1,14 +1,17 @@
 /*
  * rmqfs: the compiled core of the columnar decoder (engine/read/columnar.py).
  *
- * Loops that Arrow and numpy cannot express without a Python object or a temporary array per
- * record: gathering the big-endian fields of many records, copying their variable-length
- * parts into one Arrow values buffer, the body CRC-32 of each record, and splitting each
- * properties area into name/value pairs (MessageDecoder.string2messageProperties). Every
- * function works on positions the caller has already checked against the mapping's length;
- * none allocates, none keeps a pointer after it returns, none calls back into Python (ctypes
- * releases the GIL around each call). The record layout itself is not here: the caller passes
- * field offsets and widths from engine/format/message.py's field table.
+ * rmq_decode decodes the common CommitLog record (V1 magic, IPv4 hosts, plain body, no inner
+ * batch; engine/format/message.py) in one pass per record, straight into Arrow column
+ * buffers: the checks against the record's ConsumeQueue unit, the walk of its variable part,
+ * the body CRC-32 (carry-less multiplication where the CPU has it), the properties split of
+ * MessageDecoder.string2messageProperties, the numeric fields, msgId and host texts. The
+ * JSON lines of messages.jsonl come from rmq_json_lines; rmq_crc32 and rmq_utf8_check are the
+ * primitives the decoder is built from, exported for the tests. Every function works on
+ * positions the caller has already checked against the mapping's length; none allocates,
+ * none keeps a pointer after it returns, none calls back into Python (ctypes releases the GIL
+ * around each call). The record layout itself is not here: the caller passes field offsets
+ * and widths from engine/format/message.py's field table.
  *
  * Built by engine/read/kernel.py (`make` runs it; a missing library is built on first use).
  * Bump RMQ_KERNEL_ABI when a signature changes.
@@ -17,7 +20,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#define RMQ_KERNEL_ABI 1
+#define RMQ_KERNEL_ABI 2
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define BE16(v) (v)
@@ -32,128 +35,6 @@
 #define PREFETCH_AHEAD 8
 
 int rmq_abi(void) { return RMQ_KERNEL_ABI; }
-
-/*
- * Big-endian fields of n records into native-endian columns.
- * Field f of record i is the width[f] bytes at buf[pos[i] + src_off[f]]; width is 1, 2, 4 or
- * 8, and dst[f] an array of n elements of that width (the caller reads them as signed or
- * unsigned). Records outer, fields inner: each record's header is loaded once.
- */
-void rmq_gather_fields(const uint8_t *buf, const int64_t *pos, int64_t n, int32_t nf,
-                       const int32_t *src_off, const int32_t *width, void *const *dst)
-{
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *rec = buf + pos[i];
-        if (i + PREFETCH_AHEAD < n) { /* records are scattered: ask for the next ones early */
-            __builtin_prefetch(buf + pos[i + PREFETCH_AHEAD]);
-            __builtin_prefetch(buf + pos[i + PREFETCH_AHEAD] + 64);
-        }
-        for (int32_t f = 0; f < nf; f++) {
-            const uint8_t *p = rec + src_off[f];
-            switch (width[f]) {
-            case 1:
-                ((uint8_t *)dst[f])[i] = *p;
-                break;
-            case 2: {
-                uint16_t v;
-                memcpy(&v, p, 2);
-                ((uint16_t *)dst[f])[i] = BE16(v);
-                break;
-            }
-            case 4: {
-                uint32_t v;
-                memcpy(&v, p, 4);
-                ((uint32_t *)dst[f])[i] = BE32(v);
-                break;
-            }
-            default: {
-                uint64_t v;
-                memcpy(&v, p, 8);
-                ((uint64_t *)dst[f])[i] = BE64(v);
-                break;
-            }
-            }
-        }
-    }
-}
-
-/* The unsigned big-endian integer of width bytes (1 to 8) at p. */
-static inline uint64_t load_be(const uint8_t *p, int32_t width)
-{
-    uint64_t v = 0;
-    for (int32_t k = 0; k < width; k++)
-        v = (v << 8) | p[k];
-    return v;
-}
-
-/*
- * The variable part of V1 records (engine/format/message.py): after the fixed fields
- * (fixed bytes) the body (blen[i] bytes), the topic's length (tl_size bytes) and the topic,
- * the properties' length (pl_size bytes) and the properties, which end at end[i] exactly.
- * For each record with ok[i] set: tstart/tlen and pstart/plen, the positions and lengths of
- * its topic and properties in buf; ok[i] is cleared where the lengths do not add up, a length
- * is over its maximum, or (topic_len >= 0) the topic is not the topic_len bytes at topic.
- * Positions are checked against end[i], which the caller checked against the buffer.
- */
-void rmq_v1_tail(const uint8_t *buf, const int64_t *pos, const int64_t *end, const int64_t *blen,
-                 int64_t n, int32_t fixed, int32_t tl_size, int32_t pl_size, int64_t max_topic,
-                 int64_t max_props, const uint8_t *topic, int32_t topic_len, int64_t *tstart,
-                 int64_t *tlen, int64_t *pstart, int64_t *plen, uint8_t *ok)
-{
-    for (int64_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n && ok[i + PREFETCH_AHEAD] && blen[i + PREFETCH_AHEAD] >= 0 &&
-            pos[i + PREFETCH_AHEAD] + fixed + blen[i + PREFETCH_AHEAD] < end[i + PREFETCH_AHEAD])
-            __builtin_prefetch(buf + pos[i + PREFETCH_AHEAD] + fixed + blen[i + PREFETCH_AHEAD]);
-        tstart[i] = tlen[i] = pstart[i] = plen[i] = 0;
-        if (!ok[i])
-            continue;
-        int64_t t = pos[i] + fixed + blen[i];
-        if (blen[i] < 0 || t + tl_size + pl_size > end[i]) {
-            ok[i] = 0;
-            continue;
-        }
-        int64_t tl = (int64_t)load_be(buf + t, tl_size);
-        int64_t p = t + tl_size + tl;
-        if (tl > max_topic || p + pl_size > end[i]) {
-            ok[i] = 0;
-            continue;
-        }
-        int64_t pl = (int64_t)load_be(buf + p, pl_size);
-        if (pl > max_props || p + pl_size + pl != end[i]) {
-            ok[i] = 0;
-            continue;
-        }
-        if (topic_len >= 0 && (tl != topic_len || memcmp(buf + t + tl_size, topic, (size_t)tl))) {
-            ok[i] = 0;
-            continue;
-        }
-        tstart[i] = t + tl_size;
-        tlen[i] = tl;
-        pstart[i] = p + pl_size;
-        plen[i] = pl;
-    }
-}
-
-/*
- * Concatenate buf[start[i] : start[i] + len[i]] into out, with Arrow int32 offsets
- * (offsets[0] = 0, offsets[i + 1] = end of piece i). The caller sized out to the sum of len
- * and checked that it fits an int32.
- */
-void rmq_gather(const uint8_t *buf, const int64_t *start, const int64_t *len, int64_t n,
-                int32_t *offsets, uint8_t *out)
-{
-    int64_t at = 0;
-    offsets[0] = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n)
-            __builtin_prefetch(buf + start[i + PREFETCH_AHEAD]);
-        if (len[i] > 0) {
-            memcpy(out + at, buf + start[i], (size_t)len[i]);
-            at += len[i];
-        }
-        offsets[i + 1] = (int32_t)at;
-    }
-}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -320,125 +201,399 @@ int rmq_utf8_check(const uint8_t *buf, const int64_t *start, const int64_t *len,
     return 1;
 }
 
-/*
- * Split the properties area buf[start[i] : start[i] + len[i]] of each record into pairs, as
- * MessageDecoder.string2messageProperties does: pairs are separated by pair_sep (\x02), a pair
- * is kept when its first name_sep (\x01) lies strictly inside it (a name and a value of at
- * least one byte each), and a name seen again in the same record keeps its first position
- * and takes the later value (a HashMap's put, a Python dict's assignment).
- *
- * Out: the kept pairs' name and value positions in buf (kstart/klen, vstart/vlen, at most
- * cap of them: the caller passes cap = sum((len + 1) / 4), the most a record can hold),
- * map_offsets[i]..map_offsets[i + 1] the pairs of record i, tag_pair[i] / keys_pair[i] the
- * pair index of the name tag_name / keys_name in record i or -1.
- * slow[i] is set to 1 for a record this function does not decode: an area that is not
- * strict UTF-8 (the per-record decoder replaces bad bytes) or one with more than max_pairs
- * pairs (whose repeated-name check here is quadratic). Such a record gets no pairs.
- * Returns the number of pairs written, or -1 when cap was too small.
- */
-int64_t rmq_split_properties(const uint8_t *buf, const int64_t *start, const int64_t *len,
-                             int64_t n, uint8_t pair_sep, uint8_t name_sep, int32_t max_pairs,
-                             const uint8_t *tag_name, int32_t tag_len, const uint8_t *keys_name,
-                             int32_t keys_len, int64_t cap, int64_t *kstart, int64_t *klen,
-                             int64_t *vstart, int64_t *vlen, int32_t *map_offsets,
-                             int64_t *tag_pair, int64_t *keys_pair, uint8_t *slow)
+/* ---- the decoder of the common record (engine/read/columnar.py) --------------------------- */
+
+/* An Arrow string/binary array being filled: offsets[0..rows], data[0..cap). */
+typedef struct {
+    int32_t *offsets;
+    uint8_t *data;
+    int64_t cap;
+    int64_t len; /* bytes written (out) */
+} rmq_strings;
+
+/* What rmq_decode is given and what it fills (engine/read/kernel.py's DecodeArgs mirrors it
+ * field for field). Positions are checked by the caller: pos[i] + size[i] lies in buf and
+ * size[i] is at least the smallest record. */
+typedef struct {
+    const uint8_t *buf;
+    const int64_t *pos;  /* where record i starts in buf */
+    const int64_t *size; /* its unit's size: TOTALSIZE must equal it */
+    const int64_t *phys; /* its unit's CommitLog offset: PHYSICALOFFSET must equal it */
+    int64_t n;
+    int32_t queue_id;  /* QUEUEID every record must have; -1: not checked */
+    int32_t topic_len; /* the topic every decoded record must have; -1: any (then read) */
+    const uint8_t *topic;
+    int32_t want;      /* RMQ_WANT_* */
+    int32_t max_pairs; /* more properties than this: the record goes record by record */
+    /* the V1/IPv4 layout (engine/format/message.py's FIXED_V4_FIELDS) */
+    int32_t at_total, at_magic, at_crc, at_queue, at_phys, at_sysflag, at_born_host;
+    int32_t at_store_host, at_body_len, fixed, tl_size, pl_size;
+    int64_t max_topic, max_props;
+    uint32_t magic_v1, magic_v2, rare_flags, crc_mask;
+    uint8_t pair_sep, name_sep, key_sep, pad_;
+    const uint8_t *tag_name;
+    const uint8_t *keys_name;
+    int32_t tag_len, keys_len;
+    /* numeric columns of the decoded records: field offset, width (4: int32, 8: int64) */
+    int32_t nfix, pad2_;
+    const int32_t *fix_at;
+    const int32_t *fix_width;
+    void *const *fix_dst;
+    /* out: fast[i] = 1 for a record decoded here, 0 for one left to the per-record decoder;
+     * the columns hold the decoded records only, in order */
+    uint8_t *fast;
+    rmq_strings body, topics, tags, key_items, prop_names, prop_values, born_host, store_host;
+    uint8_t *tags_valid; /* validity bitmap of tags (bit k: record k has TAGS) */
+    int32_t *key_lists;  /* rows + 1: keys of record k are key_items[key_lists[k]..] */
+    int32_t *prop_maps;  /* rows + 1: pairs of record k */
+    uint8_t *msg_id;     /* 32 hex digits per record */
+    int64_t rows;        /* records decoded */
+    int64_t bad;         /* index of the first damaged record, -1 */
+    int64_t bad_value;   /* the value found there */
+    int32_t bad_code;    /* RMQ_BAD_* */
+    int32_t pad3_;
+} rmq_decode_args;
+
+enum {
+    RMQ_WANT_BODY = 1,
+    RMQ_WANT_TOPIC = 2, /* read (and UTF-8 check) each record's topic: topic_len < 0 */
+    RMQ_WANT_TAGS = 4,
+    RMQ_WANT_KEYS = 8,
+    RMQ_WANT_PROPS = 16,
+    RMQ_WANT_MSGID = 32,
+    RMQ_WANT_BORN_HOST = 64,
+    RMQ_WANT_STORE_HOST = 128,
+    RMQ_CHECK_CRC = 256,
+};
+enum { RMQ_BAD_MAGIC = 1, RMQ_BAD_TOTAL = 2, RMQ_BAD_PHYS = 3, RMQ_BAD_QUEUE = 4, RMQ_BAD_CRC = 5 };
+
+static inline uint32_t rd32(const uint8_t *p)
 {
-    int64_t out = 0;
-    map_offsets[0] = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *area = buf + start[i];
-        const int64_t alen = len[i];
-        const int64_t first = out;
-        if (i + PREFETCH_AHEAD < n)
-            __builtin_prefetch(buf + start[i + PREFETCH_AHEAD]);
-        tag_pair[i] = -1;
-        keys_pair[i] = -1;
-        slow[i] = 0;
-        uint8_t high = 0; /* OR of every byte: strict UTF-8 is checked only past ASCII */
-        int64_t p = 0;
-        while (p < alen) {
-            int64_t e = p, s = -1;
-            for (; e < alen; e++) { /* one pass: the pair's end and its first name_sep */
-                uint8_t c = area[e];
-                high |= c;
-                if (c == pair_sep)
-                    break;
-                if (c == name_sep && s < 0)
-                    s = e;
-            }
-            if (s >= 0) {
-                int64_t nl = s - p, vl = e - s - 1;
-                if (nl > 0 && vl > 0) {
-                    int64_t j;
-                    for (j = first; j < out; j++)
-                        if (klen[j] == nl && memcmp(buf + kstart[j], area + p, (size_t)nl) == 0)
-                            break;
-                    if (j < out) { /* a repeated name: first position, last value */
-                        vstart[j] = start[i] + s + 1;
-                        vlen[j] = vl;
-                    } else {
-                        if (out >= cap)
-                            return -1;
-                        if (out - first >= max_pairs) {
-                            slow[i] = 1;
-                            break;
-                        }
-                        kstart[out] = start[i] + p;
-                        klen[out] = nl;
-                        vstart[out] = start[i] + s + 1;
-                        vlen[out] = vl;
-                        if (nl == tag_len && memcmp(area + p, tag_name, (size_t)nl) == 0)
-                            tag_pair[i] = out;
-                        else if (nl == keys_len && memcmp(area + p, keys_name, (size_t)nl) == 0)
-                            keys_pair[i] = out;
-                        out++;
-                    }
-                }
-            }
-            p = e + 1;
-        }
-        if ((high & 0x80) && !utf8_ok(area, alen))
-            slow[i] = 1;
-        if (slow[i]) {
-            out = first;
-            tag_pair[i] = -1;
-            keys_pair[i] = -1;
-        }
-        map_offsets[i + 1] = (int32_t)out;
-    }
-    return out;
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return BE32(v);
 }
 
-/*
- * Split each piece buf[start[i] : start[i] + len[i]] on sep, dropping empty parts (the KEYS
- * property: MessageConst.KEY_SEPARATOR). Out: the parts' positions (at most cap: the caller
- * passes sum((len + 1) / 2)) and list_offsets[i]..list_offsets[i + 1] the parts of piece i.
- * Returns the number of parts, or -1 when cap was too small.
- */
-int64_t rmq_split_on(const uint8_t *buf, const int64_t *start, const int64_t *len, int64_t n,
-                     uint8_t sep, int64_t cap, int64_t *pstart, int64_t *plen,
-                     int32_t *list_offsets)
+static inline uint64_t rd64(const uint8_t *p)
 {
-    int64_t out = 0;
-    list_offsets[0] = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *s = buf + start[i];
-        int64_t p = 0, l = len[i];
-        while (p < l) {
-            const uint8_t *hit = memchr(s + p, sep, (size_t)(l - p));
-            int64_t e = hit ? (int64_t)(hit - s) : l;
-            if (e > p) {
-                if (out >= cap)
-                    return -1;
-                pstart[out] = start[i] + p;
-                plen[out] = e - p;
-                out++;
-            }
-            p = e + 1;
-        }
-        list_offsets[i + 1] = (int32_t)out;
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return BE64(v);
+}
+
+/* The unsigned big-endian integer of width bytes (1 to 8) at p. */
+static inline uint64_t load_be(const uint8_t *p, int32_t width)
+{
+    uint64_t v = 0;
+    for (int32_t k = 0; k < width; k++)
+        v = (v << 8) | p[k];
+    return v;
+}
+
+static inline int put(rmq_strings *s, int64_t row, const uint8_t *src, int64_t len)
+{
+    if (s->len + len > s->cap)
+        return 0;
+    memcpy(s->data + s->len, src, (size_t)len);
+    s->len += len;
+    s->offsets[row + 1] = (int32_t)s->len;
+    return 1;
+}
+
+/* "a.b.c.d:port" of an IPv4 host (4 address bytes, then a big-endian int32 port), as
+ * message.host_to_str writes it; returns its length (at most 27). */
+static int host_text(const uint8_t *h, uint8_t *o)
+{
+    int n = 0;
+    for (int k = 0; k < 4; k++) {
+        unsigned v = h[k];
+        if (k)
+            o[n++] = '.';
+        if (v >= 100)
+            o[n++] = (uint8_t)('0' + v / 100);
+        if (v >= 10)
+            o[n++] = (uint8_t)('0' + v / 10 % 10);
+        o[n++] = (uint8_t)('0' + v % 10);
     }
-    return out;
+    o[n++] = ':';
+    int64_t port = (int32_t)rd32(h + 4);
+    uint8_t digits[12];
+    int d = 0;
+    uint64_t u = port < 0 ? (uint64_t)(-port) : (uint64_t)port;
+    do {
+        digits[d++] = (uint8_t)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (port < 0)
+        o[n++] = '-';
+    while (d)
+        o[n++] = digits[--d];
+    return n;
+}
+
+/* A host column: the text of the last host seen is kept, since a batch usually has one. */
+typedef struct {
+    uint8_t raw[8];
+    uint8_t text[32];
+    int len;
+} host_memo;
+
+static inline int put_host(rmq_strings *s, int64_t row, const uint8_t *h, host_memo *m)
+{
+    if (m->len == 0 || memcmp(m->raw, h, 8) != 0) {
+        memcpy(m->raw, h, 8);
+        m->len = host_text(h, m->text);
+    }
+    return put(s, row, m->text, m->len);
+}
+
+/* Whether any byte of p[0..n) has its high bit set (not ASCII). */
+static inline int any_high(const uint8_t *p, int64_t n)
+{
+    uint64_t acc = 0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        acc |= w;
+    }
+    uint8_t tail = 0;
+    for (; i < n; i++)
+        tail |= p[i];
+    return ((acc & 0x8080808080808080ULL) != 0) | (tail >> 7);
+}
+
+/* The pairs of one properties area (MessageDecoder.string2messageProperties): pairs are
+ * separated by pair_sep (\x02), a pair is kept when its first name_sep (\x01) lies strictly
+ * inside it (a name and a value of at least one byte each), and a name seen again keeps its
+ * first position and takes the later value (a HashMap's put). Names are compared only when
+ * the map itself is wanted; TAGS and KEYS take their last value either way. Returns 0 when
+ * the area goes record by record instead: not strict UTF-8 (the per-record decoder replaces
+ * bad bytes) or more than max_pairs pairs. */
+typedef struct {
+    int32_t n, tag, keys;
+    int32_t name_at[256], name_len[256], value_at[256], value_len[256];
+} props_found;
+
+static int props_scan(const rmq_decode_args *a, const uint8_t *area, int64_t alen, int names,
+                      props_found *f)
+{
+    f->n = 0;
+    f->tag = f->keys = -1;
+    if (any_high(area, alen) && !utf8_ok(area, alen))
+        return 0;
+    int64_t p = 0;
+    while (p < alen) {
+        const uint8_t *hit = memchr(area + p, a->pair_sep, (size_t)(alen - p));
+        const int64_t e = hit ? hit - area : alen;
+        const uint8_t *sep = memchr(area + p, a->name_sep, (size_t)(e - p));
+        if (sep) {
+            const int64_t s = sep - area, nl = s - p, vl = e - s - 1;
+            if (nl > 0 && vl > 0) {
+                int32_t j = f->n;
+                if (names) {
+                    for (j = 0; j < f->n; j++)
+                        if (f->name_len[j] == nl && memcmp(area + f->name_at[j], area + p,
+                                                           (size_t)nl) == 0)
+                            break;
+                }
+                if (j == f->n) {
+                    if (f->n >= a->max_pairs)
+                        return 0;
+                    f->name_at[j] = (int32_t)p;
+                    f->name_len[j] = (int32_t)nl;
+                    f->n++;
+                }
+                f->value_at[j] = (int32_t)(s + 1);
+                f->value_len[j] = (int32_t)vl;
+                if (nl == a->tag_len && memcmp(area + p, a->tag_name, (size_t)nl) == 0)
+                    f->tag = j;
+                else if (nl == a->keys_len && memcmp(area + p, a->keys_name, (size_t)nl) == 0)
+                    f->keys = j;
+            }
+        }
+        p = e + 1;
+    }
+    return 1;
+}
+
+static const char hex_upper[] = "0123456789ABCDEF";
+
+/*
+ * Decode the common records (V1 magic, IPv4 hosts, plain body, no inner batch, properties in
+ * strict UTF-8 with at most max_pairs pairs) among n records into Arrow column buffers, in
+ * one pass over each record. Every record is first checked against its unit (MAGICCODE V1
+ * or V2, TOTALSIZE, PHYSICALOFFSET, QUEUEID): the first that fails stops the call (bad,
+ * bad_code, bad_value; returns 1). A record that is not common, or whose lengths do not add
+ * up to its TOTALSIZE, or whose topic is not the expected one (or not UTF-8), gets fast = 0
+ * and no row: the caller decodes it record by record (which names what is wrong with it). A
+ * common record whose BODYCRC is not the CRC-32 of its body (RMQ_CHECK_CRC; an empty body is
+ * not checked, as MessageDecoder.decode) stops the call as damage. Returns 2 if an output
+ * buffer was too small (the caller sized them from the records' sizes: never), else 0.
+ */
+int32_t rmq_decode(rmq_decode_args *a)
+{
+    const uint8_t *buf = a->buf;
+    const int want = a->want;
+    const int want_props = want & (RMQ_WANT_TAGS | RMQ_WANT_KEYS | RMQ_WANT_PROPS);
+#ifdef RMQ_CLMUL
+    const int clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+    host_memo born = {{0}, {0}, 0}, store = {{0}, {0}, 0};
+    props_found f;
+    int64_t k = 0, items = 0, pairs = 0;
+    f.n = 0;
+    f.tag = f.keys = -1;
+    a->bad = -1;
+    a->body.len = a->topics.len = a->tags.len = a->key_items.len = 0;
+    a->prop_names.len = a->prop_values.len = a->born_host.len = a->store_host.len = 0;
+    a->body.offsets[0] = a->topics.offsets[0] = a->tags.offsets[0] = 0;
+    a->key_items.offsets[0] = a->prop_names.offsets[0] = a->prop_values.offsets[0] = 0;
+    a->born_host.offsets[0] = a->store_host.offsets[0] = 0;
+    a->key_lists[0] = a->prop_maps[0] = 0;
+    for (int64_t i = 0; i < a->n; i++) {
+        const uint8_t *r = buf + a->pos[i];
+        if (i + PREFETCH_AHEAD < a->n) { /* records are scattered: ask for the next early */
+            __builtin_prefetch(buf + a->pos[i + PREFETCH_AHEAD]);
+            __builtin_prefetch(buf + a->pos[i + PREFETCH_AHEAD] + 64);
+        }
+        a->fast[i] = 0;
+        const uint32_t magic = rd32(r + a->at_magic);
+        const int64_t total = (int32_t)rd32(r + a->at_total);
+        const int64_t phys = (int64_t)rd64(r + a->at_phys);
+        int32_t code = 0;
+        int64_t value = 0;
+        if (magic != a->magic_v1 && magic != a->magic_v2)
+            code = RMQ_BAD_MAGIC, value = magic;
+        else if (total != a->size[i])
+            code = RMQ_BAD_TOTAL, value = total;
+        else if (phys != a->phys[i])
+            code = RMQ_BAD_PHYS, value = phys;
+        else if (a->queue_id >= 0 && (int32_t)rd32(r + a->at_queue) != a->queue_id)
+            code = RMQ_BAD_QUEUE, value = (int32_t)rd32(r + a->at_queue);
+        if (code) {
+            a->bad = i, a->bad_code = code, a->bad_value = value;
+            a->rows = k;
+            return 1;
+        }
+        if (magic != a->magic_v1 || (rd32(r + a->at_sysflag) & a->rare_flags))
+            continue;
+        /* the variable part: body, topic length and topic, properties length and properties,
+         * ending exactly at the record's end */
+        const int64_t blen = (int32_t)rd32(r + a->at_body_len);
+        const int64_t end = a->size[i];
+        const int64_t t = a->fixed + blen;
+        if (blen < 0 || t + a->tl_size + a->pl_size > end)
+            continue;
+        const int64_t tl = (int64_t)load_be(r + t, a->tl_size);
+        const int64_t pp = t + a->tl_size + tl;
+        if (tl > a->max_topic || pp + a->pl_size > end)
+            continue;
+        const int64_t pl = (int64_t)load_be(r + pp, a->pl_size);
+        if (pl > a->max_props || pp + a->pl_size + pl != end)
+            continue;
+        const uint8_t *topic = r + t + a->tl_size;
+        if (a->topic_len >= 0) {
+            if (tl != a->topic_len || memcmp(topic, a->topic, (size_t)tl) != 0)
+                continue;
+        } else if ((want & RMQ_WANT_TOPIC) && any_high(topic, tl) && !utf8_ok(topic, tl)) {
+            continue;
+        }
+        const uint8_t *area = r + pp + a->pl_size;
+        if (want_props && !props_scan(a, area, pl, want & RMQ_WANT_PROPS, &f))
+            continue;
+        const uint8_t *body = r + a->fixed;
+        if ((want & RMQ_CHECK_CRC) && blen > 0) {
+            uint32_t crc = 0;
+            size_t l = (size_t)blen;
+            const uint8_t *p = body;
+#ifdef RMQ_CLMUL
+            if (clmul && l >= 64) {
+                size_t chunk = l & ~(size_t)15;
+                crc = crc32_clmul(p, chunk, 0);
+                p += chunk;
+                l -= chunk;
+            }
+#endif
+            if (l)
+                crc = (uint32_t)crc32_z(crc, p, (z_size_t)l);
+            const uint32_t stored = rd32(r + a->at_crc);
+            if ((crc & a->crc_mask) != stored) {
+                a->bad = i, a->bad_code = RMQ_BAD_CRC, a->bad_value = (int64_t)(crc & a->crc_mask);
+                a->rows = k;
+                return 1;
+            }
+        }
+        /* a common record: its row */
+        a->fast[i] = 1;
+        for (int32_t c = 0; c < a->nfix; c++) {
+            const uint8_t *p = r + a->fix_at[c];
+            if (a->fix_width[c] == 8)
+                ((int64_t *)a->fix_dst[c])[k] = (int64_t)rd64(p);
+            else
+                ((int32_t *)a->fix_dst[c])[k] = (int32_t)rd32(p);
+        }
+        int ok = 1;
+        if (want & RMQ_WANT_BODY)
+            ok &= put(&a->body, k, body, blen);
+        if ((want & RMQ_WANT_TOPIC) && a->topic_len < 0)
+            ok &= put(&a->topics, k, topic, tl);
+        if (want & RMQ_WANT_MSGID) { /* MessageDecoder.createMessageId: store host, offset */
+            uint8_t *o = a->msg_id + 32 * k;
+            const uint8_t *h = r + a->at_store_host;
+            for (int b = 0; b < 8; b++) {
+                o[2 * b] = (uint8_t)hex_upper[h[b] >> 4];
+                o[2 * b + 1] = (uint8_t)hex_upper[h[b] & 15];
+            }
+            const uint8_t *q = r + a->at_phys;
+            for (int b = 0; b < 8; b++) {
+                o[16 + 2 * b] = (uint8_t)hex_upper[q[b] >> 4];
+                o[16 + 2 * b + 1] = (uint8_t)hex_upper[q[b] & 15];
+            }
+        }
+        if (want & RMQ_WANT_BORN_HOST)
+            ok &= put_host(&a->born_host, k, r + a->at_born_host, &born);
+        if (want & RMQ_WANT_STORE_HOST)
+            ok &= put_host(&a->store_host, k, r + a->at_store_host, &store);
+        if (want & RMQ_WANT_TAGS) {
+            if (f.tag >= 0) {
+                ok &= put(&a->tags, k, area + f.value_at[f.tag], f.value_len[f.tag]);
+                a->tags_valid[k >> 3] |= (uint8_t)(1u << (k & 7));
+            } else {
+                a->tags.offsets[k + 1] = (int32_t)a->tags.len;
+                a->tags_valid[k >> 3] &= (uint8_t)~(1u << (k & 7));
+            }
+        }
+        if (want & RMQ_WANT_KEYS) { /* KEYS split on KEY_SEPARATOR, empty parts dropped */
+            if (f.keys >= 0) {
+                const uint8_t *v = area + f.value_at[f.keys];
+                const int64_t vl = f.value_len[f.keys];
+                int64_t p = 0;
+                while (p < vl) {
+                    const uint8_t *hit = memchr(v + p, a->key_sep, (size_t)(vl - p));
+                    const int64_t e = hit ? hit - v : vl;
+                    if (e > p)
+                        ok &= put(&a->key_items, items++, v + p, e - p);
+                    p = e + 1;
+                }
+            }
+            a->key_lists[k + 1] = (int32_t)items;
+        }
+        if (want & RMQ_WANT_PROPS) {
+            for (int32_t j = 0; j < f.n; j++, pairs++) {
+                ok &= put(&a->prop_names, pairs, area + f.name_at[j], f.name_len[j]);
+                ok &= put(&a->prop_values, pairs, area + f.value_at[j], f.value_len[j]);
+            }
+            a->prop_maps[k + 1] = (int32_t)pairs;
+        }
+        k++;
+        if (!ok) {
+            a->rows = k;
+            return 2;
+        }
+    }
+    a->rows = k;
+    return 0;
 }
 
 /* ---- JSON lines (a messages.jsonl line: engine/read/jsonline.py's build_line) ------------- */

@@ -42,7 +42,6 @@ Formats (docs/format.md): ``engine.format.message`` (records, ``MessageDecoder``
 
 from __future__ import annotations
 
-import base64
 import itertools
 import mmap
 import os
@@ -88,12 +87,22 @@ from ..format.message import (
     check_body_crc,
     decode_record,
     decompress_body,
-    host_to_str,
     read_store_timestamp,
 )
 from ..service.storetree import open_beneath
 from . import kernel
 from .jsonline import message_fields
+from .kernel import (
+    CHECK_CRC,
+    WANT_BODY,
+    WANT_BORN_HOST,
+    WANT_KEYS,
+    WANT_MSGID,
+    WANT_PROPS,
+    WANT_STORE_HOST,
+    WANT_TAGS,
+    WANT_TOPIC,
+)
 from .schema import arrow_schema
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
@@ -150,27 +159,62 @@ _HEAD = RECORD_HEAD  # TOTALSIZE | MAGICCODE
 _PROPS_SEP = PROPERTY_SEPARATOR
 _TS_NEED = max(_FIXED, STORE_TIMESTAMP_END_MAX)  # bytes store_timestamp wants at a record
 _NAME_SEP = NAME_VALUE_SEPARATOR
-#: What the kernel gathers of each record: (name, offset, numpy type) of every fixed field.
-_HEADER_FIELDS = [
-    (name, RECORD_DTYPE.fields[name][1], RECORD_DTYPE[name]) for name in RECORD_DTYPE.fields
-]
-_PROPERTY_COLUMNS = {"properties", "tags", "keys"}
-#: Kernel.v1_tail's view of a V1 record's variable part (engine.format.message)
-_V1_LAYOUT = (
-    _FIXED,
-    TOPIC_LENGTH_SIZE_V1,
-    PROPERTIES_LENGTH_SIZE,
-    MAX_TOPIC_LENGTH_V1,
-    MAX_PROPERTIES_LENGTH,
-)
-#: Kernel.split_properties' separators and the two names it finds (string2messageProperties)
-_PROPERTY_NAMES = (
-    _PROPS_SEP.encode(),
-    _NAME_SEP.encode(),
-    PROPERTY_TAGS.encode(),
-    PROPERTY_KEYS.encode(),
-)
-_KEY_SEP = KEY_SEPARATOR.encode()
+#: Kernel.decode's view of a V1/IPv4 record and of the properties (engine.format.message)
+_LAYOUT = {
+    "at_total": FIXED_V4_POSITIONS["totalSize"],
+    "at_magic": FIXED_V4_POSITIONS["magicCode"],
+    "at_crc": FIXED_V4_POSITIONS["bodyCRC"],
+    "at_queue": FIXED_V4_POSITIONS["queueId"],
+    "at_phys": FIXED_V4_POSITIONS["physicalOffset"],
+    "at_sysflag": FIXED_V4_POSITIONS["sysFlag"],
+    "at_born_host": FIXED_V4_POSITIONS["bornHostAddress"],
+    "at_store_host": FIXED_V4_POSITIONS["storeHostAddress"],
+    "at_body_len": FIXED_V4_POSITIONS["bodyLength"],
+    "fixed": _FIXED,
+    "tl_size": TOPIC_LENGTH_SIZE_V1,
+    "pl_size": PROPERTIES_LENGTH_SIZE,
+    "max_topic": MAX_TOPIC_LENGTH_V1,
+    "max_props": MAX_PROPERTIES_LENGTH,
+    "magic_v1": MAGIC_V1,
+    "magic_v2": MAGIC_V2,
+    "rare_flags": _RARE_FLAGS,
+    "crc_mask": BODY_CRC_MASK,
+    "pair_sep": ord(_PROPS_SEP),
+    "name_sep": ord(_NAME_SEP),
+    "key_sep": ord(KEY_SEPARATOR),
+    "tag_name": PROPERTY_TAGS.encode(),
+    "keys_name": PROPERTY_KEYS.encode(),
+}
+#: numeric columns: the record field each one is (engine.format.message.FIXED_V4_FIELDS)
+_NUMERIC = {
+    "queueId": "queueId",
+    "queue": "queueId",
+    "queueOffset": "queueOffset",
+    "commitLogOffset": "physicalOffset",
+    "storeSize": "totalSize",
+    "bornTimestamp": "bornTimestamp",
+    "storeTimestamp": "storeTimestamp",
+    "sysFlag": "sysFlag",
+    "flag": "flag",
+    "bodyCRC": "bodyCRC",
+    "reconsumeTimes": "reconsumeTimes",
+    "preparedTransactionOffset": "preparedTransactionOffset",
+}
+#: bytes of each field in a record (4 or 8: int32 / int64 columns)
+_WIDTH = {name: np.dtype(_NP_TYPES[fmt]).itemsize for name, fmt in FIXED_V4_FIELDS}
+assert all(_WIDTH[f] in (4, 8) for f in _NUMERIC.values())
+#: Kernel.decode's flags of the other columns
+_WANT = {
+    "body": WANT_BODY,
+    "topic": WANT_TOPIC,
+    "tags": WANT_TAGS,
+    "keys": WANT_KEYS,
+    "properties": WANT_PROPS,
+    "msgId": WANT_MSGID,
+    "bornHost": WANT_BORN_HOST,
+    "storeHost": WANT_STORE_HOST,
+}
+_MAX_DECODE_BYTES = np.iinfo(np.int32).max  # of records in one Kernel.decode call
 # message.offset_msg_id of an IPv4 store host: hex of address, port and CommitLog offset
 _MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 
@@ -875,8 +919,7 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     n = len(offs)
     buf = np.frombuffer(m, dtype=np.uint8)
     pos = offs - seg_start
-    end = pos + sizes
-    bad = (sizes < _MIN_RECORD) | (end > len(buf)) | (pos < 0)
+    bad = (sizes < _MIN_RECORD) | (pos + sizes > len(buf)) | (pos < 0)
     if bad.any():
         raise CorruptRecordError(
             "the unit's size runs past the CommitLog file or is smaller than a record",
@@ -885,80 +928,40 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     k = kernel.load()
     if k is None:  # no compiled core: every record through the per-record decoder
         return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
-    hdr = k.gather_fields(buf, pos, _HEADER_FIELDS)
-    magic = hdr["magicCode"]
-    bad = (magic != MAGIC_V1) & (magic != MAGIC_V2)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise CorruptRecordError(f"bad magic code 0x{int(magic[i]):08X}", int(offs[i]))
-    bad = hdr["totalSize"] != sizes
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise CorruptRecordError(
-            f"TOTALSIZE {int(hdr['totalSize'][i])} != the unit's size {int(sizes[i])}", int(offs[i])
-        )
-    bad = hdr["physicalOffset"] != offs
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise CorruptRecordError(
-            f"PHYSICALOFFSET {int(hdr['physicalOffset'][i])} != the unit's CommitLog offset",
-            int(offs[i]),
-        )
-    if queue_id is not None:
-        bad = hdr["queueId"] != queue_id
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise CorruptRecordError(
-                f"the record belongs to queue {int(hdr['queueId'][i])}, not {queue_id}",
-                int(offs[i]),
+    if n > 1 and int(sizes.sum()) > _MAX_DECODE_BYTES:  # Arrow's int32 offsets: in halves
+        h = n // 2
+        halves = []
+        for s in (slice(0, h), slice(h, n)):
+            q = None if qoffs is None else qoffs[s]
+            halves.append(
+                _decode_segment(
+                    commitlog, m, seg_start, offs[s], sizes[s], q, topic, queue_id, names
+                )
             )
-    # Which records the columnar path decodes: V1, IPv4 hosts, plain body, lengths adding up.
-    blen = hdr["bodyLength"].astype(np.int64)
-    fast = (magic == MAGIC_V1) & ((hdr["sysFlag"] & _RARE_FLAGS) == 0)
-    tstart, tlen, pp, plen = k.v1_tail(
-        buf, pos, end, blen, fast, _V1_LAYOUT, None if topic is None else topic.encode("utf-8")
-    )
-    if topic is None and "topic" in names and fast.any():
-        fi = np.flatnonzero(fast)
-        if k.utf8_bad(buf, tstart[fi], tlen[fi]) >= 0:  # a topic name that is not UTF-8
-            fast[:] = False
-    props = None
-    if fast.any() and _PROPERTY_COLUMNS & set(names):
-        fi = np.flatnonzero(fast)
-        props = k.split_properties(buf, pp[fi], plen[fi], *_PROPERTY_NAMES)
-        if props["slow"].any():  # not UTF-8, or very many pairs: those go record by record
-            fast[fi[props["slow"]]] = False
-            fi = np.flatnonzero(fast)
-            props = k.split_properties(buf, pp[fi], plen[fi], *_PROPERTY_NAMES)
-    if commitlog.check_crc and fast.any():
-        fi = np.flatnonzero(fast)
-        got = k.crc32(buf, pos[fi] + _FIXED, blen[fi]).astype(np.int64) & BODY_CRC_MASK
-        # an empty body is not checked, as MessageDecoder.decode checks only bodyLen > 0
-        bad = (got != hdr["bodyCRC"][fi].astype(np.int64)) & (blen[fi] > 0)
-        if bad.any():
-            raise CorruptRecordError("body CRC mismatch", _first_bad(offs[fi], bad))
-    if not fast.any():
+        return _concat(halves)
+    want = CHECK_CRC if commitlog.check_crc else 0
+    for name in names:
+        want |= _WANT.get(name, 0)
+    if topic is not None:
+        want &= ~WANT_TOPIC  # every row has the queue's topic: no need to read it
+    fields = {_NUMERIC[x] for x in names if x in _NUMERIC}
+    if qoffs is not None:
+        fields.discard("queueOffset")  # the unit's queue offset is the column
+    fixed = [(f, FIXED_V4_POSITIONS[f], _WIDTH[f]) for f in sorted(fields)]
+    d = k.decode(
+        buf, pos, sizes, offs, _LAYOUT, fixed, want, queue_id,
+        None if topic is None else topic.encode("utf-8"),
+    )  # fmt: skip
+    if d.bad >= 0:
+        raise CorruptRecordError(_bad_message(d, int(sizes[d.bad]), queue_id), int(offs[d.bad]))
+    fast = d.fast
+    if not d.rows:
         return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
-    every = bool(fast.all())
-    fi = np.flatnonzero(fast)
-
-    def sel(a):
-        return a if every else a[fi]
-
-    a = _fast_batch(
-        k,
-        buf,
-        {name: sel(col) for name, col in hdr.items()},
-        sel(pos),
-        sel(blen),
-        None if qoffs is None else sel(qoffs),
-        topic,
-        (sel(tstart), sel(tlen)),
-        props,
-        names,
-    )
+    every = d.rows == n
+    a = _fast_batch(d, None if qoffs is None else (qoffs if every else qoffs[fast]), topic, names)
     if every:
         return a
+    fi = np.flatnonzero(fast)
     si = np.flatnonzero(~fast)
     b = _slow_batch(
         commitlog, offs[si], sizes[si], None if qoffs is None else qoffs[si], topic, queue_id, names
@@ -968,151 +971,84 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     return _concat([a, b]).take(pa.array(order))
 
 
-_host_cache: dict = {}
+def _bad_message(d, size: int, queue_id) -> str:
+    """The CorruptRecordError text of what ``Kernel.decode`` found at ``d.bad``."""
+    v = d.bad_value
+    return {
+        kernel.BAD_MAGIC: lambda: f"bad magic code 0x{v & 0xFFFFFFFF:08X}",
+        kernel.BAD_TOTAL: lambda: f"TOTALSIZE {v} != the unit's size {size}",
+        kernel.BAD_PHYS: lambda: f"PHYSICALOFFSET {v} != the unit's CommitLog offset",
+        kernel.BAD_QUEUE: lambda: f"the record belongs to queue {v}, not {queue_id}",
+        kernel.BAD_CRC: lambda: "body CRC mismatch",
+    }[d.bad_code]()
 
 
-def _host(h) -> str:
-    s = _host_cache.get(h)
-    if s is None:
-        if len(_host_cache) > 65536:
-            _host_cache.clear()
-        s = _host_cache[h] = host_to_str(h)
-    return s
-
-
-def _hosts(addr: np.ndarray, port: np.ndarray):
-    """``ip:port`` strings of IPv4 hosts (uint32 address, int32 port) as an Arrow array."""
+def _fast_batch(d, qoffs, topic, names):
+    """The Arrow batch of the records ``Kernel.decode`` decoded (``d``: a ``kernel.Decoded``):
+    its buffers become the columns without a copy. ``qoffs``: their queue offsets (None: the
+    records' QUEUEOFFSET field); ``topic``: the queue's topic (None: each record's own)."""
     import pyarrow as pa
 
-    packed = (addr.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint32).astype(np.uint64)
-    if len(packed) and (packed == packed[0]).all():  # the usual case: one host
-        uniq, inverse = packed[:1], np.zeros(len(packed), dtype=np.int32)
-    else:
-        uniq, inverse = np.unique(packed, return_inverse=True)
-    names = [
-        _host((int(u >> 32).to_bytes(4, "big"), int(u & 0xFFFFFFFF) - (int(u & 0x80000000) << 1)))
-        for u in uniq.tolist()
-    ]
-    return pa.array(names, pa.string()).take(pa.array(inverse.reshape(-1).astype(np.int32)))
-
-
-def _strings(k, buf, starts, lengths, valid=None, binary=False):
-    """An Arrow string (``binary``: binary) array of ``buf[starts[i]:starts[i] + lengths[i]]``,
-    gathered by the kernel; ``valid`` (bool array) marks the non-null rows (their
-    ``lengths`` must be 0 where False)."""
-    import pyarrow as pa
-
-    offsets, data = k.gather(buf, starts, lengths)
-    n = len(offsets) - 1
-    mask = None
-    nulls = 0
-    if valid is not None:
-        nulls = int(n - np.count_nonzero(valid))
-        if nulls:
-            mask = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(
-        pa.binary() if binary else pa.string(),
-        n,
-        [mask, pa.py_buffer(offsets), pa.py_buffer(data)],
-        null_count=nulls,
-    )
-
-
-def _fast_batch(k, buf, hdr, pos, blen, qoffs, topic, tloc, props, names):
-    """Column-wise build of the rows of common records (already checked by the caller).
-
-    ``hdr``: the records' fixed fields (native arrays by name); ``tloc``: positions and
-    lengths of their topic names in ``buf``; ``props``: ``Kernel.split_properties`` of their
-    properties areas (None when no property column is asked for)."""
-    import pyarrow as pa
-
-    n = len(pos)
+    n = d.rows
     schema = arrow_schema()
+    buf = pa.py_buffer
 
-    def col(name, dtype):
-        return pa.array(hdr[name].astype(dtype, copy=False))
+    def strings(name, kind=None, length=n):
+        offsets, data = d.strings[name]
+        return pa.Array.from_buffers(kind or pa.string(), length, [None, buf(offsets), buf(data)])
 
-    def msg_id():
-        # message.offset_msg_id column-wise: hex of store ip, port and the CommitLog offset
-        raw = np.empty((n, 4), dtype=">u4")
-        raw[:, 0] = hdr["storeHostAddress"]
-        raw[:, 1] = hdr["storeHostPort"].astype(np.uint32)
-        phys = hdr["physicalOffset"].astype(np.uint64)
-        raw[:, 2] = (phys >> np.uint64(32)).astype(np.uint32)
-        raw[:, 3] = (phys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        hexed = base64.b16encode(raw.tobytes())  # uppercase hex, as bytes, in C
-        return pa.StringArray.from_buffers(
-            n,
-            pa.py_buffer(np.arange(0, _MSG_ID_V4_HEX * n + 1, _MSG_ID_V4_HEX, dtype=np.int32)),
-            pa.py_buffer(hexed),
-        )
+    def number(name):
+        field = _NUMERIC[name]
+        values = qoffs if field == "queueOffset" and qoffs is not None else d.fixed[field]
+        return pa.Array.from_buffers(schema.field(name).type, n, [None, buf(values)])
 
-    def body():
-        return _strings(k, buf, pos + _FIXED, blen, binary=True)
-
-    def queue_ids():
-        return col("queueId", np.int32)
+    def msg_id():  # MessageDecoder.createMessageId: 32 hex digits a row, from the kernel
+        offsets = np.arange(0, _MSG_ID_V4_HEX * n + 1, _MSG_ID_V4_HEX, dtype=np.int32)
+        return pa.Array.from_buffers(pa.string(), n, [None, buf(offsets), buf(d.msg_id)])
 
     def topic_col():
         if topic is None:
-            return _strings(k, buf, *tloc)
+            return strings("topic")
         raw = topic.encode("utf-8")
-        return pa.StringArray.from_buffers(
-            n,
-            pa.py_buffer(np.arange(0, len(raw) * n + 1, max(len(raw), 1), dtype=np.int32)[: n + 1]
-                         if raw else np.zeros(n + 1, dtype=np.int32)),
-            pa.py_buffer(raw * n),
-        )  # fmt: skip
+        offsets = np.arange(0, len(raw) * n + 1, max(len(raw), 1), dtype=np.int32)[: n + 1]
+        return pa.Array.from_buffers(
+            pa.string(), n, [None, buf(offsets if raw else np.zeros(n + 1, np.int32)), buf(raw * n)]
+        )
 
-    def value_of(pair):  # a property's value per record (null where the record lacks it)
-        valid = pair >= 0
-        idx = np.where(valid, pair, 0)
-        if not len(props["vstart"]):
-            return np.zeros(n, np.int64), np.zeros(n, np.int64), valid
-        return (
-            np.where(valid, props["vstart"][idx], 0),
-            np.where(valid, props["vlen"][idx], 0),
-            valid,
+    def tags():
+        offsets, data = d.strings["tags"]
+        valid = d.tags_valid
+        present = int(np.unpackbits(valid, count=n, bitorder="little").sum())
+        mask = None if present == n else buf(valid)
+        return pa.Array.from_buffers(
+            pa.string(), n, [mask, buf(offsets), buf(data)], null_count=n - present
+        )
+
+    def keys():
+        items = strings("key_items", length=len(d.strings["key_items"][0]) - 1)
+        return pa.Array.from_buffers(
+            schema.field("keys").type, n, [None, buf(d.key_lists)], children=[items]
         )
 
     def properties():
-        keys = _strings(k, buf, props["kstart"], props["klen"])
-        values = _strings(k, buf, props["vstart"], props["vlen"])
-        return pa.MapArray.from_arrays(pa.array(props["offsets"]), keys, values)
-
-    def tags():
-        return _strings(k, buf, *value_of(props["tag"]))
-
-    def keys():
-        starts, lengths, _ = value_of(props["keys"])
-        pstart, plen, offsets = k.split_on(buf, starts, lengths, _KEY_SEP)
-        return pa.ListArray.from_arrays(pa.array(offsets), _strings(k, buf, pstart, plen))
+        pairs = len(d.strings["prop_names"][0]) - 1
+        return pa.MapArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(d.prop_maps)]),
+            strings("prop_names", length=pairs),
+            strings("prop_values", length=pairs),
+        )
 
     make = {
-        "queueId": queue_ids,
-        "queueOffset": (lambda: pa.array(qoffs.astype(np.int64, copy=False)))
-        if qoffs is not None
-        else (lambda: col("queueOffset", np.int64)),
-        "commitLogOffset": lambda: col("physicalOffset", np.int64),
-        "storeSize": lambda: col("totalSize", np.int32),
         "msgId": msg_id,
-        "bornTimestamp": lambda: col("bornTimestamp", np.int64),
-        "bornHost": lambda: _hosts(hdr["bornHostAddress"], hdr["bornHostPort"]),
-        "storeTimestamp": lambda: col("storeTimestamp", np.int64),
-        "storeHost": lambda: _hosts(hdr["storeHostAddress"], hdr["storeHostPort"]),
-        "sysFlag": lambda: col("sysFlag", np.int32),
-        "flag": lambda: col("flag", np.int32),
-        "bodyCRC": lambda: col("bodyCRC", np.int32),
-        "reconsumeTimes": lambda: col("reconsumeTimes", np.int32),
-        "preparedTransactionOffset": lambda: col("preparedTransactionOffset", np.int64),
-        "body": body,
+        "body": lambda: strings("body", pa.binary()),
         "topic": topic_col,
-        "queue": queue_ids,
-        "properties": properties,
         "tags": tags,
         "keys": keys,
+        "properties": properties,
+        "bornHost": lambda: strings("bornHost"),
+        "storeHost": lambda: strings("storeHost"),
     }
-    arrays = [make[name]() for name in names]
+    arrays = [number(x) if x in _NUMERIC else make[x]() for x in names]
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([schema.field(x) for x in names]))
 
 

@@ -154,34 +154,6 @@ def test_mixed_runs_keep_their_order(tmp_path, monkeypatch):
     assert any(r["sysFlag"] & COMPRESSED_FLAG for r in got)
 
 
-def test_repeated_property_names_decode_like_a_dict():
-    from engine.format.message import decode_properties
-    from engine.read import kernel
-
-    k = kernel.load()
-    assert k is not None
-    props = b"A\x01one\x02TAGS\x01t1\x02A\x01two\x02\x02x\x01\x02TAGS\x01t2\x02"
-    buf = np.frombuffer(props + b"B\x01b\x02", np.uint8)
-    got = k.split_properties(
-        buf, np.array([0, len(props)]), np.array([len(props), 4]), *columnar._PROPERTY_NAMES
-    )
-    want = [{"A": "two", "TAGS": "t2"}, {"B": "b"}]
-    assert [decode_properties(props), decode_properties(b"B\x01b\x02")] == want
-
-    def text(start, length):
-        return bytes(buf[start : start + length]).decode()
-
-    pairs = [
-        (text(a, b), text(c, d))
-        for a, b, c, d in zip(got["kstart"], got["klen"], got["vstart"], got["vlen"])
-    ]
-    rows = [dict(pairs[got["offsets"][i] : got["offsets"][i + 1]]) for i in range(2)]
-    assert rows == want
-    assert [list(r) for r in rows] == [list(w) for w in want]  # first position kept
-    assert pairs[got["tag"][0]] == ("TAGS", "t2") and got["tag"][1] == -1
-    assert not got["slow"].any()
-
-
 def _damage(root, mutate):
     files = columnar.StoreFiles(str(root))
     units = files.queue("D", 0).units(0, 10)

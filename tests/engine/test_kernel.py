@@ -18,10 +18,16 @@ from hypothesis import strategies as st
 
 import refreader
 from engine.format.message import (
+    BODY_CRC_MASK,
     FIXED_V4,
     FIXED_V4_FIELDS,
+    FIXED_V4_POSITIONS,
     KEY_SEPARATOR,
+    MAGIC_V1,
+    MAGIC_V2,
     decode_properties,
+    host_to_str,
+    offset_msg_id,
 )
 from engine.read import columnar, kernel
 from engine.store import Message, MessageStore
@@ -91,85 +97,195 @@ def test_utf8_check_is_bytes_decode(k, pieces):
     assert k.utf8_bad(_buf(data + b"\0"), starts, lengths) == want
 
 
-def _split(k, areas):
-    data = b"".join(areas) + b"\0"
-    starts = np.cumsum([0] + [len(a) for a in areas[:-1]])
-    got = k.split_properties(_buf(data), starts, [len(a) for a in areas], *columnar._PROPERTY_NAMES)
+def _record(area: bytes, body: bytes = b"b", topic: bytes = b"T", fields=None) -> bytes:
+    """A V1 record with IPv4 hosts built by hand from ``FIXED_V4`` (not by the engine's
+    encoder): the fixed part (``fields`` overrides values by name), the body, the topic and
+    the properties area ``area`` as given, TOTALSIZE and BODYCRC consistent."""
+    values = {name: 0 for name, _ in FIXED_V4_FIELDS}
+    values.update(bornHostAddress=b"\x7f\0\0\1", storeHostAddress=b"\x0a\x01\x02\xff")
+    values.update(fields or {})
+    values.update(
+        totalSize=FIXED_V4.size + len(body) + 1 + len(topic) + 2 + len(area),
+        magicCode=MAGIC_V1,
+        bodyLength=len(body),
+    )
+    values.setdefault("bodyCRC", 0)
+    if not (fields and "bodyCRC" in fields):
+        values["bodyCRC"] = zlib.crc32(body) & BODY_CRC_MASK
+    head = FIXED_V4.pack(*(values[name] for name, _ in FIXED_V4_FIELDS))
+    return head + body + bytes([len(topic)]) + topic + len(area).to_bytes(2, "big") + area
 
-    def text(a, n):
-        return data[a : a + n].decode()
 
-    pairs = [
-        (text(a, b), text(c, d))
-        for a, b, c, d in zip(got["kstart"], got["klen"], got["vstart"], got["vlen"])
-    ]
-    rows = [pairs[got["offsets"][i] : got["offsets"][i + 1]] for i in range(len(areas))]
-    return got, pairs, rows
+_ALL_WANT = (
+    kernel.WANT_BODY | kernel.WANT_TOPIC | kernel.WANT_TAGS | kernel.WANT_KEYS
+    | kernel.WANT_PROPS | kernel.WANT_MSGID | kernel.WANT_BORN_HOST | kernel.WANT_STORE_HOST
+    | kernel.CHECK_CRC
+)  # fmt: skip
+_NUMERIC_FIELDS = sorted(set(columnar._NUMERIC.values()))
+
+
+def _decode(k, records, want=_ALL_WANT, queue_id=None, topic=None, pad=b""):
+    """Kernel.decode of hand-built records laid end to end (physical offset = position)."""
+    data = pad + b"".join(records)
+    sizes = np.array([len(r) for r in records], dtype=np.int64)
+    pos = len(pad) + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    fixed = [(f, FIXED_V4_POSITIONS[f], columnar._WIDTH[f]) for f in _NUMERIC_FIELDS]
+    # every PHYSICALOFFSET is 0 in these records: the units say 0 too
+    return k.decode(_buf(data), pos, sizes, np.zeros(len(records), np.int64), columnar._LAYOUT,
+                    fixed, want, queue_id, topic)  # fmt: skip
+
+
+def _strings(d, name, count=None):
+    offsets, data = d.strings[name]
+    count = len(offsets) - 1 if count is None else count
+    return [bytes(data[offsets[i] : offsets[i + 1]]).decode() for i in range(count)]
+
+
+def _decoded_rows(d):
+    """The decoded rows' tags, keys and properties as Python values."""
+    names, values = _strings(d, "prop_names"), _strings(d, "prop_values")
+    items = _strings(d, "key_items")
+    valid = np.unpackbits(d.tags_valid, count=d.rows, bitorder="little")
+    tags = _strings(d, "tags", d.rows)
+    out = []
+    for i in range(d.rows):  # (outputs not asked for have one offset)
+        lo, hi = d.prop_maps[i : i + 2] if len(d.prop_maps) > 1 else (0, 0)
+        ka, kb = d.key_lists[i : i + 2] if len(d.key_lists) > 1 else (0, 0)
+        out.append(
+            {
+                "tags": tags[i] if valid[i] else None,
+                "keys": items[ka:kb],
+                "properties": list(zip(names[lo:hi], values[lo:hi])),
+            }
+        )
+    return out
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_UTF8ISH, min_size=1, max_size=6))
 def test_properties_split_is_string2messageProperties(k, areas):
-    got, pairs, rows = _split(k, areas)
+    d = _decode(k, [_record(a) for a in areas])
+    rows = iter(_decoded_rows(d))
+    assert d.bad == -1
     for i, area in enumerate(areas):
         if not _valid(area):  # the per-record decoder replaces bad bytes: not the kernel's
-            assert got["slow"][i] and rows[i] == []
+            assert not d.fast[i]
             continue
-        assert not got["slow"][i]
+        assert d.fast[i]
         want = decode_properties(area)
-        assert rows[i] == list(want.items())  # names in first-seen order, last values
-        tag = got["tag"][i]
-        assert (pairs[tag][1] if tag >= 0 else None) == want.get("TAGS")
-        keys = got["keys"][i]
-        assert (pairs[keys][1] if keys >= 0 else None) == want.get("KEYS")
+        row = next(rows)
+        assert row["properties"] == list(want.items())  # names in first-seen order, last values
+        assert row["tags"] == want.get("TAGS")
+        keys = want.get("KEYS")
+        assert row["keys"] == ([t for t in keys.split(KEY_SEPARATOR) if t] if keys else [])
 
 
 def test_properties_with_more_pairs_than_the_fast_bound_go_record_by_record(k):
     many = b"\x02".join(b"n%d\x01v" % i for i in range(kernel.MAX_FAST_PAIRS + 1))
     enough = b"\x02".join(b"n%d\x01v" % i for i in range(kernel.MAX_FAST_PAIRS))
     same = b"\x02".join(b"n\x01v%d" % i for i in range(500))  # one name, 500 times
-    got, _, rows = _split(k, [many, enough, same])
-    assert got["slow"].tolist() == [True, False, False]
-    assert rows[0] == [] and len(rows[1]) == kernel.MAX_FAST_PAIRS
-    assert rows[2] == [("n", "v499")]
+    d = _decode(k, [_record(many), _record(enough), _record(same)])
+    assert d.fast.tolist() == [False, True, True]
+    rows = _decoded_rows(d)
+    assert len(rows[0]["properties"]) == kernel.MAX_FAST_PAIRS
+    assert rows[1]["properties"] == [("n", "v499")]
+    # without the map, names are not compared: 500 pairs are more than the bound
+    d = _decode(k, [_record(same)], want=kernel.WANT_TAGS)
+    assert d.fast.tolist() == [False]
+
+
+def test_repeated_property_names_decode_like_a_dict(k):
+    props = b"A\x01one\x02TAGS\x01t1\x02A\x01two\x02\x02x\x01\x02TAGS\x01t2\x02"
+    want = [{"A": "two", "TAGS": "t2"}, {"B": "b"}]
+    assert [decode_properties(props), decode_properties(b"B\x01b\x02")] == want
+    for flags in (_ALL_WANT, kernel.WANT_TAGS):
+        d = _decode(k, [_record(props), _record(b"B\x01b\x02")], want=flags)
+        rows = _decoded_rows(d)
+        assert [r["tags"] for r in rows] == ["t2", None]
+        if flags & kernel.WANT_PROPS:  # first position kept, last value taken
+            assert [r["properties"] for r in rows] == [list(w.items()) for w in want]
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.text(alphabet=" ab\u00e9", max_size=12), min_size=1, max_size=8))
 def test_keys_split_is_str_split(k, values):
-    raw = [v.encode() for v in values]
-    data = b"".join(raw) + b"\0"
-    starts = np.cumsum([0] + [len(r) for r in raw[:-1]])
-    pstart, plen, offsets = k.split_on(_buf(data), starts, [len(r) for r in raw], b" ")
-    parts = [data[a : a + n].decode() for a, n in zip(pstart, plen)]
-    got = [parts[offsets[i] : offsets[i + 1]] for i in range(len(values))]
+    d = _decode(k, [_record(b"KEYS\x01" + v.encode()) for v in values])
+    got = [r["keys"] for r in _decoded_rows(d)]
+    # an empty value is no pair at all: no keys either way
     assert got == [[t for t in v.split(KEY_SEPARATOR) if t] for v in values]
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.binary(min_size=FIXED_V4.size, max_size=FIXED_V4.size), min_size=1))
-def test_fixed_fields_are_structs(k, heads):
-    data = b"".join(heads)
-    got = k.gather_fields(
-        _buf(data), np.arange(len(heads)) * FIXED_V4.size, columnar._HEADER_FIELDS
+_I32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+_I64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "queueId": _I32,
+                "flag": _I32,
+                "queueOffset": _I64,
+                "sysFlag": st.just(0),
+                "bornTimestamp": _I64,
+                "bornHostAddress": st.binary(min_size=4, max_size=4),
+                "bornHostPort": _I32,
+                "storeTimestamp": _I64,
+                "reconsumeTimes": _I32,
+                "storeHostAddress": st.binary(min_size=4, max_size=4),
+                "storeHostPort": _I32,
+                "preparedTransactionOffset": _I64,
+            }
+        ),
+        min_size=1,
+        max_size=5,
     )
-    for i, head in enumerate(heads):
-        values = FIXED_V4.unpack(head)
-        for (name, fmt), want in zip(FIXED_V4_FIELDS, values):
-            if fmt == "4s":
-                want = int.from_bytes(want, "big")
-            assert int(got[name][i]) == want, name
+)
+def test_fixed_fields_hosts_and_msg_ids_are_the_per_record_decoders(k, heads):
+    """Numeric fields as struct reads them, host texts as message.host_to_str and msgIds
+    as message.offset_msg_id, on any values (negative ports, high addresses)."""
+    d = _decode(k, [_record(b"", fields=h) for h in heads])
+    assert d.rows == len(heads)
+    for i, h in enumerate(heads):
+        for name in _NUMERIC_FIELDS:
+            if name in h:
+                assert int(d.fixed[name][i]) == h[name], name
+        born = (h["bornHostAddress"], h["bornHostPort"])
+        store = (h["storeHostAddress"], h["storeHostPort"])
+        assert _strings(d, "bornHost")[i] == host_to_str(born)
+        assert _strings(d, "storeHost")[i] == host_to_str(store)
+        assert bytes(d.msg_id[32 * i : 32 * i + 32]).decode() == offset_msg_id(store, 0)
+
+
+def test_damage_is_named_and_rare_records_are_left_alone(k):
+    good = _record(b"TAGS\x01t", body=b"x" * 100)
+    v2 = bytearray(good)
+    v2[4:8] = MAGIC_V2.to_bytes(4, "big")
+    bad_crc = _record(b"", body=b"y" * 100, fields={"bodyCRC": 5})
+    d = _decode(k, [good, bytes(v2), good, bad_crc, good])
+    assert (d.bad, d.bad_code, d.rows) == (3, kernel.BAD_CRC, 2)
+    assert d.fast[:3].tolist() == [True, False, True]
+    d = _decode(k, [good, bad_crc], want=kernel.WANT_TAGS)  # CRC not asked for
+    assert d.bad == -1 and d.rows == 2
+    wrong_queue = _record(b"", fields={"queueId": 3})
+    d = _decode(k, [good, wrong_queue], queue_id=0)
+    assert (d.bad, d.bad_code, d.bad_value) == (1, kernel.BAD_QUEUE, 3)
+    # another topic than the queue's, or a topic name that is not UTF-8: record by record
+    d = _decode(k, [good, _record(b"", topic=b"U"), _record(b"", topic=b"\xff")], topic=b"T")
+    assert d.fast.tolist() == [True, False, False]
+    d = _decode(k, [good, _record(b"", topic=b"\xff")])
+    assert d.fast.tolist() == [True, False] and _strings(d, "topic") == ["T"]
 
 
 def test_positions_outside_the_buffer_are_refused(k):
     buf = _buf(b"0123456789")
     for starts, lengths in (([8], [3]), ([-1], [2]), ([0], [-1])):
         with pytest.raises(ValueError):
-            k.gather(buf, starts, lengths)
-        with pytest.raises(ValueError):
             k.crc32(buf, starts, lengths)
     with pytest.raises(ValueError):
-        k.gather_fields(buf, [0], columnar._HEADER_FIELDS)
+        fixed = [("queueId", 12, 4)]
+        k.decode(buf, [0], [100], [0], columnar._LAYOUT, fixed, _ALL_WANT)
 
 
 def test_library_name_follows_the_source_and_builds_anywhere(tmp_path, monkeypatch):
