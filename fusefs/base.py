@@ -304,6 +304,17 @@ class Node:
         """lookup: the child ``name``, or None (ENOENT). ENOTDIR for a file."""
         raise FsError(errno.ENOTDIR)
 
+    #: :meth:`child` needs no disk I/O and takes no lock a writer holds for long (it reads
+    #: the store's in-memory state only): the FUSE layer may then look a child up on the trio
+    #: loop when the child's :meth:`stat_nowait` also answers, instead of in a worker thread.
+    child_in_memory = False
+
+    def list_nowait(self) -> list[str] | None:
+        """:meth:`list` when it needs no disk I/O and starts no render, else None (then
+        :meth:`list` runs in a worker thread). Only asked of a :attr:`child_in_memory`
+        directory, on the trio loop."""
+        return None
+
     def mkdir(self, name: str) -> Node:
         """mkdir ``name`` here and return the new child. ``ops`` has already refused users
         other than the owner (EACCES/EPERM, :meth:`Context.check_write`). Default: ENOTDIR
@@ -328,6 +339,12 @@ class Node:
         """:meth:`open` for the user ``uid`` (the FUSE layer calls this); a file whose
         content depends on who reads it (``refused.jsonl``) overrides it."""
         return self.open(flags)
+
+    def open_nowait(self, flags: int, uid: int | None) -> Handle | None:
+        """:meth:`open_as` when it needs no rendering and no slow disk I/O, else None: called
+        on the trio loop (it must not block; an FsError it raises is the answer), and on None
+        :meth:`open_as` runs in a worker thread."""
+        return None
 
     def truncate(self, size: int) -> None:
         """setattr(size): ``open(O_TRUNC)`` and truncate(2) of a writable file (the writable
@@ -410,6 +427,10 @@ class Handle:
     def release(self) -> None:
         """The last descriptor closed: free what the handle holds (its errors are only
         logged; the kernel does not report them)."""
+
+    #: :meth:`release` never blocks (it closes a descriptor of a regular file at most) and
+    #: :meth:`flush` does nothing: the FUSE layer runs both on the trio loop.
+    cheap_close = False
 
 
 class BytesHandle(Handle):

@@ -4,13 +4,20 @@ Inodes are stable across mounts: a 63-bit hash of the path, so ``rsync``, ``tar`
 ``restic`` see unchanged files as unchanged.
 
 Threads: every node method that may touch the disk or render runs in a worker thread
-(``trio.to_thread``), never on the trio loop, so one slow reader never stalls the mount. The two
-hot requests have a fast path that stays on the loop when it cannot block: ``read`` tries
-``preadv(RWF_NOWAIT)`` (data already in the page cache) and ``getattr`` of a decoded view uses
-the cached size when the view is caught up.
+(``trio.to_thread``), never on the trio loop, so one slow reader never stalls the mount. The hot
+requests have a fast path that stays on the loop when it cannot block (a thread hop costs
+0.1-0.5 ms on a busy machine, and Spark's listing of ``view/`` makes hundreds of requests a
+query): ``read`` tries ``preadv(RWF_NOWAIT)`` (data already in the page cache), ``getattr`` of
+a decoded view uses the cached size when the view is caught up, ``lookup`` and ``readdir`` of
+directories whose children live in memory (``Dir.child_in_memory``: ``view/``) answer from
+the store's state, ``open`` of a rendered part opens its file (``Node.open_nowait``), and
+``flush``/``release`` of a handle with nothing to commit (``Handle.cheap_close``) do nothing
+more than close its descriptor.
 
 Kernel caching: files that grow are reported with a zero attribute timeout so ``tail -f`` and
-``ls -l`` see new sizes at once (a size change also drops the file's cached pages); files that
+``ls -l`` see new sizes at once (a size change also drops the file's cached pages), except a
+``view/`` part that is still growing, cached for a second and checked at each open (its
+attributes and pages are dropped before the open is answered when it grew since); files that
 never change again (sealed segments, full ``view/`` parts) are cached for an hour. Generated
 files whose bytes change without a size change (``offset``, ``status.json``, ...) are read with
 ``direct_io``; after a commit or a mkdir the affected inodes are invalidated explicitly
@@ -336,6 +343,18 @@ class RmqOperations(pyfuse3.Operations):
             self._remember(child, parent_inode)
             return attr
 
+        if parent.child_in_memory:  # on the loop when nothing can block (view/: Spark's
+            try:  # listings and its lookups of .crc files that are not there)
+                child = parent.child(name)
+                st = None if child is None else child.stat_nowait()
+            except Exception:  # noqa: BLE001 - the worker thread reports it
+                child, st = parent, None
+            if child is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            if st is not None:
+                attr = self._entry(child, path_inode(child.path), st)
+                self._remember(child, parent_inode)
+                return attr
         return await _run(find, pid=_pid(ctx))
 
     def forget(self, inode_list):
@@ -449,8 +468,11 @@ class RmqOperations(pyfuse3.Operations):
         # continues after entries were added (a new topic, segment or queue) neither repeats
         # nor skips any (passthroughfs.py does the same).
         def entries():
+            return listed(node.list())
+
+        def listed(names):
             out = []
-            for name in node.list():
+            for name in names:
                 try:
                     child = node.child(name)
                 except Exception as exc:  # noqa: BLE001 - one bad entry never fails a listing
@@ -477,11 +499,37 @@ class RmqOperations(pyfuse3.Operations):
             out.sort(key=lambda e: e[0])
             return out
 
-        items = await _run(entries, pid=pid)
+        items = self._entries_nowait(node, start_id) if node.child_in_memory else None
+        if items is None:
+            items = await _run(entries, pid=pid)
         for ino, name, child, attr in items:
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
                 break
             self._remember(child, inode)
+
+    def _entries_nowait(self, node, start_id: int) -> list | None:
+        """readdir's entries of a :attr:`Dir.child_in_memory` directory, on the loop: None
+        unless its names and every child's attributes are known without waiting."""
+        try:
+            names = node.list_nowait()
+            if names is None:
+                return None
+            out = []
+            for name in names:
+                child = node.child(name)
+                if child is None:
+                    continue
+                ino = path_inode(child.path)
+                if ino <= start_id:
+                    continue
+                st = child.stat_nowait()
+                if st is None:
+                    return None
+                out.append((ino, name, child, self._entry(child, ino, st)))
+        except Exception:  # noqa: BLE001 - the worker thread lists it and reports errors
+            return None
+        out.sort(key=lambda e: e[0])
+        return out
 
     async def releasedir(self, fh):
         entry = self.dir_handles.pop(fh, None)
@@ -613,13 +661,17 @@ class RmqOperations(pyfuse3.Operations):
         uid = _uid(ctx)
         self._take(uid, node.path, ctx)
         try:
-            handle = await _run(
-                node.open_as,
-                flags,
-                uid,
-                pid=_pid(ctx),
-                on_error=self._refusal("open", node.path, _pid(ctx), uid) if writing else None,
-            )
+            handle = None if writing else self._open_nowait(node, flags, uid)
+            if handle is None:
+                handle = await _run(
+                    node.open_as,
+                    flags,
+                    uid,
+                    pid=_pid(ctx),
+                    on_error=self._refusal("open", node.path, _pid(ctx), uid) if writing else None,
+                )
+            if getattr(handle, "stale_attrs", False):  # the kernel's size predates this file
+                await trio.to_thread.run_sync(self._invalidate, inode, True, limiter=_threads())
         except BaseException:
             self.budget.give(uid)
             raise
@@ -633,6 +685,16 @@ class RmqOperations(pyfuse3.Operations):
         return pyfuse3.FileInfo(
             fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache, nonseekable=False
         )
+
+    @staticmethod
+    def _open_nowait(node, flags: int, uid):
+        """``node.open_nowait`` on the loop: its handle, or None (then a worker thread opens)."""
+        try:
+            return node.open_nowait(flags, uid)
+        except FsError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
+        except Exception:  # noqa: BLE001 - the worker thread opens and reports it
+            return None
 
     def _handle_refusal(self, op: str, h):
         node = self.nodes.get(getattr(h, "inode", 0))
@@ -666,6 +728,8 @@ class RmqOperations(pyfuse3.Operations):
 
     async def flush(self, fh):
         h = self._handle(fh)
+        if h.cheap_close:  # nothing to commit
+            return
         try:
             await _run(h.flush, on_error=self._handle_refusal("close", h))
         finally:
@@ -686,4 +750,10 @@ class RmqOperations(pyfuse3.Operations):
         h = self.handles.pop(fh, None)
         if h is not None:
             self.budget.give(getattr(h, "uid", None))
+            if h.cheap_close:
+                try:
+                    h.release()
+                except Exception:
+                    log.exception("release of %s", type(h).__name__)
+                return
             await _run(h.release)

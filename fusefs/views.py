@@ -748,6 +748,19 @@ class PartCache:
                 if left:
                     self.wanted[key] = left
 
+    def open_nowait(self, key) -> int | None:
+        """An fd of the part when it is rendered and on disk, else None (the caller then uses
+        :meth:`open`, in a worker thread). Never waits for the lock: the trio loop calls it."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            if key not in self.files:
+                return None
+            self.files[key] = self.files.pop(key)  # most recently used
+            return os.open(self._path(key), os.O_RDONLY)
+        finally:
+            self.lock.release()
+
     def info(self, key) -> tuple[int, int, int]:
         """``(size, mtime ms, rows)`` of a part, rendering it when it was never rendered."""
         m = self.meta.get(key)

@@ -101,6 +101,14 @@ def view_ddl_file(ctx, path: str) -> StaticFile:
 
 
 class ViewRootDir(Dir):
+    child_in_memory = True  # the store's topics, queues and offsets
+
+    def stat_nowait(self):
+        return self.stat()  # two stats of config files the store itself keeps writing
+
+    def list_nowait(self):
+        return self.list()
+
     def list(self):
         s = self.ctx.store
         return [
@@ -125,17 +133,43 @@ class ViewRootDir(Dir):
 
 
 class ViewTopicDir(Dir):
+    child_in_memory = True  # the store's topics, queues and offsets
+
     def __init__(self, ctx, path, topic):
         super().__init__(ctx, path)
         self.topic = topic
 
-    def list(self):
+    stat_nowait = ViewRootDir.stat_nowait
+
+    def _queues(self) -> tuple[list[int], list[tuple]]:
+        """The queues with messages, and the keys of their parts, first parts first."""
         s = self.ctx.store
-        return [
-            f"queue={q}"
+        queues = [
+            q
             for q in s.queue_ids(self.topic)
             if s.max_offset(self.topic, q) > s.min_offset(self.topic, q)
         ]
+        firsts = [ViewQueueDir(self.ctx, "", self.topic, q).part_firsts() for q in queues]
+        keys = [
+            part_key(self.ctx, self.topic, q, f[i])
+            for i in range(max(map(len, firsts), default=0))
+            for q, f in zip(queues, firsts)
+            if i < len(f)
+        ]
+        return queues, keys
+
+    def list(self):
+        queues, keys = self._queues()
+        # A reader of the topic (Spark) lists each queue directory next and stats its parts,
+        # one directory after another: queue the renders of every queue's parts now, first
+        # parts first, so that the worker pool renders them in parallel from the start.
+        self.ctx.views.parts.prefetch(keys)
+        return [f"queue={q}" for q in queues]
+
+    def list_nowait(self):
+        queues, keys = self._queues()
+        known = self.ctx.views.parts.known
+        return [f"queue={q}" for q in queues] if all(known(k) for k in keys) else None
 
     def child(self, name):
         q = parse_decimal(name[6:]) if name.startswith("queue=") else None
@@ -145,18 +179,30 @@ class ViewTopicDir(Dir):
 
 
 class ViewQueueDir(Dir):
+    child_in_memory = True  # the store's topics, queues and offsets
+
     def __init__(self, ctx, path, topic, queue_id):
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
-    def _parts(self):
+    def part_firsts(self) -> list[int]:
+        """The first queue offset of each part of this queue, as the store stands."""
         s = self.ctx.store
         lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
         p = self.ctx.part_messages
         return [k * p for k in range(lo // p, (hi - 1) // p + 1)] if hi > lo else []
 
+    stat_nowait = ViewRootDir.stat_nowait
+
+    def list_nowait(self):
+        firsts = self.part_firsts()
+        known = self.ctx.views.parts.known
+        if not all(known(part_key(self.ctx, self.topic, self.queue_id, f)) for f in firsts):
+            return None
+        return [f"part-{first:020d}.parquet" for first in firsts]
+
     def list(self):
-        firsts = self._parts()
+        firsts = self.part_firsts()
         # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
         # size needs its render: queue them all now, so the worker pool renders in parallel.
         self.ctx.views.parts.prefetch(
@@ -166,7 +212,7 @@ class ViewQueueDir(Dir):
 
     def child(self, name):
         m = re.fullmatch(r"part-([0-9]{20})\.parquet", name)
-        if not m or int(m.group(1)) not in self._parts():
+        if not m or int(m.group(1)) not in self.part_firsts():
             return None
         return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id, int(m.group(1)))
 
@@ -188,9 +234,16 @@ class ViewPartFile(Node):
     size and mtime after an eviction or a remount), the last part grows as messages arrive.
     """
 
+    #: Seconds the kernel may keep the attributes of a part that is still growing (the
+    #: queue's last): Spark stats each file some thirty times a query, and with a zero timeout
+    #: each stat was a round trip to the daemon. An open checks that the size the kernel
+    #: holds is still the part's (:meth:`open`), so no read sees a part cut short.
+    LIVE_PART_TIMEOUT = 1.0
+
     def __init__(self, ctx, path, topic, queue_id, first):
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.first = topic, queue_id, first
+        self.reported = None  # the key whose size the kernel was last told
 
     def _key(self):
         return part_key(self.ctx, self.topic, self.queue_id, self.first)
@@ -198,7 +251,14 @@ class ViewPartFile(Node):
     def _stat(self, key, info) -> Stat:
         size, mtime_ms, _ = info
         full = key[3] >= self.first + self.ctx.part_messages
-        return Stat(RO_FILE, size, ms_to_ns(mtime_ms) or self.ctx.mount_time_ns, live=not full)
+        self.reported = key
+        return Stat(
+            RO_FILE,
+            size,
+            ms_to_ns(mtime_ms) or self.ctx.mount_time_ns,
+            live=not full,
+            attr_timeout=None if full else self.LIVE_PART_TIMEOUT,
+        )
 
     def stat(self):
         key = self._key()
@@ -211,14 +271,32 @@ class ViewPartFile(Node):
 
     def open(self, flags):
         check_read_only_open(flags)
-        return PartHandle(self.ctx.views.parts.open(self._key()))
+        key = self._key()
+        return self._handle(key, self.ctx.views.parts.open(key))
+
+    def open_nowait(self, flags, uid):
+        check_read_only_open(flags)
+        key = self._key()
+        fd = self.ctx.views.parts.open_nowait(key)
+        return None if fd is None else self._handle(key, fd)
+
+    def _handle(self, key, fd: int) -> PartHandle:
+        h = PartHandle(fd)
+        if self.reported is not None and self.reported != key:
+            # the part grew since the kernel cached its size (and maybe pages): drop both
+            h.keep_cache = False
+            h.stale_attrs = True
+        return h
 
 
 class PartHandle(Handle):
     """An open part: reads its rendered file through an fd of its own (an eviction unlinks
-    the file, the fd stays readable)."""
+    the file, the fd stays readable). ``stale_attrs``: the kernel's attributes of the part
+    predate this render (the FUSE layer invalidates them before answering the open)."""
 
     keep_cache = True
+    cheap_close = True  # release closes the fd; nothing to flush
+    stale_attrs = False
 
     def __init__(self, fd: int):
         self.fd = fd

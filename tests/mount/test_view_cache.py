@@ -234,3 +234,39 @@ def test_json_views_render_in_the_worker_processes_in_order(tmp_path):
             views.close()
     finally:
         store.close()
+
+
+@fuse
+def test_a_growing_part_read_right_after_a_stat_is_whole(tmp_path, mount_store):
+    """The queue's last part may keep its attributes in the kernel for a second
+    (``ViewPartFile.LIVE_PART_TIMEOUT``: Spark stats each file some thirty times a query): a
+    part that grew since its size was cached is still read whole, as a valid Parquet file of
+    every message, when it is opened within that second, and a stat after that open shows the
+    new size."""
+    import pyarrow.parquet as pq
+
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "G")
+    produce = m.mnt / "topics" / "G" / "produce"
+    part = m.mnt / "view" / "topic=G" / "queue=0" / f"part-{0:020d}.parquet"
+    sizes = []
+    for round_ in range(3):
+        with open(produce, "a") as f:  # 4 queues round-robin: 50 lines to queue 0
+            f.write("".join(f"line {round_} {i} {'x' * (i % 50)}\n" for i in range(200)))
+        old = os.stat(part).st_size  # cached by the kernel now
+        with open(part, "rb") as f:
+            data = f.read()
+        assert len(data) >= old
+        assert data[-4:] == b"PAR1"  # a whole file, footer included
+        table = pq.read_table(pa_buffer(data))
+        assert table.num_rows == 50 * (round_ + 1)
+        assert table.column("queueOffset").to_pylist() == list(range(50 * (round_ + 1)))
+        assert os.stat(part).st_size == len(data)
+        sizes.append(len(data))
+    assert sizes == sorted(set(sizes))  # it grew each time
+
+
+def pa_buffer(data: bytes):
+    import pyarrow as pa
+
+    return pa.BufferReader(data)
