@@ -189,6 +189,46 @@ def _worker_segments(commitlog_dir: str):
     return segs
 
 
+#: Seconds a worker process stays idle before it unmaps the CommitLog pages it read.
+WORKER_IDLE_TRIM_S = 1.0
+_idle = {"last": 0.0, "trimmed": True, "thread": None}
+
+
+def _task_done(release_memory: bool) -> None:
+    """After each task of a worker process. ``release_memory``: give back what Arrow's
+    allocator keeps for reuse (mimalloc: only from the thread that allocated, so here; about
+    2 ms, paid after a Parquet part, not after each small JSON chunk, whose memory the next
+    one reuses). And note the time: a thread of the worker, started here once, unmaps the
+    CommitLog pages it read after :data:`WORKER_IDLE_TRIM_S` without a task
+    (``Segments.release_pages``; they would otherwise add up to the whole CommitLog in every
+    worker). Not after every task: the queues' records share pages, and the next part would
+    map them again."""
+    import threading
+    import time
+
+    if release_memory:
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    _idle["last"] = time.monotonic()
+    _idle["trimmed"] = False
+    if _idle["thread"] is None:
+        _idle["thread"] = threading.Thread(target=_trim_when_idle, name="rmqfs-trim", daemon=True)
+        _idle["thread"].start()
+
+
+def _trim_when_idle() -> None:
+    import time
+
+    while True:
+        time.sleep(WORKER_IDLE_TRIM_S / 2)
+        if _idle["trimmed"] or time.monotonic() - _idle["last"] < WORKER_IDLE_TRIM_S:
+            continue
+        _idle["trimmed"] = True
+        for segs in list(_segments.values()):
+            segs.release_pages()
+
+
 def chunk_room(kind: str, units) -> int:
     """Bytes to reserve in a view's cache file for the lines of ``units`` (a chunk of
     :func:`render_view_chunk`): what such lines usually take (a ``messages.jsonl`` line is
@@ -241,8 +281,12 @@ def render_view_chunk(
     else:
         batch = decode_topic_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
     data, ends, newest = _lines(batch, kind)
+    del batch
     if region is None or len(data) > region[2]:
-        return len(data), bytes(data), ends, newest
+        out = len(data), bytes(data), ends, newest
+        del data
+        _task_done(release_memory=False)
+        return out
     path, at, _room = region
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)  # the daemon's file, in its cache dir
     try:
@@ -253,7 +297,10 @@ def render_view_chunk(
             at += n
     finally:
         os.close(fd)
-    return len(data), None, ends, newest
+    length = len(data)
+    del data, view
+    _task_done(release_memory=False)
+    return length, None, ends, newest
 
 
 def render_part(
@@ -327,6 +374,9 @@ def render_part(
         except FileNotFoundError:
             pass
         raise
+    finally:
+        group = []
+        _task_done(release_memory=True)
     return size, newest, rows
 
 

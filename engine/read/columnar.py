@@ -234,16 +234,26 @@ class Segments:
     against.
     """
 
-    def __init__(self, directory: str, drop_pages: bool = False, check_crc: bool = True):
+    def __init__(self, directory: str, check_crc: bool = True):
         self.directory = directory
         self.check_crc = check_crc
         self.lock = threading.Lock()
         self.maps: dict[int, mmap.mmap] = {}
         self.views: dict[int, mmap.mmap] = {}  # file_view's mappings (closed by close())
-        #: after decoding, unmap the pages read (MADV_DONTNEED: they stay in the page cache
-        #: but leave this process's RSS), for a long-lived process such as the mount daemon
-        self.drop_pages = drop_pages
         self.refresh()
+
+    def release_pages(self) -> None:
+        """Unmap the pages read so far from every mapped file (``MADV_DONTNEED``): they stay
+        in the page cache, but leave this process's RSS (which otherwise grows to every file
+        read, in every process that reads it). A later read maps them again (a minor fault a
+        page). Safe while another thread decodes: a read-only file mapping loses nothing."""
+        with self.lock:
+            maps = list(itertools.chain(self.maps.values(), self.views.values()))
+        for m in maps:
+            try:
+                m.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):  # closed meanwhile
+                pass
 
     def refresh(self) -> None:
         """Re-list the files (new segments, segments deleted by retention)."""
@@ -878,24 +888,7 @@ def _decode(
                 names,
             )
         )
-        if commitlog.drop_pages:
-            _drop_pages(
-                loc[0],
-                int(offs[a:b].min()) - (int(offs[a]) - loc[1]),
-                int((offs[a:b] + sizes[a:b]).max()) - (int(offs[a]) - loc[1]),
-            )
     return _concat(batches)
-
-
-def _drop_pages(m, start: int, end: int) -> None:
-    page = mmap.PAGESIZE
-    start -= start % page
-    end = min(len(m), end + (-end) % page)
-    if end > start:
-        try:
-            m.madvise(mmap.MADV_DONTNEED, start, end - start)
-        except (OSError, ValueError, AttributeError):
-            pass
 
 
 def _empty(names):

@@ -270,3 +270,45 @@ def pa_buffer(data: bytes):
     import pyarrow as pa
 
     return pa.BufferReader(data)
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _status_kb(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+@fuse
+def test_render_workers_give_the_commitlog_pages_back_when_idle(tmp_path, mount_store):
+    """A worker maps the CommitLog to decode it; once idle (``render.WORKER_IDLE_TRIM_S``)
+    it unmaps what it read, so the workers' RSS does not stay at the CommitLog's size each."""
+    store = tmp_path / "store"
+    with MessageStore(str(store)) as s:
+        s.create_topic("M", 4)
+        for q in range(4):
+            s.put_messages(
+                [Message("M", os.urandom(1000), queue_id=q, tags="t") for _ in range(10_000)]
+            )
+    m = mount_store(store)
+    for q in range(4):  # every part, in the workers
+        for name in os.listdir(m.mnt / "view" / "topic=M" / f"queue={q}"):
+            with open(m.mnt / "view" / "topic=M" / f"queue={q}" / name, "rb") as f:
+                f.read()
+    workers = [p for p in _children(m.pid) if _status_kb(p, "VmHWM") > 40_000]
+    assert workers, "the parts render in worker processes"
+    peak = max(_status_kb(p, "RssFile") for p in workers)
+    assert peak > 30_000  # each mapped a good part of the 40 MB of CommitLog
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        now = [_status_kb(p, "RssFile") for p in workers]
+        if max(now) < peak - 25_000:
+            break
+        time.sleep(0.5)
+    assert max(now) < peak - 25_000, (peak, now)
