@@ -431,6 +431,9 @@ class Handle:
     #: :meth:`release` never blocks (it closes a descriptor of a regular file at most) and
     #: :meth:`flush` does nothing: the FUSE layer runs both on the trio loop.
     cheap_close = False
+    #: the kernel's attributes of the file predate what this open reads (the file grew since
+    #: the kernel cached its size): the FUSE layer drops them before answering the open
+    stale_attrs = False
 
 
 class BytesHandle(Handle):

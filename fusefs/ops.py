@@ -569,9 +569,16 @@ class RmqOperations(pyfuse3.Operations):
         if parent.path == "/topics":
             gone += (f"/view/{topic_dir_name(name)}",)
         with self._lock:
-            for ino, node in list(self.nodes.items()):
-                if any(node.path == g or node.path.startswith(g + "/") for g in gone):
-                    self.nodes.pop(ino, None)
+            dropped = [
+                ino
+                for ino, node in self.nodes.items()
+                if any(node.path == g or node.path.startswith(g + "/") for g in gone)
+            ]
+        for ino in dropped:  # cached attributes (views keep theirs briefly) ask again: ENOENT
+            self._invalidate(ino)
+        with self._lock:
+            for ino in dropped:
+                self.nodes.pop(ino, None)
         self._invalidate(parent_inode)
 
     async def unlink(self, parent_inode, name, ctx):
@@ -670,7 +677,7 @@ class RmqOperations(pyfuse3.Operations):
                     pid=_pid(ctx),
                     on_error=self._refusal("open", node.path, _pid(ctx), uid) if writing else None,
                 )
-            if getattr(handle, "stale_attrs", False):  # the kernel's size predates this file
+            if handle.stale_attrs:  # the kernel's size predates what this open reads
                 await trio.to_thread.run_sync(self._invalidate, inode, True, limiter=_threads())
         except BaseException:
             self.budget.give(uid)
@@ -723,8 +730,7 @@ class RmqOperations(pyfuse3.Operations):
         try:
             return await _run(h.write, buf, on_error=self._handle_refusal("write", h))
         finally:
-            if h.invalidates:
-                await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
+            await self._after_write(h)
 
     async def flush(self, fh):
         h = self._handle(fh)
@@ -733,8 +739,13 @@ class RmqOperations(pyfuse3.Operations):
         try:
             await _run(h.flush, on_error=self._handle_refusal("close", h))
         finally:
-            if h.invalidates:
-                await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
+            await self._after_write(h)
+
+    async def _after_write(self, h) -> None:
+        """Before a write or flush is answered: drop what the kernel caches of the files it
+        changed (``Handle.invalidates``)."""
+        if h.invalidates:
+            await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
 
     def _invalidate_after(self, h) -> None:
         """After a commit through ``h``: its own inode, and siblings whose content moved."""

@@ -291,12 +291,10 @@ class ViewPartFile(Node):
 
 class PartHandle(Handle):
     """An open part: reads its rendered file through an fd of its own (an eviction unlinks
-    the file, the fd stays readable). ``stale_attrs``: the kernel's attributes of the part
-    predate this render (the FUSE layer invalidates them before answering the open)."""
+    the file, the fd stays readable)."""
 
     keep_cache = True
     cheap_close = True  # release closes the fd; nothing to flush
-    stale_attrs = False
 
     def __init__(self, fd: int):
         self.fd = fd
