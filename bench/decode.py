@@ -6,7 +6,7 @@ what is built on it (a ``view/`` Parquet part, ``messages.jsonl`` lines), and ho
 For each size N (default 1M, 5M and 20M messages; ``--quick``: 200k and 1M):
 
 1. a store of N messages, 1 topic (``BenchLog0``) x 8 queues, built as ``bench.spark`` builds
-   its stores (``bench.spark.build_store``: loghub lines as bodies, a tag per log level, a
+   its stores (``bench.stores.build_store``: loghub lines as bodies, a tag per log level, a
    unique key each, 256 MiB CommitLog segments) under ``bench-out/decode/store-<N>-1x8/`` and
    reused by later runs (a marker written last says it is complete). 20M messages are about
    6 GB of CommitLog and about 5 minutes to build (15 s per million messages); the bench
@@ -68,7 +68,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench-out"  # --out: decode.json there, the stores under its decode/
-TOPIC = "BenchLog0"  # bench.spark.build_store's first topic name
+TOPIC = "BenchLog0"  # bench.stores.build_store's first topic name
 QUEUES = 8
 BATCH = 16384
 #: decoded column sets: label -> columns (None: all of them)
@@ -100,7 +100,7 @@ def store_path(n: int, base: Path) -> Path:
 def ensure_store(n: int, base: Path) -> tuple[Path, float]:
     """The store of ``n`` messages under ``base`` (built unless a complete one is there):
     ``(path, seconds to build it, 0 if reused)``."""
-    from bench.spark import build_store
+    from bench.stores import build_store
 
     store = store_path(n, base)
     if not (store / ".bench-complete").exists():
@@ -362,7 +362,7 @@ def _child(root: Path, n: int, passes: int, out: Path) -> int:
 def run_size(n: int, passes: int, base: Path) -> dict:
     """Build (or reuse) the store of ``n`` messages under ``base`` and measure it in a fresh
     process."""
-    from bench.spark import commitlog_bytes
+    from bench.stores import commitlog_bytes
 
     store, build_s = ensure_store(n, base)
     with tempfile.NamedTemporaryFile(suffix=".json", dir=base, delete=False) as f:

@@ -547,6 +547,42 @@ def default_cache_size(cache_dir: str) -> int:
     return min(disk // 10, 8 << 30) if disk else 8 << 30
 
 
+#: Seconds without a render task after which the worker processes are stopped.
+POOL_IDLE_S = 10.0
+#: What every render worker imports, once, in the forkserver the workers fork from.
+WORKER_PRELOAD = (
+    "fusefs.render",
+    "engine.read.columnar",
+    "engine.read.jsonline",
+    "engine.read.kernel",
+    "pyarrow.parquet",
+    "pyarrow.compute",
+)
+
+
+def worker_context():
+    """The multiprocessing context render workers start in: ``forkserver``, whose server
+    imports :data:`WORKER_PRELOAD` once, so a worker starts in milliseconds instead of the
+    0.3-0.5 s of CPU a spawned interpreter spends importing numpy and pyarrow (a first read
+    of a view paid it twice on two cores). The FUSE daemon itself is never forked (threads,
+    the /dev/fuse descriptor): the server is a fresh interpreter, started by
+    :func:`start_worker_server` or the first pool."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(WORKER_PRELOAD))
+    return ctx
+
+
+def start_worker_server() -> None:
+    """Start the render workers' forkserver now (the daemon calls it in the background once
+    the mount is up), so that the first render does not wait for its imports."""
+    from multiprocessing import forkserver
+
+    worker_context()
+    forkserver.ensure_running()
+
+
 class PartCache:
     """Rendered ``view/`` parts: ``(topic, queueId, first, end)`` -> a Parquet file.
 
@@ -580,6 +616,9 @@ class PartCache:
         self.latest: dict = {}  # (topic, queueId, first) -> newest end rendered
         self.total = 0
         self._pool = None
+        self._tasks = 0  # submitted and not over
+        self._last_task = 0.0  # monotonic time of the last submit or end of a task
+        self._idle_watch: threading.Thread | None = None
         self._closed = False
         #: bytes of other renders sharing the bound (ViewCache sets it: the JSON views)
         self.other_bytes = lambda: 0
@@ -596,15 +635,43 @@ class PartCache:
         return os.path.join(self.dir, f"part-{h}.parquet")
 
     def _pool_(self):
+        """The worker pool (caller holds :attr:`lock`), started when none runs: workers fork
+        from the forkserver (:func:`worker_context`) in milliseconds, so a pool shut down
+        while idle (:meth:`_shut_when_idle`) costs the next render nothing noticeable."""
         if self._pool is None:
-            import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            # spawn: never fork the FUSE daemon (threads, the /dev/fuse fd)
-            self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("spawn")
-            )
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=worker_context())
+            if self._idle_watch is None:
+                self._idle_watch = threading.Thread(
+                    target=self._shut_when_idle, name="rmqfs-pool-idle", daemon=True
+                )
+                self._idle_watch.start()
         return self._pool
+
+    def _started(self, fut):
+        """Count a submitted task (caller holds :attr:`lock`) until it is over."""
+        self._tasks += 1
+        self._last_task = time.monotonic()
+        return fut
+
+    def _task_over(self, _fut) -> None:
+        with self.lock:
+            self._tasks -= 1
+            self._last_task = time.monotonic()
+
+    def _shut_when_idle(self) -> None:
+        """Stop the worker processes once no task has run for :data:`POOL_IDLE_S`: an idle
+        mount keeps no render worker (they trim their memory after a second idle already,
+        ``render.WORKER_IDLE_TRIM_S``; this gives back the rest)."""
+        while not self._closed:
+            time.sleep(min(POOL_IDLE_S, 5.0))
+            with self.lock:
+                idle = time.monotonic() - self._last_task >= POOL_IDLE_S
+                if self._pool is None or self._tasks or not idle:
+                    continue
+                pool, self._pool = self._pool, None
+            pool.shutdown(wait=True)
 
     def _units(self, topic: str, queue_id: int, first: int, end: int):
         """``(units, queue offsets)`` of the part ``[first, end)`` (``queue_units``); OSError
@@ -621,7 +688,9 @@ class PartCache:
         with self.lock:
             if self._closed:
                 raise OSError(errno.EIO, "the mount is closing")
-            return self._pool_().submit(fn, *args)
+            fut = self._started(self._pool_().submit(fn, *args))
+        fut.add_done_callback(self._task_over)
+        return fut
 
     def known(self, key):
         """``(size, mtime ms, rows)`` of a part rendered before (evicted or not), or None."""
@@ -648,12 +717,21 @@ class PartCache:
             est = int(real["size"].astype("int64").sum()) + 65536
             self.reserved[key] = est
             self._evict(keep=None)
-            fut = self._pool_().submit(
-                R.render_part, self.commitlog_dir, topic, queue_id, units, first, self._path(key)
+            fut = self._started(
+                self._pool_().submit(
+                    R.render_part,
+                    self.commitlog_dir,
+                    topic,
+                    queue_id,
+                    units,
+                    first,
+                    self._path(key),
+                )
             )
             self.pending[key] = fut
         # Outside the lock: a render that is already over runs the callback right here, and
         # _done takes the lock (under it, a fast render deadlocked the listing thread).
+        fut.add_done_callback(self._task_over)
         fut.add_done_callback(lambda f, k=key: self._done(k, f))
         return fut
 

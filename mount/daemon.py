@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 import pyfuse3
 import trio
@@ -25,7 +26,7 @@ import trio
 from engine.store import MessageStore, StoreConfig
 from fusefs.base import Context
 from fusefs.ops import RmqOperations
-from fusefs.views import ViewCache
+from fusefs.views import ViewCache, start_worker_server
 
 log = logging.getLogger("rmqfs")
 
@@ -334,6 +335,9 @@ class Daemon:
                 f"cannot mount {self.mountpoint}: {exc} (options: "
                 f"{','.join(sorted(self.options)) or 'none'})"
             ) from exc
+        # the render workers' forkserver imports numpy and pyarrow now, in the background,
+        # not when the first view is read
+        threading.Thread(target=_start_workers, name="rmqfs-workers", daemon=True).start()
         follower = self.store.follower
         if follower is not None:
             # a read-only mount of a store a live process writes: follow it
@@ -402,3 +406,10 @@ class Daemon:
                 self.views = None
             if self._own_cache and self.cache_dir:
                 shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+
+def _start_workers() -> None:
+    try:
+        start_worker_server()
+    except Exception:  # the first render starts it, or reports why it cannot
+        log.exception("starting the render workers' server")

@@ -123,9 +123,16 @@ def slow_renders(monkeypatch):
     monkeypatch.setenv("RMQFS_TEST_PYTHONPATH", str(REPO / "tests" / "slowrender"))
 
 
+@pytest.fixture
+def quick_idle_workers(monkeypatch):
+    """Daemons started by run_rmqfs from now on stop their idle render workers after 1 s
+    (tests/quickidle/sitecustomize.py; nothing of it is in production code)."""
+    monkeypatch.setenv("RMQFS_TEST_PYTHONPATH", str(REPO / "tests" / "quickidle"))
+
+
 def run_rmqfs(*args, check=True, timeout=120) -> subprocess.CompletedProcess:
     """Run the rmqfs command line; returns the completed process."""
-    # RMQFS_TEST_PYTHONPATH: directories a test adds (tests/slowrender: see slow_renders)
+    # RMQFS_TEST_PYTHONPATH: directories a test adds (tests/slowrender, tests/quickidle)
     extra = [p for p in os.environ.get("RMQFS_TEST_PYTHONPATH", "").split(os.pathsep) if p]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *extra]))
     res = subprocess.run(

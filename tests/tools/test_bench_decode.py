@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from bench import decode, spark
+from bench import decode, stores
 from engine.read import kernel
 
 pytestmark = [
-    pytest.mark.skipif(not list(spark.LOGHUB.glob("*_2k.log")), reason="no loghub logs"),
+    pytest.mark.skipif(not list(stores.LOGHUB.glob("*_2k.log")), reason="no loghub logs"),
     pytest.mark.skipif(kernel.load() is None, reason="no compiled decoder"),
 ]
 
