@@ -373,7 +373,7 @@ def run_size(n: int, passes: int, base: Path) -> dict:
              "--passes", str(passes), "--child-out", str(out)],
             check=True,
             cwd=REPO,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])),
         )  # fmt: skip
         res = json.loads(out.read_text())
     finally:

@@ -16,6 +16,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -309,7 +310,7 @@ class Node:
     #: loop when the child's :meth:`stat_nowait` also answers, instead of in a worker thread.
     child_in_memory = False
 
-    def list_nowait(self) -> list[str] | None:
+    def list_nowait(self) -> Sequence[str] | None:
         """:meth:`list` when it needs no disk I/O and starts no render, else None (then
         :meth:`list` runs in a worker thread). Only asked of a :attr:`child_in_memory`
         directory, on the trio loop."""

@@ -191,7 +191,14 @@ def _worker_segments(commitlog_dir: str):
 
 #: Seconds a worker process stays idle before it unmaps the CommitLog pages it read.
 WORKER_IDLE_TRIM_S = 1.0
-_idle = {"last": 0.0, "trimmed": True, "thread": None}
+
+
+class _Idle:
+    """When this worker process last finished a task, and whether it trimmed since."""
+
+    last = 0.0
+    trimmed = True
+    thread: object = None
 
 
 def _task_done(release_memory: bool) -> None:
@@ -210,11 +217,12 @@ def _task_done(release_memory: bool) -> None:
         import pyarrow as pa
 
         pa.default_memory_pool().release_unused()
-    _idle["last"] = time.monotonic()
-    _idle["trimmed"] = False
-    if _idle["thread"] is None:
-        _idle["thread"] = threading.Thread(target=_trim_when_idle, name="rmqfs-trim", daemon=True)
-        _idle["thread"].start()
+    _Idle.last = time.monotonic()
+    _Idle.trimmed = False
+    if _Idle.thread is None:
+        thread = threading.Thread(target=_trim_when_idle, name="rmqfs-trim", daemon=True)
+        thread.start()
+        _Idle.thread = thread
 
 
 def _trim_when_idle() -> None:
@@ -222,9 +230,9 @@ def _trim_when_idle() -> None:
 
     while True:
         time.sleep(WORKER_IDLE_TRIM_S / 2)
-        if _idle["trimmed"] or time.monotonic() - _idle["last"] < WORKER_IDLE_TRIM_S:
+        if _Idle.trimmed or time.monotonic() - _Idle.last < WORKER_IDLE_TRIM_S:
             continue
-        _idle["trimmed"] = True
+        _Idle.trimmed = True
         for segs in list(_segments.values()):
             segs.release_pages()
 

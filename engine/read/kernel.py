@@ -346,9 +346,9 @@ class Kernel:
         }  # fmt: skip
         items = int(key_lists[rows]) if want & WANT_KEYS else 0
         pairs = int(prop_maps[rows]) if want & WANT_PROPS else 0
-        strings_out["key_items"] = cut(*out["key_items"], items)
-        strings_out["prop_names"] = cut(*out["prop_names"], pairs)
-        strings_out["prop_values"] = cut(*out["prop_values"], pairs)
+        for name, count in (("key_items", items), ("prop_names", pairs), ("prop_values", pairs)):
+            offs, data = out[name]
+            strings_out[name] = cut(offs, data, count)
         return Decoded(
             fast=fast.view(bool),
             rows=rows,
