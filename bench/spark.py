@@ -63,7 +63,8 @@ OUT = REPO / "bench-out" / "spark"
 SHM = Path("/dev/shm")  # where the floor's rows are kept (memory)
 #: the query's columns: the narrow schema of the data source and of its floor
 NARROW = "topic STRING, tags STRING, body BINARY, storeTimestamp BIGINT"
-#: issue 16's targets at 5M messages on 2 cores
+#: issue 16's targets, at TARGET_MESSAGES on 2 cores
+TARGET_MESSAGES = 5_000_000
 TARGETS = {
     "cold_s": 8.0,
     "warm_over_local": 1.1,
@@ -459,6 +460,13 @@ def rows_of(res: dict) -> list[tuple[str, float | None, str, str]]:
             f"<= {t['duckdb_over_spark_written']:g}",
             "x",
         ),
+        (
+            "  local / spark-written (Spark: the files alone)",
+            r["local_over_spark_written"],
+            "",
+            "x",
+        ),
+        ("  local / spark-written (DuckDB)", r["duckdb_local_over_spark_written"], "", "x"),
         ("  mounted / spark-written (pyarrow)", r["pyarrow_over_spark_written"], "", "x"),
         (
             "  data source / its floor",
@@ -526,14 +534,15 @@ def print_table(results: list[dict]) -> None:
             else:
                 line += f"  {growth:.2f}x"
         print(line)
-    last = results[-1]
+    # the targets are issue 16's at 5M messages: judged at the size nearest to it
+    last = min(results, key=lambda r: abs(r["messages"] - TARGET_MESSAGES))
     got = {
         "cold_s": last["cold_s"],
         "mount_rss_mb": last["mount_rss_mb"]["idle"],
         **{k: last["ratios"][k] for k in TARGETS if k in last["ratios"]},
     }
     print(
-        f"targets at {sizes[-1]:,} messages: "
+        f"targets at {last['messages']:,} messages: "
         + "; ".join(
             f"{k} {got[k]:.2f} {'<=' if got[k] <= v else '>'} {v:g} "
             f"({'met' if got[k] <= v else 'MISSED'})"

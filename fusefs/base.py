@@ -310,6 +310,12 @@ class Node:
     #: loop when the child's :meth:`stat_nowait` also answers, instead of in a worker thread.
     child_in_memory = False
 
+    def never_child(self, name: str) -> bool:
+        """True when no child can ever have this name here (not a name this directory
+        makes, whatever the store holds): the FUSE layer lets the kernel cache the miss for
+        long (Spark looks up a ``.<file>.crc`` beside each file it reads)."""
+        return False
+
     def list_nowait(self) -> Sequence[str] | None:
         """:meth:`list` when it needs no disk I/O and starts no render, else None (then
         :meth:`list` runs in a worker thread). Only asked of a :attr:`child_in_memory`

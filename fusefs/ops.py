@@ -350,6 +350,11 @@ class RmqOperations(pyfuse3.Operations):
             except Exception:  # noqa: BLE001 - the worker thread reports it
                 child, st = parent, None
             if child is None:
+                if parent.never_child(name):  # a negative entry the kernel may keep
+                    miss = pyfuse3.EntryAttributes()
+                    miss.st_ino = 0
+                    miss.entry_timeout = SEALED_TIMEOUT
+                    return miss
                 raise pyfuse3.FUSEError(errno.ENOENT)
             if st is not None:
                 attr = self._entry(child, path_inode(child.path), st)

@@ -62,6 +62,7 @@ def unescape_partition_value(name: str) -> str:
     return unquote(name)
 
 
+_PART_NAME = re.compile(r"part-([0-9]{20})\.parquet")
 #: The longest directory entry name, in bytes (Linux NAME_MAX; FUSE refuses longer ones).
 NAME_MAX = 255
 _TOPIC_DIR = "topic="
@@ -106,6 +107,9 @@ class ViewRootDir(Dir):
     def stat_nowait(self):
         return self.stat()  # two stats of config files the store itself keeps writing
 
+    def never_child(self, name):
+        return not name.startswith(_TOPIC_DIR)
+
     def list_nowait(self):
         return self.list()
 
@@ -140,6 +144,9 @@ class ViewTopicDir(Dir):
         self.topic = topic
 
     stat_nowait = ViewRootDir.stat_nowait
+
+    def never_child(self, name):
+        return re.fullmatch(r"queue=[0-9]+", name) is None
 
     def _queues(self) -> tuple[list[int], list[tuple]]:
         """The queues with messages, and the keys of their parts, first parts first."""
@@ -194,6 +201,9 @@ class ViewQueueDir(Dir):
 
     stat_nowait = ViewRootDir.stat_nowait
 
+    def never_child(self, name):
+        return _PART_NAME.fullmatch(name) is None
+
     def list_nowait(self):
         firsts = self.part_firsts()
         known = self.ctx.views.parts.known
@@ -211,7 +221,7 @@ class ViewQueueDir(Dir):
         return [f"part-{first:020d}.parquet" for first in firsts]
 
     def child(self, name):
-        m = re.fullmatch(r"part-([0-9]{20})\.parquet", name)
+        m = _PART_NAME.fullmatch(name)
         if not m or int(m.group(1)) not in self.part_firsts():
             return None
         return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id, int(m.group(1)))

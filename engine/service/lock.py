@@ -16,7 +16,8 @@ served by the daemon would silently unlock the store. An OFD lock belongs to the
 
 The descriptor is close-on-exec, so a program the holder starts never inherits it; never
 ``fork()`` a holder without exec (the child would share the open file description and keep the
-lock alive): rmqfs's worker processes are spawned.
+lock alive): rmqfs's render workers fork from a forkserver that is itself a fresh interpreter
+(``fusefs.views.worker_context``), never from the holder.
 
 Layout of the file: 4 bytes ``b"lock"`` (the content is not read by anyone; the lock is on byte 0,
 length 1).
