@@ -335,9 +335,6 @@ class Daemon:
                 f"cannot mount {self.mountpoint}: {exc} (options: "
                 f"{','.join(sorted(self.options)) or 'none'})"
             ) from exc
-        # the render workers' forkserver imports numpy and pyarrow now, in the background,
-        # not when the first view is read
-        threading.Thread(target=_start_workers, name="rmqfs-workers", daemon=True).start()
         follower = self.store.follower
         if follower is not None:
             # a read-only mount of a store a live process writes: follow it
@@ -369,6 +366,11 @@ class Daemon:
 
         async def main():
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            # the render workers' forkserver imports numpy and pyarrow now, in the background,
+            # not when the first view is read; started from a thread made here, once the stop
+            # signals are unblocked, which the server and every worker inherit (a worker must
+            # die of the SIGTERM that stops it)
+            threading.Thread(target=_start_workers, name="rmqfs-workers", daemon=True).start()
             await pyfuse3.main()
 
         try:
