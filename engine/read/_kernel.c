@@ -105,32 +105,44 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(const uint8
 }
 #endif
 
-/*
- * CRC-32/IEEE (zlib's crc32, what UtilAll.crc32 computes) of each piece
- * buf[start[i] : start[i] + len[i]]: by carry-less multiplication where the CPU has it (the
- * first multiple of 16 bytes of a piece of 64 bytes or more), zlib for the rest.
- */
+/* Whether the CPU folds by carry-less multiplication (crc32_clmul may run). */
+static int have_clmul(void)
+{
+#ifdef RMQ_CLMUL
+    return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#else
+    return 0;
+#endif
+}
+
+/* CRC-32/IEEE (zlib's crc32, what UtilAll.crc32 computes) of l bytes at p: by carry-less
+ * multiplication where clmul (the first multiple of 16 bytes of a piece of 64 bytes or more),
+ * zlib for the rest. */
+static inline uint32_t crc32_piece(const uint8_t *p, size_t l, int clmul)
+{
+    uint32_t crc = 0;
+#ifdef RMQ_CLMUL
+    if (clmul && l >= 64) {
+        size_t chunk = l & ~(size_t)15;
+        crc = crc32_clmul(p, chunk, 0);
+        p += chunk;
+        l -= chunk;
+    }
+#else
+    (void)clmul;
+#endif
+    return l ? (uint32_t)crc32_z(crc, p, (z_size_t)l) : crc;
+}
+
+/* The CRC-32 of each piece buf[start[i] : start[i] + len[i]] (crc32_piece). */
 void rmq_crc32(const uint8_t *buf, const int64_t *start, const int64_t *len, int64_t n,
                uint32_t *out)
 {
-#ifdef RMQ_CLMUL
-    const int clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-#endif
+    const int clmul = have_clmul();
     for (int64_t i = 0; i < n; i++) {
-        const uint8_t *p = buf + start[i];
-        size_t l = (size_t)len[i];
-        uLong crc = 0;
         if (i + PREFETCH_AHEAD < n)
             __builtin_prefetch(buf + start[i + PREFETCH_AHEAD]);
-#ifdef RMQ_CLMUL
-        if (clmul && l >= 64) {
-            size_t chunk = l & ~(size_t)15;
-            crc = crc32_clmul(p, chunk, 0);
-            p += chunk;
-            l -= chunk;
-        }
-#endif
-        out[i] = (uint32_t)(l ? crc32_z(crc, p, (z_size_t)l) : crc);
+        out[i] = crc32_piece(buf + start[i], (size_t)len[i], clmul);
     }
 }
 
@@ -436,9 +448,7 @@ int32_t rmq_decode(rmq_decode_args *a)
     const uint8_t *buf = a->buf;
     const int want = a->want;
     const int want_props = want & (RMQ_WANT_TAGS | RMQ_WANT_KEYS | RMQ_WANT_PROPS);
-#ifdef RMQ_CLMUL
-    const int clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-#endif
+    const int clmul = have_clmul();
     host_memo born = {{0}, {0}, 0}, store = {{0}, {0}, 0};
     props_found f;
     int64_t k = 0, items = 0, pairs = 0;
@@ -504,19 +514,7 @@ int32_t rmq_decode(rmq_decode_args *a)
             continue;
         const uint8_t *body = r + a->fixed;
         if ((want & RMQ_CHECK_CRC) && blen > 0) {
-            uint32_t crc = 0;
-            size_t l = (size_t)blen;
-            const uint8_t *p = body;
-#ifdef RMQ_CLMUL
-            if (clmul && l >= 64) {
-                size_t chunk = l & ~(size_t)15;
-                crc = crc32_clmul(p, chunk, 0);
-                p += chunk;
-                l -= chunk;
-            }
-#endif
-            if (l)
-                crc = (uint32_t)crc32_z(crc, p, (z_size_t)l);
+            const uint32_t crc = crc32_piece(body, (size_t)blen, clmul);
             const uint32_t stored = rd32(r + a->at_crc);
             if ((crc & a->crc_mask) != stored) {
                 a->bad = i, a->bad_code = RMQ_BAD_CRC, a->bad_value = (int64_t)(crc & a->crc_mask);
