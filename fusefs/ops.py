@@ -30,6 +30,7 @@ opens for writing and setattr answer EROFS, as the nodes do for every other writ
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import logging
@@ -343,24 +344,33 @@ class RmqOperations(pyfuse3.Operations):
             self._remember(child, parent_inode)
             return attr
 
-        if parent.child_in_memory:  # on the loop when nothing can block (view/: Spark's
-            try:  # listings and its lookups of .crc files that are not there)
-                child = parent.child(name)
-                st = None if child is None else child.stat_nowait()
-            except Exception:  # noqa: BLE001 - the worker thread reports it
-                child, st = parent, None
-            if child is None:
-                if parent.never_child(name):  # a negative entry the kernel may keep
-                    miss = pyfuse3.EntryAttributes()
-                    miss.st_ino = 0
-                    miss.entry_timeout = SEALED_TIMEOUT
-                    return miss
-                raise pyfuse3.FUSEError(errno.ENOENT)
-            if st is not None:
-                attr = self._entry(child, path_inode(child.path), st)
-                self._remember(child, parent_inode)
+        if parent.child_in_memory:  # view/: Spark's listings, its lookups of absent .crc files
+            attr = self._lookup_nowait(parent, parent_inode, name)
+            if attr is not None:
                 return attr
         return await _run(find, pid=_pid(ctx))
+
+    def _lookup_nowait(self, parent, parent_inode: int, name: str):
+        """lookup of a :attr:`Dir.child_in_memory` directory's child on the loop: its entry,
+        a negative entry the kernel may keep (:meth:`Dir.never_child`), FUSEError(ENOENT), or
+        None when the child's attributes need a worker thread (which also reports errors)."""
+        try:
+            child = parent.child(name)
+            st = None if child is None else child.stat_nowait()
+        except Exception:  # noqa: BLE001 - the worker thread reports it
+            return None
+        if child is None:
+            if not parent.never_child(name):
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            miss = pyfuse3.EntryAttributes()
+            miss.st_ino = 0
+            miss.entry_timeout = SEALED_TIMEOUT
+            return miss
+        if st is None:
+            return None
+        attr = self._entry(child, path_inode(child.path), st)
+        self._remember(child, parent_inode)
+        return attr
 
     def forget(self, inode_list):
         for ino, n in inode_list:
@@ -473,11 +483,8 @@ class RmqOperations(pyfuse3.Operations):
         # continues after entries were added (a new topic, segment or queue) neither repeats
         # nor skips any (passthroughfs.py does the same).
         def entries():
-            return listed(node.list())
-
-        def listed(names):
             out = []
-            for name in names:
+            for name in node.list():
                 try:
                     child = node.child(name)
                 except Exception as exc:  # noqa: BLE001 - one bad entry never fails a listing
@@ -672,6 +679,7 @@ class RmqOperations(pyfuse3.Operations):
             self._check_writer("open", node.path, ctx)
         uid = _uid(ctx)
         self._take(uid, node.path, ctx)
+        handle = None
         try:
             handle = None if writing else self._open_nowait(node, flags, uid)
             if handle is None:
@@ -686,6 +694,9 @@ class RmqOperations(pyfuse3.Operations):
                 await trio.to_thread.run_sync(self._invalidate, inode, True, limiter=_threads())
         except BaseException:
             self.budget.give(uid)
+            if handle is not None:  # opened, then cancelled: its descriptor goes too
+                with contextlib.suppress(Exception):
+                    handle.release()
             raise
         handle.inode = inode
         handle.pid = _pid(ctx)
