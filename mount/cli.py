@@ -124,6 +124,7 @@ def cmd_mount(args) -> int:
             args.debug_fuse,
             cache_size=args.cache_size,
             progress=pipe or terminal_bar,
+            log_file=args.log_file,
         )
         daemon.setup()
     except (MountError, StoreError, ValueError, OSError) as exc:

@@ -2,17 +2,16 @@
 
 Follows s3ql's pattern (its ``mount.py``): SIGINT/SIGTERM call
 ``pyfuse3.terminate()``, ``pyfuse3.main`` returns, and ``pyfuse3.close(unmount=True)`` removes
-the mount; ``auto_unmount`` is always on so even ``kill -9`` leaves no dead mount. The store is
-then closed (checkpoint written, ``abort`` removed, lock released).
+the mount; ``auto_unmount`` is always on, and the dead-mount guard (:mod:`mount.guard`) closes
+the race it loses, so even ``kill -9`` leaves no dead mount. The store is then closed
+(checkpoint written, ``abort`` removed, lock released).
 """
 
 from __future__ import annotations
 
-import errno
 import faulthandler
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,111 +27,22 @@ from fusefs.base import Context
 from fusefs.ops import RmqOperations
 from fusefs.views import ViewCache, start_worker_server
 
+from . import guard
+from .mounts import (  # noqa: F401 - the CLI and tests import them from here
+    FSNAME,
+    FSTYPE,
+    MountError,
+    check_mountpoint,
+    clean_dead_mount,
+    is_mounted,
+    mount_info,
+)
+
 log = logging.getLogger("rmqfs")
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 FOLLOW_INTERVAL = 0.1  # seconds between a follower mount's refreshes
-
-
-class MountError(Exception):
-    """The mount could not be set up; the message says why."""
-
-
-def is_mounted(path: str) -> bool:
-    """True when ``path`` is a mount point, a dead FUSE mount included ("Transport endpoint
-    is not connected"), which ``os.path.ismount`` cannot stat."""
-    path = os.path.realpath(path)
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split(" ")[4])
-                if mp == path:
-                    return True
-    except OSError:
-        pass
-    return os.path.ismount(path)
-
-
-FSTYPE = "fuse.rmqfs"  # what /proc/self/mountinfo shows for our mounts (subtype=rmqfs)
-FSNAME = "rmqfs"
-
-
-def mount_info(path: str) -> tuple[str, str] | None:
-    """``(fstype, source)`` of the mount at ``path`` from /proc/self/mountinfo (the last one
-    mounted there), or None when ``path`` is not a mount point."""
-    path = os.path.realpath(path)
-    found = None
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                fields = line.split(" ")
-                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-                if mp == path and " - " in line:
-                    after = line.split(" - ", 1)[1].split(" ")
-                    found = (after[0], after[1] if len(after) > 1 else "")
-    except OSError:
-        return None
-    return found
-
-
-def clean_dead_mount(mountpoint: str) -> bool:
-    """Lazily unmount a dead rmqfs mount (its daemon was killed) at ``mountpoint``.
-
-    Only a mount whose type is ``fuse.rmqfs`` and whose directory answers ENOTCONN or
-    ECONNABORTED is touched. Returns True when one was removed; raises MountError when the
-    unmount fails.
-    """
-    info = mount_info(mountpoint)
-    if info is None or info[0] != FSTYPE:
-        return False
-    try:
-        os.listdir(mountpoint)  # not stat: the kernel may answer that from its cache
-        return False
-    except OSError as exc:
-        if exc.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
-            return False
-    res = subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise MountError(
-            f"mount point {mountpoint} is a dead rmqfs mount and it cannot be "
-            f"unmounted: {res.stderr.strip()}"
-        )
-    log.warning("removed the dead rmqfs mount at %s (its daemon had died)", mountpoint)
-    return True
-
-
-def check_mountpoint(mountpoint: str) -> None:
-    """Raise MountError unless ``mountpoint`` is an empty directory that is not a mount.
-
-    A dead rmqfs mount there (its daemon killed) is unmounted first (lazily).
-    """
-    if is_mounted(mountpoint):
-        clean_dead_mount(mountpoint)
-    if is_mounted(mountpoint):
-        try:
-            os.listdir(mountpoint)  # not stat: the kernel may answer that from its cache
-        except OSError as exc:  # ENOTCONN/ECONNABORTED: the daemon of that mount is gone
-            raise MountError(
-                f"mount point {mountpoint} is a dead mount of another kind "
-                f"({exc.strerror}); clean it with: fusermount3 -u -z "
-                f"{mountpoint}"
-            ) from exc
-        raise MountError(
-            f"mount point {mountpoint} is already a mount point (busy); "
-            f"rmqfs umount {mountpoint} first"
-        )
-    if not os.path.exists(mountpoint):
-        raise MountError(f"mount point {mountpoint} does not exist")
-    if not os.path.isdir(mountpoint):
-        raise MountError(f"mount point {mountpoint} is not a directory")
-    if os.path.ismount(mountpoint):
-        raise MountError(f"mount point {mountpoint} is already a mount point (busy)")
-    try:
-        if os.listdir(mountpoint):
-            raise MountError(f"mount point {mountpoint} is not empty")
-    except PermissionError as exc:
-        raise MountError(f"mount point {mountpoint}: {exc.strerror}") from exc
 
 
 CACHE_PREFIX = "rmqfs-cache-"
@@ -262,6 +172,8 @@ class Daemon:
             ``fusefs.views.default_cache_size``).
         progress: a progress factory (:mod:`engine.service.workprogress`) for opening the store
             (a long recovery says how far it is).
+        log_file: where the dead-mount guard (:mod:`mount.guard`) logs (default: stderr on a
+            terminal, else nowhere).
     """
 
     def __init__(
@@ -274,8 +186,10 @@ class Daemon:
         debug_fuse: bool = False,
         cache_size: int | None = None,
         progress=None,
+        log_file: str | None = None,
     ):
         self.progress = progress
+        self.log_file = log_file
         self.store_path = store_path
         self.mountpoint = os.path.abspath(mountpoint)
         self.own_options = set(options) & OWN_OPTIONS
@@ -289,6 +203,7 @@ class Daemon:
         self.views = None
         self.snapshots = None
         self._own_cache = False
+        self._guard = None  # (process, pipe write end) of the dead-mount guard
 
     def setup(self) -> None:
         """Check everything, open the store and mount. Raises MountError or StoreError.
@@ -335,6 +250,11 @@ class Daemon:
                 f"cannot mount {self.mountpoint}: {exc} (options: "
                 f"{','.join(sorted(self.options)) or 'none'})"
             ) from exc
+        try:
+            self._guard = guard.start(self.mountpoint, self.log_file)
+        except OSError:
+            # the mount works without it; only a kill -9 racing libfuse's auto_unmount loses
+            log.exception("cannot start the dead-mount guard; auto_unmount alone remains")
         follower = self.store.follower
         if follower is not None:
             # a read-only mount of a store a live process writes: follow it
@@ -384,8 +304,21 @@ class Daemon:
             try:
                 pyfuse3.close(unmount=True)
             finally:
+                self._stop_guard()
                 self._close_store()
                 log.info("unmounted %s; store closed", self.mountpoint)
+
+    def _stop_guard(self) -> None:
+        """Set the dead-mount guard off once unmounted (it finds nothing to do) and reap it."""
+        if self._guard is None:
+            return
+        proc, w = self._guard
+        self._guard = None
+        os.close(w)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # it exits on its own; never hold up the close
+            log.warning("the dead-mount guard (pid %d) is still running", proc.pid)
 
     def _close_store(self) -> None:
         """Close the store (checkpoint, no ``abort``); the view cache goes whatever happens."""

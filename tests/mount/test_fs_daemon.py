@@ -158,6 +158,57 @@ def test_kill_9_leaves_no_dead_mount(mount_store):
     assert not (m.store / "abort").exists()
 
 
+def _children(pid: int) -> dict[int, bytes]:
+    """The daemon's child processes: pid -> command line."""
+    out = {}
+    for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            out[int(c)] = Path(f"/proc/{c}/cmdline").read_bytes()
+        except OSError:
+            pass
+    return out
+
+
+def test_the_guard_unmounts_what_auto_unmount_misses(mount_store):
+    """libfuse's auto_unmount can lose a race with a dying daemon (its helper's check sees
+    ECONNABORTED, not ENOTCONN) and leave a dead mount; the daemon's guard (mount/guard.py)
+    removes it. Shown deterministically: the auto_unmount helper is killed first."""
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    pid = m.pid
+    kids = _children(pid)
+    helpers = [c for c, cmd in kids.items() if b"fusermount3" in cmd]
+    guards = [c for c, cmd in kids.items() if b"mount.guard" in cmd]
+    assert len(helpers) == 1 and len(guards) == 1, kids
+    os.kill(helpers[0], signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not mounted(m.mnt)), "the guard should unmount the dead mount"
+    assert wait_until(lambda: not pid_alive(guards[0]))
+    assert "removed the dead rmqfs mount" in m.log.read_text()
+    m.mount()  # the store recovers
+    assert os.listdir(m.mnt / "topics") == ["T"]
+
+
+def test_the_guard_leaves_a_live_mount_and_exits_with_the_daemon(mount_store):
+    """The guard unmounts only a dead mount: a mount that answers is kept (a new daemon
+    mounted there); after a clean unmount it has nothing to do and exits with the daemon."""
+    from mount import guard
+
+    m = mount_store()
+    r, w = os.pipe()
+    os.close(w)  # as if the daemon were gone
+    try:
+        assert guard.watch(str(m.mnt), r) is False
+    finally:
+        os.close(r)
+    assert mounted(m.mnt) and os.listdir(m.mnt)
+    guards = [c for c, cmd in _children(m.pid).items() if b"mount.guard" in cmd]
+    assert len(guards) == 1
+    m.umount()
+    assert wait_until(lambda: not pid_alive(guards[0]), 5)
+    assert "rmqfs-guard" not in m.log.read_text()
+
+
 def test_status_json(mount_store):
     m = mount_store()
     os.mkdir(m.mnt / "topics" / "T")

@@ -1,0 +1,116 @@
+"""The mount table as rmqfs sees it: whether a path is mounted (a dead FUSE mount included),
+what is mounted there, and the lazy unmount of a dead rmqfs mount.
+
+Light on purpose (no pyfuse3, trio or store imports): the dead-mount guard
+(:mod:`mount.guard`) runs it in a process of its own.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import subprocess
+
+log = logging.getLogger("rmqfs")
+
+
+class MountError(Exception):
+    """The mount could not be set up; the message says why."""
+
+
+def is_mounted(path: str) -> bool:
+    """True when ``path`` is a mount point, a dead FUSE mount included ("Transport endpoint
+    is not connected"), which ``os.path.ismount`` cannot stat."""
+    path = os.path.realpath(path)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split(" ")[4])
+                if mp == path:
+                    return True
+    except OSError:
+        pass
+    return os.path.ismount(path)
+
+
+FSTYPE = "fuse.rmqfs"  # what /proc/self/mountinfo shows for our mounts (subtype=rmqfs)
+FSNAME = "rmqfs"
+
+
+def mount_info(path: str) -> tuple[str, str] | None:
+    """``(fstype, source)`` of the mount at ``path`` from /proc/self/mountinfo (the last one
+    mounted there), or None when ``path`` is not a mount point."""
+    path = os.path.realpath(path)
+    found = None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.split(" ")
+                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                if mp == path and " - " in line:
+                    after = line.split(" - ", 1)[1].split(" ")
+                    found = (after[0], after[1] if len(after) > 1 else "")
+    except OSError:
+        return None
+    return found
+
+
+def clean_dead_mount(mountpoint: str) -> bool:
+    """Lazily unmount a dead rmqfs mount (its daemon was killed) at ``mountpoint``.
+
+    Only a mount whose type is ``fuse.rmqfs`` and whose directory answers ENOTCONN or
+    ECONNABORTED is touched. Returns True when one was removed; raises MountError when the
+    unmount fails.
+    """
+    info = mount_info(mountpoint)
+    if info is None or info[0] != FSTYPE:
+        return False
+    try:
+        os.listdir(mountpoint)  # not stat: the kernel may answer that from its cache
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
+            return False
+    res = subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise MountError(
+            f"mount point {mountpoint} is a dead rmqfs mount and it cannot be "
+            f"unmounted: {res.stderr.strip()}"
+        )
+    log.warning("removed the dead rmqfs mount at %s (its daemon had died)", mountpoint)
+    return True
+
+
+def check_mountpoint(mountpoint: str) -> None:
+    """Raise MountError unless ``mountpoint`` is an empty directory that is not a mount.
+
+    A dead rmqfs mount there (its daemon killed) is unmounted first (lazily).
+    """
+    if is_mounted(mountpoint):
+        clean_dead_mount(mountpoint)
+    if is_mounted(mountpoint):
+        try:
+            os.listdir(mountpoint)  # not stat: the kernel may answer that from its cache
+        except OSError as exc:  # ENOTCONN/ECONNABORTED: the daemon of that mount is gone
+            raise MountError(
+                f"mount point {mountpoint} is a dead mount of another kind "
+                f"({exc.strerror}); clean it with: fusermount3 -u -z "
+                f"{mountpoint}"
+            ) from exc
+        raise MountError(
+            f"mount point {mountpoint} is already a mount point (busy); "
+            f"rmqfs umount {mountpoint} first"
+        )
+    if not os.path.exists(mountpoint):
+        raise MountError(f"mount point {mountpoint} does not exist")
+    if not os.path.isdir(mountpoint):
+        raise MountError(f"mount point {mountpoint} is not a directory")
+    if os.path.ismount(mountpoint):
+        raise MountError(f"mount point {mountpoint} is already a mount point (busy)")
+    try:
+        if os.listdir(mountpoint):
+            raise MountError(f"mount point {mountpoint} is not empty")
+    except PermissionError as exc:
+        raise MountError(f"mount point {mountpoint}: {exc.strerror}") from exc
