@@ -1,1 +1,19 @@
 """Benchmarks (not tests): ``python -m bench.engine``. Results go to ``bench-out/``."""
+
+
+def targets_line(size: int, got: dict, targets: dict, digits: int = 2) -> str:
+    """``targets at N messages: name figure <= target (met); ...`` for the benches' last line.
+
+    ``got`` and ``targets`` map a measure's name to its figure and its bound (at most);
+    names missing from ``got`` are left out.
+    """
+    parts = []
+    for name, bound in targets.items():
+        if name not in got:
+            continue
+        ok = got[name] <= bound
+        parts.append(
+            f"{name} {got[name]:.{digits}f} {'<=' if ok else '>'} {bound:g} "
+            f"({'met' if ok else 'MISSED'})"
+        )
+    return f"targets at {size:,} messages: " + "; ".join(parts)

@@ -66,6 +66,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import targets_line
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench-out"  # --out: decode.json there, the stores under its decode/
 TOPIC = "BenchLog0"  # bench.stores.build_store's first topic name
@@ -458,14 +460,7 @@ def print_table(results: list[dict]) -> None:
         **{label: last["decode"][label]["crc"] for label in COLUMN_SETS},
         "part render (decode + Parquet)": last["part"]["render_us"],
     }
-    print(
-        f"targets at {sizes[-1]:,} messages: "
-        + "; ".join(
-            f"{label} {got[label]:.3f} {'<=' if got[label] <= t else '>'} {t} "
-            f"({'met' if got[label] <= t else 'MISSED'})"
-            for label, t in TARGETS.items()
-        )
-    )
+    print(targets_line(sizes[-1], got, TARGETS, digits=3))
 
 
 def main(argv=None) -> int:

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from bench import targets_line
 from bench.stores import build_store, commitlog_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -541,14 +542,7 @@ def print_table(results: list[dict]) -> None:
         "mount_rss_mb": last["mount_rss_mb"]["idle"],
         **{k: last["ratios"][k] for k in TARGETS if k in last["ratios"]},
     }
-    print(
-        f"targets at {last['messages']:,} messages: "
-        + "; ".join(
-            f"{k} {got[k]:.2f} {'<=' if got[k] <= v else '>'} {v:g} "
-            f"({'met' if got[k] <= v else 'MISSED'})"
-            for k, v in TARGETS.items()
-        )
-    )
+    print(targets_line(last["messages"], got, TARGETS))
 
 
 def main(argv=None) -> int:
