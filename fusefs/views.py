@@ -28,6 +28,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from engine.errors import StoreError
 from engine.format.message import MessageRecord
@@ -698,7 +699,12 @@ class PartCache:
 
     def submit(self, key):
         """Start rendering ``key`` unless it is on disk or under way; returns the Future or
-        None (already on disk)."""
+        None (already on disk).
+
+        The Future is done once the part is registered (in :attr:`files` and :attr:`meta`),
+        not merely rendered: a process pool's Future wakes its waiters before it runs its
+        callbacks, so a reader woken by the pool's own Future could look for the part before
+        :meth:`_done` had recorded it (and failed with EIO after a few tries)."""
         with self.lock:
             if key in self.files:
                 return None
@@ -717,7 +723,7 @@ class PartCache:
             est = int(real["size"].astype("int64").sum()) + 65536
             self.reserved[key] = est
             self._evict(keep=None)
-            fut = self._started(
+            render = self._started(
                 self._pool_().submit(
                     R.render_part,
                     self.commitlog_dir,
@@ -728,12 +734,13 @@ class PartCache:
                     self._path(key),
                 )
             )
-            self.pending[key] = fut
+            registered: Future = Future()
+            self.pending[key] = registered
         # Outside the lock: a render that is already over runs the callback right here, and
         # _done takes the lock (under it, a fast render deadlocked the listing thread).
-        fut.add_done_callback(self._task_over)
-        fut.add_done_callback(lambda f, k=key: self._done(k, f))
-        return fut
+        render.add_done_callback(self._task_over)
+        render.add_done_callback(lambda f, k=key, r=registered: self._done(k, f, r))
+        return registered
 
     def prefetch(self, keys) -> None:
         """Queue renders of parts not rendered yet (a directory listing: the stats follow)."""
@@ -744,7 +751,20 @@ class PartCache:
                 except Exception:  # noqa: BLE001 - the stat that follows reports it
                     return
 
-    def _done(self, key, fut) -> None:
+    def _done(self, key, fut, registered: Future) -> None:
+        """Record the render ``fut`` of ``key``, then complete ``registered`` (what
+        :meth:`submit` returned) with its outcome, whatever happens here."""
+        try:
+            self._record(key, fut)
+        finally:
+            if fut.cancelled():
+                registered.cancel()
+            elif fut.exception() is not None:
+                registered.set_exception(fut.exception())
+            else:
+                registered.set_result(fut.result())
+
+    def _record(self, key, fut) -> None:
         with self.lock:
             self.pending.pop(key, None)
             self.reserved.pop(key, None)
