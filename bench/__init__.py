@@ -1,5 +1,12 @@
 """Benchmarks (not tests): ``python -m bench.engine``. Results go to ``bench-out/``."""
 
+import os
+
+
+def loadavg() -> str:
+    """The load average as ``uptime`` prints it."""
+    return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
 
 def targets_line(size: int, got: dict, targets: dict, digits: int = 2) -> str:
     """``targets at N messages: name figure <= target (met); ...`` for the benches' last line.

@@ -66,7 +66,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import targets_line
+from bench import loadavg, targets_line
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench-out"  # --out: decode.json there, the stores under its decode/
@@ -88,11 +88,6 @@ TARGETS = {
 #: the small stages move by a few hundredths between passes on a shared machine)
 FLAT, FLAT_US = 1.15, 0.03
 BYTES_PER_MESSAGE = 350  # store bytes per loghub message (CommitLog ~280, ConsumeQueue, IndexFile)
-
-
-def loadavg() -> str:
-    """The load average as ``uptime`` prints it."""
-    return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def store_path(n: int, base: Path) -> Path:

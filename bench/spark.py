@@ -56,7 +56,7 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from bench import targets_line
+from bench import loadavg, targets_line
 from bench.stores import build_store, commitlog_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,11 +83,6 @@ def rmqfs(*args) -> None:
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
-
-
-def loadavg() -> str:
-    """The load average as ``uptime`` prints it."""
-    return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 # ---------------------------------------------------------------------------------------------

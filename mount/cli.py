@@ -181,9 +181,8 @@ def _spawn_background(args) -> int:
         cmd.append("--debug")
     if args.debug_fuse:
         cmd.append("--debug-fuse")
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    from .mounts import module_env
+
     proc = subprocess.Popen(
         cmd,
         pass_fds=(w,),
@@ -191,7 +190,7 @@ def _spawn_background(args) -> int:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        env=env,
+        env=module_env(),
         cwd="/",
     )
     os.close(w)

@@ -44,27 +44,11 @@ def start(mountpoint: str, log_file: str | None = None) -> tuple[subprocess.Pope
     """
     r, w = os.pipe()  # both close-on-exec: r is handed over as the guard's stdin only
     try:
-        out = open(log_file, "ab") if log_file else None  # noqa: SIM115 - closed below
-        try:
-            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            env = dict(os.environ)
-            env["PYTHONPATH"] = root + (
-                os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-            )
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "mount.guard", os.path.abspath(mountpoint)],
-                stdin=r,
-                stdout=subprocess.DEVNULL,
-                stderr=out
-                if out is not None
-                else (None if _stderr_is_tty() else subprocess.DEVNULL),
-                start_new_session=True,
-                cwd="/",
-                env=env,
-            )
-        finally:
-            if out is not None:
-                out.close()
+        if log_file:
+            with open(log_file, "ab") as out:
+                proc = _spawn(mountpoint, r, out)
+        else:
+            proc = _spawn(mountpoint, r, None if os.isatty(2) else subprocess.DEVNULL)
     except BaseException:
         os.close(w)
         raise
@@ -73,31 +57,31 @@ def start(mountpoint: str, log_file: str | None = None) -> tuple[subprocess.Pope
     return proc, w
 
 
-def _stderr_is_tty() -> bool:
-    try:
-        return os.isatty(2)
-    except OSError:
-        return False
+def _spawn(mountpoint: str, stdin: int, stderr) -> subprocess.Popen:
+    from .mounts import module_env
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "mount.guard", os.path.abspath(mountpoint)],
+        stdin=stdin,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        start_new_session=True,
+        cwd="/",
+        env=module_env(),
+    )
 
 
 def watch(mountpoint: str, fd: int = 0) -> bool:
     """Wait for end of file on ``fd`` (the daemon gone), then lazily unmount the mount at
     ``mountpoint`` if it is a dead rmqfs mount. Returns True when it unmounted one; a failed
     unmount is logged, not raised."""
-    from .mounts import FSTYPE, MountError, clean_dead_mount, mount_info
+    from .mounts import MountError, clean_dead_mount
 
-    while True:
-        try:
-            if not os.read(fd, 4096):
-                break
-        except InterruptedError:
-            continue
+    while os.read(fd, 4096):  # the daemon never writes: this returns at end of file
+        pass
     try:
         return clean_dead_mount(mountpoint)
     except MountError as exc:
-        info = mount_info(mountpoint)
-        if info is None or info[0] != FSTYPE:
-            return False  # fusermount3's auto_unmount removed it first
         log.error("%s", exc)
         return False
 

@@ -23,16 +23,16 @@ class MountError(Exception):
 def is_mounted(path: str) -> bool:
     """True when ``path`` is a mount point, a dead FUSE mount included ("Transport endpoint
     is not connected"), which ``os.path.ismount`` cannot stat."""
-    path = os.path.realpath(path)
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split(" ")[4])
-                if mp == path:
-                    return True
-    except OSError:
-        pass
-    return os.path.ismount(path)
+    return mount_info(path) is not None or os.path.ismount(path)
+
+
+def module_env() -> dict[str, str]:
+    """This process's environment with the repository first on ``PYTHONPATH``, for the
+    ``python -m mount.…`` processes rmqfs starts (the daemon, its guard) from ``/``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
 
 
 FSTYPE = "fuse.rmqfs"  # what /proc/self/mountinfo shows for our mounts (subtype=rmqfs)
@@ -61,8 +61,9 @@ def clean_dead_mount(mountpoint: str) -> bool:
     """Lazily unmount a dead rmqfs mount (its daemon was killed) at ``mountpoint``.
 
     Only a mount whose type is ``fuse.rmqfs`` and whose directory answers ENOTCONN or
-    ECONNABORTED is touched. Returns True when one was removed; raises MountError when the
-    unmount fails.
+    ECONNABORTED is touched. Returns True when this call removed one (False when another
+    process unmounted it meanwhile, as libfuse's auto_unmount and :mod:`mount.guard` race to);
+    raises MountError when the unmount fails and the mount stays.
     """
     info = mount_info(mountpoint)
     if info is None or info[0] != FSTYPE:
@@ -75,6 +76,9 @@ def clean_dead_mount(mountpoint: str) -> bool:
             return False
     res = subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True, text=True)
     if res.returncode != 0:
+        info = mount_info(mountpoint)
+        if info is None or info[0] != FSTYPE:
+            return False  # unmounted meanwhile (auto_unmount, the daemon's guard): not an error
         raise MountError(
             f"mount point {mountpoint} is a dead rmqfs mount and it cannot be "
             f"unmounted: {res.stderr.strip()}"
