@@ -1,6 +1,25 @@
 """Benchmarks (not tests): ``python -m bench.engine``. Results go to ``bench-out/``."""
 
 import os
+import subprocess
+import sys
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a ``python -m bench.…`` or ``mount.…`` process of this checkout:
+    the repository first on ``PYTHONPATH``, what was there kept (a machine whose packages
+    come from ``PYTHONPATH``, as the device runs carry them)."""
+    from mount.mounts import module_env
+
+    return module_env()
+
+
+def rmqfs(*args) -> None:
+    """Run this checkout's ``rmqfs`` command line with ``args``; CalledProcessError when it
+    fails."""
+    subprocess.run(
+        [sys.executable, "-m", "mount.cli", *map(str, args)], check=True, env=child_env()
+    )
 
 
 def loadavg() -> str:

@@ -66,7 +66,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import loadavg, targets_line
+from bench import child_env, loadavg, targets_line
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench-out"  # --out: decode.json there, the stores under its decode/
@@ -370,7 +370,7 @@ def run_size(n: int, passes: int, base: Path) -> dict:
              "--passes", str(passes), "--child-out", str(out)],
             check=True,
             cwd=REPO,
-            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])),
+            env=child_env(),
         )  # fmt: skip
         res = json.loads(out.read_text())
     finally:

@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import rmqfs
+
 REPO = Path(__file__).resolve().parents[1]
 
 PRODUCER = r"""
@@ -73,11 +75,6 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rmqfs(*args: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    subprocess.run([sys.executable, "-m", "mount.cli", *map(str, args)], check=True, env=env)
 
 
 def _pct(sorted_values, p: float) -> float:

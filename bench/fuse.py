@@ -44,6 +44,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import child_env, rmqfs
+
 REPO = Path(__file__).resolve().parents[1]
 LOGHUB = Path(os.environ.get("RMQFS_SHARED", REPO.parent / "shared")) / "data" / "loghub"
 PASSTHROUGH_SRC = [Path("/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c")]
@@ -53,11 +55,6 @@ CHUNK = 128 * 1024  # what cat writes per write()
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def rmqfs(*args: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    subprocess.run([sys.executable, "-m", "mount.cli", *args], check=True, env=env)
 
 
 def drop_file_cache(path: Path) -> None:
@@ -322,7 +319,7 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
         subprocess.run(["cat", str(p)], stdout=subprocess.DEVNULL, check=True)
 
     def verify():
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = child_env()
         subprocess.run(
             [sys.executable, "-m", "mount.cli", "snapshot-verify", str(copy)],
             check=True,

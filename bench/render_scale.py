@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import child_env
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench-out" / "render_scale"
 
@@ -32,7 +34,8 @@ OUT = REPO / "bench-out" / "render_scale"
 def part_jobs(store: Path) -> list[tuple[str, int, object, int]]:
     """``(topic, queueId, units, first queue offset)`` of every ``view/`` part of ``store``."""
     from engine.read.columnar import StoreFiles
-    from fusefs.base import VIEW_PART_MESSAGES
+    from fusefs.base import VIEW_PART_MESSAGES as P
+    from fusefs.viewtree import part_firsts, part_span
 
     files = StoreFiles(str(store))
     try:
@@ -41,10 +44,8 @@ def part_jobs(store: Path) -> list[tuple[str, int, object, int]]:
             for q in files.queue_ids(t):
                 lo, hi = files.min_offset(t, q), files.max_offset(t, q)
                 units = files.queue(t, q).units(0, hi)
-                first = lo - lo % VIEW_PART_MESSAGES
-                for a in range(first, hi, VIEW_PART_MESSAGES):
-                    b = min(hi, a + VIEW_PART_MESSAGES)
-                    jobs.append((t, q, units[max(a, lo) : b], max(a, lo)))
+                for a, b in (part_span(f, lo, hi, P) for f in part_firsts(lo, hi, P)):
+                    jobs.append((t, q, units[a:b], a))
         return jobs
     finally:
         files.close()
@@ -95,8 +96,7 @@ def run_child(store: Path, workers: int) -> dict:
             [sys.executable, "-m", "bench.render_scale", "--child", str(store),
              "--workers", str(workers), "--child-work", str(work)],
             check=True, cwd=REPO, capture_output=True, text=True,
-            env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])),
+            env=child_env(),
         )  # fmt: skip
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:

@@ -56,7 +56,7 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from bench import loadavg, targets_line
+from bench import loadavg, rmqfs, targets_line
 from bench.stores import build_store, commitlog_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,15 +74,6 @@ TARGETS = {
     "datasource_over_floor": 1.5,
     "mount_rss_mb": 500.0,
 }
-
-
-def rmqfs(*args) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "mount.cli", *map(str, args)],
-        check=True,
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )
 
 
 # ---------------------------------------------------------------------------------------------

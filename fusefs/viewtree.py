@@ -196,8 +196,7 @@ class ViewQueueDir(Dir):
         """The first queue offset of each part of this queue, as the store stands."""
         s = self.ctx.store
         lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
-        p = self.ctx.part_messages
-        return [k * p for k in range(lo // p, (hi - 1) // p + 1)] if hi > lo else []
+        return part_firsts(lo, hi, self.ctx.part_messages)
 
     stat_nowait = ViewRootDir.stat_nowait
 
@@ -227,13 +226,25 @@ class ViewQueueDir(Dir):
         return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id, int(m.group(1)))
 
 
+def part_firsts(lo: int, hi: int, part_messages: int) -> list[int]:
+    """The view's part grid: the first queue offset of each part (its file name) of a queue
+    holding offsets ``[lo, hi)``; parts start at multiples of ``part_messages``."""
+    p = part_messages
+    return [k * p for k in range(lo // p, (hi - 1) // p + 1)] if hi > lo else []
+
+
+def part_span(first: int, lo: int, hi: int, part_messages: int) -> tuple[int, int]:
+    """``(first, end)`` queue offsets a part named ``first`` holds of a queue holding
+    ``[lo, hi)``: from ``lo`` when older messages expired, to ``hi`` while it grows."""
+    return max(first, lo), min(first + part_messages, hi)
+
+
 def part_key(ctx, topic: str, queue_id: int, first: int) -> tuple:
     """``(topic, queueId, first, end)`` of a part as the store stands: ``end`` is one past
     its last queue offset (``first + part_messages`` once full)."""
     s = ctx.store
-    lo = s.min_offset(topic, queue_id)
-    end = min(first + ctx.part_messages, s.max_offset(topic, queue_id))
-    return (topic, queue_id, max(first, lo), end)
+    lo, hi = s.min_offset(topic, queue_id), s.max_offset(topic, queue_id)
+    return (topic, queue_id, *part_span(first, lo, hi, ctx.part_messages))
 
 
 class ViewPartFile(Node):
