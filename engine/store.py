@@ -66,7 +66,7 @@ from .service.cleanup import CleanReport, CleanService
 # The store's API in one import: MessageStore, the put request and its result, the config, and
 # getMessage's result (each defined in its own module).
 from .service.getmessage import GetMessageResult, GetMessageStatus, get_messages, parse_subscription  # noqa: F401
-from .service.lock import lock_holder, release_store_lock, take_store_lock
+from .service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
 from .service.putmessage import PutResult
 from .service.storetree import check_store_tree
 from .storeconfig import StoreConfig
@@ -113,7 +113,7 @@ class MessageStore:
         config: StoreConfig | None = None,
         read_only: bool = False,
         follow: bool | None = None,
-        held_lock: int | None = None,
+        held_lock: StoreLock | None = None,
         progress=None,
     ):
         self.root = os.path.abspath(root)
@@ -122,7 +122,7 @@ class MessageStore:
         self.read_only = read_only
         self.put_lock = threading.RLock()
         self._closed = False
-        self._lock_fd: int | None = None
+        self._lock: StoreLock | None = None  # the lock this store took (not a held_lock)
         self._held_lock = held_lock
         if not read_only:
             os.makedirs(self.root, exist_ok=True)
@@ -140,9 +140,9 @@ class MessageStore:
         except BaseException:
             # a failed open gives the lock back (an OFD lock would otherwise stay held by the
             # leaked descriptor until it is collected, refusing the next open in this process)
-            if self._lock_fd is not None:
-                release_store_lock(self._lock_fd)
-                self._lock_fd = None
+            if self._lock is not None:
+                release_store_lock(self._lock)
+                self._lock = None
             raise
 
     def _open(self, read_only: bool, follow: bool | None, progress=None) -> None:
@@ -266,6 +266,17 @@ class MessageStore:
         """Whether :meth:`close` has begun (read under the put lock: puts refuse after it)."""
         return self._closed
 
+    def check_writable(self) -> None:
+        """Raise unless this store may be written now: ReadOnlyStoreError on a read-only open;
+        StoreLockedError when the store's ``lock`` file is no longer the one this store locked
+        (renamed or removed while held: :meth:`engine.service.lock.StoreLock.check`). Every
+        write (put, offsets, topics, groups, clean-up) asks first."""
+        if self.read_only:
+            raise ReadOnlyStoreError("store is read-only")
+        held = self._lock or self._held_lock
+        if held is not None:
+            held.check()
+
     @property
     def sync_flush(self) -> bool:
         """``flushDiskType == SYNC_FLUSH``."""
@@ -276,7 +287,7 @@ class MessageStore:
 
     def _take_lock(self) -> None:
         if self._held_lock is None:
-            self._lock_fd = take_store_lock(self.root)
+            self._lock = take_store_lock(self.root)
 
     def _load_consume_queues(self, progress=None) -> None:
         """Open every ``consumequeue/<topic>/<queueId>`` and recover it (``ConsumeQueue.recover``).
@@ -352,8 +363,7 @@ class MessageStore:
         is refused those at its boundary (``validation.check_topic_creatable``).
         """
         validate_topic_name(name)
-        if self.read_only:
-            raise ReadOnlyStoreError("store is read-only")
+        self.check_writable()
         existing = self.topic_config.get(name)
         if existing is not None:
             return existing
@@ -390,8 +400,7 @@ class MessageStore:
                 f"the topic {name} is a RocketMQ system topic (the broker "
                 "refuses: conflict with system topic)"
             )
-        if self.read_only:
-            raise ReadOnlyStoreError("store is read-only")
+        self.check_writable()
         for what, n in (("readQueueNums", read_queue_nums), ("writeQueueNums", write_queue_nums)):
             if n is not None:
                 try:
@@ -434,8 +443,7 @@ class MessageStore:
         """
         from .service.validation import is_system_topic
 
-        if self.read_only:
-            raise ReadOnlyStoreError("store is read-only")
+        self.check_writable()
         if is_system_topic(name):
             raise SystemTopicError(
                 f"the topic {name} is a RocketMQ system topic and cannot "
@@ -765,8 +773,7 @@ class MessageStore:
         Raises OffsetOutOfRangeError outside ``[minOffset, maxOffset]``, InvalidNameError for a
         bad group name, NoSuchTopicError for an unknown queue, ReadOnlyStoreError.
         """
-        if self.read_only:
-            raise ReadOnlyStoreError("store is read-only")
+        self.check_writable()
         validate_group_name(group)
         if topic not in self.topic_names() or queue_id not in self.queue_ids(topic):
             raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
@@ -783,8 +790,7 @@ class MessageStore:
 
     def create_group(self, group: str) -> None:
         """Create a subscription group (persisted). Raises InvalidNameError."""
-        if self.read_only:
-            raise ReadOnlyStoreError("store is read-only")
+        self.check_writable()
         self.subscription_groups.create(group)
 
     def group_config(self, group: str) -> dict | None:
@@ -799,8 +805,7 @@ class MessageStore:
         Returns the new entry. Raises InvalidNameError, ReadOnlyStoreError."""
         from .format.config import check_group_fields
 
-        if self.read_only:
-            raise ReadOnlyStoreError("store is read-only")
+        self.check_writable()
         validate_group_name(group)
         return self.subscription_groups.update(group, check_group_fields(fields))
 
@@ -810,8 +815,7 @@ class MessageStore:
         ``cleanOffset``, mqadmin ``-r true``), its offsets (``ConsumerOffsetManager.
         removeOffset``). Returns ``{"group", "config": bool, "offsets": [keys]}``.
         Raises NoSuchGroupError, ReadOnlyStoreError."""
-        if self.read_only:
-            raise ReadOnlyStoreError("store is read-only")
+        self.check_writable()
         if group not in self.group_names():
             raise NoSuchGroupError(f"consumer group {group} does not exist")
         had = self.subscription_groups.remove(group)
@@ -823,8 +827,7 @@ class MessageStore:
         becomes a copy of ``topic@src``. Returns the offsets copied. Raises NoSuchTopicError,
         NoSuchGroupError (src has no offsets of the topic), InvalidNameError,
         ReadOnlyStoreError."""
-        if self.read_only:
-            raise ReadOnlyStoreError("store is read-only")
+        self.check_writable()
         validate_group_name(dest)
         if topic not in self.topic_names():
             raise NoSuchTopicError(f"topic {topic} does not exist")
@@ -854,8 +857,7 @@ class MessageStore:
         otherwise one run under the usual triggers. Returns what was deleted.
         Raises ReadOnlyStoreError on a read-only store.
         """
-        if self.read_only:
-            raise ReadOnlyStoreError("store is read-only")
+        self.check_writable()
         if manual:
             return self.clean_service.delete_expired_files()
         return self.clean_service.run_once()
@@ -896,8 +898,8 @@ class MessageStore:
             for cq in self.consume_queues.values():
                 cq.close()
             self.commitlog.close()
-            release_store_lock(self._lock_fd)
-            self._lock_fd = None
+            release_store_lock(self._lock)
+            self._lock = None
 
     def __enter__(self):
         return self

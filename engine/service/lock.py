@@ -22,6 +22,14 @@ lock alive): rmqfs's render workers fork from a forkserver that is itself a fres
 Layout of the file: 4 bytes ``b"lock"`` (the content is not read by anyone; the lock is on byte 0,
 length 1).
 
+The lock follows the store, not the name. A lock on ``lock`` alone is a lock on an inode that
+anyone may rename away (``mv STORE/lock STORE/lock.moved``): the next writer then creates a new
+``lock``, locks it, and two writers append to one CommitLog. So rmqfs also takes an exclusive
+``flock`` on the store directory itself (an rmqfs-only lock: a broker does not take it, and
+``flock`` and record locks never conflict on Linux), which no rename of ``lock`` can move, and a
+holder asks :meth:`StoreLock.check` before it writes: when ``lock`` is no longer the inode it
+locked, a broker may have taken the store through the new file, and the write is refused.
+
 Who uses it: :class:`engine.store.MessageStore` (writers take it), ``engine.tools.verify`` (``recover``
 takes it; ``verify`` asks who holds it), ``engine.live.follower`` (a read-only open follows a live
 writer it finds here).
@@ -51,38 +59,120 @@ def _flock(l_type: int) -> bytes:
     return _FLOCK.pack(l_type, os.SEEK_SET, 0, 1, 0)
 
 
-def take_store_lock(root: str) -> int:
-    """Lock byte 0 of ``root/lock`` (creating the file) with an OFD lock; return its descriptor.
+class StoreLock:
+    """A held store lock: the OFD lock on byte 0 of ``root/lock`` and the ``flock`` on the
+    store directory (see the module's notes), from :func:`take_store_lock`.
 
-    Keep the descriptor open while the store is written; :func:`release_store_lock` gives it
+    Attributes:
+        root: the store directory.
+        fd: the descriptor holding the OFD lock on ``root/lock``.
+        dir_fd: the descriptor of ``root`` holding the ``flock``.
+        ident: ``(st_dev, st_ino)`` of the ``lock`` file locked.
+    """
+
+    def __init__(self, root: str, fd: int, dir_fd: int):
+        self.root, self.fd, self.dir_fd = root, fd, dir_fd
+        st = os.fstat(fd)
+        self.ident = (st.st_dev, st.st_ino)
+
+    def check(self) -> None:
+        """Raise StoreLockedError when ``root/lock`` is no longer the file this lock holds
+        (renamed, removed or replaced since): a broker started meanwhile would have locked
+        the new file and be appending to the same CommitLog. One ``lstat``; writers call it
+        before each append (``engine.service.putmessage``) and config write."""
+        path = os.path.join(self.root, LOCK_FILE)
+        try:
+            st = os.lstat(path)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            now = None
+        if now != self.ident:
+            what = "removed" if now is None else "replaced by another file"
+            raise StoreLockedError(
+                f"{path} was {what} while this process held the store's lock on it: another "
+                "writer (a broker) may hold the store now; refusing to write. Stop every "
+                "writer, put the lock file back, and check the store (rmqfs verify)"
+            )
+
+    def release(self) -> None:
+        """Give up both locks (closes the descriptors)."""
+        for fd in (self.fd, self.dir_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self.dir_fd = -1
+
+
+def _dir_lock_holder(root: str) -> int | None:
+    """pid of the process holding the ``flock`` on the store directory (rmqfs's own lock, see
+    :class:`StoreLock`), from ``/proc/locks``; None when there is none or it cannot be read."""
+    try:
+        ino = os.stat(root).st_ino
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()  # "3: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+        if len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        dev_ino = parts[5].rsplit(":", 1)
+        mine = parts[4] == str(os.getpid())
+        if len(dev_ino) == 2 and dev_ino[1] == str(ino) and parts[4].isdigit() and not mine:
+            return int(parts[4])
+    return None
+
+
+def _locked(root: str, holder: int | None) -> StoreLockedError:
+    if holder is None or holder < 0:
+        holder = _dir_lock_holder(root) or holder
+    who = f"process {holder}" if holder and holder > 0 else "another process"
+    return StoreLockedError(
+        f"store {root} is locked by {who} (a broker or an rmqfs mount); stop it first, "
+        "or mount it read-only (-o ro) to follow it"
+    )
+
+
+def take_store_lock(root: str) -> StoreLock:
+    """Lock the store ``root``: an exclusive ``flock`` on the directory (rmqfs's own, which a
+    rename of ``lock`` cannot move), then byte 0 of ``root/lock`` (creating the file) with an
+    OFD lock, as a broker's ``tryLock`` would conflict with.
+
+    Keep the returned lock while the store is written; :func:`release_store_lock` gives it
     up. Other descriptors of the file, in this process or any other, may be opened and closed
-    freely: only closing this one releases the lock.
+    freely: only releasing this lock releases it.
 
     Raises:
         StoreLockedError: another holder has it (a broker's POSIX lock or another rmqfs's OFD
-            lock); the message names its pid when it can be found.
-        OSError: the file cannot be created or opened.
+            lock or directory lock); the message names its pid when it can be found.
+        OSError: the directory or the file cannot be opened or created.
     """
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(dir_fd)
+        raise _locked(root, lock_holder(root, others_only=True)) from None
     path = os.path.join(root, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    except BaseException:
+        os.close(dir_fd)
+        raise
     try:
         fcntl.fcntl(fd, F_OFD_SETLK, _flock(fcntl.F_WRLCK))
     except OSError:
         os.close(fd)
-        holder = lock_holder(root, others_only=True)
-        who = f"process {holder}" if holder and holder > 0 else "another process"
-        raise StoreLockedError(
-            f"store {root} is locked by {who} (a broker or an rmqfs mount); stop it first"
-        ) from None
+        os.close(dir_fd)
+        raise _locked(root, lock_holder(root, others_only=True)) from None
     if os.pread(fd, len(LOCK_CONTENT), 0) != LOCK_CONTENT:  # untouched (mtime) when it is
         os.pwrite(fd, LOCK_CONTENT, 0)
-    return fd
+    return StoreLock(root, fd, dir_fd)
 
 
-def release_store_lock(fd: int | None) -> None:
-    """Give up a lock from :func:`take_store_lock` (closes ``fd``; None does nothing)."""
-    if fd is not None:
-        os.close(fd)
+def release_store_lock(lock: StoreLock | None) -> None:
+    """Give up a lock from :func:`take_store_lock` (None does nothing)."""
+    if lock is not None:
+        lock.release()
 
 
 def lock_holder(root: str, others_only: bool = False) -> int | None:

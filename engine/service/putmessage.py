@@ -266,8 +266,7 @@ def put_internal(
 
 
 def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutResult]:
-    if store.read_only:
-        raise ReadOnlyStoreError("store is read-only")
+    store.check_writable()
     if store.disk_full:
         raise OSError(
             errno.ENOSPC,

@@ -70,7 +70,7 @@ from ..format.message import (
     decode_record,
     transaction_type,
 )
-from ..service.lock import lock_holder, release_store_lock, take_store_lock
+from ..service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
 from ..service.storetree import check_store_tree, unsafe_entries
 from ..service.workprogress import no_progress
 
@@ -1215,7 +1215,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
     cfg = config or StoreConfig()
     report = RecoverReport()
     check_store_tree(root)  # links and special files: refused, never repaired through
-    lock_fd = take_store_lock(root)
+    lock = take_store_lock(root)
     try:
         before = verify_store(root, config, progress)
         report.before = before
@@ -1276,7 +1276,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                     shutil.rmtree(victim) if os.path.isdir(victim) else os.unlink(victim)
                     report.actions.append(f"deleted index/{n} (rebuilt from the CommitLog)")
         _force_full_redispatch(root)
-        _reopen(root, cfg, MessageStore, lock_fd, report, progress)
+        _reopen(root, cfg, MessageStore, lock, report, progress)
         after = verify_store(root, config, progress)
         if not after.ok or any(p.kind.endswith(("lag", "missing")) for p in after.problems):
             report.actions.append(
@@ -1286,7 +1286,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
             for rel in _all_queue_dirs(root):
                 _delete_files(os.path.join(root, rel), _segments(os.path.join(root, rel)))
             _delete_files(index_dir, _index_names(index_dir))
-            _reopen(root, cfg, MessageStore, lock_fd, report, progress)
+            _reopen(root, cfg, MessageStore, lock, report, progress)
             after = verify_store(root, config, progress)
         report.after = after
         if after.ok:
@@ -1296,7 +1296,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
                 f.write(saved_checkpoint)
         return report
     finally:
-        release_store_lock(lock_fd)
+        release_store_lock(lock)
 
 
 def _delete_files(directory: str, names: list[str]) -> None:
@@ -1381,11 +1381,13 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
     cp.write(path)
 
 
-def _reopen(root: str, cfg, store_cls, lock_fd: int, report: RecoverReport, progress=None) -> None:
-    """Open the store for writing under recover's lock ``lock_fd`` (its recovery
+def _reopen(
+    root: str, cfg, store_cls, lock: StoreLock, report: RecoverReport, progress=None
+) -> None:
+    """Open the store for writing under recover's lock ``lock`` (its recovery
     re-dispatches; ``progress`` shows how far) and close it cleanly; the lock stays held.
     What that recovery did is one line of ``report.actions``."""
-    store = store_cls(root, cfg, held_lock=lock_fd, progress=progress)
+    store = store_cls(root, cfg, held_lock=lock, progress=progress)
     try:
         rec = store.recovery_report
         if rec is not None and rec.did_something():

@@ -9,7 +9,7 @@ import pytest
 
 from engine.errors import StoreLockedError
 from engine.service.lock import LOCK_FILE, lock_holder, release_store_lock, take_store_lock
-from engine.store import MessageStore
+from engine.store import Message, MessageStore
 from engine.tools.verify import recover_store
 
 HOLD = """
@@ -176,3 +176,77 @@ def test_holder_found_from_another_process(tmp_path):
         assert res.stdout.strip() == str(os.getpid()), res.stderr
     finally:
         release_store_lock(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lock follows the store, not the name (issue 26, item 8).
+
+TRY_LOCK = """
+import sys
+from engine.errors import StoreLockedError
+from engine.service.lock import take_store_lock
+try:
+    take_store_lock(sys.argv[1])
+except StoreLockedError as exc:
+    print("refused:", exc)
+else:
+    print("locked")
+"""
+
+
+def try_lock_elsewhere(root) -> str:
+    """take_store_lock in another process (as `rmqfs produce` would): its verdict."""
+    res = subprocess.run(
+        [sys.executable, "-c", TRY_LOCK, str(root)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def test_a_renamed_lock_file_does_not_let_a_second_writer_in(tmp_path):
+    """`mv STORE/lock STORE/lock.moved` while held: the next rmqfs writer is still refused
+    (the directory's flock), naming this process; and this writer refuses to append once its
+    lock file is gone or replaced (a broker may have locked the new one)."""
+    store = MessageStore(str(tmp_path))
+    try:
+        store.create_topic("T")
+        store.put_messages([Message("T", b"before")])
+        os.rename(tmp_path / LOCK_FILE, tmp_path / "lock.moved")
+        verdict = try_lock_elsewhere(tmp_path)
+        assert verdict.startswith("refused:") and f"process {os.getpid()}" in verdict, verdict
+        with pytest.raises(StoreLockedError, match="was removed"):
+            store.put_messages([Message("T", b"after the rename")])
+        (tmp_path / LOCK_FILE).write_bytes(b"lock")  # what a broker starting now would make
+        with pytest.raises(StoreLockedError, match="replaced by another file"):
+            store.put_messages([Message("T", b"after a new lock file")])
+        with pytest.raises(StoreLockedError):
+            store.commit_offset("G", "T", 0, 1)
+        os.unlink(tmp_path / LOCK_FILE)
+        os.rename(tmp_path / "lock.moved", tmp_path / LOCK_FILE)  # put back: writes go on
+        store.put_messages([Message("T", b"after")])
+        assert (
+            store.max_offset("T", 0)
+            + store.max_offset("T", 1)
+            + store.max_offset("T", 2)
+            + store.max_offset("T", 3)
+            == 2
+        )
+    finally:
+        store.close()
+    assert try_lock_elsewhere(tmp_path) == "locked"
+
+
+def test_a_store_moved_whole_keeps_its_lock(tmp_path):
+    """The directory lock is on the directory's inode: a second writer through the new
+    name is refused too."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    store = MessageStore(str(a))
+    try:
+        os.rename(a, b)
+        assert try_lock_elsewhere(b).startswith("refused:")
+    finally:
+        store.close()

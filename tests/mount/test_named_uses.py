@@ -190,3 +190,32 @@ def test_backup_tools_grep_and_find_while_producing_and_another_user_reads(trave
     finally:
         if m is not None:
             m.cleanup()
+
+
+def test_a_renamed_lock_file_stops_the_mounts_writes(tmp_path, mount_store):
+    """Issue 26, item 8: `mv STORE/lock STORE/lock.moved` while mounted used to let
+    `rmqfs produce` lock a new `lock` and write, and the mount's next append overwrote that
+    message. Now `rmqfs produce` is refused (the directory's lock names the daemon), and the
+    mount refuses to append (EBUSY) until `lock` is put back; the store verifies clean."""
+    import errno as E
+
+    m = mount_store()
+    (m.mnt / "topics" / "T").mkdir()
+    (m.mnt / "topics" / "T" / "produce").write_text("one\n")
+    store = m.store
+    os.rename(store / "lock", store / "lock.moved")
+    two = tmp_path / "two.txt"
+    two.write_text("two\n")
+    msg = refused("produce", store, "-t", "T", two)
+    assert f"process {m.pid}" in msg, msg
+    with pytest.raises(OSError) as exc:
+        (m.mnt / "topics" / "T" / "produce").write_text("three\n")
+    assert exc.value.errno == E.EBUSY
+    entry = json.loads((m.mnt / "refused.jsonl").read_text().splitlines()[-1])
+    assert "lock" in entry["reason"] and "removed" in entry["reason"], entry
+    os.rename(store / "lock.moved", store / "lock")
+    (m.mnt / "topics" / "T" / "produce").write_text("four\n")
+    bodies = (m.mnt / "topics" / "T" / "messages.jsonl").read_text().splitlines()
+    assert [json.loads(b)["body"] for b in bodies] == ["one", "four"]
+    m.umount()
+    run_rmqfs("verify", store)  # exits non-zero on any problem
