@@ -595,9 +595,46 @@ class MessageStore:
         except ValueError:
             return None
         rec = self.message_at(offset)
-        if rec is None or rec.msg_id != msg_id.upper():
+        if rec is None or rec.msg_id != msg_id.upper() or not self.is_record_boundary(rec):
             return None
         return rec
+
+    def is_record_boundary(self, rec: MessageRecord) -> bool:
+        """Whether the store's own structures vouch that ``rec`` (decoded at
+        ``rec.commitlog_offset``) is a record the CommitLog holds, not bytes inside another
+        record's body that happen to form one (a ``produce.jsonl`` body can be a whole record,
+        CRC and PHYSICALOFFSET right, for a topic its writer may not produce to; RocketMQ's
+        ``lookMessageByOffset`` trusts the offset as it is).
+
+        The ConsumeQueue unit at the record's own ``(topic, queueId, queueOffset)`` decides
+        when that queue holds the offset (``CommitLogDispatcherBuildConsumeQueue`` made it):
+        it must name this offset and size. Otherwise (a prepared transaction message, which
+        no queue gets, a rollback record (no unit, no item: not served), or units already
+        expired) an IndexFile item under the record's
+        UNIQ_KEY or one of its KEYS must point at the offset (``CommitLogDispatcherBuildIndex``).
+        """
+        from .format.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, transaction_type
+
+        cq = self.consume_queue(rec.topic, rec.queue_id)
+        dispatched = transaction_type(rec.sys_flag) in (
+            TRANSACTION_NOT_TYPE,
+            TRANSACTION_COMMIT_TYPE,
+        )
+        if cq is not None and dispatched:
+            try:
+                off, size, _ = cq.unit(rec.queue_offset)
+            except IndexError:
+                pass
+            else:
+                return off == rec.commitlog_offset and size == rec.store_size
+        if self.index_service is None:
+            return False
+        # an item keeps its time in whole seconds from the file's beginTimestamp
+        lo, hi = rec.store_timestamp - 1000, rec.store_timestamp + 1000
+        for key in dict.fromkeys(k for k in (rec.uniq_key, *rec.keys) if k):
+            if rec.commitlog_offset in self.index_service.query(rec.topic, key, begin=lo, end=hi):
+                return True
+        return False
 
     def query_by_key(
         self, topic: str, key: str, max_num: int = 64, begin: int = 0, end: int = 2**63 - 1

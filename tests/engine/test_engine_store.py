@@ -312,3 +312,47 @@ def test_look_message_by_offset_msg_id_equals_the_code_it_replaces(tmp_path, whi
                 assert new.commitlog_offset == old.commitlog_offset and new.msg_id == mid.upper()
                 found += 1
         assert found >= len(ids) // 9 * 2  # every msgId, in either case
+
+
+def test_a_record_forged_inside_a_body_is_no_message(tmp_path):
+    """Issue 26, item 5: a message whose body is a whole record of another topic (CRC right,
+    PHYSICALOFFSET set to where that body lands) is not served by its offset msgId: only
+    records whose ConsumeQueue unit (or index item) names their offset are. The carrier and a
+    prepared transaction message (no unit: found through its index item) still are."""
+    from engine.format.message import TRANSACTION_PREPARED_TYPE, encode_message, patch_record
+    from engine.format.message import offset_msg_id as msg_id_of
+    from engine.service.putmessage import put_internal
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 1)
+        s.create_topic("Secret", 1)
+        s.put_messages([Message("Secret", b"the real secret")])
+
+        def forged(at: int) -> bytes:
+            enc = encode_message(
+                "Secret",
+                b"forged body",
+                queue_id=0,
+                properties={},
+                born_timestamp=1,
+                born_host=s.store_host,
+                store_host=s.store_host,
+            )
+            patch_record(enc.data, 0, enc.store_timestamp_pos, 0, at, 2)
+            return bytes(enc.data)
+
+        size = len(forged(0))
+        first = s.put_messages([Message("T", b"\x00" * size, queue_id=0)])[0]
+        raw = s.commitlog.read(first.commitlog_offset, first.size)
+        inside = raw.index(b"\x00" * size)  # where a body of this size lands in T's records
+        at = first.commitlog_offset + first.size + inside
+        body = forged(at)
+        carrier = s.put_messages([Message("T", body, queue_id=0)])[0]
+        assert s.commitlog.read(at, size) == body
+        forged_rec = s.message_at(at)
+        assert forged_rec is not None and forged_rec.topic == "Secret"  # it decodes, CRC right
+        assert s.look_message_by_offset_msg_id(msg_id_of(s.store_host, at)) is None
+        assert s.look_message_by_offset_msg_id(carrier.msg_id).body == body
+        assert s.look_message_by_offset_msg_id(first.msg_id) is not None
+        half = put_internal(s, [Message("T", b"half", sys_flag=TRANSACTION_PREPARED_TYPE)])[0]
+        assert s.look_message_by_offset_msg_id(half.msg_id).body == b"half"
