@@ -125,6 +125,75 @@ class HandleBudget:
                 self.held.pop(uid, None)
 
 
+class LineBudget:
+    """Bytes of unfinished lines that ``produce`` / ``produce.jsonl`` handles may buffer, all
+    together (:class:`fusefs.nodes.ProduceHandle` asks before its buffer grows).
+
+    Each handle's unfinished line is bounded by what one message may be (``maxMessageSize``,
+    about 5.4 MB for ``produce.jsonl``), but handles are many: a user let in with
+    ``allow_other_write`` holding 100 handles with 5.3 MB unfinished each took the daemon from
+    60 to 595 MB, and 4,096 handles would ask for 22 GB. So the total is bounded too, in two
+    pools that cannot starve each other: users other than the owner (and root) share
+    ``others_total`` bytes, each at most ``per_uid``; the owner, root and the daemon share
+    ``owner_total``. Past that a write that would grow a buffer fails with ENOBUFS and a
+    reason (logged, kept in ``refused.jsonl``); complete lines never need the budget.
+    """
+
+    #: Defaults: 256 MiB for the owner, 64 MiB for all other users, 32 MiB for each of them.
+    OWNER_TOTAL, OTHERS_TOTAL, PER_UID = 256 << 20, 64 << 20, 32 << 20
+
+    def __init__(
+        self,
+        owner_uid: int,
+        owner_total: int = OWNER_TOTAL,
+        others_total: int = OTHERS_TOTAL,
+        per_uid: int = PER_UID,
+    ):
+        self.owner_uid = owner_uid
+        self.owner_total, self.others_total, self.per_uid = owner_total, others_total, per_uid
+        self.held: dict[int | None, int] = {}  # uid -> bytes buffered (owner's under None)
+        self._lock = threading.Lock()
+
+    def _key(self, uid: int | None) -> int | None:
+        return None if uid is None or uid in (0, self.owner_uid) else uid
+
+    def take(self, uid: int | None, n: int) -> None:
+        """Count ``n`` more buffered bytes of ``uid``. Raises FsError(ENOBUFS) past the bound
+        (nothing counted then)."""
+        key = self._key(uid)
+        with self._lock:
+            mine = self.held.get(key, 0)
+            if key is None:
+                over = mine + n > self.owner_total
+                bound = f"the mounting user's writes may buffer {self.owner_total} in all"
+            else:
+                others = sum(v for k, v in self.held.items() if k is not None)
+                over = mine + n > self.per_uid or others + n > self.others_total
+                bound = f"other users may buffer {self.per_uid} each, {self.others_total} in all"
+            if over:
+                raise FsError(
+                    errno.ENOBUFS,
+                    f"unfinished lines of open produce files hold {mine} bytes of uid {uid}; "
+                    f"{bound}: end lines with a newline, or close some files",
+                )
+            self.held[key] = mine + n
+
+    def give(self, uid: int | None, n: int) -> None:
+        """``n`` buffered bytes of ``uid`` stored or dropped."""
+        key = self._key(uid)
+        with self._lock:
+            left = self.held.get(key, 0) - n
+            if left > 0:
+                self.held[key] = left
+            else:
+                self.held.pop(key, None)
+
+    def used(self, uid: int | None = None) -> int:
+        """Bytes buffered by ``uid``'s pool (the owner's for None, 0 and the owner)."""
+        with self._lock:
+            return self.held.get(self._key(uid), 0)
+
+
 class RefusalLog:
     """The recent refusals of write requests, for ``MNT/refused.jsonl`` and the log.
 
@@ -203,6 +272,7 @@ class Context:
         self.snapshot_cache_dir = snapshot_cache_dir  # where snapshot manifests are kept
         self.snapshots: SnapshotManager | None = None  # made on first use: snapshot_manager()
         self.refusals = RefusalLog(self.owner_uid)  # refused writes: MNT/refused.jsonl
+        self.line_budget = LineBudget(self.owner_uid)  # unfinished produce lines, all handles
 
     def snapshot_manager(self) -> SnapshotManager:
         """The mount's :class:`engine.live.snapshot.SnapshotManager` (made on first use)."""

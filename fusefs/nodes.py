@@ -595,13 +595,23 @@ class ProduceHandle(Handle):
     writable = True
     direct_io = True
 
-    def __init__(self, ctx: Context, topic: str, queue_id: int | None, jsonl: bool, path: str = ""):
+    def __init__(
+        self,
+        ctx: Context,
+        topic: str,
+        queue_id: int | None,
+        jsonl: bool,
+        path: str = "",
+        uid: int | None = None,
+    ):
         self.ctx = ctx
         self.topic = topic
         self.queue_id = queue_id
         self.jsonl = jsonl
         self.path = path
+        self.uid = uid  # who opened it: its unfinished line counts in ctx.line_budget
         self.buf = bytearray()  # the unfinished line
+        self.held = 0  # bytes of ctx.line_budget this handle holds (>= len(buf))
         self.lock = threading.Lock()
         self.refused = 0  # errno of a refused line this file continued; 0 when fine
         limit = ctx.store.config.max_message_size
@@ -653,6 +663,21 @@ class ProduceHandle(Handle):
                     self.buf.clear()
                     self.refused = err
                 raise  # logged and kept by the FUSE layer (Context.refusals)
+            finally:
+                self._settle()
+
+    def _reserve(self, n: int) -> None:
+        """Before the unfinished line grows to ``n`` bytes: count them in the mount's
+        :class:`fusefs.base.LineBudget` (FsError ENOBUFS past it, nothing changed)."""
+        if n > self.held:
+            self.ctx.line_budget.take(self.uid, n - self.held)
+            self.held = n
+
+    def _settle(self) -> None:
+        """Give back what the unfinished line no longer holds."""
+        if self.held > len(self.buf):
+            self.ctx.line_budget.give(self.uid, self.held - len(self.buf))
+            self.held = len(self.buf)
 
     def _write(self, data: bytes) -> int:
         buf = self.buf
@@ -666,10 +691,12 @@ class ProduceHandle(Handle):
         if cut < 0:
             if len(buf) + len(data) > self.max_line:
                 raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
+            self._reserve(len(buf) + len(data))
             buf += data
             return len(data)
         if len(data) - cut - 1 > self.max_line:
             raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
+        self._reserve(len(data) - cut - 1)  # before any line is stored: all or none
         lines = (bytes(buf) + data[:cut] if buf else bytes(data[:cut])).split(b"\n")
         try:
             self._put(lines)
@@ -687,7 +714,10 @@ class ProduceHandle(Handle):
             if self.buf:
                 line = bytes(self.buf)
                 self.buf.clear()
-                self._put([line])  # a refusal is logged by the FUSE layer
+                try:
+                    self._put([line])  # a refusal is logged by the FUSE layer
+                finally:
+                    self._settle()
 
     def fsync(self) -> None:
         self.flush()
@@ -698,6 +728,9 @@ class ProduceHandle(Handle):
             self.flush()
         except (FsError, OSError):
             pass
+        finally:
+            self.buf.clear()
+            self._settle()
 
 
 class ProduceFile(Node):
@@ -723,6 +756,12 @@ class ProduceFile(Node):
         except E.StoreError as exc:
             raise fs_error(exc) from exc
         return ProduceHandle(self.ctx, self.topic, self.queue_id, self.jsonl, self.path)
+
+    def open_as(self, flags: int, uid: int | None) -> Handle:
+        h = self.open(flags)
+        if isinstance(h, ProduceHandle):
+            h.uid = uid  # its unfinished line counts in uid's share of ctx.line_budget
+        return h
 
     def truncate(self, size):
         if size != 0:

@@ -101,6 +101,41 @@ def test_a_line_longer_than_max_message_size_is_emsgsize(tmp_path):
         assert messages(t, "L") == []
 
 
+def test_unfinished_lines_are_bounded_across_handles(tmp_path):
+    """Issue 26, item 7: another user's unfinished produce.jsonl lines over many handles are
+    bounded in total (they took the daemon from 60 to 595 MB with 100 handles), in a pool of
+    their own: the owner's unfinished lines still buffer meanwhile. Giving back is exact:
+    finished, released and refused lines free their bytes."""
+    from fusefs.base import LineBudget
+
+    unit = 8 << 10
+    with tree(tmp_path, others_write=True) as t:
+        t.mkdir("/topics/B")
+        t.ctx.line_budget = budget = LineBudget(os.getuid(), 8 * unit, 3 * unit, 2 * unit)
+        node = t.node("/topics/B/produce.jsonl")
+        other, other2 = 65534, 65533
+        chunk = b'{"body": "' + b"x" * (unit - 10)  # an unfinished line of `unit` bytes
+        hs = [node.open_as(os.O_WRONLY, other) for _ in range(3)]
+        assert hs[0].write(chunk) == len(chunk)
+        assert hs[1].write(chunk) == len(chunk)
+        assert errno_of(hs[2].write, chunk) == errno.ENOBUFS  # 2 units each at most
+        h2 = node.open_as(os.O_WRONLY, other2)
+        assert h2.write(chunk) == len(chunk)
+        h3 = node.open_as(os.O_WRONLY, other2)
+        assert errno_of(h3.write, chunk) == errno.ENOBUFS  # 3 units for all others
+        assert budget.used(other) == 2 * unit and budget.used(other2) == unit
+        mine = [node.open_as(os.O_WRONLY, os.getuid()) for _ in range(4)]
+        for h in mine:  # the owner's pool is its own
+            assert h.write(chunk) == len(chunk)
+        assert budget.used() == 4 * unit
+        assert hs[0].write(b'"}\n{"body": "ab') == 15  # a line ends: its bytes are given back
+        assert budget.used(other) == unit + 12
+        for h in (*hs, h2, h3, *mine):  # unfinished lines are put (and refused) at close
+            h.release()
+        assert budget.held == {}
+        assert [len(body) for _, _, body in messages(t, "B")] == [unit - 10]
+
+
 def test_produce_file_truncate_and_unwritable_topic(tmp_path):
     with tree(tmp_path) as t:
         t.mkdir("/topics/T")
