@@ -629,6 +629,31 @@ class RmqOperations(pyfuse3.Operations):
             "links cannot be created here",
         )
 
+    async def setxattr(self, inode, name, value, ctx):
+        """Extended attributes are not kept: ENOTSUP (``setfattr``, ``cp --preserve=xattr``,
+        ``rsync -X``), recorded in ``refused.jsonl`` like every refused write. getxattr and
+        listxattr stay unimplemented on purpose: libfuse's ENOSYS makes the kernel stop
+        asking, where an answer would cost a request per write (``security.capability``)."""
+        node = self.nodes.get(inode)
+        raise self._refuse(
+            "setxattr",
+            node.path if node is not None else "?",
+            ctx,
+            errno.ENOTSUP,
+            f"extended attributes are not kept (setting {os.fsdecode(name)!r})",
+        )
+
+    async def removexattr(self, inode, name, ctx):
+        """No extended attributes to remove: ENOTSUP, recorded as :meth:`setxattr`."""
+        node = self.nodes.get(inode)
+        raise self._refuse(
+            "removexattr",
+            node.path if node is not None else "?",
+            ctx,
+            errno.ENOTSUP,
+            "extended attributes are not kept",
+        )
+
     async def link(self, inode, new_parent_inode, new_name, ctx):
         raise self._no_write(
             "link",

@@ -278,3 +278,20 @@ def test_refusals_the_readme_names(mount_store, tmp_path):
     assert oserror(os.mkdir, m.mnt / "topics" / "SCHEDULE_TOPIC_XXXX") == errno.EINVAL
     assert oserror(os.mkdir, m.mnt / "topics" / "RMQ_SYS_TRANS_HALF_TOPIC") == errno.EINVAL
     assert sorted(os.listdir(m.mnt / "topics")) == ["T"]
+
+
+def test_extended_attributes_are_enotsup_and_recorded(mount_store):
+    """setxattr/removexattr: ENOTSUP, in refused.jsonl with the reason (issue 26: it answered
+    ENOTSUP from the kernel with no trace of it); getxattr still finds none."""
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    target = m.mnt / "topics" / "T" / "produce"
+    assert oserror(os.setxattr, target, "user.note", b"1") == errno.ENOTSUP
+    assert oserror(os.removexattr, target, "user.note") == errno.ENOTSUP
+    assert oserror(os.getxattr, target, "user.note") in (errno.ENODATA, errno.ENOTSUP)
+    refused = [json.loads(x) for x in (m.mnt / "refused.jsonl").read_text().splitlines()]
+    assert [(e["op"], e["path"], e["errno"]) for e in refused] == [
+        ("setxattr", "/topics/T/produce", "ENOTSUP"),
+        ("removexattr", "/topics/T/produce", "ENOTSUP"),
+    ]
+    assert "extended attributes are not kept" in refused[0]["reason"]
