@@ -915,8 +915,10 @@ class OffsetWriteHandle(Handle):
         return len(data)
 
     def _commit(self, line: bytes):
-        text = line[:OFFSET_LINE_MAX].decode("ascii", "replace").strip()
-        if len(line) > OFFSET_LINE_MAX or not re.fullmatch(r"-?[0-9]{1,19}", text):
+        # mqadmin's rule for an offset (resetOffsetByTime, updateOffset...: the option's
+        # value trim()med, then Long.parseLong): ASCII blanks around, one sign, decimal digits
+        text = line[:OFFSET_LINE_MAX].decode("ascii", "replace").strip(" \t\r\n\f\v")
+        if len(line) > OFFSET_LINE_MAX or not re.fullmatch(r"[+-]?[0-9]{1,19}", text):
             raise FsError(errno.EINVAL, f"not an offset: {text[:40]!r}")
         self.node.commit(int(text))
 

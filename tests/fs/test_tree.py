@@ -292,6 +292,18 @@ def test_offset_lines_are_bounded_and_each_complete_line_commits(tmp_path):
         assert t.read(offset) == b"4\n"
         t.write(offset, b"  3  \n")
         assert t.read(offset) == b"3\n"
+        # one rule, mqadmin's (its options are trim()med, then Long.parseLong): blanks around,
+        # a sign, leading zeros; nothing else (issue 26: " 0" worked and "+0" did not)
+        for line, value in ((b" 0\n", 0), (b"+2\n", 2), (b"\t005\r\n", 5), (b"-0\n", 0)):
+            t.write(offset, line)
+            assert t.read(offset) == b"%d\n" % value, line
+        for bad in (b"+ 1\n", b"1 2\n", b"0x1\n", b"1e0\n", b"++1\n", b"\xd9\xa0\n", b"9" * 20):
+            h = t.node(offset).open(os.O_WRONLY)
+            try:
+                assert errno_of(h.write, bad + b"\n") == errno.EINVAL, bad
+            finally:
+                h.release()
+        assert t.read(offset) == b"0\n"
 
 
 def test_system_topics_are_refused_as_the_broker_refuses_them(tmp_path):
