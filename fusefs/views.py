@@ -196,10 +196,27 @@ def _render_chunks(
     ahead = deque()
     depth = 2 * parts.workers
 
+    from concurrent.futures.process import BrokenProcessPool
+
+    def submit(queue_ids, units, qoffs, at, room):
+        return parts.submit_task(
+            R.render_view_chunk,
+            parts.commitlog_dir,
+            topic,
+            queue_ids,
+            units,
+            qoffs,
+            kind,
+            (log_.path, at, room),
+        )
+
     def append(job):
-        fut, queue_ids, units, qoffs, at = job
+        fut, queue_ids, units, qoffs, at, room = job
         try:
-            length, data, ends, newest = fut.result()
+            try:
+                length, data, ends, newest = fut.result()
+            except BrokenProcessPool:  # its worker died (kill -9, OOM): once more, new pool
+                length, data, ends, newest = submit(queue_ids, units, qoffs, at, room).result()
         except StoreError as exc:
             note_damage(store, topic, queue_ids, units, qoffs, exc)
             raise
@@ -218,22 +235,7 @@ def _render_chunks(
             room = R.chunk_room(kind, units)
             at = log_.reserve(room)
             ahead.append(
-                (
-                    parts.submit_task(
-                        R.render_view_chunk,
-                        parts.commitlog_dir,
-                        topic,
-                        queue_ids,
-                        units,
-                        qoffs,
-                        kind,
-                        (log_.path, at, room),
-                    ),
-                    queue_ids,
-                    units,
-                    qoffs,
-                    at,
-                )
+                (submit(queue_ids, units, qoffs, at, room), queue_ids, units, qoffs, at, room)
             )
             while len(ahead) >= depth:
                 append(ahead.popleft())
@@ -656,6 +658,23 @@ class PartCache:
         self._last_task = time.monotonic()
         return fut
 
+    def _submit(self, fn, *args):
+        """``fn(*args)`` submitted to the pool (caller holds :attr:`lock`), counted. A pool
+        broken by a worker's death (``kill -9``, the OOM killer: BrokenProcessPool) is
+        replaced at once by a fresh one, which renders this task: renders come back with the
+        next request, not after the idle pool's shutdown."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        pool = self._pool_()
+        try:
+            fut = pool.submit(fn, *args)
+        except BrokenProcessPool:
+            log.warning("render workers died; starting new ones")
+            self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            fut = self._pool_().submit(fn, *args)
+        return self._started(fut)
+
     def _task_over(self, _fut) -> None:
         with self.lock:
             self._tasks -= 1
@@ -689,7 +708,7 @@ class PartCache:
         with self.lock:
             if self._closed:
                 raise OSError(errno.EIO, "the mount is closing")
-            fut = self._started(self._pool_().submit(fn, *args))
+            fut = self._submit(fn, *args)
         fut.add_done_callback(self._task_over)
         return fut
 
@@ -723,16 +742,8 @@ class PartCache:
             est = int(real["size"].astype("int64").sum()) + 65536
             self.reserved[key] = est
             self._evict(keep=None)
-            render = self._started(
-                self._pool_().submit(
-                    R.render_part,
-                    self.commitlog_dir,
-                    topic,
-                    queue_id,
-                    units,
-                    first,
-                    self._path(key),
-                )
+            render = self._submit(
+                R.render_part, self.commitlog_dir, topic, queue_id, units, first, self._path(key)
             )
             registered: Future = Future()
             self.pending[key] = registered
@@ -818,12 +829,16 @@ class PartCache:
         fails on damage (noted in the store: status.json, one warning line)."""
         with self.lock:  # a part someone waits for is not evicted before it is opened
             self.wanted[key] = self.wanted.get(key, 0) + 1
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             for _ in range(8):
                 fut = self.submit(key)
                 if fut is not None:
                     try:
                         fut.result()
+                    except BrokenProcessPool:  # its worker died: the next submit renders it
+                        continue
                     except StoreError as exc:  # status.json names the queue (one log line)
                         topic, queue_id, first, end = key
                         from engine.read.columnar import queue_units

@@ -344,3 +344,35 @@ def test_an_idle_mount_stops_its_render_workers(tmp_path, mount_store, quick_idl
         time.sleep(0.5)
     assert not workers & _render_workers(m.pid), "idle workers still running"
     assert (m.mnt / "topics" / "I" / "0" / "messages.jsonl").read_bytes().count(b"\n") == 500
+
+
+@fuse
+def test_renders_come_back_at_once_after_the_workers_are_killed(tmp_path, mount_store):
+    """Issue 26: after kill -9 of every render worker, renders failed with EIO
+    (BrokenProcessPool tracebacks) for about 10 s, until the idle pool was shut down. The
+    broken pool is now replaced by the next render, and a render whose worker died is done
+    again: the next reads work at once, with the same bytes."""
+    import signal
+
+    store = tmp_path / "store"
+    with MessageStore(str(store)) as s:
+        s.create_topic("K", 2)
+        s.put_messages([Message("K", b"line %d" % i) for i in range(2000)])
+    m = mount_store(store)
+    whole = (m.mnt / "topics" / "K" / "0" / "messages.jsonl").read_bytes()
+    workers = _render_workers(m.pid)
+    assert workers, "the view rendered in worker processes"
+    for w in workers:
+        os.kill(w, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and workers & _render_workers(m.pid):
+        time.sleep(0.05)
+    # no wait for the pool to be shut down: every kind of render works right away
+    assert (m.mnt / "topics" / "K" / "1" / "messages.jsonl").read_bytes().count(b"\n") == 1000
+    assert (m.mnt / "topics" / "K" / "messages.jsonl").read_bytes().count(b"\n") == 2000
+    part = m.mnt / "view" / "topic=K" / "queue=0"
+    names = os.listdir(part)
+    assert names and all((part / n).read_bytes()[:4] == b"PAR1" for n in names)
+    with open(m.mnt / "topics" / "K" / "0" / "messages.jsonl", "rb") as f:
+        assert f.read() == whole
+    assert "Traceback" not in m.log.read_text()
