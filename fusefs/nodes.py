@@ -399,6 +399,8 @@ class ViewHandle(Handle):
         self.log = log
         self.start = start
         log.opens += 1  # not evicted while open (fusefs.views.ViewCache)
+        if log.damage is not None:  # the view ends at damage: the read there must reach us
+            self.direct_io, self.keep_cache = True, False
 
     def release(self):
         with self.log.lock:
@@ -407,9 +409,15 @@ class ViewHandle(Handle):
                 self.log.close()  # its topic was deleted while this handle read it
 
     def read(self, offset, length):
-        return self.log.read(self.start + offset, length)
+        data = self.log.read(self.start + offset, length)
+        if not data and length and self.log.damage is not None:
+            # the lines before the damage were read: the next one is the damaged record
+            raise FsError(errno.EIO, f"damaged record: {self.log.damage}")
+        return data
 
     def read_nowait(self, offset, length):
+        if self.log.damage is not None:
+            return None  # read() decides where the damage starts
         return self.log.read_nowait(self.start + offset, length)
 
 

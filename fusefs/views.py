@@ -66,6 +66,9 @@ class RenderedLog:
         self.mtime_ms = 0
         self.lock = threading.Lock()
         self.opens = 0  # open file handles reading it (an evicted log must have none)
+        #: the damage its render met right after its last line (a StoreError), or None:
+        #: the view ends there, and a read that reaches it fails (EIO)
+        self.damage: StoreError | None = None
         self._view_at = array("q")  # view offset where each region starts
         self._file_at = array("q")  # file offset of each region
         self._reserved = 0  # file offset of the next reservation
@@ -162,16 +165,22 @@ _LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
 COLUMNAR_BATCH = 8192  # messages decoded and rendered per chunk (one worker task)
 
 
+def damage_index(units, exc: StoreError) -> int:
+    """Index in ``units`` of the unit at the CommitLog offset a render's error names (0 when
+    it names none or no unit has it): the units before it rendered fine."""
+    import numpy as np
+
+    at = getattr(exc, "offset", None)
+    hit = np.flatnonzero(units["off"].astype(np.int64) == at) if at is not None else ()
+    return int(hit[0]) if len(hit) else 0
+
+
 def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs, exc: StoreError) -> None:
     """Tell the store (``store.note_damage``: status.json ``damagedQueues``, one warning
     line) which queue a render that failed on damage was reading: the queue and queue offset
     of the unit at the CommitLog offset the error names (the chunk's first unit when it names
     none). ``queue_ids`` is one queue id or one per unit."""
-    import numpy as np
-
-    at = getattr(exc, "offset", None)
-    hit = np.flatnonzero(units["off"].astype(np.int64) == at) if at is not None else ()
-    i = int(hit[0]) if len(hit) else 0
+    i = damage_index(units, exc)
     qid = queue_ids if isinstance(queue_ids, int) else int(queue_ids[i])
     store.note_damage(topic, qid, int(qoffs[i]) if len(qoffs) else None, exc)
 
@@ -188,8 +197,9 @@ def _render_chunks(
     are done (a reader of the growing view sees them). Blank filler units are dropped here.
 
     A chunk that meets damage (a unit pointing at no record, a body failing its CRC) raises
-    its StoreError after :func:`note_damage`: the lines before that chunk stay, nothing of it
-    or after it is appended, and every later sync fails the same way (EIO).
+    its StoreError after :func:`note_damage` and after appending its lines before the damaged
+    record: every line before the damage is in the view, nothing at or after it. The views
+    keep that error (``RenderedLog.damage``) and stop there: reads that reach it fail (EIO).
     """
     from collections import deque
 
@@ -219,7 +229,16 @@ def _render_chunks(
                 length, data, ends, newest = submit(queue_ids, units, qoffs, at, room).result()
         except StoreError as exc:
             note_damage(store, topic, queue_ids, units, qoffs, exc)
+            i = damage_index(units, exc)
+            if i:  # the lines before the damaged record, rendered again on their own
+                ids = queue_ids if isinstance(queue_ids, int) else queue_ids[:i]
+                room_i = R.chunk_room(kind, units[:i])
+                at_i = log_.reserve(room_i)
+                put(at_i, *submit(ids, units[:i], qoffs[:i], at_i, room_i).result())
             raise
+        put(at, length, data, ends, newest)
+
+    def put(at, length, data, ends, newest):
         if data is None:  # written by the worker into its region
             log_.append_region(at, length, ends, newest)
         else:  # longer than the region: appended here
@@ -275,15 +294,19 @@ class QueueView:
         if cq is None:
             return
         with self.log.lock:
+            if self.log.damage is not None:
+                return  # the view ends at the damage (docs/guarantees.md)
             if self.first_offset is None:
                 self.first_offset = cq.min_offset
             nxt = self.first_offset + len(self.log.ends)
             end = cq.max_offset
             kind = _LINE_KINDS[self.render]
-            # damage: _render_chunks has status.json name the queue, and raises
-            _render_chunks(
-                self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind, self.store
-            )
+            try:  # damage: _render_chunks has status.json name the queue, and raises
+                _render_chunks(
+                    self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind, self.store
+                )
+            except StoreError as exc:
+                self.log.damage = exc
 
     def _chunks(self, cq, nxt: int, end: int):
         from engine.read.columnar import queue_units
@@ -296,7 +319,10 @@ class QueueView:
             nxt += len(units)
 
     def up_to_date(self) -> bool:
-        """True when every stored message is rendered (no lock taken: safe on the trio loop)."""
+        """True when every stored message is rendered, or the view ends at damage (no lock
+        taken: safe on the trio loop)."""
+        if self.log.damage is not None:
+            return True
         cq = self.store.consume_queue(self.topic, self.queue_id)
         return cq is None or (self.first_offset is not None and cq.max_offset == self.next_offset)
 
@@ -324,7 +350,10 @@ class TopicView:
         self.next: dict[int, int] = {}
 
     def up_to_date(self) -> bool:
-        """True when every stored message is rendered (no lock taken: safe on the trio loop)."""
+        """True when every stored message is rendered, or the view ends at damage (no lock
+        taken: safe on the trio loop)."""
+        if self.log.damage is not None:
+            return True
         store = self.store
         for (t, q), cq in list(store.consume_queues.items()):
             if t == self.topic and cq.max_offset != self.next.get(q, cq.min_offset):
@@ -338,6 +367,8 @@ class TopicView:
         """Render the messages stored since the last call, merged by CommitLog offset."""
         cut = self.store.queue_max_offsets(self.topic)
         with self.log.lock:
+            if self.log.damage is not None:
+                return  # the view ends at the damage (docs/guarantees.md)
             done = {}
             for qid, end in cut.items():
                 cq = self.store.consume_queue(self.topic, qid)
@@ -345,7 +376,11 @@ class TopicView:
                     done[qid] = end
             if not done:
                 return
-            self._sync_columnar(cut, _LINE_KINDS[self.render])
+            try:
+                self._sync_columnar(cut, _LINE_KINDS[self.render])
+            except StoreError as exc:
+                self.log.damage = exc
+                return
             # only now: up_to_date() must not say yes while lines are still being rendered
             self.next.update(done)
 
@@ -486,7 +521,8 @@ class ViewCache:
                 if not v.log.lock.acquire(blocking=False):
                     continue
                 try:
-                    self._evicted[key] = (v.log.size, v.log.mtime_ms, self._view_cut(key, v))
+                    if v.log.damage is None:  # a damaged view is rendered (and noted) again
+                        self._evicted[key] = (v.log.size, v.log.mtime_ms, self._view_cut(key, v))
                     over -= v.log.size
                     v.log.close()
                     del self._views[key]

@@ -35,10 +35,17 @@ class Tree:
         return node
 
     def read(self, path: str) -> bytes:
+        """The whole file, read as ``cat`` reads it: until a read returns nothing (or
+        fails: the FsError is raised, as cat reports it)."""
         node = self.node(path)
         h = node.open(os.O_RDONLY)
+        out = bytearray()
         try:
-            return bytes(h.read(0, max(node.stat().size, 1 << 20)))
+            while True:
+                got = h.read(len(out), max(node.stat().size, 1 << 20))
+                if not got:
+                    return bytes(out)
+                out += got
         finally:
             h.release()
 

@@ -122,3 +122,37 @@ def test_fuse_requests_turn_engine_errors_into_their_errno_without_traceback(cap
             trio.run(ops._run, fn)
         assert info.value.errno == want
     assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_the_lines_before_a_damaged_record_stay_readable(tmp_path):
+    """docs/guarantees.md: a read that reaches a damaged record fails (EIO), the lines before it
+    stay readable. The views' stat answered EIO for the whole queue (issue 26); now the queue
+    and topic views end at the damage: their stat works, a reader gets every line before the
+    damaged record, then EIO, and the damage is noted."""
+    from fusefs.base import FsError
+
+    root = tmp_path / "store"
+    with MessageStore(str(root), small_config()) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"m%d" % i, queue_id=i % 2) for i in range(20)])
+    off = flip_body_byte(root, "T", 0, 3, small_config())  # m6, queue 0 offset 3
+    with tree(tmp_path, store_dir=root) as t:
+        for path, before in (
+            ("/topics/T/0/bodies.txt", b"m0\nm2\nm4\n"),
+            ("/topics/T/bodies.txt", b"m0\nm1\nm2\nm3\nm4\nm5\n"),
+        ):
+            node = t.node(path)
+            assert node.stat().size == len(before), path  # no EIO for the whole view
+            h = node.open(0)
+            try:
+                assert h.read(0, 1 << 20) == before, path
+                with pytest.raises(FsError) as exc:
+                    h.read(len(before), 1 << 20)
+                assert exc.value.errno == errno.EIO and "CRC" in str(exc.value), path
+            finally:
+                h.release()
+            assert errno_of(t.read, path) == errno.EIO, path  # as cat sees it
+        damaged = _damaged(t)
+        assert [(d["topic"], d["queueId"]) for d in damaged] == [("T", 0)]
+        assert f"offset {off}" in damaged[0]["error"]
+        assert t.read("/topics/T/1/bodies.txt").count(b"\n") == 10

@@ -261,6 +261,10 @@ def test_a_body_crc_mismatch_is_eio_and_named_without_traceback(shared_dir):
         (t / "0" / "by-offset" / "4").read_bytes()
     assert info.value.errno == errno.EIO
     assert (t / "1" / "bodies.txt").read_bytes().count(b"\n") == 10
+    # the lines before the damaged record: stat works, cat prints them, then fails
+    assert os.stat(t / "0" / "bodies.txt").st_size == len(b"m0\nm2\nm4\nm6\n")
+    res = subprocess.run(["cat", str(t / "0" / "bodies.txt")], capture_output=True)
+    assert res.stdout == b"m0\nm2\nm4\nm6\n" and b"Input/output error" in res.stderr, res
     status = json.loads((m.mnt / "status.json").read_text())
     assert [(q["topic"], q["queueId"]) for q in status["damagedQueues"]] == [("T", 0)]
     assert f"offset {off}" in status["damagedQueues"][0]["error"]
