@@ -10,6 +10,7 @@ so the whole tree runs without a kernel mount (tests/fs/).
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import logging
 import os
@@ -68,6 +69,24 @@ class Stat:
     live: bool = True
     blocks: int | None = None  # 512-byte blocks in the store; None: 1 when not empty (du)
     attr_timeout: float | None = None  # seconds the kernel may cache it; None: by ``live``
+
+
+#: The uid of the user whose request the current thread serves (``fusefs.ops`` sets it around
+#: the work it hands to a worker thread; None: the daemon itself, or no request). What a
+#: request makes the daemon hold on its behalf is charged to it: renders in the cache
+#: (``fusefs.views.RenderBudget``).
+REQUEST_UID: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "rmqfs_request_uid", default=None
+)
+
+
+def as_user(uid: int | None, fn, *args):
+    """``fn(*args)`` with :data:`REQUEST_UID` set to ``uid`` for its duration."""
+    token = REQUEST_UID.set(uid)
+    try:
+        return fn(*args)
+    finally:
+        REQUEST_UID.reset(token)
 
 
 class HandleBudget:

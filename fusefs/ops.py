@@ -42,7 +42,7 @@ import trio
 
 from engine.errors import CorruptRecordError, StoreError
 
-from .base import RO_DIR, RO_FILE, Context, FsError, HandleBudget, Node, Stat
+from .base import RO_DIR, RO_FILE, Context, FsError, HandleBudget, Node, Stat, as_user
 from .nodes import RootDir
 from .viewtree import topic_dir_name
 
@@ -146,8 +146,11 @@ def _pid(ctx) -> int | None:
     return getattr(ctx, "pid", None) or None
 
 
-async def _run(fn, *args, pid: int | None = None, on_error=None):
+async def _run(fn, *args, pid: int | None = None, uid: int | None = None, on_error=None):
     """Run ``fn(*args)`` in a worker thread; FsError/OSError become their errno.
+
+    ``uid``: the requesting user, set as :data:`fusefs.base.REQUEST_UID` while ``fn`` runs
+    (what it renders is charged to that user: ``fusefs.views.RenderBudget``).
 
     With ``pid`` (the caller of the FUSE request) the request answers EINTR as soon as the
     caller is killed or signalled (checked every WATCH_INTERVAL s); the thread is abandoned
@@ -156,9 +159,10 @@ async def _run(fn, *args, pid: int | None = None, on_error=None):
     recorded: :class:`fusefs.base.RefusalLog`).
     """
     global _watcher_started
+    call = (as_user, uid, fn, *args) if uid is not None else (fn, *args)
     try:
         if not pid:
-            return await trio.to_thread.run_sync(fn, *args, limiter=_threads())
+            return await trio.to_thread.run_sync(*call, limiter=_threads())
         if not _watcher_started:
             _watcher_started = True
             trio.lowlevel.spawn_system_task(_watch_callers)
@@ -166,7 +170,7 @@ async def _run(fn, *args, pid: int | None = None, on_error=None):
             _waiting[scope] = pid
             try:
                 return await trio.to_thread.run_sync(
-                    fn, *args, limiter=_threads(), abandon_on_cancel=True
+                    *call, limiter=_threads(), abandon_on_cancel=True
                 )
             finally:
                 _waiting.pop(scope, None)
@@ -348,7 +352,7 @@ class RmqOperations(pyfuse3.Operations):
             attr = self._lookup_nowait(parent, parent_inode, name)
             if attr is not None:
                 return attr
-        return await _run(find, pid=_pid(ctx))
+        return await _run(find, pid=_pid(ctx), uid=_uid(ctx))
 
     def _lookup_nowait(self, parent, parent_inode: int, name: str):
         """lookup of a :attr:`Dir.child_in_memory` directory's child on the loop: its entry,
@@ -387,7 +391,7 @@ class RmqOperations(pyfuse3.Operations):
         st = node.stat_nowait()
         if st is not None:
             return self._entry(node, inode, st)
-        return await _run(self._entry, node, inode, pid=_pid(ctx))
+        return await _run(self._entry, node, inode, pid=_pid(ctx), uid=_uid(ctx))
 
     async def setattr(self, inode, attr, fields, fh, ctx):
         node = self._node(inode)
@@ -422,7 +426,7 @@ class RmqOperations(pyfuse3.Operations):
         ``mode`` to the caller (the owner's bits for the mounting user and root, the others'
         bits for anyone else); writes also need :meth:`Context.may_write`."""
         node = self._node(inode)
-        st = node.stat_nowait() or await _run(node.stat)
+        st = node.stat_nowait() or await _run(node.stat, uid=_uid(ctx))
         uid = _uid(ctx)
         if mode & os.W_OK and (self.ctx.read_only or not self.ctx.may_write(uid)):
             return False
@@ -474,7 +478,7 @@ class RmqOperations(pyfuse3.Operations):
             raise self._refuse("open", path, ctx, errno.EMFILE, str(exc)) from None
 
     async def readdir(self, fh, start_id, token):
-        inode, pid, _ = self.dir_handles.get(fh, (None, None, None))
+        inode, pid, uid = self.dir_handles.get(fh, (None, None, None))
         if inode is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         node = self._node(inode)
@@ -513,7 +517,7 @@ class RmqOperations(pyfuse3.Operations):
 
         items = self._entries_nowait(node, start_id) if node.child_in_memory else None
         if items is None:
-            items = await _run(entries, pid=pid)
+            items = await _run(entries, pid=pid, uid=uid)
         for ino, name, child, attr in items:
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
                 break
@@ -713,6 +717,7 @@ class RmqOperations(pyfuse3.Operations):
                     flags,
                     uid,
                     pid=_pid(ctx),
+                    uid=uid,
                     on_error=self._refusal("open", node.path, _pid(ctx), uid) if writing else None,
                 )
             if handle.stale_attrs:  # the kernel's size predates what this open reads

@@ -35,7 +35,7 @@ from engine.format.message import MessageRecord
 from engine.store import MessageStore
 
 from . import render as R
-from .base import pread_nowait
+from .base import REQUEST_UID, pread_nowait
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ class RenderedLog:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         self.ends = array("q")
         self.size = 0
+        self.disk_size = 0  # what its regions take on disk (whole pages): what the bound counts
         self.mtime_ms = 0
         self.lock = threading.Lock()
         self.opens = 0  # open file handles reading it (an evicted log must have none)
@@ -90,6 +91,7 @@ class RenderedLog:
         self._file_at.append(file_at)
         self.ends.extend((ends + self.size).tolist())
         self.size += length
+        self.disk_size += on_disk(length)
         self.mtime_ms = max(self.mtime_ms, newest_ms)
 
     def append_block(self, data: bytes, ends, newest_ms: int) -> None:
@@ -160,6 +162,113 @@ class RenderedLog:
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+def on_disk(n: int) -> int:
+    """Bytes ``n`` bytes of a file take on disk, in whole pages (what ``du`` counts): the
+    render cache's bound counts these."""
+    return n + (-n) % _PAGE
+
+
+class RenderBudget:
+    """The one bound of the render cache (``--cache-size``), held at every moment.
+
+    Everything rendered counts: the JSON views' bytes, the ``view/`` parts' files and the
+    room reserved for renders under way (a chunk's ``render.chunk_room``, a part's CommitLog
+    bytes). A render reserves before it starts (:meth:`take`) and gives the room back once its
+    bytes are counted where they landed (:meth:`give`). A reservation that does not fit first
+    evicts least recently used renders that no one holds open or is rendering (JSON views,
+    then parts: ``ViewCache.evict_one``); when it still does not fit, the render is refused
+    with EFBIG: a view larger than the cache can hold is never rendered, by a read or a stat.
+
+    Other users (let in by ``-o allow_other``: not the owner, not root) are limited as their
+    open files are (``fusefs.base.HandleBudget``): renders made at their request hold at most
+    a quarter of the cache in all, and their reservations evict only renders made for other
+    users, never the owner's. A render the owner (or root) uses becomes the owner's.
+
+    Thread-safe. ``on_disk`` and ``evict_one`` are set by the cache that owns the renders.
+    """
+
+    #: Other users' renders may hold 1/OTHERS_SHARE of the cache, as their open files may hold
+    #: a quarter of the daemon's descriptors.
+    OTHERS_SHARE = 4
+
+    def __init__(self, max_bytes: int, owner_uid: int | None = None):
+        self.max_bytes = max_bytes
+        self.others_max = max_bytes // self.OTHERS_SHARE
+        self.owner_uid = os.getuid() if owner_uid is None else owner_uid
+        self.lock = threading.Lock()
+        self.reserved = [0, 0]  # bytes reserved for renders under way: [the owner's, others']
+        #: bytes on disk of the renders charged to other users (True) or to the owner (False)
+        self.on_disk: Callable[[bool], int] = lambda others: 0
+        #: evict one render no one holds, other users' only when asked, never ``keep``;
+        #: whether one was
+        self.evict_one: Callable[[bool, object], bool] = lambda others_only, keep: False
+
+    def is_other(self, uid: int | None = None) -> bool:
+        """Whether ``uid`` (default: the user of the current request, ``REQUEST_UID``) is
+        charged as another user."""
+        if uid is None:
+            uid = REQUEST_UID.get()
+        return uid is not None and uid not in (0, self.owner_uid)
+
+    def cap(self, others: bool) -> int:
+        """The most one render may ever hold for the owner (False) or other users (True)."""
+        return self.others_max if others else self.max_bytes
+
+    def used(self) -> int:
+        """Bytes on disk plus reserved: never more than ``max_bytes``."""
+        with self.lock:
+            return self.on_disk(False) + self.on_disk(True) + sum(self.reserved)
+
+    def take(self, n: int, others: bool, what: str, keep=None) -> None:
+        """Reserve ``n`` bytes for a render of ``what`` (charged to other users when
+        ``others``), evicting what it must (never ``keep``). Raises OSError(EFBIG) with a
+        reason when that cannot make room; nothing is reserved then."""
+        while True:
+            with self.lock:
+                theirs = self.on_disk(True) + self.reserved[1]
+                total = self.on_disk(False) + theirs + self.reserved[0]
+                others_over = others and theirs + n > self.others_max
+                if total + n <= self.max_bytes and not others_over:
+                    self.reserved[others] += n
+                    return
+            if not self.evict_one(others, keep):
+                bound = (
+                    f"renders for users other than the mount's owner may hold {self.others_max}"
+                    if others
+                    else f"--cache-size is {self.max_bytes}"
+                )
+                raise OSError(
+                    errno.EFBIG,
+                    f"{what} needs {n} more bytes of the render cache than it can give "
+                    f"({bound}; {total} in use by renders open or under way): mount with a "
+                    "larger --cache-size, or read smaller views (a queue's, view/ parts)",
+                )
+
+    def give(self, n: int, others: bool) -> None:
+        """A reservation of :meth:`take` is over (its bytes are counted where they landed)."""
+        with self.lock:
+            self.reserved[others] -= n
+
+
+#: Fewest bytes a line of each JSON view takes: a view with more lines than the cache can
+#: hold at this size is refused (EFBIG) before anything of it is rendered.
+MIN_LINE = {"messages": 200, "bodies": 1}
+
+
+def check_fits(budget: RenderBudget, others: bool, have: int, lines: int, kind: str, what: str):
+    """Raise OSError(EFBIG) when a view of ``have`` bytes rendered and ``lines`` more lines
+    of ``kind`` could never fit in what ``budget`` lets one render hold."""
+    need = have + lines * MIN_LINE[kind]
+    cap = budget.cap(others)
+    if need > cap:
+        raise OSError(
+            errno.EFBIG,
+            f"{what} takes at least {need} bytes rendered, more than the render cache gives one "
+            f"view ({cap}: --cache-size{', a quarter of it for other users' if others else ''}):"
+            " mount with a larger --cache-size, or read smaller views (a queue's, view/ parts)",
+        )
+
+
 # Renderers whose lines are built column-wise from engine.read.columnar batches (render.render_lines).
 _LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
 COLUMNAR_BATCH = 8192  # messages decoded and rendered per chunk (one worker task)
@@ -186,7 +295,13 @@ def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs, exc: S
 
 
 def _render_chunks(
-    parts: PartCache, log_: RenderedLog, topic: str, chunks, kind: str, store: MessageStore
+    parts: PartCache,
+    log_: RenderedLog,
+    topic: str,
+    chunks,
+    kind: str,
+    store: MessageStore,
+    others: bool = False,
 ) -> None:
     """Render ``chunks`` (an iterator of ``(queue id or queue id array, units, queue
     offsets)``, in line order) in the worker processes of ``parts`` and append the results
@@ -200,11 +315,17 @@ def _render_chunks(
     its StoreError after :func:`note_damage` and after appending its lines before the damaged
     record: every line before the damage is in the view, nothing at or after it. The views
     keep that error (``RenderedLog.damage``) and stop there: reads that reach it fail (EIO).
+
+    Every chunk reserves its room in the render cache's bound first (``parts.budget``,
+    charged to other users when ``others``): OSError(EFBIG) when it cannot, and the lines
+    appended so far stay.
     """
     from collections import deque
 
     ahead = deque()
     depth = 2 * parts.workers
+    budget = parts.budget
+    what = f"the {kind} view of {topic}"
 
     from concurrent.futures.process import BrokenProcessPool
 
@@ -228,30 +349,72 @@ def _render_chunks(
             except BrokenProcessPool:  # its worker died (kill -9, OOM): once more, new pool
                 length, data, ends, newest = submit(queue_ids, units, qoffs, at, room).result()
         except StoreError as exc:
+            budget.give(room, others)
             note_damage(store, topic, queue_ids, units, qoffs, exc)
             i = damage_index(units, exc)
             if i:  # the lines before the damaged record, rendered again on their own
                 ids = queue_ids if isinstance(queue_ids, int) else queue_ids[:i]
-                room_i = R.chunk_room(kind, units[:i])
-                at_i = log_.reserve(room_i)
-                put(at_i, *submit(ids, units[:i], qoffs[:i], at_i, room_i).result())
+                room_i = on_disk(R.chunk_room(kind, units[:i]))
+                budget.take(room_i, others, what)
+                try:
+                    at_i = log_.reserve(room_i)
+                    put(at_i, room_i, *submit(ids, units[:i], qoffs[:i], at_i, room_i).result())
+                finally:
+                    budget.give(room_i, others)
             raise
-        put(at, length, data, ends, newest)
+        except BaseException:
+            budget.give(room, others)
+            raise
+        try:
+            put(at, room, length, data, ends, newest)
+        finally:
+            budget.give(room, others)
 
-    def put(at, length, data, ends, newest):
+    def put(at, room, length, data, ends, newest):
         if data is None:  # written by the worker into its region
             log_.append_region(at, length, ends, newest)
-        else:  # longer than the region: appended here
-            log_.append_block(data, ends, newest)
+        else:  # longer than the region: appended here, once the bound has room for it
+            extra = on_disk(len(data)) - room
+            budget.take(extra, others, what)
+            try:
+                log_.append_block(data, ends, newest)
+            finally:
+                budget.give(extra, others)
 
     from engine.read.columnar import drop_blank_units
 
     try:
-        for queue_ids, units, qoffs in chunks:
-            units, qoffs, queue_ids = drop_blank_units(units, qoffs, queue_ids)
-            if not len(units):
+        todo: deque = deque()  # chunks split to fit the bound, before the next of `chunks`
+        chunks = iter(chunks)
+        while True:
+            if todo:
+                queue_ids, units, qoffs = todo.popleft()
+            else:
+                nxt = next(chunks, None)
+                if nxt is None:
+                    break
+                units, qoffs, queue_ids = drop_blank_units(nxt[1], nxt[2], nxt[0])
+                if not len(units):
+                    continue
+            room = on_disk(R.chunk_room(kind, units))
+            while True:  # room in the bound: what is under way may have to land first
+                try:
+                    budget.take(room, others, what)
+                    break
+                except OSError:
+                    if ahead:
+                        append(ahead.popleft())
+                    elif len(units) > 1:  # a smaller chunk may fit (its room is a guess)
+                        half = len(units) // 2
+                        for sl in (slice(half, None), slice(None, half)):
+                            ids = queue_ids if isinstance(queue_ids, int) else queue_ids[sl]
+                            todo.appendleft((ids, units[sl], qoffs[sl]))
+                        room = 0
+                        break
+                    else:
+                        raise
+            if not room:
                 continue
-            room = R.chunk_room(kind, units)
             at = log_.reserve(room)
             ahead.append(
                 (submit(queue_ids, units, qoffs, at, room), queue_ids, units, qoffs, at, room)
@@ -262,7 +425,12 @@ def _render_chunks(
             append(ahead.popleft())
     finally:
         for job in ahead:  # an error: the chunks after it are not wanted
-            job[0].cancel()
+            if not job[0].cancel():  # under way: its worker writes its region, in the bound
+                try:
+                    job[0].exception()
+                except Exception:  # noqa: BLE001 - the first error is the one raised
+                    pass
+            budget.give(job[5], others)
 
 
 class QueueView:
@@ -270,6 +438,8 @@ class QueueView:
 
     Line ``i`` is the message at queue offset ``first_offset + i``.
     """
+
+    for_others = False  # charged to other users than the owner (ViewCache, RenderBudget)
 
     def __init__(
         self,
@@ -301,9 +471,18 @@ class QueueView:
             nxt = self.first_offset + len(self.log.ends)
             end = cq.max_offset
             kind = _LINE_KINDS[self.render]
+            others = self.parts.budget.is_other()
+            what = f"{self.topic}/{self.queue_id}'s {kind} view"
+            check_fits(self.parts.budget, others, self.log.size, end - nxt, kind, what)
             try:  # damage: _render_chunks has status.json name the queue, and raises
                 _render_chunks(
-                    self.parts, self.log, self.topic, self._chunks(cq, nxt, end), kind, self.store
+                    self.parts,
+                    self.log,
+                    self.topic,
+                    self._chunks(cq, nxt, end),
+                    kind,
+                    self.store,
+                    others,
                 )
             except StoreError as exc:
                 self.log.damage = exc
@@ -339,6 +518,8 @@ class QueueView:
 class TopicView:
     """All queues of a topic rendered in CommitLog order."""
 
+    for_others = False  # charged to other users than the owner (ViewCache, RenderBudget)
+
     def __init__(
         self, store: MessageStore, topic: str, render: Renderer, cache_path: str, parts: PartCache
     ):
@@ -361,7 +542,17 @@ class TopicView:
         return True
 
     def _sync_columnar(self, cut: dict, kind: str) -> None:
-        _render_chunks(self.parts, self.log, self.topic, _topic_chunks(self, cut), kind, self.store)
+        others = self.parts.budget.is_other()
+        lines = 0
+        for qid, end in cut.items():
+            cq = self.store.consume_queue(self.topic, qid)
+            if cq is not None:
+                lines += max(0, end - self.next.get(qid, cq.min_offset))
+        what = f"{self.topic}'s {kind} view"
+        check_fits(self.parts.budget, others, self.log.size, lines, kind, what)
+        _render_chunks(
+            self.parts, self.log, self.topic, _topic_chunks(self, cut), kind, self.store, others
+        )
 
     def sync(self) -> None:
         """Render the messages stored since the last call, merged by CommitLog offset."""
@@ -448,24 +639,63 @@ class ViewCache:
         self.cache_dir = cache_dir
         os.makedirs(cache_dir, exist_ok=True)
         self.cache_size = default_cache_size(cache_dir) if cache_size is None else cache_size
-        self.parts = PartCache(store, cache_dir, self.cache_size, workers)
+        #: the one bound of everything rendered (views here, parts in PartCache)
+        self.budget = RenderBudget(self.cache_size)
+        self.parts = PartCache(store, cache_dir, self.cache_size, workers, self.budget)
         self._views: dict = {}  # key -> view, least recently used first
         self._evicted: dict = {}  # key -> (size, mtime ms, store cut) of evicted views
         self._lock = threading.Lock()
         self._n = 0
-        self.parts.other_bytes = self.json_bytes
+        self.budget.on_disk = self.bytes_on_disk
+        self.budget.evict_one = self.evict_one
 
-    def json_bytes(self) -> int:
-        """Bytes of the rendered JSON views on disk."""
-        return sum(v.log.size for v in list(self._views.values()))
+    def json_bytes(self, others: bool | None = None) -> int:
+        """Bytes of the rendered JSON views on disk, in whole pages (charged to other users,
+        to the owner, or all for None)."""
+        return sum(
+            v.log.disk_size
+            for v in list(self._views.values())
+            if others is None or v.for_others == others
+        )
+
+    def bytes_on_disk(self, others: bool) -> int:
+        """Bytes of the renders (JSON views and parts) charged to other users or to the owner."""
+        return self.json_bytes(others) + self.parts.bytes_of(others)
+
+    def evict_one(self, others_only: bool, keep=None) -> bool:
+        """Evict the least recently used JSON view that no one holds open or is rendering
+        (only one charged to other users when ``others_only``; never ``keep``), else such a
+        part (``PartCache.evict_one``); its size and mtime are kept, so a stat of it renders
+        nothing. False when there is none."""
+        with self._lock:
+            for key, v in list(self._views.items()):
+                if key == keep or v.log.opens or (others_only and not v.for_others):
+                    continue
+                if not v.log.lock.acquire(blocking=False):
+                    continue  # being rendered
+                try:
+                    if v.log.opens:
+                        continue
+                    if v.log.damage is None:  # a damaged view is rendered (and noted) again
+                        self._evicted[key] = (v.log.size, v.log.mtime_ms, self._view_cut(key, v))
+                    v.log.close()
+                    del self._views[key]
+                    return True
+                finally:
+                    v.log.lock.release()
+        return self.parts.evict_one(others_only, keep)
 
     def _get(self, key, factory):
+        others = self.budget.is_other()
         with self._lock:
             v = self._views.pop(key, None)
             if v is None:
                 self._n += 1
                 v = factory(os.path.join(self.cache_dir, f"view-{self._n}"))
+                v.for_others = others
                 self._evicted.pop(key, None)
+            elif not others:
+                v.for_others = False  # the owner uses it: the owner's from now on
             self._views[key] = v  # most recently used
             v.used = time.monotonic()
         return v
@@ -502,42 +732,11 @@ class ViewCache:
                 return None
         return None
 
-    def _evict(self, keep) -> None:
-        """Drop least recently used JSON views (not open, not rendering, not just used) while
-        the cache is over ``cache_size``, then parts (``PartCache``) if still over."""
-        now = time.monotonic()
-        with self._lock:
-            over = (
-                self.json_bytes()
-                + self.parts.total
-                + sum(self.parts.reserved.values())
-                - self.cache_size
-            )
-            for key, v in list(self._views.items()):
-                if over <= 0:
-                    break
-                if key == keep or v.log.opens or now - getattr(v, "used", 0) < 2:
-                    continue
-                if not v.log.lock.acquire(blocking=False):
-                    continue
-                try:
-                    if v.log.damage is None:  # a damaged view is rendered (and noted) again
-                        self._evicted[key] = (v.log.size, v.log.mtime_ms, self._view_cut(key, v))
-                    over -= v.log.size
-                    v.log.close()
-                    del self._views[key]
-                finally:
-                    v.log.lock.release()
-        if over > 0:
-            with self.parts.lock:
-                self.parts._evict(keep=None)
-
     def queue(self, kind: str, topic: str, queue_id: int, render: Renderer) -> QueueView:
         """The synced queue view of ``kind`` (a name for ``render``)."""
         key = (kind, topic, queue_id)
         v = self._get(key, lambda p: QueueView(self.store, topic, queue_id, render, p, self.parts))
         v.sync()
-        self._evict(keep=key)
         return v
 
     def topic(self, kind: str, topic: str, render: Renderer) -> TopicView:
@@ -545,7 +744,6 @@ class ViewCache:
         key = (kind, topic)
         v = self._get(key, lambda p: TopicView(self.store, topic, render, p, self.parts))
         v.sync()
-        self._evict(keep=key)
         return v
 
     def drop_topic(self, topic: str) -> None:
@@ -553,14 +751,14 @@ class ViewCache:
         or a topic created again later, which must not show the old renders). A view open
         for reading keeps its file until its last handle is released."""
         with self._lock:
-            for key in [k for k in self._views if k[1] == topic]:
-                v = self._views.pop(key)
-                with v.log.lock:
-                    v.log.dropped = True
-                    if not v.log.opens:
-                        v.log.close()
+            gone = [self._views.pop(k) for k in [k for k in self._views if k[1] == topic]]
             for key in [k for k in self._evicted if k[1] == topic]:
                 del self._evicted[key]
+        for v in gone:  # not under self._lock: a render holding v's lock may evict meanwhile
+            with v.log.lock:
+                v.log.dropped = True
+                if not v.log.opens:
+                    v.log.close()
         self.parts.drop_topic(topic)
 
     def close(self) -> None:
@@ -638,34 +836,61 @@ class PartCache:
     """
 
     def __init__(
-        self, store: MessageStore, cache_dir: str, max_bytes: int, workers: int | None = None
+        self,
+        store: MessageStore,
+        cache_dir: str,
+        max_bytes: int,
+        workers: int | None = None,
+        budget: RenderBudget | None = None,
     ):
         self.store = store
         self.dir = os.path.join(cache_dir, "parts")
         os.makedirs(self.dir, exist_ok=True)
         self.max_bytes = max_bytes
+        #: the bound parts share with the JSON views (ViewCache's); its own when alone
+        self.budget = budget or RenderBudget(max_bytes)
+        if budget is None:
+            self.budget.on_disk = self.bytes_of
+            self.budget.evict_one = self.evict_one
         self.workers = workers or os.cpu_count() or 1
         self.commitlog_dir = os.path.join(store.root, "commitlog")
         self.lock = threading.Lock()
         self.files: dict = {}  # key -> size of the file on disk, in LRU order
         self.meta: dict = {}  # key -> (size, mtime ms, rows), kept after eviction
         self.pending: dict = {}  # key -> Future of a render under way
-        self.reserved: dict = {}  # key -> bytes kept free for a render under way
         self.wanted: dict = {}  # key -> readers waiting to open it (not evicted)
         self.latest: dict = {}  # (topic, queueId, first) -> newest end rendered
         self.total = 0
+        self.for_others: set = set()  # keys of files charged to other users (RenderBudget)
+        self.others_total = 0  # their bytes
         self._pool = None
         self._tasks = 0  # submitted and not over
         self._last_task = 0.0  # monotonic time of the last submit or end of a task
         self._idle_watch: threading.Thread | None = None
         self._closed = False
-        #: bytes of other renders sharing the bound (ViewCache sets it: the JSON views)
-        self.other_bytes = lambda: 0
 
     @property
     def used_bytes(self) -> int:
         """Bytes of rendered parts on disk."""
         return self.total
+
+    def bytes_of(self, others: bool) -> int:
+        """Bytes of the parts on disk charged to other users (True) or to the owner."""
+        return self.others_total if others else self.total - self.others_total
+
+    def evict_one(self, others_only: bool, keep=None) -> bool:
+        """Delete the least recently used part no reader waits for (only one charged to other
+        users when ``others_only``; never ``keep``); its size and mtime stay known. False
+        when there is none."""
+        with self.lock:
+            for key in self.files:  # least recently used first
+                if key == keep or key in self.wanted:
+                    continue
+                if others_only and key not in self.for_others:
+                    continue
+                self._drop(key)
+                return True
+        return False
 
     def _path(self, key) -> str:
         import hashlib
@@ -768,25 +993,45 @@ class PartCache:
                 return fut
             if self._closed:
                 raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
-            topic, queue_id, first, end = key
-            units, qoffs = self._units(topic, queue_id, first, end)
-            # Room for the file before it is written: its CommitLog bytes bound it (a
-            # compressed Parquet part is smaller), so the cache stays within max_bytes.
-            from engine.read.columnar import drop_blank_units
+        topic, queue_id, first, end = key
+        units, qoffs = self._units(topic, queue_id, first, end)
+        # Room for the file before it is written: its CommitLog bytes bound it (a compressed
+        # Parquet part is smaller), so the cache stays within its bound. Reserved outside the
+        # lock: making room may evict parts (and JSON views, whose cache takes other locks).
+        from engine.read.columnar import drop_blank_units
 
-            real = drop_blank_units(units, qoffs)[0]
-            est = int(real["size"].astype("int64").sum()) + 65536
-            self.reserved[key] = est
-            self._evict(keep=None)
-            render = self._submit(
-                R.render_part, self.commitlog_dir, topic, queue_id, units, first, self._path(key)
-            )
+        real = drop_blank_units(units, qoffs)[0]
+        est = on_disk(int(real["size"].astype("int64").sum()) + 65536)
+        others = self.budget.is_other()
+        self.budget.take(est, others, f"view/ part {key}", keep=key)
+        with self.lock:
+            fut = self.pending.get(key)
+            if key in self.files or fut is not None or self._closed:
+                self.budget.give(est, others)  # another thread started it meanwhile
+                if self._closed:
+                    raise OSError(errno.EIO, "the mount is closing")
+                return fut
+            try:
+                render = self._submit(
+                    R.render_part,
+                    self.commitlog_dir,
+                    topic,
+                    queue_id,
+                    units,
+                    first,
+                    self._path(key),
+                )
+            except BaseException:
+                self.budget.give(est, others)
+                raise
             registered: Future = Future()
             self.pending[key] = registered
         # Outside the lock: a render that is already over runs the callback right here, and
         # _done takes the lock (under it, a fast render deadlocked the listing thread).
         render.add_done_callback(self._task_over)
-        render.add_done_callback(lambda f, k=key, r=registered: self._done(k, f, r))
+        render.add_done_callback(
+            lambda f, k=key, r=registered, n=est, o=others: self._done(k, f, r, n, o)
+        )
         return registered
 
     def prefetch(self, keys) -> None:
@@ -798,12 +1043,14 @@ class PartCache:
                 except Exception:  # noqa: BLE001 - the stat that follows reports it
                     return
 
-    def _done(self, key, fut, registered: Future) -> None:
-        """Record the render ``fut`` of ``key``, then complete ``registered`` (what
-        :meth:`submit` returned) with its outcome, whatever happens here."""
+    def _done(self, key, fut, registered: Future, est: int = 0, others: bool = False) -> None:
+        """Record the render ``fut`` of ``key`` and give back its reservation of ``est``
+        bytes, then complete ``registered`` (what :meth:`submit` returned) with its outcome,
+        whatever happens here."""
         try:
-            self._record(key, fut)
+            self._record(key, fut, others)
         finally:
+            self.budget.give(est, others)
             if fut.cancelled():
                 registered.cancel()
             elif fut.exception() is not None:
@@ -811,30 +1058,34 @@ class PartCache:
             else:
                 registered.set_result(fut.result())
 
-    def _record(self, key, fut) -> None:
+    def _record(self, key, fut, others: bool = False) -> None:
         with self.lock:
             self.pending.pop(key, None)
-            self.reserved.pop(key, None)
             if fut.cancelled() or fut.exception() is not None:
                 return
             size, mtime_ms, rows = fut.result()
             if self._closed:
                 return
             self.meta[key] = (size, mtime_ms, rows)
-            self.files[key] = size
+            self.files[key] = size = on_disk(size)  # what it takes on disk
             self.total += size
+            if others:
+                self.for_others.add(key)
+                self.others_total += size
             short = key[:3]
             old = self.latest.get(short)
             if old is None or key[3] > old:
                 self.latest[short] = key[3]
                 if old is not None:  # the part grew: its shorter render is stale
                     self._drop(short + (old,))
-            self._evict(keep=key)
 
     def _drop(self, key) -> None:
         size = self.files.pop(key, None)
         if size is not None:
             self.total -= size
+            if key in self.for_others:
+                self.for_others.discard(key)
+                self.others_total -= size
             try:
                 os.unlink(self._path(key))
             except FileNotFoundError:
@@ -850,14 +1101,13 @@ class PartCache:
                 for key in [k for k in table if k[0] == topic]:
                     del table[key]
 
-    def _evict(self, keep) -> None:
-        """Drop least recently used files until the files and the room reserved for renders
-        under way fit in ``max_bytes`` (``keep``, the part just rendered, stays)."""
-        while self.total + sum(self.reserved.values()) + self.other_bytes() > self.max_bytes:
-            victims = [k for k in self.files if k != keep and k not in self.wanted]
-            if not victims:
-                break
-            self._drop(victims[0])
+    def _used(self, key) -> None:
+        """``key`` was just used (caller holds :attr:`lock`): most recently used, and the
+        owner's from now on when the owner (or root) uses it."""
+        self.files[key] = self.files.pop(key)
+        if key in self.for_others and not self.budget.is_other():
+            self.for_others.discard(key)
+            self.others_total -= self.files[key]
 
     def open(self, key) -> int:
         """An fd of the rendered part (rendering it first when needed); the file stays
@@ -888,7 +1138,7 @@ class PartCache:
                         raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
                 with self.lock:
                     if key in self.files:
-                        self.files[key] = self.files.pop(key)  # most recently used
+                        self._used(key)
                         return os.open(self._path(key), os.O_RDONLY)
             raise OSError(errno.EIO, f"view/ part {key}: not rendered")
         finally:
@@ -905,7 +1155,7 @@ class PartCache:
         try:
             if key not in self.files:
                 return None
-            self.files[key] = self.files.pop(key)  # most recently used
+            self._used(key)
             return os.open(self._path(key), os.O_RDONLY)
         finally:
             self.lock.release()

@@ -19,9 +19,6 @@ ALLOWED = {
     # PySpark gives no public handle on the JVM gateway; the data source needs it to ask
     # the JVM for its Hadoop configuration.
     ("pipeline/datasource.py", "_jvm"): "PySpark's SparkContext._jvm: no public accessor exists",
-    # fusefs/views.py is being rewritten on the "one entry per job" branch (issue 17's other
-    # half); its PartCache eviction call is fixed there to avoid a conflicting edit here.
-    ("fusefs/views.py", "_evict"): "views.py belongs to the concurrent one-entry-per-job branch",
 }
 
 

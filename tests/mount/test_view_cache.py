@@ -4,6 +4,7 @@ during a render exits at once while umount still works."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import signal
@@ -177,11 +178,15 @@ def test_json_views_are_evicted_lru_and_their_sizes_kept(tmp_path, monkeypatch):
         assert not calls
         v = views.queue("messages", "J", q, R.render_message)
         assert calls and (v.log.size, v.log.read(0, 1 << 30)) == first[q]
-        h = ViewHandle(v.log)  # an open view is never evicted
+        h = ViewHandle(v.log)  # an open view is never evicted: the bound refuses the others
         v.used = 0
         for other in range(4):
-            views.queue("messages", "J", other, R.render_message).used = 0
+            if other != q:
+                with pytest.raises(OSError) as exc:
+                    views.queue("messages", "J", other, R.render_message)
+                assert exc.value.errno == errno.EFBIG and "--cache-size" in str(exc.value)
         assert views._views.get(("messages", "J", q)) is v
+        assert views.budget.used() <= 1 << 20
         h.release()
         store.put_messages([Message("J", b"new", queue_id=evicted[-1])])
         if ("messages", "J", evicted[-1]) not in views._views:
@@ -376,3 +381,83 @@ def test_renders_come_back_at_once_after_the_workers_are_killed(tmp_path, mount_
     with open(m.mnt / "topics" / "K" / "0" / "messages.jsonl", "rb") as f:
         assert f.read() == whole
     assert "Traceback" not in m.log.read_text()
+
+
+class _Peak:
+    """Samples the bytes a directory takes on disk every 10 ms, in a thread; ``peak``."""
+
+    def __init__(self, path):
+        self.path, self.peak, self.stop = path, 0, threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.peak = max(self.peak, _du(self.path))
+            time.sleep(0.01)
+
+    def done(self) -> int:
+        self.stop.set()
+        self.thread.join()
+        self.peak = max(self.peak, _du(self.path))
+        return self.peak
+
+
+@fuse
+def test_the_cache_bound_holds_at_every_moment_and_for_other_users(tmp_path, traversable_dir):
+    """Issue 26, item 6: another user who only stat()s views (ls -lR, as nobody, with
+    allow_other and --cache-size 4M) made the cache grow far past its bound (290 MB for 20M),
+    and the owner's reads of six topics' messages.jsonl held a 64M cache at 433 MB. Sampled
+    every 10 ms, the cache never exceeds --cache-size; other users' renders are refused
+    (EFBIG) past their quarter of it, so the owner's views still render; a view larger than
+    the cache is EFBIG, for a stat too, and renders nothing."""
+    from conftest import popen_as_nobody
+
+    store = tmp_path / "store"
+    with MessageStore(str(store)) as s:
+        for t in range(6):
+            s.create_topic(f"T{t}", 2)
+            s.put_messages(
+                [
+                    Message(f"T{t}", os.urandom(350).hex().encode(), queue_id=i % 2)
+                    for i in range(2000)
+                ]
+            )
+        s.create_topic("Huge", 1)
+        s.put_messages([Message("Huge", os.urandom(2000).hex().encode()) for _ in range(3000)])
+    cache = tmp_path / "cache"
+    bound = 4 << 20
+    m = CacheMount(store, traversable_dir / "mnt", cache, "--cache-size", "4M", "-o", "allow_other")
+    try:
+        sample = _Peak(cache)
+        walk = popen_as_nobody(
+            r"""
+import errno, os, sys
+ok, refused = 0, 0
+for d, dirs, files in os.walk(sys.argv[1]):
+    dirs[:] = [x for x in dirs if x not in ("raw", "snapshots")]
+    for f in files:
+        try:
+            os.stat(os.path.join(d, f)); ok += 1
+        except OSError as e:
+            refused += e.errno == errno.EFBIG
+print(ok, refused, flush=True)
+""",
+            m.mnt,
+        )
+        ok, refused = map(int, walk.stdout.readline().split())
+        walk.wait(60)
+        assert ok > 50 and refused > 0, (ok, refused)  # the topic views are over their quarter
+        for t in range(6):  # the owner reads every topic's view whole
+            data = (m.mnt / "topics" / f"T{t}" / "messages.jsonl").read_bytes()
+            assert data.count(b"\n") == 2000
+        with pytest.raises(OSError) as exc:  # 3000 x 4 KB bodies: more than the whole cache
+            os.stat(m.mnt / "topics" / "Huge" / "messages.jsonl")
+        assert exc.value.errno == errno.EFBIG
+        peak = sample.done()
+        print(f"cache peak {peak} bytes on disk for --cache-size {bound}")
+        assert 0 < peak <= bound, peak
+        log = m.log.read_text()
+        assert "Traceback" not in log
+    finally:
+        m.cleanup()
