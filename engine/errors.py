@@ -128,6 +128,17 @@ class NoSuchSnapshotError(StoreError):
     errno = errno.ENOENT
 
 
+class UnsupportedLayoutError(StoreError):
+    """The store holds a layout rmqfs does not fully understand (a DLedger CommitLog, RocksDB
+    ConsumeQueues or config, BatchConsumeQueues, LMQ queues, compaction logs): writing would
+    make the broker misread it, so every writer refuses; where rmqfs would also read it wrong
+    (a DLedger CommitLog), reading is refused too. The message names the entries and why. See
+    :func:`engine.service.storetree.foreign_layouts`.
+    """
+
+    errno = errno.EOPNOTSUPP
+
+
 class UnsafeStoreError(StoreError):
     """The store directory holds a symbolic link or a special file (FIFO, device, socket).
 

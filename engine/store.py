@@ -68,7 +68,7 @@ from .service.cleanup import CleanReport, CleanService
 from .service.getmessage import GetMessageResult, GetMessageStatus, get_messages, parse_subscription  # noqa: F401
 from .service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
 from .service.putmessage import PutResult
-from .service.storetree import check_store_tree
+from .service.storetree import ForeignLayout, check_layout, check_store_tree
 from .storeconfig import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,9 @@ class MessageStore:
             raise FileNotFoundError(errno.ENOENT, "no store directory", self.root)
         # Never through a link, never a FIFO or device (engine/service/storetree.py).
         check_store_tree(self.root)
+        # a layout rmqfs does not write (DLedger, RocksDB, BatchCQ, LMQ, ...): refused before
+        # anything is created; what is left as it is goes to status.json
+        self.foreign: list[ForeignLayout] = check_layout(self.root, read_only)
         if not read_only:
             self._take_lock()
             for sub in ("", "config", "commitlog", "index"):

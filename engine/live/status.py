@@ -67,6 +67,9 @@ def store_status(store) -> dict:
         # topics the store holds under names unsafe as a path (empty, '.', '..', '/',
         # NUL, over 255 bytes): not shown; every other topic is
         "skippedTopics": s.skipped_topics()[:100],
+        # what the store directory holds besides the plain layout: left as it is (a layout
+        # that rmqfs would make the broker misread refuses writers: refusesWrite)
+        "notUnderstood": [f.to_json() for f in getattr(s, "foreign", [])][:100],
         **follower_status(s),
     }
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from dataclasses import dataclass
 
-from ..errors import UnsafeStoreError
+from ..errors import UnsafeStoreError, UnsupportedLayoutError
 
 MAX_LISTED = 5  # entries named in the error message
 
@@ -63,6 +64,139 @@ def check_store_tree(root: str) -> None:
             f"{', '.join(bad[:MAX_LISTED])}{more}; remove them (a store holds only regular "
             "files and directories)"
         )
+
+
+@dataclass(frozen=True)
+class ForeignLayout:
+    """An entry of a store directory that is not the plain layout rmqfs reads and writes.
+
+    Attributes:
+        path: relative to the store root (``dledger-n0``, ``consumequeue/CURRENT``, ...).
+        what: the layout it belongs to, in RocketMQ's terms.
+        refuses_write: writing the store (a mount, any offline writer) would make the broker
+            misread it or lose what rmqfs appended, so every writer refuses.
+        refuses_read: rmqfs would show the store wrong (its messages are not where it
+            reads), so even a read-only open refuses.
+    """
+
+    path: str
+    what: str
+    refuses_write: bool
+    refuses_read: bool = False
+
+    def to_json(self) -> dict:
+        """``status.json``'s ``notUnderstood`` entry."""
+        return {"path": self.path, "what": self.what, "refusesWrite": self.refuses_write}
+
+
+#: Top-level entries of the plain layout (``StorePathConfigHelper``) and rmqfs's own.
+PLAIN_TOP = {"commitlog", "consumequeue", "index", "config", "checkpoint", "abort", "lock"}
+#: Top-level entries rmqfs leaves as they are and that writing beside them cannot break:
+#: the 5.x timer store, the controller's epoch file and identity, the broker's abort.bak,
+#: recover's lost+found/.
+KEPT_TOP = {
+    "timerwheel": "the 5.x timer wheel (TimerWheel)",
+    "timerlog": "the 5.x timer log (TimerLog)",
+    "epochFileCheckpoint": "the controller's epoch file (EpochFileCache)",
+    "epochFileCheckpoint.bak": "the controller's epoch file (EpochFileCache)",
+    "brokerIdentity": "the broker's identity (cluster#broker#id)",
+    "abort.bak": "a copy of abort",
+    "lost+found": "records rmqfs recover saved",
+}
+
+
+def _is_rocksdb(names: list[str]) -> bool:
+    return "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)
+
+
+def foreign_layouts(root: str) -> list[ForeignLayout]:
+    """What the store directory ``root`` holds besides the plain layout
+    (``../docs/format.md``), each with whether it makes rmqfs refuse to write or read.
+
+    - ``dledger-<selfId>/``: a DLedger CommitLog (``DLedgerCommitLog``, 4.5-4.9 automatic
+      failover): one replica of a Raft group. Appending outside the group would diverge it,
+      and its entries (48-byte headers) are not read yet: refused for writing and reading.
+    - a RocksDB database in ``consumequeue/`` (5.2+ ``storeType=defaultRocksDB``,
+      ``RocksDBConsumeQueueStore``) or under ``config/`` (``topics/``, ``subscriptionGroups/``,
+      ``consumerOffsets/``, ``rdb/``: the RocksDB config managers): the broker reads its queues
+      and offsets there, so file ConsumeQueues and JSON config rmqfs writes would be ignored.
+    - ``batchconsumequeue/`` (``BatchConsumeQueue``), ``%LMQ%`` queues under ``consumequeue/``
+      (rocketmq-mqtt's light queues, dispatched from ``INNER_MULTI_DISPATCH``), compaction logs
+      (``compaction/compactionLog``, ``CompactionStore``): rmqfs neither writes nor rebuilds
+      them, so a write or a rebuild would leave the broker's view of them wrong.
+    - the timer store, epoch file and identity (:data:`KEPT_TOP`) and anything else unknown:
+      listed, never touched, not refused.
+    """
+    out: list[ForeignLayout] = []
+    try:
+        top = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in top:
+        p = os.path.join(root, name)
+        if name.startswith("dledger-") and os.path.isdir(p):
+            out.append(
+                ForeignLayout(
+                    name, "a DLedger CommitLog (DLedgerCommitLog)", True, refuses_read=True
+                )
+            )
+        elif name == "batchconsumequeue":
+            out.append(ForeignLayout(name, "BatchConsumeQueues (BatchConsumeQueue)", True))
+        elif name == "compaction":
+            logs = os.path.join(p, "compactionLog")
+            busy = os.path.isdir(logs) and bool(os.listdir(logs))
+            what = "compaction logs (CompactionStore)" if busy else "compaction's checkpoint"
+            out.append(ForeignLayout(name, what, busy))
+        elif name in KEPT_TOP:
+            out.append(ForeignLayout(name, KEPT_TOP[name], False))
+        elif name not in PLAIN_TOP:
+            out.append(ForeignLayout(name, "not part of a RocketMQ store", False))
+    cq = os.path.join(root, "consumequeue")
+    try:
+        names = os.listdir(cq)
+    except OSError:
+        names = []
+    if _is_rocksdb(names):
+        out.append(
+            ForeignLayout("consumequeue", "RocksDB ConsumeQueues (RocksDBConsumeQueueStore)", True)
+        )
+    lmq = sorted(n for n in names if n.startswith("%LMQ%"))
+    if lmq:
+        out.append(
+            ForeignLayout(
+                "consumequeue/" + lmq[0],
+                f"{len(lmq)} LMQ queue(s) (INNER_MULTI_DISPATCH, rocketmq-mqtt)",
+                True,
+            )
+        )
+    for name in ("topics", "subscriptionGroups", "consumerOffsets", "rdb"):
+        d = os.path.join(root, "config", name)
+        try:
+            if os.path.isdir(d) and _is_rocksdb(os.listdir(d)):
+                out.append(
+                    ForeignLayout(f"config/{name}", "RocksDB config (ConfigRocksDBStorage)", True)
+                )
+        except OSError:
+            continue
+    return out
+
+
+def check_layout(root: str, read_only: bool) -> list[ForeignLayout]:
+    """:func:`foreign_layouts` of ``root``; raise UnsupportedLayoutError when one refuses
+    writing (``read_only`` False) or reading, naming each and what to do."""
+    found = foreign_layouts(root)
+    bad = [f for f in found if f.refuses_read or (not read_only and f.refuses_write)]
+    if bad:
+        named = "; ".join(f"{f.path}: {f.what}" for f in bad[:MAX_LISTED])
+        if any(f.refuses_read for f in bad):
+            advice = "rmqfs cannot read this layout yet, and never writes it"
+        else:
+            advice = (
+                "rmqfs does not write this layout (the broker would misread what it appends); "
+                "open it read-only (mount -o ro) to read it"
+            )
+        raise UnsupportedLayoutError(f"store {root} holds {named}: {advice}")
+    return found
 
 
 def open_beneath(root: str, rel: str, flags: int = os.O_RDONLY) -> int:

@@ -71,7 +71,7 @@ from ..format.message import (
     transaction_type,
 )
 from ..service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
-from ..service.storetree import check_store_tree, unsafe_entries
+from ..service.storetree import check_layout, check_store_tree, foreign_layouts, unsafe_entries
 from ..service.workprogress import no_progress
 
 if TYPE_CHECKING:
@@ -289,6 +289,26 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
                 f"{entry}: a store holds only regular files and directories; rmqfs refuses "
                 "to open it until this is removed",
             )
+        return res
+    unreadable = False
+    for f in foreign_layouts(root):
+        if f.refuses_read:
+            unreadable = True
+            res.add(
+                "error",
+                "layout",
+                f.path,
+                f"{f.what}: rmqfs cannot read this layout yet (and never writes it)",
+            )
+        elif f.refuses_write:
+            res.add(
+                "warning",
+                "layout",
+                f.path,
+                f"{f.what}: rmqfs reads the plain layout beside it but refuses to write "
+                "this store (the broker would misread what it appends)",
+            )
+    if unreadable:
         return res
     res.lock_holder = lock_holder(root, others_only=True)
     if res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
@@ -1215,6 +1235,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
     cfg = config or StoreConfig()
     report = RecoverReport()
     check_store_tree(root)  # links and special files: refused, never repaired through
+    check_layout(root, read_only=False)  # a layout rmqfs does not write: never repaired
     lock = take_store_lock(root)
     try:
         before = verify_store(root, config, progress)
