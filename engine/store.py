@@ -58,7 +58,15 @@ from .format.indexfile import IndexService
 from .format.mappedfile import remove_temp_files
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from .format.message import INT32, Host, Message, MessageRecord, check_body_crc, decode_record
+from .format.message import (
+    INT32,
+    Host,
+    Message,
+    MessageRecord,
+    check_body_crc,
+    check_unit_record,
+    decode_record,
+)
 from .format.uniqkey import UniqKeyGenerator
 from .service import flush, putmessage, recovery, workprogress
 from .service.cleanup import CleanReport, CleanService
@@ -611,8 +619,9 @@ class MessageStore:
 
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
         """The message at a queue offset. Raises OffsetOutOfRangeError / NoSuchTopicError, and
-        CorruptRecordError (noted as damage of the queue) when the unit points at no record or
-        at one whose body fails its CRC."""
+        CorruptRecordError (noted as damage of the queue) when the unit points at no record,
+        at one whose body fails its CRC, or at another unit's record (its QUEUEID or
+        QUEUEOFFSET not the unit's: :func:`engine.format.message.check_unit_record`)."""
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
@@ -622,7 +631,8 @@ class MessageStore:
             )
         off, size, _ = cq.unit(queue_offset)
         try:
-            return check_body_crc(self.commitlog.read_message(off, size))
+            rec = check_body_crc(self.commitlog.read_message(off, size))
+            return check_unit_record(rec, queue_id, queue_offset)
         except CorruptRecordError as exc:
             self.note_damage(topic, queue_id, queue_offset, exc)
             raise
@@ -698,6 +708,7 @@ class MessageStore:
                                 f"record of {size} bytes not in the CommitLog", off
                             )
                         rec = check_body_crc(decode_record(data, off - lo, check_crc=False))
+                        check_unit_record(rec, queue_id, pos)
                         if rec.store_size > size:
                             raise CorruptRecordError(
                                 f"record of {rec.store_size} bytes, its unit says {size}", off
