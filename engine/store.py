@@ -205,8 +205,16 @@ class MessageStore:
                 read_only,
             )
             self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+            # After a crash the newest files are checked whole; a writable open also checks
+            # the header of the file it will write to after a clean exit (a header that lies:
+            # an indexCount past the file, a slot past the count), and rebuilds it as well.
+            dropped = []
             if not self.last_exit_ok:
-                for name, problem in self.index_service.drop_inconsistent():
+                dropped = self.index_service.drop_inconsistent()
+            elif not read_only:
+                dropped = self.index_service.drop_inconsistent(newest=1, quick=True)
+            if dropped:
+                for name, problem in dropped:
                     what = (
                         "not used by this read-only open: key lookups miss its entries"
                         if read_only
