@@ -547,11 +547,38 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # reading
 
-    def read_record(self, commitlog_offset: int, size: int) -> MessageRecord:
+    def read_record(
+        self,
+        commitlog_offset: int,
+        size: int,
+        *,
+        topic: str | None = None,
+        queue_id: int | None = None,
+        queue_offset: int | None = None,
+    ) -> MessageRecord:
         """Decode the record at a CommitLog offset, its body CRC checked
         (:func:`engine.format.message.check_body_crc`). Raises CorruptRecordError; a body CRC
-        mismatch is also noted as damage of the record's queue (:meth:`note_damage`)."""
-        return self._checked(self.commitlog.read_message(commitlog_offset, size))
+        mismatch is also noted as damage of the record's queue (:meth:`note_damage`).
+
+        ``topic``, ``queue_id``, ``queue_offset``: the ConsumeQueue unit the offset and size
+        come from; the record must then be that unit's (its QUEUEID and QUEUEOFFSET:
+        :func:`engine.format.message.check_unit_record`), and any damage is noted as the
+        queue's."""
+        try:
+            rec = self.commitlog.read_message(commitlog_offset, size)
+            if queue_id is not None and queue_offset is not None:
+                check_unit_record(rec, queue_id, queue_offset)
+        except CorruptRecordError as exc:
+            if topic is not None and queue_id is not None:
+                self.note_damage(topic, queue_id, queue_offset, exc)
+            raise
+        if topic is not None and queue_id is not None:
+            try:
+                return check_body_crc(rec)
+            except CorruptRecordError as exc:
+                self.note_damage(topic, queue_id, queue_offset, exc)
+                raise
+        return self._checked(rec)
 
     def _checked(self, rec: MessageRecord, queue_offset: int | None = None) -> MessageRecord:
         """``rec`` when its body matches BODYCRC; else note the damage of its queue and raise

@@ -101,6 +101,10 @@ def test_a_short_record_is_damage_on_every_read_path(tmp_path):
             list(s.iter_queue("T", 0))
         res = s.get_messages("g", "T", 0, 0)
         assert [r.body for r in res.messages] == [b"m0", b"m1"]
+    with MessageStore(str(root), small(), read_only=True) as s:  # what print-msg reads
+        with pytest.raises(CorruptRecordError, match="shorter than"):
+            s.read_record(off, 91, topic="T", queue_id=0, queue_offset=2)
+        assert "unit 2" in s.damaged[("T", 0)]
     sf = StoreFiles(str(root))
     units = sf.queue("T", 0).units(0, 5)
     for dec in (decode_units, decode_units_per_record):  # the kernel and the Python decoder
@@ -155,6 +159,9 @@ def test_swapped_units_are_damage_not_the_other_message(tmp_path):
         res = s.get_messages("g", "T", 0, 0)
         assert [r.body for r in res.messages] == [b"m%d" % i for i in range(10)]
         assert "unit 10" in s.damaged[("T", 0)]
+    r = run_rmqfs("print-msg", "-t", "T", "--json", str(root), check=False)
+    assert r.returncode == 1 and "QUEUEOFFSET 11 " in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stdout.splitlines()) == 10  # offsets 0-9, then the damage
     sf = StoreFiles(str(root))
     units = sf.queue("T", 0).units(0, 100)
     for dec in (decode_units, decode_units_per_record):
