@@ -329,7 +329,17 @@ def run_cli(*argv):
     if rc not in (0, 1) or "Traceback" in err.getvalue():
         out["tracebacks"].append(" ".join(argv) + ": " + err.getvalue()[-2000:])
 
+def vmhwm():
+    with open("/proc/self/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+
+out["peaks_kb"] = []
 for root in {roots!r}:
+    try:  # reset the peak RSS (Linux: 5 > clear_refs), so that each case has its own
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
     def reads(s):
         for t in s.topic_names():
             for q in s.queue_ids(t):
@@ -354,8 +364,8 @@ for root in {roots!r}:
         with MessageStore(root, cfg) as s:
             reads(s)
     guard("writable open", writable)
-with open("/proc/self/status") as f:
-    out["vmhwm_kb"] = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+    out["peaks_kb"].append(vmhwm())
+out["vmhwm_kb"] = vmhwm()
 print(json.dumps(out))
 """
 
@@ -466,8 +476,9 @@ def test_hostile_fields_never_crash_hang_or_blow_up(base_store):
         )
         assert p.returncode == 0, p.stderr[-3000:]
         out = json.loads(p.stdout.strip().splitlines()[-1])
-        print(f"hostile fields {cases}: reader's peak RSS {out['vmhwm_kb'] // 1024} MiB")
+        for kind, peak in zip(cases, out["peaks_kb"]):
+            print(f"hostile {kind}: every read path, the reader's peak RSS {peak // 1024} MiB")
         assert not out["tracebacks"], "\n".join(out["tracebacks"])
-        assert out["vmhwm_kb"] < 1 << 20  # 1 GiB, the issue's bound
+        assert max(out["peaks_kb"]) < 1 << 20  # 1 GiB, the issue's bound
     finally:
         shutil.rmtree(d, ignore_errors=True)
