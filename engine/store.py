@@ -58,7 +58,15 @@ from .format.indexfile import IndexService
 from .format.mappedfile import remove_temp_files
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
-from .format.message import INT32, Host, Message, MessageRecord, check_body_crc, decode_record
+from .format.message import (
+    INT32,
+    Host,
+    Message,
+    MessageRecord,
+    check_body_crc,
+    check_unit_record,
+    decode_record,
+)
 from .format.uniqkey import UniqKeyGenerator
 from .service import flush, putmessage, recovery, workprogress
 from .service.cleanup import CleanReport, CleanService
@@ -200,8 +208,16 @@ class MessageStore:
                 read_only,
             )
             self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+            # After a crash the newest files are checked whole; a writable open also checks
+            # the header of the file it will write to after a clean exit (a header that lies:
+            # an indexCount past the file, a slot past the count), and rebuilds it as well.
+            dropped = []
             if not self.last_exit_ok:
-                for name, problem in self.index_service.drop_inconsistent():
+                dropped = self.index_service.drop_inconsistent()
+            elif not read_only:
+                dropped = self.index_service.drop_inconsistent(newest=1, quick=True)
+            if dropped:
+                for name, problem in dropped:
                     what = (
                         "not used by this read-only open: key lookups miss its entries"
                         if read_only
@@ -542,11 +558,38 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # reading
 
-    def read_record(self, commitlog_offset: int, size: int) -> MessageRecord:
+    def read_record(
+        self,
+        commitlog_offset: int,
+        size: int,
+        *,
+        topic: str | None = None,
+        queue_id: int | None = None,
+        queue_offset: int | None = None,
+    ) -> MessageRecord:
         """Decode the record at a CommitLog offset, its body CRC checked
         (:func:`engine.format.message.check_body_crc`). Raises CorruptRecordError; a body CRC
-        mismatch is also noted as damage of the record's queue (:meth:`note_damage`)."""
-        return self._checked(self.commitlog.read_message(commitlog_offset, size))
+        mismatch is also noted as damage of the record's queue (:meth:`note_damage`).
+
+        ``topic``, ``queue_id``, ``queue_offset``: the ConsumeQueue unit the offset and size
+        come from; the record must then be that unit's (its QUEUEID and QUEUEOFFSET:
+        :func:`engine.format.message.check_unit_record`), and any damage is noted as the
+        queue's."""
+        try:
+            rec = self.commitlog.read_message(commitlog_offset, size)
+            if queue_id is not None and queue_offset is not None:
+                check_unit_record(rec, queue_id, queue_offset)
+        except CorruptRecordError as exc:
+            if topic is not None and queue_id is not None:
+                self.note_damage(topic, queue_id, queue_offset, exc)
+            raise
+        if topic is not None and queue_id is not None:
+            try:
+                return check_body_crc(rec)
+            except CorruptRecordError as exc:
+                self.note_damage(topic, queue_id, queue_offset, exc)
+                raise
+        return self._checked(rec)
 
     def _checked(self, rec: MessageRecord, queue_offset: int | None = None) -> MessageRecord:
         """``rec`` when its body matches BODYCRC; else note the damage of its queue and raise
@@ -659,8 +702,9 @@ class MessageStore:
 
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
         """The message at a queue offset. Raises OffsetOutOfRangeError / NoSuchTopicError, and
-        CorruptRecordError (noted as damage of the queue) when the unit points at no record or
-        at one whose body fails its CRC."""
+        CorruptRecordError (noted as damage of the queue) when the unit points at no record,
+        at one whose body fails its CRC, or at another unit's record (its QUEUEID or
+        QUEUEOFFSET not the unit's: :func:`engine.format.message.check_unit_record`)."""
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
@@ -670,7 +714,8 @@ class MessageStore:
             )
         off, size, _ = cq.unit(queue_offset)
         try:
-            return check_body_crc(self.commitlog.read_message(off, size))
+            rec = check_body_crc(self.commitlog.read_message(off, size))
+            return check_unit_record(rec, queue_id, queue_offset)
         except CorruptRecordError as exc:
             self.note_damage(topic, queue_id, queue_offset, exc)
             raise
@@ -746,6 +791,7 @@ class MessageStore:
                                 f"record of {size} bytes not in the CommitLog", off
                             )
                         rec = check_body_crc(decode_record(data, off - lo, check_crc=False))
+                        check_unit_record(rec, queue_id, pos)
                         if rec.store_size > size:
                             raise CorruptRecordError(
                                 f"record of {rec.store_size} bytes, its unit says {size}", off

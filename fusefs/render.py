@@ -114,6 +114,7 @@ def render_message(rec: MessageRecord) -> bytes:
     Same bytes as ``engine.read.jsonline.build_line`` (``MessageExt`` field order, compact JSON,
     non-ASCII kept as UTF-8), about three times faster.
     """
+    body = rec.plain_body  # first: a body left compressed adds its property
     return _line(
         _str(rec.topic),
         rec.queue_id,
@@ -130,7 +131,7 @@ def render_message(rec: MessageRecord) -> bytes:
         rec.body_crc,
         rec.reconsume_times,
         rec.prepared_transaction_offset,
-        rec.plain_body,
+        body,
         False,
     )
 

@@ -473,10 +473,10 @@ def cmd_print_msg(args) -> int:
                 lo = store.offset_by_time(topic, q, begin)
             if end is not None:
                 hi = store.offset_by_time(topic, q, end)
-            for _, off, size, tc in cq.iter_units(lo, hi):
+            for qoff, off, size, tc in cq.iter_units(lo, hi):
                 if codes is not None and tc not in codes:
                     continue
-                rec = store.read_record(off, size)
+                rec = store.read_record(off, size, topic=topic, queue_id=q, queue_offset=qoff)
                 if tags is not None and rec.tags not in tags:
                     continue
                 print(

@@ -66,6 +66,7 @@ DEFAULT_HASH_SLOT_NUM = 5_000_000  # maxHashSlotNum
 DEFAULT_INDEX_NUM = 5_000_000 * 4  # maxIndexNum
 MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query
 LONG_MAX = 2**63 - 1
+_WALK_BLOCK = 4096  # bytes of items a chain walk reads at once
 _INT_MAX = 2**31 - 1
 #: An IndexFile name: its creation time as yyyyMMddHHmmssSSS (UtilAll.timeMillisToHumanString).
 INDEX_FILE_NAME = re.compile(r"[0-9]{17}\Z")
@@ -156,6 +157,12 @@ class _FdIO:
     def close(self) -> None:
         os.close(self.fd)
 
+    def reader(self) -> _FdIO:
+        """An independent reader of the same file (a duplicated descriptor): a walk through
+        it needs no lock, since closing or deleting the file meanwhile does not affect it.
+        The caller closes it."""
+        return _FdIO(os.dup(self.fd), self.path)
+
 
 class _MemIO:
     """An anonymous mapping standing in for a file (read-only stores): zero pages cost nothing."""
@@ -176,6 +183,24 @@ class _MemIO:
 
     def close(self) -> None:
         self.mm.close()
+
+    def reader(self) -> _MemReader:
+        """A reader of the same mapping that leaves it open when closed (reads of a mapping
+        closed meanwhile raise ValueError, which ends a walk)."""
+        return _MemReader(self.mm)
+
+
+class _MemReader:
+    __slots__ = ("mm",)
+
+    def __init__(self, mm):
+        self.mm = mm
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.mm[offset : offset + length]
+
+    def close(self) -> None:
+        pass
 
 
 class IndexFile:
@@ -490,16 +515,35 @@ class IndexFile:
         return start + n
 
     # -- read ---------------------------------------------------------------------------------
+    @property
+    def walk_bound(self) -> int:
+        """The item numbers a chain walk may visit are below this: indexCount clamped to what
+        the file can hold (``indexNum``, from its size), so a header that claims more items
+        than the file has never makes a walk longer (a follower's ``live`` file: the
+        capacity, since its slots may be newer than the header read last)."""
+        return self.index_num if self.live else max(1, min(self.index_count, self.index_num))
+
+    def reader(self):
+        """A reader of this file independent of its lifetime (``_FdIO.reader``): a query
+        takes one under :class:`IndexService`'s lock and walks with it after the lock is
+        released, so no writer ever waits for a walk. Close it after."""
+        return self._io.reader()
+
     def select_phy_offsets(
-        self, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX
+        self, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX, io=None
     ) -> list[int]:
         """CommitLog offsets stored under ``key`` (``topic#key``), newest first.
 
         ``IndexFile.selectPhyOffset``: follow the bucket's chain from the slot; take an item
         when its keyHash equals the key's and ``begin <= beginTimestamp + timeDiff*1000 <= end``
-        (epoch ms); stop after ``max_num`` results, or at ``timeDiff < 0``, ``prevIndex <= 0``,
-        ``prevIndex > indexCount``, ``prevIndex == current`` or an item older than ``begin``.
-        Items of other keys with the same hash are returned too (the caller filters).
+        (epoch ms); stop after ``max_num`` results, or at ``timeDiff < 0``, ``prevIndex <= 0``
+        or an item older than ``begin``. A walk ends whatever the file says: item numbers at
+        or past :attr:`walk_bound` (indexCount clamped to the file's capacity) end it, and so
+        does a ``prevIndex`` that is not strictly below the current item (RocketMQ stops only
+        at ``prevIndex == current``, so a chain 5 -> 6 -> 5 loops there), so it visits at
+        most ``walk_bound`` items. ``io``: a :meth:`reader` to read through (default: the
+        file itself). Items of other keys with the same hash are returned too (the caller
+        filters).
 
         Raises:
             CorruptRecordError: the file is shorter than its geometry (truncated by someone).
@@ -507,32 +551,44 @@ class IndexFile:
         out: list[int] = []
         if max_num <= 0:
             return out
-        count, begin_ts = self.index_count, self.begin_timestamp
-        if self.live:
-            # The writer writes an item, then the slot pointing at it, then the header: a
-            # slot may be newer than the header read last, never than its item.
-            count = self.index_num - 1
-            if not begin_ts:
-                self.reload_header()
-                begin_ts = self.begin_timestamp
+        io = io or self._io
         key_hash = index_key_hash(key)
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
-        current = SLOT.unpack(self._io.read(slot_pos, HASH_SLOT_SIZE))[0]
-        if current <= INVALID_INDEX or current > count or count <= 1:
+        try:
+            current = SLOT.unpack(io.read(slot_pos, HASH_SLOT_SIZE))[0]
+        except ValueError:  # a memory file closed meanwhile
             return out
-        read, base = self._io.read, self._items_base
-        for _ in range(count):  # a valid chain is shorter; bounds a corrupt cyclic one
+        # the count after the slot: a put writes its item, the slot, then the count, so a
+        # slot read first never points past the items the count then covers but by a put
+        # still under way (whose key is then not seen yet)
+        count, begin_ts = self.walk_bound, self.begin_timestamp
+        if self.live and not begin_ts:
+            self.reload_header()
+            begin_ts = self.begin_timestamp
+        if current <= INVALID_INDEX or current >= count or count <= 1:
+            return out
+        base = self._items_base
+        block_first, block = -(1 << 62), b""  # items read a page at a time: chains go back
+        per_block = _WALK_BLOCK // INDEX_SIZE
+        unpack = ITEM.unpack_from
+        while True:
             if len(out) >= max_num:
                 break
-            item_hash, phy, time_diff, prev = ITEM.unpack(
-                read(base + current * INDEX_SIZE, INDEX_SIZE)
-            )
+            if not block_first <= current < block_first + per_block:
+                block_first = max(1, current - per_block + 1)
+                try:
+                    block = io.read(
+                        base + block_first * INDEX_SIZE, (current - block_first + 1) * INDEX_SIZE
+                    )
+                except ValueError:
+                    break
+            item_hash, phy, time_diff, prev = unpack(block, (current - block_first) * INDEX_SIZE)
             if time_diff < 0:
                 break
             time_read = begin_ts + time_diff * 1000
             if item_hash == key_hash and begin <= time_read <= end:
                 out.append(phy)
-            if prev <= INVALID_INDEX or prev > count or prev == current or time_read < begin:
+            if prev <= INVALID_INDEX or prev >= current or time_read < begin:
                 break
             current = prev
         return out
@@ -543,7 +599,7 @@ class IndexFile:
         Walks the key's chain only while items are at or after ``phy_offset`` (items are
         appended in CommitLog order), so it is cheap for the newest message.
         """
-        count = self.index_count
+        count = self.walk_bound
         key_hash = index_key_hash(key)
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         current = SLOT.unpack(self._io.read(slot_pos, HASH_SLOT_SIZE))[0]
@@ -603,6 +659,28 @@ class IndexFile:
         return ITEM.unpack(self._io.read(self._items_base + n * INDEX_SIZE, INDEX_SIZE))
 
     # -- consistency --------------------------------------------------------------------------
+    def header_problem(self) -> str | None:
+        """The first way the header lies about the file, or None: an indexCount past what the
+        file can hold (``indexNum``, from its size), a hashSlotCount past its slots, or a hash
+        slot pointing at an item the header does not count. Costs one read of the slots
+        (``hashSlotNum`` * 4 bytes): what a writable open checks of the file it will write
+        to (:meth:`IndexService.drop_inconsistent`)."""
+        import numpy as np
+
+        if not 1 <= self.index_count <= self.index_num:
+            return f"indexCount {self.index_count} past the file's {self.index_num} items"
+        if not 0 <= self.hash_slot_count <= self.hash_slot_num:
+            return f"hashSlotCount {self.hash_slot_count} past its {self.hash_slot_num} slots"
+        raw = self._io.read(INDEX_HEADER_SIZE, self.hash_slot_num * HASH_SLOT_SIZE)
+        slot = np.frombuffer(raw, ">i4")
+        bad = (slot < 0) | (slot >= self.index_count)
+        if bad.any():
+            s = int(np.flatnonzero(bad)[0])
+            return (
+                f"hash slot {s} points at item {int(slot[s])}, past indexCount {self.index_count}"
+            )
+        return None
+
     def structure_problem(self) -> str | None:
         """The first way the file's header, hash slots and items disagree, or None.
 
@@ -616,6 +694,9 @@ class IndexFile:
         """
         import numpy as np
 
+        problem = self.header_problem()
+        if problem is not None:
+            return problem
         slots, count = self.hash_slot_num, self.index_count
         slot = np.frombuffer(self._io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE), ">i4")
         raw = self._io.read(self._items_base + INDEX_SIZE, (count - 1) * INDEX_SIZE)
@@ -913,13 +994,15 @@ class IndexService:
             self.files = keep
         return dropped
 
-    def drop_inconsistent(self, newest: int = 2) -> list[tuple[str, str]]:
+    def drop_inconsistent(self, newest: int = 2, quick: bool = False) -> list[tuple[str, str]]:
         """After an abnormal exit: check the ``newest`` files (those a crash or a live copy
         can have caught mid-write) with :meth:`IndexFile.structure_problem`; the first
         inconsistent one and every newer one are destroyed (dropped only, when read-only), so
         recovery's re-dispatch from :attr:`end_phy_offset` rebuilds their entries from the
         CommitLog. RocketMQ's ``IndexService.load`` trusts a file whose endTimestamp is not
         past the checkpoint; a file copied while written can pass that test and still be torn.
+        ``quick``: check only the header against the file and its slots
+        (:meth:`IndexFile.header_problem`), what a writable open does after a clean exit.
 
         Returns:
             ``(name, problem)`` of each file dropped.
@@ -927,7 +1010,8 @@ class IndexService:
         with self._mutex, self._rw.write():
             first_bad = None
             for i in range(max(0, len(self.files) - newest), len(self.files)):
-                problem = self.files[i].structure_problem()
+                f = self.files[i]
+                problem = f.header_problem() if quick else f.structure_problem()
                 if problem is not None:
                     first_bad = (i, problem)
                     break
@@ -1222,12 +1306,24 @@ class IndexService:
         if max_num <= 0:
             return out
         idx_key = build_key(topic, key)
+        # Under the lock, only the files to read and a reader of each (a duplicated
+        # descriptor): the walks run after it, so a writer (a roll to a new file, truncation,
+        # expiry) never waits for a walk, however long a damaged file makes it.
+        todo = []
         with self._rw.read():
             for f in reversed(self.files):
                 if f.is_time_matched(begin, end):
-                    out += f.select_phy_offsets(idx_key, max_num - len(out), begin, end)
-                if f.begin_timestamp < begin or len(out) >= max_num:
+                    todo.append((f, f.reader()))
+                if f.begin_timestamp < begin:
                     break
+        try:
+            for f, io in todo:
+                out += f.select_phy_offsets(idx_key, max_num - len(out), begin, end, io)
+                if len(out) >= max_num:
+                    break
+        finally:
+            for _, io in todo:
+                io.close()
         return out
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -294,6 +294,29 @@ def check_body_crc(rec: MessageRecord) -> MessageRecord:
     return rec
 
 
+def unit_mismatch(record_queue_offset: int, unit_queue_offset: int) -> str:
+    """The damage text of a record whose QUEUEOFFSET is not the queue offset of the
+    ConsumeQueue unit that points at it (the unit's index in its queue)."""
+    return f"QUEUEOFFSET {record_queue_offset} != the unit's queue offset {unit_queue_offset}"
+
+
+def check_unit_record(rec: MessageRecord, queue_id: int, queue_offset: int) -> MessageRecord:
+    """``rec`` when it is the record of unit ``queue_offset`` of queue ``queue_id``: its
+    QUEUEID and QUEUEOFFSET are the unit's (``CommitLogDispatcherBuildConsumeQueue`` writes
+    unit n for the record whose QUEUEOFFSET is n, so a unit that points at another record,
+    swapped, copied or forged, is damage, never that other message). Raises
+    CorruptRecordError naming the record's CommitLog offset."""
+    if rec.queue_id != queue_id:
+        raise CorruptRecordError(
+            f"the record belongs to queue {rec.queue_id}, not {queue_id}", rec.commitlog_offset
+        )
+    if rec.queue_offset != queue_offset:
+        raise CorruptRecordError(
+            unit_mismatch(rec.queue_offset, queue_offset), rec.commitlog_offset
+        )
+    return rec
+
+
 def encode_properties(props: dict[str, str]) -> bytes:
     """Encode properties as ``name\\x01value\\x02`` for every entry (``messageProperties2String``).
 
@@ -362,27 +385,89 @@ def decode_offset_msg_id(msg_id: str) -> tuple[Host, int]:
     return (raw[:n], INT32.unpack_from(raw, n)[0]), INT64.unpack_from(raw, n + 4)[0]
 
 
-def decompress_body(body: bytes, sys_flag: int) -> bytes:
-    """Return the body uncompressed, per SYSFLAG bits 0 and 8-10 (``CompressionType``).
+#: The most bytes a compressed body is inflated to (16 MiB), on every read path: the
+#: per-record decoder, the columnar decoder, the mount's views and lookups, the Spark data
+#: source, the report. 4 x maxMessageSize's default: a RocketMQ producer refuses a body over
+#: maxMessageSize before it compresses it (``Validators.checkMessage``), so no conforming
+#: client writes a body that inflates past it, and a broker whose maxMessageSize was raised
+#: up to 4-fold still reads in full. RocketMQ's own readers have no bound
+#: (``UtilAll.uncompress``, ``ZstdCompressor.decompress``, ``Lz4Compressor.decompress`` read
+#: the stream into a growing ``ByteArrayOutputStream``): an 8 KB zstd body can ask for 256 MiB
+#: and a 4 MiB one for about 128 GiB. A body over the limit is served as its stored bytes,
+#: never inflated, with :data:`PROPERTY_BODY_COMPRESSION` naming its codec (docs/guarantees.md).
+MAX_INFLATED_BODY = 4 * MAX_MESSAGE_SIZE
+#: The property a decoded message gets when its body is served as stored because it inflates
+#: past :data:`MAX_INFLATED_BODY`: the codec's name (``zlib``, ``lz4``, ``zstd``). Set by the
+#: readers only, never stored.
+PROPERTY_BODY_COMPRESSION = "RMQFS_BODY_COMPRESSION"
+#: SYSFLAG compression type -> codec name (``CompressionType``; 0 is ZLIB for old writers).
+COMPRESSION_NAMES = {
+    COMPRESSION_LZ4: "lz4",
+    COMPRESSION_ZSTD: "zstd",
+    COMPRESSION_ZLIB: "zlib",
+    0: "zlib",
+}
 
-    Type 0 means ZLIB for compatibility with older writers. Raises CorruptRecordError when the
-    bytes do not decompress.
+
+def inflate_body(
+    body: bytes, sys_flag: int, limit: int = MAX_INFLATED_BODY
+) -> tuple[bytes, str | None]:
+    """``(plain body, None)``, or ``(body as stored, codec name)`` when the body would inflate
+    past ``limit`` bytes: never more than ``limit`` + one read's worth of output is made (the
+    decompressors are streaming ones with a bounded output: zlib's ``max_length``, zstd's
+    ``stream_reader`` with a window of at most ``limit``, lz4's ``max_length``).
+
+    SYSFLAG bits 0 and 8-10 say the codec (``CompressionType``; type 0 is ZLIB for old
+    writers). Raises CorruptRecordError when the bytes do not decompress.
     """
     if not sys_flag & COMPRESSED_FLAG:
-        return body
+        return body, None
     kind = sys_flag & COMPRESSION_TYPE_MASK
+    name = COMPRESSION_NAMES.get(kind, "zlib")
     try:
         if kind == COMPRESSION_LZ4:
             import lz4.frame
 
-            return lz4.frame.decompress(body)
+            d = lz4.frame.LZ4FrameDecompressor()
+            out = d.decompress(body, max_length=limit + 1)
+            if len(out) > limit or (not d.eof and d.needs_input is False):
+                return body, name
+            if not d.eof:
+                raise ValueError("truncated LZ4 frame")
+            return out, None
         if kind == COMPRESSION_ZSTD:
             import zstandard
 
-            return zstandard.ZstdDecompressor().decompressobj().decompress(body)
-        return zlib.decompress(body)
+            window = 1 << max(10, (limit - 1).bit_length())
+            reader = zstandard.ZstdDecompressor(max_window_size=window).stream_reader(body)
+            parts, got = [], 0
+            while True:
+                chunk = reader.read(limit + 1 - got)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+                if got > limit:
+                    return body, name
+            return b"".join(parts), None
+        d = zlib.decompressobj()
+        out = d.decompress(body, limit + 1)
+        if len(out) > limit or d.unconsumed_tail:
+            return body, name
+        if not d.eof:
+            raise ValueError("incomplete or truncated zlib stream")
+        return out, None
     except Exception as exc:  # any codec failure is corrupt data
+        if "window" in str(exc).lower() or "memory" in str(exc).lower():
+            return body, name  # a frame that asks for a window over the limit
         raise CorruptRecordError(f"compressed body does not decompress: {exc}") from exc
+
+
+def decompress_body(body: bytes, sys_flag: int) -> bytes:
+    """The body uncompressed per SYSFLAG bits 0 and 8-10 (``CompressionType``), or as stored
+    when it inflates past :data:`MAX_INFLATED_BODY` (:func:`inflate_body`). Raises
+    CorruptRecordError when the bytes do not decompress."""
+    return inflate_body(body, sys_flag)[0]
 
 
 def compress_body(body: bytes, kind: int, level: int = 5) -> bytes:
@@ -452,8 +537,14 @@ class MessageRecord:
 
     @property
     def plain_body(self) -> bytes:
-        """The body, decompressed when the record is compressed."""
-        return decompress_body(self.body, self.sys_flag)
+        """The body, decompressed when the record is compressed; as stored when it would
+        inflate past :data:`MAX_INFLATED_BODY`, and then :attr:`properties` gets
+        :data:`PROPERTY_BODY_COMPRESSION` (the codec's name), so that the message built from
+        this record after it says so (:func:`inflate_body`)."""
+        body, codec = inflate_body(self.body, self.sys_flag)
+        if codec is not None:
+            self.properties[PROPERTY_BODY_COMPRESSION] = codec
+        return body
 
     @property
     def transaction_type(self) -> int:
@@ -476,28 +567,28 @@ def read_total_size_and_magic(buf, pos: int) -> tuple[int, int]:
     return BLANK.unpack_from(buf, pos)
 
 
-def decode_record(
-    buf,
-    pos: int = 0,
-    *,
-    check_crc: bool = True,
-    base_offset: int | None = None,
-    force_verify_prop_crc: bool = False,
-) -> MessageRecord:
-    """Decode the message record starting at ``buf[pos]``.
+def min_record_size(sys_flag: int, v2: bool) -> int:
+    """The smallest TOTALSIZE a record with this SYSFLAG and magic can have (bytes):
+    ``calMsgLength`` of an empty body, topic and properties, its hosts' widths included."""
+    return cal_msg_length(sys_flag, 0, 0, 0, v2)
 
-    Args:
-        buf: bytes-like holding at least the whole record.
-        pos: where the record starts in ``buf``.
-        check_crc: verify BODYCRC (``checkCRCOnRecover``).
-        base_offset: absolute CommitLog offset of ``buf[0]``; when given, PHYSICALOFFSET must
-            equal ``base_offset + pos``.
-        force_verify_prop_crc: with ``check_crc``, require the ``__CRC32#`` trailer
-            (``forceVerifyPropCRC``); without it a trailer is verified when present.
+
+def decode_fixed(buf, pos: int = 0) -> tuple:
+    """The fixed fields of the record at ``buf[pos]``, the one decode of them every reader
+    shares (the per-record decoder, recovery's walk through it, the columnar checks of the
+    rare records): ``(TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET,
+    PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, born host, STORETIMESTAMP, store host,
+    RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODY length, position of the body)``, hosts
+    as ``(address bytes, port)`` (4 or 16 address bytes as SYSFLAG says).
+
+    ``MessageDecoder.decode`` reads these fields without checking that they fit the record;
+    here every length is checked against TOTALSIZE and the buffer first.
 
     Raises:
-        CorruptRecordError: unknown magic (a blank record included: check for it first), a
-            TOTALSIZE that does not match the field lengths, a truncated record or a bad CRC.
+        CorruptRecordError: fewer bytes than the fixed part, a magic that is neither V1 nor
+            V2, a TOTALSIZE that runs past ``buf`` or is smaller than the fixed part its
+            SYSFLAG's host widths and magic ask for (e.g. a V1 record with the IPv6 born-host
+            bit and TOTALSIZE 91), or a body length below 0 or past TOTALSIZE.
     """
     end_of_buf = len(buf)
     if end_of_buf - pos < FIXED_V4.size:
@@ -531,6 +622,13 @@ def decode_record(
         raise CorruptRecordError(f"bad magic code 0x{magic:08X}", pos)
     if total <= 0 or pos + total > end_of_buf:
         raise CorruptRecordError(f"record size {total} runs past the data", pos)
+    smallest = min_record_size(sys_flag, v2)
+    if total < smallest:
+        raise CorruptRecordError(
+            f"TOTALSIZE {total} is shorter than the {smallest} bytes its SYSFLAG "
+            f"0x{sys_flag & 0xFFFFFFFF:X} and magic need",
+            pos,
+        )
     if not sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
         born_host = (born_ip, born_port)
         store_host = (store_ip, store_port)
@@ -547,9 +645,71 @@ def decode_record(
         p += hs.size
         reconsume, prepared, body_len = struct.unpack_from(">iqi", buf, p)
         p += 16
-    record_end = pos + total
-    if body_len < 0 or p + body_len > record_end:
+    if body_len < 0 or p + body_len > pos + total:
         raise CorruptRecordError(f"body length {body_len} runs past the record", pos)
+    return (
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        body_len,
+        p,
+    )
+
+
+def decode_record(
+    buf,
+    pos: int = 0,
+    *,
+    check_crc: bool = True,
+    base_offset: int | None = None,
+    force_verify_prop_crc: bool = False,
+) -> MessageRecord:
+    """Decode the message record starting at ``buf[pos]``.
+
+    Args:
+        buf: bytes-like holding at least the whole record.
+        pos: where the record starts in ``buf``.
+        check_crc: verify BODYCRC (``checkCRCOnRecover``).
+        base_offset: absolute CommitLog offset of ``buf[0]``; when given, PHYSICALOFFSET must
+            equal ``base_offset + pos``.
+        force_verify_prop_crc: with ``check_crc``, require the ``__CRC32#`` trailer
+            (``forceVerifyPropCRC``); without it a trailer is verified when present.
+
+    Raises:
+        CorruptRecordError: unknown magic (a blank record included: check for it first), a
+            TOTALSIZE that does not match the field lengths, a truncated record or a bad CRC.
+    """
+    (
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        body_len,
+        p,
+    ) = decode_fixed(buf, pos)
+    v2 = magic == MAGIC_V2
+    record_end = pos + total
     body = bytes(buf[p : p + body_len])
     p += body_len
     if v2:

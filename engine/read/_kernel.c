@@ -20,7 +20,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#define RMQ_KERNEL_ABI 2
+#define RMQ_KERNEL_ABI 3
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define BE16(v) (v)
@@ -231,6 +231,7 @@ typedef struct {
     const int64_t *pos;  /* where record i starts in buf */
     const int64_t *size; /* its unit's size: TOTALSIZE must equal it */
     const int64_t *phys; /* its unit's CommitLog offset: PHYSICALOFFSET must equal it */
+    const int64_t *qoff; /* its unit's queue offset: QUEUEOFFSET must equal it; NULL: not checked */
     int64_t n;
     int32_t queue_id;  /* QUEUEID every record must have; -1: not checked */
     int32_t topic_len; /* the topic every decoded record must have; -1: any (then read) */
@@ -239,7 +240,7 @@ typedef struct {
     int32_t max_pairs; /* more properties than this: the record goes record by record */
     /* the V1/IPv4 layout (engine/format/message.py's FIXED_V4_FIELDS) */
     int32_t at_total, at_magic, at_crc, at_queue, at_phys, at_sysflag, at_born_host;
-    int32_t at_store_host, at_body_len, fixed, tl_size, pl_size;
+    int32_t at_store_host, at_body_len, fixed, tl_size, pl_size, at_qoff, pad0_;
     int64_t max_topic, max_props;
     uint32_t magic_v1, magic_v2, rare_flags, crc_mask;
     uint8_t pair_sep, name_sep, key_sep, pad_;
@@ -277,7 +278,14 @@ enum {
     RMQ_WANT_STORE_HOST = 128,
     RMQ_CHECK_CRC = 256,
 };
-enum { RMQ_BAD_MAGIC = 1, RMQ_BAD_TOTAL = 2, RMQ_BAD_PHYS = 3, RMQ_BAD_QUEUE = 4, RMQ_BAD_CRC = 5 };
+enum {
+    RMQ_BAD_MAGIC = 1,
+    RMQ_BAD_TOTAL = 2,
+    RMQ_BAD_PHYS = 3,
+    RMQ_BAD_QUEUE = 4,
+    RMQ_BAD_CRC = 5,
+    RMQ_BAD_QOFF = 6
+};
 
 static inline uint32_t rd32(const uint8_t *p)
 {
@@ -481,6 +489,8 @@ int32_t rmq_decode(rmq_decode_args *a)
             code = RMQ_BAD_PHYS, value = phys;
         else if (a->queue_id >= 0 && (int32_t)rd32(r + a->at_queue) != a->queue_id)
             code = RMQ_BAD_QUEUE, value = (int32_t)rd32(r + a->at_queue);
+        else if (a->qoff && (int64_t)rd64(r + a->at_qoff) != a->qoff[i])
+            code = RMQ_BAD_QOFF, value = (int64_t)rd64(r + a->at_qoff);
         if (code) {
             a->bad = i, a->bad_code = code, a->bad_value = value;
             a->rows = k;

@@ -86,8 +86,8 @@ from ..format.message import (
     TOPIC_LENGTH_SIZE_V1,
     check_body_crc,
     decode_record,
-    decompress_body,
     read_store_timestamp,
+    unit_mismatch,
 )
 from ..service.storetree import open_beneath
 from . import kernel
@@ -166,6 +166,7 @@ _LAYOUT = {
     "at_crc": FIXED_V4_POSITIONS["bodyCRC"],
     "at_queue": FIXED_V4_POSITIONS["queueId"],
     "at_phys": FIXED_V4_POSITIONS["physicalOffset"],
+    "at_qoff": FIXED_V4_POSITIONS["queueOffset"],
     "at_sysflag": FIXED_V4_POSITIONS["sysFlag"],
     "at_born_host": FIXED_V4_POSITIONS["bornHostAddress"],
     "at_store_host": FIXED_V4_POSITIONS["storeHostAddress"],
@@ -943,10 +944,16 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     fixed = [(f, FIXED_V4_POSITIONS[f], _WIDTH[f]) for f in sorted(fields)]
     d = k.decode(
         buf, pos, sizes, offs, _LAYOUT, fixed, want, queue_id,
-        None if topic is None else topic.encode("utf-8"),
+        None if topic is None else topic.encode("utf-8"), qoffs,
     )  # fmt: skip
     if d.bad >= 0:
-        raise CorruptRecordError(_bad_message(d, int(sizes[d.bad]), queue_id), int(offs[d.bad]))
+        if d.bad_code == kernel.BAD_QOFF:  # what else is wrong with it first (its topic, ...)
+            i = slice(d.bad, d.bad + 1)
+            _slow_batch(commitlog, offs[i], sizes[i], qoffs[i], topic, queue_id, names)
+        unit_qoff = None if qoffs is None else int(qoffs[d.bad])
+        raise CorruptRecordError(
+            _bad_message(d, int(sizes[d.bad]), queue_id, unit_qoff), int(offs[d.bad])
+        )
     fast = d.fast
     if not d.rows:
         return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
@@ -964,9 +971,11 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     return _concat([a, b]).take(pa.array(order))
 
 
-def _bad_message(d, size: int, queue_id) -> str:
+def _bad_message(d, size: int, queue_id, queue_offset=None) -> str:
     """The CorruptRecordError text of what ``Kernel.decode`` found at ``d.bad``."""
     v = d.bad_value
+    if d.bad_code == kernel.BAD_QOFF:
+        return unit_mismatch(v, -1 if queue_offset is None else queue_offset)
     return {
         kernel.BAD_MAGIC: lambda: f"bad magic code 0x{v & 0xFFFFFFFF:08X}",
         kernel.BAD_TOTAL: lambda: f"TOTALSIZE {v} != the unit's size {size}",
@@ -1066,7 +1075,8 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
             rec = decode_record(memoryview(m)[p : p + size], 0, check_crc=False, base_offset=off)
             if commitlog.check_crc:
                 check_body_crc(rec)
-            body = decompress_body(rec.body, rec.sys_flag) if "body" in rows else None
+            # first: a body left compressed (past MAX_INFLATED_BODY) adds its property
+            body = rec.plain_body if "body" in rows else None
         except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's
             raise CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off) from exc
         if rec.store_size != size:
@@ -1077,6 +1087,8 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
             raise CorruptRecordError(
                 f"the record belongs to {rec.topic}/{rec.queue_id}, not {topic}/{queue_id}", off
             )
+        if qoffs is not None and rec.queue_offset != int(qoffs[i]):
+            raise CorruptRecordError(unit_mismatch(rec.queue_offset, int(qoffs[i])), off)
         row = message_fields(rec)  # the contract's fields, one home (engine.read.jsonline)
         row["queue"] = rec.queue_id
         if qoffs is not None:

@@ -50,7 +50,7 @@ __all__ = ["Kernel", "Decoded", "load", "build", "library_name"]
 
 log = logging.getLogger(__name__)
 
-ABI = 2  # RMQ_KERNEL_ABI of _kernel.c
+ABI = 3  # RMQ_KERNEL_ABI of _kernel.c
 CC = os.environ.get("CC", "cc")
 CFLAGS = ("-O3", "-std=c99", "-shared", "-fPIC", "-Wall")
 LIBS = ("-lz",)
@@ -73,13 +73,14 @@ class _DecodeArgs(ctypes.Structure):
 
     _i32, _i64, _u32, _u8 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint8
     _fields_ = [
-        ("buf", _vp), ("pos", _vp), ("size", _vp), ("phys", _vp), ("n", _i64),
+        ("buf", _vp), ("pos", _vp), ("size", _vp), ("phys", _vp), ("qoff", _vp), ("n", _i64),
         ("queue_id", _i32), ("topic_len", _i32), ("topic", ctypes.c_char_p),
         ("want", _i32), ("max_pairs", _i32),
         ("at_total", _i32), ("at_magic", _i32), ("at_crc", _i32), ("at_queue", _i32),
         ("at_phys", _i32), ("at_sysflag", _i32), ("at_born_host", _i32),
         ("at_store_host", _i32), ("at_body_len", _i32), ("fixed", _i32), ("tl_size", _i32),
-        ("pl_size", _i32), ("max_topic", _i64), ("max_props", _i64),
+        ("pl_size", _i32), ("at_qoff", _i32), ("pad0_", _i32),
+        ("max_topic", _i64), ("max_props", _i64),
         ("magic_v1", _u32), ("magic_v2", _u32), ("rare_flags", _u32), ("crc_mask", _u32),
         ("pair_sep", _u8), ("name_sep", _u8), ("key_sep", _u8), ("pad_", _u8),
         ("tag_name", ctypes.c_char_p), ("keys_name", ctypes.c_char_p),
@@ -98,7 +99,7 @@ class _DecodeArgs(ctypes.Structure):
 WANT_BODY, WANT_TOPIC, WANT_TAGS, WANT_KEYS, WANT_PROPS = 1, 2, 4, 8, 16
 WANT_MSGID, WANT_BORN_HOST, WANT_STORE_HOST, CHECK_CRC = 32, 64, 128, 256
 #: ``bad_code`` of a :class:`Decoded` (``RMQ_BAD_*``): what the first damaged record failed
-BAD_MAGIC, BAD_TOTAL, BAD_PHYS, BAD_QUEUE, BAD_CRC = 1, 2, 3, 4, 5
+BAD_MAGIC, BAD_TOTAL, BAD_PHYS, BAD_QUEUE, BAD_CRC, BAD_QOFF = 1, 2, 3, 4, 5, 6
 
 
 @dataclass
@@ -252,6 +253,7 @@ class Kernel:
         want: int,
         queue_id: int | None = None,
         topic: bytes | None = None,
+        queue_offsets=None,
     ) -> Decoded:
         """Decode the common records among those at ``pos`` (``rmq_decode``, see ``_kernel.c``).
 
@@ -269,6 +271,9 @@ class Kernel:
             queue_id: the QUEUEID every record must have (None: not checked).
             topic: the topic every decoded record must have (None: any; its name is read with
                 ``WANT_TOPIC``).
+            queue_offsets: int64 array, each record's unit's queue offset: its QUEUEOFFSET
+                (``layout["at_qoff"]``) must equal it (None: not checked), so a unit that
+                points at another unit's record is damage (``BAD_QOFF``).
 
         Returns a :class:`Decoded`. Raises ValueError for positions outside ``buf``."""
         pos, size, phys = self._i64(pos), self._i64(size), self._i64(phys)
@@ -284,6 +289,12 @@ class Kernel:
         a.buf, a.pos, a.size, a.phys, a.n = (
             buf.ctypes.data, pos.ctypes.data, size.ctypes.data, phys.ctypes.data, n,
         )  # fmt: skip
+        if queue_offsets is not None:
+            qoff = self._i64(queue_offsets)
+            if len(qoff) != n:
+                raise ValueError("one queue offset per record")
+            keep.append(qoff)
+            a.qoff = qoff.ctypes.data
         a.queue_id = -1 if queue_id is None else queue_id
         a.topic_len = -1 if topic is None else len(topic)
         a.topic = topic or b""

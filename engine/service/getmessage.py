@@ -19,7 +19,8 @@ Follows ``DefaultMessageStore.getMessage`` (store 5.3.3; docs/engine.md "getMess
   (``isTheBatchFull``: 32 messages / 256 KiB when the record is "in memory", i.e. within
   ``accessMessageInMemoryMaxRatio`` % of RAM from the CommitLog end, else 8 / 64 KiB).
 
-A record whose body fails its CRC is never returned (``MessageDecoder.decode(...,
+A record whose body fails its CRC, or that is not its unit's record (QUEUEID or QUEUEOFFSET not
+the unit's: ``check_unit_record``), is never returned (``MessageDecoder.decode(...,
 checkCRC=true)`` drops it and ``decodesBatch`` stops there): the batch ends before it, with
 ``next_begin_offset`` at it, so the next call starts there; a call whose first message it is
 raises CorruptRecordError. Either way the queue is noted as damaged (``store.note_damage``,
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from ..errors import CorruptRecordError
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
 from ..format.javahash import java_string_hash
-from ..format.message import MessageRecord, check_body_crc
+from ..format.message import MessageRecord, check_body_crc, check_unit_record
 
 SUB_ALL = "*"  # SubscriptionData.SUB_ALL
 
@@ -210,7 +211,7 @@ def get_messages(
             next_phy_file_start = cl.files.roll_next(off_py)
             continue
         try:
-            check_body_crc(rec)
+            check_unit_record(check_body_crc(rec), queue_id, qoff)
         except CorruptRecordError as exc:
             store.note_damage(topic, queue_id, qoff, exc)
             if not res.messages:

@@ -628,3 +628,129 @@ def test_fixture_rocketmq_rust_index(tmp_path):
     assert svc.query("V1UpgradeTopic", "v1-upgrade-key") == [282, 141, 0]
     svc.close()
     assert rr.index_lookup(str(d / path.name), "V1UpgradeTopic#v1-upgrade-key") == [282, 141, 0]
+
+
+# -- hostile index files (issue 26 item 2) -----------------------------------------------------
+
+
+def _looping_index(root) -> str:
+    """A store whose index file's chain for ``T#NOPE`` loops 5 -> 6 -> 5 and whose header
+    claims 2^31-1 items. Returns the file's path."""
+    from engine.format.indexfile import ITEM, SLOT
+    from stores import produce, small
+
+    produce(root, 20, queue_id=0)
+    (path,) = sorted((root / "index").iterdir())
+    slots = small().max_hash_slot_num
+    h = index_key_hash("T#NOPE")
+    items = INDEX_HEADER_SIZE + slots * 4
+    with open(path, "r+b") as f:
+        head = bytearray(f.read(INDEX_HEADER_SIZE))
+        fields = list(HEADER.unpack(head))
+        fields[5] = INT_MAX
+        f.seek(0)
+        f.write(HEADER.pack(*fields))
+        f.seek(INDEX_HEADER_SIZE + (h % slots) * 4)
+        f.write(SLOT.pack(5))
+        for n, prev in ((5, 6), (6, 5)):
+            f.seek(items + n * 20)
+            _h, phy, td, _prev = ITEM.unpack(f.read(20))
+            f.seek(items + n * 20)
+            f.write(ITEM.pack(h ^ 1, phy, td, prev))
+    return str(path)
+
+
+class _CountingReader:
+    def __init__(self, io):
+        self.io, self.reads = io, 0
+
+    def read(self, offset, length):
+        self.reads += 1
+        return self.io.read(offset, length)
+
+    def close(self):
+        self.io.close()
+
+
+def test_a_looping_chain_with_a_lying_count_ends(tmp_path):
+    from stores import small
+
+    path = _looping_index(tmp_path / "store")
+    # the CLI (read-only, so the file is not rebuilt): no message, no spin (main: 2^31 steps)
+    r = rr_run("query-msg", "-k", "NOPE", "-t", "T", str(tmp_path / "store"))
+    assert r.returncode == 1 and "no message of T with key NOPE" in r.stderr, r.stderr
+    cfg = small()
+    f = IndexFile(path, cfg.max_hash_slot_num, cfg.max_index_num, read_only=True)
+    assert f.walk_bound == cfg.max_index_num  # the header's 2^31-1 clamped to the file
+    io = _CountingReader(f.reader())
+    assert f.select_phy_offsets("T#NOPE", 64, 0, LONG_MAX, io) == []
+    assert io.reads <= 3  # the slot and one block: the walk stops at 6 -> 5 (not older)
+    assert f.header_problem() and "indexCount" in f.header_problem()
+    assert "indexCount" in f.structure_problem()  # checked before reading 2^31 items
+    io.close()
+    f.close()
+
+
+def rr_run(*args):
+    from conftest import run_rmqfs
+
+    return run_rmqfs(*args, check=False, timeout=120)  # a spin ends as a failure, not a hang
+
+
+def test_a_writable_open_rebuilds_an_index_file_whose_header_lies(tmp_path):
+    from engine.store import MessageStore
+    from stores import small
+
+    root = tmp_path / "store"
+    path = _looping_index(root)
+    with MessageStore(str(root), small()) as s:
+        assert any(r.startswith(f"index/{os.path.basename(path)}: indexCount") for r in s.repairs)
+        assert [r.body for r in s.query_by_key("T", "km7")] == [b"m7"]
+        assert s.query_by_key("T", "NOPE") == []
+    for name in os.listdir(root / "index"):
+        f = IndexFile(str(root / "index" / name), 16, 64, read_only=True)
+        assert f.structure_problem() is None
+        f.close()
+
+
+def test_a_query_walks_without_holding_the_lock_a_writer_needs(tmp_path, monkeypatch):
+    """A reader blocked in the middle of its walk (its reads wait on an event) does not
+    block a writer that needs the service's lock (truncate, a roll to a new file)."""
+    svc = IndexService(str(tmp_path / "index"), 16, 64)
+    svc.dispatch([rec(i * 100, T0 + i, [f"k{i}"]) for i in range(20)])
+    walking, release = threading.Event(), threading.Event()
+
+    class Blocking:
+        def __init__(self, io):
+            self.io = io
+
+        def read(self, offset, length):
+            walking.set()
+            release.wait()
+            return self.io.read(offset, length)
+
+        def close(self):
+            self.io.close()
+
+    original = IndexFile.reader
+    monkeypatch.setattr(IndexFile, "reader", lambda self: Blocking(original(self)))
+    got = []
+    reader = threading.Thread(target=lambda: got.append(svc.query("T", "k3")))
+    reader.start()
+    try:
+        assert walking.wait(60)
+        writer = threading.Thread(
+            target=lambda: (
+                svc.truncate(15 * 100),
+                svc.dispatch([rec(i * 100, T0 + i, [f"k{i}"]) for i in range(15, 90)]),
+            )
+        )
+        writer.start()
+        writer.join(60)  # a deadlock detector, not a timing: the writer needs no reader
+        assert not writer.is_alive()
+        assert len(svc.files) == 2  # rolled to a new file meanwhile
+    finally:
+        release.set()
+        reader.join(60)
+    assert got == [[300]]
+    svc.close()

@@ -17,16 +17,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import refreader
+from engine.errors import CorruptRecordError
 from engine.format.message import (
     BODY_CRC_MASK,
+    BORNHOST_V6_FLAG,
     FIXED_V4,
     FIXED_V4_FIELDS,
     FIXED_V4_POSITIONS,
     KEY_SEPARATOR,
     MAGIC_V1,
     MAGIC_V2,
+    STOREHOSTADDRESS_V6_FLAG,
+    SYSFLAG_POSITION,
     decode_properties,
+    decode_record,
     host_to_str,
+    min_record_size,
     offset_msg_id,
 )
 from engine.read import columnar, kernel
@@ -124,7 +130,7 @@ _ALL_WANT = (
 _NUMERIC_FIELDS = sorted(set(columnar._NUMERIC.values()))
 
 
-def _decode(k, records, want=_ALL_WANT, queue_id=None, topic=None, pad=b""):
+def _decode(k, records, want=_ALL_WANT, queue_id=None, topic=None, pad=b"", queue_offsets=None):
     """Kernel.decode of hand-built records laid end to end (physical offset = position)."""
     data = pad + b"".join(records)
     sizes = np.array([len(r) for r in records], dtype=np.int64)
@@ -132,7 +138,7 @@ def _decode(k, records, want=_ALL_WANT, queue_id=None, topic=None, pad=b""):
     fixed = [(f, FIXED_V4_POSITIONS[f], columnar._WIDTH[f]) for f in _NUMERIC_FIELDS]
     # every PHYSICALOFFSET is 0 in these records: the units say 0 too
     return k.decode(_buf(data), pos, sizes, np.zeros(len(records), np.int64), columnar._LAYOUT,
-                    fixed, want, queue_id, topic)  # fmt: skip
+                    fixed, want, queue_id, topic, queue_offsets)  # fmt: skip
 
 
 def _strings(d, name, count=None):
@@ -276,6 +282,56 @@ def test_damage_is_named_and_rare_records_are_left_alone(k):
     assert d.fast.tolist() == [True, False, False]
     d = _decode(k, [good, _record(b"", topic=b"\xff")])
     assert d.fast.tolist() == [True, False] and _strings(d, "topic") == ["T"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=8), st.data())
+def test_a_unit_pointing_at_another_record_is_damage(k, stored, data):
+    """Units swapped, duplicated or shifted (their queue offsets drawn against the records'
+    QUEUEOFFSETs): the first record whose QUEUEOFFSET is not its unit's stops the decode as
+    BAD_QOFF, the rows before it decoded, as ``message.check_unit_record`` judges them."""
+    units = data.draw(st.lists(st.integers(0, 4), min_size=len(stored), max_size=len(stored)))
+    records = [_record(b"", fields={"queueOffset": q}) for q in stored]
+    d = _decode(k, records, queue_offsets=np.array(units, np.int64))
+    first = next((i for i, (a, b) in enumerate(zip(stored, units)) if a != b), -1)
+    assert d.bad == first
+    if first >= 0:
+        assert (d.bad_code, d.bad_value, d.rows) == (kernel.BAD_QOFF, stored[first], first)
+    else:
+        assert d.rows == len(records)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(
+        [BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG]
+    ),
+    st.booleans(),
+    st.integers(-3, 30),
+)
+def test_a_total_size_against_the_flags_is_never_read_past(k, v6, v2, delta):
+    """TOTALSIZE mutated against SYSFLAG's host widths and the magic's topic length: the
+    kernel never decodes such a record itself (rare flags), and the per-record decoder on
+    exactly the record's bytes raises CorruptRecordError, never struct.error, for every
+    length that does not fit (``message.min_record_size``)."""
+    rec = bytearray(_record(b"", body=b"", topic=b""))
+    sf = SYSFLAG_POSITION
+    rec[sf : sf + 4] = v6.to_bytes(4, "big")
+    if v2:
+        rec[4:8] = MAGIC_V2.to_bytes(4, "big")
+    total = max(FIXED_V4.size, len(rec) + delta)
+    rec = (bytes(rec) + bytes(64))[:total]
+    rec = total.to_bytes(4, "big") + rec[4:]
+    d = _decode(k, [rec])
+    assert d.rows == 0 and d.bad == -1
+    if total < min_record_size(v6, v2):
+        with pytest.raises(CorruptRecordError):
+            decode_record(memoryview(rec), 0, check_crc=False)
+    else:
+        try:
+            decode_record(memoryview(rec), 0, check_crc=False)
+        except CorruptRecordError:
+            pass  # lengths inside that do not add up: named, never a struct.error
 
 
 def test_positions_outside_the_buffer_are_refused(k):

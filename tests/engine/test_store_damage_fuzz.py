@@ -286,3 +286,199 @@ def test_damaged_stores_never_crash_hang_or_escape(base_store):
         finally:
             shutil.rmtree(d, ignore_errors=True)
     assert not failures, "\n".join(failures)
+
+
+# -- hostile fields (issue 26): TOTALSIZE against the flags, units swapped or duplicated,
+# compressed bodies that inflate past the limit, index chains that loop under a lying count.
+# Every read path (recovery at a read-only and a writable open, iter_queue, getMessage,
+# key lookups, the columnar decoder and its JSON lines, print-msg, query-msg -k) either
+# reads or names the damage: no traceback, no hang, the reader's peak RSS bounded.
+HOSTILE = ("totalsize_flags", "swap_units", "dup_units", "bomb", "index_chain")
+HOSTILE_CASES = int(os.environ.get("RMQFS_HOSTILE_CASES", "10"))
+
+HOSTILE_CHILD = r"""
+import contextlib, io, json, os, sys, traceback
+sys.path.insert(0, {repo!r})
+from engine.errors import StoreError
+from engine.store import MessageStore, StoreConfig
+from engine.read import columnar
+from engine.read.jsonline import build_lines
+from mount import cli
+out = {{"tracebacks": []}}
+conf = {conf!r}
+cfg = StoreConfig.from_broker_conf(conf)
+
+def guard(what, fn):
+    try:
+        fn()
+    except (StoreError, OSError):
+        pass
+    except BaseException:
+        out["tracebacks"].append(what + ": " + traceback.format_exc()[-2000:])
+
+def run_cli(*argv):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            rc = cli.main(list(argv))
+        except SystemExit as e:
+            rc = e.code
+        except BaseException:
+            rc = "traceback"
+            traceback.print_exc(file=err)
+    if rc not in (0, 1) or "Traceback" in err.getvalue():
+        out["tracebacks"].append(" ".join(argv) + ": " + err.getvalue()[-2000:])
+
+def vmhwm():
+    with open("/proc/self/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+
+out["peaks_kb"] = []
+for root in {roots!r}:
+    try:  # reset the peak RSS (Linux: 5 > clear_refs), so that each case has its own
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    def reads(s):
+        for t in s.topic_names():
+            for q in s.queue_ids(t):
+                guard(f"iter_queue {{t}}/{{q}}", lambda: sum(1 for _ in s.iter_queue(t, q)))
+                guard(f"getMessage {{t}}/{{q}}", lambda: s.get_messages("g", t, q, 0))
+            for key in ("NOPE", "k0-0", "k3-7"):
+                guard(f"key {{key}}", lambda: s.query_by_key(t, key))
+    guard("read-only open", lambda: reads(MessageStore(root, cfg, read_only=True)))
+    def columnar_reads():
+        files = columnar.StoreFiles(root)
+        for t in files.topics():
+            for q in files.queue_ids(t):
+                def one():
+                    lo, hi = files.min_offset(t, q), files.max_offset(t, q)
+                    for b in files.read_batches(t, q, lo, hi):
+                        build_lines(b)
+                guard(f"columnar {{t}}/{{q}}", one)
+    guard("columnar", columnar_reads)
+    run_cli("print-msg", "-t", "A", root, "--config", conf)
+    run_cli("query-msg", "-k", "NOPE", "-t", "A", root, "--config", conf)
+    def writable():
+        with MessageStore(root, cfg) as s:
+            reads(s)
+    guard("writable open", writable)
+    out["peaks_kb"].append(vmhwm())
+out["vmhwm_kb"] = vmhwm()
+print(json.dumps(out))
+"""
+
+
+def _hostile(root: Path, kind: str, rng: random.Random) -> None:
+    """Apply one hostile-field mutation to a copy of the base store."""
+    from engine.format.consumequeue import UNIT
+    from engine.format.indexfile import HEADER, INDEX_HEADER_SIZE, ITEM, SLOT
+    from engine.format.message import INT32, SYSFLAG_POSITION
+
+    cq_size, cl_size = (
+        CONFIG["mapped_file_size_consume_queue"],
+        CONFIG["mapped_file_size_commit_log"],
+    )
+
+    def units(t, q):
+        d = root / "consumequeue" / t / str(q)
+        data = b"".join(p.read_bytes() for p in sorted(d.iterdir()))
+        base = int(sorted(d.iterdir())[0].name) // 20
+        return base, [UNIT.unpack_from(data, i) for i in range(0, len(data) - 19, 20)]
+
+    def write_unit(t, q, n, unit):
+        at = n * 20
+        p = root / "consumequeue" / t / str(q) / f"{at - at % cq_size:020d}"
+        with open(p, "r+b") as f:
+            f.seek(at % cq_size)
+            f.write(UNIT.pack(*unit))
+
+    t, q = rng.choice([("A", 0), ("A", 1), ("B", 0)])
+    base, us = units(t, q)
+    us = [u for u in us if u[1] > 0]
+    if kind == "totalsize_flags":
+        n = rng.randrange(len(us))
+        off, _size, tags = us[n]
+        p = root / "commitlog" / f"{off - off % cl_size:020d}"
+        with open(p, "r+b") as f:
+            f.seek(off % cl_size)
+            head = bytearray(f.read(SYSFLAG_POSITION + 4))
+            total = rng.randint(88, 102)
+            INT32.pack_into(head, 0, total)
+            sf = INT32.unpack_from(head, SYSFLAG_POSITION)[0]
+            INT32.pack_into(head, SYSFLAG_POSITION, sf | rng.choice([0x10, 0x20, 0x30]))
+            f.seek(off % cl_size)
+            f.write(head)
+        write_unit(t, q, base + n, (off, total, tags))
+    elif kind == "swap_units":
+        a, b = rng.sample(range(len(us)), 2)
+        write_unit(t, q, base + a, us[b])
+        write_unit(t, q, base + b, us[a])
+    elif kind == "dup_units":
+        a = rng.randrange(len(us) - 1)
+        for n in range(a + 1, rng.randint(a + 2, len(us))):
+            write_unit(t, q, base + n, us[a])
+    elif kind == "bomb":
+        import zstandard
+
+        from engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZSTD
+        from stores import put_internal
+
+        c = zstandard.ZstdCompressor(level=3).compressobj()
+        bomb = b"".join(c.compress(bytes(1 << 20)) for _ in range(32)) + c.flush()
+        with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
+            flags = COMPRESSED_FLAG | COMPRESSION_ZSTD
+            put_internal(s, [Message(t, bomb, queue_id=q, compress=False, sys_flag=flags)])
+    elif kind == "index_chain":
+        files = sorted((root / "index").iterdir())
+        p = rng.choice(files)
+        slots = CONFIG["max_hash_slot_num"]
+        with open(p, "r+b") as f:
+            fields = list(HEADER.unpack(f.read(INDEX_HEADER_SIZE)))
+            count = max(fields[5], 3)
+            a, b = rng.sample(range(1, min(count, CONFIG["max_index_num"])), 2)
+            fields[5] = rng.choice([count, 2**31 - 1])
+            f.seek(0)
+            f.write(HEADER.pack(*fields))
+            f.seek(INDEX_HEADER_SIZE + rng.randrange(slots) * 4)
+            f.write(SLOT.pack(a))
+            items = INDEX_HEADER_SIZE + slots * 4
+            for n, prev in ((a, b), (b, a)):
+                f.seek(items + n * 20)
+                h, phy, td, _ = ITEM.unpack(f.read(20))
+                f.seek(items + n * 20)
+                f.write(ITEM.pack(h, phy, td, prev))
+
+
+def test_hostile_fields_never_crash_hang_or_blow_up(base_store):
+    rng = random.Random(SEED + 2)
+    d = Path(tempfile.mkdtemp(prefix="rmqfs-hostile-"))
+    try:
+        roots, cases = [], []
+        for i in range(HOSTILE_CASES):
+            kind = HOSTILE[i % len(HOSTILE)]
+            root = d / f"store{i}"
+            shutil.copytree(base_store, root, symlinks=True)
+            _hostile(root, kind, rng)
+            roots.append(str(root))
+            cases.append(kind)
+        conf = d / "broker.conf"
+        conf.write_text(BROKER_CONF)
+        code = HOSTILE_CHILD.format(repo=str(REPO), roots=roots, conf=str(conf))
+        p = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=300,  # a hang fails the test (the cases take a few seconds)
+            cwd=str(REPO),
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")])),
+        )
+        assert p.returncode == 0, p.stderr[-3000:]
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        for kind, peak in zip(cases, out["peaks_kb"]):
+            print(f"hostile {kind}: every read path, the reader's peak RSS {peak // 1024} MiB")
+        assert not out["tracebacks"], "\n".join(out["tracebacks"])
+        assert max(out["peaks_kb"]) < 1 << 20  # 1 GiB, the issue's bound
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
