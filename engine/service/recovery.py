@@ -256,6 +256,13 @@ def _recover(store: MessageStore, progress, report: RecoveryReport, undecoded: b
         d.truncate(end)
     cl.truncate(end)
     cl.flushed_where = end
+    # the store time of the last record kept (what brokerStatus shows, and what the next
+    # checkpoint's physicMsgTimestamp says: an open and close that write nothing must leave
+    # the broker's checkpoint as it was, not write 0 there)
+    for rec in (last, prev):
+        if rec is not None and rec.commitlog_offset + rec.store_size <= end:
+            cl.last_store_timestamp = cl.flushed_store_timestamp = rec.store_timestamp
+            break
     report.scan_end = end
 
 

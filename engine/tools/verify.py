@@ -1240,7 +1240,7 @@ def recover_store(root: str, config=None, progress=None, rebuild: bool = False) 
     try:
         before = verify_store(root, config, progress)
         report.before = before
-        if not before.problems and not before.suppressed:
+        if not before.problems and not before.suppressed and not rebuild:
             report.actions.append("nothing to repair")
             report.after = before
             return report

@@ -356,3 +356,33 @@ def test_a_record_forged_inside_a_body_is_no_message(tmp_path):
         assert s.look_message_by_offset_msg_id(first.msg_id) is not None
         half = put_internal(s, [Message("T", b"half", sys_flag=TRANSACTION_PREPARED_TYPE)])[0]
         assert s.look_message_by_offset_msg_id(half.msg_id).body == b"half"
+
+
+@pytest.mark.parametrize("which", ["rocketmq-4.9.8-written/store", "ours"])
+def test_an_open_and_close_that_write_no_message_leave_the_checkpoint_as_it_was(tmp_path, which):
+    """Issue 22, section 3: an idle read-write open, an offset commit or a topic update wrote
+    physicMsgTimestamp = 0 into the broker's checkpoint (and verify called it OK). Now the
+    checkpoint's bytes stay the same, and the last record's store time is known after open."""
+    from engine.format.checkpoint import StoreCheckpoint
+
+    root = tmp_path / "s"
+    if which == "ours":
+        with MessageStore(str(root)) as s:
+            s.create_topic("T", 2)
+            s.put_messages([Message("T", b"m%d" % i) for i in range(50)])
+    else:
+        copy_fixture(which, root)
+        with MessageStore(str(root)):  # a first open may repair what the copy lacks
+            pass
+    before = (root / "checkpoint").read_bytes()
+    cp = StoreCheckpoint.read(str(root / "checkpoint"))
+    assert cp.physic_msg_timestamp > 0
+    with MessageStore(str(root)) as s:  # idle
+        last = s.commitlog.last_store_timestamp
+        assert last > 0 and last == cp.physic_msg_timestamp
+    assert (root / "checkpoint").read_bytes() == before
+    with MessageStore(str(root)) as s:  # offsets and config only
+        topic = s.topic_names()[0]
+        s.commit_offset("G", topic, s.queue_ids(topic)[0], 0)
+        s.update_topic(topic, perm=6)
+    assert (root / "checkpoint").read_bytes() == before
