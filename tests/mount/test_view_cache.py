@@ -455,7 +455,10 @@ print(ok, refused, flush=True)
             os.stat(m.mnt / "topics" / "Huge" / "messages.jsonl")
         assert exc.value.errno == errno.EFBIG
         peak = sample.done()
-        print(f"cache peak {peak} bytes on disk for --cache-size {bound}")
+        with open(f"/proc/{m.pid}/status") as f:
+            hwm = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+        print(f"cache peak {peak} bytes on disk for --cache-size {bound}; daemon VmHWM {hwm} kB")
+        assert hwm < 1 << 20  # kB: the daemon under 1 GiB (issue 26's goal)
         assert 0 < peak <= bound, peak
         log = m.log.read_text()
         assert "Traceback" not in log
