@@ -544,10 +544,7 @@ def _by_msg_id(store, msg_id: str, topic: str | None):
     rec = store.look_message_by_offset_msg_id(msg_id)
     if rec is not None and (topic is None or rec.topic == topic):
         return [rec]
-    topics = [_topic(store, topic)] if topic else store.topic_names()
-    recs = []
-    for t in topics:
-        recs += [r for r in store.query_by_key(t, msg_id) if r.uniq_key == msg_id]
+    recs = store.look_messages_by_uniq_key(msg_id, _topic(store, topic) if topic else None)
     if not recs:
         raise AdminError(
             f"no message with msgId {msg_id} (neither an offset msgId of this "
