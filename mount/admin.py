@@ -85,7 +85,9 @@ def _progress(total: int, desc: str, unit: str = "B"):
     return terminal_bar(total, desc, unit)
 
 
-def _config(args):
+def broker_config(args):
+    """The StoreConfig of ``--config broker.conf``, or None without it. Raises AdminError
+    when the file cannot be read, ValueError for a bad value."""
     from engine.store import StoreConfig
 
     if getattr(args, "config", None):
@@ -118,7 +120,7 @@ def open_store(args, write: bool = False, create: bool = False):
     else:
         root = _check_store(path)
     # the open's recovery (long after a crash) shows its progress too
-    return MessageStore(root, _config(args), read_only=not write, progress=_progress)
+    return MessageStore(root, broker_config(args), read_only=not write, progress=_progress)
 
 
 def _topic(store, topic: str):
@@ -194,7 +196,7 @@ def cmd_verify(args) -> int:
     from engine.tools.verify import verify_store
 
     root = _check_store(args.store)
-    res = verify_store(root, _config(args), _progress)
+    res = verify_store(root, broker_config(args), _progress)
     if args.json:
         print(json.dumps(_verify_json(res), indent=1))
     else:
@@ -286,7 +288,7 @@ def cmd_recover(args) -> int:
     from engine.tools.verify import recover_store
 
     root = _check_store(args.store)
-    report = recover_store(root, _config(args), _progress, rebuild=args.rebuild)
+    report = recover_store(root, broker_config(args), _progress, rebuild=args.rebuild)
     before = report.before
     print(f"before: {before.count('error')} errors, {before.count('warning')} warnings")
     for line in report.actions:
@@ -333,6 +335,8 @@ def cmd_produce(args) -> int:
             queue_id=args.queue_id,
         )
     )
+    if args.body is not None and args.files:
+        raise AdminError("give FILEs or --body, not both")
     for path in args.files:
         if path != "-" and (not os.path.exists(path) or os.path.isdir(path)):
             raise AdminError(f"{path}: no such file")
@@ -398,8 +402,11 @@ def cmd_produce(args) -> int:
                 if args.verbose:
                     print(f"{r.msg_id} {r.uniq_key} {r.queue_id} {r.queue_offset}")
 
-        for path in args.files or ["-"]:
-            _produce_stream(path, put)
+        if args.body is not None:
+            put([args.body.encode("utf-8")])
+        else:
+            for path in args.files or ["-"]:
+                _produce_stream(path, put)
         store.flush()
     if total:
         per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(counts.items()))
@@ -463,26 +470,49 @@ def cmd_print_msg(args) -> int:
         tags = subscription_tags(args.sub_expression)
         codes = parse_subscription(args.sub_expression)
         print_body = args.print_body.lower() != "false"
+        print_msgs = _bool_arg(args.print_msg, "-p")
+        if args.from_offset is not None and args.queue_id is None:
+            raise AdminError("--from-offset needs -i QUEUE")
+        if args.max is not None and args.max < 1:
+            raise AdminError(f"--max {args.max}: give a count of at least 1")
         shown = 0
+        tag_counts: dict[str, int] = {}
         for q in queues:
             cq = store.consume_queue(topic, q)
             if cq is None:
                 continue
             lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
+            if args.from_offset is not None:
+                if not lo <= args.from_offset <= hi:
+                    raise AdminError(
+                        f"offset {args.from_offset} is not in {topic}/{q}: queue offsets are "
+                        f"[{lo}, {hi})"
+                    )
+                lo = args.from_offset
             if begin is not None:
-                lo = store.offset_by_time(topic, q, begin)
+                lo = max(lo, store.offset_by_time(topic, q, begin))
             if end is not None:
                 hi = store.offset_by_time(topic, q, end)
             for _, off, size, tc in cq.iter_units(lo, hi):
+                if args.max is not None and shown >= args.max:
+                    break
                 if codes is not None and tc not in codes:
                     continue
                 rec = store.read_record(off, size)
                 if tags is not None and rec.tags not in tags:
                     continue
-                print(
-                    _json_line(rec) if args.json else _message_line(rec, print_body, args.charset)
-                )
+                if args.tag_counts:
+                    tag_counts[rec.tags or ""] = tag_counts.get(rec.tags or "", 0) + 1
+                if print_msgs:
+                    print(
+                        _json_line(rec)
+                        if args.json
+                        else _message_line(rec, print_body, args.charset)
+                    )
                 shown += 1
+        # PrintMessageByQueueCommand.printCalculateByTag: most frequent first
+        for tag, n in sorted(tag_counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"Tag: {tag:<30} Count: {n}")
         if args.count:
             print(f"{shown} messages", file=sys.stderr)
     return 0
@@ -516,7 +546,9 @@ def cmd_query_msg(args) -> int:
                 )
             return 0
         if args.msg_id is not None:
-            recs = _by_msg_id(store, args.msg_id, args.topic)
+            recs = _by_msg_id(store, args.msg_id, args.topic, args.uniq_key)
+            if args.first:
+                recs = recs[:1]
         else:
             if not args.topic or args.queue_id is None:
                 raise AdminError("-o needs -t TOPIC and -q QUEUE")
@@ -538,19 +570,90 @@ def cmd_query_msg(args) -> int:
     return 0
 
 
-def _by_msg_id(store, msg_id: str, topic: str | None):
-    """An offset msgId (32/56 hex: store host + CommitLog offset), else a UNIQ_KEY."""
+def _by_msg_id(store, msg_id: str, topic: str | None, uniq_only: bool = False):
+    """An offset msgId (32/56 hex: store host + CommitLog offset), else a UNIQ_KEY
+    (``uniq_only``: a UNIQ_KEY only, as ``queryMsgByUniqueKey``)."""
     msg_id = msg_id.strip()
-    rec = store.look_message_by_offset_msg_id(msg_id)
+    rec = None if uniq_only else store.look_message_by_offset_msg_id(msg_id)
     if rec is not None and (topic is None or rec.topic == topic):
         return [rec]
     recs = store.look_messages_by_uniq_key(msg_id, _topic(store, topic) if topic else None)
     if not recs:
         raise AdminError(
-            f"no message with msgId {msg_id} (neither an offset msgId of this "
-            "store nor a UNIQ_KEY" + (f" of {topic}" if topic else "") + ")"
+            f"no message with msgId {msg_id} ("
+            + (
+                "not a UNIQ_KEY"
+                if uniq_only
+                else "neither an offset msgId of this store nor a UNIQ_KEY"
+            )
+            + (f" of {topic}" if topic else "")
+            + ")"
         )
     return recs
+
+
+def cmd_query_trace(args) -> int:
+    """``queryMsgTraceById``: the trace of a message (by its msgId, the UNIQ_KEY a client has)
+    as a client's trace dispatcher stored it in the trace topic (-t, default
+    RMQ_SYS_TRACE_TOPIC; engine/format/tracedata.py): a Pub row (producer group, client host,
+    send time, cost, status) and a Sub row per consumption, grouped by consumer group, as
+    QueryMsgTraceByIdSubCommand prints them."""
+    from engine.format.message import host_to_str
+    from engine.format.tracedata import TRACE_TOPIC, decode_trace_data
+
+    topic = args.trace_topic or TRACE_TOPIC
+    msg_id = args.msg_id.strip()
+    with open_store(args) as store:
+        if topic not in store.topic_names():
+            raise AdminError(
+                f"this store has no trace topic {topic} (clients write traces when "
+                "msgTraceEnable is on; -t names another trace topic)"
+            )
+        begin = parse_time(args.begin) if args.begin else 0
+        end = parse_time(args.end) if args.end else 2**63 - 1
+        found = []
+        for rec in store.query_by_key(topic, msg_id, args.max_num, begin, end):
+            host = host_to_str(rec.born_host).rsplit(":", 1)[0]
+            for e in decode_trace_data(rec.plain_body.decode("utf-8", errors="replace")):
+                if e.msg_id == msg_id:
+                    found.append((e, e.client_host or host))
+    if not found:
+        raise AdminError(f"no trace of message {msg_id} in {topic}")
+    before = {e.request_id: e for e, _ in found if e.kind == "SubBefore"}
+    row = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
+
+    def when(ms):
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
+
+    def status(e):
+        return "success" if e.success else "failed"
+
+    for e, host in found:
+        if e.kind == "Pub":
+            print(
+                row.format(
+                    "#Type", "#ProducerGroup", "#ClientHost", "#SendTime", "#CostTimes", "#Status"
+                )
+            )
+            print(row.format("Pub", e.group, host, when(e.timestamp), f"{e.cost_ms}ms", status(e)))
+            print()
+    subs: dict[str, list] = {}
+    for e, host in found:
+        if e.kind == "SubAfter":
+            b = before.get(e.request_id)
+            group = e.group or (b.group if b else "") or ""
+            ts = e.timestamp or (b.timestamp if b else None)
+            subs.setdefault(group, []).append((e, host, ts))
+    for group, rows in subs.items():
+        print(
+            row.format(
+                "#Type", "#ConsumerGroup", "#ClientHost", "#ConsumerTime", "#CostTimes", "#Status"
+            )
+        )
+        for e, host, ts in rows:
+            print(row.format("Sub", group, host, when(ts), f"{e.cost_ms}ms", status(e)))
+        print()
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -558,10 +661,24 @@ def _by_msg_id(store, msg_id: str, topic: str | None):
 
 
 def cmd_topic_list(args) -> int:
-    """``topicList``: every topic, one per line."""
+    """``topicList``: every topic, one per line; ``--clusters`` (mqadmin's -c): cluster name,
+    topic and each consumer group with offsets on it, retry and DLQ topics left out, as
+    TopicListSubCommand prints them."""
     with open_store(args) as store:
+        if not args.clusters:
+            for t in store.topic_names():
+                print(t)
+            return 0
+        cluster = store.config.broker_cluster_name
+        print(f"{'#Cluster Name':<20}  {'#Topic':<48}  {'#Consumer Group':<48}")
         for t in store.topic_names():
-            print(t)
+            if t.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            groups = [
+                g for g in store.group_names() if t in store.consumer_offsets.topics_of(g)
+            ] or [""]
+            for g in groups:
+                print(f"{cluster:<20}  {t:<64}  {g:<64}".rstrip())
     return 0
 
 
@@ -1015,7 +1132,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "produce",
-        aliases=["sendMessage"],
         help="append messages, one per line of FILEs or stdin",
         description=_doc(cmd_produce),
     )
@@ -1023,6 +1139,9 @@ def add_subcommands(sub) -> None:
     _store_arg(p)
     p.add_argument("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)")
     p.add_argument("-t", "--topic", required=True)
+    p.add_argument(
+        "--body", help="one message with this body (UTF-8) instead of FILEs (sendMessage -p)"
+    )
     p.add_argument("-c", "--create", action="store_true", help="create the topic if missing")
     p.add_argument(
         "--queues", type=int, help="queues of a created topic (default defaultTopicQueueNums, 4)"
@@ -1045,8 +1164,7 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "print-msg",
-        aliases=["printMsg", "printMsgByQueue"],
-        help="print a topic's messages (mqadmin printMsg)",
+        help="print a topic's messages",
         description=_doc(cmd_print_msg),
     )
     _store_arg(p)
@@ -1056,12 +1174,23 @@ def add_subcommands(sub) -> None:
     p.add_argument("-e", "--end", help=f"before this store time ({TIME_FORMAT_HELP})")
     p.add_argument("-s", "--sub-expression", help="tags: * or TagA || TagB")
     p.add_argument("--count", action="store_true", help="print the count on stderr")
+    p.add_argument(
+        "-p",
+        "--print-msg",
+        default="true",
+        metavar="true|false",
+        help="print the messages (default true; false: only --tag-counts)",
+    )
+    p.add_argument("--from-offset", type=int, metavar="N", help="with -i: from this queue offset")
+    p.add_argument("--max", type=int, metavar="N", help="at most N messages")
+    p.add_argument(
+        "--tag-counts", action="store_true", help="then a count per tag, most frequent first"
+    )
     _body_args(p)
     p.set_defaults(func=_run(cmd_print_msg))
 
     p = sub.add_parser(
         "query-msg",
-        aliases=["queryMsgByKey", "queryMsgById", "queryMsgByOffset"],
         help="find messages by key, msgId or queue offset",
         description=_doc(cmd_query_msg),
     )
@@ -1074,18 +1203,35 @@ def add_subcommands(sub) -> None:
     p.add_argument("-b", "--begin", help=f"key query: from this time ({TIME_FORMAT_HELP})")
     p.add_argument("-e", "--end", help=f"key query: until this time ({TIME_FORMAT_HELP})")
     p.add_argument("-m", "--max-num", type=int, default=64, help="key query: at most (64)")
+    p.add_argument(
+        "--uniq-key", action="store_true", help="-i is a UNIQ_KEY, never an offset msgId"
+    )
+    p.add_argument("--first", action="store_true", help="-i: only the first message found")
     _body_args(p)
     p.set_defaults(func=_run(cmd_query_msg))
 
     p = sub.add_parser(
-        "topic-list", aliases=["topicList"], help="list the topics (mqadmin topicList)"
+        "query-trace",
+        help="a message's trace from the trace topic",
+        description=_doc(cmd_query_trace),
     )
     _store_arg(p)
+    p.add_argument("-i", "--msg-id", required=True, help="the message's msgId (UNIQ_KEY)")
+    p.add_argument("-t", "--trace-topic", help="the trace topic (default RMQ_SYS_TRACE_TOPIC)")
+    p.add_argument("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})")
+    p.add_argument("-e", "--end", help=f"until this store time ({TIME_FORMAT_HELP})")
+    p.add_argument("-m", "--max-num", type=int, default=64, help="trace messages read (64)")
+    p.set_defaults(func=_run(cmd_query_trace))
+
+    p = sub.add_parser("topic-list", help="list the topics", description=_doc(cmd_topic_list))
+    _store_arg(p)
+    p.add_argument(
+        "--clusters", action="store_true", help="cluster name, topic and consumer groups"
+    )
     p.set_defaults(func=_run(cmd_topic_list))
 
     p = sub.add_parser(
         "topic-status",
-        aliases=["topicStatus"],
         help="per queue min/max offset and last update time",
         description=_doc(cmd_topic_status),
     )
@@ -1095,7 +1241,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "consumer-progress",
-        aliases=["consumerProgress"],
         help="brokerOffset, consumerOffset and diff per queue",
         description=_doc(cmd_consumer_progress),
     )
@@ -1106,8 +1251,7 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "reset-offset",
-        aliases=["resetOffsetByTime"],
-        help="commit offsets by time or value (mqadmin resetOffsetByTime)",
+        help="commit offsets by time or value",
         description=_doc(cmd_reset_offset),
     )
     _store_arg(p)
@@ -1120,7 +1264,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "delete-topic",
-        aliases=["deleteTopic"],
         help="delete a topic: topics.json entry, ConsumeQueues, offsets",
         description=_doc(cmd_delete_topic),
     )
@@ -1130,7 +1273,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "update-topic",
-        aliases=["updateTopic"],
         help="create a topic or change its queues, perm or order",
         description=_doc(cmd_update_topic),
     )
@@ -1144,7 +1286,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "delete-sub-group",
-        aliases=["deleteSubGroup"],
         help="delete a consumer group (-r true: and its offsets)",
         description=_doc(cmd_delete_sub_group),
     )
@@ -1161,7 +1302,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "update-sub-group",
-        aliases=["updateSubGroup"],
         help="create a consumer group or change its settings",
         description=_doc(cmd_update_sub_group),
     )
@@ -1175,7 +1315,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "clone-group-offset",
-        aliases=["cloneGroupOffset"],
         help="copy one group's offsets of a topic to another group",
         description=_doc(cmd_clone_group_offset),
     )
@@ -1192,7 +1331,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "query-cq",
-        aliases=["queryCq"],
         help="print ConsumeQueue units",
         description=_doc(cmd_query_cq),
     )
@@ -1205,7 +1343,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "stats-all",
-        aliases=["statsAll"],
         help="messages and bytes per topic: last minute, hour, day, total",
         description=_doc(cmd_stats_all),
     )
@@ -1224,7 +1361,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "get-broker-config",
-        aliases=["getBrokerConfig"],
         help="the effective settings as broker.conf lines",
         description=_doc(cmd_get_broker_config),
     )
@@ -1233,7 +1369,6 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "broker-status",
-        aliases=["brokerStatus"],
         help="what status.json shows, for a store not mounted",
         description=_doc(cmd_broker_status),
     )
@@ -1253,8 +1388,7 @@ def add_subcommands(sub) -> None:
 
     p = sub.add_parser(
         "clean",
-        aliases=["deleteExpiredCommitLog"],
-        help="delete expired files now (mqadmin deleteExpiredCommitLog)",
+        help="delete expired files now",
         description=_doc(cmd_clean),
     )
     _store_arg(p)
@@ -1265,6 +1399,10 @@ def add_subcommands(sub) -> None:
         help="override fileReservedTime (hours; default 72 or broker.conf)",
     )
     p.set_defaults(func=_run(cmd_clean))
+
+    from . import mqadmin  # the mqadmin names, with mqadmin's option letters (one table)
+
+    mqadmin.add_subcommands(sub, _store_arg, _run, build_parser)
 
 
 def _check_common(args) -> None:

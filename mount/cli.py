@@ -267,9 +267,44 @@ def _size(text: str) -> int:
     return n
 
 
+def version() -> str:
+    """rmqfs's version: the installed distribution's (pyproject.toml ``version``)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("rmqfs")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _mqadmin_epilog() -> str:
+    """The mqadmin names, grouped under the rmqfs command each runs (as ``git help -a`` and
+    ``mqadmin`` list commands: one line per command)."""
+    from .mqadmin import COMMANDS
+
+    groups: dict[str, list[str]] = {}
+    for c in COMMANDS:
+        groups.setdefault(c.rmqfs, []).append(c.name)
+    lines = [
+        "mqadmin names (each takes mqadmin's own option letters; rmqfs NAME --help):",
+        *(f"  {cmd:<20}{', '.join(names)}" for cmd, names in groups.items()),
+        "",
+        "rmqfs COMMAND --help shows a command's options; docs/offline-commands.md lists every",
+        "mqadmin command, with the rmqfs equivalent or why it needs a live cluster.",
+    ]
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rmqfs", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="rmqfs",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
+        epilog=_mqadmin_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"rmqfs {version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
 
     m = sub.add_parser("mount", help="mount a store (background once ready)")
     m.add_argument("store", help="store directory (storePathRootDir); created if missing")
