@@ -85,3 +85,26 @@ def test_daemon_logging_never_blocks_and_counts_what_it_drops():
         assert h.dropped == 0
     finally:
         log.removeHandler(h)
+
+
+def test_daemon_log_lines_name_the_level_and_logger_once(tmp_path):
+    """Lines read ``rmqfs INFO INFO:rmqfs:mounted ...``: basicConfig gave the queue side its
+    own format, and the writer formatted the result again (issue 25)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    log = tmp_path / "mount.log"
+    code = (
+        "import argparse, logging; from mount.cli import _setup_logging; "
+        f"_setup_logging(argparse.Namespace(debug=False, log_file={str(log)!r}), True); "
+        "logging.getLogger('rmqfs').info('mounted %s on %s', 'S', 'M'); "
+        "logging.getLogger('rmqfs.fs').warning('refused')"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+    assert re.fullmatch(stamp + " rmqfs INFO mounted S on M", lines[0]), lines[0]
+    assert re.fullmatch(stamp + " rmqfs.fs WARNING refused", lines[1]), lines[1]
