@@ -289,3 +289,18 @@ def test_live_only_options_are_refused_and_other_letters_are_usage_errors(admin_
     assert "-i/--queueId" in err
     # mqadmin's required letters stay required
     assert "-p/--body" in _fails("sendMessage", root, "-t", "HDFS", rc=2)
+
+
+def test_the_manual_lists_every_mqadmin_command():
+    """docs/offline-commands.md has a row per mqadmin command: the rmqfs command it runs, or
+    what to use instead and why it needs a live cluster."""
+    from conftest import REPO
+
+    text = (REPO / "docs" / "offline-commands.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*)$", text, re.M))
+    assert len(rows) >= 90 and set(JAVA_LETTERS) <= set(rows)
+    for c in COMMANDS:
+        assert rows[c.name].startswith(f"`rmqfs {c.name}` = `rmqfs {c.rmqfs}`"), c.name
+    for name, rest in rows.items():
+        if name not in BY_NAME:
+            assert "needs a live cluster: " in rest or "not offered: " in rest, name
