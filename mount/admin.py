@@ -1,13 +1,10 @@
 """Offline commands on a store directory: RocketMQ's ``mqadmin`` as a user knows it, on files.
 
 Every command takes the store directory as its first argument (``rmqfs CMD STORE ...``, like
-``rmqfs mount STORE MNT``), and ``--config broker.conf`` for a broker's settings. Option letters
-follow mqadmin where it has the command (``printMsg``, ``queryMsgByKey``/``ById``/``ByOffset``,
-``topicStatus``, ``topicList``, ``consumerProgress``, ``resetOffsetByTime``,
-``deleteExpiredCommitLog``, ``deleteTopic``, ``updateTopic``, ``deleteSubGroup``,
-``updateSubGroup``, ``cloneGroupOffset``, ``queryCq``, ``statsAll``, ``getBrokerConfig``,
-``brokerStatus``; docs/offline-commands.md), and each command answers to mqadmin's name too
-(``rmqfs deleteTopic`` = ``rmqfs delete-topic``). Every time option takes one syntax
+``rmqfs mount STORE MNT``), and ``--config broker.conf`` for a broker's settings. These are the
+rmqfs names with rmqfs's options; the mqadmin names (``rmqfs queryMsgByOffset``) with mqadmin's
+own option letters are one table over them, mount/mqadmin.py (docs/offline-commands.md).
+Every time option takes one syntax
 (:func:`parse_time`).
 
 Reading commands (verify, print-msg, query-msg, topic-status, topic-list, consumer-progress,
@@ -1079,7 +1076,8 @@ def _doc(func) -> str:
     return (func.__doc__ or "").replace("``", "")
 
 
-def _store_arg(p) -> None:
+def add_store_args(p) -> None:
+    """STORE and --config, the arguments of every command on a store."""
     p.add_argument("store", metavar="STORE", help="the store directory (storePathRootDir)")
     p.add_argument(
         "--config",
@@ -1113,22 +1111,22 @@ def add_subcommands(sub) -> None:
         help="check every record, CRC, ConsumeQueue unit and index item",
         description=_doc(cmd_verify),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=_run(cmd_verify))
+    p.set_defaults(func=wrap_command(cmd_verify))
 
     p = sub.add_parser(
         "recover",
         help="repair what verify finds (truncate a dirty tail, rebuild derived files)",
         description=_doc(cmd_recover),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument(
         "--rebuild",
         action="store_true",
         help="rebuild every ConsumeQueue and IndexFile from the CommitLog",
     )
-    p.set_defaults(func=_run(cmd_recover))
+    p.set_defaults(func=wrap_command(cmd_recover))
 
     p = sub.add_parser(
         "produce",
@@ -1136,7 +1134,7 @@ def add_subcommands(sub) -> None:
         description=_doc(cmd_produce),
     )
     p.__class__ = _IntermixedParser  # FILEs may come before or after the options
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument(
@@ -1160,14 +1158,14 @@ def add_subcommands(sub) -> None:
         action="store_true",
         help="print msgId, UNIQ_KEY, queueId and queueOffset of each message",
     )
-    p.set_defaults(func=_run(cmd_produce))
+    p.set_defaults(func=wrap_command(cmd_produce))
 
     p = sub.add_parser(
         "print-msg",
         help="print a topic's messages",
         description=_doc(cmd_print_msg),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-i", "--queue-id", type=int, help="only this queue (printMsgByQueue)")
     p.add_argument("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})")
@@ -1187,14 +1185,14 @@ def add_subcommands(sub) -> None:
         "--tag-counts", action="store_true", help="then a count per tag, most frequent first"
     )
     _body_args(p)
-    p.set_defaults(func=_run(cmd_print_msg))
+    p.set_defaults(func=wrap_command(cmd_print_msg))
 
     p = sub.add_parser(
         "query-msg",
         help="find messages by key, msgId or queue offset",
         description=_doc(cmd_query_msg),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic")
     p.add_argument("-k", "--key", help="message key (queryMsgByKey; needs -t)")
     p.add_argument("-i", "--msg-id", help="offset msgId or UNIQ_KEY (queryMsgById)")
@@ -1208,88 +1206,88 @@ def add_subcommands(sub) -> None:
     )
     p.add_argument("--first", action="store_true", help="-i: only the first message found")
     _body_args(p)
-    p.set_defaults(func=_run(cmd_query_msg))
+    p.set_defaults(func=wrap_command(cmd_query_msg))
 
     p = sub.add_parser(
         "query-trace",
         help="a message's trace from the trace topic",
         description=_doc(cmd_query_trace),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-i", "--msg-id", required=True, help="the message's msgId (UNIQ_KEY)")
     p.add_argument("-t", "--trace-topic", help="the trace topic (default RMQ_SYS_TRACE_TOPIC)")
     p.add_argument("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})")
     p.add_argument("-e", "--end", help=f"until this store time ({TIME_FORMAT_HELP})")
     p.add_argument("-m", "--max-num", type=int, default=64, help="trace messages read (64)")
-    p.set_defaults(func=_run(cmd_query_trace))
+    p.set_defaults(func=wrap_command(cmd_query_trace))
 
     p = sub.add_parser("topic-list", help="list the topics", description=_doc(cmd_topic_list))
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument(
         "--clusters", action="store_true", help="cluster name, topic and consumer groups"
     )
-    p.set_defaults(func=_run(cmd_topic_list))
+    p.set_defaults(func=wrap_command(cmd_topic_list))
 
     p = sub.add_parser(
         "topic-status",
         help="per queue min/max offset and last update time",
         description=_doc(cmd_topic_status),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
-    p.set_defaults(func=_run(cmd_topic_status))
+    p.set_defaults(func=wrap_command(cmd_topic_status))
 
     p = sub.add_parser(
         "consumer-progress",
         help="brokerOffset, consumerOffset and diff per queue",
         description=_doc(cmd_consumer_progress),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-g", "--group", help="consumer group (default: every group's diff total)")
     p.add_argument("-t", "--topic", help="only this topic")
-    p.set_defaults(func=_run(cmd_consumer_progress))
+    p.set_defaults(func=wrap_command(cmd_consumer_progress))
 
     p = sub.add_parser(
         "reset-offset",
         help="commit offsets by time or value",
         description=_doc(cmd_reset_offset),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-s", "--timestamp", help=f"{TIME_FORMAT_HELP}, or now")
     p.add_argument("-o", "--offset", type=int, help="this queue offset")
     p.add_argument("-q", "--queue-id", type=int, help="only this queue")
-    p.set_defaults(func=_run(cmd_reset_offset))
+    p.set_defaults(func=wrap_command(cmd_reset_offset))
 
     p = sub.add_parser(
         "delete-topic",
         help="delete a topic: topics.json entry, ConsumeQueues, offsets",
         description=_doc(cmd_delete_topic),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
-    p.set_defaults(func=_run(cmd_delete_topic))
+    p.set_defaults(func=wrap_command(cmd_delete_topic))
 
     p = sub.add_parser(
         "update-topic",
         help="create a topic or change its queues, perm or order",
         description=_doc(cmd_update_topic),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-r", "--read-queue-nums", metavar="N", help="readQueueNums (1-1024)")
     p.add_argument("-w", "--write-queue-nums", metavar="N", help="writeQueueNums (1-1024)")
     p.add_argument("-p", "--perm", metavar="2|4|6", help="permission: 2 W, 4 R, 6 RW")
     p.add_argument("-o", "--order", metavar="true|false", help="order topic")
-    p.set_defaults(func=_run(cmd_update_topic))
+    p.set_defaults(func=wrap_command(cmd_update_topic))
 
     p = sub.add_parser(
         "delete-sub-group",
         help="delete a consumer group (-r true: and its offsets)",
         description=_doc(cmd_delete_sub_group),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-g", "--group-name", dest="group", required=True)
     p.add_argument(
         "-r",
@@ -1298,27 +1296,27 @@ def add_subcommands(sub) -> None:
         default="false",
         help="also remove the group's offsets (default false)",
     )
-    p.set_defaults(func=_run(cmd_delete_sub_group))
+    p.set_defaults(func=wrap_command(cmd_delete_sub_group))
 
     p = sub.add_parser(
         "update-sub-group",
         help="create a consumer group or change its settings",
         description=_doc(cmd_update_sub_group),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-g", "--group-name", dest="group", required=True)
     for attr, opt, name, kind in _GROUP_OPTIONS:
         p.add_argument(
             opt, f"--{name}", dest=attr, metavar="true|false" if kind is bool else "N", help=name
         )
-    p.set_defaults(func=_run(cmd_update_sub_group))
+    p.set_defaults(func=wrap_command(cmd_update_sub_group))
 
     p = sub.add_parser(
         "clone-group-offset",
         help="copy one group's offsets of a topic to another group",
         description=_doc(cmd_clone_group_offset),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-s", "--src-group", required=True)
     p.add_argument("-d", "--dest-group", required=True)
     p.add_argument("-t", "--topic", required=True)
@@ -1327,26 +1325,26 @@ def add_subcommands(sub) -> None:
         "--offline",
         help="accepted for mqadmin compatibility (a store on disk is always offline)",
     )
-    p.set_defaults(func=_run(cmd_clone_group_offset))
+    p.set_defaults(func=wrap_command(cmd_clone_group_offset))
 
     p = sub.add_parser(
         "query-cq",
         help="print ConsumeQueue units",
         description=_doc(cmd_query_cq),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-q", "--queue", dest="queue_id", type=int, required=True)
     p.add_argument("-i", "--index", type=int, help="first queue offset (default: min offset)")
     p.add_argument("-c", "--count", type=int, default=10, help="units (default 10)")
-    p.set_defaults(func=_run(cmd_query_cq))
+    p.set_defaults(func=wrap_command(cmd_query_cq))
 
     p = sub.add_parser(
         "stats-all",
         help="messages and bytes per topic: last minute, hour, day, total",
         description=_doc(cmd_stats_all),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", help="only this topic")
     p.add_argument(
         "-a",
@@ -1357,24 +1355,24 @@ def add_subcommands(sub) -> None:
     p.add_argument("-q", "--queues", action="store_true", help="a row per queue too")
     p.add_argument("--now", help=f"the end of the windows ({TIME_FORMAT_HELP}; default now)")
     p.add_argument("--json", action="store_true", help="one JSON object per row")
-    p.set_defaults(func=_run(cmd_stats_all))
+    p.set_defaults(func=wrap_command(cmd_stats_all))
 
     p = sub.add_parser(
         "get-broker-config",
         help="the effective settings as broker.conf lines",
         description=_doc(cmd_get_broker_config),
     )
-    _store_arg(p)
-    p.set_defaults(func=_run(cmd_get_broker_config))
+    add_store_args(p)
+    p.set_defaults(func=wrap_command(cmd_get_broker_config))
 
     p = sub.add_parser(
         "broker-status",
         help="what status.json shows, for a store not mounted",
         description=_doc(cmd_broker_status),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(func=_run(cmd_broker_status))
+    p.set_defaults(func=wrap_command(cmd_broker_status))
 
     p = sub.add_parser(
         "snapshot-verify",
@@ -1384,25 +1382,21 @@ def add_subcommands(sub) -> None:
     p.add_argument("directory", metavar="DIR", help="the copy (holds SNAPSHOT.json)")
     p.add_argument("-j", "--jobs", type=int, help="threads summing files (default: one per CPU)")
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=_run(cmd_snapshot_verify))
+    p.set_defaults(func=wrap_command(cmd_snapshot_verify))
 
     p = sub.add_parser(
         "clean",
         help="delete expired files now",
         description=_doc(cmd_clean),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument(
         "--file-reserved-time",
         type=float,
         metavar="HOURS",
         help="override fileReservedTime (hours; default 72 or broker.conf)",
     )
-    p.set_defaults(func=_run(cmd_clean))
-
-    from . import mqadmin  # the mqadmin names, with mqadmin's option letters (one table)
-
-    mqadmin.add_subcommands(sub, _store_arg, _run, build_parser)
+    p.set_defaults(func=wrap_command(cmd_clean))
 
 
 def _check_common(args) -> None:
@@ -1420,7 +1414,7 @@ def _check_common(args) -> None:
         raise AdminError(f"-d takes true or false, not {args.print_body!r}")
 
 
-def _run(func):
+def wrap_command(func):
     """Wrap a command: known failures print ``rmqfs: message`` and return 1."""
 
     def run(args) -> int:

@@ -381,9 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("rest", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_report)
 
-    from . import admin  # verify, recover, produce, print-msg, query-msg, ... (offline)
+    from . import admin, mqadmin  # verify, recover, produce, print-msg, ... (offline)
 
     admin.add_subcommands(sub)
+    mqadmin.add_subcommands(sub)  # their mqadmin names, with mqadmin's option letters
     return p
 
 

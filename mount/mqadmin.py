@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import admin
 from .admin import AdminError, broker_config
 
 # what an option becomes (Opt.kind)
@@ -511,13 +511,11 @@ def _help(o: Opt) -> str:
     return f"{o.long}: needs a live cluster ({o.why})"
 
 
-def add_subcommands(sub, store_args: Callable, wrap: Callable, rmqfs_parser: Callable) -> None:
+def add_subcommands(sub) -> None:
     """Register every mqadmin name of :data:`COMMANDS` on the ``rmqfs`` subparsers, hidden
-    from the command list (``rmqfs --help`` groups them under their rmqfs command).
-
-    ``store_args(parser)`` adds STORE and --config; ``wrap(func)`` turns known failures into
-    ``rmqfs: message``, exit 1; ``rmqfs_parser()`` is the parser of the rmqfs commands that
-    reads the translated command line."""
+    from the command list (``rmqfs --help`` groups them under their rmqfs command). Each parses
+    mqadmin's letters, checks the routing options (:func:`translate`) and runs the rmqfs
+    command line through the offline commands' parser (``admin.build_parser``)."""
     for cmd in COMMANDS:
         p = sub.add_parser(
             cmd.name,
@@ -526,7 +524,7 @@ def add_subcommands(sub, store_args: Callable, wrap: Callable, rmqfs_parser: Cal
             f"rmqfs {cmd.rmqfs} (rmqfs {cmd.rmqfs} --help). Routing options are checked "
             "against the store's broker.conf (--config).",
         )
-        store_args(p)
+        admin.add_store_args(p)
         for o in (*cmd.opts, NAMESRV_OPT):
             kw: dict = {"dest": "o_" + o.letter, "help": _help(o)}
             if o.kind in (FLAG, FLAG_OFF):
@@ -536,15 +534,15 @@ def add_subcommands(sub, store_args: Callable, wrap: Callable, rmqfs_parser: Cal
                 kw["metavar"] = o.long.replace(" ", "").upper()
                 kw["required"] = o.required
             p.add_argument(f"-{o.letter}", f"--{o.long.replace(' ', '')}", **kw)
-        p.set_defaults(func=wrap(_runner(cmd, rmqfs_parser)))
+        p.set_defaults(func=admin.wrap_command(_runner(cmd)))
 
 
-def _runner(cmd: MqCommand, rmqfs_parser: Callable):
+def _runner(cmd: MqCommand):
     def run(args) -> int:
         argv, notes = translate(cmd, args)
         for note in notes:
             print(f"rmqfs: note: {note}", file=sys.stderr)
-        inner = rmqfs_parser().parse_args(argv)
+        inner = admin.build_parser().parse_args(argv)
         return inner.func(inner)
 
     run.__doc__ = f"mqadmin {cmd.name}: rmqfs {cmd.rmqfs}"

@@ -21,11 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import CorruptRecordError
+from .message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 #: TopicValidator.RMQ_SYS_TRACE_TOPIC: where traces go unless a client names another topic.
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-CONTENT_SPLITOR = "\x01"
-FIELD_SPLITOR = "\x02"
+# TraceConstants.CONTENT_SPLITOR / FIELD_SPLITOR: the properties' two separator characters
+CONTENT_SPLITOR = NAME_VALUE_SEPARATOR
+FIELD_SPLITOR = PROPERTY_SEPARATOR
 
 
 @dataclass
