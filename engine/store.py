@@ -700,6 +700,24 @@ class MessageStore:
                 out.append(rec)
         return out
 
+    def look_messages_by_uniq_key(
+        self, uniq_key: str, topic: str | None = None, max_num: int = 64
+    ) -> list[MessageRecord]:
+        """Messages whose ``UNIQ_KEY`` property equals ``uniq_key``: the msgId a client has
+        (``SendResult.getMsgId()``, ``MessageClientIDSetter``), found through the IndexFiles
+        under ``topic#UNIQ_KEY`` like ``MQAdminImpl.queryMessageByUniqKey``. ``topic`` None
+        searches every topic. An index hit is only a hash match: each record is read and kept
+        only when its UNIQ_KEY really is ``uniq_key`` (exact, case included). Newest first
+        per topic, at most ``max_num`` per topic (a retried send can store one id twice).
+
+        Raises CorruptRecordError as :meth:`query_by_key` does.
+        """
+        topics = [topic] if topic is not None else self.topic_names()
+        out = []
+        for t in topics:
+            out += [r for r in self.query_by_key(t, uniq_key, max_num) if r.uniq_key == uniq_key]
+        return out
+
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
         """The message at a queue offset. Raises OffsetOutOfRangeError / NoSuchTopicError, and
         CorruptRecordError (noted as damage of the queue) when the unit points at no record,

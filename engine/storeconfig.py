@@ -114,6 +114,10 @@ class StoreConfig:
     # BrokerConfig/BrokerIdentity.defaultBrokerName(): the local host name, "DEFAULT_BROKER"
     # when it cannot be had.
     broker_name: str = field(default_factory=lambda: socket.gethostname() or "DEFAULT_BROKER")
+    # BrokerConfig.brokerClusterName and namesrvAddr (";"-separated): only checked against
+    # mqadmin's -c / -n options of the offline commands (mount/mqadmin.py).
+    broker_cluster_name: str = "DefaultCluster"
+    namesrv_addr: str | None = None
     default_topic_queue_nums: int = 4
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     message_index_enable: bool = True
@@ -158,6 +162,8 @@ class StoreConfig:
         "brokerIP1": ("broker_ip1", str),
         "listenPort": ("listen_port", int),
         "brokerName": ("broker_name", str),
+        "brokerClusterName": ("broker_cluster_name", str),
+        "namesrvAddr": ("namesrv_addr", str),
         "defaultTopicQueueNums": ("default_topic_queue_nums", int),
         "messageDelayLevel": ("message_delay_level", str),
         "messageIndexEnable": ("message_index_enable", _bool),

@@ -71,7 +71,7 @@ topics/<topic>/<queueId>/       messages.jsonl, bodies.txt, offsets.json, produc
 groups/<group>/<topic>/<queueId>/offset        the committed offset; echo N > offset commits
 groups/<group>/<topic>/<queueId>/pending.jsonl messages from the committed offset on
 groups/<group>/progress.json    brokerOffset, consumerOffset, diff per queue
-messages/<msgId>                a message by its offset msgId
+messages/<msgId>                a message by its offset msgId or UNIQ_KEY
 view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.parquet
 view.ddl                        the schema of view/ as Spark DDL (queue INT)
 raw/                            the store's own files, read-only (live: see snapshots/)
@@ -564,9 +564,19 @@ class MessagesDir(Dir):
 
     def child(self, name):
         rec = self.ctx.store.look_message_by_offset_msg_id(name)
-        if rec is None:
+        if rec is not None:
+            return MessageFile(self.ctx, self.sub(name), [rec])
+        return self._by_uniq_key(name)
+
+    def _by_uniq_key(self, name):
+        """The client's msgId (UNIQ_KEY) through the IndexFiles; only records whose UNIQ_KEY
+        is ``name`` (MessageStore.look_messages_by_uniq_key checks every index hit)."""
+        if not name.isascii():
+            return None  # UNIQ_KEYs are hex (MessageClientIDSetter); no index lookup
+        records = self.ctx.store.look_messages_by_uniq_key(name)
+        if not records:
             return None
-        return MessageFile(self.ctx, self.sub(name), [rec])
+        return MessageFile(self.ctx, self.sub(name), records)
 
 
 # -- producing -------------------------------------------------------------------------------

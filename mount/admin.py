@@ -1,13 +1,10 @@
 """Offline commands on a store directory: RocketMQ's ``mqadmin`` as a user knows it, on files.
 
 Every command takes the store directory as its first argument (``rmqfs CMD STORE ...``, like
-``rmqfs mount STORE MNT``), and ``--config broker.conf`` for a broker's settings. Option letters
-follow mqadmin where it has the command (``printMsg``, ``queryMsgByKey``/``ById``/``ByOffset``,
-``topicStatus``, ``topicList``, ``consumerProgress``, ``resetOffsetByTime``,
-``deleteExpiredCommitLog``, ``deleteTopic``, ``updateTopic``, ``deleteSubGroup``,
-``updateSubGroup``, ``cloneGroupOffset``, ``queryCq``, ``statsAll``, ``getBrokerConfig``,
-``brokerStatus``; docs/offline-commands.md), and each command answers to mqadmin's name too
-(``rmqfs deleteTopic`` = ``rmqfs delete-topic``). Every time option takes one syntax
+``rmqfs mount STORE MNT``), and ``--config broker.conf`` for a broker's settings. These are the
+rmqfs names with rmqfs's options; the mqadmin names (``rmqfs queryMsgByOffset``) with mqadmin's
+own option letters are one table over them, mount/mqadmin.py (docs/offline-commands.md).
+Every time option takes one syntax
 (:func:`parse_time`).
 
 Reading commands (verify, print-msg, query-msg, topic-status, topic-list, consumer-progress,
@@ -85,7 +82,9 @@ def _progress(total: int, desc: str, unit: str = "B"):
     return terminal_bar(total, desc, unit)
 
 
-def _config(args):
+def broker_config(args):
+    """The StoreConfig of ``--config broker.conf``, or None without it. Raises AdminError
+    when the file cannot be read, ValueError for a bad value."""
     from engine.store import StoreConfig
 
     if getattr(args, "config", None):
@@ -118,7 +117,7 @@ def open_store(args, write: bool = False, create: bool = False):
     else:
         root = _check_store(path)
     # the open's recovery (long after a crash) shows its progress too
-    return MessageStore(root, _config(args), read_only=not write, progress=_progress)
+    return MessageStore(root, broker_config(args), read_only=not write, progress=_progress)
 
 
 def _topic(store, topic: str):
@@ -194,7 +193,7 @@ def cmd_verify(args) -> int:
     from engine.tools.verify import verify_store
 
     root = _check_store(args.store)
-    res = verify_store(root, _config(args), _progress)
+    res = verify_store(root, broker_config(args), _progress)
     if args.json:
         print(json.dumps(_verify_json(res), indent=1))
     else:
@@ -286,7 +285,7 @@ def cmd_recover(args) -> int:
     from engine.tools.verify import recover_store
 
     root = _check_store(args.store)
-    report = recover_store(root, _config(args), _progress, rebuild=args.rebuild)
+    report = recover_store(root, broker_config(args), _progress, rebuild=args.rebuild)
     before = report.before
     print(f"before: {before.count('error')} errors, {before.count('warning')} warnings")
     for line in report.actions:
@@ -333,6 +332,8 @@ def cmd_produce(args) -> int:
             queue_id=args.queue_id,
         )
     )
+    if args.body is not None and args.files:
+        raise AdminError("give FILEs or --body, not both")
     for path in args.files:
         if path != "-" and (not os.path.exists(path) or os.path.isdir(path)):
             raise AdminError(f"{path}: no such file")
@@ -398,8 +399,11 @@ def cmd_produce(args) -> int:
                 if args.verbose:
                     print(f"{r.msg_id} {r.uniq_key} {r.queue_id} {r.queue_offset}")
 
-        for path in args.files or ["-"]:
-            _produce_stream(path, put)
+        if args.body is not None:
+            put([args.body.encode("utf-8")])
+        else:
+            for path in args.files or ["-"]:
+                _produce_stream(path, put)
         store.flush()
     if total:
         per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(counts.items()))
@@ -463,26 +467,49 @@ def cmd_print_msg(args) -> int:
         tags = subscription_tags(args.sub_expression)
         codes = parse_subscription(args.sub_expression)
         print_body = args.print_body.lower() != "false"
+        print_msgs = _bool_arg(args.print_msg, "-p")
+        if args.from_offset is not None and args.queue_id is None:
+            raise AdminError("--from-offset needs -i QUEUE")
+        if args.max is not None and args.max < 1:
+            raise AdminError(f"--max {args.max}: give a count of at least 1")
         shown = 0
+        tag_counts: dict[str, int] = {}
         for q in queues:
             cq = store.consume_queue(topic, q)
             if cq is None:
                 continue
             lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
+            if args.from_offset is not None:
+                if not lo <= args.from_offset <= hi:
+                    raise AdminError(
+                        f"offset {args.from_offset} is not in {topic}/{q}: queue offsets are "
+                        f"[{lo}, {hi})"
+                    )
+                lo = args.from_offset
             if begin is not None:
-                lo = store.offset_by_time(topic, q, begin)
+                lo = max(lo, store.offset_by_time(topic, q, begin))
             if end is not None:
                 hi = store.offset_by_time(topic, q, end)
             for qoff, off, size, tc in cq.iter_units(lo, hi):
+                if args.max is not None and shown >= args.max:
+                    break
                 if codes is not None and tc not in codes:
                     continue
                 rec = store.read_record(off, size, topic=topic, queue_id=q, queue_offset=qoff)
                 if tags is not None and rec.tags not in tags:
                     continue
-                print(
-                    _json_line(rec) if args.json else _message_line(rec, print_body, args.charset)
-                )
+                if args.tag_counts:
+                    tag_counts[rec.tags or ""] = tag_counts.get(rec.tags or "", 0) + 1
+                if print_msgs:
+                    print(
+                        _json_line(rec)
+                        if args.json
+                        else _message_line(rec, print_body, args.charset)
+                    )
                 shown += 1
+        # PrintMessageByQueueCommand.printCalculateByTag: most frequent first
+        for tag, n in sorted(tag_counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"Tag: {tag:<30} Count: {n}")
         if args.count:
             print(f"{shown} messages", file=sys.stderr)
     return 0
@@ -516,7 +543,9 @@ def cmd_query_msg(args) -> int:
                 )
             return 0
         if args.msg_id is not None:
-            recs = _by_msg_id(store, args.msg_id, args.topic)
+            recs = _by_msg_id(store, args.msg_id, args.topic, args.uniq_key)
+            if args.first:
+                recs = recs[:1]
         else:
             if not args.topic or args.queue_id is None:
                 raise AdminError("-o needs -t TOPIC and -q QUEUE")
@@ -538,22 +567,90 @@ def cmd_query_msg(args) -> int:
     return 0
 
 
-def _by_msg_id(store, msg_id: str, topic: str | None):
-    """An offset msgId (32/56 hex: store host + CommitLog offset), else a UNIQ_KEY."""
+def _by_msg_id(store, msg_id: str, topic: str | None, uniq_only: bool = False):
+    """An offset msgId (32/56 hex: store host + CommitLog offset), else a UNIQ_KEY
+    (``uniq_only``: a UNIQ_KEY only, as ``queryMsgByUniqueKey``)."""
     msg_id = msg_id.strip()
-    rec = store.look_message_by_offset_msg_id(msg_id)
+    rec = None if uniq_only else store.look_message_by_offset_msg_id(msg_id)
     if rec is not None and (topic is None or rec.topic == topic):
         return [rec]
-    topics = [_topic(store, topic)] if topic else store.topic_names()
-    recs = []
-    for t in topics:
-        recs += [r for r in store.query_by_key(t, msg_id) if r.uniq_key == msg_id]
+    recs = store.look_messages_by_uniq_key(msg_id, _topic(store, topic) if topic else None)
     if not recs:
         raise AdminError(
-            f"no message with msgId {msg_id} (neither an offset msgId of this "
-            "store nor a UNIQ_KEY" + (f" of {topic}" if topic else "") + ")"
+            f"no message with msgId {msg_id} ("
+            + (
+                "not a UNIQ_KEY"
+                if uniq_only
+                else "neither an offset msgId of this store nor a UNIQ_KEY"
+            )
+            + (f" of {topic}" if topic else "")
+            + ")"
         )
     return recs
+
+
+def cmd_query_trace(args) -> int:
+    """``queryMsgTraceById``: the trace of a message (by its msgId, the UNIQ_KEY a client has)
+    as a client's trace dispatcher stored it in the trace topic (-t, default
+    RMQ_SYS_TRACE_TOPIC; engine/format/tracedata.py): a Pub row (producer group, client host,
+    send time, cost, status) and a Sub row per consumption, grouped by consumer group, as
+    QueryMsgTraceByIdSubCommand prints them."""
+    from engine.format.message import host_to_str
+    from engine.format.tracedata import TRACE_TOPIC, decode_trace_data
+
+    topic = args.trace_topic or TRACE_TOPIC
+    msg_id = args.msg_id.strip()
+    with open_store(args) as store:
+        if topic not in store.topic_names():
+            raise AdminError(
+                f"this store has no trace topic {topic} (clients write traces when "
+                "msgTraceEnable is on; -t names another trace topic)"
+            )
+        begin = parse_time(args.begin) if args.begin else 0
+        end = parse_time(args.end) if args.end else 2**63 - 1
+        found = []
+        for rec in store.query_by_key(topic, msg_id, args.max_num, begin, end):
+            host = host_to_str(rec.born_host).rsplit(":", 1)[0]
+            for e in decode_trace_data(rec.plain_body.decode("utf-8", errors="replace")):
+                if e.msg_id == msg_id:
+                    found.append((e, e.client_host or host))
+    if not found:
+        raise AdminError(f"no trace of message {msg_id} in {topic}")
+    before = {e.request_id: e for e, _ in found if e.kind == "SubBefore"}
+    row = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
+
+    def when(ms):
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
+
+    def status(e):
+        return "success" if e.success else "failed"
+
+    for e, host in found:
+        if e.kind == "Pub":
+            print(
+                row.format(
+                    "#Type", "#ProducerGroup", "#ClientHost", "#SendTime", "#CostTimes", "#Status"
+                )
+            )
+            print(row.format("Pub", e.group, host, when(e.timestamp), f"{e.cost_ms}ms", status(e)))
+            print()
+    subs: dict[str, list] = {}
+    for e, host in found:
+        if e.kind == "SubAfter":
+            b = before.get(e.request_id)
+            group = e.group or (b.group if b else "") or ""
+            ts = e.timestamp or (b.timestamp if b else None)
+            subs.setdefault(group, []).append((e, host, ts))
+    for group, rows in subs.items():
+        print(
+            row.format(
+                "#Type", "#ConsumerGroup", "#ClientHost", "#ConsumerTime", "#CostTimes", "#Status"
+            )
+        )
+        for e, host, ts in rows:
+            print(row.format("Sub", group, host, when(ts), f"{e.cost_ms}ms", status(e)))
+        print()
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -561,10 +658,24 @@ def _by_msg_id(store, msg_id: str, topic: str | None):
 
 
 def cmd_topic_list(args) -> int:
-    """``topicList``: every topic, one per line."""
+    """``topicList``: every topic, one per line; ``--clusters`` (mqadmin's -c): cluster name,
+    topic and each consumer group with offsets on it, retry and DLQ topics left out, as
+    TopicListSubCommand prints them."""
     with open_store(args) as store:
+        if not args.clusters:
+            for t in store.topic_names():
+                print(t)
+            return 0
+        cluster = store.config.broker_cluster_name
+        print(f"{'#Cluster Name':<20}  {'#Topic':<48}  {'#Consumer Group':<48}")
         for t in store.topic_names():
-            print(t)
+            if t.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            groups = [
+                g for g in store.group_names() if t in store.consumer_offsets.topics_of(g)
+            ] or [""]
+            for g in groups:
+                print(f"{cluster:<20}  {t:<64}  {g:<64}".rstrip())
     return 0
 
 
@@ -965,7 +1076,8 @@ def _doc(func) -> str:
     return (func.__doc__ or "").replace("``", "")
 
 
-def _store_arg(p) -> None:
+def add_store_args(p) -> None:
+    """STORE and --config, the arguments of every command on a store."""
     p.add_argument("store", metavar="STORE", help="the store directory (storePathRootDir)")
     p.add_argument(
         "--config",
@@ -999,33 +1111,35 @@ def add_subcommands(sub) -> None:
         help="check every record, CRC, ConsumeQueue unit and index item",
         description=_doc(cmd_verify),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=_run(cmd_verify))
+    p.set_defaults(func=wrap_command(cmd_verify))
 
     p = sub.add_parser(
         "recover",
         help="repair what verify finds (truncate a dirty tail, rebuild derived files)",
         description=_doc(cmd_recover),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument(
         "--rebuild",
         action="store_true",
         help="rebuild every ConsumeQueue and IndexFile from the CommitLog",
     )
-    p.set_defaults(func=_run(cmd_recover))
+    p.set_defaults(func=wrap_command(cmd_recover))
 
     p = sub.add_parser(
         "produce",
-        aliases=["sendMessage"],
         help="append messages, one per line of FILEs or stdin",
         description=_doc(cmd_produce),
     )
     p.__class__ = _IntermixedParser  # FILEs may come before or after the options
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)")
     p.add_argument("-t", "--topic", required=True)
+    p.add_argument(
+        "--body", help="one message with this body (UTF-8) instead of FILEs (sendMessage -p)"
+    )
     p.add_argument("-c", "--create", action="store_true", help="create the topic if missing")
     p.add_argument(
         "--queues", type=int, help="queues of a created topic (default defaultTopicQueueNums, 4)"
@@ -1044,31 +1158,41 @@ def add_subcommands(sub) -> None:
         action="store_true",
         help="print msgId, UNIQ_KEY, queueId and queueOffset of each message",
     )
-    p.set_defaults(func=_run(cmd_produce))
+    p.set_defaults(func=wrap_command(cmd_produce))
 
     p = sub.add_parser(
         "print-msg",
-        aliases=["printMsg", "printMsgByQueue"],
-        help="print a topic's messages (mqadmin printMsg)",
+        help="print a topic's messages",
         description=_doc(cmd_print_msg),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-i", "--queue-id", type=int, help="only this queue (printMsgByQueue)")
     p.add_argument("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})")
     p.add_argument("-e", "--end", help=f"before this store time ({TIME_FORMAT_HELP})")
     p.add_argument("-s", "--sub-expression", help="tags: * or TagA || TagB")
     p.add_argument("--count", action="store_true", help="print the count on stderr")
+    p.add_argument(
+        "-p",
+        "--print-msg",
+        default="true",
+        metavar="true|false",
+        help="print the messages (default true; false: only --tag-counts)",
+    )
+    p.add_argument("--from-offset", type=int, metavar="N", help="with -i: from this queue offset")
+    p.add_argument("--max", type=int, metavar="N", help="at most N messages")
+    p.add_argument(
+        "--tag-counts", action="store_true", help="then a count per tag, most frequent first"
+    )
     _body_args(p)
-    p.set_defaults(func=_run(cmd_print_msg))
+    p.set_defaults(func=wrap_command(cmd_print_msg))
 
     p = sub.add_parser(
         "query-msg",
-        aliases=["queryMsgByKey", "queryMsgById", "queryMsgByOffset"],
         help="find messages by key, msgId or queue offset",
         description=_doc(cmd_query_msg),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic")
     p.add_argument("-k", "--key", help="message key (queryMsgByKey; needs -t)")
     p.add_argument("-i", "--msg-id", help="offset msgId or UNIQ_KEY (queryMsgById)")
@@ -1077,81 +1201,93 @@ def add_subcommands(sub) -> None:
     p.add_argument("-b", "--begin", help=f"key query: from this time ({TIME_FORMAT_HELP})")
     p.add_argument("-e", "--end", help=f"key query: until this time ({TIME_FORMAT_HELP})")
     p.add_argument("-m", "--max-num", type=int, default=64, help="key query: at most (64)")
+    p.add_argument(
+        "--uniq-key", action="store_true", help="-i is a UNIQ_KEY, never an offset msgId"
+    )
+    p.add_argument("--first", action="store_true", help="-i: only the first message found")
     _body_args(p)
-    p.set_defaults(func=_run(cmd_query_msg))
+    p.set_defaults(func=wrap_command(cmd_query_msg))
 
     p = sub.add_parser(
-        "topic-list", aliases=["topicList"], help="list the topics (mqadmin topicList)"
+        "query-trace",
+        help="a message's trace from the trace topic",
+        description=_doc(cmd_query_trace),
     )
-    _store_arg(p)
-    p.set_defaults(func=_run(cmd_topic_list))
+    add_store_args(p)
+    p.add_argument("-i", "--msg-id", required=True, help="the message's msgId (UNIQ_KEY)")
+    p.add_argument("-t", "--trace-topic", help="the trace topic (default RMQ_SYS_TRACE_TOPIC)")
+    p.add_argument("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})")
+    p.add_argument("-e", "--end", help=f"until this store time ({TIME_FORMAT_HELP})")
+    p.add_argument("-m", "--max-num", type=int, default=64, help="trace messages read (64)")
+    p.set_defaults(func=wrap_command(cmd_query_trace))
+
+    p = sub.add_parser("topic-list", help="list the topics", description=_doc(cmd_topic_list))
+    add_store_args(p)
+    p.add_argument(
+        "--clusters", action="store_true", help="cluster name, topic and consumer groups"
+    )
+    p.set_defaults(func=wrap_command(cmd_topic_list))
 
     p = sub.add_parser(
         "topic-status",
-        aliases=["topicStatus"],
         help="per queue min/max offset and last update time",
         description=_doc(cmd_topic_status),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
-    p.set_defaults(func=_run(cmd_topic_status))
+    p.set_defaults(func=wrap_command(cmd_topic_status))
 
     p = sub.add_parser(
         "consumer-progress",
-        aliases=["consumerProgress"],
         help="brokerOffset, consumerOffset and diff per queue",
         description=_doc(cmd_consumer_progress),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-g", "--group", help="consumer group (default: every group's diff total)")
     p.add_argument("-t", "--topic", help="only this topic")
-    p.set_defaults(func=_run(cmd_consumer_progress))
+    p.set_defaults(func=wrap_command(cmd_consumer_progress))
 
     p = sub.add_parser(
         "reset-offset",
-        aliases=["resetOffsetByTime"],
-        help="commit offsets by time or value (mqadmin resetOffsetByTime)",
+        help="commit offsets by time or value",
         description=_doc(cmd_reset_offset),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-s", "--timestamp", help=f"{TIME_FORMAT_HELP}, or now")
     p.add_argument("-o", "--offset", type=int, help="this queue offset")
     p.add_argument("-q", "--queue-id", type=int, help="only this queue")
-    p.set_defaults(func=_run(cmd_reset_offset))
+    p.set_defaults(func=wrap_command(cmd_reset_offset))
 
     p = sub.add_parser(
         "delete-topic",
-        aliases=["deleteTopic"],
         help="delete a topic: topics.json entry, ConsumeQueues, offsets",
         description=_doc(cmd_delete_topic),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
-    p.set_defaults(func=_run(cmd_delete_topic))
+    p.set_defaults(func=wrap_command(cmd_delete_topic))
 
     p = sub.add_parser(
         "update-topic",
-        aliases=["updateTopic"],
         help="create a topic or change its queues, perm or order",
         description=_doc(cmd_update_topic),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-r", "--read-queue-nums", metavar="N", help="readQueueNums (1-1024)")
     p.add_argument("-w", "--write-queue-nums", metavar="N", help="writeQueueNums (1-1024)")
     p.add_argument("-p", "--perm", metavar="2|4|6", help="permission: 2 W, 4 R, 6 RW")
     p.add_argument("-o", "--order", metavar="true|false", help="order topic")
-    p.set_defaults(func=_run(cmd_update_topic))
+    p.set_defaults(func=wrap_command(cmd_update_topic))
 
     p = sub.add_parser(
         "delete-sub-group",
-        aliases=["deleteSubGroup"],
         help="delete a consumer group (-r true: and its offsets)",
         description=_doc(cmd_delete_sub_group),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-g", "--group-name", dest="group", required=True)
     p.add_argument(
         "-r",
@@ -1160,29 +1296,27 @@ def add_subcommands(sub) -> None:
         default="false",
         help="also remove the group's offsets (default false)",
     )
-    p.set_defaults(func=_run(cmd_delete_sub_group))
+    p.set_defaults(func=wrap_command(cmd_delete_sub_group))
 
     p = sub.add_parser(
         "update-sub-group",
-        aliases=["updateSubGroup"],
         help="create a consumer group or change its settings",
         description=_doc(cmd_update_sub_group),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-g", "--group-name", dest="group", required=True)
     for attr, opt, name, kind in _GROUP_OPTIONS:
         p.add_argument(
             opt, f"--{name}", dest=attr, metavar="true|false" if kind is bool else "N", help=name
         )
-    p.set_defaults(func=_run(cmd_update_sub_group))
+    p.set_defaults(func=wrap_command(cmd_update_sub_group))
 
     p = sub.add_parser(
         "clone-group-offset",
-        aliases=["cloneGroupOffset"],
         help="copy one group's offsets of a topic to another group",
         description=_doc(cmd_clone_group_offset),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-s", "--src-group", required=True)
     p.add_argument("-d", "--dest-group", required=True)
     p.add_argument("-t", "--topic", required=True)
@@ -1191,28 +1325,26 @@ def add_subcommands(sub) -> None:
         "--offline",
         help="accepted for mqadmin compatibility (a store on disk is always offline)",
     )
-    p.set_defaults(func=_run(cmd_clone_group_offset))
+    p.set_defaults(func=wrap_command(cmd_clone_group_offset))
 
     p = sub.add_parser(
         "query-cq",
-        aliases=["queryCq"],
         help="print ConsumeQueue units",
         description=_doc(cmd_query_cq),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-q", "--queue", dest="queue_id", type=int, required=True)
     p.add_argument("-i", "--index", type=int, help="first queue offset (default: min offset)")
     p.add_argument("-c", "--count", type=int, default=10, help="units (default 10)")
-    p.set_defaults(func=_run(cmd_query_cq))
+    p.set_defaults(func=wrap_command(cmd_query_cq))
 
     p = sub.add_parser(
         "stats-all",
-        aliases=["statsAll"],
         help="messages and bytes per topic: last minute, hour, day, total",
         description=_doc(cmd_stats_all),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("-t", "--topic", help="only this topic")
     p.add_argument(
         "-a",
@@ -1223,26 +1355,24 @@ def add_subcommands(sub) -> None:
     p.add_argument("-q", "--queues", action="store_true", help="a row per queue too")
     p.add_argument("--now", help=f"the end of the windows ({TIME_FORMAT_HELP}; default now)")
     p.add_argument("--json", action="store_true", help="one JSON object per row")
-    p.set_defaults(func=_run(cmd_stats_all))
+    p.set_defaults(func=wrap_command(cmd_stats_all))
 
     p = sub.add_parser(
         "get-broker-config",
-        aliases=["getBrokerConfig"],
         help="the effective settings as broker.conf lines",
         description=_doc(cmd_get_broker_config),
     )
-    _store_arg(p)
-    p.set_defaults(func=_run(cmd_get_broker_config))
+    add_store_args(p)
+    p.set_defaults(func=wrap_command(cmd_get_broker_config))
 
     p = sub.add_parser(
         "broker-status",
-        aliases=["brokerStatus"],
         help="what status.json shows, for a store not mounted",
         description=_doc(cmd_broker_status),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(func=_run(cmd_broker_status))
+    p.set_defaults(func=wrap_command(cmd_broker_status))
 
     p = sub.add_parser(
         "snapshot-verify",
@@ -1252,22 +1382,21 @@ def add_subcommands(sub) -> None:
     p.add_argument("directory", metavar="DIR", help="the copy (holds SNAPSHOT.json)")
     p.add_argument("-j", "--jobs", type=int, help="threads summing files (default: one per CPU)")
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=_run(cmd_snapshot_verify))
+    p.set_defaults(func=wrap_command(cmd_snapshot_verify))
 
     p = sub.add_parser(
         "clean",
-        aliases=["deleteExpiredCommitLog"],
-        help="delete expired files now (mqadmin deleteExpiredCommitLog)",
+        help="delete expired files now",
         description=_doc(cmd_clean),
     )
-    _store_arg(p)
+    add_store_args(p)
     p.add_argument(
         "--file-reserved-time",
         type=float,
         metavar="HOURS",
         help="override fileReservedTime (hours; default 72 or broker.conf)",
     )
-    p.set_defaults(func=_run(cmd_clean))
+    p.set_defaults(func=wrap_command(cmd_clean))
 
 
 def _check_common(args) -> None:
@@ -1285,7 +1414,7 @@ def _check_common(args) -> None:
         raise AdminError(f"-d takes true or false, not {args.print_body!r}")
 
 
-def _run(func):
+def wrap_command(func):
     """Wrap a command: known failures print ``rmqfs: message`` and return 1."""
 
     def run(args) -> int:

@@ -26,6 +26,9 @@ def _parse_options(text: str | None) -> set[str]:
     return {o.strip() for o in (text or "").split(",") if o.strip()}
 
 
+#: A daemon log line: time, logger, level, message (each once).
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
 #: Log records waiting for the writer thread (``_setup_logging``); past this they are dropped
 #: and counted, so a flood of log lines never holds memory or the FUSE loop.
 LOG_QUEUE_RECORDS = 10_000
@@ -71,12 +74,17 @@ def _setup_logging(args, foreground: bool) -> None:
         handler = logging.handlers.SysLogHandler("/dev/log")
     else:
         handler = logging.NullHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
     q: queue.Queue = queue.Queue(LOG_QUEUE_RECORDS)
     listener = logging.handlers.QueueListener(q, handler)
     listener.start()
     atexit.register(listener.stop)  # writes what is queued before the process ends
-    logging.basicConfig(level=level, handlers=[_DroppingQueueHandler(q)])
+    front = _DroppingQueueHandler(q)
+    # The queue side only merges the arguments into the message (QueueHandler.prepare formats
+    # with this); the writer formats the line once. Without it basicConfig gave the queue side
+    # its "%(levelname)s:%(name)s:%(message)s": lines read "rmqfs INFO INFO:rmqfs:mounted".
+    front.setFormatter(logging.Formatter("%(message)s"))
+    logging.basicConfig(level=level, handlers=[front])
 
 
 def default_log_file() -> str:
@@ -99,7 +107,7 @@ def _load_config(path: str | None):
 
 def cmd_mount(args) -> int:
     """Mount; in the background unless ``-f``."""
-    from engine.errors import StoreError
+    from engine.errors import StoreError, StoreLockedError
 
     from .daemon import Daemon, MountError
     from .progress import PipeProgress, terminal_bar
@@ -129,6 +137,16 @@ def cmd_mount(args) -> int:
         daemon.setup()
     except (MountError, StoreError, ValueError, OSError) as exc:
         msg = f"rmqfs: {exc}"
+        if (
+            isinstance(exc, StoreLockedError)
+            and "ro" not in _parse_options(args.options)
+            and "-o ro" not in msg  # the engine's message may say it already (issue 26)
+        ):
+            # a read-only mount follows a running writer (engine.live.follower)
+            msg += (
+                "; or mount it read-only next to its writer: rmqfs mount -o ro "
+                f"{args.store} {args.mountpoint}"
+            )
         if args.ready_fd is not None:
             os.write(args.ready_fd, msg.encode())
             os.close(args.ready_fd)
@@ -230,7 +248,20 @@ def cmd_umount(args) -> int:
     cmd = ["fusermount3", "-u"] + (["-z"] if args.lazy else []) + [mnt]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
-        print(f"rmqfs: cannot unmount {mnt}: {res.stderr.strip()}", file=sys.stderr)
+        why = res.stderr.strip()
+        if "busy" in why.lower():
+            from .mounts import mount_users
+
+            users = mount_users(mnt)
+            who = "; ".join(f"pid {pid} {comm} ({what})" for pid, comm, what in users[:10])
+            if len(users) > 10:
+                who += f"; and {len(users) - 10} more"
+            why = (
+                f"it is busy: in use by {who or 'a process this user cannot see'}. Stop or "
+                f"leave it (cd out, close the files), or unmount lazily: rmqfs umount -z {mnt} "
+                "(detached now, closed once the last user lets go)"
+            )
+        print(f"rmqfs: cannot unmount {mnt}: {why}", file=sys.stderr)
         return 1
     if pid:
         deadline = time.monotonic() + args.timeout
@@ -267,9 +298,44 @@ def _size(text: str) -> int:
     return n
 
 
+def version() -> str:
+    """rmqfs's version: the installed distribution's (pyproject.toml ``version``)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("rmqfs")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _mqadmin_epilog() -> str:
+    """The mqadmin names, grouped under the rmqfs command each runs (as ``git help -a`` and
+    ``mqadmin`` list commands: one line per command)."""
+    from .mqadmin import COMMANDS
+
+    groups: dict[str, list[str]] = {}
+    for c in COMMANDS:
+        groups.setdefault(c.rmqfs, []).append(c.name)
+    lines = [
+        "mqadmin names (each takes mqadmin's own option letters; rmqfs NAME --help):",
+        *(f"  {cmd:<20}{', '.join(names)}" for cmd, names in groups.items()),
+        "",
+        "rmqfs COMMAND --help shows a command's options; docs/offline-commands.md lists every",
+        "mqadmin command, with the rmqfs equivalent or why it needs a live cluster.",
+    ]
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rmqfs", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="rmqfs",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
+        epilog=_mqadmin_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"rmqfs {version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
 
     m = sub.add_parser("mount", help="mount a store (background once ready)")
     m.add_argument("store", help="store directory (storePathRootDir); created if missing")
@@ -315,9 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("rest", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_report)
 
-    from . import admin  # verify, recover, produce, print-msg, query-msg, ... (offline)
+    from . import admin, mqadmin  # verify, recover, produce, print-msg, ... (offline)
 
     admin.add_subcommands(sub)
+    mqadmin.add_subcommands(sub)  # their mqadmin names, with mqadmin's option letters
     return p
 
 

@@ -15,6 +15,7 @@ colour; ``other`` is grey.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 
 import pandas as pd
 
@@ -114,14 +115,66 @@ def series_colours(names: list[str]) -> list:
     return out
 
 
-def _time_axis(ax, lo, hi, bucket_ms: int) -> None:
+def tick_format(step_s: float, one_day: bool, one_year: bool = True) -> str:
+    """The strftime format of time ticks ``step_s`` seconds apart: ``HH:MM:SS.mmm`` (``%f``
+    is cut to ms by :func:`format_tick`) below a second, ``HH:MM:SS`` below a minute, ``HH:MM``
+    below a day (``MM-DD HH:MM`` when the ticks span more than one day), else ``Nov 25``
+    (``YYYY-MM-DD`` across years). The date (or year) the ticks leave out is said once, in
+    the axis label (:func:`_time_axis`). Times a person reads: ConciseDateFormatter's
+    ``04.830`` (seconds of an unnamed minute) was not one."""
+    step_s = round(step_s, 6)  # a second apart in float days is 0.99999...
+    if step_s >= 86_400:
+        return "%b %d" if one_year else "%Y-%m-%d"
+    if step_s >= 60:
+        return "%H:%M" if one_day else "%m-%d %H:%M"
+    time_fmt = "%H:%M:%S.%f" if step_s < 1 else "%H:%M:%S"
+    return time_fmt if one_day else "%m-%d " + time_fmt
+
+
+def format_tick(when: _dt.datetime, fmt: str) -> str:
+    """``when`` with :func:`tick_format`'s ``fmt`` (microseconds cut to milliseconds)."""
+    text = when.strftime(fmt)
+    return text[:-3] if fmt.endswith("%f") else text
+
+
+def _time_axis(ax, lo, hi, bucket_ms: int) -> str:
+    """Time ticks a person reads (:func:`tick_format`); returns what the ticks leave out, for
+    the axis label: the date when the axis is within one day, else the year when within one
+    year, else ""."""
     import matplotlib.dates as mdates
+    from matplotlib.ticker import FuncFormatter
 
     pad = max((hi - lo) * 0.03, _dt.timedelta(milliseconds=bucket_ms))
     ax.set_xlim(lo - pad, hi + pad + _dt.timedelta(milliseconds=bucket_ms))
     locator = mdates.AutoDateLocator(tz=_dt.UTC, minticks=3, maxticks=10)
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=_dt.UTC))
+    left, right = (mdates.num2date(x, tz=_dt.UTC) for x in ax.get_xlim())
+    one_day = left.date() == right.date()
+    one_year = left.year == right.year
+
+    def label(x, _pos=None) -> str:
+        ticks = locator()
+        step = min(b - a for a, b in itertools.pairwise(ticks)) * 86_400 if len(ticks) > 1 else 1
+        fmt = tick_format(step, one_day, one_year)
+        return format_tick(mdates.num2date(x, tz=_dt.UTC), fmt)
+
+    ax.xaxis.set_major_formatter(FuncFormatter(label))
+    if one_day:
+        return left.strftime("%Y-%m-%d")
+    return str(left.year) if one_year else ""
+
+
+def _no_data(ax, title: str, what: str) -> None:
+    """A chart without data says so, with no axes: 0-1 ticks would mean nothing."""
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, what, ha="center", va="center", fontsize="large", transform=ax.transAxes)
+    ax.set_title(title)
+
+
+def _thousands(axis) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda x, _pos=None: f"{x:,.0f}"))
 
 
 def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str, top: int = DEFAULT_TOP_SERIES):
@@ -137,8 +190,7 @@ def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str, top: int = DEFAUL
     fig, axes = plt.subplots(n, 1, figsize=(11, 1.2 + 3.0 * n), sharex=True, squeeze=False)
     axes = axes[:, 0]
     if not panels:
-        axes[0].text(0.5, 0.5, "no messages", ha="center", va="center", transform=axes[0].transAxes)
-        axes[0].set_title(f"Messages per {unit} (storeTimestamp, UTC)")
+        _no_data(axes[0], f"Messages per {unit} (storeTimestamp, UTC)", "no messages")
         return fig
     width = bucket_ms / 86_400_000  # matplotlib's date unit is the day
     for ax, (broker, frame) in zip(axes, panels.items()):
@@ -167,6 +219,7 @@ def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str, top: int = DEFAUL
         )
         ax.set_ylabel(f"messages / {unit}")
         ax.set_ylim(bottom=0)
+        _thousands(ax.yaxis)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(
             fontsize="small",
@@ -177,8 +230,10 @@ def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str, top: int = DEFAUL
             frameon=False,
         )
     first = panels[next(iter(panels))].index
-    _time_axis(axes[-1], first.min(), first.max(), bucket_ms)
-    axes[-1].set_xlabel("storeTimestamp (UTC); an empty stretch had no messages")
+    day = _time_axis(axes[-1], first.min(), first.max(), bucket_ms)
+    axes[-1].set_xlabel(
+        f"storeTimestamp (UTC{', ' + day if day else ''}); an empty stretch had no messages"
+    )
     fig.tight_layout()
     return fig
 
@@ -192,9 +247,8 @@ def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
     import matplotlib.pyplot as plt
 
     if not len(lag):
-        fig, ax = plt.subplots(figsize=(10, 3))
-        ax.text(0.5, 0.5, "no consumer groups", ha="center", va="center", transform=ax.transAxes)
-        ax.set_title("Consumer lag per group")
+        fig, ax = plt.subplots(figsize=(10, 2))
+        _no_data(ax, "Consumer lag per group", "no consumer groups")
         return fig
     multi = lag["brokerName"].nunique() > 1
     lag = lag.assign(who=lag["brokerName"] + "/" + lag["group"] if multi else lag["group"])
@@ -206,13 +260,35 @@ def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
     fig, ax = plt.subplots(figsize=(10, 1.5 + 0.45 * len(wide)))
     left = pd.Series(0.0, index=wide.index)
     for name, colour in zip(wide.columns, series_colours([str(c) for c in wide.columns])):
-        ax.barh(wide.index, wide[name], left=left, color=colour, label=str(name))
+        ax.barh(
+            wide.index,
+            wide[name],
+            left=left,
+            color=colour,
+            label=f"{name} ({int(wide[name].sum()):,})",
+        )
         left = left + wide[name]
     ax.invert_yaxis()
     ax.set_xlabel("lag (messages: brokerOffset - consumerOffset)")
     ax.set_ylabel("consumer group")
+    _thousands(ax.xaxis)
+    if not left.any():  # every group caught up: say it, not a bare 0-1 axis
+        ax.set_xlim(0, 1)
+        ax.set_xticks([0])
+        ax.text(
+            0.5,
+            0.5,
+            "no lag: every group has consumed everything",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.legend(
-        fontsize="small", title="topic", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False
+        fontsize="small",
+        title="topic (lag)",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
     )
     ax.set_title("Consumer lag per group")
     fig.tight_layout()

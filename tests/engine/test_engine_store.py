@@ -386,3 +386,32 @@ def test_an_open_and_close_that_write_no_message_leave_the_checkpoint_as_it_was(
         s.commit_offset("G", topic, s.queue_ids(topic)[0], 0)
         s.update_topic(topic, perm=6)
     assert (root / "checkpoint").read_bytes() == before
+
+
+def test_look_messages_by_uniq_key_serves_only_that_uniq_key(tmp_path, small_config):
+    """MessageStore.look_messages_by_uniq_key (queryMsgByUniqueKey; the one lookup of
+    ``query-msg -i`` and ``messages/<UNIQ_KEY>``): every UNIQ_KEY of a broker-written store finds
+    its record, in every topic or its own; a message whose KEYS holds another's UNIQ_KEY is no
+    hit, nor is the id in lower case."""
+    root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "s")
+    with MessageStore(str(root), read_only=True) as s:
+        recs = [
+            rec
+            for t in s.topic_names()
+            for q in s.queue_ids(t)
+            for _, rec in s.iter_queue(t, q)
+            if rec.uniq_key
+        ]
+        assert recs
+        for rec in recs[:50]:
+            for topic in (None, rec.topic):
+                found = s.look_messages_by_uniq_key(rec.uniq_key, topic)
+                assert [r.commitlog_offset for r in found] == [rec.commitlog_offset]
+            assert s.look_messages_by_uniq_key(rec.uniq_key.lower()) == []
+    with MessageStore(tmp_path / "w", small_config) as s:
+        s.create_topic("T")
+        (a,) = s.put_messages([Message("T", b"a")])
+        s.put_messages([Message("T", b"decoy", keys=a.uniq_key)])
+        assert len(s.query_by_key("T", a.uniq_key)) == 2  # the index finds both
+        found = s.look_messages_by_uniq_key(a.uniq_key)
+        assert [r.commitlog_offset for r in found] == [a.commitlog_offset]

@@ -77,6 +77,8 @@ def test_mount_refuses_bad_mount_points_locked_stores_and_missing_fuse(mount_sto
     (tmp_path / "mnt2").mkdir()
     err = fail("mount", store, tmp_path / "mnt2")
     assert "locked" in err and str(m.pid) in err
+    # ... and says how to read it anyway (issue 25: it only said "stop it first")
+    assert err.count("-o ro") == 1, err
     assert not mounted(tmp_path / "mnt2")
     # no fusermount3 on PATH: FUSE unavailable
     env = dict(os.environ, PYTHONPATH=str(REPO), PATH=os.path.dirname(sys.executable))
@@ -256,4 +258,33 @@ def test_a_dead_mount_is_named_and_cleaned(mount_store, tmp_path):
     assert not any(d.exists() for d in caches)
     # `rmqfs umount -z` still works on a dead mount
     run_rmqfs("umount", m.mnt)
+    assert not mounted(m.mnt)
+
+
+def test_a_busy_umount_names_who_holds_it_and_the_lazy_option(mount_store):
+    """fusermount3's "Device or resource busy" alone left the user to find the holders (issue
+    25): now each process with its cwd or an open file under the mount is named, with -z."""
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_text("one\n")
+    in_cwd = subprocess.Popen(["sleep", "60"], cwd=m.mnt / "topics")
+    code = "import sys, time; f = open(sys.argv[1]); print(1, flush=True); time.sleep(60)"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", code, str(m.mnt / "topics" / "T" / "bodies.txt")],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert reader.stdout.readline() == b"1\n"
+        err = fail("umount", m.mnt)
+        assert err.startswith(f"rmqfs: cannot unmount {m.mnt}: it is busy: in use by ")
+        assert f"pid {in_cwd.pid} sleep (cwd)" in err
+        assert f"(open {m.mnt / 'topics' / 'T' / 'bodies.txt'})" in err
+        assert f"pid {reader.pid} " in err
+        assert f"or unmount lazily: rmqfs umount -z {m.mnt}" in err
+        assert mounted(m.mnt)
+    finally:
+        for p in (in_cwd, reader):
+            p.kill()
+            p.wait()
+    m.umount()
     assert not mounted(m.mnt)

@@ -66,3 +66,22 @@ def test_readme_examples_work_when_pasted(tmp_path, sections):
                 assert (work / "restored" / "commitlog").is_dir()
     finally:
         subprocess.run(["fusermount3", "-u", "-z", str(work / "mnt")], capture_output=True)
+
+
+def test_the_readmes_cmp_holds_for_a_file_without_a_final_newline(mount_store):
+    """README's ``cmp`` of bodies.txt against the input reported a difference for any file
+    whose last line has no newline (most loghub files, issue 25): the README's command, run on
+    such a file, finds them identical."""
+    line = next(x for x in (REPO / "README.md").read_text().splitlines() if x.startswith("cmp "))
+    cmd = line.split("#")[0].strip()
+    src = SHARED / "data" / "loghub" / "Android_2k.log"
+    assert src.read_bytes()[-1:] != b"\n" and b"\n\n" not in src.read_bytes()
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "A")
+    (m.mnt / "topics" / "A" / "produce").write_bytes(src.read_bytes())
+    cmd = cmd.replace("./mnt/topics/HDFS", str(m.mnt / "topics" / "A")).replace(
+        "../shared/data/loghub/HDFS_2k.log", str(src)
+    )
+    assert str(src) in cmd and str(m.mnt) in cmd, cmd
+    res = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
+    assert res.returncode == 0, (cmd, res.stdout, res.stderr)

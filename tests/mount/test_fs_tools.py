@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOGHUB, fuse
+from conftest import LOGHUB, fuse, run_rmqfs
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -309,3 +309,44 @@ def test_second_restic_backup_finds_nothing_changed(mount_store, tmp_path):
     summary = [json.loads(x) for x in out.splitlines() if '"summary"' in x][-1]
     assert summary["files_new"] == 0 and summary["files_changed"] == 0, summary
     assert summary["files_unmodified"] > 0
+
+
+def _same_java_hash(s: str) -> str:
+    """Another string with ``s``'s Java ``String.hashCode`` (the IndexFile's key hash): one
+    character up by one, the next down by 31."""
+    i = next(i for i in range(len(s) - 1) if s[i + 1] in "ABCDEF")
+    return s[:i] + chr(ord(s[i]) + 1) + chr(ord(s[i + 1]) - 31) + s[i + 2 :]
+
+
+def test_messages_by_offset_msgid_and_by_uniq_key(mount_store):
+    """``messages/<id>`` takes the offset msgId and the client's msgId (UNIQ_KEY), and a UNIQ_KEY
+    lookup serves only the record whose UNIQ_KEY it is: not a message carrying that id as a
+    KEY, not an index hash collision."""
+    m = mount_store()
+    for t in ("A", "B"):
+        os.mkdir(m.mnt / "topics" / t)
+    (m.mnt / "topics" / "A" / "produce").write_text("first\nsecond\n")
+    a = [
+        json.loads(x)
+        for x in (m.mnt / "topics" / "A" / "messages.jsonl").read_text().split("\n")[:-1]
+    ]
+    uniq = a[0]["properties"]["UNIQ_KEY"]
+    twin = _same_java_hash(uniq)
+    # B holds a message keyed by A's UNIQ_KEY, and one keyed by a string of the same hash
+    (m.mnt / "topics" / "B" / "produce.jsonl").write_text(
+        json.dumps({"body": "decoy", "keys": uniq})
+        + "\n"
+        + json.dumps({"body": "twin", "keys": twin})
+        + "\n"
+    )
+    with open(m.mnt / "topics" / "A" / "produce.jsonl", "a") as f:
+        f.write(json.dumps({"body": "twin in A", "keys": twin}) + "\n")
+    for rec in a:
+        for ident in (rec["msgId"], rec["properties"]["UNIQ_KEY"]):
+            assert json.loads((m.mnt / "messages" / ident).read_text()) == rec, ident
+    assert json.loads((m.mnt / "messages" / a[1]["msgId"].lower()).read_text()) == a[1]
+    for missing in (twin, uniq.lower(), uniq[:-1], "X" * 32):
+        assert not (m.mnt / "messages" / missing).exists(), missing
+    # the same lookup as query-msg -i
+    out = run_rmqfs("query-msg", m.store, "-i", uniq, "--json").stdout
+    assert [json.loads(x) for x in out.splitlines()] == [a[0]]

@@ -136,7 +136,78 @@ def test_empty_timeline_is_one_panel_saying_so():
     fig = charts.plot_timeline(timeline([]), 1000, "second")
     assert len(fig.get_axes()) == 1
     assert "no messages" in [t.get_text() for t in fig.get_axes()[0].texts]
+    assert not fig.get_axes()[0].axison  # no meaningless 0-1 axes
     plt.close(fig)
+
+
+def test_no_consumer_groups_says_so_without_axes():
+    """The lag chart of a store without groups drew 0-1 axes around its note (issue 25)."""
+    import matplotlib.pyplot as plt
+
+    empty = pd.DataFrame(columns=["brokerName", "group", "topic", "queueId", "lag"])
+    fig = charts.plot_lag(empty)
+    ax = fig.get_axes()[0]
+    assert [t.get_text() for t in ax.texts] == ["no consumer groups"] and not ax.axison
+    plt.close(fig)
+    caught_up = pd.DataFrame(
+        [{"brokerName": "b", "group": "g", "topic": "t", "queueId": 0, "lag": 0}]
+    )
+    fig = charts.plot_lag(caught_up)
+    assert "no lag: every group has consumed everything" in [
+        t.get_text() for t in fig.get_axes()[0].texts
+    ]
+    plt.close(fig)
+
+
+def _tick_labels(fig) -> list[str]:
+    fig.canvas.draw()
+    ax = fig.get_axes()[-1]
+    return [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+
+
+#: span of the data (ms) -> the tick labels and the axis label's date part. T0 is
+#: 2023-11-14 22:13:20 UTC.
+SCALES = {
+    "burst": (590, r"22:13:(19|20)\.\d{3}", "UTC, 2023-11-14"),
+    "seconds": (4_830, r"22:13:2\d", "UTC, 2023-11-14"),
+    "minutes": (20 * 60_000, r"22:\d\d", "UTC, 2023-11-14"),
+    "hours": (5 * 3_600_000, r"11-1[45] \d\d:\d\d", "UTC, 2023"),
+    "weeks": (3 * 7 * 86_400_000, r"(Nov|Dec) \d\d", "UTC, 2023"),
+}
+
+
+@pytest.mark.parametrize("scale", sorted(SCALES))
+@pytest.mark.parametrize("topics", [1, 18, 200])
+def test_time_ticks_a_person_reads_at_every_scale(scale, topics):
+    """Ticks read 22:13:24 (the date once, in the axis label), never ConciseDateFormatter's
+    ``04.830``; every scale and topic count draws one bar series per shown topic."""
+    import matplotlib.pyplot as plt
+
+    from pipeline.report import chart_bucket
+
+    span, pattern, label = SCALES[scale]
+    bucket_ms, unit = chart_bucket(span)
+    n = span // bucket_ms + 1
+    tl = busy(topics=topics, buckets=n, gap=(n // 3, n // 3 + 1), bucket_ms=bucket_ms)
+    fig = charts.plot_timeline(tl, bucket_ms, unit)
+    try:
+        labels = _tick_labels(fig)
+        assert len(labels) >= 3, labels
+        assert all(re.fullmatch(pattern, x) for x in labels), (scale, labels)
+        assert len(set(labels)) == len(labels), labels  # no two ticks read the same
+        ax = fig.get_axes()[-1]
+        assert f"(storeTimestamp ({label})" in f"({ax.get_xlabel()}", ax.get_xlabel()
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert len(legend) == min(topics, charts.DEFAULT_TOP_SERIES + 1)
+        assert ax.get_yticklabels()  # thousands separated: 12,000
+        fig.canvas.draw()
+        assert all(
+            "," in t.get_text() or float(t.get_text()) < 1000
+            for t in ax.get_yticklabels()
+            if t.get_text()
+        )
+    finally:
+        plt.close(fig)
 
 
 def test_lag_chart_groups_topics_the_same_way():
@@ -151,7 +222,7 @@ def test_lag_chart_groups_topics_the_same_way():
     )
     fig = charts.plot_lag(lag, top=8)
     labels = [t.get_text() for t in fig.get_axes()[0].get_legend().get_texts()]
-    assert labels[-1] == "other (4 topics)" and len(labels) == 9
+    assert labels[-1] == "other (4 topics) (20)" and len(labels) == 9  # (their lag)
     plt.close(fig)
 
 

@@ -709,7 +709,7 @@ def test_stats_all_counts_by_store_time(tmp_path, conf):
     ts = sorted(r.store_timestamp for r in res)
     now = ts[-1]
     out = run_rmqfs(
-        "statsAll", root, "--now", now, "-q", "--json", "--config", conf
+        "stats-all", root, "--now", now, "-q", "--json", "--config", conf
     ).stdout.splitlines()
     rows = [json.loads(x) for x in out]
     tot = rows[0]
@@ -738,7 +738,7 @@ def test_get_broker_config_and_broker_status(store, conf):
     assert conf_items["flushDiskType"] == "ASYNC_FLUSH"
     assert conf_items["messageIndexEnable"] == "true"
     assert conf_items["storePathRootDir"] == str(root)
-    st = json.loads(run_rmqfs("brokerStatus", root, "--json", "--config", conf).stdout)
+    st = json.loads(run_rmqfs("broker-status", root, "--json", "--config", conf).stdout)
     from engine.live.status import store_status
 
     with MessageStore(root, _cfg(), read_only=True) as s:
@@ -762,9 +762,9 @@ def test_mqadmin_names_and_one_time_syntax(store, conf):
         "topicList",
         "topicStatus -t HDFS",
         "consumerProgress",
-        "printMsg -t HDFS -i 0 -d false",
+        "printMsg -t HDFS -s TagA -d false",
         "printMsgByQueue -t HDFS -i 0 -d false",
-        "queryMsgByOffset -t HDFS -q 0 -o 1",
+        "queryMsgByOffset -t HDFS -i 0 -o 1",
     ):
         assert run_rmqfs(*name.split()[:1], root, *name.split()[1:]).returncode == 0, name
     out = run_rmqfs("print-msg", root, "-t", "HDFS", "-b", "0", "-e", "now", "-d", "false").stdout

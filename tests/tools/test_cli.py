@@ -6,23 +6,48 @@ from conftest import run_rmqfs
 
 
 def _subcommands() -> list[str]:
-    """The subcommands as ``rmqfs --help`` lists them (``{mount,umount,report,...}``)."""
+    """The rmqfs commands as ``rmqfs --help`` lists them (one per line under "commands:")."""
     r = run_rmqfs("--help")
-    assert r.returncode == 0 and r.stdout.startswith("usage: rmqfs")
-    names = re.search(r"\{([A-Za-z,-]+)\}", r.stdout).group(1).split(",")
+    assert r.returncode == 0 and r.stdout.startswith("usage: rmqfs [-h] [--version] COMMAND")
+    body = r.stdout.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0]
+    names = re.findall(r"^    ([a-z][a-z-]+)", body, re.M)
     assert {"mount", "umount", "report", "verify"} <= set(names)
     return names
 
 
 def test_every_subcommand_answers_help():
-    for name in _subcommands():
+    from mount.mqadmin import COMMANDS
+
+    for name in _subcommands() + [c.name for c in COMMANDS]:
         for flag in ("--help", "-h"):
             r = run_rmqfs(name, flag, check=False)
             assert r.returncode == 0, (name, flag, r.stderr)
-            # an mqadmin alias (deleteTopic) shows its command's usage (delete-topic)
-            expect = f"usage: rmqfs {name}" if name.islower() or "-" in name else "usage: rmqfs "
-            assert r.stdout.startswith(expect), (name, r.stdout[:200])
+            assert r.stdout.startswith(f"usage: rmqfs {name}"), (name, r.stdout[:200])
             assert not r.stderr.strip(), (name, r.stderr)
+
+
+def test_version():
+    """``rmqfs --version`` used to fail: "the following arguments are required"."""
+    from importlib.metadata import version
+
+    r = run_rmqfs("--version")
+    assert r.stdout == f"rmqfs {version('rmqfs')}\n" and not r.stderr
+
+
+def test_usage_lists_each_command_once_and_groups_the_mqadmin_names():
+    """The top-level usage printed 40 names twice (a {a,b,...} set in the usage line and the
+    list); now each rmqfs command once, and the mqadmin names on one line per command."""
+    from mount.mqadmin import COMMANDS
+
+    out = run_rmqfs("--help").stdout
+    assert out.splitlines()[0] == "usage: rmqfs [-h] [--version] COMMAND ..."
+    names = _subcommands()
+    assert len(names) == len(set(names))
+    for c in COMMANDS:
+        assert len(re.findall(rf"\b{c.name}\b", out)) == 1, c.name  # only in its group line
+        line = next(x for x in out.splitlines() if re.search(rf"\b{c.name}\b", x))
+        assert line.split()[0] == c.rmqfs and c.rmqfs in names, line
+    assert len(out.splitlines()) < 2 * len(names) + len({c.rmqfs for c in COMMANDS}) + 20
 
 
 def test_report_takes_its_options_before_the_mounts(tmp_path):
@@ -31,30 +56,6 @@ def test_report_takes_its_options_before_the_mounts(tmp_path):
     r = run_rmqfs("report", "--out", tmp_path / "out", tmp_path / "no-mount", check=False)
     assert r.returncode == 1, r.stderr
     assert r.stderr.startswith("rmqfs report:") and "no-mount" in r.stderr
-
-
-def test_mqadmin_names_are_aliases():
-    names = set(_subcommands())
-    for kebab, mq in (
-        ("delete-topic", "deleteTopic"),
-        ("update-topic", "updateTopic"),
-        ("delete-sub-group", "deleteSubGroup"),
-        ("update-sub-group", "updateSubGroup"),
-        ("clone-group-offset", "cloneGroupOffset"),
-        ("query-cq", "queryCq"),
-        ("stats-all", "statsAll"),
-        ("get-broker-config", "getBrokerConfig"),
-        ("broker-status", "brokerStatus"),
-        ("topic-status", "topicStatus"),
-        ("consumer-progress", "consumerProgress"),
-        ("print-msg", "printMsg"),
-        ("query-msg", "queryMsgById"),
-        ("topic-list", "topicList"),
-        ("reset-offset", "resetOffsetByTime"),
-        ("clean", "deleteExpiredCommitLog"),
-    ):
-        assert {kebab, mq} <= names
-        assert run_rmqfs(mq, "--help").stdout.startswith(f"usage: rmqfs {kebab}"), mq
 
 
 def test_daemon_logging_never_blocks_and_counts_what_it_drops():
@@ -84,3 +85,26 @@ def test_daemon_logging_never_blocks_and_counts_what_it_drops():
         assert h.dropped == 0
     finally:
         log.removeHandler(h)
+
+
+def test_daemon_log_lines_name_the_level_and_logger_once(tmp_path):
+    """Lines read ``rmqfs INFO INFO:rmqfs:mounted ...``: basicConfig gave the queue side its
+    own format, and the writer formatted the result again (issue 25)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    log = tmp_path / "mount.log"
+    code = (
+        "import argparse, logging; from mount.cli import _setup_logging; "
+        f"_setup_logging(argparse.Namespace(debug=False, log_file={str(log)!r}), True); "
+        "logging.getLogger('rmqfs').info('mounted %s on %s', 'S', 'M'); "
+        "logging.getLogger('rmqfs.fs').warning('refused')"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+    assert re.fullmatch(stamp + " rmqfs INFO mounted S on M", lines[0]), lines[0]
+    assert re.fullmatch(stamp + " rmqfs.fs WARNING refused", lines[1]), lines[1]

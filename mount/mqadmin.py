@@ -1,0 +1,549 @@
+"""RocketMQ's ``mqadmin`` names and option letters over the offline commands: one table.
+
+An operator who knows mqadmin types mqadmin: ``rmqfs queryMsgByOffset STORE -t T -b broker-a
+-i 0 -o 7`` is ``rmqfs query-msg STORE -t T -q 0 -o 7``. Each entry of :data:`COMMANDS` names an
+mqadmin subcommand, the rmqfs command it runs, and every option letter that subcommand defines
+(``tools/src/main/java/org/apache/rocketmq/tools/command/**/*SubCommand.java``,
+``buildCommandlineOptions``), each with what it becomes here:
+
+* an rmqfs option (the value is passed on: ``-i`` of queryMsgByOffset becomes ``--queue-id``);
+* a check against the store for the options that route on a cluster (one store is one
+  broker): ``-b brokerName``, ``-b brokerAddr``, ``-c clusterName`` and mqadmin's global ``-n
+  namesrvAddr`` are compared with the store's broker.conf (``--config``: brokerName,
+  brokerIP1:listenPort, brokerClusterName, namesrvAddr; without it RocketMQ's defaults: the
+  host name, 127.0.0.1:10911, DefaultCluster). A mismatch is an error naming the store's
+  value; ``-n`` without a namesrvAddr to compare with is accepted with a note on stderr;
+* accepted without effect, with the reason (``resetOffsetByTime -f``: deprecated);
+* refused with the reason when given (``queryMsgById -d clientId`` pushes the message to a
+  live consumer).
+
+Options a routing command requires on a cluster (``deleteTopic -c``, ``queryMsgByOffset -b``,
+``printMsgByQueue -a``) are optional here: the STORE argument is the broker. mqadmin's other
+required options stay required. The parsed options become an rmqfs command line that the rmqfs
+parser reads (its checks and defaults are the command's own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+from . import admin
+from .admin import AdminError, broker_config
+
+# what an option becomes (Opt.kind)
+VALUE = "value"  # the rmqfs option Opt.to, with the value
+FLAG = "flag"  # an mqadmin flag (no value): the rmqfs flag Opt.to
+FLAG_OFF = "flag-off"  # an mqadmin flag whose absence is the rmqfs flag Opt.to
+IF_TRUE = "if-true"  # an mqadmin true|false option: true is the rmqfs flag Opt.to
+BROKER_NAME = "brokerName"  # checked against the store's broker name
+BROKER_ADDR = "brokerAddr"  # checked against brokerIP1:listenPort
+CLUSTER = "clusterName"  # checked against brokerClusterName
+NAMESRV = "namesrvAddr"  # checked against namesrvAddr when broker.conf has one
+ACCEPT = "accept"  # accepted, no effect here (Opt.why says why)
+LIVE = "live"  # refused when given: needs a live cluster (Opt.why)
+LIVE_TRUE = "live-if-true"  # a boolean: false accepted, true refused (Opt.why)
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One mqadmin option letter of a subcommand and what it becomes in rmqfs."""
+
+    letter: str  # mqadmin's short option, without the dash
+    long: str  # mqadmin's long name
+    kind: str = VALUE
+    to: str = ""  # the rmqfs option (VALUE, FLAG, FLAG_OFF)
+    required: bool = False
+    default: str | None = None  # VALUE: what mqadmin assumes when the option is absent
+    why: str = ""  # ACCEPT, LIVE, LIVE_TRUE: the reason, for --help and the error
+
+
+@dataclass(frozen=True)
+class MqCommand:
+    """An mqadmin subcommand that rmqfs runs as ``rmqfs <rmqfs>`` with translated options."""
+
+    name: str  # mqadmin's commandName()
+    rmqfs: str  # the rmqfs command
+    java: str  # the SubCommand class (tools/.../command/<java>)
+    opts: tuple[Opt, ...]
+    fixed: tuple[str, ...] = ()  # rmqfs arguments always added
+    replaces: tuple[tuple[str, str], ...] = ()  # (a, b): given letter a drops letter b
+
+
+def _v(letter, long, to, required=False, default=None) -> Opt:
+    return Opt(letter, long, VALUE, to, required, default)
+
+
+def _broker(letter="b", long="brokerName") -> Opt:
+    return Opt(letter, long, BROKER_NAME)
+
+
+def _addr(letter="b", long="brokerAddr") -> Opt:
+    return Opt(letter, long, BROKER_ADDR)
+
+
+def _cluster(letter="c", long="clusterName") -> Opt:
+    return Opt(letter, long, CLUSTER)
+
+
+def _live(letter, long, why) -> Opt:
+    return Opt(letter, long, LIVE, why=why)
+
+
+_PUSH = "pushes the message to a live consumer client"
+_GROUP_LIVE = "a consumer group's clients register with a live broker"
+
+#: Every mqadmin subcommand rmqfs answers to, with all of its option letters (mqadmin's global
+#: ``-n namesrvAddr`` is added to each). docs/offline-commands.md lists them with the rest.
+COMMANDS: tuple[MqCommand, ...] = (
+    MqCommand(
+        "sendMessage",
+        "produce",
+        "message/SendMessageCommand",
+        (
+            _v("t", "topic", "--topic", required=True),
+            _v("p", "body", "--body", required=True),
+            _v("k", "key", "--keys"),
+            _v("c", "tags", "--tags"),
+            _broker("b", "broker"),
+            _v("i", "qid", "--queue-id"),
+            Opt("m", "msgTraceEnable", LIVE_TRUE, why="traces are sent by a client to a cluster"),
+        ),
+    ),
+    MqCommand(
+        "printMsg",
+        "print-msg",
+        "message/PrintMessageSubCommand",
+        (
+            _v("t", "topic", "--topic", required=True),
+            _v("c", "charsetName", "--charset"),
+            _v("s", "subExpression", "--sub-expression"),
+            _v("b", "beginTimestamp", "--begin"),
+            _v("e", "endTimestamp", "--end"),
+            _v("d", "printBody", "--print-body"),
+            Opt("l", "lmqParentTopic", ACCEPT, why="it finds an LMQ's route; the store is it"),
+        ),
+    ),
+    MqCommand(
+        "printMsgByQueue",
+        "print-msg",
+        "message/PrintMessageByQueueCommand",
+        (
+            _v("t", "topic", "--topic", required=True),
+            _broker("a", "brokerName"),
+            _v("i", "queueId", "--queue-id", required=True),
+            _v("c", "charsetName", "--charset"),
+            _v("s", "subExpression", "--sub-expression"),
+            _v("b", "beginTimestamp", "--begin"),
+            _v("e", "endTimestamp", "--end"),
+            _v("p", "print msg", "--print-msg", default="false"),
+            _v("d", "printBody", "--print-body", default="false"),
+            Opt("f", "calculate", IF_TRUE, "--tag-counts"),
+        ),
+    ),
+    MqCommand(
+        "consumeMessage",
+        "print-msg",
+        "message/ConsumeMessageCommand",
+        (
+            _v("t", "topic", "--topic", required=True),
+            _broker("b", "brokerName"),
+            _v("i", "queueId", "--queue-id"),
+            _v("o", "offset", "--from-offset"),
+            Opt("g", "consumerGroup", ACCEPT, why="reading a store pulls for no group"),
+            _v("s", "beginTimestamp", "--begin"),
+            _v("e", "endTimestamp", "--end"),
+            _v("c", "MessageNumber", "--max", default="128"),
+        ),
+    ),
+    MqCommand(
+        "queryMsgByKey",
+        "query-msg",
+        "message/QueryMsgByKeySubCommand",
+        (
+            _v("t", "topic", "--topic", required=True),
+            _v("k", "msgKey", "--key", required=True),
+            _v("b", "beginTimestamp", "--begin"),
+            _v("e", "endTimestamp", "--end"),
+            _v("m", "maxNum", "--max-num"),
+            _cluster("c", "cluster"),
+        ),
+    ),
+    MqCommand(
+        "queryMsgById",
+        "query-msg",
+        "message/QueryMsgByIdSubCommand",
+        (
+            _v("t", "topic", "--topic", required=True),
+            _v("i", "msgId", "--msg-id", required=True),
+            _live("g", "consumerGroup", _PUSH),
+            _live("d", "clientId", _PUSH),
+            _live("s", "sendMessage", "sends the message again through a live broker"),
+            _live("u", "unitName", "a unit is a route of a live cluster"),
+            _v("f", "bodyFormat", "--charset"),
+            _cluster("c", "cluster"),
+        ),
+    ),
+    MqCommand(
+        "queryMsgByOffset",
+        "query-msg",
+        "message/QueryMsgByOffsetSubCommand",
+        (
+            _v("t", "topic", "--topic", required=True),
+            _broker("b", "brokerName"),
+            _v("i", "queueId", "--queue-id", required=True),
+            _v("o", "offset", "--offset", required=True),
+            _v("f", "bodyFormat", "--charset"),
+        ),
+    ),
+    MqCommand(
+        "queryMsgByUniqueKey",
+        "query-msg",
+        "message/QueryMsgByUniqueKeySubCommand",
+        (
+            _v("i", "msgId", "--msg-id", required=True),
+            _live("g", "consumerGroup", _PUSH),
+            _live("d", "clientId", _PUSH),
+            _v("t", "topic", "--topic", required=True),
+            Opt("a", "showAll", FLAG_OFF, "--first"),
+            _cluster("c", "cluster"),
+        ),
+        fixed=("--uniq-key",),
+    ),
+    MqCommand(
+        "queryMsgTraceById",
+        "query-trace",
+        "message/QueryMsgTraceByIdSubCommand",
+        (
+            _v("i", "msgId", "--msg-id", required=True),
+            _v("t", "traceTopic", "--trace-topic"),
+            _v("b", "beginTimestamp", "--begin"),
+            _v("e", "endTimestamp", "--end"),
+            _v("c", "maxNum", "--max-num"),
+        ),
+    ),
+    MqCommand(
+        "topicList",
+        "topic-list",
+        "topic/TopicListSubCommand",
+        (Opt("c", "clusterModel", FLAG, "--clusters"),),
+    ),
+    MqCommand(
+        "topicStatus",
+        "topic-status",
+        "topic/TopicStatusSubCommand",
+        (_v("t", "topic", "--topic", required=True), _cluster("c", "cluster")),
+    ),
+    MqCommand(
+        "consumerProgress",
+        "consumer-progress",
+        "consumer/ConsumerProgressSubCommand",
+        (
+            _v("g", "groupName", "--group"),
+            _v("t", "topicName", "--topic"),
+            Opt("s", "showClientIP", LIVE_TRUE, why=_GROUP_LIVE),
+            _cluster("c", "cluster"),
+        ),
+    ),
+    MqCommand(
+        "getConsumerStatus",
+        "consumer-progress",
+        "offset/GetConsumerStatusCommand",
+        (
+            _v("g", "group", "--group", required=True),
+            _v("t", "topic", "--topic", required=True),
+            _live("i", "originClientId", _GROUP_LIVE),
+        ),
+    ),
+    MqCommand(
+        "resetOffsetByTime",
+        "reset-offset",
+        "offset/ResetOffsetByTimeCommand",
+        (
+            _v("g", "group", "--group", required=True),
+            _v("t", "topic", "--topic", required=True),
+            _v("s", "timestamp", "--timestamp", required=True),
+            Opt("f", "force", ACCEPT, why="deprecated; no consumer is online to ask"),
+            _addr("b", "broker"),
+            _v("q", "queue", "--queue-id"),
+            _v("o", "offset", "--offset"),
+            # -c is defined twice there (cplus, then cluster): the second, with a value, wins
+            _cluster("c", "cluster"),
+        ),
+        replaces=(("o", "s"),),
+    ),
+    MqCommand(
+        "skipAccumulatedMessage",
+        "reset-offset",
+        "offset/SkipAccumulationSubCommand",
+        (
+            _v("g", "group", "--group", required=True),
+            _v("t", "topic", "--topic", required=True),
+            Opt("f", "force", ACCEPT, why="deprecated; no consumer is online to ask"),
+            _cluster("c", "cluster"),
+        ),
+        fixed=("--timestamp=now",),
+    ),
+    MqCommand(
+        "deleteTopic",
+        "delete-topic",
+        "topic/DeleteTopicSubCommand",
+        (_v("t", "topic", "--topic", required=True), _cluster()),
+    ),
+    MqCommand(
+        "updateTopic",
+        "update-topic",
+        "topic/UpdateTopicSubCommand",
+        (
+            _addr(),
+            _cluster(),
+            _live("a", "attributes", "rmqfs keeps a topic's attributes as they are"),
+            _v("t", "topic", "--topic", required=True),
+            _v("r", "readQueueNums", "--read-queue-nums"),
+            _v("w", "writeQueueNums", "--write-queue-nums"),
+            _v("p", "perm", "--perm"),
+            _v("o", "order", "--order"),
+            _live("u", "unit", "unit topics are routes of a live cluster"),
+            _live("s", "hasUnitSub", "unit topics are routes of a live cluster"),
+        ),
+    ),
+    MqCommand(
+        "deleteSubGroup",
+        "delete-sub-group",
+        "consumer/DeleteSubscriptionGroupCommand",
+        (
+            _addr(),
+            _cluster(),
+            _v("g", "groupName", "--group-name", required=True),
+            _v("r", "removeOffset", "--remove-offset"),
+        ),
+    ),
+    MqCommand(
+        "updateSubGroup",
+        "update-sub-group",
+        "consumer/UpdateSubGroupSubCommand",
+        (
+            _addr(),
+            _cluster(),
+            _v("g", "groupName", "--group-name", required=True),
+            _v("s", "consumeEnable", "--consumeEnable"),
+            _v("m", "consumeFromMinEnable", "--consumeFromMinEnable"),
+            _v("d", "consumeBroadcastEnable", "--consumeBroadcastEnable"),
+            _v("o", "consumeMessageOrderly", "--consumeMessageOrderly"),
+            _v("q", "retryQueueNums", "--retryQueueNums"),
+            _v("r", "retryMaxTimes", "--retryMaxTimes"),
+            _live("p", "groupRetryPolicy", "rmqfs keeps a group's retry policy as it is"),
+            _v("i", "brokerId", "--brokerId"),
+            _v("w", "whichBrokerWhenConsumeSlowly", "--whichBrokerWhenConsumeSlowly"),
+            _v("a", "notifyConsumerIdsChanged", "--notifyConsumerIdsChangedEnable"),
+        ),
+    ),
+    MqCommand(
+        "cloneGroupOffset",
+        "clone-group-offset",
+        "offset/CloneGroupOffsetCommand",
+        (
+            _v("s", "srcGroup", "--src-group", required=True),
+            _v("d", "destGroup", "--dest-group", required=True),
+            _v("t", "topic", "--topic", required=True),
+            _v("o", "offline", "--offline"),
+        ),
+    ),
+    MqCommand(
+        "queryCq",
+        "query-cq",
+        "queue/QueryConsumeQueueCommand",
+        (
+            _v("t", "topic", "--topic", required=True),
+            _v("q", "queue", "--queue", required=True),
+            _v("i", "index", "--index", required=True),
+            _v("c", "count", "--count"),
+            _addr("b", "broker"),
+            _live("g", "consumer", "it filters by a subscription a live consumer registers"),
+        ),
+    ),
+    MqCommand(
+        "statsAll",
+        "stats-all",
+        "stats/StatsAllSubCommand",
+        (Opt("a", "activeTopic", FLAG, "--active-topic"), _v("t", "topic", "--topic")),
+    ),
+    MqCommand(
+        "getBrokerConfig",
+        "get-broker-config",
+        "broker/GetBrokerConfigCommand",
+        (
+            _addr(),
+            _cluster(),
+        ),
+    ),
+    MqCommand(
+        "brokerStatus",
+        "broker-status",
+        "broker/BrokerStatusSubCommand",
+        (
+            _addr(),
+            _cluster(),
+        ),
+    ),
+    MqCommand(
+        "deleteExpiredCommitLog",
+        "clean",
+        "broker/DeleteExpiredCommitLogSubCommand",
+        (_addr(), _cluster("c", "cluster")),
+    ),
+)
+
+#: mqadmin's global option, added to every subcommand (MQAdminStartup: ``-n``).
+NAMESRV_OPT = Opt("n", "namesrvAddr", NAMESRV)
+
+BY_NAME = {c.name: c for c in COMMANDS}
+
+
+def aliases_of(rmqfs: str) -> list[str]:
+    """The mqadmin names that run the rmqfs command ``rmqfs``."""
+    return [c.name for c in COMMANDS if c.rmqfs == rmqfs]
+
+
+def _store_value(kind: str, config) -> tuple[str | None, str]:
+    """(the store's value for a routing option, where it comes from)."""
+    from engine.store import StoreConfig
+
+    cfg = config or StoreConfig()
+    key, value = {
+        BROKER_NAME: ("brokerName", cfg.broker_name),
+        BROKER_ADDR: ("brokerIP1:listenPort", f"{cfg.broker_ip1}:{cfg.listen_port}"),
+        CLUSTER: ("brokerClusterName", cfg.broker_cluster_name),
+        NAMESRV: ("namesrvAddr", cfg.namesrv_addr),
+    }[kind]
+    if config is not None:
+        return value, f"{key} of --config"
+    return value, f"RocketMQ's default {key}: no --config broker.conf names it"
+
+
+_IS = {
+    BROKER_NAME: "this store is broker",
+    BROKER_ADDR: "this store's broker address is",
+    CLUSTER: "this store's broker is in cluster",
+    NAMESRV: "this store's broker registers with",
+}
+
+
+def check_routing(opt: Opt, value: str, config) -> str | None:
+    """Check a routing option (``-b``, ``-c``, ``-n``) against the store: raises AdminError
+    when it names another broker, cluster or name server; returns a note for stderr when there
+    is nothing to compare with (``-n`` without namesrvAddr in --config), else None."""
+    mine, where = _store_value(opt.kind, config)
+    given = value.strip()
+    if opt.kind == NAMESRV:
+        if mine is None:
+            return (
+                f"-{opt.letter} {given}: not checked: a store directory has no name server "
+                "(a --config with namesrvAddr= checks it)"
+            )
+        if set(filter(None, given.split(";"))) <= set(filter(None, mine.split(";"))):
+            return None
+    elif given == mine:
+        return None
+    raise AdminError(f"-{opt.letter} {given}: {_IS[opt.kind]} {mine}, not {given} ({where})")
+
+
+def _truth(value: str, letter: str) -> bool:
+    v = value.strip().lower()
+    if v not in ("true", "false"):
+        raise AdminError(f"-{letter} takes true or false, not {value!r}")
+    return v == "true"
+
+
+def translate(cmd: MqCommand, args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(the rmqfs command line of parsed mqadmin ``args``, notes for stderr). Checks the
+    routing options against the store (:func:`check_routing`) and refuses live-only options.
+    Raises AdminError."""
+    config = broker_config(args)
+    argv = [cmd.rmqfs, args.store] + (["--config", args.config] if args.config else [])
+    argv += list(cmd.fixed)
+    notes = []
+    given = {o.letter for o in cmd.opts if getattr(args, "o_" + o.letter) is not None}
+    dropped = {b for a, b in cmd.replaces if a in given}
+    for o in (*cmd.opts, NAMESRV_OPT):
+        value = getattr(args, "o_" + o.letter)
+        if o.letter in dropped:
+            continue
+        if o.kind == VALUE:
+            value = value if value is not None else o.default
+            if value is not None:
+                argv.append(f"{o.to}={value}")
+        elif o.kind == FLAG:
+            if value:
+                argv.append(o.to)
+        elif o.kind == FLAG_OFF:
+            if not value:
+                argv.append(o.to)
+        elif o.kind == IF_TRUE:
+            if value is not None and _truth(value, o.letter):
+                argv.append(o.to)
+        elif value is None:
+            continue
+        elif o.kind in (BROKER_NAME, BROKER_ADDR, CLUSTER, NAMESRV):
+            note = check_routing(o, value, config)
+            if note:
+                notes.append(note)
+        elif o.kind == LIVE or (o.kind == LIVE_TRUE and _truth(value, o.letter)):
+            raise AdminError(
+                f"{cmd.name} -{o.letter} ({o.long}) needs a live cluster: {o.why}; "
+                f"this reads the store directory {args.store}"
+            )
+    return argv, notes
+
+
+def _help(o: Opt) -> str:
+    if o.kind == VALUE:
+        extra = f" (default {o.default})" if o.default is not None else ""
+        return f"{o.long}: rmqfs {o.to}{extra}"
+    if o.kind in (FLAG, FLAG_OFF, IF_TRUE):
+        when = {FLAG: "", FLAG_OFF: " when absent", IF_TRUE: " when true"}[o.kind]
+        return f"{o.long}: rmqfs {o.to}{when}"
+    if o.kind in (BROKER_NAME, BROKER_ADDR, CLUSTER, NAMESRV):
+        return f"{o.long}: checked against the store's {o.kind} (broker.conf)"
+    if o.kind == ACCEPT:
+        return f"{o.long}: accepted, no effect: {o.why}"
+    return f"{o.long}: needs a live cluster ({o.why})"
+
+
+def add_subcommands(sub) -> None:
+    """Register every mqadmin name of :data:`COMMANDS` on the ``rmqfs`` subparsers, hidden
+    from the command list (``rmqfs --help`` groups them under their rmqfs command). Each parses
+    mqadmin's letters, checks the routing options (:func:`translate`) and runs the rmqfs
+    command line through the offline commands' parser (``admin.build_parser``)."""
+    for cmd in COMMANDS:
+        p = sub.add_parser(
+            cmd.name,
+            allow_abbrev=False,
+            description=f"mqadmin {cmd.name} ({cmd.java}) on a store directory: runs "
+            f"rmqfs {cmd.rmqfs} (rmqfs {cmd.rmqfs} --help). Routing options are checked "
+            "against the store's broker.conf (--config).",
+        )
+        admin.add_store_args(p)
+        for o in (*cmd.opts, NAMESRV_OPT):
+            kw: dict = {"dest": "o_" + o.letter, "help": _help(o)}
+            if o.kind in (FLAG, FLAG_OFF):
+                kw["action"] = "store_true"
+                kw["default"] = None
+            else:
+                kw["metavar"] = o.long.replace(" ", "").upper()
+                kw["required"] = o.required
+            p.add_argument(f"-{o.letter}", f"--{o.long.replace(' ', '')}", **kw)
+        p.set_defaults(func=admin.wrap_command(_runner(cmd)))
+
+
+def _runner(cmd: MqCommand):
+    def run(args) -> int:
+        argv, notes = translate(cmd, args)
+        for note in notes:
+            print(f"rmqfs: note: {note}", file=sys.stderr)
+        inner = admin.build_parser().parse_args(argv)
+        return inner.func(inner)
+
+    run.__doc__ = f"mqadmin {cmd.name}: rmqfs {cmd.rmqfs}"
+    return run
