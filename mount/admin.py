@@ -116,8 +116,15 @@ def open_store(args, write: bool = False, create: bool = False):
         root = path
     else:
         root = _check_store(path)
+    # A one-shot read follows a live writer (a broker, a mount) but does not stay attached to
+    # a store no one writes: brokerStatus said "follower: True" of a cleanly closed store.
+    from engine.service.lock import lock_holder
+
+    follow = None if write else lock_holder(root) is not None
     # the open's recovery (long after a crash) shows its progress too
-    return MessageStore(root, broker_config(args), read_only=not write, progress=_progress)
+    return MessageStore(
+        root, broker_config(args), read_only=not write, follow=follow, progress=_progress
+    )
 
 
 def _topic(store, topic: str):

@@ -741,13 +741,16 @@ def test_get_broker_config_and_broker_status(store, conf):
     st = json.loads(run_rmqfs("broker-status", root, "--json", "--config", conf).stdout)
     from engine.live.status import store_status
 
-    with MessageStore(root, _cfg(), read_only=True) as s:
+    with MessageStore(root, _cfg(), read_only=True, follow=False) as s:
         s.config.broker_name = "broker-t"
         expect = store_status(s)
     for d in (st, expect):  # how long each open's recovery took differs
         d["recovery"].pop("seconds")
     assert st == json.loads(json.dumps(expect))
     assert st["messages"] == 1200 and st["topics"] == 1
+    # issue 22, section 3: a cleanly closed store that no one writes is no follower, and the
+    # time of its last record is known
+    assert st["follower"] is False and st["lastStoreTimestamp"] > 0
     text = run_rmqfs("broker-status", root, "--config", conf).stdout
     assert f"{'commitLogMaxOffset':<32}: {st['commitLogMaxOffset']}" in text
 
