@@ -638,25 +638,16 @@ class RmqOperations(pyfuse3.Operations):
         ``rsync -X``), recorded in ``refused.jsonl`` like every refused write. getxattr and
         listxattr stay unimplemented on purpose: libfuse's ENOSYS makes the kernel stop
         asking, where an answer would cost a request per write (``security.capability``)."""
-        node = self.nodes.get(inode)
-        raise self._refuse(
-            "setxattr",
-            node.path if node is not None else "?",
-            ctx,
-            errno.ENOTSUP,
-            f"extended attributes are not kept (setting {os.fsdecode(name)!r})",
-        )
+        raise self._no_xattr("setxattr", inode, ctx, f" (setting {os.fsdecode(name)!r})")
 
     async def removexattr(self, inode, name, ctx):
         """No extended attributes to remove: ENOTSUP, recorded as :meth:`setxattr`."""
+        raise self._no_xattr("removexattr", inode, ctx)
+
+    def _no_xattr(self, op: str, inode: int, ctx, what: str = "") -> pyfuse3.FUSEError:
         node = self.nodes.get(inode)
-        raise self._refuse(
-            "removexattr",
-            node.path if node is not None else "?",
-            ctx,
-            errno.ENOTSUP,
-            "extended attributes are not kept",
-        )
+        path = node.path if node is not None else "?"
+        return self._refuse(op, path, ctx, errno.ENOTSUP, "extended attributes are not kept" + what)
 
     async def link(self, inode, new_parent_inode, new_name, ctx):
         raise self._no_write(
