@@ -32,12 +32,16 @@ __all__ = [
     "message_fields",
     "build_line",
     "build_lines",
+    "DELIVER_TIMESTAMP",
+    "build_scheduled_line",
     "parse_json_line",
     "message_from_json",
 ]
 
 #: The fields of a ``messages.jsonl`` line, in their order (``MessageExt``'s names).
 LINE_FIELDS: tuple[str, ...] = tuple(n for n, _ in LINE_COLUMNS)
+#: The field a ``scheduled.jsonl`` line adds before ``body``: when the message is delivered.
+DELIVER_TIMESTAMP = "deliverTimestamp"
 #: The field a line adds after ``body`` when the body is base64 (not UTF-8).
 BODY_ENCODING = "bodyEncoding"
 #: The fields a ``produce.jsonl`` line may have.
@@ -78,6 +82,22 @@ def build_line(rec: MessageRecord) -> bytes:
     compare them)."""
     body = rec.plain_body  # first: a body left compressed adds its property
     return _line(message_fields(rec), body)
+
+
+def build_scheduled_line(rec: MessageRecord, real_topic: str, real_queue_id: int, deliver_ms: int):
+    """One ``scheduled.jsonl`` line: a message waiting for delivery (``engine.read.scheduled``).
+
+    The :func:`build_line` fields of the stored record (``rec``, in ``rmq_sys_wheel_timer`` or
+    ``SCHEDULE_TOPIC_XXXX``: its queueOffset, commitLogOffset, msgId and properties are the
+    stored record's) with ``topic``/``queueId`` the real ones it will be delivered to
+    (``REAL_TOPIC``/``REAL_QID``) and :data:`DELIVER_TIMESTAMP` (epoch ms) before ``body``.
+    """
+    body = rec.plain_body
+    fields = message_fields(rec)
+    fields["topic"] = real_topic
+    fields["queueId"] = real_queue_id
+    fields[DELIVER_TIMESTAMP] = deliver_ms
+    return _line(fields, body)
 
 
 def _line(fields: dict, body: bytes) -> bytes:
