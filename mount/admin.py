@@ -321,6 +321,12 @@ def cmd_produce(args) -> int:
         properties[k] = v
     from engine.service.validation import check_message, check_topic_creatable
 
+    # a delayed or timed message (HookUtils.handleScheduleMessage stores it as the broker does)
+    timing = {
+        "delay_level": args.delay_level or 0,
+        "deliver_time_ms": args.deliver_time,
+        "delay_time_ms": args.delay_ms,
+    }
     # the message fields shared by every line, checked once before the store is opened
     check_message(
         Message(
@@ -330,6 +336,7 @@ def cmd_produce(args) -> int:
             keys=args.keys,
             properties=properties or None,
             queue_id=args.queue_id,
+            **timing,
         )
     )
     if args.body is not None and args.files:
@@ -378,6 +385,7 @@ def cmd_produce(args) -> int:
                     keys=args.keys,
                     properties=properties or None,
                     queue_id=args.queue_id,
+                    **timing,
                 )
                 for line in lines
                 if line
@@ -1151,6 +1159,19 @@ def add_subcommands(sub) -> None:
     )
     p.add_argument(
         "--property", action="append", metavar="NAME=VALUE", help="a user property (repeatable)"
+    )
+    when = p.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay-level", type=int, metavar="N", help="delay level N (SCHEDULE_TOPIC_XXXX)"
+    )
+    when.add_argument(
+        "--deliver-time",
+        type=int,
+        metavar="EPOCH_MS",
+        help="a timed message delivered then (5.x timer store: rmq_sys_wheel_timer)",
+    )
+    when.add_argument(
+        "--delay-ms", type=int, metavar="MS", help="a timed message delivered MS from now"
     )
     p.add_argument(
         "-v",

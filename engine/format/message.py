@@ -806,6 +806,11 @@ class Message:
     (``HookUtils.handleScheduleMessage``): topic ``SCHEDULE_TOPIC_XXXX``, queue ``level-1``,
     properties ``REAL_TOPIC``/``REAL_QID``/``DELAY``. ``compress`` True/False forces or
     forbids body compression; None applies ``StoreConfig.compress_msg_body_over_howmuch``.
+    ``deliver_time_ms`` (epoch ms), ``delay_time_ms`` or ``delay_time_sec`` make a timed message
+    (the producer's ``setDeliverTimeMs``/``setDelayTimeMs``/``setDelayTimeSec``: properties
+    ``TIMER_DELIVER_MS``/``TIMER_DELAY_MS``/``TIMER_DELAY_SEC``), which a 5.x broker stores in
+    ``rmq_sys_wheel_timer`` (``HookUtils.transformTimerMessage``); ignored with ``delay_level``
+    (``HookUtils.checkIfTimerMessage`` clears them).
     ``wait_store_msg_ok`` False (property ``WAIT=false``) does not wait for SYNC_FLUSH.
     """
 
@@ -823,6 +828,9 @@ class Message:
     delay_level: int = 0
     compress: bool | None = None
     wait_store_msg_ok: bool = True
+    deliver_time_ms: int | None = None
+    delay_time_ms: int | None = None
+    delay_time_sec: int | None = None
 
 
 @dataclass(slots=True)
