@@ -1162,7 +1162,10 @@ def add_subcommands(sub) -> None:
     )
     when = p.add_mutually_exclusive_group()
     when.add_argument(
-        "--delay-level", type=int, metavar="N", help="delay level N (SCHEDULE_TOPIC_XXXX)"
+        "--delay-level",
+        type=int,
+        metavar="N",
+        help="a delayed message of delay level N (messageDelayLevel)",
     )
     when.add_argument(
         "--deliver-time",
