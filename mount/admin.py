@@ -356,6 +356,14 @@ def cmd_produce(args) -> int:
     ):
         raise AdminError(f"{path} holds no store yet; pass -c to create it with topic {args.topic}")
     with open_store(args, write=True, create=True) as store:
+        if (args.deliver_time is not None or args.delay_ms is not None) and not args.delay_level:
+            from engine.service.putmessage import timer_enabled
+
+            if not timer_enabled(store):
+                raise AdminError(
+                    "a timed message needs RocketMQ 5's timer store, and this store has no "
+                    "timerwheel: use --delay-level, or --config a broker.conf with timerWheelEnable=true"
+                )
         if store.topic_config.get(args.topic) is None:
             if not args.create:
                 raise AdminError(
@@ -372,6 +380,7 @@ def cmd_produce(args) -> int:
         if args.queue_id is not None:
             _queue(store, args.topic, args.queue_id)
         counts: dict[int, int] = {}
+        held: set[str] = set()  # the system topics delayed and timed messages wait in
         first = last = None
         total = 0
 
@@ -400,6 +409,8 @@ def cmd_produce(args) -> int:
                     f"{total + len(msgs)} were produced, none after"
                 ) from None
             for r in results:
+                if r.topic != args.topic:
+                    held.add(r.topic)
                 counts[r.queue_id] = counts.get(r.queue_id, 0) + 1
                 first = first or r
                 last = r
@@ -418,6 +429,7 @@ def cmd_produce(args) -> int:
         print(
             f"produced {total} messages to {args.topic} (queue: count {per_queue}), "
             f"CommitLog [{first.commitlog_offset}, {last.commitlog_offset + last.size})"
+            + (f", waiting in {', '.join(sorted(held))}" if held else "")
         )
     else:
         print(f"produced 0 messages to {args.topic}")
