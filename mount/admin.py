@@ -362,7 +362,8 @@ def cmd_produce(args) -> int:
             if not timer_enabled(store):
                 raise AdminError(
                     "a timed message needs RocketMQ 5's timer store, and this store has no "
-                    "timerwheel: use --delay-level, or --config a broker.conf with timerWheelEnable=true"
+                    "timerwheel: use --delay-level, or --config a broker.conf with "
+                    "timerWheelEnable=true"
                 )
         if store.topic_config.get(args.topic) is None:
             if not args.create:
