@@ -15,17 +15,20 @@ bytes; ``TimerWheel``'s constructor refuses a file of another length. Slot ``i``
 
 ``TimerWheel.getSlot(timeMs)`` returns an empty slot when the slot at the index holds another
 tick, so only a slot whose tick maps to its own index is live. The reader is numpy over the
-whole file (1.2 million slots: never a Python loop over them).
+whole file (1.2 million slots: never a Python loop over them); numpy is imported on first use,
+so the put path (which only needs :data:`WHEEL_FILE`) stays free of it.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: TimerMessageStore.TIMER_WHEEL_TTL_DAY, DAY_SECS
 TIMER_WHEEL_TTL_DAY = 7
@@ -43,8 +46,6 @@ SLOT_FIELDS: tuple[tuple[str, str], ...] = (
     ("num", ">i4"),
     ("magic", ">i4"),
 )
-SLOT_DTYPE = np.dtype(list(SLOT_FIELDS))
-assert SLOT_DTYPE.itemsize == SLOT.size
 #: The file's one valid length (TimerWheel: ``slotsTotal * 2 * Slot.SIZE``).
 WHEEL_LENGTH = SLOTS_TOTAL * 2 * SLOT.size
 #: The file's name in the store root (TimerMessageStore.getTimerWheelPath).
@@ -63,7 +64,7 @@ def read_live_slots(
         precision_ms: ``timerPrecisionMs`` (a tick's length).
 
     Returns:
-        A structured array (:data:`SLOT_DTYPE` fields plus ``timeMs``, int64 epoch ms), one row
+        A numpy structured array (:data:`SLOT_FIELDS` plus ``timeMs``, int64 epoch ms), one row
         per slot that holds units (``lastPos >= 0``) and whose tick maps to its own index
         (``TimerWheel.getSlot``), sorted by time.
 
@@ -72,6 +73,8 @@ def read_live_slots(
             such a file) or ``precision_ms`` is not positive.
         OSError: from the file.
     """
+    import numpy as np
+
     if precision_ms <= 0:
         raise CorruptRecordError(f"timerPrecisionMs {precision_ms} is not positive")
     size = os.stat(path).st_size
@@ -79,7 +82,7 @@ def read_live_slots(
         raise CorruptRecordError(
             f"{path}: {size} bytes, a timer wheel is {WHEEL_LENGTH} (TimerWheel refuses it)"
         )
-    wheel = np.memmap(path, dtype=SLOT_DTYPE, mode="r")
+    wheel = np.memmap(path, dtype=np.dtype(list(SLOT_FIELDS)), mode="r")
     try:
         ticks = wheel["timeTick"]
         index = np.arange(len(wheel), dtype=np.int64)
