@@ -120,6 +120,13 @@ class StoreConfig:
     namesrv_addr: str | None = None
     default_topic_queue_nums: int = 4
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    # the 5.x timer store (MessageStoreConfig): a tick's length, the furthest deliver time a
+    # timed message may have, and whether the broker runs its timer wheel. None: timed messages
+    # are accepted on a store that has a ``timerwheel`` (a 5.x broker's, whose default is true)
+    # and refused on one without (a 4.x broker would deliver them at once).
+    timer_precision_ms: int = 1000
+    timer_max_delay_sec: int = 3600 * 24 * 3
+    timer_wheel_enable: bool | None = None
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 5_000_000 * 4
@@ -166,6 +173,9 @@ class StoreConfig:
         "namesrvAddr": ("namesrv_addr", str),
         "defaultTopicQueueNums": ("default_topic_queue_nums", int),
         "messageDelayLevel": ("message_delay_level", str),
+        "timerPrecisionMs": ("timer_precision_ms", int),
+        "timerMaxDelaySec": ("timer_max_delay_sec", int),
+        "timerWheelEnable": ("timer_wheel_enable", _bool),
         "messageIndexEnable": ("message_index_enable", _bool),
         "maxHashSlotNum": ("max_hash_slot_num", int),
         "maxIndexNum": ("max_index_num", int),

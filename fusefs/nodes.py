@@ -12,6 +12,7 @@ threads, never on the trio loop.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import re
@@ -21,7 +22,8 @@ import threading
 from engine import errors as E
 from engine.live.progress import consumer_progress, diff_total
 from engine.live.status import store_status
-from engine.read.jsonline import message_from_json, parse_json_line
+from engine.read.jsonline import build_scheduled_line, message_from_json, parse_json_line
+from engine.read.scheduled import waiting_messages
 from engine.service.storetree import lstat_beneath, open_beneath
 from engine.service.validation import check_send_topic, check_topic_creatable, parse_decimal
 from engine.store import Message
@@ -64,6 +66,8 @@ topics/<topic>/produce          append lines: each line becomes one message
 topics/<topic>/produce.jsonl    append JSON lines: {{"body": ..., "tags": ..., "keys": [...]}}
 topics/<topic>/messages.jsonl   every message of the topic, decoded, in CommitLog order
 topics/<topic>/bodies.txt       the bodies only, one per line
+topics/<topic>/scheduled.jsonl  messages waiting for delivery to the topic (timer, delay
+                                level), each with deliverTimestamp, in delivery order
 topics/<topic>/topic.json       the topic's config (topics.json); write JSON to change it
 topics/<topic>/keys/<key>       messages with this key (IndexFile lookup)
 topics/<topic>/<queueId>/       messages.jsonl, bodies.txt, offsets.json, produce,
@@ -209,12 +213,71 @@ class TopicDir(Dir):
             "produce.jsonl": lambda: ProduceFile(c, self.sub("produce.jsonl"), t, None, True),
             "messages.jsonl": lambda: TopicViewFile(c, self.sub("messages.jsonl"), t, "messages"),
             "bodies.txt": lambda: TopicViewFile(c, self.sub("bodies.txt"), t, "bodies"),
+            "scheduled.jsonl": lambda: ScheduledFile(c, self.sub("scheduled.jsonl"), t),
             "topic.json": lambda: TopicJsonFile(c, self.sub("topic.json"), t),
             "keys": lambda: KeysDir(c, self.sub("keys"), t),
         }
         for q in c.store.queue_ids(t):
             d[str(q)] = lambda q=q: QueueDir(c, self.sub(str(q)), t, q)
         return d
+
+
+#: The most ``scheduled.jsonl`` holds (bytes of lines): built whole on open and held while the
+#: file is open, so bounded; past it the file's last line says how many more wait.
+SCHEDULED_MAX_BYTES = 16 << 20
+
+
+class ScheduledFile(GeneratedFile):
+    """``topics/<topic>/scheduled.jsonl``: every message waiting for delivery to the topic
+    (``engine.read.scheduled.waiting_messages``: the 5.x timer store and the delay levels), one
+    ``jsonline.build_scheduled_line`` a line, in delivery order. Built on open (direct I/O,
+    size shown as 0: it changes as messages come due), at most :data:`SCHEDULED_MAX_BYTES`;
+    when more wait, the last line is ``{"truncated": true, "shown": N, "waiting": M,
+    "reason": ...}``. A damaged timer store or record gives EIO."""
+
+    def __init__(self, ctx, path, topic):
+        super().__init__(ctx, path)
+        self.topic = topic
+
+    def stat(self) -> Stat:
+        return Stat(RO_FILE, 0, self.ctx.mount_time_ns)
+
+    def content(self) -> bytes:
+        out: list[bytes] = []
+        size = shown = waiting = 0
+        try:
+            for w in waiting_messages(self.ctx.store, self.topic):
+                waiting += 1
+                if size < SCHEDULED_MAX_BYTES:
+                    line = build_scheduled_line(
+                        w.record, w.real_topic, w.real_queue_id, w.deliver_ms
+                    )
+                    if size + len(line) <= SCHEDULED_MAX_BYTES:
+                        out.append(line)
+                        size += len(line)
+                        shown += 1
+                        continue
+                    size = SCHEDULED_MAX_BYTES
+        except E.StoreError as exc:
+            raise fs_error(exc) from None
+        if waiting > shown:
+            out.append(
+                json.dumps(
+                    {
+                        "truncated": True,
+                        "shown": shown,
+                        "waiting": waiting,
+                        "reason": f"scheduled.jsonl shows at most {SCHEDULED_MAX_BYTES} bytes; "
+                        "the rocketmq data source's scheduled option reads them all",
+                    }
+                ).encode()
+                + b"\n"
+            )
+        return b"".join(out)
+
+    def open(self, flags: int) -> Handle:
+        check_read_only_open(flags)
+        return BytesHandle(self.content())
 
 
 class TopicJsonFile(GeneratedFile):

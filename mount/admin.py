@@ -328,6 +328,12 @@ def cmd_produce(args) -> int:
         properties[k] = v
     from engine.service.validation import check_message, check_topic_creatable
 
+    # a delayed or timed message (HookUtils.handleScheduleMessage stores it as the broker does)
+    timing = {
+        "delay_level": args.delay_level or 0,
+        "deliver_time_ms": args.deliver_time,
+        "delay_time_ms": args.delay_ms,
+    }
     # the message fields shared by every line, checked once before the store is opened
     check_message(
         Message(
@@ -337,6 +343,7 @@ def cmd_produce(args) -> int:
             keys=args.keys,
             properties=properties or None,
             queue_id=args.queue_id,
+            **timing,
         )
     )
     if args.body is not None and args.files:
@@ -356,6 +363,15 @@ def cmd_produce(args) -> int:
     ):
         raise AdminError(f"{path} holds no store yet; pass -c to create it with topic {args.topic}")
     with open_store(args, write=True, create=True) as store:
+        if (args.deliver_time is not None or args.delay_ms is not None) and not args.delay_level:
+            from engine.service.putmessage import timer_enabled
+
+            if not timer_enabled(store):
+                raise AdminError(
+                    "a timed message needs RocketMQ 5's timer store, and this store has no "
+                    "timerwheel: use --delay-level, or --config a broker.conf with "
+                    "timerWheelEnable=true"
+                )
         if store.topic_config.get(args.topic) is None:
             if not args.create:
                 raise AdminError(
@@ -372,6 +388,7 @@ def cmd_produce(args) -> int:
         if args.queue_id is not None:
             _queue(store, args.topic, args.queue_id)
         counts: dict[int, int] = {}
+        held: set[str] = set()  # the system topics delayed and timed messages wait in
         first = last = None
         total = 0
 
@@ -385,6 +402,7 @@ def cmd_produce(args) -> int:
                     keys=args.keys,
                     properties=properties or None,
                     queue_id=args.queue_id,
+                    **timing,
                 )
                 for line in lines
                 if line
@@ -399,6 +417,8 @@ def cmd_produce(args) -> int:
                     f"{total + len(msgs)} were produced, none after"
                 ) from None
             for r in results:
+                if r.topic != args.topic:
+                    held.add(r.topic)
                 counts[r.queue_id] = counts.get(r.queue_id, 0) + 1
                 first = first or r
                 last = r
@@ -417,6 +437,7 @@ def cmd_produce(args) -> int:
         print(
             f"produced {total} messages to {args.topic} (queue: count {per_queue}), "
             f"CommitLog [{first.commitlog_offset}, {last.commitlog_offset + last.size})"
+            + (f", waiting in {', '.join(sorted(held))}" if held else "")
         )
     else:
         print(f"produced 0 messages to {args.topic}")
@@ -1158,6 +1179,22 @@ def add_subcommands(sub) -> None:
     )
     p.add_argument(
         "--property", action="append", metavar="NAME=VALUE", help="a user property (repeatable)"
+    )
+    when = p.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay-level",
+        type=int,
+        metavar="N",
+        help="a delayed message of delay level N (messageDelayLevel)",
+    )
+    when.add_argument(
+        "--deliver-time",
+        type=int,
+        metavar="EPOCH_MS",
+        help="a timed message delivered then (5.x timer store: rmq_sys_wheel_timer)",
+    )
+    when.add_argument(
+        "--delay-ms", type=int, metavar="MS", help="a timed message delivered MS from now"
     )
     p.add_argument(
         "-v",

@@ -54,6 +54,14 @@ Options (strings, names case-insensitive), modelled on Spark's Kafka source:
 ``maxRecordsPerPartition``
     Queue offsets per Spark partition (default 100000): a queue's range is cut at multiples of
     it, as ``view/`` cuts its parts.
+``scheduled``
+    ``true``: instead of the stored messages, those waiting for delivery (the 5.x timer store
+    and the delay levels, ``engine.read.scheduled``; what the mount's
+    ``topics/<topic>/scheduled.jsonl`` shows), batch only, in one partition: the schema is
+    ``engine.read.schema.SCHEDULED_DDL`` (the columns above plus ``deliverTimestamp`` BIGINT,
+    epoch ms), ``topic``/``queue``/``queueId`` the real topic and queue each will be delivered
+    to; ``topics``, ``subscribePattern`` and ``queues`` select by them. The offset, time and
+    tags options do not apply.
 
 Filter pushdown: Spark 4.0 to 4.3 keep the read that filter pushdown plans (partitions and
 reader, ``PythonDataSourceReadInfo``) on the ``PythonDataSourceV2`` provider, which every query
@@ -100,7 +108,7 @@ from pyspark.sql.datasource import (
 
 from engine.errors import CorruptRecordError
 from engine.read.columnar import StoreFiles
-from engine.read.schema import DATASOURCE_DDL
+from engine.read.schema import DATASOURCE_DDL, SCHEDULED_COLUMNS, SCHEDULED_DDL
 
 __all__ = [
     "RocketMQDataSource",
@@ -323,6 +331,7 @@ class _Options:
     max_per_trigger: int | None = None
     per_partition: int = DEFAULT_RECORDS_PER_PARTITION
     columns: tuple | None = None  # a narrower user schema: only these columns are decoded
+    scheduled: bool = False  # the messages waiting for delivery instead (SCHEDULED_DDL)
 
 
 @dataclass(frozen=True)
@@ -460,6 +469,8 @@ def parse_options(options) -> _Options:
         o.max_per_trigger = _int(get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
     if get("maxRecordsPerPartition"):
         o.per_partition = max(1, _int(get("maxRecordsPerPartition"), "maxRecordsPerPartition"))
+    if get("scheduled") is not None:
+        o.scheduled = _bool(get("scheduled"), "scheduled")
     return o
 
 
@@ -726,6 +737,67 @@ def _rate_limit(start: dict, latest: dict, max_rows: int, plan: _Planner) -> dic
     return out
 
 
+@dataclass
+class ScheduledPart(InputPartition):
+    """The one partition of a ``scheduled=true`` read: every waiting message of the store."""
+
+    path: str
+    topics: tuple | None = None
+    pattern: str | None = None
+    queues: frozenset | None = None
+
+    def __post_init__(self):
+        super().__init__(("scheduled", self.path))
+
+
+def read_scheduled(p: ScheduledPart) -> Iterator[tuple]:
+    """Rows (:data:`engine.read.schema.SCHEDULED_COLUMNS`) of the messages waiting for delivery
+    (``engine.read.scheduled.waiting_messages``) to the selected real topics and queues, in
+    delivery order; the body as stored, decompressed. Runs in the Python worker."""
+    from engine.read.jsonline import message_fields
+    from engine.read.scheduled import waiting_messages
+    from engine.store import MessageStore
+
+    rx = re.compile(p.pattern) if p.pattern else None
+    names = [n for n, _ in SCHEDULED_COLUMNS]
+    with MessageStore(p.path, read_only=True) as store:
+        for topic in p.topics or (None,):
+            for w in waiting_messages(store, topic):
+                if rx is not None and not rx.fullmatch(w.real_topic):
+                    continue
+                if p.queues is not None and w.real_queue_id not in p.queues:
+                    continue
+                row = message_fields(w.record)
+                row.update(
+                    topic=w.real_topic,
+                    queueId=w.real_queue_id,
+                    queue=w.real_queue_id,
+                    body=w.record.plain_body,
+                    deliverTimestamp=w.deliver_ms,
+                )
+                yield tuple(row[n] for n in names)
+
+
+class RocketMQScheduledReader(DataSourceReader):
+    """Batch reader of ``scheduled=true``: one :class:`ScheduledPart`."""
+
+    def __init__(self, opts: _Options):
+        if opts.columns is not None:
+            raise ValueError("rocketmq: scheduled=true reads the whole SCHEDULED_DDL schema")
+        if opts.assign is not None:
+            raise ValueError('rocketmq: scheduled=true takes queues as "0,1", not JSON')
+        self.o = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.o
+        topics = tuple(o.topics) if o.topics else None
+        queues = frozenset(o.queues) if o.queues is not None else None
+        return [ScheduledPart(o.path, topics, o.pattern, queues)]
+
+    def read(self, partition):
+        return read_scheduled(partition)
+
+
 class RocketMQDataSource(DataSource):
     """``spark.read.format("rocketmq").load(STORE)`` (see the module docstring)."""
 
@@ -734,17 +806,28 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> str:
+        if parse_options(self.options).scheduled:
+            return SCHEDULED_DDL
         return DATASOURCE_DDL
 
     def _options(self, schema) -> _Options:
         """Freshly parsed options for one reader (``self.options`` is never changed)."""
-        return replace(parse_options(self.options), columns=_columns(schema))
+        o = parse_options(self.options)
+        if o.scheduled:
+            return replace(o, columns=_columns(schema, SCHEDULED_DDL))
+        return replace(o, columns=_columns(schema))
 
     def reader(self, schema):
-        return RocketMQReader(self._options(schema))
+        o = self._options(schema)
+        if o.scheduled:
+            return RocketMQScheduledReader(o)
+        return RocketMQReader(o)
 
     def streamReader(self, schema):
-        return RocketMQStreamReader(self._options(schema))
+        o = self._options(schema)
+        if o.scheduled:
+            raise ValueError("rocketmq: scheduled=true is batch only")
+        return RocketMQStreamReader(o)
 
 
 class RocketMQFilteringDataSource(RocketMQDataSource):
@@ -752,15 +835,18 @@ class RocketMQFilteringDataSource(RocketMQDataSource):
     :func:`register` registers where :func:`pushdown_is_per_scan`."""
 
     def reader(self, schema):
-        return RocketMQFilteringReader(self._options(schema))
+        o = self._options(schema)
+        if o.scheduled:
+            return RocketMQScheduledReader(o)
+        return RocketMQFilteringReader(o)
 
 
-def _columns(schema) -> tuple | None:
+def _columns(schema, ddl: str = DATASOURCE_DDL) -> tuple | None:
     """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
     checked against ``DATASOURCE_DDL``; None for the full schema. Only these are decoded."""
     from engine.read.schema import split_ddl
 
-    types = {n: t.lower().replace(" ", "") for n, t in split_ddl(DATASOURCE_DDL)}
+    types = {n: t.lower().replace(" ", "") for n, t in split_ddl(ddl)}
     names = list(types)
     if schema is None or [f.name for f in schema.fields] == names:
         return None

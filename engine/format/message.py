@@ -109,6 +109,19 @@ PROPERTY_DELAY = "DELAY"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
+# TimerMessageStore.TIMER_TOPIC (TopicValidator.SYSTEM_TOPIC_PREFIX + "wheel_timer"): where the
+# 5.x broker stores a timed message (queue 0) until its timer store delivers it.
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+# MessageConst: what a producer sets on a timed message (one of the three), what HookUtils adds
+# (TIMER_OUT_MS: the deliver time, rounded to the tick), and what a recall carries
+# (TIMER_DEL_UNIQKEY = realTopic + "+" + uniqKey, TimerMessageStore.buildDeleteKey);
+# TIMER_ROLL_TIMES counts the re-puts of a message due more than the roll window ahead.
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 PROPERTY_WAIT = "WAIT"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_CRC32 = "__CRC32#"
@@ -793,6 +806,11 @@ class Message:
     (``HookUtils.handleScheduleMessage``): topic ``SCHEDULE_TOPIC_XXXX``, queue ``level-1``,
     properties ``REAL_TOPIC``/``REAL_QID``/``DELAY``. ``compress`` True/False forces or
     forbids body compression; None applies ``StoreConfig.compress_msg_body_over_howmuch``.
+    ``deliver_time_ms`` (epoch ms), ``delay_time_ms`` or ``delay_time_sec`` make a timed message
+    (the producer's ``setDeliverTimeMs``/``setDelayTimeMs``/``setDelayTimeSec``: properties
+    ``TIMER_DELIVER_MS``/``TIMER_DELAY_MS``/``TIMER_DELAY_SEC``), which a 5.x broker stores in
+    ``rmq_sys_wheel_timer`` (``HookUtils.transformTimerMessage``); ignored with ``delay_level``
+    (``HookUtils.checkIfTimerMessage`` clears them).
     ``wait_store_msg_ok`` False (property ``WAIT=false``) does not wait for SYNC_FLUSH.
     """
 
@@ -810,6 +828,9 @@ class Message:
     delay_level: int = 0
     compress: bool | None = None
     wait_store_msg_ok: bool = True
+    deliver_time_ms: int | None = None
+    delay_time_ms: int | None = None
+    delay_time_sec: int | None = None
 
 
 @dataclass(slots=True)

@@ -32,17 +32,32 @@ __all__ = [
     "message_fields",
     "build_line",
     "build_lines",
+    "DELIVER_TIMESTAMP",
+    "build_scheduled_line",
     "parse_json_line",
     "message_from_json",
 ]
 
 #: The fields of a ``messages.jsonl`` line, in their order (``MessageExt``'s names).
 LINE_FIELDS: tuple[str, ...] = tuple(n for n, _ in LINE_COLUMNS)
+#: The field a ``scheduled.jsonl`` line adds before ``body``: when the message is delivered.
+DELIVER_TIMESTAMP = "deliverTimestamp"
 #: The field a line adds after ``body`` when the body is base64 (not UTF-8).
 BODY_ENCODING = "bodyEncoding"
 #: The fields a ``produce.jsonl`` line may have.
 PRODUCE_FIELDS = frozenset(
-    ("body", "bodyBase64", "tags", "keys", "properties", "queueId", "shardingKey")
+    (
+        "body",
+        "bodyBase64",
+        "tags",
+        "keys",
+        "properties",
+        "queueId",
+        "shardingKey",
+        "delayTimeLevel",
+        "deliverTimestamp",
+        "delayMs",
+    )
 )
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -78,6 +93,22 @@ def build_line(rec: MessageRecord) -> bytes:
     compare them)."""
     body = rec.plain_body  # first: a body left compressed adds its property
     return _line(message_fields(rec), body)
+
+
+def build_scheduled_line(rec: MessageRecord, real_topic: str, real_queue_id: int, deliver_ms: int):
+    """One ``scheduled.jsonl`` line: a message waiting for delivery (``engine.read.scheduled``).
+
+    The :func:`build_line` fields of the stored record (``rec``, in ``rmq_sys_wheel_timer`` or
+    ``SCHEDULE_TOPIC_XXXX``: its queueOffset, commitLogOffset, msgId and properties are the
+    stored record's) with ``topic``/``queueId`` the real ones it will be delivered to
+    (``REAL_TOPIC``/``REAL_QID``) and :data:`DELIVER_TIMESTAMP` (epoch ms) before ``body``.
+    """
+    body = rec.plain_body
+    fields = message_fields(rec)
+    fields["topic"] = real_topic
+    fields["queueId"] = real_queue_id
+    fields[DELIVER_TIMESTAMP] = deliver_ms
+    return _line(fields, body)
 
 
 def _line(fields: dict, body: bytes) -> bytes:
@@ -157,8 +188,10 @@ def message_from_json(obj, topic: str, queue_id: int | None = None):
     ``obj`` is what ``json.loads`` returned for the line; ``queue_id`` is the default queue
     (None: the store picks). Fields: ``body`` (text, stored as UTF-8) or ``bodyBase64``
     (strict base64), exactly one of them and not empty (RocketMQ's client refuses an empty
-    body); optional ``tags``, ``keys``, ``properties``, ``queueId``, ``shardingKey``, where
-    ``null`` is the same as leaving the field out. Any other field is refused, so a misspelt
+    body); optional ``tags``, ``keys``, ``properties``, ``queueId``, ``shardingKey``, and one of
+    ``delayTimeLevel`` (a delay level, ``setDelayTimeLevel``), ``deliverTimestamp`` (epoch ms,
+    ``setDeliverTimeMs``) or ``delayMs`` (``setDelayTimeMs``), where ``null`` is the same as
+    leaving the field out. Any other field is refused, so a misspelt
     ``tag`` or a pasted ``messages.jsonl`` line never loses data silently.
 
     Raises:
@@ -206,6 +239,20 @@ def message_from_json(obj, topic: str, queue_id: int | None = None):
     props = obj.get("properties")
     if props is not None and not isinstance(props, dict):
         raise MessageIllegalError(f"properties must be an object, not {_json_type(props)}")
+    timing = {}
+    for name, attr in (
+        ("delayTimeLevel", "delay_level"),
+        ("deliverTimestamp", "deliver_time_ms"),
+        ("delayMs", "delay_time_ms"),
+    ):
+        value = obj.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise MessageIllegalError(f"{name} must be an integer, not {_json_type(value)}")
+        timing[attr] = value
+    if len(timing) > 1:
+        raise MessageIllegalError("give one of delayTimeLevel, deliverTimestamp and delayMs")
     msg = Message(
         topic,
         data,
@@ -214,6 +261,9 @@ def message_from_json(obj, topic: str, queue_id: int | None = None):
         properties=props or None,
         queue_id=qid,
         sharding_key=obj.get("shardingKey"),
+        delay_level=timing.get("delay_level", 0),
+        deliver_time_ms=timing.get("deliver_time_ms"),
+        delay_time_ms=timing.get("delay_time_ms"),
     )
     check_message(msg)
     return msg

@@ -25,6 +25,8 @@ __all__ = [
     "COLUMN_NAMES",
     "VIEW_DDL",
     "DATASOURCE_DDL",
+    "SCHEDULED_COLUMNS",
+    "SCHEDULED_DDL",
     "PART_DDL",
     "arrow_schema",
     "part_schema",
@@ -73,6 +75,11 @@ VIEW_DDL = _ddl(LINE_COLUMNS)
 PART_DDL = _ddl(PART_COLUMNS)
 #: DDL of ``spark.read.parquet(view)`` and of the ``rocketmq`` data source (the mount's ``view.ddl``).
 DATASOURCE_DDL = _ddl(_ALL)
+#: The column a waiting message adds (``scheduled.jsonl``, the data source's ``scheduled``
+#: option): when it is delivered, epoch ms.
+SCHEDULED_COLUMNS: tuple[tuple[str, str], ...] = _ALL + (("deliverTimestamp", "BIGINT"),)
+#: DDL of the ``rocketmq`` data source with ``scheduled=true``: the messages waiting for delivery.
+SCHEDULED_DDL = _ddl(SCHEDULED_COLUMNS)
 
 
 def split_ddl(ddl: str) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ import errno
 import itertools
 import logging
 import operator
+import os
 import struct
 import time
 import zlib
@@ -55,10 +56,17 @@ from ..format.message import (
     PROPERTY_SEPARATOR,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
     RECORD_SLACK,
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
@@ -73,6 +81,7 @@ from ..format.message import (
     topic_field,
     topic_needs_v2,
 )
+from ..format.timerwheel import WHEEL_FILE
 from ..storeconfig import COMPRESSION_TYPES
 from . import dispatch
 from .dispatch import DispatchRequest
@@ -319,7 +328,7 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
                     )
                 )
             else:
-                targets.append((msg.topic, qid, None))
+                targets.append(timer_target(store, msg, qid, now))
         delays = []
         for msg, (topic, qid, extra) in zip(messages, targets):
             props = dict(msg.properties or {})
@@ -442,6 +451,93 @@ def should_compress(store: MessageStore, msg: Message) -> bool:
         return msg.compress
     limit = store.config.compress_msg_body_over_howmuch
     return 0 <= limit <= len(msg.body) and not msg.sys_flag & COMPRESSED_FLAG
+
+
+def timer_enabled(store: MessageStore) -> bool:
+    """Whether the broker of ``store`` runs a timer store (so delivers timed messages):
+    ``StoreConfig.timer_wheel_enable`` when set (broker.conf ``timerWheelEnable``), else whether
+    the store has a ``timerwheel`` (every 5.x broker's store has one; a 4.x broker has no timer
+    store and would deliver a message of ``rmq_sys_wheel_timer`` to no one)."""
+    flag = store.config.timer_wheel_enable
+    if flag is not None:
+        return flag
+    return os.path.isfile(os.path.join(store.root, WHEEL_FILE))
+
+
+def timer_target(
+    store: MessageStore, msg: Message, qid: int, now: int
+) -> tuple[str, int, dict[str, str] | None]:
+    """``(topic, queueId, extra properties)`` of ``msg`` as the broker stores it: a timed one
+    (``deliver_time_ms``/``delay_time_ms``/``delay_time_sec``) rewritten as
+    ``HookUtils.handleScheduleMessage`` and ``transformTimerMessage`` do, anything else as it is.
+
+    The deliver time (epoch ms; ``now`` plus the delay for a delay) is rounded down to
+    ``timerPrecisionMs``, one tick earlier when it falls on one, and becomes ``TIMER_OUT_MS``;
+    ``REAL_TOPIC``/``REAL_QID`` keep the real topic and queue; the message goes to
+    ``rmq_sys_wheel_timer`` queue 0 (created with one queue, as ``TopicConfigManager`` does).
+    The producer's own property (``TIMER_DELIVER_MS``, ...) stays. A deliver time not after
+    ``now`` leaves the message in its topic (delivered at once), and so do prepared and
+    rollback records (``handleScheduleMessage`` only rewrites NOT and COMMIT ones).
+
+    Raises:
+        MessageIllegalError: more than ``timerMaxDelaySec`` ahead (``WHEEL_TIMER_MSG_ILLEGAL``),
+            or the store's broker runs no timer store (:func:`timer_enabled`;
+            ``WHEEL_TIMER_NOT_ENABLE``).
+    """
+    given = [
+        (name, value)
+        for name, value in (
+            (PROPERTY_TIMER_DELAY_SEC, msg.delay_time_sec),
+            (PROPERTY_TIMER_DELAY_MS, msg.delay_time_ms),
+            (PROPERTY_TIMER_DELIVER_MS, msg.deliver_time_ms),
+        )
+        if value is not None
+    ]
+    tran = msg.sys_flag & TRANSACTION_TYPE_MASK
+    if (
+        not given
+        or msg.topic == TIMER_TOPIC
+        or tran
+        not in (
+            TRANSACTION_NOT_TYPE,
+            TRANSACTION_COMMIT_TYPE,
+        )
+    ):
+        return msg.topic, qid, None
+    if not timer_enabled(store):
+        raise MessageIllegalError(
+            "a timed message needs RocketMQ 5's timer store, and this store has no timerwheel "
+            "(a 4.x broker's, or timerWheelEnable=false): use a delay level, or set "
+            "timerWheelEnable=true in the broker.conf given to rmqfs if its broker is 5.x"
+        )
+    name, value = given[0]  # transformTimerMessage: DELAY_SEC, then DELAY_MS, then DELIVER_MS
+    if name == PROPERTY_TIMER_DELAY_SEC:
+        deliver = now + value * 1000
+    elif name == PROPERTY_TIMER_DELAY_MS:
+        deliver = now + value
+    else:
+        deliver = value
+    extra = {name: str(value)}
+    if deliver <= now:
+        return msg.topic, qid, extra
+    cfg = store.config
+    if deliver - now > cfg.timer_max_delay_sec * 1000:
+        raise MessageIllegalError(
+            f"deliver time {deliver} is more than timerMaxDelaySec ({cfg.timer_max_delay_sec} s) "
+            "ahead (WHEEL_TIMER_MSG_ILLEGAL)"
+        )
+    tick = cfg.timer_precision_ms
+    deliver = deliver - tick if deliver % tick == 0 else deliver // tick * tick
+    if store.topic_config.get(TIMER_TOPIC) is None:
+        store.topic_config.put(TopicConfig(TIMER_TOPIC, 1, 1))
+    extra.update(
+        {
+            PROPERTY_TIMER_OUT_MS: str(deliver),
+            PROPERTY_REAL_TOPIC: msg.topic,
+            PROPERTY_REAL_QID: str(qid),
+        }
+    )
+    return TIMER_TOPIC, 0, extra
 
 
 def schedule_topic(store: MessageStore) -> None:

@@ -244,6 +244,38 @@ def check_send_topic(topic: str) -> None:
         )
 
 
+#: Long.MAX_VALUE + 1: the deliver time and delays are Java longs (HookUtils parses them).
+_LONG_END = 1 << 63
+
+
+def check_timing(msg) -> None:
+    """A delayed or timed message's fields: ``delay_level`` an int >= 0 (the producer's
+    ``setDelayTimeLevel``), ``deliver_time_ms``/``delay_time_ms``/``delay_time_sec`` ints in a
+    Java long's range (``HookUtils.transformTimerMessage`` parses them with ``Long.parseLong``;
+    a deliver time already past makes a plain message there), at most one of the three.
+
+    Raises:
+        MessageIllegalError: naming the field.
+    """
+    level = msg.delay_level
+    if not isinstance(level, int) or isinstance(level, bool) or level < 0:
+        raise MessageIllegalError(f"delay level must be an integer >= 0, not {level!r}")
+    given = [
+        (name, v)
+        for name, v in (
+            ("deliver time", msg.deliver_time_ms),
+            ("delay ms", msg.delay_time_ms),
+            ("delay sec", msg.delay_time_sec),
+        )
+        if v is not None
+    ]
+    if len(given) > 1:
+        raise MessageIllegalError("give one of deliver time, delay ms and delay sec")
+    for name, v in given:
+        if not isinstance(v, int) or isinstance(v, bool) or not -_LONG_END <= v < _LONG_END:
+            raise MessageIllegalError(f"{name} must be an integer (epoch ms or ms), not {v!r}")
+
+
 def check_message(msg) -> None:
     """Every rule of this module for one :class:`engine.format.message.Message`.
 
@@ -258,6 +290,7 @@ def check_message(msg) -> None:
     if msg.sharding_key is not None:
         check_text("shardingKey", msg.sharding_key)
     check_queue_id(msg.queue_id)
+    check_timing(msg)
     if not isinstance(msg.body, (bytes, bytearray, memoryview)):
         raise MessageIllegalError(f"body must be bytes, not {type(msg.body).__name__}")
 

@@ -783,3 +783,27 @@ def test_mqadmin_names_and_one_time_syntax(store, conf):
         assert r.returncode == 1 and "bad time" in r.stderr
     run_rmqfs("resetOffsetByTime", root, "-g", "G", "-t", "HDFS", "-s", "now")
     run_rmqfs("deleteExpiredCommitLog", root)
+
+
+def test_produce_delayed_and_timed_messages(tmp_path):
+    """``rmqfs produce --delay-level/--deliver-time/--delay-ms`` stores them as the broker does
+    (SCHEDULE_TOPIC_XXXX; rmq_sys_wheel_timer); timed ones only where a timer store is."""
+    from engine.read.scheduled import waiting_messages
+
+    root = tmp_path / "s"
+    run_rmqfs(
+        "produce", root, "-t", "T", "-c", "--queues", "1", "--body", "d", "--delay-level", "4"
+    )
+    r = run_rmqfs("produce", root, "-t", "T", "--body", "t", "--delay-ms", "60000", check=False)
+    assert r.returncode == 1 and "no timerwheel" in r.stderr
+    with open(root / "timerwheel", "wb") as f:
+        f.truncate(38_707_200)
+    deliver = (int(time.time()) + 600) * 1000 + 5
+    run_rmqfs("produce", root, "-t", "T", "--body", "t", "--deliver-time", str(deliver))
+    with MessageStore(root, read_only=True) as s:
+        got = [(w.record.body, w.real_topic, w.source, w.deliver_ms) for w in waiting_messages(s)]
+        store_ts = s.get_message("SCHEDULE_TOPIC_XXXX", 3, 0).store_timestamp
+    assert sorted(got) == [
+        (b"d", "T", "delayLevel", store_ts + 30_000),
+        (b"t", "T", "timer", deliver - 5),
+    ]

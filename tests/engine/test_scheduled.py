@@ -1,0 +1,265 @@
+"""Scheduled messages (issue 22, 2.2): what waits for delivery in the 5.x timer store and the
+4.x delay levels (engine.read.scheduled, engine.format.timer*), and delayed and timed messages
+produced as RocketMQ's broker stores them (HookUtils.handleScheduleMessage)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import struct
+import time
+
+import pytest
+
+import refreader
+from conftest import FIXTURES
+from engine.errors import CorruptRecordError, MessageIllegalError
+from engine.format.timerlog import TimerLogReader
+from engine.format.timerwheel import WHEEL_LENGTH, read_live_slots
+from engine.read.jsonline import message_from_json
+from engine.read.scheduled import DELAY, TIMER, waiting_messages
+from engine.store import Message, MessageStore, StoreConfig
+from stores import small
+
+TIMER_FIX = FIXTURES / "rocketmq-5.3.3-timer"
+
+
+def _expected(kind):
+    rows = [json.loads(x) for x in (TIMER_FIX / "expected.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def timer_store():
+    with MessageStore(str(TIMER_FIX / "store"), read_only=True) as s:
+        yield s
+
+
+def test_the_timer_fixture_lists_every_waiting_timed_message_with_its_deliver_time(timer_store):
+    """The 51 timed messages TimerMessageStore holds (23 rolled, 12 recalled): the 39 not
+    recalled are listed once each, with their real topic and queue, TIMER_OUT_MS and the
+    record that holds them; the recalled ones are not."""
+    exp = _expected("scheduled")
+    assert len(exp) == 51 and sum(e["cancelled"] for e in exp) == 12
+    got = [w for w in waiting_messages(timer_store) if w.source == TIMER]
+    want = sorted(
+        (e["deliverMs"], e["realTopic"], e["realQueueId"], e["uniqKey"], e["commitLogOffset"])
+        for e in exp
+        if not e["cancelled"]
+    )
+    assert [
+        (
+            w.deliver_ms,
+            w.real_topic,
+            w.real_queue_id,
+            w.record.properties["UNIQ_KEY"],
+            w.record.commitlog_offset,
+        )
+        for w in got
+    ] == want
+    cancelled = {e["uniqKey"] for e in exp if e["cancelled"]}
+    assert not cancelled & {w.record.properties["UNIQ_KEY"] for w in got}
+
+
+def test_the_timer_fixture_lists_its_delay_level_messages_at_their_tagscode(timer_store):
+    """The 14 SCHEDULE_TOPIC_XXXX messages (no delayOffset.json: none delivered) wait for their
+    REAL_TOPIC/REAL_QID until their unit's tagsCode (computeDeliverTimestamp)."""
+    exp = [e for e in _expected("message") if e["topic"] == "SCHEDULE_TOPIC_XXXX"]
+    assert len(exp) == 14
+    want = sorted(
+        (
+            e["tagsCode"],
+            e["commitLogOffset"],
+            e["properties"]["REAL_TOPIC"],
+            int(e["properties"]["REAL_QID"]),
+        )
+        for e in exp
+    )
+    got = [
+        (w.deliver_ms, w.record.commitlog_offset, w.real_topic, w.real_queue_id)
+        for w in waiting_messages(timer_store)
+        if w.source == DELAY
+    ]
+    assert got == want
+
+
+def test_one_topic_lists_only_what_waits_for_it(timer_store):
+    every = list(waiting_messages(timer_store))
+    only = list(waiting_messages(timer_store, "TopicB"))
+    assert only and [w.record.commitlog_offset for w in only] == [
+        w.record.commitlog_offset for w in every if w.real_topic == "TopicB"
+    ]
+    assert [w.deliver_ms for w in every] == sorted(w.deliver_ms for w in every)
+
+
+def _write_delay_offsets(root, table):
+    os.makedirs(os.path.join(root, "config"), exist_ok=True)
+    with open(os.path.join(root, "config", "delayOffset.json"), "w") as f:
+        json.dump({"offsetTable": table}, f)
+
+
+def test_delay_levels_wait_from_delayoffset_json_on(tmp_path):
+    """Units of queue level-1 at or after delayOffset.json's offset of the level wait, until
+    their store time plus the level's delay (messageDelayLevel: level 2 = 5 s, 5 = 1 min)."""
+    root = str(tmp_path / "s")
+    with MessageStore(root) as s:
+        s.create_topic("T", 2)
+        s.create_topic("U", 2)
+        put = s.put_messages(
+            [Message("T", f"m{i}".encode(), delay_level=2, queue_id=1) for i in range(3)]
+            + [Message("U", b"u", delay_level=5), Message("T", b"plain")]
+        )
+    _write_delay_offsets(root, {"2": 1})  # level 2's first message was delivered
+    with MessageStore(root, read_only=True) as s:
+        got = [
+            (w.real_topic, w.real_queue_id, w.record.body, w.deliver_ms, w.source)
+            for w in waiting_messages(s)
+        ]
+    t_ms = put[0].store_timestamp
+    assert got[:2] == [("T", 1, b"m1", t_ms + 5000, DELAY), ("T", 1, b"m2", t_ms + 5000, DELAY)]
+    assert len(got) == 3 and got[2][1] in (0, 1)
+    assert got[2][:1] + got[2][2:] == ("U", b"u", t_ms + 60_000, DELAY)
+    assert put[3].topic == "SCHEDULE_TOPIC_XXXX" and put[3].queue_id == 4
+
+
+def _timer_store(tmp_path, **cfg):
+    root = str(tmp_path / "s")
+    os.makedirs(root)
+    with open(os.path.join(root, "timerwheel"), "wb") as f:
+        f.truncate(WHEEL_LENGTH)  # a 5.x broker's store
+    s = MessageStore(root, dataclasses.replace(small(), **cfg))
+    s.create_topic("T", 4)
+    return root, s
+
+
+def _hook_utils(props: dict, topic: str, qid: int, deliver_ms: int, precision: int = 1000):
+    """What HookUtils.transformTimerMessage makes of a message's properties, from its rules:
+    TIMER_OUT_MS = the deliver time rounded down to the precision, one tick less when it is a
+    multiple of it; REAL_TOPIC and REAL_QID added; the client's properties kept."""
+    out = (
+        deliver_ms - precision
+        if deliver_ms % precision == 0
+        else deliver_ms // precision * precision
+    )
+    return {**props, "TIMER_OUT_MS": str(out), "REAL_TOPIC": topic, "REAL_QID": str(qid)}
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_produced_timed_message_is_what_hookutils_makes_of_it(tmp_path, exact):
+    """Field by field (an independent reader of the CommitLog and ConsumeQueue): topic
+    rmq_sys_wheel_timer queue 0, the client's TIMER_DELIVER_MS kept, TIMER_OUT_MS, REAL_TOPIC,
+    REAL_QID added, a tag-hash tagsCode, the timer topic created with one queue; the wheel is
+    not touched (the broker's TimerMessageStore.enqueue reads the unit in on start)."""
+    root, s = _timer_store(tmp_path)
+    deliver = (int(time.time()) + 7200) * 1000 + (0 if exact else 123)
+    with s:
+        (r,) = s.put_messages(
+            [
+                Message(
+                    "T",
+                    b"hello",
+                    tags="TagA",
+                    keys="k1 k2",
+                    properties={"a": "b"},
+                    queue_id=2,
+                    deliver_time_ms=deliver,
+                )
+            ]
+        )
+        cfg = s.topic_config.get("rmq_sys_wheel_timer")
+        assert (cfg.read_queue_nums, cfg.write_queue_nums) == (1, 1)
+    (rec,) = refreader.read_commitlog(os.path.join(root, "commitlog"))
+    client = {
+        "a": "b",
+        "TAGS": "TagA",
+        "KEYS": "k1 k2",
+        "UNIQ_KEY": r.uniq_key,
+        "TIMER_DELIVER_MS": str(deliver),
+    }
+    assert rec["topic"] == "rmq_sys_wheel_timer" and rec["queueId"] == 0
+    assert rec["properties"] == _hook_utils(client, "T", 2, deliver)
+    assert rec["body"] == b"hello" and rec["sysFlag"] == 0 and rec["queueOffset"] == 0
+    units = refreader.read_consumequeue(root, "rmq_sys_wheel_timer", 0)
+    assert units == [(rec["physicalOffset"], rec["totalSize"], refreader.tags_code("TagA"))]
+    assert not os.path.exists(os.path.join(root, "consumequeue", "T"))
+    with open(os.path.join(root, "timerwheel"), "rb") as f:
+        assert not f.read().strip(b"\0")
+    with MessageStore(root, read_only=True) as s2:
+        (w,) = waiting_messages(s2, "T")
+    assert (w.real_topic, w.real_queue_id, w.deliver_ms) == (
+        "T",
+        2,
+        int(rec["properties"]["TIMER_OUT_MS"]),
+    )
+
+
+def test_a_delay_in_ms_counts_from_the_store_time(tmp_path):
+    root, s = _timer_store(tmp_path)
+    with s:
+        (r,) = s.put_messages([Message("T", b"x", queue_id=0, delay_time_ms=90_500)])
+    (rec,) = refreader.read_commitlog(os.path.join(root, "commitlog"))
+    assert rec["properties"]["TIMER_DELAY_MS"] == "90500"
+    assert rec["properties"] == _hook_utils(
+        {"UNIQ_KEY": r.uniq_key, "TIMER_DELAY_MS": "90500"}, "T", 0, rec["storeTimestamp"] + 90_500
+    )
+
+
+def test_timed_messages_past_now_too_far_or_without_a_timer_store(tmp_path):
+    """A deliver time already past stays in its topic (HookUtils leaves it); one more than
+    timerMaxDelaySec ahead is refused (WHEEL_TIMER_MSG_ILLEGAL); a store with no timerwheel
+    refuses timed messages unless broker.conf says timerWheelEnable=true."""
+    _root, s = _timer_store(tmp_path)
+    now = int(time.time() * 1000)
+    with s:
+        (r,) = s.put_messages([Message("T", b"x", deliver_time_ms=now - 1)])
+        assert r.topic == "T"
+        assert s.get_message("T", r.queue_id, 0).properties["TIMER_DELIVER_MS"] == str(now - 1)
+        with pytest.raises(MessageIllegalError, match="timerMaxDelaySec"):
+            s.put_messages([Message("T", b"x", delay_time_sec=3 * 86400 + 60)])
+        s.put_messages([Message("T", b"x", deliver_time_ms=now + 2 * 86400_000)])
+    bare = str(tmp_path / "bare")
+    with MessageStore(bare) as s:
+        s.create_topic("T", 1)
+        with pytest.raises(MessageIllegalError, match="no timerwheel"):
+            s.put_messages([Message("T", b"x", delay_time_ms=60_000)])
+        assert s.max_offset("T", 0) == 0
+    with MessageStore(bare, StoreConfig(timer_wheel_enable=True)) as s:
+        (r,) = s.put_messages([Message("T", b"x", delay_time_ms=60_000)])
+        assert r.topic == "rmq_sys_wheel_timer"
+
+
+def test_produce_jsonl_takes_a_delay_level_a_deliver_time_or_a_delay():
+    m = message_from_json({"body": "x", "delayTimeLevel": 3}, "T")
+    assert m.delay_level == 3 and m.deliver_time_ms is None
+    assert message_from_json({"body": "x", "deliverTimestamp": 5}, "T").deliver_time_ms == 5
+    assert message_from_json({"body": "x", "delayMs": 7}, "T").delay_time_ms == 7
+    with pytest.raises(MessageIllegalError, match="one of"):
+        message_from_json({"body": "x", "delayMs": 7, "delayTimeLevel": 1}, "T")
+    with pytest.raises(MessageIllegalError, match="integer"):
+        message_from_json({"body": "x", "deliverTimestamp": "soon"}, "T")
+    with pytest.raises(MessageIllegalError, match="delay level"):
+        message_from_json({"body": "x", "delayTimeLevel": -1}, "T")
+
+
+UNIT = struct.Struct(">iqiqiqiiq")
+
+
+def test_a_timerlog_chain_that_loops_ends(tmp_path):
+    """A unit whose prevPos does not point back (here: at itself) stops the walk with a
+    reason; a bad unit raises CorruptRecordError; a wheel of the wrong size too."""
+    d = tmp_path / "timerlog"
+    d.mkdir()
+    data = UNIT.pack(52, -1, 1, 0, 0, 0, 100, 0, 0) + UNIT.pack(52, 52, 1, 0, 0, 100, 100, 0, 0)
+    (d / ("0" * 20)).write_bytes(data + b"\0" * (1040 - len(data)))
+    with TimerLogReader(str(d)) as tl:
+        units, problem = tl.walk_chain(52)
+        assert [u.pos for u in units] == [52] and "cycle" in problem
+        units, problem = tl.walk_chain(0)
+        assert [u.offset_py for u in units] == [0] and problem is None
+        with pytest.raises(CorruptRecordError):
+            tl.walk_chain(104)  # zeros: not a unit
+    wheel = tmp_path / "timerwheel"
+    wheel.write_bytes(b"\0" * 64)
+    with pytest.raises(CorruptRecordError, match="timer wheel"):
+        read_live_slots(str(wheel), 0)

@@ -1,0 +1,61 @@
+"""The ``rocketmq`` data source's ``scheduled`` option (issue 22, 2.2): the messages waiting for
+delivery, the same rows as the mount's ``scheduled.jsonl``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURES
+
+pytest.importorskip("pyspark")
+
+from engine.read.jsonline import build_scheduled_line
+from engine.read.scheduled import waiting_messages
+from engine.store import MessageStore
+from pipeline import datasource as D
+
+pytestmark = [pytest.mark.spark]
+
+STORE = FIXTURES / "rocketmq-5.3.3-timer" / "store"
+
+
+def test_scheduled_rows_equal_the_waiting_messages(spark):
+    with MessageStore(str(STORE), read_only=True) as s:
+        waiting = list(waiting_messages(s))
+        want = [
+            json.loads(build_scheduled_line(w.record, w.real_topic, w.real_queue_id, w.deliver_ms))
+            for w in waiting
+        ]
+    assert len(want) == 39 + 14
+    D.register(spark)
+    df = spark.read.format("rocketmq").option("scheduled", "true").load(str(STORE))
+    assert df.columns[-3:] == ["topic", "queue", "deliverTimestamp"]
+    rows = df.collect()
+    got = [
+        (r.topic, r.queue, r.queueId, r.deliverTimestamp, r.commitLogOffset, bytes(r.body))
+        for r in rows
+    ]
+    assert got == [
+        (
+            w["topic"],
+            w["queueId"],
+            w["queueId"],
+            w["deliverTimestamp"],
+            w["commitLogOffset"],
+            rec.record.plain_body,
+        )
+        for w, rec in zip(want, waiting)
+    ]
+    assert dict(rows[0].properties) == want[0]["properties"]
+    only = (
+        spark.read.format("rocketmq")
+        .option("scheduled", "true")
+        .option("topics", "TopicB")
+        .option("queues", "1")
+        .load(str(STORE))
+    )
+    assert sorted(r.commitLogOffset for r in only.collect()) == sorted(
+        w["commitLogOffset"] for w in want if w["topic"] == "TopicB" and w["queueId"] == 1
+    )
