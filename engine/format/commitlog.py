@@ -13,6 +13,7 @@ import threading
 import time
 
 from ..errors import CorruptRecordError, MessageTooLargeError
+from .dledger import FILLER, FILLER_MAGIC, HEADER_SIZE, DLedgerLog
 from .mappedfile import FileQueue
 from .message import (
     BLANK,
@@ -98,14 +99,28 @@ class CommitLog:
         directory: the ``commitlog`` directory.
         file_size: segment size for a new store; existing files decide otherwise.
         read_only: open for reading only.
+        entries: the store's DLedger CommitLog (:mod:`engine.format.dledger`) when
+            ``directory`` is its ``data/``: each record sits after a 48-byte entry header and
+            the walk checks entries as ``DLedgerMmapFileStore.recover`` does. Only read.
 
     Attributes:
         max_offset: where the next record goes (bytes, absolute); set by recovery.
         flushed_where: offset up to which data was fsynced.
     """
 
-    def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE, read_only: bool = False):
+    def __init__(
+        self,
+        directory: str,
+        file_size: int = DEFAULT_FILE_SIZE,
+        read_only: bool = False,
+        entries: DLedgerLog | None = None,
+    ):
+        if entries is not None and not read_only:
+            raise ValueError("a DLedger CommitLog is only read")
         self.files = FileQueue(directory, file_size, read_only)
+        self.entries = entries
+        #: bytes before each record: 0, or a DLedger entry header (48)
+        self.header_size = HEADER_SIZE if entries is not None else 0
         self.file_size = self.files.file_size
         self.max_offset = self.files.min_offset
         self.flushed_where = 0
@@ -174,6 +189,16 @@ class CommitLog:
         :attr:`scan_end` / :attr:`scan_error` as for :meth:`scan`. Stopping rules: zeros end the
         scan cleanly; a bad magic, size, CRC, PHYSICALOFFSET or layout, a record running past
         its segment, or a segment file that ends early end it with :attr:`scan_error` set.
+
+        A DLedger CommitLog (:attr:`entries`) is walked entry by entry from ``start``, an
+        entry's offset: the 48-byte header is checked (:class:`engine.format.dledger.EntryCheck`:
+        magic, pos, size = bodyLen + 48, index + 1, terms), the record after it is checked as
+        above and must be bodyLen bytes, and ``phys`` is the record's offset (entry + 48).
+        A filler (magic -1) skips its size, to the next file at a file's end; the first entry
+        past the checkpoint's committedIndex ends the walk cleanly (``getCommittedPos``), and
+        :attr:`scan_end` is then the end of the last committed entry
+        (``DLedgerCommitLog.checkMessageAndReturnSize``, ``DLedgerMmapFileStore.recover``).
+        This is the one walk over CommitLog files (tests/engine/test_layout_home.py).
         """
         self.scan_error = None
         pos = start
@@ -185,6 +210,9 @@ class CommitLog:
         topics: dict[bytes, str] = {}
         last_tail, last_topic, last_magic = b"", "", 0
         force_prop_crc = self.force_verify_prop_crc
+        dl = None if self.entries is None else self.entries.entry_check()
+        hdr = self.header_size
+        unpack_filler = FILLER.unpack_from
         while pos < stop:
             seg = self.files.find(pos)
             if seg is None:
@@ -201,8 +229,62 @@ class CommitLog:
                         self.scan_error = "segment ends inside a record header"
                         return
                     break  # read more
-                total, magic = unpack_head(chunk, i)
-                if magic == MAGIC_BLANK:
+                r = i  # where the record starts: after the DLedger entry header, if any
+                if dl is not None:
+                    emagic, esize = unpack_filler(chunk, i)
+                    if emagic == FILLER_MAGIC:
+                        at = chunk_start + i
+                        if esize < FILLER.size or at + esize > seg.end:
+                            self.scan_error = f"DLedger filler at {at} of {esize} bytes"
+                            return
+                        if at + esize < seg.end:  # a filler inside a file: skip it
+                            pos = at + esize
+                            self.scan_end = pos
+                            rolled = True
+                            break
+                        if self.files.find(seg.end) is None:
+                            return
+                        pos = seg.end
+                        self.scan_end = pos
+                        rolled = True
+                        break
+                    if emagic == 0 and esize == 0:
+                        return
+                    if i + max(esize, hdr + RECORD_HEAD.size) > n:
+                        at = chunk_start + i
+                        if esize <= hdr or at + esize > seg.end:
+                            self.scan_error = (
+                                f"DLedger entry at {at} of {esize} bytes (magic {emagic}) "
+                                "does not fit its file"
+                            )
+                            return
+                        if i == 0:
+                            chunk = os.pread(seg.fd, esize, pos - seg.start)
+                            view = memoryview(chunk)
+                            n = len(chunk)
+                            if n < esize:
+                                self.scan_error = f"DLedger entry at {pos} is truncated"
+                                return
+                            continue
+                        break  # re-read from this entry
+                    try:
+                        body_len = dl.check(chunk, i, chunk_start + i)
+                    except CorruptRecordError as exc:
+                        self.scan_error = str(exc)
+                        return
+                    if body_len < 0:
+                        return  # past committedIndex: not messages
+                    r = i + hdr
+                    total, magic = unpack_head(chunk, r)
+                    if total != body_len:
+                        self.scan_error = (
+                            f"record of {total} bytes in a DLedger entry of bodyLen {body_len} "
+                            f"(entry at {chunk_start + i})"
+                        )
+                        return
+                else:
+                    total, magic = unpack_head(chunk, i)
+                if magic == MAGIC_BLANK and dl is None:
                     # recoverNormally: a blank in the last file ends the scan at the blank
                     # (the next append overwrites it); otherwise go on in the next file.
                     if self.files.find(seg.end) is None:
@@ -215,11 +297,11 @@ class CommitLog:
                     self.scan_error = None
                     return
                 if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
-                    self.scan_error = f"no record at {chunk_start + i} (magic 0x{magic:08X})"
+                    self.scan_error = f"no record at {chunk_start + r} (magic 0x{magic:08X})"
                     return
-                if i + total > n:
-                    if chunk_start + i + total > seg.end:
-                        self.scan_error = f"record at {chunk_start + i} runs past its segment"
+                if r + total > n:
+                    if chunk_start + r + total > seg.end:
+                        self.scan_error = f"record at {chunk_start + r} runs past its segment"
                         return
                     if i == 0:
                         chunk = os.pread(seg.fd, total, pos - seg.start)
@@ -230,7 +312,7 @@ class CommitLog:
                             return
                         continue
                     break  # re-read from this record
-                rec_end = i + total
+                rec_end = r + total
                 fields = None
                 if total >= MIN_RECORD_SIZE:
                     (
@@ -251,9 +333,9 @@ class CommitLog:
                         _,
                         _,
                         body_len,
-                    ) = unpack_fixed(chunk, i)
+                    ) = unpack_fixed(chunk, r)
                     if not sys_flag & _HOSTS_V6 and body_len >= 0:
-                        p = i + FIXED_V4.size + body_len
+                        p = r + FIXED_V4.size + body_len
                         if magic == last_magic and chunk.startswith(last_tail, p):
                             # the previous record's topic (length field + name)
                             topic = last_topic
@@ -294,7 +376,7 @@ class CommitLog:
                     try:  # anything unusual, or a layout error to report precisely
                         rec = decode_record(
                             chunk,
-                            i,
+                            r,
                             check_crc=check_crc,
                             base_offset=chunk_start,
                             force_verify_prop_crc=force_prop_crc,
@@ -304,7 +386,7 @@ class CommitLog:
                         return
                     yield (
                         chunk,
-                        i,
+                        r,
                         rec.commitlog_offset,
                         total,
                         rec.topic,
@@ -313,16 +395,16 @@ class CommitLog:
                         rec.sys_flag,
                     )
                 else:
-                    body_at = i + FIXED_V4.size
+                    body_at = r + FIXED_V4.size
                     if check_crc and crc != (
                         _crc32(view[body_at : body_at + body_len]) & BODY_CRC_MASK
                     ):
-                        self.scan_error = f"body CRC mismatch (record at {chunk_start + i})"
+                        self.scan_error = f"body CRC mismatch (record at {chunk_start + r})"
                         return
-                    if phys != chunk_start + i:
-                        self.scan_error = f"PHYSICALOFFSET {phys} != position {chunk_start + i}"
+                    if phys != chunk_start + r:
+                        self.scan_error = f"PHYSICALOFFSET {phys} != position {chunk_start + r}"
                         return
-                    yield (chunk, i, phys, total, fields, queue_id, queue_offset, sys_flag)
+                    yield (chunk, r, phys, total, fields, queue_id, queue_offset, sys_flag)
                 i = rec_end
                 self.scan_end = chunk_start + i
             if not rolled:
