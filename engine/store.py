@@ -39,7 +39,6 @@ from .errors import (
 )
 from .format.checkpoint import StoreCheckpoint
 from .format.commitlog import CommitLog
-from .format.dledger import dledger_dirs, open_dledger
 from .format.config import (
     PERM_READ,
     PERM_WRITE,
@@ -55,6 +54,7 @@ from .format.config import (
 )
 from .format.consumequeue import UNIT, ConsumeQueue, queue_dir_id
 from .format.consumequeue import store_file_size as cq_store_file_size
+from .format.dledger import dledger_dirs, open_dledger
 from .format.indexfile import IndexService
 from .format.mappedfile import remove_temp_files
 

@@ -177,7 +177,13 @@ class CommitLog:
                 return
             yield rec
 
-    def scan_raw(self, start: int, check_crc: bool = True, end: int | None = None):
+    def scan_raw(
+        self,
+        start: int,
+        check_crc: bool = True,
+        end: int | None = None,
+        read_size: int = SCAN_CHUNK,
+    ):
         """Walk records from ``start`` to the first invalid one without decoding them.
 
         Yields ``(buf, pos, phys, total, topic, queue_id, queue_offset, sys_flag)`` per valid
@@ -189,6 +195,7 @@ class CommitLog:
         :attr:`scan_end` / :attr:`scan_error` as for :meth:`scan`. Stopping rules: zeros end the
         scan cleanly; a bad magic, size, CRC, PHYSICALOFFSET or layout, a record running past
         its segment, or a segment file that ends early end it with :attr:`scan_error` set.
+        ``read_size``: bytes read at a time (a record longer than that is read whole).
 
         A DLedger CommitLog (:attr:`entries`) is walked entry by entry from ``start``, an
         entry's offset: the 48-byte header is checked (:class:`engine.format.dledger.EntryCheck`:
@@ -218,7 +225,7 @@ class CommitLog:
             if seg is None:
                 break
             chunk_start = pos
-            chunk = os.pread(seg.fd, min(SCAN_CHUNK, seg.end - pos), pos - seg.start)
+            chunk = os.pread(seg.fd, min(read_size, seg.end - pos), pos - seg.start)
             view = memoryview(chunk)
             i = 0
             n = len(chunk)

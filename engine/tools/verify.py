@@ -48,6 +48,7 @@ from ..format.consumequeue import (
     queue_dir_id,
     store_file_size,
 )
+from ..format.dledger import DIR_PREFIX, DLedgerLog, commitlog_dir, open_dledger
 from ..format.indexfile import (
     HEADER,
     INDEX_FILE_NAME,
@@ -58,7 +59,6 @@ from ..format.indexfile import (
     build_key,
     index_geometry,
 )
-from ..format.dledger import DIR_PREFIX, DLedgerLog, commitlog_dir, open_dledger
 from ..format.javahash import index_key_hash, tags_code
 from ..format.mappedfile import segment_names
 from ..format.message import (

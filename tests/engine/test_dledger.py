@@ -89,8 +89,9 @@ def test_the_fixture_reads_every_message_field_by_field():
             assert got == want
             cq = s.consume_queue(e["topic"], e["queueId"])
             assert cq.unit(e["queueOffset"]) == (e["commitLogOffset"], e["size"], e["tagsCode"])
-            assert s.look_message_by_offset_msg_id(e["msgId"]).commitlog_offset == (
-                e["commitLogOffset"]
+            assert (
+                s.look_message_by_offset_msg_id(e["msgId"]).commitlog_offset
+                == (e["commitLogOffset"])
             )
         held = sorted(
             (t, q, r.queue_offset) for t in s.topic_names() for q in s.queue_ids(t)
@@ -155,7 +156,7 @@ def test_entries_past_committed_index_are_not_messages(tmp_path):
 def _patch_entry(root, entry_no: int, field: int, value: int) -> int:
     """Overwrite one header field of the entry_no-th entry (in order); returns its pos."""
     d = open_dledger(str(root))
-    magic, pos, size, index, term = d.index_unit(entry_no)
+    pos = d.index_unit(entry_no)[1]
     seg_size = 262144
     path = root / "dledger-n0" / "data" / f"{pos - pos % seg_size:020d}"
     data = bytearray(path.read_bytes())
@@ -198,9 +199,8 @@ def test_writers_refuse_and_create_nothing(tmp_path):
     assert "-o ro" in str(exc.value)
     with pytest.raises(UnsupportedLayoutError, match="-o ro"):
         recover_store(str(root))
-    with MessageStore(str(root), read_only=True) as s:
-        with pytest.raises(Exception, match="read-only"):
-            s.put_messages([Message("TopicA", b"x")])
+    with MessageStore(str(root), read_only=True) as s, pytest.raises(Exception, match="read-only"):
+        s.put_messages([Message("TopicA", b"x")])
     assert _tree(root) == before
     assert not (root / "commitlog").exists()
 
