@@ -142,8 +142,7 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
             out.append(
                 ForeignLayout(
                     name,
-                    "a DLedger CommitLog (DLedgerCommitLog): one replica of a Raft group, "
-                    "which appending outside the group would diverge"
+                    "a DLedger CommitLog (DLedgerCommitLog): one replica of a Raft group"
                     + (f"; {problem}" if problem else ""),
                     True,
                     refuses_read=problem is not None,
@@ -199,6 +198,12 @@ def check_layout(root: str, read_only: bool) -> list[ForeignLayout]:
         named = "; ".join(f"{f.path}: {f.what}" for f in bad[:MAX_LISTED])
         if any(f.refuses_read for f in bad):
             advice = "rmqfs cannot read this store yet, and never writes it"
+        elif all(f.path.startswith(DIR_PREFIX) for f in bad):
+            advice = (
+                "rmqfs never writes a DLedger store (appending outside its Raft group would "
+                "diverge this replica from the others); mount it read-only (rmqfs mount -o ro) "
+                "to read it"
+            )
         else:
             advice = (
                 "rmqfs does not write this layout (the broker would misread what it appends); "
