@@ -13,7 +13,15 @@ import threading
 import time
 
 from ..errors import CorruptRecordError, MessageTooLargeError
-from .dledger import FILLER, FILLER_MAGIC, HEADER_SIZE, DLedgerLog
+from .dledger import (
+    ENTRY_HEADER,
+    ENTRY_MAGIC,
+    FILLER,
+    FILLER_MAGIC,
+    HEADER_SIZE,
+    DLedgerLog,
+    entry_problem,
+)
 from .mappedfile import FileQueue
 from .message import (
     BLANK,
@@ -198,8 +206,9 @@ class CommitLog:
         ``read_size``: bytes read at a time (a record longer than that is read whole).
 
         A DLedger CommitLog (:attr:`entries`) is walked entry by entry from ``start``, an
-        entry's offset: the 48-byte header is checked (:class:`engine.format.dledger.EntryCheck`:
-        magic, pos, size = bodyLen + 48, index + 1, terms), the record after it is checked as
+        entry's offset: the 48-byte header is checked as ``DLedgerMmapFileStore.recover`` does
+        (:func:`engine.format.dledger.entry_problem`: magic 1, pos, size = bodyLen + 48, index
+        + 1, terms never decreasing), the record after it is checked as
         above and must be bodyLen bytes, and ``phys`` is the record's offset (entry + 48).
         A filler (magic -1) skips its size, to the next file at a file's end; the first entry
         past the checkpoint's committedIndex ends the walk cleanly (``getCommittedPos``), and
@@ -217,9 +226,13 @@ class CommitLog:
         topics: dict[bytes, str] = {}
         last_tail, last_topic, last_magic = b"", "", 0
         force_prop_crc = self.force_verify_prop_crc
-        dl = None if self.entries is None else self.entries.entry_check()
+        dl = self.entries is not None
+        committed = self.entries.committed_index if self.entries is not None else -1
+        last_index = last_term = -1  # of the last DLedger entry walked
         hdr = self.header_size
+        min_entry = hdr + RECORD_HEAD.size
         unpack_filler = FILLER.unpack_from
+        unpack_entry = ENTRY_HEADER.unpack_from
         while pos < stop:
             seg = self.files.find(pos)
             if seg is None:
@@ -237,8 +250,13 @@ class CommitLog:
                         return
                     break  # read more
                 r = i  # where the record starts: after the DLedger entry header, if any
-                if dl is not None:
-                    emagic, esize = unpack_filler(chunk, i)
+                if dl:
+                    if n - i >= hdr:
+                        emagic, esize, eindex, eterm, epos, _, _, _, body_len = unpack_entry(
+                            chunk, i
+                        )
+                    else:
+                        emagic, esize = unpack_filler(chunk, i)
                     if emagic == FILLER_MAGIC:
                         at = chunk_start + i
                         if esize < FILLER.size or at + esize > seg.end:
@@ -257,7 +275,7 @@ class CommitLog:
                         break
                     if emagic == 0 and esize == 0:
                         return
-                    if i + max(esize, hdr + RECORD_HEAD.size) > n:
+                    if i + (esize if esize > min_entry else min_entry) > n:
                         at = chunk_start + i
                         if esize <= hdr or at + esize > seg.end:
                             self.scan_error = (
@@ -274,13 +292,23 @@ class CommitLog:
                                 return
                             continue
                         break  # re-read from this entry
-                    try:
-                        body_len = dl.check(chunk, i, chunk_start + i)
-                    except CorruptRecordError as exc:
-                        self.scan_error = str(exc)
+                    # DLedgerMmapFileStore.recover's checks (entry_problem says which failed)
+                    if (
+                        emagic != ENTRY_MAGIC
+                        or epos != chunk_start + i
+                        or esize != body_len + hdr
+                        or body_len <= 0
+                        or (last_index != -1 and eindex != last_index + 1)
+                        or eterm < last_term
+                    ):
+                        self.scan_error = entry_problem(
+                            emagic, esize, eindex, eterm, epos, body_len,
+                            chunk_start + i, last_index, last_term,
+                        )  # fmt: skip
                         return
-                    if body_len < 0:
-                        return  # past committedIndex: not messages
+                    if eindex > committed:
+                        return  # past committedIndex: not messages (getCommittedPos)
+                    last_index, last_term = eindex, eterm
                     r = i + hdr
                     total, magic = unpack_head(chunk, r)
                     if total != body_len:
@@ -291,7 +319,7 @@ class CommitLog:
                         return
                 else:
                     total, magic = unpack_head(chunk, i)
-                if magic == MAGIC_BLANK and dl is None:
+                if magic == MAGIC_BLANK and not dl:
                     # recoverNormally: a blank in the last file ends the scan at the blank
                     # (the next append overwrites it); otherwise go on in the next file.
                     if self.files.find(seg.end) is None:

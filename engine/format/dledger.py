@@ -33,7 +33,8 @@ hold that offset, so reading a record by its unit reads ``data/`` as it would re
 ``commitlog/``. Only entries up to the checkpoint's ``committedIndex`` are messages: reads at or
 past the end of the committed entry return nothing (``DLedgerCommitLog.getMaxOffset`` is
 ``DLedgerMmapFileStore.getCommittedPos``). The walk over entries is
-:meth:`engine.format.commitlog.CommitLog.scan_raw` with an :class:`EntryCheck`.
+:meth:`engine.format.commitlog.CommitLog.scan_raw`, which checks each entry as
+``DLedgerMmapFileStore.recover`` does (:func:`entry_problem`).
 """
 
 from __future__ import annotations
@@ -128,10 +129,6 @@ class DLedgerLog:
                 return INDEX_UNIT.unpack(raw) if len(raw) == INDEX_UNIT.size else None
         return None
 
-    def entry_check(self) -> EntryCheck:
-        """A fresh :class:`EntryCheck` for one walk over ``data/``."""
-        return EntryCheck(self.committed_index)
-
 
 def dledger_dirs(root: str) -> list[str]:
     """Names of the ``dledger-*`` directories of the store ``root``, sorted."""
@@ -199,47 +196,31 @@ def commitlog_dir(root: str) -> str:
     return os.path.join(root, "commitlog")
 
 
-class EntryCheck:
-    """The checks ``DLedgerMmapFileStore.recover`` makes on each entry of one walk, and where
-    the committed entries end.
-
-    :meth:`check` is given each entry header in order: the magic is 1, ``size`` is
-    ``bodyLen + 48``, ``pos`` is the entry's absolute offset, each index is the one before
-    plus one and terms never decrease. Entries past ``committed_index`` are not messages.
-
-    Attributes:
-        committed_index: the last committed entry's index (-1: none).
-        last_index, last_term: of the last entry checked (-1 before the first).
-    """
-
-    __slots__ = ("committed_index", "last_index", "last_term")
-
-    def __init__(self, committed_index: int):
-        self.committed_index = committed_index
-        self.last_index = -1
-        self.last_term = -1
-
-    def check(self, buf, i: int, at: int) -> int:
-        """Check the entry header at ``buf[i:]``, which is at absolute offset ``at``.
-
-        Returns its bodyLen (the record's size), or -1 when the entry is past the committed
-        index (the walk ends there, cleanly). Raises CorruptRecordError naming the offset.
-        """
-        magic, size, index, term, pos, _, _, _, body_len = ENTRY_HEADER.unpack_from(buf, i)
-        if magic != ENTRY_MAGIC:
-            raise CorruptRecordError(f"no DLedger entry (magic {magic})", at)
-        if pos != at:
-            raise CorruptRecordError(f"DLedger entry says pos {pos}", at)
-        if size != body_len + HEADER_SIZE or body_len <= 0:
-            raise CorruptRecordError(f"DLedger entry size {size} != bodyLen {body_len} + 48", at)
-        if self.last_index != -1 and index != self.last_index + 1:
-            raise CorruptRecordError(
-                f"DLedger entry index {index} after {self.last_index} (not +1)", at
-            )
-        if term < self.last_term:
-            raise CorruptRecordError(f"DLedger entry term {term} after {self.last_term}", at)
-        if index > self.committed_index:
-            return -1
-        self.last_index = index
-        self.last_term = term
-        return body_len
+def entry_problem(
+    magic: int,
+    size: int,
+    index: int,
+    term: int,
+    pos: int,
+    body_len: int,
+    at: int,
+    last_index: int,
+    last_term: int,
+) -> str | None:
+    """What is wrong with a DLedger entry header found at absolute offset ``at`` after the
+    entry ``last_index`` of term ``last_term`` (-1, -1 for the first one walked), or None:
+    the checks ``DLedgerMmapFileStore.recover`` makes on each entry. The magic is 1, ``pos``
+    is ``at``, ``size`` is ``bodyLen + 48`` (and bodyLen > 0), each index is the one before
+    plus one and terms never decrease. The walk (``CommitLog.scan_raw``) makes the same
+    checks inline and calls this for the message."""
+    if magic != ENTRY_MAGIC:
+        return f"no DLedger entry at {at} (magic {magic})"
+    if pos != at:
+        return f"the DLedger entry at {at} says pos {pos}"
+    if size != body_len + HEADER_SIZE or body_len <= 0:
+        return f"DLedger entry at {at}: size {size} != bodyLen {body_len} + 48"
+    if last_index != -1 and index != last_index + 1:
+        return f"DLedger entry at {at}: index {index} after {last_index} (not +1)"
+    if term < last_term:
+        return f"DLedger entry at {at}: term {term} after {last_term}"
+    return None

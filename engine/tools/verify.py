@@ -569,7 +569,7 @@ def _scan_dledger(
     dledger: DLedgerLog, segs: list[_Segment], cfg, res: VerifyResult, recs: _Records, progress
 ) -> None:
     """Check a DLedger CommitLog with the engine's walk (``CommitLog.scan`` with its
-    ``EntryCheck``): each entry as ``DLedgerMmapFileStore.recover`` checks it (magic, pos,
+    ``entry_problem``): each entry as ``DLedgerMmapFileStore.recover`` checks it (magic, pos,
     size = bodyLen + 48, index + 1, terms never decreasing), each record as for a plain
     CommitLog. The walk ends cleanly at zeros; anything else that ends it is an error. Entries
     past the checkpoint's committedIndex (``index/`` says where the committed one ends,

@@ -21,7 +21,8 @@ WALK_NAMES = {
     "FILLER_MAGIC",
     "FILLER",
     "ENTRY_HEADER",
-    "EntryCheck",
+    "ENTRY_MAGIC",
+    "entry_problem",
 }
 #: (file, name) still allowed, each with why. verify's walk over a plain CommitLog keeps its own
 #: loop: it reads misnamed and mis-sized files the engine's FileQueue does not hold, goes on
