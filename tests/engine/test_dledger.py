@@ -226,3 +226,15 @@ def test_verify_is_clean_on_the_fixture():
     res = verify_store(str(FIX / "store"))
     assert [p for p in res.problems if p.severity == "error"] == []
     assert res.records == 300
+
+
+def test_no_snapshot_is_made_of_a_dledger_store():
+    """A snapshot serves the store's layout as commitlog/: of a DLedger store it would hold
+    entries no reader can read, so none is made, with the reason."""
+    from engine.live.snapshot import freeze
+
+    with (
+        MessageStore(str(FIX / "store"), read_only=True) as s,
+        pytest.raises(UnsupportedLayoutError, match="does not snapshot a DLedger store"),
+    ):
+        freeze(s, "s1")

@@ -6,6 +6,7 @@ messages/<msgId>, and in view/ Parquet read by pyarrow; a read-write mount refus
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import zlib
@@ -95,6 +96,10 @@ def test_a_read_only_mount_shows_every_message(tmp_path, mount_store):
         )
         assert r["msgId"] == e["msgId"] and r["storeTimestamp"] == e["storeTimestamp"]
         assert bytes(r["body"]) == plain_body(e)
+    with pytest.raises(OSError) as exc:  # not a snapshot whose commitlog/ holds entries
+        (m.mnt / "snapshots" / "s1").mkdir()
+    assert exc.value.errno == errno.EOPNOTSUPP
+    assert "DLedger" in (m.mnt / "refused.jsonl").read_text()
     m.umount()
 
 
