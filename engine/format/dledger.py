@@ -129,6 +129,38 @@ class DLedgerLog:
                 return INDEX_UNIT.unpack(raw) if len(raw) == INDEX_UNIT.size else None
         return None
 
+    def committed_unit(self) -> tuple[int, int, int, int, int] | None:
+        """The index unit of the last committed entry, or None when nothing is committed.
+
+        That is the unit at ``committedIndex``, or, when the checkpoint's committedIndex is
+        past the last entry in ``index/`` (a replica far behind its leader), the last entry's:
+        ``DLedgerMmapFileStore.updateCommittedIndex`` lowers it to the ledger's end."""
+        if self.committed_index < 0:
+            return None
+        unit = self.index_unit(self.committed_index)
+        if _is_entry(unit, self.committed_index):
+            return unit
+        lo, hi = 0, self.committed_index  # the last index whose unit is an entry's, if any
+        if not _is_entry(self.index_unit(0), 0):
+            return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _is_entry(self.index_unit(mid), mid):
+                lo = mid
+            else:
+                hi = mid
+        return self.index_unit(lo)
+
+    def committed_end(self) -> int | None:
+        """Where the committed entries end (``DLedgerMmapFileStore.getCommittedPos``: the
+        last committed entry's pos + size), or None when nothing is committed."""
+        unit = self.committed_unit()
+        return None if unit is None else unit[1] + unit[2]
+
+
+def _is_entry(unit, index: int) -> bool:
+    return unit is not None and unit[0] == ENTRY_MAGIC and unit[3] == index
+
 
 def dledger_dirs(root: str) -> list[str]:
     """Names of the ``dledger-*`` directories of the store ``root``, sorted."""

@@ -512,12 +512,7 @@ class StoreFiles:
         #: there on are not messages; None for a plain store
         self.committed_end: int | None = None
         if self.dledger is not None:
-            unit = (
-                self.dledger.index_unit(self.dledger.committed_index)
-                if self.dledger.committed_index >= 0
-                else None
-            )
-            self.committed_end = 0 if unit is None else unit[1] + unit[2]
+            self.committed_end = self.dledger.committed_end() or 0
         self.commitlog = Segments(cl, check_crc=check_crc)
         self._queues: dict[tuple[str, int], QueueFiles] = {}
 

@@ -340,10 +340,10 @@ def dledger_recovery_start(store: MessageStore) -> int:
     segs = cl.files.segments
     start = segs[max(0, len(segs) - 3)].start if segs else cl.min_offset
     entries = cl.entries
-    if entries is None or entries.committed_index < 0:
+    unit = entries.committed_unit() if entries is not None else None
+    if unit is None:
         return cl.min_offset  # nothing committed: the walk ends at the first entry
-    unit = entries.index_unit(entries.committed_index)
-    if unit is not None and cl.min_offset <= unit[1] < start:
+    if cl.min_offset <= unit[1] < start:
         start = unit[1] - unit[1] % cl.file_size
     return max(start, cl.min_offset)
 

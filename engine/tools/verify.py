@@ -48,7 +48,7 @@ from ..format.consumequeue import (
     queue_dir_id,
     store_file_size,
 )
-from ..format.dledger import DIR_PREFIX, DLedgerLog, commitlog_dir, open_dledger
+from ..format.dledger import DIR_PREFIX, HEADER_SIZE, DLedgerLog, commitlog_dir, open_dledger
 from ..format.indexfile import (
     HEADER,
     INDEX_FILE_NAME,
@@ -583,7 +583,7 @@ def _scan_dledger(
     whole = dataclasses.replace(dledger, committed_index=1 << 62)  # every entry written
     cl = CommitLog(dledger.data_dir, res.segment_size, read_only=True, entries=whole)
     rel = os.path.relpath(dledger.data_dir, res.root)
-    unit = dledger.index_unit(dledger.committed_index) if dledger.committed_index >= 0 else None
+    unit = dledger.committed_unit()  # (magic, pos, size, index, term) of the committed entry
     committed_end = cl.min_offset if unit is None else unit[1] + unit[2]
     past = 0
     try:
@@ -598,6 +598,20 @@ def _scan_dledger(
         if cl.scan_error:
             res.first_bad = cl.scan_end
             res.add("error", "commitlog-record", rel, cl.scan_error, cl.scan_end)
+        at = -1 if unit is None else bisect.bisect_left(recs.offsets, unit[1] + HEADER_SIZE)
+        if unit is not None and not (
+            at < len(recs.offsets)
+            and recs.offsets[at] == unit[1] + HEADER_SIZE
+            and recs.sizes[at] == unit[2] - HEADER_SIZE
+        ):
+            res.add(
+                "error",
+                "dledger-index",
+                f"{dledger.name}/index",
+                f"the committed entry ends at {committed_end} in index/, where no entry of "
+                "data/ ends (DLedgerMmapFileStore.recover rebuilds such an index)",
+                committed_end,
+            )
         if past:
             res.add(
                 "warning",

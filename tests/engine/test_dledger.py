@@ -238,3 +238,44 @@ def test_no_snapshot_is_made_of_a_dledger_store():
         pytest.raises(UnsupportedLayoutError, match="does not snapshot a DLedger store"),
     ):
         freeze(s, "s1")
+
+
+def test_a_committed_index_past_the_last_entry_commits_every_entry(tmp_path):
+    """A checkpoint whose committedIndex is past the ledger's end (a replica far behind its
+    leader): DLedgerMmapFileStore.updateCommittedIndex lowers it to the last entry, so every
+    message is served, by the store and by the columnar reader (Spark, view/)."""
+    from engine.read.columnar import StoreFiles
+
+    root = copy_fixture("rocketmq-4.9.8-dledger/store", tmp_path / "s")
+    _set_committed(root, 500)
+    end = open_dledger(str(root)).committed_end()
+    files = StoreFiles(str(root))
+    with MessageStore(str(root), read_only=True) as s:
+        assert s.commitlog.max_offset == end == files.committed_end
+        n = sum(1 for t in s.topic_names() for q in s.queue_ids(t) for _ in s.iter_queue(t, q))
+    assert n == len(expected())
+    got = sum(
+        files.max_offset(t, q) - files.min_offset(t, q)
+        for t in files.topics()
+        for q in files.queue_ids(t)
+    )
+    assert got == len(expected())
+    assert [p for p in verify_store(str(root)).problems if p.severity == "error"] == []
+
+
+def test_verify_finds_an_index_that_disagrees_with_the_entries(tmp_path):
+    """index/'s unit for the committed entry names a position where no entry ends: an error
+    (the broker's recovery would rebuild such an index)."""
+    from engine.format.dledger import INDEX_UNIT
+
+    root = copy_fixture("rocketmq-4.9.8-dledger/store", tmp_path / "s")
+    d = open_dledger(str(root))
+    magic, pos, size, index, term = d.index_unit(299)
+    at = 299 * INDEX_UNIT.size
+    name = f"{at - at % 512:020d}"
+    path = root / "dledger-n0" / "index" / name
+    data = bytearray(path.read_bytes())
+    INDEX_UNIT.pack_into(data, at % 512, magic, pos + 8, size, index, term)
+    path.write_bytes(bytes(data))
+    found = [p.kind for p in verify_store(str(root)).problems if p.severity == "error"]
+    assert found == ["dledger-index"]
