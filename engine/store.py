@@ -54,6 +54,7 @@ from .format.config import (
 )
 from .format.consumequeue import UNIT, ConsumeQueue, queue_dir_id
 from .format.consumequeue import store_file_size as cq_store_file_size
+from .format.dledger import dledger_dirs, open_dledger
 from .format.indexfile import IndexService
 from .format.mappedfile import remove_temp_files
 
@@ -164,7 +165,11 @@ class MessageStore:
         self.last_exit_ok = not os.path.exists(self.abort_path)
         auto_follow = follow is None
         if follow is None:
-            follow = read_only and lock_holder(self.root) is not None
+            # a DLedger store is read as it is at the open, not followed (the follower walks
+            # plain CommitLogs only)
+            follow = (
+                read_only and lock_holder(self.root) is not None and not dledger_dirs(self.root)
+            )
         self.follower = None
         self.writer_pid = None
         if follow:
@@ -179,8 +184,14 @@ class MessageStore:
         self.subscription_groups = SubscriptionGroupManager(config_dir, read_only)
         self.deleted_topics = DeletedTopics(config_dir, read_only)
         self.checkpoint = StoreCheckpoint.read(self.checkpoint_path)
+        # A DLedger broker's CommitLog is dledger-<selfId>/data (only read: check_layout
+        # refused a writer already); its entries past committedIndex are not messages.
+        self.dledger = open_dledger(self.root)
         self.commitlog = CommitLog(
-            os.path.join(self.root, "commitlog"), self.config.mapped_file_size_commit_log, read_only
+            self.dledger.data_dir if self.dledger else os.path.join(self.root, "commitlog"),
+            self.config.mapped_file_size_commit_log,
+            read_only,
+            entries=self.dledger,
         )
         self.commitlog.force_verify_prop_crc = self.config.force_verify_prop_crc
         self.store_host: Host = self.config.store_host
@@ -253,6 +264,7 @@ class MessageStore:
             if (
                 read_only
                 and auto_follow
+                and self.dledger is None
                 and self.last_exit_ok
                 and not any(cq.mem for cq in self.consume_queues.values())
             ):

@@ -107,6 +107,7 @@ from pyspark.sql.datasource import (
 )
 
 from engine.errors import CorruptRecordError
+from engine.format.dledger import commitlog_dir
 from engine.read.columnar import StoreFiles
 from engine.read.schema import DATASOURCE_DDL, SCHEDULED_COLUMNS, SCHEDULED_DDL
 
@@ -438,7 +439,7 @@ def parse_options(options) -> _Options:
     if path.startswith("file://"):
         path = path[len("file://") :]
     o = _Options(path=os.path.abspath(path))
-    if not os.path.isdir(os.path.join(o.path, "commitlog")):
+    if not os.path.isdir(commitlog_dir(o.path)):  # commitlog/, or a DLedger store's data/
         raise ValueError(f"rocketmq: {path} is not a RocketMQ store (no commitlog/ directory)")
     if get("topics"):
         o.topics = [t.strip() for t in get("topics").split(",") if t.strip()]

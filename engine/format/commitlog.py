@@ -13,6 +13,15 @@ import threading
 import time
 
 from ..errors import CorruptRecordError, MessageTooLargeError
+from .dledger import (
+    ENTRY_HEADER,
+    ENTRY_MAGIC,
+    FILLER,
+    FILLER_MAGIC,
+    HEADER_SIZE,
+    DLedgerLog,
+    entry_problem,
+)
 from .mappedfile import FileQueue
 from .message import (
     BLANK,
@@ -98,14 +107,28 @@ class CommitLog:
         directory: the ``commitlog`` directory.
         file_size: segment size for a new store; existing files decide otherwise.
         read_only: open for reading only.
+        entries: the store's DLedger CommitLog (:mod:`engine.format.dledger`) when
+            ``directory`` is its ``data/``: each record sits after a 48-byte entry header and
+            the walk checks entries as ``DLedgerMmapFileStore.recover`` does. Only read.
 
     Attributes:
         max_offset: where the next record goes (bytes, absolute); set by recovery.
         flushed_where: offset up to which data was fsynced.
     """
 
-    def __init__(self, directory: str, file_size: int = DEFAULT_FILE_SIZE, read_only: bool = False):
+    def __init__(
+        self,
+        directory: str,
+        file_size: int = DEFAULT_FILE_SIZE,
+        read_only: bool = False,
+        entries: DLedgerLog | None = None,
+    ):
+        if entries is not None and not read_only:
+            raise ValueError("a DLedger CommitLog is only read")
         self.files = FileQueue(directory, file_size, read_only)
+        self.entries = entries
+        #: bytes before each record: 0, or a DLedger entry header (48)
+        self.header_size = HEADER_SIZE if entries is not None else 0
         self.file_size = self.files.file_size
         self.max_offset = self.files.min_offset
         self.flushed_where = 0
@@ -162,7 +185,13 @@ class CommitLog:
                 return
             yield rec
 
-    def scan_raw(self, start: int, check_crc: bool = True, end: int | None = None):
+    def scan_raw(
+        self,
+        start: int,
+        check_crc: bool = True,
+        end: int | None = None,
+        read_size: int = SCAN_CHUNK,
+    ):
         """Walk records from ``start`` to the first invalid one without decoding them.
 
         Yields ``(buf, pos, phys, total, topic, queue_id, queue_offset, sys_flag)`` per valid
@@ -174,6 +203,18 @@ class CommitLog:
         :attr:`scan_end` / :attr:`scan_error` as for :meth:`scan`. Stopping rules: zeros end the
         scan cleanly; a bad magic, size, CRC, PHYSICALOFFSET or layout, a record running past
         its segment, or a segment file that ends early end it with :attr:`scan_error` set.
+        ``read_size``: bytes read at a time (a record longer than that is read whole).
+
+        A DLedger CommitLog (:attr:`entries`) is walked entry by entry from ``start``, an
+        entry's offset: the 48-byte header is checked as ``DLedgerMmapFileStore.recover`` does
+        (:func:`engine.format.dledger.entry_problem`: magic 1, pos, size = bodyLen + 48, index
+        + 1, terms never decreasing), the record after it is checked as
+        above and must be bodyLen bytes, and ``phys`` is the record's offset (entry + 48).
+        A filler (magic -1) skips its size, to the next file at a file's end; the first entry
+        past the checkpoint's committedIndex ends the walk cleanly (``getCommittedPos``), and
+        :attr:`scan_end` is then the end of the last committed entry
+        (``DLedgerCommitLog.checkMessageAndReturnSize``, ``DLedgerMmapFileStore.recover``).
+        This is the one walk over CommitLog files (tests/engine/test_layout_home.py).
         """
         self.scan_error = None
         pos = start
@@ -185,12 +226,19 @@ class CommitLog:
         topics: dict[bytes, str] = {}
         last_tail, last_topic, last_magic = b"", "", 0
         force_prop_crc = self.force_verify_prop_crc
+        dl = self.entries is not None
+        committed = self.entries.committed_index if self.entries is not None else -1
+        last_index = last_term = -1  # of the last DLedger entry walked
+        hdr = self.header_size
+        min_entry = hdr + RECORD_HEAD.size
+        unpack_filler = FILLER.unpack_from
+        unpack_entry = ENTRY_HEADER.unpack_from
         while pos < stop:
             seg = self.files.find(pos)
             if seg is None:
                 break
             chunk_start = pos
-            chunk = os.pread(seg.fd, min(SCAN_CHUNK, seg.end - pos), pos - seg.start)
+            chunk = os.pread(seg.fd, min(read_size, seg.end - pos), pos - seg.start)
             view = memoryview(chunk)
             i = 0
             n = len(chunk)
@@ -201,8 +249,77 @@ class CommitLog:
                         self.scan_error = "segment ends inside a record header"
                         return
                     break  # read more
-                total, magic = unpack_head(chunk, i)
-                if magic == MAGIC_BLANK:
+                r = i  # where the record starts: after the DLedger entry header, if any
+                if dl:
+                    if n - i >= hdr:
+                        emagic, esize, eindex, eterm, epos, _, _, _, body_len = unpack_entry(
+                            chunk, i
+                        )
+                    else:
+                        emagic, esize = unpack_filler(chunk, i)
+                    if emagic == FILLER_MAGIC:
+                        at = chunk_start + i
+                        if esize < FILLER.size or at + esize > seg.end:
+                            self.scan_error = f"DLedger filler at {at} of {esize} bytes"
+                            return
+                        if at + esize < seg.end:  # a filler inside a file: skip it
+                            pos = at + esize
+                            self.scan_end = pos
+                            rolled = True
+                            break
+                        if self.files.find(seg.end) is None:
+                            return
+                        pos = seg.end
+                        self.scan_end = pos
+                        rolled = True
+                        break
+                    if emagic == 0 and esize == 0:
+                        return
+                    if i + (esize if esize > min_entry else min_entry) > n:
+                        at = chunk_start + i
+                        if esize <= hdr or at + esize > seg.end:
+                            self.scan_error = (
+                                f"DLedger entry at {at} of {esize} bytes (magic {emagic}) "
+                                "does not fit its file"
+                            )
+                            return
+                        if i == 0:
+                            chunk = os.pread(seg.fd, esize, pos - seg.start)
+                            view = memoryview(chunk)
+                            n = len(chunk)
+                            if n < esize:
+                                self.scan_error = f"DLedger entry at {pos} is truncated"
+                                return
+                            continue
+                        break  # re-read from this entry
+                    # DLedgerMmapFileStore.recover's checks (entry_problem says which failed)
+                    if (
+                        emagic != ENTRY_MAGIC
+                        or epos != chunk_start + i
+                        or esize != body_len + hdr
+                        or body_len <= 0
+                        or (last_index != -1 and eindex != last_index + 1)
+                        or eterm < last_term
+                    ):
+                        self.scan_error = entry_problem(
+                            emagic, esize, eindex, eterm, epos, body_len,
+                            chunk_start + i, last_index, last_term,
+                        )  # fmt: skip
+                        return
+                    if eindex > committed:
+                        return  # past committedIndex: not messages (getCommittedPos)
+                    last_index, last_term = eindex, eterm
+                    r = i + hdr
+                    total, magic = unpack_head(chunk, r)
+                    if total != body_len:
+                        self.scan_error = (
+                            f"record of {total} bytes in a DLedger entry of bodyLen {body_len} "
+                            f"(entry at {chunk_start + i})"
+                        )
+                        return
+                else:
+                    total, magic = unpack_head(chunk, i)
+                if magic == MAGIC_BLANK and not dl:
                     # recoverNormally: a blank in the last file ends the scan at the blank
                     # (the next append overwrites it); otherwise go on in the next file.
                     if self.files.find(seg.end) is None:
@@ -215,11 +332,11 @@ class CommitLog:
                     self.scan_error = None
                     return
                 if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
-                    self.scan_error = f"no record at {chunk_start + i} (magic 0x{magic:08X})"
+                    self.scan_error = f"no record at {chunk_start + r} (magic 0x{magic:08X})"
                     return
-                if i + total > n:
-                    if chunk_start + i + total > seg.end:
-                        self.scan_error = f"record at {chunk_start + i} runs past its segment"
+                if r + total > n:
+                    if chunk_start + r + total > seg.end:
+                        self.scan_error = f"record at {chunk_start + r} runs past its segment"
                         return
                     if i == 0:
                         chunk = os.pread(seg.fd, total, pos - seg.start)
@@ -230,7 +347,7 @@ class CommitLog:
                             return
                         continue
                     break  # re-read from this record
-                rec_end = i + total
+                rec_end = r + total
                 fields = None
                 if total >= MIN_RECORD_SIZE:
                     (
@@ -251,9 +368,9 @@ class CommitLog:
                         _,
                         _,
                         body_len,
-                    ) = unpack_fixed(chunk, i)
+                    ) = unpack_fixed(chunk, r)
                     if not sys_flag & _HOSTS_V6 and body_len >= 0:
-                        p = i + FIXED_V4.size + body_len
+                        p = r + FIXED_V4.size + body_len
                         if magic == last_magic and chunk.startswith(last_tail, p):
                             # the previous record's topic (length field + name)
                             topic = last_topic
@@ -294,7 +411,7 @@ class CommitLog:
                     try:  # anything unusual, or a layout error to report precisely
                         rec = decode_record(
                             chunk,
-                            i,
+                            r,
                             check_crc=check_crc,
                             base_offset=chunk_start,
                             force_verify_prop_crc=force_prop_crc,
@@ -304,7 +421,7 @@ class CommitLog:
                         return
                     yield (
                         chunk,
-                        i,
+                        r,
                         rec.commitlog_offset,
                         total,
                         rec.topic,
@@ -313,16 +430,16 @@ class CommitLog:
                         rec.sys_flag,
                     )
                 else:
-                    body_at = i + FIXED_V4.size
+                    body_at = r + FIXED_V4.size
                     if check_crc and crc != (
                         _crc32(view[body_at : body_at + body_len]) & BODY_CRC_MASK
                     ):
-                        self.scan_error = f"body CRC mismatch (record at {chunk_start + i})"
+                        self.scan_error = f"body CRC mismatch (record at {chunk_start + r})"
                         return
-                    if phys != chunk_start + i:
-                        self.scan_error = f"PHYSICALOFFSET {phys} != position {chunk_start + i}"
+                    if phys != chunk_start + r:
+                        self.scan_error = f"PHYSICALOFFSET {phys} != position {chunk_start + r}"
                         return
-                    yield (chunk, i, phys, total, fields, queue_id, queue_offset, sys_flag)
+                    yield (chunk, r, phys, total, fields, queue_id, queue_offset, sys_flag)
                 i = rec_end
                 self.scan_end = chunk_start + i
             if not rolled:

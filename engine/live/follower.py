@@ -69,7 +69,6 @@ from ..format.message import (
     HOST_V6_EXTRA,
     INNER_BATCH_FLAG,
     INT32,
-    MAGIC_BLANK,
     MAGIC_V1,
     MAGIC_V2,
     RECORD_HEAD,
@@ -90,6 +89,7 @@ log = logging.getLogger(__name__)
 GRAVE_ROUNDS = 50  # refreshes before the descriptor of a deleted file is closed
 MAX_NEW_UNITS = 1 << 20  # units of one queue taken per refresh
 BRIDGE_MAX = 10_000  # unit-less records walked one by one per refresh
+BRIDGE_CHUNK = 64 * 1024  # bytes the bridge reads at a time (records past it are read whole)
 TAIL_MAX = 10_000  # records past the last unit walked to measure the writer's lead
 CHECK_CHUNK = 16_384  # records checked per numpy pass
 # A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.format.consumequeue) and the
@@ -530,48 +530,33 @@ class Follower:
         segment end (to the next segment, once the follower has its file), PREPARED/ROLLBACK
         transaction records, inner-batch or BatchCQ records. Stops at ``target``, at a record
         whose unit is missing (opening its queue when the writer created the directory since;
-        the next refresh takes it), or at anything incomplete. Returns where it stopped."""
+        the next refresh takes it), or at anything incomplete. Returns where it stopped.
+        The walk is the CommitLog's own (:meth:`engine.format.commitlog.CommitLog.scan_raw`,
+        body CRCs checked), read in :data:`BRIDGE_CHUNK` pieces."""
         s = self.store
         cl = s.commitlog
-        for _ in range(BRIDGE_MAX):
-            if target is not None and pos >= target:
-                break
-            head = cl.files.read(pos, RECORD_HEAD.size)
-            if len(head) < RECORD_HEAD.size:
-                break
-            total, magic = RECORD_HEAD.unpack(head)
-            if magic == MAGIC_BLANK:
-                nxt = cl.files.roll_next(pos)
-                if cl.files.find(nxt) is None:
-                    break
-                pos = nxt
-                continue
-            if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
-                break
-            try:
-                rec = cl.read_message(pos, total, check_crc=True)
-            except CorruptRecordError:
-                break
-            if rec.commitlog_offset != pos:
-                break
+        head = cl.files.read(pos, RECORD_HEAD.size)
+        if len(head) < RECORD_HEAD.size or head == bytes(RECORD_HEAD.size):
+            return pos  # nothing written after pos yet
+        walk = cl.scan_raw(pos, check_crc=True, end=target, read_size=BRIDGE_CHUNK)
+        for n, (_, _, phys, total, topic, queue_id, _, sys_flag) in enumerate(walk, 1):
             needs_unit = not (
-                transaction_type(rec.sys_flag)
-                in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-                or rec.sys_flag & INNER_BATCH_FLAG
-                or rec.topic in s.batch_cq_topics
+                transaction_type(sys_flag) in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+                or sys_flag & INNER_BATCH_FLAG
+                or topic in s.batch_cq_topics
             )
-            problem = topic_path_problem(rec.topic) if needs_unit else None
+            problem = topic_path_problem(topic) if needs_unit else None
             if problem is not None:
                 # no directory can hold its ConsumeQueue (see dispatch.dispatch)
-                s.skip_topic(rec.topic, f"record: {problem}")
+                s.skip_topic(topic, f"record: {problem}")
             elif needs_unit:
-                if (rec.topic, rec.queue_id) not in s.consume_queues and self._discover_queues(
-                    rec.topic
-                ):
+                if (topic, queue_id) not in s.consume_queues and self._discover_queues(topic):
                     self._opened_queue = True  # new queues: the reput runs again
-                break
-            pos += total
-        return pos
+                return phys
+            pos = phys + total
+            if n >= BRIDGE_MAX:
+                return pos
+        return max(pos, cl.scan_end)  # past a blank record to the next segment
 
     def _check_records(self, off, size, qoff, qidx, queues, take):
         """Check the records of the units where ``take`` is set (numpy over each segment's

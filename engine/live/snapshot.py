@@ -54,7 +54,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError, StoreError
+from ..errors import (
+    InvalidNameError,
+    NoSuchSnapshotError,
+    SnapshotExistsError,
+    StoreError,
+    UnsupportedLayoutError,
+)
 from ..format.checkpoint import StoreCheckpoint
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE
 from ..format.crc import crc32c, crc32c_fd, crc32c_zeros
@@ -337,8 +343,15 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
 
     Raises:
         SnapshotError: the store is closed.
+        UnsupportedLayoutError: a DLedger store (its entries would be served as a plain
+            ``commitlog/``, which no reader could read).
         OSError: from dup/pread (EMFILE when out of file descriptors).
     """
+    if store.dledger is not None:
+        raise UnsupportedLayoutError(
+            f"{store.dledger.name}: rmqfs does not snapshot a DLedger store yet (its entries are "
+            "not a plain commitlog/); copy the store directory while no broker writes it"
+        )
     fds: list[int] = []
 
     def dup(fd: int) -> int:

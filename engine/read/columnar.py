@@ -52,8 +52,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CorruptRecordError
+from ..format.commitlog import DEFAULT_FILE_SIZE, CommitLog
 from ..format.config import topic_path_problem
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
+from ..format.dledger import DLedgerLog, commitlog_dir, open_dledger
 from ..format.javahash import tags_code
 from ..format.mappedfile import segment_names
 from ..format.message import (
@@ -67,7 +69,6 @@ from ..format.message import (
     INNER_BATCH_FLAG,
     INT64,
     KEY_SEPARATOR,
-    MAGIC_BLANK,
     MAGIC_V1,
     MAGIC_V2,
     MAX_PROPERTIES_LENGTH,
@@ -236,6 +237,10 @@ class Segments:
     """
 
     def __init__(self, directory: str, check_crc: bool = True):
+        if not os.path.isdir(directory) and os.path.basename(directory) == "commitlog":
+            # a DLedger store's CommitLog files are dledger-<selfId>/data
+            # (engine.format.dledger.commitlog_dir); callers that name <root>/commitlog get them
+            directory = commitlog_dir(os.path.dirname(directory))
         self.directory = directory
         self.check_crc = check_crc
         self.lock = threading.Lock()
@@ -498,9 +503,16 @@ class StoreFiles:
 
     def __init__(self, root: str, check_crc: bool = True):
         self.root = os.path.abspath(root)
-        cl = os.path.join(self.root, "commitlog")
+        #: the store's DLedger CommitLog (engine.format.dledger), or None for a plain store
+        self.dledger = open_dledger(self.root)
+        cl = self.dledger.data_dir if self.dledger else os.path.join(self.root, "commitlog")
         if not os.path.isdir(cl):
             raise FileNotFoundError(f"{root}: not a RocketMQ store (no commitlog/ directory)")
+        #: where a DLedger store's committed entries end (``getCommittedPos``): records from
+        #: there on are not messages; None for a plain store
+        self.committed_end: int | None = None
+        if self.dledger is not None:
+            self.committed_end = self.dledger.committed_end() or 0
         self.commitlog = Segments(cl, check_crc=check_crc)
         self._queues: dict[tuple[str, int], QueueFiles] = {}
 
@@ -575,6 +587,8 @@ class StoreFiles:
         return lo
 
     def _record_ok(self, off: int, size: int) -> bool:
+        if self.committed_end is not None and off + size > self.committed_end:
+            return False  # a DLedger entry not committed: not a message yet
         loc = self.commitlog.locate(off)
         if loc is None:
             return False
@@ -661,8 +675,9 @@ class StoreFiles:
         batch_rows: int = 32768,
         columns: tuple | None = None,
     ) -> Iterator:
-        """:func:`decode_commitlog` over this store's CommitLog."""
-        return decode_commitlog(self.commitlog, start, end, batch_rows, columns)
+        """:func:`decode_commitlog` over this store's CommitLog (a DLedger store's committed
+        entries)."""
+        return decode_commitlog(self.commitlog, start, end, batch_rows, columns, self.dledger)
 
     def close(self) -> None:
         """Unmap every file."""
@@ -791,52 +806,49 @@ def decode_commitlog(
     end: int | None = None,
     batch_rows: int = 32768,
     columns: tuple | None = None,
+    entries: DLedgerLog | None = None,
 ) -> Iterator:
     """Decode every record of the CommitLog byte range ``[start, end)`` in CommitLog order.
 
-    ``start`` must be the offset of a record (or of a segment); the walk skips the blank
-    END_OF_FILE records and stops at ``end`` (None: the end of the data, the first position
-    whose TOTALSIZE is 0). ``queueOffset`` is the record's QUEUEOFFSET field; ``topic`` and
-    ``queue`` come from each record. Yields RecordBatches of at most ``batch_rows`` rows
-    (schema as :func:`decode_units`).
+    ``start`` must be the offset of a record (of its DLedger entry when ``entries`` is the
+    store's DLedger CommitLog) or of a segment. The walk is the engine's one walk over
+    CommitLog files (:meth:`engine.format.commitlog.CommitLog.scan_raw`: blank END_OF_FILE
+    records and DLedger fillers skipped, DLedger entries checked and ended at the committed
+    index); it stops at ``end`` (None: the end of the data, zeros). ``queueOffset`` is the
+    record's QUEUEOFFSET field; ``topic`` and ``queue`` come from each record. Yields
+    RecordBatches of at most ``batch_rows`` rows (schema as :func:`decode_units`).
 
     Raises CorruptRecordError at the first position that is neither a record nor a blank.
     """
     commitlog.refresh()
-    pos = max(start, commitlog.min_offset)
-    offs, sizes = [], []
     names = tuple(arrow_schema().names) if columns is None else tuple(columns)
-    while end is None or pos < end:
-        loc = commitlog.locate(pos)
-        if loc is None:
-            break
-        m, p = loc
-        if p + 8 > len(m):
-            raise CorruptRecordError("truncated record header", pos)
-        total, magic = _HEAD.unpack_from(m, p)
-        if magic == MAGIC_BLANK:
-            pos += len(m) - p  # rest of the segment
-            continue
-        if total == 0:
-            break
-        if magic not in (MAGIC_V1, MAGIC_V2) or total < _MIN_RECORD:
-            raise CorruptRecordError(
-                f"bad record header (TOTALSIZE {total}, MAGICCODE 0x{magic:08X})", pos
-            )
-        offs.append(pos)
-        sizes.append(total)
-        pos += total
-        if len(offs) >= batch_rows:
-            yield _decode(
-                commitlog,
-                np.array(offs, np.int64),
-                np.array(sizes, np.int64),
-                None,
-                None,
-                None,
-                names,
-            )
-            offs, sizes = [], []
+    cl = CommitLog(
+        commitlog.directory,
+        commitlog.file_size or DEFAULT_FILE_SIZE,
+        read_only=True,
+        entries=entries,
+    )
+    try:
+        offs: list[int] = []
+        sizes: list[int] = []
+        for _, _, phys, total, *_ in cl.scan_raw(max(start, cl.min_offset), False, end):
+            offs.append(phys)
+            sizes.append(total)
+            if len(offs) >= batch_rows:
+                yield _decode(
+                    commitlog,
+                    np.array(offs, np.int64),
+                    np.array(sizes, np.int64),
+                    None,
+                    None,
+                    None,
+                    names,
+                )
+                offs, sizes = [], []
+        if cl.scan_error:
+            raise CorruptRecordError(cl.scan_error, cl.scan_end)
+    finally:
+        cl.close()
     if offs:
         yield _decode(
             commitlog, np.array(offs, np.int64), np.array(sizes, np.int64), None, None, None, names

@@ -211,6 +211,8 @@ def _recover(store: MessageStore, progress, report: RecoveryReport, undecoded: b
         return
     report.units_dropped += check_queue_tails(store)
     start = recovery_start(store)
+    if cl.entries is not None:
+        start = min(start, dledger_recovery_start(store))
     if store.index_service is not None:
         # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
         start = max(
@@ -323,16 +325,34 @@ def check_queue_tails(store: MessageStore) -> int:
 
 
 def record_boundary(store: MessageStore, offset: int) -> int:
-    """``offset`` when a valid record starts there, else the start of its segment."""
+    """Where a walk from the record at ``offset`` starts (``offset``, less the DLedger entry
+    header before it: ``CommitLog.header_size``) when a valid record starts there, else the
+    start of its segment."""
     cl = store.commitlog
-    if offset <= cl.min_offset:
+    if offset <= cl.min_offset + cl.header_size:
         return cl.min_offset
     try:
         size = INT32.unpack(cl.files.read(offset, 4))[0]
         cl.read_message(offset, size)
-        return offset
+        return offset - cl.header_size
     except (CorruptRecordError, struct.error):
         return offset - offset % cl.file_size
+
+
+def dledger_recovery_start(store: MessageStore) -> int:
+    """Where the walk over a DLedger CommitLog starts: the third newest data file, as
+    ``DLedgerMmapFileStore.recover`` checks from there, or earlier: the file of the committed
+    entry (``index/``'s unit at committedIndex), so the walk reaches the committed end."""
+    cl = store.commitlog
+    segs = cl.files.segments
+    start = segs[max(0, len(segs) - 3)].start if segs else cl.min_offset
+    entries = cl.entries
+    unit = entries.committed_unit() if entries is not None else None
+    if unit is None:
+        return cl.min_offset  # nothing committed: the walk ends at the first entry
+    if cl.min_offset <= unit[1] < start:
+        start = unit[1] - unit[1] % cl.file_size
+    return max(start, cl.min_offset)
 
 
 def recovery_start(store: MessageStore) -> int:
@@ -354,14 +374,15 @@ def recovery_start(store: MessageStore) -> int:
                 try:
                     size = INT32.unpack(cl.files.read(last, 4))[0]
                     cl.read_message(last, size, check_crc=True)
-                    return last
+                    return last - cl.header_size  # a DLedger record's entry
                 except (CorruptRecordError, struct.error):
                     pass
         return cl.min_offset
-    # Abnormal: newest segment whose first record is older than the checkpoint.
+    # Abnormal: newest segment whose first record is older than the checkpoint (a DLedger
+    # file's first record is after its first entry's header).
     min_ts = store.checkpoint.min_timestamp
     for seg in reversed(cl.files.segments):
-        head = os.pread(seg.fd, STORE_TIMESTAMP_END_MAX, 0)
+        head = os.pread(seg.fd, STORE_TIMESTAMP_END_MAX, cl.header_size)
         if len(head) < STORE_TIMESTAMP_END_MAX:
             continue
         if RECORD_HEAD.unpack_from(head)[1] not in (MAGIC_V1, MAGIC_V2):

@@ -22,6 +22,7 @@ import stat
 from dataclasses import dataclass
 
 from ..errors import UnsafeStoreError, UnsupportedLayoutError
+from ..format.dledger import DIR_PREFIX, layout_problem
 
 MAX_LISTED = 5  # entries named in the error message
 
@@ -114,8 +115,10 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
     (``../docs/format.md``), each with whether it makes rmqfs refuse to write or read.
 
     - ``dledger-<selfId>/``: a DLedger CommitLog (``DLedgerCommitLog``, 4.5-4.9 automatic
-      failover): one replica of a Raft group. Appending outside the group would diverge it,
-      and its entries (48-byte headers) are not read yet: refused for writing and reading.
+      failover): one replica of a Raft group. Appending outside the group would diverge it:
+      refused for writing; read (:mod:`engine.format.dledger`) unless
+      :func:`engine.format.dledger.layout_problem` says why not (several replicas, a
+      pre-migration ``commitlog/`` beside it): then refused for reading too.
     - a RocksDB database in ``consumequeue/`` (5.2+ ``storeType=defaultRocksDB``,
       ``RocksDBConsumeQueueStore``) or under ``config/`` (``topics/``, ``subscriptionGroups/``,
       ``consumerOffsets/``, ``rdb/``: the RocksDB config managers): the broker reads its queues
@@ -134,10 +137,15 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
         return out
     for name in top:
         p = os.path.join(root, name)
-        if name.startswith("dledger-") and os.path.isdir(p):
+        if name.startswith(DIR_PREFIX) and os.path.isdir(p):
+            problem = layout_problem(root)
             out.append(
                 ForeignLayout(
-                    name, "a DLedger CommitLog (DLedgerCommitLog)", True, refuses_read=True
+                    name,
+                    "a DLedger CommitLog (DLedgerCommitLog): one replica of a Raft group"
+                    + (f"; {problem}" if problem else ""),
+                    True,
+                    refuses_read=problem is not None,
                 )
             )
         elif name == "batchconsumequeue":
@@ -189,7 +197,13 @@ def check_layout(root: str, read_only: bool) -> list[ForeignLayout]:
     if bad:
         named = "; ".join(f"{f.path}: {f.what}" for f in bad[:MAX_LISTED])
         if any(f.refuses_read for f in bad):
-            advice = "rmqfs cannot read this layout yet, and never writes it"
+            advice = "rmqfs cannot read this store yet, and never writes it"
+        elif all(f.path.startswith(DIR_PREFIX) for f in bad):
+            advice = (
+                "rmqfs never writes a DLedger store (appending outside its Raft group would "
+                "diverge this replica from the others); mount it read-only (rmqfs mount -o ro) "
+                "to read it"
+            )
         else:
             advice = (
                 "rmqfs does not write this layout (the broker would misread what it appends); "

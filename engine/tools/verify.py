@@ -28,6 +28,7 @@ derived file.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import errno
 import os
 import shutil
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigFileError, CorruptRecordError, StoreError
+from ..format.commitlog import CommitLog
 from ..format.config import config_parsers, load_config_file, load_config_file_only
 from ..format.consumequeue import (
     BLANK_UNIT_SIZE,
@@ -46,6 +48,7 @@ from ..format.consumequeue import (
     queue_dir_id,
     store_file_size,
 )
+from ..format.dledger import DIR_PREFIX, HEADER_SIZE, DLedgerLog, commitlog_dir, open_dledger
 from ..format.indexfile import (
     HEADER,
     INDEX_FILE_NAME,
@@ -298,8 +301,10 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
                 "error",
                 "layout",
                 f.path,
-                f"{f.what}: rmqfs cannot read this layout yet (and never writes it)",
+                f"{f.what}: rmqfs cannot read this store yet (and never writes it)",
             )
+        elif f.path.startswith(DIR_PREFIX):
+            pass  # a DLedger CommitLog: read below, entry by entry
         elif f.refuses_write:
             res.add(
                 "warning",
@@ -323,7 +328,11 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
     segs = _check_segments(root, cfg, res)
     recs = _Records()
     try:
-        _scan_commitlog(segs, cfg, res, recs, progress)
+        dledger = open_dledger(root)
+        if dledger is None:
+            _scan_commitlog(segs, cfg, res, recs, progress)
+        else:
+            _scan_dledger(dledger, segs, cfg, res, recs, progress)
         _forget_deleted_topics(root, recs)
         _check_consume_queues(root, res, recs, cfg, progress)
         if check_index and cfg.message_index_enable:
@@ -340,15 +349,16 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
 
 
 def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
-    cl_dir = os.path.join(root, "commitlog")
+    cl_dir = commitlog_dir(root)  # dledger-<selfId>/data for a DLedger store
     if not os.path.isdir(cl_dir):
         return []
+    cl_rel = os.path.relpath(cl_dir, root)
     listed = _segments(cl_dir)
     for n in _not_files(cl_dir, listed):
         res.add(
             "error",
             "commitlog-name",
-            f"commitlog/{n}",
+            f"{cl_rel}/{n}",
             "not a regular file (RocketMQ refuses to load the CommitLog)",
         )
     names = _files(cl_dir, listed)
@@ -365,7 +375,7 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
         res.add(
             "error",
             "commitlog-size",
-            f"commitlog/{segs[-1].name}",
+            f"{cl_rel}/{segs[-1].name}",
             "empty last file (a crash while creating it; RocketMQ 4.x refuses to load "
             "the CommitLog: length not matched)",
         )
@@ -387,7 +397,7 @@ def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
     res.segments = len(segs)
     res.commitlog_min = segs[0].start
     for i, s in enumerate(segs):
-        rel = f"commitlog/{s.name}"
+        rel = f"{cl_rel}/{s.name}"
         if s.size != file_size:
             res.bad_segment_sizes[s.path] = s.size
             expected = (
@@ -552,6 +562,68 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                 if not res.first_store_timestamp:
                     res.first_store_timestamp = rec.store_timestamp
         bar.update(seg.size)
+    bar.close()
+
+
+def _scan_dledger(
+    dledger: DLedgerLog, segs: list[_Segment], cfg, res: VerifyResult, recs: _Records, progress
+) -> None:
+    """Check a DLedger CommitLog with the engine's walk (``CommitLog.scan`` with its
+    ``entry_problem``): each entry as ``DLedgerMmapFileStore.recover`` checks it (magic, pos,
+    size = bodyLen + 48, index + 1, terms never decreasing), each record as for a plain
+    CommitLog. The walk ends cleanly at zeros; anything else that ends it is an error. Entries
+    past the checkpoint's committedIndex (``index/`` says where the committed one ends,
+    ``getCommittedPos``) are not messages yet: a warning. The broker keeps ConsumeQueue units
+    up to the last entry written (``dledgerRecoverNormally`` truncates them there), so units
+    are checked against every entry."""
+    if not segs:
+        return
+    delay_table = cfg.delay_level_table()
+    bar = progress(sum(s.size for s in segs), "CommitLog", "B")
+    whole = dataclasses.replace(dledger, committed_index=1 << 62)  # every entry written
+    cl = CommitLog(dledger.data_dir, res.segment_size, read_only=True, entries=whole)
+    rel = os.path.relpath(dledger.data_dir, res.root)
+    unit = dledger.committed_unit()  # (magic, pos, size, index, term) of the committed entry
+    committed_end = cl.min_offset if unit is None else unit[1] + unit[2]
+    past = 0
+    try:
+        for rec in cl.scan(cl.min_offset, check_crc=True):
+            _add_record(rec, recs, delay_table, True)
+            res.records += 1
+            res.last_store_timestamp = rec.store_timestamp
+            if not res.first_store_timestamp:
+                res.first_store_timestamp = rec.store_timestamp
+            past += rec.commitlog_offset >= committed_end
+        res.commitlog_end = cl.scan_end
+        if cl.scan_error:
+            res.first_bad = cl.scan_end
+            res.add("error", "commitlog-record", rel, cl.scan_error, cl.scan_end)
+        at = -1 if unit is None else bisect.bisect_left(recs.offsets, unit[1] + HEADER_SIZE)
+        if unit is not None and not (
+            at < len(recs.offsets)
+            and recs.offsets[at] == unit[1] + HEADER_SIZE
+            and recs.sizes[at] == unit[2] - HEADER_SIZE
+        ):
+            res.add(
+                "error",
+                "dledger-index",
+                f"{dledger.name}/index",
+                f"the committed entry ends at {committed_end} in index/, where no entry of "
+                "data/ ends (DLedgerMmapFileStore.recover rebuilds such an index)",
+                committed_end,
+            )
+        if past:
+            res.add(
+                "warning",
+                "dledger-uncommitted",
+                f"{dledger.name}/checkpoint",
+                f"{past} entries past committedIndex {dledger.committed_index} (from "
+                f"{committed_end}) are not messages yet: no reader serves them",
+                committed_end,
+            )
+    finally:
+        cl.close()
+    bar.update(sum(s.size for s in segs))
     bar.close()
 
 

@@ -24,21 +24,25 @@ def _tree(root) -> set[str]:
     }
 
 
-def test_a_dledger_store_is_neither_written_nor_read_as_an_empty_store(tmp_path):
+def test_a_dledger_store_is_never_written_and_read_only_as_it_is(tmp_path):
     """A DLedger replica (4.9.8's DLedgerCommitLog) mounted read-write as an empty store, took
     a produce and created commitlog/ beside dledger-n0/: an acknowledged message the broker
-    never sees. Now every writer and reader refuses, naming the layout, and creates nothing."""
+    never sees. Now every writer refuses, naming the layout and -o ro, and creates nothing; a
+    read-only open reads its messages (tests/engine/test_dledger.py) and verify finds no
+    error."""
     root = copy_fixture("rocketmq-4.9.8-dledger/store", tmp_path / "s")
     before = _tree(root)
-    for read_only in (False, True):
-        with pytest.raises(UnsupportedLayoutError, match="dledger-n0: a DLedger CommitLog"):
-            MessageStore(str(root), read_only=read_only)
+    with pytest.raises(UnsupportedLayoutError, match="dledger-n0: a DLedger CommitLog") as exc:
+        MessageStore(str(root))
+    assert "-o ro" in str(exc.value)
     with pytest.raises(UnsupportedLayoutError, match="DLedger"):
         recover_store(str(root))
+    with MessageStore(str(root), read_only=True) as s:
+        assert s.max_offset("TopicA", 0) > 0
+        listed = store_status(s)["notUnderstood"]
+    assert [(e["path"], e["refusesWrite"]) for e in listed] == [("dledger-n0", True)]
     res = verify_store(str(root))
-    assert [(p.kind, p.path) for p in res.problems if p.severity == "error"] == [
-        ("layout", "dledger-n0")
-    ]
+    assert [p for p in res.problems if p.severity == "error"] == []
     assert _tree(root) == before  # no commitlog/, no abort, nothing
 
 

@@ -1,0 +1,181 @@
+"""DLedger read cost (issue 22, section 2.1): a DLedger store read at the same cost per message
+as the plain store it was made from.
+
+``python -m bench.dledger [--messages 1000000] [--passes 3]``
+
+1. the plain store of ``bench.decode`` (``--messages`` messages, 1 topic x 8 queues, built or
+   reused under ``bench-out/decode/``);
+2. the same messages as a DLedger store (``dledger-n0/data``: each record after a 48-byte entry
+   header at pos + 48, fillers at file ends, ``index/`` units, a checkpoint committing every
+   entry; ConsumeQueue units moved to the new offsets; the IndexFiles are left out), built once
+   under ``bench-out/dledger/`` by :func:`convert` (a marker written last says it is
+   complete);
+3. measured in this process, one thread, **CPU time** (``time.process_time``), best of
+   ``--passes`` after a warm-up, plain and DLedger alternately:
+
+   - **decode by ConsumeQueue**: every queue decoded with ``decode_units`` in batches of
+     16,384 units, all columns, body CRC checked (what ``view/``, the data source and the
+     JSON views do: ``bench.decode``'s pass);
+   - **walk** (recovery's and verify's): ``CommitLog.scan_raw`` over the whole log with body
+     CRCs, entry headers checked for DLedger.
+
+Prints µs per message for each and the DLedger / plain ratio, with the load average (as
+``uptime`` prints it) before and after; writes ``bench-out/dledger.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from array import array
+from pathlib import Path
+
+from bench import loadavg
+from bench.decode import _queue_ends, decode_pass, ensure_store
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench-out"
+
+
+def convert(plain: Path, dst: Path) -> None:
+    """Write the records of the plain store ``plain`` as the DLedger store ``dst``: what
+    ``DLedgerCommitLog`` would have written for the same appends at term 0 (entries of the
+    same file size; records' PHYSICALOFFSET and the ConsumeQueue units at entry pos + 48)."""
+    import numpy as np
+
+    from engine.format.commitlog import CommitLog
+    from engine.format.consumequeue import UNIT_DTYPE_SPEC
+    from engine.format.dledger import ENTRY_HEADER, ENTRY_MAGIC, HEADER_SIZE, INDEX_UNIT
+    from engine.format.dledger import FILLER as FILLER_HEAD
+    from engine.format.dledger import FILLER_MAGIC as FILL
+    from engine.format.message import INT64, PHYSICAL_OFFSET_POSITION
+
+    if (dst / ".bench-complete").exists():
+        return
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for sub in ("consumequeue", "config"):
+        shutil.copytree(plain / sub, tmp / sub)
+    shutil.copy(plain / "checkpoint", tmp / "checkpoint")
+    data = tmp / "dledger-n0" / "data"
+    data.mkdir(parents=True)
+    (tmp / "dledger-n0" / "index").mkdir()
+    cl = CommitLog(str(plain / "commitlog"), read_only=True)
+    fs = cl.file_size
+    old, new = array("q"), array("q")
+    seg, pos, index = 0, 0, 0
+    # one data file open at a time, replaced at each file end (closed in finally)
+    out = open(data / f"{seg:020d}", "wb")  # noqa: SIM115
+    idx = open(  # noqa: SIM115
+        tmp / "dledger-n0" / "index" / f"{0:020d}", "wb"
+    )
+    try:
+        for buf, p, phys, total, *_ in cl.scan_raw(cl.min_offset, check_crc=False):
+            size = HEADER_SIZE + total
+            if pos + size + FILLER_HEAD.size > seg + fs:
+                out.write(FILLER_HEAD.pack(FILL, seg + fs - pos))
+                out.truncate(fs)
+                out.close()
+                seg += fs
+                pos = seg
+                out = open(data / f"{seg:020d}", "wb")  # noqa: SIM115
+            rec = bytearray(buf[p : p + total])
+            INT64.pack_into(rec, PHYSICAL_OFFSET_POSITION, pos + HEADER_SIZE)
+            out.write(ENTRY_HEADER.pack(ENTRY_MAGIC, size, index, 0, pos, 0, 0, 0, total))
+            out.write(rec)
+            idx.write(INDEX_UNIT.pack(ENTRY_MAGIC, pos, size, index, 0))
+            old.append(phys)
+            new.append(pos + HEADER_SIZE)
+            pos += size
+            index += 1
+        out.truncate(fs)
+    finally:
+        out.close()
+        idx.close()
+        cl.close()
+    (tmp / "dledger-n0" / "checkpoint").write_text(
+        f"committedIndex={index - 1}\nendIndex={index - 1}\n"
+    )
+    olds, news = np.frombuffer(old, np.int64), np.frombuffer(new, np.int64)
+    for f in sorted((tmp / "consumequeue").glob("*/*/*")):
+        units = np.fromfile(f, dtype=np.dtype(UNIT_DTYPE_SPEC))
+        at = np.minimum(np.searchsorted(olds, units["off"]), len(olds) - 1)
+        hit = olds[at] == units["off"]
+        units["off"][hit] = news[at[hit]]
+        units.tofile(f)
+    (tmp / ".bench-complete").write_text("")
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+
+
+def walk_pass(root: Path) -> tuple[float, int]:
+    """``CommitLog.scan_raw`` over the whole log, CRCs checked: ``(CPU s, records)``."""
+    from engine.format.commitlog import CommitLog
+    from engine.format.dledger import commitlog_dir, open_dledger
+
+    cl = CommitLog(commitlog_dir(str(root)), read_only=True, entries=open_dledger(str(root)))
+    try:
+        c0 = time.process_time()
+        n = sum(1 for _ in cl.scan_raw(cl.min_offset, check_crc=True))
+        assert cl.scan_error is None, cl.scan_error
+        return time.process_time() - c0, n
+    finally:
+        cl.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.dledger", description=__doc__.split("\n")[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    from engine.read.columnar import StoreFiles
+
+    print(loadavg(), flush=True)
+    plain, _ = ensure_store(args.messages, Path(args.out) / "decode")
+    dl = Path(args.out) / "dledger" / f"store-{args.messages}-1x8"
+    t0 = time.perf_counter()
+    convert(plain, dl)
+    print(f"DLedger copy ready in {time.perf_counter() - t0:.1f} s: {dl}", flush=True)
+    stores = {"plain": plain, "dledger": dl}
+    files = {k: StoreFiles(str(v)) for k, v in stores.items()}
+    ends = {k: _queue_ends(f) for k, f in files.items()}
+    assert sum(ends["plain"].values()) == sum(ends["dledger"].values()) == args.messages
+    decode: dict[str, list[float]] = {k: [] for k in stores}
+    walk: dict[str, list[float]] = {k: [] for k in stores}
+    for k in stores:  # warm-up: page cache, maps
+        decode_pass(files[k], ends[k], None)
+        walk_pass(stores[k])
+    for _ in range(args.passes):
+        for k in stores:
+            cpu, _, rows = decode_pass(files[k], ends[k], None)
+            decode[k].append(cpu / rows * 1e6)
+            cpu, n = walk_pass(stores[k])
+            walk[k].append(cpu / n * 1e6)
+    res = {
+        "messages": args.messages,
+        "decode_us_per_msg": {k: min(v) for k, v in decode.items()},
+        "walk_us_per_msg": {k: min(v) for k, v in walk.items()},
+        "runs": {"decode": decode, "walk": walk},
+    }
+    print(f"\n{args.messages:,} messages, CPU µs per message, best of {args.passes}:")
+    print(f"{'':34} {'plain':>8} {'DLedger':>8} {'ratio':>6}")
+    for label, key in (
+        ("decode by ConsumeQueue (all cols)", "decode"),
+        ("walk (scan_raw, CRC)", "walk"),
+    ):
+        r = res[f"{key}_us_per_msg"]
+        print(f"{label:34} {r['plain']:8.3f} {r['dledger']:8.3f} {r['dledger'] / r['plain']:6.2f}")
+    print(f"\n{loadavg()}")
+    out = Path(args.out) / "dledger.json"
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

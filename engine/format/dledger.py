@@ -1,0 +1,258 @@
+"""The DLedger CommitLog: where a DLedger broker's messages are, and its entry layout.
+
+A broker with ``enableDLegerCommitLog=true`` (RocketMQ 4.5-4.9 automatic failover,
+``DLedgerCommitLog``) keeps no ``commitlog/``: its CommitLog is the data of one replica of a
+Raft group (openmessaging DLedger, ``DLedgerMmapFileStore``) under
+``<storePathRootDir>/dledger-<selfId>/`` (``DLedgerConfig.getDefaultPath``)::
+
+    dledger-n0/data/<20-digit offset>    entries, in files of mappedFileSizeCommitLog
+    dledger-n0/index/<20-digit offset>   32-byte index units, unit i at i * 32
+    dledger-n0/checkpoint                Java properties: committedIndex, endIndex
+
+Each entry (``DLedgerEntryCoder.encode``; all integers big-endian)::
+
+    off  size  field
+    0    4     magic      1 (DLedgerMmapFileStore.MAGIC_1)
+    4    4     size       48 + bodyLen: the whole entry
+    8    8     index      0, 1, 2, ... one more each entry
+    16   8     term       the leader's term; never decreases
+    24   8     pos        the entry's absolute offset in data/
+    32   4     channel    0
+    36   4     chainCrc   0
+    40   4     bodyCrc    0
+    44   4     bodyLen
+    48   ..    body       one whole RocketMQ message record (engine.format.message)
+
+A file ends with a filler when the next entry does not fit: magic -1 and the size of the rest
+of the file (``MmapFileList.BLANK_MAGIC_CODE``, ``MmapFileList.append``). An index unit
+(``DLedgerEntryCoder.encodeIndex``) is magic int, pos long, size int, index long, term long.
+
+The broker's append hook writes each record's PHYSICALOFFSET as ``pos + 48``
+(``DLedgerCommitLog`` ``appendHook``): ConsumeQueue units, IndexFile items and offset msgIds
+hold that offset, so reading a record by its unit reads ``data/`` as it would read
+``commitlog/``. Only entries up to the checkpoint's ``committedIndex`` are messages: reads at or
+past the end of the committed entry return nothing (``DLedgerCommitLog.getMaxOffset`` is
+``DLedgerMmapFileStore.getCommittedPos``). The walk over entries is
+:meth:`engine.format.commitlog.CommitLog.scan_raw`, which checks each entry as
+``DLedgerMmapFileStore.recover`` does (:func:`entry_problem`).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+from ..errors import CorruptRecordError, UnsupportedLayoutError
+from .mappedfile import segment_names
+
+#: ``dledger-<selfId>``: the directory of one replica (DLedgerConfig.getDefaultPath).
+DIR_PREFIX = "dledger-"
+#: DLedgerEntry.HEADER_SIZE / BODY_OFFSET: magic, size, index, term, pos, channel, chainCrc,
+#: bodyCrc, bodyLen.
+ENTRY_HEADER = struct.Struct(">iiqqqiiii")
+HEADER_SIZE = ENTRY_HEADER.size  # 48
+#: DLedgerMmapFileStore.MAGIC_1 (CURRENT_MAGIC in DLedger 0.1-0.3).
+ENTRY_MAGIC = 1
+#: MmapFileList.BLANK_MAGIC_CODE: the filler at the end of a data file (magic, size).
+FILLER_MAGIC = -1
+FILLER = struct.Struct(">ii")
+#: DLedgerEntryCoder.encodeIndex: magic, pos, size, index, term (INDEX_UNIT_SIZE 32).
+INDEX_UNIT = struct.Struct(">iqiqq")
+CHECKPOINT = "checkpoint"
+COMMITTED_INDEX_KEY = "committedIndex"
+END_INDEX_KEY = "endIndex"
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """``key=value`` lines of a Java properties file (``IOUtils.file2String`` then
+    ``Properties.load``): ``#``/``!`` comments and blank lines skipped, ``:`` accepted as the
+    separator, whitespace around keys and values stripped. {} when the file does not exist;
+    other OSErrors propagate. Escapes and continued lines (never written by DLedger) are not
+    interpreted."""
+    try:
+        with open(path, encoding="latin-1") as f:
+            text = f.read(1 << 16)
+    except FileNotFoundError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            out[line] = ""
+        else:
+            out[line[:cut].strip()] = line[cut + 1 :].strip()
+    return out
+
+
+@dataclass(frozen=True)
+class DLedgerLog:
+    """The DLedger CommitLog of a store.
+
+    Attributes:
+        name: the replica's directory, ``dledger-<selfId>``.
+        path: its absolute path.
+        data_dir: ``<path>/data``, the entries (the store's CommitLog files).
+        committed_index: the checkpoint's ``committedIndex`` (-1: none, nothing committed:
+            ``DLedgerMmapFileStore.recover`` then leaves ``committedPos`` at -1).
+        end_index: the checkpoint's ``endIndex`` (-1 when absent).
+    """
+
+    name: str
+    path: str
+    data_dir: str
+    committed_index: int
+    end_index: int
+
+    @property
+    def index_dir(self) -> str:
+        """``<path>/index``: the 32-byte index units."""
+        return os.path.join(self.path, "index")
+
+    def index_unit(self, index: int) -> tuple[int, int, int, int, int] | None:
+        """``(magic, pos, size, index, term)`` of entry ``index`` from ``index/``, or None
+        when no index file holds it (``DLedgerMmapFileStore.getEntryPosAndSize``)."""
+        at = index * INDEX_UNIT.size
+        names = segment_names(self.index_dir)
+        for name in reversed(names):
+            start = int(name)
+            if start <= at:
+                try:
+                    with open(os.path.join(self.index_dir, name), "rb") as f:
+                        f.seek(at - start)
+                        raw = f.read(INDEX_UNIT.size)
+                except OSError:
+                    return None
+                return INDEX_UNIT.unpack(raw) if len(raw) == INDEX_UNIT.size else None
+        return None
+
+    def committed_unit(self) -> tuple[int, int, int, int, int] | None:
+        """The index unit of the last committed entry, or None when nothing is committed.
+
+        That is the unit at ``committedIndex``, or, when the checkpoint's committedIndex is
+        past the last entry in ``index/`` (a replica far behind its leader), the last entry's:
+        ``DLedgerMmapFileStore.updateCommittedIndex`` lowers it to the ledger's end."""
+        if self.committed_index < 0:
+            return None
+        unit = self.index_unit(self.committed_index)
+        if _is_entry(unit, self.committed_index):
+            return unit
+        lo, hi = 0, self.committed_index  # the last index whose unit is an entry's, if any
+        if not _is_entry(self.index_unit(0), 0):
+            return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _is_entry(self.index_unit(mid), mid):
+                lo = mid
+            else:
+                hi = mid
+        return self.index_unit(lo)
+
+    def committed_end(self) -> int | None:
+        """Where the committed entries end (``DLedgerMmapFileStore.getCommittedPos``: the
+        last committed entry's pos + size), or None when nothing is committed."""
+        unit = self.committed_unit()
+        return None if unit is None else unit[1] + unit[2]
+
+
+def _is_entry(unit, index: int) -> bool:
+    return unit is not None and unit[0] == ENTRY_MAGIC and unit[3] == index
+
+
+def dledger_dirs(root: str) -> list[str]:
+    """Names of the ``dledger-*`` directories of the store ``root``, sorted."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    return sorted(
+        n for n in names if n.startswith(DIR_PREFIX) and os.path.isdir(os.path.join(root, n))
+    )
+
+
+def layout_problem(root: str) -> str | None:
+    """Why the DLedger store ``root`` cannot be read, or None (also for a plain store).
+
+    - more than one ``dledger-*`` directory: which replica is the store's
+      (``dLegerSelfId``) is not on disk;
+    - a ``commitlog/`` holding files beside ``dledger-*``: a store migrated to DLedger keeps
+      its older records there, below ``dividedCommitlogOffset`` (``DLedgerCommitLog.load``,
+      ``recoverOldCommitLog``); rmqfs does not join the two yet.
+    """
+    dirs = dledger_dirs(root)
+    if len(dirs) > 1:
+        return (
+            f"{len(dirs)} DLedger directories ({', '.join(dirs)}): which one is this broker's "
+            "replica (dLegerSelfId) is not recorded in the store; move the others out"
+        )
+    if dirs and segment_names(os.path.join(root, "commitlog")):
+        return (
+            f"commitlog/ beside {dirs[0]}/: a store migrated to DLedger keeps its records "
+            "below dividedCommitlogOffset in commitlog/; rmqfs does not read such a store yet"
+        )
+    return None
+
+
+def open_dledger(root: str) -> DLedgerLog | None:
+    """The DLedger CommitLog of the store ``root``, or None for a plain store.
+
+    Raises:
+        UnsupportedLayoutError: :func:`layout_problem` says why it cannot be read.
+        CorruptRecordError: the checkpoint's committedIndex is not a number.
+    """
+    problem = layout_problem(root)
+    if problem:
+        raise UnsupportedLayoutError(f"store {root}: {problem}")
+    dirs = dledger_dirs(root)
+    if not dirs:
+        return None
+    path = os.path.join(root, dirs[0])
+    props = read_properties(os.path.join(path, CHECKPOINT))
+    try:
+        committed = int(props.get(COMMITTED_INDEX_KEY, "-1") or "-1")
+        end = int(props.get(END_INDEX_KEY, "-1") or "-1")
+    except ValueError as exc:
+        raise CorruptRecordError(f"{dirs[0]}/{CHECKPOINT}: {exc}") from None
+    return DLedgerLog(dirs[0], path, os.path.join(path, "data"), committed, end)
+
+
+def commitlog_dir(root: str) -> str:
+    """The directory of the store's CommitLog files: ``dledger-<selfId>/data`` for a DLedger
+    store (its one ``dledger-*`` directory), else ``commitlog/``."""
+    dirs = dledger_dirs(root)
+    if len(dirs) == 1:
+        return os.path.join(root, dirs[0], "data")
+    return os.path.join(root, "commitlog")
+
+
+def entry_problem(
+    magic: int,
+    size: int,
+    index: int,
+    term: int,
+    pos: int,
+    body_len: int,
+    at: int,
+    last_index: int,
+    last_term: int,
+) -> str | None:
+    """What is wrong with a DLedger entry header found at absolute offset ``at`` after the
+    entry ``last_index`` of term ``last_term`` (-1, -1 for the first one walked), or None:
+    the checks ``DLedgerMmapFileStore.recover`` makes on each entry. The magic is 1, ``pos``
+    is ``at``, ``size`` is ``bodyLen + 48`` (and bodyLen > 0), each index is the one before
+    plus one and terms never decrease. The walk (``CommitLog.scan_raw``) makes the same
+    checks inline and calls this for the message."""
+    if magic != ENTRY_MAGIC:
+        return f"no DLedger entry at {at} (magic {magic})"
+    if pos != at:
+        return f"the DLedger entry at {at} says pos {pos}"
+    if size != body_len + HEADER_SIZE or body_len <= 0:
+        return f"DLedger entry at {at}: size {size} != bodyLen {body_len} + 48"
+    if last_index != -1 and index != last_index + 1:
+        return f"DLedger entry at {at}: index {index} after {last_index} (not +1)"
+    if term < last_term:
+        return f"DLedger entry at {at}: term {term} after {last_term}"
+    return None
