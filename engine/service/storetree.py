@@ -112,6 +112,12 @@ KEPT_TOP = {
 }
 
 
+def controller_replica(root: str) -> bool:
+    """Whether the store ``root`` is a 5.x controller-mode replica: it holds the epoch file
+    (or its ``.bak``) that only ``AutoSwitchHAService`` creates (``EpochFileCache``)."""
+    return any(os.path.isfile(os.path.join(root, n)) for n in CONTROLLER_TOP)
+
+
 def _is_rocksdb(names: list[str]) -> bool:
     return "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)
 
