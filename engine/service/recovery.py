@@ -106,7 +106,8 @@ class RecoveryReport:
     seconds: float = 0.0
 
     def did_something(self) -> bool:
-        """True after a crash, or when anything was dropped, rebuilt or repaired."""
+        """True after a crash, or when anything was dropped, rebuilt, repaired or left out
+        (unconfirmed)."""
         return bool(
             self.abnormal
             or self.torn_tail
@@ -114,6 +115,7 @@ class RecoveryReport:
             or self.units_dropped
             or self.units_rebuilt
             or self.index_rebuilt
+            or self.unconfirmed
             or self.repairs
         )
 

@@ -119,6 +119,7 @@ def test_records_past_the_confirm_offset_are_not_shown(tmp_path):
     with MessageStore(str(root), read_only=True) as s:
         assert s.recovery_report.unconfirmed == ends[2] - ends[1]
         assert s.recovery_report.to_json()["unconfirmedBytes"] == ends[2] - ends[1]
+        assert "past confirmPhyOffset not shown" in s.recovery_report.summary()
         assert s.max_offset("T", 0) == 2
     _set_checkpoint(root, confirm_phy_offset=ends[2])
     assert _bodies(root) == [b"m0", b"m1", b"m2"]
