@@ -25,7 +25,11 @@ What is frozen, and how (the files of docs/format.md):
   put lock, so producers do not wait for it).
 - ``checkpoint`` as ``flush()`` at close would write it: physicMsgTimestamp and
   logicsMsgTimestamp = store time of the last record before ``O``, indexMsgTimestamp = the
-  newest IndexFile's endTimestamp, confirmPhyOffset = ``O``.
+  newest IndexFile's endTimestamp, masterFlushedOffset as the store's, confirmPhyOffset =
+  ``O`` (a controller-mode replica's, one with ``epochFileCheckpoint``: the store's, as
+  ``CommitLog.setConfirmOffset`` left it).
+- ``epochFileCheckpoint``, ``epochFileCheckpoint.bak`` and ``brokerIdentity`` (5.x controller
+  mode: ``EpochFileCache``, ``BrokerIdentity``) byte-exact, when present.
 
 CommitLog, ConsumeQueue and IndexFile item regions are append-only, so their bytes below the
 frozen points never change; the snapshot holds duplicated file descriptors, so expiry (which
@@ -44,6 +48,7 @@ import json
 import logging
 import os
 import re
+import stat
 import struct
 import sys
 import threading
@@ -67,6 +72,7 @@ from ..format.crc import crc32c, crc32c_fd, crc32c_zeros
 from ..format.indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM
 from ..format.mappedfile import offset_to_file_name
 from ..service import workprogress
+from ..service.storetree import CONTROLLER_TOP
 
 if TYPE_CHECKING:
     from ..store import MessageStore
@@ -78,6 +84,11 @@ MANIFEST_FORMAT = 1
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,-]{0,127}$")
 NS = 1_000_000_000
 _TAIL_CHECK = 64 * 1024  # bytes re-summed to confirm a cached prefix sum is still valid
+#: A replica's top-level files a snapshot carries byte-exact: the controller's epoch file and
+#: its copy (``EpochFileCache``), the broker's identity (``BrokerIdentity``: cluster#broker#id).
+REPLICA_FILES = ("epochFileCheckpoint", "epochFileCheckpoint.bak", "brokerIdentity")
+#: Bound on each (an epoch file is a text line per epoch; a broker's are a few KiB).
+MAX_REPLICA_FILE = 1 << 20
 
 
 class SnapshotError(StoreError):
@@ -334,6 +345,38 @@ def _segment_files(
     return out
 
 
+def _replica_files(root: str) -> dict[str, tuple[bytes, int]]:
+    """``{name: (bytes, mtime_ns)}`` of the replica's own top-level files a snapshot carries
+    byte-exact (:data:`REPLICA_FILES`: ``EpochFileCache``'s ``epochFileCheckpoint`` and its
+    ``.bak``, ``BrokerIdentity``'s ``brokerIdentity``). No writer of this engine touches them.
+
+    Raises:
+        SnapshotError: one is larger than :data:`MAX_REPLICA_FILE` bytes (not a broker's).
+        OSError: from open/read (ELOOP for a link).
+    """
+    out = {}
+    for n in REPLICA_FILES:
+        try:
+            fd = os.open(os.path.join(root, n), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if st.st_size > MAX_REPLICA_FILE:
+                raise SnapshotError(
+                    f"{n}: {st.st_size} bytes, more than the {MAX_REPLICA_FILE} a broker writes"
+                )
+            data = os.pread(fd, MAX_REPLICA_FILE + 1, 0)
+            if len(data) > MAX_REPLICA_FILE:
+                raise SnapshotError(f"{n}: more than {MAX_REPLICA_FILE} bytes")
+            out[n] = (data, st.st_mtime_ns)
+        finally:
+            os.close(fd)
+    return out
+
+
 def freeze(store: MessageStore, name: str) -> Snapshot:
     """Freeze ``store`` (an open :class:`engine.store.MessageStore`) as snapshot ``name``.
 
@@ -384,6 +427,7 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                     config[n] = (fh.read(), os.fstat(fh.fileno()).st_mtime_ns)
             except FileNotFoundError:
                 continue
+        replica = _replica_files(store.root)
         with store.put_lock:
             locked_at = time.perf_counter_ns()
             if store.closed:
@@ -460,8 +504,13 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                         index_ts = (
                             HEADER.unpack(head)[1] if len(head) == INDEX_HEADER_SIZE else index_ts
                         )
+            # A controller-mode replica's confirmPhyOffset is the sync-state set's, not ours
+            # (CommitLog.setConfirmOffset): kept as the broker left it.
+            confirm = offset
+            if any(n in CONTROLLER_TOP for n in replica):
+                confirm = store.checkpoint.confirm_phy_offset
             cp = StoreCheckpoint(
-                last_ts, last_ts, index_ts, store.checkpoint.master_flushed_offset, offset
+                last_ts, last_ts, index_ts, store.checkpoint.master_flushed_offset, confirm
             )
             lock_ns = time.perf_counter_ns() - locked_at
         offsets_lock.release()
@@ -504,6 +553,11 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
         files.append(f)
     for n, (data, mtime) in config.items():
         f = FrozenFile(f"config/{n}", len(data), [(0, len(data), -1, 0, data)])
+        f.key = ("data", len(data), crc32c(data))
+        f.candidate_mtime_ns = mtime
+        files.append(f)
+    for n, (data, mtime) in replica.items():
+        f = FrozenFile(n, len(data), [(0, len(data), -1, 0, data)])
         f.key = ("data", len(data), crc32c(data))
         f.candidate_mtime_ns = mtime
         files.append(f)

@@ -49,6 +49,7 @@ from ..format.message import (
 )
 from . import dispatch, workprogress
 from .dispatch import DispatchRequest
+from .storetree import controller_replica
 
 if TYPE_CHECKING:
     from ..store import MessageStore
@@ -82,6 +83,9 @@ class RecoveryReport:
             their record).
         units_rebuilt: ConsumeQueue units written again from the CommitLog (re-dispatched).
         index_rebuilt: index entries written again from the CommitLog.
+        unconfirmed: bytes of valid records at the CommitLog's end a controller-mode replica
+            has not confirmed (past the checkpoint's confirmPhyOffset, not in its
+            ConsumeQueues): not shown (:func:`confirmed_end`).
         repairs: what opening the store repaired (``MessageStore.repairs``: torn or missing
             files, inconsistent IndexFiles), as ``"<path>: <what>"`` lines.
         seconds: how long recovery took (loading the ConsumeQueues included).
@@ -97,11 +101,13 @@ class RecoveryReport:
     units_dropped: int = 0
     units_rebuilt: int = 0
     index_rebuilt: int = 0
+    unconfirmed: int = 0
     repairs: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def did_something(self) -> bool:
-        """True after a crash, or when anything was dropped, rebuilt or repaired."""
+        """True after a crash, or when anything was dropped, rebuilt, repaired or left out
+        (unconfirmed)."""
         return bool(
             self.abnormal
             or self.torn_tail
@@ -109,6 +115,7 @@ class RecoveryReport:
             or self.units_dropped
             or self.units_rebuilt
             or self.index_rebuilt
+            or self.unconfirmed
             or self.repairs
         )
 
@@ -131,6 +138,11 @@ class RecoveryReport:
             f"rebuilt {self.units_rebuilt:,} ConsumeQueue units and "
             f"{self.index_rebuilt:,} index entries"
         )
+        if self.unconfirmed:
+            parts.append(
+                f"{_human_size(self.unconfirmed)} past confirmPhyOffset not shown "
+                "(controller mode: not confirmed yet)"
+            )
         if self.repairs:
             parts.append(
                 f"{len(self.repairs)} repair{'s' * (len(self.repairs) != 1)} (status.json repairs)"
@@ -151,6 +163,7 @@ class RecoveryReport:
             "unitsDropped": self.units_dropped,
             "unitsRebuilt": self.units_rebuilt,
             "indexEntriesRebuilt": self.index_rebuilt,
+            "unconfirmedBytes": self.unconfirmed,
             "repairs": len(self.repairs),
             "seconds": round(self.seconds, 3),
             "didSomething": self.did_something(),
@@ -210,6 +223,8 @@ def _recover(store: MessageStore, progress, report: RecoveryReport, undecoded: b
         report.scan_start = report.scan_end = cl.max_offset
         return
     report.units_dropped += check_queue_tails(store)
+    # what the broker's ConsumeQueues held (served already) before anything is re-dispatched
+    held = max((cq.max_physic_offset for cq in store.consume_queues.values()), default=-1)
     start = recovery_start(store)
     if cl.entries is not None:
         start = min(start, dledger_recovery_start(store))
@@ -248,6 +263,11 @@ def _recover(store: MessageStore, progress, report: RecoveryReport, undecoded: b
     if cl.scan_error:
         log.warning("CommitLog: dropping a torn tail at %d: %s", end, cl.scan_error)
         report.torn_tail = cl.scan_error
+    report.scan_end = end
+    if store.read_only and controller_replica(store.root):
+        shown = confirmed_end(store, end, held)
+        report.unconfirmed = end - shown
+        end = shown
     units = _queue_units(store)
     for cq in store.consume_queues.values():
         cq.truncate_dirty(end)
@@ -265,7 +285,32 @@ def _recover(store: MessageStore, progress, report: RecoveryReport, undecoded: b
         if rec is not None and rec.commitlog_offset + rec.store_size <= end:
             cl.last_store_timestamp = cl.flushed_store_timestamp = rec.store_timestamp
             break
-    report.scan_end = end
+
+
+def confirmed_end(store: MessageStore, end: int, held: int) -> int:
+    """Where a controller-mode replica's records visible to consumers end: at the end of the
+    last valid record (below ``end``) wholly at or before the checkpoint's confirmPhyOffset,
+    or at ``held`` (the end of the last record its ConsumeQueues held: the broker dispatched,
+    so served, those already), whichever is later.
+
+    A 5.x broker in controller mode (``enableControllerMode``) dispatches only records
+    confirmed by its sync-state set: ``ReputMessageService.getReputEndOffset`` is
+    ``CommitLog.getConfirmOffset`` (unless ``readUnCommitted``), recovery dispatches up to it
+    (``CommitLog.recoverAbnormally``), and a record that ends past it waits. What lies after
+    may still be truncated when the replica follows a master that lacks it
+    (``AutoSwitchHAClient``). Walks only the records from ``held`` to ``end``
+    (:meth:`engine.format.commitlog.CommitLog.scan_raw`).
+    """
+    cl = store.commitlog
+    confirm = min(store.checkpoint.confirm_phy_offset, end)
+    shown = max(held, cl.min_offset)
+    if shown >= confirm:
+        return min(shown, end)
+    for _buf, _pos, phys, total, *_ in cl.scan_raw(shown, end=confirm):
+        if phys + total > confirm:
+            break
+        shown = phys + total
+    return shown
 
 
 def ends_with_separator(store: MessageStore, rec: MessageRecord) -> bool | None:

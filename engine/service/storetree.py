@@ -92,18 +92,30 @@ class ForeignLayout:
 
 #: Top-level entries of the plain layout (``StorePathConfigHelper``) and rmqfs's own.
 PLAIN_TOP = {"commitlog", "consumequeue", "index", "config", "checkpoint", "abort", "lock"}
+#: The epoch file of a 5.x controller-mode broker (``enableControllerMode``,
+#: ``AutoSwitchHAService`` creates it; ``EpochFileCache``): its store is one replica of a
+#: sync-state set, so writing is refused (:func:`foreign_layouts`); read, and carried
+#: byte-exact by snapshots.
+CONTROLLER_TOP = {
+    "epochFileCheckpoint": "the controller's epoch file (EpochFileCache): a controller-mode replica",
+    "epochFileCheckpoint.bak": "the controller's epoch file (EpochFileCache): a controller-mode "
+    "replica",
+}
 #: Top-level entries rmqfs leaves as they are and that writing beside them cannot break:
-#: the 5.x timer store, the controller's epoch file and identity, the broker's abort.bak,
-#: recover's lost+found/.
+#: the 5.x timer store, the broker's identity, the broker's abort.bak, recover's lost+found/.
 KEPT_TOP = {
     "timerwheel": "the 5.x timer wheel (TimerWheel)",
     "timerlog": "the 5.x timer log (TimerLog)",
-    "epochFileCheckpoint": "the controller's epoch file (EpochFileCache)",
-    "epochFileCheckpoint.bak": "the controller's epoch file (EpochFileCache)",
     "brokerIdentity": "the broker's identity (cluster#broker#id)",
     "abort.bak": "a copy of abort",
     "lost+found": "records rmqfs recover saved",
 }
+
+
+def controller_replica(root: str) -> bool:
+    """Whether the store ``root`` is a 5.x controller-mode replica: it holds the epoch file
+    (or its ``.bak``) that only ``AutoSwitchHAService`` creates (``EpochFileCache``)."""
+    return any(os.path.isfile(os.path.join(root, n)) for n in CONTROLLER_TOP)
 
 
 def _is_rocksdb(names: list[str]) -> bool:
@@ -127,7 +139,13 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
       (rocketmq-mqtt's light queues, dispatched from ``INNER_MULTI_DISPATCH``), compaction logs
       (``compaction/compactionLog``, ``CompactionStore``): rmqfs neither writes nor rebuilds
       them, so a write or a rebuild would leave the broker's view of them wrong.
-    - the timer store, epoch file and identity (:data:`KEPT_TOP`) and anything else unknown:
+    - ``epochFileCheckpoint`` (and ``.bak``, :data:`CONTROLLER_TOP`): a 5.x controller-mode
+      replica (``AutoSwitchHAService``). Only records up to the checkpoint's confirmPhyOffset
+      are confirmed by the sync-state set (``CommitLog.getConfirmOffset``; the reput stops there:
+      ``ReputMessageService.getReputEndOffset``); a slave truncates what its master lacks
+      (``AutoSwitchHAClient``), so what rmqfs appended could be lost, and a writer that moved
+      confirmPhyOffset would confirm what the group never did: refused for writing.
+    - the timer store, identity (:data:`KEPT_TOP`) and anything else unknown:
       listed, never touched, not refused.
     """
     out: list[ForeignLayout] = []
@@ -155,6 +173,8 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
             busy = os.path.isdir(logs) and bool(os.listdir(logs))
             what = "compaction logs (CompactionStore)" if busy else "compaction's checkpoint"
             out.append(ForeignLayout(name, what, busy))
+        elif name in CONTROLLER_TOP:
+            out.append(ForeignLayout(name, CONTROLLER_TOP[name], True))
         elif name in KEPT_TOP:
             out.append(ForeignLayout(name, KEPT_TOP[name], False))
         elif name not in PLAIN_TOP:
@@ -198,6 +218,13 @@ def check_layout(root: str, read_only: bool) -> list[ForeignLayout]:
         named = "; ".join(f"{f.path}: {f.what}" for f in bad[:MAX_LISTED])
         if any(f.refuses_read for f in bad):
             advice = "rmqfs cannot read this store yet, and never writes it"
+        elif all(f.path in CONTROLLER_TOP for f in bad):
+            advice = (
+                "rmqfs never writes a controller-mode replica (what it appended past the "
+                "confirm offset could be truncated by the broker, and moving confirmPhyOffset "
+                "would confirm what the sync-state set never did); mount it read-only "
+                "(rmqfs mount -o ro) to read it"
+            )
         elif all(f.path.startswith(DIR_PREFIX) for f in bad):
             advice = (
                 "rmqfs never writes a DLedger store (appending outside its Raft group would "

@@ -765,3 +765,31 @@ def test_dropped_snapshots_close_every_descriptor(tmp_path):
         mgr.close()  # drops the rest
         assert mgr.names() == []
         assert len(os.listdir("/proc/self/fd")) == before
+
+
+@fuse
+@pytest.mark.fuse
+def test_a_controller_replica_s_snapshot_carries_its_epoch_file_and_identity(mount_store, tmp_path):
+    """A 5.x controller-mode replica (epochFileCheckpoint, .bak, brokerIdentity: EpochFileCache,
+    BrokerIdentity), mounted -o ro: MNT/snapshots/<name> serves the three files byte for byte,
+    and a copy of it verifies (issue 22, section 2.6)."""
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_text("a\nb\n")
+    m.umount()
+    kept = {
+        "epochFileCheckpoint": b"1\n3402287402\n1-0\n",
+        "epochFileCheckpoint.bak": b"1\n3402287402\n1-0\n",
+        "brokerIdentity": b"brokerClusterName=c\nbrokerName=b\nbrokerId=-1\n",
+    }
+    for n, data in kept.items():
+        (m.store / n).write_bytes(data)
+    ro = mount_store(m.store, "ro", name="ro")
+    snap = ro.mnt / "snapshots" / "one"
+    os.mkdir(snap)
+    assert {n: (snap / n).read_bytes() for n in kept} == kept
+    copy = tmp_path / "copy"
+    sh(f"tar -C '{snap}' -Scf - . | (mkdir '{copy}' && tar -C '{copy}' -xf -)")
+    assert run_rmqfs("snapshot-verify", copy).returncode == 0
+    assert {n: (copy / n).read_bytes() for n in kept} == kept
+    os.rmdir(snap)
