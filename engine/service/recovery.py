@@ -458,7 +458,13 @@ def _scan(
     # _dispatch (a unit that differs, or any other reason), every later record of that
     # queue goes there too, so a truncation and rewrite happen exactly as on the decoded
     # path. Dispatchers that need every record decoded turn this off (engine.service.dispatch).
-    skip_known = undecoded and all(map(dispatch.skips_below_end_offset, store.dispatchers))
+    # An LMQ store's records are all decoded: the units of a record's LMQ queues
+    # (INNER_MULTI_DISPATCH, in its properties) are checked and rebuilt like its own.
+    skip_known = (
+        undecoded
+        and not store.lmq_enabled
+        and all(map(dispatch.skips_below_end_offset, store.dispatchers))
+    )
     indexed_below = index.end_phy_offset if index is not None else None
     light = light_unit
     pack_unit = UNIT.pack
