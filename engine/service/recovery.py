@@ -42,8 +42,10 @@ from ..format.message import (
     TRANSACTION_TYPE_MASK,
     MessageRecord,
     cal_msg_length,
+    check_unit_record,
     decode_properties,
     decode_record,
+    is_lmq,
     property_prefix,
     read_store_timestamp,
 )
@@ -304,9 +306,7 @@ def check_queue_tails(store: MessageStore) -> int:
             if (
                 rec is not None
                 and rec.commitlog_offset == off
-                and rec.queue_offset == qoff
-                and rec.topic == cq.topic
-                and rec.queue_id == cq.queue_id
+                and is_unit_of(rec, cq.topic, cq.queue_id, qoff)
                 and dispatch.dispatch_of(store, rec).tags_code == tc
             ):
                 break
@@ -322,6 +322,16 @@ def check_queue_tails(store: MessageStore) -> int:
             cq.files.repairs.append(f"unit {qoff} did not match the CommitLog")
             dropped += 1
     return dropped
+
+
+def is_unit_of(rec: MessageRecord, topic: str, queue_id: int, queue_offset: int) -> bool:
+    """Whether ``rec`` is the record of unit ``queue_offset`` of ``topic``/``queue_id``: its
+    own topic's, or an LMQ's that the record names (``check_unit_record``)."""
+    try:
+        check_unit_record(rec, queue_id, queue_offset, topic)
+    except CorruptRecordError:
+        return False
+    return rec.topic == topic or is_lmq(topic)
 
 
 def record_boundary(store: MessageStore, offset: int) -> int:
