@@ -450,18 +450,6 @@ class TopicConfigManager:
 LMQ_CONSUMER_OFFSET_FILE = "lmqConsumerOffset.json"
 
 
-def lmq_offsets(raw) -> dict[str, dict[int, int]]:
-    """The offsets of ``config/lmqConsumerOffset.json`` (``LmqConsumerOffsetManager``'s JSON)
-    as ``{"topic@group": {queueId: offset}}``: its ``offsetTable`` (the shape of
-    consumerOffset.json, groups that are not LMQs) and its ``lmqOffsetTable``
-    (``{"topic@group": offset}`` of ``%LMQ%`` groups, queue 0), the latter winning. Raises
-    TypeError/ValueError for another shape (for :func:`load_config_file`)."""
-    table = ConsumerOffsetManager._offsets(raw)
-    for key, off in _table(raw, "lmqOffsetTable").items():
-        table[key] = {0: _int(off, f"lmqOffsetTable[{key!r}]")}
-    return table
-
-
 class ConsumerOffsetManager:
     """``config/consumerOffset.json``: committed offsets, ``offsetTable["topic@group"][queueId]``.
 
@@ -484,13 +472,25 @@ class ConsumerOffsetManager:
         # over consumerOffset.json's); rmqfs never writes that file (an LMQ store is only read).
         self.lmq_path = os.path.join(config_dir, LMQ_CONSUMER_OFFSET_FILE)
         if read_only:
-            self.table.update(load_config_file(self.lmq_path, lmq_offsets) or {})
+            self.table.update(load_config_file(self.lmq_path, self.parse_lmq) or {})
 
     @classmethod
     def parse(cls, raw):
         """``raw`` when :meth:`_offsets` accepts it (for :func:`load_config_file`)."""
         cls._offsets(raw)
         return raw
+
+    @classmethod
+    def parse_lmq(cls, raw) -> dict[str, dict[int, int]]:
+        """The offsets of ``config/lmqConsumerOffset.json`` (``LmqConsumerOffsetManager``'s
+        JSON) as ``{"topic@group": {queueId: offset}}``: its ``offsetTable`` (the shape of
+        consumerOffset.json: groups that are not LMQs) and its ``lmqOffsetTable``
+        (``{"topic@group": offset}`` of ``%LMQ%`` groups, queue 0), the latter winning.
+        Raises TypeError/ValueError for another shape (for :func:`load_config_file`)."""
+        table = cls._offsets(raw)
+        for key, off in _table(raw, "lmqOffsetTable").items():
+            table[key] = {0: _int(off, f"lmqOffsetTable[{key!r}]")}
+        return table
 
     @staticmethod
     def _offsets(raw) -> dict[str, dict[int, int]]:
