@@ -77,7 +77,7 @@ from .service.cleanup import CleanReport, CleanService
 from .service.getmessage import GetMessageResult, GetMessageStatus, get_messages, parse_subscription  # noqa: F401
 from .service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
 from .service.putmessage import PutResult
-from .service.storetree import ForeignLayout, check_layout, check_store_tree
+from .service.storetree import ForeignLayout, check_layout, check_store_tree, lmq_queues
 from .storeconfig import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,11 @@ class MessageStore:
             for name, t in self.topic_config.topics.items()
             if str(t.attributes.get("queue.type", "")).lower() == "batchcq"
         }
+        # LMQ queues (consumequeue/%LMQ%*, or their offsets file): records are fanned out
+        # to them by INNER_MULTI_DISPATCH when ConsumeQueues are rebuilt (service.dispatch)
+        self.lmq_enabled = bool(lmq_queues(self.root)) or os.path.exists(
+            self.consumer_offsets.lmq_path
+        )
         self._load_consume_queues(progress)
         if follow:
             from .live.follower import Follower
@@ -590,7 +595,7 @@ class MessageStore:
         try:
             rec = self.commitlog.read_message(commitlog_offset, size)
             if queue_id is not None and queue_offset is not None:
-                check_unit_record(rec, queue_id, queue_offset)
+                check_unit_record(rec, queue_id, queue_offset, topic)
         except CorruptRecordError as exc:
             if topic is not None and queue_id is not None:
                 self.note_damage(topic, queue_id, queue_offset, exc)
@@ -745,7 +750,7 @@ class MessageStore:
         off, size, _ = cq.unit(queue_offset)
         try:
             rec = check_body_crc(self.commitlog.read_message(off, size))
-            return check_unit_record(rec, queue_id, queue_offset)
+            return check_unit_record(rec, queue_id, queue_offset, topic)
         except CorruptRecordError as exc:
             self.note_damage(topic, queue_id, queue_offset, exc)
             raise
@@ -821,7 +826,7 @@ class MessageStore:
                                 f"record of {size} bytes not in the CommitLog", off
                             )
                         rec = check_body_crc(decode_record(data, off - lo, check_crc=False))
-                        check_unit_record(rec, queue_id, pos)
+                        check_unit_record(rec, queue_id, pos, topic)
                         if rec.store_size > size:
                             raise CorruptRecordError(
                                 f"record of {rec.store_size} bytes, its unit says {size}", off

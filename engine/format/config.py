@@ -446,6 +446,10 @@ class TopicConfigManager:
         self.counter += 1
 
 
+#: ``BrokerPathConfigHelper.getLmqConsumerOffsetPath``: the offsets file of a broker with LMQ
+LMQ_CONSUMER_OFFSET_FILE = "lmqConsumerOffset.json"
+
+
 class ConsumerOffsetManager:
     """``config/consumerOffset.json``: committed offsets, ``offsetTable["topic@group"][queueId]``.
 
@@ -463,12 +467,30 @@ class ConsumerOffsetManager:
         self._extra = {
             k: v for k, v in raw.items() if k not in ("offsetTable", "dataVersion", "groupTopicMap")
         }
+        # LmqConsumerOffsetManager (a broker with enableLmq) keeps every group's offsets in
+        # lmqConsumerOffset.json instead: read-only, its offsets are shown as well (they win
+        # over consumerOffset.json's); rmqfs never writes that file (an LMQ store is only read).
+        self.lmq_path = os.path.join(config_dir, LMQ_CONSUMER_OFFSET_FILE)
+        if read_only:
+            self.table.update(load_config_file(self.lmq_path, self.parse_lmq) or {})
 
     @classmethod
     def parse(cls, raw):
         """``raw`` when :meth:`_offsets` accepts it (for :func:`load_config_file`)."""
         cls._offsets(raw)
         return raw
+
+    @classmethod
+    def parse_lmq(cls, raw) -> dict[str, dict[int, int]]:
+        """The offsets of ``config/lmqConsumerOffset.json`` (``LmqConsumerOffsetManager``'s
+        JSON) as ``{"topic@group": {queueId: offset}}``: its ``offsetTable`` (the shape of
+        consumerOffset.json: groups that are not LMQs) and its ``lmqOffsetTable``
+        (``{"topic@group": offset}`` of ``%LMQ%`` groups, queue 0), the latter winning.
+        Raises TypeError/ValueError for another shape (for :func:`load_config_file`)."""
+        table = cls._offsets(raw)
+        for key, off in _table(raw, "lmqOffsetTable").items():
+            table[key] = {0: _int(off, f"lmqOffsetTable[{key!r}]")}
+        return table
 
     @staticmethod
     def _offsets(raw) -> dict[str, dict[int, int]]:

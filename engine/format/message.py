@@ -127,6 +127,12 @@ PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_CRC32 = "__CRC32#"
 PROPERTY_INNER_NUM = "INNER_NUM"
 PROPERTY_INNER_BASE = "INNER_BASE"
+# LMQ (light message queues, rocketmq-mqtt): MessageConst.PROPERTY_INNER_MULTI_DISPATCH and
+# PROPERTY_INNER_MULTI_QUEUE_OFFSET, MixAll.LMQ_PREFIX and LMQ_DISPATCH_SEPARATOR
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+LMQ_PREFIX = "%LMQ%"
+LMQ_DISPATCH_SEPARATOR = ","
 KEY_SEPARATOR = " "
 
 # CommitLog.CRC32_RESERVED_LEN: "__CRC32#" + \x01 + 10 digits + \x02
@@ -313,12 +319,62 @@ def unit_mismatch(record_queue_offset: int, unit_queue_offset: int) -> str:
     return f"QUEUEOFFSET {record_queue_offset} != the unit's queue offset {unit_queue_offset}"
 
 
-def check_unit_record(rec: MessageRecord, queue_id: int, queue_offset: int) -> MessageRecord:
+def is_lmq(name: str) -> bool:
+    """Whether a topic (or group) name is an LMQ's (``MixAll.isLmq``: it starts with
+    ``%LMQ%``)."""
+    return name.startswith(LMQ_PREFIX)
+
+
+def multi_dispatch(topic: str, properties: dict[str, str]) -> list[tuple[str, int, int]]:
+    """The extra ConsumeQueue units a record of ``topic`` gets, ``[(queue, queueId,
+    queueOffset)]``: one per name of its ``INNER_MULTI_DISPATCH`` property, at the offset of
+    the same place in ``INNER_MULTI_QUEUE_OFFSET`` (comma-separated both), as
+    ``MultiDispatchUtils.checkMultiDispatchQueue`` and ``ConsumeQueue.multiDispatchLmqQueue``
+    dispatch them: none for retry (``%RETRY%``), system (``rmq_sys_``) and
+    ``SCHEDULE_TOPIC_XXXX`` records, none when either property is blank or the two lists
+    differ in length; a name holding ``/`` is skipped; an LMQ's queue id is 0, another
+    name's the record's (``queue_id`` -1 here: the caller's record's). Raises ValueError for
+    an offset that is not an integer (``Long.parseLong``)."""
+    if topic.startswith(("%RETRY%", "rmq_sys_")) or topic == SCHEDULE_TOPIC:
+        return []
+    names = properties.get(PROPERTY_INNER_MULTI_DISPATCH, "")
+    offsets = properties.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET, "")
+    if not names.strip() or not offsets.strip():
+        return []
+    queues = names.split(LMQ_DISPATCH_SEPARATOR)
+    offs = offsets.split(LMQ_DISPATCH_SEPARATOR)
+    if len(queues) != len(offs):
+        return []
+    return [
+        (q, 0 if is_lmq(q) else -1, int(o))
+        for q, o in zip(queues, offs, strict=True)
+        if "/" not in q
+    ]
+
+
+def check_unit_record(
+    rec: MessageRecord, queue_id: int, queue_offset: int, topic: str | None = None
+) -> MessageRecord:
     """``rec`` when it is the record of unit ``queue_offset`` of queue ``queue_id``: its
     QUEUEID and QUEUEOFFSET are the unit's (``CommitLogDispatcherBuildConsumeQueue`` writes
     unit n for the record whose QUEUEOFFSET is n, so a unit that points at another record,
     swapped, copied or forged, is damage, never that other message). Raises
-    CorruptRecordError naming the record's CommitLog offset."""
+    CorruptRecordError naming the record's CommitLog offset.
+
+    In an LMQ's queue (``topic`` an LMQ name other than the record's topic) the record is
+    another topic's: it must name the LMQ and the unit's queue offset in its
+    ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET`` (:func:`multi_dispatch`)."""
+    if topic is not None and topic != rec.topic and is_lmq(topic):
+        try:
+            units = multi_dispatch(rec.topic, rec.properties)
+        except ValueError:
+            units = []
+        if (topic, 0, queue_offset) in units and queue_id == 0:
+            return rec
+        raise CorruptRecordError(
+            f"the record ({rec.topic}) is not dispatched to {topic} at {queue_offset}",
+            rec.commitlog_offset,
+        )
     if rec.queue_id != queue_id:
         raise CorruptRecordError(
             f"the record belongs to queue {rec.queue_id}, not {queue_id}", rec.commitlog_offset

@@ -86,7 +86,9 @@ from ..format.message import (
     STOREHOSTADDRESS_V6_FLAG,
     TOPIC_LENGTH_SIZE_V1,
     check_body_crc,
+    check_unit_record,
     decode_record,
+    is_lmq,
     read_store_timestamp,
     unit_mismatch,
 )
@@ -727,7 +729,12 @@ def decode_units(
     offs = units["off"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
     qoffs = np.asarray(queue_offsets, dtype=np.int64)
-    batch = _decode(commitlog, offs, sizes, qoffs, topic, queue_id, build)
+    if is_lmq(topic):
+        # an LMQ's units point at other topics' records, shown as they are
+        _check_lmq_units(commitlog, topic, queue_id, offs, sizes, qoffs)
+        batch = _decode(commitlog, offs, sizes, None, None, None, build)
+    else:
+        batch = _decode(commitlog, offs, sizes, qoffs, topic, queue_id, build)
     if wanted_tags is not None and batch.num_rows:
         import pyarrow.compute as pc
 
@@ -750,6 +757,8 @@ def decode_topic_units(
     """:func:`decode_units` for units of several queues of one topic (``queue_ids[i]`` is the
     queue of ``units[i]``), e.g. merged in CommitLog order. Same batch and errors; a record
     whose QUEUEID is not its unit's queue raises CorruptRecordError."""
+    if is_lmq(topic):  # one queue (0), records of other topics and queues
+        return decode_units(commitlog, topic, 0, units, queue_offsets, None, columns)
     names = tuple(arrow_schema().names if columns is None else columns)
     build = names if "queueId" in names else (*names, "queueId")
     batch = _decode(
@@ -865,6 +874,27 @@ def _concat(batches: list):
         if sum(b.num_rows for b in batches)
         else batches[0]
     )
+
+
+def _check_lmq_units(commitlog: Segments, topic: str, queue_id: int, offs, sizes, qoffs) -> None:
+    """Raise CorruptRecordError unless each record that a unit of the LMQ ``topic`` points at
+    names ``topic`` and the unit's queue offset in its ``INNER_MULTI_DISPATCH`` /
+    ``INNER_MULTI_QUEUE_OFFSET`` (``ConsumeQueue.multiDispatchLmqQueue``;
+    :func:`engine.format.message.check_unit_record`)."""
+    for off, size, qoff in zip(offs.tolist(), sizes.tolist(), qoffs.tolist(), strict=True):
+        loc = commitlog.locate(off)
+        if loc is None:
+            raise CorruptRecordError(
+                "CommitLog offset is not in the store (deleted, or not written yet)", off
+            )
+        m, p = loc
+        if p + size > len(m):
+            raise CorruptRecordError("record runs past its CommitLog file", off)
+        try:
+            rec = decode_record(memoryview(m)[p : p + size], 0, check_crc=False, base_offset=off)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off) from exc
+        check_unit_record(rec, queue_id, qoff, topic)
 
 
 def _decode(

@@ -14,6 +14,9 @@ optional capabilities let the store's fast paths treat it specially without know
 
 Prepared and rolled-back transaction records get no unit; BatchCQ topics are not written here.
 A ``SCHEDULE_TOPIC_XXXX`` unit's tagsCode is its deliver time (consumequeue.deliver_tags_code).
+In a store with LMQ queues (``MessageStore.lmq_enabled``) a record with ``INNER_MULTI_DISPATCH``
+also gets a unit in each queue it names, at the offset ``INNER_MULTI_QUEUE_OFFSET`` gives
+(``ConsumeQueue.multiDispatchLmqQueue``; :func:`engine.format.message.multi_dispatch`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from ..format.message import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     MessageRecord,
+    is_lmq,
+    multi_dispatch,
 )
 
 if TYPE_CHECKING:
@@ -56,6 +61,8 @@ class DispatchRequest:
     keys: list[str] = field(default_factory=list)
     uniq_key: str | None = None
     sys_flag: int = 0
+    # the LMQ units of the record: [(queue, queueId, queueOffset)] (multi_dispatch)
+    multi: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 def puts_hashed_keys(dispatcher) -> bool:
@@ -77,6 +84,17 @@ def dispatch_of(store: MessageStore, rec: MessageRecord) -> DispatchRequest:
         )
         if deliver is not None:
             tc = deliver
+    multi: list[tuple[str, int, int]] = []
+    if store.lmq_enabled:
+        try:
+            multi = multi_dispatch(rec.topic, rec.properties)
+        except ValueError:
+            log.warning(
+                "record at %d: INNER_MULTI_QUEUE_OFFSET %r is not a list of integers; "
+                "not dispatched to its LMQ queues",
+                rec.commitlog_offset,
+                rec.properties.get("INNER_MULTI_QUEUE_OFFSET"),
+            )
     return DispatchRequest(
         rec.topic,
         rec.queue_id,
@@ -88,6 +106,7 @@ def dispatch_of(store: MessageStore, rec: MessageRecord) -> DispatchRequest:
         rec.keys,
         rec.uniq_key,
         rec.sys_flag,
+        multi,
     )
 
 
@@ -117,6 +136,20 @@ def dispatch(
             # a plain ConsumeQueue for them would make a broker refuse the store.
             continue
         per_queue.setdefault((d.topic, d.queue_id), []).append(d)
+        for name, qid, qoff in d.multi:
+            qid = d.queue_id if qid < 0 else qid
+            per_queue.setdefault((name, qid), []).append(
+                DispatchRequest(
+                    name,
+                    qid,
+                    d.commitlog_offset,
+                    d.size,
+                    d.tags_code,
+                    d.store_timestamp,
+                    qoff,
+                    sys_flag=d.sys_flag,
+                )
+            )
     unsafe = set()
     for topic in {t for t, _ in per_queue}:
         problem = topic_path_problem(topic)
@@ -165,7 +198,7 @@ def dispatch(
                     break
                 run.append(d)
             items = run
-            if (
+            if not is_lmq(topic) and (
                 topic not in store.topic_config.topics
                 or qid >= store.topic_config.topics[topic].read_queue_nums
             ):

@@ -42,8 +42,10 @@ from ..format.message import (
     TRANSACTION_TYPE_MASK,
     MessageRecord,
     cal_msg_length,
+    check_unit_record,
     decode_properties,
     decode_record,
+    is_lmq,
     property_prefix,
     read_store_timestamp,
 )
@@ -349,9 +351,7 @@ def check_queue_tails(store: MessageStore) -> int:
             if (
                 rec is not None
                 and rec.commitlog_offset == off
-                and rec.queue_offset == qoff
-                and rec.topic == cq.topic
-                and rec.queue_id == cq.queue_id
+                and is_unit_of(rec, cq.topic, cq.queue_id, qoff)
                 and dispatch.dispatch_of(store, rec).tags_code == tc
             ):
                 break
@@ -367,6 +367,16 @@ def check_queue_tails(store: MessageStore) -> int:
             cq.files.repairs.append(f"unit {qoff} did not match the CommitLog")
             dropped += 1
     return dropped
+
+
+def is_unit_of(rec: MessageRecord, topic: str, queue_id: int, queue_offset: int) -> bool:
+    """Whether ``rec`` is the record of unit ``queue_offset`` of ``topic``/``queue_id``: its
+    own topic's, or an LMQ's that the record names (``check_unit_record``)."""
+    try:
+        check_unit_record(rec, queue_id, queue_offset, topic)
+    except CorruptRecordError:
+        return False
+    return rec.topic == topic or is_lmq(topic)
 
 
 def record_boundary(store: MessageStore, offset: int) -> int:
@@ -503,7 +513,13 @@ def _scan(
     # _dispatch (a unit that differs, or any other reason), every later record of that
     # queue goes there too, so a truncation and rewrite happen exactly as on the decoded
     # path. Dispatchers that need every record decoded turn this off (engine.service.dispatch).
-    skip_known = undecoded and all(map(dispatch.skips_below_end_offset, store.dispatchers))
+    # An LMQ store's records are all decoded: the units of a record's LMQ queues
+    # (INNER_MULTI_DISPATCH, in its properties) are checked and rebuilt like its own.
+    skip_known = (
+        undecoded
+        and not store.lmq_enabled
+        and all(map(dispatch.skips_below_end_offset, store.dispatchers))
+    )
     indexed_below = index.end_phy_offset if index is not None else None
     light = light_unit
     pack_unit = UNIT.pack

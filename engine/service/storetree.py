@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ..errors import UnsafeStoreError, UnsupportedLayoutError
 from ..format.dledger import DIR_PREFIX, layout_problem
+from ..format.message import is_lmq
 
 MAX_LISTED = 5  # entries named in the error message
 
@@ -122,6 +123,16 @@ def _is_rocksdb(names: list[str]) -> bool:
     return "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)
 
 
+def lmq_queues(root: str) -> list[str]:
+    """The LMQ queues of the store ``root``, sorted: the ``consumequeue/%LMQ%*`` directories
+    (``MixAll.isLmq``; an LMQ is never in topics.json, only its ConsumeQueue shows it)."""
+    try:
+        names = os.listdir(os.path.join(root, "consumequeue"))
+    except OSError:
+        return []
+    return sorted(n for n in names if is_lmq(n))
+
+
 def foreign_layouts(root: str) -> list[ForeignLayout]:
     """What the store directory ``root`` holds besides the plain layout
     (``../docs/format.md``), each with whether it makes rmqfs refuse to write or read.
@@ -188,7 +199,7 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
         out.append(
             ForeignLayout("consumequeue", "RocksDB ConsumeQueues (RocksDBConsumeQueueStore)", True)
         )
-    lmq = sorted(n for n in names if n.startswith("%LMQ%"))
+    lmq = lmq_queues(root)
     if lmq:
         out.append(
             ForeignLayout(

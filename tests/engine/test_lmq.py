@@ -1,0 +1,85 @@
+"""LMQ stores (issue 22, section 2.4): rocketmq-mqtt's light queues, built here from the Java's
+definitions (``MessageConst.PROPERTY_INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET``,
+``ConsumeQueue.multiDispatchLmqQueue``: a unit at the same CommitLog offset in
+``consumequeue/%LMQ%a/0`` at the offset the record names, ``LmqConsumerOffsetManager``'s
+``config/lmqConsumerOffset.json``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from engine.errors import CorruptRecordError, UnsupportedLayoutError
+from engine.store import MessageStore
+from lmqstore import UNIT, build_lmq_store
+
+
+def _queue_files(root, q):
+    d = os.path.join(root, "consumequeue", q, "0")
+    return {n: open(os.path.join(d, n), "rb").read() for n in os.listdir(d)}
+
+
+def test_a_read_only_open_shows_lmq_queues_as_topics_with_their_records(tmp_path):
+    """Before: the LMQ's units point at T's and U's records, whose QUEUEID/QUEUEOFFSET are
+    their own topic's, so every read of %LMQ%a was refused as damage."""
+    root = tmp_path / "s"
+    lmq = build_lmq_store(root)
+    with MessageStore(str(root), read_only=True) as s:
+        assert {"%LMQ%a", "%LMQ%b", "T", "U"} <= set(s.topic_names())
+        for q, bodies in lmq.items():
+            assert s.queue_ids(q) == [0]
+            recs = [r for _, r in s.iter_queue(q, 0)]
+            assert [r.body for r in recs] == bodies
+            assert all(r.topic in ("T", "U") for r in recs)  # the record as it is
+            assert [s.get_message(q, 0, i).body for i in range(len(bodies))] == bodies
+            assert [m.body for m in s.get_messages("g", q, 0, 0).messages] == bodies
+        assert s.consumer_offsets.query("%LMQ%g", "%LMQ%a", 0) == 1
+        assert s.consumer_offsets.query("%LMQ%g", "%LMQ%b", 0) == 2
+        assert s.consumer_offsets.query("G", "T", 0) == 1
+        assert not s.damaged
+
+
+def test_an_lmq_unit_at_a_record_that_does_not_name_it_is_damage(tmp_path):
+    """A unit of %LMQ%b swapped for T's record m1 (no INNER_MULTI_DISPATCH) is damage, never
+    that other message."""
+    root = tmp_path / "s"
+    build_lmq_store(root)
+    with MessageStore(str(root), read_only=True) as s:
+        off, size, tc = s.consume_queue("T", 0).unit(1)
+    p = os.path.join(root, "consumequeue", "%LMQ%b", "0", "0" * 20)
+    with open(p, "r+b") as f:
+        f.write(UNIT.pack(off, size, tc))  # unit 0 (unit 1, the tail, is checked on open)
+    with (
+        MessageStore(str(root), read_only=True) as s,
+        pytest.raises(CorruptRecordError, match="not dispatched to %LMQ%b at 0"),
+    ):
+        s.get_message("%LMQ%b", 0, 0)
+
+
+@pytest.mark.parametrize("abnormal", [False, True])
+def test_recovery_rebuilds_a_deleted_lmq_queue_from_inner_multi_dispatch(tmp_path, abnormal):
+    """Before: recovery dispatched each record to its own topic's queue only, so a lost
+    consumequeue/%LMQ%a stayed empty."""
+    root = tmp_path / "s"
+    lmq = build_lmq_store(root)
+    before = _queue_files(root, "%LMQ%a")
+    shutil.rmtree(os.path.join(root, "consumequeue", "%LMQ%a"))
+    if abnormal:
+        open(os.path.join(root, "abort"), "w").close()
+    with MessageStore(str(root), read_only=True) as s:
+        assert [r.body for _, r in s.iter_queue("%LMQ%a", 0)] == lmq["%LMQ%a"]
+        cq = s.consume_queue("%LMQ%a", 0)
+        units = b"".join(UNIT.pack(o, n, t) for _, o, n, t in cq.iter_units(0, cq.max_offset))
+        assert units == before["0" * 20][: len(units)]
+        assert "%LMQ%a" not in s.topic_config.topics  # never in topics.json
+    assert not os.path.exists(os.path.join(root, "consumequeue", "%LMQ%a"))  # read-only
+
+
+def test_an_lmq_store_still_refuses_writers(tmp_path):
+    """rmqfs does not assign INNER_MULTI_QUEUE_OFFSET on put nor write lmqConsumerOffset.json."""
+    root = tmp_path / "s"
+    build_lmq_store(root)
+    with pytest.raises(UnsupportedLayoutError, match="LMQ"):
+        MessageStore(str(root))
