@@ -240,7 +240,10 @@ class ScheduledFile(GeneratedFile):
         self.topic = topic
 
     def stat(self) -> Stat:
-        return Stat(RO_FILE, 0, self.ctx.mount_time_ns)
+        # the store's newest record: what a new delayed or timed message changes, and the same
+        # after a remount (the mount's own start time broke rsync and inode/mtime stability)
+        newest = ms_to_ns(self.ctx.store.commitlog.last_store_timestamp)
+        return Stat(RO_FILE, 0, newest or self.ctx.tree_mtime_ns())
 
     def content(self) -> bytes:
         out: list[bytes] = []
