@@ -882,19 +882,29 @@ def _check_lmq_units(commitlog: Segments, topic: str, queue_id: int, offs, sizes
     ``INNER_MULTI_QUEUE_OFFSET`` (``ConsumeQueue.multiDispatchLmqQueue``;
     :func:`engine.format.message.check_unit_record`)."""
     for off, size, qoff in zip(offs.tolist(), sizes.tolist(), qoffs.tolist(), strict=True):
-        loc = commitlog.locate(off)
-        if loc is None:
-            raise CorruptRecordError(
-                "CommitLog offset is not in the store (deleted, or not written yet)", off
-            )
-        m, p = loc
-        if p + size > len(m):
-            raise CorruptRecordError("record runs past its CommitLog file", off)
-        try:
-            rec = decode_record(memoryview(m)[p : p + size], 0, check_crc=False, base_offset=off)
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off) from exc
-        check_unit_record(rec, queue_id, qoff, topic)
+        check_unit_record(_record_at(commitlog, off, size), queue_id, qoff, topic)
+
+
+def _renamed(exc: CorruptRecordError, off: int) -> CorruptRecordError:
+    """``exc`` naming the CommitLog offset ``off`` instead of a position in a buffer."""
+    return CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off)
+
+
+def _record_at(commitlog: Segments, off: int, size: int):
+    """The record of ``size`` bytes at CommitLog offset ``off`` (``decode_record``, body CRC not
+    checked). Raises CorruptRecordError naming ``off`` when no such record is there."""
+    loc = commitlog.locate(off)
+    if loc is None:
+        raise CorruptRecordError(
+            "CommitLog offset is not in the store (deleted, or not written yet)", off
+        )
+    m, p = loc
+    if p + size > len(m):
+        raise CorruptRecordError("record runs past its CommitLog file", off)
+    try:
+        return decode_record(memoryview(m)[p : p + size], 0, check_crc=False, base_offset=off)
+    except CorruptRecordError as exc:
+        raise _renamed(exc, off) from exc
 
 
 def _decode(
@@ -1105,22 +1115,14 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
 
     rows: dict[str, list] = {name: [] for name in names}
     for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
-        loc = commitlog.locate(off)
-        if loc is None:
-            raise CorruptRecordError(
-                "CommitLog offset is not in the store (deleted, or not written yet)", off
-            )
-        m, p = loc
-        if p + size > len(m):
-            raise CorruptRecordError("record runs past its CommitLog file", off)
+        rec = _record_at(commitlog, off, size)
         try:
-            rec = decode_record(memoryview(m)[p : p + size], 0, check_crc=False, base_offset=off)
             if commitlog.check_crc:
                 check_body_crc(rec)
             # first: a body left compressed (past MAX_INFLATED_BODY) adds its property
             body = rec.plain_body if "body" in rows else None
         except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's
-            raise CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off) from exc
+            raise _renamed(exc, off) from exc
         if rec.store_size != size:
             raise CorruptRecordError(f"TOTALSIZE {rec.store_size} != the unit's size {size}", off)
         if (topic is not None and rec.topic != topic) or (
