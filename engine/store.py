@@ -55,7 +55,6 @@ from .format.config import (
 from .format.consumequeue import UNIT, ConsumeQueue, queue_dir_id
 from .format.consumequeue import store_file_size as cq_store_file_size
 from .format.dledger import dledger_dirs, open_dledger
-from .format.indexfile import IndexService
 from .format.mappedfile import remove_temp_files
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
@@ -75,6 +74,7 @@ from .service.cleanup import CleanReport, CleanService
 # The store's API in one import: MessageStore, the put request and its result, the config, and
 # getMessage's result (each defined in its own module).
 from .service.getmessage import GetMessageResult, GetMessageStatus, get_messages, parse_subscription  # noqa: F401
+from .service.indexservice import IndexService
 from .service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
 from .service.putmessage import PutResult
 from .service.storetree import ForeignLayout, check_layout, check_store_tree, lmq_queues
@@ -217,6 +217,7 @@ class MessageStore:
                 self.config.max_hash_slot_num,
                 self.config.max_index_num,
                 read_only,
+                timestamp_of=self._store_timestamp_at,
             )
             self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
             # After a crash the newest files are checked whole; a writable open also checks
@@ -621,6 +622,14 @@ class MessageStore:
                 exc,
             )
             raise
+
+    def _store_timestamp_at(self, commitlog_offset: int) -> int | None:
+        # the IndexFile cut's endTimestamp (IndexService.truncate): None where no record is
+        try:
+            rec = self.message_at(commitlog_offset)
+        except CorruptRecordError:
+            return None
+        return rec.store_timestamp if rec is not None else None
 
     def message_at(self, commitlog_offset: int) -> MessageRecord | None:
         """The record starting at a CommitLog offset, or None when none starts there.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import NamedTuple
 
 from ..errors import CorruptRecordError, MessageTooLargeError
 from .dledger import (
@@ -98,6 +99,62 @@ class AppendResult(tuple):
     @property
     def size(self) -> int:
         return self[1]
+
+
+class Step(NamedTuple):
+    """One step of :func:`walk_segment`: what lies at ``pos`` (bytes into the file).
+
+    ``kind`` is one of :data:`STEP_KINDS`; ``total`` and ``magic`` are the TOTALSIZE and
+    MAGICCODE read there (0 where the file ends inside the header)."""
+
+    kind: str
+    pos: int
+    total: int
+    magic: int
+
+
+#: What :func:`walk_segment` finds at a position: ``record`` (a record header that fits the
+#: file: decode it to know more), ``blank`` (the END_OF_FILE record: the file's data ends),
+#: ``zeros`` (a zero header: the written data ends), ``torn`` (the file ends inside a header),
+#: ``not_record`` (a header with another magic or a size <= 0) and ``past_end`` (a record that
+#: runs past the end of its file). Every kind but ``record`` ends the walk.
+STEP_KINDS = ("record", "blank", "zeros", "torn", "not_record", "past_end")
+
+
+def walk_segment(buf, size: int):
+    """Walk one plain CommitLog file's bytes ``buf[0:size]`` record by record, leniently: the
+    walk of a checker (``rmqfs verify``), which goes on past a record whose body is damaged (the
+    caller decodes each ``record`` step and may find its CRC wrong) and reports what ends the
+    file's data instead of stopping at the first doubt as :meth:`CommitLog.scan_raw` (recovery,
+    the readers) does. The rules are the same: a record is ``TOTALSIZE`` bytes with magic
+    ``MAGIC_V1``/``MAGIC_V2``, the blank END_OF_FILE record (``MAGIC_BLANK``) ends a file, zeros
+    end the data (``CommitLog.checkMessageAndReturnSize``).
+
+    Yields :class:`Step` tuples in file order; the last one is not a ``record`` unless the
+    records end exactly at ``size``. ``buf`` is any buffer (an mmap of the file).
+    """
+    pos = 0
+    head = RECORD_HEAD.size
+    while True:
+        if pos + head > size:
+            if pos < size:
+                yield Step("torn", pos, 0, 0)
+            return
+        total, magic = RECORD_HEAD.unpack_from(buf, pos)
+        if magic == MAGIC_BLANK:
+            yield Step("blank", pos, total, magic)
+            return
+        if total == 0 and magic == 0:
+            yield Step("zeros", pos, total, magic)
+            return
+        if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+            yield Step("not_record", pos, total, magic)
+            return
+        if pos + total > size:
+            yield Step("past_end", pos, total, magic)
+            return
+        yield Step("record", pos, total, magic)
+        pos += total
 
 
 class CommitLog:

@@ -1,4 +1,5 @@
-"""IndexFile and IndexService: the message-key hash index under ``index/``.
+"""IndexFile: the message-key hash index's file format under ``index/`` (the service over the
+files, ``IndexService``, is :mod:`engine.service.indexservice`).
 
 One IndexFile is a fixed-size hash table with chained buckets, big-endian (docs/format.md,
 RocketMQ ``IndexHeader``, ``IndexFile`` and ``IndexService`` in ``store/.../index/``)::
@@ -45,15 +46,13 @@ import os
 import re
 import struct
 import sys
-import threading
 import time
 from array import array
-from contextlib import contextmanager
+from typing import Any, NamedTuple
 
-from ..errors import CorruptRecordError, ReadOnlyStoreError, StoreError
-from .javahash import combine_u32, index_key_hash, java_hash_u32, key_hash_of_u32, utf16_len
-from .mappedfile import create_preallocated, fsync_dir
-from .message import TRANSACTION_ROLLBACK_TYPE  # MessageSysFlag: (sysFlag & 0xC) == 0xC
+from ..errors import CorruptRecordError, ReadOnlyStoreError
+from .javahash import index_key_hash
+from .mappedfile import create_preallocated
 
 HEADER = struct.Struct(">qqqqii")  # begin/endTimestamp, begin/endPhyOffset, slot and item counts
 SLOT = struct.Struct(">i")
@@ -123,7 +122,7 @@ def index_file_name(millis: int | None = None) -> str:
     return time.strftime("%Y%m%d%H%M%S", time.localtime(millis // 1000)) + f"{millis % 1000:03d}"
 
 
-def _name_after(name: str) -> str:
+def name_after(name: str) -> str:
     """The 17-digit name one millisecond after ``name`` (wall-clock arithmetic, no time zone)."""
     dt = datetime.datetime.strptime(name, "%Y%m%d%H%M%S%f") + datetime.timedelta(milliseconds=1)
     return dt.strftime("%Y%m%d%H%M%S") + f"{dt.microsecond // 1000:03d}"
@@ -243,7 +242,7 @@ class IndexFile:
         self._dirty = False
         created = False
         if path is None:
-            _check_geometry(hash_slot_num, index_num)
+            check_geometry(hash_slot_num, index_num)
             self.hash_slot_num, self.index_num = hash_slot_num, index_num
             self.size = index_file_size(hash_slot_num, index_num)
             self._io: _MemIO | _FdIO = _MemIO(self.size)
@@ -271,7 +270,7 @@ class IndexFile:
             if self.index_count <= 0:
                 self.index_count = 1
         else:
-            _check_geometry(hash_slot_num, index_num)
+            check_geometry(hash_slot_num, index_num)
             self.hash_slot_num, self.index_num = hash_slot_num, index_num
             self.size = index_file_size(hash_slot_num, index_num)
             fd = create_preallocated(path, self.size, exclusive=True)
@@ -734,68 +733,52 @@ class IndexFile:
         return None
 
     # -- truncate -----------------------------------------------------------------------------
-    def truncate(self, phy_offset: int) -> int:
+    def truncate(self, phy_offset: int, timestamp_of=None) -> int:
         """Undo every item whose phyOffset >= ``phy_offset``; returns the new indexCount.
 
-        Items are in CommitLog order, so they form a tail; each bucket's slot is set back to the
-        prevIndex of its oldest removed item, hashSlotCount drops for buckets left empty, and
-        endPhyOffset becomes the last kept item's offset. endTimestamp becomes the last kept
-        item's time rounded up to the end of its second (``beginTimestamp + timeDiff*1000 +
-        999``, never above the old value; exact when only the first item is left), since items
-        keep seconds only. Removed items' bytes stay on disk beyond indexCount (unreachable).
-        RocketMQ has no such operation: it destroys files and re-dispatches.
+        The file is cut by :func:`cut_index` (the one cut, also the snapshot's): each changed
+        slot and the header are written in place; removed items' bytes stay on disk beyond
+        indexCount (unreachable). ``timestamp_of`` (CommitLog offset -> store time, epoch ms, or
+        None) gives the new endTimestamp exactly; see :func:`cut_index`. RocketMQ has no such
+        operation: it destroys files and re-dispatches.
 
         Raises:
             ReadOnlyStoreError: the file was opened read-only.
         """
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.path}: index file opened read-only")
-        count = self.index_count
-        lo, hi = 1, count  # first item with phyOffset >= phy_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.item(mid)[1] >= phy_offset:
-                hi = mid
-            else:
-                lo = mid + 1
-        if lo >= count:
-            return count
-        self._slots = None  # reloaded from the file on the next batched put
-        new_slots: dict[int, int] = {}
-        slots = self.hash_slot_num
-        for start in range(lo, count, _TRUNCATE_CHUNK):
-            n = min(_TRUNCATE_CHUNK, count - start)
-            raw = self._io.read(self._items_base + start * INDEX_SIZE, n * INDEX_SIZE)
-            for key_hash, _phy, _diff, prev in ITEM.iter_unpack(raw):
-                new_slots.setdefault(key_hash % slots, prev if 0 < prev < lo else INVALID_INDEX)
-        for slot, value in new_slots.items():
-            self._io.write(INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(value))
-        emptied = sum(1 for v in new_slots.values() if v == INVALID_INDEX)
-        self.hash_slot_count = max(0, self.hash_slot_count - emptied)
-        if lo > 1:
-            _hash, phy, diff, _prev = self.item(lo - 1)
-            self.end_phy_offset = phy
-            if lo - 1 == 1:
-                self.end_timestamp = self.begin_timestamp
-            else:
-                self.end_timestamp = max(
-                    self.begin_timestamp,
-                    min(self.end_timestamp, self.begin_timestamp + diff * 1000 + 999),
-                )
-        self.index_count = lo
-        self._io.write(
-            0,
-            HEADER.pack(
-                self.begin_timestamp,
-                self.end_timestamp,
-                self.begin_phy_offset,
-                self.end_phy_offset,
-                self.hash_slot_count,
-                self.index_count,
-            ),
+        import numpy as np
+
+        slots = np.frombuffer(
+            self._io.read(INDEX_HEADER_SIZE, self.hash_slot_num * HASH_SLOT_SIZE), ">i4"
         )
+        head = (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+        cut = cut_index(head, slots, self._io.read, self._items_base, phy_offset, timestamp_of)
+        if cut is None:
+            return self.index_count
+        self._slots = None  # reloaded from the file on the next batched put
+        for slot in cut.changed.tolist():
+            self._io.write(
+                INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(int(cut.slots[slot]))
+            )
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = cut.header
+        self._io.write(0, HEADER.pack(*cut.header))
         self._dirty = True
-        return lo
+        return self.index_count
 
     # -- lifecycle ----------------------------------------------------------------------------
     def flush(self) -> None:
@@ -825,6 +808,108 @@ class IndexFile:
         )
 
 
+class IndexCut(NamedTuple):
+    """An IndexFile as :func:`cut_index` leaves it."""
+
+    #: the six :data:`HEADER` fields (beginTimestamp, endTimestamp, beginPhyOffset,
+    #: endPhyOffset, hashSlotCount, indexCount)
+    header: tuple[int, int, int, int, int, int]
+    #: the whole slot table after the cut (int64, ``hashSlotNum`` values)
+    slots: Any
+    #: the slot numbers whose value the cut changed (int64, ascending)
+    changed: Any
+
+
+#: indexfile.ITEM (keyHash | phyOffset | timeDiff | prevIndex) as a numpy dtype, from its format
+ITEM_FIELDS = ("key_hash", "phy_offset", "time_diff", "prev_index")
+
+
+def item_dtype():
+    """:data:`ITEM` as a numpy structured dtype (big-endian fields :data:`ITEM_FIELDS`)."""
+    import numpy as np
+
+    fmt = ITEM.format.lstrip(">")
+    dt = np.dtype([(n, f">i{struct.calcsize(c)}") for n, c in zip(ITEM_FIELDS, fmt)])
+    assert dt.itemsize == INDEX_SIZE
+    return dt
+
+
+def cut_index(header, slots, read, items_base: int, phy_offset: int, timestamp_of=None):
+    """An IndexFile as it was before the record at CommitLog offset ``phy_offset`` was
+    indexed: the one cut of an IndexFile, for recovery (:meth:`IndexFile.truncate`, the CommitLog
+    was cut) and for snapshots (a file whose writer is ahead of the snapshot's end).
+
+    Items are appended in CommitLog order, so the items removed (phyOffset >= ``phy_offset``)
+    are a tail ``[keep, indexCount)``, found by binary search. Each bucket whose newest item is
+    removed points again at the prevIndex of its oldest removed item (the newest item kept;
+    0, the empty slot, when the chain has none), read column-wise, 65,536 items at a time.
+    hashSlotCount is the slots in use after the cut; endPhyOffset the last kept item's; and
+    endTimestamp that record's store time from ``timestamp_of(commitLogOffset)`` when it
+    gives one (exact, as ``IndexFile.putKey`` set it), else the item's second rounded up
+    (``beginTimestamp + timeDiff*1000 + 999``, never above the old endTimestamp nor below
+    beginTimestamp; beginTimestamp when only the first item is left), since items keep seconds.
+    With nothing kept (indexCount 1) endPhyOffset and endTimestamp stay as they were.
+
+    Args:
+        header: the file's six :data:`HEADER` fields.
+        slots: its slot table (a numpy int array of ``hashSlotNum`` values, any byte order).
+        read: ``read(position, length) -> bytes`` of the file (pread-like; shorter at the end).
+        items_base: position of item 0 (``40 + hashSlotNum*4``).
+        phy_offset: the CommitLog offset of the first record to forget (bytes).
+        timestamp_of: CommitLog offset -> STORETIMESTAMP (epoch ms) or None.
+
+    Returns:
+        An :class:`IndexCut`, or None when no item is at or past ``phy_offset``.
+    """
+    import numpy as np
+
+    begin_ts, end_ts, begin_phy, end_phy, _slot_count, count = header
+    dtype = item_dtype()
+
+    def items(start: int, n: int):
+        raw = read(items_base + start * INDEX_SIZE, n * INDEX_SIZE)
+        return np.frombuffer(raw, dtype, count=len(raw) // INDEX_SIZE)
+
+    lo, hi = 1, count  # the first item with phyOffset >= phy_offset
+    while lo < hi:
+        mid = (lo + hi) // 2
+        it = items(mid, 1)
+        if not len(it) or int(it["phy_offset"][0]) >= phy_offset:
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo >= count:
+        return None
+    old = np.asarray(slots).astype(np.int64)
+    table = old.copy()
+    nslots = len(table)
+    done = np.zeros(nslots, dtype=bool)
+    for start in range(lo, count, _TRUNCATE_CHUNK):
+        part = items(start, min(_TRUNCATE_CHUNK, count - start))
+        if not len(part):
+            break
+        bucket = part["key_hash"].astype(np.int64) % nslots
+        first_in, first_at = np.unique(bucket, return_index=True)  # oldest removed per bucket
+        new = ~done[first_in]
+        prev = part["prev_index"][first_at[new]].astype(np.int64)
+        table[first_in[new]] = np.where((prev > 0) & (prev < lo), prev, INVALID_INDEX)
+        done[first_in[new]] = True
+    if lo > 1:
+        last = items(lo - 1, 1)
+        end_phy = int(last["phy_offset"][0])
+        exact = timestamp_of(end_phy) if timestamp_of is not None else None
+        if exact is not None:
+            end_ts = exact
+        elif lo - 1 == 1:
+            end_ts = begin_ts
+        else:
+            diff = int(last["time_diff"][0])
+            end_ts = max(begin_ts, min(end_ts, begin_ts + diff * 1000 + 999))
+    changed = np.flatnonzero(table != old)
+    head = (begin_ts, end_ts, begin_phy, end_phy, int(np.count_nonzero(table)), lo)
+    return IndexCut(head, table, changed)
+
+
 def _slot_runs(sorted_slots: list[int]):
     """``(first, length)`` runs of consecutive slot numbers."""
     if not sorted_slots:
@@ -838,7 +923,7 @@ def _slot_runs(sorted_slots: list[int]):
     yield first, prev - first + 1
 
 
-def _check_geometry(hash_slot_num: int, index_num: int) -> None:
+def check_geometry(hash_slot_num: int, index_num: int) -> None:
     if hash_slot_num < 1 or index_num < 2:
         raise ValueError(
             f"bad index geometry: hashSlotNum={hash_slot_num}, "
@@ -846,512 +931,8 @@ def _check_geometry(hash_slot_num: int, index_num: int) -> None:
         )
 
 
-class _RWLock:
-    """Many readers or one writer (``ReentrantReadWriteLock`` without reentrancy).
-
-    A waiting writer blocks new readers, so a stream of queries cannot starve it.
-    """
-
-    def __init__(self):
-        self._cond = threading.Condition(threading.Lock())
-        self._readers = 0
-        self._writer = False
-        self._writers_waiting = 0
-
-    @contextmanager
-    def read(self):
-        with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def write(self):
-        with self._cond:
-            self._writers_waiting += 1
-            try:
-                while self._writer or self._readers:
-                    self._cond.wait()
-            finally:
-                self._writers_waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
 def build_key(topic: str, key: str) -> str:
     """``IndexService.buildKey``: the string an IndexFile hashes for ``key`` (a KEYS entry or
     the UNIQ_KEY) of a record of ``topic``: ``topic#key``. ``build_key(topic, "")`` is the
     prefix shared by a topic's keys (its hash seeds the fast path's key hashes)."""
     return f"{topic}#{key}"
-
-
-class IndexService:
-    """The ``index/`` directory: builds and queries the key index (``IndexService``).
-
-    Args:
-        index_dir: ``<storeRoot>/index`` (created on the first key).
-        hash_slot_num, index_num: ``maxHashSlotNum`` / ``maxIndexNum`` for new files.
-        read_only: never write or delete; keys dispatched while read-only go to in-memory files
-            (anonymous mappings) appended after the on-disk ones, so queries also cover records
-            a read-only store had to index itself.
-        max_msgs_num_batch: the cap on one query (``maxMsgsNumBatch``).
-
-    Existing files (17-digit names) are opened in name order; zero-length ones are deleted
-    (skipped when read-only), other names ignored. ``files`` is the list, oldest first.
-
-    Threads: :meth:`dispatch`, :meth:`truncate`, :meth:`delete_expired`, :meth:`flush` and
-    :meth:`close` are serialised by an internal lock (the store calls dispatch under its put
-    lock anyway); :meth:`query` may run in other threads at the same time. Deleting or closing
-    files waits for running queries.
-
-    Raises:
-        CorruptRecordError: an index file whose size fits no geometry.
-    """
-
-    # Dispatcher capabilities (engine.service.dispatch): the fast put path hands it pre-hashed keys
-    # (put_hashed), and it ignores records below end_phy_offset, so recovery may skip them.
-    puts_hashed_keys = True
-    skips_below_end_offset = True
-
-    def __init__(
-        self,
-        index_dir: str,
-        hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
-        index_num: int = DEFAULT_INDEX_NUM,
-        read_only: bool = False,
-        *,
-        max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
-    ):
-        _check_geometry(hash_slot_num, index_num)
-        self.index_dir = index_dir
-        self.hash_slot_num = hash_slot_num
-        self.index_num = index_num
-        self.read_only = read_only
-        self.max_msgs_num_batch = max_msgs_num_batch
-        self.files: list[IndexFile] = []
-        self._topic_hashes: dict[str, int] = {}  # topic -> hash of "topic#"
-        self._mutex = threading.RLock()
-        self._rw = _RWLock()
-        names = []
-        if os.path.isdir(index_dir):
-            names = sorted(
-                n
-                for n in os.listdir(index_dir)
-                if INDEX_FILE_NAME.fullmatch(n) and os.path.isfile(os.path.join(index_dir, n))
-            )
-        try:
-            for n in names:
-                path = os.path.join(index_dir, n)
-                if os.path.getsize(path) == 0:  # created but never sized (crash)
-                    if not read_only:
-                        os.unlink(path)
-                    continue
-                self.files.append(IndexFile(path, hash_slot_num, index_num, read_only=read_only))
-        except BaseException:
-            for f in self.files:
-                f.close()
-            raise
-
-    @contextmanager
-    def frozen(self):
-        """Hold off every change to the index files (puts, truncation, rolling, deletion)
-        while the block runs; yields the list of files (a snapshot freezes them)."""
-        with self._mutex:
-            yield self.files
-
-    # -- load ---------------------------------------------------------------------------------
-    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> list[str]:
-        """``IndexService.load``: after an abnormal exit, destroy every file whose endTimestamp
-        is later than the checkpoint's ``indexMsgTimestamp`` (epoch ms); re-dispatching the
-        CommitLog from :attr:`end_phy_offset` rebuilds them. Read-only: the files are only
-        dropped from the list (and closed), not deleted.
-
-        Returns:
-            The names of the files dropped.
-        """
-        if last_exit_ok:
-            return []
-        with self._mutex, self._rw.write():
-            keep, dropped = [], []
-            for f in self.files:
-                if f.end_timestamp > index_msg_timestamp:
-                    f.destroy()
-                    dropped.append(f.name)
-                else:
-                    keep.append(f)
-            self.files = keep
-        return dropped
-
-    def drop_inconsistent(self, newest: int = 2, quick: bool = False) -> list[tuple[str, str]]:
-        """After an abnormal exit: check the ``newest`` files (those a crash or a live copy
-        can have caught mid-write) with :meth:`IndexFile.structure_problem`; the first
-        inconsistent one and every newer one are destroyed (dropped only, when read-only), so
-        recovery's re-dispatch from :attr:`end_phy_offset` rebuilds their entries from the
-        CommitLog. RocketMQ's ``IndexService.load`` trusts a file whose endTimestamp is not
-        past the checkpoint; a file copied while written can pass that test and still be torn.
-        ``quick``: check only the header against the file and its slots
-        (:meth:`IndexFile.header_problem`), what a writable open does after a clean exit.
-
-        Returns:
-            ``(name, problem)`` of each file dropped.
-        """
-        with self._mutex, self._rw.write():
-            first_bad = None
-            for i in range(max(0, len(self.files) - newest), len(self.files)):
-                f = self.files[i]
-                problem = f.header_problem() if quick else f.structure_problem()
-                if problem is not None:
-                    first_bad = (i, problem)
-                    break
-            if first_bad is None:
-                return []
-            i, problem = first_bad
-            dropped = []
-            for f in self.files[i:]:
-                f.destroy()
-                dropped.append(
-                    (f.name, problem if f is self.files[i] else "newer than an inconsistent file")
-                )
-            self.files = self.files[:i]
-            return dropped
-
-    # -- properties ---------------------------------------------------------------------------
-    @property
-    def last_timestamp(self) -> int:
-        """endTimestamp (epoch ms) of the newest file, 0 without files."""
-        files = self.files
-        return files[-1].end_timestamp if files else 0
-
-    @property
-    def end_phy_offset(self) -> int:
-        """endPhyOffset of the newest file: records before it are indexed (0 without files)."""
-        files = self.files
-        return files[-1].end_phy_offset if files else 0
-
-    def item_count(self) -> int:
-        """Index items in every file (what recovery reports as rebuilt, by difference)."""
-        return sum(max(0, f.index_count - 1) for f in self.files)
-
-    # -- build --------------------------------------------------------------------------------
-    def dispatch(self, batch) -> None:
-        """Index a batch of dispatched records (``CommitLogDispatcherBuildIndex``/``buildIndex``).
-
-        Each item needs ``topic``, ``commitlog_offset``, ``store_timestamp`` (epoch ms), ``keys``
-        (list of str, or the raw KEYS string split on " "), ``uniq_key`` (str or None) and
-        ``sys_flag``. Puts ``topic#uniqKey`` (when not None) then ``topic#key`` for each
-        non-empty key; skips ROLLBACK records and records before the newest file's endPhyOffset
-        (already indexed); rolls to a new file when one is full.
-
-        One deviation: a record *at* endPhyOffset (the newest indexed one, which a restart may
-        dispatch again) only gets the keys it does not have yet, so re-dispatch never doubles
-        its entries. RocketMQ would index it again, but never re-dispatches it.
-
-        Raises:
-            OSError: from the disk (the keys put so far stay; :meth:`truncate` undoes them).
-        """
-        with self._mutex:
-            entries: list[int] = []  # flat keyHash, phyOffset, storeTimestamp
-            prefixes = self._topic_hashes
-            last = -1  # offset of the newest pending entry
-            for d in batch:
-                if d.sys_flag & TRANSACTION_ROLLBACK_TYPE == TRANSACTION_ROLLBACK_TYPE:
-                    continue
-                keys = d.keys
-                if isinstance(keys, str):
-                    keys = keys.split(" ")
-                uniq = d.uniq_key
-                if uniq is None and not keys:
-                    continue
-                offset = d.commitlog_offset
-                if entries:
-                    end_phy = last
-                elif self.files:
-                    end_phy = self.files[-1].end_phy_offset
-                else:
-                    end_phy = None
-                if end_phy is not None and offset <= end_phy:
-                    if offset < end_phy:
-                        continue  # already indexed
-                    # The newest indexed record again (a restart re-dispatching it): only the
-                    # keys it lacks, one by one.
-                    self._put_entries(entries)
-                    entries = []
-                    self._put_again(d.topic, uniq, keys, offset, d.store_timestamp)
-                    continue
-                topic = d.topic
-                ph = prefixes.get(topic)
-                if ph is None:
-                    ph = java_hash_u32(build_key(topic, ""))
-                    if len(prefixes) < 65536:
-                        prefixes[topic] = ph
-                ts = d.store_timestamp
-                if uniq is not None:
-                    entries += (
-                        key_hash_of_u32(combine_u32(ph, java_hash_u32(uniq), utf16_len(uniq))),
-                        offset,
-                        ts,
-                    )
-                for k in keys or ():
-                    if k:
-                        entries += (
-                            key_hash_of_u32(combine_u32(ph, java_hash_u32(k), utf16_len(k))),
-                            offset,
-                            ts,
-                        )
-                last = offset
-            self._put_entries(entries)
-
-    def _put_again(
-        self, topic: str, uniq: str | None, keys, offset: int, store_timestamp: int
-    ) -> None:
-        idx_keys = [build_key(topic, uniq)] if uniq is not None else []
-        idx_keys += [build_key(topic, k) for k in keys or () if k]
-        files = self.files
-        holders = []  # files that already hold items of this very record
-        for f in reversed(files):
-            if f.end_phy_offset != offset:
-                break
-            if f.index_count > 1:
-                holders.append(f)
-        for key in idx_keys:
-            if holders and any(f.has_key_at(key, offset) for f in holders):
-                continue
-            self._put(key, offset, store_timestamp)
-
-    def put_hashed(self, entries: list[int]) -> None:
-        """Index pre-hashed keys of new records (the store's put path).
-
-        ``entries`` is flat ``[keyHash, phyOffset, storeTimestamp, ...]`` in CommitLog order,
-        every phyOffset after :attr:`end_phy_offset`; keyHash is
-        ``index_key_hash("topic#key")``. Rolls to new files as they fill. Raises OSError.
-        """
-        with self._mutex:
-            self._put_entries(entries)
-
-    def _put_entries(self, entries: list[int]) -> None:
-        total = len(entries) // 3
-        i = 0
-        while i < total:
-            f = self._writable_last()
-            j = f.put_hashed(entries, i)
-            if j == i:
-                f = self._new_file()
-                j = f.put_hashed(entries, i)
-                if j == i:
-                    raise StoreError(f"{f.name}: a new index file refused a key")
-            i = j
-
-    def _put(self, key: str, offset: int, store_timestamp: int) -> None:
-        f = self._writable_last()
-        if f.put_key(key, offset, store_timestamp):
-            return
-        f = self._new_file()
-        if not f.put_key(key, offset, store_timestamp):
-            raise StoreError(f"{f.name}: a new index file refused a key")
-
-    def _writable_last(self) -> IndexFile:
-        """``getAndCreateLastIndexFile``: the newest file unless full (or on disk while
-        read-only), else a new one."""
-        if self.files:
-            last = self.files[-1]
-            if not last.is_write_full and not last.read_only:
-                return last
-        return self._new_file()
-
-    def _new_file(self) -> IndexFile:
-        prev = self.files[-1] if self.files else None
-        end_phy = prev.end_phy_offset if prev else 0
-        end_ts = prev.end_timestamp if prev else 0
-        if self.read_only:
-            f = IndexFile(None, self.hash_slot_num, self.index_num, end_phy, end_ts)
-        else:
-            os.makedirs(self.index_dir, exist_ok=True)
-            name = index_file_name()
-            last_name = next((g.name for g in reversed(self.files) if not g.in_memory), None)
-            if last_name is not None and name <= last_name:
-                name = _name_after(last_name)  # keep names unique and in creation order
-            while os.path.exists(os.path.join(self.index_dir, name)):
-                name = _name_after(name)
-            f = IndexFile(
-                os.path.join(self.index_dir, name),
-                self.hash_slot_num,
-                self.index_num,
-                end_phy,
-                end_ts,
-            )
-            fsync_dir(self.index_dir)
-        with self._rw.write():
-            self.files.append(f)
-        return f
-
-    def truncate(self, phy_offset: int) -> None:
-        """Forget index entries of records at or after ``phy_offset`` (the CommitLog was cut).
-
-        From the newest file back: a file whose items all lie at or after the cut is destroyed
-        (as is an empty file whose endPhyOffset is at or after it), the first file holding
-        older items is cut with :meth:`IndexFile.truncate`, and older files are untouched.
-        Read-only: only in-memory files change; on-disk files keep their entries past the cut
-        (stale: they point beyond the CommitLog's end, and query callers verify each offset).
-        """
-        with self._mutex, self._rw.write():
-            while self.files:
-                f = self.files[-1]
-                if f.read_only:
-                    break
-                if f.index_count <= 1:
-                    if f.end_phy_offset < phy_offset:
-                        break
-                    f.destroy()
-                    self.files.pop()
-                    continue
-                if f.end_phy_offset < phy_offset:
-                    break
-                if f.truncate(phy_offset) > 1:
-                    break
-                f.destroy()
-                self.files.pop()
-
-    def delete_expired(self, min_phy_offset: int) -> int:
-        """``IndexService.deleteExpiredFile``: delete files, oldest first and never the newest,
-        whose endPhyOffset < ``min_phy_offset`` (the CommitLog's min offset); stops at the first
-        file that is still needed. No-op when read-only. Returns the number deleted.
-        """
-        if self.read_only:
-            return 0
-        with self._mutex:
-            files = list(self.files)
-            if not files or files[0].end_phy_offset >= min_phy_offset:
-                return 0
-            victims = []
-            for f in files[:-1]:
-                if f.end_phy_offset >= min_phy_offset:
-                    break
-                victims.append(f)
-            with self._rw.write():
-                for f in victims:
-                    self.files.remove(f)
-                    f.destroy()
-            return len(victims)
-
-    def follow(self) -> list[str]:
-        """Follower (read-only, another process writes ``index/``): open the files the
-        writer created since, forget those it deleted (expiry), re-read the newest files'
-        headers. Every file is marked ``live``. Returns the paths of the forgotten files.
-        """
-        try:
-            names = sorted(n for n in os.listdir(self.index_dir) if INDEX_FILE_NAME.match(n))
-        except FileNotFoundError:
-            names = []
-        with self._mutex:
-            known = {f.name: f for f in self.files if not f.in_memory}
-            present = set(names)
-            gone = [f for f in self.files if not f.in_memory and f.name not in present]
-            added = []
-            newest = max(known, default="")
-            for n in names:
-                if n in known or n <= newest:
-                    continue
-                path = os.path.join(self.index_dir, n)
-                try:
-                    if os.path.getsize(path) == 0:
-                        break  # being created: next time
-                    f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=True)
-                except (OSError, CorruptRecordError):
-                    break
-                added.append(f)
-            for f in self.files[-2:] + added:
-                f.live = True
-                if not f.in_memory:
-                    f.reload_header()
-            if gone or added:
-                with self._rw.write():
-                    self.files = [f for f in self.files if f not in gone] + added
-                    for f in gone:
-                        f.close()
-            return [f.path for f in gone]
-
-    # -- query --------------------------------------------------------------------------------
-    def query(
-        self,
-        topic: str,
-        key: str,
-        max_num: int = MAX_MSGS_NUM_BATCH,
-        begin: int = 0,
-        end: int = LONG_MAX,
-    ) -> list[int]:
-        """CommitLog offsets of messages indexed under ``topic#key`` (``queryOffset``).
-
-        ``max_num`` is capped at ``max_msgs_num_batch`` (64). Files are read newest first, only
-        those whose time span overlaps ``[begin, end]`` (epoch ms); the scan stops at a file
-        whose beginTimestamp < ``begin`` or once ``max_num`` offsets are found. Offsets come
-        newest first and may include other keys with the same 32-bit hash, or repeat.
-
-        Raises:
-            CorruptRecordError: a file was truncated behind the store's back.
-        """
-        max_num = min(max_num, self.max_msgs_num_batch)
-        out: list[int] = []
-        if max_num <= 0:
-            return out
-        idx_key = build_key(topic, key)
-        # Under the lock, only the files to read and a reader of each (a duplicated
-        # descriptor): the walks run after it, so a writer (a roll to a new file, truncation,
-        # expiry) never waits for a walk, however long a damaged file makes it.
-        todo = []
-        with self._rw.read():
-            for f in reversed(self.files):
-                if f.is_time_matched(begin, end):
-                    todo.append((f, f.reader()))
-                if f.begin_timestamp < begin:
-                    break
-        try:
-            for f, io in todo:
-                out += f.select_phy_offsets(idx_key, max_num - len(out), begin, end, io)
-                if len(out) >= max_num:
-                    break
-        finally:
-            for _, io in todo:
-                io.close()
-        return out
-
-    # -- lifecycle ----------------------------------------------------------------------------
-    def flush(self) -> int:
-        """``fdatasync`` the files written since the last flush.
-
-        Returns:
-            The newest endTimestamp (epoch ms) now on disk: every key of a record stored at or
-            before it is durable, so the store may write it to ``checkpoint.indexMsgTimestamp``
-            (RocketMQ writes it only when a full file is flushed). 0 when read-only.
-        """
-        if self.read_only:
-            return 0
-        with self._mutex:
-            ts = self.last_timestamp
-            for f in self.files:
-                f.flush()
-            return ts
-
-    def close(self) -> None:
-        """Flush (unless read-only) and close every file (``IndexService.shutdown``)."""
-        with self._mutex:
-            if not self.read_only:
-                self.flush()
-            with self._rw.write():
-                for f in self.files:
-                    try:
-                        f.close()
-                    except OSError:
-                        pass
-                self.files = []

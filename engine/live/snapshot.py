@@ -49,7 +49,6 @@ import logging
 import os
 import re
 import stat
-import struct
 import sys
 import threading
 import time
@@ -69,7 +68,7 @@ from ..errors import (
 from ..format.checkpoint import StoreCheckpoint
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE
 from ..format.crc import crc32c, crc32c_fd, crc32c_zeros
-from ..format.indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, ITEM
+from ..format.indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, cut_index
 from ..format.mappedfile import offset_to_file_name
 from ..service import workprogress
 from ..service.storetree import CONTROLLER_TOP
@@ -610,54 +609,31 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
     return snap
 
 
-# indexfile.ITEM (keyHash | phyOffset | timeDiff | prevIndex) as a numpy dtype, from its format
-_ITEM_DTYPE = np.dtype(
-    [
-        (name, f">i{struct.calcsize(fmt)}")
-        for name, fmt in zip(
-            ("key_hash", "phy_offset", "time_diff", "prev_index"), ITEM.format.lstrip(">")
-        )
-    ]
-)
-assert _ITEM_DTYPE.itemsize == INDEX_SIZE
-
-
 def _cut_index(
     store: MessageStore, fd: int, head: bytes, slots: bytes, native: bool, items_base: int, cut: int
 ):
-    """An IndexFile as it was when the CommitLog ended at ``cut``: items naming records at or
-    past ``cut`` dropped, the hash slots pointing at them moved down their chains to the newest
-    item kept, the header's counts and ends set to the last item kept.
+    """An IndexFile as it was when the CommitLog ended at ``cut`` (the file's writer is ahead
+    of the snapshot: a follower shows less than its writer has indexed), by the format's one
+    cut (:func:`engine.format.indexfile.cut_index`), endTimestamp the last kept record's store
+    time. Returns ``(header bytes, big-endian slot bytes, False)``, or None when no item is
+    kept (every item names a record past the snapshot)."""
 
-    Needed where the file's writer is ahead of the snapshot (a follower shows less than its
-    writer has indexed). Items are appended in CommitLog order, so the items kept are a prefix.
-    Returns ``(header bytes, big-endian slot bytes, False)``, or None when no item is kept.
-    """
-    begin_ts, _end_ts, begin_phy, _end_phy, _slot_count, count = HEADER.unpack(head)
-    if count <= 1:
-        return None
-    raw = os.pread(fd, (count - 1) * INDEX_SIZE, items_base + INDEX_SIZE)
-    n = len(raw) // INDEX_SIZE
-    items = np.frombuffer(raw[: n * INDEX_SIZE], dtype=_ITEM_DTYPE)
-    keep = 1 + int(np.searchsorted(items["phy_offset"], cut, side="left"))  # items 1..keep-1
-    if keep <= 1:
-        return None
-    table = np.frombuffer(slots, dtype="=i4" if native else ">i4").astype(np.int64)
-    prev = items["prev_index"].astype(np.int64)
-    for _ in range(count):  # every step moves each slot down one chain link
-        ahead = table >= keep
-        if not ahead.any():
-            break
-        idx = table[ahead]
-        nxt = np.where(idx - 1 < n, prev[np.minimum(idx - 1, n - 1)], 0)
-        table[ahead] = np.where(nxt >= idx, 0, nxt)  # a chain must go down; else drop it
-    last = items[keep - 2]
-    rec = store.message_at(int(last["phy_offset"]))
-    end_ts = rec.store_timestamp if rec is not None else begin_ts + int(last["time_diff"]) * 1000
-    new_head = HEADER.pack(
-        begin_ts, end_ts, begin_phy, int(last["phy_offset"]), int(np.count_nonzero(table)), keep
+    def timestamp_of(off: int) -> int | None:
+        rec = store.message_at(off)
+        return rec.store_timestamp if rec is not None else None
+
+    table = np.frombuffer(slots, dtype="=i4" if native else ">i4")
+    done = cut_index(
+        HEADER.unpack(head),
+        table,
+        lambda pos, n: os.pread(fd, n, pos),
+        items_base,
+        cut,
+        timestamp_of,
     )
-    return new_head, table.astype(">i4").tobytes(), False
+    if done is None or done.header[5] <= 1:
+        return None
+    return HEADER.pack(*done.header), done.slots.astype(">i4").tobytes(), False
 
 
 class _CrcCache:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigFileError, CorruptRecordError, StoreError
-from ..format.commitlog import CommitLog
+from ..format.commitlog import CommitLog, walk_segment
 from ..format.config import config_parsers, load_config_file, load_config_file_only
 from ..format.consumequeue import (
     BLANK_UNIT_SIZE,
@@ -62,11 +62,7 @@ from ..format.indexfile import (
 from ..format.javahash import index_key_hash, tags_code
 from ..format.mappedfile import segment_names
 from ..format.message import (
-    MAGIC_BLANK,
-    MAGIC_V1,
-    MAGIC_V2,
     PROPERTY_DELAY,
-    RECORD_HEAD,
     SCHEDULE_TOPIC,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -465,9 +461,10 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
         pos = 0
         size = seg.size
         is_last = si == len(segs) - 1
-        while True:
-            if pos + 8 > size:
-                if pos < size and not _is_zero(seg, pos, size):
+        for step in walk_segment(m, size):
+            pos, total, magic = step.pos, step.total, step.magic
+            if step.kind == "torn":
+                if not _is_zero(seg, pos, size):
                     _bad(
                         res,
                         rel,
@@ -476,8 +473,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                         in_use and is_last,
                     )
                 break
-            total, magic = RECORD_HEAD.unpack_from(m, pos)
-            if magic == MAGIC_BLANK:
+            if step.kind == "blank":
                 if total != file_size - pos:
                     res.add(
                         "warning",
@@ -489,7 +485,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                 if reachable:
                     res.commitlog_end = seg.start + file_size
                 break
-            if total == 0 and magic == 0:
+            if step.kind == "zeros":
                 if not _is_zero(seg, pos, size):
                     res.data_after_bad = res.data_after_bad or res.first_bad is None
                     _bad(
@@ -502,7 +498,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                 elif not is_last and reachable:
                     ended_at = seg.start + pos
                 break
-            if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+            if step.kind == "not_record":
                 if res.first_bad is None and not _is_zero(seg, pos + 8, size):
                     res.data_after_bad = True
                 _bad(
@@ -514,7 +510,7 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                 )
                 reachable = False
                 break
-            if pos + total > size:
+            if step.kind == "past_end":
                 _bad(
                     res,
                     rel,
@@ -536,7 +532,6 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
                     in_use and is_last and _is_zero(seg, pos + total, size),
                 )
                 reachable = False
-                pos += total
                 continue
             if ended_at is not None:
                 res.add(

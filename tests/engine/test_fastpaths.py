@@ -21,7 +21,7 @@ import engine.store as store_mod
 from conftest import recover_decoding_every_record
 from engine.errors import InvalidNameError
 from engine.format.config import TopicConfig
-from engine.format.indexfile import IndexFile, IndexService
+from engine.format.indexfile import IndexFile
 from engine.format.javahash import (
     combine_u32,
     index_key_hash,
@@ -32,6 +32,7 @@ from engine.format.javahash import (
 from engine.format.message import MAGIC_V2, cal_msg_length, encode_properties, topic_needs_v2
 from engine.format.uniqkey import UniqKeyGenerator
 from engine.service import dispatch, putmessage, recovery
+from engine.service.indexservice import IndexService
 from engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 

@@ -26,13 +26,14 @@ from engine.format.indexfile import (
     INDEX_HEADER_SIZE,
     LONG_MAX,
     IndexFile,
-    IndexService,
-    _name_after,
+    cut_index,
     index_file_name,
     index_file_size,
     index_geometry,
+    name_after,
 )
 from engine.format.javahash import index_key_hash
+from engine.service.indexservice import IndexService
 
 RMQ498 = FIXTURES / "rocketmq-4.9.8-written"
 RUST_INDEX = FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file" / "index"
@@ -251,8 +252,8 @@ def test_file_names():
     name = index_file_name(ms)
     assert len(name) == 17 and name.isdigit()
     assert name == time.strftime("%Y%m%d%H%M%S", time.localtime(ms // 1000)) + "042"
-    assert _name_after("20261231235959999") == "20270101000000000"
-    assert _name_after("20260815011551705") == "20260815011551706"
+    assert name_after("20261231235959999") == "20270101000000000"
+    assert name_after("20260815011551705") == "20260815011551706"
 
 
 # -- IndexService -------------------------------------------------------------------------------
@@ -754,3 +755,32 @@ def test_a_query_walks_without_holding_the_lock_a_writer_needs(tmp_path, monkeyp
         reader.join(60)
     assert got == [[300]]
     svc.close()
+
+
+def test_one_cut_for_recovery_and_snapshots(tmp_path):
+    """The snapshot's cut (a file read through pread, the file untouched) and the recovery's
+    (IndexFile.truncate, written in place) are the one ``cut_index``: the same header and slots,
+    and with the record's store time at hand the same exact endTimestamp."""
+    import numpy as np
+
+    f = IndexFile(str(tmp_path / "f"), 4, 16)
+    stamps = {}
+    for i in range(10):
+        stamps[i * 100] = T0 + i * 1700 + 3
+        f.put_key(f"T#k{i % 3}", i * 100, stamps[i * 100])
+    slots = np.frombuffer(Path(f.path).read_bytes()[40 : 40 + 16], ">i4")
+    fd = os.open(f.path, os.O_RDONLY)
+    try:
+        head = tuple(f.header().values())
+        cut = cut_index(head, slots, lambda p, n: os.pread(fd, n, p), 40 + 16, 650, stamps.get)
+        assert cut_index(head, slots, lambda p, n: os.pread(fd, n, p), 40 + 16, 5000) is None
+    finally:
+        os.close(fd)
+    assert cut.header == (T0 + 3, stamps[600], 0, 600, 3, 8)
+    assert f.truncate(650, stamps.get) == 8
+    assert tuple(f.header().values()) == cut.header
+    assert rr.read_indexfile(f.path) == f.header()
+    on_disk = np.frombuffer(Path(f.path).read_bytes()[40 : 40 + 16], ">i4")
+    assert on_disk.tolist() == cut.slots.tolist() == [7, 5, 6, 0]
+    assert f.select_phy_offsets("T#k0", 8) == [600, 300, 0]
+    f.close()

@@ -24,11 +24,9 @@ WALK_NAMES = {
     "ENTRY_MAGIC",
     "entry_problem",
 }
-#: (file, name) still allowed, each with why. verify's walk over a plain CommitLog keeps its own
-#: loop: it reads misnamed and mis-sized files the engine's FileQueue does not hold, goes on
-#: past the first bad record to count what a repair would lose, and tells a hole from a torn
-#: tail; moving that into scan_raw is issue 22's remaining part of section 1.
-ALLOWED = {("engine/tools/verify.py", "MAGIC_BLANK")}
+#: (file, name) still allowed, each with why (none left: verify walks a plain CommitLog with
+#: engine.format.commitlog.walk_segment, the lenient walk of the same rules)
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def walk_names(source: str) -> list[tuple[int, str]]:
@@ -80,3 +78,35 @@ def test_the_allowed_uses_are_still_there():
 )
 def test_the_scanner_finds_a_use(source, names):
     assert sorted(n for _, n in walk_names(source)) == sorted(names)
+
+
+def test_walk_segment_names_what_ends_a_file():
+    """The lenient walk (verify's) steps over records by TOTALSIZE and names what ends the
+    data, with the format's rules: the blank END_OF_FILE record, zeros, a torn header, another
+    magic, a record past the file's end."""
+    import struct
+
+    from engine.format.commitlog import walk_segment
+    from engine.format.message import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+
+    def head(total, magic):
+        return struct.pack(">iI", total, magic)
+
+    def rec(total, magic=MAGIC_V2):
+        return head(total, magic) + b"x" * (total - 8)
+
+    def kinds(buf):
+        return [(s.kind, s.pos) for s in walk_segment(buf, len(buf))]
+
+    two = rec(20) + rec(30, MAGIC_V1)
+    assert kinds(two) == [("record", 0), ("record", 20)]
+    assert kinds(two + head(64, MAGIC_BLANK) + bytes(56)) == [
+        ("record", 0),
+        ("record", 20),
+        ("blank", 50),
+    ]
+    assert kinds(two + bytes(16)) == [("record", 0), ("record", 20), ("zeros", 50)]
+    assert kinds(two + b"\1\2\3") == [("record", 0), ("record", 20), ("torn", 50)]
+    assert kinds(two + head(12, 0x1234) + bytes(4))[-1] == ("not_record", 50)
+    assert kinds(two + head(-5, MAGIC_V2))[-1] == ("not_record", 50)
+    assert kinds(two + head(100, MAGIC_V2) + bytes(8))[-1] == ("past_end", 50)

@@ -1,0 +1,537 @@
+"""IndexService: the store's key index over the IndexFiles of ``index/`` (RocketMQ
+``IndexService`` in ``store/.../index/``): loads and drops files after a crash, dispatches keys,
+rolls to a new file when one is full, cuts them when the CommitLog is cut, deletes expired ones
+and answers queries across files, with many readers and one writer (:class:`_RWLock`). Each
+file's bytes are :mod:`engine.format.indexfile`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+
+from ..errors import CorruptRecordError, StoreError
+from ..format.indexfile import (
+    DEFAULT_HASH_SLOT_NUM,
+    DEFAULT_INDEX_NUM,
+    INDEX_FILE_NAME,
+    LONG_MAX,
+    MAX_MSGS_NUM_BATCH,
+    IndexFile,
+    build_key,
+    check_geometry,
+    index_file_name,
+    name_after,
+)
+from ..format.javahash import combine_u32, java_hash_u32, key_hash_of_u32, utf16_len
+from ..format.mappedfile import fsync_dir
+from ..format.message import TRANSACTION_ROLLBACK_TYPE
+
+
+class _RWLock:
+    """Many readers or one writer (``ReentrantReadWriteLock`` without reentrancy).
+
+    A waiting writer blocks new readers, so a stream of queries cannot starve it.
+    """
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextmanager
+    def read(self):
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def write(self):
+        with self._cond:
+            self._writers_waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class IndexService:
+    """The ``index/`` directory: builds and queries the key index (``IndexService``).
+
+    Args:
+        index_dir: ``<storeRoot>/index`` (created on the first key).
+        hash_slot_num, index_num: ``maxHashSlotNum`` / ``maxIndexNum`` for new files.
+        read_only: never write or delete; keys dispatched while read-only go to in-memory files
+            (anonymous mappings) appended after the on-disk ones, so queries also cover records
+            a read-only store had to index itself.
+        max_msgs_num_batch: the cap on one query (``maxMsgsNumBatch``).
+        timestamp_of: CommitLog offset -> the record's STORETIMESTAMP (epoch ms) or None; gives
+            :meth:`truncate` the exact endTimestamp of a cut file (:func:`cut_index`).
+
+    Existing files (17-digit names) are opened in name order; zero-length ones are deleted
+    (skipped when read-only), other names ignored. ``files`` is the list, oldest first.
+
+    Threads: :meth:`dispatch`, :meth:`truncate`, :meth:`delete_expired`, :meth:`flush` and
+    :meth:`close` are serialised by an internal lock (the store calls dispatch under its put
+    lock anyway); :meth:`query` may run in other threads at the same time. Deleting or closing
+    files waits for running queries.
+
+    Raises:
+        CorruptRecordError: an index file whose size fits no geometry.
+    """
+
+    # Dispatcher capabilities (engine.service.dispatch): the fast put path hands it pre-hashed keys
+    # (put_hashed), and it ignores records below end_phy_offset, so recovery may skip them.
+    puts_hashed_keys = True
+    skips_below_end_offset = True
+
+    def __init__(
+        self,
+        index_dir: str,
+        hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+        index_num: int = DEFAULT_INDEX_NUM,
+        read_only: bool = False,
+        *,
+        max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
+        timestamp_of=None,
+    ):
+        check_geometry(hash_slot_num, index_num)
+        self.timestamp_of = timestamp_of
+        self.index_dir = index_dir
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.read_only = read_only
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self.files: list[IndexFile] = []
+        self._topic_hashes: dict[str, int] = {}  # topic -> hash of "topic#"
+        self._mutex = threading.RLock()
+        self._rw = _RWLock()
+        names = []
+        if os.path.isdir(index_dir):
+            names = sorted(
+                n
+                for n in os.listdir(index_dir)
+                if INDEX_FILE_NAME.fullmatch(n) and os.path.isfile(os.path.join(index_dir, n))
+            )
+        try:
+            for n in names:
+                path = os.path.join(index_dir, n)
+                if os.path.getsize(path) == 0:  # created but never sized (crash)
+                    if not read_only:
+                        os.unlink(path)
+                    continue
+                self.files.append(IndexFile(path, hash_slot_num, index_num, read_only=read_only))
+        except BaseException:
+            for f in self.files:
+                f.close()
+            raise
+
+    @contextmanager
+    def frozen(self):
+        """Hold off every change to the index files (puts, truncation, rolling, deletion)
+        while the block runs; yields the list of files (a snapshot freezes them)."""
+        with self._mutex:
+            yield self.files
+
+    # -- load ---------------------------------------------------------------------------------
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> list[str]:
+        """``IndexService.load``: after an abnormal exit, destroy every file whose endTimestamp
+        is later than the checkpoint's ``indexMsgTimestamp`` (epoch ms); re-dispatching the
+        CommitLog from :attr:`end_phy_offset` rebuilds them. Read-only: the files are only
+        dropped from the list (and closed), not deleted.
+
+        Returns:
+            The names of the files dropped.
+        """
+        if last_exit_ok:
+            return []
+        with self._mutex, self._rw.write():
+            keep, dropped = [], []
+            for f in self.files:
+                if f.end_timestamp > index_msg_timestamp:
+                    f.destroy()
+                    dropped.append(f.name)
+                else:
+                    keep.append(f)
+            self.files = keep
+        return dropped
+
+    def drop_inconsistent(self, newest: int = 2, quick: bool = False) -> list[tuple[str, str]]:
+        """After an abnormal exit: check the ``newest`` files (those a crash or a live copy
+        can have caught mid-write) with :meth:`IndexFile.structure_problem`; the first
+        inconsistent one and every newer one are destroyed (dropped only, when read-only), so
+        recovery's re-dispatch from :attr:`end_phy_offset` rebuilds their entries from the
+        CommitLog. RocketMQ's ``IndexService.load`` trusts a file whose endTimestamp is not
+        past the checkpoint; a file copied while written can pass that test and still be torn.
+        ``quick``: check only the header against the file and its slots
+        (:meth:`IndexFile.header_problem`), what a writable open does after a clean exit.
+
+        Returns:
+            ``(name, problem)`` of each file dropped.
+        """
+        with self._mutex, self._rw.write():
+            first_bad = None
+            for i in range(max(0, len(self.files) - newest), len(self.files)):
+                f = self.files[i]
+                problem = f.header_problem() if quick else f.structure_problem()
+                if problem is not None:
+                    first_bad = (i, problem)
+                    break
+            if first_bad is None:
+                return []
+            i, problem = first_bad
+            dropped = []
+            for f in self.files[i:]:
+                f.destroy()
+                dropped.append(
+                    (f.name, problem if f is self.files[i] else "newer than an inconsistent file")
+                )
+            self.files = self.files[:i]
+            return dropped
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def last_timestamp(self) -> int:
+        """endTimestamp (epoch ms) of the newest file, 0 without files."""
+        files = self.files
+        return files[-1].end_timestamp if files else 0
+
+    @property
+    def end_phy_offset(self) -> int:
+        """endPhyOffset of the newest file: records before it are indexed (0 without files)."""
+        files = self.files
+        return files[-1].end_phy_offset if files else 0
+
+    def item_count(self) -> int:
+        """Index items in every file (what recovery reports as rebuilt, by difference)."""
+        return sum(max(0, f.index_count - 1) for f in self.files)
+
+    # -- build --------------------------------------------------------------------------------
+    def dispatch(self, batch) -> None:
+        """Index a batch of dispatched records (``CommitLogDispatcherBuildIndex``/``buildIndex``).
+
+        Each item needs ``topic``, ``commitlog_offset``, ``store_timestamp`` (epoch ms), ``keys``
+        (list of str, or the raw KEYS string split on " "), ``uniq_key`` (str or None) and
+        ``sys_flag``. Puts ``topic#uniqKey`` (when not None) then ``topic#key`` for each
+        non-empty key; skips ROLLBACK records and records before the newest file's endPhyOffset
+        (already indexed); rolls to a new file when one is full.
+
+        One deviation: a record *at* endPhyOffset (the newest indexed one, which a restart may
+        dispatch again) only gets the keys it does not have yet, so re-dispatch never doubles
+        its entries. RocketMQ would index it again, but never re-dispatches it.
+
+        Raises:
+            OSError: from the disk (the keys put so far stay; :meth:`truncate` undoes them).
+        """
+        with self._mutex:
+            entries: list[int] = []  # flat keyHash, phyOffset, storeTimestamp
+            prefixes = self._topic_hashes
+            last = -1  # offset of the newest pending entry
+            for d in batch:
+                if d.sys_flag & TRANSACTION_ROLLBACK_TYPE == TRANSACTION_ROLLBACK_TYPE:
+                    continue
+                keys = d.keys
+                if isinstance(keys, str):
+                    keys = keys.split(" ")
+                uniq = d.uniq_key
+                if uniq is None and not keys:
+                    continue
+                offset = d.commitlog_offset
+                if entries:
+                    end_phy = last
+                elif self.files:
+                    end_phy = self.files[-1].end_phy_offset
+                else:
+                    end_phy = None
+                if end_phy is not None and offset <= end_phy:
+                    if offset < end_phy:
+                        continue  # already indexed
+                    # The newest indexed record again (a restart re-dispatching it): only the
+                    # keys it lacks, one by one.
+                    self._put_entries(entries)
+                    entries = []
+                    self._put_again(d.topic, uniq, keys, offset, d.store_timestamp)
+                    continue
+                topic = d.topic
+                ph = prefixes.get(topic)
+                if ph is None:
+                    ph = java_hash_u32(build_key(topic, ""))
+                    if len(prefixes) < 65536:
+                        prefixes[topic] = ph
+                ts = d.store_timestamp
+                if uniq is not None:
+                    entries += (
+                        key_hash_of_u32(combine_u32(ph, java_hash_u32(uniq), utf16_len(uniq))),
+                        offset,
+                        ts,
+                    )
+                for k in keys or ():
+                    if k:
+                        entries += (
+                            key_hash_of_u32(combine_u32(ph, java_hash_u32(k), utf16_len(k))),
+                            offset,
+                            ts,
+                        )
+                last = offset
+            self._put_entries(entries)
+
+    def _put_again(
+        self, topic: str, uniq: str | None, keys, offset: int, store_timestamp: int
+    ) -> None:
+        idx_keys = [build_key(topic, uniq)] if uniq is not None else []
+        idx_keys += [build_key(topic, k) for k in keys or () if k]
+        files = self.files
+        holders = []  # files that already hold items of this very record
+        for f in reversed(files):
+            if f.end_phy_offset != offset:
+                break
+            if f.index_count > 1:
+                holders.append(f)
+        for key in idx_keys:
+            if holders and any(f.has_key_at(key, offset) for f in holders):
+                continue
+            self._put(key, offset, store_timestamp)
+
+    def put_hashed(self, entries: list[int]) -> None:
+        """Index pre-hashed keys of new records (the store's put path).
+
+        ``entries`` is flat ``[keyHash, phyOffset, storeTimestamp, ...]`` in CommitLog order,
+        every phyOffset after :attr:`end_phy_offset`; keyHash is
+        ``index_key_hash("topic#key")``. Rolls to new files as they fill. Raises OSError.
+        """
+        with self._mutex:
+            self._put_entries(entries)
+
+    def _put_entries(self, entries: list[int]) -> None:
+        total = len(entries) // 3
+        i = 0
+        while i < total:
+            f = self._writable_last()
+            j = f.put_hashed(entries, i)
+            if j == i:
+                f = self._new_file()
+                j = f.put_hashed(entries, i)
+                if j == i:
+                    raise StoreError(f"{f.name}: a new index file refused a key")
+            i = j
+
+    def _put(self, key: str, offset: int, store_timestamp: int) -> None:
+        f = self._writable_last()
+        if f.put_key(key, offset, store_timestamp):
+            return
+        f = self._new_file()
+        if not f.put_key(key, offset, store_timestamp):
+            raise StoreError(f"{f.name}: a new index file refused a key")
+
+    def _writable_last(self) -> IndexFile:
+        """``getAndCreateLastIndexFile``: the newest file unless full (or on disk while
+        read-only), else a new one."""
+        if self.files:
+            last = self.files[-1]
+            if not last.is_write_full and not last.read_only:
+                return last
+        return self._new_file()
+
+    def _new_file(self) -> IndexFile:
+        prev = self.files[-1] if self.files else None
+        end_phy = prev.end_phy_offset if prev else 0
+        end_ts = prev.end_timestamp if prev else 0
+        if self.read_only:
+            f = IndexFile(None, self.hash_slot_num, self.index_num, end_phy, end_ts)
+        else:
+            os.makedirs(self.index_dir, exist_ok=True)
+            name = index_file_name()
+            last_name = next((g.name for g in reversed(self.files) if not g.in_memory), None)
+            if last_name is not None and name <= last_name:
+                name = name_after(last_name)  # keep names unique and in creation order
+            while os.path.exists(os.path.join(self.index_dir, name)):
+                name = name_after(name)
+            f = IndexFile(
+                os.path.join(self.index_dir, name),
+                self.hash_slot_num,
+                self.index_num,
+                end_phy,
+                end_ts,
+            )
+            fsync_dir(self.index_dir)
+        with self._rw.write():
+            self.files.append(f)
+        return f
+
+    def truncate(self, phy_offset: int) -> None:
+        """Forget index entries of records at or after ``phy_offset`` (the CommitLog was cut).
+
+        From the newest file back: a file whose items all lie at or after the cut is destroyed
+        (as is an empty file whose endPhyOffset is at or after it), the first file holding
+        older items is cut with :meth:`IndexFile.truncate`, and older files are untouched.
+        Read-only: only in-memory files change; on-disk files keep their entries past the cut
+        (stale: they point beyond the CommitLog's end, and query callers verify each offset).
+        """
+        with self._mutex, self._rw.write():
+            while self.files:
+                f = self.files[-1]
+                if f.read_only:
+                    break
+                if f.index_count <= 1:
+                    if f.end_phy_offset < phy_offset:
+                        break
+                    f.destroy()
+                    self.files.pop()
+                    continue
+                if f.end_phy_offset < phy_offset:
+                    break
+                if f.truncate(phy_offset, self.timestamp_of) > 1:
+                    break
+                f.destroy()
+                self.files.pop()
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """``IndexService.deleteExpiredFile``: delete files, oldest first and never the newest,
+        whose endPhyOffset < ``min_phy_offset`` (the CommitLog's min offset); stops at the first
+        file that is still needed. No-op when read-only. Returns the number deleted.
+        """
+        if self.read_only:
+            return 0
+        with self._mutex:
+            files = list(self.files)
+            if not files or files[0].end_phy_offset >= min_phy_offset:
+                return 0
+            victims = []
+            for f in files[:-1]:
+                if f.end_phy_offset >= min_phy_offset:
+                    break
+                victims.append(f)
+            with self._rw.write():
+                for f in victims:
+                    self.files.remove(f)
+                    f.destroy()
+            return len(victims)
+
+    def follow(self) -> list[str]:
+        """Follower (read-only, another process writes ``index/``): open the files the
+        writer created since, forget those it deleted (expiry), re-read the newest files'
+        headers. Every file is marked ``live``. Returns the paths of the forgotten files.
+        """
+        try:
+            names = sorted(n for n in os.listdir(self.index_dir) if INDEX_FILE_NAME.match(n))
+        except FileNotFoundError:
+            names = []
+        with self._mutex:
+            known = {f.name: f for f in self.files if not f.in_memory}
+            present = set(names)
+            gone = [f for f in self.files if not f.in_memory and f.name not in present]
+            added = []
+            newest = max(known, default="")
+            for n in names:
+                if n in known or n <= newest:
+                    continue
+                path = os.path.join(self.index_dir, n)
+                try:
+                    if os.path.getsize(path) == 0:
+                        break  # being created: next time
+                    f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=True)
+                except (OSError, CorruptRecordError):
+                    break
+                added.append(f)
+            for f in self.files[-2:] + added:
+                f.live = True
+                if not f.in_memory:
+                    f.reload_header()
+            if gone or added:
+                with self._rw.write():
+                    self.files = [f for f in self.files if f not in gone] + added
+                    for f in gone:
+                        f.close()
+            return [f.path for f in gone if f.path is not None]
+
+    # -- query --------------------------------------------------------------------------------
+    def query(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = MAX_MSGS_NUM_BATCH,
+        begin: int = 0,
+        end: int = LONG_MAX,
+    ) -> list[int]:
+        """CommitLog offsets of messages indexed under ``topic#key`` (``queryOffset``).
+
+        ``max_num`` is capped at ``max_msgs_num_batch`` (64). Files are read newest first, only
+        those whose time span overlaps ``[begin, end]`` (epoch ms); the scan stops at a file
+        whose beginTimestamp < ``begin`` or once ``max_num`` offsets are found. Offsets come
+        newest first and may include other keys with the same 32-bit hash, or repeat.
+
+        Raises:
+            CorruptRecordError: a file was truncated behind the store's back.
+        """
+        max_num = min(max_num, self.max_msgs_num_batch)
+        out: list[int] = []
+        if max_num <= 0:
+            return out
+        idx_key = build_key(topic, key)
+        # Under the lock, only the files to read and a reader of each (a duplicated
+        # descriptor): the walks run after it, so a writer (a roll to a new file, truncation,
+        # expiry) never waits for a walk, however long a damaged file makes it.
+        todo = []
+        with self._rw.read():
+            for f in reversed(self.files):
+                if f.is_time_matched(begin, end):
+                    todo.append((f, f.reader()))
+                if f.begin_timestamp < begin:
+                    break
+        try:
+            for f, io in todo:
+                out += f.select_phy_offsets(idx_key, max_num - len(out), begin, end, io)
+                if len(out) >= max_num:
+                    break
+        finally:
+            for _, io in todo:
+                io.close()
+        return out
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def flush(self) -> int:
+        """``fdatasync`` the files written since the last flush.
+
+        Returns:
+            The newest endTimestamp (epoch ms) now on disk: every key of a record stored at or
+            before it is durable, so the store may write it to ``checkpoint.indexMsgTimestamp``
+            (RocketMQ writes it only when a full file is flushed). 0 when read-only.
+        """
+        if self.read_only:
+            return 0
+        with self._mutex:
+            ts = self.last_timestamp
+            for f in self.files:
+                f.flush()
+            return ts
+
+    def close(self) -> None:
+        """Flush (unless read-only) and close every file (``IndexService.shutdown``)."""
+        with self._mutex:
+            if not self.read_only:
+                self.flush()
+            with self._rw.write():
+                for f in self.files:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+                self.files = []
