@@ -37,6 +37,7 @@ from .errors import (
     ReadOnlyStoreError,
     SystemTopicError,
 )
+from .format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
 from .format.checkpoint import StoreCheckpoint
 from .format.commitlog import CommitLog
 from .format.config import (
@@ -197,6 +198,8 @@ class MessageStore:
         self.store_host: Host = self.config.store_host
         self.uniq_keys = UniqKeyGenerator(self.store_host[0])
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # BatchCQ topics' queues (batchconsumequeue/), read-only: engine.format.batchcq
+        self.batch_queues: dict[tuple[str, int], BatchConsumeQueue] = {}
         self._cq_file_size = self.config.mapped_file_size_consume_queue
         # the delay levels' delays in ms (``messageDelayLevel``), level 1 first
         self.delay_levels = self.config.delay_level_table()
@@ -257,6 +260,7 @@ class MessageStore:
             self.consumer_offsets.lmq_path
         )
         self._load_consume_queues(progress)
+        self._load_batch_queues()
         if follow:
             from .live.follower import Follower
 
@@ -264,6 +268,9 @@ class MessageStore:
             self.follower.open()
         else:
             self.recovery_report = recovery.recover(self, progress)
+            for bq in self.batch_queues.values():  # as the recovered CommitLog has them
+                bq.truncate_dirty(self.commitlog.max_offset)
+                bq.correct_min_offset(self.commitlog.min_offset)
             self.recovery_report.seconds = time.monotonic() - started
             if self.recovery_report.did_something():
                 log.warning("%s: %s", self.root, self.recovery_report.summary())
@@ -367,9 +374,45 @@ class MessageStore:
         finally:
             bar.close()
 
-    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        """The queue's ConsumeQueue, or None when it has never had a message."""
-        return self.consume_queues.get((topic, queue_id))
+    def _load_batch_queues(self) -> None:
+        """Open every ``batchconsumequeue/<topic>/<queueId>`` (a BatchCQ topic's queues,
+        :class:`engine.format.batchcq.BatchConsumeQueue`), read-only: a store that has them
+        refuses writers (``storetree.check_layout``)."""
+        base = os.path.join(self.root, BATCH_CQ_DIR)
+        if not os.path.isdir(base):
+            return
+        for topic in sorted(os.listdir(base)):
+            tdir = os.path.join(base, topic)
+            if not os.path.isdir(tdir) or os.path.islink(tdir):
+                continue
+            problem = topic_path_problem(topic)
+            if problem is not None:
+                self.skip_topic(topic, f"{BATCH_CQ_DIR}/ directory: {problem}")
+                continue
+            for qname in sorted(os.listdir(tdir)):
+                qdir = os.path.join(tdir, qname)
+                if queue_dir_id(qname) is None or not os.path.isdir(qdir):
+                    continue
+                try:
+                    bq = BatchConsumeQueue(qdir, topic, int(qname))
+                except (CorruptRecordError, ValueError) as exc:
+                    self.repairs.append(f"{BATCH_CQ_DIR}/{topic}/{qname}: {exc}; not shown")
+                    log.warning("%s/%s/%s: %s", BATCH_CQ_DIR, topic, qname, exc)
+                    continue
+                self.batch_queues[(topic, int(qname))] = bq
+                self.batch_cq_topics.add(topic)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | BatchConsumeQueue | None:
+        """The queue's ConsumeQueue (a BatchCQ topic's BatchConsumeQueue, which reads as one:
+        a unit per message), or None when it has never had a message."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None and self.batch_queues:
+            return self.batch_queues.get((topic, queue_id))
+        return cq
+
+    def _all_queues(self) -> list:
+        """``[((topic, queueId), queue)]`` of the ConsumeQueues and BatchConsumeQueues."""
+        return [*self.consume_queues.items(), *self.batch_queues.items()]
 
     def writable_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue's ConsumeQueue, a new empty one when it has none yet (the dispatch of
@@ -387,7 +430,7 @@ class MessageStore:
     def topic_names(self) -> list[str]:
         """Every topic: from topics.json and from the ConsumeQueues, sorted."""
         names = set(self.topic_config.topics)
-        names.update(t for t, _ in self.consume_queues)
+        names.update(t for (t, _), _cq in self._all_queues())
         return sorted(names)
 
     def create_topic(
@@ -520,7 +563,7 @@ class MessageStore:
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of a topic: ``range(readQueueNums)`` plus any queue with data."""
-        ids = {q for t, q in self.consume_queues if t == topic}
+        ids = {q for (t, q), _cq in self._all_queues() if t == topic}
         cfg = self.topic_config.get(topic)
         if cfg is not None:
             ids.update(range(cfg.shown_queue_nums))
@@ -533,15 +576,13 @@ class MessageStore:
         the queues up to these offsets by CommitLog offset gives CommitLog order.
         """
         with self.put_lock:
-            return {
-                q: cq.max_offset for (t, q), cq in list(self.consume_queues.items()) if t == topic
-            }
+            return {q: cq.max_offset for (t, q), cq in self._all_queues() if t == topic}
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """``getOffsetInQueueByTime`` (LOWER): first queue offset stored at or after
         ``timestamp`` (epoch ms); ``maxOffset`` when every message is older.
         """
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         if cq is None:
             return 0
         lo, hi = cq.min_offset, cq.max_offset
@@ -556,7 +597,7 @@ class MessageStore:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset still readable."""
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         return cq.min_offset if cq else 0
 
     def max_offset(self, topic: str, queue_id: int, committed: bool = True) -> int:
@@ -570,7 +611,7 @@ class MessageStore:
             n = self.putter.assigned_offset(topic, queue_id)
             if n is not None:
                 return n
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         return cq.max_offset if cq else 0
 
     # ------------------------------------------------------------------------------------------
@@ -603,7 +644,10 @@ class MessageStore:
             raise
         if topic is not None and queue_id is not None:
             try:
-                return check_body_crc(rec)
+                rec = check_body_crc(rec)
+                if queue_offset is not None:  # an inner batch's message: the one asked for
+                    rec = check_unit_record(rec, queue_id, queue_offset, topic)
+                return rec
             except CorruptRecordError as exc:
                 self.note_damage(topic, queue_id, queue_offset, exc)
                 raise
@@ -749,7 +793,7 @@ class MessageStore:
         CorruptRecordError (noted as damage of the queue) when the unit points at no record,
         at one whose body fails its CRC, or at another unit's record (its QUEUEID or
         QUEUEOFFSET not the unit's: :func:`engine.format.message.check_unit_record`)."""
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         if cq is None:
             raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
         if not cq.min_offset <= queue_offset < cq.max_offset:
@@ -808,7 +852,7 @@ class MessageStore:
         CorruptRecordError for a unit that points at no valid record or at one whose body
         fails its CRC.
         """
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         if cq is None:
             return
         cl = self.commitlog
@@ -835,7 +879,7 @@ class MessageStore:
                                 f"record of {size} bytes not in the CommitLog", off
                             )
                         rec = check_body_crc(decode_record(data, off - lo, check_crc=False))
-                        check_unit_record(rec, queue_id, pos, topic)
+                        rec = check_unit_record(rec, queue_id, pos, topic)
                         if rec.store_size > size:
                             raise CorruptRecordError(
                                 f"record of {rec.store_size} bytes, its unit says {size}", off

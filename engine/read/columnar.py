@@ -52,10 +52,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CorruptRecordError
+from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
 from ..format.commitlog import DEFAULT_FILE_SIZE, CommitLog
 from ..format.config import topic_path_problem
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
 from ..format.dledger import DLedgerLog, commitlog_dir, open_dledger
+from ..format.innerbatch import inner_message
 from ..format.javahash import tags_code
 from ..format.mappedfile import segment_names
 from ..format.message import (
@@ -437,6 +439,70 @@ class QueueFiles:
         del arr
         return last // CQ_STORE_UNIT_SIZE + n
 
+    def first_offset(self) -> int:
+        """Queue offset of the first unit on disk (the first file's)."""
+        self.files.refresh()
+        return self.files.min_offset // CQ_STORE_UNIT_SIZE
+
+    def min_offset_at(self, commitlog_min: int) -> int:
+        """``getMinOffsetInQueue``: the first queue offset whose unit is not blank filler
+        (``fillPreBlank``) and whose record is at or after ``commitlog_min`` (the CommitLog's
+        first offset: ``correctMinOffset``), by binary search."""
+        lo, hi = self.first_offset(), self.valid_end()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = self.units(mid, mid + 1)
+            if (
+                len(u)
+                and int(u["off"][0]) >= commitlog_min
+                and int(u["size"][0]) != BLANK_UNIT_SIZE
+            ):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def close(self) -> None:
+        """Unmap the files."""
+        self.files.close()
+
+
+class BatchQueueFiles:
+    """One ``batchconsumequeue/<topic>/<queueId>`` directory read as :class:`QueueFiles` reads
+    a ConsumeQueue, one :data:`UNIT_DTYPE` unit per message (the units of an inner batch's
+    messages all name its record; the decoder picks each message by its queue offset:
+    :func:`engine.format.innerbatch.inner_message`). A BatchCQ topic's
+    (:class:`engine.format.batchcq.BatchConsumeQueue`)."""
+
+    def __init__(self, directory: str, topic: str, queue_id: int):
+        self.bcq = BatchConsumeQueue(directory, topic, queue_id)
+
+    def units(self, start: int, end: int) -> np.ndarray:
+        """Units of the messages at queue offsets ``[start, end)`` (shorter past the end)."""
+        off, size, tags = self.bcq.message_units(start, end)
+        out = np.empty(len(off), dtype=UNIT_DTYPE)
+        out["off"], out["size"], out["tags"] = off, size, tags
+        return out
+
+    def valid_end(self) -> int:
+        """One past the last message of the last valid unit (``getMaxOffsetInQueue``)."""
+        self.bcq.refresh()
+        return self.bcq.max_offset
+
+    def first_offset(self) -> int:
+        """The first unit's msgBaseOffset."""
+        return self.bcq.min_offset
+
+    def min_offset_at(self, commitlog_min: int) -> int:
+        """``correctMinOffset``: the first message whose record is at or after
+        ``commitlog_min``."""
+        self.bcq.refresh()
+        return self.bcq.min_offset_at(commitlog_min)
+
+    def close(self) -> None:
+        """Close the files."""
+        self.bcq.close()
+
 
 def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
     """Units of queue offsets ``[start, end)`` of a store's ConsumeQueue, read through its
@@ -482,6 +548,10 @@ def drop_blank_units(
     return units, queue_offsets, queue_ids
 
 
+#: the directories of queue units under a store root: ConsumeQueues and BatchConsumeQueues
+_QUEUE_DIRS = ("consumequeue", BATCH_CQ_DIR)
+
+
 class StoreFiles:
     """A store directory opened for reading only, without the store's ``lock`` file.
 
@@ -516,44 +586,56 @@ class StoreFiles:
         if self.dledger is not None:
             self.committed_end = self.dledger.committed_end() or 0
         self.commitlog = Segments(cl, check_crc=check_crc)
-        self._queues: dict[tuple[str, int], QueueFiles] = {}
+        self._queues: dict[tuple[str, int], QueueFiles | BatchQueueFiles] = {}
 
     # -- layout ------------------------------------------------------------------------------
     def topics(self) -> list[str]:
-        """Topics that have a ConsumeQueue directory, sorted."""
-        base = os.path.join(self.root, "consumequeue")
-        try:
+        """Topics that have a ConsumeQueue (or BatchConsumeQueue) directory, sorted."""
+        out: set[str] = set()
+        for kind in _QUEUE_DIRS:
+            base = os.path.join(self.root, kind)
+            try:
+                names = os.listdir(base)
+            except FileNotFoundError:
+                continue
             # the store's rule (config.topic_path_problem): what a broker loads, unless unsafe
-            return sorted(
+            out.update(
                 t
-                for t in os.listdir(base)
+                for t in names
                 if os.path.isdir(os.path.join(base, t)) and topic_path_problem(t) is None
             )
-        except FileNotFoundError:
-            return []
+        return sorted(out)
 
     def queue_ids(self, topic: str) -> list[int]:
-        """Queue ids of a topic that have a ConsumeQueue directory, sorted."""
-        base = os.path.join(self.root, "consumequeue", topic)
-        try:
-            names = os.listdir(base)
-        except FileNotFoundError:
-            return []
-        # canonical decimal names only, as the store reads them ("007" or "²" is no queue)
-        return sorted(
-            q
-            for q in map(queue_dir_id, names)
-            if q is not None and os.path.isdir(os.path.join(base, str(q)))
-        )
+        """Queue ids of a topic that have a ConsumeQueue (or BatchConsumeQueue) directory,
+        sorted."""
+        out: set[int] = set()
+        for kind in _QUEUE_DIRS:
+            base = os.path.join(self.root, kind, topic)
+            try:
+                names = os.listdir(base)
+            except FileNotFoundError:
+                continue
+            # canonical decimal names only, as the store reads them ("007" or "²" is no queue)
+            out.update(
+                q
+                for q in map(queue_dir_id, names)
+                if q is not None and os.path.isdir(os.path.join(base, str(q)))
+            )
+        return sorted(out)
 
-    def queue(self, topic: str, queue_id: int) -> QueueFiles:
-        """The :class:`QueueFiles` of one queue (cached)."""
+    def queue(self, topic: str, queue_id: int) -> QueueFiles | BatchQueueFiles:
+        """The :class:`QueueFiles` of one queue, or the :class:`BatchQueueFiles` of a BatchCQ
+        topic's queue (cached): the one place that tells them apart."""
         key = (topic, queue_id)
         q = self._queues.get(key)
         if q is None:
-            q = self._queues[key] = QueueFiles(
-                os.path.join(self.root, "consumequeue", topic, str(queue_id))
-            )
+            d = os.path.join(self.root, "consumequeue", topic, str(queue_id))
+            b = os.path.join(self.root, BATCH_CQ_DIR, topic, str(queue_id))
+            if not os.path.isdir(d) and os.path.isdir(b):
+                q = self._queues[key] = BatchQueueFiles(b, topic, queue_id)
+            else:
+                q = self._queues[key] = QueueFiles(d)
         return q
 
     # -- offsets -----------------------------------------------------------------------------
@@ -561,7 +643,7 @@ class StoreFiles:
         """``getMaxOffsetInQueue``: one past the last queue offset whose record is readable."""
         q = self.queue(topic, queue_id)
         end = q.valid_end()
-        lo = q.files.min_offset // CQ_STORE_UNIT_SIZE
+        lo = q.first_offset()
         # A concurrent writer may have written a unit whose record we cannot see yet (another
         # host's page cache, a torn copy): back off to the last unit whose record header is sane.
         while end > lo:
@@ -573,20 +655,8 @@ class StoreFiles:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset whose record is still in the CommitLog."""
-        q = self.queue(topic, queue_id)
-        q.files.refresh()
-        lo = q.files.min_offset // CQ_STORE_UNIT_SIZE
-        hi = q.valid_end()
         self.commitlog.refresh()
-        cl_min = self.commitlog.min_offset
-        while lo < hi:  # first unit with off >= commitlog min and not blank filler
-            mid = (lo + hi) // 2
-            u = q.units(mid, mid + 1)
-            if len(u) and int(u["off"][0]) >= cl_min and int(u["size"][0]) != BLANK_UNIT_SIZE:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return self.queue(topic, queue_id).min_offset_at(self.commitlog.min_offset)
 
     def _record_ok(self, off: int, size: int) -> bool:
         if self.committed_end is not None and off + size > self.committed_end:
@@ -685,7 +755,7 @@ class StoreFiles:
         """Unmap every file."""
         self.commitlog.close()
         for q in self._queues.values():
-            q.files.close()
+            q.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1002,6 +1072,12 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
         if d.bad_code == kernel.BAD_QOFF:  # what else is wrong with it first (its topic, ...)
             i = slice(d.bad, d.bad + 1)
             _slow_batch(commitlog, offs[i], sizes[i], qoffs[i], topic, queue_id, names)
+            if _record_at(commitlog, int(offs[d.bad]), int(sizes[d.bad])).sys_flag & (
+                INNER_BATCH_FLAG
+            ):
+                # a message inside an inner batch (BatchCQ): its queue offset is the record's
+                # plus its place, which the per-record decoder checked; batches are rare
+                return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
         unit_qoff = None if qoffs is None else int(qoffs[d.bad])
         raise CorruptRecordError(
             _bad_message(d, int(sizes[d.bad]), queue_id, unit_qoff), int(offs[d.bad])
@@ -1114,11 +1190,15 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
     import pyarrow as pa
 
     rows: dict[str, list] = {name: [] for name in names}
+    inner_cache: dict = {}  # an inner batch's messages, split once for its rows
     for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
         rec = _record_at(commitlog, off, size)
         try:
             if commitlog.check_crc:
                 check_body_crc(rec)
+            if rec.sys_flag & INNER_BATCH_FLAG and qoffs is not None:
+                # a BatchCQ unit names each message of the batch (engine.format.batchcq)
+                rec = inner_message(rec, int(qoffs[i]), inner_cache)
             # first: a body left compressed (past MAX_INFLATED_BODY) adds its property
             body = rec.plain_body if "body" in rows else None
         except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's

@@ -211,7 +211,7 @@ def get_messages(
             next_phy_file_start = cl.files.roll_next(off_py)
             continue
         try:
-            check_unit_record(check_body_crc(rec), queue_id, qoff, topic)
+            rec = check_unit_record(check_body_crc(rec), queue_id, qoff, topic)
         except CorruptRecordError as exc:
             store.note_damage(topic, queue_id, qoff, exc)
             if not res.messages:
