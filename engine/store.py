@@ -56,6 +56,7 @@ from .format.config import (
 from .format.consumequeue import UNIT, ConsumeQueue, queue_dir_id
 from .format.consumequeue import store_file_size as cq_store_file_size
 from .format.dledger import dledger_dirs, open_dledger
+from .format.innerbatch import unit_message
 from .format.mappedfile import remove_temp_files
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
@@ -65,7 +66,6 @@ from .format.message import (
     Message,
     MessageRecord,
     check_body_crc,
-    check_unit_record,
     decode_record,
 )
 from .format.uniqkey import UniqKeyGenerator
@@ -637,7 +637,7 @@ class MessageStore:
         try:
             rec = self.commitlog.read_message(commitlog_offset, size)
             if queue_id is not None and queue_offset is not None:
-                check_unit_record(rec, queue_id, queue_offset, topic)
+                unit_message(rec, queue_id, queue_offset, topic)
         except CorruptRecordError as exc:
             if topic is not None and queue_id is not None:
                 self.note_damage(topic, queue_id, queue_offset, exc)
@@ -646,7 +646,7 @@ class MessageStore:
             try:
                 rec = check_body_crc(rec)
                 if queue_offset is not None:  # an inner batch's message: the one asked for
-                    rec = check_unit_record(rec, queue_id, queue_offset, topic)
+                    rec = unit_message(rec, queue_id, queue_offset, topic)
                 return rec
             except CorruptRecordError as exc:
                 self.note_damage(topic, queue_id, queue_offset, exc)
@@ -803,7 +803,7 @@ class MessageStore:
         off, size, _ = cq.unit(queue_offset)
         try:
             rec = check_body_crc(self.commitlog.read_message(off, size))
-            return check_unit_record(rec, queue_id, queue_offset, topic)
+            return unit_message(rec, queue_id, queue_offset, topic)
         except CorruptRecordError as exc:
             self.note_damage(topic, queue_id, queue_offset, exc)
             raise
@@ -879,7 +879,7 @@ class MessageStore:
                                 f"record of {size} bytes not in the CommitLog", off
                             )
                         rec = check_body_crc(decode_record(data, off - lo, check_crc=False))
-                        rec = check_unit_record(rec, queue_id, pos, topic)
+                        rec = unit_message(rec, queue_id, pos, topic)
                         if rec.store_size > size:
                             raise CorruptRecordError(
                                 f"record of {rec.store_size} bytes, its unit says {size}", off

@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import CorruptRecordError
-from .message import decode_properties
+from .message import INNER_BATCH_FLAG, check_unit_record, decode_properties
 
 #: (field, struct format) of a mini-record's fixed head, in file order
 INNER_HEAD_FIELDS: tuple[tuple[str, str], ...] = (
@@ -159,3 +159,16 @@ def inner_message(rec, queue_offset: int, cache: dict | None = None):
         queue_offset=queue_offset,
         sys_flag=rec.sys_flag & ~COMPRESSED_FLAG,
     )
+
+
+def unit_message(rec, queue_id: int, queue_offset: int, topic: str | None = None):
+    """:func:`engine.format.message.check_unit_record` for a unit of any queue, a BatchCQ one's
+    included: ``rec`` when it is the record of unit ``queue_offset``, and for a record of an
+    inner batch (``INNER_BATCH_FLAG``), whose QUEUEOFFSET is its first message's, the message
+    at ``queue_offset`` (:func:`inner_message`). Check the body's CRC before, on ``rec``.
+
+    Raises CorruptRecordError naming the record's CommitLog offset."""
+    if rec.sys_flag & INNER_BATCH_FLAG:
+        check_unit_record(rec, queue_id, rec.queue_offset, topic)  # its queue and topic
+        return inner_message(rec, queue_offset)
+    return check_unit_record(rec, queue_id, queue_offset, topic)

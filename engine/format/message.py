@@ -364,10 +364,7 @@ def check_unit_record(
     In an LMQ's queue (``topic`` an LMQ name other than the record's topic) the record is
     another topic's: it must name the LMQ and the unit's queue offset in its
     ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET`` (:func:`multi_dispatch`).
-
-    For a record of an inner batch (``INNER_BATCH_FLAG``: a BatchCQ topic) every queue offset of
-    its messages is its unit's, and the result is the message at ``queue_offset``
-    (:func:`engine.format.innerbatch.inner_message`); check the body's CRC before, on ``rec``."""
+    (A BatchCQ unit of an inner batch's message: :func:`engine.format.innerbatch.unit_message`.)"""
     if topic is not None and topic != rec.topic and is_lmq(topic):
         try:
             units = multi_dispatch(rec.topic, rec.properties)
@@ -383,12 +380,6 @@ def check_unit_record(
         raise CorruptRecordError(
             f"the record belongs to queue {rec.queue_id}, not {queue_id}", rec.commitlog_offset
         )
-    if rec.sys_flag & INNER_BATCH_FLAG:
-        # a BatchCQ unit's message inside an inner batch: the record's QUEUEOFFSET is its
-        # first message's (INNER_BASE); the result is the message at queue_offset
-        from .innerbatch import inner_message
-
-        return inner_message(rec, queue_offset)
     if rec.queue_offset != queue_offset:
         raise CorruptRecordError(
             unit_mismatch(rec.queue_offset, queue_offset), rec.commitlog_offset

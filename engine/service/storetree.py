@@ -146,7 +146,8 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
       ``RocksDBConsumeQueueStore``) or under ``config/`` (``topics/``, ``subscriptionGroups/``,
       ``consumerOffsets/``, ``rdb/``: the RocksDB config managers): the broker reads its queues
       and offsets there, so file ConsumeQueues and JSON config rmqfs writes would be ignored.
-    - ``batchconsumequeue/`` (``BatchConsumeQueue``), ``%LMQ%`` queues under ``consumequeue/``
+    - ``batchconsumequeue/`` (``BatchConsumeQueue``, read by :mod:`engine.format.batchcq`),
+      ``%LMQ%`` queues under ``consumequeue/``
       (rocketmq-mqtt's light queues, dispatched from ``INNER_MULTI_DISPATCH``), compaction logs
       (``compaction/compactionLog``, ``CompactionStore``): rmqfs neither writes nor rebuilds
       them, so a write or a rebuild would leave the broker's view of them wrong.
