@@ -92,7 +92,8 @@ from ..format.message import (
     read_store_timestamp,
     unit_mismatch,
 )
-from ..service.storetree import open_beneath
+from ..format.rocksdbcq import RocksDBConsumeQueues
+from ..service.storetree import open_beneath, rocksdb_consume_queue
 from . import kernel
 from .jsonline import message_fields
 from .kernel import (
@@ -437,6 +438,44 @@ class QueueFiles:
         del arr
         return last // CQ_STORE_UNIT_SIZE + n
 
+    def first_offset(self) -> int:
+        """Queue offset of the first unit on disk (the first file's start)."""
+        self.files.refresh()
+        return self.files.min_offset // CQ_STORE_UNIT_SIZE
+
+    def close(self) -> None:
+        """Unmap the files."""
+        self.files.close()
+
+
+class RocksDBQueue:
+    """One queue of a RocksDB ConsumeQueue store (:mod:`engine.format.rocksdbcq`), with
+    :class:`QueueFiles`' interface: units as :data:`UNIT_DTYPE` arrays, its end from the
+    ``offset`` family's max (``getMaxOffsetInQueue``), its start from the min entry
+    (``getMinCqOffset``, the first unit present from there)."""
+
+    def __init__(self, db, topic: str, queue_id: int):
+        self.db, self.topic, self.queue_id = db, topic, queue_id
+
+    def units(self, start: int, end: int) -> np.ndarray:
+        """Units of queue offsets ``[start, end)`` (shorter at the first missing one)."""
+        raw = self.db.read_units(self.topic, self.queue_id, start, end - start)
+        return np.frombuffer(raw, dtype=UNIT_DTYPE).copy()
+
+    def valid_end(self) -> int:
+        """One past the ``max`` entry's cqOffset; 0 without one."""
+        top = self.db.max_entry(self.topic, self.queue_id)
+        return 0 if top is None else top[1] + 1
+
+    def first_offset(self) -> int:
+        """The first unit present at or after the ``min`` entry's cqOffset."""
+        low = self.db.min_entry(self.topic, self.queue_id)
+        first = self.db.first_at_or_after(self.topic, self.queue_id, low[1] if low else 0)
+        return self.valid_end() if first is None else min(first, self.valid_end())
+
+    def close(self) -> None:
+        """The database is closed by :meth:`StoreFiles.close`."""
+
 
 def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
     """Units of queue offsets ``[start, end)`` of a store's ConsumeQueue, read through its
@@ -516,11 +555,18 @@ class StoreFiles:
         if self.dledger is not None:
             self.committed_end = self.dledger.committed_end() or 0
         self.commitlog = Segments(cl, check_crc=check_crc)
-        self._queues: dict[tuple[str, int], QueueFiles] = {}
+        self._queues: dict[tuple[str, int], QueueFiles | RocksDBQueue] = {}
+        #: the store's RocksDB ConsumeQueues (engine.format.rocksdbcq) when it keeps them
+        #: there (storetree.rocksdb_consume_queue, the one decision), else None
+        self.rocksdb: RocksDBConsumeQueues | None = None
+        if rocksdb_consume_queue(self.root):
+            self.rocksdb = RocksDBConsumeQueues(os.path.join(self.root, "consumequeue"))
 
     # -- layout ------------------------------------------------------------------------------
     def topics(self) -> list[str]:
-        """Topics that have a ConsumeQueue directory, sorted."""
+        """Topics that have a ConsumeQueue directory (or RocksDB queues), sorted."""
+        if self.rocksdb is not None:
+            return [t for t in self.rocksdb.queues() if topic_path_problem(t) is None]
         base = os.path.join(self.root, "consumequeue")
         try:
             # the store's rule (config.topic_path_problem): what a broker loads, unless unsafe
@@ -533,7 +579,9 @@ class StoreFiles:
             return []
 
     def queue_ids(self, topic: str) -> list[int]:
-        """Queue ids of a topic that have a ConsumeQueue directory, sorted."""
+        """Queue ids of a topic that have a ConsumeQueue directory (or RocksDB units), sorted."""
+        if self.rocksdb is not None:
+            return self.rocksdb.queues().get(topic, [])
         base = os.path.join(self.root, "consumequeue", topic)
         try:
             names = os.listdir(base)
@@ -546,10 +594,12 @@ class StoreFiles:
             if q is not None and os.path.isdir(os.path.join(base, str(q)))
         )
 
-    def queue(self, topic: str, queue_id: int) -> QueueFiles:
-        """The :class:`QueueFiles` of one queue (cached)."""
+    def queue(self, topic: str, queue_id: int) -> QueueFiles | RocksDBQueue:
+        """The :class:`QueueFiles` (or :class:`RocksDBQueue`) of one queue (cached)."""
         key = (topic, queue_id)
         q = self._queues.get(key)
+        if q is None and self.rocksdb is not None:
+            q = self._queues[key] = RocksDBQueue(self.rocksdb, topic, queue_id)
         if q is None:
             q = self._queues[key] = QueueFiles(
                 os.path.join(self.root, "consumequeue", topic, str(queue_id))
@@ -561,7 +611,7 @@ class StoreFiles:
         """``getMaxOffsetInQueue``: one past the last queue offset whose record is readable."""
         q = self.queue(topic, queue_id)
         end = q.valid_end()
-        lo = q.files.min_offset // CQ_STORE_UNIT_SIZE
+        lo = q.first_offset()
         # A concurrent writer may have written a unit whose record we cannot see yet (another
         # host's page cache, a torn copy): back off to the last unit whose record header is sane.
         while end > lo:
@@ -574,8 +624,7 @@ class StoreFiles:
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset whose record is still in the CommitLog."""
         q = self.queue(topic, queue_id)
-        q.files.refresh()
-        lo = q.files.min_offset // CQ_STORE_UNIT_SIZE
+        lo = q.first_offset()
         hi = q.valid_end()
         self.commitlog.refresh()
         cl_min = self.commitlog.min_offset
@@ -685,7 +734,9 @@ class StoreFiles:
         """Unmap every file."""
         self.commitlog.close()
         for q in self._queues.values():
-            q.files.close()
+            q.close()
+        if self.rocksdb is not None:
+            self.rocksdb.close()
 
 
 # ---------------------------------------------------------------------------------------------
