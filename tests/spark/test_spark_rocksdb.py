@@ -9,6 +9,7 @@ import pytest
 
 from engine import Message
 from engine.store import MessageStore
+from pipeline import datasource as D
 from rocksdbstore import write_config_v1, write_rocksdb_cq
 
 pytestmark = pytest.mark.spark
@@ -25,6 +26,8 @@ def test_rows_equal_the_plain_store_s(spark, tmp_path):
     shutil.copytree(plain, rdb)
     write_rocksdb_cq(rdb)
     write_config_v1(rdb)
+
+    D.register(spark)
 
     def rows(root):
         df = spark.read.format("rocketmq").load(str(root))
