@@ -193,13 +193,14 @@ class MessageStore:
         config_dir = os.path.join(self.root, "config")
         # a RocksDB config (5.2+) is the source of truth: the JSON files are stale then
         # (only read: check_layout refused a writer already)
+        config_problems: list[str] = []
         try:
             rdb = load_rocksdb_config(config_dir) or {}
         except CorruptRecordError as exc:
-            # shown, not fatal: the JSON files beside it are read instead
+            # shown (status.json's repairs), not fatal: the JSON files beside it are read
             rdb = {}
-            self.repairs_at_open = [f"config: {exc}; the JSON files are read instead"]
-            log.warning("%s", self.repairs_at_open[0])
+            config_problems.append(f"config: {exc}; the JSON files are read instead")
+            log.warning("%s", config_problems[0])
         self.topic_config = TopicConfigManager(config_dir, read_only, rdb.get("topics.json"))
         self.consumer_offsets = ConsumerOffsetManager(
             config_dir, read_only, rdb.get("consumerOffset.json")
@@ -232,7 +233,7 @@ class MessageStore:
         self.dispatchers: list = []  # objects with dispatch(list[DispatchRequest]) / truncate(offset)
         # What opening the store repaired, and queues whose units point at no valid record
         # (found while reading): "<path>: <what>" lines for logs and status.json.
-        self.repairs: list[str] = list(getattr(self, "repairs_at_open", []))
+        self.repairs: list[str] = config_problems
         self.damaged: dict[tuple[str, int], str] = {}
         # Topics the store holds but cannot show (a name unsafe as a path: topic_path_problem),
         # found in a consumequeue/ directory name or a record: {topic: reason}. topics.json's

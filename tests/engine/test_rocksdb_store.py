@@ -201,3 +201,28 @@ def test_double_write_store_reads_its_files_beside_the_database(tmp_path):
         sf.close()
     with pytest.raises(UnsupportedLayoutError):
         MessageStore(str(dw))
+
+
+def test_a_malformed_unit_or_offset_key_raises_the_engine_s_error(stores):
+    from engine.errors import CorruptRecordError
+    from engine.format.rocksdbcq import RocksDBConsumeQueues
+    from rocksdbstore import cq_key, hold_rocksdb
+
+    _, rdb = stores
+    db = hold_rocksdb(rdb / "consumequeue")
+    db[cq_key("T", 0, 1)] = b"\0" * 10  # not the 28-byte value of buildCQValueByteBuffer0
+    db.get_column_family("offset")[b"\0\0\0\x01\x01X"] = b"\0" * 16  # key cut short
+    db.close()
+    os.unlink(rdb / "consumequeue" / "rocksdict-config.json")
+    cq = RocksDBConsumeQueues(str(rdb / "consumequeue"))
+    try:
+        assert len(cq.read_units("T", 0, 0, 1)) == 20
+        with pytest.raises(CorruptRecordError, match="unit 1 has a 10-byte value"):
+            cq.read_units("T", 0, 0, 5)
+        with pytest.raises(CorruptRecordError, match="offset key"):
+            cq.queues()
+    finally:
+        cq.close()
+    (rdb / "consumequeue" / "CURRENT").write_text("MANIFEST-999999\n")
+    with pytest.raises(CorruptRecordError, match="RocksDB cannot open it"):
+        RocksDBConsumeQueues(str(rdb / "consumequeue"))
