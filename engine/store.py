@@ -68,6 +68,8 @@ from .format.message import (
     check_body_crc,
     decode_record,
 )
+from .format.rocksdbconfig import load_rocksdb_config
+from .format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
 from .format.uniqkey import UniqKeyGenerator
 from .service import flush, putmessage, recovery, workprogress
 from .service.cleanup import CleanReport, CleanService
@@ -78,7 +80,13 @@ from .service.getmessage import GetMessageResult, GetMessageStatus, get_messages
 from .service.indexservice import IndexService
 from .service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
 from .service.putmessage import PutResult
-from .service.storetree import ForeignLayout, check_layout, check_store_tree, lmq_queues
+from .service.storetree import (
+    ForeignLayout,
+    check_layout,
+    check_store_tree,
+    lmq_queues,
+    rocksdb_consume_queue,
+)
 from .storeconfig import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -168,8 +176,12 @@ class MessageStore:
         if follow is None:
             # a DLedger store is read as it is at the open, not followed (the follower walks
             # plain CommitLogs only)
+            # nor a RocksDB ConsumeQueue store (read as it is at the open, too)
             follow = (
-                read_only and lock_holder(self.root) is not None and not dledger_dirs(self.root)
+                read_only
+                and lock_holder(self.root) is not None
+                and not dledger_dirs(self.root)
+                and not rocksdb_consume_queue(self.root)
             )
         self.follower = None
         self.writer_pid = None
@@ -180,9 +192,23 @@ class MessageStore:
             # the writer's abort file says it is running, not that it crashed
             self.last_exit_ok = True
         config_dir = os.path.join(self.root, "config")
-        self.topic_config = TopicConfigManager(config_dir, read_only)
-        self.consumer_offsets = ConsumerOffsetManager(config_dir, read_only)
-        self.subscription_groups = SubscriptionGroupManager(config_dir, read_only)
+        # a RocksDB config (5.2+) is the source of truth: the JSON files are stale then
+        # (only read: check_layout refused a writer already)
+        config_problems: list[str] = []
+        try:
+            rdb = load_rocksdb_config(config_dir) or {}
+        except CorruptRecordError as exc:
+            # shown (status.json's repairs), not fatal: the JSON files beside it are read
+            rdb = {}
+            config_problems.append(f"config: {exc}; the JSON files are read instead")
+            log.warning("%s", config_problems[0])
+        self.topic_config = TopicConfigManager(config_dir, read_only, rdb.get("topics.json"))
+        self.consumer_offsets = ConsumerOffsetManager(
+            config_dir, read_only, rdb.get("consumerOffset.json")
+        )
+        self.subscription_groups = SubscriptionGroupManager(
+            config_dir, read_only, rdb.get("subscriptionGroup.json")
+        )
         self.deleted_topics = DeletedTopics(config_dir, read_only)
         self.checkpoint = StoreCheckpoint.read(self.checkpoint_path)
         # A DLedger broker's CommitLog is dledger-<selfId>/data (only read: check_layout
@@ -200,13 +226,17 @@ class MessageStore:
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         # BatchCQ topics' queues (batchconsumequeue/), read-only: engine.format.batchcq
         self.batch_queues: dict[tuple[str, int], BatchConsumeQueue] = {}
+        #: the RocksDB ConsumeQueues (engine.format.rocksdbcq) of a 5.2+ store that keeps them
+        #: there (storetree.rocksdb_consume_queue), else None: then consume_queues are
+        #: RocksDBConsumeQueue, read-only
+        self.rocksdb_cq: RocksDBConsumeQueues | None = None
         self._cq_file_size = self.config.mapped_file_size_consume_queue
         # the delay levels' delays in ms (``messageDelayLevel``), level 1 first
         self.delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[DispatchRequest]) / truncate(offset)
         # What opening the store repaired, and queues whose units point at no valid record
         # (found while reading): "<path>: <what>" lines for logs and status.json.
-        self.repairs: list[str] = []
+        self.repairs: list[str] = config_problems
         self.damaged: dict[tuple[str, int], str] = {}
         # Topics the store holds but cannot show (a name unsafe as a path: topic_path_problem),
         # found in a consumequeue/ directory name or a record: {topic: reason}. topics.json's
@@ -278,6 +308,7 @@ class MessageStore:
                 read_only
                 and auto_follow
                 and self.dledger is None
+                and self.rocksdb_cq is None
                 and self.last_exit_ok
                 and not any(cq.mem for cq in self.consume_queues.values())
             ):
@@ -341,6 +372,9 @@ class MessageStore:
         ``progress``: a progress factory; one bar, "loading ConsumeQueues", of the queues.
         """
         base = os.path.join(self.root, "consumequeue")
+        if rocksdb_consume_queue(self.root):
+            self._load_rocksdb_consume_queues(base, progress)
+            return
         if not os.path.isdir(base):
             return
         queues = []
@@ -369,6 +403,25 @@ class MessageStore:
                 for what in cq.files.repairs:
                     log.warning("ConsumeQueue %s/%d: %s", topic, q, what)
                     self.repairs.append(f"consumequeue/{topic}/{q}: {what}")
+                self.consume_queues[(topic, q)] = cq
+                bar.update(1)
+        finally:
+            bar.close()
+
+    def _load_rocksdb_consume_queues(self, base: str, progress=None) -> None:
+        """Open the RocksDB ConsumeQueues in ``base`` read-only and each queue of its offset
+        table (``RocksDBConsumeQueueStore.load``); a writer was refused by check_layout."""
+        self.rocksdb_cq = db = RocksDBConsumeQueues(base)
+        queues = [(t, q) for t, qids in db.queues().items() for q in qids]
+        bar = workprogress.bar(progress, len(queues), "loading ConsumeQueues", "queue")
+        try:
+            for topic, q in queues:
+                problem = topic_path_problem(topic)
+                if problem is not None:
+                    self.skip_topic(topic, f"RocksDB ConsumeQueue: {problem}")
+                    continue
+                cq = RocksDBConsumeQueue(db, topic, q)
+                cq.recover()
                 self.consume_queues[(topic, q)] = cq
                 bar.update(1)
         finally:
@@ -1071,6 +1124,10 @@ class MessageStore:
                     pass
             for cq in self.consume_queues.values():
                 cq.close()
+            for bq in self.batch_queues.values():
+                bq.close()
+            if self.rocksdb_cq is not None:
+                self.rocksdb_cq.close()
             self.commitlog.close()
             release_store_lock(self._lock)
             self._lock = None

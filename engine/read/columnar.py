@@ -94,7 +94,8 @@ from ..format.message import (
     read_store_timestamp,
     unit_mismatch,
 )
-from ..service.storetree import open_beneath
+from ..format.rocksdbcq import RocksDBConsumeQueues
+from ..service.storetree import open_beneath, rocksdb_consume_queue
 from . import kernel
 from .jsonline import message_fields
 from .kernel import (
@@ -440,27 +441,9 @@ class QueueFiles:
         return last // CQ_STORE_UNIT_SIZE + n
 
     def first_offset(self) -> int:
-        """Queue offset of the first unit on disk (the first file's)."""
+        """Queue offset of the first unit on disk (the first file's start)."""
         self.files.refresh()
         return self.files.min_offset // CQ_STORE_UNIT_SIZE
-
-    def min_offset_at(self, commitlog_min: int) -> int:
-        """``getMinOffsetInQueue``: the first queue offset whose unit is not blank filler
-        (``fillPreBlank``) and whose record is at or after ``commitlog_min`` (the CommitLog's
-        first offset: ``correctMinOffset``), by binary search."""
-        lo, hi = self.first_offset(), self.valid_end()
-        while lo < hi:
-            mid = (lo + hi) // 2
-            u = self.units(mid, mid + 1)
-            if (
-                len(u)
-                and int(u["off"][0]) >= commitlog_min
-                and int(u["size"][0]) != BLANK_UNIT_SIZE
-            ):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
 
     def close(self) -> None:
         """Unmap the files."""
@@ -493,15 +476,38 @@ class BatchQueueFiles:
         """The first unit's msgBaseOffset."""
         return self.bcq.min_offset
 
-    def min_offset_at(self, commitlog_min: int) -> int:
-        """``correctMinOffset``: the first message whose record is at or after
-        ``commitlog_min``."""
-        self.bcq.refresh()
-        return self.bcq.min_offset_at(commitlog_min)
-
     def close(self) -> None:
         """Close the files."""
         self.bcq.close()
+
+
+class RocksDBQueue:
+    """One queue of a RocksDB ConsumeQueue store (:mod:`engine.format.rocksdbcq`), with
+    :class:`QueueFiles`' interface: units as :data:`UNIT_DTYPE` arrays, its end from the
+    ``offset`` family's max (``getMaxOffsetInQueue``), its start from the min entry
+    (``getMinCqOffset``, the first unit present from there)."""
+
+    def __init__(self, db, topic: str, queue_id: int):
+        self.db, self.topic, self.queue_id = db, topic, queue_id
+
+    def units(self, start: int, end: int) -> np.ndarray:
+        """Units of queue offsets ``[start, end)`` (shorter at the first missing one)."""
+        raw = self.db.read_units(self.topic, self.queue_id, start, end - start)
+        return np.frombuffer(raw, dtype=UNIT_DTYPE).copy()
+
+    def valid_end(self) -> int:
+        """One past the ``max`` entry's cqOffset; 0 without one."""
+        top = self.db.max_entry(self.topic, self.queue_id)
+        return 0 if top is None else top[1] + 1
+
+    def first_offset(self) -> int:
+        """The first unit present at or after the ``min`` entry's cqOffset."""
+        low = self.db.min_entry(self.topic, self.queue_id)
+        first = self.db.first_at_or_after(self.topic, self.queue_id, low[1] if low else 0)
+        return self.valid_end() if first is None else min(first, self.valid_end())
+
+    def close(self) -> None:
+        """The database is closed by :meth:`StoreFiles.close`."""
 
 
 def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -586,13 +592,20 @@ class StoreFiles:
         if self.dledger is not None:
             self.committed_end = self.dledger.committed_end() or 0
         self.commitlog = Segments(cl, check_crc=check_crc)
-        self._queues: dict[tuple[str, int], QueueFiles | BatchQueueFiles] = {}
+        self._queues: dict[tuple[str, int], QueueFiles | BatchQueueFiles | RocksDBQueue] = {}
+        #: the store's RocksDB ConsumeQueues (engine.format.rocksdbcq) when it keeps them
+        #: there (storetree.rocksdb_consume_queue, the one decision), else None
+        self.rocksdb: RocksDBConsumeQueues | None = None
+        if rocksdb_consume_queue(self.root):
+            self.rocksdb = RocksDBConsumeQueues(os.path.join(self.root, "consumequeue"))
 
     # -- layout ------------------------------------------------------------------------------
     def topics(self) -> list[str]:
-        """Topics that have a ConsumeQueue (or BatchConsumeQueue) directory, sorted."""
+        """Topics that have a ConsumeQueue directory (or RocksDB queues), sorted."""
+        if self.rocksdb is not None:
+            return [t for t in self.rocksdb.queues() if topic_path_problem(t) is None]
         out: set[str] = set()
-        for kind in _QUEUE_DIRS:
+        for kind in _QUEUE_DIRS:  # ConsumeQueues and BatchConsumeQueues
             base = os.path.join(self.root, kind)
             try:
                 names = os.listdir(base)
@@ -607,8 +620,9 @@ class StoreFiles:
         return sorted(out)
 
     def queue_ids(self, topic: str) -> list[int]:
-        """Queue ids of a topic that have a ConsumeQueue (or BatchConsumeQueue) directory,
-        sorted."""
+        """Queue ids of a topic that have a ConsumeQueue directory (or RocksDB units), sorted."""
+        if self.rocksdb is not None:
+            return self.rocksdb.queues().get(topic, [])
         out: set[int] = set()
         for kind in _QUEUE_DIRS:
             base = os.path.join(self.root, kind, topic)
@@ -624,15 +638,17 @@ class StoreFiles:
             )
         return sorted(out)
 
-    def queue(self, topic: str, queue_id: int) -> QueueFiles | BatchQueueFiles:
-        """The :class:`QueueFiles` of one queue, or the :class:`BatchQueueFiles` of a BatchCQ
-        topic's queue (cached): the one place that tells them apart."""
+    def queue(self, topic: str, queue_id: int) -> QueueFiles | BatchQueueFiles | RocksDBQueue:
+        """The :class:`QueueFiles` (or :class:`RocksDBQueue`, or a BatchCQ topic's
+        :class:`BatchQueueFiles`) of one queue (cached): the one place that tells them apart."""
         key = (topic, queue_id)
         q = self._queues.get(key)
+        if q is None and self.rocksdb is not None:
+            q = self._queues[key] = RocksDBQueue(self.rocksdb, topic, queue_id)
         if q is None:
             d = os.path.join(self.root, "consumequeue", topic, str(queue_id))
             b = os.path.join(self.root, BATCH_CQ_DIR, topic, str(queue_id))
-            if not os.path.isdir(d) and os.path.isdir(b):
+            if not os.path.isdir(d) and os.path.isdir(b):  # a BatchCQ topic's queue
                 q = self._queues[key] = BatchQueueFiles(b, topic, queue_id)
             else:
                 q = self._queues[key] = QueueFiles(d)
@@ -655,8 +671,19 @@ class StoreFiles:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset whose record is still in the CommitLog."""
+        q = self.queue(topic, queue_id)
+        lo = q.first_offset()
+        hi = q.valid_end()
         self.commitlog.refresh()
-        return self.queue(topic, queue_id).min_offset_at(self.commitlog.min_offset)
+        cl_min = self.commitlog.min_offset
+        while lo < hi:  # first unit with off >= commitlog min and not blank filler
+            mid = (lo + hi) // 2
+            u = q.units(mid, mid + 1)
+            if len(u) and int(u["off"][0]) >= cl_min and int(u["size"][0]) != BLANK_UNIT_SIZE:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def _record_ok(self, off: int, size: int) -> bool:
         if self.committed_end is not None and off + size > self.committed_end:
@@ -756,6 +783,8 @@ class StoreFiles:
         self.commitlog.close()
         for q in self._queues.values():
             q.close()
+        if self.rocksdb is not None:
+            self.rocksdb.close()
 
 
 # ---------------------------------------------------------------------------------------------
