@@ -134,3 +134,16 @@ def test_verify_checks_batch_queues_against_the_records(bcq):
     bad = verify_store(root)
     assert [e.kind for e in bad.errors] == ["bcq-unit"]
     assert "tagsCode 12345" in bad.errors[0].what
+
+
+def test_a_snapshot_of_a_bcq_store_is_refused(bcq):
+    """The snapshot machinery copies ConsumeQueues, not batchconsumequeue/: a snapshot would
+    restore a store whose BatchCQ topics have no queue."""
+    from engine.live.snapshot import freeze
+
+    root, _ = bcq
+    with (
+        MessageStore(root, read_only=True) as s,
+        pytest.raises(UnsupportedLayoutError, match="batchconsumequeue"),
+    ):
+        freeze(s, "s1")

@@ -226,3 +226,17 @@ def test_a_malformed_unit_or_offset_key_raises_the_engine_s_error(stores):
     (rdb / "consumequeue" / "CURRENT").write_text("MANIFEST-999999\n")
     with pytest.raises(CorruptRecordError, match="RocksDB cannot open it"):
         RocksDBConsumeQueues(str(rdb / "consumequeue"))
+
+
+def test_a_snapshot_of_a_rocksdb_store_is_refused(stores):
+    """The snapshot machinery copies file ConsumeQueues: a snapshot of a store whose queues
+    are in RocksDB would restore a store without them."""
+    from engine.errors import UnsupportedLayoutError
+    from engine.live.snapshot import freeze
+
+    _plain_store, rdb = stores
+    with (
+        MessageStore(str(rdb), read_only=True) as s,
+        pytest.raises(UnsupportedLayoutError, match="RocksDB"),
+    ):
+        freeze(s, "s1")
