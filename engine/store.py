@@ -37,6 +37,7 @@ from .errors import (
     ReadOnlyStoreError,
     SystemTopicError,
 )
+from .format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
 from .format.checkpoint import StoreCheckpoint
 from .format.commitlog import CommitLog
 from .format.config import (
@@ -55,6 +56,7 @@ from .format.config import (
 from .format.consumequeue import UNIT, ConsumeQueue, queue_dir_id
 from .format.consumequeue import store_file_size as cq_store_file_size
 from .format.dledger import dledger_dirs, open_dledger
+from .format.innerbatch import unit_message
 from .format.mappedfile import remove_temp_files
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
@@ -64,9 +66,10 @@ from .format.message import (
     Message,
     MessageRecord,
     check_body_crc,
-    check_unit_record,
     decode_record,
 )
+from .format.rocksdbconfig import load_rocksdb_config
+from .format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
 from .format.uniqkey import UniqKeyGenerator
 from .service import flush, putmessage, recovery, workprogress
 from .service.cleanup import CleanReport, CleanService
@@ -77,7 +80,13 @@ from .service.getmessage import GetMessageResult, GetMessageStatus, get_messages
 from .service.indexservice import IndexService
 from .service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
 from .service.putmessage import PutResult
-from .service.storetree import ForeignLayout, check_layout, check_store_tree, lmq_queues
+from .service.storetree import (
+    ForeignLayout,
+    check_layout,
+    check_store_tree,
+    lmq_queues,
+    rocksdb_consume_queue,
+)
 from .storeconfig import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -167,8 +176,12 @@ class MessageStore:
         if follow is None:
             # a DLedger store is read as it is at the open, not followed (the follower walks
             # plain CommitLogs only)
+            # nor a RocksDB ConsumeQueue store (read as it is at the open, too)
             follow = (
-                read_only and lock_holder(self.root) is not None and not dledger_dirs(self.root)
+                read_only
+                and lock_holder(self.root) is not None
+                and not dledger_dirs(self.root)
+                and not rocksdb_consume_queue(self.root)
             )
         self.follower = None
         self.writer_pid = None
@@ -179,9 +192,23 @@ class MessageStore:
             # the writer's abort file says it is running, not that it crashed
             self.last_exit_ok = True
         config_dir = os.path.join(self.root, "config")
-        self.topic_config = TopicConfigManager(config_dir, read_only)
-        self.consumer_offsets = ConsumerOffsetManager(config_dir, read_only)
-        self.subscription_groups = SubscriptionGroupManager(config_dir, read_only)
+        # a RocksDB config (5.2+) is the source of truth: the JSON files are stale then
+        # (only read: check_layout refused a writer already)
+        config_problems: list[str] = []
+        try:
+            rdb = load_rocksdb_config(config_dir) or {}
+        except CorruptRecordError as exc:
+            # shown (status.json's repairs), not fatal: the JSON files beside it are read
+            rdb = {}
+            config_problems.append(f"config: {exc}; the JSON files are read instead")
+            log.warning("%s", config_problems[0])
+        self.topic_config = TopicConfigManager(config_dir, read_only, rdb.get("topics.json"))
+        self.consumer_offsets = ConsumerOffsetManager(
+            config_dir, read_only, rdb.get("consumerOffset.json")
+        )
+        self.subscription_groups = SubscriptionGroupManager(
+            config_dir, read_only, rdb.get("subscriptionGroup.json")
+        )
         self.deleted_topics = DeletedTopics(config_dir, read_only)
         self.checkpoint = StoreCheckpoint.read(self.checkpoint_path)
         # A DLedger broker's CommitLog is dledger-<selfId>/data (only read: check_layout
@@ -197,13 +224,19 @@ class MessageStore:
         self.store_host: Host = self.config.store_host
         self.uniq_keys = UniqKeyGenerator(self.store_host[0])
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # BatchCQ topics' queues (batchconsumequeue/), read-only: engine.format.batchcq
+        self.batch_queues: dict[tuple[str, int], BatchConsumeQueue] = {}
+        #: the RocksDB ConsumeQueues (engine.format.rocksdbcq) of a 5.2+ store that keeps them
+        #: there (storetree.rocksdb_consume_queue), else None: then consume_queues are
+        #: RocksDBConsumeQueue, read-only
+        self.rocksdb_cq: RocksDBConsumeQueues | None = None
         self._cq_file_size = self.config.mapped_file_size_consume_queue
         # the delay levels' delays in ms (``messageDelayLevel``), level 1 first
         self.delay_levels = self.config.delay_level_table()
         self.dispatchers: list = []  # objects with dispatch(list[DispatchRequest]) / truncate(offset)
         # What opening the store repaired, and queues whose units point at no valid record
         # (found while reading): "<path>: <what>" lines for logs and status.json.
-        self.repairs: list[str] = []
+        self.repairs: list[str] = config_problems
         self.damaged: dict[tuple[str, int], str] = {}
         # Topics the store holds but cannot show (a name unsafe as a path: topic_path_problem),
         # found in a consumequeue/ directory name or a record: {topic: reason}. topics.json's
@@ -257,6 +290,7 @@ class MessageStore:
             self.consumer_offsets.lmq_path
         )
         self._load_consume_queues(progress)
+        self._load_batch_queues()
         if follow:
             from .live.follower import Follower
 
@@ -264,6 +298,9 @@ class MessageStore:
             self.follower.open()
         else:
             self.recovery_report = recovery.recover(self, progress)
+            for bq in self.batch_queues.values():  # as the recovered CommitLog has them
+                bq.truncate_dirty(self.commitlog.max_offset)
+                bq.correct_min_offset(self.commitlog.min_offset)
             self.recovery_report.seconds = time.monotonic() - started
             if self.recovery_report.did_something():
                 log.warning("%s: %s", self.root, self.recovery_report.summary())
@@ -271,6 +308,7 @@ class MessageStore:
                 read_only
                 and auto_follow
                 and self.dledger is None
+                and self.rocksdb_cq is None
                 and self.last_exit_ok
                 and not any(cq.mem for cq in self.consume_queues.values())
             ):
@@ -334,6 +372,9 @@ class MessageStore:
         ``progress``: a progress factory; one bar, "loading ConsumeQueues", of the queues.
         """
         base = os.path.join(self.root, "consumequeue")
+        if rocksdb_consume_queue(self.root):
+            self._load_rocksdb_consume_queues(base, progress)
+            return
         if not os.path.isdir(base):
             return
         queues = []
@@ -367,9 +408,64 @@ class MessageStore:
         finally:
             bar.close()
 
-    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        """The queue's ConsumeQueue, or None when it has never had a message."""
-        return self.consume_queues.get((topic, queue_id))
+    def _load_rocksdb_consume_queues(self, base: str, progress=None) -> None:
+        """Open the RocksDB ConsumeQueues in ``base`` read-only and each queue of its offset
+        table (``RocksDBConsumeQueueStore.load``); a writer was refused by check_layout."""
+        self.rocksdb_cq = db = RocksDBConsumeQueues(base)
+        queues = [(t, q) for t, qids in db.queues().items() for q in qids]
+        bar = workprogress.bar(progress, len(queues), "loading ConsumeQueues", "queue")
+        try:
+            for topic, q in queues:
+                problem = topic_path_problem(topic)
+                if problem is not None:
+                    self.skip_topic(topic, f"RocksDB ConsumeQueue: {problem}")
+                    continue
+                cq = RocksDBConsumeQueue(db, topic, q)
+                cq.recover()
+                self.consume_queues[(topic, q)] = cq
+                bar.update(1)
+        finally:
+            bar.close()
+
+    def _load_batch_queues(self) -> None:
+        """Open every ``batchconsumequeue/<topic>/<queueId>`` (a BatchCQ topic's queues,
+        :class:`engine.format.batchcq.BatchConsumeQueue`), read-only: a store that has them
+        refuses writers (``storetree.check_layout``)."""
+        base = os.path.join(self.root, BATCH_CQ_DIR)
+        if not os.path.isdir(base):
+            return
+        for topic in sorted(os.listdir(base)):
+            tdir = os.path.join(base, topic)
+            if not os.path.isdir(tdir) or os.path.islink(tdir):
+                continue
+            problem = topic_path_problem(topic)
+            if problem is not None:
+                self.skip_topic(topic, f"{BATCH_CQ_DIR}/ directory: {problem}")
+                continue
+            for qname in sorted(os.listdir(tdir)):
+                qdir = os.path.join(tdir, qname)
+                if queue_dir_id(qname) is None or not os.path.isdir(qdir):
+                    continue
+                try:
+                    bq = BatchConsumeQueue(qdir, topic, int(qname))
+                except (CorruptRecordError, ValueError) as exc:
+                    self.repairs.append(f"{BATCH_CQ_DIR}/{topic}/{qname}: {exc}; not shown")
+                    log.warning("%s/%s/%s: %s", BATCH_CQ_DIR, topic, qname, exc)
+                    continue
+                self.batch_queues[(topic, int(qname))] = bq
+                self.batch_cq_topics.add(topic)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | BatchConsumeQueue | None:
+        """The queue's ConsumeQueue (a BatchCQ topic's BatchConsumeQueue, which reads as one:
+        a unit per message), or None when it has never had a message."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None and self.batch_queues:
+            return self.batch_queues.get((topic, queue_id))
+        return cq
+
+    def _all_queues(self) -> list:
+        """``[((topic, queueId), queue)]`` of the ConsumeQueues and BatchConsumeQueues."""
+        return [*self.consume_queues.items(), *self.batch_queues.items()]
 
     def writable_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue's ConsumeQueue, a new empty one when it has none yet (the dispatch of
@@ -387,7 +483,7 @@ class MessageStore:
     def topic_names(self) -> list[str]:
         """Every topic: from topics.json and from the ConsumeQueues, sorted."""
         names = set(self.topic_config.topics)
-        names.update(t for t, _ in self.consume_queues)
+        names.update(t for (t, _), _cq in self._all_queues())
         return sorted(names)
 
     def create_topic(
@@ -520,7 +616,7 @@ class MessageStore:
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of a topic: ``range(readQueueNums)`` plus any queue with data."""
-        ids = {q for t, q in self.consume_queues if t == topic}
+        ids = {q for (t, q), _cq in self._all_queues() if t == topic}
         cfg = self.topic_config.get(topic)
         if cfg is not None:
             ids.update(range(cfg.shown_queue_nums))
@@ -533,15 +629,13 @@ class MessageStore:
         the queues up to these offsets by CommitLog offset gives CommitLog order.
         """
         with self.put_lock:
-            return {
-                q: cq.max_offset for (t, q), cq in list(self.consume_queues.items()) if t == topic
-            }
+            return {q: cq.max_offset for (t, q), cq in self._all_queues() if t == topic}
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """``getOffsetInQueueByTime`` (LOWER): first queue offset stored at or after
         ``timestamp`` (epoch ms); ``maxOffset`` when every message is older.
         """
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         if cq is None:
             return 0
         lo, hi = cq.min_offset, cq.max_offset
@@ -556,7 +650,7 @@ class MessageStore:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset still readable."""
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         return cq.min_offset if cq else 0
 
     def max_offset(self, topic: str, queue_id: int, committed: bool = True) -> int:
@@ -570,7 +664,7 @@ class MessageStore:
             n = self.putter.assigned_offset(topic, queue_id)
             if n is not None:
                 return n
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         return cq.max_offset if cq else 0
 
     # ------------------------------------------------------------------------------------------
@@ -596,14 +690,17 @@ class MessageStore:
         try:
             rec = self.commitlog.read_message(commitlog_offset, size)
             if queue_id is not None and queue_offset is not None:
-                check_unit_record(rec, queue_id, queue_offset, topic)
+                unit_message(rec, queue_id, queue_offset, topic)
         except CorruptRecordError as exc:
             if topic is not None and queue_id is not None:
                 self.note_damage(topic, queue_id, queue_offset, exc)
             raise
         if topic is not None and queue_id is not None:
             try:
-                return check_body_crc(rec)
+                rec = check_body_crc(rec)
+                if queue_offset is not None:  # an inner batch's message: the one asked for
+                    rec = unit_message(rec, queue_id, queue_offset, topic)
+                return rec
             except CorruptRecordError as exc:
                 self.note_damage(topic, queue_id, queue_offset, exc)
                 raise
@@ -749,7 +846,7 @@ class MessageStore:
         CorruptRecordError (noted as damage of the queue) when the unit points at no record,
         at one whose body fails its CRC, or at another unit's record (its QUEUEID or
         QUEUEOFFSET not the unit's: :func:`engine.format.message.check_unit_record`)."""
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         if cq is None:
             raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
         if not cq.min_offset <= queue_offset < cq.max_offset:
@@ -759,7 +856,7 @@ class MessageStore:
         off, size, _ = cq.unit(queue_offset)
         try:
             rec = check_body_crc(self.commitlog.read_message(off, size))
-            return check_unit_record(rec, queue_id, queue_offset, topic)
+            return unit_message(rec, queue_id, queue_offset, topic)
         except CorruptRecordError as exc:
             self.note_damage(topic, queue_id, queue_offset, exc)
             raise
@@ -808,7 +905,7 @@ class MessageStore:
         CorruptRecordError for a unit that points at no valid record or at one whose body
         fails its CRC.
         """
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.consume_queue(topic, queue_id)
         if cq is None:
             return
         cl = self.commitlog
@@ -835,7 +932,7 @@ class MessageStore:
                                 f"record of {size} bytes not in the CommitLog", off
                             )
                         rec = check_body_crc(decode_record(data, off - lo, check_crc=False))
-                        check_unit_record(rec, queue_id, pos, topic)
+                        rec = unit_message(rec, queue_id, pos, topic)
                         if rec.store_size > size:
                             raise CorruptRecordError(
                                 f"record of {rec.store_size} bytes, its unit says {size}", off
@@ -1027,6 +1124,10 @@ class MessageStore:
                     pass
             for cq in self.consume_queues.values():
                 cq.close()
+            for bq in self.batch_queues.values():
+                bq.close()
+            if self.rocksdb_cq is not None:
+                self.rocksdb_cq.close()
             self.commitlog.close()
             release_store_lock(self._lock)
             self._lock = None

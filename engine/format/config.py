@@ -362,14 +362,17 @@ class TopicConfigManager:
     Thread-safe; every change is persisted before the call returns.
     """
 
-    def __init__(self, config_dir: str, read_only: bool = False):
+    def __init__(self, config_dir: str, read_only: bool = False, raw: dict | None = None):
+        """``raw``: the table when it comes from elsewhere than the file (a RocksDB config,
+        :func:`engine.format.rocksdbconfig.load_rocksdb_config`); the file is then not read."""
         self.path = os.path.join(config_dir, "topics.json")
         self.read_only = read_only
         self.lock = threading.Lock()
         self.topics: dict[str, TopicConfig] = {}
         self.skipped: dict[str, dict] = {}  # entries with unsafe names, written back as is
         self.skip_reasons: dict[str, str] = {}  # their reasons (topic_path_problem)
-        raw = load_config_file(self.path, self.parse) or {}
+        if raw is None:
+            raw = load_config_file(self.path, self.parse) or {}
         for name, d in _table(raw, "topicConfigTable").items():
             problem = topic_path_problem(name)
             if problem is not None:
@@ -456,12 +459,15 @@ class ConsumerOffsetManager:
     The value is the next queue offset to consume (RocketMQ's convention).
     """
 
-    def __init__(self, config_dir: str, read_only: bool = False):
+    def __init__(self, config_dir: str, read_only: bool = False, raw: dict | None = None):
+        """``raw``: the table when it comes from elsewhere than the file (a RocksDB config,
+        :func:`engine.format.rocksdbconfig.load_rocksdb_config`); the file is then not read."""
         self.path = os.path.join(config_dir, "consumerOffset.json")
         self.read_only = read_only
         self.lock = threading.Lock()
         self.table: dict[str, dict[int, int]] = {}
-        raw = load_config_file(self.path, self.parse) or {}
+        if raw is None:
+            raw = load_config_file(self.path, self.parse) or {}
         self.table = self._offsets(raw)
         self.counter = _counter(raw)
         self._extra = {
@@ -654,11 +660,14 @@ class ConsumerOffsetManager:
 class SubscriptionGroupManager:
     """``config/subscriptionGroup.json``: the consumer groups (``SubscriptionGroupConfig``)."""
 
-    def __init__(self, config_dir: str, read_only: bool = False):
+    def __init__(self, config_dir: str, read_only: bool = False, raw: dict | None = None):
+        """``raw``: the table when it comes from elsewhere than the file (a RocksDB config,
+        :func:`engine.format.rocksdbconfig.load_rocksdb_config`); the file is then not read."""
         self.path = os.path.join(config_dir, "subscriptionGroup.json")
         self.read_only = read_only
         self.lock = threading.Lock()
-        raw = load_config_file(self.path, self.parse) or {}
+        if raw is None:
+            raw = load_config_file(self.path, self.parse) or {}
         self.groups: dict[str, dict] = {}
         self.skipped: dict[str, object] = {}  # entries with invalid names, written back as is
         for name, d in _table(raw, "subscriptionGroupTable").items():

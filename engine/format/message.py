@@ -363,7 +363,8 @@ def check_unit_record(
 
     In an LMQ's queue (``topic`` an LMQ name other than the record's topic) the record is
     another topic's: it must name the LMQ and the unit's queue offset in its
-    ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET`` (:func:`multi_dispatch`)."""
+    ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET`` (:func:`multi_dispatch`).
+    (A BatchCQ unit of an inner batch's message: :func:`engine.format.innerbatch.unit_message`.)"""
     if topic is not None and topic != rec.topic and is_lmq(topic):
         try:
             units = multi_dispatch(rec.topic, rec.properties)

@@ -386,13 +386,25 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
     Raises:
         SnapshotError: the store is closed.
         UnsupportedLayoutError: a DLedger store (its entries would be served as a plain
-            ``commitlog/``, which no reader could read).
+            ``commitlog/``, which no reader could read), a store with RocksDB ConsumeQueues or
+            BatchConsumeQueues (the snapshot would lack them).
         OSError: from dup/pread (EMFILE when out of file descriptors).
     """
     if store.dledger is not None:
         raise UnsupportedLayoutError(
             f"{store.dledger.name}: rmqfs does not snapshot a DLedger store yet (its entries are "
             "not a plain commitlog/); copy the store directory while no broker writes it"
+        )
+    if store.rocksdb_cq is not None or store.batch_queues:
+        what = (
+            "consumequeue/ is a RocksDB database (RocksDBConsumeQueueStore)"
+            if store.rocksdb_cq is not None
+            else "its BatchCQ topics' batchconsumequeue/ (BatchConsumeQueue)"
+        )
+        raise UnsupportedLayoutError(
+            f"rmqfs does not snapshot this store yet: {what} would not be in the snapshot, "
+            "and a broker restored from it would not see those queues; copy the store "
+            "directory while no broker writes it"
         )
     fds: list[int] = []
 

@@ -52,10 +52,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CorruptRecordError
+from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
 from ..format.commitlog import DEFAULT_FILE_SIZE, CommitLog
 from ..format.config import topic_path_problem
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
 from ..format.dledger import DLedgerLog, commitlog_dir, open_dledger
+from ..format.innerbatch import inner_message
 from ..format.javahash import tags_code
 from ..format.mappedfile import segment_names
 from ..format.message import (
@@ -92,7 +94,8 @@ from ..format.message import (
     read_store_timestamp,
     unit_mismatch,
 )
-from ..service.storetree import open_beneath
+from ..format.rocksdbcq import RocksDBConsumeQueues
+from ..service.storetree import open_beneath, rocksdb_consume_queue
 from . import kernel
 from .jsonline import message_fields
 from .kernel import (
@@ -437,6 +440,75 @@ class QueueFiles:
         del arr
         return last // CQ_STORE_UNIT_SIZE + n
 
+    def first_offset(self) -> int:
+        """Queue offset of the first unit on disk (the first file's start)."""
+        self.files.refresh()
+        return self.files.min_offset // CQ_STORE_UNIT_SIZE
+
+    def close(self) -> None:
+        """Unmap the files."""
+        self.files.close()
+
+
+class BatchQueueFiles:
+    """One ``batchconsumequeue/<topic>/<queueId>`` directory read as :class:`QueueFiles` reads
+    a ConsumeQueue, one :data:`UNIT_DTYPE` unit per message (the units of an inner batch's
+    messages all name its record; the decoder picks each message by its queue offset:
+    :func:`engine.format.innerbatch.inner_message`). A BatchCQ topic's
+    (:class:`engine.format.batchcq.BatchConsumeQueue`)."""
+
+    def __init__(self, directory: str, topic: str, queue_id: int):
+        self.bcq = BatchConsumeQueue(directory, topic, queue_id)
+
+    def units(self, start: int, end: int) -> np.ndarray:
+        """Units of the messages at queue offsets ``[start, end)`` (shorter past the end)."""
+        off, size, tags = self.bcq.message_units(start, end)
+        out = np.empty(len(off), dtype=UNIT_DTYPE)
+        out["off"], out["size"], out["tags"] = off, size, tags
+        return out
+
+    def valid_end(self) -> int:
+        """One past the last message of the last valid unit (``getMaxOffsetInQueue``)."""
+        self.bcq.refresh()
+        return self.bcq.max_offset
+
+    def first_offset(self) -> int:
+        """The first unit's msgBaseOffset."""
+        return self.bcq.min_offset
+
+    def close(self) -> None:
+        """Close the files."""
+        self.bcq.close()
+
+
+class RocksDBQueue:
+    """One queue of a RocksDB ConsumeQueue store (:mod:`engine.format.rocksdbcq`), with
+    :class:`QueueFiles`' interface: units as :data:`UNIT_DTYPE` arrays, its end from the
+    ``offset`` family's max (``getMaxOffsetInQueue``), its start from the min entry
+    (``getMinCqOffset``, the first unit present from there)."""
+
+    def __init__(self, db, topic: str, queue_id: int):
+        self.db, self.topic, self.queue_id = db, topic, queue_id
+
+    def units(self, start: int, end: int) -> np.ndarray:
+        """Units of queue offsets ``[start, end)`` (shorter at the first missing one)."""
+        raw = self.db.read_units(self.topic, self.queue_id, start, end - start)
+        return np.frombuffer(raw, dtype=UNIT_DTYPE).copy()
+
+    def valid_end(self) -> int:
+        """One past the ``max`` entry's cqOffset; 0 without one."""
+        top = self.db.max_entry(self.topic, self.queue_id)
+        return 0 if top is None else top[1] + 1
+
+    def first_offset(self) -> int:
+        """The first unit present at or after the ``min`` entry's cqOffset."""
+        low = self.db.min_entry(self.topic, self.queue_id)
+        first = self.db.first_at_or_after(self.topic, self.queue_id, low[1] if low else 0)
+        return self.valid_end() if first is None else min(first, self.valid_end())
+
+    def close(self) -> None:
+        """The database is closed by :meth:`StoreFiles.close`."""
+
 
 def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
     """Units of queue offsets ``[start, end)`` of a store's ConsumeQueue, read through its
@@ -482,6 +554,10 @@ def drop_blank_units(
     return units, queue_offsets, queue_ids
 
 
+#: the directories of queue units under a store root: ConsumeQueues and BatchConsumeQueues
+_QUEUE_DIRS = ("consumequeue", BATCH_CQ_DIR)
+
+
 class StoreFiles:
     """A store directory opened for reading only, without the store's ``lock`` file.
 
@@ -516,44 +592,66 @@ class StoreFiles:
         if self.dledger is not None:
             self.committed_end = self.dledger.committed_end() or 0
         self.commitlog = Segments(cl, check_crc=check_crc)
-        self._queues: dict[tuple[str, int], QueueFiles] = {}
+        self._queues: dict[tuple[str, int], QueueFiles | BatchQueueFiles | RocksDBQueue] = {}
+        #: the store's RocksDB ConsumeQueues (engine.format.rocksdbcq) when it keeps them
+        #: there (storetree.rocksdb_consume_queue, the one decision), else None
+        self.rocksdb: RocksDBConsumeQueues | None = None
+        if rocksdb_consume_queue(self.root):
+            self.rocksdb = RocksDBConsumeQueues(os.path.join(self.root, "consumequeue"))
 
     # -- layout ------------------------------------------------------------------------------
     def topics(self) -> list[str]:
-        """Topics that have a ConsumeQueue directory, sorted."""
-        base = os.path.join(self.root, "consumequeue")
-        try:
+        """Topics that have a ConsumeQueue directory (or RocksDB queues), sorted."""
+        if self.rocksdb is not None:
+            return [t for t in self.rocksdb.queues() if topic_path_problem(t) is None]
+        out: set[str] = set()
+        for kind in _QUEUE_DIRS:  # ConsumeQueues and BatchConsumeQueues
+            base = os.path.join(self.root, kind)
+            try:
+                names = os.listdir(base)
+            except FileNotFoundError:
+                continue
             # the store's rule (config.topic_path_problem): what a broker loads, unless unsafe
-            return sorted(
+            out.update(
                 t
-                for t in os.listdir(base)
+                for t in names
                 if os.path.isdir(os.path.join(base, t)) and topic_path_problem(t) is None
             )
-        except FileNotFoundError:
-            return []
+        return sorted(out)
 
     def queue_ids(self, topic: str) -> list[int]:
-        """Queue ids of a topic that have a ConsumeQueue directory, sorted."""
-        base = os.path.join(self.root, "consumequeue", topic)
-        try:
-            names = os.listdir(base)
-        except FileNotFoundError:
-            return []
-        # canonical decimal names only, as the store reads them ("007" or "²" is no queue)
-        return sorted(
-            q
-            for q in map(queue_dir_id, names)
-            if q is not None and os.path.isdir(os.path.join(base, str(q)))
-        )
+        """Queue ids of a topic that have a ConsumeQueue directory (or RocksDB units), sorted."""
+        if self.rocksdb is not None:
+            return self.rocksdb.queues().get(topic, [])
+        out: set[int] = set()
+        for kind in _QUEUE_DIRS:
+            base = os.path.join(self.root, kind, topic)
+            try:
+                names = os.listdir(base)
+            except FileNotFoundError:
+                continue
+            # canonical decimal names only, as the store reads them ("007" or "²" is no queue)
+            out.update(
+                q
+                for q in map(queue_dir_id, names)
+                if q is not None and os.path.isdir(os.path.join(base, str(q)))
+            )
+        return sorted(out)
 
-    def queue(self, topic: str, queue_id: int) -> QueueFiles:
-        """The :class:`QueueFiles` of one queue (cached)."""
+    def queue(self, topic: str, queue_id: int) -> QueueFiles | BatchQueueFiles | RocksDBQueue:
+        """The :class:`QueueFiles` (or :class:`RocksDBQueue`, or a BatchCQ topic's
+        :class:`BatchQueueFiles`) of one queue (cached): the one place that tells them apart."""
         key = (topic, queue_id)
         q = self._queues.get(key)
+        if q is None and self.rocksdb is not None:
+            q = self._queues[key] = RocksDBQueue(self.rocksdb, topic, queue_id)
         if q is None:
-            q = self._queues[key] = QueueFiles(
-                os.path.join(self.root, "consumequeue", topic, str(queue_id))
-            )
+            d = os.path.join(self.root, "consumequeue", topic, str(queue_id))
+            b = os.path.join(self.root, BATCH_CQ_DIR, topic, str(queue_id))
+            if not os.path.isdir(d) and os.path.isdir(b):  # a BatchCQ topic's queue
+                q = self._queues[key] = BatchQueueFiles(b, topic, queue_id)
+            else:
+                q = self._queues[key] = QueueFiles(d)
         return q
 
     # -- offsets -----------------------------------------------------------------------------
@@ -561,7 +659,7 @@ class StoreFiles:
         """``getMaxOffsetInQueue``: one past the last queue offset whose record is readable."""
         q = self.queue(topic, queue_id)
         end = q.valid_end()
-        lo = q.files.min_offset // CQ_STORE_UNIT_SIZE
+        lo = q.first_offset()
         # A concurrent writer may have written a unit whose record we cannot see yet (another
         # host's page cache, a torn copy): back off to the last unit whose record header is sane.
         while end > lo:
@@ -574,8 +672,7 @@ class StoreFiles:
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset whose record is still in the CommitLog."""
         q = self.queue(topic, queue_id)
-        q.files.refresh()
-        lo = q.files.min_offset // CQ_STORE_UNIT_SIZE
+        lo = q.first_offset()
         hi = q.valid_end()
         self.commitlog.refresh()
         cl_min = self.commitlog.min_offset
@@ -685,7 +782,9 @@ class StoreFiles:
         """Unmap every file."""
         self.commitlog.close()
         for q in self._queues.values():
-            q.files.close()
+            q.close()
+        if self.rocksdb is not None:
+            self.rocksdb.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1002,6 +1101,12 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
         if d.bad_code == kernel.BAD_QOFF:  # what else is wrong with it first (its topic, ...)
             i = slice(d.bad, d.bad + 1)
             _slow_batch(commitlog, offs[i], sizes[i], qoffs[i], topic, queue_id, names)
+            if _record_at(commitlog, int(offs[d.bad]), int(sizes[d.bad])).sys_flag & (
+                INNER_BATCH_FLAG
+            ):
+                # a message inside an inner batch (BatchCQ): its queue offset is the record's
+                # plus its place, which the per-record decoder checked; batches are rare
+                return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
         unit_qoff = None if qoffs is None else int(qoffs[d.bad])
         raise CorruptRecordError(
             _bad_message(d, int(sizes[d.bad]), queue_id, unit_qoff), int(offs[d.bad])
@@ -1114,11 +1219,15 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
     import pyarrow as pa
 
     rows: dict[str, list] = {name: [] for name in names}
+    inner_cache: dict = {}  # an inner batch's messages, split once for its rows
     for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
         rec = _record_at(commitlog, off, size)
         try:
             if commitlog.check_crc:
                 check_body_crc(rec)
+            if rec.sys_flag & INNER_BATCH_FLAG and qoffs is not None:
+                # a BatchCQ unit names each message of the batch (engine.format.batchcq)
+                rec = inner_message(rec, int(qoffs[i]), inner_cache)
             # first: a body left compressed (past MAX_INFLATED_BODY) adds its property
             body = rec.plain_body if "body" in rows else None
         except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's

@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 
 from ..errors import CorruptRecordError
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
+from ..format.innerbatch import unit_message
 from ..format.javahash import java_string_hash
-from ..format.message import MessageRecord, check_body_crc, check_unit_record
+from ..format.message import MessageRecord, check_body_crc
 
 SUB_ALL = "*"  # SubscriptionData.SUB_ALL
 
@@ -211,7 +212,7 @@ def get_messages(
             next_phy_file_start = cl.files.roll_next(off_py)
             continue
         try:
-            check_unit_record(check_body_crc(rec), queue_id, qoff, topic)
+            rec = unit_message(check_body_crc(rec), queue_id, qoff, topic)
         except CorruptRecordError as exc:
             store.note_damage(topic, queue_id, qoff, exc)
             if not res.messages:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ..errors import UnsafeStoreError, UnsupportedLayoutError
 from ..format.dledger import DIR_PREFIX, layout_problem
 from ..format.message import is_lmq
+from ..format.rocksdb import is_rocksdb_dir
 
 MAX_LISTED = 5  # entries named in the error message
 
@@ -120,7 +121,26 @@ def controller_replica(root: str) -> bool:
 
 
 def _is_rocksdb(names: list[str]) -> bool:
-    return "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)
+    return is_rocksdb_dir(names)
+
+
+def rocksdb_consume_queue(root: str) -> bool:
+    """Whether the store ``root`` keeps its ConsumeQueues in RocksDB: ``consumequeue/`` is a
+    RocksDB database (``storeType=defaultRocksDB``, ``RocksDBConsumeQueueStore``; also a
+    double-write broker's, ``rocksdbCQDoubleWriteEnable``, whose database files sit beside
+    the topic directories). The one place that decides file vs RocksDB ConsumeQueues for
+    every reader (``MessageStore``, ``StoreFiles``).
+
+    A double-write broker's ``consumequeue/`` holds both the database files and the topic
+    directories; it reads the files (``CombineConsumeQueueStore``, ``combineCQPreferCQType``
+    defaults to ``default``), and so does rmqfs: only a database without topic directories
+    is read from RocksDB."""
+    base = os.path.join(root, "consumequeue")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return False
+    return is_rocksdb_dir(names) and not any(os.path.isdir(os.path.join(base, n)) for n in names)
 
 
 def lmq_queues(root: str) -> list[str]:
@@ -145,8 +165,11 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
     - a RocksDB database in ``consumequeue/`` (5.2+ ``storeType=defaultRocksDB``,
       ``RocksDBConsumeQueueStore``) or under ``config/`` (``topics/``, ``subscriptionGroups/``,
       ``consumerOffsets/``, ``rdb/``: the RocksDB config managers): the broker reads its queues
-      and offsets there, so file ConsumeQueues and JSON config rmqfs writes would be ignored.
-    - ``batchconsumequeue/`` (``BatchConsumeQueue``), ``%LMQ%`` queues under ``consumequeue/``
+      and offsets there, so file ConsumeQueues and JSON config rmqfs writes would be ignored:
+      refused for writing; read (:mod:`engine.format.rocksdbcq`,
+      :mod:`engine.format.rocksdbconfig`).
+    - ``batchconsumequeue/`` (``BatchConsumeQueue``, read by :mod:`engine.format.batchcq`),
+      ``%LMQ%`` queues under ``consumequeue/``
       (rocketmq-mqtt's light queues, dispatched from ``INNER_MULTI_DISPATCH``), compaction logs
       (``compaction/compactionLog``, ``CompactionStore``): rmqfs neither writes nor rebuilds
       them, so a write or a rebuild would leave the broker's view of them wrong.
@@ -197,7 +220,12 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
         names = []
     if _is_rocksdb(names):
         out.append(
-            ForeignLayout("consumequeue", "RocksDB ConsumeQueues (RocksDBConsumeQueueStore)", True)
+            ForeignLayout(
+                "consumequeue",
+                "RocksDB ConsumeQueues (RocksDBConsumeQueueStore): read; never written (the "
+                "broker reads its queues from RocksDB and would ignore file ConsumeQueues)",
+                True,
+            )
         )
     lmq = lmq_queues(root)
     if lmq:
@@ -213,7 +241,12 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
         try:
             if os.path.isdir(d) and _is_rocksdb(os.listdir(d)):
                 out.append(
-                    ForeignLayout(f"config/{name}", "RocksDB config (ConfigRocksDBStorage)", True)
+                    ForeignLayout(
+                        f"config/{name}",
+                        "RocksDB config (ConfigRocksDBStorage): read; never written (the "
+                        "broker reads topics, groups and offsets there, not the JSON files)",
+                        True,
+                    )
                 )
         except OSError:
             continue
@@ -235,6 +268,12 @@ def check_layout(root: str, read_only: bool) -> list[ForeignLayout]:
                 "confirm offset could be truncated by the broker, and moving confirmPhyOffset "
                 "would confirm what the sync-state set never did); mount it read-only "
                 "(rmqfs mount -o ro) to read it"
+            )
+        elif all(f.what.startswith("RocksDB") for f in bad):
+            advice = (
+                "rmqfs never writes a RocksDB ConsumeQueue or config store (the broker reads its "
+                "queues, topics and offsets from RocksDB and would ignore file ConsumeQueues and "
+                "JSON config rmqfs wrote); mount it read-only (rmqfs mount -o ro) to read it"
             )
         elif all(f.path.startswith(DIR_PREFIX) for f in bad):
             advice = (

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigFileError, CorruptRecordError, StoreError
+from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
 from ..format.commitlog import CommitLog, walk_segment
 from ..format.config import config_parsers, load_config_file, load_config_file_only
 from ..format.consumequeue import (
@@ -69,8 +70,15 @@ from ..format.message import (
     decode_record,
     transaction_type,
 )
+from ..format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
 from ..service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
-from ..service.storetree import check_layout, check_store_tree, foreign_layouts, unsafe_entries
+from ..service.storetree import (
+    check_layout,
+    check_store_tree,
+    foreign_layouts,
+    rocksdb_consume_queue,
+    unsafe_entries,
+)
 from ..service.workprogress import no_progress
 
 if TYPE_CHECKING:
@@ -306,7 +314,10 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
                 "warning",
                 "layout",
                 f.path,
-                f"{f.what}: rmqfs reads the plain layout beside it but refuses to write "
+                f"{f.what}: rmqfs reads it but refuses to write this store (the broker "
+                "would misread what it appends)"
+                if f.what.startswith("RocksDB")
+                else f"{f.what}: rmqfs reads the plain layout beside it but refuses to write "
                 "this store (the broker would misread what it appends)",
             )
     if unreadable:
@@ -706,6 +717,9 @@ def _record_index(recs: _Records, offset: int) -> int | None:
 
 def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, progress) -> None:
     base = os.path.join(root, "consumequeue")
+    if rocksdb_consume_queue(root):
+        _check_rocksdb_queues(base, res, recs, progress)
+        return
     seen = set()
     dirs = []
     if os.path.isdir(base):
@@ -744,6 +758,7 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
         bar.update(1)
     bar.close()
     res.queues = len(dirs)
+    _check_batch_queues(root, res, recs, seen)
     for (topic, qid), q in sorted(recs.queues.items()):
         if (topic, qid) not in seen:
             live = sum(1 for off in q[1] if off >= res.commitlog_min)
@@ -755,6 +770,122 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
                     f"missing: {live} records of this queue are in the CommitLog "
                     "(re-dispatched when the store is opened for writing)",
                 )
+
+
+def _check_batch_queues(root: str, res: VerifyResult, recs: _Records, seen: set) -> None:
+    """Check each ``batchconsumequeue/<topic>/<queueId>`` (a BatchCQ topic's,
+    :class:`engine.format.batchcq.BatchConsumeQueue`) against the records of its queue: every
+    unit names a record of the queue by its commitLogOffset, with its size, tagsCode and
+    QUEUEOFFSET as msgBaseOffset (``putBatchMessagePositionInfo``); units go on where the one
+    before ends (msgBaseOffset + batchSize), and the records after the last unit are lag. The
+    queues are added to ``seen`` (they are no ConsumeQueue's lag)."""
+    import numpy as np
+
+    base = os.path.join(root, BATCH_CQ_DIR)
+    try:
+        topics = sorted(os.listdir(base))
+    except OSError:
+        return
+    for topic in topics:
+        tdir = os.path.join(base, topic)
+        if not os.path.isdir(tdir) or os.path.islink(tdir):
+            continue
+        for name in sorted(os.listdir(tdir)):
+            qid = queue_dir_id(name)
+            qdir = os.path.join(tdir, name)
+            if qid is None or not os.path.isdir(qdir):
+                continue
+            rel = f"{BATCH_CQ_DIR}/{topic}/{qid}"
+            seen.add((topic, qid))
+            res.queues += 1
+            try:
+                bq = BatchConsumeQueue(qdir, topic, qid)
+            except CorruptRecordError as exc:
+                res.add("error", "bcq-file", rel, str(exc).split(" (at offset")[0])
+                continue
+            try:
+                units = bq.units(bq.first_unit, bq.end_unit)
+            finally:
+                bq.close()
+            if bq.damage:
+                res.add("error", "bcq-unit", rel, bq.damage)
+            q = recs.queues.get((topic, qid))
+            if q is None:
+                q = (array("q"), array("q"), array("i"), array("q"))
+            qoff, roff, rsize, rtags = (np.frombuffer(a, dtype=a.typecode) for a in q)
+            uoff = units["off"].astype(np.int64)
+            live = uoff >= res.commitlog_min
+            i = np.searchsorted(roff, uoff)
+            found = (i < len(roff)) & (roff[np.minimum(i, len(roff) - 1)] == uoff)
+            if len(roff) == 0:
+                found[:] = False
+            bad = live & ~found
+            if bad.any():
+                k = int(np.argmax(bad))
+                res.add(
+                    "error",
+                    "bcq-unit",
+                    rel,
+                    f"unit {bq.first_unit + k} names CommitLog offset {int(uoff[k])}, where no "
+                    "record of this queue starts",
+                    int(units["base"][k]),
+                )
+            j = i[found]
+            f = units[found]
+            wrong = (rsize[j] != f["size"]) | (rtags[j] != f["tags"]) | (qoff[j] != f["base"])
+            if wrong.any():
+                k = int(np.argmax(wrong))
+                res.add(
+                    "error",
+                    "bcq-unit",
+                    rel,
+                    f"the unit of CommitLog offset {int(f['off'][k])} says size "
+                    f"{int(f['size'][k])}, tagsCode {int(f['tags'][k])}, msgBaseOffset "
+                    f"{int(f['base'][k])}; the record: {int(rsize[j[k]])}, {int(rtags[j[k]])}, "
+                    f"{int(qoff[j[k]])}",
+                    int(f["base"][k]),
+                )
+            last = int(uoff[-1]) if len(uoff) else -1
+            lag = int(np.count_nonzero(roff > last))
+            if lag:
+                res.add(
+                    "warning",
+                    "cq-lag",
+                    rel,
+                    f"{lag} records of this queue in the CommitLog come after its last unit "
+                    "(the broker dispatches them when it starts)",
+                )
+
+
+def _check_rocksdb_queues(base: str, res: VerifyResult, recs: _Records, progress) -> None:
+    """Each queue of a RocksDB ConsumeQueue (:mod:`engine.format.rocksdbcq`): its units from
+    the ``offset`` family's min to max, each checked against its record like a file unit;
+    a unit missing inside the range is an error (``rangeQuery`` would stop there)."""
+    try:
+        db = RocksDBConsumeQueues(base)
+    except CorruptRecordError as exc:
+        res.add("error", "cq-rocksdb", "consumequeue", str(exc))
+        return
+    try:
+        queues = [(t, q) for t, qids in db.queues().items() for q in qids]
+        bar = progress(len(queues), "ConsumeQueue", "queue")
+        for topic, qid in queues:
+            rel = f"consumequeue/{topic}/{qid}"
+            cq = RocksDBConsumeQueue(db, topic, qid)
+            q = recs.queues.get((topic, qid))
+            try:
+                cq.recover()
+                for qoff, off, size, tc in cq.iter_units(cq.min_offset):
+                    res.units += 1
+                    _check_unit(topic, qid, qoff, off, size, tc, rel, rel, res, recs, q)
+            except CorruptRecordError as exc:
+                res.add("error", "cq-rocksdb", rel, str(exc))
+                res.bad_queues.add(rel)
+            bar.update(1)
+        bar.close()
+        res.queues = len(queues)
+    finally:
+        db.close()
 
 
 def _cq_file_size(qdirs: list[str], cfg, explicit: bool) -> int:

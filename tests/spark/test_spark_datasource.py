@@ -474,3 +474,20 @@ def test_a_dledger_store_reads_through_the_data_source(spark, tmp_path):
     unit = open_dledger(str(store)).index_unit(99)
     n = spark.read.format("rocketmq").load(str(store)).count()
     assert n == sum(e["commitLogOffset"] < unit[1] + unit[2] for e in exp.values()) < len(exp)
+
+
+def test_a_batchcq_store_reads_each_inner_message_through_the_data_source(spark, tmp_path):
+    """A BatchCQ topic (issue 22, 2.5; tests/bcqstore.py): every inner message of an inner
+    batch is a row at its own queue offset, with its own body and properties."""
+    from bcqstore import build_bcq_store, expected
+
+    store = tmp_path / "store"
+    build_bcq_store(store)
+    D.register(spark)
+    df = spark.read.format("rocketmq").load(str(store))
+    rows = sorted(df.where("topic = 'B'").collect(), key=lambda r: r.queueOffset)
+    want = expected()
+    assert [r.queueOffset for r in rows] == list(range(len(want)))
+    assert [bytes(r.body) for r in rows] == [b for b, _ in want]
+    assert [r.tags for r in rows] == ["plain", "x", None, None, "plain", "y", "y"]
+    assert df.where("topic = 'T'").count() == 2
