@@ -51,6 +51,7 @@ SAN_TESTS := tests/engine/test_kernel.py tests/engine/test_hostile_records.py \
 sanitize: venv sanitize-run
 
 sanitize-run:
+	mkdir -p $(SAN_DIR)
 	CFLAGS="$(SAN_FLAGS)" LDFLAGS="-fsanitize=address,undefined" \
 	  $(PY) -m engine.read._kernel_build --out $(SAN_DIR) > $(SAN_DIR).path
 	export RMQFS_KERNEL_MODULE=$$(cat $(SAN_DIR).path) \

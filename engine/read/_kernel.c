@@ -9,7 +9,7 @@
  * JSON lines of messages.jsonl come from rmq_json_lines; rmq_crc32 and rmq_utf8_check are the
  * primitives the decoder is built from, exported for the tests. Every function works on
  * positions the caller has already checked against the mapping's length; none allocates,
- * none keeps a pointer after it returns, none calls back into Python (ctypes releases the GIL
+ * none keeps a pointer after it returns, none calls back into Python (cffi releases the GIL
  * around each call). The record layout itself is not here: the caller passes field offsets
  * and widths from engine/format/message.py's field table.
  *

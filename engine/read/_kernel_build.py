@@ -144,8 +144,9 @@ ffibuilder = make_builder()
 
 def build(out_dir: str, tmp_dir: str, builder: FFI | None = None) -> str:
     """Compile the module (``builder``: :func:`make_builder`'s) into ``out_dir``/``engine/read/``
-    (generated C and objects in ``tmp_dir``); returns the path of the shared object. ``CFLAGS``/``LDFLAGS`` in the environment are added (the
-    sanitizer build). Raises cffi's VerificationError with the compiler's message."""
+    (generated C and objects in ``tmp_dir``); returns the path of the shared object.
+    ``CFLAGS``/``LDFLAGS`` in the environment are added (the sanitizer build). Raises cffi's
+    VerificationError with the compiler's message."""
     import shutil
 
     os.makedirs(tmp_dir, exist_ok=True)
@@ -177,7 +178,9 @@ def main(argv: list[str]) -> int:
     elif argv[:1] == ["--out"] and len(argv) == 2:
         out = os.path.abspath(argv[1])
     elif argv:
-        print("usage: python -m engine.read._kernel_build [--if-stale | --out DIR]", file=sys.stderr)
+        print(
+            "usage: python -m engine.read._kernel_build [--if-stale | --out DIR]", file=sys.stderr
+        )
         return 2
     print(build(out, os.path.join(out, "build", "kernel")))
     return 0
