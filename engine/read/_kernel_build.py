@@ -154,10 +154,14 @@ def build(out_dir: str, tmp_dir: str, builder: FFI | None = None) -> str:
     built = builder.compile(tmpdir=tmp_dir, verbose=False)
     dest = os.path.join(out_dir, "engine", "read")
     os.makedirs(dest, exist_ok=True)
-    target = os.path.join(dest, os.path.basename(built))
+    built_name = os.path.basename(built)
+    target = os.path.join(dest, built_name)
     part = target + ".part"
     shutil.copyfile(built, part)
     os.replace(part, target)  # a process loading it never sees half a file
+    for name in os.listdir(dest):  # another build's (pip's abi3 name): not loaded instead
+        if name.startswith("_kernel_cffi.") and name.endswith(".so") and name != built_name:
+            os.unlink(os.path.join(dest, name))
     return target
 
 
