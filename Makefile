@@ -7,7 +7,7 @@ SYSPY ?= python3
 APT_PKGS := fuse3 libfuse3-dev pkg-config gcc zlib1g-dev rsync restic
 STAMP := $(VENV)/.installed
 
-.PHONY: all deps venv kernel lint test demo bench clean
+.PHONY: all deps venv kernel sanitize sanitize-run lint test demo bench clean
 
 all: test
 
@@ -31,10 +31,38 @@ $(STAMP): pyproject.toml | deps
 
 venv: deps $(STAMP) kernel
 
-# The columnar decoder's compiled core (engine/read/_kernel.c, zlib): built beside its module
-# under a name that carries the source's digest, so an edited source is rebuilt here.
+# The columnar decoder's compiled core (engine/read/_kernel.c, zlib), the extension module
+# engine/read/_kernel_cffi*.so: `pip install -e` builds it (setup.py's cffi_modules); this
+# rebuilds it when _kernel.c or _kernel.h changed since (engine.read.kernel refuses a module
+# built from another source).
 kernel: $(STAMP)
-	@$(PY) -m engine.read.kernel >/dev/null
+	@$(PY) -m engine.read._kernel_build --if-stale >/dev/null
+
+# The kernel built with AddressSanitizer and UndefinedBehaviorSanitizer (every report fatal)
+# into build/sanitize, and its tests and fuzzers run with it loaded: libasan preloaded into
+# Python (not built with it), leak checks off (Python's own allocations), Python's and Arrow's
+# allocators replaced by malloc so a read or write past a buffer lands in a red zone. The zstd
+# bomb tests are left out: they measure peak RSS, which ASan's shadow memory inflates.
+# tests/engine/test_kernel_sanitize.py runs `sanitize-run` (marker `sanitize`) in `make test`.
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
+SAN_DIR := build/sanitize
+SAN_TESTS := tests/engine/test_kernel.py tests/engine/test_hostile_records.py \
+	tests/engine/test_store_damage_fuzz.py -k "not bomb"
+sanitize: venv sanitize-run
+
+sanitize-run:
+	mkdir -p $(SAN_DIR)
+	CFLAGS="$(SAN_FLAGS)" LDFLAGS="-fsanitize=address,undefined" \
+	  $(PY) -m engine.read._kernel_build --out $(SAN_DIR) > $(SAN_DIR).path
+	export RMQFS_KERNEL_MODULE=$$(cat $(SAN_DIR).path) \
+	  LD_PRELOAD=$$($${CC:-gcc} -print-file-name=libasan.so) \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  PYTHONMALLOC=malloc ARROW_DEFAULT_MEMORY_POOL=system; \
+	$(PY) -c 'from engine.read import kernel; import sys; \
+	  assert kernel.load().lib.rmq_source_digest and \
+	  sys.modules["engine.read._kernel_cffi"].__file__ == sys.argv[1]' $$RMQFS_KERNEL_MODULE && \
+	$(VENV)/bin/pytest -q -p no:cacheprovider $(SAN_TESTS) $(PYTEST_ARGS)
 
 # ruff (rules in pyproject.toml), ruff's formatter (check only: run `ruff format .` to apply)
 # and mypy (files and flags in pyproject.toml).
@@ -55,4 +83,4 @@ bench: venv
 	$(PY) -m bench.spark
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache engine/read/_kernel-*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache engine/read/_kernel_cffi*.so engine/read/_kernel_cffi.c

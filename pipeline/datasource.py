@@ -273,12 +273,13 @@ def _ship_code(spark) -> None:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for pkg in ("pipeline", "engine"):
-            # the packages with their subpackages (engine.read, ...) and the decoder's C
-            # source, which engine.read.kernel builds on a worker that has no library yet
+            # the packages with their subpackages (engine.read, ...), the decoder's compiled
+            # module (engine.read.kernel unpacks it into the worker's cache: no extension
+            # module loads from a zip) and its C source (whose digest it checks)
             for here, dirs, names in os.walk(os.path.join(root, pkg)):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
                 for name in sorted(names):
-                    if name.endswith((".py", ".c")):
+                    if name.endswith((".py", ".c", ".h")) or name.startswith("_kernel_cffi."):
                         path = os.path.join(here, name)
                         z.write(path, os.path.relpath(path, root))
     # A directory of its own: addFile copies the zip into the root directory itself.

@@ -1,5 +1,5 @@
-"""The compiled core of the columnar decoder: ``_kernel.c`` built with the system C compiler and
-loaded with ctypes.
+"""The compiled core of the columnar decoder: ``_kernel.c``, built by the build backend as the
+extension module ``engine.read._kernel_cffi`` (cffi, API mode; ``engine/read/_kernel_build.py``).
 
 ``engine.read.columnar`` decodes the common record (V1, IPv4 hosts, plain body) column-wise;
 :meth:`Kernel.decode` (``rmq_decode``) does it in one pass over each record, with no Python
@@ -13,18 +13,21 @@ and :meth:`Kernel.utf8_bad` are the primitives the decoder is built from, for th
 record layout stays in ``engine.format.message``: callers pass field offsets and widths from
 its field table.
 
-Where the library comes from (:func:`load`), first found wins:
+The module is compiled when the package is built or installed (``pip install .``, ``pip wheel
+.``, ``pip install -e .`` that ``make venv`` runs; ``make kernel`` rebuilds it in the tree
+after ``_kernel.c`` changed): nothing is compiled at run time, and a wheel needs no compiler
+where it is installed. The interface is declared once in ``_kernel.h``; cffi's cdef of it is
+compiled against that header, so the compiler checks every field and signature used here
+(``_kernel_build.py`` says how). A package imported from a zip (Spark's ``addPyFile``, see
+``pipeline.datasource``) cannot load an extension module from it: :func:`load` copies the
+zip's module into the user's cache directory (``$XDG_CACHE_HOME/rmqfs``, else
+``~/.cache/rmqfs``; only a directory owned by this user and writable by no one else), named
+by its digest, and loads it from there.
 
-1. ``_kernel-<digest>.so`` beside this module: ``make`` builds it (``python -m
-   engine.read.kernel``);
-2. the same name in the user's cache directory (``$XDG_CACHE_HOME/rmqfs``, else
-   ``~/.cache/rmqfs``; only a directory owned by this user and writable by no one else);
-3. built there on first use with ``cc`` (about a second, once per machine and source).
-
-The digest covers the C source and the compiler flags, so an edited source is never served by
-an old library. Without a compiler (or with ``RMQFS_NO_KERNEL=1``) :func:`load` returns None
-and the columnar decoder decodes every record with the per-record decoder: the same rows,
-about ten times slower; a warning says so once per process.
+Without the module (a checkout that was not built, a platform without a wheel), with a module
+built from another ``_kernel.c`` than the one beside it, or with ``RMQFS_NO_KERNEL=1``,
+:func:`load` returns None and the columnar decoder decodes every record with the per-record
+decoder: the same rows, about ten times slower; a warning says so once per process.
 
 Every wrapper checks the positions it is given against the buffer's length before the C code
 runs (the C side trusts them), and raises ValueError otherwise.
@@ -32,12 +35,11 @@ runs (the C side trusts them), and raises ValueError otherwise.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
+import importlib.machinery
+import importlib.util
 import logging
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,54 +48,15 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["Kernel", "Decoded", "load", "build", "library_name"]
+__all__ = ["Kernel", "Decoded", "load"]
 
 log = logging.getLogger(__name__)
 
-ABI = 3  # RMQ_KERNEL_ABI of _kernel.c
-CC = os.environ.get("CC", "cc")
-CFLAGS = ("-O3", "-std=c99", "-shared", "-fPIC", "-Wall")
-LIBS = ("-lz",)
 #: most pairs one properties area may have on the fast path (its repeated-name check is
 #: quadratic); a record with more goes through the per-record decoder
 MAX_FAST_PAIRS = 64
-
-_i64p = ctypes.POINTER(ctypes.c_int64)
-_vp = ctypes.c_void_p
-
-
-class _Strings(ctypes.Structure):
-    """``rmq_strings``: an Arrow string/binary array being filled."""
-
-    _fields_ = [("offsets", _vp), ("data", _vp), ("cap", ctypes.c_int64), ("len", ctypes.c_int64)]
-
-
-class _DecodeArgs(ctypes.Structure):
-    """``rmq_decode_args`` of ``_kernel.c``, field for field."""
-
-    _i32, _i64, _u32, _u8 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint8
-    _fields_ = [
-        ("buf", _vp), ("pos", _vp), ("size", _vp), ("phys", _vp), ("qoff", _vp), ("n", _i64),
-        ("queue_id", _i32), ("topic_len", _i32), ("topic", ctypes.c_char_p),
-        ("want", _i32), ("max_pairs", _i32),
-        ("at_total", _i32), ("at_magic", _i32), ("at_crc", _i32), ("at_queue", _i32),
-        ("at_phys", _i32), ("at_sysflag", _i32), ("at_born_host", _i32),
-        ("at_store_host", _i32), ("at_body_len", _i32), ("fixed", _i32), ("tl_size", _i32),
-        ("pl_size", _i32), ("at_qoff", _i32), ("pad0_", _i32),
-        ("max_topic", _i64), ("max_props", _i64),
-        ("magic_v1", _u32), ("magic_v2", _u32), ("rare_flags", _u32), ("crc_mask", _u32),
-        ("pair_sep", _u8), ("name_sep", _u8), ("key_sep", _u8), ("pad_", _u8),
-        ("tag_name", ctypes.c_char_p), ("keys_name", ctypes.c_char_p),
-        ("tag_len", _i32), ("keys_len", _i32),
-        ("nfix", _i32), ("pad2_", _i32), ("fix_at", _vp), ("fix_width", _vp), ("fix_dst", _vp),
-        ("fast", _vp),
-        ("body", _Strings), ("topics", _Strings), ("tags", _Strings), ("key_items", _Strings),
-        ("prop_names", _Strings), ("prop_values", _Strings), ("born_host", _Strings),
-        ("store_host", _Strings),
-        ("tags_valid", _vp), ("key_lists", _vp), ("prop_maps", _vp), ("msg_id", _vp),
-        ("rows", _i64), ("bad", _i64), ("bad_value", _i64), ("bad_code", _i32), ("pad3_", _i32),
-    ]  # fmt: skip
-
+#: the extension module's name (``_kernel_build.MODULE``) within this package
+_MODULE = "_kernel_cffi"
 
 #: ``want`` flags of :meth:`Kernel.decode` (``RMQ_WANT_*``, ``RMQ_CHECK_CRC`` of _kernel.c)
 WANT_BODY, WANT_TOPIC, WANT_TAGS, WANT_KEYS, WANT_PROPS = 1, 2, 4, 8, 16
@@ -130,44 +93,6 @@ class Decoded:
     bad_value: int
 
 
-def _source() -> bytes:
-    return resources.files(__package__).joinpath("_kernel.c").read_bytes()
-
-
-def library_name() -> str:
-    """``_kernel-<digest>.so``: the digest of the C source, the compiler flags and the machine."""
-    h = hashlib.sha256(_source())
-    h.update(" ".join((*CFLAGS, *LIBS, os.uname().machine)).encode())
-    return f"_kernel-{h.hexdigest()[:16]}.so"
-
-
-def build(directory: str) -> str:
-    """Compile ``_kernel.c`` into ``directory``/:func:`library_name` and return its path.
-
-    Written under a temporary name and renamed, so processes that build at once never load a
-    half-written file. Raises OSError (no compiler) or subprocess.CalledProcessError (the
-    compiler's message in ``stderr``)."""
-    out = os.path.join(directory, library_name())
-    with tempfile.TemporaryDirectory(prefix="rmqfs-kernel-") as tmp:
-        src = os.path.join(tmp, "_kernel.c")
-        with open(src, "wb") as f:
-            f.write(_source())
-        obj = os.path.join(tmp, "k.so")
-        subprocess.run(
-            [CC, *CFLAGS, "-o", obj, src, *LIBS], check=True, capture_output=True, text=True
-        )
-        fd, part = tempfile.mkstemp(prefix=".kernel-", dir=directory)
-        os.close(fd)
-        try:
-            shutil.copyfile(obj, part)
-            os.chmod(part, 0o755)
-            os.replace(part, out)
-        except BaseException:
-            os.unlink(part)
-            raise
-    return out
-
-
 def _cache_dir() -> str | None:
     """The user's rmqfs cache directory, created 0700; None unless it is this user's own and
     no one else can write to it (a library there is loaded and run)."""
@@ -191,21 +116,22 @@ class Kernel:
     bytes. Raises ValueError for a position outside ``buf``.
     """
 
-    def __init__(self, lib: ctypes.CDLL):
-        self.lib = lib
-        lib.rmq_abi.restype = ctypes.c_int
-        if lib.rmq_abi() != ABI:
-            raise ImportError(f"rmqfs kernel ABI {lib.rmq_abi()}, expected {ABI}")
-        lib.rmq_crc32.restype = None
-        lib.rmq_crc32.argtypes = [_vp, _vp, _vp, ctypes.c_int64, _vp]
-        lib.rmq_utf8_check.restype = ctypes.c_int
-        lib.rmq_utf8_check.argtypes = [_vp, _vp, _vp, ctypes.c_int64, _i64p]
-        lib.rmq_decode.restype = ctypes.c_int32
-        lib.rmq_decode.argtypes = [ctypes.POINTER(_DecodeArgs)]
-        lib.rmq_json_lines.restype = ctypes.c_int64
-        lib.rmq_json_lines.argtypes = [
-            ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, *[_vp] * 10, ctypes.c_int64, _i64p,
-        ]  # fmt: skip
+    def __init__(self, module):
+        """Wrap the extension module (its ``ffi`` and ``lib``). Raises ImportError when its
+        constants are not this module's or cffi finds its struct layout is not the compiler's
+        (a cdef that drifted from ``_kernel.h``)."""
+        self.ffi, self.lib = module.ffi, module.lib
+        try:
+            self.ffi.new("rmq_decode_args *")  # cffi checks each field's offset and size here
+        except Exception as exc:  # noqa: BLE001 - cffi's own error type (ffi.error)
+            raise ImportError(f"rmqfs kernel: {exc}") from None
+        for name, value in _CONSTANTS.items():
+            if getattr(self.lib, name) != value:
+                raise ImportError(f"rmqfs kernel: {name} is {getattr(self.lib, name)}, not {value}")
+
+    def _p(self, a: np.ndarray):
+        """``a``'s memory as a ``void *`` for the C side (``a`` must be kept alive)."""
+        return self.ffi.cast("void *", a.ctypes.data)
 
     @staticmethod
     def _check(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray | int) -> None:
@@ -227,20 +153,18 @@ class Kernel:
         starts, lengths = self._i64(starts), self._i64(lengths)
         self._check(buf, starts, lengths)
         out = np.empty(len(starts), dtype=np.uint32)
-        self.lib.rmq_crc32(
-            buf.ctypes.data, starts.ctypes.data, lengths.ctypes.data, len(starts), out.ctypes.data
-        )
+        p = self._p
+        self.lib.rmq_crc32(p(buf), p(starts), p(lengths), len(starts), p(out))
         return out
 
     def utf8_bad(self, buf: np.ndarray, starts, lengths) -> int:
         """Index of the first piece that is not strict UTF-8 (as ``bytes.decode``), or -1."""
         starts, lengths = self._i64(starts), self._i64(lengths)
         self._check(buf, starts, lengths)
-        bad = ctypes.c_int64(-1)
-        ok = self.lib.rmq_utf8_check(
-            buf.ctypes.data, starts.ctypes.data, lengths.ctypes.data, len(starts), bad
-        )
-        return -1 if ok else bad.value
+        bad = self.ffi.new("int64_t *", -1)
+        p = self._p
+        ok = self.lib.rmq_utf8_check(p(buf), p(starts), p(lengths), len(starts), bad)
+        return -1 if ok else int(bad[0])
 
     def decode(
         self,
@@ -263,7 +187,7 @@ class Kernel:
                 its unit's size (bytes) and its unit's CommitLog offset; ``pos + size`` must
                 lie in ``buf`` (ValueError otherwise) and the sizes add up to less than 2 GiB
                 (OverflowError: Arrow's int32 offsets).
-            layout: the V1/IPv4 record layout and constants by ``_DecodeArgs`` field name
+            layout: the V1/IPv4 record layout and constants by ``rmq_decode_args`` field name
                 (``at_*`` offsets, sizes, magics, separators, ``tag_name``/``keys_name``
                 bytes; ``engine.read.columnar`` builds it from ``engine.format.message``).
             fixed: numeric columns to fill, ``(name, offset in the record, width 4 or 8)``.
@@ -282,38 +206,36 @@ class Kernel:
         total = int(size.sum())
         if total > np.iinfo(np.int32).max:
             raise OverflowError("more than 2 GiB of records in one decode")
-        a = _DecodeArgs()
-        for name, value in layout.items():
-            setattr(a, name, value)
+        ffi, p = self.ffi, self._p
+        a = ffi.new("rmq_decode_args *")
         keep: list = [buf, pos, size, phys]  # memory the C code reads or writes
-        a.buf, a.pos, a.size, a.phys, a.n = (
-            buf.ctypes.data, pos.ctypes.data, size.ctypes.data, phys.ctypes.data, n,
-        )  # fmt: skip
+        for name, value in layout.items():
+            if isinstance(value, bytes):
+                value = ffi.from_buffer("uint8_t[]", value)
+                keep.append(value)
+            setattr(a, name, value)
+        a.buf, a.pos, a.size, a.phys, a.n = p(buf), p(pos), p(size), p(phys), n
         if queue_offsets is not None:
             qoff = self._i64(queue_offsets)
             if len(qoff) != n:
                 raise ValueError("one queue offset per record")
             keep.append(qoff)
-            a.qoff = qoff.ctypes.data
+            a.qoff = p(qoff)
         a.queue_id = -1 if queue_id is None else queue_id
         a.topic_len = -1 if topic is None else len(topic)
-        a.topic = topic or b""
+        topic_c = ffi.from_buffer("uint8_t[]", topic or b"")
+        a.topic = topic_c
         a.want = want
         a.max_pairs = MAX_FAST_PAIRS
         a.tag_len, a.keys_len = len(layout["tag_name"]), len(layout["keys_name"])
         cols = {name: _out(n, np.int64 if w == 8 else np.int32) for name, _, w in fixed}
         at = np.array([off for _, off, _ in fixed], dtype=np.int32)
         width = np.array([w for _, _, w in fixed], dtype=np.int32)
-        dst = (ctypes.c_void_p * max(1, len(fixed)))(*(c.ctypes.data for c in cols.values()))
-        keep += [at, width, dst]
-        a.nfix, a.fix_at, a.fix_width, a.fix_dst = (
-            len(fixed),
-            at.ctypes.data,
-            width.ctypes.data,
-            ctypes.addressof(dst),
-        )
+        dst = ffi.new("void *[]", [p(c) for c in cols.values()] or 1)
+        keep += [at, width, dst, topic_c]
+        a.nfix, a.fix_at, a.fix_width, a.fix_dst = len(fixed), p(at), p(width), dst
         fast = _out(n, dtype=np.uint8)
-        a.fast = fast.ctypes.data
+        a.fast = p(fast)
 
         def strings(field: str, flag: int, items: int, cap: int):
             if not want & flag:
@@ -321,7 +243,7 @@ class Kernel:
             offsets = _out(items + 1, dtype=np.int32)
             data = _out(max(cap, 1), dtype=np.uint8)
             s = getattr(a, field)
-            s.offsets, s.data, s.cap = offsets.ctypes.data, data.ctypes.data, cap
+            s.offsets, s.data, s.cap = p(offsets), p(data), cap
             keep.extend((offsets, data))
             return offsets, data
 
@@ -340,9 +262,9 @@ class Kernel:
         key_lists = _out(n + 1 if want & WANT_KEYS else 1, dtype=np.int32)
         prop_maps = _out(n + 1 if want & WANT_PROPS else 1, dtype=np.int32)
         msg_id = _out(32 * n if want & WANT_MSGID else 1, dtype=np.uint8)
-        a.tags_valid, a.key_lists = valid.ctypes.data, key_lists.ctypes.data
-        a.prop_maps, a.msg_id = prop_maps.ctypes.data, msg_id.ctypes.data
-        status = self.lib.rmq_decode(ctypes.byref(a))
+        a.tags_valid, a.key_lists = p(valid), p(key_lists)
+        a.prop_maps, a.msg_id = p(prop_maps), p(msg_id)
+        status = self.lib.rmq_decode(a)
         if status == 2:
             raise AssertionError("rmq_decode: an output bound was broken")
         rows = a.rows
@@ -394,14 +316,16 @@ class Kernel:
         np.cumsum(lengths, out=lit_off[1:])
         lit += body_suffix + end
         kinds = np.empty(nf, dtype=np.int32)
-        ptrs = [(ctypes.c_void_p * nf)() for _ in range(5)]
+        ffi = self.ffi
+        ptrs = [ffi.new("void *[]", max(nf, 1)) for _ in range(5)]
         keep: list = []  # arrays whose memory the C code reads
 
         def strings(arr):  # (offsets, data) pointers of a string/binary array
             b = arr.buffers()
             keep.append(arr)
             offs = b[1].address + 4 * arr.offset
-            return offs, (b[2].address if b[2] is not None and b[2].size else _EMPTY.ctypes.data)
+            data = b[2].address if b[2] is not None and b[2].size else _EMPTY.ctypes.data
+            return ffi.cast("void *", offs), ffi.cast("void *", data)
 
         for f, name in enumerate(names):
             col = batch.column(f)
@@ -409,21 +333,21 @@ class Kernel:
             if pa.types.is_integer(t):
                 values = np.ascontiguousarray(col.to_numpy(), dtype=np.int64)
                 keep.append(values)
-                kinds[f], ptrs[0][f] = _JL_INT, values.ctypes.data
+                kinds[f], ptrs[0][f] = _JL_INT, self._p(values)
             elif pa.types.is_string(t):
                 kinds[f] = _JL_STR
                 ptrs[0][f], ptrs[1][f] = strings(col)
                 if col.null_count:
                     valid = np.ascontiguousarray(col.is_valid().to_numpy(zero_copy_only=False))
                     keep.append(valid)
-                    ptrs[2][f] = valid.ctypes.data
+                    ptrs[2][f] = self._p(valid)
             elif pa.types.is_binary(t):
                 kinds[f] = _JL_BODY
                 ptrs[0][f], ptrs[1][f] = strings(col)
             elif pa.types.is_map(t) or pa.types.is_list(t):
                 offsets = np.ascontiguousarray(col.offsets.to_numpy(), dtype=np.int32)
                 keep.append(offsets)
-                ptrs[0][f] = offsets.ctypes.data
+                ptrs[0][f] = self._p(offsets)
                 if pa.types.is_map(t):
                     kinds[f] = _JL_MAP
                     ptrs[1][f], ptrs[2][f] = strings(col.keys)
@@ -436,21 +360,23 @@ class Kernel:
             if col.null_count and kinds[f] != _JL_STR:
                 raise TypeError(f"{name}: nulls only in string columns")
         ends = np.empty(n, dtype=np.int64)
-        args = (nf, kinds.ctypes.data, lit, lit_off.ctypes.data, *ptrs, ends.ctypes.data)
+        lit_c = ffi.from_buffer("uint8_t[]", lit)
+        p = self._p
+        args = (nf, p(kinds), lit_c, p(lit_off), *ptrs, p(ends))
         # room for the lines as they usually are (a little over the strings' own bytes); the
         # kernel stops before a line that might not fit, and the buffer grows
         raw = batch.nbytes  # the batch's bytes (its slice's, for a slice)
         out = np.empty(int(raw * 1.25) + n * (lit_off[-1] + 64) + 4096, dtype=np.uint8)
-        at = ctypes.c_int64(0)
+        at = ffi.new("int64_t *", 0)
         row = 0
         while True:
-            row = self.lib.rmq_json_lines(row, n, *args, out.ctypes.data, len(out), at)
+            row = self.lib.rmq_json_lines(row, n, *args, p(out), len(out), at)
             if row == n:
                 break
             bigger = np.empty(2 * len(out), dtype=np.uint8)
-            bigger[: at.value] = out[: at.value]
+            bigger[: at[0]] = out[: at[0]]
             out = bigger
-        out = out[: at.value]
+        out = out[: at[0]]
         return out.data, ends
 
 
@@ -471,8 +397,18 @@ def json_name(name: str) -> bytes:
     return json.dumps(name).encode()
 
 
-_JL_INT, _JL_STR, _JL_STRLIST, _JL_MAP, _JL_BODY = range(5)  # _kernel.c's JL_* kinds
+_JL_INT, _JL_STR, _JL_STRLIST, _JL_MAP, _JL_BODY = range(5)  # _kernel.h's JL_* kinds
 _EMPTY = np.zeros(1, dtype=np.uint8)
+#: the C constants this module repeats (it imports without the binary), checked on load
+_CONSTANTS = {
+    "RMQ_WANT_BODY": WANT_BODY, "RMQ_WANT_TOPIC": WANT_TOPIC, "RMQ_WANT_TAGS": WANT_TAGS,
+    "RMQ_WANT_KEYS": WANT_KEYS, "RMQ_WANT_PROPS": WANT_PROPS, "RMQ_WANT_MSGID": WANT_MSGID,
+    "RMQ_WANT_BORN_HOST": WANT_BORN_HOST, "RMQ_WANT_STORE_HOST": WANT_STORE_HOST,
+    "RMQ_CHECK_CRC": CHECK_CRC, "RMQ_BAD_MAGIC": BAD_MAGIC, "RMQ_BAD_TOTAL": BAD_TOTAL,
+    "RMQ_BAD_PHYS": BAD_PHYS, "RMQ_BAD_QUEUE": BAD_QUEUE, "RMQ_BAD_CRC": BAD_CRC,
+    "RMQ_BAD_QOFF": BAD_QOFF, "JL_INT": _JL_INT, "JL_STR": _JL_STR, "JL_STRLIST": _JL_STRLIST,
+    "JL_MAP": _JL_MAP, "JL_BODY": _JL_BODY,
+}  # fmt: skip
 
 _lock = threading.Lock()
 _loaded: list = []  # [Kernel | None] once load() has run
@@ -480,7 +416,8 @@ _loaded: list = []  # [Kernel | None] once load() has run
 
 def load() -> Kernel | None:
     """The kernel of this process (loaded once; see the module's docstring for where from), or
-    None without a compiler or with ``RMQFS_NO_KERNEL=1`` (a warning is logged once)."""
+    None without the compiled module, with one built from another source, or with
+    ``RMQFS_NO_KERNEL=1`` (a warning is logged once)."""
     if _loaded:
         return _loaded[0]
     with _lock:
@@ -489,50 +426,99 @@ def load() -> Kernel | None:
         kernel = None
         if os.environ.get("RMQFS_NO_KERNEL") != "1":
             try:
-                kernel = Kernel(ctypes.CDLL(_find()))
-            except (OSError, ImportError, subprocess.CalledProcessError) as exc:
-                detail = getattr(exc, "stderr", None) or exc
+                kernel = Kernel(compiled_module())
+            except (OSError, ImportError) as exc:
                 log.warning(
                     "rmqfs: the compiled decoder is not available (%s); decoding record by "
-                    "record, about ten times slower. Run `make` (needs a C compiler and "
-                    "zlib's headers) to build it.",
-                    str(detail).strip()[:500],
+                    "record, about ten times slower. Build it with `make kernel` in a "
+                    "checkout, or install rmqfs with pip (a wheel carries it; building "
+                    "from source needs a C compiler and zlib's headers).",
+                    str(exc).strip()[:500],
                 )
         _loaded.append(kernel)
         return kernel
 
 
-def _find() -> str:
-    name = library_name()
-    here = os.path.dirname(os.path.abspath(__file__))
-    beside = os.path.join(here, name)
-    if os.path.isfile(beside):
-        return beside
+def compiled_module():
+    """The extension module: the file ``$RMQFS_KERNEL_MODULE`` names (``make sanitize``'s
+    build), else imported as usual, else (a package in a zip) from the cache. Raises
+    ImportError when there is none or it was built from another ``_kernel.c``."""
+    import importlib
+
+    path = os.environ.get("RMQFS_KERNEL_MODULE")
+    if path:
+        module = _load_file(path)
+    else:
+        try:
+            module = importlib.import_module(f"{__package__}.{_MODULE}")
+        except ImportError as exc:
+            module = _from_zip()
+            if module is None:
+                raise ImportError(f"no {__package__}.{_MODULE} ({exc})") from None
+    want = source_digest()
+    got = module.ffi.string(module.lib.rmq_source_digest()).decode()
+    if want is not None and got != want:
+        raise ImportError(
+            f"{module.__file__} was built from another _kernel.c (digest {got}, the source "
+            f"beside it is {want}): run `make kernel`"
+        )
+    return module
+
+
+def source_digest() -> str | None:
+    """SHA-256 (16 hex digits) of the ``_kernel.c`` and ``_kernel.h`` shipped beside this
+    module (``_kernel_build.source_digest``), None when they are not there."""
+    h = hashlib.sha256()
+    try:
+        for name in ("_kernel.c", "_kernel.h"):
+            h.update(resources.files(__package__).joinpath(name).read_bytes())
+    except OSError:
+        return None
+    return h.hexdigest()[:16]
+
+
+def _from_zip():
+    """The extension module of a package imported from a zip: zipimport loads no extension
+    modules, so its bytes are copied into the user's cache directory under a name that carries
+    their digest (written under a temporary name, then renamed) and loaded from there. None
+    when the package is not in a zip or the zip has no module for this interpreter."""
+    here = resources.files(__package__)
+    if os.path.isdir(str(here)):
+        return None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        entry = here.joinpath(_MODULE + suffix)
+        if entry.is_file():
+            break
+    else:
+        return None
+    data = entry.read_bytes()
     cache = _cache_dir()
     if cache is None:
-        raise OSError("no private cache directory to build the decoder in")
-    path = os.path.join(cache, name)
+        raise OSError("no private cache directory to unpack the compiled decoder in")
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    path = os.path.join(cache, f"{_MODULE}-{digest}{suffix}")
     if not os.path.isfile(path):
-        build(cache)
-    return path
-
-
-def main() -> int:
-    """``python -m engine.read.kernel``: build the library beside this module (``make``)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, library_name())
-    if not os.path.isfile(path):
+        fd, part = tempfile.mkstemp(prefix=".kernel-", dir=cache)
         try:
-            build(here)
-        except subprocess.CalledProcessError as exc:
-            print(exc.stderr, file=sys.stderr)
-            return 1
-        for old in os.listdir(here):  # libraries of older sources
-            if old.startswith("_kernel-") and old.endswith(".so") and old != library_name():
-                os.unlink(os.path.join(here, old))
-    print(path)
-    return 0
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(part, path)
+        except BaseException:
+            if os.path.exists(part):
+                os.unlink(part)
+            raise
+    return _load_file(path)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _load_file(path: str):
+    """The extension module in the file at ``path``, as ``engine.read._kernel_cffi``."""
+    name = f"{__package__}.{_MODULE}"
+    spec = importlib.util.spec_from_file_location(
+        name, path, loader=importlib.machinery.ExtensionFileLoader(name, path)
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not an extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module

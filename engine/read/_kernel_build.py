@@ -1,0 +1,194 @@
+"""Build the columnar decoder's compiled core, ``_kernel.c``, as the extension module
+``engine.read._kernel_cffi`` (cffi, API out-of-line mode).
+
+Who runs it:
+
+- the build backend: ``setup.py`` names :data:`ffibuilder` in ``cffi_modules``, so ``pip
+  install .``, ``pip wheel .`` and the editable ``pip install -e .`` (``make venv``) compile
+  it; a wheel carries the binary and needs no compiler where it is installed;
+- ``make kernel`` (``python -m engine.read._kernel_build``): rebuilds the in-tree module after
+  ``_kernel.c`` or ``_kernel.h`` changed, with the venv's own setuptools (no ``pyproject.toml``
+  involved); ``make sanitize`` builds it with ``CFLAGS``/``LDFLAGS`` for AddressSanitizer and
+  UndefinedBehaviorSanitizer into a directory of its own (``--out``).
+
+Why cffi in API mode (rather than ctypes, or a plain setuptools ``Extension`` with a
+hand-written Python mirror): :data:`CDEF` below is compiled together with ``_kernel.h``, the
+header ``_kernel.c`` implements, so the C compiler checks every field and signature the Python
+side uses. A field, function or constant the cdef names that the header lacks, or a pointer of
+another type, fails the build (``-Werror=incompatible-pointer-types``); an integer field of
+another width or a missing field makes the load fail (cffi compares the offsets and sizes the
+compiler computed with the cdef's), and :func:`engine.read.kernel.load` then falls back to the
+per-record decoder with its warning. ``tests/engine/test_kernel_build.py`` changes one side
+and sees the build or the load fail. The cdef is the header's declarations without comments
+(pycparser reads no preprocessor): a change to one is a change to the other.
+
+``rmq_source_digest()`` returns the SHA-256 (16 hex digits) of ``_kernel.c`` and
+``_kernel.h`` as they were compiled: ``engine.read.kernel`` refuses an in-tree module built
+from an older source (``make kernel`` rebuilds it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODULE = "engine.read._kernel_cffi"
+SOURCES = ("_kernel.c", "_kernel.h")
+
+#: What Python uses of _kernel.h, declared once more for cffi (checked by the compiler).
+CDEF = """
+typedef struct {
+    int32_t *offsets;
+    uint8_t *data;
+    int64_t cap;
+    int64_t len;
+} rmq_strings;
+
+typedef struct {
+    const uint8_t *buf;
+    const int64_t *pos;
+    const int64_t *size;
+    const int64_t *phys;
+    const int64_t *qoff;
+    int64_t n;
+    int32_t queue_id;
+    int32_t topic_len;
+    const uint8_t *topic;
+    int32_t want;
+    int32_t max_pairs;
+    int32_t at_total, at_magic, at_crc, at_queue, at_phys, at_sysflag, at_born_host;
+    int32_t at_store_host, at_body_len, fixed, tl_size, pl_size, at_qoff, pad0_;
+    int64_t max_topic, max_props;
+    uint32_t magic_v1, magic_v2, rare_flags, crc_mask;
+    uint8_t pair_sep, name_sep, key_sep, pad_;
+    const uint8_t *tag_name;
+    const uint8_t *keys_name;
+    int32_t tag_len, keys_len;
+    int32_t nfix, pad2_;
+    const int32_t *fix_at;
+    const int32_t *fix_width;
+    void *const *fix_dst;
+    uint8_t *fast;
+    rmq_strings body, topics, tags, key_items, prop_names, prop_values, born_host, store_host;
+    uint8_t *tags_valid;
+    int32_t *key_lists;
+    int32_t *prop_maps;
+    uint8_t *msg_id;
+    int64_t rows;
+    int64_t bad;
+    int64_t bad_value;
+    int32_t bad_code;
+    int32_t pad3_;
+} rmq_decode_args;
+
+enum {
+    RMQ_WANT_BODY, RMQ_WANT_TOPIC, RMQ_WANT_TAGS, RMQ_WANT_KEYS, RMQ_WANT_PROPS,
+    RMQ_WANT_MSGID, RMQ_WANT_BORN_HOST, RMQ_WANT_STORE_HOST, RMQ_CHECK_CRC, ...
+};
+enum { RMQ_BAD_MAGIC, RMQ_BAD_TOTAL, RMQ_BAD_PHYS, RMQ_BAD_QUEUE, RMQ_BAD_CRC, RMQ_BAD_QOFF, ... };
+enum { JL_INT, JL_STR, JL_STRLIST, JL_MAP, JL_BODY, ... };
+
+void rmq_crc32(const uint8_t *buf, const int64_t *start, const int64_t *len, int64_t n,
+               uint32_t *out);
+int rmq_utf8_check(const uint8_t *buf, const int64_t *start, const int64_t *len, int64_t n,
+                   int64_t *first_bad);
+int32_t rmq_decode(rmq_decode_args *a);
+int64_t rmq_json_lines(int64_t first, int64_t n, int32_t nf, const int32_t *kind,
+                       const uint8_t *lit, const int32_t *lit_off, void *const *p0,
+                       void *const *p1, void *const *p2, void *const *p3, void *const *p4,
+                       int64_t *line_end, uint8_t *out, int64_t cap, int64_t *at);
+
+const char *rmq_source_digest(void);
+"""
+
+CFLAGS = ["-O3", "-std=gnu99", "-Wall", "-Werror=incompatible-pointer-types"]
+
+
+def source_digest(directory: str = HERE) -> str:
+    """SHA-256 (16 hex digits) of ``_kernel.c`` and ``_kernel.h`` in ``directory``."""
+    h = hashlib.sha256()
+    for name in SOURCES:
+        with open(os.path.join(directory, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def make_builder(cdef: str = CDEF, header: str = "_kernel.h", absolute: bool = False) -> FFI:
+    """The cffi builder of the module (``cdef`` and ``header`` replaceable for the tests that
+    show a drift failing). Source paths are relative to the working directory (setuptools
+    wants them so: the project's root under setup.py), or ``absolute`` for ``compile()``,
+    which compiles in a directory of its own."""
+    ffi = FFI()
+    ffi.cdef(cdef)
+    rel = os.path.abspath if absolute else os.path.relpath
+    src = rel(os.path.join(HERE, "_kernel.c"))
+    ffi.set_source(
+        MODULE,
+        f'#include "{header}"\n'
+        f'const char *rmq_source_digest(void) {{ return "{source_digest()}"; }}\n',
+        sources=[src],
+        include_dirs=[HERE],
+        libraries=["z"],
+        extra_compile_args=CFLAGS,
+        depends=[rel(os.path.join(HERE, n)) for n in SOURCES],
+    )
+    return ffi
+
+
+ffibuilder = make_builder()
+
+
+def build(out_dir: str, tmp_dir: str, builder: FFI | None = None) -> str:
+    """Compile the module (``builder``: :func:`make_builder`'s) into ``out_dir``/``engine/read/``
+    (generated C and objects in ``tmp_dir``); returns the path of the shared object.
+    ``CFLAGS``/``LDFLAGS`` in the environment are added (the sanitizer build). Raises cffi's
+    VerificationError with the compiler's message."""
+    import shutil
+
+    os.makedirs(tmp_dir, exist_ok=True)
+    builder = builder or make_builder(absolute=True)
+    built = builder.compile(tmpdir=tmp_dir, verbose=False)
+    dest = os.path.join(out_dir, "engine", "read")
+    os.makedirs(dest, exist_ok=True)
+    built_name = os.path.basename(built)
+    target = os.path.join(dest, built_name)
+    part = target + ".part"
+    shutil.copyfile(built, part)
+    os.replace(part, target)  # a process loading it never sees half a file
+    for name in os.listdir(dest):  # another build's (pip's abi3 name): not loaded instead
+        if name.startswith("_kernel_cffi.") and name.endswith(".so") and name != built_name:
+            os.unlink(os.path.join(dest, name))
+    return target
+
+
+def main(argv: list[str]) -> int:
+    """``python -m engine.read._kernel_build [--if-stale | --out DIR]``: build the module
+    beside this file (``--if-stale``: only when it is missing or was built from another
+    source) or under ``DIR/engine/read``; prints its path."""
+    root = os.path.dirname(os.path.dirname(HERE))
+    out = root
+    if argv == ["--if-stale"]:
+        from engine.read import kernel
+
+        try:
+            print(kernel.compiled_module().__file__)
+            return 0
+        except ImportError:
+            pass
+    elif argv[:1] == ["--out"] and len(argv) == 2:
+        out = os.path.abspath(argv[1])
+    elif argv:
+        print(
+            "usage: python -m engine.read._kernel_build [--if-stale | --out DIR]", file=sys.stderr
+        )
+        return 2
+    print(build(out, os.path.join(out, "build", "kernel")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
