@@ -7,7 +7,7 @@ SYSPY ?= python3
 APT_PKGS := fuse3 libfuse3-dev pkg-config gcc zlib1g-dev rsync restic
 STAMP := $(VENV)/.installed
 
-.PHONY: all deps venv kernel sanitize sanitize-run lint test demo bench clean
+.PHONY: all deps venv kernel sanitize sanitize-run lint test test-long demo bench clean
 
 all: test
 
@@ -71,8 +71,15 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# `make test` (the README's test command) runs the suite but for the long runs behind a marker
+# (the sanitizer build, the wheel build, tests marked long), which `make test-long` runs; CI
+# (.ci/run) runs both. Each prints its slowest tests.
+TEST_MARKS ?= not long and not sanitize and not wheel
 test: venv
-	$(VENV)/bin/pytest -q -ra $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -ra --durations=15 -m "$(TEST_MARKS)" $(PYTEST_ARGS)
+
+test-long: venv
+	$(VENV)/bin/pytest -q -ra --durations=15 -m "long or sanitize or wheel" $(PYTEST_ARGS)
 
 demo: venv
 	$(PY) -m mount.demo $(DATA)
