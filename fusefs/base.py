@@ -17,7 +17,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -457,7 +457,7 @@ class Dir(Node):
 
     is_dir = True
 
-    def entries(self) -> dict:
+    def entries(self) -> dict[str, Callable[[], Node]]:
         """``{name: factory}`` of listed children; ``factory()`` makes the child Node."""
         return {}
 
@@ -584,7 +584,7 @@ class StaticFile(GeneratedFile):
         return Stat(RO_FILE, len(self.data), self.ctx.tree_mtime_ns(), live=False)
 
 
-def pread_nowait(fd: int, length: int, offset: int) -> bytes | None:
+def pread_nowait(fd: int, length: int, offset: int) -> bytes | bytearray | None:
     """``pread`` that never waits for the disk: the bytes when all of them are in the page
     cache, None otherwise (``preadv`` with ``RWF_NOWAIT``, Linux 4.14+).
 

@@ -12,12 +12,14 @@ threads, never on the trio loop.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
 import re
 import stat
 import threading
+from collections.abc import Callable
 
 from engine import errors as E
 from engine.live.progress import consumer_progress, diff_total
@@ -208,7 +210,7 @@ class TopicDir(Dir):
 
     def entries(self):
         c, t = self.ctx, self.topic
-        d = {
+        d: dict[str, Callable[[], Node]] = {
             "produce": lambda: ProduceFile(c, self.sub("produce"), t, None, jsonl=False),
             "produce.jsonl": lambda: ProduceFile(c, self.sub("produce.jsonl"), t, None, True),
             "messages.jsonl": lambda: TopicViewFile(c, self.sub("messages.jsonl"), t, "messages"),
@@ -218,7 +220,7 @@ class TopicDir(Dir):
             "keys": lambda: KeysDir(c, self.sub("keys"), t),
         }
         for q in c.store.queue_ids(t):
-            d[str(q)] = lambda q=q: QueueDir(c, self.sub(str(q)), t, q)
+            d[str(q)] = functools.partial(QueueDir, c, self.sub(str(q)), t, q)
         return d
 
 
@@ -901,9 +903,11 @@ class GroupDir(Dir):
 
     def entries(self):
         c, g = self.ctx, self.group
-        d = {"progress.json": lambda: ProgressFile(c, self.sub("progress.json"), g)}
+        d: dict[str, Callable[[], Node]] = {
+            "progress.json": lambda: ProgressFile(c, self.sub("progress.json"), g)
+        }
         for t in c.store.topic_names():
-            d[t] = lambda t=t: GroupTopicDir(c, self.sub(t), g, t)
+            d[t] = functools.partial(GroupTopicDir, c, self.sub(t), g, t)
         return d
 
 

@@ -42,7 +42,7 @@ import trio
 
 from engine.errors import CorruptRecordError, StoreError
 
-from .base import RO_DIR, RO_FILE, Context, FsError, HandleBudget, Node, Stat, as_user
+from .base import RO_DIR, RO_FILE, Context, FsError, Handle, HandleBudget, Node, Stat, as_user
 from .nodes import RootDir
 from .viewtree import topic_dir_name
 
@@ -247,7 +247,7 @@ class RmqOperations(pyfuse3.Operations):
         self.nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: RootDir(ctx, "/")}
         self.lookups: dict[int, int] = {}
         self.parents: dict[int, int] = {}
-        self.handles: dict[int, object] = {}
+        self.handles: dict[int, Handle] = {}
         self._next_fh = 1
         self.dir_handles: dict[int, tuple] = {}  # opendir fh -> (inode, caller pid)
         self._lock = threading.Lock()
@@ -579,7 +579,7 @@ class RmqOperations(pyfuse3.Operations):
         await _run(parent.rmdir, name, on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx)))
         # rmdir topics/T, groups/G: the nodes of what went (and of the topic's view/ tree)
         # answer ENOENT from now on, whatever the kernel still holds
-        gone = (path,)
+        gone: tuple[str, ...] = (path,)
         if parent.path in ("/topics", "/groups"):
             _REMOVED[path] = _REMOVED.get(path, 0) + 1
         if parent.path == "/topics":

@@ -125,7 +125,7 @@ class ViewRootDir(Dir):
         if not name.startswith(_TOPIC_DIR):
             return None
         topics = self.ctx.store.topic_names()
-        topic = unescape_partition_value(name[len(_TOPIC_DIR) :])
+        topic: str | None = unescape_partition_value(name[len(_TOPIC_DIR) :])
         if topic not in topics or topic_dir_name(topic) != name:
             # a shortened name (topic_dir_name): only a name of NAME_MAX bytes can be one
             if len(name.encode("utf-8", "surrogateescape")) < NAME_MAX - 3:
