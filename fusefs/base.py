@@ -19,12 +19,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from engine import errors as E
 from engine.live.snapshot import SnapshotManager
 
 _log = logging.getLogger("rmqfs.refused")
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:  # annotations only
     from engine.store import MessageStore
@@ -80,7 +81,7 @@ REQUEST_UID: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 
 
-def as_user(uid: int | None, fn, *args):
+def as_user(uid: int | None, fn: Callable[..., _T], *args: object) -> _T:
     """``fn(*args)`` with :data:`REQUEST_UID` set to ``uid`` for its duration."""
     token = REQUEST_UID.set(uid)
     try:
@@ -465,7 +466,7 @@ class Dir(Node):
         """The names of :meth:`entries`."""
         return list(self.entries())
 
-    def child(self, name: str):
+    def child(self, name: str) -> Node | None:
         """The child ``name`` made by its :meth:`entries` factory, or None."""
         f = self.entries().get(name)
         return f() if f else None
@@ -493,6 +494,8 @@ class Handle:
     keep_cache = False
     writable = False
     inode = 0  # set by the FUSE layer
+    pid: int | None = None  # the process that opened it (set by the FUSE layer)
+    uid: int | None = None  # the user who opened it (set by the FUSE layer)
     invalidates: tuple = ()  # paths whose kernel cache a write or flush here makes stale
 
     def read(self, offset: int, length: int) -> bytes:
@@ -500,7 +503,7 @@ class Handle:
         the file, as FUSE expects unless ``direct_io``. EBADF when not open for reading."""
         raise FsError(errno.EBADF)
 
-    def read_nowait(self, offset: int, length: int):
+    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
         """:meth:`read` when it needs no disk I/O (data in memory or the page cache), else
         None. Called on the trio loop, so it must never block (``pread_nowait``) nor raise;
         on None ``ops`` runs :meth:`read` in a worker thread."""
@@ -573,7 +576,7 @@ def check_read_only_open(flags: int) -> None:
 class StaticFile(GeneratedFile):
     """A read-only file of fixed bytes (``README.txt``): cacheable, the tree's mtime."""
 
-    def __init__(self, ctx, path, data: bytes):
+    def __init__(self, ctx: Context, path: str, data: bytes) -> None:
         super().__init__(ctx, path)
         self.data = data
 

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 
 from engine import errors as E
+from engine.format.message import MessageRecord
 from engine.live.progress import consumer_progress, diff_total
 from engine.live.status import store_status
 from engine.read.jsonline import build_scheduled_line, message_from_json, parse_json_line
@@ -100,7 +101,7 @@ chown, touch, rm, mv. Why a write of yours was refused: cat refused.jsonl.
 
 
 class RootDir(Dir):
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
         c = self.ctx
         return {
             "README.txt": lambda: StaticFile(
@@ -168,15 +169,15 @@ class TopicsDir(Dir):
     def stat(self) -> Stat:
         return Stat(self.ctx.write_mode(DIR_MODE), 0, self.ctx.tree_mtime_ns())
 
-    def list(self):
+    def list(self) -> list[str]:
         return self.ctx.store.topic_names()
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         if name in self.ctx.store.topic_names():
             return TopicDir(self.ctx, self.sub(name), name)
         return None
 
-    def mkdir(self, name):
+    def mkdir(self, name: str) -> Node:
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         if name in self.ctx.store.topic_names():
@@ -188,7 +189,7 @@ class TopicsDir(Dir):
             raise fs_error(exc) from exc
         return TopicDir(self.ctx, self.sub(name), name)
 
-    def rmdir(self, name):
+    def rmdir(self, name: str) -> None:
         """``rmdir topics/T``: mqadmin deleteTopic (``MessageStore.delete_topic``): the
         topics.json entry, the ConsumeQueues and the topic's consumer offsets go; CommitLog
         records stay until they expire. The topic's rendered views are dropped. EPERM for a
@@ -204,11 +205,11 @@ class TopicsDir(Dir):
 
 
 class TopicDir(Dir):
-    def __init__(self, ctx, path, topic):
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
         c, t = self.ctx, self.topic
         d: dict[str, Callable[[], Node]] = {
             "produce": lambda: ProduceFile(c, self.sub("produce"), t, None, jsonl=False),
@@ -237,7 +238,7 @@ class ScheduledFile(GeneratedFile):
     when more wait, the last line is ``{"truncated": true, "shown": N, "waiting": M,
     "reason": ...}``. A damaged timer store or record gives EIO."""
 
-    def __init__(self, ctx, path, topic):
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
@@ -290,7 +291,7 @@ class TopicJsonFile(GeneratedFile):
     fields it names (``readQueueNums``, ``writeQueueNums``, ``perm``, ``order``; other
     fields may be written back unchanged): mqadmin updateTopic, atomic in topics.json."""
 
-    def __init__(self, ctx, path, topic):
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
@@ -303,23 +304,23 @@ class TopicJsonFile(GeneratedFile):
             cfg = TopicConfig(self.topic, n, n)
         return cfg
 
-    def content(self):
+    def content(self) -> bytes:
         return R.render_json(self.config().to_json())
 
-    def mtime_ns(self):
+    def mtime_ns(self) -> int:
         return self.ctx.file_mtime_ns("topics.json")
 
-    def stat(self):
+    def stat(self) -> Stat:
         return Stat(self.ctx.write_mode(RW_FILE), len(self.content()), self.mtime_ns())
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
         if flags & os.O_ACCMODE == os.O_RDONLY:
             return BytesHandle(self.content())
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         return TopicJsonWriteHandle(self)
 
-    def truncate(self, size):
+    def truncate(self, size: int) -> None:
         if size != 0:
             raise FsError(errno.EINVAL)
         if self.ctx.read_only:
@@ -358,10 +359,10 @@ class TopicJsonWriteHandle(Handle):
         parent = node.path.rsplit("/", 1)[0]
         self.invalidates = (node.path, parent)
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
         return self.node.content()[offset : offset + length]
 
-    def write(self, data):
+    def write(self, data: bytes) -> int:
         if len(self.buf) + len(data) > TOPIC_JSON_MAX:
             self.buf.clear()
             raise FsError(errno.EINVAL, f"topic.json: over {TOPIC_JSON_MAX} bytes")
@@ -377,13 +378,13 @@ class TopicJsonWriteHandle(Handle):
         self.node.update(text)
         return len(data)
 
-    def flush(self):
+    def flush(self) -> None:
         if bytes(self.buf).strip():
             text = bytes(self.buf)
             self.buf.clear()
             self.node.update(text)
 
-    def release(self):
+    def release(self) -> None:
         try:
             self.flush()
         except FsError:
@@ -391,11 +392,11 @@ class TopicJsonWriteHandle(Handle):
 
 
 class QueueDir(Dir):
-    def __init__(self, ctx, path, topic, queue_id):
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
         c, t, q = self.ctx, self.topic, self.queue_id
         return {
             "messages.jsonl": lambda: QueueViewFile(
@@ -410,7 +411,7 @@ class QueueDir(Dir):
 
 
 class OffsetsFile(GeneratedFile):
-    def __init__(self, ctx, path, topic, queue_id):
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
@@ -430,10 +431,10 @@ class OffsetsFile(GeneratedFile):
             "maxStoreTimestamp": last,
         }
 
-    def content(self):
+    def content(self) -> bytes:
         return R.render_json(self._fields())
 
-    def stat(self):
+    def stat(self) -> Stat:
         f = self._fields()
         return Stat(
             RO_FILE,
@@ -470,20 +471,20 @@ class ViewHandle(Handle):
         if log.damage is not None:  # the view ends at damage: the read there must reach us
             self.direct_io, self.keep_cache = True, False
 
-    def release(self):
+    def release(self) -> None:
         with self.log.lock:
             self.log.opens -= 1
             if not self.log.opens and getattr(self.log, "dropped", False):
                 self.log.close()  # its topic was deleted while this handle read it
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
         data = self.log.read(self.start + offset, length)
         if not data and length and self.log.damage is not None:
             # the lines before the damage were read: the next one is the damaged record
             raise FsError(errno.EIO, f"damaged record: {self.log.damage}")
         return data
 
-    def read_nowait(self, offset, length):
+    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
         if self.log.damage is not None:
             return None  # read() decides where the damage starts
         return self.log.read_nowait(self.start + offset, length)
@@ -514,11 +515,11 @@ class ViewFile(Node):
     def stat(self) -> Stat:
         return self._stat_of(self.view().log)
 
-    def stat_nowait(self):
+    def stat_nowait(self) -> Stat | None:
         v = self.peek()
         return None if v is None else self._stat_of(v.log)
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
         check_read_only_open(flags)
         log = self.view().log
         h = ViewHandle(log)
@@ -527,7 +528,7 @@ class ViewFile(Node):
 
 
 class TopicViewFile(ViewFile):
-    def __init__(self, ctx, path, topic, kind):
+    def __init__(self, ctx: Context, path: str, topic: str, kind: str) -> None:
         super().__init__(ctx, path)
         self.topic, self.kind = topic, kind
 
@@ -539,7 +540,7 @@ class TopicViewFile(ViewFile):
 
 
 class QueueViewFile(ViewFile):
-    def __init__(self, ctx, path, topic, queue_id, kind):
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int, kind: str) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.kind = topic, queue_id, kind
 
@@ -553,14 +554,14 @@ class QueueViewFile(ViewFile):
 class MessageFile(GeneratedFile):
     """One message as a JSON line (lookups)."""
 
-    def __init__(self, ctx, path, records):
+    def __init__(self, ctx: Context, path: str, records: list[MessageRecord]) -> None:
         super().__init__(ctx, path)
         self.records = records
 
-    def content(self):
+    def content(self) -> bytes:
         return b"".join(R.render_message(r) for r in self.records)
 
-    def stat(self):
+    def stat(self) -> Stat:
         data = self.content()
         ms = max(r.store_timestamp for r in self.records)
         # cached for long only when the store cannot change (expiry makes lookups ENOENT)
@@ -574,14 +575,14 @@ class MessageFile(GeneratedFile):
 
 
 class ByOffsetDir(Dir):
-    def __init__(self, ctx, path, topic, queue_id):
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
-    def list(self):
+    def list(self) -> list[str]:
         return []
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         offset = parse_decimal(name)
         if offset is None:
             return None
@@ -593,7 +594,7 @@ class ByOffsetDir(Dir):
 
 
 class ByTimeDir(ByOffsetDir):
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         ms = parse_decimal(name)
         if ms is None:
             return None
@@ -607,14 +608,14 @@ class ByTimeDir(ByOffsetDir):
 
 
 class KeysDir(Dir):
-    def __init__(self, ctx, path, topic):
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
-    def list(self):
+    def list(self) -> list[str]:
         return []
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         if not name.isascii():
             try:
                 name.encode("utf-8")
@@ -627,10 +628,10 @@ class KeysDir(Dir):
 
 
 class MessagesDir(Dir):
-    def list(self):
+    def list(self) -> list[str]:
         return []
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         rec = self.ctx.store.look_message_by_offset_msg_id(name)
         if rec is not None:
             return MessageFile(self.ctx, self.sub(name), [rec])
@@ -703,7 +704,7 @@ class ProduceHandle(Handle):
         limit = ctx.store.config.max_message_size
         self.max_line = limit * 4 // 3 + 64 * 1024 if jsonl else limit
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
         return b""  # docs/mount.md: a produce file reads as empty, opened O_RDWR too
 
     def _messages(self, lines: list[bytes]) -> list[Message]:
@@ -822,14 +823,16 @@ class ProduceHandle(Handle):
 class ProduceFile(Node):
     """``produce`` / ``produce.jsonl``: write-only, always empty when read."""
 
-    def __init__(self, ctx, path, topic, queue_id, jsonl):
+    def __init__(
+        self, ctx: Context, path: str, topic: str, queue_id: int | None, jsonl: bool
+    ) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.jsonl = topic, queue_id, jsonl
 
-    def stat(self):
+    def stat(self) -> Stat:
         return Stat(self.ctx.write_mode(WO_FILE), 0, self.ctx.tree_mtime_ns())
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
         if flags & os.O_ACCMODE == os.O_RDONLY:
             return BytesHandle(b"")
         if self.ctx.read_only:
@@ -849,7 +852,7 @@ class ProduceFile(Node):
             h.uid = uid  # its unfinished line counts in uid's share of ctx.line_budget
         return h
 
-    def truncate(self, size):
+    def truncate(self, size: int) -> None:
         if size != 0:
             raise FsError(errno.EINVAL)
 
@@ -862,17 +865,17 @@ class GroupsDir(Dir):
     def stat(self) -> Stat:
         return Stat(self.ctx.write_mode(DIR_MODE), 0, self.ctx.tree_mtime_ns())
 
-    def list(self):
+    def list(self) -> list[str]:
         return self.ctx.store.group_names()
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         # Only existing groups: a lookup that answered for any valid name would make
         # `mkdir groups/<new>` fail with EEXIST (the kernel looks the name up first).
         if name not in self.ctx.store.group_names():
             return None
         return GroupDir(self.ctx, self.sub(name), name)
 
-    def mkdir(self, name):
+    def mkdir(self, name: str) -> Node:
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         if name in self.ctx.store.group_names():
@@ -883,7 +886,7 @@ class GroupsDir(Dir):
             raise fs_error(exc) from exc
         return GroupDir(self.ctx, self.sub(name), name)
 
-    def rmdir(self, name):
+    def rmdir(self, name: str) -> None:
         """``rmdir groups/G``: mqadmin ``deleteSubGroup -r true``
         (``MessageStore.delete_group`` with ``remove_offset``): the subscriptionGroup.json
         entry and the group's offsets go, so the directory does not come back (a group
@@ -897,11 +900,11 @@ class GroupsDir(Dir):
 
 
 class GroupDir(Dir):
-    def __init__(self, ctx, path, group):
+    def __init__(self, ctx: Context, path: str, group: str) -> None:
         super().__init__(ctx, path)
         self.group = group
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
         c, g = self.ctx, self.group
         d: dict[str, Callable[[], Node]] = {
             "progress.json": lambda: ProgressFile(c, self.sub("progress.json"), g)
@@ -912,15 +915,15 @@ class GroupDir(Dir):
 
 
 class ProgressFile(GeneratedFile):
-    def __init__(self, ctx, path, group):
+    def __init__(self, ctx: Context, path: str, group: str) -> None:
         super().__init__(ctx, path)
         self.group = group
 
-    def content(self):
+    def content(self) -> bytes:
         rows = consumer_progress(self.ctx.store, self.group)
         return R.render_json({"group": self.group, "queues": rows, "diffTotal": diff_total(rows)})
 
-    def mtime_ns(self):
+    def mtime_ns(self) -> int:
         return max(
             self.ctx.file_mtime_ns("consumerOffset.json"),
             ms_to_ns(self.ctx.store.commitlog.last_store_timestamp),
@@ -928,24 +931,24 @@ class ProgressFile(GeneratedFile):
 
 
 class GroupTopicDir(Dir):
-    def __init__(self, ctx, path, group, topic):
+    def __init__(self, ctx: Context, path: str, group: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.group, self.topic = group, topic
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
         c = self.ctx
         return {
-            str(q): (lambda q=q: GroupQueueDir(c, self.sub(str(q)), self.group, self.topic, q))
+            str(q): functools.partial(GroupQueueDir, c, self.sub(str(q)), self.group, self.topic, q)
             for q in c.store.queue_ids(self.topic)
         }
 
 
 class GroupQueueDir(Dir):
-    def __init__(self, ctx, path, group, topic, queue_id):
+    def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.group, self.topic, self.queue_id = group, topic, queue_id
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
         c = self.ctx
         return {
             "offset": lambda: OffsetFile(
@@ -974,10 +977,10 @@ class OffsetWriteHandle(Handle):
         group_dir = parent.rsplit("/", 2)[0]
         self.invalidates = (f"{parent}/pending.jsonl", f"{group_dir}/progress.json")
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
         return self.node.content()[offset : offset + length]
 
-    def write(self, data):
+    def write(self, data: bytes) -> int:
         """Each complete line commits its offset, in order; the unfinished line is kept.
 
         The buffer holds at most :data:`OFFSET_LINE_MAX` bytes (an offset line is short):
@@ -1010,13 +1013,13 @@ class OffsetWriteHandle(Handle):
             raise FsError(errno.EINVAL, f"not an offset: {text[:40]!r}")
         self.node.commit(int(text))
 
-    def flush(self):
+    def flush(self) -> None:
         if self.buf.strip():
             line = bytes(self.buf)
             self.buf.clear()
             self._commit(line)
 
-    def release(self):
+    def release(self) -> None:
         try:
             self.flush()
         except FsError:
@@ -1026,15 +1029,15 @@ class OffsetWriteHandle(Handle):
 class OffsetFile(GeneratedFile):
     """``offset``: the committed offset and a newline; writing an integer commits it."""
 
-    def __init__(self, ctx, path, group, topic, queue_id):
+    def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.group, self.topic, self.queue_id = group, topic, queue_id
 
-    def content(self):
+    def content(self) -> bytes:
         off = self.ctx.store.consumer_offsets.query(self.group, self.topic, self.queue_id)
         return f"{off}\n".encode()
 
-    def stat(self):
+    def stat(self) -> Stat:
         return Stat(
             self.ctx.write_mode(RW_FILE),
             len(self.content()),
@@ -1049,14 +1052,14 @@ class OffsetFile(GeneratedFile):
         except E.StoreError as exc:
             raise fs_error(exc) from exc
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
         if flags & os.O_ACCMODE == os.O_RDONLY:
             return BytesHandle(self.content())
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         return OffsetWriteHandle(self)
 
-    def truncate(self, size):
+    def truncate(self, size: int) -> None:
         if size != 0:
             raise FsError(errno.EINVAL)
         if self.ctx.read_only:
@@ -1066,7 +1069,7 @@ class OffsetFile(GeneratedFile):
 class PendingFile(ViewFile):
     """The queue's ``messages.jsonl`` from the committed offset to the end."""
 
-    def __init__(self, ctx, path, group, topic, queue_id):
+    def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.group, self.topic, self.queue_id = group, topic, queue_id
 
@@ -1086,13 +1089,13 @@ class PendingFile(ViewFile):
         mtime = max(ms_to_ns(v.log.mtime_ms), self.ctx.file_mtime_ns("consumerOffset.json"))
         return Stat(RO_FILE, v.log.size - start, mtime)
 
-    def stat(self):
+    def stat(self) -> Stat:
         return self._pending_stat(self.view())
 
-    def stat_nowait(self):
+    def stat_nowait(self) -> Stat | None:
         return None
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
         check_read_only_open(flags)
         v = self.view()
         h = ViewHandle(v.log, self._start(v))
@@ -1119,25 +1122,25 @@ class RawHandle(Handle):
         self.keep_cache = keep_cache
         self.direct_io = direct_io
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
         return os.pread(self.fd, length, offset)
 
-    def read_nowait(self, offset, length):
+    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
         return pread_nowait(self.fd, length, offset)
 
-    def release(self):
+    def release(self) -> None:
         os.close(self.fd)
 
 
 class RawDir(Dir):
     """A read-only mirror of the store directory."""
 
-    def __init__(self, ctx, path, rel):
+    def __init__(self, ctx: Context, path: str, rel: str) -> None:
         super().__init__(ctx, path)
         self.rel = rel
         self.real = os.path.join(ctx.store.root, rel) if rel else ctx.store.root
 
-    def list(self):
+    def list(self) -> list[str]:
         # Only regular files and directories: a link or special file is never shown (a store
         # holding one is refused when it opens; this covers one created while mounted).
         try:
@@ -1155,7 +1158,7 @@ class RawDir(Dir):
         finally:
             os.close(fd)
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         real = os.path.join(self.real, name)
         rel = os.path.join(self.rel, name) if self.rel else name
         if name.endswith(".tmp"):
@@ -1170,7 +1173,7 @@ class RawDir(Dir):
             return RawFile(self.ctx, self.sub(name), rel, real)
         return None
 
-    def stat(self):
+    def stat(self) -> Stat:
         try:
             st = lstat_beneath(self.ctx.store.root, self.rel)
         except OSError:
@@ -1181,7 +1184,7 @@ class RawDir(Dir):
 
 
 class RawFile(Node):
-    def __init__(self, ctx, path, rel, real):
+    def __init__(self, ctx: Context, path: str, rel: str, real: str) -> None:
         super().__init__(ctx, path)
         self.rel, self.real = rel, real
 
@@ -1204,7 +1207,7 @@ class RawFile(Node):
             ) or self.ctx.frozen
         return self.ctx.frozen
 
-    def stat(self):
+    def stat(self) -> Stat:
         try:
             st = lstat_beneath(self.ctx.store.root, self.rel)
         except OSError:
@@ -1224,7 +1227,7 @@ class RawFile(Node):
             attr_timeout=timeout,
         )
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
         check_read_only_open(flags)
         try:
             # checkpoint and config/*.json are rewritten at any size: never page-cached

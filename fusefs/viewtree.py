@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Sequence
 
 from engine.read.schema import DATASOURCE_DDL
 from engine.service.validation import parse_decimal
 
 from .base import (
     RO_FILE,
+    Context,
     Dir,
     Handle,
     Node,
@@ -104,16 +106,16 @@ def view_ddl_file(ctx, path: str) -> StaticFile:
 class ViewRootDir(Dir):
     child_in_memory = True  # the store's topics, queues and offsets
 
-    def stat_nowait(self):
+    def stat_nowait(self) -> Stat | None:
         return self.stat()  # two stats of config files the store itself keeps writing
 
-    def never_child(self, name):
+    def never_child(self, name: str) -> bool:
         return not name.startswith(_TOPIC_DIR)
 
-    def list_nowait(self):
+    def list_nowait(self) -> Sequence[str] | None:
         return self.list()
 
-    def list(self):
+    def list(self) -> list[str]:
         s = self.ctx.store
         return [
             topic_dir_name(t)
@@ -121,7 +123,7 @@ class ViewRootDir(Dir):
             if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))
         ]
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         if not name.startswith(_TOPIC_DIR):
             return None
         topics = self.ctx.store.topic_names()
@@ -139,13 +141,13 @@ class ViewRootDir(Dir):
 class ViewTopicDir(Dir):
     child_in_memory = True  # the store's topics, queues and offsets
 
-    def __init__(self, ctx, path, topic):
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
     stat_nowait = ViewRootDir.stat_nowait
 
-    def never_child(self, name):
+    def never_child(self, name: str) -> bool:
         return re.fullmatch(r"queue=[0-9]+", name) is None
 
     def _queues(self) -> tuple[list[int], list[tuple]]:
@@ -165,7 +167,7 @@ class ViewTopicDir(Dir):
         ]
         return queues, keys
 
-    def list(self):
+    def list(self) -> list[str]:
         queues, keys = self._queues()
         # A reader of the topic (Spark) lists each queue directory next and stats its parts,
         # one directory after another: queue the renders of every queue's parts now, first
@@ -173,12 +175,12 @@ class ViewTopicDir(Dir):
         self.ctx.views.parts.prefetch(keys)
         return [f"queue={q}" for q in queues]
 
-    def list_nowait(self):
+    def list_nowait(self) -> Sequence[str] | None:
         queues, keys = self._queues()
         known = self.ctx.views.parts.known
         return [f"queue={q}" for q in queues] if all(known(k) for k in keys) else None
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         q = parse_decimal(name[6:]) if name.startswith("queue=") else None
         if q is None or q not in self.ctx.store.queue_ids(self.topic):
             return None
@@ -188,7 +190,7 @@ class ViewTopicDir(Dir):
 class ViewQueueDir(Dir):
     child_in_memory = True  # the store's topics, queues and offsets
 
-    def __init__(self, ctx, path, topic, queue_id):
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
@@ -200,17 +202,17 @@ class ViewQueueDir(Dir):
 
     stat_nowait = ViewRootDir.stat_nowait
 
-    def never_child(self, name):
+    def never_child(self, name: str) -> bool:
         return _PART_NAME.fullmatch(name) is None
 
-    def list_nowait(self):
+    def list_nowait(self) -> Sequence[str] | None:
         firsts = self.part_firsts()
         known = self.ctx.views.parts.known
         if not all(known(part_key(self.ctx, self.topic, self.queue_id, f)) for f in firsts):
             return None
         return [f"part-{first:020d}.parquet" for first in firsts]
 
-    def list(self):
+    def list(self) -> list[str]:
         firsts = self.part_firsts()
         # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
         # size needs its render: queue them all now, so the worker pool renders in parallel.
@@ -219,7 +221,7 @@ class ViewQueueDir(Dir):
         )
         return [f"part-{first:020d}.parquet" for first in firsts]
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
         m = _PART_NAME.fullmatch(name)
         if not m or int(m.group(1)) not in self.part_firsts():
             return None
@@ -261,7 +263,7 @@ class ViewPartFile(Node):
     #: holds is still the part's (:meth:`open`), so no read sees a part cut short.
     LIVE_PART_TIMEOUT = 1.0
 
-    def __init__(self, ctx, path, topic, queue_id, first):
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int, first: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.first = topic, queue_id, first
         self.reported = None  # the key whose size the kernel was last told
@@ -281,21 +283,21 @@ class ViewPartFile(Node):
             attr_timeout=None if full else self.LIVE_PART_TIMEOUT,
         )
 
-    def stat(self):
+    def stat(self) -> Stat:
         key = self._key()
         return self._stat(key, self.ctx.views.parts.info(key))
 
-    def stat_nowait(self):
+    def stat_nowait(self) -> Stat | None:
         key = self._key()
         info = self.ctx.views.parts.known(key)
         return None if info is None else self._stat(key, info)
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
         check_read_only_open(flags)
         key = self._key()
         return self._handle(key, self.ctx.views.parts.open(key))
 
-    def open_nowait(self, flags, uid):
+    def open_nowait(self, flags: int, uid: int | None) -> Handle | None:
         check_read_only_open(flags)
         key = self._key()
         fd = self.ctx.views.parts.open_nowait(key)
@@ -320,14 +322,14 @@ class PartHandle(Handle):
     def __init__(self, fd: int):
         self.fd = fd
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
         return os.pread(self.fd, length, offset)
 
-    def read_nowait(self, offset, length):
+    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
         data = pread_nowait(self.fd, length, offset)
         if data is None:  # short: the end of the file, or pages not cached
             return None
         return bytes(data)
 
-    def release(self):
+    def release(self) -> None:
         os.close(self.fd)
