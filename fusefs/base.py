@@ -544,6 +544,8 @@ class BytesHandle(Handle):
         self.data = data
 
     def read(self, offset: int, length: int) -> bytes:
+        """``[offset, offset + length)`` of the bytes taken at open; also its
+        :meth:`read_nowait` (memory only: on the trio loop)."""
         return self.data[offset : offset + length]
 
     read_nowait = read
@@ -553,15 +555,19 @@ class GeneratedFile(Node):
     """A small read-only file rendered on demand (status.json, offsets.json, ...)."""
 
     def content(self) -> bytes:
+        """The file's bytes, rendered now."""
         raise NotImplementedError
 
     def mtime_ns(self) -> int:
+        """The file's mtime in ns: the mount's start unless a subclass knows better."""
         return self.ctx.mount_time_ns
 
     def stat(self) -> Stat:
+        """Read-only; the size of :meth:`content` (rendered to know it), :meth:`mtime_ns`."""
         return Stat(RO_FILE, len(self.content()), self.mtime_ns())
 
     def open(self, flags: int) -> Handle:
+        """A :class:`BytesHandle` of :meth:`content` as it is now; EACCES for writing."""
         if flags & os.O_ACCMODE != os.O_RDONLY:
             raise FsError(errno.EACCES)
         return BytesHandle(self.content())
@@ -574,16 +580,23 @@ def check_read_only_open(flags: int) -> None:
 
 
 class StaticFile(GeneratedFile):
-    """A read-only file of fixed bytes (``README.txt``): cacheable, the tree's mtime."""
+    """``README.txt`` and ``view.ddl``: a read-only file of fixed bytes, cacheable
+    (``live=False``), the tree's mtime.
+
+    Errnos: EACCES for an open for writing.
+    Threads: getattr (:meth:`stat`) and open run in a worker thread (``trio.to_thread``); reads
+    answer on the trio loop from the bytes taken at open (``BytesHandle.read_nowait``)."""
 
     def __init__(self, ctx: Context, path: str, data: bytes) -> None:
         super().__init__(ctx, path)
         self.data = data
 
     def content(self) -> bytes:
+        """The fixed bytes."""
         return self.data
 
     def stat(self) -> Stat:
+        """Read-only, its size, the tree's mtime, cacheable (``live=False``)."""
         return Stat(RO_FILE, len(self.data), self.ctx.tree_mtime_ns(), live=False)
 
 

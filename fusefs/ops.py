@@ -360,6 +360,10 @@ class RmqOperations(pyfuse3.Operations):
         name: pyfuse3.FileNameT,
         ctx: pyfuse3.RequestContext | None = None,
     ) -> pyfuse3.EntryAttributes:
+        """FUSE LOOKUP: the attributes of ``name`` in ``parent_inode`` (``.`` and ``..`` too:
+        ``supports_dot_lookup``); each answer adds one to the inode's lookup count. On the trio loop
+        for a :attr:`Node.child_in_memory` parent (a name that can never exist there gets a negative
+        entry the kernel keeps), else in a worker thread. ENOENT for no such child."""
         parent = self._node(parent_inode)
         text = os.fsdecode(name)
         if text == ".":
@@ -408,7 +412,11 @@ class RmqOperations(pyfuse3.Operations):
 
     # pyfuse3 calls forget without awaiting a plain return (save_retval in handlers.pxi):
     # kept synchronous so the maps change before the next request; the stub says async.
-    def forget(self, inode_list: Sequence[tuple[pyfuse3.InodeT, int]]) -> None:  # type: ignore[override]
+    def forget(  # type: ignore[override]
+        self, inode_list: Sequence[tuple[pyfuse3.InodeT, int]]
+    ) -> None:
+        """FUSE FORGET: drop ``n`` lookups of each inode; a node no longer looked up is
+        forgotten (never the root). Runs on the trio loop and must not raise (pyfuse3)."""
         for ino, n in inode_list:
             left = self.lookups.get(ino, 0) - n
             if left > 0:
@@ -421,6 +429,8 @@ class RmqOperations(pyfuse3.Operations):
     async def getattr(
         self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext | None = None
     ) -> pyfuse3.EntryAttributes:
+        """FUSE GETATTR: the node's attributes. On the trio loop when :meth:`Node.stat_nowait`
+        answers, else :meth:`Node.stat` in a worker thread. ENOENT for an unknown inode."""
         node = self._node(inode)
         st = node.stat_nowait()
         if st is not None:
@@ -435,6 +445,10 @@ class RmqOperations(pyfuse3.Operations):
         fh: pyfuse3.FileHandleT | None,
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
+        """FUSE SETATTR: only a size change (``open(O_TRUNC)``, truncate(2)) is done
+        (:meth:`Node.truncate`, in a worker thread). EROFS on a read-only mount; EPERM for
+        chmod/chown and utime (modes, owners and times are generated); refusals are recorded
+        (``refused.jsonl``)."""
         node = self._node(inode)
         if fields.update_mode or fields.update_uid or fields.update_gid:
             # chmod/chown: modes and owners are generated (docs/guarantees.md "Other users")
@@ -487,6 +501,8 @@ class RmqOperations(pyfuse3.Operations):
         return not want & ~(bits >> shift) & 0o7
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        """FUSE STATFS: the store's file system (``os.statvfs`` of the store root, in a
+        worker thread)."""
         st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root, limiter=_threads())
         s = pyfuse3.StatvfsData()
         for name in (
@@ -507,6 +523,8 @@ class RmqOperations(pyfuse3.Operations):
     async def opendir(
         self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.FileHandleT:
+        """FUSE OPENDIR: a directory handle that remembers the caller's pid and uid.
+        ENOTDIR for a file, EMFILE past :class:`fusefs.base.HandleBudget`."""
         node = self._node(inode)
         if not node.is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
@@ -527,6 +545,11 @@ class RmqOperations(pyfuse3.Operations):
     async def readdir(
         self, fh: pyfuse3.FileHandleT, start_id: int, token: pyfuse3.ReaddirToken
     ) -> None:
+        """FUSE READDIRPLUS: the entries after ``start_id`` in inode order, each with its
+        attributes (a lookup each): ``next_id`` is the entry's inode, so a listing that goes on
+        after entries were added neither repeats nor skips one. On the trio loop for a
+        :attr:`Node.child_in_memory` directory whose children are all known, else in a worker
+        thread; a child that fails to load is skipped (logged). EBADF for an unknown handle."""
         inode, pid, uid = self.dir_handles.get(fh, (None, None, None))
         if inode is None:
             raise pyfuse3.FUSEError(errno.EBADF)
@@ -597,6 +620,8 @@ class RmqOperations(pyfuse3.Operations):
         return out
 
     async def releasedir(self, fh: pyfuse3.FileHandleT) -> None:
+        """FUSE RELEASEDIR: the directory handle is gone; its share of the handle budget is
+        given back."""
         entry = self.dir_handles.pop(fh, None)
         if entry is not None:
             self.budget.give(entry[2])
@@ -608,6 +633,9 @@ class RmqOperations(pyfuse3.Operations):
         mode: pyfuse3.ModeT,
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
+        """FUSE MKDIR: :meth:`Node.mkdir` of the parent, in a worker thread (``topics/T``,
+        ``groups/G``, ``snapshots/S``). EACCES for a user who may not write
+        (:meth:`fusefs.base.Context.may_write`); the node's errnos otherwise; refusals recorded."""
         parent = self._node(parent_inode)
         text = os.fsdecode(name)
         # Only the owner creates (topics, groups, snapshots); the nodes answer EROFS where a
@@ -628,6 +656,10 @@ class RmqOperations(pyfuse3.Operations):
     async def rmdir(
         self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT, ctx: pyfuse3.RequestContext
     ) -> None:
+        """FUSE RMDIR: :meth:`Node.rmdir` of the parent, in a worker thread. The removed
+        tree's inodes (and a topic's ``view/`` directory) answer ENOENT from then on, and a
+        directory made again under the name gets new inode numbers. EACCES for a user who may
+        not write."""
         parent = self._node(parent_inode)
         path = self._child_path(parent_inode, name)
         # only the owner drops snapshots (docs/guarantees.md "Other users")
@@ -657,6 +689,8 @@ class RmqOperations(pyfuse3.Operations):
     async def unlink(
         self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT, ctx: pyfuse3.RequestContext
     ) -> None:
+        """FUSE UNLINK: files of the mount are never removed: EPERM (EROFS on a read-only
+        mount), recorded."""
         raise self._no_write(
             "unlink",
             self._child_path(parent_inode, name),
@@ -673,6 +707,8 @@ class RmqOperations(pyfuse3.Operations):
         flags: pyfuse3.FlagT,
         ctx: pyfuse3.RequestContext,
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        """FUSE CREATE: no file is ever created: EACCES (EROFS on a read-only mount),
+        recorded; mkdir makes topics and groups."""
         raise self._no_write(
             "create",
             self._child_path(parent_inode, name),
@@ -689,6 +725,8 @@ class RmqOperations(pyfuse3.Operations):
         rdev: int,
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
+        """FUSE MKNOD: no file is ever created: EACCES (EROFS on a read-only mount),
+        recorded."""
         raise self._no_write(
             "mknod",
             self._child_path(parent_inode, name),
@@ -704,6 +742,8 @@ class RmqOperations(pyfuse3.Operations):
         target: pyfuse3.FileNameT,
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
+        """FUSE SYMLINK: no link is ever created: EACCES (EROFS on a read-only mount),
+        recorded."""
         raise self._no_write(
             "symlink",
             self._child_path(parent_inode, name),
@@ -745,6 +785,8 @@ class RmqOperations(pyfuse3.Operations):
         new_name: pyfuse3.FileNameT,
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
+        """FUSE LINK: no link is ever created: EPERM (EROFS on a read-only mount),
+        recorded."""
         raise self._no_write(
             "link",
             self._child_path(new_parent_inode, new_name),
@@ -762,6 +804,8 @@ class RmqOperations(pyfuse3.Operations):
         flags: pyfuse3.FlagT,
         ctx: pyfuse3.RequestContext,
     ) -> None:
+        """FUSE RENAME: files of the mount are never renamed: EPERM (EROFS on a read-only
+        mount), recorded."""
         raise self._no_write(
             "rename",
             self._child_path(parent_inode_old, name_old),
@@ -794,6 +838,12 @@ class RmqOperations(pyfuse3.Operations):
     async def open(
         self, inode: pyfuse3.InodeT, flags: pyfuse3.FlagT, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.FileInfo:
+        """FUSE OPEN: a new file handle for the node's :class:`Handle`; its ``direct_io`` and
+        ``keep_cache`` go to the kernel in the ``FileInfo``. A read-only open is tried on the trio
+        loop first (:meth:`Node.open_nowait`), else :meth:`Node.open_as` runs in a worker thread
+        (EINTR when the caller is signalled meanwhile). EISDIR for a directory; for writing, EROFS
+        on a read-only mount and EACCES for a user who may not write; EMFILE past the handle
+        budget."""
         node = self._node(inode)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
@@ -865,6 +915,10 @@ class RmqOperations(pyfuse3.Operations):
     async def read(  # type: ignore[override]
         self, fh: pyfuse3.FileHandleT, off: int, size: int
     ) -> bytes | bytearray:
+        """FUSE READ: up to ``size`` bytes at ``off``. On the trio loop when
+        :meth:`Handle.read_nowait` answers (memory, the page cache), else :meth:`Handle.read` in a
+        worker thread (EINTR when the caller is signalled meanwhile). EBADF for an unknown
+        handle."""
         h = self._handle(fh)
         data = h.read_nowait(off, size)
         if data is not None:
@@ -872,6 +926,9 @@ class RmqOperations(pyfuse3.Operations):
         return await _run(h.read, off, size, pid=getattr(h, "pid", None))
 
     async def write(self, fh: pyfuse3.FileHandleT, off: int, buf: bytes) -> int:
+        """FUSE WRITE: :meth:`Handle.write` in a worker thread (``off`` is not used: the
+        writable files take lines). A refusal is recorded; the kernel's caches of the files the
+        write changed are dropped before the answer."""
         h = self._handle(fh)
         try:
             return await _run(h.write, buf, on_error=self._handle_refusal("write", h))
@@ -879,6 +936,8 @@ class RmqOperations(pyfuse3.Operations):
             await self._after_write(h)
 
     async def flush(self, fh: pyfuse3.FileHandleT) -> None:
+        """FUSE FLUSH (each close(2) of a descriptor): :meth:`Handle.flush` in a worker
+        thread, whose error close(2) returns; nothing for a ``cheap_close`` handle."""
         h = self._handle(fh)
         if h.cheap_close:  # nothing to commit
             return
@@ -900,10 +959,13 @@ class RmqOperations(pyfuse3.Operations):
             self._invalidate(path_inode(path), attr_only=False)
 
     async def fsync(self, fh: pyfuse3.FileHandleT, datasync: bool) -> None:
+        """FUSE FSYNC: :meth:`Handle.fsync` in a worker thread."""
         h = self._handle(fh)
         await _run(h.fsync, on_error=self._handle_refusal("fsync", h))
 
     async def release(self, fh: pyfuse3.FileHandleT) -> None:
+        """FUSE RELEASE (the last descriptor closed): :meth:`Handle.release`, on the trio
+        loop for a ``cheap_close`` handle, else in a worker thread; no process sees its errors."""
         h = self.handles.pop(fh, None)
         if h is not None:
             self.budget.give(getattr(h, "uid", None))
