@@ -50,7 +50,7 @@ VIEW_PART_MESSAGES = 100_000  # queue offsets per view/ part
 class FsError(Exception):
     """A filesystem error with its errno."""
 
-    def __init__(self, err: int, message: str = ""):
+    def __init__(self, err: int, message: str = "") -> None:
         super().__init__(message or os.strerror(err))
         self.errno = err
 
@@ -101,7 +101,7 @@ class HandleBudget:
     with EMFILE and is logged, and the owner is never counted or refused.
     """
 
-    def __init__(self, owner_uid: int, total: int, per_uid: int):
+    def __init__(self, owner_uid: int, total: int, per_uid: int) -> None:
         self.owner_uid, self.total, self.per_uid = owner_uid, total, per_uid
         self.held: dict[int, int] = {}  # uid -> handles open
         self._lock = threading.Lock()
@@ -168,7 +168,7 @@ class LineBudget:
         owner_total: int = OWNER_TOTAL,
         others_total: int = OTHERS_TOTAL,
         per_uid: int = PER_UID,
-    ):
+    ) -> None:
         self.owner_uid = owner_uid
         self.owner_total, self.others_total, self.per_uid = owner_total, others_total, per_uid
         self.held: dict[int | None, int] = {}  # uid -> bytes buffered (owner's under None)
@@ -226,7 +226,7 @@ class RefusalLog:
     read all.
     """
 
-    def __init__(self, owner_uid: int, keep: int = 1000):
+    def __init__(self, owner_uid: int, keep: int = 1000) -> None:
         import collections
 
         self.owner_uid = owner_uid
@@ -276,7 +276,7 @@ class Context:
         pid: int | None = None,
         others_write: bool = False,
         snapshot_cache_dir: str | None = None,
-    ):
+    ) -> None:
         self.owner_uid = os.getuid()
         self.owner_gid = os.getgid()
         self.others_write = others_write  # -o allow_other_write
@@ -367,7 +367,7 @@ class Node:
 
     is_dir = False
 
-    def __init__(self, ctx: Context, path: str):
+    def __init__(self, ctx: Context, path: str) -> None:
         self.ctx = ctx
         self.path = path  # in the mount, from "/": the inode is a hash of it (ops.path_inode)
 
@@ -540,7 +540,7 @@ class BytesHandle(Handle):
 
     direct_io = True
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes) -> None:
         self.data = data
 
     def read(self, offset: int, length: int) -> bytes:

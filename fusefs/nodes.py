@@ -20,6 +20,7 @@ import re
 import stat
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from engine import errors as E
 from engine.format.message import MessageRecord
@@ -54,6 +55,11 @@ from .base import (
 )
 from .snapshots import SnapshotsDir
 from .viewtree import ViewRootDir, view_ddl_file
+
+if TYPE_CHECKING:  # annotations only
+    from engine.format.config import TopicConfig
+
+    from .views import QueueView, RenderedLog, TopicView
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +358,7 @@ class TopicJsonFile(GeneratedFile):
         super().__init__(ctx, path)
         self.topic = topic
 
-    def config(self):
+    def config(self) -> TopicConfig:
         """The topic's ``TopicConfig`` (a default one of its queue count when topics.json has
         no entry)."""
         cfg = self.ctx.store.topic_config.get(self.topic)
@@ -418,7 +424,7 @@ class TopicJsonWriteHandle(Handle):
     writable = True
     direct_io = True
 
-    def __init__(self, node: TopicJsonFile):
+    def __init__(self, node: TopicJsonFile) -> None:
         self.node = node
         self.buf = bytearray()
         parent = node.path.rsplit("/", 1)[0]
@@ -551,7 +557,7 @@ class ViewHandle(Handle):
 
     keep_cache = True
 
-    def __init__(self, log, start: int = 0):
+    def __init__(self, log: RenderedLog, start: int = 0) -> None:
         self.log = log
         self.start = start
         log.opens += 1  # not evicted while open (fusefs.views.ViewCache)
@@ -584,17 +590,17 @@ class ViewHandle(Handle):
 class ViewFile(Node):
     """Base of decoded views: size = rendered bytes, mtime = newest message's store time."""
 
-    def view(self):
+    def view(self) -> QueueView | TopicView:
         """The view, caught up with the store (may render: worker threads only)."""
         raise NotImplementedError
 
-    def peek(self):
+    def peek(self) -> QueueView | TopicView | None:
         """The view when it exists and is caught up, else None (never blocks)."""
         return None
 
     reported: int | None = None  # the size the kernel was last told
 
-    def _stat_of(self, log) -> Stat:
+    def _stat_of(self, log: RenderedLog) -> Stat:
         self.reported = log.size
         return Stat(
             RO_FILE,
@@ -639,11 +645,11 @@ class TopicViewFile(ViewFile):
         super().__init__(ctx, path)
         self.topic, self.kind = topic, kind
 
-    def view(self):
+    def view(self) -> TopicView:
         """The topic's view of this kind, caught up (may render)."""
         return self.ctx.views.topic(self.kind, self.topic, RENDERERS[self.kind])
 
-    def peek(self):
+    def peek(self) -> TopicView | None:
         """The topic's view when cached and caught up, else None."""
         return self.ctx.views.peek(self.kind, self.topic)
 
@@ -665,11 +671,11 @@ class QueueViewFile(ViewFile):
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.kind = topic, queue_id, kind
 
-    def view(self):
+    def view(self) -> QueueView:
         """The queue's view of this kind, caught up (may render)."""
         return self.ctx.views.queue(self.kind, self.topic, self.queue_id, RENDERERS[self.kind])
 
-    def peek(self):
+    def peek(self) -> QueueView | None:
         """The queue's view when cached and caught up, else None."""
         return self.ctx.views.peek(self.kind, self.topic, self.queue_id)
 
@@ -802,7 +808,7 @@ class MessagesDir(Dir):
             return MessageFile(self.ctx, self.sub(name), [rec])
         return self._by_uniq_key(name)
 
-    def _by_uniq_key(self, name):
+    def _by_uniq_key(self, name: str) -> Node | None:
         """The client's msgId (UNIQ_KEY) through the IndexFiles; only records whose UNIQ_KEY
         is ``name`` (MessageStore.look_messages_by_uniq_key checks every index hit)."""
         if not name.isascii():
@@ -1197,7 +1203,7 @@ class OffsetWriteHandle(Handle):
     writable = True
     direct_io = True
 
-    def __init__(self, node: OffsetFile):
+    def __init__(self, node: OffsetFile) -> None:
         self.node = node
         self.buf = bytearray()
         parent = node.path.rsplit("/", 1)[0]
@@ -1233,7 +1239,7 @@ class OffsetWriteHandle(Handle):
         self.buf += rest
         return len(data)
 
-    def _commit(self, line: bytes):
+    def _commit(self, line: bytes) -> None:
         # mqadmin's rule for an offset (resetOffsetByTime, updateOffset...: the option's
         # value trim()med, then Long.parseLong): ASCII blanks around, one sign, decimal digits
         text = line[:OFFSET_LINE_MAX].decode("ascii", "replace").strip(" \t\r\n\f\v")
@@ -1284,7 +1290,7 @@ class OffsetFile(GeneratedFile):
             self.ctx.file_mtime_ns("consumerOffset.json"),
         )
 
-    def commit(self, offset: int):
+    def commit(self, offset: int) -> None:
         """Commit ``offset`` for the group (``commitOffset``). EROFS on a read-only mount;
         an engine error's errno."""
         if self.ctx.read_only:
@@ -1327,19 +1333,19 @@ class PendingFile(ViewFile):
         super().__init__(ctx, path)
         self.group, self.topic, self.queue_id = group, topic, queue_id
 
-    def view(self):
+    def view(self) -> QueueView:
         """The queue's ``messages`` view, caught up (may render)."""
         return self.ctx.views.queue("messages", self.topic, self.queue_id, R.render_message)
 
-    def peek(self):
+    def peek(self) -> QueueView | None:
         """The queue's ``messages`` view when cached and caught up, else None."""
         return self.ctx.views.peek("messages", self.topic, self.queue_id)
 
-    def _start(self, v) -> int:
+    def _start(self, v: QueueView) -> int:
         committed = self.ctx.store.consumer_offsets.query(self.group, self.topic, self.queue_id)
         return v.byte_offset(max(committed, 0))
 
-    def _pending_stat(self, v) -> Stat:
+    def _pending_stat(self, v: QueueView) -> Stat:
         start = self._start(v)
         # mtime moves with the newest message and with each commit (the start moves)
         mtime = max(ms_to_ns(v.log.mtime_ms), self.ctx.file_mtime_ns("consumerOffset.json"))
@@ -1374,7 +1380,7 @@ class PendingFile(ViewFile):
 class RawHandle(Handle):
     """An open store file; reads are ``pread`` of the real file (byte-identical)."""
 
-    def __init__(self, root: str, rel: str, keep_cache: bool, direct_io: bool = False):
+    def __init__(self, root: str, rel: str, keep_cache: bool, direct_io: bool = False) -> None:
         # Never through a link, anywhere below the store root (engine/service/storetree.py).
         self.fd = open_beneath(root, rel, os.O_RDONLY)
         if not stat.S_ISREG(os.fstat(self.fd).st_mode):

@@ -94,7 +94,7 @@ class SnapshotDir(Dir):
         # children's paths (and so inodes) carry the snapshot's identity
         self.base = f"{path}@{snap.time_ms}-{id(snap):x}" if not rel else path
 
-    def sub(self, name):
+    def sub(self, name: str) -> str:
         """The child's path, under the snapshot's identity."""
         return f"{self.base}/{name}"
 

@@ -98,7 +98,7 @@ def topic_dir_name(topic: str) -> str:
     return f"{_TOPIC_DIR}{''.join(out)}~{digest}"
 
 
-def view_ddl_file(ctx, path: str) -> StaticFile:
+def view_ddl_file(ctx: Context, path: str) -> StaticFile:
     """``view.ddl``: the DDL of ``spark.read.parquet(MNT/view)`` (``queue INT``)."""
     return StaticFile(ctx, path, (DATASOURCE_DDL + "\n").encode())
 
@@ -278,7 +278,7 @@ def part_span(first: int, lo: int, hi: int, part_messages: int) -> tuple[int, in
     return max(first, lo), min(first + part_messages, hi)
 
 
-def part_key(ctx, topic: str, queue_id: int, first: int) -> tuple:
+def part_key(ctx: Context, topic: str, queue_id: int, first: int) -> tuple:
     """``(topic, queueId, first, end)`` of a part as the store stands: ``end`` is one past
     its last queue offset (``first + part_messages`` once full)."""
     s = ctx.store
@@ -310,12 +310,12 @@ class ViewPartFile(Node):
     def __init__(self, ctx: Context, path: str, topic: str, queue_id: int, first: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.first = topic, queue_id, first
-        self.reported = None  # the key whose size the kernel was last told
+        self.reported: tuple | None = None  # the key whose size the kernel was last told
 
-    def _key(self):
+    def _key(self) -> tuple:
         return part_key(self.ctx, self.topic, self.queue_id, self.first)
 
-    def _stat(self, key, info) -> Stat:
+    def _stat(self, key: tuple, info: tuple) -> Stat:
         size, mtime_ms, _ = info
         full = key[3] >= self.first + self.ctx.part_messages
         self.reported = key
@@ -352,7 +352,7 @@ class ViewPartFile(Node):
         fd = self.ctx.views.parts.open_nowait(key)
         return None if fd is None else self._handle(key, fd)
 
-    def _handle(self, key, fd: int) -> PartHandle:
+    def _handle(self, key: tuple, fd: int) -> PartHandle:
         h = PartHandle(fd)
         if self.reported is not None and self.reported != key:
             # the part grew since the kernel cached its size (and maybe pages): drop both
@@ -368,7 +368,7 @@ class PartHandle(Handle):
     keep_cache = True
     cheap_close = True  # release closes the fd; nothing to flush
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int) -> None:
         self.fd = fd
 
     def read(self, offset: int, length: int) -> bytes:
