@@ -17,14 +17,15 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from engine import errors as E
 from engine.live.snapshot import SnapshotManager
 
 _log = logging.getLogger("rmqfs.refused")
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:  # annotations only
     from engine.store import MessageStore
@@ -49,7 +50,7 @@ VIEW_PART_MESSAGES = 100_000  # queue offsets per view/ part
 class FsError(Exception):
     """A filesystem error with its errno."""
 
-    def __init__(self, err: int, message: str = ""):
+    def __init__(self, err: int, message: str = "") -> None:
         super().__init__(message or os.strerror(err))
         self.errno = err
 
@@ -80,7 +81,7 @@ REQUEST_UID: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 
 
-def as_user(uid: int | None, fn, *args):
+def as_user(uid: int | None, fn: Callable[..., _T], *args: object) -> _T:
     """``fn(*args)`` with :data:`REQUEST_UID` set to ``uid`` for its duration."""
     token = REQUEST_UID.set(uid)
     try:
@@ -100,7 +101,7 @@ class HandleBudget:
     with EMFILE and is logged, and the owner is never counted or refused.
     """
 
-    def __init__(self, owner_uid: int, total: int, per_uid: int):
+    def __init__(self, owner_uid: int, total: int, per_uid: int) -> None:
         self.owner_uid, self.total, self.per_uid = owner_uid, total, per_uid
         self.held: dict[int, int] = {}  # uid -> handles open
         self._lock = threading.Lock()
@@ -167,7 +168,7 @@ class LineBudget:
         owner_total: int = OWNER_TOTAL,
         others_total: int = OTHERS_TOTAL,
         per_uid: int = PER_UID,
-    ):
+    ) -> None:
         self.owner_uid = owner_uid
         self.owner_total, self.others_total, self.per_uid = owner_total, others_total, per_uid
         self.held: dict[int | None, int] = {}  # uid -> bytes buffered (owner's under None)
@@ -225,7 +226,7 @@ class RefusalLog:
     read all.
     """
 
-    def __init__(self, owner_uid: int, keep: int = 1000):
+    def __init__(self, owner_uid: int, keep: int = 1000) -> None:
         import collections
 
         self.owner_uid = owner_uid
@@ -275,7 +276,7 @@ class Context:
         pid: int | None = None,
         others_write: bool = False,
         snapshot_cache_dir: str | None = None,
-    ):
+    ) -> None:
         self.owner_uid = os.getuid()
         self.owner_gid = os.getgid()
         self.others_write = others_write  # -o allow_other_write
@@ -366,7 +367,7 @@ class Node:
 
     is_dir = False
 
-    def __init__(self, ctx: Context, path: str):
+    def __init__(self, ctx: Context, path: str) -> None:
         self.ctx = ctx
         self.path = path  # in the mount, from "/": the inode is a hash of it (ops.path_inode)
 
@@ -457,7 +458,7 @@ class Dir(Node):
 
     is_dir = True
 
-    def entries(self) -> dict:
+    def entries(self) -> dict[str, Callable[[], Node]]:
         """``{name: factory}`` of listed children; ``factory()`` makes the child Node."""
         return {}
 
@@ -465,7 +466,7 @@ class Dir(Node):
         """The names of :meth:`entries`."""
         return list(self.entries())
 
-    def child(self, name: str):
+    def child(self, name: str) -> Node | None:
         """The child ``name`` made by its :meth:`entries` factory, or None."""
         f = self.entries().get(name)
         return f() if f else None
@@ -493,6 +494,8 @@ class Handle:
     keep_cache = False
     writable = False
     inode = 0  # set by the FUSE layer
+    pid: int | None = None  # the process that opened it (set by the FUSE layer)
+    uid: int | None = None  # the user who opened it (set by the FUSE layer)
     invalidates: tuple = ()  # paths whose kernel cache a write or flush here makes stale
 
     def read(self, offset: int, length: int) -> bytes:
@@ -500,7 +503,7 @@ class Handle:
         the file, as FUSE expects unless ``direct_io``. EBADF when not open for reading."""
         raise FsError(errno.EBADF)
 
-    def read_nowait(self, offset: int, length: int):
+    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
         """:meth:`read` when it needs no disk I/O (data in memory or the page cache), else
         None. Called on the trio loop, so it must never block (``pread_nowait``) nor raise;
         on None ``ops`` runs :meth:`read` in a worker thread."""
@@ -537,10 +540,12 @@ class BytesHandle(Handle):
 
     direct_io = True
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes) -> None:
         self.data = data
 
     def read(self, offset: int, length: int) -> bytes:
+        """``[offset, offset + length)`` of the bytes taken at open; also its
+        :meth:`read_nowait` (memory only: on the trio loop)."""
         return self.data[offset : offset + length]
 
     read_nowait = read
@@ -550,15 +555,19 @@ class GeneratedFile(Node):
     """A small read-only file rendered on demand (status.json, offsets.json, ...)."""
 
     def content(self) -> bytes:
+        """The file's bytes, rendered now."""
         raise NotImplementedError
 
     def mtime_ns(self) -> int:
+        """The file's mtime in ns: the mount's start unless a subclass knows better."""
         return self.ctx.mount_time_ns
 
     def stat(self) -> Stat:
+        """Read-only; the size of :meth:`content` (rendered to know it), :meth:`mtime_ns`."""
         return Stat(RO_FILE, len(self.content()), self.mtime_ns())
 
     def open(self, flags: int) -> Handle:
+        """A :class:`BytesHandle` of :meth:`content` as it is now; EACCES for writing."""
         if flags & os.O_ACCMODE != os.O_RDONLY:
             raise FsError(errno.EACCES)
         return BytesHandle(self.content())
@@ -571,20 +580,27 @@ def check_read_only_open(flags: int) -> None:
 
 
 class StaticFile(GeneratedFile):
-    """A read-only file of fixed bytes (``README.txt``): cacheable, the tree's mtime."""
+    """``README.txt`` and ``view.ddl``: a read-only file of fixed bytes, cacheable
+    (``live=False``), the tree's mtime.
 
-    def __init__(self, ctx, path, data: bytes):
+    Errnos: EACCES for an open for writing.
+    Threads: getattr (:meth:`stat`) and open run in a worker thread (``trio.to_thread``); reads
+    answer on the trio loop from the bytes taken at open (``BytesHandle.read_nowait``)."""
+
+    def __init__(self, ctx: Context, path: str, data: bytes) -> None:
         super().__init__(ctx, path)
         self.data = data
 
     def content(self) -> bytes:
+        """The fixed bytes."""
         return self.data
 
     def stat(self) -> Stat:
+        """Read-only, its size, the tree's mtime, cacheable (``live=False``)."""
         return Stat(RO_FILE, len(self.data), self.ctx.tree_mtime_ns(), live=False)
 
 
-def pread_nowait(fd: int, length: int, offset: int) -> bytes | None:
+def pread_nowait(fd: int, length: int, offset: int) -> bytes | bytearray | None:
     """``pread`` that never waits for the disk: the bytes when all of them are in the page
     cache, None otherwise (``preadv`` with ``RWF_NOWAIT``, Linux 4.14+).
 

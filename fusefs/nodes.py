@@ -12,14 +12,18 @@ threads, never on the trio loop.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
 import re
 import stat
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from engine import errors as E
+from engine.format.message import MessageRecord
 from engine.live.progress import consumer_progress, diff_total
 from engine.live.status import store_status
 from engine.read.jsonline import build_scheduled_line, message_from_json, parse_json_line
@@ -51,6 +55,11 @@ from .base import (
 )
 from .snapshots import SnapshotsDir
 from .viewtree import ViewRootDir, view_ddl_file
+
+if TYPE_CHECKING:  # annotations only
+    from engine.format.config import TopicConfig
+
+    from .views import QueueView, RenderedLog, TopicView
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +107,16 @@ chown, touch, rm, mv. Why a write of yours was refused: cat refused.jsonl.
 
 
 class RootDir(Dir):
-    def entries(self):
+    """``/``: the mount's root, a fixed set of entries: ``README.txt``, ``status.json``,
+    ``refused.jsonl``, ``topics/``, ``groups/``, ``messages/``, ``view/``, ``view.ddl``, ``raw/``,
+    ``snapshots/``.
+
+    Errnos: ENOENT for a lookup of any other name; EROFS (read-only mount) or EPERM for mkdir and
+    rmdir (:meth:`Node.mkdir`, :meth:`Node.rmdir`).
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def entries(self) -> dict[str, Callable[[], Node]]:
+        """The root's fixed entries."""
         c = self.ctx
         return {
             "README.txt": lambda: StaticFile(
@@ -120,15 +138,22 @@ class RefusedFile(GeneratedFile):
     """``refused.jsonl``: the recent refusals of the reader's own writes (all of them for the
     owner and root), one JSON object a line: time (epoch ms), pid, uid, op, path, errno,
     reason (:class:`fusefs.base.RefusalLog`). Read with direct I/O: it changes without
-    notice, so its size is shown as 0 and a read returns what is there at open."""
+    notice, so its size is shown as 0 and a read returns what is there at open.
+
+    Errnos: EACCES for an open for writing.
+    Threads: getattr and open (:meth:`open_as`, with the reader's uid) run in a worker thread;
+    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read_nowait``)."""
 
     def stat(self) -> Stat:
+        """Size 0 (read with direct I/O), the mount's start as mtime."""
         return Stat(RO_FILE, 0, self.ctx.mount_time_ns)
 
     def open(self, flags: int) -> Handle:
+        """:meth:`open_as` with no user: the daemon's own view (every refusal)."""
         return self.open_as(flags, None)
 
     def open_as(self, flags: int, uid: int | None) -> Handle:
+        """The refusals ``uid`` may read, taken now; EACCES for writing."""
         check_read_only_open(flags)
         return BytesHandle(self.ctx.refusals.lines_for(uid))
 
@@ -141,9 +166,13 @@ class StatusFile(GeneratedFile):
     while dispatch runs inline with the put); ``flushBehindBytes`` what an fsync would still
     write. ``brokerName`` is broker.conf's (``--config``), else RocketMQ's default, the host
     name. mtime = the store time of the newest message (the mount time before any).
-    """
+
+    Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
+    Threads: getattr (which renders the content for its size) and open run in a worker thread;
+    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read_nowait``)."""
 
     def content(self) -> bytes:
+        """``store_status`` (as ``rmqfs brokerStatus``) with the mount's pid and readOnly."""
         st = store_status(self.ctx.store)  # the same fields as `rmqfs brokerStatus`
         # the mount's own: its daemon and whether it writes
         st = {
@@ -155,6 +184,7 @@ class StatusFile(GeneratedFile):
         return R.render_json(st)
 
     def mtime_ns(self) -> int:
+        """The store time of the newest message; the mount's start before any."""
         return ms_to_ns(self.ctx.store.commitlog.last_store_timestamp) or self.ctx.mount_time_ns
 
 
@@ -163,18 +193,32 @@ class StatusFile(GeneratedFile):
 
 
 class TopicsDir(Dir):
+    """``topics/``: one directory per topic of topics.json (``MessageStore.topic_names``);
+    ``mkdir topics/T`` creates a topic as mqadmin updateTopic does (``TopicConfigManager``),
+    ``rmdir`` deletes one (:meth:`rmdir`).
+
+    Errnos: ENOENT for no such topic; EEXIST for mkdir of a topic that exists; EROFS on a
+    read-only mount; EINVAL for a name RocketMQ refuses or a system topic
+    (``check_topic_creatable``), EPERM for rmdir of a system topic.
+    Threads: every handler (lookup, readdir, getattr, mkdir, rmdir) runs in a worker thread."""
+
     def stat(self) -> Stat:
+        """A directory that takes mkdir: 0755 (no write bit on a read-only mount)."""
         return Stat(self.ctx.write_mode(DIR_MODE), 0, self.ctx.tree_mtime_ns())
 
-    def list(self):
+    def list(self) -> list[str]:
+        """The topics of topics.json."""
         return self.ctx.store.topic_names()
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The topic's :class:`TopicDir`, or None when no such topic exists."""
         if name in self.ctx.store.topic_names():
             return TopicDir(self.ctx, self.sub(name), name)
         return None
 
-    def mkdir(self, name):
+    def mkdir(self, name: str) -> Node:
+        """Create the topic (``check_topic_creatable``, then ``create_topic``). EROFS on a
+        read-only mount, EEXIST when it exists, EINVAL for a name refused."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         if name in self.ctx.store.topic_names():
@@ -186,7 +230,7 @@ class TopicsDir(Dir):
             raise fs_error(exc) from exc
         return TopicDir(self.ctx, self.sub(name), name)
 
-    def rmdir(self, name):
+    def rmdir(self, name: str) -> None:
         """``rmdir topics/T``: mqadmin deleteTopic (``MessageStore.delete_topic``): the
         topics.json entry, the ConsumeQueues and the topic's consumer offsets go; CommitLog
         records stay until they expire. The topic's rendered views are dropped. EPERM for a
@@ -202,13 +246,20 @@ class TopicsDir(Dir):
 
 
 class TopicDir(Dir):
-    def __init__(self, ctx, path, topic):
+    """``topics/<topic>/``: ``produce``, ``produce.jsonl``, ``messages.jsonl``, ``bodies.txt``,
+    ``scheduled.jsonl``, ``topic.json``, ``keys/`` and one directory per ConsumeQueue (queueId).
+
+    Errnos: ENOENT for a lookup of any other name; EROFS or EPERM for mkdir/rmdir inside it.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
+        """The topic's files, ``keys/`` and its queues' directories."""
         c, t = self.ctx, self.topic
-        d = {
+        d: dict[str, Callable[[], Node]] = {
             "produce": lambda: ProduceFile(c, self.sub("produce"), t, None, jsonl=False),
             "produce.jsonl": lambda: ProduceFile(c, self.sub("produce.jsonl"), t, None, True),
             "messages.jsonl": lambda: TopicViewFile(c, self.sub("messages.jsonl"), t, "messages"),
@@ -218,7 +269,7 @@ class TopicDir(Dir):
             "keys": lambda: KeysDir(c, self.sub("keys"), t),
         }
         for q in c.store.queue_ids(t):
-            d[str(q)] = lambda q=q: QueueDir(c, self.sub(str(q)), t, q)
+            d[str(q)] = functools.partial(QueueDir, c, self.sub(str(q)), t, q)
         return d
 
 
@@ -233,19 +284,26 @@ class ScheduledFile(GeneratedFile):
     ``jsonline.build_scheduled_line`` a line, in delivery order. Built on open (direct I/O,
     size shown as 0: it changes as messages come due), at most :data:`SCHEDULED_MAX_BYTES`;
     when more wait, the last line is ``{"truncated": true, "shown": N, "waiting": M,
-    "reason": ...}``. A damaged timer store or record gives EIO."""
+    "reason": ...}``.
 
-    def __init__(self, ctx, path, topic):
+    Errnos: EACCES for an open for writing; EIO for a damaged timer store or record.
+    Threads: getattr and open (which builds the lines) run in a worker thread; reads answer on the
+    trio loop from the bytes taken at open (``BytesHandle.read_nowait``)."""
+
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
     def stat(self) -> Stat:
+        """Size 0 (built at open, read with direct I/O); mtime the store's newest record."""
         # the store's newest record: what a new delayed or timed message changes, and the same
         # after a remount (the mount's own start time broke rsync and inode/mtime stability)
         newest = ms_to_ns(self.ctx.store.commitlog.last_store_timestamp)
         return Stat(RO_FILE, 0, newest or self.ctx.tree_mtime_ns())
 
     def content(self) -> bytes:
+        """The waiting messages' lines, at most :data:`SCHEDULED_MAX_BYTES` and a
+        ``truncated`` line when more wait. EIO for a damaged timer store or record."""
         out: list[bytes] = []
         size = shown = waiting = 0
         try:
@@ -279,20 +337,30 @@ class ScheduledFile(GeneratedFile):
         return b"".join(out)
 
     def open(self, flags: int) -> Handle:
+        """A :class:`BytesHandle` of :meth:`content`; EACCES for writing."""
         check_read_only_open(flags)
         return BytesHandle(self.content())
 
 
 class TopicJsonFile(GeneratedFile):
-    """``topic.json``: the topic's topics.json entry. Writing a JSON object changes the
-    fields it names (``readQueueNums``, ``writeQueueNums``, ``perm``, ``order``; other
-    fields may be written back unchanged): mqadmin updateTopic, atomic in topics.json."""
+    """``topics/<topic>/topic.json``: the topic's topics.json entry (``TopicConfig``). Writing a
+    JSON object changes the fields it names (``readQueueNums``, ``writeQueueNums``, ``perm``,
+    ``order``; other fields may be written back unchanged): mqadmin updateTopic, atomic in
+    topics.json (:class:`TopicJsonWriteHandle`).
 
-    def __init__(self, ctx, path, topic):
+    Errnos: EROFS for an open for writing or a truncate on a read-only mount; EINVAL for a
+    truncate to a size other than 0, for text that is not a JSON object, or for a field value
+    the engine refuses (its errno).
+    Threads: getattr, open, write, flush and release run in a worker thread; reads of a
+    read-only open answer on the trio loop (``BytesHandle.read_nowait``)."""
+
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
-    def config(self):
+    def config(self) -> TopicConfig:
+        """The topic's ``TopicConfig`` (a default one of its queue count when topics.json has
+        no entry)."""
         cfg = self.ctx.store.topic_config.get(self.topic)
         if cfg is None:
             n = len(self.ctx.store.queue_ids(self.topic))
@@ -301,23 +369,29 @@ class TopicJsonFile(GeneratedFile):
             cfg = TopicConfig(self.topic, n, n)
         return cfg
 
-    def content(self):
+    def content(self) -> bytes:
+        """The config as JSON (``TopicConfig.to_json``)."""
         return R.render_json(self.config().to_json())
 
-    def mtime_ns(self):
+    def mtime_ns(self) -> int:
+        """topics.json's mtime."""
         return self.ctx.file_mtime_ns("topics.json")
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """Writable (0644 as :meth:`Context.write_mode` shows it), its JSON's size."""
         return Stat(self.ctx.write_mode(RW_FILE), len(self.content()), self.mtime_ns())
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
+        """A :class:`BytesHandle` for reading, a :class:`TopicJsonWriteHandle` for
+        writing (EROFS on a read-only mount)."""
         if flags & os.O_ACCMODE == os.O_RDONLY:
             return BytesHandle(self.content())
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         return TopicJsonWriteHandle(self)
 
-    def truncate(self, size):
+    def truncate(self, size: int) -> None:
+        """Size 0 only (``open(O_TRUNC)``): EINVAL otherwise, EROFS on a read-only mount."""
         if size != 0:
             raise FsError(errno.EINVAL)
         if self.ctx.read_only:
@@ -350,16 +424,19 @@ class TopicJsonWriteHandle(Handle):
     writable = True
     direct_io = True
 
-    def __init__(self, node: TopicJsonFile):
+    def __init__(self, node: TopicJsonFile) -> None:
         self.node = node
         self.buf = bytearray()
         parent = node.path.rsplit("/", 1)[0]
         self.invalidates = (node.path, parent)
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
+        """The config as it is now (direct I/O)."""
         return self.node.content()[offset : offset + length]
 
-    def write(self, data):
+    def write(self, data: bytes) -> int:
+        """Collect ``data``; once the bytes are one whole JSON object, apply it
+        (:meth:`TopicJsonFile.update`). EINVAL past :data:`TOPIC_JSON_MAX` bytes."""
         if len(self.buf) + len(data) > TOPIC_JSON_MAX:
             self.buf.clear()
             raise FsError(errno.EINVAL, f"topic.json: over {TOPIC_JSON_MAX} bytes")
@@ -375,13 +452,15 @@ class TopicJsonWriteHandle(Handle):
         self.node.update(text)
         return len(data)
 
-    def flush(self):
+    def flush(self) -> None:
+        """Apply what is left (close(2) reports its EINVAL)."""
         if bytes(self.buf).strip():
             text = bytes(self.buf)
             self.buf.clear()
             self.node.update(text)
 
-    def release(self):
+    def release(self) -> None:
+        """:meth:`flush`, its errors dropped (the kernel reports none)."""
         try:
             self.flush()
         except FsError:
@@ -389,11 +468,18 @@ class TopicJsonWriteHandle(Handle):
 
 
 class QueueDir(Dir):
-    def __init__(self, ctx, path, topic, queue_id):
+    """``topics/<topic>/<queueId>/``: one ConsumeQueue's ``messages.jsonl``, ``bodies.txt``,
+    ``offsets.json``, ``produce`` (to this queue), ``by-offset/`` and ``by-time/``.
+
+    Errnos: ENOENT for a lookup of any other name; EROFS or EPERM for mkdir/rmdir inside it.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
+        """The queue's views, ``offsets.json``, ``produce``, ``by-offset/`` and ``by-time/``."""
         c, t, q = self.ctx, self.topic, self.queue_id
         return {
             "messages.jsonl": lambda: QueueViewFile(
@@ -408,7 +494,15 @@ class QueueDir(Dir):
 
 
 class OffsetsFile(GeneratedFile):
-    def __init__(self, ctx, path, topic, queue_id):
+    """``topics/<topic>/<queueId>/offsets.json``: the queue's ``minOffset`` and ``maxOffset``
+    (``getMinOffsetInQueue``/``getMaxOffsetInQueue``) and the store times of its first and last
+    message (null when empty). mtime: the last message's store time.
+
+    Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
+    Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
+    taken at open (``BytesHandle.read_nowait``)."""
+
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
@@ -428,10 +522,12 @@ class OffsetsFile(GeneratedFile):
             "maxStoreTimestamp": last,
         }
 
-    def content(self):
+    def content(self) -> bytes:
+        """The queue's offsets and first and last store times, as JSON."""
         return R.render_json(self._fields())
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """Read-only, the JSON's size, mtime the last message's store time."""
         f = self._fields()
         return Stat(
             RO_FILE,
@@ -461,27 +557,31 @@ class ViewHandle(Handle):
 
     keep_cache = True
 
-    def __init__(self, log, start: int = 0):
+    def __init__(self, log: RenderedLog, start: int = 0) -> None:
         self.log = log
         self.start = start
         log.opens += 1  # not evicted while open (fusefs.views.ViewCache)
         if log.damage is not None:  # the view ends at damage: the read there must reach us
             self.direct_io, self.keep_cache = True, False
 
-    def release(self):
+    def release(self) -> None:
+        """Stop holding the log open (it may be evicted; closed if its topic was deleted)."""
         with self.log.lock:
             self.log.opens -= 1
             if not self.log.opens and getattr(self.log, "dropped", False):
                 self.log.close()  # its topic was deleted while this handle read it
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
+        """The rendered bytes at ``start + offset``. EIO at the end of what rendered when
+        the view ends at a damaged record."""
         data = self.log.read(self.start + offset, length)
         if not data and length and self.log.damage is not None:
             # the lines before the damage were read: the next one is the damaged record
             raise FsError(errno.EIO, f"damaged record: {self.log.damage}")
         return data
 
-    def read_nowait(self, offset, length):
+    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
+        """The rendered bytes when the page cache holds them (never past damage), else None."""
         if self.log.damage is not None:
             return None  # read() decides where the damage starts
         return self.log.read_nowait(self.start + offset, length)
@@ -490,17 +590,17 @@ class ViewHandle(Handle):
 class ViewFile(Node):
     """Base of decoded views: size = rendered bytes, mtime = newest message's store time."""
 
-    def view(self):
+    def view(self) -> QueueView | TopicView:
         """The view, caught up with the store (may render: worker threads only)."""
         raise NotImplementedError
 
-    def peek(self):
+    def peek(self) -> QueueView | TopicView | None:
         """The view when it exists and is caught up, else None (never blocks)."""
         return None
 
     reported: int | None = None  # the size the kernel was last told
 
-    def _stat_of(self, log) -> Stat:
+    def _stat_of(self, log: RenderedLog) -> Stat:
         self.reported = log.size
         return Stat(
             RO_FILE,
@@ -510,13 +610,17 @@ class ViewFile(Node):
         )
 
     def stat(self) -> Stat:
+        """The view's size and newest store time, once it caught up (may render)."""
         return self._stat_of(self.view().log)
 
-    def stat_nowait(self):
+    def stat_nowait(self) -> Stat | None:
+        """:meth:`stat` from the cached view when it is caught up (:meth:`peek`), else None."""
         v = self.peek()
         return None if v is None else self._stat_of(v.log)
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
+        """A :class:`ViewHandle` of the caught-up view; drops the kernel's size first when the
+        view grew since it was reported. EACCES for writing."""
         check_read_only_open(flags)
         log = self.view().log
         h = ViewHandle(log)
@@ -525,40 +629,76 @@ class ViewFile(Node):
 
 
 class TopicViewFile(ViewFile):
-    def __init__(self, ctx, path, topic, kind):
+    """``topics/<topic>/messages.jsonl`` and ``bodies.txt``: every message of the topic, decoded
+    (``render_message``: one JSON line; ``render_body``: the body), in CommitLog order; a cached
+    render (:meth:`fusefs.views.ViewCache.topic`) that grows as messages arrive.
+
+    Errnos: EACCES for an open for writing; EIO for a read that reaches a damaged record (the
+    view ends there) or a render that fails; EFBIG when the render cache cannot hold the view
+    (:class:`fusefs.views.RenderBudget`).
+    Threads: getattr answers on the trio loop when the view is cached and caught up
+    (:meth:`stat_nowait`), else renders in a worker thread; open runs in a worker thread; reads
+    answer on the trio loop from the page cache (``ViewHandle.read_nowait``), else in a worker
+    thread."""
+
+    def __init__(self, ctx: Context, path: str, topic: str, kind: str) -> None:
         super().__init__(ctx, path)
         self.topic, self.kind = topic, kind
 
-    def view(self):
+    def view(self) -> TopicView:
+        """The topic's view of this kind, caught up (may render)."""
         return self.ctx.views.topic(self.kind, self.topic, RENDERERS[self.kind])
 
-    def peek(self):
+    def peek(self) -> TopicView | None:
+        """The topic's view when cached and caught up, else None."""
         return self.ctx.views.peek(self.kind, self.topic)
 
 
 class QueueViewFile(ViewFile):
-    def __init__(self, ctx, path, topic, queue_id, kind):
+    """``topics/<topic>/<queueId>/messages.jsonl`` and ``bodies.txt``: one ConsumeQueue's
+    messages decoded, in queue-offset order; a cached render
+    (:meth:`fusefs.views.ViewCache.queue`) that grows as messages arrive.
+
+    Errnos: EACCES for an open for writing; EIO for a read that reaches a damaged record (the
+    view ends there) or a render that fails; EFBIG when the render cache cannot hold the view
+    (:class:`fusefs.views.RenderBudget`).
+    Threads: getattr answers on the trio loop when the view is cached and caught up
+    (:meth:`stat_nowait`), else renders in a worker thread; open runs in a worker thread; reads
+    answer on the trio loop from the page cache (``ViewHandle.read_nowait``), else in a worker
+    thread."""
+
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int, kind: str) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.kind = topic, queue_id, kind
 
-    def view(self):
+    def view(self) -> QueueView:
+        """The queue's view of this kind, caught up (may render)."""
         return self.ctx.views.queue(self.kind, self.topic, self.queue_id, RENDERERS[self.kind])
 
-    def peek(self):
+    def peek(self) -> QueueView | None:
+        """The queue's view when cached and caught up, else None."""
         return self.ctx.views.peek(self.kind, self.topic, self.queue_id)
 
 
 class MessageFile(GeneratedFile):
-    """One message as a JSON line (lookups)."""
+    """``by-offset/<n>``, ``by-time/<ms>``, ``keys/<key>``, ``messages/<msgId>``: the messages a
+    lookup found, one JSON line each (``render_message``). Cached by the kernel for 1 s (for
+    long on a store nothing writes): expiry may remove them.
 
-    def __init__(self, ctx, path, records):
+    Errnos: EACCES for an open for writing.
+    Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
+    taken at open (``BytesHandle.read_nowait``)."""
+
+    def __init__(self, ctx: Context, path: str, records: list[MessageRecord]) -> None:
         super().__init__(ctx, path)
         self.records = records
 
-    def content(self):
+    def content(self) -> bytes:
+        """The messages' JSON lines."""
         return b"".join(R.render_message(r) for r in self.records)
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """Read-only, the lines' size, the newest message's store time."""
         data = self.content()
         ms = max(r.store_timestamp for r in self.records)
         # cached for long only when the store cannot change (expiry makes lookups ENOENT)
@@ -572,14 +712,23 @@ class MessageFile(GeneratedFile):
 
 
 class ByOffsetDir(Dir):
-    def __init__(self, ctx, path, topic, queue_id):
+    """``topics/<topic>/<queueId>/by-offset/``: lists nothing; ``by-offset/<n>`` is the message at
+    queue offset ``n`` (``getMessage``), a :class:`MessageFile`.
+
+    Errnos: ENOENT for a name that is not a decimal offset, an offset out of the queue's range,
+    or a topic that is gone.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
-    def list(self):
+    def list(self) -> list[str]:
+        """Nothing: messages are looked up by name."""
         return []
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The message at queue offset ``name``, or None."""
         offset = parse_decimal(name)
         if offset is None:
             return None
@@ -591,7 +740,15 @@ class ByOffsetDir(Dir):
 
 
 class ByTimeDir(ByOffsetDir):
-    def child(self, name):
+    """``topics/<topic>/<queueId>/by-time/``: lists nothing; ``by-time/<epochMillis>`` is the
+    first message stored at or after that time (``getOffsetInQueueByTime``), a
+    :class:`MessageFile`.
+
+    Errnos: ENOENT for a name that is not a decimal, or a time after the queue's last message.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def child(self, name: str) -> Node | None:
+        """The first message stored at or after ``name`` (epoch ms), or None."""
         ms = parse_decimal(name)
         if ms is None:
             return None
@@ -605,14 +762,22 @@ class ByTimeDir(ByOffsetDir):
 
 
 class KeysDir(Dir):
-    def __init__(self, ctx, path, topic):
+    """``topics/<topic>/keys/``: lists nothing; ``keys/<key>`` holds the topic's messages with
+    that key, found through the IndexFiles (``queryMessage``), a :class:`MessageFile`.
+
+    Errnos: ENOENT when no message has the key (or the name is not UTF-8).
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
-    def list(self):
+    def list(self) -> list[str]:
+        """Nothing: keys are looked up by name."""
         return []
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The topic's messages with the key ``name`` (IndexFile), or None."""
         if not name.isascii():
             try:
                 name.encode("utf-8")
@@ -625,16 +790,25 @@ class KeysDir(Dir):
 
 
 class MessagesDir(Dir):
-    def list(self):
+    """``messages/``: lists nothing; ``messages/<msgId>`` is the message with that offset msgId
+    (``MessageDecoder.decodeMessageId``) or client msgId (UNIQ_KEY, through the IndexFiles), a
+    :class:`MessageFile`.
+
+    Errnos: ENOENT when no message has that id.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def list(self) -> list[str]:
+        """Nothing: messages are looked up by id."""
         return []
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The message with the offset msgId ``name``, else those with that UNIQ_KEY, or None."""
         rec = self.ctx.store.look_message_by_offset_msg_id(name)
         if rec is not None:
             return MessageFile(self.ctx, self.sub(name), [rec])
         return self._by_uniq_key(name)
 
-    def _by_uniq_key(self, name):
+    def _by_uniq_key(self, name: str) -> Node | None:
         """The client's msgId (UNIQ_KEY) through the IndexFiles; only records whose UNIQ_KEY
         is ``name`` (MessageStore.look_messages_by_uniq_key checks every index hit)."""
         if not name.isascii():
@@ -701,7 +875,8 @@ class ProduceHandle(Handle):
         limit = ctx.store.config.max_message_size
         self.max_line = limit * 4 // 3 + 64 * 1024 if jsonl else limit
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
+        """Nothing: a produce file reads as empty, opened O_RDWR too."""
         return b""  # docs/mount.md: a produce file reads as empty, opened O_RDWR too
 
     def _messages(self, lines: list[bytes]) -> list[Message]:
@@ -727,6 +902,9 @@ class ProduceHandle(Handle):
             raise fs_error(exc) from exc
 
     def write(self, data: bytes) -> int:
+        """Store the complete lines of ``data`` and buffer the rest (the class's rules).
+        EROFS on a read-only mount; EINVAL, EMSGSIZE, ENOSPC, ENOBUFS, ETIMEDOUT; after a refused
+        continued line, that errno for every later write."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         with self.lock:
@@ -792,6 +970,7 @@ class ProduceHandle(Handle):
         return len(data)
 
     def flush(self) -> None:
+        """Store the unfinished line as a message; the errno of a refused line first."""
         with self.lock:
             if self.refused:
                 raise FsError(self.refused, "a line written to this file was refused")
@@ -804,10 +983,12 @@ class ProduceHandle(Handle):
                     self._settle()
 
     def fsync(self) -> None:
+        """:meth:`flush`, then the store's flush (durable)."""
         self.flush()
         self.ctx.store.flush()
 
     def release(self) -> None:
+        """:meth:`flush`, its errors dropped, and the line budget given back."""
         try:
             self.flush()
         except (FsError, OSError):
@@ -818,16 +999,30 @@ class ProduceHandle(Handle):
 
 
 class ProduceFile(Node):
-    """``produce`` / ``produce.jsonl``: write-only, always empty when read."""
+    """``topics/<topic>/produce``, ``produce.jsonl`` and ``<queueId>/produce``: each line
+    written becomes a message (``putMessages``; :class:`ProduceHandle` has the rules). Shown
+    with size 0; a read-only open reads nothing.
 
-    def __init__(self, ctx, path, topic, queue_id, jsonl):
+    Errnos: EROFS for an open for writing on a read-only mount; EACCES for a topic without write
+    permission (``perm``) or a topic RocketMQ refuses sends to (``check_send_topic``); EINVAL for
+    a truncate to a size other than 0; a write: EINVAL, EMSGSIZE, ENOSPC, ENOBUFS, ETIMEDOUT
+    (:class:`ProduceHandle`).
+    Threads: getattr, open, write, flush, fsync and release run in a worker thread."""
+
+    def __init__(
+        self, ctx: Context, path: str, topic: str, queue_id: int | None, jsonl: bool
+    ) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.jsonl = topic, queue_id, jsonl
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """0644 as :meth:`Context.write_mode` shows it, size 0, the tree's mtime."""
         return Stat(self.ctx.write_mode(WO_FILE), 0, self.ctx.tree_mtime_ns())
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
+        """An empty :class:`BytesHandle` for reading, a :class:`ProduceHandle` for writing.
+        EROFS on a read-only mount; EACCES for a topic without write permission or one sends are
+        refused to."""
         if flags & os.O_ACCMODE == os.O_RDONLY:
             return BytesHandle(b"")
         if self.ctx.read_only:
@@ -842,12 +1037,14 @@ class ProduceFile(Node):
         return ProduceHandle(self.ctx, self.topic, self.queue_id, self.jsonl, self.path)
 
     def open_as(self, flags: int, uid: int | None) -> Handle:
+        """:meth:`open`, the handle's unfinished line charged to ``uid``."""
         h = self.open(flags)
         if isinstance(h, ProduceHandle):
             h.uid = uid  # its unfinished line counts in uid's share of ctx.line_budget
         return h
 
-    def truncate(self, size):
+    def truncate(self, size: int) -> None:
+        """Size 0 only (``open(O_TRUNC)`` does nothing more): EINVAL otherwise."""
         if size != 0:
             raise FsError(errno.EINVAL)
 
@@ -857,20 +1054,33 @@ class ProduceFile(Node):
 
 
 class GroupsDir(Dir):
+    """``groups/``: one directory per consumer group (subscriptionGroup.json and the groups with
+    offsets); ``mkdir groups/G`` creates a group (mqadmin updateSubGroup), ``rmdir`` deletes one
+    (:meth:`rmdir`).
+
+    Errnos: ENOENT for no such group; EEXIST for mkdir of a group that exists; EROFS on a
+    read-only mount; EINVAL for a name RocketMQ refuses.
+    Threads: every handler (lookup, readdir, getattr, mkdir, rmdir) runs in a worker thread."""
+
     def stat(self) -> Stat:
+        """A directory that takes mkdir: 0755 (no write bit on a read-only mount)."""
         return Stat(self.ctx.write_mode(DIR_MODE), 0, self.ctx.tree_mtime_ns())
 
-    def list(self):
+    def list(self) -> list[str]:
+        """The groups (subscriptionGroup.json and those with offsets)."""
         return self.ctx.store.group_names()
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The group's :class:`GroupDir`, or None when no such group exists."""
         # Only existing groups: a lookup that answered for any valid name would make
         # `mkdir groups/<new>` fail with EEXIST (the kernel looks the name up first).
         if name not in self.ctx.store.group_names():
             return None
         return GroupDir(self.ctx, self.sub(name), name)
 
-    def mkdir(self, name):
+    def mkdir(self, name: str) -> Node:
+        """Create the group. EROFS on a read-only mount, EEXIST when it exists, EINVAL
+        for a name refused."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         if name in self.ctx.store.group_names():
@@ -881,7 +1091,7 @@ class GroupsDir(Dir):
             raise fs_error(exc) from exc
         return GroupDir(self.ctx, self.sub(name), name)
 
-    def rmdir(self, name):
+    def rmdir(self, name: str) -> None:
         """``rmdir groups/G``: mqadmin ``deleteSubGroup -r true``
         (``MessageStore.delete_group`` with ``remove_offset``): the subscriptionGroup.json
         entry and the group's offsets go, so the directory does not come back (a group
@@ -895,28 +1105,46 @@ class GroupsDir(Dir):
 
 
 class GroupDir(Dir):
-    def __init__(self, ctx, path, group):
+    """``groups/<group>/``: ``progress.json`` and one directory per topic.
+
+    Errnos: ENOENT for a lookup of any other name; EROFS or EPERM for mkdir/rmdir inside it.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def __init__(self, ctx: Context, path: str, group: str) -> None:
         super().__init__(ctx, path)
         self.group = group
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
+        """``progress.json`` and a directory per topic."""
         c, g = self.ctx, self.group
-        d = {"progress.json": lambda: ProgressFile(c, self.sub("progress.json"), g)}
+        d: dict[str, Callable[[], Node]] = {
+            "progress.json": lambda: ProgressFile(c, self.sub("progress.json"), g)
+        }
         for t in c.store.topic_names():
-            d[t] = lambda t=t: GroupTopicDir(c, self.sub(t), g, t)
+            d[t] = functools.partial(GroupTopicDir, c, self.sub(t), g, t)
         return d
 
 
 class ProgressFile(GeneratedFile):
-    def __init__(self, ctx, path, group):
+    """``groups/<group>/progress.json``: per queue the broker offset, the consumer offset and
+    the lag (``diff``), and ``diffTotal``, as mqadmin consumerProgress shows them
+    (``engine.live.progress.consumer_progress``).
+
+    Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
+    Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
+    taken at open (``BytesHandle.read_nowait``)."""
+
+    def __init__(self, ctx: Context, path: str, group: str) -> None:
         super().__init__(ctx, path)
         self.group = group
 
-    def content(self):
+    def content(self) -> bytes:
+        """``{"group", "queues": consumer_progress rows, "diffTotal"}`` as JSON."""
         rows = consumer_progress(self.ctx.store, self.group)
         return R.render_json({"group": self.group, "queues": rows, "diffTotal": diff_total(rows)})
 
-    def mtime_ns(self):
+    def mtime_ns(self) -> int:
+        """The newer of consumerOffset.json's mtime and the newest message's store time."""
         return max(
             self.ctx.file_mtime_ns("consumerOffset.json"),
             ms_to_ns(self.ctx.store.commitlog.last_store_timestamp),
@@ -924,24 +1152,36 @@ class ProgressFile(GeneratedFile):
 
 
 class GroupTopicDir(Dir):
-    def __init__(self, ctx, path, group, topic):
+    """``groups/<group>/<topic>/``: one directory per queue of the topic.
+
+    Errnos: ENOENT for a lookup of any other name; EROFS or EPERM for mkdir/rmdir inside it.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def __init__(self, ctx: Context, path: str, group: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.group, self.topic = group, topic
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
+        """A directory per queue of the topic."""
         c = self.ctx
         return {
-            str(q): (lambda q=q: GroupQueueDir(c, self.sub(str(q)), self.group, self.topic, q))
+            str(q): functools.partial(GroupQueueDir, c, self.sub(str(q)), self.group, self.topic, q)
             for q in c.store.queue_ids(self.topic)
         }
 
 
 class GroupQueueDir(Dir):
-    def __init__(self, ctx, path, group, topic, queue_id):
+    """``groups/<group>/<topic>/<queueId>/``: ``offset`` and ``pending.jsonl``.
+
+    Errnos: ENOENT for a lookup of any other name; EROFS or EPERM for mkdir/rmdir inside it.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.group, self.topic, self.queue_id = group, topic, queue_id
 
-    def entries(self):
+    def entries(self) -> dict[str, Callable[[], Node]]:
+        """``offset`` and ``pending.jsonl``."""
         c = self.ctx
         return {
             "offset": lambda: OffsetFile(
@@ -963,17 +1203,18 @@ class OffsetWriteHandle(Handle):
     writable = True
     direct_io = True
 
-    def __init__(self, node: OffsetFile):
+    def __init__(self, node: OffsetFile) -> None:
         self.node = node
         self.buf = bytearray()
         parent = node.path.rsplit("/", 1)[0]
         group_dir = parent.rsplit("/", 2)[0]
         self.invalidates = (f"{parent}/pending.jsonl", f"{group_dir}/progress.json")
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
+        """The committed offset as it is now (direct I/O)."""
         return self.node.content()[offset : offset + length]
 
-    def write(self, data):
+    def write(self, data: bytes) -> int:
         """Each complete line commits its offset, in order; the unfinished line is kept.
 
         The buffer holds at most :data:`OFFSET_LINE_MAX` bytes (an offset line is short):
@@ -998,7 +1239,7 @@ class OffsetWriteHandle(Handle):
         self.buf += rest
         return len(data)
 
-    def _commit(self, line: bytes):
+    def _commit(self, line: bytes) -> None:
         # mqadmin's rule for an offset (resetOffsetByTime, updateOffset...: the option's
         # value trim()med, then Long.parseLong): ASCII blanks around, one sign, decimal digits
         text = line[:OFFSET_LINE_MAX].decode("ascii", "replace").strip(" \t\r\n\f\v")
@@ -1006,13 +1247,15 @@ class OffsetWriteHandle(Handle):
             raise FsError(errno.EINVAL, f"not an offset: {text[:40]!r}")
         self.node.commit(int(text))
 
-    def flush(self):
+    def flush(self) -> None:
+        """Commit the unfinished line, if any (close(2) reports its EINVAL)."""
         if self.buf.strip():
             line = bytes(self.buf)
             self.buf.clear()
             self._commit(line)
 
-    def release(self):
+    def release(self) -> None:
+        """:meth:`flush`, its errors dropped (the kernel reports none)."""
         try:
             self.flush()
         except FsError:
@@ -1020,24 +1263,36 @@ class OffsetWriteHandle(Handle):
 
 
 class OffsetFile(GeneratedFile):
-    """``offset``: the committed offset and a newline; writing an integer commits it."""
+    """``groups/<group>/<topic>/<queueId>/offset``: the committed offset and a newline
+    (``ConsumerOffsetManager.queryOffset``); writing an integer commits it
+    (``commitOffset``, :class:`OffsetWriteHandle`).
 
-    def __init__(self, ctx, path, group, topic, queue_id):
+    Errnos: EROFS for an open for writing, a truncate or a commit on a read-only mount; EINVAL
+    for a truncate to a size other than 0, or a line that is not an offset (or over
+    :data:`OFFSET_LINE_MAX` bytes); an engine error's errno for a commit it refuses.
+    Threads: getattr, open, write, flush and release run in a worker thread; reads of a
+    read-only open answer on the trio loop (``BytesHandle.read_nowait``)."""
+
+    def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.group, self.topic, self.queue_id = group, topic, queue_id
 
-    def content(self):
+    def content(self) -> bytes:
+        """The committed offset and a newline (-1 when none)."""
         off = self.ctx.store.consumer_offsets.query(self.group, self.topic, self.queue_id)
         return f"{off}\n".encode()
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """Writable (0644 as shown), its size, consumerOffset.json's mtime."""
         return Stat(
             self.ctx.write_mode(RW_FILE),
             len(self.content()),
             self.ctx.file_mtime_ns("consumerOffset.json"),
         )
 
-    def commit(self, offset: int):
+    def commit(self, offset: int) -> None:
+        """Commit ``offset`` for the group (``commitOffset``). EROFS on a read-only mount;
+        an engine error's errno."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         try:
@@ -1045,14 +1300,17 @@ class OffsetFile(GeneratedFile):
         except E.StoreError as exc:
             raise fs_error(exc) from exc
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
+        """A :class:`BytesHandle` for reading, an :class:`OffsetWriteHandle` for writing
+        (EROFS on a read-only mount)."""
         if flags & os.O_ACCMODE == os.O_RDONLY:
             return BytesHandle(self.content())
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         return OffsetWriteHandle(self)
 
-    def truncate(self, size):
+    def truncate(self, size: int) -> None:
+        """Size 0 only (``open(O_TRUNC)``): EINVAL otherwise, EROFS on a read-only mount."""
         if size != 0:
             raise FsError(errno.EINVAL)
         if self.ctx.read_only:
@@ -1060,35 +1318,51 @@ class OffsetFile(GeneratedFile):
 
 
 class PendingFile(ViewFile):
-    """The queue's ``messages.jsonl`` from the committed offset to the end."""
+    """``groups/<group>/<topic>/<queueId>/pending.jsonl``: the queue's ``messages.jsonl`` from
+    the committed offset to the end (what the group has not consumed). Read with direct I/O: a
+    commit moves the start.
 
-    def __init__(self, ctx, path, group, topic, queue_id):
+    Errnos: EACCES for an open for writing; EIO for a read that reaches a damaged record or a
+    render that fails; EFBIG when the render cache cannot hold the view
+    (:class:`fusefs.views.RenderBudget`).
+    Threads: getattr and open run in a worker thread (never :meth:`stat_nowait`: the start
+    needs the consumer offsets); reads answer on the trio loop from the page cache
+    (``ViewHandle.read_nowait``), else in a worker thread."""
+
+    def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.group, self.topic, self.queue_id = group, topic, queue_id
 
-    def view(self):
+    def view(self) -> QueueView:
+        """The queue's ``messages`` view, caught up (may render)."""
         return self.ctx.views.queue("messages", self.topic, self.queue_id, R.render_message)
 
-    def peek(self):
+    def peek(self) -> QueueView | None:
+        """The queue's ``messages`` view when cached and caught up, else None."""
         return self.ctx.views.peek("messages", self.topic, self.queue_id)
 
-    def _start(self, v) -> int:
+    def _start(self, v: QueueView) -> int:
         committed = self.ctx.store.consumer_offsets.query(self.group, self.topic, self.queue_id)
         return v.byte_offset(max(committed, 0))
 
-    def _pending_stat(self, v) -> Stat:
+    def _pending_stat(self, v: QueueView) -> Stat:
         start = self._start(v)
         # mtime moves with the newest message and with each commit (the start moves)
         mtime = max(ms_to_ns(v.log.mtime_ms), self.ctx.file_mtime_ns("consumerOffset.json"))
         return Stat(RO_FILE, v.log.size - start, mtime)
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """The bytes from the committed offset's line to the end; mtime moves with messages
+        and commits."""
         return self._pending_stat(self.view())
 
-    def stat_nowait(self):
+    def stat_nowait(self) -> Stat | None:
+        """None: the start needs the consumer offsets (a worker thread)."""
         return None
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
+        """A direct-I/O :class:`ViewHandle` from the committed offset's line. EACCES for
+        writing."""
         check_read_only_open(flags)
         v = self.view()
         h = ViewHandle(v.log, self._start(v))
@@ -1106,7 +1380,7 @@ class PendingFile(ViewFile):
 class RawHandle(Handle):
     """An open store file; reads are ``pread`` of the real file (byte-identical)."""
 
-    def __init__(self, root: str, rel: str, keep_cache: bool, direct_io: bool = False):
+    def __init__(self, root: str, rel: str, keep_cache: bool, direct_io: bool = False) -> None:
         # Never through a link, anywhere below the store root (engine/service/storetree.py).
         self.fd = open_beneath(root, rel, os.O_RDONLY)
         if not stat.S_ISREG(os.fstat(self.fd).st_mode):
@@ -1115,25 +1389,36 @@ class RawHandle(Handle):
         self.keep_cache = keep_cache
         self.direct_io = direct_io
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
+        """``pread`` of the real file."""
         return os.pread(self.fd, length, offset)
 
-    def read_nowait(self, offset, length):
+    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
+        """``pread`` when the pages are cached (:func:`pread_nowait`), else None."""
         return pread_nowait(self.fd, length, offset)
 
-    def release(self):
+    def release(self) -> None:
+        """Close the descriptor."""
         os.close(self.fd)
 
 
 class RawDir(Dir):
-    """A read-only mirror of the store directory."""
+    """``raw/`` and its directories: a read-only mirror of the store's directory tree
+    (regular files and directories only, never ``*.tmp``, never through a link:
+    ``engine.service.storetree``).
 
-    def __init__(self, ctx, path, rel):
+    Errnos: ENOENT for a name that is not a regular file or directory there, or a directory
+    that is gone; EROFS or EPERM for mkdir/rmdir.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def __init__(self, ctx: Context, path: str, rel: str) -> None:
         super().__init__(ctx, path)
         self.rel = rel
         self.real = os.path.join(ctx.store.root, rel) if rel else ctx.store.root
 
-    def list(self):
+    def list(self) -> list[str]:
+        """The regular files and directories there (no ``*.tmp``), sorted; nothing when
+        the directory cannot be opened."""
         # Only regular files and directories: a link or special file is never shown (a store
         # holding one is refused when it opens; this covers one created while mounted).
         try:
@@ -1151,7 +1436,9 @@ class RawDir(Dir):
         finally:
             os.close(fd)
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The :class:`RawDir` or :class:`RawFile` of ``name``, or None (a link, a special
+        file, ``*.tmp``, gone)."""
         real = os.path.join(self.real, name)
         rel = os.path.join(self.rel, name) if self.rel else name
         if name.endswith(".tmp"):
@@ -1166,7 +1453,9 @@ class RawDir(Dir):
             return RawFile(self.ctx, self.sub(name), rel, real)
         return None
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """The real directory's mtime and blocks (``du raw/`` is ``du STORE``); ENOENT when
+        gone."""
         try:
             st = lstat_beneath(self.ctx.store.root, self.rel)
         except OSError:
@@ -1177,7 +1466,17 @@ class RawDir(Dir):
 
 
 class RawFile(Node):
-    def __init__(self, ctx, path, rel, real):
+    """``raw/...``: a store file (CommitLog, ConsumeQueue, IndexFile, checkpoint,
+    config/*.json), byte-identical: reads are ``pread`` of the real file (:class:`RawHandle`),
+    ``st_blocks`` the real file's (sparse segments stay sparse).
+
+    Errnos: ENOENT when the file is gone (expiry) or is not a regular file; EACCES for an open
+    for writing, or when the path is now a link (ELOOP) or unreadable; EISDIR when it is now
+    no regular file.
+    Threads: getattr and open run in a worker thread; reads answer on the trio loop when the
+    pages are in the page cache (``pread_nowait``), else in a worker thread."""
+
+    def __init__(self, ctx: Context, path: str, rel: str, real: str) -> None:
         super().__init__(ctx, path)
         self.rel, self.real = rel, real
 
@@ -1188,6 +1487,7 @@ class RawFile(Node):
     LIVE_SEGMENT_TIMEOUT = 1.0
 
     def preallocated(self) -> bool:
+        """A CommitLog, ConsumeQueue or IndexFile segment (its size never changes)."""
         return self.rel.split(os.sep)[0] in self.PREALLOCATED
 
     def sealed(self) -> bool:
@@ -1200,7 +1500,9 @@ class RawFile(Node):
             ) or self.ctx.frozen
         return self.ctx.frozen
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """The real file's size, mtime and blocks; cached for long once sealed, 1 s while a
+        preallocated segment is written. ENOENT when gone."""
         try:
             st = lstat_beneath(self.ctx.store.root, self.rel)
         except OSError:
@@ -1220,7 +1522,9 @@ class RawFile(Node):
             attr_timeout=timeout,
         )
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
+        """A :class:`RawHandle` (page cache kept once sealed; direct I/O for files
+        rewritten at any size). EACCES for writing or a link; ENOENT when gone."""
         check_read_only_open(flags)
         try:
             # checkpoint and config/*.json are rewritten at any size: never page-cached

@@ -36,17 +36,25 @@ import hashlib
 import logging
 import os
 import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import pyfuse3
 import trio
 
 from engine.errors import CorruptRecordError, StoreError
 
-from .base import RO_DIR, RO_FILE, Context, FsError, HandleBudget, Node, Stat, as_user
+from .base import RO_DIR, RO_FILE, Context, FsError, Handle, HandleBudget, Node, Stat, as_user
 from .nodes import RootDir
 from .viewtree import topic_dir_name
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+#: ``on_error(errno, reason)``: told of each error a request answers (:func:`_run`)
+OnError = Callable[[int, str], None]
+#: readdir's entries: (inode, name, child, its attributes), in inode order
+DirEntries = list[tuple[int, str, Node, pyfuse3.EntryAttributes]]
 
 LIVE_TIMEOUT = 0.0
 DIR_TIMEOUT = 1.0
@@ -61,7 +69,7 @@ BLKSIZE = 128 * 1024
 _REMOVED: dict[str, int] = {}
 
 
-def path_inode(path: str) -> int:
+def path_inode(path: str) -> pyfuse3.InodeT:
     """Stable inode number of a path (the root is ``pyfuse3.ROOT_INODE``)."""
     if path == "/":
         return pyfuse3.ROOT_INODE
@@ -125,7 +133,7 @@ def signalled(pid: int) -> bool:
 
 # Requests waiting on a worker thread, with the pid that asked: the watcher cancels (EINTR) the
 # ones whose caller was signalled.
-_waiting: dict = {}
+_waiting: dict[trio.CancelScope, int] = {}
 _watcher_started = False
 WATCH_INTERVAL = 0.1  # seconds between checks of the waiting callers
 
@@ -141,12 +149,18 @@ async def _watch_callers() -> None:
                 log.exception("checking caller %s", pid)
 
 
-def _pid(ctx) -> int | None:
+def _pid(ctx: pyfuse3.RequestContext | None) -> int | None:
     """The caller's pid of a request (None when unknown)."""
     return getattr(ctx, "pid", None) or None
 
 
-async def _run(fn, *args, pid: int | None = None, uid: int | None = None, on_error=None):
+async def _run(
+    fn: Callable[..., _T],
+    *args: Any,
+    pid: int | None = None,
+    uid: int | None = None,
+    on_error: OnError | None = None,
+) -> _T:
     """Run ``fn(*args)`` in a worker thread; FsError/OSError become their errno.
 
     ``uid``: the requesting user, set as :data:`fusefs.base.REQUEST_UID` while ``fn`` runs
@@ -200,7 +214,7 @@ async def _run(fn, *args, pid: int | None = None, uid: int | None = None, on_err
         raise pyfuse3.FUSEError(errno.EIO) from None
 
 
-def _tell(on_error, err: int, reason: str) -> None:
+def _tell(on_error: OnError | None, err: int, reason: str) -> None:
     if on_error is not None:
         try:
             on_error(err, reason)
@@ -208,12 +222,12 @@ def _tell(on_error, err: int, reason: str) -> None:
             log.exception("recording a refusal")
 
 
-def _uid(ctx) -> int | None:
+def _uid(ctx: pyfuse3.RequestContext | None) -> int | None:
     """The requesting user's uid (None without a request context)."""
     return getattr(ctx, "uid", None)
 
 
-def _check_write(fs_ctx: Context, ctx) -> None:
+def _check_write(fs_ctx: Context, ctx: pyfuse3.RequestContext | None) -> None:
     """FUSEError(EACCES) unless the requesting user may write (Context.check_write)."""
     try:
         fs_ctx.check_write(_uid(ctx))
@@ -221,7 +235,7 @@ def _check_write(fs_ctx: Context, ctx) -> None:
         raise pyfuse3.FUSEError(exc.errno) from None
 
 
-def _check_owner(fs_ctx: Context, ctx) -> None:
+def _check_owner(fs_ctx: Context, ctx: pyfuse3.RequestContext | None) -> None:
     """FUSEError(EACCES) unless the requesting user may write (Context.may_write); unlike
     :func:`_check_write` it leaves a read-only mount's EROFS to the node."""
     if not fs_ctx.may_write(_uid(ctx)):
@@ -234,7 +248,7 @@ class RmqOperations(pyfuse3.Operations):
     enable_writeback_cache = False
     supports_dot_lookup = True
 
-    def __init__(self, ctx: Context, budget: HandleBudget | None = None):
+    def __init__(self, ctx: Context, budget: HandleBudget | None = None) -> None:
         super().__init__()
         self.ctx = ctx
         if budget is None:
@@ -247,23 +261,28 @@ class RmqOperations(pyfuse3.Operations):
         self.nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: RootDir(ctx, "/")}
         self.lookups: dict[int, int] = {}
         self.parents: dict[int, int] = {}
-        self.handles: dict[int, object] = {}
+        self.handles: dict[int, Handle] = {}
         self._next_fh = 1
-        self.dir_handles: dict[int, tuple] = {}  # opendir fh -> (inode, caller pid)
+        # opendir fh -> (inode, caller pid, caller uid)
+        self.dir_handles: dict[int, tuple[int, int | None, int | None]] = {}
         self._lock = threading.Lock()
 
     # -- helpers ----------------------------------------------------------------------------
-    def _refusal(self, op: str, path: str, pid: int | None, uid: int | None):
+    def _refusal(self, op: str, path: str, pid: int | None, uid: int | None) -> OnError:
         """An ``on_error`` for :func:`_run`: records the refused request (Context.refusals:
         the log and ``refused.jsonl``)."""
         return lambda err, reason: self.ctx.refusals.record(op, path, pid, uid, err, reason)
 
-    def _refuse(self, op: str, path: str, ctx, err: int, reason: str) -> pyfuse3.FUSEError:
+    def _refuse(
+        self, op: str, path: str, ctx: pyfuse3.RequestContext | None, err: int, reason: str
+    ) -> pyfuse3.FUSEError:
         """Record a refusal decided here; returns the FUSEError to raise."""
         self.ctx.refusals.record(op, path, _pid(ctx), _uid(ctx), err, reason)
         return pyfuse3.FUSEError(err)
 
-    def _check_writer(self, op: str, path: str, ctx, owner_only: bool = False) -> None:
+    def _check_writer(
+        self, op: str, path: str, ctx: pyfuse3.RequestContext | None, owner_only: bool = False
+    ) -> None:
         """:func:`_check_write` (or :func:`_check_owner`), recording a refusal."""
         try:
             (_check_owner if owner_only else _check_write)(self.ctx, ctx)
@@ -276,31 +295,35 @@ class RmqOperations(pyfuse3.Operations):
             )
             raise self._refuse(op, path, ctx, exc.errno, why) from None
 
-    def _no_write(self, op: str, path: str, ctx, err: int, reason: str) -> pyfuse3.FUSEError:
+    def _no_write(
+        self, op: str, path: str, ctx: pyfuse3.RequestContext | None, err: int, reason: str
+    ) -> pyfuse3.FUSEError:
         """The refusal of an operation the tree never allows (EROFS on a read-only mount)."""
         if self.ctx.read_only:
             return self._refuse(op, path, ctx, errno.EROFS, "the mount is read-only")
         return self._refuse(op, path, ctx, err, reason)
 
-    def _child_path(self, parent_inode: int, name) -> str:
+    def _child_path(self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT) -> str:
         parent = self.nodes.get(parent_inode)
         base = parent.path if parent is not None else "?"
         return base.rstrip("/") + "/" + os.fsdecode(name)
 
-    def _node(self, inode: int) -> Node:
+    def _node(self, inode: pyfuse3.InodeT) -> Node:
         node = self.nodes.get(inode)
         if node is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return node
 
-    def _remember(self, node: Node, parent: int) -> int:
+    def _remember(self, node: Node, parent: pyfuse3.InodeT) -> pyfuse3.InodeT:
         ino = path_inode(node.path)
         self.nodes[ino] = node
         self.parents[ino] = parent
         self.lookups[ino] = self.lookups.get(ino, 0) + 1
         return ino
 
-    def _entry(self, node: Node, ino: int, st=None) -> pyfuse3.EntryAttributes:
+    def _entry(
+        self, node: Node, ino: pyfuse3.InodeT, st: Stat | None = None
+    ) -> pyfuse3.EntryAttributes:
         if st is None:
             st = node.stat()
         a = pyfuse3.EntryAttributes()
@@ -331,17 +354,26 @@ class RmqOperations(pyfuse3.Operations):
         return a
 
     # -- lookup and attributes --------------------------------------------------------------
-    async def lookup(self, parent_inode, name, ctx=None):
+    async def lookup(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        ctx: pyfuse3.RequestContext | None = None,
+    ) -> pyfuse3.EntryAttributes:
+        """FUSE LOOKUP: the attributes of ``name`` in ``parent_inode`` (``.`` and ``..`` too:
+        ``supports_dot_lookup``); each answer adds one to the inode's lookup count. On the trio loop
+        for a :attr:`Node.child_in_memory` parent (a name that can never exist there gets a negative
+        entry the kernel keeps), else in a worker thread. ENOENT for no such child."""
         parent = self._node(parent_inode)
-        name = os.fsdecode(name)
-        if name == ".":
+        text = os.fsdecode(name)
+        if text == ".":
             return await _run(self._entry, parent, parent_inode)
-        if name == "..":
+        if text == "..":
             pino = self.parents.get(parent_inode, pyfuse3.ROOT_INODE)
             return await _run(self._entry, self._node(pino), pino)
 
-        def find():
-            child = parent.child(name)
+        def find() -> pyfuse3.EntryAttributes:
+            child = parent.child(text)
             if child is None:
                 raise FsError(errno.ENOENT)
             attr = self._entry(child, path_inode(child.path))
@@ -349,12 +381,14 @@ class RmqOperations(pyfuse3.Operations):
             return attr
 
         if parent.child_in_memory:  # view/: Spark's listings, its lookups of absent .crc files
-            attr = self._lookup_nowait(parent, parent_inode, name)
+            attr = self._lookup_nowait(parent, parent_inode, text)
             if attr is not None:
                 return attr
         return await _run(find, pid=_pid(ctx), uid=_uid(ctx))
 
-    def _lookup_nowait(self, parent, parent_inode: int, name: str):
+    def _lookup_nowait(
+        self, parent: Node, parent_inode: pyfuse3.InodeT, name: str
+    ) -> pyfuse3.EntryAttributes | None:
         """lookup of a :attr:`Dir.child_in_memory` directory's child on the loop: its entry,
         a negative entry the kernel may keep (:meth:`Dir.never_child`), FUSEError(ENOENT), or
         None when the child's attributes need a worker thread (which also reports errors)."""
@@ -376,7 +410,13 @@ class RmqOperations(pyfuse3.Operations):
         self._remember(child, parent_inode)
         return attr
 
-    def forget(self, inode_list):
+    # pyfuse3 calls forget without awaiting a plain return (save_retval in handlers.pxi):
+    # kept synchronous so the maps change before the next request; the stub says async.
+    def forget(  # type: ignore[override]
+        self, inode_list: Sequence[tuple[pyfuse3.InodeT, int]]
+    ) -> None:
+        """FUSE FORGET: drop ``n`` lookups of each inode; a node no longer looked up is
+        forgotten (never the root). Runs on the trio loop and must not raise (pyfuse3)."""
         for ino, n in inode_list:
             left = self.lookups.get(ino, 0) - n
             if left > 0:
@@ -386,14 +426,29 @@ class RmqOperations(pyfuse3.Operations):
                 self.nodes.pop(ino, None)
                 self.parents.pop(ino, None)
 
-    async def getattr(self, inode, ctx=None):
+    async def getattr(
+        self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext | None = None
+    ) -> pyfuse3.EntryAttributes:
+        """FUSE GETATTR: the node's attributes. On the trio loop when :meth:`Node.stat_nowait`
+        answers, else :meth:`Node.stat` in a worker thread. ENOENT for an unknown inode."""
         node = self._node(inode)
         st = node.stat_nowait()
         if st is not None:
             return self._entry(node, inode, st)
         return await _run(self._entry, node, inode, pid=_pid(ctx), uid=_uid(ctx))
 
-    async def setattr(self, inode, attr, fields, fh, ctx):
+    async def setattr(
+        self,
+        inode: pyfuse3.InodeT,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: pyfuse3.FileHandleT | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        """FUSE SETATTR: only a size change (``open(O_TRUNC)``, truncate(2)) is done
+        (:meth:`Node.truncate`, in a worker thread). EROFS on a read-only mount; EPERM for
+        chmod/chown and utime (modes, owners and times are generated); refusals are recorded
+        (``refused.jsonl``)."""
         node = self._node(inode)
         if fields.update_mode or fields.update_uid or fields.update_gid:
             # chmod/chown: modes and owners are generated (docs/guarantees.md "Other users")
@@ -421,12 +476,16 @@ class RmqOperations(pyfuse3.Operations):
             )
         return await _run(self._entry, node, inode)
 
-    async def access(self, inode, mode, ctx):
+    async def access(
+        self, inode: pyfuse3.InodeT, mode: pyfuse3.ModeT, ctx: pyfuse3.RequestContext
+    ) -> bool:
         """access(2) without default_permissions: True when the shown mode bits allow
         ``mode`` to the caller (the owner's bits for the mounting user and root, the others'
         bits for anyone else); writes also need :meth:`Context.may_write`."""
         node = self._node(inode)
-        st = node.stat_nowait() or await _run(node.stat, uid=_uid(ctx))
+        st = node.stat_nowait()
+        if st is None:
+            st = await _run(node.stat, uid=_uid(ctx))
         uid = _uid(ctx)
         if mode & os.W_OK and (self.ctx.read_only or not self.ctx.may_write(uid)):
             return False
@@ -441,7 +500,9 @@ class RmqOperations(pyfuse3.Operations):
         )
         return not want & ~(bits >> shift) & 0o7
 
-    async def statfs(self, ctx):
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        """FUSE STATFS: the store's file system (``os.statvfs`` of the store root, in a
+        worker thread)."""
         st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root, limiter=_threads())
         s = pyfuse3.StatvfsData()
         for name in (
@@ -459,7 +520,11 @@ class RmqOperations(pyfuse3.Operations):
         return s
 
     # -- directories ------------------------------------------------------------------------
-    async def opendir(self, inode, ctx):
+    async def opendir(
+        self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileHandleT:
+        """FUSE OPENDIR: a directory handle that remembers the caller's pid and uid.
+        ENOTDIR for a file, EMFILE past :class:`fusefs.base.HandleBudget`."""
         node = self._node(inode)
         if not node.is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
@@ -471,13 +536,20 @@ class RmqOperations(pyfuse3.Operations):
             self.dir_handles[fh] = (inode, _pid(ctx), uid)
         return fh
 
-    def _take(self, uid: int | None, path: str, ctx) -> None:
+    def _take(self, uid: int | None, path: str, ctx: pyfuse3.RequestContext | None) -> None:
         try:
             self.budget.take(uid)
         except FsError as exc:
             raise self._refuse("open", path, ctx, errno.EMFILE, str(exc)) from None
 
-    async def readdir(self, fh, start_id, token):
+    async def readdir(
+        self, fh: pyfuse3.FileHandleT, start_id: int, token: pyfuse3.ReaddirToken
+    ) -> None:
+        """FUSE READDIRPLUS: the entries after ``start_id`` in inode order, each with its
+        attributes (a lookup each): ``next_id`` is the entry's inode, so a listing that goes on
+        after entries were added neither repeats nor skips one. On the trio loop for a
+        :attr:`Node.child_in_memory` directory whose children are all known, else in a worker
+        thread; a child that fails to load is skipped (logged). EBADF for an unknown handle."""
         inode, pid, uid = self.dir_handles.get(fh, (None, None, None))
         if inode is None:
             raise pyfuse3.FUSEError(errno.EBADF)
@@ -486,8 +558,8 @@ class RmqOperations(pyfuse3.Operations):
         # Entries go out in inode order and next_id is the entry's inode, so a listing that
         # continues after entries were added (a new topic, segment or queue) neither repeats
         # nor skips any (passthroughfs.py does the same).
-        def entries():
-            out = []
+        def entries() -> DirEntries:
+            out: DirEntries = []
             for name in node.list():
                 try:
                     child = node.child(name)
@@ -523,14 +595,14 @@ class RmqOperations(pyfuse3.Operations):
                 break
             self._remember(child, inode)
 
-    def _entries_nowait(self, node, start_id: int) -> list | None:
+    def _entries_nowait(self, node: Node, start_id: int) -> DirEntries | None:
         """readdir's entries of a :attr:`Dir.child_in_memory` directory, on the loop: None
         unless its names and every child's attributes are known without waiting."""
         try:
             names = node.list_nowait()
             if names is None:
                 return None
-            out = []
+            out: DirEntries = []
             for name in names:
                 child = node.child(name)
                 if child is None:
@@ -547,21 +619,32 @@ class RmqOperations(pyfuse3.Operations):
         out.sort(key=lambda e: e[0])
         return out
 
-    async def releasedir(self, fh):
+    async def releasedir(self, fh: pyfuse3.FileHandleT) -> None:
+        """FUSE RELEASEDIR: the directory handle is gone; its share of the handle budget is
+        given back."""
         entry = self.dir_handles.pop(fh, None)
         if entry is not None:
             self.budget.give(entry[2])
 
-    async def mkdir(self, parent_inode, name, mode, ctx):
+    async def mkdir(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        mode: pyfuse3.ModeT,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        """FUSE MKDIR: :meth:`Node.mkdir` of the parent, in a worker thread (``topics/T``,
+        ``groups/G``, ``snapshots/S``). EACCES for a user who may not write
+        (:meth:`fusefs.base.Context.may_write`); the node's errnos otherwise; refusals recorded."""
         parent = self._node(parent_inode)
-        name = os.fsdecode(name)
+        text = os.fsdecode(name)
         # Only the owner creates (topics, groups, snapshots); the nodes answer EROFS where a
         # read-only mount cannot create (a ro mount still takes snapshots).
-        path = parent.path.rstrip("/") + "/" + name
+        path = parent.path.rstrip("/") + "/" + text
         self._check_writer("mkdir", path, ctx, owner_only=True)
 
-        def make():
-            child = parent.mkdir(name)
+        def make() -> pyfuse3.EntryAttributes:
+            child = parent.mkdir(text)
             attr = self._entry(child, path_inode(child.path))
             self._remember(child, parent_inode)
             return attr
@@ -570,20 +653,26 @@ class RmqOperations(pyfuse3.Operations):
         self._invalidate(parent_inode)
         return attr
 
-    async def rmdir(self, parent_inode, name, ctx):
+    async def rmdir(
+        self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT, ctx: pyfuse3.RequestContext
+    ) -> None:
+        """FUSE RMDIR: :meth:`Node.rmdir` of the parent, in a worker thread. The removed
+        tree's inodes (and a topic's ``view/`` directory) answer ENOENT from then on, and a
+        directory made again under the name gets new inode numbers. EACCES for a user who may
+        not write."""
         parent = self._node(parent_inode)
         path = self._child_path(parent_inode, name)
         # only the owner drops snapshots (docs/guarantees.md "Other users")
         self._check_writer("rmdir", path, ctx, owner_only=True)
-        name = os.fsdecode(name)
-        await _run(parent.rmdir, name, on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx)))
+        text = os.fsdecode(name)
+        await _run(parent.rmdir, text, on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx)))
         # rmdir topics/T, groups/G: the nodes of what went (and of the topic's view/ tree)
         # answer ENOENT from now on, whatever the kernel still holds
-        gone = (path,)
+        gone: tuple[str, ...] = (path,)
         if parent.path in ("/topics", "/groups"):
             _REMOVED[path] = _REMOVED.get(path, 0) + 1
         if parent.path == "/topics":
-            gone += (f"/view/{topic_dir_name(name)}",)
+            gone += (f"/view/{topic_dir_name(text)}",)
         with self._lock:
             dropped = [
                 ino
@@ -597,7 +686,11 @@ class RmqOperations(pyfuse3.Operations):
                 self.nodes.pop(ino, None)
         self._invalidate(parent_inode)
 
-    async def unlink(self, parent_inode, name, ctx):
+    async def unlink(
+        self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT, ctx: pyfuse3.RequestContext
+    ) -> None:
+        """FUSE UNLINK: files of the mount are never removed: EPERM (EROFS on a read-only
+        mount), recorded."""
         raise self._no_write(
             "unlink",
             self._child_path(parent_inode, name),
@@ -606,7 +699,16 @@ class RmqOperations(pyfuse3.Operations):
             "files of the mount cannot be removed",
         )
 
-    async def create(self, parent_inode, name, mode, flags, ctx):
+    async def create(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        mode: pyfuse3.ModeT,
+        flags: pyfuse3.FlagT,
+        ctx: pyfuse3.RequestContext,
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        """FUSE CREATE: no file is ever created: EACCES (EROFS on a read-only mount),
+        recorded; mkdir makes topics and groups."""
         raise self._no_write(
             "create",
             self._child_path(parent_inode, name),
@@ -615,7 +717,16 @@ class RmqOperations(pyfuse3.Operations):
             "files cannot be created here (mkdir makes topics and groups)",
         )
 
-    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+    async def mknod(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        mode: pyfuse3.ModeT,
+        rdev: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        """FUSE MKNOD: no file is ever created: EACCES (EROFS on a read-only mount),
+        recorded."""
         raise self._no_write(
             "mknod",
             self._child_path(parent_inode, name),
@@ -624,7 +735,15 @@ class RmqOperations(pyfuse3.Operations):
             "files cannot be created here",
         )
 
-    async def symlink(self, parent_inode, name, target, ctx):
+    async def symlink(
+        self,
+        parent_inode: pyfuse3.InodeT,
+        name: pyfuse3.FileNameT,
+        target: pyfuse3.FileNameT,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        """FUSE SYMLINK: no link is ever created: EACCES (EROFS on a read-only mount),
+        recorded."""
         raise self._no_write(
             "symlink",
             self._child_path(parent_inode, name),
@@ -633,23 +752,41 @@ class RmqOperations(pyfuse3.Operations):
             "links cannot be created here",
         )
 
-    async def setxattr(self, inode, name, value, ctx):
+    async def setxattr(
+        self,
+        inode: pyfuse3.InodeT,
+        name: pyfuse3.XAttrNameT,
+        value: bytes,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
         """Extended attributes are not kept: ENOTSUP (``setfattr``, ``cp --preserve=xattr``,
         ``rsync -X``), recorded in ``refused.jsonl`` like every refused write. getxattr and
         listxattr stay unimplemented on purpose: libfuse's ENOSYS makes the kernel stop
         asking, where an answer would cost a request per write (``security.capability``)."""
         raise self._no_xattr("setxattr", inode, ctx, f" (setting {os.fsdecode(name)!r})")
 
-    async def removexattr(self, inode, name, ctx):
+    async def removexattr(
+        self, inode: pyfuse3.InodeT, name: pyfuse3.XAttrNameT, ctx: pyfuse3.RequestContext
+    ) -> None:
         """No extended attributes to remove: ENOTSUP, recorded as :meth:`setxattr`."""
         raise self._no_xattr("removexattr", inode, ctx)
 
-    def _no_xattr(self, op: str, inode: int, ctx, what: str = "") -> pyfuse3.FUSEError:
+    def _no_xattr(
+        self, op: str, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext, what: str = ""
+    ) -> pyfuse3.FUSEError:
         node = self.nodes.get(inode)
         path = node.path if node is not None else "?"
         return self._refuse(op, path, ctx, errno.ENOTSUP, "extended attributes are not kept" + what)
 
-    async def link(self, inode, new_parent_inode, new_name, ctx):
+    async def link(
+        self,
+        inode: pyfuse3.InodeT,
+        new_parent_inode: pyfuse3.InodeT,
+        new_name: pyfuse3.FileNameT,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        """FUSE LINK: no link is ever created: EPERM (EROFS on a read-only mount),
+        recorded."""
         raise self._no_write(
             "link",
             self._child_path(new_parent_inode, new_name),
@@ -658,7 +795,17 @@ class RmqOperations(pyfuse3.Operations):
             "links cannot be created here",
         )
 
-    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+    async def rename(
+        self,
+        parent_inode_old: pyfuse3.InodeT,
+        name_old: pyfuse3.FileNameT,
+        parent_inode_new: pyfuse3.InodeT,
+        name_new: pyfuse3.FileNameT,
+        flags: pyfuse3.FlagT,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
+        """FUSE RENAME: files of the mount are never renamed: EPERM (EROFS on a read-only
+        mount), recorded."""
         raise self._no_write(
             "rename",
             self._child_path(parent_inode_old, name_old),
@@ -668,7 +815,7 @@ class RmqOperations(pyfuse3.Operations):
         )
 
     # -- files ------------------------------------------------------------------------------
-    def _invalidate(self, inode: int, attr_only: bool = True) -> None:
+    def _invalidate(self, inode: pyfuse3.InodeT, attr_only: bool = True) -> None:
         """Drop the kernel's cached attributes (and pages) of an inode it knows."""
         if inode not in self.nodes:
             return
@@ -677,7 +824,7 @@ class RmqOperations(pyfuse3.Operations):
         except OSError as exc:  # ENOENT: the kernel forgot it already
             log.debug("invalidate_inode(%d): %s", inode, exc)
 
-    def follower_changed(self, changes: dict) -> None:
+    def follower_changed(self, changes: dict[str, list[str]]) -> None:
         """A follower refresh saw the writer delete files (expiry): drop the kernel's cached
         entries of their ``raw/`` paths, which sealed files keep for an hour. Runs in the
         follower's thread, never in a request handler (where it could deadlock)."""
@@ -688,7 +835,15 @@ class RmqOperations(pyfuse3.Operations):
             except (OSError, AttributeError) as exc:  # not known to the kernel: fine
                 log.debug("invalidate_entry(%s): %s", rel, exc)
 
-    async def open(self, inode, flags, ctx):
+    async def open(
+        self, inode: pyfuse3.InodeT, flags: pyfuse3.FlagT, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileInfo:
+        """FUSE OPEN: a new file handle for the node's :class:`Handle`; its ``direct_io`` and
+        ``keep_cache`` go to the kernel in the ``FileInfo``. A read-only open is tried on the trio
+        loop first (:meth:`Node.open_nowait`), else :meth:`Node.open_as` runs in a worker thread
+        (EINTR when the caller is signalled meanwhile). EISDIR for a directory; for writing, EROFS
+        on a read-only mount and EACCES for a user who may not write; EMFILE past the handle
+        budget."""
         node = self._node(inode)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
@@ -699,7 +854,7 @@ class RmqOperations(pyfuse3.Operations):
             self._check_writer("open", node.path, ctx)
         uid = _uid(ctx)
         self._take(uid, node.path, ctx)
-        handle = None
+        handle: Handle | None = None
         try:
             handle = None if writing else self._open_nowait(node, flags, uid)
             if handle is None:
@@ -731,7 +886,7 @@ class RmqOperations(pyfuse3.Operations):
         )
 
     @staticmethod
-    def _open_nowait(node, flags: int, uid):
+    def _open_nowait(node: Node, flags: pyfuse3.FlagT, uid: int | None) -> Handle | None:
         """``node.open_nowait`` on the loop: its handle, or None (then a worker thread opens)."""
         try:
             return node.open_nowait(flags, uid)
@@ -740,7 +895,7 @@ class RmqOperations(pyfuse3.Operations):
         except Exception:  # noqa: BLE001 - the worker thread opens and reports it
             return None
 
-    def _handle_refusal(self, op: str, h):
+    def _handle_refusal(self, op: str, h: Handle) -> OnError:
         node = self.nodes.get(getattr(h, "inode", 0))
         return self._refusal(
             op,
@@ -749,27 +904,40 @@ class RmqOperations(pyfuse3.Operations):
             getattr(h, "uid", None),
         )
 
-    def _handle(self, fh):
+    def _handle(self, fh: pyfuse3.FileHandleT) -> Handle:
         h = self.handles.get(fh)
         if h is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         return h
 
-    async def read(self, fh, off, size):
+    # pyfuse3 replies with any contiguous buffer (PyObject_GetBuffer in fuse_read_async): a
+    # page-cache read (pread_nowait) returns a bytearray, which the stub's ``bytes`` omits.
+    async def read(  # type: ignore[override]
+        self, fh: pyfuse3.FileHandleT, off: int, size: int
+    ) -> bytes | bytearray:
+        """FUSE READ: up to ``size`` bytes at ``off``. On the trio loop when
+        :meth:`Handle.read_nowait` answers (memory, the page cache), else :meth:`Handle.read` in a
+        worker thread (EINTR when the caller is signalled meanwhile). EBADF for an unknown
+        handle."""
         h = self._handle(fh)
         data = h.read_nowait(off, size)
         if data is not None:
             return data
         return await _run(h.read, off, size, pid=getattr(h, "pid", None))
 
-    async def write(self, fh, off, buf):
+    async def write(self, fh: pyfuse3.FileHandleT, off: int, buf: bytes) -> int:
+        """FUSE WRITE: :meth:`Handle.write` in a worker thread (``off`` is not used: the
+        writable files take lines). A refusal is recorded; the kernel's caches of the files the
+        write changed are dropped before the answer."""
         h = self._handle(fh)
         try:
             return await _run(h.write, buf, on_error=self._handle_refusal("write", h))
         finally:
             await self._after_write(h)
 
-    async def flush(self, fh):
+    async def flush(self, fh: pyfuse3.FileHandleT) -> None:
+        """FUSE FLUSH (each close(2) of a descriptor): :meth:`Handle.flush` in a worker
+        thread, whose error close(2) returns; nothing for a ``cheap_close`` handle."""
         h = self._handle(fh)
         if h.cheap_close:  # nothing to commit
             return
@@ -778,23 +946,26 @@ class RmqOperations(pyfuse3.Operations):
         finally:
             await self._after_write(h)
 
-    async def _after_write(self, h) -> None:
+    async def _after_write(self, h: Handle) -> None:
         """Before a write or flush is answered: drop what the kernel caches of the files it
         changed (``Handle.invalidates``)."""
         if h.invalidates:
             await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
 
-    def _invalidate_after(self, h) -> None:
+    def _invalidate_after(self, h: Handle) -> None:
         """After a commit through ``h``: its own inode, and siblings whose content moved."""
         self._invalidate(h.inode, attr_only=False)
         for path in h.invalidates:
             self._invalidate(path_inode(path), attr_only=False)
 
-    async def fsync(self, fh, datasync):
+    async def fsync(self, fh: pyfuse3.FileHandleT, datasync: bool) -> None:
+        """FUSE FSYNC: :meth:`Handle.fsync` in a worker thread."""
         h = self._handle(fh)
         await _run(h.fsync, on_error=self._handle_refusal("fsync", h))
 
-    async def release(self, fh):
+    async def release(self, fh: pyfuse3.FileHandleT) -> None:
+        """FUSE RELEASE (the last descriptor closed): :meth:`Handle.release`, on the trio
+        loop for a ``cheap_close`` handle, else in a worker thread; no process sees its errors."""
         h = self.handles.pop(fh, None)
         if h is not None:
             self.budget.give(getattr(h, "uid", None))

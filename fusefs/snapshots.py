@@ -16,11 +16,13 @@ from __future__ import annotations
 import errno
 
 from engine import errors as E
+from engine.live.snapshot import FrozenFile, Snapshot, SnapshotManager
 
 from .base import (
     DIR_MODE,
     RO_FILE,
     BytesHandle,
+    Context,
     Dir,
     FsError,
     Handle,
@@ -32,34 +34,46 @@ from .base import (
 )
 
 
-def manager(ctx):
+def manager(ctx: Context) -> SnapshotManager:
     """The context's :class:`engine.live.snapshot.SnapshotManager` (made on first use)."""
     return ctx.snapshot_manager()
 
 
 class SnapshotsDir(Dir):
-    """``snapshots/``: one directory per snapshot; mkdir makes one, rmdir drops one."""
+    """``snapshots/``: one directory per snapshot of the store
+    (:class:`engine.live.snapshot.SnapshotManager`); ``mkdir snapshots/S`` takes one, ``rmdir``
+    drops it (the owner only, also on a read-only mount).
 
-    def list(self):
+    Errnos: ENOENT for no such snapshot; EEXIST for mkdir of a name taken; an engine error's
+    errno for a name it refuses.
+    Threads: every handler (lookup, readdir, getattr, mkdir, rmdir) runs in a worker thread."""
+
+    def list(self) -> list[str]:
+        """The snapshots' names."""
         return manager(self.ctx).names()
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The snapshot's :class:`SnapshotDir`, or None."""
         snap = manager(self.ctx).get(name)
         if snap is None:
             return None
         return SnapshotDir(self.ctx, self.sub(name), snap, "")
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """A directory that takes mkdir (0755), the mount's start as mtime."""
         return Stat(DIR_MODE, 0, self.ctx.mount_time_ns)
 
-    def mkdir(self, name):
+    def mkdir(self, name: str) -> Node:
+        """Take a snapshot named ``name`` (``SnapshotManager.create``); the engine error's
+        errno (EEXIST for a name taken)."""
         try:
             snap = manager(self.ctx).create(name)
         except E.StoreError as exc:
             raise fs_error(exc) from exc
         return SnapshotDir(self.ctx, self.sub(name), snap, "")
 
-    def rmdir(self, name):
+    def rmdir(self, name: str) -> None:
+        """Drop the snapshot (``SnapshotManager.drop``); ENOENT for no such snapshot."""
         try:
             manager(self.ctx).drop(name)
         except E.StoreError as exc:
@@ -67,24 +81,33 @@ class SnapshotsDir(Dir):
 
 
 class SnapshotDir(Dir):
-    """A directory inside a snapshot (``rel`` "" is the snapshot itself)."""
+    """``snapshots/<name>/...``: a directory of a snapshot (``rel`` "" is the snapshot itself,
+    which also holds ``SNAPSHOT.json``); its children's paths carry the snapshot's identity, so a
+    snapshot made again under the same name gets new inodes.
 
-    def __init__(self, ctx, path, snap, rel: str):
+    Errnos: ENOENT for a name the snapshot does not hold; EROFS or EPERM for mkdir/rmdir.
+    Threads: lookup, readdir and getattr run in a worker thread (``trio.to_thread``)."""
+
+    def __init__(self, ctx: Context, path: str, snap: Snapshot, rel: str) -> None:
         super().__init__(ctx, path)
         self.snap, self.rel = snap, rel
         # children's paths (and so inodes) carry the snapshot's identity
         self.base = f"{path}@{snap.time_ms}-{id(snap):x}" if not rel else path
 
-    def sub(self, name):
+    def sub(self, name: str) -> str:
+        """The child's path, under the snapshot's identity."""
         return f"{self.base}/{name}"
 
-    def list(self):
+    def list(self) -> list[str]:
+        """The snapshot's entries here (and ``SNAPSHOT.json`` at its top)."""
         names = list(self.snap.dirs.get(self.rel, ()))
         if not self.rel:
             names.append("SNAPSHOT.json")
         return names
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The :class:`ManifestFile`, :class:`SnapshotFile` or :class:`SnapshotDir` of
+        ``name``, or None."""
         rel = f"{self.rel}/{name}" if self.rel else name
         if not self.rel and name == "SNAPSHOT.json":
             return ManifestFile(self.ctx, self.sub(name), self.snap)
@@ -94,7 +117,8 @@ class SnapshotDir(Dir):
             return SnapshotDir(self.ctx, self.sub(name), self.snap, rel)
         return None
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """0755 (a directory), the snapshot's time as mtime, never changes (``live=False``)."""
         return Stat(DIR_MODE, 0, self.snap.time_ms * 1_000_000, live=False)
 
 
@@ -103,16 +127,18 @@ class SnapshotHandle(Handle):
 
     keep_cache = True
 
-    def __init__(self, snap, frozen):
+    def __init__(self, snap: Snapshot, frozen: FrozenFile) -> None:
         if not snap.acquire():
             raise FsError(errno.ENOENT, "snapshot dropped")
         self.snap, self.frozen = snap, frozen
         self._released = False
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
+        """The frozen file's bytes (``FrozenFile.read``)."""
         return self.frozen.read(offset, length)
 
-    def read_nowait(self, offset, length):
+    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
+        """The bytes when in memory or the page cache, else None."""
         p = self.frozen.piece(offset, length)
         if p is None:
             return None
@@ -122,33 +148,52 @@ class SnapshotHandle(Handle):
             return bytes(p[1])
         return p[1]
 
-    def release(self):
+    def release(self) -> None:
+        """Release the snapshot's hold (once)."""
         if not self._released:
             self._released = True
             self.snap.release()
 
 
 class SnapshotFile(Node):
-    def __init__(self, ctx, path, snap, frozen):
+    """``snapshots/<name>/<store path>``: a store file as it was when the snapshot was taken
+    (:class:`engine.live.snapshot.FrozenFile`: its extents of the real file, frozen slots, zeros).
+
+    Errnos: EACCES for an open for writing; ENOENT for an open after the snapshot was dropped.
+    Threads: getattr answers on the trio loop (``stat_nowait`` is :meth:`stat`: all in memory);
+    open runs in a worker thread; reads answer on the trio loop when the pieces are in memory or
+    the page cache (``SnapshotHandle.read_nowait``), else in a worker thread."""
+
+    def __init__(self, ctx: Context, path: str, snap: Snapshot, frozen: FrozenFile) -> None:
         super().__init__(ctx, path)
         self.snap, self.frozen = snap, frozen
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """The frozen size, mtime and data blocks; never changes."""
         f = self.frozen
         data = sum(e - s for s, e, _, _, _ in f.extents)
         return Stat(RO_FILE, f.size, f.mtime_ns, live=False, blocks=(data + 511) // 512)
 
     stat_nowait = stat
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
+        """A :class:`SnapshotHandle` (holds the snapshot open). EACCES for writing;
+        ENOENT when the snapshot was dropped."""
         check_read_only_open(flags)
         return SnapshotHandle(self.snap, self.frozen)
 
 
 class ManifestFile(Node):
-    """``SNAPSHOT.json``: stat and open wait until every file is summed (background)."""
+    """``snapshots/<name>/SNAPSHOT.json``: the snapshot's manifest
+    (:meth:`engine.live.snapshot.SnapshotManager.manifest`); stat and open wait until every file
+    is summed (in the background).
 
-    def __init__(self, ctx, path, snap):
+    Errnos: EACCES for an open for writing; ENOENT when the snapshot was dropped meanwhile.
+    Threads: getattr answers on the trio loop once the manifest is done (:meth:`stat_nowait`),
+    else waits in a worker thread; open runs in a worker thread; reads answer on the trio loop from
+    the bytes taken at open (``BytesHandle.read_nowait``)."""
+
+    def __init__(self, ctx: Context, path: str, snap: Snapshot) -> None:
         super().__init__(ctx, path)
         self.snap = snap
 
@@ -158,16 +203,19 @@ class ManifestFile(Node):
         except InterruptedError:
             raise FsError(errno.ENOENT, "snapshot dropped") from None
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """The manifest's size (waits for the sums); ENOENT when the snapshot was dropped."""
         return Stat(RO_FILE, len(self._data()), self.snap.time_ms * 1_000_000, live=False)
 
-    def stat_nowait(self):
+    def stat_nowait(self) -> Stat | None:
+        """:meth:`stat` once the manifest is done, else None."""
         fut = self.snap.manifest_future
         if fut is None or not fut.done() or fut.exception() is not None:
             return None
         return self.stat()
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
+        """A :class:`BytesHandle` of the manifest (waits for the sums). EACCES for writing."""
         check_read_only_open(flags)
         h = BytesHandle(self._data())
         h.direct_io = False

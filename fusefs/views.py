@@ -29,6 +29,7 @@ import time
 from array import array
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from engine.errors import StoreError
 from engine.format.message import MessageRecord
@@ -36,6 +37,9 @@ from engine.store import MessageStore
 
 from . import render as R
 from .base import REQUEST_UID, pread_nowait
+
+if TYPE_CHECKING:  # imported where a pool starts: most mounts never render
+    from concurrent.futures import ProcessPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +274,7 @@ def check_fits(budget: RenderBudget, others: bool, have: int, lines: int, kind: 
 
 
 # Renderers whose lines are built column-wise from engine.read.columnar batches (render.render_lines).
-_LINE_KINDS = {R.render_message: "messages", R.render_body: "bodies"}
+_LINE_KINDS: dict[Renderer, str] = {R.render_message: "messages", R.render_body: "bodies"}
 COLUMNAR_BATCH = 8192  # messages decoded and rendered per chunk (one worker task)
 
 
@@ -280,7 +284,9 @@ def damage_index(units, exc: StoreError) -> int:
     import numpy as np
 
     at = getattr(exc, "offset", None)
-    hit = np.flatnonzero(units["off"].astype(np.int64) == at) if at is not None else ()
+    if at is None:
+        return 0
+    hit = np.flatnonzero(units["off"].astype(np.int64) == at)
     return int(hit[0]) if len(hit) else 0
 
 
@@ -322,7 +328,7 @@ def _render_chunks(
     """
     from collections import deque
 
-    ahead = deque()
+    ahead: deque[tuple] = deque()
     depth = 2 * parts.workers
     budget = parts.budget
     what = f"the {kind} view of {topic}"
@@ -456,7 +462,7 @@ class QueueView:
         self.queue_id = queue_id
         self.render = render
         self.log = RenderedLog(cache_path)
-        self.first_offset = None
+        self.first_offset: int | None = None  # the queue offset of the first line
 
     def sync(self) -> None:
         """Render the messages stored since the last call."""
@@ -586,8 +592,8 @@ def _topic_chunks(self, cut: dict):
 
     from engine.read.columnar import queue_units
 
-    bufs = {}
-    pos = {}
+    bufs: dict[int, tuple] = {}  # queueId -> (units, queue offsets) not emitted yet
+    pos: dict[int, int] = {}
     for qid in cut:
         cq = self.store.consume_queue(self.topic, qid)
         if cq is not None:
@@ -863,7 +869,7 @@ class PartCache:
         self.total = 0
         self.for_others: set = set()  # keys of files charged to other users (RenderBudget)
         self.others_total = 0  # their bytes
-        self._pool = None
+        self._pool: ProcessPoolExecutor | None = None
         self._tasks = 0  # submitted and not over
         self._last_task = 0.0  # monotonic time of the last submit or end of a task
         self._idle_watch: threading.Thread | None = None

@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Sequence
 
 from engine.read.schema import DATASOURCE_DDL
 from engine.service.validation import parse_decimal
 
 from .base import (
     RO_FILE,
+    Context,
     Dir,
     Handle,
     Node,
@@ -96,24 +98,36 @@ def topic_dir_name(topic: str) -> str:
     return f"{_TOPIC_DIR}{''.join(out)}~{digest}"
 
 
-def view_ddl_file(ctx, path: str) -> StaticFile:
+def view_ddl_file(ctx: Context, path: str) -> StaticFile:
     """``view.ddl``: the DDL of ``spark.read.parquet(MNT/view)`` (``queue INT``)."""
     return StaticFile(ctx, path, (DATASOURCE_DDL + "\n").encode())
 
 
 class ViewRootDir(Dir):
+    """``view/``: one ``topic=<escaped topic>`` directory per topic with messages
+    (:func:`topic_dir_name`), Hive-style partitions for ``spark.read.parquet``.
+
+    Errnos: ENOENT for any other name (a negative entry the kernel keeps for a name that can
+    never be a child: :meth:`never_child`); EROFS or EPERM for mkdir/rmdir.
+    Threads: lookup, readdir and getattr answer on the trio loop (``child_in_memory``: the
+    store's in-memory topics and offsets, and :meth:`stat_nowait`)."""
+
     child_in_memory = True  # the store's topics, queues and offsets
 
-    def stat_nowait(self):
+    def stat_nowait(self) -> Stat | None:
+        """:meth:`stat` (two stats of config files the store itself keeps writing)."""
         return self.stat()  # two stats of config files the store itself keeps writing
 
-    def never_child(self, name):
+    def never_child(self, name: str) -> bool:
+        """Any name not ``topic=...``."""
         return not name.startswith(_TOPIC_DIR)
 
-    def list_nowait(self):
+    def list_nowait(self) -> Sequence[str] | None:
+        """:meth:`list` (in memory)."""
         return self.list()
 
-    def list(self):
+    def list(self) -> list[str]:
+        """``topic=<escaped topic>`` of every topic with messages."""
         s = self.ctx.store
         return [
             topic_dir_name(t)
@@ -121,11 +135,12 @@ class ViewRootDir(Dir):
             if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))
         ]
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The :class:`ViewTopicDir` of ``name`` (a shortened name mapped back), or None."""
         if not name.startswith(_TOPIC_DIR):
             return None
         topics = self.ctx.store.topic_names()
-        topic = unescape_partition_value(name[len(_TOPIC_DIR) :])
+        topic: str | None = unescape_partition_value(name[len(_TOPIC_DIR) :])
         if topic not in topics or topic_dir_name(topic) != name:
             # a shortened name (topic_dir_name): only a name of NAME_MAX bytes can be one
             if len(name.encode("utf-8", "surrogateescape")) < NAME_MAX - 3:
@@ -137,15 +152,24 @@ class ViewRootDir(Dir):
 
 
 class ViewTopicDir(Dir):
+    """``view/topic=<t>/``: one ``queue=<queueId>`` directory per queue with messages.
+    Listing it queues the renders of every part (``PartCache.prefetch``).
+
+    Errnos: ENOENT for any other name (kept by the kernel for a name that is not
+    ``queue=<n>``: :meth:`never_child`); EROFS or EPERM for mkdir/rmdir.
+    Threads: lookup and getattr answer on the trio loop; readdir too when every part's size is
+    known (:meth:`list_nowait`), else it lists (and prefetches) in a worker thread."""
+
     child_in_memory = True  # the store's topics, queues and offsets
 
-    def __init__(self, ctx, path, topic):
+    def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
     stat_nowait = ViewRootDir.stat_nowait
 
-    def never_child(self, name):
+    def never_child(self, name: str) -> bool:
+        """Any name not ``queue=<n>``."""
         return re.fullmatch(r"queue=[0-9]+", name) is None
 
     def _queues(self) -> tuple[list[int], list[tuple]]:
@@ -165,7 +189,8 @@ class ViewTopicDir(Dir):
         ]
         return queues, keys
 
-    def list(self):
+    def list(self) -> list[str]:
+        """``queue=<q>`` of every queue with messages; prefetches every part's render."""
         queues, keys = self._queues()
         # A reader of the topic (Spark) lists each queue directory next and stats its parts,
         # one directory after another: queue the renders of every queue's parts now, first
@@ -173,12 +198,14 @@ class ViewTopicDir(Dir):
         self.ctx.views.parts.prefetch(keys)
         return [f"queue={q}" for q in queues]
 
-    def list_nowait(self):
+    def list_nowait(self) -> Sequence[str] | None:
+        """:meth:`list` when every part's size is known, else None."""
         queues, keys = self._queues()
         known = self.ctx.views.parts.known
         return [f"queue={q}" for q in queues] if all(known(k) for k in keys) else None
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The :class:`ViewQueueDir` of ``queue=<q>``, or None."""
         q = parse_decimal(name[6:]) if name.startswith("queue=") else None
         if q is None or q not in self.ctx.store.queue_ids(self.topic):
             return None
@@ -186,9 +213,17 @@ class ViewTopicDir(Dir):
 
 
 class ViewQueueDir(Dir):
+    """``view/topic=<t>/queue=<q>/``: one ``part-<first offset>.parquet`` per
+    ``part_messages`` queue offsets (:func:`part_firsts`). Listing it queues their renders.
+
+    Errnos: ENOENT for any other name (kept by the kernel for a name that is not a part's:
+    :meth:`never_child`); EROFS or EPERM for mkdir/rmdir.
+    Threads: lookup and getattr answer on the trio loop; readdir too when every part's size is
+    known (:meth:`list_nowait`), else it lists (and prefetches) in a worker thread."""
+
     child_in_memory = True  # the store's topics, queues and offsets
 
-    def __init__(self, ctx, path, topic, queue_id):
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
@@ -200,17 +235,20 @@ class ViewQueueDir(Dir):
 
     stat_nowait = ViewRootDir.stat_nowait
 
-    def never_child(self, name):
+    def never_child(self, name: str) -> bool:
+        """Any name not ``part-<20 digits>.parquet``."""
         return _PART_NAME.fullmatch(name) is None
 
-    def list_nowait(self):
+    def list_nowait(self) -> Sequence[str] | None:
+        """The parts' names when every part's size is known, else None."""
         firsts = self.part_firsts()
         known = self.ctx.views.parts.known
         if not all(known(part_key(self.ctx, self.topic, self.queue_id, f)) for f in firsts):
             return None
         return [f"part-{first:020d}.parquet" for first in firsts]
 
-    def list(self):
+    def list(self) -> list[str]:
+        """The parts' names; prefetches their renders."""
         firsts = self.part_firsts()
         # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
         # size needs its render: queue them all now, so the worker pool renders in parallel.
@@ -219,7 +257,8 @@ class ViewQueueDir(Dir):
         )
         return [f"part-{first:020d}.parquet" for first in firsts]
 
-    def child(self, name):
+    def child(self, name: str) -> Node | None:
+        """The :class:`ViewPartFile` of a part of the grid, or None."""
         m = _PART_NAME.fullmatch(name)
         if not m or int(m.group(1)) not in self.part_firsts():
             return None
@@ -239,7 +278,7 @@ def part_span(first: int, lo: int, hi: int, part_messages: int) -> tuple[int, in
     return max(first, lo), min(first + part_messages, hi)
 
 
-def part_key(ctx, topic: str, queue_id: int, first: int) -> tuple:
+def part_key(ctx: Context, topic: str, queue_id: int, first: int) -> tuple:
     """``(topic, queueId, first, end)`` of a part as the store stands: ``end`` is one past
     its last queue offset (``first + part_messages`` once full)."""
     s = ctx.store
@@ -248,12 +287,19 @@ def part_key(ctx, topic: str, queue_id: int, first: int) -> tuple:
 
 
 class ViewPartFile(Node):
-    """The Parquet file of queue offsets ``[first, first + part_messages)``.
+    """``view/topic=<t>/queue=<q>/part-<first>.parquet``: the Parquet file of queue offsets
+    ``[first, first + part_messages)``.
 
     Columns: ``engine.read.schema.PART_COLUMNS`` (``topic`` and ``queue`` come from the path).
     mtime: store time of the part's last message; a full part never changes (same bytes,
     size and mtime after an eviction or a remount), the last part grows as messages arrive.
-    """
+
+    Errnos: EACCES for an open for writing; EIO when its render fails (damaged or missing
+    ConsumeQueue units) or the mount is closing.
+    Threads: lookup, getattr and open answer on the trio loop when the part is rendered
+    (:meth:`stat_nowait`, :meth:`open_nowait`), else wait for its render in a worker thread;
+    reads answer on the trio loop from the page cache (``PartHandle.read_nowait``), else in a
+    worker thread; release closes its descriptor on the loop (``cheap_close``)."""
 
     #: Seconds the kernel may keep the attributes of a part that is still growing (the
     #: queue's last): Spark stats each file some thirty times a query, and with a zero timeout
@@ -261,15 +307,15 @@ class ViewPartFile(Node):
     #: holds is still the part's (:meth:`open`), so no read sees a part cut short.
     LIVE_PART_TIMEOUT = 1.0
 
-    def __init__(self, ctx, path, topic, queue_id, first):
+    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int, first: int) -> None:
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.first = topic, queue_id, first
-        self.reported = None  # the key whose size the kernel was last told
+        self.reported: tuple | None = None  # the key whose size the kernel was last told
 
-    def _key(self):
+    def _key(self) -> tuple:
         return part_key(self.ctx, self.topic, self.queue_id, self.first)
 
-    def _stat(self, key, info) -> Stat:
+    def _stat(self, key: tuple, info: tuple) -> Stat:
         size, mtime_ms, _ = info
         full = key[3] >= self.first + self.ctx.part_messages
         self.reported = key
@@ -281,27 +327,32 @@ class ViewPartFile(Node):
             attr_timeout=None if full else self.LIVE_PART_TIMEOUT,
         )
 
-    def stat(self):
+    def stat(self) -> Stat:
+        """The rendered part's size and mtime (waits for its render)."""
         key = self._key()
         return self._stat(key, self.ctx.views.parts.info(key))
 
-    def stat_nowait(self):
+    def stat_nowait(self) -> Stat | None:
+        """:meth:`stat` when the part's render is known, else None."""
         key = self._key()
         info = self.ctx.views.parts.known(key)
         return None if info is None else self._stat(key, info)
 
-    def open(self, flags):
+    def open(self, flags: int) -> Handle:
+        """A :class:`PartHandle` of the rendered part (waits for its render). EACCES for
+        writing."""
         check_read_only_open(flags)
         key = self._key()
         return self._handle(key, self.ctx.views.parts.open(key))
 
-    def open_nowait(self, flags, uid):
+    def open_nowait(self, flags: int, uid: int | None) -> Handle | None:
+        """A :class:`PartHandle` when the part is rendered, else None. EACCES for writing."""
         check_read_only_open(flags)
         key = self._key()
         fd = self.ctx.views.parts.open_nowait(key)
         return None if fd is None else self._handle(key, fd)
 
-    def _handle(self, key, fd: int) -> PartHandle:
+    def _handle(self, key: tuple, fd: int) -> PartHandle:
         h = PartHandle(fd)
         if self.reported is not None and self.reported != key:
             # the part grew since the kernel cached its size (and maybe pages): drop both
@@ -317,17 +368,20 @@ class PartHandle(Handle):
     keep_cache = True
     cheap_close = True  # release closes the fd; nothing to flush
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    def read(self, offset, length):
+    def read(self, offset: int, length: int) -> bytes:
+        """``pread`` of the rendered file."""
         return os.pread(self.fd, length, offset)
 
-    def read_nowait(self, offset, length):
+    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
+        """``pread`` when the pages are cached (:func:`pread_nowait`), else None."""
         data = pread_nowait(self.fd, length, offset)
         if data is None:  # short: the end of the file, or pages not cached
             return None
         return bytes(data)
 
-    def release(self):
+    def release(self) -> None:
+        """Close the descriptor."""
         os.close(self.fd)

@@ -293,11 +293,11 @@ def cmd_recover(args) -> int:
 
     root = _check_store(args.store)
     report = recover_store(root, broker_config(args), _progress, rebuild=args.rebuild)
-    before = report.before
+    before, after = report.before, report.after
+    assert before is not None and after is not None  # recover_store verifies before and after
     print(f"before: {before.count('error')} errors, {before.count('warning')} warnings")
     for line in report.actions:
         print(line)
-    after = report.after
     print(
         f"after:  {after.count('error')} errors, {after.count('warning')} warnings; "
         f"{after.records} records, CommitLog [{after.commitlog_min}, {after.commitlog_end})"
@@ -318,6 +318,7 @@ def cmd_produce(args) -> int:
     """``rmqfs produce STORE -t TOPIC [FILE...]``: one message per line (stdin without FILE)."""
     from engine.errors import StoreError
     from engine.format.config import validate_queue_nums, validate_topic_name
+    from engine.service.putmessage import PutResult
     from engine.store import Message
 
     properties = {}
@@ -389,7 +390,8 @@ def cmd_produce(args) -> int:
             _queue(store, args.topic, args.queue_id)
         counts: dict[int, int] = {}
         held: set[str] = set()  # the system topics delayed and timed messages wait in
-        first = last = None
+        first: PutResult | None = None
+        last: PutResult | None = None
         total = 0
 
         def put(lines):
@@ -433,6 +435,7 @@ def cmd_produce(args) -> int:
                 _produce_stream(path, put)
         store.flush()
     if total:
+        assert first is not None and last is not None  # set by the first message put
         per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(counts.items()))
         print(
             f"produced {total} messages to {args.topic} (queue: count {per_queue}), "

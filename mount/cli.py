@@ -219,10 +219,12 @@ def _spawn_background(args) -> int:
         answer = wait_ready(r, sys.stderr)
     finally:
         os.close(r)
+    stderr = proc.stderr
+    assert stderr is not None  # Popen(stderr=PIPE)
     if answer == "ok":
-        proc.stderr.close()
+        stderr.close()
         return 0
-    err = proc.stderr.read().decode(errors="replace").strip() if not answer else ""
+    err = stderr.read().decode(errors="replace").strip() if not answer else ""
     proc.wait()
     print(answer or f"rmqfs: the mount daemon exited ({proc.returncode}): {err}", file=sys.stderr)
     return 1

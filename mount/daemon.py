@@ -22,6 +22,7 @@ import threading
 import pyfuse3
 import trio
 
+from engine.live.snapshot import SnapshotManager
 from engine.store import MessageStore, StoreConfig
 from fusefs.base import Context
 from fusefs.ops import RmqOperations
@@ -78,7 +79,7 @@ def clean_stale_caches(tmpdir: str | None = None) -> list[str]:
     removed. Returns their paths.
     """
     tmpdir = tmpdir or tempfile.gettempdir()
-    gone = []
+    gone: list[str] = []
     try:
         names = os.listdir(tmpdir)
     except OSError:
@@ -199,11 +200,12 @@ class Daemon:
         self.cache_dir = cache_dir
         self.cache_size = cache_size
         self.debug_fuse = debug_fuse
-        self.store = None
-        self.views = None
-        self.snapshots = None
+        self.store: MessageStore | None = None
+        self.views: ViewCache | None = None
+        self.snapshots: SnapshotManager | None = None
         self._own_cache = False
-        self._guard = None  # (process, pipe write end) of the dead-mount guard
+        # (process, pipe write end) of the dead-mount guard
+        self._guard: tuple[subprocess.Popen, int] | None = None
 
     def setup(self) -> None:
         """Check everything, open the store and mount. Raises MountError or StoreError.

@@ -71,7 +71,7 @@ def plan_topics(files: list[Path]) -> dict[str, list[bytes]]:
     ``DERIVED`` topic that some line matches (``produce.jsonl`` lines: body and the tag of the
     file's topic)."""
     topics: dict[str, list[bytes]] = {}
-    derived = {name: [] for name, _ in DERIVED}
+    derived: dict[str, list[bytes]] = {name: [] for name, _ in DERIVED}
     patterns = [(name, re.compile(p)) for name, p in DERIVED]
     for f in files:
         topic = topic_for(f)

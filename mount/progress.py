@@ -134,7 +134,7 @@ def wait_ready(fd: int, err=None, force: bool = False) -> str:
                     name, unit = str(msg["desc"]), str(msg.get("unit", "B"))
                 except (ValueError, KeyError, TypeError):
                     continue
-                if name != desc:
+                if bar is None or name != desc:  # (bar and desc are None together)
                     if bar is not None:
                         bar.close()
                     bar, desc = terminal_bar(total, name, unit, file=err, force=force), name

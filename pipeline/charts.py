@@ -72,14 +72,15 @@ def timeline_series(
 def _palette() -> list:
     import matplotlib
 
-    tab10 = [
-        c
-        for c in matplotlib.colormaps["tab10"].colors
-        if matplotlib.colors.to_hex(c) != OTHER_COLOUR
-    ]
+    def listed(name: str):
+        cmap = matplotlib.colormaps[name]
+        assert isinstance(cmap, matplotlib.colors.ListedColormap)  # tab10, tab20: listed
+        return cmap.colors
+
+    tab10 = [c for c in listed("tab10") if matplotlib.colors.to_hex(c) != OTHER_COLOUR]
     light = [
         c
-        for i, c in enumerate(matplotlib.colormaps["tab20"].colors)
+        for i, c in enumerate(listed("tab20"))
         if i % 2 and matplotlib.colors.to_hex(c) != "#c7c7c7"
     ]
     return tab10 + light
@@ -89,7 +90,8 @@ def series_styles(names: list[str]) -> list[tuple]:
     """``(colour, hatch)`` per series name: :func:`series_colours`, and a hatch from the
     first topic whose colour repeats one shown before (more than 18 topics shown)."""
     n = len(_palette())
-    out, i = [], 0
+    out: list[tuple] = []
+    i = 0
     for name, colour in zip(names, series_colours(names)):
         if name.startswith("other ("):
             out.append((colour, None))

@@ -544,8 +544,8 @@ class _Planner:
         """Cut ``{(topic, q): (start, end)}`` into partitions at multiples of per_partition."""
         o, pf = self.o, self.pushed
         tags = None
-        if o.tags is not None or pf.tags is not None:
-            t = o.tags if o.tags is not None else pf.tags
+        t = o.tags if o.tags is not None else pf.tags
+        if t is not None:  # the option's tags, the pushed filter's, or both
             if pf.tags is not None:
                 t = t & pf.tags
             tags = tuple(sorted(t))
@@ -643,7 +643,7 @@ class RocketMQStreamReader(DataSourceStreamReader):
         if opts.ending is not None or opts.end_ts is not None:
             raise ValueError("endingOffsets/endingTimestamp are for batch queries only")
         self.o = opts
-        self._plan = None
+        self._plan: _Planner | None = None
 
     @property
     def plan(self) -> _Planner:

@@ -52,6 +52,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 try:
     from pyspark.sql import DataFrame, SparkSession
@@ -222,7 +223,7 @@ def read_lag(mount: Mount) -> list[dict]:
     """Rows of ``consumer_lag`` from ``MNT/groups/*/progress.json``: lag is the file's ``diff``
     (computed once, by ``engine.live.progress.consumer_progress``). Unreadable files are skipped with
     a warning on stderr."""
-    rows = []
+    rows: list[dict] = []
     gdir = os.path.join(mount.path, "groups")
     try:
         groups = sorted(os.listdir(gdir))
@@ -258,7 +259,7 @@ def read_lag(mount: Mount) -> list[dict]:
 
 def compute_report(
     spark: SparkSession, messages: DataFrame, lag_rows: list[dict], top: int = DEFAULT_TOP
-) -> dict[str, DataFrame]:
+) -> dict[str, Any]:
     """Compute every table of the report from ``messages`` (``read_view`` rows).
 
     ``messages`` is scanned once: the columns the tables need are projected and persisted,
@@ -282,7 +283,9 @@ def compute_report(
         (ts - F.pmod(ts, F.lit(_MINUTE_MS))).alias("minuteMs"),
         ts.alias("storeTimestamp"),
     ).persist()
-    lo, hi = slim.agg(F.min(ts), F.max(ts)).first()
+    span = slim.agg(F.min(ts), F.max(ts)).first()
+    assert span is not None  # an aggregate without groupBy has one row
+    lo, hi = span
     bucket_ms = chart_bucket(hi - lo if lo is not None else 0)[0]
     timeline = (
         slim.groupBy("brokerName", "topic", (ts - F.pmod(ts, F.lit(bucket_ms))).alias("bucketMs"))
@@ -395,7 +398,7 @@ def compute_report(
     }
 
 
-def collect(report: dict[str, DataFrame]) -> dict:
+def collect(report: dict[str, Any]) -> dict:
     """``{name: pandas.DataFrame}`` of every table (they are small aggregates), plus the
     chart's ``"_timeline"`` (with a UTC ``time`` column) and ``"_bucket_ms"``."""
     from pyspark.sql.types import IntegralType
@@ -403,7 +406,7 @@ def collect(report: dict[str, DataFrame]) -> dict:
     out = {}
     for name in TABLES:
         df = report[name]
-        pdf = df.toPandas()
+        pdf: Any = df.toPandas()  # pandas is untyped here (no pandas-stubs): Any
         for f in df.schema.fields:
             c = f.name
             if str(pdf[c].dtype).startswith("datetime64"):
