@@ -354,3 +354,21 @@ def test_tests_are_grouped_by_layer(tier, forbidden):
         "test_layers.py",
         "test_privacy.py",
     ]
+
+
+def test_every_long_test_named_exists():
+    """conftest.LONG_TESTS names tests by file and function: a renamed or removed one would
+    silently come back into `make test`'s budget (or the list would say what is not there)."""
+    import ast
+
+    from conftest import LONG_TESTS, REPO
+
+    missing = []
+    for rel, names in LONG_TESTS.items():
+        path = REPO / rel
+        defined = set()
+        if path.exists():
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        missing += [f"{rel}::{n}" for n in sorted(names - defined)]
+    assert not missing, missing
