@@ -266,8 +266,15 @@ LONG_TESTS: dict[str, set[str]] = {
         "test_register_names_the_workers_interpreter",
         "test_fixture_store_reads_through_the_view_and_the_data_source",
         "test_long_topics_through_the_data_source_and_a_mounted_view",
+        "test_offsets_below_the_min_offset_fail_unless_failondataloss_false",
     },
-    "tests/spark/test_report.py": {"test_report_on_loghub_logs_over_two_brokers"},
+    "tests/spark/test_report.py": {
+        "test_report_on_loghub_logs_over_two_brokers",
+        "test_store_latency_says_when_it_cannot_be_measured",
+    },
+    "tests/spark/test_view.py": {
+        "test_spark_reads_the_view_row_for_row_and_the_data_source_agrees"
+    },
     "tests/spark/test_view_readers.py": {
         "test_pyarrow_dataset_and_pandas",
         "test_polars_reads_the_directory",
@@ -304,6 +311,7 @@ LONG_TESTS: dict[str, set[str]] = {
         "test_follower_mount_shows_every_acked_message_once",
         "test_follower_mount_of_a_clean_store_follows_a_writer_started_later",
         "test_snapshot_of_a_follower_mount_while_the_writer_produces",
+        "test_tail_f_of_a_follower_mount",
     },
     "tests/mount/test_fs_backup.py": {
         "test_tar_of_a_live_mount_restores_every_acknowledged_message"
@@ -320,8 +328,14 @@ LONG_TESTS: dict[str, set[str]] = {
         "test_second_rsync_transfers_nothing",
         "test_inodes_and_mtimes_are_stable_across_remounts",
     },
-    "tests/mount/test_mount_basic.py": {"test_decoded_fields_match_the_commitlog"},
-    "tests/mount/test_view_cache.py": {"test_cache_stays_under_cache_size_and_parts_are_stable"},
+    "tests/mount/test_mount_basic.py": {
+        "test_decoded_fields_match_the_commitlog",
+        "test_offset_commit_survives_remount",
+    },
+    "tests/mount/test_view_cache.py": {
+        "test_cache_stays_under_cache_size_and_parts_are_stable",
+        "test_the_cache_bound_holds_at_every_moment_and_for_other_users",
+    },
     "tests/mount/test_mount_recovery.py": {
         "test_mount_of_a_crashed_store_prints_what_recovery_did"
     },

@@ -187,34 +187,38 @@ class BatchConsumeQueue:
         data = b"".join(parts)
         return np.frombuffer(data, _dtype(), count=len(data) // BCQ_STORE_UNIT_SIZE)
 
-    def unit_of(self, queue_offset: int) -> int:
-        """The number of the unit holding ``queue_offset`` (msgBaseOffset <= it < msgBaseOffset
-        + batchSize; ``getBatchMsgIndexBuffer``'s binary search), or :attr:`end_unit` when it is
-        at or past the queue's end; :attr:`first_unit` when it is below the first unit."""
+    def first_unit_where(self, field: str, value: int) -> int:
+        """The number of the first valid unit whose ``field`` (a :data:`BCQ_UNIT_FIELDS` name,
+        or ``"end"``: msgBaseOffset + batchSize) is at or above ``value``, by binary search
+        (every one of them grows from unit to unit); :attr:`end_unit` when none is."""
         lo, hi = self.first_unit, self.end_unit
-        while lo < hi:  # first unit whose end > queue_offset
+        while lo < hi:
             mid = (lo + hi) // 2
             u = self.units(mid, mid + 1)
-            if int(u["base"][0]) + int(u["batch"][0]) > queue_offset:
+            got = int(u["base"][0]) + int(u["batch"][0]) if field == "end" else int(u[field][0])
+            if got >= value:
                 hi = mid
             else:
                 lo = mid + 1
         return lo
 
+    def unit_of(self, queue_offset: int) -> int:
+        """The number of the unit holding ``queue_offset`` (msgBaseOffset <= it < msgBaseOffset
+        + batchSize; ``getBatchMsgIndexBuffer``'s binary search), or :attr:`end_unit` when it is
+        at or past the queue's end; :attr:`first_unit` when it is below the first unit."""
+        return self.first_unit_where("end", queue_offset + 1)
+
+    def _base_of(self, unit: int) -> int:
+        # msgBaseOffset of unit number ``unit``; max_offset past the last one
+        if unit >= self.end_unit:
+            return self.max_offset
+        return int(self.units(unit, unit + 1)["base"][0])
+
     # -- offsets -------------------------------------------------------------------------------
     def min_offset_at(self, commitlog_min: int) -> int:
         """``correctMinOffset``: the msgBaseOffset of the first unit whose record is still in
         the CommitLog (``commitLogOffset >= commitlog_min``), or :attr:`max_offset`."""
-        lo, hi = self.first_unit, self.end_unit
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if int(self.units(mid, mid + 1)["off"][0]) >= commitlog_min:
-                hi = mid
-            else:
-                lo = mid + 1
-        if lo >= self.end_unit:
-            return self.max_offset
-        return int(self.units(lo, lo + 1)["base"][0])
+        return self._base_of(self.first_unit_where("off", commitlog_min))
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
         """``correctMinOffset``: :attr:`min_offset` becomes the first message whose record is
@@ -224,13 +228,7 @@ class BatchConsumeQueue:
     def truncate_dirty(self, phy_offset: int) -> None:
         """Forget, in memory only, the units of records at or after CommitLog ``phy_offset``
         (a CommitLog that ends earlier: ``truncateDirtyLogicFiles`` without writing)."""
-        lo, hi = self.first_unit, self.end_unit
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if int(self.units(mid, mid + 1)["off"][0]) >= phy_offset:
-                hi = mid
-            else:
-                lo = mid + 1
+        lo = self.first_unit_where("off", phy_offset)
         if lo < self.end_unit:
             keep_min = self.min_offset
             self.end_unit = lo
@@ -297,16 +295,7 @@ class BatchConsumeQueue:
         """``getOffsetInQueueByTime`` (lower boundary): the msgBaseOffset of the first unit stored
         at or after ``timestamp`` (epoch ms, from the unit's own storeTime), or
         :attr:`max_offset` when every unit is older."""
-        lo, hi = self.first_unit, self.end_unit
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if int(self.units(mid, mid + 1)["store_time"][0]) >= timestamp:
-                hi = mid
-            else:
-                lo = mid + 1
-        if lo >= self.end_unit:
-            return self.max_offset
-        return int(self.units(lo, lo + 1)["base"][0])
+        return self._base_of(self.first_unit_where("store_time", timestamp))
 
     def close(self) -> None:
         """Close the files."""

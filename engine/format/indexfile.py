@@ -227,6 +227,14 @@ class IndexFile:
         OSError: from the disk (ENOSPC, EACCES, ...).
     """
 
+    # the header's fields (HEADER), set by _set_header
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
     def __init__(
         self,
         path: str | None,
@@ -259,14 +267,7 @@ class IndexFile:
                 os.close(fd)
                 raise
             self._io = _FdIO(fd, path)
-            (
-                self.begin_timestamp,
-                self.end_timestamp,
-                self.begin_phy_offset,
-                self.end_phy_offset,
-                self.hash_slot_count,
-                self.index_count,
-            ) = HEADER.unpack(head)
+            self._set_header(HEADER.unpack(head))
             if self.index_count <= 0:
                 self.index_count = 1
         else:
@@ -321,6 +322,28 @@ class IndexFile:
     def is_write_full(self) -> bool:
         """``isWriteFull``: ``indexCount >= indexNum``."""
         return self.index_count >= self.index_num
+
+    def header_fields(self) -> tuple[int, int, int, int, int, int]:
+        """The six :data:`HEADER` fields, in file order (beginTimestamp, endTimestamp,
+        beginPhyOffset, endPhyOffset, hashSlotCount, indexCount)."""
+        return (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def _set_header(self, fields) -> None:
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = fields
 
     def header(self) -> dict:
         """The header as a dict keyed by RocketMQ's field names (beginTimestamp, ...)."""
@@ -752,15 +775,9 @@ class IndexFile:
         slots = np.frombuffer(
             self._io.read(INDEX_HEADER_SIZE, self.hash_slot_num * HASH_SLOT_SIZE), ">i4"
         )
-        head = (
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
+        cut = cut_index(
+            self.header_fields(), slots, self._io.read, self._items_base, phy_offset, timestamp_of
         )
-        cut = cut_index(head, slots, self._io.read, self._items_base, phy_offset, timestamp_of)
         if cut is None:
             return self.index_count
         self._slots = None  # reloaded from the file on the next batched put
@@ -768,14 +785,7 @@ class IndexFile:
             self._io.write(
                 INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(int(cut.slots[slot]))
             )
-        (
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        ) = cut.header
+        self._set_header(cut.header)
         self._io.write(0, HEADER.pack(*cut.header))
         self._dirty = True
         return self.index_count
