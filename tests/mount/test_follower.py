@@ -331,6 +331,11 @@ def test_engine_follower_of_a_store_rocketmq_wrote(tmp_path):
 # mounts
 
 
+# The waits below end as soon as the follower shows what they wait for; their deadlines (30 s)
+# only end a test whose change never shows. How soon it shows is bench.follower's figure (p99
+# under 1 s): bounds of 1-2.5 s here failed whenever the machine was loaded.
+
+
 def _conf(tmp_path, **extra) -> Path:
     conf = tmp_path / "broker.conf"
     keys = {
@@ -452,11 +457,14 @@ def test_follower_mount_shows_every_acked_message_once(mount_store, tmp_path):
     assert set(seen) == set(acked)
 
     # expiry is followed: min offsets advanced, lookups below them are ENOENT
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         ws = json.loads((w.mnt / "status.json").read_text())
         rs = json.loads((r.mnt / "status.json").read_text())
-        if ws["commitLogMinOffset"] == rs["commitLogMinOffset"] > 0:
+        listed = sorted(os.listdir(r.mnt / "raw" / "commitlog"))
+        if ws["commitLogMinOffset"] == rs["commitLogMinOffset"] > 0 and listed == sorted(
+            os.listdir(store / "commitlog")
+        ):
             break
         time.sleep(0.1)
     assert ws["commitLogMinOffset"] == rs["commitLogMinOffset"] > 0
@@ -500,7 +508,7 @@ def test_follower_mount_follows_groups_topics_and_lookups(mount_store, tmp_path)
                 break
         except FileNotFoundError:
             pass
-        assert time.monotonic() - t0 < 2.5
+        assert time.monotonic() - t0 < 30
         time.sleep(0.05)
     assert os.listdir(r.mnt / "topics") == ["A"]
     prog = json.loads((r.mnt / "groups" / "G" / "progress.json").read_text())
@@ -530,7 +538,7 @@ def test_follower_mount_follows_groups_topics_and_lookups(mount_store, tmp_path)
     (w.mnt / "groups" / "G" / "A" / "2" / "offset").write_text("75\n")
     t0 = time.monotonic()
     while (r.mnt / "groups" / "G" / "A" / "2" / "offset").read_text() != "75\n":
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 30
         time.sleep(0.02)
     with pytest.raises(OSError):
         (r.mnt / "groups" / "G" / "A" / "2" / "offset").write_text("1\n")
@@ -615,7 +623,7 @@ def test_follower_mount_of_a_store_rocketmq_wrote(mount_store, tmp_path):
             lines = []
         if len(lines) >= 100:
             break
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 30
         time.sleep(0.02)
     new = [json.loads(x) for x in lines]
     assert [m["body"] for m in new] == [f"appended {i}" for i in range(100)]
@@ -646,7 +654,9 @@ def test_tail_f_of_a_follower_mount(mount_store, tmp_path):
             (w.mnt / "topics" / "Tail" / "produce").write_text(f"after-{i}\n")
             t0 = time.monotonic()
             while f"after-{i}".encode() not in out.read_bytes():
-                assert time.monotonic() - t0 < 2.5, out.read_bytes()  # tail's 1 s poll + ours
+                # how soon (tail's 1 s poll, the follower's refresh) is bench.follower's figure;
+                # the bound here only ends a test whose message never shows
+                assert time.monotonic() - t0 < 30, out.read_bytes()
                 time.sleep(0.02)
     finally:
         tail.terminate()
@@ -670,11 +680,11 @@ def test_follower_mount_of_a_clean_store_follows_a_writer_started_later(mount_st
     (w.mnt / "topics" / "T" / "produce").write_text("two\n")
     t0 = time.monotonic()
     while (r.mnt / "topics" / "T" / "bodies.txt").read_text() != "one\ntwo\n":
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 30
         time.sleep(0.02)
     t0 = time.monotonic()
     while json.loads((r.mnt / "status.json").read_text())["writerPid"] != w.pid:
-        assert time.monotonic() - t0 < 2.0
+        assert time.monotonic() - t0 < 30
         time.sleep(0.05)
 
 
