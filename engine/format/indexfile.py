@@ -55,6 +55,15 @@ from .javahash import index_key_hash
 from .mappedfile import create_preallocated
 
 HEADER = struct.Struct(">qqqqii")  # begin/endTimestamp, begin/endPhyOffset, slot and item counts
+#: IndexHeader's field names, in HEADER's order
+HEADER_NAMES = (
+    "beginTimestamp",
+    "endTimestamp",
+    "beginPhyOffset",
+    "endPhyOffset",
+    "hashSlotCount",
+    "indexCount",
+)
 SLOT = struct.Struct(">i")
 ITEM = struct.Struct(">iqii")  # keyHash | phyOffset | timeDiff | prevIndex
 INDEX_HEADER_SIZE = HEADER.size  # 40
@@ -347,14 +356,7 @@ class IndexFile:
 
     def header(self) -> dict:
         """The header as a dict keyed by RocketMQ's field names (beginTimestamp, ...)."""
-        return {
-            "beginTimestamp": self.begin_timestamp,
-            "endTimestamp": self.end_timestamp,
-            "beginPhyOffset": self.begin_phy_offset,
-            "endPhyOffset": self.end_phy_offset,
-            "hashSlotCount": self.hash_slot_count,
-            "indexCount": self.index_count,
-        }
+        return dict(zip(HEADER_NAMES, self.header_fields(), strict=True))
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         """``isTimeMatched``: whether ``[begin, end]`` (epoch ms) overlaps the file's time span."""
