@@ -246,11 +246,21 @@ class Follower:
                             cq.min_offset = base
                             cq.max_offset = max(cq.max_offset, base)
                         cq.correct_min_offset(cl.min_offset)
+                    correct = True
+                else:
+                    correct = False
             for _ in range(8):  # again at once when the writer started new queues
                 self._opened_queue = False
                 changes["records"] += self._reput()
                 if not self._opened_queue:
                     break
+            if correct:
+                # again after the reput: a queue whose every visible unit had expired stopped
+                # at its old max_offset above; the writer's minOffset is past it, in units
+                # visible now
+                with s.put_lock:
+                    for cq in list(s.consume_queues.values()):
+                        cq.correct_min_offset(cl.min_offset)
             if s.index_service is not None:
                 changes["deleted"] += [os.path.relpath(p, s.root) for p in s.index_service.follow()]
             if self.refreshes % 10 == 0:  # the writer may have stopped, or been restarted

@@ -462,8 +462,15 @@ def test_follower_mount_shows_every_acked_message_once(mount_store, tmp_path):
         ws = json.loads((w.mnt / "status.json").read_text())
         rs = json.loads((r.mnt / "status.json").read_text())
         listed = sorted(os.listdir(r.mnt / "raw" / "commitlog"))
-        if ws["commitLogMinOffset"] == rs["commitLogMinOffset"] > 0 and listed == sorted(
-            os.listdir(store / "commitlog")
+        offsets = [
+            json.loads((m / "topics" / "T" / str(q) / "offsets.json").read_text())
+            for m in (w.mnt, r.mnt)
+            for q in range(4)
+        ]
+        if (
+            ws["commitLogMinOffset"] == rs["commitLogMinOffset"] > 0
+            and listed == sorted(os.listdir(store / "commitlog"))
+            and offsets[:4] == offsets[4:]
         ):
             break
         time.sleep(0.1)
