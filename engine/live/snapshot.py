@@ -133,8 +133,14 @@ class _IndexHead:
         return self._bytes
 
 
-def _bytes_of(data) -> bytes | bytearray:
-    return data if isinstance(data, (bytes, bytearray)) else data.get()
+# What an extent serves from memory: bytes, or a frozen IndexFile header and slot table.
+_ExtentData = bytes | _IndexHead
+# (start, end, fd, fd_offset, data): see FrozenFile.
+Extent = tuple[int, int, int, int, "_ExtentData | None"]
+
+
+def _bytes_of(data: _ExtentData) -> bytes:
+    return data if isinstance(data, bytes) else data.get()
 
 
 class FrozenFile:
@@ -148,10 +154,10 @@ class FrozenFile:
 
     __slots__ = ("rel", "size", "extents", "key", "candidate_mtime_ns", "mtime_ns", "ident")
 
-    def __init__(self, rel: str, size: int, extents: list, ident=None):
+    def __init__(self, rel: str, size: int, extents: list[Extent], ident=None):
         self.rel = rel
         self.size = size
-        self.extents: list[tuple] = extents
+        self.extents = extents
         self.ident = ident  # (st_dev, st_ino) of the store file served from offset 0
         self.key: tuple | None = None
         self.candidate_mtime_ns = 0
@@ -162,7 +168,7 @@ class FrozenFile:
         end = min(offset + length, self.size)
         if offset >= end:
             return b""
-        parts = []
+        parts: list[bytes] = []
         pos = offset
         for s, e, fd, fo, data in self.extents:
             if e <= pos:
@@ -200,7 +206,7 @@ class FrozenFile:
             if s <= offset and end <= e:
                 if data is None:
                     return ("fd", fd, fo + offset - s, end - offset)
-                if isinstance(data, (bytes, bytearray)):
+                if isinstance(data, bytes):
                     return ("data", data[offset - s : end - s])
             return None
         return ("zeros", end - offset)
@@ -331,7 +337,7 @@ def _segment_files(
             if s not in starts:
                 starts.append(s)
     for s in sorted(starts):
-        extents = []
+        extents: list[Extent] = []
         fd = by_start.get(s)
         disk_end = min(end, mem_base) if mem else end
         if fd is not None and disk_end > s:
@@ -551,7 +557,9 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
             cut_ts = HEADER.unpack(head)[1]
         count = HEADER.unpack(head)[5] if len(head) == INDEX_HEADER_SIZE else 0
         count = max(count, 1)
-        extents = [(0, INDEX_HEADER_SIZE + len(slots), -1, 0, _IndexHead(head, slots, native))]
+        extents: list[Extent] = [
+            (0, INDEX_HEADER_SIZE + len(slots), -1, 0, _IndexHead(head, slots, native))
+        ]
         items_end = min(size, items_base + count * INDEX_SIZE)
         if items_end > items_base:
             extents.append((items_base, items_end, fd, items_base, None))
@@ -597,10 +605,10 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                 f.candidate_mtime_ns = st.st_mtime_ns
         f.ident = ident
         if f.key is None:  # a file served in part: identified by what is served
-            parts = []
-            for s, e, fd, fo, data in f.extents:
-                if data is not None:
-                    parts.append((s, e, crc32c(data)))
+            parts: list[tuple[int, ...]] = []
+            for s, e, fd, fo, blob in f.extents:
+                if blob is not None:
+                    parts.append((s, e, crc32c(_bytes_of(blob))))
                 else:
                     st = os.fstat(fd)
                     parts.append((s, e, fo, st.st_dev, st.st_ino))

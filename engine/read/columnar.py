@@ -841,7 +841,7 @@ def decode_units(
         batch = batch.filter(
             pc.fill_null(pc.is_in(batch.column("tags"), pa.array(sorted(wanted_tags))), False)
         )
-    if build is not columns:
+    if columns is not None and build is not columns:  # "tags" was added for the filter
         batch = batch.select(list(columns))
     return batch
 

@@ -30,6 +30,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class _GroupCommitRequest:
+    """One put waiting for the CommitLog to be flushed (RocketMQ
+    ``CommitLog.GroupCommitRequest``): ``end`` is the CommitLog offset its records end at,
+    ``done`` is set once they are durable or the flush failed, and ``error`` is the failure
+    (None when the flush succeeded or the service was closed)."""
+
+    __slots__ = ("done", "end", "error")
+
+    def __init__(self, end: int):
+        self.end = end
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
 class FlushService:
     """A store's flush state and threads: ``FlushRealTimeService`` and ``GroupCommitService``.
 
@@ -44,7 +58,7 @@ class FlushService:
         self._pending: list[tuple[int, list]] = []
         self._lock = threading.Lock()
         self._gc_cond = threading.Condition()
-        self._gc_waiters: list = []
+        self._gc_waiters: list[_GroupCommitRequest] = []
         self._last_thorough_flush = time.monotonic()
         self._checkpoint_written = False
         self._stop = threading.Event()
@@ -110,7 +124,7 @@ class FlushService:
         with self._gc_cond:
             waiters, self._gc_waiters = self._gc_waiters, []
         for w in waiters:
-            w[1].set()
+            w.done.set()
 
     # -- flushing ------------------------------------------------------------------------
 
@@ -177,19 +191,19 @@ class FlushService:
         """GroupCommitService: wait until the CommitLog is flushed to ``end``."""
         cfg = self.store.config
         timeout = cfg.sync_flush_timeout / 1000
-        waiter = [end, threading.Event(), None]
+        waiter = _GroupCommitRequest(end)
         with self._gc_cond:
             self._gc_waiters.append(waiter)
             self._gc_cond.notify()
-        if not waiter[1].wait(timeout):
+        if not waiter.done.wait(timeout):
             raise FlushDiskTimeoutError(
                 f"FLUSH_DISK_TIMEOUT: CommitLog not flushed to {end} within syncFlushTimeout "
                 f"{cfg.sync_flush_timeout} ms; the messages are appended and will be "
                 "visible after the next flush",
                 results,
             )
-        if waiter[2] is not None:
-            raise waiter[2]
+        if waiter.error is not None:
+            raise waiter.error
 
     def group_commit_loop(self) -> None:
         """Serve SYNC_FLUSH waiters: one fdatasync covers every request queued before it."""
@@ -200,7 +214,7 @@ class FlushService:
                 waiters, self._gc_waiters = self._gc_waiters, []
             if not waiters and not self._pending:
                 continue
-            error = None
+            error: Exception | None = None
             try:
                 self.flush_commitlog()
             except Exception as exc:  # reported to every waiter
@@ -209,12 +223,12 @@ class FlushService:
                 self._stop.wait(0.01)  # do not spin on a failing disk
             flushed = self.store.commitlog.flushed_where
             for w in waiters:
-                if error is None and flushed < w[0]:
+                if error is None and flushed < w.end:
                     with self._gc_cond:  # appended after this round: next round
                         self._gc_waiters.append(w)
                     continue
-                w[2] = error
-                w[1].set()
+                w.error = error
+                w.done.set()
 
     def flush_commitlog(self) -> bool:
         """Sync the CommitLog only (and, under SYNC_FLUSH, dispatch what became durable).

@@ -88,6 +88,8 @@ from .dispatch import DispatchRequest
 from .validation import check_messages
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ..store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -626,8 +628,11 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
         counter_before = store.uniq_keys.counter
         tags_cache = putter.tags_cache
         uniq_next = store.uniq_keys.next_with_hash
+        uniq_keys: Iterable[str | None]
+        uniq_hashes: Iterable[int | None]
         if any(map(_BORN_OF, messages)):  # ids follow each born time
-            uniq_keys = uniq_hashes = itertools.repeat(None)
+            uniq_keys = itertools.repeat(None)
+            uniq_hashes = itertools.repeat(None)
         else:  # one batch of ids, in message order as one by one
             uniq_keys, uniq_hashes = store.uniq_keys.next_many(len(messages), now)
         pack = FIXED_V4.pack
@@ -689,9 +694,9 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
                 head, tc = head_tc
             else:
                 head, tc = b"", 0
-            keys = m.keys
+            mkeys = m.keys
+            keys = "" if not mkeys else mkeys if isinstance(mkeys, str) else " ".join(mkeys)
             if keys:
-                keys = keys if isinstance(keys, str) else " ".join(keys)
                 head += f"{_KEYS_ITEM}{keys}{PROPERTY_SEPARATOR}".encode()
             if m.sharding_key is not None:
                 head += f"{_SHARDING_ITEM}{m.sharding_key}{PROPERTY_SEPARATOR}".encode()

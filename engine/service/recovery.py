@@ -61,7 +61,9 @@ log = logging.getLogger(__name__)
 _TAGS_ITEM = property_prefix(PROPERTY_TAGS)
 _PROPERTY_END_BYTE = PROPERTY_END[0]
 _HOSTS_V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
-_TAGS_CODES: dict = {}  # TAGS value (bytes) -> tagsCode, shared (a pure function), bounded
+_TAGS_CODES: dict[
+    bytes, int
+] = {}  # TAGS value (bytes) -> tagsCode, shared (a pure function), bounded
 #: The recovery scan updates its progress bar every this many CommitLog bytes (and at the end).
 PROGRESS_STEP = 16 << 20
 
@@ -614,9 +616,11 @@ def light_unit(buf, pos: int) -> tuple[int, int, int]:
             raw = tags.encode("utf-8", "surrogatepass") if tags else b""
         if raw:
             tcs = _TAGS_CODES
-            tc = tcs.get(raw)
-            if tc is None:
+            cached = tcs.get(raw)
+            if cached is None:
                 tc = tags_code(raw.decode("utf-8", errors="replace"))
                 if len(tcs) < 4096:
                     tcs[raw] = tc
+            else:
+                tc = cached
     return total, tc, store_ts

@@ -701,7 +701,7 @@ def _forget_deleted_topics(root: str, recs: _Records) -> None:
         if i >= len(q[1]):
             del recs.queues[key]
         else:
-            recs.queues[key] = tuple(a[i:] for a in q)
+            recs.queues[key] = (q[0][i:], q[1][i:], q[2][i:], q[3][i:])
 
 
 def _record_index(recs: _Records, offset: int) -> int | None:
@@ -759,9 +759,9 @@ def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, pro
     bar.close()
     res.queues = len(dirs)
     _check_batch_queues(root, res, recs, seen)
-    for (topic, qid), q in sorted(recs.queues.items()):
+    for (topic, qid), units in sorted(recs.queues.items()):
         if (topic, qid) not in seen:
-            live = sum(1 for off in q[1] if off >= res.commitlog_min)
+            live = sum(1 for off in units[1] if off >= res.commitlog_min)
             if live:
                 res.add(
                     "warning",
