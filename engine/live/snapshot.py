@@ -451,17 +451,13 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                 raise SnapshotError("store is closed")
             now_ms = int(time.time() * 1000)
             cl = store.commitlog
-            pending = store.flusher.pending()
-            if pending:  # SYNC_FLUSH puts waiting for their flush: not acknowledged yet
-                offset = min(d.commitlog_offset for d in pending[0][1])
+            # SYNC_FLUSH puts waiting for their flush are not acknowledged yet: the snapshot
+            # ends where dispatch stands (a follower's CommitLog end is its reput already).
+            offset = store.flusher.dispatched_offset()
+            if store.flusher.has_pending():
                 last_ts = store.dispatched_store_timestamp
             else:
-                offset = cl.max_offset
                 last_ts = cl.last_store_timestamp or store.dispatched_store_timestamp
-            # The follower mount (issue 10) may read the CommitLog ahead of its dispatch.
-            reput = getattr(store, "reput_from_offset", None)
-            if isinstance(reput, int) and 0 <= reput < offset:
-                offset = reput
             segs = cl.files.dup_segments(dup)
             files += _segment_files("commitlog", segs, offset, cl.file_size)
             min_offset = cl.min_offset

@@ -6,13 +6,19 @@ broker: ``commitLogMinOffset``, ``commitLogMaxOffset``, ``dispatchBehindBytes``,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def store_status(store) -> dict:
+if TYPE_CHECKING:
+    from ..store import MessageStore
+
+
+def store_status(store: MessageStore) -> dict:
     """The status of an open :class:`engine.store.MessageStore`, as a JSON-ready dict.
 
     Offsets and lags are bytes of the CommitLog; timestamps epoch ms. ``dispatchBehindBytes``
-    is RocketMQ's ``dispatchBehindBytes()`` (CommitLog max offset minus the reput offset; 0
-    while dispatch runs inline with the put); ``flushBehindBytes`` what an fsync would still
+    is RocketMQ's ``dispatchBehindBytes()`` (CommitLog max offset minus the reput offset,
+    :meth:`FlushService.dispatched_offset`: the bytes SYNC_FLUSH puts appended that wait for
+    their flush to be dispatched, else 0); ``flushBehindBytes`` what an fsync would still
     write. ``brokerName`` is broker.conf's, else RocketMQ's default, the host name. A
     follower (a read-only open of a store another process writes) adds the writer's fields
     (:func:`follower_status`).
@@ -21,9 +27,8 @@ def store_status(store) -> dict:
     cl = s.commitlog
     topics = s.topic_names()
     queues = list(s.consume_queues.items())
-    reput = getattr(s, "reput_from_offset", None)
-    if reput is None:
-        reput = getattr(s, "dispatched_offset", cl.max_offset)
+    with s.put_lock:
+        reput = s.flusher.dispatched_offset()
     index_files = 0
     if s.index_service is not None:
         index_files = len(getattr(s.index_service, "files", []) or [])
@@ -74,7 +79,7 @@ def store_status(store) -> dict:
     }
 
 
-def follower_status(store) -> dict:
+def follower_status(store: MessageStore) -> dict:
     """status.json's follower fields: ``follower`` (bool), and for a follower the writer's
     pid (null once no process holds the store's lock), its CommitLog end
     (``writerCommitLogMaxOffset``, bytes of complete records), ``followerBehindBytes``

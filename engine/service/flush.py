@@ -86,6 +86,15 @@ class FlushService:
         list itself: the caller holds the put lock)."""
         return self._pending
 
+    def dispatched_offset(self) -> int:
+        """Where dispatch stands (RocketMQ ``ReputMessageService.reputFromOffset``): the
+        CommitLog offset of the first record a SYNC_FLUSH put still waits to dispatch, else the
+        CommitLog's max offset (dispatch runs inline with the put). Caller holds the put lock."""
+        pending = self._pending
+        if pending:
+            return min(d.commitlog_offset for d in pending[0][1])
+        return self.store.commitlog.max_offset
+
     def add_pending(self, end: int, requests: list) -> None:
         """SYNC_FLUSH: dispatch ``requests`` once the CommitLog is flushed to ``end`` (caller
         holds the put lock)."""

@@ -36,6 +36,7 @@ from engine.format.message import (
     encode_message,
     host_from_str,
 )
+from engine.live.status import store_status
 from engine.service.getmessage import GetMessageStatus as S
 from engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
@@ -367,6 +368,23 @@ def test_sync_flush_nothing_visible_before_flush(tmp_path):
         s.flush()
         r = s.get_messages("g", "T", 0, 0, 32)
         assert r.status == S.FOUND and r.message_count == 10
+
+
+def test_status_dispatch_behind_sync_flush(tmp_path):
+    """status.json's dispatchBehindBytes (RocketMQ ``dispatchBehindBytes()``): under SYNC_FLUSH,
+    the bytes of records appended but not dispatched yet (waiting for their flush); 0 once
+    flushed. It was always 0: the reput offset was looked up under a name no store has."""
+    with MessageStore(tmp_path / "s", _cfg(flush_disk_type="SYNC_FLUSH")) as s:
+        s.create_topic("T", 1)
+        with s.flusher.lock:  # no flush can run
+            s.put_messages([Message("T", b"m%d" % i, wait_store_msg_ok=False) for i in range(10)])
+            st = store_status(s)
+            assert st["dispatchedOffset"] == 0
+            assert st["dispatchBehindBytes"] == s.commitlog.max_offset > 0
+        s.flush()
+        st = store_status(s)
+        assert st["dispatchedOffset"] == s.commitlog.max_offset
+        assert st["dispatchBehindBytes"] == 0
 
 
 def test_sync_flush_timeout(tmp_path):
