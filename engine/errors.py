@@ -111,7 +111,7 @@ class FlushDiskTimeoutError(StoreError):
 
     errno = errno.ETIMEDOUT
 
-    def __init__(self, message: str, results=None):
+    def __init__(self, message: str, results: list | None = None):
         super().__init__(message)
         self.results = results or []
 

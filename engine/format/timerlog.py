@@ -109,10 +109,10 @@ class TimerLogReader:
         if self.files is not None:
             self.files.close()
 
-    def __enter__(self):
+    def __enter__(self) -> TimerLogReader:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property

@@ -21,10 +21,15 @@ broker/src/main/java/org/apache/rocketmq/broker/processor/AdminBrokerProcessor.j
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import StoreError
 
+if TYPE_CHECKING:
+    from ..store import MessageStore
 
-def consumer_progress(store, group: str, topic: str | None = None) -> list[dict]:
+
+def consumer_progress(store: MessageStore, group: str, topic: str | None = None) -> list[dict]:
     """Progress rows of ``group`` on ``store`` (an open :class:`engine.store.MessageStore`).
 
     Returns one dict per topic/queue, sorted by topic then queueId, with the keys ``topic``,
@@ -56,7 +61,7 @@ def consumer_progress(store, group: str, topic: str | None = None) -> list[dict]
     return rows
 
 
-def _store_timestamp(store, topic: str, queue_id: int, queue_offset: int) -> int:
+def _store_timestamp(store: MessageStore, topic: str, queue_id: int, queue_offset: int) -> int:
     """``getMessageStoreTimeStamp``: store time of one queue offset, 0 when there is none."""
     if (
         queue_offset < 0

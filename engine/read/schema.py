@@ -18,6 +18,12 @@ body, decompressed, as BINARY.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 __all__ = [
     "LINE_COLUMNS",
     "PART_COLUMNS",
@@ -65,7 +71,7 @@ _ALL = PART_COLUMNS + PARTITION_COLUMNS
 COLUMN_NAMES: tuple[str, ...] = tuple(n for n, _ in _ALL)
 
 
-def _ddl(cols) -> str:
+def _ddl(cols: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f"{n} {t}" for n, t in cols)
 
 
@@ -97,7 +103,7 @@ def split_ddl(ddl: str) -> list[tuple[str, str]]:
     return [(name, kind) for name, kind in (f.split(None, 1) for f in fields)]
 
 
-def _arrow_type(ddl_type: str):
+def _arrow_type(ddl_type: str) -> pa.DataType:
     import pyarrow as pa
 
     s = pa.string()
@@ -111,10 +117,10 @@ def _arrow_type(ddl_type: str):
     }[ddl_type]
 
 
-_cache: dict = {}
+_cache: dict[str, pa.Schema] = {}
 
 
-def arrow_schema():
+def arrow_schema() -> pa.Schema:
     """Arrow schema of the decoder's batches: :data:`PART_COLUMNS` then ``topic``, ``queue``."""
     s = _cache.get("all")
     if s is None:
@@ -124,7 +130,7 @@ def arrow_schema():
     return s
 
 
-def part_schema():
+def part_schema() -> pa.Schema:
     """Arrow schema of a ``view/`` Parquet part (:data:`PART_COLUMNS`)."""
     s = _cache.get("part")
     if s is None:

@@ -35,12 +35,16 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT
 from ..format.innerbatch import unit_message
 from ..format.javahash import java_string_hash
 from ..format.message import MessageRecord, check_body_crc
+
+if TYPE_CHECKING:
+    from ..store import MessageStore
 
 SUB_ALL = "*"  # SubscriptionData.SUB_ALL
 
@@ -127,7 +131,12 @@ def _memory_bytes() -> int:
 
 
 def get_messages(
-    store, topic: str, queue_id: int, offset: int, max_msg_nums: int, codes: frozenset[int] | None
+    store: MessageStore,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_msg_nums: int,
+    codes: frozenset[int] | None,
 ) -> GetMessageResult:
     """The getMessage algorithm over a :class:`engine.store.MessageStore` (see module doc)."""
     cq = store.consume_queue(topic, queue_id)

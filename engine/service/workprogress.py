@@ -12,6 +12,22 @@ record. ``None`` means no progress (:func:`bar`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol, Self
+
+
+class ProgressBar(Protocol):
+    """What the engine calls on a bar: ``update(n)`` (``n`` more units done) and ``close()``
+    (a tqdm bar is one)."""
+
+    def update(self, n: int = 1) -> object: ...
+
+    def close(self) -> object: ...
+
+
+#: ``progress(total, desc, unit) -> bar``: see the module docstring.
+ProgressFactory = Callable[[int, str, str], ProgressBar]
+
 
 class NoProgress:
     """A bar that shows nothing."""
@@ -22,7 +38,7 @@ class NoProgress:
     def close(self) -> None:
         pass
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -34,6 +50,6 @@ def no_progress(total: int, desc: str, unit: str = "B") -> NoProgress:
     return NoProgress()
 
 
-def bar(progress, total: int, desc: str, unit: str = "B"):
+def bar(progress: ProgressFactory | None, total: int, desc: str, unit: str = "B") -> ProgressBar:
     """A bar from the factory ``progress`` (None: a :class:`NoProgress`)."""
     return (progress or no_progress)(total, desc, unit)
