@@ -35,9 +35,14 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
 from .mappedfile import FileQueue
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: the directory beside ``consumequeue/`` (``StorePathConfigHelper.getStorePathBatchConsumeQueue``)
 BATCH_CQ_DIR = "batchconsumequeue"
@@ -61,7 +66,7 @@ BCQ_UNIT_DTYPE_SPEC = [(name, f">i{struct.calcsize(fmt)}") for name, fmt in BCQ_
 DEFAULT_BCQ_UNITS_PER_FILE = 300_000
 
 
-def _dtype():
+def _dtype() -> np.dtype:
     import numpy as np
 
     return np.dtype(BCQ_UNIT_DTYPE_SPEC)
@@ -170,7 +175,7 @@ class BatchConsumeQueue:
         self.max_physic_offset = self.last_commitlog_offset + int(last["size"][0])
 
     # -- units ---------------------------------------------------------------------------------
-    def units(self, first: int, end: int):
+    def units(self, first: int, end: int) -> np.ndarray:
         """Units numbered ``[first, end)`` (clipped to the valid ones) as a numpy array."""
         import numpy as np
 
@@ -236,7 +241,7 @@ class BatchConsumeQueue:
             self.min_offset = min(max(self.min_offset, keep_min), self.max_offset)
 
     # -- as a ConsumeQueue (one unit per message) -------------------------------------------
-    def message_units(self, start: int, end: int):
+    def message_units(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(off, size, tags)`` of the messages at queue offsets ``[start, end)`` (clipped to
         the queue) as int64 arrays: each unit's values repeated for each of its messages."""
         import numpy as np
@@ -275,7 +280,9 @@ class BatchConsumeQueue:
         off, size, tags = self.message_units(queue_offset, queue_offset + 1)
         return int(off[0]), int(size[0]), int(tags[0])
 
-    def iter_units(self, start: int, end: int | None = None, batch: int = 4096):
+    def iter_units(
+        self, start: int, end: int | None = None, batch: int = 4096
+    ) -> Iterator[tuple[int, int, int, int]]:
         """``ConsumeQueue.iter_units``: ``(queueOffset, commitLogOffset, size, tagsCode)``."""
         end = self.max_offset if end is None else min(end, self.max_offset)
         pos = max(start, self.min_offset)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError, MessageTooLargeError
@@ -101,6 +102,11 @@ class AppendResult(tuple):
         return self[1]
 
 
+#: What :meth:`CommitLog.scan_raw` yields per record: ``(buf, pos, phys, total, topic,
+#: queue_id, queue_offset, sys_flag)``, the record being ``buf[pos:pos + total]``.
+RawRecord = tuple[bytes, int, int, int, str, int, int, int]
+
+
 class Step(NamedTuple):
     """One step of :func:`walk_segment`: what lies at ``pos`` (bytes into the file).
 
@@ -121,7 +127,7 @@ class Step(NamedTuple):
 STEP_KINDS = ("record", "blank", "zeros", "torn", "not_record", "past_end")
 
 
-def walk_segment(buf, size: int):
+def walk_segment(buf: bytes | memoryview, size: int) -> Iterator[Step]:
     """Walk one plain CommitLog file's bytes ``buf[0:size]`` record by record, leniently: the
     walk of a checker (``rmqfs verify``), which goes on past a record whose body is damaged (the
     caller decodes each ``record`` step and may find its CRC wrong) and reports what ends the
@@ -223,7 +229,9 @@ class CommitLog:
         """Decode the record at ``offset``. Raises CorruptRecordError."""
         return decode_record(self.read(offset, size), 0, check_crc=check_crc)
 
-    def scan(self, start: int, check_crc: bool = True, end: int | None = None):
+    def scan(
+        self, start: int, check_crc: bool = True, end: int | None = None
+    ) -> Iterator[MessageRecord]:
         """Walk records from ``start`` (a record boundary) to the first invalid one.
 
         Yields ``MessageRecord``s. After the generator ends, :attr:`scan_end` holds the offset
@@ -248,7 +256,7 @@ class CommitLog:
         check_crc: bool = True,
         end: int | None = None,
         read_size: int = SCAN_CHUNK,
-    ):
+    ) -> Iterator[RawRecord]:
         """Walk records from ``start`` to the first invalid one without decoding them.
 
         Yields ``(buf, pos, phys, total, topic, queue_id, queue_offset, sys_flag)`` per valid

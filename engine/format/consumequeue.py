@@ -21,6 +21,7 @@ import os
 import re
 import struct
 import threading
+from collections.abc import Iterator
 
 from .mappedfile import FileQueue
 
@@ -237,7 +238,9 @@ class ConsumeQueue:
             count = min(count, self.mem_base - start)
         return self.files.read(start * CQ_STORE_UNIT_SIZE, count * CQ_STORE_UNIT_SIZE)
 
-    def iter_units(self, start: int, end: int | None = None, batch: int = 4096):
+    def iter_units(
+        self, start: int, end: int | None = None, batch: int = 4096
+    ) -> Iterator[tuple[int, int, int, int]]:
         """Yield ``(queueOffset, commitLogOffset, size, tagsCode)`` for ``[start, end)``."""
         end = self.max_offset if end is None else min(end, self.max_offset)
         pos = max(start, self.min_offset)

@@ -158,7 +158,7 @@ class DLedgerLog:
         return None if unit is None else unit[1] + unit[2]
 
 
-def _is_entry(unit, index: int) -> bool:
+def _is_entry(unit: tuple[int, int, int, int, int] | None, index: int) -> bool:
     return unit is not None and unit[0] == ENTRY_MAGIC and unit[3] == index
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import CorruptRecordError
-from .message import INNER_BATCH_FLAG, check_unit_record, decode_properties
+from .message import INNER_BATCH_FLAG, MessageRecord, check_unit_record, decode_properties
 
 #: (field, struct format) of a mini-record's fixed head, in file order
 INNER_HEAD_FIELDS: tuple[tuple[str, str], ...] = (
@@ -111,7 +111,9 @@ def encode_inner_batch(messages: list[tuple[int, bytes, str]]) -> bytes:
     return b"".join(parts)
 
 
-def inner_message(rec, queue_offset: int, cache: dict | None = None):
+def inner_message(
+    rec: MessageRecord, queue_offset: int, cache: dict | None = None
+) -> MessageRecord:
     """The message at ``queue_offset`` of the inner-batch record ``rec`` (an
     :class:`engine.format.message.MessageRecord` with ``INNER_BATCH_FLAG``): message
     ``queue_offset - rec.queue_offset`` of its body, with its own flag, body and properties and
@@ -161,7 +163,9 @@ def inner_message(rec, queue_offset: int, cache: dict | None = None):
     )
 
 
-def unit_message(rec, queue_id: int, queue_offset: int, topic: str | None = None):
+def unit_message(
+    rec: MessageRecord, queue_id: int, queue_offset: int, topic: str | None = None
+) -> MessageRecord:
     """:func:`engine.format.message.check_unit_record` for a unit of any queue, a BatchCQ one's
     included: ``rec`` when it is the record of unit ``queue_offset``, and for a record of an
     inner batch (``INNER_BATCH_FLAG``), whose QUEUEOFFSET is its first message's, the message

@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import threading
+from collections.abc import Callable
 
 from ..errors import CorruptRecordError
 
@@ -230,7 +231,7 @@ class FileQueue:
         stay together (a snapshot) reads it under it; plain readers take the list once."""
         return self._lock
 
-    def dup_segments(self, dup=os.dup) -> list[tuple[int, int, int]]:
+    def dup_segments(self, dup: Callable[[int], int] = os.dup) -> list[tuple[int, int, int]]:
         """``(start offset, dup of its descriptor, size)`` of every segment, taken under
         :attr:`lock` (the descriptors stay valid after an expiry unlinks the files).
         ``dup``: the duplicating function (the caller's, to track what it must close)."""
@@ -288,7 +289,7 @@ class FileQueue:
             self.segments.append(seg)
             return seg
 
-    def write(self, offset: int, data) -> None:
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` at ``offset``; it must not cross a file end. Raises OSError (ENOSPC)."""
         seg = self.segment_for_write(offset)
         if offset + len(data) > seg.end:

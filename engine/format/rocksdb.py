@@ -22,8 +22,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    from rocksdict import Rdict
 
 #: ``AbstractRocksDBStorage.CTRL_0/1/2``: the separators of RocketMQ's RocksDB keys.
 CTRL_0 = 0x00
@@ -34,7 +39,7 @@ CTRL_2 = 0x02
 _NOT_LINKED = ("LOCK", "LOG", "rocksdict-config.json")
 
 
-def is_rocksdb_dir(names) -> bool:
+def is_rocksdb_dir(names: Iterable[str]) -> bool:
     """Whether a directory listing ``names`` is a RocksDB database: a ``CURRENT`` file and a
     ``MANIFEST-*`` (``DBImpl``'s layout; what RocketMQ's ``AbstractRocksDBStorage`` opens)."""
     names = list(names)
@@ -99,8 +104,9 @@ class ReadOnlyDB:
             self.close()
             raise
 
-    def family(self, name: str):
-        """The column family ``name``; CorruptRecordError when the database has none."""
+    def family(self, name: str) -> Rdict:
+        """The column family ``name`` (raw mode: bytes keys and values); CorruptRecordError
+        when the database has none."""
         try:
             return self.families[name]
         except KeyError:

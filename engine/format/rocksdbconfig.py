@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from typing import Any
 
 from ..errors import CorruptRecordError
 from .config import loads_fastjson
@@ -83,7 +84,7 @@ def rocksdb_config_dirs(config_dir: str) -> list[str]:
     return out
 
 
-def _json(raw: bytes, what: str):
+def _json(raw: bytes, what: str) -> Any:
     try:
         return loads_fastjson(raw.decode())
     except (UnicodeDecodeError, ValueError) as exc:
@@ -107,6 +108,7 @@ def load_v1(path: str, table: str) -> dict:
     try:
         out = {}
         for key, value in db.family("default").items():
+            assert isinstance(key, bytes)  # a raw-mode database's keys are bytes
             name = _name(key, path)
             obj = _json(value, f"{path}: {name}")
             if table == "offsetTable":
@@ -165,7 +167,7 @@ def decode_v2_offset_key(key: bytes) -> tuple[str, str, int] | None:
     return _name(group, "config/rdb"), _name(topic, "config/rdb"), qid
 
 
-def _v2_json(value: bytes, what: str):
+def _v2_json(value: bytes, what: str) -> Any:
     if not value or value[0] != JSON_SERIALIZATION:
         raise CorruptRecordError(f"config/rdb: {what}: not a JSON value (SerializationType)")
     return _json(value[1:], f"config/rdb: {what}")
@@ -182,6 +184,7 @@ def load_v2(path: str) -> dict[str, dict]:
     offsets: dict[str, dict[int, int]] = {}
     try:
         for key, value in db.family("default").items():
+            assert isinstance(key, bytes)  # a raw-mode database's keys are bytes
             name = decode_v2_name_key(key, TABLE_TOPIC)
             if name is not None:
                 topics[name] = _v2_json(value, f"topic {name}")

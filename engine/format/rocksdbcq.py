@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Callable
 
 from ..errors import CorruptRecordError
 from .consumequeue import CQ_STORE_UNIT_SIZE, DEFAULT_UNITS_PER_FILE, UNIT, ConsumeQueue
@@ -131,6 +132,7 @@ class RocksDBConsumeQueues:
             return self._queues
         out: dict[str, set[int]] = {}
         for key in self.offset_cf.keys():  # noqa: SIM118 - an Rdict, not a dict
+            assert isinstance(key, bytes)  # a raw-mode database's keys are bytes
             topic, is_max, qid = decode_offset_key(key)
             if is_max and topic != CHECKPOINT_TOPIC:
                 out.setdefault(topic, set()).add(qid)
@@ -234,7 +236,7 @@ class _UnitBytes:
         start = offset // CQ_STORE_UNIT_SIZE
         return self.db.read_units(self.topic, self.queue_id, start, length // CQ_STORE_UNIT_SIZE)
 
-    def dup_segments(self, dup=None) -> list:
+    def dup_segments(self, dup: Callable[[int], int] | None = None) -> list[tuple[int, int, int]]:
         """No files: a snapshot copies none."""
         return []
 
