@@ -43,7 +43,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -84,6 +84,9 @@ from ..read.columnar import UNIT_DTYPE, record_dtype
 from ..service import recovery
 from ..service.lock import lock_holder
 
+if TYPE_CHECKING:
+    from ..store import MessageStore
+
 log = logging.getLogger(__name__)
 
 GRAVE_ROUNDS = 50  # refreshes before the descriptor of a deleted file is closed
@@ -100,7 +103,7 @@ _HEAD_DT = record_dtype("sysFlag")
 _MAGICS = np.array([MAGIC_V1, MAGIC_V2], dtype=np.uint32)
 
 
-def _file_sig(path: str):
+def _file_sig(path: str) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -125,7 +128,7 @@ class Follower:
         refreshes: how many refreshes ran.
     """
 
-    def __init__(self, store):
+    def __init__(self, store: MessageStore):
         self.store = store
         self.writer_end = 0
         self.writer_store_timestamp = 0
@@ -184,7 +187,7 @@ class Follower:
         if self._thread is not None:
             return
 
-        def loop():
+        def loop() -> None:
             while not self._stop.wait(interval):
                 try:
                     self.refresh()
@@ -346,7 +349,7 @@ class Follower:
                 keep.append((n, fds))
         self._graves = keep
 
-    def _config_sig(self, name: str):
+    def _config_sig(self, name: str) -> tuple[tuple[int, int, int] | None, ...]:
         path = os.path.join(self.store.root, "config", name)
         return (_file_sig(path), _file_sig(path + ".bak"))
 
@@ -568,7 +571,15 @@ class Follower:
                 return pos
         return max(pos, cl.scan_end)  # past a blank record to the next segment
 
-    def _check_records(self, off, size, qoff, qidx, queues, take):
+    def _check_records(
+        self,
+        off: np.ndarray,
+        size: np.ndarray,
+        qoff: np.ndarray,
+        qidx: np.ndarray,
+        queues: list[ConsumeQueue],
+        take: np.ndarray,
+    ) -> np.ndarray:
         """Check the records of the units where ``take`` is set (numpy over each segment's
         bytes, then the body CRCs). Returns a bool array over all units: False for a unit
         whose record does not agree with it (True for units not checked)."""

@@ -11,9 +11,14 @@ bytes the sum of those ConsumeQueue units' sizes, read column-wise with numpy
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..read.columnar import UNIT_DTYPE
+
+if TYPE_CHECKING:
+    from ..store import MessageStore
 
 #: The windows reported: name -> milliseconds.
 WINDOWS = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
@@ -21,7 +26,7 @@ WINDOWS = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 _CHUNK = 1 << 20  # ConsumeQueue units read at once
 
 
-def queue_stats(store, topic: str, queue_id: int, now_ms: int) -> dict:
+def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> dict:
     """``{"topic", "queueId", "messages", "bytes", "minute": {"messages", "bytes"}, "hour":
     ..., "day": ...}`` for one queue: readable messages in total and stored in each window
     before ``now_ms`` (epoch ms; messages stored after it are not counted in the windows)."""
@@ -59,7 +64,7 @@ def queue_stats(store, topic: str, queue_id: int, now_ms: int) -> dict:
     return row
 
 
-def topic_stats(store, topic: str, now_ms: int) -> list[dict]:
+def topic_stats(store: MessageStore, topic: str, now_ms: int) -> list[dict]:
     """:func:`queue_stats` of every queue of ``topic``."""
     return [queue_stats(store, topic, q, now_ms) for q in store.queue_ids(topic)]
 

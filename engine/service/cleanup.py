@@ -38,9 +38,16 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT
+
+if TYPE_CHECKING:
+    from ..format.consumequeue import ConsumeQueue
+    from ..format.mappedfile import FileQueue, Segment
+    from ..store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +127,12 @@ class CleanService:
     ``clean_resource_interval`` (ms, the period of the background thread).
     """
 
-    def __init__(self, store, disk_usage=None, clock=None):
+    def __init__(
+        self,
+        store: MessageStore,
+        disk_usage: Callable[[str], float] | None = None,
+        clock: Callable[[], float] | None = None,
+    ):
         self.store = store
         self.disk_usage = disk_usage or disk_used_ratio
         self.clock = clock or time.time
@@ -133,7 +145,7 @@ class CleanService:
         self._thread: threading.Thread | None = None
 
     # -- configuration ------------------------------------------------------------------------
-    def _cfg(self, name: str, default):
+    def _cfg(self, name: str, default: Any) -> Any:
         return getattr(self.store.config, name, default)
 
     @property
@@ -283,7 +295,9 @@ class CleanService:
                     log.info("deleted expired IndexFile %s", p)
         return report
 
-    def delete_expired_consume_queue(self, cq, min_commitlog_offset: int) -> list[str]:
+    def delete_expired_consume_queue(
+        self, cq: ConsumeQueue, min_commitlog_offset: int
+    ) -> list[str]:
         """``ConsumeQueue.deleteExpiredFile``: correct the min offset, then delete files (never
         the last) whose last unit's commitLogOffset < ``min_commitlog_offset``."""
         cq.correct_min_offset(min_commitlog_offset)
@@ -312,7 +326,7 @@ class CleanService:
         for cq in list(self.store.consume_queues.values()):
             cq.correct_min_offset(min_commitlog_offset)
 
-    def _drop_first(self, fq, seg) -> bool:
+    def _drop_first(self, fq: FileQueue, seg: Segment) -> bool:
         """Take ``seg`` (the first file) out of ``fq`` and unlink it; the fd closes later."""
         with fq.lock:
             segs = fq.segments
@@ -357,7 +371,7 @@ class CleanService:
         interval = self._cfg("clean_resource_interval", 10_000) / 1000.0
         delay = min(60.0, 6 * interval) if initial_delay is None else initial_delay
 
-        def loop():
+        def loop() -> None:
             wait = delay
             while not self._stop.wait(wait):
                 wait = interval

@@ -65,12 +65,12 @@ class DispatchRequest:
     multi: list[tuple[str, int, int]] = field(default_factory=list)
 
 
-def puts_hashed_keys(dispatcher) -> bool:
+def puts_hashed_keys(dispatcher: object) -> bool:
     """Whether ``dispatcher`` takes the fast put path's pre-hashed index keys."""
     return getattr(dispatcher, "puts_hashed_keys", False)
 
 
-def skips_below_end_offset(dispatcher) -> bool:
+def skips_below_end_offset(dispatcher: object) -> bool:
     """Whether ``dispatcher`` ignores records below its ``end_phy_offset`` (recovery need not
     decode them for it)."""
     return getattr(dispatcher, "skips_below_end_offset", False)
