@@ -43,6 +43,7 @@ from ..format.message import (
 
 if TYPE_CHECKING:
     from ..store import MessageStore
+    from .recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def dispatch(
     batch: list[DispatchRequest],
     recovering: bool = False,
     full: bool = False,
-    report=None,
+    report: RecoveryReport | None = None,
 ) -> bool:
     """Write ConsumeQueue units (and run the dispatchers) for ``batch``.
 

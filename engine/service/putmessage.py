@@ -141,14 +141,14 @@ class PutResult:
     @classmethod
     def _fast(
         cls,
-        topic,
-        queue_id,
-        queue_offset,
-        commitlog_offset,
-        size,
-        store_timestamp,
-        msg_id,
-        uniq_key,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        commitlog_offset: int,
+        size: int,
+        store_timestamp: int,
+        msg_id: str,
+        uniq_key: str | None,
     ) -> PutResult:
         """Construct without the frozen dataclass's per-field ``object.__setattr__`` calls."""
         obj = _new_object(cls)
@@ -194,7 +194,7 @@ class PutService:
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.round_robin: dict[str, int] = {}
         self.tags_cache: dict[str, tuple[bytes, int]] = {}
-        self.plain_topics: dict[str, tuple] = {}
+        self.plain_topics: dict[str, tuple[TopicConfig, tuple[int, int, int], PlainTopic]] = {}
         self.msg_id_prefix: str | None = None
 
     def assigned_offset(self, topic: str, queue_id: int) -> int | None:
@@ -549,7 +549,12 @@ def schedule_topic(store: MessageStore) -> None:
         store.topic_config.put(TopicConfig(SCHEDULE_TOPIC, n, n))
 
 
-def plain_topic(store: MessageStore, topic: str):
+#: :func:`plain_topic`'s pieces: (writeQueueNums, queues, TOPIC field, base record length,
+#: hash of "topic#", MAGICCODE).
+PlainTopic = tuple[int, int, bytes, int, int, int]
+
+
+def plain_topic(store: MessageStore, topic: str) -> PlainTopic | None:
     """Per-topic pieces for the fast path, or None when the topic needs the general one:
     ``(writeQueueNums, queues, TOPIC field (length + name), 91 + name length (+1 for V2),
     hash of "topic#", MAGICCODE)``; a topic over 127 chars takes the V2 record, as in the
@@ -617,7 +622,7 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
         seg_end = pos - pos % fs + fs
         chunks = []
         pieces: list = []
-        topics: dict[str, tuple] = {}
+        topics: dict[str, PlainTopic | None] = {}
         queues: dict[tuple[str, int], list] = {}  # key -> [next queue offset, units]
         putter = store.putter
         queue_offsets = putter.queue_offsets
@@ -701,7 +706,7 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
             if m.sharding_key is not None:
                 head += f"{_SHARDING_ITEM}{m.sharding_key}{PROPERTY_SEPARATOR}".encode()
             born = m.born_timestamp or now
-            if uniq is None:
+            if uniq is None or uniq_hash is None:  # ids follow each born time
                 uniq, uniq_hash = uniq_next(born)
             plen = len(head) + len(uniq) + _UNIQ_ITEM_OVERHEAD
             if plen > MAX_PROPERTIES_LENGTH:
@@ -809,7 +814,15 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
     return out
 
 
-def dispatch_plain(store: MessageStore, messages, out, queues, idx, start: int, now: int) -> None:
+def dispatch_plain(
+    store: MessageStore,
+    messages: list[Message],
+    out: list[PutResult],
+    queues: dict[tuple[str, int], list],
+    idx: list[int],
+    start: int,
+    now: int,
+) -> None:
     """ConsumeQueue units, index keys and other dispatchers for :meth:`_put_plain`; on an
     OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
     index = store.index_service
