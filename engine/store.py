@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 
 from .errors import (
     CorruptRecordError,
@@ -132,7 +133,7 @@ class MessageStore:
         read_only: bool = False,
         follow: bool | None = None,
         held_lock: StoreLock | None = None,
-        progress=None,
+        progress: workprogress.ProgressFactory | None = None,
     ):
         self.root = os.path.abspath(root)
         self.recovery_report: recovery.RecoveryReport | None = None
@@ -166,7 +167,12 @@ class MessageStore:
                 self._lock = None
             raise
 
-    def _open(self, read_only: bool, follow: bool | None, progress=None) -> None:
+    def _open(
+        self,
+        read_only: bool,
+        follow: bool | None,
+        progress: workprogress.ProgressFactory | None = None,
+    ) -> None:
         """The rest of the constructor, under the lock: config, queues, recovery, services."""
         started = time.monotonic()
         self.abort_path = os.path.join(self.root, "abort")
@@ -364,7 +370,7 @@ class MessageStore:
         if self._held_lock is None:
             self._lock = take_store_lock(self.root)
 
-    def _load_consume_queues(self, progress=None) -> None:
+    def _load_consume_queues(self, progress: workprogress.ProgressFactory | None = None) -> None:
         """Open every ``consumequeue/<topic>/<queueId>`` and recover it (``ConsumeQueue.recover``).
 
         The file size comes from the files: the most common size among files that are not the
@@ -408,7 +414,9 @@ class MessageStore:
         finally:
             bar.close()
 
-    def _load_rocksdb_consume_queues(self, base: str, progress=None) -> None:
+    def _load_rocksdb_consume_queues(
+        self, base: str, progress: workprogress.ProgressFactory | None = None
+    ) -> None:
         """Open the RocksDB ConsumeQueues in ``base`` read-only and each queue of its offset
         table (``RocksDBConsumeQueueStore.load``); a writer was refused by check_layout."""
         self.rocksdb_cq = db = RocksDBConsumeQueues(base)
@@ -878,7 +886,9 @@ class MessageStore:
             out[t] = f"{out[t]}; {r}" if t in out else r
         return [{"topic": t, "reason": r} for t, r in sorted(out.items())]
 
-    def note_damage(self, topic: str, queue_id: int, queue_offset: int | None, exc) -> None:
+    def note_damage(
+        self, topic: str, queue_id: int, queue_offset: int | None, exc: Exception | str
+    ) -> None:
         """Remember (for status.json ``damagedQueues``) and log, once per queue, damage a read
         found: a unit that reads no record, or a record whose body fails its CRC. ``exc``
         (the CorruptRecordError, or its text) names the CommitLog offset.
@@ -897,7 +907,9 @@ class MessageStore:
                 what,
             )
 
-    def iter_queue(self, topic: str, queue_id: int, start: int = 0, end: int | None = None):
+    def iter_queue(
+        self, topic: str, queue_id: int, start: int = 0, end: int | None = None
+    ) -> Iterator[tuple[int, MessageRecord]]:
         """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue.
 
         Reads ConsumeQueue units in batches and, where a batch's records lie close together in
@@ -1132,10 +1144,10 @@ class MessageStore:
             release_store_lock(self._lock)
             self._lock = None
 
-    def __enter__(self):
+    def __enter__(self) -> MessageStore:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -1152,7 +1164,9 @@ _SPAN_MAX = 4 << 20  # at most this many CommitLog bytes in one read
 _SPAN_SLACK = 4  # read a span when it is at most this many times the records' own bytes
 
 
-def _spans(units: list, file_size: int):
+def _spans(
+    units: list[tuple[int, int, int]], file_size: int
+) -> Iterator[list[tuple[int, int, int]]]:
     """Split ``(offset, size, tagsCode)`` units into runs each worth reading with one pread:
     inside one segment, at most _SPAN_MAX bytes, and not mostly other queues' records."""
     i, n = 0, len(units)

@@ -188,7 +188,10 @@ def _queue_units(store: MessageStore) -> int:
 
 
 def recover(
-    store: MessageStore, progress=None, report: RecoveryReport | None = None, undecoded: bool = True
+    store: MessageStore,
+    progress: workprogress.ProgressFactory | None = None,
+    report: RecoveryReport | None = None,
+    undecoded: bool = True,
 ) -> RecoveryReport:
     """Find the end of the CommitLog and make the ConsumeQueues agree with it.
 
@@ -217,7 +220,12 @@ def recover(
     return report
 
 
-def _recover(store: MessageStore, progress, report: RecoveryReport, undecoded: bool) -> None:
+def _recover(
+    store: MessageStore,
+    progress: workprogress.ProgressFactory | None,
+    report: RecoveryReport,
+    undecoded: bool,
+) -> None:
     cl = store.commitlog
     if not cl.files.segments:
         report.units_dropped += _queue_units(store)
@@ -454,7 +462,7 @@ def scan_and_dispatch(
     store: MessageStore,
     start: int,
     full: bool,
-    progress=None,
+    progress: workprogress.ProgressFactory | None = None,
     report: RecoveryReport | None = None,
     desc: str = "recovering CommitLog",
 ) -> tuple[int, bool]:
@@ -471,15 +479,19 @@ def scan_and_dispatch(
     return end, gap
 
 
+#: The last two records a scan decoded, ``(prev, last)`` (None where there are fewer).
+_Tail = tuple[MessageRecord | None, MessageRecord | None]
+
+
 def _scan_and_dispatch(
     store: MessageStore,
     start: int,
     full: bool,
-    progress,
+    progress: workprogress.ProgressFactory | None,
     report: RecoveryReport | None,
     desc: str,
     undecoded: bool,
-):
+) -> tuple[int, bool, _Tail]:
     """:func:`scan_and_dispatch`, and the last two records decoded ``(prev, last)`` (None
     where there are fewer)."""
     cl = store.commitlog
@@ -500,8 +512,13 @@ def _scan_and_dispatch(
 
 
 def _scan(
-    store: MessageStore, start: int, full: bool, bar, report: RecoveryReport, undecoded: bool
-) -> tuple[int, bool, int, tuple]:
+    store: MessageStore,
+    start: int,
+    full: bool,
+    bar: workprogress.ProgressBar,
+    report: RecoveryReport,
+    undecoded: bool,
+) -> tuple[int, bool, int, _Tail]:
     cl = store.commitlog
     batch: list[DispatchRequest] = []
     gap = False
@@ -584,7 +601,7 @@ def _scan(
     return cl.scan_end, gap, records, tail
 
 
-def light_unit(buf, pos: int) -> tuple[int, int, int]:
+def light_unit(buf: bytes, pos: int) -> tuple[int, int, int]:
     """``(size, tagsCode, storeTimestamp)`` that :meth:`_dispatch_of` gives a record with
     IPv4 hosts whose layout :meth:`CommitLog.scan_raw` checked, without decoding it
     (tagsCode from the TAGS property). Not for ``SCHEDULE_TOPIC_XXXX`` (its tagsCode is a
