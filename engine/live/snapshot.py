@@ -53,8 +53,9 @@ import sys
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -154,11 +155,13 @@ class FrozenFile:
 
     __slots__ = ("rel", "size", "extents", "key", "candidate_mtime_ns", "mtime_ns", "ident")
 
-    def __init__(self, rel: str, size: int, extents: list[Extent], ident=None):
+    def __init__(self, rel: str, size: int, extents: list[Extent], ident: int | None = None):
         self.rel = rel
         self.size = size
         self.extents = extents
-        self.ident = ident  # (st_dev, st_ino) of the store file served from offset 0
+        # the store file served from offset 0: its fd until the freeze identifies it, then
+        # its (st_dev, st_ino); None for none
+        self.ident: int | tuple[int, int] | None = ident
         self.key: tuple | None = None
         self.candidate_mtime_ns = 0
         self.mtime_ns = 0
@@ -191,7 +194,7 @@ class FrozenFile:
             parts.append(bytes(end - pos))
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def piece(self, offset: int, length: int):
+    def piece(self, offset: int, length: int) -> tuple[Any, ...] | None:
         """Where ``[offset, offset + length)`` comes from when it lies in one extent or in
         zeros only: ``("fd", fd, file_offset, n)``, ``("data", bytes)`` or ``("zeros", n)``;
         None when it spans several (callers then use :meth:`read`)."""
@@ -420,7 +423,9 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
         return nfd
 
     files: list[FrozenFile] = []
-    slot_copies = []  # (rel, size, head bytes, slots (array or bytes), items_end, fd, base)
+    # (rel, size, header bytes, slot bytes (None: read them after the lock), native order,
+    # fd, where the items start)
+    slot_copies: list[tuple[str, int, bytes, bytes | None, bool, int, int]] = []
     config_dir = os.path.join(store.root, "config")
     config: dict[str, tuple[bytes, int]] = {}
     offsets_lock = store.consumer_offsets.lock
@@ -480,30 +485,38 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
             index = store.index_service
             if index is not None:
                 with index.frozen() as index_files:
-                    for f in index_files:
-                        if f.path is None or f.fd is None:
+                    for ixf in index_files:
+                        if ixf.path is None or ixf.fd is None:
                             continue  # in memory only (read-only store)
-                        fd = dup(f.fd)
-                        rel = f"index/{f.name}"
-                        nslots = f.hash_slot_num * HASH_SLOT_SIZE
-                        if f.is_write_full:
+                        fd = dup(ixf.fd)
+                        rel = f"index/{ixf.name}"
+                        nslots = ixf.hash_slot_num * HASH_SLOT_SIZE
+                        if ixf.is_write_full:
                             head = os.pread(fd, INDEX_HEADER_SIZE, 0)
                             if len(head) == INDEX_HEADER_SIZE and HEADER.unpack(head)[3] >= offset:
                                 # names records past the snapshot (a follower's writer is
                                 # ahead of what it shows): cut below, slots read then
                                 slot_copies.append(
-                                    (rel, f.size, head, None, False, fd, INDEX_HEADER_SIZE + nslots)
+                                    (
+                                        rel,
+                                        ixf.size,
+                                        head,
+                                        None,
+                                        False,
+                                        fd,
+                                        INDEX_HEADER_SIZE + nslots,
+                                    )
                                 )
                                 continue
                             files.append(
-                                FrozenFile(rel, f.size, [(0, f.size, fd, 0, None)], ident=fd)
+                                FrozenFile(rel, ixf.size, [(0, ixf.size, fd, 0, None)], ident=fd)
                             )
-                            index_ts = f.end_timestamp
+                            index_ts = ixf.end_timestamp
                             continue
                         # Slots first, then the header: a writer (another process, for a
                         # follower) writes items, then slots, then the header, so the slots
                         # read here name only items the header read after counts.
-                        frozen = f.freeze_slots()  # native order; swapped after the lock
+                        frozen = ixf.freeze_slots()  # native order; swapped after the lock
                         if frozen is not None:
                             slots = frozen
                             native = True
@@ -512,7 +525,7 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                             native = False
                         head = os.pread(fd, INDEX_HEADER_SIZE, 0)
                         slot_copies.append(
-                            (rel, f.size, head, slots, native, fd, INDEX_HEADER_SIZE + nslots)
+                            (rel, ixf.size, head, slots, native, fd, INDEX_HEADER_SIZE + nslots)
                         )
                         index_ts = (
                             HEADER.unpack(head)[1] if len(head) == INDEX_HEADER_SIZE else index_ts
@@ -542,8 +555,10 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
     # without this manager's memory of earlier mtimes (another mount) sees it changed.
     partial_mtime = (now_ms // 1000 - 1) * NS
     cut_ts = None
-    for rel, size, head, slots, native, fd, items_base in slot_copies:
-        if slots is None:
+    for rel, size, head, copied, native, fd, items_base in slot_copies:
+        if copied is not None:
+            slots = copied
+        else:  # a full file's slots, read outside the lock
             slots = os.pread(fd, items_base - INDEX_HEADER_SIZE, INDEX_HEADER_SIZE)
         if len(head) == INDEX_HEADER_SIZE and HEADER.unpack(head)[3] >= offset:
             cut = _cut_index(store, fd, head, slots, native, items_base, offset)
@@ -593,7 +608,7 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
         if f.key is not None:
             continue
         ident = None
-        if f.ident is not None:
+        if isinstance(f.ident, int):  # the fd the file is served from
             st = os.fstat(f.ident)
             ident = (st.st_dev, st.st_ino)
             if f.served_whole():
@@ -627,7 +642,7 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
 
 def _cut_index(
     store: MessageStore, fd: int, head: bytes, slots: bytes, native: bool, items_base: int, cut: int
-):
+) -> tuple[bytes, bytes, bool] | None:
     """An IndexFile as it was when the CommitLog ended at ``cut`` (the file's writer is ahead
     of the snapshot: a follower shows less than its writer has indexed), by the format's one
     cut (:func:`engine.format.indexfile.cut_index`), endTimestamp the last kept record's store
@@ -672,7 +687,7 @@ class _CrcCache:
             except (OSError, ValueError):
                 self.entries = {}
 
-    def prefix(self, ident, fd: int, end: int) -> int:
+    def prefix(self, ident: tuple[int, int], fd: int, end: int) -> int:
         key = f"{ident[0]}:{ident[1]}"
         with self.lock:
             ent = self.entries.get(key)
@@ -711,7 +726,9 @@ class _CrcCache:
             log.warning("cannot write %s: %s", self.path, exc)
 
 
-def file_checksum(f: FrozenFile, cache: _CrcCache, cancelled=lambda: False) -> int:
+def file_checksum(
+    f: FrozenFile, cache: _CrcCache, cancelled: Callable[[], bool] = lambda: False
+) -> int:
     """CRC32C of a frozen file's bytes; zeros are never read (see :mod:`engine.format.crc`)."""
     crc, pos = 0, 0
     for s, e, fd, fo, data in f.extents:
@@ -721,7 +738,7 @@ def file_checksum(f: FrozenFile, cache: _CrcCache, cancelled=lambda: False) -> i
             crc = crc32c_zeros(crc, s - pos)
         if data is not None:
             crc = crc32c(_bytes_of(data), crc)
-        elif s == 0 and fo == 0 and pos == 0 and f.ident is not None:
+        elif s == 0 and fo == 0 and pos == 0 and isinstance(f.ident, tuple):
             crc = cache.prefix(f.ident, fd, e)
         else:
             crc = crc32c_fd(fd, fo, fo + e - s, crc)
@@ -749,7 +766,7 @@ class SnapshotManager:
     holds across mounts that use the same ``--cache-dir``.
     """
 
-    def __init__(self, store, cache_dir: str | None = None):
+    def __init__(self, store: MessageStore, cache_dir: str | None = None):
         self.store = store
         self.snapshots: dict[str, Snapshot] = {}
         self._lock = threading.Lock()
@@ -820,7 +837,7 @@ class SnapshotManager:
                     "size": f.size,
                     "crc32c": f"{file_checksum(f, self._cache, lambda: snap.cancelled):08x}",
                 }
-                if f.ident is not None:
+                if isinstance(f.ident, tuple):
                     paths[f"{f.ident[0]}:{f.ident[1]}"] = os.path.join(snap.store_root, rel)
             self._cache.save(paths)
             self._save_mtimes()
@@ -869,7 +886,9 @@ class SnapshotManager:
         self._pool.shutdown(wait=True)
 
 
-def verify_copy(directory: str, workers: int | None = None, progress=None) -> tuple[dict, list]:
+def verify_copy(
+    directory: str, workers: int | None = None, progress: workprogress.ProgressFactory | None = None
+) -> tuple[dict, list]:
     """Check a copy of a snapshot against its ``SNAPSHOT.json``.
 
     Every file the manifest names must exist with its size and CRC32C; files are summed in
@@ -897,7 +916,7 @@ def verify_copy(directory: str, workers: int | None = None, progress=None) -> tu
         raise ValueError(f"{MANIFEST_NAME}: no \"files\" table")
     problems: list[tuple[str, str]] = []
 
-    def check(rel: str, want: dict):
+    def check(rel: str, want: dict) -> tuple[str, str | None, int]:
         path = os.path.join(directory, *rel.split("/"))
         if ".." in rel.split("/") or rel.startswith("/"):
             return rel, "unsafe name in manifest", 0
@@ -941,8 +960,8 @@ def verify_copy(directory: str, workers: int | None = None, progress=None) -> tu
     finally:
         done.close()
     for root, _dirs, names in os.walk(directory):
-        for n in names:
-            rel = os.path.relpath(os.path.join(root, n), directory).replace(os.sep, "/")
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), directory).replace(os.sep, "/")
             if rel != MANIFEST_NAME and rel not in files:
                 problems.append((rel, "extra"))
     problems.sort()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError, StoreError
 from ..format.indexfile import (
@@ -28,6 +30,9 @@ from ..format.javahash import combine_u32, java_hash_u32, key_hash_of_u32, utf16
 from ..format.mappedfile import fsync_dir
 from ..format.message import TRANSACTION_ROLLBACK_TYPE
 
+if TYPE_CHECKING:
+    from .dispatch import DispatchRequest
+
 
 class _RWLock:
     """Many readers or one writer (``ReentrantReadWriteLock`` without reentrancy).
@@ -35,14 +40,14 @@ class _RWLock:
     A waiting writer blocks new readers, so a stream of queries cannot starve it.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
 
     @contextmanager
-    def read(self):
+    def read(self) -> Iterator[None]:
         with self._cond:
             while self._writer or self._writers_waiting:
                 self._cond.wait()
@@ -56,7 +61,7 @@ class _RWLock:
                     self._cond.notify_all()
 
     @contextmanager
-    def write(self):
+    def write(self) -> Iterator[None]:
         with self._cond:
             self._writers_waiting += 1
             try:
@@ -111,7 +116,7 @@ class IndexService:
         read_only: bool = False,
         *,
         max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
-        timestamp_of=None,
+        timestamp_of: Callable[[int], int | None] | None = None,
     ):
         check_geometry(hash_slot_num, index_num)
         self.timestamp_of = timestamp_of
@@ -145,7 +150,7 @@ class IndexService:
             raise
 
     @contextmanager
-    def frozen(self):
+    def frozen(self) -> Iterator[list[IndexFile]]:
         """Hold off every change to the index files (puts, truncation, rolling, deletion)
         while the block runs; yields the list of files (a snapshot freezes them)."""
         with self._mutex:
@@ -225,7 +230,7 @@ class IndexService:
         return sum(max(0, f.index_count - 1) for f in self.files)
 
     # -- build --------------------------------------------------------------------------------
-    def dispatch(self, batch) -> None:
+    def dispatch(self, batch: list[DispatchRequest]) -> None:
         """Index a batch of dispatched records (``CommitLogDispatcherBuildIndex``/``buildIndex``).
 
         Each item needs ``topic``, ``commitlog_offset``, ``store_timestamp`` (epoch ms), ``keys``
@@ -294,7 +299,7 @@ class IndexService:
             self._put_entries(entries)
 
     def _put_again(
-        self, topic: str, uniq: str | None, keys, offset: int, store_timestamp: int
+        self, topic: str, uniq: str | None, keys: list[str], offset: int, store_timestamp: int
     ) -> None:
         idx_keys = [build_key(topic, uniq)] if uniq is not None else []
         idx_keys += [build_key(topic, k) for k in keys or () if k]
