@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import CorruptRecordError, MessageTooLargeError
 from .dledger import (
@@ -51,6 +51,9 @@ from .message import (
     write_prop_crc,
 )
 from .message import crc32 as _crc32  # zlib's; masked with BODY_CRC_MASK
+
+if TYPE_CHECKING:
+    from .message import RecordBuffer
 
 _PROP_CRC = PROPERTY_CRC32.encode()
 _HOSTS_V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
@@ -127,7 +130,7 @@ class Step(NamedTuple):
 STEP_KINDS = ("record", "blank", "zeros", "torn", "not_record", "past_end")
 
 
-def walk_segment(buf: bytes | memoryview, size: int) -> Iterator[Step]:
+def walk_segment(buf: RecordBuffer, size: int) -> Iterator[Step]:
     """Walk one plain CommitLog file's bytes ``buf[0:size]`` record by record, leniently: the
     walk of a checker (``rmqfs verify``), which goes on past a record whose body is damaged (the
     caller decodes each ``record`` step and may find its CRC wrong) and reports what ends the

@@ -45,6 +45,7 @@ import socket
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 try:  # the same CRC-32 as zlib's, 10-20x faster (PCLMUL); zlib's when it is missing
     from zlib_ng.zlib_ng import crc32
@@ -53,6 +54,14 @@ except ImportError:  # pragma: no cover
 
 from ..errors import CorruptRecordError, MessageTooLargeError, PropertiesSizeExceededError
 from .javahash import tags_code
+
+if TYPE_CHECKING:
+    import mmap
+
+    #: What the record decoders read: a record's bytes in any bytes-like (a file's mmap too).
+    RecordBuffer = bytes | bytearray | memoryview | mmap.mmap
+    #: What the record writers patch in place.
+    WritableRecordBuffer = bytearray | memoryview | mmap.mmap
 
 # MessageDecoder.MESSAGE_MAGIC_CODE(_V2), CommitLog.BLANK_MAGIC_CODE
 MAGIC_V1 = 0xDAA320A7
@@ -243,7 +252,7 @@ def body_length_position(sys_flag: int) -> int:
     )
 
 
-def read_store_timestamp(buf, pos: int = 0) -> int:
+def read_store_timestamp(buf: RecordBuffer, pos: int = 0) -> int:
     """STORETIMESTAMP (epoch ms) of the record at ``buf[pos]``; the buffer must hold at least
     ``STORE_TIMESTAMP_END_MAX`` bytes from ``pos`` (struct.error otherwise)."""
     sys_flag = INT32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
@@ -630,7 +639,7 @@ class MessageRecord:
 _TOPICS: dict[bytes, str] = {}  # decoded topic names, shared by every decode
 
 
-def read_total_size_and_magic(buf, pos: int) -> tuple[int, int]:
+def read_total_size_and_magic(buf: RecordBuffer, pos: int) -> tuple[int, int]:
     """``(TOTALSIZE, MAGICCODE as unsigned)`` at ``pos``; raises CorruptRecordError if < 8 bytes."""
     if len(buf) - pos < 8:
         raise CorruptRecordError("truncated record header", pos)
@@ -643,7 +652,7 @@ def min_record_size(sys_flag: int, v2: bool) -> int:
     return cal_msg_length(sys_flag, 0, 0, 0, v2)
 
 
-def decode_fixed(buf, pos: int = 0) -> tuple:
+def decode_fixed(buf: RecordBuffer, pos: int = 0) -> tuple:
     """The fixed fields of the record at ``buf[pos]``, the one decode of them every reader
     shares (the per-record decoder, recovery's walk through it, the columnar checks of the
     rare records): ``(TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET,
@@ -738,7 +747,7 @@ def decode_fixed(buf, pos: int = 0) -> tuple:
 
 
 def decode_record(
-    buf,
+    buf: RecordBuffer,
     pos: int = 0,
     *,
     check_crc: bool = True,
@@ -1042,7 +1051,7 @@ def encode_message(
     )
 
 
-def write_prop_crc(buf, pos: int, total: int) -> None:
+def write_prop_crc(buf: WritableRecordBuffer, pos: int, total: int) -> None:
     """Fill the 20 reserved bytes at the end of the record at ``buf[pos:pos+total]``.
 
     ``crc = UtilAll.crc32(record[0 .. total-20))`` written by ``MessageDecoder.createCrc32`` as
@@ -1058,7 +1067,7 @@ def write_prop_crc(buf, pos: int, total: int) -> None:
     buf[end : pos + total] = _CRC32_PREFIX + digits + b"\x02"
 
 
-def prop_crc_status(buf, pos: int, total: int) -> bool | None:
+def prop_crc_status(buf: RecordBuffer, pos: int, total: int) -> bool | None:
     """Check the ``__CRC32#`` trailer of the record at ``buf[pos:pos+total]``.
 
     Returns None when the record has no trailer, True when it matches, False when not
@@ -1077,7 +1086,7 @@ def prop_crc_status(buf, pos: int, total: int) -> bool | None:
 
 
 def patch_record(
-    buf,
+    buf: WritableRecordBuffer,
     pos: int,
     store_timestamp_pos: int,
     queue_offset: int,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from ..format.message import Message, MessageRecord, host_to_str
 from ..service.validation import check_message, describe_char
 from . import kernel
 from .schema import LINE_COLUMNS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "LINE_FIELDS",
@@ -95,7 +99,9 @@ def build_line(rec: MessageRecord) -> bytes:
     return _line(message_fields(rec), body)
 
 
-def build_scheduled_line(rec: MessageRecord, real_topic: str, real_queue_id: int, deliver_ms: int):
+def build_scheduled_line(
+    rec: MessageRecord, real_topic: str, real_queue_id: int, deliver_ms: int
+) -> bytes:
     """One ``scheduled.jsonl`` line: a message waiting for delivery (``engine.read.scheduled``).
 
     The :func:`build_line` fields of the stored record (``rec``, in ``rmq_sys_wheel_timer`` or
@@ -125,7 +131,7 @@ def _line(fields: dict, body: bytes) -> bytes:
 _BODY_SUFFIX = b',"' + BODY_ENCODING.encode() + b'":"base64"'
 
 
-def build_lines(batch) -> tuple[bytes | memoryview, np.ndarray]:
+def build_lines(batch: pa.RecordBatch) -> tuple[bytes | memoryview, np.ndarray]:
     """The ``messages.jsonl`` lines of a ``pyarrow.RecordBatch`` of ``engine.read.columnar``
     rows (it needs the :data:`LINE_FIELDS` columns; others are ignored), the same bytes as
     :func:`build_line` of each record.
@@ -147,7 +153,7 @@ def build_lines(batch) -> tuple[bytes | memoryview, np.ndarray]:
     return b"".join(lines), ends
 
 
-def parse_json_line(line: bytes):
+def parse_json_line(line: bytes) -> Any:
     """Parse one ``produce.jsonl`` line strictly: UTF-8 (no other encoding is guessed), one
     JSON value, no ``NaN``/``Infinity``, no object with the same name twice (which would
     otherwise keep the last one silently).
@@ -167,7 +173,7 @@ def parse_json_line(line: bytes):
         raise MessageIllegalError("not JSON: nested too deeply") from None
 
 
-def _no_duplicates(pairs):
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen = set()
@@ -178,11 +184,11 @@ def _no_duplicates(pairs):
     return obj
 
 
-def _no_constant(name):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def message_from_json(obj, topic: str, queue_id: int | None = None):
+def message_from_json(obj: object, topic: str, queue_id: int | None = None) -> Message:
     """The :class:`engine.format.message.Message` of one parsed ``produce.jsonl`` line.
 
     ``obj`` is what ``json.loads`` returned for the line; ``queue_id`` is the default queue
@@ -269,7 +275,7 @@ def message_from_json(obj, topic: str, queue_id: int | None = None):
     return msg
 
 
-def _json_type(value) -> str:
+def _json_type(value: object) -> str:
     """The JSON name of a parsed value's type (for messages)."""
     if value is None:
         return "null"

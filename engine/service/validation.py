@@ -38,9 +38,14 @@ applies these rules.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidNameError, MessageIllegalError, PermissionDeniedError
 from ..format.message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC
+
+if TYPE_CHECKING:
+    from ..format.message import Message
 
 # org.apache.rocketmq.common.topic.TopicValidator (5.3): the broker's own topics. A client may
 # not create one (AdminBrokerProcessor.updateAndCreateTopic: "is conflict with system topic",
@@ -141,7 +146,7 @@ def describe_char(ch: str) -> str:
     return f"control character U+{ord(ch):04X}"
 
 
-def check_text(what: str, value) -> None:
+def check_text(what: str, value: object) -> None:
     """Raise MessageIllegalError unless ``value`` is a non-blank ``str`` without control
     characters or lone surrogates. ``what`` names the field in the message."""
     if not isinstance(value, str):
@@ -153,7 +158,7 @@ def check_text(what: str, value) -> None:
         raise MessageIllegalError(f"{what} must not be empty or blank")
 
 
-def check_tags(tags) -> None:
+def check_tags(tags: str | None) -> None:
     """A message's tags (``GrpcValidator.validateTag``); ``None`` and ``""`` mean no tags."""
     if tags is None or tags == "":
         return
@@ -167,7 +172,7 @@ def check_tags(tags) -> None:
     _GOOD_TAGS.add(tags)
 
 
-def check_keys(keys) -> None:
+def check_keys(keys: list[str] | tuple[str, ...] | str | None) -> None:
     """Keys: a space-separated ``str`` or a list/tuple of keys without spaces."""
     if keys is None:
         return
@@ -187,7 +192,7 @@ def check_keys(keys) -> None:
             raise MessageIllegalError(f"key {k!r} contains a space, which separates keys")
 
 
-def check_properties(props) -> None:
+def check_properties(props: dict[str, str] | None) -> None:
     """User properties (``Message.putUserProperty`` and the proxy's checks)."""
     if props is None:
         return
@@ -205,7 +210,7 @@ def check_properties(props) -> None:
         check_text(f"property {name!r}", value)
 
 
-def check_queue_id(queue_id) -> None:
+def check_queue_id(queue_id: int | None) -> None:
     """``None`` (the store picks) or an ``int`` that is not a ``bool``."""
     if queue_id is not None and (not isinstance(queue_id, int) or isinstance(queue_id, bool)):
         raise MessageIllegalError(
@@ -248,7 +253,7 @@ def check_send_topic(topic: str) -> None:
 _LONG_END = 1 << 63
 
 
-def check_timing(msg) -> None:
+def check_timing(msg: Message) -> None:
     """A delayed or timed message's fields: ``delay_level`` an int >= 0 (the producer's
     ``setDelayTimeLevel``), ``deliver_time_ms``/``delay_time_ms``/``delay_time_sec`` ints in a
     Java long's range (``HookUtils.transformTimerMessage`` parses them with ``Long.parseLong``;
@@ -276,7 +281,7 @@ def check_timing(msg) -> None:
             raise MessageIllegalError(f"{name} must be an integer (epoch ms or ms), not {v!r}")
 
 
-def check_message(msg) -> None:
+def check_message(msg: Message) -> None:
     """Every rule of this module for one :class:`engine.format.message.Message`.
 
     Raises:
@@ -295,7 +300,7 @@ def check_message(msg) -> None:
         raise MessageIllegalError(f"body must be bytes, not {type(msg.body).__name__}")
 
 
-def check_messages(messages) -> None:
+def check_messages(messages: Iterable[Message]) -> None:
     """:func:`check_message` for each message, with the common cases inline (hot path)."""
     for m in messages:
         if m.topic in NOT_ALLOWED_SEND_TOPICS:
