@@ -48,11 +48,15 @@ import struct
 import sys
 import time
 from array import array
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError
 from .javahash import index_key_hash
 from .mappedfile import create_preallocated
+
+if TYPE_CHECKING:
+    import numpy as np
 
 HEADER = struct.Struct(">qqqqii")  # begin/endTimestamp, begin/endPhyOffset, slot and item counts
 #: IndexHeader's field names, in HEADER's order
@@ -137,6 +141,12 @@ def name_after(name: str) -> str:
     return dt.strftime("%Y%m%d%H%M%S") + f"{dt.microsecond // 1000:03d}"
 
 
+class _Reader(Protocol):
+    """What a walk reads an IndexFile with (``_FdIO``, ``_MemIO`` or their readers)."""
+
+    def read(self, offset: int, length: int) -> bytes: ...
+
+
 class _FdIO:
     """Positional I/O on a file descriptor (thread-safe: pread/pwrite keep no file position)."""
 
@@ -152,7 +162,7 @@ class _FdIO:
             raise CorruptRecordError(f"{self.path}: short read of {length} bytes", offset)
         return data
 
-    def write(self, offset: int, data) -> None:
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:
             n = os.pwrite(self.fd, view, offset)
@@ -183,7 +193,7 @@ class _MemIO:
     def read(self, offset: int, length: int) -> bytes:
         return self.mm[offset : offset + length]
 
-    def write(self, offset: int, data) -> None:
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         self.mm[offset : offset + len(data)] = data
 
     def sync(self) -> None:
@@ -201,7 +211,7 @@ class _MemIO:
 class _MemReader:
     __slots__ = ("mm",)
 
-    def __init__(self, mm):
+    def __init__(self, mm: mmap.mmap):
         self.mm = mm
 
     def read(self, offset: int, length: int) -> bytes:
@@ -344,7 +354,7 @@ class IndexFile:
             self.index_count,
         )
 
-    def _set_header(self, fields) -> None:
+    def _set_header(self, fields: Sequence[int]) -> None:
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -547,14 +557,19 @@ class IndexFile:
         capacity, since its slots may be newer than the header read last)."""
         return self.index_num if self.live else max(1, min(self.index_count, self.index_num))
 
-    def reader(self):
+    def reader(self) -> _FdIO | _MemReader:
         """A reader of this file independent of its lifetime (``_FdIO.reader``): a query
         takes one under :class:`IndexService`'s lock and walks with it after the lock is
         released, so no writer ever waits for a walk. Close it after."""
         return self._io.reader()
 
     def select_phy_offsets(
-        self, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX, io=None
+        self,
+        key: str,
+        max_num: int,
+        begin: int = 0,
+        end: int = LONG_MAX,
+        io: _Reader | None = None,
     ) -> list[int]:
         """CommitLog offsets stored under ``key`` (``topic#key``), newest first.
 
@@ -758,7 +773,9 @@ class IndexFile:
         return None
 
     # -- truncate -----------------------------------------------------------------------------
-    def truncate(self, phy_offset: int, timestamp_of=None) -> int:
+    def truncate(
+        self, phy_offset: int, timestamp_of: Callable[[int], int | None] | None = None
+    ) -> int:
         """Undo every item whose phyOffset >= ``phy_offset``; returns the new indexCount.
 
         The file is cut by :func:`cut_index` (the one cut, also the snapshot's): each changed
@@ -836,7 +853,7 @@ class IndexCut(NamedTuple):
 ITEM_FIELDS = ("key_hash", "phy_offset", "time_diff", "prev_index")
 
 
-def item_dtype():
+def item_dtype() -> np.dtype:
     """:data:`ITEM` as a numpy structured dtype (big-endian fields :data:`ITEM_FIELDS`)."""
     import numpy as np
 
@@ -846,7 +863,14 @@ def item_dtype():
     return dt
 
 
-def cut_index(header, slots, read, items_base: int, phy_offset: int, timestamp_of=None):
+def cut_index(
+    header: Sequence[int],
+    slots: np.ndarray,
+    read: Callable[[int, int], bytes],
+    items_base: int,
+    phy_offset: int,
+    timestamp_of: Callable[[int], int | None] | None = None,
+) -> IndexCut | None:
     """An IndexFile as it was before the record at CommitLog offset ``phy_offset`` was
     indexed: the one cut of an IndexFile, for recovery (:meth:`IndexFile.truncate`, the CommitLog
     was cut) and for snapshots (a file whose writer is ahead of the snapshot's end).
@@ -878,7 +902,7 @@ def cut_index(header, slots, read, items_base: int, phy_offset: int, timestamp_o
     begin_ts, end_ts, begin_phy, end_phy, _slot_count, count = header
     dtype = item_dtype()
 
-    def items(start: int, n: int):
+    def items(start: int, n: int) -> np.ndarray:
         raw = read(items_base + start * INDEX_SIZE, n * INDEX_SIZE)
         return np.frombuffer(raw, dtype, count=len(raw) // INDEX_SIZE)
 
@@ -922,7 +946,7 @@ def cut_index(header, slots, read, items_base: int, phy_offset: int, timestamp_o
     return IndexCut(head, table, changed)
 
 
-def _slot_runs(sorted_slots: list[int]):
+def _slot_runs(sorted_slots: list[int]) -> Iterator[tuple[int, int]]:
     """``(first, length)`` runs of consecutive slot numbers."""
     if not sorted_slots:
         return
