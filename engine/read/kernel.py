@@ -45,8 +45,13 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from importlib import resources
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Kernel", "Decoded", "load"]
 
@@ -116,7 +121,7 @@ class Kernel:
     bytes. Raises ValueError for a position outside ``buf``.
     """
 
-    def __init__(self, module):
+    def __init__(self, module: ModuleType):
         """Wrap the extension module (its ``ffi`` and ``lib``). Raises ImportError when its
         constants are not this module's or cffi finds its struct layout is not the compiler's
         (a cdef that drifted from ``_kernel.h``)."""
@@ -129,7 +134,7 @@ class Kernel:
             if getattr(self.lib, name) != value:
                 raise ImportError(f"rmqfs kernel: {name} is {getattr(self.lib, name)}, not {value}")
 
-    def _p(self, a: np.ndarray):
+    def _p(self, a: np.ndarray) -> Any:
         """``a``'s memory as a ``void *`` for the C side (``a`` must be kept alive)."""
         return self.ffi.cast("void *", a.ctypes.data)
 
@@ -145,10 +150,12 @@ class Kernel:
             raise ValueError("a position lies outside the buffer")
 
     @staticmethod
-    def _i64(a) -> np.ndarray:
+    def _i64(a: np.typing.ArrayLike) -> np.ndarray:
         return np.ascontiguousarray(a, dtype=np.int64)
 
-    def crc32(self, buf: np.ndarray, starts, lengths) -> np.ndarray:
+    def crc32(
+        self, buf: np.ndarray, starts: np.typing.ArrayLike, lengths: np.typing.ArrayLike
+    ) -> np.ndarray:
         """zlib CRC-32 of each piece (uint32 array)."""
         starts, lengths = self._i64(starts), self._i64(lengths)
         self._check(buf, starts, lengths)
@@ -157,7 +164,9 @@ class Kernel:
         self.lib.rmq_crc32(p(buf), p(starts), p(lengths), len(starts), p(out))
         return out
 
-    def utf8_bad(self, buf: np.ndarray, starts, lengths) -> int:
+    def utf8_bad(
+        self, buf: np.ndarray, starts: np.typing.ArrayLike, lengths: np.typing.ArrayLike
+    ) -> int:
         """Index of the first piece that is not strict UTF-8 (as ``bytes.decode``), or -1."""
         starts, lengths = self._i64(starts), self._i64(lengths)
         self._check(buf, starts, lengths)
@@ -169,15 +178,15 @@ class Kernel:
     def decode(
         self,
         buf: np.ndarray,
-        pos,
-        size,
-        phys,
+        pos: np.ndarray,
+        size: np.ndarray,
+        phys: np.ndarray,
         layout: dict,
         fixed: list[tuple[str, int, int]],
         want: int,
         queue_id: int | None = None,
         topic: bytes | None = None,
-        queue_offsets=None,
+        queue_offsets: np.ndarray | None = None,
     ) -> Decoded:
         """Decode the common records among those at ``pos`` (``rmq_decode``, see ``_kernel.c``).
 
@@ -237,7 +246,7 @@ class Kernel:
         fast = _out(n, dtype=np.uint8)
         a.fast = p(fast)
 
-        def strings(field: str, flag: int, items: int, cap: int):
+        def strings(field: str, flag: int, items: int, cap: int) -> tuple[np.ndarray, np.ndarray]:
             if not want & flag:
                 items, cap = 0, 0
             offsets = _out(items + 1, dtype=np.int32)
@@ -269,7 +278,9 @@ class Kernel:
             raise AssertionError("rmq_decode: an output bound was broken")
         rows = a.rows
 
-        def cut(offsets, data, count):  # an output not asked for has no rows
+        def cut(
+            offsets: np.ndarray, data: np.ndarray, count: int
+        ) -> tuple[np.ndarray, np.ndarray]:  # an output not asked for has no rows
             count = min(count, len(offsets) - 1)
             return offsets[: count + 1], data[: int(offsets[count])] if count else data[:0]
 
@@ -296,7 +307,9 @@ class Kernel:
             bad_value=a.bad_value,
         )
 
-    def json_lines(self, batch, body_suffix: bytes, end: bytes) -> tuple[memoryview, np.ndarray]:
+    def json_lines(
+        self, batch: pa.RecordBatch, body_suffix: bytes, end: bytes
+    ) -> tuple[memoryview, np.ndarray]:
         """One JSON object per row of a ``pyarrow.RecordBatch``, its columns in order, as
         ``json.dumps(ensure_ascii=False, separators=(",", ":"))`` writes them: integers,
         strings (null as ``null``), lists of strings, maps of strings, and a binary column
@@ -320,7 +333,9 @@ class Kernel:
         ptrs = [ffi.new("void *[]", max(nf, 1)) for _ in range(5)]
         keep: list = []  # arrays whose memory the C code reads
 
-        def strings(arr):  # (offsets, data) pointers of a string/binary array
+        def strings(
+            arr: pa.Array,
+        ) -> tuple[Any, Any]:  # (offsets, data) pointers of a string/binary array
             b = arr.buffers()
             keep.append(arr)
             offs = b[1].address + 4 * arr.offset
@@ -380,7 +395,7 @@ class Kernel:
         return out.data, ends
 
 
-def _out(count: int, dtype=np.uint8) -> np.ndarray:
+def _out(count: int, dtype: np.typing.DTypeLike = np.uint8) -> np.ndarray:
     """An output array of ``count`` elements (uninitialised) in Arrow's memory pool: it keeps
     freed memory for the next batch, where fresh ``malloc``ed pages would each be faulted in
     and zeroed by the kernel again (a tenth of a decode)."""
@@ -439,7 +454,7 @@ def load() -> Kernel | None:
         return kernel
 
 
-def compiled_module():
+def compiled_module() -> ModuleType:
     """The extension module: the file ``$RMQFS_KERNEL_MODULE`` names (``make sanitize``'s
     build), else imported as usual, else (a package in a zip) from the cache. Raises
     ImportError when there is none or it was built from another ``_kernel.c``."""
@@ -452,9 +467,10 @@ def compiled_module():
         try:
             module = importlib.import_module(f"{__package__}.{_MODULE}")
         except ImportError as exc:
-            module = _from_zip()
-            if module is None:
+            zipped = _from_zip()
+            if zipped is None:
                 raise ImportError(f"no {__package__}.{_MODULE} ({exc})") from None
+            module = zipped
     want = source_digest()
     got = module.ffi.string(module.lib.rmq_source_digest()).decode()
     if want is not None and got != want:
@@ -477,7 +493,7 @@ def source_digest() -> str | None:
     return h.hexdigest()[:16]
 
 
-def _from_zip():
+def _from_zip() -> ModuleType | None:
     """The extension module of a package imported from a zip: zipimport loads no extension
     modules, so its bytes are copied into the user's cache directory under a name that carries
     their digest (written under a temporary name, then renamed) and loaded from there. None
@@ -510,7 +526,7 @@ def _from_zip():
     return _load_file(path)
 
 
-def _load_file(path: str):
+def _load_file(path: str) -> ModuleType:
     """The extension module in the file at ``path``, as ``engine.read._kernel_cffi``."""
     name = f"{__package__}.{_MODULE}"
     spec = importlib.util.spec_from_file_location(
