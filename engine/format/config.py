@@ -22,6 +22,7 @@ import re
 import stat
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +47,7 @@ MAX_TOPIC_BYTES = 255
 MAX_QUEUE_NUMS = 1024
 
 
-def validate_queue_nums(n) -> int:
+def validate_queue_nums(n: object) -> int:
     """Return ``n`` when it is an int in ``1..MAX_QUEUE_NUMS``; raise InvalidNameError (EINVAL)
     otherwise."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_QUEUE_NUMS:
@@ -125,10 +126,10 @@ def validate_group_name(name: str) -> None:
 _STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)')
 
 
-def loads_fastjson(text: str):
+def loads_fastjson(text: str) -> Any:
     """Parse fastjson output: JSON plus bare integer object keys. Raises ValueError."""
 
-    def repl(m):
+    def repl(m: re.Match[str]) -> str:
         if m.group(1) is None:
             return m.group(0)
         return f'{m.group(1)}"{m.group(2)}"{m.group(3)}'
@@ -136,12 +137,12 @@ def loads_fastjson(text: str):
     return json.loads(_STRING_OR_BARE_KEY.sub(repl, text))
 
 
-def dumps_pretty(obj) -> str:
+def dumps_pretty(obj: object) -> str:
     """Serialise like fastjson's pretty mode: tabs, sorted keys, no space after ':'."""
     return json.dumps(obj, indent="\t", sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def load_config_file(path: str, parse=None):
+def load_config_file(path: str, parse: Callable[[Any], Any] | None = None) -> Any:
     """Load ``path`` or, failing that, ``path.bak``, as RocketMQ's ``ConfigManager.load`` does.
 
     A file that is missing or empty is skipped; one that is not UTF-8, not (fastjson) JSON,
@@ -164,12 +165,12 @@ def load_config_file(path: str, parse=None):
     return _load_first((path, path + ".bak"), parse)
 
 
-def load_config_file_only(path: str, parse=None):
+def load_config_file_only(path: str, parse: Callable[[Any], Any] | None = None) -> Any:
     """:func:`load_config_file` without the ``.bak`` fallback (for ``rmqfs verify``)."""
     return _load_first((path,), parse)
 
 
-def _load_first(paths, parse):
+def _load_first(paths: Iterable[str], parse: Callable[[Any], Any] | None) -> Any:
     errors = []
     for p in paths:
         try:
@@ -215,7 +216,7 @@ def _load_first(paths, parse):
     return None
 
 
-def _table(raw, key: str) -> dict:
+def _table(raw: object, key: str) -> dict:
     """``raw[key]`` as a dict (missing/null: empty). Raises TypeError naming the field."""
     if not isinstance(raw, dict):
         raise TypeError(f"top level is a {type(raw).__name__}, not an object")
@@ -227,14 +228,14 @@ def _table(raw, key: str) -> dict:
     return value
 
 
-def _int(value, what: str) -> int:
+def _int(value: object, what: str) -> int:
     """A JSON integer (not a bool, not a float). Raises TypeError naming ``what``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} is {value!r}, not an integer")
     return value
 
 
-def _counter(raw) -> int:
+def _counter(raw: object) -> int:
     dv = raw.get("dataVersion") if isinstance(raw, dict) else None
     if not isinstance(dv, dict):
         return 0
@@ -242,7 +243,7 @@ def _counter(raw) -> int:
     return c if isinstance(c, int) and not isinstance(c, bool) else 0
 
 
-def persist_config_file(path: str, obj) -> None:
+def persist_config_file(path: str, obj: object) -> None:
     """Write ``obj`` to ``path`` atomically, keeping the previous content as ``path.bak``."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
@@ -394,7 +395,7 @@ class TopicConfigManager:
         self._extra = {k: v for k, v in raw.items() if k not in ("topicConfigTable", "dataVersion")}
 
     @staticmethod
-    def parse(raw):
+    def parse(raw: object) -> object:
         for name, d in _table(raw, "topicConfigTable").items():
             TopicConfig.from_json(name, d)
         return raw
@@ -481,13 +482,13 @@ class ConsumerOffsetManager:
             self.table.update(load_config_file(self.lmq_path, self.parse_lmq) or {})
 
     @classmethod
-    def parse(cls, raw):
+    def parse(cls, raw: object) -> object:
         """``raw`` when :meth:`_offsets` accepts it (for :func:`load_config_file`)."""
         cls._offsets(raw)
         return raw
 
     @classmethod
-    def parse_lmq(cls, raw) -> dict[str, dict[int, int]]:
+    def parse_lmq(cls, raw: object) -> dict[str, dict[int, int]]:
         """The offsets of ``config/lmqConsumerOffset.json`` (``LmqConsumerOffsetManager``'s
         JSON) as ``{"topic@group": {queueId: offset}}``: its ``offsetTable`` (the shape of
         consumerOffset.json: groups that are not LMQs) and its ``lmqOffsetTable``
@@ -499,7 +500,7 @@ class ConsumerOffsetManager:
         return table
 
     @staticmethod
-    def _offsets(raw) -> dict[str, dict[int, int]]:
+    def _offsets(raw: object) -> dict[str, dict[int, int]]:
         """``offsetTable`` as ``{"topic@group": {queueId: offset}}``; TypeError/ValueError when
         it is not an object of objects mapping integer queue ids to integer offsets."""
         table = {}
@@ -565,7 +566,7 @@ class ConsumerOffsetManager:
                 raise
             self.counter += 1
 
-    def _mutate(self, change) -> Any:
+    def _mutate(self, change: Callable[[dict[str, dict[int, int]]], Any]) -> Any:
         """Apply ``change(table)`` and persist; on a failed write (ENOSPC...) the table is
         restored, in memory too, and the OSError raised. Returns what ``change`` returns."""
         with self.lock:
@@ -583,7 +584,7 @@ class ConsumerOffsetManager:
         """``ConsumerOffsetManager.cleanOffsetByTopic``: drop every ``topic@group`` entry
         (keys of exactly two parts whose first is ``topic``). Returns the removed keys."""
 
-        def change(table):
+        def change(table: dict[str, dict[int, int]]) -> list[str]:
             gone = [
                 k
                 for k in table
@@ -600,7 +601,7 @@ class ConsumerOffsetManager:
         """``ConsumerOffsetManager.removeOffset``: drop every ``topic@group`` entry of
         ``group``. Returns the removed keys."""
 
-        def change(table):
+        def change(table: dict[str, dict[int, int]]) -> list[str]:
             gone = [
                 k
                 for k in table
@@ -622,7 +623,7 @@ class ConsumerOffsetManager:
             return None
         copy = dict(offsets)
 
-        def change(table):
+        def change(table: dict[str, dict[int, int]]) -> None:
             table[f"{topic}{TOPIC_GROUP_SEPARATOR}{dest}"] = dict(copy)
 
         self._mutate(change)
@@ -684,7 +685,7 @@ class SubscriptionGroupManager:
         }
 
     @staticmethod
-    def parse(raw):
+    def parse(raw: object) -> object:
         for name, d in _table(raw, "subscriptionGroupTable").items():
             if not isinstance(d, dict):
                 raise TypeError(f"subscriptionGroupTable[{name!r}] is not an object")
@@ -775,7 +776,7 @@ TOPIC_UPDATE_FIELDS = {
 }
 
 
-def topic_update_from_json(current: TopicConfig, obj) -> dict:
+def topic_update_from_json(current: TopicConfig, obj: object) -> dict:
     """The ``MessageStore.update_topic`` keywords of a JSON object written to a topic's
     ``topic.json``: only :data:`TOPIC_UPDATE_FIELDS` may change (their values are checked by
     ``update_topic``); any other field of the entry may be present (the file read, edited and
@@ -867,7 +868,7 @@ class DeletedTopics:
         self.counter = _counter(raw)
 
     @staticmethod
-    def parse(raw):
+    def parse(raw: object) -> object:
         for name, off in _table(raw, "deletedTopicTable").items():
             _int(off, f"deletedTopicTable[{name!r}]")
         return raw
@@ -914,7 +915,7 @@ class DeletedTopics:
         self.counter += 1
 
 
-def _parse_delay_offsets(raw):
+def _parse_delay_offsets(raw: object) -> object:
     for q, o in _table(raw, "offsetTable").items():
         _int(o, f"offsetTable[{q}]")
     return raw
