@@ -82,7 +82,11 @@ from ..service.storetree import (
 from ..service.workprogress import no_progress
 
 if TYPE_CHECKING:
+    from ..format.message import MessageRecord
     from ..read.columnar import Segments
+    from ..service.workprogress import ProgressFactory
+    from ..store import MessageStore
+    from ..storeconfig import StoreConfig
 
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
 CONFIG_FILES = (
@@ -255,7 +259,7 @@ def _majority_size(sizes: list[int]) -> int:
 class _Records:
     """The valid records of the CommitLog, compactly (arrays), for the derived-file checks."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.offsets = array("q")
         self.sizes = array("i")
         self.nkeys = array("b")
@@ -263,7 +267,12 @@ class _Records:
         self.queues: dict[tuple[str, int], tuple[array, array, array, array]] = {}
 
 
-def verify_store(root: str, config=None, progress=None, check_index: bool = True) -> VerifyResult:
+def verify_store(
+    root: str,
+    config: StoreConfig | None = None,
+    progress: ProgressFactory | None = None,
+    check_index: bool = True,
+) -> VerifyResult:
     """Verify every file of the store at ``root`` without writing anything.
 
     Args:
@@ -355,7 +364,7 @@ def verify_store(root: str, config=None, progress=None, check_index: bool = True
 # CommitLog
 
 
-def _check_segments(root: str, cfg, res: VerifyResult) -> list[_Segment]:
+def _check_segments(root: str, cfg: StoreConfig, res: VerifyResult) -> list[_Segment]:
     cl_dir = commitlog_dir(root)  # dledger-<selfId>/data for a DLedger store
     if not os.path.isdir(cl_dir):
         return []
@@ -456,7 +465,13 @@ def _is_zero(seg: _Segment, start: int, end: int) -> bool:
     return True
 
 
-def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records, progress) -> None:
+def _scan_commitlog(
+    segs: list[_Segment],
+    cfg: StoreConfig,
+    res: VerifyResult,
+    recs: _Records,
+    progress: ProgressFactory,
+) -> None:
     if not segs:
         return
     file_size = res.segment_size
@@ -572,7 +587,12 @@ def _scan_commitlog(segs: list[_Segment], cfg, res: VerifyResult, recs: _Records
 
 
 def _scan_dledger(
-    dledger: DLedgerLog, segs: list[_Segment], cfg, res: VerifyResult, recs: _Records, progress
+    dledger: DLedgerLog,
+    segs: list[_Segment],
+    cfg: StoreConfig,
+    res: VerifyResult,
+    recs: _Records,
+    progress: ProgressFactory,
 ) -> None:
     """Check a DLedger CommitLog with the engine's walk (``CommitLog.scan`` with its
     ``entry_problem``): each entry as ``DLedgerMmapFileStore.recover`` checks it (magic, pos,
@@ -650,7 +670,7 @@ def _bad(res: VerifyResult, rel: str, offset: int, what: str, in_flight: bool) -
         res.first_bad = offset
 
 
-def _add_record(rec, recs: _Records, delay_table: dict, reachable: bool) -> None:
+def _add_record(rec: MessageRecord, recs: _Records, delay_table: dict, reachable: bool) -> None:
     recs.offsets.append(rec.commitlog_offset)
     recs.sizes.append(rec.store_size)
     ttype = transaction_type(rec.sys_flag)
@@ -715,7 +735,9 @@ def _record_index(recs: _Records, offset: int) -> int | None:
 # ConsumeQueue
 
 
-def _check_consume_queues(root: str, res: VerifyResult, recs: _Records, cfg, progress) -> None:
+def _check_consume_queues(
+    root: str, res: VerifyResult, recs: _Records, cfg: StoreConfig, progress: ProgressFactory
+) -> None:
     base = os.path.join(root, "consumequeue")
     if rocksdb_consume_queue(root):
         _check_rocksdb_queues(base, res, recs, progress)
@@ -857,7 +879,9 @@ def _check_batch_queues(root: str, res: VerifyResult, recs: _Records, seen: set)
                 )
 
 
-def _check_rocksdb_queues(base: str, res: VerifyResult, recs: _Records, progress) -> None:
+def _check_rocksdb_queues(
+    base: str, res: VerifyResult, recs: _Records, progress: ProgressFactory
+) -> None:
     """Each queue of a RocksDB ConsumeQueue (:mod:`engine.format.rocksdbcq`): its units from
     the ``offset`` family's min to max, each checked against its record like a file unit;
     a unit missing inside the range is an error (``rangeQuery`` would stop there)."""
@@ -888,7 +912,7 @@ def _check_rocksdb_queues(base: str, res: VerifyResult, recs: _Records, progress
         db.close()
 
 
-def _cq_file_size(qdirs: list[str], cfg, explicit: bool) -> int:
+def _cq_file_size(qdirs: list[str], cfg: StoreConfig, explicit: bool) -> int:
     """The store's ConsumeQueue file size: mappedFileSizeConsumeQueue from a given broker.conf,
     else what the files say (:func:`engine.format.consumequeue.store_file_size`, the rule the store
     opens with) when more than one file tells; 0 when unknown."""
@@ -1071,7 +1095,19 @@ def _check_queue(
             )
 
 
-def _check_unit(topic, qid, qoff, off, size, tc, frel, rel, res, recs, q) -> None:
+def _check_unit(
+    topic: str,
+    qid: int,
+    qoff: int,
+    off: int,
+    size: int,
+    tc: int,
+    frel: str,
+    rel: str,
+    res: VerifyResult,
+    recs: _Records,
+    q: tuple[array, array, array, array] | None,
+) -> None:
     if off < res.commitlog_min:
         return  # the record expired with its CommitLog file
     end = res.first_bad if res.first_bad is not None else res.commitlog_end
@@ -1125,7 +1161,7 @@ def _check_unit(topic, qid, qoff, off, size, tc, frel, rel, res, recs, q) -> Non
 # IndexFile
 
 
-def _read_record_at(segs: list[_Segment], offset: int):
+def _read_record_at(segs: list[_Segment], offset: int) -> MessageRecord | None:
     """Decode the record at a CommitLog offset from the mapped segments, or None."""
     for s in segs:
         if s.start <= offset < s.start + s.size and s.map is not None:
@@ -1136,15 +1172,22 @@ def _read_record_at(segs: list[_Segment], offset: int):
     return None
 
 
-def _check_index(root: str, segs, res: VerifyResult, recs: _Records, cfg, progress) -> None:
+def _check_index(
+    root: str,
+    segs: list[_Segment],
+    res: VerifyResult,
+    recs: _Records,
+    cfg: StoreConfig,
+    progress: ProgressFactory,
+) -> None:
     idx_dir = os.path.join(root, "index")
     names = []
     if os.path.isdir(idx_dir):
         listed = _index_names(idx_dir)
         names = _files(idx_dir, listed)
-        for n in _not_files(idx_dir, listed):
-            res.add("error", "index-size", f"index/{n}", "not a regular file")
-            res.bad_index_files.add(f"index/{n}")
+        for odd in _not_files(idx_dir, listed):
+            res.add("error", "index-size", f"index/{odd}", "not a regular file")
+            res.bad_index_files.add(f"index/{odd}")
     bar = progress(len(names), "IndexFile", "file")
     last_indexed = -1
     first_indexed = None
@@ -1187,7 +1230,9 @@ def _check_index(root: str, segs, res: VerifyResult, recs: _Records, cfg, progre
             )
 
 
-def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
+def _check_index_file(
+    path: str, rel: str, segs: list[_Segment], res: VerifyResult, recs: _Records, cfg: StoreConfig
+) -> tuple[int, int, int] | None:
     """Check one IndexFile; returns (first phy, last phy, valid items) or None if unusable."""
     size = os.path.getsize(path)
     if size == 0:
@@ -1222,7 +1267,7 @@ def _check_index_file(path, rel, segs, res: VerifyResult, recs: _Records, cfg):
         return None
     bad = False
 
-    def err(what, n=None):
+    def err(what: str, n: int | None = None) -> None:
         nonlocal bad
         bad = True
         res.add("error", "index-item" if n is not None else "index-header", rel, what, n)
@@ -1409,7 +1454,12 @@ class RecoverReport:
     after: VerifyResult | None = None
 
 
-def recover_store(root: str, config=None, progress=None, rebuild: bool = False) -> RecoverReport:
+def recover_store(
+    root: str,
+    config: StoreConfig | None = None,
+    progress: ProgressFactory | None = None,
+    rebuild: bool = False,
+) -> RecoverReport:
     """Repair the store at ``root`` so that :func:`verify_store` passes.
 
     ``progress``: a progress factory (:mod:`engine.service.workprogress`) for the verifications and
@@ -1601,7 +1651,12 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
 
 
 def _reopen(
-    root: str, cfg, store_cls, lock: StoreLock, report: RecoverReport, progress=None
+    root: str,
+    cfg: StoreConfig,
+    store_cls: type[MessageStore],
+    lock: StoreLock,
+    report: RecoverReport,
+    progress: ProgressFactory | None = None,
 ) -> None:
     """Open the store for writing under recover's lock ``lock`` (its recovery
     re-dispatches; ``progress`` shows how far) and close it cleanly; the lock stays held.
