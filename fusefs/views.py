@@ -14,8 +14,9 @@ the pool of worker processes of :class:`PartCache` renders in parallel, appended
 one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both
 catch up on demand (:meth:`sync`, in worker
 threads), from a consistent cut of the queues taken under the store's put lock;
-:meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
-FUSE layer may call on its trio loop.
+:meth:`ViewCache.peek`, :meth:`PartCache.known`, :meth:`RenderedLog.read` and
+:meth:`PartCache.open` of a READY part are what the FUSE layer may run on its trio loop
+(``fusefs.base.loop_first``): they never wait there.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from engine.format.message import MessageRecord
 from engine.store import MessageStore
 
 from . import render as R
-from .base import REQUEST_UID, pread_nowait
+from .base import REQUEST_UID, loop_first, on_loop, pread, would_block
 
 if TYPE_CHECKING:  # imported where a pool starts: most mounts never render
     from concurrent.futures import ProcessPoolExecutor
@@ -139,22 +140,15 @@ class RenderedLog:
             r += 1
         return out
 
-    def read(self, offset: int, length: int, end: int | None = None) -> bytes:
-        """Up to ``length`` bytes at ``offset``, not past ``end`` (default: everything)."""
+    @loop_first
+    def read(self, offset: int, length: int, end: int | None = None) -> bytes | bytearray:
+        """Up to ``length`` bytes at ``offset``, not past ``end`` (default: everything). On
+        the trio loop only when they are in the page cache (``fusefs.base.pread``: else
+        WouldBlock)."""
         pieces = self._pieces(offset, length, end)
         if len(pieces) == 1:
-            return os.pread(self.fd, pieces[0][1], pieces[0][0])
-        return b"".join(os.pread(self.fd, n, at) for at, n in pieces)
-
-    def read_nowait(self, offset: int, length: int, end: int | None = None):
-        """Like :meth:`read` when the bytes are in the page cache, else None."""
-        out = []
-        for at, n in self._pieces(offset, length, end):
-            got = pread_nowait(self.fd, n, at)
-            if got is None:
-                return None
-            out.append(got)
-        return out[0] if len(out) == 1 else b"".join(out)
+            return pread(self.fd, pieces[0][1], pieces[0][0])
+        return b"".join(pread(self.fd, n, at) for at, n in pieces)
 
     def close(self) -> None:
         """Close and delete the cache file."""
@@ -897,8 +891,8 @@ class PartCache:
     Each part is a :class:`Part`, a small state machine (RENDERING -> READY | FAILED,
     READY -> EVICTED, EVICTED | FAILED -> RENDERING: :data:`PART_TRANSITIONS`); this class
     alone moves it, under :attr:`lock`, and wakes the readers waiting on :attr:`changed` at
-    each move. Thread-safe; :meth:`open` and :meth:`info` may wait for a render and run in
-    worker threads; :meth:`open_nowait` and :meth:`known` never wait (the trio loop).
+    each move. Thread-safe; :meth:`open` and :meth:`info` may wait for a render in a worker
+    thread; :meth:`known`, and :meth:`open` of a READY part on the trio loop, never wait.
     """
 
     #: renders one :meth:`open` starts at most: a part's render fails with BrokenProcessPool
@@ -1208,19 +1202,26 @@ class PartCache:
             p.others = False
             self.others_total -= p.disk
 
+    @loop_first
     def open(self, key) -> int:
         """An fd of the rendered part (rendering it first when needed: the caller waits
         while the part is RENDERING); the file stays readable through the fd after an
         eviction. Raises OSError(EIO) when the render fails on damage (noted in the store:
         status.json, one warning line), when the mount is closing, or after
         :attr:`OPEN_RENDERS` renders that ended in a dead worker or a dropped part."""
+        if on_loop():  # the trio loop (fusefs.base.loop_first): READY parts only
+            fd = self._open_ready(key)
+            if fd is not None:
+                return fd
+            would_block()
         from concurrent.futures.process import BrokenProcessPool
 
         for _ in range(self.OPEN_RENDERS):
             p = self._start(key, reader=True)
             with self.lock:
                 try:
-                    self.changed.wait_for(lambda p=p: p.state is not PartState.RENDERING)
+                    while p.state is PartState.RENDERING:
+                        self.changed.wait()
                     if p.state is PartState.READY:
                         self._used(p)
                         return os.open(self._path(key), os.O_RDONLY)
@@ -1245,9 +1246,9 @@ class PartCache:
             units, qoffs = units[:0], qoffs[:0]
         note_damage(self.store, topic, queue_id, units, qoffs, exc)
 
-    def open_nowait(self, key) -> int | None:
-        """An fd of the part when it is READY, else None (the caller then uses :meth:`open`,
-        in a worker thread). Never waits for the lock: the trio loop calls it."""
+    def _open_ready(self, key) -> int | None:
+        """An fd of the part when it is READY, else None. Never waits for the lock (the trio
+        loop calls it, :meth:`open`)."""
         if not self.lock.acquire(blocking=False):
             return None
         try:
