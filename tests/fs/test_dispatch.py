@@ -152,3 +152,30 @@ def test_view_requests_stay_on_the_loop_once_rendered_and_others_take_a_thread(
         assert threads.calls == ["find", "find"]
         trio.run(ops.getattr, config, None)
         assert threads.calls == ["find", "find", "_entry"]
+
+
+def test_an_open_on_the_loop_is_charged_to_the_user_who_makes_it(tmp_path):
+    """A part another user rendered stays charged to other users when that user opens it on
+    the loop (the loop ran without the request's uid, so the open made it the owner's)."""
+    from types import SimpleNamespace
+
+    from fusefs.ops import RmqOperations
+
+    with tree(tmp_path) as t:
+        t.store.create_topic("V", 1)
+        t.store.put_messages([Message("V", b"m%d" % i) for i in range(20)])
+        ops = RmqOperations(t.ctx)
+        other = SimpleNamespace(uid=os.getuid() + 1000, pid=None)
+        ino = pyfuse3.ROOT_INODE
+        for name in ("view", "topic=V", "queue=0", f"part-{0:020d}.parquet"):
+            ino = trio.run(ops.lookup, ino, name.encode(), other).st_ino
+        parts = t.ctx.views.parts
+        charged = parts.bytes_of(True)
+        assert charged > 0  # its render is the other user's
+        info = trio.run(ops.open, ino, os.O_RDONLY, other)
+        trio.run(ops.release, info.fh)
+        assert parts.bytes_of(True) == charged
+        owner = SimpleNamespace(uid=os.getuid(), pid=None)
+        info = trio.run(ops.open, ino, os.O_RDONLY, owner)
+        trio.run(ops.release, info.fh)
+        assert parts.bytes_of(True) == 0  # the owner used it: the owner's from now on
