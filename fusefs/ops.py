@@ -835,9 +835,9 @@ class RmqOperations(pyfuse3.Operations):
         """FUSE OPEN: a new file handle for the node's :class:`Handle`; its ``direct_io`` and
         ``keep_cache`` go to the kernel in the ``FileInfo``. :meth:`Node.open_as`, through
         :func:`_serve` for a read-only open (on the trio loop when it needs not block), else in a
-        worker thread (EINTR when the caller is signalled meanwhile). EISDIR for a directory; for writing, EROFS
-        on a read-only mount and EACCES for a user who may not write; EMFILE past the handle
-        budget."""
+        worker thread (EINTR when the caller is signalled meanwhile). EISDIR for a directory;
+        for writing, EROFS on a read-only mount and EACCES for a user who may not write; EMFILE
+        past the handle budget."""
         node = self._node(inode)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
@@ -893,7 +893,8 @@ class RmqOperations(pyfuse3.Operations):
         return h
 
     # pyfuse3 replies with any contiguous buffer (PyObject_GetBuffer in fuse_read_async): a
-    # page-cache read (fusefs.base.pread on the loop) returns a bytearray, which the stub's ``bytes`` omits.
+    # page-cache read (fusefs.base.pread on the loop) returns a bytearray, which the stub's
+    # ``bytes`` omits.
     async def read(  # type: ignore[override]
         self, fh: pyfuse3.FileHandleT, off: int, size: int
     ) -> bytes | bytearray:

@@ -1149,8 +1149,9 @@ class PartCache:
             p.error = fut.exception()
         elif self._closed or self.parts.get(key) is not p:  # closing, or its topic deleted
             p.error = OSError(errno.EIO, f"view/ part {key}: dropped while rendered")
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path(key))
+            if self.parts.get(key) in (None, p):  # else a new Part renders the same file
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._path(key))
         if p.error is not None:
             p.to(PartState.FAILED)
             return
