@@ -9,7 +9,7 @@ def child_env() -> dict[str, str]:
     """The environment for a ``python -m bench.…`` or ``mount.…`` process of this checkout:
     the repository first on ``PYTHONPATH``, what was there kept (a machine whose packages
     come from ``PYTHONPATH``, as the device runs carry them)."""
-    from mount.mounts import module_env
+    from rmqfs.mount.mounts import module_env
 
     return module_env()
 
@@ -18,7 +18,7 @@ def rmqfs(*args) -> None:
     """Run this checkout's ``rmqfs`` command line with ``args``; CalledProcessError when it
     fails."""
     subprocess.run(
-        [sys.executable, "-m", "mount.cli", *map(str, args)], check=True, env=child_env()
+        [sys.executable, "-m", "rmqfs.mount.cli", *map(str, args)], check=True, env=child_env()
     )
 
 

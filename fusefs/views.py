@@ -34,9 +34,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from engine.errors import StoreError
-from engine.format.message import MessageRecord
-from engine.store import MessageStore
+from rmqfs.engine.errors import StoreError
+from rmqfs.engine.format.message import MessageRecord
+from rmqfs.engine.store import MessageStore
 
 from . import render as R
 from .base import REQUEST_UID, loop_first, on_loop, pread, would_block
@@ -383,7 +383,7 @@ def _render_chunks(
             finally:
                 budget.give(extra, others)
 
-    from engine.read.columnar import drop_blank_units
+    from rmqfs.engine.read.columnar import drop_blank_units
 
     try:
         todo: deque = deque()  # chunks split to fit the bound, before the next of `chunks`
@@ -490,7 +490,7 @@ class QueueView:
                 self.log.damage = exc
 
     def _chunks(self, cq, nxt: int, end: int):
-        from engine.read.columnar import queue_units
+        from rmqfs.engine.read.columnar import queue_units
 
         while nxt < end:
             units, qoffs = queue_units(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
@@ -586,7 +586,7 @@ def _topic_chunks(self, cut: dict):
     each queue's offsets grow)."""
     import numpy as np
 
-    from engine.read.columnar import queue_units
+    from rmqfs.engine.read.columnar import queue_units
 
     bufs: dict[int, tuple] = {}  # queueId -> (units, queue offsets) not emitted yet
     pos: dict[int, int] = {}
@@ -790,10 +790,10 @@ def default_cache_size(cache_dir: str) -> int:
 POOL_IDLE_S = 10.0
 #: What every render worker imports, once, in the forkserver the workers fork from.
 WORKER_PRELOAD = (
-    "fusefs.render",
-    "engine.read.columnar",
-    "engine.read.jsonline",
-    "engine.read.kernel",
+    "rmqfs.fusefs.render",
+    "rmqfs.engine.read.columnar",
+    "rmqfs.engine.read.jsonline",
+    "rmqfs.engine.read.kernel",
     "pyarrow.parquet",
     "pyarrow.compute",
 )
@@ -1038,7 +1038,7 @@ class PartCache:
     def _units(self, topic: str, queue_id: int, first: int, end: int):
         """``(units, queue offsets)`` of the part ``[first, end)`` (``queue_units``); OSError
         EIO when the queue lacks some."""
-        from engine.read.columnar import queue_units
+        from rmqfs.engine.read.columnar import queue_units
 
         units, qoffs = queue_units(self.store.consume_queue(topic, queue_id), first, end)
         if first + len(units) < end:
@@ -1079,7 +1079,7 @@ class PartCache:
                 return p
         topic, queue_id, first, end = key
         units, qoffs = self._units(topic, queue_id, first, end)
-        from engine.read.columnar import drop_blank_units
+        from rmqfs.engine.read.columnar import drop_blank_units
 
         real = drop_blank_units(units, qoffs)[0]
         est = on_disk(int(real["size"].astype("int64").sum()) + 65536)
@@ -1240,7 +1240,7 @@ class PartCache:
     def _note_damage(self, key, exc: StoreError) -> None:
         """Note the damage a render of ``key`` met in the store (``note_damage``)."""
         topic, queue_id, first, end = key
-        from engine.read.columnar import queue_units
+        from rmqfs.engine.read.columnar import queue_units
 
         units, qoffs = queue_units(self.store.consume_queue(topic, queue_id), first, end)
         if first + len(units) < end:  # as _units: none when some are missing

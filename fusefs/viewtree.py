@@ -18,8 +18,8 @@ import hashlib
 import os
 import re
 
-from engine.read.schema import DATASOURCE_DDL
-from engine.service.validation import parse_decimal
+from rmqfs.engine.read.schema import DATASOURCE_DDL
+from rmqfs.engine.service.validation import parse_decimal
 
 from .base import (
     RO_FILE,

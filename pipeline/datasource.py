@@ -2,7 +2,7 @@
 
 Reads the CommitLog through the ConsumeQueues, with no mount and no broker::
 
-    from pipeline.datasource import register
+    from rmqfs.pipeline.datasource import register
     register(spark)
     df = spark.read.format("rocketmq").load("/data/rocketmq/store")
     q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
@@ -106,10 +106,10 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from engine.errors import CorruptRecordError
-from engine.format.dledger import commitlog_dir
-from engine.read.columnar import StoreFiles
-from engine.read.schema import DATASOURCE_DDL, SCHEDULED_COLUMNS, SCHEDULED_DDL
+from rmqfs.engine.errors import CorruptRecordError
+from rmqfs.engine.format.dledger import commitlog_dir
+from rmqfs.engine.read.columnar import StoreFiles
+from rmqfs.engine.read.schema import DATASOURCE_DDL, SCHEDULED_COLUMNS, SCHEDULED_DDL
 
 __all__ = [
     "RocketMQDataSource",
@@ -182,7 +182,7 @@ def pushdown_is_per_scan(spark) -> bool:
 
 
 #: What the reader needs in a Python worker (the project itself is shipped by ``_ship_code``).
-_WORKER_IMPORTS = ("pyarrow", "numpy", "pipeline.datasource")
+_WORKER_IMPORTS = ("pyarrow", "numpy", "rmqfs.pipeline.datasource")
 # SparkContexts whose workers were checked, and those the project was shipped to (kept here
 # rather than as attributes set on Spark's object)
 _WORKERS_CHECKED: weakref.WeakSet = weakref.WeakSet()
@@ -756,9 +756,9 @@ def read_scheduled(p: ScheduledPart) -> Iterator[tuple]:
     """Rows (:data:`engine.read.schema.SCHEDULED_COLUMNS`) of the messages waiting for delivery
     (``engine.read.scheduled.waiting_messages``) to the selected real topics and queues, in
     delivery order; the body as stored, decompressed. Runs in the Python worker."""
-    from engine.read.jsonline import message_fields
-    from engine.read.scheduled import waiting_messages
-    from engine.store import MessageStore
+    from rmqfs.engine.read.jsonline import message_fields
+    from rmqfs.engine.read.scheduled import waiting_messages
+    from rmqfs.engine.store import MessageStore
 
     rx = re.compile(p.pattern) if p.pattern else None
     names = [n for n, _ in SCHEDULED_COLUMNS]
@@ -846,7 +846,7 @@ class RocketMQFilteringDataSource(RocketMQDataSource):
 def _columns(schema, ddl: str = DATASOURCE_DDL) -> tuple | None:
     """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
     checked against ``DATASOURCE_DDL``; None for the full schema. Only these are decoded."""
-    from engine.read.schema import split_ddl
+    from rmqfs.engine.read.schema import split_ddl
 
     types = {n: t.lower().replace(" ", "") for n, t in split_ddl(ddl)}
     names = list(types)

@@ -62,7 +62,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the spark extra
     _PYSPARK_IMPORT_ERROR = _exc
 
-from engine.read.schema import DATASOURCE_DDL
+from rmqfs.engine.read.schema import DATASOURCE_DDL
 
 __all__ = [
     "build_session",
@@ -214,7 +214,7 @@ def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
 
 
 def _top_level(ddl: str) -> list[str]:
-    from engine.read.schema import split_ddl
+    from rmqfs.engine.read.schema import split_ddl
 
     return [f"{n} {t}" for n, t in split_ddl(ddl)]
 
@@ -490,7 +490,7 @@ def write_charts(tables: dict, out_dir: str, series: int = DEFAULT_SERIES) -> li
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipeline import charts
+    from rmqfs.pipeline import charts
 
     os.makedirs(out_dir, exist_ok=True)
     if "_timeline" in tables:
@@ -666,7 +666,7 @@ def run(
     written = write_report(tables, out_dir)
     charts = write_charts(tables, out_dir, series)
     text = summary(tables, mounts)
-    from pipeline import htmlreport
+    from rmqfs.pipeline import htmlreport
 
     page = htmlreport.write(
         tables,

@@ -12,7 +12,7 @@ def spark():
     marked ``@pytest.mark.spark``.
     """
     pytest.importorskip("pyspark")
-    from pipeline.report import build_session
+    from rmqfs.pipeline.report import build_session
 
     session = build_session(master="local[2]", app_name="rmqfs-tests", shuffle_partitions=2)
     yield session
@@ -54,7 +54,7 @@ def copy_fixture(name: str, dest: Path) -> Path:
 @pytest.fixture
 def small_config():
     """A StoreConfig with small segments (64 KiB CommitLog, 100-unit ConsumeQueue files)."""
-    from engine.store import StoreConfig
+    from rmqfs.engine.store import StoreConfig
 
     return StoreConfig(
         mapped_file_size_commit_log=64 * 1024,
@@ -101,7 +101,7 @@ fuse = pytest.mark.skipif(not fuse_available(), reason="FUSE not available")
 
 
 def rmqfs_cmd(*args) -> list[str]:
-    return [sys.executable, "-m", "mount.cli", *map(str, args)]
+    return [sys.executable, "-m", "rmqfs.mount.cli", *map(str, args)]
 
 
 def recover_decoding_every_record(monkeypatch) -> None:
@@ -111,7 +111,7 @@ def recover_decoding_every_record(monkeypatch) -> None:
     ``monkeypatch.undo()``."""
     import functools
 
-    from engine.service import recovery
+    from rmqfs.engine.service import recovery
 
     monkeypatch.setattr(recovery, "recover", functools.partial(recovery.recover, undecoded=False))
 

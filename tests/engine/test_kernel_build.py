@@ -11,7 +11,7 @@ import sysconfig
 
 import pytest
 
-from engine.read import _kernel_build as kb
+from rmqfs.engine.read import _kernel_build as kb
 from stores import produce
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -22,7 +22,7 @@ def _build_and_load(tmp_path, cdef):
     import importlib.machinery
     import importlib.util
 
-    from engine.read import kernel
+    from rmqfs.engine.read import kernel
 
     out = str(tmp_path / "out")
     path = kb.build(out, str(tmp_path / "tmp"), kb.make_builder(cdef, absolute=True))

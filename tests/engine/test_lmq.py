@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from engine.errors import CorruptRecordError, UnsupportedLayoutError
-from engine.store import MessageStore
+from rmqfs.engine.errors import CorruptRecordError, UnsupportedLayoutError
+from rmqfs.engine.store import MessageStore
 from lmqstore import UNIT, build_lmq_store
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import StoreLockedError
-from engine.service.lock import LOCK_FILE, lock_holder, release_store_lock, take_store_lock
-from engine.store import Message, MessageStore
-from engine.tools.verify import recover_store
+from rmqfs.engine.errors import StoreLockedError
+from rmqfs.engine.service.lock import LOCK_FILE, lock_holder, release_store_lock, take_store_lock
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.engine.tools.verify import recover_store
 
 HOLD = """
 import sys, time
-from engine.service.lock import take_store_lock
+from rmqfs.engine.service.lock import take_store_lock
 fd = take_store_lock(sys.argv[1])
 print("locked", flush=True)
 sys.stdin.read()
@@ -183,8 +183,8 @@ def test_holder_found_from_another_process(tmp_path):
 
 TRY_LOCK = """
 import sys
-from engine.errors import StoreLockedError
-from engine.service.lock import take_store_lock
+from rmqfs.engine.errors import StoreLockedError
+from rmqfs.engine.service.lock import take_store_lock
 try:
     take_store_lock(sys.argv[1])
 except StoreLockedError as exc:

@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from engine.store import Message
+from rmqfs.engine.store import Message
 from fstree import tree
-from fusefs.base import (
+from rmqfs.fusefs.base import (
     FsError,
     WouldBlock,
     call,
@@ -99,7 +99,7 @@ class Threads:
     """Counts the requests fusefs.ops hands to a worker thread (``_run``)."""
 
     def __init__(self, monkeypatch):
-        import fusefs.ops as ops
+        import rmqfs.fusefs.ops as ops
 
         self.calls: list[str] = []
         real = ops._run
@@ -114,7 +114,7 @@ class Threads:
 def test_view_requests_stay_on_the_loop_once_rendered_and_others_take_a_thread(
     tmp_path, monkeypatch
 ):
-    from fusefs.ops import RmqOperations
+    from rmqfs.fusefs.ops import RmqOperations
 
     with tree(tmp_path) as t:
         t.store.create_topic("V", 1)
@@ -159,7 +159,7 @@ def test_an_open_on_the_loop_is_charged_to_the_user_who_makes_it(tmp_path):
     the loop (the loop ran without the request's uid, so the open made it the owner's)."""
     from types import SimpleNamespace
 
-    from fusefs.ops import RmqOperations
+    from rmqfs.fusefs.ops import RmqOperations
 
     with tree(tmp_path) as t:
         t.store.create_topic("V", 1)

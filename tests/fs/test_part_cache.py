@@ -13,10 +13,10 @@ from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
-from engine.errors import CorruptRecordError
-from engine.store import Message, MessageStore
-from fusefs.base import try_on_loop
-from fusefs.views import PART_TRANSITIONS, Part, PartCache, PartState, PartStateError
+from rmqfs.engine.errors import CorruptRecordError
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.fusefs.base import try_on_loop
+from rmqfs.fusefs.views import PART_TRANSITIONS, Part, PartCache, PartState, PartStateError
 from stores import small_segments
 
 KEY = ("T", 0, 0, 5)
@@ -213,7 +213,7 @@ def test_a_failed_render_reaches_its_readers_and_the_next_open_renders_again(cac
 
 
 def test_a_render_failing_on_damage_answers_eio_and_notes_it(cache, monkeypatch):
-    import fusefs.views as V
+    import rmqfs.fusefs.views as V
 
     parts, pool = cache
     noted = []

@@ -11,16 +11,16 @@ import os
 
 import pytest
 
-from engine.store import Message
+from rmqfs.engine.store import Message
 from fstree import tree
-from fusefs.base import try_on_loop
+from rmqfs.fusefs.base import try_on_loop
 
 pyfuse3 = pytest.importorskip("pyfuse3")
 trio = pytest.importorskip("trio")
 
 
 def _ops(t):
-    from fusefs.ops import RmqOperations
+    from rmqfs.fusefs.ops import RmqOperations
 
     return RmqOperations(t.ctx)
 
@@ -33,7 +33,7 @@ def _walk(ops, path: str) -> int:
 
 
 def test_names_that_can_never_exist_in_view_are_kept_negative(tmp_path):
-    from fusefs.ops import SEALED_TIMEOUT
+    from rmqfs.fusefs.ops import SEALED_TIMEOUT
 
     with tree(tmp_path) as t:
         t.store.create_topic("V", 2)

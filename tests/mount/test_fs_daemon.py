@@ -49,7 +49,7 @@ def pid_alive(pid: int) -> bool:
 def fail(*args, env=None) -> str:
     """Run rmqfs expecting exit status 1; return its stderr."""
     res = subprocess.run(
-        [sys.executable, "-m", "mount.cli", *map(str, args)],
+        [sys.executable, "-m", "rmqfs.mount.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -125,7 +125,7 @@ def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
     mnt.mkdir()
     store = tmp_path / "store"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mount.cli", "mount", str(store), str(mnt), "-f"],
+        [sys.executable, "-m", "rmqfs.mount.cli", "mount", str(store), str(mnt), "-f"],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         stderr=subprocess.PIPE,
@@ -194,7 +194,7 @@ def test_the_guard_unmounts_what_auto_unmount_misses(mount_store):
 def test_the_guard_leaves_a_live_mount_and_exits_with_the_daemon(mount_store):
     """The guard unmounts only a dead mount: a mount that answers is kept (a new daemon
     mounted there); after a clean unmount it has nothing to do and exits with the daemon."""
-    from mount import guard
+    from rmqfs.mount import guard
 
     m = mount_store()
     r, w = os.pipe()

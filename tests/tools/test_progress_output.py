@@ -7,7 +7,7 @@ import json
 import os
 
 from conftest import run_rmqfs
-from engine.store import Message, MessageStore
+from rmqfs.engine.store import Message, MessageStore
 from progressout import run_on_pty
 from stores import small
 
