@@ -36,7 +36,7 @@ venv: deps $(STAMP) kernel
 # rebuilds it when _kernel.c or _kernel.h changed since (engine.read.kernel refuses a module
 # built from another source).
 kernel: $(STAMP)
-	@$(PY) -m engine.read._kernel_build --if-stale >/dev/null
+	@$(PY) -m rmqfs.engine.read._kernel_build --if-stale >/dev/null
 
 # The kernel built with AddressSanitizer and UndefinedBehaviorSanitizer (every report fatal)
 # into build/sanitize, and its tests and fuzzers run with it loaded: libasan preloaded into
@@ -53,7 +53,7 @@ sanitize: venv sanitize-run
 sanitize-run:
 	mkdir -p $(SAN_DIR)
 	CFLAGS="$(SAN_FLAGS)" LDFLAGS="-fsanitize=address,undefined" \
-	  $(PY) -m engine.read._kernel_build --out $(SAN_DIR) > $(SAN_DIR).path
+	  $(PY) -m rmqfs.engine.read._kernel_build --out $(SAN_DIR) > $(SAN_DIR).path
 	export RMQFS_KERNEL_MODULE=$$(cat $(SAN_DIR).path) \
 	  LD_PRELOAD=$$($${CC:-gcc} -print-file-name=libasan.so) \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
@@ -61,7 +61,7 @@ sanitize-run:
 	  PYTHONMALLOC=malloc ARROW_DEFAULT_MEMORY_POOL=system; \
 	$(PY) -c 'from engine.read import kernel; import sys; \
 	  assert kernel.load().lib.rmq_source_digest and \
-	  sys.modules["engine.read._kernel_cffi"].__file__ == sys.argv[1]' $$RMQFS_KERNEL_MODULE && \
+	  sys.modules["rmqfs.engine.read._kernel_cffi"].__file__ == sys.argv[1]' $$RMQFS_KERNEL_MODULE && \
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(SAN_TESTS) $(PYTEST_ARGS)
 
 # ruff (rules in pyproject.toml), ruff's formatter (check only: run `ruff format .` to apply)
@@ -82,7 +82,7 @@ test-long: venv
 	$(VENV)/bin/pytest -q -ra --durations=15 -m "long or sanitize or wheel" $(PYTEST_ARGS)
 
 demo: venv
-	$(PY) -m mount.demo $(DATA)
+	$(PY) -m rmqfs.mount.demo $(DATA)
 
 bench: venv
 	$(PY) -m bench.engine

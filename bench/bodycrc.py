@@ -24,7 +24,7 @@ from bench.fuse import loghub_lines
 
 
 def _read(root: str, check: bool, columns) -> tuple[float, int]:
-    from engine.read.columnar import StoreFiles
+    from rmqfs.engine.read.columnar import StoreFiles
 
     files = StoreFiles(root, check_crc=check)
     try:
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="100000,400000", help="messages per store, comma-separated")
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
-    from engine.store import Message, MessageStore
+    from rmqfs.engine.store import Message, MessageStore
 
     print(f"load average {os.getloadavg()[0]:.2f}")
     print(

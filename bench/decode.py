@@ -139,7 +139,7 @@ def decode_pass(files, ends: dict[int, int], columns, sample=None) -> tuple[floa
     """Decode every queue in batches of :data:`BATCH`: ``(CPU s, wall s, rows)``."""
     import numpy as np
 
-    from engine.read.columnar import decode_units
+    from rmqfs.engine.read.columnar import decode_units
 
     rows = 0
     w0, c0 = time.perf_counter(), time.process_time()
@@ -174,7 +174,7 @@ STAGES: tuple[tuple[str, tuple[str, ...], bool], ...] = (
 
 def stage_columns() -> list[tuple[str, tuple[str, ...], bool]]:
     """``(stage, cumulative columns, CRC)`` of :data:`STAGES`; the last is every column."""
-    from engine.read.schema import COLUMN_NAMES
+    from rmqfs.engine.read.schema import COLUMN_NAMES
 
     out, cols = [], ()
     for label, add, crc in STAGES:
@@ -192,10 +192,10 @@ def _best(fn, passes: int) -> tuple[float, list[float]]:
 
 def part_bench(root: Path, passes: int, work: Path) -> dict:
     """``render_part`` over queue 0 in ``view/``-sized parts vs the decode of the same units."""
-    from engine.read.columnar import StoreFiles, decode_units, drop_blank_units
-    from engine.read.schema import part_schema
-    from fusefs.base import VIEW_PART_MESSAGES
-    from fusefs.render import PART_BATCH_ROWS, _worker_segments, render_part
+    from rmqfs.engine.read.columnar import StoreFiles, decode_units, drop_blank_units
+    from rmqfs.engine.read.schema import part_schema
+    from rmqfs.fusefs.base import VIEW_PART_MESSAGES
+    from rmqfs.fusefs.render import PART_BATCH_ROWS, _worker_segments, render_part
 
     files = StoreFiles(str(root))
     try:
@@ -253,8 +253,8 @@ def lines_bench(root: Path, passes: int) -> dict:
     :func:`part_bench` left, so the CommitLog is not mapped twice in this process's RSS."""
     import numpy as np
 
-    from engine.read.columnar import StoreFiles, decode_units
-    from fusefs.render import LINE_COLUMNS, _worker_segments, render_lines
+    from rmqfs.engine.read.columnar import StoreFiles, decode_units
+    from rmqfs.fusefs.render import LINE_COLUMNS, _worker_segments, render_lines
 
     files = StoreFiles(str(root))
     cols = tuple(LINE_COLUMNS["messages"])
@@ -294,7 +294,7 @@ def measure(root: Path, n: int, passes: int = 3, work: Path | None = None) -> di
 
     Returns a dict of CPU µs per message (``decode``: ``{columns label: {"crc": ..,
     "no_crc": ..}}``, ``stages``, ``part``, ``lines``) and memory in MB (``memory``)."""
-    from engine.read.columnar import StoreFiles
+    from rmqfs.engine.read.columnar import StoreFiles
 
     res: dict = {"messages": n, "passes": passes, "load_before": os.getloadavg()}
     anon = [0.0]
@@ -471,7 +471,7 @@ def main(argv=None) -> int:
     if args.child:
         return _child(Path(args.child), sizes[0], args.passes, Path(args.child_out))
 
-    from engine.read import kernel
+    from rmqfs.engine.read import kernel
 
     if kernel.load() is None:
         raise SystemExit("no compiled decoder (run `make`): this would measure the slow path")

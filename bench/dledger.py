@@ -46,12 +46,12 @@ def convert(plain: Path, dst: Path) -> None:
     same file size; records' PHYSICALOFFSET and the ConsumeQueue units at entry pos + 48)."""
     import numpy as np
 
-    from engine.format.commitlog import CommitLog
-    from engine.format.consumequeue import UNIT_DTYPE_SPEC
-    from engine.format.dledger import ENTRY_HEADER, ENTRY_MAGIC, HEADER_SIZE, INDEX_UNIT
-    from engine.format.dledger import FILLER as FILLER_HEAD
-    from engine.format.dledger import FILLER_MAGIC as FILL
-    from engine.format.message import INT64, PHYSICAL_OFFSET_POSITION
+    from rmqfs.engine.format.commitlog import CommitLog
+    from rmqfs.engine.format.consumequeue import UNIT_DTYPE_SPEC
+    from rmqfs.engine.format.dledger import ENTRY_HEADER, ENTRY_MAGIC, HEADER_SIZE, INDEX_UNIT
+    from rmqfs.engine.format.dledger import FILLER as FILLER_HEAD
+    from rmqfs.engine.format.dledger import FILLER_MAGIC as FILL
+    from rmqfs.engine.format.message import INT64, PHYSICAL_OFFSET_POSITION
 
     if (dst / ".bench-complete").exists():
         return
@@ -114,8 +114,8 @@ def convert(plain: Path, dst: Path) -> None:
 
 def walk_pass(root: Path) -> tuple[float, int]:
     """``CommitLog.scan_raw`` over the whole log, CRCs checked: ``(CPU s, records)``."""
-    from engine.format.commitlog import CommitLog
-    from engine.format.dledger import commitlog_dir, open_dledger
+    from rmqfs.engine.format.commitlog import CommitLog
+    from rmqfs.engine.format.dledger import commitlog_dir, open_dledger
 
     cl = CommitLog(commitlog_dir(str(root)), read_only=True, entries=open_dledger(str(root)))
     try:
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
-    from engine.read.columnar import StoreFiles
+    from rmqfs.engine.read.columnar import StoreFiles
 
     print(loadavg(), flush=True)
     plain, _ = ensure_store(args.messages, Path(args.out) / "decode")

@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 REPO = Path(__file__).resolve().parents[1]
 LOGHUB = Path(os.environ.get("RMQFS_SHARED", REPO.parent / "shared")) / "data" / "loghub"

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--messages", type=int, default=200_000, help="lines per topic")
     args = p.parse_args(argv)
-    from engine.store import Message, MessageStore
+    from rmqfs.engine.store import Message, MessageStore
 
     work = Path(tempfile.mkdtemp(prefix="rmqfs-bench-first-"))
     store, mnt = work / "store", work / "mnt"

@@ -238,7 +238,7 @@ def follower_lag(
 ENGINE_WRITER = r"""
 import sys, time
 sys.path.insert(0, sys.argv[6])
-from engine.store import Message, MessageStore
+from rmqfs.engine.store import Message, MessageStore
 root, out = sys.argv[1], sys.argv[2]
 rate, batch, seconds = float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 pad = b"x" * 80
@@ -272,7 +272,7 @@ def engine_lag(
     message: the end of the refresh that made it visible minus the end of its put."""
     import numpy as np
 
-    from engine.store import MessageStore
+    from rmqfs.engine.store import MessageStore
 
     root = work / "engine-store"
     out = work / "engine-acks.txt"

@@ -89,7 +89,7 @@ def loghub_lines(n: int) -> list[bytes]:
 
 def fill_segment(store: Path) -> Path:
     """A store whose first 1 GiB CommitLog segment is full (sealed); returns that file."""
-    from engine.store import Message, MessageStore
+    from rmqfs.engine.store import Message, MessageStore
 
     body = (b"0123456789abcdef" * 256)[:4000]
     with MessageStore(str(store)) as s:
@@ -125,7 +125,7 @@ def wait_mounted(path: Path, timeout: float = 20) -> None:
 
 def engine_append(store: Path, data: bytes) -> float:
     """Seconds for MessageStore.put_messages of ``data``'s lines in cat-sized pieces."""
-    from engine.store import Message, MessageStore
+    from rmqfs.engine.store import Message, MessageStore
 
     with MessageStore(str(store)) as s:
         s.create_topic("P")
@@ -279,8 +279,8 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
     # while 4 threads put, free of FUSE and scheduling noise between processes.
     import threading
 
-    from engine.live.snapshot import freeze
-    from engine.store import Message, MessageStore
+    from rmqfs.engine.live.snapshot import freeze
+    from rmqfs.engine.store import Message, MessageStore
 
     with MessageStore(str(store)) as s:
         halt = threading.Event()
@@ -321,7 +321,7 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
     def verify():
         env = child_env()
         subprocess.run(
-            [sys.executable, "-m", "mount.cli", "snapshot-verify", str(copy)],
+            [sys.executable, "-m", "rmqfs.mount.cli", "snapshot-verify", str(copy)],
             check=True,
             env=env,
             stdout=subprocess.DEVNULL,

@@ -33,9 +33,9 @@ OUT = REPO / "bench-out" / "render_scale"
 
 def part_jobs(store: Path) -> list[tuple[str, int, object, int]]:
     """``(topic, queueId, units, first queue offset)`` of every ``view/`` part of ``store``."""
-    from engine.read.columnar import StoreFiles
-    from fusefs.base import VIEW_PART_MESSAGES as P
-    from fusefs.viewtree import part_firsts, part_span
+    from rmqfs.engine.read.columnar import StoreFiles
+    from rmqfs.fusefs.base import VIEW_PART_MESSAGES as P
+    from rmqfs.fusefs.viewtree import part_firsts, part_span
 
     files = StoreFiles(str(store))
     try:
@@ -53,7 +53,7 @@ def part_jobs(store: Path) -> list[tuple[str, int, object, int]]:
 
 def timed_render(*args) -> tuple[int, float]:
     """``fusefs.render.render_part(*args)`` in a worker: ``(rows, CPU seconds it took)``."""
-    from fusefs.render import render_part
+    from rmqfs.fusefs.render import render_part
 
     c0 = time.process_time()
     rows = render_part(*args)[2]
@@ -65,7 +65,7 @@ def render_all(store: Path, workers: int, work: Path) -> dict:
     its own (``fusefs.views.worker_context``)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from fusefs.views import start_worker_server, worker_context
+    from rmqfs.fusefs.views import start_worker_server, worker_context
 
     jobs = part_jobs(store)
     cl = str(store / "commitlog")
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
 
     from bench.engine import machine
     from bench.stores import build_store, commitlog_bytes
-    from engine.read import kernel
+    from rmqfs.engine.read import kernel
 
     if kernel.load() is None:
         raise SystemExit("no compiled decoder (run `make`): this would time the slow path")

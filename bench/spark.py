@@ -165,12 +165,12 @@ class FloorDataSource(DataSource):
         return "rmqfs_bench_floor"
 
     def schema(self) -> str:
-        from engine.read.schema import DATASOURCE_DDL
+        from rmqfs.engine.read.schema import DATASOURCE_DDL
 
         return DATASOURCE_DDL
 
     def reader(self, schema):
-        from engine.read.schema import COLUMN_NAMES
+        from rmqfs.engine.read.schema import COLUMN_NAMES
 
         names = tuple(f.name for f in schema.fields)
         columns = None if names == tuple(COLUMN_NAMES) else names
@@ -182,8 +182,8 @@ def write_floor(store: Path, floor: Path) -> int:
     directory ``floor`` (one Arrow IPC file each); returns the bytes written."""
     import pyarrow as pa
 
-    from engine.read.schema import arrow_schema
-    from pipeline.datasource import RocketMQReader, parse_options, read_range
+    from rmqfs.engine.read.schema import arrow_schema
+    from rmqfs.pipeline.datasource import RocketMQReader, parse_options, read_range
 
     parts = RocketMQReader(parse_options({"path": str(store)})).partitions()
     for i, p in enumerate(parts):
@@ -209,9 +209,9 @@ def measure(n: int, topics: int, queues: int, runs: int, out: Path = OUT) -> dic
     docstring)."""
     from pyspark.sql import functions as F
 
-    from fusefs.render import WORKER_IDLE_TRIM_S
-    from pipeline import report
-    from pipeline.datasource import register
+    from rmqfs.fusefs.render import WORKER_IDLE_TRIM_S
+    from rmqfs.pipeline import report
+    from rmqfs.pipeline.datasource import register
 
     out.mkdir(parents=True, exist_ok=True)
     store = out / f"store-{n}-{topics}x{queues}"

@@ -34,7 +34,7 @@ def build_store(store: Path, n: int, topics: int, queues: int) -> float:
     ``i % lines``, tags = its level, keys = ``["k<i>"]`` (unique). A marker file written last
     says the store is complete.
     """
-    from engine.store import Message, MessageStore, StoreConfig
+    from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
     marker = store / ".bench-complete"
     if marker.exists():
@@ -70,7 +70,7 @@ def build_store(store: Path, n: int, topics: int, queues: int) -> float:
 def commitlog_bytes(store: Path) -> int:
     """Bytes of CommitLog holding messages (the end of the last record a ConsumeQueue unit
     points at; the segment files themselves are preallocated)."""
-    from engine.read.columnar import StoreFiles
+    from rmqfs.engine.read.columnar import StoreFiles
 
     files = StoreFiles(str(store))
     try:

@@ -59,15 +59,15 @@ if TYPE_CHECKING:  # what __getattr__ below returns, for type checkers and edito
 
 #: name -> the module that defines it, imported on first access.
 _LAZY = {
-    "MessageStore": "engine.store",
-    "Message": "engine.format.message",
-    "StoreConfig": "engine.storeconfig",
-    "PutResult": "engine.service.putmessage",
-    "GetMessageResult": "engine.service.getmessage",
-    "StoreFiles": "engine.read.columnar",
-    "verify_store": "engine.tools.verify",
-    "recover_store": "engine.tools.verify",
-    "NotAStoreError": "engine.tools.verify",
+    "MessageStore": "rmqfs.engine.store",
+    "Message": "rmqfs.engine.format.message",
+    "StoreConfig": "rmqfs.engine.storeconfig",
+    "PutResult": "rmqfs.engine.service.putmessage",
+    "GetMessageResult": "rmqfs.engine.service.getmessage",
+    "StoreFiles": "rmqfs.engine.read.columnar",
+    "verify_store": "rmqfs.engine.tools.verify",
+    "recover_store": "rmqfs.engine.tools.verify",
+    "NotAStoreError": "rmqfs.engine.tools.verify",
 }
 
 __all__ = [

@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from engine import errors as E
-from engine.live.snapshot import SnapshotManager
+from rmqfs.engine import errors as E
+from rmqfs.engine.live.snapshot import SnapshotManager
 
 _log = logging.getLogger("rmqfs.refused")
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:  # annotations only
-    from engine.store import MessageStore
+    from rmqfs.engine.store import MessageStore
 
     from .views import ViewCache
 

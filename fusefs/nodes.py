@@ -22,15 +22,15 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from engine import errors as E
-from engine.format.message import MessageRecord
-from engine.live.progress import consumer_progress, diff_total
-from engine.live.status import store_status
-from engine.read.jsonline import build_scheduled_line, message_from_json, parse_json_line
-from engine.read.scheduled import waiting_messages
-from engine.service.storetree import lstat_beneath, open_beneath
-from engine.service.validation import check_send_topic, check_topic_creatable, parse_decimal
-from engine.store import Message
+from rmqfs.engine import errors as E
+from rmqfs.engine.format.message import MessageRecord
+from rmqfs.engine.live.progress import consumer_progress, diff_total
+from rmqfs.engine.live.status import store_status
+from rmqfs.engine.read.jsonline import build_scheduled_line, message_from_json, parse_json_line
+from rmqfs.engine.read.scheduled import waiting_messages
+from rmqfs.engine.service.storetree import lstat_beneath, open_beneath
+from rmqfs.engine.service.validation import check_send_topic, check_topic_creatable, parse_decimal
+from rmqfs.engine.store import Message
 
 from . import render as R
 from .base import (
@@ -57,7 +57,7 @@ from .snapshots import SnapshotsDir
 from .viewtree import ViewRootDir, view_ddl_file
 
 if TYPE_CHECKING:  # annotations only
-    from engine.format.config import TopicConfig
+    from rmqfs.engine.format.config import TopicConfig
 
     from .views import QueueView, RenderedLog, TopicView
 
@@ -364,7 +364,7 @@ class TopicJsonFile(GeneratedFile):
         cfg = self.ctx.store.topic_config.get(self.topic)
         if cfg is None:
             n = len(self.ctx.store.queue_ids(self.topic))
-            from engine.format.config import TopicConfig
+            from rmqfs.engine.format.config import TopicConfig
 
             cfg = TopicConfig(self.topic, n, n)
         return cfg
@@ -401,7 +401,7 @@ class TopicJsonFile(GeneratedFile):
         """Apply one JSON object (all its fields or none)."""
         import json
 
-        from engine.format.config import topic_update_from_json
+        from rmqfs.engine.format.config import topic_update_from_json
 
         try:
             obj = json.loads(text.decode("utf-8"))

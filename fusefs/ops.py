@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 import pyfuse3
 import trio
 
-from engine.errors import CorruptRecordError, StoreError
+from rmqfs.engine.errors import CorruptRecordError, StoreError
 
 from .base import RO_DIR, RO_FILE, Context, FsError, Handle, HandleBudget, Node, Stat, as_user
 from .nodes import RootDir

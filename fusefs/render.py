@@ -13,8 +13,8 @@ import base64
 import json
 import os
 
-from engine.format.message import MessageRecord, host_to_str
-from engine.read.jsonline import LINE_FIELDS, build_lines
+from rmqfs.engine.format.message import MessageRecord, host_to_str
+from rmqfs.engine.read.jsonline import LINE_FIELDS, build_lines
 
 # -- the fast path -----------------------------------------------------------------------------
 # Rendering is the cost of a first read of a decoded view, so the line is assembled from an
@@ -180,7 +180,7 @@ _segments: dict = {}
 def _worker_segments(commitlog_dir: str):
     """The CommitLog of a worker process (read-only mmaps, kept between tasks, refreshed so
     segments created since are seen)."""
-    from engine.read.columnar import Segments
+    from rmqfs.engine.read.columnar import Segments
 
     segs = _segments.get(commitlog_dir)
     if segs is None:
@@ -281,7 +281,7 @@ def render_view_chunk(
         CorruptRecordError: a unit does not point at its record (``engine.read.columnar``).
         OSError: the cache file could not be written.
     """
-    from engine.read.columnar import decode_topic_units, decode_units
+    from rmqfs.engine.read.columnar import decode_topic_units, decode_units
 
     segs = _worker_segments(commitlog_dir)
     cols = LINE_COLUMNS[kind]
@@ -337,8 +337,8 @@ def render_part(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from engine.read.columnar import decode_units, drop_blank_units
-    from engine.read.schema import part_schema
+    from rmqfs.engine.read.columnar import decode_units, drop_blank_units
+    from rmqfs.engine.read.schema import part_schema
 
     segs = _worker_segments(commitlog_dir)
     arr = units

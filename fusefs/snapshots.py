@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import errno
 
-from engine import errors as E
-from engine.live.snapshot import FrozenFile, Snapshot, SnapshotManager
+from rmqfs.engine import errors as E
+from rmqfs.engine.live.snapshot import FrozenFile, Snapshot, SnapshotManager
 
 from .base import (
     DIR_MODE,

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from engine.errors import StoreError
-from engine.format.message import MessageRecord
-from engine.store import MessageStore
+from rmqfs.engine.errors import StoreError
+from rmqfs.engine.format.message import MessageRecord
+from rmqfs.engine.store import MessageStore
 
 from . import render as R
 from .base import REQUEST_UID, pread_nowait
@@ -387,7 +387,7 @@ def _render_chunks(
             finally:
                 budget.give(extra, others)
 
-    from engine.read.columnar import drop_blank_units
+    from rmqfs.engine.read.columnar import drop_blank_units
 
     try:
         todo: deque = deque()  # chunks split to fit the bound, before the next of `chunks`
@@ -494,7 +494,7 @@ class QueueView:
                 self.log.damage = exc
 
     def _chunks(self, cq, nxt: int, end: int):
-        from engine.read.columnar import queue_units
+        from rmqfs.engine.read.columnar import queue_units
 
         while nxt < end:
             units, qoffs = queue_units(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
@@ -590,7 +590,7 @@ def _topic_chunks(self, cut: dict):
     each queue's offsets grow)."""
     import numpy as np
 
-    from engine.read.columnar import queue_units
+    from rmqfs.engine.read.columnar import queue_units
 
     bufs: dict[int, tuple] = {}  # queueId -> (units, queue offsets) not emitted yet
     pos: dict[int, int] = {}
@@ -794,10 +794,10 @@ def default_cache_size(cache_dir: str) -> int:
 POOL_IDLE_S = 10.0
 #: What every render worker imports, once, in the forkserver the workers fork from.
 WORKER_PRELOAD = (
-    "fusefs.render",
-    "engine.read.columnar",
-    "engine.read.jsonline",
-    "engine.read.kernel",
+    "rmqfs.fusefs.render",
+    "rmqfs.engine.read.columnar",
+    "rmqfs.engine.read.jsonline",
+    "rmqfs.engine.read.kernel",
     "pyarrow.parquet",
     "pyarrow.compute",
 )
@@ -963,7 +963,7 @@ class PartCache:
     def _units(self, topic: str, queue_id: int, first: int, end: int):
         """``(units, queue offsets)`` of the part ``[first, end)`` (``queue_units``); OSError
         EIO when the queue lacks some."""
-        from engine.read.columnar import queue_units
+        from rmqfs.engine.read.columnar import queue_units
 
         units, qoffs = queue_units(self.store.consume_queue(topic, queue_id), first, end)
         if first + len(units) < end:
@@ -1004,7 +1004,7 @@ class PartCache:
         # Room for the file before it is written: its CommitLog bytes bound it (a compressed
         # Parquet part is smaller), so the cache stays within its bound. Reserved outside the
         # lock: making room may evict parts (and JSON views, whose cache takes other locks).
-        from engine.read.columnar import drop_blank_units
+        from rmqfs.engine.read.columnar import drop_blank_units
 
         real = drop_blank_units(units, qoffs)[0]
         est = on_disk(int(real["size"].astype("int64").sum()) + 65536)
@@ -1133,7 +1133,7 @@ class PartCache:
                         continue
                     except StoreError as exc:  # status.json names the queue (one log line)
                         topic, queue_id, first, end = key
-                        from engine.read.columnar import queue_units
+                        from rmqfs.engine.read.columnar import queue_units
 
                         units, qoffs = queue_units(
                             self.store.consume_queue(topic, queue_id), first, end

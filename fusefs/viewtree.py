@@ -19,8 +19,8 @@ import os
 import re
 from collections.abc import Sequence
 
-from engine.read.schema import DATASOURCE_DDL
-from engine.service.validation import parse_decimal
+from rmqfs.engine.read.schema import DATASOURCE_DDL
+from rmqfs.engine.service.validation import parse_decimal
 
 from .base import (
     RO_FILE,

@@ -33,7 +33,7 @@ import re
 import sys
 import time
 
-from engine.live.progress import consumer_progress, diff_total
+from rmqfs.engine.live.progress import consumer_progress, diff_total
 
 TIME_FORMAT_HELP = "epoch ms, yyyy-MM-dd#HH:mm:ss:SSS (local time) or now"
 
@@ -85,7 +85,7 @@ def _progress(total: int, desc: str, unit: str = "B"):
 def broker_config(args):
     """The StoreConfig of ``--config broker.conf``, or None without it. Raises AdminError
     when the file cannot be read, ValueError for a bad value."""
-    from engine.store import StoreConfig
+    from rmqfs.engine.store import StoreConfig
 
     if getattr(args, "config", None):
         try:
@@ -96,7 +96,7 @@ def broker_config(args):
 
 
 def _check_store(path: str) -> str:
-    from engine.tools.verify import check_store_dir
+    from rmqfs.engine.tools.verify import check_store_dir
 
     root = os.path.abspath(path)
     check_store_dir(root)
@@ -109,7 +109,7 @@ def open_store(args, write: bool = False, create: bool = False):
     ``create``: a missing or empty directory becomes a new store. Raises NotAStoreError for a
     path that is not a store; StoreLockedError names the holder.
     """
-    from engine.store import MessageStore
+    from rmqfs.engine.store import MessageStore
 
     path = os.path.abspath(args.store)
     if create and (not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path))):
@@ -118,7 +118,7 @@ def open_store(args, write: bool = False, create: bool = False):
         root = _check_store(path)
     # A one-shot read follows a live writer (a broker, a mount) but does not stay attached to
     # a store no one writes: brokerStatus said "follower: True" of a cleanly closed store.
-    from engine.service.lock import lock_holder
+    from rmqfs.engine.service.lock import lock_holder
 
     follow = None if write else lock_holder(root) is not None
     # the open's recovery (long after a crash) shows its progress too
@@ -159,14 +159,14 @@ def _message_line(rec, print_body: bool, charset: str) -> str:
 
 
 def _json_line(rec) -> str:
-    from fusefs.render import render_message
+    from rmqfs.fusefs.render import render_message
 
     return render_message(rec).decode("utf-8").rstrip("\n")
 
 
 def _print_detail(rec, print_body: bool, charset: str) -> None:
     """A message the way ``mqadmin queryMsgById`` shows it."""
-    from engine.format.message import host_to_str
+    from rmqfs.engine.format.message import host_to_str
 
     rows = [
         ("OffsetID", rec.msg_id),
@@ -197,7 +197,7 @@ def _print_detail(rec, print_body: bool, charset: str) -> None:
 
 def cmd_verify(args) -> int:
     """``rmqfs verify STORE``: check every record, unit and index item; exit 1 on any error."""
-    from engine.tools.verify import verify_store
+    from rmqfs.engine.tools.verify import verify_store
 
     root = _check_store(args.store)
     res = verify_store(root, broker_config(args), _progress)
@@ -289,7 +289,7 @@ def _print_verify(res) -> None:
 
 def cmd_recover(args) -> int:
     """``rmqfs recover STORE``: repair what verify finds; exit 1 if verify still fails."""
-    from engine.tools.verify import recover_store
+    from rmqfs.engine.tools.verify import recover_store
 
     root = _check_store(args.store)
     report = recover_store(root, broker_config(args), _progress, rebuild=args.rebuild)
@@ -316,10 +316,10 @@ def cmd_recover(args) -> int:
 
 def cmd_produce(args) -> int:
     """``rmqfs produce STORE -t TOPIC [FILE...]``: one message per line (stdin without FILE)."""
-    from engine.errors import StoreError
-    from engine.format.config import validate_queue_nums, validate_topic_name
-    from engine.service.putmessage import PutResult
-    from engine.store import Message
+    from rmqfs.engine.errors import StoreError
+    from rmqfs.engine.format.config import validate_queue_nums, validate_topic_name
+    from rmqfs.engine.service.putmessage import PutResult
+    from rmqfs.engine.store import Message
 
     properties = {}
     for item in args.property or ():
@@ -327,7 +327,7 @@ def cmd_produce(args) -> int:
         if not sep or not k:
             raise AdminError(f"bad --property {item!r}: use NAME=VALUE")
         properties[k] = v
-    from engine.service.validation import check_message, check_topic_creatable
+    from rmqfs.engine.service.validation import check_message, check_topic_creatable
 
     # a delayed or timed message (HookUtils.handleScheduleMessage stores it as the broker does)
     timing = {
@@ -365,7 +365,7 @@ def cmd_produce(args) -> int:
         raise AdminError(f"{path} holds no store yet; pass -c to create it with topic {args.topic}")
     with open_store(args, write=True, create=True) as store:
         if (args.deliver_time is not None or args.delay_ms is not None) and not args.delay_level:
-            from engine.service.putmessage import timer_enabled
+            from rmqfs.engine.service.putmessage import timer_enabled
 
             if not timer_enabled(store):
                 raise AdminError(
@@ -484,7 +484,7 @@ def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
 
 def cmd_print_msg(args) -> int:
     """``printMsg`` / ``printMsgByQueue``: messages of a topic (or one queue) in a time range."""
-    from engine.service.getmessage import parse_subscription, subscription_tags
+    from rmqfs.engine.service.getmessage import parse_subscription, subscription_tags
 
     with open_store(args) as store:
         topic = _topic(store, args.topic)
@@ -626,8 +626,8 @@ def cmd_query_trace(args) -> int:
     RMQ_SYS_TRACE_TOPIC; engine/format/tracedata.py): a Pub row (producer group, client host,
     send time, cost, status) and a Sub row per consumption, grouped by consumer group, as
     QueryMsgTraceByIdSubCommand prints them."""
-    from engine.format.message import host_to_str
-    from engine.format.tracedata import TRACE_TOPIC, decode_trace_data
+    from rmqfs.engine.format.message import host_to_str
+    from rmqfs.engine.format.tracedata import TRACE_TOPIC, decode_trace_data
 
     topic = args.trace_topic or TRACE_TOPIC
     msg_id = args.msg_id.strip()
@@ -768,7 +768,7 @@ def cmd_reset_offset(args) -> int:
     """``resetOffsetByTime``: commit, for every queue of the topic (or ``-q``), the first offset
     stored at or after ``-s`` time, or ``-o`` offset. Written atomically to
     consumerOffset.json; refused while a mount or broker holds the store."""
-    from engine.format.config import validate_group_name
+    from rmqfs.engine.format.config import validate_group_name
 
     if (args.timestamp is None) == (args.offset is None):
         raise AdminError("give -s TIMESTAMP (ms, yyyy-MM-dd#HH:mm:ss:SSS or now) or -o OFFSET")
@@ -924,7 +924,7 @@ def cmd_update_sub_group(args) -> int:
     SubscriptionGroupManager.updateSubscriptionGroupConfig): set SubscriptionGroupConfig
     fields of the group in subscriptionGroup.json, creating it with RocketMQ's defaults when
     missing. Options not given keep their values (mqadmin sends a whole config)."""
-    from engine.format.config import validate_group_name
+    from rmqfs.engine.format.config import validate_group_name
 
     validate_group_name(args.group)
     fields = {}
@@ -962,7 +962,7 @@ def cmd_clone_group_offset(args) -> int:
 def cmd_query_cq(args) -> int:
     """``queryCq`` (QueryConsumeQueueCommand): units of one ConsumeQueue from index -i, -c of
     them: queueOffset, commitLogOffset, size, tagsCode and the record's storeTimestamp."""
-    from engine.errors import CorruptRecordError
+    from rmqfs.engine.errors import CorruptRecordError
 
     with open_store(args) as store:
         topic = _topic(store, args.topic)
@@ -995,7 +995,7 @@ def cmd_stats_all(args) -> int:
     minute, hour and day before --now (default: now), and in total. A broker counts these in
     memory (BrokerStatsManager); here they come from the ConsumeQueue units (numpy) and a
     binary search on store timestamps per queue, so a big store costs no per-message work."""
-    from engine.live.stats import WINDOWS, topic_stats, total
+    from rmqfs.engine.live.stats import WINDOWS, topic_stats, total
 
     now = parse_time(args.now) if args.now else int(time.time() * 1000)
     with open_store(args) as store:
@@ -1043,7 +1043,7 @@ def cmd_broker_status(args) -> int:
     """``brokerStatus``: what the mount's status.json shows (engine/live/status.py): CommitLog
     offsets, flush and dispatch lag, counts, repairs and damaged queues; --json for the
     object."""
-    from engine.live.status import store_status
+    from rmqfs.engine.live.status import store_status
 
     with open_store(args) as store:
         st = store_status(store)
@@ -1061,7 +1061,7 @@ def cmd_snapshot_verify(args) -> int:
     against its SNAPSHOT.json: every file named there must exist with its size and CRC32C.
     Prints one line per problem (missing, short, damaged file) and a summary; exit 1 on any
     problem. Files the manifest does not name are reported as extra (not an error)."""
-    from engine.live.snapshot import MANIFEST_NAME, verify_copy
+    from rmqfs.engine.live.snapshot import MANIFEST_NAME, verify_copy
 
     directory = args.directory
     if not os.path.isdir(directory):
@@ -1465,7 +1465,7 @@ def wrap_command(func):
     """Wrap a command: known failures print ``rmqfs: message`` and return 1."""
 
     def run(args) -> int:
-        from engine.errors import StoreError
+        from rmqfs.engine.errors import StoreError
 
         try:
             _check_common(args)
@@ -1504,7 +1504,7 @@ class _IntermixedParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """A parser with only the offline commands (for tests and ``python -m mount.admin``)."""
+    """A parser with only the offline commands (for tests and ``python -m rmqfs.mount.admin``)."""
     p = argparse.ArgumentParser(prog="rmqfs")
     add_subcommands(p.add_subparsers(dest="command", required=True))
     return p

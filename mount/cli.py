@@ -98,7 +98,7 @@ def default_log_file() -> str:
 
 
 def _load_config(path: str | None):
-    from engine.store import StoreConfig
+    from rmqfs.engine.store import StoreConfig
 
     if path is None:
         return None
@@ -107,7 +107,7 @@ def _load_config(path: str | None):
 
 def cmd_mount(args) -> int:
     """Mount; in the background unless ``-f``."""
-    from engine.errors import StoreError, StoreLockedError
+    from rmqfs.engine.errors import StoreError, StoreLockedError
 
     from .daemon import Daemon, MountError
     from .progress import PipeProgress, terminal_bar
@@ -176,7 +176,7 @@ def _spawn_background(args) -> int:
     cmd = [
         sys.executable,
         "-m",
-        "mount.cli",
+        "rmqfs.mount.cli",
         "mount",
         os.path.abspath(args.store),
         os.path.abspath(args.mountpoint),
@@ -284,7 +284,7 @@ def cmd_umount(args) -> int:
 
 def cmd_report(args) -> int:
     """Run the Spark report (pipeline/report.py) with the arguments after ``report``."""
-    from pipeline import report
+    from rmqfs.pipeline import report
 
     return report.main(args.rest)
 

@@ -22,11 +22,11 @@ import threading
 import pyfuse3
 import trio
 
-from engine.live.snapshot import SnapshotManager
-from engine.store import MessageStore, StoreConfig
-from fusefs.base import Context
-from fusefs.ops import RmqOperations
-from fusefs.views import ViewCache, start_worker_server
+from rmqfs.engine.live.snapshot import SnapshotManager
+from rmqfs.engine.store import MessageStore, StoreConfig
+from rmqfs.fusefs.base import Context
+from rmqfs.fusefs.ops import RmqOperations
+from rmqfs.fusefs.views import ViewCache, start_worker_server
 
 from . import guard
 from .mounts import (  # noqa: F401 - the CLI and tests import them from here
@@ -116,7 +116,7 @@ def check_store_path(store_path: str, create: bool) -> None:
     a store's (commitlog/, consumequeue/, index/, config/, checkpoint, lock) is most likely
     a mistyped path.
     """
-    from engine.tools.verify import NotAStoreError, check_store_dir
+    from rmqfs.engine.tools.verify import NotAStoreError, check_store_dir
 
     if create or not os.path.isdir(store_path) or not os.listdir(store_path):
         return

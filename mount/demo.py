@@ -2,7 +2,7 @@
 
 The report's summary is printed, then where its tables, PNG charts and ``report.html`` are.
 
-Usage: ``python -m mount.demo [FILE ...]`` (``make demo DATA="a.log b.log"``). Without files it
+Usage: ``python -m rmqfs.mount.demo [FILE ...]`` (``make demo DATA="a.log b.log"``). Without files it
 uses the loghub samples in ../shared/data/loghub (12 files of 2,000 lines), falling back to the
 machine's own logs (``/var/log/dpkg.log``, ``/var/log/apt/history.log``,
 ``/var/log/alternatives.log``). One topic per file, plus the topics of ``DERIVED``: the lines
@@ -44,7 +44,7 @@ PAUSE_S = 3.0  # idle time halfway through producing
 
 
 def rmqfs(*args: str) -> None:
-    cmd = [sys.executable, "-m", "mount.cli", *args]
+    cmd = [sys.executable, "-m", "rmqfs.mount.cli", *args]
     print("$ rmqfs " + " ".join(args), flush=True)
     subprocess.run(cmd, check=True, cwd=REPO)
 
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         print(f"\n$ echo 1 > {off} && cat {off}\n{off.read_text().strip()}")
         print(f"\n$ cat {mnt}/status.json\n{(mnt / 'status.json').read_text()}")
         print(f"\n$ rmqfs report {mnt} --out {OUT / 'report'}", flush=True)
-        from pipeline import report
+        from rmqfs.pipeline import report
 
         rc = report.main([str(mnt), "--out", str(OUT / "report")])
         if rc != 0:

@@ -61,7 +61,7 @@ def _spawn(mountpoint: str, stdin: int, stderr) -> subprocess.Popen:
     from .mounts import module_env
 
     return subprocess.Popen(
-        [sys.executable, "-m", "mount.guard", os.path.abspath(mountpoint)],
+        [sys.executable, "-m", "rmqfs.mount.guard", os.path.abspath(mountpoint)],
         stdin=stdin,
         stdout=subprocess.DEVNULL,
         stderr=stderr,
@@ -87,11 +87,12 @@ def watch(mountpoint: str, fd: int = 0) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mount.guard MOUNTPOINT``, stdin the daemon's pipe: see the module's text."""
+    """``python -m rmqfs.mount.guard MOUNTPOINT``, stdin the daemon's pipe: see the module's text."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print(
-            "usage: python -m mount.guard MOUNTPOINT  (stdin: the daemon's pipe)", file=sys.stderr
+            "usage: python -m rmqfs.mount.guard MOUNTPOINT  (stdin: the daemon's pipe)",
+            file=sys.stderr,
         )
         return 2
     logging.basicConfig(format="%(asctime)s rmqfs-guard %(levelname)s %(message)s")

@@ -408,7 +408,7 @@ def aliases_of(rmqfs: str) -> list[str]:
 
 def _store_value(kind: str, config) -> tuple[str | None, str]:
     """(the store's value for a routing option, where it comes from)."""
-    from engine.store import StoreConfig
+    from rmqfs.engine.store import StoreConfig
 
     cfg = config or StoreConfig()
     key, value = {

@@ -2,7 +2,7 @@
 
 Reads the CommitLog through the ConsumeQueues, with no mount and no broker::
 
-    from pipeline.datasource import register
+    from rmqfs.pipeline.datasource import register
     register(spark)
     df = spark.read.format("rocketmq").load("/data/rocketmq/store")
     q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
@@ -106,10 +106,10 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from engine.errors import CorruptRecordError
-from engine.format.dledger import commitlog_dir
-from engine.read.columnar import StoreFiles
-from engine.read.schema import DATASOURCE_DDL, SCHEDULED_COLUMNS, SCHEDULED_DDL
+from rmqfs.engine.errors import CorruptRecordError
+from rmqfs.engine.format.dledger import commitlog_dir
+from rmqfs.engine.read.columnar import StoreFiles
+from rmqfs.engine.read.schema import DATASOURCE_DDL, SCHEDULED_COLUMNS, SCHEDULED_DDL
 
 __all__ = [
     "RocketMQDataSource",
@@ -182,7 +182,7 @@ def pushdown_is_per_scan(spark) -> bool:
 
 
 #: What the reader needs in a Python worker (the project itself is shipped by ``_ship_code``).
-_WORKER_IMPORTS = ("pyarrow", "numpy", "pipeline.datasource")
+_WORKER_IMPORTS = ("pyarrow", "numpy", "rmqfs.pipeline.datasource")
 # SparkContexts whose workers were checked, and those the project was shipped to (kept here
 # rather than as attributes set on Spark's object)
 _WORKERS_CHECKED: weakref.WeakSet = weakref.WeakSet()
@@ -261,6 +261,7 @@ def _ship_code(spark) -> None:
     its own: executors fetch it from the driver's file server (``RpcEnv.fileServer``) for as
     long as the session runs, and nothing of it is left once the session stops.
     """
+    import importlib
     import io
     import zipfile
 
@@ -269,19 +270,22 @@ def _ship_code(spark) -> None:
     sc = spark.sparkContext
     if sc in _SHIPPED:
         return
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        # zipimport finds a namespace package only by its directory entry
+        z.writestr(zipfile.ZipInfo("rmqfs/"), b"")
         for pkg in ("pipeline", "engine"):
             # the packages with their subpackages (engine.read, ...), the decoder's compiled
             # module (engine.read.kernel unpacks it into the worker's cache: no extension
-            # module loads from a zip) and its C source (whose digest it checks)
-            for here, dirs, names in os.walk(os.path.join(root, pkg)):
+            # module loads from a zip) and its C source (whose digest it checks), under their
+            # installed names (rmqfs/engine/...: ``rmqfs`` a namespace package in the zip too)
+            top = os.path.abspath(importlib.import_module(f"rmqfs.{pkg}").__path__[0])
+            for here, dirs, names in os.walk(top):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
                 for name in sorted(names):
                     if name.endswith((".py", ".c", ".h")) or name.startswith("_kernel_cffi."):
                         path = os.path.join(here, name)
-                        z.write(path, os.path.relpath(path, root))
+                        z.write(path, os.path.join("rmqfs", pkg, os.path.relpath(path, top)))
     # A directory of its own: addFile copies the zip into the root directory itself.
     here = os.path.join(SparkFiles.getRootDirectory(), "rmqfs-code")
     os.makedirs(here, exist_ok=True)
@@ -756,9 +760,9 @@ def read_scheduled(p: ScheduledPart) -> Iterator[tuple]:
     """Rows (:data:`engine.read.schema.SCHEDULED_COLUMNS`) of the messages waiting for delivery
     (``engine.read.scheduled.waiting_messages``) to the selected real topics and queues, in
     delivery order; the body as stored, decompressed. Runs in the Python worker."""
-    from engine.read.jsonline import message_fields
-    from engine.read.scheduled import waiting_messages
-    from engine.store import MessageStore
+    from rmqfs.engine.read.jsonline import message_fields
+    from rmqfs.engine.read.scheduled import waiting_messages
+    from rmqfs.engine.store import MessageStore
 
     rx = re.compile(p.pattern) if p.pattern else None
     names = [n for n, _ in SCHEDULED_COLUMNS]
@@ -846,7 +850,7 @@ class RocketMQFilteringDataSource(RocketMQDataSource):
 def _columns(schema, ddl: str = DATASOURCE_DDL) -> tuple | None:
     """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
     checked against ``DATASOURCE_DDL``; None for the full schema. Only these are decoded."""
-    from engine.read.schema import split_ddl
+    from rmqfs.engine.read.schema import split_ddl
 
     types = {n: t.lower().replace(" ", "") for n, t in split_ddl(ddl)}
     names = list(types)

@@ -62,7 +62,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the spark extra
     _PYSPARK_IMPORT_ERROR = _exc
 
-from engine.read.schema import DATASOURCE_DDL
+from rmqfs.engine.read.schema import DATASOURCE_DDL
 
 __all__ = [
     "build_session",
@@ -128,11 +128,14 @@ def build_session(
     master = master or "local[*]"
     local = master.startswith("local")
     # Python workers must import this project (the rocketmq data source) from the same tree
-    # as the driver: put it first on their path (local mode; on a cluster, install it).
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in paths if p])
+    # as the driver: the directories the driver's ``rmqfs`` namespace comes from go first on
+    # their path (local mode; on a cluster, install it). An editable install's namespace has
+    # no such directory: the workers' interpreter finds it as the driver's does.
+    import rmqfs
+
+    roots = [os.path.dirname(p) for p in rmqfs.__path__ if os.path.isdir(p)]
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([r for r in roots if r not in paths] + paths)
     if local:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         # Silences "Your hostname ... resolves to a loopback address" at JVM start.
@@ -214,7 +217,7 @@ def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
 
 
 def _top_level(ddl: str) -> list[str]:
-    from engine.read.schema import split_ddl
+    from rmqfs.engine.read.schema import split_ddl
 
     return [f"{n} {t}" for n, t in split_ddl(ddl)]
 
@@ -490,7 +493,7 @@ def write_charts(tables: dict, out_dir: str, series: int = DEFAULT_SERIES) -> li
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipeline import charts
+    from rmqfs.pipeline import charts
 
     os.makedirs(out_dir, exist_ok=True)
     if "_timeline" in tables:
@@ -666,7 +669,7 @@ def run(
     written = write_report(tables, out_dir)
     charts = write_charts(tables, out_dir, series)
     text = summary(tables, mounts)
-    from pipeline import htmlreport
+    from rmqfs.pipeline import htmlreport
 
     page = htmlreport.write(
         tables,

@@ -20,8 +20,8 @@ import struct
 
 import pytest
 
-from engine.service import validation
-from engine.store import Message, MessageStore
+from rmqfs.engine.service import validation
+from rmqfs.engine.store import Message, MessageStore
 
 BCQ_UNIT = struct.Struct(">qiqqqhii")  # BatchConsumeQueue.CQ_STORE_UNIT_SIZE = 46
 INNER_HEAD = struct.Struct(">iiiii")  # MessageDecoder.encodeMessage: size, magic, crc, flag, len

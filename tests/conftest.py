@@ -12,7 +12,7 @@ def spark():
     marked ``@pytest.mark.spark``.
     """
     pytest.importorskip("pyspark")
-    from pipeline.report import build_session
+    from rmqfs.pipeline.report import build_session
 
     session = build_session(master="local[2]", app_name="rmqfs-tests", shuffle_partitions=2)
     yield session
@@ -30,6 +30,9 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+#: PYTHONPATH for the daemons and tools tests start: this checkout's ``rmqfs`` namespace
+#: (tests/ns/rmqfs links to engine/, fusefs/, ...: tests/ns/README.md), then the checkout (bench)
+SRC_PATH = os.pathsep.join([str(REPO / "tests" / "ns"), str(REPO)])
 SHARED = Path(os.environ.get("RMQFS_SHARED", REPO.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 LOGHUB = SHARED / "data" / "loghub"
@@ -54,7 +57,7 @@ def copy_fixture(name: str, dest: Path) -> Path:
 @pytest.fixture
 def small_config():
     """A StoreConfig with small segments (64 KiB CommitLog, 100-unit ConsumeQueue files)."""
-    from engine.store import StoreConfig
+    from rmqfs.engine.store import StoreConfig
 
     return StoreConfig(
         mapped_file_size_commit_log=64 * 1024,
@@ -101,7 +104,7 @@ fuse = pytest.mark.skipif(not fuse_available(), reason="FUSE not available")
 
 
 def rmqfs_cmd(*args) -> list[str]:
-    return [sys.executable, "-m", "mount.cli", *map(str, args)]
+    return [sys.executable, "-m", "rmqfs.mount.cli", *map(str, args)]
 
 
 def recover_decoding_every_record(monkeypatch) -> None:
@@ -111,7 +114,7 @@ def recover_decoding_every_record(monkeypatch) -> None:
     ``monkeypatch.undo()``."""
     import functools
 
-    from engine.service import recovery
+    from rmqfs.engine.service import recovery
 
     monkeypatch.setattr(recovery, "recover", functools.partial(recovery.recover, undecoded=False))
 
@@ -134,7 +137,7 @@ def run_rmqfs(*args, check=True, timeout=120) -> subprocess.CompletedProcess:
     """Run the rmqfs command line; returns the completed process."""
     # RMQFS_TEST_PYTHONPATH: directories a test adds (tests/slowrender, tests/quickidle)
     extra = [p for p in os.environ.get("RMQFS_TEST_PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *extra]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC_PATH, *extra]))
     res = subprocess.run(
         rmqfs_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
     )

@@ -12,10 +12,10 @@ import contextlib
 import errno
 import os
 
-from engine.store import MessageStore, StoreConfig
-from fusefs.base import Context, FsError
-from fusefs.nodes import RootDir
-from fusefs.views import ViewCache
+from rmqfs.engine.store import MessageStore, StoreConfig
+from rmqfs.fusefs.base import Context, FsError
+from rmqfs.fusefs.nodes import RootDir
+from rmqfs.fusefs.views import ViewCache
 
 
 class Tree:

@@ -13,8 +13,8 @@ import struct
 
 import pytest
 
-from engine.service import validation
-from engine.store import Message, MessageStore
+from rmqfs.engine.service import validation
+from rmqfs.engine.store import Message, MessageStore
 
 UNIT = struct.Struct(">qiq")  # ConsumeQueue.CQ_STORE_UNIT_SIZE: offset, size, tagsCode
 # (topic, body, LMQs) of each record, in CommitLog order

@@ -4,7 +4,7 @@ holding every kind of CommitLog record (one home; the tests import them from her
 import os
 import zlib
 
-from engine.format.message import (
+from rmqfs.engine.format.message import (
     COMPRESSED_FLAG,
     INNER_BATCH_FLAG,
     NEED_UNWRAP_FLAG,
@@ -13,7 +13,7 @@ from engine.format.message import (
     encode_message,
     host_from_str,
 )
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 SMALL = dict(
     mapped_file_size_commit_log=8 * 1024,
@@ -58,7 +58,7 @@ def small_segments(**kw):
 def put_internal(store, msgs, batch: bool = False):
     """Put records a client could not send (odd properties, broker-internal topics) on
     purpose, through the broker's own put path (:func:`engine.service.putmessage.put_internal`)."""
-    from engine.service import putmessage
+    from rmqfs.engine.service import putmessage
 
     return putmessage.put_internal(store, msgs, batch)
 
@@ -144,7 +144,7 @@ def long_topic_store(root, cfg=None):
     engine's put paths (fast and general, one message and batches), records crossing segment
     ends; LONG_GROUP has committed offsets on T and its retry topic. Returns
     ``{topic: [bodies in put order]}``."""
-    from engine.format.config import TopicConfig
+    from rmqfs.engine.format.config import TopicConfig
 
     want: dict[str, list[bytes]] = {}
     with MessageStore(str(root), cfg or long_topic_config()) as s:
@@ -192,7 +192,7 @@ def flip_body_byte(root, topic="T", queue_id=0, queue_offset=0, cfg=None) -> int
 def blank_units_store(root):
     """A store whose queue T/0 holds blank filler units (fillPreBlank) at offsets 18, 20 and
     27, in its second file (16 units a file; blanks in the first would move its min offset)."""
-    from engine.format.consumequeue import BLANK_UNIT_SIZE, UNIT
+    from rmqfs.engine.format.consumequeue import BLANK_UNIT_SIZE, UNIT
 
     produce(root, 30, queue_id=0, cfg=small())
     d = os.path.join(root, "consumequeue", "T", "0")

@@ -6,7 +6,7 @@ Who runs it:
 - the build backend: ``setup.py`` names :data:`ffibuilder` in ``cffi_modules``, so ``pip
   install .``, ``pip wheel .`` and the editable ``pip install -e .`` (``make venv``) compile
   it; a wheel carries the binary and needs no compiler where it is installed;
-- ``make kernel`` (``python -m engine.read._kernel_build``): rebuilds the in-tree module after
+- ``make kernel`` (``python -m rmqfs.engine.read._kernel_build``): rebuilds the in-tree module after
   ``_kernel.c`` or ``_kernel.h`` changed, with the venv's own setuptools (no ``pyproject.toml``
   involved); ``make sanitize`` builds it with ``CFLAGS``/``LDFLAGS`` for AddressSanitizer and
   UndefinedBehaviorSanitizer into a directory of its own (``--out``).
@@ -36,7 +36,7 @@ import sys
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODULE = "engine.read._kernel_cffi"
+MODULE = "rmqfs.engine.read._kernel_cffi"
 SOURCES = ("_kernel.c", "_kernel.h")
 
 #: What Python uses of _kernel.h, declared once more for cffi (checked by the compiler).
@@ -166,13 +166,13 @@ def build(out_dir: str, tmp_dir: str, builder: FFI | None = None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m engine.read._kernel_build [--if-stale | --out DIR]``: build the module
+    """``python -m rmqfs.engine.read._kernel_build [--if-stale | --out DIR]``: build the module
     beside this file (``--if-stale``: only when it is missing or was built from another
     source) or under ``DIR/engine/read``; prints its path."""
     root = os.path.dirname(os.path.dirname(HERE))
     out = root
     if argv == ["--if-stale"]:
-        from engine.read import kernel
+        from rmqfs.engine.read import kernel
 
         try:
             print(kernel.compiled_module().__file__)
@@ -183,7 +183,8 @@ def main(argv: list[str]) -> int:
         out = os.path.abspath(argv[1])
     elif argv:
         print(
-            "usage: python -m engine.read._kernel_build [--if-stale | --out DIR]", file=sys.stderr
+            "usage: python -m rmqfs.engine.read._kernel_build [--if-stale | --out DIR]",
+            file=sys.stderr,
         )
         return 2
     print(build(out, os.path.join(out, "build", "kernel")))

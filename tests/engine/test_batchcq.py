@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from bcqstore import BCQ_UNIT, build_bcq_store, expected
-from engine.errors import CorruptRecordError, UnsupportedLayoutError
-from engine.format.innerbatch import encode_inner_batch, split_inner_batch
-from engine.read.columnar import StoreFiles, decode_units_per_record
-from engine.store import MessageStore
+from rmqfs.engine.errors import CorruptRecordError, UnsupportedLayoutError
+from rmqfs.engine.format.innerbatch import encode_inner_batch, split_inner_batch
+from rmqfs.engine.read.columnar import StoreFiles, decode_units_per_record
+from rmqfs.engine.store import MessageStore
 
 
 def _props(rec_props: dict, want: dict) -> bool:
@@ -120,7 +120,7 @@ def test_inner_batch_bodies_split_and_refuse_lies():
 def test_verify_checks_batch_queues_against_the_records(bcq):
     """Before: verify called B's records a ConsumeQueue's lag (``cq-lag``, consumequeue/B/0
     missing) and never read batchconsumequeue/."""
-    from engine.tools.verify import verify_store
+    from rmqfs.engine.tools.verify import verify_store
 
     root, recs = bcq
     res = verify_store(root)
@@ -139,7 +139,7 @@ def test_verify_checks_batch_queues_against_the_records(bcq):
 def test_a_snapshot_of_a_bcq_store_is_refused(bcq):
     """The snapshot machinery copies ConsumeQueues, not batchconsumequeue/: a snapshot would
     restore a store whose BatchCQ topics have no queue."""
-    from engine.live.snapshot import freeze
+    from rmqfs.engine.live.snapshot import freeze
 
     root, _ = bcq
     with (

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from engine.errors import OffsetOutOfRangeError, ReadOnlyStoreError
-from engine.format.consumequeue import UNIT, ConsumeQueue
-from engine.format.message import cal_msg_length
-from engine.service.cleanup import is_time_to_delete
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.errors import OffsetOutOfRangeError, ReadOnlyStoreError
+from rmqfs.engine.format.consumequeue import UNIT, ConsumeQueue
+from rmqfs.engine.format.message import cal_msg_length
+from rmqfs.engine.service.cleanup import is_time_to_delete
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 TOPIC = "test"
 KEYS = "hello"

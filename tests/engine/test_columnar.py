@@ -11,11 +11,11 @@ import pytest
 
 import refreader
 from conftest import FIXTURES
-from engine.errors import CorruptRecordError
-from engine.format.message import COMPRESSED_FLAG, INNER_BATCH_FLAG, decompress_body
-from engine.read import columnar
-from engine.read.schema import arrow_schema
-from engine.store import Message, MessageStore
+from rmqfs.engine.errors import CorruptRecordError
+from rmqfs.engine.format.message import COMPRESSED_FLAG, INNER_BATCH_FLAG, decompress_body
+from rmqfs.engine.read import columnar
+from rmqfs.engine.read.schema import arrow_schema
+from rmqfs.engine.store import Message, MessageStore
 from stores import blank_units_store, every_kind_store
 from stores import small_segments as _cfg
 
@@ -281,8 +281,8 @@ def test_queue_directory_names_follow_the_stores_one_rule(tmp_path):
     """``consumequeue/<topic>/<name>``: StoreFiles, the store and verify take a name for a
     queue by one rule (engine.format.consumequeue.queue_dir_id: a canonical decimal of at most 9
     digits); "007", "²" and a 10-digit name are no queues anywhere (verify warns)."""
-    from engine.format.consumequeue import queue_dir_id
-    from engine.tools.verify import verify_store
+    from rmqfs.engine.format.consumequeue import queue_dir_id
+    from rmqfs.engine.tools.verify import verify_store
 
     assert [queue_dir_id(n) for n in ("0", "7", "123456789")] == [0, 7, 123456789]
     assert [queue_dir_id(n) for n in ("007", "+1", "²", "1\n", "1234567890", "")] == [None] * 6

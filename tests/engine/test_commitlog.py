@@ -9,9 +9,9 @@ import pytest
 
 import refreader
 from conftest import FIXTURES
-from engine.format.commitlog import CommitLog
-from engine.format.message import MAGIC_BLANK
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.format.commitlog import CommitLog
+from rmqfs.engine.format.message import MAGIC_BLANK
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 # the fixtures that hold a CommitLog (../shared/fixtures/README)
 BROKER_STORES = [

@@ -3,8 +3,8 @@
 import json
 
 from conftest import copy_fixture
-from engine.format.config import loads_fastjson
-from engine.store import MessageStore
+from rmqfs.engine.format.config import loads_fastjson
+from rmqfs.engine.store import MessageStore
 
 
 def test_fastjson_bare_integer_keys_are_read(tmp_path):

@@ -5,14 +5,14 @@ that live only here (which directory names are queues; a delayed record's tagsCo
 import pytest
 
 import refreader
-from engine.format.consumequeue import (
+from rmqfs.engine.format.consumequeue import (
     CQ_STORE_UNIT_SIZE,
     ConsumeQueue,
     deliver_tags_code,
     pack_units,
     queue_dir_id,
 )
-from engine.format.javahash import tags_code
+from rmqfs.engine.format.javahash import tags_code
 
 
 def _queue(tmp_path, units=10, file_units=4):

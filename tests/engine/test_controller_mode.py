@@ -10,11 +10,11 @@ import struct
 
 import pytest
 
-from engine.errors import UnsupportedLayoutError
-from engine.format.checkpoint import StoreCheckpoint
-from engine.live.snapshot import freeze
-from engine.store import Message, MessageStore
-from engine.tools.verify import recover_store
+from rmqfs.engine.errors import UnsupportedLayoutError
+from rmqfs.engine.format.checkpoint import StoreCheckpoint
+from rmqfs.engine.live.snapshot import freeze
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.engine.tools.verify import recover_store
 
 EPOCH = b"2\n1734567890\n1-0\n2-4096\n"  # EpochFileCache: count, crc32, epoch-startOffset
 IDENTITY = b"brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=-1\n"

@@ -35,7 +35,7 @@ import pytest
 
 import refreader
 from conftest import REPO
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 SEED = int(os.environ.get("RMQFS_CRASH_SEED", "20261122"))
 TOPICS = ("CrashA", "CrashB")
@@ -85,7 +85,7 @@ def id_of(body: bytes) -> str:
 CHILD = r"""
 import os, random, sys
 sys.path.insert(0, {repo!r})
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 rng = random.Random({seed})
 store = MessageStore({root!r}, StoreConfig(**{config!r}, flush_disk_type={flush!r}))
 for t in {topics!r}:
@@ -522,7 +522,7 @@ class StoreDiskModel:
     fdatasync'ed by every write), the index is left out (rebuilt on recovery)."""
 
     def __init__(self, monkeypatch, root: Path):
-        from engine.format.mappedfile import FileQueue
+        from rmqfs.engine.format.mappedfile import FileQueue
 
         self.root = root
         self.writes = []  # [relative path, file size, offset in file, bytes, durable]
@@ -677,7 +677,7 @@ def test_kill_inside_file_creation(tmp_path, fn, after, calls):
     """SIGKILL at several calls of each kill point while producing across many segment
     and queue-file boundaries: the store stays loadable by a broker as it is (no short file),
     and reopens with every acknowledged message."""
-    from engine.tools.verify import verify_store
+    from rmqfs.engine.tools.verify import verify_store
 
     rng = random.Random(SEED * 53 + len(fn) * 7 + after)
     root = tmp_path / "store"
@@ -725,7 +725,7 @@ def test_an_index_copied_while_written_is_rebuilt_at_recovery(tmp_path):
     header is older than its slots and items, with a checkpoint that vouches for the header:
     RocketMQ's timestamp rule keeps it. Recovery finds it inconsistent, rebuilds it from the
     CommitLog, says so in ``repairs``, and the store verifies clean."""
-    from engine.tools.verify import verify_store
+    from rmqfs.engine.tools.verify import verify_store
 
     cfg = StoreConfig(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=64, max_index_num=4096)
     root = tmp_path / "store"

@@ -13,11 +13,11 @@ import os
 import pytest
 
 from conftest import FIXTURES, copy_fixture
-from engine.errors import UnsupportedLayoutError
-from engine.format.dledger import ENTRY_HEADER, open_dledger
-from engine.format.message import host_to_str
-from engine.store import Message, MessageStore
-from engine.tools.verify import recover_store, verify_store
+from rmqfs.engine.errors import UnsupportedLayoutError
+from rmqfs.engine.format.dledger import ENTRY_HEADER, open_dledger
+from rmqfs.engine.format.message import host_to_str
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.engine.tools.verify import recover_store, verify_store
 
 FIX = FIXTURES / "rocketmq-4.9.8-dledger"
 
@@ -106,7 +106,7 @@ def test_the_whole_log_walk_sees_every_entry_once():
     """The walk over data/ (recovery's, verify's) yields the 300 records the broker wrote, each
     at its entry's pos + 48, skipping the fillers that end 7 of the 8 files."""
     d = open_dledger(str(FIX / "store"))
-    from engine.format.commitlog import CommitLog
+    from rmqfs.engine.format.commitlog import CommitLog
 
     cl = CommitLog(d.data_dir, read_only=True, entries=d)
     try:
@@ -231,7 +231,7 @@ def test_verify_is_clean_on_the_fixture():
 def test_no_snapshot_is_made_of_a_dledger_store():
     """A snapshot serves the store's layout as commitlog/: of a DLedger store it would hold
     entries no reader can read, so none is made, with the reason."""
-    from engine.live.snapshot import freeze
+    from rmqfs.engine.live.snapshot import freeze
 
     with (
         MessageStore(str(FIX / "store"), read_only=True) as s,
@@ -244,7 +244,7 @@ def test_a_committed_index_past_the_last_entry_commits_every_entry(tmp_path):
     """A checkpoint whose committedIndex is past the ledger's end (a replica far behind its
     leader): DLedgerMmapFileStore.updateCommittedIndex lowers it to the last entry, so every
     message is served, by the store and by the columnar reader (Spark, view/)."""
-    from engine.read.columnar import StoreFiles
+    from rmqfs.engine.read.columnar import StoreFiles
 
     root = copy_fixture("rocketmq-4.9.8-dledger/store", tmp_path / "s")
     _set_committed(root, 500)
@@ -266,7 +266,7 @@ def test_a_committed_index_past_the_last_entry_commits_every_entry(tmp_path):
 def test_verify_finds_an_index_that_disagrees_with_the_entries(tmp_path):
     """index/'s unit for the committed entry names a position where no entry ends: an error
     (the broker's recovery would rebuild such an index)."""
-    from engine.format.dledger import INDEX_UNIT
+    from rmqfs.engine.format.dledger import INDEX_UNIT
 
     root = copy_fixture("rocketmq-4.9.8-dledger/store", tmp_path / "s")
     d = open_dledger(str(root))

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 
 import refreader
-from engine.format.config import TopicConfig
-from engine.format.message import MAGIC_V1, MAGIC_V2, cal_msg_length, encode_message
-from engine.read import columnar
-from engine.store import Message, MessageStore
-from engine.tools.verify import verify_store
+from rmqfs.engine.format.config import TopicConfig
+from rmqfs.engine.format.message import MAGIC_V1, MAGIC_V2, cal_msg_length, encode_message
+from rmqfs.engine.read import columnar
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.engine.tools.verify import verify_store
 from stores import (
     LONG_GROUP,
     LONG_TOPIC,
@@ -134,7 +134,7 @@ def test_new_topics_keep_the_client_rule(tmp_path):
     refused as a real broker refuses to store it."""
     import pytest
 
-    from engine.errors import InvalidNameError
+    from rmqfs.engine.errors import InvalidNameError
 
     with MessageStore(str(tmp_path / "s"), long_topic_config()) as s:
         for bad in ("L" * 128, "%RETRY%" + "g" * 249, "%DLQ%" + "g" * 251, "%RETRY%" + "g" * 255):

@@ -15,10 +15,10 @@ import pytest
 
 import refreader
 from conftest import FIXTURES, copy_fixture
-from engine.errors import FlushDiskTimeoutError, InvalidNameError, MessageIllegalError
-from engine.format.checkpoint import StoreCheckpoint
-from engine.format.javahash import java_string_hash
-from engine.format.message import (
+from rmqfs.engine.errors import FlushDiskTimeoutError, InvalidNameError, MessageIllegalError
+from rmqfs.engine.format.checkpoint import StoreCheckpoint
+from rmqfs.engine.format.javahash import java_string_hash
+from rmqfs.engine.format.message import (
     COMPRESSED_FLAG,
     COMPRESSION_LZ4,
     COMPRESSION_TYPE_MASK,
@@ -36,8 +36,8 @@ from engine.format.message import (
     encode_message,
     host_from_str,
 )
-from engine.service.getmessage import GetMessageStatus as S
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.service.getmessage import GetMessageStatus as S
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 
 
@@ -463,7 +463,7 @@ def test_get_messages_offset_found_null_and_removing(tmp_path, small_config):
 
 
 def test_tag_filter_is_by_hash():
-    from engine.service.getmessage import parse_subscription
+    from rmqfs.engine.service.getmessage import parse_subscription
 
     assert parse_subscription("*") is None and parse_subscription(None) is None
     assert parse_subscription(" TagA ||TagB|| ") == {

@@ -8,7 +8,7 @@ import pytest
 
 import refreader
 from conftest import FIXTURES, copy_fixture
-from engine.errors import (
+from rmqfs.engine.errors import (
     InvalidNameError,
     MessageIllegalError,
     NoSuchTopicError,
@@ -16,9 +16,9 @@ from engine.errors import (
     PropertiesSizeExceededError,
     StoreLockedError,
 )
-from engine.format.javahash import java_string_hash, tags_code
-from engine.format.message import MAGIC_V1, decode_record
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.format.javahash import java_string_hash, tags_code
+from rmqfs.engine.format.message import MAGIC_V1, decode_record
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 
 def _put_lines(store, topic, lines, **kw):
@@ -227,7 +227,7 @@ def test_decode_rejects_corruption():
     )
     decode_record(raw, 0)
     raw[100] ^= 0xFF
-    from engine.errors import CorruptRecordError
+    from rmqfs.engine.errors import CorruptRecordError
 
     with pytest.raises(CorruptRecordError):
         decode_record(raw, 0)
@@ -258,7 +258,7 @@ def test_index_lookup_by_key_and_uniq_key(tmp_path, small_config):
 
 def _old_by_msg_id(store, msg_id):
     """The code admin's queryMsgById and fusefs' messages/<msgId> each had before issue 17."""
-    from engine.format.message import decode_offset_msg_id
+    from rmqfs.engine.format.message import decode_offset_msg_id
 
     try:
         _, offset = decode_offset_msg_id(msg_id)
@@ -319,9 +319,9 @@ def test_a_record_forged_inside_a_body_is_no_message(tmp_path):
     PHYSICALOFFSET set to where that body lands) is not served by its offset msgId: only
     records whose ConsumeQueue unit (or index item) names their offset are. The carrier and a
     prepared transaction message (no unit: found through its index item) still are."""
-    from engine.format.message import TRANSACTION_PREPARED_TYPE, encode_message, patch_record
-    from engine.format.message import offset_msg_id as msg_id_of
-    from engine.service.putmessage import put_internal
+    from rmqfs.engine.format.message import TRANSACTION_PREPARED_TYPE, encode_message, patch_record
+    from rmqfs.engine.format.message import offset_msg_id as msg_id_of
+    from rmqfs.engine.service.putmessage import put_internal
 
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 1)
@@ -363,7 +363,7 @@ def test_an_open_and_close_that_write_no_message_leave_the_checkpoint_as_it_was(
     """Issue 22, section 3: an idle read-write open, an offset commit or a topic update wrote
     physicMsgTimestamp = 0 into the broker's checkpoint (and verify called it OK). Now the
     checkpoint's bytes stay the same, and the last record's store time is known after open."""
-    from engine.format.checkpoint import StoreCheckpoint
+    from rmqfs.engine.format.checkpoint import StoreCheckpoint
 
     root = tmp_path / "s"
     if which == "ours":

@@ -17,23 +17,23 @@ from pathlib import Path
 
 import pytest
 
-import engine.store as store_mod
+import rmqfs.engine.store as store_mod
 from conftest import recover_decoding_every_record
-from engine.errors import InvalidNameError
-from engine.format.config import TopicConfig
-from engine.format.indexfile import IndexFile
-from engine.format.javahash import (
+from rmqfs.engine.errors import InvalidNameError
+from rmqfs.engine.format.config import TopicConfig
+from rmqfs.engine.format.indexfile import IndexFile
+from rmqfs.engine.format.javahash import (
     combine_u32,
     index_key_hash,
     java_hash_u32,
     java_string_hash,
     utf16_len,
 )
-from engine.format.message import MAGIC_V2, cal_msg_length, encode_properties, topic_needs_v2
-from engine.format.uniqkey import UniqKeyGenerator
-from engine.service import dispatch, putmessage, recovery
-from engine.service.indexservice import IndexService
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.format.message import MAGIC_V2, cal_msg_length, encode_properties, topic_needs_v2
+from rmqfs.engine.format.uniqkey import UniqKeyGenerator
+from rmqfs.engine.service import dispatch, putmessage, recovery
+from rmqfs.engine.service.indexservice import IndexService
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 
 T0 = 1_795_305_347_998
@@ -443,8 +443,8 @@ def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch):
 def test_scan_raw_handles_v2_ipv6_and_crc_property_records(tmp_path):
     """Records off the common layout (V2 magic for a 200-char topic, IPv6 hosts, a __CRC32#
     property) are walked exactly as the decoding scan walks them."""
-    from engine.format.commitlog import CommitLog
-    from engine.format.message import encode_message
+    from rmqfs.engine.format.commitlog import CommitLog
+    from rmqfs.engine.format.message import encode_message
 
     cl = CommitLog(str(tmp_path / "commitlog"), 4096)
     v4, v6 = (b"\x7f\x00\x00\x01", 1), (bytes(range(16)), 2)
@@ -656,7 +656,7 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
     """Batches of plain messages (fast path) between delayed, compressed, transactional and
     MessageBatch puts (general path): the store's files are those of the general path alone,
     and queue offsets (topicQueueTable) continue across both paths."""
-    from engine.format.message import TRANSACTION_PREPARED_TYPE
+    from rmqfs.engine.format.message import TRANSACTION_PREPARED_TYPE
 
     def run(root, general):
         now = [T0]  # one store time per put, however often a put reads the clock
@@ -716,8 +716,8 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
     """Recovery's undecoded dispatch gives each record the tagsCode, offset and size the
     decoded one gives, whatever the properties hold (TAGS first, last, empty, duplicated,
     inside another value, not UTF-8, a V2 topic)."""
-    from engine.format.commitlog import CommitLog
-    from engine.format.message import decode_record, encode_message
+    from rmqfs.engine.format.commitlog import CommitLog
+    from rmqfs.engine.format.message import decode_record, encode_message
 
     cl = CommitLog(str(tmp_path / "commitlog"), 64 * 1024)
     props_list = [
@@ -782,10 +782,10 @@ def test_light_dispatch_equals_the_decoded_dispatch(tmp_path):
 # ----------------------------------------------------------------------------------------------
 # The reference walker for the scan tests.
 
-from engine.errors import CorruptRecordError  # noqa: E402
-from engine.format.commitlog import SCAN_CHUNK  # noqa: E402
-from engine.format.message import BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2  # noqa: E402
-from engine.format.message import decode_record as _decode_record  # noqa: E402
+from rmqfs.engine.errors import CorruptRecordError  # noqa: E402
+from rmqfs.engine.format.commitlog import SCAN_CHUNK  # noqa: E402
+from rmqfs.engine.format.message import BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2  # noqa: E402
+from rmqfs.engine.format.message import decode_record as _decode_record  # noqa: E402
 
 
 def reference_scan(self, start: int, check_crc: bool = True, end: int | None = None):

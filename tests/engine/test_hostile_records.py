@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from conftest import run_rmqfs
-from engine.errors import CorruptRecordError
-from engine.format.consumequeue import UNIT
-from engine.format.message import (
+from rmqfs.engine.errors import CorruptRecordError
+from rmqfs.engine.format.consumequeue import UNIT
+from rmqfs.engine.format.message import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     COMPRESSION_ZSTD,
@@ -26,8 +26,8 @@ from engine.format.message import (
     decode_record,
     inflate_body,
 )
-from engine.read.columnar import StoreFiles, decode_units, decode_units_per_record
-from engine.store import MessageStore
+from rmqfs.engine.read.columnar import StoreFiles, decode_units, decode_units_per_record
+from rmqfs.engine.store import MessageStore
 from stores import produce, small
 
 
@@ -74,7 +74,7 @@ def short_ipv6_store(root):
 
 
 def test_decode_record_refuses_a_total_shorter_than_the_flags_need():
-    from engine.format.message import encode_message
+    from rmqfs.engine.format.message import encode_message
 
     enc = encode_message(
         "T", b"", queue_id=0, properties={}, born_timestamp=1,
@@ -119,7 +119,7 @@ def test_a_short_record_is_damage_on_every_read_path(tmp_path):
 
 
 def test_the_kernel_leaves_a_short_record_to_the_per_record_decoder(tmp_path):
-    from engine.read import kernel
+    from rmqfs.engine.read import kernel
 
     k = kernel.load()
     if k is None:
@@ -130,7 +130,7 @@ def test_the_kernel_leaves_a_short_record_to_the_per_record_decoder(tmp_path):
     try:
         path, p = _cl_path(root, off)
         buf = np.fromfile(path, dtype=np.uint8)
-        from engine.read.columnar import _LAYOUT
+        from rmqfs.engine.read.columnar import _LAYOUT
 
         d = k.decode(buf, [p], [91], [off], _LAYOUT, [], kernel.WANT_BODY, 0, b"T", [2])
         assert d.bad < 0 and d.rows == 0 and not d.fast[0]  # no row: left to decode_record
@@ -235,15 +235,15 @@ def test_a_body_over_the_limit_is_kept_as_stored(codec):
 HOSTILE_READ = r"""
 import json, sys
 import numpy as np
-from engine.read.columnar import StoreFiles
-from engine.read.jsonline import build_lines
-from engine.store import MessageStore
+from rmqfs.engine.read.columnar import StoreFiles
+from rmqfs.engine.read.jsonline import build_lines
+from rmqfs.engine.store import MessageStore
 root, path = sys.argv[1], sys.argv[2]
 out = {}
 if path == "engine":
     with MessageStore(root, read_only=True) as s:
         rec = s.get_message("T", 0, 1)
-        from engine.read.jsonline import build_line
+        from rmqfs.engine.read.jsonline import build_line
         line = json.loads(build_line(rec))
         out = {"len": len(line["body"]), "props": line["properties"]}
 else:
@@ -262,7 +262,7 @@ print(json.dumps(out))
 def bomb_store(root, inflated=256 << 20):
     """T/0: a plain message, then an 8 KB record whose zstd body inflates to ``inflated``
     bytes (put as a client may send it: pre-compressed, the flags set), then a plain one."""
-    from engine.format.message import Message
+    from rmqfs.engine.format.message import Message
     from stores import put_internal
 
     bomb = _zstd_bomb(inflated)

@@ -20,8 +20,8 @@ import pytest
 
 import refreader as rr
 from conftest import FIXTURES
-from engine.errors import CorruptRecordError, ReadOnlyStoreError
-from engine.format.indexfile import (
+from rmqfs.engine.errors import CorruptRecordError, ReadOnlyStoreError
+from rmqfs.engine.format.indexfile import (
     HEADER,
     INDEX_HEADER_SIZE,
     LONG_MAX,
@@ -32,8 +32,8 @@ from engine.format.indexfile import (
     index_geometry,
     name_after,
 )
-from engine.format.javahash import index_key_hash
-from engine.service.indexservice import IndexService
+from rmqfs.engine.format.javahash import index_key_hash
+from rmqfs.engine.service.indexservice import IndexService
 
 RMQ498 = FIXTURES / "rocketmq-4.9.8-written"
 RUST_INDEX = FIXTURES / "mxsm-rocketmq-rust" / "store-v0.9.0" / "local-file" / "index"
@@ -637,7 +637,7 @@ def test_fixture_rocketmq_rust_index(tmp_path):
 def _looping_index(root) -> str:
     """A store whose index file's chain for ``T#NOPE`` loops 5 -> 6 -> 5 and whose header
     claims 2^31-1 items. Returns the file's path."""
-    from engine.format.indexfile import ITEM, SLOT
+    from rmqfs.engine.format.indexfile import ITEM, SLOT
     from stores import produce, small
 
     produce(root, 20, queue_id=0)
@@ -699,7 +699,7 @@ def rr_run(*args):
 
 
 def test_a_writable_open_rebuilds_an_index_file_whose_header_lies(tmp_path):
-    from engine.store import MessageStore
+    from rmqfs.engine.store import MessageStore
     from stores import small
 
     root = tmp_path / "store"

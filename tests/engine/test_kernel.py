@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import refreader
-from engine.errors import CorruptRecordError
-from engine.format.message import (
+from rmqfs.engine.errors import CorruptRecordError
+from rmqfs.engine.format.message import (
     BODY_CRC_MASK,
     BORNHOST_V6_FLAG,
     FIXED_V4,
@@ -35,8 +35,8 @@ from engine.format.message import (
     min_record_size,
     offset_msg_id,
 )
-from engine.read import columnar, kernel
-from engine.store import Message, MessageStore
+from rmqfs.engine.read import columnar, kernel
+from rmqfs.engine.store import Message, MessageStore
 from stores import put_internal, small_segments
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -564,7 +564,7 @@ _INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 def _rows(draw):
     import pyarrow as pa
 
-    from engine.read.schema import arrow_schema
+    from rmqfs.engine.read.schema import arrow_schema
 
     schema = arrow_schema()
     row = {}
@@ -594,8 +594,8 @@ def test_json_lines_are_json_dumps(k, rows, skip):
     and a sliced batch (Arrow offsets that do not start at 0)."""
     import pyarrow as pa
 
-    from engine.read import jsonline
-    from engine.read.schema import arrow_schema
+    from rmqfs.engine.read import jsonline
+    from rmqfs.engine.read.schema import arrow_schema
 
     batch = pa.RecordBatch.from_pylist(rows, schema=arrow_schema())
     batch = batch.slice(min(skip, len(rows) - 1))

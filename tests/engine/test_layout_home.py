@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from conftest import REPO
-from engine.format import message
+from rmqfs.engine.format import message
 
 LAYERS = ("engine", "fusefs", "mount", "pipeline")
 HOME = "engine/format/message.py"

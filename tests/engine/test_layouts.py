@@ -9,11 +9,11 @@ import os
 import pytest
 
 from conftest import copy_fixture
-from engine.errors import UnsupportedLayoutError
-from engine.live.status import store_status
-from engine.service.storetree import foreign_layouts
-from engine.store import Message, MessageStore
-from engine.tools.verify import recover_store, verify_store
+from rmqfs.engine.errors import UnsupportedLayoutError
+from rmqfs.engine.live.status import store_status
+from rmqfs.engine.service.storetree import foreign_layouts
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.engine.tools.verify import recover_store, verify_store
 
 
 def _tree(root) -> set[str]:

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import StoreLockedError
-from engine.service.lock import LOCK_FILE, lock_holder, release_store_lock, take_store_lock
-from engine.store import Message, MessageStore
-from engine.tools.verify import recover_store
+from conftest import SRC_PATH
+from rmqfs.engine.errors import StoreLockedError
+from rmqfs.engine.service.lock import LOCK_FILE, lock_holder, release_store_lock, take_store_lock
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.engine.tools.verify import recover_store
 
 HOLD = """
 import sys, time
-from engine.service.lock import take_store_lock
+from rmqfs.engine.service.lock import take_store_lock
 fd = take_store_lock(sys.argv[1])
 print("locked", flush=True)
 sys.stdin.read()
@@ -29,7 +30,7 @@ def holder(tmp_path):
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env={**os.environ, "PYTHONPATH": SRC_PATH},
     )
     assert p.stdout.readline().strip() == "locked"
     yield p
@@ -134,7 +135,7 @@ def test_closing_another_descriptor_keeps_the_lock(tmp_path):
             [sys.executable, "-c", HOLD, str(tmp_path)],
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            env={**os.environ, "PYTHONPATH": SRC_PATH},
             input="",
             timeout=60,
         )
@@ -170,7 +171,7 @@ def test_holder_found_from_another_process(tmp_path):
             ],
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            env={**os.environ, "PYTHONPATH": SRC_PATH},
             timeout=60,
         )
         assert res.stdout.strip() == str(os.getpid()), res.stderr
@@ -183,8 +184,8 @@ def test_holder_found_from_another_process(tmp_path):
 
 TRY_LOCK = """
 import sys
-from engine.errors import StoreLockedError
-from engine.service.lock import take_store_lock
+from rmqfs.engine.errors import StoreLockedError
+from rmqfs.engine.service.lock import take_store_lock
 try:
     take_store_lock(sys.argv[1])
 except StoreLockedError as exc:
@@ -200,7 +201,7 @@ def try_lock_elsewhere(root) -> str:
         [sys.executable, "-c", TRY_LOCK, str(root)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env={**os.environ, "PYTHONPATH": SRC_PATH},
         timeout=60,
     )
     assert res.returncode == 0, res.stderr

@@ -6,8 +6,8 @@ from __future__ import annotations
 import shutil
 
 import refreader
-from engine.service import recovery
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.service import recovery
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 CONFIG = dict(
     mapped_file_size_commit_log=8 * 1024,

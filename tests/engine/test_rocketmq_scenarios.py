@@ -16,21 +16,21 @@ import time
 import pytest
 
 import refreader
-from engine.errors import MessageIllegalError, PropertiesSizeExceededError
-from engine.format.checkpoint import StoreCheckpoint
-from engine.format.consumequeue import UNIT, ConsumeQueue
-from engine.format.indexfile import IndexFile
-from engine.format.mappedfile import FileQueue
-from engine.format.message import (
+from rmqfs.engine.errors import MessageIllegalError, PropertiesSizeExceededError
+from rmqfs.engine.format.checkpoint import StoreCheckpoint
+from rmqfs.engine.format.consumequeue import UNIT, ConsumeQueue
+from rmqfs.engine.format.indexfile import IndexFile
+from rmqfs.engine.format.mappedfile import FileQueue
+from rmqfs.engine.format.message import (
     MAGIC_BLANK,
     MAX_MESSAGE_SIZE,
     decode_record,
     encode_message,
     host_from_str,
 )
-from engine.service import dispatch, recovery
-from engine.service.getmessage import GetMessageStatus as S
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.service import dispatch, recovery
+from rmqfs.engine.service.getmessage import GetMessageStatus as S
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 BORN = host_from_str("127.0.0.1:123")
 
@@ -116,7 +116,7 @@ def test_AppendPropCRCTest_testAppendMessageSucc(tmp_path):
     rec = decode_record(raw, last.commitlog_offset)
     props_len = len("".join(f"{k}\x01{v}\x02" for k, v in rec.properties.items()).encode())
     raw[last.commitlog_offset + last.size - props_len // 2] += 1
-    from engine.errors import CorruptRecordError
+    from rmqfs.engine.errors import CorruptRecordError
 
     with pytest.raises(CorruptRecordError, match="CRC32"):
         decode_record(raw, last.commitlog_offset, check_crc=True, force_verify_prop_crc=True)

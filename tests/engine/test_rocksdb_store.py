@@ -12,11 +12,11 @@ import shutil
 
 import pytest
 
-from engine import Message
-from engine.errors import UnsupportedLayoutError
-from engine.live.status import store_status
-from engine.read.columnar import StoreFiles
-from engine.store import MessageStore
+from rmqfs.engine import Message
+from rmqfs.engine.errors import UnsupportedLayoutError
+from rmqfs.engine.live.status import store_status
+from rmqfs.engine.read.columnar import StoreFiles
+from rmqfs.engine.store import MessageStore
 from rocksdbstore import hold_rocksdb, write_config_v1, write_config_v2, write_rocksdb_cq
 
 FIELDS = (
@@ -204,8 +204,8 @@ def test_double_write_store_reads_its_files_beside_the_database(tmp_path):
 
 
 def test_a_malformed_unit_or_offset_key_raises_the_engine_s_error(stores):
-    from engine.errors import CorruptRecordError
-    from engine.format.rocksdbcq import RocksDBConsumeQueues
+    from rmqfs.engine.errors import CorruptRecordError
+    from rmqfs.engine.format.rocksdbcq import RocksDBConsumeQueues
     from rocksdbstore import cq_key, hold_rocksdb
 
     _, rdb = stores
@@ -231,8 +231,8 @@ def test_a_malformed_unit_or_offset_key_raises_the_engine_s_error(stores):
 def test_a_snapshot_of_a_rocksdb_store_is_refused(stores):
     """The snapshot machinery copies file ConsumeQueues: a snapshot of a store whose queues
     are in RocksDB would restore a store without them."""
-    from engine.errors import UnsupportedLayoutError
-    from engine.live.snapshot import freeze
+    from rmqfs.engine.errors import UnsupportedLayoutError
+    from rmqfs.engine.live.snapshot import freeze
 
     _plain_store, rdb = stores
     with (

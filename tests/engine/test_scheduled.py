@@ -14,12 +14,12 @@ import pytest
 
 import refreader
 from conftest import FIXTURES
-from engine.errors import CorruptRecordError, MessageIllegalError
-from engine.format.timerlog import TimerLogReader
-from engine.format.timerwheel import WHEEL_LENGTH, read_live_slots
-from engine.read.jsonline import message_from_json
-from engine.read.scheduled import DELAY, TIMER, waiting_messages
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.errors import CorruptRecordError, MessageIllegalError
+from rmqfs.engine.format.timerlog import TimerLogReader
+from rmqfs.engine.format.timerwheel import WHEEL_LENGTH, read_live_slots
+from rmqfs.engine.read.jsonline import message_from_json
+from rmqfs.engine.read.scheduled import DELAY, TIMER, waiting_messages
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from stores import small
 
 TIMER_FIX = FIXTURES / "rocketmq-5.3.3-timer"

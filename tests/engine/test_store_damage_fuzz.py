@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-from engine.store import Message, MessageStore, StoreConfig
+from conftest import REPO, SRC_PATH
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 SEED = int(os.environ.get("RMQFS_DAMAGE_SEED", "20261123"))
 CASES = int(os.environ.get("RMQFS_DAMAGE_CASES", "48"))
@@ -165,7 +165,7 @@ root, conf = {root!r}, {conf!r}
 out = {{}}
 
 def run_cli(*argv):
-    from mount import cli
+    from rmqfs.mount import cli
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
@@ -178,9 +178,9 @@ def run_cli(*argv):
     return rc, err.getvalue()[-3000:]
 
 # what the mount does first: open the store for writing (and close it)
-from engine.errors import StoreError
-from engine.store import MessageStore, StoreConfig
-from engine.tools.verify import verify_store
+from rmqfs.engine.errors import StoreError
+from rmqfs.engine.store import MessageStore, StoreConfig
+from rmqfs.engine.tools.verify import verify_store
 cfg = StoreConfig.from_broker_conf(conf)
 try:
     MessageStore(root, cfg).close()
@@ -202,7 +202,7 @@ if out["recover"][0] == 0:
     res = verify_store(root, cfg)
     counts["verify_ok"] = res.ok
     counts["verify_errors"] = [str(p) for p in res.errors][:5]
-    from engine.read import columnar
+    from rmqfs.engine.read import columnar
     if os.path.isdir(os.path.join(root, "commitlog")):
         files = columnar.StoreFiles(root)
         n = 0
@@ -254,7 +254,7 @@ def test_damaged_stores_never_crash_hang_or_escape(base_store):
                     text=True,
                     timeout=60,
                     cwd=str(REPO),
-                    env=dict(os.environ, PYTHONPATH=str(REPO)),
+                    env=dict(os.environ, PYTHONPATH=SRC_PATH),
                 )
             except subprocess.TimeoutExpired:
                 failures.append(f"{case}: hung for 60 s")
@@ -299,11 +299,11 @@ HOSTILE_CASES = int(os.environ.get("RMQFS_HOSTILE_CASES", "10"))
 HOSTILE_CHILD = r"""
 import contextlib, io, json, os, sys, traceback
 sys.path.insert(0, {repo!r})
-from engine.errors import StoreError
-from engine.store import MessageStore, StoreConfig
-from engine.read import columnar
-from engine.read.jsonline import build_lines
-from mount import cli
+from rmqfs.engine.errors import StoreError
+from rmqfs.engine.store import MessageStore, StoreConfig
+from rmqfs.engine.read import columnar
+from rmqfs.engine.read.jsonline import build_lines
+from rmqfs.mount import cli
 out = {{"tracebacks": []}}
 conf = {conf!r}
 cfg = StoreConfig.from_broker_conf(conf)
@@ -372,9 +372,9 @@ print(json.dumps(out))
 
 def _hostile(root: Path, kind: str, rng: random.Random) -> None:
     """Apply one hostile-field mutation to a copy of the base store."""
-    from engine.format.consumequeue import UNIT
-    from engine.format.indexfile import HEADER, INDEX_HEADER_SIZE, ITEM, SLOT
-    from engine.format.message import INT32, SYSFLAG_POSITION
+    from rmqfs.engine.format.consumequeue import UNIT
+    from rmqfs.engine.format.indexfile import HEADER, INDEX_HEADER_SIZE, ITEM, SLOT
+    from rmqfs.engine.format.message import INT32, SYSFLAG_POSITION
 
     cq_size, cl_size = (
         CONFIG["mapped_file_size_consume_queue"],
@@ -422,7 +422,7 @@ def _hostile(root: Path, kind: str, rng: random.Random) -> None:
     elif kind == "bomb":
         import zstandard
 
-        from engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZSTD
+        from rmqfs.engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZSTD
         from stores import put_internal
 
         c = zstandard.ZstdCompressor(level=3).compressobj()
@@ -472,7 +472,7 @@ def test_hostile_fields_never_crash_hang_or_blow_up(base_store):
             text=True,
             timeout=300,  # a hang fails the test (the cases take a few seconds)
             cwd=str(REPO),
-            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")])),
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join([SRC_PATH, str(REPO / "tests")])),
         )
         assert p.returncode == 0, p.stderr[-3000:]
         out = json.loads(p.stdout.strip().splitlines()[-1])

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 import refreader
-from conftest import REPO
-from engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeStoreError
-from engine.format import config as C
-from engine.format import mappedfile
-from engine.store import MessageStore
-from engine.tools.verify import recover_store, verify_store
+from conftest import REPO, SRC_PATH
+from rmqfs.engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeStoreError
+from rmqfs.engine.format import config as C
+from rmqfs.engine.format import mappedfile
+from rmqfs.engine.store import MessageStore
+from rmqfs.engine.tools.verify import recover_store, verify_store
 from stores import bodies, flip_body_byte, produce, small
 
 
@@ -274,7 +274,7 @@ def test_produce_cli_validates_queues(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "mount.cli",
+                "rmqfs.mount.cli",
                 "produce",
                 str(tmp_path / "s"),
                 "-t",
@@ -288,7 +288,7 @@ def test_produce_cli_validates_queues(tmp_path):
             capture_output=True,
             cwd=REPO,
             timeout=60,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            env=dict(os.environ, PYTHONPATH=SRC_PATH),
         )
         assert res.returncode == 1 and "--queues" in res.stderr, res.stderr
         assert "Traceback" not in res.stderr
@@ -371,13 +371,13 @@ def test_a_body_crc_mismatch_is_never_served_and_is_noted(tmp_path, caplog):
     line; the other queue reads on (``MessageDecoder.decode(..., checkCRC=true)``)."""
     import logging
 
-    from engine.errors import CorruptRecordError
+    from rmqfs.engine.errors import CorruptRecordError
 
     root = tmp_path / "store"
     produce(root, 6, queue_id=0)
     produce(root, 4, queue_id=1, tag="b")
     off = flip_body_byte(root, "T", 0, 3)
-    caplog.set_level(logging.WARNING, logger="engine.store")
+    caplog.set_level(logging.WARNING, logger="rmqfs.engine.store")
     with MessageStore(str(root), small(), read_only=True) as s:
         assert [r.body for _, r in s.iter_queue("T", 1)] == [b"b%d" % i for i in range(4)]
         assert s.get_message("T", 0, 2).body == b"m2"
@@ -409,7 +409,7 @@ def test_a_body_crc_mismatch_is_never_served_and_is_noted(tmp_path, caplog):
 def test_a_config_write_that_fails_leaves_no_trace(tmp_path, monkeypatch):
     """ENOSPC while persisting config/*.json: the old file and its .bak stay as they were and
     no .tmp is left behind (docs/guarantees.md: no trace)."""
-    from engine.format import config as C
+    from rmqfs.engine.format import config as C
 
     path = str(tmp_path / "config" / "topics.json")
     C.persist_config_file(path, {"a": 1})

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.errors import InvalidNameError, MessageIllegalError, MessageTooLargeError
-from engine.format.config import validate_group_name, validate_topic_name
-from engine.read import jsonline as J
-from engine.service import validation as V
-from engine.store import Message, MessageStore, StoreConfig
-from engine.tools.verify import verify_store
+from rmqfs.engine.errors import InvalidNameError, MessageIllegalError, MessageTooLargeError
+from rmqfs.engine.format.config import validate_group_name, validate_topic_name
+from rmqfs.engine.read import jsonline as J
+from rmqfs.engine.service import validation as V
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.tools.verify import verify_store
 from stores import put_internal
 
 CONTROL = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]]

@@ -86,8 +86,8 @@ def test_walk_segment_names_what_ends_a_file():
     magic, a record past the file's end."""
     import struct
 
-    from engine.format.commitlog import walk_segment
-    from engine.format.message import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+    from rmqfs.engine.format.commitlog import walk_segment
+    from rmqfs.engine.format.message import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 
     def head(total, magic):
         return struct.pack(">iI", total, magic)

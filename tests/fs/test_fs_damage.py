@@ -13,8 +13,8 @@ import logging
 
 import pytest
 
-from engine.store import Message, MessageStore
 from fstree import small_config, tree
+from rmqfs.engine.store import Message, MessageStore
 from stores import flip_body_byte
 
 
@@ -107,8 +107,8 @@ def test_fuse_requests_turn_engine_errors_into_their_errno_without_traceback(cap
     pyfuse3 = pytest.importorskip("pyfuse3")
     import trio
 
-    from engine.errors import CorruptRecordError, NoSuchTopicError
-    from fusefs import ops
+    from rmqfs.engine.errors import CorruptRecordError, NoSuchTopicError
+    from rmqfs.fusefs import ops
 
     def damaged():
         raise CorruptRecordError("body CRC mismatch", 864)
@@ -129,7 +129,7 @@ def test_the_lines_before_a_damaged_record_stay_readable(tmp_path):
     stay readable. The views' stat answered EIO for the whole queue (issue 26); now the queue
     and topic views end at the damage: their stat works, a reader gets every line before the
     damaged record, then EIO, and the damage is noted."""
-    from fusefs.base import FsError
+    from rmqfs.fusefs.base import FsError
 
     root = tmp_path / "store"
     with MessageStore(str(root), small_config()) as s:

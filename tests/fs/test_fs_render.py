@@ -9,9 +9,9 @@ import os
 import pytest
 
 from conftest import copy_fixture
-from engine.read.jsonline import build_line as render_message_json
-from engine.store import Message, MessageStore
-from fusefs.render import render_message
+from rmqfs.engine.read.jsonline import build_line as render_message_json
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.fusefs.render import render_message
 from stores import put_internal
 
 
@@ -77,8 +77,8 @@ def _columnar_lines(store, kind):
     """{commitLogOffset: line} rendered by render.render_lines from engine.read.columnar batches."""
     import numpy as np
 
-    from engine.read.columnar import StoreFiles
-    from fusefs.render import render_lines
+    from rmqfs.engine.read.columnar import StoreFiles
+    from rmqfs.fusefs.render import render_lines
 
     files = StoreFiles(str(store))
     out = {}
@@ -97,7 +97,7 @@ def _columnar_lines(store, kind):
 
 
 def _check_columnar_lines(store):
-    from fusefs.render import render_body
+    from rmqfs.fusefs.render import render_body
 
     for kind, ref in (("messages", render_message), ("bodies", render_body)):
         got = _columnar_lines(store, kind)
@@ -140,9 +140,9 @@ def test_parquet_part_rows_equal_read_batches(tmp_path, which):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from engine.read.columnar import StoreFiles, queue_units
-    from engine.read.schema import part_schema
-    from fusefs import render
+    from rmqfs.engine.read.columnar import StoreFiles, queue_units
+    from rmqfs.engine.read.schema import part_schema
+    from rmqfs.fusefs import render
     from stores import blank_units_store, small
 
     if which == "blanks":

@@ -5,8 +5,8 @@ import os
 
 import numpy as np
 
-from fusefs import render as R
-from fusefs.views import RenderedLog
+from rmqfs.fusefs import render as R
+from rmqfs.fusefs.views import RenderedLog
 from stores import produce
 
 
@@ -40,7 +40,7 @@ def test_reads_cross_regions_and_skip_their_holes(tmp_path):
 
 
 def test_a_chunk_longer_than_its_room_comes_back_whole(tmp_path):
-    from engine.read.columnar import StoreFiles, decode_units
+    from rmqfs.engine.read.columnar import StoreFiles, decode_units
 
     root = tmp_path / "s"
     produce(root, 20)

@@ -11,8 +11,8 @@ import pytest
 
 from conftest import FIXTURES, copy_fixture
 from fstree import tree
-from fusefs import nodes
-from fusefs.base import FsError
+from rmqfs.fusefs import nodes
+from rmqfs.fusefs.base import FsError
 
 TIMER_FIX = FIXTURES / "rocketmq-5.3.3-timer"
 

@@ -4,8 +4,8 @@ callback is registered must not deadlock the thread that asked (it listed view/ 
 import threading
 from concurrent.futures import Future
 
-from engine.store import Message, MessageStore
-from fusefs.views import PartCache
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.fusefs.views import PartCache
 from stores import small_segments
 
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from fstree import tree
-from fusefs.base import FsError
+from rmqfs.fusefs.base import FsError
 
 
 def errno_of(fn, *args, **kw) -> int:
@@ -106,7 +106,7 @@ def test_unfinished_lines_are_bounded_across_handles(tmp_path):
     bounded in total (they took the daemon from 60 to 595 MB with 100 handles), in a pool of
     their own: the owner's unfinished lines still buffer meanwhile. Giving back is exact:
     finished, released and refused lines free their bytes."""
-    from fusefs.base import LineBudget
+    from rmqfs.fusefs.base import LineBudget
 
     unit = 8 << 10
     with tree(tmp_path, others_write=True) as t:
@@ -269,7 +269,7 @@ def test_removing_and_renaming_store_things_is_eperm(tmp_path):
 def test_offset_lines_are_bounded_and_each_complete_line_commits(tmp_path):
     """An offset line is short: a long one is EINVAL as soon as it is seen, the handle keeps
     no more than OFFSET_LINE_MAX bytes, and a write costs time linear in its size."""
-    from fusefs.nodes import OFFSET_LINE_MAX
+    from rmqfs.fusefs.nodes import OFFSET_LINE_MAX
 
     with tree(tmp_path) as t:
         t.mkdir("/topics/T")
@@ -309,22 +309,22 @@ def test_offset_lines_are_bounded_and_each_complete_line_commits(tmp_path):
 def test_system_topics_are_refused_as_the_broker_refuses_them(tmp_path):
     """TopicValidator: clients may not create system topics (EINVAL) nor send to the
     NOT_ALLOWED_SEND ones (EACCES); the broker's own delayed messages still go there."""
-    from engine.format.message import SCHEDULE_TOPIC
-    from engine.service.validation import NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPICS
+    from rmqfs.engine.format.message import SCHEDULE_TOPIC
+    from rmqfs.engine.service.validation import NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPICS
 
     with tree(tmp_path) as t:
         for name in sorted(SYSTEM_TOPICS) + ["rmq_sys_wheel_timer"]:
             assert errno_of(t.mkdir, f"/topics/{name}") == errno.EINVAL, name
         assert t.node("/topics").list() == []
         t.mkdir("/topics/T")
-        from engine.store import Message
+        from rmqfs.engine.store import Message
 
         t.store.put_messages([Message("T", b"later", delay_level=3)])  # the broker's path
         assert SCHEDULE_TOPIC in t.store.topic_names()
         assert (
             errno_of(t.node(f"/topics/{SCHEDULE_TOPIC}/produce").open, os.O_WRONLY) == errno.EACCES
         )
-        from engine.errors import PermissionDeniedError
+        from rmqfs.engine.errors import PermissionDeniedError
 
         for name in NOT_ALLOWED_SEND_TOPICS:
             with pytest.raises(PermissionDeniedError):
@@ -381,8 +381,8 @@ def test_rmdir_topic_is_delete_topic(tmp_path):
 
 
 def test_rmdir_of_a_system_topic_is_eperm_and_readonly_erofs(tmp_path):
-    from engine.format.message import SCHEDULE_TOPIC
-    from engine.store import Message
+    from rmqfs.engine.format.message import SCHEDULE_TOPIC
+    from rmqfs.engine.store import Message
 
     with tree(tmp_path) as t:
         t.mkdir("/topics/T")

@@ -10,15 +10,15 @@ import os
 
 import pytest
 
-from engine.store import Message
 from fstree import tree
+from rmqfs.engine.store import Message
 
 pyfuse3 = pytest.importorskip("pyfuse3")
 trio = pytest.importorskip("trio")
 
 
 def _ops(t):
-    from fusefs.ops import RmqOperations
+    from rmqfs.fusefs.ops import RmqOperations
 
     return RmqOperations(t.ctx)
 
@@ -31,7 +31,7 @@ def _walk(ops, path: str) -> int:
 
 
 def test_names_that_can_never_exist_in_view_are_kept_negative(tmp_path):
-    from fusefs.ops import SEALED_TIMEOUT
+    from rmqfs.fusefs.ops import SEALED_TIMEOUT
 
     with tree(tmp_path) as t:
         t.store.create_topic("V", 2)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, copy_fixture, fuse, run_rmqfs
-from engine.errors import CorruptRecordError, OffsetOutOfRangeError
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.errors import CorruptRecordError, OffsetOutOfRangeError
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 
 ALL_HOURS = ";".join(f"{h:02d}" for h in range(24))
@@ -218,7 +218,7 @@ def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(
 def test_engine_follower_walks_records_without_units_and_segment_ends(tmp_path):
     """PREPARED transaction halves get no ConsumeQueue unit, and a segment ends in a blank
     record: the follower walks over both to the records after them."""
-    from engine.format.message import TRANSACTION_PREPARED_TYPE
+    from rmqfs.engine.format.message import TRANSACTION_PREPARED_TYPE
 
     root = tmp_path / "store"
     cfg = _config()
@@ -776,8 +776,8 @@ def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
     """A follower of a writer that puts V2 records (topics over 127 chars: the retry and DLQ
     topics of a long group, 255 chars, and a 150-char topic), new topics included, shows them
     all; a record of a topic no directory can hold is walked past and listed as skipped."""
-    from engine.format.config import TopicConfig
-    from engine.format.message import encode_message
+    from rmqfs.engine.format.config import TopicConfig
+    from rmqfs.engine.format.message import encode_message
     from stores import DLQ_TOPIC, LONG_GROUP, LONG_TOPIC, RETRY_TOPIC
 
     root = tmp_path / "store"

@@ -35,7 +35,7 @@ os.close(fd)
 def verify_store(store: Path) -> list[dict]:
     """Open the store with the engine (recovery), close it, then check every record and every
     ConsumeQueue unit with the independent reader. Returns the records."""
-    from engine.store import MessageStore
+    from rmqfs.engine.store import MessageStore
 
     with MessageStore(str(store)) as s:
         n = {(t, q): (s.min_offset(t, q), s.max_offset(t, q)) for t, q in s.consume_queues}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fuse, run_rmqfs
+from conftest import REPO, SRC_PATH, fuse, run_rmqfs
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -49,12 +49,12 @@ def pid_alive(pid: int) -> bool:
 def fail(*args, env=None) -> str:
     """Run rmqfs expecting exit status 1; return its stderr."""
     res = subprocess.run(
-        [sys.executable, "-m", "mount.cli", *map(str, args)],
+        [sys.executable, "-m", "rmqfs.mount.cli", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=REPO,
-        env=env or dict(os.environ, PYTHONPATH=str(REPO)),
+        env=env or dict(os.environ, PYTHONPATH=SRC_PATH),
     )
     assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
     return res.stderr
@@ -81,7 +81,7 @@ def test_mount_refuses_bad_mount_points_locked_stores_and_missing_fuse(mount_sto
     assert err.count("-o ro") == 1, err
     assert not mounted(tmp_path / "mnt2")
     # no fusermount3 on PATH: FUSE unavailable
-    env = dict(os.environ, PYTHONPATH=str(REPO), PATH=os.path.dirname(sys.executable))
+    env = dict(os.environ, PYTHONPATH=SRC_PATH, PATH=os.path.dirname(sys.executable))
     err = fail("mount", tmp_path / "s3", tmp_path / "mnt2", env=env)
     assert "FUSE is not available" in err
     # an unknown FUSE option
@@ -125,9 +125,9 @@ def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
     mnt.mkdir()
     store = tmp_path / "store"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mount.cli", "mount", str(store), str(mnt), "-f"],
+        [sys.executable, "-m", "rmqfs.mount.cli", "mount", str(store), str(mnt), "-f"],
         cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        env=dict(os.environ, PYTHONPATH=SRC_PATH),
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -194,7 +194,7 @@ def test_the_guard_unmounts_what_auto_unmount_misses(mount_store):
 def test_the_guard_leaves_a_live_mount_and_exits_with_the_daemon(mount_store):
     """The guard unmounts only a dead mount: a mount that answers is kept (a new daemon
     mounted there); after a clean unmount it has nothing to do and exits with the daemon."""
-    from mount import guard
+    from rmqfs.mount import guard
 
     m = mount_store()
     r, w = os.pipe()

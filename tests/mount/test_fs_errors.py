@@ -130,7 +130,7 @@ def test_emsgsize(mount_store, tmp_path):
 
 
 def test_eacces_for_a_topic_without_write_permission(mount_store, tmp_path):
-    from engine.store import MessageStore
+    from rmqfs.engine.store import MessageStore
 
     store = tmp_path / "store"
     with MessageStore(str(store)) as s:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NOBODY, PY3, Mount, fuse, popen_as_nobody, run_rmqfs
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 pytestmark = [fuse, pytest.mark.fuse]
 

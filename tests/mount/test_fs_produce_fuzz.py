@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import Mount, fuse
-from engine.service.validation import RESERVED_PROPERTY_NAMES
-from engine.tools.verify import verify_store
+from rmqfs.engine.service.validation import RESERVED_PROPERTY_NAMES
+from rmqfs.engine.tools.verify import verify_store
 
 pytestmark = [fuse, pytest.mark.fuse]
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from conftest import fuse, run_rmqfs
-from engine.live.progress import consumer_progress
-from engine.store import Message, MessageStore
+from rmqfs.engine.live.progress import consumer_progress
+from rmqfs.engine.store import Message, MessageStore
 
 
 def _fill(store: MessageStore) -> dict:

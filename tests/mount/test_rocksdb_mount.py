@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from conftest import fuse, run_rmqfs
-from engine import Message
-from engine.store import MessageStore
+from rmqfs.engine import Message
+from rmqfs.engine.store import MessageStore
 from rocksdbstore import write_config_v1, write_rocksdb_cq
 
 pytestmark = [fuse, pytest.mark.fuse]

@@ -18,10 +18,10 @@ import pytest
 
 import refreader
 from conftest import fuse, run_rmqfs
-from engine.errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError
-from engine.format.crc import crc32c, crc32c_file, crc32c_zeros
-from engine.live.snapshot import MANIFEST_NAME, SnapshotManager, freeze, verify_copy
-from engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.errors import InvalidNameError, NoSuchSnapshotError, SnapshotExistsError
+from rmqfs.engine.format.crc import crc32c, crc32c_file, crc32c_zeros
+from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager, freeze, verify_copy
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 
 def small_store_config(**kw):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import Mount, fuse, run_rmqfs
-from engine.store import Message, MessageStore
+from rmqfs.engine.store import Message, MessageStore
 
 CACHE = 3 << 20
 
@@ -148,9 +148,9 @@ def test_json_views_are_evicted_lru_and_their_sizes_kept(tmp_path, monkeypatch):
     """messages.jsonl views share the bound: least recently used ones are evicted (not while
     open), a stat of an evicted, unchanged view needs no render, a read renders the same
     bytes again."""
-    import fusefs.views as V
-    from fusefs import render as R
-    from fusefs.nodes import ViewHandle
+    import rmqfs.fusefs.views as V
+    from rmqfs.fusefs import render as R
+    from rmqfs.fusefs.nodes import ViewHandle
 
     store = MessageStore(str(tmp_path / "s"))
     try:
@@ -199,8 +199,8 @@ def test_json_views_are_evicted_lru_and_their_sizes_kept(tmp_path, monkeypatch):
 def test_json_views_render_in_the_worker_processes_in_order(tmp_path):
     # A topic view larger than one chunk renders in the worker pool (not in the calling
     # thread) and equals the per-record renderer merged in CommitLog order, also as it grows.
-    import fusefs.render as R
-    import fusefs.views as V
+    import rmqfs.fusefs.render as R
+    import rmqfs.fusefs.views as V
 
     store = MessageStore(str(tmp_path / "s"))
     try:

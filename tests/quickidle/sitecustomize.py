@@ -4,7 +4,7 @@ PYTHONPATH of the daemons it starts, as ``tests/slowrender`` does). Production c
 nothing of it."""
 
 try:
-    import fusefs.views as _views
+    import rmqfs.fusefs.views as _views
 except ImportError:  # not a process of this project
     pass
 else:

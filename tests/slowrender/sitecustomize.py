@@ -13,7 +13,7 @@ import time
 PAUSE = 2.0  # seconds per rendered chunk: longer than the tests wait before checking
 
 try:
-    import fusefs.render as _render
+    import rmqfs.fusefs.render as _render
 except ImportError:  # not a process of this project
     pass
 else:

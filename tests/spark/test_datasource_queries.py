@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.store import Message, MessageStore
+from rmqfs.engine.store import Message, MessageStore
 
 pytest.importorskip("pyspark")
 
-from pipeline import datasource as D
+from rmqfs.pipeline import datasource as D
 
 pytestmark = pytest.mark.spark
 

@@ -14,7 +14,7 @@ from conftest import LOGHUB, fuse
 
 pytest.importorskip("pyspark")
 
-from pipeline import report
+from rmqfs.pipeline import report
 
 
 def produce_lines(mnt, topic, lines, jsonl=False):
@@ -131,7 +131,7 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
 
 def messages_frame(spark, rows):
     """A ``read_view``-shaped DataFrame of ``rows`` (brokerName, topic, born, store)."""
-    from engine.read.schema import DATASOURCE_DDL
+    from rmqfs.engine.read.schema import DATASOURCE_DDL
 
     data = [
         {

@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.colors import to_hex  # noqa: E402
 
-from pipeline import charts, htmlreport  # noqa: E402
+from rmqfs.pipeline import charts, htmlreport  # noqa: E402
 
 T0 = 1_700_000_000_000
 
@@ -183,7 +183,7 @@ def test_time_ticks_a_person_reads_at_every_scale(scale, topics):
     ``04.830``; every scale and topic count draws one bar series per shown topic."""
     import matplotlib.pyplot as plt
 
-    from pipeline.report import chart_bucket
+    from rmqfs.pipeline.report import chart_bucket
 
     span, pattern, label = SCALES[scale]
     bucket_ms, unit = chart_bucket(span)

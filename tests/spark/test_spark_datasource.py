@@ -10,15 +10,15 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, copy_fixture, fuse
-from engine.store import Message, MessageStore
+from conftest import FIXTURES, SRC_PATH, copy_fixture, fuse
+from rmqfs.engine.store import Message, MessageStore
 
 pytest.importorskip("pyspark")
 
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In
 
-from engine.read import columnar
-from pipeline import datasource as D
+from rmqfs.engine.read import columnar
+from rmqfs.pipeline import datasource as D
 from stores import put_internal
 
 FIX = FIXTURES / "rocketmq-4.9.8-written"
@@ -284,7 +284,7 @@ def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, smal
 _REGISTER_IN_A_SESSION = """
 import sys
 from pyspark.sql import SparkSession
-from pipeline.datasource import WorkerEnvironmentError, register
+from rmqfs.pipeline.datasource import WorkerEnvironmentError, register
 spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
          .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
 try:
@@ -306,8 +306,6 @@ def test_register_names_the_workers_interpreter(tmp_path, worker):
     import subprocess
     import sys
 
-    from conftest import REPO
-
     if worker == "missing":
         python = str(tmp_path / "no-such-python")
     else:
@@ -316,7 +314,7 @@ def test_register_names_the_workers_interpreter(tmp_path, worker):
             [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True
         )
         python = str(tmp_path / "venv" / "bin" / "python")
-    env = dict(os.environ, PYSPARK_PYTHON=python, PYTHONPATH=str(REPO), SPARK_LOCAL_IP="127.0.0.1")
+    env = dict(os.environ, PYSPARK_PYTHON=python, PYTHONPATH=SRC_PATH, SPARK_LOCAL_IP="127.0.0.1")
     out = subprocess.run(
         [sys.executable, "-c", _REGISTER_IN_A_SESSION],
         env=env,
@@ -340,7 +338,7 @@ def test_long_topics_through_the_data_source_and_a_mounted_view(spark, mount_sto
     directory (255-byte names) and Spark reads view/, where a partition name over 255 bytes
     is shortened (fusefs.viewtree.topic_dir_name); `rmqfs verify` is clean."""
     from conftest import run_rmqfs
-    from fusefs.viewtree import topic_dir_name, unescape_partition_value
+    from rmqfs.fusefs.viewtree import topic_dir_name, unescape_partition_value
     from stores import LONG_TOPICS, RETRY_TOPIC, long_topic_store
 
     store = tmp_path / "store"
@@ -373,8 +371,8 @@ def test_long_topics_through_the_data_source_and_a_mounted_view(spark, mount_sto
 _SHIP_AND_STOP = """
 import os, sys
 from pyspark.sql import SparkSession
-from engine.store import Message, MessageStore
-from pipeline.datasource import register
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.pipeline.datasource import register
 tmp = sys.argv[1]
 with MessageStore(os.path.join(tmp, "store")) as s:
     s.create_topic("T", queue_nums=1)
@@ -399,13 +397,11 @@ def test_the_shipped_code_is_gone_when_the_session_stops(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
-
     (tmp_path / "tmp").mkdir()
     env = dict(
         os.environ,
         PYSPARK_PYTHON=sys.executable,
-        PYTHONPATH=str(REPO),
+        PYTHONPATH=SRC_PATH,
         SPARK_LOCAL_IP="127.0.0.1",
         TMPDIR=str(tmp_path / "tmp"),
     )
@@ -469,7 +465,7 @@ def test_a_dledger_store_reads_through_the_data_source(spark, tmp_path):
         assert bytes(got[key].body) == (zlib.decompress(body) if e["sysFlag"] & 1 else body)
         assert (got[key].commitLogOffset, got[key].msgId) == (e["commitLogOffset"], e["msgId"])
     (store / "dledger-n0" / "checkpoint").write_text("committedIndex=99\nendIndex=299\n")
-    from engine.format.dledger import open_dledger
+    from rmqfs.engine.format.dledger import open_dledger
 
     unit = open_dledger(str(store)).index_unit(99)
     n = spark.read.format("rocketmq").load(str(store)).count()

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from engine import Message
-from engine.store import MessageStore
-from pipeline import datasource as D
+from rmqfs.engine import Message
+from rmqfs.engine.store import MessageStore
+from rmqfs.pipeline import datasource as D
 from rocksdbstore import write_config_v1, write_rocksdb_cq
 
 pytestmark = pytest.mark.spark

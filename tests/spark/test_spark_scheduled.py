@@ -11,10 +11,10 @@ from conftest import FIXTURES
 
 pytest.importorskip("pyspark")
 
-from engine.read.jsonline import build_scheduled_line
-from engine.read.scheduled import waiting_messages
-from engine.store import MessageStore
-from pipeline import datasource as D
+from rmqfs.engine.read.jsonline import build_scheduled_line
+from rmqfs.engine.read.scheduled import waiting_messages
+from rmqfs.engine.store import MessageStore
+from rmqfs.pipeline import datasource as D
 
 pytestmark = [pytest.mark.spark]
 

@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import fuse
-from engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
-from engine.read.schema import DATASOURCE_DDL, part_schema
-from engine.store import Message, MessageStore
-from fusefs.base import Context
-from fusefs.views import ViewCache
-from fusefs.viewtree import (
+from rmqfs.engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
+from rmqfs.engine.read.schema import DATASOURCE_DDL, part_schema
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.fusefs.base import Context
+from rmqfs.fusefs.views import ViewCache
+from rmqfs.fusefs.viewtree import (
     ViewRootDir,
     escape_partition_value,
     unescape_partition_value,
@@ -194,8 +194,8 @@ def assert_same_rows(got: dict, want: dict):
 @pytest.mark.spark
 @fuse
 def test_spark_reads_the_view_row_for_row_and_the_data_source_agrees(spark, mount_store, tmp_path):
-    from engine.read.schema import DATASOURCE_DDL
-    from pipeline.datasource import register
+    from rmqfs.engine.read.schema import DATASOURCE_DDL
+    from rmqfs.pipeline.datasource import register
 
     store_dir = tmp_path / "store"
     with MessageStore(str(store_dir)) as s:

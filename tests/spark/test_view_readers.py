@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import Mount, fuse
-from engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
-from engine.store import Message, MessageStore
+from rmqfs.engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
+from rmqfs.engine.store import Message, MessageStore
 from stores import put_internal
 from test_view import DLQ, RETRY, engine_rows, fill
 
@@ -104,7 +104,7 @@ def assert_same_rows(got: dict, want: dict):
 
 
 def test_view_is_parquet_with_the_partition_columns_in_the_path(mounted):
-    from engine.read.schema import DATASOURCE_DDL
+    from rmqfs.engine.read.schema import DATASOURCE_DDL
 
     m, _ = mounted
     view = m.mnt / "view"
@@ -121,7 +121,7 @@ def test_view_is_parquet_with_the_partition_columns_in_the_path(mounted):
 @pytest.mark.spark
 @fuse
 def test_spark_read_parquet_of_the_mount(spark, mounted):
-    from engine.read.schema import DATASOURCE_DDL
+    from rmqfs.engine.read.schema import DATASOURCE_DDL
 
     m, want = mounted
     df = spark.read.parquet(f"file://{m.mnt}/view")  # no schema argument

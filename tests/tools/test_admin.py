@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from conftest import LOGHUB, REPO, run_rmqfs
-from engine.store import Message, MessageStore, StoreConfig
+from conftest import LOGHUB, REPO, SRC_PATH, run_rmqfs
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 SEG = 64 * 1024
 
@@ -148,13 +148,13 @@ def test_produce_and_print(tmp_path):
     nobody = run_rmqfs("print-msg", root, "-t", "Logs", "-i", "0", "-d", "false").stdout
     assert nobody.count("BODY: NOT PRINT BODY") == 2
     # stdin, a pinned queue and a property
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=SRC_PATH)
     out = (
         subprocess.run(
             [
                 sys.executable,
                 "-m",
-                "mount.cli",
+                "rmqfs.mount.cli",
                 "produce",
                 str(root),
                 "-t",
@@ -258,8 +258,8 @@ def test_print_msg_subscription_is_the_engines(expr):
     a copy of its own (issue 17, item 2d): the same tags and tagsCodes as admin's old parser,
     except an expression of blank parts only, which subscribes to nothing (RocketMQ's
     FilterAPI builds empty tag and code sets), where the old copy read it as every message."""
-    from engine.format.javahash import tags_code
-    from engine.service.getmessage import parse_subscription, subscription_tags
+    from rmqfs.engine.format.javahash import tags_code
+    from rmqfs.engine.service.getmessage import parse_subscription, subscription_tags
 
     def old(e):  # mount/admin.py's _parse_sub_expression before issue 17
         if e is None or e.strip() in ("", "*"):
@@ -323,7 +323,7 @@ def test_query_msg(store, conf):
 def test_topic_status_and_list(store, conf):
     root, res = store
     out = run_rmqfs("topic-status", root, "-t", "HDFS", "--config", conf).stdout.splitlines()
-    from mount.admin import format_time
+    from rmqfs.mount.admin import format_time
 
     assert out[0].split() == [
         "#Broker",
@@ -362,7 +362,7 @@ def test_consumer_progress_and_reset_offset(store, conf):
     out = run_rmqfs("consumer-progress", root, "-t", "HDFS", "--config", conf).stdout
     assert "G3" not in out and "G1" in out
     out = run_rmqfs("consumer-progress", root, "-g", "G1", "--config", conf).stdout.splitlines()
-    from mount.admin import format_time
+    from rmqfs.mount.admin import format_time
 
     by_q = {(x.queue_id, x.queue_offset): x for x in res}
     rows = [
@@ -739,7 +739,7 @@ def test_get_broker_config_and_broker_status(store, conf):
     assert conf_items["messageIndexEnable"] == "true"
     assert conf_items["storePathRootDir"] == str(root)
     st = json.loads(run_rmqfs("broker-status", root, "--json", "--config", conf).stdout)
-    from engine.live.status import store_status
+    from rmqfs.engine.live.status import store_status
 
     with MessageStore(root, _cfg(), read_only=True, follow=False) as s:
         s.config.broker_name = "broker-t"
@@ -758,7 +758,7 @@ def test_get_broker_config_and_broker_status(store, conf):
 def test_mqadmin_names_and_one_time_syntax(store, conf):
     """Every command answers to its mqadmin name; every time option takes ms, now and
     yyyy-MM-dd#HH:mm:ss:SSS (print-msg -e now used to be refused)."""
-    from mount.admin import parse_time
+    from rmqfs.mount.admin import parse_time
 
     root, _ = store
     for name in (
@@ -788,7 +788,7 @@ def test_mqadmin_names_and_one_time_syntax(store, conf):
 def test_produce_delayed_and_timed_messages(tmp_path):
     """``rmqfs produce --delay-level/--deliver-time/--delay-ms`` stores them as the broker does
     (SCHEDULE_TOPIC_XXXX; rmq_sys_wheel_timer); timed ones only where a timer store is."""
-    from engine.read.scheduled import waiting_messages
+    from rmqfs.engine.read.scheduled import waiting_messages
 
     root = tmp_path / "s"
     run_rmqfs(

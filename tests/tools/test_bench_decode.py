@@ -10,7 +10,7 @@ import json
 import pytest
 
 from bench import decode, stores
-from engine.read import kernel
+from rmqfs.engine.read import kernel
 
 pytestmark = [
     pytest.mark.skipif(not list(stores.LOGHUB.glob("*_2k.log")), reason="no loghub logs"),

@@ -16,7 +16,7 @@ def _subcommands() -> list[str]:
 
 
 def test_every_subcommand_answers_help():
-    from mount.mqadmin import COMMANDS
+    from rmqfs.mount.mqadmin import COMMANDS
 
     for name in _subcommands() + [c.name for c in COMMANDS]:
         for flag in ("--help", "-h"):
@@ -37,7 +37,7 @@ def test_version():
 def test_usage_lists_each_command_once_and_groups_the_mqadmin_names():
     """The top-level usage printed 40 names twice (a {a,b,...} set in the usage line and the
     list); now each rmqfs command once, and the mqadmin names on one line per command."""
-    from mount.mqadmin import COMMANDS
+    from rmqfs.mount.mqadmin import COMMANDS
 
     out = run_rmqfs("--help").stdout
     assert out.splitlines()[0] == "usage: rmqfs [-h] [--version] COMMAND ..."
@@ -64,7 +64,7 @@ def test_daemon_logging_never_blocks_and_counts_what_it_drops():
     import logging
     import queue
 
-    from mount.cli import _DroppingQueueHandler
+    from rmqfs.mount.cli import _DroppingQueueHandler
 
     q: queue.Queue = queue.Queue(3)
     h = _DroppingQueueHandler(q)

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from conftest import run_rmqfs
-from engine.store import Message, MessageStore
-from mount.mqadmin import BY_NAME, COMMANDS
+from rmqfs.engine.store import Message, MessageStore
+from rmqfs.mount.mqadmin import BY_NAME, COMMANDS
 from test_admin import _cfg, conf, store  # noqa: F401 - fixtures
 
 #: Each subcommand's option letters, read from RocketMQ's tools/src/main/java/org/apache/

@@ -11,8 +11,8 @@ import struct
 from rocksdict import Options, Rdict
 
 from conftest import run_rmqfs
-from engine import Message
-from engine.store import MessageStore
+from rmqfs.engine import Message
+from rmqfs.engine.store import MessageStore
 from rocksdbstore import cq_key, write_config_v1, write_rocksdb_cq
 
 

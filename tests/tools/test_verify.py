@@ -13,9 +13,9 @@ import struct
 import pytest
 
 from conftest import FIXTURES, copy_fixture, fuse, run_rmqfs
-from engine.format.consumequeue import UNIT
-from engine.store import Message, MessageStore, StoreConfig
-from engine.tools.verify import recover_store, verify_store
+from rmqfs.engine.format.consumequeue import UNIT
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
+from rmqfs.engine.tools.verify import recover_store, verify_store
 from stores import SMALL, bodies, produce, put_internal, small
 from test_admin import SEG, _cfg, _hdfs_lines, _verify, conf, store  # noqa: F401 (fixtures)
 
@@ -333,7 +333,7 @@ def test_verify_while_a_writer_appends(store, conf):
 def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
     """tagsCode = deliver time for SCHEDULE_TOPIC_XXXX; prepared/rollback records have no unit;
     a 127-character topic (the longest TopicValidator allows)."""
-    from engine.tools.verify import verify_store
+    from rmqfs.engine.tools.verify import verify_store
 
     root = tmp_path / "s"
     long_topic = "L" * 127
@@ -377,7 +377,7 @@ def test_verify_delayed_transactional_and_long_topic_records(tmp_path):
 
 
 def test_recover_writes_a_checkpoint_that_vouches_for_the_data(store, conf):
-    from engine.format.checkpoint import StoreCheckpoint
+    from rmqfs.engine.format.checkpoint import StoreCheckpoint
 
     root, res = store
     (root / "checkpoint").write_bytes(b"short")
@@ -412,7 +412,7 @@ def test_a_checkpoint_with_flipped_bytes_is_damaged_and_recover_rewrites_it(stor
     verify reports an error (recovery would trust it). A byte cleared makes it years older:
     a warning (recovery only scans more). recover rewrites it from the CommitLog's last
     record either way, and verify is OK again."""
-    from engine.format.checkpoint import StoreCheckpoint
+    from rmqfs.engine.format.checkpoint import StoreCheckpoint
 
     root, res = store
     path = root / "checkpoint"
@@ -442,7 +442,7 @@ def test_a_checkpoint_with_flipped_bytes_is_damaged_and_recover_rewrites_it(stor
 
 
 def test_checkpoint_plausibility_rules():
-    from engine.format.checkpoint import FUTURE_MARGIN_MS, StoreCheckpoint
+    from rmqfs.engine.format.checkpoint import FUTURE_MARGIN_MS, StoreCheckpoint
 
     now, first, last = 1_700_000_000_000, 1_600_000_000_000, 1_650_000_000_000
     ok = StoreCheckpoint(last, last, last - 5)
@@ -567,7 +567,7 @@ def _host(port):
 
 def _record(append_prop_crc=True):
     """One encoded record (offsets patched), with its __CRC32# trailer filled when asked."""
-    from engine.format.message import encode_message, patch_record, write_prop_crc
+    from rmqfs.engine.format.message import encode_message, patch_record, write_prop_crc
 
     enc = encode_message(
         "T",
@@ -587,8 +587,8 @@ def _record(append_prop_crc=True):
 
 
 def test_prop_crc_status_good_flipped_digit_missing_end_and_absent():
-    from engine.errors import CorruptRecordError
-    from engine.format.message import decode_record, prop_crc_status
+    from rmqfs.engine.errors import CorruptRecordError
+    from rmqfs.engine.format.message import decode_record, prop_crc_status
 
     good = _record()
     assert bytes(good[-20:-11]) == b"__CRC32#\x01" and good[-1] == 2
@@ -619,7 +619,7 @@ def test_verify_checks_the_crc32_trailer_through_the_decoder(tmp_path, monkeypat
     """A store written with enabledAppendPropCRC: verify passes, goes through the decoder's
     prop_crc_status for every record, and names the record whose trailer was damaged (a digit
     changed, the closing \\x02 gone)."""
-    import engine.format.message as message
+    import rmqfs.engine.format.message as message
 
     cfg = StoreConfig(
         mapped_file_size_commit_log=SEG,
@@ -670,8 +670,8 @@ def test_verify_and_the_store_share_the_deliver_time_rule(tmp_path):
     """SCHEDULE_TOPIC_XXXX units carry the deliver time only for a DELAY level that is a
     non-zero number (engine.format.consumequeue.deliver_tags_code); DELAY "0" or "soon" keeps the tag
     hash, in the store's dispatch and in verify alike (verify used to expect a deliver time)."""
-    from engine.format.consumequeue import deliver_tags_code
-    from engine.format.javahash import tags_code
+    from rmqfs.engine.format.consumequeue import deliver_tags_code
+    from rmqfs.engine.format.javahash import tags_code
 
     levels = {1: 1000, 2: 5000, 3: 10000}
     assert deliver_tags_code("2", 100, levels) == 5100
