@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from rmqfs.engine.store import Message
 from fstree import tree
+from rmqfs.engine.store import Message
 from rmqfs.fusefs.base import (
     FsError,
     WouldBlock,

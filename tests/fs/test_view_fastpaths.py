@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from rmqfs.engine.store import Message
 from fstree import tree
+from rmqfs.engine.store import Message
 from rmqfs.fusefs.base import try_on_loop
 
 pyfuse3 = pytest.importorskip("pyfuse3")
