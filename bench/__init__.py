@@ -6,12 +6,17 @@ import sys
 
 
 def child_env() -> dict[str, str]:
-    """The environment for a ``python -m bench.…`` or ``mount.…`` process of this checkout:
-    the repository first on ``PYTHONPATH``, what was there kept (a machine whose packages
-    come from ``PYTHONPATH``, as the device runs carry them)."""
+    """The environment for a ``python -m bench.…`` or ``rmqfs.mount.…`` process of this
+    checkout: where this process's ``rmqfs`` comes from (``module_env``), then the checkout
+    (``bench`` is not installed), what was there kept (a machine whose packages come from
+    ``PYTHONPATH``, as the device runs carry them)."""
     from rmqfs.mount.mounts import module_env
 
-    return module_env()
+    env = module_env()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = env["PYTHONPATH"].split(os.pathsep) if env["PYTHONPATH"] else []
+    env["PYTHONPATH"] = os.pathsep.join(paths + [root] if root not in paths else paths)
+    return env
 
 
 def rmqfs(*args) -> None:

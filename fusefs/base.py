@@ -17,7 +17,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -88,6 +88,92 @@ def as_user(uid: int | None, fn: Callable[..., _T], *args: object) -> _T:
         return fn(*args)
     finally:
         REQUEST_UID.reset(token)
+
+
+# --------------------------------------------------------------------------------------------
+# Where work runs: the trio loop or a worker thread (docs/architecture.md, "fusefs: where work
+# runs"). A request's handler in ``fusefs.ops`` calls one node method through one dispatch
+# point (``ops._serve``, which is :func:`try_on_loop` then a worker thread): a method marked
+# :func:`loop_first` is tried on the loop first and calls :func:`would_block` before anything
+# that could block (disk I/O not in the page cache, a render, a lock a writer holds long),
+# which on the loop gives up (:class:`WouldBlock`) and in a worker thread does nothing; then
+# the same method runs again in a worker thread. Every other method runs in a worker thread.
+
+#: True while a method is tried on the trio loop (:func:`try_on_loop`); a worker thread runs
+#: in a copy of the request's context taken before, so it sees False.
+_ON_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar("rmqfs_on_loop", default=False)
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+class WouldBlock(Exception):
+    """A method tried on the trio loop would have to block (:func:`would_block`): the
+    dispatcher runs it in a worker thread instead. Never reaches a caller of the tree."""
+
+
+def loop_first(fn: _F) -> _F:
+    """Mark a node or handle method that may be tried on the trio loop: it calls
+    :func:`would_block` before anything that could block, and raises nothing else on the way
+    to a blocking step that it could not raise in a worker thread too."""
+    fn.loop_first = True  # type: ignore[attr-defined]
+    return fn
+
+
+def on_loop() -> bool:
+    """True while the calling method is tried on the trio loop (:func:`try_on_loop`)."""
+    return _ON_LOOP.get()
+
+
+def would_block() -> None:
+    """Call before a step that may block: raises :class:`WouldBlock` on the trio loop, does
+    nothing in a worker thread."""
+    if _ON_LOOP.get():
+        raise WouldBlock
+
+
+def call(fn: Callable[..., _T], *args: object) -> _T:
+    """``fn(*args)`` from inside a :func:`loop_first` method: on the trio loop, a ``fn`` that
+    is not :func:`loop_first` itself raises :class:`WouldBlock` instead of running."""
+    if _ON_LOOP.get() and not getattr(fn, "loop_first", False):
+        raise WouldBlock
+    return fn(*args)
+
+
+def try_on_loop(fn: Callable[..., _T], *args: object) -> _T | None:
+    """``fn(*args)`` as the trio loop runs it: its answer, or None when it would block (not
+    :func:`loop_first`, or it met :func:`would_block`) or failed otherwise (the worker thread
+    that runs it next reports the error). An :class:`FsError` is the request's answer and is
+    raised. ``fn`` must not answer None itself. The one place that tries work on the loop;
+    ``fusefs.ops`` runs what it declines in a worker thread."""
+    if not getattr(fn, "loop_first", False):
+        return None
+    token = _ON_LOOP.set(True)
+    try:
+        return fn(*args)
+    except FsError:
+        raise
+    except Exception:  # noqa: BLE001 - WouldBlock, or an error the worker thread reports
+        return None
+    finally:
+        _ON_LOOP.reset(token)
+
+
+def pread(fd: int, length: int, offset: int) -> bytes | bytearray:
+    """``os.pread(fd, length, offset)``; on the trio loop only when every byte is in the page
+    cache (``preadv`` with ``RWF_NOWAIT``, Linux 4.14+), else :class:`WouldBlock` (a short
+    read there is the end of the file or a page not cached: the worker thread decides)."""
+    if not _ON_LOOP.get():
+        return os.pread(fd, length, offset)
+    if length <= 0:
+        return b""
+    buf = bytearray(length)
+    try:
+        n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except (BlockingIOError, OSError, AttributeError):
+        raise WouldBlock from None
+    if n != length:
+        raise WouldBlock
+    return buf
 
 
 class HandleBudget:
@@ -358,11 +444,13 @@ class Node:
     ``fusefs.ops`` maps each kernel request onto one method. Errors: a method raises
     :class:`FsError` with the errno the request should answer (pyfuse3 ``FUSEError``);
     ``ops`` also turns an engine ``StoreError`` and an ``OSError`` into their errno, and any
-    other exception into EIO (logged: a bug never kills the mount). Threads: every method but
-    :meth:`stat_nowait` runs in a worker thread (``trio.to_thread``, several at once, so
-    nodes guard shared state themselves) and may block on the disk or the store's locks;
-    nodes are made per lookup and may be dropped at any time (keep state in the store, the
-    view cache or :class:`Context`, not in a node).
+    other exception into EIO (logged: a bug never kills the mount). Threads: a method runs in a
+    worker thread (``trio.to_thread``, several at once, so nodes guard shared state
+    themselves) and may block on the disk or the store's locks, unless it is marked
+    :func:`loop_first`: then it is tried on the trio loop first and calls :func:`would_block`
+    before any step that may block (see "Where work runs" above). Nodes are made per lookup
+    and may be dropped at any time (keep state in the store, the view cache or
+    :class:`Context`, not in a node).
     """
 
     is_dir = False
@@ -376,15 +464,6 @@ class Node:
         size); ENOENT when what it shows is gone (a deleted topic), EIO on damage."""
         raise NotImplementedError
 
-    def stat_nowait(self) -> Stat | None:
-        """:meth:`stat` when it needs neither disk I/O nor rendering, else None.
-
-        The FUSE layer calls this on the trio loop and :meth:`stat` in a worker thread when
-        it returns None: it must not block (no disk I/O, no lock a writer holds for long) and
-        should not raise (return None and let :meth:`stat` report the error).
-        """
-        return None
-
     # directories
     def list(self) -> list[str]:
         """readdir: the names of the children, in listing order. ENOTDIR for a file. A child
@@ -392,25 +471,17 @@ class Node:
         raise FsError(errno.ENOTDIR)
 
     def child(self, name: str) -> Node | None:
-        """lookup: the child ``name``, or None (ENOENT). ENOTDIR for a file."""
+        """lookup: the child ``name``, or None (ENOENT). ENOTDIR for a file. A directory
+        whose children live in the store's memory (``view/``) marks it :func:`loop_first`:
+        lookups and listings there answer on the trio loop when the child's :meth:`stat`
+        does too."""
         raise FsError(errno.ENOTDIR)
-
-    #: :meth:`child` needs no disk I/O and takes no lock a writer holds for long (it reads
-    #: the store's in-memory state only): the FUSE layer may then look a child up on the trio
-    #: loop when the child's :meth:`stat_nowait` also answers, instead of in a worker thread.
-    child_in_memory = False
 
     def never_child(self, name: str) -> bool:
         """True when no child can ever have this name here (not a name this directory
         makes, whatever the store holds): the FUSE layer lets the kernel cache the miss for
         long (Spark looks up a ``.<file>.crc`` beside each file it reads)."""
         return False
-
-    def list_nowait(self) -> Sequence[str] | None:
-        """:meth:`list` when it needs no disk I/O and starts no render, else None (then
-        :meth:`list` runs in a worker thread). Only asked of a :attr:`child_in_memory`
-        directory, on the trio loop."""
-        return None
 
     def mkdir(self, name: str) -> Node:
         """mkdir ``name`` here and return the new child. ``ops`` has already refused users
@@ -432,16 +503,12 @@ class Node:
         write open of a read-only file; EMFILE past :class:`HandleBudget`."""
         raise FsError(errno.EISDIR)
 
+    @loop_first
     def open_as(self, flags: int, uid: int | None) -> Handle:
-        """:meth:`open` for the user ``uid`` (the FUSE layer calls this); a file whose
-        content depends on who reads it (``refused.jsonl``) overrides it."""
-        return self.open(flags)
-
-    def open_nowait(self, flags: int, uid: int | None) -> Handle | None:
-        """:meth:`open_as` when it needs no rendering and no slow disk I/O, else None: called
-        on the trio loop (it must not block; an FsError it raises is the answer), and on None
-        :meth:`open_as` runs in a worker thread."""
-        return None
+        """:meth:`open` for the user ``uid`` (the FUSE layer calls this; on the trio loop
+        when :meth:`open` is :func:`loop_first`); a file whose content depends on who reads it
+        (``refused.jsonl``) overrides it."""
+        return call(self.open, flags)
 
     def truncate(self, size: int) -> None:
         """setattr(size): ``open(O_TRUNC)`` and truncate(2) of a writable file (the writable
@@ -486,8 +553,9 @@ class Handle:
     ``direct_io`` (the kernel reads through to :meth:`read` every time, for content that
     changes without a size change) and ``keep_cache`` (keep cached pages across opens) go to
     the kernel in pyfuse3's ``FileInfo``. Errors are :class:`FsError` as for :class:`Node`.
-    Threads: every method but :meth:`read_nowait` runs in a worker thread; one handle may
-    see concurrent reads (the kernel issues them in parallel), writes come in order.
+    Threads: as for :class:`Node` (a :func:`loop_first` :meth:`read` answers on the trio loop
+    from memory or the page cache, :func:`pread`); one handle may see concurrent reads (the
+    kernel issues them in parallel), writes come in order.
     """
 
     direct_io = False
@@ -498,16 +566,10 @@ class Handle:
     uid: int | None = None  # the user who opened it (set by the FUSE layer)
     invalidates: tuple = ()  # paths whose kernel cache a write or flush here makes stale
 
-    def read(self, offset: int, length: int) -> bytes:
+    def read(self, offset: int, length: int) -> bytes | bytearray:
         """read(2): up to ``length`` bytes at ``offset``; short (or empty) only at the end of
         the file, as FUSE expects unless ``direct_io``. EBADF when not open for reading."""
         raise FsError(errno.EBADF)
-
-    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
-        """:meth:`read` when it needs no disk I/O (data in memory or the page cache), else
-        None. Called on the trio loop, so it must never block (``pread_nowait``) nor raise;
-        on None ``ops`` runs :meth:`read` in a worker thread."""
-        return None
 
     def write(self, data: bytes) -> int:
         """write(2) of ``data``; returns the bytes taken (all of them). The offset is not
@@ -543,12 +605,11 @@ class BytesHandle(Handle):
     def __init__(self, data: bytes) -> None:
         self.data = data
 
+    @loop_first
     def read(self, offset: int, length: int) -> bytes:
-        """``[offset, offset + length)`` of the bytes taken at open; also its
-        :meth:`read_nowait` (memory only: on the trio loop)."""
+        """``[offset, offset + length)`` of the bytes taken at open (memory only: on the trio
+        loop)."""
         return self.data[offset : offset + length]
-
-    read_nowait = read
 
 
 class GeneratedFile(Node):
@@ -585,7 +646,7 @@ class StaticFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing.
     Threads: getattr (:meth:`stat`) and open run in a worker thread (``trio.to_thread``); reads
-    answer on the trio loop from the bytes taken at open (``BytesHandle.read_nowait``)."""
+    answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
 
     def __init__(self, ctx: Context, path: str, data: bytes) -> None:
         super().__init__(ctx, path)
@@ -598,20 +659,3 @@ class StaticFile(GeneratedFile):
     def stat(self) -> Stat:
         """Read-only, its size, the tree's mtime, cacheable (``live=False``)."""
         return Stat(RO_FILE, len(self.data), self.ctx.tree_mtime_ns(), live=False)
-
-
-def pread_nowait(fd: int, length: int, offset: int) -> bytes | bytearray | None:
-    """``pread`` that never waits for the disk: the bytes when all of them are in the page
-    cache, None otherwise (``preadv`` with ``RWF_NOWAIT``, Linux 4.14+).
-
-    The FUSE layer calls it on the trio loop and falls back to a worker thread on None.
-    """
-    if length <= 0:
-        return b""
-    buf = bytearray(length)
-    try:
-        n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
-    except (BlockingIOError, OSError, AttributeError):
-        return None
-    # A short read is either the end of the file or a page not cached: the thread decides.
-    return buf if n == length else None

@@ -50,8 +50,11 @@ from .base import (
     StaticFile,
     check_read_only_open,
     fs_error,
+    loop_first,
     ms_to_ns,
-    pread_nowait,
+    on_loop,
+    pread,
+    would_block,
 )
 from .snapshots import SnapshotsDir
 from .viewtree import ViewRootDir, view_ddl_file
@@ -142,7 +145,7 @@ class RefusedFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing.
     Threads: getattr and open (:meth:`open_as`, with the reader's uid) run in a worker thread;
-    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read_nowait``)."""
+    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
 
     def stat(self) -> Stat:
         """Size 0 (read with direct I/O), the mount's start as mtime."""
@@ -169,7 +172,7 @@ class StatusFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
     Threads: getattr (which renders the content for its size) and open run in a worker thread;
-    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read_nowait``)."""
+    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
 
     def content(self) -> bytes:
         """``store_status`` (as ``rmqfs brokerStatus``) with the mount's pid and readOnly."""
@@ -288,7 +291,7 @@ class ScheduledFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; EIO for a damaged timer store or record.
     Threads: getattr and open (which builds the lines) run in a worker thread; reads answer on the
-    trio loop from the bytes taken at open (``BytesHandle.read_nowait``)."""
+    trio loop from the bytes taken at open (``BytesHandle.read``)."""
 
     def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
@@ -352,7 +355,7 @@ class TopicJsonFile(GeneratedFile):
     truncate to a size other than 0, for text that is not a JSON object, or for a field value
     the engine refuses (its errno).
     Threads: getattr, open, write, flush and release run in a worker thread; reads of a
-    read-only open answer on the trio loop (``BytesHandle.read_nowait``)."""
+    read-only open answer on the trio loop (``BytesHandle.read``)."""
 
     def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
@@ -500,7 +503,7 @@ class OffsetsFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
     Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read_nowait``)."""
+    taken at open (``BytesHandle.read``)."""
 
     def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
@@ -571,20 +574,18 @@ class ViewHandle(Handle):
             if not self.log.opens and getattr(self.log, "dropped", False):
                 self.log.close()  # its topic was deleted while this handle read it
 
-    def read(self, offset: int, length: int) -> bytes:
-        """The rendered bytes at ``start + offset``. EIO at the end of what rendered when
-        the view ends at a damaged record."""
+    @loop_first
+    def read(self, offset: int, length: int) -> bytes | bytearray:
+        """The rendered bytes at ``start + offset`` (on the trio loop when the page cache
+        holds them, never past damage). EIO at the end of what rendered when the view ends at
+        a damaged record."""
+        if self.log.damage is not None:
+            would_block()  # a worker thread decides where the damage starts
         data = self.log.read(self.start + offset, length)
         if not data and length and self.log.damage is not None:
             # the lines before the damage were read: the next one is the damaged record
             raise FsError(errno.EIO, f"damaged record: {self.log.damage}")
         return data
-
-    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
-        """The rendered bytes when the page cache holds them (never past damage), else None."""
-        if self.log.damage is not None:
-            return None  # read() decides where the damage starts
-        return self.log.read_nowait(self.start + offset, length)
 
 
 class ViewFile(Node):
@@ -609,14 +610,16 @@ class ViewFile(Node):
             attr_timeout=VIEW_ATTR_TIMEOUT,
         )
 
+    @loop_first
     def stat(self) -> Stat:
-        """The view's size and newest store time, once it caught up (may render)."""
+        """The view's size and newest store time, once it caught up (may render); on the trio
+        loop from the cached view when it is caught up (:meth:`peek`)."""
+        if on_loop():
+            v = self.peek()
+            if v is not None:
+                return self._stat_of(v.log)
+            would_block()
         return self._stat_of(self.view().log)
-
-    def stat_nowait(self) -> Stat | None:
-        """:meth:`stat` from the cached view when it is caught up (:meth:`peek`), else None."""
-        v = self.peek()
-        return None if v is None else self._stat_of(v.log)
 
     def open(self, flags: int) -> Handle:
         """A :class:`ViewHandle` of the caught-up view; drops the kernel's size first when the
@@ -637,8 +640,8 @@ class TopicViewFile(ViewFile):
     view ends there) or a render that fails; EFBIG when the render cache cannot hold the view
     (:class:`fusefs.views.RenderBudget`).
     Threads: getattr answers on the trio loop when the view is cached and caught up
-    (:meth:`stat_nowait`), else renders in a worker thread; open runs in a worker thread; reads
-    answer on the trio loop from the page cache (``ViewHandle.read_nowait``), else in a worker
+    (:meth:`stat`), else renders in a worker thread; open runs in a worker thread; reads
+    answer on the trio loop from the page cache (``ViewHandle.read``), else in a worker
     thread."""
 
     def __init__(self, ctx: Context, path: str, topic: str, kind: str) -> None:
@@ -663,8 +666,8 @@ class QueueViewFile(ViewFile):
     view ends there) or a render that fails; EFBIG when the render cache cannot hold the view
     (:class:`fusefs.views.RenderBudget`).
     Threads: getattr answers on the trio loop when the view is cached and caught up
-    (:meth:`stat_nowait`), else renders in a worker thread; open runs in a worker thread; reads
-    answer on the trio loop from the page cache (``ViewHandle.read_nowait``), else in a worker
+    (:meth:`stat`), else renders in a worker thread; open runs in a worker thread; reads
+    answer on the trio loop from the page cache (``ViewHandle.read``), else in a worker
     thread."""
 
     def __init__(self, ctx: Context, path: str, topic: str, queue_id: int, kind: str) -> None:
@@ -687,7 +690,7 @@ class MessageFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing.
     Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read_nowait``)."""
+    taken at open (``BytesHandle.read``)."""
 
     def __init__(self, ctx: Context, path: str, records: list[MessageRecord]) -> None:
         super().__init__(ctx, path)
@@ -1132,7 +1135,7 @@ class ProgressFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
     Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read_nowait``)."""
+    taken at open (``BytesHandle.read``)."""
 
     def __init__(self, ctx: Context, path: str, group: str) -> None:
         super().__init__(ctx, path)
@@ -1271,7 +1274,7 @@ class OffsetFile(GeneratedFile):
     for a truncate to a size other than 0, or a line that is not an offset (or over
     :data:`OFFSET_LINE_MAX` bytes); an engine error's errno for a commit it refuses.
     Threads: getattr, open, write, flush and release run in a worker thread; reads of a
-    read-only open answer on the trio loop (``BytesHandle.read_nowait``)."""
+    read-only open answer on the trio loop (``BytesHandle.read``)."""
 
     def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
@@ -1325,9 +1328,9 @@ class PendingFile(ViewFile):
     Errnos: EACCES for an open for writing; EIO for a read that reaches a damaged record or a
     render that fails; EFBIG when the render cache cannot hold the view
     (:class:`fusefs.views.RenderBudget`).
-    Threads: getattr and open run in a worker thread (never :meth:`stat_nowait`: the start
+    Threads: getattr and open run in a worker thread (:meth:`stat` is not ``loop_first``: the start
     needs the consumer offsets); reads answer on the trio loop from the page cache
-    (``ViewHandle.read_nowait``), else in a worker thread."""
+    (``ViewHandle.read``), else in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
@@ -1353,12 +1356,8 @@ class PendingFile(ViewFile):
 
     def stat(self) -> Stat:
         """The bytes from the committed offset's line to the end; mtime moves with messages
-        and commits."""
+        and commits. Not :func:`loop_first`: the start needs the consumer offsets."""
         return self._pending_stat(self.view())
-
-    def stat_nowait(self) -> Stat | None:
-        """None: the start needs the consumer offsets (a worker thread)."""
-        return None
 
     def open(self, flags: int) -> Handle:
         """A direct-I/O :class:`ViewHandle` from the committed offset's line. EACCES for
@@ -1389,13 +1388,11 @@ class RawHandle(Handle):
         self.keep_cache = keep_cache
         self.direct_io = direct_io
 
-    def read(self, offset: int, length: int) -> bytes:
-        """``pread`` of the real file."""
-        return os.pread(self.fd, length, offset)
-
-    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
-        """``pread`` when the pages are cached (:func:`pread_nowait`), else None."""
-        return pread_nowait(self.fd, length, offset)
+    @loop_first
+    def read(self, offset: int, length: int) -> bytes | bytearray:
+        """``pread`` of the real file (on the trio loop when its pages are cached:
+        :func:`fusefs.base.pread`)."""
+        return pread(self.fd, length, offset)
 
     def release(self) -> None:
         """Close the descriptor."""
@@ -1474,7 +1471,7 @@ class RawFile(Node):
     for writing, or when the path is now a link (ELOOP) or unreadable; EISDIR when it is now
     no regular file.
     Threads: getattr and open run in a worker thread; reads answer on the trio loop when the
-    pages are in the page cache (``pread_nowait``), else in a worker thread."""
+    pages are in the page cache (``fusefs.base.pread``), else in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, rel: str, real: str) -> None:
         super().__init__(ctx, path)

@@ -3,16 +3,16 @@
 Inodes are stable across mounts: a 63-bit hash of the path, so ``rsync``, ``tar`` and
 ``restic`` see unchanged files as unchanged.
 
-Threads: every node method that may touch the disk or render runs in a worker thread
-(``trio.to_thread``), never on the trio loop, so one slow reader never stalls the mount. The hot
-requests have a fast path that stays on the loop when it cannot block (a thread hop costs
-0.1-0.5 ms on a busy machine, and Spark's listing of ``view/`` makes hundreds of requests a
-query): ``read`` tries ``preadv(RWF_NOWAIT)`` (data already in the page cache), ``getattr`` of
-a decoded view uses the cached size when the view is caught up, ``lookup`` and ``readdir`` of
-directories whose children live in memory (``Dir.child_in_memory``: ``view/``) answer from
-the store's state, ``open`` of a rendered part opens its file (``Node.open_nowait``), and
-``flush``/``release`` of a handle with nothing to commit (``Handle.cheap_close``) do nothing
-more than close its descriptor.
+Threads: each request calls one node (or handle) method through one dispatch point,
+:func:`_serve`: a method marked ``loop_first`` (``fusefs.base``) is tried on the trio loop and
+gives up there (``WouldBlock``) before any step that could block; then, as every other method,
+it runs in a worker thread (``trio.to_thread``, :func:`_run`), so one slow reader never stalls
+the mount. A thread hop costs 0.1-0.5 ms on a busy machine and Spark's listing of ``view/``
+makes hundreds of requests a query, so the hot methods are ``loop_first``: ``read`` of data in
+the page cache (``preadv(RWF_NOWAIT)``, ``fusefs.base.pread``), ``getattr`` of a decoded view
+that is caught up, ``lookup`` and ``readdir`` in ``view/`` (children from the store's memory),
+``open`` of a rendered part; ``flush``/``release`` of a handle with nothing to commit
+(``Handle.cheap_close``) do nothing more than close its descriptor.
 
 Kernel caching: files that grow are reported with a zero attribute timeout so ``tail -f`` and
 ``ls -l`` see new sizes at once (a size change also drops the file's cached pages), except a
@@ -44,7 +44,21 @@ import trio
 
 from rmqfs.engine.errors import CorruptRecordError, StoreError
 
-from .base import RO_DIR, RO_FILE, Context, FsError, Handle, HandleBudget, Node, Stat, as_user
+from .base import (
+    RO_DIR,
+    RO_FILE,
+    Context,
+    FsError,
+    Handle,
+    HandleBudget,
+    Node,
+    Stat,
+    WouldBlock,
+    as_user,
+    call,
+    loop_first,
+    try_on_loop,
+)
 from .nodes import RootDir
 from .viewtree import topic_dir_name
 
@@ -214,6 +228,28 @@ async def _run(
         raise pyfuse3.FUSEError(errno.EIO) from None
 
 
+async def _serve(
+    fn: Callable[..., _T],
+    *args: Any,
+    pid: int | None = None,
+    uid: int | None = None,
+    on_error: OnError | None = None,
+) -> _T:
+    """The one place that decides where a request's work runs: ``fn(*args)`` on the trio
+    loop when it is ``loop_first`` and needs not block (``fusefs.base.try_on_loop``), else in
+    a worker thread (:func:`_run`, with ``pid``, ``uid`` and ``on_error`` as there). ``uid``
+    is the requesting user on the loop too (``fusefs.base.REQUEST_UID``). An FsError raised
+    on the loop is the answer (its errno; ``on_error`` is told)."""
+    try:
+        got = as_user(uid, try_on_loop, fn, *args)
+    except FsError as exc:
+        _tell(on_error, exc.errno, str(exc))
+        raise pyfuse3.FUSEError(exc.errno) from None
+    if got is not None:
+        return got
+    return await _run(fn, *args, pid=pid, uid=uid, on_error=on_error)
+
+
 def _tell(on_error: OnError | None, err: int, reason: str) -> None:
     if on_error is not None:
         try:
@@ -321,11 +357,13 @@ class RmqOperations(pyfuse3.Operations):
         self.lookups[ino] = self.lookups.get(ino, 0) + 1
         return ino
 
+    @loop_first
     def _entry(
         self, node: Node, ino: pyfuse3.InodeT, st: Stat | None = None
     ) -> pyfuse3.EntryAttributes:
+        """The kernel's attributes of ``node`` (its :meth:`Node.stat` unless ``st``)."""
         if st is None:
-            st = node.stat()
+            st = call(node.stat)
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
         a.st_mode = st.mode
@@ -362,53 +400,33 @@ class RmqOperations(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         """FUSE LOOKUP: the attributes of ``name`` in ``parent_inode`` (``.`` and ``..`` too:
         ``supports_dot_lookup``); each answer adds one to the inode's lookup count. On the trio loop
-        for a :attr:`Node.child_in_memory` parent (a name that can never exist there gets a negative
-        entry the kernel keeps), else in a worker thread. ENOENT for no such child."""
+        when the parent's :meth:`Node.child` and the child's :meth:`Node.stat` are ``loop_first``
+        (``view/``; a name that can never exist there gets a negative entry the kernel keeps),
+        else in a worker thread (:func:`_serve`). ENOENT for no such child."""
         parent = self._node(parent_inode)
         text = os.fsdecode(name)
         if text == ".":
-            return await _run(self._entry, parent, parent_inode)
+            return await _serve(self._entry, parent, parent_inode)
         if text == "..":
             pino = self.parents.get(parent_inode, pyfuse3.ROOT_INODE)
-            return await _run(self._entry, self._node(pino), pino)
+            return await _serve(self._entry, self._node(pino), pino)
 
+        @loop_first
         def find() -> pyfuse3.EntryAttributes:
-            child = parent.child(text)
+            child = call(parent.child, text)
             if child is None:
-                raise FsError(errno.ENOENT)
+                if not parent.never_child(text):
+                    raise FsError(errno.ENOENT)
+                # view/: Spark's lookups of absent .crc files, kept by the kernel
+                miss = pyfuse3.EntryAttributes()
+                miss.st_ino = 0
+                miss.entry_timeout = SEALED_TIMEOUT
+                return miss
             attr = self._entry(child, path_inode(child.path))
             self._remember(child, parent_inode)
             return attr
 
-        if parent.child_in_memory:  # view/: Spark's listings, its lookups of absent .crc files
-            attr = self._lookup_nowait(parent, parent_inode, text)
-            if attr is not None:
-                return attr
-        return await _run(find, pid=_pid(ctx), uid=_uid(ctx))
-
-    def _lookup_nowait(
-        self, parent: Node, parent_inode: pyfuse3.InodeT, name: str
-    ) -> pyfuse3.EntryAttributes | None:
-        """lookup of a :attr:`Dir.child_in_memory` directory's child on the loop: its entry,
-        a negative entry the kernel may keep (:meth:`Dir.never_child`), FUSEError(ENOENT), or
-        None when the child's attributes need a worker thread (which also reports errors)."""
-        try:
-            child = parent.child(name)
-            st = None if child is None else child.stat_nowait()
-        except Exception:  # noqa: BLE001 - the worker thread reports it
-            return None
-        if child is None:
-            if not parent.never_child(name):
-                raise pyfuse3.FUSEError(errno.ENOENT)
-            miss = pyfuse3.EntryAttributes()
-            miss.st_ino = 0
-            miss.entry_timeout = SEALED_TIMEOUT
-            return miss
-        if st is None:
-            return None
-        attr = self._entry(child, path_inode(child.path), st)
-        self._remember(child, parent_inode)
-        return attr
+        return await _serve(find, pid=_pid(ctx), uid=_uid(ctx))
 
     # pyfuse3 calls forget without awaiting a plain return (save_retval in handlers.pxi):
     # kept synchronous so the maps change before the next request; the stub says async.
@@ -429,13 +447,10 @@ class RmqOperations(pyfuse3.Operations):
     async def getattr(
         self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext | None = None
     ) -> pyfuse3.EntryAttributes:
-        """FUSE GETATTR: the node's attributes. On the trio loop when :meth:`Node.stat_nowait`
-        answers, else :meth:`Node.stat` in a worker thread. ENOENT for an unknown inode."""
+        """FUSE GETATTR: the node's attributes (:meth:`Node.stat`, through :func:`_serve`: on
+        the trio loop when it needs not block). ENOENT for an unknown inode."""
         node = self._node(inode)
-        st = node.stat_nowait()
-        if st is not None:
-            return self._entry(node, inode, st)
-        return await _run(self._entry, node, inode, pid=_pid(ctx), uid=_uid(ctx))
+        return await _serve(self._entry, node, inode, pid=_pid(ctx), uid=_uid(ctx))
 
     async def setattr(
         self,
@@ -483,9 +498,7 @@ class RmqOperations(pyfuse3.Operations):
         ``mode`` to the caller (the owner's bits for the mounting user and root, the others'
         bits for anyone else); writes also need :meth:`Context.may_write`."""
         node = self._node(inode)
-        st = node.stat_nowait()
-        if st is None:
-            st = await _run(node.stat, uid=_uid(ctx))
+        st = await _serve(node.stat, uid=_uid(ctx))
         uid = _uid(ctx)
         if mode & os.W_OK and (self.ctx.read_only or not self.ctx.may_write(uid)):
             return False
@@ -547,9 +560,11 @@ class RmqOperations(pyfuse3.Operations):
     ) -> None:
         """FUSE READDIRPLUS: the entries after ``start_id`` in inode order, each with its
         attributes (a lookup each): ``next_id`` is the entry's inode, so a listing that goes on
-        after entries were added neither repeats nor skips one. On the trio loop for a
-        :attr:`Node.child_in_memory` directory whose children are all known, else in a worker
-        thread; a child that fails to load is skipped (logged). EBADF for an unknown handle."""
+        after entries were added neither repeats nor skips one. On the trio loop when the
+        directory's :meth:`Node.list` and :meth:`Node.child` and every child's :meth:`Node.stat`
+        need not block (``view/`` once its parts are known), else in a worker thread
+        (:func:`_serve`); a child that fails to load is skipped (logged). EBADF for an unknown
+        handle."""
         inode, pid, uid = self.dir_handles.get(fh, (None, None, None))
         if inode is None:
             raise pyfuse3.FUSEError(errno.EBADF)
@@ -558,11 +573,14 @@ class RmqOperations(pyfuse3.Operations):
         # Entries go out in inode order and next_id is the entry's inode, so a listing that
         # continues after entries were added (a new topic, segment or queue) neither repeats
         # nor skips any (passthroughfs.py does the same).
+        @loop_first
         def entries() -> DirEntries:
             out: DirEntries = []
-            for name in node.list():
+            for name in call(node.list):
                 try:
-                    child = node.child(name)
+                    child = call(node.child, name)
+                except WouldBlock:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - one bad entry never fails a listing
                     log.warning("%s/%s skipped in a listing: %s", node.path, name, exc)
                     continue
@@ -575,6 +593,8 @@ class RmqOperations(pyfuse3.Operations):
                     attr = self._entry(child, ino)
                 except FsError:
                     continue
+                except WouldBlock:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - e.g. a view over a damaged queue
                     # Listed with a placeholder size; opening it reports the error (EIO).
                     log.warning("%s: %s", child.path, exc)
@@ -587,37 +607,11 @@ class RmqOperations(pyfuse3.Operations):
             out.sort(key=lambda e: e[0])
             return out
 
-        items = self._entries_nowait(node, start_id) if node.child_in_memory else None
-        if items is None:
-            items = await _run(entries, pid=pid, uid=uid)
+        items = await _serve(entries, pid=pid, uid=uid)
         for ino, name, child, attr in items:
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
                 break
             self._remember(child, inode)
-
-    def _entries_nowait(self, node: Node, start_id: int) -> DirEntries | None:
-        """readdir's entries of a :attr:`Dir.child_in_memory` directory, on the loop: None
-        unless its names and every child's attributes are known without waiting."""
-        try:
-            names = node.list_nowait()
-            if names is None:
-                return None
-            out: DirEntries = []
-            for name in names:
-                child = node.child(name)
-                if child is None:
-                    continue
-                ino = path_inode(child.path)
-                if ino <= start_id:
-                    continue
-                st = child.stat_nowait()
-                if st is None:
-                    return None
-                out.append((ino, name, child, self._entry(child, ino, st)))
-        except Exception:  # noqa: BLE001 - the worker thread lists it and reports errors
-            return None
-        out.sort(key=lambda e: e[0])
-        return out
 
     async def releasedir(self, fh: pyfuse3.FileHandleT) -> None:
         """FUSE RELEASEDIR: the directory handle is gone; its share of the handle budget is
@@ -839,11 +833,11 @@ class RmqOperations(pyfuse3.Operations):
         self, inode: pyfuse3.InodeT, flags: pyfuse3.FlagT, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.FileInfo:
         """FUSE OPEN: a new file handle for the node's :class:`Handle`; its ``direct_io`` and
-        ``keep_cache`` go to the kernel in the ``FileInfo``. A read-only open is tried on the trio
-        loop first (:meth:`Node.open_nowait`), else :meth:`Node.open_as` runs in a worker thread
-        (EINTR when the caller is signalled meanwhile). EISDIR for a directory; for writing, EROFS
-        on a read-only mount and EACCES for a user who may not write; EMFILE past the handle
-        budget."""
+        ``keep_cache`` go to the kernel in the ``FileInfo``. :meth:`Node.open_as`, through
+        :func:`_serve` for a read-only open (on the trio loop when it needs not block), else in a
+        worker thread (EINTR when the caller is signalled meanwhile). EISDIR for a directory;
+        for writing, EROFS on a read-only mount and EACCES for a user who may not write; EMFILE
+        past the handle budget."""
         node = self._node(inode)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
@@ -856,16 +850,14 @@ class RmqOperations(pyfuse3.Operations):
         self._take(uid, node.path, ctx)
         handle: Handle | None = None
         try:
-            handle = None if writing else self._open_nowait(node, flags, uid)
-            if handle is None:
-                handle = await _run(
-                    node.open_as,
-                    flags,
-                    uid,
-                    pid=_pid(ctx),
-                    uid=uid,
-                    on_error=self._refusal("open", node.path, _pid(ctx), uid) if writing else None,
-                )
+            handle = await (_run if writing else _serve)(
+                node.open_as,
+                flags,
+                uid,
+                pid=_pid(ctx),
+                uid=uid,
+                on_error=self._refusal("open", node.path, _pid(ctx), uid) if writing else None,
+            )
             if handle.stale_attrs:  # the kernel's size predates what this open reads
                 await trio.to_thread.run_sync(self._invalidate, inode, True, limiter=_threads())
         except BaseException:
@@ -885,16 +877,6 @@ class RmqOperations(pyfuse3.Operations):
             fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache, nonseekable=False
         )
 
-    @staticmethod
-    def _open_nowait(node: Node, flags: pyfuse3.FlagT, uid: int | None) -> Handle | None:
-        """``node.open_nowait`` on the loop: its handle, or None (then a worker thread opens)."""
-        try:
-            return node.open_nowait(flags, uid)
-        except FsError as exc:
-            raise pyfuse3.FUSEError(exc.errno) from None
-        except Exception:  # noqa: BLE001 - the worker thread opens and reports it
-            return None
-
     def _handle_refusal(self, op: str, h: Handle) -> OnError:
         node = self.nodes.get(getattr(h, "inode", 0))
         return self._refusal(
@@ -911,19 +893,16 @@ class RmqOperations(pyfuse3.Operations):
         return h
 
     # pyfuse3 replies with any contiguous buffer (PyObject_GetBuffer in fuse_read_async): a
-    # page-cache read (pread_nowait) returns a bytearray, which the stub's ``bytes`` omits.
+    # page-cache read (fusefs.base.pread on the loop) returns a bytearray, which the stub's
+    # ``bytes`` omits.
     async def read(  # type: ignore[override]
         self, fh: pyfuse3.FileHandleT, off: int, size: int
     ) -> bytes | bytearray:
-        """FUSE READ: up to ``size`` bytes at ``off``. On the trio loop when
-        :meth:`Handle.read_nowait` answers (memory, the page cache), else :meth:`Handle.read` in a
-        worker thread (EINTR when the caller is signalled meanwhile). EBADF for an unknown
-        handle."""
+        """FUSE READ: up to ``size`` bytes at ``off`` (:meth:`Handle.read`, through
+        :func:`_serve`: on the trio loop from memory or the page cache, else in a worker thread,
+        EINTR when the caller is signalled meanwhile). EBADF for an unknown handle."""
         h = self._handle(fh)
-        data = h.read_nowait(off, size)
-        if data is not None:
-            return data
-        return await _run(h.read, off, size, pid=getattr(h, "pid", None))
+        return await _serve(h.read, off, size, pid=getattr(h, "pid", None))
 
     async def write(self, fh: pyfuse3.FileHandleT, off: int, buf: bytes) -> int:
         """FUSE WRITE: :meth:`Handle.write` in a worker thread (``off`` is not used: the

@@ -30,7 +30,10 @@ from .base import (
     Stat,
     check_read_only_open,
     fs_error,
-    pread_nowait,
+    loop_first,
+    on_loop,
+    pread,
+    would_block,
 )
 
 
@@ -133,20 +136,18 @@ class SnapshotHandle(Handle):
         self.snap, self.frozen = snap, frozen
         self._released = False
 
-    def read(self, offset: int, length: int) -> bytes:
-        """The frozen file's bytes (``FrozenFile.read``)."""
+    @loop_first
+    def read(self, offset: int, length: int) -> bytes | bytearray:
+        """The frozen file's bytes (``FrozenFile.read``); on the trio loop when they are one
+        piece in memory or in the page cache (``FrozenFile.piece``)."""
+        if on_loop():
+            p = self.frozen.piece(offset, length)
+            if p is not None:
+                if p[0] == "fd":
+                    return pread(p[1], p[3], p[2])
+                return bytes(p[1]) if p[0] == "zeros" else p[1]
+            would_block()
         return self.frozen.read(offset, length)
-
-    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
-        """The bytes when in memory or the page cache, else None."""
-        p = self.frozen.piece(offset, length)
-        if p is None:
-            return None
-        if p[0] == "fd":
-            return pread_nowait(p[1], p[3], p[2])
-        if p[0] == "zeros":
-            return bytes(p[1])
-        return p[1]
 
     def release(self) -> None:
         """Release the snapshot's hold (once)."""
@@ -160,21 +161,20 @@ class SnapshotFile(Node):
     (:class:`engine.live.snapshot.FrozenFile`: its extents of the real file, frozen slots, zeros).
 
     Errnos: EACCES for an open for writing; ENOENT for an open after the snapshot was dropped.
-    Threads: getattr answers on the trio loop (``stat_nowait`` is :meth:`stat`: all in memory);
+    Threads: getattr answers on the trio loop (:meth:`stat` is ``loop_first``: all in memory);
     open runs in a worker thread; reads answer on the trio loop when the pieces are in memory or
-    the page cache (``SnapshotHandle.read_nowait``), else in a worker thread."""
+    the page cache (``SnapshotHandle.read``), else in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, snap: Snapshot, frozen: FrozenFile) -> None:
         super().__init__(ctx, path)
         self.snap, self.frozen = snap, frozen
 
+    @loop_first
     def stat(self) -> Stat:
-        """The frozen size, mtime and data blocks; never changes."""
+        """The frozen size, mtime and data blocks; never changes (in memory)."""
         f = self.frozen
         data = sum(e - s for s, e, _, _, _ in f.extents)
         return Stat(RO_FILE, f.size, f.mtime_ns, live=False, blocks=(data + 511) // 512)
-
-    stat_nowait = stat
 
     def open(self, flags: int) -> Handle:
         """A :class:`SnapshotHandle` (holds the snapshot open). EACCES for writing;
@@ -189,9 +189,9 @@ class ManifestFile(Node):
     is summed (in the background).
 
     Errnos: EACCES for an open for writing; ENOENT when the snapshot was dropped meanwhile.
-    Threads: getattr answers on the trio loop once the manifest is done (:meth:`stat_nowait`),
+    Threads: getattr answers on the trio loop once the manifest is done (:meth:`stat`),
     else waits in a worker thread; open runs in a worker thread; reads answer on the trio loop from
-    the bytes taken at open (``BytesHandle.read_nowait``)."""
+    the bytes taken at open (``BytesHandle.read``)."""
 
     def __init__(self, ctx: Context, path: str, snap: Snapshot) -> None:
         super().__init__(ctx, path)
@@ -203,16 +203,14 @@ class ManifestFile(Node):
         except InterruptedError:
             raise FsError(errno.ENOENT, "snapshot dropped") from None
 
+    @loop_first
     def stat(self) -> Stat:
-        """The manifest's size (waits for the sums); ENOENT when the snapshot was dropped."""
-        return Stat(RO_FILE, len(self._data()), self.snap.time_ms * 1_000_000, live=False)
-
-    def stat_nowait(self) -> Stat | None:
-        """:meth:`stat` once the manifest is done, else None."""
+        """The manifest's size (waits for the sums; on the trio loop once they are done);
+        ENOENT when the snapshot was dropped."""
         fut = self.snap.manifest_future
         if fut is None or not fut.done() or fut.exception() is not None:
-            return None
-        return self.stat()
+            would_block()
+        return Stat(RO_FILE, len(self._data()), self.snap.time_ms * 1_000_000, live=False)
 
     def open(self, flags: int) -> Handle:
         """A :class:`BytesHandle` of the manifest (waits for the sums). EACCES for writing."""

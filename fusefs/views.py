@@ -14,13 +14,16 @@ the pool of worker processes of :class:`PartCache` renders in parallel, appended
 one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both
 catch up on demand (:meth:`sync`, in worker
 threads), from a consistent cut of the queues taken under the store's put lock;
-:meth:`ViewCache.peek` and :func:`pread_nowait` are the lock-free, never-blocking halves the
-FUSE layer may call on its trio loop.
+:meth:`ViewCache.peek`, :meth:`PartCache.known`, :meth:`RenderedLog.read` and
+:meth:`PartCache.open` of a READY part are what the FUSE layer may run on its trio loop
+(``fusefs.base.loop_first``): they never wait there.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import enum
 import errno
 import logging
 import os
@@ -36,7 +39,7 @@ from rmqfs.engine.format.message import MessageRecord
 from rmqfs.engine.store import MessageStore
 
 from . import render as R
-from .base import REQUEST_UID, pread_nowait
+from .base import REQUEST_UID, loop_first, on_loop, pread, would_block
 
 if TYPE_CHECKING:  # imported where a pool starts: most mounts never render
     from concurrent.futures import ProcessPoolExecutor
@@ -137,22 +140,15 @@ class RenderedLog:
             r += 1
         return out
 
-    def read(self, offset: int, length: int, end: int | None = None) -> bytes:
-        """Up to ``length`` bytes at ``offset``, not past ``end`` (default: everything)."""
+    @loop_first
+    def read(self, offset: int, length: int, end: int | None = None) -> bytes | bytearray:
+        """Up to ``length`` bytes at ``offset``, not past ``end`` (default: everything). On
+        the trio loop only when they are in the page cache (``fusefs.base.pread``: else
+        WouldBlock)."""
         pieces = self._pieces(offset, length, end)
         if len(pieces) == 1:
-            return os.pread(self.fd, pieces[0][1], pieces[0][0])
-        return b"".join(os.pread(self.fd, n, at) for at, n in pieces)
-
-    def read_nowait(self, offset: int, length: int, end: int | None = None):
-        """Like :meth:`read` when the bytes are in the page cache, else None."""
-        out = []
-        for at, n in self._pieces(offset, length, end):
-            got = pread_nowait(self.fd, n, at)
-            if got is None:
-                return None
-            out.append(got)
-        return out[0] if len(out) == 1 else b"".join(out)
+            return pread(self.fd, pieces[0][1], pieces[0][0])
+        return b"".join(pread(self.fd, n, at) for at, n in pieces)
 
     def close(self) -> None:
         """Close and delete the cache file."""
@@ -826,6 +822,61 @@ def start_worker_server() -> None:
     forkserver.ensure_running()
 
 
+class PartState(enum.Enum):
+    """Where one ``view/`` part is in its life (:class:`Part`, :data:`PART_TRANSITIONS`)."""
+
+    #: a worker process renders it; readers wait (:meth:`PartCache.open`)
+    RENDERING = "rendering"
+    #: its file is on disk, counted in the bound: opens answer at once, even on the trio loop
+    READY = "ready"
+    #: its file was deleted (least recently used, superseded by a longer render of the part,
+    #: its topic deleted, the mount closing); its size and mtime stay known; the next open
+    #: renders it again, to the same bytes. An fd opened before keeps reading the old file.
+    EVICTED = "evicted"
+    #: its last render failed (damage, a worker that died, the mount closing): the readers
+    #: that waited get the error (:attr:`Part.error`); the next open renders it again
+    FAILED = "failed"
+
+
+#: The one table of a part's legal transitions. A part is born RENDERING (:meth:`PartCache.open`,
+#: :meth:`PartCache.prefetch`); :meth:`Part.to` refuses every transition not listed here.
+PART_TRANSITIONS: dict[PartState, frozenset[PartState]] = {
+    PartState.RENDERING: frozenset({PartState.READY, PartState.FAILED}),
+    PartState.READY: frozenset({PartState.EVICTED}),
+    PartState.EVICTED: frozenset({PartState.RENDERING}),
+    PartState.FAILED: frozenset({PartState.RENDERING}),
+}
+
+
+class PartStateError(RuntimeError):
+    """A transition :data:`PART_TRANSITIONS` does not allow: a bug in :class:`PartCache`."""
+
+
+class Part:
+    """One ``view/`` part's life, owned by :class:`PartCache` (every field changes under its
+    lock only): its :class:`PartState`, what its last render gave (``meta``: size in bytes,
+    mtime in ms, rows; kept once evicted), its file's bytes on disk, how many readers wait for
+    it (a part someone waits for is never evicted for room nor superseded), and the error of a
+    failed render."""
+
+    __slots__ = ("key", "state", "meta", "disk", "readers", "others", "error")
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self.state = PartState.RENDERING
+        self.meta: tuple[int, int, int] | None = None
+        self.disk = 0  # bytes its file takes on disk while READY
+        self.readers = 0
+        self.others = False  # its file is charged to other users (RenderBudget)
+        self.error: BaseException | None = None
+
+    def to(self, state: PartState) -> None:
+        """Move to ``state``; PartStateError when :data:`PART_TRANSITIONS` forbids it."""
+        if state not in PART_TRANSITIONS[self.state]:
+            raise PartStateError(f"view/ part {self.key}: {self.state.name} -> {state.name}")
+        self.state = state
+
+
 class PartCache:
     """Rendered ``view/`` parts: ``(topic, queueId, first, end)`` -> a Parquet file.
 
@@ -837,9 +888,17 @@ class PartCache:
     every part rendered are kept (:meth:`known`), so a stat does not re-render, and an evicted
     part is rendered again (the same bytes) when it is read.
 
-    Thread-safe; methods that wait for a render must run in worker threads, never on the trio
-    loop.
+    Each part is a :class:`Part`, a small state machine (RENDERING -> READY | FAILED,
+    READY -> EVICTED, EVICTED | FAILED -> RENDERING: :data:`PART_TRANSITIONS`); this class
+    alone moves it, under :attr:`lock`, and wakes the readers waiting on :attr:`changed` at
+    each move. Thread-safe; :meth:`open` and :meth:`info` may wait for a render in a worker
+    thread; :meth:`known`, and :meth:`open` of a READY part on the trio loop, never wait.
     """
+
+    #: renders one :meth:`open` starts at most: a part's render fails with BrokenProcessPool
+    #: when a worker dies (``kill -9``, the OOM killer) and the next one runs in a fresh pool;
+    #: a part dropped while read (its topic deleted) is rendered again
+    OPEN_RENDERS = 4
 
     def __init__(
         self,
@@ -861,14 +920,13 @@ class PartCache:
         self.workers = workers or os.cpu_count() or 1
         self.commitlog_dir = os.path.join(store.root, "commitlog")
         self.lock = threading.Lock()
-        self.files: dict = {}  # key -> size of the file on disk, in LRU order
-        self.meta: dict = {}  # key -> (size, mtime ms, rows), kept after eviction
-        self.pending: dict = {}  # key -> Future of a render under way
-        self.wanted: dict = {}  # key -> readers waiting to open it (not evicted)
+        #: notified (under :attr:`lock`) whenever a part leaves RENDERING
+        self.changed = threading.Condition(self.lock)
+        self.parts: dict[tuple, Part] = {}  # key -> its Part, every state
+        self.ready: dict[tuple, Part] = {}  # the READY parts, least recently used first
         self.latest: dict = {}  # (topic, queueId, first) -> newest end rendered
         self.total = 0
-        self.for_others: set = set()  # keys of files charged to other users (RenderBudget)
-        self.others_total = 0  # their bytes
+        self.others_total = 0  # bytes of the READY parts charged to other users
         self._pool: ProcessPoolExecutor | None = None
         self._tasks = 0  # submitted and not over
         self._last_task = 0.0  # monotonic time of the last submit or end of a task
@@ -884,19 +942,36 @@ class PartCache:
         """Bytes of the parts on disk charged to other users (True) or to the owner."""
         return self.others_total if others else self.total - self.others_total
 
+    def state(self, key) -> PartState | None:
+        """The :class:`PartState` of ``key``, or None for a part never rendered here."""
+        p = self.parts.get(key)
+        return None if p is None else p.state
+
     def evict_one(self, others_only: bool, keep=None) -> bool:
-        """Delete the least recently used part no reader waits for (only one charged to other
-        users when ``others_only``; never ``keep``); its size and mtime stay known. False
-        when there is none."""
+        """Delete the least recently used READY part no reader waits for (only one charged
+        to other users when ``others_only``; never ``keep``); its size and mtime stay known.
+        False when there is none."""
         with self.lock:
-            for key in self.files:  # least recently used first
-                if key == keep or key in self.wanted:
+            for key, p in self.ready.items():  # least recently used first
+                if key == keep or p.readers or (others_only and not p.others):
                     continue
-                if others_only and key not in self.for_others:
-                    continue
-                self._drop(key)
+                self._evict(p)
                 return True
         return False
+
+    def _evict(self, p: Part) -> None:
+        """READY -> EVICTED (caller holds :attr:`lock`): its file deleted, its bytes given
+        back; an fd already open on it keeps reading it."""
+        p.to(PartState.EVICTED)
+        del self.ready[p.key]
+        self.total -= p.disk
+        if p.others:
+            self.others_total -= p.disk
+        p.disk, p.others = 0, False
+        try:
+            os.unlink(self._path(p.key))
+        except FileNotFoundError:
+            pass
 
     def _path(self, key) -> str:
         import hashlib
@@ -980,44 +1055,46 @@ class PartCache:
         return fut
 
     def known(self, key):
-        """``(size, mtime ms, rows)`` of a part rendered before (evicted or not), or None."""
-        return self.meta.get(key)
+        """``(size, mtime ms, rows)`` of a part rendered before (evicted or not), or None.
+        Never waits (the trio loop calls it)."""
+        p = self.parts.get(key)
+        return None if p is None else p.meta
 
-    def submit(self, key):
-        """Start rendering ``key`` unless it is on disk or under way; returns the Future or
-        None (already on disk).
+    def _start(self, key, reader: bool) -> Part:
+        """The part ``key``, rendering it unless it is READY or RENDERING already (a new
+        part, or EVICTED/FAILED -> RENDERING); with ``reader`` one more reader waits for it,
+        counted in the same hold of :attr:`lock` that saw its state, so no eviction comes
+        between. OSError(EIO) when the queue lacks the part's units or the mount is closing.
 
-        The Future is done once the part is registered (in :attr:`files` and :attr:`meta`),
-        not merely rendered: a process pool's Future wakes its waiters before it runs its
-        callbacks, so a reader woken by the pool's own Future could look for the part before
-        :meth:`_done` had recorded it (and failed with EIO after a few tries)."""
+        Room for the file is reserved before the render starts: its CommitLog bytes bound it
+        (a compressed Parquet part is smaller), so the cache stays within its bound. It is
+        reserved outside the lock (making room may evict parts, and JSON views, whose cache
+        takes other locks) and given back when the render is over (:meth:`_finish`)."""
         with self.lock:
-            if key in self.files:
-                return None
-            fut = self.pending.get(key)
-            if fut is not None:
-                return fut
             if self._closed:
-                raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
+                raise OSError(errno.EIO, "the mount is closing")
+            p = self.parts.get(key)
+            if p is not None and p.state in (PartState.READY, PartState.RENDERING):
+                p.readers += reader
+                return p
         topic, queue_id, first, end = key
         units, qoffs = self._units(topic, queue_id, first, end)
-        # Room for the file before it is written: its CommitLog bytes bound it (a compressed
-        # Parquet part is smaller), so the cache stays within its bound. Reserved outside the
-        # lock: making room may evict parts (and JSON views, whose cache takes other locks).
         from rmqfs.engine.read.columnar import drop_blank_units
 
         real = drop_blank_units(units, qoffs)[0]
         est = on_disk(int(real["size"].astype("int64").sum()) + 65536)
         others = self.budget.is_other()
         self.budget.take(est, others, f"view/ part {key}", keep=key)
-        with self.lock:
-            fut = self.pending.get(key)
-            if key in self.files or fut is not None or self._closed:
-                self.budget.give(est, others)  # another thread started it meanwhile
+        try:
+            with self.lock:
                 if self._closed:
                     raise OSError(errno.EIO, "the mount is closing")
-                return fut
-            try:
+                p = self.parts.get(key)
+                if p is not None and p.state in (PartState.READY, PartState.RENDERING):
+                    self.budget.give(est, others)  # another thread started it meanwhile
+                    est = 0
+                    p.readers += reader
+                    return p
                 render = self._submit(
                     R.render_part,
                     self.commitlog_dir,
@@ -1027,160 +1104,180 @@ class PartCache:
                     first,
                     self._path(key),
                 )
-            except BaseException:
+                if p is None:
+                    p = self.parts[key] = Part(key)  # born RENDERING
+                else:
+                    p.to(PartState.RENDERING)
+                    p.error = None
+                p.readers += reader
+        except BaseException:
+            if est:
                 self.budget.give(est, others)
-                raise
-            registered: Future = Future()
-            self.pending[key] = registered
-        # Outside the lock: a render that is already over runs the callback right here, and
-        # _done takes the lock (under it, a fast render deadlocked the listing thread).
+            raise
+        # Outside the lock: a render that is already over runs the callbacks right here, and
+        # they take the lock (under it, a fast render deadlocked the listing thread).
         render.add_done_callback(self._task_over)
-        render.add_done_callback(
-            lambda f, k=key, r=registered, n=est, o=others: self._done(k, f, r, n, o)
-        )
-        return registered
+        render.add_done_callback(lambda f, q=p, n=est, o=others: self._finish(q, f, n, o))
+        return p
+
+    def _finish(self, p: Part, fut: Future, est: int, others: bool) -> None:
+        """The render ``fut`` of ``p`` is over: RENDERING -> READY (its file counted, a
+        shorter render of the same part superseded), or -> FAILED with the render's error
+        (or EIO when the mount closed or the part's topic was deleted meanwhile); then the
+        reservation of ``est`` bytes is given back. Wakes every reader waiting on
+        :attr:`changed`. Runs in the pool's thread (or the submitter's)."""
+        try:
+            with self.lock:
+                try:
+                    self._record(p, fut, others)
+                except BaseException as exc:  # the readers must wake, whatever happened
+                    if p.state is PartState.RENDERING:
+                        p.error = exc
+                        p.to(PartState.FAILED)
+                    raise
+                finally:
+                    self.changed.notify_all()
+        finally:
+            self.budget.give(est, others)
+
+    def _record(self, p: Part, fut: Future, others: bool) -> None:
+        """:meth:`_finish`'s transition (caller holds :attr:`lock`)."""
+        key = p.key
+        if fut.cancelled():
+            p.error = OSError(errno.EIO, "the mount is closing")
+        elif fut.exception() is not None:
+            p.error = fut.exception()
+        elif self._closed or self.parts.get(key) is not p:  # closing, or its topic deleted
+            p.error = OSError(errno.EIO, f"view/ part {key}: dropped while rendered")
+            if self.parts.get(key) in (None, p):  # else a new Part renders the same file
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._path(key))
+        if p.error is not None:
+            p.to(PartState.FAILED)
+            return
+        size, mtime_ms, rows = fut.result()
+        p.meta = (size, mtime_ms, rows)
+        p.disk = on_disk(size)  # what it takes on disk
+        p.others = others
+        p.to(PartState.READY)
+        self.ready[key] = p  # most recently used
+        self.total += p.disk
+        if others:
+            self.others_total += p.disk
+        short = key[:3]
+        old = self.latest.get(short)
+        if old is None or key[3] > old:
+            self.latest[short] = key[3]
+            if old is not None:  # the part grew: its shorter render is stale
+                stale = self.ready.get(short + (old,))
+                if stale is not None and not stale.readers:  # else LRU evicts it later
+                    self._evict(stale)
 
     def prefetch(self, keys) -> None:
         """Queue renders of parts not rendered yet (a directory listing: the stats follow)."""
         for key in keys:
-            if key not in self.files and key not in self.meta:
+            p = self.parts.get(key)
+            if p is None or (p.state is PartState.FAILED and p.meta is None):
                 try:
-                    self.submit(key)
+                    self._start(key, reader=False)
                 except Exception:  # noqa: BLE001 - the stat that follows reports it
                     return
 
-    def _done(self, key, fut, registered: Future, est: int = 0, others: bool = False) -> None:
-        """Record the render ``fut`` of ``key`` and give back its reservation of ``est``
-        bytes, then complete ``registered`` (what :meth:`submit` returned) with its outcome,
-        whatever happens here."""
-        try:
-            self._record(key, fut, others)
-        finally:
-            self.budget.give(est, others)
-            if fut.cancelled():
-                registered.cancel()
-            elif fut.exception() is not None:
-                registered.set_exception(fut.exception())
-            else:
-                registered.set_result(fut.result())
-
-    def _record(self, key, fut, others: bool = False) -> None:
-        with self.lock:
-            self.pending.pop(key, None)
-            if fut.cancelled() or fut.exception() is not None:
-                return
-            size, mtime_ms, rows = fut.result()
-            if self._closed:
-                return
-            self.meta[key] = (size, mtime_ms, rows)
-            self.files[key] = size = on_disk(size)  # what it takes on disk
-            self.total += size
-            if others:
-                self.for_others.add(key)
-                self.others_total += size
-            short = key[:3]
-            old = self.latest.get(short)
-            if old is None or key[3] > old:
-                self.latest[short] = key[3]
-                if old is not None:  # the part grew: its shorter render is stale
-                    self._drop(short + (old,))
-
-    def _drop(self, key) -> None:
-        size = self.files.pop(key, None)
-        if size is not None:
-            self.total -= size
-            if key in self.for_others:
-                self.for_others.discard(key)
-                self.others_total -= size
-            try:
-                os.unlink(self._path(key))
-            except FileNotFoundError:
-                pass
-
     def drop_topic(self, topic: str) -> None:
-        """Forget every part of ``topic``: files, sizes kept after eviction, newest ends. An
-        fd already open on a part keeps reading it (the file is only unlinked)."""
+        """Forget every part of ``topic``: files (READY -> EVICTED), sizes kept after
+        eviction, newest ends. An fd already open on a part keeps reading it (the file is only
+        unlinked); a render under way is discarded when it ends (:meth:`_record`)."""
         with self.lock:
-            for key in [k for k in self.files if k[0] == topic]:
-                self._drop(key)
-            for table in (self.meta, self.latest):
-                for key in [k for k in table if k[0] == topic]:
-                    del table[key]
+            for key in [k for k in self.parts if k[0] == topic]:
+                p = self.parts.pop(key)
+                if p.state is PartState.READY:
+                    self._evict(p)
+            for key in [k for k in self.latest if k[0] == topic]:
+                del self.latest[key]
 
-    def _used(self, key) -> None:
-        """``key`` was just used (caller holds :attr:`lock`): most recently used, and the
+    def _used(self, p: Part) -> None:
+        """``p`` was just opened (caller holds :attr:`lock`): most recently used, and the
         owner's from now on when the owner (or root) uses it."""
-        self.files[key] = self.files.pop(key)
-        if key in self.for_others and not self.budget.is_other():
-            self.for_others.discard(key)
-            self.others_total -= self.files[key]
+        self.ready[p.key] = self.ready.pop(p.key)
+        if p.others and not self.budget.is_other():
+            p.others = False
+            self.others_total -= p.disk
 
+    @loop_first
     def open(self, key) -> int:
-        """An fd of the rendered part (rendering it first when needed); the file stays
-        readable through the fd after an eviction. Raises OSError(EIO) when the render
-        fails on damage (noted in the store: status.json, one warning line)."""
-        with self.lock:  # a part someone waits for is not evicted before it is opened
-            self.wanted[key] = self.wanted.get(key, 0) + 1
+        """An fd of the rendered part (rendering it first when needed: the caller waits
+        while the part is RENDERING); the file stays readable through the fd after an
+        eviction. Raises OSError(EIO) when the render fails on damage (noted in the store:
+        status.json, one warning line), when the mount is closing, or after
+        :attr:`OPEN_RENDERS` renders that ended in a dead worker or a dropped part."""
+        if on_loop():  # the trio loop (fusefs.base.loop_first): READY parts only
+            fd = self._open_ready(key)
+            if fd is not None:
+                return fd
+            would_block()
         from concurrent.futures.process import BrokenProcessPool
 
-        try:
-            for _ in range(8):
-                fut = self.submit(key)
-                if fut is not None:
-                    try:
-                        fut.result()
-                    except BrokenProcessPool:  # its worker died: the next submit renders it
-                        continue
-                    except StoreError as exc:  # status.json names the queue (one log line)
-                        topic, queue_id, first, end = key
-                        from rmqfs.engine.read.columnar import queue_units
-
-                        units, qoffs = queue_units(
-                            self.store.consume_queue(topic, queue_id), first, end
-                        )
-                        if first + len(units) < end:  # as _units: none when some are missing
-                            units, qoffs = units[:0], qoffs[:0]
-                        note_damage(self.store, topic, queue_id, units, qoffs, exc)
-                        raise OSError(errno.EIO, f"view/ part {key}: {exc}") from None
-                with self.lock:
-                    if key in self.files:
-                        self._used(key)
-                        return os.open(self._path(key), os.O_RDONLY)
-            raise OSError(errno.EIO, f"view/ part {key}: not rendered")
-        finally:
+        for _ in range(self.OPEN_RENDERS):
+            p = self._start(key, reader=True)
             with self.lock:
-                left = self.wanted.pop(key) - 1
-                if left:
-                    self.wanted[key] = left
+                try:
+                    while p.state is PartState.RENDERING:
+                        self.changed.wait()
+                    if p.state is PartState.READY:
+                        self._used(p)
+                        return os.open(self._path(key), os.O_RDONLY)
+                    error = p.error  # FAILED, or EVICTED: dropped (topic deleted, closing)
+                finally:
+                    p.readers -= 1
+            if isinstance(error, BrokenProcessPool) or error is None:
+                continue  # its worker died (the next render runs in a fresh pool), or dropped
+            if isinstance(error, StoreError):  # status.json names the queue (one log line)
+                self._note_damage(key, error)
+                raise OSError(errno.EIO, f"view/ part {key}: {error}") from None
+            raise error
+        raise OSError(errno.EIO, f"view/ part {key}: not rendered")
 
-    def open_nowait(self, key) -> int | None:
-        """An fd of the part when it is rendered and on disk, else None (the caller then uses
-        :meth:`open`, in a worker thread). Never waits for the lock: the trio loop calls it."""
+    def _note_damage(self, key, exc: StoreError) -> None:
+        """Note the damage a render of ``key`` met in the store (``note_damage``)."""
+        topic, queue_id, first, end = key
+        from rmqfs.engine.read.columnar import queue_units
+
+        units, qoffs = queue_units(self.store.consume_queue(topic, queue_id), first, end)
+        if first + len(units) < end:  # as _units: none when some are missing
+            units, qoffs = units[:0], qoffs[:0]
+        note_damage(self.store, topic, queue_id, units, qoffs, exc)
+
+    def _open_ready(self, key) -> int | None:
+        """An fd of the part when it is READY, else None. Never waits for the lock (the trio
+        loop calls it, :meth:`open`)."""
         if not self.lock.acquire(blocking=False):
             return None
         try:
-            if key not in self.files:
+            p = self.parts.get(key)
+            if p is None or p.state is not PartState.READY:
                 return None
-            self._used(key)
+            self._used(p)
             return os.open(self._path(key), os.O_RDONLY)
         finally:
             self.lock.release()
 
     def info(self, key) -> tuple[int, int, int]:
         """``(size, mtime ms, rows)`` of a part, rendering it when it was never rendered."""
-        m = self.meta.get(key)
+        m = self.known(key)
         if m is None:
             os.close(self.open(key))
-            m = self.meta[key]
+            m = self.known(key)
+            assert m is not None  # READY once: its meta stays
         return m
 
     def close(self) -> None:
-        """Stop the workers (renders under way are abandoned) and delete the files."""
+        """Stop the workers (renders under way are abandoned: FAILED) and delete the files
+        (every READY part -> EVICTED)."""
         with self.lock:
             self._closed = True
             pool, self._pool = self._pool, None
-            for key in list(self.files):
-                self._drop(key)
+            for p in list(self.ready.values()):
+                self._evict(p)
         if pool is not None:
             procs = list(getattr(pool, "_processes", {}).values())
             pool.shutdown(wait=False, cancel_futures=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Sequence
 
 from rmqfs.engine.read.schema import DATASOURCE_DDL
 from rmqfs.engine.service.validation import parse_decimal
@@ -31,8 +30,10 @@ from .base import (
     Stat,
     StaticFile,
     check_read_only_open,
+    loop_first,
     ms_to_ns,
-    pread_nowait,
+    pread,
+    would_block,
 )
 
 # ExternalCatalogUtils.charToEscape (Spark): the characters its writer escapes as %XX.
@@ -109,25 +110,22 @@ class ViewRootDir(Dir):
 
     Errnos: ENOENT for any other name (a negative entry the kernel keeps for a name that can
     never be a child: :meth:`never_child`); EROFS or EPERM for mkdir/rmdir.
-    Threads: lookup, readdir and getattr answer on the trio loop (``child_in_memory``: the
-    store's in-memory topics and offsets, and :meth:`stat_nowait`)."""
+    Threads: lookup, readdir and getattr answer on the trio loop (:meth:`child`,
+    :meth:`list` and :meth:`stat` are ``loop_first``: the store's in-memory topics and
+    offsets)."""
 
-    child_in_memory = True  # the store's topics, queues and offsets
-
-    def stat_nowait(self) -> Stat | None:
-        """:meth:`stat` (two stats of config files the store itself keeps writing)."""
-        return self.stat()  # two stats of config files the store itself keeps writing
+    @loop_first
+    def stat(self) -> Stat:
+        """:meth:`Dir.stat` (two stats of config files the store itself keeps writing)."""
+        return Dir.stat(self)
 
     def never_child(self, name: str) -> bool:
         """Any name not ``topic=...``."""
         return not name.startswith(_TOPIC_DIR)
 
-    def list_nowait(self) -> Sequence[str] | None:
-        """:meth:`list` (in memory)."""
-        return self.list()
-
+    @loop_first
     def list(self) -> list[str]:
-        """``topic=<escaped topic>`` of every topic with messages."""
+        """``topic=<escaped topic>`` of every topic with messages (in memory)."""
         s = self.ctx.store
         return [
             topic_dir_name(t)
@@ -135,6 +133,7 @@ class ViewRootDir(Dir):
             if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))
         ]
 
+    @loop_first
     def child(self, name: str) -> Node | None:
         """The :class:`ViewTopicDir` of ``name`` (a shortened name mapped back), or None."""
         if not name.startswith(_TOPIC_DIR):
@@ -158,15 +157,13 @@ class ViewTopicDir(Dir):
     Errnos: ENOENT for any other name (kept by the kernel for a name that is not
     ``queue=<n>``: :meth:`never_child`); EROFS or EPERM for mkdir/rmdir.
     Threads: lookup and getattr answer on the trio loop; readdir too when every part's size is
-    known (:meth:`list_nowait`), else it lists (and prefetches) in a worker thread."""
-
-    child_in_memory = True  # the store's topics, queues and offsets
+    known (:meth:`list`), else it lists (and prefetches) in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
-    stat_nowait = ViewRootDir.stat_nowait
+    stat = ViewRootDir.stat
 
     def never_child(self, name: str) -> bool:
         """Any name not ``queue=<n>``."""
@@ -189,21 +186,21 @@ class ViewTopicDir(Dir):
         ]
         return queues, keys
 
+    @loop_first
     def list(self) -> list[str]:
-        """``queue=<q>`` of every queue with messages; prefetches every part's render."""
-        queues, keys = self._queues()
-        # A reader of the topic (Spark) lists each queue directory next and stats its parts,
-        # one directory after another: queue the renders of every queue's parts now, first
-        # parts first, so that the worker pool renders them in parallel from the start.
-        self.ctx.views.parts.prefetch(keys)
-        return [f"queue={q}" for q in queues]
-
-    def list_nowait(self) -> Sequence[str] | None:
-        """:meth:`list` when every part's size is known, else None."""
+        """``queue=<q>`` of every queue with messages; prefetches every part's render (on the
+        trio loop when every part's size is known: nothing to prefetch)."""
         queues, keys = self._queues()
         known = self.ctx.views.parts.known
-        return [f"queue={q}" for q in queues] if all(known(k) for k in keys) else None
+        if not all(known(k) for k in keys):
+            would_block()
+            # A reader of the topic (Spark) lists each queue directory next and stats its
+            # parts, one directory after another: queue the renders of every queue's parts
+            # now, first parts first, so that the worker pool renders them in parallel.
+            self.ctx.views.parts.prefetch(keys)
+        return [f"queue={q}" for q in queues]
 
+    @loop_first
     def child(self, name: str) -> Node | None:
         """The :class:`ViewQueueDir` of ``queue=<q>``, or None."""
         q = parse_decimal(name[6:]) if name.startswith("queue=") else None
@@ -219,9 +216,7 @@ class ViewQueueDir(Dir):
     Errnos: ENOENT for any other name (kept by the kernel for a name that is not a part's:
     :meth:`never_child`); EROFS or EPERM for mkdir/rmdir.
     Threads: lookup and getattr answer on the trio loop; readdir too when every part's size is
-    known (:meth:`list_nowait`), else it lists (and prefetches) in a worker thread."""
-
-    child_in_memory = True  # the store's topics, queues and offsets
+    known (:meth:`list`), else it lists (and prefetches) in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
@@ -233,30 +228,27 @@ class ViewQueueDir(Dir):
         lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
         return part_firsts(lo, hi, self.ctx.part_messages)
 
-    stat_nowait = ViewRootDir.stat_nowait
+    stat = ViewRootDir.stat
 
     def never_child(self, name: str) -> bool:
         """Any name not ``part-<20 digits>.parquet``."""
         return _PART_NAME.fullmatch(name) is None
 
-    def list_nowait(self) -> Sequence[str] | None:
-        """The parts' names when every part's size is known, else None."""
-        firsts = self.part_firsts()
-        known = self.ctx.views.parts.known
-        if not all(known(part_key(self.ctx, self.topic, self.queue_id, f)) for f in firsts):
-            return None
-        return [f"part-{first:020d}.parquet" for first in firsts]
-
+    @loop_first
     def list(self) -> list[str]:
-        """The parts' names; prefetches their renders."""
+        """The parts' names; prefetches their renders (on the trio loop when every part's
+        size is known: nothing to prefetch)."""
         firsts = self.part_firsts()
-        # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
-        # size needs its render: queue them all now, so the worker pool renders in parallel.
-        self.ctx.views.parts.prefetch(
-            [part_key(self.ctx, self.topic, self.queue_id, f) for f in firsts]
-        )
+        keys = [part_key(self.ctx, self.topic, self.queue_id, f) for f in firsts]
+        known = self.ctx.views.parts.known
+        if not all(known(k) for k in keys):
+            would_block()
+            # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
+            # size needs its render: queue them all now, so the worker pool renders in parallel.
+            self.ctx.views.parts.prefetch(keys)
         return [f"part-{first:020d}.parquet" for first in firsts]
 
+    @loop_first
     def child(self, name: str) -> Node | None:
         """The :class:`ViewPartFile` of a part of the grid, or None."""
         m = _PART_NAME.fullmatch(name)
@@ -297,9 +289,9 @@ class ViewPartFile(Node):
     Errnos: EACCES for an open for writing; EIO when its render fails (damaged or missing
     ConsumeQueue units) or the mount is closing.
     Threads: lookup, getattr and open answer on the trio loop when the part is rendered
-    (:meth:`stat_nowait`, :meth:`open_nowait`), else wait for its render in a worker thread;
-    reads answer on the trio loop from the page cache (``PartHandle.read_nowait``), else in a
-    worker thread; release closes its descriptor on the loop (``cheap_close``)."""
+    (:meth:`stat`, :meth:`open`), else wait for its render in a worker thread; reads answer
+    on the trio loop from the page cache (``PartHandle.read``), else in a worker thread;
+    release closes its descriptor on the loop (``cheap_close``)."""
 
     #: Seconds the kernel may keep the attributes of a part that is still growing (the
     #: queue's last): Spark stats each file some thirty times a query, and with a zero timeout
@@ -327,30 +319,24 @@ class ViewPartFile(Node):
             attr_timeout=None if full else self.LIVE_PART_TIMEOUT,
         )
 
+    @loop_first
     def stat(self) -> Stat:
-        """The rendered part's size and mtime (waits for its render)."""
-        key = self._key()
-        return self._stat(key, self.ctx.views.parts.info(key))
-
-    def stat_nowait(self) -> Stat | None:
-        """:meth:`stat` when the part's render is known, else None."""
+        """The rendered part's size and mtime (waits for its render; on the trio loop when
+        its render is known)."""
         key = self._key()
         info = self.ctx.views.parts.known(key)
-        return None if info is None else self._stat(key, info)
+        if info is None:
+            would_block()
+            info = self.ctx.views.parts.info(key)
+        return self._stat(key, info)
 
+    @loop_first
     def open(self, flags: int) -> Handle:
-        """A :class:`PartHandle` of the rendered part (waits for its render). EACCES for
-        writing."""
+        """A :class:`PartHandle` of the rendered part (waits for its render; on the trio loop
+        when it is READY: :meth:`fusefs.views.PartCache.open`). EACCES for writing."""
         check_read_only_open(flags)
         key = self._key()
         return self._handle(key, self.ctx.views.parts.open(key))
-
-    def open_nowait(self, flags: int, uid: int | None) -> Handle | None:
-        """A :class:`PartHandle` when the part is rendered, else None. EACCES for writing."""
-        check_read_only_open(flags)
-        key = self._key()
-        fd = self.ctx.views.parts.open_nowait(key)
-        return None if fd is None else self._handle(key, fd)
 
     def _handle(self, key: tuple, fd: int) -> PartHandle:
         h = PartHandle(fd)
@@ -371,16 +357,11 @@ class PartHandle(Handle):
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
+    @loop_first
     def read(self, offset: int, length: int) -> bytes:
-        """``pread`` of the rendered file."""
-        return os.pread(self.fd, length, offset)
-
-    def read_nowait(self, offset: int, length: int) -> bytes | bytearray | None:
-        """``pread`` when the pages are cached (:func:`pread_nowait`), else None."""
-        data = pread_nowait(self.fd, length, offset)
-        if data is None:  # short: the end of the file, or pages not cached
-            return None
-        return bytes(data)
+        """``pread`` of the rendered file (on the trio loop when its pages are cached:
+        :func:`fusefs.base.pread`)."""
+        return bytes(pread(self.fd, length, offset))
 
     def release(self) -> None:
         """Close the descriptor."""

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print(
-            "usage: python -m rmqfs.mount.guard MOUNTPOINT  (stdin: the daemon's pipe)", file=sys.stderr
+            "usage: python -m rmqfs.mount.guard MOUNTPOINT  (stdin: the daemon's pipe)",
+            file=sys.stderr,
         )
         return 2
     logging.basicConfig(format="%(asctime)s rmqfs-guard %(levelname)s %(message)s")

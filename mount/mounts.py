@@ -27,11 +27,17 @@ def is_mounted(path: str) -> bool:
 
 
 def module_env() -> dict[str, str]:
-    """This process's environment with the repository first on ``PYTHONPATH``, for the
-    ``python -m mount.…`` processes rmqfs starts (the daemon, its guard) from ``/``."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """This process's environment for the ``python -m rmqfs.mount.…`` processes rmqfs starts
+    (the daemon, its guard) from ``/``: the directories this process's ``rmqfs`` namespace
+    comes from go first on ``PYTHONPATH``, so they run the same code (a checkout's
+    ``tests/ns``; site-packages, already there, when installed; nothing for an editable
+    install, whose finder the child has too). Never a directory holding ``engine/`` itself."""
+    import rmqfs
+
+    roots = [os.path.dirname(p) for p in rmqfs.__path__ if os.path.isdir(p)]
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = os.pathsep.join([r for r in roots if r not in paths] + paths)
     return env
 
 

@@ -261,6 +261,7 @@ def _ship_code(spark) -> None:
     its own: executors fetch it from the driver's file server (``RpcEnv.fileServer``) for as
     long as the session runs, and nothing of it is left once the session stops.
     """
+    import importlib
     import io
     import zipfile
 
@@ -269,19 +270,22 @@ def _ship_code(spark) -> None:
     sc = spark.sparkContext
     if sc in _SHIPPED:
         return
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        # zipimport finds a namespace package only by its directory entry
+        z.writestr(zipfile.ZipInfo("rmqfs/"), b"")
         for pkg in ("pipeline", "engine"):
             # the packages with their subpackages (engine.read, ...), the decoder's compiled
             # module (engine.read.kernel unpacks it into the worker's cache: no extension
-            # module loads from a zip) and its C source (whose digest it checks)
-            for here, dirs, names in os.walk(os.path.join(root, pkg)):
+            # module loads from a zip) and its C source (whose digest it checks), under their
+            # installed names (rmqfs/engine/...: ``rmqfs`` a namespace package in the zip too)
+            top = os.path.abspath(importlib.import_module(f"rmqfs.{pkg}").__path__[0])
+            for here, dirs, names in os.walk(top):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
                 for name in sorted(names):
                     if name.endswith((".py", ".c", ".h")) or name.startswith("_kernel_cffi."):
                         path = os.path.join(here, name)
-                        z.write(path, os.path.relpath(path, root))
+                        z.write(path, os.path.join("rmqfs", pkg, os.path.relpath(path, top)))
     # A directory of its own: addFile copies the zip into the root directory itself.
     here = os.path.join(SparkFiles.getRootDirectory(), "rmqfs-code")
     os.makedirs(here, exist_ok=True)

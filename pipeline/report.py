@@ -128,11 +128,14 @@ def build_session(
     master = master or "local[*]"
     local = master.startswith("local")
     # Python workers must import this project (the rocketmq data source) from the same tree
-    # as the driver: put it first on their path (local mode; on a cluster, install it).
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in paths if p])
+    # as the driver: the directories the driver's ``rmqfs`` namespace comes from go first on
+    # their path (local mode; on a cluster, install it). An editable install's namespace has
+    # no such directory: the workers' interpreter finds it as the driver's does.
+    import rmqfs
+
+    roots = [os.path.dirname(p) for p in rmqfs.__path__ if os.path.isdir(p)]
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([r for r in roots if r not in paths] + paths)
     if local:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         # Silences "Your hostname ... resolves to a loopback address" at JVM start.

@@ -30,6 +30,9 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+#: PYTHONPATH for the daemons and tools tests start: this checkout's ``rmqfs`` namespace
+#: (tests/ns/rmqfs links to engine/, fusefs/, ...: tests/ns/README.md), then the checkout (bench)
+SRC_PATH = os.pathsep.join([str(REPO / "tests" / "ns"), str(REPO)])
 SHARED = Path(os.environ.get("RMQFS_SHARED", REPO.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 LOGHUB = SHARED / "data" / "loghub"
@@ -134,7 +137,7 @@ def run_rmqfs(*args, check=True, timeout=120) -> subprocess.CompletedProcess:
     """Run the rmqfs command line; returns the completed process."""
     # RMQFS_TEST_PYTHONPATH: directories a test adds (tests/slowrender, tests/quickidle)
     extra = [p for p in os.environ.get("RMQFS_TEST_PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *extra]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC_PATH, *extra]))
     res = subprocess.run(
         rmqfs_cmd(*args), capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
     )

@@ -9,7 +9,7 @@ import struct
 import subprocess
 import termios
 
-from conftest import REPO, rmqfs_cmd
+from conftest import REPO, SRC_PATH, rmqfs_cmd
 
 
 def run_on_pty(*args, timeout: float = 120) -> tuple[int, str, str]:
@@ -17,7 +17,7 @@ def run_on_pty(*args, timeout: float = 120) -> tuple[int, str, str]:
     master, slave = pty.openpty()
     # a terminal 100 columns wide (a new pty has 0: tqdm would draw an empty bar)
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=SRC_PATH)
     proc = subprocess.Popen(
         rmqfs_cmd(*args),
         stdin=subprocess.DEVNULL,

@@ -8,9 +8,15 @@ in engine/ imports tools/ but ``engine/__init__.py`` (lazily).
 Every import is read with ``ast``, those inside functions included, so a cycle cannot hide
 behind a lazy import (``if TYPE_CHECKING:`` blocks never run and are not counted). The tree
 modules must not pull in pyfuse3 or trio: they run without a kernel mount (tests/fs/).
+
+The four folders are installed as one namespace, ``rmqfs.engine``, ``rmqfs.fusefs``, ...
+(setup.py's package-dir mapping): every import names it (:func:`test_every_import_names_the_rmqfs_namespace`).
+Below, modules go by their names inside the namespace (``engine.store`` for ``rmqfs.engine.store``).
 """
 
 import ast
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +25,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("engine", "fusefs", "mount", "pipeline")
+NS = "rmqfs."
+#: what a subprocess of these tests imports ``rmqfs`` from: this checkout (tests/ns/rmqfs)
+ENV = dict(os.environ, PYTHONPATH=str(REPO / "tests" / "ns"))
+
+
+def short(name: str) -> str:
+    """``rmqfs.engine.store`` -> ``engine.store`` (names inside the namespace)."""
+    return name[len(NS) :] if name.startswith(NS) else name
+
+
 FORBIDDEN = {
     "engine": {"fusefs", "mount", "pipeline"},
     "fusefs": {"mount", "pipeline"},
@@ -41,9 +57,12 @@ def imports(module: str, source: str, is_package: bool = False) -> set[str]:
         if id(node) in typing_only:
             continue
         if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
+            out |= {short(a.name) for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
+            base = short(node.module or "")
+            if node.module == "rmqfs":  # from rmqfs import engine
+                out |= {a.name for a in node.names}
+                continue
             if node.level:  # from . / from .. : up level - 1 packages from this one
                 parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = parent + ("." + base if base else "")
@@ -191,16 +210,16 @@ def test_import_engine_is_light():
     """``import engine`` loads only the errors: the public names load on first use, and the
     columnar reader's numpy/pyarrow only with StoreFiles (the FUSE daemon relies on it)."""
     code = (
-        "import sys, engine\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "import sys, rmqfs.engine\n"
+        "print(sorted(m for m in sys.modules if m.removeprefix('rmqfs.').split('.')[0] in "
         "('engine', 'numpy', 'pyarrow')))\n"
-        "from engine import MessageStore, Message, StoreConfig\n"
+        "from rmqfs.engine import MessageStore, Message, StoreConfig\n"
         "print('numpy' in sys.modules)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True, check=True
     ).stdout.split("\n")
-    assert out[0] == "['engine', 'engine.errors']"
+    assert out[0] == "['rmqfs.engine', 'rmqfs.engine.errors']"
     assert out[1] == "False"
 
 
@@ -209,7 +228,7 @@ def _engine_imports_that_do_not_resolve(path: Path) -> list[str]:
     (``engine.recovery`` after the move to ``engine.service``) would otherwise be found by the
     editable install's finder in another checkout and load a second copy of the engine there.
     ``from engine import X``: X is a subpackage or module, or a name of ``engine.__all__``."""
-    import engine
+    from rmqfs import engine
 
     bad = []
 
@@ -220,19 +239,20 @@ def _engine_imports_that_do_not_resolve(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             bad += [
-                a.name
+                short(a.name)
                 for a in node.names
-                if a.name.split(".")[0] == "engine" and not exists(a.name)
+                if short(a.name).split(".")[0] == "engine" and not exists(short(a.name))
             ]
         elif (
             isinstance(node, ast.ImportFrom)
             and not node.level
             and node.module
-            and node.module.split(".")[0] == "engine"
+            and short(node.module).split(".")[0] == "engine"
         ):
-            if not exists(node.module):
-                bad.append(node.module)
-            elif node.module == "engine":
+            module = short(node.module)
+            if not exists(module):
+                bad.append(module)
+            elif module == "engine":
                 bad += [
                     f"engine.{a.name}"
                     for a in node.names
@@ -311,14 +331,60 @@ def test_an_old_engine_path_is_found(tmp_path):
 def test_the_tree_runs_without_pyfuse3_and_trio():
     code = (
         "import sys\n"
-        "import fusefs.base, fusefs.nodes, fusefs.viewtree, fusefs.snapshots, fusefs.views, "
-        "fusefs.render\n"
+        "import rmqfs.fusefs.base, rmqfs.fusefs.nodes, rmqfs.fusefs.viewtree, "
+        "rmqfs.fusefs.snapshots, rmqfs.fusefs.views, rmqfs.fusefs.render\n"
         "print(sorted(m for m in ('pyfuse3', 'trio') if m in sys.modules))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def bare_imports(source: str) -> list[str]:
+    """The imports of ``engine``, ``fusefs``, ``mount`` or ``pipeline`` as top-level packages
+    (not ``rmqfs.``): installed, those names are another project's (issue 24), and in a checkout
+    they would load a second copy of a module beside its ``rmqfs.`` one."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        bad += [n for n in names if n.split(".")[0] in LAYERS]
+    return bad
+
+
+#: what a user pastes: ``from engine import ...`` or ``python -m mount.cli`` in the docs
+_DOC_BARE = re.compile(
+    r"^\s*(?:>>> )?(?:from|import) (?:engine|fusefs|mount|pipeline)\b|-m (?:engine|fusefs|mount|pipeline)\.",
+    re.M,
+)
+
+
+def test_every_import_names_the_rmqfs_namespace():
+    files = [
+        p
+        for d in (*LAYERS, "tests", "bench")
+        for p in sorted((REPO / d).rglob("*.py"))
+        if not {"java", "ns"} & set(p.relative_to(REPO).parts)
+    ]
+    bad = {str(p.relative_to(REPO)): b for p in files if (b := bare_imports(p.read_text()))}
+    assert not bad, bad
+    docs = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+    bad_docs = {
+        str(p.relative_to(REPO)): m for p in docs if (m := _DOC_BARE.findall(p.read_text()))
+    }
+    assert not bad_docs, bad_docs
+
+
+def test_a_bare_import_is_found():
+    assert bare_imports(
+        "import engine.store\nfrom fusefs import nodes\nfrom rmqfs.mount import cli\n"
+        "from . import x\nimport enginex\n"
+    ) == ["engine.store", "fusefs"]
+    assert _DOC_BARE.findall("x\n    from engine import MessageStore\npython -m mount.cli -h\n")
 
 
 TESTS = REPO / "tests"

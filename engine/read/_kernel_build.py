@@ -183,7 +183,8 @@ def main(argv: list[str]) -> int:
         out = os.path.abspath(argv[1])
     elif argv:
         print(
-            "usage: python -m rmqfs.engine.read._kernel_build [--if-stale | --out DIR]", file=sys.stderr
+            "usage: python -m rmqfs.engine.read._kernel_build [--if-stale | --out DIR]",
+            file=sys.stderr,
         )
         return 2
     print(build(out, os.path.join(out, "build", "kernel")))

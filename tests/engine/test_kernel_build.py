@@ -91,7 +91,9 @@ def test_a_wheel_carries_the_kernel_and_decodes_without_a_compiler(tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(wheel).namelist()
-    assert any(n.startswith("engine/read/_kernel_cffi.") and n.endswith(".so") for n in names)
+    assert any(n.startswith("rmqfs/engine/read/_kernel_cffi.") and n.endswith(".so") for n in names)
+    # one namespace: nothing of rmqfs at the top of site-packages but rmqfs/ and its metadata
+    assert {n.split("/")[0] for n in names} == {"rmqfs", "rmqfs-0.1.0.dist-info"}
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = str(venv / "bin" / "python")
@@ -113,9 +115,15 @@ def test_a_wheel_carries_the_kernel_and_decodes_without_a_compiler(tmp_path):
     code = (
         "import shutil, sys\n"
         "assert shutil.which('cc') is None and shutil.which('gcc') is None\n"
-        "import engine\n"
+        "from rmqfs import engine\n"
         "assert engine.__file__.startswith(sys.prefix), engine.__file__\n"
-        "from engine.read import columnar, kernel\n"
+        "for name in ('engine', 'fusefs', 'mount', 'pipeline'):\n"
+        "    try:\n"
+        "        __import__(name)\n"
+        "    except ImportError:\n"
+        "        continue\n"
+        "    raise AssertionError(f'import {name} resolves')\n"
+        "from rmqfs.engine.read import columnar, kernel\n"
         "assert kernel.load() is not None\n"
         "f = columnar.StoreFiles(sys.argv[1])\n"
         "print(sum(b.num_rows for b in f.read_commitlog()))\n"
@@ -131,3 +139,8 @@ def test_a_wheel_carries_the_kernel_and_decodes_without_a_compiler(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["50"]
     assert "not available" not in out.stderr
+    # the console script names the namespace's CLI
+    out = subprocess.run(
+        [str(venv / "bin" / "rmqfs"), "--help"], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0 and "usage: rmqfs" in out.stdout, out.stderr

@@ -11,9 +11,9 @@ import shutil
 
 import pytest
 
+from lmqstore import UNIT, build_lmq_store
 from rmqfs.engine.errors import CorruptRecordError, UnsupportedLayoutError
 from rmqfs.engine.store import MessageStore
-from lmqstore import UNIT, build_lmq_store
 
 
 def _queue_files(root, q):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SRC_PATH
 from rmqfs.engine.errors import StoreLockedError
 from rmqfs.engine.service.lock import LOCK_FILE, lock_holder, release_store_lock, take_store_lock
 from rmqfs.engine.store import Message, MessageStore
@@ -29,7 +30,7 @@ def holder(tmp_path):
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env={**os.environ, "PYTHONPATH": SRC_PATH},
     )
     assert p.stdout.readline().strip() == "locked"
     yield p
@@ -134,7 +135,7 @@ def test_closing_another_descriptor_keeps_the_lock(tmp_path):
             [sys.executable, "-c", HOLD, str(tmp_path)],
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            env={**os.environ, "PYTHONPATH": SRC_PATH},
             input="",
             timeout=60,
         )
@@ -170,7 +171,7 @@ def test_holder_found_from_another_process(tmp_path):
             ],
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            env={**os.environ, "PYTHONPATH": SRC_PATH},
             timeout=60,
         )
         assert res.stdout.strip() == str(os.getpid()), res.stderr
@@ -200,7 +201,7 @@ def try_lock_elsewhere(root) -> str:
         [sys.executable, "-c", TRY_LOCK, str(root)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env={**os.environ, "PYTHONPATH": SRC_PATH},
         timeout=60,
     )
     assert res.returncode == 0, res.stderr

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, SRC_PATH
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 SEED = int(os.environ.get("RMQFS_DAMAGE_SEED", "20261123"))
@@ -254,7 +254,7 @@ def test_damaged_stores_never_crash_hang_or_escape(base_store):
                     text=True,
                     timeout=60,
                     cwd=str(REPO),
-                    env=dict(os.environ, PYTHONPATH=str(REPO)),
+                    env=dict(os.environ, PYTHONPATH=SRC_PATH),
                 )
             except subprocess.TimeoutExpired:
                 failures.append(f"{case}: hung for 60 s")
@@ -472,7 +472,7 @@ def test_hostile_fields_never_crash_hang_or_blow_up(base_store):
             text=True,
             timeout=300,  # a hang fails the test (the cases take a few seconds)
             cwd=str(REPO),
-            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")])),
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join([SRC_PATH, str(REPO / "tests")])),
         )
         assert p.returncode == 0, p.stderr[-3000:]
         out = json.loads(p.stdout.strip().splitlines()[-1])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import refreader
-from conftest import REPO
+from conftest import REPO, SRC_PATH
 from rmqfs.engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeStoreError
 from rmqfs.engine.format import config as C
 from rmqfs.engine.format import mappedfile
@@ -288,7 +288,7 @@ def test_produce_cli_validates_queues(tmp_path):
             capture_output=True,
             cwd=REPO,
             timeout=60,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            env=dict(os.environ, PYTHONPATH=SRC_PATH),
         )
         assert res.returncode == 1 and "--queues" in res.stderr, res.stderr
         assert "Traceback" not in res.stderr

@@ -13,8 +13,8 @@ import logging
 
 import pytest
 
-from rmqfs.engine.store import Message, MessageStore
 from fstree import small_config, tree
+from rmqfs.engine.store import Message, MessageStore
 from stores import flip_body_byte
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fuse, run_rmqfs
+from conftest import REPO, SRC_PATH, fuse, run_rmqfs
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -54,7 +54,7 @@ def fail(*args, env=None) -> str:
         text=True,
         timeout=60,
         cwd=REPO,
-        env=env or dict(os.environ, PYTHONPATH=str(REPO)),
+        env=env or dict(os.environ, PYTHONPATH=SRC_PATH),
     )
     assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
     return res.stderr
@@ -81,7 +81,7 @@ def test_mount_refuses_bad_mount_points_locked_stores_and_missing_fuse(mount_sto
     assert err.count("-o ro") == 1, err
     assert not mounted(tmp_path / "mnt2")
     # no fusermount3 on PATH: FUSE unavailable
-    env = dict(os.environ, PYTHONPATH=str(REPO), PATH=os.path.dirname(sys.executable))
+    env = dict(os.environ, PYTHONPATH=SRC_PATH, PATH=os.path.dirname(sys.executable))
     err = fail("mount", tmp_path / "s3", tmp_path / "mnt2", env=env)
     assert "FUSE is not available" in err
     # an unknown FUSE option
@@ -127,7 +127,7 @@ def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "rmqfs.mount.cli", "mount", str(store), str(mnt), "-f"],
         cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        env=dict(os.environ, PYTHONPATH=SRC_PATH),
         stderr=subprocess.PIPE,
         text=True,
     )

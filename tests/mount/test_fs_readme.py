@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, SHARED, fuse
+from conftest import REPO, SHARED, SRC_PATH, fuse
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -40,7 +40,7 @@ def test_readme_examples_work_when_pasted(tmp_path, sections):
     # `. .venv/bin/activate` puts an `rmqfs` running this checkout's code on PATH
     rmqfs = work / ".venv" / "bin" / "rmqfs"
     rmqfs.write_text(
-        f"#!/bin/sh\nPYTHONPATH='{REPO}' exec '{sys.executable}' -m rmqfs.mount.cli \"$@\"\n"
+        f"#!/bin/sh\nPYTHONPATH='{SRC_PATH}' exec '{sys.executable}' -m rmqfs.mount.cli \"$@\"\n"
     )
     rmqfs.chmod(0o755)
     (work / ".venv" / "bin" / "activate").write_text(f'PATH="{rmqfs.parent}:$PATH"\n')

@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from conftest import fuse, in_mount_table, run_rmqfs
-from rmqfs.engine.store import Message, MessageStore
 from progressout import run_on_pty
+from rmqfs.engine.store import Message, MessageStore
 from stores import small
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, copy_fixture, fuse
+from conftest import FIXTURES, SRC_PATH, copy_fixture, fuse
 from rmqfs.engine.store import Message, MessageStore
 
 pytest.importorskip("pyspark")
@@ -306,8 +306,6 @@ def test_register_names_the_workers_interpreter(tmp_path, worker):
     import subprocess
     import sys
 
-    from conftest import REPO
-
     if worker == "missing":
         python = str(tmp_path / "no-such-python")
     else:
@@ -316,7 +314,7 @@ def test_register_names_the_workers_interpreter(tmp_path, worker):
             [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True
         )
         python = str(tmp_path / "venv" / "bin" / "python")
-    env = dict(os.environ, PYSPARK_PYTHON=python, PYTHONPATH=str(REPO), SPARK_LOCAL_IP="127.0.0.1")
+    env = dict(os.environ, PYSPARK_PYTHON=python, PYTHONPATH=SRC_PATH, SPARK_LOCAL_IP="127.0.0.1")
     out = subprocess.run(
         [sys.executable, "-c", _REGISTER_IN_A_SESSION],
         env=env,
@@ -399,13 +397,11 @@ def test_the_shipped_code_is_gone_when_the_session_stops(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
-
     (tmp_path / "tmp").mkdir()
     env = dict(
         os.environ,
         PYSPARK_PYTHON=sys.executable,
-        PYTHONPATH=str(REPO),
+        PYTHONPATH=SRC_PATH,
         SPARK_LOCAL_IP="127.0.0.1",
         TMPDIR=str(tmp_path / "tmp"),
     )

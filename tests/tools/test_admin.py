@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import LOGHUB, REPO, run_rmqfs
+from conftest import LOGHUB, REPO, SRC_PATH, run_rmqfs
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 SEG = 64 * 1024
@@ -148,7 +148,7 @@ def test_produce_and_print(tmp_path):
     nobody = run_rmqfs("print-msg", root, "-t", "Logs", "-i", "0", "-d", "false").stdout
     assert nobody.count("BODY: NOT PRINT BODY") == 2
     # stdin, a pinned queue and a property
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=SRC_PATH)
     out = (
         subprocess.run(
             [

@@ -7,8 +7,8 @@ import json
 import os
 
 from conftest import run_rmqfs
-from rmqfs.engine.store import Message, MessageStore
 from progressout import run_on_pty
+from rmqfs.engine.store import Message, MessageStore
 from stores import small
 
 
