@@ -165,8 +165,9 @@ class StatusFile(GeneratedFile):
     """``status.json``: where the CommitLog stands, how far dispatch and flush lag, counts.
 
     Offsets and lags are bytes of the CommitLog; timestamps epoch ms. ``dispatchBehindBytes``
-    is RocketMQ's ``dispatchBehindBytes()`` (CommitLog max offset minus the reput offset; 0
-    while dispatch runs inline with the put); ``flushBehindBytes`` what an fsync would still
+    is RocketMQ's ``dispatchBehindBytes()`` (CommitLog max offset minus the reput offset:
+    dispatch runs inline with the put, so it is 0 but for SYNC_FLUSH puts waiting for their
+    flush); ``flushBehindBytes`` what an fsync would still
     write. ``brokerName`` is broker.conf's (``--config``), else RocketMQ's default, the host
     name. mtime = the store time of the newest message (the mount time before any).
 
