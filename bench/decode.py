@@ -148,7 +148,9 @@ def decode_pass(files, ends: dict[int, int], columns, sample=None) -> tuple[floa
         for pos in range(0, hi, BATCH):
             units = cq.units(pos, min(hi, pos + BATCH))
             qoffs = np.arange(pos, pos + len(units), dtype=np.int64)
-            rows += decode_units(files.commitlog, TOPIC, q, units, qoffs, columns=columns).num_rows
+            rows += decode_units(
+                files.commitlog, TOPIC, q, units, qoffs, columns=columns, check_crc=files.check_crc
+            ).num_rows
             if sample is not None:
                 sample()
     return time.process_time() - c0, time.perf_counter() - w0, rows

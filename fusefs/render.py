@@ -180,11 +180,11 @@ _segments: dict = {}
 def _worker_segments(commitlog_dir: str):
     """The CommitLog of a worker process (read-only mmaps, kept between tasks, refreshed so
     segments created since are seen)."""
-    from rmqfs.engine.read.columnar import Segments
+    from rmqfs.engine.format.mappedfile import MappedFiles
 
     segs = _segments.get(commitlog_dir)
     if segs is None:
-        segs = _segments[commitlog_dir] = Segments(commitlog_dir)
+        segs = _segments[commitlog_dir] = MappedFiles(commitlog_dir)
     else:
         segs.refresh()
     return segs
@@ -208,7 +208,7 @@ def _task_done(release_memory: bool) -> None:
     2 ms, paid after a Parquet part, not after each small JSON chunk, whose memory the next
     one reuses). And note the time: a thread of the worker, started here once, unmaps the
     CommitLog pages it read after :data:`WORKER_IDLE_TRIM_S` without a task
-    (``Segments.release_pages``; they would otherwise add up to the whole CommitLog in every
+    (``MappedFiles.release_pages``; they would otherwise add up to the whole CommitLog in every
     worker). Not after every task: the queues' records share pages, and the next part would
     map them again."""
     import threading
@@ -262,7 +262,8 @@ def render_view_chunk(
     (``fusefs.views`` splits a view into chunks in line order and appends the results in order).
 
     Args:
-        commitlog_dir: the store's ``commitlog/`` directory (opened read-only, no lock).
+        commitlog_dir: the store's CommitLog directory (``commitlog/``; a DLedger store's
+            ``dledger-<selfId>/data``), opened read-only, no lock.
         topic: the topic.
         queue_ids: the queue id (an int: a queue view) or one per unit (int64 array: a topic
             view, units in CommitLog order).
@@ -318,7 +319,8 @@ def render_part(
     """Write the Parquet part of queue offsets ``[first, first + len(units))``.
 
     Args:
-        commitlog_dir: the store's ``commitlog/`` directory (opened read-only, no lock).
+        commitlog_dir: the store's CommitLog directory (``commitlog/``; a DLedger store's
+            ``dledger-<selfId>/data``), opened read-only, no lock.
         topic, queue_id: the queue.
         units: the ConsumeQueue units of those offsets (``engine.read.columnar.queue_units``: a
             ``UNIT_DTYPE`` array); blank filler units are skipped

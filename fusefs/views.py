@@ -918,7 +918,8 @@ class PartCache:
             self.budget.on_disk = self.bytes_of
             self.budget.evict_one = self.evict_one
         self.workers = workers or os.cpu_count() or 1
-        self.commitlog_dir = os.path.join(store.root, "commitlog")
+        #: the CommitLog files' directory (a DLedger store's dledger-<selfId>/data)
+        self.commitlog_dir = store.commitlog.files.directory
         self.lock = threading.Lock()
         #: notified (under :attr:`lock`) whenever a part leaves RENDERING
         self.changed = threading.Condition(self.lock)

@@ -13,8 +13,11 @@ and writes use ``os.pread``/``os.pwrite``, which are safe to call from several t
 from __future__ import annotations
 
 import errno
+import itertools
+import mmap
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable
 
@@ -166,20 +169,18 @@ class FileQueue:
         self.segments: list[Segment] = []
         self._lock = threading.Lock()
         self.repairs: list[str] = []  # what load had to repair (for logs and reports)
-        names = []
         if not read_only:
             for n in remove_temp_files(directory):
                 self.repairs.append(f"removed {n} (a file a crash left half-created)")
-        if os.path.isdir(directory):
-            names = [
-                n for n in segment_names(directory) if os.path.isfile(os.path.join(directory, n))
-            ]
+        listed = list_segments(directory) if os.path.isdir(directory) else []
+        names = [offset_to_file_name(start) for start, _ in listed]
+        sizes = [size for _, size in listed]
         # MappedFileQueue.load: a zero-length last file is deleted.
-        while names and os.path.getsize(os.path.join(directory, names[-1])) == 0:
+        while names and sizes[-1] == 0:
             if not read_only:
                 os.unlink(os.path.join(directory, names[-1]))
             names.pop()
-        sizes = [os.path.getsize(os.path.join(directory, n)) for n in names]
+            sizes.pop()
         # Every file but the last must have the segment size. The last one may be shorter when
         # a crash tore it (a broker refuses such a queue; here it is zero-extended, so the torn
         # part reads as the end of the data and recovery truncates there).
@@ -414,10 +415,196 @@ def segment_names(directory: str) -> list[str]:
     """Names in ``directory`` that are segment names (:data:`SEGMENT_NAME`: 20 ASCII digits,
     ``UtilAll.offset2FileName``), sorted, so in offset order; whatever their file type (callers
     that need regular files check). [] when the directory does not exist; other OSErrors
-    propagate. The one listing of a CommitLog or ConsumeQueue directory: FileQueue, verify,
-    columnar, follower and consumequeue use it."""
+    propagate. The one listing of a CommitLog or ConsumeQueue directory: :func:`list_segments`
+    (so :class:`FileQueue` and :class:`MappedFiles`), verify, the follower and consumequeue
+    use it."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
     return sorted(n for n in names if SEGMENT_NAME.fullmatch(n))
+
+
+def list_segments(directory: str) -> list[tuple[int, int]]:
+    """``(start offset, size in bytes)`` of each regular file (a link is followed) in
+    ``directory`` with a segment name (:func:`segment_names`), in offset order; a file deleted
+    while listed (retention, a writer's truncation) is left out. [] when the directory does not
+    exist; other OSErrors propagate. One ``stat`` a file.
+
+    The listing :class:`FileQueue` loads (``MappedFileQueue.load``) and :class:`MappedFiles`
+    refreshes."""
+    out = []
+    for n in segment_names(directory):
+        try:
+            st = os.stat(os.path.join(directory, n))
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.append((int(n), st.st_size))
+    return out
+
+
+class MappedFiles:
+    """The files of a :class:`FileQueue` directory read through read-only mmaps, without a
+    lock: what a reader of a store another process writes uses (``engine.read.columnar``: the
+    CommitLog of ``StoreFiles`` and each ConsumeQueue; verify; the mount's render workers).
+
+    Files are opened ``O_RDONLY``, mapped lazily (the first read of each), and never written,
+    created or deleted. The listing (:meth:`refresh`) tolerates what a live writer leaves:
+    empty files (being created) are skipped, files deleted meanwhile dropped, a gap tolerated
+    (an offset in a missing file reads as absent). Reading a CommitLog of a broker's store:
+    ``MappedFile.selectMappedBuffer`` over ``MappedFileQueue.findMappedFileByOffset``.
+
+    Attributes (replaced by :meth:`refresh`, never changed in place):
+        starts: start offsets of the listed non-empty files, in order.
+        sizes: ``{start: size in bytes}`` of those files.
+        file_size: the largest of those sizes (the segment size); 0 without files.
+    """
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        #: guards the mapping caches (a mapping is created once, under it)
+        self.lock = threading.Lock()
+        self.maps: dict[int, mmap.mmap] = {}  # locate's mappings, by file start
+        self.views: dict[int, mmap.mmap] = {}  # file_view's mappings (closed by close())
+        self.starts: list[int] = []
+        self.sizes: dict[int, int] = {}
+        self.file_size = 0
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-list the files (new segments, segments deleted by retention)."""
+        listed = [(start, size) for start, size in list_segments(self.directory) if size]
+        self.starts = [start for start, _ in listed]
+        self.sizes = dict(listed)
+        self.file_size = max(self.sizes.values()) if self.sizes else 0
+
+    @property
+    def min_offset(self) -> int:
+        """Start offset of the first file (0 without files)."""
+        return self.starts[0] if self.starts else 0
+
+    def release_pages(self) -> None:
+        """Unmap the pages read so far from every mapped file (``MADV_DONTNEED``): they stay
+        in the page cache, but leave this process's RSS (which otherwise grows to every file
+        read, in every process that reads it). A later read maps them again (a minor fault a
+        page). Safe while another thread reads: a read-only file mapping loses nothing."""
+        with self.lock:
+            maps = list(itertools.chain(self.maps.values(), self.views.values()))
+        for m in maps:
+            try:
+                m.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):  # closed meanwhile
+                pass
+
+    def _map(self, start: int) -> mmap.mmap | None:
+        m = self.maps.get(start)
+        if m is None:
+            with self.lock:
+                m = self.maps.get(start)
+                if m is None:
+                    path = os.path.join(self.directory, offset_to_file_name(start))
+                    try:
+                        with open(path, "rb") as f:
+                            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    except (FileNotFoundError, ValueError):
+                        return None
+                    self.maps[start] = m
+        return m
+
+    def locate(self, offset: int) -> tuple[mmap.mmap, int] | None:
+        """``(mapping of the file holding offset, position in it)`` or None (no such file,
+        even after a re-listing). A file that grew since it was mapped is mapped again."""
+        if not self.file_size or offset < 0:
+            return None
+        start = offset - offset % self.file_size
+        if start not in self.sizes:
+            self.refresh()
+            if start not in self.sizes:
+                return None
+        m = self._map(start)
+        if m is None:
+            return None
+        pos = offset - start
+        if pos >= len(m):  # the file grew since it was mapped
+            with self.lock:
+                self.maps.pop(start, None)
+            m = self._map(start)
+            if m is None or pos >= len(m):
+                return None
+        return m, pos
+
+    def open_file(self, start: int) -> int:
+        """A read-only descriptor of the file named by ``start`` (whatever its size or
+        alignment; listed by :meth:`refresh` or not), opened without following a link
+        (``O_NOFOLLOW``; ``O_NONBLOCK`` so a FIFO never blocks) and refused unless a regular
+        file. The caller closes it.
+
+        Raises:
+            OSError: ENOENT, ELOOP for a link, EACCES for anything but a regular file, ...
+        """
+        path = os.path.join(self.directory, offset_to_file_name(start))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EACCES, "not a regular file", path)
+        return fd
+
+    def file_view(self, start: int) -> mmap.mmap | None:
+        """Read-only mapping of the whole file named by ``start``, opened as :meth:`open_file`
+        does, whatever its size or alignment (for a checker that must read misnamed or
+        mis-sized files, which :meth:`locate` cannot address); None for an empty file. Kept
+        until :meth:`close`. OSErrors of the open propagate."""
+        m = self.views.get(start)
+        if m is None:
+            with self.lock:
+                m = self.views.get(start)
+                if m is None:
+                    fd = self.open_file(start)
+                    try:
+                        m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                    except ValueError:  # empty file
+                        return None
+                    finally:
+                        os.close(fd)
+                    self.views[start] = m
+        return m
+
+    def data_ranges(self, start: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The parts of ``[lo, hi)`` (positions in the file named by ``start``) that may hold
+        data, in order: the holes of a sparse file are left out (``SEEK_DATA``/``SEEK_HOLE``),
+        so a new preallocated segment costs nothing to check. Where ``SEEK_DATA`` fails (ENXIO:
+        only a hole up to the end) nothing more is data; where ``SEEK_HOLE`` fails the data
+        runs to ``hi``."""
+        out: list[tuple[int, int]] = []
+        fd = self.open_file(start)
+        try:
+            p = lo
+            while p < hi:
+                try:
+                    p = os.lseek(fd, p, os.SEEK_DATA)
+                except OSError:
+                    break
+                if p >= hi:
+                    break
+                try:
+                    hole = os.lseek(fd, p, os.SEEK_HOLE)
+                except OSError:
+                    hole = hi
+                stop = min(hi, hole)
+                out.append((p, stop))
+                p = stop
+        finally:
+            os.close(fd)
+        return out
+
+    def close(self) -> None:
+        """Unmap every file (buffers already taken from them keep their own copies)."""
+        with self.lock:
+            for m in itertools.chain(self.maps.values(), self.views.values()):
+                try:
+                    m.close()
+                except BufferError:  # still exported by a live numpy view: dropped with it
+                    pass
+            self.maps.clear()
+            self.views.clear()

@@ -43,9 +43,7 @@ Formats (docs/format.md): ``engine.format.message`` (records, ``MessageDecoder``
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
-import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -56,10 +54,10 @@ from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
 from ..format.commitlog import DEFAULT_FILE_SIZE, CommitLog
 from ..format.config import topic_path_problem
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
-from ..format.dledger import DLedgerLog, commitlog_dir, open_dledger
+from ..format.dledger import DLedgerLog, open_dledger
 from ..format.innerbatch import inner_message
 from ..format.javahash import tags_code
-from ..format.mappedfile import segment_names
+from ..format.mappedfile import MappedFiles
 from ..format.message import (
     BODY_CRC_MASK,
     BORNHOST_V6_FLAG,
@@ -95,7 +93,7 @@ from ..format.message import (
     unit_mismatch,
 )
 from ..format.rocksdbcq import RocksDBConsumeQueues
-from ..service.storetree import open_beneath, rocksdb_consume_queue
+from ..service.storetree import rocksdb_consume_queue
 from . import kernel
 from .jsonline import message_fields
 from .kernel import (
@@ -230,176 +228,12 @@ _MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 # Files
 
 
-class Segments:
-    """Files of one size named by their 20-digit start offset, read through read-only mmaps.
-
-    Opens files with ``O_RDONLY`` and takes no lock; never writes.
-
-    ``check_crc``: records decoded from these files have their BODYCRC checked (the
-    CommitLog's; True by default, as RocketMQ's ``checkCRCOnRecover``). False trusts the
-    files: for a store already verified, and what ``bench/bodycrc.py`` measures the check
-    against.
-    """
-
-    def __init__(self, directory: str, check_crc: bool = True):
-        if not os.path.isdir(directory) and os.path.basename(directory) == "commitlog":
-            # a DLedger store's CommitLog files are dledger-<selfId>/data
-            # (engine.format.dledger.commitlog_dir); callers that name <root>/commitlog get them
-            directory = commitlog_dir(os.path.dirname(directory))
-        self.directory = directory
-        self.check_crc = check_crc
-        self.lock = threading.Lock()
-        self.maps: dict[int, mmap.mmap] = {}
-        self.views: dict[int, mmap.mmap] = {}  # file_view's mappings (closed by close())
-        self.refresh()
-
-    def release_pages(self) -> None:
-        """Unmap the pages read so far from every mapped file (``MADV_DONTNEED``): they stay
-        in the page cache, but leave this process's RSS (which otherwise grows to every file
-        read, in every process that reads it). A later read maps them again (a minor fault a
-        page). Safe while another thread decodes: a read-only file mapping loses nothing."""
-        with self.lock:
-            maps = list(itertools.chain(self.maps.values(), self.views.values()))
-        for m in maps:
-            try:
-                m.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):  # closed meanwhile
-                pass
-
-    def refresh(self) -> None:
-        """Re-list the files (new segments, segments deleted by retention)."""
-        names = segment_names(self.directory)
-        sizes = {}
-        starts = []
-        for n in names:
-            try:
-                size = os.path.getsize(os.path.join(self.directory, n))
-            except FileNotFoundError:  # deleted by retention meanwhile
-                continue
-            if size:
-                starts.append(int(n))
-                sizes[int(n)] = size
-        self.starts = starts
-        self.sizes = sizes
-        self.file_size = max(sizes.values()) if sizes else 0
-
-    @property
-    def min_offset(self) -> int:
-        """Start offset of the first file (0 without files)."""
-        return self.starts[0] if self.starts else 0
-
-    def _map(self, start: int) -> mmap.mmap | None:
-        m = self.maps.get(start)
-        if m is None:
-            with self.lock:
-                m = self.maps.get(start)
-                if m is None:
-                    path = os.path.join(self.directory, f"{start:020d}")
-                    try:
-                        with open(path, "rb") as f:
-                            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                    except (FileNotFoundError, ValueError):
-                        return None
-                    self.maps[start] = m
-        return m
-
-    def locate(self, offset: int) -> tuple[mmap.mmap, int] | None:
-        """``(mapping of the file holding offset, position in it)`` or None."""
-        if not self.file_size or offset < 0:
-            return None
-        start = offset - offset % self.file_size
-        if start not in self.sizes:
-            self.refresh()
-            if start not in self.sizes:
-                return None
-        m = self._map(start)
-        if m is None:
-            return None
-        pos = offset - start
-        if pos >= len(m):  # the file grew since it was mapped
-            with self.lock:
-                self.maps.pop(start, None)
-            m = self._map(start)
-            if m is None or pos >= len(m):
-                return None
-        return m, pos
-
-    def open_file(self, start: int) -> int:
-        """A read-only descriptor of the file named by ``start`` (whatever its size or
-        alignment; listed by :meth:`refresh` or not), opened without following a link below
-        the directory (``storetree.open_beneath``: ``O_NOFOLLOW``, ``O_NONBLOCK`` so a FIFO never
-        blocks, refused unless a regular file). The caller closes it.
-
-        Raises:
-            OSError: ENOENT, ELOOP for a link, EACCES for a special file, ...
-        """
-        return open_beneath(self.directory, f"{start:020d}")
-
-    def file_view(self, start: int) -> mmap.mmap | None:
-        """Read-only mapping of the whole file named by ``start``, opened as :meth:`open_file`
-        does, whatever its size or alignment (for a checker that must read misnamed or
-        mis-sized files, which :meth:`locate` cannot address); None for an empty file. Kept
-        until :meth:`close`. OSErrors of the open propagate."""
-        m = self.views.get(start)
-        if m is None:
-            with self.lock:
-                m = self.views.get(start)
-                if m is None:
-                    fd = self.open_file(start)
-                    try:
-                        m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-                    except ValueError:  # empty file
-                        return None
-                    finally:
-                        os.close(fd)
-                    self.views[start] = m
-        return m
-
-    def data_ranges(self, start: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """The parts of ``[lo, hi)`` (positions in the file named by ``start``) that may hold
-        data, in order: the holes of a sparse file are left out (``SEEK_DATA``/``SEEK_HOLE``),
-        so a new preallocated segment costs nothing to check. Where ``SEEK_DATA`` fails (ENXIO:
-        only a hole up to the end) nothing more is data; where ``SEEK_HOLE`` fails the data
-        runs to ``hi``."""
-        out: list[tuple[int, int]] = []
-        fd = self.open_file(start)
-        try:
-            p = lo
-            while p < hi:
-                try:
-                    p = os.lseek(fd, p, os.SEEK_DATA)
-                except OSError:
-                    break
-                if p >= hi:
-                    break
-                try:
-                    hole = os.lseek(fd, p, os.SEEK_HOLE)
-                except OSError:
-                    hole = hi
-                stop = min(hi, hole)
-                out.append((p, stop))
-                p = stop
-        finally:
-            os.close(fd)
-        return out
-
-    def close(self) -> None:
-        """Unmap every file (batches already returned keep their own copies)."""
-        with self.lock:
-            for m in itertools.chain(self.maps.values(), self.views.values()):
-                try:
-                    m.close()
-                except BufferError:  # still exported by a live numpy view: dropped with it
-                    pass
-            self.maps.clear()
-            self.views.clear()
-
-
 class QueueFiles:
-    """One ``consumequeue/<topic>/<queueId>`` directory, read-only."""
+    """One ``consumequeue/<topic>/<queueId>`` directory, read-only (its files:
+    :class:`engine.format.mappedfile.MappedFiles`)."""
 
     def __init__(self, directory: str):
-        self.files = Segments(directory)
+        self.files = MappedFiles(directory)
 
     def units(self, start: int, end: int) -> np.ndarray:
         """Units of queue offsets ``[start, end)`` as a :data:`UNIT_DTYPE` array (shorter when
@@ -592,7 +426,10 @@ class StoreFiles:
         self.committed_end: int | None = None
         if self.dledger is not None:
             self.committed_end = self.dledger.committed_end() or 0
-        self.commitlog = Segments(cl, check_crc=check_crc)
+        #: the store's CommitLog files (read-only mmaps)
+        self.commitlog = MappedFiles(cl)
+        #: whether records read here have their BODYCRC checked (the decoders' ``check_crc``)
+        self.check_crc = check_crc
         self._queues: dict[tuple[str, int], QueueFiles | BatchQueueFiles | RocksDBQueue] = {}
         #: the store's RocksDB ConsumeQueues (engine.format.rocksdbcq) when it keeps them
         #: there (storetree.rocksdb_consume_queue, the one decision), else None
@@ -763,7 +600,9 @@ class StoreFiles:
             keep = None if codes is None else np.isin(units["tags"].astype(np.int64), codes)
             units, qoffs, _ = drop_blank_units(units, qoffs, keep=keep)
             if len(units):
-                batch = decode_units(self.commitlog, topic, queue_id, units, qoffs, wanted, columns)
+                batch = decode_units(
+                    self.commitlog, topic, queue_id, units, qoffs, wanted, columns, self.check_crc
+                )
                 if batch.num_rows:
                     yield batch
             pos += n
@@ -777,7 +616,9 @@ class StoreFiles:
     ) -> Iterator:
         """:func:`decode_commitlog` over this store's CommitLog (a DLedger store's committed
         entries)."""
-        return decode_commitlog(self.commitlog, start, end, batch_rows, columns, self.dledger)
+        return decode_commitlog(
+            self.commitlog, start, end, batch_rows, columns, self.dledger, self.check_crc
+        )
 
     def close(self) -> None:
         """Unmap every file."""
@@ -793,24 +634,28 @@ class StoreFiles:
 
 
 def decode_units(
-    commitlog: Segments,
+    commitlog: MappedFiles,
     topic: str,
     queue_id: int,
     units: np.ndarray,
     queue_offsets: np.ndarray,
     wanted_tags: set | None = None,
     columns: tuple | None = None,
+    check_crc: bool = True,
 ):
     """Decode the records ConsumeQueue ``units`` of one queue point at, column-wise.
 
     Args:
-        commitlog: the store's CommitLog (:class:`Segments`).
+        commitlog: the store's CommitLog files
+            (:class:`engine.format.mappedfile.MappedFiles`).
         topic, queue_id: the queue; every record must belong to it.
         units: :data:`UNIT_DTYPE` array (commitLogOffset, size, tagsCode); no blank filler.
         queue_offsets: int64 array, the queue offset of each unit.
         wanted_tags: keep only rows whose TAGS is one of these (None: all rows).
         columns: names of :func:`engine.read.schema.arrow_schema` to build, in that order
             (None: all of them). Columns not asked for are not decoded.
+        check_crc: check each record's BODYCRC (``checkCRCOnRecover``; ``StoreFiles``'
+            ``check_crc``); False trusts the files.
 
     Returns:
         one ``pyarrow.RecordBatch`` with a row per unit (fewer with ``wanted_tags``), in the
@@ -832,9 +677,9 @@ def decode_units(
     if is_lmq(topic):
         # an LMQ's units point at other topics' records, shown as they are
         _check_lmq_units(commitlog, topic, queue_id, offs, sizes, qoffs)
-        batch = _decode(commitlog, offs, sizes, None, None, None, build)
+        batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, build)
     else:
-        batch = _decode(commitlog, offs, sizes, qoffs, topic, queue_id, build)
+        batch = _decode(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, build)
     if wanted_tags is not None and batch.num_rows:
         import pyarrow.compute as pc
 
@@ -847,22 +692,24 @@ def decode_units(
 
 
 def decode_topic_units(
-    commitlog: Segments,
+    commitlog: MappedFiles,
     topic: str,
     queue_ids: np.ndarray,
     units: np.ndarray,
     queue_offsets: np.ndarray,
     columns: tuple | None = None,
+    check_crc: bool = True,
 ):
     """:func:`decode_units` for units of several queues of one topic (``queue_ids[i]`` is the
     queue of ``units[i]``), e.g. merged in CommitLog order. Same batch and errors; a record
     whose QUEUEID is not its unit's queue raises CorruptRecordError."""
     if is_lmq(topic):  # one queue (0), records of other topics and queues
-        return decode_units(commitlog, topic, 0, units, queue_offsets, None, columns)
+        return decode_units(commitlog, topic, 0, units, queue_offsets, None, columns, check_crc)
     names = tuple(arrow_schema().names if columns is None else columns)
     build = names if "queueId" in names else (*names, "queueId")
     batch = _decode(
         commitlog,
+        check_crc,
         units["off"].astype(np.int64),
         units["size"].astype(np.int64),
         np.asarray(queue_offsets, dtype=np.int64),
@@ -892,12 +739,13 @@ def decode_topic_units(
 
 
 def decode_units_per_record(
-    commitlog: Segments,
+    commitlog: MappedFiles,
     topic: str,
     queue_id: int,
     units: np.ndarray,
     queue_offsets: np.ndarray,
     columns: tuple | None = None,
+    check_crc: bool = True,
 ):
     """The same batch as :func:`decode_units`, decoded record by record with
     ``engine.format.message.decode_record`` (the reference the columnar path is tested against)."""
@@ -905,17 +753,25 @@ def decode_units_per_record(
     sizes = units["size"].astype(np.int64)
     names = arrow_schema().names if columns is None else list(columns)
     return _slow_batch(
-        commitlog, offs, sizes, np.asarray(queue_offsets, np.int64), topic, queue_id, names
+        commitlog,
+        check_crc,
+        offs,
+        sizes,
+        np.asarray(queue_offsets, np.int64),
+        topic,
+        queue_id,
+        names,
     )
 
 
 def decode_commitlog(
-    commitlog: Segments,
+    commitlog: MappedFiles,
     start: int = 0,
     end: int | None = None,
     batch_rows: int = 32768,
     columns: tuple | None = None,
     entries: DLedgerLog | None = None,
+    check_crc: bool = True,
 ) -> Iterator:
     """Decode every record of the CommitLog byte range ``[start, end)`` in CommitLog order.
 
@@ -925,7 +781,8 @@ def decode_commitlog(
     records and DLedger fillers skipped, DLedger entries checked and ended at the committed
     index); it stops at ``end`` (None: the end of the data, zeros). ``queueOffset`` is the
     record's QUEUEOFFSET field; ``topic`` and ``queue`` come from each record. Yields
-    RecordBatches of at most ``batch_rows`` rows (schema as :func:`decode_units`).
+    RecordBatches of at most ``batch_rows`` rows (schema as :func:`decode_units`, BODYCRC
+    checked unless ``check_crc`` is False).
 
     Raises CorruptRecordError at the first position that is neither a record nor a blank.
     """
@@ -946,6 +803,7 @@ def decode_commitlog(
             if len(offs) >= batch_rows:
                 yield _decode(
                     commitlog,
+                    check_crc,
                     np.array(offs, np.int64),
                     np.array(sizes, np.int64),
                     None,
@@ -960,7 +818,14 @@ def decode_commitlog(
         cl.close()
     if offs:
         yield _decode(
-            commitlog, np.array(offs, np.int64), np.array(sizes, np.int64), None, None, None, names
+            commitlog,
+            check_crc,
+            np.array(offs, np.int64),
+            np.array(sizes, np.int64),
+            None,
+            None,
+            None,
+            names,
         )
 
 
@@ -976,7 +841,7 @@ def _concat(batches: list):
     )
 
 
-def _check_lmq_units(commitlog: Segments, topic: str, queue_id: int, offs, sizes, qoffs) -> None:
+def _check_lmq_units(commitlog: MappedFiles, topic: str, queue_id: int, offs, sizes, qoffs) -> None:
     """Raise CorruptRecordError unless each record that a unit of the LMQ ``topic`` points at
     names ``topic`` and the unit's queue offset in its ``INNER_MULTI_DISPATCH`` /
     ``INNER_MULTI_QUEUE_OFFSET`` (``ConsumeQueue.multiDispatchLmqQueue``;
@@ -990,7 +855,7 @@ def _renamed(exc: CorruptRecordError, off: int) -> CorruptRecordError:
     return CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off)
 
 
-def _record_at(commitlog: Segments, off: int, size: int):
+def _record_at(commitlog: MappedFiles, off: int, size: int):
     """The record of ``size`` bytes at CommitLog offset ``off`` (``decode_record``, body CRC not
     checked). Raises CorruptRecordError naming ``off`` when no such record is there."""
     loc = commitlog.locate(off)
@@ -1008,7 +873,14 @@ def _record_at(commitlog: Segments, off: int, size: int):
 
 
 def _decode(
-    commitlog: Segments, offs: np.ndarray, sizes: np.ndarray, qoffs, topic, queue_id, columns
+    commitlog: MappedFiles,
+    check_crc: bool,
+    offs: np.ndarray,
+    sizes: np.ndarray,
+    qoffs,
+    topic,
+    queue_id,
+    columns,
 ) -> pa.RecordBatch:
     """Decode records at CommitLog ``offs`` of ``sizes`` bytes; split by CommitLog file."""
     names = list(arrow_schema().names if columns is None else columns)
@@ -1031,6 +903,7 @@ def _decode(
         batches.append(
             _decode_segment(
                 commitlog,
+                check_crc,
                 loc[0],
                 int(offs[a]) - loc[1],
                 offs[a:b],
@@ -1058,7 +931,9 @@ def _first_bad(offs: np.ndarray, bad: np.ndarray) -> int:
     return int(offs[int(np.argmax(bad))])
 
 
-def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, queue_id, names):
+def _decode_segment(
+    commitlog, check_crc, m, seg_start: int, offs, sizes, qoffs, topic, queue_id, names
+):
     """Decode records that all lie in one mapped CommitLog file (see :func:`decode_units`)."""
     import pyarrow as pa
 
@@ -1073,7 +948,7 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
         )
     k = kernel.load()
     if k is None:  # no compiled core: every record through the per-record decoder
-        return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
+        return _slow_batch(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names)
     if n > 1 and int(sizes.sum()) > _MAX_DECODE_BYTES:  # Arrow's int32 offsets: in halves
         h = n // 2
         halves = []
@@ -1081,11 +956,11 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
             q = None if qoffs is None else qoffs[s]
             halves.append(
                 _decode_segment(
-                    commitlog, m, seg_start, offs[s], sizes[s], q, topic, queue_id, names
+                    commitlog, check_crc, m, seg_start, offs[s], sizes[s], q, topic, queue_id, names
                 )
             )
         return _concat(halves)
-    want = CHECK_CRC if commitlog.check_crc else 0
+    want = CHECK_CRC if check_crc else 0
     for name in names:
         want |= _WANT.get(name, 0)
     if topic is not None:
@@ -1101,20 +976,20 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     if d.bad >= 0:
         if d.bad_code == kernel.BAD_QOFF:  # what else is wrong with it first (its topic, ...)
             i = slice(d.bad, d.bad + 1)
-            _slow_batch(commitlog, offs[i], sizes[i], qoffs[i], topic, queue_id, names)
+            _slow_batch(commitlog, check_crc, offs[i], sizes[i], qoffs[i], topic, queue_id, names)
             if _record_at(commitlog, int(offs[d.bad]), int(sizes[d.bad])).sys_flag & (
                 INNER_BATCH_FLAG
             ):
                 # a message inside an inner batch (BatchCQ): its queue offset is the record's
                 # plus its place, which the per-record decoder checked; batches are rare
-                return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
+                return _slow_batch(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names)
         unit_qoff = None if qoffs is None else int(qoffs[d.bad])
         raise CorruptRecordError(
             _bad_message(d, int(sizes[d.bad]), queue_id, unit_qoff), int(offs[d.bad])
         )
     fast = d.fast
     if not d.rows:
-        return _slow_batch(commitlog, offs, sizes, qoffs, topic, queue_id, names)
+        return _slow_batch(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names)
     every = d.rows == n
     a = _fast_batch(d, None if qoffs is None else (qoffs if every else qoffs[fast]), topic, names)
     if every:
@@ -1122,7 +997,14 @@ def _decode_segment(commitlog, m, seg_start: int, offs, sizes, qoffs, topic, que
     fi = np.flatnonzero(fast)
     si = np.flatnonzero(~fast)
     b = _slow_batch(
-        commitlog, offs[si], sizes[si], None if qoffs is None else qoffs[si], topic, queue_id, names
+        commitlog,
+        check_crc,
+        offs[si],
+        sizes[si],
+        None if qoffs is None else qoffs[si],
+        topic,
+        queue_id,
+        names,
     )
     order = np.empty(n, dtype=np.int64)
     order[np.concatenate([fi, si])] = np.arange(n)
@@ -1212,7 +1094,9 @@ def _fast_batch(d, qoffs, topic, names):
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([schema.field(x) for x in names]))
 
 
-def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names):
+def _slow_batch(
+    commitlog: MappedFiles, check_crc: bool, offs, sizes, qoffs, topic, queue_id, names
+):
     """Record-by-record decode with ``engine.format.message.decode_record`` (any record kind).
 
     Bodies are decompressed. Raises CorruptRecordError for a record that is not the one its
@@ -1224,7 +1108,7 @@ def _slow_batch(commitlog: Segments, offs, sizes, qoffs, topic, queue_id, names)
     for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
         rec = _record_at(commitlog, off, size)
         try:
-            if commitlog.check_crc:
+            if check_crc:
                 check_body_crc(rec)
             if rec.sys_flag & INNER_BATCH_FLAG and qoffs is not None:
                 # a BatchCQ unit names each message of the batch (engine.format.batchcq)

@@ -61,7 +61,7 @@ from ..format.indexfile import (
     index_geometry,
 )
 from ..format.javahash import index_key_hash, tags_code
-from ..format.mappedfile import segment_names
+from ..format.mappedfile import MappedFiles, segment_names
 from ..format.message import (
     PROPERTY_DELAY,
     SCHEDULE_TOPIC,
@@ -83,7 +83,6 @@ from ..service.workprogress import no_progress
 
 if TYPE_CHECKING:
     from ..format.message import MessageRecord
-    from ..read.columnar import Segments
     from ..service.workprogress import ProgressFactory
     from ..store import MessageStore
     from ..storeconfig import StoreConfig
@@ -239,13 +238,13 @@ def check_store_dir(root: str) -> None:
 class _Segment:
     """One CommitLog file as verify lists it (every regular file with a segment name, even
     misnamed or mis-sized ones, which the readers skip or cannot address); its bytes are read
-    through the engine's reader, ``files`` (:class:`engine.read.columnar.Segments`)."""
+    through the engine's reader, ``files`` (:class:`engine.format.mappedfile.MappedFiles`)."""
 
     start: int
     name: str
     path: str
     size: int
-    files: Segments
+    files: MappedFiles
     map: Any = None
 
 
@@ -378,9 +377,7 @@ def _check_segments(root: str, cfg: StoreConfig, res: VerifyResult) -> list[_Seg
             "not a regular file (RocketMQ refuses to load the CommitLog)",
         )
     names = _files(cl_dir, listed)
-    from ..read.columnar import Segments  # numpy: loaded when verify runs, not on import (daemon)
-
-    files = Segments(cl_dir, check_crc=False)
+    files = MappedFiles(cl_dir)
     segs = [
         _Segment(
             int(n), n, os.path.join(cl_dir, n), os.path.getsize(os.path.join(cl_dir, n)), files
