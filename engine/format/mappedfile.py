@@ -12,6 +12,7 @@ and writes use ``os.pread``/``os.pwrite``, which are safe to call from several t
 
 from __future__ import annotations
 
+import bisect
 import errno
 import itertools
 import mmap
@@ -121,7 +122,9 @@ def remove_temp_files(directory: str) -> list[str]:
 
 
 class Segment:
-    """One file of a :class:`FileQueue`: ``[start, start + size)`` of the logical byte space."""
+    """One file of a :class:`MappedFiles` / :class:`FileQueue`: ``[start, start + size)`` of the
+    logical byte space; ``fd`` its descriptor (a :class:`FileQueue`'s), -1 where the file is
+    only listed (:class:`MappedFiles`: mapped when read)."""
 
     __slots__ = ("start", "path", "fd", "size")
 
@@ -137,8 +140,234 @@ class Segment:
         return self.start + self.size
 
 
-class FileQueue:
-    """Files of ``file_size`` bytes in ``directory``, addressed by absolute byte offset.
+def _segment_start(seg: Segment) -> int:
+    return seg.start
+
+
+class MappedFiles:
+    """A directory of files of one size named by their 20-digit start offset
+    (``MappedFileQueue``), addressed by absolute byte offset and read through read-only mmaps:
+    the one model of a segmented file. This class is its read-only mode, what a reader of a
+    store another process may be writing uses (``engine.read.columnar``: the CommitLog of
+    ``StoreFiles`` and each ConsumeQueue; verify; the mount's render workers);
+    :class:`FileQueue` adds the descriptors and the writes.
+
+    Files are opened ``O_RDONLY``, mapped lazily (the first read of each, :meth:`locate`),
+    never written, created or deleted, and no lock file is taken. The listing
+    (:meth:`refresh`) tolerates what a live writer leaves: empty files (being created) are
+    skipped, files deleted meanwhile dropped, a gap tolerated (an offset in a missing file
+    reads as absent). Reading a CommitLog of a broker's store: ``MappedFile.selectMappedBuffer``
+    over ``MappedFileQueue.findMappedFileByOffset``.
+
+    Attributes:
+        segments: the files, in offset order (:class:`Segment`; replaced as a whole, never
+            changed in place, so a reader that takes it once sees one consistent list).
+        file_size: the segment size (here the largest listed file's); 0 without files.
+    """
+
+    read_only = True
+
+    def __init__(self, directory: str, *, listed: bool = True):
+        self.directory = directory
+        self._lock = threading.Lock()
+        self.segments: list[Segment] = []
+        self.file_size = 0
+        self.maps: dict[int, mmap.mmap] = {}  # locate's mappings, by file start
+        self.views: dict[int, mmap.mmap] = {}  # file_view's mappings (closed by close())
+        if listed:
+            self.refresh()
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Guards swaps of :attr:`segments` and the creation of a mapping: whoever replaces
+        the list (expiry, a follower's refresh) does it under this lock, and whoever needs the
+        list and its descriptors to stay together (a snapshot) reads it under it; plain
+        readers take the list once."""
+        return self._lock
+
+    def refresh(self) -> list[Segment]:
+        """Re-list the files (new segments, segments deleted by retention); returns the
+        segments no longer listed."""
+        listed = [(start, size) for start, size in list_segments(self.directory) if size]
+        old = self.segments
+        self.segments = [
+            Segment(start, os.path.join(self.directory, offset_to_file_name(start)), -1, size)
+            for start, size in listed
+        ]
+        self.file_size = max(size for _, size in listed) if listed else 0
+        present = {start for start, _ in listed}
+        return [seg for seg in old if seg.start not in present]
+
+    def _relist(self) -> None:
+        """What :meth:`locate` does when no listed file holds an offset: list again."""
+        self.refresh()
+
+    @property
+    def min_offset(self) -> int:
+        """Start offset of the first file (``getMinOffset``), 0 when there is none."""
+        segs = self.segments
+        return segs[0].start if segs else 0
+
+    @property
+    def end_offset(self) -> int:
+        """End of the last file, 0 when there is none."""
+        segs = self.segments
+        return segs[-1].end if segs else 0
+
+    def find(self, offset: int) -> Segment | None:
+        """The file holding ``offset`` (``findMappedFileByOffset``): the one named by
+        ``offset`` rounded down to :attr:`file_size`, or None."""
+        segs = self.segments
+        fs = self.file_size
+        if not segs or not fs or offset < segs[0].start or offset >= segs[-1].end:
+            return None
+        i = (offset - segs[0].start) // fs
+        if i < len(segs):
+            seg = segs[i]
+            if seg.start <= offset < seg.end:
+                return seg
+        # a listing with a gap or a short file (a reader's): the file named by the offset
+        start = offset - offset % fs
+        i = bisect.bisect_right(segs, start, key=_segment_start) - 1
+        if i >= 0 and segs[i].start == start and offset < segs[i].end:
+            return segs[i]
+        return None
+
+    def release_pages(self) -> None:
+        """Unmap the pages read so far from every mapped file (``MADV_DONTNEED``): they stay
+        in the page cache, but leave this process's RSS (which otherwise grows to every file
+        read, in every process that reads it). A later read maps them again (a minor fault a
+        page). Safe while another thread reads: a read-only file mapping loses nothing."""
+        with self._lock:
+            maps = list(itertools.chain(self.maps.values(), self.views.values()))
+        for m in maps:
+            try:
+                m.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):  # closed meanwhile
+                pass
+
+    def _map(self, seg: Segment) -> mmap.mmap | None:
+        m = self.maps.get(seg.start)
+        if m is None:
+            with self._lock:
+                m = self.maps.get(seg.start)
+                if m is None:
+                    try:
+                        if seg.fd >= 0:  # a FileQueue's file: its own descriptor
+                            m = mmap.mmap(seg.fd, 0, access=mmap.ACCESS_READ)
+                        else:
+                            with open(seg.path, "rb") as f:
+                                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    except (FileNotFoundError, ValueError):
+                        return None
+                    self.maps[seg.start] = m
+        return m
+
+    def locate(self, offset: int) -> tuple[mmap.mmap, int] | None:
+        """``(read-only mapping of the file holding offset, position in it)`` or None (no such
+        file, even after listing again). A file that grew since it was mapped is mapped
+        again. The mapping is kept until :meth:`close`."""
+        if not self.file_size or offset < 0:
+            return None
+        seg = self.find(offset)
+        if seg is None:
+            self._relist()
+            seg = self.find(offset)
+            if seg is None:
+                return None
+        m = self._map(seg)
+        if m is None:
+            return None
+        pos = offset - seg.start
+        if pos >= len(m):  # the file grew since it was mapped
+            with self._lock:
+                self.maps.pop(seg.start, None)
+            m = self._map(seg)
+            if m is None or pos >= len(m):
+                return None
+        return m, pos
+
+    def open_file(self, start: int) -> int:
+        """A read-only descriptor of the file named by ``start`` (whatever its size or
+        alignment; listed by :meth:`refresh` or not), opened without following a link
+        (``O_NOFOLLOW``; ``O_NONBLOCK`` so a FIFO never blocks) and refused unless a regular
+        file. The caller closes it.
+
+        Raises:
+            OSError: ENOENT, ELOOP for a link, EACCES for anything but a regular file, ...
+        """
+        path = os.path.join(self.directory, offset_to_file_name(start))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EACCES, "not a regular file", path)
+        return fd
+
+    def file_view(self, start: int) -> mmap.mmap | None:
+        """Read-only mapping of the whole file named by ``start``, opened as :meth:`open_file`
+        does, whatever its size or alignment (for a checker that must read misnamed or
+        mis-sized files, which :meth:`locate` cannot address); None for an empty file. Kept
+        until :meth:`close`. OSErrors of the open propagate."""
+        m = self.views.get(start)
+        if m is None:
+            with self._lock:
+                m = self.views.get(start)
+                if m is None:
+                    fd = self.open_file(start)
+                    try:
+                        m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                    except ValueError:  # empty file
+                        return None
+                    finally:
+                        os.close(fd)
+                    self.views[start] = m
+        return m
+
+    def data_ranges(self, start: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The parts of ``[lo, hi)`` (positions in the file named by ``start``) that may hold
+        data, in order: the holes of a sparse file are left out (``SEEK_DATA``/``SEEK_HOLE``),
+        so a new preallocated segment costs nothing to check. Where ``SEEK_DATA`` fails (ENXIO:
+        only a hole up to the end) nothing more is data; where ``SEEK_HOLE`` fails the data
+        runs to ``hi``."""
+        out: list[tuple[int, int]] = []
+        fd = self.open_file(start)
+        try:
+            p = lo
+            while p < hi:
+                try:
+                    p = os.lseek(fd, p, os.SEEK_DATA)
+                except OSError:
+                    break
+                if p >= hi:
+                    break
+                try:
+                    hole = os.lseek(fd, p, os.SEEK_HOLE)
+                except OSError:
+                    hole = hi
+                stop = min(hi, hole)
+                out.append((p, stop))
+                p = stop
+        finally:
+            os.close(fd)
+        return out
+
+    def close(self) -> None:
+        """Unmap every file (buffers already taken from them keep their own copies); the
+        listing stays."""
+        with self._lock:
+            for m in itertools.chain(self.maps.values(), self.views.values()):
+                try:
+                    m.close()
+                except BufferError:  # still exported by a live numpy view: dropped with it
+                    pass
+            self.maps.clear()
+            self.views.clear()
+
+
+class FileQueue(MappedFiles):
+    """:class:`MappedFiles` opened for writing (or, ``read_only``, opened once and followed):
+    each file's descriptor kept, files of ``file_size`` bytes created, written, truncated and
+    deleted (``MappedFileQueue``). Its files read through mmaps as well (:meth:`locate`).
 
     Args:
         directory: where the files are (created on first write).
@@ -164,10 +393,8 @@ class FileQueue:
         trusted_size: bool = False,
         derived: bool = False,
     ):
-        self.directory = directory
+        super().__init__(directory, listed=False)
         self.read_only = read_only
-        self.segments: list[Segment] = []
-        self._lock = threading.Lock()
         self.repairs: list[str] = []  # what load had to repair (for logs and reports)
         if not read_only:
             for n in remove_temp_files(directory):
@@ -225,12 +452,57 @@ class FileQueue:
             self.segments.append(Segment(start, path, fd, file_size))
 
     # -- lookup -----------------------------------------------------------------------------
-    @property
-    def lock(self) -> threading.Lock:
-        """Guards swaps of :attr:`segments`: whoever replaces the list (expiry, a follower's
-        refresh) does it under this lock, and whoever needs the list and its descriptors to
-        stay together (a snapshot) reads it under it; plain readers take the list once."""
-        return self._lock
+    def refresh(self, add: bool = True) -> list[Segment]:
+        """Make :attr:`segments` match the directory, for a read-only queue another process
+        writes (a follower's): drop the files the writer deleted, and with ``add`` append the
+        new full-size files that continue the list (a file being created, size 0 until its
+        ``ftruncate``, or one that is not ours ends the walk). A file in the middle cannot
+        vanish alone: the run of files that ends at the newest one is kept.
+
+        The list is replaced as a whole under :attr:`lock`, so readers (:meth:`find`) always
+        see one consistent list. Returns the segments dropped: their descriptors are NOT
+        closed (a reader may still use them); the caller closes them when none can.
+        """
+        names = segment_names(self.directory)  # [] once the directory is gone
+        present = {int(n) for n in names}
+        old = self.segments
+        keep = [seg for seg in old if seg.start in present]
+        run: list[Segment] = []
+        for seg in keep:
+            if run and seg.start != run[-1].end:
+                run = []
+            run.append(seg)
+        keep = run
+        gone = [seg for seg in old if seg not in keep]
+        if add:
+            nxt = keep[-1].end if keep else None
+            for n in names:
+                start = int(n)
+                if nxt is not None and start < nxt:
+                    continue
+                if nxt is not None and start != nxt:
+                    break
+                path = os.path.join(self.directory, n)
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    break
+                size = os.fstat(fd).st_size
+                if not keep and size > 0 and start % size == 0:
+                    self.file_size = size  # the first file of a new queue: its size is the size
+                if size != self.file_size or start % self.file_size:
+                    os.close(fd)  # being created (size 0 until ftruncate), or not ours
+                    break
+                keep.append(Segment(start, path, fd, self.file_size))
+                nxt = start + self.file_size
+        if gone or len(keep) != len(old):
+            with self._lock:  # readers take the list once (find) or under it (snapshots)
+                self.segments = keep
+        return gone
+
+    def _relist(self) -> None:
+        """A FileQueue's list is its own (the writer's, or what :meth:`refresh` followed):
+        :meth:`locate` never lists again."""
 
     def dup_segments(self, dup: Callable[[int], int] = os.dup) -> list[tuple[int, int, int]]:
         """``(start offset, dup of its descriptor, size)`` of every segment, taken under
@@ -238,23 +510,6 @@ class FileQueue:
         ``dup``: the duplicating function (the caller's, to track what it must close)."""
         with self._lock:
             return [(s.start, dup(s.fd), s.size) for s in self.segments]
-
-    @property
-    def min_offset(self) -> int:
-        """Start offset of the first file (``getMinOffset``), 0 when there is none."""
-        return self.segments[0].start if self.segments else 0
-
-    @property
-    def end_offset(self) -> int:
-        """End of the last file (all files are full size), 0 when there is none."""
-        return self.segments[-1].end if self.segments else 0
-
-    def find(self, offset: int) -> Segment | None:
-        """The file holding ``offset`` (``findMappedFileByOffset``), or None."""
-        segs = self.segments
-        if not segs or offset < segs[0].start or offset >= segs[-1].end:
-            return None
-        return segs[(offset - segs[0].start) // self.file_size]
 
     def roll_next(self, offset: int) -> int:
         """Start of the file after the one holding ``offset`` (``rollNextFile``)."""
@@ -357,7 +612,7 @@ class FileQueue:
                 os.fdatasync(seg.fd)
 
     def close(self) -> None:
-        """Close every file descriptor."""
+        """Close every file descriptor and unmap every file."""
         with self._lock:
             for seg in self.segments:
                 try:
@@ -365,6 +620,7 @@ class FileQueue:
                 except OSError:
                     pass
             self.segments = []
+        super().close()
 
 
 def _reads_as_zeros(fd: int, start: int, end: int, budget: int = 4 << 20) -> bool:
@@ -442,169 +698,3 @@ def list_segments(directory: str) -> list[tuple[int, int]]:
         if stat.S_ISREG(st.st_mode):
             out.append((int(n), st.st_size))
     return out
-
-
-class MappedFiles:
-    """The files of a :class:`FileQueue` directory read through read-only mmaps, without a
-    lock: what a reader of a store another process writes uses (``engine.read.columnar``: the
-    CommitLog of ``StoreFiles`` and each ConsumeQueue; verify; the mount's render workers).
-
-    Files are opened ``O_RDONLY``, mapped lazily (the first read of each), and never written,
-    created or deleted. The listing (:meth:`refresh`) tolerates what a live writer leaves:
-    empty files (being created) are skipped, files deleted meanwhile dropped, a gap tolerated
-    (an offset in a missing file reads as absent). Reading a CommitLog of a broker's store:
-    ``MappedFile.selectMappedBuffer`` over ``MappedFileQueue.findMappedFileByOffset``.
-
-    Attributes (replaced by :meth:`refresh`, never changed in place):
-        starts: start offsets of the listed non-empty files, in order.
-        sizes: ``{start: size in bytes}`` of those files.
-        file_size: the largest of those sizes (the segment size); 0 without files.
-    """
-
-    def __init__(self, directory: str):
-        self.directory = directory
-        #: guards the mapping caches (a mapping is created once, under it)
-        self.lock = threading.Lock()
-        self.maps: dict[int, mmap.mmap] = {}  # locate's mappings, by file start
-        self.views: dict[int, mmap.mmap] = {}  # file_view's mappings (closed by close())
-        self.starts: list[int] = []
-        self.sizes: dict[int, int] = {}
-        self.file_size = 0
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Re-list the files (new segments, segments deleted by retention)."""
-        listed = [(start, size) for start, size in list_segments(self.directory) if size]
-        self.starts = [start for start, _ in listed]
-        self.sizes = dict(listed)
-        self.file_size = max(self.sizes.values()) if self.sizes else 0
-
-    @property
-    def min_offset(self) -> int:
-        """Start offset of the first file (0 without files)."""
-        return self.starts[0] if self.starts else 0
-
-    def release_pages(self) -> None:
-        """Unmap the pages read so far from every mapped file (``MADV_DONTNEED``): they stay
-        in the page cache, but leave this process's RSS (which otherwise grows to every file
-        read, in every process that reads it). A later read maps them again (a minor fault a
-        page). Safe while another thread reads: a read-only file mapping loses nothing."""
-        with self.lock:
-            maps = list(itertools.chain(self.maps.values(), self.views.values()))
-        for m in maps:
-            try:
-                m.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):  # closed meanwhile
-                pass
-
-    def _map(self, start: int) -> mmap.mmap | None:
-        m = self.maps.get(start)
-        if m is None:
-            with self.lock:
-                m = self.maps.get(start)
-                if m is None:
-                    path = os.path.join(self.directory, offset_to_file_name(start))
-                    try:
-                        with open(path, "rb") as f:
-                            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                    except (FileNotFoundError, ValueError):
-                        return None
-                    self.maps[start] = m
-        return m
-
-    def locate(self, offset: int) -> tuple[mmap.mmap, int] | None:
-        """``(mapping of the file holding offset, position in it)`` or None (no such file,
-        even after a re-listing). A file that grew since it was mapped is mapped again."""
-        if not self.file_size or offset < 0:
-            return None
-        start = offset - offset % self.file_size
-        if start not in self.sizes:
-            self.refresh()
-            if start not in self.sizes:
-                return None
-        m = self._map(start)
-        if m is None:
-            return None
-        pos = offset - start
-        if pos >= len(m):  # the file grew since it was mapped
-            with self.lock:
-                self.maps.pop(start, None)
-            m = self._map(start)
-            if m is None or pos >= len(m):
-                return None
-        return m, pos
-
-    def open_file(self, start: int) -> int:
-        """A read-only descriptor of the file named by ``start`` (whatever its size or
-        alignment; listed by :meth:`refresh` or not), opened without following a link
-        (``O_NOFOLLOW``; ``O_NONBLOCK`` so a FIFO never blocks) and refused unless a regular
-        file. The caller closes it.
-
-        Raises:
-            OSError: ENOENT, ELOOP for a link, EACCES for anything but a regular file, ...
-        """
-        path = os.path.join(self.directory, offset_to_file_name(start))
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError(errno.EACCES, "not a regular file", path)
-        return fd
-
-    def file_view(self, start: int) -> mmap.mmap | None:
-        """Read-only mapping of the whole file named by ``start``, opened as :meth:`open_file`
-        does, whatever its size or alignment (for a checker that must read misnamed or
-        mis-sized files, which :meth:`locate` cannot address); None for an empty file. Kept
-        until :meth:`close`. OSErrors of the open propagate."""
-        m = self.views.get(start)
-        if m is None:
-            with self.lock:
-                m = self.views.get(start)
-                if m is None:
-                    fd = self.open_file(start)
-                    try:
-                        m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-                    except ValueError:  # empty file
-                        return None
-                    finally:
-                        os.close(fd)
-                    self.views[start] = m
-        return m
-
-    def data_ranges(self, start: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """The parts of ``[lo, hi)`` (positions in the file named by ``start``) that may hold
-        data, in order: the holes of a sparse file are left out (``SEEK_DATA``/``SEEK_HOLE``),
-        so a new preallocated segment costs nothing to check. Where ``SEEK_DATA`` fails (ENXIO:
-        only a hole up to the end) nothing more is data; where ``SEEK_HOLE`` fails the data
-        runs to ``hi``."""
-        out: list[tuple[int, int]] = []
-        fd = self.open_file(start)
-        try:
-            p = lo
-            while p < hi:
-                try:
-                    p = os.lseek(fd, p, os.SEEK_DATA)
-                except OSError:
-                    break
-                if p >= hi:
-                    break
-                try:
-                    hole = os.lseek(fd, p, os.SEEK_HOLE)
-                except OSError:
-                    hole = hi
-                stop = min(hi, hole)
-                out.append((p, stop))
-                p = stop
-        finally:
-            os.close(fd)
-        return out
-
-    def close(self) -> None:
-        """Unmap every file (buffers already taken from them keep their own copies)."""
-        with self.lock:
-            for m in itertools.chain(self.maps.values(), self.views.values()):
-                try:
-                    m.close()
-                except BufferError:  # still exported by a live numpy view: dropped with it
-                    pass
-            self.maps.clear()
-            self.views.clear()

@@ -61,7 +61,7 @@ from ..format.consumequeue import (
     _valid_prefix_units,
     queue_dir_id,
 )
-from ..format.mappedfile import FileQueue, Segment, segment_names
+from ..format.mappedfile import FileQueue
 from ..format.message import (
     BODY_CRC_MASK,
     BODY_LENGTH_POSITION,
@@ -292,48 +292,10 @@ class Follower:
 
     # -- files --------------------------------------------------------------------------------
     def _follow_file_queue(self, fq: FileQueue, add: bool = True) -> list[str]:
-        """Make ``fq.segments`` match the directory: drop files the writer deleted (their
-        descriptors are closed later), append new full-size files. Returns deleted paths.
-
-        The segment list is replaced as a whole, so readers (``FileQueue.find``) always see
-        one consistent list.
-        """
-        names = segment_names(fq.directory)  # [] once the directory is gone
-        present = {int(n) for n in names}
-        old = fq.segments
-        keep = [seg for seg in old if seg.start in present]
-        # a file in the middle cannot vanish alone; keep the run that ends at the newest file
-        run: list[Segment] = []
-        for seg in keep:
-            if run and seg.start != run[-1].end:
-                run = []
-            run.append(seg)
-        keep = run
-        gone = [seg for seg in old if seg not in keep]
-        if add:
-            nxt = keep[-1].end if keep else None
-            for n in names:
-                start = int(n)
-                if nxt is not None and start < nxt:
-                    continue
-                if nxt is not None and start != nxt:
-                    break
-                path = os.path.join(fq.directory, n)
-                try:
-                    fd = os.open(path, os.O_RDONLY)
-                except FileNotFoundError:
-                    break
-                size = os.fstat(fd).st_size
-                if not keep and size > 0 and start % size == 0:
-                    fq.file_size = size  # the first file of a new queue: its size is the size
-                if size != fq.file_size or start % fq.file_size:
-                    os.close(fd)  # being created (size 0 until ftruncate), or not ours
-                    break
-                keep.append(Segment(start, path, fd, fq.file_size))
-                nxt = start + fq.file_size
-        if gone or len(keep) != len(old):
-            with fq.lock:  # readers take the list once (find) or under this lock (snapshots)
-                fq.segments = keep
+        """Make ``fq.segments`` match the directory (:meth:`engine.format.mappedfile.FileQueue.refresh`);
+        the descriptors of the files dropped are closed later (once no reader can hold
+        them). Returns the deleted paths."""
+        gone = fq.refresh(add)
         if gone:
             self._graves.append((self.refreshes, [seg.fd for seg in gone]))
         return [seg.path for seg in gone]

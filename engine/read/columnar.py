@@ -261,9 +261,10 @@ class QueueFiles:
     def valid_end(self) -> int:
         """Queue offset one past the last valid unit on disk (``ConsumeQueue.recover``)."""
         self.files.refresh()
-        if not self.files.starts:
+        segs = self.files.segments
+        if not segs:
             return 0
-        last = self.files.starts[-1]
+        last = segs[-1].start
         loc = self.files.locate(last)
         if loc is None:
             return last // CQ_STORE_UNIT_SIZE
