@@ -292,9 +292,9 @@ class Follower:
 
     # -- files --------------------------------------------------------------------------------
     def _follow_file_queue(self, fq: FileQueue, add: bool = True) -> list[str]:
-        """Make ``fq.segments`` match the directory (:meth:`engine.format.mappedfile.FileQueue.refresh`);
-        the descriptors of the files dropped are closed later (once no reader can hold
-        them). Returns the deleted paths."""
+        """Make ``fq.segments`` match the directory
+        (:meth:`engine.format.mappedfile.FileQueue.refresh`); the descriptors of the files
+        dropped are closed later, once no reader can hold them. Returns the deleted paths."""
         gone = fq.refresh(add)
         if gone:
             self._graves.append((self.refreshes, [seg.fd for seg in gone]))
