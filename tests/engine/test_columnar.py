@@ -139,9 +139,9 @@ def test_mixed_runs_keep_their_order(tmp_path, monkeypatch):
     slow_rows = []
     real = columnar._slow_batch
 
-    def counting(cl, offs, *a):
+    def counting(cl, check_crc, offs, *a):
         slow_rows.extend(offs.tolist())
-        return real(cl, offs, *a)
+        return real(cl, check_crc, offs, *a)
 
     monkeypatch.setattr(columnar, "_slow_batch", counting)
     got = [r for b in files.read_batches("M", 0, 0, 50) for r in b.to_pylist()]
