@@ -795,30 +795,11 @@ def decode_commitlog(
         read_only=True,
         entries=entries,
     )
-    try:
-        offs: list[int] = []
-        sizes: list[int] = []
-        for _, _, phys, total, *_ in cl.scan_raw(max(start, cl.min_offset), False, end):
-            offs.append(phys)
-            sizes.append(total)
-            if len(offs) >= batch_rows:
-                yield _decode(
-                    commitlog,
-                    check_crc,
-                    np.array(offs, np.int64),
-                    np.array(sizes, np.int64),
-                    None,
-                    None,
-                    None,
-                    names,
-                )
-                offs, sizes = [], []
-        if cl.scan_error:
-            raise CorruptRecordError(cl.scan_error, cl.scan_end)
-    finally:
-        cl.close()
-    if offs:
-        yield _decode(
+    offs: list[int] = []
+    sizes: list[int] = []
+
+    def batch() -> pa.RecordBatch:  # the records of offs and sizes, decoded
+        return _decode(
             commitlog,
             check_crc,
             np.array(offs, np.int64),
@@ -828,6 +809,21 @@ def decode_commitlog(
             None,
             names,
         )
+
+    try:
+        for _, _, phys, total, *_ in cl.scan_raw(max(start, cl.min_offset), False, end):
+            offs.append(phys)
+            sizes.append(total)
+            if len(offs) >= batch_rows:
+                yield batch()
+                offs.clear()
+                sizes.clear()
+        if cl.scan_error:
+            raise CorruptRecordError(cl.scan_error, cl.scan_end)
+    finally:
+        cl.close()
+    if offs:
+        yield batch()
 
 
 def _concat(batches: list):

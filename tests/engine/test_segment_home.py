@@ -5,14 +5,12 @@ writable subclass ``FileQueue`` (descriptors, create, truncate, delete, a follow
 No module of engine/, fusefs/, mount/ or pipeline/ outside engine/format/ lists such a
 directory or maps its files with rules of its own. The source is read with ``ast``."""
 
-import ast
 import os
 
 import pytest
 
-from conftest import REPO
+from homes import names_used, uses_outside
 
-LAYERS = ("engine", "fusefs", "mount", "pipeline")
 HOME = "engine/format/"
 #: what a module needs to list or map segment files itself
 SEGMENT_NAMES = {"segment_names", "list_segments", "SEGMENT_NAME", "mmap"}
@@ -27,29 +25,11 @@ ALLOWED = {
 def segment_uses(source: str) -> list[tuple[int, str]]:
     """``[(line, name)]`` of the uses of :data:`SEGMENT_NAMES` in ``source`` (imports of those
     names, ``import mmap``, names and attributes)."""
-    out = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.ImportFrom, ast.Import)):
-            out += [(node.lineno, a.name) for a in node.names if a.name in SEGMENT_NAMES]
-        elif isinstance(node, ast.Name) and node.id in SEGMENT_NAMES:
-            out.append((node.lineno, node.id))
-        elif isinstance(node, ast.Attribute) and node.attr in SEGMENT_NAMES:
-            out.append((node.lineno, node.attr))
-    return out
+    return names_used(source, SEGMENT_NAMES)
 
 
 def test_segment_files_are_listed_and_mapped_in_the_format_module_only():
-    found = []
-    for layer in LAYERS:
-        for path in sorted((REPO / layer).rglob("*.py")):
-            rel = path.relative_to(REPO).as_posix()
-            if rel.startswith(HOME):
-                continue
-            found += [
-                f"{rel}:{line}: {name}"
-                for line, name in segment_uses(path.read_text(encoding="utf-8"))
-                if (rel, name) not in ALLOWED
-            ]
+    found = uses_outside(HOME, SEGMENT_NAMES, ALLOWED)
     assert not found, (
         "read segment files through engine.format.mappedfile.MappedFiles (or FileQueue):\n"
         + "\n".join(found)

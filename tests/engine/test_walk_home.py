@@ -6,13 +6,11 @@ outside engine/format/ names the blank magic or the DLedger entry layout, so non
 files with rules of its own (RocketMQ has one ``checkMessageAndReturnSize`` for recovery and
 reput). The source is read with ``ast``: comments and docstrings may name them."""
 
-import ast
-
 import pytest
 
 from conftest import REPO
+from homes import names_used, uses_outside
 
-LAYERS = ("engine", "fusefs", "mount", "pipeline")
 HOME = "engine/format/"
 #: the names a walk needs to step over what is not a record
 WALK_NAMES = {
@@ -32,29 +30,11 @@ ALLOWED: set[tuple[str, str]] = set()
 def walk_names(source: str) -> list[tuple[int, str]]:
     """``[(line, name)]`` of the uses of :data:`WALK_NAMES` in ``source`` (imports, names,
     attributes)."""
-    out = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom):
-            out += [(node.lineno, a.name) for a in node.names if a.name in WALK_NAMES]
-        elif isinstance(node, ast.Name) and node.id in WALK_NAMES:
-            out.append((node.lineno, node.id))
-        elif isinstance(node, ast.Attribute) and node.attr in WALK_NAMES:
-            out.append((node.lineno, node.attr))
-    return out
+    return names_used(source, WALK_NAMES)
 
 
 def test_the_commitlog_is_walked_in_the_format_module_only():
-    found = []
-    for layer in LAYERS:
-        for path in sorted((REPO / layer).rglob("*.py")):
-            rel = path.relative_to(REPO).as_posix()
-            if rel.startswith(HOME):
-                continue
-            found += [
-                f"{rel}:{line}: {name}"
-                for line, name in walk_names(path.read_text(encoding="utf-8"))
-                if (rel, name) not in ALLOWED
-            ]
+    found = uses_outside(HOME, WALK_NAMES, ALLOWED)
     assert not found, (
         "walk the CommitLog with engine.format.commitlog.CommitLog.scan_raw instead:\n"
         + "\n".join(found)
