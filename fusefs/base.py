@@ -111,10 +111,22 @@ class WouldBlock(Exception):
     dispatcher runs it in a worker thread instead. Never reaches a caller of the tree."""
 
 
+#: the operations a :func:`loop_first` method may be: the read side, safe to run twice
+LOOP_FIRST_OPERATIONS = frozenset(
+    {"read", "stat", "list", "child", "entries", "find", "open", "open_as", "_entry"}
+)
+
+
 def loop_first(fn: _F) -> _F:
     """Mark a node or handle method that may be tried on the trio loop: it calls
     :func:`would_block` before anything that could block, and raises nothing else on the way
-    to a blocking step that it could not raise in a worker thread too."""
+    to a blocking step that it could not raise in a worker thread too.
+
+    A method tried on the loop runs again in a worker thread after any error but
+    :class:`FsError` (:func:`try_on_loop`), so it must be safe to run twice: only the read side
+    of the filesystem is marked (lookups, stat, listings, reads, and opens that build a handle
+    the caller registers), never a write, a commit or a budget taken
+    (``tests/fs/test_dispatch.py`` holds the names to :data:`LOOP_FIRST_OPERATIONS`)."""
     fn.loop_first = True  # type: ignore[attr-defined]
     return fn
 

@@ -32,12 +32,10 @@ def module_env() -> dict[str, str]:
     comes from go first on ``PYTHONPATH``, so they run the same code (a checkout's
     ``tests/ns``; site-packages, already there, when installed; nothing for an editable
     install, whose finder the child has too). Never a directory holding ``engine/`` itself."""
-    import rmqfs
+    from rmqfs.engine.pythonpath import child_pythonpath
 
-    roots = [os.path.dirname(p) for p in rmqfs.__path__ if os.path.isdir(p)]
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([r for r in roots if r not in paths] + paths)
+    env["PYTHONPATH"] = child_pythonpath()
     return env
 
 

@@ -131,11 +131,9 @@ def build_session(
     # as the driver: the directories the driver's ``rmqfs`` namespace comes from go first on
     # their path (local mode; on a cluster, install it). An editable install's namespace has
     # no such directory: the workers' interpreter finds it as the driver's does.
-    import rmqfs
+    from rmqfs.engine.pythonpath import child_pythonpath
 
-    roots = [os.path.dirname(p) for p in rmqfs.__path__ if os.path.isdir(p)]
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join([r for r in roots if r not in paths] + paths)
+    os.environ["PYTHONPATH"] = child_pythonpath()
     if local:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         # Silences "Your hostname ... resolves to a loopback address" at JVM start.

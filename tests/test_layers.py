@@ -135,6 +135,7 @@ def test_fusefs_base_imports_nothing_of_fusefs():
 #: MessageStore that owns them). ``engine`` itself (``__init__.py``, the public API) is above all.
 ENGINE_LAYERS = (
     "engine.errors",  # the errors, each with its errno
+    "engine.pythonpath",  # the PYTHONPATH of rmqfs's child processes (imports nothing)
     "engine.format",  # the on-disk files and their primitives
     "engine.storeconfig",  # StoreConfig, broker.conf
     "engine.service",  # put, dispatch, recovery, flush, getMessage, cleanup, lock, validation

@@ -255,9 +255,12 @@ class MappedFiles:
                     try:
                         if seg.fd >= 0:  # a FileQueue's file: its own descriptor
                             m = mmap.mmap(seg.fd, 0, access=mmap.ACCESS_READ)
-                        else:
-                            with open(seg.path, "rb") as f:
-                                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                        else:  # never through a link (ELOOP), never a FIFO
+                            fd = self.open_file(seg.start)
+                            try:
+                                m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                            finally:
+                                os.close(fd)
                     except (FileNotFoundError, ValueError):
                         return None
                     self.maps[seg.start] = m
@@ -266,7 +269,11 @@ class MappedFiles:
     def locate(self, offset: int) -> tuple[mmap.mmap, int] | None:
         """``(read-only mapping of the file holding offset, position in it)`` or None (no such
         file, even after listing again). A file that grew since it was mapped is mapped
-        again. The mapping is kept until :meth:`close`."""
+        again. The mapping is kept until :meth:`close`.
+
+        Raises:
+            OSError: ELOOP when the file is a link (never followed: :meth:`open_file`),
+                EACCES when it is not a regular file."""
         if not self.file_size or offset < 0:
             return None
         seg = self.find(offset)

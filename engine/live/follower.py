@@ -248,6 +248,9 @@ class Follower:
                         if cq.min_offset < base:
                             cq.min_offset = base
                             cq.max_offset = max(cq.max_offset, base)
+                        # here, under the lock that dropped the segments, so that no reader
+                        # is ever handed a unit whose record was just deleted; again after
+                        # the reput below for queues whose visible units have all expired
                         cq.correct_min_offset(cl.min_offset)
                     correct = True
                 else:

@@ -93,7 +93,7 @@ from ..format.message import (
     unit_mismatch,
 )
 from ..format.rocksdbcq import RocksDBConsumeQueues
-from ..service.storetree import rocksdb_consume_queue
+from ..service.storetree import check_store_tree, rocksdb_consume_queue
 from . import kernel
 from .jsonline import message_fields
 from .kernel import (
@@ -413,10 +413,14 @@ class StoreFiles:
 
     Raises:
         FileNotFoundError: ``root`` has no ``commitlog/`` directory.
+        UnsafeStoreError: a link, FIFO or device below ``root``
+            (:func:`engine.service.storetree.check_store_tree`).
     """
 
     def __init__(self, root: str, check_crc: bool = True):
         self.root = os.path.abspath(root)
+        # never through a link, never a FIFO or device, as every open of a store
+        check_store_tree(self.root)
         #: the store's DLedger CommitLog (engine.format.dledger), or None for a plain store
         self.dledger = open_dledger(self.root)
         cl = self.dledger.data_dir if self.dledger else os.path.join(self.root, "commitlog")

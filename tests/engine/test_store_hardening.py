@@ -20,6 +20,7 @@ from conftest import REPO, SRC_PATH
 from rmqfs.engine.errors import ConfigFileError, InvalidNameError, StoreError, UnsafeStoreError
 from rmqfs.engine.format import config as C
 from rmqfs.engine.format import mappedfile
+from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.store import MessageStore
 from rmqfs.engine.tools.verify import recover_store, verify_store
 from stores import bodies, flip_body_byte, produce, small
@@ -122,11 +123,46 @@ def test_a_store_with_a_link_is_refused_and_the_target_untouched(tmp_path, where
     assert "symbolic link" in str(info.value)
     with pytest.raises(UnsafeStoreError):
         MessageStore(str(root), small(), read_only=True)
+    with pytest.raises(UnsafeStoreError):  # the lock-free reader (Spark's executors)
+        StoreFiles(str(root))
     res = verify_store(str(root), small())
     assert not res.ok and {p.kind for p in res.errors} == {"unsafe"}
     with pytest.raises(UnsafeStoreError):
         recover_store(str(root), small())
     assert sha(outside) == before
+
+
+def test_a_linked_segment_is_never_read_through_the_segment_files(tmp_path):
+    """Below the store's tree check, the segment-file class itself never follows a link: a
+    segment replaced by a link to a file outside reads as an error (ELOOP), not as the
+    outside file's bytes (``MappedFiles.open_file``: O_NOFOLLOW)."""
+    import errno
+
+    from rmqfs.engine.format.mappedfile import MappedFiles
+
+    root = tmp_path / "store"
+    produce(root, 40)
+    outside = tmp_path / "secret"
+    outside.write_bytes(b"do not read or write me\n" * 400)
+    seg = sorted((root / "commitlog").iterdir())[-1]
+    size = seg.stat().st_size
+    start = int(seg.name)
+    os.unlink(seg)
+    outside.write_bytes(outside.read_bytes()[:size].ljust(size, b"x"))
+    os.symlink(outside, seg)
+    files = MappedFiles(str(root / "commitlog"))
+    try:
+        with pytest.raises(OSError) as info:
+            files.file_view(start)
+        assert info.value.errno == errno.ELOOP
+        try:
+            got = files.locate(start)
+        except OSError as exc:
+            assert exc.errno == errno.ELOOP
+        else:
+            assert got is None
+    finally:
+        files.close()
 
 
 def test_a_fifo_in_the_store_is_refused_without_hanging(tmp_path):

@@ -179,3 +179,28 @@ def test_an_open_on_the_loop_is_charged_to_the_user_who_makes_it(tmp_path):
         info = trio.run(ops.open, ino, os.O_RDONLY, owner)
         trio.run(ops.release, info.fh)
         assert parts.bytes_of(True) == 0  # the owner used it: the owner's from now on
+
+
+def test_only_the_read_side_is_tried_on_the_loop():
+    """A ``loop_first`` method runs again in a worker thread after any error on the loop
+    (``try_on_loop``), so only operations that are safe to run twice may be marked: the read
+    side (``fusefs.base.LOOP_FIRST_OPERATIONS``), never a write, commit or budget taken. The
+    source is read with ``ast``; a new marked method must be added to that list on purpose."""
+    import ast
+
+    from conftest import REPO
+    from rmqfs.fusefs.base import LOOP_FIRST_OPERATIONS
+
+    marked = []
+    for path in sorted((REPO / "fusefs").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = {
+                    d.id if isinstance(d, ast.Name) else getattr(d, "attr", "")
+                    for d in node.decorator_list
+                }
+                if "loop_first" in names:
+                    marked.append((path.name, node.lineno, node.name))
+    assert len(marked) >= 20, marked  # the scan finds them
+    wrong = [m for m in marked if m[2] not in LOOP_FIRST_OPERATIONS]
+    assert not wrong, f"loop_first on an operation that may not run twice: {wrong}"
