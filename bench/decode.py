@@ -144,9 +144,8 @@ def decode_pass(files, ends: dict[int, int], columns, sample=None) -> tuple[floa
     rows = 0
     w0, c0 = time.perf_counter(), time.process_time()
     for q, hi in ends.items():
-        cq = files.queue(TOPIC, q)
         for pos in range(0, hi, BATCH):
-            units = cq.units(pos, min(hi, pos + BATCH))
+            units = files.units(TOPIC, q, pos, min(hi, pos + BATCH))
             qoffs = np.arange(pos, pos + len(units), dtype=np.int64)
             rows += decode_units(
                 files.commitlog, TOPIC, q, units, qoffs, columns=columns, check_crc=files.check_crc
@@ -202,7 +201,7 @@ def part_bench(root: Path, passes: int, work: Path) -> dict:
     files = StoreFiles(str(root))
     try:
         hi = files.max_offset(TOPIC, 0)
-        units = files.queue(TOPIC, 0).units(0, hi)
+        units = files.units(TOPIC, 0, 0, hi)
     finally:
         files.close()
     commitlog_dir = str(root / "commitlog")
@@ -261,7 +260,6 @@ def lines_bench(root: Path, passes: int) -> dict:
     files = StoreFiles(str(root))
     cols = tuple(LINE_COLUMNS["messages"])
     hi = files.max_offset(TOPIC, 0)
-    cq = files.queue(TOPIC, 0)
     segs = _worker_segments(str(root / "commitlog"))
     total = [0]
 
@@ -269,7 +267,7 @@ def lines_bench(root: Path, passes: int) -> dict:
         cpu = 0.0
         total[0] = 0
         for pos in range(0, hi, BATCH):
-            units = cq.units(pos, min(hi, pos + BATCH))
+            units = files.units(TOPIC, 0, pos, min(hi, pos + BATCH))
             qoffs = np.arange(pos, pos + len(units), dtype=np.int64)
             batch = decode_units(segs, TOPIC, 0, units, qoffs, columns=cols)
             c0 = time.process_time()

@@ -43,7 +43,7 @@ def part_jobs(store: Path) -> list[tuple[str, int, object, int]]:
         for t in files.topics():
             for q in files.queue_ids(t):
                 lo, hi = files.min_offset(t, q), files.max_offset(t, q)
-                units = files.queue(t, q).units(0, hi)
+                units = files.units(t, q, 0, hi)
                 for a, b in (part_span(f, lo, hi, P) for f in part_firsts(lo, hi, P)):
                     jobs.append((t, q, units[a:b], a))
         return jobs

@@ -79,7 +79,7 @@ def commitlog_bytes(store: Path) -> int:
             for q in files.queue_ids(t):
                 hi = files.max_offset(t, q)
                 if hi > files.min_offset(t, q):
-                    u = files.queue(t, q).units(hi - 1, hi)[0]
+                    u = files.units(t, q, hi - 1, hi)[0]
                     end = max(end, int(u["off"]) + int(u["size"]))
         return end
     finally:

@@ -646,15 +646,9 @@ class MessageStore:
         cq = self.consume_queue(topic, queue_id)
         if cq is None:
             return 0
-        lo, hi = cq.min_offset, cq.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            off, size, _ = cq.unit(mid)
-            if self.commitlog.read_message(off, size).store_timestamp >= timestamp:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return cq.offset_by_time(
+            timestamp, lambda off, size: self.commitlog.read_message(off, size).store_timestamp
+        )
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset still readable."""

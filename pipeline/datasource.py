@@ -518,7 +518,7 @@ class _Planner:
         if ts is not None:
             t = ts.get(topic, {}).get(str(q)) if isinstance(ts, dict) else ts
             if t is not None:
-                return s.offset_for_timestamp(topic, q, t)
+                return s.offset_by_time(topic, q, t)
         value = default
         if isinstance(spec, str):
             value = EARLIEST if spec == "earliest" else LATEST

@@ -21,9 +21,9 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from .mappedfile import FileQueue
+from .mappedfile import FileQueue, Segment
 
 CQ_STORE_UNIT_SIZE = 20
 #: (numpy field name, struct format) of a unit: commitLogOffset | size | tagsCode. The one list
@@ -169,7 +169,7 @@ class ConsumeQueue:
         prev_end = -1
         for seg in segs[first:]:
             data = os.pread(seg.fd, seg.size, 0)
-            n = _valid_prefix_units(data)
+            n = valid_prefix_units(data)
             k, prev_end = _ordered_prefix_units(data, n, prev_end)
             if k < n:
                 self.files.repairs.append(
@@ -218,7 +218,96 @@ class ConsumeQueue:
         else:
             self.last_commitlog_offset = self.max_physic_offset = -1
 
+    # -- following a writer (read-only) ---------------------------------------------------
+    def follow_files(self, add: bool = True) -> list[Segment]:
+        """Re-list the files of a read-only queue another process writes
+        (:meth:`engine.format.mappedfile.FileQueue.refresh`): files the writer deleted are
+        dropped and ``min_offset`` moves to the first file left. Returns the segments dropped,
+        whose descriptors the caller closes once no reader can still use them."""
+        gone = self.files.refresh(add)
+        base = self.files.min_offset // CQ_STORE_UNIT_SIZE
+        if self.files.segments and self.min_offset < base:
+            self.min_offset = base
+            self.max_offset = max(self.max_offset, base)
+        return gone
+
+    def written_units(
+        self, max_units: int, relist: Callable[[FileQueue], object] | None = None
+    ) -> bytes:
+        """The valid units the writer has written past ``max_offset`` (``offset >= 0 and
+        size > 0``, the rule of :meth:`recover`), as raw units, at most ``max_units``; read in
+        growing steps (most queues gain a few units between two calls) and across new files.
+        ``max_offset`` is not moved: the caller makes them visible (a follower after their
+        records, :meth:`catch_up` at once).
+
+        ``relist``: called with the :class:`FileQueue` when the read reaches the end of the
+        last listed file (default :meth:`follow_files`; a follower passes its own, which keeps
+        the dropped descriptors until no reader uses them)."""
+        fq = self.files
+        lo = self.max_offset
+        out = []
+        n_total = 0
+        step = 256
+        while n_total < max_units:
+            pos = (lo + n_total) * CQ_STORE_UNIT_SIZE
+            if pos >= fq.end_offset:
+                if relist is None:
+                    for seg in self.follow_files():
+                        os.close(seg.fd)
+                else:
+                    relist(fq)  # the writer may have started the next file
+                if pos >= fq.end_offset:
+                    break
+            data = fq.read(pos, min(step, max_units - n_total) * CQ_STORE_UNIT_SIZE)
+            if not data:
+                break
+            n = valid_prefix_units(data)
+            out.append(data[: n * CQ_STORE_UNIT_SIZE])
+            n_total += n
+            if n * CQ_STORE_UNIT_SIZE < len(data):
+                break
+            step = min(step * 8, 1 << 16)
+        return b"".join(out)
+
+    def catch_up(self, max_units: int = 1 << 62) -> int:
+        """A lock-free reader's view of a queue a writer appends to (``StoreFiles``): make
+        every unit the writer has written visible at once (:meth:`written_units`). A queue
+        just opened starts at its last file, whose predecessors are full (the rule of
+        :meth:`recover`). Returns the number of units added."""
+        segs = self.files.segments
+        if self.max_offset == self.min_offset and segs:
+            last = segs[-1].start // CQ_STORE_UNIT_SIZE
+            if last > self.max_offset:
+                self.max_offset = last
+        raw = self.written_units(max_units)
+        if raw:
+            self._advance(raw)
+        return len(raw) // CQ_STORE_UNIT_SIZE
+
     # -- read -------------------------------------------------------------------------------
+    def offset_by_time(
+        self,
+        timestamp: int,
+        store_timestamp_at: Callable[[int, int], int],
+        lo: int | None = None,
+        hi: int | None = None,
+    ) -> int:
+        """``getOffsetInQueueByTime`` (LOWER boundary): the first queue offset whose record was
+        stored at or after ``timestamp`` (epoch ms), or ``hi`` when every one is older.
+        A binary search over the units ``[lo, hi)`` (default ``[min_offset, max_offset)``);
+        ``store_timestamp_at(commitLogOffset, size)`` gives a record's STORETIMESTAMP (and
+        raises CorruptRecordError where no record is)."""
+        lo = self.min_offset if lo is None else lo
+        hi = self.max_offset if hi is None else hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            off, size, _ = self.unit(mid)
+            if store_timestamp_at(off, size) >= timestamp:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         """``(commitLogOffset, size, tagsCode)`` of one unit. Raises IndexError if absent."""
         if not self.min_offset <= queue_offset < self.max_offset:
@@ -357,8 +446,10 @@ def _ordered_prefix_units(data: bytes, n: int, prev_end: int) -> tuple[int, int]
 _HIGH_BIT = bytes(1 if b & 0x80 else 0 for b in range(256))
 
 
-def _valid_prefix_units(data: bytes) -> int:
-    """Number of leading valid units in ``data`` (``offset >= 0 and size > 0``).
+def valid_prefix_units(data: bytes) -> int:
+    """Number of leading valid units in ``data`` (``offset >= 0 and size > 0``): the one
+    rule of where a queue's units end (``ConsumeQueue.recover``), for recovery, a follower and
+    a lock-free reader (:meth:`ConsumeQueue.written_units`).
 
     Whole-buffer byte operations, no loop per unit: a negative commitLogOffset or size has the
     high bit of its first byte set; a zero size has all four bytes zero, which the OR of the

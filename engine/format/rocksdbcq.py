@@ -42,6 +42,7 @@ from collections.abc import Callable
 
 from ..errors import CorruptRecordError
 from .consumequeue import CQ_STORE_UNIT_SIZE, DEFAULT_UNITS_PER_FILE, UNIT, ConsumeQueue
+from .mappedfile import Segment
 from .rocksdb import CTRL_1, ReadOnlyDB
 
 #: The column family of the offset table (``ConsumeQueueRocksDBStorage.OFFSET_COLUMN_FAMILY``).
@@ -297,6 +298,15 @@ class RocksDBConsumeQueue(ConsumeQueue):
         off, size, _ = UNIT.unpack(have)
         self.max_offset = end
         self.last_commitlog_offset, self.max_physic_offset = off, off + size
+
+    def catch_up(self, max_units: int = 1 << 62) -> int:
+        """A lock-free reader's :meth:`engine.format.consumequeue.ConsumeQueue.catch_up`: a
+        RocksDB queue is read as the database was when opened. Returns 0."""
+        return 0
+
+    def follow_files(self, add: bool = True) -> list[Segment]:
+        """No files to follow (the database is read as opened). Returns []."""
+        return []
 
     def read_units(self, start: int, count: int) -> bytes:
         """Units from ``start``; CorruptRecordError when one inside ``[min, max)`` is missing

@@ -56,9 +56,7 @@ from ..format.config import (
     topic_path_problem,
 )
 from ..format.consumequeue import (
-    CQ_STORE_UNIT_SIZE,
     ConsumeQueue,
-    _valid_prefix_units,
     queue_dir_id,
 )
 from ..format.mappedfile import FileQueue
@@ -242,12 +240,8 @@ class Follower:
                     if cl.max_offset < cl.min_offset:
                         cl.max_offset = cl.min_offset
                     for cq in list(s.consume_queues.values()):
-                        gone = self._follow_file_queue(cq.files, add=False)
+                        gone = self._bury_later(cq.follow_files(add=False))
                         changes["deleted"] += [os.path.relpath(p, s.root) for p in gone]
-                        base = cq.files.min_offset // CQ_STORE_UNIT_SIZE
-                        if cq.min_offset < base:
-                            cq.min_offset = base
-                            cq.max_offset = max(cq.max_offset, base)
                         # here, under the lock that dropped the segments, so that no reader
                         # is ever handed a unit whose record was just deleted; again after
                         # the reput below for queues whose visible units have all expired
@@ -298,7 +292,11 @@ class Follower:
         """Make ``fq.segments`` match the directory
         (:meth:`engine.format.mappedfile.FileQueue.refresh`); the descriptors of the files
         dropped are closed later, once no reader can hold them. Returns the deleted paths."""
-        gone = fq.refresh(add)
+        return self._bury_later(fq.refresh(add))
+
+    def _bury_later(self, gone: list) -> list[str]:
+        """Close the descriptors of the segments ``gone`` later, once no reader can hold them
+        (:meth:`_bury`). Returns their paths."""
         if gone:
             self._graves.append((self.refreshes, [seg.fd for seg in gone]))
         return [seg.path for seg in gone]
@@ -377,32 +375,6 @@ class Follower:
         return cq
 
     # -- reput --------------------------------------------------------------------------------
-    def _new_units(self, cq: ConsumeQueue) -> bytes:
-        """The writer's valid units after the queue's visible end (``cq.max_offset``), read
-        in growing steps (most queues gain a few units per refresh) and across new files;
-        at most MAX_NEW_UNITS."""
-        fq = cq.files
-        lo = cq.max_offset
-        out = []
-        n_total = 0
-        step = 256
-        while n_total < MAX_NEW_UNITS:
-            pos = (lo + n_total) * CQ_STORE_UNIT_SIZE
-            if pos >= fq.end_offset:
-                self._follow_file_queue(fq)  # the writer may have started the next file
-                if pos >= fq.end_offset:
-                    break
-            data = fq.read(pos, step * CQ_STORE_UNIT_SIZE)
-            if not data:
-                break
-            n = _valid_prefix_units(data)
-            out.append(data[: n * CQ_STORE_UNIT_SIZE])
-            n_total += n
-            if n * CQ_STORE_UNIT_SIZE < len(data):
-                break
-            step = min(step * 8, 1 << 16)
-        return b"".join(out)
-
     def _reput(self) -> int:
         """Advance the visible end over complete records whose units the writer has written
         (see the module docstring). Returns the number of units made visible.
@@ -420,7 +392,7 @@ class Follower:
         queues = list(s.consume_queues.values())
         parts = []
         for i, cq in enumerate(queues):
-            raw = self._new_units(cq)
+            raw = cq.written_units(MAX_NEW_UNITS, self._follow_file_queue)
             if raw:
                 parts.append((i, cq.max_offset, np.frombuffer(raw, _UNIT_DT)))
         if parts:

@@ -53,7 +53,15 @@ from ..errors import CorruptRecordError
 from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
 from ..format.commitlog import DEFAULT_FILE_SIZE, CommitLog
 from ..format.config import topic_path_problem
-from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT_DTYPE_SPEC, queue_dir_id
+from ..format.consumequeue import (
+    BLANK_UNIT_SIZE,
+    CQ_STORE_UNIT_SIZE,
+    DEFAULT_UNITS_PER_FILE,
+    UNIT_DTYPE_SPEC,
+    ConsumeQueue,
+    queue_dir_id,
+)
+from ..format.consumequeue import store_file_size as cq_store_file_size
 from ..format.dledger import DLedgerLog, open_dledger
 from ..format.innerbatch import inner_message
 from ..format.javahash import tags_code
@@ -92,7 +100,7 @@ from ..format.message import (
     read_store_timestamp,
     unit_mismatch,
 )
-from ..format.rocksdbcq import RocksDBConsumeQueues
+from ..format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
 from ..service.storetree import check_store_tree, rocksdb_consume_queue
 from . import kernel
 from .jsonline import message_fields
@@ -228,124 +236,6 @@ _MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 # Files
 
 
-class QueueFiles:
-    """One ``consumequeue/<topic>/<queueId>`` directory, read-only (its files:
-    :class:`engine.format.mappedfile.MappedFiles`)."""
-
-    def __init__(self, directory: str):
-        self.files = MappedFiles(directory)
-
-    def units(self, start: int, end: int) -> np.ndarray:
-        """Units of queue offsets ``[start, end)`` as a :data:`UNIT_DTYPE` array (shorter when
-        files are missing)."""
-        parts = []
-        pos = start * CQ_STORE_UNIT_SIZE
-        stop = end * CQ_STORE_UNIT_SIZE
-        while pos < stop:
-            loc = self.files.locate(pos)
-            if loc is None:
-                break
-            m, p = loc
-            n = min(stop - pos, len(m) - p)
-            n -= n % CQ_STORE_UNIT_SIZE
-            if n <= 0:
-                break
-            parts.append(
-                np.frombuffer(m, dtype=UNIT_DTYPE, count=n // CQ_STORE_UNIT_SIZE, offset=p).copy()
-            )
-            pos += n
-        if not parts:
-            return np.empty(0, dtype=UNIT_DTYPE)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-    def valid_end(self) -> int:
-        """Queue offset one past the last valid unit on disk (``ConsumeQueue.recover``)."""
-        self.files.refresh()
-        segs = self.files.segments
-        if not segs:
-            return 0
-        last = segs[-1].start
-        loc = self.files.locate(last)
-        if loc is None:
-            return last // CQ_STORE_UNIT_SIZE
-        m, _ = loc
-        arr = np.frombuffer(m, dtype=UNIT_DTYPE, count=len(m) // CQ_STORE_UNIT_SIZE)
-        bad = (arr["off"] < 0) | (arr["size"] <= 0)
-        n = int(np.argmax(bad)) if bad.any() else len(arr)
-        del arr
-        return last // CQ_STORE_UNIT_SIZE + n
-
-    def first_offset(self) -> int:
-        """Queue offset of the first unit on disk (the first file's start)."""
-        self.files.refresh()
-        return self.files.min_offset // CQ_STORE_UNIT_SIZE
-
-    def close(self) -> None:
-        """Unmap the files."""
-        self.files.close()
-
-
-class BatchQueueFiles:
-    """One ``batchconsumequeue/<topic>/<queueId>`` directory read as :class:`QueueFiles` reads
-    a ConsumeQueue, one :data:`UNIT_DTYPE` unit per message (the units of an inner batch's
-    messages all name its record; the decoder picks each message by its queue offset:
-    :func:`engine.format.innerbatch.inner_message`). A BatchCQ topic's
-    (:class:`engine.format.batchcq.BatchConsumeQueue`)."""
-
-    def __init__(self, directory: str, topic: str, queue_id: int):
-        self.bcq = BatchConsumeQueue(directory, topic, queue_id)
-
-    def units(self, start: int, end: int) -> np.ndarray:
-        """Units of the messages at queue offsets ``[start, end)`` (shorter past the end)."""
-        off, size, tags = self.bcq.message_units(start, end)
-        out = np.empty(len(off), dtype=UNIT_DTYPE)
-        out["off"], out["size"], out["tags"] = off, size, tags
-        return out
-
-    def valid_end(self) -> int:
-        """One past the last message of the last valid unit (``getMaxOffsetInQueue``), as the
-        queue was when opened: a BatchCQ store is read as it is, like a RocksDB one (re-reading
-        its last three files on every call, as this did, cost up to 41 MB of reads a query)."""
-        return self.bcq.max_offset
-
-    def first_offset(self) -> int:
-        """The first unit's msgBaseOffset."""
-        return self.bcq.min_offset
-
-    def close(self) -> None:
-        """Close the files."""
-        self.bcq.close()
-
-
-class RocksDBQueue:
-    """One queue of a RocksDB ConsumeQueue store (:mod:`engine.format.rocksdbcq`), with
-    :class:`QueueFiles`' interface: units as :data:`UNIT_DTYPE` arrays, its end from the
-    ``offset`` family's max (``getMaxOffsetInQueue``), its start from the min entry
-    (``getMinCqOffset``, the first unit present from there)."""
-
-    def __init__(self, db, topic: str, queue_id: int):
-        self.db, self.topic, self.queue_id = db, topic, queue_id
-
-    def units(self, start: int, end: int) -> np.ndarray:
-        """Units of queue offsets ``[start, end)`` (shorter at the first missing one)."""
-        raw = self.db.read_units(self.topic, self.queue_id, start, end - start)
-        return np.frombuffer(raw, dtype=UNIT_DTYPE).copy()
-
-    def valid_end(self) -> int:
-        """One past the ``max`` entry's cqOffset; 0 without one."""
-        top = self.db.max_entry(self.topic, self.queue_id)
-        return 0 if top is None else top[1] + 1
-
-    def first_offset(self) -> int:
-        """The first unit present at or after the ``min`` entry's cqOffset."""
-        low = self.db.min_entry(self.topic, self.queue_id)
-        first = self.db.first_at_or_after(self.topic, self.queue_id, low[1] if low else 0)
-        return self.valid_end() if first is None else min(first, self.valid_end())
-
-    def close(self) -> None:
-        """The database is closed by :meth:`StoreFiles.close`."""
-
-
 def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
     """Units of queue offsets ``[start, end)`` of a store's ConsumeQueue, read through its
     ``read_units`` (:meth:`engine.format.consumequeue.ConsumeQueue.read_units`, across its files), as
@@ -395,12 +285,21 @@ _QUEUE_DIRS = ("consumequeue", BATCH_CQ_DIR)
 
 
 class StoreFiles:
-    """A store directory opened for reading only, without the store's ``lock`` file.
+    """A store directory opened for reading only, without the store's ``lock`` file: the
+    lock-free reader of Spark's executors and the benchmarks.
 
-    No recovery scan and no IndexFile: the ConsumeQueues are trusted as they are on disk.
-    A queue's max offset is the end of the valid prefix of its last file, minus trailing units
-    whose record is not (yet) a valid record; its min offset the first unit that is not blank
-    filler (``fillPreBlank``) and whose record is still in the CommitLog (``correctMinOffset``).
+    It reads through the format's own classes, the ones :class:`engine.store.MessageStore`
+    recovers and writes: the CommitLog's files (:class:`engine.format.mappedfile.MappedFiles`),
+    each queue's :class:`engine.format.consumequeue.ConsumeQueue` opened read-only (a BatchCQ
+    topic's :class:`engine.format.batchcq.BatchConsumeQueue`, a RocksDB store's
+    :class:`engine.format.rocksdbcq.RocksDBConsumeQueue`), so a queue's units, where they end,
+    its min offset and the search by time have one implementation each. What differs from
+    ``MessageStore`` is only what a reader that takes no lock cannot do: no recovery scan and
+    no IndexFile; the ConsumeQueues are trusted as they are on disk, and a queue follows the
+    units a writer appends (:meth:`engine.format.consumequeue.ConsumeQueue.catch_up`).
+    A queue's max offset is the end of its valid units, minus trailing units whose record is
+    not (yet) a valid record; its min offset the first unit that is not blank filler
+    (``fillPreBlank``) and whose record is still in the CommitLog (``correctMinOffset``).
     A store that crashed and was never recovered may have units past the CommitLog's valid
     end: mount it once (or open it with ``MessageStore``) to recover it first.
 
@@ -415,6 +314,8 @@ class StoreFiles:
         FileNotFoundError: ``root`` has no ``commitlog/`` directory.
         UnsafeStoreError: a link, FIFO or device below ``root``
             (:func:`engine.service.storetree.check_store_tree`).
+        CorruptRecordError: (from :meth:`queue` and the reads) a queue's files cannot be a
+            queue (mixed sizes, misnamed), or a record is not its unit's.
     """
 
     def __init__(self, root: str, check_crc: bool = True):
@@ -435,12 +336,13 @@ class StoreFiles:
         self.commitlog = MappedFiles(cl)
         #: whether records read here have their BODYCRC checked (the decoders' ``check_crc``)
         self.check_crc = check_crc
-        self._queues: dict[tuple[str, int], QueueFiles | BatchQueueFiles | RocksDBQueue] = {}
+        self._queues: dict[tuple[str, int], ConsumeQueue | BatchConsumeQueue] = {}
         #: the store's RocksDB ConsumeQueues (engine.format.rocksdbcq) when it keeps them
         #: there (storetree.rocksdb_consume_queue, the one decision), else None
         self.rocksdb: RocksDBConsumeQueues | None = None
         if rocksdb_consume_queue(self.root):
             self.rocksdb = RocksDBConsumeQueues(os.path.join(self.root, "consumequeue"))
+        self._cq_file_size: int | None = None
 
     # -- layout ------------------------------------------------------------------------------
     def topics(self) -> list[str]:
@@ -481,52 +383,83 @@ class StoreFiles:
             )
         return sorted(out)
 
-    def queue(self, topic: str, queue_id: int) -> QueueFiles | BatchQueueFiles | RocksDBQueue:
-        """The :class:`QueueFiles` (or :class:`RocksDBQueue`, or a BatchCQ topic's
-        :class:`BatchQueueFiles`) of one queue (cached): the one place that tells them apart."""
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | BatchConsumeQueue:
+        """The queue's :class:`engine.format.consumequeue.ConsumeQueue`, read-only (a RocksDB
+        store's :class:`engine.format.rocksdbcq.RocksDBConsumeQueue`, a BatchCQ topic's
+        :class:`engine.format.batchcq.BatchConsumeQueue`), opened once and cached: the one
+        place that tells them apart. A queue with no files is an empty one.
+
+        Raises:
+            CorruptRecordError: its files cannot be a queue (``FileQueue``)."""
         key = (topic, queue_id)
         q = self._queues.get(key)
-        if q is None and self.rocksdb is not None:
-            q = self._queues[key] = RocksDBQueue(self.rocksdb, topic, queue_id)
-        if q is None:
+        if q is not None:
+            return q
+        if self.rocksdb is not None:
+            rq = RocksDBConsumeQueue(self.rocksdb, topic, queue_id)
+            rq.recover()
+            q = rq
+        else:
             d = os.path.join(self.root, "consumequeue", topic, str(queue_id))
             b = os.path.join(self.root, BATCH_CQ_DIR, topic, str(queue_id))
             if not os.path.isdir(d) and os.path.isdir(b):  # a BatchCQ topic's queue
-                q = self._queues[key] = BatchQueueFiles(b, topic, queue_id)
+                q = BatchConsumeQueue(b, topic, queue_id)
             else:
-                q = self._queues[key] = QueueFiles(d)
+                q = ConsumeQueue(d, topic, queue_id, self._queue_file_size(), read_only=True)
+                q.catch_up()
+        self._queues[key] = q
         return q
+
+    def _queue_file_size(self) -> int:
+        """The ConsumeQueue file size of a queue that has no file yet: the store's (its other
+        queues', :func:`engine.format.consumequeue.store_file_size`), else RocketMQ's default."""
+        if self._cq_file_size is None:
+            base = os.path.join(self.root, "consumequeue")
+            qdirs = [
+                os.path.join(base, t, str(q)) for t in self.topics() for q in self.queue_ids(t)
+            ][:64]
+            size, _ = cq_store_file_size(qdirs)
+            self._cq_file_size = size or DEFAULT_UNITS_PER_FILE * CQ_STORE_UNIT_SIZE
+        return self._cq_file_size
+
+    def units(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
+        """The units of queue offsets ``[start, end)`` as a :data:`UNIT_DTYPE` array, blank
+        filler kept; shorter where the queue has no more (or ``start`` is before its first
+        unit: empty). Follows a writer: units appended since are read
+        (:meth:`engine.format.consumequeue.ConsumeQueue.catch_up`)."""
+        q = self.queue(topic, queue_id)
+        if end > q.max_offset:
+            q.catch_up()
+        if start < q.min_offset or start >= end:
+            return np.empty(0, dtype=UNIT_DTYPE)
+        return queue_units(q, start, end)[0]
 
     # -- offsets -----------------------------------------------------------------------------
     def max_offset(self, topic: str, queue_id: int) -> int:
         """``getMaxOffsetInQueue``: one past the last queue offset whose record is readable."""
         q = self.queue(topic, queue_id)
-        end = q.valid_end()
-        lo = q.first_offset()
+        q.catch_up()
+        end = q.max_offset
         # A concurrent writer may have written a unit whose record we cannot see yet (another
         # host's page cache, a torn copy): back off to the last unit whose record header is sane.
-        while end > lo:
-            u = q.units(end - 1, end)
-            if len(u) and self._record_ok(int(u["off"][0]), int(u["size"][0])):
+        while end > q.min_offset:
+            off, size, _ = q.unit(end - 1)
+            if self._record_ok(off, size):
                 break
             end -= 1
         return end
 
     def min_offset(self, topic: str, queue_id: int) -> int:
-        """``getMinOffsetInQueue``: first queue offset whose record is still in the CommitLog."""
+        """``getMinOffsetInQueue``: first queue offset whose record is still in the CommitLog
+        (:meth:`engine.format.consumequeue.ConsumeQueue.correct_min_offset`, after the files
+        retention deleted are dropped)."""
         q = self.queue(topic, queue_id)
-        lo = q.first_offset()
-        hi = q.valid_end()
+        for seg in q.follow_files(add=False) if isinstance(q, ConsumeQueue) else ():
+            os.close(seg.fd)
+        q.catch_up()
         self.commitlog.refresh()
-        cl_min = self.commitlog.min_offset
-        while lo < hi:  # first unit with off >= commitlog min and not blank filler
-            mid = (lo + hi) // 2
-            u = q.units(mid, mid + 1)
-            if len(u) and int(u["off"][0]) >= cl_min and int(u["size"][0]) != BLANK_UNIT_SIZE:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        q.correct_min_offset(self.commitlog.min_offset)
+        return q.min_offset
 
     def _record_ok(self, off: int, size: int) -> bool:
         if self.committed_end is not None and off + size > self.committed_end:
@@ -540,8 +473,9 @@ class StoreFiles:
         total, magic = _HEAD.unpack_from(m, p)
         return total == size and magic in (MAGIC_V1, MAGIC_V2)
 
-    def store_timestamp(self, off: int) -> int:
-        """STORETIMESTAMP (epoch ms) of the record at CommitLog offset ``off``.
+    def store_timestamp(self, off: int, size: int | None = None) -> int:
+        """STORETIMESTAMP (epoch ms) of the record at CommitLog offset ``off`` (``size``, its
+        unit's, is not needed: the argument keeps ``ConsumeQueue.offset_by_time``'s shape).
 
         Raises CorruptRecordError when no record is there."""
         loc = self.commitlog.locate(off)
@@ -550,19 +484,16 @@ class StoreFiles:
         m, p = loc
         return read_store_timestamp(m, p)
 
-    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
-        """First queue offset stored at or after ``timestamp`` (epoch ms), or the max offset
-        when every message is older (``getOffsetInQueueByTime``, binary search)."""
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """``getOffsetInQueueByTime``: the first queue offset stored at or after ``timestamp``
+        (epoch ms), or the max offset when every message is older
+        (:meth:`engine.format.consumequeue.ConsumeQueue.offset_by_time` between
+        :meth:`min_offset` and :meth:`max_offset`)."""
         q = self.queue(topic, queue_id)
         lo, hi = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            u = q.units(mid, mid + 1)
-            if self.store_timestamp(int(u["off"][0])) >= timestamp:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        if isinstance(q, BatchConsumeQueue):
+            return min(max(q.offset_by_time(timestamp), lo), hi)
+        return q.offset_by_time(timestamp, self.store_timestamp, lo, hi)
 
     # -- reading -----------------------------------------------------------------------------
     def read_batches(
@@ -586,7 +517,6 @@ class StoreFiles:
         Raises CorruptRecordError when a unit is missing or points at bytes that are not its
         record (the message names the CommitLog offset).
         """
-        q = self.queue(topic, queue_id)
         wanted = None
         codes = None
         if tags is not None:
@@ -596,7 +526,7 @@ class StoreFiles:
         pos = start
         while pos < end:
             n = min(batch_rows, end - pos)
-            units = q.units(pos, pos + n)
+            units = self.units(topic, queue_id, pos, pos + n)
             if len(units) < n:
                 raise CorruptRecordError(
                     f"{topic}/{queue_id}: ConsumeQueue units {pos}..{pos + n} are missing"

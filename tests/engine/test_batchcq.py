@@ -71,9 +71,8 @@ def test_storefiles_and_the_columnar_decoder_read_the_same_rows(bcq):
         mid = [b for batch in sf.read_batches("B", 0, 2, 6) for b in batch.to_pylist()]
         assert [r["body"] for r in mid] == [b"i1", b"i2", b"b4", b"j0"]
         ts = recs[3]["ts"]
-        assert sf.offset_for_timestamp("B", 0, ts) == min(r["base"] for r in recs if r["ts"] >= ts)
-        q = sf.queue("B", 0)
-        units = q.units(0, len(want))
+        assert sf.offset_by_time("B", 0, ts) == min(r["base"] for r in recs if r["ts"] >= ts)
+        units = sf.units("B", 0, 0, len(want))
         slow = decode_units_per_record(
             sf.commitlog, "B", 0, units, np.arange(len(want)), columns=("body", "queueOffset")
         )

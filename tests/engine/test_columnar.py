@@ -71,7 +71,7 @@ def _check_store(root) -> int:
     for topic in files.topics():
         for q in files.queue_ids(topic):
             lo, hi = files.min_offset(topic, q), files.max_offset(topic, q)
-            units = files.queue(topic, q).units(lo, hi)
+            units = files.units(topic, q, lo, hi)
             keep = units["size"] != columnar.BLANK_UNIT_SIZE
             qoffs = np.arange(lo, hi)[keep]
             units = units[keep]
@@ -156,7 +156,7 @@ def test_mixed_runs_keep_their_order(tmp_path, monkeypatch):
 
 def _damage(root, mutate):
     files = columnar.StoreFiles(str(root))
-    units = files.queue("D", 0).units(0, 10)
+    units = files.units("D", 0, 0, 10)
     offs = [int(u) for u in units["off"]]
     sizes = [int(u) for u in units["size"]]
     files.close()
@@ -315,7 +315,7 @@ def test_body_crc_mismatch_is_never_a_row(tmp_path, columns):
         s.create_topic("D", 2)
         s.put_messages([Message("D", b"body %d" % i, queue_id=i % 2) for i in range(20)])
     files = columnar.StoreFiles(str(root))
-    units = files.queue("D", 0).units(0, 10)
+    units = files.units("D", 0, 0, 10)
     files.close()
     bad = int(units["off"][4])
     _patch(root / "commitlog" / f"{0:020d}", bad + 88 + 1, b"X")
@@ -417,3 +417,54 @@ def test_queue_units_and_blank_filter_equal_the_code_they_replace(tmp_path, whic
             qoffs = _old_drop(*_old_units(cq, lo, hi), q)[1]
             assert got == [int(x) for x in qoffs]
         assert columnar.queue_units(None, 0, 5)[0].size == 0
+
+
+def test_storefiles_follows_a_writer_and_agrees_with_the_store(tmp_path):
+    """The lock-free reader (``StoreFiles``) reads through the format's own ConsumeQueue
+    (issue 22, one reader per format): units a writer appends after the open become visible,
+    across a new ConsumeQueue file; files retention deletes move the min offset; and its min,
+    max and search by time equal ``MessageStore``'s on the same files."""
+    root = tmp_path / "store"
+    cfg = _cfg()  # 100 units a ConsumeQueue file, 64 KiB CommitLog files
+    body = b"y" * 900
+    w = MessageStore(str(root), cfg)
+    sf = None
+    try:
+        w.create_topic("F", 1)
+        w.put_messages([Message("F", body + b"%d" % i, queue_id=0) for i in range(150)])
+        sf = columnar.StoreFiles(str(root))
+        assert (sf.min_offset("F", 0), sf.max_offset("F", 0)) == (0, 150)
+        w.put_messages([Message("F", body + b"%d" % i, queue_id=0) for i in range(150, 270)])
+        assert sf.max_offset("F", 0) == 270  # into the third ConsumeQueue file
+        got = [
+            r
+            for b in sf.read_batches("F", 0, 140, 270, columns=("body",))
+            for r in b.column(0).to_pylist()
+        ]
+        assert got == [body + b"%d" % i for i in range(140, 270)]
+    finally:
+        w.close()
+    # retention: the oldest CommitLog file, then the ConsumeQueue file whose units all point
+    # into deleted records (CleanCommitLogService, then CleanConsumeQueueService)
+    for seg in sorted((root / "commitlog").iterdir())[:2]:  # about 128 records
+        os.unlink(seg)
+    os.unlink(sorted((root / "consumequeue" / "F" / "0").iterdir())[0])
+    with MessageStore(str(root), cfg, read_only=True) as r:
+        want_min, want_max = r.min_offset("F", 0), r.max_offset("F", 0)
+        assert want_min > 100  # the first file's units went, and the first records of the next
+        times = sorted(
+            {r.get_message("F", 0, q).store_timestamp for q in range(want_min, want_max, 7)}
+        )
+        want_time = {t: r.offset_by_time("F", 0, t) for t in (0, *times, times[-1] + 1)}
+    assert sf is not None
+    try:
+        assert (sf.min_offset("F", 0), sf.max_offset("F", 0)) == (want_min, want_max)
+        assert {t: sf.offset_by_time("F", 0, t) for t in want_time} == want_time
+        got = [
+            r
+            for b in sf.read_batches("F", 0, want_min, want_max, columns=("queueOffset",))
+            for r in b.column(0).to_pylist()
+        ]
+        assert got == list(range(want_min, want_max))
+    finally:
+        sf.close()

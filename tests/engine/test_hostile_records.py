@@ -106,7 +106,7 @@ def test_a_short_record_is_damage_on_every_read_path(tmp_path):
             s.read_record(off, 91, topic="T", queue_id=0, queue_offset=2)
         assert "unit 2" in s.damaged[("T", 0)]
     sf = StoreFiles(str(root))
-    units = sf.queue("T", 0).units(0, 5)
+    units = sf.units("T", 0, 0, 5)
     for dec in (decode_units, decode_units_per_record):  # the kernel and the Python decoder
         with pytest.raises(CorruptRecordError) as info:
             dec(sf.commitlog, "T", 0, units, np.arange(5))
@@ -163,7 +163,7 @@ def test_swapped_units_are_damage_not_the_other_message(tmp_path):
     assert r.returncode == 1 and "QUEUEOFFSET 11 " in r.stderr and "Traceback" not in r.stderr
     assert len(r.stdout.splitlines()) == 10  # offsets 0-9, then the damage
     sf = StoreFiles(str(root))
-    units = sf.queue("T", 0).units(0, 100)
+    units = sf.units("T", 0, 0, 100)
     for dec in (decode_units, decode_units_per_record):
         with pytest.raises(CorruptRecordError, match="QUEUEOFFSET 11 ") as info:
             dec(sf.commitlog, "T", 0, units, np.arange(100))
@@ -180,7 +180,7 @@ def test_units_pointing_at_one_record_do_not_multiply_it(tmp_path):
     for q in range(101, 300):
         _write_unit(root, "T", 0, q, *target)
     sf = StoreFiles(str(root))
-    units = sf.queue("T", 0).units(0, 1000)
+    units = sf.units("T", 0, 0, 1000)
     for dec in (decode_units, decode_units_per_record):
         with pytest.raises(CorruptRecordError, match="QUEUEOFFSET 100 "):
             dec(sf.commitlog, "T", 0, units, np.arange(1000))

@@ -475,7 +475,7 @@ def _all_rows(root, **kw):
         out = []
         for q in files.queue_ids("C"):
             lo, hi = files.min_offset("C", q), files.max_offset("C", q)
-            units = files.queue("C", q).units(lo, hi)
+            units = files.units("C", q, lo, hi)
             qoffs = np.arange(lo, hi)
             fast = columnar.decode_units(files.commitlog, "C", q, units, qoffs)
             slow = columnar.decode_units_per_record(files.commitlog, "C", q, units, qoffs)
@@ -519,7 +519,7 @@ def test_without_the_kernel_the_rows_are_the_same(tmp_path):
         "assert kernel.load() is None\n"
         "f = columnar.StoreFiles(sys.argv[1])\n"
         "for q in f.queue_ids('C'):\n"
-        "    u = f.queue('C', q).units(0, f.max_offset('C', q))\n"
+        "    u = f.units('C', q, 0, f.max_offset('C', q))\n"
         "    b = columnar.decode_units(f.commitlog, 'C', q, u, np.arange(len(u)))\n"
         "    sys.stdout.buffer.write(b'%d %d\\n' % (q, hash(str(b.to_pylist()))))\n"
     )

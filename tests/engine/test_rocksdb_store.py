@@ -127,7 +127,7 @@ def test_rocksdb_store_reads_through_storefiles_as_the_plain_store(stores):
                 b = [b.to_pylist() for b in r.read_batches(t, q, lo, hi)]
                 assert a == b and a
                 ts = a[0][len(a[0]) // 2]["storeTimestamp"] if "storeTimestamp" in a[0][0] else 0
-                assert r.offset_for_timestamp(t, q, ts) == p.offset_for_timestamp(t, q, ts)
+                assert r.offset_by_time(t, q, ts) == p.offset_by_time(t, q, ts)
     finally:
         p.close()
         r.close()

@@ -46,7 +46,7 @@ def test_a_chunk_longer_than_its_room_comes_back_whole(tmp_path):
     root = tmp_path / "s"
     produce(root, 20)
     files = StoreFiles(str(root))
-    units = files.queue("T", 0).units(0, files.max_offset("T", 0))
+    units = files.units("T", 0, 0, files.max_offset("T", 0))
     files.close()
     cl = str(root / "commitlog")
     qoffs = np.arange(len(units))

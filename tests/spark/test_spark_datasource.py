@@ -265,7 +265,7 @@ def test_columnwise_decode_equals_record_by_record_and_the_engine(tmp_path, smal
         files = columnar.StoreFiles(str(root))
         for q in (0, 1):
             n = files.max_offset("E", q)
-            units = files.queue("E", q).units(0, n)
+            units = files.units("E", q, 0, n)
             qoffs = np.arange(n)
             fast = columnar.decode_units(files.commitlog, "E", q, units, qoffs)
             slow = columnar.decode_units_per_record(files.commitlog, "E", q, units, qoffs)
