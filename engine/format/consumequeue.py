@@ -296,16 +296,27 @@ class ConsumeQueue:
         stored at or after ``timestamp`` (epoch ms), or ``hi`` when every one is older.
         A binary search over the units ``[lo, hi)`` (default ``[min_offset, max_offset)``);
         ``store_timestamp_at(commitLogOffset, size)`` gives a record's STORETIMESTAMP (and
-        raises CorruptRecordError where no record is)."""
+        raises CorruptRecordError where no record is); blank filler units are stepped over
+        (they have no record: a search that met one read the record at offset 0, or failed)."""
+        hi_given = hi
         lo = self.min_offset if lo is None else lo
         hi = self.max_offset if hi is None else hi
         while lo < hi:
             mid = (lo + hi) // 2
-            off, size, _ = self.unit(mid)
-            if store_timestamp_at(off, size) >= timestamp:
+            # a blank filler unit (fillPreBlank) has no record: the first real unit after it
+            # stands for it
+            probe = mid
+            off, size, _ = self.unit(probe)
+            while size == BLANK_UNIT_SIZE and probe + 1 < hi:
+                probe += 1
+                off, size, _ = self.unit(probe)
+            if size == BLANK_UNIT_SIZE or store_timestamp_at(off, size) >= timestamp:
                 hi = mid
             else:
-                lo = mid + 1
+                lo = probe + 1
+        end = self.max_offset if hi_given is None else hi_given
+        while lo < end and self.unit(lo)[1] == BLANK_UNIT_SIZE:  # the real unit, not filler
+            lo += 1
         return lo
 
     def unit(self, queue_offset: int) -> tuple[int, int, int]:

@@ -144,6 +144,10 @@ def _segment_start(seg: Segment) -> int:
     return seg.start
 
 
+#: a read-only mapping of one segment file, what :meth:`MappedFiles.locate` hands out
+SegmentMap = mmap.mmap
+
+
 class MappedFiles:
     """A directory of files of one size named by their 20-digit start offset
     (``MappedFileQueue``), addressed by absolute byte offset and read through read-only mmaps:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -65,7 +65,7 @@ from ..format.consumequeue import store_file_size as cq_store_file_size
 from ..format.dledger import DLedgerLog, open_dledger
 from ..format.innerbatch import inner_message
 from ..format.javahash import tags_code
-from ..format.mappedfile import MappedFiles
+from ..format.mappedfile import MappedFiles, SegmentMap
 from ..format.message import (
     BODY_CRC_MASK,
     BORNHOST_V6_FLAG,
@@ -93,6 +93,7 @@ from ..format.message import (
     STORE_TIMESTAMP_END_MAX,
     STOREHOSTADDRESS_V6_FLAG,
     TOPIC_LENGTH_SIZE_V1,
+    MessageRecord,
     check_body_crc,
     check_unit_record,
     decode_record,
@@ -236,7 +237,9 @@ _MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 # Files
 
 
-def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+def queue_units(
+    cq: ConsumeQueue | BatchConsumeQueue | None, start: int, end: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Units of queue offsets ``[start, end)`` of a store's ConsumeQueue, read through its
     ``read_units`` (:meth:`engine.format.consumequeue.ConsumeQueue.read_units`, across its files), as
     ``(UNIT_DTYPE array, int64 queue offsets)``; blank filler kept (:func:`drop_blank_units`
@@ -259,8 +262,11 @@ def queue_units(cq, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def drop_blank_units(
-    units: np.ndarray, queue_offsets: np.ndarray, queue_ids=None, keep: np.ndarray | None = None
-):
+    units: np.ndarray,
+    queue_offsets: np.ndarray,
+    queue_ids: np.ndarray | int | None = None,
+    keep: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | int | None]:
     """Remove blank filler units (size ``BLANK_UNIT_SIZE``: ``ConsumeQueue.fillPreBlank``) and,
     when ``keep`` (a bool array) is given, the units it marks False, from ``units`` and the
     arrays aligned with them: their queue offsets and, for a topic's merged units, their queue
@@ -318,7 +324,7 @@ class StoreFiles:
             queue (mixed sizes, misnamed), or a record is not its unit's.
     """
 
-    def __init__(self, root: str, check_crc: bool = True):
+    def __init__(self, root: str, check_crc: bool = True) -> None:
         self.root = os.path.abspath(root)
         # never through a link, never a FIFO or device, as every open of a store
         check_store_tree(self.root)
@@ -577,7 +583,7 @@ def decode_units(
     wanted_tags: set | None = None,
     columns: tuple | None = None,
     check_crc: bool = True,
-):
+) -> pa.RecordBatch:
     """Decode the records ConsumeQueue ``units`` of one queue point at, column-wise.
 
     Args:
@@ -603,7 +609,7 @@ def decode_units(
     """
     import pyarrow as pa
 
-    build: Iterable[str] | None = columns
+    build: Sequence[str] | None = columns
     if columns is not None and wanted_tags is not None and "tags" not in columns:
         build = (*columns, "tags")
     offs = units["off"].astype(np.int64)
@@ -634,7 +640,7 @@ def decode_topic_units(
     queue_offsets: np.ndarray,
     columns: tuple | None = None,
     check_crc: bool = True,
-):
+) -> pa.RecordBatch:
     """:func:`decode_units` for units of several queues of one topic (``queue_ids[i]`` is the
     queue of ``units[i]``), e.g. merged in CommitLog order. Same batch and errors; a record
     whose QUEUEID is not its unit's queue raises CorruptRecordError."""
@@ -681,7 +687,7 @@ def decode_units_per_record(
     queue_offsets: np.ndarray,
     columns: tuple | None = None,
     check_crc: bool = True,
-):
+) -> pa.RecordBatch:
     """The same batch as :func:`decode_units`, decoded record by record with
     ``engine.format.message.decode_record`` (the reference the columnar path is tested against)."""
     offs = units["off"].astype(np.int64)
@@ -760,7 +766,7 @@ def decode_commitlog(
         yield batch()
 
 
-def _concat(batches: list):
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     import pyarrow as pa
 
     if len(batches) == 1:
@@ -772,7 +778,14 @@ def _concat(batches: list):
     )
 
 
-def _check_lmq_units(commitlog: MappedFiles, topic: str, queue_id: int, offs, sizes, qoffs) -> None:
+def _check_lmq_units(
+    commitlog: MappedFiles,
+    topic: str,
+    queue_id: int,
+    offs: np.ndarray,
+    sizes: np.ndarray,
+    qoffs: np.ndarray,
+) -> None:
     """Raise CorruptRecordError unless each record that a unit of the LMQ ``topic`` points at
     names ``topic`` and the unit's queue offset in its ``INNER_MULTI_DISPATCH`` /
     ``INNER_MULTI_QUEUE_OFFSET`` (``ConsumeQueue.multiDispatchLmqQueue``;
@@ -786,7 +799,7 @@ def _renamed(exc: CorruptRecordError, off: int) -> CorruptRecordError:
     return CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off)
 
 
-def _record_at(commitlog: MappedFiles, off: int, size: int):
+def _record_at(commitlog: MappedFiles, off: int, size: int) -> MessageRecord:
     """The record of ``size`` bytes at CommitLog offset ``off`` (``decode_record``, body CRC not
     checked). Raises CorruptRecordError naming ``off`` when no such record is there."""
     loc = commitlog.locate(off)
@@ -808,10 +821,10 @@ def _decode(
     check_crc: bool,
     offs: np.ndarray,
     sizes: np.ndarray,
-    qoffs,
-    topic,
-    queue_id,
-    columns,
+    qoffs: np.ndarray | None,
+    topic: str | None,
+    queue_id: int | None,
+    columns: Sequence[str] | None,
 ) -> pa.RecordBatch:
     """Decode records at CommitLog ``offs`` of ``sizes`` bytes; split by CommitLog file."""
     names = list(arrow_schema().names if columns is None else columns)
@@ -848,7 +861,7 @@ def _decode(
     return _concat(batches)
 
 
-def _empty(names):
+def _empty(names: Sequence[str]) -> pa.RecordBatch:
     import pyarrow as pa
 
     schema = arrow_schema()
@@ -863,8 +876,17 @@ def _first_bad(offs: np.ndarray, bad: np.ndarray) -> int:
 
 
 def _decode_segment(
-    commitlog, check_crc, m, seg_start: int, offs, sizes, qoffs, topic, queue_id, names
-):
+    commitlog: MappedFiles,
+    check_crc: bool,
+    m: SegmentMap,
+    seg_start: int,
+    offs: np.ndarray,
+    sizes: np.ndarray,
+    qoffs: np.ndarray | None,
+    topic: str | None,
+    queue_id: int | None,
+    names: Sequence[str],
+) -> pa.RecordBatch:
     """Decode records that all lie in one mapped CommitLog file (see :func:`decode_units`)."""
     import pyarrow as pa
 
@@ -907,7 +929,8 @@ def _decode_segment(
     if d.bad >= 0:
         if d.bad_code == kernel.BAD_QOFF:  # what else is wrong with it first (its topic, ...)
             i = slice(d.bad, d.bad + 1)
-            _slow_batch(commitlog, check_crc, offs[i], sizes[i], qoffs[i], topic, queue_id, names)
+            q_i = None if qoffs is None else qoffs[i]
+            _slow_batch(commitlog, check_crc, offs[i], sizes[i], q_i, topic, queue_id, names)
             if _record_at(commitlog, int(offs[d.bad]), int(sizes[d.bad])).sys_flag & (
                 INNER_BATCH_FLAG
             ):
@@ -942,7 +965,9 @@ def _decode_segment(
     return _concat([a, b]).take(pa.array(order))
 
 
-def _bad_message(d, size: int, queue_id, queue_offset=None) -> str:
+def _bad_message(
+    d: kernel.Decoded, size: int, queue_id: int | None, queue_offset: int | None = None
+) -> str:
     """The CorruptRecordError text of what ``Kernel.decode`` found at ``d.bad``."""
     v = d.bad_value
     if d.bad_code == kernel.BAD_QOFF:
@@ -956,7 +981,9 @@ def _bad_message(d, size: int, queue_id, queue_offset=None) -> str:
     }[d.bad_code]()
 
 
-def _fast_batch(d, qoffs, topic, names):
+def _fast_batch(
+    d: kernel.Decoded, qoffs: np.ndarray | None, topic: str | None, names: Sequence[str]
+) -> pa.RecordBatch:
     """The Arrow batch of the records ``Kernel.decode`` decoded (``d``: a ``kernel.Decoded``):
     its buffers become the columns without a copy. ``qoffs``: their queue offsets (None: the
     records' QUEUEOFFSET field); ``topic``: the queue's topic (None: each record's own)."""
@@ -966,20 +993,22 @@ def _fast_batch(d, qoffs, topic, names):
     schema = arrow_schema()
     buf = pa.py_buffer
 
-    def strings(name, kind=None, length=n):
+    def strings(name: str, kind: pa.DataType | None = None, length: int = n) -> pa.Array:
         offsets, data = d.strings[name]
         return pa.Array.from_buffers(kind or pa.string(), length, [None, buf(offsets), buf(data)])
 
-    def number(name):
+    def number(name: str) -> pa.Array:
         field = _NUMERIC[name]
         values = qoffs if field == "queueOffset" and qoffs is not None else d.fixed[field]
         return pa.Array.from_buffers(schema.field(name).type, n, [None, buf(values)])
 
-    def msg_id():  # MessageDecoder.createMessageId: 32 hex digits a row, from the kernel
+    def msg_id() -> (
+        pa.Array
+    ):  # MessageDecoder.createMessageId: 32 hex digits a row, from the kernel
         offsets = np.arange(0, _MSG_ID_V4_HEX * n + 1, _MSG_ID_V4_HEX, dtype=np.int32)
         return pa.Array.from_buffers(pa.string(), n, [None, buf(offsets), buf(d.msg_id)])
 
-    def topic_col():
+    def topic_col() -> pa.Array:
         if topic is None:
             return strings("topic")
         raw = topic.encode("utf-8")
@@ -988,7 +1017,7 @@ def _fast_batch(d, qoffs, topic, names):
             pa.string(), n, [None, buf(offsets if raw else np.zeros(n + 1, np.int32)), buf(raw * n)]
         )
 
-    def tags():
+    def tags() -> pa.Array:
         offsets, data = d.strings["tags"]
         valid = d.tags_valid
         present = int(np.unpackbits(valid, count=n, bitorder="little").sum())
@@ -997,13 +1026,13 @@ def _fast_batch(d, qoffs, topic, names):
             pa.string(), n, [mask, buf(offsets), buf(data)], null_count=n - present
         )
 
-    def keys():
+    def keys() -> pa.Array:
         items = strings("key_items", length=len(d.strings["key_items"][0]) - 1)
         return pa.Array.from_buffers(
             schema.field("keys").type, n, [None, buf(d.key_lists)], children=[items]
         )
 
-    def properties():
+    def properties() -> pa.Array:
         pairs = len(d.strings["prop_names"][0]) - 1
         return pa.MapArray.from_arrays(
             pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(d.prop_maps)]),
@@ -1026,8 +1055,15 @@ def _fast_batch(d, qoffs, topic, names):
 
 
 def _slow_batch(
-    commitlog: MappedFiles, check_crc: bool, offs, sizes, qoffs, topic, queue_id, names
-):
+    commitlog: MappedFiles,
+    check_crc: bool,
+    offs: np.ndarray,
+    sizes: np.ndarray,
+    qoffs: np.ndarray | None,
+    topic: str | None,
+    queue_id: int | None,
+    names: Sequence[str],
+) -> pa.RecordBatch:
     """Record-by-record decode with ``engine.format.message.decode_record`` (any record kind).
 
     Bodies are decompressed. Raises CorruptRecordError for a record that is not the one its
