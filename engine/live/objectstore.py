@@ -61,6 +61,8 @@ if TYPE_CHECKING:
 DEFAULT_WORKERS = 4
 #: Bytes written to an output stream between two flushes (a flush waits for the parts sent).
 FLUSH_EVERY = 64 << 20
+#: A restored file's zero runs of this many aligned bytes stay holes (the page size).
+HOLE_BLOCK = 4096
 #: The largest manifest read (a store of 100,000 files has a manifest of about 10 MB).
 MAX_MANIFEST = 64 << 20
 _URI_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -92,6 +94,18 @@ def redact(location: str) -> str:
         return location
     query = [(k, "***" if k in _SECRETS else v) for k, v in parse_qsl(parts.query, True)]
     return urlunsplit(parts._replace(query=urlencode(query, safe=":/")))
+
+
+def explain(exc: BaseException) -> str:
+    """The text of a filesystem error with what it most likely means: pyarrow's S3 errors
+    name the AWS error code (``ACCESS_DENIED``, ``SIGNATURE_DOES_NOT_MATCH``,
+    ``NETWORK_CONNECTION``, ...) but not its usual cause."""
+    text = str(exc)
+    if any(c in text for c in ("ACCESS_DENIED", "SIGNATURE_DOES_NOT_MATCH", "INVALID_ACCESS_KEY")):
+        return f"{text} (credentials refused: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+    if "NETWORK_CONNECTION" in text:
+        return f"{text} (server unreachable: check the endpoint and that the server runs)"
+    return text
 
 
 def open_location(location: str) -> tuple[pafs.FileSystem, str]:
@@ -139,7 +153,7 @@ def read_manifest(fs: pafs.FileSystem, base: str, where: str) -> tuple[dict, byt
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise ObjectStoreError(f"reading {MANIFEST_NAME} of {where}: {exc}") from None
+        raise ObjectStoreError(f"reading {MANIFEST_NAME} of {where}: {explain(exc)}") from None
     if len(data) > MAX_MANIFEST:
         raise ObjectStoreError(f"{MANIFEST_NAME} of {where}: over {MAX_MANIFEST} bytes")
     try:
@@ -159,7 +173,7 @@ def list_files(fs: pafs.FileSystem, base: str, where: str) -> dict[str, int]:
     try:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     except OSError as exc:
-        raise ObjectStoreError(f"listing {where}: {exc}") from None
+        raise ObjectStoreError(f"listing {where}: {explain(exc)}") from None
     out = {}
     cut = len(base) + 1 if base else 0
     for info in infos:
@@ -260,12 +274,19 @@ def _upload_one(
         os.close(fd)
 
 
-def _run_all(items: list, func, workers: int, stop: threading.Event, on_done) -> None:
-    """Run ``func(item)`` for each item in ``workers`` threads; at the first exception set
+def _run_all(items: list, func, workers: int, stop: threading.Event, bar) -> None:
+    """Run ``func(item) -> bytes done`` for each item in ``workers`` threads, updating the
+    progress ``bar`` as each ends (under a lock, from the worker); at the first exception set
     ``stop`` (the others end at their next piece) and raise it."""
+    lock = threading.Lock()
+
+    def run(item):
+        n = func(item)
+        with lock:
+            bar.update(n)
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmq-objectstore") as pool:
-        futures = {pool.submit(func, item): item for item in items}
-        pending = set(futures)
+        pending = {pool.submit(run, item) for item in items}
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_EXCEPTION)
@@ -273,8 +294,6 @@ def _run_all(items: list, func, workers: int, stop: threading.Event, on_done) ->
                     exc = fut.exception()
                     if exc is not None and not isinstance(exc, _Stop):
                         raise exc
-                    if exc is None:
-                        on_done(futures[fut], fut.result())
         except BaseException:
             stop.set()
             for fut in pending:
@@ -339,7 +358,7 @@ def upload_snapshot(
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise ObjectStoreError(f"deleting {MANIFEST_NAME} of {where}: {exc}") from None
+            raise ObjectStoreError(f"deleting {MANIFEST_NAME} of {where}: {explain(exc)}") from None
     old_files = old[0]["files"] if old is not None else {}
     upload, skipped = [], []
     for rel, want in files.items():
@@ -369,11 +388,13 @@ def upload_snapshot(
         except _Stop:
             raise
         except (OSError, ValueError, EOFError) as exc:
-            text = exc.strerror if isinstance(exc, OSError) and exc.filename else str(exc)
+            text = explain(exc)
+            if isinstance(exc, OSError) and exc.filename:  # the local source file
+                text = f"{exc.filename}: {exc.strerror}"
             raise ObjectStoreError(f"uploading {rel} to {where}: {text}") from None
 
     try:
-        _run_all(upload, one, workers or DEFAULT_WORKERS, stop, lambda rel, n: done.update(n))
+        _run_all(upload, one, workers or DEFAULT_WORKERS, stop, done)
     finally:
         done.close()
 
@@ -384,12 +405,12 @@ def upload_snapshot(
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise ObjectStoreError(f"deleting {rel} of {where}: {exc}") from None
+            raise ObjectStoreError(f"deleting {rel} of {where}: {explain(exc)}") from None
     try:
         with fs.open_output_stream(join(base, MANIFEST_NAME), compression=None) as out:
             out.write(data)
     except OSError as exc:
-        raise ObjectStoreError(f"writing {MANIFEST_NAME} to {where}: {exc}") from None
+        raise ObjectStoreError(f"writing {MANIFEST_NAME} to {where}: {explain(exc)}") from None
     return {
         "name": doc.get("name"),
         "commitLogOffset": doc.get("commitLogOffset"),
@@ -401,6 +422,28 @@ def upload_snapshot(
         "skippedBytes": sum(files[r]["size"] for r in skipped),
         "seconds": round(time.monotonic() - start_t, 3),
     }
+
+
+def _write_sparse(fd: int, data: memoryview, offset: int) -> None:
+    """Write ``data`` at ``offset`` of a new file, leaving each :data:`HOLE_BLOCK` of zeros
+    unwritten (a hole); runs of non-zero blocks go in one ``pwrite``."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    blocks = -(-len(arr) // HOLE_BLOCK)
+    pad = np.zeros(blocks * HOLE_BLOCK, dtype=np.uint8)
+    pad[: len(arr)] = arr
+    used = pad.reshape(blocks, HOLE_BLOCK).any(axis=1)
+    i = 0
+    while i < blocks:
+        if not used[i]:
+            i += 1
+            continue
+        j = i
+        while j < blocks and used[j]:
+            j += 1
+        start, end = i * HOLE_BLOCK, min(j * HOLE_BLOCK, len(arr))
+        while start < end:
+            start += os.pwrite(fd, data[start:end], offset + start)
+        i = j
 
 
 def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: dict, stop) -> int:
@@ -424,11 +467,7 @@ def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: dict, stop) -
             if not buf.size:
                 break
             crc = crc32c(buf, crc)
-            if np.frombuffer(buf, dtype=np.uint8).any():  # zeros stay a hole
-                view = memoryview(buf)
-                written = 0
-                while written < len(view):
-                    written += os.pwrite(fd, view[written:], n + written)
+            _write_sparse(fd, memoryview(buf), n)
             n += buf.size
         if n < size:
             raise ValueError(f"short: {n} of {size} bytes")
@@ -500,13 +539,13 @@ def download_snapshot(
         except _Stop:
             raise
         except (OSError, ValueError) as exc:
-            text = str(exc)
+            text = explain(exc)
             if isinstance(exc, OSError) and exc.filename:
                 text = f"{exc.filename}: {exc.strerror}"
             raise ObjectStoreError(f"downloading {rel} from {where}: {text}") from None
 
     try:
-        _run_all(order, one, workers or DEFAULT_WORKERS, stop, lambda rel, n: done.update(n))
+        _run_all(order, one, workers or DEFAULT_WORKERS, stop, done)
     finally:
         done.close()
     tmp = os.path.join(dest, MANIFEST_NAME + ".part")
