@@ -360,7 +360,8 @@ def upload_snapshot(
         except OSError as exc:
             raise ObjectStoreError(f"deleting {MANIFEST_NAME} of {where}: {explain(exc)}") from None
     old_files = old[0]["files"] if old is not None else {}
-    upload, skipped = [], []
+    upload: list[str] = []
+    skipped: list[str] = []
     for rel, want in files.items():
         prev = old_files.get(rel)
         same = (
@@ -431,7 +432,7 @@ def _write_sparse(fd: int, data: memoryview, offset: int) -> None:
     blocks = -(-len(arr) // HOLE_BLOCK)
     pad = np.zeros(blocks * HOLE_BLOCK, dtype=np.uint8)
     pad[: len(arr)] = arr
-    used = pad.reshape(blocks, HOLE_BLOCK).any(axis=1)
+    used = list(np.asarray(pad.reshape(blocks, HOLE_BLOCK).any(axis=1)).tolist())
     i = 0
     while i < blocks:
         if not used[i]:
