@@ -342,7 +342,10 @@ def test_a_local_location_and_a_damaged_source(tmp_path):
 @pytest.mark.fuse
 def test_upload_a_mounted_snapshot_download_and_mount_it(aws, mount_store, tmp_path):
     conf = tmp_path / "broker.conf"
-    conf.write_text("mappedFileSizeCommitLog=1048576\n")
+    conf.write_text(  # small files: the default IndexFile alone is 420 MB of zeros to send
+        "mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=24000\n"
+        "maxHashSlotNum=1000\nmaxIndexNum=4000\n"
+    )
     m = mount_store(None, config=conf)
     os.mkdir(m.mnt / "topics" / "T")
     (m.mnt / "topics" / "T" / "produce").write_text("".join(f"line {i}\n" for i in range(3000)))
