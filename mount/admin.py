@@ -1060,7 +1060,7 @@ def cmd_broker_status(args) -> int:
 
 def _location(text: str):
     """``(filesystem, base, printable)`` of a snapshot location (engine/live/objectstore.py)."""
-    from rmqfs.engine.live.objectstore import open_location, redact
+    from rmqfs.engine.live.location import open_location, redact
 
     fs, base = open_location(text)
     return fs, base, redact(text)
@@ -1073,7 +1073,7 @@ def cmd_snapshot_verify(args) -> int:
     host:port&scheme=http, gs://, hdfs://, file://), read in place. Prints one line per
     problem (missing, short, damaged file) and a summary; exit 1 on any problem. Files the
     manifest does not name are reported as extra (not an error)."""
-    from rmqfs.engine.live.objectstore import is_uri
+    from rmqfs.engine.live.location import is_uri
     from rmqfs.engine.live.snapshot import MANIFEST_NAME, verify_copy
 
     directory = args.directory

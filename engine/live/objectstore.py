@@ -40,33 +40,26 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ObjectStoreError
 from ..format.crc import CHUNK, crc32c, crc32c_zeros
 from ..service import workprogress
-from .snapshot import MANIFEST_NAME, parse_manifest
+from .location import DEFAULT_WORKERS, explain, is_local, join, list_files, read_small
+from .snapshot import MANIFEST_NAME, MAX_MANIFEST, parse_manifest
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-#: Files transferred at once by default (each holds up to FLUSH_EVERY + CHUNK bytes).
-DEFAULT_WORKERS = 4
 #: Bytes written to an output stream between two flushes (a flush waits for the parts sent).
 FLUSH_EVERY = 64 << 20
 #: A restored file's zero runs of this many aligned bytes stay holes (the page size).
 HOLE_BLOCK = 4096
-#: The largest manifest read (a store of 100,000 files has a manifest of about 10 MB).
-MAX_MANIFEST = 64 << 20
-_URI_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_SECRETS = ("secret_key", "session_token", "access_key")
 _zeros: bytes | None = None
 _zeros_lock = threading.Lock()
 
@@ -80,65 +73,6 @@ def _zero_chunk() -> bytes:
     return _zeros
 
 
-def is_uri(location: str) -> bool:
-    """True for ``scheme://...``; a plain path (``./backup``, ``/srv/x``) is local."""
-    return bool(_URI_RE.match(location))
-
-
-def redact(location: str) -> str:
-    """``location`` fit to print: the values of credential parameters replaced by ``***``."""
-    if not is_uri(location):
-        return location
-    parts = urlsplit(location)
-    if not parts.query:
-        return location
-    query = [(k, "***" if k in _SECRETS else v) for k, v in parse_qsl(parts.query, True)]
-    return urlunsplit(parts._replace(query=urlencode(query, safe=":/")))
-
-
-def explain(exc: BaseException) -> str:
-    """The text of a filesystem error with what it most likely means: pyarrow's S3 errors
-    name the AWS error code (``ACCESS_DENIED``, ``SIGNATURE_DOES_NOT_MATCH``,
-    ``NETWORK_CONNECTION``, ...) but not its usual cause."""
-    text = str(exc)
-    if any(c in text for c in ("ACCESS_DENIED", "SIGNATURE_DOES_NOT_MATCH", "INVALID_ACCESS_KEY")):
-        return f"{text} (credentials refused: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
-    if "NETWORK_CONNECTION" in text:
-        return f"{text} (server unreachable: check the endpoint and that the server runs)"
-    return text
-
-
-def open_location(location: str) -> tuple[pafs.FileSystem, str]:
-    """``(filesystem, base path)`` of a location: ``FileSystem.from_uri`` for a URI (for S3,
-    base is ``bucket/prefix``), a ``LocalFileSystem`` and the absolute path for a plain path.
-
-    Raises:
-        ObjectStoreError: pyarrow does not accept the URI.
-    """
-    import pyarrow as pa
-    import pyarrow.fs as pafs
-
-    if not is_uri(location):
-        return pafs.LocalFileSystem(), os.path.abspath(location)
-    try:
-        fs, path = pafs.FileSystem.from_uri(location)
-    except (pa.ArrowException, ValueError, OSError) as exc:
-        raise ObjectStoreError(f"{redact(location)}: not a storage location: {exc}") from None
-    return fs, path.rstrip("/")
-
-
-def is_local(fs: Any) -> bool:
-    """True for a ``pyarrow.fs.LocalFileSystem``."""
-    import pyarrow.fs as pafs
-
-    return isinstance(fs, pafs.LocalFileSystem)
-
-
-def join(base: str, rel: str) -> str:
-    """The path of manifest name ``rel`` below ``base`` (pyarrow paths use ``/``)."""
-    return f"{base}/{rel}" if base else rel
-
-
 def read_manifest(fs: pafs.FileSystem, base: str, where: str) -> tuple[dict, bytes] | None:
     """The location's ``SNAPSHOT.json``: ``(object, bytes)``, or None when there is none.
 
@@ -146,58 +80,13 @@ def read_manifest(fs: pafs.FileSystem, base: str, where: str) -> tuple[dict, byt
         ObjectStoreError: it cannot be read (server unreachable, credentials refused), is over
             :data:`MAX_MANIFEST` bytes, or is not a manifest; the message names it and ``where``.
     """
-    path = join(base, MANIFEST_NAME)
-    try:
-        with fs.open_input_stream(path, compression=None) as f:
-            data = f.read(MAX_MANIFEST + 1)
-    except FileNotFoundError:
+    data = read_small(fs, join(base, MANIFEST_NAME), MAX_MANIFEST, where)
+    if data is None:
         return None
-    except OSError as exc:
-        raise ObjectStoreError(f"reading {MANIFEST_NAME} of {where}: {explain(exc)}") from None
-    if len(data) > MAX_MANIFEST:
-        raise ObjectStoreError(f"{MANIFEST_NAME} of {where}: over {MAX_MANIFEST} bytes")
     try:
         return parse_manifest(data), data
     except ValueError as exc:
         raise ObjectStoreError(f"{where}: {exc}") from None
-
-
-def list_files(fs: pafs.FileSystem, base: str, where: str) -> dict[str, int]:
-    """``{rel: size}`` of the files below ``base`` (``{}`` when there is nothing).
-
-    Raises:
-        ObjectStoreError: the listing failed.
-    """
-    import pyarrow.fs as pafs
-
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    except OSError as exc:
-        raise ObjectStoreError(f"listing {where}: {explain(exc)}") from None
-    out = {}
-    cut = len(base) + 1 if base else 0
-    for info in infos:
-        if info.type == pafs.FileType.File:
-            out[info.path[cut:]] = info.size
-    return out
-
-
-def sum_object(fs: pafs.FileSystem, path: str, limit: int) -> tuple[int, int]:
-    """``(bytes, crc32c)`` of the first ``limit`` bytes of a file, read in :data:`CHUNK`
-    pieces (``bytes < limit``: the file is that long).
-
-    Raises:
-        FileNotFoundError: no such file. OSError: from the filesystem.
-    """
-    crc = n = 0
-    with fs.open_input_stream(path, compression=None) as f:
-        while n < limit:
-            buf = f.read_buffer(min(CHUNK, limit - n))
-            if not buf.size:
-                break
-            crc = crc32c(buf, crc)
-            n += buf.size
-    return n, crc
 
 
 def _file_pieces(fd: int, size: int):
@@ -267,7 +156,7 @@ def _upload_one(
             if f"{crc:08x}" != want["crc32c"]:
                 raise ValueError(
                     f"the source file's crc32c is {crc:08x}, its manifest says {want['crc32c']}"
-                    " (damaged source: not uploaded)"
+                    " (damaged source; no manifest written)"
                 )
         return size
     finally:

@@ -82,6 +82,8 @@ log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "SNAPSHOT.json"
 MANIFEST_FORMAT = 1
+#: The largest manifest read (a store of 100,000 files has a manifest of about 10 MB).
+MAX_MANIFEST = 64 << 20
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,-]{0,127}$")
 NS = 1_000_000_000
 _TAIL_CHECK = 64 * 1024  # bytes re-summed to confirm a cached prefix sum is still valid
@@ -929,7 +931,7 @@ def verify_copy(
     ("verify", bytes of the manifest's files) updated as each file is done.
 
     ``filesystem``: a ``pyarrow.fs.FileSystem`` and ``directory`` a path in it (what
-    :func:`engine.live.objectstore.open_location` returns for ``s3://...``, ``gs://...``); None
+    :func:`engine.live.location.open_location` returns for ``s3://...``, ``gs://...``); None
     or a ``LocalFileSystem``: ``directory`` is a local directory, read through file
     descriptors (holes skipped with ``SEEK_DATA``). A remote file is read in
     :data:`engine.format.crc.CHUNK` pieces, one stream per thread.
@@ -945,19 +947,18 @@ def verify_copy(
         ValueError: SNAPSHOT.json is not a manifest (:func:`parse_manifest`).
         ObjectStoreError: a remote manifest cannot be read (server unreachable, refused).
     """
-    from . import objectstore
+    from . import location
 
-    remote = filesystem is not None and not objectstore.is_local(filesystem)
+    remote = filesystem is not None and not location.is_local(filesystem)
     if remote:
-        read = objectstore.read_manifest(filesystem, directory, directory)
-        if read is None:
-            raise FileNotFoundError(
-                errno.ENOENT, "no such file", objectstore.join(directory, MANIFEST_NAME)
-            )
-        doc = read[0]
+        path = location.join(directory, MANIFEST_NAME)
+        data = location.read_small(filesystem, path, MAX_MANIFEST, directory)
+        if data is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        doc = parse_manifest(data)
     else:
         with open(os.path.join(directory, MANIFEST_NAME), "rb") as f:
-            doc = parse_manifest(f.read())
+            doc = parse_manifest(f.read(MAX_MANIFEST + 1))
     files = doc["files"]
     problems: list[tuple[str, str]] = []
 
@@ -991,7 +992,7 @@ def verify_copy(
     def check_remote(rel: str, want: dict) -> tuple[str, str | None, int]:
         size = int(want["size"])
         try:
-            n, crc = objectstore.sum_object(filesystem, objectstore.join(directory, rel), size + 1)
+            n, crc = location.sum_object(filesystem, location.join(directory, rel), size + 1)
         except FileNotFoundError:
             return rel, "missing", 0
         except OSError as exc:
@@ -1005,7 +1006,7 @@ def verify_copy(
         return rel, None, size
 
     check = check_remote if remote else check_local
-    workers = workers or (objectstore.DEFAULT_WORKERS if remote else os.cpu_count() or 1)
+    workers = workers or (location.DEFAULT_WORKERS if remote else os.cpu_count() or 1)
     # Big files first, so the threads finish together.
     order = sorted(files.items(), key=lambda kv: -int(kv[1].get("size", 0)))
     done = workprogress.bar(
@@ -1020,7 +1021,7 @@ def verify_copy(
     finally:
         done.close()
     if remote:
-        present = objectstore.list_files(filesystem, directory, directory)
+        present = location.list_files(filesystem, directory, directory)
     else:
         present = {}
         for root, _dirs, names in os.walk(directory):

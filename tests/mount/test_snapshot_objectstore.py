@@ -19,7 +19,7 @@ import pytest
 
 from conftest import fuse, run_rmqfs
 from rmqfs.engine.errors import ObjectStoreError
-from rmqfs.engine.live import objectstore
+from rmqfs.engine.live import location, objectstore
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import MessageStore
 from test_snapshots import _put, bodies_of, materialize, small_store_config
@@ -186,7 +186,7 @@ def test_upload_again_sends_only_what_changed_and_restores(aws, tmp_path):
     res = run_rmqfs("snapshot-verify", uri)
     assert res.stdout.rstrip().endswith(": OK"), res.stdout
     # the live segment's zero tail arrived: every object has its manifest size
-    objects = objectstore.list_files(fs, f"{BUCKET}/fleet/broker-a/latest", "x")
+    objects = location.list_files(fs, f"{BUCKET}/fleet/broker-a/latest", "x")
     assert {r: objects[r] for r in manifest_a} == {r: v["size"] for r, v in manifest_a.items()}
 
     # a stale object the next snapshot does not name is deleted
@@ -277,14 +277,10 @@ def test_wrong_secret_key_is_refused_and_writes_nothing(aws, tmp_path, monkeypat
     assert "rmqfs: reading SNAPSHOT.json of " + uri in res.stderr, res.stderr
     assert "credentials refused" in res.stderr
     assert "not-the-secret" not in res.stderr
-    assert objectstore.list_files(aws.fs(), f"{BUCKET}/wrong-key", "x") == {}
+    assert location.list_files(aws.fs(), f"{BUCKET}/wrong-key", "x") == {}
     # a secret in the URI itself is never printed
     res = upload(a, uri + "&access_key=rmqfs-test&secret_key=also-wrong", check=False)
-    assert (
-        res.returncode == 1
-        and "also-wrong" not in res.stderr
-        and "secret_key=%2A%2A%2A" in res.stderr
-    )
+    assert res.returncode == 1 and "also-wrong" not in res.stderr and "secret_key=***" in res.stderr
 
 
 def test_a_server_stopped_mid_upload_leaves_no_manifest(aws, tmp_path):
@@ -313,7 +309,7 @@ def test_a_server_stopped_mid_upload_leaves_no_manifest(aws, tmp_path):
     assert f"rmqfs: reading {MANIFEST_NAME} of {uri}" in res.stderr
     aws.start()
     # the old manifest was deleted before the first file went up: no whole snapshot there
-    assert MANIFEST_NAME not in objectstore.list_files(aws.fs(), f"{BUCKET}/cut", "x")
+    assert MANIFEST_NAME not in location.list_files(aws.fs(), f"{BUCKET}/cut", "x")
     res = run_rmqfs("snapshot-verify", uri, check=False)
     assert res.returncode == 1 and f"has no {MANIFEST_NAME}" in res.stderr
     rep = upload(b, uri)
