@@ -8,6 +8,7 @@ test uploads ``MNT/snapshots/NAME`` of a real mount and mounts the restored copy
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -362,3 +363,22 @@ def test_upload_a_mounted_snapshot_download_and_mount_it(aws, mount_store, tmp_p
     lines = [json.loads(x) for x in got.splitlines()]
     assert len(lines) == 3000
     assert sorted(x["body"] for x in lines) == sorted(f"line {i}" for i in range(3000))
+
+
+@pytest.mark.skipif(shutil.which("restic") is None, reason="restic not installed")
+def test_restic_s3_backend_backs_up_and_restores_a_snapshot(aws, tmp_path, monkeypatch):
+    """docs/backup.md: restic's own S3 backend against the same server."""
+    _, (a,) = snapshot_copies(tmp_path, [200])
+    monkeypatch.setenv("RESTIC_PASSWORD", "test")
+    monkeypatch.setenv("RESTIC_CACHE_DIR", str(tmp_path / "restic-cache"))
+    repo = f"s3:http://127.0.0.1:{aws.s3}/{BUCKET}/restic"
+    for args in (
+        ["init"],
+        ["backup", "--ignore-inode", "."],
+        ["restore", "latest", "--target", str(tmp_path / "r")],
+    ):
+        res = subprocess.run(
+            ["restic", "-r", repo, *args], cwd=a, capture_output=True, text=True, timeout=120
+        )
+        assert res.returncode == 0, res.stderr
+    assert run_rmqfs("snapshot-verify", tmp_path / "r").returncode == 0
