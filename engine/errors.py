@@ -128,6 +128,13 @@ class NoSuchSnapshotError(StoreError):
     errno = errno.ENOENT
 
 
+class ObjectStoreError(StoreError):
+    """A snapshot cannot be moved to or from a storage location (``rmqfs snapshot-upload``,
+    ``snapshot-download``, ``snapshot-verify URI``): the server is unreachable or refused,
+    the location holds no manifest, or a file arrived damaged. The message names the file and
+    the location."""
+
+
 class UnsupportedLayoutError(StoreError):
     """The store holds a layout rmqfs does not fully understand (a DLedger CommitLog, RocksDB
     ConsumeQueues or config, BatchConsumeQueues, LMQ queues, compaction logs): writing would

@@ -17,7 +17,9 @@ running mount takes offsets through ``MNT/groups/G/T/Q/offset`` and messages thr
 ``MNT/topics/T/produce`` instead.)
 
 ``snapshot-verify DIR`` works on a copy of a snapshot (``MNT/snapshots/NAME``), not on a store:
-it checks every file against the copy's ``SNAPSHOT.json`` (size, CRC32C).
+it checks every file against the copy's ``SNAPSHOT.json`` (size, CRC32C), in a directory or at
+a URI. ``snapshot-upload SRC URI`` and ``snapshot-download URI DIR`` move snapshots to and from
+object storage (engine/live/objectstore.py).
 
 Exit status: 0 on success, 1 with ``rmqfs: <message>`` on stderr on failure (and when
 ``verify`` finds an error), 2 for bad usage.
@@ -1056,20 +1058,43 @@ def cmd_broker_status(args) -> int:
     return 0
 
 
+def _location(text: str):
+    """``(filesystem, base, printable)`` of a snapshot location (engine/live/objectstore.py)."""
+    from rmqfs.engine.live.location import open_location, redact
+
+    fs, base = open_location(text)
+    return fs, base, redact(text)
+
+
 def cmd_snapshot_verify(args) -> int:
-    """Check a copy of a snapshot (MNT/snapshots/NAME copied with tar, rsync, restic restore)
-    against its SNAPSHOT.json: every file named there must exist with its size and CRC32C.
-    Prints one line per problem (missing, short, damaged file) and a summary; exit 1 on any
-    problem. Files the manifest does not name are reported as extra (not an error)."""
+    """Check a copy of a snapshot (MNT/snapshots/NAME copied with tar, rsync, restic restore,
+    or snapshot-upload) against its SNAPSHOT.json: every file named there must exist with its
+    size and CRC32C. LOCATION is a directory or a URI (s3://bucket/prefix?endpoint_override=
+    host:port&scheme=http, gs://, hdfs://, file://), read in place. Prints one line per
+    problem (missing, short, damaged file) and a summary; exit 1 on any problem. Files the
+    manifest does not name are reported as extra (not an error)."""
+    from rmqfs.engine.live.location import is_uri
     from rmqfs.engine.live.snapshot import MANIFEST_NAME, verify_copy
 
     directory = args.directory
-    if not os.path.isdir(directory):
-        raise AdminError(f"{directory} is not a directory")
-    if not os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
-        raise AdminError(f"{directory} has no {MANIFEST_NAME} (not a copy of a snapshot)")
+    fs = None
+    if is_uri(directory):
+        fs, base, shown = _location(directory)
+    else:
+        base = shown = directory
+        if not os.path.isdir(directory):
+            raise AdminError(f"{directory} is not a directory")
+        if not os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
+            raise AdminError(f"{directory} has no {MANIFEST_NAME} (not a copy of a snapshot)")
     start = time.monotonic()
-    doc, problems = verify_copy(directory, workers=args.jobs, progress=_progress)
+    try:
+        doc, problems = verify_copy(base, workers=args.jobs, progress=_progress, filesystem=fs)
+    except FileNotFoundError:
+        if fs is None:
+            raise
+        raise AdminError(
+            f"{shown} has no {MANIFEST_NAME}: not a snapshot, or an upload that did not finish"
+        ) from None
     errors = [(rel, what) for rel, what in problems if what != "extra"]
     elapsed = time.monotonic() - start
     size = sum(int(v["size"]) for v in doc["files"].values())
@@ -1096,6 +1121,59 @@ def cmd_snapshot_verify(args) -> int:
             f"in {elapsed:.2f} s: {verdict}"
         )
     return 1 if errors else 0
+
+
+def cmd_snapshot_upload(args) -> int:
+    """Upload a snapshot (MNT/snapshots/NAME, or a copy holding SNAPSHOT.json) to a location:
+    a URI (s3://bucket/prefix?endpoint_override=host:port&scheme=http, gs://, hdfs://,
+    file://) or a directory; S3 credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
+    The location becomes a copy of the snapshot (a sync, as rsync --delete): its old
+    SNAPSHOT.json is deleted first, only files whose size or CRC32C changed since the snapshot
+    there are uploaded (sealed CommitLog segments once), files the new snapshot lacks are
+    deleted, and the new SNAPSHOT.json is written last, so an upload cut short is never read
+    as a whole snapshot. Every byte sent is checked against the source's manifest."""
+    from rmqfs.engine.live.objectstore import upload_snapshot
+
+    if not os.path.isdir(args.src):
+        raise AdminError(f"{args.src} is not a directory")
+    fs, base, shown = _location(args.location)
+    rep = upload_snapshot(args.src, fs, base, where=shown, workers=args.jobs, progress=_progress)
+    rep["location"] = shown
+    if args.json:
+        print(json.dumps(rep))
+        return 0
+    print(
+        f"snapshot {rep['name']} (CommitLog offset {rep['commitLogOffset']}, "
+        f"{rep['messageCount']} messages) to {shown}: "
+        f"uploaded {len(rep['uploaded'])} files ({rep['uploadedBytes']:,} bytes), "
+        f"skipped {len(rep['skipped'])} unchanged ({rep['skippedBytes']:,} bytes), "
+        f"deleted {len(rep['deleted'])}, in {rep['seconds']:.2f} s"
+    )
+    return 0
+
+
+def cmd_snapshot_download(args) -> int:
+    """Restore a snapshot from a location (a URI as for snapshot-upload, or a directory) into
+    a new or empty local directory: each file is checked against the manifest's size and
+    CRC32C as it arrives, written under a temporary name and renamed; SNAPSHOT.json comes
+    last. A location without SNAPSHOT.json (an upload that did not finish) is refused. The
+    directory then mounts: rmqfs mount DIR MNT."""
+    from rmqfs.engine.live.objectstore import download_snapshot
+
+    fs, base, shown = _location(args.location)
+    rep = download_snapshot(
+        fs, base, args.directory, where=shown, workers=args.jobs, progress=_progress
+    )
+    rep["location"] = shown
+    if args.json:
+        print(json.dumps(rep))
+        return 0
+    print(
+        f"snapshot {rep['name']} (CommitLog offset {rep['commitLogOffset']}, "
+        f"{rep['messageCount']} messages) from {shown}: {rep['files']} files, "
+        f"{rep['bytes']:,} bytes in {rep['seconds']:.2f} s: OK"
+    )
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1426,10 +1504,36 @@ def add_subcommands(sub) -> None:
         help="check a copy of a snapshot against its SNAPSHOT.json (sizes, CRC32C)",
         description=_doc(cmd_snapshot_verify),
     )
-    p.add_argument("directory", metavar="DIR", help="the copy (holds SNAPSHOT.json)")
-    p.add_argument("-j", "--jobs", type=int, help="threads summing files (default: one per CPU)")
+    p.add_argument(
+        "directory", metavar="LOCATION", help="the copy (holds SNAPSHOT.json): a directory or a URI"
+    )
+    p.add_argument(
+        "-j", "--jobs", type=int, help="threads summing files (default: one per CPU; 4 for a URI)"
+    )
     p.add_argument("--json", action="store_true", help="the result as one JSON object")
     p.set_defaults(func=wrap_command(cmd_snapshot_verify))
+
+    p = sub.add_parser(
+        "snapshot-upload",
+        help="upload a snapshot to object storage (s3://, gs://, hdfs://, file://), only what changed",
+        description=_doc(cmd_snapshot_upload),
+    )
+    p.add_argument("src", metavar="SRC", help="MNT/snapshots/NAME or a copy (holds SNAPSHOT.json)")
+    p.add_argument("location", metavar="URI", help="where the snapshot goes: a URI or a directory")
+    p.add_argument("-j", "--jobs", type=int, help="files uploaded at once (default 4)")
+    p.add_argument("--json", action="store_true", help="the result as one JSON object")
+    p.set_defaults(func=wrap_command(cmd_snapshot_upload))
+
+    p = sub.add_parser(
+        "snapshot-download",
+        help="restore a snapshot from object storage into a new local directory",
+        description=_doc(cmd_snapshot_download),
+    )
+    p.add_argument("location", metavar="URI", help="where the snapshot is: a URI or a directory")
+    p.add_argument("directory", metavar="DIR", help="a new or empty directory")
+    p.add_argument("-j", "--jobs", type=int, help="files downloaded at once (default 4)")
+    p.add_argument("--json", action="store_true", help="the result as one JSON object")
+    p.set_defaults(func=wrap_command(cmd_snapshot_download))
 
     p = sub.add_parser(
         "clean",

@@ -43,6 +43,7 @@ directories (``timerwheel``, ``batchconsumequeue``, ...), which this engine does
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -81,6 +82,8 @@ log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "SNAPSHOT.json"
 MANIFEST_FORMAT = 1
+#: The largest manifest read (a store of 100,000 files has a manifest of about 10 MB).
+MAX_MANIFEST = 64 << 20
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,-]{0,127}$")
 NS = 1_000_000_000
 _TAIL_CHECK = 64 * 1024  # bytes re-summed to confirm a cached prefix sum is still valid
@@ -886,15 +889,52 @@ class SnapshotManager:
         self._pool.shutdown(wait=True)
 
 
+def parse_manifest(data: bytes) -> dict:
+    """A ``SNAPSHOT.json``'s object from its bytes, checked: a ``files`` table whose every
+    entry names a relative path (no ``..``, no empty part, not the manifest itself) with an
+    integer ``size`` >= 0 and an 8-digit hex ``crc32c``.
+
+    Raises:
+        ValueError: not JSON, or not such a manifest (the message says what is wrong).
+    """
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"{MANIFEST_NAME}: not JSON: {exc}") from None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, dict):
+        raise ValueError(f'{MANIFEST_NAME}: no "files" table')
+    for rel, want in files.items():
+        parts = rel.split("/")
+        if rel == MANIFEST_NAME or any(p in ("", ".", "..") or "\0" in p for p in parts):
+            raise ValueError(f"{MANIFEST_NAME}: unsafe file name {rel!r}")
+        size = want.get("size") if isinstance(want, dict) else None
+        crc = want.get("crc32c") if isinstance(want, dict) else None
+        if not (isinstance(size, int) and size >= 0 and isinstance(crc, str)):
+            raise ValueError(f"{MANIFEST_NAME}: bad entry for {rel}: {want!r}")
+        if not re.fullmatch(r"[0-9a-f]{8}", crc):
+            raise ValueError(f"{MANIFEST_NAME}: bad crc32c for {rel}: {crc!r}")
+    return doc
+
+
 def verify_copy(
-    directory: str, workers: int | None = None, progress: workprogress.ProgressFactory | None = None
+    directory: str,
+    workers: int | None = None,
+    progress: workprogress.ProgressFactory | None = None,
+    filesystem: Any = None,
 ) -> tuple[dict, list]:
     """Check a copy of a snapshot against its ``SNAPSHOT.json``.
 
     Every file the manifest names must exist with its size and CRC32C; files are summed in
-    ``workers`` threads (default: one per CPU), holes without reading. ``progress`` is a
-    progress factory (:mod:`engine.service.workprogress`): one bar ("verify", bytes of the manifest's
-    files) updated as each file is done.
+    ``workers`` threads (default: one per CPU; 4 for a remote location), local holes without
+    reading. ``progress`` is a progress factory (:mod:`engine.service.workprogress`): one bar
+    ("verify", bytes of the manifest's files) updated as each file is done.
+
+    ``filesystem``: a ``pyarrow.fs.FileSystem`` and ``directory`` a path in it (what
+    :func:`engine.live.location.open_location` returns for ``s3://...``, ``gs://...``); None
+    or a ``LocalFileSystem``: ``directory`` is a local directory, read through file
+    descriptors (holes skipped with ``SEEK_DATA``). A remote file is read in
+    :data:`engine.format.crc.CHUNK` pieces, one stream per thread.
 
     Returns:
         ``(manifest, problems)``: problems is a list of ``(rel, what)``, ``what`` one of
@@ -904,22 +944,26 @@ def verify_copy(
 
     Raises:
         FileNotFoundError: no SNAPSHOT.json in ``directory``.
-        ValueError: SNAPSHOT.json is not a manifest.
+        ValueError: SNAPSHOT.json is not a manifest (:func:`parse_manifest`).
+        ObjectStoreError: a remote manifest cannot be read (server unreachable, refused).
     """
-    with open(os.path.join(directory, MANIFEST_NAME), "rb") as f:
-        try:
-            doc = json.loads(f.read())
-        except ValueError as exc:
-            raise ValueError(f"{MANIFEST_NAME}: not JSON: {exc}") from None
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if not isinstance(files, dict):
-        raise ValueError(f"{MANIFEST_NAME}: no \"files\" table")
+    from . import location
+
+    remote = filesystem is not None and not location.is_local(filesystem)
+    if remote:
+        path = location.join(directory, MANIFEST_NAME)
+        data = location.read_small(filesystem, path, MAX_MANIFEST, directory)
+        if data is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        doc = parse_manifest(data)
+    else:
+        with open(os.path.join(directory, MANIFEST_NAME), "rb") as f:
+            doc = parse_manifest(f.read(MAX_MANIFEST + 1))
+    files = doc["files"]
     problems: list[tuple[str, str]] = []
 
-    def check(rel: str, want: dict) -> tuple[str, str | None, int]:
+    def check_local(rel: str, want: dict) -> tuple[str, str | None, int]:
         path = os.path.join(directory, *rel.split("/"))
-        if ".." in rel.split("/") or rel.startswith("/"):
-            return rel, "unsafe name in manifest", 0
         size = int(want["size"])
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -945,7 +989,24 @@ def verify_copy(
         finally:
             os.close(fd)
 
-    workers = workers or os.cpu_count() or 1
+    def check_remote(rel: str, want: dict) -> tuple[str, str | None, int]:
+        size = int(want["size"])
+        try:
+            n, crc = location.sum_object(filesystem, location.join(directory, rel), size + 1)
+        except FileNotFoundError:
+            return rel, "missing", 0
+        except OSError as exc:
+            return rel, f"unreadable: {exc}", 0
+        if n < size:
+            return rel, f"short: {n} of {size} bytes", n
+        if n > size:
+            return rel, f"longer: more than {size} bytes", size
+        if f"{crc:08x}" != want["crc32c"]:
+            return rel, f"damaged: crc32c {crc:08x}, expected {want['crc32c']}", size
+        return rel, None, size
+
+    check = check_remote if remote else check_local
+    workers = workers or (location.DEFAULT_WORKERS if remote else os.cpu_count() or 1)
     # Big files first, so the threads finish together.
     order = sorted(files.items(), key=lambda kv: -int(kv[1].get("size", 0)))
     done = workprogress.bar(
@@ -959,10 +1020,16 @@ def verify_copy(
                 done.update(n)
     finally:
         done.close()
-    for root, _dirs, names in os.walk(directory):
-        for name in names:
-            rel = os.path.relpath(os.path.join(root, name), directory).replace(os.sep, "/")
-            if rel != MANIFEST_NAME and rel not in files:
-                problems.append((rel, "extra"))
+    if remote:
+        present = location.list_files(filesystem, directory, directory)
+    else:
+        present = {}
+        for root, _dirs, names in os.walk(directory):
+            for name in names:
+                rel = os.path.relpath(os.path.join(root, name), directory).replace(os.sep, "/")
+                present[rel] = 0
+    for rel in present:
+        if rel != MANIFEST_NAME and rel not in files:
+            problems.append((rel, "extra"))
     problems.sort()
     return doc, problems

@@ -1,0 +1,147 @@
+"""Storage locations: a local directory or anything ``pyarrow.fs`` opens, for snapshots.
+
+A location is a plain path (a local directory) or a URI that
+``pyarrow.fs.FileSystem.from_uri`` accepts (``s3://bucket/prefix?endpoint_override=host:port&scheme=http``,
+``gs://``, ``hdfs://``, ``file:///``); S3 credentials come from the standard AWS settings
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``~/.aws``), as pyarrow reads them. Here:
+opening one, listing it, reading and summing its files, and printing it without secrets.
+What is stored there (a snapshot) is :mod:`engine.live.snapshot`'s; moving snapshots is
+:mod:`engine.live.objectstore`'s. pyarrow is imported when a location is used, not before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import ObjectStoreError
+from ..format.crc import CHUNK, crc32c
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+#: Files transferred at once by default (each holds up to FLUSH_EVERY + CHUNK bytes).
+DEFAULT_WORKERS = 4
+_URI_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_SECRETS = ("secret_key", "session_token", "access_key")
+
+
+def is_uri(location: str) -> bool:
+    """True for ``scheme://...``; a plain path (``./backup``, ``/srv/x``) is local."""
+    return bool(_URI_RE.match(location))
+
+
+def redact(location: str) -> str:
+    """``location`` fit to print: the values of credential parameters replaced by ``***``."""
+    if not is_uri(location):
+        return location
+    parts = urlsplit(location)
+    if not parts.query:
+        return location
+    query = [(k, "***" if k in _SECRETS else v) for k, v in parse_qsl(parts.query, True)]
+    return urlunsplit(
+        (parts.scheme, parts.netloc, parts.path, urlencode(query, safe=":/*"), parts.fragment)
+    )
+
+
+def explain(exc: BaseException) -> str:
+    """The text of a filesystem error with what it most likely means: pyarrow's S3 errors
+    name the AWS error code (``ACCESS_DENIED``, ``SIGNATURE_DOES_NOT_MATCH``,
+    ``NETWORK_CONNECTION``, ...) but not its usual cause."""
+    text = str(exc)
+    if any(c in text for c in ("ACCESS_DENIED", "SIGNATURE_DOES_NOT_MATCH", "INVALID_ACCESS_KEY")):
+        return f"{text} (credentials refused: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+    if "NETWORK_CONNECTION" in text:
+        return f"{text} (server unreachable: check the endpoint and that the server runs)"
+    return text
+
+
+def open_location(location: str) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, base path)`` of a location: ``FileSystem.from_uri`` for a URI (for S3,
+    base is ``bucket/prefix``), a ``LocalFileSystem`` and the absolute path for a plain path.
+
+    Raises:
+        ObjectStoreError: pyarrow does not accept the URI.
+    """
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    if not is_uri(location):
+        return pafs.LocalFileSystem(), os.path.abspath(location)
+    try:
+        fs, path = pafs.FileSystem.from_uri(location)
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        raise ObjectStoreError(f"{redact(location)}: not a storage location: {exc}") from None
+    return fs, path.rstrip("/")
+
+
+def is_local(fs: Any) -> bool:
+    """True for a ``pyarrow.fs.LocalFileSystem``."""
+    import pyarrow.fs as pafs
+
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def join(base: str, rel: str) -> str:
+    """The path of manifest name ``rel`` below ``base`` (pyarrow paths use ``/``)."""
+    return f"{base}/{rel}" if base else rel
+
+
+def read_small(fs: pafs.FileSystem, path: str, limit: int, where: str) -> bytes | None:
+    """The bytes of a small file (a manifest), or None when there is none.
+
+    Raises:
+        ObjectStoreError: it cannot be read (server unreachable, credentials refused) or is
+            over ``limit`` bytes; the message names ``path`` and ``where``.
+    """
+    name = path.rpartition("/")[2]
+    try:
+        with fs.open_input_stream(path, compression=None) as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ObjectStoreError(f"reading {name} of {where}: {explain(exc)}") from None
+    if len(data) > limit:
+        raise ObjectStoreError(f"{name} of {where}: over {limit} bytes")
+    return data
+
+
+def list_files(fs: pafs.FileSystem, base: str, where: str) -> dict[str, int]:
+    """``{rel: size}`` of the files below ``base`` (``{}`` when there is nothing).
+
+    Raises:
+        ObjectStoreError: the listing failed.
+    """
+    import pyarrow.fs as pafs
+
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except OSError as exc:
+        raise ObjectStoreError(f"listing {where}: {explain(exc)}") from None
+    out = {}
+    cut = len(base) + 1 if base else 0
+    for info in infos:
+        if info.type == pafs.FileType.File:
+            out[info.path[cut:]] = info.size
+    return out
+
+
+def sum_object(fs: pafs.FileSystem, path: str, limit: int) -> tuple[int, int]:
+    """``(bytes, crc32c)`` of the first ``limit`` bytes of a file, read in :data:`CHUNK`
+    pieces (``bytes < limit``: the file is that long).
+
+    Raises:
+        FileNotFoundError: no such file. OSError: from the filesystem.
+    """
+    crc = n = 0
+    with fs.open_input_stream(path, compression=None) as f:
+        while n < limit:
+            buf = f.read_buffer(min(CHUNK, limit - n))
+            if not buf.size:
+                break
+            crc = crc32c(buf, crc)
+            n += buf.size
+    return n, crc

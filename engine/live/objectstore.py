@@ -1,0 +1,454 @@
+"""Snapshots in object storage: upload, download and listing over ``pyarrow.fs``.
+
+A *location* is one snapshot's place: a plain path (a local directory) or anything
+``pyarrow.fs.FileSystem.from_uri`` accepts (``s3://bucket/prefix?endpoint_override=host:port&scheme=http``,
+``gs://``, ``hdfs://``, ``file:///``); S3 credentials come from the standard AWS settings
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``~/.aws``), as pyarrow reads them. The
+location holds the snapshot's files under their manifest names and ``SNAPSHOT.json``
+(:mod:`engine.live.snapshot`), exactly as a local copy does.
+
+:func:`upload_snapshot` makes a location the copy of a snapshot directory (``MNT/snapshots/NAME``
+or a copy of one), as ``rsync --delete`` does a directory, in this order:
+
+1. read the location's manifest (if any) and list its files;
+2. delete the location's manifest: from here until step 5 the location holds no manifest, so it
+   is never read as a whole snapshot (``snapshot-verify`` and ``snapshot-download`` refuse it);
+3. upload each file whose ``(size, crc32c)`` differs from the old manifest's entry, or which
+   the location lacks (or holds with another size): a sealed CommitLog segment has the same
+   entry in every snapshot and is uploaded once; every byte read is summed and must match the
+   source's manifest (a damaged source is refused, not uploaded);
+4. delete the location's files the new manifest does not name (expired segments);
+5. write the new ``SNAPSHOT.json`` last.
+
+An upload that stops between 2 and 5 (server down, killed) leaves no manifest; the next upload
+then finds none and uploads every file again. Uploads go through ``open_output_stream``
+(multipart for big files, pyarrow's choice) in :data:`CHUNK` pieces, ``workers`` files at a time;
+the stream is flushed every :data:`FLUSH_EVERY` bytes, which waits for the parts in flight, so a
+file holds at most that much memory. Zeros (a segment's tail after the snapshot's cut, holes
+of a local copy) are sent from one shared buffer without being read.
+
+:func:`download_snapshot` restores a location into an empty local directory: each file is
+written as ``NAME.part``, summed as it arrives, its zero runs left as holes, then renamed; the
+manifest is written last. ``snapshot-verify URI`` is :func:`engine.live.snapshot.verify_copy`
+with the location's filesystem.
+
+Errors name the file and the location (:class:`engine.errors.ObjectStoreError`); a location's
+query parameters that carry secrets (``secret_key``, ``session_token``) are never printed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import ObjectStoreError
+from ..format.crc import CHUNK, crc32c, crc32c_zeros
+from ..service import workprogress
+from .location import DEFAULT_WORKERS, explain, is_local, join, list_files, read_small
+from .snapshot import MANIFEST_NAME, MAX_MANIFEST, parse_manifest
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+#: Bytes written to an output stream between two flushes (a flush waits for the parts sent).
+FLUSH_EVERY = 64 << 20
+#: A restored file's zero runs of this many aligned bytes stay holes (the page size).
+HOLE_BLOCK = 4096
+_zeros: bytes | None = None
+_zeros_lock = threading.Lock()
+
+
+def _zero_chunk() -> bytes:
+    global _zeros
+    if _zeros is None:
+        with _zeros_lock:
+            if _zeros is None:
+                _zeros = bytes(CHUNK)
+    return _zeros
+
+
+def read_manifest(fs: pafs.FileSystem, base: str, where: str) -> tuple[dict, bytes] | None:
+    """The location's ``SNAPSHOT.json``: ``(object, bytes)``, or None when there is none.
+
+    Raises:
+        ObjectStoreError: it cannot be read (server unreachable, credentials refused), is over
+            :data:`MAX_MANIFEST` bytes, or is not a manifest; the message names it and ``where``.
+    """
+    data = read_small(fs, join(base, MANIFEST_NAME), MAX_MANIFEST, where)
+    if data is None:
+        return None
+    try:
+        return parse_manifest(data), data
+    except ValueError as exc:
+        raise ObjectStoreError(f"{where}: {exc}") from None
+
+
+def _file_pieces(fd: int, size: int):
+    """``(length, bytes or None)`` pieces of a local file up to ``size``, each at most
+    :data:`CHUNK` bytes: None for zeros the file holds as a hole (``SEEK_DATA``; a file
+    system without it is read whole). Raises EOFError when the file ends early, OSError."""
+    pos = 0
+    holes = True
+    while pos < size:
+        stop = size
+        if holes:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    holes = False  # SEEK_DATA unsupported: read everything
+                    continue
+                data = size  # a hole up to the end
+            if data > pos:
+                n = min(data, size, pos + CHUNK) - pos
+                yield n, None
+                pos += n
+                continue
+            try:
+                stop = min(os.lseek(fd, pos, os.SEEK_HOLE), size)
+            except OSError:
+                stop = size
+        chunk = os.pread(fd, min(CHUNK, stop - pos), pos)
+        if not chunk:
+            raise EOFError(f"the source file ends at {pos} of {size} bytes")
+        yield len(chunk), chunk
+        pos += len(chunk)
+
+
+class _Stop(Exception):
+    """Another file's transfer failed: stop this one."""
+
+
+def _upload_one(
+    src: str, rel: str, want: dict, fs: pafs.FileSystem, dest: str, stop: threading.Event
+) -> int:
+    """Upload one file, summing it; returns its size. Raises ValueError (source damaged or
+    not the manifest's size), OSError, _Stop."""
+    size = want["size"]
+    fd = os.open(os.path.join(src, *rel.split("/")), os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        have = os.fstat(fd).st_size
+        if have != size:
+            raise ValueError(f"the source file has {have} bytes, its manifest says {size}")
+        crc = 0
+        unflushed = 0
+        zeros = _zero_chunk()
+        with fs.open_output_stream(dest, compression=None) as out:
+            for n, chunk in _file_pieces(fd, size):
+                if stop.is_set():
+                    raise _Stop
+                if chunk is None:  # a hole: zeros from the shared buffer
+                    out.write(zeros if n == CHUNK else zeros[:n])
+                    crc = crc32c_zeros(crc, n)
+                else:
+                    out.write(chunk)
+                    crc = crc32c(chunk, crc)
+                unflushed += n
+                if unflushed >= FLUSH_EVERY:
+                    out.flush()
+                    unflushed = 0
+            if f"{crc:08x}" != want["crc32c"]:
+                raise ValueError(
+                    f"the source file's crc32c is {crc:08x}, its manifest says {want['crc32c']}"
+                    " (damaged source; no manifest written)"
+                )
+        return size
+    finally:
+        os.close(fd)
+
+
+def _run_all(items: list, func, workers: int, stop: threading.Event, bar) -> None:
+    """Run ``func(item) -> bytes done`` for each item in ``workers`` threads, updating the
+    progress ``bar`` as each ends (under a lock, from the worker); at the first exception set
+    ``stop`` (the others end at their next piece) and raise it."""
+    lock = threading.Lock()
+
+    def run(item):
+        n = func(item)
+        with lock:
+            bar.update(n)
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmq-objectstore") as pool:
+        pending = {pool.submit(run, item) for item in items}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for fut in done:
+                    exc = fut.exception()
+                    if exc is not None and not isinstance(exc, _Stop):
+                        raise exc
+        except BaseException:
+            stop.set()
+            for fut in pending:
+                fut.cancel()
+            raise
+
+
+def upload_snapshot(
+    src: str,
+    fs: pafs.FileSystem,
+    base: str,
+    where: str | None = None,
+    workers: int | None = None,
+    progress: workprogress.ProgressFactory | None = None,
+) -> dict:
+    """Make the location ``base`` of ``fs`` a copy of the snapshot directory ``src`` (see the
+    module docstring for the order of the steps).
+
+    Args:
+        src: a local directory holding ``SNAPSHOT.json`` and the files it names.
+        fs, base: the location (:func:`open_location`).
+        where: the location as printed in messages (default ``base``).
+        workers: files uploaded at once (default :data:`DEFAULT_WORKERS`).
+        progress: a progress factory (:mod:`engine.service.workprogress`): one bar ("upload",
+            bytes to upload) updated as each file is done.
+
+    Returns:
+        ``{"name", "commitLogOffset", "messageCount", "uploaded": [[rel, bytes], ...],
+        "skipped": [[rel, bytes], ...], "deleted": [rel, ...], "uploadedBytes",
+        "skippedBytes", "seconds"}``.
+
+    Raises:
+        ObjectStoreError: ``src`` is not a snapshot (no or a bad manifest, a file that does not
+            match it), or a transfer failed (the message names the file and the location);
+            the location then holds no manifest.
+    """
+    where = where or base
+    start_t = time.monotonic()
+    man_path = os.path.join(src, MANIFEST_NAME)
+    try:
+        with open(man_path, "rb") as f:
+            data = f.read(MAX_MANIFEST + 1)
+    except FileNotFoundError:
+        raise ObjectStoreError(
+            f"{src} has no {MANIFEST_NAME} (not a snapshot or a copy of one)"
+        ) from None
+    except OSError as exc:
+        raise ObjectStoreError(f"{man_path}: {exc.strerror or exc}") from None
+    try:
+        if len(data) > MAX_MANIFEST:
+            raise ValueError(f"{MANIFEST_NAME}: over {MAX_MANIFEST} bytes")
+        doc = parse_manifest(data)
+    except ValueError as exc:
+        raise ObjectStoreError(f"{src}: {exc}") from None
+    files: dict[str, dict] = doc["files"]
+
+    old = read_manifest(fs, base, where)
+    remote = list_files(fs, base, where)
+    if old is not None or MANIFEST_NAME in remote:
+        try:
+            fs.delete_file(join(base, MANIFEST_NAME))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise ObjectStoreError(f"deleting {MANIFEST_NAME} of {where}: {explain(exc)}") from None
+    old_files = old[0]["files"] if old is not None else {}
+    upload: list[str] = []
+    skipped: list[str] = []
+    for rel, want in files.items():
+        prev = old_files.get(rel)
+        same = (
+            isinstance(prev, dict)
+            and prev.get("size") == want["size"]
+            and prev.get("crc32c") == want["crc32c"]
+            and remote.get(rel) == want["size"]
+        )
+        (skipped if same else upload).append(rel)
+    upload.sort(key=lambda r: -files[r]["size"])  # big files first: the threads end together
+
+    if is_local(fs):  # object stores have no directories; a local target needs them
+        for parent in sorted({rel.rpartition("/")[0] for rel in upload}):
+            try:
+                fs.create_dir(join(base, parent) if parent else base, recursive=True)
+            except OSError as exc:
+                raise ObjectStoreError(f"creating {join(where, parent)}: {exc}") from None
+
+    stop = threading.Event()
+    done = workprogress.bar(progress, sum(files[r]["size"] for r in upload), "upload")
+
+    def one(rel: str) -> int:
+        try:
+            return _upload_one(src, rel, files[rel], fs, join(base, rel), stop)
+        except _Stop:
+            raise
+        except (OSError, ValueError, EOFError) as exc:
+            text = explain(exc)
+            if isinstance(exc, OSError) and exc.filename:  # the local source file
+                text = f"{exc.filename}: {exc.strerror}"
+            raise ObjectStoreError(f"uploading {rel} to {where}: {text}") from None
+
+    try:
+        _run_all(upload, one, workers or DEFAULT_WORKERS, stop, done)
+    finally:
+        done.close()
+
+    deleted = sorted(rel for rel in remote if rel not in files and rel != MANIFEST_NAME)
+    for rel in deleted:
+        try:
+            fs.delete_file(join(base, rel))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise ObjectStoreError(f"deleting {rel} of {where}: {explain(exc)}") from None
+    try:
+        with fs.open_output_stream(join(base, MANIFEST_NAME), compression=None) as out:
+            out.write(data)
+    except OSError as exc:
+        raise ObjectStoreError(f"writing {MANIFEST_NAME} to {where}: {explain(exc)}") from None
+    return {
+        "name": doc.get("name"),
+        "commitLogOffset": doc.get("commitLogOffset"),
+        "messageCount": doc.get("messageCount"),
+        "uploaded": [[r, files[r]["size"]] for r in sorted(upload)],
+        "skipped": [[r, files[r]["size"]] for r in sorted(skipped)],
+        "deleted": deleted,
+        "uploadedBytes": sum(files[r]["size"] for r in upload),
+        "skippedBytes": sum(files[r]["size"] for r in skipped),
+        "seconds": round(time.monotonic() - start_t, 3),
+    }
+
+
+def _write_sparse(fd: int, data: memoryview, offset: int) -> None:
+    """Write ``data`` at ``offset`` of a new file, leaving each :data:`HOLE_BLOCK` of zeros
+    unwritten (a hole); runs of non-zero blocks go in one ``pwrite``."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    blocks = -(-len(arr) // HOLE_BLOCK)
+    pad = np.zeros(blocks * HOLE_BLOCK, dtype=np.uint8)
+    pad[: len(arr)] = arr
+    used = list(np.asarray(pad.reshape(blocks, HOLE_BLOCK).any(axis=1)).tolist())
+    i = 0
+    while i < blocks:
+        if not used[i]:
+            i += 1
+            continue
+        j = i
+        while j < blocks and used[j]:
+            j += 1
+        start, end = i * HOLE_BLOCK, min(j * HOLE_BLOCK, len(arr))
+        while start < end:
+            start += os.pwrite(fd, data[start:end], offset + start)
+        i = j
+
+
+def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: dict, stop) -> int:
+    """Download one file to ``dest`` (through ``dest.part``), zero runs as holes; returns its
+    size. Raises ValueError (short, longer, damaged), OSError, _Stop."""
+    size = want["size"]
+    part = dest + ".part"
+    try:
+        f = fs.open_input_stream(path, compression=None)
+    except FileNotFoundError:
+        raise ValueError("missing") from None
+    fd = -1
+    ok = False
+    try:
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        crc = n = 0
+        while n <= size:
+            if stop.is_set():
+                raise _Stop
+            buf = f.read_buffer(min(CHUNK, size + 1 - n))
+            if not buf.size:
+                break
+            crc = crc32c(buf, crc)
+            _write_sparse(fd, memoryview(buf), n)
+            n += buf.size
+        if n < size:
+            raise ValueError(f"short: {n} of {size} bytes")
+        if n > size:
+            raise ValueError(f"longer than the manifest's {size} bytes")
+        if f"{crc:08x}" != want["crc32c"]:
+            raise ValueError(f"damaged: crc32c {crc:08x}, expected {want['crc32c']}")
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+        ok = True
+    finally:
+        f.close()
+        if fd >= 0:
+            os.close(fd)
+        if fd >= 0 and not ok:
+            try:
+                os.unlink(part)
+            except OSError:
+                pass
+    os.replace(part, dest)
+    return size
+
+
+def download_snapshot(
+    fs: pafs.FileSystem,
+    base: str,
+    dest: str,
+    where: str | None = None,
+    workers: int | None = None,
+    progress: workprogress.ProgressFactory | None = None,
+) -> dict:
+    """Restore the snapshot at ``base`` of ``fs`` into the local directory ``dest`` (new or
+    empty): every file the manifest names, checked against its size and CRC32C as it arrives
+    (written as ``NAME.part``, renamed when whole; zero runs of :data:`CHUNK` bytes left as
+    holes), then ``SNAPSHOT.json``. The directory then mounts (``rmqfs mount DEST MNT``).
+
+    Returns:
+        ``{"name", "commitLogOffset", "messageCount", "files", "bytes", "seconds"}``.
+
+    Raises:
+        ObjectStoreError: the location holds no manifest (an upload that did not finish, or
+            not a snapshot), ``dest`` is not empty, a file is missing, short or damaged, or a
+            transfer failed: the message names the file and the location; ``dest`` then holds
+            no manifest.
+    """
+    where = where or base
+    start_t = time.monotonic()
+    read = read_manifest(fs, base, where)
+    if read is None:
+        raise ObjectStoreError(
+            f"{where} has no {MANIFEST_NAME}: not a snapshot, or an upload that did not finish"
+        )
+    doc, data = read
+    files: dict[str, dict] = doc["files"]
+    if os.path.lexists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+        raise ObjectStoreError(f"{dest}: not an empty directory (restore into a new one)")
+    os.makedirs(dest, exist_ok=True)
+    for parent in sorted({rel.rpartition("/")[0] for rel in files}):
+        if parent:
+            os.makedirs(os.path.join(dest, *parent.split("/")), exist_ok=True)
+    stop = threading.Event()
+    order = sorted(files, key=lambda r: -files[r]["size"])
+    done = workprogress.bar(progress, sum(v["size"] for v in files.values()), "download")
+
+    def one(rel: str) -> int:
+        local = os.path.join(dest, *rel.split("/"))
+        try:
+            return _download_one(fs, join(base, rel), local, files[rel], stop)
+        except _Stop:
+            raise
+        except (OSError, ValueError) as exc:
+            text = explain(exc)
+            if isinstance(exc, OSError) and exc.filename:
+                text = f"{exc.filename}: {exc.strerror}"
+            raise ObjectStoreError(f"downloading {rel} from {where}: {text}") from None
+
+    try:
+        _run_all(order, one, workers or DEFAULT_WORKERS, stop, done)
+    finally:
+        done.close()
+    tmp = os.path.join(dest, MANIFEST_NAME + ".part")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(dest, MANIFEST_NAME))
+    return {
+        "name": doc.get("name"),
+        "commitLogOffset": doc.get("commitLogOffset"),
+        "messageCount": doc.get("messageCount"),
+        "files": len(files),
+        "bytes": sum(v["size"] for v in files.values()),
+        "seconds": round(time.monotonic() - start_t, 3),
+    }
