@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Iterator
 
 from crc32c import crc32c
 
@@ -79,19 +80,23 @@ def _buffer() -> memoryview:
     return buf
 
 
-def crc32c_fd(fd: int, start: int, end: int, crc: int = 0) -> int:
-    """The CRC32C of bytes ``[start, end)`` of an open file, continuing ``crc``.
-
-    Holes (``SEEK_DATA``) are summed as zeros without reading them; data is read with
-    ``preadv`` in :data:`CHUNK` pieces into a per-thread buffer (the package releases the GIL,
-    so threads sum files in parallel). The file offset of ``fd`` may move (``lseek``); callers
-    use positional I/O only.
+def file_pieces(
+    fd: int, start: int, end: int, buf: memoryview | None = None
+) -> Iterator[tuple[int, memoryview | None]]:
+    """Bytes ``[start, end)`` of an open file as ``(length, data)`` pieces, in order: ``data``
+    None for a run of zeros the file holds as a hole (``SEEK_DATA``/``SEEK_HOLE``; not read),
+    else a view of at most :data:`CHUNK` bytes read with ``preadv`` into ``buf`` (default a
+    per-thread buffer): valid until the next piece is taken. On a file system without
+    ``SEEK_DATA`` everything is read. The one walk of a file's data and holes (the crc32c of
+    a file, an upload of one). The file offset of ``fd`` may move (``lseek``); callers use
+    positional I/O only.
 
     Raises:
         EOFError: the file ends before ``end`` (a short file).
         OSError: from the disk.
     """
-    buf = _buffer()
+    if buf is None:
+        buf = _buffer()
     pos = start
     holes = True
     while pos < end:
@@ -104,12 +109,13 @@ def crc32c_fd(fd: int, start: int, end: int, crc: int = 0) -> int:
                     size = os.fstat(fd).st_size
                     if size < end:
                         raise EOFError(f"file ends at {size}, before {end}") from None
-                    return crc32c_zeros(crc, end - pos)
+                    yield end - pos, None
+                    return
                 holes = False  # SEEK_DATA unsupported here: read everything
                 continue
             if data > pos:
                 n = min(data, end) - pos
-                crc = crc32c_zeros(crc, n)
+                yield n, None
                 pos += n
                 continue
             try:
@@ -117,12 +123,27 @@ def crc32c_fd(fd: int, start: int, end: int, crc: int = 0) -> int:
             except OSError:
                 stop = end
         while pos < stop:
-            want = min(CHUNK, stop - pos)
+            want = min(CHUNK, stop - pos, len(buf))
             n = os.preadv(fd, [buf[:want]], pos)
             if n <= 0:
                 raise EOFError(f"file ends at {pos}, before {end}")
-            crc = crc32c(buf[:n], crc)
+            yield n, buf[:n]
             pos += n
+
+
+def crc32c_fd(fd: int, start: int, end: int, crc: int = 0) -> int:
+    """The CRC32C of bytes ``[start, end)`` of an open file, continuing ``crc``.
+
+    Holes (``SEEK_DATA``) are summed as zeros without reading them; data is read with
+    ``preadv`` in :data:`CHUNK` pieces into a per-thread buffer (the package releases the GIL,
+    so threads sum files in parallel): :func:`file_pieces`.
+
+    Raises:
+        EOFError: the file ends before ``end`` (a short file).
+        OSError: from the disk.
+    """
+    for n, data in file_pieces(fd, start, end):
+        crc = crc32c_zeros(crc, n) if data is None else crc32c(data, crc)
     return crc
 
 

@@ -38,7 +38,6 @@ query parameters that carry secrets (``secret_key``, ``session_token``) are neve
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 import time
@@ -48,7 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ObjectStoreError
-from ..format.crc import CHUNK, crc32c, crc32c_zeros
+from ..format.crc import CHUNK, crc32c, crc32c_zeros, file_pieces
 from ..service import workprogress
 from .location import DEFAULT_WORKERS, explain, is_local, join, list_files, read_small
 from .snapshot import MANIFEST_NAME, MAX_MANIFEST, parse_manifest
@@ -89,38 +88,6 @@ def read_manifest(fs: pafs.FileSystem, base: str, where: str) -> tuple[dict, byt
         raise ObjectStoreError(f"{where}: {exc}") from None
 
 
-def _file_pieces(fd: int, size: int):
-    """``(length, bytes or None)`` pieces of a local file up to ``size``, each at most
-    :data:`CHUNK` bytes: None for zeros the file holds as a hole (``SEEK_DATA``; a file
-    system without it is read whole). Raises EOFError when the file ends early, OSError."""
-    pos = 0
-    holes = True
-    while pos < size:
-        stop = size
-        if holes:
-            try:
-                data = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno != errno.ENXIO:
-                    holes = False  # SEEK_DATA unsupported: read everything
-                    continue
-                data = size  # a hole up to the end
-            if data > pos:
-                n = min(data, size, pos + CHUNK) - pos
-                yield n, None
-                pos += n
-                continue
-            try:
-                stop = min(os.lseek(fd, pos, os.SEEK_HOLE), size)
-            except OSError:
-                stop = size
-        chunk = os.pread(fd, min(CHUNK, stop - pos), pos)
-        if not chunk:
-            raise EOFError(f"the source file ends at {pos} of {size} bytes")
-        yield len(chunk), chunk
-        pos += len(chunk)
-
-
 class _Stop(Exception):
     """Another file's transfer failed: stop this one."""
 
@@ -140,19 +107,25 @@ def _upload_one(
         unflushed = 0
         zeros = _zero_chunk()
         with fs.open_output_stream(dest, compression=None) as out:
-            for n, chunk in _file_pieces(fd, size):
+
+            def send(data: bytes) -> None:
+                nonlocal unflushed
                 if stop.is_set():
                     raise _Stop
-                if chunk is None:  # a hole: zeros from the shared buffer
-                    out.write(zeros if n == CHUNK else zeros[:n])
-                    crc = crc32c_zeros(crc, n)
-                else:
-                    out.write(chunk)
-                    crc = crc32c(chunk, crc)
-                unflushed += n
-                if unflushed >= FLUSH_EVERY:
+                out.write(data)
+                unflushed += len(data)
+                if unflushed >= FLUSH_EVERY:  # waits for the parts in flight: bounded memory
                     out.flush()
                     unflushed = 0
+
+            for n, chunk in file_pieces(fd, 0, size):
+                if chunk is None:  # a hole: zeros from the shared buffer, never read
+                    crc = crc32c_zeros(crc, n)
+                    for k in range(0, n, CHUNK):
+                        send(zeros if n - k >= CHUNK else zeros[: n - k])
+                else:
+                    crc = crc32c(chunk, crc)
+                    send(bytes(chunk))  # a copy: the view is reused for the next piece
             if f"{crc:08x}" != want["crc32c"]:
                 raise ValueError(
                     f"the source file's crc32c is {crc:08x}, its manifest says {want['crc32c']}"
