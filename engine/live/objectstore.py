@@ -136,6 +136,15 @@ def _upload_one(
         os.close(fd)
 
 
+def _transfer_error(doing: str, exc: BaseException) -> ObjectStoreError:
+    """The error of a failed file transfer: what was being done, then why (a local file's
+    OSError names that file; the rest as :func:`engine.live.location.explain` words it)."""
+    text = explain(exc)
+    if isinstance(exc, OSError) and exc.filename:
+        text = f"{exc.filename}: {exc.strerror}"
+    return ObjectStoreError(f"{doing}: {text}")
+
+
 def _run_all(items: list, func, workers: int, stop: threading.Event, bar) -> None:
     """Run ``func(item) -> bytes done`` for each item in ``workers`` threads, updating the
     progress ``bar`` as each ends (under a lock, from the worker); at the first exception set
@@ -251,10 +260,7 @@ def upload_snapshot(
         except _Stop:
             raise
         except (OSError, ValueError, EOFError) as exc:
-            text = explain(exc)
-            if isinstance(exc, OSError) and exc.filename:  # the local source file
-                text = f"{exc.filename}: {exc.strerror}"
-            raise ObjectStoreError(f"uploading {rel} to {where}: {text}") from None
+            raise _transfer_error(f"uploading {rel} to {where}", exc) from None
 
     try:
         _run_all(upload, one, workers or DEFAULT_WORKERS, stop, done)
@@ -402,10 +408,7 @@ def download_snapshot(
         except _Stop:
             raise
         except (OSError, ValueError) as exc:
-            text = explain(exc)
-            if isinstance(exc, OSError) and exc.filename:
-                text = f"{exc.filename}: {exc.strerror}"
-            raise ObjectStoreError(f"downloading {rel} from {where}: {text}") from None
+            raise _transfer_error(f"downloading {rel} from {where}", exc) from None
 
     try:
         _run_all(order, one, workers or DEFAULT_WORKERS, stop, done)
