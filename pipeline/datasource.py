@@ -775,8 +775,11 @@ def _with_broker(p: QueueRange, read_batches, start: int) -> Iterator:
     name = BROKER_COLUMN[0]
     cols = p.columns
     decode = None if cols is None else tuple(c for c in cols if c != name) or ("queueOffset",)
+    made = pa.array([], pa.string())
     for batch in read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=decode):
-        broker = pa.repeat(pa.scalar(p.broker, pa.string()), batch.num_rows)
+        if len(made) < batch.num_rows:  # made once per partition, sliced (no copy) per batch
+            made = pa.repeat(pa.scalar(p.broker, pa.string()), batch.num_rows)
+        broker = made.slice(0, batch.num_rows)
         if cols is None:
             yield batch.append_column(pa.field(name, pa.string(), nullable=False), broker)
         elif name in cols:
