@@ -136,6 +136,16 @@ def _upload_one(
         os.close(fd)
 
 
+def _delete(fs: pafs.FileSystem, base: str, rel: str, where: str) -> None:
+    """Delete the location's file ``rel`` (gone already: fine). Raises ObjectStoreError."""
+    try:
+        fs.delete_file(join(base, rel))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ObjectStoreError(f"deleting {rel} of {where}: {explain(exc)}") from None
+
+
 def _transfer_error(doing: str, exc: BaseException) -> ObjectStoreError:
     """The error of a failed file transfer: what was being done, then why (a local file's
     OSError names that file; the rest as :func:`engine.live.location.explain` words it)."""
@@ -224,12 +234,7 @@ def upload_snapshot(
     old = read_manifest(fs, base, where)
     remote = list_files(fs, base, where)
     if old is not None or MANIFEST_NAME in remote:
-        try:
-            fs.delete_file(join(base, MANIFEST_NAME))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise ObjectStoreError(f"deleting {MANIFEST_NAME} of {where}: {explain(exc)}") from None
+        _delete(fs, base, MANIFEST_NAME, where)
     old_files = old[0]["files"] if old is not None else {}
     upload: list[str] = []
     skipped: list[str] = []
@@ -269,12 +274,7 @@ def upload_snapshot(
 
     deleted = sorted(rel for rel in remote if rel not in files and rel != MANIFEST_NAME)
     for rel in deleted:
-        try:
-            fs.delete_file(join(base, rel))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise ObjectStoreError(f"deleting {rel} of {where}: {explain(exc)}") from None
+        _delete(fs, base, rel, where)
     try:
         with fs.open_output_stream(join(base, MANIFEST_NAME), compression=None) as out:
             out.write(data)
