@@ -844,10 +844,11 @@ class MessageStore:
         return out
 
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
-        """The message at a queue offset. Raises OffsetOutOfRangeError / NoSuchTopicError, and
-        CorruptRecordError (noted as damage of the queue) when the unit points at no record,
-        at one whose body fails its CRC, or at another unit's record (its QUEUEID or
-        QUEUEOFFSET not the unit's: :func:`engine.format.message.check_unit_record`)."""
+        """The message at a queue offset. Raises OffsetOutOfRangeError (also when its record
+        expired while it was being read) / NoSuchTopicError, and CorruptRecordError (noted as
+        damage of the queue) when the unit points at no record, at one whose body fails its
+        CRC, or at another unit's record (its QUEUEID or QUEUEOFFSET not the unit's:
+        :func:`engine.format.message.check_unit_record`)."""
         cq = self.consume_queue(topic, queue_id)
         if cq is None:
             raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
@@ -860,6 +861,13 @@ class MessageStore:
             rec = check_body_crc(self.commitlog.read_message(off, size))
             return unit_message(rec, queue_id, queue_offset, topic)
         except CorruptRecordError as exc:
+            if off < self.commitlog.min_offset:
+                # not damage: retention (or a followed writer's) deleted the record's file
+                # after the unit was read (getMessage's OFFSET_TOO_SMALL)
+                raise OffsetOutOfRangeError(
+                    f"offset {queue_offset}: its record expired while being read (the "
+                    f"CommitLog starts at {self.commitlog.min_offset} now)"
+                ) from exc
             self.note_damage(topic, queue_id, queue_offset, exc)
             raise
 

@@ -512,11 +512,20 @@ class OffsetsFile(GeneratedFile):
 
     def _fields(self) -> dict:
         s = self.ctx.store
-        lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
-        first = last = None
-        if hi > lo:
-            first = s.get_message(self.topic, self.queue_id, lo).store_timestamp
-            last = s.get_message(self.topic, self.queue_id, hi - 1).store_timestamp
+        for attempt in range(3):
+            lo = s.min_offset(self.topic, self.queue_id)
+            hi = s.max_offset(self.topic, self.queue_id)
+            first = last = None
+            try:
+                if hi > lo:
+                    first = s.get_message(self.topic, self.queue_id, lo).store_timestamp
+                    last = s.get_message(self.topic, self.queue_id, hi - 1).store_timestamp
+                break
+            except E.OffsetOutOfRangeError:
+                # the first record expired between reading minOffset and reading it
+                # (retention, a followed writer's): read the offsets again
+                if attempt == 2:
+                    raise
         return {
             "topic": self.topic,
             "queueId": self.queue_id,

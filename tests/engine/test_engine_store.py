@@ -415,3 +415,30 @@ def test_look_messages_by_uniq_key_serves_only_that_uniq_key(tmp_path, small_con
         assert len(s.query_by_key("T", a.uniq_key)) == 2  # the index finds both
         found = s.look_messages_by_uniq_key(a.uniq_key)
         assert [r.commitlog_offset for r in found] == [a.commitlog_offset]
+
+
+def test_a_record_that_expires_while_read_is_out_of_range_not_damage(tmp_path, monkeypatch):
+    """getMessage reads a unit, then its record: when retention (or a followed writer's)
+    deletes the record's file in between, the message is gone, not damaged
+    (OffsetOutOfRangeError, the queue not marked damaged; CI saw a follower mount answer EIO
+    and mark a healthy queue damaged). A record missing while its file is still there stays
+    damage."""
+    from rmqfs.engine.errors import CorruptRecordError, OffsetOutOfRangeError
+    from rmqfs.engine.format.commitlog import CommitLog
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"m%d" % i, queue_id=0) for i in range(3)])
+
+        def gone(off, size):
+            raise CorruptRecordError("record not in the CommitLog", off)
+
+        monkeypatch.setattr(s.commitlog, "read_message", gone)
+        with pytest.raises(CorruptRecordError):  # its file is there: damage
+            s.get_message("T", 0, 1)
+        assert ("T", 0) in s.damaged
+        s.damaged.clear()
+        monkeypatch.setattr(CommitLog, "min_offset", property(lambda self: 1 << 40))
+        with pytest.raises(OffsetOutOfRangeError, match="expired"):
+            s.get_message("T", 0, 1)
+        assert not s.damaged
