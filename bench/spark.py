@@ -165,15 +165,15 @@ class FloorDataSource(DataSource):
         return "rmqfs_bench_floor"
 
     def schema(self) -> str:
-        from rmqfs.engine.read.schema import SOURCE_DDL
+        from rmqfs.engine.read.schema import DATASOURCE_DDL
 
-        return SOURCE_DDL
+        return DATASOURCE_DDL
 
     def reader(self, schema):
-        from rmqfs.engine.read.schema import SOURCE_COLUMNS
+        from rmqfs.engine.read.schema import COLUMN_NAMES
 
         names = tuple(f.name for f in schema.fields)
-        columns = None if names == tuple(n for n, _ in SOURCE_COLUMNS) else names
+        columns = None if names == tuple(COLUMN_NAMES) else names
         return FloorReader(self.options["path"], columns)
 
 
@@ -182,16 +182,14 @@ def write_floor(store: Path, floor: Path) -> int:
     directory ``floor`` (one Arrow IPC file each); returns the bytes written."""
     import pyarrow as pa
 
-    from rmqfs.engine.read.schema import BROKER_COLUMN, arrow_schema
+    from rmqfs.engine.read.schema import arrow_schema
     from rmqfs.pipeline.datasource import RocketMQReader, parse_options, read_range
 
-    # the data source's batches: the decoder's columns, then brokerName
-    schema = arrow_schema().append(pa.field(BROKER_COLUMN[0], pa.string(), nullable=False))
     parts = RocketMQReader(parse_options({"path": str(store)})).partitions()
     for i, p in enumerate(parts):
         with (
             pa.OSFile(str(floor / f"{i:06d}.arrow"), "wb") as f,
-            pa.ipc.new_file(f, schema) as w,
+            pa.ipc.new_file(f, arrow_schema()) as w,
         ):
             for b in read_range(p):
                 w.write_batch(b)
