@@ -219,11 +219,9 @@ class Follower:
             changes: dict[str, Any] = {"records": 0, "deleted": [], "configs": []}
             self.refreshes += 1
             self._bury()
+            # read now, shown after the reput below: a config the writer wrote after a put
+            # (a consumer offset past its messages) is never visible before those messages
             configs = self._follow_configs()
-            with s.put_lock:
-                for name, mgr_attr, mgr in configs:
-                    setattr(s, mgr_attr, mgr)
-                    changes["configs"].append(name)
             cl = s.commitlog
             try:
                 s.checkpoint = StoreCheckpoint.read(s.checkpoint_path)
@@ -254,6 +252,10 @@ class Follower:
                 changes["records"] += self._reput()
                 if not self._opened_queue:
                     break
+            with s.put_lock:
+                for name, mgr_attr, mgr in configs:
+                    setattr(s, mgr_attr, mgr)
+                    changes["configs"].append(name)
             if correct:
                 # again after the reput: a queue whose every visible unit had expired stopped
                 # at its old max_offset above; the writer's minOffset is past it, in units
