@@ -8,8 +8,17 @@ Reads the CommitLog through the ConsumeQueues, with no mount and no broker::
     q = (spark.readStream.format("rocketmq").option("startingOffsets", "earliest")
          .load("/data/rocketmq/store").writeStream...)
 
-The schema is ``engine.read.schema.DATASOURCE_DDL``: the same columns, types
-and order as ``spark.read.parquet("file://MNT/view")`` (``topic`` and ``queue`` last). Rows
+The schema is ``engine.read.schema.DATASOURCE_DDL``: the same columns, types and order as
+``spark.read.parquet("file://MNT/view")`` (``topic`` and ``queue`` last).
+
+Several stores (a fleet): ``.load(["/a/store", "/b/store"])`` (Spark passes the list as the
+option ``paths``, a JSON list) or a glob ``.load("/fleet/*/store")`` (:func:`expand_stores`);
+each store's queues are planned as one store's are, every partition names its store, and the
+schema is ``engine.read.schema.SOURCE_DDL``: the columns above, then ``brokerName``
+(:func:`store_broker_name`; a pushed ``brokerName`` ``=``/``IN`` prunes whole stores). The
+column comes with the form of the load (a list or a glob), not with the number of stores found,
+so a job's schema does not change when a glob matches one store; a load of one plain path
+has no such column (and pays nothing for it). Rows
 are decoded by ``engine.read.columnar`` (numpy over the memory-mapped CommitLog, only the columns
 asked for) and come as Arrow record batches, one Spark partition per range of queue offsets of
 one queue.
@@ -85,6 +94,7 @@ mode, or a shared filesystem on a cluster); ``register()`` ships this code to th
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -108,8 +118,15 @@ from pyspark.sql.datasource import (
 
 from rmqfs.engine.errors import CorruptRecordError
 from rmqfs.engine.format.dledger import commitlog_dir
+from rmqfs.engine.live.snapshot import MANIFEST_NAME, MAX_MANIFEST, parse_manifest
 from rmqfs.engine.read.columnar import StoreFiles
-from rmqfs.engine.read.schema import DATASOURCE_DDL, SCHEDULED_COLUMNS, SCHEDULED_DDL
+from rmqfs.engine.read.schema import (
+    BROKER_COLUMN,
+    DATASOURCE_DDL,
+    SCHEDULED_COLUMNS,
+    SCHEDULED_DDL,
+    SOURCE_DDL,
+)
 
 __all__ = [
     "RocketMQDataSource",
@@ -121,6 +138,9 @@ __all__ = [
     "WorkerEnvironmentError",
     "QueueRange",
     "PushedFilters",
+    "StoreRef",
+    "store_broker_name",
+    "expand_stores",
 ]
 
 log = logging.getLogger(__name__)
@@ -304,9 +324,142 @@ def _store(path: str) -> StoreFiles:
     return s
 
 
+#: Where a store's broker name came from (:func:`store_broker_name`), in the order tried.
+RULE_MANIFEST = "SNAPSHOT.json"
+RULE_IDENTITY = "brokerIdentity"
+RULE_DIRECTORY = "directory name"
+_MAX_IDENTITY = 4096
+
+
+def _manifest_broker(path: str) -> str | None:
+    """``brokerName`` of the ``SNAPSHOT.json`` at the top of ``path`` (a snapshot copy), if any."""
+    try:
+        with open(os.path.join(path, MANIFEST_NAME), "rb") as f:
+            data = f.read(MAX_MANIFEST + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_MANIFEST:
+        raise ValueError(f"rocketmq: {path}/{MANIFEST_NAME} is larger than {MAX_MANIFEST} bytes")
+    try:
+        name = parse_manifest(data).get("brokerName")
+    except ValueError as exc:
+        raise ValueError(f"rocketmq: {path}: {exc}") from None
+    return name if isinstance(name, str) and name else None
+
+
+def _identity_broker(path: str) -> str | None:
+    """The broker name in a 5.x ``brokerIdentity`` file (``BrokerIdentity``, controller mode):
+    ``cluster#broker#id`` or the properties ``brokerName=<name>``; None without one."""
+    try:
+        with open(os.path.join(path, "brokerIdentity"), "rb") as f:
+            text = f.read(_MAX_IDENTITY).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "brokerName" and value.strip():
+            return value.strip()
+    parts = text.strip().split("#")
+    if len(parts) == 3 and parts[1]:
+        return parts[1]
+    return None
+
+
+def store_broker_name(path: str) -> tuple[str, str]:
+    """``(broker name, rule)`` of the store or snapshot copy at ``path``, by the first rule that
+    knows it: the snapshot manifest's ``brokerName`` (``SNAPSHOT.json``, written by a mount: the
+    ``--config`` broker.conf's ``brokerName`` as ``status.json`` shows it), a 5.x
+    ``brokerIdentity`` file (RocketMQ ``BrokerIdentity``), else the directory's name, or its
+    parent's when it is called ``store`` (RocketMQ's default ``storePathRootDir``,
+    ``~/store``). A store directory holds no broker.conf, so that is all a path can tell.
+
+    Raises:
+        ValueError: a ``SNAPSHOT.json`` that is not a manifest (``parse_manifest``).
+    """
+    name = _manifest_broker(path)
+    if name:
+        return name, RULE_MANIFEST
+    name = _identity_broker(path)
+    if name:
+        return name, RULE_IDENTITY
+    base = os.path.basename(path.rstrip("/")) or "/"
+    if base == "store":
+        base = os.path.basename(os.path.dirname(path.rstrip("/"))) or base
+    return base, RULE_DIRECTORY
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """One store of a read: its absolute path, broker name and the rule that named it."""
+
+    path: str
+    broker: str
+    rule: str = RULE_DIRECTORY
+
+
+def _is_store(path: str) -> bool:
+    return os.path.isdir(commitlog_dir(path))  # commitlog/, or a DLedger store's data/
+
+
+def expand_stores(paths: Sequence[str]) -> tuple[StoreRef, ...]:
+    """The stores that ``paths`` name, in order (driver side): a plain path must be a store; a
+    glob (``/fleet/*/store``) is expanded with :func:`glob.glob`, sorted, and a match that is not
+    a store (no ``commitlog/`` nor ``dledger-*``) is skipped with a warning naming it. The same
+    store named twice is read once.
+
+    Raises:
+        ValueError: no path; a plain path that is not a store; a glob that matches nothing or
+            no store; two stores with the same broker name (their rows would not be distinct).
+    """
+    found: list[str] = []
+    for raw in paths:
+        p = raw[len("file://") :] if raw.startswith("file://") else raw
+        if glob.has_magic(p):
+            matches = sorted(glob.glob(p))
+            if not matches:
+                raise ValueError(f"rocketmq: {raw} matches nothing")
+            stores = [m for m in matches if _is_store(m)]
+            for m in matches:
+                if m not in stores:
+                    log.warning(
+                        "rocketmq: %s (matched by %s) is not a RocketMQ store: skipped", m, raw
+                    )
+            if not stores:
+                raise ValueError(
+                    f"rocketmq: {raw} matches no RocketMQ store (no commitlog/ directory in "
+                    f"{', '.join(matches)})"
+                )
+            found.extend(stores)
+        else:
+            if not _is_store(p):
+                raise ValueError(
+                    f"rocketmq: {raw} is not a RocketMQ store (no commitlog/ directory)"
+                )
+            found.append(p)
+    if not found:
+        raise ValueError('rocketmq: give the store directory: .load("/path/to/store")')
+    out: list[StoreRef] = []
+    seen: dict[str, StoreRef] = {}
+    for p in found:
+        path = os.path.abspath(p)
+        if any(r.path == path for r in out):
+            continue
+        name, rule = store_broker_name(path)
+        other = seen.get(name)
+        if other is not None:
+            raise ValueError(
+                f"rocketmq: {other.path} ({other.rule}) and {path} ({rule}) both have brokerName "
+                f"{name!r}: their rows would not be distinct; read them separately"
+            )
+        seen[name] = ref = StoreRef(path, name, rule)
+        out.append(ref)
+    return tuple(out)
+
+
 @dataclass
 class QueueRange(InputPartition):
-    """Queue offsets ``[start, end)`` of one queue; ``tags`` None = every message."""
+    """Queue offsets ``[start, end)`` of one queue of the store at ``path`` (broker ``broker``);
+    ``tags`` None = every message."""
 
     path: str
     topic: str
@@ -316,14 +469,17 @@ class QueueRange(InputPartition):
     tags: tuple | None = None
     fail_on_data_loss: bool = True
     columns: tuple | None = None
+    broker: str | None = None  # the store's broker name on a fleet load (brokerName), else None
 
     def __post_init__(self):
-        super().__init__((self.topic, self.queue_id, self.start, self.end))
+        super().__init__((self.broker, self.topic, self.queue_id, self.start, self.end))
 
 
 @dataclass
 class _Options:
-    path: str
+    path: str  # the first store's (the only one of a streaming or scheduled read)
+    stores: tuple = ()  # StoreRef of every store, path's first
+    fleet: bool = False  # a list or a glob was loaded: rows get the brokerName column
     topics: list | None = None
     pattern: str | None = None
     assign: dict | None = None
@@ -348,6 +504,7 @@ class PushedFilters:
 
     topics: frozenset | None = None
     queues: frozenset | None = None
+    brokers: frozenset | None = None
     lo: int = 0
     hi: int | None = None
     tags: frozenset | None = None
@@ -359,6 +516,11 @@ class PushedFilters:
     def push(self, f) -> PushedFilters | None:
         """This selection narrowed by filter ``f``, or None when ``f`` cannot be pushed."""
         col = f.attribute[0] if len(f.attribute) == 1 else None
+        if isinstance(f, (EqualTo, In)) and col == BROKER_COLUMN[0]:
+            values = {f.value} if isinstance(f, EqualTo) else set(f.value)
+            return replace(
+                self, brokers=self._meet(self.brokers, {v for v in values if isinstance(v, str)})
+            )
         if isinstance(f, (EqualTo, In)) and col in ("tags", "topic", "queue", "queueId"):
             values = {f.value} if isinstance(f, EqualTo) else set(f.value)
             if col == "tags":
@@ -438,14 +600,20 @@ def _timestamps_option(options, single: str, per_queue: str):
 def parse_options(options) -> _Options:
     """Check the options (a case-insensitive dict of strings); raises ValueError."""
     get = options.get
-    path = get("path") or get("store")
-    if not path:
-        raise ValueError('rocketmq: give the store directory: .load("/path/to/store")')
-    if path.startswith("file://"):
-        path = path[len("file://") :]
-    o = _Options(path=os.path.abspath(path))
-    if not os.path.isdir(commitlog_dir(o.path)):  # commitlog/, or a DLedger store's data/
-        raise ValueError(f"rocketmq: {path} is not a RocketMQ store (no commitlog/ directory)")
+    paths = [p for p in (get("path"), get("store")) if p]
+    if get("paths"):  # .load([...]): Spark passes the list as JSON (DataSourceV2Utils)
+        try:
+            more = json.loads(get("paths"))
+        except ValueError:
+            more = None
+        if not isinstance(more, list) or not all(isinstance(p, str) for p in more):
+            raise ValueError(
+                f"rocketmq: paths must be a JSON list of strings, not {get('paths')!r}"
+            )
+        paths.extend(more)
+    stores = expand_stores(paths)
+    fleet = bool(get("paths")) or any(glob.has_magic(p) for p in paths)
+    o = _Options(path=stores[0].path, stores=stores, fleet=fleet)
     if get("topics"):
         o.topics = [t.strip() for t in get("topics").split(",") if t.strip()]
     if get("subscribePattern"):
@@ -483,10 +651,13 @@ def parse_options(options) -> _Options:
 class _Planner:
     """Resolves topics, queues and offsets against the store (driver side)."""
 
-    def __init__(self, opts: _Options, pushed: PushedFilters = NO_FILTERS):
+    def __init__(
+        self, opts: _Options, pushed: PushedFilters = NO_FILTERS, ref: StoreRef | None = None
+    ):
         self.o = opts
         self.pushed = pushed
-        self.store = StoreFiles(opts.path)
+        self.ref = ref or (opts.stores[0] if opts.stores else StoreRef(opts.path, ""))
+        self.store = StoreFiles(self.ref.path)
 
     def queues(self) -> list[tuple[str, int]]:
         o = self.o
@@ -562,7 +733,19 @@ class _Planner:
             a = start
             while a < end:
                 b = min(end, (a // step + 1) * step)
-                out.append(QueueRange(o.path, topic, q, a, b, tags, o.fail_on_data_loss, o.columns))
+                out.append(
+                    QueueRange(
+                        self.ref.path,
+                        topic,
+                        q,
+                        a,
+                        b,
+                        tags,
+                        o.fail_on_data_loss,
+                        o.columns,
+                        self.ref.broker if o.fleet else None,
+                    )
+                )
                 a = b
         return out
 
@@ -583,12 +766,37 @@ def read_range(p: QueueRange) -> Iterator:
             raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
         start = lo
     try:
-        yield from s.read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=p.columns)
+        yield from _with_broker(p, s.read_batches, start)
     except CorruptRecordError as exc:  # a body failing its CRC, a unit pointing at no record
         raise DataLossError(
             f"rocketmq: {p.topic}/{p.queue_id}: damaged record, not served: "
             f"{exc} (rmqfs verify names it, rmqfs recover repairs it)"
         ) from None
+
+
+def _with_broker(p: QueueRange, read_batches, start: int) -> Iterator:
+    """``read_batches``'s batches with the ``brokerName`` column (``p.broker``) where the
+    partition's columns ask for it (all columns: last); as they are on a one-store load."""
+    import pyarrow as pa
+
+    if p.broker is None:
+        yield from read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=p.columns)
+        return
+    name = BROKER_COLUMN[0]
+    cols = p.columns
+    decode = None if cols is None else tuple(c for c in cols if c != name) or ("queueOffset",)
+    made = pa.array([], pa.string())
+    for batch in read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=decode):
+        if len(made) < batch.num_rows:  # made once per partition, sliced (no copy) per batch
+            made = pa.repeat(pa.scalar(p.broker, pa.string()), batch.num_rows)
+        broker = made.slice(0, batch.num_rows)
+        if cols is None:
+            yield batch.append_column(pa.field(name, pa.string(), nullable=False), broker)
+        elif name in cols:
+            arrays = [broker if c == name else batch.column(c) for c in cols]
+            yield pa.RecordBatch.from_arrays(arrays, names=list(cols))
+        else:
+            yield batch
 
 
 class RocketMQReader(DataSourceReader):
@@ -605,19 +813,26 @@ class RocketMQReader(DataSourceReader):
             raise ValueError('startingOffsets="latest" is not allowed for a batch query')
         if o.ending == "earliest":
             raise ValueError('endingOffsets="earliest" is not allowed for a batch query')
-        plan = _Planner(o, self.pushed)
-        bounds = {}
-        for t, q in plan.queues():
-            start = plan.resolve(o.starting, o.start_ts, t, q, EARLIEST)
-            end = plan.resolve(o.ending, o.end_ts, t, q, LATEST)
-            end = min(end, plan.store.max_offset(t, q))
-            if end > start:
-                bounds[(t, q)] = (plan.check_start(t, q, start), end)
-        parts = plan.ranges(bounds)
+        parts: list[QueueRange] = []
+        for ref in _planned_stores(o, self.pushed):
+            plan = _Planner(o, self.pushed, ref)
+            bounds = {}
+            for t, q in plan.queues():
+                start = plan.resolve(o.starting, o.start_ts, t, q, EARLIEST)
+                end = plan.resolve(o.ending, o.end_ts, t, q, LATEST)
+                end = min(end, plan.store.max_offset(t, q))
+                if end > start:
+                    bounds[(t, q)] = (plan.check_start(t, q, start), end)
+            parts.extend(plan.ranges(bounds))
         return parts or [QueueRange(o.path, "", 0, 0, 0, ())]
 
     def read(self, partition):
         return read_range(partition)
+
+
+def _planned_stores(o: _Options, pushed: PushedFilters) -> list[StoreRef]:
+    """The stores of ``o`` that a pushed ``brokerName`` filter leaves (whole stores pruned)."""
+    return [r for r in o.stores if pushed.brokers is None or r.broker in pushed.brokers]
 
 
 class RocketMQFilteringReader(RocketMQReader):
@@ -646,6 +861,12 @@ class RocketMQStreamReader(DataSourceStreamReader):
     def __init__(self, opts: _Options):
         if opts.ending is not None or opts.end_ts is not None:
             raise ValueError("endingOffsets/endingTimestamp are for batch queries only")
+        if len(opts.stores) > 1:
+            raise NotImplementedError(
+                f"rocketmq: streaming reads one store; {len(opts.stores)} were given "
+                f"({', '.join(r.path for r in opts.stores)}): per-store offsets are not "
+                "implemented yet (issue 23); start one stream per store"
+            )
         self.o = opts
         self._plan: _Planner | None = None
 
@@ -788,6 +1009,10 @@ class RocketMQScheduledReader(DataSourceReader):
     """Batch reader of ``scheduled=true``: one :class:`ScheduledPart`."""
 
     def __init__(self, opts: _Options):
+        if len(opts.stores) > 1:
+            raise NotImplementedError(
+                f"rocketmq: scheduled=true reads one store; {len(opts.stores)} were given"
+            )
         if opts.columns is not None:
             raise ValueError("rocketmq: scheduled=true reads the whole SCHEDULED_DDL schema")
         if opts.assign is not None:
@@ -812,16 +1037,17 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> str:
-        if parse_options(self.options).scheduled:
+        o = parse_options(self.options)
+        if o.scheduled:
             return SCHEDULED_DDL
-        return DATASOURCE_DDL
+        return SOURCE_DDL if o.fleet else DATASOURCE_DDL
 
     def _options(self, schema) -> _Options:
         """Freshly parsed options for one reader (``self.options`` is never changed)."""
         o = parse_options(self.options)
         if o.scheduled:
             return replace(o, columns=_columns(schema, SCHEDULED_DDL))
-        return replace(o, columns=_columns(schema))
+        return replace(o, columns=_columns(schema, SOURCE_DDL if o.fleet else DATASOURCE_DDL))
 
     def reader(self, schema):
         o = self._options(schema)
@@ -849,10 +1075,13 @@ class RocketMQFilteringDataSource(RocketMQDataSource):
 
 def _columns(schema, ddl: str = DATASOURCE_DDL) -> tuple | None:
     """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
-    checked against ``DATASOURCE_DDL``; None for the full schema. Only these are decoded."""
+    checked against ``ddl`` (the load's schema); None for the full schema. Only these are
+    decoded."""
     from rmqfs.engine.read.schema import split_ddl
 
-    types = {n: t.lower().replace(" ", "") for n, t in split_ddl(ddl)}
+    types = {
+        n: re.sub(r"\s+not\s+null$", "", t.lower()).replace(" ", "") for n, t in split_ddl(ddl)
+    }
     names = list(types)
     if schema is None or [f.name for f in schema.fields] == names:
         return None

@@ -31,6 +31,9 @@ __all__ = [
     "COLUMN_NAMES",
     "VIEW_DDL",
     "DATASOURCE_DDL",
+    "BROKER_COLUMN",
+    "SOURCE_COLUMNS",
+    "SOURCE_DDL",
     "SCHEDULED_COLUMNS",
     "SCHEDULED_DDL",
     "PART_DDL",
@@ -79,8 +82,18 @@ def _ddl(cols: Iterable[tuple[str, str]]) -> str:
 VIEW_DDL = _ddl(LINE_COLUMNS)
 #: DDL of a ``view/`` Parquet part's own columns.
 PART_DDL = _ddl(PART_COLUMNS)
-#: DDL of ``spark.read.parquet(view)`` and of the ``rocketmq`` data source (the mount's ``view.ddl``).
+#: DDL of ``spark.read.parquet(view)`` (the mount's ``view.ddl``); the ``rocketmq`` data source
+#: adds ``brokerName`` (:data:`SOURCE_DDL`).
 DATASOURCE_DDL = _ddl(_ALL)
+#: The column the ``rocketmq`` data source adds after :data:`DATASOURCE_DDL`'s: the name of
+#: the broker whose store the row comes from (``pipeline.datasource.store_broker_name``). Not
+#: part of ``view/`` nor of ``view.ddl``: one mount is one broker, and ``spark.read.parquet(view)``
+#: must keep returning exactly :data:`DATASOURCE_DDL` (the report adds the column there itself).
+BROKER_COLUMN: tuple[str, str] = ("brokerName", "STRING")
+#: Columns of the ``rocketmq`` data source: the view's, then ``brokerName``.
+SOURCE_COLUMNS: tuple[tuple[str, str], ...] = _ALL + (BROKER_COLUMN,)
+#: DDL of the ``rocketmq`` data source (``brokerName`` never null).
+SOURCE_DDL = _ddl(SOURCE_COLUMNS) + " NOT NULL"
 #: The column a waiting message adds (``scheduled.jsonl``, the data source's ``scheduled``
 #: option): when it is delivered, epoch ms.
 SCHEDULED_COLUMNS: tuple[tuple[str, str], ...] = _ALL + (("deliverTimestamp", "BIGINT"),)

@@ -1,0 +1,174 @@
+"""``rocketmq`` over several stores (issue 23, item 2): ``load([...])`` and globs, the
+``brokerName`` column (on those loads only), and whole stores pruned by a pushed ``brokerName``
+filter."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from rmqfs.engine.store import Message, MessageStore
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import EqualTo, In
+
+from rmqfs.engine.read.schema import DATASOURCE_DDL
+from rmqfs.pipeline import datasource as D
+
+pytestmark = pytest.mark.spark
+
+#: store (relative to the fleet) -> (broker name, rule that names it, {topic: messages per queue})
+FLEET = {
+    "a/store": ("broker-a", D.RULE_IDENTITY, {"T": 7}),
+    "b/store": ("broker-b", D.RULE_IDENTITY, {"T": 5, "U": 3}),
+    "broker-c/store": ("broker-c", D.RULE_DIRECTORY, {"U": 4}),
+}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """A fleet directory of three stores (topic T, queues 0 and 1, in two of them) and one
+    directory that is not a store."""
+    root = tmp_path_factory.mktemp("fleet")
+    for rel, (broker, _, topics) in FLEET.items():
+        path = root / rel
+        with MessageStore(str(path)) as s:
+            for topic, n in topics.items():
+                s.create_topic(topic, queue_nums=2)
+                for q in range(2):
+                    s.put_messages(
+                        [
+                            Message(topic, f"{broker}/{topic}/{q}/{i}".encode(), queue_id=q)
+                            for i in range(n + q)
+                        ]
+                    )
+        if rel == "a/store":  # 5.x BrokerIdentity as properties
+            (path / "brokerIdentity").write_text(
+                f"brokerClusterName=DefaultCluster\nbrokerName={broker}\nbrokerId=0\n"
+            )
+        if rel == "b/store":  # cluster#broker#id
+            (path / "brokerIdentity").write_text(f"DefaultCluster#{broker}#0")
+    (root / "junk" / "store").mkdir(parents=True)  # matched by the glob, not a store
+    (root / "junk" / "store" / "notes.txt").write_text("not a store")
+    return root
+
+
+def test_glob_names_each_store_and_skips_what_is_not_one(fleet, caplog):
+    with caplog.at_level(logging.WARNING, logger=D.__name__):
+        stores = D.expand_stores([f"{fleet}/*/store"])
+    assert [(r.path, r.broker, r.rule) for r in stores] == [
+        (str(fleet / rel), broker, rule) for rel, (broker, rule, _) in sorted(FLEET.items())
+    ]
+    assert f"{fleet}/junk/store" in caplog.text and "not a RocketMQ store" in caplog.text
+    with pytest.raises(ValueError, match="matches nothing"):
+        D.expand_stores([f"{fleet}/*/nothing"])
+    with pytest.raises(ValueError, match="matches no RocketMQ store"):
+        D.expand_stores([f"{fleet}/junk/*"])
+    with pytest.raises(ValueError, match="is not a RocketMQ store"):
+        D.expand_stores([str(fleet / "junk" / "store")])
+    # the same store twice is read once
+    assert len(D.expand_stores([str(fleet / "a/store"), f"{fleet}/a/stor?"])) == 1
+
+
+def test_broker_name_rules(fleet, tmp_path):
+    """SNAPSHOT.json's brokerName first, then brokerIdentity, then the directory's name; two
+    stores with one name are refused (their rows would not be distinct)."""
+    copy = tmp_path / "snap-1"
+    with MessageStore(str(copy)) as s:
+        s.create_topic("T", queue_nums=1)
+    (copy / "brokerIdentity").write_text("C#from-identity#0")
+    (copy / "SNAPSHOT.json").write_text(json.dumps({"files": {}, "brokerName": "from-manifest"}))
+    assert D.store_broker_name(str(copy)) == ("from-manifest", D.RULE_MANIFEST)
+    (copy / "SNAPSHOT.json").write_text(json.dumps({"files": {}}))  # an older manifest
+    assert D.store_broker_name(str(copy)) == ("from-identity", D.RULE_IDENTITY)
+    (copy / "brokerIdentity").unlink()
+    assert D.store_broker_name(str(copy)) == ("snap-1", D.RULE_DIRECTORY)
+    (copy / "SNAPSHOT.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"SNAPSHOT\.json: not JSON"):
+        D.store_broker_name(str(copy))
+    twin = tmp_path / "x" / "broker-c" / "store"
+    with MessageStore(str(twin)) as s:
+        s.create_topic("T", queue_nums=1)
+        s.put_messages([Message("T", b"x")])
+    with pytest.raises(ValueError, match="both have brokerName 'broker-c'"):
+        D.expand_stores([str(fleet / "broker-c/store"), str(twin)])
+
+
+def test_pushed_broker_name_prunes_whole_stores(fleet):
+    """No Spark: brokerName = / IN leaves only those stores' partitions, each naming its store."""
+    opts = D.parse_options({"paths": json.dumps([f"{fleet}/*/store"])})
+    everything = D.RocketMQReader(opts).partitions()
+    assert {(p.broker, p.path) for p in everything} == {
+        (broker, str(fleet / rel)) for rel, (broker, _, _) in FLEET.items()
+    }
+    one = D.RocketMQFilteringReader(opts)
+    assert one.pushFilters([EqualTo(("brokerName",), "broker-b")]) == []
+    parts = one.partitions()
+    assert parts and {p.broker for p in parts} == {"broker-b"}
+    assert {p.path for p in parts} == {str(fleet / "b/store")}
+    two = D.RocketMQFilteringReader(opts)
+    assert two.pushFilters([In(("brokerName",), ("broker-a", "broker-c", "nobody"))]) == []
+    assert {p.broker for p in two.partitions()} == {"broker-a", "broker-c"}
+    none = D.RocketMQFilteringReader(opts)
+    none.pushFilters([EqualTo(("brokerName",), "nobody")])
+    assert [p.tags for p in none.partitions()] == [()]  # the one empty partition
+
+
+def test_streaming_and_scheduled_over_several_stores_are_refused_clearly(fleet):
+    source = D.RocketMQDataSource({"path": f"{fleet}/*/store"})
+    with pytest.raises(NotImplementedError, match="streaming reads one store; 3 were given"):
+        source.streamReader(None)
+    sched = D.RocketMQDataSource({"path": f"{fleet}/*/store", "scheduled": "true"})
+    with pytest.raises(NotImplementedError, match="scheduled=true reads one store"):
+        sched.reader(None)
+
+
+def _by_queue(df) -> dict:
+    return {
+        (r.brokerName, r.topic, r.queue): sorted(r.bodies)
+        for r in df.groupBy("brokerName", "topic", "queue")
+        .agg({"body": "collect_list"})
+        .withColumnRenamed("collect_list(body)", "bodies")
+        .collect()
+    }
+
+
+def test_spark_reads_the_fleet_by_list_and_by_glob(spark, fleet):
+    """Rows per (brokerName, topic, queue), bodies included, are each store's own rows."""
+    D.register(spark)
+    alone: dict = {}
+    for rel, (broker, _, _) in FLEET.items():
+        one = spark.read.format("rocketmq").load(str(fleet / rel))
+        # one plain path: the view's columns, no brokerName (a local read pays nothing for it)
+        assert (
+            one.schema.simpleString()
+            == spark.createDataFrame([], DATASOURCE_DDL).schema.simpleString()
+        )
+        got = _by_queue(one.withColumn("brokerName", F.lit(broker)))
+        alone.update(got)
+    # a glob that matches one store still has the column: the schema follows the load's form
+    single = spark.read.format("rocketmq").load(f"{fleet}/a/sto?e")
+    assert {r.brokerName for r in single.select("brokerName").collect()} == {"broker-a"}
+    want = {
+        (broker, topic, q): sorted(f"{broker}/{topic}/{q}/{i}".encode() for i in range(n + q))
+        for broker, _, topics in FLEET.values()
+        for topic, n in topics.items()
+        for q in range(2)
+    }
+    assert {k: [bytes(b) for b in v] for k, v in alone.items()} == want
+    by_list = spark.read.format("rocketmq").load([str(fleet / rel) for rel in FLEET])
+    by_glob = spark.read.format("rocketmq").load(f"{fleet}/*/store")
+    for df in (by_list, by_glob):
+        assert df.schema["brokerName"].nullable is False
+        assert {k: [bytes(b) for b in v] for k, v in _by_queue(df).items()} == want
+    narrow = (
+        spark.read.format("rocketmq")
+        .schema("brokerName STRING, queueOffset BIGINT")
+        .load(f"{fleet}/*/store")
+        .where("brokerName = 'broker-b'")
+    )
+    assert narrow.count() == sum(n + q for n in (5, 3) for q in range(2))
