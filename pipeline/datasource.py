@@ -102,6 +102,7 @@ import re
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit, urlunsplit
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -116,8 +117,10 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from rmqfs.engine.errors import CorruptRecordError
+from rmqfs.engine.errors import CorruptRecordError, ObjectStoreError, StoreError
 from rmqfs.engine.format.dledger import commitlog_dir
+from rmqfs.engine.live.location import is_uri, open_location, redact, with_credentials
+from rmqfs.engine.live.remote import Piece, RemoteSnapshot
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, MAX_MANIFEST, parse_manifest
 from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.read.schema import (
@@ -139,6 +142,7 @@ __all__ = [
     "QueueRange",
     "PushedFilters",
     "StoreRef",
+    "SegmentRange",
     "store_broker_name",
     "expand_stores",
 ]
@@ -149,6 +153,7 @@ EARLIEST = -2
 LATEST = -1
 DEFAULT_RECORDS_PER_PARTITION = 100_000
 _stores: dict[str, StoreFiles] = {}
+_remotes: dict[str, RemoteSnapshot] = {}
 
 
 class DataLossError(RuntimeError):
@@ -324,6 +329,26 @@ def _store(path: str) -> StoreFiles:
     return s
 
 
+def is_remote(path: str) -> bool:
+    """True for a storage URI other than ``file://`` (``s3://``, ``gs://``, ``hdfs://``): a
+    snapshot read in place (:class:`engine.live.remote.RemoteSnapshot`); a plain path or
+    ``file://`` is a local store directory."""
+    return is_uri(path) and not path.startswith("file://")
+
+
+def _remote(location: str) -> RemoteSnapshot:
+    """A per-process cached reader of the snapshot at ``location``.
+
+    Raises ValueError naming the location (without secrets) when it cannot be read as one."""
+    r = _remotes.get(location)
+    if r is None:
+        try:
+            r = _remotes[location] = RemoteSnapshot(location)
+        except StoreError as exc:
+            raise ValueError(f"rocketmq: {exc}") from None
+    return r
+
+
 #: Where a store's broker name came from (:func:`store_broker_name`), in the order tried.
 RULE_MANIFEST = "SNAPSHOT.json"
 RULE_IDENTITY = "brokerIdentity"
@@ -413,6 +438,9 @@ def expand_stores(paths: Sequence[str]) -> tuple[StoreRef, ...]:
     """
     found: list[str] = []
     for raw in paths:
+        if is_remote(raw):
+            found.extend(_expand_remote(raw))
+            continue
         p = raw[len("file://") :] if raw.startswith("file://") else raw
         if glob.has_magic(p):
             matches = sorted(glob.glob(p))
@@ -441,19 +469,136 @@ def expand_stores(paths: Sequence[str]) -> tuple[StoreRef, ...]:
     out: list[StoreRef] = []
     seen: dict[str, StoreRef] = {}
     for p in found:
-        path = os.path.abspath(p)
+        path = p if is_remote(p) else os.path.abspath(p)
         if any(r.path == path for r in out):
             continue
-        name, rule = store_broker_name(path)
+        name, rule = _remote_broker_name(path) if is_remote(path) else store_broker_name(path)
         other = seen.get(name)
         if other is not None:
             raise ValueError(
-                f"rocketmq: {other.path} ({other.rule}) and {path} ({rule}) both have brokerName "
+                f"rocketmq: {redact(other.path)} ({other.rule}) and {redact(path)} ({rule}) both "
+                f"have brokerName "
                 f"{name!r}: their rows would not be distinct; read them separately"
             )
         seen[name] = ref = StoreRef(path, name, rule)
         out.append(ref)
     return tuple(out)
+
+
+def _uri_with_path(uri: str, host: str, path: str) -> str:
+    """``uri`` with its location (``pyarrow.fs`` path ``host/...`` for S3 and GCS, where the
+    bucket is the host; the path alone elsewhere) replaced by ``path``, query kept."""
+    parts = urlsplit(uri)
+    user, at, _ = parts.netloc.rpartition("@")
+    if host and (path == host or path.startswith(host + "/")):
+        netloc, rest = path.split("/", 1)[0], path[len(host) :]
+    else:
+        netloc, rest = parts.netloc.rpartition("@")[2], path
+    return urlunsplit(
+        (parts.scheme, f"{user}{at}{netloc}", "/" + rest.lstrip("/"), parts.query, "")
+    )
+
+
+def _expand_remote(raw: str) -> list[str]:
+    """The snapshot locations a URI names: itself, or for a glob in its path
+    (``s3://bucket/fleet/*/latest?endpoint_override=...``) every match that holds a
+    ``SNAPSHOT.json``, sorted; one LIST per directory level with a wildcard, never a listing of
+    the bucket. A match with no manifest yet (a broker never snapshotted, or an upload in
+    progress) is skipped and named in a warning.
+
+    Raises:
+        ValueError: a URI with no manifest; a glob that matches nothing or no snapshot; the
+            location cannot be listed (the reason: server, credentials).
+    """
+    import fnmatch
+
+    import pyarrow.fs as pafs
+
+    where = redact(raw)
+    try:
+        fs, base = open_location(raw)
+    except ObjectStoreError as exc:
+        raise ValueError(f"rocketmq: {exc}") from None
+    if not glob.has_magic(base):
+        _remote(raw)  # refuses a location with no snapshot, naming it
+        return [raw]
+    host = urlsplit(raw).netloc.rpartition("@")[2]
+    parts = base.split("/")
+    fixed = next(i for i, x in enumerate(parts) if glob.has_magic(x))
+    current = ["/".join(parts[:fixed])]
+    for part in parts[fixed:]:
+        if not glob.has_magic(part):
+            current = [f"{c}/{part}" for c in current]
+            continue
+        nxt = []
+        for c in current:
+            try:
+                infos = fs.get_file_info(pafs.FileSelector(c, allow_not_found=True))
+            except OSError as exc:
+                raise ValueError(f"rocketmq: listing {where}: {exc}") from None
+            nxt += [
+                i.path
+                for i in infos
+                if i.type == pafs.FileType.Directory and fnmatch.fnmatchcase(i.base_name, part)
+            ]
+        current = sorted(nxt)
+    if not current:
+        raise ValueError(f"rocketmq: {where} matches nothing")
+    out = []
+    for path in current:
+        uri = _uri_with_path(raw, host, path)
+        try:
+            _remote(uri)
+        except ValueError as exc:
+            if "no SNAPSHOT.json" not in str(exc):
+                raise
+            log.warning("rocketmq: %s (matched by %s) has no snapshot yet: skipped", path, where)
+            continue
+        out.append(uri)
+    if not out:
+        raise ValueError(
+            f"rocketmq: {where} matches no snapshot (no SNAPSHOT.json in {', '.join(current)})"
+        )
+    return out
+
+
+def _is_glob(path: str) -> bool:
+    """A path with a wildcard (``*``, ``?``, ``[``); of a URI, in its path only (its query is
+    not a pattern)."""
+    return glob.has_magic(urlsplit(path).path if is_remote(path) else path)
+
+
+def _located(uri: str, options) -> str:
+    """``uri`` with the options ``endpoint`` (``http://host:port``: S3's ``endpoint_override``
+    and ``scheme``, unless the URI names them) and ``accessKey``/``secretKey`` (the URI's user
+    info, :func:`engine.live.location.with_credentials`) applied. Without them, pyarrow reads
+    the standard AWS settings (``AWS_ACCESS_KEY_ID``, ``~/.aws``) where the reader runs: on a
+    cluster, every executor's environment."""
+    endpoint = options.get("endpoint")
+    parts = urlsplit(uri)
+    if endpoint and "endpoint_override=" not in parts.query:
+        e = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        extra = f"endpoint_override={e.netloc}&scheme={e.scheme}"
+        query = f"{parts.query}&{extra}" if parts.query else extra
+        uri = urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+    key, secret = options.get("accessKey"), options.get("secretKey")
+    if key or secret:
+        if not (key and secret):
+            raise ValueError("rocketmq: give both accessKey and secretKey, or neither")
+        uri = with_credentials(uri, key, secret)
+    return uri
+
+
+def _remote_broker_name(location: str) -> tuple[str, str]:
+    """``(broker name, rule)`` of a snapshot in object storage: its manifest's ``brokerName``,
+    else the location's last directory name (its parent's when it is ``latest`` or ``store``)."""
+    r = _remote(location)
+    if r.broker_name:
+        return r.broker_name, RULE_MANIFEST
+    parts = [x for x in urlsplit(location).path.split("/") if x]
+    while len(parts) > 1 and parts[-1] in ("latest", "store"):
+        parts.pop()
+    return (parts[-1] if parts else urlsplit(location).netloc), RULE_DIRECTORY
 
 
 @dataclass
@@ -473,6 +618,26 @@ class QueueRange(InputPartition):
 
     def __post_init__(self):
         super().__init__((self.broker, self.topic, self.queue_id, self.start, self.end))
+
+
+@dataclass
+class SegmentRange(InputPartition):
+    """One CommitLog file's range of a snapshot in object storage
+    (:class:`engine.live.remote.Piece`), read in CommitLog order: the rows of the queues
+    ``bounds`` (``((topic, queueId, start, end), ...)``) that lie in it. ``identity`` is the
+    snapshot's ``(name, time)`` when planned; ``tags`` None = every message."""
+
+    location: str
+    identity: tuple
+    piece: Piece
+    bounds: tuple
+    tags: tuple | None = None
+    fail_on_data_loss: bool = True
+    columns: tuple | None = None
+    broker: str | None = None
+
+    def __post_init__(self):
+        super().__init__((self.broker, self.piece.rel, self.piece.start, self.piece.end))
 
 
 @dataclass
@@ -611,8 +776,9 @@ def parse_options(options) -> _Options:
                 f"rocketmq: paths must be a JSON list of strings, not {get('paths')!r}"
             )
         paths.extend(more)
+    paths = [_located(p, options) if is_remote(p) else p for p in paths]
     stores = expand_stores(paths)
-    fleet = bool(get("paths")) or any(glob.has_magic(p) for p in paths)
+    fleet = bool(get("paths")) or any(_is_glob(p) for p in paths)
     o = _Options(path=stores[0].path, stores=stores, fleet=fleet)
     if get("topics"):
         o.topics = [t.strip() for t in get("topics").split(",") if t.strip()]
@@ -657,7 +823,9 @@ class _Planner:
         self.o = opts
         self.pushed = pushed
         self.ref = ref or (opts.stores[0] if opts.stores else StoreRef(opts.path, ""))
-        self.store = StoreFiles(self.ref.path)
+        self.store: StoreFiles | RemoteSnapshot = (
+            _remote(self.ref.path) if is_remote(self.ref.path) else StoreFiles(self.ref.path)
+        )
 
     def queues(self) -> list[tuple[str, int]]:
         o = self.o
@@ -724,8 +892,11 @@ class _Planner:
             if pf.tags is not None:
                 t = t & pf.tags
             tags = tuple(sorted(t))
-        out = []
+        out: list = []
         step = o.per_partition
+        broker = self.ref.broker if o.fleet else None
+        if isinstance(self.store, RemoteSnapshot):
+            return self._pieces(bounds, tags, broker)
         for (topic, q), (start, end) in sorted(bounds.items()):
             start = max(start, pf.lo)
             if pf.hi is not None:
@@ -743,15 +914,52 @@ class _Planner:
                         tags,
                         o.fail_on_data_loss,
                         o.columns,
-                        self.ref.broker if o.fleet else None,
+                        broker,
                     )
                 )
                 a = b
         return out
 
+    def _pieces(self, bounds: dict, tags: tuple | None, broker: str | None) -> list:
+        """A snapshot in object storage: one :class:`SegmentRange` per CommitLog file of the
+        range that holds the queues' records (:meth:`engine.live.remote.RemoteSnapshot.pieces`,
+        bounded by two unit reads per queue)."""
+        o, pf = self.o, self.pushed
+        store = self.store
+        assert isinstance(store, RemoteSnapshot)
+        narrowed = {}
+        for (topic, q), (start, end) in sorted(bounds.items()):
+            start = max(start, pf.lo)
+            end = end if pf.hi is None else min(end, pf.hi)
+            if end > start:
+                narrowed[(topic, q)] = (start, end)
+        if tags == () or not narrowed:
+            return []
+        try:
+            lo, hi = store.commitlog_span(narrowed)
+        except ObjectStoreError as exc:
+            raise ValueError(f"rocketmq: {exc}") from None
+        spans = tuple((t, q, a, b) for (t, q), (a, b) in narrowed.items())
+        return [
+            SegmentRange(
+                self.ref.path,
+                store.identity,
+                piece,
+                spans,
+                tags,
+                o.fail_on_data_loss,
+                o.columns,
+                broker,
+            )
+            for piece in store.pieces(lo, hi)
+        ]
 
-def read_range(p: QueueRange) -> Iterator:
+
+def read_range(p: QueueRange | SegmentRange) -> Iterator:
     """Arrow batches of one partition (runs in the Python worker)."""
+    if isinstance(p, SegmentRange):
+        yield from read_piece(p)
+        return
     if p.tags == ():
         return
     s = _store(p.path)
@@ -766,7 +974,11 @@ def read_range(p: QueueRange) -> Iterator:
             raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
         start = lo
     try:
-        yield from _with_broker(p, s.read_batches, start)
+        yield from _with_broker(
+            p.broker,
+            p.columns,
+            lambda cols: s.read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=cols),
+        )
     except CorruptRecordError as exc:  # a body failing its CRC, a unit pointing at no record
         raise DataLossError(
             f"rocketmq: {p.topic}/{p.queue_id}: damaged record, not served: "
@@ -774,26 +986,62 @@ def read_range(p: QueueRange) -> Iterator:
         ) from None
 
 
-def _with_broker(p: QueueRange, read_batches, start: int) -> Iterator:
-    """``read_batches``'s batches with the ``brokerName`` column (``p.broker``) where the
-    partition's columns ask for it (all columns: last); as they are on a one-store load."""
+def read_piece(p: SegmentRange) -> Iterator:
+    """Arrow batches of one CommitLog range of a snapshot in object storage (runs in the Python
+    worker). The snapshot at the location may be newer than the one planned (uploaded again
+    meanwhile): the bytes of the range are the same (CommitLog files are append-only), so it is
+    read as planned, the file's sum checked only against the planned snapshot's manifest.
+
+    Raises:
+        DataLossError: a damaged record or file (named), or the file was removed from the
+            location since planning (``failOnDataLoss=false``: logged and skipped).
+        ObjectStoreError: the server failed or refused (retried by pyarrow first; named).
+    """
+    s = _remote(p.location)
+    piece = p.piece
+    if s.identity != p.identity:
+        s.refresh()
+        if s.identity != p.identity:
+            piece = replace(piece, crc32c=None)
+    bounds = {(t, q): (a, b) for t, q, a, b in p.bounds}
+    try:
+        yield from _with_broker(
+            p.broker, p.columns, lambda cols: s.read_piece(piece, bounds, p.tags, cols)
+        )
+    except CorruptRecordError as exc:
+        raise DataLossError(
+            f"rocketmq: {redact(p.location)}: damaged, not served: {exc} (rmqfs snapshot-verify "
+            "checks every file of a snapshot)"
+        ) from None
+    except ObjectStoreError as exc:
+        if "is gone from" not in str(exc):
+            raise
+        if p.fail_on_data_loss:
+            raise DataLossError(
+                f"rocketmq: {exc}; set failOnDataLoss=false to skip what it held"
+            ) from None
+        log.warning("rocketmq: %s; skipped (failOnDataLoss=false)", exc)
+
+
+def _with_broker(broker: str | None, cols: tuple | None, read) -> Iterator:
+    """``read(columns)``'s batches with the ``brokerName`` column (``broker``) where ``cols``
+    ask for it (all columns: last); as they are on a one-store load (``broker`` None)."""
     import pyarrow as pa
 
-    if p.broker is None:
-        yield from read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=p.columns)
+    if broker is None:
+        yield from read(cols)
         return
     name = BROKER_COLUMN[0]
-    cols = p.columns
     decode = None if cols is None else tuple(c for c in cols if c != name) or ("queueOffset",)
     made = pa.array([], pa.string())
-    for batch in read_batches(p.topic, p.queue_id, start, p.end, p.tags, columns=decode):
+    for batch in read(decode):
         if len(made) < batch.num_rows:  # made once per partition, sliced (no copy) per batch
-            made = pa.repeat(pa.scalar(p.broker, pa.string()), batch.num_rows)
-        broker = made.slice(0, batch.num_rows)
+            made = pa.repeat(pa.scalar(broker, pa.string()), batch.num_rows)
+        named = made.slice(0, batch.num_rows)
         if cols is None:
-            yield batch.append_column(pa.field(name, pa.string(), nullable=False), broker)
+            yield batch.append_column(pa.field(name, pa.string(), nullable=False), named)
         elif name in cols:
-            arrays = [broker if c == name else batch.column(c) for c in cols]
+            arrays = [named if c == name else batch.column(c) for c in cols]
             yield pa.RecordBatch.from_arrays(arrays, names=list(cols))
         else:
             yield batch
@@ -878,6 +1126,11 @@ class RocketMQStreamReader(DataSourceStreamReader):
 
     def _current(self) -> dict:
         p = self.plan
+        if isinstance(p.store, RemoteSnapshot):
+            try:  # a newer snapshot uploaded to the location since: its offsets
+                p.store.refresh()
+            except ObjectStoreError as exc:  # an upload in progress (no manifest): wait
+                log.warning("rocketmq: %s; offsets kept until the next trigger", exc)
         out: dict = {}
         for t, q in p.queues():
             out.setdefault(t, {})[str(q)] = p.store.max_offset(t, q)

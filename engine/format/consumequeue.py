@@ -117,6 +117,37 @@ def pack_units(flat: list[int]) -> bytes:
     return st.pack(*flat)
 
 
+def search_by_time(
+    unit_at: Callable[[int], tuple[int, int, int]],
+    timestamp: int,
+    store_timestamp_at: Callable[[int, int], int],
+    lo: int,
+    hi: int,
+) -> int:
+    """The binary search of ``getOffsetInQueueByTime`` (LOWER boundary) over queue offsets
+    ``[lo, hi)``: the first whose record was stored at or after ``timestamp`` (epoch ms), or
+    ``hi`` when every one is older. ``unit_at(queueOffset)`` gives a unit's
+    ``(commitLogOffset, size, tagsCode)`` (a ConsumeQueue's files, or range reads of a snapshot
+    in object storage); ``store_timestamp_at(commitLogOffset, size)`` a record's STORETIMESTAMP
+    (raising CorruptRecordError where no record is). Blank filler units (``fillPreBlank``) have
+    no record: the first real unit after one stands for it."""
+    end = hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        probe = mid
+        off, size, _ = unit_at(probe)
+        while size == BLANK_UNIT_SIZE and probe + 1 < hi:
+            probe += 1
+            off, size, _ = unit_at(probe)
+        if size == BLANK_UNIT_SIZE or store_timestamp_at(off, size) >= timestamp:
+            hi = mid
+        else:
+            lo = probe + 1
+    while lo < end and unit_at(lo)[1] == BLANK_UNIT_SIZE:  # the real unit, not filler
+        lo += 1
+    return lo
+
+
 class ConsumeQueue:
     """One queue's units, with its min and max queue offsets.
 
@@ -298,26 +329,9 @@ class ConsumeQueue:
         ``store_timestamp_at(commitLogOffset, size)`` gives a record's STORETIMESTAMP (and
         raises CorruptRecordError where no record is); blank filler units are stepped over
         (they have no record: a search that met one read the record at offset 0, or failed)."""
-        hi_given = hi
         lo = self.min_offset if lo is None else lo
-        hi = self.max_offset if hi is None else hi
-        while lo < hi:
-            mid = (lo + hi) // 2
-            # a blank filler unit (fillPreBlank) has no record: the first real unit after it
-            # stands for it
-            probe = mid
-            off, size, _ = self.unit(probe)
-            while size == BLANK_UNIT_SIZE and probe + 1 < hi:
-                probe += 1
-                off, size, _ = self.unit(probe)
-            if size == BLANK_UNIT_SIZE or store_timestamp_at(off, size) >= timestamp:
-                hi = mid
-            else:
-                lo = probe + 1
-        end = self.max_offset if hi_given is None else hi_given
-        while lo < end and self.unit(lo)[1] == BLANK_UNIT_SIZE:  # the real unit, not filler
-            lo += 1
-        return lo
+        end = self.max_offset if hi is None else hi
+        return search_by_time(self.unit, timestamp, store_timestamp_at, lo, end)
 
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         """``(commitLogOffset, size, tagsCode)`` of one unit. Raises IndexError if absent."""

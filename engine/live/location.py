@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..errors import ObjectStoreError
 from ..format.crc import CHUNK, crc32c
@@ -34,16 +34,32 @@ def is_uri(location: str) -> bool:
 
 
 def redact(location: str) -> str:
-    """``location`` fit to print: the values of credential parameters replaced by ``***``."""
+    """``location`` fit to print: the values of credential parameters and the user info of
+    ``s3://KEY:SECRET@bucket/...`` replaced by ``***``."""
     if not is_uri(location):
         return location
     parts = urlsplit(location)
-    if not parts.query:
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    if not parts.query and netloc == parts.netloc:
         return location
     query = [(k, "***" if k in _SECRETS else v) for k, v in parse_qsl(parts.query, True)]
     return urlunsplit(
-        (parts.scheme, parts.netloc, parts.path, urlencode(query, safe=":/*"), parts.fragment)
+        (parts.scheme, netloc, parts.path, urlencode(query, safe=":/*"), parts.fragment)
     )
+
+
+def with_credentials(location: str, access_key: str, secret_key: str) -> str:
+    """An ``s3://`` location with ``access_key``/``secret_key`` as its user info (what
+    ``S3Options::FromUri`` reads), for readers that cannot see the driver's environment
+    (Spark's executors); other locations unchanged."""
+    parts = urlsplit(location)
+    if parts.scheme != "s3":
+        return location
+    host = parts.netloc.rpartition("@")[2]
+    info = f"{quote(access_key, safe='')}:{quote(secret_key, safe='')}"
+    return urlunsplit((parts.scheme, f"{info}@{host}", parts.path, parts.query, parts.fragment))
 
 
 def explain(exc: BaseException) -> str:

@@ -246,8 +246,13 @@ class Snapshot:
         files: dict[str, FrozenFile],
         fds: list[int],
         store_root: str,
+        queues: dict[str, dict[str, list[int]]] | None = None,
     ):
         self.name = name
+        #: ``{topic: {queueId: [minOffset, maxOffset]}}`` of every queue in the snapshot
+        #: (``getMinOffsetInQueue``/``getMaxOffsetInQueue`` at the freeze): what a reader of a
+        #: snapshot in object storage plans by without reading the ConsumeQueues
+        self.queues = queues or {}
         self.time_ms = time_ms
         self.commitlog_offset = commitlog_offset
         self.commitlog_min_offset = commitlog_min_offset
@@ -306,6 +311,7 @@ class Snapshot:
             "commitLogMinOffset": self.commitlog_min_offset,
             "messageCount": self.message_count,
             "storePathRootDir": self.store_root,
+            "queues": self.queues,
             "checkpoint": {
                 "physicMsgTimestamp": cp.physic_msg_timestamp,
                 "logicsMsgTimestamp": cp.logics_msg_timestamp,
@@ -470,6 +476,7 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
             files += _segment_files("commitlog", segs, offset, cl.file_size)
             min_offset = cl.min_offset
             messages = 0
+            queues: dict[str, dict[str, list[int]]] = {}
             for (topic, qid), cq in list(store.consume_queues.items()):
                 qsegs = cq.files.dup_segments(dup)
                 end = cq.max_offset * CQ_STORE_UNIT_SIZE
@@ -481,6 +488,7 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                     mem = bytes(cq.mem[: max(0, end - mem_base)])
                 if not qsegs and not mem:
                     continue
+                queues.setdefault(topic, {})[str(qid)] = [cq.min_offset, cq.max_offset]
                 files += _segment_files(
                     f"consumequeue/{topic}/{qid}", qsegs, end, cq.files.file_size, mem, mem_base
                 )
@@ -638,6 +646,7 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
         {f.rel: f for f in sorted(files, key=lambda f: f.rel)},
         fds,
         store.root,
+        queues,
     )
     snap.put_lock_ns = lock_ns  # how long puts waited at most (bench, logs)
     return snap

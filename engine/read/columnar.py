@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -132,6 +132,8 @@ __all__ = [
     "decode_topic_units",
     "decode_units_per_record",
     "decode_commitlog",
+    "decode_window",
+    "CommitLogWindow",
     "arrow_schema",
 ]
 
@@ -288,6 +290,39 @@ def drop_blank_units(
 
 #: the directories of queue units under a store root: ConsumeQueues and BatchConsumeQueues
 _QUEUE_DIRS = ("consumequeue", BATCH_CQ_DIR)
+
+
+class RecordSource(Protocol):
+    """Where the decoders find CommitLog bytes: :class:`engine.format.mappedfile.MappedFiles`
+    (the files, mapped) or a :class:`CommitLogWindow` (a range held in memory)."""
+
+    file_size: int
+
+    def locate(self, offset: int) -> tuple[SegmentMap | bytes, int] | None:
+        """``(buffer, position of offset in it)``, or None where the offset is not held."""
+        ...
+
+
+class CommitLogWindow:
+    """CommitLog bytes ``[base, base + len(data))`` of one CommitLog file, held in memory: a
+    range read of a snapshot in object storage (:mod:`engine.live.remote`), decoded by the same
+    walker as the mapped files (:func:`decode_window`).
+
+    Args:
+        data: the bytes.
+        base: the CommitLog offset of ``data[0]`` (bytes).
+        file_size: the size of the CommitLog file they belong to (``mappedFileSizeCommitLog``).
+    """
+
+    def __init__(self, data: bytes, base: int, file_size: int) -> None:
+        self.data = data
+        self.base = base
+        self.file_size = file_size
+
+    def locate(self, offset: int) -> tuple[bytes, int] | None:
+        """``(data, offset - base)`` where ``offset`` lies in the window, else None."""
+        p = offset - self.base
+        return (self.data, p) if 0 <= p < len(self.data) else None
 
 
 class StoreFiles:
@@ -766,6 +801,34 @@ def decode_commitlog(
         yield batch()
 
 
+def decode_window(
+    window: CommitLogWindow,
+    offs: np.ndarray,
+    sizes: np.ndarray,
+    columns: Sequence[str] | None = None,
+    check_crc: bool = True,
+) -> pa.RecordBatch:
+    """Decode the records at CommitLog offsets ``offs`` (int64, bytes) of ``sizes`` bytes, all
+    inside ``window``, column-wise, as :func:`decode_commitlog` decodes a range of the files:
+    ``topic``, ``queue`` and ``queueOffset`` come from each record, BODYCRC is checked unless
+    ``check_crc`` is False. ``columns``: names of :func:`engine.read.schema.arrow_schema` to
+    build, in that order (None: all).
+
+    Raises CorruptRecordError naming the CommitLog offset of a record that is not one (magic,
+    TOTALSIZE, PHYSICALOFFSET, lengths, BODYCRC) or does not lie in the window."""
+    names = tuple(arrow_schema().names) if columns is None else tuple(columns)
+    return _decode(
+        window,
+        check_crc,
+        np.asarray(offs, np.int64),
+        np.asarray(sizes, np.int64),
+        None,
+        None,
+        None,
+        names,
+    )
+
+
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     import pyarrow as pa
 
@@ -799,7 +862,7 @@ def _renamed(exc: CorruptRecordError, off: int) -> CorruptRecordError:
     return CorruptRecordError(str(exc).rsplit(" (at offset ", 1)[0], off)
 
 
-def _record_at(commitlog: MappedFiles, off: int, size: int) -> MessageRecord:
+def _record_at(commitlog: RecordSource, off: int, size: int) -> MessageRecord:
     """The record of ``size`` bytes at CommitLog offset ``off`` (``decode_record``, body CRC not
     checked). Raises CorruptRecordError naming ``off`` when no such record is there."""
     loc = commitlog.locate(off)
@@ -817,7 +880,7 @@ def _record_at(commitlog: MappedFiles, off: int, size: int) -> MessageRecord:
 
 
 def _decode(
-    commitlog: MappedFiles,
+    commitlog: RecordSource,
     check_crc: bool,
     offs: np.ndarray,
     sizes: np.ndarray,
@@ -876,9 +939,9 @@ def _first_bad(offs: np.ndarray, bad: np.ndarray) -> int:
 
 
 def _decode_segment(
-    commitlog: MappedFiles,
+    commitlog: RecordSource,
     check_crc: bool,
-    m: SegmentMap,
+    m: SegmentMap | bytes,
     seg_start: int,
     offs: np.ndarray,
     sizes: np.ndarray,
@@ -1055,7 +1118,7 @@ def _fast_batch(
 
 
 def _slow_batch(
-    commitlog: MappedFiles,
+    commitlog: RecordSource,
     check_crc: bool,
     offs: np.ndarray,
     sizes: np.ndarray,

@@ -10,10 +10,7 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,109 +20,10 @@ from rmqfs.engine.errors import ObjectStoreError
 from rmqfs.engine.live import location, objectstore
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import MessageStore
+from s3server import BUCKET, KEY, SECRET, WEED, Weed
 from test_snapshots import _put, bodies_of, materialize, small_store_config
 
 pafs = pytest.importorskip("pyarrow.fs")
-
-KEY, SECRET, BUCKET = "rmqfs-test", "rmqfs-test-secret", "backups"
-WEED = Path(sys.executable).with_name("weed")
-
-
-def _free_port() -> int:
-    """A loopback port free now, whose +10000 (weed's gRPC port for it) is free too."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair")
-
-
-class Weed:
-    """``weed mini`` on 127.0.0.1 (telemetry, admin UI, WebDAV, Iceberg and Lance off), its
-    data under ``root``; :meth:`stop` kills its process group."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.proc: subprocess.Popen | None = None
-        ports = set()
-        while len(ports) < 5:
-            ports.add(_free_port())
-        self.s3, self.master, self.volume, self.filer, self.admin = sorted(ports)
-
-    def start(self) -> None:
-        (self.root / "data").mkdir(parents=True, exist_ok=True)
-        cmd = [
-            str(WEED),
-            "mini",
-            f"-dir={self.root / 'data'}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            "-master.telemetry=false",
-            "-admin.ui=false",
-            "-webdav=false",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-            f"-s3.port={self.s3}",
-            f"-master.port={self.master}",
-            f"-volume.port={self.volume}",
-            f"-filer.port={self.filer}",
-            f"-admin.port={self.admin}",
-            f"-bucket={BUCKET}",
-        ]
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET)
-        with open(self.root / "weed.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        deadline = time.monotonic() + 60
-        fs = self.fs()
-        while True:
-            try:
-                if fs.get_file_info(BUCKET).type == pafs.FileType.Directory:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                log_tail = (self.root / "weed.log").read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"weed mini did not start:\n{log_tail}")
-            time.sleep(0.2)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Stop the server (SIGKILL: as in a crash); SIGKILL after 5 s of SIGTERM."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(15)
-        except ProcessLookupError:
-            proc.wait(15)
-
-    def uri(self, prefix: str) -> str:
-        return f"s3://{BUCKET}/{prefix}?endpoint_override=127.0.0.1:{self.s3}&scheme=http"
-
-    def fs(self, secret: str = SECRET, attempts: int = 3):
-        return pafs.S3FileSystem(
-            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=attempts),
-            access_key=KEY,
-            secret_key=secret,
-            endpoint_override=f"127.0.0.1:{self.s3}",
-            scheme="http",
-            connect_timeout=2,
-            request_timeout=10,
-        )
 
 
 @pytest.fixture(scope="module")
