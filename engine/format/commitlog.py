@@ -130,6 +130,11 @@ class Step(NamedTuple):
 STEP_KINDS = ("record", "blank", "zeros", "torn", "not_record", "past_end")
 
 
+#: The magics :func:`walk_segment` tells apart (a record's, V1 and V2, and the blank
+#: END_OF_FILE record's), for its compiled fast path (``engine.read.kernel.Kernel.walk``).
+WALK_MAGICS = (MAGIC_V1, MAGIC_V2, MAGIC_BLANK)
+
+
 def walk_segment(buf: RecordBuffer, size: int) -> Iterator[Step]:
     """Walk one plain CommitLog file's bytes ``buf[0:size]`` record by record, leniently: the
     walk of a checker (``rmqfs verify``), which goes on past a record whose body is damaged (the

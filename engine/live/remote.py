@@ -18,7 +18,8 @@ A snapshot uploaded with ``rmqfs snapshot-upload`` (or copied by another tool fr
   byte, 8-16 MB range GETs recommended): following each queue's units would be a GET per
   message, or, coalesced, every queue's task reading the whole interleaved CommitLog. The reader
   instead reads each CommitLog file's needed range once, in :data:`REQUEST` byte range reads,
-  walks its records (:func:`engine.format.commitlog.walk_segment`, the lenient walk), decodes
+  walks its records (:func:`engine.read.columnar.walk_records`: the compiled walk with
+  :func:`engine.format.commitlog.walk_segment`'s rules), decodes
   them column-wise with the mapped files' decoder (:func:`engine.read.columnar.decode_window`)
   and keeps what the ConsumeQueues hold: RocketMQ's own dispatch
   (``ReputMessageService.doReput``, ``CommitLogDispatcherBuildConsumeQueue.dispatch``) makes a
@@ -51,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import CorruptRecordError, ObjectStoreError, UnsupportedLayoutError
-from ..format.commitlog import walk_segment
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, search_by_time
 from ..format.crc import crc32c, crc32c_zeros
 from ..format.message import (
@@ -62,7 +62,7 @@ from ..format.message import (
     is_lmq,
     read_store_timestamp,
 )
-from ..read.columnar import CommitLogWindow, decode_window
+from ..read.columnar import CommitLogWindow, decode_window, walk_records
 from ..read.schema import arrow_schema
 from .location import explain, join, open_location, redact
 from .objectstore import read_manifest
@@ -402,28 +402,23 @@ class RemoteSnapshot:
                 continue  # the rest of a file read whole is summed, not decoded
             buf = carry + data if carry else data
             at = pos - len(buf)  # CommitLog offset of buf[0]
-            offs: list[int] = []
-            sizes: list[int] = []
+            starts, sizes, kind, stop = walk_records(buf)
             carry = b""
-            for step in walk_segment(buf, len(buf)):
-                if step.kind == "record":
-                    offs.append(at + step.pos)
-                    sizes.append(step.total)
-                    continue
-                if step.kind in ("past_end", "torn") and pos < piece.end:
-                    carry = buf[step.pos :]  # the next read completes it
-                elif step.kind == "blank":
-                    decoding = False  # the file's data ends (END_OF_FILE)
-                else:
-                    raise CorruptRecordError(
-                        f"{rel} of {self.where}: {step.kind.replace('_', ' ')} at file offset "
-                        f"{at + step.pos - base}, before the end of the data it should hold "
-                        f"({piece.end - base})",
-                        at + step.pos,
-                    )
-            if offs:
+            if kind in ("past_end", "torn") and pos < piece.end:
+                carry = buf[stop:]  # the next read completes it
+            elif kind == "blank":
+                decoding = False  # the file's data ends (END_OF_FILE)
+            elif kind != "end":
+                raise CorruptRecordError(
+                    f"{rel} of {self.where}: {kind.replace('_', ' ')} at file offset "
+                    f"{at + stop - base}, before the end of the data it should hold "
+                    f"({piece.end - base})",
+                    at + stop,
+                )
+            offs = starts + at
+            if len(offs):
                 window = CommitLogWindow(buf, at, piece.file_size)
-                batch = decode_window(window, np.array(offs), np.array(sizes), need, check_crc)
+                batch = decode_window(window, offs, sizes, need, check_crc)
                 keep = chooser.select(batch)
                 if keep.all():
                     yield batch.select(list(names))

@@ -221,6 +221,50 @@ static inline uint32_t rd32(const uint8_t *p)
     return BE32(v);
 }
 
+/* The walk of CommitLog records by TOTALSIZE (engine.format.commitlog.walk_segment's rules, in
+ * its order: a header cut short, the blank magic, a zero header, another magic or a size <= 0,
+ * a record running past len). Reads only buf[0..len); writes at most cap entries. */
+int64_t rmq_walk(const uint8_t *buf, int64_t len, uint32_t magic_v1, uint32_t magic_v2,
+                 uint32_t magic_blank, int64_t *starts, int64_t *sizes, int64_t cap,
+                 int64_t *end, int32_t *kind)
+{
+    int64_t pos = 0, n = 0;
+    for (;;) {
+        if (pos + 8 > len) {
+            *kind = pos < len ? RMQ_WALK_TORN : RMQ_WALK_END;
+            break;
+        }
+        const int32_t total = (int32_t)rd32(buf + pos);
+        const uint32_t magic = rd32(buf + pos + 4);
+        if (magic == magic_blank) {
+            *kind = RMQ_WALK_BLANK;
+            break;
+        }
+        if (total == 0 && magic == 0) {
+            *kind = RMQ_WALK_ZEROS;
+            break;
+        }
+        if ((magic != magic_v1 && magic != magic_v2) || total <= 0) {
+            *kind = RMQ_WALK_NOT_RECORD;
+            break;
+        }
+        if (pos + total > len) {
+            *kind = RMQ_WALK_PAST_END;
+            break;
+        }
+        if (n == cap) {
+            *kind = RMQ_WALK_FULL;
+            break;
+        }
+        starts[n] = pos;
+        sizes[n] = total;
+        n++;
+        pos += total;
+    }
+    *end = pos;
+    return n;
+}
+
 static inline uint64_t rd64(const uint8_t *p)
 {
     uint64_t v;

@@ -94,6 +94,24 @@ int rmq_utf8_check(const uint8_t *buf, const int64_t *start, const int64_t *len,
 /* Decode the common records among a->n records (see _kernel.c); 0, 1 (damage) or 2. */
 int32_t rmq_decode(rmq_decode_args *a);
 
+/* What ends rmq_walk (engine/format/commitlog.py's STEP_KINDS, and two of its own). */
+enum {
+    RMQ_WALK_END = 0,        /* the records end exactly at len */
+    RMQ_WALK_BLANK = 1,      /* an END_OF_FILE record */
+    RMQ_WALK_ZEROS = 2,      /* a zero header: the written data ends */
+    RMQ_WALK_TORN = 3,       /* len ends inside a header */
+    RMQ_WALK_NOT_RECORD = 4, /* another magic, or TOTALSIZE <= 0 */
+    RMQ_WALK_PAST_END = 5,   /* a record that runs past len */
+    RMQ_WALK_FULL = 6        /* cap records found: call again from *end */
+};
+
+/* Walk CommitLog records in buf[0..len) from 0 by TOTALSIZE, as
+ * engine.format.commitlog.walk_segment: record i starts at starts[i] and is sizes[i] bytes
+ * (at most cap of them); returns their count, *end = where the walk stopped, *kind = why. */
+int64_t rmq_walk(const uint8_t *buf, int64_t len, uint32_t magic_v1, uint32_t magic_v2,
+                 uint32_t magic_blank, int64_t *starts, int64_t *sizes, int64_t cap,
+                 int64_t *end, int32_t *kind);
+
 enum { JL_INT = 0, JL_STR = 1, JL_STRLIST = 2, JL_MAP = 3, JL_BODY = 4 };
 
 /* JSON lines of rows [first, n) (see _kernel.c); returns the first row not written. */

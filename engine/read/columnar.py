@@ -51,7 +51,7 @@ import numpy as np
 
 from ..errors import CorruptRecordError
 from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
-from ..format.commitlog import DEFAULT_FILE_SIZE, CommitLog
+from ..format.commitlog import DEFAULT_FILE_SIZE, CommitLog, walk_segment
 from ..format.config import topic_path_problem
 from ..format.consumequeue import (
     BLANK_UNIT_SIZE,
@@ -133,6 +133,7 @@ __all__ = [
     "decode_units_per_record",
     "decode_commitlog",
     "decode_window",
+    "walk_records",
     "CommitLogWindow",
     "arrow_schema",
 ]
@@ -799,6 +800,29 @@ def decode_commitlog(
         cl.close()
     if offs:
         yield batch()
+
+
+def walk_records(buf: bytes | memoryview | np.ndarray) -> tuple[np.ndarray, np.ndarray, str, int]:
+    """Walk CommitLog records in ``buf`` from its start by TOTALSIZE: ``(starts, sizes, kind,
+    pos)``, int64 arrays of each whole record's position and TOTALSIZE, what ended the walk
+    (``end``: the records end exactly at the buffer's end; else a kind of
+    :data:`engine.format.commitlog.STEP_KINDS`) and where. The compiled walk
+    (``kernel.Kernel.walk``), or without it :func:`engine.format.commitlog.walk_segment`, whose
+    rules it follows and which judges it (tests/engine/test_kernel.py)."""
+    arr = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
+    k = kernel.load()
+    if k is not None:
+        return k.walk(arr)
+    starts: list[int] = []
+    sizes: list[int] = []
+    kind, pos = "end", len(arr)
+    for step in walk_segment(arr.data, len(arr)):
+        if step.kind == "record":
+            starts.append(step.pos)
+            sizes.append(step.total)
+        else:
+            kind, pos = step.kind, step.pos
+    return np.array(starts, np.int64), np.array(sizes, np.int64), kind, pos
 
 
 def decode_window(

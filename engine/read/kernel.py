@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..format.commitlog import WALK_MAGICS
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -174,6 +176,41 @@ class Kernel:
         p = self._p
         ok = self.lib.rmq_utf8_check(p(buf), p(starts), p(lengths), len(starts), bad)
         return -1 if ok else int(bad[0])
+
+    def walk(self, buf: np.ndarray, cap: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, str, int]:
+        """Walk CommitLog records in ``buf`` (1-d uint8) from 0 by TOTALSIZE (``rmq_walk``: the
+        rules of :func:`engine.format.commitlog.walk_segment`, which judges it in the tests).
+
+        Returns ``(starts, sizes, kind, pos)``: int64 arrays of each whole record's position
+        and TOTALSIZE, what ended the walk (one of :data:`engine.format.commitlog.STEP_KINDS`
+        but ``record``, or ``end`` when the records end exactly at ``len(buf)``) and where."""
+        if buf.dtype != np.uint8 or buf.ndim != 1:
+            raise ValueError("buf must be a 1-d uint8 array")
+        ffi, p = self.ffi, self._p
+        end = ffi.new("int64_t *", 0)
+        kind = ffi.new("int32_t *", 0)
+        parts_s, parts_z = [], []
+        base = 0
+        while True:
+            rest = buf[base:]
+            n_cap = max(1, min(cap, len(rest) // 8 + 1))
+            starts = np.empty(n_cap, np.int64)
+            sizes = np.empty(n_cap, np.int64)
+            n = self.lib.rmq_walk(
+                p(rest), len(rest), *WALK_MAGICS,
+                p(starts), p(sizes), n_cap, end, kind,
+            )  # fmt: skip
+            parts_s.append(starts[:n] + base)
+            parts_z.append(sizes[:n])
+            base += int(end[0])
+            if kind[0] != self.lib.RMQ_WALK_FULL:
+                break
+        return (
+            np.concatenate(parts_s) if len(parts_s) > 1 else parts_s[0],
+            np.concatenate(parts_z) if len(parts_z) > 1 else parts_z[0],
+            _WALK_KINDS[kind[0]],
+            base,
+        )
 
     def decode(
         self,
@@ -415,6 +452,9 @@ def json_name(name: str) -> bytes:
 _JL_INT, _JL_STR, _JL_STRLIST, _JL_MAP, _JL_BODY = range(5)  # _kernel.h's JL_* kinds
 _EMPTY = np.zeros(1, dtype=np.uint8)
 #: the C constants this module repeats (it imports without the binary), checked on load
+#: rmq_walk's kinds by value (RMQ_WALK_*): engine.format.commitlog.STEP_KINDS' names
+_WALK_KINDS = ("end", "blank", "zeros", "torn", "not_record", "past_end", "full")
+
 _CONSTANTS = {
     "RMQ_WANT_BODY": WANT_BODY, "RMQ_WANT_TOPIC": WANT_TOPIC, "RMQ_WANT_TAGS": WANT_TAGS,
     "RMQ_WANT_KEYS": WANT_KEYS, "RMQ_WANT_PROPS": WANT_PROPS, "RMQ_WANT_MSGID": WANT_MSGID,
@@ -423,6 +463,7 @@ _CONSTANTS = {
     "RMQ_BAD_PHYS": BAD_PHYS, "RMQ_BAD_QUEUE": BAD_QUEUE, "RMQ_BAD_CRC": BAD_CRC,
     "RMQ_BAD_QOFF": BAD_QOFF, "JL_INT": _JL_INT, "JL_STR": _JL_STR, "JL_STRLIST": _JL_STRLIST,
     "JL_MAP": _JL_MAP, "JL_BODY": _JL_BODY,
+    **{f"RMQ_WALK_{k.upper()}": v for v, k in enumerate(_WALK_KINDS)},
 }  # fmt: skip
 
 _lock = threading.Lock()

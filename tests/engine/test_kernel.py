@@ -7,6 +7,7 @@ and without the kernel."""
 
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import zlib
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 import refreader
 from rmqfs.engine.errors import CorruptRecordError
+from rmqfs.engine.format.commitlog import walk_segment
 from rmqfs.engine.format.message import (
     BODY_CRC_MASK,
     BORNHOST_V6_FLAG,
@@ -25,6 +27,7 @@ from rmqfs.engine.format.message import (
     FIXED_V4_FIELDS,
     FIXED_V4_POSITIONS,
     KEY_SEPARATOR,
+    MAGIC_BLANK,
     MAGIC_V1,
     MAGIC_V2,
     STOREHOSTADDRESS_V6_FLAG,
@@ -65,6 +68,39 @@ def test_crc32_is_zlibs(k, pieces):
     starts = np.cumsum([0] + [len(p) for p in pieces[:-1]])
     got = k.crc32(_buf(data + b"\0"), starts, [len(p) for p in pieces])
     assert got.tolist() == [zlib.crc32(p) for p in pieces]
+
+
+_PIECE = st.one_of(
+    # a record head (V1 or V2) and its rest, TOTALSIZE as stated or off by a little
+    st.tuples(
+        st.sampled_from([MAGIC_V1, MAGIC_V2]),
+        st.integers(0, 120),
+        st.integers(-3, 3),
+    ).map(lambda t: struct.pack(">iI", max(t[1] + 8 + t[2], -5), t[0]) + bytes(t[1])),
+    st.just(struct.pack(">iI", 40, MAGIC_BLANK) + bytes(32)),  # END_OF_FILE
+    st.just(bytes(8)),  # zeros
+    st.binary(min_size=1, max_size=12),  # anything
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECE, max_size=10), st.integers(0, 64), st.integers(1, 4))
+def test_the_compiled_walk_is_walk_segment(k, pieces, cut, cap):
+    """rmq_walk (engine.read.columnar.walk_records' fast path) against the lenient walk of
+    engine.format.commitlog, on records, blanks, zeros, garbage and cut buffers; a small cap
+    makes it stop and go on (RMQ_WALK_FULL)."""
+    data = b"".join(pieces)
+    data = data[: max(0, len(data) - cut)]
+    want_s, want_z, want_kind, want_pos = [], [], "end", len(data)
+    for step in walk_segment(data, len(data)):
+        if step.kind == "record":
+            want_s.append(step.pos)
+            want_z.append(step.total)
+        else:
+            want_kind, want_pos = step.kind, step.pos
+    for c in (cap, 1 << 20):
+        starts, sizes, kind, pos = k.walk(_buf(data), cap=c)
+        assert (starts.tolist(), sizes.tolist(), kind, pos) == (want_s, want_z, want_kind, want_pos)
 
 
 def test_crc32_every_length_around_the_folding_steps(k):

