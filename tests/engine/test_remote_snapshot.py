@@ -134,9 +134,7 @@ def _remote(copy: Path, bounds, tags=None, columns=None) -> tuple[list[tuple], R
 
 def _all(r: RemoteSnapshot) -> dict:
     return {
-        (t, q): (r.min_offset(t, q), r.max_offset(t, q))
-        for t in r.topics()
-        for q in r.queue_ids(t)
+        (t, q): (r.min_offset(t, q), r.max_offset(t, q)) for t in r.topics() for q in r.queue_ids(t)
     }
 
 
