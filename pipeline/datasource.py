@@ -823,9 +823,15 @@ class _Planner:
         self.o = opts
         self.pushed = pushed
         self.ref = ref or (opts.stores[0] if opts.stores else StoreRef(opts.path, ""))
-        self.store: StoreFiles | RemoteSnapshot = (
-            _remote(self.ref.path) if is_remote(self.ref.path) else StoreFiles(self.ref.path)
-        )
+        self.store: StoreFiles | RemoteSnapshot
+        if is_remote(self.ref.path):
+            self.store = _remote(self.ref.path)
+            try:  # each plan reads the location's manifest as it is now (a newer snapshot)
+                self.store.refresh()
+            except StoreError as exc:
+                raise ValueError(f"rocketmq: {exc}") from None
+        else:
+            self.store = StoreFiles(self.ref.path)
 
     def queues(self) -> list[tuple[str, int]]:
         o = self.o
