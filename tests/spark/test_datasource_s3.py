@@ -163,6 +163,7 @@ def test_the_fleet_by_glob_names_brokers_and_skips_one_with_no_snapshot(spark, w
     assert _by_queue(got) == want
 
 
+@pytest.mark.long
 def test_streaming_follows_newer_snapshots_exactly_once(spark, weed, fleet, tmp_path):
     """Two snapshots uploaded one after the other to one location: a stream restarted from its
     checkpoint reads the second one's new messages only, each message once."""
@@ -205,6 +206,7 @@ def test_streaming_follows_newer_snapshots_exactly_once(spark, weed, fleet, tmp_
     assert _by_queue(rows) == want
 
 
+@pytest.mark.long
 def test_faults_are_named_and_never_a_partial_result(spark, weed, fleet, tmp_path, monkeypatch):
     D.register(spark)
     a = _uri(weed, "fleet/broker-a/latest")
