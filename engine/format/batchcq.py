@@ -308,6 +308,12 @@ class BatchConsumeQueue:
         :meth:`engine.format.consumequeue.ConsumeQueue.offset_by_time`'s signature."""
         return self._base_of(self.first_unit_where("store_time", timestamp))
 
+    def follow_files(self, add: bool = True) -> list:
+        """A lock-free reader's :meth:`engine.format.consumequeue.ConsumeQueue.follow_files`:
+        a BatchCQ queue is read as it was when opened (see :meth:`catch_up`). Returns no
+        dropped file."""
+        return []
+
     def catch_up(self, max_units: int = 1 << 62) -> int:
         """A lock-free reader's :meth:`engine.format.consumequeue.ConsumeQueue.catch_up`: a
         BatchCQ queue is read as it was when opened (re-reading its last three files on every

@@ -496,7 +496,7 @@ class StoreFiles:
         (:meth:`engine.format.consumequeue.ConsumeQueue.correct_min_offset`, after the files
         retention deleted are dropped)."""
         q = self.queue(topic, queue_id)
-        for seg in q.follow_files(add=False) if isinstance(q, ConsumeQueue) else ():
+        for seg in q.follow_files(add=False):
             os.close(seg.fd)
         q.catch_up()
         self.commitlog.refresh()
