@@ -1110,46 +1110,57 @@ class RocketMQFilteringReader(RocketMQReader):
 
 
 class RocketMQStreamReader(DataSourceStreamReader):
-    """Micro-batch reader whose offsets are ``{"topic": {"queueId": next queue offset}}``."""
+    """Micro-batch reader whose offsets are ``{"topic": {"queueId": next queue offset}}``; on a
+    load of several stores (a list or a glob: the stores it matched when the query started)
+    ``{"brokerName": {"topic": {"queueId": next queue offset}}}``, each store followed on its
+    own (a snapshot in object storage: the newest one uploaded to its location)."""
 
     def __init__(self, opts: _Options):
         if opts.ending is not None or opts.end_ts is not None:
             raise ValueError("endingOffsets/endingTimestamp are for batch queries only")
-        if len(opts.stores) > 1:
-            raise NotImplementedError(
-                f"rocketmq: streaming reads one store; {len(opts.stores)} were given "
-                f"({', '.join(r.path for r in opts.stores)}): per-store offsets are not "
-                "implemented yet (issue 23); start one stream per store"
-            )
         self.o = opts
-        self._plan: _Planner | None = None
+        self._plans: dict[str, _Planner] | None = None
 
     @property
-    def plan(self) -> _Planner:
-        if self._plan is None:
-            self._plan = _Planner(self.o)
-        return self._plan
+    def plans(self) -> dict[str, _Planner]:
+        """``{brokerName: planner}`` of each store (``{"": planner}`` on a one-store load)."""
+        if self._plans is None:
+            if self.o.fleet:
+                self._plans = {r.broker: _Planner(self.o, NO_FILTERS, r) for r in self.o.stores}
+            else:
+                self._plans = {"": _Planner(self.o)}
+        return self._plans
+
+    def _split(self, offsets: dict) -> dict[str, dict]:
+        """Spark's offsets as ``{brokerName: {topic: {queueId: offset}}}``."""
+        return offsets if self.o.fleet else {"": offsets}
+
+    def _join(self, per_store: dict[str, dict]) -> dict:
+        """The inverse of :meth:`_split`."""
+        return per_store if self.o.fleet else per_store.get("", {})
 
     def _current(self) -> dict:
-        p = self.plan
-        if isinstance(p.store, RemoteSnapshot):
-            try:  # a newer snapshot uploaded to the location since: its offsets
-                p.store.refresh()
-            except ObjectStoreError as exc:  # an upload in progress (no manifest): wait
-                log.warning("rocketmq: %s; offsets kept until the next trigger", exc)
         out: dict = {}
-        for t, q in p.queues():
-            out.setdefault(t, {})[str(q)] = p.store.max_offset(t, q)
-        return out
+        for broker, p in self.plans.items():
+            if isinstance(p.store, RemoteSnapshot):
+                try:  # a newer snapshot uploaded to the location since: its offsets
+                    p.store.refresh()
+                except ObjectStoreError as exc:  # an upload in progress (no manifest): wait
+                    log.warning("rocketmq: %s; offsets kept until the next trigger", exc)
+            mine = out.setdefault(broker, {})
+            for t, q in p.queues():
+                mine.setdefault(t, {})[str(q)] = p.store.max_offset(t, q)
+        return self._join(out)
 
     def initialOffset(self) -> dict:
-        p = self.plan
         out: dict = {}
-        for t, q in p.queues():
-            out.setdefault(t, {})[str(q)] = p.resolve(
-                self.o.starting or "latest", self.o.start_ts, t, q, LATEST
-            )
-        return out
+        for broker, p in self.plans.items():
+            mine = out.setdefault(broker, {})
+            for t, q in p.queues():
+                mine.setdefault(t, {})[str(q)] = p.resolve(
+                    self.o.starting or "latest", self.o.start_ts, t, q, LATEST
+                )
+        return self._join(out)
 
     def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -1161,31 +1172,39 @@ class RocketMQStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
-        latest = self._current()
+        latest = self._split(self._current())
         # Never go backwards (a queue that vanished keeps its last offset).
-        for t, qs in start.items():
-            for q, off in qs.items():
-                cur = latest.setdefault(t, {}).get(q)
-                if cur is None or cur < off:
-                    latest[t][q] = off
+        for broker, topics in self._split(start).items():
+            mine = latest.setdefault(broker, {})
+            for t, qs in topics.items():
+                for q, off in qs.items():
+                    cur = mine.setdefault(t, {}).get(q)
+                    if cur is None or cur < off:
+                        mine[t][q] = off
         if isinstance(limit, ReadMaxRows):
-            latest = _rate_limit(start, latest, limit.max_rows, self.plan)
-        return latest
+            latest = _rate_limit(self._split(start), latest, limit.max_rows, self.plans)
+        return self._join(latest)
 
     def reportLatestOffset(self):
         return self._current()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        p = self.plan
-        bounds = {}
-        for t, qs in end.items():
-            for q, e in qs.items():
-                s = start.get(t, {}).get(q)
-                if s is None:  # a queue that appeared after the query started: from earliest
-                    s = p.store.min_offset(t, int(q))
-                if e > s:
-                    bounds[(t, int(q))] = (p.check_start(t, int(q), s), e)
-        return p.ranges(bounds)
+        begin = self._split(start)
+        parts: list = []
+        for broker, topics in self._split(end).items():
+            p = self.plans.get(broker)
+            if p is None:  # a store no longer among the load's
+                continue
+            bounds = {}
+            for t, qs in topics.items():
+                for q, e in qs.items():
+                    s = begin.get(broker, {}).get(t, {}).get(q)
+                    if s is None:  # a queue that appeared after the query started: earliest
+                        s = p.store.min_offset(t, int(q))
+                    if e > s:
+                        bounds[(t, int(q))] = (p.check_start(t, int(q), s), e)
+            parts.extend(p.ranges(bounds))
+        return parts
 
     def read(self, partition):
         return read_range(partition)
@@ -1194,31 +1213,33 @@ class RocketMQStreamReader(DataSourceStreamReader):
         """Nothing to do: Spark's checkpoint holds the position."""
 
 
-def _rate_limit(start: dict, latest: dict, max_rows: int, plan: _Planner) -> dict:
-    """Cap ``latest`` so that at most ``max_rows`` offsets are read, shared in proportion to
-    each queue's backlog (``KafkaSource.rateLimit``)."""
+def _rate_limit(start: dict, latest: dict, max_rows: int, plans: dict[str, _Planner]) -> dict:
+    """Cap ``latest`` (``{store: {topic: {queueId: offset}}}``, as ``start``) so that at most
+    ``max_rows`` offsets are read, shared in proportion to each queue's backlog across every
+    store (``KafkaSource.rateLimit``)."""
     backlog = {}
-    for t, qs in latest.items():
-        for q, e in qs.items():
-            s = start.get(t, {}).get(q)
-            if s is None:
-                s = plan.store.min_offset(t, int(q))
-            backlog[(t, q)] = (s, max(0, e - s))
+    for broker, topics in latest.items():
+        for t, qs in topics.items():
+            for q, e in qs.items():
+                s = start.get(broker, {}).get(t, {}).get(q)
+                if s is None:
+                    s = plans[broker].store.min_offset(t, int(q))
+                backlog[(broker, t, q)] = (s, max(0, e - s))
     total = sum(n for _, n in backlog.values())
     if total <= max_rows:
         return latest
     out: dict = {}
     given = 0
-    for (t, q), (s, n) in sorted(backlog.items()):
+    for (b, t, q), (s, n) in sorted(backlog.items()):
         share = (n * max_rows) // total
-        out.setdefault(t, {})[q] = s + share
+        out.setdefault(b, {}).setdefault(t, {})[q] = s + share
         given += share
     # hand out the rounding remainder so that progress is always made
-    for (t, q), (s, n) in sorted(backlog.items()):
+    for (b, t, q), (s, n) in sorted(backlog.items()):
         if given >= max_rows:
             break
-        if out[t][q] < s + n:
-            out[t][q] += 1
+        if out[b][t][q] < s + n:
+            out[b][t][q] += 1
             given += 1
     return out
 

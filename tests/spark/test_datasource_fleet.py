@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -118,13 +120,89 @@ def test_pushed_broker_name_prunes_whole_stores(fleet):
     assert [p.tags for p in none.partitions()] == [()]  # the one empty partition
 
 
-def test_streaming_and_scheduled_over_several_stores_are_refused_clearly(fleet):
-    source = D.RocketMQDataSource({"path": f"{fleet}/*/store"})
-    with pytest.raises(NotImplementedError, match="streaming reads one store; 3 were given"):
-        source.streamReader(None)
+def test_scheduled_over_several_stores_is_refused_clearly(fleet):
     sched = D.RocketMQDataSource({"path": f"{fleet}/*/store", "scheduled": "true"})
     with pytest.raises(NotImplementedError, match="scheduled=true reads one store"):
         sched.reader(None)
+
+
+def test_streaming_offsets_are_per_broker_and_the_rate_limit_is_shared(fleet):
+    """No Spark: a fleet stream's offsets are {brokerName: {topic: {queueId: n}}}; a
+    maxOffsetsPerTrigger is shared by the backlogs of every store; partitions name their
+    store; a one-store stream keeps Kafka's {topic: {queueId: n}}."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    r = D.RocketMQDataSource(
+        {"path": f"{fleet}/*/store", "startingOffsets": "earliest", "maxOffsetsPerTrigger": "10"}
+    ).streamReader(None)
+    start = r.initialOffset()
+    assert set(start) == {"broker-a", "broker-b", "broker-c"}
+    assert start["broker-b"] == {"T": {"0": 0, "1": 0}, "U": {"0": 0, "1": 0}}
+    everything = r.latestOffset(start, ReadAllAvailable())
+    assert everything["broker-b"]["T"] == {"0": 5, "1": 6}
+    assert everything["broker-c"]["U"] == {"0": 4, "1": 5}
+    capped = r.latestOffset(start, ReadMaxRows(10))
+    got = sum(
+        e - start[b][t][q]
+        for b, ts in capped.items()
+        for t, qs in ts.items()
+        for q, e in qs.items()
+    )
+    assert got == 10
+    parts = r.partitions(start, everything)
+    assert {(p.broker, p.path) for p in parts} == {
+        (broker, str(fleet / rel)) for rel, (broker, _, _) in FLEET.items()
+    }
+    assert sum(p.end - p.start for p in parts) == sum(
+        n + q for _, _, topics in FLEET.values() for n in topics.values() for q in range(2)
+    )
+    one = D.RocketMQDataSource(
+        {"path": str(fleet / "a/store"), "startingOffsets": "earliest"}
+    ).streamReader(None)
+    assert one.initialOffset() == {"T": {"0": 0, "1": 0}}
+
+
+def test_spark_streams_the_fleet_each_message_once(spark, fleet, tmp_path):
+    """A stream over the glob, restarted from its checkpoint after one store grew: every
+    message of every broker once (counted per brokerName, topic and queue)."""
+    D.register(spark)
+    fleet = Path(shutil.copytree(fleet, tmp_path / "fleet"))  # grown below: a copy of its own
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+
+    def run() -> None:
+        q = (
+            spark.readStream.format("rocketmq")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "9")
+            .load(f"{fleet}/*/store")
+            .selectExpr("brokerName", "topic", "queue", "queueOffset", "body")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(120)
+        assert q.exception() is None
+
+    run()
+    with MessageStore(str(fleet / "b/store")) as s:
+        s.put_messages([Message("U", b"late", queue_id=0)])
+    run()
+    rows = spark.read.parquet(str(out))
+    want = {
+        (broker, topic, q): n + q + (1 if (broker, topic, q) == ("broker-b", "U", 0) else 0)
+        for broker, _, topics in FLEET.values()
+        for topic, n in topics.items()
+        for q in range(2)
+    }
+    got = {
+        (r.brokerName, r.topic, r.queue): r["count"]
+        for r in rows.groupBy("brokerName", "topic", "queue").count().collect()
+    }
+    assert got == want
+    keys = rows.select("brokerName", "topic", "queue", "queueOffset").distinct().count()
+    assert keys == sum(want.values())
 
 
 def _by_queue(df) -> dict:
