@@ -143,6 +143,9 @@ __all__ = [
     "PushedFilters",
     "StoreRef",
     "SegmentRange",
+    "is_remote",
+    "remote_snapshot",
+    "remote_broker_name",
     "store_broker_name",
     "expand_stores",
 ]
@@ -336,7 +339,7 @@ def is_remote(path: str) -> bool:
     return is_uri(path) and not path.startswith("file://")
 
 
-def _remote(location: str) -> RemoteSnapshot:
+def remote_snapshot(location: str) -> RemoteSnapshot:
     """A per-process cached reader of the snapshot at ``location``.
 
     Raises ValueError naming the location (without secrets) when it cannot be read as one."""
@@ -472,7 +475,7 @@ def expand_stores(paths: Sequence[str]) -> tuple[StoreRef, ...]:
         path = p if is_remote(p) else os.path.abspath(p)
         if any(r.path == path for r in out):
             continue
-        name, rule = _remote_broker_name(path) if is_remote(path) else store_broker_name(path)
+        name, rule = remote_broker_name(path) if is_remote(path) else store_broker_name(path)
         other = seen.get(name)
         if other is not None:
             raise ValueError(
@@ -520,7 +523,7 @@ def _expand_remote(raw: str) -> list[str]:
     except ObjectStoreError as exc:
         raise ValueError(f"rocketmq: {exc}") from None
     if not glob.has_magic(base):
-        _remote(raw)  # refuses a location with no snapshot, naming it
+        remote_snapshot(raw)  # refuses a location with no snapshot, naming it
         return [raw]
     host = urlsplit(raw).netloc.rpartition("@")[2]
     parts = base.split("/")
@@ -548,7 +551,7 @@ def _expand_remote(raw: str) -> list[str]:
     for path in current:
         uri = _uri_with_path(raw, host, path)
         try:
-            _remote(uri)
+            remote_snapshot(uri)
         except ValueError as exc:
             if "no SNAPSHOT.json" not in str(exc):
                 raise
@@ -589,10 +592,10 @@ def _located(uri: str, options) -> str:
     return uri
 
 
-def _remote_broker_name(location: str) -> tuple[str, str]:
+def remote_broker_name(location: str) -> tuple[str, str]:
     """``(broker name, rule)`` of a snapshot in object storage: its manifest's ``brokerName``,
     else the location's last directory name (its parent's when it is ``latest`` or ``store``)."""
-    r = _remote(location)
+    r = remote_snapshot(location)
     if r.broker_name:
         return r.broker_name, RULE_MANIFEST
     parts = [x for x in urlsplit(location).path.split("/") if x]
@@ -825,7 +828,7 @@ class _Planner:
         self.ref = ref or (opts.stores[0] if opts.stores else StoreRef(opts.path, ""))
         self.store: StoreFiles | RemoteSnapshot
         if is_remote(self.ref.path):
-            self.store = _remote(self.ref.path)
+            self.store = remote_snapshot(self.ref.path)
             try:  # each plan reads the location's manifest as it is now (a newer snapshot)
                 self.store.refresh()
             except StoreError as exc:
@@ -1003,7 +1006,7 @@ def read_piece(p: SegmentRange) -> Iterator:
             location since planning (``failOnDataLoss=false``: logged and skipped).
         ObjectStoreError: the server failed or refused (retried by pyarrow first; named).
     """
-    s = _remote(p.location)
+    s = remote_snapshot(p.location)
     piece = p.piece
     if s.identity != p.identity:
         s.refresh()

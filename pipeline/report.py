@@ -1,6 +1,9 @@
 """``rmqfs report MNT... [--out DIR] [--master URL]``: the operator's report, on Spark.
 
-Input: one or more rmqfs mounts (one per broker). For each mount the job reads
+Input: one or more rmqfs mounts (one per broker), or snapshots in object storage by URI
+(``s3://bucket/fleet/broker-a/latest?endpoint_override=...``, :class:`SnapshotInput`: messages
+through the ``rocketmq`` data source, consumer lag from the snapshot's own offsets). For each
+mount the job reads
 
 * ``MNT/view/`` with ``spark.read.parquet("file://MNT/view")``: one row per
   message, ``topic``/``queue`` partition columns, ``body`` BINARY;
@@ -196,6 +199,82 @@ class Mount:
 
     def has_messages(self) -> bool:
         return any(n.startswith("topic=") for n in os.listdir(self.view))
+
+
+class SnapshotInput:
+    """A snapshot in object storage given to the report (``s3://...``, any URI
+    ``pyarrow.fs`` opens but ``file://``): its messages through the ``rocketmq`` data source
+    (read in place, ``engine.live.remote``), its consumer lag from its own
+    ``config/consumerOffset.json`` and its manifest's offsets
+    (``engine.live.remote.SnapshotProgress``, the rules of
+    ``engine.live.progress.consumer_progress``), its broker name from its manifest.
+
+    Raises ValueError (named, without secrets) when the location holds no snapshot or cannot
+    be read."""
+
+    def __init__(self, location: str):
+        from rmqfs.engine.errors import StoreError
+        from rmqfs.engine.live.location import redact
+        from rmqfs.pipeline.datasource import remote_broker_name, remote_snapshot
+
+        self.path = location
+        self.shown = redact(location)
+        self.snapshot = remote_snapshot(location)
+        self.broker_name = remote_broker_name(location)[0]
+        try:
+            from rmqfs.engine.live.remote import SnapshotProgress
+
+            self.progress = SnapshotProgress(self.snapshot)
+        except StoreError as exc:
+            raise ValueError(f"{self.shown}: {exc}") from None
+
+    def has_messages(self) -> bool:
+        return bool(self.snapshot.topics())
+
+
+def is_snapshot_uri(path: str) -> bool:
+    """Whether a report input is a snapshot in object storage (else an rmqfs mount)."""
+    from rmqfs.pipeline.datasource import is_remote
+
+    return is_remote(path)
+
+
+def read_input(spark: SparkSession, source: Mount | SnapshotInput) -> DataFrame:
+    """The messages of one input with ``brokerName``: :func:`read_view` of a mount, the
+    ``rocketmq`` data source over a snapshot in object storage (the same columns)."""
+    if isinstance(source, Mount):
+        return read_view(spark, source)
+    from rmqfs.pipeline.datasource import register
+
+    register(spark)
+    cols = [c.split()[0] for c in _top_level(DATASOURCE_DDL)]
+    df = spark.read.format("rocketmq").load(source.path)
+    return df.select(*cols, F.lit(source.broker_name).alias("brokerName"))
+
+
+def read_input_lag(source: Mount | SnapshotInput) -> list[dict]:
+    """Rows of ``consumer_lag`` of one input: :func:`read_lag` of a mount; of a snapshot, every
+    group with committed offsets through ``consumer_progress``."""
+    if isinstance(source, Mount):
+        return read_lag(source)
+    from rmqfs.engine.live.progress import consumer_progress
+
+    rows = []
+    for group in source.progress.groups():
+        for q in consumer_progress(source.progress, group):
+            rows.append(
+                {
+                    "brokerName": source.broker_name,
+                    "group": group,
+                    "topic": q["topic"],
+                    "queueId": int(q["queueId"]),
+                    "brokerOffset": int(q["brokerOffset"]),
+                    "consumerOffset": int(q["consumerOffset"]),
+                    "lag": int(q["diff"]),
+                    "lastTimestamp": q.get("lastTimestamp"),
+                }
+            )
+    return rows
 
 
 def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
@@ -538,7 +617,7 @@ def _latency_cell(la) -> str:
     return f"{la.p50:.0f}/{la.p95:.0f}/{la.p99:.0f}"
 
 
-def summary(tables: dict, mounts: list[Mount]) -> str:
+def summary(tables: dict, mounts: Sequence[Mount | SnapshotInput]) -> str:
     """A short text summary of the report (what ``main`` prints)."""
     pq_, pm = tables["per_queue_tag"], tables["per_minute"]
     lines = []
@@ -612,7 +691,12 @@ def _parser() -> argparse.ArgumentParser:
             "consumer lag; top keys. Reads MNT/view/ and MNT/groups/*/progress.json."
         ),
     )
-    p.add_argument("mounts", nargs="+", metavar="MNT", help="rmqfs mount point")
+    p.add_argument(
+        "mounts",
+        nargs="+",
+        metavar="MNT",
+        help="rmqfs mount point, or the URI of a snapshot in object storage (s3://...)",
+    )
     p.add_argument(
         "--out",
         default=DEFAULT_OUT,
@@ -645,7 +729,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def run(
     spark: SparkSession,
-    mounts: list[Mount],
+    mounts: Sequence[Mount | SnapshotInput],
     out_dir: str,
     top: int = DEFAULT_TOP,
     file=None,
@@ -654,11 +738,11 @@ def run(
     """Run the report on ``mounts`` with ``spark``; write everything under ``out_dir`` and
     print the summary to ``file`` (default stdout). Returns the pandas tables."""
     file = file or sys.stdout
-    frames = [read_view(spark, m) for m in mounts]
+    frames = [read_input(spark, m) for m in mounts]
     messages = frames[0]
     for f in frames[1:]:
         messages = messages.unionByName(f)
-    lag_rows = [r for m in mounts for r in read_lag(m)]
+    lag_rows = [r for m in mounts for r in read_input_lag(m)]
     report = compute_report(spark, messages, lag_rows, top)
     try:
         tables = collect(report)
@@ -700,19 +784,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    mounts: list[Mount] = []
+    mounts: list[Mount | SnapshotInput] = []
     seen_paths = set()
     try:
         for m in args.mounts:
-            mount = Mount(m)
-            if os.path.realpath(mount.path) in seen_paths:
+            mount = SnapshotInput(m) if is_snapshot_uri(m) else Mount(m)
+            where = mount.path if isinstance(mount, SnapshotInput) else os.path.realpath(mount.path)
+            if where in seen_paths:
                 continue
-            seen_paths.add(os.path.realpath(mount.path))
+            seen_paths.add(where)
             names = {x.broker_name for x in mounts}
             if mount.broker_name in names:  # two mounts of brokers with one name: keep apart
                 mount.broker_name = f"{mount.broker_name}#{len(mounts) + 1}"
             mounts.append(mount)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         print(f"rmqfs report: {exc}", file=sys.stderr)
         return 1
     if _PYSPARK_IMPORT_ERROR is not None:

@@ -21,16 +21,36 @@ broker/src/main/java/org/apache/rocketmq/broker/processor/AdminBrokerProcessor.j
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import StoreError
-
-if TYPE_CHECKING:
-    from ..store import MessageStore
+from ..format.config import ConsumerOffsetManager
 
 
-def consumer_progress(store: MessageStore, group: str, topic: str | None = None) -> list[dict]:
-    """Progress rows of ``group`` on ``store`` (an open :class:`engine.store.MessageStore`).
+class _Stamped(Protocol):
+    store_timestamp: int
+
+
+class ProgressSource(Protocol):
+    """What :func:`consumer_progress` reads: an open :class:`engine.store.MessageStore`, or a
+    snapshot in object storage (:class:`engine.live.remote.SnapshotProgress`)."""
+
+    consumer_offsets: ConsumerOffsetManager
+
+    def topic_names(self) -> list[str]: ...
+
+    def queue_ids(self, topic: str) -> list[int]: ...
+
+    def min_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def max_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def get_message(self, topic: str, queue_id: int, queue_offset: int) -> _Stamped: ...
+
+
+def consumer_progress(store: ProgressSource, group: str, topic: str | None = None) -> list[dict]:
+    """Progress rows of ``group`` on ``store`` (an open :class:`engine.store.MessageStore`, or
+    any :class:`ProgressSource`).
 
     Returns one dict per topic/queue, sorted by topic then queueId, with the keys ``topic``,
     ``queueId``, ``brokerOffset``, ``consumerOffset``, ``diff`` (message counts) and
@@ -61,7 +81,7 @@ def consumer_progress(store: MessageStore, group: str, topic: str | None = None)
     return rows
 
 
-def _store_timestamp(store: MessageStore, topic: str, queue_id: int, queue_offset: int) -> int:
+def _store_timestamp(store: ProgressSource, topic: str, queue_id: int, queue_offset: int) -> int:
     """``getMessageStoreTimeStamp``: store time of one queue offset, 0 when there is none."""
     if (
         queue_offset < 0

@@ -51,7 +51,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import CorruptRecordError, ObjectStoreError, UnsupportedLayoutError
+from ..errors import (
+    CorruptRecordError,
+    ObjectStoreError,
+    OffsetOutOfRangeError,
+    UnsupportedLayoutError,
+)
+from ..format.config import ConsumerOffsetManager, TopicConfigManager, loads_fastjson
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, search_by_time
 from ..format.crc import crc32c, crc32c_zeros
 from ..format.message import (
@@ -77,6 +83,7 @@ __all__ = [
     "RemoteSnapshot",
     "Piece",
     "RequestStats",
+    "SnapshotProgress",
     "select_rows",
 ]
 
@@ -89,6 +96,9 @@ PLAN_THREADS = 16
 MAX_OPEN = 64
 _SEGMENT = re.compile(r"^commitlog/(\d{20})$")
 _QUEUE_FILE = re.compile(r"^consumequeue/([^/]+)/(\d+)/(\d{20})$")
+#: The largest config file read from a snapshot (``consumerOffset.json`` of a big broker is a
+#: few MB).
+MAX_CONFIG = 64 << 20
 #: the columns the selection needs from every record (besides those asked for)
 SELECT_COLUMNS = ("topic", "queueId", "queueOffset", "sysFlag")
 
@@ -448,6 +458,76 @@ class RemoteSnapshot:
             for f in self._open.values():
                 f.close()
             self._open.clear()
+
+
+class _Stamp:
+    """A message's store time (what :func:`engine.live.progress.consumer_progress` asks of a
+    message)."""
+
+    def __init__(self, store_timestamp: int) -> None:
+        self.store_timestamp = store_timestamp
+
+
+class SnapshotProgress:
+    """A snapshot in object storage as :func:`engine.live.progress.consumer_progress` reads a
+    store (:class:`engine.live.progress.ProgressSource`): its ``config/consumerOffset.json``
+    and ``config/topics.json`` (read once, at most :data:`MAX_CONFIG` bytes each), the queues
+    and offsets of its manifest, a message's store time from two range reads.
+
+    Raises:
+        ObjectStoreError: a config file cannot be read or is not its JSON.
+    """
+
+    def __init__(self, snap: RemoteSnapshot) -> None:
+        self.snap = snap
+        offsets = self._config("consumerOffset.json", ConsumerOffsetManager.parse)
+        topics = self._config("topics.json", TopicConfigManager.parse)
+        # raw tables given: no file is read or written (the offsets are only looked at)
+        self.consumer_offsets = ConsumerOffsetManager("", raw=offsets)
+        self._topics = set(TopicConfigManager("", raw=topics).topics) | set(snap.topics())
+
+    def _config(self, name: str, parse) -> dict:
+        rel = f"config/{name}"
+        if rel not in self.snap.manifest["files"]:
+            return {}
+        size = self.snap.manifest["files"][rel]["size"]
+        if size > MAX_CONFIG:
+            raise ObjectStoreError(f"{rel} of {self.snap.where}: over {MAX_CONFIG} bytes")
+        try:
+            raw = loads_fastjson(self.snap.read(rel, 0, size).decode("utf-8")) if size else {}
+            parse(raw)
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise ObjectStoreError(f"{rel} of {self.snap.where}: {exc}") from None
+        return raw if isinstance(raw, dict) else {}
+
+    def groups(self) -> list[str]:
+        """Groups with committed offsets, sorted."""
+        return sorted(self.consumer_offsets.groups())
+
+    def topic_names(self) -> list[str]:
+        """Topics configured or holding a queue in the snapshot."""
+        return sorted(self._topics)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """The topic's queues in the snapshot."""
+        return self.snap.queue_ids(topic)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """``getMinOffsetInQueue`` of the snapshot."""
+        return self.snap.min_offset(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """``getMaxOffsetInQueue`` of the snapshot."""
+        return self.snap.max_offset(topic, queue_id)
+
+    def get_message(self, topic: str, queue_id: int, queue_offset: int) -> _Stamp:
+        """The store time of a message (its unit, then its record's header). Raises
+        StoreError (IndexError outside the queue's offsets as OffsetOutOfRangeError)."""
+        try:
+            off, size, _ = self.snap.unit(topic, queue_id, queue_offset)
+        except IndexError:
+            raise OffsetOutOfRangeError(f"{topic}/{queue_id}: no offset {queue_offset}") from None
+        return _Stamp(self.snap.store_timestamp(off, size))
 
 
 class _Chooser:

@@ -99,6 +99,7 @@ def fleet(weed, tmp_path_factory):
             for topic in topics:
                 s.create_topic(topic, 2)
             _put(s, broker, topics, 0)
+            s.consumer_offsets.commit("G", "T", 0, 10)  # a group's progress, for the report
             c = _copy(s, root / broker / "snap0")
         objectstore.upload_snapshot(str(c), fs, f"{BUCKET}/fleet/{broker}/latest")
         out[broker] = (store, c)
@@ -246,3 +247,36 @@ def test_faults_are_named_and_never_a_partial_result(spark, weed, fleet, tmp_pat
         assert time.monotonic() - started < 120
     finally:
         weed.start()
+
+
+@pytest.mark.long
+def test_the_report_runs_over_snapshot_uris(spark, weed, fleet, tmp_path, capsys):
+    """``rmqfs report s3://...``: the tables of a snapshot read in place; consumer lag from the
+    snapshot's own offsets, as consumer_progress computes it on the local copy."""
+    from rmqfs.engine.live.location import with_credentials
+    from rmqfs.engine.live.progress import consumer_progress
+    from rmqfs.pipeline import report
+
+    D.register(spark)
+    uri = with_credentials(_uri(weed, "fleet/broker-a/latest"), KEY, SECRET)
+    assert report.main([uri, "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "broker-a" in out and SECRET not in out
+    import pandas as pd
+
+    per_queue = pd.read_parquet(tmp_path / "r" / "per_queue_tag.parquet")
+    assert per_queue["brokerName"].unique().tolist() == ["broker-a"]
+    assert per_queue.groupby(["topic", "queue"])["messages"].sum().to_dict() == {
+        (t, q): n for t, n in BROKERS["broker-a"].items() for q in range(2)
+    }
+    lag = pd.read_parquet(tmp_path / "r" / "consumer_lag.parquet")
+    _, copy = fleet["broker-a"]
+    with MessageStore(str(copy), read_only=True) as s:
+        want = consumer_progress(s, "G")
+    got = lag[lag["group"] == "G"].sort_values(["topic", "queueId"])
+    assert got[["brokerOffset", "consumerOffset", "lag", "lastTimestamp"]].values.tolist() == [
+        [r["brokerOffset"], r["consumerOffset"], r["diff"], r["lastTimestamp"]] for r in want
+    ]
+    c = with_credentials(_uri(weed, "fleet/broker-c/latest"), KEY, SECRET)
+    assert report.main([c, "--out", str(tmp_path / "x")]) == 1
+    assert "no SNAPSHOT.json" in capsys.readouterr().err
