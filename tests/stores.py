@@ -3,6 +3,7 @@ holding every kind of CommitLog record (one home; the tests import them from her
 
 import os
 import zlib
+from pathlib import Path
 
 from rmqfs.engine.format.message import (
     COMPRESSED_FLAG,
@@ -13,6 +14,7 @@ from rmqfs.engine.format.message import (
     encode_message,
     host_from_str,
 )
+from rmqfs.engine.live.snapshot import MANIFEST_NAME
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
 SMALL = dict(
@@ -201,3 +203,41 @@ def blank_units_store(root):
             f.seek(q % 16 * 20)
             f.write(UNIT.pack(0, BLANK_UNIT_SIZE, 0))
     return root
+
+
+# --------------------------------------------------------------------------------------------
+# Snapshot copies
+
+
+def materialize(snap, dest: Path, manifest: bytes | None = None) -> Path:
+    """Write a snapshot's files to ``dest`` (as a copy tool would), zeros as holes."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel, f in snap.files.items():
+        p = dest / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "wb") as out:
+            pos = 0
+            while pos < f.size:
+                chunk = f.read(pos, 1 << 20)
+                if chunk.count(0) == len(chunk):
+                    out.seek(len(chunk), os.SEEK_CUR)
+                else:
+                    out.write(chunk)
+                pos += len(chunk)
+            out.truncate(f.size)
+    if manifest is not None:
+        (dest / MANIFEST_NAME).write_bytes(manifest)
+    return dest
+
+
+def snapshot_copy(store, dest: Path, name: str = "s") -> Path:
+    """A snapshot of the open ``store`` (``SnapshotManager``) written out at ``dest`` with its
+    ``SNAPSHOT.json``, as ``cp -r MNT/snapshots/NAME`` would (:func:`materialize`)."""
+    from rmqfs.engine.live.snapshot import SnapshotManager
+
+    mgr = SnapshotManager(store)
+    try:
+        snap = mgr.create(name)
+        return materialize(snap, dest, mgr.manifest(snap))
+    finally:
+        mgr.close()

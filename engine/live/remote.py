@@ -20,7 +20,7 @@ A snapshot uploaded with ``rmqfs snapshot-upload`` (or copied by another tool fr
   instead reads each CommitLog file's needed range once, in :data:`REQUEST` byte range reads,
   walks its records (:func:`engine.read.columnar.walk_records`: the compiled walk with
   :func:`engine.format.commitlog.walk_segment`'s rules), decodes
-  them column-wise with the mapped files' decoder (:func:`engine.read.columnar.decode_window`)
+  them column-wise with the mapped files' decoder (:func:`engine.read.columnar.decode_records`)
   and keeps what the ConsumeQueues hold: RocketMQ's own dispatch
   (``ReputMessageService.doReput``, ``CommitLogDispatcherBuildConsumeQueue.dispatch``) makes a
   unit for every record of a plain store but PREPARED and ROLLBACK transaction records, so the
@@ -68,7 +68,7 @@ from ..format.message import (
     is_lmq,
     read_store_timestamp,
 )
-from ..read.columnar import CommitLogWindow, decode_window, walk_records
+from ..read.columnar import CommitLogWindow, decode_records, walk_records
 from ..read.schema import arrow_schema
 from .location import explain, join, open_location, redact
 from .objectstore import read_manifest
@@ -428,7 +428,7 @@ class RemoteSnapshot:
             offs = starts + at
             if len(offs):
                 window = CommitLogWindow(buf, at, piece.file_size)
-                batch = decode_window(window, offs, sizes, need, check_crc)
+                batch = decode_records(window, offs, sizes, need, check_crc)
                 keep = chooser.select(batch)
                 if keep.all():
                     yield batch.select(list(names))

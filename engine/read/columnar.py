@@ -132,7 +132,7 @@ __all__ = [
     "decode_topic_units",
     "decode_units_per_record",
     "decode_commitlog",
-    "decode_window",
+    "decode_records",
     "walk_records",
     "CommitLogWindow",
     "arrow_schema",
@@ -307,7 +307,7 @@ class RecordSource(Protocol):
 class CommitLogWindow:
     """CommitLog bytes ``[base, base + len(data))`` of one CommitLog file, held in memory: a
     range read of a snapshot in object storage (:mod:`engine.live.remote`), decoded by the same
-    walker as the mapped files (:func:`decode_window`).
+    walker as the mapped files (:func:`decode_records`).
 
     Args:
         data: the bytes.
@@ -775,15 +775,8 @@ def decode_commitlog(
     sizes: list[int] = []
 
     def batch() -> pa.RecordBatch:  # the records of offs and sizes, decoded
-        return _decode(
-            commitlog,
-            check_crc,
-            np.array(offs, np.int64),
-            np.array(sizes, np.int64),
-            None,
-            None,
-            None,
-            names,
+        return decode_records(
+            commitlog, np.array(offs, np.int64), np.array(sizes, np.int64), names, check_crc
         )
 
     try:
@@ -825,24 +818,24 @@ def walk_records(buf: bytes | memoryview | np.ndarray) -> tuple[np.ndarray, np.n
     return np.array(starts, np.int64), np.array(sizes, np.int64), kind, pos
 
 
-def decode_window(
-    window: CommitLogWindow,
+def decode_records(
+    source: RecordSource,
     offs: np.ndarray,
     sizes: np.ndarray,
     columns: Sequence[str] | None = None,
     check_crc: bool = True,
 ) -> pa.RecordBatch:
-    """Decode the records at CommitLog offsets ``offs`` (int64, bytes) of ``sizes`` bytes, all
-    inside ``window``, column-wise, as :func:`decode_commitlog` decodes a range of the files:
-    ``topic``, ``queue`` and ``queueOffset`` come from each record, BODYCRC is checked unless
-    ``check_crc`` is False. ``columns``: names of :func:`engine.read.schema.arrow_schema` to
-    build, in that order (None: all).
+    """Decode the records at CommitLog offsets ``offs`` (int64, bytes) of ``sizes`` bytes
+    column-wise, from the mapped files or a :class:`CommitLogWindow` (``source``): ``topic``,
+    ``queue`` and ``queueOffset`` come from each record (no ConsumeQueue unit to check them
+    against), BODYCRC is checked unless ``check_crc`` is False. ``columns``: names of
+    :func:`engine.read.schema.arrow_schema` to build, in that order (None: all).
 
     Raises CorruptRecordError naming the CommitLog offset of a record that is not one (magic,
-    TOTALSIZE, PHYSICALOFFSET, lengths, BODYCRC) or does not lie in the window."""
+    TOTALSIZE, PHYSICALOFFSET, lengths, BODYCRC) or is not in ``source``."""
     names = tuple(arrow_schema().names) if columns is None else tuple(columns)
     return _decode(
-        window,
+        source,
         check_crc,
         np.asarray(offs, np.int64),
         np.asarray(sizes, np.int64),

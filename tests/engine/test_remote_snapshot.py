@@ -23,10 +23,11 @@ from rmqfs.engine.format.message import (
 )
 from rmqfs.engine.live import remote
 from rmqfs.engine.live.remote import RemoteSnapshot
-from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
+from rmqfs.engine.live.snapshot import MANIFEST_NAME
 from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.engine.storeconfig import StoreConfig
+from stores import snapshot_copy
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
 
@@ -40,28 +41,8 @@ def _config() -> StoreConfig:
     )
 
 
-def _materialize(snap, dest: Path, manifest: bytes) -> Path:
-    """The snapshot's files written out as a copy tool would."""
-    for rel, f in snap.files.items():
-        p = dest / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "wb") as out:
-            pos = 0
-            while pos < f.size:
-                chunk = f.read(pos, 1 << 20)
-                out.write(chunk)
-                pos += len(chunk)
-    (dest / MANIFEST_NAME).write_bytes(manifest)
-    return dest
-
-
 def _snapshot(store: MessageStore, dest: Path) -> Path:
-    mgr = SnapshotManager(store)
-    try:
-        snap = mgr.create("s")
-        return _materialize(snap, dest, mgr.manifest(snap))
-    finally:
-        mgr.close()
+    return snapshot_copy(store, dest)
 
 
 @pytest.fixture(scope="module")

