@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.read.schema import DATASOURCE_DDL, split_ddl
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.pipeline.locality import (
@@ -19,39 +18,7 @@ from rmqfs.pipeline.locality import (
     read_broker_stores,
     read_plan,
 )
-from stores import flip_body_byte, small, small_segments
-
-
-def make_store(root, tag: str, topics: dict, cfg=None) -> None:
-    """A store whose topic ``t`` has ``n`` messages over its queues (``{t: (queues, n)}``);
-    bodies start with ``tag``."""
-    with MessageStore(str(root), cfg or small_segments()) as s:
-        for t, (nq, n) in topics.items():
-            s.create_topic(t, nq)
-            s.put_messages(
-                [
-                    Message(t, f"{tag}-{t}-{i} ".encode() * (1 + i % 5), tags=f"g{i % 3}")
-                    for i in range(n)
-                ]
-            )
-
-
-def local_rows(name: str, path) -> list[tuple]:
-    """(brokerName, topic, queue, queueOffset, body) of every message, read with StoreFiles."""
-    s = StoreFiles(str(path))
-    out = []
-    try:
-        for t in s.topics():
-            for q in s.queue_ids(t):
-                lo, hi = s.min_offset(t, q), s.max_offset(t, q)
-                for b in s.read_batches(t, q, lo, hi, columns=("queueOffset", "body")):
-                    for off, body in zip(
-                        b.column(0).to_pylist(), b.column(1).to_pylist(), strict=True
-                    ):
-                        out.append((name, t, q, off, body))
-    finally:
-        s.close()
-    return sorted(out)
+from stores import fleet_rows, fleet_store, flip_body_byte, small
 
 
 def spark_rows(df) -> list[tuple]:
@@ -64,8 +31,8 @@ def spark_rows(df) -> list[tuple]:
 @pytest.fixture
 def two_stores(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    make_store(a, "A", {"T": (3, 500), "U": (1, 40)})
-    make_store(b, "B", {"T": (2, 300), "V": (2, 90)})
+    fleet_store(a, "A", {"T": (3, 500), "U": (1, 40)})
+    fleet_store(b, "B", {"T": (2, 300), "V": (2, 90)})
     return a, b
 
 
@@ -79,7 +46,7 @@ def test_reads_every_store_with_its_broker_name(spark, two_stores):
         max_records_per_partition=64,
     )
     assert df.columns == [n for n, _ in split_ddl(DATASOURCE_DDL)] + ["brokerName"]
-    assert spark_rows(df) == sorted(local_rows("broker-a", a) + local_rows("broker-b", b))
+    assert spark_rows(df) == sorted(fleet_rows("broker-a", a) + fleet_rows("broker-b", b))
     # 500 messages over 3 queues, cut at multiples of 64: 3 x 3 partitions, and so on
     assert df.rdd.getNumPartitions() == 9 + 1 + 2 * 3 + 2 * 1
     only = read_broker_stores(
@@ -132,6 +99,24 @@ def test_another_store_at_the_path_is_never_read(spark, two_stores, tmp_path):
     with pytest.raises(Exception, match=r"store 'broker-a' .* is not the one planned") as e:
         read_plan(spark, plan).count()
     assert "StoreLocalityError" in str(e.value)
+
+
+@pytest.mark.spark
+def test_a_part_run_off_its_host_refuses_naming_both_hosts(spark, two_stores):
+    """A partition whose host has no executor runs elsewhere after spark.locality.wait,
+    where it refuses rather than read whatever is at the path there."""
+    a, _ = two_stores
+    host = sorted(executor_hosts(spark.sparkContext))[0]
+    plan = plan_broker_stores(spark, [("broker-a", host, str(a))], topics=["U"])
+    lost = replace(
+        plan, parts=tuple(replace(p, store=replace(p.store, host="h9")) for p in plan.parts)
+    )
+    with pytest.raises(
+        Exception,
+        match=r"StoreLocalityError: rocketmq: store 'broker-a' \(.* on host 'h9'\) was planned "
+        r"for host 'h9' but the task ran on host '",
+    ):
+        read_plan(spark, lost).count()
 
 
 @pytest.mark.spark
