@@ -46,8 +46,10 @@ Limits:
   refuses naming the hosts it has. On the executor the check accepts
   ``SPARK_LOCAL_HOSTNAME``, ``SPARK_LOCAL_IP``, the host name and the host's own addresses.
 - A task waits ``spark.locality.wait`` (default 3 s) for a free core on its host before
-  Spark runs it elsewhere, where it then fails (the check above). A busy cluster wants a
-  larger wait.
+  Spark offers it to another host, where it fails (the check above; Spark retries it up to
+  ``spark.task.maxFailures`` times). Where tasks take seconds, start the session with a wait
+  longer than a task (``--conf spark.locality.wait=10min``) so that none leaves its host.
+- The offsets are the planning job's: messages stored after it are not read.
 - A store is told apart from another at the same path by its identity, and from another
   broker's by its ``brokerIdentity`` file (``cluster#broker#id``, 5.x) when it has one; a
   store without one is taken to be the broker it is named as.

@@ -55,6 +55,11 @@ res = {"driver_sees": sorted(os.listdir(store))}
 right = [("broker-a", h1, store), ("broker-b", h2, store)]
 df = read_broker_stores(spark, right, max_records_per_partition=500)
 res["partitions"] = df.rdd.getNumPartitions()
+import contextlib, io
+shown = io.StringIO()
+with contextlib.redirect_stdout(shown):  # what docs/spark.md shows
+    df.groupBy("brokerName", "topic").count().orderBy("brokerName", "topic").show()
+res["shown"] = shown.getvalue()
 t = df.select("brokerName", "topic", "queue", "queueOffset", "body").toArrow()
 import pyarrow.parquet as pq
 pq.write_table(t, os.path.join(out, "rows.parquet"))
@@ -271,6 +276,7 @@ def test_every_store_is_read_on_its_host_and_equals_a_local_read(cluster, driven
     assert per_queue == Counter(r[:3] for r in want)
     assert got == want  # bodies byte for byte
     assert driven["partitions"] == 3 * 2 + 1 + 2 * 2 + 2 * 1  # queues cut at 500 offsets
+    print(driven["shown"])
 
 
 def test_a_store_planned_on_the_other_broker_s_host_is_refused(driven):
