@@ -65,14 +65,16 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
+from rmqfs.engine.errors import CorruptRecordError
 from rmqfs.engine.format.dledger import commitlog_dir
+from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.read.schema import DATASOURCE_DDL, split_ddl
 from rmqfs.pipeline.datasource import (
     DEFAULT_RECORDS_PER_PARTITION,
+    DataLossError,
     QueueRange,
     _ship_code,
     check_workers,
-    read_range,
 )
 
 __all__ = [
@@ -297,8 +299,6 @@ def _same_store(planned: StoreIdentity, seen: StoreIdentity, path: str) -> bool:
 def plan_store(spec: str, topics: tuple[str, ...] | None = None) -> str:
     """Plan one store on its host (runs in a Python worker): JSON of ``{"identity": ...,
     "queues": [[topic, queueId, min, max], ...]}``, or ``{"error": message}``."""
-    from rmqfs.engine.read.columnar import StoreFiles
-
     store = BrokerStore(**json.loads(spec))
     try:
         ident = check_here(store)
@@ -336,14 +336,59 @@ def read_parts(
     for batch in batches:
         for text in batch.column(0).to_pylist():
             p = ScanPart.from_json(text)
-            check_here(p.store, p.identity)
+            seen = check_here(p.store, p.identity)
             qr = QueueRange(
                 p.store.path, p.topic, p.queue_id, p.start, p.end, None, fail_on_data_loss, decoded
             )
-            for b in read_range(qr):
+            for b in read_queue_range(_open_store(p.store.path, seen), qr):
                 cols = {n: b.column(i) for i, n in enumerate(b.schema.names)}
                 cols[BROKER_COLUMN] = pa.array([p.store.name] * b.num_rows, pa.string())
                 yield pa.record_batch([cols[c] for c in columns], names=list(columns))
+
+
+#: The stores this worker has open: path -> (dev, ino of its CommitLog directory, reader).
+#: One a path; a store replaced at the path (another identity) is closed and opened anew,
+#: so a reader opened before never serves the new store's partitions.
+_open: dict[str, tuple[tuple[int, int], StoreFiles]] = {}
+
+
+def _open_store(path: str, seen: StoreIdentity) -> StoreFiles:
+    key = (seen.dev, seen.ino)
+    got = _open.get(path)
+    if got is not None and got[0] == key:
+        return got[1]
+    if got is not None:
+        got[1].close()
+    s = StoreFiles(path)
+    _open[path] = (key, s)
+    return s
+
+
+def read_queue_range(s: StoreFiles, p: QueueRange) -> Iterator:
+    """Arrow batches of ``p`` from the store ``s``, as the data source reads a partition
+    (:func:`pipeline.datasource.read_range`, whose messages these are), from a reader this
+    module opened for the store it checked rather than one cached by path.
+
+    Raises:
+        DataLossError: offsets deleted while the query ran (``fail_on_data_loss``), or a
+            damaged record (a body failing its CRC, a unit pointing at no record)."""
+    start = p.start
+    lo = s.min_offset(p.topic, p.queue_id)
+    if start < lo:
+        msg = (
+            f"rocketmq: {p.topic}/{p.queue_id}: offsets {start}..{lo - 1} were deleted "
+            f"from the store while the query ran (min offset is now {lo})"
+        )
+        if p.fail_on_data_loss:
+            raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+        start = lo
+    try:
+        yield from s.read_batches(p.topic, p.queue_id, start, p.end, columns=p.columns)
+    except CorruptRecordError as exc:
+        raise DataLossError(
+            f"rocketmq: {p.topic}/{p.queue_id}: damaged record, not served: "
+            f"{exc} (rmqfs verify names it, rmqfs recover repairs it)"
+        ) from None
 
 
 # -- on the driver ---------------------------------------------------------------------------

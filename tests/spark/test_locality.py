@@ -120,6 +120,19 @@ def test_a_part_run_off_its_host_refuses_naming_both_hosts(spark, two_stores):
 
 
 @pytest.mark.spark
+def test_a_store_replaced_at_the_path_is_read_anew(spark, two_stores, tmp_path):
+    """A worker that read the store at a path before it was replaced reads the new one, not
+    the files it still has open (Python workers are reused across jobs)."""
+    a, b = two_stores
+    host = sorted(executor_hosts(spark.sparkContext))[0]
+    stores = [("x", host, str(a))]
+    assert spark_rows(read_broker_stores(spark, stores)) == fleet_rows("x", a)
+    os.rename(a, tmp_path / "a-old")
+    shutil.copytree(b, a)
+    assert spark_rows(read_broker_stores(spark, stores)) == fleet_rows("x", a)
+
+
+@pytest.mark.spark
 def test_a_store_of_another_broker_is_refused_when_planned(spark, two_stores):
     _, b = two_stores
     (b / "brokerIdentity").write_text("DefaultCluster#broker-b#0")
