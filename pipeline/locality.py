@@ -27,7 +27,8 @@ preferred location, so this is not a ``spark.read.format`` source):
    of ``max_records_per_partition``), each preferring its store's host.
 3. Both jobs run over an RDD made with ``SparkContext.makeRDD(Seq[(T, Seq[String])])``, whose
    partitions carry preferred hosts, built through the JVM gateway; the read is
-   ``DataFrame.mapInArrow`` over a DataFrame of those partitions, all narrow dependencies,
+   ``DataFrame.mapInArrow`` over that RDD made a ``Dataset[String]`` in the JVM (so that
+   only the decoding runs in Python), all narrow dependencies,
    so Spark's ``DAGScheduler.getPreferredLocs`` finds the hosts through them (as Spark's
    Kafka source and rocketmq-spark's ``RocketMqRDD.getPreferredLocations`` place theirs).
 4. Before reading, each task checks that it runs on the planned host and that the store at
@@ -86,6 +87,8 @@ __all__ = [
     "plan_broker_stores",
     "read_plan",
     "read_broker_stores",
+    "located_rdd",
+    "located_frame",
     "BROKER_COLUMN",
 ]
 
@@ -411,13 +414,8 @@ def _context(spark):
     return sc
 
 
-def located_rdd(sc, items: Sequence[tuple[str, str]]):
-    """A ``pyspark.RDD`` of strings, one partition per ``(value, host)``, each preferring its
-    host: ``SparkContext.makeRDD(Seq[(String, Seq[String])])`` through the JVM gateway,
-    read back with ``UTF8Deserializer``."""
-    from pyspark import RDD
-    from pyspark.serializers import UTF8Deserializer
-
+def _located_jrdd(sc, items: Sequence[tuple[str, str]]):
+    """The JVM ``RDD[String]`` of :func:`located_rdd`."""
     jvm = sc._jvm
     conv = jvm.scala.jdk.javaapi.CollectionConverters
     pairs = jvm.java.util.ArrayList()
@@ -426,8 +424,31 @@ def located_rdd(sc, items: Sequence[tuple[str, str]]):
         hosts.add(host)
         pairs.add(jvm.scala.Tuple2(value, conv.asScala(hosts).toList()))
     tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("java.lang.String"))
-    jrdd = sc._jsc.sc().makeRDD(conv.asScala(pairs).toList(), tag)
-    return RDD(jrdd.toJavaRDD(), sc, UTF8Deserializer())
+    return sc._jsc.sc().makeRDD(conv.asScala(pairs).toList(), tag)
+
+
+def located_rdd(sc, items: Sequence[tuple[str, str]]):
+    """A ``pyspark.RDD`` of strings, one partition per ``(value, host)``, each preferring its
+    host: ``SparkContext.makeRDD(Seq[(String, Seq[String])])`` through the JVM gateway,
+    read back with ``UTF8Deserializer``."""
+    from pyspark import RDD
+    from pyspark.serializers import UTF8Deserializer
+
+    return RDD(_located_jrdd(sc, items).toJavaRDD(), sc, UTF8Deserializer())
+
+
+def located_frame(spark, items: Sequence[tuple[str, str]]):
+    """A DataFrame of one STRING column, ``value``, one partition per ``(value, host)``, each
+    preferring its host: :func:`located_rdd`'s RDD made a ``Dataset[String]`` in the JVM
+    (``SparkSession.createDataset(RDD, Encoders.STRING)``: no Python worker, a narrow
+    dependency)."""
+    from pyspark.sql.dataframe import DataFrame
+
+    sc = spark.sparkContext
+    jrdd = _located_jrdd(sc, items)
+    strings = sc._jvm.org.apache.spark.sql.Encoders.STRING()
+    jdf = spark._jsparkSession.createDataset(jrdd, strings).toDF()
+    return DataFrame(jdf, spark)
 
 
 def executor_hosts(sc) -> set[str]:
@@ -458,6 +479,10 @@ def _stores(stores: Iterable) -> tuple[BrokerStore, ...]:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise ValueError(f"rocketmq: broker named twice: {', '.join(sorted(dup))}")
+    places = [(s.host, os.path.normpath(s.path)) for s in out]
+    twice = sorted({f"{p} on {h}" for h, p in places if places.count((h, p)) > 1})
+    if twice:
+        raise ValueError(f"rocketmq: one store named for two brokers: {', '.join(twice)}")
     if not out:
         raise ValueError("rocketmq: no store to read")
     return out
@@ -488,7 +513,8 @@ def plan_broker_stores(
         StoreLocalityError: no SparkContext (Spark Connect); no executor on a store's host
             after ``executor_wait_s`` seconds; a store missing, or another broker's, on its
             host, or planned on another host (every store's problem named at once).
-        ValueError: no store, or a broker named twice.
+        ValueError: no store, a broker named twice, or one store (host and path) named
+            for two brokers.
     """
     sc = _context(spark)
     todo = _stores(stores)
@@ -550,12 +576,11 @@ def read_plan(
         StoreLocalityError: no SparkContext (Spark Connect).
         ValueError: a column that is not one of the read's.
     """
-    sc = _context(spark)
+    _context(spark)
     cols = output_columns(columns)
     names = tuple(n for n, _ in cols)
     ddl = ", ".join(f"{n} {t}" for n, t in cols)
-    rdd = located_rdd(sc, [(p.to_json(), p.store.host) for p in plan.parts])
-    specs = spark.createDataFrame(rdd.map(lambda s: (s,)), "part STRING")
+    specs = located_frame(spark, [(p.to_json(), p.store.host) for p in plan.parts])
     return specs.mapInArrow(
         functools.partial(read_parts, columns=names, fail_on_data_loss=fail_on_data_loss), ddl
     )
@@ -582,7 +607,8 @@ def read_broker_stores(
         StoreLocalityError: see :func:`plan_broker_stores`; an action on the DataFrame fails
             with it too (from a task) when a task runs on another host or finds another
             store than planned.
-        ValueError: no store, a broker named twice, a column that is no column.
+        ValueError: no store, a broker named twice, one store named for two brokers, a
+            column that is no column.
     """
     output_columns(columns)  # refuse a bad column before any job runs
     plan = plan_broker_stores(spark, stores, topics, max_records_per_partition, executor_wait_s)

@@ -24,6 +24,8 @@ ALLOWED = {
     ("pipeline/locality.py", "_jvm"): "PySpark's SparkContext._jvm: no public accessor exists",
     ("pipeline/locality.py", "_jsc"): "PySpark's SparkContext._jsc: the JVM SparkContext's "
     "makeRDD and statusTracker have no Python API",
+    ("pipeline/locality.py", "_jsparkSession"): "PySpark's SparkSession._jsparkSession: "
+    "createDataset(RDD[String], Encoders.STRING) has no Python API",
 }
 
 

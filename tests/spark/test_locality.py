@@ -43,12 +43,18 @@ def test_reads_every_store_with_its_broker_name(spark, two_stores):
     df = read_broker_stores(
         spark,
         [("broker-a", host, str(a)), ("broker-b", host, str(b))],
-        max_records_per_partition=64,
+        max_records_per_partition=100,
     )
     assert df.columns == [n for n, _ in split_ddl(DATASOURCE_DDL)] + ["brokerName"]
     assert spark_rows(df) == sorted(fleet_rows("broker-a", a) + fleet_rows("broker-b", b))
-    # 500 messages over 3 queues, cut at multiples of 64: 3 x 3 partitions, and so on
-    assert df.rdd.getNumPartitions() == 9 + 1 + 2 * 3 + 2 * 1
+    # cut at multiples of 100: T's 167 (a) and 150 (b) a queue in 2, U's 40 and V's 45 in 1
+    assert df.rdd.getNumPartitions() == 3 * 2 + 1 + 2 * 2 + 2 * 1
+
+
+@pytest.mark.spark
+def test_topics_and_columns_narrow_the_read(spark, two_stores):
+    _, b = two_stores
+    host = sorted(executor_hosts(spark.sparkContext))[0]
     only = read_broker_stores(
         spark, [("broker-b", host, str(b))], topics=["V"], columns=["brokerName", "queueOffset"]
     )
@@ -173,6 +179,13 @@ def test_spark_connect_has_no_sparkcontext_and_is_refused():
         read_broker_stores(ConnectLike(), [("b", "h", "/nowhere")])
 
 
-def test_bad_arguments_are_refused_before_any_job():
+@pytest.mark.spark
+def test_bad_arguments_are_refused_before_any_job(spark):
     with pytest.raises(ValueError, match="no column 'nope'"):
         read_broker_stores(object(), [("b", "h", "/x")], columns=["nope"])
+    with pytest.raises(ValueError, match="broker named twice: b"):
+        read_broker_stores(spark, [("b", "h", "/x"), ("b", "h2", "/x")])
+    with pytest.raises(ValueError, match="one store named for two brokers: /x on h"):
+        read_broker_stores(spark, [("a", "h", "/x"), ("b", "h", "/x/")])
+    with pytest.raises(ValueError, match="no store to read"):
+        read_broker_stores(spark, [])
