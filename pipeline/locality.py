@@ -327,7 +327,7 @@ def read_parts(
 ) -> Iterator:
     """``mapInArrow``'s function: for each :class:`ScanPart` (JSON, column 0 of the input
     batches), check the store (:func:`check_here`), then yield its rows as Arrow batches of
-    ``columns`` (``brokerName`` among them). Runs in a Python worker.
+    ``columns`` (in that order; ``brokerName`` where named). Runs in a Python worker.
 
     Raises:
         StoreLocalityError: the task is not on the planned host or the store is another.
@@ -345,7 +345,7 @@ def read_parts(
             )
             for b in read_queue_range(_open_store(p.store.path, seen), qr):
                 cols = {n: b.column(i) for i, n in enumerate(b.schema.names)}
-                cols[BROKER_COLUMN] = pa.array([p.store.name] * b.num_rows, pa.string())
+                cols[BROKER_COLUMN] = pa.repeat(pa.scalar(p.store.name, pa.string()), b.num_rows)
                 yield pa.record_batch([cols[c] for c in columns], names=list(columns))
 
 
