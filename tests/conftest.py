@@ -275,6 +275,11 @@ LONG_TESTS: dict[str, set[str]] = {
         "test_report_on_loghub_logs_over_two_brokers",
         "test_store_latency_says_when_it_cannot_be_measured",
     },
+    "tests/spark/test_locality_cluster.py": {
+        "test_every_store_is_read_on_its_host_and_equals_a_local_read",
+        "test_a_store_planned_on_the_other_broker_s_host_is_refused",
+        "test_a_part_sent_to_the_other_host_fails_and_returns_no_rows",
+    },
     "tests/spark/test_view.py": {
         "test_spark_reads_the_view_row_for_row_and_the_data_source_agrees"
     },

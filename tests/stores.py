@@ -241,3 +241,38 @@ def snapshot_copy(store, dest: Path, name: str = "s") -> Path:
         return materialize(snap, dest, mgr.manifest(snap))
     finally:
         mgr.close()
+
+
+def fleet_store(root, tag: str, topics: dict, cfg=None) -> None:
+    """One broker's store of a fleet: topic ``t`` has ``n`` messages over its queues
+    (``{t: (queues, n)}``), bodies starting with ``tag`` (different stores, different rows)."""
+    with MessageStore(str(root), cfg or small_segments()) as s:
+        for t, (nq, n) in topics.items():
+            s.create_topic(t, nq)
+            s.put_messages(
+                [
+                    Message(t, f"{tag}-{t}-{i} ".encode() * (1 + i % 5), tags=f"g{i % 3}")
+                    for i in range(n)
+                ]
+            )
+
+
+def fleet_rows(name: str, path) -> list[tuple]:
+    """``(name, topic, queue, queueOffset, body)`` of every message of the store at ``path``,
+    sorted, read directly with ``StoreFiles`` (what a locality read of it must return)."""
+    from rmqfs.engine.read.columnar import StoreFiles
+
+    s = StoreFiles(str(path))
+    out = []
+    try:
+        for t in s.topics():
+            for q in s.queue_ids(t):
+                lo, hi = s.min_offset(t, q), s.max_offset(t, q)
+                for b in s.read_batches(t, q, lo, hi, columns=("queueOffset", "body")):
+                    for off, body in zip(
+                        b.column(0).to_pylist(), b.column(1).to_pylist(), strict=True
+                    ):
+                        out.append((name, t, q, off, body))
+    finally:
+        s.close()
+    return sorted(out)

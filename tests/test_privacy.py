@@ -19,6 +19,13 @@ ALLOWED = {
     # PySpark gives no public handle on the JVM gateway; the data source needs it to ask
     # the JVM for its Hadoop configuration.
     ("pipeline/datasource.py", "_jvm"): "PySpark's SparkContext._jvm: no public accessor exists",
+    # The locality reader builds an RDD with preferred hosts (SparkContext.makeRDD) and asks
+    # for the executors' hosts (SparkStatusTracker): PySpark exposes neither.
+    ("pipeline/locality.py", "_jvm"): "PySpark's SparkContext._jvm: no public accessor exists",
+    ("pipeline/locality.py", "_jsc"): "PySpark's SparkContext._jsc: the JVM SparkContext's "
+    "makeRDD and statusTracker have no Python API",
+    ("pipeline/locality.py", "_jsparkSession"): "PySpark's SparkSession._jsparkSession: "
+    "createDataset(RDD[String], Encoders.STRING) has no Python API",
 }
 
 
