@@ -155,7 +155,7 @@ log = logging.getLogger(__name__)
 EARLIEST = -2
 LATEST = -1
 DEFAULT_RECORDS_PER_PARTITION = 100_000
-_stores: dict[str, StoreFiles] = {}
+_stores: dict[str, tuple[StoreFiles, tuple | None]] = {}
 _remotes: dict[str, RemoteSnapshot] = {}
 
 
@@ -325,10 +325,21 @@ def _ship_code(spark) -> None:
 
 
 def _store(path: str) -> StoreFiles:
-    """A per-process cached reader of the store at ``path``."""
-    s = _stores.get(path)
-    if s is None:
-        s = _stores[path] = StoreFiles(path)
+    """A per-process cached reader of the store at ``path``, opened again when another store
+    took the path since (its ``commitlog/`` is another directory: a Python worker reused
+    after a store was replaced must not read the old queues against the new CommitLog)."""
+    try:
+        st = os.stat(commitlog_dir(path))
+        ident = (st.st_dev, st.st_ino)
+    except OSError:
+        ident = None
+    cached = _stores.get(path)
+    if cached is not None and cached[1] == ident:
+        return cached[0]
+    if cached is not None:
+        cached[0].close()
+    s = StoreFiles(path)
+    _stores[path] = (s, ident)
     return s
 
 
@@ -971,7 +982,16 @@ def read_range(p: QueueRange | SegmentRange) -> Iterator:
         return
     if p.tags == ():
         return
-    s = _store(p.path)
+    yield from read_queue(_store(p.path), p)
+
+
+def read_queue(s: StoreFiles, p: QueueRange) -> Iterator:
+    """Arrow batches of the queue range ``p`` from the store reader ``s`` (the data source's
+    own, cached by path, or one ``pipeline.locality`` opened for the store it checked).
+
+    Raises:
+        DataLossError: offsets deleted while the query ran (``fail_on_data_loss``), or a
+            damaged record (a body failing its CRC, a unit pointing at no record)."""
     start = p.start
     lo = s.min_offset(p.topic, p.queue_id)
     if start < lo:

@@ -66,16 +66,15 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
-from rmqfs.engine.errors import CorruptRecordError
 from rmqfs.engine.format.dledger import commitlog_dir
 from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.read.schema import DATASOURCE_DDL, split_ddl
 from rmqfs.pipeline.datasource import (
     DEFAULT_RECORDS_PER_PARTITION,
-    DataLossError,
     QueueRange,
     _ship_code,
     check_workers,
+    read_queue,
 )
 
 __all__ = [
@@ -369,29 +368,9 @@ def _open_store(path: str, seen: StoreIdentity) -> StoreFiles:
 
 def read_queue_range(s: StoreFiles, p: QueueRange) -> Iterator:
     """Arrow batches of ``p`` from the store ``s``, as the data source reads a partition
-    (:func:`pipeline.datasource.read_range`, whose messages these are), from a reader this
-    module opened for the store it checked rather than one cached by path.
-
-    Raises:
-        DataLossError: offsets deleted while the query ran (``fail_on_data_loss``), or a
-            damaged record (a body failing its CRC, a unit pointing at no record)."""
-    start = p.start
-    lo = s.min_offset(p.topic, p.queue_id)
-    if start < lo:
-        msg = (
-            f"rocketmq: {p.topic}/{p.queue_id}: offsets {start}..{lo - 1} were deleted "
-            f"from the store while the query ran (min offset is now {lo})"
-        )
-        if p.fail_on_data_loss:
-            raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
-        start = lo
-    try:
-        yield from s.read_batches(p.topic, p.queue_id, start, p.end, columns=p.columns)
-    except CorruptRecordError as exc:
-        raise DataLossError(
-            f"rocketmq: {p.topic}/{p.queue_id}: damaged record, not served: "
-            f"{exc} (rmqfs verify names it, rmqfs recover repairs it)"
-        ) from None
+    (:func:`pipeline.datasource.read_queue`), from a reader this module opened for the store
+    it checked rather than one cached by path. Raises DataLossError as it does."""
+    return read_queue(s, p)
 
 
 # -- on the driver ---------------------------------------------------------------------------

@@ -245,3 +245,31 @@ def test_spark_reads_the_fleet_by_list_and_by_glob(spark, fleet):
         .where("brokerName = 'broker-b'")
     )
     assert narrow.count() == sum(n + q for n in (5, 3) for q in range(2))
+
+
+def test_a_store_replaced_at_its_path_is_read_anew(tmp_path):
+    """A Python worker keeps its reader of a path; a store replaced there since (another
+    commitlog/ directory) is opened again, never its old queues read against the new files
+    (a false 'damaged record' before, found by pipeline.locality's test of the same)."""
+    path = tmp_path / "store"
+
+    def make(tag: str, n: int) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+        with MessageStore(str(path)) as s:
+            s.create_topic("T", queue_nums=1)
+            s.put_messages([Message("T", f"{tag}-{i}-{'x' * (i % 40)}".encode()) for i in range(n)])
+
+    def bodies() -> list[bytes]:
+        opts = D.parse_options({"path": str(path)})
+        return [
+            bytes(b)
+            for p in D.RocketMQReader(opts).partitions()
+            for batch in D.read_range(p)
+            for b in batch.column("body").to_pylist()
+        ]
+
+    make("old", 30)
+    assert len(bodies()) == 30
+    make("new", 45)
+    got = bodies()
+    assert len(got) == 45 and all(b.startswith(b"new-") for b in got)
