@@ -39,6 +39,7 @@ from .mounts import (  # noqa: F401 - the CLI and tests import them from here
     is_mounted,
     mount_info,
 )
+from .remotefs import RemoteMount
 
 log = logging.getLogger("rmqfs")
 
@@ -215,7 +216,8 @@ class Daemon:
         self.progress = progress
         self.location = store_path if is_uri(store_path) else None
         self.remote_cache = remote_cache
-        self._remote = None  # the lower mount of a snapshot in object storage (mount.remotefs)
+        # the lower mount of a snapshot in object storage (mount.remotefs)
+        self._remote: RemoteMount | None = None
         self.log_file = log_file
         self.store_path = store_path
         self.mountpoint = os.path.abspath(mountpoint)
@@ -255,14 +257,19 @@ class Daemon:
             self._own_cache = True
         try:
             if self.location is not None:
-                from . import remotefs
+                from .remotefs import start as start_remote
 
-                self._remote = remotefs.start(
+                self._remote = start_remote(
                     self.location, self.cache_dir, self.remote_cache, self.log_file
                 )
                 self.store_path = self._remote.lower
             self.store = MessageStore(
-                self.store_path, self.config, read_only=self.read_only, progress=self.progress
+                self.store_path,
+                self.config,
+                read_only=self.read_only,
+                progress=self.progress,
+                # a snapshot in object storage never changes under the mount: not followed
+                follow=False if self.location is not None else None,
             )
         except BaseException:
             self._close_store()  # the lower mount and the cache directory go

@@ -413,10 +413,11 @@ def serve(lower: str, blocks: str, cache_size: int, location: str, ready: int, l
                 s.fetched_bytes,
                 s.evicted,
             )
-            try:
-                os.rmdir(blocks)
-            except OSError:
-                pass
+            for directory in (blocks, lower, os.path.dirname(lower)):  # empty once unmounted
+                try:
+                    os.rmdir(directory)
+                except OSError:
+                    pass
     return 0
 
 

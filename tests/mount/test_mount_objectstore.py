@@ -329,8 +329,10 @@ def test_a_killed_daemon_takes_the_lower_mount_with_it(aws, mounts, tmp_path):
     while mounts.new_pids() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert mounts.new_pids() == set()
-    # the same mount point mounts again
+    assert not Path(lower).parent.exists()  # the lower process removed its directory
+    # the same mount point mounts again, and the dead daemon's cache directory goes
     remote = mounts.mount(uri, "remote", "ro")
+    assert not Path(lower).parent.parent.exists()
     assert (remote / "topics/T/messages.jsonl").read_bytes().count(b"\n") == 200
     run_rmqfs("umount", remote)
     assert mounts.new_lowers() == set()
