@@ -225,10 +225,15 @@ def test_a_snapshot_in_object_storage_mounts_as_its_local_copy(aws, mounts, tmp_
     assert res.stdout.strip() == "1", res
     res = subprocess.run(["cat", remote / "topics/U/bodies.txt"], capture_output=True)
     assert res.returncode == 0 and res.stdout == (local / "topics/U/bodies.txt").read_bytes()
-    # never written
+    # never written; a snapshot of it is the same files (as of a read-only local mount)
     with pytest.raises(OSError) as exc:
         (remote / "topics/T/produce").write_text("no\n")
     assert exc.value.errno == errno.EROFS
+    (remote / "snapshots" / "again").mkdir()
+    for seg in sorted((copy / "commitlog").iterdir()):
+        got = (remote / "snapshots/again/commitlog" / seg.name).read_bytes()
+        assert got == seg.read_bytes()
+    (remote / "snapshots" / "again").rmdir()
 
     # umount: both mounts, the lower process and its blocks go
     workdir = lower.parent
@@ -282,9 +287,21 @@ def test_a_server_that_stops_gives_eio_and_the_mount_serves_again(aws, mounts, t
         assert exc.value.errno == errno.EIO
         assert segs[0].read_bytes() == first  # what was read is still served
         assert os.listdir(remote / "topics")  # the mount lives
+        # a render that meets the error (in a render worker, which maps the files) fails too
+        for rel in ("topics/T/messages.jsonl", "view/topic=T/queue=0"):
+            with pytest.raises(OSError) as exc:
+                if rel.startswith("view/"):
+                    (remote / rel / os.listdir(remote / rel)[0]).read_bytes()
+                else:
+                    (remote / rel).read_bytes()
+            assert exc.value.errno == errno.EIO, rel
     finally:
         aws.start()
     assert segs[1].read_bytes() == (copy / "commitlog" / segs[1].name).read_bytes()
+    rows = (remote / "topics/T/messages.jsonl").read_bytes().splitlines()
+    assert len(rows) == 4000
+    (part,) = os.listdir(remote / "view/topic=T/queue=0")
+    assert pq.read_table(remote / "view/topic=T/queue=0" / part).num_rows == 2000
     log = mounts.log("remote").read_text()
     assert f"EIO reading commitlog/{segs[1].name} of {uri}" in log, log[-3000:]
 
