@@ -16,6 +16,11 @@ their pages and attributes (``keep_cache``, an hour's timeouts). A read that fai
 unreachable, credentials refused, object shorter than its manifest says) answers EIO and logs
 the file and the location; the next read of that block asks the server again.
 
+An upload to the location while it is mounted replaces files in place (it deletes the manifest
+first, :mod:`engine.live.objectstore`): the manifest is read again every :data:`MANIFEST_POLL`
+seconds, and once it changed or is gone, blocks not cached answer EIO (the log says to
+remount) rather than bytes of another snapshot; the cached ones are still served.
+
 Life: the daemon starts it (:func:`start`) with the read end of a pipe whose write end only
 the daemon holds as its stdin; end of file there (the daemon gone, however it ended: an
 unmount, ``kill -9``) unmounts the lower filesystem and ends the process, which deletes its
@@ -48,8 +53,9 @@ DEFAULT_CACHE_SIZE = 1 << 30
 READ_THREADS = 16
 #: Seconds the kernel may keep the attributes and names of the (immutable) files.
 TIMEOUT = 3600.0
-#: Seconds :func:`start` waits for the lower mount (the manifest is one request).
-START_TIMEOUT = 120.0
+#: Seconds between two reads of the location's manifest (one small request each): once it
+#: changed or went (an upload to the location began), blocks not cached are no longer fetched.
+MANIFEST_POLL = 10.0
 _SEGMENT_PREFIX = "commitlog/"
 
 
@@ -170,7 +176,7 @@ def start(
     lower = os.path.join(workdir, "snapshot")
     os.mkdir(lower, 0o700)
     cmd = [sys.executable, "-m", "rmqfs.mount.remotefs", lower, "--blocks", f"{workdir}/blocks"]
-    cmd += ["--cache-size", str(cache_size or DEFAULT_CACHE_SIZE)]
+    cmd += ["--cache-size", str(cache_size or DEFAULT_CACHE_SIZE), "--poll", str(MANIFEST_POLL)]
     if log_file:
         cmd += ["--log-file", log_file]
     if debug:
@@ -326,9 +332,18 @@ def _setup_logging(log_file: str | None, debug: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, handlers=[handler])
 
 
-def serve(lower: str, blocks: str, cache_size: int, location: str, ready: int, life: int) -> int:
+def serve(
+    lower: str,
+    blocks: str,
+    cache_size: int,
+    location: str,
+    ready: int,
+    life: int,
+    poll: float = MANIFEST_POLL,
+) -> int:
     """Open the snapshot at ``location``, mount its files on ``lower``, write ``ok`` (or why
-    not) and a newline to ``ready``, and serve until end of file on ``life`` or SIGTERM."""
+    not) and a newline to ``ready``, and serve until end of file on ``life`` or SIGTERM;
+    read the manifest again every ``poll`` seconds."""
     import pyfuse3
     import trio
 
@@ -343,6 +358,12 @@ def serve(lower: str, blocks: str, cache_size: int, location: str, ready: int, l
     from .mounts import FSTYPE
 
     where = redact(location)
+    changed: list[str] = []  # why blocks are no longer fetched (the location changed)
+
+    def fetch(rel: str, offset: int, length: int) -> bytes:
+        if changed:
+            raise StoreError(changed[0])
+        return snap.read(rel, offset, length)
 
     def answer(text: str) -> None:
         os.write(ready, text.replace("\n", " ").encode() + b"\n")
@@ -355,7 +376,7 @@ def serve(lower: str, blocks: str, cache_size: int, location: str, ready: int, l
         if got is None or got[0] != snap.manifest:
             raise StoreError(f"{where}: its {MANIFEST_NAME} changed while mounting; try again")
         nodes = build_tree(got[0], got[1], MANIFEST_NAME)
-        cache = BlockCache(snap.read, blocks, cache_size)
+        cache = BlockCache(fetch, blocks, cache_size)
         ops = _operations(nodes, cache, where)
         opts = {"ro", "fsname=rmqfs-remote", f"subtype={FSTYPE.split('.', 1)[1]}", "auto_unmount"}
         pyfuse3.init(ops, lower, opts)
@@ -384,8 +405,24 @@ def serve(lower: str, blocks: str, cache_size: int, location: str, ready: int, l
             log.info("the mount daemon is gone: unmounting %s", lower)
             pyfuse3.terminate()
 
+        async def recheck() -> None:
+            while True:
+                await trio.sleep(poll)
+                try:
+                    now = await trio.to_thread.run_sync(read_manifest, snap.fs, snap.base, where)
+                except StoreError:
+                    continue  # the server is down: the reads say so
+                if now is None or now[1] != got[1]:
+                    changed.append(
+                        f"{where} changed since it was mounted (an upload to it): blocks not "
+                        "cached are not read from it any more; unmount and mount it again"
+                    )
+                    log.error("%s", changed[0])
+                    return
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch)
+            nursery.start_soon(recheck)
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
 
@@ -430,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("lower")
     p.add_argument("--blocks", required=True)
     p.add_argument("--cache-size", type=int, required=True)
+    p.add_argument("--poll", type=float, default=MANIFEST_POLL)
     p.add_argument("--log-file")
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
@@ -445,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    return serve(args.lower, args.blocks, args.cache_size, location, ready, life)
+    return serve(args.lower, args.blocks, args.cache_size, location, ready, life, args.poll)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fuse, in_mount_table, run_rmqfs, wait_unmounted
+from conftest import REPO, fuse, in_mount_table, run_rmqfs, wait_unmounted
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import Message, MessageStore
 from s3server import BUCKET, KEY, SECRET, WEED, Weed
@@ -353,3 +353,31 @@ def test_a_killed_daemon_takes_the_lower_mount_with_it(aws, mounts, tmp_path):
     assert (remote / "topics/T/messages.jsonl").read_bytes().count(b"\n") == 200
     run_rmqfs("umount", remote)
     assert mounts.new_lowers() == set()
+
+
+def test_an_upload_to_the_mounted_location_is_never_read_as_the_snapshot(
+    aws, mounts, tmp_path, monkeypatch
+):
+    """An upload replaces files in place: once the manifest changed or went, blocks not cached
+    answer EIO, never the new files' bytes (tests/quickpoll: the manifest read every 0.2 s)."""
+    monkeypatch.setenv("RMQFS_TEST_PYTHONPATH", str(REPO / "tests" / "quickpoll"))
+    copy = snapshot_copy(tmp_path, 6000)
+    uri = aws.uri("replaced")
+    upload(copy, uri)
+    remote = mounts.mount(uri, "remote", "ro")
+    segs = sorted((remote / "raw" / "commitlog").iterdir())
+    first = segs[0].read_bytes()
+    # what an upload does: the manifest goes first, then files are replaced
+    fs, base = aws.fs(), f"{BUCKET}/replaced"
+    fs.delete_file(f"{base}/{MANIFEST_NAME}")
+    with fs.open_output_stream(f"{base}/commitlog/{segs[1].name}") as f:
+        f.write(b"\xee" * segs[1].stat().st_size)
+    log = mounts.log("remote")
+    deadline = time.monotonic() + 60
+    while "changed since it was mounted" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.1)
+    with pytest.raises(OSError) as exc:
+        segs[1].read_bytes()
+    assert exc.value.errno == errno.EIO
+    assert segs[0].read_bytes() == first
