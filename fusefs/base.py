@@ -374,6 +374,7 @@ class Context:
         pid: int | None = None,
         others_write: bool = False,
         snapshot_cache_dir: str | None = None,
+        location: str | None = None,
     ) -> None:
         self.owner_uid = os.getuid()
         self.owner_gid = os.getgid()
@@ -388,6 +389,8 @@ class Context:
         # nothing under the store changes: a read-only mount of a store no one writes
         self.frozen = self.read_only and store.follower is None
         self.snapshot_cache_dir = snapshot_cache_dir  # where snapshot manifests are kept
+        # a snapshot in object storage (printable: no credentials), which the store was read from
+        self.location = location
         self.snapshots: SnapshotManager | None = None  # made on first use: snapshot_manager()
         self.refusals = RefusalLog(self.owner_uid)  # refused writes: MNT/refused.jsonl
         self.line_budget = LineBudget(self.owner_uid)  # unfinished produce lines, all handles

@@ -123,7 +123,7 @@ class RootDir(Dir):
         c = self.ctx
         return {
             "README.txt": lambda: StaticFile(
-                c, "/README.txt", README.format(root=c.store.root).encode()
+                c, "/README.txt", README.format(root=c.location or c.store.root).encode()
             ),
             "status.json": lambda: StatusFile(c, "/status.json"),
             "refused.jsonl": lambda: RefusedFile(c, "/refused.jsonl"),
@@ -176,11 +176,13 @@ class StatusFile(GeneratedFile):
     reads answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
 
     def content(self) -> bytes:
-        """``store_status`` (as ``rmqfs brokerStatus``) with the mount's pid and readOnly."""
+        """``store_status`` (as ``rmqfs brokerStatus``) with the mount's pid and readOnly, and
+        ``location`` for a snapshot in object storage (its URI, credentials redacted)."""
         st = store_status(self.ctx.store)  # the same fields as `rmqfs brokerStatus`
         # the mount's own: its daemon and whether it writes
         st = {
             **{k: st[k] for k in ("brokerName", "storePathRootDir")},
+            **({"location": self.ctx.location} if self.ctx.location else {}),
             "pid": self.ctx.pid,
             "readOnly": self.ctx.read_only,
             **{k: v for k, v in st.items() if k not in ("brokerName", "storePathRootDir")},

@@ -105,13 +105,45 @@ def _load_config(path: str | None):
     return StoreConfig.from_broker_conf(path)
 
 
+def _remote_options(args) -> tuple[set[str], int | None] | str:
+    """``(-o options without remote_cache=, its bytes or None)``, or why they are refused: a
+    URI (a snapshot in object storage) is mounted only with ``ro``; ``remote_cache=SIZE`` only
+    with a URI."""
+    from rmqfs.engine.live.location import is_uri
+
+    from .daemon import read_only_remote_message
+
+    options = _parse_options(args.options)
+    size = None
+    for o in sorted(options):
+        if o.startswith("remote_cache="):
+            options.discard(o)
+            try:
+                size = _size(o.partition("=")[2])
+            except argparse.ArgumentTypeError as exc:
+                return f"-o {o}: {exc}"
+    if not is_uri(args.store):
+        if size is not None:
+            return "-o remote_cache= is the cache of a snapshot in object storage (a URI)"
+        return options, None
+    if "ro" not in options:
+        return read_only_remote_message(args.store, args.mountpoint)
+    return options, size
+
+
 def cmd_mount(args) -> int:
     """Mount; in the background unless ``-f``."""
     from rmqfs.engine.errors import StoreError, StoreLockedError
+    from rmqfs.engine.live.location import redact
 
     from .daemon import Daemon, MountError
     from .progress import PipeProgress, terminal_bar
 
+    remote = _remote_options(args)
+    if isinstance(remote, str):
+        print(f"rmqfs: {remote}", file=sys.stderr)
+        return 1
+    options, remote_cache = remote
     if not args.foreground and args.ready_fd is None:
         return _spawn_background(args)
     if args.ready_fd is not None:
@@ -126,13 +158,14 @@ def cmd_mount(args) -> int:
         daemon = Daemon(
             args.store,
             args.mountpoint,
-            _parse_options(args.options),
+            options,
             config,
             args.cache_dir,
             args.debug_fuse,
             cache_size=args.cache_size,
             progress=pipe or terminal_bar,
             log_file=args.log_file,
+            remote_cache=remote_cache,
         )
         daemon.setup()
     except (MountError, StoreError, ValueError, OSError) as exc:
@@ -152,7 +185,7 @@ def cmd_mount(args) -> int:
             os.close(args.ready_fd)
         print(msg, file=sys.stderr)
         return 1
-    log.info("mounted %s on %s", args.store, args.mountpoint)
+    log.info("mounted %s on %s", redact(args.store), args.mountpoint)
     os.chdir("/")
     report = daemon.recovery_report()
     if pipe is not None and report is not None and report.did_something():
@@ -169,6 +202,8 @@ def cmd_mount(args) -> int:
 
 def _spawn_background(args) -> int:
     """Start the daemon as a new session and wait until it says the mount is ready."""
+    from rmqfs.engine.live.location import is_uri
+
     r, w = os.pipe()
     if not args.log_file and not os.path.exists("/dev/log"):
         args.log_file = default_log_file()  # no syslog here: the log would be lost
@@ -178,7 +213,7 @@ def _spawn_background(args) -> int:
         "-m",
         "rmqfs.mount.cli",
         "mount",
-        os.path.abspath(args.store),
+        args.store if is_uri(args.store) else os.path.abspath(args.store),
         os.path.abspath(args.mountpoint),
         "--ready-fd",
         str(w),
@@ -340,7 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
 
     m = sub.add_parser("mount", help="mount a store (background once ready)")
-    m.add_argument("store", help="store directory (storePathRootDir); created if missing")
+    m.add_argument(
+        "store",
+        help="store directory (storePathRootDir; created if missing), or the URI of a "
+        "snapshot in object storage (s3://bucket/prefix?endpoint_override=host:port, "
+        "with -o ro)",
+    )
     m.add_argument("mountpoint", help="an empty directory")
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument(
@@ -349,7 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OPTS",
         help="options, comma separated: FUSE's ro, allow_other, "
         "default_permissions; rmqfs's allow_other_write (others may produce, "
-        "commit and mkdir) and create (make a store in a non-empty directory)",
+        "commit and mkdir), create (make a store in a non-empty directory) and "
+        "remote_cache=SIZE (a snapshot in object storage: bound of its local block "
+        "cache under --cache-dir, default 1G)",
     )
     m.add_argument("--config", metavar="broker.conf", help="RocketMQ broker.conf to read")
     m.add_argument("--cache-dir", help="where to cache rendered views (default: a temp dir)")

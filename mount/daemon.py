@@ -22,6 +22,7 @@ import threading
 import pyfuse3
 import trio
 
+from rmqfs.engine.live.location import redact
 from rmqfs.engine.live.snapshot import SnapshotManager
 from rmqfs.engine.store import MessageStore, StoreConfig
 from rmqfs.fusefs.base import Context
@@ -38,6 +39,7 @@ from .mounts import (  # noqa: F401 - the CLI and tests import them from here
     is_mounted,
     mount_info,
 )
+from .remotefs import RemoteMount
 
 log = logging.getLogger("rmqfs")
 
@@ -129,6 +131,17 @@ def check_store_path(store_path: str, create: bool) -> None:
         ) from None
 
 
+def read_only_remote_message(location: str, mountpoint: str) -> str:
+    """Why a snapshot in object storage is not mounted without ``-o ro``, and the command
+    that mounts it (the location printed without credentials)."""
+    from rmqfs.engine.live.location import redact
+
+    return (
+        f"{redact(location)} is a snapshot in object storage, which is never written: mount "
+        f"it read-only: rmqfs mount '{redact(location)}' {mountpoint} -o ro"
+    )
+
+
 def check_fuse() -> None:
     """Raise MountError when FUSE cannot work here (no /dev/fuse or no fusermount3)."""
     if not os.path.exists("/dev/fuse"):
@@ -175,6 +188,14 @@ class Daemon:
             (a long recovery says how far it is).
         log_file: where the dead-mount guard (:mod:`mount.guard`) logs (default: stderr on a
             terminal, else nowhere).
+        remote_cache: for a ``store_path`` in object storage (a URI,
+            :func:`engine.live.location.is_uri`), the bound of its block cache in bytes
+            (default :data:`mount.remotefs.DEFAULT_CACHE_SIZE`).
+
+    A ``store_path`` that is a URI is a snapshot in object storage (``rmqfs snapshot-upload``):
+    it is mounted read-only only; its files are served by a lower filesystem of their own
+    (:mod:`mount.remotefs`) on a private directory under the cache directory, which is then
+    mounted as a local copy would be, and unmounted with it.
     """
 
     def __init__(
@@ -188,8 +209,15 @@ class Daemon:
         cache_size: int | None = None,
         progress=None,
         log_file: str | None = None,
+        remote_cache: int | None = None,
     ):
+        from rmqfs.engine.live.location import is_uri
+
         self.progress = progress
+        self.location = store_path if is_uri(store_path) else None
+        self.remote_cache = remote_cache
+        # the lower mount of a snapshot in object storage (mount.remotefs)
+        self._remote: RemoteMount | None = None
         self.log_file = log_file
         self.store_path = store_path
         self.mountpoint = os.path.abspath(mountpoint)
@@ -216,17 +244,36 @@ class Daemon:
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         check_fuse()
         check_mountpoint(self.mountpoint)
-        if self.read_only and not os.path.isdir(self.store_path):
+        if self.location is not None and not self.read_only:
+            raise MountError(read_only_remote_message(self.location, self.mountpoint))
+        if self.location is None and self.read_only and not os.path.isdir(self.store_path):
             raise MountError(f"store {self.store_path} does not exist (read-only mount)")
         _raise_fd_limit()  # each snapshot holds a descriptor per store file
-        check_store_path(self.store_path, "create" in self.own_options)
+        if self.location is None:
+            check_store_path(self.store_path, "create" in self.own_options)
         clean_stale_caches()
-        self.store = MessageStore(
-            self.store_path, self.config, read_only=self.read_only, progress=self.progress
-        )
         if self.cache_dir is None:
             self.cache_dir = make_cache_dir()
             self._own_cache = True
+        try:
+            if self.location is not None:
+                from .remotefs import start as start_remote
+
+                self._remote = start_remote(
+                    self.location, self.cache_dir, self.remote_cache, self.log_file
+                )
+                self.store_path = self._remote.lower
+            self.store = MessageStore(
+                self.store_path,
+                self.config,
+                read_only=self.read_only,
+                progress=self.progress,
+                # a snapshot in object storage never changes under the mount: not followed
+                follow=False if self.location is not None else None,
+            )
+        except BaseException:
+            self._close_store()  # the lower mount and the cache directory go
+            raise
         self.views = ViewCache(self.store, self.cache_dir, self.cache_size)
         ctx = Context(
             self.store,
@@ -234,6 +281,7 @@ class Daemon:
             self.read_only,
             others_write="allow_other_write" in self.own_options,
             snapshot_cache_dir=self.cache_dir,
+            location=None if self.location is None else redact(self.location),
         )
         self.snapshots = ctx.snapshot_manager()
         ops = RmqOperations(ctx)
@@ -341,6 +389,9 @@ class Daemon:
             if self.views is not None:
                 self.views.close()
                 self.views = None
+            if self._remote is not None:
+                remote, self._remote = self._remote, None
+                remote.stop()  # after the store: nothing reads the lower mount any more
             if self._own_cache and self.cache_dir:
                 shutil.rmtree(self.cache_dir, ignore_errors=True)
 

@@ -245,6 +245,11 @@ def popen_as_nobody(code: str, *args) -> subprocess.Popen:
 # each one named exists.
 
 LONG_TESTS: dict[str, set[str]] = {
+    "tests/mount/test_mount_objectstore.py": {
+        "test_a_server_that_stops_gives_eio_and_the_mount_serves_again",
+        "test_refusals_name_the_location_and_leave_nothing",
+        "test_a_killed_daemon_takes_the_lower_mount_with_it",
+    },
     "tests/engine/test_store_damage_fuzz.py": {"test_damaged_stores_never_crash_hang_or_escape"},
     "tests/engine/test_crash.py": {"test_kill_9_while_producing"},
     "tests/tools/test_cli.py": {"test_every_subcommand_answers_help"},

@@ -1,0 +1,236 @@
+"""A bounded local cache of remote files' bytes: fixed-size blocks filled by range reads.
+
+What the mount of a snapshot in object storage (``rmqfs mount s3://... MNT -o ro``,
+:mod:`mount.remotefs`) reads through: the kernel asks for 128 KiB at a time, object storage pays
+per request (S3: tens of ms to the first byte, 8-16 MB range GETs recommended), so each miss
+fetches the whole :data:`BLOCK` around it with one range read (``fetch``, e.g.
+:meth:`engine.live.remote.RemoteSnapshot.read`) and keeps it as a file in a local directory;
+the next reads of that block are local ``pread`` calls. s3ql and ratarmount serve remote data
+the same way.
+
+- **Bounded.** The block files never hold more than ``capacity`` bytes together: room is made
+  (least recently used blocks deleted) before a fetch starts, and a fetch waits when blocks in
+  flight hold the rest. Memory: one block per fetch in flight.
+- **One fetch per block.** Readers of a block being fetched wait for that fetch; when it fails,
+  each of them gets its error (nothing is cached).
+- **Never wrong bytes.** A range read that returns fewer bytes than the file's size (from its
+  manifest) says it should is an :class:`engine.errors.ObjectStoreError` naming the file, as is
+  every failure of ``fetch`` (server unreachable, credentials refused, file gone). Bytes past a
+  file's ``data_end`` (a CommitLog segment's zero tail after the snapshot's cut, which
+  :mod:`engine.live.snapshot` guarantees and its crc32c covers) are zeros, never fetched.
+
+Thread-safe; no pyarrow or FUSE here (tests/engine/test_blockcache.py runs it with a function).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import ObjectStoreError
+
+__all__ = ["BLOCK", "BlockCache", "CacheStats"]
+
+#: Bytes fetched per miss (one range read): the middle of S3's 8-16 MB guidance.
+BLOCK = 8 << 20
+#: Smallest block (a cache smaller than two default blocks uses smaller ones).
+MIN_BLOCK = 64 << 10
+
+#: ``fetch(rel, offset, length) -> bytes``: ``length`` bytes of file ``rel`` at ``offset``
+Fetch = Callable[[str, int, int], bytes]
+
+
+@dataclass
+class CacheStats:
+    """Reads answered from the cache (``hits``) and by fetching (``misses``: range reads
+    made), bytes fetched, blocks evicted."""
+
+    hits: int = 0
+    misses: int = 0
+    fetched_bytes: int = 0
+    evicted: int = 0
+
+
+class _Pending:
+    """A block being fetched: its readers wait on ``done``; ``error`` when it failed."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
+class BlockCache:
+    """Blocks of remote files cached as files in ``directory`` (made if missing, mode 0700),
+    at most ``capacity`` bytes together.
+
+    Args:
+        fetch: the range read (see :data:`Fetch`); its errors propagate to :meth:`read`.
+        directory: where the block files go; :meth:`close` deletes them.
+        capacity: bound of the block files' bytes (at least two blocks: a smaller capacity
+            makes the blocks smaller, down to :data:`MIN_BLOCK`).
+        block: bytes per block (rounded down to 4 KiB).
+
+    Raises:
+        ValueError: ``capacity`` below two :data:`MIN_BLOCK` blocks.
+    """
+
+    def __init__(self, fetch: Fetch, directory: str, capacity: int, block: int = BLOCK) -> None:
+        if capacity < 2 * MIN_BLOCK:
+            raise ValueError(f"cache size {capacity} is below {2 * MIN_BLOCK} bytes")
+        self.fetch = fetch
+        self.directory = directory
+        self.capacity = capacity
+        self.block = max(MIN_BLOCK, min(block, capacity // 2) // 4096 * 4096)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        self.stats = CacheStats()
+        self._cond = threading.Condition()
+        self._lru: OrderedDict[tuple[int, int], int] = OrderedDict()  # key -> bytes, oldest first
+        self._pending: dict[tuple[int, int], _Pending] = {}
+        self._used = 0  # bytes of the cached blocks plus those reserved by fetches in flight
+        self._ids: dict[str, int] = {}
+        self._closed = False
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of the blocks held now (those being fetched included)."""
+        with self._cond:
+            return self._used
+
+    def _path(self, key: tuple[int, int]) -> str:
+        return os.path.join(self.directory, f"{key[0]:x}.{key[1]:x}")
+
+    def read(
+        self, rel: str, size: int, offset: int, length: int, data_end: int | None = None
+    ) -> bytes:
+        """``length`` bytes of file ``rel`` (``size`` bytes long) from ``offset`` (fewer at its
+        end, ``b""`` past it); bytes at or past ``data_end`` are zeros and never fetched.
+
+        Raises:
+            ObjectStoreError: a block could not be fetched (``fetch``'s error), or the file is
+                shorter than ``size``; the message names ``rel``.
+        """
+        end = min(offset + length, size)
+        data_end = size if data_end is None else max(0, min(data_end, size))
+        out = []
+        pos = offset
+        while pos < end:
+            index = pos // self.block
+            start = index * self.block
+            stop = min(end, start + self.block)
+            if pos >= data_end:
+                out.append(bytes(stop - pos))
+            else:
+                want = min(start + self.block, data_end) - start
+                out.append(self._read_block(rel, index, start, want, pos - start, stop - pos))
+            pos = stop
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _read_block(self, rel: str, index: int, start: int, want: int, at: int, n: int) -> bytes:
+        """``n`` bytes at ``at`` in block ``index`` of ``rel`` (``want`` bytes of data from
+        ``start``; zeros after them)."""
+        while True:
+            with self._cond:
+                if self._closed:
+                    raise ObjectStoreError(f"reading {rel}: the cache is closed")
+                fid = self._ids.setdefault(rel, len(self._ids))
+                key = (fid, index)
+                if key in self._lru:
+                    self._lru.move_to_end(key)
+                    self.stats.hits += 1
+                    fd = os.open(self._path(key), os.O_RDONLY)  # under the lock: not evicted
+                    break
+                pending = self._pending.get(key)
+                if pending is None:
+                    pending = self._pending[key] = _Pending()
+                    self._make_room(want)
+                    self._used += want
+                    mine = True
+                else:
+                    mine = False
+            if not mine:
+                pending.done.wait()
+                if pending.error is not None:
+                    raise ObjectStoreError(str(pending.error)) from None
+                continue  # cached now (or evicted already: fetched again)
+            self._fill(rel, key, start, want, pending)
+        try:
+            data = os.pread(fd, n, at) if at < want else b""
+        finally:
+            os.close(fd)
+        return data + bytes(n - len(data)) if len(data) < n else data
+
+    def _make_room(self, n: int) -> None:
+        """Evict least recently used blocks until ``n`` more bytes fit; wait for fetches in
+        flight when they hold the rest. Caller holds the lock."""
+        while self._used + n > self.capacity:
+            if self._lru:
+                key, size = self._lru.popitem(last=False)
+                self._used -= size
+                self.stats.evicted += 1
+                try:
+                    os.unlink(self._path(key))
+                except FileNotFoundError:
+                    pass
+            else:
+                self._cond.wait()
+
+    def _fill(
+        self, rel: str, key: tuple[int, int], start: int, want: int, pending: _Pending
+    ) -> None:
+        """Fetch a block (its bytes already reserved) into its file; wake its waiters."""
+        path = self._path(key)
+        try:
+            data = self.fetch(rel, start, want)
+            if len(data) != want:
+                raise ObjectStoreError(
+                    f"{rel}: {want} bytes at {start} asked, {len(data)} came back (the object "
+                    "is shorter than its manifest says: damaged or replaced)"
+                )
+            tmp = path + ".part"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
+        except BaseException as exc:
+            with self._cond:
+                self._pending.pop(key, None)
+                self._used -= want
+                pending.error = exc
+                self._cond.notify_all()
+            pending.done.set()
+            try:
+                os.unlink(path + ".part")
+            except FileNotFoundError:
+                pass
+            raise
+        with self._cond:
+            self._pending.pop(key, None)
+            if self._closed:
+                os.unlink(path)
+                self._used -= want
+            else:
+                self._lru[key] = want
+            self.stats.misses += 1
+            self.stats.fetched_bytes += want
+            self._cond.notify_all()
+        pending.done.set()
+
+    def close(self) -> None:
+        """Delete the block files (reads after this fail)."""
+        with self._cond:
+            self._closed = True
+            keys = list(self._lru)
+            self._lru.clear()
+            self._used = 0
+        for key in keys:
+            try:
+                os.unlink(self._path(key))
+            except FileNotFoundError:
+                pass

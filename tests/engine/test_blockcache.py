@@ -1,0 +1,142 @@
+"""engine/live/blockcache.py: the bounded block cache the mount of a snapshot in object storage
+reads through, judged against the bytes themselves with a fetch function standing in for the
+range reads (tests/mount/test_mount_objectstore.py runs it against a real S3 server)."""
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from rmqfs.engine.errors import ObjectStoreError
+from rmqfs.engine.live.blockcache import MIN_BLOCK, BlockCache
+
+BLOCK = MIN_BLOCK  # 64 KiB
+
+
+class Remote:
+    """Files as bytes; counts the range reads; can fail or be slowed."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files = files
+        self.calls: list[tuple[str, int, int]] = []
+        self.fail: Exception | None = None
+        self.delay = 0.0
+        self.lock = threading.Lock()
+
+    def fetch(self, rel: str, offset: int, length: int) -> bytes:
+        with self.lock:
+            self.calls.append((rel, offset, length))
+        if self.delay:
+            time.sleep(self.delay)
+        if self.fail is not None:
+            raise self.fail
+        return self.files[rel][offset : offset + length]
+
+
+def on_disk(directory) -> int:
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory))
+
+
+def test_reads_are_the_bytes_and_the_cache_stays_within_its_bound(tmp_path):
+    rnd = random.Random(7)
+    files = {f"commitlog/{i:020d}": rnd.randbytes(5 * BLOCK + 1000) for i in range(3)}
+    remote = Remote(files)
+    cache = BlockCache(remote.fetch, str(tmp_path / "c"), 4 * BLOCK, block=BLOCK)
+    assert cache.block == BLOCK
+    size = 5 * BLOCK + 1000
+    for _ in range(300):
+        rel = rnd.choice(list(files))
+        off = rnd.randrange(size + 10)
+        n = rnd.randrange(1, 3 * BLOCK)
+        assert cache.read(rel, size, off, n) == files[rel][off : off + n]
+        assert on_disk(tmp_path / "c") <= 4 * BLOCK
+        assert cache.cached_bytes <= 4 * BLOCK
+    assert cache.stats.evicted > 0 and cache.stats.hits > 0
+    # every range read is one whole block (the last one shorter)
+    assert all(o % BLOCK == 0 and (n == BLOCK or o + n == size) for _, o, n in remote.calls)
+    cache.close()
+    assert os.listdir(tmp_path / "c") == []
+
+
+def test_a_hot_block_is_read_from_disk_not_fetched_again(tmp_path):
+    data = bytes(range(256)) * 1024
+    remote = Remote({"f": data})
+    cache = BlockCache(remote.fetch, str(tmp_path), 8 * BLOCK, block=BLOCK)
+    for off in range(0, BLOCK, 4096):
+        assert cache.read("f", len(data), off, 4096) == data[off : off + 4096]
+    assert remote.calls == [("f", 0, BLOCK)]
+
+
+def test_readers_of_one_block_wait_for_one_fetch(tmp_path):
+    data = os.urandom(2 * BLOCK)
+    remote = Remote({"f": data})
+    remote.delay = 0.3
+    cache = BlockCache(remote.fetch, str(tmp_path), 8 * BLOCK, block=BLOCK)
+    got = []
+
+    def reader(off):
+        got.append(cache.read("f", len(data), off, 100) == data[off : off + 100])
+
+    threads = [threading.Thread(target=reader, args=(i * 100,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [True] * 8
+    assert remote.calls == [("f", 0, BLOCK)]
+
+
+def test_a_failed_fetch_fails_every_waiting_reader_and_caches_nothing(tmp_path):
+    data = os.urandom(BLOCK)
+    remote = Remote({"f": data})
+    remote.fail = ObjectStoreError("reading f of s3://b/x: server unreachable")
+    remote.delay = 0.2
+    cache = BlockCache(remote.fetch, str(tmp_path), 4 * BLOCK, block=BLOCK)
+    errors = []
+
+    def reader():
+        try:
+            cache.read("f", len(data), 0, 10)
+        except ObjectStoreError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == ["reading f of s3://b/x: server unreachable"] * 4
+    assert len(remote.calls) == 1
+    assert cache.cached_bytes == 0 and os.listdir(tmp_path) == []
+    remote.fail = None  # the server is back: the next read fetches again
+    remote.delay = 0
+    assert cache.read("f", len(data), 0, 10) == data[:10]
+    assert len(remote.calls) == 2
+
+
+def test_an_object_shorter_than_its_manifest_is_an_error_never_zeros(tmp_path):
+    remote = Remote({"f": b"x" * 1000})
+    cache = BlockCache(remote.fetch, str(tmp_path), 4 * BLOCK, block=BLOCK)
+    with pytest.raises(ObjectStoreError, match=r"^f: 4096 bytes at 0 asked, 1000 came back"):
+        cache.read("f", 4096, 0, 10)
+    assert cache.cached_bytes == 0
+
+
+def test_the_zero_tail_is_never_fetched(tmp_path):
+    size = 3 * BLOCK
+    data = os.urandom(BLOCK + 100) + bytes(size - BLOCK - 100)
+    remote = Remote({"seg": data})
+    cache = BlockCache(remote.fetch, str(tmp_path), 4 * BLOCK, block=BLOCK)
+    assert cache.read("seg", size, 0, size, data_end=BLOCK + 100) == data
+    assert remote.calls == [("seg", 0, BLOCK), ("seg", BLOCK, 100)]
+    assert cache.read("seg", size, size - 10, 100, data_end=BLOCK + 100) == bytes(10)
+    assert cache.read("seg", size, size, 100) == b""
+    assert on_disk(tmp_path) == BLOCK + 100
+
+
+def test_a_small_capacity_makes_small_blocks_and_too_small_is_refused(tmp_path):
+    assert BlockCache(Remote({}).fetch, str(tmp_path), 1 << 20).block == 512 << 10
+    with pytest.raises(ValueError):
+        BlockCache(Remote({}).fetch, str(tmp_path), MIN_BLOCK)
