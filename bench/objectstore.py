@@ -18,6 +18,9 @@ server.
    count, avg body length, max storeTimestamp) with the full schema and with the query's
    four columns, on the S3 location and on the local copy, alternating, after one warm-up
    each; then over the fleet of two (a glob) and with one executor core (``local[1]``).
+5. the mount: ``rmqfs mount URI MNT -o ro`` (a block cache that holds the snapshot) against
+   the local copy mounted read-only, Spark's query on ``view/`` cold (the first query renders
+   every part) and warm.
 
 Targets: S3 / local <= 1.5 (same cores); bytes read <= 1.2x the CommitLog bytes needed; at
 least 8 MiB per request on average. How it grows: the reader's requests and bytes are linear in
@@ -165,11 +168,58 @@ def _spark(copy: Path, uri: str, fleet_uri: str, runs: int, key: str, secret: st
     return out
 
 
+def _mount_view(copy: Path, uri: str, runs: int) -> dict:
+    """Spark's query on ``view/`` of the snapshot mounted from S3 (``rmqfs mount URI -o ro``,
+    a block cache big enough to hold it) and of its local copy mounted read-only: the first
+    query (cold: it renders every part, the remote one fetching every block once) and warm
+    ones (median)."""
+    import subprocess
+
+    from bench import rmqfs
+    from rmqfs.pipeline import report
+
+    out: dict = {}
+    spark = report.build_session("local[2]", app_name="bench-os-mount", shuffle_partitions=2)
+    try:
+        for name, src, opts in (
+            ("local", str(copy), "ro"),
+            ("s3", uri, "ro,remote_cache=4G"),
+        ):
+            mnt = Path(tempfile.mkdtemp(prefix=f"mnt-{name}-", dir=str(OUT)))
+            cache = Path(tempfile.mkdtemp(prefix=f"cache-{name}-", dir=str(OUT)))
+            t0 = time.monotonic()
+            rmqfs("mount", src, mnt, "-o", opts, "--cache-dir", cache)
+            out[f"{name}_mount_s"] = round(time.monotonic() - t0, 2)
+            try:
+                view = f"file://{mnt}/view"
+                t0 = time.monotonic()
+                rows = _query(spark.read.parquet(view))
+                out[f"{name}_view_cold_s"] = round(time.monotonic() - t0, 2)
+                assert sum(r[2] for r in rows) > 0
+                ts = []
+                for _ in range(runs):
+                    t0 = time.monotonic()
+                    _query(spark.read.parquet(view))
+                    ts.append(time.monotonic() - t0)
+                out[f"{name}_view_warm_s"] = round(statistics.median(ts), 2)
+            finally:
+                rmqfs("umount", mnt)
+                subprocess.run(["rm", "-rf", str(mnt), str(cache)])
+    finally:
+        spark.stop()
+    out["view_cold_s3_over_local"] = round(out["s3_view_cold_s"] / out["local_view_cold_s"], 2)
+    out["view_warm_s3_over_local"] = round(out["s3_view_warm_s"] / out["local_view_warm_s"], 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=5_000_000)
     ap.add_argument("--store", type=Path, help="an existing store to use (built otherwise)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--only", choices=("reader", "spark", "mount"), action="append", help="phases to run"
+    )
     args = ap.parse_args()
     _tests_path()
     from rmqfs.engine.live import objectstore
@@ -202,21 +252,33 @@ def main() -> None:
         uri = weed.uri("fleet/b1/latest")
         from rmqfs.engine.live.location import with_credentials
 
-        result["reader"] = _reader_alone(copy, with_credentials(uri, KEY, SECRET))
-        print(json.dumps(result["reader"]), flush=True)
-        result["spark"] = _spark(copy, uri, weed.uri("fleet/*/latest"), args.runs, KEY, SECRET)
+        only = set(args.only or ("reader", "spark", "mount"))
+        if "reader" in only:
+            result["reader"] = _reader_alone(copy, with_credentials(uri, KEY, SECRET))
+            print(json.dumps(result["reader"]), flush=True)
+        if "spark" in only:
+            fleet = weed.uri("fleet/*/latest")
+            result["spark"] = _spark(copy, uri, fleet, args.runs, KEY, SECRET)
+        if "mount" in only:
+            result["mount"] = _mount_view(copy, with_credentials(uri, KEY, SECRET), args.runs)
+            print(json.dumps(result["mount"]), flush=True)
     finally:
         weed.stop()
         shutil.rmtree(work, ignore_errors=True)
-    sp = result["spark"]
-    result["s3_over_local_full"] = round(sp["s3_full_cores2"] / sp["local_full_cores2"], 2)
-    result["s3_over_local_4col"] = round(sp["s3_4col_cores2"] / sp["local_4col_cores2"], 2)
-    result["bytes_over_needed"] = result["reader"]["bytes_over_needed"]
+    sp = result.get("spark")
+    if sp:
+        result["s3_over_local_full"] = round(sp["s3_full_cores2"] / sp["local_full_cores2"], 2)
+        result["s3_over_local_4col"] = round(sp["s3_4col_cores2"] / sp["local_4col_cores2"], 2)
+    if "reader" in result:
+        result["bytes_over_needed"] = result["reader"]["bytes_over_needed"]
     result["load_after"] = loadavg()
-    (OUT / "result.json").write_text(json.dumps(result, indent=1))
+    name = "result.json" if not args.only else f"result-{'-'.join(sorted(only))}.json"
+    (OUT / name).write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
     print(targets_line(args.n, result, TARGETS))
-    print(f"MiB per request: {result['reader']['mib_per_request']} (goal >= 8); {loadavg()}")
+    if "reader" in result:
+        print(f"MiB per request: {result['reader']['mib_per_request']} (goal >= 8)")
+    print(loadavg())
 
 
 if __name__ == "__main__":
