@@ -82,14 +82,17 @@ read in the scan it builds (a ``readInfo`` of its own, as in Spark's SPARK-58551
 on. Either way a reader's pushed filters live in a narrowed copy of its own
 (:class:`PushedFilters`), never in the parsed options.
 
-Streaming offsets are ``{"<topic>": {"<queueId>": <next queue offset>}}``, Kafka's shape.
+Streaming offsets are ``{"<topic>": {"<queueId>": <next queue offset>}}``, Kafka's shape (on
+a load of several stores, ``{"<brokerName>": {...}}`` of those).
 Spark checkpoints them; a query restarted from its checkpoint resumes at exactly the next
 offset, so every message is delivered once. ``commit()`` records nothing: the checkpoint is the
 consumer position (the store's consumerOffset.json is left alone).
 
 The store may be written by a mount or a broker while it is read: the reader takes no lock and
 writes nothing (``engine.read.columnar``). Executors need the store at the same path (local
-mode, or a shared filesystem on a cluster); ``register()`` ships this code to them.
+mode, or a shared filesystem on a cluster), or read a snapshot in object storage in place
+(``s3://...``: :class:`engine.live.remote.RemoteSnapshot`, one partition per CommitLog file;
+docs/spark.md "Snapshots in object storage"); ``register()`` ships this code to them.
 """
 
 from __future__ import annotations
