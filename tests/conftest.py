@@ -245,6 +245,17 @@ def popen_as_nobody(code: str, *args) -> subprocess.Popen:
 # each one named exists.
 
 LONG_TESTS: dict[str, set[str]] = {
+    "tests/spark/test_datasource_fleet.py": {
+        "test_spark_streams_the_fleet_each_message_once",
+    },
+    "tests/mount/test_snapshot_objectstore.py": {
+        "test_a_server_stopped_mid_upload_leaves_no_manifest",
+    },
+    "tests/spark/test_datasource_s3.py": {
+        "test_faults_are_named_and_never_a_partial_result",
+        "test_streaming_follows_newer_snapshots_exactly_once",
+        "test_the_report_runs_over_snapshot_uris",
+    },
     "tests/mount/test_mount_objectstore.py": {
         "test_a_server_that_stops_gives_eio_and_the_mount_serves_again",
         "test_refusals_name_the_location_and_leave_nothing",

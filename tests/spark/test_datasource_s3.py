@@ -142,7 +142,6 @@ def test_the_fleet_by_glob_names_brokers_and_skips_one_with_no_snapshot(spark, w
     assert _by_queue(got) == want
 
 
-@pytest.mark.long
 def test_streaming_follows_newer_snapshots_exactly_once(spark, weed, fleet, tmp_path):
     """Two snapshots uploaded one after the other to one location: a stream restarted from its
     checkpoint reads the second one's new messages only, each message once."""
@@ -179,7 +178,6 @@ def test_streaming_follows_newer_snapshots_exactly_once(spark, weed, fleet, tmp_
     assert _by_queue(rows) == want
 
 
-@pytest.mark.long
 def test_faults_are_named_and_never_a_partial_result(spark, weed, fleet, tmp_path, monkeypatch):
     D.register(spark)
     a = _uri(weed, "fleet/broker-a/latest")
@@ -221,7 +219,6 @@ def test_faults_are_named_and_never_a_partial_result(spark, weed, fleet, tmp_pat
         weed.start()
 
 
-@pytest.mark.long
 def test_the_report_runs_over_snapshot_uris(spark, weed, fleet, tmp_path, capsys):
     """``rmqfs report s3://...``: the tables of a snapshot read in place; consumer lag from the
     snapshot's own offsets, as consumer_progress computes it on the local copy."""
