@@ -27,7 +27,23 @@ def doc_blocks(path: str, heading: str) -> list[str]:
         if not fence and re.match(rf"#{{1,{level}}} ", line):
             break
         body.append(line)
-    return re.findall(r"```\n(.*?)```", "\n".join(body), re.S)
+    blocks: list[str] = []
+    current: list[str] | None = None  # lines of the open unlabelled block
+    labelled = False  # inside a block opened with a language (```sh, ```python): skipped
+    for line in body:
+        if line.startswith("```"):
+            if current is not None:  # closes an unlabelled block
+                blocks.append("\n".join(current) + "\n")
+                current = None
+            elif labelled:  # closes a labelled one
+                labelled = False
+            elif line.strip() == "```":
+                current = []
+            else:
+                labelled = True
+        elif current is not None:
+            current.append(line)
+    return blocks
 
 
 @pytest.mark.parametrize(
