@@ -246,6 +246,7 @@ def popen_as_nobody(code: str, *args) -> subprocess.Popen:
 
 LONG_TESTS: dict[str, set[str]] = {
     "tests/spark/test_datasource_fleet.py": {
+        "test_spark_reads_the_fleet_by_list_and_by_glob",
         "test_spark_streams_the_fleet_each_message_once",
     },
     "tests/mount/test_snapshot_objectstore.py": {
