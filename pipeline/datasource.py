@@ -149,6 +149,8 @@ __all__ = [
     "is_remote",
     "remote_snapshot",
     "remote_broker_name",
+    "store_reader",
+    "read_queue",
     "store_broker_name",
     "expand_stores",
 ]
@@ -327,22 +329,25 @@ def _ship_code(spark) -> None:
     _SHIPPED.add(sc)
 
 
-def _store(path: str) -> StoreFiles:
+def store_reader(path: str, identity: tuple | None = None) -> StoreFiles:
     """A per-process cached reader of the store at ``path``, opened again when another store
-    took the path since (its ``commitlog/`` is another directory: a Python worker reused
-    after a store was replaced must not read the old queues against the new CommitLog)."""
-    try:
-        st = os.stat(commitlog_dir(path))
-        ident = (st.st_dev, st.st_ino)
-    except OSError:
-        ident = None
+    took the path since: a Python worker reused after a store was replaced must not read the
+    old queues against the new CommitLog. ``identity`` is the ``(st_dev, st_ino)`` of the
+    store's ``commitlog/`` the reader must be of (``pipeline.locality``: the one its task
+    checked); default: the one found now."""
+    if identity is None:
+        try:
+            st = os.stat(commitlog_dir(path))
+            identity = (st.st_dev, st.st_ino)
+        except OSError:
+            identity = None
     cached = _stores.get(path)
-    if cached is not None and cached[1] == ident:
+    if cached is not None and cached[1] == identity:
         return cached[0]
     if cached is not None:
         cached[0].close()
     s = StoreFiles(path)
-    _stores[path] = (s, ident)
+    _stores[path] = (s, identity)
     return s
 
 
@@ -985,7 +990,7 @@ def read_range(p: QueueRange | SegmentRange) -> Iterator:
         return
     if p.tags == ():
         return
-    yield from read_queue(_store(p.path), p)
+    yield from read_queue(store_reader(p.path), p)
 
 
 def read_queue(s: StoreFiles, p: QueueRange) -> Iterator:

@@ -75,6 +75,7 @@ from rmqfs.pipeline.datasource import (
     _ship_code,
     check_workers,
     read_queue,
+    store_reader,
 )
 
 __all__ = [
@@ -332,45 +333,23 @@ def read_parts(
         StoreLocalityError: the task is not on the planned host or the store is another.
         DataLossError: a damaged record, or offsets deleted while the query ran.
     """
-    import pyarrow as pa
-
-    decoded = tuple(c for c in columns if c != BROKER_COLUMN) or ("queueOffset",)
     for batch in batches:
         for text in batch.column(0).to_pylist():
             p = ScanPart.from_json(text)
             seen = check_here(p.store, p.identity)
             qr = QueueRange(
-                p.store.path, p.topic, p.queue_id, p.start, p.end, None, fail_on_data_loss, decoded
+                p.store.path,
+                p.topic,
+                p.queue_id,
+                p.start,
+                p.end,
+                None,
+                fail_on_data_loss,
+                tuple(columns),
+                p.store.name,
             )
-            for b in read_queue_range(_open_store(p.store.path, seen), qr):
-                cols = {n: b.column(i) for i, n in enumerate(b.schema.names)}
-                cols[BROKER_COLUMN] = pa.repeat(pa.scalar(p.store.name, pa.string()), b.num_rows)
-                yield pa.record_batch([cols[c] for c in columns], names=list(columns))
-
-
-#: The stores this worker has open: path -> (dev, ino of its CommitLog directory, reader).
-#: One a path; a store replaced at the path (another identity) is closed and opened anew,
-#: so a reader opened before never serves the new store's partitions.
-_open: dict[str, tuple[tuple[int, int], StoreFiles]] = {}
-
-
-def _open_store(path: str, seen: StoreIdentity) -> StoreFiles:
-    key = (seen.dev, seen.ino)
-    got = _open.get(path)
-    if got is not None and got[0] == key:
-        return got[1]
-    if got is not None:
-        got[1].close()
-    s = StoreFiles(path)
-    _open[path] = (key, s)
-    return s
-
-
-def read_queue_range(s: StoreFiles, p: QueueRange) -> Iterator:
-    """Arrow batches of ``p`` from the store ``s``, as the data source reads a partition
-    (:func:`pipeline.datasource.read_queue`), from a reader this module opened for the store
-    it checked rather than one cached by path. Raises DataLossError as it does."""
-    return read_queue(s, p)
+            # the reader of the store this task checked (another at the path is reopened)
+            yield from read_queue(store_reader(p.store.path, (seen.dev, seen.ino)), qr)
 
 
 # -- on the driver ---------------------------------------------------------------------------
