@@ -225,7 +225,7 @@ def test_stores_written_by_real_brokers(name, tmp_path):
     assert got and got == _local(c, bounds)
 
 
-def test_request_size_bounds_the_memory_held(copy, monkeypatch):
+def test_records_are_completed_across_reads_smaller_than_them(copy, monkeypatch):
     """With requests smaller than a record, records are completed across reads."""
     monkeypatch.setattr(remote, "REQUEST", 1000)
     r = RemoteSnapshot(str(copy))
