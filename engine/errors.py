@@ -93,9 +93,20 @@ class ReadOnlyStoreError(StoreError):
 
 
 class StoreLockedError(StoreError):
-    """Another process holds the store's ``lock`` file."""
+    """Another process holds the store's ``lock`` file.
+
+    Attributes:
+        holder: the pid of the holder when it is known (a broker's POSIX lock or an rmqfs
+            mount's), else None. The message states the fact only; what to do about it
+            depends on what the caller wanted (a mount can follow the writer read-only, an
+            offline writer can go through the holder's mount), so callers add it.
+    """
 
     errno = errno.EBUSY
+
+    def __init__(self, message: str, holder: int | None = None):
+        super().__init__(message)
+        self.holder = holder
 
 
 class FlushDiskTimeoutError(StoreError):

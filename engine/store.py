@@ -522,12 +522,14 @@ class MessageStore:
         write_queue_nums: int | None = None,
         perm: int | None = None,
         order: bool | None = None,
+        topic_sys_flag: int | None = None,
     ) -> TopicConfig:
         """``updateTopic`` (``AdminBrokerProcessor.updateAndCreateTopic`` ->
         ``TopicConfigManager.updateTopicConfig``): set the given fields of a topic's entry in
-        topics.json (creating the topic when missing) and persist atomically. Unlike mqadmin,
-        which sends a whole ``TopicConfig`` whose unset fields take its defaults (8 queues,
-        perm 6), fields not given keep their values.
+        topics.json (creating the topic with ``defaultTopicQueueNums`` queues when missing) and
+        persist atomically. Fields not given keep their values; a caller that replaces the
+        entry as mqadmin's whole ``TopicConfig`` does gives them all (mount/admin.py).
+        ``topic_sys_flag``: ``TopicSysFlag`` bits (0 or more).
 
         Raises InvalidNameError (a bad name, queue count outside 1-1024, perm not 2/4/6),
         SystemTopicError (a system topic: ``validateSystemTopicWhenUpdateTopic``),
@@ -548,6 +550,8 @@ class MessageStore:
                     validate_queue_nums(n)
                 except InvalidNameError:
                     raise InvalidNameError(f"{what} {n!r}: use 1-1024") from None
+        if topic_sys_flag is not None and not 0 <= topic_sys_flag < 1 << 31:
+            raise InvalidNameError(f"topicSysFlag {topic_sys_flag!r}: use 0..2^31-1")
         if perm is not None and (isinstance(perm, bool) or perm not in (2, 4, 6)):
             raise InvalidNameError(f"perm {perm!r}: use 2 (write), 4 (read) or 6 (read and write)")
         with self.put_lock:
@@ -564,6 +568,8 @@ class MessageStore:
                 cfg.perm = perm
             if order is not None:
                 cfg.order = bool(order)
+            if topic_sys_flag is not None:
+                cfg.topic_sys_flag = topic_sys_flag
             self.topic_config.put(cfg)
             return cfg
 

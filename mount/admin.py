@@ -35,6 +35,7 @@ import re
 import sys
 import time
 
+from rmqfs.engine.errors import StoreLockedError
 from rmqfs.engine.live.progress import consumer_progress, diff_total
 
 TIME_FORMAT_HELP = "epoch ms, yyyy-MM-dd#HH:mm:ss:SSS (local time) or now"
@@ -103,6 +104,60 @@ def _check_store(path: str) -> str:
     root = os.path.abspath(path)
     check_store_dir(root)
     return root
+
+
+def _through_mount(args, mnt: str) -> str:
+    """What a write command does through the mount at ``mnt`` that holds its store (the mount
+    keeps offsets and the CommitLog tail in memory, so the offline writer must not race it)."""
+    cmd = getattr(args, "command", "")
+    topic = getattr(args, "topic", None) or "TOPIC"
+    group = getattr(args, "group", None) or "GROUP"
+    queue = getattr(args, "queue_id", None)
+    q = "QUEUE" if queue is None else str(queue)
+    if cmd == "produce":
+        return f"produce through it: echo LINE >> {mnt}/topics/{topic}/produce (or cat FILE >>)"
+    if cmd == "reset-offset":
+        return (
+            f"commit through it, one queue at a time: echo OFFSET > "
+            f"{mnt}/groups/{group}/{topic}/{q}/offset ({mnt}/topics/{topic}/{q}/by-time/MS is "
+            "the first message stored at or after epoch ms MS, with its queueOffset)"
+        )
+    if cmd == "clone-group-offset":
+        src = getattr(args, "src_group", None) or "SRC"
+        dest = getattr(args, "dest_group", None) or "DEST"
+        return (
+            f"copy through it, one queue at a time: cat {mnt}/groups/{src}/{topic}/QUEUE/offset "
+            f"> {mnt}/groups/{dest}/{topic}/QUEUE/offset"
+        )
+    if cmd == "update-topic":
+        return (
+            f"change it through it: echo '{{\"perm\": 6}}' > {mnt}/topics/{topic}/topic.json "
+            f"(mkdir {mnt}/topics/{topic} creates a topic)"
+        )
+    if cmd == "delete-topic":
+        return f"delete it through it: rmdir {mnt}/topics/{topic}"
+    if cmd == "delete-sub-group":
+        return f"delete it through it: rmdir {mnt}/groups/{group} (its offsets go too, as -r true)"
+    if cmd == "update-sub-group":
+        return (
+            f"mkdir {mnt}/groups/{group} creates a group through it; a group's settings change "
+            f"with the store unmounted: rmqfs umount {mnt}"
+        )
+    return f"unmount it first: rmqfs umount {mnt}"
+
+
+def _locked_hint(args, exc: StoreLockedError) -> str:
+    """The message for a write command refused by the store's lock: the holder, and what to
+    do instead (through its mount when the holder is an rmqfs mount, else stop the broker)."""
+    from .mounts import mountpoint_of
+
+    mnt = mountpoint_of(exc.holder) if exc.holder else None
+    if mnt is not None:
+        return f"{exc}: it is mounted on {mnt}; {_through_mount(args, mnt)}"
+    return (
+        f"{exc}; stop it first (a broker: use mqadmin against it; a mount: rmqfs umount MNT, "
+        "or write through the mount's files)"
+    )
 
 
 def open_store(args, write: bool = False, create: bool = False):
@@ -316,6 +371,24 @@ def cmd_recover(args) -> int:
 # produce
 
 
+def _create_hint(args, queues: int | None = None) -> str:
+    """How to create the missing topic for ``produce``, in the option letters of the name it
+    was run by: ``-c`` is rmqfs produce's ``--create`` but mqadmin sendMessage's tags, and
+    mqadmin creates topics with updateTopic (``args.mqadmin``: the mqadmin name the command was
+    typed as, set by :mod:`mount.mqadmin`). ``queues``: the count ``-c`` would create, or None
+    when there is no store yet (then only ``produce -c`` creates it)."""
+    n = f" ({queues} queues)" if queues else ""
+    if not getattr(args, "mqadmin", None):
+        return f"pass -c (--create) to create it{n or f' with topic {args.topic}'}"
+    produce = f"rmqfs produce {args.store} -t {args.topic} -c{n}"
+    if queues is None:
+        return f"create it with {produce}"
+    return (
+        f"create it first, as mqadmin does: rmqfs updateTopic {args.store} -t {args.topic}; "
+        f"or produce with {produce}"
+    )
+
+
 def cmd_produce(args) -> int:
     """``rmqfs produce STORE -t TOPIC [FILE...]``: one message per line (stdin without FILE)."""
     from rmqfs.engine.errors import StoreError
@@ -364,7 +437,7 @@ def cmd_produce(args) -> int:
     if not args.create and (
         not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path))
     ):
-        raise AdminError(f"{path} holds no store yet; pass -c to create it with topic {args.topic}")
+        raise AdminError(f"{path} holds no store yet; {_create_hint(args)}")
     with open_store(args, write=True, create=True) as store:
         if (args.deliver_time is not None or args.delay_ms is not None) and not args.delay_level:
             from rmqfs.engine.service.putmessage import timer_enabled
@@ -377,11 +450,8 @@ def cmd_produce(args) -> int:
                 )
         if store.topic_config.get(args.topic) is None:
             if not args.create:
-                raise AdminError(
-                    f"topic {args.topic} does not exist; pass -c to create it "
-                    f"({args.queues or store.config.default_topic_queue_nums} "
-                    "queues)"
-                )
+                n = args.queues or store.config.default_topic_queue_nums
+                raise AdminError(f"topic {args.topic} does not exist; {_create_hint(args, n)}")
             check_topic_creatable(args.topic)  # AdminBrokerProcessor: no system topics
             store.create_topic(args.topic, args.queues)
             print(
@@ -866,26 +936,65 @@ def cmd_delete_topic(args) -> int:
     return 0
 
 
+#: The ``TopicConfig`` mqadmin's updateTopic sends (``UpdateTopicSubCommand.execute``): a new
+#: ``TopicConfig`` with readQueueNums and writeQueueNums set to 8, perm 6 (``PERM_READ |
+#: PERM_WRITE``, the class default), topicSysFlag 0 (no ``-u``/``-s``) and order false, before
+#: the options given; the broker stores it whole (``TopicConfigManager.updateTopicConfig``),
+#: keeping only the current attributes.
+MQADMIN_TOPIC = {"read_queue_nums": 8, "write_queue_nums": 8, "perm": 6, "order": False}
+
+
 def cmd_update_topic(args) -> int:
     """``updateTopic`` (AdminBrokerProcessor.updateAndCreateTopic ->
     TopicConfigManager.updateTopicConfig): set the topic's readQueueNums (-r), writeQueueNums
-    (-w, 1-1024), perm (-p 2, 4 or 6) or order (-o) in topics.json, creating the topic when
-    missing. Options not given keep their values (mqadmin sends a whole TopicConfig with its
-    defaults instead). System topics are refused."""
-    kw = dict(
+    (-w, 1-1024), perm (-p 2, 4 or 6) or order (-o) in topics.json. A missing topic is created
+    from what mqadmin sends (UpdateTopicSubCommand: 8 read and 8 write queues, perm 6, order
+    false) with the options given. An existing topic keeps the fields not given, unless
+    --mqadmin-defaults (which ``rmqfs updateTopic`` passes): then, as mqadmin's whole
+    TopicConfig does, they take mqadmin's values and topicSysFlag goes to 0; attributes are
+    kept either way. System topics are refused."""
+    given = dict(
         read_queue_nums=_int_arg(args.read_queue_nums, "-r"),
         write_queue_nums=_int_arg(args.write_queue_nums, "-w"),
         perm=_int_arg(args.perm, "-p"),
         order=_bool_arg(args.order, "-o"),
     )
     with open_store(args, write=True) as store:
-        existed = store.topic_config.get(args.topic) is not None
-        cfg = store.update_topic(args.topic, **kw)
+        old = store.topic_config.get(args.topic)
+        kw: dict = {k: v for k, v in given.items() if v is not None}
+        sys_flag = None
+        if old is None or args.mqadmin_defaults:
+            kw = {**MQADMIN_TOPIC, **kw}
+            sys_flag = 0
+        cfg = store.update_topic(args.topic, **kw, topic_sys_flag=sys_flag)
+    if old is not None and args.mqadmin_defaults:
+        before, after = old.to_json(), cfg.to_json()
+        given_json = {_TOPIC_JSON[k] for k, v in given.items() if v is not None}
+        implied = [
+            f"{k} {json.dumps(before[k])} -> {json.dumps(after[k])}"
+            for k in ("readQueueNums", "writeQueueNums", "perm", "order", "topicSysFlag")
+            if k not in given_json and before[k] != after[k]
+        ]
+        if implied:
+            print(
+                "note: as mqadmin's updateTopic, fields not given take its defaults: "
+                + ", ".join(implied),
+                file=sys.stderr,
+            )
     print(
-        f"{'updated' if existed else 'created'} topic {args.topic}: "
+        f"{'updated' if old is not None else 'created'} topic {args.topic}: "
         + json.dumps(cfg.to_json(), sort_keys=True)
     )
     return 0
+
+
+#: update-topic's options by their topics.json names.
+_TOPIC_JSON = {
+    "read_queue_nums": "readQueueNums",
+    "write_queue_nums": "writeQueueNums",
+    "perm": "perm",
+    "order": "order",
+}
 
 
 def cmd_delete_sub_group(args) -> int:
@@ -921,11 +1030,28 @@ _GROUP_OPTIONS = (
 )
 
 
+def mqadmin_group_config() -> dict:
+    """The settable fields (``GROUP_FIELDS``) of the ``SubscriptionGroupConfig`` mqadmin's
+    updateSubGroup sends before its options (``UpdateSubGroupSubCommand.execute``): the class
+    defaults with consumeBroadcastEnable and consumeFromMinEnable set to false. The broker stores
+    it whole (``SubscriptionGroupManager.updateSubscriptionGroupConfig``)."""
+    from rmqfs.engine.format.config import GROUP_FIELDS, SubscriptionGroupManager
+
+    entry = SubscriptionGroupManager.default_entry("")
+    fields = {k: entry[k] for k in GROUP_FIELDS}
+    fields.update(consumeBroadcastEnable=False, consumeFromMinEnable=False)
+    return fields
+
+
 def cmd_update_sub_group(args) -> int:
     """``updateSubGroup`` (AdminBrokerProcessor.updateAndCreateSubscriptionGroup ->
     SubscriptionGroupManager.updateSubscriptionGroupConfig): set SubscriptionGroupConfig
-    fields of the group in subscriptionGroup.json, creating it with RocketMQ's defaults when
-    missing. Options not given keep their values (mqadmin sends a whole config)."""
+    fields of the group in subscriptionGroup.json. A missing group is created from what
+    mqadmin sends (UpdateSubGroupSubCommand: RocketMQ's defaults with consumeBroadcastEnable
+    and consumeFromMinEnable false) with the options given. An existing group keeps the fields
+    not given, unless --mqadmin-defaults (which ``rmqfs updateSubGroup`` passes): then, as
+    mqadmin's whole config does, they take mqadmin's values; groupRetryPolicy,
+    subscriptionDataSet and attributes are kept either way."""
     from rmqfs.engine.format.config import validate_group_name
 
     validate_group_name(args.group)
@@ -935,10 +1061,25 @@ def cmd_update_sub_group(args) -> int:
         if raw is not None:
             fields[name] = _bool_arg(raw, opt) if kind is bool else _int_arg(raw, opt)
     with open_store(args, write=True) as store:
-        existed = store.group_config(args.group) is not None
+        old = store.group_config(args.group)
+        if old is None or args.mqadmin_defaults:
+            fields = {**mqadmin_group_config(), **fields}
         entry = store.update_group(args.group, fields)
+    if old is not None and args.mqadmin_defaults:
+        given = {name for attr, _, name, _ in _GROUP_OPTIONS if getattr(args, attr) is not None}
+        implied = [
+            f"{k} {json.dumps(old.get(k))} -> {json.dumps(entry[k])}"
+            for k in sorted(entry)
+            if k not in given and k in fields and old.get(k) != entry[k]
+        ]
+        if implied:
+            print(
+                "note: as mqadmin's updateSubGroup, fields not given take its defaults: "
+                + ", ".join(implied),
+                file=sys.stderr,
+            )
     print(
-        f"{'updated' if existed else 'created'} subscription group {args.group}: "
+        f"{'updated' if old is not None else 'created'} subscription group {args.group}: "
         + json.dumps(entry, sort_keys=True)
     )
     return 0
@@ -1405,6 +1546,12 @@ def add_subcommands(sub) -> None:
     p.add_argument("-w", "--write-queue-nums", metavar="N", help="writeQueueNums (1-1024)")
     p.add_argument("-p", "--perm", metavar="2|4|6", help="permission: 2 W, 4 R, 6 RW")
     p.add_argument("-o", "--order", metavar="true|false", help="order topic")
+    p.add_argument(
+        "--mqadmin-defaults",
+        action="store_true",
+        help="fields not given take the values mqadmin's updateTopic sends (8 queues, perm 6, "
+        "order false), as it does; without it they keep theirs",
+    )
     p.set_defaults(func=wrap_command(cmd_update_topic))
 
     p = sub.add_parser(
@@ -1434,6 +1581,13 @@ def add_subcommands(sub) -> None:
         p.add_argument(
             opt, f"--{name}", dest=attr, metavar="true|false" if kind is bool else "N", help=name
         )
+    p.add_argument(
+        "--mqadmin-defaults",
+        action="store_true",
+        help="fields not given take the values mqadmin's updateSubGroup sends (RocketMQ's "
+        "defaults, consumeBroadcastEnable and consumeFromMinEnable false), as it does; "
+        "without it they keep theirs",
+    )
     p.set_defaults(func=wrap_command(cmd_update_sub_group))
 
     p = sub.add_parser(
@@ -1576,6 +1730,8 @@ def wrap_command(func):
             return func(args)
         except AdminError as exc:
             print(f"rmqfs: {exc}", file=sys.stderr)
+        except StoreLockedError as exc:  # a writer holds the store: what to do instead
+            print(f"rmqfs: {_locked_hint(args, exc)}", file=sys.stderr)
         except StoreError as exc:
             print(f"rmqfs: {exc}", file=sys.stderr)
         except BrokenPipeError:

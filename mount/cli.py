@@ -170,14 +170,10 @@ def cmd_mount(args) -> int:
         daemon.setup()
     except (MountError, StoreError, ValueError, OSError) as exc:
         msg = f"rmqfs: {exc}"
-        if (
-            isinstance(exc, StoreLockedError)
-            and "ro" not in _parse_options(args.options)
-            and "-o ro" not in msg  # the engine's message may say it already (issue 26)
-        ):
+        if isinstance(exc, StoreLockedError) and "ro" not in _parse_options(args.options):
             # a read-only mount follows a running writer (engine.live.follower)
             msg += (
-                "; or mount it read-only next to its writer: rmqfs mount -o ro "
+                "; stop it first, or mount it read-only next to its writer: rmqfs mount -o ro "
                 f"{args.store} {args.mountpoint}"
             )
         if args.ready_fd is not None:
@@ -364,8 +360,15 @@ def _mqadmin_epilog() -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+class RmqfsParser(argparse.ArgumentParser):
+    """The ``rmqfs`` parser; ``commands`` names every command it takes (rmqfs's and the mqadmin
+    names)."""
+
+    commands: tuple[str, ...] = ()
+
+
+def build_parser() -> RmqfsParser:
+    p = RmqfsParser(
         prog="rmqfs",
         description=__doc__.split("\n\n")[0].replace("``", ""),
         epilog=_mqadmin_epilog(),
@@ -429,15 +432,73 @@ def build_parser() -> argparse.ArgumentParser:
 
     admin.add_subcommands(sub)
     mqadmin.add_subcommands(sub)  # their mqadmin names, with mqadmin's option letters
+    p.commands = tuple(sub.choices)
     return p
 
 
+#: The optional dependencies (their top-level modules) and the extra of pyproject.toml's
+#: ``[project.optional-dependencies]`` that installs each.
+EXTRAS = {"pyspark": "spark", "py4j": "spark", "pandas": "spark", "matplotlib": "spark"}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one-line message for an optional dependency that is not installed (``rmqfs
+    report`` without ``rmqfs[spark]``), or None when ``exc`` is about another module (a bug,
+    which keeps its traceback)."""
+    top = (exc.name or "").partition(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    return f"{top} is not installed; it comes with the {extra} extra: pip install 'rmqfs[{extra}]'"
+
+
+def _unknown_command(parser: RmqfsParser, command: str) -> str | None:
+    """Why ``command`` is no command, with the closest names (``difflib``), instead of
+    argparse's list of every name; None for a known command or an option (``--help``)."""
+    import difflib
+
+    if not command or command.startswith("-"):
+        return None
+    choices = list(parser.commands)
+    if command in choices:
+        return None
+    close = difflib.get_close_matches(command, choices, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"no command {command!r}{hint} (rmqfs --help lists them)"
+
+
 def main(argv=None) -> int:
+    """The ``rmqfs`` command. Exit status: 0, 1 (a failure, one line on stderr), 2 (bad
+    usage), 130 (interrupted). Expected conditions never print a traceback: a missing optional
+    dependency names its extra (:func:`missing_extra`), an mqadmin command that needs a live
+    cluster says what to use instead (:func:`mqadmin.not_offered`), Ctrl-C ends quietly."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["report"]:
-        return cmd_report(argparse.Namespace(rest=argv[1:]))
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    command = argv[0] if argv else ""
+    try:
+        if command == "report":
+            return cmd_report(argparse.Namespace(rest=argv[1:]))
+        from .mqadmin import not_offered
+
+        why = not_offered(command)
+        if why is not None:
+            print(f"rmqfs: {why}", file=sys.stderr)
+            return 2
+        parser = build_parser()
+        unknown = _unknown_command(parser, command)
+        if unknown is not None:
+            print(f"rmqfs: {unknown}", file=sys.stderr)
+            return 2
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except ModuleNotFoundError as exc:
+        msg = missing_extra(exc)
+        if msg is None:
+            raise
+        print(f"rmqfs {command}: {msg}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"rmqfs {command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -61,6 +61,26 @@ def mount_info(path: str) -> tuple[str, str] | None:
     return found
 
 
+def mountpoint_of(pid: int) -> str | None:
+    """The mount point served by the rmqfs daemon ``pid`` (a store's lock holder), or None
+    when ``pid`` is no rmqfs mount daemon (a broker) or cannot be read: the argument of its
+    command line that is an rmqfs mount (``/proc/PID/cmdline``, ``/proc/self/mountinfo``)."""
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            argv = f.read(1 << 16).split(b"\0")
+    except (OSError, ValueError):
+        return None
+    words = [os.fsdecode(a) for a in argv if a]
+    if "mount" not in words or not any("rmqfs" in w for w in words[:4]):
+        return None
+    for word in words:
+        if word.startswith("/") and os.path.isabs(word):
+            info = mount_info(word)
+            if info is not None and info[0] == FSTYPE:
+                return word
+    return None
+
+
 def clean_dead_mount(mountpoint: str) -> bool:
     """Lazily unmount a dead rmqfs mount (its daemon was killed) at ``mountpoint``.
 

@@ -26,6 +26,7 @@ parser reads (its checks and defaults are the command's own).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass
 
@@ -307,6 +308,7 @@ COMMANDS: tuple[MqCommand, ...] = (
             _live("u", "unit", "unit topics are routes of a live cluster"),
             _live("s", "hasUnitSub", "unit topics are routes of a live cluster"),
         ),
+        fixed=("--mqadmin-defaults",),  # mqadmin sends a whole config
     ),
     MqCommand(
         "deleteSubGroup",
@@ -338,6 +340,7 @@ COMMANDS: tuple[MqCommand, ...] = (
             _v("w", "whichBrokerWhenConsumeSlowly", "--whichBrokerWhenConsumeSlowly"),
             _v("a", "notifyConsumerIdsChanged", "--notifyConsumerIdsChangedEnable"),
         ),
+        fixed=("--mqadmin-defaults",),  # mqadmin sends a whole config
     ),
     MqCommand(
         "cloneGroupOffset",
@@ -399,6 +402,212 @@ COMMANDS: tuple[MqCommand, ...] = (
 NAMESRV_OPT = Opt("n", "namesrvAddr", NAMESRV)
 
 BY_NAME = {c.name: c for c in COMMANDS}
+
+
+@dataclass(frozen=True)
+class NotOffered:
+    """An mqadmin subcommand rmqfs does not run on a store directory: what to use instead
+    (an rmqfs command line, in the manual's markdown; empty when nothing offline comes close)
+    and why. ``live``: it needs a running broker, name server or client; else rmqfs does not
+    offer it for the reason given."""
+
+    name: str  # mqadmin's commandName()
+    instead: str
+    why: str
+    live: bool = True
+
+    def manual_cells(self) -> tuple[str, str]:
+        """The two cells of its row in docs/offline-commands.md (``rmqfs`` and ``where``)."""
+        return (
+            self.instead or "-",
+            ("needs a live cluster: " if self.live else "not offered: ") + self.why,
+        )
+
+    def message(self) -> str:
+        """What ``rmqfs NAME`` says (one line, exit status 2)."""
+        head = (
+            f"mqadmin {self.name} needs a live cluster: {self.why}"
+            if self.live
+            else f"mqadmin {self.name} is not offered: {self.why}"
+        )
+        if not self.instead:
+            return head + "; rmqfs has no offline equivalent"
+        m = re.match(r"`([a-z][a-z-]*)( [^`]*)?`(.*)", self.instead)
+        if m:  # "`topic-status -t T` (this broker's queues)": the command, STORE in place
+            line = f"rmqfs {m[1]} STORE{m[2] or ''}{m[3]}"
+        else:
+            line = self.instead
+        return head + "; instead: " + line.replace("`", "")
+
+
+# Reasons shared by several commands.
+_ACL = (
+    "ACL 2.0 users and rules are served by a running broker's auth metadata "
+    "(RocksDB/JSON under config/ that rmqfs does not read)"
+)
+_QUORUM = 'a DLedger/controller quorum: live election state'
+_CLIENTS = 'asks live client connections'
+_COLD = "a running broker's cold-read flow control"
+_RT = 'measures send round trips to a live broker'
+_ROUTES = 'cluster membership and routes: a running name server'
+_KV = 'name server KV config'
+_ROCKSDB_CONFIG = 'a RocksDB config store; rmqfs keeps JSON'
+_NAMESRV = "a running name server's settings"
+_STATIC = 'static topics map logical queues across live brokers'
+
+NOT_OFFERED: tuple[NotOffered, ...] = (
+    NotOffered('addBroker', '', 'adds a broker to a running BrokerContainer'),
+    NotOffered(
+        'addWritePerm',
+        '`update-topic -p 6` per topic',
+        "restores a broker's write permission in the name server's routes",
+    ),
+    NotOffered('allocateMQ', '', 'the client-side queue allocation over a live route'),
+    NotOffered(
+        'brokerConsumeStats',
+        "`consumer-progress` (every group's diff)",
+        "asks a running broker for every group's consume stats",
+    ),
+    NotOffered('checkMsgSendRT', '', _RT),
+    NotOffered(
+        'checkRocksdbCqWriteProgress',
+        '`verify` (ConsumeQueues against the CommitLog)',
+        "compares a live broker's RocksDB ConsumeQueue; rmqfs stores file ConsumeQueues",
+    ),
+    NotOffered('cleanBrokerMetadata', '', _QUORUM),
+    NotOffered(
+        'cleanExpiredCQ',
+        "`clean` (ConsumeQueue files below the CommitLog's min offset go with expiry)",
+        'a command to a running broker',
+    ),
+    NotOffered(
+        'cleanUnusedTopic',
+        '`delete-topic -t T`',
+        'a running broker drops in-memory topics without queues',
+    ),
+    NotOffered('clusterList', '`broker-status`', _ROUTES),
+    NotOffered('clusterRT', '', 'measures send round trips across a live cluster'),
+    NotOffered('consumer', '`consumer-progress -g G`', _CLIENTS),
+    NotOffered('consumerConnection', '', _CLIENTS),
+    NotOffered(
+        'consumerStatus',
+        '`consumer-progress -g G` (offsets; no client state)',
+        "a live consumer's running info (jstack, process queues)",
+    ),
+    NotOffered('copyAcl', '', _ACL),
+    NotOffered('copyUser', '', _ACL),
+    NotOffered('createAcl', '', _ACL),
+    NotOffered('createUser', '', _ACL),
+    NotOffered(
+        'DecodeMessageId',
+        '`query-msg -i MSGID` (prints the store host and CommitLog offset of the message)',
+        'pure decoding; rmqfs decodes while looking the message up',
+        live=False,
+    ),
+    NotOffered('deleteAcl', '', _ACL),
+    NotOffered('deleteKvConfig', '', _KV),
+    NotOffered('deleteUser', '', _ACL),
+    NotOffered(
+        'dumpCompactionLog',
+        '',
+        "compaction topics' compactionLog files, which rmqfs does not write",
+        live=False,
+    ),
+    NotOffered('electMaster', '', _QUORUM),
+    NotOffered('exportConfigs', '`get-broker-config`', "collects every live broker's settings"),
+    NotOffered(
+        'exportMetadata',
+        'the files themselves: `STORE/config/topics.json`, `subscriptionGroup.json`',
+        'collects metadata from live brokers',
+    ),
+    NotOffered('exportMetadataInRocksDB', '', _ROCKSDB_CONFIG, live=False),
+    NotOffered(
+        'exportMetrics', '`stats-all`, `broker-status`', "collects live brokers' runtime metrics"
+    ),
+    NotOffered('exportPopRecord', '', 'pop consumption records of a running broker'),
+    NotOffered('getAcl', '', _ACL),
+    NotOffered('getBrokerEpoch', '', 'controller-mode HA epochs of a live broker'),
+    NotOffered('getColdDataFlowCtrInfo', '', _COLD),
+    NotOffered(
+        'getConsumerConfig',
+        "`update-sub-group` prints a group's subscriptionGroup.json entry",
+        'asks every broker of a live cluster',
+    ),
+    NotOffered('getControllerConfig', '', _QUORUM),
+    NotOffered('getControllerMetaData', '', _QUORUM),
+    NotOffered('getNamesrvConfig', '', _NAMESRV),
+    NotOffered('getSyncStateSet', '', _QUORUM),
+    NotOffered('getUser', '', _ACL),
+    NotOffered('haStatus', '', 'replication state between live master and slaves'),
+    NotOffered('listAcl', '', _ACL),
+    NotOffered('listUser', '', _ACL),
+    NotOffered('producer', '', _CLIENTS),
+    NotOffered('producerConnection', '', _CLIENTS),
+    NotOffered('remappingStaticTopic', '', _STATIC),
+    NotOffered('removeBroker', '', 'removes a broker from a running BrokerContainer'),
+    NotOffered('removeColdDataFlowCtrGroupConfig', '', _COLD),
+    NotOffered('resetMasterFlushOffset', '', "a live slave's replication offset"),
+    NotOffered(
+        'resetOffsetByTimeOld',
+        '`reset-offset -s TIME` (resetOffsetByTime)',
+        'the old form of resetOffsetByTime',
+        live=False,
+    ),
+    NotOffered('rocksDBConfigToJson', '', _ROCKSDB_CONFIG, live=False),
+    NotOffered('sendMsgStatus', '', _RT),
+    NotOffered(
+        'setCommitLogReadAheadMode', '', "madvise mode of a running broker's mapped CommitLog"
+    ),
+    NotOffered('setConsumeMode', '', "pop/pull mode kept in a live broker's memory"),
+    NotOffered('startMonitoring', '', 'monitors live consumers'),
+    NotOffered('topicClusterList', '`get-broker-config` (brokerClusterName)', _ROUTES),
+    NotOffered(
+        'topicRoute',
+        "`topic-status -t T` (this broker's queues)",
+        'routes across brokers: a running name server',
+    ),
+    NotOffered('updateAcl', '', _ACL),
+    NotOffered(
+        'updateBrokerConfig',
+        'edit broker.conf and pass `--config` (`get-broker-config` shows the effect)',
+        "changes a running broker's settings in memory",
+    ),
+    NotOffered('updateColdDataFlowCtrGroupConfig', '', _COLD),
+    NotOffered('updateControllerConfig', '', _QUORUM),
+    NotOffered('updateKvConfig', '', _KV),
+    NotOffered('updateNamesrvConfig', '', _NAMESRV),
+    NotOffered('updateOrderConf', '', 'order configuration is name server KV config'),
+    NotOffered('updateStaticTopic', '', _STATIC),
+    NotOffered(
+        'updateSubGroupList',
+        '`update-sub-group` per group',
+        'a file of groups sent to a live broker',
+    ),
+    NotOffered(
+        'updateTopicList', '`update-topic` per topic', 'a file of topics sent to a live broker'
+    ),
+    NotOffered(
+        'updateTopicPerm',
+        '`update-topic -t T -p N` (updateTopic -p)',
+        "goes through the name server's routes",
+    ),
+    NotOffered('updateUser', '', _ACL),
+    NotOffered(
+        'wipeWritePerm',
+        '`update-topic -p 4` per topic; or mount with `-o ro`',
+        "removes a broker's write permission in the name server's routes",
+    ),
+)
+
+NOT_OFFERED_BY_NAME = {c.name: c for c in NOT_OFFERED}
+
+
+def not_offered(name: str) -> str | None:
+    """The one-line answer to ``rmqfs NAME`` for an mqadmin command rmqfs does not run (why,
+    and what to use instead), or None for any other name. mqadmin's command names are
+    case-sensitive (``MQAdminStartup`` looks them up as typed), and so is this."""
+    entry = NOT_OFFERED_BY_NAME.get(name)
+    return None if entry is None else entry.message()
 
 
 def aliases_of(rmqfs: str) -> list[str]:
@@ -543,6 +752,7 @@ def _runner(cmd: MqCommand):
         for note in notes:
             print(f"rmqfs: note: {note}", file=sys.stderr)
         inner = admin.build_parser().parse_args(argv)
+        inner.mqadmin = cmd.name  # hints name the options of the name the user typed
         return inner.func(inner)
 
     run.__doc__ = f"mqadmin {cmd.name}: rmqfs {cmd.rmqfs}"

@@ -776,14 +776,19 @@ def run(
 def main(argv: Sequence[str] | None = None) -> int:
     """``rmqfs report MNT [MNT...] [--out DIR] [--master URL] [--top N] [--series N]``.
 
-    Exit codes: 0 report written; 1 a MNT is not an rmqfs mount, pyspark is missing, or Spark
-    cannot start; 2 bad command line. An active SparkSession (a test fixture) is reused and left
+    Exit codes: 0 report written; 1 a MNT is not an rmqfs mount or Spark cannot start; 2 bad
+    command line. Without pyspark (the ``spark`` extra) it raises the ImportError, which
+    ``rmqfs`` prints as one line naming the extra. An active SparkSession (a test fixture) is reused and left
     running; one that ``main`` starts is stopped at the end.
     """
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    if _PYSPARK_IMPORT_ERROR is not None:
+        # before any input is looked at (a URI's reader needs pyspark too); ``rmqfs``
+        # (mount.cli.main) turns it into one line naming the extra to install
+        raise _PYSPARK_IMPORT_ERROR
     mounts: list[Mount | SnapshotInput] = []
     seen_paths = set()
     try:
@@ -799,9 +804,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             mounts.append(mount)
     except (FileNotFoundError, ValueError) as exc:
         print(f"rmqfs report: {exc}", file=sys.stderr)
-        return 1
-    if _PYSPARK_IMPORT_ERROR is not None:
-        print("rmqfs report: pyspark is not installed: pip install 'rmqfs[spark]'", file=sys.stderr)
         return 1
     owns_session = SparkSession.getActiveSession() is None
     try:

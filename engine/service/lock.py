@@ -127,8 +127,8 @@ def _locked(root: str, holder: int | None) -> StoreLockedError:
         holder = _dir_lock_holder(root) or holder
     who = f"process {holder}" if holder and holder > 0 else "another process"
     return StoreLockedError(
-        f"store {root} is locked by {who} (a broker or an rmqfs mount); stop it first, "
-        "or mount it read-only (-o ro) to follow it"
+        f"store {root} is locked by {who} (a broker or an rmqfs mount)",
+        holder if holder and holder > 0 else None,
     )
 
 

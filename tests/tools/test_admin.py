@@ -590,7 +590,7 @@ def test_delete_topic_of_a_broker_written_store_keeps_its_layout(tmp_path):
 
 def test_update_topic(store, conf):
     root, _ = store
-    r = run_rmqfs("updateTopic", root, "-t", "HDFS", "-w", "2", "-p", "4")
+    r = run_rmqfs("update-topic", root, "-t", "HDFS", "-w", "2", "-p", "4")
     entry = _config_json(root, "topics.json")["topicConfigTable"]["HDFS"]
     assert (entry["readQueueNums"], entry["writeQueueNums"], entry["perm"]) == (4, 2, 4)
     assert "updated topic HDFS" in r.stdout
@@ -654,7 +654,7 @@ def test_sub_groups_and_clone_offset(store, conf):
         g["brokerId"],
         g["groupName"],
         g["consumeFromMinEnable"],
-    ) == (False, 2, 5, False, 0, 1, "G1", True)
+    ) == (False, 2, 5, False, 0, 1, "G1", False)  # created as mqadmin does: fromMin false
     run_rmqfs("update-sub-group", root, "-g", "G1", "-s", "true")
     g = _config_json(root, "subscriptionGroup.json")["subscriptionGroupTable"]["G1"]
     assert (g["consumeEnable"], g["retryQueueNums"]) == (True, 2)
