@@ -241,8 +241,9 @@ def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str, top: int = DEFAUL
 
 
 def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
-    """Consumer lag: a horizontal bar per broker/group, stacked by topic (the ``top`` topics by
-    lag, the rest as ``other (N topics)``). Returns the Figure."""
+    """Consumer lag: a horizontal bar per broker and group, labelled ``brokerName/group`` (one
+    broker or several: a reader of the chart alone knows which broker each bar is), stacked by
+    topic (the ``top`` topics by lag, the rest as ``other (N topics)``). Returns the Figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,10 +251,9 @@ def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
 
     if not len(lag):
         fig, ax = plt.subplots(figsize=(10, 2))
-        _no_data(ax, "Consumer lag per group", "no consumer groups")
+        _no_data(ax, "Consumer lag per broker and group", "no consumer groups")
         return fig
-    multi = lag["brokerName"].nunique() > 1
-    lag = lag.assign(who=lag["brokerName"] + "/" + lag["group"] if multi else lag["group"])
+    lag = lag.assign(who=lag["brokerName"].astype(str) + "/" + lag["group"].astype(str))
     pivot = lag.pivot_table(index="who", columns="topic", values="lag", aggfunc="sum", fill_value=0)
     shown, rest = top_topics(pivot.sum(), top)
     wide = pivot[shown].copy()
@@ -272,7 +272,7 @@ def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
         left = left + wide[name]
     ax.invert_yaxis()
     ax.set_xlabel("lag (messages: brokerOffset - consumerOffset)")
-    ax.set_ylabel("consumer group")
+    ax.set_ylabel("brokerName/consumer group")
     _thousands(ax.xaxis)
     if not left.any():  # every group caught up: say it, not a bare 0-1 axis
         ax.set_xlim(0, 1)
@@ -292,6 +292,6 @@ def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
         bbox_to_anchor=(1.01, 1.0),
         frameon=False,
     )
-    ax.set_title("Consumer lag per group")
+    ax.set_title("Consumer lag per broker and group")
     fig.tight_layout()
     return fig

@@ -226,6 +226,28 @@ def test_lag_chart_groups_topics_the_same_way():
     plt.close(fig)
 
 
+def test_lag_chart_names_the_broker_of_each_bar():
+    """With one broker too (issue 35: its bars read only the group's name, so a chart of one
+    store's report did not say whose groups they were)."""
+    import matplotlib.pyplot as plt
+
+    for brokers in (["broker-a"], ["broker-a", "broker-b"]):
+        lag = pd.DataFrame(
+            [
+                {"brokerName": b, "group": g, "topic": "t", "queueId": 0, "lag": 5}
+                for b in brokers
+                for g in ("orders", "audit")
+            ]
+        )
+        fig = charts.plot_lag(lag)
+        fig.canvas.draw()
+        ax = fig.get_axes()[0]
+        bars = {t.get_text() for t in ax.get_yticklabels()}
+        assert bars == {f"{b}/{g}" for b in brokers for g in ("orders", "audit")}, bars
+        assert ax.get_ylabel() == "brokerName/consumer group"
+        plt.close(fig)
+
+
 def tables():
     return {
         "per_minute": pd.DataFrame(
