@@ -518,3 +518,47 @@ def test_a_record_that_expires_while_read_is_out_of_range_not_damage(tmp_path, m
         with pytest.raises(OffsetOutOfRangeError, match="expired"):
             s.get_message("T", 0, 1)
         assert not s.damaged
+
+
+def test_the_broker_name_carries_where_it_came_from(tmp_path):
+    """Issue 35, item 5: settle_broker_name takes --broker-name, then broker.conf's
+    brokerName=, then the store's brokerIdentity, then the host name, and says which."""
+    import socket
+
+    from rmqfs.engine.storeconfig import (
+        BROKER_NAME_CONF,
+        BROKER_NAME_HOST,
+        BROKER_NAME_IDENTITY,
+        BROKER_NAME_OPTION,
+        settle_broker_name,
+    )
+
+    host = socket.gethostname() or "DEFAULT_BROKER"
+    root = tmp_path / "store"
+    root.mkdir()
+    cfg = settle_broker_name(None, str(root))
+    assert (cfg.broker_name, cfg.broker_name_rule) == (host, BROKER_NAME_HOST)
+    assert cfg.broker_name_source() == "the host name (no --config)"
+    bare = tmp_path / "bare.conf"
+    bare.write_text("flushDiskType=ASYNC_FLUSH\n")
+    cfg = settle_broker_name(StoreConfig.from_broker_conf(str(bare)), str(root))
+    assert cfg.broker_name_source() == f"the host name ({bare} has no brokerName=)"
+    (root / "brokerIdentity").write_text("DefaultCluster#from-identity#0")
+    cfg = settle_broker_name(StoreConfig.from_broker_conf(str(bare)), str(root))
+    assert (cfg.broker_name, cfg.broker_name_rule) == ("from-identity", BROKER_NAME_IDENTITY)
+    assert cfg.broker_name_source() == "the store's brokerIdentity file"
+    named = tmp_path / "broker.conf"
+    named.write_text("brokerName = broker-a\n")
+    cfg = settle_broker_name(StoreConfig.from_broker_conf(str(named)), str(root))
+    assert (cfg.broker_name, cfg.broker_name_rule) == ("broker-a", BROKER_NAME_CONF)
+    assert cfg.broker_name_source() == f"brokerName= in {named}"
+    cfg = settle_broker_name(StoreConfig.from_broker_conf(str(named)), str(root), "b2")
+    assert (cfg.broker_name, cfg.broker_name_rule) == ("b2", BROKER_NAME_OPTION)
+    assert cfg.broker_name_source() == "--broker-name"
+    with pytest.raises(ValueError, match="--broker-name"):
+        settle_broker_name(None, str(root), "")
+    from rmqfs.engine.live.status import store_status
+
+    with MessageStore(str(root), settle_broker_name(None, str(root), "b3")) as s:
+        st = store_status(s)
+        assert (st["brokerName"], st["brokerNameFrom"]) == ("b3", "--broker-name")
