@@ -308,6 +308,9 @@ class MessageStore:
                 bq.truncate_dirty(self.commitlog.max_offset)
                 bq.correct_min_offset(self.commitlog.min_offset)
             self.recovery_report.seconds = time.monotonic() - started
+            if self.recovery_report.moved_data():
+                # the checkpoint then says where the data now is (else it stays as it was)
+                self.flusher.note_data_moved()
             if self.recovery_report.did_something():
                 log.warning("%s: %s", self.root, self.recovery_report.summary())
             if (

@@ -8,6 +8,7 @@ config files of the store (topics, consumer offsets, subscription groups) are en
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,6 +94,40 @@ def _bool(value: str) -> bool:
 COMPRESSION_TYPES = {"LZ4": COMPRESSION_LZ4, "ZSTD": COMPRESSION_ZSTD, "ZLIB": COMPRESSION_ZLIB}
 
 
+#: Where a store's brokerName comes from (:func:`settle_broker_name`), first rule first.
+BROKER_NAME_OPTION = "--broker-name"
+BROKER_NAME_CONF = "broker.conf"
+BROKER_NAME_IDENTITY = "brokerIdentity"
+BROKER_NAME_HOST = "host name"
+_MAX_IDENTITY = 4096
+
+
+def host_broker_name() -> str:
+    """``BrokerIdentity.defaultBrokerName()``: the local host name, ``DEFAULT_BROKER`` when it
+    cannot be had."""
+    return socket.gethostname() or "DEFAULT_BROKER"
+
+
+def identity_broker_name(root: str) -> str | None:
+    """The broker name in the 5.x ``brokerIdentity`` file of the store at ``root``
+    (``MessageStoreConfig.storePathBrokerIdentity``, written by ``BrokerMetadata`` in controller
+    mode): ``cluster#broker#id`` or the properties ``brokerName=<name>``. None without a file
+    or a name in it (read errors included: the file is a hint, never needed)."""
+    try:
+        with open(os.path.join(root, "brokerIdentity"), "rb") as f:
+            text = f.read(_MAX_IDENTITY).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "brokerName" and value.strip():
+            return value.strip()
+    parts = text.strip().split("#")
+    if len(parts) == 3 and parts[1]:
+        return parts[1]
+    return None
+
+
 @dataclass
 class StoreConfig:
     """Store settings, named after ``MessageStoreConfig``/``BrokerConfig`` keys.
@@ -113,7 +148,11 @@ class StoreConfig:
     listen_port: int = 10911
     # BrokerConfig/BrokerIdentity.defaultBrokerName(): the local host name, "DEFAULT_BROKER"
     # when it cannot be had.
-    broker_name: str = field(default_factory=lambda: socket.gethostname() or "DEFAULT_BROKER")
+    broker_name: str = field(default_factory=host_broker_name)
+    # Where broker_name came from (not a broker.conf key): one of the BROKER_NAME_* rules, and
+    # the broker.conf read (None without one); :meth:`broker_name_source` says it in words.
+    broker_name_rule: str = field(default=BROKER_NAME_HOST, compare=False)
+    broker_conf: str | None = field(default=None, compare=False)
     # BrokerConfig.brokerClusterName and namesrvAddr (";"-separated): only checked against
     # mqadmin's -c / -n options of the offline commands (mount/mqadmin.py).
     broker_cluster_name: str = "DefaultCluster"
@@ -213,6 +252,9 @@ class StoreConfig:
         cfg = cls()
         with open(path, encoding="utf-8") as f:
             props = read_java_properties(f.read())
+        cfg.broker_conf = path
+        if props.get("brokerName", "").strip():
+            cfg.broker_name_rule = BROKER_NAME_CONF
         for key, value in props.items():
             if key in cls._KEYS:
                 attr, conv = cls._KEYS[key]
@@ -241,6 +283,22 @@ class StoreConfig:
             )
         return sorted(out)
 
+    def broker_name_source(self) -> str:
+        """Where :attr:`broker_name` came from, in words for a log line, ``status.json``'s
+        ``brokerNameFrom`` and the snapshot manifest: ``--broker-name``, ``brokerName= in
+        PATH``, ``the store's brokerIdentity file``, or ``the host name (no --config)`` /
+        ``the host name (PATH has no brokerName=)``."""
+        rule = self.broker_name_rule
+        if rule == BROKER_NAME_OPTION:
+            return "--broker-name"
+        if rule == BROKER_NAME_CONF:
+            return f"brokerName= in {self.broker_conf}"
+        if rule == BROKER_NAME_IDENTITY:
+            return "the store's brokerIdentity file"
+        if self.broker_conf:
+            return f"the host name ({self.broker_conf} has no brokerName=)"
+        return "the host name (no --config)"
+
     @property
     def store_host(self) -> Host:
         """``(address bytes, port)`` of brokerIP1:listenPort (IPv4 or IPv6).
@@ -263,3 +321,31 @@ class StoreConfig:
         for i, item in enumerate(self.message_delay_level.split(), start=1):
             table[i] = int(item[:-1]) * _TIME_UNITS[item[-1]]
         return table
+
+
+def settle_broker_name(
+    config: StoreConfig | None, root: str | None, name: str | None = None
+) -> StoreConfig:
+    """Decide the brokerName a mount reports (``status.json``) and writes into its snapshots'
+    manifests, by the first rule that applies: ``name`` (the ``--broker-name`` option), the
+    ``brokerName=`` of ``--config``'s broker.conf (RocketMQ's ``BrokerConfig``), the store's
+    ``brokerIdentity`` file (:func:`identity_broker_name`; ``root`` None: not looked for),
+    else the host name (``BrokerIdentity.defaultBrokerName()``, RocketMQ's default, which two
+    machines often share: ``vm``, ``localhost``). :meth:`StoreConfig.broker_name_source` then
+    says which.
+
+    Returns ``config`` (a new default StoreConfig when None) with ``broker_name`` and
+    ``broker_name_rule`` set. Raises ValueError for an empty ``name``.
+    """
+    cfg = config if config is not None else StoreConfig()
+    if name is not None:
+        if not name.strip() or name != name.strip():
+            raise ValueError(f"--broker-name {name!r}: give a name without surrounding spaces")
+        cfg.broker_name, cfg.broker_name_rule = name, BROKER_NAME_OPTION
+        return cfg
+    if cfg.broker_name_rule == BROKER_NAME_CONF:
+        return cfg
+    found = identity_broker_name(root) if root is not None else None
+    if found:
+        cfg.broker_name, cfg.broker_name_rule = found, BROKER_NAME_IDENTITY
+    return cfg

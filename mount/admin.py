@@ -1280,6 +1280,7 @@ def cmd_snapshot_upload(args) -> int:
     fs, base, shown = _location(args.location)
     rep = upload_snapshot(args.src, fs, base, where=shown, workers=args.jobs, progress=_progress)
     rep["location"] = shown
+    rep["brokerName"], rep["brokerNameFrom"] = _manifest_broker_name(args.src)
     if args.json:
         print(json.dumps(rep))
         return 0
@@ -1290,7 +1291,41 @@ def cmd_snapshot_upload(args) -> int:
         f"skipped {len(rep['skipped'])} unchanged ({rep['skippedBytes']:,} bytes), "
         f"deleted {len(rep['deleted'])}, in {rep['seconds']:.2f} s"
     )
+    print(_broker_name_line(rep["brokerName"], rep["brokerNameFrom"]))
     return 0
+
+
+def _manifest_broker_name(src: str) -> tuple[str | None, str | None]:
+    """``(brokerName, brokerNameFrom)`` of the snapshot manifest in ``src`` (None for what it
+    lacks: a manifest written before rmqfs recorded them)."""
+    from rmqfs.engine.live.snapshot import MANIFEST_NAME
+
+    try:
+        with open(os.path.join(src, MANIFEST_NAME), "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return None, None
+    name, source = doc.get("brokerName"), doc.get("brokerNameFrom")
+    return (
+        name if isinstance(name, str) and name else None,
+        source if isinstance(source, str) and source else None,
+    )
+
+
+def _broker_name_line(name: str | None, source: str | None) -> str:
+    """What snapshot-upload says of the name readers give the snapshot's rows (the data
+    source's brokerName column, pipeline.datasource.store_broker_name)."""
+    if name is None:
+        return "no brokerName in its SNAPSHOT.json: readers name it by its location's directory"
+    line = f"brokerName {name!r}, from {source or 'a mount that did not record where from'}"
+    if source is not None and not source.startswith("the host name"):
+        return line
+    return (
+        f"{line}: a fleet read refuses two snapshots of one name; to name it, snapshot a "
+        "mount made with --broker-name NAME (or --config a broker.conf with brokerName=NAME), "
+        'or read the fleet with .option("brokerNameFrom", "path") (each snapshot named by '
+        "its location's directory)"
+    )
 
 
 def cmd_snapshot_download(args) -> int:

@@ -166,6 +166,7 @@ def cmd_mount(args) -> int:
             progress=pipe or terminal_bar,
             log_file=args.log_file,
             remote_cache=remote_cache,
+            broker_name=args.broker_name,
         )
         daemon.setup()
     except (MountError, StoreError, ValueError, OSError) as exc:
@@ -186,6 +187,9 @@ def cmd_mount(args) -> int:
     report = daemon.recovery_report()
     if pipe is not None and report is not None and report.did_something():
         pipe.recovery(report.summary())  # the store logged it too
+    note = daemon.broker_name_note()
+    if pipe is not None and note is not None:
+        pipe.note(note)  # the daemon logged it too (with -f, on this stderr)
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"ok")
         os.close(args.ready_fd)
@@ -217,11 +221,12 @@ def _spawn_background(args) -> int:
     for flag, value in (
         ("-o", args.options),
         ("--config", args.config),
+        ("--broker-name", args.broker_name),
         ("--cache-dir", args.cache_dir),
         ("--log-file", args.log_file),
     ):
         if value:
-            if flag != "-o":
+            if flag not in ("-o", "--broker-name"):
                 value = os.path.abspath(value)
             cmd += [flag, value]
     if args.cache_size is not None:
@@ -397,6 +402,13 @@ def build_parser() -> RmqfsParser:
         "cache under --cache-dir, default 1G)",
     )
     m.add_argument("--config", metavar="broker.conf", help="RocketMQ broker.conf to read")
+    m.add_argument(
+        "--broker-name",
+        metavar="NAME",
+        help="the store's brokerName (status.json, snapshot manifests, the data source's "
+        "brokerName column), over --config's brokerName= (default: broker.conf's, else the "
+        "store's brokerIdentity file, else the host name)",
+    )
     m.add_argument("--cache-dir", help="where to cache rendered views (default: a temp dir)")
     m.add_argument(
         "--cache-size",

@@ -25,6 +25,7 @@ import trio
 from rmqfs.engine.live.location import redact
 from rmqfs.engine.live.snapshot import SnapshotManager
 from rmqfs.engine.store import MessageStore, StoreConfig
+from rmqfs.engine.storeconfig import BROKER_NAME_HOST, settle_broker_name
 from rmqfs.fusefs.base import Context
 from rmqfs.fusefs.ops import RmqOperations
 from rmqfs.fusefs.views import ViewCache, start_worker_server
@@ -173,6 +174,21 @@ def _raise_fd_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
+def broker_name_notice(config: StoreConfig) -> str:
+    """One line: the brokerName a mount took and where from (``StoreConfig.broker_name_source``),
+    what status.json and its snapshots' manifests carry; for the host name, RocketMQ's default,
+    also why that matters and how to name the store (two stores mounted on machines named
+    alike would share it, and a fleet read of their snapshots refuses them)."""
+    line = f"brokerName {config.broker_name!r}, from {config.broker_name_source()}"
+    if config.broker_name_rule != BROKER_NAME_HOST:
+        return line
+    return (
+        f"{line}: status.json and this mount's snapshots name the store so, as would another "
+        "store mounted on a machine of that name; to name it, mount with --broker-name NAME "
+        "or --config a broker.conf with brokerName=NAME"
+    )
+
+
 class Daemon:
     """One mounted store.
 
@@ -210,6 +226,7 @@ class Daemon:
         progress=None,
         log_file: str | None = None,
         remote_cache: int | None = None,
+        broker_name: str | None = None,
     ):
         from rmqfs.engine.live.location import is_uri
 
@@ -225,6 +242,7 @@ class Daemon:
         self.options = set(options) - OWN_OPTIONS
         self.read_only = "ro" in self.options
         self.config = config
+        self.broker_name = broker_name
         self.cache_dir = cache_dir
         self.cache_size = cache_size
         self.debug_fuse = debug_fuse
@@ -263,6 +281,7 @@ class Daemon:
                     self.location, self.cache_dir, self.remote_cache, self.log_file
                 )
                 self.store_path = self._remote.lower
+            self.config = settle_broker_name(self.config, self.store_path, self.broker_name)
             self.store = MessageStore(
                 self.store_path,
                 self.config,
@@ -305,12 +324,25 @@ class Daemon:
         except OSError:
             # the mount works without it; only a kill -9 racing libfuse's auto_unmount loses
             log.exception("cannot start the dead-mount guard; auto_unmount alone remains")
+        notice = broker_name_notice(self.store.config)
+        if self.store.config.broker_name_rule == BROKER_NAME_HOST:
+            log.warning("%s", notice)
+        else:
+            log.info("%s", notice)
         follower = self.store.follower
         if follower is not None:
             # a read-only mount of a store a live process writes: follow it
             follower.listeners.append(ops.follower_changed)
             follower.start(FOLLOW_INTERVAL)
             log.info("following the writer of %s (pid %s)", self.store_path, self.store.writer_pid)
+
+    def broker_name_note(self) -> str | None:
+        """The line ``rmqfs mount`` prints when the brokerName is the host name (the silent
+        fallback two machines named alike collide on), else None; after :meth:`setup`."""
+        cfg = self.store.config if self.store is not None else None
+        if cfg is None or cfg.broker_name_rule != BROKER_NAME_HOST:
+            return None
+        return broker_name_notice(cfg)
 
     def recovery_report(self):
         """What the store's recovery did (:class:`engine.service.recovery.RecoveryReport`), None

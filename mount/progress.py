@@ -8,7 +8,8 @@ get no control characters; what must be said anyway (the recovery summary) is a 
 The ready pipe (``rmqfs mount`` without ``-f`` starts the daemon with ``--ready-fd``) carries,
 in order: any number of lines ``#progress {"desc": D, "n": N, "total": T, "unit": U}`` (N: how
 much of phase D is done, absolute), at most one ``#recovery <summary>`` line (what recovery
-did, when it did something), then the answer: ``ok``, or the error message, and EOF.
+did, when it did something), any ``#note <line>`` (what the user should know of the mount: a
+brokerName taken from the host name), then the answer: ``ok``, or the error message, and EOF.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 
 PROGRESS = b"#progress "
 RECOVERY = b"#recovery "
+NOTE = b"#note "
 #: A daemon sends a phase's count at most this often (and always when the phase ends).
 SEND_INTERVAL = 0.2
 
@@ -89,6 +91,10 @@ class PipeProgress:
         """Send the recovery's summary line."""
         self._write(RECOVERY + summary.replace("\n", " ").encode() + b"\n")
 
+    def note(self, line: str) -> None:
+        """Send a line ``rmqfs mount`` prints on its stderr (``rmqfs: <line>``)."""
+        self._write(NOTE + line.replace("\n", " ").encode() + b"\n")
+
     def _write(self, data: bytes) -> None:
         if self.broken:
             return
@@ -100,9 +106,9 @@ class PipeProgress:
 
 def wait_ready(fd: int, err=None, force: bool = False) -> str:
     """Read the daemon's ready pipe ``fd`` to its answer; draw its progress on ``err``
-    (stderr; bars only on a terminal, or with ``force``) and print its recovery summary there
-    as ``rmqfs: <summary>``. Returns the answer (``ok``, an error message, or "" when the
-    daemon exited without one)."""
+    (stderr; bars only on a terminal, or with ``force``) and print its recovery summary and
+    notes there as ``rmqfs: <line>``. Returns the answer (``ok``, an error message, or ""
+    when the daemon exited without one)."""
     err = err or sys.stderr
     bar = None
     desc = None
@@ -115,15 +121,16 @@ def wait_ready(fd: int, err=None, force: bool = False) -> str:
             buf += data
             while True:
                 line, nl, rest = buf.partition(b"\n")
-                if not nl or not line.startswith((PROGRESS, RECOVERY)):
+                if not nl or not line.startswith((PROGRESS, RECOVERY, NOTE)):
                     break
                 buf = rest
-                if line.startswith(RECOVERY):
+                if line.startswith((RECOVERY, NOTE)):
                     if bar is not None:
                         bar.close()
                         bar = desc = None
+                    text = line.partition(b" ")[2]
                     print(
-                        "rmqfs: " + line[len(RECOVERY) :].decode(errors="replace"),
+                        "rmqfs: " + text.decode(errors="replace"),
                         file=err,
                         flush=True,
                     )

@@ -60,6 +60,11 @@ Options (strings, names case-insensitive), modelled on Spark's Kafka source:
 ``.schema("topic STRING, queue INT, queueOffset BIGINT, body BINARY")``
     A narrower schema (a subset of the columns, same names and types) decodes only those
     columns: the Python Data Source API has no column pruning, this is the way to ask for it.
+``brokerNameFrom``
+    ``path``: on a load of several stores, name each by its path (its directory, its parent's
+    when that is ``store``; in object storage the parent of ``latest``) instead of its
+    snapshot manifest's or ``brokerIdentity``'s ``brokerName``: for snapshots of mounts that
+    all took the host name (:func:`expand_stores`).
 ``maxRecordsPerPartition``
     Queue offsets per Spark partition (default 100000): a queue's range is cut at multiples of
     it, as ``view/`` cuts its parts.
@@ -133,6 +138,7 @@ from rmqfs.engine.read.schema import (
     SCHEDULED_DDL,
     SOURCE_DDL,
 )
+from rmqfs.engine.storeconfig import identity_broker_name
 
 __all__ = [
     "RocketMQDataSource",
@@ -375,7 +381,6 @@ def remote_snapshot(location: str) -> RemoteSnapshot:
 RULE_MANIFEST = "SNAPSHOT.json"
 RULE_IDENTITY = "brokerIdentity"
 RULE_DIRECTORY = "directory name"
-_MAX_IDENTITY = 4096
 
 
 def _manifest_broker(path: str) -> str | None:
@@ -397,19 +402,22 @@ def _manifest_broker(path: str) -> str | None:
 def _identity_broker(path: str) -> str | None:
     """The broker name in a 5.x ``brokerIdentity`` file (``BrokerIdentity``, controller mode):
     ``cluster#broker#id`` or the properties ``brokerName=<name>``; None without one."""
-    try:
-        with open(os.path.join(path, "brokerIdentity"), "rb") as f:
-            text = f.read(_MAX_IDENTITY).decode("utf-8", "replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "brokerName" and value.strip():
-            return value.strip()
-    parts = text.strip().split("#")
-    if len(parts) == 3 and parts[1]:
-        return parts[1]
-    return None
+    return identity_broker_name(path)
+
+
+def path_broker_name(path: str) -> str:
+    """The broker name the path of a store names (rule :data:`RULE_DIRECTORY`): its
+    directory's name, or its parent's when it is called ``store``; for a location in object
+    storage its last directory (its parent's when it is ``latest`` or ``store``)."""
+    if is_remote(path):
+        parts = [x for x in urlsplit(path).path.split("/") if x]
+        while len(parts) > 1 and parts[-1] in ("latest", "store"):
+            parts.pop()
+        return parts[-1] if parts else urlsplit(path).netloc
+    base = os.path.basename(path.rstrip("/")) or "/"
+    if base == "store":
+        base = os.path.basename(os.path.dirname(path.rstrip("/"))) or base
+    return base
 
 
 def store_broker_name(path: str) -> tuple[str, str]:
@@ -429,10 +437,28 @@ def store_broker_name(path: str) -> tuple[str, str]:
     name = _identity_broker(path)
     if name:
         return name, RULE_IDENTITY
-    base = os.path.basename(path.rstrip("/")) or "/"
-    if base == "store":
-        base = os.path.basename(os.path.dirname(path.rstrip("/"))) or base
-    return base, RULE_DIRECTORY
+    return path_broker_name(path), RULE_DIRECTORY
+
+
+def _collision_fix(name: str, rules: tuple[str, ...]) -> str:
+    """How to give two stores that share the broker name ``name`` names of their own, for the
+    rules that named them."""
+    if RULE_MANIFEST in rules:
+        how = (
+            f"A mount without --config names its store after the host ({name!r} may be "
+            "one); mount each broker's store with --broker-name NAME (or --config a "
+            "broker.conf with brokerName=NAME) and take and upload a new snapshot, or "
+        )
+    elif RULE_IDENTITY in rules:
+        how = "Their brokerIdentity files say so; "
+    else:
+        how = "Their paths end alike; read them separately, or "
+    if rules == (RULE_DIRECTORY, RULE_DIRECTORY):
+        return how + "give each store a directory named after its broker (/fleet/NAME/store)"
+    return how + (
+        'read them with .option("brokerNameFrom", "path"): each store is then named '
+        "by its directory (/fleet/NAME/store, s3://bucket/fleet/NAME/latest)"
+    )
 
 
 @dataclass(frozen=True)
@@ -448,15 +474,18 @@ def _is_store(path: str) -> bool:
     return os.path.isdir(commitlog_dir(path))  # commitlog/, or a DLedger store's data/
 
 
-def expand_stores(paths: Sequence[str]) -> tuple[StoreRef, ...]:
+def expand_stores(paths: Sequence[str], name_from_path: bool = False) -> tuple[StoreRef, ...]:
     """The stores that ``paths`` name, in order (driver side): a plain path must be a store; a
     glob (``/fleet/*/store``) is expanded with :func:`glob.glob`, sorted, and a match that is not
     a store (no ``commitlog/`` nor ``dledger-*``) is skipped with a warning naming it. The same
-    store named twice is read once.
+    store named twice is read once. Each store's broker name is :func:`store_broker_name`'s
+    (:func:`remote_broker_name`'s in object storage), or with ``name_from_path`` (the option
+    ``brokerNameFrom`` = ``path``) its path's alone (:func:`path_broker_name`).
 
     Raises:
         ValueError: no path; a plain path that is not a store; a glob that matches nothing or
-            no store; two stores with the same broker name (their rows would not be distinct).
+            no store; two stores with the same broker name (their rows would not be distinct:
+            the message says how to name them apart).
     """
     found: list[str] = []
     for raw in paths:
@@ -494,13 +523,16 @@ def expand_stores(paths: Sequence[str]) -> tuple[StoreRef, ...]:
         path = p if is_remote(p) else os.path.abspath(p)
         if any(r.path == path for r in out):
             continue
-        name, rule = remote_broker_name(path) if is_remote(path) else store_broker_name(path)
+        if name_from_path:
+            name, rule = path_broker_name(path), RULE_DIRECTORY
+        else:
+            name, rule = remote_broker_name(path) if is_remote(path) else store_broker_name(path)
         other = seen.get(name)
         if other is not None:
             raise ValueError(
                 f"rocketmq: {redact(other.path)} ({other.rule}) and {redact(path)} ({rule}) both "
-                f"have brokerName "
-                f"{name!r}: their rows would not be distinct; read them separately"
+                f"have brokerName {name!r}: their rows would not be distinct. "
+                + _collision_fix(name, (other.rule, rule))
             )
         seen[name] = ref = StoreRef(path, name, rule)
         out.append(ref)
@@ -617,10 +649,7 @@ def remote_broker_name(location: str) -> tuple[str, str]:
     r = remote_snapshot(location)
     if r.broker_name:
         return r.broker_name, RULE_MANIFEST
-    parts = [x for x in urlsplit(location).path.split("/") if x]
-    while len(parts) > 1 and parts[-1] in ("latest", "store"):
-        parts.pop()
-    return (parts[-1] if parts else urlsplit(location).netloc), RULE_DIRECTORY
+    return path_broker_name(location), RULE_DIRECTORY
 
 
 @dataclass
@@ -799,7 +828,13 @@ def parse_options(options) -> _Options:
             )
         paths.extend(more)
     paths = [_located(p, options) if is_remote(p) else p for p in paths]
-    stores = expand_stores(paths)
+    name_from = (get("brokerNameFrom") or "").strip().lower()
+    if name_from not in ("", "path"):
+        raise ValueError(
+            f"rocketmq: brokerNameFrom {get('brokerNameFrom')!r}: the one value is \"path\" "
+            "(name each store by its directory); leave it out for the stores' own names"
+        )
+    stores = expand_stores(paths, name_from_path=name_from == "path")
     fleet = bool(get("paths")) or any(_is_glob(p) for p in paths)
     o = _Options(path=stores[0].path, stores=stores, fleet=fleet)
     if get("topics"):

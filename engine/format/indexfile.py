@@ -810,11 +810,14 @@ class IndexFile:
         return self.index_count
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def flush(self) -> None:
-        """``fdatasync`` the file if it was written since the last flush (``IndexFile.flush``)."""
-        if self._dirty:
-            self._io.sync()
-            self._dirty = False
+    def flush(self) -> bool:
+        """``fdatasync`` the file if it was written since the last flush (``IndexFile.flush``).
+        Returns whether it was (False: nothing to sync)."""
+        if not self._dirty:
+            return False
+        self._io.sync()
+        self._dirty = False
+        return True
 
     def close(self) -> None:
         """Close the file descriptor (or drop the memory). Does not flush."""

@@ -854,9 +854,11 @@ class SnapshotManager:
             self._cache.save(paths)
             self._save_mtimes()
             doc = snap.manifest_head()
-            # the broker's name as status.json shows it (broker.conf via --config, else the
-            # host name): what the rocketmq data source names this snapshot's rows by
+            # the broker's name as status.json shows it (--broker-name, broker.conf via
+            # --config, brokerIdentity, else the host name) and where it came from: what the
+            # rocketmq data source names this snapshot's rows by
             doc["brokerName"] = self.store.config.broker_name
+            doc["brokerNameFrom"] = self.store.config.broker_name_source()
             doc["files"] = out
             return (json.dumps(doc, indent=1) + "\n").encode()
         finally:

@@ -19,7 +19,9 @@ def store_status(store: MessageStore) -> dict:
     is RocketMQ's ``dispatchBehindBytes()`` (CommitLog max offset minus the reput offset,
     :meth:`FlushService.dispatched_offset`: the bytes SYNC_FLUSH puts appended that wait for
     their flush to be dispatched, else 0); ``flushBehindBytes`` what an fsync would still
-    write. ``brokerName`` is broker.conf's, else RocketMQ's default, the host name. A
+    write. ``brokerName`` is the mount's (``engine.storeconfig.settle_broker_name``:
+    ``--broker-name``, broker.conf's, the store's brokerIdentity, else RocketMQ's default, the
+    host name) and ``brokerNameFrom`` says which (``StoreConfig.broker_name_source``). A
     follower (a read-only open of a store another process writes) adds the writer's fields
     (:func:`follower_status`).
     """
@@ -36,6 +38,7 @@ def store_status(store: MessageStore) -> dict:
     recovery = getattr(s, "recovery_report", None)
     return {
         "brokerName": s.config.broker_name,
+        "brokerNameFrom": s.config.broker_name_source(),
         "storePathRootDir": s.root,
         "flushDiskType": s.config.flush_disk_type,
         "commitLogMinOffset": cl.min_offset,

@@ -8,13 +8,14 @@ once they are durable; under ASYNC_FLUSH :meth:`FlushService.flush_loop` flushes
 ``flushIntervalCommitLog`` ms.
 
 The state of both services (the SYNC_FLUSH pending dispatches, the flush lock, the group-commit
-waiters, the last thorough flush, whether the checkpoint was written) is a
+waiters, the last thorough flush, the checkpoint values on disk) is a
 :class:`FlushService`'s, one per store (``store.flusher``); other modules use its methods.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -25,9 +26,27 @@ from ..errors import FlushDiskTimeoutError
 from . import dispatch
 
 if TYPE_CHECKING:
+    from ..format.checkpoint import StoreCheckpoint
     from ..store import MessageStore
 
 log = logging.getLogger(__name__)
+
+
+def _checkpoint_values(cp: StoreCheckpoint) -> tuple[int, ...]:
+    return (
+        cp.physic_msg_timestamp,
+        cp.logics_msg_timestamp,
+        cp.index_msg_timestamp,
+        cp.master_flushed_offset,
+        cp.confirm_phy_offset,
+    )
+
+
+def _nonempty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
 
 
 class _GroupCommitRequest:
@@ -49,7 +68,8 @@ class FlushService:
 
     Owns the SYNC_FLUSH dispatches waiting for their records to be flushed (in CommitLog
     order), the flush lock (one flush at a time), the group-commit condition and its waiters,
-    the time of the last thorough flush and whether this open wrote the checkpoint yet.
+    the time of the last thorough flush, the checkpoint's values as its file holds them and
+    whether this open changed the data they describe.
     """
 
     def __init__(self, store: MessageStore):
@@ -60,7 +80,12 @@ class FlushService:
         self._gc_cond = threading.Condition()
         self._gc_waiters: list[_GroupCommitRequest] = []
         self._last_thorough_flush = time.monotonic()
-        self._checkpoint_written = False
+        # The checkpoint's values as its file holds them (None: no file yet, or an empty one),
+        # and whether this open changed what they describe (see :meth:`flush`).
+        self._checkpoint_on_disk: tuple[int, ...] | None = (
+            _checkpoint_values(store.checkpoint) if _nonempty(store.checkpoint_path) else None
+        )
+        self._data_moved = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -145,6 +170,18 @@ class FlushService:
         (made visible). ``least_pages`` > 0 skips the round when fewer 4 KiB pages are dirty
         (``flushCommitLogLeastPages``). Returns True when CommitLog data was synced.
         Raises OSError from the disk.
+
+        The checkpoint's values move only once this open changed what they describe: records
+        appended and synced, index entries written, or recovery's repairs
+        (:meth:`note_data_moved`). Until then they stay what the file holds, and the file is
+        written only when its values differ from them (or it does not exist yet: a new store
+        gets its 4096 bytes, as ``StoreCheckpoint``'s constructor maps them). So an open and
+        close that put nothing leaves every byte of ``checkpoint`` (and its mtime) as it was,
+        as RocketMQ's does: ``FlushRealTimeService`` sets physicMsgTimestamp only from a
+        flushed file's store time, ``FlushConsumeQueueService`` rewrites the logics value it
+        read, and ``IndexService.flush(IndexFile)`` sets indexMsgTimestamp only for a full
+        file it flushes; ``StoreCheckpoint.flush`` at ``DefaultMessageStore.shutdown`` then
+        writes the values it read at open.
         """
         store = self.store
         if store.read_only:
@@ -163,27 +200,28 @@ class FlushService:
                 return False
             for cq in list(store.consume_queues.values()):
                 cq.flush()
+            index = store.index_service
+            index_written, index_ts = index.flush() if index is not None else (False, 0)
+            if synced or index_written:
+                self._data_moved = True
             cp = store.checkpoint
-            before = (
-                cp.physic_msg_timestamp,
-                cp.logics_msg_timestamp,
-                cp.index_msg_timestamp,
-                cp.confirm_phy_offset,
-            )
-            cp.physic_msg_timestamp = cl.flushed_store_timestamp
-            cp.logics_msg_timestamp = logics_ts
-            if store.index_service is not None:
-                cp.index_msg_timestamp = store.index_service.flush()
-            cp.confirm_phy_offset = cl.flushed_where
-            if (
-                cp.physic_msg_timestamp,
-                cp.logics_msg_timestamp,
-                cp.index_msg_timestamp,
-                cp.confirm_phy_offset,
-            ) != before or not self._checkpoint_written:
+            if self._data_moved:
+                cp.physic_msg_timestamp = cl.flushed_store_timestamp
+                cp.logics_msg_timestamp = logics_ts
+                if index is not None:
+                    cp.index_msg_timestamp = index_ts
+                cp.confirm_phy_offset = cl.flushed_where
+            values = _checkpoint_values(cp)
+            if values != self._checkpoint_on_disk:
                 cp.write(store.checkpoint_path)
-                self._checkpoint_written = True
+                self._checkpoint_on_disk = values
             return synced
+
+    def note_data_moved(self) -> None:
+        """Say that this open changed the store's data other than through a flush (recovery
+        cut a torn tail or rebuilt units): the next :meth:`flush` writes the checkpoint's
+        values for the data as it now is."""
+        self._data_moved = True
 
     def dispatch_flushed(self, flushed: int) -> None:
         """SYNC_FLUSH: dispatch the pending puts whose records end at or before ``flushed``.
@@ -252,6 +290,8 @@ class FlushService:
             with store.put_lock:
                 end, ts = cl.max_offset, cl.last_store_timestamp
             synced = cl.flush(0, end, ts)
+            if synced:
+                self._data_moved = True
             if store.sync_flush:
                 with store.put_lock:
                     self.dispatch_flushed(cl.flushed_where)

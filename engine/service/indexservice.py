@@ -512,21 +512,25 @@ class IndexService:
         return out
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def flush(self) -> int:
+    def flush(self) -> tuple[bool, int]:
         """``fdatasync`` the files written since the last flush.
 
         Returns:
-            The newest endTimestamp (epoch ms) now on disk: every key of a record stored at or
-            before it is durable, so the store may write it to ``checkpoint.indexMsgTimestamp``
-            (RocketMQ writes it only when a full file is flushed). 0 when read-only.
+            ``(written, end_timestamp)``: whether a file was written (and synced) since the
+            last flush, and the newest endTimestamp (epoch ms) now on disk: every key of a
+            record stored at or before it is durable, so the store may write it to
+            ``checkpoint.indexMsgTimestamp``. ``(False, 0)`` when read-only. RocketMQ sets
+            that value only in ``IndexService.flush(IndexFile)``, when a full file is flushed,
+            so an open that indexes nothing leaves the checkpoint's as it was (0 included):
+            the store writes it only once this open changed the data.
         """
         if self.read_only:
-            return 0
+            return False, 0
         with self._mutex:
-            ts = self.last_timestamp
+            written = False
             for f in self.files:
-                f.flush()
-            return ts
+                written = f.flush() or written
+            return written, self.last_timestamp
 
     def close(self) -> None:
         """Flush (unless read-only) and close every file (``IndexService.shutdown``)."""

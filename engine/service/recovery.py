@@ -123,6 +123,18 @@ class RecoveryReport:
             or self.repairs
         )
 
+    def moved_data(self) -> bool:
+        """True when recovery changed the data the checkpoint describes: records cut from
+        the CommitLog's tail, ConsumeQueue units dropped or rebuilt, index entries rebuilt.
+        (A crash alone, or repairs of other files, change none of it.)"""
+        return bool(
+            self.torn_tail
+            or self.records_cut
+            or self.units_dropped
+            or self.units_rebuilt
+            or self.index_rebuilt
+        )
+
     def summary(self) -> str:
         """One line: what recovery did."""
         parts = [

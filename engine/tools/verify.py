@@ -1657,9 +1657,12 @@ def _reopen(
 ) -> None:
     """Open the store for writing under recover's lock ``lock`` (its recovery
     re-dispatches; ``progress`` shows how far) and close it cleanly; the lock stays held.
-    What that recovery did is one line of ``report.actions``."""
+    What that recovery did is one line of ``report.actions``. The close writes the
+    checkpoint from the data even when the open re-dispatched nothing: the one on disk is
+    :func:`_force_full_redispatch`'s, written only to steer this open."""
     store = store_cls(root, cfg, held_lock=lock, progress=progress)
     try:
+        store.flusher.note_data_moved()
         rec = store.recovery_report
         if rec is not None and rec.did_something():
             report.actions.append(f"opened the store: {rec.summary()}")

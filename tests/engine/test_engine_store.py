@@ -372,20 +372,96 @@ def test_an_open_and_close_that_write_no_message_leave_the_checkpoint_as_it_was(
             s.put_messages([Message("T", b"m%d" % i) for i in range(50)])
     else:
         copy_fixture(which, root)
-        with MessageStore(str(root)):  # a first open may repair what the copy lacks
-            pass
     before = (root / "checkpoint").read_bytes()
     cp = StoreCheckpoint.read(str(root / "checkpoint"))
     assert cp.physic_msg_timestamp > 0
     with MessageStore(str(root)) as s:  # idle
         last = s.commitlog.last_store_timestamp
-        assert last > 0 and last == cp.physic_msg_timestamp
+        # ours: the time of the last record flushed; the broker's: of its last flush
+        assert last > 0 and last >= cp.physic_msg_timestamp
+        assert which != "ours" or last == cp.physic_msg_timestamp
     assert (root / "checkpoint").read_bytes() == before
     with MessageStore(str(root)) as s:  # offsets and config only
         topic = s.topic_names()[0]
         s.commit_offset("G", topic, s.queue_ids(topic)[0], 0)
         s.update_topic(topic, perm=6)
     assert (root / "checkpoint").read_bytes() == before
+
+
+def _store_files(root) -> dict[str, tuple[bytes, int]]:
+    """``{relative path: (content, mtime ns)}`` of every file under ``root``."""
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = (f.read(), os.stat(p).st_mtime_ns)
+    return out
+
+
+def _assert_untouched(before: dict, after: dict) -> None:
+    """Every file of ``before`` is in ``after`` with its bytes and mtime, but ``abort``
+    (RocketMQ's shutdown deletes it too); nothing new but ``lock`` (a broker creates it)."""
+    changed = [
+        rel
+        for rel, (data, mtime) in before.items()
+        if rel != "abort" and after.get(rel) != (data, mtime)
+    ]
+    assert changed == []
+    assert set(after) - set(before) <= {"lock"}
+    assert "abort" not in after
+
+
+IDLE_STORES = [
+    "rocketmq-4.9.8-written/store",
+    "rocketmq-5.3.3-timer/store",
+    "mxsm-rocketmq-rust/store-v0.9.0/local-file",
+    "liushangqing9803-rocketmq-tech/store",
+    "gxstax-rocketmq/store",
+]
+
+
+@pytest.mark.parametrize("which", IDLE_STORES)
+def test_an_idle_read_write_open_and_close_changes_no_byte_of_a_brokers_store(tmp_path, which):
+    """Issue 35, item 6: a read-write open that puts nothing, reads and closes wrote the
+    checkpoint at close (indexMsgTimestamp, physicMsgTimestamp, confirmPhyOffset: the 4.9.8
+    store's indexMsgTimestamp became the last store time, a broker's 0 changed), so an rsync
+    of a backup copied it again. RocketMQ's own open and close leave it as it was
+    (``StoreCheckpoint.flush`` writes back the values it read). Now no file differs in bytes
+    or mtime; ``abort`` goes (a clean shutdown), ``lock`` may appear (as a broker's)."""
+    root = copy_fixture(which, tmp_path / "s")
+    before = _store_files(root)
+    with MessageStore(str(root)) as s:
+        for topic in s.topic_names():
+            for q in s.queue_ids(topic):
+                s.get_messages("G", topic, q, 0, 4)
+    _assert_untouched(before, _store_files(root))
+
+
+def test_an_idle_open_of_a_store_rmqfs_wrote_changes_no_byte(tmp_path, small_config):
+    """Issue 35, item 6, on a store this engine wrote and closed cleanly (several segments,
+    index files, offsets): the next open and close, with reads, leave every file as it was;
+    one put then moves the checkpoint again."""
+    from rmqfs.engine.format.checkpoint import StoreCheckpoint
+
+    root = tmp_path / "s"
+    with MessageStore(str(root), small_config) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"m%d" % i * 100, keys=[f"k{i}"]) for i in range(2000)])
+        s.commit_offset("G", "T", 0, 3)
+    before = _store_files(root)
+    cp = StoreCheckpoint.read(str(root / "checkpoint"))
+    assert cp.index_msg_timestamp > 0 and cp.confirm_phy_offset > 0
+    with MessageStore(str(root), small_config) as s:
+        s.get_messages("G", "T", 0, 0, 32)
+        s.query_by_key("T", "k7")
+        s.flush()
+    _assert_untouched(before, _store_files(root))
+    with MessageStore(str(root), small_config) as s:
+        end = s.put_messages([Message("T", b"one more", keys=["k-new"])])[0]
+    cp2 = StoreCheckpoint.read(str(root / "checkpoint"))
+    assert cp2.confirm_phy_offset == end.commitlog_offset + end.size
+    assert cp2.physic_msg_timestamp >= cp.physic_msg_timestamp
 
 
 def test_look_messages_by_uniq_key_serves_only_that_uniq_key(tmp_path, small_config):
@@ -442,3 +518,47 @@ def test_a_record_that_expires_while_read_is_out_of_range_not_damage(tmp_path, m
         with pytest.raises(OffsetOutOfRangeError, match="expired"):
             s.get_message("T", 0, 1)
         assert not s.damaged
+
+
+def test_the_broker_name_carries_where_it_came_from(tmp_path):
+    """Issue 35, item 5: settle_broker_name takes --broker-name, then broker.conf's
+    brokerName=, then the store's brokerIdentity, then the host name, and says which."""
+    import socket
+
+    from rmqfs.engine.storeconfig import (
+        BROKER_NAME_CONF,
+        BROKER_NAME_HOST,
+        BROKER_NAME_IDENTITY,
+        BROKER_NAME_OPTION,
+        settle_broker_name,
+    )
+
+    host = socket.gethostname() or "DEFAULT_BROKER"
+    root = tmp_path / "store"
+    root.mkdir()
+    cfg = settle_broker_name(None, str(root))
+    assert (cfg.broker_name, cfg.broker_name_rule) == (host, BROKER_NAME_HOST)
+    assert cfg.broker_name_source() == "the host name (no --config)"
+    bare = tmp_path / "bare.conf"
+    bare.write_text("flushDiskType=ASYNC_FLUSH\n")
+    cfg = settle_broker_name(StoreConfig.from_broker_conf(str(bare)), str(root))
+    assert cfg.broker_name_source() == f"the host name ({bare} has no brokerName=)"
+    (root / "brokerIdentity").write_text("DefaultCluster#from-identity#0")
+    cfg = settle_broker_name(StoreConfig.from_broker_conf(str(bare)), str(root))
+    assert (cfg.broker_name, cfg.broker_name_rule) == ("from-identity", BROKER_NAME_IDENTITY)
+    assert cfg.broker_name_source() == "the store's brokerIdentity file"
+    named = tmp_path / "broker.conf"
+    named.write_text("brokerName = broker-a\n")
+    cfg = settle_broker_name(StoreConfig.from_broker_conf(str(named)), str(root))
+    assert (cfg.broker_name, cfg.broker_name_rule) == ("broker-a", BROKER_NAME_CONF)
+    assert cfg.broker_name_source() == f"brokerName= in {named}"
+    cfg = settle_broker_name(StoreConfig.from_broker_conf(str(named)), str(root), "b2")
+    assert (cfg.broker_name, cfg.broker_name_rule) == ("b2", BROKER_NAME_OPTION)
+    assert cfg.broker_name_source() == "--broker-name"
+    with pytest.raises(ValueError, match="--broker-name"):
+        settle_broker_name(None, str(root), "")
+    from rmqfs.engine.live.status import store_status
+
+    with MessageStore(str(root), settle_broker_name(None, str(root), "b3")) as s:
+        st = store_status(s)
+        assert (st["brokerName"], st["brokerNameFrom"]) == ("b3", "--broker-name")

@@ -471,7 +471,7 @@ def test_read_only_service_indexes_in_memory(tmp_path):
     assert not d.exists()
     assert all(f.in_memory for f in svc.files) and len(svc.files) == 2
     assert svc.query("T", "g1") == [700, 400, 100]
-    assert svc.flush() == 0
+    assert svc.flush() == (False, 0)  # read-only: nothing written
     svc.truncate(500)
     assert svc.query("T", "g1") == [400, 100]
     svc.close()

@@ -140,3 +140,51 @@ def test_du_counts_the_store_and_tar_s_copies_views_whole(mount_store, tmp_path)
         subprocess.run(["tar", flags, tmp_path / name, "-C", seg.parent, seg.name], check=True)
     assert (tmp_path / "plain.tar").stat().st_size > seg.stat().st_size  # 16 MiB, zeros too
     assert (tmp_path / "sparse.tar").stat().st_size < 2 * len(lines)
+
+
+def _rsync_changes(src: Path, dst: Path) -> list[str]:
+    """What ``rsync -a --delete --checksum`` from ``src`` to ``dst`` would change, one
+    itemized line a file (directories' own times left out: ``abort`` comes and goes)."""
+    out = subprocess.run(
+        [
+            "rsync",
+            "-a",
+            "--delete",
+            "--checksum",
+            "--dry-run",
+            "--itemize-changes",
+            f"{src}/",
+            f"{dst}/",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [line for line in out.splitlines() if not line.startswith(".d")]
+
+
+@pytest.mark.parametrize("which", ["rocketmq-4.9.8-written/store", "ours"])
+def test_an_idle_read_write_mount_changes_no_byte_of_the_store(mount_store, tmp_path, which):
+    """Issue 35, item 6: mount read-write, ``ls topics``, read a view, unmount: the broker's
+    checkpoint had changed (its indexMsgTimestamp became the last store time, confirmPhyOffset
+    the CommitLog's end), so the next rsync of a backup copied it. Now rsync, comparing
+    checksums and times, finds nothing to copy, for a broker's store and for one rmqfs wrote."""
+    from conftest import copy_fixture
+
+    store = tmp_path / "store"
+    if which == "ours":
+        m = mount_store(store)
+        os.mkdir(m.mnt / "topics" / "T")
+        (m.mnt / "topics" / "T" / "produce").write_text("".join(f"m{i}\n" for i in range(300)))
+        m.umount()
+    else:
+        copy_fixture(which, store)
+    backup = tmp_path / "backup"
+    subprocess.run(["cp", "-a", f"{store}/.", str(backup)], check=True)
+    assert _rsync_changes(backup, store) == []
+    m = mount_store(store, name="mnt2")
+    topics = os.listdir(m.mnt / "topics")
+    assert topics
+    assert (m.mnt / "topics" / topics[0] / "messages.jsonl").read_bytes()
+    m.umount()
+    assert _rsync_changes(backup, store) == []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SRC_PATH, fuse, run_rmqfs
+from conftest import REPO, SRC_PATH, fuse, in_mount_table, run_rmqfs
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -288,3 +288,59 @@ def test_a_busy_umount_names_who_holds_it_and_the_lazy_option(mount_store):
             p.wait()
     m.umount()
     assert not mounted(m.mnt)
+
+
+def test_the_mount_and_snapshot_upload_say_where_the_broker_name_came_from(tmp_path):
+    """Issue 35, item 5: without --config the brokerName fell back to the host name silently,
+    so two stores mounted on machines named alike (``vm``) both called themselves so, and a
+    fleet read of their snapshots failed. ``rmqfs mount`` now says which name it took and from
+    where (its stderr, the daemon's log, status.json's ``brokerNameFrom``, the snapshot
+    manifest), with the fix for the host name; ``snapshot-upload`` prints it too;
+    ``--broker-name`` names the store."""
+    host = socket.gethostname() or "DEFAULT_BROKER"
+    store, mnt, log = tmp_path / "store", tmp_path / "mnt", tmp_path / "mnt.log"
+    mnt.mkdir()
+    try:
+        res = run_rmqfs("mount", store, mnt, "--log-file", log)
+        line = f"rmqfs: brokerName {host!r}, from the host name (no --config): "
+        assert line in res.stderr
+        assert "--broker-name NAME or --config a broker.conf with brokerName=NAME" in res.stderr
+        assert f"brokerName {host!r}, from the host name (no --config)" in log.read_text()
+        st = json.loads((mnt / "status.json").read_text())
+        assert (st["brokerName"], st["brokerNameFrom"]) == (host, "the host name (no --config)")
+        os.mkdir(mnt / "topics" / "T")
+        (mnt / "topics" / "T" / "produce").write_text("a\nb\n")
+        os.mkdir(mnt / "snapshots" / "one")
+        man = json.loads((mnt / "snapshots" / "one" / "SNAPSHOT.json").read_text())
+        assert (man["brokerName"], man["brokerNameFrom"]) == (host, st["brokerNameFrom"])
+        res = run_rmqfs("snapshot-upload", mnt / "snapshots" / "one", tmp_path / "up1")
+        assert f"brokerName {host!r}, from the host name (no --config): " in res.stdout
+        assert "--broker-name NAME" in res.stdout and '"brokerNameFrom", "path"' in res.stdout
+        os.rmdir(mnt / "snapshots" / "one")
+        run_rmqfs("umount", mnt)
+
+        conf = tmp_path / "broker.conf"
+        conf.write_text("brokerName=from-conf\n")
+        res = run_rmqfs("mount", store, mnt, "--config", conf, "--broker-name", "broker-a")
+        assert "brokerName" not in res.stderr  # said in the log only: it was asked for
+        st = json.loads((mnt / "status.json").read_text())
+        assert (st["brokerName"], st["brokerNameFrom"]) == ("broker-a", "--broker-name")
+        os.mkdir(mnt / "snapshots" / "two")
+        res = run_rmqfs("snapshot-upload", mnt / "snapshots" / "two", tmp_path / "up2")
+        assert "brokerName 'broker-a', from --broker-name\n" in res.stdout
+        assert json.loads((tmp_path / "up2" / "SNAPSHOT.json").read_text())["brokerName"] == (
+            "broker-a"
+        )
+        os.rmdir(mnt / "snapshots" / "two")
+        run_rmqfs("umount", mnt)
+
+        res = run_rmqfs("mount", store, mnt, "--config", conf)
+        assert "brokerName" not in res.stderr
+        st = json.loads((mnt / "status.json").read_text())
+        assert (st["brokerName"], st["brokerNameFrom"]) == ("from-conf", f"brokerName= in {conf}")
+        run_rmqfs("umount", mnt)
+        res = run_rmqfs("mount", store, mnt, "--broker-name", " ", check=False)
+        assert res.returncode == 1 and "--broker-name ' '" in res.stderr
+    finally:
+        if in_mount_table(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)

@@ -97,8 +97,36 @@ def test_broker_name_rules(fleet, tmp_path):
     with MessageStore(str(twin)) as s:
         s.create_topic("T", queue_nums=1)
         s.put_messages([Message("T", b"x")])
-    with pytest.raises(ValueError, match="both have brokerName 'broker-c'"):
+    with pytest.raises(ValueError, match="both have brokerName 'broker-c'") as exc:
         D.expand_stores([str(fleet / "broker-c/store"), str(twin)])
+    assert "give each store a directory named after its broker" in str(exc.value)
+
+
+def test_a_broker_name_collision_says_how_to_fix_it(tmp_path):
+    """Issue 35, item 5: two snapshot copies whose manifests both carry the host name (mounts
+    without --config) were refused with "both have brokerName 'vm'" and no way out. The
+    message now names the fixes (--broker-name, --config with brokerName=, the option
+    brokerNameFrom = path), and that option reads them, named by their directories."""
+    paths = []
+    for broker in ("broker-a", "broker-b"):
+        copy = tmp_path / broker / "store"
+        with MessageStore(str(copy)) as s:
+            s.create_topic("T", queue_nums=1)
+            s.put_messages([Message("T", broker.encode())])
+        (copy / "SNAPSHOT.json").write_text(json.dumps({"files": {}, "brokerName": "vm"}))
+        paths.append(str(copy))
+    with pytest.raises(ValueError, match="both have brokerName 'vm'") as exc:
+        D.expand_stores(paths)
+    msg = str(exc.value)
+    assert "--broker-name NAME" in msg and "--config a broker.conf with brokerName=NAME" in msg
+    assert '.option("brokerNameFrom", "path")' in msg
+    opts = D.parse_options({"paths": json.dumps(paths), "brokerNameFrom": "path"})
+    assert [(r.broker, r.rule) for r in opts.stores] == [
+        ("broker-a", D.RULE_DIRECTORY),
+        ("broker-b", D.RULE_DIRECTORY),
+    ]
+    with pytest.raises(ValueError, match="brokerNameFrom 'manifest'"):
+        D.parse_options({"paths": json.dumps(paths), "brokerNameFrom": "manifest"})
 
 
 def test_pushed_broker_name_prunes_whole_stores(fleet):

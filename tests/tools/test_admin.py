@@ -744,6 +744,9 @@ def test_get_broker_config_and_broker_status(store, conf):
     with MessageStore(root, _cfg(), read_only=True, follow=False) as s:
         s.config.broker_name = "broker-t"
         expect = store_status(s)
+    # where the name came from (issue 35, item 5): the broker.conf given
+    assert st["brokerNameFrom"] == f"brokerName= in {conf}"
+    expect["brokerNameFrom"] = st["brokerNameFrom"]
     for d in (st, expect):  # how long each open's recovery took differs
         d["recovery"].pop("seconds")
     assert st == json.loads(json.dumps(expect))
