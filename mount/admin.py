@@ -1270,9 +1270,11 @@ def cmd_snapshot_upload(args) -> int:
     file://) or a directory; S3 credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
     The location becomes a copy of the snapshot (a sync, as rsync --delete): its old
     SNAPSHOT.json is deleted first, only files whose size or CRC32C changed since the snapshot
-    there are uploaded (sealed CommitLog segments once), files the new snapshot lacks are
-    deleted, and the new SNAPSHOT.json is written last, so an upload cut short is never read
-    as a whole snapshot. Every byte sent is checked against the source's manifest."""
+    there are uploaded (sealed CommitLog segments once), each up to its stored size in the
+    manifest (what was written: the zeros a file is preallocated with are not sent; readers
+    of the location serve them), files the new snapshot lacks are deleted, and the new
+    SNAPSHOT.json is written last, so an upload cut short is never read as a whole snapshot.
+    Every byte sent is checked against the source's manifest."""
     from rmqfs.engine.live.objectstore import upload_snapshot
 
     if not os.path.isdir(args.src):
@@ -1331,9 +1333,10 @@ def _broker_name_line(name: str | None, source: str | None) -> str:
 def cmd_snapshot_download(args) -> int:
     """Restore a snapshot from a location (a URI as for snapshot-upload, or a directory) into
     a new or empty local directory: each file is checked against the manifest's size and
-    CRC32C as it arrives, written under a temporary name and renamed; SNAPSHOT.json comes
-    last. A location without SNAPSHOT.json (an upload that did not finish) is refused. The
-    directory then mounts: rmqfs mount DIR MNT."""
+    CRC32C as it arrives, written under a temporary name at its full size (the zeros after
+    what the object holds a hole) and renamed; SNAPSHOT.json comes last. A location without
+    SNAPSHOT.json (an upload that did not finish) is refused. The directory then mounts:
+    rmqfs mount DIR MNT."""
     from rmqfs.engine.live.objectstore import download_snapshot
 
     fs, base, shown = _location(args.location)
@@ -1347,7 +1350,8 @@ def cmd_snapshot_download(args) -> int:
     print(
         f"snapshot {rep['name']} (CommitLog offset {rep['commitLogOffset']}, "
         f"{rep['messageCount']} messages) from {shown}: {rep['files']} files, "
-        f"{rep['bytes']:,} bytes in {rep['seconds']:.2f} s: OK"
+        f"{rep['bytes']:,} bytes ({rep['downloadedBytes']:,} downloaded) in "
+        f"{rep['seconds']:.2f} s: OK"
     )
     return 0
 

@@ -10,8 +10,9 @@ serves one session per process, hence a process of its own.
 
 Reads go through :class:`engine.live.blockcache.BlockCache` (8 MiB blocks fetched with one
 range read each, :meth:`engine.live.remote.RemoteSnapshot.read`; at most ``cache_size`` bytes
-on local disk, least recently used blocks evicted); a CommitLog segment's zero tail after the
-snapshot's cut is answered without a request. The files never change, so the kernel keeps
+on local disk, least recently used blocks evicted); a file's zeros after its stored prefix
+(the manifest's ``stored``: a segment's tail after the snapshot's cut, a live IndexFile's after
+its last item; all an upload sent of it) are answered without a request. The files never change, so the kernel keeps
 their pages and attributes (``keep_cache``, an hour's timeouts). A read that fails (server
 unreachable, credentials refused, object shorter than its manifest says) answers EIO and logs
 the file and the location; the next read of that block asks the server again.
@@ -65,7 +66,7 @@ class _Node:
     name: str
     rel: str = ""  # the manifest name of a file
     size: int = 0
-    data_end: int | None = None  # bytes past this are zeros (a segment's tail after the cut)
+    data_end: int | None = None  # bytes past this are zeros (its stored prefix's end)
     data: bytes | None = None  # SNAPSHOT.json's own bytes
     children: dict[str, int] | None = None  # a directory's, by name
     entries: list[tuple[str, int]] = field(default_factory=list)  # a directory's, sorted
@@ -73,18 +74,23 @@ class _Node:
 
 def build_tree(manifest: dict, manifest_bytes: bytes, manifest_name: str) -> dict[int, _Node]:
     """The tree of a snapshot's manifest: ``{inode: node}``, the root at inode 1. Files are
-    the manifest's ``files`` (``{rel: {"size": n, ...}}``) and ``manifest_name`` itself; a
-    CommitLog segment's bytes at or past the snapshot's ``commitLogOffset`` are zeros.
+    the manifest's ``files`` (``{rel: {"size": n, "stored": m, ...}}``) and ``manifest_name``
+    itself. A file's bytes past its stored prefix (:func:`engine.live.snapshot.stored_size`)
+    are zeros, never fetched, and so are a CommitLog segment's at or past the snapshot's
+    ``commitLogOffset`` (what a manifest without ``stored`` says of them); ``st_blocks``
+    counts the prefix only, so ``du`` and ``tar -S`` see the rest as a hole.
 
     Raises:
         ValueError: a name that is absolute, holds ``.`` or ``..`` or an empty part, or is
             both a file and a directory.
     """
+    from rmqfs.engine.live.snapshot import stored_size
+
     root = _Node(1, "", children={})
     nodes = {1: root}
     cut = manifest.get("commitLogOffset")
 
-    def add(rel: str, size: int, data: bytes | None = None) -> None:
+    def add(rel: str, size: int, data: bytes | None = None, stored: int | None = None) -> None:
         parts = rel.split("/")
         if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"the manifest names {rel!r}, not a relative file name")
@@ -103,13 +109,16 @@ def build_tree(manifest: dict, manifest_bytes: bytes, manifest_name: str) -> dic
         if parts[-1] in d.children:
             raise ValueError(f"the manifest names {rel!r} twice, or as a file and a directory")
         node = _Node(len(nodes) + 1, parts[-1], rel=rel, size=size, data=data)
+        if stored is not None:
+            node.data_end = max(0, min(size, stored))
         if isinstance(cut, int) and rel.startswith(_SEGMENT_PREFIX) and rel[10:].isdigit():
-            node.data_end = max(0, min(size, cut - int(rel[10:])))
+            end = size if node.data_end is None else node.data_end
+            node.data_end = max(0, min(end, cut - int(rel[10:])))
         nodes[node.inode] = node
         d.children[parts[-1]] = node.inode
 
     for rel, entry in sorted(manifest["files"].items()):
-        add(rel, int(entry["size"]))
+        add(rel, int(entry["size"]), stored=stored_size(entry))
     add(manifest_name, len(manifest_bytes), manifest_bytes)
     for node in nodes.values():
         if node.children is not None:
@@ -238,7 +247,8 @@ def _operations(nodes: dict[int, _Node], cache, where: str):
                 a.st_mode = stat.S_IFREG | 0o444
                 a.st_nlink = 1
                 a.st_size = node.size
-                a.st_blocks = (node.size + 511) // 512
+                data = node.size if node.data_end is None else node.data_end
+                a.st_blocks = (data + 511) // 512  # the zeros after the data: a hole
             a.st_uid, a.st_gid = uid, gid
             a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = now
             a.st_blksize = 128 * 1024

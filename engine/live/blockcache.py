@@ -16,8 +16,10 @@ the same way.
 - **Never wrong bytes.** A range read that returns fewer bytes than the file's size (from its
   manifest) says it should is an :class:`engine.errors.ObjectStoreError` naming the file, as is
   every failure of ``fetch`` (server unreachable, credentials refused, file gone). Bytes past a
-  file's ``data_end`` (a CommitLog segment's zero tail after the snapshot's cut, which
-  :mod:`engine.live.snapshot` guarantees and its crc32c covers) are zeros, never fetched.
+  file's ``data_end`` (the end of its manifest ``stored`` prefix: a CommitLog segment's zero
+  tail after the snapshot's cut, a live IndexFile's after its last item, which
+  :mod:`engine.live.snapshot` guarantees and its crc32c covers; an upload sends nothing past
+  it) are zeros, never fetched.
 
 Thread-safe; no pyarrow or FUSE here (tests/engine/test_blockcache.py runs it with a function).
 """

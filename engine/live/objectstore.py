@@ -14,9 +14,9 @@ or a copy of one), as ``rsync --delete`` does a directory, in this order:
 2. delete the location's manifest: from here until step 5 the location holds no manifest, so it
    is never read as a whole snapshot (``snapshot-verify`` and ``snapshot-download`` refuse it);
 3. upload each file whose ``(size, crc32c)`` differs from the old manifest's entry, or which
-   the location lacks (or holds with another size): a sealed CommitLog segment has the same
-   entry in every snapshot and is uploaded once; every byte read is summed and must match the
-   source's manifest (a damaged source is refused, not uploaded);
+   the location lacks (or holds with a length outside ``[stored, size]``): a sealed CommitLog
+   segment has the same entry in every snapshot and is uploaded once; every byte read is
+   summed and must match the source's manifest (a damaged source is refused, not uploaded);
 4. delete the location's files the new manifest does not name (expired segments);
 5. write the new ``SNAPSHOT.json`` last.
 
@@ -24,8 +24,21 @@ An upload that stops between 2 and 5 (server down, killed) leaves no manifest; t
 then finds none and uploads every file again. Uploads go through ``open_output_stream``
 (multipart for big files, pyarrow's choice) in :data:`CHUNK` pieces, ``workers`` files at a time;
 the stream is flushed every :data:`FLUSH_EVERY` bytes, which waits for the parts in flight, so a
-file holds at most that much memory. Zeros (a segment's tail after the snapshot's cut, holes
-of a local copy) are sent from one shared buffer without being read.
+file holds at most that much memory.
+
+What is sent of a file is its *stored prefix*: the manifest's ``stored`` bytes
+(:func:`engine.live.snapshot.stored_size`), everything after them zeros (a live CommitLog
+segment after the snapshot's cut, a ConsumeQueue file after its last unit, a live IndexFile
+after its last item). Those zeros are neither read nor sent: the prefix's sum, extended by
+them (:func:`engine.format.crc.crc32c_zeros`), is checked against the manifest's crc32c of the
+whole file, and every reader of the location (:func:`download_snapshot`, ``snapshot-verify``,
+:class:`engine.live.remote.RemoteSnapshot`, the mount) serves them as zeros: a preallocated
+1 GiB segment holding 1 MB of records costs 1 MB. An object may also hold more of its file,
+up to the whole (a copy made by ``aws s3 sync``, or an upload of a manifest without
+``stored``); readers accept that. A local directory as the location gets each file at its
+full size, the zeros a hole (``ftruncate``), as :func:`download_snapshot` restores it: a copy
+that mounts. Holes inside the prefix (a sparse local copy) are sent as zeros from one shared
+buffer without being read.
 
 :func:`download_snapshot` restores a location into an empty local directory: each file is
 written as ``NAME.part``, summed as it arrives, its zero runs left as holes, then renamed; the
@@ -50,7 +63,7 @@ from ..errors import ObjectStoreError
 from ..format.crc import CHUNK, crc32c, crc32c_zeros, file_pieces
 from ..service import workprogress
 from .location import DEFAULT_WORKERS, explain, is_local, join, list_files, read_small
-from .snapshot import MANIFEST_NAME, MAX_MANIFEST, parse_manifest
+from .snapshot import MANIFEST_NAME, MAX_MANIFEST, parse_manifest, stored_size
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -95,9 +108,11 @@ class _Stop(Exception):
 def _upload_one(
     src: str, rel: str, want: dict, fs: pafs.FileSystem, dest: str, stop: threading.Event
 ) -> int:
-    """Upload one file, summing it; returns its size. Raises ValueError (source damaged or
-    not the manifest's size), OSError, _Stop."""
-    size = want["size"]
+    """Upload one file's stored prefix (:func:`engine.live.snapshot.stored_size` bytes; the
+    zeros after it are neither read nor sent), summing it; returns the bytes sent. The sum,
+    extended by the zeros up to ``size``, must be the manifest's crc32c. Raises ValueError
+    (source damaged or not the manifest's size), OSError, _Stop."""
+    size, stored = want["size"], stored_size(want)
     fd = os.open(os.path.join(src, *rel.split("/")), os.O_RDONLY | os.O_NOFOLLOW)
     try:
         have = os.fstat(fd).st_size
@@ -118,7 +133,7 @@ def _upload_one(
                     out.flush()
                     unflushed = 0
 
-            for n, chunk in file_pieces(fd, 0, size):
+            for n, chunk in file_pieces(fd, 0, stored):
                 if chunk is None:  # a hole: zeros from the shared buffer, never read
                     crc = crc32c_zeros(crc, n)
                     for k in range(0, n, CHUNK):
@@ -126,12 +141,17 @@ def _upload_one(
                 else:
                     crc = crc32c(chunk, crc)
                     send(bytes(chunk))  # a copy: the view is reused for the next piece
+            crc = crc32c_zeros(crc, size - stored)  # the zeros the manifest says follow
             if f"{crc:08x}" != want["crc32c"]:
                 raise ValueError(
                     f"the source file's crc32c is {crc:08x}, its manifest says {want['crc32c']}"
                     " (damaged source; no manifest written)"
                 )
-        return size
+        if is_local(fs) and size > stored:
+            # A local directory is a copy that mounts as a store: the file at its full size,
+            # the zeros a hole (what snapshot-download makes of an object).
+            os.truncate(dest, size)
+        return stored
     finally:
         os.close(fd)
 
@@ -204,7 +224,9 @@ def upload_snapshot(
     Returns:
         ``{"name", "commitLogOffset", "messageCount", "uploaded": [[rel, bytes], ...],
         "skipped": [[rel, bytes], ...], "deleted": [rel, ...], "uploadedBytes",
-        "skippedBytes", "seconds"}``.
+        "skippedBytes", "bytes", "seconds"}``: each file's bytes are its stored prefix (what
+        an upload sends), ``uploadedBytes`` and ``skippedBytes`` their sums, ``bytes`` the
+        files' sizes as restored (zeros included).
 
     Raises:
         ObjectStoreError: ``src`` is not a snapshot (no or a bad manifest, a file that does not
@@ -238,16 +260,20 @@ def upload_snapshot(
     old_files = old[0]["files"] if old is not None else {}
     upload: list[str] = []
     skipped: list[str] = []
+    stored = {rel: stored_size(want) for rel, want in files.items()}
     for rel, want in files.items():
         prev = old_files.get(rel)
+        # The same file (size and sum) is there when its object holds at least the stored
+        # prefix and at most the whole file (an older upload sent it whole): readers take
+        # the first stored bytes and zeros after them, which the sums say match.
         same = (
             isinstance(prev, dict)
             and prev.get("size") == want["size"]
             and prev.get("crc32c") == want["crc32c"]
-            and remote.get(rel) == want["size"]
+            and stored[rel] <= remote.get(rel, -1) <= want["size"]
         )
         (skipped if same else upload).append(rel)
-    upload.sort(key=lambda r: -files[r]["size"])  # big files first: the threads end together
+    upload.sort(key=lambda r: -stored[r])  # big files first: the threads end together
 
     if is_local(fs):  # object stores have no directories; a local target needs them
         for parent in sorted({rel.rpartition("/")[0] for rel in upload}):
@@ -257,7 +283,7 @@ def upload_snapshot(
                 raise ObjectStoreError(f"creating {join(where, parent)}: {exc}") from None
 
     stop = threading.Event()
-    done = workprogress.bar(progress, sum(files[r]["size"] for r in upload), "upload")
+    done = workprogress.bar(progress, sum(stored[r] for r in upload), "upload")
 
     def one(rel: str) -> int:
         try:
@@ -284,11 +310,12 @@ def upload_snapshot(
         "name": doc.get("name"),
         "commitLogOffset": doc.get("commitLogOffset"),
         "messageCount": doc.get("messageCount"),
-        "uploaded": [[r, files[r]["size"]] for r in sorted(upload)],
-        "skipped": [[r, files[r]["size"]] for r in sorted(skipped)],
+        "uploaded": [[r, stored[r]] for r in sorted(upload)],
+        "skipped": [[r, stored[r]] for r in sorted(skipped)],
         "deleted": deleted,
-        "uploadedBytes": sum(files[r]["size"] for r in upload),
-        "skippedBytes": sum(files[r]["size"] for r in skipped),
+        "uploadedBytes": sum(stored[r] for r in upload),
+        "skippedBytes": sum(stored[r] for r in skipped),
+        "bytes": sum(int(v["size"]) for v in files.values()),
         "seconds": round(time.monotonic() - start_t, 3),
     }
 
@@ -316,9 +343,12 @@ def _write_sparse(fd: int, data: memoryview, offset: int) -> None:
 
 
 def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: dict, stop) -> int:
-    """Download one file to ``dest`` (through ``dest.part``), zero runs as holes; returns its
-    size. Raises ValueError (short, longer, damaged), OSError, _Stop."""
-    size = want["size"]
+    """Download one file to ``dest`` (through ``dest.part``), zero runs as holes; returns the
+    bytes downloaded. The object holds at least the file's stored prefix
+    (:func:`engine.live.snapshot.stored_size`) and at most its ``size``; the file is then cut
+    to ``size`` (``ftruncate``: the rest a hole) and its sum, extended by those zeros, must be
+    the manifest's crc32c. Raises ValueError (short, longer, damaged), OSError, _Stop."""
+    size, stored = want["size"], stored_size(want)
     part = dest + ".part"
     try:
         f = fs.open_input_stream(path, compression=None)
@@ -338,10 +368,11 @@ def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: dict, stop) -
             crc = crc32c(buf, crc)
             _write_sparse(fd, memoryview(buf), n)
             n += buf.size
-        if n < size:
-            raise ValueError(f"short: {n} of {size} bytes")
+        if n < stored:
+            raise ValueError(f"short: {n} of {stored} bytes")
         if n > size:
             raise ValueError(f"longer than the manifest's {size} bytes")
+        crc = crc32c_zeros(crc, size - n)
         if f"{crc:08x}" != want["crc32c"]:
             raise ValueError(f"damaged: crc32c {crc:08x}, expected {want['crc32c']}")
         os.ftruncate(fd, size)
@@ -357,7 +388,7 @@ def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: dict, stop) -
             except OSError:
                 pass
     os.replace(part, dest)
-    return size
+    return n
 
 
 def download_snapshot(
@@ -370,11 +401,14 @@ def download_snapshot(
 ) -> dict:
     """Restore the snapshot at ``base`` of ``fs`` into the local directory ``dest`` (new or
     empty): every file the manifest names, checked against its size and CRC32C as it arrives
-    (written as ``NAME.part``, renamed when whole; zero runs of :data:`CHUNK` bytes left as
-    holes), then ``SNAPSHOT.json``. The directory then mounts (``rmqfs mount DEST MNT``).
+    (written as ``NAME.part``, renamed when whole; zero runs of :data:`HOLE_BLOCK` bytes
+    and everything past the object's end, up to the file's ``size``, left as holes), then
+    ``SNAPSHOT.json``. The directory then mounts (``rmqfs mount DEST MNT``): each file has
+    its manifest ``size`` (a 1 GiB segment is 1 GiB, sparse), as a broker expects.
 
     Returns:
-        ``{"name", "commitLogOffset", "messageCount", "files", "bytes", "seconds"}``.
+        ``{"name", "commitLogOffset", "messageCount", "files", "bytes", "downloadedBytes",
+        "seconds"}``: ``bytes`` the files' sizes, ``downloadedBytes`` what the objects held.
 
     Raises:
         ObjectStoreError: the location holds no manifest (an upload that did not finish, or
@@ -398,13 +432,16 @@ def download_snapshot(
         if parent:
             os.makedirs(os.path.join(dest, *parent.split("/")), exist_ok=True)
     stop = threading.Event()
-    order = sorted(files, key=lambda r: -files[r]["size"])
-    done = workprogress.bar(progress, sum(v["size"] for v in files.values()), "download")
+    stored = {rel: stored_size(want) for rel, want in files.items()}
+    order = sorted(files, key=lambda r: -stored[r])
+    done = workprogress.bar(progress, sum(stored.values()), "download")
+    got: dict[str, int] = {}
 
     def one(rel: str) -> int:
         local = os.path.join(dest, *rel.split("/"))
         try:
-            return _download_one(fs, join(base, rel), local, files[rel], stop)
+            got[rel] = _download_one(fs, join(base, rel), local, files[rel], stop)
+            return got[rel]
         except _Stop:
             raise
         except (OSError, ValueError) as exc:
@@ -426,5 +463,6 @@ def download_snapshot(
         "messageCount": doc.get("messageCount"),
         "files": len(files),
         "bytes": sum(v["size"] for v in files.values()),
+        "downloadedBytes": sum(got.values()),
         "seconds": round(time.monotonic() - start_t, 3),
     }

@@ -28,6 +28,9 @@ A snapshot uploaded with ``rmqfs snapshot-upload`` (or copied by another tool fr
   that TOPIC, QUEUEID and QUEUEOFFSET whose transaction type is NOT or COMMIT
   (:func:`select_rows`). A snapshot is cut at a record boundary with every record before it
   dispatched (its ``commitLogOffset``), so nothing past it is read.
+- **Zeros not fetched.** A file's bytes past its manifest ``stored`` prefix (what
+  ``snapshot-upload`` sends of it: a live segment up to the cut, a ConsumeQueue file up to its
+  last unit) are zeros, never asked of the server (:meth:`RemoteSnapshot.read`).
 - **Checked.** Every record's layout and BODYCRC as on local files; a CommitLog file read whole
   (the range from its start to its end, or to the snapshot's cut with zeros after) is summed
   and compared with the manifest's crc32c, and a mismatch fails naming the file. A file gone
@@ -72,7 +75,7 @@ from ..read.columnar import CommitLogWindow, decode_records, walk_records
 from ..read.schema import arrow_schema
 from .location import explain, join, open_location, redact
 from .objectstore import read_manifest
-from .snapshot import MANIFEST_NAME
+from .snapshot import MANIFEST_NAME, stored_size
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -201,7 +204,9 @@ class RemoteSnapshot:
                 table[(topic, int(q))] = (span[0], span[1])
         segments: list[tuple[int, str, int, int]] = []
         queue_files: dict[tuple[str, int], list[tuple[int, str, int]]] = {}
+        stored: dict[str, tuple[int, int]] = {}
         for rel, want in doc["files"].items():
+            stored[rel] = (stored_size(want), int(want["size"]))
             if rel.startswith("batchconsumequeue/"):
                 raise UnsupportedLayoutError(
                     f"{self.where}: holds BatchConsumeQueues, which rmqfs does not read from "
@@ -216,6 +221,7 @@ class RemoteSnapshot:
                 key = (m.group(1), int(m.group(2)))
                 queue_files.setdefault(key, []).append((int(m.group(3)), rel, want["size"]))
         self.manifest = doc
+        self._stored = stored
         name = doc.get("brokerName")
         self.broker_name: str | None = name if isinstance(name, str) and name else None
         self.commitlog_offset = int(doc.get("commitLogOffset") or 0)
@@ -340,12 +346,33 @@ class RemoteSnapshot:
 
     # -- reading ----------------------------------------------------------------------------------
     def read(self, rel: str, offset: int, length: int) -> bytes:
-        """``length`` bytes of file ``rel`` from ``offset`` (fewer at its end): one range read.
+        """``length`` bytes of file ``rel`` from ``offset`` (fewer at its end, the manifest's
+        ``size``): one range read of the part inside the file's stored prefix
+        (:func:`engine.live.snapshot.stored_size`), then zeros up to the end asked for. A
+        range past the stored prefix is zeros without a request. A file the manifest does not
+        name is read as its object is. Fewer bytes than asked inside the stored prefix mean
+        the object is shorter than its manifest says (callers name that).
 
         Raises:
             ObjectStoreError: the file is gone (a newer snapshot at the location expired it) or
                 the read failed (server unreachable, credentials refused), naming the file.
         """
+        extent = self._stored.get(rel)
+        if extent is None:
+            return self._read_object(rel, offset, length)
+        stored, size = extent
+        end = min(offset + length, size)
+        if offset >= end:
+            return b""
+        if offset >= stored:
+            return bytes(end - offset)
+        data = self._read_object(rel, offset, min(end, stored) - offset)
+        if end > stored and len(data) == stored - offset:
+            data += bytes(end - stored)
+        return data
+
+    def _read_object(self, rel: str, offset: int, length: int) -> bytes:
+        """One range read of ``rel``'s object (fewer bytes at its end). Raises as :meth:`read`."""
         with self._lock:
             f = self._open.pop(rel, None)
         try:

@@ -217,6 +217,15 @@ class FrozenFile:
             return None
         return ("zeros", end - offset)
 
+    @property
+    def stored(self) -> int:
+        """Bytes from the start that hold data: ``[stored, size)`` is zeros (the end of the last
+        extent). What the manifest records as ``stored`` and an upload sends: a live CommitLog
+        segment up to the snapshot's cut, a ConsumeQueue file up to its last unit, a live
+        IndexFile up to its last item (``IndexFile``: header, hash slots, then ``indexCount``
+        items)."""
+        return self.extents[-1][1] if self.extents else 0
+
     def served_whole(self) -> bool:
         """True when every byte comes from one store file at the same offsets."""
         return (
@@ -847,6 +856,7 @@ class SnapshotManager:
             for rel, f in snap.files.items():
                 out[rel] = {
                     "size": f.size,
+                    "stored": f.stored,
                     "crc32c": f"{file_checksum(f, self._cache, lambda: snap.cancelled):08x}",
                 }
                 if isinstance(f.ident, tuple):
@@ -903,10 +913,22 @@ class SnapshotManager:
         self._pool.shutdown(wait=True)
 
 
+def stored_size(entry: dict) -> int:
+    """Bytes of a manifest file entry that hold data: its ``stored`` (``[stored, size)`` is
+    zeros; an object-storage copy holds only ``[0, stored)``), or its ``size`` for a manifest
+    written before rmqfs recorded ``stored`` (the whole file). ``entry`` as
+    :func:`parse_manifest` checked it."""
+    stored = entry.get("stored")
+    return int(entry["size"]) if stored is None else int(stored)
+
+
 def parse_manifest(data: bytes) -> dict:
     """A ``SNAPSHOT.json``'s object from its bytes, checked: a ``files`` table whose every
     entry names a relative path (no ``..``, no empty part, not the manifest itself) with an
-    integer ``size`` >= 0 and an 8-digit hex ``crc32c``.
+    integer ``size`` >= 0 (bytes of the file as restored), an 8-digit hex ``crc32c`` (of
+    those ``size`` bytes) and, when present, an integer ``stored`` with ``0 <= stored <=
+    size`` (the prefix that holds data, zeros after it: :func:`stored_size`; manifests
+    written before rmqfs recorded it lack it).
 
     Raises:
         ValueError: not JSON, or not such a manifest (the message says what is wrong).
@@ -928,6 +950,9 @@ def parse_manifest(data: bytes) -> dict:
             raise ValueError(f"{MANIFEST_NAME}: bad entry for {rel}: {want!r}")
         if not re.fullmatch(r"[0-9a-f]{8}", crc):
             raise ValueError(f"{MANIFEST_NAME}: bad crc32c for {rel}: {crc!r}")
+        stored = want.get("stored", size)
+        if not (isinstance(stored, int) and 0 <= stored <= size):
+            raise ValueError(f"{MANIFEST_NAME}: bad stored size for {rel}: {want!r}")
     return doc
 
 
@@ -948,7 +973,10 @@ def verify_copy(
     :func:`engine.live.location.open_location` returns for ``s3://...``, ``gs://...``); None
     or a ``LocalFileSystem``: ``directory`` is a local directory, read through file
     descriptors (holes skipped with ``SEEK_DATA``). A remote file is read in
-    :data:`engine.format.crc.CHUNK` pieces, one stream per thread.
+    :data:`engine.format.crc.CHUNK` pieces, one stream per thread; its object holds at least
+    the entry's ``stored`` prefix (:func:`stored_size`: what ``snapshot-upload`` sends) and at
+    most the whole ``size`` (a copy by another tool), and what it lacks of ``size`` is summed
+    as zeros, never read. The bar counts bytes read.
 
     Returns:
         ``(manifest, problems)``: problems is a list of ``(rel, what)``, ``what`` one of
@@ -1004,28 +1032,30 @@ def verify_copy(
             os.close(fd)
 
     def check_remote(rel: str, want: dict) -> tuple[str, str | None, int]:
-        size = int(want["size"])
+        # An object holds the file's stored prefix (rmqfs snapshot-upload) or, copied by
+        # another tool, more of it up to the whole file: what it lacks of size is zeros.
+        size, stored = int(want["size"]), stored_size(want)
         try:
             n, crc = location.sum_object(filesystem, location.join(directory, rel), size + 1)
         except FileNotFoundError:
             return rel, "missing", 0
         except OSError as exc:
             return rel, f"unreadable: {exc}", 0
-        if n < size:
-            return rel, f"short: {n} of {size} bytes", n
+        if n < stored:
+            return rel, f"short: {n} of {stored} bytes", n
         if n > size:
             return rel, f"longer: more than {size} bytes", size
+        crc = crc32c_zeros(crc, size - n)
         if f"{crc:08x}" != want["crc32c"]:
-            return rel, f"damaged: crc32c {crc:08x}, expected {want['crc32c']}", size
-        return rel, None, size
+            return rel, f"damaged: crc32c {crc:08x}, expected {want['crc32c']}", n
+        return rel, None, n
 
     check = check_remote if remote else check_local
     workers = workers or (location.DEFAULT_WORKERS if remote else os.cpu_count() or 1)
+    weight = stored_size if remote else (lambda want: int(want["size"]))  # bytes to read
     # Big files first, so the threads finish together.
-    order = sorted(files.items(), key=lambda kv: -int(kv[1].get("size", 0)))
-    done = workprogress.bar(
-        progress, sum(max(0, int(v.get("size", 0))) for _, v in order), "verify"
-    )
+    order = sorted(files.items(), key=lambda kv: -weight(kv[1]))
+    done = workprogress.bar(progress, sum(weight(v) for _, v in order), "verify")
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for rel, what, n in pool.map(lambda kv: check(*kv), order):

@@ -232,3 +232,83 @@ def test_records_are_completed_across_reads_smaller_than_them(copy, monkeypatch)
     bounds = _all(r)
     got, _ = _remote(copy, bounds)
     assert got == _local(copy, bounds)
+
+
+def _upload(copy: Path, dest: Path) -> dict:
+    """``rmqfs snapshot-upload COPY DEST`` to a local location (the same code as for S3),
+    each file then cut to what the upload sent (a local location gets whole sparse files;
+    object storage holds that prefix only: tests/mount/test_snapshot_objectstore.py)."""
+    import json
+
+    import pyarrow.fs as pafs
+
+    from rmqfs.engine.live.objectstore import upload_snapshot
+
+    rep = upload_snapshot(str(copy), pafs.LocalFileSystem(), str(dest))
+    for rel, sent in rep["uploaded"]:
+        os.truncate(dest / rel, sent)
+    files = json.loads((dest / MANIFEST_NAME).read_text())["files"]
+    assert [[r, v["stored"]] for r, v in sorted(files.items())] == rep["uploaded"]
+    return rep
+
+
+def test_a_location_holding_stored_prefixes_reads_as_the_copy(copy, tmp_path):
+    """Issue 35: an upload sends each file up to its manifest ``stored`` size (a live
+    segment up to the cut, a live IndexFile up to its last item), and the in-place reader
+    serves the rest as zeros without a request: the same rows as the copy."""
+    import json
+
+    dest = tmp_path / "up"
+    rep = _upload(copy, dest)
+    files = json.loads((copy / MANIFEST_NAME).read_text())["files"]
+    assert rep["uploadedBytes"] == sum(v["stored"] for v in files.values()) < rep["bytes"]
+    for rel, want in files.items():
+        assert (copy / rel).stat().st_size == want["size"], rel
+        assert (dest / rel).stat().st_size == want["stored"] <= want["size"], rel
+    segs = sorted(r for r in files if r.startswith("commitlog/"))
+    live = segs[-1]
+    doc = json.loads((copy / MANIFEST_NAME).read_text())
+    assert files[live]["stored"] == doc["commitLogOffset"] - int(live[10:]) < files[live]["size"]
+    assert all(files[r]["stored"] == files[r]["size"] for r in segs[:-1])  # sealed: whole
+    assert any(r.startswith("consumequeue/") and v["stored"] < v["size"] for r, v in files.items())
+
+    r = RemoteSnapshot(str(dest))
+    bounds = _all(r)
+    got, _ = _remote(dest, bounds)
+    assert got and got == _local(copy, bounds)
+    # past the stored prefix: zeros, no request; across it: the stored part, then zeros
+    stored, size = files[live]["stored"], files[live]["size"]
+    whole = (copy / live).read_bytes()
+    before = r.stats.requests
+    assert r.read(live, stored + 10, 100) == bytes(100) and r.stats.requests == before
+    assert r.read(live, size - 5, 100) == bytes(5) and r.stats.requests == before
+    assert r.read(live, stored - 10, 100) == whole[stored - 10 : stored + 90]
+    assert r.stats.requests == before + 1
+    # an object shorter than its stored prefix is short, not padded with zeros
+    with open(dest / live, "r+b") as f:
+        f.truncate(stored - 1)
+    r = RemoteSnapshot(str(dest))
+    assert len(r.read(live, stored - 10, 100)) == 9
+    with pytest.raises(CorruptRecordError, match="ends at"):
+        list(r.read_piece(r.pieces(0, 1 << 62)[-1], _all(r)))
+
+
+def test_a_manifest_without_stored_sizes_still_reads(copy, tmp_path):
+    """A manifest written before ``stored`` existed (every object the whole file): read as
+    before, the segment's tail after the cut still never asked for."""
+    import json
+
+    old = Path(shutil.copytree(copy, tmp_path / "old"))
+    doc = json.loads((old / MANIFEST_NAME).read_text())
+    for want in doc["files"].values():
+        want.pop("stored", None)  # as written before rmqfs recorded it
+    (old / MANIFEST_NAME).write_text(json.dumps(doc))
+    r = RemoteSnapshot(str(old))
+    bounds = _all(r)
+    got, _ = _remote(old, bounds)
+    assert got and got == _local(copy, bounds)
+    live = max(x for x in doc["files"] if x.startswith("commitlog/"))
+    size = doc["files"][live]["size"]
+    before = r.stats.requests
+    assert r.read(live, size - 100, 200) == bytes(100)  # read from the object, as before
+    assert r.stats.requests == before + 1

@@ -237,6 +237,47 @@ def test_a_snapshot_in_object_storage_mounts_as_its_local_copy(aws, mounts, tmp_
     assert "range reads" in log and "aws_secret" not in log.lower()
 
 
+def test_a_snapshot_uploaded_without_its_zeros_mounts_as_its_local_copy(aws, mounts, tmp_path):
+    """Issue 35: with the default geometry (a 1 GiB segment, a 420 MB IndexFile) the upload
+    holds each file's stored prefix only; the mount serves the rest as zeros, fetched never,
+    and shows the same messages as the mount of the local copy."""
+    mounts.conf.write_text("")  # the default geometry
+    with MessageStore(str(tmp_path / "store")) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", f"line {i}".encode(), keys=[f"k{i}"]) for i in range(4000)])
+        mgr = SnapshotManager(s)
+        snap = mgr.create("nightly")
+        copy = materialize(snap, tmp_path / "copy", mgr.manifest(snap))
+        mgr.close()
+    files = json.loads((copy / MANIFEST_NAME).read_text())["files"]
+    uri = aws.uri("unpadded")
+    upload(copy, uri)
+    local = mounts.mount(copy, "local", "ro")
+    cache = tmp_path / "cache"
+    remote = mounts.mount(uri, "remote", "ro", cache_dir=cache)
+    for rel in ("topics/T/messages.jsonl", "topics/T/1/bodies.txt"):
+        assert (remote / rel).read_bytes() == (local / rel).read_bytes(), rel
+    assert (remote / "topics/T/messages.jsonl").read_bytes().count(b"\n") == 4000
+    seg = "commitlog/00000000000000000000"
+    stored, size = files[seg]["stored"], files[seg]["size"]
+    assert size == 1 << 30 and stored < 1 << 20
+    with open(remote / "raw" / seg, "rb") as f, open(copy / seg, "rb") as g:
+        assert f.read(stored + 100_000) == g.read(stored + 100_000)
+        f.seek(size - 65536)
+        assert f.read() == bytes(65536)
+    (lower,) = mounts.new_lowers()
+    st = os.stat(Path(lower) / seg)
+    assert st.st_size == size and st.st_blocks * 512 < stored + 512  # du: the stored part
+    fetched = blocks_bytes(cache)
+    assert 0 < fetched <= sum(v["stored"] for v in files.values())
+    run_rmqfs("umount", remote)
+    log = mounts.log("remote").read_text()
+    line = [x for x in log.splitlines() if "range reads" in x][-1]
+    assert int(line.split("range reads (")[1].split()[0]) <= sum(
+        v["stored"] for v in files.values()
+    )
+
+
 def test_the_cache_stays_within_its_bound(aws, mounts, tmp_path):
     copy = snapshot_copy(tmp_path, 3000, body=1000)  # about 3.3 MB of CommitLog
     uri = aws.uri("bounded")

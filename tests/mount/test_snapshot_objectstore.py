@@ -17,11 +17,13 @@ import pytest
 
 from conftest import fuse, run_rmqfs
 from rmqfs.engine.errors import ObjectStoreError
+from rmqfs.engine.format.indexfile import HEADER, INDEX_HEADER_SIZE
 from rmqfs.engine.live import location, objectstore
+from rmqfs.engine.live.remote import RemoteSnapshot
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import MessageStore
 from s3server import BUCKET, KEY, SECRET
-from stores import materialize
+from stores import materialize, snapshot_copy
 from test_snapshots import _put, bodies_of, small_store_config
 
 pafs = pytest.importorskip("pyarrow.fs")
@@ -70,12 +72,13 @@ def test_upload_again_sends_only_what_changed_and_restores(aws, tmp_path):
     rep = upload(a, uri)
     manifest_a = json.loads((a / MANIFEST_NAME).read_text())["files"]
     assert {r for r, _ in rep["uploaded"]} == set(manifest_a) and rep["skipped"] == []
-    assert rep["uploadedBytes"] == sum(v["size"] for v in manifest_a.values())
+    assert rep["uploadedBytes"] == sum(v["stored"] for v in manifest_a.values())
+    assert rep["bytes"] == sum(v["size"] for v in manifest_a.values()) > rep["uploadedBytes"]
     res = run_rmqfs("snapshot-verify", uri)
     assert res.stdout.rstrip().endswith(": OK"), res.stdout
-    # the live segment's zero tail arrived: every object has its manifest size
+    # the live segment's zero tail stayed behind: every object is its stored prefix
     objects = location.list_files(fs, f"{BUCKET}/fleet/broker-a/latest", "x")
-    assert {r: objects[r] for r in manifest_a} == {r: v["size"] for r, v in manifest_a.items()}
+    assert {r: objects[r] for r in manifest_a} == {r: v["stored"] for r, v in manifest_a.items()}
 
     # a stale object the next snapshot does not name is deleted
     with fs.open_output_stream(f"{BUCKET}/fleet/broker-a/latest/commitlog/stale") as f:
@@ -93,6 +96,9 @@ def test_upload_again_sends_only_what_changed_and_restores(aws, tmp_path):
     assert uploaded == {r for r in manifest_b if manifest_a.get(r) != manifest_b[r]}
     assert rep["deleted"] == ["commitlog/stale"]
     assert rep["skippedBytes"] >= len(sealed) * 65536
+    assert rep["uploadedBytes"] == sum(manifest_b[r]["stored"] for r in uploaded)
+    objects = location.list_files(fs, f"{BUCKET}/fleet/broker-a/latest", "x")
+    assert {r: objects[r] for r in manifest_b} == {r: v["stored"] for r, v in manifest_b.items()}
     res = run_rmqfs("snapshot-verify", uri, "--json")
     assert json.loads(res.stdout)["ok"] and json.loads(res.stdout)["problems"] == []
     # the same snapshot again: nothing to send
@@ -117,6 +123,147 @@ def test_upload_again_sends_only_what_changed_and_restores(aws, tmp_path):
     # download refuses a directory that is not empty
     res = run_rmqfs("snapshot-download", uri, dest, check=False)
     assert res.returncode == 1 and "not an empty directory" in res.stderr
+
+
+def _bucket_files(aws, prefix: str) -> dict[str, int]:
+    return location.list_files(aws.fs(), f"{BUCKET}/{prefix}", "x")
+
+
+def test_an_upload_sends_what_was_written_not_the_preallocated_zeros(aws, tmp_path):
+    """Issue 35: a store of 4,000 messages with the default geometry (a 1 GiB CommitLog
+    segment, a 420 MB IndexFile) uploaded 1.4 GB; each file goes up to its manifest's
+    ``stored`` size, restores at its full ``size`` (zeros a hole), and a grown store's
+    re-upload sends only what changed."""
+    store = tmp_path / "store"
+    uri = aws.uri("small/latest")
+    with MessageStore(str(store)) as s:
+        s.create_topic("T", 4)
+        _put(s, 4000)
+        a = snapshot_copy(s, tmp_path / "a", "a")
+        rep = upload(a, uri)
+        doc = json.loads((a / MANIFEST_NAME).read_text())
+        # the records (under 1 MB) and the IndexFile's 20 MB of hash slots, not 1.4 GB
+        assert rep["uploadedBytes"] < doc["commitLogOffset"] + 21_000_000, rep["uploadedBytes"]
+        files = doc["files"]
+        written = sum(v["stored"] for v in files.values())
+        assert rep["uploadedBytes"] == written and rep["skipped"] == []
+        assert rep["bytes"] == sum(v["size"] for v in files.values()) > (1 << 30) + 420_000_000
+        # what was written: the records, the units, the IndexFile's header, slots and items
+        (seg,) = [r for r in files if r.startswith("commitlog/")]
+        (ixf,) = [r for r in files if r.startswith("index/")]
+        assert files[seg] == {**files[seg], "size": 1 << 30, "stored": doc["commitLogOffset"]}
+        with open(a / ixf, "rb") as f:
+            count = HEADER.unpack(f.read(INDEX_HEADER_SIZE))[5]
+        assert count > 4000
+        slots = INDEX_HEADER_SIZE + 5_000_000 * 4
+        assert files[ixf]["size"] == slots + 20_000_000 * 20
+        assert files[ixf]["stored"] == slots + count * 20
+        assert written < doc["commitLogOffset"] + files[ixf]["stored"] + 200_000
+        assert _bucket_files(aws, "small/latest") == {
+            **{r: v["stored"] for r, v in files.items()},
+            MANIFEST_NAME: (a / MANIFEST_NAME).stat().st_size,
+        }
+        res = run_rmqfs("snapshot-verify", uri, "--json")
+        assert json.loads(res.stdout)["ok"], res.stdout
+
+        # grown: a new topic's messages; T's queues, the segment's sealed part unchanged
+        s.create_topic("U", 1)
+        _put(s, 10, topic="U", start=4000)
+        b = snapshot_copy(s, tmp_path / "b", "b")
+    rep = upload(b, uri)
+    files_b = json.loads((b / MANIFEST_NAME).read_text())["files"]
+    uploaded = {r for r, _ in rep["uploaded"]}
+    assert uploaded == {r for r in files_b if files.get(r) != files_b[r]}
+    assert {seg, ixf, "checkpoint", "config/topics.json"} <= uploaded
+    assert all(r.startswith("consumequeue/T/") for r, _ in rep["skipped"]) and rep["skipped"]
+    assert any(r.startswith("consumequeue/U/") for r in uploaded)
+    assert rep["uploadedBytes"] == sum(files_b[r]["stored"] for r in uploaded)
+    assert rep["uploadedBytes"] < files_b[seg]["stored"] + files_b[ixf]["stored"] + 100_000
+
+    # restored: every file at its manifest size, byte for byte the copy, zeros a hole
+    dest = tmp_path / "restored"
+    res = run_rmqfs("snapshot-download", uri, dest, "--json")
+    got = json.loads(res.stdout)
+    assert got["bytes"] == rep["bytes"]
+    assert got["downloadedBytes"] == sum(v["stored"] for v in files_b.values())
+    assert run_rmqfs("snapshot-verify", dest).returncode == 0
+    for rel, want in files_b.items():
+        st = (dest / rel).stat()
+        assert st.st_size == want["size"], rel
+        assert st.st_blocks * 512 <= -(-want["stored"] // 4096) * 4096 + 4096, rel
+        with open(dest / rel, "rb") as f, open(b / rel, "rb") as g:
+            assert f.read(want["stored"] + 4096) == g.read(want["stored"] + 4096), rel
+    bodies, offsets = bodies_of(dest)
+    assert (bodies, offsets) == bodies_of(store)
+    assert sum(len(v) for v in bodies.values()) == 4010
+    # the data source's reader: the same messages, no zero tail fetched
+    r = RemoteSnapshot(uri)
+    bounds = {(t, q): (r.min_offset(t, q), r.max_offset(t, q)) for t in "TU" for q in (0, 1, 2, 3)}
+    rows = [
+        row
+        for piece in r.pieces(*r.commitlog_span(bounds))
+        for batch in r.read_piece(piece, bounds, columns=["topic", "queueId", "body"])
+        for row in batch.to_pylist()
+    ]
+    assert sorted((x["topic"], x["queueId"], x["body"]) for x in rows) == sorted(
+        (t, q, body) for (t, q), v in bodies.items() for body in v
+    )
+    assert r.stats.bytes <= files_b[seg]["stored"] + 100_000
+
+
+def test_whole_objects_and_manifests_without_stored_sizes_still_read(aws, tmp_path):
+    """A location uploaded before manifests recorded ``stored`` (every object the whole file,
+    the manifest without the field) verifies, restores and reads; the next upload of the same
+    snapshot with a new manifest keeps those objects (readers take their stored prefix), a
+    grown one's sends its changed files' prefixes."""
+    _, (a, b) = snapshot_copies(tmp_path, [600, 300])
+    old = Path(shutil.copytree(a, tmp_path / "old"))
+    doc = json.loads((old / MANIFEST_NAME).read_text())
+    for want in doc["files"].values():
+        want.pop("stored", None)  # as written before rmqfs recorded it
+    (old / MANIFEST_NAME).write_text(json.dumps(doc))
+    files = doc["files"]
+    uri = aws.uri("old/latest")
+    rep = upload(old, uri)
+    assert rep["uploadedBytes"] == rep["bytes"] == sum(v["size"] for v in files.values())
+    whole = {r: v["size"] for r, v in files.items()}
+    assert {r: n for r, n in _bucket_files(aws, "old/latest").items() if r in files} == whole
+
+    def reads_as_the_store(tag: str, n: int) -> None:
+        res = run_rmqfs("snapshot-verify", uri, "--json")
+        assert json.loads(res.stdout)["ok"], res.stdout
+        dest = tmp_path / f"restored-{tag}"
+        run_rmqfs("snapshot-download", uri, dest)
+        assert run_rmqfs("snapshot-verify", dest).returncode == 0
+        bodies, _ = bodies_of(dest, small_store_config())
+        assert sum(len(v) for v in bodies.values()) == n
+        r = RemoteSnapshot(uri)
+        bounds = {
+            (t, q): (r.min_offset(t, q), r.max_offset(t, q)) for t in r.topics() for q in (0, 1)
+        }
+        rows = [
+            (x["queueId"], x["body"])
+            for piece in r.pieces(*r.commitlog_span(bounds))
+            for batch in r.read_piece(piece, bounds, columns=["queueId", "body"])
+            for x in batch.to_pylist()
+        ]
+        assert sorted(rows) == sorted((q, body) for (_, q), v in bodies.items() for body in v)
+
+    reads_as_the_store("old", 600)
+    # the same snapshot, its manifest with stored sizes: nothing sent, the objects stay whole
+    rep = upload(a, uri)
+    assert rep["uploaded"] == [] and rep["uploadedBytes"] == 0
+    assert {r: n for r, n in _bucket_files(aws, "old/latest").items() if r in files} == whole
+    reads_as_the_store("new-manifest", 600)
+    # a grown snapshot: its changed files' stored prefixes only
+    rep = upload(b, uri)
+    files_b = json.loads((b / MANIFEST_NAME).read_text())["files"]
+    uploaded = {r for r, _ in rep["uploaded"]}
+    assert uploaded == {
+        r for r in files_b if files.get(r, {}).get("crc32c") != files_b[r]["crc32c"]
+    }
+    assert rep["uploadedBytes"] == sum(files_b[r]["stored"] for r in uploaded)
+    reads_as_the_store("grown", 900)
 
 
 def test_verify_names_damaged_and_missing_objects_and_a_missing_manifest(aws, tmp_path):
@@ -225,12 +372,7 @@ def test_a_local_location_and_a_damaged_source(tmp_path):
 @fuse
 @pytest.mark.fuse
 def test_upload_a_mounted_snapshot_download_and_mount_it(aws, mount_store, tmp_path):
-    conf = tmp_path / "broker.conf"
-    conf.write_text(  # small files: the default IndexFile alone is 420 MB of zeros to send
-        "mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=24000\n"
-        "maxHashSlotNum=1000\nmaxIndexNum=4000\n"
-    )
-    m = mount_store(None, config=conf)
+    m = mount_store(None)  # the default geometry: a 1 GiB segment, a 420 MB IndexFile
     os.mkdir(m.mnt / "topics" / "T")
     (m.mnt / "topics" / "T" / "produce").write_text("".join(f"line {i}\n" for i in range(3000)))
     os.mkdir(m.mnt / "snapshots" / "nightly")
@@ -238,13 +380,16 @@ def test_upload_a_mounted_snapshot_download_and_mount_it(aws, mount_store, tmp_p
     uri = aws.uri("mounted/latest")
     rep = upload(m.mnt / "snapshots" / "nightly", uri)
     assert rep["name"] == "nightly" and rep["messageCount"] == 3000
-    # the live segment is a full-size preallocated file, zeros after the cut (1 MiB here)
-    seg = max(rep["uploaded"], key=lambda r: r[1] if r[0].startswith("commitlog/") else 0)
-    assert seg[1] == 1 << 20
+    # the live segment up to the cut, the IndexFile up to its last item (issue 35: 1.4 GB)
+    manifest = json.loads((m.mnt / "snapshots" / "nightly" / MANIFEST_NAME).read_text())
+    sent = dict(rep["uploaded"])
+    assert sent["commitlog/00000000000000000000"] == manifest["commitLogOffset"] < 1 << 20
+    assert rep["bytes"] > (1 << 30) + 420_000_000 > 21_000_000 > rep["uploadedBytes"]
     m.umount()
     dest = tmp_path / "restored"
     run_rmqfs("snapshot-download", uri, dest)
-    r = mount_store(dest, config=conf, name="rmnt")
+    assert (dest / "commitlog/00000000000000000000").stat().st_size == 1 << 30
+    r = mount_store(dest, name="rmnt")
     got = (r.mnt / "topics" / "T" / "messages.jsonl").read_bytes()
     assert got == want
     lines = [json.loads(x) for x in got.splitlines()]

@@ -180,10 +180,16 @@ def test_manager_names_manifest_and_drop(tmp_path):
         assert doc["messageCount"] == 300
         assert set(doc["files"]) == set(a.files)
         for rel, f in a.files.items():
+            data = f.read(0, f.size)
             assert doc["files"][rel] == {
                 "size": f.size,
-                "crc32c": f"{crc32c(f.read(0, f.size)):08x}",
+                "stored": f.stored,
+                "crc32c": f"{crc32c(data):08x}",
             }
+            # stored: the prefix that holds data (what an upload sends), zeros after it
+            assert data[f.stored :] == bytes(f.size - f.stored), rel
+        live = max(r for r in a.files if r.startswith("commitlog/"))
+        assert a.files[live].stored == a.commitlog_offset - int(live[10:]) < a.files[live].size
         out = materialize(a, tmp_path / "copy", mgr.manifest(a))
         _, problems = verify_copy(str(out))
         assert problems == []
