@@ -173,8 +173,8 @@ class SnapshotFile(Node):
     def stat(self) -> Stat:
         """The frozen size, mtime and data blocks; never changes (in memory)."""
         f = self.frozen
-        data = sum(e - s for s, e, _, _, _ in f.extents)
-        return Stat(RO_FILE, f.size, f.mtime_ns, live=False, blocks=(data + 511) // 512)
+        blocks = (f.allocated_bytes() + 511) // 512
+        return Stat(RO_FILE, f.size, f.mtime_ns, live=False, blocks=blocks)
 
     def open(self, flags: int) -> Handle:
         """A :class:`SnapshotHandle` (holds the snapshot open). EACCES for writing;

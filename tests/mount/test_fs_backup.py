@@ -142,6 +142,35 @@ def test_du_counts_the_store_and_tar_s_copies_views_whole(mount_store, tmp_path)
     assert (tmp_path / "sparse.tar").stat().st_size < 2 * len(lines)
 
 
+def test_du_of_a_snapshot_is_du_of_the_store_files_it_froze(mount_store):
+    """A snapshot's files count the blocks the store's files hold (issue 35: its IndexFile's
+    frozen slot table counted all 20 MB, so one snapshot of a 736 KB store made ``du MNT``
+    21 MB); ``du MNT`` is the store (``raw/``) plus each snapshot, a copy of it, plus a block
+    per decoded file (docs/mount.md, "Sizes and du")."""
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_bytes(
+        b"".join(b"line %d key%d\n" % (i, i) for i in range(3000))
+    )
+    os.mkdir(m.mnt / "snapshots" / "s1")
+
+    def du(path) -> int:
+        out = subprocess.run(["du", "-s", str(path)], capture_output=True, text=True, check=True)
+        return int(out.stdout.split()[0])
+
+    def file_blocks(top) -> int:  # the files' blocks (a snapshot's directories hold none)
+        return sum(
+            os.stat(os.path.join(d, f)).st_blocks for d, _, files in os.walk(top) for f in files
+        )
+
+    snap, raw = m.mnt / "snapshots" / "s1", m.mnt / "raw"
+    for rel in ("commitlog", "consumequeue", "index"):
+        assert abs(file_blocks(snap / rel) - file_blocks(raw / rel)) <= 32, rel  # 16 KiB
+    assert file_blocks(snap / "index") < 2 * 1024  # not the 20 MB slot table: under 1 MiB
+    assert du(snap) < du(raw) + 64
+    assert du(m.mnt) < 2 * du(raw) + 256  # raw/, the snapshot, a block per generated file
+
+
 def _rsync_changes(src: Path, dst: Path) -> list[str]:
     """What ``rsync -a --delete --checksum`` from ``src`` to ``dst`` would change, one
     itemized line a file (directories' own times left out: ``abort`` comes and goes)."""
