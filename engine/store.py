@@ -227,6 +227,7 @@ class MessageStore:
             entries=self.dledger,
         )
         self.commitlog.force_verify_prop_crc = self.config.force_verify_prop_crc
+        self.commitlog.max_message_size = self.config.max_message_size
         self.store_host: Host = self.config.store_host
         self.uniq_keys = UniqKeyGenerator(self.store_host[0])
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}

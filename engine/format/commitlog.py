@@ -35,11 +35,13 @@ from .message import (
     MAGIC_BLANK,
     MAGIC_V1,
     MAGIC_V2,
+    MAX_MESSAGE_SIZE,
     MAX_TOPIC_LENGTH_V1,
     MIN_RECORD_SIZE,
     PROPERTIES_LENGTH_SIZE,
     PROPERTY_CRC32,
     RECORD_HEAD,
+    RECORD_SLACK,
     STOREHOSTADDRESS_V6_FLAG,
     TOPIC_LENGTH_SIZE_V1,
     TOPIC_LENGTH_SIZE_V2,
@@ -207,6 +209,9 @@ class CommitLog:
         self.flushed_store_timestamp = 0
         self.lock = threading.Lock()
         self.force_verify_prop_crc = False  # MessageStoreConfig.forceVerifyPropCRC
+        # MessageStoreConfig.maxMessageSize: a record claiming more than this + 64 KiB over
+        # bytes never written is not read (:meth:`claim_problem`)
+        self.max_message_size = MAX_MESSAGE_SIZE
         self.flush_count = 0  # fdatasync rounds, for group-commit accounting
 
     @property
@@ -257,6 +262,29 @@ class CommitLog:
                 self.scan_end = phys
                 return
             yield rec
+
+    def claim_problem(self, fd: int, file_start: int, at: int, total: int) -> str | None:
+        """Why the ``total`` bytes a record (or DLedger entry) at ``at`` claims must not be read
+        whole, or None when they may: a claim past ``maxMessageSize`` + 64 KiB (the largest
+        record a broker writes: ``CommitLog.DefaultAppendMessageCallback`` refuses longer
+        ones) is read only when no hole of the segment (``fd``, starting at CommitLog offset
+        ``file_start``) lies under it, so what a walk holds is bounded by what the store holds
+        on disk, not by what a header claims (one ``lseek(SEEK_HOLE)``; a filesystem that
+        cannot tell reports none). RocketMQ reads the claim in place from its mapped file
+        (``CommitLog.checkMessageAndReturnSize``), at no cost; a read here allocates it."""
+        if total <= self.max_message_size + RECORD_SLACK:
+            return None
+        try:
+            hole = os.lseek(fd, at - file_start, os.SEEK_HOLE)
+        except OSError:  # ENXIO (at or past the end) or no SEEK_HOLE: nothing to tell
+            return None
+        if hole >= at - file_start + total:
+            return None
+        return (
+            f"record at {at} claims {total} bytes, more than maxMessageSize "
+            f"{self.max_message_size} + {RECORD_SLACK}, over bytes of its segment never "
+            f"written (a hole at {file_start + hole})"
+        )
 
     def scan_raw(
         self,
@@ -357,6 +385,10 @@ class CommitLog:
                             )
                             return
                         if i == 0:
+                            problem = self.claim_problem(seg.fd, seg.start, pos, esize)
+                            if problem is not None:
+                                self.scan_error = problem
+                                return
                             chunk = os.pread(seg.fd, esize, pos - seg.start)
                             view = memoryview(chunk)
                             n = len(chunk)
@@ -412,6 +444,10 @@ class CommitLog:
                         self.scan_error = f"record at {chunk_start + r} runs past its segment"
                         return
                     if i == 0:
+                        problem = self.claim_problem(seg.fd, seg.start, pos, total)
+                        if problem is not None:
+                            self.scan_error = problem
+                            return
                         chunk = os.pread(seg.fd, total, pos - seg.start)
                         view = memoryview(chunk)
                         n = len(chunk)

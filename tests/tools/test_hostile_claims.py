@@ -1,0 +1,95 @@
+"""Hostile stores whose cost grew with what a header claims, not with what the store holds
+(issue 36, items 2, 11 and 13), through the real command line with each run's peak memory
+(VmHWM of the command's own process)."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+from conftest import REPO, SRC_PATH
+from rmqfs.engine.format.message import MAGIC_V1
+from rmqfs.engine.store import Message, MessageStore
+
+#: Runs ``rmqfs ARGS`` in this process and prints its exit status and peak RSS (KiB) last.
+PEAK_CLI = r"""
+import json, sys
+from rmqfs.mount.cli import main
+rc = main(sys.argv[1:])
+with open("/proc/self/status") as f:
+    peak = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+print(json.dumps({"rc": rc, "peak_kb": peak}))
+"""
+
+
+def rmqfs_peak(*args, timeout=120) -> tuple[int, str, str, int]:
+    """(exit status, stdout without the last line, stderr, peak RSS in MiB) of ``rmqfs ARGS``."""
+    r = subprocess.run(
+        [sys.executable, "-c", PEAK_CLI, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=SRC_PATH),
+        cwd=REPO,
+    )
+    lines = r.stdout.splitlines()
+    assert lines, r.stderr
+    got = json.loads(lines[-1])
+    return got["rc"], "\n".join(lines[:-1]), r.stderr, got["peak_kb"] >> 10
+
+
+def claim_store(root, segment=1 << 30) -> int:
+    """A store of 100 messages in T/0 (1 GiB segments by default), then, after the last record,
+    a header claiming the rest of the sparse segment (``TOTALSIZE`` = what remains, magic
+    V1): 84 KB on disk. Returns where the claim starts."""
+    from rmqfs.engine.store import StoreConfig
+
+    with MessageStore(root, StoreConfig(mapped_file_size_commit_log=segment)) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"m%d" % i) for i in range(100)])
+        end = s.commitlog.max_offset
+    seg = os.path.join(root, "commitlog", "00000000000000000000")
+    with open(seg, "r+b") as f:
+        f.seek(end)
+        f.write(struct.pack(">iI", segment - end, MAGIC_V1))
+    return end
+
+
+def test_a_record_claiming_the_rest_of_a_sparse_segment_is_not_read(tmp_path):
+    """Item 2: 84 KB on disk cost 1.06 GB on every open (``scan_raw`` read the claimed size
+    whole before any check). Every command stays small, and the claim is named with its
+    offset; recover cuts it, and nothing before it is lost."""
+    root = tmp_path / "store"
+    at = claim_store(root)
+    assert os.stat(root / "commitlog" / "00000000000000000000").st_blocks * 512 < 1 << 20
+    rc, out, _, peak = rmqfs_peak("topic-list", root)
+    assert rc == 0 and out.split() == ["T"] and peak < 300, peak
+    rc, out, _, peak = rmqfs_peak("print-msg", root, "-t", "T", "-i", "0", "-d", "false")
+    assert rc == 0 and peak < 300, peak
+    rc, out, _, peak = rmqfs_peak("verify", root)
+    assert rc == 1 and f"@ {at}" in out and peak < 300, (out, peak)
+    rc, out, err, peak = rmqfs_peak("recover", root)
+    assert rc == 0 and peak < 300, (out, err, peak)
+    assert "100 records, CommitLog [0, " in out
+    with MessageStore(root, read_only=True) as s:
+        assert [s.get_message("T", 0, i).body for i in range(100)] == [
+            b"m%d" % i for i in range(100)
+        ]
+
+
+def test_the_claim_check_reads_a_large_real_record(tmp_path):
+    """The bound only guards bytes never written: a record over maxMessageSize that is on
+    disk (a broker configured with a larger maxMessageSize, read without its broker.conf)
+    is read as before, never cut."""
+    from rmqfs.engine.store import StoreConfig
+
+    root = tmp_path / "store"
+    big = os.urandom(6 << 20)
+    cfg = StoreConfig(max_message_size=8 << 20, mapped_file_size_commit_log=64 << 20)
+    with MessageStore(root, cfg) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"a"), Message("T", big), Message("T", b"z")])
+    with MessageStore(root, StoreConfig(mapped_file_size_commit_log=64 << 20)) as s:
+        got = [s.get_message("T", 0, i).body for i in range(3)]
+    assert got == [b"a", big, b"z"]
