@@ -27,6 +27,24 @@ from ..errors import CorruptRecordError
 SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # offset2FileName: 20 ASCII digits
 
 
+#: The largest offset a segment may reach: RocketMQ's offsets are Java longs
+#: (``UtilAll.offset2FileName(long)``, ConsumeQueue units and the checkpoint store them as
+#: 8-byte signed integers), so a segment's start plus its size stays at or below 2^63 - 1.
+MAX_OFFSET = (1 << 63) - 1
+
+
+def offset_problem(start: int, size: int) -> str | None:
+    """Why a segment named ``start`` (bytes, its name) with ``size`` bytes cannot be one of a
+    RocketMQ store's, or None: it must end at or below :data:`MAX_OFFSET`."""
+    if start + size > MAX_OFFSET:
+        return (
+            f"named offset {start}, but a segment of {size} bytes there ends past "
+            f"{MAX_OFFSET}, the largest offset RocketMQ addresses (a Java long): not a segment "
+            "of a RocketMQ store; move it out of the directory"
+        )
+    return None
+
+
 def offset_to_file_name(offset: int) -> str:
     """``UtilAll.offset2FileName``: the offset zero-padded to 20 digits."""
     return f"{offset:020d}"
@@ -445,6 +463,9 @@ class FileQueue(MappedFiles):
             path = os.path.join(directory, n)
             if start % file_size:
                 raise CorruptRecordError(f"{directory}/{n}: start not a multiple of {file_size}")
+            problem = offset_problem(start, file_size)
+            if problem is not None:
+                raise CorruptRecordError(f"{directory}/{n}: {problem}")
             if self.segments and start != self.segments[-1].end:
                 if not derived:
                     raise CorruptRecordError(f"{directory}/{n}: gap after the previous file")

@@ -61,7 +61,7 @@ from ..format.indexfile import (
     index_geometry,
 )
 from ..format.javahash import index_key_hash, tags_code
-from ..format.mappedfile import MappedFiles, segment_names
+from ..format.mappedfile import MappedFiles, offset_problem, segment_names
 from ..format.message import (
     PROPERTY_DELAY,
     SCHEDULE_TOPIC,
@@ -431,6 +431,9 @@ def _check_segments(root: str, cfg: StoreConfig, res: VerifyResult) -> list[_Seg
                 rel,
                 f"name is not a multiple of the segment size {file_size}",
             )
+        past = offset_problem(s.start, file_size)
+        if past is not None:
+            res.add("error", "commitlog-name", rel, past)
         if i and s.start != segs[i - 1].start + file_size:
             res.add(
                 "error",

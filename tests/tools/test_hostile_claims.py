@@ -93,3 +93,28 @@ def test_the_claim_check_reads_a_large_real_record(tmp_path):
     with MessageStore(root, StoreConfig(mapped_file_size_commit_log=64 << 20)) as s:
         got = [s.get_message("T", 0, i).body for i in range(3)]
     assert got == [b"a", big, b"z"]
+
+
+def test_a_segment_named_past_the_largest_offset_is_refused_in_one_line(tmp_path):
+    """Item 13: a CommitLog segment named past 2^63 (a Java long) gave ``struct.error``
+    tracebacks from recover, left ``abort``, wrote a checkpoint with indexMsgTimestamp 2^62
+    and never converged. Every command now names the file and changes nothing."""
+    root = tmp_path / "store"
+    with MessageStore(root) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"x")])
+    cl = root / "commitlog"
+    os.rename(cl / "00000000000000000000", cl / f"{1 << 63:020d}")
+    before = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+    for args in (
+        ("recover", root),
+        ("topic-list", root),
+        ("produce", root, "-t", "T", "--body", "y"),
+    ):
+        rc, out, err, _ = rmqfs_peak(*args)
+        assert rc == 1, (args, out, err)
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert f"{1 << 63:020d}" in err and "largest offset RocketMQ addresses" in err, err
+    rc, out, err, _ = rmqfs_peak("verify", root)
+    assert rc == 1 and "largest offset RocketMQ addresses" in out and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()} == before
