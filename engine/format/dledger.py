@@ -62,6 +62,9 @@ INDEX_UNIT = struct.Struct(">iqiqq")
 CHECKPOINT = "checkpoint"
 COMMITTED_INDEX_KEY = "committedIndex"
 END_INDEX_KEY = "endIndex"
+#: The largest entry index whose index unit an ``index/`` file can hold: unit i is at byte
+#: i * 32, a Java long (``DLedgerMmapFileStore.getEntryPosAndSize``).
+MAX_INDEX = ((1 << 63) - 1) // INDEX_UNIT.size - 1
 
 
 def read_properties(path: str) -> dict[str, str]:
@@ -153,9 +156,70 @@ class DLedgerLog:
 
     def committed_end(self) -> int | None:
         """Where the committed entries end (``DLedgerMmapFileStore.getCommittedPos``: the
-        last committed entry's pos + size), or None when nothing is committed."""
+        last committed entry's pos + size), or None when nothing is committed.
+
+        The index unit says where that entry is; it is believed only when the entry header
+        at that position in ``data/`` agrees (magic 1, its index, pos and size), else the
+        end is found as the engine's walk finds it (:meth:`CommitLog.scan_raw`: entries in
+        order until one past committedIndex), so that a unit lying about its position
+        (pointing past uncommitted entries) makes no reader serve them. Raises OSError."""
         unit = self.committed_unit()
-        return None if unit is None else unit[1] + unit[2]
+        if unit is None:
+            return None
+        _, pos, size, index, _ = unit
+        head = self._entry_header(pos)
+        if head is not None and (head[0], head[1], head[2], head[4]) == (
+            ENTRY_MAGIC,
+            size,
+            index,
+            pos,
+        ):
+            return pos + size
+        return self._walk_committed_end(index)
+
+    def _data_segments(self) -> list[tuple[int, str]]:
+        return [(int(n), os.path.join(self.data_dir, n)) for n in segment_names(self.data_dir)]
+
+    def _entry_header(self, pos: int) -> tuple[int, ...] | None:
+        """The entry header at absolute ``pos`` of ``data/``, or None when no file holds 48
+        bytes there."""
+        for start, path in reversed(self._data_segments()):
+            if start <= pos:
+                with open(path, "rb") as f:
+                    f.seek(pos - start)
+                    raw = f.read(HEADER_SIZE)
+                return ENTRY_HEADER.unpack(raw) if len(raw) == HEADER_SIZE else None
+        return None
+
+    def _walk_committed_end(self, committed: int) -> int | None:
+        """The end of the last entry at or below index ``committed``, walking entry headers
+        from the first data file (fillers skipped, a file's zeros ending it, any header that
+        fails ``entry_problem`` ending the walk): the damaged-index case only, one 48-byte
+        read an entry."""
+        end: int | None = None
+        last_index = last_term = -1
+        for start, path in self._data_segments():
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                at = 0
+                while at + FILLER.size <= size:
+                    f.seek(at)
+                    raw = f.read(HEADER_SIZE)
+                    magic, esize = FILLER.unpack_from(raw)
+                    if magic == FILLER_MAGIC and esize >= FILLER.size:
+                        break  # the rest of this file
+                    if len(raw) < HEADER_SIZE:
+                        return end
+                    magic, esize, index, term, pos, _, _, _, body_len = ENTRY_HEADER.unpack(raw)
+                    problem = entry_problem(
+                        magic, esize, index, term, pos, body_len, start + at, last_index, last_term
+                    )
+                    if problem is not None or index > committed or at + esize > size:
+                        return end
+                    end = start + at + esize
+                    last_index, last_term = index, term
+                    at += esize
+        return end
 
 
 def _is_entry(unit: tuple[int, int, int, int, int] | None, index: int) -> bool:
@@ -201,7 +265,8 @@ def open_dledger(root: str) -> DLedgerLog | None:
 
     Raises:
         UnsupportedLayoutError: :func:`layout_problem` says why it cannot be read.
-        CorruptRecordError: the checkpoint's committedIndex is not a number.
+        CorruptRecordError: the checkpoint's committedIndex or endIndex is not a number, or
+            is outside -1..:data:`MAX_INDEX`.
     """
     problem = layout_problem(root)
     if problem:
@@ -211,12 +276,28 @@ def open_dledger(root: str) -> DLedgerLog | None:
         return None
     path = os.path.join(root, dirs[0])
     props = read_properties(os.path.join(path, CHECKPOINT))
-    try:
-        committed = int(props.get(COMMITTED_INDEX_KEY, "-1") or "-1")
-        end = int(props.get(END_INDEX_KEY, "-1") or "-1")
-    except ValueError as exc:
-        raise CorruptRecordError(f"{dirs[0]}/{CHECKPOINT}: {exc}") from None
-    return DLedgerLog(dirs[0], path, os.path.join(path, "data"), committed, end)
+    values = {}
+    for key in (COMMITTED_INDEX_KEY, END_INDEX_KEY):
+        text = (props.get(key, "-1") or "-1").strip()
+        try:
+            value = int(text)
+        except ValueError:
+            raise CorruptRecordError(
+                f"{dirs[0]}/{CHECKPOINT}: {key} {text!r} is not a number"
+            ) from None
+        if not -1 <= value <= MAX_INDEX:
+            raise CorruptRecordError(
+                f"{dirs[0]}/{CHECKPOINT}: {key} {value} is outside -1..{MAX_INDEX}, the indexes "
+                "an index/ file can address (unit i at i * 32 bytes, a Java long)"
+            )
+        values[key] = value
+    return DLedgerLog(
+        dirs[0],
+        path,
+        os.path.join(path, "data"),
+        values[COMMITTED_INDEX_KEY],
+        values[END_INDEX_KEY],
+    )
 
 
 def commitlog_dir(root: str) -> str:

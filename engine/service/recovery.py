@@ -419,16 +419,18 @@ def record_boundary(store: MessageStore, offset: int) -> int:
 def dledger_recovery_start(store: MessageStore) -> int:
     """Where the walk over a DLedger CommitLog starts: the third newest data file, as
     ``DLedgerMmapFileStore.recover`` checks from there, or earlier: the file of the committed
-    entry (``index/``'s unit at committedIndex), so the walk reaches the committed end."""
+    entry (where ``DLedgerLog.committed_end`` puts its end: ``index/``'s unit at
+    committedIndex when the entry there agrees), so the walk reaches the committed end."""
     cl = store.commitlog
     segs = cl.files.segments
     start = segs[max(0, len(segs) - 3)].start if segs else cl.min_offset
     entries = cl.entries
-    unit = entries.committed_unit() if entries is not None else None
-    if unit is None:
+    end = entries.committed_end() if entries is not None else None
+    if end is None:
         return cl.min_offset  # nothing committed: the walk ends at the first entry
-    if cl.min_offset <= unit[1] < start:
-        start = unit[1] - unit[1] % cl.file_size
+    last = end - 1  # a byte of the committed entry (DLedgerLog.committed_end: confirmed)
+    if cl.min_offset <= last < start:
+        start = last - last % cl.file_size
     return max(start, cl.min_offset)
 
 

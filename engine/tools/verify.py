@@ -610,7 +610,10 @@ def _scan_dledger(
     cl = CommitLog(dledger.data_dir, res.segment_size, read_only=True, entries=whole)
     rel = os.path.relpath(dledger.data_dir, res.root)
     unit = dledger.committed_unit()  # (magic, pos, size, index, term) of the committed entry
-    committed_end = cl.min_offset if unit is None else unit[1] + unit[2]
+    # where the committed entries end as every reader takes it: the unit's claim when the
+    # entry header there agrees, else the walk's (DLedgerLog.committed_end)
+    end = dledger.committed_end()
+    committed_end = cl.min_offset if end is None else end
     past = 0
     try:
         for rec in cl.scan(cl.min_offset, check_crc=True):
@@ -634,9 +637,20 @@ def _scan_dledger(
                 "error",
                 "dledger-index",
                 f"{dledger.name}/index",
-                f"the committed entry ends at {committed_end} in index/, where no entry of "
+                f"the committed entry ends at {unit[1] + unit[2]} in index/, where no entry of "
                 "data/ ends (DLedgerMmapFileStore.recover rebuilds such an index)",
-                committed_end,
+                unit[1] + unit[2],
+            )
+        elif unit is not None and unit[1] + unit[2] != committed_end:
+            res.add(
+                "error",
+                "dledger-index",
+                f"{dledger.name}/index",
+                f"the index/ unit of committedIndex {unit[3]} points at the entry ending at "
+                f"{unit[1] + unit[2]}, which is another entry's: entry {unit[3]} ends at "
+                f"{committed_end} in data/, and no reader serves what follows it "
+                "(DLedgerMmapFileStore.recover rebuilds such an index)",
+                unit[1] + unit[2],
             )
         if past:
             res.add(

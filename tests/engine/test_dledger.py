@@ -9,6 +9,7 @@ import base64
 import ipaddress
 import json
 import os
+import struct
 
 import pytest
 
@@ -279,3 +280,56 @@ def test_verify_finds_an_index_that_disagrees_with_the_entries(tmp_path):
     path.write_bytes(bytes(data))
     found = [p.kind for p in verify_store(str(root)).problems if p.severity == "error"]
     assert found == ["dledger-index"]
+
+
+def _rows_by_reader(root) -> tuple[int, int]:
+    """(messages the engine serves, rows the data source's reader decodes) of every queue."""
+    from rmqfs.engine.read.columnar import StoreFiles
+
+    with MessageStore(str(root), read_only=True) as s:
+        engine = sum(1 for t in s.topic_names() for q in s.queue_ids(t) for _ in s.iter_queue(t, q))
+    sf = StoreFiles(str(root))
+    rows = 0
+    for t in sf.topics():
+        for q in sf.queue_ids(t):
+            lo, hi = sf.min_offset(t, q), sf.max_offset(t, q)
+            rows += sum(b.num_rows for b in sf.read_batches(t, q, lo, hi))
+    return engine, rows
+
+
+def test_an_index_unit_lying_about_the_committed_entry_serves_no_uncommitted_entry(tmp_path):
+    """Issue 36 item 8: the index/ unit at committedIndex pointing at the last entry (past 50
+    uncommitted ones) made the data source read them (284 rows where the engine read 221):
+    its committed end is believed only when the entry header there agrees, else walked as
+    the engine walks."""
+    root = copy_fixture("rocketmq-4.9.8-dledger/store", tmp_path / "s")
+    d = open_dledger(str(root))
+    last = d.index_unit(299)
+    _set_committed(root, 249)
+    honest = _rows_by_reader(root)
+    assert honest[0] == honest[1] and 0 < honest[0] < len(expected())
+    # the unit of entry 249 now says: entry 249 is where entry 299 is (magic, pos, size, index)
+    names = sorted(os.listdir(root / "dledger-n0" / "index"), key=int)
+    at = 249 * 32
+    start = max(int(n) for n in names if int(n) <= at)
+    with open(root / "dledger-n0" / "index" / f"{start:020d}", "r+b") as f:
+        f.seek(at - start)
+        f.write(struct.pack(">iqiqq", 1, last[1], last[2], 249, last[4]))
+    assert open_dledger(str(root)).committed_unit()[1] == last[1]  # the lie is read
+    assert _rows_by_reader(root) == honest
+    found = {(p.severity, p.kind) for p in verify_store(str(root)).problems}
+    assert found == {("warning", "dledger-uncommitted"), ("error", "dledger-index")}
+
+
+@pytest.mark.parametrize("value", [10**30, 2**62, -2, "12x"])
+def test_a_committed_index_out_of_range_names_the_checkpoint(tmp_path, value):
+    """Issue 36 item 8: a committedIndex of 10^30 or 2^62 gave "cannot fit 'int' into an
+    offset-sized integer", naming no file."""
+    from rmqfs.engine.errors import CorruptRecordError
+
+    root = copy_fixture("rocketmq-4.9.8-dledger/store", tmp_path / "s")
+    (root / "dledger-n0" / "checkpoint").write_text(f"committedIndex={value}\nendIndex=299\n")
+    with pytest.raises(CorruptRecordError, match=r"dledger-n0/checkpoint: committedIndex"):
+        open_dledger(str(root))
+    with pytest.raises(CorruptRecordError, match=r"dledger-n0/checkpoint: committedIndex"):
+        MessageStore(str(root), read_only=True)
