@@ -57,7 +57,7 @@ from .format.config import (
 from .format.consumequeue import UNIT, ConsumeQueue, queue_dir_id
 from .format.consumequeue import store_file_size as cq_store_file_size
 from .format.dledger import dledger_dirs, open_dledger
-from .format.innerbatch import unit_message
+from .format.innerbatch import InnerBatchCache, unit_message
 from .format.mappedfile import remove_temp_files
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
@@ -227,6 +227,9 @@ class MessageStore:
             entries=self.dledger,
         )
         self.commitlog.force_verify_prop_crc = self.config.force_verify_prop_crc
+        #: inner-batch records read lately, their messages split once (BatchCQ readers ask
+        #: for one message at a time)
+        self.inner_batches = InnerBatchCache()
         self.commitlog.max_message_size = self.config.max_message_size
         self.store_host: Host = self.config.store_host
         self.uniq_keys = UniqKeyGenerator(self.store_host[0])
@@ -700,6 +703,12 @@ class MessageStore:
         :func:`engine.format.message.check_unit_record`), and any damage is noted as the
         queue's."""
         try:
+            if queue_id is not None and queue_offset is not None:
+                hit = self.inner_batches.message(
+                    commitlog_offset, size, queue_id, queue_offset, topic
+                )
+                if hit is not None:  # a batch record read, checked and split already
+                    return hit
             rec = self.commitlog.read_message(commitlog_offset, size)
             if queue_id is not None and queue_offset is not None:
                 unit_message(rec, queue_id, queue_offset, topic)
@@ -711,7 +720,7 @@ class MessageStore:
             try:
                 rec = check_body_crc(rec)
                 if queue_offset is not None:  # an inner batch's message: the one asked for
-                    rec = unit_message(rec, queue_id, queue_offset, topic)
+                    rec = unit_message(rec, queue_id, queue_offset, topic, self.inner_batches)
                 return rec
             except CorruptRecordError as exc:
                 self.note_damage(topic, queue_id, queue_offset, exc)
@@ -868,8 +877,11 @@ class MessageStore:
             )
         off, size, _ = cq.unit(queue_offset)
         try:
+            hit = self.inner_batches.message(off, size, queue_id, queue_offset, topic)
+            if hit is not None:  # a batch record read, checked and split already
+                return hit
             rec = check_body_crc(self.commitlog.read_message(off, size))
-            return unit_message(rec, queue_id, queue_offset, topic)
+            return unit_message(rec, queue_id, queue_offset, topic, self.inner_batches)
         except CorruptRecordError as exc:
             if off < self.commitlog.min_offset:
                 # not damage: retention (or a followed writer's) deleted the record's file

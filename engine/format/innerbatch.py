@@ -111,8 +111,65 @@ def encode_inner_batch(messages: list[tuple[int, bytes, str]]) -> bytes:
     return b"".join(parts)
 
 
+class InnerBatchCache:
+    """Inner-batch records read lately, each with its messages split once: a BatchCQ queue's
+    readers (``print-msg``, the mount's views and ``by-offset/N``, getMessage, the columnar
+    decoder) ask for a batch's messages one unit at a time, and reading, CRC-checking and
+    splitting the whole record for each made a 4,000-message batch cost 98 s to print (each of
+    its messages paid for all of them). Keyed by the unit's ``(commitLogOffset, size)``;
+    holds only records whose body CRC the caller checked (or chose not to) and whose own queue
+    was checked. Bounded: at most ``records`` records and ``max_bytes`` of their bodies, the
+    least recently used going first; a record larger than ``max_bytes`` is not kept.
+    Thread-safe (the mount reads from several threads)."""
+
+    def __init__(self, records: int = 16, max_bytes: int = 64 << 20):
+        import threading
+        from collections import OrderedDict
+
+        self.records, self.max_bytes = records, max_bytes
+        self._entries: OrderedDict[tuple[int, int], tuple[MessageRecord, list]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, offset: int, size: int) -> tuple[MessageRecord, list] | None:
+        """``(record, its messages)`` of the unit at ``offset`` (bytes) of ``size``, or None."""
+        with self._lock:
+            hit = self._entries.get((offset, size))
+            if hit is not None:
+                self._entries.move_to_end((offset, size))
+            return hit
+
+    def put(self, rec: MessageRecord, msgs: list) -> None:
+        """Keep ``rec`` (read at its ``commitlog_offset``, ``store_size`` bytes) and ``msgs``."""
+        cost = rec.store_size
+        if cost > self.max_bytes:
+            return
+        key = (rec.commitlog_offset, rec.store_size)
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = (rec, msgs)
+            self._bytes += cost
+            while len(self._entries) > self.records or self._bytes > self.max_bytes:
+                (_, old_size), _ = self._entries.popitem(last=False)
+                self._bytes -= old_size
+
+    def message(
+        self, offset: int, size: int, queue_id: int, queue_offset: int, topic: str | None = None
+    ) -> MessageRecord | None:
+        """The message at ``queue_offset`` of queue ``queue_id`` when the unit (``offset``,
+        ``size``) is a batch record kept here, else None (the caller reads the record).
+        Raises CorruptRecordError as :func:`unit_message` does."""
+        hit = self.get(offset, size)
+        if hit is None:
+            return None
+        rec, msgs = hit
+        check_unit_record(rec, queue_id, rec.queue_offset, topic)
+        return _pick(rec, msgs, queue_offset)
+
+
 def inner_message(
-    rec: MessageRecord, queue_offset: int, cache: dict | None = None
+    rec: MessageRecord, queue_offset: int, cache: InnerBatchCache | None = None
 ) -> MessageRecord:
     """The message at ``queue_offset`` of the inner-batch record ``rec`` (an
     :class:`engine.format.message.MessageRecord` with ``INNER_BATCH_FLAG``): message
@@ -120,19 +177,20 @@ def inner_message(
     the rest of ``rec`` (``MessageDecoder.decodeMessage(MessageExt, List)``). Its body is stored
     plain inside the batch, so the result's SYSFLAG has no ``COMPRESSED_FLAG``.
 
-    ``cache``: a dict the caller keeps across calls (CommitLog offset -> split body), so that
-    the messages of one record are split once.
+    ``cache``: an :class:`InnerBatchCache` the caller keeps across calls, so that the
+    messages of one record are split once (and, asked first with
+    :meth:`InnerBatchCache.message`, the record read once).
 
     Raises:
         CorruptRecordError: the body does not split (:func:`split_inner_batch`, checked against
             ``INNER_NUM``), or ``queue_offset`` is outside the record's messages.
     """
-    import dataclasses
+    from .message import PROPERTY_INNER_NUM
 
-    from .message import COMPRESSED_FLAG, PROPERTY_INNER_NUM
-
-    msgs = None if cache is None else cache.get(rec.commitlog_offset)
-    if msgs is None:
+    hit = None if cache is None else cache.get(rec.commitlog_offset, rec.store_size)
+    if hit is not None:
+        msgs = hit[1]
+    else:
         num = rec.properties.get(PROPERTY_INNER_NUM)
         try:
             expect = int(num) if num is not None else None
@@ -142,9 +200,16 @@ def inner_message(
             ) from None
         msgs = split_inner_batch(rec.plain_body, expect)
         if cache is not None:
-            if len(cache) >= 64:
-                cache.clear()
-            cache[rec.commitlog_offset] = msgs
+            cache.put(rec, msgs)
+    return _pick(rec, msgs, queue_offset)
+
+
+def _pick(rec: MessageRecord, msgs: list, queue_offset: int) -> MessageRecord:
+    """Message ``queue_offset`` of the batch record ``rec`` split into ``msgs``."""
+    import dataclasses
+
+    from .message import COMPRESSED_FLAG
+
     k = queue_offset - rec.queue_offset
     if not 0 <= k < len(msgs):
         raise CorruptRecordError(
@@ -164,15 +229,22 @@ def inner_message(
 
 
 def unit_message(
-    rec: MessageRecord, queue_id: int, queue_offset: int, topic: str | None = None
+    rec: MessageRecord,
+    queue_id: int,
+    queue_offset: int,
+    topic: str | None = None,
+    cache: InnerBatchCache | None = None,
 ) -> MessageRecord:
     """:func:`engine.format.message.check_unit_record` for a unit of any queue, a BatchCQ one's
     included: ``rec`` when it is the record of unit ``queue_offset``, and for a record of an
     inner batch (``INNER_BATCH_FLAG``), whose QUEUEOFFSET is its first message's, the message
     at ``queue_offset`` (:func:`inner_message`). Check the body's CRC before, on ``rec``.
 
+    ``cache``: kept by the caller across units (:class:`InnerBatchCache`); give it only once
+    the body's CRC is checked.
+
     Raises CorruptRecordError naming the record's CommitLog offset."""
     if rec.sys_flag & INNER_BATCH_FLAG:
         check_unit_record(rec, queue_id, rec.queue_offset, topic)  # its queue and topic
-        return inner_message(rec, queue_offset)
+        return inner_message(rec, queue_offset, cache)
     return check_unit_record(rec, queue_id, queue_offset, topic)

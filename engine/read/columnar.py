@@ -63,7 +63,7 @@ from ..format.consumequeue import (
 )
 from ..format.consumequeue import store_file_size as cq_store_file_size
 from ..format.dledger import DLedgerLog, open_dledger
-from ..format.innerbatch import inner_message
+from ..format.innerbatch import InnerBatchCache, inner_message
 from ..format.javahash import tags_code
 from ..format.mappedfile import MappedFiles, SegmentMap
 from ..format.message import (
@@ -1151,15 +1151,21 @@ def _slow_batch(
     import pyarrow as pa
 
     rows: dict[str, list] = {name: [] for name in names}
-    inner_cache: dict = {}  # an inner batch's messages, split once for its rows
+    # an inner batch's record read, checked and split once for all its rows (each row read
+    # and checked the whole batch: quadratic in its messages)
+    inner_cache = InnerBatchCache()
     for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
-        rec = _record_at(commitlog, off, size)
+        hit = inner_cache.get(off, size) if qoffs is not None else None
         try:
-            if check_crc:
-                check_body_crc(rec)
-            if rec.sys_flag & INNER_BATCH_FLAG and qoffs is not None:
-                # a BatchCQ unit names each message of the batch (engine.format.batchcq)
-                rec = inner_message(rec, int(qoffs[i]), inner_cache)
+            if hit is not None and qoffs is not None:
+                rec = inner_message(hit[0], int(qoffs[i]), inner_cache)
+            else:
+                rec = _record_at(commitlog, off, size)
+                if check_crc:
+                    check_body_crc(rec)
+                if rec.sys_flag & INNER_BATCH_FLAG and qoffs is not None:
+                    # a BatchCQ unit names each message of the batch (engine.format.batchcq)
+                    rec = inner_message(rec, int(qoffs[i]), inner_cache)
             # first: a body left compressed (past MAX_INFLATED_BODY) adds its property
             body = rec.plain_body if "body" in rows else None
         except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's

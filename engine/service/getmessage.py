@@ -213,21 +213,33 @@ def get_messages(
                 res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
             next_phy_file_start = cl.files.roll_next(off_py)
             continue
-        try:
-            rec = cl.read_message(off_py, size_py)
-        except CorruptRecordError:
-            if total == 0:
-                res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-            next_phy_file_start = cl.files.roll_next(off_py)
-            continue
-        try:
-            rec = unit_message(check_body_crc(rec), queue_id, qoff, topic)
+        bad: CorruptRecordError | None = None
+        try:  # a batch record read, checked and split already: no read, no CRC
+            hit = store.inner_batches.message(off_py, size_py, queue_id, qoff, topic)
         except CorruptRecordError as exc:
-            store.note_damage(topic, queue_id, qoff, exc)
+            hit, bad = None, exc
+        if hit is None and bad is None:
+            try:
+                found = cl.read_message(off_py, size_py)
+            except CorruptRecordError:
+                if total == 0:
+                    res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = cl.files.roll_next(off_py)
+                continue
+            try:
+                hit = unit_message(
+                    check_body_crc(found), queue_id, qoff, topic, store.inner_batches
+                )
+            except CorruptRecordError as exc:
+                bad = exc
+        if bad is not None or hit is None:
+            assert bad is not None
+            store.note_damage(topic, queue_id, qoff, bad)
             if not res.messages:
-                raise
+                raise bad
             scanned -= 1  # the batch stops before it: the next call starts at it
             break
+        rec = hit
         res.messages.append(rec)
         res.queue_offsets.append(qoff)
         total += size_py
