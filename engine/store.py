@@ -437,6 +437,8 @@ class MessageStore:
                     continue
                 cq = RocksDBConsumeQueue(db, topic, q)
                 cq.recover()
+                if cq.damage is not None:  # this queue's alone: the others open
+                    self.note_damage(topic, q, None, cq.damage)
                 self.consume_queues[(topic, q)] = cq
                 bar.update(1)
         finally:

@@ -180,6 +180,19 @@ class RocksDBConsumeQueues:
                 return struct.unpack_from(">q", key, len(prefix))[0]
         return None
 
+    def last_at_or_before(self, topic: str, queue_id: int, cq_offset: int) -> int | None:
+        """The last queue offset ``<= cq_offset`` that has a unit, None when none has."""
+        if cq_offset < 0:
+            return None
+        prefix = queue_prefix(topic, queue_id)
+        it = self.units_cf.iter()
+        it.seek_for_prev(prefix + struct.pack(">q", cq_offset))
+        if it.valid():
+            key = it.key()
+            if key.startswith(prefix) and len(key) == len(prefix) + 8:
+                return struct.unpack_from(">q", key, len(prefix))[0]
+        return None
+
     def read_units(self, topic: str, queue_id: int, start: int, count: int) -> bytes:
         """The units of queue offsets ``[start, start + count)`` as 20-byte ConsumeQueue units
         (:data:`engine.format.consumequeue.UNIT`: commitLogOffset | size | tagsCode), stopping
@@ -268,6 +281,9 @@ class RocksDBConsumeQueue(ConsumeQueue):
         self.mem_base = 0
         self.min_offset = self.max_offset = 0
         self.max_physic_offset = -1
+        #: what :meth:`recover` found wrong with this queue alone (the store notes it as the
+        #: queue's damage, verify as an error), or None
+        self.damage: str | None = None
         self._flushed_to = 0
         self.last_commitlog_offset = -1
         self._bytes = _UnitBytes(db, topic, queue_id, 0)
@@ -288,13 +304,23 @@ class RocksDBConsumeQueue(ConsumeQueue):
             return
         self.min_offset = self._flushed_to = first
         self._bytes.min_offset = first * CQ_STORE_UNIT_SIZE
-        # the units must be there up to max: the last one read tells the max physic offset
+        # the units must be there up to max: the last one read tells the max physic offset.
+        # When it is missing the damage stays in this queue (as a file queue's torn tail
+        # does): it ends after the last unit present, and the store notes the damage.
         have = self.db.read_units(self.topic, self.queue_id, end - 1, 1)
         if not have:
-            raise CorruptRecordError(
+            last = self.db.last_at_or_before(self.topic, self.queue_id, end - 1)
+            self.damage = (
                 f"RocksDB ConsumeQueue {self.topic}/{self.queue_id}: the offset table's max "
                 f"unit {end - 1} is missing"
+                + ("" if last is None or last < first else f"; served up to unit {last}")
             )
+            if last is None or last < first:
+                self.min_offset = self.max_offset = first
+                self._bytes.min_offset = first * CQ_STORE_UNIT_SIZE
+                return
+            end = last + 1
+            have = self.db.read_units(self.topic, self.queue_id, last, 1)
         off, size, _ = UNIT.unpack(have)
         self.max_offset = end
         self.last_commitlog_offset, self.max_physic_offset = off, off + size

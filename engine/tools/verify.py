@@ -913,6 +913,9 @@ def _check_rocksdb_queues(
             q = recs.queues.get((topic, qid))
             try:
                 cq.recover()
+                if cq.damage is not None:
+                    res.add("error", "cq-rocksdb", rel, cq.damage)
+                    res.bad_queues.add(rel)
                 for qoff, off, size, tc in cq.iter_units(cq.min_offset):
                     res.units += 1
                     _check_unit(topic, qid, qoff, off, size, tc, rel, rel, res, recs, q)

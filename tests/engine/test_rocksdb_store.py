@@ -240,3 +240,42 @@ def test_a_snapshot_of_a_rocksdb_store_is_refused(stores):
         pytest.raises(UnsupportedLayoutError, match="RocksDB"),
     ):
         freeze(s, "s1")
+
+
+def test_one_queue_whose_max_unit_is_missing_stays_in_its_queue(tmp_path):
+    """Issue 36 item 10: one RocksDB ConsumeQueue whose offset table's max points at a missing
+    unit refused the whole store (topic-list, topic-status, every open). Now that queue ends
+    after its last unit present and is noted damaged; every other queue reads as before, and
+    the engine, the data source and verify agree."""
+    from rocksdict import Rdict
+
+    from rocksdbstore import _options, cq_key
+
+    root = _plain(tmp_path)
+    write_rocksdb_cq(root)
+    with MessageStore(str(root), read_only=True) as s:
+        t1_max = s.max_offset("T", 1)
+        before = {q: [m.body for _, m in s.iter_queue("T", q)] for q in s.queue_ids("T")}
+    db = Rdict(str(root / "consumequeue"), _options(), column_families={"offset": _options()})
+    try:
+        del db[cq_key("T", 1, t1_max - 1)]  # the unit the max names
+    finally:
+        db.close()
+    with MessageStore(str(root), read_only=True) as s:
+        assert s.topic_names() == ["T", "U"]
+        assert s.max_offset("T", 1) == t1_max - 1
+        got = {q: [m.body for _, m in s.iter_queue("T", q)] for q in s.queue_ids("T")}
+        assert "missing" in s.damaged[("T", 1)]
+        assert store_status(s)["damagedQueues"]
+    assert got == {**before, 1: before[1][:-1]}
+    sf = StoreFiles(str(root))
+    rows = [
+        r.as_py()
+        for b in sf.read_batches("T", 1, sf.min_offset("T", 1), sf.max_offset("T", 1))
+        for r in b.column("body")
+    ]
+    assert rows == got[1]
+    from rmqfs.engine.tools.verify import verify_store
+
+    found = [(p.severity, p.kind, p.path) for p in verify_store(str(root)).problems]
+    assert ("error", "cq-rocksdb", "consumequeue/T/1") in found
