@@ -31,6 +31,7 @@ from rmqfs.fusefs.ops import RmqOperations
 from rmqfs.fusefs.views import ViewCache, start_worker_server
 
 from . import guard
+from .fusestop import StopSignals
 from .mounts import (  # noqa: F401 - the CLI and tests import them from here
     FSNAME,
     FSTYPE,
@@ -359,26 +360,8 @@ class Daemon:
         faulthandler.enable(file=out)
         faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
 
-        # The handler only asks the loop to stop: it never logs (a signal that lands while the
-        # main thread holds the log queue's lock deadlocked the daemon in the handler's own
-        # log call) and never calls pyfuse3.terminate() once the loop has returned (it reaches
-        # into the FUSE session that pyfuse3.close is freeing: a second SIGTERM within the
-        # unmount crashed the daemon with a segfault and left `abort`). What arrived is logged
-        # once the loop is over.
-        signals: list[str] = []
-        serving = True
-
-        def on_signal(signum, frame):
-            if len(signals) < 16:  # bounded, however many arrive
-                signals.append(signal.Signals(signum).name)
-            if serving:
-                try:
-                    pyfuse3.terminate()
-                except RuntimeError:  # the loop returned just now (no trio run)
-                    pass
-
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
+        stop = StopSignals()  # SIGINT and SIGTERM unmount (mount.fusestop)
+        stop.install()
 
         async def main():
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
@@ -395,9 +378,9 @@ class Daemon:
             log.exception("the FUSE main loop failed")
             raise
         finally:
-            serving = False
-            if signals:
-                log.info("%s: unmounting", ", ".join(dict.fromkeys(signals)))
+            came = stop.loop_over()
+            if came:
+                log.info("%s: unmounting", came)
             if self.store is not None and self.store.follower is not None:
                 self.store.follower.stop()  # its listener talks to the FUSE session
             try:

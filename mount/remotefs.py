@@ -365,6 +365,7 @@ def serve(
     from rmqfs.engine.live.snapshot import MANIFEST_NAME
 
     from . import guard
+    from .fusestop import StopSignals
     from .mounts import FSTYPE
 
     where = redact(location)
@@ -401,11 +402,8 @@ def serve(
     log.info("serving %s on %s (cache %d bytes in %s)", where, lower, cache_size, blocks)
     answer("ok")
 
-    def on_signal(signum, frame):
-        pyfuse3.terminate()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = StopSignals()  # SIGINT and SIGTERM unmount (mount.fusestop)
+    stop.install()
 
     async def main():
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -439,6 +437,9 @@ def serve(
     try:
         trio.run(main)
     finally:
+        came = stop.loop_over()
+        if came:
+            log.info("%s: unmounting %s", came, lower)
         try:
             pyfuse3.close(unmount=True)
         finally:

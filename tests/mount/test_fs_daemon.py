@@ -120,6 +120,41 @@ def test_background_mount_umount_and_sigterm_close_the_store(mount_store, tmp_pa
     assert "mounted" in log and "store closed" in log and "DEBUG" in log
 
 
+def sigterm_burst(pid: int, seconds: float = 10.0) -> int:
+    """SIGTERM ``pid`` every millisecond until it exits (so signals land inside its unmount
+    and store close); returns how many were sent."""
+    sent = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return sent
+        sent += 1
+        time.sleep(0.001)
+    return sent
+
+
+def test_sigterm_during_the_unmount_closes_cleanly_every_time(mount_store):
+    """Issue 36 item 7: a SIGTERM arriving while the daemon unmounts crashed it (a segfault
+    2 of 2 times on a read-write mount: pyfuse3.terminate() after pyfuse3.close(); `abort`
+    left), and a signal landing while a log line was being queued deadlocked it."""
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    for round_ in range(3):
+        (m.mnt / "topics" / "T" / "produce").write_text(f"round {round_}\n")
+        pid = m.pid
+        sent = sigterm_burst(pid)
+        assert sent > 1 and not pid_alive(pid), sent
+        assert wait_until(lambda: not in_mount_table(m.mnt))
+        assert not (m.store / "abort").exists()
+        log = m.log.read_text()
+        assert "Fatal Python error" not in log and "Segmentation" not in log
+        assert log.count("store closed") == round_ + 1
+        m.mount()
+    assert (m.mnt / "topics" / "T" / "bodies.txt").read_text() == "round 0\nround 1\nround 2\n"
+
+
 def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()

@@ -410,3 +410,29 @@ def test_an_upload_to_the_mounted_location_is_never_read_as_the_snapshot(
         segs[1].read_bytes()
     assert exc.value.errno == errno.EIO
     assert segs[0].read_bytes() == first
+
+
+def test_sigterm_during_the_unmount_of_an_s3_mount_closes_cleanly(aws, mounts, tmp_path):
+    """Issue 36 item 7: SIGTERM while the daemon of an object-storage mount unmounted crashed
+    it 3 of 3 times (pyfuse3.terminate() after pyfuse3.close()). A burst of SIGTERMs to the
+    daemon and then to the lower filesystem's process ends both cleanly: nothing mounted, no
+    process left, no fatal error in either log."""
+    from test_fs_daemon import sigterm_burst
+
+    copy = snapshot_copy(tmp_path, 200)
+    uri = aws.uri("sigterm")
+    upload(copy, uri)
+    remote = mounts.mount(uri, "remote", "ro")
+    assert (remote / "topics/T/messages.jsonl").read_bytes()
+    (lower,) = mounts.new_lowers()
+    (lower_pid,) = mounts.new_pids()
+    pid = json.loads((remote / "status.json").read_text())["pid"]
+    assert sigterm_burst(pid) > 1
+    assert wait_unmounted(remote) and wait_unmounted(lower)
+    sigterm_burst(lower_pid)  # already on its way out, or told now
+    deadline = time.monotonic() + 15
+    while mounts.new_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mounts.new_pids() == set() and mounts.new_lowers() == set()
+    log = mounts.log("remote").read_text()
+    assert "Fatal Python error" not in log and "store closed" in log
