@@ -257,7 +257,9 @@ LONG_TESTS: dict[str, set[str]] = {
         "test_streaming_follows_newer_snapshots_exactly_once",
         "test_the_report_runs_over_snapshot_uris",
     },
+    "tests/mount/test_fs_daemon.py": {"test_sigterm_during_the_unmount_closes_cleanly_every_time"},
     "tests/mount/test_mount_objectstore.py": {
+        "test_sigterm_during_the_unmount_of_an_s3_mount_closes_cleanly",
         "test_a_server_that_stops_gives_eio_and_the_mount_serves_again",
         "test_refusals_name_the_location_and_leave_nothing",
         "test_a_killed_daemon_takes_the_lower_mount_with_it",
