@@ -281,45 +281,65 @@ class _Parser:
 
     def hook(self, pairs: list) -> Any:
         n = len(pairs)
-        if 2 <= n <= 3:
-            d: dict[str, Any] = dict(pairs)
-            if len(d) == n and "size" in d and "crc32c" in d and d.keys() <= _ENTRY_KEYS:
-                size: Any = d["size"]
-                crc: Any = d["crc32c"]
-                stored: Any = d.get("stored", size)
-                if (
-                    _is_int(size)
-                    and _is_int(stored)
-                    and 0 <= stored <= size <= MAX_LONG
-                    and type(crc) is str
-                    and CRC_RE.match(crc)
-                ):
-                    self.sizes.append(size)
-                    self.stored.append(stored)
-                    self.crcs.append(int(crc, 16))
-                    return _PACKED
+        if n == 3 or n == 2:
+            # rmqfs writes size, stored, crc32c in this order (older manifests: no stored)
+            size: Any
+            stored: Any
+            crc: Any
+            if n == 3:
+                (k0, size), (k1, stored), (k2, crc) = pairs
+                ok = k0 == "size" and k1 == "stored" and k2 == "crc32c"
+            else:
+                (k0, size), (k2, crc) = pairs
+                stored = size
+                ok = k0 == "size" and k2 == "crc32c"
+            if not ok:
+                d: dict[str, Any] = dict(pairs)
+                ok = len(d) == n and "size" in d and "crc32c" in d and d.keys() <= _ENTRY_KEYS
+                if ok:
+                    size, crc = d["size"], d["crc32c"]
+                    stored = d.get("stored", size)
+            if (
+                ok
+                and type(size) is int
+                and type(stored) is int
+                and 0 <= stored <= size <= MAX_LONG
+                and type(crc) is str
+                and CRC_RE.match(crc)
+            ):
+                self.sizes.append(size)
+                self.stored.append(stored)
+                self.crcs.append(int(crc, 16))
+                return _PACKED
+            if n == 2 and all(type(v) is list for _, v in pairs):
+                return self._queue_table(pairs)
             return _Obj(pairs)
         if n and all(type(v) is list for _, v in pairs):
-            start = len(self.qids)
-            seen = set()
-            for q, span in pairs:
-                if not (
-                    QUEUE_ID_RE.match(q)
-                    and len(span) == 2
-                    and _is_int(span[0])
-                    and _is_int(span[1])
-                    and 0 <= span[0] <= span[1] <= MAX_LONG
-                    and int(q) <= MAX_QUEUE_ID
-                    and q not in seen
-                ):
-                    del self.qids[start:], self.lo[start:], self.hi[start:]
-                    return _Obj(pairs)
-                seen.add(q)
-                self.qids.append(int(q))
-                self.lo.append(span[0])
-                self.hi.append(span[1])
-            return _QTable(start, len(self.qids))
+            return self._queue_table(pairs)
         return _Obj(pairs)
+
+    def _queue_table(self, pairs: list) -> Any:
+        """A topic's ``{queueId: [min, max]}``: packed when every row is right, else left for
+        the checks that name the bad field."""
+        start = len(self.qids)
+        seen = set()
+        for q, span in pairs:
+            if not (
+                QUEUE_ID_RE.match(q)
+                and len(span) == 2
+                and _is_int(span[0])
+                and _is_int(span[1])
+                and 0 <= span[0] <= span[1] <= MAX_LONG
+                and int(q) <= MAX_QUEUE_ID
+                and q not in seen
+            ):
+                del self.qids[start:], self.lo[start:], self.hi[start:]
+                return _Obj(pairs)
+            seen.add(q)
+            self.qids.append(int(q))
+            self.lo.append(span[0])
+            self.hi.append(span[1])
+        return _QTable(start, len(self.qids))
 
 
 def _check_path(rel: Any) -> None:

@@ -70,7 +70,7 @@ from ..errors import (
 )
 from ..format.checkpoint import StoreCheckpoint
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE
-from ..format.crc import crc32c, crc32c_fd, crc32c_zeros
+from ..format.crc import CHUNK, crc32c, crc32c_fd, crc32c_zeros
 from ..format.indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, cut_index
 from ..format.mappedfile import offset_to_file_name
 from ..service import workprogress
@@ -964,8 +964,10 @@ def stored_size(entry: FileEntry | dict) -> int:
     return int(entry["size"]) if stored is None else int(stored)
 
 
-#: Files being checked at once per worker thread (the rest wait as names, not as futures).
+#: Batches being checked at once per worker thread (the rest wait as names, not as futures).
 _WINDOW = 4
+#: Files a batch holds at most (fewer when they add up to CHUNK bytes).
+_BATCH = 256
 
 
 def verify_copy(
@@ -1075,18 +1077,32 @@ def verify_copy(
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             pending: deque[Future] = deque()
-            for rel, want in files.by_weight(stored=remote):
-                pending.append(pool.submit(check, rel, want))
-                while len(pending) >= workers * _WINDOW or (pending and pending[0].done()):
-                    _rel, what, n = pending.popleft().result()
+
+            def collect(fut: Future) -> None:
+                for _rel, what, n in fut.result():
                     if what:
                         problems.append((_rel, what))
                     done.update(n)
+
+            def check_all(batch: list) -> list:
+                return [check(rel, want) for rel, want in batch]
+
+            batch: list[tuple[str, FileEntry]] = []
+            weight = 0
+            for rel, want in files.by_weight(stored=remote):
+                # small files go in batches: a future each would cost more than the file
+                batch.append((rel, want))
+                weight += want.stored if remote else want.size
+                if len(batch) < _BATCH and weight < CHUNK:
+                    continue
+                pending.append(pool.submit(check_all, batch))
+                batch, weight = [], 0
+                while len(pending) >= workers * _WINDOW or (pending and pending[0].done()):
+                    collect(pending.popleft())
+            if batch:
+                pending.append(pool.submit(check_all, batch))
             while pending:
-                _rel, what, n = pending.popleft().result()
-                if what:
-                    problems.append((_rel, what))
-                done.update(n)
+                collect(pending.popleft())
     finally:
         done.close()
     if remote:
