@@ -139,6 +139,19 @@ class NoSuchSnapshotError(StoreError):
     errno = errno.ENOENT
 
 
+class SnapshotError(StoreError):
+    """A snapshot cannot be made (the store is closed, a replica file is not a broker's), or
+    one cannot be read: see :class:`ManifestError`."""
+
+
+class ManifestError(SnapshotError, ValueError):
+    """A snapshot's ``SNAPSHOT.json`` is not a manifest rmqfs reads: too large, not JSON,
+    nested too deep, or a field of the wrong JSON type or range. The message names
+    ``SNAPSHOT.json`` and the field (or the byte where the JSON breaks); every reader raises
+    this one type (``engine.live.manifest.parse_manifest``). A ValueError too, for callers that
+    catch what a parser raises."""
+
+
 class ObjectStoreError(StoreError):
     """A snapshot cannot be moved to or from a storage location (``rmqfs snapshot-upload``,
     ``snapshot-download``, ``snapshot-verify URI``): the server is unreachable or refused,

@@ -86,6 +86,7 @@ from .service.storetree import (
     check_layout,
     check_store_tree,
     lmq_queues,
+    remove_tree,
     rocksdb_consume_queue,
 )
 from .storeconfig import StoreConfig
@@ -616,12 +617,10 @@ class MessageStore:
             for q in queues:
                 self.consume_queues.pop((name, q)).close()
                 self.damaged.pop((name, q), None)
-            import shutil
-
             for base in ("consumequeue", "consumequeue_ext", "batchconsumequeue"):
                 tdir = os.path.join(self.root, base, name)
                 if os.path.isdir(tdir) and not os.path.islink(tdir):
-                    shutil.rmtree(tdir)
+                    remove_tree(tdir)  # no recursion: any junk depth
                     _fsync_dir(os.path.join(self.root, base))
             offsets = self.consumer_offsets.remove_topic(name)
             self.topic_config.remove(name)

@@ -1236,16 +1236,16 @@ def cmd_snapshot_verify(args) -> int:
         raise AdminError(
             f"{shown} has no {MANIFEST_NAME}: not a snapshot, or an upload that did not finish"
         ) from None
-    errors = [(rel, what) for rel, what in problems if what != "extra"]
+    errors = [(rel, what) for rel, what in problems if not what.startswith("extra")]
     elapsed = time.monotonic() - start
-    size = sum(int(v["size"]) for v in doc["files"].values())
+    size = doc.files.total_size()
     if args.json:
         print(
             json.dumps(
                 {
                     "name": doc.get("name"),
                     "commitLogOffset": doc.get("commitLogOffset"),
-                    "files": len(doc["files"]),
+                    "files": len(doc.files),
                     "bytes": size,
                     "problems": [{"file": r, "problem": w} for r, w in problems],
                     "ok": not errors,
@@ -1254,11 +1254,11 @@ def cmd_snapshot_verify(args) -> int:
         )
     else:
         for rel, what in problems:
-            print(f"{'WARNING' if what == 'extra' else 'ERROR'} {rel}: {what}")
+            print(f"{'WARNING' if what.startswith('extra') else 'ERROR'} {rel}: {what}")
         verdict = "OK" if not errors else f"FAILED: {len(errors)} bad files"
         print(
             f"snapshot {doc.get('name')} (CommitLog offset {doc.get('commitLogOffset')}, "
-            f"{doc.get('messageCount')} messages): {len(doc['files'])} files, {size:,} bytes "
+            f"{doc.get('messageCount')} messages): {len(doc.files)} files, {size:,} bytes "
             f"in {elapsed:.2f} s: {verdict}"
         )
     return 1 if errors else 0
@@ -1300,11 +1300,10 @@ def cmd_snapshot_upload(args) -> int:
 def _manifest_broker_name(src: str) -> tuple[str | None, str | None]:
     """``(brokerName, brokerNameFrom)`` of the snapshot manifest in ``src`` (None for what it
     lacks: a manifest written before rmqfs recorded them)."""
-    from rmqfs.engine.live.snapshot import MANIFEST_NAME
+    from rmqfs.engine.live.manifest import MANIFEST_NAME, read_manifest_file
 
     try:
-        with open(os.path.join(src, MANIFEST_NAME), "rb") as f:
-            doc = json.loads(f.read())
+        doc = read_manifest_file(os.path.join(src, MANIFEST_NAME))[0]
     except (OSError, ValueError):
         return None, None
     name, source = doc.get("brokerName"), doc.get("brokerNameFrom")

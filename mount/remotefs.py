@@ -36,6 +36,7 @@ import argparse
 import errno
 import logging
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -43,6 +44,10 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rmqfs.engine.live.manifest import Manifest
 
 log = logging.getLogger("rmqfs")
 
@@ -58,9 +63,10 @@ TIMEOUT = 3600.0
 #: changed or went (an upload to the location began), blocks not cached are no longer fetched.
 MANIFEST_POLL = 10.0
 _SEGMENT_PREFIX = "commitlog/"
+_SEGMENT_NAME = re.compile(r"commitlog/[0-9]{20}\Z")  # ASCII digits ("²".isdigit() is True)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     inode: int
     name: str
@@ -72,9 +78,10 @@ class _Node:
     entries: list[tuple[str, int]] = field(default_factory=list)  # a directory's, sorted
 
 
-def build_tree(manifest: dict, manifest_bytes: bytes, manifest_name: str) -> dict[int, _Node]:
+def build_tree(manifest: Manifest, manifest_bytes: bytes, manifest_name: str) -> dict[int, _Node]:
     """The tree of a snapshot's manifest: ``{inode: node}``, the root at inode 1. Files are
-    the manifest's ``files`` (``{rel: {"size": n, "stored": m, ...}}``) and ``manifest_name``
+    the manifest's ``files`` (:class:`engine.live.manifest.ManifestFiles`, its paths checked:
+    relative, at most ``MAX_PATH_PARTS`` deep) and ``manifest_name``
     itself. A file's bytes past its stored prefix (:func:`engine.live.snapshot.stored_size`)
     are zeros, never fetched, and so are a CommitLog segment's at or past the snapshot's
     ``commitLogOffset`` (what a manifest without ``stored`` says of them); ``st_blocks``
@@ -84,8 +91,6 @@ def build_tree(manifest: dict, manifest_bytes: bytes, manifest_name: str) -> dic
         ValueError: a name that is absolute, holds ``.`` or ``..`` or an empty part, or is
             both a file and a directory.
     """
-    from rmqfs.engine.live.snapshot import stored_size
-
     root = _Node(1, "", children={})
     nodes = {1: root}
     cut = manifest.get("commitLogOffset")
@@ -111,14 +116,16 @@ def build_tree(manifest: dict, manifest_bytes: bytes, manifest_name: str) -> dic
         node = _Node(len(nodes) + 1, parts[-1], rel=rel, size=size, data=data)
         if stored is not None:
             node.data_end = max(0, min(size, stored))
-        if isinstance(cut, int) and rel.startswith(_SEGMENT_PREFIX) and rel[10:].isdigit():
+        if isinstance(cut, int) and _SEGMENT_NAME.match(rel):
             end = size if node.data_end is None else node.data_end
             node.data_end = max(0, min(end, cut - int(rel[10:])))
         nodes[node.inode] = node
         d.children[parts[-1]] = node.inode
 
-    for rel, entry in sorted(manifest["files"].items()):
-        add(rel, int(entry["size"]), stored=stored_size(entry))
+    files = manifest.files
+    for rel in sorted(files):
+        entry = files[rel]
+        add(rel, entry.size, stored=entry.stored)
     add(manifest_name, len(manifest_bytes), manifest_bytes)
     for node in nodes.values():
         if node.children is not None:
@@ -393,6 +400,10 @@ def serve(
         pyfuse3.init(ops, lower, opts)
     except (StoreError, ValueError, OSError, RuntimeError) as exc:
         answer(str(exc))
+        return 1
+    except Exception as exc:  # a bug: said in one line to the mount, the traceback logged
+        log.exception("cannot serve %s", where)
+        answer(f"{type(exc).__name__}: {exc}")
         return 1
     try:
         guard_proc = guard.start(lower, None)

@@ -128,8 +128,8 @@ from pyspark.sql.datasource import (
 from rmqfs.engine.errors import CorruptRecordError, ObjectStoreError, StoreError
 from rmqfs.engine.format.dledger import commitlog_dir
 from rmqfs.engine.live.location import is_uri, open_location, redact, with_credentials
+from rmqfs.engine.live.manifest import MANIFEST_NAME, read_manifest_file
 from rmqfs.engine.live.remote import Piece, RemoteSnapshot
-from rmqfs.engine.live.snapshot import MANIFEST_NAME, MAX_MANIFEST, parse_manifest
 from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.read.schema import (
     BROKER_COLUMN,
@@ -386,16 +386,11 @@ RULE_DIRECTORY = "directory name"
 def _manifest_broker(path: str) -> str | None:
     """``brokerName`` of the ``SNAPSHOT.json`` at the top of ``path`` (a snapshot copy), if any."""
     try:
-        with open(os.path.join(path, MANIFEST_NAME), "rb") as f:
-            data = f.read(MAX_MANIFEST + 1)
+        name = read_manifest_file(os.path.join(path, MANIFEST_NAME))[0].get("brokerName")
+    except ValueError as exc:  # ManifestError: the field named; larger than MAX_MANIFEST
+        raise ValueError(f"rocketmq: {path}: {exc}") from None
     except OSError:
         return None
-    if len(data) > MAX_MANIFEST:
-        raise ValueError(f"rocketmq: {path}/{MANIFEST_NAME} is larger than {MAX_MANIFEST} bytes")
-    try:
-        name = parse_manifest(data).get("brokerName")
-    except ValueError as exc:
-        raise ValueError(f"rocketmq: {path}: {exc}") from None
     return name if isinstance(name, str) and name else None
 
 

@@ -257,7 +257,6 @@ LONG_TESTS: dict[str, set[str]] = {
         "test_streaming_follows_newer_snapshots_exactly_once",
         "test_the_report_runs_over_snapshot_uris",
     },
-    "tests/mount/test_fs_daemon.py": {"test_sigterm_during_the_unmount_closes_cleanly_every_time"},
     "tests/mount/test_mount_objectstore.py": {
         "test_sigterm_during_the_unmount_of_an_s3_mount_closes_cleanly",
         "test_a_server_that_stops_gives_eio_and_the_mount_serves_again",
@@ -321,6 +320,7 @@ LONG_TESTS: dict[str, set[str]] = {
         "test_a_read_only_mount_of_a_rocksdb_store_shows_the_plain_store_s_messages"
     },
     "tests/mount/test_fs_daemon.py": {
+        "test_sigterm_during_the_unmount_closes_cleanly_every_time",
         "test_mount_refuses_bad_mount_points_locked_stores_and_missing_fuse",
         "test_background_mount_umount_and_sigterm_close_the_store",
     },

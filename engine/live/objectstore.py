@@ -54,16 +54,24 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import ObjectStoreError
+from ..errors import ManifestError, ObjectStoreError
 from ..format.crc import CHUNK, crc32c, crc32c_zeros, file_pieces
 from ..service import workprogress
 from .location import DEFAULT_WORKERS, explain, is_local, join, list_files, read_small
-from .snapshot import MANIFEST_NAME, MAX_MANIFEST, parse_manifest, stored_size
+from .manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST,
+    FileEntry,
+    Manifest,
+    parse_manifest,
+    read_manifest_file,
+)
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -85,20 +93,23 @@ def _zero_chunk() -> bytes:
     return _zeros
 
 
-def read_manifest(fs: pafs.FileSystem, base: str, where: str) -> tuple[dict, bytes] | None:
-    """The location's ``SNAPSHOT.json``: ``(object, bytes)``, or None when there is none.
+def read_manifest(fs: pafs.FileSystem, base: str, where: str) -> tuple[Manifest, bytes] | None:
+    """The location's ``SNAPSHOT.json``: ``(manifest, bytes)`` (its size checked against
+    :data:`MAX_MANIFEST` before it is read, then :func:`engine.live.manifest.parse_manifest`),
+    or None when there is none.
 
     Raises:
-        ObjectStoreError: it cannot be read (server unreachable, credentials refused), is over
-            :data:`MAX_MANIFEST` bytes, or is not a manifest; the message names it and ``where``.
+        ObjectStoreError: it cannot be read (server unreachable, credentials refused) or is
+            over :data:`MAX_MANIFEST` bytes; the message names it and ``where``.
+        ManifestError: it is not a manifest: ``where``, ``SNAPSHOT.json`` and the field.
     """
     data = read_small(fs, join(base, MANIFEST_NAME), MAX_MANIFEST, where)
     if data is None:
         return None
     try:
         return parse_manifest(data), data
-    except ValueError as exc:
-        raise ObjectStoreError(f"{where}: {exc}") from None
+    except ManifestError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
 
 
 class _Stop(Exception):
@@ -106,13 +117,13 @@ class _Stop(Exception):
 
 
 def _upload_one(
-    src: str, rel: str, want: dict, fs: pafs.FileSystem, dest: str, stop: threading.Event
+    src: str, rel: str, want: FileEntry, fs: pafs.FileSystem, dest: str, stop: threading.Event
 ) -> int:
-    """Upload one file's stored prefix (:func:`engine.live.snapshot.stored_size` bytes; the
+    """Upload one file's stored prefix (its ``stored`` bytes; the
     zeros after it are neither read nor sent), summing it; returns the bytes sent. The sum,
     extended by the zeros up to ``size``, must be the manifest's crc32c. Raises ValueError
     (source damaged or not the manifest's size), OSError, _Stop."""
-    size, stored = want["size"], stored_size(want)
+    size, stored = want.size, want.stored
     fd = os.open(os.path.join(src, *rel.split("/")), os.O_RDONLY | os.O_NOFOLLOW)
     try:
         have = os.fstat(fd).st_size
@@ -142,9 +153,9 @@ def _upload_one(
                     crc = crc32c(chunk, crc)
                     send(bytes(chunk))  # a copy: the view is reused for the next piece
             crc = crc32c_zeros(crc, size - stored)  # the zeros the manifest says follow
-            if f"{crc:08x}" != want["crc32c"]:
+            if f"{crc:08x}" != want.crc32c:
                 raise ValueError(
-                    f"the source file's crc32c is {crc:08x}, its manifest says {want['crc32c']}"
+                    f"the source file's crc32c is {crc:08x}, its manifest says {want.crc32c}"
                     " (damaged source; no manifest written)"
                 )
         if is_local(fs) and size > stored:
@@ -175,10 +186,11 @@ def _transfer_error(doing: str, exc: BaseException) -> ObjectStoreError:
     return ObjectStoreError(f"{doing}: {text}")
 
 
-def _run_all(items: list, func, workers: int, stop: threading.Event, bar) -> None:
+def _run_all(items: Iterable, func, workers: int, stop: threading.Event, bar) -> None:
     """Run ``func(item) -> bytes done`` for each item in ``workers`` threads, updating the
     progress ``bar`` as each ends (under a lock, from the worker); at the first exception set
-    ``stop`` (the others end at their next piece) and raise it."""
+    ``stop`` (the others end at their next piece) and raise it. At most ``4 * workers`` items
+    are in flight: a million items cost no million futures."""
     lock = threading.Lock()
 
     def run(item):
@@ -186,11 +198,19 @@ def _run_all(items: list, func, workers: int, stop: threading.Event, bar) -> Non
         with lock:
             bar.update(n)
 
+    window = workers * 4  # futures in flight: the rest wait as items, not as futures
+    todo = iter(items)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmq-objectstore") as pool:
-        pending = {pool.submit(run, item) for item in items}
+        pending: set = set()
         try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            while True:
+                for item in todo:
+                    pending.add(pool.submit(run, item))
+                    if len(pending) >= window:
+                        break
+                if not pending:
+                    break
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     exc = fut.exception()
                     if exc is not None and not isinstance(exc, _Stop):
@@ -237,43 +257,40 @@ def upload_snapshot(
     start_t = time.monotonic()
     man_path = os.path.join(src, MANIFEST_NAME)
     try:
-        with open(man_path, "rb") as f:
-            data = f.read(MAX_MANIFEST + 1)
+        doc, data = read_manifest_file(man_path)
     except FileNotFoundError:
         raise ObjectStoreError(
             f"{src} has no {MANIFEST_NAME} (not a snapshot or a copy of one)"
         ) from None
     except OSError as exc:
         raise ObjectStoreError(f"{man_path}: {exc.strerror or exc}") from None
-    try:
-        if len(data) > MAX_MANIFEST:
-            raise ValueError(f"{MANIFEST_NAME}: over {MAX_MANIFEST} bytes")
-        doc = parse_manifest(data)
-    except ValueError as exc:
-        raise ObjectStoreError(f"{src}: {exc}") from None
-    files: dict[str, dict] = doc["files"]
+    except ManifestError as exc:
+        raise ManifestError(f"{src}: {exc}") from None
+    files = doc.files
 
-    old = read_manifest(fs, base, where)
+    try:
+        old = read_manifest(fs, base, where)
+    except ManifestError:
+        old = None  # a bad manifest there is replaced: every file is sent again
     remote = list_files(fs, base, where)
     if old is not None or MANIFEST_NAME in remote:
         _delete(fs, base, MANIFEST_NAME, where)
-    old_files = old[0]["files"] if old is not None else {}
+    old_files = old[0].files if old is not None else None
     upload: list[str] = []
     skipped: list[str] = []
-    stored = {rel: stored_size(want) for rel, want in files.items()}
-    for rel, want in files.items():
-        prev = old_files.get(rel)
+    for rel, want in files.by_weight(stored=True):  # big files first: the threads end together
+        prev = old_files.get(rel) if old_files is not None else None
         # The same file (size and sum) is there when its object holds at least the stored
         # prefix and at most the whole file (an older upload sent it whole): readers take
         # the first stored bytes and zeros after them, which the sums say match.
         same = (
-            isinstance(prev, dict)
-            and prev.get("size") == want["size"]
-            and prev.get("crc32c") == want["crc32c"]
-            and stored[rel] <= remote.get(rel, -1) <= want["size"]
+            prev is not None
+            and prev.size == want.size
+            and prev.crc32c == want.crc32c
+            and want.stored <= remote.get(rel, -1) <= want.size
         )
         (skipped if same else upload).append(rel)
-    upload.sort(key=lambda r: -stored[r])  # big files first: the threads end together
+    stored = files.__getitem__
 
     if is_local(fs):  # object stores have no directories; a local target needs them
         for parent in sorted({rel.rpartition("/")[0] for rel in upload}):
@@ -283,7 +300,7 @@ def upload_snapshot(
                 raise ObjectStoreError(f"creating {join(where, parent)}: {exc}") from None
 
     stop = threading.Event()
-    done = workprogress.bar(progress, sum(stored[r] for r in upload), "upload")
+    done = workprogress.bar(progress, sum(stored(r).stored for r in upload), "upload")
 
     def one(rel: str) -> int:
         try:
@@ -310,12 +327,12 @@ def upload_snapshot(
         "name": doc.get("name"),
         "commitLogOffset": doc.get("commitLogOffset"),
         "messageCount": doc.get("messageCount"),
-        "uploaded": [[r, stored[r]] for r in sorted(upload)],
-        "skipped": [[r, stored[r]] for r in sorted(skipped)],
+        "uploaded": [[r, stored(r).stored] for r in sorted(upload)],
+        "skipped": [[r, stored(r).stored] for r in sorted(skipped)],
         "deleted": deleted,
-        "uploadedBytes": sum(stored[r] for r in upload),
-        "skippedBytes": sum(stored[r] for r in skipped),
-        "bytes": sum(int(v["size"]) for v in files.values()),
+        "uploadedBytes": sum(stored(r).stored for r in upload),
+        "skippedBytes": sum(stored(r).stored for r in skipped),
+        "bytes": files.total_size(),
         "seconds": round(time.monotonic() - start_t, 3),
     }
 
@@ -342,13 +359,13 @@ def _write_sparse(fd: int, data: memoryview, offset: int) -> None:
         i = j
 
 
-def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: dict, stop) -> int:
+def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: FileEntry, stop) -> int:
     """Download one file to ``dest`` (through ``dest.part``), zero runs as holes; returns the
     bytes downloaded. The object holds at least the file's stored prefix
     (:func:`engine.live.snapshot.stored_size`) and at most its ``size``; the file is then cut
     to ``size`` (``ftruncate``: the rest a hole) and its sum, extended by those zeros, must be
     the manifest's crc32c. Raises ValueError (short, longer, damaged), OSError, _Stop."""
-    size, stored = want["size"], stored_size(want)
+    size, stored = want.size, want.stored
     part = dest + ".part"
     try:
         f = fs.open_input_stream(path, compression=None)
@@ -373,8 +390,8 @@ def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: dict, stop) -
         if n > size:
             raise ValueError(f"longer than the manifest's {size} bytes")
         crc = crc32c_zeros(crc, size - n)
-        if f"{crc:08x}" != want["crc32c"]:
-            raise ValueError(f"damaged: crc32c {crc:08x}, expected {want['crc32c']}")
+        if f"{crc:08x}" != want.crc32c:
+            raise ValueError(f"damaged: crc32c {crc:08x}, expected {want.crc32c}")
         os.ftruncate(fd, size)
         os.fsync(fd)
         ok = True
@@ -424,31 +441,40 @@ def download_snapshot(
             f"{where} has no {MANIFEST_NAME}: not a snapshot, or an upload that did not finish"
         )
     doc, data = read
-    files: dict[str, dict] = doc["files"]
+    files = doc.files
     if os.path.lexists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
         raise ObjectStoreError(f"{dest}: not an empty directory (restore into a new one)")
     os.makedirs(dest, exist_ok=True)
-    for parent in sorted({rel.rpartition("/")[0] for rel in files}):
-        if parent:
-            os.makedirs(os.path.join(dest, *parent.split("/")), exist_ok=True)
+    made: set[str] = set()
+    for rel in files:  # parents one level at a time (paths are at most MAX_PATH_PARTS deep)
+        parent = rel.rpartition("/")[0]
+        if parent and parent not in made:
+            path = dest
+            for part in parent.split("/"):
+                path = os.path.join(path, part)
+                if not os.path.isdir(path):
+                    os.mkdir(path)
+            made.add(parent)
     stop = threading.Event()
-    stored = {rel: stored_size(want) for rel, want in files.items()}
-    order = sorted(files, key=lambda r: -stored[r])
-    done = workprogress.bar(progress, sum(stored.values()), "download")
-    got: dict[str, int] = {}
+    done = workprogress.bar(progress, files.total_stored(), "download")
+    got = [0]
+    got_lock = threading.Lock()
 
-    def one(rel: str) -> int:
+    def one(item: tuple[str, FileEntry]) -> int:
+        rel, want = item
         local = os.path.join(dest, *rel.split("/"))
         try:
-            got[rel] = _download_one(fs, join(base, rel), local, files[rel], stop)
-            return got[rel]
+            n = _download_one(fs, join(base, rel), local, want, stop)
         except _Stop:
             raise
         except (OSError, ValueError) as exc:
             raise _transfer_error(f"downloading {rel} from {where}", exc) from None
+        with got_lock:
+            got[0] += n
+        return n
 
     try:
-        _run_all(order, one, workers or DEFAULT_WORKERS, stop, done)
+        _run_all(files.by_weight(stored=True), one, workers or DEFAULT_WORKERS, stop, done)
     finally:
         done.close()
     tmp = os.path.join(dest, MANIFEST_NAME + ".part")
@@ -462,7 +488,7 @@ def download_snapshot(
         "commitLogOffset": doc.get("commitLogOffset"),
         "messageCount": doc.get("messageCount"),
         "files": len(files),
-        "bytes": sum(v["size"] for v in files.values()),
-        "downloadedBytes": sum(got.values()),
+        "bytes": files.total_size(),
+        "downloadedBytes": got[0],
         "seconds": round(time.monotonic() - start_t, 3),
     }

@@ -45,6 +45,7 @@ snapshot never holds: ``engine.live.snapshot.freeze`` refuses them).
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -74,8 +75,8 @@ from ..format.message import (
 from ..read.columnar import CommitLogWindow, decode_records, walk_records
 from ..read.schema import arrow_schema
 from .location import explain, join, open_location, redact
+from .manifest import MANIFEST_NAME, Manifest
 from .objectstore import read_manifest
-from .snapshot import MANIFEST_NAME, stored_size
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -97,8 +98,8 @@ REQUEST = 16 << 20
 PLAN_THREADS = 16
 #: Open files kept per snapshot (each is a handle; on S3 opening one costs a HEAD request).
 MAX_OPEN = 64
-_SEGMENT = re.compile(r"^commitlog/(\d{20})$")
-_QUEUE_FILE = re.compile(r"^consumequeue/([^/]+)/(\d+)/(\d{20})$")
+_SEGMENT = re.compile(r"commitlog/([0-9]{20})\Z")  # ASCII digits: \d takes other scripts'
+_QUEUE_FILE = re.compile(r"consumequeue/([^/]+)/(0|[1-9][0-9]{0,9})/([0-9]{20})\Z")
 #: The largest config file read from a snapshot (``consumerOffset.json`` of a big broker is a
 #: few MB).
 MAX_CONFIG = 64 << 20
@@ -179,34 +180,23 @@ class RemoteSnapshot:
             self._open.clear()
         return True
 
-    def _load(self, doc: dict) -> None:
-        queues = doc.get("queues")
-        if not isinstance(queues, dict):
+    def _load(self, doc: Manifest) -> None:
+        # Everything is held as arrays beside the manifest's own (engine/live/manifest.py): a
+        # manifest of a million files or queues costs tens of MB here, not GBs.
+        if doc.queues is None:
             raise ObjectStoreError(
                 f"{self.where}: {MANIFEST_NAME} has no queues table (a snapshot made before "
                 "rmqfs recorded one): take a new snapshot and upload it"
             )
-        table: dict[tuple[str, int], tuple[int, int]] = {}
-        for topic, qs in queues.items():
-            if not isinstance(qs, dict):
-                raise ObjectStoreError(f"{self.where}: {MANIFEST_NAME}: bad queues of {topic!r}")
-            for q, span in qs.items():
-                if not (
-                    q.isdigit()
-                    and isinstance(span, list)
-                    and len(span) == 2
-                    and all(isinstance(x, int) and x >= 0 for x in span)
-                    and span[0] <= span[1]
-                ):
-                    raise ObjectStoreError(
-                        f"{self.where}: {MANIFEST_NAME}: bad offsets of {topic}/{q}: {span!r}"
-                    )
-                table[(topic, int(q))] = (span[0], span[1])
+        files = doc.files
+        queues = doc.queues
+        tix = {t: i for i, t in enumerate(queues.topic_names)}
         segments: list[tuple[int, str, int, int]] = []
-        queue_files: dict[tuple[str, int], list[tuple[int, str, int]]] = {}
-        stored: dict[str, tuple[int, int]] = {}
-        for rel, want in doc["files"].items():
-            stored[rel] = (stored_size(want), int(want["size"]))
+        qkeys: list[int] = []
+        qstarts: list[int] = []
+        qfiles: list[int] = []
+        for i in range(len(files)):
+            rel = files.name(i)
             if rel.startswith("batchconsumequeue/"):
                 raise UnsupportedLayoutError(
                     f"{self.where}: holds BatchConsumeQueues, which rmqfs does not read from "
@@ -214,20 +204,39 @@ class RemoteSnapshot:
                 )
             m = _SEGMENT.match(rel)
             if m:
-                segments.append((int(m.group(1)), rel, want["size"], int(want["crc32c"], 16)))
+                segments.append((int(m.group(1)), rel, int(files.sizes[i]), int(files.crcs[i])))
                 continue
             m = _QUEUE_FILE.match(rel)
             if m:
-                key = (m.group(1), int(m.group(2)))
-                queue_files.setdefault(key, []).append((int(m.group(3)), rel, want["size"]))
+                t = tix.get(m.group(1))
+                if t is not None and int(m.group(2)) <= 0x7FFFFFFF:
+                    qkeys.append((t << 32) | int(m.group(2)))
+                    qstarts.append(int(m.group(3)))
+                    qfiles.append(i)
         self.manifest = doc
-        self._stored = stored
         name = doc.get("brokerName")
         self.broker_name: str | None = name if isinstance(name, str) and name else None
         self.commitlog_offset = int(doc.get("commitLogOffset") or 0)
-        self._queues = table
+        self._queues = queues
+        self._tix = tix
         self._segments = sorted(segments)
-        self._queue_files = {k: sorted(v) for k, v in queue_files.items()}
+        self._seg_starts = [s[0] for s in self._segments]
+        order = np.lexsort((np.array(qstarts, np.int64), np.array(qkeys, np.int64)))
+        self._qf_keys = np.array(qkeys, np.int64)[order]
+        self._qf_starts = np.array(qstarts, np.int64)[order]
+        self._qf_files = np.array(qfiles, np.int64)[order]
+
+    def _queue_files(self, topic: str, queue_id: int) -> Iterator[tuple[int, str, int]]:
+        """``(first byte, rel, size)`` of each ConsumeQueue file of a queue, in order."""
+        t = self._tix.get(topic)
+        if t is None or not 0 <= queue_id <= 0x7FFFFFFF:
+            return
+        key = (t << 32) | queue_id
+        a, b = np.searchsorted(self._qf_keys, [key, key + 1])
+        files = self.manifest.files
+        for j in range(int(a), int(b)):
+            i = int(self._qf_files[j])
+            yield int(self._qf_starts[j]), files.name(i), int(files.sizes[i])
 
     @property
     def identity(self) -> tuple:
@@ -237,28 +246,28 @@ class RemoteSnapshot:
     # -- layout and offsets (what engine.read.columnar.StoreFiles answers for a directory) ----
     def topics(self) -> list[str]:
         """Topics with a queue in the snapshot, sorted."""
-        return sorted({t for t, _ in self._queues})
+        return self._queues.topics()
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of ``topic`` in the snapshot, sorted."""
-        return sorted(q for t, q in self._queues if t == topic)
+        return self._queues.queue_ids(topic)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue`` at the freeze (0 for a queue not in the snapshot)."""
-        return self._queues.get((topic, queue_id), (0, 0))[0]
+        return (self._queues.span(topic, queue_id) or (0, 0))[0]
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """``getMaxOffsetInQueue`` at the freeze (0 for a queue not in the snapshot)."""
-        return self._queues.get((topic, queue_id), (0, 0))[1]
+        return (self._queues.span(topic, queue_id) or (0, 0))[1]
 
     def unit(self, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int]:
         """``(commitLogOffset, size, tagsCode)`` of one unit: a 20-byte range read of its
         ConsumeQueue file. Raises IndexError outside ``[min, max)``, ObjectStoreError."""
-        lo, hi = self._queues.get((topic, queue_id), (0, 0))
+        lo, hi = self._queues.span(topic, queue_id) or (0, 0)
         if not lo <= queue_offset < hi:
             raise IndexError(queue_offset)
         at = queue_offset * CQ_STORE_UNIT_SIZE
-        for start, rel, size in self._queue_files.get((topic, queue_id), ()):
+        for start, rel, size in self._queue_files(topic, queue_id):
             if start <= at < start + size:
                 raw = self.read(rel, at - start, CQ_STORE_UNIT_SIZE)
                 if len(raw) != CQ_STORE_UNIT_SIZE:
@@ -339,9 +348,9 @@ class RemoteSnapshot:
         return out
 
     def _segment_of(self, offset: int) -> tuple[int, str, int, int] | None:
-        for seg in self._segments:
-            if seg[0] <= offset < seg[0] + seg[2]:
-                return seg
+        i = bisect.bisect_right(self._seg_starts, offset) - 1
+        if i >= 0 and offset < self._segments[i][0] + self._segments[i][2]:
+            return self._segments[i]
         return None
 
     # -- reading ----------------------------------------------------------------------------------
@@ -357,10 +366,10 @@ class RemoteSnapshot:
             ObjectStoreError: the file is gone (a newer snapshot at the location expired it) or
                 the read failed (server unreachable, credentials refused), naming the file.
         """
-        extent = self._stored.get(rel)
+        extent = self.manifest.files.get(rel)
         if extent is None:
             return self._read_object(rel, offset, length)
-        stored, size = extent
+        size, stored = extent.size, extent.stored
         end = min(offset + length, size)
         if offset >= end:
             return b""
@@ -515,9 +524,10 @@ class SnapshotProgress:
 
     def _config(self, name: str, parse) -> dict:
         rel = f"config/{name}"
-        if rel not in self.snap.manifest["files"]:
+        entry = self.snap.manifest.files.get(rel)
+        if entry is None:
             return {}
-        size = self.snap.manifest["files"][rel]["size"]
+        size = entry.size
         if size > MAX_CONFIG:
             raise ObjectStoreError(f"{rel} of {self.snap.where}: over {MAX_CONFIG} bytes")
         try:

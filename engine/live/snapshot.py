@@ -54,6 +54,7 @@ import sys
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -63,27 +64,32 @@ import numpy as np
 from ..errors import (
     InvalidNameError,
     NoSuchSnapshotError,
+    SnapshotError,
     SnapshotExistsError,
-    StoreError,
     UnsupportedLayoutError,
 )
 from ..format.checkpoint import StoreCheckpoint
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE
-from ..format.crc import crc32c, crc32c_fd, crc32c_zeros
+from ..format.crc import CHUNK, crc32c, crc32c_fd, crc32c_zeros
 from ..format.indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, cut_index
 from ..format.mappedfile import offset_to_file_name
 from ..service import workprogress
-from ..service.storetree import CONTROLLER_TOP
+from ..service.storetree import CONTROLLER_TOP, MAX_STORE_DEPTH, walk_tree
+from .manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST,
+    FileEntry,
+    Manifest,
+    parse_manifest,
+    read_manifest_file,
+)
 
 if TYPE_CHECKING:
     from ..store import MessageStore
 
 log = logging.getLogger(__name__)
 
-MANIFEST_NAME = "SNAPSHOT.json"
 MANIFEST_FORMAT = 1
-#: The largest manifest read (a store of 100,000 files has a manifest of about 10 MB).
-MAX_MANIFEST = 64 << 20
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,-]{0,127}$")
 NS = 1_000_000_000
 _TAIL_CHECK = 64 * 1024  # bytes re-summed to confirm a cached prefix sum is still valid
@@ -92,10 +98,6 @@ _TAIL_CHECK = 64 * 1024  # bytes re-summed to confirm a cached prefix sum is sti
 REPLICA_FILES = ("epochFileCheckpoint", "epochFileCheckpoint.bak", "brokerIdentity")
 #: Bound on each (an epoch file is a text line per epoch; a broker's are a few KiB).
 MAX_REPLICA_FILE = 1 << 20
-
-
-class SnapshotError(StoreError):
-    """A snapshot cannot be made: the store is closed."""
 
 
 class _IndexHead:
@@ -950,47 +952,22 @@ class SnapshotManager:
         self._pool.shutdown(wait=True)
 
 
-def stored_size(entry: dict) -> int:
+def stored_size(entry: FileEntry | dict) -> int:
     """Bytes of a manifest file entry that hold data: its ``stored`` (``[stored, size)`` is
     zeros; an object-storage copy holds only ``[0, stored)``), or its ``size`` for a manifest
-    written before rmqfs recorded ``stored`` (the whole file). ``entry`` as
-    :func:`parse_manifest` checked it."""
+    written before rmqfs recorded ``stored`` (the whole file). ``entry``: a
+    :class:`engine.live.manifest.FileEntry` (what :func:`parse_manifest` gives), or a dict of
+    its JSON."""
+    if isinstance(entry, FileEntry):
+        return entry.stored
     stored = entry.get("stored")
     return int(entry["size"]) if stored is None else int(stored)
 
 
-def parse_manifest(data: bytes) -> dict:
-    """A ``SNAPSHOT.json``'s object from its bytes, checked: a ``files`` table whose every
-    entry names a relative path (no ``..``, no empty part, not the manifest itself) with an
-    integer ``size`` >= 0 (bytes of the file as restored), an 8-digit hex ``crc32c`` (of
-    those ``size`` bytes) and, when present, an integer ``stored`` with ``0 <= stored <=
-    size`` (the prefix that holds data, zeros after it: :func:`stored_size`; manifests
-    written before rmqfs recorded it lack it).
-
-    Raises:
-        ValueError: not JSON, or not such a manifest (the message says what is wrong).
-    """
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise ValueError(f"{MANIFEST_NAME}: not JSON: {exc}") from None
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if not isinstance(files, dict):
-        raise ValueError(f'{MANIFEST_NAME}: no "files" table')
-    for rel, want in files.items():
-        parts = rel.split("/")
-        if rel == MANIFEST_NAME or any(p in ("", ".", "..") or "\0" in p for p in parts):
-            raise ValueError(f"{MANIFEST_NAME}: unsafe file name {rel!r}")
-        size = want.get("size") if isinstance(want, dict) else None
-        crc = want.get("crc32c") if isinstance(want, dict) else None
-        if not (isinstance(size, int) and size >= 0 and isinstance(crc, str)):
-            raise ValueError(f"{MANIFEST_NAME}: bad entry for {rel}: {want!r}")
-        if not re.fullmatch(r"[0-9a-f]{8}", crc):
-            raise ValueError(f"{MANIFEST_NAME}: bad crc32c for {rel}: {crc!r}")
-        stored = want.get("stored", size)
-        if not (isinstance(stored, int) and 0 <= stored <= size):
-            raise ValueError(f"{MANIFEST_NAME}: bad stored size for {rel}: {want!r}")
-    return doc
+#: Batches being checked at once per worker thread (the rest wait as names, not as futures).
+_WINDOW = 4
+#: Files a batch holds at most (fewer when they add up to CHUNK bytes).
+_BATCH = 256
 
 
 def verify_copy(
@@ -998,7 +975,7 @@ def verify_copy(
     workers: int | None = None,
     progress: workprogress.ProgressFactory | None = None,
     filesystem: Any = None,
-) -> tuple[dict, list]:
+) -> tuple[Manifest, list[tuple[str, str]]]:
     """Check a copy of a snapshot against its ``SNAPSHOT.json``.
 
     Every file the manifest names must exist with its size and CRC32C; files are summed in
@@ -1021,9 +998,15 @@ def verify_copy(
         ``unreadable: ...``, and ``extra`` for files the manifest does not name (not an error
         of the copy, reported so that a leftover ``abort`` or ``lock`` is seen).
 
+    Memory: the manifest as :func:`engine.live.manifest.parse_manifest` holds it (about 150
+    bytes a file) and a window of files in flight; the local copy's tree is walked without
+    recursion, at most :data:`engine.service.storetree.MAX_STORE_DEPTH` deep (a deeper
+    directory is reported ``extra: ...``, not entered).
+
     Raises:
         FileNotFoundError: no SNAPSHOT.json in ``directory``.
-        ValueError: SNAPSHOT.json is not a manifest (:func:`parse_manifest`).
+        ManifestError: SNAPSHOT.json is not a manifest (:func:`parse_manifest`), naming the
+            field; a ValueError too.
         ObjectStoreError: a remote manifest cannot be read (server unreachable, refused).
     """
     from . import location
@@ -1036,14 +1019,13 @@ def verify_copy(
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         doc = parse_manifest(data)
     else:
-        with open(os.path.join(directory, MANIFEST_NAME), "rb") as f:
-            doc = parse_manifest(f.read(MAX_MANIFEST + 1))
-    files = doc["files"]
+        doc = read_manifest_file(os.path.join(directory, MANIFEST_NAME))[0]
+    files = doc.files
     problems: list[tuple[str, str]] = []
 
-    def check_local(rel: str, want: dict) -> tuple[str, str | None, int]:
+    def check_local(rel: str, want: FileEntry) -> tuple[str, str | None, int]:
         path = os.path.join(directory, *rel.split("/"))
-        size = int(want["size"])
+        size = want.size
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
@@ -1060,18 +1042,18 @@ def verify_copy(
                 crc = crc32c_fd(fd, 0, size)
             except EOFError as exc:
                 return rel, f"short: {exc}", size
-            if f"{crc:08x}" != want["crc32c"]:
-                return rel, f"damaged: crc32c {crc:08x}, expected {want['crc32c']}", size
+            if f"{crc:08x}" != want.crc32c:
+                return rel, f"damaged: crc32c {crc:08x}, expected {want.crc32c}", size
             return rel, None, size
         except OSError as exc:
             return rel, f"unreadable: {exc.strerror}", 0
         finally:
             os.close(fd)
 
-    def check_remote(rel: str, want: dict) -> tuple[str, str | None, int]:
+    def check_remote(rel: str, want: FileEntry) -> tuple[str, str | None, int]:
         # An object holds the file's stored prefix (rmqfs snapshot-upload) or, copied by
         # another tool, more of it up to the whole file: what it lacks of size is zeros.
-        size, stored = int(want["size"]), stored_size(want)
+        size, stored = want.size, want.stored
         try:
             n, crc = location.sum_object(filesystem, location.join(directory, rel), size + 1)
         except FileNotFoundError:
@@ -1083,34 +1065,62 @@ def verify_copy(
         if n > size:
             return rel, f"longer: more than {size} bytes", size
         crc = crc32c_zeros(crc, size - n)
-        if f"{crc:08x}" != want["crc32c"]:
-            return rel, f"damaged: crc32c {crc:08x}, expected {want['crc32c']}", n
+        if f"{crc:08x}" != want.crc32c:
+            return rel, f"damaged: crc32c {crc:08x}, expected {want.crc32c}", n
         return rel, None, n
 
     check = check_remote if remote else check_local
     workers = workers or (location.DEFAULT_WORKERS if remote else os.cpu_count() or 1)
-    weight = stored_size if remote else (lambda want: int(want["size"]))  # bytes to read
-    # Big files first, so the threads finish together.
-    order = sorted(files.items(), key=lambda kv: -weight(kv[1]))
-    done = workprogress.bar(progress, sum(weight(v) for _, v in order), "verify")
+    # Big files first, so the threads finish together; a window of futures, not one a file.
+    total = files.total_stored() if remote else files.total_size()
+    done = workprogress.bar(progress, total, "verify")
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            for rel, what, n in pool.map(lambda kv: check(*kv), order):
-                if what:
-                    problems.append((rel, what))
-                done.update(n)
+            pending: deque[Future] = deque()
+
+            def collect(fut: Future) -> None:
+                for _rel, what, n in fut.result():
+                    if what:
+                        problems.append((_rel, what))
+                    done.update(n)
+
+            def check_all(batch: list) -> list:
+                return [check(rel, want) for rel, want in batch]
+
+            batch: list[tuple[str, FileEntry]] = []
+            weight = 0
+            for rel, want in files.by_weight(stored=remote):
+                # small files go in batches: a future each would cost more than the file
+                batch.append((rel, want))
+                weight += want.stored if remote else want.size
+                if len(batch) < _BATCH and weight < CHUNK:
+                    continue
+                pending.append(pool.submit(check_all, batch))
+                batch, weight = [], 0
+                while len(pending) >= workers * _WINDOW or (pending and pending[0].done()):
+                    collect(pending.popleft())
+            if batch:
+                pending.append(pool.submit(check_all, batch))
+            while pending:
+                collect(pending.popleft())
     finally:
         done.close()
     if remote:
-        present = location.list_files(filesystem, directory, directory)
+        for rel in location.list_files(filesystem, directory, directory):
+            if rel != MANIFEST_NAME and rel not in files:
+                problems.append((rel, "extra"))
     else:
-        present = {}
-        for root, _dirs, names in os.walk(directory):
+        for root, dirs, names, depth in walk_tree(directory):
+            here = os.path.relpath(root, directory).replace(os.sep, "/")
             for name in names:
-                rel = os.path.relpath(os.path.join(root, name), directory).replace(os.sep, "/")
-                present[rel] = 0
-    for rel in present:
-        if rel != MANIFEST_NAME and rel not in files:
-            problems.append((rel, "extra"))
+                rel = name if here == "." else f"{here}/{name}"
+                if rel != MANIFEST_NAME and rel not in files:
+                    problems.append((rel, "extra"))
+            if depth >= MAX_STORE_DEPTH:
+                for name in dirs:
+                    rel = name if here == "." else f"{here}/{name}"
+                    problems.append(
+                        (rel, f"extra: a directory nested deeper than {MAX_STORE_DEPTH} levels")
+                    )
     problems.sort()
     return doc, problems

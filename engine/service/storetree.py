@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import UnsafeStoreError, UnsupportedLayoutError
@@ -29,10 +30,71 @@ from ..format.rocksdb import is_rocksdb_dir
 MAX_LISTED = 5  # entries named in the error message
 
 
-def unsafe_entries(root: str, limit: int = 1000) -> list[str]:
-    """Paths (relative to ``root``) of symbolic links and special files below ``root``.
+#: How deep a store's tree goes: its deepest files are ``consumequeue/TOPIC/QUEUE/FILE`` (4
+#: levels; a DLedger ``dledger-ID/data/FILE`` 3); a directory nested deeper than this below the
+#: root is not a store's and is refused (:func:`unsafe_entries`), and no walk goes below it.
+#: Bounds every walk of a store tree: Python 3.11's ``os.walk`` and ``shutil.rmtree`` recurse
+#: once per level and fail with RecursionError past about 1,000.
+MAX_STORE_DEPTH = 32
 
-    Walks the whole tree without following links (``os.walk(followlinks=False)``); stops after
+
+def walk_tree(
+    root: str,
+    max_depth: int = MAX_STORE_DEPTH,
+    onerror: Callable[[OSError], None] | None = None,
+) -> Iterator[tuple[str, list[str], list[str], int]]:
+    """``os.walk(root, followlinks=False)`` (top-down) without recursion, to ``max_depth``.
+
+    Yields ``(dirpath, dirnames, filenames, depth)``: ``depth`` is 0 for ``root``, 1 for its
+    subdirectories, ...; a caller may prune ``dirnames`` in place as with ``os.walk``. The
+    subdirectories of a directory at ``max_depth`` are yielded in its ``dirnames`` but never
+    entered. Links (to directories too) are listed in ``filenames``, never followed. An
+    unreadable directory is passed to ``onerror(OSError)`` (if given) and skipped. Memory is
+    one list of names per directory pending on the stack; no call recurses.
+    """
+    stack: list[tuple[str, int]] = [(root, 0)]
+    while stack:
+        top, depth = stack.pop()
+        dirs: list[str] = []
+        files: list[str] = []
+        try:
+            with os.scandir(top) as it:
+                for entry in it:
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        is_dir = False
+                    (dirs if is_dir else files).append(entry.name)
+        except OSError as exc:
+            if onerror is not None:
+                onerror(exc)
+            continue
+        yield top, dirs, files, depth
+        if depth < max_depth:
+            stack.extend((os.path.join(top, d), depth + 1) for d in reversed(dirs))
+
+
+def remove_tree(path: str) -> None:
+    """``shutil.rmtree(path)`` without recursion (any depth): files, links and special files
+    are unlinked, never followed, then the directories deepest first. Raises OSError as
+    ``rmtree`` does."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        os.unlink(path)
+        return
+    order: list[str] = []
+    for dirpath, _dirs, files, _depth in walk_tree(path, max_depth=1 << 62):
+        order.append(dirpath)
+        for name in files:
+            os.unlink(os.path.join(dirpath, name))
+    for dirpath in reversed(order):
+        os.rmdir(dirpath)
+
+
+def unsafe_entries(root: str, limit: int = 1000) -> list[str]:
+    """Paths (relative to ``root``) of symbolic links and special files below ``root``, and
+    of directories nested deeper than :data:`MAX_STORE_DEPTH` (not entered).
+
+    Walks the whole tree without following links or recursing (:func:`walk_tree`); stops after
     ``limit`` finds. An unreadable directory is reported as well (its content is unknown).
     """
     found: list[str] = []
@@ -41,7 +103,14 @@ def unsafe_entries(root: str, limit: int = 1000) -> list[str]:
         if exc.filename and os.path.abspath(exc.filename) != os.path.abspath(root):
             found.append(os.path.relpath(exc.filename, root) + f" ({exc.strerror})")
 
-    for dirpath, dirs, files in os.walk(root, onerror=onerror, followlinks=False):
+    for dirpath, dirs, files, depth in walk_tree(root, onerror=onerror):
+        if depth >= MAX_STORE_DEPTH and dirs:
+            found.append(
+                os.path.relpath(os.path.join(dirpath, dirs[0]), root)
+                + f" (a directory nested deeper than {MAX_STORE_DEPTH} levels: no store's)"
+            )
+            if len(found) >= limit:
+                return found
         for name in dirs + files:
             p = os.path.join(dirpath, name)
             try:

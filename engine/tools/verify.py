@@ -76,8 +76,10 @@ from ..service.storetree import (
     check_layout,
     check_store_tree,
     foreign_layouts,
+    remove_tree,
     rocksdb_consume_queue,
     unsafe_entries,
+    walk_tree,
 )
 from ..service.workprogress import no_progress
 
@@ -101,10 +103,10 @@ CONFIG_FILES = (
 #: the records are not there to rebuild from; config/*.json: offsets and topics are not
 #: derived data.
 BY_HAND = {
-    "unsafe": "symbolic links or special files (listed above): rmqfs recover refuses such a "
-    "store and never follows them; by hand, replace each link with the file or "
-    "directory it points to (or mount the real directory), remove FIFOs, sockets "
-    "and devices, then run rmqfs verify again",
+    "unsafe": "symbolic links, special files or directories nested too deep (listed above): "
+    "rmqfs recover refuses such a store and never follows them; by hand, replace each link "
+    "with the file or directory it points to (or mount the real directory), remove FIFOs, "
+    "sockets, devices and the deep directories, then run rmqfs verify again",
     "commitlog-gap": "a CommitLog file is missing between others: rmqfs recover cannot "
     "rebuild it; restore it from a backup (or move the files after the gap "
     "out of commitlog/, losing their records), then run rmqfs verify again",
@@ -1559,7 +1561,7 @@ def recover_store(
             for n in _index_names(index_dir):
                 if n >= first_bad:
                     victim = os.path.join(index_dir, n)
-                    shutil.rmtree(victim) if os.path.isdir(victim) else os.unlink(victim)
+                    remove_tree(victim)
                     report.actions.append(f"deleted index/{n} (rebuilt from the CommitLog)")
         _force_full_redispatch(root)
         _reopen(root, cfg, MessageStore, lock, report, progress)
@@ -1590,10 +1592,7 @@ def _delete_files(directory: str, names: list[str]) -> None:
     directory in the place of one (damage) goes too."""
     for n in names:
         p = os.path.join(directory, n)
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p)
-        else:
-            os.unlink(p)
+        remove_tree(p)  # a directory in its place too, at any depth
 
 
 def _all_queue_dirs(root: str) -> list[str]:
@@ -1640,7 +1639,7 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
     from ..format.checkpoint import StoreCheckpoint
 
     for sub in ("consumequeue", "index"):
-        for dirpath, _dirs, files in os.walk(os.path.join(root, sub)):
+        for dirpath, _dirs, files, _depth in walk_tree(os.path.join(root, sub)):
             for name in files:
                 fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
                 try:

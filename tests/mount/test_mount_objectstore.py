@@ -436,3 +436,22 @@ def test_sigterm_during_the_unmount_of_an_s3_mount_closes_cleanly(aws, mounts, t
     assert mounts.new_pids() == set() and mounts.new_lowers() == set()
     log = mounts.log("remote").read_text()
     assert "Fatal Python error" not in log and "store closed" in log
+
+
+def test_a_bad_manifest_field_is_said_by_the_mount(aws, mounts, tmp_path):
+    """Issue 36 item 9: a queue id "²" (str.isdigit takes it) made the lower process die with
+    a TypeError and the mount say only "its process exited (1)"; now the one ManifestError
+    line names SNAPSHOT.json and the field, and nothing is left mounted."""
+    copy = snapshot_copy(tmp_path, 10)
+    uri = aws.uri("bad-field")
+    upload(copy, uri)
+    doc = json.loads((copy / MANIFEST_NAME).read_text())
+    doc["queues"] = {"T": {"²": [0, 1]}}
+    with aws.fs().open_output_stream(f"{BUCKET}/bad-field/{MANIFEST_NAME}") as out:
+        out.write(json.dumps(doc).encode())
+    res = mounts.mount(uri, "bad", "ro", check=False)
+    assert res.returncode == 1
+    assert "exited" not in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert f"{MANIFEST_NAME}: queues['T']['²']: queue id '²' is not a decimal" in res.stderr
+    assert not in_mount_table(tmp_path / "bad")
+    assert mounts.new_lowers() == set() and mounts.new_pids() == set()
