@@ -43,7 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -66,71 +67,127 @@ _SEGMENT_PREFIX = "commitlog/"
 _SEGMENT_NAME = re.compile(r"commitlog/[0-9]{20}\Z")  # ASCII digits ("²".isdigit() is True)
 
 
-@dataclass(slots=True)
-class _Node:
-    inode: int
-    name: str
-    rel: str = ""  # the manifest name of a file
-    size: int = 0
-    data_end: int | None = None  # bytes past this are zeros (its stored prefix's end)
-    data: bytes | None = None  # SNAPSHOT.json's own bytes
-    children: dict[str, int] | None = None  # a directory's, by name
-    entries: list[tuple[str, int]] = field(default_factory=list)  # a directory's, sorted
+class Tree:
+    """The tree of a snapshot's manifest, held compactly: the files' paths sorted (references
+    to the manifest's own strings) and two int64 arrays (size, data end), about 24 bytes a
+    file, and no object per directory: a manifest of 1,000,000 files made a tree of a node
+    each (1.1 GB). Directories are found by binary search on the sorted paths, and their
+    inode numbers encode where (:meth:`dir_inode`), so nothing is added as they are listed.
 
-
-def build_tree(manifest: Manifest, manifest_bytes: bytes, manifest_name: str) -> dict[int, _Node]:
-    """The tree of a snapshot's manifest: ``{inode: node}``, the root at inode 1. Files are
-    the manifest's ``files`` (:class:`engine.live.manifest.ManifestFiles`, its paths checked:
-    relative, at most ``MAX_PATH_PARTS`` deep) and ``manifest_name``
-    itself. A file's bytes past its stored prefix (:func:`engine.live.snapshot.stored_size`)
-    are zeros, never fetched, and so are a CommitLog segment's at or past the snapshot's
-    ``commitLogOffset`` (what a manifest without ``stored`` says of them); ``st_blocks``
-    counts the prefix only, so ``du`` and ``tar -S`` see the rest as a hole.
+    Inodes: 1 the root; ``2 + i`` the ``i``-th file in path order; a directory ``2 + n +
+    8 * i + depth - 1``, ``i`` the first file under it and ``depth`` its parts. Files are the
+    manifest's ``files`` (paths checked by :func:`engine.live.manifest.parse_manifest`:
+    relative, at most ``MAX_PATH_PARTS`` parts) and ``manifest_name`` itself. A file's bytes past
+    its stored prefix (:func:`engine.live.snapshot.stored_size`) are zeros, never fetched, and
+    so are a CommitLog segment's at or past the snapshot's ``commitLogOffset`` (what a manifest
+    without ``stored`` says of them); ``st_blocks`` counts the prefix only, so ``du`` and ``tar
+    -S`` see the rest as a hole.
 
     Raises:
         ValueError: a name that is absolute, holds ``.`` or ``..`` or an empty part, or is
             both a file and a directory.
     """
-    root = _Node(1, "", children={})
-    nodes = {1: root}
-    cut = manifest.get("commitLogOffset")
 
-    def add(rel: str, size: int, data: bytes | None = None, stored: int | None = None) -> None:
-        parts = rel.split("/")
-        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"the manifest names {rel!r}, not a relative file name")
-        d = root
-        for part in parts[:-1]:
-            assert d.children is not None
-            child = d.children.get(part)
-            if child is None:
-                child = len(nodes) + 1
-                nodes[child] = _Node(child, part, children={})
-                d.children[part] = child
-            d = nodes[child]
-            if d.children is None:
-                raise ValueError(f"the manifest names {rel!r} under a file")
-        assert d.children is not None
-        if parts[-1] in d.children:
-            raise ValueError(f"the manifest names {rel!r} twice, or as a file and a directory")
-        node = _Node(len(nodes) + 1, parts[-1], rel=rel, size=size, data=data)
-        if stored is not None:
-            node.data_end = max(0, min(size, stored))
-        if isinstance(cut, int) and _SEGMENT_NAME.match(rel):
-            end = size if node.data_end is None else node.data_end
-            node.data_end = max(0, min(end, cut - int(rel[10:])))
-        nodes[node.inode] = node
-        d.children[parts[-1]] = node.inode
+    DEPTHS = 8  # a directory has at most this many parts (MAX_PATH_PARTS)
 
-    files = manifest.files
-    for rel in sorted(files):
-        entry = files[rel]
-        add(rel, entry.size, stored=entry.stored)
-    add(manifest_name, len(manifest_bytes), manifest_bytes)
-    for node in nodes.values():
-        if node.children is not None:
-            node.entries = sorted(node.children.items())
-    return nodes
+    def __init__(self, manifest: Manifest, manifest_bytes: bytes, manifest_name: str):
+        import bisect
+
+        import numpy as np
+
+        self._bisect = bisect.bisect_left
+        files = manifest.files
+        if manifest_name in files:
+            raise ValueError(f"the manifest names {manifest_name!r} among its files")
+        self.paths: list[str] = sorted([*files, manifest_name])
+        n = len(self.paths)
+        self.manifest_index = self._bisect(self.paths, manifest_name)
+        self.manifest_bytes = manifest_bytes
+        self.sizes = np.empty(n, np.int64)
+        self.data_end = np.empty(n, np.int64)
+        cut = manifest.get("commitLogOffset")
+        for i, rel in enumerate(self.paths):
+            parts = rel.split("/")
+            if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"the manifest names {rel!r}, not a relative file name")
+            if len(parts) > self.DEPTHS:
+                raise ValueError(f"the manifest names {rel!r}, deeper than {self.DEPTHS} parts")
+            if i + 1 < n and self.paths[i + 1].startswith(rel + "/"):
+                raise ValueError(f"the manifest names {rel!r}: both a file and a directory")
+            if i == self.manifest_index:
+                size = end = len(manifest_bytes)
+            else:
+                entry = files[rel]
+                size, end = entry.size, max(0, min(entry.size, entry.stored))
+                if isinstance(cut, int) and _SEGMENT_NAME.match(rel):
+                    end = max(0, min(end, cut - int(rel[10:])))
+            self.sizes[i], self.data_end[i] = size, end
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    # -- inodes --------------------------------------------------------------------------
+    def file_index(self, inode: int) -> int | None:
+        """The file of ``inode`` (its index in path order), None for another inode."""
+        i = inode - 2
+        return i if 0 <= i < len(self.paths) else None
+
+    def dir_path(self, inode: int) -> str | None:
+        """The directory of ``inode`` as a prefix (``""`` the root, else ``a/b/``), None when
+        ``inode`` is no directory."""
+        if inode == 1:
+            return ""
+        k = inode - 2 - len(self.paths)
+        if k < 0:
+            return None
+        i, depth = divmod(k, self.DEPTHS)
+        if i >= len(self.paths):
+            return None
+        parts = self.paths[i].split("/")
+        if depth + 1 >= len(parts):
+            return None
+        prefix = "/".join(parts[: depth + 1]) + "/"
+        return prefix if self._bisect(self.paths, prefix) == i else None
+
+    def dir_inode(self, prefix: str) -> int | None:
+        """The inode of the directory ``prefix`` (``a/b/``), None when no file is under it."""
+        i = self._bisect(self.paths, prefix)
+        if i >= len(self.paths) or not self.paths[i].startswith(prefix):
+            return None
+        return 2 + len(self.paths) + self.DEPTHS * i + prefix.count("/") - 1
+
+    # -- names ---------------------------------------------------------------------------
+    def lookup(self, prefix: str, name: str) -> int | None:
+        """The inode of ``name`` in the directory ``prefix``, None when there is none."""
+        if not name or "/" in name or name in (".", ".."):
+            return None
+        rel = prefix + name
+        i = self._bisect(self.paths, rel)
+        if i < len(self.paths) and self.paths[i] == rel:
+            return 2 + i
+        return self.dir_inode(rel + "/")
+
+    def children(self, prefix: str, after: int = 0) -> Iterator[tuple[int, str, int]]:
+        """``(cookie, name, inode)`` of the directory's entries in path order (each once),
+        from the one after cookie ``after`` (the index past the entry's last file, for
+        readdir)."""
+        paths = self.paths
+        i = max(after, self._bisect(paths, prefix))
+        while i < len(paths) and paths[i].startswith(prefix):
+            head, sep, _ = paths[i][len(prefix) :].partition("/")
+            if sep:  # a directory: every path under it is skipped ('/' + 1 is '0')
+                sub = prefix + head + "/"
+                inode = 2 + len(paths) + self.DEPTHS * i + sub.count("/") - 1
+                i = self._bisect(paths, prefix + head + "0")
+                yield i, head, inode
+            else:
+                i += 1
+                yield i, head, 2 + i - 1
+
+
+def build_tree(manifest: Manifest, manifest_bytes: bytes, manifest_name: str) -> Tree:
+    """The :class:`Tree` of a snapshot's manifest (see there). Raises ValueError."""
+    return Tree(manifest, manifest_bytes, manifest_name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,8 +289,8 @@ def start(
 # The lower filesystem's process
 
 
-def _operations(nodes: dict[int, _Node], cache, where: str):
-    """The pyfuse3 operations over ``nodes``, reading through ``cache`` (a BlockCache)."""
+def _operations(tree: Tree, cache, where: str):
+    """The pyfuse3 operations over ``tree``, reading through ``cache`` (a BlockCache)."""
     import pyfuse3
     import trio
 
@@ -242,82 +299,80 @@ def _operations(nodes: dict[int, _Node], cache, where: str):
     limiter = trio.CapacityLimiter(READ_THREADS)
     uid, gid = os.getuid(), os.getgid()
     now = time.time_ns()
+    total = int(tree.sizes.sum())
 
     class Ops(pyfuse3.Operations):
-        def _attr(self, node: _Node) -> pyfuse3.EntryAttributes:
+        def _attr(self, inode: int) -> pyfuse3.EntryAttributes:
             a = pyfuse3.EntryAttributes()
-            a.st_ino = pyfuse3.InodeT(node.inode)
-            if node.children is not None:
+            a.st_ino = pyfuse3.InodeT(inode)
+            i = tree.file_index(inode)
+            if i is None:
+                if tree.dir_path(inode) is None:
+                    raise pyfuse3.FUSEError(errno.ENOENT)
                 a.st_mode = stat.S_IFDIR | 0o555
                 a.st_nlink = 2
             else:
                 a.st_mode = stat.S_IFREG | 0o444
                 a.st_nlink = 1
-                a.st_size = node.size
-                data = node.size if node.data_end is None else node.data_end
-                a.st_blocks = (data + 511) // 512  # the zeros after the data: a hole
+                a.st_size = int(tree.sizes[i])
+                a.st_blocks = (int(tree.data_end[i]) + 511) // 512  # the zeros after: a hole
             a.st_uid, a.st_gid = uid, gid
             a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = now
             a.st_blksize = 128 * 1024
             a.attr_timeout = a.entry_timeout = TIMEOUT
             return a
 
-        def _node(self, inode: int) -> _Node:
-            node = nodes.get(inode)
-            if node is None:
-                raise pyfuse3.FUSEError(errno.ENOENT)
-            return node
+        def _dir(self, inode: int) -> str:
+            prefix = tree.dir_path(inode)
+            if prefix is None:
+                raise pyfuse3.FUSEError(
+                    errno.ENOTDIR if tree.file_index(inode) is not None else errno.ENOENT
+                )
+            return prefix
 
         async def lookup(self, parent_inode, name, ctx=None):
-            children = self._node(parent_inode).children
-            if children is None:
-                raise pyfuse3.FUSEError(errno.ENOTDIR)
-            inode = children.get(os.fsdecode(name))
+            inode = tree.lookup(self._dir(parent_inode), os.fsdecode(name))
             if inode is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            return self._attr(nodes[inode])
+            return self._attr(inode)
 
         async def getattr(self, inode, ctx=None):
-            return self._attr(self._node(inode))
+            return self._attr(inode)
 
         async def opendir(self, inode, ctx):
-            if self._node(inode).children is None:
-                raise pyfuse3.FUSEError(errno.ENOTDIR)
+            self._dir(inode)
             return pyfuse3.FileHandleT(inode)
 
         async def readdir(self, fh, start_id, token):
-            entries = nodes[fh].entries
-            for i in range(start_id, len(entries)):
-                name, inode = entries[i]
-                if not pyfuse3.readdir_reply(
-                    token, os.fsencode(name), self._attr(nodes[inode]), i + 1
-                ):
+            for cookie, name, inode in tree.children(self._dir(fh), start_id):
+                if not pyfuse3.readdir_reply(token, os.fsencode(name), self._attr(inode), cookie):
                     break
 
         async def releasedir(self, fh):
             pass
 
         async def open(self, inode, flags, ctx):
-            node = self._node(inode)
-            if node.children is not None:
-                raise pyfuse3.FUSEError(errno.EISDIR)
+            if tree.file_index(inode) is None:
+                raise pyfuse3.FUSEError(errno.EISDIR if tree.dir_path(inode) else errno.ENOENT)
             if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
                 raise pyfuse3.FUSEError(errno.EROFS)
             return pyfuse3.FileInfo(fh=pyfuse3.FileHandleT(inode), keep_cache=True)
 
         async def read(self, fh, off, size):
-            node = nodes[fh]
-            if node.data is not None:
-                return node.data[off : off + size]
+            i = tree.file_index(fh)
+            assert i is not None  # open() took only files
+            if i == tree.manifest_index:
+                return tree.manifest_bytes[off : off + size]
+            rel, whole, data_end = tree.paths[i], int(tree.sizes[i]), int(tree.data_end[i])
             try:
                 return await trio.to_thread.run_sync(
-                    cache.read, node.rel, node.size, off, size, node.data_end, limiter=limiter
+                    cache.read, rel, whole, off, size, data_end, limiter=limiter
                 )
             except StoreError as exc:
-                log.error("EIO reading %s of %s at %d: %s", node.rel, where, off, exc)
+                log.error("EIO reading %s of %s at %d: %s", rel, where, off, exc)
                 raise pyfuse3.FUSEError(errno.EIO) from None
             except OSError as exc:  # the local cache's disk
-                log.error("EIO reading %s of %s at %d: cache: %s", node.rel, where, off, exc)
+                log.error("EIO reading %s of %s at %d: cache: %s", rel, where, off, exc)
                 raise pyfuse3.FUSEError(errno.EIO) from None
 
         async def release(self, fh):
@@ -325,11 +380,10 @@ def _operations(nodes: dict[int, _Node], cache, where: str):
 
         async def statfs(self, ctx):
             s = pyfuse3.StatvfsData()
-            total = sum(n.size for n in nodes.values())
             s.f_bsize = s.f_frsize = 4096
             s.f_blocks = (total + 4095) // 4096
             s.f_bfree = s.f_bavail = 0
-            s.f_files = len(nodes)
+            s.f_files = len(tree)
             s.f_ffree = s.f_favail = 0
             s.f_namemax = 255
             return s
@@ -393,9 +447,9 @@ def serve(
         got = read_manifest(snap.fs, snap.base, where)
         if got is None or got[0] != snap.manifest:
             raise StoreError(f"{where}: its {MANIFEST_NAME} changed while mounting; try again")
-        nodes = build_tree(got[0], got[1], MANIFEST_NAME)
+        tree = build_tree(got[0], got[1], MANIFEST_NAME)
         cache = BlockCache(fetch, blocks, cache_size)
-        ops = _operations(nodes, cache, where)
+        ops = _operations(tree, cache, where)
         opts = {"ro", "fsname=rmqfs-remote", f"subtype={FSTYPE.split('.', 1)[1]}", "auto_unmount"}
         pyfuse3.init(ops, lower, opts)
     except (StoreError, ValueError, OSError, RuntimeError) as exc:
