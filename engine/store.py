@@ -85,7 +85,7 @@ from .service.storetree import (
     ForeignLayout,
     check_layout,
     check_store_tree,
-    lmq_queues,
+    lmq_marks,
     rocksdb_consume_queue,
 )
 from .storeconfig import StoreConfig
@@ -292,9 +292,7 @@ class MessageStore:
         }
         # LMQ queues (consumequeue/%LMQ%*, or their offsets file): records are fanned out
         # to them by INNER_MULTI_DISPATCH when ConsumeQueues are rebuilt (service.dispatch)
-        self.lmq_enabled = bool(lmq_queues(self.root)) or os.path.exists(
-            self.consumer_offsets.lmq_path
-        )
+        self.lmq_enabled = bool(lmq_marks(self.root))
         self._load_consume_queues(progress)
         self._load_batch_queues()
         if follow:

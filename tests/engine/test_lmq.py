@@ -83,3 +83,39 @@ def test_an_lmq_store_still_refuses_writers(tmp_path):
     build_lmq_store(root)
     with pytest.raises(UnsupportedLayoutError, match="LMQ"):
         MessageStore(str(root))
+
+
+def _tree(root):
+    """Every path under ``root`` with its size and mtime (what a refused open must not change)."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            st = os.lstat(p)
+            out[os.path.relpath(p, root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.mark.parametrize("mark", ["lmqConsumerOffset.json", "lmqConsumerOffset.json.bak"])
+def test_a_store_marked_lmq_only_by_its_offsets_file_refuses_writers(tmp_path, mark):
+    """Issue 36 item 4: a store with no consumequeue/%LMQ%* directory but the offsets file of
+    an LmqConsumerOffsetManager broker took a writer, whose re-dispatch fanned the records out
+    to a ConsumeQueue directory per INNER_MULTI_DISPATCH name (one produce: 73 s, 10,001
+    directories). Now the writer is refused before anything is created, naming the file; a
+    read-only open still reads it."""
+    root = tmp_path / "s"
+    lmq = build_lmq_store(root)
+    for q in lmq:
+        shutil.rmtree(os.path.join(root, "consumequeue", q))
+    if mark.endswith(".bak"):
+        os.rename(
+            os.path.join(root, "config", "lmqConsumerOffset.json"),
+            os.path.join(root, "config", mark),
+        )
+    before = _tree(root)
+    with pytest.raises(UnsupportedLayoutError, match=f"config/{mark}: LMQ consumer offsets"):
+        MessageStore(str(root))
+    assert _tree(root) == before
+    with MessageStore(str(root), read_only=True) as s:
+        assert [r.body for _, r in s.iter_queue("%LMQ%a", 0)] == lmq["%LMQ%a"]
+    assert _tree(root) == before

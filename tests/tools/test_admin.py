@@ -4,6 +4,7 @@ store fixtures."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -810,3 +811,22 @@ def test_produce_delayed_and_timed_messages(tmp_path):
         (b"d", "T", "delayLevel", store_ts + 30_000),
         (b"t", "T", "timer", deliver - 5),
     ]
+
+
+def test_produce_refuses_a_store_marked_lmq_only_by_its_offsets_file(tmp_path):
+    """Issue 36 item 4: one line naming the file, exit 1, nothing created (before: 73 s and
+    10,001 %LMQ% ConsumeQueue directories for one message)."""
+    from lmqstore import build_lmq_store
+
+    root = tmp_path / "s"
+    lmq = build_lmq_store(root)
+    for q in lmq:
+        shutil.rmtree(root / "consumequeue" / q)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n")
+    r = run_rmqfs("produce", root, "-t", "T", src, check=False)
+    assert r.returncode == 1, r.stderr
+    assert "config/lmqConsumerOffset.json: LMQ consumer offsets" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
