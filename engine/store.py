@@ -28,6 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from .errors import (
     CorruptRecordError,
@@ -58,7 +59,7 @@ from .format.consumequeue import UNIT, ConsumeQueue, queue_dir_id
 from .format.consumequeue import store_file_size as cq_store_file_size
 from .format.dledger import dledger_dirs, open_dledger
 from .format.innerbatch import InnerBatchCache, unit_message
-from .format.mappedfile import remove_temp_files
+from .format.mappedfile import offset_to_file_name, remove_temp_files
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from .format.message import (
@@ -68,11 +69,12 @@ from .format.message import (
     MessageRecord,
     check_body_crc,
     decode_record,
+    is_lmq,
 )
 from .format.rocksdbconfig import load_rocksdb_config
 from .format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
 from .format.uniqkey import UniqKeyGenerator
-from .service import flush, putmessage, recovery, workprogress
+from .service import dispatch, flush, putmessage, recovery, workprogress
 from .service.cleanup import CleanReport, CleanService
 
 # The store's API in one import: MessageStore, the put request and its result, the config, and
@@ -85,13 +87,64 @@ from .service.storetree import (
     ForeignLayout,
     check_layout,
     check_store_tree,
-    lmq_queues,
+    lmq_marks,
     remove_tree,
     rocksdb_consume_queue,
 )
 from .storeconfig import StoreConfig
 
 log = logging.getLogger(__name__)
+
+
+class QueueTable(dict):
+    """``{(topic, queueId): queue}`` (the store's ConsumeQueues, its BatchConsumeQueues), with
+    each topic's queue ids kept beside it (:attr:`topics`), so that testing a topic and
+    listing its queues cost that topic's queues, not the store's: an LMQ store holds up to
+    ``maxLmqConsumeQueueNum`` (20,000) queues of one unit each, and a listing of ``topics/``
+    looks every topic up once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: topic -> its queue ids in the table (a topic is absent once it has none)
+        self.topics: dict[str, set[int]] = {}
+
+    def __setitem__(self, key: tuple[str, int], value: Any) -> None:
+        super().__setitem__(key, value)
+        self.topics.setdefault(key[0], set()).add(key[1])
+
+    def _forget(self, key: tuple[str, int]) -> None:
+        ids = self.topics.get(key[0])
+        if ids is not None:
+            ids.discard(key[1])
+            if not ids:
+                del self.topics[key[0]]
+
+    def __delitem__(self, key: tuple[str, int]) -> None:
+        super().__delitem__(key)
+        self._forget(key)
+
+    def pop(self, key: tuple[str, int], *default: Any) -> Any:
+        had = key in self
+        out = super().pop(key, *default)
+        if had:
+            self._forget(key)
+        return out
+
+    def clear(self) -> None:
+        super().clear()
+        self.topics.clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def setdefault(self, key: tuple[str, int], default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def popitem(self) -> Any:
+        raise TypeError("QueueTable.popitem: use pop(key)")
 
 
 class MessageStore:
@@ -234,9 +287,9 @@ class MessageStore:
         self.commitlog.max_message_size = self.config.max_message_size
         self.store_host: Host = self.config.store_host
         self.uniq_keys = UniqKeyGenerator(self.store_host[0])
-        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = QueueTable()
         # BatchCQ topics' queues (batchconsumequeue/), read-only: engine.format.batchcq
-        self.batch_queues: dict[tuple[str, int], BatchConsumeQueue] = {}
+        self.batch_queues: dict[tuple[str, int], BatchConsumeQueue] = QueueTable()
         #: the RocksDB ConsumeQueues (engine.format.rocksdbcq) of a 5.2+ store that keeps them
         #: there (storetree.rocksdb_consume_queue), else None: then consume_queues are
         #: RocksDBConsumeQueue, read-only
@@ -297,10 +350,10 @@ class MessageStore:
         }
         # LMQ queues (consumequeue/%LMQ%*, or their offsets file): records are fanned out
         # to them by INNER_MULTI_DISPATCH when ConsumeQueues are rebuilt (service.dispatch)
-        self.lmq_enabled = bool(lmq_queues(self.root)) or os.path.exists(
-            self.consumer_offsets.lmq_path
-        )
+        self.lmq_enabled = bool(lmq_marks(self.root))
         self._load_consume_queues(progress)
+        # the LMQ queues the store has, and what dispatch refuses past maxLmqConsumeQueueNum
+        self.lmq_limit = dispatch.LmqLimit({t for t, _q in self.consume_queues if is_lmq(t)})
         self._load_batch_queues()
         if follow:
             from .live.follower import Follower
@@ -343,6 +396,12 @@ class MessageStore:
             self.clean_service.start()
         if not read_only:
             self.flusher.start()
+
+    def commitlog_file_of(self, offset: int) -> str:
+        """The path (under the store root) of the CommitLog file that holds ``offset`` (bytes),
+        by the store's ``mappedFileSizeCommitLog``, for messages naming a record's place."""
+        size = self.commitlog.files.file_size or self.config.mapped_file_size_commit_log
+        return "commitlog/" + offset_to_file_name(offset - offset % size)
 
     @property
     def cq_file_size(self) -> int:
@@ -498,11 +557,30 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # topics and queues
 
+    def _queue_ids_of(self, topic: str) -> set[int]:
+        """The ids of ``topic``'s ConsumeQueues and BatchConsumeQueues (QueueTable.topics)."""
+        out: set[int] = set()
+        for table in (self.consume_queues, self.batch_queues):
+            if isinstance(table, QueueTable):
+                out |= table.topics.get(topic, set())
+            else:
+                out.update(q for t, q in table if t == topic)
+        return out
+
     def topic_names(self) -> list[str]:
         """Every topic: from topics.json and from the ConsumeQueues, sorted."""
         names = set(self.topic_config.topics)
-        names.update(t for (t, _), _cq in self._all_queues())
+        for table in (self.consume_queues, self.batch_queues):
+            if isinstance(table, QueueTable):
+                names.update(table.topics)
+            else:
+                names.update(t for t, _q in table)
         return sorted(names)
+
+    def has_topic(self, name: str) -> bool:
+        """Whether ``name`` is one of :meth:`topic_names` (in topics.json or with a queue), at
+        the cost of that topic's queues, not of listing every topic."""
+        return name in self.topic_config.topics or bool(self._queue_ids_of(name))
 
     def create_topic(
         self, name: str, queue_nums: int | None = None, perm: int = PERM_READ | PERM_WRITE
@@ -638,7 +716,7 @@ class MessageStore:
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of a topic: ``range(readQueueNums)`` plus any queue with data."""
-        ids = {q for (t, q), _cq in self._all_queues() if t == topic}
+        ids = self._queue_ids_of(topic)
         cfg = self.topic_config.get(topic)
         if cfg is not None:
             ids.update(range(cfg.shown_queue_nums))

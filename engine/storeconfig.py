@@ -19,6 +19,7 @@ from .format.message import (
     COMPRESSION_LZ4,
     COMPRESSION_ZLIB,
     COMPRESSION_ZSTD,
+    MAX_LMQ_CONSUME_QUEUE_NUM,
     MAX_MESSAGE_SIZE,
     Host,
     host_from_str,
@@ -166,6 +167,9 @@ class StoreConfig:
     timer_precision_ms: int = 1000
     timer_max_delay_sec: int = 3600 * 24 * 3
     timer_wheel_enable: bool | None = None
+    # MessageStoreConfig.maxLmqConsumeQueueNum: the LMQ queues a read builds from records'
+    # INNER_MULTI_DISPATCH before it dispatches to no new one (engine.service.dispatch)
+    max_lmq_consume_queue_num: int = MAX_LMQ_CONSUME_QUEUE_NUM
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 5_000_000 * 4
@@ -215,6 +219,7 @@ class StoreConfig:
         "timerPrecisionMs": ("timer_precision_ms", int),
         "timerMaxDelaySec": ("timer_max_delay_sec", int),
         "timerWheelEnable": ("timer_wheel_enable", _bool),
+        "maxLmqConsumeQueueNum": ("max_lmq_consume_queue_num", int),
         "messageIndexEnable": ("message_index_enable", _bool),
         "maxHashSlotNum": ("max_hash_slot_num", int),
         "maxIndexNum": ("max_index_num", int),

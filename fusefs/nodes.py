@@ -218,7 +218,7 @@ class TopicsDir(Dir):
 
     def child(self, name: str) -> Node | None:
         """The topic's :class:`TopicDir`, or None when no such topic exists."""
-        if name in self.ctx.store.topic_names():
+        if self.ctx.store.has_topic(name):  # not topic_names(): ls -l looks up each topic
             return TopicDir(self.ctx, self.sub(name), name)
         return None
 

@@ -75,3 +75,41 @@ def _build(root) -> dict[str, list[bytes]]:
             f,
         )
     return lmq
+
+
+_B62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _b62(n: int, width: int) -> str:
+    return "".join(_B62[(n // 62**k) % 62] for k in range(width))
+
+
+def build_fanout_store(root, records: int = 400, per_record: int = 2500, shared: bool = True):
+    """Issue 36 item 3: ``records`` records of topic T, each naming ``per_record`` LMQ queues
+    in INNER_MULTI_DISPATCH (about 30 KB of properties, under the 32,767 a record holds), no
+    LMQ ConsumeQueue on disk, the store marked LMQ by ``config/lmqConsumerOffset.json``: every
+    read-only open rebuilds the light queues from the records. ``shared``: every record names
+    the same queues (queue offset = the record's index); else each names queues of its own
+    (``records * per_record`` queues, at offset 1: a ConsumeQueue lacking older units, so the
+    whole CommitLog is re-dispatched). Returns the CommitLog offsets of the records."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validation, "RESERVED_PROPERTY_NAMES", frozenset())
+        offsets = []
+        with MessageStore(str(root)) as s:
+            s.create_topic("T", 1)
+            for i in range(records):
+                if shared:
+                    names = ["%LMQ%" + _b62(j, 2) for j in range(per_record)]
+                    offs = [str(i)] * per_record
+                else:
+                    names = ["%LMQ%" + _b62(i * per_record + j, 4) for j in range(per_record)]
+                    offs = ["1"] * per_record
+                props = {
+                    "INNER_MULTI_DISPATCH": ",".join(names),
+                    "INNER_MULTI_QUEUE_OFFSET": ",".join(offs),
+                }
+                (r,) = s.put_messages([Message("T", b"m%d" % i, queue_id=0, properties=props)])
+                offsets.append(r.commitlog_offset)
+    with open(os.path.join(root, "config", "lmqConsumerOffset.json"), "w") as f:
+        json.dump({"offsetTable": {}, "lmqOffsetTable": {}}, f)
+    return offsets

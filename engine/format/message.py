@@ -152,6 +152,15 @@ _CRC32_PREFIX = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode()
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 MAX_PROPERTIES_LENGTH = 32767
 RECORD_SLACK = 64 * 1024  # encoder buffer = maxMessageSize + 64 KiB
+# The most queues one record's INNER_MULTI_DISPATCH can name: its properties hold at most
+# MAX_PROPERTIES_LENGTH bytes (MessageExtEncoder refuses more, "message properties length too
+# long"), and each queue takes at least 4 of them (a one-character name and ",", a one-digit
+# offset and "," in INNER_MULTI_QUEUE_OFFSET). A record naming more is refused by
+# multi_dispatch (no broker wrote it); RocketMQ has no other per-record limit.
+MAX_MULTI_DISPATCH = MAX_PROPERTIES_LENGTH // 4
+#: MessageStoreConfig.maxLmqConsumeQueueNum default: the LMQ queues a broker makes before
+#: it refuses LMQ puts (DefaultMessageStore.isLmqConsumeQueueNumExceeded, 4.9.x)
+MAX_LMQ_CONSUME_QUEUE_NUM = 20_000
 
 # The fixed part up to and including the body length, for IPv4 born and store hosts: the one
 # field list both the Struct below and the columnar decoder's numpy dtype
@@ -342,14 +351,26 @@ def multi_dispatch(topic: str, properties: dict[str, str]) -> list[tuple[str, in
     dispatch them: none for retry (``%RETRY%``), system (``rmq_sys_``) and
     ``SCHEDULE_TOPIC_XXXX`` records, none when either property is blank or the two lists
     differ in length; a name holding ``/`` is skipped; an LMQ's queue id is 0, another
-    name's the record's (``queue_id`` -1 here: the caller's record's). Raises ValueError for
-    an offset that is not an integer (``Long.parseLong``)."""
+    name's the record's (``queue_id`` -1 here: the caller's record's).
+
+    At most :data:`MAX_MULTI_DISPATCH` (8,191) units: more names than a record's properties
+    can hold (``MessageExtEncoder``: 32,767 bytes) is no broker's record.
+
+    Raises:
+        ValueError: an offset that is not an integer (``Long.parseLong``), or more than
+            :data:`MAX_MULTI_DISPATCH` names (counted before anything is split).
+    """
     if topic.startswith(("%RETRY%", "rmq_sys_")) or topic == SCHEDULE_TOPIC:
         return []
     names = properties.get(PROPERTY_INNER_MULTI_DISPATCH, "")
     offsets = properties.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET, "")
     if not names.strip() or not offsets.strip():
         return []
+    if names.count(LMQ_DISPATCH_SEPARATOR) >= MAX_MULTI_DISPATCH:
+        raise ValueError(
+            f"INNER_MULTI_DISPATCH names {names.count(LMQ_DISPATCH_SEPARATOR) + 1} queues, "
+            f"more than the {MAX_MULTI_DISPATCH} a record's properties can hold"
+        )
     queues = names.split(LMQ_DISPATCH_SEPARATOR)
     offs = offsets.split(LMQ_DISPATCH_SEPARATOR)
     if len(queues) != len(offs):

@@ -19,13 +19,19 @@ When a unit does not fit before a file's end (with 16 bytes to spare), ``TimerLo
 a blank there: ``int remaining | long 0 | int BLANK_MAGIC_CODE``, and the unit goes in the next
 file. A slot's units are read from its ``lastPos`` back through ``prevPos``
 (``TimerMessageStore.dequeue``); each unit is appended after the one it points back to, so a
-valid chain's positions strictly decrease: :func:`walk_chain` stops where one does not (a
-cycle) and never takes more steps than the log has units.
+valid chain's positions strictly decrease: :meth:`TimerLogReader.walk_chain` stops where one
+does not (a cycle) and never takes more steps than the log has units.
+
+In a broker's store each unit belongs to one slot's chain. A hostile wheel can point many
+slots (all 1,209,600) at one chain, or chains can join: :meth:`TimerLogReader.walk_chains`
+walks them all with one visited set (a bitmap of the log's bytes), so a unit reached twice is
+walked once, and decodes at most as many units as the log can hold, whatever the wheel says.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ..errors import CorruptRecordError
@@ -156,3 +162,56 @@ class TimerLogReader:
                 return units, f"unit at {pos} points forward to {unit.prev_pos} (a cycle)"
             pos = unit.prev_pos
         return units, None
+
+    def walk_chains(
+        self, last_positions: Iterable[int], problems: list[str]
+    ) -> Iterator[TimerUnit]:
+        """Every unit on the chains that start at ``last_positions`` (the live slots' lastPos,
+        ``TimerMessageStore.dequeue`` walks each back through ``prevPos``), each unit once.
+
+        One visited set is shared by all the chains (a bitmap of the log's byte positions,
+        ``size / 8`` bytes): a chain that reaches a unit already walked stops there, since the
+        rest of it was walked too. A wheel whose every slot points at one chain therefore
+        costs one walk of that chain, not one per slot. In all at most ``size / 52 + 1`` units
+        are decoded; past that the walk ends with a problem. A chain stops as
+        :meth:`walk_chain`'s does (``prevPos`` -1, a unit no file holds, a ``prevPos`` that
+        does not go back: a cycle, noted in ``problems``).
+
+        Args:
+            last_positions: timerlog offsets (bytes), in any order, repeats allowed.
+            problems: why chains stopped early are appended here (text naming the offsets).
+
+        Yields:
+            :class:`TimerUnit`, newest first along each chain.
+
+        Raises:
+            CorruptRecordError: a unit on a chain is not a unit (:func:`decode_unit`).
+        """
+        f = self.files
+        if f is None:
+            return
+        base, size = f.min_offset, self.size
+        seen = bytearray(size // 8 + 1)
+        budget = size // UNIT_SIZE + 1
+        for last in last_positions:
+            pos = last
+            while pos != -1:
+                rel = pos - base
+                if 0 <= rel < size:
+                    if seen[rel >> 3] & (1 << (rel & 7)):
+                        break  # walked from an earlier slot, with the rest of its chain
+                    seen[rel >> 3] |= 1 << (rel & 7)
+                if budget <= 0:
+                    problems.append(
+                        f"the chains reach more than the log's {size // UNIT_SIZE} units"
+                    )
+                    return
+                budget -= 1
+                unit = self.unit_at(pos)
+                if unit is None:
+                    break
+                yield unit
+                if unit.prev_pos != -1 and not 0 <= unit.prev_pos < pos:
+                    problems.append(f"unit at {pos} points forward to {unit.prev_pos} (a cycle)")
+                    break
+                pos = unit.prev_pos

@@ -75,6 +75,9 @@ def store_status(store: MessageStore) -> dict:
         # topics the store holds under names unsafe as a path (empty, '.', '..', '/',
         # NUL, over 255 bytes): not shown; every other topic is
         "skippedTopics": s.skipped_topics()[:100],
+        # LMQ units not built past maxLmqConsumeQueueNum (engine.service.dispatch.admit_lmq):
+        # limit, the first record refused (offset, file), records, units, reason; null: none
+        "lmqRefused": getattr(getattr(s, "lmq_limit", None), "refused", None),
         # what the store directory holds besides the plain layout: left as it is (a layout
         # that rmqfs would make the broker misread refuses writers: refusesWrite)
         "notUnderstood": [f.to_json() for f in getattr(s, "foreign", [])][:100],

@@ -127,32 +127,35 @@ def _timer_refs(store: MessageStore, topic: str | None) -> list[_Ref]:
     """The timer store's waiting messages (wheel, then not-enqueued units), recalls applied."""
     root = store.root
     ck = read_timercheck(os.path.join(root, CHECK_FILE))
-    entries: list[tuple[int, int]] = []  # (CommitLog offset, size)
+    # (CommitLog offset -> size), each record once: many units (or slots) may name one
+    entries: dict[int, int] = {}
     wheel = os.path.join(root, WHEEL_FILE)
     if os.path.exists(wheel):
+        import numpy as np
+
         want_hash = java_string_hash(topic) if topic is not None else None
         slots = read_live_slots(wheel, ck.last_read_time_ms, store.config.timer_precision_ms)
+        # slots sharing a lastPos share its chain: each distinct head once, and one visited
+        # set over all the chains (TimerLogReader.walk_chains): bounded by the timerlog's units
+        heads = np.unique(slots["lastPos"]).tolist()
+        problems: list[str] = []
         with TimerLogReader(os.path.join(root, LOG_DIR)) as tl:
-            for last in slots["lastPos"].tolist():
-                units, problem = tl.walk_chain(last)
-                if problem:
-                    log.warning("timerlog: %s; the slot's older units are not listed", problem)
-                for u in units:
-                    # hashTopicForMetrics(realTopic): a cheap filter before the record is read
-                    if want_hash is None or u.topic_hash == want_hash:
-                        entries.append((u.offset_py, u.size_py))
+            for u in tl.walk_chains(reversed(heads), problems):
+                # hashTopicForMetrics(realTopic): a cheap filter before the record is read
+                if want_hash is None or u.topic_hash == want_hash:
+                    entries.setdefault(u.offset_py, u.size_py)
+        for problem in problems[:3]:
+            log.warning("timerlog: %s; the older units of that chain are not listed", problem)
+        if len(problems) > 3:
+            log.warning("timerlog: %d more chains cut short", len(problems) - 3)
     cq = store.consume_queue(TIMER_TOPIC, 0)
     if cq is not None:
         for _q, off, size, _tags in cq.iter_units(ck.last_timer_queue_offset):
             if size != BLANK_UNIT_SIZE:
-                entries.append((off, size))
+                entries.setdefault(off, size)
     recalls: set[tuple[str, int]] = set()
     newest: dict[tuple[str, str], tuple[int, _Ref]] = {}
-    seen: set[int] = set()
-    for off, size in entries:
-        if off in seen:
-            continue
-        seen.add(off)
+    for off, size in entries.items():
         rec = store.read_record(off, size)
         props = rec.properties
         try:

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# a ConsumeQueue unit to write: (queueOffset, CommitLog offset, size, tagsCode)
+_Unit = tuple[int, int, int, int]
+
 
 @dataclass
 class DispatchRequest:
@@ -89,13 +92,15 @@ def dispatch_of(store: MessageStore, rec: MessageRecord) -> DispatchRequest:
     if store.lmq_enabled:
         try:
             multi = multi_dispatch(rec.topic, rec.properties)
-        except ValueError:
+        except ValueError as e:
             log.warning(
-                "record at %d: INNER_MULTI_QUEUE_OFFSET %r is not a list of integers; "
-                "not dispatched to its LMQ queues",
+                "record at %d (%s): %s; not dispatched to its LMQ queues",
                 rec.commitlog_offset,
-                rec.properties.get("INNER_MULTI_QUEUE_OFFSET"),
+                store.commitlog_file_of(rec.commitlog_offset),
+                e,
             )
+        if multi:
+            multi = admit_lmq(store, rec.commitlog_offset, multi)
     return DispatchRequest(
         rec.topic,
         rec.queue_id,
@@ -109,6 +114,58 @@ def dispatch_of(store: MessageStore, rec: MessageRecord) -> DispatchRequest:
         rec.sys_flag,
         multi,
     )
+
+
+@dataclass
+class LmqLimit:
+    """How many LMQ queues a store's reads have built, and what was refused past
+    ``StoreConfig.max_lmq_consume_queue_num`` (``MessageStoreConfig.maxLmqConsumeQueueNum``,
+    20,000 by default). ``names``: the LMQ queues the store has (loaded or dispatched to);
+    ``refused``: for status.json ``lmqRefused``, None until a record is refused."""
+
+    names: set[str] = field(default_factory=set)
+    refused: dict | None = None
+
+
+def admit_lmq(
+    store: MessageStore, commitlog_offset: int, multi: list[tuple[str, int, int]]
+) -> list[tuple[str, int, int]]:
+    """The units of ``multi`` (:func:`engine.format.message.multi_dispatch` of the record at
+    ``commitlog_offset``) the store dispatches: all of them while the store has at most
+    ``max_lmq_consume_queue_num`` LMQ queues, as the broker puts an LMQ message only then
+    (``DefaultMessageStore.isLmqConsumeQueueNumExceeded``: refused once the count is past
+    the limit, so a broker's store has at most the limit plus one record's queues); past it,
+    only the units of LMQ queues the store already has. So the queues any read builds are
+    bounded by the limit plus :data:`engine.format.message.MAX_MULTI_DISPATCH`, whatever
+    the records name.
+
+    A refusal is logged once, naming the first record refused (its CommitLog file and
+    offset) and counted in ``store.lmq_limit.refused`` (status.json ``lmqRefused``)."""
+    limit = store.lmq_limit
+    names = limit.names
+    if len(names) <= store.config.max_lmq_consume_queue_num:
+        names.update(q for q, _qid, _off in multi if is_lmq(q))
+        return multi
+    kept = [u for u in multi if u[0] in names or not is_lmq(u[0])]
+    if len(kept) < len(multi):
+        r = limit.refused
+        if r is None:
+            where = store.commitlog_file_of(commitlog_offset)
+            r = limit.refused = {
+                "limit": store.config.max_lmq_consume_queue_num,
+                "firstRecord": commitlog_offset,
+                "file": where,
+                "records": 0,
+                "units": 0,
+                "reason": f"the record at {commitlog_offset} ({where}) names LMQ queues past "
+                f"maxLmqConsumeQueueNum {store.config.max_lmq_consume_queue_num} "
+                "(DefaultMessageStore.isLmqConsumeQueueNumExceeded: a broker refuses such a "
+                "put); they are not built",
+            }
+            log.warning("LMQ: %s", r["reason"])
+        r["records"] += 1
+        r["units"] += len(multi) - len(kept)
+    return kept
 
 
 def dispatch(
@@ -125,7 +182,9 @@ def dispatch(
     ``units_rebuilt``.
     """
     gap = False
-    per_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
+    # (topic, queueId) -> [(queueOffset, CommitLog offset, size, tagsCode)]: plain tuples, as
+    # an LMQ record gives up to MAX_MULTI_DISPATCH units (one object each would cost more)
+    per_queue: dict[tuple[str, int], list[_Unit]] = {}
     for d in batch:
         if d.sys_flag & TRANSACTION_TYPE_MASK in (
             TRANSACTION_PREPARED_TYPE,
@@ -136,20 +195,13 @@ def dispatch(
             # BatchCQ topics dispatch to batchconsumequeue/, which is not written here;
             # a plain ConsumeQueue for them would make a broker refuse the store.
             continue
-        per_queue.setdefault((d.topic, d.queue_id), []).append(d)
+        per_queue.setdefault((d.topic, d.queue_id), []).append(
+            (d.queue_offset, d.commitlog_offset, d.size, d.tags_code)
+        )
         for name, qid, qoff in d.multi:
             qid = d.queue_id if qid < 0 else qid
             per_queue.setdefault((name, qid), []).append(
-                DispatchRequest(
-                    name,
-                    qid,
-                    d.commitlog_offset,
-                    d.size,
-                    d.tags_code,
-                    d.store_timestamp,
-                    qoff,
-                    sys_flag=d.sys_flag,
-                )
+                (qoff, d.commitlog_offset, d.size, d.tags_code)
             )
     unsafe = set()
     for topic in {t for t, _ in per_queue}:
@@ -168,7 +220,7 @@ def dispatch(
             # records of a topic deleted later (rmqfs delete-topic): never re-dispatched,
             # so recovery and rebuilds do not bring its queues back (config.DeletedTopics)
             below = deleted[topic]
-            items = [d for d in items if d.commitlog_offset >= below]
+            items = [d for d in items if d[1] >= below]
             if not items:
                 continue
         cq = store.writable_consume_queue(topic, qid)
@@ -178,34 +230,35 @@ def dispatch(
             # re-dispatched may be torn (a unit can straddle two pages). From the first
             # one that differs, the queue is rewritten.
             verify_present(store, cq, items)
-            items = [d for d in items if d.queue_offset >= cq.max_offset]
+            end = cq.max_offset
+            items = [d for d in items if d[0] >= end]
             if not items:
                 continue
-            if items[0].queue_offset > cq.max_offset:
+            if items[0][0] > cq.max_offset:
                 if not full or cq.max_offset > cq.min_offset:
                     gap = True
                     if not full:
                         continue
                 if cq.max_offset == cq.min_offset and not cq.files.segments and not cq.mem:
-                    cq.max_offset = cq.min_offset = items[0].queue_offset
+                    cq.max_offset = cq.min_offset = items[0][0]
                 else:
                     gap = True
                     continue
             # Units must be contiguous; stop at a hole (a later full pass fills it).
-            run = [items[0]]
-            for d in items[1:]:
-                if d.queue_offset != run[-1].queue_offset + 1:
+            first = items[0][0]
+            for i, u in enumerate(items):
+                if u[0] != first + i:
                     gap = True
+                    items = items[:i]
                     break
-                run.append(d)
-            items = run
             if not is_lmq(topic) and (
                 topic not in store.topic_config.topics
                 or qid >= store.topic_config.topics[topic].read_queue_nums
             ):
                 register_topic(store, topic, qid)
-        units = b"".join(UNIT.pack(d.commitlog_offset, d.size, d.tags_code) for d in items)
-        cq.put_units(items[0].queue_offset, units)
+        pack = UNIT.pack
+        units = b"".join([pack(off, size, tc) for _q, off, size, tc in items])
+        cq.put_units(items[0][0], units)
         if report is not None:
             report.units_rebuilt += len(items)
     for disp in store.dispatchers:
@@ -215,22 +268,24 @@ def dispatch(
     return gap
 
 
-def verify_present(store: MessageStore, cq: ConsumeQueue, items: list) -> None:
-    """Truncate ``cq`` at the first unit of ``items`` (queue order) it holds differently."""
-    present = [d for d in items if cq.min_offset <= d.queue_offset < cq.max_offset]
+def verify_present(store: MessageStore, cq: ConsumeQueue, items: list[_Unit]) -> None:
+    """Truncate ``cq`` at the first unit of ``items`` (``(queueOffset, CommitLog offset,
+    size, tagsCode)`` in queue order) it holds differently."""
+    lo_q, hi_q = cq.min_offset, cq.max_offset
+    present = [d for d in items if lo_q <= d[0] < hi_q]
     if not present:
         return
-    lo, hi = present[0].queue_offset, present[-1].queue_offset + 1
-    units = {q: (off, size, tc) for q, off, size, tc in cq.iter_units(lo, hi)}
+    lo, hi = present[0][0], present[-1][0] + 1
+    units = {q: (q, off, size, tc) for q, off, size, tc in cq.iter_units(lo, hi)}
     for d in present:
-        if units.get(d.queue_offset) != (d.commitlog_offset, d.size, d.tags_code):
+        if units.get(d[0]) != d:
             log.warning(
                 "ConsumeQueue %s/%d: unit %d differs from the CommitLog; rewritten from there",
                 cq.topic,
                 cq.queue_id,
-                d.queue_offset,
+                d[0],
             )
-            cq.truncate_to(d.queue_offset)
+            cq.truncate_to(d[0])
             return
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import UnsafeStoreError, UnsupportedLayoutError
+from ..format.config import LMQ_CONSUMER_OFFSET_FILE
 from ..format.dledger import DIR_PREFIX, layout_problem
 from ..format.message import is_lmq
 from ..format.rocksdb import is_rocksdb_dir
@@ -222,6 +223,31 @@ def lmq_queues(root: str) -> list[str]:
     return sorted(n for n in names if is_lmq(n))
 
 
+#: The files besides ``consumequeue/%LMQ%*`` that mark a store as an LMQ broker's
+#: (``LmqConsumerOffsetManager``'s offsets, ``BrokerPathConfigHelper.getLmqConsumerOffsetPath``,
+#: and its ``.bak``, ``ConfigManager.persist``), relative to the store root.
+LMQ_MARK_FILES = (
+    os.path.join("config", LMQ_CONSUMER_OFFSET_FILE),
+    os.path.join("config", LMQ_CONSUMER_OFFSET_FILE + ".bak"),
+)
+
+
+def lmq_marks(root: str) -> list[str]:
+    """What marks the store ``root`` as an LMQ broker's (rocketmq-mqtt's light queues), as
+    paths relative to ``root``: the offsets file of :data:`LMQ_MARK_FILES` that exist, then
+    the first ``consumequeue/%LMQ%*`` directory (:func:`lmq_queues`). Empty for a plain store.
+
+    Either mark alone makes the store an LMQ one: an ``LmqConsumerOffsetManager`` broker
+    (``enableLmq``) writes the offsets file whether or not a light queue's ConsumeQueue is
+    on disk yet (they are created on the first dispatch, ``ConsumeQueue.multiDispatchLmqQueue``),
+    and a copy may have lost either."""
+    found = [p for p in LMQ_MARK_FILES if os.path.lexists(os.path.join(root, p))]
+    lmq = lmq_queues(root)
+    if lmq:
+        found.append("consumequeue/" + lmq[0])
+    return found
+
+
 def foreign_layouts(root: str) -> list[ForeignLayout]:
     """What the store directory ``root`` holds besides the plain layout
     (``../docs/format.md``), each with whether it makes rmqfs refuse to write or read.
@@ -238,8 +264,9 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
       refused for writing; read (:mod:`engine.format.rocksdbcq`,
       :mod:`engine.format.rocksdbconfig`).
     - ``batchconsumequeue/`` (``BatchConsumeQueue``, read by :mod:`engine.format.batchcq`),
-      ``%LMQ%`` queues under ``consumequeue/``
-      (rocketmq-mqtt's light queues, dispatched from ``INNER_MULTI_DISPATCH``), compaction logs
+      ``%LMQ%`` queues under ``consumequeue/`` or only ``config/lmqConsumerOffset.json``
+      (:func:`lmq_marks`; rocketmq-mqtt's light queues, dispatched from
+      ``INNER_MULTI_DISPATCH``), compaction logs
       (``compaction/compactionLog``, ``CompactionStore``): rmqfs neither writes nor rebuilds
       them, so a write or a rebuild would leave the broker's view of them wrong.
     - ``epochFileCheckpoint`` (and ``.bak``, :data:`CONTROLLER_TOP`): a 5.x controller-mode
@@ -305,6 +332,19 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
                 True,
             )
         )
+    else:
+        # marked only by its offsets file (LmqConsumerOffsetManager): still an LMQ store, so
+        # a writer would make the broker's light queues miss what it puts (and a re-dispatch
+        # would create a queue directory per INNER_MULTI_DISPATCH name the records hold)
+        for mark in lmq_marks(root):
+            out.append(
+                ForeignLayout(
+                    mark,
+                    "LMQ consumer offsets (LmqConsumerOffsetManager): an LMQ store "
+                    "(INNER_MULTI_DISPATCH, rocketmq-mqtt)",
+                    True,
+                )
+            )
     for name in ("topics", "subscriptionGroups", "consumerOffsets", "rdb"):
         d = os.path.join(root, "config", name)
         try:

@@ -83,3 +83,126 @@ def test_an_lmq_store_still_refuses_writers(tmp_path):
     build_lmq_store(root)
     with pytest.raises(UnsupportedLayoutError, match="LMQ"):
         MessageStore(str(root))
+
+
+def _tree(root):
+    """Every path under ``root`` with its size and mtime (what a refused open must not change)."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            st = os.lstat(p)
+            out[os.path.relpath(p, root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.mark.parametrize("mark", ["lmqConsumerOffset.json", "lmqConsumerOffset.json.bak"])
+def test_a_store_marked_lmq_only_by_its_offsets_file_refuses_writers(tmp_path, mark):
+    """Issue 36 item 4: a store with no consumequeue/%LMQ%* directory but the offsets file of
+    an LmqConsumerOffsetManager broker took a writer, whose re-dispatch fanned the records out
+    to a ConsumeQueue directory per INNER_MULTI_DISPATCH name (one produce: 73 s, 10,001
+    directories). Now the writer is refused before anything is created, naming the file; a
+    read-only open still reads it."""
+    root = tmp_path / "s"
+    lmq = build_lmq_store(root)
+    for q in lmq:
+        shutil.rmtree(os.path.join(root, "consumequeue", q))
+    if mark.endswith(".bak"):
+        os.rename(
+            os.path.join(root, "config", "lmqConsumerOffset.json"),
+            os.path.join(root, "config", mark),
+        )
+    before = _tree(root)
+    with pytest.raises(UnsupportedLayoutError, match=f"config/{mark}: LMQ consumer offsets"):
+        MessageStore(str(root))
+    assert _tree(root) == before
+    with MessageStore(str(root), read_only=True) as s:
+        assert [r.body for _, r in s.iter_queue("%LMQ%a", 0)] == lmq["%LMQ%a"]
+    assert _tree(root) == before
+
+
+FANOUT_OPEN = r"""
+import json, sys, time
+from rmqfs.engine.live.status import store_status
+from rmqfs.engine.store import MessageStore
+t = time.monotonic()
+with MessageStore(sys.argv[1], read_only=True) as s:
+    lmq = [n for n in s.topic_names() if n.startswith("%LMQ%")]
+    out = {
+        "seconds": time.monotonic() - t,
+        "lmq": len(lmq),
+        "units": sum(s.max_offset(q, 0) - s.min_offset(q, 0) for q in lmq),
+        "first": lmq[0] if lmq else None,
+        "firstBodies": [r.body.decode() for _, r in s.iter_queue(lmq[0], 0)] if lmq else [],
+        "T": s.max_offset("T", 0),
+        "refused": store_status(s)["lmqRefused"],
+    }
+with open("/proc/self/status") as f:
+    out["maxrss_kb"] = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+print(json.dumps(out))
+"""
+
+
+def _open_measured(root):
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", FANOUT_OPEN, str(root)],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    got = json.loads(r.stdout)
+    print(f"peak RSS {got['maxrss_kb'] // 1024} MiB, {got['seconds']:.2f} s")
+    return got, r.stderr
+
+
+def test_records_naming_a_million_lmq_queues_build_at_most_max_lmq_consume_queue_num(tmp_path):
+    """Issue 36 item 3: 400 records naming 2,500 LMQ queues each, none the same (1,000,000
+    queues). Every read-only open built them all: 34 s and 1.86 GB here. Now dispatch stops
+    making queues past maxLmqConsumeQueueNum (20,000, DefaultMessageStore's
+    isLmqConsumeQueueNumExceeded: one record's queues past it at most), says which record
+    it stopped at, and the rest of the store reads as before."""
+    from lmqstore import build_fanout_store
+
+    root = tmp_path / "s"
+    offsets = build_fanout_store(root, shared=False)
+    got, err = _open_measured(root)
+    # dispatch makes queues until the store has more than 20,000 (the record that crosses
+    # the limit is dispatched whole, as a broker puts it), then none: 9 records' queues
+    assert got["lmq"] == 22_500 and got["units"] == 22_500
+    assert got["firstBodies"] == ["m0"] and got["T"] == 400
+    ref = got["refused"]
+    assert ref["limit"] == 20_000 and ref["firstRecord"] in offsets[8:]
+    assert ref["file"] == "commitlog/" + "0" * 20 and ref["records"] == 391
+    assert ref["units"] == 391 * 2500 and "maxLmqConsumeQueueNum 20000" in ref["reason"]
+    assert f"the record at {ref['firstRecord']} (commitlog/{'0' * 20})" in err
+    assert got["maxrss_kb"] < 500 << 10 and got["seconds"] < 10
+
+
+def test_records_sharing_their_lmq_queues_rebuild_them_within_bounds(tmp_path):
+    """400 records naming the same 2,500 LMQ queues: 1,000,000 units, built without an object
+    per unit (6.9 s and 532 MB before; the queues are what the store holds)."""
+    from lmqstore import build_fanout_store
+
+    root = tmp_path / "s"
+    build_fanout_store(root, shared=True)
+    got, _err = _open_measured(root)
+    assert got["lmq"] == 2500 and got["units"] == 1_000_000 and got["refused"] is None
+    assert got["firstBodies"] == [f"m{i}" for i in range(400)]
+    assert got["maxrss_kb"] < 500 << 10 and got["seconds"] < 10
+
+
+def test_a_record_naming_more_queues_than_its_properties_can_hold_is_not_dispatched():
+    """MAX_MULTI_DISPATCH: a record's properties hold 32,767 bytes, 4 a queue at least."""
+    from rmqfs.engine.format.message import MAX_MULTI_DISPATCH, multi_dispatch
+
+    n = MAX_MULTI_DISPATCH
+    ok = {"INNER_MULTI_DISPATCH": ",".join(["a"] * n), "INNER_MULTI_QUEUE_OFFSET": "0," * n}
+    ok["INNER_MULTI_QUEUE_OFFSET"] = ok["INNER_MULTI_QUEUE_OFFSET"][:-1]
+    assert len(multi_dispatch("T", ok)) == n
+    over = {k: v + ",0" for k, v in ok.items()}
+    with pytest.raises(ValueError, match=f"names {n + 1} queues, more than the {n}"):
+        multi_dispatch("T", over)

@@ -8,6 +8,8 @@ import dataclasses
 import json
 import os
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -263,3 +265,55 @@ def test_a_timerlog_chain_that_loops_ends(tmp_path):
     wheel.write_bytes(b"\0" * 64)
     with pytest.raises(CorruptRecordError, match="timer wheel"):
         read_live_slots(str(wheel), 0)
+
+
+def test_chains_that_join_are_walked_once(tmp_path):
+    """walk_chains: heads in the middle of a chain and repeats are walked once each unit; a
+    loop and a chain past the log's units end with a problem, never a hang."""
+    d = tmp_path / "timerlog"
+    d.mkdir()
+    data = b"".join(
+        UNIT.pack(52, (i - 1) * 52 if i else -1, 1, 0, 0, 100 * i, 100, 0, 0) for i in range(10)
+    )
+    (d / ("0" * 20)).write_bytes(data + b"\0" * (1040 - len(data)))
+    with TimerLogReader(str(d)) as tl:
+        problems: list[str] = []
+        got = [u.pos for u in tl.walk_chains([9 * 52, 4 * 52, 9 * 52, 2 * 52], problems)]
+        assert got == [52 * i for i in range(9, -1, -1)] and problems == []
+        got = [u.pos for u in tl.walk_chains([2 * 52, 9 * 52], problems)]
+        assert got == [104, 52, 0, 468, 416, 364, 312, 260, 208, 156] and problems == []
+
+
+HOSTILE_TIMER = r"""
+import json, sys, time
+from rmqfs.engine.read.scheduled import waiting_messages
+from rmqfs.engine.store import MessageStore
+t = time.monotonic()
+with MessageStore(sys.argv[1], read_only=True) as s:
+    offs = [w.record.commitlog_offset for w in waiting_messages(s, sys.argv[2] or None)]
+seconds = time.monotonic() - t
+with open("/proc/self/status") as f:
+    rss = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+print(json.dumps({"offsets": offs, "seconds": seconds, "maxrss_kb": rss}))
+"""
+
+
+@pytest.mark.parametrize("topic", ["", "T"])
+def test_a_wheel_whose_every_slot_shares_one_chain_costs_one_walk(tmp_path, topic):
+    """Issue 36 item 1: all 1,209,600 slots point at the head of one valid 100-unit chain (a
+    40 MB store). Each slot's chain was walked on its own and every entry built before the
+    duplicates went: more than 120 s and 2.5 GB (cut there). Now one walk, each message once."""
+    from timerstore import build_shared_chain_store
+
+    root = tmp_path / "s"
+    offsets = build_shared_chain_store(root)
+    r = subprocess.run(
+        [sys.executable, "-c", HOSTILE_TIMER, str(root), topic],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    got = json.loads(r.stdout)
+    print(f"peak RSS {got['maxrss_kb'] // 1024} MiB, {got['seconds']:.2f} s")
+    assert got["offsets"] == offsets
+    assert got["maxrss_kb"] < 500 << 10 and got["seconds"] < 10

@@ -86,3 +86,18 @@ def test_produce_jsonl_stores_delayed_and_timed_messages(tmp_path):
     assert later["properties"]["TIMER_DELIVER_MS"] == str(deliver)
     (soon,) = [x for x in lines if x["body"] == "soon"]
     assert soon["deliverTimestamp"] == soon["storeTimestamp"] + 5000
+
+
+def test_scheduled_jsonl_of_a_wheel_sharing_one_chain_lists_each_message_once(tmp_path):
+    """Issue 36 item 1: every slot of the wheel points at one 100-unit chain; the daemon grew
+    past 1.67 GB in 180 s building this file. Now each message is one line, as the engine's
+    waiting_messages lists it."""
+    from timerstore import build_shared_chain_store
+
+    store = tmp_path / "s"
+    offsets = build_shared_chain_store(store)
+    t0 = time.monotonic()
+    with tree(tmp_path, read_only=True, store_dir=store) as t:
+        lines = [json.loads(x) for x in t.read("/topics/T/scheduled.jsonl").splitlines()]
+    assert [x["commitLogOffset"] for x in lines] == offsets
+    assert time.monotonic() - t0 < 10

@@ -59,3 +59,15 @@ def test_scheduled_rows_equal_the_waiting_messages(spark):
     assert sorted(r.commitLogOffset for r in only.collect()) == sorted(
         w["commitLogOffset"] for w in want if w["topic"] == "TopicB" and w["queueId"] == 1
     )
+
+
+def test_scheduled_rows_of_a_wheel_sharing_one_chain(spark, tmp_path):
+    """Issue 36 item 1: a worker reached 4.35 GB in 300 s on a wheel whose every slot points at
+    one chain; now the rows are the engine's, each message once."""
+    from timerstore import build_shared_chain_store
+
+    store = tmp_path / "s"
+    offsets = build_shared_chain_store(store)
+    D.register(spark)
+    df = spark.read.format("rocketmq").option("scheduled", "true").load(str(store))
+    assert [r.commitLogOffset for r in df.collect()] == offsets

@@ -4,6 +4,7 @@ store fixtures."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -810,3 +811,39 @@ def test_produce_delayed_and_timed_messages(tmp_path):
         (b"d", "T", "delayLevel", store_ts + 30_000),
         (b"t", "T", "timer", deliver - 5),
     ]
+
+
+def test_produce_refuses_a_store_marked_lmq_only_by_its_offsets_file(tmp_path):
+    """Issue 36 item 4: one line naming the file, exit 1, nothing created (before: 73 s and
+    10,001 %LMQ% ConsumeQueue directories for one message)."""
+    from lmqstore import build_lmq_store
+
+    root = tmp_path / "s"
+    lmq = build_lmq_store(root)
+    for q in lmq:
+        shutil.rmtree(root / "consumequeue" / q)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n")
+    r = run_rmqfs("produce", root, "-t", "T", src, check=False)
+    assert r.returncode == 1, r.stderr
+    assert "config/lmqConsumerOffset.json: LMQ consumer offsets" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+
+
+def test_topic_status_of_a_store_whose_records_fan_out_to_a_million_lmq_queues(tmp_path):
+    """Issue 36 item 3: 400 records naming 2,500 LMQ queues each (1,000,000 queues):
+    topic-status took 34 s and 1.86 GB here (80 s, 1.9 GB in the issue); now the open builds
+    at most maxLmqConsumeQueueNum queues (and one record's), says so on stderr, and the
+    answer is the engine's."""
+    from lmqstore import build_fanout_store
+
+    root = tmp_path / "s"
+    build_fanout_store(root, shared=False)
+    t0 = time.monotonic()
+    r = run_rmqfs("topic-status", root, "-t", "T")
+    assert time.monotonic() - t0 < 15
+    assert "Traceback" not in r.stderr and "maxLmqConsumeQueueNum 20000" in r.stderr
+    (row,) = r.stdout.splitlines()[1:]
+    assert row.split()[1:4] == ["0", "0", "400"]
