@@ -113,7 +113,7 @@ class WouldBlock(Exception):
 
 #: the operations a :func:`loop_first` method may be: the read side, safe to run twice
 LOOP_FIRST_OPERATIONS = frozenset(
-    {"read", "stat", "list", "child", "entries", "find", "open", "open_as", "_entry"}
+    {"read", "stat", "list", "listing", "child", "entries", "find", "open", "open_as", "_entry"}
 )
 
 

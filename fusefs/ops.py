@@ -30,6 +30,8 @@ opens for writing and setattr answer EROFS, as the nodes do for every other writ
 
 from __future__ import annotations
 
+import bisect
+import collections
 import contextlib
 import errno
 import hashlib
@@ -48,6 +50,7 @@ from .base import (
     RO_DIR,
     RO_FILE,
     Context,
+    Dir,
     FsError,
     Handle,
     HandleBudget,
@@ -69,6 +72,12 @@ _T = TypeVar("_T")
 OnError = Callable[[int, str], None]
 #: readdir's entries: (inode, name, child, its attributes), in inode order
 DirEntries = list[tuple[int, str, Node, pyfuse3.EntryAttributes]]
+#: Children built at a time for a readdir reply (it takes a few dozen READDIRPLUS entries).
+READDIR_CHUNK = 64
+#: Directory handles whose listing order is kept between readdir calls, and the names kept
+#: in all (a name costs about 100 bytes: at most about 50 MB).
+LISTINGS_KEPT = 256
+LISTING_NAMES_KEPT = 500_000
 
 LIVE_TIMEOUT = 0.0
 DIR_TIMEOUT = 1.0
@@ -301,6 +310,10 @@ class RmqOperations(pyfuse3.Operations):
         self._next_fh = 1
         # opendir fh -> (inode, caller pid, caller uid)
         self.dir_handles: dict[int, tuple[int, int | None, int | None]] = {}
+        # opendir fh -> its entries' (inode, name) order (readdir), bounded (_keep_listing)
+        self._listings: collections.OrderedDict[int, list[tuple[int, str]]] = (
+            collections.OrderedDict()
+        )
         self._lock = threading.Lock()
 
     # -- helpers ----------------------------------------------------------------------------
@@ -570,13 +583,29 @@ class RmqOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         node = self._node(inode)
 
-        # Entries go out in inode order and next_id is the entry's inode, so a listing that
-        # continues after entries were added (a new topic, segment or queue) neither repeats
-        # nor skips any (passthroughfs.py does the same).
+        # Entries go out in inode order and next_id is the entry's inode, so a listing never
+        # repeats or skips an entry, even when one is added or removed meanwhile (one added
+        # after the listing began shows in the next; passthroughfs.py does the same). The
+        # order is the names' inodes
+        # (``path_inode(node.sub(name))``: each child's path), computed once per listing and
+        # kept for the handle (:meth:`_listing`); children and their attributes are built
+        # only for the entries a reply takes, a chunk at a time: building every child on
+        # every call made ``ls`` of 22,500 topics take 9 s (a reply holds a few dozen).
+        sub = node.sub if isinstance(node, Dir) else (lambda n: f"{node.path.rstrip('/')}/{n}")
+
         @loop_first
-        def entries() -> DirEntries:
+        def listing() -> list[tuple[int, str]]:  # the read side: safe to run twice
+            return sorted((int(path_inode(sub(name))), name) for name in call(node.list))
+
+        names = self._listing(fh) if start_id else None
+        if names is None:
+            names = await _serve(listing, pid=pid, uid=uid)
+            self._keep_listing(fh, names)
+
+        @loop_first
+        def entries(chunk: list[tuple[int, str]]) -> DirEntries:
             out: DirEntries = []
-            for name in call(node.list):
+            for ino, name in chunk:
                 try:
                     child = call(node.child, name)
                 except WouldBlock:
@@ -586,8 +615,8 @@ class RmqOperations(pyfuse3.Operations):
                     continue
                 if child is None:
                     continue
-                ino = path_inode(child.path)
-                if ino <= start_id:
+                if path_inode(child.path) != ino:  # not at node.sub(name): its own inode
+                    log.warning("%s: listed as %s/%s", child.path, node.path, name)
                     continue
                 try:
                     attr = self._entry(child, ino)
@@ -604,19 +633,45 @@ class RmqOperations(pyfuse3.Operations):
                         Stat(RO_DIR if child.is_dir else RO_FILE, 0, self.ctx.mount_time_ns),
                     )
                 out.append((ino, name, child, attr))
-            out.sort(key=lambda e: e[0])
             return out
 
-        items = await _serve(entries, pid=pid, uid=uid)
-        for ino, name, child, attr in items:
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
-                break
-            self._remember(child, inode)
+        at = bisect.bisect_right(names, (start_id, "\U0010ffff"))
+        while at < len(names):
+            chunk = names[at : at + READDIR_CHUNK]
+            at += len(chunk)
+            for ino, name, child, attr in await _serve(entries, chunk, pid=pid, uid=uid):
+                if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
+                    return
+                self._remember(child, inode)
+
+    def _listing(self, fh: int) -> list[tuple[int, str]] | None:
+        """The ``(inode, name)`` order kept for directory handle ``fh``, or None."""
+        with self._lock:
+            got = self._listings.get(fh)
+            if got is not None:
+                self._listings.move_to_end(fh)
+            return got
+
+    def _keep_listing(self, fh: int, listing: list[tuple[int, str]]) -> None:
+        """Keep a handle's listing for its next readdir calls: at most
+        :data:`LISTINGS_KEPT` handles' listings and :data:`LISTING_NAMES_KEPT` names in all,
+        the least recently read going first (a handle whose listing went computes it again)."""
+        with self._lock:
+            self._listings[fh] = listing
+            self._listings.move_to_end(fh)
+            total = sum(len(x) for x in self._listings.values())
+            while len(self._listings) > 1 and (
+                len(self._listings) > LISTINGS_KEPT or total > LISTING_NAMES_KEPT
+            ):
+                _, gone = self._listings.popitem(last=False)
+                total -= len(gone)
 
     async def releasedir(self, fh: pyfuse3.FileHandleT) -> None:
         """FUSE RELEASEDIR: the directory handle is gone; its share of the handle budget is
         given back."""
         entry = self.dir_handles.pop(fh, None)
+        with self._lock:
+            self._listings.pop(fh, None)
         if entry is not None:
             self.budget.give(entry[2])
 

@@ -319,6 +319,9 @@ LONG_TESTS: dict[str, set[str]] = {
     "tests/mount/test_rocksdb_mount.py": {
         "test_a_read_only_mount_of_a_rocksdb_store_shows_the_plain_store_s_messages"
     },
+    "tests/mount/test_fanout_mount.py": {
+        "test_ls_of_a_topic_directory_of_22500_queues_takes_seconds"
+    },
     "tests/mount/test_fs_daemon.py": {
         "test_sigterm_during_the_unmount_closes_cleanly_every_time",
         "test_mount_refuses_bad_mount_points_locked_stores_and_missing_fuse",
