@@ -60,8 +60,11 @@ def remote_pids() -> set[int]:
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if b"rmqfs.mount.remotefs" in f.read():
-                        pids.add(int(entry))
+                    argv = f.read().split(b"\0")
+                # the module run with -m, not any process whose script names it (a test's
+                # `python -c` child importing it was killed by this cleanup)
+                if b"rmqfs.mount.remotefs" in argv[1:3]:
+                    pids.add(int(entry))
             except OSError:
                 pass
     return pids
