@@ -276,3 +276,38 @@ def fleet_rows(name: str, path) -> list[tuple]:
     finally:
         s.close()
     return sorted(out)
+
+
+#: Appended to a script :func:`run_measured` runs: the child's peak RSS in KiB (VmHWM: the
+#: child's own; ``ru_maxrss`` keeps the parent's across fork and exec), as a last JSON line.
+_PEAK_LINE = (
+    "\nimport json as _json\n"
+    "with open('/proc/self/status') as _f:\n"
+    "    print(_json.dumps({'maxrss_kb': next(int(x.split()[1]) for x in _f"
+    " if x.startswith('VmHWM:'))}))\n"
+)
+
+
+def run_measured(script: str, *args, timeout: float = 120) -> tuple[dict, str]:
+    """Run ``python -c script ARGS`` with this run's ``sys.path``; the script prints one JSON
+    object as its last line. Returns ``(that object plus "maxrss_kb": the child's peak RSS in
+    KiB, its stderr)``; asserts that it exited 0 with no traceback."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", script + _PEAK_LINE, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    *rest, peak = r.stdout.splitlines()
+    got = {**json.loads(rest[-1]), **json.loads(peak)}
+    print(
+        f"peak RSS {got['maxrss_kb'] // 1024} MiB"
+        + (f", {got['seconds']:.2f} s" if "seconds" in got else "")
+    )
+    return got, r.stderr

@@ -137,26 +137,14 @@ with MessageStore(sys.argv[1], read_only=True) as s:
         "T": s.max_offset("T", 0),
         "refused": store_status(s)["lmqRefused"],
     }
-with open("/proc/self/status") as f:
-    out["maxrss_kb"] = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
 print(json.dumps(out))
 """
 
 
 def _open_measured(root):
-    import json
-    import subprocess
-    import sys
+    from stores import run_measured
 
-    r = subprocess.run(
-        [sys.executable, "-c", FANOUT_OPEN, str(root)],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )  # fmt: skip
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    got = json.loads(r.stdout)
-    print(f"peak RSS {got['maxrss_kb'] // 1024} MiB, {got['seconds']:.2f} s")
-    return got, r.stderr
+    return run_measured(FANOUT_OPEN, root)
 
 
 def test_records_naming_a_million_lmq_queues_build_at_most_max_lmq_consume_queue_num(tmp_path):
