@@ -39,7 +39,7 @@ def test_mount_of_a_crashed_store_prints_what_recovery_did(tmp_path):
     mnt.mkdir()
     log = tmp_path / "log"
     try:
-        res = run_rmqfs("mount", store, mnt, "--log-file", log)
+        res = run_rmqfs("mount", store, mnt, "--log-file", log, "--broker-name", "broker-a")
         # stderr is a pipe here: the summary line only, no bar
         assert SUMMARY.fullmatch(res.stderr.strip()), res.stderr
         status = json.loads((mnt / "status.json").read_text())["recovery"]
@@ -48,7 +48,7 @@ def test_mount_of_a_crashed_store_prints_what_recovery_did(tmp_path):
         assert "recovery after a crash" in log.read_text()  # and logged
         run_rmqfs("umount", mnt)
         # a clean shutdown then: the next mount says nothing
-        res = run_rmqfs("mount", store, mnt, "--log-file", log)
+        res = run_rmqfs("mount", store, mnt, "--log-file", log, "--broker-name", "broker-a")
         assert res.stderr == ""
         status = json.loads((mnt / "status.json").read_text())["recovery"]
         assert not status["abnormal"] and not status["didSomething"]
