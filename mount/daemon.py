@@ -31,7 +31,7 @@ from rmqfs.fusefs.ops import RmqOperations
 from rmqfs.fusefs.views import ViewCache, start_worker_server
 
 from . import guard
-from .fusestop import StopSignals
+from .fusestop import STOP_SIGNALS, StopSignals
 from .mounts import (  # noqa: F401 - the CLI and tests import them from here
     FSNAME,
     FSTYPE,
@@ -46,7 +46,6 @@ from .remotefs import RemoteMount
 log = logging.getLogger("rmqfs")
 
 
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 FOLLOW_INTERVAL = 0.1  # seconds between a follower mount's refreshes
 
 
@@ -260,7 +259,7 @@ class Daemon:
         SIGINT and SIGTERM stay blocked from here until the FUSE loop runs (s3ql#202): a
         signal in between is delivered then, and unmounts cleanly.
         """
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         check_fuse()
         check_mountpoint(self.mountpoint)
         if self.location is not None and not self.read_only:
@@ -364,7 +363,7 @@ class Daemon:
         stop.install()
 
         async def main():
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             # the render workers' forkserver imports numpy and pyarrow now, in the background,
             # not when the first view is read; started from a thread made here, once the stop
             # signals are unblocked, which the server and every worker inherit (a worker must

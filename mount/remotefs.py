@@ -426,7 +426,7 @@ def serve(
     from rmqfs.engine.live.snapshot import MANIFEST_NAME
 
     from . import guard
-    from .fusestop import StopSignals
+    from .fusestop import STOP_SIGNALS, StopSignals
     from .mounts import FSTYPE
 
     where = redact(location)
@@ -441,7 +441,7 @@ def serve(
         os.write(ready, text.replace("\n", " ").encode() + b"\n")
         os.close(ready)
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         snap = RemoteSnapshot(location)
         got = read_manifest(snap.fs, snap.base, where)
@@ -471,7 +471,7 @@ def serve(
     stop.install()
 
     async def main():
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
         async def watch() -> None:
             await trio.lowlevel.wait_readable(life)

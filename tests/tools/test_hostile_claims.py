@@ -5,38 +5,27 @@
 import json
 import os
 import struct
-import subprocess
-import sys
 
-from conftest import REPO, SRC_PATH
 from rmqfs.engine.format.message import MAGIC_V1
 from rmqfs.engine.store import Message, MessageStore
+from stores import run_measured
 
-#: Runs ``rmqfs ARGS`` in this process and prints its exit status and peak RSS (KiB) last.
+#: Runs ``rmqfs ARGS`` in the child, its stdout captured: exit status and output as JSON.
 PEAK_CLI = r"""
-import json, sys
+import contextlib, io, json, sys
 from rmqfs.mount.cli import main
-rc = main(sys.argv[1:])
-with open("/proc/self/status") as f:
-    peak = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
-print(json.dumps({"rc": rc, "peak_kb": peak}))
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    rc = main(sys.argv[1:])
+print(json.dumps({"rc": rc, "out": out.getvalue()}))
 """
 
 
-def rmqfs_peak(*args, timeout=120) -> tuple[int, str, str, int]:
-    """(exit status, stdout without the last line, stderr, peak RSS in MiB) of ``rmqfs ARGS``."""
-    r = subprocess.run(
-        [sys.executable, "-c", PEAK_CLI, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=dict(os.environ, PYTHONPATH=SRC_PATH),
-        cwd=REPO,
-    )
-    lines = r.stdout.splitlines()
-    assert lines, r.stderr
-    got = json.loads(lines[-1])
-    return got["rc"], "\n".join(lines[:-1]), r.stderr, got["peak_kb"] >> 10
+def rmqfs_peak(*args) -> tuple[int, str, str, int]:
+    """(exit status, stdout, stderr, peak RSS in MiB) of ``rmqfs ARGS``
+    (:func:`stores.run_measured`)."""
+    got, err = run_measured(PEAK_CLI, *args)
+    return got["rc"], got["out"].rstrip("\n"), err, got["maxrss_kb"] >> 10
 
 
 def claim_store(root, segment=1 << 30) -> int:
