@@ -62,7 +62,7 @@ from .viewtree import ViewRootDir, view_ddl_file
 if TYPE_CHECKING:  # annotations only
     from rmqfs.engine.format.config import TopicConfig
 
-    from .views import QueueView, RenderedLog, TopicView
+    from .views import View
 
 log = logging.getLogger(__name__)
 
@@ -568,57 +568,59 @@ VIEW_ATTR_TIMEOUT = 0.05
 
 
 class ViewHandle(Handle):
-    """Reads an append-only rendered log between a fixed start and its current end."""
+    """Reads a decoded view (``fusefs.views.View``, served by range) between a fixed start and
+    its current end."""
 
     keep_cache = True
 
-    def __init__(self, log: RenderedLog, start: int = 0) -> None:
-        self.log = log
+    def __init__(self, view: View, start: int = 0) -> None:
+        self.view = view
         self.start = start
-        log.opens += 1  # not evicted while open (fusefs.views.ViewCache)
-        if log.damage is not None:  # the view ends at damage: the read there must reach us
+        view.hold()  # its index is kept while open (fusefs.views.ViewCache)
+        if view.damage is not None:  # the view ends at damage: the read there must reach us
             self.direct_io, self.keep_cache = True, False
 
     def release(self) -> None:
-        """Stop holding the log open (it may be evicted; closed if its topic was deleted)."""
-        with self.log.lock:
-            self.log.opens -= 1
-            if not self.log.opens and getattr(self.log, "dropped", False):
-                self.log.close()  # its topic was deleted while this handle read it
+        """Stop holding the view."""
+        self.view.release()
 
     @loop_first
     def read(self, offset: int, length: int) -> bytes | bytearray:
-        """The rendered bytes at ``start + offset`` (on the trio loop when the page cache
-        holds them, never past damage). EIO at the end of what rendered when the view ends at
-        a damaged record."""
-        if self.log.damage is not None:
+        """The view's bytes at ``start + offset`` (on the trio loop when the render cache
+        and the page cache hold them, never past damage). EIO at the end of what is sized
+        when the view ends at a damaged record, and for a chunk that cannot be rendered again
+        (its messages expired, its topic deleted)."""
+        if self.view.damage is not None:
             would_block()  # a worker thread decides where the damage starts
-        data = self.log.read(self.start + offset, length)
-        if not data and length and self.log.damage is not None:
+        try:
+            data = self.view.read(self.start + offset, length)
+        except OSError as exc:
+            raise FsError(exc.errno or errno.EIO, str(exc)) from None
+        if not data and length and self.view.damage is not None:
             # the lines before the damage were read: the next one is the damaged record
-            raise FsError(errno.EIO, f"damaged record: {self.log.damage}")
+            raise FsError(errno.EIO, f"damaged record: {self.view.damage}")
         return data
 
 
 class ViewFile(Node):
     """Base of decoded views: size = rendered bytes, mtime = newest message's store time."""
 
-    def view(self) -> QueueView | TopicView:
-        """The view, caught up with the store (may render: worker threads only)."""
+    def view(self) -> View:
+        """The view, caught up with the store (may size it: worker threads only)."""
         raise NotImplementedError
 
-    def peek(self) -> QueueView | TopicView | None:
+    def peek(self) -> View | None:
         """The view when it exists and is caught up, else None (never blocks)."""
         return None
 
     reported: int | None = None  # the size the kernel was last told
 
-    def _stat_of(self, log: RenderedLog) -> Stat:
-        self.reported = log.size
+    def _stat_of(self, v: View) -> Stat:
+        self.reported = v.size
         return Stat(
             RO_FILE,
-            log.size,
-            ms_to_ns(log.mtime_ms) or self.ctx.tree_mtime_ns(),
+            v.size,
+            ms_to_ns(v.mtime_ms) or self.ctx.tree_mtime_ns(),
             attr_timeout=VIEW_ATTR_TIMEOUT,
         )
 
@@ -629,17 +631,17 @@ class ViewFile(Node):
         if on_loop():
             v = self.peek()
             if v is not None:
-                return self._stat_of(v.log)
+                return self._stat_of(v)
             would_block()
-        return self._stat_of(self.view().log)
+        return self._stat_of(self.view())
 
     def open(self, flags: int) -> Handle:
         """A :class:`ViewHandle` of the caught-up view; drops the kernel's size first when the
         view grew since it was reported. EACCES for writing."""
         check_read_only_open(flags)
-        log = self.view().log
-        h = ViewHandle(log)
-        h.stale_attrs = self.reported is not None and self.reported != log.size
+        v = self.view()
+        h = ViewHandle(v)
+        h.stale_attrs = self.reported is not None and self.reported != v.size
         return h
 
 
@@ -649,8 +651,8 @@ class TopicViewFile(ViewFile):
     render (:meth:`fusefs.views.ViewCache.topic`) that grows as messages arrive.
 
     Errnos: EACCES for an open for writing; EIO for a read that reaches a damaged record (the
-    view ends there) or a render that fails; EFBIG when the render cache cannot hold the view
-    (:class:`fusefs.views.RenderBudget`).
+    view ends there) or a chunk that cannot be rendered again (its messages expired). Served
+    by range (``fusefs.views.View``): any size reads under any ``--cache-size``.
     Threads: getattr answers on the trio loop when the view is cached and caught up
     (:meth:`stat`), else renders in a worker thread; open runs in a worker thread; reads
     answer on the trio loop from the page cache (``ViewHandle.read``), else in a worker
@@ -660,11 +662,11 @@ class TopicViewFile(ViewFile):
         super().__init__(ctx, path)
         self.topic, self.kind = topic, kind
 
-    def view(self) -> TopicView:
+    def view(self) -> View:
         """The topic's view of this kind, caught up (may render)."""
         return self.ctx.views.topic(self.kind, self.topic, RENDERERS[self.kind])
 
-    def peek(self) -> TopicView | None:
+    def peek(self) -> View | None:
         """The topic's view when cached and caught up, else None."""
         return self.ctx.views.peek(self.kind, self.topic)
 
@@ -675,8 +677,8 @@ class QueueViewFile(ViewFile):
     (:meth:`fusefs.views.ViewCache.queue`) that grows as messages arrive.
 
     Errnos: EACCES for an open for writing; EIO for a read that reaches a damaged record (the
-    view ends there) or a render that fails; EFBIG when the render cache cannot hold the view
-    (:class:`fusefs.views.RenderBudget`).
+    view ends there) or a chunk that cannot be rendered again (its messages expired). Served
+    by range (``fusefs.views.View``): any size reads under any ``--cache-size``.
     Threads: getattr answers on the trio loop when the view is cached and caught up
     (:meth:`stat`), else renders in a worker thread; open runs in a worker thread; reads
     answer on the trio loop from the page cache (``ViewHandle.read``), else in a worker
@@ -686,11 +688,11 @@ class QueueViewFile(ViewFile):
         super().__init__(ctx, path)
         self.topic, self.queue_id, self.kind = topic, queue_id, kind
 
-    def view(self) -> QueueView:
+    def view(self) -> View:
         """The queue's view of this kind, caught up (may render)."""
         return self.ctx.views.queue(self.kind, self.topic, self.queue_id, RENDERERS[self.kind])
 
-    def peek(self) -> QueueView | None:
+    def peek(self) -> View | None:
         """The queue's view when cached and caught up, else None."""
         return self.ctx.views.peek(self.kind, self.topic, self.queue_id)
 
@@ -1338,8 +1340,7 @@ class PendingFile(ViewFile):
     commit moves the start.
 
     Errnos: EACCES for an open for writing; EIO for a read that reaches a damaged record or a
-    render that fails; EFBIG when the render cache cannot hold the view
-    (:class:`fusefs.views.RenderBudget`).
+    chunk that cannot be rendered again.
     Threads: getattr and open run in a worker thread (:meth:`stat` is not ``loop_first``: the start
     needs the consumer offsets); reads answer on the trio loop from the page cache
     (``ViewHandle.read``), else in a worker thread."""
@@ -1348,23 +1349,23 @@ class PendingFile(ViewFile):
         super().__init__(ctx, path)
         self.group, self.topic, self.queue_id = group, topic, queue_id
 
-    def view(self) -> QueueView:
+    def view(self) -> View:
         """The queue's ``messages`` view, caught up (may render)."""
         return self.ctx.views.queue("messages", self.topic, self.queue_id, R.render_message)
 
-    def peek(self) -> QueueView | None:
+    def peek(self) -> View | None:
         """The queue's ``messages`` view when cached and caught up, else None."""
         return self.ctx.views.peek("messages", self.topic, self.queue_id)
 
-    def _start(self, v: QueueView) -> int:
+    def _start(self, v: View) -> int:
         committed = self.ctx.store.consumer_offsets.query(self.group, self.topic, self.queue_id)
         return v.byte_offset(max(committed, 0))
 
-    def _pending_stat(self, v: QueueView) -> Stat:
+    def _pending_stat(self, v: View) -> Stat:
         start = self._start(v)
         # mtime moves with the newest message and with each commit (the start moves)
-        mtime = max(ms_to_ns(v.log.mtime_ms), self.ctx.file_mtime_ns("consumerOffset.json"))
-        return Stat(RO_FILE, v.log.size - start, mtime)
+        mtime = max(ms_to_ns(v.mtime_ms), self.ctx.file_mtime_ns("consumerOffset.json"))
+        return Stat(RO_FILE, v.size - start, mtime)
 
     def stat(self) -> Stat:
         """The bytes from the committed offset's line to the end; mtime moves with messages
@@ -1376,7 +1377,7 @@ class PendingFile(ViewFile):
         writing."""
         check_read_only_open(flags)
         v = self.view()
-        h = ViewHandle(v.log, self._start(v))
+        h = ViewHandle(v, self._start(v))
         # The same byte offset shows other lines after a commit moves the start, and the page
         # cache is per inode, not per handle: never cache.
         h.keep_cache = False

@@ -239,7 +239,7 @@ def _trim_when_idle() -> None:
 
 
 def chunk_room(kind: str, units) -> int:
-    """Bytes to reserve in a view's cache file for the lines of ``units`` (a chunk of
+    """Bytes to reserve in the render cache for the lines of ``units`` (a chunk of
     :func:`render_view_chunk`): what such lines usually take (a ``messages.jsonl`` line is
     the record's bytes, a few escapes, property values twice and about 400 bytes of names and
     numbers); a chunk that turns out longer is returned whole instead of written."""
@@ -249,6 +249,18 @@ def chunk_room(kind: str, units) -> int:
     return 2 * stored + 512 * len(units)
 
 
+def unit_rooms(kind: str, units):
+    """:func:`chunk_room` of each unit of ``units`` alone (int64 array): what the views'
+    chunking (``fusefs.views``) adds up to cut a view into chunks of a bounded room."""
+    size = units["size"].astype("int64")
+    return size + 1 if kind == "bodies" else 2 * size + 512
+
+
+#: ``out`` of :func:`render_view_chunk` that keeps no rendered byte: the sizing pass of a
+#: view's seek-point index (``fusefs.views.ChunkIndex``) wants lengths and line counts only
+SIZE_ONLY = "size"
+
+
 def render_view_chunk(
     commitlog_dir: str,
     topic: str,
@@ -256,10 +268,11 @@ def render_view_chunk(
     units,
     queue_offsets,
     kind: str,
-    region: tuple[str, int, int] | None = None,
+    out: tuple[str, int] | str | None = None,
 ):
     """Render one chunk of a ``messages.jsonl`` / ``bodies.txt`` view in a worker process
-    (``fusefs.views`` splits a view into chunks in line order and appends the results in order).
+    (``fusefs.views`` cuts a view into chunks of units, sizes each once and renders a chunk
+    again whenever a read needs it and the render cache no longer holds it).
 
     Args:
         commitlog_dir: the store's CommitLog directory (``commitlog/``; a DLedger store's
@@ -270,13 +283,14 @@ def render_view_chunk(
         units: ``engine.read.columnar.UNIT_DTYPE`` array without blank filler.
         queue_offsets: int64 array, the units' queue offsets.
         kind: ``"messages"`` or ``"bodies"``.
-        region: ``(cache file, offset, room)``: write the lines there when they fit in
-            ``room`` bytes (``views.RenderedLog.reserve``), so they never pass through the
-            daemon; None: return them.
+        out: ``(cache file, room)``: create that file (never through a link, never an
+            existing one) and write the lines there when they fit in ``room`` bytes, so they
+            never pass through the daemon; :data:`SIZE_ONLY`: keep nothing; None: return them.
 
     Returns:
-        ``(length, data, ends, newest ms)``: ``data`` None when the lines were written into
-        the region, else the lines (:func:`render_lines`'s ``(data, ends, newest)``).
+        ``(length in bytes, data, lines, newest ms)``: ``data`` is the lines (bytes) when
+        ``out`` is None or they did not fit in the room, else None; ``lines`` the number of
+        lines; ``newest`` the newest storeTimestamp (epoch ms, 0 for none).
 
     Raises:
         CorruptRecordError: a unit does not point at its record (``engine.read.columnar``).
@@ -292,25 +306,33 @@ def render_view_chunk(
         batch = decode_topic_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
     data, ends, newest = _lines(batch, kind)
     del batch
-    if region is None or len(data) > region[2]:
-        out = len(data), bytes(data), ends, newest
+    length, lines = len(data), len(ends)
+    if isinstance(out, str):  # SIZE_ONLY
         del data
         _task_done(release_memory=False)
-        return out
-    path, at, _room = region
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)  # the daemon's file, in its cache dir
+        return length, None, lines, newest
+    if out is None or length > out[1]:
+        result = length, bytes(data), lines, newest
+        del data
+        _task_done(release_memory=False)
+        return result
+    path = out[0]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         view = memoryview(data)
+        at = 0
         while view:
             n = os.pwrite(fd, view, at)
             view = view[n:]
             at += n
-    finally:
+    except BaseException:
         os.close(fd)
-    length = len(data)
+        os.unlink(path)
+        raise
+    os.close(fd)
     del data, view
     _task_done(release_memory=False)
-    return length, None, ends, newest
+    return length, None, lines, newest
 
 
 def render_part(

@@ -1,20 +1,23 @@
-"""Rendered views of queues and topics, cached on disk as append-only files.
+"""Decoded views of queues and topics, served by range from a bounded render cache.
 
-A decoded view (``messages.jsonl``, ``bodies.txt``, a ``view/`` part) is the concatenation of
-one rendered line per message. Messages never change once stored, so a view only ever grows: it
-is rendered once, into a cache file outside the store, with the end offset of every line kept in
-an ``array('q')``. That gives exact ``st_size`` at any moment, O(1) reads (``pread`` of the
-cache) and byte offsets for any queue offset.
+A decoded view (``messages.jsonl``, ``bodies.txt``) is the concatenation of one rendered line
+per message; a ``view/`` part is a Parquet file of a range of one queue. Messages never change
+once stored, so a view's bytes are a pure function of the store and a view only grows.
 
-A queue view renders its ConsumeQueue in order; a topic view merges the topic's queues by
-CommitLog offset, which is CommitLog order. ``messages.jsonl`` and ``bodies.txt`` lines are
-built from ``engine.read.columnar`` batches (``render.render_view_chunk``) in chunks of units that
-the pool of worker processes of :class:`PartCache` renders in parallel, appended in order;
-``view/`` parts are Parquet files rendered by the same pool. Everything rendered shares
-one bound (``--cache-size``): least recently used renders are evicted, their sizes kept. Both
-catch up on demand (:meth:`sync`, in worker
-threads), from a consistent cut of the queues taken under the store's put lock;
-:meth:`ViewCache.peek`, :meth:`PartCache.known`, :meth:`RenderedLog.read` and
+A view is never rendered whole. It is cut into chunks of units (:func:`plan_chunks`: at most
+8,192 messages or a few MB of lines each), and a sizing pass renders each chunk once in the
+render workers and keeps only its length and line count: the view's seek-point index
+(:class:`ChunkIndex`, ratarmount's idea), so ``stat`` answers the exact size at once. A read
+renders only the chunks its range touches (and the next few, read-ahead) into files of the
+render cache (:class:`ChunkCache`), and ``pread``s them; an evicted chunk is rendered again,
+the same bytes, when it is read. A queue view is its ConsumeQueue in order; a topic view
+merges the topic's queues by CommitLog offset, which is CommitLog order.
+
+Everything rendered (chunks, parts, renders under way) shares one bound (``--cache-size``,
+:class:`RenderBudget`), least recently used first; a chunk the bound has no room for is
+rendered into memory for the read that needs it, so no view is too large to read. Views catch
+up on demand (:meth:`View.sync`, in worker threads) from a consistent cut of the queues;
+:meth:`ViewCache.peek`, :meth:`View.read` of chunks in the cache, :meth:`PartCache.known` and
 :meth:`PartCache.open` of a READY part are what the FUSE layer may run on its trio loop
 (``fusefs.base.loop_first``): they never wait there.
 """
@@ -25,6 +28,7 @@ import bisect
 import contextlib
 import enum
 import errno
+import itertools
 import logging
 import os
 import threading
@@ -49,116 +53,6 @@ log = logging.getLogger(__name__)
 Renderer = Callable[[MessageRecord], bytes]
 
 
-class RenderedLog:
-    """An append-only cache file of rendered lines with their end offsets.
-
-    The view's bytes lie in the file as regions, one per appended block, in view order: a
-    region is reserved (:meth:`reserve`) before its block is rendered, so a render worker
-    writes its lines straight into the file (``render.render_view_chunk``) and the daemon only
-    records where they are (:meth:`append_region`): no copy of the rendered bytes passes
-    through the daemon. A block shorter than its reservation leaves a hole in the file (a
-    sparse file: holes take no disk blocks); reads map view offsets to file offsets.
-
-    Attributes:
-        ends: ``ends[i]`` is the byte offset (in the view) just after line ``i``.
-        size: bytes rendered so far (the view's size).
-        mtime_ms: store timestamp (epoch ms) of the newest rendered message, 0 if none.
-    """
-
-    def __init__(self, path: str):
-        self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        self.ends = array("q")
-        self.size = 0
-        self.disk_size = 0  # what its regions take on disk (whole pages): what the bound counts
-        self.mtime_ms = 0
-        self.lock = threading.Lock()
-        self.opens = 0  # open file handles reading it (an evicted log must have none)
-        #: the damage its render met right after its last line (a StoreError), or None:
-        #: the view ends there, and a read that reaches it fails (EIO)
-        self.damage: StoreError | None = None
-        self._view_at = array("q")  # view offset where each region starts
-        self._file_at = array("q")  # file offset of each region
-        self._reserved = 0  # file offset of the next reservation
-
-    def reserve(self, length: int) -> int:
-        """Reserve ``length`` bytes of the file (page aligned) for a block about to be
-        rendered; returns its file offset (caller holds :attr:`lock`)."""
-        at = self._reserved
-        self._reserved += length + (-length) % _PAGE
-        return at
-
-    def append_region(self, file_at: int, length: int, ends, newest_ms: int) -> None:
-        """Record ``length`` bytes of lines written at ``file_at`` (in a region from
-        :meth:`reserve`) as the view's next bytes: ``ends[i]`` is the end of line ``i``
-        within them (caller holds :attr:`lock`)."""
-        if not len(ends):
-            return
-        self._view_at.append(self.size)
-        self._file_at.append(file_at)
-        self.ends.extend((ends + self.size).tolist())
-        self.size += length
-        self.disk_size += on_disk(length)
-        self.mtime_ms = max(self.mtime_ms, newest_ms)
-
-    def append_block(self, data: bytes, ends, newest_ms: int) -> None:
-        """Append lines already joined: ``ends[i]`` is the end of line ``i`` within ``data``
-        (caller holds :attr:`lock`)."""
-        if not len(ends):
-            return
-        pos = at = self.reserve(len(data))
-        view = memoryview(data)
-        while view:
-            n = os.pwrite(self.fd, view, pos)
-            view = view[n:]
-            pos += n
-        self.append_region(at, len(data), ends, newest_ms)
-
-    def line_start(self, i: int) -> int:
-        """Byte offset where line ``i`` starts (``size`` when ``i`` is past the end)."""
-        if i <= 0:
-            return 0
-        if i > len(self.ends):
-            return self.size
-        return self.ends[i - 1]
-
-    def line_at(self, byte_offset: int) -> int:
-        """Index of the line holding ``byte_offset``."""
-        return bisect.bisect_right(self.ends, byte_offset)
-
-    def _pieces(self, offset: int, length: int, end: int | None):
-        """``(file offset, length)`` of the regions holding view bytes ``[offset, offset +
-        length)``, cut at ``end`` and at the view's size."""
-        stop = min(self.size if end is None else min(end, self.size), offset + length)
-        out = []
-        r = bisect.bisect_right(self._view_at, offset) - 1
-        while offset < stop and r >= 0:
-            region_end = self._view_at[r + 1] if r + 1 < len(self._view_at) else self.size
-            n = min(stop, region_end) - offset
-            out.append((self._file_at[r] + offset - self._view_at[r], n))
-            offset += n
-            r += 1
-        return out
-
-    @loop_first
-    def read(self, offset: int, length: int, end: int | None = None) -> bytes | bytearray:
-        """Up to ``length`` bytes at ``offset``, not past ``end`` (default: everything). On
-        the trio loop only when they are in the page cache (``fusefs.base.pread``: else
-        WouldBlock)."""
-        pieces = self._pieces(offset, length, end)
-        if len(pieces) == 1:
-            return pread(self.fd, pieces[0][1], pieces[0][0])
-        return b"".join(pread(self.fd, n, at) for at, n in pieces)
-
-    def close(self) -> None:
-        """Close and delete the cache file."""
-        os.close(self.fd)
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
-
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -176,8 +70,9 @@ class RenderBudget:
     bytes). A render reserves before it starts (:meth:`take`) and gives the room back once its
     bytes are counted where they landed (:meth:`give`). A reservation that does not fit first
     evicts least recently used renders that no one holds open or is rendering (JSON views,
-    then parts: ``ViewCache.evict_one``); when it still does not fit, the render is refused
-    with EFBIG: a view larger than the cache can hold is never rendered, by a read or a stat.
+    then parts: ``ViewCache.evict_one``); when it still does not fit, :meth:`take` raises
+    EFBIG: a ``view/`` part is then refused, and a JSON view's chunk is rendered into memory
+    for the one read that needs it instead of kept (``ChunkCache.render_for_read``).
 
     Other users (let in by ``-o allow_other``: not the owner, not root) are limited as their
     open files are (``fusefs.base.HandleBudget``): renders made at their request hold at most
@@ -244,34 +139,39 @@ class RenderBudget:
                     "larger --cache-size, or read smaller views (a queue's, view/ parts)",
                 )
 
+    def try_take(self, n: int, others: bool) -> bool:
+        """Reserve ``n`` bytes when they fit without evicting anything (a sizing pass keeps
+        a chunk only then); whether they were."""
+        with self.lock:
+            theirs = self.on_disk(True) + self.reserved[1]
+            total = self.on_disk(False) + theirs + self.reserved[0]
+            if total + n > self.max_bytes or (others and theirs + n > self.others_max):
+                return False
+            self.reserved[others] += n
+            return True
+
     def give(self, n: int, others: bool) -> None:
         """A reservation of :meth:`take` is over (its bytes are counted where they landed)."""
         with self.lock:
             self.reserved[others] -= n
 
 
-#: Fewest bytes a line of each JSON view takes: a view with more lines than the cache can
-#: hold at this size is refused (EFBIG) before anything of it is rendered.
-MIN_LINE = {"messages": 200, "bodies": 1}
-
-
-def check_fits(budget: RenderBudget, others: bool, have: int, lines: int, kind: str, what: str):
-    """Raise OSError(EFBIG) when a view of ``have`` bytes rendered and ``lines`` more lines
-    of ``kind`` could never fit in what ``budget`` lets one render hold."""
-    need = have + lines * MIN_LINE[kind]
-    cap = budget.cap(others)
-    if need > cap:
-        raise OSError(
-            errno.EFBIG,
-            f"{what} takes at least {need} bytes rendered, more than the render cache gives one "
-            f"view ({cap}: --cache-size{', a quarter of it for other users' if others else ''}):"
-            " mount with a larger --cache-size, or read smaller views (a queue's, view/ parts)",
-        )
-
+# -- the JSON views: a seek-point index per view, chunks rendered by range --------------------
 
 # Renderers whose lines are built column-wise from engine.read.columnar batches (render.render_lines).
 _LINE_KINDS: dict[Renderer, str] = {R.render_message: "messages", R.render_body: "bodies"}
-COLUMNAR_BATCH = 8192  # messages decoded and rendered per chunk (one worker task)
+#: Units in one chunk of a view at most: one worker task renders one chunk.
+CHUNK_UNITS = 8192
+#: Room (``render.chunk_room``, about twice the lines' bytes) of one chunk at most, a chunk of
+#: one unit excepted: what a read of a few bytes renders, and all of a view the cache must
+#: hold at once, so a view of any size reads under a cache of a few of these.
+CHUNK_ROOM = 4 << 20
+#: Views whose index is kept (least recently used first); a dropped index is rebuilt by a
+#: sizing pass when its view is used again.
+VIEWS_KEPT = 4096
+#: Renders one read of a chunk starts at most (a worker that died, a chunk evicted between
+#: its render and the read) before it fails with EIO.
+READ_RENDERS = 4
 
 
 def damage_index(units, exc: StoreError) -> int:
@@ -296,339 +196,901 @@ def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs, exc: S
     store.note_damage(topic, qid, int(qoffs[i]) if len(qoffs) else None, exc)
 
 
-def _render_chunks(
-    parts: PartCache,
-    log_: RenderedLog,
-    topic: str,
-    chunks,
-    kind: str,
-    store: MessageStore,
-    others: bool = False,
-) -> None:
-    """Render ``chunks`` (an iterator of ``(queue id or queue id array, units, queue
-    offsets)``, in line order) in the worker processes of ``parts`` and append the results
-    to ``log_`` in order (caller holds its lock).
+class ChunkIndex:
+    """The seek-point index of one decoded view (ratarmount's index of an archive's members):
+    the view is cut into chunks of units, and for each chunk it keeps where the chunk starts in
+    each of the view's queues (a queue offset), the byte offset of its first line and the
+    number of lines before it. A chunk ``i`` is the units of queue offsets ``[pos[j][i],
+    pos[j][i + 1])`` of each queue ``qids[j]`` (blank filler dropped), merged by
+    commitLogOffset; its lines are a pure function of the store, so any chunk can be rendered
+    again, alone, with the same bytes. Nothing rendered is kept here: a few integers per chunk
+    (8,192 messages or :data:`CHUNK_ROOM` of lines), so the index of a view of 20,000,000
+    messages takes some tens of kilobytes.
 
-    Up to two chunks per worker are under way at once, so every core renders while the
-    daemon only appends; a chunk's lines are appended as soon as it and every earlier one
-    are done (a reader of the growing view sees them). Blank filler units are dropped here.
+    Grows only at its end (:meth:`append`, :meth:`drop_last` of a short last chunk that is cut
+    again longer); owned by its :class:`View`, which changes a :meth:`copy` under its lock and
+    then puts it in place: an index a reader holds never changes."""
 
-    A chunk that meets damage (a unit pointing at no record, a body failing its CRC) raises
-    its StoreError after :func:`note_damage` and after appending its lines before the damaged
-    record: every line before the damage is in the view, nothing at or after it. The views
-    keep that error (``RenderedLog.damage``) and stop there: reads that reach it fail (EIO).
+    def __init__(self) -> None:
+        self.qids: list[int] = []
+        self._col: dict[int, int] = {}
+        #: ``pos[j][i]``: first queue offset of chunk ``i`` in queue ``qids[j]``;
+        #: ``pos[j][chunks]``: the first one not in the view yet
+        self.pos: list[array] = []
+        self.byte_at = array("q", [0])  # byte offset where each chunk starts, then the size
+        self.line_at = array("q", [0])  # lines before each chunk, then all of them
 
-    Every chunk reserves its room in the render cache's bound first (``parts.budget``,
-    charged to other users when ``others``): OSError(EFBIG) when it cannot, and the lines
-    appended so far stay.
-    """
-    from collections import deque
-
-    ahead: deque[tuple] = deque()
-    depth = 2 * parts.workers
-    budget = parts.budget
-    what = f"the {kind} view of {topic}"
-
-    from concurrent.futures.process import BrokenProcessPool
-
-    def submit(queue_ids, units, qoffs, at, room):
-        return parts.submit_task(
-            R.render_view_chunk,
-            parts.commitlog_dir,
-            topic,
-            queue_ids,
-            units,
-            qoffs,
-            kind,
-            (log_.path, at, room),
-        )
-
-    def append(job):
-        fut, queue_ids, units, qoffs, at, room = job
-        try:
-            try:
-                length, data, ends, newest = fut.result()
-            except BrokenProcessPool:  # its worker died (kill -9, OOM): once more, new pool
-                length, data, ends, newest = submit(queue_ids, units, qoffs, at, room).result()
-        except StoreError as exc:
-            budget.give(room, others)
-            note_damage(store, topic, queue_ids, units, qoffs, exc)
-            i = damage_index(units, exc)
-            if i:  # the lines before the damaged record, rendered again on their own
-                ids = queue_ids if isinstance(queue_ids, int) else queue_ids[:i]
-                room_i = on_disk(R.chunk_room(kind, units[:i]))
-                budget.take(room_i, others, what)
-                try:
-                    at_i = log_.reserve(room_i)
-                    put(at_i, room_i, *submit(ids, units[:i], qoffs[:i], at_i, room_i).result())
-                finally:
-                    budget.give(room_i, others)
-            raise
-        except BaseException:
-            budget.give(room, others)
-            raise
-        try:
-            put(at, room, length, data, ends, newest)
-        finally:
-            budget.give(room, others)
-
-    def put(at, room, length, data, ends, newest):
-        if data is None:  # written by the worker into its region
-            log_.append_region(at, length, ends, newest)
-        else:  # longer than the region: appended here, once the bound has room for it
-            extra = on_disk(len(data)) - room
-            budget.take(extra, others, what)
-            try:
-                log_.append_block(data, ends, newest)
-            finally:
-                budget.give(extra, others)
-
-    from rmqfs.engine.read.columnar import drop_blank_units
-
-    try:
-        todo: deque = deque()  # chunks split to fit the bound, before the next of `chunks`
-        chunks = iter(chunks)
-        while True:
-            if todo:
-                queue_ids, units, qoffs = todo.popleft()
-            else:
-                nxt = next(chunks, None)
-                if nxt is None:
-                    break
-                units, qoffs, queue_ids = drop_blank_units(nxt[1], nxt[2], nxt[0])
-                if not len(units):
-                    continue
-            room = on_disk(R.chunk_room(kind, units))
-            while True:  # room in the bound: what is under way may have to land first
-                try:
-                    budget.take(room, others, what)
-                    break
-                except OSError:
-                    if ahead:
-                        append(ahead.popleft())
-                    elif len(units) > 1:  # a smaller chunk may fit (its room is a guess)
-                        half = len(units) // 2
-                        for sl in (slice(half, None), slice(None, half)):
-                            ids = queue_ids if isinstance(queue_ids, int) else queue_ids[sl]
-                            todo.appendleft((ids, units[sl], qoffs[sl]))
-                        room = 0
-                        break
-                    else:
-                        raise
-            if not room:
-                continue
-            at = log_.reserve(room)
-            ahead.append(
-                (submit(queue_ids, units, qoffs, at, room), queue_ids, units, qoffs, at, room)
-            )
-            while len(ahead) >= depth:
-                append(ahead.popleft())
-        while ahead:
-            append(ahead.popleft())
-    finally:
-        for job in ahead:  # an error: the chunks after it are not wanted
-            if not job[0].cancel():  # under way: its worker writes its region, in the bound
-                try:
-                    job[0].exception()
-                except Exception:  # noqa: BLE001 - the first error is the one raised
-                    pass
-            budget.give(job[5], others)
-
-
-class QueueView:
-    """One queue rendered in queue-offset order.
-
-    Line ``i`` is the message at queue offset ``first_offset + i``.
-    """
-
-    for_others = False  # charged to other users than the owner (ViewCache, RenderBudget)
-
-    def __init__(
-        self,
-        store: MessageStore,
-        topic: str,
-        queue_id: int,
-        render: Renderer,
-        cache_path: str,
-        parts: PartCache,
-    ):
-        self.store = store
-        self.parts = parts  # its worker processes render the chunks
-        self.topic = topic
-        self.queue_id = queue_id
-        self.render = render
-        self.log = RenderedLog(cache_path)
-        self.first_offset: int | None = None  # the queue offset of the first line
-
-    def sync(self) -> None:
-        """Render the messages stored since the last call."""
-        cq = self.store.consume_queue(self.topic, self.queue_id)
-        if cq is None:
-            return
-        with self.log.lock:
-            if self.log.damage is not None:
-                return  # the view ends at the damage (docs/guarantees.md)
-            if self.first_offset is None:
-                self.first_offset = cq.min_offset
-            nxt = self.first_offset + len(self.log.ends)
-            end = cq.max_offset
-            kind = _LINE_KINDS[self.render]
-            others = self.parts.budget.is_other()
-            what = f"{self.topic}/{self.queue_id}'s {kind} view"
-            check_fits(self.parts.budget, others, self.log.size, end - nxt, kind, what)
-            try:  # damage: _render_chunks has status.json name the queue, and raises
-                _render_chunks(
-                    self.parts,
-                    self.log,
-                    self.topic,
-                    self._chunks(cq, nxt, end),
-                    kind,
-                    self.store,
-                    others,
-                )
-            except StoreError as exc:
-                self.log.damage = exc
-
-    def _chunks(self, cq, nxt: int, end: int):
-        from rmqfs.engine.read.columnar import queue_units
-
-        while nxt < end:
-            units, qoffs = queue_units(cq, nxt, min(end, nxt + COLUMNAR_BATCH))
-            if not len(units):
-                return
-            yield self.queue_id, units, qoffs
-            nxt += len(units)
-
-    def up_to_date(self) -> bool:
-        """True when every stored message is rendered, or the view ends at damage (no lock
-        taken: safe on the trio loop)."""
-        if self.log.damage is not None:
-            return True
-        cq = self.store.consume_queue(self.topic, self.queue_id)
-        return cq is None or (self.first_offset is not None and cq.max_offset == self.next_offset)
+    def copy(self) -> ChunkIndex:
+        """An index equal to this one that can change while this one is read: a sizing pass
+        works on a copy and puts it in place whole (``View.sync``), so a reader sees one
+        index from its start to its end (a few integers per chunk: cheap)."""
+        new = ChunkIndex()
+        new.qids = list(self.qids)
+        new._col = dict(self._col)
+        new.pos = [array("q", a) for a in self.pos]
+        new.byte_at = array("q", self.byte_at)
+        new.line_at = array("q", self.line_at)
+        return new
 
     @property
-    def next_offset(self) -> int:
-        """Queue offset of the first message not rendered yet."""
-        return (self.first_offset or 0) + len(self.log.ends)
+    def chunks(self) -> int:
+        """Number of chunks."""
+        return len(self.byte_at) - 1
 
-    def byte_offset(self, queue_offset: int) -> int:
-        """Byte offset where the line of ``queue_offset`` starts (clamped to the view)."""
-        return self.log.line_start(queue_offset - (self.first_offset or 0))
+    @property
+    def size(self) -> int:
+        """The view's size in bytes (exact)."""
+        return self.byte_at[-1]
+
+    def add_queue(self, qid: int, start: int) -> None:
+        """A queue of the view seen for the first time, its messages from queue offset
+        ``start`` on (none in the chunks so far)."""
+        self._col[qid] = len(self.qids)
+        self.qids.append(qid)
+        self.pos.append(array("q", [start] * (self.chunks + 1)))
+
+    def has(self, qid: int) -> bool:
+        """Whether ``qid`` is one of the view's queues."""
+        return qid in self._col
+
+    def next_offsets(self) -> dict[int, int]:
+        """Per queue, the first queue offset not in the view."""
+        return {q: self.pos[j][-1] for j, q in enumerate(self.qids)}
+
+    def start_offsets(self, i: int) -> dict[int, int]:
+        """Per queue, the first queue offset of chunk ``i``."""
+        return {q: self.pos[j][i] for j, q in enumerate(self.qids)}
+
+    def first_offset(self, qid: int) -> int:
+        """The first queue offset of ``qid`` the view holds."""
+        return self.pos[self._col[qid]][0]
+
+    def append(self, ends: dict[int, int], length: int, lines: int) -> None:
+        """A chunk after the last: its units end at ``ends`` (per queue, one past its last
+        queue offset; a queue not named keeps its position), ``length`` bytes of ``lines``
+        lines."""
+        for j, q in enumerate(self.qids):
+            self.pos[j].append(ends.get(q, self.pos[j][-1]))
+        self.byte_at.append(self.byte_at[-1] + length)
+        self.line_at.append(self.line_at[-1] + lines)
+
+    def move_start(self, qid: int, start: int) -> None:
+        """Queue ``qid`` has no message in the view yet, and none before ``start`` left (they
+        expired): the view takes it from ``start``."""
+        a = self.pos[self._col[qid]]
+        for i in range(len(a)):
+            a[i] = start
+
+    def advance(self, ends: dict[int, int]) -> None:
+        """Move the end of the view past units that render nothing (blank filler) in the
+        queues of ``ends``."""
+        for q, end in ends.items():
+            if q not in self._col:
+                continue
+            a = self.pos[self._col[q]]
+            a[-1] = max(a[-1], end)
+
+    def drop_last(self) -> None:
+        """Forget the last chunk (cut again, longer, by the next sizing pass)."""
+        for a in self.pos:
+            a.pop()
+        self.byte_at.pop()
+        self.line_at.pop()
+
+    def ranges(self, i: int) -> list[tuple[int, int, int]]:
+        """``(queueId, first, end)`` of the units of chunk ``i``, per queue that has some."""
+        return [
+            (q, self.pos[j][i], self.pos[j][i + 1])
+            for j, q in enumerate(self.qids)
+            if self.pos[j][i] < self.pos[j][i + 1]
+        ]
+
+    def chunk_at(self, byte_offset: int) -> int:
+        """The chunk holding ``byte_offset`` (0 <= byte_offset < size)."""
+        return bisect.bisect_right(self.byte_at, byte_offset) - 1
+
+    def chunk_of_offset(self, qid: int, queue_offset: int) -> int:
+        """The chunk holding queue offset ``queue_offset`` of ``qid`` (-1 before the first,
+        ``chunks`` past the last)."""
+        a = self.pos[self._col[qid]]
+        if queue_offset >= a[-1]:
+            return self.chunks
+        return bisect.bisect_right(a, queue_offset, 0, len(a) - 1) - 1
 
 
-class TopicView:
-    """All queues of a topic rendered in CommitLog order."""
+def plan_chunks(
+    store: MessageStore,
+    topic: str,
+    kind: str,
+    queue_id: int | None,
+    start: dict,
+    cut: dict,
+    reached: dict,
+    exact: bool = False,
+):
+    """Cut the units of queue offsets ``[start[q], cut[q])`` of each queue ``q`` into chunks,
+    in view order: merged by commitLogOffset (CommitLog order; one queue: queue order),
+    blank filler dropped, each of at most :data:`CHUNK_UNITS` units and :data:`CHUNK_ROOM` of
+    room (``render.unit_rooms``; a unit alone may have more). A bounded number of units is
+    loaded at a time: from each queue with units left a batch, and every unit at or below the
+    smallest of the batches' last offsets is planned (no queue can still have a smaller one:
+    each queue's offsets grow).
 
-    for_others = False  # charged to other users than the owner (ViewCache, RenderBudget)
+    A chunk is cut once it is full or no unit is left, so chunks have a useful size whatever
+    the interleaving of the queues. Yields ``(queue_ids, units, queue offsets, ends)``:
+    ``queue_ids`` the int ``queue_id`` for a queue's view, else one per unit (a topic's view,
+    ``queue_id`` None); ``ends`` per queue of the chunk, one past its last queue offset
+    (what ``ChunkIndex.append`` takes).
+    ``reached`` is filled with how far each queue was read (past trailing blank filler:
+    ``ChunkIndex.advance``). Units below a queue's min offset, or whose record is below the
+    CommitLog's (cleanup deletes CommitLog files first), expired and are skipped; with
+    ``exact`` (a chunk cut again, whose bytes must stay) that raises :class:`_Expired`."""
+    import numpy as np
 
-    def __init__(
-        self, store: MessageStore, topic: str, render: Renderer, cache_path: str, parts: PartCache
-    ):
-        self.store = store
-        self.parts = parts  # its worker processes render the chunks
-        self.topic = topic
-        self.render = render
-        self.log = RenderedLog(cache_path)
-        self.next: dict[int, int] = {}
+    from rmqfs.engine.read.columnar import drop_blank_units, queue_units
+
+    loaded = dict(start)
+    bufs: dict[int, tuple] = {}
+    pending: list[tuple] = []  # merged units not in a chunk yet: (units, qoffs, queue ids)
+    while True:
+        for q, end in cut.items():
+            b = bufs.get(q)
+            if (b is None or not len(b[0])) and loaded[q] < end:
+                cq = store.consume_queue(topic, q)
+                units, qoffs = queue_units(cq, loaded[q], min(end, loaded[q] + CHUNK_UNITS))
+                if not len(units):  # the queue holds fewer than its cut said: stop there
+                    cut = {**cut, q: loaded[q]}
+                    continue
+                if exact and int(qoffs[0]) != loaded[q]:
+                    raise _Expired(q)
+                loaded[q] = int(qoffs[-1]) + 1
+                units, qoffs, _ = drop_blank_units(units, qoffs)
+                live_cl = units["off"].astype(np.int64) >= store.commitlog.min_offset
+                if not live_cl.all():  # their records expired (CommitLog first, as cleanup)
+                    if exact:
+                        raise _Expired(q)
+                    units, qoffs = units[live_cl], qoffs[live_cl]
+                bufs[q] = (units, qoffs)
+        reached.update(loaded)
+        live = {q: b for q, b in bufs.items() if len(b[0])}
+        if live:  # every unit at or below the smallest last offset loaded, merged
+            bound = min(int(b[0]["off"][-1]) for b in live.values())
+            us, qs, ids = [], [], []
+            for q, (units, qoffs) in live.items():
+                k = int(np.searchsorted(units["off"].astype(np.int64), bound, side="right"))
+                us.append(units[:k])
+                qs.append(qoffs[:k])
+                ids.append(np.full(k, q, dtype=np.int64))
+                bufs[q] = (units[k:], qoffs[k:])
+            units, qoffs, qid_arr = np.concatenate(us), np.concatenate(qs), np.concatenate(ids)
+            if len(live) > 1:
+                order = np.argsort(units["off"].astype(np.int64), kind="stable")
+                units, qoffs, qid_arr = units[order], qoffs[order], qid_arr[order]
+            pending.append((units, qoffs, qid_arr))
+        if not pending:
+            return
+        units = np.concatenate([p[0] for p in pending])
+        qoffs = np.concatenate([p[1] for p in pending])
+        qid_arr = np.concatenate([p[2] for p in pending])
+        pending = []
+        room = np.cumsum(R.unit_rooms(kind, units))
+        a = 0
+        while a < len(units):
+            base = int(room[a - 1]) if a else 0
+            z = int(np.searchsorted(room, base + CHUNK_ROOM, side="right"))
+            z = min(max(z, a + 1), a + CHUNK_UNITS)
+            if z == len(units) and live:  # not full: more units may join it next round
+                pending.append((units[a:], qoffs[a:], qid_arr[a:]))
+                break
+            sl = slice(a, z)
+            ends = {}
+            for q in np.unique(qid_arr[sl]).tolist():
+                ends[q] = int(qoffs[sl][qid_arr[sl] == q][-1]) + 1
+            yield (qid_arr[sl] if queue_id is None else queue_id), units[sl], qoffs[sl], ends
+            a = z
+
+
+class _Expired(Exception):
+    """Units a chunk cut again must hold expired meanwhile (:func:`plan_chunks`)."""
+
+
+class View:
+    """One decoded view (``messages.jsonl`` or ``bodies.txt`` of a topic, in CommitLog order,
+    or of one queue, in queue-offset order), served by range: a :class:`ChunkIndex` built by a
+    sizing pass that keeps no rendered byte gives its exact size at once, and a read renders
+    only the chunks its range touches (in the render workers, into the render cache,
+    ``ChunkCache``). So ``cat``, ``tail``, ``dd skip=`` and ``pread`` work on a view of any
+    size under any ``--cache-size``.
+
+    The index only grows: :meth:`sync` sizes what was stored since (from a consistent cut of
+    the queues), a short last chunk is cut again longer. A view whose oldest messages were
+    deleted (expiry) starts again from the oldest left once no handle holds it open: a reader
+    that keeps it open (``tail -f``) keeps its offsets, and its read of a range whose messages
+    expired fails with EIO. A sizing pass that meets damage ends
+    the view there (:attr:`damage`): reads that reach it fail with EIO.
+
+    Thread-safe: :meth:`sync` under :attr:`lock`; :meth:`read` may run on the trio loop
+    (``fusefs.base.loop_first``) and never waits there."""
+
+    for_others = False  # its sizing was asked by another user than the owner
+
+    def __init__(self, cache: ViewCache, key: tuple, queue_id: int | None) -> None:
+        self.cache = cache
+        self.store = cache.store
+        self.key = key
+        self.kind, self.topic = key[0], key[1]
+        self.queue_id = queue_id
+        self.index = ChunkIndex()
+        self.vid = cache.new_view_id()
+        self.mtime_ms = 0  # newest store time (epoch ms) of its messages
+        self.lock = threading.Lock()
+        self.opens = 0  # open handles (a view held open keeps its index)
+        #: the damage the sizing met right after its last line (a StoreError), or None
+        self.damage: StoreError | None = None
+        self.dropped = False  # its topic was deleted
+        #: the last chunk rendered into memory for a read (no room for it in the cache), as
+        #: ``(chunk, bytes)``: the reads after it in the same chunk need no render; one per
+        #: view held open, dropped with the last handle
+        self._mem: tuple[tuple[int, int, int], bytes] | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes of the view (exact; no lock: safe on the trio loop)."""
+        return self.index.size
+
+    def _cut(self) -> dict[int, int]:
+        if self.queue_id is not None:
+            return {self.queue_id: self.store.max_offset(self.topic, self.queue_id)}
+        return self.store.queue_max_offsets(self.topic)
 
     def up_to_date(self) -> bool:
-        """True when every stored message is rendered, or the view ends at damage (no lock
+        """True when every stored message is in the index, or it ends at damage (no lock
         taken: safe on the trio loop)."""
-        if self.log.damage is not None:
+        if self.damage is not None:
             return True
-        store = self.store
-        for (t, q), cq in list(store.consume_queues.items()):
-            if t == self.topic and cq.max_offset != self.next.get(q, cq.min_offset):
+        ix = self.index
+        nxt = ix.next_offsets()
+        if self.queue_id is not None:
+            cq = self.store.consume_queue(self.topic, self.queue_id)
+            return cq is None or (ix.has(self.queue_id) and cq.max_offset == nxt[self.queue_id])
+        for (t, q), cq in list(self.store.consume_queues.items()):
+            if t == self.topic and cq.max_offset != nxt.get(q, cq.min_offset):
                 return False
         return True
 
-    def _sync_columnar(self, cut: dict, kind: str) -> None:
-        others = self.parts.budget.is_other()
-        lines = 0
-        for qid, end in cut.items():
-            cq = self.store.consume_queue(self.topic, qid)
-            if cq is not None:
-                lines += max(0, end - self.next.get(qid, cq.min_offset))
-        what = f"{self.topic}'s {kind} view"
-        check_fits(self.parts.budget, others, self.log.size, lines, kind, what)
-        _render_chunks(
-            self.parts, self.log, self.topic, _topic_chunks(self, cut), kind, self.store, others
-        )
-
     def sync(self) -> None:
-        """Render the messages stored since the last call, merged by CommitLog offset."""
-        cut = self.store.queue_max_offsets(self.topic)
-        with self.log.lock:
-            if self.log.damage is not None:
-                return  # the view ends at the damage (docs/guarantees.md)
-            done = {}
-            for qid, end in cut.items():
-                cq = self.store.consume_queue(self.topic, qid)
-                if cq is not None and self.next.get(qid, cq.min_offset) < end:
-                    done[qid] = end
-            if not done:
+        """Size what was stored since the last call (the workers render each new chunk once
+        and keep its length; a chunk stays in the render cache only when there is room
+        without evicting anything)."""
+        with self.lock:
+            if self.damage is not None or self.dropped:
                 return
-            try:
-                self._sync_columnar(cut, _LINE_KINDS[self.render])
-            except StoreError as exc:
-                self.log.damage = exc
-                return
-            # only now: up_to_date() must not say yes while lines are still being rendered
-            self.next.update(done)
+            cut = self._cut()
+            ix = self.index.copy()
+            nxt = ix.next_offsets()
+            for q in sorted(cut):
+                cq = self.store.consume_queue(self.topic, q)
+                if cq is None:
+                    continue
+                if not ix.has(q):
+                    ix.add_queue(q, cq.min_offset)
+                elif cq.min_offset > ix.first_offset(q):
+                    if nxt[q] == ix.first_offset(q):  # none of its messages in the view yet
+                        ix.move_start(q, cq.min_offset)
+                    elif not self.opens:  # some in the view expired, and no one reads it
+                        ix = self._restart()
+                        break
+                    elif cq.min_offset > nxt[q]:  # and some never sized: the view skips them
+                        ix.advance({q: cq.min_offset})
+            self._grow(ix, cut)
 
+    def _restart(self) -> ChunkIndex:
+        """Start the index again from the oldest messages left (caller holds :attr:`lock`):
+        its chunks are forgotten, its size starts from zero (a reader sees the file
+        truncated, as ``tail -f`` reports it)."""
+        self.cache.chunks.forget_view(self)
+        self.vid = self.cache.new_view_id()  # renders of the old chunks under way: not kept
+        ix = ChunkIndex()
+        self.mtime_ms = 0
+        for q in sorted(self._cut()):
+            cq = self.store.consume_queue(self.topic, q)
+            if cq is not None:
+                ix.add_queue(q, cq.min_offset)
+        self.index = ix
+        return ix.copy()
 
-def _topic_chunks(self, cut: dict):
-    """What each queue gained up to ``cut`` merged by CommitLog offset, as chunks of at most
-    COLUMNAR_BATCH ``(queue id array, units, queue offsets)``, a bounded number of units at a
-    time: from every queue with units left a chunk is loaded, and every unit at or below the
-    smallest of the chunks' last offsets is emitted (no queue can still have a smaller one:
-    each queue's offsets grow)."""
-    import numpy as np
-
-    from rmqfs.engine.read.columnar import queue_units
-
-    bufs: dict[int, tuple] = {}  # queueId -> (units, queue offsets) not emitted yet
-    pos: dict[int, int] = {}
-    for qid in cut:
-        cq = self.store.consume_queue(self.topic, qid)
-        if cq is not None:
-            pos[qid] = self.next.get(qid, cq.min_offset)
-    while True:
-        for qid, end in cut.items():
-            if qid not in pos:
-                continue
-            b = bufs.get(qid)
-            if (b is None or not len(b[0])) and pos[qid] < end:
-                cq = self.store.consume_queue(self.topic, qid)
-                units, qoffs = queue_units(cq, pos[qid], min(end, pos[qid] + COLUMNAR_BATCH))
-                pos[qid] += len(units)
-                if len(units):
-                    bufs[qid] = (units, qoffs)
-                else:
-                    pos[qid] = end
-        live = {q: b for q, b in bufs.items() if len(b[0])}
-        if not live:
+    def _grow(self, ix: ChunkIndex, cut: dict[int, int]) -> None:
+        """:meth:`sync`'s sizing pass up to ``cut`` on ``ix`` (a copy of the index, caller
+        holds :attr:`lock`), put in place when it is done (or ends at damage)."""
+        nxt = ix.next_offsets()
+        grow = {q: c for q, c in cut.items() if ix.has(q) and c > nxt[q]}
+        if not grow:
+            self.index = ix
             return
-        bound = min(int(b[0]["off"][-1]) for b in live.values())
-        parts, qids = [], []
-        for q, (units, qoffs) in live.items():
-            k = int(np.searchsorted(units["off"].astype(np.int64), bound, side="right"))
-            parts.append((units[:k], qoffs[:k]))
-            qids.append(np.full(k, q, dtype=np.int64))
-            bufs[q] = (units[k:], qoffs[k:])
-        units = np.concatenate([p[0] for p in parts])
-        qoffs = np.concatenate([p[1] for p in parts])
-        qid_arr = np.concatenate(qids)
-        order = np.argsort(units["off"].astype(np.int64), kind="stable")
-        units, qoffs, qid_arr = units[order], qoffs[order], qid_arr[order]
-        for a in range(0, len(units), COLUMNAR_BATCH):
-            sl = slice(a, a + COLUMNAR_BATCH)
-            yield qid_arr[sl], units[sl], qoffs[sl]
+        base = ix.copy()
+        again = bool(ix.chunks) and self._extends_last(ix, grow, nxt)
+        if again:
+            i = ix.chunks - 1
+            start = ix.start_offsets(i)
+            end = {q: max(cut.get(q, nxt[q]), nxt[q]) for q in ix.qids}
+            ix.drop_last()
+        else:
+            start, end = {q: nxt[q] for q in grow}, grow
+        reached: dict[int, int] = {}
+        plan = plan_chunks(
+            self.store, self.topic, self.kind, self.queue_id, start, end, reached, exact=again
+        )
+        try:
+            self._size(ix, plan)
+        except (_Expired, StoreError) as exc:
+            if not again:
+                assert isinstance(exc, StoreError)
+                self.index = ix
+                self.damage = exc
+                return
+            # the last chunk's messages expired meanwhile (or cannot be read again): it stays
+            ix, reached = base, {}
+            plan = plan_chunks(self.store, self.topic, self.kind, self.queue_id, nxt, grow, reached)
+            try:
+                self._size(ix, plan)
+            except StoreError as exc2:
+                self.index = ix
+                self.damage = exc2
+                return
+        ix.advance(reached)
+        self.index = ix
+
+    def _extends_last(self, ix: ChunkIndex, grow: dict[int, int], nxt: dict[int, int]) -> bool:
+        """Whether the last chunk is short and the new units all come after its units in
+        view order, so it is cut again longer instead of a new short chunk following it (a
+        view that grows a few messages at a time keeps chunks of a useful size)."""
+        i = ix.chunks - 1
+        if ix.line_at[i + 1] - ix.line_at[i] >= CHUNK_UNITS // 2:
+            return False
+        if ix.byte_at[i + 1] - ix.byte_at[i] >= CHUNK_ROOM // 4:
+            return False
+        for q, first, _end in ix.ranges(i):
+            cq = self.store.consume_queue(self.topic, q)
+            if cq is None or cq.min_offset > first:
+                return False  # its messages expired: cut again, its bytes would change
+        try:
+            last = self.chunk_units(ix, i)[1]
+        except OSError:  # its messages expired: a new chunk follows it
+            return False
+        if self.queue_id is not None:
+            return True
+        if not len(last):
+            return True
+        from rmqfs.engine.read.columnar import queue_units
+
+        top = int(last["off"].astype("int64").max())
+        for q in grow:
+            first = nxt[q]
+            units, _ = queue_units(self.store.consume_queue(self.topic, q), first, first + 1)
+            if len(units) and int(units["off"][0]) <= top:
+                return False
+        return True
+
+    def _size(self, ix: ChunkIndex, chunks) -> None:
+        """Size ``chunks`` (from :func:`plan_chunks`) in the workers, up to two per worker at
+        once, and append them to the index in order (caller holds :attr:`lock`). A chunk
+        that meets damage: the lines before the damaged record are sized alone and end the
+        view, and its StoreError is raised after ``note_damage``."""
+        from collections import deque
+
+        parts = self.cache.parts
+        store = self.cache.chunks
+        ahead: deque = deque()
+        depth = 2 * parts.workers
+
+        def land(job) -> None:
+            i, fut, ids, units, qoffs, ends, keep = job
+            try:
+                length, _data, lines, newest = store.sized(
+                    self, ix, i, fut, keep, (ids, units, qoffs)
+                )
+            except StoreError as exc:
+                note_damage(self.store, self.topic, ids, units, qoffs, exc)
+                k = damage_index(units, exc)
+                if k:  # the lines before the damaged record end the view
+                    ids_k = ids if isinstance(ids, int) else ids[:k]
+                    fut = parts.submit_task(
+                        R.render_view_chunk,
+                        parts.commitlog_dir,
+                        self.topic,
+                        ids_k,
+                        units[:k],
+                        qoffs[:k],
+                        self.kind,
+                        R.SIZE_ONLY,
+                    )
+                    length, _data, lines, newest = fut.result()
+                    qs = [ids_k] * k if isinstance(ids_k, int) else ids_k.tolist()
+                    ends_k = {q: off + 1 for q, off in zip(qs, qoffs[:k].tolist())}
+                    ix.append(ends_k, length, lines)
+                    self.mtime_ms = max(self.mtime_ms, newest)
+                raise
+            ix.append(ends, length, lines)
+            self.mtime_ms = max(self.mtime_ms, newest)
+
+        try:
+            for ids, units, qoffs, ends in chunks:
+                i = ix.chunks + len(ahead)
+                fut, keep = store.size_chunk(self, ids, units, qoffs)
+                ahead.append((i, fut, ids, units, qoffs, ends, keep))
+                while len(ahead) >= depth:
+                    land(ahead.popleft())
+            while ahead:
+                land(ahead.popleft())
+        finally:
+            for job in ahead:  # an error: the chunks after it are not wanted
+                store.abandon(job[1], job[6])
+
+    def chunk_units(self, ix: ChunkIndex, i: int):
+        """``(queue_ids, units, queue offsets)`` of chunk ``i`` of ``ix`` (the view's index, or
+        one a reader holds), as :func:`plan_chunks` gave them (blank filler dropped, merged by
+        commitLogOffset). OSError(EIO) when the queue no longer has them (expired)."""
+        import numpy as np
+
+        from rmqfs.engine.read.columnar import drop_blank_units, queue_units
+
+        us, qs, ids = [], [], []
+        for q, first, end in ix.ranges(i):
+            units, qoffs = queue_units(self.store.consume_queue(self.topic, q), first, end)
+            if (
+                first + len(units) < end
+                or (len(qoffs) and qoffs[0] != first)
+                or (len(units) and int(units["off"].min()) < self.store.commitlog.min_offset)
+            ):
+                raise OSError(errno.EIO, f"{self.what}: ConsumeQueue units missing (expired?)")
+            units, qoffs, _ = drop_blank_units(units, qoffs)
+            us.append(units)
+            qs.append(qoffs)
+            ids.append(np.full(len(units), q, dtype=np.int64))
+        if not us:
+            from rmqfs.engine.read.columnar import UNIT_DTYPE
+
+            return self.queue_id or 0, np.zeros(0, UNIT_DTYPE), np.zeros(0, np.int64)
+        units, qoffs, qid_arr = np.concatenate(us), np.concatenate(qs), np.concatenate(ids)
+        if len(us) > 1:
+            order = np.argsort(units["off"].astype(np.int64), kind="stable")
+            units, qoffs, qid_arr = units[order], qoffs[order], qid_arr[order]
+        if self.queue_id is not None:
+            return self.queue_id, units, qoffs
+        return qid_arr, units, qoffs
+
+    @property
+    def what(self) -> str:
+        """The view, in words (for errors)."""
+        where = self.topic if self.queue_id is None else f"{self.topic}/{self.queue_id}"
+        return f"{where}'s {self.kind} view"
+
+    @loop_first
+    def read(self, offset: int, length: int, end: int | None = None) -> bytes | bytearray:
+        """Up to ``length`` bytes at ``offset``, not past ``end`` (default: the view's size).
+        On the trio loop only when every chunk touched is in the render cache and its bytes in
+        the page cache (else WouldBlock); in a worker thread it renders the chunks missing
+        and starts the next ones (read-ahead). Raises OSError(EIO) when a chunk cannot be
+        rendered again (its messages expired, a worker keeps dying)."""
+        ix = self.index
+        stop = min(offset + length, ix.size if end is None else min(end, ix.size))
+        out = []
+        while offset < stop:
+            i = ix.chunk_at(offset)
+            first, last = ix.byte_at[i], ix.byte_at[i + 1]
+            n = min(stop, last) - offset
+            out.append(self._read_chunk(ix, i, offset - first, n, last - first))
+            offset += n
+        if len(out) == 1:
+            return out[0]
+        return b"".join(out)
+
+    def _read_chunk(
+        self, ix: ChunkIndex, i: int, at: int, n: int, length: int
+    ) -> bytes | bytearray:
+        mem = self._mem
+        if mem is not None and mem[0] == (self.vid, i, ix.byte_at[i + 1]):
+            return mem[1][at : at + n]
+        chunks = self.cache.chunks
+        data = chunks.read(self, ix, i, at, n)
+        if data is not None and len(data) == n:
+            if on_loop() and chunks.wants_ahead(self, ix, i):
+                would_block()  # the thread that serves it starts the next chunks
+            if not on_loop():
+                chunks.read_ahead(self, ix, i)
+            return data
+        would_block()
+        chunks.read_ahead(self, ix, i)
+        from concurrent.futures.process import BrokenProcessPool
+
+        for _ in range(READ_RENDERS):
+            try:
+                got = chunks.render_for_read(self, ix, i)
+            except BrokenProcessPool:
+                continue  # its worker died: the next render runs in a fresh pool
+            except StoreError as exc:
+                raise OSError(errno.EIO, f"{self.what}: {exc}") from None
+            if isinstance(got, (bytes, bytearray)):  # not kept: no room in the cache
+                if len(got) != length:
+                    raise OSError(errno.EIO, f"{self.what}: the store changed under the view")
+                if self.opens:
+                    self._mem = ((self.vid, i, ix.byte_at[i + 1]), got)
+                return got[at : at + n]
+            data = chunks.read(self, ix, i, at, n)
+            if data is not None and len(data) == n:
+                return data
+        raise OSError(errno.EIO, f"{self.what}: chunk {i} could not be rendered")
+
+    def byte_offset(self, queue_offset: int) -> int:
+        """Byte offset where the line of ``queue_offset`` starts in a queue's ``messages``
+        view (clamped to the view); renders the chunk holding it when the cache lacks it
+        (worker threads only). Lines of ``messages.jsonl`` hold no raw newline, so the
+        line's start is found by counting the chunk's newlines."""
+        import numpy as np
+
+        ix = self.index
+        q = self.queue_id
+        assert q is not None and self.kind == "messages"
+        if not ix.has(q) or not ix.chunks or queue_offset <= ix.first_offset(q):
+            return 0
+        i = ix.chunk_of_offset(q, queue_offset)
+        if i >= ix.chunks:
+            return ix.size
+        _, _units, qoffs = self.chunk_units(ix, i)
+        k = int(np.searchsorted(qoffs, queue_offset))
+        if k == 0:
+            return ix.byte_at[i]
+        data = self.read(ix.byte_at[i], ix.byte_at[i + 1] - ix.byte_at[i])
+        nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+        return ix.byte_at[i] + int(nl[k - 1]) + 1
+
+    def hold(self) -> None:
+        """An open handle reads it: its index is not dropped meanwhile."""
+        with self.cache.lock:
+            self.opens += 1
+
+    def release(self) -> None:
+        """A handle of :meth:`hold` is closed."""
+        with self.cache.lock:
+            self.opens -= 1
+            if not self.opens:
+                self._mem = None
+
+
+class ChunkCache:
+    """The rendered chunks of every view, in files under the cache directory, least recently
+    used first; their bytes count in the one bound of the render cache (:class:`RenderBudget`,
+    with the ``view/`` parts). A chunk is rendered by the workers of :class:`PartCache` into a
+    file of its own (a new name for each render), which a read ``pread``s; an evicted chunk
+    is rendered again when read. A kept chunk is known by its view, its number and its end in
+    the view: a short last chunk cut again longer, or a view started again, never serves the
+    bytes of the chunk it replaced. Owned by :class:`ViewCache`; its state changes under
+    :attr:`lock` only."""
+
+    #: chunks a sequential read has rendered ahead of it, per worker
+    AHEAD_PER_WORKER = 2
+
+    def __init__(self, cache_dir: str, parts: PartCache, budget: RenderBudget) -> None:
+        self.dir = os.path.join(cache_dir, "chunks")
+        os.makedirs(self.dir, exist_ok=True)
+        self.parts = parts
+        self.budget = budget
+        self.lock = threading.Lock()
+        #: (view id, chunk) -> (view, end in the view, file, bytes on disk, charged to other
+        #: users), least recently used first
+        self.kept: dict[tuple[int, int], tuple[View, int, str, int, bool]] = {}
+        #: (view id, chunk, end) -> (Future, room reserved, others, file) of renders for reads
+        self.rendering: dict[tuple[int, int, int], tuple[Future, int, bool, str]] = {}
+        self.totals = [0, 0]  # bytes on disk kept for the owner, for other users
+        self._serial = itertools.count()
+
+    def _new_path(self) -> str:
+        """A file name no render used before."""
+        return os.path.join(self.dir, f"c{next(self._serial)}")
+
+    def bytes_of(self, others: bool) -> int:
+        """Bytes on disk of the chunks charged to other users (True) or to the owner."""
+        return self.totals[others]
+
+    def _keep(self, view: View, i: int, end: int, path: str, length: int, others: bool) -> None:
+        """Count chunk ``i``'s file (caller holds :attr:`lock`), most recently used."""
+        if (view.vid, i) in self.kept:
+            self._unkeep((view.vid, i))
+        disk = on_disk(length)
+        self.kept[(view.vid, i)] = (view, end, path, disk, others)
+        self.totals[others] += disk
+
+    def _unkeep(self, key: tuple[int, int]) -> None:
+        """Forget and delete a kept chunk's file (caller holds :attr:`lock`); a read that
+        opened it keeps reading it."""
+        _view, _end, path, disk, others = self.kept.pop(key)
+        self.totals[others] -= disk
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def _current(
+        self, view: View, ix: ChunkIndex, i: int
+    ) -> tuple[View, int, str, int, bool] | None:
+        """The kept chunk ``i`` of ``view`` when it is chunk ``i`` of the index ``ix`` (caller
+        holds :attr:`lock`); one cut otherwise (shorter, before the index grew) is deleted
+        when ``ix`` is the view's index now."""
+        key = (view.vid, i)
+        got = self.kept.get(key)
+        if got is None:
+            return None
+        if got[0] is view and i < ix.chunks and got[1] == ix.byte_at[i + 1]:
+            return got
+        if ix is view.index:
+            self._unkeep(key)
+        return None
+
+    @loop_first
+    def read(self, view: View, ix: ChunkIndex, i: int, at: int, n: int) -> bytes | bytearray | None:
+        """``n`` bytes at ``at`` of chunk ``i`` when the cache holds it (most recently used
+        now, and the owner's when the owner reads it), else None. On the trio loop it never
+        waits (WouldBlock when the lock is busy or the bytes are not in the page cache)."""
+        if on_loop():
+            if not self.lock.acquire(blocking=False):
+                would_block()
+        else:
+            self.lock.acquire()
+        try:
+            got = self._current(view, ix, i)
+            if got is None:
+                return None
+            key = (view.vid, i)
+            v, end, path, disk, others = self.kept.pop(key)
+            if others and not self.budget.is_other():
+                self.totals[True] -= disk
+                self.totals[False] += disk
+                others = False
+            self.kept[key] = (v, end, path, disk, others)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                return None
+        finally:
+            self.lock.release()
+        try:
+            return pread(fd, n, at)
+        finally:
+            os.close(fd)
+
+    def _start(self, view: View, ix: ChunkIndex, i: int, evict: bool) -> tuple[Future | None, bool]:
+        """``(render, kept)``: the render of chunk ``i`` under way for reads, else a new one
+        with its room taken in the bound (evicting least recently used renders when
+        ``evict``), or ``(None, True)`` when the cache holds the chunk, ``(None, False)`` when
+        there is no room for it. Its file is counted when it lands (:meth:`_landed`)."""
+        end = ix.byte_at[i + 1]
+        rkey = (view.vid, i, end)
+        with self.lock:
+            job = self.rendering.get(rkey)
+            if job is not None:
+                return job[0], False
+            if self._current(view, ix, i) is not None:
+                return None, True
+        ids, units, qoffs = view.chunk_units(ix, i)
+        room = on_disk(R.chunk_room(view.kind, units))
+        others = self.budget.is_other()
+        if evict:
+            try:
+                self.budget.take(room, others, view.what, keep=(view.vid, i))
+            except OSError:
+                return None, False
+        elif not self.budget.try_take(room, others):
+            return None, False
+        try:
+            with self.lock:
+                job = self.rendering.get(rkey)
+                if job is not None or self._current(view, ix, i) is not None:
+                    self.budget.give(room, others)
+                    return (job[0] if job else None), job is None
+                path = self._new_path()
+                fut = self.parts.submit_task(
+                    R.render_view_chunk,
+                    self.parts.commitlog_dir,
+                    view.topic,
+                    ids,
+                    units,
+                    qoffs,
+                    view.kind,
+                    (path, room),
+                )
+                self.rendering[rkey] = (fut, room, others, path)
+        except BaseException:
+            self.budget.give(room, others)
+            raise
+        fut.add_done_callback(lambda f, v=view, k=rkey: self._landed(v, k, f))
+        return fut, False
+
+    def _landed(self, view: View, rkey: tuple[int, int, int], fut: Future) -> None:
+        """A render for reads is over: its file kept when it is still the chunk the view's
+        index has (else deleted), its reservation given back. Runs in the pool's thread, or
+        in the reader's."""
+        with self.lock:
+            job = self.rendering.get(rkey)
+            if job is None or job[0] is not fut:
+                return
+            del self.rendering[rkey]
+            _fut, room, others, path = job
+            try:
+                written = (
+                    not fut.cancelled() and fut.exception() is None and fut.result()[1] is None
+                )
+                vid, i, end = rkey
+                if written and vid == view.vid and not view.dropped:
+                    self._keep(view, i, end, path, fut.result()[0], others)
+                elif written:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+            finally:
+                self.budget.give(room, others)
+
+    def render_for_read(self, view: View, ix: ChunkIndex, i: int) -> bytes | None:
+        """Render chunk ``i`` for a read and wait for it: None once its file is kept (read it
+        with :meth:`read`), or its bytes when the cache has no room for it (served from
+        memory, not kept). Raises the render's error (StoreError on damage,
+        BrokenProcessPool when its worker died)."""
+        fut, kept = self._start(view, ix, i, evict=True)
+        if kept:
+            return None
+        if fut is None:  # no room even after evicting: rendered into memory for this read
+            ids, units, qoffs = view.chunk_units(ix, i)
+            args = (self.parts.commitlog_dir, view.topic, ids, units, qoffs, view.kind, None)
+            return self.parts.submit_task(R.render_view_chunk, *args).result()[1]
+        data = fut.result()[1]
+        self._landed(view, (view.vid, i, ix.byte_at[i + 1]), fut)  # before its callback
+        return data
+
+    def wants_ahead(self, view: View, ix: ChunkIndex, i: int) -> bool:
+        """Whether a sequential reader at chunk ``i`` should start the next chunks (the one
+        half the read-ahead away is neither kept nor under way). Never waits."""
+        j = min(i + max(1, self.AHEAD_PER_WORKER * self.parts.workers // 2), ix.chunks - 1)
+        if j <= i:
+            return False
+        return (view.vid, j) not in self.kept and (
+            view.vid,
+            j,
+            ix.byte_at[j + 1],
+        ) not in self.rendering
+
+    def read_ahead(self, view: View, ix: ChunkIndex, i: int) -> None:
+        """Start the renders of the chunks after ``i`` (as many as keep the workers busy)
+        that the cache neither holds nor renders, while there is room (worker threads)."""
+        last = min(ix.chunks, i + 1 + self.AHEAD_PER_WORKER * self.parts.workers)
+        for j in range(i + 1, last):
+            try:
+                fut, kept = self._start(view, ix, j, evict=True)
+            except Exception:  # noqa: BLE001 - the read of that chunk reports it
+                return
+            if fut is None and not kept:
+                return  # no room
+
+    def size_chunk(self, view: View, ids, units, qoffs) -> tuple[Future, tuple[int, str] | None]:
+        """Start the sizing render of a chunk (``View._size``): written to a file of its own
+        when the bound has room for it without evicting anything; returns the render and
+        ``(room taken, file)``, or None for a render that keeps nothing."""
+        room = on_disk(R.chunk_room(view.kind, units))
+        others = self.budget.is_other()
+        keep = (room, self._new_path()) if self.budget.try_take(room, others) else None
+        try:
+            fut = self.parts.submit_task(
+                R.render_view_chunk,
+                self.parts.commitlog_dir,
+                view.topic,
+                ids,
+                units,
+                qoffs,
+                view.kind,
+                (keep[1], room) if keep else R.SIZE_ONLY,
+            )
+        except BaseException:
+            if keep:
+                self.budget.give(room, others)
+            raise
+        return fut, keep
+
+    def sized(
+        self,
+        view: View,
+        ix: ChunkIndex,
+        i: int,
+        fut: Future,
+        keep: tuple[int, str] | None,
+        chunk: tuple,
+    ):
+        """The result of :meth:`size_chunk`'s render of chunk ``i`` (``chunk``: its
+        ``(queue_ids, units, queue offsets)``; raises its error), its file kept when it was
+        written, the room given back. A worker that died: sized once more, keeping nothing.
+        Called in chunk order, before the chunk joins ``ix`` (the index being built)."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        others = self.budget.is_other()
+        try:
+            try:
+                result = fut.result()
+            except BrokenProcessPool:
+                if keep:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(keep[1])
+                    self.budget.give(keep[0], others)
+                    keep = None
+                args = (self.parts.commitlog_dir, view.topic, *chunk, view.kind, R.SIZE_ONLY)
+                result = self.parts.submit_task(R.render_view_chunk, *args).result()
+            if keep and result[1] is None:
+                with self.lock:
+                    end = ix.size + result[0]
+                    self._keep(view, i, end, keep[1], result[0], others)
+            return result
+        finally:
+            if keep:
+                self.budget.give(keep[0], others)
+
+    def abandon(self, fut: Future, keep: tuple[int, str] | None) -> None:
+        """A sizing render no longer wanted: its file deleted once it is over."""
+        fut.cancel()
+        with contextlib.suppress(Exception):
+            fut.exception()
+        if keep:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(keep[1])
+            self.budget.give(keep[0], self.budget.is_other())
+
+    def forget(self, view: View, i: int) -> None:
+        """Drop chunk ``i`` of ``view`` (cut again)."""
+        with self.lock:
+            if (view.vid, i) in self.kept:
+                self._unkeep((view.vid, i))
+
+    def forget_view(self, view: View) -> None:
+        """Drop every kept chunk of ``view``; renders under way are deleted as they land."""
+        with self.lock:
+            for key in [k for k in self.kept if k[0] == view.vid]:
+                self._unkeep(key)
+
+    def evict_one(self, others_only: bool, keep=None) -> bool:
+        """Delete the least recently used kept chunk (charged to other users only when
+        ``others_only``; never ``keep``). False when there is none."""
+        with self.lock:
+            for key, got in self.kept.items():
+                if key == keep or (others_only and not got[4]):
+                    continue
+                self._unkeep(key)
+                return True
+        return False
+
+    def close(self) -> None:
+        """Delete every kept chunk."""
+        with self.lock:
+            for key in list(self.kept):
+                self._unkeep(key)
 
 
 class ViewCache:
-    """Creates views on first use and owns their cache files under ``cache_dir``."""
+    """The decoded views of a mount: one :class:`View` per ``(kind, topic)`` and ``(kind,
+    topic, queueId)`` used, created on first use (their indexes kept, :data:`VIEWS_KEPT` at
+    most), their rendered chunks (:class:`ChunkCache`) and ``view/`` parts (:class:`PartCache`)
+    under ``cache_dir`` in one bound (``--cache-size``, :class:`RenderBudget`)."""
 
     def __init__(
         self,
@@ -641,134 +1103,92 @@ class ViewCache:
         self.cache_dir = cache_dir
         os.makedirs(cache_dir, exist_ok=True)
         self.cache_size = default_cache_size(cache_dir) if cache_size is None else cache_size
-        #: the one bound of everything rendered (views here, parts in PartCache)
+        #: the one bound of everything rendered (chunks here, parts in PartCache)
         self.budget = RenderBudget(self.cache_size)
         self.parts = PartCache(store, cache_dir, self.cache_size, workers, self.budget)
-        self._views: dict = {}  # key -> view, least recently used first
-        self._evicted: dict = {}  # key -> (size, mtime ms, store cut) of evicted views
-        self._lock = threading.Lock()
+        self.chunks = ChunkCache(cache_dir, self.parts, self.budget)
+        self._views: dict[tuple, View] = {}  # key -> view, least recently used first
+        self.lock = threading.Lock()
         self._n = 0
         self.budget.on_disk = self.bytes_on_disk
         self.budget.evict_one = self.evict_one
 
-    def json_bytes(self, others: bool | None = None) -> int:
-        """Bytes of the rendered JSON views on disk, in whole pages (charged to other users,
-        to the owner, or all for None)."""
-        return sum(
-            v.log.disk_size
-            for v in list(self._views.values())
-            if others is None or v.for_others == others
-        )
+    def new_view_id(self) -> int:
+        """A number no other view of this cache has (names its chunk files)."""
+        self._n += 1
+        return self._n
 
     def bytes_on_disk(self, others: bool) -> int:
-        """Bytes of the renders (JSON views and parts) charged to other users or to the owner."""
-        return self.json_bytes(others) + self.parts.bytes_of(others)
+        """Bytes of the renders (chunks and parts) charged to other users or to the owner."""
+        return self.chunks.bytes_of(others) + self.parts.bytes_of(others)
 
     def evict_one(self, others_only: bool, keep=None) -> bool:
-        """Evict the least recently used JSON view that no one holds open or is rendering
-        (only one charged to other users when ``others_only``; never ``keep``), else such a
-        part (``PartCache.evict_one``); its size and mtime are kept, so a stat of it renders
-        nothing. False when there is none."""
-        with self._lock:
-            for key, v in list(self._views.items()):
-                if key == keep or v.log.opens or (others_only and not v.for_others):
-                    continue
-                if not v.log.lock.acquire(blocking=False):
-                    continue  # being rendered
-                try:
-                    if v.log.opens:
-                        continue
-                    if v.log.damage is None:  # a damaged view is rendered (and noted) again
-                        self._evicted[key] = (v.log.size, v.log.mtime_ms, self._view_cut(key, v))
-                    v.log.close()
-                    del self._views[key]
-                    return True
-                finally:
-                    v.log.lock.release()
-        return self.parts.evict_one(others_only, keep)
+        """Evict the least recently used rendered chunk, else ``view/`` part (only one
+        charged to other users when ``others_only``; never ``keep``). False when none."""
+        return self.chunks.evict_one(others_only, keep) or self.parts.evict_one(others_only, keep)
 
-    def _get(self, key, factory):
+    def _get(self, key: tuple, queue_id: int | None) -> View:
         others = self.budget.is_other()
-        with self._lock:
+        with self.lock:
             v = self._views.pop(key, None)
             if v is None:
-                self._n += 1
-                v = factory(os.path.join(self.cache_dir, f"view-{self._n}"))
+                v = View(self, key, queue_id)
                 v.for_others = others
-                self._evicted.pop(key, None)
             elif not others:
-                v.for_others = False  # the owner uses it: the owner's from now on
+                v.for_others = False
             self._views[key] = v  # most recently used
-            v.used = time.monotonic()
+            drop: list[tuple] = []
+            gone: list[View] = []
+            if len(self._views) > VIEWS_KEPT:
+                for k, old in self._views.items():
+                    if len(self._views) - len(drop) <= VIEWS_KEPT:
+                        break
+                    if not old.opens and k != key and not old.lock.locked():
+                        drop.append(k)
+                gone = [self._views.pop(k) for k in drop]
+        for old in gone:  # outside the lock: forgetting takes the chunks' lock
+            old.dropped = True
+            self.chunks.forget_view(old)
         return v
 
-    def _cut(self, key) -> tuple:
-        """Where the store stands for a view: the max offset of each of its queues."""
-        s = self.store
-        if len(key) == 3:
-            return (s.max_offset(key[1], key[2]),)
-        return tuple(sorted(s.queue_max_offsets(key[1]).items()))
-
-    def _view_cut(self, key, v) -> tuple:
-        if len(key) == 3:
-            return (v.next_offset,)
-        return tuple(sorted(v.next.items()))
-
-    def peek(self, *key):
-        """The view of ``key`` (``(kind, topic)`` or ``(kind, topic, queueId)``) when it exists
-        and is up to date, else None; for a view evicted from the cache while up to date, an
-        object whose ``log`` has its ``size`` and ``mtime_ms`` (a stat needs no re-render).
-        Never blocks: the FUSE layer calls it on the trio loop."""
+    def peek(self, *key) -> View | None:
+        """The view of ``key`` (``(kind, topic)`` or ``(kind, topic, queueId)``) when it
+        exists and is up to date, else None. Never blocks: the FUSE layer calls it on the
+        trio loop."""
         v = self._views.get(key)
         if v is not None and v.up_to_date():
             return v
-        old = self._evicted.get(key)
-        if v is None and old is not None:
-            size, mtime_ms, cut = old
-            try:
-                if self._cut(key) == cut:
-                    from types import SimpleNamespace
-
-                    return SimpleNamespace(log=SimpleNamespace(size=size, mtime_ms=mtime_ms))
-            except Exception:  # noqa: BLE001 - a stat falls back to the slow path
-                return None
         return None
 
-    def queue(self, kind: str, topic: str, queue_id: int, render: Renderer) -> QueueView:
-        """The synced queue view of ``kind`` (a name for ``render``)."""
-        key = (kind, topic, queue_id)
-        v = self._get(key, lambda p: QueueView(self.store, topic, queue_id, render, p, self.parts))
+    def queue(self, kind: str, topic: str, queue_id: int, render: Renderer) -> View:
+        """The synced view of one queue, ``kind`` naming ``render`` (``messages``,
+        ``bodies``)."""
+        v = self._get((kind, topic, queue_id), queue_id)
         v.sync()
         return v
 
-    def topic(self, kind: str, topic: str, render: Renderer) -> TopicView:
-        """The synced topic view of ``kind``."""
-        key = (kind, topic)
-        v = self._get(key, lambda p: TopicView(self.store, topic, render, p, self.parts))
+    def topic(self, kind: str, topic: str, render: Renderer) -> View:
+        """The synced view of a topic."""
+        v = self._get((kind, topic), None)
         v.sync()
         return v
 
     def drop_topic(self, topic: str) -> None:
-        """Forget every rendered view and part of ``topic`` (deleted: ``rmdir topics/T``,
-        or a topic created again later, which must not show the old renders). A view open
-        for reading keeps its file until its last handle is released."""
-        with self._lock:
+        """Forget every view, rendered chunk and part of ``topic`` (deleted: ``rmdir
+        topics/T``, or a topic created again later, which must not show the old renders). A
+        handle still open on a view of it reads EIO past what its reader already has."""
+        with self.lock:
             gone = [self._views.pop(k) for k in [k for k in self._views if k[1] == topic]]
-            for key in [k for k in self._evicted if k[1] == topic]:
-                del self._evicted[key]
-        for v in gone:  # not under self._lock: a render holding v's lock may evict meanwhile
-            with v.log.lock:
-                v.log.dropped = True
-                if not v.log.opens:
-                    v.log.close()
+        for v in gone:
+            v.dropped = True
+            self.chunks.forget_view(v)
         self.parts.drop_topic(topic)
 
     def close(self) -> None:
-        """Delete every cache file (and stop the part renderers)."""
+        """Delete every cache file (and stop the render workers)."""
         self.parts.close()
-        with self._lock:
-            for v in self._views.values():
-                v.log.close()
+        self.chunks.close()
+        with self.lock:
             self._views.clear()
 
 

@@ -246,12 +246,15 @@ def queue_units(
     """Units of queue offsets ``[start, end)`` of a store's ConsumeQueue, read through its
     ``read_units`` (:meth:`engine.format.consumequeue.ConsumeQueue.read_units`, across its files), as
     ``(UNIT_DTYPE array, int64 queue offsets)``; blank filler kept (:func:`drop_blank_units`
-    removes it). Shorter than asked when the queue holds fewer units (``cq`` None: empty).
+    removes it). Shorter than asked when the queue holds fewer units (``cq`` None: empty);
+    starting later when ``start`` is below the queue's min offset (those units expired).
 
     The one reader of ConsumeQueue bytes for the views (``fusefs.views``): above the engine
     units are numpy arrays, never raw bytes.
     """
     out = []
+    if cq is not None:  # none below the queue's min offset (expired): labelled from there
+        start = max(start, cq.min_offset)
     pos = start
     while cq is not None and pos < end:
         raw = cq.read_units(pos, end - pos)
