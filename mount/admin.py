@@ -34,9 +34,29 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 from rmqfs.engine.errors import StoreLockedError
 from rmqfs.engine.live.progress import consumer_progress, diff_total
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from tqdm import tqdm
+
+    from rmqfs.engine.format.message import MessageRecord
+    from rmqfs.engine.format.tracedata import TraceEntry
+    from rmqfs.engine.store import MessageStore, StoreConfig
+    from rmqfs.engine.tools.verify import VerifyResult
+
+ParserT = TypeVar("ParserT", bound=argparse.ArgumentParser)
+
+#: A command's handler: the parsed arguments in, the exit status out.
+Command = Callable[[argparse.Namespace], int]
+#: What ``ArgumentParser.add_subparsers`` returns, on which the commands are registered (its
+#: parsers are of the class of the parser it was added to: ``rmqfs``'s is a subclass). A string:
+#: the class is subscriptable for type checkers only.
+Subparsers: TypeAlias = "argparse._SubParsersAction[ParserT]"
 
 TIME_FORMAT_HELP = "epoch ms, yyyy-MM-dd#HH:mm:ss:SSS (local time) or now"
 
@@ -77,7 +97,7 @@ def format_time(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", t) + f",{ms % 1000:03d}"
 
 
-def _progress(total: int, desc: str, unit: str = "B"):
+def _progress(total: int, desc: str, unit: str = "B") -> tqdm[NoReturn]:
     """The progress factory of every long command (engine.service.workprogress): a tqdm bar on stderr,
     hidden when stderr is not a terminal."""
     from .progress import terminal_bar
@@ -85,7 +105,7 @@ def _progress(total: int, desc: str, unit: str = "B"):
     return terminal_bar(total, desc, unit)
 
 
-def broker_config(args):
+def broker_config(args: argparse.Namespace) -> StoreConfig | None:
     """The StoreConfig of ``--config broker.conf``, or None without it. Raises AdminError
     when the file cannot be read, ValueError for a bad value."""
     from rmqfs.engine.store import StoreConfig
@@ -106,7 +126,7 @@ def _check_store(path: str) -> str:
     return root
 
 
-def _through_mount(args, mnt: str) -> str:
+def _through_mount(args: argparse.Namespace, mnt: str) -> str:
     """What a write command does through the mount at ``mnt`` that holds its store (the mount
     keeps offsets and the CommitLog tail in memory, so the offline writer must not race it)."""
     cmd = getattr(args, "command", "")
@@ -146,7 +166,7 @@ def _through_mount(args, mnt: str) -> str:
     return f"unmount it first: rmqfs umount {mnt}"
 
 
-def _locked_hint(args, exc: StoreLockedError) -> str:
+def _locked_hint(args: argparse.Namespace, exc: StoreLockedError) -> str:
     """The message for a write command refused by the store's lock: the holder, and what to
     do instead (through its mount when the holder is an rmqfs mount, else stop the broker)."""
     from .mounts import mountpoint_of
@@ -160,7 +180,7 @@ def _locked_hint(args, exc: StoreLockedError) -> str:
     )
 
 
-def open_store(args, write: bool = False, create: bool = False):
+def open_store(args: argparse.Namespace, write: bool = False, create: bool = False) -> MessageStore:
     """Open ``args.store``: read-only unless ``write`` (which takes the lock).
 
     ``create``: a missing or empty directory becomes a new store. Raises NotAStoreError for a
@@ -184,14 +204,14 @@ def open_store(args, write: bool = False, create: bool = False):
     )
 
 
-def _topic(store, topic: str):
+def _topic(store: MessageStore, topic: str) -> str:
     if topic not in store.topic_names():
         known = ", ".join(store.topic_names()) or "none"
         raise AdminError(f"topic {topic} does not exist (topics: {known})")
     return topic
 
 
-def _queue(store, topic: str, queue_id: int) -> int:
+def _queue(store: MessageStore, topic: str, queue_id: int) -> int:
     ids = store.queue_ids(topic)
     if queue_id not in ids:
         raise AdminError(
@@ -200,11 +220,11 @@ def _queue(store, topic: str, queue_id: int) -> int:
     return queue_id
 
 
-def _body_text(rec, charset: str) -> str:
+def _body_text(rec: MessageRecord, charset: str) -> str:
     return rec.plain_body.decode(charset, errors="replace")
 
 
-def _message_line(rec, print_body: bool, charset: str) -> str:
+def _message_line(rec: MessageRecord, print_body: bool, charset: str) -> str:
     body = _body_text(rec, charset) if print_body else "NOT PRINT BODY"
     keys = " ".join(rec.keys)
     return (
@@ -215,13 +235,13 @@ def _message_line(rec, print_body: bool, charset: str) -> str:
     )
 
 
-def _json_line(rec) -> str:
+def _json_line(rec: MessageRecord) -> str:
     from rmqfs.fusefs.render import render_message
 
     return render_message(rec).decode("utf-8").rstrip("\n")
 
 
-def _print_detail(rec, print_body: bool, charset: str) -> None:
+def _print_detail(rec: MessageRecord, print_body: bool, charset: str) -> None:
     """A message the way ``mqadmin queryMsgById`` shows it."""
     from rmqfs.engine.format.message import host_to_str
 
@@ -252,7 +272,7 @@ def _print_detail(rec, print_body: bool, charset: str) -> None:
 # verify / recover
 
 
-def cmd_verify(args) -> int:
+def cmd_verify(args: argparse.Namespace) -> int:
     """``rmqfs verify STORE``: check every record, unit and index item; exit 1 on any error."""
     from rmqfs.engine.tools.verify import verify_store
 
@@ -268,7 +288,7 @@ def cmd_verify(args) -> int:
     return 1
 
 
-def _verify_json(res) -> dict:
+def _verify_json(res: VerifyResult) -> dict[str, Any]:
     """The verification as one JSON object (offsets in bytes, RocketMQ-style field names)."""
     return {
         "ok": res.ok,
@@ -303,7 +323,7 @@ def _verify_json(res) -> dict:
     }
 
 
-def _print_verify(res) -> None:
+def _print_verify(res: VerifyResult) -> None:
     if res.lock_holder:
         print(
             f"store in use by process {res.lock_holder}: records still being written may "
@@ -344,7 +364,7 @@ def _print_verify(res) -> None:
         print(f"OK: no errors, {n_warn} warnings")
 
 
-def cmd_recover(args) -> int:
+def cmd_recover(args: argparse.Namespace) -> int:
     """``rmqfs recover STORE``: repair what verify finds; exit 1 if verify still fails."""
     from rmqfs.engine.tools.verify import recover_store
 
@@ -371,7 +391,7 @@ def cmd_recover(args) -> int:
 # produce
 
 
-def _create_hint(args, queues: int | None = None) -> str:
+def _create_hint(args: argparse.Namespace, queues: int | None = None) -> str:
     """How to create the missing topic for ``produce``, in the option letters of the name it
     was run by: ``-c`` is rmqfs produce's ``--create`` but mqadmin sendMessage's tags, and
     mqadmin creates topics with updateTopic (``args.mqadmin``: the mqadmin name the command was
@@ -389,7 +409,7 @@ def _create_hint(args, queues: int | None = None) -> str:
     )
 
 
-def cmd_produce(args) -> int:
+def cmd_produce(args: argparse.Namespace) -> int:
     """``rmqfs produce STORE -t TOPIC [FILE...]``: one message per line (stdin without FILE)."""
     from rmqfs.engine.errors import StoreError
     from rmqfs.engine.format.config import validate_queue_nums, validate_topic_name
@@ -453,11 +473,8 @@ def cmd_produce(args) -> int:
                 n = args.queues or store.config.default_topic_queue_nums
                 raise AdminError(f"topic {args.topic} does not exist; {_create_hint(args, n)}")
             check_topic_creatable(args.topic)  # AdminBrokerProcessor: no system topics
-            store.create_topic(args.topic, args.queues)
-            print(
-                f"created topic {args.topic} with "
-                f"{store.topic_config.get(args.topic).write_queue_nums} queues"
-            )
+            created = store.create_topic(args.topic, args.queues)
+            print(f"created topic {args.topic} with {created.write_queue_nums} queues")
         if args.queue_id is not None:
             _queue(store, args.topic, args.queue_id)
         counts: dict[int, int] = {}
@@ -466,7 +483,7 @@ def cmd_produce(args) -> int:
         last: PutResult | None = None
         total = 0
 
-        def put(lines):
+        def put(lines: Iterable[bytes]) -> None:
             nonlocal first, last, total
             msgs = [
                 Message(
@@ -519,7 +536,9 @@ def cmd_produce(args) -> int:
     return 0
 
 
-def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
+def _produce_stream(
+    path: str, put: Callable[[list[bytes]], None], batch_bytes: int = 1 << 20
+) -> None:
     """Split ``path`` (``-`` = stdin) into lines and put them in batches of about 1 MiB."""
     if path == "-":
         f = sys.stdin.buffer
@@ -554,7 +573,7 @@ def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
 # print-msg / query-msg
 
 
-def cmd_print_msg(args) -> int:
+def cmd_print_msg(args: argparse.Namespace) -> int:
     """``printMsg`` / ``printMsgByQueue``: messages of a topic (or one queue) in a time range."""
     from rmqfs.engine.service.getmessage import parse_subscription, subscription_tags
 
@@ -618,7 +637,7 @@ def cmd_print_msg(args) -> int:
     return 0
 
 
-def cmd_query_msg(args) -> int:
+def cmd_query_msg(args: argparse.Namespace) -> int:
     """``queryMsgByKey`` (-k -t), ``queryMsgById`` (-i) and ``queryMsgByOffset`` (-t -q -o)."""
     modes = sum(x is not None for x in (args.key, args.msg_id, args.offset))
     if modes != 1:
@@ -670,7 +689,9 @@ def cmd_query_msg(args) -> int:
     return 0
 
 
-def _by_msg_id(store, msg_id: str, topic: str | None, uniq_only: bool = False):
+def _by_msg_id(
+    store: MessageStore, msg_id: str, topic: str | None, uniq_only: bool = False
+) -> list[MessageRecord]:
     """An offset msgId (32/56 hex: store host + CommitLog offset), else a UNIQ_KEY
     (``uniq_only``: a UNIQ_KEY only, as ``queryMsgByUniqueKey``)."""
     msg_id = msg_id.strip()
@@ -692,7 +713,7 @@ def _by_msg_id(store, msg_id: str, topic: str | None, uniq_only: bool = False):
     return recs
 
 
-def cmd_query_trace(args) -> int:
+def cmd_query_trace(args: argparse.Namespace) -> int:
     """``queryMsgTraceById``: the trace of a message (by its msgId, the UNIQ_KEY a client has)
     as a client's trace dispatcher stored it in the trace topic (-t, default
     RMQ_SYS_TRACE_TOPIC; engine/format/tracedata.py): a Pub row (producer group, client host,
@@ -722,10 +743,10 @@ def cmd_query_trace(args) -> int:
     before = {e.request_id: e for e, _ in found if e.kind == "SubBefore"}
     row = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
 
-    def when(ms):
+    def when(ms: int | None) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
 
-    def status(e):
+    def status(e: TraceEntry) -> str:
         return "success" if e.success else "failed"
 
     for e, host in found:
@@ -760,7 +781,7 @@ def cmd_query_trace(args) -> int:
 # topics and consumers
 
 
-def cmd_topic_list(args) -> int:
+def cmd_topic_list(args: argparse.Namespace) -> int:
     """``topicList``: every topic, one per line; ``--clusters`` (mqadmin's -c): cluster name,
     topic and each consumer group with offsets on it, retry and DLQ topics left out, as
     TopicListSubCommand prints them."""
@@ -782,7 +803,7 @@ def cmd_topic_list(args) -> int:
     return 0
 
 
-def cmd_topic_status(args) -> int:
+def cmd_topic_status(args: argparse.Namespace) -> int:
     """``topicStatus``: per queue min/max offset and the store time of the last message."""
     with open_store(args) as store:
         topic = _topic(store, args.topic)
@@ -800,7 +821,7 @@ def cmd_topic_status(args) -> int:
     return 0
 
 
-def cmd_consumer_progress(args) -> int:
+def cmd_consumer_progress(args: argparse.Namespace) -> int:
     """``consumerProgress``: one group's queues, or the diff total of every group."""
     with open_store(args) as store:
         if args.topic:
@@ -836,7 +857,7 @@ def cmd_consumer_progress(args) -> int:
     return 0
 
 
-def cmd_reset_offset(args) -> int:
+def cmd_reset_offset(args: argparse.Namespace) -> int:
     """``resetOffsetByTime``: commit, for every queue of the topic (or ``-q``), the first offset
     stored at or after ``-s`` time, or ``-o`` offset. Written atomically to
     consumerOffset.json; refused while a mount or broker holds the store."""
@@ -872,7 +893,7 @@ def cmd_reset_offset(args) -> int:
     return 0
 
 
-def cmd_clean(args) -> int:
+def cmd_clean(args: argparse.Namespace) -> int:
     """``deleteExpiredCommitLog``: run the expiry now and print what was deleted."""
     with open_store(args, write=True) as store:
         if args.file_reserved_time is not None:
@@ -915,7 +936,7 @@ def _int_arg(text: str | None, option: str) -> int | None:
         raise AdminError(f"{option} takes an integer, not {text!r}") from None
 
 
-def cmd_delete_topic(args) -> int:
+def cmd_delete_topic(args: argparse.Namespace) -> int:
     """``deleteTopic`` (AdminBrokerProcessor.deleteTopic -> deleteTopicInBroker): removes the
     topic's topics.json entry, its consumer offsets (ConsumerOffsetManager.cleanOffsetByTopic:
     every topic@group entry of consumerOffset.json) and its ConsumeQueues
@@ -944,7 +965,7 @@ def cmd_delete_topic(args) -> int:
 MQADMIN_TOPIC = {"read_queue_nums": 8, "write_queue_nums": 8, "perm": 6, "order": False}
 
 
-def cmd_update_topic(args) -> int:
+def cmd_update_topic(args: argparse.Namespace) -> int:
     """``updateTopic`` (AdminBrokerProcessor.updateAndCreateTopic ->
     TopicConfigManager.updateTopicConfig): set the topic's readQueueNums (-r), writeQueueNums
     (-w, 1-1024), perm (-p 2, 4 or 6) or order (-o) in topics.json. A missing topic is created
@@ -997,7 +1018,7 @@ _TOPIC_JSON = {
 }
 
 
-def cmd_delete_sub_group(args) -> int:
+def cmd_delete_sub_group(args: argparse.Namespace) -> int:
     """``deleteSubGroup`` (AdminBrokerProcessor.deleteSubscriptionGroup): removes the group's
     subscriptionGroup.json entry; with -r true (the request's cleanOffset) also its offsets
     (ConsumerOffsetManager.removeOffset: every topic@group entry). A group that keeps offsets
@@ -1043,7 +1064,7 @@ def mqadmin_group_config() -> dict:
     return fields
 
 
-def cmd_update_sub_group(args) -> int:
+def cmd_update_sub_group(args: argparse.Namespace) -> int:
     """``updateSubGroup`` (AdminBrokerProcessor.updateAndCreateSubscriptionGroup ->
     SubscriptionGroupManager.updateSubscriptionGroupConfig): set SubscriptionGroupConfig
     fields of the group in subscriptionGroup.json. A missing group is created from what
@@ -1085,7 +1106,7 @@ def cmd_update_sub_group(args) -> int:
     return 0
 
 
-def cmd_clone_group_offset(args) -> int:
+def cmd_clone_group_offset(args: argparse.Namespace) -> int:
     """``cloneGroupOffset`` (ConsumerOffsetManager.cloneOffset): the destination group's
     offsets of the topic become a copy of the source group's."""
     with open_store(args, write=True) as store:
@@ -1102,7 +1123,7 @@ def cmd_clone_group_offset(args) -> int:
 # queues, stats, broker
 
 
-def cmd_query_cq(args) -> int:
+def cmd_query_cq(args: argparse.Namespace) -> int:
     """``queryCq`` (QueryConsumeQueueCommand): units of one ConsumeQueue from index -i, -c of
     them: queueOffset, commitLogOffset, size, tagsCode and the record's storeTimestamp."""
     from rmqfs.engine.errors import CorruptRecordError
@@ -1124,6 +1145,7 @@ def cmd_query_cq(args) -> int:
         if cq is None:
             return 0
         for qoff, off, size, tc in cq.iter_units(start, min(hi, start + args.count)):
+            ts: int | str
             try:
                 ts = store.read_record(off, size).store_timestamp
                 when = format_time(ts)
@@ -1133,7 +1155,7 @@ def cmd_query_cq(args) -> int:
     return 0
 
 
-def cmd_stats_all(args) -> int:
+def cmd_stats_all(args: argparse.Namespace) -> int:
     """``statsAll``: per topic (and with -q per queue) messages and bytes stored in the last
     minute, hour and day before --now (default: now), and in total. A broker counts these in
     memory (BrokerStatsManager); here they come from the ConsumeQueue units (numpy) and a
@@ -1169,7 +1191,7 @@ def cmd_stats_all(args) -> int:
     return 0
 
 
-def cmd_get_broker_config(args) -> int:
+def cmd_get_broker_config(args: argparse.Namespace) -> int:
     """``getBrokerConfig``: the store's effective settings as broker.conf lines (key=value):
     --config's, else the defaults, with the segment sizes the store's files have."""
     with open_store(args) as store:
@@ -1182,7 +1204,7 @@ def cmd_get_broker_config(args) -> int:
     return 0
 
 
-def cmd_broker_status(args) -> int:
+def cmd_broker_status(args: argparse.Namespace) -> int:
     """``brokerStatus``: what the mount's status.json shows (engine/live/status.py): CommitLog
     offsets, flush and dispatch lag, counts, repairs and damaged queues; --json for the
     object."""
@@ -1199,7 +1221,7 @@ def cmd_broker_status(args) -> int:
     return 0
 
 
-def _location(text: str):
+def _location(text: str) -> tuple[pafs.FileSystem, str, str]:
     """``(filesystem, base, printable)`` of a snapshot location (engine/live/objectstore.py)."""
     from rmqfs.engine.live.location import open_location, redact
 
@@ -1207,7 +1229,7 @@ def _location(text: str):
     return fs, base, redact(text)
 
 
-def cmd_snapshot_verify(args) -> int:
+def cmd_snapshot_verify(args: argparse.Namespace) -> int:
     """Check a copy of a snapshot (MNT/snapshots/NAME copied with tar, rsync, restic restore,
     or snapshot-upload) against its SNAPSHOT.json: every file named there must exist with its
     size and CRC32C. LOCATION is a directory or a URI (s3://bucket/prefix?endpoint_override=
@@ -1264,7 +1286,7 @@ def cmd_snapshot_verify(args) -> int:
     return 1 if errors else 0
 
 
-def cmd_snapshot_upload(args) -> int:
+def cmd_snapshot_upload(args: argparse.Namespace) -> int:
     """Upload a snapshot (MNT/snapshots/NAME, or a copy holding SNAPSHOT.json) to a location:
     a URI (s3://bucket/prefix?endpoint_override=host:port&scheme=http, gs://, hdfs://,
     file://) or a directory; S3 credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
@@ -1329,7 +1351,7 @@ def _broker_name_line(name: str | None, source: str | None) -> str:
     )
 
 
-def cmd_snapshot_download(args) -> int:
+def cmd_snapshot_download(args: argparse.Namespace) -> int:
     """Restore a snapshot from a location (a URI as for snapshot-upload, or a directory) into
     a new or empty local directory: each file is checked against the manifest's size and
     CRC32C as it arrives, written under a temporary name at its full size (the zeros after
@@ -1359,12 +1381,12 @@ def cmd_snapshot_download(args) -> int:
 # argparse
 
 
-def _doc(func) -> str:
+def _doc(func: Callable[..., object]) -> str:
     """A command's docstring for --help, without the reST markup."""
     return (func.__doc__ or "").replace("``", "")
 
 
-def add_store_args(p) -> None:
+def add_store_args(p: argparse.ArgumentParser) -> None:
     """STORE and --config, the arguments of every command on a store."""
     p.add_argument("store", metavar="STORE", help="the store directory (storePathRootDir)")
     p.add_argument(
@@ -1374,7 +1396,7 @@ def add_store_args(p) -> None:
     )
 
 
-def _body_args(p) -> None:
+def _body_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-d",
         "--print-body",
@@ -1392,7 +1414,7 @@ def _body_args(p) -> None:
     )
 
 
-def add_subcommands(sub) -> None:
+def add_subcommands(sub: Subparsers[ParserT]) -> None:
     """Register the offline commands on the ``rmqfs`` subparsers."""
     p = sub.add_parser(
         "verify",
@@ -1421,7 +1443,7 @@ def add_subcommands(sub) -> None:
         help="append messages, one per line of FILEs or stdin",
         description=_doc(cmd_produce),
     )
-    p.__class__ = _IntermixedParser  # FILEs may come before or after the options
+    _intermixed(p)  # FILEs may come before or after the options
     add_store_args(p)
     p.add_argument("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)")
     p.add_argument("-t", "--topic", required=True)
@@ -1742,7 +1764,7 @@ def add_subcommands(sub) -> None:
     p.set_defaults(func=wrap_command(cmd_clean))
 
 
-def _check_common(args) -> None:
+def _check_common(args: argparse.Namespace) -> None:
     import codecs
 
     if getattr(args, "charset", None):
@@ -1757,10 +1779,10 @@ def _check_common(args) -> None:
         raise AdminError(f"-d takes true or false, not {args.print_body!r}")
 
 
-def wrap_command(func):
+def wrap_command(func: Command) -> Command:
     """Wrap a command: known failures print ``rmqfs: message`` and return 1."""
 
-    def run(args) -> int:
+    def run(args: argparse.Namespace) -> int:
         from rmqfs.engine.errors import StoreError
 
         try:
@@ -1791,7 +1813,11 @@ class _IntermixedParser(argparse.ArgumentParser):
 
     _inner = False
 
-    def parse_known_args(self, args=None, namespace=None):
+    # typeshed overloads parse_known_args on the namespace's type (None or a given one); an
+    # override that passes both on to parse_known_intermixed_args matches no single overload.
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
         if self._inner:
             return super().parse_known_args(args, namespace)
         self._inner = True
@@ -1799,6 +1825,12 @@ class _IntermixedParser(argparse.ArgumentParser):
             return self.parse_known_intermixed_args(args, namespace)
         finally:
             self._inner = False
+
+
+def _intermixed(p: argparse.ArgumentParser) -> None:
+    """Make ``p`` an :class:`_IntermixedParser` (a subparser is made by ``add_parser``, of the
+    class of the parser the subparsers were added to)."""
+    p.__class__ = _IntermixedParser
 
 
 def build_parser() -> argparse.ArgumentParser:

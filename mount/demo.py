@@ -121,7 +121,7 @@ def produce_round_robin(mnt: Path, topics: dict[str, list[bytes]]) -> None:
     )
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     files = pick_files(sys.argv[1:] if argv is None else argv)
     if OUT.exists():

@@ -87,11 +87,11 @@ def _table(df: pd.DataFrame) -> str:
     )
 
 
-def _text(v) -> str:
+def _text(v: object) -> str:
     return ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
 
 
-def _missing(v) -> bool:
+def _missing(v: object) -> bool:
     try:
         return v is None or bool(pd.isna(v))
     except (TypeError, ValueError):  # arrays: not missing
