@@ -34,7 +34,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 from rmqfs.engine.errors import StoreLockedError
@@ -1386,18 +1387,86 @@ def _doc(func: Callable[..., object]) -> str:
     return (func.__doc__ or "").replace("``", "")
 
 
-def add_store_args(p: argparse.ArgumentParser) -> None:
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a command: what ``add_argument`` takes (the flags, or a positional's
+    name, and its keywords)."""
+
+    flags: tuple[str, ...]
+    options: Mapping[str, Any]
+
+    def add_to(self, p: argparse._ActionsContainer) -> None:
+        """Add the argument to ``p`` (a parser or a group)."""
+        p.add_argument(*self.flags, **self.options)
+
+
+def arg(*flags: str, **options: Any) -> Arg:
+    """An :class:`Arg`, written as the ``add_argument`` call it stands for."""
+    return Arg(flags, options)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Arguments of which at most one is given (``add_mutually_exclusive_group``)."""
+
+    args: tuple[Arg, ...]
+
+    def add_to(self, p: argparse.ArgumentParser) -> None:
+        """Add the group and its arguments to ``p``."""
+        group = p.add_mutually_exclusive_group()
+        for a in self.args:
+            a.add_to(group)
+
+
+@dataclass(frozen=True)
+class SubCommand:
+    """An offline command, as mqadmin declares its ``SubCommand``s: its name
+    (``commandName``), the mqadmin names that run it (``commandAlias``; each with mqadmin's own
+    option letters, translated by :data:`mount.mqadmin.COMMANDS`), its help line, its
+    arguments (``buildCommandlineOptions``) and its handler (``execute``), whose docstring is
+    the description of ``rmqfs NAME --help``."""
+
+    name: str
+    mqadmin: tuple[str, ...]
+    help: str
+    handler: Command
+    args: tuple[Arg | OneOf, ...] = ()
+    on_store: bool = True  # STORE and --config come first (add_store_args)
+    intermixed: bool = False  # positionals may follow options (_IntermixedParser)
+
+    def register(self, sub: Subparsers[ParserT]) -> None:
+        """Add the command's parser to the ``rmqfs`` subparsers ``sub``."""
+        p = sub.add_parser(self.name, help=self.help, description=_doc(self.handler))
+        if self.intermixed:
+            _intermixed(p)
+        if self.on_store:
+            add_store_args(p)
+        for a in self.args:
+            a.add_to(p)
+        p.set_defaults(func=wrap_command(self.handler))
+
+
+def _store_args() -> tuple[Arg, ...]:
     """STORE and --config, the arguments of every command on a store."""
-    p.add_argument("store", metavar="STORE", help="the store directory (storePathRootDir)")
-    p.add_argument(
-        "--config",
-        metavar="broker.conf",
-        help="a RocketMQ broker.conf (segment sizes, index geometry, ...)",
+    return (
+        arg("store", metavar="STORE", help="the store directory (storePathRootDir)"),
+        arg(
+            "--config",
+            metavar="broker.conf",
+            help="a RocketMQ broker.conf (segment sizes, index geometry, ...)",
+        ),
     )
 
 
-def _body_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+def add_store_args(p: argparse.ArgumentParser) -> None:
+    """STORE and --config, the arguments of every command on a store."""
+    for a in _store_args():
+        a.add_to(p)
+
+
+#: How the messages a command prints show their bodies (print-msg, query-msg).
+BODY_ARGS = (
+    arg(
         "-d",
         "--print-body",
         nargs="?",
@@ -1405,363 +1474,405 @@ def _body_args(p: argparse.ArgumentParser) -> None:
         default="true",
         metavar="true|false",
         help="print the body (default true)",
-    )
-    p.add_argument("-c", "--charset", default="UTF-8", help="charset of bodies (default UTF-8)")
-    p.add_argument(
+    ),
+    arg("-c", "--charset", default="UTF-8", help="charset of bodies (default UTF-8)"),
+    arg(
         "--json",
         action="store_true",
         help="one JSON line per message, as the mount's messages.jsonl",
-    )
+    ),
+)
+
+_TOPIC = arg("-t", "--topic", required=True)
+_JSON = arg("--json", action="store_true", help="the result as one JSON object")
+
+#: The offline commands, in the order ``rmqfs --help`` lists them.
+COMMANDS: tuple[SubCommand, ...] = (
+    SubCommand(
+        "verify",
+        (),
+        "check every record, CRC, ConsumeQueue unit and index item",
+        cmd_verify,
+        (_JSON,),
+    ),
+    SubCommand(
+        "recover",
+        (),
+        "repair what verify finds (truncate a dirty tail, rebuild derived files)",
+        cmd_recover,
+        (
+            arg(
+                "--rebuild",
+                action="store_true",
+                help="rebuild every ConsumeQueue and IndexFile from the CommitLog",
+            ),
+        ),
+    ),
+    SubCommand(
+        "produce",
+        ("sendMessage",),
+        "append messages, one per line of FILEs or stdin",
+        cmd_produce,
+        (
+            arg("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)"),
+            _TOPIC,
+            arg(
+                "--body",
+                help="one message with this body (UTF-8) instead of FILEs (sendMessage -p)",
+            ),
+            arg("-c", "--create", action="store_true", help="create the topic if missing"),
+            arg(
+                "--queues",
+                type=int,
+                help="queues of a created topic (default defaultTopicQueueNums, 4)",
+            ),
+            arg("-a", "--tags", help="TAGS of every message"),
+            arg("-k", "--keys", help="KEYS of every message (space separated)"),
+            arg(
+                "-i",
+                "--queue-id",
+                type=int,
+                help="put every message in this queue (default round-robin)",
+            ),
+            arg(
+                "--property",
+                action="append",
+                metavar="NAME=VALUE",
+                help="a user property (repeatable)",
+            ),
+            OneOf(
+                (
+                    arg(
+                        "--delay-level",
+                        type=int,
+                        metavar="N",
+                        help="a delayed message of delay level N (messageDelayLevel)",
+                    ),
+                    arg(
+                        "--deliver-time",
+                        type=int,
+                        metavar="EPOCH_MS",
+                        help="a timed message delivered then (5.x timer store: "
+                        "rmq_sys_wheel_timer)",
+                    ),
+                    arg(
+                        "--delay-ms",
+                        type=int,
+                        metavar="MS",
+                        help="a timed message delivered MS from now",
+                    ),
+                )
+            ),
+            arg(
+                "-v",
+                "--verbose",
+                action="store_true",
+                help="print msgId, UNIQ_KEY, queueId and queueOffset of each message",
+            ),
+        ),
+        intermixed=True,  # FILEs may come before or after the options
+    ),
+    SubCommand(
+        "print-msg",
+        ("printMsg", "printMsgByQueue", "consumeMessage"),
+        "print a topic's messages",
+        cmd_print_msg,
+        (
+            _TOPIC,
+            arg("-i", "--queue-id", type=int, help="only this queue (printMsgByQueue)"),
+            arg("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})"),
+            arg("-e", "--end", help=f"before this store time ({TIME_FORMAT_HELP})"),
+            arg("-s", "--sub-expression", help="tags: * or TagA || TagB"),
+            arg("--count", action="store_true", help="print the count on stderr"),
+            arg(
+                "-p",
+                "--print-msg",
+                default="true",
+                metavar="true|false",
+                help="print the messages (default true; false: only --tag-counts)",
+            ),
+            arg("--from-offset", type=int, metavar="N", help="with -i: from this queue offset"),
+            arg("--max", type=int, metavar="N", help="at most N messages"),
+            arg(
+                "--tag-counts",
+                action="store_true",
+                help="then a count per tag, most frequent first",
+            ),
+            *BODY_ARGS,
+        ),
+    ),
+    SubCommand(
+        "query-msg",
+        ("queryMsgByKey", "queryMsgById", "queryMsgByOffset", "queryMsgByUniqueKey"),
+        "find messages by key, msgId or queue offset",
+        cmd_query_msg,
+        (
+            arg("-t", "--topic"),
+            arg("-k", "--key", help="message key (queryMsgByKey; needs -t)"),
+            arg("-i", "--msg-id", help="offset msgId or UNIQ_KEY (queryMsgById)"),
+            arg("-q", "--queue-id", type=int, help="queue of -o"),
+            arg("-o", "--offset", type=int, help="queue offset (queryMsgByOffset; -t -q)"),
+            arg("-b", "--begin", help=f"key query: from this time ({TIME_FORMAT_HELP})"),
+            arg("-e", "--end", help=f"key query: until this time ({TIME_FORMAT_HELP})"),
+            arg("-m", "--max-num", type=int, default=64, help="key query: at most (64)"),
+            arg("--uniq-key", action="store_true", help="-i is a UNIQ_KEY, never an offset msgId"),
+            arg("--first", action="store_true", help="-i: only the first message found"),
+            *BODY_ARGS,
+        ),
+    ),
+    SubCommand(
+        "query-trace",
+        ("queryMsgTraceById",),
+        "a message's trace from the trace topic",
+        cmd_query_trace,
+        (
+            arg("-i", "--msg-id", required=True, help="the message's msgId (UNIQ_KEY)"),
+            arg("-t", "--trace-topic", help="the trace topic (default RMQ_SYS_TRACE_TOPIC)"),
+            arg("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})"),
+            arg("-e", "--end", help=f"until this store time ({TIME_FORMAT_HELP})"),
+            arg("-m", "--max-num", type=int, default=64, help="trace messages read (64)"),
+        ),
+    ),
+    SubCommand(
+        "topic-list",
+        ("topicList",),
+        "list the topics",
+        cmd_topic_list,
+        (
+            arg(
+                "--clusters",
+                action="store_true",
+                help="cluster name, topic and consumer groups",
+            ),
+        ),
+    ),
+    SubCommand(
+        "topic-status",
+        ("topicStatus",),
+        "per queue min/max offset and last update time",
+        cmd_topic_status,
+        (_TOPIC,),
+    ),
+    SubCommand(
+        "consumer-progress",
+        ("consumerProgress", "getConsumerStatus"),
+        "brokerOffset, consumerOffset and diff per queue",
+        cmd_consumer_progress,
+        (
+            arg("-g", "--group", help="consumer group (default: every group's diff total)"),
+            arg("-t", "--topic", help="only this topic"),
+        ),
+    ),
+    SubCommand(
+        "reset-offset",
+        ("resetOffsetByTime", "skipAccumulatedMessage"),
+        "commit offsets by time or value",
+        cmd_reset_offset,
+        (
+            arg("-g", "--group", required=True),
+            _TOPIC,
+            arg("-s", "--timestamp", help=f"{TIME_FORMAT_HELP}, or now"),
+            arg("-o", "--offset", type=int, help="this queue offset"),
+            arg("-q", "--queue-id", type=int, help="only this queue"),
+        ),
+    ),
+    SubCommand(
+        "delete-topic",
+        ("deleteTopic",),
+        "delete a topic: topics.json entry, ConsumeQueues, offsets",
+        cmd_delete_topic,
+        (_TOPIC,),
+    ),
+    SubCommand(
+        "update-topic",
+        ("updateTopic",),
+        "create a topic or change its queues, perm or order",
+        cmd_update_topic,
+        (
+            _TOPIC,
+            arg("-r", "--read-queue-nums", metavar="N", help="readQueueNums (1-1024)"),
+            arg("-w", "--write-queue-nums", metavar="N", help="writeQueueNums (1-1024)"),
+            arg("-p", "--perm", metavar="2|4|6", help="permission: 2 W, 4 R, 6 RW"),
+            arg("-o", "--order", metavar="true|false", help="order topic"),
+            arg(
+                "--mqadmin-defaults",
+                action="store_true",
+                help="fields not given take the values mqadmin's updateTopic sends (8 queues, "
+                "perm 6, order false), as it does; without it they keep theirs",
+            ),
+        ),
+    ),
+    SubCommand(
+        "delete-sub-group",
+        ("deleteSubGroup",),
+        "delete a consumer group (-r true: and its offsets)",
+        cmd_delete_sub_group,
+        (
+            arg("-g", "--group-name", dest="group", required=True),
+            arg(
+                "-r",
+                "--remove-offset",
+                metavar="true|false",
+                default="false",
+                help="also remove the group's offsets (default false)",
+            ),
+        ),
+    ),
+    SubCommand(
+        "update-sub-group",
+        ("updateSubGroup",),
+        "create a consumer group or change its settings",
+        cmd_update_sub_group,
+        (
+            arg("-g", "--group-name", dest="group", required=True),
+            *(
+                arg(
+                    opt,
+                    f"--{name}",
+                    dest=attr,
+                    metavar="true|false" if kind is bool else "N",
+                    help=name,
+                )
+                for attr, opt, name, kind in _GROUP_OPTIONS
+            ),
+            arg(
+                "--mqadmin-defaults",
+                action="store_true",
+                help="fields not given take the values mqadmin's updateSubGroup sends "
+                "(RocketMQ's defaults, consumeBroadcastEnable and consumeFromMinEnable false), "
+                "as it does; without it they keep theirs",
+            ),
+        ),
+    ),
+    SubCommand(
+        "clone-group-offset",
+        ("cloneGroupOffset",),
+        "copy one group's offsets of a topic to another group",
+        cmd_clone_group_offset,
+        (
+            arg("-s", "--src-group", required=True),
+            arg("-d", "--dest-group", required=True),
+            _TOPIC,
+            arg(
+                "-o",
+                "--offline",
+                help="accepted for mqadmin compatibility (a store on disk is always offline)",
+            ),
+        ),
+    ),
+    SubCommand(
+        "query-cq",
+        ("queryCq",),
+        "print ConsumeQueue units",
+        cmd_query_cq,
+        (
+            _TOPIC,
+            arg("-q", "--queue", dest="queue_id", type=int, required=True),
+            arg("-i", "--index", type=int, help="first queue offset (default: min offset)"),
+            arg("-c", "--count", type=int, default=10, help="units (default 10)"),
+        ),
+    ),
+    SubCommand(
+        "stats-all",
+        ("statsAll",),
+        "messages and bytes per topic: last minute, hour, day, total",
+        cmd_stats_all,
+        (
+            arg("-t", "--topic", help="only this topic"),
+            arg(
+                "-a",
+                "--active-topic",
+                action="store_true",
+                help="only topics with messages in the last day",
+            ),
+            arg("-q", "--queues", action="store_true", help="a row per queue too"),
+            arg("--now", help=f"the end of the windows ({TIME_FORMAT_HELP}; default now)"),
+            arg("--json", action="store_true", help="one JSON object per row"),
+        ),
+    ),
+    SubCommand(
+        "get-broker-config",
+        ("getBrokerConfig",),
+        "the effective settings as broker.conf lines",
+        cmd_get_broker_config,
+    ),
+    SubCommand(
+        "broker-status",
+        ("brokerStatus",),
+        "what status.json shows, for a store not mounted",
+        cmd_broker_status,
+        (arg("--json", action="store_true", help="one JSON object"),),
+    ),
+    SubCommand(
+        "snapshot-verify",
+        (),
+        "check a copy of a snapshot against its SNAPSHOT.json (sizes, CRC32C)",
+        cmd_snapshot_verify,
+        (
+            arg(
+                "directory",
+                metavar="LOCATION",
+                help="the copy (holds SNAPSHOT.json): a directory or a URI",
+            ),
+            arg(
+                "-j",
+                "--jobs",
+                type=int,
+                help="threads summing files (default: one per CPU; 4 for a URI)",
+            ),
+            _JSON,
+        ),
+        on_store=False,
+    ),
+    SubCommand(
+        "snapshot-upload",
+        (),
+        "upload a snapshot to object storage (s3://, gs://, hdfs://, file://), only what changed",
+        cmd_snapshot_upload,
+        (
+            arg("src", metavar="SRC", help="MNT/snapshots/NAME or a copy (holds SNAPSHOT.json)"),
+            arg("location", metavar="URI", help="where the snapshot goes: a URI or a directory"),
+            arg("-j", "--jobs", type=int, help="files uploaded at once (default 4)"),
+            _JSON,
+        ),
+        on_store=False,
+    ),
+    SubCommand(
+        "snapshot-download",
+        (),
+        "restore a snapshot from object storage into a new local directory",
+        cmd_snapshot_download,
+        (
+            arg("location", metavar="URI", help="where the snapshot is: a URI or a directory"),
+            arg("directory", metavar="DIR", help="a new or empty directory"),
+            arg("-j", "--jobs", type=int, help="files downloaded at once (default 4)"),
+            _JSON,
+        ),
+        on_store=False,
+    ),
+    SubCommand(
+        "clean",
+        ("deleteExpiredCommitLog",),
+        "delete expired files now",
+        cmd_clean,
+        (
+            arg(
+                "--file-reserved-time",
+                type=float,
+                metavar="HOURS",
+                help="override fileReservedTime (hours; default 72 or broker.conf)",
+            ),
+        ),
+    ),
+)
+
+BY_NAME = {c.name: c for c in COMMANDS}
 
 
 def add_subcommands(sub: Subparsers[ParserT]) -> None:
-    """Register the offline commands on the ``rmqfs`` subparsers."""
-    p = sub.add_parser(
-        "verify",
-        help="check every record, CRC, ConsumeQueue unit and index item",
-        description=_doc(cmd_verify),
-    )
-    add_store_args(p)
-    p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=wrap_command(cmd_verify))
-
-    p = sub.add_parser(
-        "recover",
-        help="repair what verify finds (truncate a dirty tail, rebuild derived files)",
-        description=_doc(cmd_recover),
-    )
-    add_store_args(p)
-    p.add_argument(
-        "--rebuild",
-        action="store_true",
-        help="rebuild every ConsumeQueue and IndexFile from the CommitLog",
-    )
-    p.set_defaults(func=wrap_command(cmd_recover))
-
-    p = sub.add_parser(
-        "produce",
-        help="append messages, one per line of FILEs or stdin",
-        description=_doc(cmd_produce),
-    )
-    _intermixed(p)  # FILEs may come before or after the options
-    add_store_args(p)
-    p.add_argument("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument(
-        "--body", help="one message with this body (UTF-8) instead of FILEs (sendMessage -p)"
-    )
-    p.add_argument("-c", "--create", action="store_true", help="create the topic if missing")
-    p.add_argument(
-        "--queues", type=int, help="queues of a created topic (default defaultTopicQueueNums, 4)"
-    )
-    p.add_argument("-a", "--tags", help="TAGS of every message")
-    p.add_argument("-k", "--keys", help="KEYS of every message (space separated)")
-    p.add_argument(
-        "-i", "--queue-id", type=int, help="put every message in this queue (default round-robin)"
-    )
-    p.add_argument(
-        "--property", action="append", metavar="NAME=VALUE", help="a user property (repeatable)"
-    )
-    when = p.add_mutually_exclusive_group()
-    when.add_argument(
-        "--delay-level",
-        type=int,
-        metavar="N",
-        help="a delayed message of delay level N (messageDelayLevel)",
-    )
-    when.add_argument(
-        "--deliver-time",
-        type=int,
-        metavar="EPOCH_MS",
-        help="a timed message delivered then (5.x timer store: rmq_sys_wheel_timer)",
-    )
-    when.add_argument(
-        "--delay-ms", type=int, metavar="MS", help="a timed message delivered MS from now"
-    )
-    p.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="print msgId, UNIQ_KEY, queueId and queueOffset of each message",
-    )
-    p.set_defaults(func=wrap_command(cmd_produce))
-
-    p = sub.add_parser(
-        "print-msg",
-        help="print a topic's messages",
-        description=_doc(cmd_print_msg),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-i", "--queue-id", type=int, help="only this queue (printMsgByQueue)")
-    p.add_argument("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})")
-    p.add_argument("-e", "--end", help=f"before this store time ({TIME_FORMAT_HELP})")
-    p.add_argument("-s", "--sub-expression", help="tags: * or TagA || TagB")
-    p.add_argument("--count", action="store_true", help="print the count on stderr")
-    p.add_argument(
-        "-p",
-        "--print-msg",
-        default="true",
-        metavar="true|false",
-        help="print the messages (default true; false: only --tag-counts)",
-    )
-    p.add_argument("--from-offset", type=int, metavar="N", help="with -i: from this queue offset")
-    p.add_argument("--max", type=int, metavar="N", help="at most N messages")
-    p.add_argument(
-        "--tag-counts", action="store_true", help="then a count per tag, most frequent first"
-    )
-    _body_args(p)
-    p.set_defaults(func=wrap_command(cmd_print_msg))
-
-    p = sub.add_parser(
-        "query-msg",
-        help="find messages by key, msgId or queue offset",
-        description=_doc(cmd_query_msg),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic")
-    p.add_argument("-k", "--key", help="message key (queryMsgByKey; needs -t)")
-    p.add_argument("-i", "--msg-id", help="offset msgId or UNIQ_KEY (queryMsgById)")
-    p.add_argument("-q", "--queue-id", type=int, help="queue of -o")
-    p.add_argument("-o", "--offset", type=int, help="queue offset (queryMsgByOffset; -t -q)")
-    p.add_argument("-b", "--begin", help=f"key query: from this time ({TIME_FORMAT_HELP})")
-    p.add_argument("-e", "--end", help=f"key query: until this time ({TIME_FORMAT_HELP})")
-    p.add_argument("-m", "--max-num", type=int, default=64, help="key query: at most (64)")
-    p.add_argument(
-        "--uniq-key", action="store_true", help="-i is a UNIQ_KEY, never an offset msgId"
-    )
-    p.add_argument("--first", action="store_true", help="-i: only the first message found")
-    _body_args(p)
-    p.set_defaults(func=wrap_command(cmd_query_msg))
-
-    p = sub.add_parser(
-        "query-trace",
-        help="a message's trace from the trace topic",
-        description=_doc(cmd_query_trace),
-    )
-    add_store_args(p)
-    p.add_argument("-i", "--msg-id", required=True, help="the message's msgId (UNIQ_KEY)")
-    p.add_argument("-t", "--trace-topic", help="the trace topic (default RMQ_SYS_TRACE_TOPIC)")
-    p.add_argument("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})")
-    p.add_argument("-e", "--end", help=f"until this store time ({TIME_FORMAT_HELP})")
-    p.add_argument("-m", "--max-num", type=int, default=64, help="trace messages read (64)")
-    p.set_defaults(func=wrap_command(cmd_query_trace))
-
-    p = sub.add_parser("topic-list", help="list the topics", description=_doc(cmd_topic_list))
-    add_store_args(p)
-    p.add_argument(
-        "--clusters", action="store_true", help="cluster name, topic and consumer groups"
-    )
-    p.set_defaults(func=wrap_command(cmd_topic_list))
-
-    p = sub.add_parser(
-        "topic-status",
-        help="per queue min/max offset and last update time",
-        description=_doc(cmd_topic_status),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.set_defaults(func=wrap_command(cmd_topic_status))
-
-    p = sub.add_parser(
-        "consumer-progress",
-        help="brokerOffset, consumerOffset and diff per queue",
-        description=_doc(cmd_consumer_progress),
-    )
-    add_store_args(p)
-    p.add_argument("-g", "--group", help="consumer group (default: every group's diff total)")
-    p.add_argument("-t", "--topic", help="only this topic")
-    p.set_defaults(func=wrap_command(cmd_consumer_progress))
-
-    p = sub.add_parser(
-        "reset-offset",
-        help="commit offsets by time or value",
-        description=_doc(cmd_reset_offset),
-    )
-    add_store_args(p)
-    p.add_argument("-g", "--group", required=True)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-s", "--timestamp", help=f"{TIME_FORMAT_HELP}, or now")
-    p.add_argument("-o", "--offset", type=int, help="this queue offset")
-    p.add_argument("-q", "--queue-id", type=int, help="only this queue")
-    p.set_defaults(func=wrap_command(cmd_reset_offset))
-
-    p = sub.add_parser(
-        "delete-topic",
-        help="delete a topic: topics.json entry, ConsumeQueues, offsets",
-        description=_doc(cmd_delete_topic),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.set_defaults(func=wrap_command(cmd_delete_topic))
-
-    p = sub.add_parser(
-        "update-topic",
-        help="create a topic or change its queues, perm or order",
-        description=_doc(cmd_update_topic),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-r", "--read-queue-nums", metavar="N", help="readQueueNums (1-1024)")
-    p.add_argument("-w", "--write-queue-nums", metavar="N", help="writeQueueNums (1-1024)")
-    p.add_argument("-p", "--perm", metavar="2|4|6", help="permission: 2 W, 4 R, 6 RW")
-    p.add_argument("-o", "--order", metavar="true|false", help="order topic")
-    p.add_argument(
-        "--mqadmin-defaults",
-        action="store_true",
-        help="fields not given take the values mqadmin's updateTopic sends (8 queues, perm 6, "
-        "order false), as it does; without it they keep theirs",
-    )
-    p.set_defaults(func=wrap_command(cmd_update_topic))
-
-    p = sub.add_parser(
-        "delete-sub-group",
-        help="delete a consumer group (-r true: and its offsets)",
-        description=_doc(cmd_delete_sub_group),
-    )
-    add_store_args(p)
-    p.add_argument("-g", "--group-name", dest="group", required=True)
-    p.add_argument(
-        "-r",
-        "--remove-offset",
-        metavar="true|false",
-        default="false",
-        help="also remove the group's offsets (default false)",
-    )
-    p.set_defaults(func=wrap_command(cmd_delete_sub_group))
-
-    p = sub.add_parser(
-        "update-sub-group",
-        help="create a consumer group or change its settings",
-        description=_doc(cmd_update_sub_group),
-    )
-    add_store_args(p)
-    p.add_argument("-g", "--group-name", dest="group", required=True)
-    for attr, opt, name, kind in _GROUP_OPTIONS:
-        p.add_argument(
-            opt, f"--{name}", dest=attr, metavar="true|false" if kind is bool else "N", help=name
-        )
-    p.add_argument(
-        "--mqadmin-defaults",
-        action="store_true",
-        help="fields not given take the values mqadmin's updateSubGroup sends (RocketMQ's "
-        "defaults, consumeBroadcastEnable and consumeFromMinEnable false), as it does; "
-        "without it they keep theirs",
-    )
-    p.set_defaults(func=wrap_command(cmd_update_sub_group))
-
-    p = sub.add_parser(
-        "clone-group-offset",
-        help="copy one group's offsets of a topic to another group",
-        description=_doc(cmd_clone_group_offset),
-    )
-    add_store_args(p)
-    p.add_argument("-s", "--src-group", required=True)
-    p.add_argument("-d", "--dest-group", required=True)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument(
-        "-o",
-        "--offline",
-        help="accepted for mqadmin compatibility (a store on disk is always offline)",
-    )
-    p.set_defaults(func=wrap_command(cmd_clone_group_offset))
-
-    p = sub.add_parser(
-        "query-cq",
-        help="print ConsumeQueue units",
-        description=_doc(cmd_query_cq),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-q", "--queue", dest="queue_id", type=int, required=True)
-    p.add_argument("-i", "--index", type=int, help="first queue offset (default: min offset)")
-    p.add_argument("-c", "--count", type=int, default=10, help="units (default 10)")
-    p.set_defaults(func=wrap_command(cmd_query_cq))
-
-    p = sub.add_parser(
-        "stats-all",
-        help="messages and bytes per topic: last minute, hour, day, total",
-        description=_doc(cmd_stats_all),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", help="only this topic")
-    p.add_argument(
-        "-a",
-        "--active-topic",
-        action="store_true",
-        help="only topics with messages in the last day",
-    )
-    p.add_argument("-q", "--queues", action="store_true", help="a row per queue too")
-    p.add_argument("--now", help=f"the end of the windows ({TIME_FORMAT_HELP}; default now)")
-    p.add_argument("--json", action="store_true", help="one JSON object per row")
-    p.set_defaults(func=wrap_command(cmd_stats_all))
-
-    p = sub.add_parser(
-        "get-broker-config",
-        help="the effective settings as broker.conf lines",
-        description=_doc(cmd_get_broker_config),
-    )
-    add_store_args(p)
-    p.set_defaults(func=wrap_command(cmd_get_broker_config))
-
-    p = sub.add_parser(
-        "broker-status",
-        help="what status.json shows, for a store not mounted",
-        description=_doc(cmd_broker_status),
-    )
-    add_store_args(p)
-    p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(func=wrap_command(cmd_broker_status))
-
-    p = sub.add_parser(
-        "snapshot-verify",
-        help="check a copy of a snapshot against its SNAPSHOT.json (sizes, CRC32C)",
-        description=_doc(cmd_snapshot_verify),
-    )
-    p.add_argument(
-        "directory", metavar="LOCATION", help="the copy (holds SNAPSHOT.json): a directory or a URI"
-    )
-    p.add_argument(
-        "-j", "--jobs", type=int, help="threads summing files (default: one per CPU; 4 for a URI)"
-    )
-    p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=wrap_command(cmd_snapshot_verify))
-
-    p = sub.add_parser(
-        "snapshot-upload",
-        help="upload a snapshot to object storage (s3://, gs://, hdfs://, file://), only what changed",
-        description=_doc(cmd_snapshot_upload),
-    )
-    p.add_argument("src", metavar="SRC", help="MNT/snapshots/NAME or a copy (holds SNAPSHOT.json)")
-    p.add_argument("location", metavar="URI", help="where the snapshot goes: a URI or a directory")
-    p.add_argument("-j", "--jobs", type=int, help="files uploaded at once (default 4)")
-    p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=wrap_command(cmd_snapshot_upload))
-
-    p = sub.add_parser(
-        "snapshot-download",
-        help="restore a snapshot from object storage into a new local directory",
-        description=_doc(cmd_snapshot_download),
-    )
-    p.add_argument("location", metavar="URI", help="where the snapshot is: a URI or a directory")
-    p.add_argument("directory", metavar="DIR", help="a new or empty directory")
-    p.add_argument("-j", "--jobs", type=int, help="files downloaded at once (default 4)")
-    p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=wrap_command(cmd_snapshot_download))
-
-    p = sub.add_parser(
-        "clean",
-        help="delete expired files now",
-        description=_doc(cmd_clean),
-    )
-    add_store_args(p)
-    p.add_argument(
-        "--file-reserved-time",
-        type=float,
-        metavar="HOURS",
-        help="override fileReservedTime (hours; default 72 or broker.conf)",
-    )
-    p.set_defaults(func=wrap_command(cmd_clean))
+    """Register the offline commands (:data:`COMMANDS`) on the ``rmqfs`` subparsers."""
+    for command in COMMANDS:
+        command.register(sub)
 
 
 def _check_common(args: argparse.Namespace) -> None:
