@@ -378,6 +378,8 @@ class RmqfsParser(argparse.ArgumentParser):
 
 
 def build_parser() -> RmqfsParser:
+    """The ``rmqfs`` parser: mount, umount, report, the offline commands and their mqadmin
+    names (:attr:`RmqfsParser.commands` names them all)."""
     p = RmqfsParser(
         prog="rmqfs",
         description=__doc__.split("\n\n")[0].replace("``", ""),

@@ -84,6 +84,7 @@ class PipeProgress:
         return _PipeBar(self, total, desc, unit)
 
     def send(self, bar: _PipeBar) -> None:
+        """Send ``bar``'s count as one ``#progress`` line."""
         bar.sent_at = time.monotonic()
         self._write(
             PROGRESS

@@ -32,6 +32,7 @@ OTHER_COLOUR = "#7f7f7f"  # tab10's grey: kept for "other", never given to a top
 
 
 def other_label(n: int) -> str:
+    """The name of the series that sums the ``n`` topics not shown on their own."""
     return f"other ({n} topic{'s' if n != 1 else ''})"
 
 

@@ -1163,6 +1163,9 @@ class RocketMQReader(DataSourceReader):
         self.pushed = NO_FILTERS
 
     def partitions(self) -> Sequence[InputPartition]:
+        """The partitions of every selected queue's ``[starting, ending)`` (cut at
+        ``maxRecordsPerPartition``, :meth:`_Planner.ranges`); one empty range when nothing is
+        selected."""
         o = self.o
         if o.starting == "latest":
             raise ValueError('startingOffsets="latest" is not allowed for a batch query')
@@ -1183,6 +1186,7 @@ class RocketMQReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Spark hands back a partition that partitions() planned
+        """The Arrow batches of one planned partition (in the Python worker)."""
         return read_range(cast(QueueRange | SegmentRange, partition))
 
 
@@ -1255,6 +1259,8 @@ class RocketMQStreamReader(DataSourceStreamReader):
         return self._join(out)
 
     def initialOffset(self) -> dict:
+        """Where the query starts: ``startingOffsets`` (default latest) or the starting
+        timestamps, per queue."""
         out: dict = {}
         for broker, p in self.plans.items():
             mine = out.setdefault(broker, {})
@@ -1265,6 +1271,7 @@ class RocketMQStreamReader(DataSourceStreamReader):
         return self._join(out)
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxOffsetsPerTrigger`` rows a micro-batch, else everything available."""
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
         if self.o.max_per_trigger:
@@ -1272,6 +1279,8 @@ class RocketMQStreamReader(DataSourceStreamReader):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The offsets the next micro-batch reads to: each queue's max offset (never below
+        ``start``), capped by ``limit`` (:func:`_rate_limit`)."""
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
         latest = self._split(self._current())
@@ -1288,9 +1297,12 @@ class RocketMQStreamReader(DataSourceStreamReader):
         return self._join(latest)
 
     def reportLatestOffset(self) -> dict:
+        """Each queue's max offset now (Spark's progress report)."""
         return self._current()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """The ranges ``[start, end)`` of every queue (a queue new since the query started:
+        from its min offset)."""
         begin = self._split(start)
         parts: list = []
         for broker, topics in self._split(end).items():
@@ -1310,6 +1322,7 @@ class RocketMQStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Spark hands back a partition that partitions() planned
+        """The Arrow batches of one planned partition (in the Python worker)."""
         return read_range(cast(QueueRange | SegmentRange, partition))
 
     def commit(self, end: dict) -> None:
@@ -1403,6 +1416,7 @@ class RocketMQScheduledReader(DataSourceReader):
         self.o = opts
 
     def partitions(self) -> Sequence[InputPartition]:
+        """The one :class:`ScheduledPart` of the store."""
         o = self.o
         topics = tuple(o.topics) if o.topics else None
         queues = frozenset(o.queues) if o.queues is not None else None
@@ -1410,6 +1424,7 @@ class RocketMQScheduledReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         # Spark hands back the partition that partitions() planned
+        """The rows of the waiting messages (:func:`read_scheduled`, in the Python worker)."""
         return read_scheduled(cast(ScheduledPart, partition))
 
 
@@ -1418,9 +1433,12 @@ class RocketMQDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format's name: ``spark.read.format("rocketmq")``."""
         return "rocketmq"
 
     def schema(self) -> str:
+        """The load's DDL: DATASOURCE_DDL, with ``brokerName`` for several stores (SOURCE_DDL),
+        or SCHEDULED_DDL with ``scheduled=true``."""
         o = parse_options(self.options)
         if o.scheduled:
             return SCHEDULED_DDL
@@ -1434,12 +1452,15 @@ class RocketMQDataSource(DataSource):
         return replace(o, columns=_columns(schema, SOURCE_DDL if o.fleet else DATASOURCE_DDL))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader of the options and ``schema`` (a narrower user schema decodes fewer
+        columns)."""
         o = self._options(schema)
         if o.scheduled:
             return RocketMQScheduledReader(o)
         return RocketMQReader(o)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A micro-batch reader of the options and ``schema``; ``scheduled=true`` is refused."""
         o = self._options(schema)
         if o.scheduled:
             raise ValueError("rocketmq: scheduled=true is batch only")
@@ -1451,6 +1472,7 @@ class RocketMQFilteringDataSource(RocketMQDataSource):
     :func:`register` registers where :func:`pushdown_is_per_scan`."""
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader that takes pushed-down filters (:class:`RocketMQFilteringReader`)."""
         o = self._options(schema)
         if o.scheduled:
             return RocketMQScheduledReader(o)

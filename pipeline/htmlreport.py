@@ -43,6 +43,7 @@ nav a { margin-right: 1em; }
 
 
 def png_data_uri(path: str) -> str:
+    """The PNG file at ``path`` as a ``data:`` URI (the HTML report holds its charts)."""
     with open(path, "rb") as f:
         return "data:image/png;base64," + base64.b64encode(f.read()).decode("ascii")
 

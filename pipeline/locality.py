@@ -151,10 +151,12 @@ class ScanPart:
     end: int
 
     def to_json(self) -> str:
+        """The part as the JSON string a task receives (:meth:`from_json` reads it back)."""
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ScanPart:
+        """The part of :meth:`to_json`'s ``text``."""
         d = json.loads(text)
         return cls(
             BrokerStore(**d["store"]),

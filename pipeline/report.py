@@ -198,9 +198,11 @@ class Mount:
 
     @property
     def view(self) -> str:
+        """The mount's ``view/`` directory (Parquet parts, one directory per topic)."""
         return os.path.join(self.path, "view")
 
     def has_messages(self) -> bool:
+        """Whether ``view/`` has a topic with messages."""
         return any(n.startswith("topic=") for n in os.listdir(self.view))
 
 
@@ -232,6 +234,7 @@ class SnapshotInput:
             raise ValueError(f"{self.shown}: {exc}") from None
 
     def has_messages(self) -> bool:
+        """Whether the snapshot has a queue with messages."""
         return bool(self.snapshot.topics())
 
 

@@ -350,6 +350,7 @@ class Snapshot:
 
     # -- content ------------------------------------------------------------------------------
     def is_dir(self, rel: str) -> bool:
+        """Whether ``rel`` is a directory of the snapshot."""
         return rel in self.dirs
 
     def manifest_head(self) -> dict:
@@ -890,10 +891,12 @@ class SnapshotManager:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-snapshot-sum")
 
     def names(self) -> list[str]:
+        """The snapshots' names, sorted."""
         with self._lock:
             return sorted(self.snapshots)
 
     def get(self, name: str) -> Snapshot | None:
+        """The snapshot ``name``, or None."""
         with self._lock:
             return self.snapshots.get(name)
 
