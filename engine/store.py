@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     CorruptRecordError,
@@ -92,6 +92,9 @@ from .service.storetree import (
     rocksdb_consume_queue,
 )
 from .storeconfig import StoreConfig
+
+if TYPE_CHECKING:
+    from .live.follower import Follower
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +194,8 @@ class MessageStore:
     ):
         self.root = os.path.abspath(root)
         self.recovery_report: recovery.RecoveryReport | None = None
+        self.follower: Follower | None = None
+        self.writer_pid: int | None = None
         self.config = config or StoreConfig()
         self.read_only = read_only
         self.put_lock = threading.RLock()
@@ -233,43 +238,8 @@ class MessageStore:
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
         self.last_exit_ok = not os.path.exists(self.abort_path)
         auto_follow = follow is None
-        if follow is None:
-            # a DLedger store is read as it is at the open, not followed (the follower walks
-            # plain CommitLogs only)
-            # nor a RocksDB ConsumeQueue store (read as it is at the open, too)
-            follow = (
-                read_only
-                and lock_holder(self.root) is not None
-                and not dledger_dirs(self.root)
-                and not rocksdb_consume_queue(self.root)
-            )
-        self.follower = None
-        self.writer_pid = None
-        if follow:
-            if not read_only:
-                raise ValueError("only a read-only store can follow a writer")
-            self.writer_pid = lock_holder(self.root)
-            # the writer's abort file says it is running, not that it crashed
-            self.last_exit_ok = True
-        config_dir = os.path.join(self.root, "config")
-        # a RocksDB config (5.2+) is the source of truth: the JSON files are stale then
-        # (only read: check_layout refused a writer already)
-        config_problems: list[str] = []
-        try:
-            rdb = load_rocksdb_config(config_dir) or {}
-        except CorruptRecordError as exc:
-            # shown (status.json's repairs), not fatal: the JSON files beside it are read
-            rdb = {}
-            config_problems.append(f"config: {exc}; the JSON files are read instead")
-            log.warning("%s", config_problems[0])
-        self.topic_config = TopicConfigManager(config_dir, read_only, rdb.get("topics.json"))
-        self.consumer_offsets = ConsumerOffsetManager(
-            config_dir, read_only, rdb.get("consumerOffset.json")
-        )
-        self.subscription_groups = SubscriptionGroupManager(
-            config_dir, read_only, rdb.get("subscriptionGroup.json")
-        )
-        self.deleted_topics = DeletedTopics(config_dir, read_only)
+        follow = self._follows(read_only, follow)
+        config_problems = self._open_config(read_only)
         self.checkpoint = StoreCheckpoint.read(self.checkpoint_path)
         # A DLedger broker's CommitLog is dledger-<selfId>/data (only read: check_layout
         # refused a writer already); its entries past committedIndex are not messages.
@@ -309,32 +279,7 @@ class MessageStore:
         self.index_service: IndexService | None = None
         self.listeners: list = []  # callables(list[PutResult]) run after each put
         if self.config.message_index_enable:
-            self.index_service = IndexService(
-                os.path.join(self.root, "index"),
-                self.config.max_hash_slot_num,
-                self.config.max_index_num,
-                read_only,
-                timestamp_of=self._store_timestamp_at,
-            )
-            self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
-            # After a crash the newest files are checked whole; a writable open also checks
-            # the header of the file it will write to after a clean exit (a header that lies:
-            # an indexCount past the file, a slot past the count), and rebuilds it as well.
-            dropped = []
-            if not self.last_exit_ok:
-                dropped = self.index_service.drop_inconsistent()
-            elif not read_only:
-                dropped = self.index_service.drop_inconsistent(newest=1, quick=True)
-            if dropped:
-                for name, problem in dropped:
-                    what = (
-                        "not used by this read-only open: key lookups miss its entries"
-                        if read_only
-                        else "rebuilt from the CommitLog"
-                    )
-                    self.repairs.append(f"index/{name}: {problem}; {what}")
-                    log.warning("index/%s: %s; %s", name, problem, what)
-            self.dispatchers.append(self.index_service)
+            self._open_index(read_only)
         # the put path's caches and queue offsets (engine.service.putmessage)
         self.putter = putmessage.PutService(self)
         # flush, group commit and the SYNC_FLUSH dispatches waiting for them (engine.service.flush)
@@ -361,30 +306,7 @@ class MessageStore:
             self.follower = Follower(self)
             self.follower.open()
         else:
-            self.recovery_report = recovery.recover(self, progress)
-            for bq in self.batch_queues.values():  # as the recovered CommitLog has them
-                bq.truncate_dirty(self.commitlog.max_offset)
-                bq.correct_min_offset(self.commitlog.min_offset)
-            self.recovery_report.seconds = time.monotonic() - started
-            if self.recovery_report.moved_data():
-                # the checkpoint then says where the data now is (else it stays as it was)
-                self.flusher.note_data_moved()
-            if self.recovery_report.did_something():
-                log.warning("%s: %s", self.root, self.recovery_report.summary())
-            if (
-                read_only
-                and auto_follow
-                and self.dledger is None
-                and self.rocksdb_cq is None
-                and self.last_exit_ok
-                and not any(cq.mem for cq in self.consume_queues.values())
-            ):
-                # A clean store that no one writes now, whose files say all there is: it is
-                # followed too, should a writer start later (nothing changes until then).
-                from .live.follower import Follower
-
-                self.follower = Follower(self)
-                self.follower.attach()
+            self._recover(read_only and auto_follow, progress, started)
         if not read_only:
             # deletions whose records have all expired need no remembering
             self.deleted_topics.prune(self.commitlog.min_offset)
@@ -396,6 +318,116 @@ class MessageStore:
             self.clean_service.start()
         if not read_only:
             self.flusher.start()
+
+    def _follows(self, read_only: bool, follow: bool | None) -> bool:
+        """Whether this open follows a writer (``follow`` None: when another process holds
+        the lock of a plain store); sets :attr:`follower` (None until made) and
+        :attr:`writer_pid`."""
+        if follow is None:
+            # a DLedger store is read as it is at the open, not followed (the follower walks
+            # plain CommitLogs only)
+            # nor a RocksDB ConsumeQueue store (read as it is at the open, too)
+            follow = (
+                read_only
+                and lock_holder(self.root) is not None
+                and not dledger_dirs(self.root)
+                and not rocksdb_consume_queue(self.root)
+            )
+        self.follower = None
+        self.writer_pid = None
+        if follow:
+            if not read_only:
+                raise ValueError("only a read-only store can follow a writer")
+            self.writer_pid = lock_holder(self.root)
+            # the writer's abort file says it is running, not that it crashed
+            self.last_exit_ok = True
+        return follow
+
+    def _open_config(self, read_only: bool) -> list[str]:
+        """Open config/: topics, offsets, groups, deleted topics. Returns the problems found
+        (a damaged RocksDB config: its JSON files are read instead)."""
+        config_dir = os.path.join(self.root, "config")
+        # a RocksDB config (5.2+) is the source of truth: the JSON files are stale then
+        # (only read: check_layout refused a writer already)
+        config_problems: list[str] = []
+        try:
+            rdb = load_rocksdb_config(config_dir) or {}
+        except CorruptRecordError as exc:
+            # shown (status.json's repairs), not fatal: the JSON files beside it are read
+            rdb = {}
+            config_problems.append(f"config: {exc}; the JSON files are read instead")
+            log.warning("%s", config_problems[0])
+        self.topic_config = TopicConfigManager(config_dir, read_only, rdb.get("topics.json"))
+        self.consumer_offsets = ConsumerOffsetManager(
+            config_dir, read_only, rdb.get("consumerOffset.json")
+        )
+        self.subscription_groups = SubscriptionGroupManager(
+            config_dir, read_only, rdb.get("subscriptionGroup.json")
+        )
+        self.deleted_topics = DeletedTopics(config_dir, read_only)
+        return config_problems
+
+    def _open_index(self, read_only: bool) -> None:
+        """Open index/ (messageIndexEnable): the IndexService, checked after a crash, and a
+        dispatcher."""
+        self.index_service = IndexService(
+            os.path.join(self.root, "index"),
+            self.config.max_hash_slot_num,
+            self.config.max_index_num,
+            read_only,
+            timestamp_of=self._store_timestamp_at,
+        )
+        self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+        # After a crash the newest files are checked whole; a writable open also checks
+        # the header of the file it will write to after a clean exit (a header that lies:
+        # an indexCount past the file, a slot past the count), and rebuilds it as well.
+        dropped = []
+        if not self.last_exit_ok:
+            dropped = self.index_service.drop_inconsistent()
+        elif not read_only:
+            dropped = self.index_service.drop_inconsistent(newest=1, quick=True)
+        if dropped:
+            for name, problem in dropped:
+                what = (
+                    "not used by this read-only open: key lookups miss its entries"
+                    if read_only
+                    else "rebuilt from the CommitLog"
+                )
+                self.repairs.append(f"index/{name}: {problem}; {what}")
+                log.warning("index/%s: %s; %s", name, problem, what)
+        self.dispatchers.append(self.index_service)
+
+    def _recover(
+        self,
+        may_follow: bool,
+        progress: workprogress.ProgressFactory | None,
+        started: float,
+    ) -> None:
+        """Recover the store (not followed); ``may_follow``: a read-only open that chose not to
+        follow, which attaches a follower to a clean store no one writes now."""
+        self.recovery_report = recovery.recover(self, progress)
+        for bq in self.batch_queues.values():  # as the recovered CommitLog has them
+            bq.truncate_dirty(self.commitlog.max_offset)
+            bq.correct_min_offset(self.commitlog.min_offset)
+        self.recovery_report.seconds = time.monotonic() - started
+        if self.recovery_report.moved_data():
+            # the checkpoint then says where the data now is (else it stays as it was)
+            self.flusher.note_data_moved()
+        if self.recovery_report.did_something():
+            log.warning("%s: %s", self.root, self.recovery_report.summary())
+        if (
+            may_follow
+            and self.dledger is None
+            and self.rocksdb_cq is None
+            and self.last_exit_ok
+            and not any(cq.mem for cq in self.consume_queues.values())
+        ):
+            # A clean store that no one writes now, whose files say all there is: it is
+            # followed too, should a writer start later (nothing changes until then).
+            from .live.follower import Follower
+
+            self.follower = Follower(self)
+            self.follower.attach()
 
     def commitlog_file_of(self, offset: int) -> str:
         """The path (under the store root) of the CommitLog file that holds ``offset`` (bytes),

@@ -34,9 +34,30 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 
 from rmqfs.engine.errors import StoreLockedError
 from rmqfs.engine.live.progress import consumer_progress, diff_total
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from tqdm import tqdm
+
+    from rmqfs.engine.format.message import MessageRecord
+    from rmqfs.engine.format.tracedata import TraceEntry
+    from rmqfs.engine.store import MessageStore, StoreConfig
+    from rmqfs.engine.tools.verify import VerifyResult
+
+ParserT = TypeVar("ParserT", bound=argparse.ArgumentParser)
+
+#: A command's handler: the parsed arguments in, the exit status out.
+Command = Callable[[argparse.Namespace], int]
+#: What ``ArgumentParser.add_subparsers`` returns, on which the commands are registered (its
+#: parsers are of the class of the parser it was added to: ``rmqfs``'s is a subclass). A string:
+#: the class is subscriptable for type checkers only.
+Subparsers: TypeAlias = "argparse._SubParsersAction[ParserT]"
 
 TIME_FORMAT_HELP = "epoch ms, yyyy-MM-dd#HH:mm:ss:SSS (local time) or now"
 
@@ -77,7 +98,7 @@ def format_time(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", t) + f",{ms % 1000:03d}"
 
 
-def _progress(total: int, desc: str, unit: str = "B"):
+def _progress(total: int, desc: str, unit: str = "B") -> tqdm[NoReturn]:
     """The progress factory of every long command (engine.service.workprogress): a tqdm bar on stderr,
     hidden when stderr is not a terminal."""
     from .progress import terminal_bar
@@ -85,7 +106,7 @@ def _progress(total: int, desc: str, unit: str = "B"):
     return terminal_bar(total, desc, unit)
 
 
-def broker_config(args):
+def broker_config(args: argparse.Namespace) -> StoreConfig | None:
     """The StoreConfig of ``--config broker.conf``, or None without it. Raises AdminError
     when the file cannot be read, ValueError for a bad value."""
     from rmqfs.engine.store import StoreConfig
@@ -106,7 +127,7 @@ def _check_store(path: str) -> str:
     return root
 
 
-def _through_mount(args, mnt: str) -> str:
+def _through_mount(args: argparse.Namespace, mnt: str) -> str:
     """What a write command does through the mount at ``mnt`` that holds its store (the mount
     keeps offsets and the CommitLog tail in memory, so the offline writer must not race it)."""
     cmd = getattr(args, "command", "")
@@ -146,7 +167,7 @@ def _through_mount(args, mnt: str) -> str:
     return f"unmount it first: rmqfs umount {mnt}"
 
 
-def _locked_hint(args, exc: StoreLockedError) -> str:
+def _locked_hint(args: argparse.Namespace, exc: StoreLockedError) -> str:
     """The message for a write command refused by the store's lock: the holder, and what to
     do instead (through its mount when the holder is an rmqfs mount, else stop the broker)."""
     from .mounts import mountpoint_of
@@ -160,7 +181,7 @@ def _locked_hint(args, exc: StoreLockedError) -> str:
     )
 
 
-def open_store(args, write: bool = False, create: bool = False):
+def open_store(args: argparse.Namespace, write: bool = False, create: bool = False) -> MessageStore:
     """Open ``args.store``: read-only unless ``write`` (which takes the lock).
 
     ``create``: a missing or empty directory becomes a new store. Raises NotAStoreError for a
@@ -184,14 +205,14 @@ def open_store(args, write: bool = False, create: bool = False):
     )
 
 
-def _topic(store, topic: str):
+def _topic(store: MessageStore, topic: str) -> str:
     if topic not in store.topic_names():
         known = ", ".join(store.topic_names()) or "none"
         raise AdminError(f"topic {topic} does not exist (topics: {known})")
     return topic
 
 
-def _queue(store, topic: str, queue_id: int) -> int:
+def _queue(store: MessageStore, topic: str, queue_id: int) -> int:
     ids = store.queue_ids(topic)
     if queue_id not in ids:
         raise AdminError(
@@ -200,11 +221,11 @@ def _queue(store, topic: str, queue_id: int) -> int:
     return queue_id
 
 
-def _body_text(rec, charset: str) -> str:
+def _body_text(rec: MessageRecord, charset: str) -> str:
     return rec.plain_body.decode(charset, errors="replace")
 
 
-def _message_line(rec, print_body: bool, charset: str) -> str:
+def _message_line(rec: MessageRecord, print_body: bool, charset: str) -> str:
     body = _body_text(rec, charset) if print_body else "NOT PRINT BODY"
     keys = " ".join(rec.keys)
     return (
@@ -215,13 +236,13 @@ def _message_line(rec, print_body: bool, charset: str) -> str:
     )
 
 
-def _json_line(rec) -> str:
+def _json_line(rec: MessageRecord) -> str:
     from rmqfs.fusefs.render import render_message
 
     return render_message(rec).decode("utf-8").rstrip("\n")
 
 
-def _print_detail(rec, print_body: bool, charset: str) -> None:
+def _print_detail(rec: MessageRecord, print_body: bool, charset: str) -> None:
     """A message the way ``mqadmin queryMsgById`` shows it."""
     from rmqfs.engine.format.message import host_to_str
 
@@ -252,7 +273,7 @@ def _print_detail(rec, print_body: bool, charset: str) -> None:
 # verify / recover
 
 
-def cmd_verify(args) -> int:
+def cmd_verify(args: argparse.Namespace) -> int:
     """``rmqfs verify STORE``: check every record, unit and index item; exit 1 on any error."""
     from rmqfs.engine.tools.verify import verify_store
 
@@ -268,7 +289,7 @@ def cmd_verify(args) -> int:
     return 1
 
 
-def _verify_json(res) -> dict:
+def _verify_json(res: VerifyResult) -> dict[str, Any]:
     """The verification as one JSON object (offsets in bytes, RocketMQ-style field names)."""
     return {
         "ok": res.ok,
@@ -303,7 +324,7 @@ def _verify_json(res) -> dict:
     }
 
 
-def _print_verify(res) -> None:
+def _print_verify(res: VerifyResult) -> None:
     if res.lock_holder:
         print(
             f"store in use by process {res.lock_holder}: records still being written may "
@@ -344,7 +365,7 @@ def _print_verify(res) -> None:
         print(f"OK: no errors, {n_warn} warnings")
 
 
-def cmd_recover(args) -> int:
+def cmd_recover(args: argparse.Namespace) -> int:
     """``rmqfs recover STORE``: repair what verify finds; exit 1 if verify still fails."""
     from rmqfs.engine.tools.verify import recover_store
 
@@ -371,7 +392,7 @@ def cmd_recover(args) -> int:
 # produce
 
 
-def _create_hint(args, queues: int | None = None) -> str:
+def _create_hint(args: argparse.Namespace, queues: int | None = None) -> str:
     """How to create the missing topic for ``produce``, in the option letters of the name it
     was run by: ``-c`` is rmqfs produce's ``--create`` but mqadmin sendMessage's tags, and
     mqadmin creates topics with updateTopic (``args.mqadmin``: the mqadmin name the command was
@@ -389,7 +410,7 @@ def _create_hint(args, queues: int | None = None) -> str:
     )
 
 
-def cmd_produce(args) -> int:
+def cmd_produce(args: argparse.Namespace) -> int:
     """``rmqfs produce STORE -t TOPIC [FILE...]``: one message per line (stdin without FILE)."""
     from rmqfs.engine.errors import StoreError
     from rmqfs.engine.format.config import validate_queue_nums, validate_topic_name
@@ -453,11 +474,8 @@ def cmd_produce(args) -> int:
                 n = args.queues or store.config.default_topic_queue_nums
                 raise AdminError(f"topic {args.topic} does not exist; {_create_hint(args, n)}")
             check_topic_creatable(args.topic)  # AdminBrokerProcessor: no system topics
-            store.create_topic(args.topic, args.queues)
-            print(
-                f"created topic {args.topic} with "
-                f"{store.topic_config.get(args.topic).write_queue_nums} queues"
-            )
+            created = store.create_topic(args.topic, args.queues)
+            print(f"created topic {args.topic} with {created.write_queue_nums} queues")
         if args.queue_id is not None:
             _queue(store, args.topic, args.queue_id)
         counts: dict[int, int] = {}
@@ -466,7 +484,7 @@ def cmd_produce(args) -> int:
         last: PutResult | None = None
         total = 0
 
-        def put(lines):
+        def put(lines: Iterable[bytes]) -> None:
             nonlocal first, last, total
             msgs = [
                 Message(
@@ -519,7 +537,9 @@ def cmd_produce(args) -> int:
     return 0
 
 
-def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
+def _produce_stream(
+    path: str, put: Callable[[list[bytes]], None], batch_bytes: int = 1 << 20
+) -> None:
     """Split ``path`` (``-`` = stdin) into lines and put them in batches of about 1 MiB."""
     if path == "-":
         f = sys.stdin.buffer
@@ -554,7 +574,7 @@ def _produce_stream(path: str, put, batch_bytes: int = 1 << 20) -> None:
 # print-msg / query-msg
 
 
-def cmd_print_msg(args) -> int:
+def cmd_print_msg(args: argparse.Namespace) -> int:
     """``printMsg`` / ``printMsgByQueue``: messages of a topic (or one queue) in a time range."""
     from rmqfs.engine.service.getmessage import parse_subscription, subscription_tags
 
@@ -618,7 +638,7 @@ def cmd_print_msg(args) -> int:
     return 0
 
 
-def cmd_query_msg(args) -> int:
+def cmd_query_msg(args: argparse.Namespace) -> int:
     """``queryMsgByKey`` (-k -t), ``queryMsgById`` (-i) and ``queryMsgByOffset`` (-t -q -o)."""
     modes = sum(x is not None for x in (args.key, args.msg_id, args.offset))
     if modes != 1:
@@ -670,7 +690,9 @@ def cmd_query_msg(args) -> int:
     return 0
 
 
-def _by_msg_id(store, msg_id: str, topic: str | None, uniq_only: bool = False):
+def _by_msg_id(
+    store: MessageStore, msg_id: str, topic: str | None, uniq_only: bool = False
+) -> list[MessageRecord]:
     """An offset msgId (32/56 hex: store host + CommitLog offset), else a UNIQ_KEY
     (``uniq_only``: a UNIQ_KEY only, as ``queryMsgByUniqueKey``)."""
     msg_id = msg_id.strip()
@@ -692,7 +714,7 @@ def _by_msg_id(store, msg_id: str, topic: str | None, uniq_only: bool = False):
     return recs
 
 
-def cmd_query_trace(args) -> int:
+def cmd_query_trace(args: argparse.Namespace) -> int:
     """``queryMsgTraceById``: the trace of a message (by its msgId, the UNIQ_KEY a client has)
     as a client's trace dispatcher stored it in the trace topic (-t, default
     RMQ_SYS_TRACE_TOPIC; engine/format/tracedata.py): a Pub row (producer group, client host,
@@ -722,10 +744,10 @@ def cmd_query_trace(args) -> int:
     before = {e.request_id: e for e, _ in found if e.kind == "SubBefore"}
     row = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
 
-    def when(ms):
+    def when(ms: int | None) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
 
-    def status(e):
+    def status(e: TraceEntry) -> str:
         return "success" if e.success else "failed"
 
     for e, host in found:
@@ -760,7 +782,7 @@ def cmd_query_trace(args) -> int:
 # topics and consumers
 
 
-def cmd_topic_list(args) -> int:
+def cmd_topic_list(args: argparse.Namespace) -> int:
     """``topicList``: every topic, one per line; ``--clusters`` (mqadmin's -c): cluster name,
     topic and each consumer group with offsets on it, retry and DLQ topics left out, as
     TopicListSubCommand prints them."""
@@ -782,7 +804,7 @@ def cmd_topic_list(args) -> int:
     return 0
 
 
-def cmd_topic_status(args) -> int:
+def cmd_topic_status(args: argparse.Namespace) -> int:
     """``topicStatus``: per queue min/max offset and the store time of the last message."""
     with open_store(args) as store:
         topic = _topic(store, args.topic)
@@ -800,7 +822,7 @@ def cmd_topic_status(args) -> int:
     return 0
 
 
-def cmd_consumer_progress(args) -> int:
+def cmd_consumer_progress(args: argparse.Namespace) -> int:
     """``consumerProgress``: one group's queues, or the diff total of every group."""
     with open_store(args) as store:
         if args.topic:
@@ -836,7 +858,7 @@ def cmd_consumer_progress(args) -> int:
     return 0
 
 
-def cmd_reset_offset(args) -> int:
+def cmd_reset_offset(args: argparse.Namespace) -> int:
     """``resetOffsetByTime``: commit, for every queue of the topic (or ``-q``), the first offset
     stored at or after ``-s`` time, or ``-o`` offset. Written atomically to
     consumerOffset.json; refused while a mount or broker holds the store."""
@@ -872,7 +894,7 @@ def cmd_reset_offset(args) -> int:
     return 0
 
 
-def cmd_clean(args) -> int:
+def cmd_clean(args: argparse.Namespace) -> int:
     """``deleteExpiredCommitLog``: run the expiry now and print what was deleted."""
     with open_store(args, write=True) as store:
         if args.file_reserved_time is not None:
@@ -915,7 +937,7 @@ def _int_arg(text: str | None, option: str) -> int | None:
         raise AdminError(f"{option} takes an integer, not {text!r}") from None
 
 
-def cmd_delete_topic(args) -> int:
+def cmd_delete_topic(args: argparse.Namespace) -> int:
     """``deleteTopic`` (AdminBrokerProcessor.deleteTopic -> deleteTopicInBroker): removes the
     topic's topics.json entry, its consumer offsets (ConsumerOffsetManager.cleanOffsetByTopic:
     every topic@group entry of consumerOffset.json) and its ConsumeQueues
@@ -944,7 +966,7 @@ def cmd_delete_topic(args) -> int:
 MQADMIN_TOPIC = {"read_queue_nums": 8, "write_queue_nums": 8, "perm": 6, "order": False}
 
 
-def cmd_update_topic(args) -> int:
+def cmd_update_topic(args: argparse.Namespace) -> int:
     """``updateTopic`` (AdminBrokerProcessor.updateAndCreateTopic ->
     TopicConfigManager.updateTopicConfig): set the topic's readQueueNums (-r), writeQueueNums
     (-w, 1-1024), perm (-p 2, 4 or 6) or order (-o) in topics.json. A missing topic is created
@@ -997,7 +1019,7 @@ _TOPIC_JSON = {
 }
 
 
-def cmd_delete_sub_group(args) -> int:
+def cmd_delete_sub_group(args: argparse.Namespace) -> int:
     """``deleteSubGroup`` (AdminBrokerProcessor.deleteSubscriptionGroup): removes the group's
     subscriptionGroup.json entry; with -r true (the request's cleanOffset) also its offsets
     (ConsumerOffsetManager.removeOffset: every topic@group entry). A group that keeps offsets
@@ -1043,7 +1065,7 @@ def mqadmin_group_config() -> dict:
     return fields
 
 
-def cmd_update_sub_group(args) -> int:
+def cmd_update_sub_group(args: argparse.Namespace) -> int:
     """``updateSubGroup`` (AdminBrokerProcessor.updateAndCreateSubscriptionGroup ->
     SubscriptionGroupManager.updateSubscriptionGroupConfig): set SubscriptionGroupConfig
     fields of the group in subscriptionGroup.json. A missing group is created from what
@@ -1085,7 +1107,7 @@ def cmd_update_sub_group(args) -> int:
     return 0
 
 
-def cmd_clone_group_offset(args) -> int:
+def cmd_clone_group_offset(args: argparse.Namespace) -> int:
     """``cloneGroupOffset`` (ConsumerOffsetManager.cloneOffset): the destination group's
     offsets of the topic become a copy of the source group's."""
     with open_store(args, write=True) as store:
@@ -1102,7 +1124,7 @@ def cmd_clone_group_offset(args) -> int:
 # queues, stats, broker
 
 
-def cmd_query_cq(args) -> int:
+def cmd_query_cq(args: argparse.Namespace) -> int:
     """``queryCq`` (QueryConsumeQueueCommand): units of one ConsumeQueue from index -i, -c of
     them: queueOffset, commitLogOffset, size, tagsCode and the record's storeTimestamp."""
     from rmqfs.engine.errors import CorruptRecordError
@@ -1124,6 +1146,7 @@ def cmd_query_cq(args) -> int:
         if cq is None:
             return 0
         for qoff, off, size, tc in cq.iter_units(start, min(hi, start + args.count)):
+            ts: int | str
             try:
                 ts = store.read_record(off, size).store_timestamp
                 when = format_time(ts)
@@ -1133,7 +1156,7 @@ def cmd_query_cq(args) -> int:
     return 0
 
 
-def cmd_stats_all(args) -> int:
+def cmd_stats_all(args: argparse.Namespace) -> int:
     """``statsAll``: per topic (and with -q per queue) messages and bytes stored in the last
     minute, hour and day before --now (default: now), and in total. A broker counts these in
     memory (BrokerStatsManager); here they come from the ConsumeQueue units (numpy) and a
@@ -1169,7 +1192,7 @@ def cmd_stats_all(args) -> int:
     return 0
 
 
-def cmd_get_broker_config(args) -> int:
+def cmd_get_broker_config(args: argparse.Namespace) -> int:
     """``getBrokerConfig``: the store's effective settings as broker.conf lines (key=value):
     --config's, else the defaults, with the segment sizes the store's files have."""
     with open_store(args) as store:
@@ -1182,7 +1205,7 @@ def cmd_get_broker_config(args) -> int:
     return 0
 
 
-def cmd_broker_status(args) -> int:
+def cmd_broker_status(args: argparse.Namespace) -> int:
     """``brokerStatus``: what the mount's status.json shows (engine/live/status.py): CommitLog
     offsets, flush and dispatch lag, counts, repairs and damaged queues; --json for the
     object."""
@@ -1199,7 +1222,7 @@ def cmd_broker_status(args) -> int:
     return 0
 
 
-def _location(text: str):
+def _location(text: str) -> tuple[pafs.FileSystem, str, str]:
     """``(filesystem, base, printable)`` of a snapshot location (engine/live/objectstore.py)."""
     from rmqfs.engine.live.location import open_location, redact
 
@@ -1207,7 +1230,7 @@ def _location(text: str):
     return fs, base, redact(text)
 
 
-def cmd_snapshot_verify(args) -> int:
+def cmd_snapshot_verify(args: argparse.Namespace) -> int:
     """Check a copy of a snapshot (MNT/snapshots/NAME copied with tar, rsync, restic restore,
     or snapshot-upload) against its SNAPSHOT.json: every file named there must exist with its
     size and CRC32C. LOCATION is a directory or a URI (s3://bucket/prefix?endpoint_override=
@@ -1264,7 +1287,7 @@ def cmd_snapshot_verify(args) -> int:
     return 1 if errors else 0
 
 
-def cmd_snapshot_upload(args) -> int:
+def cmd_snapshot_upload(args: argparse.Namespace) -> int:
     """Upload a snapshot (MNT/snapshots/NAME, or a copy holding SNAPSHOT.json) to a location:
     a URI (s3://bucket/prefix?endpoint_override=host:port&scheme=http, gs://, hdfs://,
     file://) or a directory; S3 credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
@@ -1329,7 +1352,7 @@ def _broker_name_line(name: str | None, source: str | None) -> str:
     )
 
 
-def cmd_snapshot_download(args) -> int:
+def cmd_snapshot_download(args: argparse.Namespace) -> int:
     """Restore a snapshot from a location (a URI as for snapshot-upload, or a directory) into
     a new or empty local directory: each file is checked against the manifest's size and
     CRC32C as it arrives, written under a temporary name at its full size (the zeros after
@@ -1359,23 +1382,91 @@ def cmd_snapshot_download(args) -> int:
 # argparse
 
 
-def _doc(func) -> str:
+def _doc(func: Callable[..., object]) -> str:
     """A command's docstring for --help, without the reST markup."""
     return (func.__doc__ or "").replace("``", "")
 
 
-def add_store_args(p) -> None:
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a command: what ``add_argument`` takes (the flags, or a positional's
+    name, and its keywords)."""
+
+    flags: tuple[str, ...]
+    options: Mapping[str, Any]
+
+    def add_to(self, p: argparse._ActionsContainer) -> None:
+        """Add the argument to ``p`` (a parser or a group)."""
+        p.add_argument(*self.flags, **self.options)
+
+
+def arg(*flags: str, **options: Any) -> Arg:
+    """An :class:`Arg`, written as the ``add_argument`` call it stands for."""
+    return Arg(flags, options)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Arguments of which at most one is given (``add_mutually_exclusive_group``)."""
+
+    args: tuple[Arg, ...]
+
+    def add_to(self, p: argparse.ArgumentParser) -> None:
+        """Add the group and its arguments to ``p``."""
+        group = p.add_mutually_exclusive_group()
+        for a in self.args:
+            a.add_to(group)
+
+
+@dataclass(frozen=True)
+class SubCommand:
+    """An offline command, as mqadmin declares its ``SubCommand``s: its name
+    (``commandName``), the mqadmin names that run it (``commandAlias``; each with mqadmin's own
+    option letters, translated by :data:`mount.mqadmin.COMMANDS`), its help line, its
+    arguments (``buildCommandlineOptions``) and its handler (``execute``), whose docstring is
+    the description of ``rmqfs NAME --help``."""
+
+    name: str
+    mqadmin: tuple[str, ...]
+    help: str
+    handler: Command
+    args: tuple[Arg | OneOf, ...] = ()
+    on_store: bool = True  # STORE and --config come first (add_store_args)
+    intermixed: bool = False  # positionals may follow options (_IntermixedParser)
+
+    def register(self, sub: Subparsers[ParserT]) -> None:
+        """Add the command's parser to the ``rmqfs`` subparsers ``sub``."""
+        p = sub.add_parser(self.name, help=self.help, description=_doc(self.handler))
+        if self.intermixed:
+            _intermixed(p)
+        if self.on_store:
+            add_store_args(p)
+        for a in self.args:
+            a.add_to(p)
+        p.set_defaults(func=wrap_command(self.handler))
+
+
+def _store_args() -> tuple[Arg, ...]:
     """STORE and --config, the arguments of every command on a store."""
-    p.add_argument("store", metavar="STORE", help="the store directory (storePathRootDir)")
-    p.add_argument(
-        "--config",
-        metavar="broker.conf",
-        help="a RocketMQ broker.conf (segment sizes, index geometry, ...)",
+    return (
+        arg("store", metavar="STORE", help="the store directory (storePathRootDir)"),
+        arg(
+            "--config",
+            metavar="broker.conf",
+            help="a RocketMQ broker.conf (segment sizes, index geometry, ...)",
+        ),
     )
 
 
-def _body_args(p) -> None:
-    p.add_argument(
+def add_store_args(p: argparse.ArgumentParser) -> None:
+    """STORE and --config, the arguments of every command on a store."""
+    for a in _store_args():
+        a.add_to(p)
+
+
+#: How the messages a command prints show their bodies (print-msg, query-msg).
+BODY_ARGS = (
+    arg(
         "-d",
         "--print-body",
         nargs="?",
@@ -1383,366 +1474,408 @@ def _body_args(p) -> None:
         default="true",
         metavar="true|false",
         help="print the body (default true)",
-    )
-    p.add_argument("-c", "--charset", default="UTF-8", help="charset of bodies (default UTF-8)")
-    p.add_argument(
+    ),
+    arg("-c", "--charset", default="UTF-8", help="charset of bodies (default UTF-8)"),
+    arg(
         "--json",
         action="store_true",
         help="one JSON line per message, as the mount's messages.jsonl",
-    )
+    ),
+)
 
+_TOPIC = arg("-t", "--topic", required=True)
+_JSON = arg("--json", action="store_true", help="the result as one JSON object")
 
-def add_subcommands(sub) -> None:
-    """Register the offline commands on the ``rmqfs`` subparsers."""
-    p = sub.add_parser(
+#: The offline commands, in the order ``rmqfs --help`` lists them.
+COMMANDS: tuple[SubCommand, ...] = (
+    SubCommand(
         "verify",
-        help="check every record, CRC, ConsumeQueue unit and index item",
-        description=_doc(cmd_verify),
-    )
-    add_store_args(p)
-    p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=wrap_command(cmd_verify))
-
-    p = sub.add_parser(
+        (),
+        "check every record, CRC, ConsumeQueue unit and index item",
+        cmd_verify,
+        (_JSON,),
+    ),
+    SubCommand(
         "recover",
-        help="repair what verify finds (truncate a dirty tail, rebuild derived files)",
-        description=_doc(cmd_recover),
-    )
-    add_store_args(p)
-    p.add_argument(
-        "--rebuild",
-        action="store_true",
-        help="rebuild every ConsumeQueue and IndexFile from the CommitLog",
-    )
-    p.set_defaults(func=wrap_command(cmd_recover))
-
-    p = sub.add_parser(
+        (),
+        "repair what verify finds (truncate a dirty tail, rebuild derived files)",
+        cmd_recover,
+        (
+            arg(
+                "--rebuild",
+                action="store_true",
+                help="rebuild every ConsumeQueue and IndexFile from the CommitLog",
+            ),
+        ),
+    ),
+    SubCommand(
         "produce",
-        help="append messages, one per line of FILEs or stdin",
-        description=_doc(cmd_produce),
-    )
-    p.__class__ = _IntermixedParser  # FILEs may come before or after the options
-    add_store_args(p)
-    p.add_argument("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)")
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument(
-        "--body", help="one message with this body (UTF-8) instead of FILEs (sendMessage -p)"
-    )
-    p.add_argument("-c", "--create", action="store_true", help="create the topic if missing")
-    p.add_argument(
-        "--queues", type=int, help="queues of a created topic (default defaultTopicQueueNums, 4)"
-    )
-    p.add_argument("-a", "--tags", help="TAGS of every message")
-    p.add_argument("-k", "--keys", help="KEYS of every message (space separated)")
-    p.add_argument(
-        "-i", "--queue-id", type=int, help="put every message in this queue (default round-robin)"
-    )
-    p.add_argument(
-        "--property", action="append", metavar="NAME=VALUE", help="a user property (repeatable)"
-    )
-    when = p.add_mutually_exclusive_group()
-    when.add_argument(
-        "--delay-level",
-        type=int,
-        metavar="N",
-        help="a delayed message of delay level N (messageDelayLevel)",
-    )
-    when.add_argument(
-        "--deliver-time",
-        type=int,
-        metavar="EPOCH_MS",
-        help="a timed message delivered then (5.x timer store: rmq_sys_wheel_timer)",
-    )
-    when.add_argument(
-        "--delay-ms", type=int, metavar="MS", help="a timed message delivered MS from now"
-    )
-    p.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="print msgId, UNIQ_KEY, queueId and queueOffset of each message",
-    )
-    p.set_defaults(func=wrap_command(cmd_produce))
-
-    p = sub.add_parser(
+        ("sendMessage",),
+        "append messages, one per line of FILEs or stdin",
+        cmd_produce,
+        (
+            arg("files", nargs="*", metavar="FILE", help="input files (- or none: stdin)"),
+            _TOPIC,
+            arg(
+                "--body",
+                help="one message with this body (UTF-8) instead of FILEs (sendMessage -p)",
+            ),
+            arg("-c", "--create", action="store_true", help="create the topic if missing"),
+            arg(
+                "--queues",
+                type=int,
+                help="queues of a created topic (default defaultTopicQueueNums, 4)",
+            ),
+            arg("-a", "--tags", help="TAGS of every message"),
+            arg("-k", "--keys", help="KEYS of every message (space separated)"),
+            arg(
+                "-i",
+                "--queue-id",
+                type=int,
+                help="put every message in this queue (default round-robin)",
+            ),
+            arg(
+                "--property",
+                action="append",
+                metavar="NAME=VALUE",
+                help="a user property (repeatable)",
+            ),
+            OneOf(
+                (
+                    arg(
+                        "--delay-level",
+                        type=int,
+                        metavar="N",
+                        help="a delayed message of delay level N (messageDelayLevel)",
+                    ),
+                    arg(
+                        "--deliver-time",
+                        type=int,
+                        metavar="EPOCH_MS",
+                        help="a timed message delivered then (5.x timer store: "
+                        "rmq_sys_wheel_timer)",
+                    ),
+                    arg(
+                        "--delay-ms",
+                        type=int,
+                        metavar="MS",
+                        help="a timed message delivered MS from now",
+                    ),
+                )
+            ),
+            arg(
+                "-v",
+                "--verbose",
+                action="store_true",
+                help="print msgId, UNIQ_KEY, queueId and queueOffset of each message",
+            ),
+        ),
+        intermixed=True,  # FILEs may come before or after the options
+    ),
+    SubCommand(
         "print-msg",
-        help="print a topic's messages",
-        description=_doc(cmd_print_msg),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-i", "--queue-id", type=int, help="only this queue (printMsgByQueue)")
-    p.add_argument("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})")
-    p.add_argument("-e", "--end", help=f"before this store time ({TIME_FORMAT_HELP})")
-    p.add_argument("-s", "--sub-expression", help="tags: * or TagA || TagB")
-    p.add_argument("--count", action="store_true", help="print the count on stderr")
-    p.add_argument(
-        "-p",
-        "--print-msg",
-        default="true",
-        metavar="true|false",
-        help="print the messages (default true; false: only --tag-counts)",
-    )
-    p.add_argument("--from-offset", type=int, metavar="N", help="with -i: from this queue offset")
-    p.add_argument("--max", type=int, metavar="N", help="at most N messages")
-    p.add_argument(
-        "--tag-counts", action="store_true", help="then a count per tag, most frequent first"
-    )
-    _body_args(p)
-    p.set_defaults(func=wrap_command(cmd_print_msg))
-
-    p = sub.add_parser(
+        ("printMsg", "printMsgByQueue", "consumeMessage"),
+        "print a topic's messages",
+        cmd_print_msg,
+        (
+            _TOPIC,
+            arg("-i", "--queue-id", type=int, help="only this queue (printMsgByQueue)"),
+            arg("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})"),
+            arg("-e", "--end", help=f"before this store time ({TIME_FORMAT_HELP})"),
+            arg("-s", "--sub-expression", help="tags: * or TagA || TagB"),
+            arg("--count", action="store_true", help="print the count on stderr"),
+            arg(
+                "-p",
+                "--print-msg",
+                default="true",
+                metavar="true|false",
+                help="print the messages (default true; false: only --tag-counts)",
+            ),
+            arg("--from-offset", type=int, metavar="N", help="with -i: from this queue offset"),
+            arg("--max", type=int, metavar="N", help="at most N messages"),
+            arg(
+                "--tag-counts",
+                action="store_true",
+                help="then a count per tag, most frequent first",
+            ),
+            *BODY_ARGS,
+        ),
+    ),
+    SubCommand(
         "query-msg",
-        help="find messages by key, msgId or queue offset",
-        description=_doc(cmd_query_msg),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic")
-    p.add_argument("-k", "--key", help="message key (queryMsgByKey; needs -t)")
-    p.add_argument("-i", "--msg-id", help="offset msgId or UNIQ_KEY (queryMsgById)")
-    p.add_argument("-q", "--queue-id", type=int, help="queue of -o")
-    p.add_argument("-o", "--offset", type=int, help="queue offset (queryMsgByOffset; -t -q)")
-    p.add_argument("-b", "--begin", help=f"key query: from this time ({TIME_FORMAT_HELP})")
-    p.add_argument("-e", "--end", help=f"key query: until this time ({TIME_FORMAT_HELP})")
-    p.add_argument("-m", "--max-num", type=int, default=64, help="key query: at most (64)")
-    p.add_argument(
-        "--uniq-key", action="store_true", help="-i is a UNIQ_KEY, never an offset msgId"
-    )
-    p.add_argument("--first", action="store_true", help="-i: only the first message found")
-    _body_args(p)
-    p.set_defaults(func=wrap_command(cmd_query_msg))
-
-    p = sub.add_parser(
+        ("queryMsgByKey", "queryMsgById", "queryMsgByOffset", "queryMsgByUniqueKey"),
+        "find messages by key, msgId or queue offset",
+        cmd_query_msg,
+        (
+            arg("-t", "--topic"),
+            arg("-k", "--key", help="message key (queryMsgByKey; needs -t)"),
+            arg("-i", "--msg-id", help="offset msgId or UNIQ_KEY (queryMsgById)"),
+            arg("-q", "--queue-id", type=int, help="queue of -o"),
+            arg("-o", "--offset", type=int, help="queue offset (queryMsgByOffset; -t -q)"),
+            arg("-b", "--begin", help=f"key query: from this time ({TIME_FORMAT_HELP})"),
+            arg("-e", "--end", help=f"key query: until this time ({TIME_FORMAT_HELP})"),
+            arg("-m", "--max-num", type=int, default=64, help="key query: at most (64)"),
+            arg("--uniq-key", action="store_true", help="-i is a UNIQ_KEY, never an offset msgId"),
+            arg("--first", action="store_true", help="-i: only the first message found"),
+            *BODY_ARGS,
+        ),
+    ),
+    SubCommand(
         "query-trace",
-        help="a message's trace from the trace topic",
-        description=_doc(cmd_query_trace),
-    )
-    add_store_args(p)
-    p.add_argument("-i", "--msg-id", required=True, help="the message's msgId (UNIQ_KEY)")
-    p.add_argument("-t", "--trace-topic", help="the trace topic (default RMQ_SYS_TRACE_TOPIC)")
-    p.add_argument("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})")
-    p.add_argument("-e", "--end", help=f"until this store time ({TIME_FORMAT_HELP})")
-    p.add_argument("-m", "--max-num", type=int, default=64, help="trace messages read (64)")
-    p.set_defaults(func=wrap_command(cmd_query_trace))
-
-    p = sub.add_parser("topic-list", help="list the topics", description=_doc(cmd_topic_list))
-    add_store_args(p)
-    p.add_argument(
-        "--clusters", action="store_true", help="cluster name, topic and consumer groups"
-    )
-    p.set_defaults(func=wrap_command(cmd_topic_list))
-
-    p = sub.add_parser(
+        ("queryMsgTraceById",),
+        "a message's trace from the trace topic",
+        cmd_query_trace,
+        (
+            arg("-i", "--msg-id", required=True, help="the message's msgId (UNIQ_KEY)"),
+            arg("-t", "--trace-topic", help="the trace topic (default RMQ_SYS_TRACE_TOPIC)"),
+            arg("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})"),
+            arg("-e", "--end", help=f"until this store time ({TIME_FORMAT_HELP})"),
+            arg("-m", "--max-num", type=int, default=64, help="trace messages read (64)"),
+        ),
+    ),
+    SubCommand(
+        "topic-list",
+        ("topicList",),
+        "list the topics",
+        cmd_topic_list,
+        (
+            arg(
+                "--clusters",
+                action="store_true",
+                help="cluster name, topic and consumer groups",
+            ),
+        ),
+    ),
+    SubCommand(
         "topic-status",
-        help="per queue min/max offset and last update time",
-        description=_doc(cmd_topic_status),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.set_defaults(func=wrap_command(cmd_topic_status))
-
-    p = sub.add_parser(
+        ("topicStatus",),
+        "per queue min/max offset and last update time",
+        cmd_topic_status,
+        (_TOPIC,),
+    ),
+    SubCommand(
         "consumer-progress",
-        help="brokerOffset, consumerOffset and diff per queue",
-        description=_doc(cmd_consumer_progress),
-    )
-    add_store_args(p)
-    p.add_argument("-g", "--group", help="consumer group (default: every group's diff total)")
-    p.add_argument("-t", "--topic", help="only this topic")
-    p.set_defaults(func=wrap_command(cmd_consumer_progress))
-
-    p = sub.add_parser(
+        ("consumerProgress", "getConsumerStatus"),
+        "brokerOffset, consumerOffset and diff per queue",
+        cmd_consumer_progress,
+        (
+            arg("-g", "--group", help="consumer group (default: every group's diff total)"),
+            arg("-t", "--topic", help="only this topic"),
+        ),
+    ),
+    SubCommand(
         "reset-offset",
-        help="commit offsets by time or value",
-        description=_doc(cmd_reset_offset),
-    )
-    add_store_args(p)
-    p.add_argument("-g", "--group", required=True)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-s", "--timestamp", help=f"{TIME_FORMAT_HELP}, or now")
-    p.add_argument("-o", "--offset", type=int, help="this queue offset")
-    p.add_argument("-q", "--queue-id", type=int, help="only this queue")
-    p.set_defaults(func=wrap_command(cmd_reset_offset))
-
-    p = sub.add_parser(
+        ("resetOffsetByTime", "skipAccumulatedMessage"),
+        "commit offsets by time or value",
+        cmd_reset_offset,
+        (
+            arg("-g", "--group", required=True),
+            _TOPIC,
+            arg("-s", "--timestamp", help=f"{TIME_FORMAT_HELP}, or now"),
+            arg("-o", "--offset", type=int, help="this queue offset"),
+            arg("-q", "--queue-id", type=int, help="only this queue"),
+        ),
+    ),
+    SubCommand(
         "delete-topic",
-        help="delete a topic: topics.json entry, ConsumeQueues, offsets",
-        description=_doc(cmd_delete_topic),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.set_defaults(func=wrap_command(cmd_delete_topic))
-
-    p = sub.add_parser(
+        ("deleteTopic",),
+        "delete a topic: topics.json entry, ConsumeQueues, offsets",
+        cmd_delete_topic,
+        (_TOPIC,),
+    ),
+    SubCommand(
         "update-topic",
-        help="create a topic or change its queues, perm or order",
-        description=_doc(cmd_update_topic),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-r", "--read-queue-nums", metavar="N", help="readQueueNums (1-1024)")
-    p.add_argument("-w", "--write-queue-nums", metavar="N", help="writeQueueNums (1-1024)")
-    p.add_argument("-p", "--perm", metavar="2|4|6", help="permission: 2 W, 4 R, 6 RW")
-    p.add_argument("-o", "--order", metavar="true|false", help="order topic")
-    p.add_argument(
-        "--mqadmin-defaults",
-        action="store_true",
-        help="fields not given take the values mqadmin's updateTopic sends (8 queues, perm 6, "
-        "order false), as it does; without it they keep theirs",
-    )
-    p.set_defaults(func=wrap_command(cmd_update_topic))
-
-    p = sub.add_parser(
+        ("updateTopic",),
+        "create a topic or change its queues, perm or order",
+        cmd_update_topic,
+        (
+            _TOPIC,
+            arg("-r", "--read-queue-nums", metavar="N", help="readQueueNums (1-1024)"),
+            arg("-w", "--write-queue-nums", metavar="N", help="writeQueueNums (1-1024)"),
+            arg("-p", "--perm", metavar="2|4|6", help="permission: 2 W, 4 R, 6 RW"),
+            arg("-o", "--order", metavar="true|false", help="order topic"),
+            arg(
+                "--mqadmin-defaults",
+                action="store_true",
+                help="fields not given take the values mqadmin's updateTopic sends (8 queues, "
+                "perm 6, order false), as it does; without it they keep theirs",
+            ),
+        ),
+    ),
+    SubCommand(
         "delete-sub-group",
-        help="delete a consumer group (-r true: and its offsets)",
-        description=_doc(cmd_delete_sub_group),
-    )
-    add_store_args(p)
-    p.add_argument("-g", "--group-name", dest="group", required=True)
-    p.add_argument(
-        "-r",
-        "--remove-offset",
-        metavar="true|false",
-        default="false",
-        help="also remove the group's offsets (default false)",
-    )
-    p.set_defaults(func=wrap_command(cmd_delete_sub_group))
-
-    p = sub.add_parser(
+        ("deleteSubGroup",),
+        "delete a consumer group (-r true: and its offsets)",
+        cmd_delete_sub_group,
+        (
+            arg("-g", "--group-name", dest="group", required=True),
+            arg(
+                "-r",
+                "--remove-offset",
+                metavar="true|false",
+                default="false",
+                help="also remove the group's offsets (default false)",
+            ),
+        ),
+    ),
+    SubCommand(
         "update-sub-group",
-        help="create a consumer group or change its settings",
-        description=_doc(cmd_update_sub_group),
-    )
-    add_store_args(p)
-    p.add_argument("-g", "--group-name", dest="group", required=True)
-    for attr, opt, name, kind in _GROUP_OPTIONS:
-        p.add_argument(
-            opt, f"--{name}", dest=attr, metavar="true|false" if kind is bool else "N", help=name
-        )
-    p.add_argument(
-        "--mqadmin-defaults",
-        action="store_true",
-        help="fields not given take the values mqadmin's updateSubGroup sends (RocketMQ's "
-        "defaults, consumeBroadcastEnable and consumeFromMinEnable false), as it does; "
-        "without it they keep theirs",
-    )
-    p.set_defaults(func=wrap_command(cmd_update_sub_group))
-
-    p = sub.add_parser(
+        ("updateSubGroup",),
+        "create a consumer group or change its settings",
+        cmd_update_sub_group,
+        (
+            arg("-g", "--group-name", dest="group", required=True),
+            *(
+                arg(
+                    opt,
+                    f"--{name}",
+                    dest=attr,
+                    metavar="true|false" if kind is bool else "N",
+                    help=name,
+                )
+                for attr, opt, name, kind in _GROUP_OPTIONS
+            ),
+            arg(
+                "--mqadmin-defaults",
+                action="store_true",
+                help="fields not given take the values mqadmin's updateSubGroup sends "
+                "(RocketMQ's defaults, consumeBroadcastEnable and consumeFromMinEnable false), "
+                "as it does; without it they keep theirs",
+            ),
+        ),
+    ),
+    SubCommand(
         "clone-group-offset",
-        help="copy one group's offsets of a topic to another group",
-        description=_doc(cmd_clone_group_offset),
-    )
-    add_store_args(p)
-    p.add_argument("-s", "--src-group", required=True)
-    p.add_argument("-d", "--dest-group", required=True)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument(
-        "-o",
-        "--offline",
-        help="accepted for mqadmin compatibility (a store on disk is always offline)",
-    )
-    p.set_defaults(func=wrap_command(cmd_clone_group_offset))
-
-    p = sub.add_parser(
+        ("cloneGroupOffset",),
+        "copy one group's offsets of a topic to another group",
+        cmd_clone_group_offset,
+        (
+            arg("-s", "--src-group", required=True),
+            arg("-d", "--dest-group", required=True),
+            _TOPIC,
+            arg(
+                "-o",
+                "--offline",
+                help="accepted for mqadmin compatibility (a store on disk is always offline)",
+            ),
+        ),
+    ),
+    SubCommand(
         "query-cq",
-        help="print ConsumeQueue units",
-        description=_doc(cmd_query_cq),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-q", "--queue", dest="queue_id", type=int, required=True)
-    p.add_argument("-i", "--index", type=int, help="first queue offset (default: min offset)")
-    p.add_argument("-c", "--count", type=int, default=10, help="units (default 10)")
-    p.set_defaults(func=wrap_command(cmd_query_cq))
-
-    p = sub.add_parser(
+        ("queryCq",),
+        "print ConsumeQueue units",
+        cmd_query_cq,
+        (
+            _TOPIC,
+            arg("-q", "--queue", dest="queue_id", type=int, required=True),
+            arg("-i", "--index", type=int, help="first queue offset (default: min offset)"),
+            arg("-c", "--count", type=int, default=10, help="units (default 10)"),
+        ),
+    ),
+    SubCommand(
         "stats-all",
-        help="messages and bytes per topic: last minute, hour, day, total",
-        description=_doc(cmd_stats_all),
-    )
-    add_store_args(p)
-    p.add_argument("-t", "--topic", help="only this topic")
-    p.add_argument(
-        "-a",
-        "--active-topic",
-        action="store_true",
-        help="only topics with messages in the last day",
-    )
-    p.add_argument("-q", "--queues", action="store_true", help="a row per queue too")
-    p.add_argument("--now", help=f"the end of the windows ({TIME_FORMAT_HELP}; default now)")
-    p.add_argument("--json", action="store_true", help="one JSON object per row")
-    p.set_defaults(func=wrap_command(cmd_stats_all))
-
-    p = sub.add_parser(
+        ("statsAll",),
+        "messages and bytes per topic: last minute, hour, day, total",
+        cmd_stats_all,
+        (
+            arg("-t", "--topic", help="only this topic"),
+            arg(
+                "-a",
+                "--active-topic",
+                action="store_true",
+                help="only topics with messages in the last day",
+            ),
+            arg("-q", "--queues", action="store_true", help="a row per queue too"),
+            arg("--now", help=f"the end of the windows ({TIME_FORMAT_HELP}; default now)"),
+            arg("--json", action="store_true", help="one JSON object per row"),
+        ),
+    ),
+    SubCommand(
         "get-broker-config",
-        help="the effective settings as broker.conf lines",
-        description=_doc(cmd_get_broker_config),
-    )
-    add_store_args(p)
-    p.set_defaults(func=wrap_command(cmd_get_broker_config))
-
-    p = sub.add_parser(
+        ("getBrokerConfig",),
+        "the effective settings as broker.conf lines",
+        cmd_get_broker_config,
+    ),
+    SubCommand(
         "broker-status",
-        help="what status.json shows, for a store not mounted",
-        description=_doc(cmd_broker_status),
-    )
-    add_store_args(p)
-    p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(func=wrap_command(cmd_broker_status))
-
-    p = sub.add_parser(
+        ("brokerStatus",),
+        "what status.json shows, for a store not mounted",
+        cmd_broker_status,
+        (arg("--json", action="store_true", help="one JSON object"),),
+    ),
+    SubCommand(
         "snapshot-verify",
-        help="check a copy of a snapshot against its SNAPSHOT.json (sizes, CRC32C)",
-        description=_doc(cmd_snapshot_verify),
-    )
-    p.add_argument(
-        "directory", metavar="LOCATION", help="the copy (holds SNAPSHOT.json): a directory or a URI"
-    )
-    p.add_argument(
-        "-j", "--jobs", type=int, help="threads summing files (default: one per CPU; 4 for a URI)"
-    )
-    p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=wrap_command(cmd_snapshot_verify))
-
-    p = sub.add_parser(
+        (),
+        "check a copy of a snapshot against its SNAPSHOT.json (sizes, CRC32C)",
+        cmd_snapshot_verify,
+        (
+            arg(
+                "directory",
+                metavar="LOCATION",
+                help="the copy (holds SNAPSHOT.json): a directory or a URI",
+            ),
+            arg(
+                "-j",
+                "--jobs",
+                type=int,
+                help="threads summing files (default: one per CPU; 4 for a URI)",
+            ),
+            _JSON,
+        ),
+        on_store=False,
+    ),
+    SubCommand(
         "snapshot-upload",
-        help="upload a snapshot to object storage (s3://, gs://, hdfs://, file://), only what changed",
-        description=_doc(cmd_snapshot_upload),
-    )
-    p.add_argument("src", metavar="SRC", help="MNT/snapshots/NAME or a copy (holds SNAPSHOT.json)")
-    p.add_argument("location", metavar="URI", help="where the snapshot goes: a URI or a directory")
-    p.add_argument("-j", "--jobs", type=int, help="files uploaded at once (default 4)")
-    p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=wrap_command(cmd_snapshot_upload))
-
-    p = sub.add_parser(
+        (),
+        "upload a snapshot to object storage (s3://, gs://, hdfs://, file://), only what changed",
+        cmd_snapshot_upload,
+        (
+            arg("src", metavar="SRC", help="MNT/snapshots/NAME or a copy (holds SNAPSHOT.json)"),
+            arg("location", metavar="URI", help="where the snapshot goes: a URI or a directory"),
+            arg("-j", "--jobs", type=int, help="files uploaded at once (default 4)"),
+            _JSON,
+        ),
+        on_store=False,
+    ),
+    SubCommand(
         "snapshot-download",
-        help="restore a snapshot from object storage into a new local directory",
-        description=_doc(cmd_snapshot_download),
-    )
-    p.add_argument("location", metavar="URI", help="where the snapshot is: a URI or a directory")
-    p.add_argument("directory", metavar="DIR", help="a new or empty directory")
-    p.add_argument("-j", "--jobs", type=int, help="files downloaded at once (default 4)")
-    p.add_argument("--json", action="store_true", help="the result as one JSON object")
-    p.set_defaults(func=wrap_command(cmd_snapshot_download))
-
-    p = sub.add_parser(
+        (),
+        "restore a snapshot from object storage into a new local directory",
+        cmd_snapshot_download,
+        (
+            arg("location", metavar="URI", help="where the snapshot is: a URI or a directory"),
+            arg("directory", metavar="DIR", help="a new or empty directory"),
+            arg("-j", "--jobs", type=int, help="files downloaded at once (default 4)"),
+            _JSON,
+        ),
+        on_store=False,
+    ),
+    SubCommand(
         "clean",
-        help="delete expired files now",
-        description=_doc(cmd_clean),
-    )
-    add_store_args(p)
-    p.add_argument(
-        "--file-reserved-time",
-        type=float,
-        metavar="HOURS",
-        help="override fileReservedTime (hours; default 72 or broker.conf)",
-    )
-    p.set_defaults(func=wrap_command(cmd_clean))
+        ("deleteExpiredCommitLog",),
+        "delete expired files now",
+        cmd_clean,
+        (
+            arg(
+                "--file-reserved-time",
+                type=float,
+                metavar="HOURS",
+                help="override fileReservedTime (hours; default 72 or broker.conf)",
+            ),
+        ),
+    ),
+)
+
+BY_NAME = {c.name: c for c in COMMANDS}
 
 
-def _check_common(args) -> None:
+def add_subcommands(sub: Subparsers[ParserT]) -> None:
+    """Register the offline commands (:data:`COMMANDS`) on the ``rmqfs`` subparsers."""
+    for command in COMMANDS:
+        command.register(sub)
+
+
+def _check_common(args: argparse.Namespace) -> None:
     import codecs
 
     if getattr(args, "charset", None):
@@ -1757,10 +1890,10 @@ def _check_common(args) -> None:
         raise AdminError(f"-d takes true or false, not {args.print_body!r}")
 
 
-def wrap_command(func):
+def wrap_command(func: Command) -> Command:
     """Wrap a command: known failures print ``rmqfs: message`` and return 1."""
 
-    def run(args) -> int:
+    def run(args: argparse.Namespace) -> int:
         from rmqfs.engine.errors import StoreError
 
         try:
@@ -1791,7 +1924,11 @@ class _IntermixedParser(argparse.ArgumentParser):
 
     _inner = False
 
-    def parse_known_args(self, args=None, namespace=None):
+    # typeshed overloads parse_known_args on the namespace's type (None or a given one); an
+    # override that passes both on to parse_known_intermixed_args matches no single overload.
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
         if self._inner:
             return super().parse_known_args(args, namespace)
         self._inner = True
@@ -1799,6 +1936,12 @@ class _IntermixedParser(argparse.ArgumentParser):
             return self.parse_known_intermixed_args(args, namespace)
         finally:
             self._inner = False
+
+
+def _intermixed(p: argparse.ArgumentParser) -> None:
+    """Make ``p`` an :class:`_IntermixedParser` (a subparser is made by ``add_parser``, of the
+    class of the parser the subparsers were added to)."""
+    p.__class__ = _IntermixedParser
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,11 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rmqfs.engine.store import StoreConfig
 
 log = logging.getLogger("rmqfs")
 
@@ -38,7 +43,7 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
     """A QueueHandler that never blocks: when the queue is full the record is dropped and
     counted, and the count is logged with the next record that fits."""
 
-    def __init__(self, q: queue.Queue):
+    def __init__(self, q: queue.Queue[logging.LogRecord]) -> None:
         super().__init__(q)
         self.dropped = 0
 
@@ -60,7 +65,7 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
             self.dropped += 1
 
 
-def _setup_logging(args, foreground: bool) -> None:
+def _setup_logging(args: argparse.Namespace, foreground: bool) -> None:
     """The daemon's logging: records go through a bounded queue to one writer thread
     (``logging.handlers.QueueListener``), so a log call on the trio loop (a refused write,
     ``--debug``'s decisions) never waits on the disk or on syslog."""
@@ -75,7 +80,7 @@ def _setup_logging(args, foreground: bool) -> None:
     else:
         handler = logging.NullHandler()
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    q: queue.Queue = queue.Queue(LOG_QUEUE_RECORDS)
+    q: queue.Queue[logging.LogRecord] = queue.Queue(LOG_QUEUE_RECORDS)
     listener = logging.handlers.QueueListener(q, handler)
     listener.start()
     atexit.register(listener.stop)  # writes what is queued before the process ends
@@ -97,7 +102,7 @@ def default_log_file() -> str:
     return os.path.join(directory, "mount.log")
 
 
-def _load_config(path: str | None):
+def _load_config(path: str | None) -> StoreConfig | None:
     from rmqfs.engine.store import StoreConfig
 
     if path is None:
@@ -105,7 +110,7 @@ def _load_config(path: str | None):
     return StoreConfig.from_broker_conf(path)
 
 
-def _remote_options(args) -> tuple[set[str], int | None] | str:
+def _remote_options(args: argparse.Namespace) -> tuple[set[str], int | None] | str:
     """``(-o options without remote_cache=, its bytes or None)``, or why they are refused: a
     URI (a snapshot in object storage) is mounted only with ``ro``; ``remote_cache=SIZE`` only
     with a URI."""
@@ -131,7 +136,7 @@ def _remote_options(args) -> tuple[set[str], int | None] | str:
     return options, size
 
 
-def cmd_mount(args) -> int:
+def cmd_mount(args: argparse.Namespace) -> int:
     """Mount; in the background unless ``-f``."""
     from rmqfs.engine.errors import StoreError, StoreLockedError
     from rmqfs.engine.live.location import redact
@@ -200,7 +205,7 @@ def cmd_mount(args) -> int:
     return 0
 
 
-def _spawn_background(args) -> int:
+def _spawn_background(args: argparse.Namespace) -> int:
     """Start the daemon as a new session and wait until it says the mount is ready."""
     from rmqfs.engine.live.location import is_uri
 
@@ -274,7 +279,7 @@ def _mount_pid(mountpoint: str) -> int | None:
         return None
 
 
-def cmd_umount(args) -> int:
+def cmd_umount(args: argparse.Namespace) -> int:
     """Unmount and wait for the daemon to close the store."""
     from .daemon import is_mounted
 
@@ -318,7 +323,7 @@ def cmd_umount(args) -> int:
     return 0
 
 
-def cmd_report(args) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
     """Run the Spark report (pipeline/report.py) with the arguments after ``report``."""
     from rmqfs.pipeline import report
 
@@ -373,6 +378,8 @@ class RmqfsParser(argparse.ArgumentParser):
 
 
 def build_parser() -> RmqfsParser:
+    """The ``rmqfs`` parser: mount, umount, report, the offline commands and their mqadmin
+    names (:attr:`RmqfsParser.commands` names them all)."""
     p = RmqfsParser(
         prog="rmqfs",
         description=__doc__.split("\n\n")[0].replace("``", ""),
@@ -479,7 +486,7 @@ def _unknown_command(parser: RmqfsParser, command: str) -> str | None:
     return f"no command {command!r}{hint} (rmqfs --help lists them)"
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """The ``rmqfs`` command. Exit status: 0, 1 (a failure, one line on stderr), 2 (bad
     usage), 130 (interrupted). Expected conditions never print a traceback: a missing optional
     dependency names its extra (:func:`missing_extra`), an mqadmin command that needs a live

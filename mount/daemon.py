@@ -24,6 +24,8 @@ import trio
 
 from rmqfs.engine.live.location import redact
 from rmqfs.engine.live.snapshot import SnapshotManager
+from rmqfs.engine.service.recovery import RecoveryReport
+from rmqfs.engine.service.workprogress import ProgressFactory
 from rmqfs.engine.store import MessageStore, StoreConfig
 from rmqfs.engine.storeconfig import BROKER_NAME_HOST, settle_broker_name
 from rmqfs.fusefs.base import Context
@@ -223,11 +225,11 @@ class Daemon:
         cache_dir: str | None = None,
         debug_fuse: bool = False,
         cache_size: int | None = None,
-        progress=None,
+        progress: ProgressFactory | None = None,
         log_file: str | None = None,
         remote_cache: int | None = None,
         broker_name: str | None = None,
-    ):
+    ) -> None:
         from rmqfs.engine.live.location import is_uri
 
         self.progress = progress
@@ -344,7 +346,7 @@ class Daemon:
             return None
         return broker_name_notice(cfg)
 
-    def recovery_report(self):
+    def recovery_report(self) -> RecoveryReport | None:
         """What the store's recovery did (:class:`engine.service.recovery.RecoveryReport`), None
         before :meth:`setup` or for a follower."""
         return self.store.recovery_report if self.store is not None else None
@@ -362,7 +364,7 @@ class Daemon:
         stop = StopSignals()  # SIGINT and SIGTERM unmount (mount.fusestop)
         stop.install()
 
-        async def main():
+        async def main() -> None:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             # the render workers' forkserver imports numpy and pyarrow now, in the background,
             # not when the first view is read; started from a thread made here, once the stop

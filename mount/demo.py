@@ -44,17 +44,21 @@ PAUSE_S = 3.0  # idle time halfway through producing
 
 
 def rmqfs(*args: str) -> None:
+    """Run ``rmqfs ARGS`` (this checkout's) after printing it; raises CalledProcessError."""
     cmd = [sys.executable, "-m", "rmqfs.mount.cli", *args]
     print("$ rmqfs " + " ".join(args), flush=True)
     subprocess.run(cmd, check=True, cwd=REPO)
 
 
 def topic_for(path: Path) -> str:
+    """The topic of a log file: its name up to the first dot, made a valid topic name."""
     name = re.sub(r"[^a-zA-Z0-9_-]", "_", path.name.split(".")[0]) or "logs"
     return name[:127]
 
 
 def pick_files(argv: list[str]) -> list[Path]:
+    """The log files to produce: ``argv``, else the loghub samples, else the machine's own
+    logs; exits naming any that is missing."""
     files = [Path(a) for a in argv if a.strip()]
     if not files:
         files = sorted(LOGHUB.glob("*_2k.log"))
@@ -121,7 +125,8 @@ def produce_round_robin(mnt: Path, topics: dict[str, list[bytes]]) -> None:
     )
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``make demo``: mount, produce, report, unmount (see the module docstring)."""
     t0 = time.monotonic()
     files = pick_files(sys.argv[1:] if argv is None else argv)
     if OUT.exists():

@@ -29,6 +29,7 @@ import logging
 import os
 import subprocess
 import sys
+from typing import IO
 
 log = logging.getLogger("rmqfs")
 
@@ -57,7 +58,7 @@ def start(mountpoint: str, log_file: str | None = None) -> tuple[subprocess.Pope
     return proc, w
 
 
-def _spawn(mountpoint: str, stdin: int, stderr) -> subprocess.Popen:
+def _spawn(mountpoint: str, stdin: int, stderr: int | IO[bytes] | None) -> subprocess.Popen[bytes]:
     from .mounts import module_env
 
     return subprocess.Popen(

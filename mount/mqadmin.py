@@ -29,9 +29,13 @@ import argparse
 import re
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from . import admin
-from .admin import AdminError, broker_config
+from .admin import AdminError, Command, ParserT, Subparsers, broker_config
+
+if TYPE_CHECKING:
+    from rmqfs.engine.store import StoreConfig
 
 # what an option becomes (Opt.kind)
 VALUE = "value"  # the rmqfs option Opt.to, with the value
@@ -72,23 +76,23 @@ class MqCommand:
     replaces: tuple[tuple[str, str], ...] = ()  # (a, b): given letter a drops letter b
 
 
-def _v(letter, long, to, required=False, default=None) -> Opt:
+def _v(letter: str, long: str, to: str, required: bool = False, default: str | None = None) -> Opt:
     return Opt(letter, long, VALUE, to, required, default)
 
 
-def _broker(letter="b", long="brokerName") -> Opt:
+def _broker(letter: str = "b", long: str = "brokerName") -> Opt:
     return Opt(letter, long, BROKER_NAME)
 
 
-def _addr(letter="b", long="brokerAddr") -> Opt:
+def _addr(letter: str = "b", long: str = "brokerAddr") -> Opt:
     return Opt(letter, long, BROKER_ADDR)
 
 
-def _cluster(letter="c", long="clusterName") -> Opt:
+def _cluster(letter: str = "c", long: str = "clusterName") -> Opt:
     return Opt(letter, long, CLUSTER)
 
 
-def _live(letter, long, why) -> Opt:
+def _live(letter: str, long: str, why: str) -> Opt:
     return Opt(letter, long, LIVE, why=why)
 
 
@@ -615,7 +619,7 @@ def aliases_of(rmqfs: str) -> list[str]:
     return [c.name for c in COMMANDS if c.rmqfs == rmqfs]
 
 
-def _store_value(kind: str, config) -> tuple[str | None, str]:
+def _store_value(kind: str, config: StoreConfig | None) -> tuple[str | None, str]:
     """(the store's value for a routing option, where it comes from)."""
     from rmqfs.engine.store import StoreConfig
 
@@ -639,7 +643,7 @@ _IS = {
 }
 
 
-def check_routing(opt: Opt, value: str, config) -> str | None:
+def check_routing(opt: Opt, value: str, config: StoreConfig | None) -> str | None:
     """Check a routing option (``-b``, ``-c``, ``-n``) against the store: raises AdminError
     when it names another broker, cluster or name server; returns a note for stderr when there
     is nothing to compare with (``-n`` without namesrvAddr in --config), else None."""
@@ -720,7 +724,7 @@ def _help(o: Opt) -> str:
     return f"{o.long}: needs a live cluster ({o.why})"
 
 
-def add_subcommands(sub) -> None:
+def add_subcommands(sub: Subparsers[ParserT]) -> None:
     """Register every mqadmin name of :data:`COMMANDS` on the ``rmqfs`` subparsers, hidden
     from the command list (``rmqfs --help`` groups them under their rmqfs command). Each parses
     mqadmin's letters, checks the routing options (:func:`translate`) and runs the rmqfs
@@ -735,7 +739,7 @@ def add_subcommands(sub) -> None:
         )
         admin.add_store_args(p)
         for o in (*cmd.opts, NAMESRV_OPT):
-            kw: dict = {"dest": "o_" + o.letter, "help": _help(o)}
+            kw: dict[str, Any] = {"dest": "o_" + o.letter, "help": _help(o)}
             if o.kind in (FLAG, FLAG_OFF):
                 kw["action"] = "store_true"
                 kw["default"] = None
@@ -746,8 +750,8 @@ def add_subcommands(sub) -> None:
         p.set_defaults(func=admin.wrap_command(_runner(cmd)))
 
 
-def _runner(cmd: MqCommand):
-    def run(args) -> int:
+def _runner(cmd: MqCommand) -> Command:
+    def run(args: argparse.Namespace) -> int:
         argv, notes = translate(cmd, args)
         for note in notes:
             print(f"rmqfs: note: {note}", file=sys.stderr)

@@ -18,6 +18,10 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, NoReturn, Self, TextIO
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 PROGRESS = b"#progress "
 RECOVERY = b"#recovery "
@@ -26,7 +30,9 @@ NOTE = b"#note "
 SEND_INTERVAL = 0.2
 
 
-def terminal_bar(total: int, desc: str, unit: str = "B", file=None, force: bool = False):
+def terminal_bar(
+    total: int, desc: str, unit: str = "B", file: TextIO | None = None, force: bool = False
+) -> tqdm[NoReturn]:
     """A tqdm bar on ``file`` (stderr), hidden unless it is a terminal (or ``force``)."""
     from tqdm import tqdm
 
@@ -58,10 +64,10 @@ class _PipeBar:
     def close(self) -> None:
         self.sender.send(self)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -78,6 +84,7 @@ class PipeProgress:
         return _PipeBar(self, total, desc, unit)
 
     def send(self, bar: _PipeBar) -> None:
+        """Send ``bar``'s count as one ``#progress`` line."""
         bar.sent_at = time.monotonic()
         self._write(
             PROGRESS
@@ -104,7 +111,7 @@ class PipeProgress:
             self.broken = True
 
 
-def wait_ready(fd: int, err=None, force: bool = False) -> str:
+def wait_ready(fd: int, err: TextIO | None = None, force: bool = False) -> str:
     """Read the daemon's ready pipe ``fd`` to its answer; draw its progress on ``err``
     (stderr; bars only on a terminal, or with ``force``) and print its recovery summary and
     notes there as ``rmqfs: <line>``. Returns the answer (``ok``, an error message, or ""

@@ -48,6 +48,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyfuse3
+
+    from rmqfs.engine.live.blockcache import BlockCache
     from rmqfs.engine.live.manifest import Manifest
 
 log = logging.getLogger("rmqfs")
@@ -289,7 +292,7 @@ def start(
 # The lower filesystem's process
 
 
-def _operations(tree: Tree, cache, where: str):
+def _operations(tree: Tree, cache: BlockCache, where: str) -> pyfuse3.Operations:
     """The pyfuse3 operations over ``tree``, reading through ``cache`` (a BlockCache)."""
     import pyfuse3
     import trio
@@ -330,35 +333,48 @@ def _operations(tree: Tree, cache, where: str):
                 )
             return prefix
 
-        async def lookup(self, parent_inode, name, ctx=None):
+        async def lookup(
+            self,
+            parent_inode: pyfuse3.InodeT,
+            name: pyfuse3.FileNameT,
+            ctx: pyfuse3.RequestContext | None = None,
+        ) -> pyfuse3.EntryAttributes:
             inode = tree.lookup(self._dir(parent_inode), os.fsdecode(name))
             if inode is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._attr(inode)
 
-        async def getattr(self, inode, ctx=None):
+        async def getattr(
+            self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext | None = None
+        ) -> pyfuse3.EntryAttributes:
             return self._attr(inode)
 
-        async def opendir(self, inode, ctx):
+        async def opendir(
+            self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext
+        ) -> pyfuse3.FileHandleT:
             self._dir(inode)
             return pyfuse3.FileHandleT(inode)
 
-        async def readdir(self, fh, start_id, token):
+        async def readdir(
+            self, fh: pyfuse3.FileHandleT, start_id: int, token: pyfuse3.ReaddirToken
+        ) -> None:
             for cookie, name, inode in tree.children(self._dir(fh), start_id):
                 if not pyfuse3.readdir_reply(token, os.fsencode(name), self._attr(inode), cookie):
                     break
 
-        async def releasedir(self, fh):
+        async def releasedir(self, fh: pyfuse3.FileHandleT) -> None:
             pass
 
-        async def open(self, inode, flags, ctx):
+        async def open(
+            self, inode: pyfuse3.InodeT, flags: pyfuse3.FlagT, ctx: pyfuse3.RequestContext
+        ) -> pyfuse3.FileInfo:
             if tree.file_index(inode) is None:
                 raise pyfuse3.FUSEError(errno.EISDIR if tree.dir_path(inode) else errno.ENOENT)
             if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
                 raise pyfuse3.FUSEError(errno.EROFS)
             return pyfuse3.FileInfo(fh=pyfuse3.FileHandleT(inode), keep_cache=True)
 
-        async def read(self, fh, off, size):
+        async def read(self, fh: pyfuse3.FileHandleT, off: int, size: int) -> bytes:
             i = tree.file_index(fh)
             assert i is not None  # open() took only files
             if i == tree.manifest_index:
@@ -375,10 +391,10 @@ def _operations(tree: Tree, cache, where: str):
                 log.error("EIO reading %s of %s at %d: cache: %s", rel, where, off, exc)
                 raise pyfuse3.FUSEError(errno.EIO) from None
 
-        async def release(self, fh):
+        async def release(self, fh: pyfuse3.FileHandleT) -> None:
             pass
 
-        async def statfs(self, ctx):
+        async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
             s = pyfuse3.StatvfsData()
             s.f_bsize = s.f_frsize = 4096
             s.f_blocks = (total + 4095) // 4096
@@ -470,7 +486,7 @@ def serve(
     stop = StopSignals()  # SIGINT and SIGTERM unmount (mount.fusestop)
     stop.install()
 
-    async def main():
+    async def main() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
         async def watch() -> None:

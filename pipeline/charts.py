@@ -16,14 +16,23 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+    from matplotlib.figure import Figure
+    from matplotlib.typing import ColorType
 
 DEFAULT_TOP_SERIES = 8
 OTHER_COLOUR = "#7f7f7f"  # tab10's grey: kept for "other", never given to a topic
 
 
 def other_label(n: int) -> str:
+    """The name of the series that sums the ``n`` topics not shown on their own."""
     return f"other ({n} topic{'s' if n != 1 else ''})"
 
 
@@ -69,13 +78,15 @@ def timeline_series(
     return out
 
 
-def _palette() -> list:
+def _palette() -> list[ColorType]:
     import matplotlib
 
-    def listed(name: str):
+    def listed(name: str) -> list[ColorType]:
         cmap = matplotlib.colormaps[name]
         assert isinstance(cmap, matplotlib.colors.ListedColormap)  # tab10, tab20: listed
-        return cmap.colors
+        # matplotlib's stub types ``colors`` as ArrayLike | ColorType (any colormap's input);
+        # tab10 and tab20 hold a sequence of RGB tuples
+        return list(cast("Sequence[ColorType]", cmap.colors))
 
     tab10 = [c for c in listed("tab10") if matplotlib.colors.to_hex(c) != OTHER_COLOUR]
     light = [
@@ -86,11 +97,11 @@ def _palette() -> list:
     return tab10 + light
 
 
-def series_styles(names: list[str]) -> list[tuple]:
+def series_styles(names: list[str]) -> list[tuple[ColorType, str | None]]:
     """``(colour, hatch)`` per series name: :func:`series_colours`, and a hatch from the
     first topic whose colour repeats one shown before (more than 18 topics shown)."""
     n = len(_palette())
-    out: list[tuple] = []
+    out: list[tuple[ColorType, str | None]] = []
     i = 0
     for name, colour in zip(names, series_colours(names)):
         if name.startswith("other ("):
@@ -102,12 +113,13 @@ def series_styles(names: list[str]) -> list[tuple]:
     return out
 
 
-def series_colours(names: list[str]) -> list:
+def series_colours(names: list[str]) -> list[ColorType]:
     """A distinct colour for each series name: tab10 without its grey (9), then tab20's light
     shades without grey (9 more); the ``other (...)`` series is grey. Past 18 topics colours
     repeat (:func:`series_styles` then adds hatches)."""
     palette = _palette()
-    out, i = [], 0
+    out: list[ColorType] = []
+    i = 0
     for name in names:
         if name.startswith("other ("):
             out.append(OTHER_COLOUR)
@@ -139,7 +151,7 @@ def format_tick(when: _dt.datetime, fmt: str) -> str:
     return text[:-3] if fmt.endswith("%f") else text
 
 
-def _time_axis(ax, lo, hi, bucket_ms: int) -> str:
+def _time_axis(ax: Axes, lo: _dt.datetime, hi: _dt.datetime, bucket_ms: int) -> str:
     """Time ticks a person reads (:func:`tick_format`); returns what the ticks leave out, for
     the axis label: the date when the axis is within one day, else the year when within one
     year, else ""."""
@@ -147,14 +159,16 @@ def _time_axis(ax, lo, hi, bucket_ms: int) -> str:
     from matplotlib.ticker import FuncFormatter
 
     pad = max((hi - lo) * 0.03, _dt.timedelta(milliseconds=bucket_ms))
-    ax.set_xlim(lo - pad, hi + pad + _dt.timedelta(milliseconds=bucket_ms))
+    # matplotlib's stub takes floats only; set_xlim converts datetimes through the axis's units
+    # (matplotlib.dates), as the bars drawn on it are
+    ax.set_xlim(lo - pad, hi + pad + _dt.timedelta(milliseconds=bucket_ms))  # type: ignore[arg-type]
     locator = mdates.AutoDateLocator(tz=_dt.UTC, minticks=3, maxticks=10)
     ax.xaxis.set_major_locator(locator)
     left, right = (mdates.num2date(x, tz=_dt.UTC) for x in ax.get_xlim())
     one_day = left.date() == right.date()
     one_year = left.year == right.year
 
-    def label(x, _pos=None) -> str:
+    def label(x: float, _pos: int | None = None) -> str:
         ticks = locator()
         step = min(b - a for a, b in itertools.pairwise(ticks)) * 86_400 if len(ticks) > 1 else 1
         fmt = tick_format(step, one_day, one_year)
@@ -166,20 +180,22 @@ def _time_axis(ax, lo, hi, bucket_ms: int) -> str:
     return str(left.year) if one_year else ""
 
 
-def _no_data(ax, title: str, what: str) -> None:
+def _no_data(ax: Axes, title: str, what: str) -> None:
     """A chart without data says so, with no axes: 0-1 ticks would mean nothing."""
     ax.set_axis_off()
     ax.text(0.5, 0.5, what, ha="center", va="center", fontsize="large", transform=ax.transAxes)
     ax.set_title(title)
 
 
-def _thousands(axis) -> None:
+def _thousands(axis: Axis) -> None:
     from matplotlib.ticker import FuncFormatter
 
     axis.set_major_formatter(FuncFormatter(lambda x, _pos=None: f"{x:,.0f}"))
 
 
-def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str, top: int = DEFAULT_TOP_SERIES):
+def plot_timeline(
+    tl: pd.DataFrame, bucket_ms: int, unit: str, top: int = DEFAULT_TOP_SERIES
+) -> Figure:
     """The messages-over-time figure: one panel (axes) per broker of ``tl``, one when ``tl`` is
     empty. Returns the matplotlib Figure (Agg; the caller saves and closes it)."""
     import matplotlib
@@ -240,7 +256,7 @@ def plot_timeline(tl: pd.DataFrame, bucket_ms: int, unit: str, top: int = DEFAUL
     return fig
 
 
-def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES):
+def plot_lag(lag: pd.DataFrame, top: int = DEFAULT_TOP_SERIES) -> Figure:
     """Consumer lag: a horizontal bar per broker and group, labelled ``brokerName/group`` (one
     broker or several: a reader of the chart alone knows which broker each bar is), stacked by
     topic (the ``top`` topics by lag, the rest as ``other (N topics)``). Returns the Figure."""

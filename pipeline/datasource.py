@@ -108,8 +108,9 @@ import logging
 import os
 import re
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from pyspark.sql.datasource import (
@@ -139,6 +140,13 @@ from rmqfs.engine.read.schema import (
     SOURCE_DDL,
 )
 from rmqfs.engine.storeconfig import identity_broker_name
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import Filter
+    from pyspark.sql.streaming.datasource import ReadLimit
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "RocketMQDataSource",
@@ -180,7 +188,7 @@ class WorkerEnvironmentError(RuntimeError):
     """Spark's Python workers cannot run the ``rocketmq`` reader (see :func:`register`)."""
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Register the ``rocketmq`` format with a SparkSession (``spark.dataSource.register``).
 
     Where :func:`pushdown_is_per_scan`, registers :class:`RocketMQFilteringDataSource` (its
@@ -206,7 +214,7 @@ def register(spark) -> None:
 _SCAN_BUILDER = "org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder"
 
 
-def pushdown_is_per_scan(spark) -> bool:
+def pushdown_is_per_scan(spark: SparkSession) -> bool:
     """True when this Spark keeps the read planned during filter pushdown in the scan being
     built (``PythonScanBuilder`` has a ``readInfo`` field of its own), so that it cannot leak
     into another query of the same DataFrame. False where the builder hands it to the shared
@@ -214,7 +222,10 @@ def pushdown_is_per_scan(spark) -> bool:
     (Spark Connect): pushdown is then left off.
     """
     try:
-        cls = spark.sparkContext._jvm.java.lang.Class.forName(_SCAN_BUILDER)
+        jvm = spark.sparkContext._jvm
+        if jvm is None:
+            return False
+        cls = jvm.java.lang.Class.forName(_SCAN_BUILDER)
         return any(f.getName() == "readInfo" for f in cls.getDeclaredFields())
     except Exception:  # noqa: BLE001 - no JVM to ask, or a Spark without that class
         return False
@@ -228,7 +239,7 @@ _WORKERS_CHECKED: weakref.WeakSet = weakref.WeakSet()
 _SHIPPED: weakref.WeakSet = weakref.WeakSet()
 
 
-def check_workers(spark) -> None:
+def check_workers(spark: SparkSession) -> None:
     """Run one tiny task that imports what the reader needs in a Python worker.
 
     Raises :class:`WorkerEnvironmentError` naming the workers' interpreter (``sys.executable``
@@ -256,7 +267,7 @@ def check_workers(spark) -> None:
     )
     imports = _WORKER_IMPORTS
 
-    def probe(_):
+    def probe(_: object) -> Iterator[tuple[str, str, str | None, str | None]]:
         # Runs in a worker. A closure, so that cloudpickle ships it by value: unpickling must
         # not need this module (whose own imports are what is being checked).
         import importlib
@@ -288,7 +299,7 @@ def check_workers(spark) -> None:
     _WORKERS_CHECKED.add(sc)
 
 
-def _ship_code(spark) -> None:
+def _ship_code(spark: SparkSession) -> None:
     """Make ``pipeline`` and ``engine`` importable in every Python worker.
 
     Spark's Python planner workers (``create_data_source``, ``plan_data_source_read``) do not
@@ -617,7 +628,7 @@ def _is_glob(path: str) -> bool:
     return glob.has_magic(urlsplit(path).path if is_remote(path) else path)
 
 
-def _located(uri: str, options) -> str:
+def _located(uri: str, options: Mapping[str, str]) -> str:
     """``uri`` with the options ``endpoint`` (``http://host:port``: S3's ``endpoint_override``
     and ``scheme``, unless the URI names them) and ``accessKey``/``secretKey`` (the URI's user
     info, :func:`engine.live.location.with_credentials`) applied. Without them, pyarrow reads
@@ -662,7 +673,7 @@ class QueueRange(InputPartition):
     columns: tuple | None = None
     broker: str | None = None  # the store's broker name on a fleet load (brokerName), else None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__init__((self.broker, self.topic, self.queue_id, self.start, self.end))
 
 
@@ -682,7 +693,7 @@ class SegmentRange(InputPartition):
     columns: tuple | None = None
     broker: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__init__((self.broker, self.piece.rel, self.piece.start, self.piece.end))
 
 
@@ -695,10 +706,10 @@ class _Options:
     pattern: str | None = None
     assign: dict | None = None
     queues: set | None = None
-    starting: object = None
-    ending: object = None
-    start_ts: object = None
-    end_ts: object = None
+    starting: Offsets | None = None
+    ending: Offsets | None = None
+    start_ts: int | Offsets | None = None  # epoch ms, or per queue
+    end_ts: int | Offsets | None = None
     tags: set | None = None
     fail_on_data_loss: bool = True
     max_per_trigger: int | None = None
@@ -721,12 +732,15 @@ class PushedFilters:
     tags: frozenset | None = None
 
     @staticmethod
-    def _meet(a: frozenset | None, b) -> frozenset:
+    def _meet(a: frozenset[Any] | None, b: Iterable[Any]) -> frozenset[Any]:
         return frozenset(b) if a is None else a & frozenset(b)
 
-    def push(self, f) -> PushedFilters | None:
+    def push(self, f: Filter) -> PushedFilters | None:
         """This selection narrowed by filter ``f``, or None when ``f`` cannot be pushed."""
-        col = f.attribute[0] if len(f.attribute) == 1 else None
+        # a filter on one column has its path in ``attribute``; Not (and any filter over other
+        # filters) has none, and is left to Spark
+        path: tuple[str, ...] = getattr(f, "attribute", ())
+        col = path[0] if len(path) == 1 else None
         if isinstance(f, (EqualTo, In)) and col == BROKER_COLUMN[0]:
             values = {f.value} if isinstance(f, EqualTo) else set(f.value)
             return replace(
@@ -778,7 +792,11 @@ def _int(value: str, name: str) -> int:
         raise ValueError(f"option {name} must be an integer, not {value!r}") from None
 
 
-def _offsets_option(value: str | None, name: str):
+#: An offsets option: ``earliest``, ``latest``, or ``{topic: {queueId: offset}}``.
+Offsets = str | dict[str, dict[str, int]]
+
+
+def _offsets_option(value: str | None, name: str) -> Offsets | None:
     """``earliest`` / ``latest`` / JSON ``{"t": {"q": n}}`` -> str or dict; None if unset."""
     if value is None:
         return None
@@ -800,7 +818,9 @@ def _offsets_option(value: str | None, name: str):
         ) from None
 
 
-def _timestamps_option(options, single: str, per_queue: str):
+def _timestamps_option(
+    options: Mapping[str, str], single: str, per_queue: str
+) -> int | Offsets | None:
     if options.get(per_queue) is not None:
         return _offsets_option(options[per_queue], per_queue)
     if options.get(single) is not None:
@@ -808,13 +828,14 @@ def _timestamps_option(options, single: str, per_queue: str):
     return None
 
 
-def parse_options(options) -> _Options:
+def parse_options(options: Mapping[str, str]) -> _Options:
     """Check the options (a case-insensitive dict of strings); raises ValueError."""
     get = options.get
     paths = [p for p in (get("path"), get("store")) if p]
-    if get("paths"):  # .load([...]): Spark passes the list as JSON (DataSourceV2Utils)
+    listed = get("paths")
+    if listed:  # .load([...]): Spark passes the list as JSON (DataSourceV2Utils)
         try:
-            more = json.loads(get("paths"))
+            more = json.loads(listed)
         except ValueError:
             more = None
         if not isinstance(more, list) or not all(isinstance(p, str) for p in more):
@@ -832,11 +853,13 @@ def parse_options(options) -> _Options:
     stores = expand_stores(paths, name_from_path=name_from == "path")
     fleet = bool(get("paths")) or any(_is_glob(p) for p in paths)
     o = _Options(path=stores[0].path, stores=stores, fleet=fleet)
-    if get("topics"):
-        o.topics = [t.strip() for t in get("topics").split(",") if t.strip()]
-    if get("subscribePattern"):
-        o.pattern = get("subscribePattern")
-        re.compile(o.pattern)
+    topics = get("topics")
+    if topics:
+        o.topics = [t.strip() for t in topics.split(",") if t.strip()]
+    pattern = get("subscribePattern")
+    if pattern:
+        o.pattern = pattern
+        re.compile(pattern)
     q = get("queues")
     if q:
         if q.strip().startswith("{"):
@@ -855,14 +878,18 @@ def parse_options(options) -> _Options:
     tags = get("tags")
     if tags and tags.strip() != "*":
         o.tags = {t.strip() for t in tags.split("||") if t.strip()}
-    if get("failOnDataLoss") is not None:
-        o.fail_on_data_loss = _bool(get("failOnDataLoss"), "failOnDataLoss")
-    if get("maxOffsetsPerTrigger"):
-        o.max_per_trigger = _int(get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
-    if get("maxRecordsPerPartition"):
-        o.per_partition = max(1, _int(get("maxRecordsPerPartition"), "maxRecordsPerPartition"))
-    if get("scheduled") is not None:
-        o.scheduled = _bool(get("scheduled"), "scheduled")
+    fail = get("failOnDataLoss")
+    if fail is not None:
+        o.fail_on_data_loss = _bool(fail, "failOnDataLoss")
+    per_trigger = get("maxOffsetsPerTrigger")
+    if per_trigger:
+        o.max_per_trigger = _int(per_trigger, "maxOffsetsPerTrigger")
+    per_partition = get("maxRecordsPerPartition")
+    if per_partition:
+        o.per_partition = max(1, _int(per_partition, "maxRecordsPerPartition"))
+    scheduled = get("scheduled")
+    if scheduled is not None:
+        o.scheduled = _bool(scheduled, "scheduled")
     return o
 
 
@@ -909,13 +936,22 @@ class _Planner:
                 out.append((t, q))
         return out
 
-    def resolve(self, spec, ts, topic: str, q: int, default: int) -> int:
+    def resolve(
+        self,
+        spec: Offsets | None,
+        ts: int | Offsets | None,
+        topic: str,
+        q: int,
+        default: int,
+    ) -> int:
         """Offset for ``spec`` (str/dict) or ``ts`` (int/dict of epoch ms) for one queue."""
         s = self.store
         if ts is not None:
             t = ts.get(topic, {}).get(str(q)) if isinstance(ts, dict) else ts
             if t is not None:
-                return s.offset_by_time(topic, q, t)
+                # epoch ms: the timestamp options hold ints (a per-queue one parsed by
+                # _offsets_option, whose "earliest"/"latest" are no timestamps)
+                return s.offset_by_time(topic, q, cast(int, t))
         value = default
         if isinstance(spec, str):
             value = EARLIEST if spec == "earliest" else LATEST
@@ -1090,7 +1126,11 @@ def read_piece(p: SegmentRange) -> Iterator:
         log.warning("rocketmq: %s; skipped (failOnDataLoss=false)", exc)
 
 
-def _with_broker(broker: str | None, cols: tuple | None, read) -> Iterator:
+def _with_broker(
+    broker: str | None,
+    cols: tuple[str, ...] | None,
+    read: Callable[[tuple[str, ...] | None], Iterator[pa.RecordBatch]],
+) -> Iterator[pa.RecordBatch]:
     """``read(columns)``'s batches with the ``brokerName`` column (``broker``) where ``cols``
     ask for it (all columns: last); as they are on a one-store load (``broker`` None)."""
     import pyarrow as pa
@@ -1123,6 +1163,9 @@ class RocketMQReader(DataSourceReader):
         self.pushed = NO_FILTERS
 
     def partitions(self) -> Sequence[InputPartition]:
+        """The partitions of every selected queue's ``[starting, ending)`` (cut at
+        ``maxRecordsPerPartition``, :meth:`_Planner.ranges`); one empty range when nothing is
+        selected."""
         o = self.o
         if o.starting == "latest":
             raise ValueError('startingOffsets="latest" is not allowed for a batch query')
@@ -1141,8 +1184,10 @@ class RocketMQReader(DataSourceReader):
             parts.extend(plan.ranges(bounds))
         return parts or [QueueRange(o.path, "", 0, 0, 0, ())]
 
-    def read(self, partition):
-        return read_range(partition)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Spark hands back a partition that partitions() planned
+        """The Arrow batches of one planned partition (in the Python worker)."""
+        return read_range(cast(QueueRange | SegmentRange, partition))
 
 
 def _planned_stores(o: _Options, pushed: PushedFilters) -> list[StoreRef]:
@@ -1157,7 +1202,7 @@ class RocketMQFilteringReader(RocketMQReader):
     CommitLog read. Only for a Spark that keeps the read in the scan
     (:func:`pushdown_is_per_scan`)."""
 
-    def pushFilters(self, filters):
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
         """Narrow this reader's own :class:`PushedFilters`; returns the filters left to Spark."""
         pushed, rest = self.pushed, []
         for f in filters:
@@ -1214,6 +1259,8 @@ class RocketMQStreamReader(DataSourceStreamReader):
         return self._join(out)
 
     def initialOffset(self) -> dict:
+        """Where the query starts: ``startingOffsets`` (default latest) or the starting
+        timestamps, per queue."""
         out: dict = {}
         for broker, p in self.plans.items():
             mine = out.setdefault(broker, {})
@@ -1223,14 +1270,17 @@ class RocketMQStreamReader(DataSourceStreamReader):
                 )
         return self._join(out)
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxOffsetsPerTrigger`` rows a micro-batch, else everything available."""
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
         if self.o.max_per_trigger:
             return ReadMaxRows(self.o.max_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit) -> dict:
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The offsets the next micro-batch reads to: each queue's max offset (never below
+        ``start``), capped by ``limit`` (:func:`_rate_limit`)."""
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
         latest = self._split(self._current())
@@ -1246,10 +1296,13 @@ class RocketMQStreamReader(DataSourceStreamReader):
             latest = _rate_limit(self._split(start), latest, limit.max_rows, self.plans)
         return self._join(latest)
 
-    def reportLatestOffset(self):
+    def reportLatestOffset(self) -> dict:
+        """Each queue's max offset now (Spark's progress report)."""
         return self._current()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """The ranges ``[start, end)`` of every queue (a queue new since the query started:
+        from its min offset)."""
         begin = self._split(start)
         parts: list = []
         for broker, topics in self._split(end).items():
@@ -1267,8 +1320,10 @@ class RocketMQStreamReader(DataSourceStreamReader):
             parts.extend(p.ranges(bounds))
         return parts
 
-    def read(self, partition):
-        return read_range(partition)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Spark hands back a partition that partitions() planned
+        """The Arrow batches of one planned partition (in the Python worker)."""
+        return read_range(cast(QueueRange | SegmentRange, partition))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: Spark's checkpoint holds the position."""
@@ -1314,7 +1369,7 @@ class ScheduledPart(InputPartition):
     pattern: str | None = None
     queues: frozenset | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__init__(("scheduled", self.path))
 
 
@@ -1361,13 +1416,16 @@ class RocketMQScheduledReader(DataSourceReader):
         self.o = opts
 
     def partitions(self) -> Sequence[InputPartition]:
+        """The one :class:`ScheduledPart` of the store."""
         o = self.o
         topics = tuple(o.topics) if o.topics else None
         queues = frozenset(o.queues) if o.queues is not None else None
         return [ScheduledPart(o.path, topics, o.pattern, queues)]
 
-    def read(self, partition):
-        return read_scheduled(partition)
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        # Spark hands back the partition that partitions() planned
+        """The rows of the waiting messages (:func:`read_scheduled`, in the Python worker)."""
+        return read_scheduled(cast(ScheduledPart, partition))
 
 
 class RocketMQDataSource(DataSource):
@@ -1375,28 +1433,34 @@ class RocketMQDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format's name: ``spark.read.format("rocketmq")``."""
         return "rocketmq"
 
     def schema(self) -> str:
+        """The load's DDL: DATASOURCE_DDL, with ``brokerName`` for several stores (SOURCE_DDL),
+        or SCHEDULED_DDL with ``scheduled=true``."""
         o = parse_options(self.options)
         if o.scheduled:
             return SCHEDULED_DDL
         return SOURCE_DDL if o.fleet else DATASOURCE_DDL
 
-    def _options(self, schema) -> _Options:
+    def _options(self, schema: StructType | None) -> _Options:
         """Freshly parsed options for one reader (``self.options`` is never changed)."""
         o = parse_options(self.options)
         if o.scheduled:
             return replace(o, columns=_columns(schema, SCHEDULED_DDL))
         return replace(o, columns=_columns(schema, SOURCE_DDL if o.fleet else DATASOURCE_DDL))
 
-    def reader(self, schema):
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader of the options and ``schema`` (a narrower user schema decodes fewer
+        columns)."""
         o = self._options(schema)
         if o.scheduled:
             return RocketMQScheduledReader(o)
         return RocketMQReader(o)
 
-    def streamReader(self, schema):
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A micro-batch reader of the options and ``schema``; ``scheduled=true`` is refused."""
         o = self._options(schema)
         if o.scheduled:
             raise ValueError("rocketmq: scheduled=true is batch only")
@@ -1407,14 +1471,15 @@ class RocketMQFilteringDataSource(RocketMQDataSource):
     """``rocketmq`` with filter pushdown (:class:`RocketMQFilteringReader`); what
     :func:`register` registers where :func:`pushdown_is_per_scan`."""
 
-    def reader(self, schema):
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader that takes pushed-down filters (:class:`RocketMQFilteringReader`)."""
         o = self._options(schema)
         if o.scheduled:
             return RocketMQScheduledReader(o)
         return RocketMQFilteringReader(o)
 
 
-def _columns(schema, ddl: str = DATASOURCE_DDL) -> tuple | None:
+def _columns(schema: StructType | None, ddl: str = DATASOURCE_DDL) -> tuple[str, ...] | None:
     """Column names of a user schema (``.schema("topic STRING, queue INT, body BINARY")``),
     checked against ``ddl`` (the load's schema); None for the full schema. Only these are
     decoded."""

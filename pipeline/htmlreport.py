@@ -43,6 +43,7 @@ nav a { margin-right: 1em; }
 
 
 def png_data_uri(path: str) -> str:
+    """The PNG file at ``path`` as a ``data:`` URI (the HTML report holds its charts)."""
     with open(path, "rb") as f:
         return "data:image/png;base64," + base64.b64encode(f.read()).decode("ascii")
 
@@ -87,11 +88,11 @@ def _table(df: pd.DataFrame) -> str:
     )
 
 
-def _text(v) -> str:
+def _text(v: object) -> str:
     return ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
 
 
-def _missing(v) -> bool:
+def _missing(v: object) -> bool:
     try:
         return v is None or bool(pd.isna(v))
     except (TypeError, ValueError):  # arrays: not missing

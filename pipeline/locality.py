@@ -65,6 +65,7 @@ import socket
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from rmqfs.engine.format.dledger import commitlog_dir
 from rmqfs.engine.read.columnar import StoreFiles
@@ -77,6 +78,11 @@ from rmqfs.pipeline.datasource import (
     read_queue,
     store_reader,
 )
+
+if TYPE_CHECKING:
+    from py4j.java_gateway import JavaObject, JVMView
+    from pyspark import RDD, SparkContext
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "BrokerStore",
@@ -145,10 +151,12 @@ class ScanPart:
     end: int
 
     def to_json(self) -> str:
+        """The part as the JSON string a task receives (:meth:`from_json` reads it back)."""
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ScanPart:
+        """The part of :meth:`to_json`'s ``text``."""
         d = json.loads(text)
         return cls(
             BrokerStore(**d["store"]),
@@ -355,7 +363,7 @@ def read_parts(
 # -- on the driver ---------------------------------------------------------------------------
 
 
-def _context(spark):
+def _context(spark: SparkSession) -> SparkContext:
     """The SparkContext of ``spark``; StoreLocalityError where there is none."""
     try:
         sc = spark.sparkContext
@@ -372,9 +380,17 @@ def _context(spark):
     return sc
 
 
-def _located_jrdd(sc, items: Sequence[tuple[str, str]]):
-    """The JVM ``RDD[String]`` of :func:`located_rdd`."""
+def _jvm(sc: SparkContext) -> JVMView:
+    """The JVM gateway of ``sc`` (a class attribute, None until a SparkContext started)."""
     jvm = sc._jvm
+    if jvm is None:
+        raise StoreLocalityError("rocketmq: the SparkContext is stopped")
+    return jvm
+
+
+def _located_jrdd(sc: SparkContext, items: Sequence[tuple[str, str]]) -> JavaObject:
+    """The JVM ``RDD[String]`` of :func:`located_rdd`."""
+    jvm = _jvm(sc)
     conv = jvm.scala.jdk.javaapi.CollectionConverters
     pairs = jvm.java.util.ArrayList()
     for value, host in items:
@@ -385,7 +401,7 @@ def _located_jrdd(sc, items: Sequence[tuple[str, str]]):
     return sc._jsc.sc().makeRDD(conv.asScala(pairs).toList(), tag)
 
 
-def located_rdd(sc, items: Sequence[tuple[str, str]]):
+def located_rdd(sc: SparkContext, items: Sequence[tuple[str, str]]) -> RDD[str]:
     """A ``pyspark.RDD`` of strings, one partition per ``(value, host)``, each preferring its
     host: ``SparkContext.makeRDD(Seq[(String, Seq[String])])`` through the JVM gateway,
     read back with ``UTF8Deserializer``."""
@@ -395,7 +411,7 @@ def located_rdd(sc, items: Sequence[tuple[str, str]]):
     return RDD(_located_jrdd(sc, items).toJavaRDD(), sc, UTF8Deserializer())
 
 
-def located_frame(spark, items: Sequence[tuple[str, str]]):
+def located_frame(spark: SparkSession, items: Sequence[tuple[str, str]]) -> DataFrame:
     """A DataFrame of one STRING column, ``value``, one partition per ``(value, host)``, each
     preferring its host: :func:`located_rdd`'s RDD made a ``Dataset[String]`` in the JVM
     (``SparkSession.createDataset(RDD, Encoders.STRING)``: no Python worker, a narrow
@@ -404,17 +420,17 @@ def located_frame(spark, items: Sequence[tuple[str, str]]):
 
     sc = spark.sparkContext
     jrdd = _located_jrdd(sc, items)
-    strings = sc._jvm.org.apache.spark.sql.Encoders.STRING()
+    strings = _jvm(sc).org.apache.spark.sql.Encoders.STRING()
     jdf = spark._jsparkSession.createDataset(jrdd, strings).toDF()
     return DataFrame(jdf, spark)
 
 
-def executor_hosts(sc) -> set[str]:
+def executor_hosts(sc: SparkContext) -> set[str]:
     """The hosts of the application's executors (``SparkStatusTracker.getExecutorInfos``)."""
     return {i.host() for i in sc._jsc.sc().statusTracker().getExecutorInfos()}
 
 
-def _wait_for_hosts(sc, hosts: set[str], wait_s: float) -> None:
+def _wait_for_hosts(sc: SparkContext, hosts: set[str], wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while True:
         have = executor_hosts(sc)
@@ -431,7 +447,7 @@ def _wait_for_hosts(sc, hosts: set[str], wait_s: float) -> None:
         time.sleep(0.2)
 
 
-def _stores(stores: Iterable) -> tuple[BrokerStore, ...]:
+def _stores(stores: Iterable[BrokerStore | tuple[str, str, str]]) -> tuple[BrokerStore, ...]:
     out = tuple(s if isinstance(s, BrokerStore) else BrokerStore(*s) for s in stores)
     names = [s.name for s in out]
     dup = {n for n in names if names.count(n) > 1}
@@ -456,7 +472,7 @@ def _cut(start: int, end: int, step: int) -> Iterator[tuple[int, int]]:
 
 
 def plan_broker_stores(
-    spark,
+    spark: SparkSession,
     stores: Iterable[BrokerStore | tuple[str, str, str]],
     topics: Iterable[str] | None = None,
     max_records_per_partition: int = DEFAULT_RECORDS_PER_PARTITION,
@@ -520,11 +536,11 @@ def output_columns(columns: Iterable[str] | None = None) -> tuple[tuple[str, str
 
 
 def read_plan(
-    spark,
+    spark: SparkSession,
     plan: LocalityPlan,
     columns: Iterable[str] | None = None,
     fail_on_data_loss: bool = True,
-):
+) -> DataFrame:
     """The DataFrame of a :class:`LocalityPlan`: one Spark partition per :class:`ScanPart`,
     preferring its store's host, decoded there by :func:`read_parts` (``mapInArrow``).
     Nothing is read until an action runs. ``fail_on_data_loss``: as the data source's option
@@ -545,14 +561,14 @@ def read_plan(
 
 
 def read_broker_stores(
-    spark,
+    spark: SparkSession,
     stores: Iterable[BrokerStore | tuple[str, str, str]],
     topics: Iterable[str] | None = None,
     columns: Iterable[str] | None = None,
     max_records_per_partition: int = DEFAULT_RECORDS_PER_PARTITION,
     executor_wait_s: float = 30.0,
     fail_on_data_loss: bool = True,
-):
+) -> DataFrame:
     """Read the stores of a fleet where they are, each on its own host (batch): a DataFrame
     of the ``rocketmq`` data source's columns plus ``brokerName`` (``columns``: only these,
     in that order), every queue from its min to its max offset at planning time.

@@ -55,7 +55,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 try:
     from pyspark.sql import DataFrame, SparkSession
@@ -195,9 +198,11 @@ class Mount:
 
     @property
     def view(self) -> str:
+        """The mount's ``view/`` directory (Parquet parts, one directory per topic)."""
         return os.path.join(self.path, "view")
 
     def has_messages(self) -> bool:
+        """Whether ``view/`` has a topic with messages."""
         return any(n.startswith("topic=") for n in os.listdir(self.view))
 
 
@@ -229,6 +234,7 @@ class SnapshotInput:
             raise ValueError(f"{self.shown}: {exc}") from None
 
     def has_messages(self) -> bool:
+        """Whether the snapshot has a queue with messages."""
         return bool(self.snapshot.topics())
 
 
@@ -610,7 +616,7 @@ LATENCY_NOTE = (
 )
 
 
-def _latency_cell(la) -> str:
+def _latency_cell(la: pd.Series) -> str:
     """p50/p95/p99 of a ``store_latency`` row, or ``n/a`` when it is not measurable."""
     if not la.measurable:
         return "n/a"
@@ -732,7 +738,7 @@ def run(
     mounts: Sequence[Mount | SnapshotInput],
     out_dir: str,
     top: int = DEFAULT_TOP,
-    file=None,
+    file: TextIO | None = None,
     series: int = DEFAULT_SERIES,
 ) -> dict:
     """Run the report on ``mounts`` with ``spark``; write everything under ``out_dir`` and

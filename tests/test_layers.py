@@ -415,11 +415,13 @@ def test_tests_are_grouped_by_layer(tier, forbidden):
         if _test_imports(p) & forbidden
     }
     assert not bad, bad
-    # at the top only the checks of the whole repository: the layers, the docs' links, privacy
+    # at the top only the checks of the whole repository: the layers, the functions' sizes,
+    # the docs' links, privacy
     assert sorted(p.name for p in TESTS.glob("test_*.py")) == [
         "test_docs.py",
         "test_layers.py",
         "test_privacy.py",
+        "test_sizes.py",
     ]
 
 

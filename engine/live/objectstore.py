@@ -54,9 +54,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -75,6 +75,8 @@ from .manifest import (
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
+
+T = TypeVar("T")
 
 #: Bytes written to an output stream between two flushes (a flush waits for the parts sent).
 FLUSH_EVERY = 64 << 20
@@ -186,14 +188,20 @@ def _transfer_error(doing: str, exc: BaseException) -> ObjectStoreError:
     return ObjectStoreError(f"{doing}: {text}")
 
 
-def _run_all(items: Iterable, func, workers: int, stop: threading.Event, bar) -> None:
+def _run_all(
+    items: Iterable[T],
+    func: Callable[[T], int],
+    workers: int,
+    stop: threading.Event,
+    bar: workprogress.ProgressBar,
+) -> None:
     """Run ``func(item) -> bytes done`` for each item in ``workers`` threads, updating the
     progress ``bar`` as each ends (under a lock, from the worker); at the first exception set
     ``stop`` (the others end at their next piece) and raise it. At most ``4 * workers`` items
     are in flight: a million items cost no million futures."""
     lock = threading.Lock()
 
-    def run(item):
+    def run(item: T) -> None:
         n = func(item)
         with lock:
             bar.update(n)
@@ -201,7 +209,7 @@ def _run_all(items: Iterable, func, workers: int, stop: threading.Event, bar) ->
     window = workers * 4  # futures in flight: the rest wait as items, not as futures
     todo = iter(items)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmq-objectstore") as pool:
-        pending: set = set()
+        pending: set[Future[None]] = set()
         try:
             while True:
                 for item in todo:
@@ -359,7 +367,9 @@ def _write_sparse(fd: int, data: memoryview, offset: int) -> None:
         i = j
 
 
-def _download_one(fs: pafs.FileSystem, path: str, dest: str, want: FileEntry, stop) -> int:
+def _download_one(
+    fs: pafs.FileSystem, path: str, dest: str, want: FileEntry, stop: threading.Event
+) -> int:
     """Download one file to ``dest`` (through ``dest.part``), zero runs as holes; returns the
     bytes downloaded. The object holds at least the file's stored prefix
     (:func:`engine.live.snapshot.stored_size`) and at most its ``size``; the file is then cut

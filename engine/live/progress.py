@@ -37,15 +37,20 @@ class ProgressSource(Protocol):
 
     consumer_offsets: ConsumerOffsetManager
 
-    def topic_names(self) -> list[str]: ...
+    def topic_names(self) -> list[str]:
+        """The topics, sorted."""
 
-    def queue_ids(self, topic: str) -> list[int]: ...
+    def queue_ids(self, topic: str) -> list[int]:
+        """The queue ids of ``topic``, sorted."""
 
-    def min_offset(self, topic: str, queue_id: int) -> int: ...
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's min offset."""
 
-    def max_offset(self, topic: str, queue_id: int) -> int: ...
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's max offset (the next one a put takes)."""
 
-    def get_message(self, topic: str, queue_id: int, queue_offset: int) -> _Stamped: ...
+    def get_message(self, topic: str, queue_id: int, queue_offset: int) -> _Stamped:
+        """The message at ``queue_offset`` (its store timestamp is what is read)."""
 
 
 def consumer_progress(store: ProgressSource, group: str, topic: str | None = None) -> list[dict]:

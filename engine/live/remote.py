@@ -48,7 +48,7 @@ from __future__ import annotations
 import bisect
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -522,7 +522,7 @@ class SnapshotProgress:
         self.consumer_offsets = ConsumerOffsetManager("", raw=offsets)
         self._topics = set(TopicConfigManager("", raw=topics).topics) | set(snap.topics())
 
-    def _config(self, name: str, parse) -> dict:
+    def _config(self, name: str, parse: Callable[[object], object]) -> dict[str, Any]:
         rel = f"config/{name}"
         entry = self.snap.manifest.files.get(rel)
         if entry is None:

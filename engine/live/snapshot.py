@@ -44,6 +44,7 @@ directories (``timerwheel``, ``batchconsumequeue``, ...), which this engine does
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import logging
@@ -80,11 +81,14 @@ from .manifest import (
     MAX_MANIFEST,
     FileEntry,
     Manifest,
+    ManifestFiles,
     parse_manifest,
     read_manifest_file,
 )
 
 if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
     from ..store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -346,6 +350,7 @@ class Snapshot:
 
     # -- content ------------------------------------------------------------------------------
     def is_dir(self, rel: str) -> bool:
+        """Whether ``rel`` is a directory of the snapshot."""
         return rel in self.dirs
 
     def manifest_head(self) -> dict:
@@ -442,20 +447,13 @@ def _replica_files(root: str) -> dict[str, tuple[bytes, int]]:
     return out
 
 
-def freeze(store: MessageStore, name: str) -> Snapshot:
-    """Freeze ``store`` (an open :class:`engine.store.MessageStore`) as snapshot ``name``.
+#: An IndexFile copied under the lock: ``(rel, size, header bytes, slot bytes (None: read them
+#: after the lock), slots in native order, fd, where the items start)``.
+_SlotCopy = tuple[str, int, bytes, bytes | None, bool, int, int]
 
-    Holds the put lock for the time of a few ``dup`` calls and one copy of the live IndexFile's
-    hash slots; everything else (sizes, mtimes, sums) is done after. Works on read-only stores
-    (nothing is written anywhere).
 
-    Raises:
-        SnapshotError: the store is closed.
-        UnsupportedLayoutError: a DLedger store (its entries would be served as a plain
-            ``commitlog/``, which no reader could read), a store with RocksDB ConsumeQueues or
-            BatchConsumeQueues (the snapshot would lack them).
-        OSError: from dup/pread (EMFILE when out of file descriptors).
-    """
+def _check_layout(store: MessageStore) -> None:
+    """Raise UnsupportedLayoutError for a store :func:`freeze` cannot snapshot whole."""
     if store.dledger is not None:
         raise UnsupportedLayoutError(
             f"{store.dledger.name}: rmqfs does not snapshot a DLedger store yet (its entries are "
@@ -472,147 +470,111 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
             "and a broker restored from it would not see those queues; copy the store "
             "directory while no broker writes it"
         )
-    fds: list[int] = []
 
-    def dup(fd: int) -> int:
-        nfd = os.dup(fd)
-        fds.append(nfd)
-        return nfd
 
-    files: list[FrozenFile] = []
-    # (rel, size, header bytes, slot bytes (None: read them after the lock), native order,
-    # fd, where the items start)
-    slot_copies: list[tuple[str, int, bytes, bytes | None, bool, int, int]] = []
-    config_dir = os.path.join(store.root, "config")
+def _read_config(config_dir: str) -> dict[str, tuple[bytes, int]]:
+    """``{name: (bytes, mtime_ns)}`` of the files in ``config/`` (no ``.tmp``, no links)."""
     config: dict[str, tuple[bytes, int]] = {}
-    offsets_lock = store.consumer_offsets.lock
-    held = False
     try:
-        # Consumer offsets first, under their lock (held until the freeze is done, so no commit
-        # lands in between): a commit in progress fsyncs, and waiting for it must not hold
-        # the put lock, which would pause producers.
-        offsets_lock.acquire()
-        held = True
+        names = sorted(os.listdir(config_dir))
+    except FileNotFoundError:
+        names = []
+    for n in names:
+        p = os.path.join(config_dir, n)
+        if n.endswith(".tmp") or not os.path.isfile(p) or os.path.islink(p):
+            continue
         try:
-            names = sorted(os.listdir(config_dir))
+            with open(p, "rb") as fh:
+                config[n] = (fh.read(), os.fstat(fh.fileno()).st_mtime_ns)
         except FileNotFoundError:
-            names = []
-        for n in names:
-            p = os.path.join(config_dir, n)
-            if n.endswith(".tmp") or not os.path.isfile(p) or os.path.islink(p):
-                continue
-            try:
-                with open(p, "rb") as fh:
-                    config[n] = (fh.read(), os.fstat(fh.fileno()).st_mtime_ns)
-            except FileNotFoundError:
-                continue
-        replica = _replica_files(store.root)
-        with store.put_lock:
-            locked_at = time.perf_counter_ns()
-            if store.closed:
-                raise SnapshotError("store is closed")
-            now_ms = int(time.time() * 1000)
-            cl = store.commitlog
-            # SYNC_FLUSH puts waiting for their flush are not acknowledged yet: the snapshot
-            # ends where dispatch stands (a follower's CommitLog end is its reput already).
-            offset = store.flusher.dispatched_offset()
-            if store.flusher.has_pending():
-                last_ts = store.dispatched_store_timestamp
-            else:
-                last_ts = cl.last_store_timestamp or store.dispatched_store_timestamp
-            segs = cl.files.dup_segments(dup)
-            files += _segment_files("commitlog", segs, offset, cl.file_size)
-            min_offset = cl.min_offset
-            messages = 0
-            queues: dict[str, dict[str, list[int]]] = {}
-            for (topic, qid), cq in list(store.consume_queues.items()):
-                qsegs = cq.files.dup_segments(dup)
-                end = cq.max_offset * CQ_STORE_UNIT_SIZE
-                messages += cq.max_offset - cq.min_offset
-                mem = b""
-                mem_base = -1
-                if cq.mem:
-                    mem_base = cq.mem_base * CQ_STORE_UNIT_SIZE
-                    mem = bytes(cq.mem[: max(0, end - mem_base)])
-                if not qsegs and not mem:
+            continue
+    return config
+
+
+def _freeze_queues(
+    store: MessageStore, dup: Callable[[int], int], files: list[FrozenFile]
+) -> tuple[int, dict[str, dict[str, list[int]]]]:
+    """Add the ConsumeQueues' files to ``files`` (under the put lock); returns ``(messages,
+    {topic: {queueId: [min, max]}})``."""
+    messages = 0
+    queues: dict[str, dict[str, list[int]]] = {}
+    for (topic, qid), cq in list(store.consume_queues.items()):
+        qsegs = cq.files.dup_segments(dup)
+        end = cq.max_offset * CQ_STORE_UNIT_SIZE
+        messages += cq.max_offset - cq.min_offset
+        mem = b""
+        mem_base = -1
+        if cq.mem:
+            mem_base = cq.mem_base * CQ_STORE_UNIT_SIZE
+            mem = bytes(cq.mem[: max(0, end - mem_base)])
+        if not qsegs and not mem:
+            continue
+        queues.setdefault(topic, {})[str(qid)] = [cq.min_offset, cq.max_offset]
+        files += _segment_files(
+            f"consumequeue/{topic}/{qid}", qsegs, end, cq.files.file_size, mem, mem_base
+        )
+    return messages, queues
+
+
+def _freeze_index(
+    store: MessageStore,
+    dup: Callable[[int], int],
+    offset: int,
+    files: list[FrozenFile],
+    slot_copies: list[_SlotCopy],
+) -> int:
+    """Freeze the IndexFiles (under the put lock): a full file that names no record past
+    ``offset`` goes to ``files`` whole, the others to ``slot_copies`` (finished by
+    :func:`_index_files` after the lock). Returns the newest IndexFile's end timestamp (0: none)."""
+    index_ts = 0
+    index = store.index_service
+    if index is None:
+        return index_ts
+    with index.frozen() as index_files:
+        for ixf in index_files:
+            if ixf.path is None or ixf.fd is None:
+                continue  # in memory only (read-only store)
+            fd = dup(ixf.fd)
+            rel = f"index/{ixf.name}"
+            nslots = ixf.hash_slot_num * HASH_SLOT_SIZE
+            if ixf.is_write_full:
+                head = os.pread(fd, INDEX_HEADER_SIZE, 0)
+                if len(head) == INDEX_HEADER_SIZE and HEADER.unpack(head)[3] >= offset:
+                    # names records past the snapshot (a follower's writer is ahead of what
+                    # it shows): cut below, slots read then
+                    slot_copies.append(
+                        (rel, ixf.size, head, None, False, fd, INDEX_HEADER_SIZE + nslots)
+                    )
                     continue
-                queues.setdefault(topic, {})[str(qid)] = [cq.min_offset, cq.max_offset]
-                files += _segment_files(
-                    f"consumequeue/{topic}/{qid}", qsegs, end, cq.files.file_size, mem, mem_base
-                )
-            index_ts = 0
-            index = store.index_service
-            if index is not None:
-                with index.frozen() as index_files:
-                    for ixf in index_files:
-                        if ixf.path is None or ixf.fd is None:
-                            continue  # in memory only (read-only store)
-                        fd = dup(ixf.fd)
-                        rel = f"index/{ixf.name}"
-                        nslots = ixf.hash_slot_num * HASH_SLOT_SIZE
-                        if ixf.is_write_full:
-                            head = os.pread(fd, INDEX_HEADER_SIZE, 0)
-                            if len(head) == INDEX_HEADER_SIZE and HEADER.unpack(head)[3] >= offset:
-                                # names records past the snapshot (a follower's writer is
-                                # ahead of what it shows): cut below, slots read then
-                                slot_copies.append(
-                                    (
-                                        rel,
-                                        ixf.size,
-                                        head,
-                                        None,
-                                        False,
-                                        fd,
-                                        INDEX_HEADER_SIZE + nslots,
-                                    )
-                                )
-                                continue
-                            files.append(
-                                FrozenFile(rel, ixf.size, [(0, ixf.size, fd, 0, None)], ident=fd)
-                            )
-                            index_ts = ixf.end_timestamp
-                            continue
-                        # Slots first, then the header: a writer (another process, for a
-                        # follower) writes items, then slots, then the header, so the slots
-                        # read here name only items the header read after counts.
-                        frozen = ixf.freeze_slots()  # native order; swapped after the lock
-                        if frozen is not None:
-                            slots = frozen
-                            native = True
-                        else:
-                            slots = os.pread(fd, nslots, INDEX_HEADER_SIZE)
-                            native = False
-                        head = os.pread(fd, INDEX_HEADER_SIZE, 0)
-                        slot_copies.append(
-                            (rel, ixf.size, head, slots, native, fd, INDEX_HEADER_SIZE + nslots)
-                        )
-                        index_ts = (
-                            HEADER.unpack(head)[1] if len(head) == INDEX_HEADER_SIZE else index_ts
-                        )
-            # A controller-mode replica's confirmPhyOffset is the sync-state set's, not ours
-            # (CommitLog.setConfirmOffset): kept as the broker left it.
-            confirm = offset
-            if any(n in CONTROLLER_TOP for n in replica):
-                confirm = store.checkpoint.confirm_phy_offset
-            cp = StoreCheckpoint(
-                last_ts, last_ts, index_ts, store.checkpoint.master_flushed_offset, confirm
-            )
-            lock_ns = time.perf_counter_ns() - locked_at
-        offsets_lock.release()
-        held = False
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-    finally:
-        if held:
-            offsets_lock.release()
-    # -- outside the lock ---------------------------------------------------------------------
-    # Files served in part (and the checkpoint) show the whole second before the snapshot: a
-    # store file written after the snapshot (the only way its content can differ from what
-    # was served) has an mtime in a later second, so even a copy tool comparing whole seconds
-    # without this manager's memory of earlier mtimes (another mount) sees it changed.
-    partial_mtime = (now_ms // 1000 - 1) * NS
+                files.append(FrozenFile(rel, ixf.size, [(0, ixf.size, fd, 0, None)], ident=fd))
+                index_ts = ixf.end_timestamp
+                continue
+            # Slots first, then the header: a writer (another process, for a follower) writes
+            # items, then slots, then the header, so the slots read here name only items the
+            # header read after counts.
+            frozen = ixf.freeze_slots()  # native order; swapped after the lock
+            if frozen is not None:
+                slots = frozen
+                native = True
+            else:
+                slots = os.pread(fd, nslots, INDEX_HEADER_SIZE)
+                native = False
+            head = os.pread(fd, INDEX_HEADER_SIZE, 0)
+            slot_copies.append((rel, ixf.size, head, slots, native, fd, INDEX_HEADER_SIZE + nslots))
+            index_ts = HEADER.unpack(head)[1] if len(head) == INDEX_HEADER_SIZE else index_ts
+    return index_ts
+
+
+def _index_files(
+    store: MessageStore,
+    slot_copies: list[_SlotCopy],
+    offset: int,
+    partial_mtime: int,
+    files: list[FrozenFile],
+) -> int | None:
+    """Add the IndexFiles of ``slot_copies`` to ``files`` (after the lock), each cut at
+    ``offset`` where it names later records; returns the end timestamp of the last one cut
+    (None: none was)."""
     cut_ts = None
     for rel, size, head, copied, native, fd, items_base in slot_copies:
         if copied is not None:
@@ -640,29 +602,20 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
         f.key = ("index", st.st_dev, st.st_ino, size, head)
         f.candidate_mtime_ns = partial_mtime
         files.append(f)
-    for n, (data, mtime) in config.items():
-        f = FrozenFile(f"config/{n}", len(data), [(0, len(data), -1, 0, data)])
-        f.key = ("data", len(data), crc32c(data))
-        f.candidate_mtime_ns = mtime
-        files.append(f)
-    for n, (data, mtime) in replica.items():
-        f = FrozenFile(n, len(data), [(0, len(data), -1, 0, data)])
-        f.key = ("data", len(data), crc32c(data))
-        f.candidate_mtime_ns = mtime
-        files.append(f)
-    if cut_ts is not None:  # indexMsgTimestamp: the newest IndexFile as cut
-        cp = StoreCheckpoint(
-            cp.physic_msg_timestamp,
-            cp.logics_msg_timestamp,
-            cut_ts,
-            cp.master_flushed_offset,
-            cp.confirm_phy_offset,
-        )
-    page = cp.to_bytes()
-    f = FrozenFile("checkpoint", len(page), [(0, len(page), -1, 0, page)])
-    f.key = ("data", len(page), crc32c(page))
-    f.candidate_mtime_ns = partial_mtime
-    files.append(f)
+    return cut_ts
+
+
+def _data_file(rel: str, data: bytes, mtime_ns: int) -> FrozenFile:
+    """A file served from ``data`` (a config file, a replica file, the checkpoint)."""
+    f = FrozenFile(rel, len(data), [(0, len(data), -1, 0, data)])
+    f.key = ("data", len(data), crc32c(data))
+    f.candidate_mtime_ns = mtime_ns
+    return f
+
+
+def _identify(files: list[FrozenFile], partial_mtime: int) -> None:
+    """Give each file still without one its ``key`` (what identifies its content) and its
+    ``ident`` (the served file's device and inode)."""
     for f in files:
         if f.key is not None:
             continue
@@ -684,6 +637,99 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
                     parts.append((s, e, fo, st.st_dev, st.st_ino))
             f.key = ("part", f.size, tuple(parts))
             f.candidate_mtime_ns = partial_mtime
+
+
+def freeze(store: MessageStore, name: str) -> Snapshot:
+    """Freeze ``store`` (an open :class:`engine.store.MessageStore`) as snapshot ``name``.
+
+    Holds the put lock for the time of a few ``dup`` calls and one copy of the live IndexFile's
+    hash slots; everything else (sizes, mtimes, sums) is done after. Works on read-only stores
+    (nothing is written anywhere).
+
+    Raises:
+        SnapshotError: the store is closed.
+        UnsupportedLayoutError: a DLedger store (its entries would be served as a plain
+            ``commitlog/``, which no reader could read), a store with RocksDB ConsumeQueues or
+            BatchConsumeQueues (the snapshot would lack them).
+        OSError: from dup/pread (EMFILE when out of file descriptors).
+    """
+    _check_layout(store)
+    fds: list[int] = []
+
+    def dup(fd: int) -> int:
+        nfd = os.dup(fd)
+        fds.append(nfd)
+        return nfd
+
+    files: list[FrozenFile] = []
+    slot_copies: list[_SlotCopy] = []
+    offsets_lock = store.consumer_offsets.lock
+    held = False
+    try:
+        # Consumer offsets first, under their lock (held until the freeze is done, so no commit
+        # lands in between): a commit in progress fsyncs, and waiting for it must not hold
+        # the put lock, which would pause producers.
+        offsets_lock.acquire()
+        held = True
+        config = _read_config(os.path.join(store.root, "config"))
+        replica = _replica_files(store.root)
+        with store.put_lock:
+            locked_at = time.perf_counter_ns()
+            if store.closed:
+                raise SnapshotError("store is closed")
+            now_ms = int(time.time() * 1000)
+            cl = store.commitlog
+            # SYNC_FLUSH puts waiting for their flush are not acknowledged yet: the snapshot
+            # ends where dispatch stands (a follower's CommitLog end is its reput already).
+            offset = store.flusher.dispatched_offset()
+            if store.flusher.has_pending():
+                last_ts = store.dispatched_store_timestamp
+            else:
+                last_ts = cl.last_store_timestamp or store.dispatched_store_timestamp
+            segs = cl.files.dup_segments(dup)
+            files += _segment_files("commitlog", segs, offset, cl.file_size)
+            min_offset = cl.min_offset
+            messages, queues = _freeze_queues(store, dup, files)
+            index_ts = _freeze_index(store, dup, offset, files, slot_copies)
+            # A controller-mode replica's confirmPhyOffset is the sync-state set's, not ours
+            # (CommitLog.setConfirmOffset): kept as the broker left it.
+            confirm = offset
+            if any(n in CONTROLLER_TOP for n in replica):
+                confirm = store.checkpoint.confirm_phy_offset
+            cp = StoreCheckpoint(
+                last_ts, last_ts, index_ts, store.checkpoint.master_flushed_offset, confirm
+            )
+            lock_ns = time.perf_counter_ns() - locked_at
+        offsets_lock.release()
+        held = False
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    finally:
+        if held:
+            offsets_lock.release()
+    # -- outside the lock ---------------------------------------------------------------------
+    # Files served in part (and the checkpoint) show the whole second before the snapshot: a
+    # store file written after the snapshot (the only way its content can differ from what
+    # was served) has an mtime in a later second, so even a copy tool comparing whole seconds
+    # without this manager's memory of earlier mtimes (another mount) sees it changed.
+    partial_mtime = (now_ms // 1000 - 1) * NS
+    cut_ts = _index_files(store, slot_copies, offset, partial_mtime, files)
+    for n, (data, mtime) in config.items():
+        files.append(_data_file(f"config/{n}", data, mtime))
+    for n, (data, mtime) in replica.items():
+        files.append(_data_file(n, data, mtime))
+    if cut_ts is not None:  # indexMsgTimestamp: the newest IndexFile as cut
+        cp = StoreCheckpoint(
+            cp.physic_msg_timestamp,
+            cp.logics_msg_timestamp,
+            cut_ts,
+            cp.master_flushed_offset,
+            cp.confirm_phy_offset,
+        )
+    files.append(_data_file("checkpoint", cp.to_bytes(), partial_mtime))
+    _identify(files, partial_mtime)
     snap = Snapshot(
         name,
         now_ms,
@@ -845,10 +891,12 @@ class SnapshotManager:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-snapshot-sum")
 
     def names(self) -> list[str]:
+        """The snapshots' names, sorted."""
         with self._lock:
             return sorted(self.snapshots)
 
     def get(self, name: str) -> Snapshot | None:
+        """The snapshot ``name``, or None."""
         with self._lock:
             return self.snapshots.get(name)
 
@@ -1023,53 +1071,11 @@ def verify_copy(
     files = doc.files
     problems: list[tuple[str, str]] = []
 
-    def check_local(rel: str, want: FileEntry) -> tuple[str, str | None, int]:
-        path = os.path.join(directory, *rel.split("/"))
-        size = want.size
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return rel, "missing", 0
-        except OSError as exc:
-            return rel, f"unreadable: {exc.strerror}", 0
-        try:
-            st = os.fstat(fd)
-            if st.st_size < size:
-                return rel, f"short: {st.st_size} of {size} bytes", st.st_size
-            if st.st_size > size:
-                return rel, f"longer: {st.st_size} bytes, expected {size}", size
-            try:
-                crc = crc32c_fd(fd, 0, size)
-            except EOFError as exc:
-                return rel, f"short: {exc}", size
-            if f"{crc:08x}" != want.crc32c:
-                return rel, f"damaged: crc32c {crc:08x}, expected {want.crc32c}", size
-            return rel, None, size
-        except OSError as exc:
-            return rel, f"unreadable: {exc.strerror}", 0
-        finally:
-            os.close(fd)
-
-    def check_remote(rel: str, want: FileEntry) -> tuple[str, str | None, int]:
-        # An object holds the file's stored prefix (rmqfs snapshot-upload) or, copied by
-        # another tool, more of it up to the whole file: what it lacks of size is zeros.
-        size, stored = want.size, want.stored
-        try:
-            n, crc = location.sum_object(filesystem, location.join(directory, rel), size + 1)
-        except FileNotFoundError:
-            return rel, "missing", 0
-        except OSError as exc:
-            return rel, f"unreadable: {exc}", 0
-        if n < stored:
-            return rel, f"short: {n} of {stored} bytes", n
-        if n > size:
-            return rel, f"longer: more than {size} bytes", size
-        crc = crc32c_zeros(crc, size - n)
-        if f"{crc:08x}" != want.crc32c:
-            return rel, f"damaged: crc32c {crc:08x}, expected {want.crc32c}", n
-        return rel, None, n
-
-    check = check_remote if remote else check_local
+    check: Callable[[str, FileEntry], tuple[str, str | None, int]] = (
+        functools.partial(_check_remote_file, filesystem, directory)
+        if remote
+        else functools.partial(_check_local_file, directory)
+    )
     workers = workers or (location.DEFAULT_WORKERS if remote else os.cpu_count() or 1)
     # Big files first, so the threads finish together; a window of futures, not one a file.
     total = files.total_stored() if remote else files.total_size()
@@ -1105,22 +1111,91 @@ def verify_copy(
                 collect(pending.popleft())
     finally:
         done.close()
-    if remote:
+    problems += _extra_files(directory, filesystem if remote else None, files)
+    problems.sort()
+    return doc, problems
+
+
+def _check_local_file(directory: str, rel: str, want: FileEntry) -> tuple[str, str | None, int]:
+    """``(rel, problem or None, bytes done)`` of the local copy's file ``rel``
+    (:func:`verify_copy`): its size and CRC32C against ``want``."""
+    path = os.path.join(directory, *rel.split("/"))
+    size = want.size
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return rel, "missing", 0
+    except OSError as exc:
+        return rel, f"unreadable: {exc.strerror}", 0
+    try:
+        st = os.fstat(fd)
+        if st.st_size < size:
+            return rel, f"short: {st.st_size} of {size} bytes", st.st_size
+        if st.st_size > size:
+            return rel, f"longer: {st.st_size} bytes, expected {size}", size
+        try:
+            crc = crc32c_fd(fd, 0, size)
+        except EOFError as exc:
+            return rel, f"short: {exc}", size
+        if f"{crc:08x}" != want.crc32c:
+            return rel, f"damaged: crc32c {crc:08x}, expected {want.crc32c}", size
+        return rel, None, size
+    except OSError as exc:
+        return rel, f"unreadable: {exc.strerror}", 0
+    finally:
+        os.close(fd)
+
+
+def _check_remote_file(
+    filesystem: pafs.FileSystem, directory: str, rel: str, want: FileEntry
+) -> tuple[str, str | None, int]:
+    """``(rel, problem or None, bytes read)`` of the object of ``rel`` under ``directory`` in
+    ``filesystem`` (:func:`verify_copy`). An object holds the file's stored prefix (rmqfs
+    snapshot-upload) or, copied by another tool, more of it up to the whole file: what it lacks
+    of size is zeros."""
+    from . import location
+
+    size, stored = want.size, want.stored
+    try:
+        n, crc = location.sum_object(filesystem, location.join(directory, rel), size + 1)
+    except FileNotFoundError:
+        return rel, "missing", 0
+    except OSError as exc:
+        return rel, f"unreadable: {exc}", 0
+    if n < stored:
+        return rel, f"short: {n} of {stored} bytes", n
+    if n > size:
+        return rel, f"longer: more than {size} bytes", size
+    crc = crc32c_zeros(crc, size - n)
+    if f"{crc:08x}" != want.crc32c:
+        return rel, f"damaged: crc32c {crc:08x}, expected {want.crc32c}", n
+    return rel, None, n
+
+
+def _extra_files(
+    directory: str, filesystem: pafs.FileSystem | None, files: ManifestFiles
+) -> list[tuple[str, str]]:
+    """The ``(rel, "extra...")`` problems of :func:`verify_copy`: files of the copy that the
+    manifest does not name; ``filesystem`` None: a local directory, walked at most
+    :data:`engine.service.storetree.MAX_STORE_DEPTH` deep (a deeper directory is reported)."""
+    from . import location
+
+    problems: list[tuple[str, str]] = []
+    if filesystem is not None:
         for rel in location.list_files(filesystem, directory, directory):
             if rel != MANIFEST_NAME and rel not in files:
                 problems.append((rel, "extra"))
-    else:
-        for root, dirs, names, depth in walk_tree(directory):
-            here = os.path.relpath(root, directory).replace(os.sep, "/")
-            for name in names:
+        return problems
+    for root, dirs, names, depth in walk_tree(directory):
+        here = os.path.relpath(root, directory).replace(os.sep, "/")
+        for name in names:
+            rel = name if here == "." else f"{here}/{name}"
+            if rel != MANIFEST_NAME and rel not in files:
+                problems.append((rel, "extra"))
+        if depth >= MAX_STORE_DEPTH:
+            for name in dirs:
                 rel = name if here == "." else f"{here}/{name}"
-                if rel != MANIFEST_NAME and rel not in files:
-                    problems.append((rel, "extra"))
-            if depth >= MAX_STORE_DEPTH:
-                for name in dirs:
-                    rel = name if here == "." else f"{here}/{name}"
-                    problems.append(
-                        (rel, f"extra: a directory nested deeper than {MAX_STORE_DEPTH} levels")
-                    )
-    problems.sort()
-    return doc, problems
+                problems.append(
+                    (rel, f"extra: a directory nested deeper than {MAX_STORE_DEPTH} levels")
+                )
+    return problems

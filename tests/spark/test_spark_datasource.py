@@ -15,7 +15,7 @@ from rmqfs.engine.store import Message, MessageStore
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In
+from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, Not
 
 from rmqfs.engine.read import columnar
 from rmqfs.pipeline import datasource as D
@@ -83,6 +83,15 @@ def test_pushed_filters_stay_in_their_reader(tmp_path):
     second = source.reader(None)
     assert second.pushed == D.NO_FILTERS
     assert second.partitions() == want and {p.queue_id for p in want} == {0, 1, 2, 3}
+
+
+def test_a_filter_over_filters_is_left_to_spark():
+    """No Spark: ``WHERE topic <> 'x'`` reaches pushFilters as Not(EqualTo(...)), which has no
+    column of its own (``attribute``): it is left to Spark, not an AttributeError."""
+    reader = D.RocketMQFilteringReader(D.parse_options({"path": str(FIX / "store")}))
+    other = Not(EqualTo(("topic",), "x"))
+    assert list(reader.pushFilters([other, EqualTo(("queue",), 1)])) == [other]
+    assert reader.pushed == D.PushedFilters(queues=frozenset({1}))
 
 
 @pytest.mark.spark

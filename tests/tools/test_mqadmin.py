@@ -140,6 +140,15 @@ def test_every_name_takes_exactly_mqadmins_letters():
         assert {o.letter for o in c.opts} == set(JAVA_LETTERS[c.name]) - {"n"}, c.name
 
 
+def test_each_command_declares_the_mqadmin_names_that_run_it():
+    """The command table (admin.COMMANDS: each rmqfs command with its mqadmin names) and the
+    translations (mqadmin.COMMANDS: each mqadmin name with the rmqfs command it runs) agree."""
+    from rmqfs.mount import admin
+
+    declared = {(c.name, name) for c in admin.COMMANDS for name in c.mqadmin}
+    assert declared == {(c.rmqfs, c.name) for c in COMMANDS}
+
+
 def _config(path) -> dict:
     """A config/*.json without its dataVersion (a timestamp and a counter)."""
     doc = json.loads(path.read_text())
