@@ -147,6 +147,14 @@ class QueueTable(dict):
         raise TypeError("QueueTable.popitem: use pop(key)")
 
 
+def _load_kernel() -> Any:
+    """The compiled core for the put path (``engine.read.kernel.load``: None without one);
+    given to the put service, which sits below engine.read."""
+    from .read import kernel
+
+    return kernel.load()
+
+
 class MessageStore:
     """A RocketMQ store directory opened for reading and writing.
 
@@ -336,7 +344,7 @@ class MessageStore:
                     log.warning("index/%s: %s; %s", name, problem, what)
             self.dispatchers.append(self.index_service)
         # the put path's caches and queue offsets (engine.service.putmessage)
-        self.putter = putmessage.PutService(self)
+        self.putter = putmessage.PutService(self, _load_kernel)
         # flush, group commit and the SYNC_FLUSH dispatches waiting for them (engine.service.flush)
         self.flusher = flush.FlushService(self)
         # the store timestamp of the last record dispatched to the ConsumeQueues (what the
