@@ -1021,10 +1021,11 @@ int32_t rmq_put(rmq_put_args *a)
         op += total;
 
         static const char hex[] = "0123456789ABCDEF";
-        uint8_t *id = a->msg_id + 32 * i;
+        uint8_t *id = a->msg_id + 33 * i;
         memcpy(id, a->msg_id_prefix, 16);
         for (int32_t j = 0; j < 16; j++)
             id[16 + j] = (uint8_t)hex[((uint64_t)p >> (60 - 4 * j)) & 15];
+        id[32] = '\n';
 
         uint8_t *u = a->units + 20 * next_unit[a->topic_slot[t] + a->queue[i]]++;
         wr64(u, (uint64_t)p);

@@ -177,7 +177,7 @@ typedef struct {
     int64_t *slot_units; /* nslots + 1: the units of slot s are units[slot_units[s]..[s + 1]) */
     int64_t *unit_fill;  /* nslots: scratch */
     int64_t *chunks;     /* 3 * (n + 1): CommitLog offset, out start, out end of each chunk */
-    uint8_t *msg_id;     /* 32 * n: the offset msgId of each (msg_id_prefix + 16 hex digits) */
+    uint8_t *msg_id;     /* 33 * n: the offset msgId of each (msg_id_prefix + 16 hex digits), "\n" */
     uint8_t msg_id_prefix[16]; /* the store host's hex (MessageDecoder.createMessageId) */
     int64_t nchunks;
     int64_t *idx; /* 3 * idx_cap: IndexFile keyHash, phyOffset, storeTimestamp */

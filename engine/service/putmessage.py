@@ -726,7 +726,7 @@ class _PutCall:
             self.qoff = a.qoff = ffi.new("int64_t[]", c)
             self.units = a.units = ffi.new("uint8_t[]", c * CQ_STORE_UNIT_SIZE)
             self.chunks = a.chunks = ffi.new("int64_t[]", 3 * (c + 1))
-            self.msg_id = a.msg_id = ffi.new("uint8_t[]", 32 * c)
+            self.msg_id = a.msg_id = ffi.new("uint8_t[]", 33 * c)
             self.zeros = ffi.new("int32_t[]", c)  # topic_of / head_of of one topic / head
             self.minus_ones = ffi.from_buffer("int32_t[]", array("i", [-1]) * c)  # round robin
         if nslots > self.nslots_cap:
@@ -862,7 +862,7 @@ def _put_compiled(
         queue_of = fb("int32_t[]", queues)
     born: Any = ffi.NULL
     if born_c.count(0) + born_c.count(None) == n:
-        uniq_keys = store.uniq_keys.next_many(n, now)[0]
+        uniq_keys = store.uniq_keys.next_keys(n, now)
     else:  # ids follow each born time
         born = fb("int64_t[]", array("q", [b or 0 for b in born_c]))
         uniq_next = store.uniq_keys.next
@@ -911,11 +911,15 @@ def _put_compiled(
             a.topic_rr,
         ) = varying
         call.last = varying
-    hold += (
-        fb("uint8_t[]", b"".join(bodies)),
-        fb("int64_t[]", array("q", itertools.accumulate(lens))),
-    )
-    uniq = fb("uint8_t[]", "".join(uniq_keys).encode())
+    if n == 1:
+        hold += (fb("uint8_t[]", bodies[0]), fb("int64_t[]", lens))
+        uniq = fb("uint8_t[]", uniq_keys[0].encode())
+    else:
+        hold += (
+            fb("uint8_t[]", b"".join(bodies)),
+            fb("int64_t[]", array("q", itertools.accumulate(lens))),
+        )
+        uniq = fb("uint8_t[]", "".join(uniq_keys).encode())
     a.bodies, a.body_end = hold
     a.uniq = uniq
     a.n = n
@@ -951,19 +955,25 @@ def _put_compiled(
     cl.append_chunks(
         [(c3[k], [data[c3[k + 1] : c3[k + 2]]]) for k in range(0, len(c3), 3)], a.end, now
     )
-    su = ffi.unpack(call.slot_units, nslots + 1)
     ub = ffi.buffer(call.units, n * CQ_STORE_UNIT_SIZE)
-    sn_after = ffi.unpack(sn, nslots)
-    used = [k for k in range(nslots) if su[k + 1] > su[k]]
-    units = [
-        (
-            slots[k],
-            sn_after[k] - (su[k + 1] - su[k]),
-            ub[su[k] * CQ_STORE_UNIT_SIZE : su[k + 1] * CQ_STORE_UNIT_SIZE],
-        )
-        for k in used
-    ]
-    ids = ffi.buffer(call.msg_id, 32 * n)[:].decode()
+    if n == 1:  # one topic, one queue: its slot is its queueId
+        k = call.queue[0]
+        used = [k]
+        units = [(slots[k], call.qoff[0], ub[:])]
+        sn_after = {k: call.qoff[0] + 1}
+    else:
+        su = ffi.unpack(call.slot_units, nslots + 1)
+        sn_after = dict(enumerate(ffi.unpack(sn, nslots)))
+        used = [k for k in range(nslots) if su[k + 1] > su[k]]
+        units = [
+            (
+                slots[k],
+                sn_after[k] - (su[k + 1] - su[k]),
+                ub[su[k] * CQ_STORE_UNIT_SIZE : su[k + 1] * CQ_STORE_UNIT_SIZE],
+            )
+            for k in used
+        ]
+    ids = ffi.buffer(call.msg_id, 33 * n)[:].decode()  # one msgId a line
     if n == 1:  # the least per-call cost for one message
         out = [
             _NEW_RESULT(
@@ -974,7 +984,7 @@ def _put_compiled(
                     call.pos[0],
                     call.size[0],
                     now,
-                    ids,
+                    ids[:32],
                     uniq_keys[0],
                 )
             )
@@ -990,10 +1000,7 @@ def _put_compiled(
                     ffi.unpack(call.pos, n),
                     ffi.unpack(call.size, n),
                     itertools.repeat(now),
-                    map(
-                        ids.__getitem__,
-                        map(slice, range(0, 32 * n, 32), range(32, 32 * n + 32, 32)),
-                    ),
+                    ids.split(),
                     uniq_keys,
                 ),
             )
@@ -1005,7 +1012,10 @@ def _put_compiled(
     step = kernel.index_step if a.nidx >= _COMPILED_INDEX_MIN else None
     dispatch_plain(store, messages, out, units, entries, start, now, step)
     queue_offsets.update((slots[k], sn_after[k]) for k in used)
-    rr.update(zip(tnames, ffi.unpack(rr_now, ntopics)))
+    if ntopics == 1:
+        rr[tnames[0]] = rr_now[0]
+    else:
+        rr.update(zip(tnames, ffi.unpack(rr_now, ntopics)))
     store.dispatched_store_timestamp = now
     return out
 

@@ -238,3 +238,15 @@ def test_compiled_index_step_equals_the_python_one(table, entries, start, count,
     want = indexfile.index_step(py_slots, flat, start, n, state)
     got = kernel.load().index_step(c_slots, array("q", flat), start, n, state)
     assert got == want and c_slots == py_slots
+
+
+def test_next_keys_are_next_manys_ids():
+    """The put path's ids (``next_keys``, no hashes) are ``next_many``'s, the 16-bit counter's
+    wrap included."""
+    a, b = UniqKeyGenerator(), UniqKeyGenerator()
+    b._prefix = a._prefix
+    for counter in (0, 65000, 65530, 65535):
+        a.counter = b.counter = counter
+        for n in (1, 5, 300):
+            assert a.next_keys(n, T0) == b.next_many(n, T0)[0]
+            assert a.counter == b.counter
