@@ -986,7 +986,7 @@ int32_t rmq_put(rmq_put_args *a)
             c++;
         }
         uint8_t *o = a->out + op;
-        const uint8_t *body = a->bodies + b0;
+        const uint8_t *body = a->body_at ? a->body_at[i] : a->bodies + b0;
         memset(o, 0, (size_t)a->fixed);
         wr32(o + a->at_total, (uint32_t)total);
         wr32(o + a->at_magic, a->topic_magic[t]);

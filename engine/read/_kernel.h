@@ -129,7 +129,8 @@ int64_t rmq_json_lines(int64_t first, int64_t n, int32_t nf, const int32_t *kind
  * The layout's field offsets come from engine/format/message.py's FIXED_V4_FIELDS. */
 typedef struct {
     int64_t n;
-    const uint8_t *bodies;    /* the bodies one after another */
+    const uint8_t *bodies;    /* the bodies one after another (when body_at is NULL) */
+    const uint8_t *const *body_at; /* n: where each body is, NULL: in bodies */
     const int64_t *body_end;  /* n: body i ends at body_end[i], starts at body_end[i - 1] (0) */
     const int32_t *topic_of;  /* n: the message's topic (index into the topic arrays) */
     const int32_t *head_of;   /* n: its property items before UNIQ_KEY (index into heads) */

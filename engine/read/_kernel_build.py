@@ -110,6 +110,7 @@ int64_t rmq_json_lines(int64_t first, int64_t n, int32_t nf, const int32_t *kind
 typedef struct {
     int64_t n;
     const uint8_t *bodies;
+    const uint8_t *const *body_at;
     const int64_t *body_end;
     const int32_t *topic_of;
     const int32_t *head_of;

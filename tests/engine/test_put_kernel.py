@@ -250,3 +250,17 @@ def test_next_keys_are_next_manys_ids():
         for n in (1, 5, 300):
             assert a.next_keys(n, T0) == b.next_many(n, T0)[0]
             assert a.counter == b.counter
+
+
+def test_large_bodies_are_read_in_place(tmp_path):
+    """Batches of large bodies (read by rmq_put where they are, not from a joined copy) and of
+    small ones write the same bytes as the general path."""
+    big = [[Message("T", bytes([i % 251]) * (2500 + i), tags="t") for i in range(9)]]
+    mixed = [[Message("Other", b"x" * (i * 900), keys=f"k{i}") for i in range(7)]]
+    for batches in (big, mixed, big + mixed):
+        root = tmp_path / str(len(os.listdir(tmp_path)))
+        fast = _put_all(str(root / "c"), batches, True)
+        assert fast == _put_all(str(root / "p"), batches, False)
+        for sub in ("commitlog", "consumequeue"):
+            assert _files(str(root / "c"), sub) == _files(str(root / "p"), sub)
+        _read_back(str(root / "c"), [m for b in batches for m in b], fast)
