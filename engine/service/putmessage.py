@@ -653,8 +653,8 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
             return None
     tnames = tuple(dict.fromkeys(cols[0]))
     infos = tuple(plain_topic(store, t) for t in tnames)
-    if None in infos:
-        return None
+    if None in infos or min(i[0] for i in infos) <= 0:  # type: ignore[index]
+        return None  # no write queue: the general path says so
     now = int(time.time() * 1000)
     with store.put_lock:
         if store.closed:
