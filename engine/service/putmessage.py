@@ -651,8 +651,8 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
             born_hosts = b"".join(map(_born_host_bytes, bh_c))
         except ValueError:  # an IPv6 born host
             return None
-    tnames = tuple(dict.fromkeys(cols[0]))
-    infos = tuple(plain_topic(store, t) for t in tnames)
+    tnames = (cols[0][0],) if n == 1 else tuple(dict.fromkeys(cols[0]))
+    infos = tuple(map(plain_topic, itertools.repeat(store), tnames))
     if None in infos or min(i[0] for i in infos) <= 0:  # type: ignore[index]
         return None  # no write queue: the general path says so
     now = int(time.time() * 1000)
@@ -828,9 +828,8 @@ def _put_compiled(
         head_keys = list(zip(tags_c, norm, shard_c))
         distinct = list(dict.fromkeys(head_keys))
         parts = distinct
-    call.arrays(
-        n, nslots, n * (1 + max(map(_key_count, parts))) if index else 0, sum(lens) + 512 * n
-    )
+    keys_max = max(map(_key_count, parts)) if len(parts) > 1 else _key_count(parts[0])
+    call.arrays(n, nslots, n * (1 + keys_max) if index else 0, sum(lens) + 512 * n)
     fb = ffi.from_buffer
     # The struct does not own what its pointers point at: ``hold`` keeps this call's buffers
     # alive until rmq_put has returned; the cached ones live in ``call``.
@@ -1013,7 +1012,8 @@ def _put_compiled(
     # a few entries cost less in Python than the compiled step's set-up (the same bytes)
     step = kernel.index_step if a.nidx >= _COMPILED_INDEX_MIN else None
     dispatch_plain(store, messages, out, units, entries, start, now, step)
-    queue_offsets.update((slots[k], sn_after[k]) for k in used)
+    for k in used:
+        queue_offsets[slots[k]] = sn_after[k]
     if ntopics == 1:
         rr[tnames[0]] = rr_now[0]
     else:
