@@ -7,7 +7,9 @@
  * the body CRC-32 (carry-less multiplication where the CPU has it), the properties split of
  * MessageDecoder.string2messageProperties, the numeric fields, msgId and host texts. The
  * JSON lines of messages.jsonl come from rmq_json_lines; rmq_crc32 and rmq_utf8_check are the
- * primitives the decoder is built from, exported for the tests. Every function works on
+ * primitives the decoder is built from, exported for the tests. The store's put path
+ * (engine/service/putmessage.py) encodes and places a batch of records with rmq_put and builds
+ * IndexFile items with rmq_index_put, into buffers the caller then writes. Every function works on
  * positions the caller has already checked against the mapping's length; none allocates,
  * none keeps a pointer after it returns, none calls back into Python (cffi releases the GIL
  * around each call). The record layout itself is not here: the caller passes field offsets

@@ -8,7 +8,9 @@ of its variable part, the body CRC-32 (``UtilAll.crc32``, checked as
 ``MessageDecoder.decode(..., checkCRC)``), the properties split of
 ``MessageDecoder.string2messageProperties``, the numeric fields, msgIds
 (``MessageDecoder.createMessageId``) and host texts, written straight into Arrow buffers.
-:meth:`Kernel.json_lines` writes ``messages.jsonl`` lines from a batch. :meth:`Kernel.crc32`
+:meth:`Kernel.json_lines` writes ``messages.jsonl`` lines from a batch. The store's put path
+uses ``rmq_put`` (through the module's ``ffi``/``lib``, engine.service.putmessage.put_plain)
+and :meth:`Kernel.index_step` (``rmq_index_put``). :meth:`Kernel.crc32`
 and :meth:`Kernel.utf8_bad` are the primitives the decoder is built from, for the tests. The
 record layout stays in ``engine.format.message``: callers pass field offsets and widths from
 its field table.
