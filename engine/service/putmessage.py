@@ -5,9 +5,10 @@
 levels and compression, encodes each record with :func:`engine.format.message.encode_message`, appends
 them to the CommitLog and dispatches them (engine.service.dispatch), or queues them for the group commit
 under SYNC_FLUSH. :func:`put_plain` is the fast path for the common case (no user properties,
-IPv4 hosts, ASYNC_FLUSH): it packs the very same bytes with :data:`engine.format.message.FIXED_V4` and
-message.py's property names in one pass (tests/engine/test_fastpaths.py compares the two byte for
-byte), or returns None and changes nothing. PutResult says where a message went.
+IPv4 hosts): the compiled core (``rmq_put``, engine/read/_kernel.c) encodes and places the
+whole batch in one call, with the layout and property names of engine/format/message.py
+(tests/engine/test_fastpaths.py and tests/engine/test_put_kernel.py compare the two paths byte
+for byte), or it returns None and changes nothing. PutResult says where a message went.
 """
 
 from __future__ import annotations
@@ -601,8 +602,8 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
     Handles puts where every message has no user properties, sysFlag 0, an IPv4 (or
     default) born host, a V1 or V2 topic (not SCHEDULE_TOPIC_XXXX, not a BatchCQ topic) and
     every other Message field at its default (no delay_level, compress or
-    wait_store_msg_ok=False), under ASYNC_FLUSH with an IPv4 store host, without
-    enabledAppendPropCRC or compressMsgBodyOverHowmuch, with the compiled core loaded;
+    wait_store_msg_ok=False), with an IPv4 store host, without enabledAppendPropCRC or
+    compressMsgBodyOverHowmuch, with the compiled core loaded;
     returns None for anything else (nothing written, no state changed), and
     :func:`put_messages` runs the general path. MessageBatch puts (``batch=True``) never
     come here; the disk-full refusal is checked before.
@@ -616,19 +617,22 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
     the general path's (:func:`engine.format.message.encode_message`), which
     tests/engine/test_fastpaths.py and tests/engine/test_put_kernel.py check byte for byte.
     The shared state is kept as the general path keeps it (topicQueueTable
-    ``putter.queue_offsets``, round robin, ``dispatched_store_timestamp``).
+    ``putter.queue_offsets``, round robin, ``dispatched_store_timestamp``). Under SYNC_FLUSH
+    the batch's dispatch waits for the flush as the general path's does (the flush thread
+    dispatches it; ``GroupCommitService``: one ``fdatasync`` serves every batch waiting) and
+    the call returns once the records are on disk.
 
     Raises (nothing written): PutMessageError (a queueId that is not the topic's),
     PropertiesSizeExceededError, MessageTooLargeError (over maxMessageSize + 64 KiB, or
     larger than a CommitLog segment), ReadOnlyStoreError (closed); OSError from the disk,
-    everything of the batch undone (:func:`dispatch_plain`).
+    everything of the batch undone (:func:`dispatch_plain`). FlushDiskTimeoutError under
+    SYNC_FLUSH when the flush took longer than syncFlushTimeout (the records are appended).
     """
     cfgs = store.config
     putter = store.putter
     kernel = putter.kernel
     if (
         kernel is None
-        or store.sync_flush
         or len(store.store_host[0]) != 4
         or cfgs.enabled_append_prop_crc
         or cfgs.compress_msg_body_over_howmuch >= 0
@@ -659,7 +663,11 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
-        return _put_compiled(store, kernel, messages, cols, lens, born_hosts, tnames, infos, now)  # type: ignore[arg-type]
+        out = _put_compiled(store, kernel, messages, cols, lens, born_hosts, tnames, infos, now)  # type: ignore[arg-type]
+    if store.sync_flush:  # GroupCommitService: one fdatasync for this batch and its peers'
+        last = out[-1]
+        store.flusher.wait_flushed(last.commitlog_offset + last.size, out)
+    return out
 
 
 def _born_host_bytes(host: tuple[bytes, int] | None) -> bytes:
@@ -1011,15 +1019,46 @@ def _put_compiled(
         entries.frombytes(ffi.buffer(call.idx, 24 * a.nidx))
     # a few entries cost less in Python than the compiled step's set-up (the same bytes)
     step = kernel.index_step if a.nidx >= _COMPILED_INDEX_MIN else None
-    dispatch_plain(store, messages, out, units, entries, start, now, step)
+    if store.sync_flush:
+        # SYNC_FLUSH: the units and index entries follow once the CommitLog is flushed (the
+        # flush thread dispatches them, as for the general path; ReputMessageService
+        # dispatches only up to the flushed offset)
+        tc_of = {t: tags_code(t) for t in dict.fromkeys(tags_c)}
+        store.flusher.add_pending(
+            a.end,
+            [
+                DispatchRequest(
+                    r.topic,
+                    r.queue_id,
+                    r.commitlog_offset,
+                    r.size,
+                    tc_of[t],
+                    now,
+                    r.queue_offset,
+                    _index_keys(k),
+                    r.uniq_key,
+                    0,
+                )
+                for r, t, k in zip(out, tags_c, keys_c)
+            ],
+        )
+    else:
+        dispatch_plain(store, messages, out, units, entries, start, now, step)
+        store.dispatched_store_timestamp = now
     for k in used:
         queue_offsets[slots[k]] = sn_after[k]
     if ntopics == 1:
         rr[tnames[0]] = rr_now[0]
     else:
         rr.update(zip(tnames, ffi.unpack(rr_now, ntopics)))
-    store.dispatched_store_timestamp = now
     return out
+
+
+def _index_keys(keys: list[str] | str | None) -> list[str]:
+    """A message's KEYS as the dispatchers take them: the non-empty space-separated keys."""
+    if not keys:
+        return []
+    return [k for k in (keys if isinstance(keys, str) else " ".join(keys)).split(" ") if k]
 
 
 def _key_count(part: tuple[str | None, str | None, str | None]) -> int:
@@ -1122,9 +1161,7 @@ def dispatch_plain(
             ]
             for m, d in zip(messages, batch):
                 d.tags_code = tags_code(m.tags) if m.tags else 0
-                k = m.keys
-                if k:
-                    d.keys = [t for t in (k if isinstance(k, str) else " ".join(k)).split(" ") if t]
+                d.keys = _index_keys(m.keys)
             for d in others:
                 d.dispatch(batch)
     except OSError:

@@ -83,7 +83,7 @@ messages = st.builds(
 batches = st.lists(st.lists(messages, min_size=1, max_size=12), min_size=1, max_size=6)
 
 
-def _put_all(root: str, batches: list[list[Message]], compiled: bool) -> list:
+def _put_all(root: str, batches: list[list[Message]], compiled: bool, **config) -> list:
     clock = itertools.count(T0, 1300)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
@@ -94,6 +94,7 @@ def _put_all(root: str, batches: list[list[Message]], compiled: bool) -> list:
             mapped_file_size_consume_queue=8 * 20,
             max_hash_slot_num=8,
             max_index_num=40,
+            **config,
         )
         s = MessageStore(root, cfg)
         s.uniq_keys = UniqKeyGenerator()
@@ -264,3 +265,30 @@ def test_large_bodies_are_read_in_place(tmp_path):
         for sub in ("commitlog", "consumequeue"):
             assert _files(str(root / "c"), sub) == _files(str(root / "p"), sub)
         _read_back(str(root / "c"), [m for b in batches for m in b], fast)
+
+
+def test_sync_flush_puts_take_the_compiled_path(tmp_path):
+    """SYNC_FLUSH: the compiled path appends, the flush thread dispatches after the group
+    commit, and the call returns with the records on disk: the same files as the general
+    path's, and every put flushed when it returns."""
+    rnd_batches = [
+        [Message("T", b"s%d" % i, tags="a", keys=[f"k{i}", "x"]) for i in range(j % 5 + 1)]
+        for j in range(12)
+    ]
+    fast = _put_all(str(tmp_path / "c"), rnd_batches, True, flush_disk_type="SYNC_FLUSH")
+    general = _put_all(str(tmp_path / "p"), rnd_batches, False, flush_disk_type="SYNC_FLUSH")
+    assert fast == general
+    for sub in ("commitlog", "consumequeue"):
+        assert _files(str(tmp_path / "c"), sub) == _files(str(tmp_path / "p"), sub)
+    assert [b for _, b in _files(str(tmp_path / "c"), "index")] == [
+        b for _, b in _files(str(tmp_path / "p"), "index")
+    ]
+    _read_back(str(tmp_path / "c"), [m for b in rnd_batches for m in b], fast)
+    cfg = StoreConfig(flush_disk_type="SYNC_FLUSH")
+    with MessageStore(str(tmp_path / "s"), cfg) as s:
+        s.create_topic("T", 2)
+        for i in range(5):
+            res = s.put_messages([Message("T", b"m%d" % i)] * 3)
+            assert s.putter.call is not None
+            assert s.commitlog.flushed_where >= res[-1].commitlog_offset + res[-1].size
+            assert s.get_message("T", res[-1].queue_id, res[-1].queue_offset).body == b"m%d" % i
