@@ -150,6 +150,14 @@ class QueueTable(dict):
         raise TypeError("QueueTable.popitem: use pop(key)")
 
 
+def _load_kernel() -> Any:
+    """The compiled core for the put path (``engine.read.kernel.load``: None without one);
+    given to the put service, which sits below engine.read."""
+    from .read import kernel
+
+    return kernel.load()
+
+
 class MessageStore:
     """A RocketMQ store directory opened for reading and writing.
 
@@ -281,7 +289,7 @@ class MessageStore:
         if self.config.message_index_enable:
             self._open_index(read_only)
         # the put path's caches and queue offsets (engine.service.putmessage)
-        self.putter = putmessage.PutService(self)
+        self.putter = putmessage.PutService(self, _load_kernel)
         # flush, group commit and the SYNC_FLUSH dispatches waiting for them (engine.service.flush)
         self.flusher = flush.FlushService(self)
         # the store timestamp of the last record dispatched to the ConsumeQueues (what the

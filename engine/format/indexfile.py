@@ -80,6 +80,10 @@ MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query
 LONG_MAX = 2**63 - 1
 _WALK_BLOCK = 4096  # bytes of items a chain walk reads at once
 _INT_MAX = 2**31 - 1
+#: Changed hash slots closer than this go out in one pwrite with the unchanged slots between
+#: them (from the in-memory table, so the same bytes the file holds): the slots of a batch's
+#: UNIQ_KEYs, whose hashes differ by a few units, take one or two writes instead of dozens.
+_SLOT_GAP = 1024
 #: An IndexFile name: its creation time as yyyyMMddHHmmssSSS (UtilAll.timeMillisToHumanString).
 INDEX_FILE_NAME = re.compile(r"[0-9]{17}\Z")
 _TRUNCATE_CHUNK = 65536  # items read at once when undoing items
@@ -460,13 +464,19 @@ class IndexFile:
             self._slots = slots
         return slots
 
-    def put_hashed(self, entries: list[int], start: int = 0) -> int:
+    def put_hashed(
+        self, entries: Sequence[int], start: int = 0, step: IndexStep | None = None
+    ) -> int:
         """Add many keys at once; byte for byte what :meth:`put_key` would write for each.
 
         Args:
             entries: flat ``[keyHash, phyOffset, storeTimestamp, ...]`` (keyHash as
-                :func:`engine.format.javahash.index_key_hash` gives it; bytes; epoch ms), in order.
+                :func:`engine.format.javahash.index_key_hash` gives it; bytes; epoch ms), in order
+                (a list, or an ``array("q")``).
             start: the first entry (counted in entries, not list items) to store.
+            step: what builds the items and moves the slots (:data:`IndexStep`):
+                :func:`index_step` (the default, Python), or the compiled core's
+                (``engine.read.kernel.Kernel.index_step``), which must do the same.
 
         Returns:
             The number of the first entry not stored: ``len(entries) // 3`` when all fit, less
@@ -488,39 +498,19 @@ class IndexFile:
         if n <= 0:
             return start
         slots = self._slot_table()
-        nslots = self.hash_slot_num
-        begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
-        slot_count = self.hash_slot_count
-        items: list[int] = []
-        old: dict[int, int] = {}  # slot -> value before this call
-        c = count
-        phy = ts = 0
-        for j in range(3 * start, 3 * (start + n), 3):
-            key_hash, phy, ts = entries[j], entries[j + 1], entries[j + 2]
-            slot = key_hash % nslots
-            value = slots[slot]
-            if value <= INVALID_INDEX or value > c:
-                value = INVALID_INDEX
-                slot_count += 1
-            if begin_ts <= 0:
-                time_diff = 0
-            else:
-                delta = ts - begin_ts
-                time_diff = delta // 1000 if delta >= 0 else 0
-                if time_diff > _INT_MAX:
-                    time_diff = _INT_MAX
-            items += (key_hash, phy, time_diff, value)
-            if c <= 1:
-                begin_phy, begin_ts = phy, ts
-            if slot not in old:
-                old[slot] = slots[slot]
-            slots[slot] = c
-            c += 1
+        packed, old, after = (step or index_step)(
+            slots,
+            entries,
+            start,
+            n,
+            (count, self.hash_slot_count, self.begin_timestamp, self.begin_phy_offset),
+        )
+        c, slot_count, begin_ts, begin_phy, ts, phy = after
         io = self._io
         written: list[tuple[int, int]] = []
         try:
-            io.write(self._items_base + count * INDEX_SIZE, _items_struct(n).pack(*items))
-            for first, run in _slot_runs(sorted(old)):
+            io.write(self._items_base + count * INDEX_SIZE, packed)
+            for first, run in _slot_runs(sorted(old), _SLOT_GAP):
                 io.write(
                     INDEX_HEADER_SIZE + first * HASH_SLOT_SIZE,
                     struct.pack(f">{run}i", *slots[first : first + run]),
@@ -949,13 +939,67 @@ def cut_index(
     return IndexCut(head, table, changed)
 
 
-def _slot_runs(sorted_slots: list[int]) -> Iterator[tuple[int, int]]:
-    """``(first, length)`` runs of consecutive slot numbers."""
+#: What :meth:`IndexFile.put_hashed` calls to build ``n`` items from ``entries[3 * start:]``:
+#: ``(slots, entries, start, n, (indexCount, hashSlotCount, beginTimestamp, beginPhyOffset))``
+#: -> ``(items packed as ITEM, {slot: value before}, (indexCount, hashSlotCount,
+#: beginTimestamp, beginPhyOffset, endTimestamp, endPhyOffset))``, the slot table updated.
+IndexStep = Callable[
+    [array, Sequence[int], int, int, tuple[int, int, int, int]],
+    tuple[bytes, dict[int, int], tuple[int, int, int, int, int, int]],
+]
+
+#: Byte offset of each field in an ITEM (the compiled step writes them there).
+ITEM_POSITIONS = {
+    name: struct.calcsize(">" + ITEM.format[1 : 1 + i]) for i, name in enumerate(ITEM_FIELDS)
+}
+
+
+def index_step(
+    slots: array, entries: Sequence[int], start: int, n: int, state: tuple[int, int, int, int]
+) -> tuple[bytes, dict[int, int], tuple[int, int, int, int, int, int]]:
+    """:data:`IndexStep` in Python, the reference (``IndexFile.putKey`` per entry): each item's
+    previous index is its slot's chain head when valid (``> INVALID_INDEX`` and ``<=
+    indexCount``, else invalid and a new slot counted), its timeDiff the seconds since
+    beginTimestamp (0 before any, clamped to int32), and the first items of a file set its
+    begin timestamp and offset."""
+    c, slot_count, begin_ts, begin_phy = state
+    nslots = len(slots)
+    items: list[int] = []
+    old: dict[int, int] = {}  # slot -> value before this call
+    phy = ts = 0
+    for j in range(3 * start, 3 * (start + n), 3):
+        key_hash, phy, ts = entries[j], entries[j + 1], entries[j + 2]
+        slot = key_hash % nslots
+        value = slots[slot]
+        if value <= INVALID_INDEX or value > c:
+            value = INVALID_INDEX
+            slot_count += 1
+        if begin_ts <= 0:
+            time_diff = 0
+        else:
+            delta = ts - begin_ts
+            time_diff = delta // 1000 if delta >= 0 else 0
+            if time_diff > _INT_MAX:
+                time_diff = _INT_MAX
+        items += (key_hash, phy, time_diff, value)
+        if c <= 1:
+            begin_phy, begin_ts = phy, ts
+        if slot not in old:
+            old[slot] = slots[slot]
+        slots[slot] = c
+        c += 1
+    return _items_struct(n).pack(*items), old, (c, slot_count, begin_ts, begin_phy, ts, phy)
+
+
+def _slot_runs(sorted_slots: list[int], gap: int = 1) -> Iterator[tuple[int, int]]:
+    """``(first, length)`` runs of slot numbers, a run going on over holes of fewer than
+    ``gap`` slots (``gap`` 1: consecutive numbers only). Writing a run from the in-memory slot
+    table rewrites the slots in its holes with the values the file already holds."""
     if not sorted_slots:
         return
     first = prev = sorted_slots[0]
     for s in sorted_slots[1:]:
-        if s != prev + 1:
+        if s - prev > gap:
             yield first, prev - first + 1
             first = s
         prev = s

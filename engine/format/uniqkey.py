@@ -11,6 +11,7 @@ so 32 hex digits for an IPv4 producer. The first three parts are fixed per proce
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import os
 import random
 import struct
@@ -74,6 +75,30 @@ class UniqKeyGenerator:
 
     def next_many(self, n: int, now_ms: int | None = None) -> tuple[list[str], list[int]]:
         """``n`` new ids for the same time (epoch ms) and their unsigned Java hashes."""
+        head, head_hash, first = self._take(n, now_ms)
+        if n == 1:
+            c = first & 0xFFFF
+            return [head + _HEX4[c]], [(head_hash + _HASH4[c]) & 0xFFFFFFFF]
+        counters = [c & 0xFFFF for c in range(first, first + n)]
+        return (
+            [head + _HEX4[c] for c in counters],
+            [(head_hash + _HASH4[c]) & 0xFFFFFFFF for c in counters],
+        )
+
+    def next_keys(self, n: int, now_ms: int | None = None) -> list[str]:
+        """``n`` new ids for the same time (epoch ms), without their hashes (the compiled put
+        path hashes them itself): the ids :meth:`next_many` would give, in C-level loops."""
+        head, _, first = self._take(n, now_ms)
+        c = first & 0xFFFF
+        if c + n <= 0x10000:
+            digits = _HEX4[c : c + n]
+        else:  # the 16-bit counter wraps
+            digits = list(itertools.islice(itertools.cycle(_HEX4), c, c + n))
+        return list(map(head.__add__, digits))
+
+    def _take(self, n: int, now_ms: int | None) -> tuple[str, int, int]:
+        """Reserve ``n`` counter values: ``(fixed head of the ids, its hash * 31**4, the
+        first counter value)``."""
         if now_ms is None:
             now_ms = int(time.time() * 1000)
         with self._lock:
@@ -87,15 +112,7 @@ class UniqKeyGenerator:
                 self._head = head
                 self._head_hash = (java_hash_u32(head) * _POW31_4) & 0xFFFFFFFF
                 self._head_since = since
-            head, head_hash = self._head, self._head_hash
-        if n == 1:
-            c = first & 0xFFFF
-            return [head + _HEX4[c]], [(head_hash + _HASH4[c]) & 0xFFFFFFFF]
-        counters = [c & 0xFFFF for c in range(first, first + n)]
-        return (
-            [head + _HEX4[c] for c in counters],
-            [(head_hash + _HASH4[c]) & 0xFFFFFFFF for c in counters],
-        )
+            return self._head, self._head_hash, first
 
 
 # "%04X" of every counter value and the Java hash of that text (65536 entries, built lazily

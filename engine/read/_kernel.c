@@ -7,7 +7,9 @@
  * the body CRC-32 (carry-less multiplication where the CPU has it), the properties split of
  * MessageDecoder.string2messageProperties, the numeric fields, msgId and host texts. The
  * JSON lines of messages.jsonl come from rmq_json_lines; rmq_crc32 and rmq_utf8_check are the
- * primitives the decoder is built from, exported for the tests. Every function works on
+ * primitives the decoder is built from, exported for the tests. The store's put path
+ * (engine/service/putmessage.py) encodes and places a batch of records with rmq_put and builds
+ * IndexFile items with rmq_index_put, into buffers the caller then writes. Every function works on
  * positions the caller has already checked against the mapping's length; none allocates,
  * none keeps a pointer after it returns, none calls back into Python (cffi releases the GIL
  * around each call). The record layout itself is not here: the caller passes field offsets
@@ -829,5 +831,282 @@ int64_t rmq_json_lines(int64_t first, int64_t n, int32_t nf, const int32_t *kind
         line_end[i] = o - out;
     }
     *at = o - out;
+    return n;
+}
+
+/* ---- the put path's encoder (engine/service/putmessage.py) -------------------------------- */
+
+static inline void wr16(uint8_t *p, uint16_t v)
+{
+    v = BE16(v);
+    memcpy(p, &v, 2);
+}
+
+static inline void wr32(uint8_t *p, uint32_t v)
+{
+    v = BE32(v);
+    memcpy(p, &v, 4);
+}
+
+static inline void wr64(uint8_t *p, uint64_t v)
+{
+    v = BE64(v);
+    memcpy(p, &v, 8);
+}
+
+/* IndexFile.indexKeyHashMethod: abs of the signed hash, Integer.MIN_VALUE as 0. */
+static inline uint32_t index_hash(uint32_t h)
+{
+    if (h & 0x80000000u) {
+        h = 0u - h;
+        return h > 0x7FFFFFFFu ? 0 : h;
+    }
+    return h;
+}
+
+/* Java's String.hashCode continued from h over the UTF-16 code units of n bytes of UTF-8 (a
+ * 4-byte sequence is a surrogate pair). The caller passes text Python encoded, so strict. */
+static uint32_t java_hash_utf8(uint32_t h, const uint8_t *s, int64_t n)
+{
+    int64_t i = 0;
+    while (i < n) {
+        uint32_t c = s[i];
+        if (c < 0x80) {
+            i += 1;
+        } else if (c < 0xE0 && i + 1 < n) {
+            c = ((c & 0x1F) << 6) | (s[i + 1] & 0x3F);
+            i += 2;
+        } else if (c < 0xF0 && i + 2 < n) {
+            c = ((c & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+            i += 3;
+        } else if (i + 3 < n) {
+            c = ((c & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12) |
+                ((uint32_t)(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+            i += 4;
+            c -= 0x10000;
+            h = 31u * h + (0xD800u + (c >> 10));
+            c = 0xDC00u + (c & 0x3FFu);
+        } else {
+            i += 1; /* cut short: cannot come from Python's encoder */
+        }
+        h = 31u * h + c;
+    }
+    return h;
+}
+
+/* Encode, place and dispatch a batch of plain records (see _kernel.h). Three passes: sizes,
+ * checks and CommitLog positions (nothing changes when one fails, or when out is too small);
+ * queues and queue offsets; then the bytes, the ConsumeQueue units and the index entries. */
+int32_t rmq_put(rmq_put_args *a)
+{
+    const int64_t n = a->n;
+    const int64_t fs = a->file_size;
+    const int32_t uniq_item = a->uniq_name_len + a->uniq_len + 1;
+    int64_t pos = a->start;
+    int64_t seg_end = pos - pos % fs + fs;
+    int64_t need = 0, nchunks = 0, nidx = 0;
+    a->bad = -1;
+    a->chunks[0] = pos;
+    a->chunks[1] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t blen = a->body_end[i] - (i ? a->body_end[i - 1] : 0);
+        const int32_t t = a->topic_of[i], h = a->head_of[i];
+        const int64_t plen = (a->head_end[h] - (h ? a->head_end[h - 1] : 0)) + uniq_item;
+        const int64_t total = a->topic_base[t] + blen + plen;
+        if (plen > a->max_props || total > a->max_total || total + 8 > fs) {
+            a->bad = i;
+            a->bad_code = plen > a->max_props ? RMQ_PUT_PROPS
+                          : total > a->max_total ? RMQ_PUT_TOO_LARGE
+                                                 : RMQ_PUT_SEGMENT;
+            a->bad_value = plen > a->max_props ? plen : total;
+            return 1;
+        }
+        if (pos + total + 8 > seg_end) { /* END_OF_FILE blank, the next segment */
+            need += 8;
+            a->chunks[3 * nchunks + 2] = need;
+            nchunks++;
+            pos = seg_end;
+            seg_end += fs;
+            a->chunks[3 * nchunks] = pos;
+            a->chunks[3 * nchunks + 1] = need;
+        }
+        a->pos[i] = pos;
+        a->size[i] = (int32_t)total;
+        pos += total;
+        need += total;
+        const int32_t lo = a->head_keys_at[h], kl = a->head_keys_len[h];
+        int32_t keys = 0;
+        if (a->want_index) {
+            const uint8_t *k = a->heads + (h ? a->head_end[h - 1] : 0) + lo;
+            for (int32_t j = 0; j < kl; j++)
+                keys += k[j] != a->key_sep && (j == 0 || k[j - 1] == a->key_sep);
+            nidx += 1 + keys;
+        }
+    }
+    a->chunks[3 * nchunks + 2] = need;
+    a->nchunks = nchunks + 1;
+    a->end = pos;
+    a->need = need;
+    a->nidx = nidx;
+    if (need > a->cap || nidx > a->idx_cap)
+        return 2;
+
+    /* queues: round robin per topic where none is given; queue offsets per (topic, queue) */
+    for (int32_t s = 0; s <= a->nslots; s++)
+        a->slot_units[s] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t t = a->topic_of[i];
+        int32_t q = a->queue_of[i];
+        if (q < 0)
+            q = (int32_t)(a->topic_rr[t]++ % a->topic_nwq[t]);
+        a->queue[i] = q;
+        const int32_t s = a->topic_slot[t] + q;
+        a->qoff[i] = a->slot_next[s]++;
+        a->slot_units[s + 1]++;
+    }
+    for (int32_t s = 0; s < a->nslots; s++)
+        a->slot_units[s + 1] += a->slot_units[s];
+
+    const int clmul = have_clmul();
+    int64_t *next_unit = a->unit_fill; /* the next unit of each slot */
+    for (int32_t s = 0; s < a->nslots; s++)
+        next_unit[s] = a->slot_units[s];
+    int64_t op = 0, c = 0;
+    nidx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t b0 = i ? a->body_end[i - 1] : 0, blen = a->body_end[i] - b0;
+        const int32_t t = a->topic_of[i], h = a->head_of[i];
+        const int64_t h0 = h ? a->head_end[h - 1] : 0, hlen = a->head_end[h] - h0;
+        const int64_t p = a->pos[i];
+        const int32_t total = a->size[i];
+        while (c + 1 < a->nchunks && p >= a->chunks[3 * (c + 1)]) { /* the blank first */
+            uint8_t *o = a->out + op;
+            const int64_t gap = a->chunks[3 * (c + 1)] - (a->chunks[3 * c] + (op - a->chunks[3 * c + 1]));
+            wr32(o, (uint32_t)gap);
+            wr32(o + 4, a->magic_blank);
+            op += 8;
+            c++;
+        }
+        uint8_t *o = a->out + op;
+        const uint8_t *body = a->body_at ? a->body_at[i] : a->bodies + b0;
+        memset(o, 0, (size_t)a->fixed);
+        wr32(o + a->at_total, (uint32_t)total);
+        wr32(o + a->at_magic, a->topic_magic[t]);
+        wr32(o + a->at_crc, crc32_piece(body, (size_t)blen, clmul) & a->crc_mask);
+        wr32(o + a->at_queue, (uint32_t)a->queue[i]);
+        wr32(o + a->at_flag, a->flag ? (uint32_t)a->flag[i] : 0);
+        wr64(o + a->at_qoff, (uint64_t)a->qoff[i]);
+        wr64(o + a->at_phys, (uint64_t)p);
+        const int64_t born = a->born && a->born[i] ? a->born[i] : a->now;
+        wr64(o + a->at_born, (uint64_t)born);
+        memcpy(o + a->at_born_host, a->born_host ? a->born_host + 8 * i : a->default_born, 8);
+        wr64(o + a->at_store_ts, (uint64_t)a->now);
+        memcpy(o + a->at_store_host, a->store_host, 8);
+        wr32(o + a->at_body_len, (uint32_t)blen);
+        o += a->fixed;
+        memcpy(o, body, (size_t)blen);
+        o += blen;
+        const int32_t tf0 = t ? a->topic_field_end[t - 1] : 0;
+        const int32_t tfl = a->topic_field_end[t] - tf0;
+        memcpy(o, a->topic_field + tf0, (size_t)tfl);
+        o += tfl;
+        wr16(o, (uint16_t)(hlen + a->uniq_name_len + a->uniq_len + 1));
+        o += 2;
+        memcpy(o, a->heads + h0, (size_t)hlen);
+        o += hlen;
+        memcpy(o, a->uniq_name, (size_t)a->uniq_name_len);
+        o += a->uniq_name_len;
+        const uint8_t *uniq = a->uniq + (int64_t)a->uniq_len * i;
+        memcpy(o, uniq, (size_t)a->uniq_len);
+        o += a->uniq_len;
+        *o = a->prop_end;
+        op += total;
+
+        static const char hex[] = "0123456789ABCDEF";
+        uint8_t *id = a->msg_id + 33 * i;
+        memcpy(id, a->msg_id_prefix, 16);
+        for (int32_t j = 0; j < 16; j++)
+            id[16 + j] = (uint8_t)hex[((uint64_t)p >> (60 - 4 * j)) & 15];
+        id[32] = '\n';
+
+        uint8_t *u = a->units + 20 * next_unit[a->topic_slot[t] + a->queue[i]]++;
+        wr64(u, (uint64_t)p);
+        wr32(u + 8, (uint32_t)total);
+        wr64(u + 12, (uint64_t)a->head_tags_code[h]);
+
+        if (a->want_index) { /* "topic#UNIQ_KEY", then "topic#key" of each key */
+            int64_t *e = a->idx + 3 * nidx;
+            uint32_t hash = a->topic_hash[t];
+            for (int32_t j = 0; j < a->uniq_len; j++)
+                hash = 31u * hash + uniq[j];
+            e[0] = index_hash(hash);
+            e[1] = p;
+            e[2] = a->now;
+            nidx++;
+            const uint8_t *k = a->heads + h0 + a->head_keys_at[h];
+            const int32_t kl = a->head_keys_len[h];
+            for (int32_t j = 0; j < kl;) {
+                int32_t j2 = j;
+                while (j2 < kl && k[j2] != a->key_sep)
+                    j2++;
+                if (j2 > j) {
+                    e = a->idx + 3 * nidx;
+                    e[0] = index_hash(java_hash_utf8(a->topic_hash[t], k + j, j2 - j));
+                    e[1] = p;
+                    e[2] = a->now;
+                    nidx++;
+                }
+                j = j2 + 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* IndexFile.putKey for a run of pre-hashed entries (engine/format/indexfile.py's
+ * IndexFile.put_hashed, whose Python loop is the reference): items into a->items, the slot
+ * table updated in memory, each slot touched and the value it held recorded. */
+int64_t rmq_index_put(rmq_index_args *a)
+{
+    int64_t n = a->n;
+    int32_t c = a->count;
+    int64_t begin_ts = a->begin_ts, begin_phy = a->begin_phy, phy = 0, ts = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t *e = a->entries + 3 * (a->first + i);
+        const uint32_t key_hash = (uint32_t)e[0];
+        phy = e[1];
+        ts = e[2];
+        const int64_t slot = (int64_t)(key_hash % (uint64_t)a->nslots);
+        int32_t value = a->slots[slot];
+        if (value <= a->invalid_index || value > c) {
+            value = a->invalid_index;
+            a->slot_count++;
+        }
+        int64_t diff = 0;
+        if (begin_ts > 0) {
+            const int64_t delta = ts - begin_ts;
+            diff = delta >= 0 ? delta / 1000 : 0;
+            if (diff > INT32_MAX)
+                diff = INT32_MAX;
+        }
+        uint8_t *o = a->items + (int64_t)a->item_size * i;
+        wr32(o + a->at_hash, key_hash);
+        wr64(o + a->at_phy, (uint64_t)phy);
+        wr32(o + a->at_diff, (uint32_t)diff);
+        wr32(o + a->at_prev, (uint32_t)value);
+        if (c <= 1) {
+            begin_phy = phy;
+            begin_ts = ts;
+        }
+        a->touched[i] = (int32_t)slot;
+        a->old[i] = a->slots[slot];
+        a->slots[slot] = c;
+        c++;
+    }
+    a->count = c;
+    a->begin_ts = begin_ts;
+    a->begin_phy = begin_phy;
+    a->end_ts = ts;
+    a->end_phy = phy;
     return n;
 }

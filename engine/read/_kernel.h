@@ -120,4 +120,106 @@ int64_t rmq_json_lines(int64_t first, int64_t n, int32_t nf, const int32_t *kind
                        void *const *p1, void *const *p2, void *const *p3, void *const *p4,
                        int64_t *line_end, uint8_t *out, int64_t cap, int64_t *at);
 
+/* rmq_put: a batch of plain records (engine/service/putmessage.py's put_plain) encoded as
+ * engine/format/message.py lays them out (CommitLog.DefaultAppendMessageCallback.doAppend and
+ * MessageExtEncoder): V1 or V2 magic per topic, IPv4 hosts, sysFlag 0, properties = the
+ * message's head (TAGS, KEYS, SHARDING_KEY items) then UNIQ_KEY; body CRC-32 & crc_mask. Record
+ * i goes at the CommitLog offset pos[i]; a record that does not fit before the end of its
+ * segment (with 8 bytes to spare) is preceded by the END_OF_FILE blank and starts the next.
+ * The layout's field offsets come from engine/format/message.py's FIXED_V4_FIELDS. */
+typedef struct {
+    int64_t n;
+    const uint8_t *bodies;    /* the bodies one after another (when body_at is NULL) */
+    const uint8_t *const *body_at; /* n: where each body is, NULL: in bodies */
+    const int64_t *body_end;  /* n: body i ends at body_end[i], starts at body_end[i - 1] (0) */
+    const int32_t *topic_of;  /* n: the message's topic (index into the topic arrays) */
+    const int32_t *head_of;   /* n: its property items before UNIQ_KEY (index into heads) */
+    const int32_t *queue_of;  /* n: its queueId, -1: round robin over the topic's queues */
+    const int64_t *born;      /* n: bornTimestamp, 0 (or NULL for all): now */
+    const uint8_t *born_host; /* 8 bytes a message (IPv4, int32 port), NULL: default_born */
+    const int32_t *flag;      /* n: flag, NULL: 0 */
+    const uint8_t *uniq;      /* n * uniq_len: the UNIQ_KEY values (ASCII) */
+    int32_t uniq_len, ntopics;
+    /* per topic */
+    const uint8_t *topic_field;     /* TOPIC fields (length + name) one after another */
+    const int32_t *topic_field_end; /* where each ends */
+    const uint32_t *topic_magic;    /* MAGICCODE of its records (V1/V2) */
+    const int64_t *topic_base;      /* calMsgLength with empty body and properties */
+    const uint32_t *topic_hash;     /* Java hashCode of "topic#" */
+    const int32_t *topic_nwq;       /* writeQueueNums */
+    int64_t *topic_rr;              /* in/out: the next round-robin count */
+    const int32_t *topic_slot;      /* queue q of topic t is slot topic_slot[t] + q */
+    /* per head */
+    const uint8_t *heads;
+    const int32_t *head_end;
+    const int64_t *head_tags_code; /* ConsumeQueue tagsCode */
+    const int32_t *head_keys_at;   /* the KEYS value within the head */
+    const int32_t *head_keys_len;  /* its length, 0: none */
+    const uint8_t *uniq_name;      /* "UNIQ_KEY" + NAME_VALUE_SEPARATOR */
+    int32_t uniq_name_len;
+    uint8_t prop_end, key_sep, pad0_[2];
+    /* the store */
+    uint8_t store_host[8], default_born[8];
+    int64_t now, start, file_size, max_total;
+    int64_t max_props;
+    uint32_t magic_blank, crc_mask;
+    int32_t at_total, at_magic, at_crc, at_queue, at_flag, at_qoff, at_phys, at_born;
+    int32_t at_born_host, at_store_ts, at_store_host, at_body_len, fixed, want_index;
+    int32_t nslots, pad1_;
+    int64_t *slot_next; /* in/out: nslots, the next queue offset of each queue */
+    /* out */
+    uint8_t *out; /* the bytes to write, chunk by chunk */
+    int64_t cap;
+    int64_t *pos;        /* n: CommitLog offset of each record */
+    int32_t *size;       /* n: its TOTALSIZE */
+    int32_t *queue;      /* n: its queueId */
+    int64_t *qoff;       /* n: its queue offset */
+    uint8_t *units;      /* n * 20: ConsumeQueue units, slot by slot */
+    int64_t *slot_units; /* nslots + 1: the units of slot s are units[slot_units[s]..[s + 1]) */
+    int64_t *unit_fill;  /* nslots: scratch */
+    int64_t *chunks;     /* 3 * (n + 1): CommitLog offset, out start, out end of each chunk */
+    uint8_t *msg_id;     /* 33 * n: the offset msgId of each (msg_id_prefix + 16 hex digits), "\n" */
+    uint8_t msg_id_prefix[16]; /* the store host's hex (MessageDecoder.createMessageId) */
+    int64_t nchunks;
+    int64_t *idx; /* 3 * idx_cap: IndexFile keyHash, phyOffset, storeTimestamp */
+    int64_t idx_cap, nidx;
+    int64_t end;  /* the CommitLog's end after the batch */
+    int64_t need; /* bytes of out the batch takes */
+    int64_t bad;  /* the first message refused (nothing is written then), -1 */
+    int64_t bad_value;
+    int32_t bad_code; /* RMQ_PUT_* */
+    int32_t pad2_;
+} rmq_put_args;
+
+enum { RMQ_PUT_PROPS = 1, RMQ_PUT_TOO_LARGE = 2, RMQ_PUT_SEGMENT = 3 };
+
+/* 0: done; 1: message a->bad refused (a->bad_code), nothing changed; 2: out or idx too small
+ * (a->need, a->nidx say how much), nothing changed. */
+int32_t rmq_put(rmq_put_args *a);
+
+/* rmq_index_put: the IndexFile items of n pre-hashed entries (entries[3 * (first + i)..]: keyHash
+ * (abs'ed, IndexFile.indexKeyHashMethod), phyOffset, storeTimestamp), with the rules of
+ * IndexFile.putKey: the slot's chain head (invalid when <= invalid_index or above count),
+ * timeDiff in seconds from begin_ts, the first items setting begin_ts/begin_phy. The caller
+ * has checked that n items fit (count + n <= indexNum). The item layout comes from
+ * engine/format/indexfile.py's ITEM. */
+typedef struct {
+    int32_t *slots; /* the slot table, native byte order (in/out) */
+    int64_t nslots;
+    const int64_t *entries;
+    int64_t first, n;
+    int32_t count;      /* in/out: indexCount */
+    int32_t slot_count; /* in/out: hashSlotCount */
+    int32_t invalid_index, item_size;
+    int32_t at_hash, at_phy, at_diff, at_prev;
+    int64_t begin_ts, begin_phy; /* in/out */
+    int64_t end_ts, end_phy;     /* out: the last entry's */
+    uint8_t *items;              /* out: n items */
+    int32_t *touched;            /* out: n, the slot each entry set */
+    int32_t *old;                /* out: n, the value that slot held just before */
+} rmq_index_args;
+
+/* Returns n. */
+int64_t rmq_index_put(rmq_index_args *a);
+
 #endif

@@ -107,6 +107,84 @@ int64_t rmq_json_lines(int64_t first, int64_t n, int32_t nf, const int32_t *kind
                        void *const *p1, void *const *p2, void *const *p3, void *const *p4,
                        int64_t *line_end, uint8_t *out, int64_t cap, int64_t *at);
 
+typedef struct {
+    int64_t n;
+    const uint8_t *bodies;
+    const uint8_t *const *body_at;
+    const int64_t *body_end;
+    const int32_t *topic_of;
+    const int32_t *head_of;
+    const int32_t *queue_of;
+    const int64_t *born;
+    const uint8_t *born_host;
+    const int32_t *flag;
+    const uint8_t *uniq;
+    int32_t uniq_len, ntopics;
+    const uint8_t *topic_field;
+    const int32_t *topic_field_end;
+    const uint32_t *topic_magic;
+    const int64_t *topic_base;
+    const uint32_t *topic_hash;
+    const int32_t *topic_nwq;
+    int64_t *topic_rr;
+    const int32_t *topic_slot;
+    const uint8_t *heads;
+    const int32_t *head_end;
+    const int64_t *head_tags_code;
+    const int32_t *head_keys_at;
+    const int32_t *head_keys_len;
+    const uint8_t *uniq_name;
+    int32_t uniq_name_len;
+    uint8_t prop_end, key_sep, pad0_[2];
+    uint8_t store_host[8], default_born[8];
+    int64_t now, start, file_size, max_total;
+    int64_t max_props;
+    uint32_t magic_blank, crc_mask;
+    int32_t at_total, at_magic, at_crc, at_queue, at_flag, at_qoff, at_phys, at_born;
+    int32_t at_born_host, at_store_ts, at_store_host, at_body_len, fixed, want_index;
+    int32_t nslots, pad1_;
+    int64_t *slot_next;
+    uint8_t *out;
+    int64_t cap;
+    int64_t *pos;
+    int32_t *size;
+    int32_t *queue;
+    int64_t *qoff;
+    uint8_t *units;
+    int64_t *slot_units;
+    int64_t *unit_fill;
+    int64_t *chunks;
+    uint8_t *msg_id;
+    uint8_t msg_id_prefix[16];
+    int64_t nchunks;
+    int64_t *idx;
+    int64_t idx_cap, nidx;
+    int64_t end;
+    int64_t need;
+    int64_t bad;
+    int64_t bad_value;
+    int32_t bad_code;
+    int32_t pad2_;
+} rmq_put_args;
+enum { RMQ_PUT_PROPS, RMQ_PUT_TOO_LARGE, RMQ_PUT_SEGMENT, ... };
+int32_t rmq_put(rmq_put_args *a);
+typedef struct {
+    int32_t *slots;
+    int64_t nslots;
+    const int64_t *entries;
+    int64_t first, n;
+    int32_t count;
+    int32_t slot_count;
+    int32_t invalid_index, item_size;
+    int32_t at_hash, at_phy, at_diff, at_prev;
+    int64_t begin_ts, begin_phy;
+    int64_t end_ts, end_phy;
+    uint8_t *items;
+    int32_t *touched;
+    int32_t *old;
+} rmq_index_args;
+int64_t rmq_index_put(rmq_index_args *a);
+
 const char *rmq_source_digest(void);
 """
 

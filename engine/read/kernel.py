@@ -8,7 +8,9 @@ of its variable part, the body CRC-32 (``UtilAll.crc32``, checked as
 ``MessageDecoder.decode(..., checkCRC)``), the properties split of
 ``MessageDecoder.string2messageProperties``, the numeric fields, msgIds
 (``MessageDecoder.createMessageId``) and host texts, written straight into Arrow buffers.
-:meth:`Kernel.json_lines` writes ``messages.jsonl`` lines from a batch. :meth:`Kernel.crc32`
+:meth:`Kernel.json_lines` writes ``messages.jsonl`` lines from a batch. The store's put path
+uses ``rmq_put`` (through the module's ``ffi``/``lib``, engine.service.putmessage.put_plain)
+and :meth:`Kernel.index_step` (``rmq_index_put``). :meth:`Kernel.crc32`
 and :meth:`Kernel.utf8_bad` are the primitives the decoder is built from, for the tests. The
 record layout stays in ``engine.format.message``: callers pass field offsets and widths from
 its field table.
@@ -43,6 +45,8 @@ import os
 import sys
 import tempfile
 import threading
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from types import ModuleType
@@ -51,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..format.commitlog import WALK_MAGICS
+from ..format.indexfile import INDEX_SIZE, INVALID_INDEX, ITEM_POSITIONS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -129,7 +134,8 @@ class Kernel:
         (a cdef that drifted from ``_kernel.h``)."""
         self.ffi, self.lib = module.ffi, module.lib
         try:
-            self.ffi.new("rmq_decode_args *")  # cffi checks each field's offset and size here
+            for struct_type in ("rmq_decode_args", "rmq_put_args", "rmq_index_args"):
+                self.ffi.new(f"{struct_type} *")  # cffi checks each field's offset and size here
         except Exception as exc:  # noqa: BLE001 - cffi's own error type (ffi.error)
             raise ImportError(f"rmqfs kernel: {exc}") from None
         for name, value in _CONSTANTS.items():
@@ -211,6 +217,44 @@ class Kernel:
             _WALK_KINDS[kind[0]],
             base,
         )
+
+    def index_step(
+        self,
+        slots: array,
+        entries: Sequence[int],
+        start: int,
+        n: int,
+        state: tuple[int, int, int, int],
+    ) -> tuple[bytes, dict[int, int], tuple[int, int, int, int, int, int]]:
+        """:data:`engine.format.indexfile.IndexStep` compiled (``rmq_index_put``): the items of
+        entries ``start .. start + n`` (keyHash in [0, 2**31), as ``IndexFile.indexKeyHashMethod``
+        gives it), the slot table ``slots`` (``array("i")``, native order) moved, the slots
+        touched with their values before. Byte for byte what
+        :func:`engine.format.indexfile.index_step` builds (tests/engine/test_put_kernel.py).
+        Raises ValueError for entries outside ``entries`` or a table of another type."""
+        ffi = self.ffi
+        if not isinstance(entries, array) or entries.typecode != "q":
+            entries = array("q", entries)
+        if start < 0 or n < 0 or 3 * (start + n) > len(entries):
+            raise ValueError("entries outside the list")
+        if not isinstance(slots, array) or slots.itemsize != 4 or not slots:
+            raise ValueError("slots must be a non-empty array of int32")
+        a = ffi.new("rmq_index_args *")
+        table = ffi.from_buffer("int32_t[]", slots)
+        given = ffi.from_buffer("int64_t[]", entries)
+        items = ffi.new("uint8_t[]", max(1, INDEX_SIZE * n))
+        touched = ffi.new("int32_t[]", max(1, n))
+        old = ffi.new("int32_t[]", max(1, n))
+        a.slots, a.nslots, a.entries, a.first, a.n = table, len(slots), given, start, n
+        a.count, a.slot_count, a.begin_ts, a.begin_phy = state
+        a.invalid_index, a.item_size = INVALID_INDEX, INDEX_SIZE
+        a.at_hash, a.at_phy, a.at_diff, a.at_prev = ITEM_POSITIONS.values()
+        a.items, a.touched, a.old = items, touched, old
+        self.lib.rmq_index_put(a)
+        # the first touch of a slot holds its value before the call: reversed, it wins
+        before = dict(zip(reversed(ffi.unpack(touched, n)), reversed(ffi.unpack(old, n))))
+        after = (a.count, a.slot_count, a.begin_ts, a.begin_phy, a.end_ts, a.end_phy)
+        return ffi.buffer(items, INDEX_SIZE * n)[:], before, after
 
     def decode(
         self,

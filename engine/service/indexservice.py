@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,7 @@ from ..format.indexfile import (
     LONG_MAX,
     MAX_MSGS_NUM_BATCH,
     IndexFile,
+    IndexStep,
     build_key,
     check_geometry,
     index_file_name,
@@ -315,25 +316,27 @@ class IndexService:
                 continue
             self._put(key, offset, store_timestamp)
 
-    def put_hashed(self, entries: list[int]) -> None:
+    def put_hashed(self, entries: Sequence[int], step: IndexStep | None = None) -> None:
         """Index pre-hashed keys of new records (the store's put path).
 
-        ``entries`` is flat ``[keyHash, phyOffset, storeTimestamp, ...]`` in CommitLog order,
-        every phyOffset after :attr:`end_phy_offset`; keyHash is
-        ``index_key_hash("topic#key")``. Rolls to new files as they fill. Raises OSError.
+        ``entries`` is flat ``[keyHash, phyOffset, storeTimestamp, ...]`` in CommitLog order
+        (a list or an ``array("q")``), every phyOffset after :attr:`end_phy_offset`; keyHash
+        is ``index_key_hash("topic#key")``. ``step``: what builds the items
+        (:meth:`IndexFile.put_hashed`; the compiled core's, or Python's by default). Rolls to
+        new files as they fill. Raises OSError.
         """
         with self._mutex:
-            self._put_entries(entries)
+            self._put_entries(entries, step)
 
-    def _put_entries(self, entries: list[int]) -> None:
+    def _put_entries(self, entries: Sequence[int], step: IndexStep | None = None) -> None:
         total = len(entries) // 3
         i = 0
         while i < total:
             f = self._writable_last()
-            j = f.put_hashed(entries, i)
+            j = f.put_hashed(entries, i, step)
             if j == i:
                 f = self._new_file()
-                j = f.put_hashed(entries, i)
+                j = f.put_hashed(entries, i, step)
                 if j == i:
                     raise StoreError(f"{f.name}: a new index file refused a key")
             i = j

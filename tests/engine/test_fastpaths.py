@@ -426,7 +426,7 @@ def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch):
         end, q0 = s.commitlog.max_offset, s.max_offset("T", 0)
         real = IndexService.put_hashed
 
-        def fail(self, entries):
+        def fail(self, entries, step=None):
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(IndexService, "put_hashed", fail)
@@ -596,8 +596,9 @@ def test_recovery_without_decoding_rewrites_a_torn_unit_in_the_middle(tmp_path, 
 
 def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
     """delay_level, compress, wait_store_msg_ok, MessageBatch puts, enabledAppendPropCRC,
-    compressMsgBodyOverHowmuch, SYNC_FLUSH, an IPv6 store host and BatchCQ topics all take
-    the general path; a fallback leaves round-robin and UNIQ_KEY counter as they were."""
+    compressMsgBodyOverHowmuch, an IPv6 store host and BatchCQ topics all take the general
+    path; a fallback leaves round-robin and UNIQ_KEY counter as they were. (SYNC_FLUSH stores
+    take the fast path: tests/engine/test_put_kernel.py.)"""
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 4)
         assert putmessage.put_plain(s, [Message("T", b"plain")]) is not None
@@ -613,7 +614,6 @@ def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
         for name, value in (
             ("enabled_append_prop_crc", True),
             ("compress_msg_body_over_howmuch", 0),
-            ("flush_disk_type", "SYNC_FLUSH"),
         ):
             old = getattr(s.config, name)
             setattr(s.config, name, value)

@@ -1,0 +1,294 @@
+"""The compiled put path (``rmq_put`` of engine/read/_kernel.c, driven by
+``engine.service.putmessage.put_plain``) writes what the Python encoder writes, and what an
+independent reader reads back.
+
+* Hypothesis draws batches (V1 and V2 topics, tags, keys with characters outside the BMP,
+  sharding keys, explicit queues, born times and hosts, flags, bodies from empty to a
+  segment's worth) and puts them twice: through the compiled path, and through the general
+  path (``encode_message``, ``CommitLog.append``, the dispatchers) with the compiled path
+  switched off. The CommitLog, ConsumeQueue and IndexFile files must be equal byte for byte,
+  and so must the PutResults.
+* tests/refreader.py (written from the format reference, not from the engine) reads the
+  compiled path's store back: every record passes its checks (TOTALSIZE, body CRC, physical
+  offset), the blank records end their segments, each ConsumeQueue unit points at its record
+  and each UNIQ_KEY and key is found through the IndexFile's slot chains.
+* A record the compiled path refuses (properties or record too large) changes nothing.
+* The compiled IndexFile step (``rmq_index_put``) builds what ``indexfile.index_step`` builds.
+
+tests/engine/test_kernel_sanitize.py runs this file against the sanitizer build (the
+Makefile's SAN_TESTS).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from array import array
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import refreader
+import rmqfs.engine.store as store_mod
+from rmqfs.engine.errors import PropertiesSizeExceededError
+from rmqfs.engine.format import indexfile
+from rmqfs.engine.format.config import TopicConfig
+from rmqfs.engine.format.message import MAX_PROPERTIES_LENGTH
+from rmqfs.engine.format.uniqkey import UniqKeyGenerator
+from rmqfs.engine.read import kernel
+from rmqfs.engine.service import putmessage
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
+from stores import put_internal
+
+pytestmark = pytest.mark.skipif(kernel.load() is None, reason="no compiled kernel")
+
+T0 = 1_795_305_347_998
+SEGMENT = 8 * 1024
+LONG = "L" * 140  # a V2 record (over 127 chars)
+TOPICS = {"T": 4, "Other": 2, LONG: 1}
+
+texts = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02 "),
+    min_size=1,
+    max_size=12,
+)
+messages = st.builds(
+    lambda topic, body, tags, keys, route, born, host, flag: Message(
+        topic,
+        body,
+        tags=tags,
+        keys=keys,
+        queue_id=route[1] % TOPICS[topic] if route and route[0] == "q" else None,
+        sharding_key=route[1] if route and route[0] == "s" else None,
+        born_timestamp=born,
+        born_host=host,
+        flag=flag,
+    ),
+    st.sampled_from(sorted(TOPICS)),
+    st.one_of(st.binary(max_size=300), st.binary(min_size=2000, max_size=4000)),
+    st.one_of(st.none(), texts),
+    st.one_of(st.none(), texts, st.lists(st.one_of(texts, st.just("")), max_size=3)),
+    st.one_of(
+        st.none(),
+        st.tuples(st.just("q"), st.integers(0, 3)),
+        st.tuples(st.just("s"), texts),
+    ),
+    st.one_of(st.just(0), st.integers(T0 - 10**9, T0)),
+    st.one_of(st.none(), st.tuples(st.binary(min_size=4, max_size=4), st.integers(0, 65535))),
+    st.sampled_from([0, 0, 7, -1]),
+)
+batches = st.lists(st.lists(messages, min_size=1, max_size=12), min_size=1, max_size=6)
+
+
+def _put_all(root: str, batches: list[list[Message]], compiled: bool, **config) -> list:
+    clock = itertools.count(T0, 1300)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
+        if not compiled:
+            mp.setattr(putmessage, "put_plain", lambda store, msgs: None)
+        cfg = StoreConfig(
+            mapped_file_size_commit_log=SEGMENT,
+            mapped_file_size_consume_queue=8 * 20,
+            max_hash_slot_num=8,
+            max_index_num=40,
+            **config,
+        )
+        s = MessageStore(root, cfg)
+        s.uniq_keys = UniqKeyGenerator()
+        s.uniq_keys._prefix = "7F0000010001000000FF"
+        s.uniq_keys.counter = 65533
+        for topic, n in TOPICS.items():
+            s.topic_config.put(TopicConfig(topic, n, n))
+        results = []
+        try:
+            for msgs in batches:
+                out = put_internal(s, msgs)
+                if compiled:
+                    assert s.putter.call is not None  # the compiled path ran
+                results += out
+        finally:
+            s.close()
+    return results
+
+
+def _files(root: str, sub: str) -> list[tuple[str, bytes]]:
+    base = Path(root) / sub
+    if not base.exists():
+        return []
+    return [
+        (str(p.relative_to(base)), p.read_bytes()) for p in sorted(base.rglob("*")) if p.is_file()
+    ]
+
+
+@settings(
+    max_examples=int(os.environ.get("RMQFS_PUT_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(batches)
+def test_compiled_put_writes_the_python_encoders_bytes(batches):
+    with tempfile.TemporaryDirectory() as tmp:
+        fast = _put_all(os.path.join(tmp, "c"), batches, True)
+        general = _put_all(os.path.join(tmp, "p"), batches, False)
+        assert fast == general
+        for sub in ("commitlog", "consumequeue"):
+            assert _files(os.path.join(tmp, "c"), sub) == _files(os.path.join(tmp, "p"), sub)
+        # index files are named by creation time: compare their bytes in order
+        fi = [b for _, b in _files(os.path.join(tmp, "c"), "index")]
+        gi = [b for _, b in _files(os.path.join(tmp, "p"), "index")]
+        assert fi == gi
+        _read_back(os.path.join(tmp, "c"), [m for b in batches for m in b], fast)
+
+
+def _read_back(root: str, msgs: list[Message], results: list) -> None:
+    """The independent reader finds every message where its PutResult says, with its
+    fields, its ConsumeQueue unit and its index entries."""
+    scan = refreader.scan_commitlog(os.path.join(root, "commitlog"))
+    recs = {r["physicalOffset"]: r for r in scan["records"]}
+    assert len(recs) == len(msgs)
+    for off, length in scan["blanks"]:
+        assert (off + length) % SEGMENT == 0
+    index_dir = os.path.join(root, "index")
+    for m, res in zip(msgs, results):
+        r = recs[res.commitlog_offset]
+        assert (r["totalSize"], r["queueOffset"], r["queueId"]) == (
+            res.size,
+            res.queue_offset,
+            res.queue_id,
+        )
+        assert (r["topic"], r["body"], r["flag"], r["sysFlag"]) == (m.topic, m.body, m.flag, 0)
+        assert r["storeTimestamp"] == res.store_timestamp
+        assert r["bornTimestamp"] == (m.born_timestamp or res.store_timestamp)
+        born = m.born_host or (b"\x7f\x00\x00\x01", 0)
+        assert r["bornHostRaw"] == born[0] + born[1].to_bytes(4, "big")
+        props = r["properties"]
+        assert props["UNIQ_KEY"] == res.uniq_key
+        assert props.get("TAGS") == (m.tags or None)
+        keys = m.keys if isinstance(m.keys, str) or not m.keys else " ".join(m.keys)
+        assert props.get("KEYS") == (keys or None)
+        assert refreader.offset_msg_id(r["storeHostRaw"], res.commitlog_offset) == res.msg_id
+        units = refreader.read_consumequeue(root, m.topic, res.queue_id)
+        assert units[res.queue_offset] == (
+            res.commitlog_offset,
+            res.size,
+            refreader.tags_code(m.tags),
+        )
+        found = refreader.index_lookup_dir(index_dir, f"{m.topic}#{res.uniq_key}", 8)
+        assert res.commitlog_offset in found
+        for k in (keys or "").split(" "):
+            if k:
+                assert res.commitlog_offset in refreader.index_lookup_dir(
+                    index_dir, f"{m.topic}#{k}", 8
+                )
+
+
+def test_a_refused_batch_changes_nothing(tmp_path):
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"first", tags="a")])
+        end = s.commitlog.max_offset
+        before = dict(s.putter.queue_offsets), dict(s.putter.round_robin)
+        too_many = "k" * (MAX_PROPERTIES_LENGTH + 1)
+        with pytest.raises(PropertiesSizeExceededError):
+            putmessage.put_plain(
+                s, [Message("T", b"ok"), Message("T", b"x", keys=too_many), Message("T", b"y")]
+            )
+        assert s.commitlog.max_offset == end
+        assert (dict(s.putter.queue_offsets), dict(s.putter.round_robin)) == before
+        res = s.put_messages([Message("T", b"next")])
+        assert res[0].commitlog_offset == end and (res[0].queue_id, res[0].queue_offset) == (1, 0)
+
+
+def test_a_batch_rolls_segments_with_blank_records(tmp_path):
+    """A batch that crosses several segments: each ends with its END_OF_FILE blank and
+    one pwrite per segment brings the records in (refreader checks every record)."""
+    cfg = StoreConfig(mapped_file_size_commit_log=4096)
+    with MessageStore(str(tmp_path / "s"), cfg) as s:
+        s.create_topic("T", 3)
+        res = s.put_messages([Message("T", bytes([i]) * 700, tags="t") for i in range(40)])
+        assert len({r.commitlog_offset // 4096 for r in res}) >= 8
+    scan = refreader.scan_commitlog(str(tmp_path / "s" / "commitlog"))
+    assert [r["physicalOffset"] for r in scan["records"]] == [r.commitlog_offset for r in res]
+    assert len(scan["blanks"]) == len({r.commitlog_offset // 4096 for r in res}) - 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-3, 12), min_size=1, max_size=16),
+    st.lists(
+        st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**40), st.integers(-5000, 10**7)),
+        max_size=40,
+    ),
+    st.integers(0, 3),
+    st.integers(1, 6),
+    st.integers(0, 5),
+    st.sampled_from([0, -1, T0]),
+)
+def test_compiled_index_step_equals_the_python_one(table, entries, start, count, slot_count, ts0):
+    """``Kernel.index_step`` (``rmq_index_put``) against ``indexfile.index_step``: the same
+    items, slot table, slots touched with their values before, and header values, from any
+    slot table (values that are invalid, or above indexCount, included)."""
+    flat = [v for e in entries for v in (e[0], e[1], T0 + e[2])]
+    start = min(start, len(entries))
+    n = len(entries) - start
+    state = (count, slot_count, ts0, 77)
+    py_slots, c_slots = array("i", table), array("i", table)
+    want = indexfile.index_step(py_slots, flat, start, n, state)
+    got = kernel.load().index_step(c_slots, array("q", flat), start, n, state)
+    assert got == want and c_slots == py_slots
+
+
+def test_next_keys_are_next_manys_ids():
+    """The put path's ids (``next_keys``, no hashes) are ``next_many``'s, the 16-bit counter's
+    wrap included."""
+    a, b = UniqKeyGenerator(), UniqKeyGenerator()
+    b._prefix = a._prefix
+    for counter in (0, 65000, 65530, 65535):
+        a.counter = b.counter = counter
+        for n in (1, 5, 300):
+            assert a.next_keys(n, T0) == b.next_many(n, T0)[0]
+            assert a.counter == b.counter
+
+
+def test_large_bodies_are_read_in_place(tmp_path):
+    """Batches of large bodies (read by rmq_put where they are, not from a joined copy) and of
+    small ones write the same bytes as the general path."""
+    big = [[Message("T", bytes([i % 251]) * (2500 + i), tags="t") for i in range(9)]]
+    mixed = [[Message("Other", b"x" * (i * 900), keys=f"k{i}") for i in range(7)]]
+    for batches in (big, mixed, big + mixed):
+        root = tmp_path / str(len(os.listdir(tmp_path)))
+        fast = _put_all(str(root / "c"), batches, True)
+        assert fast == _put_all(str(root / "p"), batches, False)
+        for sub in ("commitlog", "consumequeue"):
+            assert _files(str(root / "c"), sub) == _files(str(root / "p"), sub)
+        _read_back(str(root / "c"), [m for b in batches for m in b], fast)
+
+
+def test_sync_flush_puts_take_the_compiled_path(tmp_path):
+    """SYNC_FLUSH: the compiled path appends, the flush thread dispatches after the group
+    commit, and the call returns with the records on disk: the same files as the general
+    path's, and every put flushed when it returns."""
+    rnd_batches = [
+        [Message("T", b"s%d" % i, tags="a", keys=[f"k{i}", "x"]) for i in range(j % 5 + 1)]
+        for j in range(12)
+    ]
+    fast = _put_all(str(tmp_path / "c"), rnd_batches, True, flush_disk_type="SYNC_FLUSH")
+    general = _put_all(str(tmp_path / "p"), rnd_batches, False, flush_disk_type="SYNC_FLUSH")
+    assert fast == general
+    for sub in ("commitlog", "consumequeue"):
+        assert _files(str(tmp_path / "c"), sub) == _files(str(tmp_path / "p"), sub)
+    assert [b for _, b in _files(str(tmp_path / "c"), "index")] == [
+        b for _, b in _files(str(tmp_path / "p"), "index")
+    ]
+    _read_back(str(tmp_path / "c"), [m for b in rnd_batches for m in b], fast)
+    cfg = StoreConfig(flush_disk_type="SYNC_FLUSH")
+    with MessageStore(str(tmp_path / "s"), cfg) as s:
+        s.create_topic("T", 2)
+        for i in range(5):
+            res = s.put_messages([Message("T", b"m%d" % i)] * 3)
+            assert s.putter.call is not None
+            assert s.commitlog.flushed_where >= res[-1].commitlog_offset + res[-1].size
+            assert s.get_message("T", res[-1].queue_id, res[-1].queue_offset).body == b"m%d" % i
