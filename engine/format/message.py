@@ -311,6 +311,37 @@ assert MIN_RECORD_SIZE == FIXED_V4.size + TOPIC_LENGTH_SIZE_V1 + PROPERTIES_LENG
 BODY_CRC_MASK = 0x7FFFFFFF
 
 
+#: What the compiled append (``rmq_put`` of engine/read/_kernel.c, used by
+#: ``engine.service.putmessage``) is told of this layout, by the name of its C argument: the
+#: byte position of each fixed field it writes in a record with IPv4 hosts, the fixed part's
+#: size, the blank filler's magic (``CommitLog.BLANK_MAGIC_CODE``) and the body CRC mask. One
+#: home: neither the C core nor the put path retypes any of them.
+APPEND_LAYOUT: dict[str, int] = {
+    **{
+        arg: FIXED_V4_POSITIONS[name]
+        for arg, name in (
+            ("at_total", "totalSize"),
+            ("at_magic", "magicCode"),
+            ("at_crc", "bodyCRC"),
+            ("at_queue", "queueId"),
+            ("at_flag", "flag"),
+            ("at_qoff", "queueOffset"),
+            ("at_phys", "physicalOffset"),
+            ("at_born", "bornTimestamp"),
+            ("at_born_host", "bornHostAddress"),
+            ("at_store_ts", "storeTimestamp"),
+            ("at_store_host", "storeHostAddress"),
+            ("at_body_len", "bodyLength"),
+        )
+    },
+    "fixed": FIXED_V4.size,
+    "magic_blank": MAGIC_BLANK,
+    "crc_mask": BODY_CRC_MASK,
+}
+assert FIXED_V4_POSITIONS["bornHostPort"] == FIXED_V4_POSITIONS["bornHostAddress"] + 4
+assert FIXED_V4_POSITIONS["storeHostPort"] == FIXED_V4_POSITIONS["storeHostAddress"] + 4
+
+
 def body_crc(body: bytes) -> int:
     """``UtilAll.crc32``: CRC-32/IEEE (zlib) of the stored body, masked to 31 bits."""
     return crc32(body) & BODY_CRC_MASK

@@ -41,15 +41,12 @@ from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code
 from ..format.indexfile import IndexStep, build_key
 from ..format.javahash import java_hash_u32, tags_code
 from ..format.message import (
-    BODY_CRC_MASK,
+    APPEND_LAYOUT,
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_MASK,
-    FIXED_V4,
-    FIXED_V4_POSITIONS,
     HOST_V4,
     INNER_BATCH_FLAG,
     KEY_SEPARATOR,
-    MAGIC_BLANK,
     MAGIC_V1,
     MAGIC_V2,
     MAX_PROPERTIES_LENGTH,
@@ -130,25 +127,6 @@ _KEY_SEP = ord(KEY_SEPARATOR)
 _DEFAULT_BORN = HOST_V4.pack(b"\x7f\x00\x00\x01", 0)
 # rmq_put_args's field offsets, from message.py's FIXED_V4_FIELDS (the layout's one home);
 # the hosts are written as address + port, so each port must follow its address.
-_PUT_LAYOUT = tuple(
-    (field, FIXED_V4_POSITIONS[name])
-    for field, name in (
-        ("at_total", "totalSize"),
-        ("at_magic", "magicCode"),
-        ("at_crc", "bodyCRC"),
-        ("at_queue", "queueId"),
-        ("at_flag", "flag"),
-        ("at_qoff", "queueOffset"),
-        ("at_phys", "physicalOffset"),
-        ("at_born", "bornTimestamp"),
-        ("at_born_host", "bornHostAddress"),
-        ("at_store_ts", "storeTimestamp"),
-        ("at_store_host", "storeHostAddress"),
-        ("at_body_len", "bodyLength"),
-    )
-) + (("fixed", FIXED_V4.size),)
-assert FIXED_V4_POSITIONS["bornHostPort"] == FIXED_V4_POSITIONS["bornHostAddress"] + 4
-assert FIXED_V4_POSITIONS["storeHostPort"] == FIXED_V4_POSITIONS["storeHostAddress"] + 4
 assert UNIT.format in (">qiq", "qiq") and UNIT.size == CQ_STORE_UNIT_SIZE  # rmq_put's units
 
 
@@ -695,10 +673,8 @@ class _PutCall:
         a.key_sep = _KEY_SEP
         a.default_born = list(_DEFAULT_BORN)
         a.max_props = MAX_PROPERTIES_LENGTH
-        a.magic_blank = MAGIC_BLANK
-        a.crc_mask = BODY_CRC_MASK
-        for field, at in _PUT_LAYOUT:
-            setattr(a, field, at)
+        for field, value in APPEND_LAYOUT.items():  # engine/format's layout, by C argument
+            setattr(a, field, value)
         self.store_values: tuple = ()
         self.cap = 0  # messages the output arrays hold
         self.nslots_cap = 0
