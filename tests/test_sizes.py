@@ -23,7 +23,6 @@ MAX_LINES = 150
 ALLOWED = {
     "engine/format/commitlog.py::CommitLog.scan_raw",
     "engine/service/putmessage.py::_put",
-    "engine/service/putmessage.py::put_plain",
 }
 
 

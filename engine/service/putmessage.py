@@ -24,7 +24,7 @@ import time
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from ..errors import (
@@ -698,6 +698,36 @@ class _PutCall:
             a.max_total = store.config.max_message_size + RECORD_SLACK
             self.store_values = values
 
+    def set_varying(self, varying: tuple) -> None:
+        """Point the struct at this batch's per-message and per-topic tables, when they are
+        not the ones of the last call (a batch like the last one sets nothing)."""
+        last = self.last
+        if len(last) == len(varying) and not any(map(operator.is_not, varying, last)):
+            return
+        a = self.args
+        (
+            a.topic_of,
+            a.head_of,
+            a.queue_of,
+            a.born,
+            a.born_host,
+            a.flag,
+            a.heads,
+            a.head_end,
+            a.head_tags_code,
+            a.head_keys_at,
+            a.head_keys_len,
+            a.topic_field,
+            a.topic_field_end,
+            a.topic_magic,
+            a.topic_base,
+            a.topic_hash,
+            a.topic_nwq,
+            a.topic_slot,
+            a.topic_rr,
+        ) = varying
+        self.last = varying
+
     def arrays(self, n: int, nslots: int, nidx: int, nout: int) -> None:
         """Output arrays for ``n`` messages, ``nslots`` queues, ``nidx`` index entries and
         ``nout`` bytes of records, reallocated (doubling) when short."""
@@ -800,49 +830,14 @@ def _put_compiled(
     slots, tables = call.topic_tables(tnames, infos)
     nslots = len(slots)
     index = store.index_service
-    # heads: the property items before UNIQ_KEY, one per distinct (tags, keys, sharding key)
-    head_keys: Iterable
-    if keys_c.count(None) == n and shard_c.count(None) == n:
-        head_keys = tags_c
-        distinct = list(dict.fromkeys(tags_c))
-        parts = [(t, None, None) for t in distinct]
-    else:
-        # the general path's KEYS: any keys given, even [""] (an empty value)
-        norm = [None if not k else k if k.__class__ is str else " ".join(k) for k in keys_c]
-        head_keys = list(zip(tags_c, norm, shard_c))
-        distinct = list(dict.fromkeys(head_keys))
-        parts = distinct
-    keys_max = max(map(_key_count, parts)) if len(parts) > 1 else _key_count(parts[0])
-    call.arrays(n, nslots, n * (1 + keys_max) if index else 0, sum(lens) + 512 * n)
+    heads = _head_parts(tags_c, keys_c, shard_c)
+    call.arrays(n, nslots, n * (1 + heads[3]) if index else 0, sum(lens) + 512 * n)
+    head_of, head_tables = _head_args(call, putter.tags_cache, *heads[:3])
     fb = ffi.from_buffer
     # The struct does not own what its pointers point at: ``hold`` keeps this call's buffers
     # alive until rmq_put has returned; the cached ones live in ``call``.
     hold: list = []
-    if len(distinct) == 1:
-        head_of = call.zeros
-        head_tables = call.head_tables(putter.tags_cache, parts[0])
-    else:
-        hindex = {h: i for i, h in enumerate(distinct)}
-        head_of = fb("int32_t[]", array("i", map(hindex.__getitem__, head_keys)))
-        head_tables = tuple(fb(t, v) for t, v in zip(_HEAD_TYPES, _heads(putter.tags_cache, parts)))
-    if ntopics == 1:
-        topic_of = call.zeros
-    else:
-        tindex = {t: i for i, t in enumerate(tnames)}
-        topic_of = fb("int32_t[]", array("i", map(tindex.__getitem__, topic_c)))
-    if qid_c.count(None) == n and shard_c.count(None) == n:
-        queue_of = call.minus_ones
-    else:
-        queues = array("i")
-        by_name = dict(zip(tnames, infos))
-        for t, q, sk in zip(topic_c, qid_c, shard_c):
-            nwq, nq = by_name[t][:2]
-            if q is None:
-                q = -1 if sk is None else (zlib.crc32(sk.encode()) & 0x7FFFFFFF) % nwq
-            elif not 0 <= q < nq:
-                raise PutMessageError(f"queueId {q} is not a queue of {t} (0..{nwq - 1})")
-            queues.append(q)
-        queue_of = fb("int32_t[]", queues)
+    topic_of, queue_of = _queue_args(call, tnames, infos, topic_c, qid_c, shard_c)
     born: Any = ffi.NULL
     if born_c.count(0) + born_c.count(None) == n:
         uniq_keys = store.uniq_keys.next_keys(n, now)
@@ -870,30 +865,7 @@ def _put_compiled(
         *head_tables,
         *tables,
     )
-    last = call.last
-    if len(last) != len(varying) or any(map(operator.is_not, varying, last)):
-        (
-            a.topic_of,
-            a.head_of,
-            a.queue_of,
-            a.born,
-            a.born_host,
-            a.flag,
-            a.heads,
-            a.head_end,
-            a.head_tags_code,
-            a.head_keys_at,
-            a.head_keys_len,
-            a.topic_field,
-            a.topic_field_end,
-            a.topic_magic,
-            a.topic_base,
-            a.topic_hash,
-            a.topic_nwq,
-            a.topic_slot,
-            a.topic_rr,
-        ) = varying
-        call.last = varying
+    call.set_varying(varying)
     if n == 1:
         hold += (fb("uint8_t[]", bodies[0]), fb("int64_t[]", lens), ffi.NULL)
         uniq = fb("uint8_t[]", uniq_keys[0].encode())
@@ -920,76 +892,15 @@ def _put_compiled(
         call.arrays(n, nslots, a.nidx, a.need)
         rc = lib.rmq_put(a)
     del hold, uniq
-    if rc == 1:
-        bad, value = a.bad_code, a.bad_value
-        if bad == lib.RMQ_PUT_PROPS:
-            raise PropertiesSizeExceededError(
-                f"properties are {value} bytes, more than {MAX_PROPERTIES_LENGTH}"
-            )
-        if bad == lib.RMQ_PUT_TOO_LARGE:
-            raise MessageTooLargeError(
-                f"message record is {value} bytes, more than maxMessageSize + 64 KiB"
-            )
-        raise MessageTooLargeError(
-            f"record of {value} bytes does not fit in a {cl.file_size}-byte CommitLog segment"
-        )
     if rc != 0:
-        raise PutMessageError(f"the compiled put path failed ({rc})")
+        _refused(lib, a, rc, cl.file_size)
     data = memoryview(ffi.buffer(call.out, a.need))  # slices of it are not copies
     c3 = ffi.unpack(call.chunks, 3 * a.nchunks)
     cl.append_chunks(
         [(c3[k], [data[c3[k + 1] : c3[k + 2]]]) for k in range(0, len(c3), 3)], a.end, now
     )
-    ub = ffi.buffer(call.units, n * CQ_STORE_UNIT_SIZE)
-    if n == 1:  # one topic, one queue: its slot is its queueId
-        k = call.queue[0]
-        used = [k]
-        units = [(slots[k], call.qoff[0], ub[:])]
-        sn_after = {k: call.qoff[0] + 1}
-    else:
-        su = ffi.unpack(call.slot_units, nslots + 1)
-        sn_after = dict(enumerate(ffi.unpack(sn, nslots)))
-        used = [k for k in range(nslots) if su[k + 1] > su[k]]
-        units = [
-            (
-                slots[k],
-                sn_after[k] - (su[k + 1] - su[k]),
-                ub[su[k] * CQ_STORE_UNIT_SIZE : su[k + 1] * CQ_STORE_UNIT_SIZE],
-            )
-            for k in used
-        ]
-    ids = ffi.buffer(call.msg_id, 33 * n)[:].decode()  # one msgId a line
-    if n == 1:  # the least per-call cost for one message
-        out = [
-            _NEW_RESULT(
-                (
-                    topic_c[0],
-                    call.queue[0],
-                    call.qoff[0],
-                    call.pos[0],
-                    call.size[0],
-                    now,
-                    ids[:32],
-                    uniq_keys[0],
-                )
-            )
-        ]
-    else:
-        out = list(
-            map(
-                _NEW_RESULT,
-                zip(
-                    topic_c,
-                    ffi.unpack(call.queue, n),
-                    ffi.unpack(call.qoff, n),
-                    ffi.unpack(call.pos, n),
-                    ffi.unpack(call.size, n),
-                    itertools.repeat(now),
-                    ids.split(),
-                    uniq_keys,
-                ),
-            )
-        )
+    used, units, sn_after = _queue_units_out(call, slots, n)
+    out = _results(call, topic_c, uniq_keys, now)
     entries = array("q")
     if index is not None:
         entries.frombytes(ffi.buffer(call.idx, 24 * a.nidx))
@@ -1028,6 +939,152 @@ def _put_compiled(
     else:
         rr.update(zip(tnames, ffi.unpack(rr_now, ntopics)))
     return out
+
+
+def _head_parts(tags_c: tuple, keys_c: tuple, shard_c: tuple) -> tuple[Iterable, list, list, int]:
+    """The property heads of a batch (the items before UNIQ_KEY, one per distinct tags, keys
+    and sharding key): ``(each message's head, the distinct heads, their parts, the most
+    keys of one head)``."""
+    n = len(tags_c)
+    head_keys: Iterable
+    if keys_c.count(None) == n and shard_c.count(None) == n:
+        head_keys = tags_c
+        distinct = list(dict.fromkeys(tags_c))
+        parts = [(t, None, None) for t in distinct]
+    else:
+        # the general path's KEYS: any keys given, even [""] (an empty value)
+        norm = [None if not k else k if k.__class__ is str else " ".join(k) for k in keys_c]
+        head_keys = list(zip(tags_c, norm, shard_c))
+        distinct = list(dict.fromkeys(head_keys))
+        parts = distinct
+    keys_max = max(map(_key_count, parts)) if len(parts) > 1 else _key_count(parts[0])
+    return head_keys, distinct, parts, keys_max
+
+
+def _head_args(
+    call: _PutCall, tags_cache: dict, head_keys: Iterable, distinct: list, parts: list
+) -> tuple[Any, tuple]:
+    """``(head_of, head tables)`` for ``rmq_put`` from :func:`_head_parts` (after
+    ``call.arrays``)."""
+    if len(distinct) == 1:
+        return call.zeros, call.head_tables(tags_cache, parts[0])
+    fb = call.ffi.from_buffer
+    hindex = {h: i for i, h in enumerate(distinct)}
+    head_of = fb("int32_t[]", array("i", map(hindex.__getitem__, head_keys)))
+    tables = tuple(fb(t, v) for t, v in zip(_HEAD_TYPES, _heads(tags_cache, parts)))
+    return head_of, tables
+
+
+def _queue_args(
+    call: _PutCall,
+    tnames: tuple[str, ...],
+    infos: tuple[PlainTopic, ...],
+    topic_c: tuple,
+    qid_c: tuple,
+    shard_c: tuple,
+) -> tuple[Any, Any]:
+    """``(topic_of, queue_of)`` for ``rmq_put``: each message's topic among ``tnames`` and
+    its queue (-1: round robin; a sharding key's hash, as ``SelectMessageQueueByHash``).
+    PutMessageError for a queueId that is not the topic's."""
+    n = len(topic_c)
+    fb = call.ffi.from_buffer
+    if len(tnames) == 1:
+        topic_of = call.zeros
+    else:
+        tindex = {t: i for i, t in enumerate(tnames)}
+        topic_of = fb("int32_t[]", array("i", map(tindex.__getitem__, topic_c)))
+    if qid_c.count(None) == n and shard_c.count(None) == n:
+        return topic_of, call.minus_ones
+    queues = array("i")
+    by_name = dict(zip(tnames, infos))
+    for t, q, sk in zip(topic_c, qid_c, shard_c):
+        nwq, nq = by_name[t][:2]
+        if q is None:
+            q = -1 if sk is None else (zlib.crc32(sk.encode()) & 0x7FFFFFFF) % nwq
+        elif not 0 <= q < nq:
+            raise PutMessageError(f"queueId {q} is not a queue of {t} (0..{nwq - 1})")
+        queues.append(q)
+    return topic_of, fb("int32_t[]", queues)
+
+
+def _refused(lib: Any, a: Any, rc: int, segment_size: int) -> NoReturn:
+    """Raise what ``rmq_put``'s refusal ``rc`` means (nothing was written)."""
+    if rc == 1:
+        bad, value = a.bad_code, a.bad_value
+        if bad == lib.RMQ_PUT_PROPS:
+            raise PropertiesSizeExceededError(
+                f"properties are {value} bytes, more than {MAX_PROPERTIES_LENGTH}"
+            )
+        if bad == lib.RMQ_PUT_TOO_LARGE:
+            raise MessageTooLargeError(
+                f"message record is {value} bytes, more than maxMessageSize + 64 KiB"
+            )
+        raise MessageTooLargeError(
+            f"record of {value} bytes does not fit in a {segment_size}-byte CommitLog segment"
+        )
+    raise PutMessageError(f"the compiled put path failed ({rc})")
+
+
+def _queue_units_out(
+    call: _PutCall, slots: list, n: int
+) -> tuple[list[int], list[tuple], dict[int, int]]:
+    """What ``rmq_put`` gave per queue slot: ``(slots used, [(slot key, first queue offset,
+    units bytes)], next queue offset per slot used)``."""
+    ffi = call.ffi
+    ub = ffi.buffer(call.units, n * CQ_STORE_UNIT_SIZE)
+    if n == 1:  # one topic, one queue: its slot is its queueId
+        k = call.queue[0]
+        return [k], [(slots[k], call.qoff[0], ub[:])], {k: call.qoff[0] + 1}
+    nslots = len(slots)
+    su = ffi.unpack(call.slot_units, nslots + 1)
+    sn_after = dict(enumerate(ffi.unpack(call.slot_next, nslots)))
+    used = [k for k in range(nslots) if su[k + 1] > su[k]]
+    units = [
+        (
+            slots[k],
+            sn_after[k] - (su[k + 1] - su[k]),
+            ub[su[k] * CQ_STORE_UNIT_SIZE : su[k + 1] * CQ_STORE_UNIT_SIZE],
+        )
+        for k in used
+    ]
+    return used, units, sn_after
+
+
+def _results(call: _PutCall, topic_c: tuple, uniq_keys: list[str], now: int) -> list[PutResult]:
+    """One :class:`PutResult` per message of ``rmq_put``'s output."""
+    ffi = call.ffi
+    n = len(topic_c)
+    ids = ffi.buffer(call.msg_id, 33 * n)[:].decode()  # one msgId a line
+    if n == 1:  # the least per-call cost for one message
+        return [
+            _NEW_RESULT(
+                (
+                    topic_c[0],
+                    call.queue[0],
+                    call.qoff[0],
+                    call.pos[0],
+                    call.size[0],
+                    now,
+                    ids[:32],
+                    uniq_keys[0],
+                )
+            )
+        ]
+    return list(
+        map(
+            _NEW_RESULT,
+            zip(
+                topic_c,
+                ffi.unpack(call.queue, n),
+                ffi.unpack(call.qoff, n),
+                ffi.unpack(call.pos, n),
+                ffi.unpack(call.size, n),
+                itertools.repeat(now),
+                ids.split(),
+                uniq_keys,
+            ),
+        )
+    )
 
 
 def _index_keys(keys: list[str] | str | None) -> list[str]:
