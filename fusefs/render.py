@@ -12,9 +12,19 @@ from __future__ import annotations
 import base64
 import json
 import os
+from typing import TYPE_CHECKING
 
-from rmqfs.engine.format.message import MessageRecord, host_to_str
+from rmqfs.engine.format.message import Host, MessageRecord, host_to_str
 from rmqfs.engine.read.jsonline import LINE_FIELDS, build_lines
+
+if TYPE_CHECKING:  # annotations only: workers import these where they render
+    import numpy as np
+    import pyarrow as pa
+
+    from rmqfs.engine.format.mappedfile import MappedFiles
+
+#: What :func:`render_view_chunk` returns: ``(length in bytes, data or None, lines, newest ms)``
+ChunkResult = tuple[int, bytes | None, int, int]
 
 # -- the fast path -----------------------------------------------------------------------------
 # Rendering is the cost of a first read of a decoded view, so the line is assembled from an
@@ -23,11 +33,11 @@ from rmqfs.engine.read.jsonline import LINE_FIELDS, build_lines
 # suite checks it against engine.read.jsonline.build_line byte for byte.
 
 _str = json.encoder.encode_basestring  # c_encode_basestring when the C accelerator is there
-_hosts: dict = {}
-_id_prefixes: dict = {}
+_hosts: dict[Host, str] = {}
+_id_prefixes: dict[Host, str] = {}
 
 
-def _host(host) -> str:
+def _host(host: Host) -> str:
     s = _hosts.get(host)
     if s is None:
         if len(_hosts) > 4096:
@@ -36,7 +46,7 @@ def _host(host) -> str:
     return s
 
 
-def _id_prefix(host) -> str:
+def _id_prefix(host: Host) -> str:
     s = _id_prefixes.get(host)
     if s is None:
         if len(_id_prefixes) > 4096:
@@ -52,11 +62,11 @@ def _line(
     queue_offset: int,
     off: int,
     store_size: int,
-    props: dict,
+    props: dict[str, str],
     born_ts: int,
-    born,
+    born: Host,
     store_ts: int,
-    store,
+    store: Host,
     sys_flag: int,
     flag: int,
     crc: int,
@@ -141,7 +151,7 @@ def render_body(rec: MessageRecord) -> bytes:
     return rec.plain_body + b"\n"
 
 
-def render_json(obj) -> bytes:
+def render_json(obj: object) -> bytes:
     """Pretty JSON for small status files, ending in a newline."""
     return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
@@ -174,10 +184,10 @@ PART_STATISTICS = (
     "storeTimestamp", "sysFlag", "flag", "reconsumeTimes", "preparedTransactionOffset",
 )  # fmt: skip
 PART_COMPRESSION = "zstd"
-_segments: dict = {}
+_segments: dict[str, MappedFiles] = {}
 
 
-def _worker_segments(commitlog_dir: str):
+def _worker_segments(commitlog_dir: str) -> MappedFiles:
     """The CommitLog of a worker process (read-only mmaps, kept between tasks, refreshed so
     segments created since are seen)."""
     from rmqfs.engine.format.mappedfile import MappedFiles
@@ -238,7 +248,7 @@ def _trim_when_idle() -> None:
             segs.release_pages()
 
 
-def chunk_room(kind: str, units) -> int:
+def chunk_room(kind: str, units: np.ndarray) -> int:
     """Bytes to reserve in the render cache for the lines of ``units`` (a chunk of
     :func:`render_view_chunk`): what such lines usually take (a ``messages.jsonl`` line is
     the record's bytes, a few escapes, property values twice and about 400 bytes of names and
@@ -249,7 +259,7 @@ def chunk_room(kind: str, units) -> int:
     return 2 * stored + 512 * len(units)
 
 
-def unit_rooms(kind: str, units):
+def unit_rooms(kind: str, units: np.ndarray) -> np.ndarray:
     """:func:`chunk_room` of each unit of ``units`` alone (int64 array): what the views'
     chunking (``fusefs.views``) adds up to cut a view into chunks of a bounded room."""
     size = units["size"].astype("int64")
@@ -264,12 +274,12 @@ SIZE_ONLY = "size"
 def render_view_chunk(
     commitlog_dir: str,
     topic: str,
-    queue_ids,
-    units,
-    queue_offsets,
+    queue_ids: np.ndarray | int,
+    units: np.ndarray,
+    queue_offsets: np.ndarray,
     kind: str,
     out: tuple[str, int] | str | None = None,
-):
+) -> ChunkResult:
     """Render one chunk of a ``messages.jsonl`` / ``bodies.txt`` view in a worker process
     (``fusefs.views`` cuts a view into chunks of units, sizes each once and renders a chunk
     again whenever a read needs it and the render cache no longer holds it).
@@ -336,7 +346,7 @@ def render_view_chunk(
 
 
 def render_part(
-    commitlog_dir: str, topic: str, queue_id: int, units, first: int, out_path: str
+    commitlog_dir: str, topic: str, queue_id: int, units: np.ndarray, first: int, out_path: str
 ) -> tuple[int, int, int]:
     """Write the Parquet part of queue offsets ``[first, first + len(units))``.
 
@@ -426,7 +436,7 @@ LINE_COLUMNS = {
 }
 
 
-def render_lines(batch, kind: str):
+def render_lines(batch: pa.RecordBatch, kind: str) -> tuple[bytes, np.ndarray, int]:
     """Render a batch of ``engine.read.columnar`` rows as ``kind`` lines.
 
     ``kind``: ``"messages"`` (a ``messages.jsonl`` line, :func:`render_message`'s bytes) or
@@ -441,7 +451,7 @@ def render_lines(batch, kind: str):
     return bytes(data), ends, newest
 
 
-def _lines(batch, kind: str):
+def _lines(batch: pa.RecordBatch, kind: str) -> tuple[bytes | memoryview, np.ndarray, int]:
     """:func:`render_lines` with the lines as any bytes-like object (no copy)."""
     import numpy as np
     import pyarrow as pa

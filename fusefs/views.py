@@ -34,9 +34,9 @@ import os
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rmqfs.engine.errors import StoreError
 from rmqfs.engine.format.message import MessageRecord
@@ -46,11 +46,36 @@ from . import render as R
 from .base import REQUEST_UID, loop_first, on_loop, pread, would_block
 
 if TYPE_CHECKING:  # imported where a pool starts: most mounts never render
+    from collections import deque
     from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing.context import ForkServerContext
+
+    import numpy as np
+
+    #: a chunk's queue ids: the queue's id (a queue's view) or one per unit (int64 array)
+    QueueIds = np.ndarray | int
+    #: ``(queue_ids, units, queue offsets)`` of a chunk (``View.chunk_units``)
+    ChunkUnits = tuple[QueueIds, np.ndarray, np.ndarray]
+    #: what :func:`plan_chunks` yields: ``(queue_ids, units, queue offsets, ends)``
+    PlannedChunk = tuple[QueueIds, np.ndarray, np.ndarray, dict[int, int]]
+    #: a sizing render under way (``View._size``): ``(chunk, render, queue_ids, units,
+    #: queue offsets, ends, (room, file) or None)``
+    SizeJob = tuple[
+        int,
+        Future[R.ChunkResult],
+        QueueIds,
+        np.ndarray,
+        np.ndarray,
+        dict[int, int],
+        tuple[int, str] | None,
+    ]
 
 log = logging.getLogger(__name__)
 
 Renderer = Callable[[MessageRecord], bytes]
+#: A ``view/`` part: ``(topic, queueId, first, end)`` (``end`` one past its last queue offset)
+PartKey = tuple[str, int, int, int]
+_T = TypeVar("_T")
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -114,7 +139,7 @@ class RenderBudget:
         with self.lock:
             return self.on_disk(False) + self.on_disk(True) + sum(self.reserved)
 
-    def take(self, n: int, others: bool, what: str, keep=None) -> None:
+    def take(self, n: int, others: bool, what: str, keep: object = None) -> None:
         """Reserve ``n`` bytes for a render of ``what`` (charged to other users when
         ``others``), evicting what it must (never ``keep``). Raises OSError(EFBIG) with a
         reason when that cannot make room; nothing is reserved then."""
@@ -174,7 +199,7 @@ VIEWS_KEPT = 4096
 READ_RENDERS = 4
 
 
-def damage_index(units, exc: StoreError) -> int:
+def damage_index(units: np.ndarray, exc: StoreError) -> int:
     """Index in ``units`` of the unit at the CommitLog offset a render's error names (0 when
     it names none or no unit has it): the units before it rendered fine."""
     import numpy as np
@@ -186,7 +211,14 @@ def damage_index(units, exc: StoreError) -> int:
     return int(hit[0]) if len(hit) else 0
 
 
-def note_damage(store: MessageStore, topic: str, queue_ids, units, qoffs, exc: StoreError) -> None:
+def note_damage(
+    store: MessageStore,
+    topic: str,
+    queue_ids: QueueIds,
+    units: np.ndarray,
+    qoffs: np.ndarray,
+    exc: StoreError,
+) -> None:
     """Tell the store (``store.note_damage``: status.json ``damagedQueues``, one warning
     line) which queue a render that failed on damage was reading: the queue and queue offset
     of the unit at the CommitLog offset the error names (the chunk's first unit when it names
@@ -323,11 +355,11 @@ def plan_chunks(
     topic: str,
     kind: str,
     queue_id: int | None,
-    start: dict,
-    cut: dict,
-    reached: dict,
+    start: dict[int, int],
+    cut: dict[int, int],
+    reached: dict[int, int],
     exact: bool = False,
-):
+) -> Iterator[PlannedChunk]:
     """Cut the units of queue offsets ``[start[q], cut[q])`` of each queue ``q`` into chunks,
     in view order: merged by commitLogOffset (CommitLog order; one queue: queue order),
     blank filler dropped, each of at most :data:`CHUNK_UNITS` units and :data:`CHUNK_ROOM` of
@@ -591,7 +623,7 @@ class View:
                 return False
         return True
 
-    def _size(self, ix: ChunkIndex, chunks) -> None:
+    def _size(self, ix: ChunkIndex, chunks: Iterable[PlannedChunk]) -> None:
         """Size ``chunks`` (from :func:`plan_chunks`) in the workers, up to two per worker at
         once, and append them to the index in order (caller holds :attr:`lock`). A chunk
         that meets damage: the lines before the damaged record are sized alone and end the
@@ -600,10 +632,10 @@ class View:
 
         parts = self.cache.parts
         store = self.cache.chunks
-        ahead: deque = deque()
+        ahead: deque[SizeJob] = deque()
         depth = 2 * parts.workers
 
-        def land(job) -> None:
+        def land(job: SizeJob) -> None:
             i, fut, ids, units, qoffs, ends, keep = job
             try:
                 length, _data, lines, newest = store.sized(
@@ -646,7 +678,7 @@ class View:
             for job in ahead:  # an error: the chunks after it are not wanted
                 store.abandon(job[1], job[6])
 
-    def chunk_units(self, ix: ChunkIndex, i: int):
+    def chunk_units(self, ix: ChunkIndex, i: int) -> ChunkUnits:
         """``(queue_ids, units, queue offsets)`` of chunk ``i`` of ``ix`` (the view's index, or
         one a reader holds), as :func:`plan_chunks` gave them (blank filler dropped, merged by
         commitLogOffset). OSError(EIO) when the queue no longer has them (expired)."""
@@ -800,7 +832,9 @@ class ChunkCache:
         #: users), least recently used first
         self.kept: dict[tuple[int, int], tuple[View, int, str, int, bool]] = {}
         #: (view id, chunk, end) -> (Future, room reserved, others, file) of renders for reads
-        self.rendering: dict[tuple[int, int, int], tuple[Future, int, bool, str]] = {}
+        self.rendering: dict[
+            tuple[int, int, int], tuple[Future[R.ChunkResult], int, bool, str]
+        ] = {}
         self.totals = [0, 0]  # bytes on disk kept for the owner, for other users
         self._serial = itertools.count()
 
@@ -876,7 +910,9 @@ class ChunkCache:
         finally:
             os.close(fd)
 
-    def _start(self, view: View, ix: ChunkIndex, i: int, evict: bool) -> tuple[Future | None, bool]:
+    def _start(
+        self, view: View, ix: ChunkIndex, i: int, evict: bool
+    ) -> tuple[Future[R.ChunkResult] | None, bool]:
         """``(render, kept)``: the render of chunk ``i`` under way for reads, else a new one
         with its room taken in the bound (evicting least recently used renders when
         ``evict``), or ``(None, True)`` when the cache holds the chunk, ``(None, False)`` when
@@ -920,10 +956,10 @@ class ChunkCache:
         except BaseException:
             self.budget.give(room, others)
             raise
-        fut.add_done_callback(lambda f, v=view, k=rkey: self._landed(v, k, f))
+        fut.add_done_callback(lambda f: self._landed(view, rkey, f))
         return fut, False
 
-    def _landed(self, view: View, rkey: tuple[int, int, int], fut: Future) -> None:
+    def _landed(self, view: View, rkey: tuple[int, int, int], fut: Future[R.ChunkResult]) -> None:
         """A render for reads is over: its file kept when it is still the chunk the view's
         index has (else deleted), its reservation given back. Runs in the pool's thread, or
         in the reader's."""
@@ -986,7 +1022,9 @@ class ChunkCache:
             if fut is None and not kept:
                 return  # no room
 
-    def size_chunk(self, view: View, ids, units, qoffs) -> tuple[Future, tuple[int, str] | None]:
+    def size_chunk(
+        self, view: View, ids: QueueIds, units: np.ndarray, qoffs: np.ndarray
+    ) -> tuple[Future[R.ChunkResult], tuple[int, str] | None]:
         """Start the sizing render of a chunk (``View._size``): written to a file of its own
         when the bound has room for it without evicting anything; returns the render and
         ``(room taken, file)``, or None for a render that keeps nothing."""
@@ -1015,10 +1053,10 @@ class ChunkCache:
         view: View,
         ix: ChunkIndex,
         i: int,
-        fut: Future,
+        fut: Future[R.ChunkResult],
         keep: tuple[int, str] | None,
-        chunk: tuple,
-    ):
+        chunk: ChunkUnits,
+    ) -> R.ChunkResult:
         """The result of :meth:`size_chunk`'s render of chunk ``i`` (``chunk``: its
         ``(queue_ids, units, queue offsets)``; raises its error), its file kept when it was
         written, the room given back. A worker that died: sized once more, keeping nothing.
@@ -1046,7 +1084,7 @@ class ChunkCache:
             if keep:
                 self.budget.give(keep[0], others)
 
-    def abandon(self, fut: Future, keep: tuple[int, str] | None) -> None:
+    def abandon(self, fut: Future[R.ChunkResult], keep: tuple[int, str] | None) -> None:
         """A sizing render no longer wanted: its file deleted once it is over."""
         fut.cancel()
         with contextlib.suppress(Exception):
@@ -1068,7 +1106,7 @@ class ChunkCache:
             for key in [k for k in self.kept if k[0] == view.vid]:
                 self._unkeep(key)
 
-    def evict_one(self, others_only: bool, keep=None) -> bool:
+    def evict_one(self, others_only: bool, keep: object = None) -> bool:
         """Delete the least recently used kept chunk (charged to other users only when
         ``others_only``; never ``keep``). False when there is none."""
         with self.lock:
@@ -1122,7 +1160,7 @@ class ViewCache:
         """Bytes of the renders (chunks and parts) charged to other users or to the owner."""
         return self.chunks.bytes_of(others) + self.parts.bytes_of(others)
 
-    def evict_one(self, others_only: bool, keep=None) -> bool:
+    def evict_one(self, others_only: bool, keep: object = None) -> bool:
         """Evict the least recently used rendered chunk, else ``view/`` part (only one
         charged to other users when ``others_only``; never ``keep``). False when none."""
         return self.chunks.evict_one(others_only, keep) or self.parts.evict_one(others_only, keep)
@@ -1151,7 +1189,7 @@ class ViewCache:
             self.chunks.forget_view(old)
         return v
 
-    def peek(self, *key) -> View | None:
+    def peek(self, *key: str | int) -> View | None:
         """The view of ``key`` (``(kind, topic)`` or ``(kind, topic, queueId)``) when it
         exists and is up to date, else None. Never blocks: the FUSE layer calls it on the
         trio loop."""
@@ -1219,7 +1257,7 @@ WORKER_PRELOAD = (
 )
 
 
-def worker_context():
+def worker_context() -> ForkServerContext:
     """The multiprocessing context render workers start in: ``forkserver``, whose server
     imports :data:`WORKER_PRELOAD` once, so a worker starts in milliseconds instead of the
     0.3-0.5 s of CPU a spawned interpreter spends importing numpy and pyarrow (a first read
@@ -1281,7 +1319,7 @@ class Part:
 
     __slots__ = ("key", "state", "meta", "disk", "readers", "others", "error")
 
-    def __init__(self, key: tuple) -> None:
+    def __init__(self, key: PartKey) -> None:
         self.key = key
         self.state = PartState.RENDERING
         self.meta: tuple[int, int, int] | None = None
@@ -1343,9 +1381,9 @@ class PartCache:
         self.lock = threading.Lock()
         #: notified (under :attr:`lock`) whenever a part leaves RENDERING
         self.changed = threading.Condition(self.lock)
-        self.parts: dict[tuple, Part] = {}  # key -> its Part, every state
-        self.ready: dict[tuple, Part] = {}  # the READY parts, least recently used first
-        self.latest: dict = {}  # (topic, queueId, first) -> newest end rendered
+        self.parts: dict[PartKey, Part] = {}  # key -> its Part, every state
+        self.ready: dict[PartKey, Part] = {}  # the READY parts, least recently used first
+        self.latest: dict[tuple[str, int, int], int] = {}  # (topic, queueId, first) -> newest end
         self.total = 0
         self.others_total = 0  # bytes of the READY parts charged to other users
         self._pool: ProcessPoolExecutor | None = None
@@ -1363,12 +1401,12 @@ class PartCache:
         """Bytes of the parts on disk charged to other users (True) or to the owner."""
         return self.others_total if others else self.total - self.others_total
 
-    def state(self, key) -> PartState | None:
+    def state(self, key: PartKey) -> PartState | None:
         """The :class:`PartState` of ``key``, or None for a part never rendered here."""
         p = self.parts.get(key)
         return None if p is None else p.state
 
-    def evict_one(self, others_only: bool, keep=None) -> bool:
+    def evict_one(self, others_only: bool, keep: object = None) -> bool:
         """Delete the least recently used READY part no reader waits for (only one charged
         to other users when ``others_only``; never ``keep``); its size and mtime stay known.
         False when there is none."""
@@ -1394,13 +1432,13 @@ class PartCache:
         except FileNotFoundError:
             pass
 
-    def _path(self, key) -> str:
+    def _path(self, key: PartKey) -> str:
         import hashlib
 
         h = hashlib.sha1(repr(key).encode()).hexdigest()
         return os.path.join(self.dir, f"part-{h}.parquet")
 
-    def _pool_(self):
+    def _pool_(self) -> ProcessPoolExecutor:
         """The worker pool (caller holds :attr:`lock`), started when none runs: workers fork
         from the forkserver (:func:`worker_context`) in milliseconds, so a pool shut down
         while idle (:meth:`_shut_when_idle`) costs the next render nothing noticeable."""
@@ -1415,13 +1453,13 @@ class PartCache:
                 self._idle_watch.start()
         return self._pool
 
-    def _started(self, fut):
+    def _started(self, fut: Future[_T]) -> Future[_T]:
         """Count a submitted task (caller holds :attr:`lock`) until it is over."""
         self._tasks += 1
         self._last_task = time.monotonic()
         return fut
 
-    def _submit(self, fn, *args):
+    def _submit(self, fn: Callable[..., _T], *args: object) -> Future[_T]:
         """``fn(*args)`` submitted to the pool (caller holds :attr:`lock`), counted. A pool
         broken by a worker's death (``kill -9``, the OOM killer: BrokenProcessPool) is
         replaced at once by a fresh one, which renders this task: renders come back with the
@@ -1438,7 +1476,7 @@ class PartCache:
             fut = self._pool_().submit(fn, *args)
         return self._started(fut)
 
-    def _task_over(self, _fut) -> None:
+    def _task_over(self, _fut: Future[_T]) -> None:
         with self.lock:
             self._tasks -= 1
             self._last_task = time.monotonic()
@@ -1456,7 +1494,9 @@ class PartCache:
                 pool, self._pool = self._pool, None
             pool.shutdown(wait=True)
 
-    def _units(self, topic: str, queue_id: int, first: int, end: int):
+    def _units(
+        self, topic: str, queue_id: int, first: int, end: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(units, queue offsets)`` of the part ``[first, end)`` (``queue_units``); OSError
         EIO when the queue lacks some."""
         from rmqfs.engine.read.columnar import queue_units
@@ -1466,7 +1506,7 @@ class PartCache:
             raise OSError(errno.EIO, "view/ part: ConsumeQueue units missing")
         return units, qoffs
 
-    def submit_task(self, fn, *args):
+    def submit_task(self, fn: Callable[..., _T], *args: object) -> Future[_T]:
         """Run ``fn(*args)`` in a worker process (a JSON view chunk): its Future."""
         with self.lock:
             if self._closed:
@@ -1475,13 +1515,13 @@ class PartCache:
         fut.add_done_callback(self._task_over)
         return fut
 
-    def known(self, key):
+    def known(self, key: PartKey) -> tuple[int, int, int] | None:
         """``(size, mtime ms, rows)`` of a part rendered before (evicted or not), or None.
         Never waits (the trio loop calls it)."""
         p = self.parts.get(key)
         return None if p is None else p.meta
 
-    def _start(self, key, reader: bool) -> Part:
+    def _start(self, key: PartKey, reader: bool) -> Part:
         """The part ``key``, rendering it unless it is READY or RENDERING already (a new
         part, or EVICTED/FAILED -> RENDERING); with ``reader`` one more reader waits for it,
         counted in the same hold of :attr:`lock` that saw its state, so no eviction comes
@@ -1538,10 +1578,10 @@ class PartCache:
         # Outside the lock: a render that is already over runs the callbacks right here, and
         # they take the lock (under it, a fast render deadlocked the listing thread).
         render.add_done_callback(self._task_over)
-        render.add_done_callback(lambda f, q=p, n=est, o=others: self._finish(q, f, n, o))
+        render.add_done_callback(lambda f: self._finish(p, f, est, others))
         return p
 
-    def _finish(self, p: Part, fut: Future, est: int, others: bool) -> None:
+    def _finish(self, p: Part, fut: Future[tuple[int, int, int]], est: int, others: bool) -> None:
         """The render ``fut`` of ``p`` is over: RENDERING -> READY (its file counted, a
         shorter render of the same part superseded), or -> FAILED with the render's error
         (or EIO when the mount closed or the part's topic was deleted meanwhile); then the
@@ -1561,7 +1601,7 @@ class PartCache:
         finally:
             self.budget.give(est, others)
 
-    def _record(self, p: Part, fut: Future, others: bool) -> None:
+    def _record(self, p: Part, fut: Future[tuple[int, int, int]], others: bool) -> None:
         """:meth:`_finish`'s transition (caller holds :attr:`lock`)."""
         key = p.key
         if fut.cancelled():
@@ -1594,7 +1634,7 @@ class PartCache:
                 if stale is not None and not stale.readers:  # else LRU evicts it later
                     self._evict(stale)
 
-    def prefetch(self, keys) -> None:
+    def prefetch(self, keys: Iterable[PartKey]) -> None:
         """Queue renders of parts not rendered yet (a directory listing: the stats follow)."""
         for key in keys:
             p = self.parts.get(key)
@@ -1613,8 +1653,8 @@ class PartCache:
                 p = self.parts.pop(key)
                 if p.state is PartState.READY:
                     self._evict(p)
-            for key in [k for k in self.latest if k[0] == topic]:
-                del self.latest[key]
+            for short in [k for k in self.latest if k[0] == topic]:
+                del self.latest[short]
 
     def _used(self, p: Part) -> None:
         """``p`` was just opened (caller holds :attr:`lock`): most recently used, and the
@@ -1625,7 +1665,7 @@ class PartCache:
             self.others_total -= p.disk
 
     @loop_first
-    def open(self, key) -> int:
+    def open(self, key: PartKey) -> int:
         """An fd of the rendered part (rendering it first when needed: the caller waits
         while the part is RENDERING); the file stays readable through the fd after an
         eviction. Raises OSError(EIO) when the render fails on damage (noted in the store:
@@ -1658,7 +1698,7 @@ class PartCache:
             raise error
         raise OSError(errno.EIO, f"view/ part {key}: not rendered")
 
-    def _note_damage(self, key, exc: StoreError) -> None:
+    def _note_damage(self, key: PartKey, exc: StoreError) -> None:
         """Note the damage a render of ``key`` met in the store (``note_damage``)."""
         topic, queue_id, first, end = key
         from rmqfs.engine.read.columnar import queue_units
@@ -1668,7 +1708,7 @@ class PartCache:
             units, qoffs = units[:0], qoffs[:0]
         note_damage(self.store, topic, queue_id, units, qoffs, exc)
 
-    def _open_ready(self, key) -> int | None:
+    def _open_ready(self, key: PartKey) -> int | None:
         """An fd of the part when it is READY, else None. Never waits for the lock (the trio
         loop calls it, :meth:`open`)."""
         if not self.lock.acquire(blocking=False):
@@ -1682,7 +1722,7 @@ class PartCache:
         finally:
             self.lock.release()
 
-    def info(self, key) -> tuple[int, int, int]:
+    def info(self, key: PartKey) -> tuple[int, int, int]:
         """``(size, mtime ms, rows)`` of a part, rendering it when it was never rendered."""
         m = self.known(key)
         if m is None:
