@@ -34,6 +34,7 @@ import os
 import threading
 import time
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, TypeVar
@@ -746,6 +747,8 @@ class View:
         chunks = self.cache.chunks
         data = chunks.read(self, ix, i, at, n)
         if data is not None and len(data) == n:
+            if at + n == length:  # read to its end: the first to go for room (drop-behind)
+                chunks.read_through(self, i)
             if on_loop() and chunks.wants_ahead(self, ix, i):
                 would_block()  # the thread that serves it starts the next chunks
             if not on_loop():
@@ -820,7 +823,7 @@ class ChunkCache:
     :attr:`lock` only."""
 
     #: chunks a sequential read has rendered ahead of it, per worker
-    AHEAD_PER_WORKER = 2
+    AHEAD_PER_WORKER = 3
 
     def __init__(self, cache_dir: str, parts: PartCache, budget: RenderBudget) -> None:
         self.dir = os.path.join(cache_dir, "chunks")
@@ -830,7 +833,7 @@ class ChunkCache:
         self.lock = threading.Lock()
         #: (view id, chunk) -> (view, end in the view, file, bytes on disk, charged to other
         #: users), least recently used first
-        self.kept: dict[tuple[int, int], tuple[View, int, str, int, bool]] = {}
+        self.kept: OrderedDict[tuple[int, int], tuple[View, int, str, int, bool]] = OrderedDict()
         #: (view id, chunk, end) -> (Future, room reserved, others, file) of renders for reads
         self.rendering: dict[
             tuple[int, int, int], tuple[Future[R.ChunkResult], int, bool, str]
@@ -909,6 +912,19 @@ class ChunkCache:
             return pread(fd, n, at)
         finally:
             os.close(fd)
+
+    def read_through(self, view: View, i: int) -> None:
+        """A reader read chunk ``i`` of ``view`` to its end: it becomes the least recently
+        used, so making room evicts what readers left behind before the chunks rendered
+        ahead of them (a sequential read of a view larger than the cache keeps its read-ahead).
+        Never waits (skipped when the lock is busy)."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            if (view.vid, i) in self.kept:
+                self.kept.move_to_end((view.vid, i), last=False)
+        finally:
+            self.lock.release()
 
     def _start(
         self, view: View, ix: ChunkIndex, i: int, evict: bool
