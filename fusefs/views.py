@@ -244,26 +244,27 @@ class ChunkIndex:
     again longer); owned by its :class:`View`, which changes a :meth:`copy` under its lock and
     then puts it in place: an index a reader holds never changes."""
 
-    def __init__(self) -> None:
-        self.qids: list[int] = []
-        self._col: dict[int, int] = {}
+    def __init__(
+        self,
+        qids: Iterable[int] = (),
+        pos: Iterable[array] = (),
+        byte_at: Iterable[int] = (0,),
+        line_at: Iterable[int] = (0,),
+    ) -> None:
+        """An empty index, or one holding copies of the given columns (:meth:`copy`)."""
+        self.qids: list[int] = list(qids)
+        self._col: dict[int, int] = {q: j for j, q in enumerate(self.qids)}
         #: ``pos[j][i]``: first queue offset of chunk ``i`` in queue ``qids[j]``;
         #: ``pos[j][chunks]``: the first one not in the view yet
-        self.pos: list[array] = []
-        self.byte_at = array("q", [0])  # byte offset where each chunk starts, then the size
-        self.line_at = array("q", [0])  # lines before each chunk, then all of them
+        self.pos: list[array] = [array("q", a) for a in pos]
+        self.byte_at = array("q", byte_at)  # byte offset where each chunk starts, then the size
+        self.line_at = array("q", line_at)  # lines before each chunk, then all of them
 
     def copy(self) -> ChunkIndex:
         """An index equal to this one that can change while this one is read: a sizing pass
         works on a copy and puts it in place whole (``View.sync``), so a reader sees one
         index from its start to its end (a few integers per chunk: cheap)."""
-        new = ChunkIndex()
-        new.qids = list(self.qids)
-        new._col = dict(self._col)
-        new.pos = [array("q", a) for a in self.pos]
-        new.byte_at = array("q", self.byte_at)
-        new.line_at = array("q", self.line_at)
-        return new
+        return ChunkIndex(self.qids, self.pos, self.byte_at, self.line_at)
 
     @property
     def chunks(self) -> int:

@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
 
 from rmqfs.engine.errors import StoreLockedError
 from rmqfs.engine.live.progress import consumer_progress, diff_total
@@ -1387,6 +1387,14 @@ def _doc(func: Callable[..., object]) -> str:
     return (func.__doc__ or "").replace("``", "")
 
 
+class TakesArguments(Protocol):
+    """What an argument is added to: an ``argparse`` parser or argument group."""
+
+    def add_argument(self, *flags: str, **options: Any) -> Any:
+        """``argparse``'s ``add_argument``."""
+        ...
+
+
 @dataclass(frozen=True)
 class Arg:
     """One argument of a command: what ``add_argument`` takes (the flags, or a positional's
@@ -1395,7 +1403,7 @@ class Arg:
     flags: tuple[str, ...]
     options: Mapping[str, Any]
 
-    def add_to(self, p: argparse._ActionsContainer) -> None:
+    def add_to(self, p: TakesArguments) -> None:
         """Add the argument to ``p`` (a parser or a group)."""
         p.add_argument(*self.flags, **self.options)
 
