@@ -71,6 +71,7 @@ from .format.message import (
     decode_record,
     is_lmq,
 )
+from .format.queue import QueueReader
 from .format.rocksdbconfig import load_rocksdb_config
 from .format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
 from .format.uniqkey import UniqKeyGenerator
@@ -265,7 +266,10 @@ class MessageStore:
         self.commitlog.max_message_size = self.config.max_message_size
         self.store_host: Host = self.config.store_host
         self.uniq_keys = UniqKeyGenerator(self.store_host[0])
-        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = QueueTable()
+        #: the queues of consumequeue/ (a RocksDB store's RocksDBConsumeQueue, read-only)
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue | RocksDBConsumeQueue] = (
+            QueueTable()
+        )
         # BatchCQ topics' queues (batchconsumequeue/), read-only: engine.format.batchcq
         self.batch_queues: dict[tuple[str, int], BatchConsumeQueue] = QueueTable()
         #: the RocksDB ConsumeQueues (engine.format.rocksdbcq) of a 5.2+ store that keeps them
@@ -572,21 +576,38 @@ class MessageStore:
                 self.batch_queues[(topic, int(qname))] = bq
                 self.batch_cq_topics.add(topic)
 
-    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | BatchConsumeQueue | None:
-        """The queue's ConsumeQueue (a BatchCQ topic's BatchConsumeQueue, which reads as one:
-        a unit per message), or None when it has never had a message."""
-        cq = self.consume_queues.get((topic, queue_id))
+    def consume_queue(self, topic: str, queue_id: int) -> QueueReader | None:
+        """The queue's reader (``ConsumeQueueInterface``: its ConsumeQueue, a RocksDB store's
+        RocksDBConsumeQueue, a BatchCQ topic's BatchConsumeQueue, which reads as one: a unit per
+        message), or None when it has never had a message."""
+        cq: QueueReader | None = self.consume_queues.get((topic, queue_id))
         if cq is None and self.batch_queues:
             return self.batch_queues.get((topic, queue_id))
         return cq
 
-    def _all_queues(self) -> list:
+    def _all_queues(self) -> list[tuple[tuple[str, int], QueueReader]]:
         """``[((topic, queueId), queue)]`` of the ConsumeQueues and BatchConsumeQueues."""
         return [*self.consume_queues.items(), *self.batch_queues.items()]
 
-    def writable_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def file_queues(self) -> list[tuple[tuple[str, int], ConsumeQueue]]:
+        """``[((topic, queueId), queue)]`` of the queues kept in ConsumeQueue files: every one of
+        :attr:`consume_queues` but in a RocksDB store, which has none (its writers, follower and
+        snapshots are refused). What works on the files themselves (retention's deletes, a
+        snapshot's copies, the follower's reads of what a writer appended) takes these; a reader
+        takes :meth:`consume_queue`."""
+        return [(k, q) for k, q in list(self.consume_queues.items()) if isinstance(q, ConsumeQueue)]
+
+    def file_queue(self, key: tuple[str, int]) -> ConsumeQueue | None:
+        """The queue ``key`` (``(topic, queueId)``) of :meth:`file_queues`, or None."""
+        q = self.consume_queues.get(key)
+        return q if isinstance(q, ConsumeQueue) else None
+
+    def writable_consume_queue(
+        self, topic: str, queue_id: int
+    ) -> ConsumeQueue | RocksDBConsumeQueue:
         """The queue's ConsumeQueue, a new empty one when it has none yet (the dispatch of
-        its first unit; caller holds the put lock)."""
+        its first unit; caller holds the put lock). A RocksDB store's queue (its read-only
+        recovery's dispatch) holds the units it is given in memory."""
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             qdir = os.path.join(self.root, "consumequeue", topic, str(queue_id))

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
-from .mappedfile import FileQueue
+from .mappedfile import FileQueue, Segment
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,11 +80,11 @@ class BatchConsumeQueue:
     Units are numpy structured arrays of :data:`BCQ_UNIT_DTYPE_SPEC`. Queue offsets are
     message numbers (``msgBaseOffset + i``), unit numbers are positions in the files.
 
-    It also answers as a read-only :class:`engine.format.consumequeue.ConsumeQueue` does, one
-    20-byte unit per message (:meth:`read_units`, :meth:`unit`, :attr:`min_offset`,
-    :attr:`max_offset`): the units of an inner batch's messages all name its record, and the
-    reader picks the message by its queue offset
-    (:func:`engine.format.innerbatch.inner_message`). So every reader of ConsumeQueue units
+    It is a :class:`engine.format.queue.QueueReader` (``ConsumeQueueInterface``, which
+    RocketMQ's ``BatchConsumeQueue`` implements), one 20-byte unit per message
+    (:meth:`read_units`, :meth:`unit`, :attr:`min_offset`, :attr:`max_offset`): the units of an
+    inner batch's messages all name its record, and the reader picks the message by its queue
+    offset (:func:`engine.format.innerbatch.inner_message`). So every reader of queue units
     (the mount's views, getMessage, lookups by time) reads a BatchCQ queue unchanged.
 
     Args:
@@ -299,16 +299,34 @@ class BatchConsumeQueue:
         return len(self.files.segments)
 
     def offset_by_time(
-        self, timestamp: int, store_timestamp_at: Callable[[int, int], int] | None = None
+        self,
+        timestamp: int,
+        store_timestamp_at: Callable[[int, int], int] | None = None,
+        lo: int | None = None,
+        hi: int | None = None,
     ) -> int:
         """``getOffsetInQueueByTime`` (lower boundary): the msgBaseOffset of the first unit stored
         at or after ``timestamp`` (epoch ms, from the unit's own storeTime), or
-        :attr:`max_offset` when every unit is older. ``store_timestamp_at`` is not needed (the
-        units hold their store time): the argument keeps
-        :meth:`engine.format.consumequeue.ConsumeQueue.offset_by_time`'s signature."""
-        return self._base_of(self.first_unit_where("store_time", timestamp))
+        :attr:`max_offset` when every unit is older; then brought into ``[lo, hi]`` where they
+        are given (a reader's own min and max offsets). ``store_timestamp_at`` is not needed
+        (the units hold their store time): the argument keeps
+        :meth:`engine.format.queue.QueueReader.offset_by_time`'s signature."""
+        got = self._base_of(self.first_unit_where("store_time", timestamp))
+        if lo is not None:
+            got = max(got, lo)
+        if hi is not None:
+            got = min(got, hi)
+        return got
 
-    def follow_files(self, add: bool = True) -> list:
+    @property
+    def units_per_file(self) -> int:
+        """getMessage's scan window: the files' bytes counted as 20-byte ConsumeQueue units (the
+        window a BatchCQ queue has always been read with, as the file ConsumeQueue's)."""
+        from .consumequeue import CQ_STORE_UNIT_SIZE
+
+        return self.files.file_size // CQ_STORE_UNIT_SIZE
+
+    def follow_files(self, add: bool = True) -> list[Segment]:
         """A lock-free reader's :meth:`engine.format.consumequeue.ConsumeQueue.follow_files`:
         a BatchCQ queue is read as it was when opened (see :meth:`catch_up`). Returns no
         dropped file."""

@@ -22,8 +22,12 @@ import re
 import struct
 import threading
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from .mappedfile import FileQueue, Segment
+
+if TYPE_CHECKING:
+    from .queue import QueueReader
 
 CQ_STORE_UNIT_SIZE = 20
 #: (numpy field name, struct format) of a unit: commitLogOffset | size | tagsCode. The one list
@@ -148,6 +152,83 @@ def search_by_time(
     return lo
 
 
+def queue_unit(q: QueueReader, queue_offset: int) -> tuple[int, int, int]:
+    """``(commitLogOffset, size, tagsCode)`` of one unit of ``q``, read through its
+    ``read_units`` (``ConsumeQueueInterface.get``). Raises IndexError if absent."""
+    if not q.min_offset <= queue_offset < q.max_offset:
+        raise IndexError(queue_offset)
+    return UNIT.unpack(q.read_units(queue_offset, 1))
+
+
+def iter_queue_units(
+    q: QueueReader, start: int, end: int | None, batch: int
+) -> Iterator[tuple[int, int, int, int]]:
+    """Yield ``(queueOffset, commitLogOffset, size, tagsCode)`` for ``[start, end)`` of ``q``
+    (clipped to its offsets), read ``batch`` units at a time through its ``read_units``
+    (``ConsumeQueueInterface.iterateFrom``); stops at the first read that finds none."""
+    end = q.max_offset if end is None else min(end, q.max_offset)
+    pos = max(start, q.min_offset)
+    while pos < end:
+        raw = q.read_units(pos, min(batch, end - pos))
+        if not raw:
+            return
+        for off, size, tags in UNIT.iter_unpack(raw):
+            yield pos, off, size, tags
+            pos += 1
+
+
+def first_unit_from(q: QueueReader, phy_offset: int) -> int:
+    """The first queue offset of ``q`` whose unit's commitLogOffset is ``>= phy_offset``
+    (``max_offset`` when none is), by binary search: where ``truncateDirtyLogicFiles`` cuts."""
+    lo, hi = q.min_offset, q.max_offset
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if q.unit(mid)[0] >= phy_offset:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def first_live_unit(q: QueueReader, min_commitlog_offset: int) -> int:
+    """The first queue offset of ``q`` whose record is still in the CommitLog (not blank
+    filler, commitLogOffset ``>= min_commitlog_offset``), ``max_offset`` when none is, by binary
+    search (``correctMinOffset``)."""
+    lo, hi = q.min_offset, q.max_offset
+    while lo < hi:
+        mid = (lo + hi) // 2
+        off, size, _ = q.unit(mid)
+        if off >= min_commitlog_offset and size != BLANK_UNIT_SIZE:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def read_held_units(
+    start: int,
+    count: int,
+    bounds: tuple[int, int],
+    mem: bytearray,
+    mem_base: int,
+    stored: Callable[[int, int], bytes],
+) -> bytes:
+    """Raw units from queue offset ``start``, at most ``count``, within ``bounds`` (the queue's
+    ``(min_offset, max_offset)``): from ``mem`` (units a read-only recovery added in memory,
+    from queue offset ``mem_base``) at and past ``mem_base``, else ``stored(start, count)``
+    (the queue's files or database), never reading across into ``mem``."""
+    start = max(start, bounds[0])
+    count = min(count, bounds[1] - start)
+    if count <= 0:
+        return b""
+    if mem and start >= mem_base:
+        i = (start - mem_base) * CQ_STORE_UNIT_SIZE
+        return bytes(mem[i : i + count * CQ_STORE_UNIT_SIZE])
+    if mem:
+        count = min(count, mem_base - start)
+    return stored(start, count)
+
+
 class ConsumeQueue:
     """One queue's units, with its min and max queue offsets.
 
@@ -159,6 +240,12 @@ class ConsumeQueue:
         trusted_size: ``file_size`` is certain (a lone shorter file is then a torn one).
 
     Offsets are queue offsets (unit numbers). ``max_offset`` is one past the last unit.
+
+    RocketMQ's file ``ConsumeQueue``; a :class:`engine.format.queue.QueueReader`
+    (``ConsumeQueueInterface``), as :class:`engine.format.batchcq.BatchConsumeQueue` and
+    :class:`engine.format.rocksdbcq.RocksDBConsumeQueue` are. The unit rules they share are the
+    functions above (:func:`read_held_units`, :func:`iter_queue_units`, :func:`first_unit_from`,
+    :func:`first_live_unit`), not a base class.
     """
 
     def __init__(
@@ -221,14 +308,7 @@ class ConsumeQueue:
 
     def truncate_dirty(self, phy_offset: int) -> None:
         """Drop units whose record starts at or after ``phy_offset`` (``truncateDirtyLogicFiles``)."""
-        lo, hi = self.min_offset, self.max_offset
-        while lo < hi:  # first unit with commitLogOffset >= phy_offset
-            mid = (lo + hi) // 2
-            if self.unit(mid)[0] >= phy_offset:
-                hi = mid
-            else:
-                lo = mid + 1
-        self.truncate_to(lo)
+        self.truncate_to(first_unit_from(self, phy_offset))
 
     def truncate_to(self, queue_offset: int) -> None:
         """Drop the units at and after ``queue_offset``."""
@@ -335,36 +415,22 @@ class ConsumeQueue:
 
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         """``(commitLogOffset, size, tagsCode)`` of one unit. Raises IndexError if absent."""
-        if not self.min_offset <= queue_offset < self.max_offset:
-            raise IndexError(queue_offset)
-        return UNIT.unpack(self.read_units(queue_offset, 1))
+        return queue_unit(self, queue_offset)
 
     def read_units(self, start: int, count: int) -> bytes:
         """Raw units from ``start`` (queue offset), at most ``count``, stopping at a file end."""
-        start = max(start, self.min_offset)
-        count = min(count, self.max_offset - start)
-        if count <= 0:
-            return b""
-        if self.mem and start >= self.mem_base:
-            i = (start - self.mem_base) * CQ_STORE_UNIT_SIZE
-            return bytes(self.mem[i : i + count * CQ_STORE_UNIT_SIZE])
-        if self.mem:
-            count = min(count, self.mem_base - start)
+        return read_held_units(
+            start, count, (self.min_offset, self.max_offset), self.mem, self.mem_base, self._stored
+        )
+
+    def _stored(self, start: int, count: int) -> bytes:
         return self.files.read(start * CQ_STORE_UNIT_SIZE, count * CQ_STORE_UNIT_SIZE)
 
     def iter_units(
         self, start: int, end: int | None = None, batch: int = 4096
     ) -> Iterator[tuple[int, int, int, int]]:
         """Yield ``(queueOffset, commitLogOffset, size, tagsCode)`` for ``[start, end)``."""
-        end = self.max_offset if end is None else min(end, self.max_offset)
-        pos = max(start, self.min_offset)
-        while pos < end:
-            raw = self.read_units(pos, min(batch, end - pos))
-            if not raw:
-                return
-            for off, size, tags in UNIT.iter_unpack(raw):
-                yield pos, off, size, tags
-                pos += 1
+        return iter_queue_units(self, start, end, batch)
 
     # -- write ------------------------------------------------------------------------------
     def put_units(self, first_queue_offset: int, units: bytes) -> None:
@@ -408,15 +474,7 @@ class ConsumeQueue:
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
         """Move ``min_offset`` to the first unit whose record is still in the CommitLog."""
-        lo, hi = self.min_offset, self.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            off, size, _ = self.unit(mid)
-            if off >= min_commitlog_offset and size != BLANK_UNIT_SIZE:
-                hi = mid
-            else:
-                lo = mid + 1
-        self.min_offset = lo
+        self.min_offset = first_live_unit(self, min_commitlog_offset)
 
     def flush(self) -> None:
         """fdatasync the files holding units appended since the last flush (none: no-op)."""
@@ -431,6 +489,16 @@ class ConsumeQueue:
     def file_count(self) -> int:
         """Number of this queue's files on disk."""
         return len(self.files.segments)
+
+    @property
+    def units_per_file(self) -> int:
+        """Units a file holds (``mappedFileSizeConsumeQueue / 20``)."""
+        return self.files.file_size // CQ_STORE_UNIT_SIZE
+
+    @property
+    def repairs(self) -> list[str]:
+        """What opening or recovering the queue repaired (its files' repairs)."""
+        return self.files.repairs
 
     def close(self) -> None:
         """Close the files."""

@@ -29,7 +29,8 @@ CommitLog by the reader above (``correctMinCqOffset``); units below the CommitLo
 gone (``ConsumeQueueCompactionFilterFactory``) and a range read stops at the first missing
 unit (``RocksDBConsumeQueueTable.rangeQuery``).
 
-:class:`RocksDBConsumeQueues` is the reader (read-only, :class:`engine.format.rocksdb.ReadOnlyDB`);
+:class:`RocksDBConsumeQueues` is the reader (read-only, :class:`engine.format.rocksdb.ReadOnlyDB`),
+:class:`RocksDBConsumeQueue` one queue of it (an :class:`engine.format.queue.QueueReader`);
 rmqfs writes no RocksDB ConsumeQueue (a writer refuses the store:
 ``engine.service.storetree.foreign_layouts``).
 """
@@ -38,10 +39,20 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..errors import CorruptRecordError
-from .consumequeue import CQ_STORE_UNIT_SIZE, DEFAULT_UNITS_PER_FILE, UNIT, ConsumeQueue
+from .consumequeue import (
+    CQ_STORE_UNIT_SIZE,
+    DEFAULT_UNITS_PER_FILE,
+    UNIT,
+    first_live_unit,
+    first_unit_from,
+    iter_queue_units,
+    queue_unit,
+    read_held_units,
+    search_by_time,
+)
 from .mappedfile import Segment
 from .rocksdb import CTRL_1, ReadOnlyDB
 
@@ -230,41 +241,15 @@ class RocksDBConsumeQueues:
         self.db.close()
 
 
-class _UnitBytes:
-    """The read-only ``files`` of a :class:`RocksDBConsumeQueue`: the queue's units as the byte
-    stream of a file ConsumeQueue (unit ``n`` at byte ``n * 20``), served from RocksDB, with
-    the attributes the store's readers ask a :class:`engine.format.mappedfile.FileQueue`."""
-
-    read_only = True
-    file_size = DEFAULT_UNITS_PER_FILE * CQ_STORE_UNIT_SIZE  # getmessage's scan window
-
-    def __init__(self, db: RocksDBConsumeQueues, topic: str, queue_id: int, first: int):
-        self.db, self.topic, self.queue_id = db, topic, queue_id
-        self.directory = db.db.path
-        self.min_offset = first * CQ_STORE_UNIT_SIZE
-        self.repairs: list[str] = []
-        self.segments: list = []  # no files
-
-    def read(self, offset: int, length: int) -> bytes:
-        """Units covering bytes ``[offset, offset + length)`` (whole units; shorter at a gap)."""
-        start = offset // CQ_STORE_UNIT_SIZE
-        return self.db.read_units(self.topic, self.queue_id, start, length // CQ_STORE_UNIT_SIZE)
-
-    def dup_segments(self, dup: Callable[[int], int] | None = None) -> list[tuple[int, int, int]]:
-        """No files: a snapshot copies none."""
-        return []
-
-    def flush(self, start: int = 0, end: int | None = None) -> None:
-        """Nothing is written."""
-
-    def close(self) -> None:
-        """The database is closed by its owner (:meth:`RocksDBConsumeQueues.close`)."""
-
-
-class RocksDBConsumeQueue(ConsumeQueue):
-    """One queue of a RocksDB ConsumeQueue store, read-only, with the read interface of a file
-    :class:`engine.format.consumequeue.ConsumeQueue` (units, min/max offsets, in-memory units
-    past the dispatch checkpoint a read-only recovery adds): the store's callers are unchanged.
+class RocksDBConsumeQueue:
+    """One queue of a RocksDB ConsumeQueue store, read-only (RocketMQ 5.2+
+    ``RocksDBConsumeQueue``, a ``ConsumeQueueInterface`` as the file ``ConsumeQueue`` is): a
+    :class:`engine.format.queue.QueueReader`, with what the store's read-only recovery asks of
+    a queue besides (:meth:`recover`, :meth:`truncate_dirty`, :meth:`truncate_to`, units past
+    the dispatch checkpoint held in memory by :meth:`put_units`). It is not a
+    :class:`engine.format.consumequeue.ConsumeQueue` and has no files: units are read from the
+    database (:meth:`RocksDBConsumeQueues.read_units`); the unit rules the two share are
+    functions of :mod:`engine.format.consumequeue`.
 
     ``recover`` takes the ``offset`` family's max (``getMaxOffsetInQueue``: cqOffset + 1) and
     min (``getMinCqOffset``; the first unit present from there, as units the compaction filter
@@ -272,22 +257,29 @@ class RocksDBConsumeQueue(ConsumeQueue):
     (``truncateDirty``) and moves the min past expired records (``correctMinCqOffset``).
     """
 
+    #: getMessage's scan window (queue offsets read at most in one pull), a file
+    #: ConsumeQueue's default file
+    units_per_file = DEFAULT_UNITS_PER_FILE
+    #: no ConsumeQueue files
+    file_count = 0
+
     def __init__(self, db: RocksDBConsumeQueues, topic: str, queue_id: int):
         self.topic = topic
         self.queue_id = queue_id
         self.db = db
         self.lock = threading.Lock()
+        #: units a read-only recovery re-dispatched past the database's (the CommitLog's
+        #: records after the dispatch checkpoint), from queue offset ``mem_base``
         self.mem = bytearray()
         self.mem_base = 0
         self.min_offset = self.max_offset = 0
         self.max_physic_offset = -1
+        self.last_commitlog_offset = -1
         #: what :meth:`recover` found wrong with this queue alone (the store notes it as the
         #: queue's damage, verify as an error), or None
         self.damage: str | None = None
-        self._flushed_to = 0
-        self.last_commitlog_offset = -1
-        self._bytes = _UnitBytes(db, topic, queue_id, 0)
-        self.files = self._bytes  # type: ignore[assignment]
+        #: what recovery repaired in this queue (in memory: the database is never written)
+        self.repairs: list[str] = []
 
     def recover(self) -> None:
         """Read the queue's max and min from the ``offset`` family (class docstring)."""
@@ -300,10 +292,8 @@ class RocksDBConsumeQueue(ConsumeQueue):
         end = top[1] + 1
         if first is None or first >= end:
             self.min_offset = self.max_offset = end
-            self._bytes.min_offset = end * CQ_STORE_UNIT_SIZE
             return
-        self.min_offset = self._flushed_to = first
-        self._bytes.min_offset = first * CQ_STORE_UNIT_SIZE
+        self.min_offset = first
         # the units must be there up to max: the last one read tells the max physic offset.
         # When it is missing the damage stays in this queue (as a file queue's torn tail
         # does): it ends after the last unit present, and the store notes the damage.
@@ -317,7 +307,6 @@ class RocksDBConsumeQueue(ConsumeQueue):
             )
             if last is None or last < first:
                 self.min_offset = self.max_offset = first
-                self._bytes.min_offset = first * CQ_STORE_UNIT_SIZE
                 return
             end = last + 1
             have = self.db.read_units(self.topic, self.queue_id, last, 1)
@@ -325,6 +314,7 @@ class RocksDBConsumeQueue(ConsumeQueue):
         self.max_offset = end
         self.last_commitlog_offset, self.max_physic_offset = off, off + size
 
+    # -- read ---------------------------------------------------------------------------------
     def catch_up(self, max_units: int = 1 << 62) -> int:
         """A lock-free reader's :meth:`engine.format.consumequeue.ConsumeQueue.catch_up`: a
         RocksDB queue is read as the database was when opened. Returns 0."""
@@ -335,9 +325,12 @@ class RocksDBConsumeQueue(ConsumeQueue):
         return []
 
     def read_units(self, start: int, count: int) -> bytes:
-        """Units from ``start``; CorruptRecordError when one inside ``[min, max)`` is missing
+        """Units from ``start`` (at most ``count``, whole units; shorter at a gap); those past
+        ``mem_base`` from memory. CorruptRecordError when one inside ``[min, max)`` is missing
         (a file ConsumeQueue's reader would find it)."""
-        raw = super().read_units(start, count)
+        raw = read_held_units(
+            start, count, (self.min_offset, self.max_offset), self.mem, self.mem_base, self._stored
+        )
         in_mem = bool(self.mem) and start >= self.mem_base
         if not raw and count > 0 and self.min_offset <= start < self.max_offset and not in_mem:
             raise CorruptRecordError(
@@ -345,7 +338,77 @@ class RocksDBConsumeQueue(ConsumeQueue):
             )
         return raw
 
-    @property
-    def file_count(self) -> int:
-        """No ConsumeQueue files."""
-        return 0
+    def _stored(self, start: int, count: int) -> bytes:
+        return self.db.read_units(self.topic, self.queue_id, start, count)
+
+    def unit(self, queue_offset: int) -> tuple[int, int, int]:
+        """``(commitLogOffset, size, tagsCode)`` of one unit. Raises IndexError if absent."""
+        return queue_unit(self, queue_offset)
+
+    def iter_units(
+        self, start: int, end: int | None = None, batch: int = 4096
+    ) -> Iterator[tuple[int, int, int, int]]:
+        """Yield ``(queueOffset, commitLogOffset, size, tagsCode)`` for ``[start, end)``."""
+        return iter_queue_units(self, start, end, batch)
+
+    def offset_by_time(
+        self,
+        timestamp: int,
+        store_timestamp_at: Callable[[int, int], int],
+        lo: int | None = None,
+        hi: int | None = None,
+    ) -> int:
+        """``getOffsetInQueueByTime`` (LOWER boundary), the binary search of
+        :func:`engine.format.consumequeue.search_by_time` over ``[lo, hi)`` (default
+        ``[min_offset, max_offset)``)."""
+        lo = self.min_offset if lo is None else lo
+        end = self.max_offset if hi is None else hi
+        return search_by_time(self.unit, timestamp, store_timestamp_at, lo, end)
+
+    # -- recovery (in memory: the database is never written) ----------------------------------
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        """``correctMinCqOffset``: ``min_offset`` moves to the first unit whose record is still
+        in the CommitLog."""
+        self.min_offset = first_live_unit(self, min_commitlog_offset)
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        """Forget the units whose record starts at or after ``phy_offset`` (``truncateDirty``)."""
+        self.truncate_to(first_unit_from(self, phy_offset))
+
+    def truncate_to(self, queue_offset: int) -> None:
+        """Forget the units at and after ``queue_offset``."""
+        lo = max(queue_offset, self.min_offset)
+        if lo >= self.max_offset:
+            return
+        self.max_offset = lo
+        if self.mem:
+            keep = max(0, lo - self.mem_base) * CQ_STORE_UNIT_SIZE
+            del self.mem[keep:]
+        if lo > self.min_offset:
+            off, size, _ = self.unit(lo - 1)
+            self.last_commitlog_offset, self.max_physic_offset = off, off + size
+        else:
+            self.last_commitlog_offset = self.max_physic_offset = -1
+
+    def put_units(self, first_queue_offset: int, units: bytes) -> None:
+        """Hold units a read-only recovery re-dispatched from the CommitLog, in memory, from
+        ``first_queue_offset`` (must equal ``max_offset``)."""
+        if first_queue_offset != self.max_offset:
+            raise ValueError(
+                f"{self.topic}/{self.queue_id}: unit {first_queue_offset} does not "
+                f"follow {self.max_offset}"
+            )
+        if not self.mem:
+            self.mem_base = first_queue_offset
+            if self.max_offset == self.min_offset == 0:
+                self.min_offset = first_queue_offset
+        self.mem += units
+        self.max_offset += len(units) // CQ_STORE_UNIT_SIZE
+        off, size, _ = UNIT.unpack_from(units, len(units) - CQ_STORE_UNIT_SIZE)
+        self.last_commitlog_offset, self.max_physic_offset = off, off + size
+
+    def flush(self) -> None:
+        """Nothing is written."""
+
+    def close(self) -> None:
+        """The database is closed by its owner (:meth:`RocksDBConsumeQueues.close`)."""

@@ -359,9 +359,8 @@ class Follower:
         since (None while it has not)."""
         s = self.store
         key = (topic, queue_id)
-        cq = s.consume_queues.get(key)
-        if cq is not None:
-            return cq
+        if key in s.consume_queues:
+            return s.file_queue(key)
         qdir = os.path.join(s.root, "consumequeue", topic, str(queue_id))
         if not os.path.isdir(qdir):
             return None
@@ -391,7 +390,7 @@ class Follower:
         s = self.store
         cl = s.commitlog
         start = cl.max_offset
-        queues = list(s.consume_queues.values())
+        queues = [cq for _key, cq in s.file_queues()]
         parts = []
         for i, cq in enumerate(queues):
             raw = cq.written_units(MAX_NEW_UNITS, self._follow_file_queue)

@@ -498,7 +498,7 @@ def _freeze_queues(
     {topic: {queueId: [min, max]}})``."""
     messages = 0
     queues: dict[str, dict[str, list[int]]] = {}
-    for (topic, qid), cq in list(store.consume_queues.items()):
+    for (topic, qid), cq in store.file_queues():
         qsegs = cq.files.dup_segments(dup)
         end = cq.max_offset * CQ_STORE_UNIT_SIZE
         messages += cq.max_offset - cq.min_offset

@@ -101,6 +101,7 @@ from ..format.message import (
     read_store_timestamp,
     unit_mismatch,
 )
+from ..format.queue import QueueReader
 from ..format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
 from ..service.storetree import check_store_tree, rocksdb_consume_queue
 from . import kernel
@@ -240,11 +241,9 @@ _MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 # Files
 
 
-def queue_units(
-    cq: ConsumeQueue | BatchConsumeQueue | None, start: int, end: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Units of queue offsets ``[start, end)`` of a store's ConsumeQueue, read through its
-    ``read_units`` (:meth:`engine.format.consumequeue.ConsumeQueue.read_units`, across its files), as
+def queue_units(cq: QueueReader | None, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """Units of queue offsets ``[start, end)`` of a store's queue (any kind), read through its
+    ``read_units`` (:meth:`engine.format.queue.QueueReader.read_units`, across its files), as
     ``(UNIT_DTYPE array, int64 queue offsets)``; blank filler kept (:func:`drop_blank_units`
     removes it). Shorter than asked when the queue holds fewer units (``cq`` None: empty);
     starting later when ``start`` is below the queue's min offset (those units expired).
@@ -381,7 +380,7 @@ class StoreFiles:
         self.commitlog = MappedFiles(cl)
         #: whether records read here have their BODYCRC checked (the decoders' ``check_crc``)
         self.check_crc = check_crc
-        self._queues: dict[tuple[str, int], ConsumeQueue | BatchConsumeQueue] = {}
+        self._queues: dict[tuple[str, int], QueueReader] = {}
         #: the store's RocksDB ConsumeQueues (engine.format.rocksdbcq) when it keeps them
         #: there (storetree.rocksdb_consume_queue, the one decision), else None
         self.rocksdb: RocksDBConsumeQueues | None = None
@@ -428,9 +427,10 @@ class StoreFiles:
             )
         return sorted(out)
 
-    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | BatchConsumeQueue:
-        """The queue's :class:`engine.format.consumequeue.ConsumeQueue`, read-only (a RocksDB
-        store's :class:`engine.format.rocksdbcq.RocksDBConsumeQueue`, a BatchCQ topic's
+    def queue(self, topic: str, queue_id: int) -> QueueReader:
+        """The queue's :class:`engine.format.queue.QueueReader`: its
+        :class:`engine.format.consumequeue.ConsumeQueue`, read-only (a RocksDB store's
+        :class:`engine.format.rocksdbcq.RocksDBConsumeQueue`, a BatchCQ topic's
         :class:`engine.format.batchcq.BatchConsumeQueue`), opened once and cached: the one
         place that tells them apart. A queue with no files is an empty one.
 
@@ -532,12 +532,10 @@ class StoreFiles:
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """``getOffsetInQueueByTime``: the first queue offset stored at or after ``timestamp``
         (epoch ms), or the max offset when every message is older
-        (:meth:`engine.format.consumequeue.ConsumeQueue.offset_by_time` between
-        :meth:`min_offset` and :meth:`max_offset`)."""
+        (:meth:`engine.format.queue.QueueReader.offset_by_time` between
+        :meth:`min_offset` and :meth:`max_offset`, whatever the queue's kind)."""
         q = self.queue(topic, queue_id)
         lo, hi = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
-        if isinstance(q, BatchConsumeQueue):
-            return min(max(q.offset_by_time(timestamp), lo), hi)
         return q.offset_by_time(timestamp, self.store_timestamp, lo, hi)
 
     # -- reading -----------------------------------------------------------------------------

@@ -283,7 +283,7 @@ class CleanService:
         if min_offset <= self.last_physical_min_offset:
             return report
         self.last_physical_min_offset = min_offset
-        for cq in list(store.consume_queues.values()):
+        for _key, cq in store.file_queues():
             report.consumequeue += self.delete_expired_consume_queue(cq, min_offset)
         index = getattr(store, "index_service", None)
         if index is not None:

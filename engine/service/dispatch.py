@@ -42,6 +42,7 @@ from ..format.message import (
 )
 
 if TYPE_CHECKING:
+    from ..format.rocksdbcq import RocksDBConsumeQueue
     from ..store import MessageStore
     from .recovery import RecoveryReport
 
@@ -239,7 +240,7 @@ def dispatch(
                     gap = True
                     if not full:
                         continue
-                if cq.max_offset == cq.min_offset and not cq.files.segments and not cq.mem:
+                if cq.max_offset == cq.min_offset and not cq.file_count and not cq.mem:
                     cq.max_offset = cq.min_offset = items[0][0]
                 else:
                     gap = True
@@ -268,7 +269,9 @@ def dispatch(
     return gap
 
 
-def verify_present(store: MessageStore, cq: ConsumeQueue, items: list[_Unit]) -> None:
+def verify_present(
+    store: MessageStore, cq: ConsumeQueue | RocksDBConsumeQueue, items: list[_Unit]
+) -> None:
     """Truncate ``cq`` at the first unit of ``items`` (``(queueOffset, CommitLog offset,
     size, tagsCode)`` in queue order) it holds differently."""
     lo_q, hi_q = cq.min_offset, cq.max_offset

@@ -168,7 +168,7 @@ def get_messages(
 
     cfg = store.config
     cl = store.commitlog
-    units_per_file = cq.files.file_size // CQ_STORE_UNIT_SIZE
+    units_per_file = cq.units_per_file
     file_end = offset - offset % units_per_file + units_per_file
     window = max(cfg.max_filter_message_size, max_msg_nums * CQ_STORE_UNIT_SIZE)
     count = min(max_offset, file_end, offset + -(-window // CQ_STORE_UNIT_SIZE)) - offset

@@ -386,7 +386,7 @@ def check_queue_tails(store: MessageStore) -> int:
                 qoff,
             )
             cq.truncate_to(qoff)
-            cq.files.repairs.append(f"unit {qoff} did not match the CommitLog")
+            cq.repairs.append(f"unit {qoff} did not match the CommitLog")
             dropped += 1
     return dropped
 
@@ -440,9 +440,7 @@ def recovery_start(store: MessageStore) -> int:
         last = max((cq.last_commitlog_offset for cq in store.consume_queues.values()), default=-1)
         # A queue whose files had to be repaired (torn or missing file) is re-dispatched
         # from its last good unit on.
-        damaged = [
-            cq.last_commitlog_offset for cq in store.consume_queues.values() if cq.files.repairs
-        ]
+        damaged = [cq.last_commitlog_offset for cq in store.consume_queues.values() if cq.repairs]
         if damaged:
             last = min(damaged)
             if last < cl.min_offset:
