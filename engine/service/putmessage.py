@@ -872,16 +872,8 @@ def _put_compiled(
         hold, uniq_keys = _batch_args(
             call, store, cols, lens, born_hosts, tnames, infos, tables, nslots, now, index
         )
+        _queue_state(store, call, tnames, slots, tables[7])
     rr_now = tables[7]
-    for i, t in enumerate(tnames):
-        rr_now[i] = rr.get(t, 0)
-    sn = call.slot_next
-    for k, key in enumerate(slots):
-        nxt = queue_offsets.get(key)
-        if nxt is None:
-            cq = store.consume_queues.get(key)
-            nxt = cq.max_offset if cq is not None else 0
-        sn[k] = nxt
     a.now = now
     cl = store.commitlog
     a.start = start = cl.max_offset
@@ -1001,11 +993,27 @@ def _batch_args(
     a.n = n
     a.uniq_len = len(uniq_keys[0])
     a.ntopics = len(tnames)
-    a.want_index = index is not None
-    a.nslots = nslots
     call.one_set = False
     call.last_tables = ()  # the next single put points the struct at its arrays again
     return hold, uniq_keys
+
+
+def _queue_state(
+    store: MessageStore, call: _PutCall, tnames: tuple[str, ...], slots: list, rr_now: Any
+) -> None:
+    """Give ``rmq_put`` each topic's round robin count and each queue's next queue offset
+    (topicQueueTable, else the ConsumeQueue's end)."""
+    rr = store.putter.round_robin
+    queue_offsets = store.putter.queue_offsets
+    for i, t in enumerate(tnames):
+        rr_now[i] = rr.get(t, 0)
+    sn = call.slot_next
+    for k, key in enumerate(slots):
+        nxt = queue_offsets.get(key)
+        if nxt is None:
+            cq = store.consume_queues.get(key)
+            nxt = cq.max_offset if cq is not None else 0
+        sn[k] = nxt
 
 
 def _one_args(
@@ -1044,14 +1052,24 @@ def _one_args(
     call.one_tc[0] = tc
     call.one_keys_at[0] = keys_at
     call.one_keys_len[0] = keys_len
+    # the queue chosen here (rmq_put's round robin, for one message), so that only its
+    # queue offset is looked up; tables[7] is what the round robin count becomes
+    rr_count = store.putter.round_robin.get(topic, 0)
     if qid is not None:
         if not 0 <= qid < nslots:
             raise PutMessageError(f"queueId {qid} is not a queue of {topic} (0..{info[0] - 1})")
     elif sharding is not None:
         qid = (zlib.crc32(sharding.encode()) & 0x7FFFFFFF) % info[0]
     else:
-        qid = -1  # round robin
+        qid = rr_count % info[0]
+        rr_count += 1
+    tables[7][0] = rr_count
     call.one_queue[0] = qid
+    nxt = store.putter.queue_offsets.get((topic, qid))
+    if nxt is None:
+        cq = store.consume_queues.get((topic, qid))
+        nxt = cq.max_offset if cq is not None else 0
+    call.slot_next[qid] = nxt  # the topic's queue q is slot q
     call.one_born[0] = born or 0
     call.one_flag[0] = flag
     call.one_body_end[0] = len(body)
@@ -1083,8 +1101,6 @@ def _one_args(
         a.n = a.ntopics = 1
         call.one_set = True
     a.uniq_len = len(uniq_keys[0])
-    a.want_index = index is not None
-    a.nslots = nslots
     return hold, uniq_keys
 
 
@@ -1315,7 +1331,11 @@ def dispatch_plain(
     ``index_step``: the compiled core's). On an
     OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
     index = store.index_service
-    others = [d for d in store.dispatchers if not dispatch.puts_hashed_keys(d)]
+    ds = store.dispatchers
+    if len(ds) == 1 and ds[0] is index:  # the usual store: the index takes the hashed keys
+        others = []
+    else:
+        others = [d for d in ds if not dispatch.puts_hashed_keys(d)]
     before = {}
     try:
         for key, first, encoded in units:
