@@ -644,7 +644,7 @@ class CommitLog:
             for off, pieces in chunks:
                 size = sum(map(len, pieces))
                 if size < _WRITEV_MIN_PIECE * len(pieces):
-                    self.files.write(off, b"".join(pieces))
+                    self.files.write(off, pieces[0] if len(pieces) == 1 else b"".join(pieces))
                     continue
                 seg = self.files.segment_for_write(off)
                 if off + size > seg.end:

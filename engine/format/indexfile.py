@@ -167,7 +167,11 @@ class _FdIO:
         return data
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
-        view = memoryview(data)
+        n = os.pwrite(self.fd, data, offset)  # all of it, but for a short write
+        if n == len(data):
+            return
+        view = memoryview(data)[n:]
+        offset += n
         while view:
             n = os.pwrite(self.fd, view, offset)
             view = view[n:]
@@ -513,7 +517,9 @@ class IndexFile:
             for first, run in _slot_runs(sorted(old), _SLOT_GAP):
                 io.write(
                     INDEX_HEADER_SIZE + first * HASH_SLOT_SIZE,
-                    struct.pack(f">{run}i", *slots[first : first + run]),
+                    SLOT.pack(slots[first])
+                    if run == 1
+                    else struct.pack(f">{run}i", *slots[first : first + run]),
                 )
                 written.append((first, run))
             io.write(0, HEADER.pack(begin_ts, ts, begin_phy, phy, slot_count, c))

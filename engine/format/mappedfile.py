@@ -582,12 +582,7 @@ class FileQueue(MappedFiles):
         seg = self.segment_for_write(offset)
         if offset + len(data) > seg.end:
             raise ValueError("write crosses a file boundary")
-        pos = offset - seg.start
-        view = memoryview(data)
-        while view:
-            n = os.pwrite(seg.fd, view, pos)
-            view = view[n:]
-            pos += n
+        pwrite_all(seg.fd, data, offset - seg.start)
 
     def zero_range(self, offset: int, end: int) -> None:
         """Make ``[offset, end)`` of one file read as zeros and free its blocks.
@@ -653,6 +648,20 @@ class FileQueue(MappedFiles):
                     pass
             self.segments = []
         super().close()
+
+
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+    """Write all of ``data`` (bytes-like of single bytes) at ``pos`` of ``fd``: one ``pwrite``,
+    more only after a short write. Raises OSError (ENOSPC)."""
+    n = os.pwrite(fd, data, pos)
+    if n == len(data):
+        return
+    view = memoryview(data)[n:]
+    pos += n
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view = view[n:]
+        pos += n
 
 
 def _reads_as_zeros(fd: int, start: int, end: int, budget: int = 4 << 20) -> bool:

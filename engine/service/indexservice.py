@@ -326,11 +326,20 @@ class IndexService:
         new files as they fill. Raises OSError.
         """
         with self._mutex:
-            self._put_entries(entries, step)
+            files = self.files
+            i = 0
+            if files:  # the usual case, without a layer more: all go to the last file
+                last = files[-1]
+                if last.index_count < last.index_num and not last.read_only:
+                    i = last.put_hashed(entries, 0, step)
+                    if 3 * i == len(entries):
+                        return
+            self._put_entries(entries, step, i)
 
-    def _put_entries(self, entries: Sequence[int], step: IndexStep | None = None) -> None:
+    def _put_entries(
+        self, entries: Sequence[int], step: IndexStep | None = None, i: int = 0
+    ) -> None:
         total = len(entries) // 3
-        i = 0
         while i < total:
             f = self._writable_last()
             j = f.put_hashed(entries, i, step)

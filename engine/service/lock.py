@@ -40,6 +40,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+import time
 
 from ..errors import StoreLockedError
 
@@ -47,6 +48,10 @@ from ..errors import StoreLockedError
 LOCK_FILE = "lock"
 #: What the broker writes into it.
 LOCK_CONTENT = b"lock"
+#: Seconds a successful :meth:`StoreLock.check` stands for (the writes within it ask no
+#: syscall): a broker's JVM takes far longer than this to start, load the store and append, so a
+#: rename of ``lock`` is still seen before anyone else can write through a new one.
+CHECK_INTERVAL_S = 0.005
 # struct flock on Linux x86-64/aarch64: short l_type, short l_whence, off_t l_start, off_t l_len,
 # pid_t l_pid (+ padding). OFD requests must pass l_pid 0.
 _FLOCK = struct.Struct("hhqqi4x")
@@ -74,13 +79,21 @@ class StoreLock:
         self.root, self.fd, self.dir_fd = root, fd, dir_fd
         st = os.fstat(fd)
         self.ident = (st.st_dev, st.st_ino)
+        self.path = os.path.join(root, LOCK_FILE)
+        self._good_until = 0.0  # time.monotonic() until which the last good check stands
 
     def check(self) -> None:
         """Raise StoreLockedError when ``root/lock`` is no longer the file this lock holds
         (renamed, removed or replaced since): a broker started meanwhile would have locked
-        the new file and be appending to the same CommitLog. One ``lstat``; writers call it
-        before each append (``engine.service.putmessage``) and config write."""
-        path = os.path.join(self.root, LOCK_FILE)
+        the new file and be appending to the same CommitLog. Writers call it before each
+        append (``engine.service.putmessage``) and config write. One ``lstat`` at most every
+        :data:`CHECK_INTERVAL_S` (a check that found the file as locked stands that long; a
+        refusal is never remembered, so once refused every call looks again), so a put costs
+        no syscall for it; a rename is seen by the writes that begin
+        :data:`CHECK_INTERVAL_S` after it at the latest."""
+        if time.monotonic() < self._good_until:
+            return
+        path = self.path
         try:
             st = os.lstat(path)
             now: tuple[int, int] | None = (st.st_dev, st.st_ino)
@@ -93,6 +106,7 @@ class StoreLock:
                 "writer (a broker) may hold the store now; refusing to write. Stop every "
                 "writer, put the lock file back, and check the store (rmqfs verify)"
             )
+        self._good_until = time.monotonic() + CHECK_INTERVAL_S
 
     def release(self) -> None:
         """Give up both locks (closes the descriptors)."""

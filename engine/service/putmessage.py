@@ -617,31 +617,53 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
     ):
         return None
     n = len(messages)
-    if list(map(_OTHER_GET, messages)).count(_OTHER_DEFAULTS) != n:
-        return None
-    cols = list(zip(*map(_PLAIN_GET, messages)))
-    if any(cols[9]) or any(cols[10]):  # properties, sysFlag
-        return None
-    lens = array("q", map(len, cols[1]))
-    if max(lens) > cfgs.max_message_size:
-        return None  # the general path says why
-    bh_c = cols[7]
-    if bh_c.count(None) == n:
-        born_hosts = None
-    else:
-        try:
-            born_hosts = b"".join(map(_born_host_bytes, bh_c))
-        except ValueError:  # an IPv6 born host
+    if n == 1:  # the least per-call cost: no columns, one topic
+        m = messages[0]
+        row = _PLAIN_GET(m)
+        if _OTHER_GET(m) != _OTHER_DEFAULTS or row[9] or row[10]:  # properties, sysFlag
             return None
-    tnames = (cols[0][0],) if n == 1 else tuple(dict.fromkeys(cols[0]))
-    infos = tuple(map(plain_topic, itertools.repeat(store), tnames))
-    if None in infos or min(i[0] for i in infos) <= 0:  # type: ignore[index]
-        return None  # no write queue: the general path says so
+        cols = [(v,) for v in row]
+        size = len(row[1])
+        if size > cfgs.max_message_size:
+            return None  # the general path says why
+        lens = array("q", (size,))
+        bh = row[7]
+        born_hosts = None
+        if bh is not None:
+            if len(bh[0]) != 4:
+                return None  # an IPv6 born host
+            born_hosts = HOST_V4.pack(*bh)
+        tnames: tuple[str, ...] = (row[0],)
+        info = plain_topic(store, row[0])
+        if info is None or info[0] <= 0:
+            return None  # no write queue: the general path says so
+        infos: tuple = (info,)
+    else:
+        if list(map(_OTHER_GET, messages)).count(_OTHER_DEFAULTS) != n:
+            return None
+        cols = list(zip(*map(_PLAIN_GET, messages)))
+        if any(cols[9]) or any(cols[10]):  # properties, sysFlag
+            return None
+        lens = array("q", map(len, cols[1]))
+        if max(lens) > cfgs.max_message_size:
+            return None  # the general path says why
+        bh_c = cols[7]
+        if bh_c.count(None) == n:
+            born_hosts = None
+        else:
+            try:
+                born_hosts = b"".join(map(_born_host_bytes, bh_c))
+            except ValueError:  # an IPv6 born host
+                return None
+        tnames = tuple(dict.fromkeys(cols[0]))
+        infos = tuple(map(plain_topic, itertools.repeat(store), tnames))
+        if None in infos or min(i[0] for i in infos) <= 0:
+            return None  # no write queue: the general path says so
     now = int(time.time() * 1000)
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
-        out = _put_compiled(store, kernel, messages, cols, lens, born_hosts, tnames, infos, now)  # type: ignore[arg-type]
+        out = _put_compiled(store, kernel, messages, cols, lens, born_hosts, tnames, infos, now)
     if store.sync_flush:  # GroupCommitService: one fdatasync for this batch and its peers'
         last = out[-1]
         store.flusher.wait_flushed(last.commitlog_offset + last.size, out)
@@ -685,6 +707,18 @@ class _PutCall:
         # the pointers of the struct set by the last call (kept alive here): set again only
         # when one changes
         self.last: tuple = ()
+        # a single put's values (_one_args): one-element arrays the struct keeps pointing at
+        self.one_end = ffi.new("int32_t[1]")
+        self.one_tc = ffi.new("int64_t[1]")
+        self.one_keys_at = ffi.new("int32_t[1]")
+        self.one_keys_len = ffi.new("int32_t[1]")
+        self.one_queue = ffi.new("int32_t[1]")
+        self.one_born = ffi.new("int64_t[1]")
+        self.one_flag = ffi.new("int32_t[1]")
+        self.one_body_end = ffi.new("int64_t[1]")
+        self.one_set = False  # body_end, body_at, n and ntopics are a single put's
+        self.last_bh: Any = None  # the born host and topic tables of the last single put
+        self.last_tables: tuple = ()
 
     def set_store(self, store: MessageStore) -> None:
         """The store's values that may change between puts (a config reload)."""
@@ -699,8 +733,9 @@ class _PutCall:
             self.store_values = values
 
     def set_varying(self, varying: tuple) -> None:
-        """Point the struct at this batch's per-message and per-topic tables, when they are
-        not the ones of the last call (a batch like the last one sets nothing)."""
+        """Point the struct at this batch's per-message and per-topic tables (all but
+        ``heads``, which the caller sets), when they are not the ones of the last call (a
+        batch like the last one sets nothing)."""
         last = self.last
         if len(last) == len(varying) and not any(map(operator.is_not, varying, last)):
             return
@@ -712,7 +747,6 @@ class _PutCall:
             a.born,
             a.born_host,
             a.flag,
-            a.heads,
             a.head_end,
             a.head_tags_code,
             a.head_keys_at,
@@ -816,7 +850,7 @@ def _put_compiled(
 ) -> list[PutResult]:
     """:func:`put_plain` under the put lock: the batch's columns to ``rmq_put``, its output
     to the files, its results."""
-    topic_c, bodies, tags_c, keys_c, qid_c, shard_c, born_c, _, flag_c = cols[:9]
+    topic_c, tags_c, keys_c = cols[0], cols[2], cols[3]
     n = len(messages)
     putter = store.putter
     call = putter.call
@@ -830,58 +864,16 @@ def _put_compiled(
     slots, tables = call.topic_tables(tnames, infos)
     nslots = len(slots)
     index = store.index_service
-    heads = _head_parts(tags_c, keys_c, shard_c)
-    call.arrays(n, nslots, n * (1 + heads[3]) if index else 0, sum(lens) + 512 * n)
-    head_of, head_tables = _head_args(call, putter.tags_cache, *heads[:3])
-    fb = ffi.from_buffer
     # The struct does not own what its pointers point at: ``hold`` keeps this call's buffers
     # alive until rmq_put has returned; the cached ones live in ``call``.
-    hold: list = []
-    topic_of, queue_of = _queue_args(call, tnames, infos, topic_c, qid_c, shard_c)
-    born: Any = ffi.NULL
-    if born_c.count(0) + born_c.count(None) == n:
-        uniq_keys = store.uniq_keys.next_keys(n, now)
-    else:  # ids follow each born time
-        born = fb("int64_t[]", array("q", [b or 0 for b in born_c]))
-        uniq_next = store.uniq_keys.next
-        uniq_keys = [uniq_next(b or now) for b in born_c]
-    rr_now = tables[7]
-    for i, t in enumerate(tnames):
-        rr_now[i] = rr.get(t, 0)
-    sn = call.slot_next
-    for k, key in enumerate(slots):
-        nxt = queue_offsets.get(key)
-        if nxt is None:
-            cq = store.consume_queues.get(key)
-            nxt = cq.max_offset if cq is not None else 0
-        sn[k] = nxt
-    varying = (
-        topic_of,
-        head_of,
-        queue_of,
-        born,
-        ffi.NULL if born_hosts is None else fb("uint8_t[]", born_hosts),
-        ffi.NULL if not any(flag_c) else fb("int32_t[]", array("i", flag_c)),
-        *head_tables,
-        *tables,
-    )
-    call.set_varying(varying)
     if n == 1:
-        hold += (fb("uint8_t[]", bodies[0]), fb("int64_t[]", lens), ffi.NULL)
-        uniq = fb("uint8_t[]", uniq_keys[0].encode())
+        hold, uniq_keys = _one_args(call, store, cols, born_hosts, tables, infos[0], now, index)
     else:
-        body_end = fb("int64_t[]", array("q", itertools.accumulate(lens)))
-        if body_end[n - 1] < _JOIN_BODIES_UNDER * n:  # small bodies: one copy is cheaper
-            hold += (fb("uint8_t[]", b"".join(bodies)), body_end, ffi.NULL)
-        else:  # large ones: a pointer to each, no copy
-            views = [fb("uint8_t[]", b) for b in bodies]
-            hold += (ffi.NULL, body_end, ffi.new("uint8_t *[]", views), views)
-        uniq = fb("uint8_t[]", "".join(uniq_keys).encode())
-    a.bodies, a.body_end, a.body_at = hold[:3]
-    a.uniq = uniq
-    a.n = n
-    a.uniq_len = len(uniq_keys[0])
-    a.ntopics = ntopics
+        hold, uniq_keys = _batch_args(
+            call, store, cols, lens, born_hosts, tnames, infos, tables, nslots, now, index
+        )
+        _queue_state(store, call, tnames, slots, tables[7])
+    rr_now = tables[7]
     a.now = now
     cl = store.commitlog
     a.start = start = cl.max_offset
@@ -891,14 +883,17 @@ def _put_compiled(
     if rc == 2:  # short of room (cannot happen with the sizes above): nothing changed
         call.arrays(n, nslots, a.nidx, a.need)
         rc = lib.rmq_put(a)
-    del hold, uniq
+    del hold
     if rc != 0:
         _refused(lib, a, rc, cl.file_size)
     data = memoryview(ffi.buffer(call.out, a.need))  # slices of it are not copies
-    c3 = ffi.unpack(call.chunks, 3 * a.nchunks)
-    cl.append_chunks(
-        [(c3[k], [data[c3[k + 1] : c3[k + 2]]]) for k in range(0, len(c3), 3)], a.end, now
-    )
+    if a.nchunks == 1:  # one segment (a chunk starts at 0 of out)
+        cl.append_chunks([(call.chunks[0], [data])], a.end, now)
+    else:
+        c3 = ffi.unpack(call.chunks, 3 * a.nchunks)
+        cl.append_chunks(
+            [(c3[k], [data[c3[k + 1] : c3[k + 2]]]) for k in range(0, len(c3), 3)], a.end, now
+        )
     used, units, sn_after = _queue_units_out(call, slots, n)
     out = _results(call, topic_c, uniq_keys, now)
     entries = array("q")
@@ -939,6 +934,174 @@ def _put_compiled(
     else:
         rr.update(zip(tnames, ffi.unpack(rr_now, ntopics)))
     return out
+
+
+def _batch_args(
+    call: _PutCall,
+    store: MessageStore,
+    cols: list[tuple],
+    lens: array,
+    born_hosts: bytes | None,
+    tnames: tuple[str, ...],
+    infos: tuple[PlainTopic, ...],
+    tables: tuple,
+    nslots: int,
+    now: int,
+    index: Any,
+) -> tuple[list, list[str]]:
+    """Set ``rmq_put``'s per-batch arguments for a batch of several messages: ``(the buffers
+    to keep alive until it returns, the UNIQ_KEYs)``."""
+    topic_c, bodies, tags_c, keys_c, qid_c, shard_c, born_c, _, flag_c = cols[:9]
+    n = len(topic_c)
+    ffi, a = call.ffi, call.args
+    heads = _head_parts(tags_c, keys_c, shard_c)
+    call.arrays(n, nslots, n * (1 + heads[3]) if index else 0, sum(lens) + 512 * n)
+    head_of, head_tables = _head_args(call, store.putter.tags_cache, *heads[:3])
+    fb = ffi.from_buffer
+    topic_of, queue_of = _queue_args(call, tnames, infos, topic_c, qid_c, shard_c)
+    born: Any = ffi.NULL
+    if born_c.count(0) + born_c.count(None) == n:
+        uniq_keys = store.uniq_keys.next_keys(n, now)
+    else:  # ids follow each born time
+        born = fb("int64_t[]", array("q", [b or 0 for b in born_c]))
+        uniq_next = store.uniq_keys.next
+        uniq_keys = [uniq_next(b or now) for b in born_c]
+    hold: list = [head_tables[0]]
+    a.heads = head_tables[0]
+    call.set_varying(
+        (
+            topic_of,
+            head_of,
+            queue_of,
+            born,
+            ffi.NULL if born_hosts is None else fb("uint8_t[]", born_hosts),
+            ffi.NULL if not any(flag_c) else fb("int32_t[]", array("i", flag_c)),
+            *head_tables[1:],
+            *tables,
+        )
+    )
+    body_end = fb("int64_t[]", array("q", itertools.accumulate(lens)))
+    if body_end[n - 1] < _JOIN_BODIES_UNDER * n:  # small bodies: one copy is cheaper
+        hold += (fb("uint8_t[]", b"".join(bodies)), body_end, ffi.NULL)
+    else:  # large ones: a pointer to each, no copy
+        views = [fb("uint8_t[]", b) for b in bodies]
+        hold += (ffi.NULL, body_end, ffi.new("uint8_t *[]", views), views)
+    a.bodies, a.body_end, a.body_at = hold[1:4]
+    uniq = fb("uint8_t[]", "".join(uniq_keys).encode())
+    hold.append(uniq)
+    a.uniq = uniq
+    a.n = n
+    a.uniq_len = len(uniq_keys[0])
+    a.ntopics = len(tnames)
+    call.one_set = False
+    call.last_tables = ()  # the next single put points the struct at its arrays again
+    return hold, uniq_keys
+
+
+def _queue_state(
+    store: MessageStore, call: _PutCall, tnames: tuple[str, ...], slots: list, rr_now: Any
+) -> None:
+    """Give ``rmq_put`` each topic's round robin count and each queue's next queue offset
+    (topicQueueTable, else the ConsumeQueue's end)."""
+    rr = store.putter.round_robin
+    queue_offsets = store.putter.queue_offsets
+    for i, t in enumerate(tnames):
+        rr_now[i] = rr.get(t, 0)
+    sn = call.slot_next
+    for k, key in enumerate(slots):
+        nxt = queue_offsets.get(key)
+        if nxt is None:
+            cq = store.consume_queues.get(key)
+            nxt = cq.max_offset if cq is not None else 0
+        sn[k] = nxt
+
+
+def _one_args(
+    call: _PutCall,
+    store: MessageStore,
+    cols: list[tuple],
+    born_host: bytes | None,
+    tables: tuple,
+    info: PlainTopic,
+    now: int,
+    index: Any,
+) -> tuple[list, list[str]]:
+    """:func:`_batch_args` for one message, the least per-call cost: its head built
+    directly (no tables), its values in the one-element arrays ``call`` keeps, so the
+    struct's pointers stay those of the last single put and only the values move."""
+    (topic,), (body,), (tags,), (keys,), (qid,), (sharding,), (born,), _, (flag,) = cols[:9]
+    ffi, a = call.ffi, call.args
+    head = b""
+    tc = 0
+    if tags:
+        tags_cache = store.putter.tags_cache
+        head, tc = tags_cache.get(tags) or _tags_item(tags_cache, tags)
+    nidx = 1
+    keys_at = keys_len = 0
+    if keys:  # the general path's KEYS: any keys given, even [""] (an empty value)
+        k = (keys if keys.__class__ is str else " ".join(keys)).encode()
+        head += _KEYS_PREFIX
+        keys_at, keys_len = len(head), len(k)
+        head += k + PROPERTY_END
+        nidx += k.count(_KEY_SEP) + 1
+    if sharding is not None:
+        head += _SHARDING_PREFIX + sharding.encode() + PROPERTY_END
+    nslots = info[1]
+    call.arrays(1, nslots, nidx if index is not None else 0, len(body) + 512)
+    call.one_end[0] = len(head)
+    call.one_tc[0] = tc
+    call.one_keys_at[0] = keys_at
+    call.one_keys_len[0] = keys_len
+    # the queue chosen here (rmq_put's round robin, for one message), so that only its
+    # queue offset is looked up; tables[7] is what the round robin count becomes
+    rr_count = store.putter.round_robin.get(topic, 0)
+    if qid is not None:
+        if not 0 <= qid < nslots:
+            raise PutMessageError(f"queueId {qid} is not a queue of {topic} (0..{info[0] - 1})")
+    elif sharding is not None:
+        qid = (zlib.crc32(sharding.encode()) & 0x7FFFFFFF) % info[0]
+    else:
+        qid = rr_count % info[0]
+        rr_count += 1
+    tables[7][0] = rr_count
+    call.one_queue[0] = qid
+    nxt = store.putter.queue_offsets.get((topic, qid))
+    if nxt is None:
+        cq = store.consume_queues.get((topic, qid))
+        nxt = cq.max_offset if cq is not None else 0
+    call.slot_next[qid] = nxt  # the topic's queue q is slot q
+    call.one_born[0] = born or 0
+    call.one_flag[0] = flag
+    call.one_body_end[0] = len(body)
+    bh = ffi.NULL if born_host is None else ffi.from_buffer("uint8_t[]", born_host)
+    uniq_keys = [store.uniq_keys.next_one(born or now)]
+    uniq = ffi.from_buffer("uint8_t[]", uniq_keys[0].encode())
+    hold = [ffi.from_buffer("uint8_t[]", head), ffi.from_buffer("uint8_t[]", body), uniq, bh]
+    a.heads, a.bodies, a.uniq = hold[:3]
+    if born_host is not None or call.last_bh is not ffi.NULL or call.last_tables is not tables:
+        call.set_varying(
+            (
+                call.zeros,
+                call.zeros,
+                call.one_queue,
+                call.one_born,
+                bh,
+                call.one_flag,
+                call.one_end,
+                call.one_tc,
+                call.one_keys_at,
+                call.one_keys_len,
+                *tables,
+            )
+        )
+        call.last_bh = bh
+        call.last_tables = tables
+    if not call.one_set:  # what every single put sets the same
+        a.body_end, a.body_at = call.one_body_end, ffi.NULL
+        a.n = a.ntopics = 1
+        call.one_set = True
+    a.uniq_len = len(uniq_keys[0])
+    return hold, uniq_keys
 
 
 def _head_parts(tags_c: tuple, keys_c: tuple, shard_c: tuple) -> tuple[Iterable, list, list, int]:
@@ -1114,11 +1277,7 @@ def _heads(
     for tags, keys, sharding in parts:
         begin = len(heads)
         if tags:
-            head_tc = tags_cache.get(tags)
-            if head_tc is None:
-                head_tc = (_TAGS_ITEM + tags.encode() + PROPERTY_END, tags_code(tags))
-                if len(tags_cache) < 4096:
-                    tags_cache[tags] = head_tc
+            head_tc = tags_cache.get(tags) or _tags_item(tags_cache, tags)
             heads += head_tc[0]
             tcodes.append(head_tc[1])
         else:
@@ -1136,6 +1295,14 @@ def _heads(
             heads += _SHARDING_PREFIX + sharding.encode() + PROPERTY_END
         head_end.append(len(heads))
     return bytes(heads), head_end, tcodes, keys_at, keys_len
+
+
+def _tags_item(tags_cache: dict[str, tuple[bytes, int]], tags: str) -> tuple[bytes, int]:
+    """The TAGS property item of ``tags`` and its tagsCode, kept in ``tags_cache``."""
+    head_tc = (_TAGS_ITEM + tags.encode() + PROPERTY_END, tags_code(tags))
+    if len(tags_cache) < 4096:
+        tags_cache[tags] = head_tc
+    return head_tc
 
 
 #: index entries from which the compiled IndexFile step beats Python's (measured: one put of
@@ -1164,7 +1331,11 @@ def dispatch_plain(
     ``index_step``: the compiled core's). On an
     OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
     index = store.index_service
-    others = [d for d in store.dispatchers if not dispatch.puts_hashed_keys(d)]
+    ds = store.dispatchers
+    if len(ds) == 1 and ds[0] is index:  # the usual store: the index takes the hashed keys
+        others = []
+    else:
+        others = [d for d in ds if not dispatch.puts_hashed_keys(d)]
     before = {}
     try:
         for key, first, encoded in units:

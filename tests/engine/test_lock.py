@@ -3,12 +3,14 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import SRC_PATH
 from rmqfs.engine.errors import StoreLockedError
+from rmqfs.engine.service import lock as lock_mod
 from rmqfs.engine.service.lock import LOCK_FILE, lock_holder, release_store_lock, take_store_lock
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.engine.tools.verify import recover_store
@@ -239,6 +241,43 @@ def test_a_renamed_lock_file_does_not_let_a_second_writer_in(tmp_path):
     finally:
         store.close()
     assert try_lock_elsewhere(tmp_path) == "locked"
+
+
+def test_the_lock_check_costs_no_syscall_per_put_and_still_sees_a_rename(tmp_path, monkeypatch):
+    """Puts in a row look at the lock file at most once per CHECK_INTERVAL_S (no lstat per
+    put); a rename is still refused by the first put after the interval, and a refusal is not
+    remembered (the file put back, writes go on at once)."""
+    calls = []
+    real_lstat = os.lstat
+
+    def counting_lstat(path, *args, **kwargs):
+        if str(path).endswith(os.sep + LOCK_FILE):
+            calls.append(path)
+        return real_lstat(path, *args, **kwargs)
+
+    store = MessageStore(str(tmp_path))
+    try:
+        store.create_topic("T")
+        monkeypatch.setattr(lock_mod, "CHECK_INTERVAL_S", 60.0)
+        store._lock._good_until = 0.0
+        store.put_messages([Message("T", b"first")])  # looks, and that stands 60 s
+        monkeypatch.setattr(lock_mod.os, "lstat", counting_lstat)
+        for i in range(50):
+            store.put_messages([Message("T", b"%d" % i)])
+        assert calls == []
+        monkeypatch.setattr(lock_mod, "CHECK_INTERVAL_S", 0.001)
+        store._lock._good_until = 0.0  # the 60 s window ends
+        store.put_messages([Message("T", b"looks again")])
+        assert len(calls) == 1
+        os.rename(tmp_path / LOCK_FILE, tmp_path / "lock.moved")
+        time.sleep(0.01)
+        with pytest.raises(StoreLockedError, match="was removed"):
+            store.put_messages([Message("T", b"after the rename")])
+        os.rename(tmp_path / "lock.moved", tmp_path / LOCK_FILE)
+        store.put_messages([Message("T", b"after")])
+        assert sum(store.max_offset("T", q) for q in range(4)) == 53
+    finally:
+        store.close()
 
 
 def test_a_store_moved_whole_keeps_its_lock(tmp_path):

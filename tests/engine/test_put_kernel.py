@@ -143,6 +143,28 @@ def test_compiled_put_writes_the_python_encoders_bytes(batches):
         _read_back(os.path.join(tmp, "c"), [m for b in batches for m in b], fast)
 
 
+#: mostly single puts (their own argument setup, _one_args), with batches between them
+singles = st.lists(
+    st.one_of(
+        st.lists(messages, min_size=1, max_size=1),
+        st.lists(messages, min_size=1, max_size=1),
+        st.lists(messages, min_size=2, max_size=4),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(
+    max_examples=int(os.environ.get("RMQFS_PUT_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(singles)
+def test_single_puts_write_the_python_encoders_bytes(batches):
+    test_compiled_put_writes_the_python_encoders_bytes.hypothesis.inner_test(batches)
+
+
 def _read_back(root: str, msgs: list[Message], results: list) -> None:
     """The independent reader finds every message where its PutResult says, with its
     fields, its ConsumeQueue unit and its index entries."""
@@ -250,6 +272,12 @@ def test_next_keys_are_next_manys_ids():
         a.counter = b.counter = counter
         for n in (1, 5, 300):
             assert a.next_keys(n, T0) == b.next_many(n, T0)[0]
+            assert a.counter == b.counter
+    # a single put's id (next_one), a time part new to the generator or the one it holds
+    for counter in (0, 65535):
+        a.counter = b.counter = counter
+        for now in (T0, T0, T0 + 7, T0 + 7 + 86_400_000 * 40, T0):
+            assert a.next_one(now) == b.next_many(1, now)[0][0]
             assert a.counter == b.counter
 
 
