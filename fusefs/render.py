@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # annotations only: workers import these where they render
 
 #: What :func:`render_view_chunk` returns: ``(length in bytes, data or None, lines, newest ms)``
 ChunkResult = tuple[int, bytes | None, int, int]
+#: Where :func:`render_view_chunk` puts a chunk's lines: ``(cache file, room)``,
+#: :data:`SIZE_ONLY` or None (returned)
+ChunkOut = tuple[str, int] | str | None
 
 # -- the fast path -----------------------------------------------------------------------------
 # Rendering is the cost of a first read of a decoded view, so the line is assembled from an
@@ -278,7 +281,7 @@ def render_view_chunk(
     units: np.ndarray,
     queue_offsets: np.ndarray,
     kind: str,
-    out: tuple[str, int] | str | None = None,
+    out: ChunkOut = None,
 ) -> ChunkResult:
     """Render one chunk of a ``messages.jsonl`` / ``bodies.txt`` view in a worker process
     (``fusefs.views`` cuts a view into chunks of units, sizes each once and renders a chunk

@@ -648,16 +648,7 @@ class View:
                 k = damage_index(units, exc)
                 if k:  # the lines before the damaged record end the view
                     ids_k = ids if isinstance(ids, int) else ids[:k]
-                    fut = parts.submit_task(
-                        R.render_view_chunk,
-                        parts.commitlog_dir,
-                        self.topic,
-                        ids_k,
-                        units[:k],
-                        qoffs[:k],
-                        self.kind,
-                        R.SIZE_ONLY,
-                    )
+                    fut = self.render(ids_k, units[:k], qoffs[:k], R.SIZE_ONLY)
                     length, _data, lines, newest = fut.result()
                     qs = [ids_k] * k if isinstance(ids_k, int) else ids_k.tolist()
                     ends_k = {q: off + 1 for q, off in zip(qs, qoffs[:k].tolist())}
@@ -679,6 +670,17 @@ class View:
         finally:
             for job in ahead:  # an error: the chunks after it are not wanted
                 store.abandon(job[1], job[6])
+
+    def render(
+        self, ids: int | np.ndarray, units: np.ndarray, qoffs: np.ndarray, out: R.ChunkOut
+    ) -> Future[R.ChunkResult]:
+        """Render units of this view in a render worker (``render.render_view_chunk``, the
+        one call of the workers for the view's chunks): ``out`` says where the lines go (a
+        file of the cache, nowhere, or back)."""
+        parts = self.cache.parts
+        return parts.submit_task(
+            R.render_view_chunk, parts.commitlog_dir, self.topic, ids, units, qoffs, self.kind, out
+        )
 
     def chunk_units(self, ix: ChunkIndex, i: int) -> ChunkUnits:
         """``(queue_ids, units, queue offsets)`` of chunk ``i`` of ``ix`` (the view's index, or
@@ -959,16 +961,7 @@ class ChunkCache:
                     self.budget.give(room, others)
                     return (job[0] if job else None), job is None
                 path = self._new_path()
-                fut = self.parts.submit_task(
-                    R.render_view_chunk,
-                    self.parts.commitlog_dir,
-                    view.topic,
-                    ids,
-                    units,
-                    qoffs,
-                    view.kind,
-                    (path, room),
-                )
+                fut = view.render(ids, units, qoffs, (path, room))
                 self.rendering[rkey] = (fut, room, others, path)
         except BaseException:
             self.budget.give(room, others)
@@ -1008,9 +1001,7 @@ class ChunkCache:
         if kept:
             return None
         if fut is None:  # no room even after evicting: rendered into memory for this read
-            ids, units, qoffs = view.chunk_units(ix, i)
-            args = (self.parts.commitlog_dir, view.topic, ids, units, qoffs, view.kind, None)
-            return self.parts.submit_task(R.render_view_chunk, *args).result()[1]
+            return view.render(*view.chunk_units(ix, i), None).result()[1]
         data = fut.result()[1]
         self._landed(view, (view.vid, i, ix.byte_at[i + 1]), fut)  # before its callback
         return data
@@ -1049,16 +1040,7 @@ class ChunkCache:
         others = self.budget.is_other()
         keep = (room, self._new_path()) if self.budget.try_take(room, others) else None
         try:
-            fut = self.parts.submit_task(
-                R.render_view_chunk,
-                self.parts.commitlog_dir,
-                view.topic,
-                ids,
-                units,
-                qoffs,
-                view.kind,
-                (keep[1], room) if keep else R.SIZE_ONLY,
-            )
+            fut = view.render(ids, units, qoffs, (keep[1], room) if keep else R.SIZE_ONLY)
         except BaseException:
             if keep:
                 self.budget.give(room, others)
@@ -1090,8 +1072,7 @@ class ChunkCache:
                         os.unlink(keep[1])
                     self.budget.give(keep[0], others)
                     keep = None
-                args = (self.parts.commitlog_dir, view.topic, *chunk, view.kind, R.SIZE_ONLY)
-                result = self.parts.submit_task(R.render_view_chunk, *args).result()
+                result = view.render(*chunk, R.SIZE_ONLY).result()
             if keep and result[1] is None:
                 with self.lock:
                     end = ix.size + result[0]

@@ -12,19 +12,8 @@ import subprocess
 import threading
 import time
 
-from conftest import LOGHUB_LOGS, fuse, run_rmqfs
+from conftest import LOGHUB_LOGS, du, fuse, run_rmqfs
 from rmqfs.engine.store import Message, MessageStore
-
-
-def _du(path) -> int:
-    total = 0
-    for d, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(d, f)).st_blocks * 512
-            except FileNotFoundError:
-                pass
-    return total
 
 
 @fuse
@@ -63,7 +52,7 @@ def test_a_view_twenty_times_the_cache_reads_by_range(tmp_path):
 
     def sample() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _du(cache))
+            peak[0] = max(peak[0], du(cache))
             time.sleep(0.01)
 
     t = threading.Thread(target=sample, daemon=True)

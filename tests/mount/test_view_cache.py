@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import Mount, fuse, run_rmqfs
+from conftest import Mount, du, fuse, run_rmqfs
 from rmqfs.engine.store import Message, MessageStore
 
 CACHE = 3 << 20
@@ -37,17 +37,6 @@ class CacheMount(Mount):
         )
         assert os.path.ismount(self.mnt)
         return self
-
-
-def _du(path) -> int:
-    total = 0
-    for d, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(d, f)).st_blocks * 512
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def _read_parts(view) -> dict:
@@ -84,7 +73,7 @@ def test_cache_stays_under_cache_size_and_parts_are_stable(tmp_path):
 
     def sample():
         while not stop.is_set():
-            peak[0] = max(peak[0], _du(cache))
+            peak[0] = max(peak[0], du(cache))
             time.sleep(0.01)
 
     t = threading.Thread(target=sample)
@@ -295,13 +284,13 @@ class _Peak:
 
     def run(self):
         while not self.stop.is_set():
-            self.peak = max(self.peak, _du(self.path))
+            self.peak = max(self.peak, du(self.path))
             time.sleep(0.01)
 
     def done(self) -> int:
         self.stop.set()
         self.thread.join()
-        self.peak = max(self.peak, _du(self.path))
+        self.peak = max(self.peak, du(self.path))
         return self.peak
 
 
