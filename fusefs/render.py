@@ -256,15 +256,14 @@ def chunk_room(kind: str, units: np.ndarray) -> int:
     :func:`render_view_chunk`): what such lines usually take (a ``messages.jsonl`` line is
     the record's bytes, a few escapes, property values twice and about 400 bytes of names and
     numbers); a chunk that turns out longer is returned whole instead of written."""
-    stored = int(units["size"].astype("int64").sum())
-    if kind == "bodies":
-        return stored + len(units)
-    return 2 * stored + 512 * len(units)
+    return int(unit_rooms(kind, units).sum())
 
 
 def unit_rooms(kind: str, units: np.ndarray) -> np.ndarray:
-    """:func:`chunk_room` of each unit of ``units`` alone (int64 array): what the views'
-    chunking (``fusefs.views``) adds up to cut a view into chunks of a bounded room."""
+    """The room of each unit of ``units`` alone (int64 array; the one formula: a body and its
+    newline for ``bodies.txt``, twice the record and 512 bytes for a ``messages.jsonl`` line):
+    what the views' chunking (``fusefs.views``) adds up to cut a view into chunks of a
+    bounded room, and :func:`chunk_room` sums."""
     size = units["size"].astype("int64")
     return size + 1 if kind == "bodies" else 2 * size + 512
 
