@@ -14,10 +14,14 @@ import errno
 class StoreError(Exception):
     """Base class of every error raised by :mod:`engine`.
 
-    ``errno`` is the POSIX error number the filesystem layer should report for it.
+    ``errno`` is the POSIX error number the filesystem layer should report for it;
+    ``transient`` says the same read may work when asked again (a request to object storage
+    that failed or timed out), so a reader reports it and keeps nothing of it (never noted as
+    damage, never the end of a view).
     """
 
     errno = errno.EIO
+    transient = False
 
 
 class CorruptRecordError(StoreError):
@@ -153,10 +157,13 @@ class ManifestError(SnapshotError, ValueError):
 
 
 class ObjectStoreError(StoreError):
-    """A snapshot cannot be moved to or from a storage location (``rmqfs snapshot-upload``,
-    ``snapshot-download``, ``snapshot-verify URI``): the server is unreachable or refused,
-    the location holds no manifest, or a file arrived damaged. The message names the file and
-    the location."""
+    """A snapshot cannot be moved to or read from a storage location (``rmqfs
+    snapshot-upload``, ``snapshot-download``, ``snapshot-verify URI``, a mount of it): the
+    server is unreachable, refused or did not answer in time, the location holds no manifest,
+    or a file arrived damaged. The message names the file and the location. Transient: the
+    next read asks the server again."""
+
+    transient = True
 
 
 class UnsupportedLayoutError(StoreError):

@@ -38,6 +38,7 @@ from .errors import (
     OffsetOutOfRangeError,
     ReadOnlyStoreError,
     SystemTopicError,
+    UnsupportedLayoutError,
 )
 from .format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
 from .format.checkpoint import StoreCheckpoint
@@ -74,6 +75,7 @@ from .format.message import (
 from .format.queue import QueueReader
 from .format.rocksdbconfig import load_rocksdb_config
 from .format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
+from .format.source import LOCAL, StoreSource
 from .format.uniqkey import UniqKeyGenerator
 from .service import dispatch, flush, putmessage, recovery, workprogress
 from .service.cleanup import CleanReport, CleanService
@@ -200,8 +202,14 @@ class MessageStore:
         follow: bool | None = None,
         held_lock: StoreLock | None = None,
         progress: workprogress.ProgressFactory | None = None,
+        source: StoreSource = LOCAL,
     ):
-        self.root = os.path.abspath(root)
+        #: where the store's files are read from (engine.format.source): the local filesystem,
+        #: or a snapshot in object storage (read-only, never followed)
+        self.source = source
+        if not source.local and (not read_only or follow):
+            raise ValueError("a store in object storage is only read, never followed")
+        self.root = os.path.abspath(root) if source.local else root
         self.recovery_report: recovery.RecoveryReport | None = None
         self.follower: Follower | None = None
         self.writer_pid: int | None = None
@@ -213,13 +221,15 @@ class MessageStore:
         self._held_lock = held_lock
         if not read_only:
             os.makedirs(self.root, exist_ok=True)
-        elif not os.path.isdir(self.root):
+        elif not source.isdir(self.root):
             raise FileNotFoundError(errno.ENOENT, "no store directory", self.root)
-        # Never through a link, never a FIFO or device (engine/service/storetree.py).
-        check_store_tree(self.root)
+        # Never through a link, never a FIFO or device (engine/service/storetree.py); object
+        # storage has neither (its tree is its manifest's names, engine.live.manifest)
+        if source.local:
+            check_store_tree(self.root)
         # a layout rmqfs does not write (DLedger, RocksDB, BatchCQ, LMQ, ...): refused before
         # anything is created; what is left as it is goes to status.json
-        self.foreign: list[ForeignLayout] = check_layout(self.root, read_only)
+        self.foreign: list[ForeignLayout] = check_layout(self.root, read_only, source)
         if not read_only:
             self._take_lock()
             for sub in ("", "config", "commitlog", "index"):
@@ -245,19 +255,20 @@ class MessageStore:
         started = time.monotonic()
         self.abort_path = os.path.join(self.root, "abort")
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
-        self.last_exit_ok = not os.path.exists(self.abort_path)
+        self.last_exit_ok = not self.source.lexists(self.abort_path)
         auto_follow = follow is None
         follow = self._follows(read_only, follow)
         config_problems = self._open_config(read_only)
-        self.checkpoint = StoreCheckpoint.read(self.checkpoint_path)
+        self.checkpoint = StoreCheckpoint.read(self.checkpoint_path, self.source)
         # A DLedger broker's CommitLog is dledger-<selfId>/data (only read: check_layout
         # refused a writer already); its entries past committedIndex are not messages.
-        self.dledger = open_dledger(self.root)
+        self.dledger = open_dledger(self.root, self.source)
         self.commitlog = CommitLog(
             self.dledger.data_dir if self.dledger else os.path.join(self.root, "commitlog"),
             self.config.mapped_file_size_commit_log,
             read_only,
             entries=self.dledger,
+            source=self.source,
         )
         self.commitlog.force_verify_prop_crc = self.config.force_verify_prop_crc
         #: inner-batch records read lately, their messages split once (BatchCQ readers ask
@@ -307,7 +318,7 @@ class MessageStore:
         }
         # LMQ queues (consumequeue/%LMQ%*, or their offsets file): records are fanned out
         # to them by INNER_MULTI_DISPATCH when ConsumeQueues are rebuilt (service.dispatch)
-        self.lmq_enabled = bool(lmq_marks(self.root))
+        self.lmq_enabled = bool(lmq_marks(self.root, self.source))
         self._load_consume_queues(progress)
         # the LMQ queues the store has, and what dispatch refuses past maxLmqConsumeQueueNum
         self.lmq_limit = dispatch.LmqLimit({t for t, _q in self.consume_queues if is_lmq(t)})
@@ -335,6 +346,8 @@ class MessageStore:
         """Whether this open follows a writer (``follow`` None: when another process holds
         the lock of a plain store); sets :attr:`follower` (None until made) and
         :attr:`writer_pid`."""
+        if follow is None and not self.source.local:
+            follow = False  # a snapshot in object storage never changes
         if follow is None:
             # a DLedger store is read as it is at the open, not followed (the follower walks
             # plain CommitLogs only)
@@ -363,20 +376,23 @@ class MessageStore:
         # (only read: check_layout refused a writer already)
         config_problems: list[str] = []
         try:
-            rdb = load_rocksdb_config(config_dir) or {}
+            rdb = (load_rocksdb_config(config_dir) if self.source.local else None) or {}
         except CorruptRecordError as exc:
             # shown (status.json's repairs), not fatal: the JSON files beside it are read
             rdb = {}
             config_problems.append(f"config: {exc}; the JSON files are read instead")
             log.warning("%s", config_problems[0])
-        self.topic_config = TopicConfigManager(config_dir, read_only, rdb.get("topics.json"))
+        src = self.source
+        self.topic_config = TopicConfigManager(
+            config_dir, read_only, rdb.get("topics.json"), source=src
+        )
         self.consumer_offsets = ConsumerOffsetManager(
-            config_dir, read_only, rdb.get("consumerOffset.json")
+            config_dir, read_only, rdb.get("consumerOffset.json"), source=src
         )
         self.subscription_groups = SubscriptionGroupManager(
-            config_dir, read_only, rdb.get("subscriptionGroup.json")
+            config_dir, read_only, rdb.get("subscriptionGroup.json"), source=src
         )
-        self.deleted_topics = DeletedTopics(config_dir, read_only)
+        self.deleted_topics = DeletedTopics(config_dir, read_only, source=src)
         return config_problems
 
     def _open_index(self, read_only: bool) -> None:
@@ -388,6 +404,7 @@ class MessageStore:
             self.config.max_index_num,
             read_only,
             timestamp_of=self._store_timestamp_at,
+            source=self.source,
         )
         self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
         # After a crash the newest files are checked whole; a writable open also checks
@@ -489,32 +506,44 @@ class MessageStore:
         ``progress``: a progress factory; one bar, "loading ConsumeQueues", of the queues.
         """
         base = os.path.join(self.root, "consumequeue")
-        if rocksdb_consume_queue(self.root):
+        src = self.source
+        if rocksdb_consume_queue(self.root, src):
+            if not src.local:
+                raise UnsupportedLayoutError(
+                    f"store {self.root}: RocksDB ConsumeQueues in object storage are not read "
+                    "in place; download the snapshot first (rmqfs snapshot-download)"
+                )
             self._load_rocksdb_consume_queues(base, progress)
             return
-        if not os.path.isdir(base):
+        if not src.isdir(base):
             return
         queues = []
-        for topic in sorted(os.listdir(base)):
+        for topic in sorted(src.listdir(base)):
             tdir = os.path.join(base, topic)
-            if not os.path.isdir(tdir):
+            if not src.isdir(tdir):
                 continue
             problem = topic_path_problem(topic)
             if problem is not None:
                 self.skip_topic(topic, f"consumequeue/ directory: {problem}")
                 continue
-            for qname in sorted(os.listdir(tdir)):
-                if queue_dir_id(qname) is None or not os.path.isdir(os.path.join(tdir, qname)):
+            for qname in sorted(src.listdir(tdir)):
+                if queue_dir_id(qname) is None or not src.isdir(os.path.join(tdir, qname)):
                     continue  # "007" or a file: not a queue (verify warns)
                 queues.append((topic, int(qname), os.path.join(tdir, qname)))
-        size, trusted = cq_store_file_size([qdir for _, _, qdir in queues])
+        size, trusted = cq_store_file_size([qdir for _, _, qdir in queues], src)
         if size:
             self._cq_file_size = size
         bar = workprogress.bar(progress, len(queues), "loading ConsumeQueues", "queue")
         try:
             for topic, q, qdir in queues:
                 cq = ConsumeQueue(
-                    qdir, topic, q, self._cq_file_size, self.read_only, trusted_size=trusted
+                    qdir,
+                    topic,
+                    q,
+                    self._cq_file_size,
+                    self.read_only,
+                    trusted_size=trusted,
+                    source=src,
                 )
                 cq.recover()
                 for what in cq.files.repairs:
@@ -553,6 +582,13 @@ class MessageStore:
         :class:`engine.format.batchcq.BatchConsumeQueue`), read-only: a store that has them
         refuses writers (``storetree.check_layout``)."""
         base = os.path.join(self.root, BATCH_CQ_DIR)
+        if not self.source.local:
+            if self.source.isdir(base):
+                raise UnsupportedLayoutError(
+                    f"store {self.root}: BatchConsumeQueues in object storage are not read in "
+                    "place; download the snapshot first (rmqfs snapshot-download)"
+                )
+            return
         if not os.path.isdir(base):
             return
         for topic in sorted(os.listdir(base)):
@@ -611,7 +647,9 @@ class MessageStore:
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             qdir = os.path.join(self.root, "consumequeue", topic, str(queue_id))
-            cq = ConsumeQueue(qdir, topic, queue_id, self._cq_file_size, self.read_only)
+            cq = ConsumeQueue(
+                qdir, topic, queue_id, self._cq_file_size, self.read_only, source=self.source
+            )
             self.consume_queues[(topic, queue_id)] = cq
         return cq
 

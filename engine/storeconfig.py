@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .errors import StoreError
 from .format.consumequeue import CQ_STORE_UNIT_SIZE
 from .format.message import (
     COMPRESSION_LZ4,
@@ -24,6 +25,7 @@ from .format.message import (
     Host,
     host_from_str,
 )
+from .format.source import LOCAL, StoreSource
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 
@@ -109,16 +111,16 @@ def host_broker_name() -> str:
     return socket.gethostname() or "DEFAULT_BROKER"
 
 
-def identity_broker_name(root: str) -> str | None:
+def identity_broker_name(root: str, source: StoreSource = LOCAL) -> str | None:
     """The broker name in the 5.x ``brokerIdentity`` file of the store at ``root``
     (``MessageStoreConfig.storePathBrokerIdentity``, written by ``BrokerMetadata`` in controller
     mode): ``cluster#broker#id`` or the properties ``brokerName=<name>``. None without a file
     or a name in it (read errors included: the file is a hint, never needed)."""
     try:
-        with open(os.path.join(root, "brokerIdentity"), "rb") as f:
-            text = f.read(_MAX_IDENTITY).decode("utf-8", "replace")
-    except OSError:
+        raw = source.read_file(os.path.join(root, "brokerIdentity"), _MAX_IDENTITY)
+    except (OSError, StoreError):
         return None
+    text = raw.decode("utf-8", "replace")
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and key.strip() == "brokerName" and value.strip():
@@ -329,7 +331,10 @@ class StoreConfig:
 
 
 def settle_broker_name(
-    config: StoreConfig | None, root: str | None, name: str | None = None
+    config: StoreConfig | None,
+    root: str | None,
+    name: str | None = None,
+    source: StoreSource = LOCAL,
 ) -> StoreConfig:
     """Decide the brokerName a mount reports (``status.json``) and writes into its snapshots'
     manifests, by the first rule that applies: ``name`` (the ``--broker-name`` option), the
@@ -350,7 +355,7 @@ def settle_broker_name(
         return cfg
     if cfg.broker_name_rule == BROKER_NAME_CONF:
         return cfg
-    found = identity_broker_name(root) if root is not None else None
+    found = identity_broker_name(root, source) if root is not None else None
     if found:
         cfg.broker_name, cfg.broker_name_rule = found, BROKER_NAME_IDENTITY
     return cfg

@@ -482,7 +482,8 @@ class Context:
         best = 0
         for name in names:
             try:
-                best = max(best, os.stat(os.path.join(self.config_dir, name)).st_mtime_ns)
+                path = os.path.join(self.config_dir, name)
+                best = max(best, self.store.source.mtime_ns(path))
             except OSError:
                 pass
         return best or self.mount_time_ns

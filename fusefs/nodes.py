@@ -61,6 +61,7 @@ from .viewtree import ViewRootDir, view_ddl_file
 
 if TYPE_CHECKING:  # annotations only
     from rmqfs.engine.format.config import TopicConfig
+    from rmqfs.engine.format.source import StoreSource
 
     from .views import View
 
@@ -1412,6 +1413,26 @@ class RawHandle(Handle):
         os.close(self.fd)
 
 
+class SourceHandle(Handle):
+    """An open store file of a source that is not local (a snapshot in object storage): reads
+    are range reads through the source's block cache (:mod:`engine.live.objectsource`), in a
+    worker thread; a failed or timed-out request is EIO for that read."""
+
+    keep_cache = True  # a snapshot's files never change
+
+    def __init__(self, source: StoreSource, path: str) -> None:
+        self.source, self.path = source, path
+
+    def read(self, offset: int, length: int) -> bytes | bytearray:
+        """``length`` bytes at ``offset`` (fewer at the end). EIO when the source fails."""
+        try:
+            return self.source.pread(self.path, length, offset)
+        except E.StoreError as exc:
+            raise fs_error(exc) from exc
+        except FileNotFoundError:
+            raise FsError(errno.ENOENT) from None
+
+
 class RawDir(Dir):
     """``raw/`` and its directories: a read-only mirror of the store's directory tree
     (regular files and directories only, never ``*.tmp``, never through a link:
@@ -1429,6 +1450,12 @@ class RawDir(Dir):
     def list(self) -> list[str]:
         """The regular files and directories there (no ``*.tmp``), sorted; nothing when
         the directory cannot be opened."""
+        source = self.ctx.store.source
+        if not source.local:  # object storage: its manifest's names, no links there
+            try:
+                return sorted(n for n in source.listdir(self.real) if not n.endswith(".tmp"))
+            except OSError:
+                return []
         # Only regular files and directories: a link or special file is never shown (a store
         # holding one is refused when it opens; this covers one created while mounted).
         try:
@@ -1453,6 +1480,13 @@ class RawDir(Dir):
         rel = os.path.join(self.rel, name) if self.rel else name
         if name.endswith(".tmp"):
             return None
+        source = self.ctx.store.source
+        if not source.local:
+            if source.isdir(real):
+                return RawDir(self.ctx, self.sub(name), rel)
+            if source.isfile(real):
+                return RawFile(self.ctx, self.sub(name), rel, real)
+            return None
         try:
             st = lstat_beneath(self.ctx.store.root, rel)
         except OSError:
@@ -1466,6 +1500,11 @@ class RawDir(Dir):
     def stat(self) -> Stat:
         """The real directory's mtime and blocks (``du raw/`` is ``du STORE``); ENOENT when
         gone."""
+        source = self.ctx.store.source
+        if not source.local:
+            if not source.isdir(self.real):
+                raise FsError(errno.ENOENT)
+            return Stat(RO_DIR, 0, source.mtime_ns(self.real))
         try:
             st = lstat_beneath(self.ctx.store.root, self.rel)
         except OSError:
@@ -1513,6 +1552,14 @@ class RawFile(Node):
     def stat(self) -> Stat:
         """The real file's size, mtime and blocks; cached for long once sealed, 1 s while a
         preallocated segment is written. ENOENT when gone."""
+        source = self.ctx.store.source
+        if not source.local:  # a snapshot: never changes; blocks as its stored prefix
+            try:
+                size, stored = source.file_size(self.real), source.allocated(self.real)
+            except OSError:
+                raise FsError(errno.ENOENT) from None
+            mtime = source.mtime_ns(self.real)
+            return Stat(RO_FILE, size, mtime, live=False, blocks=(stored + 511) // 512)
         try:
             st = lstat_beneath(self.ctx.store.root, self.rel)
         except OSError:
@@ -1536,6 +1583,11 @@ class RawFile(Node):
         """A :class:`RawHandle` (page cache kept once sealed; direct I/O for files
         rewritten at any size). EACCES for writing or a link; ENOENT when gone."""
         check_read_only_open(flags)
+        source = self.ctx.store.source
+        if not source.local:
+            if not source.isfile(self.real):
+                raise FsError(errno.ENOENT)
+            return SourceHandle(source, self.real)
         try:
             # checkpoint and config/*.json are rewritten at any size: never page-cached
             return RawHandle(

@@ -528,8 +528,11 @@ class RmqOperations(pyfuse3.Operations):
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         """FUSE STATFS: the store's file system (``os.statvfs`` of the store root, in a
-        worker thread)."""
-        st = await trio.to_thread.run_sync(os.statvfs, self.ctx.store.root, limiter=_threads())
+        worker thread; for a store in object storage, of the cache directory)."""
+        store = self.ctx.store
+        # a store in object storage: the file system its blocks are cached on
+        where = store.root if store.source.local else (self.ctx.snapshot_cache_dir or "/")
+        st = await trio.to_thread.run_sync(os.statvfs, where, limiter=_threads())
         s = pyfuse3.StatvfsData()
         for name in (
             "f_bsize",

@@ -187,17 +187,31 @@ PART_STATISTICS = (
     "storeTimestamp", "sysFlag", "flag", "reconsumeTimes", "preparedTransactionOffset",
 )  # fmt: skip
 PART_COMPRESSION = "zstd"
-_segments: dict[str, MappedFiles] = {}
+#: Where a worker reads a store's CommitLog: its directory (local files), or ``(source spec,
+#: directory)`` for a store whose source is not local (``engine.format.source``: a snapshot in
+#: object storage, which the worker opens again from its spec, with its own block cache).
+CommitLogRef = str | tuple[tuple[str, ...], str]
+_segments: dict[CommitLogRef, MappedFiles] = {}
 
 
-def _worker_segments(commitlog_dir: str) -> MappedFiles:
-    """The CommitLog of a worker process (read-only mmaps, kept between tasks, refreshed so
-    segments created since are seen)."""
+def _worker_segments(commitlog: CommitLogRef) -> MappedFiles:
+    """The CommitLog of a worker process (read-only mmaps of local files, or range reads of
+    object storage; kept between tasks, refreshed so segments created since are seen).
+
+    Raises:
+        ObjectStoreError: a store in object storage cannot be opened (its manifest unread)."""
     from rmqfs.engine.format.mappedfile import MappedFiles
 
-    segs = _segments.get(commitlog_dir)
+    segs = _segments.get(commitlog)
     if segs is None:
-        segs = _segments[commitlog_dir] = MappedFiles(commitlog_dir)
+        if isinstance(commitlog, str):
+            segs = MappedFiles(commitlog)
+        else:
+            from rmqfs.engine.live.objectsource import open_source
+
+            spec, directory = commitlog
+            segs = MappedFiles(directory, source=open_source(spec))
+        _segments[commitlog] = segs
     else:
         segs.refresh()
     return segs
@@ -274,7 +288,7 @@ SIZE_ONLY = "size"
 
 
 def render_view_chunk(
-    commitlog_dir: str,
+    commitlog_dir: CommitLogRef,
     topic: str,
     queue_ids: np.ndarray | int,
     units: np.ndarray,
@@ -288,7 +302,7 @@ def render_view_chunk(
 
     Args:
         commitlog_dir: the store's CommitLog directory (``commitlog/``; a DLedger store's
-            ``dledger-<selfId>/data``), opened read-only, no lock.
+            ``dledger-<selfId>/data``), opened read-only, no lock (:data:`CommitLogRef`).
         topic: the topic.
         queue_ids: the queue id (an int: a queue view) or one per unit (int64 array: a topic
             view, units in CommitLog order).
@@ -348,7 +362,12 @@ def render_view_chunk(
 
 
 def render_part(
-    commitlog_dir: str, topic: str, queue_id: int, units: np.ndarray, first: int, out_path: str
+    commitlog_dir: CommitLogRef,
+    topic: str,
+    queue_id: int,
+    units: np.ndarray,
+    first: int,
+    out_path: str,
 ) -> tuple[int, int, int]:
     """Write the Parquet part of queue offsets ``[first, first + len(units))``.
 

@@ -577,6 +577,8 @@ class View:
         try:
             self._size(ix, plan)
         except (_Expired, StoreError) as exc:
+            if isinstance(exc, StoreError) and exc.transient:
+                raise  # object storage did not answer: the index stays as it was
             if not again:
                 assert isinstance(exc, StoreError)
                 self.index = ix
@@ -588,6 +590,8 @@ class View:
             try:
                 self._size(ix, plan)
             except StoreError as exc2:
+                if exc2.transient:
+                    raise
                 self.index = ix
                 self.damage = exc2
                 return
@@ -644,6 +648,8 @@ class View:
                     self, ix, i, fut, keep, (ids, units, qoffs)
                 )
             except StoreError as exc:
+                if exc.transient:  # not damage: the next read asks again
+                    raise
                 note_damage(self.store, self.topic, ids, units, qoffs, exc)
                 k = damage_index(units, exc)
                 if k:  # the lines before the damaged record end the view
@@ -1375,7 +1381,11 @@ class PartCache:
             self.budget.evict_one = self.evict_one
         self.workers = workers or os.cpu_count() or 1
         #: the CommitLog files' directory (a DLedger store's dledger-<selfId>/data)
-        self.commitlog_dir = store.commitlog.files.directory
+        directory = store.commitlog.files.directory
+        # what the render workers open (a store in object storage: its source's spec too)
+        self.commitlog_dir: R.CommitLogRef = (
+            directory if store.source.local else (store.source.spec, directory)
+        )
         self.lock = threading.Lock()
         #: notified (under :attr:`lock`) whenever a part leaves RENDERING
         self.changed = threading.Condition(self.lock)
@@ -1691,7 +1701,8 @@ class PartCache:
             if isinstance(error, BrokenProcessPool) or error is None:
                 continue  # its worker died (the next render runs in a fresh pool), or dropped
             if isinstance(error, StoreError):  # status.json names the queue (one log line)
-                self._note_damage(key, error)
+                if not error.transient:
+                    self._note_damage(key, error)
                 raise OSError(errno.EIO, f"view/ part {key}: {error}") from None
             raise error
         raise OSError(errno.EIO, f"view/ part {key}: not rendered")

@@ -110,16 +110,24 @@ def _load_config(path: str | None) -> StoreConfig | None:
     return StoreConfig.from_broker_conf(path)
 
 
-def _remote_options(args: argparse.Namespace) -> tuple[set[str], int | None] | str:
-    """``(-o options without remote_cache=, its bytes or None)``, or why they are refused: a
-    URI (a snapshot in object storage) is mounted only with ``ro``; ``remote_cache=SIZE`` only
-    with a URI."""
+#: The longest ``-o remote_timeout=`` (seconds).
+MAX_REMOTE_TIMEOUT = 600.0
+
+
+def _remote_options(
+    args: argparse.Namespace,
+) -> tuple[set[str], int | None, float | None] | str:
+    """``(-o options without remote_cache= and remote_timeout=, the cache's bytes or None, the
+    timeout in seconds or None)``, or why they are refused: a URI (a snapshot in object
+    storage) is mounted only with ``ro``; ``remote_cache=SIZE`` and ``remote_timeout=SECONDS``
+    only with a URI."""
     from rmqfs.engine.live.location import is_uri
 
     from .daemon import read_only_remote_message
 
     options = _parse_options(args.options)
     size = None
+    timeout = None
     for o in sorted(options):
         if o.startswith("remote_cache="):
             options.discard(o)
@@ -127,13 +135,22 @@ def _remote_options(args: argparse.Namespace) -> tuple[set[str], int | None] | s
                 size = _size(o.partition("=")[2])
             except argparse.ArgumentTypeError as exc:
                 return f"-o {o}: {exc}"
+        elif o.startswith("remote_timeout="):
+            options.discard(o)
+            try:
+                timeout = float(o.partition("=")[2])
+            except ValueError:
+                timeout = -1.0
+            if not 0 < timeout <= MAX_REMOTE_TIMEOUT:
+                return f"-o {o}: give seconds, more than 0 and at most {MAX_REMOTE_TIMEOUT:g}"
     if not is_uri(args.store):
-        if size is not None:
-            return "-o remote_cache= is the cache of a snapshot in object storage (a URI)"
-        return options, None
+        for name, value in (("remote_cache", size), ("remote_timeout", timeout)):
+            if value is not None:
+                return f"-o {name}= is an option of a snapshot in object storage (a URI)"
+        return options, None, None
     if "ro" not in options:
         return read_only_remote_message(args.store, args.mountpoint)
-    return options, size
+    return options, size, timeout
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
@@ -148,7 +165,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if isinstance(remote, str):
         print(f"rmqfs: {remote}", file=sys.stderr)
         return 1
-    options, remote_cache = remote
+    options, remote_cache, remote_timeout = remote
     if not args.foreground and args.ready_fd is None:
         return _spawn_background(args)
     if args.ready_fd is not None:
@@ -171,6 +188,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
             progress=pipe or terminal_bar,
             log_file=args.log_file,
             remote_cache=remote_cache,
+            remote_timeout=remote_timeout,
             broker_name=args.broker_name,
         )
         daemon.setup()
@@ -405,8 +423,9 @@ def build_parser() -> RmqfsParser:
         help="options, comma separated: FUSE's ro, allow_other, "
         "default_permissions; rmqfs's allow_other_write (others may produce, "
         "commit and mkdir), create (make a store in a non-empty directory) and "
-        "remote_cache=SIZE (a snapshot in object storage: bound of its local block "
-        "cache under --cache-dir, default 1G)",
+        "remote_cache=SIZE and remote_timeout=SECONDS (a snapshot in object storage: "
+        "bound of its local block cache under --cache-dir, default 1G; the longest one "
+        "request may take before the read answers EIO, default 10)",
     )
     m.add_argument("--config", metavar="broker.conf", help="RocketMQ broker.conf to read")
     m.add_argument(

@@ -22,7 +22,10 @@ import threading
 import pyfuse3
 import trio
 
+from rmqfs.engine.errors import StoreError
+from rmqfs.engine.format.source import LOCAL, StoreSource
 from rmqfs.engine.live.location import redact
+from rmqfs.engine.live.objectsource import DEFAULT_CACHE_SIZE, DEFAULT_TIMEOUT, ObjectSource
 from rmqfs.engine.live.snapshot import SnapshotManager
 from rmqfs.engine.service.recovery import RecoveryReport
 from rmqfs.engine.service.workprogress import ProgressFactory
@@ -43,7 +46,6 @@ from .mounts import (  # noqa: F401 - the CLI and tests import them from here
     is_mounted,
     mount_info,
 )
-from .remotefs import RemoteMount
 
 log = logging.getLogger("rmqfs")
 
@@ -145,6 +147,28 @@ def read_only_remote_message(location: str, mountpoint: str) -> str:
     )
 
 
+def open_object_source(
+    location: str, cache_dir: str, capacity: int | None, timeout: float | None
+) -> ObjectSource:
+    """The snapshot at ``location`` opened for a mount (its blocks under ``cache_dir``, at most
+    ``capacity`` bytes with its render workers', each request at most ``timeout`` seconds).
+
+    Raises:
+        MountError: it cannot be read (no manifest, server unreachable, a bad manifest); the
+            message names the location (credentials redacted) and why.
+    """
+    try:
+        return ObjectSource(
+            location,
+            cache_dir,
+            capacity or DEFAULT_CACHE_SIZE,
+            timeout or DEFAULT_TIMEOUT,
+            workers=os.cpu_count() or 1,
+        )
+    except StoreError as exc:
+        raise MountError(f"cannot mount {redact(location)}: {exc}") from None
+
+
 def check_fuse() -> None:
     """Raise MountError when FUSE cannot work here (no /dev/fuse or no fusermount3)."""
     if not os.path.exists("/dev/fuse"):
@@ -207,13 +231,16 @@ class Daemon:
         log_file: where the dead-mount guard (:mod:`mount.guard`) logs (default: stderr on a
             terminal, else nowhere).
         remote_cache: for a ``store_path`` in object storage (a URI,
-            :func:`engine.live.location.is_uri`), the bound of its block cache in bytes
-            (default :data:`mount.remotefs.DEFAULT_CACHE_SIZE`).
+            :func:`engine.live.location.is_uri`), the bound of its block cache in bytes, the
+            daemon's and its render workers' together (default
+            :data:`engine.live.objectsource.DEFAULT_CACHE_SIZE`).
+        remote_timeout: seconds each request to object storage may take (default
+            :data:`engine.live.objectsource.DEFAULT_TIMEOUT`).
 
     A ``store_path`` that is a URI is a snapshot in object storage (``rmqfs snapshot-upload``):
-    it is mounted read-only only; its files are served by a lower filesystem of their own
-    (:mod:`mount.remotefs`) on a private directory under the cache directory, which is then
-    mounted as a local copy would be, and unmounted with it.
+    it is mounted read-only only, read in-process by the daemon and its render workers through
+    :class:`engine.live.objectsource.ObjectSource` (range reads into a bounded block cache
+    under the cache directory; a request that fails or times out is EIO for that read).
     """
 
     def __init__(
@@ -229,14 +256,16 @@ class Daemon:
         log_file: str | None = None,
         remote_cache: int | None = None,
         broker_name: str | None = None,
+        remote_timeout: float | None = None,
     ) -> None:
         from rmqfs.engine.live.location import is_uri
 
         self.progress = progress
         self.location = store_path if is_uri(store_path) else None
         self.remote_cache = remote_cache
-        # the lower mount of a snapshot in object storage (mount.remotefs)
-        self._remote: RemoteMount | None = None
+        self.remote_timeout = remote_timeout
+        # the source of a snapshot in object storage (engine.live.objectsource), else None
+        self._source: ObjectSource | None = None
         self.log_file = log_file
         self.store_path = store_path
         self.mountpoint = os.path.abspath(mountpoint)
@@ -276,14 +305,13 @@ class Daemon:
             self.cache_dir = make_cache_dir()
             self._own_cache = True
         try:
+            source: StoreSource = LOCAL
             if self.location is not None:
-                from .remotefs import start as start_remote
-
-                self._remote = start_remote(
-                    self.location, self.cache_dir, self.remote_cache, self.log_file
+                source = self._source = open_object_source(
+                    self.location, self.cache_dir, self.remote_cache, self.remote_timeout
                 )
-                self.store_path = self._remote.lower
-            self.config = settle_broker_name(self.config, self.store_path, self.broker_name)
+                self.store_path = source.root
+            self.config = settle_broker_name(self.config, self.store_path, self.broker_name, source)
             self.store = MessageStore(
                 self.store_path,
                 self.config,
@@ -291,6 +319,7 @@ class Daemon:
                 progress=self.progress,
                 # a snapshot in object storage never changes under the mount: not followed
                 follow=False if self.location is not None else None,
+                source=source,
             )
         except BaseException:
             self._close_store()  # the lower mount and the cache directory go
@@ -422,9 +451,19 @@ class Daemon:
             if self.views is not None:
                 self.views.close()
                 self.views = None
-            if self._remote is not None:
-                remote, self._remote = self._remote, None
-                remote.stop()  # after the store: nothing reads the lower mount any more
+            if self._source is not None:
+                source, self._source = self._source, None
+                s = source.stats
+                log.info(
+                    "closed %s: %d reads from the block cache, %d range reads (%d bytes), "
+                    "%d evicted",
+                    source.where,
+                    s.hits,
+                    s.misses,
+                    s.fetched_bytes,
+                    s.evicted,
+                )
+                source.close()  # after the store: nothing reads it any more
             if self._own_cache and self.cache_dir:
                 shutil.rmtree(self.cache_dir, ignore_errors=True)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import CorruptRecordError
 from .mappedfile import create_preallocated
+from .source import LOCAL, StoreSource
 
 CHECKPOINT_FILE_SIZE = 4096  # OS_PAGE_SIZE
 LAYOUT = struct.Struct(">qqqqq")
@@ -54,14 +55,14 @@ class StoreCheckpoint:
         return min(self.min_timestamp, self.index_msg_timestamp)
 
     @classmethod
-    def read(cls, path: str) -> StoreCheckpoint:
-        """Read a checkpoint file (4.x or 5.x). A missing file reads as all zeros.
+    def read(cls, path: str, source: StoreSource = LOCAL) -> StoreCheckpoint:
+        """Read a checkpoint file (4.x or 5.x) from ``source``. A missing file reads as all
+        zeros.
 
         Raises CorruptRecordError when the file is shorter than 24 bytes.
         """
         try:
-            with open(path, "rb") as f:
-                data = f.read(LAYOUT.size)
+            data = source.read_file(path, LAYOUT.size)
         except FileNotFoundError:
             return cls()
         if not data:  # created but never written (crash or full disk at the first flush)

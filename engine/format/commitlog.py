@@ -53,6 +53,7 @@ from .message import (
     write_prop_crc,
 )
 from .message import crc32 as _crc32  # zlib's; masked with BODY_CRC_MASK
+from .source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
     from .message import RecordBuffer
@@ -195,10 +196,11 @@ class CommitLog:
         file_size: int = DEFAULT_FILE_SIZE,
         read_only: bool = False,
         entries: DLedgerLog | None = None,
+        source: StoreSource = LOCAL,
     ):
         if entries is not None and not read_only:
             raise ValueError("a DLedger CommitLog is only read")
-        self.files = FileQueue(directory, file_size, read_only)
+        self.files = FileQueue(directory, file_size, read_only, source=source)
         self.entries = entries
         #: bytes before each record: 0, or a DLedger entry header (48)
         self.header_size = HEADER_SIZE if entries is not None else 0
@@ -274,6 +276,11 @@ class CommitLog:
         (``CommitLog.checkMessageAndReturnSize``), at no cost; a read here allocates it."""
         if total <= self.max_message_size + RECORD_SLACK:
             return None
+        if fd < 0:  # read by range (object storage): no holes to tell, the claim is refused
+            return (
+                f"record at {at} claims {total} bytes, more than maxMessageSize "
+                f"{self.max_message_size} + {RECORD_SLACK}"
+            )
         try:
             hole = os.lseek(fd, at - file_start, os.SEEK_HOLE)
         except OSError:  # ENXIO (at or past the end) or no SEEK_HOLE: nothing to tell
@@ -339,7 +346,7 @@ class CommitLog:
             if seg is None:
                 break
             chunk_start = pos
-            chunk = os.pread(seg.fd, min(read_size, seg.end - pos), pos - seg.start)
+            chunk = self.files.pread_segment(seg, min(read_size, seg.end - pos), pos - seg.start)
             view = memoryview(chunk)
             i = 0
             n = len(chunk)
@@ -389,7 +396,7 @@ class CommitLog:
                             if problem is not None:
                                 self.scan_error = problem
                                 return
-                            chunk = os.pread(seg.fd, esize, pos - seg.start)
+                            chunk = self.files.pread_segment(seg, esize, pos - seg.start)
                             view = memoryview(chunk)
                             n = len(chunk)
                             if n < esize:
@@ -448,7 +455,7 @@ class CommitLog:
                         if problem is not None:
                             self.scan_error = problem
                             return
-                        chunk = os.pread(seg.fd, total, pos - seg.start)
+                        chunk = self.files.pread_segment(seg, total, pos - seg.start)
                         view = memoryview(chunk)
                         n = len(chunk)
                         if n < total:

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,9 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigFileError, InvalidNameError
+from .source import LOCAL, StoreSource
 
 log = logging.getLogger(__name__)
 
+#: The largest config file read (a consumerOffset.json of a million queues is about 50 MB).
+MAX_CONFIG_FILE = 1 << 30
 TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
 
 # TopicValidator: "^[%|a-zA-Z0-9_-]+$", at most 127 chars for a topic (TOPIC_MAX_LENGTH);
@@ -142,7 +144,9 @@ def dumps_pretty(obj: object) -> str:
     return json.dumps(obj, indent="\t", sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def load_config_file(path: str, parse: Callable[[Any], Any] | None = None) -> Any:
+def load_config_file(
+    path: str, parse: Callable[[Any], Any] | None = None, source: StoreSource = LOCAL
+) -> Any:
     """Load ``path`` or, failing that, ``path.bak``, as RocketMQ's ``ConfigManager.load`` does.
 
     A file that is missing or empty is skipped; one that is not UTF-8, not (fastjson) JSON,
@@ -162,7 +166,7 @@ def load_config_file(path: str, parse: Callable[[Any], Any] | None = None) -> An
         ConfigFileError: a file exists that cannot be used and no ``.bak`` can; the message
             names each file and its reason.
     """
-    return _load_first((path, path + ".bak"), parse)
+    return _load_first((path, path + ".bak"), parse, source)
 
 
 def load_config_file_only(path: str, parse: Callable[[Any], Any] | None = None) -> Any:
@@ -170,24 +174,18 @@ def load_config_file_only(path: str, parse: Callable[[Any], Any] | None = None) 
     return _load_first((path,), parse)
 
 
-def _load_first(paths: Iterable[str], parse: Callable[[Any], Any] | None) -> Any:
+def _load_first(
+    paths: Iterable[str], parse: Callable[[Any], Any] | None, source: StoreSource = LOCAL
+) -> Any:
     errors = []
     for p in paths:
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:  # never through a link, never a FIFO (engine.format.source)
+            data = source.read_file(p, MAX_CONFIG_FILE)
         except FileNotFoundError:
             continue
         except OSError as exc:
             errors.append(f"{p}: {exc.strerror}")
             continue
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                errors.append(f"{p}: not a regular file")
-                continue
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                data = f.read()
-        finally:
-            os.close(fd)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -363,7 +361,13 @@ class TopicConfigManager:
     Thread-safe; every change is persisted before the call returns.
     """
 
-    def __init__(self, config_dir: str, read_only: bool = False, raw: dict | None = None):
+    def __init__(
+        self,
+        config_dir: str,
+        read_only: bool = False,
+        raw: dict | None = None,
+        source: StoreSource = LOCAL,
+    ):
         """``raw``: the table when it comes from elsewhere than the file (a RocksDB config,
         :func:`engine.format.rocksdbconfig.load_rocksdb_config`); the file is then not read."""
         self.path = os.path.join(config_dir, "topics.json")
@@ -373,7 +377,7 @@ class TopicConfigManager:
         self.skipped: dict[str, dict] = {}  # entries with unsafe names, written back as is
         self.skip_reasons: dict[str, str] = {}  # their reasons (topic_path_problem)
         if raw is None:
-            raw = load_config_file(self.path, self.parse) or {}
+            raw = load_config_file(self.path, self.parse, source) or {}
         for name, d in _table(raw, "topicConfigTable").items():
             problem = topic_path_problem(name)
             if problem is not None:
@@ -460,7 +464,13 @@ class ConsumerOffsetManager:
     The value is the next queue offset to consume (RocketMQ's convention).
     """
 
-    def __init__(self, config_dir: str, read_only: bool = False, raw: dict | None = None):
+    def __init__(
+        self,
+        config_dir: str,
+        read_only: bool = False,
+        raw: dict | None = None,
+        source: StoreSource = LOCAL,
+    ):
         """``raw``: the table when it comes from elsewhere than the file (a RocksDB config,
         :func:`engine.format.rocksdbconfig.load_rocksdb_config`); the file is then not read."""
         self.path = os.path.join(config_dir, "consumerOffset.json")
@@ -468,7 +478,7 @@ class ConsumerOffsetManager:
         self.lock = threading.Lock()
         self.table: dict[str, dict[int, int]] = {}
         if raw is None:
-            raw = load_config_file(self.path, self.parse) or {}
+            raw = load_config_file(self.path, self.parse, source) or {}
         self.table = self._offsets(raw)
         self.counter = _counter(raw)
         self._extra = {
@@ -479,7 +489,7 @@ class ConsumerOffsetManager:
         # over consumerOffset.json's); rmqfs never writes that file (an LMQ store is only read).
         self.lmq_path = os.path.join(config_dir, LMQ_CONSUMER_OFFSET_FILE)
         if read_only:
-            self.table.update(load_config_file(self.lmq_path, self.parse_lmq) or {})
+            self.table.update(load_config_file(self.lmq_path, self.parse_lmq, source) or {})
 
     @classmethod
     def parse(cls, raw: object) -> object:
@@ -661,14 +671,20 @@ class ConsumerOffsetManager:
 class SubscriptionGroupManager:
     """``config/subscriptionGroup.json``: the consumer groups (``SubscriptionGroupConfig``)."""
 
-    def __init__(self, config_dir: str, read_only: bool = False, raw: dict | None = None):
+    def __init__(
+        self,
+        config_dir: str,
+        read_only: bool = False,
+        raw: dict | None = None,
+        source: StoreSource = LOCAL,
+    ):
         """``raw``: the table when it comes from elsewhere than the file (a RocksDB config,
         :func:`engine.format.rocksdbconfig.load_rocksdb_config`); the file is then not read."""
         self.path = os.path.join(config_dir, "subscriptionGroup.json")
         self.read_only = read_only
         self.lock = threading.Lock()
         if raw is None:
-            raw = load_config_file(self.path, self.parse) or {}
+            raw = load_config_file(self.path, self.parse, source) or {}
         self.groups: dict[str, dict] = {}
         self.skipped: dict[str, object] = {}  # entries with invalid names, written back as is
         for name, d in _table(raw, "subscriptionGroupTable").items():
@@ -859,11 +875,11 @@ class DeletedTopics:
 
     FILE = "rmqfs.deletedTopics.json"
 
-    def __init__(self, config_dir: str, read_only: bool = False):
+    def __init__(self, config_dir: str, read_only: bool = False, source: StoreSource = LOCAL):
         self.path = os.path.join(config_dir, self.FILE)
         self.read_only = read_only
         self.lock = threading.Lock()
-        raw = load_config_file(self.path, self.parse) or {}
+        raw = load_config_file(self.path, self.parse, source) or {}
         self.table: dict[str, int] = dict(_table(raw, "deletedTopicTable"))
         self.counter = _counter(raw)
 

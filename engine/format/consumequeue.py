@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from .mappedfile import FileQueue, Segment, pwrite_all
+from .source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
     from .queue import QueueReader
@@ -55,7 +56,7 @@ def queue_dir_id(name: str) -> int | None:
     return int(name) if _QUEUE_DIR_NAME.match(name) else None
 
 
-def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
+def store_file_size(qdirs: list[str], source: StoreSource = LOCAL) -> tuple[int, bool]:
     """The ConsumeQueue file size of a store from its queue directories: the most common size
     among files that are not the last of their queue (those are complete), else among all
     non-empty files (sizes a multiple of 20 only).
@@ -69,12 +70,12 @@ def store_file_size(qdirs: list[str]) -> tuple[int, bool]:
     every: dict[int, int] = {}
     for qdir in qdirs:
         try:
-            names = segment_names(qdir)
+            names = segment_names(qdir, source)
         except OSError:
             continue
         for i, n in enumerate(names):
             try:
-                size = os.lstat(os.path.join(qdir, n)).st_size
+                size = source.file_size(os.path.join(qdir, n))
             except OSError:
                 continue
             if size and size % CQ_STORE_UNIT_SIZE == 0:
@@ -256,11 +257,12 @@ class ConsumeQueue:
         file_size: int = DEFAULT_UNITS_PER_FILE * CQ_STORE_UNIT_SIZE,
         read_only: bool = False,
         trusted_size: bool = False,
+        source: StoreSource = LOCAL,
     ):
         self.topic = topic
         self.queue_id = queue_id
         self.files = FileQueue(
-            directory, file_size, read_only, trusted_size=trusted_size, derived=True
+            directory, file_size, read_only, trusted_size=trusted_size, derived=True, source=source
         )
         if self.files.file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"{directory}: file size is not a multiple of 20")
@@ -286,7 +288,7 @@ class ConsumeQueue:
         end = segs[first].start if segs else self.files.min_offset
         prev_end = -1
         for seg in segs[first:]:
-            data = os.pread(seg.fd, seg.size, 0)
+            data = self.files.pread_segment(seg, seg.size, 0)
             n = valid_prefix_units(data)
             k, prev_end = _ordered_prefix_units(data, n, prev_end)
             if k < n:

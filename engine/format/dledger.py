@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from ..errors import CorruptRecordError, UnsupportedLayoutError
 from .mappedfile import segment_names
+from .source import LOCAL, StoreSource
 
 #: ``dledger-<selfId>``: the directory of one replica (DLedgerConfig.getDefaultPath).
 DIR_PREFIX = "dledger-"
@@ -226,18 +227,18 @@ def _is_entry(unit: tuple[int, int, int, int, int] | None, index: int) -> bool:
     return unit is not None and unit[0] == ENTRY_MAGIC and unit[3] == index
 
 
-def dledger_dirs(root: str) -> list[str]:
+def dledger_dirs(root: str, source: StoreSource = LOCAL) -> list[str]:
     """Names of the ``dledger-*`` directories of the store ``root``, sorted."""
     try:
-        names = os.listdir(root)
+        names = source.listdir(root)
     except OSError:
         return []
     return sorted(
-        n for n in names if n.startswith(DIR_PREFIX) and os.path.isdir(os.path.join(root, n))
+        n for n in names if n.startswith(DIR_PREFIX) and source.isdir(os.path.join(root, n))
     )
 
 
-def layout_problem(root: str) -> str | None:
+def layout_problem(root: str, source: StoreSource = LOCAL) -> str | None:
     """Why the DLedger store ``root`` cannot be read, or None (also for a plain store).
 
     - more than one ``dledger-*`` directory: which replica is the store's
@@ -246,7 +247,9 @@ def layout_problem(root: str) -> str | None:
       its older records there, below ``dividedCommitlogOffset`` (``DLedgerCommitLog.load``,
       ``recoverOldCommitLog``); rmqfs does not join the two yet.
     """
-    dirs = dledger_dirs(root)
+    dirs = dledger_dirs(root, source)
+    if dirs and not source.local:
+        return "a DLedger CommitLog in object storage is not read in place; download it first"
     if len(dirs) > 1:
         return (
             f"{len(dirs)} DLedger directories ({', '.join(dirs)}): which one is this broker's "
@@ -260,7 +263,7 @@ def layout_problem(root: str) -> str | None:
     return None
 
 
-def open_dledger(root: str) -> DLedgerLog | None:
+def open_dledger(root: str, source: StoreSource = LOCAL) -> DLedgerLog | None:
     """The DLedger CommitLog of the store ``root``, or None for a plain store.
 
     Raises:
@@ -268,10 +271,10 @@ def open_dledger(root: str) -> DLedgerLog | None:
         CorruptRecordError: the checkpoint's committedIndex or endIndex is not a number, or
             is outside -1..:data:`MAX_INDEX`.
     """
-    problem = layout_problem(root)
+    problem = layout_problem(root, source)
     if problem:
         raise UnsupportedLayoutError(f"store {root}: {problem}")
-    dirs = dledger_dirs(root)
+    dirs = dledger_dirs(root, source)
     if not dirs:
         return None
     path = os.path.join(root, dirs[0])

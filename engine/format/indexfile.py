@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from ..errors import CorruptRecordError, ReadOnlyStoreError
 from .javahash import index_key_hash
 from .mappedfile import create_preallocated
+from .source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
     import numpy as np
@@ -190,6 +191,36 @@ class _FdIO:
         return _FdIO(os.dup(self.fd), self.path)
 
 
+class _SourceIO:
+    """Reads of a file of a source that is not local (object storage: by range, through its
+    block cache); never written."""
+
+    __slots__ = ("source", "path")
+
+    def __init__(self, source: StoreSource, path: str):
+        self.source = source
+        self.path = path
+
+    def read(self, offset: int, length: int) -> bytes:
+        data = self.source.pread(self.path, length, offset)
+        if len(data) != length:
+            raise CorruptRecordError(f"{self.path}: short read of {length} bytes", offset)
+        return data
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        raise OSError(30, "read-only source", self.path)
+
+    def sync(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def reader(self) -> _SourceIO:
+        """Itself: reads keep no state."""
+        return self
+
+
 class _MemIO:
     """An anonymous mapping standing in for a file (read-only stores): zero pages cost nothing."""
 
@@ -270,6 +301,7 @@ class IndexFile:
         end_phy_offset: int = 0,
         end_timestamp: int = 0,
         read_only: bool = False,
+        source: StoreSource = LOCAL,
     ):
         self.path = path
         self.name = os.path.basename(path) if path else "<memory>"
@@ -280,8 +312,17 @@ class IndexFile:
             check_geometry(hash_slot_num, index_num)
             self.hash_slot_num, self.index_num = hash_slot_num, index_num
             self.size = index_file_size(hash_slot_num, index_num)
-            self._io: _MemIO | _FdIO = _MemIO(self.size)
+            self._io: _MemIO | _FdIO | _SourceIO = _MemIO(self.size)
             created = True
+        elif not source.local:  # object storage: read by range
+            self.size = source.file_size(path)
+            self.hash_slot_num, self.index_num = index_geometry(
+                self.size, hash_slot_num, index_num, path
+            )
+            self._io = _SourceIO(source, path)
+            self._set_header(HEADER.unpack(self._io.read(0, INDEX_HEADER_SIZE)))
+            if self.index_count <= 0:
+                self.index_count = 1
         elif read_only or os.path.exists(path):
             fd = os.open(path, (os.O_RDONLY if read_only else os.O_RDWR) | os.O_NOFOLLOW)
             try:
@@ -553,7 +594,7 @@ class IndexFile:
         capacity, since its slots may be newer than the header read last)."""
         return self.index_num if self.live else max(1, min(self.index_count, self.index_num))
 
-    def reader(self) -> _FdIO | _MemReader:
+    def reader(self) -> _FdIO | _MemReader | _SourceIO:
         """A reader of this file independent of its lifetime (``_FdIO.reader``): a query
         takes one under :class:`IndexService`'s lock and walks with it after the lock is
         released, so no writer ever waits for a walk. Close it after."""

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 
 from ..errors import CorruptRecordError
+from .source import LOCAL, StoreSource
 
 SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # offset2FileName: 20 ASCII digits
 
@@ -189,8 +190,11 @@ class MappedFiles:
 
     read_only = True
 
-    def __init__(self, directory: str, *, listed: bool = True):
+    def __init__(self, directory: str, *, listed: bool = True, source: StoreSource = LOCAL):
         self.directory = directory
+        #: where the files are read from (:mod:`engine.format.source`): a source that is not
+        #: local is never mapped; its bytes come by range (:meth:`span`, :meth:`pread_segment`)
+        self.source = source
         self._lock = threading.Lock()
         self.segments: list[Segment] = []
         self.file_size = 0
@@ -210,7 +214,9 @@ class MappedFiles:
     def refresh(self) -> list[Segment]:
         """Re-list the files (new segments, segments deleted by retention); returns the
         segments no longer listed."""
-        listed = [(start, size) for start, size in list_segments(self.directory) if size]
+        listed = [
+            (start, size) for start, size in list_segments(self.directory, self.source) if size
+        ]
         old = self.segments
         self.segments = [
             Segment(start, os.path.join(self.directory, offset_to_file_name(start)), -1, size)
@@ -288,15 +294,56 @@ class MappedFiles:
                     self.maps[seg.start] = m
         return m
 
+    @property
+    def ranged(self) -> bool:
+        """Whether :meth:`span` reads by range (a source that is not local): a reader then
+        asks for what it needs, since the cost grows with the span."""
+        return not self.source.local
+
+    def span(self, offset: int, end: int) -> tuple[bytes | mmap.mmap, int] | None:
+        """``(buffer, base)`` holding the bytes ``[offset, end)`` (``end`` clipped to the end of
+        the file holding ``offset``): ``buffer[x - base]`` is the byte at ``x``. A local file's
+        buffer is its whole mapping (:meth:`locate`); a source that is not local reads just the
+        range (a reader of object storage asks for what it needs, never a whole segment).
+        None when no file holds ``offset``.
+
+        Raises:
+            OSError: as :meth:`locate`; ObjectStoreError: the range could not be read.
+        """
+        if self.source.local:
+            loc = self.locate(offset)
+            return None if loc is None else (loc[0], offset - loc[1])
+        if not self.file_size or offset < 0:
+            return None
+        seg = self.find(offset)
+        if seg is None:
+            self._relist()
+            seg = self.find(offset)
+            if seg is None:
+                return None
+        return self.pread_segment(seg, min(end, seg.end) - offset, offset - seg.start), offset
+
+    def pread_segment(self, seg: Segment, length: int, pos: int) -> bytes:
+        """Up to ``length`` bytes at ``pos`` in file ``seg`` (fewer at its end): its descriptor
+        when it has one, else the source's range read.
+
+        Raises:
+            OSError; ObjectStoreError: the source could not read the range.
+        """
+        if seg.fd >= 0:
+            return os.pread(seg.fd, length, pos)
+        return self.source.pread(seg.path, length, pos)
+
     def locate(self, offset: int) -> tuple[mmap.mmap, int] | None:
         """``(read-only mapping of the file holding offset, position in it)`` or None (no such
         file, even after listing again). A file that grew since it was mapped is mapped
-        again. The mapping is kept until :meth:`close`.
+        again. The mapping is kept until :meth:`close`. Local files only (:meth:`span` reads
+        any source).
 
         Raises:
             OSError: ELOOP when the file is a link (never followed: :meth:`open_file`),
                 EACCES when it is not a regular file."""
-        if not self.file_size or offset < 0:
+        if not self.file_size or offset < 0 or not self.source.local:
             return None
         seg = self.find(offset)
         if seg is None:
@@ -421,14 +468,17 @@ class FileQueue(MappedFiles):
         *,
         trusted_size: bool = False,
         derived: bool = False,
+        source: StoreSource = LOCAL,
     ):
-        super().__init__(directory, listed=False)
+        super().__init__(directory, listed=False, source=source)
+        if not source.local and not read_only:
+            raise ValueError(f"{directory}: only a local store is written")
         self.read_only = read_only
         self.repairs: list[str] = []  # what load had to repair (for logs and reports)
         if not read_only:
             for n in remove_temp_files(directory):
                 self.repairs.append(f"removed {n} (a file a crash left half-created)")
-        listed = list_segments(directory) if os.path.isdir(directory) else []
+        listed = list_segments(directory, source) if source.isdir(directory) else []
         names = [offset_to_file_name(start) for start, _ in listed]
         sizes = [size for _, size in listed]
         # MappedFileQueue.load: a zero-length last file is deleted.
@@ -476,7 +526,7 @@ class FileQueue(MappedFiles):
                     for later in names[names.index(n) :]:
                         os.unlink(os.path.join(directory, later))
                 break
-            fd = os.open(path, flags)
+            fd = os.open(path, flags) if source.local else -1  # not local: read by range
             if size < file_size:
                 self.repairs.append(f"{n} is {size} bytes, short of {file_size}: zero-extended")
                 if not read_only:
@@ -553,7 +603,7 @@ class FileQueue(MappedFiles):
         seg = self.find(offset)
         if seg is None:
             return b""
-        return os.pread(seg.fd, min(length, seg.end - offset), offset - seg.start)
+        return self.pread_segment(seg, min(length, seg.end - offset), offset - seg.start)
 
     def segment_for_write(self, offset: int) -> Segment:
         """The file holding ``offset``, created (sparse, full size) when it is the next one."""
@@ -708,7 +758,7 @@ def _makedirs_durable(path: str) -> None:
         fsync_dir(os.path.dirname(d))
 
 
-def segment_names(directory: str) -> list[str]:
+def segment_names(directory: str, source: StoreSource = LOCAL) -> list[str]:
     """Names in ``directory`` that are segment names (:data:`SEGMENT_NAME`: 20 ASCII digits,
     ``UtilAll.offset2FileName``), sorted, so in offset order; whatever their file type (callers
     that need regular files check). [] when the directory does not exist; other OSErrors
@@ -716,13 +766,13 @@ def segment_names(directory: str) -> list[str]:
     (so :class:`FileQueue` and :class:`MappedFiles`), verify, the follower and consumequeue
     use it."""
     try:
-        names = os.listdir(directory)
+        names = source.listdir(directory)
     except FileNotFoundError:
         return []
     return sorted(n for n in names if SEGMENT_NAME.fullmatch(n))
 
 
-def list_segments(directory: str) -> list[tuple[int, int]]:
+def list_segments(directory: str, source: StoreSource = LOCAL) -> list[tuple[int, int]]:
     """``(start offset, size in bytes)`` of each regular file (a link is followed) in
     ``directory`` with a segment name (:func:`segment_names`), in offset order; a file deleted
     while listed (retention, a writer's truncation) is left out. [] when the directory does not
@@ -731,11 +781,12 @@ def list_segments(directory: str) -> list[tuple[int, int]]:
     The listing :class:`FileQueue` loads (``MappedFileQueue.load``) and :class:`MappedFiles`
     refreshes."""
     out = []
-    for n in segment_names(directory):
+    for n in segment_names(directory, source):
         try:
-            st = os.stat(os.path.join(directory, n))
+            size = source.file_size(os.path.join(directory, n))
         except FileNotFoundError:
             continue
-        if stat.S_ISREG(st.st_mode):
-            out.append((int(n), st.st_size))
+        except PermissionError:  # not a regular file
+            continue
+        out.append((int(n), size))
     return out

@@ -903,9 +903,16 @@ class SnapshotManager:
     def create(self, name: str) -> Snapshot:
         """Freeze the store as ``name`` and start summing its files.
 
-        Raises InvalidNameError, SnapshotExistsError, SnapshotError, OSError.
+        Raises InvalidNameError, SnapshotExistsError, SnapshotError, UnsupportedLayoutError
+        (EOPNOTSUPP: a store in object storage is a snapshot already, its files are under
+        ``raw/``), OSError.
         """
         validate_snapshot_name(name)
+        if not self.store.source.local:
+            raise UnsupportedLayoutError(
+                "this store is a snapshot in object storage already: it never changes, and its "
+                "files are under raw/ (copy them from there, or snapshot-download it)"
+            )
         with self._lock:
             if name in self.snapshots:
                 raise SnapshotExistsError(f"snapshot {name} exists")

@@ -233,6 +233,9 @@ _WANT = {
     "storeHost": WANT_STORE_HOST,
 }
 _MAX_DECODE_BYTES = np.iinfo(np.int32).max  # of records in one Kernel.decode call
+#: Bytes a decode reads as one range from a source that is not local (object storage): two
+#: of its blocks (engine.live.blockcache.BLOCK), each fetched once.
+SPAN_BYTES = 16 << 20
 # message.offset_msg_id of an IPv4 store host: hex of address, port and CommitLog offset
 _MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 
@@ -301,8 +304,15 @@ class RecordSource(Protocol):
 
     file_size: int
 
-    def locate(self, offset: int) -> tuple[SegmentMap | bytes, int] | None:
-        """``(buffer, position of offset in it)``, or None where the offset is not held."""
+    @property
+    def ranged(self) -> bool:
+        """Whether :meth:`span` reads by range (object storage: its cost grows with the span)."""
+        ...
+
+    def span(self, offset: int, end: int) -> tuple[SegmentMap | bytes, int] | None:
+        """``(buffer, base)`` holding the bytes ``[offset, end)`` as far as the CommitLog file
+        of ``offset`` has them (``buffer[x - base]`` is the byte at ``x``), or None where
+        ``offset`` is not held (:meth:`engine.format.mappedfile.MappedFiles.span`)."""
         ...
 
 
@@ -321,11 +331,12 @@ class CommitLogWindow:
         self.data = data
         self.base = base
         self.file_size = file_size
+        self.ranged = False  # held in memory
 
-    def locate(self, offset: int) -> tuple[bytes, int] | None:
-        """``(data, offset - base)`` where ``offset`` lies in the window, else None."""
+    def span(self, offset: int, end: int) -> tuple[bytes, int] | None:
+        """``(data, base)`` where ``offset`` lies in the window, else None."""
         p = offset - self.base
-        return (self.data, p) if 0 <= p < len(self.data) else None
+        return (self.data, self.base) if 0 <= p < len(self.data) else None
 
 
 class StoreFiles:
@@ -509,10 +520,11 @@ class StoreFiles:
     def _record_ok(self, off: int, size: int) -> bool:
         if self.committed_end is not None and off + size > self.committed_end:
             return False  # a DLedger entry not committed: not a message yet
-        loc = self.commitlog.locate(off)
-        if loc is None:
+        sp = self.commitlog.span(off, off + max(size, 8))
+        if sp is None:
             return False
-        m, p = loc
+        m, base = sp
+        p = off - base
         if p + size > len(m) or p + 8 > len(m):
             return False
         total, magic = _HEAD.unpack_from(m, p)
@@ -523,11 +535,11 @@ class StoreFiles:
         unit's, is not needed: the argument keeps ``ConsumeQueue.offset_by_time``'s shape).
 
         Raises CorruptRecordError when no record is there."""
-        loc = self.commitlog.locate(off)
-        if loc is None or loc[1] + _TS_NEED > len(loc[0]):
+        sp = self.commitlog.span(off, off + _TS_NEED)
+        if sp is None or off - sp[1] + _TS_NEED > len(sp[0]):
             raise CorruptRecordError("record not in the CommitLog", off)
-        m, p = loc
-        return read_store_timestamp(m, p)
+        m, base = sp
+        return read_store_timestamp(m, off - base)
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """``getOffsetInQueueByTime``: the first queue offset stored at or after ``timestamp``
@@ -883,12 +895,13 @@ def _renamed(exc: CorruptRecordError, off: int) -> CorruptRecordError:
 def _record_at(commitlog: RecordSource, off: int, size: int) -> MessageRecord:
     """The record of ``size`` bytes at CommitLog offset ``off`` (``decode_record``, body CRC not
     checked). Raises CorruptRecordError naming ``off`` when no such record is there."""
-    loc = commitlog.locate(off)
-    if loc is None:
+    sp = commitlog.span(off, off + size)
+    if sp is None:
         raise CorruptRecordError(
             "CommitLog offset is not in the store (deleted, or not written yet)", off
         )
-    m, p = loc
+    m, base = sp
+    p = off - base
     if p + size > len(m):
         raise CorruptRecordError("record runs past its CommitLog file", off)
     try:
@@ -915,13 +928,12 @@ def _decode(
         if n:
             raise CorruptRecordError("CommitLog offset is not in the store", int(offs[0]))
         return _empty(names)
-    seg = offs // fs
-    cuts = np.flatnonzero(np.diff(seg)) + 1
-    bounds = [0, *cuts.tolist(), n]
+    bounds = _span_bounds(offs, sizes, fs, commitlog.ranged)
     batches = []
     for a, b in itertools.pairwise(bounds):
-        loc = commitlog.locate(int(offs[a]))
-        if loc is None:
+        end = int(offs[a:b].max() + sizes[a:b].max()) if b - a > 1 else int(offs[a] + sizes[a])
+        sp = commitlog.span(int(offs[a]), end)
+        if sp is None:
             raise CorruptRecordError(
                 "CommitLog offset is not in the store (deleted, or not written yet)", int(offs[a])
             )
@@ -929,8 +941,8 @@ def _decode(
             _decode_segment(
                 commitlog,
                 check_crc,
-                loc[0],
-                int(offs[a]) - loc[1],
+                sp[0],
+                sp[1],
                 offs[a:b],
                 sizes[a:b],
                 None if qoffs is None else qoffs[a:b],
@@ -940,6 +952,29 @@ def _decode(
             )
         )
     return _concat(batches)
+
+
+def _span_bounds(offs: np.ndarray, sizes: np.ndarray, file_size: int, ranged: bool) -> list[int]:
+    """Where :func:`_decode` cuts ``offs`` into runs it reads as one span: at each change of
+    CommitLog file; for a source read by range (``ranged``), also wherever a run's bytes
+    would pass :data:`SPAN_BYTES` (records in increasing offset order; otherwise one record a
+    run), so a reader of object storage asks for what the records need, never a whole file."""
+    n = len(offs)
+    seg = offs // file_size
+    cuts = (np.flatnonzero(np.diff(seg)) + 1).tolist()
+    if not ranged:
+        return [0, *cuts, n]
+    if n > 1 and not bool(np.all(np.diff(offs) > 0)):
+        return list(range(n + 1))
+    bounds = [0]
+    for stop in [*cuts, n]:
+        a = bounds[-1]
+        while a < stop:
+            limit = int(offs[a]) + SPAN_BYTES
+            b = a + max(1, int(np.searchsorted(offs[a:stop] + sizes[a:stop], limit, "right")))
+            bounds.append(b)
+            a = b
+    return bounds
 
 
 def _empty(names: Sequence[str]) -> pa.RecordBatch:

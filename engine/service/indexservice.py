@@ -30,6 +30,7 @@ from ..format.indexfile import (
 from ..format.javahash import combine_u32, java_hash_u32, key_hash_of_u32, utf16_len
 from ..format.mappedfile import fsync_dir
 from ..format.message import TRANSACTION_ROLLBACK_TYPE
+from ..format.source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
     from .dispatch import DispatchRequest
@@ -118,6 +119,7 @@ class IndexService:
         *,
         max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
         timestamp_of: Callable[[int], int | None] | None = None,
+        source: StoreSource = LOCAL,
     ):
         check_geometry(hash_slot_num, index_num)
         self.timestamp_of = timestamp_of
@@ -131,20 +133,22 @@ class IndexService:
         self._mutex = threading.RLock()
         self._rw = _RWLock()
         names = []
-        if os.path.isdir(index_dir):
+        if source.isdir(index_dir):
             names = sorted(
                 n
-                for n in os.listdir(index_dir)
-                if INDEX_FILE_NAME.fullmatch(n) and os.path.isfile(os.path.join(index_dir, n))
+                for n in source.listdir(index_dir)
+                if INDEX_FILE_NAME.fullmatch(n) and source.isfile(os.path.join(index_dir, n))
             )
         try:
             for n in names:
                 path = os.path.join(index_dir, n)
-                if os.path.getsize(path) == 0:  # created but never sized (crash)
+                if source.file_size(path) == 0:  # created but never sized (crash)
                     if not read_only:
                         os.unlink(path)
                     continue
-                self.files.append(IndexFile(path, hash_slot_num, index_num, read_only=read_only))
+                self.files.append(
+                    IndexFile(path, hash_slot_num, index_num, read_only=read_only, source=source)
+                )
         except BaseException:
             for f in self.files:
                 f.close()

@@ -27,6 +27,7 @@ from ..format.config import LMQ_CONSUMER_OFFSET_FILE
 from ..format.dledger import DIR_PREFIX, layout_problem
 from ..format.message import is_lmq
 from ..format.rocksdb import is_rocksdb_dir
+from ..format.source import LOCAL, StoreSource
 
 MAX_LISTED = 5  # entries named in the error message
 
@@ -184,17 +185,17 @@ KEPT_TOP = {
 }
 
 
-def controller_replica(root: str) -> bool:
+def controller_replica(root: str, source: StoreSource = LOCAL) -> bool:
     """Whether the store ``root`` is a 5.x controller-mode replica: it holds the epoch file
     (or its ``.bak``) that only ``AutoSwitchHAService`` creates (``EpochFileCache``)."""
-    return any(os.path.isfile(os.path.join(root, n)) for n in CONTROLLER_TOP)
+    return any(source.isfile(os.path.join(root, n)) for n in CONTROLLER_TOP)
 
 
 def _is_rocksdb(names: list[str]) -> bool:
     return is_rocksdb_dir(names)
 
 
-def rocksdb_consume_queue(root: str) -> bool:
+def rocksdb_consume_queue(root: str, source: StoreSource = LOCAL) -> bool:
     """Whether the store ``root`` keeps its ConsumeQueues in RocksDB: ``consumequeue/`` is a
     RocksDB database (``storeType=defaultRocksDB``, ``RocksDBConsumeQueueStore``; also a
     double-write broker's, ``rocksdbCQDoubleWriteEnable``, whose database files sit beside
@@ -207,17 +208,17 @@ def rocksdb_consume_queue(root: str) -> bool:
     is read from RocksDB."""
     base = os.path.join(root, "consumequeue")
     try:
-        names = os.listdir(base)
+        names = source.listdir(base)
     except OSError:
         return False
-    return is_rocksdb_dir(names) and not any(os.path.isdir(os.path.join(base, n)) for n in names)
+    return is_rocksdb_dir(names) and not any(source.isdir(os.path.join(base, n)) for n in names)
 
 
-def lmq_queues(root: str) -> list[str]:
+def lmq_queues(root: str, source: StoreSource = LOCAL) -> list[str]:
     """The LMQ queues of the store ``root``, sorted: the ``consumequeue/%LMQ%*`` directories
     (``MixAll.isLmq``; an LMQ is never in topics.json, only its ConsumeQueue shows it)."""
     try:
-        names = os.listdir(os.path.join(root, "consumequeue"))
+        names = source.listdir(os.path.join(root, "consumequeue"))
     except OSError:
         return []
     return sorted(n for n in names if is_lmq(n))
@@ -232,7 +233,7 @@ LMQ_MARK_FILES = (
 )
 
 
-def lmq_marks(root: str) -> list[str]:
+def lmq_marks(root: str, source: StoreSource = LOCAL) -> list[str]:
     """What marks the store ``root`` as an LMQ broker's (rocketmq-mqtt's light queues), as
     paths relative to ``root``: the offsets file of :data:`LMQ_MARK_FILES` that exist, then
     the first ``consumequeue/%LMQ%*`` directory (:func:`lmq_queues`). Empty for a plain store.
@@ -241,14 +242,14 @@ def lmq_marks(root: str) -> list[str]:
     (``enableLmq``) writes the offsets file whether or not a light queue's ConsumeQueue is
     on disk yet (they are created on the first dispatch, ``ConsumeQueue.multiDispatchLmqQueue``),
     and a copy may have lost either."""
-    found = [p for p in LMQ_MARK_FILES if os.path.lexists(os.path.join(root, p))]
-    lmq = lmq_queues(root)
+    found = [p for p in LMQ_MARK_FILES if source.lexists(os.path.join(root, p))]
+    lmq = lmq_queues(root, source)
     if lmq:
         found.append("consumequeue/" + lmq[0])
     return found
 
 
-def foreign_layouts(root: str) -> list[ForeignLayout]:
+def foreign_layouts(root: str, source: StoreSource = LOCAL) -> list[ForeignLayout]:
     """What the store directory ``root`` holds besides the plain layout
     (``../docs/format.md``), each with whether it makes rmqfs refuse to write or read.
 
@@ -280,13 +281,13 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
     """
     out: list[ForeignLayout] = []
     try:
-        top = sorted(os.listdir(root))
+        top = sorted(source.listdir(root))
     except OSError:
         return out
     for name in top:
         p = os.path.join(root, name)
-        if name.startswith(DIR_PREFIX) and os.path.isdir(p):
-            problem = layout_problem(root)
+        if name.startswith(DIR_PREFIX) and source.isdir(p):
+            problem = layout_problem(root, source)
             out.append(
                 ForeignLayout(
                     name,
@@ -300,7 +301,7 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
             out.append(ForeignLayout(name, "BatchConsumeQueues (BatchConsumeQueue)", True))
         elif name == "compaction":
             logs = os.path.join(p, "compactionLog")
-            busy = os.path.isdir(logs) and bool(os.listdir(logs))
+            busy = source.isdir(logs) and bool(source.listdir(logs))
             what = "compaction logs (CompactionStore)" if busy else "compaction's checkpoint"
             out.append(ForeignLayout(name, what, busy))
         elif name in CONTROLLER_TOP:
@@ -311,7 +312,7 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
             out.append(ForeignLayout(name, "not part of a RocketMQ store", False))
     cq = os.path.join(root, "consumequeue")
     try:
-        names = os.listdir(cq)
+        names = source.listdir(cq)
     except OSError:
         names = []
     if _is_rocksdb(names):
@@ -323,7 +324,7 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
                 True,
             )
         )
-    lmq = lmq_queues(root)
+    lmq = lmq_queues(root, source)
     if lmq:
         out.append(
             ForeignLayout(
@@ -336,7 +337,7 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
         # marked only by its offsets file (LmqConsumerOffsetManager): still an LMQ store, so
         # a writer would make the broker's light queues miss what it puts (and a re-dispatch
         # would create a queue directory per INNER_MULTI_DISPATCH name the records hold)
-        for mark in lmq_marks(root):
+        for mark in lmq_marks(root, source):
             out.append(
                 ForeignLayout(
                     mark,
@@ -348,7 +349,7 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
     for name in ("topics", "subscriptionGroups", "consumerOffsets", "rdb"):
         d = os.path.join(root, "config", name)
         try:
-            if os.path.isdir(d) and _is_rocksdb(os.listdir(d)):
+            if source.isdir(d) and _is_rocksdb(source.listdir(d)):
                 out.append(
                     ForeignLayout(
                         f"config/{name}",
@@ -362,10 +363,10 @@ def foreign_layouts(root: str) -> list[ForeignLayout]:
     return out
 
 
-def check_layout(root: str, read_only: bool) -> list[ForeignLayout]:
+def check_layout(root: str, read_only: bool, source: StoreSource = LOCAL) -> list[ForeignLayout]:
     """:func:`foreign_layouts` of ``root``; raise UnsupportedLayoutError when one refuses
     writing (``read_only`` False) or reading, naming each and what to do."""
-    found = foreign_layouts(root)
+    found = foreign_layouts(root, source)
     bad = [f for f in found if f.refuses_read or (not read_only and f.refuses_write)]
     if bad:
         named = "; ".join(f"{f.path}: {f.what}" for f in bad[:MAX_LISTED])

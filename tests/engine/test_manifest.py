@@ -177,10 +177,10 @@ elif kind == "remote":
 else:
     from rmqfs.engine.live.objectstore import read_manifest
     from rmqfs.engine.live.location import open_location
-    from rmqfs.mount.remotefs import build_tree
+    from rmqfs.engine.live.objectsource import ManifestTree
     fs, base = open_location(loc)
     m, data = read_manifest(fs, base, loc)
-    got = [len(build_tree(m, data, "SNAPSHOT.json"))]
+    got = [len(ManifestTree(m, data, "SNAPSHOT.json"))]
 with open("/proc/self/status") as f:
     rss = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
 print(json.dumps({"got": got, "rss_mb": rss // 1024, "s": round(time.monotonic() - t, 2)}))

@@ -4,8 +4,8 @@ of every ``MANIFEST_POLL`` seconds, for the test of an upload to a mounted locat
 it starts, as ``tests/quickidle`` does). Production code knows nothing of it."""
 
 try:
-    import rmqfs.mount.remotefs as _remotefs
+    import rmqfs.engine.live.objectsource as _objectsource
 except ImportError:  # not a process of this project
     pass
 else:
-    _remotefs.MANIFEST_POLL = 0.2
+    _objectsource.MANIFEST_POLL = 0.2
