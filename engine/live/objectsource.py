@@ -227,7 +227,7 @@ class ObjectSource:
     def __init__(
         self,
         location: str,
-        cache_dir: str,
+        cache_dir: str | None,
         capacity: int = DEFAULT_CACHE_SIZE,
         timeout: float = DEFAULT_TIMEOUT,
         workers: int = 0,
@@ -247,11 +247,16 @@ class ObjectSource:
         self._lock = threading.Lock()
         self._open: dict[str, Any] = {}
         self.fs, self.base = _filesystem(location, timeout)
-        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        self._blocks = tempfile.mkdtemp(prefix="blocks-", dir=cache_dir)
+        self._blocks: str | None = None
         #: where the mark of a server that does not answer is kept, for the daemon and its
-        #: render workers together (the daemon's block directory)
-        self._unanswered = os.path.join(shared_dir or self._blocks, UNANSWERED)
+        #: render workers together (the daemon's block directory); without a block cache, in
+        #: this object only (``_marked_at``)
+        self._unanswered: str | None = None
+        self._marked_at = 0.0
+        if cache_dir is not None:
+            os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+            self._blocks = tempfile.mkdtemp(prefix="blocks-", dir=cache_dir)
+            self._unanswered = os.path.join(shared_dir or self._blocks, UNANSWERED)
         self._checked = time.monotonic()
         self._changed: str | None = None
         try:
@@ -265,12 +270,16 @@ class ObjectSource:
             raise
         self.manifest: Manifest = doc
         self._manifest_bytes = raw
-        self.cache = BlockCache(self._fetch, self._blocks, max(own, 2 * MIN_BLOCK))
+        self._stats = CacheStats()  # without a block cache: the range reads made
+        self.cache: BlockCache | None = None
+        if self._blocks is not None:
+            self.cache = BlockCache(self._fetch, self._blocks, max(own, 2 * MIN_BLOCK))
 
     def _discard(self) -> None:
         """Undo a constructor that failed: no thread, no directory left."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(self._blocks, ignore_errors=True)
+        if self._blocks is not None:
+            shutil.rmtree(self._blocks, ignore_errors=True)
 
     @classmethod
     def from_spec(cls, spec: tuple[str, ...]) -> ObjectSource:
@@ -282,7 +291,10 @@ class ObjectSource:
     @property
     def spec(self) -> tuple[str, ...]:
         """``("object", location, this source's block directory, worker capacity, timeout)``
-        for :func:`open_source` in a render worker."""
+        for :func:`open_source` in a render worker. Raises ValueError for a source without a
+        block cache."""
+        if self._blocks is None:
+            raise ValueError("a source without a block cache is not opened again elsewhere")
         return (
             "object",
             self.location,
@@ -293,8 +305,9 @@ class ObjectSource:
 
     @property
     def stats(self) -> CacheStats:
-        """Reads answered from the block cache and range reads made."""
-        return self.cache.stats
+        """Reads answered from the block cache and range reads made (``misses``,
+        ``fetched_bytes``: every read, without a block cache)."""
+        return self._stats if self.cache is None else self.cache.stats
 
     # -- requests ---------------------------------------------------------------------------
     def _within(self, what: str, fn: Callable[..., _T], *args: Any) -> _T:
@@ -367,19 +380,20 @@ class ObjectSource:
             if state["late"]:
                 self._mark()
             raise
-        except OSError:
-            if state["late"]:
-                self._unmark(True)
-            raise
 
     def _marked(self) -> bool:
         """Whether the server is marked unanswering (a mark at most UNANSWERED_FOR old)."""
+        if self._unanswered is None:
+            return time.time() - self._marked_at < UNANSWERED_FOR
         try:
             return time.time() - os.stat(self._unanswered).st_mtime < UNANSWERED_FOR
         except OSError:
             return False
 
     def _mark(self) -> None:
+        if self._unanswered is None:
+            self._marked_at = time.time()
+            return
         try:
             os.close(os.open(self._unanswered, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
             os.utime(self._unanswered)
@@ -387,11 +401,15 @@ class ObjectSource:
             pass
 
     def _unmark(self, marked: bool) -> None:
-        if marked:
-            try:
-                os.unlink(self._unanswered)
-            except FileNotFoundError:
-                pass
+        if not marked:
+            return
+        if self._unanswered is None:
+            self._marked_at = 0.0
+            return
+        try:
+            os.unlink(self._unanswered)
+        except FileNotFoundError:
+            pass
 
     def _manifest(self) -> tuple[Manifest, bytes]:
         """The location's manifest, read within the timeout. Raises as the constructor."""
@@ -532,12 +550,54 @@ class ObjectSource:
         rel, size, stored = self._entry(path)
         if rel == MANIFEST_NAME:
             return self._manifest_bytes[offset : offset + length]
-        return self.cache.read(rel, size, offset, length, stored)
+        if self.cache is not None:
+            return self.cache.read(rel, size, offset, length, stored)
+        stop = min(offset + length, size)  # without a block cache: one range read
+        if offset >= stop:
+            return b""
+        n = max(0, min(stop, stored) - offset)
+        data = self._fetch(rel, offset, n) if n else b""
+        if len(data) != n:
+            raise ObjectStoreError(
+                f"{rel} of {self.where}: {n} bytes at {offset} asked, {len(data)} came back "
+                "(the object is shorter than its manifest says: damaged or replaced)"
+            )
+        if n:
+            with self._lock:
+                self._stats.misses += 1
+                self._stats.fetched_bytes += n
+        return data + bytes(stop - offset - n) if stop - offset > n else data
+
+    def refresh(self) -> bool:
+        """Read the manifest again (a newer snapshot uploaded to the location): True when it
+        changed, and the tree is then the new one. For a source without a block cache (the
+        data source plans each query anew); a mount keeps the snapshot it mounted.
+
+        Raises:
+            ValueError: the source has a block cache. ObjectStoreError, ManifestError: as the
+                constructor.
+        """
+        if self.cache is not None:
+            raise ValueError("a mounted snapshot is not read again (its blocks are cached)")
+        doc, raw = self._manifest()
+        if raw == self._manifest_bytes:
+            return False
+        try:
+            tree = ManifestTree(doc, raw, MANIFEST_NAME)
+        except ValueError as exc:
+            raise ManifestError(f"{MANIFEST_NAME} of {self.where}: {exc}") from None
+        with self._lock:
+            for f in self._open.values():
+                f.close()
+            self._open.clear()
+            self.manifest, self._manifest_bytes, self.tree = doc, raw, tree
+        return True
 
     def close(self) -> None:
         """Delete the block files (the render workers' below this source's directory too) and
         stop the request threads (a hung one is left to end)."""
-        self.cache.close()
+        if self.cache is not None:
+            self.cache.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for f in self._open.values():
@@ -546,7 +606,8 @@ class ObjectSource:
                 except OSError:
                     pass
             self._open.clear()
-        shutil.rmtree(self._blocks, ignore_errors=True)
+        if self._blocks is not None:
+            shutil.rmtree(self._blocks, ignore_errors=True)
 
 
 def open_source(spec: tuple[str, ...]) -> StoreSource:

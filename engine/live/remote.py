@@ -4,9 +4,10 @@ large range reads.
 A snapshot uploaded with ``rmqfs snapshot-upload`` (or copied by another tool from
 ``MNT/snapshots/NAME``) lies at a *location* (:mod:`engine.live.location`: ``s3://...``,
 ``gs://``, ``hdfs://``, ``file://``) as its files and ``SNAPSHOT.json``
-(:mod:`engine.live.snapshot`). :class:`RemoteSnapshot` reads it where it is, through
-``pyarrow.fs`` range reads (``RandomAccessFile.read_at``, one GET each on S3), for the
-``rocketmq`` Spark data source:
+(:mod:`engine.live.snapshot`). :class:`RemoteSnapshot` reads it where it is, through the store
+source a mount reads it through (:class:`engine.live.objectsource.ObjectSource`: ``pyarrow.fs``
+range reads, one GET each on S3, each under a bounded timeout), here without a block cache, for
+the ``rocketmq`` Spark data source:
 
 - **Planning from the manifest, never a listing.** Topics, queue ids and each queue's min and
   max offset are the manifest's ``queues`` table (``getMinOffsetInQueue`` /
@@ -34,7 +35,8 @@ A snapshot uploaded with ``rmqfs snapshot-upload`` (or copied by another tool fr
 - **Checked.** Every record's layout and BODYCRC as on local files; a CommitLog file read whole
   (the range from its start to its end, or to the snapshot's cut with zeros after) is summed
   and compared with the manifest's crc32c, and a mismatch fails naming the file. A file gone
-  from the location, a server that stops answering, refused credentials: an
+  from the location, a server that stops answering (each request waits at most
+  :data:`engine.live.objectsource.DEFAULT_TIMEOUT` seconds), refused credentials: an
   :class:`engine.errors.ObjectStoreError` naming the file and the location; no partial result
   is returned as complete.
 
@@ -47,7 +49,6 @@ from __future__ import annotations
 
 import bisect
 import re
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,13 +75,11 @@ from ..format.message import (
 )
 from ..read.columnar import CommitLogWindow, decode_records, walk_records
 from ..read.schema import arrow_schema
-from .location import explain, join, open_location, redact
 from .manifest import MANIFEST_NAME, Manifest
-from .objectstore import read_manifest
+from .objectsource import ObjectSource
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.fs as pafs
 
 __all__ = [
     "REQUEST",
@@ -96,8 +95,6 @@ __all__ = [
 REQUEST = 16 << 20
 #: Small range reads (units, record headers) in flight at once while planning.
 PLAN_THREADS = 16
-#: Open files kept per snapshot (each is a handle; on S3 opening one costs a HEAD request).
-MAX_OPEN = 64
 _SEGMENT = re.compile(r"commitlog/([0-9]{20})\Z")  # ASCII digits: \d takes other scripts'
 _QUEUE_FILE = re.compile(r"consumequeue/([^/]+)/(0|[1-9][0-9]{0,9})/([0-9]{20})\Z")
 #: The largest config file read from a snapshot (``consumerOffset.json`` of a big broker is a
@@ -152,32 +149,25 @@ class RemoteSnapshot:
 
     def __init__(self, location: str) -> None:
         self.location = location
-        self.where = redact(location)
-        self.fs: pafs.FileSystem
-        self.fs, self.base = open_location(location)
-        self.stats = RequestStats()
-        self._open: dict[str, Any] = {}
-        self._lock = threading.Lock()
-        self.refresh()
+        #: the location's bytes (engine.live.objectsource: the store source a mount reads a
+        #: snapshot through), read here without a block cache: each range read once
+        self.source = ObjectSource(location, None)
+        self.where = self.source.where
+        self._load(self.source.manifest)
+
+    @property
+    def stats(self) -> RequestStats:
+        """The range reads made through this object (planning and pieces)."""
+        s = self.source.stats
+        return RequestStats(s.misses, s.fetched_bytes)
 
     # -- the manifest ---------------------------------------------------------------------------
     def refresh(self) -> bool:
         """Read the location's manifest again (a newer snapshot uploaded to the same location);
         True when it changed. Raises as the constructor."""
-        got = read_manifest(self.fs, self.base, self.where)
-        if got is None:
-            raise ObjectStoreError(
-                f"{self.where}: no {MANIFEST_NAME}: not a snapshot, or one still being uploaded "
-                "(the manifest is written last)"
-            )
-        doc = got[0]
-        if getattr(self, "manifest", None) == doc:
+        if not self.source.refresh():
             return False
-        self._load(doc)
-        with self._lock:
-            for f in self._open.values():
-                f.close()
-            self._open.clear()
+        self._load(self.source.manifest)
         return True
 
     def _load(self, doc: Manifest) -> None:
@@ -357,51 +347,18 @@ class RemoteSnapshot:
     def read(self, rel: str, offset: int, length: int) -> bytes:
         """``length`` bytes of file ``rel`` from ``offset`` (fewer at its end, the manifest's
         ``size``): one range read of the part inside the file's stored prefix
-        (:func:`engine.live.snapshot.stored_size`), then zeros up to the end asked for. A
-        range past the stored prefix is zeros without a request. A file the manifest does not
-        name is read as its object is. Fewer bytes than asked inside the stored prefix mean
-        the object is shorter than its manifest says (callers name that).
+        (:func:`engine.live.snapshot.stored_size`), then zeros up to the end asked for, through
+        :meth:`engine.live.objectsource.ObjectSource.pread` (each request under its timeout).
 
         Raises:
-            ObjectStoreError: the file is gone (a newer snapshot at the location expired it) or
-                the read failed (server unreachable, credentials refused), naming the file.
+            ObjectStoreError: the file is gone (a newer snapshot at the location expired it),
+                the read failed or timed out (server unreachable, credentials refused), or the
+                object is shorter than its manifest says; named.
         """
-        extent = self.manifest.files.get(rel)
-        if extent is None:
-            return self._read_object(rel, offset, length)
-        size, stored = extent.size, extent.stored
-        end = min(offset + length, size)
-        if offset >= end:
-            return b""
-        if offset >= stored:
-            return bytes(end - offset)
-        data = self._read_object(rel, offset, min(end, stored) - offset)
-        if end > stored and len(data) == stored - offset:
-            data += bytes(end - stored)
-        return data
-
-    def _read_object(self, rel: str, offset: int, length: int) -> bytes:
-        """One range read of ``rel``'s object (fewer bytes at its end). Raises as :meth:`read`."""
-        with self._lock:
-            f = self._open.pop(rel, None)
         try:
-            if f is None:
-                f = self.fs.open_input_file(join(self.base, rel))
-            data = f.read_at(length, offset)
+            return self.source.pread(f"{self.source.root}/{rel}", length, offset)
         except FileNotFoundError:
-            raise ObjectStoreError(
-                f"{rel} is gone from {self.where} (a newer snapshot uploaded there no longer "
-                "holds it)"
-            ) from None
-        except OSError as exc:
-            raise ObjectStoreError(f"reading {rel} of {self.where}: {explain(exc)}") from None
-        with self._lock:
-            self.stats.requests += 1
-            self.stats.bytes += len(data)
-            self._open[rel] = f
-            while len(self._open) > MAX_OPEN:
-                self._open.pop(next(iter(self._open))).close()
-        return data
+            raise ObjectStoreError(f"{rel} of {self.where}: not in its {MANIFEST_NAME}") from None
 
     def read_piece(
         self,
@@ -489,11 +446,8 @@ class RemoteSnapshot:
                 )
 
     def close(self) -> None:
-        """Close the open files."""
-        with self._lock:
-            for f in self._open.values():
-                f.close()
-            self._open.clear()
+        """Close the open files and the request threads."""
+        self.source.close()
 
 
 class _Stamp:
