@@ -303,8 +303,9 @@ class MappedFiles:
     def span(self, offset: int, end: int) -> tuple[bytes | mmap.mmap, int] | None:
         """``(buffer, base)`` holding the bytes ``[offset, end)`` (``end`` clipped to the end of
         the file holding ``offset``): ``buffer[x - base]`` is the byte at ``x``. A local file's
-        buffer is its whole mapping (:meth:`locate`); a source that is not local reads just the
-        range (a reader of object storage asks for what it needs, never a whole segment).
+        buffer is its whole mapping (:meth:`locate`); a source that is not local gives the
+        cached block that holds the range (``StoreSource.window``, no copy), else reads just
+        the range (a reader of object storage asks for what it needs, never a whole segment).
         None when no file holds ``offset``.
 
         Raises:
@@ -321,7 +322,11 @@ class MappedFiles:
             seg = self.find(offset)
             if seg is None:
                 return None
-        return self.pread_segment(seg, min(end, seg.end) - offset, offset - seg.start), offset
+        pos = offset - seg.start
+        win = self.source.window(seg.path, pos)  # the cached block: no copy
+        if win is not None and pos - win[1] + min(end, seg.end) - offset <= len(win[0]):
+            return win[0], seg.start + win[1]
+        return self.pread_segment(seg, min(end, seg.end) - offset, pos), offset
 
     def pread_segment(self, seg: Segment, length: int, pos: int) -> bytes:
         """Up to ``length`` bytes at ``pos`` in file ``seg`` (fewer at its end): its descriptor

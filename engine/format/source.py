@@ -25,6 +25,7 @@ EIO), which the filesystem layer answers as EIO.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import stat
 from typing import Protocol
@@ -93,6 +94,13 @@ class StoreSource(Protocol):
         :meth:`read_file`."""
         ...
 
+    def window(self, path: str, offset: int) -> tuple[mmap.mmap, int] | None:
+        """A read-only buffer of the bytes of file ``path`` around ``offset`` without a copy
+        (object storage: the cached block that holds it), and the file position of its first
+        byte; None where the source has none (local files: readers map them themselves).
+        Raises as :meth:`pread`."""
+        ...
+
 
 def _open_regular(path: str) -> int:
     """A read-only descriptor of the regular file ``path``, never through a link, never
@@ -155,6 +163,11 @@ class LocalSource:
             return b"".join(chunks)
         finally:
             os.close(fd)
+
+    @staticmethod
+    def window(path: str, offset: int) -> None:
+        """None: a reader of local files maps them itself (``MappedFiles.locate``)."""
+        return None
 
     @staticmethod
     def pread(path: str, length: int, offset: int) -> bytes:

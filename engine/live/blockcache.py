@@ -26,6 +26,7 @@ Thread-safe; no pyarrow or FUSE here (tests/engine/test_blockcache.py runs it wi
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -130,9 +131,43 @@ class BlockCache:
             pos = stop
         return out[0] if len(out) == 1 else b"".join(out)
 
+    def view(
+        self, rel: str, size: int, offset: int, data_end: int | None = None
+    ) -> tuple[mmap.mmap, int] | None:
+        """A read-only map of the cached block of file ``rel`` (``size`` bytes long) that holds
+        ``offset`` (fetched first when it is not cached), and the file position of its first
+        byte: the block's bytes without a copy (a reader of many records of one block). The
+        map holds the block's data only (not the zeros at or past ``data_end``) and stays valid
+        after the block is evicted. None at or past ``data_end``.
+
+        Raises:
+            ObjectStoreError: as :meth:`read`.
+        """
+        data_end = size if data_end is None else max(0, min(data_end, size))
+        if not 0 <= offset < data_end:
+            return None
+        index = offset // self.block
+        start = index * self.block
+        want = min(start + self.block, data_end) - start
+        fd = self._block_fd(rel, index, start, want)
+        try:
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ), start
+        finally:
+            os.close(fd)
+
     def _read_block(self, rel: str, index: int, start: int, want: int, at: int, n: int) -> bytes:
         """``n`` bytes at ``at`` in block ``index`` of ``rel`` (``want`` bytes of data from
         ``start``; zeros after them)."""
+        fd = self._block_fd(rel, index, start, want)
+        try:
+            data = os.pread(fd, n, at) if at < want else b""
+        finally:
+            os.close(fd)
+        return data + bytes(n - len(data)) if len(data) < n else data
+
+    def _block_fd(self, rel: str, index: int, start: int, want: int) -> int:
+        """A descriptor of block ``index`` of ``rel``'s file (``want`` bytes of data from
+        ``start``), fetched first when it is not cached; the caller closes it."""
         while True:
             with self._cond:
                 if self._closed:
@@ -158,11 +193,7 @@ class BlockCache:
                     raise ObjectStoreError(str(pending.error)) from None
                 continue  # cached now (or evicted already: fetched again)
             self._fill(rel, key, start, want, pending)
-        try:
-            data = os.pread(fd, n, at) if at < want else b""
-        finally:
-            os.close(fd)
-        return data + bytes(n - len(data)) if len(data) < n else data
+        return fd
 
     def _make_room(self, n: int) -> None:
         """Evict least recently used blocks until ``n`` more bytes fit; wait for fetches in

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import mmap
 import os
 import re
 import shutil
@@ -567,6 +568,19 @@ class ObjectSource:
                 self._stats.misses += 1
                 self._stats.fetched_bytes += n
         return data + bytes(stop - offset - n) if stop - offset > n else data
+
+    def window(self, path: str, offset: int) -> tuple[mmap.mmap, int] | None:
+        """The cached block of file ``path`` that holds ``offset`` (fetched first), mapped
+        read-only, and the file position of its first byte; None without a block cache or
+        past the file's stored prefix (:meth:`engine.live.blockcache.BlockCache.view`).
+
+        Raises:
+            FileNotFoundError: no such file; ObjectStoreError: as :meth:`pread`.
+        """
+        rel, size, stored = self._entry(path)
+        if self.cache is None or rel == MANIFEST_NAME:
+            return None
+        return self.cache.view(rel, size, offset, stored)
 
     def refresh(self) -> bool:
         """Read the manifest again (a newer snapshot uploaded to the location): True when it

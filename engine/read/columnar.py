@@ -233,9 +233,6 @@ _WANT = {
     "storeHost": WANT_STORE_HOST,
 }
 _MAX_DECODE_BYTES = np.iinfo(np.int32).max  # of records in one Kernel.decode call
-#: Bytes a decode reads as one range from a source that is not local (object storage): two
-#: of its blocks (engine.live.blockcache.BLOCK), each fetched once.
-SPAN_BYTES = 16 << 20
 # message.offset_msg_id of an IPv4 store host: hex of address, port and CommitLog offset
 _MSG_ID_V4_HEX = 2 * (HOST_V4.size + INT64.size)  # 32 digits
 
@@ -928,21 +925,15 @@ def _decode(
         if n:
             raise CorruptRecordError("CommitLog offset is not in the store", int(offs[0]))
         return _empty(names)
-    bounds = _span_bounds(offs, sizes, fs, commitlog.ranged)
+    runs = _ranged_runs(commitlog, offs, sizes) if commitlog.ranged else _file_runs(commitlog, offs)
     batches = []
-    for a, b in itertools.pairwise(bounds):
-        end = int(offs[a:b].max() + sizes[a:b].max()) if b - a > 1 else int(offs[a] + sizes[a])
-        sp = commitlog.span(int(offs[a]), end)
-        if sp is None:
-            raise CorruptRecordError(
-                "CommitLog offset is not in the store (deleted, or not written yet)", int(offs[a])
-            )
+    for a, b, buf, base in runs:
         batches.append(
             _decode_segment(
                 commitlog,
                 check_crc,
-                sp[0],
-                sp[1],
+                buf,
+                base,
                 offs[a:b],
                 sizes[a:b],
                 None if qoffs is None else qoffs[a:b],
@@ -954,27 +945,51 @@ def _decode(
     return _concat(batches)
 
 
-def _span_bounds(offs: np.ndarray, sizes: np.ndarray, file_size: int, ranged: bool) -> list[int]:
-    """Where :func:`_decode` cuts ``offs`` into runs it reads as one span: at each change of
-    CommitLog file; for a source read by range (``ranged``), also wherever a run's bytes
-    would pass :data:`SPAN_BYTES` (records in increasing offset order; otherwise one record a
-    run), so a reader of object storage asks for what the records need, never a whole file."""
+_Run = tuple[int, int, "SegmentMap | bytes", int]
+
+
+def _file_runs(commitlog: RecordSource, offs: np.ndarray) -> list[_Run]:
+    """``(a, b, buffer, base)``: the records ``offs[a:b]`` lie in one CommitLog file, whose
+    whole mapping is ``buffer`` (``buffer[x - base]`` the byte at offset ``x``)."""
     n = len(offs)
-    seg = offs // file_size
-    cuts = (np.flatnonzero(np.diff(seg)) + 1).tolist()
-    if not ranged:
-        return [0, *cuts, n]
-    if n > 1 and not bool(np.all(np.diff(offs) > 0)):
-        return list(range(n + 1))
-    bounds = [0]
-    for stop in [*cuts, n]:
-        a = bounds[-1]
-        while a < stop:
-            limit = int(offs[a]) + SPAN_BYTES
-            b = a + max(1, int(np.searchsorted(offs[a:stop] + sizes[a:stop], limit, "right")))
-            bounds.append(b)
-            a = b
-    return bounds
+    seg = offs // commitlog.file_size
+    bounds = [0, *(np.flatnonzero(np.diff(seg)) + 1).tolist(), n]
+    runs = []
+    for a, b in itertools.pairwise(bounds):
+        sp = commitlog.span(int(offs[a]), int(offs[a]) + 1)
+        if sp is None:
+            raise CorruptRecordError(
+                "CommitLog offset is not in the store (deleted, or not written yet)", int(offs[a])
+            )
+        runs.append((a, b, sp[0], sp[1]))
+    return runs
+
+
+def _ranged_runs(commitlog: RecordSource, offs: np.ndarray, sizes: np.ndarray) -> list[_Run]:
+    """The runs of :func:`_file_runs` for a source read by range (object storage): each
+    buffer is what :meth:`RecordSource.span` gives for the run's first record (the cached
+    block that holds it, without a copy, or that record's bytes), and the run the records that
+    lie whole in it (records in increasing offset order; otherwise one record a run), so a
+    reader asks for the blocks its records are in, never a whole file."""
+    n = len(offs)
+    ends = offs + sizes
+    ordered = n < 2 or bool(np.all(np.diff(offs) > 0))
+    runs = []
+    a = 0
+    while a < n:
+        off = int(offs[a])
+        sp = commitlog.span(off, int(ends[a]))
+        if sp is None:
+            raise CorruptRecordError(
+                "CommitLog offset is not in the store (deleted, or not written yet)", off
+            )
+        buf, base = sp
+        b = a + 1
+        if ordered:
+            b = max(b, a + int(np.searchsorted(ends[a:], base + len(buf), "right")))
+        runs.append((a, b, buf, base))
+        a = b
+    return runs
 
 
 def _empty(names: Sequence[str]) -> pa.RecordBatch:

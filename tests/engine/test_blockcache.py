@@ -140,3 +140,22 @@ def test_a_small_capacity_makes_small_blocks_and_too_small_is_refused(tmp_path):
     assert BlockCache(Remote({}).fetch, str(tmp_path), 1 << 20).block == 512 << 10
     with pytest.raises(ValueError):
         BlockCache(Remote({}).fetch, str(tmp_path), MIN_BLOCK)
+
+
+def test_a_view_is_the_block_without_a_copy_and_outlives_its_eviction(tmp_path):
+    """``BlockCache.view``: the cached block that holds an offset, mapped (what the decoders
+    read many records of one block through), fetched once, and still readable once evicted."""
+    data = random.Random(3).randbytes(3 * BLOCK + 500)
+    remote = Remote({"f": data})
+    cache = BlockCache(remote.fetch, str(tmp_path / "c"), 2 * BLOCK, block=BLOCK)
+    m, start = cache.view("f", len(data), BLOCK + 7, data_end=3 * BLOCK + 100)
+    assert start == BLOCK and m[:] == data[BLOCK : 2 * BLOCK]
+    again, _ = cache.view("f", len(data), 2 * BLOCK - 1)
+    assert again[:] == m[:] and len(remote.calls) == 1
+    # the last block holds its data only, not the zeros after data_end
+    last, start = cache.view("f", len(data), 3 * BLOCK, data_end=3 * BLOCK + 100)
+    assert start == 3 * BLOCK and last[:] == data[3 * BLOCK : 3 * BLOCK + 100]
+    assert cache.view("f", len(data), 3 * BLOCK + 100, data_end=3 * BLOCK + 100) is None
+    cache.read("f", len(data), 0, 10)  # evicts the first block viewed
+    assert cache.stats.evicted >= 1 and m[:] == data[BLOCK : 2 * BLOCK]
+    cache.close()
