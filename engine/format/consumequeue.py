@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from .mappedfile import FileQueue, Segment, pwrite_all
+from .mappedfile import FileQueue, Segment
 
 if TYPE_CHECKING:
     from .queue import QueueReader
@@ -460,7 +460,7 @@ class ConsumeQueue:
             self.min_offset = first_queue_offset
         seg = self.files.segment_for_write(pos)
         if pos + len(units) <= seg.end:  # in one file (always, for one put's units)
-            pwrite_all(seg.fd, units, pos - seg.start)
+            self.files.write(pos, units)
             self._advance(units)
             return
         view = memoryview(units)

@@ -29,8 +29,12 @@ creation ``yyyyMMddHHmmssSSS`` (``UtilAll.timeMillisToHumanString``). Hash colli
 resolved here: a query returns every offset stored under the same 32-bit hash, and the caller
 reads the messages back and compares the real keys (``DefaultMessageStore.queryMessage``).
 
-Files are created at full length as sparse files (``ftruncate``) and accessed with
-``os.pread``/``os.pwrite`` (no mmap: a full disk gives ``OSError(ENOSPC)``, not SIGBUS). Writers
+Files are created at full length as sparse files (``ftruncate``), read with ``os.pread`` and
+written through a shared writable mapping (RocketMQ's ``MappedByteBuffer``; no system call per
+key) whose blocks are allocated first (``posix_fallocate``: the header and slot table when the
+file is opened for writing, the items ahead of the writes), so a full disk gives
+``OSError(ENOSPC)``, never a SIGBUS; where the file cannot be mapped or allocated it is written
+with ``os.pwrite`` (:class:`_FdIO`). Writers
 write an item before the slot that points at it, so a concurrent reader never follows a slot to
 a half-written item. The store's put path writes keys in batches (:meth:`IndexFile.put_hashed`):
 every item of the batch with one pwrite, then each changed slot, then the header, with the slot
@@ -53,7 +57,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError
 from .javahash import index_key_hash
-from .mappedfile import create_preallocated
+from .mappedfile import ALLOC_STEP, create_preallocated
 
 if TYPE_CHECKING:
     import numpy as np
@@ -190,6 +194,48 @@ class _FdIO:
         return _FdIO(os.dup(self.fd), self.path)
 
 
+class _MapIO(_FdIO):
+    """:class:`_FdIO` writing through a shared writable mapping of the file: the range below
+    ``allocated`` has its blocks (``posix_fallocate``), and a write past it allocates up to
+    :data:`ALLOC_STEP` further first, so a store into the mapping never meets a hole."""
+
+    __slots__ = ("mm", "allocated")
+
+    def __init__(self, fd: int, path: str, mm: mmap.mmap, allocated: int):
+        super().__init__(fd, path)
+        self.mm = mm
+        self.allocated = allocated
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        end = offset + len(data)
+        if end > self.allocated:
+            hi = min(len(self.mm), end + ALLOC_STEP - end % ALLOC_STEP)
+            os.posix_fallocate(self.fd, self.allocated, hi - self.allocated)
+            self.allocated = hi
+        self.mm[offset:end] = data
+
+    def close(self) -> None:
+        self.mm.close()
+        os.close(self.fd)
+
+    def unmapped(self) -> _FdIO:
+        """The same file with ``pwrite`` writes, this mapping closed (a full file)."""
+        self.mm.close()
+        return _FdIO(self.fd, self.path)
+
+
+def _writable_io(fd: int, path: str, size: int, allocated: int) -> _FdIO:
+    """The writer's I/O on an IndexFile: :class:`_MapIO` with ``[0, allocated)`` allocated
+    (header, slot table and the items written so far), else :class:`_FdIO` (a full disk, a
+    filesystem without allocation, no address space: each write then reports its error)."""
+    try:
+        os.posix_fallocate(fd, 0, allocated)
+        mm = mmap.mmap(fd, size)
+    except (OSError, ValueError):
+        return _FdIO(fd, path)
+    return _MapIO(fd, path, mm, allocated)
+
+
 class _MemIO:
     """An anonymous mapping standing in for a file (read-only stores): zero pages cost nothing."""
 
@@ -293,16 +339,20 @@ class IndexFile:
             except BaseException:
                 os.close(fd)
                 raise
-            self._io = _FdIO(fd, path)
             self._set_header(HEADER.unpack(head))
             if self.index_count <= 0:
                 self.index_count = 1
+            items_end = self._items_base_of() + self.index_count * INDEX_SIZE
+            if read_only or self.index_count >= self.index_num or items_end > self.size:
+                self._io = _FdIO(fd, path)
+            else:
+                self._io = _writable_io(fd, path, self.size, items_end)
         else:
             check_geometry(hash_slot_num, index_num)
             self.hash_slot_num, self.index_num = hash_slot_num, index_num
             self.size = index_file_size(hash_slot_num, index_num)
             fd = create_preallocated(path, self.size, exclusive=True)
-            self._io = _FdIO(fd, path)
+            self._io = _writable_io(fd, path, self.size, self._items_base_of() + INDEX_SIZE)
             created = True
         if created:
             self.begin_timestamp = self.end_timestamp = 0
@@ -331,13 +381,17 @@ class IndexFile:
                     self.destroy()
                     raise
                 self._dirty = True
-        self._items_base = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        self._items_base = self._items_base_of()
         # A file another process writes (a follower's): chains are walked up to the file's
         # capacity rather than the header's indexCount read earlier (see reload_header).
         self.live = False
         # The hash slots as native ints, loaded on the first batched put (hashSlotNum * 4
         # bytes, 20 MB for the default geometry) and kept equal to the file by every writer.
         self._slots: array | None = None
+
+    def _items_base_of(self) -> int:
+        """Where item 0 would start: after the header and the slot table."""
+        return INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
 
     # -- header -------------------------------------------------------------------------------
     @property
@@ -541,7 +595,9 @@ class IndexFile:
         self.hash_slot_count = slot_count
         self.index_count = c
         if c >= self.index_num:
-            self._slots = None  # full: no more puts, free the table
+            self._slots = None  # full: no more puts, free the table (and the mapping)
+            if isinstance(io, _MapIO):
+                self._io = io.unmapped()
         return start + n
 
     # -- read ---------------------------------------------------------------------------------
