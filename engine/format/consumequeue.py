@@ -458,9 +458,8 @@ class ConsumeQueue:
             filler = UNIT.pack(0, BLANK_UNIT_SIZE, 0) * ((pos - start) // CQ_STORE_UNIT_SIZE)
             self.files.write(start, filler)
             self.min_offset = first_queue_offset
-        seg = self.files.segment_for_write(pos)
-        if pos + len(units) <= seg.end:  # in one file (always, for one put's units)
-            self.files.write(pos, units)
+        if pos // self.files.file_size == (pos + len(units) - 1) // self.files.file_size:
+            self.files.write(pos, units)  # in one file (always, for one put's units)
             self._advance(units)
             return
         view = memoryview(units)

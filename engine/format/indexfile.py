@@ -555,6 +555,8 @@ class IndexFile:
         n = min(len(entries) // 3 - start, self.index_num - count)
         if n <= 0:
             return start
+        if n == 1 and step is None:
+            return self._put_one(entries, start)
         slots = self._slot_table()
         packed, old, after = (step or index_step)(
             slots,
@@ -589,16 +591,55 @@ class IndexFile:
                 except OSError:
                     pass
             raise
+        self._advance((begin_ts, ts, begin_phy, phy, slot_count, c))
+        return start + n
+
+    def _put_one(self, entries: Sequence[int], start: int) -> int:
+        """:meth:`put_hashed` of the one entry at ``start`` (a single put's UNIQ_KEY): what
+        :func:`index_step` does for it, its item, slot and header written directly."""
+        slots = self._slot_table()
+        j = 3 * start
+        key_hash, phy, ts = entries[j], entries[j + 1], entries[j + 2]
+        count = self.index_count
+        slot = key_hash % len(slots)
+        value = old = slots[slot]
+        slot_count = self.hash_slot_count
+        if value <= INVALID_INDEX or value > count:
+            value = INVALID_INDEX
+            slot_count += 1
+        begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
+        diff = 0
+        if begin_ts > 0 and ts > begin_ts:
+            diff = min((ts - begin_ts) // 1000, _INT_MAX)
+        if count <= 1:
+            begin_phy, begin_ts = phy, ts
+        io = self._io
+        slot_pos = INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE
+        io.write(self._items_base + count * INDEX_SIZE, ITEM.pack(key_hash, phy, diff, value))
+        slots[slot] = count
+        try:
+            io.write(slot_pos, SLOT.pack(count))
+            io.write(0, HEADER.pack(begin_ts, ts, begin_phy, phy, slot_count, count + 1))
+        except OSError:
+            slots[slot] = old
+            try:  # the chain must not name an unwritten item
+                io.write(slot_pos, SLOT.pack(old))
+            except OSError:
+                pass
+            raise
+        self._advance((begin_ts, ts, begin_phy, phy, slot_count, count + 1))
+        return start + 1
+
+    def _advance(self, header: tuple[int, int, int, int, int, int]) -> None:
+        """The header fields after a put (:data:`HEADER`'s order); a full file drops its slot
+        table and its mapping (no more puts)."""
         self._dirty = True
-        self.begin_timestamp, self.begin_phy_offset = begin_ts, begin_phy
-        self.end_timestamp, self.end_phy_offset = ts, phy
-        self.hash_slot_count = slot_count
-        self.index_count = c
-        if c >= self.index_num:
-            self._slots = None  # full: no more puts, free the table (and the mapping)
+        self._set_header(header)
+        if self.index_count >= self.index_num:
+            self._slots = None
+            io = self._io
             if isinstance(io, _MapIO):
                 self._io = io.unmapped()
-        return start + n
 
     # -- read ---------------------------------------------------------------------------------
     @property

@@ -605,6 +605,14 @@ class FileQueue(MappedFiles):
         Raises:
             OSError: ENOSPC (the disk is full), EIO, ...; nothing of ``data`` is written.
         """
+        w = self._wmap
+        if w is not None:  # the usual append: into the allocated part of the mapped file
+            pos = offset - w[0].start
+            end = pos + len(data)
+            m = w[1]
+            if 0 <= pos and end <= self._allocated and m is not None:
+                m[pos:end] = data
+                return
         seg = self.segment_for_write(offset)
         pos = offset - seg.start
         end = pos + len(data)

@@ -159,3 +159,28 @@ def test_store_reads_back_what_mapped_writes_put(tmp_path):
     with MessageStore(str(root), cfg) as s:
         assert [r.body for r in s.query_by_key("T", "k599-0")] == [want[-1]]
         assert [r.body for r in s.query_by_key("T", "k300-3")] == [b"m300-3" * 20]
+
+
+def test_one_entry_puts_write_what_index_step_writes(tmp_path):
+    """``IndexFile.put_hashed`` of one entry (its own short path) writes the bytes of the
+    general step (:func:`indexfile.index_step`), through a file's fill and with store times
+    before, at and far after its begin time."""
+    import random
+
+    from rmqfs.engine.format import indexfile
+
+    rng = random.Random(7)
+    a = indexfile.IndexFile(str(tmp_path / "a"), 16, 64)
+    b = indexfile.IndexFile(str(tmp_path / "b"), 16, 64)
+    t = 1_700_000_000_000
+    stored = 0
+    for i in range(80):
+        e = [rng.randrange(1 << 31), 100 * i, t + rng.choice((-5000, 0, 999, 1000, 1 << 45))]
+        got = a.put_hashed(e)
+        assert got == b.put_hashed(e, 0, indexfile.index_step)
+        stored += got
+        assert a.header_fields() == b.header_fields()
+    assert stored == 63
+    a.close()
+    b.close()
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
