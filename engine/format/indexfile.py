@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError
 from .javahash import index_key_hash
-from .mappedfile import ALLOC_STEP, create_preallocated
+from .mappedfile import ALLOC_STEP, MAPPED_WRITE_MAX, create_preallocated
 
 if TYPE_CHECKING:
     import numpy as np
@@ -195,7 +195,8 @@ class _FdIO:
 
 
 class _MapIO(_FdIO):
-    """:class:`_FdIO` writing through a shared writable mapping of the file: the range below
+    """:class:`_FdIO` writing through a shared writable mapping of the file (writes under
+    :data:`MAPPED_WRITE_MAX` bytes; larger ones with ``pwrite``): the range below
     ``allocated`` has its blocks (``posix_fallocate``), and a write past it allocates up to
     :data:`ALLOC_STEP` further first, so a store into the mapping never meets a hole."""
 
@@ -207,7 +208,11 @@ class _MapIO(_FdIO):
         self.allocated = allocated
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
-        end = offset + len(data)
+        n = len(data)
+        if n >= MAPPED_WRITE_MAX:  # a batch's items: the kernel's copy costs less
+            super().write(offset, data)
+            return
+        end = offset + n
         if end > self.allocated:
             hi = min(len(self.mm), end + ALLOC_STEP - end % ALLOC_STEP)
             os.posix_fallocate(self.fd, self.allocated, hi - self.allocated)

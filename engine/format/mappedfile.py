@@ -61,6 +61,11 @@ ALLOC_STEP = 1 << 20
 #: Smallest allocation step (files of up to 64 of these: a ConsumeQueue's, small segments)
 ALLOC_STEP_MIN = 64 << 10
 PAGE = mmap.PAGESIZE
+#: Writes from this size on go out with ``pwrite`` instead of the mapping: a mapped write pays
+#: a page fault for each new page (and writeback a write-protect of each), which costs more
+#: than the kernel's copy for a batch; a single record, unit or index entry saves its system
+#: call.
+MAPPED_WRITE_MAX = 4096
 
 TMP_SUFFIX = ".tmp"  # files being built; never part of a queue, removed when a store opens
 
@@ -596,28 +601,33 @@ class FileQueue(MappedFiles):
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` at ``offset``; it must not cross a file end.
 
-        A copy into the file's shared writable mapping (``MappedFile.appendMessage``: no
-        system call per write), the blocks under it allocated first (:meth:`_allocate`), so a
-        full disk raises here with nothing written; ``pwrite`` where the file cannot be
-        mapped. The bytes are in the page cache when this returns, as after a ``pwrite``
-        (readers through ``pread`` or their own mappings see them; :meth:`flush` syncs them).
+        A write under :data:`MAPPED_WRITE_MAX` bytes is a copy into the file's shared
+        writable mapping (``MappedFile.appendMessage``: no system call per write), the blocks
+        under it allocated first (:meth:`_allocate`), so a full disk raises here with nothing
+        written; a larger one, or one to a file that cannot be mapped, is a ``pwrite``. The
+        bytes are in the page cache when this returns, either way (readers through ``pread``
+        or their own mappings see them; :meth:`flush` syncs them).
 
         Raises:
             OSError: ENOSPC (the disk is full), EIO, ...; nothing of ``data`` is written.
         """
+        n = len(data)
         w = self._wmap
-        if w is not None:  # the usual append: into the allocated part of the mapped file
+        if w is not None and n < MAPPED_WRITE_MAX:  # the usual small append: no lookup
             pos = offset - w[0].start
-            end = pos + len(data)
+            end = pos + n
             m = w[1]
             if 0 <= pos and end <= self._allocated and m is not None:
                 m[pos:end] = data
                 return
         seg = self.segment_for_write(offset)
         pos = offset - seg.start
-        end = pos + len(data)
+        end = pos + n
         if end > seg.size:
             raise ValueError("write crosses a file boundary")
+        if n >= MAPPED_WRITE_MAX:
+            pwrite_all(seg.fd, data, pos)
+            return
         w = self._wmap
         if w is None or w[0] is not seg:
             w = self._map_for_write(seg)

@@ -112,8 +112,11 @@ def test_a_cut_tail_is_allocated_again(tmp_path):
     fq.truncate_dirty(4096)
     fd = fq.segments[0].fd
     assert os.pread(fd, 8192, 0) == b"a" * 4096 + bytes(4096)
-    fq.write(4096, b"c" * 300_000)  # into blocks the cut freed: allocated again first
-    assert os.pread(fd, 300_000, 4096) == b"c" * 300_000
+    for pos in range(4096, 4096 + 300_000, 3000):  # mapped writes into blocks the cut freed
+        fq.write(pos, b"c" * 3000)
+    fq.write(4096 + 300_000, b"d" * 20_000)  # a large one: pwrite
+    fq.write(4096 + 320_000, b"e" * 10)
+    assert os.pread(fd, 320_010, 4096) == b"c" * 300_000 + b"d" * 20_000 + b"e" * 10
     assert os.fstat(fd).st_size == 1 << 20
     fq.close()
 
