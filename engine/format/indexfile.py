@@ -196,49 +196,58 @@ class _FdIO:
 
 class _MapIO(_FdIO):
     """:class:`_FdIO` writing through a shared writable mapping of the file (writes under
-    :data:`MAPPED_WRITE_MAX` bytes; larger ones with ``pwrite``): the range below
-    ``allocated`` has its blocks (``posix_fallocate``), and a write past it allocates up to
-    :data:`ALLOC_STEP` further first, so a store into the mapping never meets a hole."""
+    :data:`MAPPED_WRITE_MAX` bytes; larger ones with ``pwrite``), made at the first write (an
+    open that writes nothing changes nothing): ``[0, reserve)`` (header, slot table and the
+    items written so far) is allocated then (``posix_fallocate``), and a write past
+    ``allocated`` allocates up to :data:`ALLOC_STEP` further first, so a store into the
+    mapping never meets a hole. Where the file cannot be allocated or mapped (a full disk, a
+    filesystem without allocation, no address space) it is written with ``pwrite``, each
+    write reporting its error, as :class:`_FdIO` does."""
 
-    __slots__ = ("mm", "allocated")
+    __slots__ = ("mm", "allocated", "reserve", "size")
 
-    def __init__(self, fd: int, path: str, mm: mmap.mmap, allocated: int):
+    def __init__(self, fd: int, path: str, size: int, reserve: int):
         super().__init__(fd, path)
-        self.mm = mm
-        self.allocated = allocated
+        self.mm: mmap.mmap | None = None
+        self.allocated = 0
+        self.reserve = reserve  # -1: mapping failed, pwrite from now on
+        self.size = size
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         n = len(data)
-        if n >= MAPPED_WRITE_MAX:  # a batch's items: the kernel's copy costs less
-            super().write(offset, data)
+        mm = self.mm
+        if n >= MAPPED_WRITE_MAX or (mm is None and (mm := self._map()) is None):
+            super().write(offset, data)  # a batch's items: the kernel's copy costs less
             return
         end = offset + n
         if end > self.allocated:
-            hi = min(len(self.mm), end + ALLOC_STEP - end % ALLOC_STEP)
+            hi = min(self.size, end + ALLOC_STEP - end % ALLOC_STEP)
             os.posix_fallocate(self.fd, self.allocated, hi - self.allocated)
             self.allocated = hi
-        self.mm[offset:end] = data
+        mm[offset:end] = data
+
+    def _map(self) -> mmap.mmap | None:
+        if self.reserve < 0:
+            return None
+        try:
+            os.posix_fallocate(self.fd, 0, self.reserve)
+            self.mm = mmap.mmap(self.fd, self.size)
+        except (OSError, ValueError):
+            self.reserve = -1
+            return None
+        self.allocated = self.reserve
+        return self.mm
 
     def close(self) -> None:
-        self.mm.close()
+        if self.mm is not None:
+            self.mm.close()
         os.close(self.fd)
 
     def unmapped(self) -> _FdIO:
         """The same file with ``pwrite`` writes, this mapping closed (a full file)."""
-        self.mm.close()
+        if self.mm is not None:
+            self.mm.close()
         return _FdIO(self.fd, self.path)
-
-
-def _writable_io(fd: int, path: str, size: int, allocated: int) -> _FdIO:
-    """The writer's I/O on an IndexFile: :class:`_MapIO` with ``[0, allocated)`` allocated
-    (header, slot table and the items written so far), else :class:`_FdIO` (a full disk, a
-    filesystem without allocation, no address space: each write then reports its error)."""
-    try:
-        os.posix_fallocate(fd, 0, allocated)
-        mm = mmap.mmap(fd, size)
-    except (OSError, ValueError):
-        return _FdIO(fd, path)
-    return _MapIO(fd, path, mm, allocated)
 
 
 class _MemIO:
@@ -351,13 +360,13 @@ class IndexFile:
             if read_only or self.index_count >= self.index_num or items_end > self.size:
                 self._io = _FdIO(fd, path)
             else:
-                self._io = _writable_io(fd, path, self.size, items_end)
+                self._io = _MapIO(fd, path, self.size, items_end)
         else:
             check_geometry(hash_slot_num, index_num)
             self.hash_slot_num, self.index_num = hash_slot_num, index_num
             self.size = index_file_size(hash_slot_num, index_num)
             fd = create_preallocated(path, self.size, exclusive=True)
-            self._io = _writable_io(fd, path, self.size, self._items_base_of() + INDEX_SIZE)
+            self._io = _MapIO(fd, path, self.size, self._items_base_of() + INDEX_SIZE)
             created = True
         if created:
             self.begin_timestamp = self.end_timestamp = 0
