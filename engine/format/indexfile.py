@@ -84,6 +84,9 @@ MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query
 LONG_MAX = 2**63 - 1
 _WALK_BLOCK = 4096  # bytes of items a chain walk reads at once
 _INT_MAX = 2**31 - 1
+#: Entries up to which :meth:`IndexFile.put_hashed` writes each item and slot directly (a
+#: single put's UNIQ_KEY and keys) instead of building the batch's writes
+_FEW_ENTRIES = 4
 #: Changed hash slots closer than this go out in one pwrite with the unchanged slots between
 #: them (from the in-memory table, so the same bytes the file holds): the slots of a batch's
 #: UNIQ_KEYs, whose hashes differ by a few units, take one or two writes instead of dozens.
@@ -569,8 +572,8 @@ class IndexFile:
         n = min(len(entries) // 3 - start, self.index_num - count)
         if n <= 0:
             return start
-        if n == 1 and step is None:
-            return self._put_one(entries, start)
+        if n <= _FEW_ENTRIES and step is None:
+            return self._put_few(entries, start, n)
         slots = self._slot_table()
         packed, old, after = (step or index_step)(
             slots,
@@ -608,41 +611,49 @@ class IndexFile:
         self._advance((begin_ts, ts, begin_phy, phy, slot_count, c))
         return start + n
 
-    def _put_one(self, entries: Sequence[int], start: int) -> int:
-        """:meth:`put_hashed` of the one entry at ``start`` (a single put's UNIQ_KEY): what
-        :func:`index_step` does for it, its item, slot and header written directly."""
+    def _put_few(self, entries: Sequence[int], start: int, n: int) -> int:
+        """:meth:`put_hashed` of ``n`` (a few) entries from ``start``, a single put's UNIQ_KEY
+        and keys: what :func:`index_step` does for each, its item and then its slot written
+        directly, the header last (a crash between leaves slots that name written items
+        only, and a header that counts only items its slots may reach)."""
         slots = self._slot_table()
-        j = 3 * start
-        key_hash, phy, ts = entries[j], entries[j + 1], entries[j + 2]
-        count = self.index_count
-        slot = key_hash % len(slots)
-        value = old = slots[slot]
+        nslots = len(slots)
+        c = self.index_count
         slot_count = self.hash_slot_count
-        if value <= INVALID_INDEX or value > count:
-            value = INVALID_INDEX
-            slot_count += 1
         begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
-        diff = 0
-        if begin_ts > 0 and ts > begin_ts:
-            diff = min((ts - begin_ts) // 1000, _INT_MAX)
-        if count <= 1:
-            begin_phy, begin_ts = phy, ts
         io = self._io
-        slot_pos = INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE
-        io.write(self._items_base + count * INDEX_SIZE, ITEM.pack(key_hash, phy, diff, value))
-        slots[slot] = count
+        items_base = self._items_base
+        old: dict[int, int] = {}  # slot -> value before this call
+        phy = ts = 0
         try:
-            io.write(slot_pos, SLOT.pack(count))
-            io.write(0, HEADER.pack(begin_ts, ts, begin_phy, phy, slot_count, count + 1))
+            for j in range(3 * start, 3 * (start + n), 3):
+                key_hash, phy, ts = entries[j], entries[j + 1], entries[j + 2]
+                slot = key_hash % nslots
+                value = slots[slot]
+                if value <= INVALID_INDEX or value > c:
+                    value = INVALID_INDEX
+                    slot_count += 1
+                diff = 0
+                if begin_ts > 0 and ts > begin_ts:
+                    diff = min((ts - begin_ts) // 1000, _INT_MAX)
+                if c <= 1:
+                    begin_phy, begin_ts = phy, ts
+                io.write(items_base + c * INDEX_SIZE, ITEM.pack(key_hash, phy, diff, value))
+                old.setdefault(slot, slots[slot])
+                slots[slot] = c
+                io.write(INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(c))
+                c += 1
+            io.write(0, HEADER.pack(begin_ts, ts, begin_phy, phy, slot_count, c))
         except OSError:
-            slots[slot] = old
-            try:  # the chain must not name an unwritten item
-                io.write(slot_pos, SLOT.pack(old))
-            except OSError:
-                pass
+            for slot, value in old.items():  # the chains must not name unwritten items
+                slots[slot] = value
+                try:
+                    io.write(INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(value))
+                except OSError:
+                    pass
             raise
-        self._advance((begin_ts, ts, begin_phy, phy, slot_count, count + 1))
-        return start + 1
+        self._advance((begin_ts, ts, begin_phy, phy, slot_count, c))
+        return start + n
 
     def _advance(self, header: tuple[int, int, int, int, int, int]) -> None:
         """The header fields after a put (:data:`HEADER`'s order); a full file drops its slot

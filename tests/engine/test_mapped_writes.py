@@ -164,10 +164,10 @@ def test_store_reads_back_what_mapped_writes_put(tmp_path):
         assert [r.body for r in s.query_by_key("T", "k300-3")] == [b"m300-3" * 20]
 
 
-def test_one_entry_puts_write_what_index_step_writes(tmp_path):
-    """``IndexFile.put_hashed`` of one entry (its own short path) writes the bytes of the
-    general step (:func:`indexfile.index_step`), through a file's fill and with store times
-    before, at and far after its begin time."""
+def test_few_entry_puts_write_what_index_step_writes(tmp_path):
+    """``IndexFile.put_hashed`` of one to four entries (its own short path) writes the bytes
+    of the general step (:func:`indexfile.index_step`), through a file's fill, with store
+    times before, at and far after its begin time and entries sharing a slot."""
     import random
 
     from rmqfs.engine.format import indexfile
@@ -177,8 +177,11 @@ def test_one_entry_puts_write_what_index_step_writes(tmp_path):
     b = indexfile.IndexFile(str(tmp_path / "b"), 16, 64)
     t = 1_700_000_000_000
     stored = 0
-    for i in range(80):
-        e = [rng.randrange(1 << 31), 100 * i, t + rng.choice((-5000, 0, 999, 1000, 1 << 45))]
+    for i in range(40):
+        e = []
+        for k in range(rng.randint(1, 4)):
+            ts = t + rng.choice((-5000, 0, 999, 1000, 1 << 45))
+            e += [rng.choice((5, 21, rng.randrange(1 << 31))), 100 * i + k, ts]
         got = a.put_hashed(e)
         assert got == b.put_hashed(e, 0, indexfile.index_step)
         stored += got
