@@ -910,10 +910,10 @@ class ProduceHandle(Handle):
 
     def _put(self, lines: list[bytes]) -> None:
         try:
-            if not self.jsonl:  # the lines' bodies as they are: no Message each
+            if not self.jsonl:  # the lines' bodies as they are: no Message, no PutResult each
                 bodies = [line for line in lines if line]
                 if bodies:
-                    self.ctx.store.put_bodies(self.topic, bodies, self.queue_id)
+                    self.ctx.store.put_bodies(self.topic, bodies, self.queue_id, results=False)
                 return
             msgs = self._messages(lines)
             if msgs:

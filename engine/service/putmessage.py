@@ -670,14 +670,16 @@ def _put_columns(
     born_hosts: bytes | None,
     tnames: tuple[str, ...],
     infos: tuple[PlainTopic, ...],
+    results: bool = True,
 ) -> list[PutResult]:
     """:func:`put_plain` from the batch's columns (:data:`_PLAIN_FIELDS`' order) on: the
-    compiled put under the put lock, then the SYNC_FLUSH wait."""
+    compiled put under the put lock, then the SYNC_FLUSH wait. ``results`` False: [] unless
+    the store needs them (:func:`_put_compiled`)."""
     now = int(time.time() * 1000)
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
-        out = _put_compiled(store, kernel, cols, lens, born_hosts, tnames, infos, now)
+        out = _put_compiled(store, kernel, cols, lens, born_hosts, tnames, infos, now, results)
     if store.sync_flush:  # GroupCommitService: one fdatasync for this batch and its peers'
         last = out[-1]
         store.flusher.wait_flushed(last.commitlog_offset + last.size, out)
@@ -685,13 +687,20 @@ def _put_columns(
 
 
 def put_bodies(
-    store: MessageStore, topic: str, bodies: list[bytes], queue_id: int | None = None
+    store: MessageStore,
+    topic: str,
+    bodies: list[bytes],
+    queue_id: int | None = None,
+    results: bool = True,
 ) -> list[PutResult]:
     """``put_messages([Message(topic, body, queue_id=queue_id) for body in bodies])``, all or
     none, without a :class:`Message` per body on the compiled path (the mount's ``produce``
     lines; RocketMQ's ``DefaultMessageStore.putMessages`` of plain messages): the topic and
     queue are checked once, the columns :func:`put_plain` reads from each message are built
-    from the one topic, queue and the bodies. Same errors as :func:`put_messages`."""
+    from the one topic, queue and the bodies. With ``results`` False the compiled path builds
+    no :class:`PutResult` where nothing needs them (ASYNC_FLUSH, no listener, the index the
+    only dispatcher) and returns [] then: a caller that only needs to know the put succeeded
+    saves their cost. Same errors as :func:`put_messages`."""
     if not bodies:
         return []
     template = Message(topic, b"", queue_id=queue_id)
@@ -712,7 +721,7 @@ def put_bodies(
     n = len(bodies)
     cols = [tuple(itertools.repeat(v, n)) for v in row]
     cols[1] = tuple(bodies)
-    out = _put_columns(store, kernel, cols, lens, None, (topic,), (info,))
+    out = _put_columns(store, kernel, cols, lens, None, (topic,), (info,), results)
     for listener in store.listeners:
         listener(out)
     return out
@@ -905,9 +914,11 @@ def _put_compiled(
     tnames: tuple[str, ...],
     infos: tuple[PlainTopic, ...],
     now: int,
+    results: bool = True,
 ) -> list[PutResult]:
     """:func:`put_plain` under the put lock: the batch's columns to ``rmq_put``, its output
-    to the files, its results."""
+    to the files, its results ([] when not ``results`` and the store needs none: built only
+    for SYNC_FLUSH, listeners, or a dispatcher besides the index)."""
     topic_c, tags_c, keys_c = cols[0], cols[2], cols[3]
     n = len(topic_c)
     putter = store.putter
@@ -953,7 +964,12 @@ def _put_compiled(
             [(c3[k], [data[c3[k + 1] : c3[k + 2]]]) for k in range(0, len(c3), 3)], a.end, now
         )
     used, units, sn_after = _queue_units_out(call, slots, n)
-    out = _results(call, topic_c, uniq_keys, now)
+    if results or store.sync_flush or store.listeners:
+        out = _results(call, topic_c, uniq_keys, now)
+        built: list[PutResult] | Callable[[], list[PutResult]] = out
+    else:
+        out = []
+        built = functools.partial(_results, call, topic_c, uniq_keys, now)
     entries = array("q")
     if index is not None:
         entries.frombytes(ffi.buffer(call.idx, 24 * a.nidx))
@@ -983,7 +999,7 @@ def _put_compiled(
             ],
         )
     else:
-        dispatch_plain(store, (tags_c, keys_c), out, units, entries, start, now, step)
+        dispatch_plain(store, (tags_c, keys_c), built, units, entries, start, now, step)
         store.dispatched_store_timestamp = now
     for k in used:
         queue_offsets[slots[k]] = sn_after[k]
@@ -1376,7 +1392,7 @@ _HEAD_TYPES = ("uint8_t[]", "int32_t[]", "int64_t[]", "int32_t[]", "int32_t[]")
 def dispatch_plain(
     store: MessageStore,
     tags_keys: tuple[tuple, tuple],
-    out: list[PutResult],
+    out: list[PutResult] | Callable[[], list[PutResult]],
     units: list[tuple[tuple[str, int], int, bytes]],
     idx: Sequence[int],
     start: int,
@@ -1384,7 +1400,8 @@ def dispatch_plain(
     index_step: IndexStep | None = None,
 ) -> None:
     """ConsumeQueue units, index keys and other dispatchers for :func:`put_plain`:
-    ``tags_keys`` the batch's TAGS and KEYS columns (for dispatchers other than the index),
+    ``tags_keys`` the batch's TAGS and KEYS columns and ``out`` its PutResults, or what builds
+    them (for dispatchers other than the index),
     ``units`` is ``((topic, queueId), first queue offset, encoded units)`` per queue, ``idx`` flat
     ``[keyHash, phyOffset, storeTimestamp, ...]`` (:meth:`IndexService.put_hashed`, with
     ``index_step``: the compiled core's). On an
@@ -1407,6 +1424,8 @@ def dispatch_plain(
             else:  # cannot happen after recovery; keep the general rule anyway
                 others.insert(0, index)
         if others:
+            if callable(out):
+                out = out()
             batch = [
                 DispatchRequest(
                     r.topic,
