@@ -702,6 +702,7 @@ def put_bodies(
     only dispatcher) and returns [] then: a caller that only needs to know the put succeeded
     saves their cost. Same errors as :func:`put_messages`."""
     if not bodies:
+        _check_room(store)  # as put_messages([]) does
         return []
     template = Message(topic, b"", queue_id=queue_id)
     check_messages([template])
