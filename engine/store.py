@@ -1171,6 +1171,19 @@ class MessageStore:
         """
         return putmessage.put_messages(self, messages, batch)
 
+    def put_bodies(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        queue_id: int | None = None,
+        results: bool = True,
+    ) -> list[PutResult]:
+        """``put_messages`` of one plain message per body (topic, body and queue only), all or
+        none, without building the messages (``results`` False: nor, where nothing needs them,
+        the PutResults; [] then): see :func:`engine.service.putmessage.put_bodies` (RocketMQ's
+        ``DefaultMessageStore.putMessages``; the errors of :meth:`put_messages`)."""
+        return putmessage.put_bodies(self, topic, bodies, queue_id, results)
+
     # ------------------------------------------------------------------------------------------
     # getMessage
 

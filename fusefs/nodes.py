@@ -898,8 +898,7 @@ class ProduceHandle(Handle):
         return b""  # docs/mount.md: a produce file reads as empty, opened O_RDWR too
 
     def _messages(self, lines: list[bytes]) -> list[Message]:
-        if not self.jsonl:
-            return [Message(self.topic, line, queue_id=self.queue_id) for line in lines if line]
+        """The messages of ``produce.jsonl`` lines (blank ones skipped)."""
         msgs = []
         for i, line in enumerate(lines):
             if not line.strip(b" \t\r"):
@@ -911,11 +910,15 @@ class ProduceHandle(Handle):
         return msgs
 
     def _put(self, lines: list[bytes]) -> None:
-        msgs = self._messages(lines)
-        if not msgs:
-            return
         try:
-            self.ctx.store.put_messages(msgs)
+            if not self.jsonl:  # the lines' bodies as they are: no Message, no PutResult each
+                bodies = [line for line in lines if line]
+                if bodies:
+                    self.ctx.store.put_bodies(self.topic, bodies, self.queue_id, results=False)
+                return
+            msgs = self._messages(lines)
+            if msgs:
+                self.ctx.store.put_messages(msgs)
         except E.StoreError as exc:
             raise fs_error(exc) from exc
 

@@ -642,15 +642,17 @@ class CommitLog:
 
         ``chunks`` are ``(absolute offset, list of bytes-like pieces)`` in order, starting at
         :attr:`max_offset`, each inside one segment (a chunk that ends a segment ends with its
-        blank record); ``end`` is the new :attr:`max_offset`. Large pieces go to the kernel
-        as they are (``pwritev``, no copy); small ones are joined first. Same failure contract
+        blank record); ``end`` is the new :attr:`max_offset`. A chunk of one piece (the
+        compiled put path's) is copied into the segment's mapping (:meth:`FileQueue.write`);
+        several large pieces go to the kernel as they are (``pwritev``, no copy), several small
+        ones are joined first. Same failure contract
         as :meth:`append`: on an OSError everything written is zeroed again and re-raised.
         """
         start = self.max_offset
         try:
             for off, pieces in chunks:
                 size = sum(map(len, pieces))
-                if size < _WRITEV_MIN_PIECE * len(pieces):
+                if len(pieces) == 1 or size < _WRITEV_MIN_PIECE * len(pieces):
                     self.files.write(off, pieces[0] if len(pieces) == 1 else b"".join(pieces))
                     continue
                 seg = self.files.segment_for_write(off)

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from .mappedfile import FileQueue, Segment, pwrite_all
+from .mappedfile import FileQueue, Segment
 from .source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
@@ -460,9 +460,8 @@ class ConsumeQueue:
             filler = UNIT.pack(0, BLANK_UNIT_SIZE, 0) * ((pos - start) // CQ_STORE_UNIT_SIZE)
             self.files.write(start, filler)
             self.min_offset = first_queue_offset
-        seg = self.files.segment_for_write(pos)
-        if pos + len(units) <= seg.end:  # in one file (always, for one put's units)
-            pwrite_all(seg.fd, units, pos - seg.start)
+        if pos // self.files.file_size == (pos + len(units) - 1) // self.files.file_size:
+            self.files.write(pos, units)  # in one file (always, for one put's units)
             self._advance(units)
             return
         view = memoryview(units)

@@ -29,8 +29,12 @@ creation ``yyyyMMddHHmmssSSS`` (``UtilAll.timeMillisToHumanString``). Hash colli
 resolved here: a query returns every offset stored under the same 32-bit hash, and the caller
 reads the messages back and compares the real keys (``DefaultMessageStore.queryMessage``).
 
-Files are created at full length as sparse files (``ftruncate``) and accessed with
-``os.pread``/``os.pwrite`` (no mmap: a full disk gives ``OSError(ENOSPC)``, not SIGBUS). Writers
+Files are created at full length as sparse files (``ftruncate``), read with ``os.pread`` and
+written through a shared writable mapping (RocketMQ's ``MappedByteBuffer``; no system call per
+key) whose blocks are allocated first (``posix_fallocate``: the header and slot table when the
+file is opened for writing, the items ahead of the writes), so a full disk gives
+``OSError(ENOSPC)``, never a SIGBUS; where the file cannot be mapped or allocated it is written
+with ``os.pwrite`` (:class:`_FdIO`). Writers
 write an item before the slot that points at it, so a concurrent reader never follows a slot to
 a half-written item. The store's put path writes keys in batches (:meth:`IndexFile.put_hashed`):
 every item of the batch with one pwrite, then each changed slot, then the header, with the slot
@@ -53,7 +57,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError
 from .javahash import index_key_hash
-from .mappedfile import create_preallocated
+from .mappedfile import ALLOC_STEP, MAPPED_WRITE_MAX, create_preallocated
 from .source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
@@ -81,6 +85,9 @@ MAX_MSGS_NUM_BATCH = 64  # maxMsgsNumBatch: the cap on one query
 LONG_MAX = 2**63 - 1
 _WALK_BLOCK = 4096  # bytes of items a chain walk reads at once
 _INT_MAX = 2**31 - 1
+#: Entries up to which :meth:`IndexFile.put_hashed` writes each item and slot directly (a
+#: single put's UNIQ_KEY and keys) instead of building the batch's writes
+_FEW_ENTRIES = 4
 #: Changed hash slots closer than this go out in one pwrite with the unchanged slots between
 #: them (from the in-memory table, so the same bytes the file holds): the slots of a batch's
 #: UNIQ_KEYs, whose hashes differ by a few units, take one or two writes instead of dozens.
@@ -189,6 +196,62 @@ class _FdIO:
         it needs no lock, since closing or deleting the file meanwhile does not affect it.
         The caller closes it."""
         return _FdIO(os.dup(self.fd), self.path)
+
+
+class _MapIO(_FdIO):
+    """:class:`_FdIO` writing through a shared writable mapping of the file (writes under
+    :data:`MAPPED_WRITE_MAX` bytes; larger ones with ``pwrite``), made at the first write (an
+    open that writes nothing changes nothing): ``[0, reserve)`` (header, slot table and the
+    items written so far) is allocated then (``posix_fallocate``), and a write past
+    ``allocated`` allocates up to :data:`ALLOC_STEP` further first, so a store into the
+    mapping never meets a hole. Where the file cannot be allocated or mapped (a full disk, a
+    filesystem without allocation, no address space) it is written with ``pwrite``, each
+    write reporting its error, as :class:`_FdIO` does."""
+
+    __slots__ = ("mm", "allocated", "reserve", "size")
+
+    def __init__(self, fd: int, path: str, size: int, reserve: int):
+        super().__init__(fd, path)
+        self.mm: mmap.mmap | None = None
+        self.allocated = 0
+        self.reserve = reserve  # -1: mapping failed, pwrite from now on
+        self.size = size
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        n = len(data)
+        mm = self.mm
+        if n >= MAPPED_WRITE_MAX or (mm is None and (mm := self._map()) is None):
+            super().write(offset, data)  # a batch's items: the kernel's copy costs less
+            return
+        end = offset + n
+        if end > self.allocated:
+            hi = min(self.size, end + ALLOC_STEP - end % ALLOC_STEP)
+            os.posix_fallocate(self.fd, self.allocated, hi - self.allocated)
+            self.allocated = hi
+        mm[offset:end] = data
+
+    def _map(self) -> mmap.mmap | None:
+        if self.reserve < 0:
+            return None
+        try:
+            os.posix_fallocate(self.fd, 0, self.reserve)
+            self.mm = mmap.mmap(self.fd, self.size)
+        except (OSError, ValueError):
+            self.reserve = -1
+            return None
+        self.allocated = self.reserve
+        return self.mm
+
+    def close(self) -> None:
+        if self.mm is not None:
+            self.mm.close()
+        os.close(self.fd)
+
+    def unmapped(self) -> _FdIO:
+        """The same file with ``pwrite`` writes, this mapping closed (a full file)."""
+        if self.mm is not None:
+            self.mm.close()
+        return _FdIO(self.fd, self.path)
 
 
 class _SourceIO:
@@ -334,16 +397,20 @@ class IndexFile:
             except BaseException:
                 os.close(fd)
                 raise
-            self._io = _FdIO(fd, path)
             self._set_header(HEADER.unpack(head))
             if self.index_count <= 0:
                 self.index_count = 1
+            items_end = self._items_base_of() + self.index_count * INDEX_SIZE
+            if read_only or self.index_count >= self.index_num or items_end > self.size:
+                self._io = _FdIO(fd, path)
+            else:
+                self._io = _MapIO(fd, path, self.size, items_end)
         else:
             check_geometry(hash_slot_num, index_num)
             self.hash_slot_num, self.index_num = hash_slot_num, index_num
             self.size = index_file_size(hash_slot_num, index_num)
             fd = create_preallocated(path, self.size, exclusive=True)
-            self._io = _FdIO(fd, path)
+            self._io = _MapIO(fd, path, self.size, self._items_base_of() + INDEX_SIZE)
             created = True
         if created:
             self.begin_timestamp = self.end_timestamp = 0
@@ -372,13 +439,17 @@ class IndexFile:
                     self.destroy()
                     raise
                 self._dirty = True
-        self._items_base = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        self._items_base = self._items_base_of()
         # A file another process writes (a follower's): chains are walked up to the file's
         # capacity rather than the header's indexCount read earlier (see reload_header).
         self.live = False
         # The hash slots as native ints, loaded on the first batched put (hashSlotNum * 4
         # bytes, 20 MB for the default geometry) and kept equal to the file by every writer.
         self._slots: array | None = None
+
+    def _items_base_of(self) -> int:
+        """Where item 0 would start: after the header and the slot table."""
+        return INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
 
     # -- header -------------------------------------------------------------------------------
     @property
@@ -542,6 +613,8 @@ class IndexFile:
         n = min(len(entries) // 3 - start, self.index_num - count)
         if n <= 0:
             return start
+        if n <= _FEW_ENTRIES and step is None:
+            return self._put_few(entries, start, n)
         slots = self._slot_table()
         packed, old, after = (step or index_step)(
             slots,
@@ -576,14 +649,63 @@ class IndexFile:
                 except OSError:
                     pass
             raise
-        self._dirty = True
-        self.begin_timestamp, self.begin_phy_offset = begin_ts, begin_phy
-        self.end_timestamp, self.end_phy_offset = ts, phy
-        self.hash_slot_count = slot_count
-        self.index_count = c
-        if c >= self.index_num:
-            self._slots = None  # full: no more puts, free the table
+        self._advance((begin_ts, ts, begin_phy, phy, slot_count, c))
         return start + n
+
+    def _put_few(self, entries: Sequence[int], start: int, n: int) -> int:
+        """:meth:`put_hashed` of ``n`` (a few) entries from ``start``, a single put's UNIQ_KEY
+        and keys: what :func:`index_step` does for each, its item and then its slot written
+        directly, the header last (a crash between leaves slots that name written items
+        only, and a header that counts only items its slots may reach)."""
+        slots = self._slot_table()
+        nslots = len(slots)
+        c = self.index_count
+        slot_count = self.hash_slot_count
+        begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
+        io = self._io
+        items_base = self._items_base
+        old: dict[int, int] = {}  # slot -> value before this call
+        phy = ts = 0
+        try:
+            for j in range(3 * start, 3 * (start + n), 3):
+                key_hash, phy, ts = entries[j], entries[j + 1], entries[j + 2]
+                slot = key_hash % nslots
+                value = slots[slot]
+                if value <= INVALID_INDEX or value > c:
+                    value = INVALID_INDEX
+                    slot_count += 1
+                diff = 0
+                if begin_ts > 0 and ts > begin_ts:
+                    diff = min((ts - begin_ts) // 1000, _INT_MAX)
+                if c <= 1:
+                    begin_phy, begin_ts = phy, ts
+                io.write(items_base + c * INDEX_SIZE, ITEM.pack(key_hash, phy, diff, value))
+                old.setdefault(slot, slots[slot])
+                slots[slot] = c
+                io.write(INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(c))
+                c += 1
+            io.write(0, HEADER.pack(begin_ts, ts, begin_phy, phy, slot_count, c))
+        except OSError:
+            for slot, value in old.items():  # the chains must not name unwritten items
+                slots[slot] = value
+                try:
+                    io.write(INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(value))
+                except OSError:
+                    pass
+            raise
+        self._advance((begin_ts, ts, begin_phy, phy, slot_count, c))
+        return start + n
+
+    def _advance(self, header: tuple[int, int, int, int, int, int]) -> None:
+        """The header fields after a put (:data:`HEADER`'s order); a full file drops its slot
+        table and its mapping (no more puts)."""
+        self._dirty = True
+        self._set_header(header)
+        if self.index_count >= self.index_num:
+            self._slots = None
+            io = self._io
+            if isinstance(io, _MapIO):
+                self._io = io.unmapped()
 
     # -- read ---------------------------------------------------------------------------------
     @property

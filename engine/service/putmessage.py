@@ -263,7 +263,9 @@ def put_internal(
     return _put(store, messages, batch)
 
 
-def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutResult]:
+def _check_room(store: MessageStore) -> None:
+    """ReadOnlyStoreError for a read-only store, OSError(ENOSPC) while the disk is full
+    (``DefaultMessageStore.checkStoreStatus``)."""
     store.check_writable()
     if store.disk_full:
         raise OSError(
@@ -271,6 +273,10 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
             "disk usage above diskSpaceWarningLevelRatio; "
             "the store refuses messages until expired files are deleted",
         )
+
+
+def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutResult]:
+    _check_room(store)
     if not messages:
         return []
     out = None if batch else put_plain(store, messages)
@@ -607,14 +613,8 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
     SYNC_FLUSH when the flush took longer than syncFlushTimeout (the records are appended).
     """
     cfgs = store.config
-    putter = store.putter
-    kernel = putter.kernel
-    if (
-        kernel is None
-        or len(store.store_host[0]) != 4
-        or cfgs.enabled_append_prop_crc
-        or cfgs.compress_msg_body_over_howmuch >= 0
-    ):
+    kernel = store.putter.kernel
+    if kernel is None or not _plain_store(store):
         return None
     n = len(messages)
     if n == 1:  # the least per-call cost: no columns, one topic
@@ -659,15 +659,84 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
         infos = tuple(map(plain_topic, itertools.repeat(store), tnames))
         if None in infos or min(i[0] for i in infos) <= 0:
             return None  # no write queue: the general path says so
+    return _put_columns(store, kernel, cols, lens, born_hosts, tnames, infos)
+
+
+def _put_columns(
+    store: MessageStore,
+    kernel: Any,
+    cols: list[tuple],
+    lens: array,
+    born_hosts: bytes | None,
+    tnames: tuple[str, ...],
+    infos: tuple[PlainTopic, ...],
+    results: bool = True,
+) -> list[PutResult]:
+    """:func:`put_plain` from the batch's columns (:data:`_PLAIN_FIELDS`' order) on: the
+    compiled put under the put lock, then the SYNC_FLUSH wait. ``results`` False: [] unless
+    the store needs them (:func:`_put_compiled`)."""
     now = int(time.time() * 1000)
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
-        out = _put_compiled(store, kernel, messages, cols, lens, born_hosts, tnames, infos, now)
+        out = _put_compiled(store, kernel, cols, lens, born_hosts, tnames, infos, now, results)
     if store.sync_flush:  # GroupCommitService: one fdatasync for this batch and its peers'
         last = out[-1]
         store.flusher.wait_flushed(last.commitlog_offset + last.size, out)
     return out
+
+
+def put_bodies(
+    store: MessageStore,
+    topic: str,
+    bodies: list[bytes],
+    queue_id: int | None = None,
+    results: bool = True,
+) -> list[PutResult]:
+    """``put_messages([Message(topic, body, queue_id=queue_id) for body in bodies])``, all or
+    none, without a :class:`Message` per body on the compiled path (the mount's ``produce``
+    lines; RocketMQ's ``DefaultMessageStore.putMessages`` of plain messages): the topic and
+    queue are checked once, the columns :func:`put_plain` reads from each message are built
+    from the one topic, queue and the bodies. With ``results`` False the compiled path builds
+    no :class:`PutResult` where nothing needs them (ASYNC_FLUSH, no listener, the index the
+    only dispatcher) and returns [] then: a caller that only needs to know the put succeeded
+    saves their cost. Same errors as :func:`put_messages`."""
+    if not bodies:
+        _check_room(store)  # as put_messages([]) does
+        return []
+    template = Message(topic, b"", queue_id=queue_id)
+    check_messages([template])
+    row = _PLAIN_GET(template)
+    kernel = store.putter.kernel
+    if (
+        kernel is None
+        or not _plain_store(store)
+        or list(map(type, bodies)).count(bytes) != len(bodies)
+        or max(lens := array("q", map(len, bodies))) > store.config.max_message_size
+    ):
+        return _put(store, [Message(topic, b, queue_id=queue_id) for b in bodies], False)
+    info = plain_topic(store, topic)
+    if info is None or info[0] <= 0:  # no write queue: the general path says so
+        return _put(store, [Message(topic, b, queue_id=queue_id) for b in bodies], False)
+    _check_room(store)
+    n = len(bodies)
+    cols = [tuple(itertools.repeat(v, n)) for v in row]
+    cols[1] = tuple(bodies)
+    out = _put_columns(store, kernel, cols, lens, None, (topic,), (info,), results)
+    for listener in store.listeners:
+        listener(out)
+    return out
+
+
+def _plain_store(store: MessageStore) -> bool:
+    """Whether the store's settings let the compiled path put (IPv4 store host, no property
+    CRC, no compression by size)."""
+    cfg = store.config
+    return (
+        len(store.store_host[0]) == 4
+        and not cfg.enabled_append_prop_crc
+        and cfg.compress_msg_body_over_howmuch < 0
+    )
 
 
 def _born_host_bytes(host: tuple[bytes, int] | None) -> bytes:
@@ -840,18 +909,19 @@ class _PutCall:
 def _put_compiled(
     store: MessageStore,
     kernel: Any,
-    messages: list[Message],
     cols: list[tuple],
     lens: array,
     born_hosts: bytes | None,
     tnames: tuple[str, ...],
     infos: tuple[PlainTopic, ...],
     now: int,
+    results: bool = True,
 ) -> list[PutResult]:
     """:func:`put_plain` under the put lock: the batch's columns to ``rmq_put``, its output
-    to the files, its results."""
+    to the files, its results ([] when not ``results`` and the store needs none: built only
+    for SYNC_FLUSH, listeners, or a dispatcher besides the index)."""
     topic_c, tags_c, keys_c = cols[0], cols[2], cols[3]
-    n = len(messages)
+    n = len(topic_c)
     putter = store.putter
     call = putter.call
     if call is None:
@@ -895,7 +965,12 @@ def _put_compiled(
             [(c3[k], [data[c3[k + 1] : c3[k + 2]]]) for k in range(0, len(c3), 3)], a.end, now
         )
     used, units, sn_after = _queue_units_out(call, slots, n)
-    out = _results(call, topic_c, uniq_keys, now)
+    if results or store.sync_flush or store.listeners:
+        out = _results(call, topic_c, uniq_keys, now)
+        built: list[PutResult] | Callable[[], list[PutResult]] = out
+    else:
+        out = []
+        built = functools.partial(_results, call, topic_c, uniq_keys, now)
     entries = array("q")
     if index is not None:
         entries.frombytes(ffi.buffer(call.idx, 24 * a.nidx))
@@ -925,7 +1000,7 @@ def _put_compiled(
             ],
         )
     else:
-        dispatch_plain(store, messages, out, units, entries, start, now, step)
+        dispatch_plain(store, (tags_c, keys_c), built, units, entries, start, now, step)
         store.dispatched_store_timestamp = now
     for k in used:
         queue_offsets[slots[k]] = sn_after[k]
@@ -1317,16 +1392,18 @@ _HEAD_TYPES = ("uint8_t[]", "int32_t[]", "int64_t[]", "int32_t[]", "int32_t[]")
 
 def dispatch_plain(
     store: MessageStore,
-    messages: list[Message],
-    out: list[PutResult],
+    tags_keys: tuple[tuple, tuple],
+    out: list[PutResult] | Callable[[], list[PutResult]],
     units: list[tuple[tuple[str, int], int, bytes]],
     idx: Sequence[int],
     start: int,
     now: int,
     index_step: IndexStep | None = None,
 ) -> None:
-    """ConsumeQueue units, index keys and other dispatchers for :func:`put_plain`: ``units``
-    is ``((topic, queueId), first queue offset, encoded units)`` per queue, ``idx`` flat
+    """ConsumeQueue units, index keys and other dispatchers for :func:`put_plain`:
+    ``tags_keys`` the batch's TAGS and KEYS columns and ``out`` its PutResults, or what builds
+    them (for dispatchers other than the index),
+    ``units`` is ``((topic, queueId), first queue offset, encoded units)`` per queue, ``idx`` flat
     ``[keyHash, phyOffset, storeTimestamp, ...]`` (:meth:`IndexService.put_hashed`, with
     ``index_step``: the compiled core's). On an
     OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
@@ -1348,6 +1425,8 @@ def dispatch_plain(
             else:  # cannot happen after recovery; keep the general rule anyway
                 others.insert(0, index)
         if others:
+            if callable(out):
+                out = out()
             batch = [
                 DispatchRequest(
                     r.topic,
@@ -1363,9 +1442,9 @@ def dispatch_plain(
                 )
                 for r in out
             ]
-            for m, d in zip(messages, batch):
-                d.tags_code = tags_code(m.tags) if m.tags else 0
-                d.keys = _index_keys(m.keys)
+            for tags, keys, d in zip(*tags_keys, batch):
+                d.tags_code = tags_code(tags) if tags else 0
+                d.keys = _index_keys(keys)
             for d in others:
                 d.dispatch(batch)
     except OSError:

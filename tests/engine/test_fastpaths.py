@@ -865,3 +865,64 @@ def reference_scan(self, start: int, check_crc: bool = True, end: int | None = N
             pos = chunk_start + i
             if pos >= stop:
                 break
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_put_bodies_writes_what_put_messages_writes(tmp_path, monkeypatch, flush):
+    """``MessageStore.put_bodies`` (the mount's produce lines, no Message per body) against
+    ``put_messages`` of the same plain messages: byte-identical files and equal PutResults,
+    round robin and explicit queues, over segment, ConsumeQueue-file and IndexFile rolls; the
+    general path's refusals (no such topic, a body over maxMessageSize, a queue out of range)
+    change nothing."""
+    from rmqfs.engine.errors import MessageTooLargeError, NoSuchTopicError, PutMessageError
+
+    def run(root, bodies_path: bool | str):
+        monkeypatch.setattr(store_mod.time, "time", lambda: T0 / 1000)
+        cfg = StoreConfig(
+            mapped_file_size_commit_log=16 * 1024,
+            mapped_file_size_consume_queue=10 * 20,
+            max_hash_slot_num=16,
+            max_index_num=64,
+            max_message_size=4096,
+            flush_disk_type=flush,
+        )
+        s = MessageStore(str(root), cfg)
+        s.uniq_keys = UniqKeyGenerator()
+        s.uniq_keys._prefix = "7F0000010001000000FF"
+        s.uniq_keys.counter = 100
+        s.create_topic("T", 3)
+        rnd = random.Random(11)
+        out = []
+        for b in range(40):
+            bodies = [b"%d-%d" % (b, i) * rnd.choice((1, 30)) for i in range(rnd.choice((1, 5)))]
+            q = rnd.choice((None, None, 2))
+            if bodies_path == "bare":  # no PutResults where nothing needs them
+                got = s.put_bodies("T", bodies, q, results=False)
+                assert got == [] or flush == "SYNC_FLUSH"
+            elif bodies_path:
+                out += s.put_bodies("T", bodies, q)
+            else:
+                out += s.put_messages([Message("T", x, queue_id=q) for x in bodies])
+        for bad, exc in (
+            (("Nope", [b"x"], None), NoSuchTopicError),
+            (("T", [b"x", b"y" * 5000], None), MessageTooLargeError),
+            (("T", [b"x"], 7), PutMessageError),
+        ):
+            with pytest.raises(exc):
+                if bodies_path:
+                    s.put_bodies(*bad)
+                else:
+                    s.put_messages([Message(bad[0], x, queue_id=bad[2]) for x in bad[1]])
+        s.close()
+        return out
+
+    a = run(tmp_path / "a", False)
+    b = run(tmp_path / "b", True)
+    run(tmp_path / "c", "bare")
+    assert a == b
+    for other in ("b", "c"):
+        for sub in ("commitlog", "consumequeue"):
+            assert _files(tmp_path / "a", sub) == _files(tmp_path / other, sub)
+        index_a, index_b = _files(tmp_path / "a", "index"), _files(tmp_path / other, "index")
+        assert len(index_a) > 1  # named by their creation times: compared in order
+        assert [index_a[k] for k in sorted(index_a)] == [index_b[k] for k in sorted(index_b)]

@@ -1,0 +1,192 @@
+"""Writes through mappings (issue 34): the CommitLog, ConsumeQueue and IndexFile bytes go into
+shared writable mmaps of the files (``FileQueue.write``, ``indexfile._MapIO``) with the blocks
+allocated first, so a full disk is an ``OSError(ENOSPC)`` and never a SIGBUS, and what a put
+acknowledged is what a reader finds.
+
+* On a real full disk (a small tmpfs) single puts and batches of the compiled path, with the
+  IndexFile on, fail with ENOSPC; the process lives on; what was acknowledged is exactly what
+  tests/refreader.py reads back and the store verifies clean after the disk has room again.
+* A tail cut (``truncate_dirty`` after a failed put) frees the blocks; the next write
+  allocates them again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import refreader
+from conftest import SRC_PATH
+from rmqfs.engine.format.mappedfile import FileQueue
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
+
+FILL = r"""
+import errno, os, sys
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
+cfg = StoreConfig(
+    mapped_file_size_commit_log=1 << 20,
+    mapped_file_size_consume_queue=6000,
+    max_hash_slot_num=1000,
+    max_index_num=4000,
+    disk_space_warning_level_ratio=0.9999,
+    disk_space_clean_forcibly_ratio=0.9999,
+)
+s = MessageStore(sys.argv[1], cfg)
+s.create_topic("T", 3)
+acked, refused, i = [], 0, 0
+while refused < 20:
+    n = 1 if i % 3 else 16
+    msgs = [Message("T", b"%07d-" % (i + k) + b"p" * 900, keys=[f"k{i + k}"]) for k in range(n)]
+    i += n
+    s.disk_full = False  # what the clean service says is not what this test is about
+    try:
+        s.put_messages(msgs)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+        refused += 1
+        continue
+    acked += [m.body for m in msgs]
+s.close()
+print(" ".join(b[:7].decode() for b in acked))
+"""
+
+
+@pytest.fixture
+def small_disk():
+    """A 4 MiB tmpfs (root only)."""
+    d = Path(tempfile.mkdtemp(prefix="rmqfs-mapfull-"))
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], capture_output=True, text=True
+    )
+    if res.returncode != 0:
+        shutil.rmtree(d, ignore_errors=True)
+        pytest.skip(f"cannot mount a tmpfs: {res.stderr}")
+    yield d
+    subprocess.run(["umount", "-l", str(d)], capture_output=True)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_full_disk_refuses_puts_without_a_sigbus(small_disk):
+    from rmqfs.engine.tools.verify import verify_store
+
+    root = small_disk / "store"
+    env = dict(os.environ, PYTHONPATH=SRC_PATH)
+    res = subprocess.run(
+        [sys.executable, "-c", FILL, str(root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]  # -7 would be the SIGBUS
+    acked = res.stdout.split()
+    assert len(acked) > 1000
+    recs = refreader.read_commitlog(root / "commitlog")
+    bodies = [r["body"] for r in recs]
+    assert [b[:7].decode() for b in bodies] == acked
+    cfg = StoreConfig(
+        mapped_file_size_commit_log=1 << 20,
+        mapped_file_size_consume_queue=6000,
+        max_hash_slot_num=1000,
+        max_index_num=4000,
+    )
+    with MessageStore(str(root), cfg) as s:
+        got = [r.body for q in range(3) for _, r in s.iter_queue("T", q)]
+        assert sorted(got) == sorted(bodies)
+        last = bodies[-1][:7].decode()
+        assert [r.body for r in s.query_by_key("T", f"k{int(last)}")] == [bodies[-1]]
+    assert verify_store(str(root), cfg).ok
+
+
+def test_a_cut_tail_is_allocated_again(tmp_path):
+    fq = FileQueue(str(tmp_path / "q"), 1 << 20)
+    fq.write(0, b"a" * 5000)
+    fq.write(5000, b"b" * 5000)
+    fq.truncate_dirty(4096)
+    fd = fq.segments[0].fd
+    assert os.pread(fd, 8192, 0) == b"a" * 4096 + bytes(4096)
+    for pos in range(4096, 4096 + 300_000, 3000):  # mapped writes into blocks the cut freed
+        fq.write(pos, b"c" * 3000)
+    fq.write(4096 + 300_000, b"d" * 20_000)  # a large one: pwrite
+    fq.write(4096 + 320_000, b"e" * 10)
+    assert os.pread(fd, 320_010, 4096) == b"c" * 300_000 + b"d" * 20_000 + b"e" * 10
+    assert os.fstat(fd).st_size == 1 << 20
+    fq.close()
+
+
+def test_refused_allocation_writes_nothing(tmp_path, monkeypatch):
+    fq = FileQueue(str(tmp_path / "q"), 1 << 20)
+    fq.write(0, b"a" * 10)
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(OSError) as exc:
+        fq.write(1 << 19, b"z" * 100)
+    assert exc.value.errno == errno.ENOSPC
+    assert os.pread(fq.segments[0].fd, 100, 1 << 19) == bytes(100)
+    monkeypatch.undo()
+    fq.write(1 << 19, b"z" * 100)
+    assert os.pread(fq.segments[0].fd, 100, 1 << 19) == b"z" * 100
+    fq.close()
+
+
+def test_store_reads_back_what_mapped_writes_put(tmp_path):
+    """Puts across CommitLog segments, ConsumeQueue files and IndexFiles, single and batched:
+    refreader reads every record back and the store finds each key."""
+    cfg = StoreConfig(
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+    )
+    root = tmp_path / "s"
+    want = []
+    with MessageStore(str(root), cfg) as s:
+        s.create_topic("T", 2)
+        for i in range(600):
+            n = 1 if i % 5 else 7
+            msgs = [Message("T", b"m%d-%d" % (i, k) * 20, keys=[f"k{i}-{k}"]) for k in range(n)]
+            s.put_messages(msgs)
+            want += [m.body for m in msgs]
+    recs = refreader.read_commitlog(root / "commitlog")
+    assert [r["body"] for r in recs] == want
+    with MessageStore(str(root), cfg) as s:
+        assert [r.body for r in s.query_by_key("T", "k599-0")] == [want[-1]]
+        assert [r.body for r in s.query_by_key("T", "k300-3")] == [b"m300-3" * 20]
+
+
+def test_few_entry_puts_write_what_index_step_writes(tmp_path):
+    """``IndexFile.put_hashed`` of one to four entries (its own short path) writes the bytes
+    of the general step (:func:`indexfile.index_step`), through a file's fill, with store
+    times before, at and far after its begin time and entries sharing a slot."""
+    import random
+
+    from rmqfs.engine.format import indexfile
+
+    rng = random.Random(7)
+    a = indexfile.IndexFile(str(tmp_path / "a"), 16, 64)
+    b = indexfile.IndexFile(str(tmp_path / "b"), 16, 64)
+    t = 1_700_000_000_000
+    stored = 0
+    for i in range(40):
+        e = []
+        for k in range(rng.randint(1, 4)):
+            ts = t + rng.choice((-5000, 0, 999, 1000, 1 << 45))
+            e += [rng.choice((5, 21, rng.randrange(1 << 31))), 100 * i + k, ts]
+        got = a.put_hashed(e)
+        assert got == b.put_hashed(e, 0, indexfile.index_step)
+        stored += got
+        assert a.header_fields() == b.header_fields()
+    assert stored == 63
+    a.close()
+    b.close()
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
