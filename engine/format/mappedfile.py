@@ -847,6 +847,13 @@ def _reads_as_zeros(fd: int, start: int, end: int, budget: int = 4 << 20) -> boo
     return True
 
 
+def map_read_only(fd: int) -> SegmentMap:
+    """A read-only map of the whole file ``fd`` (the caller may close ``fd`` after): how a
+    file's bytes are read in place, here only (a segment, or a block of one cached from object
+    storage: ``engine.live.blockcache``). Raises ValueError for an empty file, OSError."""
+    return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+
+
 def fsync_dir(path: str) -> None:
     """fsync a directory, so the names created or removed in it survive a power cut (the one
     home of this step for every file the store creates: segments, IndexFiles, config)."""

@@ -26,7 +26,6 @@ Thread-safe; no pyarrow or FUSE here (tests/engine/test_blockcache.py runs it wi
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -34,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ObjectStoreError
+from ..format.mappedfile import SegmentMap, map_read_only
 
 __all__ = ["BLOCK", "BlockCache", "CacheStats"]
 
@@ -133,7 +133,7 @@ class BlockCache:
 
     def view(
         self, rel: str, size: int, offset: int, data_end: int | None = None
-    ) -> tuple[mmap.mmap, int] | None:
+    ) -> tuple[SegmentMap, int] | None:
         """A read-only map of the cached block of file ``rel`` (``size`` bytes long) that holds
         ``offset`` (fetched first when it is not cached), and the file position of its first
         byte: the block's bytes without a copy (a reader of many records of one block). The
@@ -151,7 +151,7 @@ class BlockCache:
         want = min(start + self.block, data_end) - start
         fd = self._block_fd(rel, index, start, want)
         try:
-            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ), start
+            return map_read_only(fd), start
         finally:
             os.close(fd)
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import mmap
 import os
 import re
 import shutil
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from ..errors import ManifestError, ObjectStoreError, StoreError
+from ..format.mappedfile import SegmentMap
 from ..format.source import LOCAL, StoreSource
 from .blockcache import MIN_BLOCK, BlockCache, CacheStats
 from .location import explain, join, open_location, read_small, redact
@@ -212,11 +212,15 @@ class ObjectSource:
             the AWS settings or the URI's user info).
         cache_dir: where this source's block files go: a private directory is made in it,
             where the render workers that open this source again (:attr:`spec`) make theirs;
-            :meth:`close` deletes it whole.
+            :meth:`close` deletes it whole. None: no block cache, each :meth:`pread` one range
+            read (the data source, which reads each range once).
         capacity: bound of the block files' bytes (:class:`engine.live.blockcache.BlockCache`).
         timeout: seconds each request may take.
         workers: the render workers that will open this source again (:attr:`spec`): the
-            daemon keeps half of ``capacity``, the workers share the other half.
+            daemon keeps half of ``capacity``, the workers share the other half (each at least
+            two of the smallest blocks, :data:`engine.live.blockcache.MIN_BLOCK`).
+        shared_dir: a render worker's: the daemon's block directory, where the mark of a
+            server that does not answer (:data:`UNANSWERED`) is kept for all of them.
 
     Raises:
         ObjectStoreError: the location cannot be read, or holds no ``SNAPSHOT.json``.
@@ -569,7 +573,7 @@ class ObjectSource:
                 self._stats.fetched_bytes += n
         return data + bytes(stop - offset - n) if stop - offset > n else data
 
-    def window(self, path: str, offset: int) -> tuple[mmap.mmap, int] | None:
+    def window(self, path: str, offset: int) -> tuple[SegmentMap, int] | None:
         """The cached block of file ``path`` that holds ``offset`` (fetched first), mapped
         read-only, and the file position of its first byte; None without a block cache or
         past the file's stored prefix (:meth:`engine.live.blockcache.BlockCache.view`).
