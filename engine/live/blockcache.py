@@ -26,6 +26,7 @@ Thread-safe; no pyarrow or FUSE here (tests/engine/test_blockcache.py runs it wi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -75,12 +76,24 @@ class BlockCache:
         capacity: bound of the block files' bytes (at least two blocks: a smaller capacity
             makes the blocks smaller, down to :data:`MIN_BLOCK`).
         block: bytes per block (rounded down to 4 KiB).
+        peers: the directories of other caches of the same files (a mount's daemon and its
+            render workers, each its own cache), asked on a miss before a fetch: a block one of
+            them holds is read from its file (named by the file, the block size and the block
+            index alike in every cache), so the processes fetch a block once between them. The
+            file of a peer's block stays readable once opened, even if that peer evicts it.
 
     Raises:
         ValueError: ``capacity`` below two :data:`MIN_BLOCK` blocks.
     """
 
-    def __init__(self, fetch: Fetch, directory: str, capacity: int, block: int = BLOCK) -> None:
+    def __init__(
+        self,
+        fetch: Fetch,
+        directory: str,
+        capacity: int,
+        block: int = BLOCK,
+        peers: Callable[[], list[str]] | None = None,
+    ) -> None:
         if capacity < 2 * MIN_BLOCK:
             raise ValueError(f"cache size {capacity} is below {2 * MIN_BLOCK} bytes")
         self.fetch = fetch
@@ -90,10 +103,11 @@ class BlockCache:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         self.stats = CacheStats()
         self._cond = threading.Condition()
-        self._lru: OrderedDict[tuple[int, int], int] = OrderedDict()  # key -> bytes, oldest first
-        self._pending: dict[tuple[int, int], _Pending] = {}
+        self.peers = peers
+        self._lru: OrderedDict[tuple[str, int], int] = OrderedDict()  # key -> bytes, oldest first
+        self._pending: dict[tuple[str, int], _Pending] = {}
         self._used = 0  # bytes of the cached blocks plus those reserved by fetches in flight
-        self._ids: dict[str, int] = {}
+        self._ids: dict[str, str] = {}  # file -> the name its blocks' files start with
         self._closed = False
 
     @property
@@ -102,8 +116,32 @@ class BlockCache:
         with self._cond:
             return self._used
 
-    def _path(self, key: tuple[int, int]) -> str:
-        return os.path.join(self.directory, f"{key[0]:x}.{key[1]:x}")
+    def _name(self, key: tuple[str, int]) -> str:
+        return f"{key[0]}.{key[1]:x}"
+
+    def _path(self, key: tuple[str, int]) -> str:
+        return os.path.join(self.directory, self._name(key))
+
+    def _file_id(self, rel: str) -> str:
+        """The name the block files of ``rel`` start with: a digest of the name and the block
+        size, the same in every cache (caller holds the lock)."""
+        fid = self._ids.get(rel)
+        if fid is None:
+            digest = hashlib.blake2b(rel.encode("utf-8", "surrogateescape"), digest_size=10)
+            fid = self._ids[rel] = f"{digest.hexdigest()}.{self.block:x}"
+        return fid
+
+    def _from_peer(self, key: tuple[str, int]) -> int | None:
+        """A descriptor of a peer's file of block ``key``, or None (no peer holds it)."""
+        if self.peers is None:
+            return None
+        name = self._name(key)
+        for d in self.peers():
+            try:
+                return os.open(os.path.join(d, name), os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+        return None
 
     def read(
         self, rel: str, size: int, offset: int, length: int, data_end: int | None = None
@@ -168,25 +206,31 @@ class BlockCache:
     def _block_fd(self, rel: str, index: int, start: int, want: int) -> int:
         """A descriptor of block ``index`` of ``rel``'s file (``want`` bytes of data from
         ``start``), fetched first when it is not cached; the caller closes it."""
+        asked_peers = False
         while True:
             with self._cond:
                 if self._closed:
                     raise ObjectStoreError(f"reading {rel}: the cache is closed")
-                fid = self._ids.setdefault(rel, len(self._ids))
-                key = (fid, index)
+                key = (self._file_id(rel), index)
                 if key in self._lru:
                     self._lru.move_to_end(key)
                     self.stats.hits += 1
                     fd = os.open(self._path(key), os.O_RDONLY)  # under the lock: not evicted
                     break
                 pending = self._pending.get(key)
-                if pending is None:
+                mine = pending is None and asked_peers
+                if mine:
                     pending = self._pending[key] = _Pending()
                     self._make_room(want)
                     self._used += want
-                    mine = True
-                else:
-                    mine = False
+            if pending is None:  # a miss no one here fetches: a peer's cache may hold it
+                peer = self._from_peer(key)
+                if peer is not None:  # read from its file: no fetch, nothing kept here
+                    with self._cond:
+                        self.stats.hits += 1
+                    return peer
+                asked_peers = True
+                continue
             if not mine:
                 pending.done.wait()
                 if pending.error is not None:
@@ -211,7 +255,7 @@ class BlockCache:
                 self._cond.wait()
 
     def _fill(
-        self, rel: str, key: tuple[int, int], start: int, want: int, pending: _Pending
+        self, rel: str, key: tuple[str, int], start: int, want: int, pending: _Pending
     ) -> None:
         """Fetch a block (its bytes already reserved) into its file; wake its waiters."""
         path = self._path(key)

@@ -277,8 +277,25 @@ class ObjectSource:
         self._manifest_bytes = raw
         self._stats = CacheStats()  # without a block cache: the range reads made
         self.cache: BlockCache | None = None
+        #: the daemon's block directory, which holds the render workers' (peers of each other)
+        self._shared = shared_dir or self._blocks
         if self._blocks is not None:
-            self.cache = BlockCache(self._fetch, self._blocks, max(own, 2 * MIN_BLOCK))
+            self.cache = BlockCache(
+                self._fetch, self._blocks, max(own, 2 * MIN_BLOCK), peers=self._peers
+            )
+
+    def _peers(self) -> list[str]:
+        """The other block caches of this mount (the daemon's and its render workers'): a
+        block one of them holds is read from its file, not fetched again."""
+        root = self._shared
+        if root is None:
+            return []
+        try:
+            names = os.listdir(root)
+        except OSError:
+            return []
+        dirs = [root, *(os.path.join(root, n) for n in names if n.startswith("blocks-"))]
+        return [d for d in dirs if d != self._blocks]
 
     def _discard(self) -> None:
         """Undo a constructor that failed: no thread, no directory left."""

@@ -159,3 +159,26 @@ def test_a_view_is_the_block_without_a_copy_and_outlives_its_eviction(tmp_path):
     cache.read("f", len(data), 0, 10)  # evicts the first block viewed
     assert cache.stats.evicted >= 1 and m[:] == data[BLOCK : 2 * BLOCK]
     cache.close()
+
+
+def test_peers_share_their_blocks_so_a_block_is_fetched_once(tmp_path):
+    """A mount's daemon and render workers keep a cache each; on a miss a cache reads a peer's
+    file of the block (same name in every cache) instead of fetching it again, keeps nothing
+    of it, and a peer's eviction does not spoil what was opened."""
+    data = random.Random(5).randbytes(4 * BLOCK)
+    remote = Remote({"commitlog/0": data})
+    a_dir, b_dir = str(tmp_path / "a"), str(tmp_path / "b")
+    a = BlockCache(remote.fetch, a_dir, 2 * BLOCK, block=BLOCK, peers=lambda: [b_dir])
+    b = BlockCache(remote.fetch, b_dir, 2 * BLOCK, block=BLOCK, peers=lambda: [a_dir])
+    assert a.read("commitlog/0", len(data), 10, 100) == data[10:110]
+    assert len(remote.calls) == 1
+    m, start = b.view("commitlog/0", len(data), 20)
+    assert start == 0 and m[:] == data[:BLOCK] and len(remote.calls) == 1
+    assert b.read("commitlog/0", len(data), BLOCK - 5, 10) == data[BLOCK - 5 : BLOCK + 5]
+    assert len(remote.calls) == 2  # the second block: no peer held it
+    assert on_disk(b_dir) == BLOCK  # the peer's block was not copied
+    a.read("commitlog/0", len(data), 2 * BLOCK, 1)
+    a.read("commitlog/0", len(data), 3 * BLOCK, 1)  # evicts a's first block
+    assert m[:] == data[:BLOCK]
+    a.close()
+    b.close()
