@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError
 from .javahash import index_key_hash
-from .mappedfile import ALLOC_STEP, MAPPED_WRITE_MAX, create_preallocated
+from .mappedfile import MAPPED_WRITE_MAX, create_preallocated
 from .source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
@@ -201,20 +201,26 @@ class _FdIO:
 class _MapIO(_FdIO):
     """:class:`_FdIO` writing through a shared writable mapping of the file (writes under
     :data:`MAPPED_WRITE_MAX` bytes; larger ones with ``pwrite``), made at the first write (an
-    open that writes nothing changes nothing): ``[0, reserve)`` (header, slot table and the
-    items written so far) is allocated then (``posix_fallocate``), and a write past
-    ``allocated`` allocates up to :data:`ALLOC_STEP` further first, so a store into the
-    mapping never meets a hole. Where the file cannot be allocated or mapped (a full disk, a
-    filesystem without allocation, no address space) it is written with ``pwrite``, each
-    write reporting its error, as :class:`_FdIO` does."""
+    open that writes nothing changes nothing). A mapped write first allocates the
+    :data:`CHUNK` bytes under it that it has not allocated yet (``posix_fallocate``, once a
+    chunk: a bitmap), so a store into the mapping never meets a hole (a full disk is ENOSPC
+    before anything is written, never a SIGBUS), and the file holds only the chunks written
+    to: an IndexFile's slots are spread over its 20 MB slot table, and ``du`` counts what
+    was written, a page a slot, as with ``pwrite``. Where the file cannot be mapped
+    (no address space) it is written with ``pwrite``, each write reporting its error, as
+    :class:`_FdIO` does."""
 
-    __slots__ = ("mm", "allocated", "reserve", "size")
+    __slots__ = ("mm", "chunks", "failed", "size")
 
-    def __init__(self, fd: int, path: str, size: int, reserve: int):
+    #: bytes allocated at once under a mapped write: a page, what a ``pwrite`` of a slot
+    #: allocates (a slot's page of the table is allocated once, then written in place)
+    CHUNK = mmap.PAGESIZE
+
+    def __init__(self, fd: int, path: str, size: int):
         super().__init__(fd, path)
         self.mm: mmap.mmap | None = None
-        self.allocated = 0
-        self.reserve = reserve  # -1: mapping failed, pwrite from now on
+        self.chunks = bytearray(-(-size // self.CHUNK))  # 1: allocated by this object
+        self.failed = False  # mapping failed: pwrite from now on
         self.size = size
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
@@ -224,22 +230,21 @@ class _MapIO(_FdIO):
             super().write(offset, data)  # a batch's items: the kernel's copy costs less
             return
         end = offset + n
-        if end > self.allocated:
-            hi = min(self.size, end + ALLOC_STEP - end % ALLOC_STEP)
-            os.posix_fallocate(self.fd, self.allocated, hi - self.allocated)
-            self.allocated = hi
+        chunks, step = self.chunks, self.CHUNK
+        for c in range(offset // step, (end - 1) // step + 1):
+            if not chunks[c]:
+                os.posix_fallocate(self.fd, c * step, min(step, self.size - c * step))
+                chunks[c] = 1
         mm[offset:end] = data
 
     def _map(self) -> mmap.mmap | None:
-        if self.reserve < 0:
+        if self.failed:
             return None
         try:
-            os.posix_fallocate(self.fd, 0, self.reserve)
             self.mm = mmap.mmap(self.fd, self.size)
         except (OSError, ValueError):
-            self.reserve = -1
+            self.failed = True
             return None
-        self.allocated = self.reserve
         return self.mm
 
     def close(self) -> None:
@@ -404,13 +409,13 @@ class IndexFile:
             if read_only or self.index_count >= self.index_num or items_end > self.size:
                 self._io = _FdIO(fd, path)
             else:
-                self._io = _MapIO(fd, path, self.size, items_end)
+                self._io = _MapIO(fd, path, self.size)
         else:
             check_geometry(hash_slot_num, index_num)
             self.hash_slot_num, self.index_num = hash_slot_num, index_num
             self.size = index_file_size(hash_slot_num, index_num)
             fd = create_preallocated(path, self.size, exclusive=True)
-            self._io = _MapIO(fd, path, self.size, self._items_base_of() + INDEX_SIZE)
+            self._io = _MapIO(fd, path, self.size)
             created = True
         if created:
             self.begin_timestamp = self.end_timestamp = 0

@@ -74,8 +74,8 @@ MANIFEST_POLL = 10.0
 #: The file in a mount's block directory that marks the server as not answering (a request
 #: past its timeout still waits), for the daemon and its render workers alike.
 UNANSWERED = "unanswered"
-#: Seconds a mark holds at most (its request's process may have died without lifting it).
-UNANSWERED_FOR = 60.0
+#: Seconds a mark holds at most (at least three timeouts): then reads ask the server again.
+UNANSWERED_FOR = 30.0
 #: Range reads kept open per source (an S3 ``open_input_file`` costs a HEAD request).
 MAX_OPEN = 64
 #: Query parameters of an ``s3://`` URI this module passes on (others: pyarrow's own parse).
@@ -221,6 +221,8 @@ class ObjectSource:
             two of the smallest blocks, :data:`engine.live.blockcache.MIN_BLOCK`).
         shared_dir: a render worker's: the daemon's block directory, where the mark of a
             server that does not answer (:data:`UNANSWERED`) is kept for all of them.
+        manifest: the manifest's bytes as the daemon read them (a render worker's: it asks
+            the server nothing to open the source).
 
     Raises:
         ObjectStoreError: the location cannot be read, or holds no ``SNAPSHOT.json``.
@@ -237,6 +239,7 @@ class ObjectSource:
         timeout: float = DEFAULT_TIMEOUT,
         workers: int = 0,
         shared_dir: str | None = None,
+        manifest: bytes | None = None,
     ) -> None:
         self.location = location
         self.where = redact(location)
@@ -265,7 +268,9 @@ class ObjectSource:
         self._checked = time.monotonic()
         self._changed: str | None = None
         try:
-            doc, raw = self._manifest()
+            doc, raw = (
+                self._manifest() if manifest is None else (parse_manifest(manifest), manifest)
+            )
             self.tree = ManifestTree(doc, raw, MANIFEST_NAME)
         except ValueError as exc:
             self._discard()
@@ -278,7 +283,11 @@ class ObjectSource:
         self._stats = CacheStats()  # without a block cache: the range reads made
         self.cache: BlockCache | None = None
         #: the daemon's block directory, which holds the render workers' (peers of each other)
+        #: and the manifest they open the source from
         self._shared = shared_dir or self._blocks
+        if self._blocks is not None and shared_dir is None:
+            with open(os.path.join(self._blocks, MANIFEST_NAME), "xb") as f:
+                f.write(raw)
         if self._blocks is not None:
             self.cache = BlockCache(
                 self._fetch, self._blocks, max(own, 2 * MIN_BLOCK), peers=self._peers
@@ -306,9 +315,14 @@ class ObjectSource:
     @classmethod
     def from_spec(cls, spec: tuple[str, ...]) -> ObjectSource:
         """The source :attr:`spec` describes (a render worker's: its own blocks, its share of
-        the capacity)."""
+        the capacity, the manifest from the daemon's copy beside its blocks: nothing asked of
+        the server to open it). Raises OSError when that copy is gone (the mount closed)."""
         _, location, cache_dir, capacity, timeout = spec
-        return cls(location, cache_dir, int(capacity), float(timeout), shared_dir=cache_dir)
+        with open(os.path.join(cache_dir, MANIFEST_NAME), "rb") as f:
+            raw = f.read(MAX_MANIFEST + 1)
+        return cls(
+            location, cache_dir, int(capacity), float(timeout), shared_dir=cache_dir, manifest=raw
+        )
 
     @property
     def spec(self) -> tuple[str, ...]:
@@ -346,8 +360,8 @@ class ObjectSource:
             why = f"no answer within {self.timeout:g} s (the server is down or unreachable?)"
         except _Unanswered:
             why = (
-                f"not asked: a request to it has had no answer for over {self.timeout:g} s "
-                "(the server is down or unreachable?); asked again once it answers"
+                f"not asked: a request to it had no answer within {self.timeout:g} s (the "
+                "server is down or unreachable?); asked again once it answers"
             )
         except _Busy:
             why = f"every request is waiting on the server (none answered in {self.timeout:g} s)"
@@ -367,10 +381,12 @@ class ObjectSource:
         is free within the timeout, FutureTimeout when it does not end within it, else what
         ``fn`` raises.
 
-        A request past its timeout marks the server unanswering (:data:`UNANSWERED`) until it
-        ends, however it ends, or any request gets an answer, or :data:`UNANSWERED_FOR`
-        seconds pass: meanwhile requests fail at once, so a reader that makes several (``ls
-        -l`` of a topic: a view's size each) fails within one timeout, not one per file."""
+        A request past its timeout marks the server unanswering (:data:`UNANSWERED`) until
+        that request ends, however it ends, or any request gets an answer, or
+        :data:`UNANSWERED_FOR` seconds (at least three timeouts) pass: meanwhile requests fail
+        at once, so a reader that makes several (``ls -l`` of a topic: a view's size each)
+        fails within one timeout, not one per file, and once the server answers again (the
+        waiting request ends) reads ask it again."""
         if self._marked():
             raise _Unanswered
         if not self._threads.acquire(timeout=self.timeout):
@@ -378,14 +394,17 @@ class ObjectSource:
         state = {"late": False, "done": False}
 
         def run() -> _T:
+            answered = False
             try:
                 data = fn(*args)
+                answered = True
             finally:
                 self._threads.release()
                 with self._lock:
                     state["done"] = True
                     late = state["late"]
-            self._unmark(late or self._marked())  # an answer: the server answers
+                # the request that marked the server ended, or any request got an answer
+                self._unmark(late or (answered and self._marked()))
             return data
 
         try:
@@ -404,11 +423,14 @@ class ObjectSource:
             raise
 
     def _marked(self) -> bool:
-        """Whether the server is marked unanswering (a mark at most UNANSWERED_FOR old)."""
+        """Whether the server is marked unanswering (a mark at most :data:`UNANSWERED_FOR`
+        seconds or three timeouts old: its request's process may have died without lifting
+        it, or its request may never end)."""
+        hold = max(UNANSWERED_FOR, 3 * self.timeout)
         if self._unanswered is None:
-            return time.time() - self._marked_at < UNANSWERED_FOR
+            return time.time() - self._marked_at < hold
         try:
-            return time.time() - os.stat(self._unanswered).st_mtime < UNANSWERED_FOR
+            return time.time() - os.stat(self._unanswered).st_mtime < hold
         except OSError:
             return False
 
