@@ -279,6 +279,23 @@ def _mount_pid(mountpoint: str) -> int | None:
         return None
 
 
+def _running(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie: an exited daemon has closed the
+    store, whether or not its parent (init, once the daemon's starter left) reaped it yet; a
+    container's init may take seconds to."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     """Unmount and wait for the daemon to close the store."""
     from .daemon import is_mounted
@@ -308,13 +325,9 @@ def cmd_umount(args: argparse.Namespace) -> int:
         return 1
     if pid:
         deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
+        while _running(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        else:
+        if _running(pid):
             print(f"rmqfs: unmounted, but daemon {pid} is still closing the store", file=sys.stderr)
             return 1
     from .daemon import clean_stale_caches

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_rmqfs
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.mount.mqadmin import BY_NAME, COMMANDS
-from test_admin import _cfg, conf, store  # noqa: F401 - fixtures
+from test_admin import _cfg, conf, hdfs_store, store  # noqa: F401 - fixtures
 
 #: Each subcommand's option letters, read from RocketMQ's tools/src/main/java/org/apache/
 #: rocketmq/tools/command/**/*Command.java buildCommandlineOptions (apache/rocketmq 8fc57f1,
