@@ -116,8 +116,6 @@ def _remote_options(args: argparse.Namespace) -> tuple[set[str], int | None] | s
     with a URI."""
     from rmqfs.engine.live.location import is_uri
 
-    from .daemon import read_only_remote_message
-
     options = _parse_options(args.options)
     size = None
     for o in sorted(options):
@@ -132,25 +130,27 @@ def _remote_options(args: argparse.Namespace) -> tuple[set[str], int | None] | s
             return "-o remote_cache= is the cache of a snapshot in object storage (a URI)"
         return options, None
     if "ro" not in options:
+        from .daemon import read_only_remote_message
+
         return read_only_remote_message(args.store, args.mountpoint)
     return options, size
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
     """Mount; in the background unless ``-f``."""
-    from rmqfs.engine.errors import StoreError, StoreLockedError
-    from rmqfs.engine.live.location import redact
-
-    from .daemon import Daemon, MountError
-    from .progress import PipeProgress, terminal_bar
-
     remote = _remote_options(args)
     if isinstance(remote, str):
         print(f"rmqfs: {remote}", file=sys.stderr)
         return 1
     options, remote_cache = remote
     if not args.foreground and args.ready_fd is None:
-        return _spawn_background(args)
+        return _spawn_background(args)  # the daemon imports what serving takes, not this one
+    from rmqfs.engine.errors import StoreError, StoreLockedError
+    from rmqfs.engine.live.location import redact
+
+    from .daemon import Daemon, MountError
+    from .progress import PipeProgress, terminal_bar
+
     if args.ready_fd is not None:
         # libfuse's auto_unmount helper must not inherit the pipe, or the parent never sees EOF.
         os.set_inheritable(args.ready_fd, False)
@@ -298,7 +298,7 @@ def _running(pid: int) -> bool:
 
 def cmd_umount(args: argparse.Namespace) -> int:
     """Unmount and wait for the daemon to close the store."""
-    from .daemon import is_mounted
+    from .mounts import is_mounted
 
     mnt = os.path.abspath(args.mountpoint)
     if not is_mounted(mnt):
@@ -330,7 +330,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
         if _running(pid):
             print(f"rmqfs: unmounted, but daemon {pid} is still closing the store", file=sys.stderr)
             return 1
-    from .daemon import clean_stale_caches
+    from .mounts import clean_stale_caches
 
     clean_stale_caches()  # the view caches of daemons killed earlier (kill -9)
     return 0
