@@ -123,8 +123,6 @@ def _remote_options(
     only with a URI."""
     from rmqfs.engine.live.location import is_uri
 
-    from .daemon import read_only_remote_message
-
     options = _parse_options(args.options)
     size = None
     timeout = None
@@ -149,25 +147,27 @@ def _remote_options(
                 return f"-o {name}= is an option of a snapshot in object storage (a URI)"
         return options, None, None
     if "ro" not in options:
+        from .daemon import read_only_remote_message
+
         return read_only_remote_message(args.store, args.mountpoint)
     return options, size, timeout
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
     """Mount; in the background unless ``-f``."""
-    from rmqfs.engine.errors import StoreError, StoreLockedError
-    from rmqfs.engine.live.location import redact
-
-    from .daemon import Daemon, MountError
-    from .progress import PipeProgress, terminal_bar
-
     remote = _remote_options(args)
     if isinstance(remote, str):
         print(f"rmqfs: {remote}", file=sys.stderr)
         return 1
     options, remote_cache, remote_timeout = remote
     if not args.foreground and args.ready_fd is None:
-        return _spawn_background(args)
+        return _spawn_background(args)  # the daemon imports what serving takes, not this one
+    from rmqfs.engine.errors import StoreError, StoreLockedError
+    from rmqfs.engine.live.location import redact
+
+    from .daemon import Daemon, MountError
+    from .progress import PipeProgress, terminal_bar
+
     if args.ready_fd is not None:
         # libfuse's auto_unmount helper must not inherit the pipe, or the parent never sees EOF.
         os.set_inheritable(args.ready_fd, False)
@@ -297,9 +297,26 @@ def _mount_pid(mountpoint: str) -> int | None:
         return None
 
 
+def _running(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie: an exited daemon has closed the
+    store, whether or not its parent (init, once the daemon's starter left) reaped it yet; a
+    container's init may take seconds to."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     """Unmount and wait for the daemon to close the store."""
-    from .daemon import is_mounted
+    from .mounts import is_mounted
 
     mnt = os.path.abspath(args.mountpoint)
     if not is_mounted(mnt):
@@ -326,16 +343,12 @@ def cmd_umount(args: argparse.Namespace) -> int:
         return 1
     if pid:
         deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
+        while _running(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        else:
+        if _running(pid):
             print(f"rmqfs: unmounted, but daemon {pid} is still closing the store", file=sys.stderr)
             return 1
-    from .daemon import clean_stale_caches
+    from .mounts import clean_stale_caches
 
     clean_stale_caches()  # the view caches of daemons killed earlier (kill -9)
     return 0

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 
 import pyfuse3
@@ -38,12 +37,16 @@ from rmqfs.fusefs.views import ViewCache, start_worker_server
 from . import guard
 from .fusestop import STOP_SIGNALS, StopSignals
 from .mounts import (  # noqa: F401 - the CLI and tests import them from here
+    CACHE_OWNER,
+    CACHE_PREFIX,
     FSNAME,
     FSTYPE,
     MountError,
     check_mountpoint,
     clean_dead_mount,
+    clean_stale_caches,
     is_mounted,
+    make_cache_dir,
     mount_info,
 )
 
@@ -53,66 +56,6 @@ log = logging.getLogger("rmqfs")
 FOLLOW_INTERVAL = 0.1  # seconds between a follower mount's refreshes
 
 
-CACHE_PREFIX = "rmqfs-cache-"
-CACHE_OWNER = "daemon.pid"  # in a daemon's own cache dir: "<pid> <start time>"
-
-
-def _proc_start_time(pid: int) -> str | None:
-    """Field 22 of /proc/<pid>/stat (start time in clock ticks), None when no such process
-    or a zombie (dead, not yet reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data.rsplit(")", 1)[1].split()
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def make_cache_dir() -> str:
-    """A private temporary cache directory recording its daemon (pid and start time), so a
-    later mount or umount can remove it once that daemon is gone (kill -9)."""
-    path = tempfile.mkdtemp(prefix=CACHE_PREFIX)
-    with open(os.path.join(path, CACHE_OWNER), "w") as f:
-        f.write(f"{os.getpid()} {_proc_start_time(os.getpid())}\n")
-    return path
-
-
-def clean_stale_caches(tmpdir: str | None = None) -> list[str]:
-    """Remove the temporary cache directories of rmqfs daemons that died without cleaning up.
-
-    Only directories named ``rmqfs-cache-*`` in the temp dir, owned by the current user and
-    holding a ``daemon.pid`` whose process is gone (or is another process with that pid) are
-    removed. Returns their paths.
-    """
-    tmpdir = tmpdir or tempfile.gettempdir()
-    gone: list[str] = []
-    try:
-        names = os.listdir(tmpdir)
-    except OSError:
-        return gone
-    for name in names:
-        if not name.startswith(CACHE_PREFIX):
-            continue
-        path = os.path.join(tmpdir, name)
-        try:
-            st = os.lstat(path)
-            if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
-                continue
-            with open(os.path.join(path, CACHE_OWNER), encoding="ascii") as f:
-                pid_text, start = f.read().split()
-            pid = int(pid_text)
-        except (OSError, ValueError):
-            continue
-        if pid == os.getpid() or _proc_start_time(pid) == start:
-            continue  # alive
-        shutil.rmtree(path, ignore_errors=True)
-        gone.append(path)
-        log.info("removed the view cache %s of dead daemon %d", path, pid)
-    return gone
-
-
-# rmqfs's own -o options, taken out before the rest go to FUSE
 OWN_OPTIONS = {"allow_other_write", "create"}
 
 

@@ -1,6 +1,5 @@
 """Stopping a pyfuse3 main loop on SIGINT and SIGTERM, safely at any moment: the one handler
-of the mount daemon (:mod:`mount.daemon`) and of the object-storage mount's process
-(:mod:`mount.remotefs`).
+of the mount daemon (:mod:`mount.daemon`).
 
 The handler only asks the loop to stop (``pyfuse3.terminate()``) and remembers which signal
 came. It never logs: a signal that lands while the main thread holds the log queue's lock

@@ -26,6 +26,7 @@ import os  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -37,6 +38,17 @@ SHARED = Path(os.environ.get("RMQFS_SHARED", REPO.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 LOGHUB = SHARED / "data" / "loghub"
 LOGHUB_LOGS = sorted(LOGHUB.glob("*_2k.log"))
+
+
+# The Python processes the tests start (each rmqfs command, mount daemon, render worker, Spark
+# worker) import the package anew; where PYTHONDONTWRITEBYTECODE is set (as on this project's
+# test machines) each compiled every module from source again, ~0.15 s of CPU a process, over
+# a thousand processes a run. They share a bytecode cache outside the checkout instead (keyed
+# by each source's path, size and mtime, so an edit is never served stale).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault(
+    "PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"rmqfs-test-pycache-{os.getuid()}")
+)
 
 
 def copy_fixture(name: str, dest: Path) -> Path:

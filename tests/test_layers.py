@@ -15,6 +15,7 @@ Below, modules go by their names inside the namespace (``engine.store`` for ``rm
 """
 
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -83,9 +84,16 @@ def modules() -> dict[str, tuple[str, bool]]:
 
 
 def graph() -> dict[str, set[str]]:
+    """Each project module's imports of other project modules (a fresh copy of
+    :func:`_graph`'s, which parses every module once a run)."""
+    return {m: set(deps) for m, deps in _graph().items()}
+
+
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
     mods = modules()
     return {
-        m: {i for i in imports(m, src, pkg) if i in mods and i != m}
+        m: frozenset(i for i in imports(m, src, pkg) if i in mods and i != m)
         for m, (src, pkg) in mods.items()
     }
 

@@ -1,10 +1,10 @@
 """A bounded local cache of remote files' bytes: fixed-size blocks filled by range reads.
 
 What the mount of a snapshot in object storage (``rmqfs mount s3://... MNT -o ro``,
-:mod:`mount.remotefs`) reads through: the kernel asks for 128 KiB at a time, object storage pays
-per request (S3: tens of ms to the first byte, 8-16 MB range GETs recommended), so each miss
-fetches the whole :data:`BLOCK` around it with one range read (``fetch``, e.g.
-:meth:`engine.live.remote.RemoteSnapshot.read`) and keeps it as a file in a local directory;
+:class:`engine.live.objectsource.ObjectSource` in its daemon and each render worker) reads
+through: readers ask for a few KiB at a time, object storage pays per request (S3: tens of ms to
+the first byte, 8-16 MB range GETs recommended), so each miss fetches the whole :data:`BLOCK`
+around it with one range read (``fetch``) and keeps it as a file in a local directory;
 the next reads of that block are local ``pread`` calls. s3ql and ratarmount serve remote data
 the same way.
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import shutil
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from rmqfs.engine.format.rocksdbcq import RocksDBConsumeQueue
 from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.store import MessageStore
 from rocksdbstore import write_rocksdb_cq
+from stores import copy_store
 
 REPO = Path(__file__).resolve().parent.parent.parent
 KINDS = (ConsumeQueue, BatchConsumeQueue, RocksDBConsumeQueue)
@@ -58,7 +58,7 @@ def queues(tmp_path_factory):
         s.create_topic("T", 1)
         s.put_messages([Message("T", b"m%d" % i, tags="a") for i in range(12)])
     rdb = base / "rocksdb"
-    shutil.copytree(plain, rdb)
+    copy_store(plain, rdb)
     write_rocksdb_cq(rdb)
     bcq = base / "bcq"
     build_bcq_store(bcq)

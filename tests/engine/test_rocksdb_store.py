@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import pytest
 
@@ -18,6 +17,7 @@ from rmqfs.engine.live.status import store_status
 from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.store import MessageStore
 from rocksdbstore import hold_rocksdb, write_config_v1, write_config_v2, write_rocksdb_cq
+from stores import copy_store
 
 FIELDS = (
     "topic",
@@ -71,7 +71,7 @@ def _records(s: MessageStore) -> dict:
 def stores(tmp_path):
     plain = _plain(tmp_path)
     rdb = tmp_path / "rocksdb"
-    shutil.copytree(plain, rdb)
+    copy_store(plain, rdb)
     write_rocksdb_cq(rdb)
     write_config_v1(rdb)
     (rdb / "config" / "topics.json").write_text(
@@ -172,7 +172,7 @@ def test_rocksdb_held_by_a_broker_still_reads(stores):
 def test_config_v2_is_the_source_of_truth(tmp_path):
     plain = _plain(tmp_path)
     rdb = tmp_path / "v2"
-    shutil.copytree(plain, rdb)
+    copy_store(plain, rdb)
     write_rocksdb_cq(rdb)
     write_config_v2(rdb)
     with MessageStore(str(plain), read_only=True) as p, MessageStore(str(rdb), read_only=True) as r:
@@ -187,7 +187,7 @@ def test_config_v2_is_the_source_of_truth(tmp_path):
 def test_double_write_store_reads_its_files_beside_the_database(tmp_path):
     plain = _plain(tmp_path)
     dw = tmp_path / "dw"
-    shutil.copytree(plain, dw)
+    copy_store(plain, dw)
     write_rocksdb_cq(dw, double_write=True)
     names = os.listdir(dw / "consumequeue")
     assert "CURRENT" in names and "T" in names

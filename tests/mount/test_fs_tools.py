@@ -153,8 +153,11 @@ def test_tail_f_follows_growing_views(mount_store, tmp_path, view):
     (t / "0" / "produce").write_text("before\n")
     out = tmp_path / "tail.out"
     with open(out, "wb") as f:
+        # FUSE has no inotify: tail polls the size, each 0.1 s here (its default: 1 s)
         tail = subprocess.Popen(
-            ["tail", "-n", "+1", "-f", str(t / view)], stdout=f, stderr=subprocess.DEVNULL
+            ["tail", "-n", "+1", "-s", "0.1", "-f", str(t / view)],
+            stdout=f,
+            stderr=subprocess.DEVNULL,
         )
     try:
         assert _wait_for(lambda: b"before" in out.read_bytes())

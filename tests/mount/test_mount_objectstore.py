@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO, fuse, in_mount_table, run_rmqfs, wait_unmounted
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import Message, MessageStore
-from rmqfs.mount.daemon import CACHE_OWNER, CACHE_PREFIX
+from rmqfs.mount.mounts import CACHE_OWNER, CACHE_PREFIX
 from s3server import BUCKET, KEY, SECRET
 from test_snapshots import materialize, small_store_config
 

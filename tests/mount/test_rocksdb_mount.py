@@ -4,14 +4,13 @@ mount is refused."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from conftest import fuse, run_rmqfs
 from rmqfs.engine import Message
 from rmqfs.engine.store import MessageStore
 from rocksdbstore import write_config_v1, write_rocksdb_cq
+from stores import copy_store
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -24,7 +23,7 @@ def test_a_read_only_mount_of_a_rocksdb_store_shows_the_plain_store_s_messages(
         s.create_topic("T", 2)
         s.put_messages([Message("T", b"m%d" % i + bytes(range(256)), tags="a") for i in range(9)])
     rdb = tmp_path / "rdb"
-    shutil.copytree(plain, rdb)
+    copy_store(plain, rdb)
     write_rocksdb_cq(rdb)
     write_config_v1(rdb)
     mp = mount_store(plain, "ro", name="mp")

@@ -3,14 +3,13 @@ equals the plain store's it was converted from, bodies byte-exact."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from rmqfs.engine import Message
 from rmqfs.engine.store import MessageStore
 from rmqfs.pipeline import datasource as D
 from rocksdbstore import write_config_v1, write_rocksdb_cq
+from stores import copy_store
 
 pytestmark = pytest.mark.spark
 
@@ -23,7 +22,7 @@ def test_rows_equal_the_plain_store_s(spark, tmp_path):
             [Message("T", b"b%d" % i + bytes(range(256)), tags=f"t{i % 2}") for i in range(30)]
         )
     rdb = tmp_path / "rdb"
-    shutil.copytree(plain, rdb)
+    copy_store(plain, rdb)
     write_rocksdb_cq(rdb)
     write_config_v1(rdb)
 

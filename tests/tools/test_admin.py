@@ -13,6 +13,7 @@ import pytest
 
 from conftest import LOGHUB, REPO, SRC_PATH, run_rmqfs
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
+from stores import copy_store
 
 SEG = 64 * 1024
 
@@ -41,10 +42,10 @@ def _hdfs_lines(n=1200):
     return (LOGHUB / "HDFS_2k.log").read_bytes().split(b"\n")[:n]
 
 
-@pytest.fixture
-def store(tmp_path):
-    """A store of 1200 HDFS lines over several 64 KiB segments; returns (root, PutResults)."""
-    root = tmp_path / "store"
+@pytest.fixture(scope="session")
+def hdfs_store(tmp_path_factory):
+    """The store of :func:`store`, built once a run (tests change only their copies)."""
+    root = tmp_path_factory.mktemp("hdfs") / "store"
     with MessageStore(root, _cfg()) as s:
         s.create_topic("HDFS")
         res = s.put_messages(
@@ -55,7 +56,15 @@ def store(tmp_path):
                 for i, line in enumerate(_hdfs_lines())
             ]
         )
-    return root, res
+    return root, tuple(res)
+
+
+@pytest.fixture
+def store(tmp_path, hdfs_store):
+    """A store of 1200 HDFS lines over several 64 KiB segments; returns (root, PutResults):
+    a copy of :func:`hdfs_store`, the test's own."""
+    built, res = hdfs_store
+    return copy_store(built, tmp_path / "store"), list(res)
 
 
 def _verify(root, conf=None, rc=0):

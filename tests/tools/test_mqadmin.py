@@ -12,7 +12,8 @@ import pytest
 from conftest import run_rmqfs
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.mount.mqadmin import BY_NAME, COMMANDS
-from test_admin import _cfg, conf, store  # noqa: F401 - fixtures
+from stores import copy_store
+from test_admin import _cfg, conf, hdfs_store  # noqa: F401 - fixtures
 
 #: Each subcommand's option letters, read from RocketMQ's tools/src/main/java/org/apache/
 #: rocketmq/tools/command/**/*Command.java buildCommandlineOptions (apache/rocketmq 8fc57f1,
@@ -115,10 +116,11 @@ def _trace(fields):
     return "\x01".join(fields) + "\x02"
 
 
-@pytest.fixture
-def admin_store(tmp_path, store, conf):
-    """The HDFS store plus a committed group G and a trace topic tracing message 10."""
-    root, res = store
+@pytest.fixture(scope="module")
+def admin_built(tmp_path_factory, hdfs_store):
+    """The store of :func:`admin_store` and its message 10, built once a module."""
+    built, res = hdfs_store
+    root = copy_store(built, tmp_path_factory.mktemp("admin") / "store")
     r = res[10]
     now = str(int(time.time() * 1000))
     with MessageStore(root, _cfg()) as s:
@@ -131,7 +133,15 @@ def admin_store(tmp_path, store, conf):
         body += _trace(["SubBefore", now, "DefaultRegion", "CG", "req1", r.uniq_key, "0", "k"])
         body += _trace(["SubAfter", "req1", r.uniq_key, "7", "true", "k", "0"])
         s.put_messages([Message("RMQ_SYS_TRACE_TOPIC", body.encode(), keys=r.uniq_key)])
-    return root, r, conf
+    return root, r
+
+
+@pytest.fixture
+def admin_store(tmp_path, admin_built, conf):
+    """The HDFS store plus a committed group G and a trace topic tracing message 10 (the
+    test's own copy), its message 10 and broker.conf."""
+    built, r = admin_built
+    return copy_store(built, tmp_path / "store"), r, conf
 
 
 def test_every_name_takes_exactly_mqadmins_letters():

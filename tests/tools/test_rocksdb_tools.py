@@ -5,7 +5,6 @@ verify checks its units, every writer refuses saying why and changes nothing."""
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 
 from rocksdict import Options, Rdict
@@ -14,6 +13,7 @@ from conftest import run_rmqfs
 from rmqfs.engine import Message
 from rmqfs.engine.store import MessageStore
 from rocksdbstore import cq_key, write_config_v1, write_rocksdb_cq
+from stores import copy_store
 
 
 def _stores(tmp_path):
@@ -23,7 +23,7 @@ def _stores(tmp_path):
         s.put_messages([Message("T", b"m%d" % i, tags="a", keys=f"k{i}") for i in range(10)])
         s.commit_offset("G", "T", 0, 2)
     rdb = tmp_path / "rdb"
-    shutil.copytree(plain, rdb)
+    copy_store(plain, rdb)
     write_rocksdb_cq(rdb)
     write_config_v1(rdb)
     return plain, rdb

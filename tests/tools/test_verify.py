@@ -17,7 +17,7 @@ from rmqfs.engine.format.consumequeue import UNIT
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from rmqfs.engine.tools.verify import recover_store, verify_store
 from stores import SMALL, bodies, produce, put_internal, small
-from test_admin import SEG, _cfg, _hdfs_lines, _verify, conf, store  # noqa: F401 (fixtures)
+from test_admin import SEG, _cfg, _hdfs_lines, _verify, conf, hdfs_store, store  # noqa: F401 (fixtures)
 
 FIXTURE_STORES = {
     "rocketmq-4.9.8-written": "rocketmq-4.9.8-written/store",
