@@ -163,12 +163,18 @@ def tree(root: Path) -> dict[str, int]:
     return out
 
 
+def is_block(p: Path) -> bool:
+    """A block file (``<file digest>.<block size>.<index>``), not the daemon's copy of the
+    manifest or the mark of a server that does not answer."""
+    return p.name.count(".") == 2 and p.name != MANIFEST_NAME and p.is_file()
+
+
 def blocks_bytes(cache_dir: Path) -> int:
     """Bytes of the block files under ``cache_dir`` (the daemon's and its render workers')."""
     total = 0
     for p in cache_dir.glob("blocks-*/**/*"):
         try:
-            if p.is_file():
+            if is_block(p):
                 total += p.stat().st_size
         except FileNotFoundError:  # evicted meanwhile
             pass
@@ -280,7 +286,7 @@ def test_a_snapshot_uploaded_without_its_zeros_mounts_as_its_local_copy(aws, mou
     stored_all = sum(v["stored"] for v in files.values())
     (daemon,) = cache.glob("blocks-*")
     per_cache = [
-        sum(p.stat().st_size for p in d.iterdir() if p.is_file())
+        sum(p.stat().st_size for p in d.iterdir() if is_block(p))
         for d in [daemon, *daemon.glob("blocks-*")]
     ]
     assert len(per_cache) > 1 and 0 < per_cache[0], per_cache
