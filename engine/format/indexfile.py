@@ -659,36 +659,21 @@ class IndexFile:
 
     def _put_few(self, entries: Sequence[int], start: int, n: int) -> int:
         """:meth:`put_hashed` of ``n`` (a few) entries from ``start``, a single put's UNIQ_KEY
-        and keys: what :func:`index_step` does for each, its item and then its slot written
-        directly, the header last (a crash between leaves slots that name written items
-        only, and a header that counts only items its slots may reach)."""
+        and keys: :func:`index_step`'s items and chains, written directly (no batch's run
+        planning): the items, then each changed slot, the header last (a crash between leaves
+        slots that name written items only, and a header that counts only items its slots
+        may reach)."""
         slots = self._slot_table()
-        nslots = len(slots)
-        c = self.index_count
-        slot_count = self.hash_slot_count
-        begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
+        c0 = self.index_count
+        state = (c0, self.hash_slot_count, self.begin_timestamp, self.begin_phy_offset)
+        items, old, (c, slot_count, begin_ts, begin_phy, ts, phy) = index_step(
+            slots, entries, start, n, state
+        )
         io = self._io
-        items_base = self._items_base
-        old: dict[int, int] = {}  # slot -> value before this call
-        phy = ts = 0
         try:
-            for j in range(3 * start, 3 * (start + n), 3):
-                key_hash, phy, ts = entries[j], entries[j + 1], entries[j + 2]
-                slot = key_hash % nslots
-                value = slots[slot]
-                if value <= INVALID_INDEX or value > c:
-                    value = INVALID_INDEX
-                    slot_count += 1
-                diff = 0
-                if begin_ts > 0 and ts > begin_ts:
-                    diff = min((ts - begin_ts) // 1000, _INT_MAX)
-                if c <= 1:
-                    begin_phy, begin_ts = phy, ts
-                io.write(items_base + c * INDEX_SIZE, ITEM.pack(key_hash, phy, diff, value))
-                old.setdefault(slot, slots[slot])
-                slots[slot] = c
-                io.write(INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(c))
-                c += 1
+            io.write(self._items_base + c0 * INDEX_SIZE, items)
+            for slot in old:
+                io.write(INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(slots[slot]))
             io.write(0, HEADER.pack(begin_ts, ts, begin_phy, phy, slot_count, c))
         except OSError:
             for slot, value in old.items():  # the chains must not name unwritten items

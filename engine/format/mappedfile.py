@@ -331,19 +331,24 @@ class MappedFiles:
         if self.source.local:
             loc = self.locate(offset)
             return None if loc is None else (loc[0], offset - loc[1])
+        seg = self._find_listed(offset)
+        if seg is None:
+            return None
+        pos = offset - seg.start
+        win = self.source.window(seg.path, pos)  # the cached block: no copy
+        if win is not None and pos - win[1] + min(end, seg.end) - offset <= len(win[0]):
+            return win[0], seg.start + win[1]
+        return self.pread_segment(seg, min(end, seg.end) - offset, pos), offset
+
+    def _find_listed(self, offset: int) -> Segment | None:
+        """:meth:`find`, listing the files again once when none holds ``offset``."""
         if not self.file_size or offset < 0:
             return None
         seg = self.find(offset)
         if seg is None:
             self._relist()
             seg = self.find(offset)
-            if seg is None:
-                return None
-        pos = offset - seg.start
-        win = self.source.window(seg.path, pos)  # the cached block: no copy
-        if win is not None and pos - win[1] + min(end, seg.end) - offset <= len(win[0]):
-            return win[0], seg.start + win[1]
-        return self.pread_segment(seg, min(end, seg.end) - offset, pos), offset
+        return seg
 
     def pread_segment(self, seg: Segment, length: int, pos: int) -> bytes:
         """Up to ``length`` bytes at ``pos`` in file ``seg`` (fewer at its end): its descriptor
@@ -365,14 +370,11 @@ class MappedFiles:
         Raises:
             OSError: ELOOP when the file is a link (never followed: :meth:`open_file`),
                 EACCES when it is not a regular file."""
-        if not self.file_size or offset < 0 or not self.source.local:
+        if not self.source.local:
             return None
-        seg = self.find(offset)
+        seg = self._find_listed(offset)
         if seg is None:
-            self._relist()
-            seg = self.find(offset)
-            if seg is None:
-                return None
+            return None
         m = self._map(seg)
         if m is None:
             return None
