@@ -33,19 +33,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench import loadavg, rmqfs
+from bench import du, loadavg, rmqfs
 from bench.fuse import loghub_lines
-
-
-def _du(path: Path) -> int:
-    total = 0
-    for d, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(d, f)).st_blocks * 512
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def _rss_kb(pid: int, field: str) -> int:
@@ -124,7 +113,7 @@ def one(n: int, cache_size: str, check: bool, work: Path) -> dict:
 
         def sample() -> None:
             while not stop.is_set():
-                peak[0] = max(peak[0], _du(cache))
+                peak[0] = max(peak[0], du(cache))
                 time.sleep(0.01)
 
         th = threading.Thread(target=sample, daemon=True)

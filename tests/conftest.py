@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: PYTHONPATH for the daemons and tools tests start: this checkout's ``rmqfs`` namespace
 #: (tests/ns/rmqfs links to engine/, fusefs/, ...: tests/ns/README.md), then the checkout (bench)
 SRC_PATH = os.pathsep.join([str(REPO / "tests" / "ns"), str(REPO)])
+from bench import du  # noqa: E402,F401 - the render cache's bound, as bench.range_views checks it
+
 SHARED = Path(os.environ.get("RMQFS_SHARED", REPO.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 LOGHUB = SHARED / "data" / "loghub"
@@ -106,19 +108,6 @@ def wait_unmounted(path, timeout: float = 15) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def du(path) -> int:
-    """Bytes the files below ``path`` take on disk (what ``du`` counts), files vanishing
-    meanwhile skipped: the render cache's bound is checked with it."""
-    total = 0
-    for d, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(d, f)).st_blocks * 512
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def fuse_available() -> bool:

@@ -61,10 +61,6 @@ class StoreSource(Protocol):
         """Whether ``path`` is a regular file (``os.path.isfile``)."""
         ...
 
-    def islink(self, path: str) -> bool:
-        """Whether ``path`` is a symbolic link (never, in object storage)."""
-        ...
-
     def lexists(self, path: str) -> bool:
         """Whether anything is at ``path`` (``os.path.lexists``)."""
         ...
@@ -126,7 +122,6 @@ class LocalSource:
     listdir = staticmethod(os.listdir)
     isdir = staticmethod(os.path.isdir)
     isfile = staticmethod(os.path.isfile)
-    islink = staticmethod(os.path.islink)
     lexists = staticmethod(os.path.lexists)
 
     @staticmethod

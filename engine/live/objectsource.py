@@ -46,6 +46,7 @@ from ..format.source import LOCAL, StoreSource
 from .blockcache import MIN_BLOCK, BlockCache, CacheStats
 from .location import explain, join, open_location, read_small, redact
 from .manifest import MANIFEST_NAME, MAX_MANIFEST, Manifest, parse_manifest
+from .objectstore import read_manifest
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -245,9 +246,6 @@ class ObjectSource:
         self.where = redact(location)
         self.root = store_root(location)
         self.timeout = timeout
-        self.capacity = capacity
-        self.cache_dir = cache_dir
-        self.workers = workers
         own = capacity // 2 if workers else capacity
         self._worker_capacity = max(2 * MIN_BLOCK, (capacity - own) // max(workers, 1))
         self._threads = threading.BoundedSemaphore(REQUEST_THREADS)
@@ -268,13 +266,11 @@ class ObjectSource:
         self._checked = time.monotonic()
         self._changed: str | None = None
         try:
-            doc, raw = (
-                self._manifest() if manifest is None else (parse_manifest(manifest), manifest)
-            )
-            self.tree = ManifestTree(doc, raw, MANIFEST_NAME)
-        except ValueError as exc:
-            self._discard()
-            raise ManifestError(f"{MANIFEST_NAME} of {self.where}: {exc}") from None
+            if manifest is None:
+                doc, raw = self._manifest()
+            else:
+                doc, raw = parse_manifest(manifest), manifest
+            self.tree = self._tree_of(doc, raw)
         except BaseException:
             self._discard()
             raise
@@ -456,17 +452,25 @@ class ObjectSource:
             pass
 
     def _manifest(self) -> tuple[Manifest, bytes]:
-        """The location's manifest, read within the timeout. Raises as the constructor."""
-        path = join(self.base, MANIFEST_NAME)
-        raw = self._within(
-            f"reading {MANIFEST_NAME}", read_small, self.fs, path, MAX_MANIFEST, self.where
+        """The location's manifest (:func:`engine.live.objectstore.read_manifest`), read
+        within the timeout. Raises as the constructor."""
+        got = self._within(
+            f"reading {MANIFEST_NAME}", read_manifest, self.fs, self.base, self.where
         )
-        if raw is None:
+        if got is None:
             raise ObjectStoreError(
                 f"{self.where}: no {MANIFEST_NAME}: not a snapshot, or one still being uploaded "
                 "(the manifest is written last)"
             )
-        return parse_manifest(raw), raw
+        return got
+
+    def _tree_of(self, doc: Manifest, raw: bytes) -> ManifestTree:
+        """The :class:`ManifestTree` of a manifest. Raises ManifestError naming what is wrong
+        (a name both a file and a directory, ...)."""
+        try:
+            return ManifestTree(doc, raw, MANIFEST_NAME)
+        except ValueError as exc:
+            raise ManifestError(f"{MANIFEST_NAME} of {self.where}: {exc}") from None
 
     def _read_object(self, rel: str, offset: int, length: int) -> bytes:
         """One range read of ``rel``'s object (in a request thread)."""
@@ -553,10 +557,6 @@ class ObjectSource:
         except FileNotFoundError:
             return False
 
-    def islink(self, path: str) -> bool:
-        """Never: object storage has no links."""
-        return False
-
     def lexists(self, path: str) -> bool:
         """Whether ``path`` is a file or a directory of the snapshot."""
         return self.isdir(path) or self.isfile(path)
@@ -639,10 +639,7 @@ class ObjectSource:
         doc, raw = self._manifest()
         if raw == self._manifest_bytes:
             return False
-        try:
-            tree = ManifestTree(doc, raw, MANIFEST_NAME)
-        except ValueError as exc:
-            raise ManifestError(f"{MANIFEST_NAME} of {self.where}: {exc}") from None
+        tree = self._tree_of(doc, raw)
         with self._lock:
             for f in self._open.values():
                 f.close()
