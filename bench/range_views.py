@@ -54,22 +54,23 @@ def _children(pid: int) -> list[int]:
 
 
 def build(store: Path, n: int) -> None:
-    """N loghub lines in topic T, 4 queues, round-robin by 5,000."""
-    from rmqfs.engine.store import Message, MessageStore
+    """N loghub lines in topic T, 4 queues, round-robin by 5,000 (``put_bodies``)."""
+    from rmqfs.engine.store import MessageStore
 
+    built = store.with_name(store.name + ".built")  # a kept store (--keep) is built once
+    if built.exists() and store.is_dir():
+        return
+    shutil.rmtree(store, ignore_errors=True)
     lines = loghub_lines(min(n, 200_000))
     with MessageStore(str(store)) as s:
         s.create_topic("T", 4)
         for a in range(0, n, 5000):
-            s.put_messages(
-                [
-                    Message("T", lines[(a + i) % len(lines)], queue_id=(a // 5000) % 4)
-                    for i in range(min(5000, n - a))
-                ]
-            )
+            bodies = [lines[(a + i) % len(lines)] for i in range(min(5000, n - a))]
+            s.put_bodies("T", bodies, queue_id=(a // 5000) % 4, results=False)
+    built.touch()
 
 
-def one(n: int, cache_size: str, check: bool, work: Path) -> dict:
+def one(n: int, cache_size: str, check: bool, work: Path, keep: bool = False) -> dict:
     store, mnt, cache = work / f"store-{n}", work / "mnt", work / "cache"
     t0 = time.perf_counter()
     build(store, n)
@@ -163,7 +164,9 @@ def one(n: int, cache_size: str, check: bool, work: Path) -> dict:
         out["workers_rss_mb"] = sum(_rss_kb(c, "VmRSS") for c in _children(pid)) / 1e3
     finally:
         rmqfs("umount", mnt)
-        shutil.rmtree(store, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(store, ignore_errors=True)
+            store.with_name(store.name + ".built").unlink(missing_ok=True)
     return out
 
 
@@ -178,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         help="compare cat, tail and preads byte for byte up to this many messages",
     )
     p.add_argument("--work", help="directory for the stores (default: a temporary one)")
+    p.add_argument(
+        "--keep", action="store_true", help="keep the stores in --work and reuse them next time"
+    )
     args = p.parse_args(argv)
     print(f"load average before: {loadavg()}", flush=True)
     work = Path(args.work or tempfile.mkdtemp(prefix="rmqfs-bench-range-"))
@@ -185,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         for n in [int(x) for x in args.messages.split(",")]:
-            r = one(n, args.cache_size, n <= args.check_up_to, work)
+            r = one(n, args.cache_size, n <= args.check_up_to, work, args.keep and bool(args.work))
             rows.append(r)
             print(
                 f"{n:>11,} msgs  view {r['view_mb']:>8,.0f} MB  stat {r['stat_s']:6.2f} s  "

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import ManifestError
+from ..format.crc import crc32c_zeros
 
 MANIFEST_NAME = "SNAPSHOT.json"
 #: The largest manifest read, checked before it is read (a store of 100,000 files has a
@@ -102,6 +103,14 @@ class FileEntry(NamedTuple):
     size: int
     stored: int
     crc32c: str
+
+    def crc_problem(self, crc: int, n: int) -> str | None:
+        """Whether a file whose first ``n`` bytes have CRC32C ``crc`` (the rest up to
+        :attr:`size` zeros, never read: :func:`engine.format.crc.crc32c_zeros`) is this entry's:
+        None, else ``"crc32c X, expected Y"``. The one comparison of a file with its manifest
+        (upload, download, snapshot-verify, the store source of a mount)."""
+        got = f"{crc32c_zeros(crc, self.size - n):08x}"
+        return None if got == self.crc32c else f"crc32c {got}, expected {self.crc32c}"
 
 
 class ManifestFiles(Mapping[str, FileEntry]):

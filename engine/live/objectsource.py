@@ -18,6 +18,12 @@ each render worker: no second filesystem, no memory map of network-backed bytes.
   the object and the location; nothing is cached, and the next read asks again. A request
   still hung holds its thread; when every thread is held, a read fails at once, so hung
   requests cannot pile up.
+- **The manifest's sums are checked** where a file's bytes arrive in order from its start (a
+  ``cat`` of a ``raw/`` file, the data source's CommitLog ranges): once its stored prefix is
+  in, the CRC32C of it and its zero tail is compared with the manifest's ``crc32c``
+  (:meth:`ObjectSource.check_sum` reads the rest of a file to finish it). A file whose sum
+  differs raises :class:`engine.errors.CorruptRecordError` naming it, and is never read
+  again through this source. Bytes that arrive out of order are not summed (a random read).
 - **An upload over the mounted location** (it deletes the manifest first,
   :mod:`engine.live.objectstore`) is seen by reading the manifest again before a fetch, at most
   every :data:`MANIFEST_POLL` seconds: once it changed or went, blocks not cached raise
@@ -40,7 +46,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-from ..errors import ManifestError, ObjectStoreError, StoreError
+from ..errors import CorruptRecordError, ManifestError, ObjectStoreError, StoreError
+from ..format.crc import crc32c
 from ..format.mappedfile import SegmentMap
 from ..format.source import LOCAL, StoreSource
 from .blockcache import MIN_BLOCK, BlockCache, CacheStats
@@ -79,6 +86,11 @@ UNANSWERED = "unanswered"
 UNANSWERED_FOR = 30.0
 #: Range reads kept open per source (an S3 ``open_input_file`` costs a HEAD request).
 MAX_OPEN = 64
+#: Files whose sum is being taken at once (their bytes arriving in order): the oldest is
+#: dropped (left unchecked) past this.
+MAX_SUMS = 4096
+#: A file's entry in ``ObjectSource._sums`` once its sum matched the manifest's.
+_SUMMED = (-1, 0)
 #: Query parameters of an ``s3://`` URI this module passes on (others: pyarrow's own parse).
 _S3_QUERY = ("endpoint_override", "scheme", "region")
 
@@ -265,6 +277,10 @@ class ObjectSource:
             self._unanswered = os.path.join(shared_dir or self._blocks, UNANSWERED)
         self._checked = time.monotonic()
         self._changed: str | None = None
+        #: ``{rel: (bytes summed from the file's start, their CRC32C)}`` (:data:`_SUMMED` once
+        #: checked), at most :data:`MAX_SUMS`; and the files whose sum differed (never served)
+        self._sums: dict[str, tuple[int, int]] = {}
+        self._bad: dict[str, str] = {}
         try:
             if manifest is None:
                 doc, raw = self._manifest()
@@ -491,7 +507,73 @@ class ObjectSource:
         self._recheck()
         if self._changed is not None:
             raise ObjectStoreError(self._changed)
-        return self._within(f"reading {rel}", self._read_object, rel, offset, length)
+        bad = self._bad.get(rel)
+        if bad is not None:
+            raise CorruptRecordError(bad)
+        data = self._within(f"reading {rel}", self._read_object, rel, offset, length)
+        self._sum(rel, offset, data)
+        return data
+
+    def _sum(self, rel: str, offset: int, data: bytes) -> None:
+        """Extend ``rel``'s sum with ``data`` (its bytes at ``offset``) when they continue
+        what was summed; once the stored prefix is in, compare with the manifest's crc32c.
+        Raises CorruptRecordError (and marks the file bad) when it differs."""
+        with self._lock:
+            at, crc = self._sums.get(rel, (0, 0))
+            if not offset <= at < offset + len(data):
+                return
+            i = self.tree.file(rel)
+            if i is None or rel not in self.manifest.files:
+                return
+            end = int(self.tree.data_end[i])
+            crc = crc32c(memoryview(data)[at - offset : end - offset], crc)
+            at = min(end, offset + len(data))
+            self._sums.pop(rel, None)
+            if at < end:
+                self._sums[rel] = (at, crc)
+                while len(self._sums) > MAX_SUMS:
+                    self._sums.pop(next(iter(self._sums)))
+                return
+            self._check(rel, crc, end)
+
+    def _check(self, rel: str, crc: int, n: int) -> None:
+        """Compare a file whose first ``n`` bytes sum to ``crc`` (zeros after) with its
+        manifest entry (caller holds the lock)."""
+        problem = self.manifest.files[rel].crc_problem(crc, n)
+        if problem is None:
+            self._sums[rel] = _SUMMED
+            return
+        msg = (
+            f"{rel} of {self.where} has {problem} by its manifest: damaged or replaced, not "
+            "served (rmqfs snapshot-verify checks every file)"
+        )
+        self._bad[rel] = msg
+        log.error("%s", msg)
+        raise CorruptRecordError(msg)
+
+    def check_sum(self, path: str, chunk: int = 16 << 20) -> None:
+        """Compare the file ``path``'s CRC32C with its manifest's: the bytes not yet summed are
+        read (``chunk`` bytes a range read; nothing when its bytes already came in order, the
+        zeros past its stored prefix never).
+
+        Raises:
+            FileNotFoundError: no such file. CorruptRecordError: the sum differs (named).
+            ObjectStoreError: a range could not be read.
+        """
+        rel, _, end = self._entry(path)
+        if rel == MANIFEST_NAME:
+            return
+        while True:
+            with self._lock:
+                at, crc = self._sums.get(rel, (0, 0))
+                if (at, crc) == _SUMMED:
+                    return
+                if at >= end:  # nothing stored: a file of zeros
+                    self._check(rel, 0, 0)
+                    return
+            got = self._fetch(rel, at, min(chunk, end - at))
+            if not got:
+                raise ObjectStoreError(f"{rel} of {self.where}: no bytes at {at}")
 
     def _recheck(self) -> None:
         now = time.monotonic()
@@ -645,6 +727,8 @@ class ObjectSource:
                 f.close()
             self._open.clear()
             self.manifest, self._manifest_bytes, self.tree = doc, raw, tree
+            self._sums.clear()  # another snapshot's files: summed anew
+            self._bad.clear()
         return True
 
     def close(self) -> None:

@@ -154,11 +154,10 @@ def _upload_one(
                 else:
                     crc = crc32c(chunk, crc)
                     send(bytes(chunk))  # a copy: the view is reused for the next piece
-            crc = crc32c_zeros(crc, size - stored)  # the zeros the manifest says follow
-            if f"{crc:08x}" != want.crc32c:
+            problem = want.crc_problem(crc, stored)  # the zeros the manifest says follow
+            if problem is not None:
                 raise ValueError(
-                    f"the source file's crc32c is {crc:08x}, its manifest says {want.crc32c}"
-                    " (damaged source; no manifest written)"
+                    f"the source file has {problem} (damaged source; no manifest written)"
                 )
         if is_local(fs) and size > stored:
             # A local directory is a copy that mounts as a store: the file at its full size,
@@ -399,9 +398,9 @@ def _download_one(
             raise ValueError(f"short: {n} of {stored} bytes")
         if n > size:
             raise ValueError(f"longer than the manifest's {size} bytes")
-        crc = crc32c_zeros(crc, size - n)
-        if f"{crc:08x}" != want.crc32c:
-            raise ValueError(f"damaged: crc32c {crc:08x}, expected {want.crc32c}")
+        problem = want.crc_problem(crc, n)
+        if problem is not None:
+            raise ValueError(f"damaged: {problem}")
         os.ftruncate(fd, size)
         os.fsync(fd)
         ok = True

@@ -19,10 +19,10 @@ the ``rocketmq`` Spark data source:
   byte, 8-16 MB range GETs recommended): following each queue's units would be a GET per
   message, or, coalesced, every queue's task reading the whole interleaved CommitLog. The reader
   instead reads each CommitLog file's needed range once, in :data:`REQUEST` byte range reads,
-  walks its records (:func:`engine.read.columnar.walk_records`: the compiled walk with
-  :func:`engine.format.commitlog.walk_segment`'s rules), decodes
-  them column-wise with the mapped files' decoder (:func:`engine.read.columnar.decode_records`)
-  and keeps what the ConsumeQueues hold: RocketMQ's own dispatch
+  through the store's one CommitLog walk and decoder, as for local files
+  (:func:`engine.read.columnar.decode_commitlog` over the snapshot's files as
+  :class:`engine.format.mappedfile.MappedFiles` of the source), and keeps what the
+  ConsumeQueues hold: RocketMQ's own dispatch
   (``ReputMessageService.doReput``, ``CommitLogDispatcherBuildConsumeQueue.dispatch``) makes a
   unit for every record of a plain store but PREPARED and ROLLBACK transaction records, so the
   rows of queue ``(topic, queueId)`` at queue offsets ``[start, end)`` are the records with
@@ -34,7 +34,9 @@ the ``rocketmq`` Spark data source:
   last unit) are zeros, never asked of the server (:meth:`RemoteSnapshot.read`).
 - **Checked.** Every record's layout and BODYCRC as on local files; a CommitLog file read whole
   (the range from its start to its end, or to the snapshot's cut with zeros after) is summed
-  and compared with the manifest's crc32c, and a mismatch fails naming the file. A file gone
+  by the source as its bytes arrive and compared with the manifest's crc32c
+  (:meth:`engine.live.objectsource.ObjectSource.check_sum`), and a mismatch fails naming the
+  file. A file gone
   from the location, a server that stops answering (each request waits at most
   :data:`engine.live.objectsource.DEFAULT_TIMEOUT` seconds), refused credentials: an
   :class:`engine.errors.ObjectStoreError` naming the file and the location; no partial result
@@ -64,7 +66,7 @@ from ..errors import (
 )
 from ..format.config import ConsumerOffsetManager, TopicConfigManager, loads_fastjson
 from ..format.consumequeue import BLANK_UNIT_SIZE, CQ_STORE_UNIT_SIZE, UNIT, search_by_time
-from ..format.crc import crc32c, crc32c_zeros
+from ..format.mappedfile import MappedFiles
 from ..format.message import (
     STORE_TIMESTAMP_END_MAX,
     TRANSACTION_COMMIT_TYPE,
@@ -73,7 +75,7 @@ from ..format.message import (
     is_lmq,
     read_store_timestamp,
 )
-from ..read.columnar import CommitLogWindow, decode_records, walk_records
+from ..read.columnar import decode_commitlog
 from ..read.schema import arrow_schema
 from .manifest import MANIFEST_NAME, Manifest
 from .objectsource import ObjectSource
@@ -93,6 +95,8 @@ __all__ = [
 #: Bytes per CommitLog range read: S3's guidance is 8-16 MB byte-range GETs; a record longer
 #: than what is left of a read is read whole with the next one.
 REQUEST = 16 << 20
+#: Rows of a decoded batch (at most; fewer where a range's records end)
+BATCH_ROWS = 32768
 #: Small range reads (units, record headers) in flight at once while planning.
 PLAN_THREADS = 16
 _SEGMENT = re.compile(r"commitlog/([0-9]{20})\Z")  # ASCII digits: \d takes other scripts'
@@ -153,6 +157,8 @@ class RemoteSnapshot:
         #: snapshot through), read here without a block cache: each range read once
         self.source = ObjectSource(location, None)
         self.where = self.source.where
+        #: the snapshot's CommitLog files, read through :attr:`source` by range
+        self._commitlog = MappedFiles(f"{self.source.root}/commitlog", source=self.source)
         self._load(self.source.manifest)
 
     @property
@@ -371,8 +377,11 @@ class RemoteSnapshot:
         """The rows of ``piece`` that queues ``{(topic, queueId): (start, end)}`` hold at those
         queue offsets (:func:`select_rows`; ``tags``: only those TAGS), as Arrow record batches
         of ``columns`` (None: every column of :func:`engine.read.schema.arrow_schema`), in
-        CommitLog order. Reads :data:`REQUEST` bytes at a time; holds at most one read plus one
-        record.
+        CommitLog order: the store's one CommitLog walk and decoder
+        (:func:`engine.read.columnar.decode_commitlog`) over the snapshot's files, read
+        :data:`REQUEST` bytes at a time. A piece that covers its file whole has the file's sum
+        checked (:meth:`engine.live.objectsource.ObjectSource.check_sum`: the rest of the file
+        past the records is read for it).
 
         Raises:
             CorruptRecordError: a record is damaged, the data ends before the piece's end, or
@@ -382,46 +391,12 @@ class RemoteSnapshot:
         names = tuple(arrow_schema().names) if columns is None else tuple(columns)
         need = tuple(dict.fromkeys((*names, *SELECT_COLUMNS, *(("tags",) if tags else ()))))
         chooser = _Chooser(bounds, tags)
-        rel, base = piece.rel, piece.file_start
-        pos = piece.start  # next byte to read (absolute)
-        carry = b""  # bytes from the last read after its last whole record
-        crc = 0
-        decoding = True
-        while pos < piece.end:
-            want = min(REQUEST, piece.end - pos)
-            data = self.read(rel, pos - base, want)
-            if len(data) < want:
-                raise CorruptRecordError(
-                    f"{rel} of {self.where} ends at {pos - base + len(data)}, before the "
-                    f"snapshot's data ({piece.end - base})",
-                    pos + len(data),
-                )
-            if piece.crc32c is not None:
-                crc = crc32c(data, crc)
-            pos += len(data)
-            if not decoding:
-                if piece.crc32c is None:
-                    break
-                continue  # the rest of a file read whole is summed, not decoded
-            buf = carry + data if carry else data
-            at = pos - len(buf)  # CommitLog offset of buf[0]
-            starts, sizes, kind, stop = walk_records(buf)
-            carry = b""
-            if kind in ("past_end", "torn") and pos < piece.end:
-                carry = buf[stop:]  # the next read completes it
-            elif kind == "blank":
-                decoding = False  # the file's data ends (END_OF_FILE)
-            elif kind != "end":
-                raise CorruptRecordError(
-                    f"{rel} of {self.where}: {kind.replace('_', ' ')} at file offset "
-                    f"{at + stop - base}, before the end of the data it should hold "
-                    f"({piece.end - base})",
-                    at + stop,
-                )
-            offs = starts + at
-            if len(offs):
-                window = CommitLogWindow(buf, at, piece.file_size)
-                batch = decode_records(window, offs, sizes, need, check_crc)
+        walk = decode_commitlog(
+            self._commitlog, piece.start, piece.end, BATCH_ROWS, need, None, check_crc,
+            REQUEST, exact_end=True,
+        )  # fmt: skip
+        try:
+            for batch in walk:
                 keep = chooser.select(batch)
                 if keep.all():
                     yield batch.select(list(names))
@@ -429,24 +404,16 @@ class RemoteSnapshot:
                     import pyarrow as pa
 
                     yield batch.filter(pa.array(keep)).select(list(names))
-        if carry:
-            raise CorruptRecordError(
-                f"{rel} of {self.where}: a record at file offset {piece.end - base - len(carry)} "
-                "runs past the snapshot's data",
-                piece.end - len(carry),
-            )
+        except CorruptRecordError as exc:
+            if str(exc).startswith(piece.rel):  # the source's: names the file already
+                raise
+            raise CorruptRecordError(f"{piece.rel} of {self.where}: {exc}") from None
         if piece.crc32c is not None:
-            got = crc32c_zeros(crc, piece.file_start + piece.file_size - piece.end)
-            if got != piece.crc32c:
-                raise CorruptRecordError(
-                    f"{rel} of {self.where} has crc32c {got:08x}, its manifest says "
-                    f"{piece.crc32c:08x}: damaged or replaced (rmqfs snapshot-verify checks "
-                    "every file)",
-                    piece.file_start,
-                )
+            self.source.check_sum(f"{self.source.root}/{piece.rel}", REQUEST)
 
     def close(self) -> None:
         """Close the open files and the request threads."""
+        self._commitlog.close()
         self.source.close()
 
 

@@ -1173,10 +1173,8 @@ def _check_remote_file(
         return rel, f"short: {n} of {stored} bytes", n
     if n > size:
         return rel, f"longer: more than {size} bytes", size
-    crc = crc32c_zeros(crc, size - n)
-    if f"{crc:08x}" != want.crc32c:
-        return rel, f"damaged: crc32c {crc:08x}, expected {want.crc32c}", n
-    return rel, None, n
+    problem = want.crc_problem(crc, n)
+    return rel, None if problem is None else f"damaged: {problem}", n
 
 
 def _extra_files(

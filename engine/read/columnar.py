@@ -51,7 +51,7 @@ import numpy as np
 
 from ..errors import CorruptRecordError
 from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
-from ..format.commitlog import DEFAULT_FILE_SIZE, CommitLog, walk_segment
+from ..format.commitlog import DEFAULT_FILE_SIZE, SCAN_CHUNK, CommitLog, walk_segment
 from ..format.config import topic_path_problem
 from ..format.consumequeue import (
     BLANK_UNIT_SIZE,
@@ -314,23 +314,23 @@ class RecordSource(Protocol):
 
 
 class CommitLogWindow:
-    """CommitLog bytes ``[base, base + len(data))`` of one CommitLog file, held in memory: a
-    range read of a snapshot in object storage (:mod:`engine.live.remote`), decoded by the same
-    walker as the mapped files (:func:`decode_records`).
+    """CommitLog bytes ``[base, base + len(data))`` of one CommitLog file: what one range of
+    :func:`commitlog_runs` read (a local file's mapping, or the bytes of a range read of a
+    snapshot in object storage), for :func:`decode_records`.
 
     Args:
-        data: the bytes.
+        data: the bytes (any buffer: bytes, a read-only mapping).
         base: the CommitLog offset of ``data[0]`` (bytes).
         file_size: the size of the CommitLog file they belong to (``mappedFileSizeCommitLog``).
     """
 
-    def __init__(self, data: bytes, base: int, file_size: int) -> None:
+    def __init__(self, data: SegmentMap | bytes, base: int, file_size: int) -> None:
         self.data = data
         self.base = base
         self.file_size = file_size
         self.ranged = False  # held in memory
 
-    def span(self, offset: int, end: int) -> tuple[bytes, int] | None:
+    def span(self, offset: int, end: int) -> tuple[SegmentMap | bytes, int] | None:
         """``(data, base)`` where ``offset`` lies in the window, else None."""
         p = offset - self.base
         return (self.data, self.base) if 0 <= p < len(self.data) else None
@@ -759,22 +759,134 @@ def decode_commitlog(
     columns: tuple | None = None,
     entries: DLedgerLog | None = None,
     check_crc: bool = True,
+    read_size: int = SCAN_CHUNK,
+    exact_end: bool = False,
 ) -> Iterator:
     """Decode every record of the CommitLog byte range ``[start, end)`` in CommitLog order.
 
     ``start`` must be the offset of a record (of its DLedger entry when ``entries`` is the
-    store's DLedger CommitLog) or of a segment. The walk is the engine's one walk over
-    CommitLog files (:meth:`engine.format.commitlog.CommitLog.scan_raw`: blank END_OF_FILE
-    records and DLedger fillers skipped, DLedger entries checked and ended at the committed
-    index); it stops at ``end`` (None: the end of the data, zeros). ``queueOffset`` is the
-    record's QUEUEOFFSET field; ``topic`` and ``queue`` come from each record. Yields
-    RecordBatches of at most ``batch_rows`` rows (schema as :func:`decode_units`, BODYCRC
-    checked unless ``check_crc`` is False).
+    store's DLedger CommitLog) or of a segment; records that start before ``end`` are decoded
+    (None: to the end of the data). The walk is :func:`commitlog_runs` (the compiled record
+    walk, ``walk_segment``'s rules: ``CommitLog.checkMessageAndReturnSize``), over the local
+    files or any store source (a snapshot in object storage: ``read_size`` bytes a range read);
+    a DLedger CommitLog is walked entry by entry by
+    :meth:`engine.format.commitlog.CommitLog.scan_raw` (``DLedgerCommitLog``).
+    ``queueOffset`` is the record's QUEUEOFFSET field; ``topic`` and ``queue`` come from each
+    record. Yields RecordBatches of at most ``batch_rows`` rows (schema as
+    :func:`decode_units`, BODYCRC checked unless ``check_crc`` is False), every record before a
+    damaged one first.
 
-    Raises CorruptRecordError at the first position that is neither a record nor a blank.
+    Raises CorruptRecordError at the first position that is neither a record nor a blank, or
+    (``exact_end``: a snapshot's cut) where the data ends before ``end``.
+    """
+    names = tuple(arrow_schema().names) if columns is None else tuple(columns)
+    if entries is not None:
+        yield from _decode_dledger(commitlog, start, end, batch_rows, names, entries, check_crc)
+        return
+    for window, offs, sizes in commitlog_runs(commitlog, start, end, read_size, exact_end):
+        for i in range(0, len(offs), batch_rows):
+            yield decode_records(
+                window, offs[i : i + batch_rows], sizes[i : i + batch_rows], names, check_crc
+            )
+
+
+def commitlog_runs(
+    commitlog: MappedFiles,
+    start: int,
+    end: int | None = None,
+    read_size: int = SCAN_CHUNK,
+    exact_end: bool = False,
+) -> Iterator[tuple[CommitLogWindow, np.ndarray, np.ndarray]]:
+    """Walk a plain CommitLog's records from ``start`` (a record's or a segment's offset) to
+    ``end`` (None: the end of the data) in runs: ``(window, offsets, sizes)``, the CommitLog
+    offsets (int64, bytes) and TOTALSIZEs of the whole records that start in one range of
+    at most ``read_size`` bytes (more for a longer record), and a window holding that range
+    (the file's mapping for a local store, the bytes read for a source read by range).
+
+    One step per record, compiled (:func:`walk_records`: ``walk_segment``'s rules, the shape of
+    ``CommitLog.checkMessageAndReturnSize``): the blank END_OF_FILE record ends a file's data
+    and the walk goes on at the next file; zeros end the data; a record cut by the range is
+    read again from its start with the next range (so nothing is carried between ranges, and
+    a record longer than ``read_size`` is read whole). Record layouts and BODYCRC are the
+    decoders' to check (:func:`decode_records`).
+
+    Raises:
+        CorruptRecordError: after the runs before it, at a header that is neither a record
+            nor a blank (bad magic or size), a record running past the end of its file, a
+            file that ends inside a header, or (``exact_end``) data that ends before ``end``
+            (zeros, or no file holds the next offset).
+        OSError, ObjectStoreError: a file could not be read.
     """
     commitlog.refresh()
-    names = tuple(arrow_schema().names) if columns is None else tuple(columns)
+    segs = commitlog.segments
+    stop = commitlog.end_offset if end is None else end
+    pos = max(start, segs[0].start) if segs else start
+    fs = commitlog.file_size or DEFAULT_FILE_SIZE
+    need = 0  # bytes the next range must hold (a record cut by the last one)
+    while pos < stop:
+        seg = commitlog.find(pos)
+        if seg is None:
+            if exact_end:
+                raise CorruptRecordError(
+                    f"no CommitLog file holds offset {pos}: the data ends", pos
+                )
+            return
+        want = min(seg.end, max(min(stop, pos + read_size), pos + need))
+        got = commitlog.span(pos, want)
+        if got is None:
+            raise CorruptRecordError("the CommitLog file holding this offset is gone", pos)
+        buf, base = got
+        lo, hi = pos - base, min(len(buf), want - base)
+        if hi <= lo:  # the file is shorter than its listing said
+            if exact_end:
+                raise CorruptRecordError("the CommitLog file ends before its size", pos)
+            return
+        arr = np.frombuffer(buf, np.uint8, hi - lo, lo)
+        starts, sizes, kind, at = walk_records(arr)
+        if kind in ("torn", "past_end"):  # a head or record the range cuts, or the file does
+            total = _HEAD.unpack_from(buf, lo + at)[0] if kind == "past_end" else _HEAD.size
+        del arr  # a mapping is never held past the walk
+        if len(starts):
+            yield CommitLogWindow(buf, base, fs), starts + pos, sizes
+        needed, need = need, 0
+        if kind == "end":
+            pos = base + hi
+        elif kind == "blank":
+            pos = seg.end  # END_OF_FILE: the file's data ends, the next file's begins
+        elif kind == "zeros":
+            if exact_end and pos + at < stop:
+                raise CorruptRecordError(
+                    f"the CommitLog data ends (zeros) before offset {stop}", pos + at
+                )
+            return
+        elif (
+            kind in ("torn", "past_end")
+            and pos + at < stop
+            and pos + at + total <= seg.end  # else it runs past its file: damage, not read
+            and (at or needed < total)  # else the file's bytes end before it: damage
+        ):
+            pos, need = pos + at, total  # the next range holds it whole
+        elif kind in ("torn", "past_end") and pos + at >= stop:
+            return  # what starts at or past the end is not asked for
+        else:
+            what = {
+                "torn": "the file ends inside a record header",
+                "past_end": "a record runs past the end of its file",
+            }.get(kind, "not a record (magic or size)")
+            raise CorruptRecordError(f"CommitLog {what}", pos + at)  # fmt: skip
+
+
+def _decode_dledger(
+    commitlog: MappedFiles,
+    start: int,
+    end: int | None,
+    batch_rows: int,
+    names: tuple,
+    entries: DLedgerLog,
+    check_crc: bool,
+) -> Iterator:
+    """:func:`decode_commitlog` of a DLedger CommitLog: entries walked by ``scan_raw``."""
+    commitlog.refresh()
     cl = CommitLog(
         commitlog.directory,
         commitlog.file_size or DEFAULT_FILE_SIZE,

@@ -173,12 +173,19 @@ def test_a_file_that_differs_from_its_manifest_is_named(copy, tmp_path):
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF  # in its END_OF_FILE blank, past its last record: only its sum can tell
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptRecordError, match=rf"{seg.rel} .* has crc32c .* manifest says"):
+    with pytest.raises(
+        CorruptRecordError, match=rf"{seg.rel} .* has crc32c .*, expected .* by its manifest"
+    ):
         list(r.read_piece(seg, _all(r)))
+    with pytest.raises(CorruptRecordError, match=r"has crc32c .* not served"):
+        list(r.read_piece(seg, _all(r)))  # a file found damaged is never read again
     data[-1] ^= 0xFF
     data[200] ^= 0xFF  # inside a record: its checks name the offset
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptRecordError):
+    r = RemoteSnapshot(str(bad))
+    with pytest.raises(  # the record's checks, or the file's sum (its range read whole)
+        CorruptRecordError, match=rf"{seg.rel} of .*(offset {seg.start + 200}|has crc32c)"
+    ):
         list(r.read_piece(seg, _all(r)))
     os.unlink(path)
     r = RemoteSnapshot(str(bad))  # (a local file once opened stays readable)
@@ -314,3 +321,39 @@ def test_a_manifest_without_stored_sizes_still_reads(copy, tmp_path):
     # past the snapshot's cut (commitLogOffset): zeros, never asked of the server
     assert r.read(live, size - 100, 200) == bytes(100)
     assert r.stats.requests == before
+
+
+def test_the_source_checks_a_files_sum_when_its_bytes_come_in_order(copy, tmp_path):
+    """A mount's reads of a file from its start (``cat raw/...``), block after block, are
+    summed and compared with the manifest's crc32c: a file that differs fails once its stored
+    prefix is in, and is not served again; a read out of order is not summed, and
+    ``check_sum`` reads the rest of a file to finish its sum."""
+    from rmqfs.engine.live.objectsource import ObjectSource
+
+    bad = Path(shutil.copytree(copy, tmp_path / "bad"))
+    rel = RemoteSnapshot(str(bad)).pieces(0, 1 << 62)[1].rel
+    path = bad / rel
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    src = ObjectSource(str(bad), None)  # without a block cache: each read one range read
+    try:
+        name = f"{src.root}/{rel}"
+        good = f"{src.root}/{RemoteSnapshot(str(bad)).pieces(0, 1 << 62)[0].rel}"
+        size = src.file_size(name)
+        assert src.pread(name, 100, size // 2) == bytes(data[size // 2 : size // 2 + 100])
+        with pytest.raises(CorruptRecordError, match=rf"{rel} of .* has crc32c"):
+            for at in range(0, size, 8192):
+                assert src.pread(name, 8192, at) == bytes(data[at : at + 8192])
+        assert at == size - 8192  # the last read finished the sum
+        with pytest.raises(CorruptRecordError, match="not served"):
+            src.check_sum(name)
+        src.check_sum(good)  # an intact file: its rest read, its sum equal
+    finally:
+        src.close()
+    src = ObjectSource(str(bad), str(tmp_path / "cache"), capacity=1 << 20)
+    try:  # through the block cache: the block from the file's start is summed
+        with pytest.raises(CorruptRecordError, match=rf"{rel} of .* has crc32c"):
+            src.pread(f"{src.root}/{rel}", 100, 0)
+    finally:
+        src.close()

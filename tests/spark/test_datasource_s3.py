@@ -198,7 +198,9 @@ def test_faults_are_named_and_never_a_partial_result(spark, weed, fleet, tmp_pat
     data[-1] ^= 0x5A  # in the file's END_OF_FILE blank: no record's checks see it
     with fs.open_output_stream(f"{BUCKET}/bad/latest/commitlog/{seg.name}") as f:
         f.write(bytes(data))
-    with pytest.raises(Exception, match=rf"commitlog/{seg.name} .* has crc32c .* manifest says"):
+    with pytest.raises(
+        Exception, match=rf"commitlog/{seg.name} .* has crc32c .*, expected .* by its manifest"
+    ):
         _creds(spark.read.format("rocketmq")).load(_uri(weed, "bad/latest")).count()
     # the server stopped mid-read: an error naming the file, never a short result
     monkeypatch.setattr(remote, "REQUEST", 4096)
