@@ -1275,6 +1275,37 @@ def worker_context() -> ForkServerContext:
     return ctx
 
 
+def exit_with(pid: int) -> None:
+    """A render worker's initializer: exit the moment process ``pid`` (the daemon) ends, however
+    it ends (``kill -9`` included). Without it a worker outlives a daemon killed with -9 for
+    ever: ``ProcessPoolExecutor``'s workers wait on a call queue whose write end each of them
+    holds too, so it never ends, and the forkserver, which waits for its children, stays
+    with them. A thread waits on the daemon's pidfd (Linux 5.3+; polled every second where
+    there is none)."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(0)  # gone already
+    except OSError:
+        fd = -1
+
+    def watch() -> None:
+        if fd >= 0:
+            select.select([fd], [], [])
+        else:
+            while True:
+                time.sleep(1.0)
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+        os._exit(0)
+
+    threading.Thread(target=watch, name="rmqfs-exit-with-daemon", daemon=True).start()
+
+
 def start_worker_server() -> None:
     """Start the render workers' forkserver now (the daemon calls it in the background once
     the mount is up), so that the first render does not wait for its imports."""
@@ -1453,7 +1484,12 @@ class PartCache:
         if self._pool is None:
             from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=worker_context())
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=worker_context(),
+                initializer=exit_with,
+                initargs=(os.getpid(),),
+            )
             if self._idle_watch is None:
                 self._idle_watch = threading.Thread(
                     target=self._shut_when_idle, name="rmqfs-pool-idle", daemon=True

@@ -180,13 +180,37 @@ def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
     assert "SIGINT" in proc.stderr.read()
 
 
+def _descendants(pid: int) -> set[int]:
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+        out.update(kids)
+        todo.extend(kids)
+    return out
+
+
 def test_kill_9_leaves_no_dead_mount(mount_store):
+    """kill -9 of the daemon: the mount goes (auto_unmount), and so do its render workers and
+    their forkserver (a worker waits on the daemon's pidfd), none left running for ever."""
     m = mount_store()
     os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_text("a\nb\n")
+    assert (m.mnt / "topics" / "T" / "messages.jsonl").read_text().count("\n") == 2
     pid = m.pid
+    rest = _descendants(pid)
+    workers = [c for c in rest if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert len(workers) >= 2, "the forkserver and a render worker run"
     os.kill(pid, signal.SIGKILL)
     assert wait_until(lambda: not mounted(m.mnt))  # auto_unmount
     assert os.listdir(m.mnt) == []
+    assert wait_until(lambda: not any(pid_alive(c) for c in rest), 10), [
+        c for c in rest if pid_alive(c)
+    ]
     # the store knows it crashed (abort left behind) and recovers on the next mount
     assert (m.store / "abort").exists()
     m.mount()
