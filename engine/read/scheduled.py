@@ -214,7 +214,8 @@ class _RefColumns:
         order = order[np.lexsort((cols[1][order], cols[0][order]))]
         topics = tuple(sorted(self.topic_ids, key=self.topic_ids.__getitem__))
         # take() copies: the arrays own their memory, not the array.array buffers
-        return WaitingRefs(*(c.take(order) for c in cols), topics=topics)
+        deliver, offset, size, qid, real, source = (c.take(order) for c in cols)
+        return WaitingRefs(deliver, offset, size, qid, real, source, topics)
 
 
 def waiting_refs(store: MessageStore, topic: str | None = None) -> WaitingRefs:

@@ -349,3 +349,22 @@ def test_waiting_refs_are_compact_sorted_arrays_that_render_any_range(tmp_path):
         assert list(refs.lines(s, 260, 999)) == lines[260:]
         only = waiting_refs(s, "U")
         assert list(only.lines(s)) == [x for x, w in zip(lines, every) if w.real_topic == "U"]
+
+
+def test_a_real_qid_past_an_int_is_a_damaged_record(tmp_path):
+    """REAL_QID is read by the broker with Integer.parseInt: a timer record whose REAL_QID
+    passes an int is damaged, not a message to queue 9999999999 (nor an overflow in the
+    references' int32 column)."""
+    from stores import put_internal
+
+    root = str(tmp_path / "s")
+    with MessageStore(root) as s:
+        s.create_topic("T", 1)
+        s.create_topic("rmq_sys_wheel_timer", 1)
+        props = {"TIMER_OUT_MS": "99999999999000", "REAL_TOPIC": "T", "REAL_QID": "9999999999"}
+        put_internal(s, [Message("rmq_sys_wheel_timer", b"x", queue_id=0, properties=props)])
+    with (
+        MessageStore(root, read_only=True) as s,
+        pytest.raises(CorruptRecordError, match="REAL_QID"),
+    ):
+        list(waiting_messages(s))
