@@ -289,7 +289,7 @@ SCHEDULED_SEEK_LINES = 1024
 #: a single line is longer): what one render costs.
 SCHEDULED_CHUNK_BYTES = 256 << 10
 #: Rendered ``scheduled.jsonl`` bytes one handle holds at most (its runs of lines, least
-#: recently read dropped first), besides the one run a read renders: never the whole file.
+#: recently read dropped first; one run when a single run is longer): never the whole file.
 SCHEDULED_HELD_BYTES = 2 << 20
 
 
