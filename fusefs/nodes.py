@@ -11,23 +11,25 @@ threads, never on the trio loop.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import functools
-import json
 import logging
 import os
 import re
 import stat
 import threading
-from collections.abc import Callable
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from rmqfs.engine import errors as E
 from rmqfs.engine.format.message import MessageRecord
 from rmqfs.engine.live.progress import consumer_progress, diff_total
 from rmqfs.engine.live.status import store_status
-from rmqfs.engine.read.jsonline import build_scheduled_line, message_from_json, parse_json_line
-from rmqfs.engine.read.scheduled import waiting_messages
+from rmqfs.engine.read.jsonline import message_from_json, parse_json_line
+from rmqfs.engine.read.scheduled import waiting_refs
 from rmqfs.engine.service.storetree import lstat_beneath, open_beneath
 from rmqfs.engine.service.validation import check_send_topic, check_topic_creatable, parse_decimal
 from rmqfs.engine.store import Message
@@ -280,73 +282,175 @@ class TopicDir(Dir):
         return d
 
 
-#: The most ``scheduled.jsonl`` holds (bytes of lines): built whole on open and held while the
-#: file is open, so bounded; past it the file's last line says how many more wait.
-SCHEDULED_MAX_BYTES = 16 << 20
+#: ``scheduled.jsonl``'s seek points: a handle notes where a line starts (line index, byte
+#: offset) every this many lines, or sooner (:data:`SCHEDULED_CHUNK_BYTES`), as it renders.
+SCHEDULED_SEEK_LINES = 1024
+#: A run of lines between two seek points ends once it holds this many bytes (or one line when
+#: a single line is longer): what one render costs.
+SCHEDULED_CHUNK_BYTES = 256 << 10
+#: Rendered ``scheduled.jsonl`` bytes one handle holds at most (its runs of lines, least
+#: recently read dropped first; one run when a single run is longer): never the whole file.
+SCHEDULED_HELD_BYTES = 2 << 20
 
 
-class ScheduledFile(GeneratedFile):
+class LineSeekHandle(Handle):
+    """A file of ``count`` lines rendered on demand (``lines(i, j)``: the lines ``[i, j)`` in
+    order, the same bytes every time), read by range with no size known in advance (direct
+    I/O, the file shows size 0).
+
+    The byte offset of a line is known only once the lines before it were rendered, so a
+    handle keeps seek points as reading proceeds (ratarmount's index built as it reads): the
+    file is cut into runs of at most ``seek_lines`` lines, each ending early once it holds
+    ``chunk_bytes``, and where each run starts (line, byte) is noted when the run before it is
+    rendered. A read at a byte offset renders from the last seek point at or before it, forward
+    (noting the points it passes), and only the runs it touches; rendered runs are held up to
+    ``held_max`` bytes, least recently read dropped first, and rendered again when read again.
+    Memory: 16 bytes a seek point, at most ``held_max`` rendered bytes (or one run, when a run
+    holds more: a single line longer than it).
+
+    Threads: :meth:`read` answers on the trio loop from the runs held, else renders in a worker
+    thread; concurrent reads of one handle are safe (two may render one run: it is the same).
+    """
+
+    direct_io = True
+
+    def __init__(
+        self,
+        lines: Callable[[int, int], Iterator[bytes]],
+        count: int,
+        *,
+        seek_lines: int | None = None,
+        chunk_bytes: int | None = None,
+        held_max: int | None = None,
+    ) -> None:
+        self.lines, self.count = lines, count
+        self.seek_lines = max(1, seek_lines or SCHEDULED_SEEK_LINES)
+        self.chunk_bytes = max(1, chunk_bytes or SCHEDULED_CHUNK_BYTES)
+        self.held_max = held_max if held_max is not None else SCHEDULED_HELD_BYTES
+        # run k starts at line _starts_line[k], byte _starts_byte[k]; k + 1 is known once k
+        # was rendered
+        self._starts_line, self._starts_byte = array("q", [0]), array("q", [0])
+        self._held: OrderedDict[int, bytes] = OrderedDict()
+        self._held_bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def held_bytes(self) -> int:
+        """Rendered bytes this handle holds now."""
+        return self._held_bytes
+
+    @property
+    def seek_points(self) -> int:
+        """Seek points known so far (runs whose start is known)."""
+        return len(self._starts_line)
+
+    @loop_first
+    def read(self, offset: int, length: int) -> bytes:
+        """``[offset, offset + length)`` of the lines, short only at their end; on the trio loop
+        when the runs it touches are held. EIO (or the engine error's errno) when a line cannot
+        be rendered."""
+        out: list[bytes] = []
+        pos, end = offset, offset + length
+        while pos < end:
+            got = self._run_at(pos)
+            if got is None:
+                break
+            start, data = got
+            piece = data[pos - start : end - start]
+            out.append(piece)
+            pos += len(piece)
+        return b"".join(out)
+
+    def _run_at(self, pos: int) -> tuple[int, bytes] | None:
+        """(first byte, bytes) of the run holding byte ``pos``, rendering the runs from the
+        last seek point at or before it up to it; None past the last line."""
+        with self._lock:
+            k = bisect.bisect_right(self._starts_byte, pos) - 1
+        while True:
+            with self._lock:
+                if self._starts_line[k] >= self.count:
+                    return None
+                start = self._starts_byte[k]
+                data = self._held.get(k)
+                if data is not None:
+                    self._held.move_to_end(k)
+            if data is None:
+                would_block()
+                data = self._render(k)
+            if pos < start + len(data):
+                return start, data
+            k += 1  # its start is known now: the run before it was rendered
+
+    def _render(self, k: int) -> bytes:
+        """Render run ``k`` (its start known), note where run ``k + 1`` starts and hold it."""
+        first = self._starts_line[k]
+        parts: list[bytes] = []
+        size, line = 0, first
+        try:
+            for text in self.lines(first, min(first + self.seek_lines, self.count)):
+                parts.append(text)
+                size += len(text)
+                line += 1
+                if size >= self.chunk_bytes:
+                    break
+        except E.StoreError as exc:
+            raise fs_error(exc) from None
+        data = b"".join(parts)
+        with self._lock:
+            if len(self._starts_line) == k + 1:
+                self._starts_line.append(line)
+                self._starts_byte.append(self._starts_byte[k] + size)
+            if k not in self._held:
+                self._held[k] = data
+                self._held_bytes += size
+            while self._held_bytes > self.held_max and len(self._held) > 1:
+                _, old = self._held.popitem(last=False)
+                self._held_bytes -= len(old)
+        return data
+
+    def release(self) -> None:
+        """Drop the rendered runs."""
+        with self._lock:
+            self._held.clear()
+            self._held_bytes = 0
+
+
+class ScheduledFile(Node):
     """``topics/<topic>/scheduled.jsonl``: every message waiting for delivery to the topic
-    (``engine.read.scheduled.waiting_messages``: the 5.x timer store and the delay levels), one
-    ``jsonline.build_scheduled_line`` a line, in delivery order. Built on open (direct I/O,
-    size shown as 0: it changes as messages come due), at most :data:`SCHEDULED_MAX_BYTES`;
-    when more wait, the last line is ``{"truncated": true, "shown": N, "waiting": M,
-    "reason": ...}``.
+    (``engine.read.scheduled.waiting_refs``: the 5.x timer store's ``TimerMessageStore`` and
+    the delay levels' ``ScheduleMessageService``), one ``jsonline.build_scheduled_line`` a
+    line, in delivery order. Direct I/O, size shown as 0 (it changes as messages come due);
+    what a handle shows is fixed at its open: the waiting messages' references (29 bytes
+    each), whose lines are rendered by range as they are read (:class:`LineSeekHandle`),
+    any number of them, never the whole file held.
 
-    Errnos: EACCES for an open for writing; EIO for a damaged timer store or record.
-    Threads: getattr and open (which builds the lines) run in a worker thread; reads answer on the
-    trio loop from the bytes taken at open (``BytesHandle.read``)."""
+    Errnos: EACCES for an open for writing; EIO for a damaged timer store or record (at open
+    for the references, at a read for the records of its lines).
+    Threads: getattr and open (which lists the references) run in a worker thread; reads answer
+    on the trio loop from the lines a handle holds, else render in a worker thread
+    (``LineSeekHandle.read``)."""
 
     def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
         self.topic = topic
 
     def stat(self) -> Stat:
-        """Size 0 (built at open, read with direct I/O); mtime the store's newest record."""
+        """Size 0 (rendered as read, with direct I/O); mtime the store's newest record."""
         # the store's newest record: what a new delayed or timed message changes, and the same
         # after a remount (the mount's own start time broke rsync and inode/mtime stability)
         newest = ms_to_ns(self.ctx.store.commitlog.last_store_timestamp)
         return Stat(RO_FILE, 0, newest or self.ctx.tree_mtime_ns())
 
-    def content(self) -> bytes:
-        """The waiting messages' lines, at most :data:`SCHEDULED_MAX_BYTES` and a
-        ``truncated`` line when more wait. EIO for a damaged timer store or record."""
-        out: list[bytes] = []
-        size = shown = waiting = 0
+    def open(self, flags: int) -> Handle:
+        """A :class:`LineSeekHandle` over the waiting messages' references as they are now;
+        EACCES for writing, EIO for a damaged timer store or record."""
+        check_read_only_open(flags)
+        store = self.ctx.store
         try:
-            for w in waiting_messages(self.ctx.store, self.topic):
-                waiting += 1
-                if size < SCHEDULED_MAX_BYTES:
-                    line = build_scheduled_line(
-                        w.record, w.real_topic, w.real_queue_id, w.deliver_ms
-                    )
-                    if size + len(line) <= SCHEDULED_MAX_BYTES:
-                        out.append(line)
-                        size += len(line)
-                        shown += 1
-                        continue
-                    size = SCHEDULED_MAX_BYTES
+            refs = waiting_refs(store, self.topic)
         except E.StoreError as exc:
             raise fs_error(exc) from None
-        if waiting > shown:
-            out.append(
-                json.dumps(
-                    {
-                        "truncated": True,
-                        "shown": shown,
-                        "waiting": waiting,
-                        "reason": f"scheduled.jsonl shows at most {SCHEDULED_MAX_BYTES} bytes; "
-                        "the rocketmq data source's scheduled option reads them all",
-                    }
-                ).encode()
-                + b"\n"
-            )
-        return b"".join(out)
-
-    def open(self, flags: int) -> Handle:
-        """A :class:`BytesHandle` of :meth:`content`; EACCES for writing."""
-        check_read_only_open(flags)
-        return BytesHandle(self.content())
+        return LineSeekHandle(functools.partial(refs.lines, store), len(refs))
 
 
 class TopicJsonFile(GeneratedFile):

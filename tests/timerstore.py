@@ -52,3 +52,35 @@ def build_shared_chain_store(root, units: int = 100, slots: int = SLOTS_TOTAL * 
     wheel["num"][:slots] = units
     wheel.tofile(os.path.join(root, "timerwheel"))
     return [r.commitlog_offset for r in put]
+
+
+def build_waiting_store(root, timed: int = 300, delayed: int = 200) -> None:
+    """A 5.x store (an empty ``timerwheel``) with ``timed`` timed messages not yet enqueued
+    (``rmq_sys_wheel_timer`` queue 0) and ``delayed`` delay-level ones (levels 3 to 18), to
+    topics T and U in turn, their deliver times interleaved; bodies of varied lengths, every
+    seventh one not UTF-8 (a base64 line)."""
+    os.makedirs(root)
+    with open(os.path.join(root, "timerwheel"), "wb") as f:
+        f.truncate(WHEEL_LENGTH)
+    now = int(time.time() * 1000)
+
+    def body(i: int) -> bytes:
+        return b"\xff\xfe%d" % i if i % 7 == 0 else b"w%d-" % i + b"x" * (i * 37 % 400)
+
+    msgs = [
+        Message(
+            "TU"[i % 2],
+            body(i),
+            queue_id=i % 3,
+            deliver_time_ms=now + 3_600_000 + (i * 7919 % 100_000) * 1000 + 1,
+        )
+        for i in range(timed)
+    ] + [
+        Message("TU"[i % 2], body(timed + i), queue_id=i % 3, delay_level=3 + i % 16)
+        for i in range(delayed)
+    ]
+    with MessageStore(str(root)) as s:
+        s.create_topic("T", 3)
+        s.create_topic("U", 3)
+        for i in range(0, len(msgs), 100):
+            s.put_messages(msgs[i : i + 100])

@@ -24,17 +24,23 @@ any message. Until then it waits in one of two places:
   once, the newest. Its deliver time is its ``TIMER_OUT_MS`` (what ``HookUtils.transformTimerMessage``
   set: the deliver time rounded to the tick), not the roll slot's.
 
-:func:`waiting_messages` yields :class:`Waiting` in deliver-time order; reading needs no
-timer store (a store without ``timerwheel`` has only its not-enqueued units).
+:func:`waiting_refs` lists the references once, sorted, as compact arrays (:class:`WaitingRefs`:
+29 bytes per waiting message); :meth:`WaitingRefs.waiting` and :meth:`WaitingRefs.lines` read
+the records of any range of them. :func:`waiting_messages` yields every :class:`Waiting` in
+deliver-time order. Reading needs no timer store (a store without ``timerwheel`` has only its
+not-enqueued units).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..errors import CorruptRecordError
 from ..format.config import load_config_file
@@ -53,19 +59,31 @@ from ..format.message import (
 from ..format.timercheck import CHECK_FILE, read_timercheck
 from ..format.timerlog import LOG_DIR, TimerLogReader
 from ..format.timerwheel import WHEEL_FILE, read_live_slots
+from .jsonline import build_scheduled_line
 
 if TYPE_CHECKING:
     from ..store import MessageStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Waiting", "waiting_messages", "delay_offsets", "DELAY_OFFSET_FILE", "TIMER", "DELAY"]
+__all__ = [
+    "Waiting",
+    "WaitingRefs",
+    "waiting_refs",
+    "waiting_messages",
+    "delay_offsets",
+    "DELAY_OFFSET_FILE",
+    "TIMER",
+    "DELAY",
+]
 
 #: Where ScheduleMessageService keeps its offsets, under the store root.
 DELAY_OFFSET_FILE = os.path.join("config", "delayOffset.json")
 #: :attr:`Waiting.source` values
 TIMER = "timer"
 DELAY = "delayLevel"
+#: :attr:`WaitingRefs.source` codes: the index of a :attr:`Waiting.source` value here
+SOURCES = (TIMER, DELAY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,55 +102,179 @@ class Waiting:
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Ref:
-    deliver_ms: int
-    offset: int
-    size: int
-    real_topic: str
-    real_queue_id: int
-    source: str
+@dataclass(frozen=True, eq=False)
+class WaitingRefs:
+    """The messages waiting for delivery, as references in deliver-time order (then CommitLog
+    offset): what :func:`waiting_refs` finds, one row per message in six arrays of equal
+    length, 29 bytes a row, and no record held.
+
+    ``deliver_ms`` (int64, epoch ms: ``TIMER_OUT_MS`` for the timer store, the unit's tagsCode
+    for a delay level), ``offset`` (int64, the stored record's CommitLog offset), ``size``
+    (int32, its bytes), ``real_queue_id`` (int32, ``REAL_QID``), ``real_topic`` (int32: an
+    index into ``topics``, the ``REAL_TOPIC`` names), ``source`` (uint8: an index into
+    :data:`SOURCES`, ``TimerMessageStore`` or ``ScheduleMessageService``).
+    """
+
+    deliver_ms: np.ndarray
+    offset: np.ndarray
+    size: np.ndarray
+    real_queue_id: np.ndarray
+    real_topic: np.ndarray
+    source: np.ndarray
+    topics: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the six arrays hold (29 a message)."""
+        cols = (self.deliver_ms, self.offset, self.size, self.real_queue_id)
+        return sum(a.nbytes for a in cols) + self.real_topic.nbytes + self.source.nbytes
+
+    def waiting(
+        self, store: MessageStore, start: int = 0, stop: int | None = None
+    ) -> Iterator[Waiting]:
+        """The messages ``[start, stop)`` of the list (to its end when ``stop`` is None), each
+        record read from the CommitLog as it is yielded (``store.read_record``, body CRC
+        checked).
+
+        Raises:
+            CorruptRecordError: a record that is no longer what its reference names (expired
+                and overwritten, damaged).
+        """
+        stop = len(self) if stop is None else min(stop, len(self))
+        for i in range(max(start, 0), stop):
+            rec = store.read_record(int(self.offset[i]), int(self.size[i]))
+            yield Waiting(
+                rec,
+                self.topics[self.real_topic[i]],
+                int(self.real_queue_id[i]),
+                int(self.deliver_ms[i]),
+                SOURCES[self.source[i]],
+            )
+
+    def lines(
+        self, store: MessageStore, start: int = 0, stop: int | None = None
+    ) -> Iterator[bytes]:
+        """The ``scheduled.jsonl`` lines of the messages ``[start, stop)``
+        (``jsonline.build_scheduled_line``), one record read per line, only those records.
+
+        Raises:
+            CorruptRecordError: as :meth:`waiting`.
+        """
+        for w in self.waiting(store, start, stop):
+            yield build_scheduled_line(w.record, w.real_topic, w.real_queue_id, w.deliver_ms)
 
 
-def waiting_messages(store: MessageStore, topic: str | None = None) -> Iterator[Waiting]:
-    """The messages waiting for delivery to ``topic`` (every topic when None), in deliver-time
-    order (then CommitLog offset). See the module docstring for what waits where.
+class _RefColumns:
+    """:class:`WaitingRefs`' columns as they are found (``array.array``: 29 bytes a row)."""
 
-    Memory: a few dozen bytes per waiting message of the store (their references are sorted
-    before the first is yielded); records are read one at a time as they are yielded.
+    def __init__(self) -> None:
+        self.deliver_ms = array("q")
+        self.offset = array("q")
+        self.size = array("i")
+        self.real_queue_id = array("i")
+        self.real_topic = array("i")
+        self.source = array("B")
+        self.topic_ids: dict[str, int] = {}
+
+    def add(self, deliver_ms: int, offset: int, size: int, real: str, qid: int, source: int) -> int:
+        """Append one reference; returns its row."""
+        self.deliver_ms.append(deliver_ms)
+        self.offset.append(offset)
+        self.size.append(size)
+        self.real_queue_id.append(qid)
+        self.real_topic.append(self.topic_ids.setdefault(real, len(self.topic_ids)))
+        self.source.append(source)
+        return len(self.offset) - 1
+
+    def put(self, row: int, deliver_ms: int, offset: int, size: int, real: str, qid: int) -> None:
+        """Replace row ``row``'s reference (a rolled message's newer copy)."""
+        self.deliver_ms[row], self.offset[row], self.size[row] = deliver_ms, offset, size
+        self.real_queue_id[row] = qid
+        self.real_topic[row] = self.topic_ids.setdefault(real, len(self.topic_ids))
+
+    def sorted(self, drop: list[int]) -> WaitingRefs:
+        """The rows but ``drop``, in (deliver_ms, offset) order, as numpy arrays."""
+        cols = [
+            np.frombuffer(a, dtype=dt) if len(a) else np.zeros(0, dt)
+            for a, dt in (
+                (self.deliver_ms, np.int64),
+                (self.offset, np.int64),
+                (self.size, np.int32),
+                (self.real_queue_id, np.int32),
+                (self.real_topic, np.int32),
+                (self.source, np.uint8),
+            )
+        ]
+        keep = np.ones(len(self.offset), dtype=bool)
+        keep[np.asarray(drop, dtype=np.int64)] = False
+        order = np.flatnonzero(keep)
+        order = order[np.lexsort((cols[1][order], cols[0][order]))]
+        topics = tuple(sorted(self.topic_ids, key=self.topic_ids.__getitem__))
+        # take() copies: the arrays own their memory, not the array.array buffers
+        deliver, offset, size, qid, real, source = (c.take(order) for c in cols)
+        return WaitingRefs(deliver, offset, size, qid, real, source, topics)
+
+
+def waiting_refs(store: MessageStore, topic: str | None = None) -> WaitingRefs:
+    """The references of the messages waiting for delivery to ``topic`` (every topic when
+    None), sorted by deliver time then CommitLog offset: ``TimerMessageStore``'s (wheel and
+    not-enqueued units, recalls applied, a rolled message once) and ``ScheduleMessageService``'s
+    delay levels. See the module docstring for what waits where.
+
+    Memory: the result holds 29 bytes per waiting message (:class:`WaitingRefs`) and no record;
+    while it is built, each record of the timer store is read once (for its ``TIMER_OUT_MS``,
+    ``REAL_TOPIC``, ``REAL_QID``, ``UNIQ_KEY``) and each waiting timed message's UNIQ_KEY is
+    held in a dict (a rolled message is listed once), about 150 bytes each until it returns.
 
     Raises:
         CorruptRecordError: a wheel, timerlog unit, ConsumeQueue unit or record that is not
             what it must be (a timerlog chain that loops is cut and logged instead).
         ConfigFileError: ``config/delayOffset.json`` and its ``.bak`` are unusable.
     """
-    refs = _timer_refs(store, topic) + _delay_refs(store, topic)
-    refs.sort(key=lambda r: (r.deliver_ms, r.offset))
-    for r in refs:
-        rec = store.read_record(r.offset, r.size)
-        yield Waiting(rec, r.real_topic, r.real_queue_id, r.deliver_ms, r.source)
+    cols = _RefColumns()
+    drop = _timer_refs(store, topic, cols)
+    _delay_refs(store, topic, cols)
+    return cols.sorted(drop)
+
+
+def waiting_messages(store: MessageStore, topic: str | None = None) -> Iterator[Waiting]:
+    """The messages waiting for delivery to ``topic`` (every topic when None), in deliver-time
+    order (then CommitLog offset): :func:`waiting_refs`, each record read as it is yielded.
+
+    Memory: 29 bytes per waiting message of the store (their references, sorted before the
+    first is yielded: :func:`waiting_refs`); records are read one at a time.
+
+    Raises:
+        CorruptRecordError: a wheel, timerlog unit, ConsumeQueue unit or record that is not
+            what it must be (a timerlog chain that loops is cut and logged instead).
+        ConfigFileError: ``config/delayOffset.json`` and its ``.bak`` are unusable.
+    """
+    yield from waiting_refs(store, topic).waiting(store)
 
 
 def _real_queue(rec: MessageRecord) -> tuple[str, int]:
     real = rec.properties.get(PROPERTY_REAL_TOPIC)
     qid = rec.properties.get(PROPERTY_REAL_QID)
-    if not real or qid is None or not qid.isdigit():
+    # Integer.parseInt in the broker: more than an int is no queue id
+    if not real or qid is None or not qid.isdigit() or int(qid) > 0x7FFFFFFF:
         raise CorruptRecordError(
             f"{rec.topic} record without a valid REAL_TOPIC/REAL_QID", rec.commitlog_offset
         )
     return real, int(qid)
 
 
-def _timer_refs(store: MessageStore, topic: str | None) -> list[_Ref]:
-    """The timer store's waiting messages (wheel, then not-enqueued units), recalls applied."""
+def _timer_entries(store: MessageStore, topic: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """The timer store's records, each once (many units or slots may name one): the wheel's
+    chains from lastReadTimeMs on, then the not-enqueued units from lastTimerQueueOffset on.
+    Returns (CommitLog offsets ascending, sizes), int64 each."""
     root = store.root
     ck = read_timercheck(os.path.join(root, CHECK_FILE))
-    # (CommitLog offset -> size), each record once: many units (or slots) may name one
-    entries: dict[int, int] = {}
+    offs, sizes = array("q"), array("q")
     wheel = os.path.join(root, WHEEL_FILE)
     if os.path.exists(wheel):
-        import numpy as np
-
         want_hash = java_string_hash(topic) if topic is not None else None
         slots = read_live_slots(wheel, ck.last_read_time_ms, store.config.timer_precision_ms)
         # slots sharing a lastPos share its chain: each distinct head once, and one visited
@@ -143,7 +285,8 @@ def _timer_refs(store: MessageStore, topic: str | None) -> list[_Ref]:
             for u in tl.walk_chains(reversed(heads), problems):
                 # hashTopicForMetrics(realTopic): a cheap filter before the record is read
                 if want_hash is None or u.topic_hash == want_hash:
-                    entries.setdefault(u.offset_py, u.size_py)
+                    offs.append(u.offset_py)
+                    sizes.append(u.size_py)
         for problem in problems[:3]:
             log.warning("timerlog: %s; the older units of that chain are not listed", problem)
         if len(problems) > 3:
@@ -152,10 +295,22 @@ def _timer_refs(store: MessageStore, topic: str | None) -> list[_Ref]:
     if cq is not None:
         for _q, off, size, _tags in cq.iter_units(ck.last_timer_queue_offset):
             if size != BLANK_UNIT_SIZE:
-                entries.setdefault(off, size)
+                offs.append(off)
+                sizes.append(size)
+    o = np.frombuffer(offs, dtype=np.int64) if offs else np.zeros(0, np.int64)
+    z = np.frombuffer(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
+    o, first = np.unique(o, return_index=True)  # the first size named for an offset
+    return o, z[first]
+
+
+def _timer_refs(store: MessageStore, topic: str | None, cols: _RefColumns) -> list[int]:
+    """Add the timer store's waiting messages to ``cols`` (``TimerMessageStore``: a rolled
+    message's newest copy once); returns the rows a recall of the same slot drops
+    (``TimerDequeueGetMessageService``)."""
     recalls: set[tuple[str, int]] = set()
-    newest: dict[tuple[str, str], tuple[int, _Ref]] = {}
-    for off, size in entries.items():
+    newest: dict[tuple[str, str], int] = {}  # (realTopic, uniqKey) -> row
+    offsets, sizes = _timer_entries(store, topic)
+    for off, size in zip(offsets.tolist(), sizes.tolist()):
         rec = store.read_record(off, size)
         props = rec.properties
         try:
@@ -169,15 +324,16 @@ def _timer_refs(store: MessageStore, topic: str | None) -> list[_Ref]:
         if deleted is not None:
             recalls.add((deleted, out))
             continue
-        uniq = props.get(PROPERTY_UNIQ_KEY) or f"@{off}"
-        ref = _Ref(out, off, size, real, qid, TIMER)
-        old = newest.get((real, uniq))
-        if old is None or old[0] < off:  # a rolled message's newest copy
-            newest[(real, uniq)] = (off, ref)
+        key = (real, props.get(PROPERTY_UNIQ_KEY) or f"@{off}")
+        row = newest.get(key)
+        if row is None:
+            newest[key] = cols.add(out, off, size, real, qid, SOURCES.index(TIMER))
+        elif cols.offset[row] < off:  # a rolled message's newest copy
+            cols.put(row, out, off, size, real, qid)
     return [
-        ref
-        for (real, uniq), (_off, ref) in newest.items()
-        if (f"{real}+{uniq}", ref.deliver_ms) not in recalls
+        row
+        for (real, uniq), row in newest.items()
+        if (f"{real}+{uniq}", cols.deliver_ms[row]) in recalls
     ]
 
 
@@ -199,10 +355,11 @@ def delay_offsets(store: MessageStore) -> dict[int, int]:
     return out
 
 
-def _delay_refs(store: MessageStore, topic: str | None) -> list[_Ref]:
-    """SCHEDULE_TOPIC_XXXX units at or after delayOffset.json's offset of their level."""
+def _delay_refs(store: MessageStore, topic: str | None, cols: _RefColumns) -> None:
+    """Add ``ScheduleMessageService``'s waiting messages to ``cols``: SCHEDULE_TOPIC_XXXX units
+    at or after delayOffset.json's offset of their level."""
     offsets = delay_offsets(store)
-    refs = []
+    delay = SOURCES.index(DELAY)
     for qid in store.queue_ids(SCHEDULE_TOPIC):
         cq = store.consume_queue(SCHEDULE_TOPIC, qid)
         if cq is None:
@@ -215,5 +372,4 @@ def _delay_refs(store: MessageStore, topic: str | None) -> list[_Ref]:
             rec = store.read_record(off, size, topic=SCHEDULE_TOPIC, queue_id=qid, queue_offset=q)
             real, real_qid = _real_queue(rec)
             if topic is None or real == topic:
-                refs.append(_Ref(deliver, off, size, real, real_qid, DELAY))
-    return refs
+                cols.add(deliver, off, size, real, real_qid, delay)

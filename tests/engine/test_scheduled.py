@@ -17,8 +17,8 @@ from conftest import FIXTURES
 from rmqfs.engine.errors import CorruptRecordError, MessageIllegalError
 from rmqfs.engine.format.timerlog import TimerLogReader
 from rmqfs.engine.format.timerwheel import WHEEL_LENGTH, read_live_slots
-from rmqfs.engine.read.jsonline import message_from_json
-from rmqfs.engine.read.scheduled import DELAY, TIMER, waiting_messages
+from rmqfs.engine.read.jsonline import build_scheduled_line, message_from_json
+from rmqfs.engine.read.scheduled import DELAY, TIMER, waiting_messages, waiting_refs
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from stores import small
 
@@ -306,3 +306,65 @@ def test_a_wheel_whose_every_slot_shares_one_chain_costs_one_walk(tmp_path, topi
     got, _ = run_measured(HOSTILE_TIMER, root, topic)
     assert got["offsets"] == offsets
     assert got["maxrss_kb"] < 500 << 10 and got["seconds"] < 10
+
+
+def test_waiting_refs_are_compact_sorted_arrays_that_render_any_range(tmp_path):
+    """Issue 32 item 1: the references are six numpy arrays (29 bytes a message), in
+    (deliver time, CommitLog offset) order, the same messages waiting_messages yields (built
+    on them); lines(i, j) reads only the records [i, j) and renders scheduled.jsonl's lines."""
+    from timerstore import build_waiting_store
+
+    root = tmp_path / "s"
+    build_waiting_store(root, timed=150, delayed=120)
+    with MessageStore(str(root), read_only=True) as s:
+        refs = waiting_refs(s)
+        assert len(refs) == 270
+        assert [a.dtype.name for a in (refs.deliver_ms, refs.offset, refs.size)] == [
+            "int64",
+            "int64",
+            "int32",
+        ]
+        assert [a.dtype.name for a in (refs.real_queue_id, refs.real_topic, refs.source)] == [
+            "int32",
+            "int32",
+            "uint8",
+        ]
+        assert refs.nbytes == 29 * len(refs) and sorted(refs.topics) == ["T", "U"]
+        keys = list(zip(refs.deliver_ms.tolist(), refs.offset.tolist()))
+        assert keys == sorted(keys) and len(set(keys)) == len(keys)
+        every = list(waiting_messages(s))
+        assert [(w.deliver_ms, w.record.commitlog_offset) for w in every] == keys
+        assert {w.source for w in every} == {TIMER, DELAY}
+        assert sum(w.source == TIMER for w in every) == 150
+        lines = [
+            build_scheduled_line(w.record, w.real_topic, w.real_queue_id, w.deliver_ms)
+            for w in every
+        ]
+        assert list(refs.lines(s)) == lines
+        reads = []
+        real_read = s.read_record
+        s.read_record = lambda off, size, **kw: reads.append(off) or real_read(off, size, **kw)
+        assert list(refs.lines(s, 100, 107)) == lines[100:107]
+        assert reads == [k[1] for k in keys[100:107]]
+        assert list(refs.lines(s, 260, 999)) == lines[260:]
+        only = waiting_refs(s, "U")
+        assert list(only.lines(s)) == [x for x, w in zip(lines, every) if w.real_topic == "U"]
+
+
+def test_a_real_qid_past_an_int_is_a_damaged_record(tmp_path):
+    """REAL_QID is read by the broker with Integer.parseInt: a timer record whose REAL_QID
+    passes an int is damaged, not a message to queue 9999999999 (nor an overflow in the
+    references' int32 column)."""
+    from stores import put_internal
+
+    root = str(tmp_path / "s")
+    with MessageStore(root) as s:
+        s.create_topic("T", 1)
+        s.create_topic("rmq_sys_wheel_timer", 1)
+        props = {"TIMER_OUT_MS": "99999999999000", "REAL_TOPIC": "T", "REAL_QID": "9999999999"}
+        put_internal(s, [Message("rmq_sys_wheel_timer", b"x", queue_id=0, properties=props)])
+    with (
+        MessageStore(root, read_only=True) as s,
+        pytest.raises(CorruptRecordError, match="REAL_QID"),
+    ):
+        list(waiting_messages(s))

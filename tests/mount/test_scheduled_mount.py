@@ -46,3 +46,37 @@ def test_scheduled_jsonl_through_a_real_mount(mount_store, tmp_path):
     (new,) = [x for x in got2 if x["body"] == "in an hour"]
     assert new["deliverTimestamp"] == deliver - 1
     m.umount()
+
+
+def test_scheduled_jsonl_past_its_runs_through_a_real_mount(mount_store, tmp_path):
+    """Issue 32 item 1: a scheduled.jsonl of several runs of lines (seek points every 1,024
+    lines or 256 KiB) read through the kernel: ``cat`` gives every line, as the engine renders
+    them; ``dd skip=``, ``head -c`` and ``tail -n`` give the same bytes as the whole."""
+    from rmqfs.engine.read.jsonline import build_scheduled_line
+    from rmqfs.engine.read.scheduled import waiting_messages
+    from rmqfs.engine.store import MessageStore
+    from timerstore import build_waiting_store
+
+    store = tmp_path / "w"
+    build_waiting_store(store, timed=1500, delayed=1300)
+    with MessageStore(str(store), read_only=True) as s:
+        want = b"".join(
+            build_scheduled_line(w.record, w.real_topic, w.real_queue_id, w.deliver_ms)
+            for w in waiting_messages(s, "T")
+        )
+    assert len(want) > 3 * (256 << 10)  # four runs at least
+    m = mount_store(store)
+    f = str(m.mnt / "topics" / "T" / "scheduled.jsonl")
+
+    def run(*cmd: str) -> bytes:
+        return subprocess.run(cmd, capture_output=True, check=True).stdout
+
+    assert run("cat", f) == want
+    skip = len(want) // 1000 - 300
+    assert (
+        run("dd", f"if={f}", "bs=1000", f"skip={skip}", "count=250", "status=none")
+        == (want[skip * 1000 : (skip + 250) * 1000])
+    )
+    assert run("head", "-c", "300000", f) == want[:300000]
+    assert run("tail", "-n", "5", f) == b"".join(want.splitlines(keepends=True)[-5:])
+    m.umount()
