@@ -395,6 +395,8 @@ class LineSeekHandle(Handle):
                     break
         except E.StoreError as exc:
             raise fs_error(exc) from None
+        if line == first:  # no line where one must be: never an empty run (it would repeat)
+            raise FsError(errno.EIO, f"line {first} of {self.count} could not be rendered")
         data = b"".join(parts)
         with self._lock:
             if len(self._starts_line) == k + 1:

@@ -1293,13 +1293,15 @@ def exit_with(pid: int) -> None:
 
     def watch() -> None:
         if fd >= 0:
-            select.select([fd], [], [])
+            poll = select.poll()  # any descriptor number (select() stops at 1024)
+            poll.register(fd, select.POLLIN)
+            poll.poll()
         else:
             while True:
                 time.sleep(1.0)
                 try:
                     os.kill(pid, 0)
-                except ProcessLookupError:
+                except (ProcessLookupError, PermissionError):  # gone (its pid reused)
                     break
         os._exit(0)
 

@@ -174,6 +174,38 @@ def walk_segment(buf: RecordBuffer, size: int) -> Iterator[Step]:
         pos += total
 
 
+def claim_problem(
+    max_message_size: int, fd: int, file_start: int, at: int, total: int
+) -> str | None:
+    """Why the ``total`` bytes a record (or DLedger entry) at CommitLog offset ``at`` claims
+    must not be read whole, or None when they may: a claim past ``max_message_size`` + 64 KiB
+    (the largest record a broker writes: ``CommitLog.DefaultAppendMessageCallback`` refuses
+    longer ones) is read only when no hole of the segment (``fd``, starting at CommitLog
+    offset ``file_start``) lies under it, so what a walk holds is bounded by what the store
+    holds on disk, not by what a header claims (one ``lseek(SEEK_HOLE)``; a filesystem that
+    cannot tell reports none); ``fd`` -1 (a file read by range: object storage) refuses it.
+    RocketMQ reads the claim in place from its mapped file
+    (``CommitLog.checkMessageAndReturnSize``), at no cost; a read here allocates it."""
+    if total <= max_message_size + RECORD_SLACK:
+        return None
+    if fd < 0:  # read by range (object storage): no holes to tell, the claim is refused
+        return (
+            f"record at {at} claims {total} bytes, more than maxMessageSize "
+            f"{max_message_size} + {RECORD_SLACK}"
+        )
+    try:
+        hole = os.lseek(fd, at - file_start, os.SEEK_HOLE)
+    except OSError:  # ENXIO (at or past the end) or no SEEK_HOLE: nothing to tell
+        return None
+    if hole >= at - file_start + total:
+        return None
+    return (
+        f"record at {at} claims {total} bytes, more than maxMessageSize "
+        f"{max_message_size} + {RECORD_SLACK}, over bytes of its segment never "
+        f"written (a hole at {file_start + hole})"
+    )
+
+
 class CommitLog:
     """Segment files under ``commitlog/`` with append, read and scan.
 
@@ -266,32 +298,8 @@ class CommitLog:
             yield rec
 
     def claim_problem(self, fd: int, file_start: int, at: int, total: int) -> str | None:
-        """Why the ``total`` bytes a record (or DLedger entry) at ``at`` claims must not be read
-        whole, or None when they may: a claim past ``maxMessageSize`` + 64 KiB (the largest
-        record a broker writes: ``CommitLog.DefaultAppendMessageCallback`` refuses longer
-        ones) is read only when no hole of the segment (``fd``, starting at CommitLog offset
-        ``file_start``) lies under it, so what a walk holds is bounded by what the store holds
-        on disk, not by what a header claims (one ``lseek(SEEK_HOLE)``; a filesystem that
-        cannot tell reports none). RocketMQ reads the claim in place from its mapped file
-        (``CommitLog.checkMessageAndReturnSize``), at no cost; a read here allocates it."""
-        if total <= self.max_message_size + RECORD_SLACK:
-            return None
-        if fd < 0:  # read by range (object storage): no holes to tell, the claim is refused
-            return (
-                f"record at {at} claims {total} bytes, more than maxMessageSize "
-                f"{self.max_message_size} + {RECORD_SLACK}"
-            )
-        try:
-            hole = os.lseek(fd, at - file_start, os.SEEK_HOLE)
-        except OSError:  # ENXIO (at or past the end) or no SEEK_HOLE: nothing to tell
-            return None
-        if hole >= at - file_start + total:
-            return None
-        return (
-            f"record at {at} claims {total} bytes, more than maxMessageSize "
-            f"{self.max_message_size} + {RECORD_SLACK}, over bytes of its segment never "
-            f"written (a hole at {file_start + hole})"
-        )
+        """:func:`claim_problem` with this CommitLog's maxMessageSize."""
+        return claim_problem(self.max_message_size, fd, file_start, at, total)
 
     def scan_raw(
         self,
@@ -322,7 +330,9 @@ class CommitLog:
         past the checkpoint's committedIndex ends the walk cleanly (``getCommittedPos``), and
         :attr:`scan_end` is then the end of the last committed entry
         (``DLedgerCommitLog.checkMessageAndReturnSize``, ``DLedgerMmapFileStore.recover``).
-        This is the one walk over CommitLog files (tests/engine/test_layout_home.py).
+        This is the walk of recovery and of DLedger CommitLogs (tests/engine/
+        test_layout_home.py); readers of a plain CommitLog in order use the compiled step over
+        ranges (:func:`engine.read.columnar.commitlog_runs`, ``walk_segment``'s rules).
         """
         self.scan_error = None
         pos = start

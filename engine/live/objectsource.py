@@ -22,8 +22,11 @@ each render worker: no second filesystem, no memory map of network-backed bytes.
   ``cat`` of a ``raw/`` file, the data source's CommitLog ranges): once its stored prefix is
   in, the CRC32C of it and its zero tail is compared with the manifest's ``crc32c``
   (:meth:`ObjectSource.check_sum` reads the rest of a file to finish it). A file whose sum
-  differs raises :class:`engine.errors.CorruptRecordError` naming it, and is never read
-  again through this source. Bytes that arrive out of order are not summed (a random read).
+  differs raises :class:`engine.errors.CorruptRecordError` naming it (the read that finished
+  the sum fails), and none of its bytes is fetched again through this source (blocks cached
+  before stay readable). Best effort for a mount: bytes that arrive out of order (a random
+  read, blocks fetched by another process of the mount) are not summed, and that file's sum
+  is then not taken; ``rmqfs snapshot-verify URI`` checks every file.
 - **An upload over the mounted location** (it deletes the manifest first,
   :mod:`engine.live.objectstore`) is seen by reading the manifest again before a fetch, at most
   every :data:`MANIFEST_POLL` seconds: once it changed or went, blocks not cached raise
@@ -517,17 +520,21 @@ class ObjectSource:
     def _sum(self, rel: str, offset: int, data: bytes) -> None:
         """Extend ``rel``'s sum with ``data`` (its bytes at ``offset``) when they continue
         what was summed; once the stored prefix is in, compare with the manifest's crc32c.
-        Raises CorruptRecordError (and marks the file bad) when it differs."""
+        The sum is taken outside the lock (the request threads' finishes take it); a read
+        that moved the sum meanwhile wins. Raises CorruptRecordError (and marks the file bad)
+        when it differs."""
         with self._lock:
-            at, crc = self._sums.get(rel, (0, 0))
-            if not offset <= at < offset + len(data):
-                return
+            before = self._sums.get(rel, (0, 0))
+            at, crc = before
             i = self.tree.file(rel)
-            if i is None or rel not in self.manifest.files:
+            if not offset <= at < offset + len(data) or i is None or rel not in self.manifest.files:
                 return
             end = int(self.tree.data_end[i])
-            crc = crc32c(memoryview(data)[at - offset : end - offset], crc)
-            at = min(end, offset + len(data))
+        crc = crc32c(memoryview(data)[at - offset : end - offset], crc)
+        at = min(end, offset + len(data))
+        with self._lock:
+            if self._sums.get(rel, (0, 0)) != before:
+                return
             self._sums.pop(rel, None)
             if at < end:
                 self._sums[rel] = (at, crc)

@@ -18,7 +18,8 @@ the ``rocketmq`` Spark data source:
 - **Reading in CommitLog order.** Object storage pays per request (S3: tens of ms to first
   byte, 8-16 MB range GETs recommended): following each queue's units would be a GET per
   message, or, coalesced, every queue's task reading the whole interleaved CommitLog. The reader
-  instead reads each CommitLog file's needed range once, in :data:`REQUEST` byte range reads,
+  instead reads each CommitLog file's needed range in :data:`REQUEST` byte range reads (a
+  record a read cuts is read again whole with the next: at most one record's bytes twice),
   through the store's one CommitLog walk and decoder, as for local files
   (:func:`engine.read.columnar.decode_commitlog` over the snapshot's files as
   :class:`engine.format.mappedfile.MappedFiles` of the source), and keeps what the
@@ -407,7 +408,9 @@ class RemoteSnapshot:
         except CorruptRecordError as exc:
             if str(exc).startswith(piece.rel):  # the source's: names the file already
                 raise
-            raise CorruptRecordError(f"{piece.rel} of {self.where}: {exc}") from None
+            named = CorruptRecordError(f"{piece.rel} of {self.where}: {exc}")
+            named.offset = exc.offset
+            raise named from None
         if piece.crc32c is not None:
             self.source.check_sum(f"{self.source.root}/{piece.rel}", REQUEST)
 

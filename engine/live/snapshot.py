@@ -1144,9 +1144,8 @@ def _check_local_file(directory: str, rel: str, want: FileEntry) -> tuple[str, s
             crc = crc32c_fd(fd, 0, size)
         except EOFError as exc:
             return rel, f"short: {exc}", size
-        if f"{crc:08x}" != want.crc32c:
-            return rel, f"damaged: crc32c {crc:08x}, expected {want.crc32c}", size
-        return rel, None, size
+        problem = want.crc_problem(crc, size)
+        return rel, None if problem is None else f"damaged: {problem}", size
     except OSError as exc:
         return rel, f"unreadable: {exc.strerror}", 0
     finally:

@@ -51,7 +51,13 @@ import numpy as np
 
 from ..errors import CorruptRecordError
 from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
-from ..format.commitlog import DEFAULT_FILE_SIZE, SCAN_CHUNK, CommitLog, walk_segment
+from ..format.commitlog import (
+    DEFAULT_FILE_SIZE,
+    SCAN_CHUNK,
+    CommitLog,
+    claim_problem,
+    walk_segment,
+)
 from ..format.config import topic_path_problem
 from ..format.consumequeue import (
     BLANK_UNIT_SIZE,
@@ -79,6 +85,7 @@ from ..format.message import (
     KEY_SEPARATOR,
     MAGIC_V1,
     MAGIC_V2,
+    MAX_MESSAGE_SIZE,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     MIN_RECORD_SIZE,
@@ -785,9 +792,15 @@ def decode_commitlog(
         return
     for window, offs, sizes in commitlog_runs(commitlog, start, end, read_size, exact_end):
         for i in range(0, len(offs), batch_rows):
-            yield decode_records(
-                window, offs[i : i + batch_rows], sizes[i : i + batch_rows], names, check_crc
-            )
+            o, z = offs[i : i + batch_rows], sizes[i : i + batch_rows]
+            try:
+                batch = decode_records(window, o, z, names, check_crc)
+            except CorruptRecordError as exc:  # the records before the damaged one first
+                k = 0 if exc.offset is None else int(np.searchsorted(o, exc.offset))
+                if k:
+                    yield decode_records(window, o[:k], z[:k], names, check_crc)
+                raise
+            yield batch
 
 
 def commitlog_runs(
@@ -796,6 +809,7 @@ def commitlog_runs(
     end: int | None = None,
     read_size: int = SCAN_CHUNK,
     exact_end: bool = False,
+    max_message_size: int = MAX_MESSAGE_SIZE,
 ) -> Iterator[tuple[CommitLogWindow, np.ndarray, np.ndarray]]:
     """Walk a plain CommitLog's records from ``start`` (a record's or a segment's offset) to
     ``end`` (None: the end of the data) in runs: ``(window, offsets, sizes)``, the CommitLog
@@ -807,28 +821,33 @@ def commitlog_runs(
     ``CommitLog.checkMessageAndReturnSize``): the blank END_OF_FILE record ends a file's data
     and the walk goes on at the next file; zeros end the data; a record cut by the range is
     read again from its start with the next range (so nothing is carried between ranges, and
-    a record longer than ``read_size`` is read whole). Record layouts and BODYCRC are the
-    decoders' to check (:func:`decode_records`).
+    a record longer than ``read_size`` is read whole; from a source read by range, not one
+    that claims more than ``max_message_size`` + 64 KiB: :func:`engine.format.commitlog.
+    claim_problem`). Record layouts and BODYCRC are the decoders' to check
+    (:func:`decode_records`).
 
     Raises:
         CorruptRecordError: after the runs before it, at a header that is neither a record
-            nor a blank (bad magic or size), a record running past the end of its file, a
-            file that ends inside a header, or (``exact_end``) data that ends before ``end``
-            (zeros, or no file holds the next offset).
+            nor a blank (bad magic or size), a record running past the end of its file (or,
+            read by range, claiming more than a broker writes), a file that ends inside a
+            header, a file missing or shorter than the others before the last, or
+            (``exact_end``) data that ends before ``end`` (zeros, or no file holds the next
+            offset).
         OSError, ObjectStoreError: a file could not be read.
     """
     commitlog.refresh()
     segs = commitlog.segments
     stop = commitlog.end_offset if end is None else end
     pos = max(start, segs[0].start) if segs else start
+    last = segs[-1].start if segs else 0  # files before the last are full (FileQueue's rule)
     fs = commitlog.file_size or DEFAULT_FILE_SIZE
     need = 0  # bytes the next range must hold (a record cut by the last one)
     while pos < stop:
         seg = commitlog.find(pos)
         if seg is None:
-            if exact_end:
+            if exact_end or pos < last:  # a gap, or a file shorter than the others
                 raise CorruptRecordError(
-                    f"no CommitLog file holds offset {pos}: the data ends", pos
+                    f"no CommitLog file holds offset {pos}: a file is missing or short", pos
                 )
             return
         want = min(seg.end, max(min(stop, pos + read_size), pos + need))
@@ -838,13 +857,20 @@ def commitlog_runs(
         buf, base = got
         lo, hi = pos - base, min(len(buf), want - base)
         if hi <= lo:  # the file is shorter than its listing said
-            if exact_end:
-                raise CorruptRecordError("the CommitLog file ends before its size", pos)
+            if exact_end or pos < last:
+                raise CorruptRecordError("a CommitLog file ends before its size", pos)
             return
         arr = np.frombuffer(buf, np.uint8, hi - lo, lo)
         starts, sizes, kind, at = walk_records(arr)
         if kind in ("torn", "past_end"):  # a head or record the range cuts, or the file does
             total = _HEAD.unpack_from(buf, lo + at)[0] if kind == "past_end" else _HEAD.size
+            claim = None if commitlog.source.local else claim_problem(
+                max_message_size, -1, seg.start, pos + at, total
+            )  # fmt: skip
+            if claim is not None:  # read by range: never a whole claim of a damaged header
+                if len(starts):
+                    yield CommitLogWindow(buf, base, fs), starts + pos, sizes
+                raise CorruptRecordError(f"CommitLog {claim}", pos + at)
         del arr  # a mapping is never held past the walk
         if len(starts):
             yield CommitLogWindow(buf, base, fs), starts + pos, sizes

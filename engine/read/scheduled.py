@@ -259,7 +259,7 @@ def _real_queue(rec: MessageRecord) -> tuple[str, int]:
     real = rec.properties.get(PROPERTY_REAL_TOPIC)
     qid = rec.properties.get(PROPERTY_REAL_QID)
     # Integer.parseInt in the broker: more than an int is no queue id
-    if not real or qid is None or not qid.isdigit() or int(qid) > 0x7FFFFFFF:
+    if not real or qid is None or not (qid.isascii() and qid.isdigit()) or int(qid) > 0x7FFFFFFF:
         raise CorruptRecordError(
             f"{rec.topic} record without a valid REAL_TOPIC/REAL_QID", rec.commitlog_offset
         )
@@ -313,10 +313,14 @@ def _timer_refs(store: MessageStore, topic: str | None, cols: _RefColumns) -> li
     for off, size in zip(offsets.tolist(), sizes.tolist()):
         rec = store.read_record(off, size)
         props = rec.properties
-        try:
+        try:  # Long.parseLong in the broker: a long, or no deliver time
             out = int(props.get(PROPERTY_TIMER_OUT_MS, ""))
+            if not -(1 << 63) <= out < 1 << 63:
+                raise ValueError(out)
         except ValueError:
-            raise CorruptRecordError(f"{TIMER_TOPIC} record without TIMER_OUT_MS", off) from None
+            raise CorruptRecordError(
+                f"{TIMER_TOPIC} record without a valid TIMER_OUT_MS", off
+            ) from None
         real, qid = _real_queue(rec)
         if topic is not None and real != topic:
             continue

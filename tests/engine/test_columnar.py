@@ -523,3 +523,48 @@ def test_the_commitlog_walk_in_ranges_of_any_size_finds_every_record(tmp_path, r
         files.close()
     assert info.value.offset == bad
     assert seen == [r["physicalOffset"] for r in recs[:450]]
+    _patch(root / "commitlog" / f"{bad - bad % seg:020d}", bad % seg + 4, b"\xda\xa3\x20\xa7")
+    body = recs[300]["physicalOffset"] + 88  # the body's first byte (after BODYLENGTH)
+    with open(root / "commitlog" / f"{body - body % seg:020d}", "r+b") as f:
+        f.seek(body % seg)
+        byte = f.read(1)
+        f.seek(body % seg)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    files = columnar.StoreFiles(str(root))
+    seen = []
+    try:  # BODYCRC: found by the decoder, still every record before it first
+        with pytest.raises(CorruptRecordError) as info:
+            for x in columnar.decode_commitlog(
+                files.commitlog, columns=("commitLogOffset",), read_size=read_size
+            ):
+                seen.extend(x.column("commitLogOffset").to_pylist())
+    finally:
+        files.close()
+    assert info.value.offset == recs[300]["physicalOffset"]
+    assert seen == [r["physicalOffset"] for r in recs[:300]]
+
+
+def test_the_commitlog_walk_names_a_missing_or_short_file(tmp_path):
+    """A CommitLog file missing or cut short before the last one ends the walk with
+    CorruptRecordError, never silently (FileQueue refuses such a store too)."""
+    root = tmp_path / "s"
+    with MessageStore(str(root), _cfg()) as s:
+        s.create_topic("W", 1)
+        s.put_messages([Message("W", b"y" * 500) for _ in range(600)])
+    names = sorted(os.listdir(root / "commitlog"))
+    assert len(names) > 3
+    recs = refreader.read_commitlog(root / "commitlog")
+    seg = _cfg().mapped_file_size_commit_log
+    inside = [r for r in recs if r["physicalOffset"] // seg == 1]
+    cut = inside[3]["physicalOffset"] % seg  # file 1 cut at a record boundary
+    os.truncate(root / "commitlog" / names[1], cut)
+    for gone in (False, True):
+        if gone:
+            os.unlink(root / "commitlog" / names[1])
+        files = columnar.StoreFiles(str(root))
+        try:
+            with pytest.raises(CorruptRecordError, match=r"missing or short|ends before its size"):
+                for _ in columnar.decode_commitlog(files.commitlog, columns=("commitLogOffset",)):
+                    pass
+        finally:
+            files.close()

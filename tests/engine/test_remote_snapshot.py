@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+import refreader
 from rmqfs.engine.errors import CorruptRecordError, ObjectStoreError, UnsupportedLayoutError
 from rmqfs.engine.format.message import (
     TRANSACTION_COMMIT_TYPE,
@@ -180,13 +182,16 @@ def test_a_file_that_differs_from_its_manifest_is_named(copy, tmp_path):
     with pytest.raises(CorruptRecordError, match=r"has crc32c .* not served"):
         list(r.read_piece(seg, _all(r)))  # a file found damaged is never read again
     data[-1] ^= 0xFF
-    data[200] ^= 0xFF  # inside a record: its checks name the offset
+    data[200] ^= 0xFF  # inside the first record: its checks name its offset
     path.write_bytes(bytes(data))
     r = RemoteSnapshot(str(bad))
-    with pytest.raises(  # the record's checks, or the file's sum (its range read whole)
-        CorruptRecordError, match=rf"{seg.rel} of .*(offset {seg.start + 200}|has crc32c)"
-    ):
-        list(r.read_piece(seg, _all(r)))
+    ends = [x["physicalOffset"] for x in refreader.read_commitlog(copy / "commitlog")]
+    part = replace(seg, end=min(e for e in ends if e > seg.start + 200), crc32c=None)
+    with pytest.raises(CorruptRecordError, match=rf"{seg.rel} of .*offset {seg.start}\)") as e:
+        list(r.read_piece(part, _all(r)))  # not the file whole: no sum, the record's checks
+    assert e.value.offset == seg.start
+    with pytest.raises(CorruptRecordError, match=rf"{seg.rel} of .* has crc32c"):
+        list(r.read_piece(seg, _all(r)))  # the file whole: its range fails its sum first
     os.unlink(path)
     r = RemoteSnapshot(str(bad))  # (a local file once opened stays readable)
     with pytest.raises(ObjectStoreError, match=rf"{seg.rel} of .*: gone"):
