@@ -163,7 +163,7 @@ __all__ = [
     "is_remote",
     "remote_snapshot",
     "remote_broker_name",
-    "store_reader",
+    "read_store_queue",
     "read_queue",
     "store_broker_name",
     "expand_stores",
@@ -174,7 +174,6 @@ log = logging.getLogger(__name__)
 EARLIEST = -2
 LATEST = -1
 DEFAULT_RECORDS_PER_PARTITION = 100_000
-_stores: dict[str, tuple[StoreFiles, tuple | None]] = {}
 _remotes: dict[str, RemoteSnapshot] = {}
 
 
@@ -346,26 +345,18 @@ def _ship_code(spark: SparkSession) -> None:
     _SHIPPED.add(sc)
 
 
-def store_reader(path: str, identity: tuple | None = None) -> StoreFiles:
-    """A per-process cached reader of the store at ``path``, opened again when another store
-    took the path since: a Python worker reused after a store was replaced must not read the
-    old queues against the new CommitLog. ``identity`` is the ``(st_dev, st_ino)`` of the
-    store's ``commitlog/`` the reader must be of (``pipeline.locality``: the one its task
-    checked); default: the one found now."""
-    if identity is None:
-        try:
-            st = os.stat(commitlog_dir(path))
-            identity = (st.st_dev, st.st_ino)
-        except OSError:
-            identity = None
-    cached = _stores.get(path)
-    if cached is not None and cached[1] == identity:
-        return cached[0]
-    if cached is not None:
-        cached[0].close()
+def read_store_queue(path: str, p: QueueRange) -> Iterator:
+    """:func:`read_queue` of the store at ``path``, opened for this task and closed when its
+    batches end (or the task stops reading them): a task owns the readers it opens (about a
+    millisecond, and the CommitLog's pages stay in the page cache), so no reader outlives its
+    task in a reused Python worker and a store replaced at the path between two tasks is read
+    as it is now, never old queues against a new CommitLog. Raises as :func:`read_queue` and
+    :class:`engine.read.columnar.StoreFiles`."""
     s = StoreFiles(path)
-    _stores[path] = (s, identity)
-    return s
+    try:
+        yield from read_queue(s, p)
+    finally:
+        s.close()
 
 
 def is_remote(path: str) -> bool:
@@ -1056,12 +1047,12 @@ def read_range(p: QueueRange | SegmentRange) -> Iterator:
         return
     if p.tags == ():
         return
-    yield from read_queue(store_reader(p.path), p)
+    yield from read_store_queue(p.path, p)
 
 
 def read_queue(s: StoreFiles, p: QueueRange) -> Iterator:
-    """Arrow batches of the queue range ``p`` from the store reader ``s`` (the data source's
-    own, cached by path, or one ``pipeline.locality`` opened for the store it checked).
+    """Arrow batches of the queue range ``p`` from the store reader ``s`` (the task's own:
+    :func:`read_store_queue`).
 
     Raises:
         DataLossError: offsets deleted while the query ran (``fail_on_data_loss``), or a

@@ -75,8 +75,7 @@ from rmqfs.pipeline.datasource import (
     QueueRange,
     _ship_code,
     check_workers,
-    read_queue,
-    store_reader,
+    read_store_queue,
 )
 
 if TYPE_CHECKING:
@@ -344,7 +343,7 @@ def read_parts(
     for batch in batches:
         for text in batch.column(0).to_pylist():
             p = ScanPart.from_json(text)
-            seen = check_here(p.store, p.identity)
+            check_here(p.store, p.identity)
             qr = QueueRange(
                 p.store.path,
                 p.topic,
@@ -356,8 +355,8 @@ def read_parts(
                 tuple(columns),
                 p.store.name,
             )
-            # the reader of the store this task checked (another at the path is reopened)
-            yield from read_queue(store_reader(p.store.path, (seen.dev, seen.ino)), qr)
+            # the store at the path now: the one this task checked (opened for the task)
+            yield from read_store_queue(p.store.path, qr)
 
 
 # -- on the driver ---------------------------------------------------------------------------

@@ -134,8 +134,29 @@ def test_a_store_replaced_at_the_path_is_read_anew(spark, two_stores, tmp_path):
     stores = [("x", host, str(a))]
     assert spark_rows(read_broker_stores(spark, stores)) == fleet_rows("x", a)
     os.rename(a, tmp_path / "a-old")
+    # a task's readers end with it: no Python worker keeps the store's files open or mapped
+    assert _holders(tmp_path / "a-old") == {}
     shutil.copytree(b, a)
     assert spark_rows(read_broker_stores(spark, stores)) == fleet_rows("x", a)
+
+
+def _holders(path) -> dict[int, str]:
+    """Processes other than this one with a file under ``path`` open or mapped: pid -> one."""
+    out: dict[int, str] = {}
+    prefix = str(path) + "/"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            names = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            with open(f"/proc/{pid}/maps") as f:
+                names += [line.split(None, 5)[-1].strip() for line in f]
+        except OSError:
+            continue
+        hit = [n for n in names if n.startswith(prefix)]
+        if hit:
+            out[int(pid)] = hit[0]
+    return out
 
 
 @pytest.mark.spark
