@@ -70,6 +70,28 @@ MAGIC_BLANK = 0xCBD43194
 MAGIC_V1_SIGNED = MAGIC_V1 - (1 << 32)
 MAGIC_V2_SIGNED = MAGIC_V2 - (1 << 32)
 MAGIC_BLANK_SIGNED = MAGIC_BLANK - (1 << 32)
+#: The magics of a message record (``MessageVersion.MESSAGE_VERSION_V1`` and ``_V2``): what
+#: readers outside engine/format ask for, never a code by name.
+RECORD_MAGICS = (MAGIC_V1, MAGIC_V2)
+
+
+def is_record_magic(magic: int) -> bool:
+    """Whether ``magic`` (MAGICCODE as unsigned) is a message record's, V1 or V2
+    (``MessageVersion.valueOfMagicCode``); the blank END_OF_FILE record's is not."""
+    return magic in RECORD_MAGICS
+
+
+def is_v2_magic(magic: int) -> bool:
+    """Whether a record of ``magic`` is V2 (``MessageVersion.MESSAGE_VERSION_V2``: a 2-byte
+    topic length, for topics over 127 bytes), else V1."""
+    return magic == MAGIC_V2
+
+
+def record_magic(v2: bool) -> int:
+    """The MAGICCODE a record is written with: V2 where its topic needs it
+    (``MessageExtEncoder``, ``MessageVersion``), else V1."""
+    return MAGIC_V2 if v2 else MAGIC_V1
+
 
 # CommitLog.END_FILE_MIN_BLANK_LENGTH
 END_FILE_MIN_BLANK_LENGTH = 8

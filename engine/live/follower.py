@@ -67,9 +67,8 @@ from ..format.message import (
     HOST_V6_EXTRA,
     INNER_BATCH_FLAG,
     INT32,
-    MAGIC_V1,
-    MAGIC_V2,
     RECORD_HEAD,
+    RECORD_MAGICS,
     STORE_TIMESTAMP_END_MAX,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_PREPARED_TYPE,
@@ -98,7 +97,7 @@ CHECK_CHUNK = 16_384  # records checked per numpy pass
 # offsets whatever the hosts), as numpy records for the columnar checks.
 _UNIT_DT = UNIT_DTYPE
 _HEAD_DT = record_dtype("sysFlag")
-_MAGICS = np.array([MAGIC_V1, MAGIC_V2], dtype=np.uint32)
+_MAGICS = np.array(RECORD_MAGICS, dtype=np.uint32)
 
 
 def _file_sig(path: str) -> tuple[int, int, int] | None:

@@ -83,8 +83,6 @@ from ..format.message import (
     INNER_BATCH_FLAG,
     INT64,
     KEY_SEPARATOR,
-    MAGIC_V1,
-    MAGIC_V2,
     MAX_MESSAGE_SIZE,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
@@ -96,6 +94,7 @@ from ..format.message import (
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     RECORD_HEAD,
+    RECORD_MAGICS,
     SCHEDULE_TOPIC,
     STORE_TIMESTAMP_END_MAX,
     STOREHOSTADDRESS_V6_FLAG,
@@ -105,6 +104,7 @@ from ..format.message import (
     check_unit_record,
     decode_record,
     is_lmq,
+    is_record_magic,
     read_store_timestamp,
     unit_mismatch,
 )
@@ -200,8 +200,8 @@ _LAYOUT = {
     "pl_size": PROPERTIES_LENGTH_SIZE,
     "max_topic": MAX_TOPIC_LENGTH_V1,
     "max_props": MAX_PROPERTIES_LENGTH,
-    "magic_v1": MAGIC_V1,
-    "magic_v2": MAGIC_V2,
+    "magic_v1": RECORD_MAGICS[0],
+    "magic_v2": RECORD_MAGICS[1],
     "rare_flags": _RARE_FLAGS,
     "crc_mask": BODY_CRC_MASK,
     "pair_sep": ord(_PROPS_SEP),
@@ -532,7 +532,7 @@ class StoreFiles:
         if p + size > len(m) or p + 8 > len(m):
             return False
         total, magic = _HEAD.unpack_from(m, p)
-        return total == size and magic in (MAGIC_V1, MAGIC_V2)
+        return total == size and is_record_magic(magic)
 
     def store_timestamp(self, off: int, size: int | None = None) -> int:
         """STORETIMESTAMP (epoch ms) of the record at CommitLog offset ``off`` (``size``, its

@@ -47,8 +47,6 @@ from ..format.message import (
     HOST_V4,
     INNER_BATCH_FLAG,
     KEY_SEPARATOR,
-    MAGIC_V1,
-    MAGIC_V2,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
     PROPERTY_DELAY,
@@ -78,6 +76,7 @@ from ..format.message import (
     encode_message,
     offset_msg_id,
     property_prefix,
+    record_magic,
     topic_field,
     topic_needs_v2,
 )
@@ -570,7 +569,7 @@ def plain_topic(store: MessageStore, topic: str) -> PlainTopic | None:
         topic_field(raw, v2),
         cal_msg_length(0, 0, len(raw), 0, v2),
         java_hash_u32(build_key(topic, "")),
-        MAGIC_V2 if v2 else MAGIC_V1,
+        record_magic(v2),
     )
     if len(cache) > 65536:
         cache.clear()

@@ -29,8 +29,6 @@ from ..format.message import (
     BORNHOST_V6_FLAG,
     FIXED_V4,
     INT32,
-    MAGIC_V1,
-    MAGIC_V2,
     PROPERTY_END,
     PROPERTY_TAGS,
     RECORD_HEAD,
@@ -46,6 +44,8 @@ from ..format.message import (
     decode_properties,
     decode_record,
     is_lmq,
+    is_record_magic,
+    is_v2_magic,
     property_prefix,
     read_store_timestamp,
 )
@@ -341,7 +341,7 @@ def ends_with_separator(store: MessageStore, rec: MessageRecord) -> bool | None:
     """Whether the record's properties area ends with PROPERTY_SEPARATOR; None when it is
     empty."""
     props_len = rec.store_size - cal_msg_length(
-        rec.sys_flag, len(rec.body), len(rec.topic.encode()), 0, rec.magic == MAGIC_V2
+        rec.sys_flag, len(rec.body), len(rec.topic.encode()), 0, is_v2_magic(rec.magic)
     )
     if props_len <= 0:
         return None
@@ -462,7 +462,7 @@ def recovery_start(store: MessageStore) -> int:
         head = os.pread(seg.fd, STORE_TIMESTAMP_END_MAX, cl.header_size)
         if len(head) < STORE_TIMESTAMP_END_MAX:
             continue
-        if RECORD_HEAD.unpack_from(head)[1] not in (MAGIC_V1, MAGIC_V2):
+        if not is_record_magic(RECORD_HEAD.unpack_from(head)[1]):
             continue
         store_ts = read_store_timestamp(head)
         if store_ts and store_ts <= min_ts:
@@ -622,7 +622,7 @@ def light_unit(buf: bytes, pos: int) -> tuple[int, int, int]:
         FIXED_V4.unpack_from(buf, pos)
     )
     p = pos + FIXED_V4.size + body_len
-    if magic == MAGIC_V1:
+    if not is_v2_magic(magic):
         tlen = buf[p]
         if tlen > 127:
             tlen -= 256
