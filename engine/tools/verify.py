@@ -336,7 +336,7 @@ class _Segment:
                     need = max(step.total, RECORD_HEAD.size)  # again, from it, whole
                     pos = at
                     break
-                yield step._replace(pos=at), buf, base
+                yield Step(step.kind, at, step.total, step.magic), buf, base
                 if step.kind != "record":
                     return
                 pos = at + step.total
@@ -1421,17 +1421,13 @@ def _check_index(
             )
 
 
-def _check_index_file(
-    path: str,
-    rel: str,
-    segs: list[_Segment],
-    res: VerifyResult,
-    recs: _Records,
-    cfg: StoreConfig,
-    source: StoreSource,
-) -> tuple[int, int, int] | None:
-    """Check one IndexFile (its header, slots and items read through ``source``, in file
-    order); returns (first phy, last phy, valid items) or None if unusable."""
+def _read_index_file(
+    path: str, rel: str, res: VerifyResult, cfg: StoreConfig, source: StoreSource
+) -> tuple[tuple[int, ...], int, bytes, memoryview] | None:
+    """One IndexFile's parts read through ``source`` in file order (``IndexFile.load``):
+    ``(header fields, slot count, slots' bytes, items' bytes from item 1)``, the item count
+    at least 1; None, with the problem added to ``res``, when its size or header make it
+    unusable."""
     size = source.file_size(path)
     if size == 0:
         res.add("warning", "index-size", rel, "empty file (deleted on load)")
@@ -1447,10 +1443,8 @@ def _check_index_file(
         )
         res.bad_index_files.add(rel)
         return None
-    head = source.pread(path, INDEX_HEADER_SIZE, 0)
-    b_ts, _e_ts, b_phy, e_phy, slot_count, count = HEADER.unpack(head)
-    if count <= 0:
-        count = 1
+    header = list(HEADER.unpack(source.pread(path, INDEX_HEADER_SIZE, 0)))
+    count = header[5] = max(header[5], 1)
     if count > index_num:
         res.add("error", "index-header", rel, f"indexCount {count} > indexNum {index_num}")
         res.bad_index_files.add(rel)
@@ -1458,12 +1452,30 @@ def _check_index_file(
     slot_raw = source.pread(path, slots * 4, INDEX_HEADER_SIZE)
     # from the unused item 0 on, so that the reads follow one another (a snapshot's source
     # sums a file whose bytes come in order: engine.live.objectsource)
-    items_raw = memoryview(source.pread(path, count * INDEX_SIZE, INDEX_HEADER_SIZE + slots * 4))
-    items_raw = items_raw[INDEX_SIZE:]
-    if len(items_raw) != (count - 1) * INDEX_SIZE:
+    items = memoryview(source.pread(path, count * INDEX_SIZE, INDEX_HEADER_SIZE + slots * 4))
+    if len(items) - INDEX_SIZE != (count - 1) * INDEX_SIZE:
         res.add("error", "index-size", rel, "file shorter than its item count")
         res.bad_index_files.add(rel)
         return None
+    return tuple(header), slots, slot_raw, items[INDEX_SIZE:]
+
+
+def _check_index_file(
+    path: str,
+    rel: str,
+    segs: list[_Segment],
+    res: VerifyResult,
+    recs: _Records,
+    cfg: StoreConfig,
+    source: StoreSource,
+) -> tuple[int, int, int] | None:
+    """Check one IndexFile (its header, slots and items read through ``source``, in file
+    order: :func:`_read_index_file`); returns (first phy, last phy, valid items) or None if
+    unusable."""
+    parts = _read_index_file(path, rel, res, cfg, source)
+    if parts is None:
+        return None
+    (b_ts, _e_ts, b_phy, e_phy, slot_count, count), slots, slot_raw, items_raw = parts
     bad = False
 
     def err(what: str, n: int | None = None) -> None:

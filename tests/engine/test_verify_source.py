@@ -175,7 +175,8 @@ def test_a_damaged_snapshot_verifies_in_place_as_its_local_copy(copy, tmp_path):
     unit_file = bad / "consumequeue" / "T" / "1" / f"{0:020d}"
     units = unit_file.read_bytes()
     off = next(
-        o for o, _, _ in struct.iter_unpack(">qiq", units[: len(units) - len(units) % 20])
+        o
+        for o, _, _ in struct.iter_unpack(">qiq", units[: len(units) - len(units) % 20])
         if SEG <= o < 2 * SEG
     )
     seg = bad / "commitlog" / f"{off - off % SEG:020d}"
