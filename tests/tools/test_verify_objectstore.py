@@ -16,7 +16,7 @@ from conftest import run_rmqfs
 from rmqfs.engine.format.crc import crc32c
 from rmqfs.engine.live.snapshot import MANIFEST_NAME
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
-from s3server import KEY, SECRET
+from s3server import BUCKET, KEY, SECRET
 from stores import snapshot_copy
 
 SEG = 64 * 1024
@@ -122,3 +122,10 @@ def test_verify_a_snapshot_in_object_storage_in_place(aws, copy, tmp_path):
     rc, out, err = _verify(aws.uri("verify/none"), "--config", conf)
     assert rc == 1 and "Traceback" not in err, err
     assert "SNAPSHOT.json" in err and "verify/none" in err, err
+    aws.fs().delete_file(f"{BUCKET}/verify/good/{rel}")  # an object its manifest names
+    rc, out, err = _verify(aws.uri("verify/good"), "--config", conf)
+    assert rc == 1 and "Traceback" not in err, err
+    # (the source's own log line, "EIO reading ...", comes before it)
+    last = err.splitlines()[-1]
+    assert last.startswith(f"rmqfs: reading {rel} of s3://{BUCKET}/verify/good"), err
+    assert "gone" in last and SECRET not in err
