@@ -1349,12 +1349,14 @@ def _read_record_at(segs: list[_Segment], offset: int) -> MessageRecord | None:
     for s in segs:
         if s.start <= offset < s.start + s.size and s.readable:
             pos = offset - s.start
-            buf, base = s.bytes_at(pos, RECORD_HEAD.size)
-            if len(buf) - (pos - base) < RECORD_HEAD.size:
-                return None
-            total = RECORD_HEAD.unpack_from(buf, pos - base)[0]
-            if total > RECORD_HEAD.size:
-                buf, base = s.bytes_at(pos, total)
+            buf, base = s.map, 0
+            if buf is None:  # a range: the record whole in it
+                buf, base = s.bytes_at(pos, RECORD_HEAD.size)
+                if len(buf) - (pos - base) < RECORD_HEAD.size:
+                    return None
+                total = RECORD_HEAD.unpack_from(buf, pos - base)[0]
+                if total > RECORD_HEAD.size:
+                    buf, base = s.bytes_at(pos, total)
             try:
                 return decode_record(buf, pos - base, check_crc=False)
             except CorruptRecordError:
