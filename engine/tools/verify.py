@@ -446,7 +446,7 @@ def verify_store(
     if unreadable:
         return res
     res.lock_holder = lock_holder(root, others_only=True) if source.local else None
-    if source.local and res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
+    if source.local and res.lock_holder is None and source.lexists(os.path.join(root, "abort")):
         res.add(
             "warning",
             "abort",
