@@ -117,6 +117,28 @@ def test_a_good_snapshot_verifies_in_place_as_its_local_copy(copy):
     assert src.stats.misses > local.segments  # the CommitLog came by range reads
 
 
+def test_the_commitlog_is_read_by_range_never_whole(copy, monkeypatch):
+    """Memory stays bounded: each read of a CommitLog file asks for one range (or one record
+    longer than a range, in a read of its own), never a whole file."""
+    src = ObjectSource(str(copy), None)
+    asked: list[tuple[str, int]] = []
+    real = src.pread
+
+    def pread(path: str, length: int, offset: int) -> bytes:
+        asked.append((path.rsplit("/", 2)[-2], length))
+        return real(path, length, offset)
+
+    monkeypatch.setattr(src, "pread", pread)
+    try:
+        assert verify_store(src.root, _config(), source=src).ok
+    finally:
+        src.close()
+    lengths = [n for d, n in asked if d == "commitlog"]
+    assert len(lengths) > 3 * SEG // 4096  # every file, range by range
+    assert max(lengths) <= 40 * 256 + 300 < SEG  # the big record, read whole
+    assert sum(1 for n in lengths if n > 4096) <= 2  # it alone (scan, index item)
+
+
 def test_verify_in_place_reads_through_the_source_only(copy, monkeypatch):
     """Nothing of the store is opened, listed or mapped locally: every read goes through the
     source (the location is a local directory, so a local read would go unnoticed)."""
