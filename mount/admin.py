@@ -276,10 +276,10 @@ def _print_detail(rec: MessageRecord, print_body: bool, charset: str) -> None:
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check every record, CRC, ConsumeQueue unit, index item, config file and the checkpoint
     of STORE, read-only; exit 1 on any error. STORE is a store directory, or a snapshot in
-    object storage checked in place (s3://bucket/prefix?endpoint_override=host:port&scheme=
-    http, or any URI snapshot-upload takes): its files read by range from the snapshot's
-    manifest, nothing downloaded; the checks of a live directory (lock, abort file, links)
-    are skipped and listed."""
+    object storage checked in place, nothing downloaded (a URI snapshot-upload takes:
+    s3://bucket/prefix?endpoint_override=host:port&scheme=http, gs://, hdfs://, file://): its
+    files read by range from the snapshot's manifest; the checks of a live directory (lock,
+    abort file, links) are skipped and listed. recover refuses a URI (exit 2)."""
     from rmqfs.engine.live.location import is_uri
     from rmqfs.engine.tools.verify import verify_store
 
