@@ -19,7 +19,9 @@ running mount takes offsets through ``MNT/groups/G/T/Q/offset`` and messages thr
 ``snapshot-verify DIR`` works on a copy of a snapshot (``MNT/snapshots/NAME``), not on a store:
 it checks every file against the copy's ``SNAPSHOT.json`` (size, CRC32C), in a directory or at
 a URI. ``snapshot-upload SRC URI`` and ``snapshot-download URI DIR`` move snapshots to and from
-object storage (engine/live/objectstore.py).
+object storage (engine/live/objectstore.py). ``verify URI`` checks a snapshot in object storage
+in place, through its store source (engine/live/objectsource.py); ``recover URI`` is refused
+(exit 2): only a local store is written.
 
 Exit status: 0 on success, 1 with ``rmqfs: <message>`` on stderr on failure (and when
 ``verify`` finds an error), 2 for bad usage.
