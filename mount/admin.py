@@ -19,7 +19,9 @@ running mount takes offsets through ``MNT/groups/G/T/Q/offset`` and messages thr
 ``snapshot-verify DIR`` works on a copy of a snapshot (``MNT/snapshots/NAME``), not on a store:
 it checks every file against the copy's ``SNAPSHOT.json`` (size, CRC32C), in a directory or at
 a URI. ``snapshot-upload SRC URI`` and ``snapshot-download URI DIR`` move snapshots to and from
-object storage (engine/live/objectstore.py).
+object storage (engine/live/objectstore.py). ``verify URI`` checks a snapshot in object storage
+in place, through its store source (engine/live/objectsource.py); ``recover URI`` is refused
+(exit 2): only a local store is written.
 
 Exit status: 0 on success, 1 with ``rmqfs: <message>`` on stderr on failure (and when
 ``verify`` finds an error), 2 for bad usage.
@@ -274,11 +276,21 @@ def _print_detail(rec: MessageRecord, print_body: bool, charset: str) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """``rmqfs verify STORE``: check every record, unit and index item; exit 1 on any error."""
+    """Check every record, CRC, ConsumeQueue unit, index item, config file and the checkpoint
+    of STORE, read-only; exit 1 on any error. STORE is a store directory, or a snapshot in
+    object storage checked in place, nothing downloaded (a URI snapshot-upload takes:
+    s3://bucket/prefix?endpoint_override=host:port&scheme=http, gs://, hdfs://, file://): its
+    files read by range from the snapshot's manifest; the checks of a live directory (lock,
+    abort file, links) are skipped and listed. recover refuses a URI (exit 2)."""
+    from rmqfs.engine.live.location import is_uri
     from rmqfs.engine.tools.verify import verify_store
 
-    root = _check_store(args.store)
-    res = verify_store(root, broker_config(args), _progress)
+    if is_uri(args.store):
+        res = _verify_remote(args.store, broker_config(args))
+        root = res.root
+    else:
+        root = _check_store(args.store)
+        res = verify_store(root, broker_config(args), _progress)
     if args.json:
         print(json.dumps(_verify_json(res), indent=1))
     else:
@@ -287,6 +299,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return 0
     print(f"rmqfs: {root}: {res.count('error')} errors", file=sys.stderr)
     return 1
+
+
+def _verify_remote(location: str, config: StoreConfig | None) -> VerifyResult:
+    """:func:`engine.tools.verify.verify_store` over the snapshot at the URI ``location``, read
+    in place through its store source (``ObjectSource`` without a block cache: each read one
+    range read). Raises ObjectStoreError (naming the object) when the server fails, as a
+    StoreError the command reports in one line."""
+    from rmqfs.engine.live.objectsource import ObjectSource
+    from rmqfs.engine.tools.verify import verify_store
+
+    source = ObjectSource(location, None)
+    try:
+        return verify_store(source.root, config, _progress, source=source)
+    finally:
+        source.close()
 
 
 def _verify_json(res: VerifyResult) -> dict[str, Any]:
@@ -307,6 +334,7 @@ def _verify_json(res: VerifyResult) -> dict[str, Any]:
         "indexItems": res.index_items,
         "lockHolder": res.lock_holder,
         "byHand": res.by_hand(),
+        "skipped": res.skipped,
         "problems": [
             {
                 "severity": p.severity,
@@ -339,6 +367,8 @@ def _print_verify(res: VerifyResult) -> None:
         print("CommitLog:    no files")
     print(f"ConsumeQueue: {res.queues} queues, {res.units} units")
     print(f"IndexFile:    {res.index_files} files, {res.index_items} items")
+    for why in res.skipped:
+        print(f"SKIPPED {why}")
     for p in res.problems:
         print(str(p))
     for (path, kind), (sev, n) in sorted(res.suppressed.items()):
@@ -366,9 +396,20 @@ def _print_verify(res: VerifyResult) -> None:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    """``rmqfs recover STORE``: repair what verify finds; exit 1 if verify still fails."""
+    """``rmqfs recover STORE``: repair what verify finds; exit 1 if verify still fails. A local
+    store only: a snapshot in object storage (a URI) is refused with exit status 2."""
+    from rmqfs.engine.live.location import is_uri, redact
     from rmqfs.engine.tools.verify import recover_store
 
+    if is_uri(args.store):
+        print(
+            f"rmqfs: recover repairs a local store only; {redact(args.store)} is a snapshot in "
+            "object storage, which rmqfs never writes: rmqfs verify checks it in place; to "
+            "repair it, download it (rmqfs snapshot-download URI DIR), recover DIR and upload "
+            "it again (rmqfs snapshot-upload)",
+            file=sys.stderr,
+        )
+        return 2
     root = _check_store(args.store)
     report = recover_store(root, broker_config(args), _progress, rebuild=args.rebuild)
     before, after = report.before, report.after

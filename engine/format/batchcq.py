@@ -33,13 +33,13 @@ refuses writers: :func:`engine.service.storetree.check_layout`).
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
 from .mappedfile import FileQueue, Segment
+from .source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
     import numpy as np
@@ -92,6 +92,8 @@ class BatchConsumeQueue:
         topic, queue_id: the queue.
         file_size: bytes per file when the files do not tell
             (``mapperFileSizeBatchConsumeQueue``).
+        source: where the files are read from (:mod:`engine.format.source`; by range when
+            not local).
 
     Raises:
         CorruptRecordError: files of different sizes or misnamed (``FileQueue``), or a file size
@@ -104,11 +106,12 @@ class BatchConsumeQueue:
         topic: str = "",
         queue_id: int = 0,
         file_size: int = DEFAULT_BCQ_UNITS_PER_FILE * BCQ_STORE_UNIT_SIZE,
+        source: StoreSource = LOCAL,
     ):
         self.directory = directory
         self.topic = topic
         self.queue_id = queue_id
-        self.files = FileQueue(directory, file_size, read_only=True, derived=True)
+        self.files = FileQueue(directory, file_size, read_only=True, derived=True, source=source)
         if self.files.file_size % BCQ_STORE_UNIT_SIZE:
             raise CorruptRecordError(
                 f"{directory}: file size {self.files.file_size} is not a multiple of "
@@ -135,7 +138,7 @@ class BatchConsumeQueue:
         if segs:
             end = segs[first].start // BCQ_STORE_UNIT_SIZE
         for seg in segs[first:]:
-            data = os.pread(seg.fd, seg.size, 0)
+            data = self.files.pread_segment(seg, seg.size, 0)  # its fd, else by range
             units = np.frombuffer(data, _dtype(), count=len(data) // BCQ_STORE_UNIT_SIZE)
             bad = (units["off"] < 0) | (units["size"] <= 0) | (units["base"] < 0)
             bad |= units["batch"] <= 0

@@ -138,8 +138,8 @@ STEP_KINDS = ("record", "blank", "zeros", "torn", "not_record", "past_end")
 WALK_MAGICS = (MAGIC_V1, MAGIC_V2, MAGIC_BLANK)
 
 
-def walk_segment(buf: RecordBuffer, size: int) -> Iterator[Step]:
-    """Walk one plain CommitLog file's bytes ``buf[0:size]`` record by record, leniently: the
+def walk_segment(buf: RecordBuffer, size: int, start: int = 0) -> Iterator[Step]:
+    """Walk one plain CommitLog file's bytes ``buf[start:size]`` record by record, leniently: the
     walk of a checker (``rmqfs verify``), which goes on past a record whose body is damaged (the
     caller decodes each ``record`` step and may find its CRC wrong) and reports what ends the
     file's data instead of stopping at the first doubt as :meth:`CommitLog.scan_raw` (recovery,
@@ -148,9 +148,12 @@ def walk_segment(buf: RecordBuffer, size: int) -> Iterator[Step]:
     end the data (``CommitLog.checkMessageAndReturnSize``).
 
     Yields :class:`Step` tuples in file order; the last one is not a ``record`` unless the
-    records end exactly at ``size``. ``buf`` is any buffer (an mmap of the file).
+    records end exactly at ``size``. ``buf`` is any buffer (an mmap of the file, or a range of
+    it read from a store source: positions are then ``buf``'s, and a ``torn`` or ``past_end``
+    step at its end may be a record the range cut, for the caller to read again whole);
+    ``start``: where the first record starts in ``buf``.
     """
-    pos = 0
+    pos = start
     head = RECORD_HEAD.size
     while True:
         if pos + head > size:

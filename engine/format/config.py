@@ -169,9 +169,12 @@ def load_config_file(
     return _load_first((path, path + ".bak"), parse, source)
 
 
-def load_config_file_only(path: str, parse: Callable[[Any], Any] | None = None) -> Any:
-    """:func:`load_config_file` without the ``.bak`` fallback (for ``rmqfs verify``)."""
-    return _load_first((path,), parse)
+def load_config_file_only(
+    path: str, parse: Callable[[Any], Any] | None = None, source: StoreSource = LOCAL
+) -> Any:
+    """:func:`load_config_file` without the ``.bak`` fallback (for ``rmqfs verify``), read
+    through ``source``. Raises ConfigFileError as :func:`load_config_file`."""
+    return _load_first((path,), parse, source)
 
 
 def _load_first(

@@ -303,10 +303,10 @@ def open_dledger(root: str, source: StoreSource = LOCAL) -> DLedgerLog | None:
     )
 
 
-def commitlog_dir(root: str) -> str:
+def commitlog_dir(root: str, source: StoreSource = LOCAL) -> str:
     """The directory of the store's CommitLog files: ``dledger-<selfId>/data`` for a DLedger
-    store (its one ``dledger-*`` directory), else ``commitlog/``."""
-    dirs = dledger_dirs(root)
+    store (its one ``dledger-*`` directory, listed through ``source``), else ``commitlog/``."""
+    dirs = dledger_dirs(root, source)
     if len(dirs) == 1:
         return os.path.join(root, dirs[0], "data")
     return os.path.join(root, "commitlog")

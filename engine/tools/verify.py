@@ -15,6 +15,14 @@ would hide damage), and checks:
   every item points at a record carrying a key with that hash, and the item's timeDiff.
 * config/*.json parse.
 
+Every read goes through a store source (:mod:`engine.format.source`): the local filesystem
+(:data:`engine.format.source.LOCAL`: CommitLog files memory-mapped, as before), or a snapshot in
+object storage read in place (``engine.live.objectsource.ObjectSource``): listings and sizes
+from its manifest, the CommitLog in range reads of :data:`RANGE` bytes (never a whole segment
+in memory), a ConsumeQueue file, an IndexFile's parts, the config files and the checkpoint
+each read whole. What makes no sense for a snapshot (its lock, its ``abort`` file, links and
+special files) is skipped and said so (:attr:`VerifyResult.skipped`).
+
 Lag (records the ConsumeQueues or IndexFiles do not cover yet) is a *warning*: the store
 re-dispatches it on open, as the broker's ReputMessageService does. Everything else is an *error*.
 
@@ -39,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigFileError, CorruptRecordError, StoreError
 from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
-from ..format.commitlog import CommitLog, walk_segment
+from ..format.commitlog import RECORD_HEAD, CommitLog, Step, walk_segment
 from ..format.config import config_parsers, load_config_file, load_config_file_only
 from ..format.consumequeue import (
     BLANK_UNIT_SIZE,
@@ -71,6 +79,7 @@ from ..format.message import (
     transaction_type,
 )
 from ..format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
+from ..format.source import LOCAL, StoreSource
 from ..service.lock import StoreLock, lock_holder, release_store_lock, take_store_lock
 from ..service.storetree import (
     check_layout,
@@ -84,12 +93,25 @@ from ..service.storetree import (
 from ..service.workprogress import no_progress
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ..format.message import MessageRecord
     from ..service.workprogress import ProgressFactory
     from ..store import MessageStore
     from ..storeconfig import StoreConfig
 
 MAX_REPORTED_PER_FILE = 5  # problems printed per file and kind; the rest are counted
+#: Bytes of a CommitLog file read at once from a source that is not local (one range read;
+#: a record longer than this is read whole, in one read of its own)
+RANGE = 16 << 20
+#: What verify skips for a store source that is not local (a snapshot in object storage),
+#: and why: checks of a live store directory that a snapshot has no part of.
+SNAPSHOT_SKIPS = (
+    "lock: a snapshot in object storage has no writer; no process holds its lock",
+    "abort: a snapshot holds no abort file (it is taken as a clean shutdown leaves a store)",
+    "links and special files: object storage holds objects only, named by the snapshot's "
+    "manifest (checked when it was read)",
+)
 CONFIG_FILES = (
     "topics.json",
     "consumerOffset.json",
@@ -172,6 +194,7 @@ class VerifyResult:
     index_files: int = 0
     index_items: int = 0
     lock_holder: int | None = None
+    skipped: list[str] = field(default_factory=list)  # checks not made, each with why
     bad_queues: set = field(default_factory=set)  # consumequeue/<topic>/<qid> paths
     bad_index_files: set = field(default_factory=set)  # index/<name> paths
     bad_segment_sizes: dict = field(default_factory=dict)  # path -> size
@@ -222,13 +245,14 @@ class VerifyResult:
         )
 
 
-def check_store_dir(root: str) -> None:
-    """Raise NotAStoreError unless ``root`` is a directory holding store files."""
-    if not os.path.exists(root):
+def check_store_dir(root: str, source: StoreSource = LOCAL) -> None:
+    """Raise NotAStoreError unless ``root`` is a directory holding store files (listed
+    through ``source``)."""
+    if not (os.path.exists(root) if source.local else source.lexists(root)):
         raise NotAStoreError(f"{root}: no such store directory")
-    if not os.path.isdir(root):
+    if not source.isdir(root):
         raise NotAStoreError(f"{root}: not a directory")
-    names = set(os.listdir(root))
+    names = set(source.listdir(root))
     if not names & {"commitlog", "consumequeue", "index", "config", "checkpoint", "lock"}:
         raise NotAStoreError(
             f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, "
@@ -236,11 +260,41 @@ def check_store_dir(root: str) -> None:
         )
 
 
+class _Window:
+    """The one buffer of CommitLog bytes verify holds when it reads a source that is not local:
+    the last range read (at least :data:`RANGE` bytes, or a whole record longer than that),
+    shared by every file, so memory stays at one range whatever the number of files."""
+
+    def __init__(self, source: StoreSource) -> None:
+        self.source = source
+        self.path = ""
+        self.base = 0  # file position of buf[0]
+        self.buf = b""
+        self.short = False  # the read gave less than asked: the file ends there
+
+    def read(self, path: str, pos: int, need: int, size: int) -> tuple[bytes, int]:
+        """``(buffer, base)`` holding ``[pos, pos + need)`` of the ``size``-byte file ``path``
+        (clipped to its end) unless it ended sooner: ``buffer[x - base]`` is the byte at ``x``.
+
+        Raises:
+            OSError; ObjectStoreError: the range could not be read.
+        """
+        stop = min(pos + need, size)
+        if path == self.path and self.base <= pos and stop <= self.base + len(self.buf):
+            return self.buf, self.base
+        n = min(max(need, RANGE), size - pos)
+        self.buf = b""  # the old range goes before the new one comes
+        self.buf = self.source.pread(path, n, pos)
+        self.path, self.base, self.short = path, pos, len(self.buf) < n
+        return self.buf, pos
+
+
 @dataclass
 class _Segment:
     """One CommitLog file as verify lists it (every regular file with a segment name, even
     misnamed or mis-sized ones, which the readers skip or cannot address); its bytes are read
-    through the engine's reader, ``files`` (:class:`engine.format.mappedfile.MappedFiles`)."""
+    through the engine's reader, ``files`` (:class:`engine.format.mappedfile.MappedFiles`):
+    ``map`` the whole file mapped (a local source), else ``window`` reads it by range."""
 
     start: int
     name: str
@@ -248,6 +302,48 @@ class _Segment:
     size: int
     files: MappedFiles
     map: Any = None
+    window: _Window | None = None
+
+    @property
+    def readable(self) -> bool:
+        """Whether its bytes can be read (a local file mapped, or a source read by range)."""
+        return self.map is not None or self.window is not None
+
+    def bytes_at(self, pos: int, need: int) -> tuple[Any, int]:
+        """``(buffer, base)`` holding the file's bytes ``[pos, pos + need)`` (clipped to its
+        end): the whole mapping (base 0), or a range read (:class:`_Window`). Raises as
+        :meth:`_Window.read`."""
+        if self.map is not None or self.window is None:
+            return self.map, 0
+        return self.window.read(self.path, pos, need, self.size)
+
+    def walk(self) -> Iterator[tuple[Step, Any, int]]:
+        """:func:`engine.format.commitlog.walk_segment` over the whole file, whatever the
+        source: ``(step, buffer, base)`` with the step's position in the file and the buffer
+        holding its bytes (``buffer[x - base]``). A range's last record, cut by its end, is
+        read again whole from its start with what follows (nothing carried)."""
+        if not self.size or not self.readable:
+            return  # an empty file: nothing to walk
+        pos = 0
+        need = RECORD_HEAD.size
+        while True:
+            buf, base = self.bytes_at(pos, need)
+            end = self.size if self.map is not None else base + len(buf)
+            cut = end < self.size and not (self.window is not None and self.window.short)
+            for step in walk_segment(buf, end - base, pos - base):
+                at = base + step.pos
+                if cut and step.kind in ("torn", "past_end"):
+                    need = max(step.total, RECORD_HEAD.size)  # again, from it, whole
+                    pos = at
+                    break
+                yield Step(step.kind, at, step.total, step.magic), buf, base
+                if step.kind != "record":
+                    return
+                pos = at + step.total
+            else:
+                if not cut:
+                    return
+                need = RECORD_HEAD.size  # the records ended with the range: the next one
 
 
 def _majority_size(sizes: list[int]) -> int:
@@ -273,29 +369,46 @@ def verify_store(
     config: StoreConfig | None = None,
     progress: ProgressFactory | None = None,
     check_index: bool = True,
+    source: StoreSource = LOCAL,
 ) -> VerifyResult:
-    """Verify every file of the store at ``root`` without writing anything.
+    """Verify every file of the store at ``root`` without writing anything (what the broker's
+    recovery checks, ``CommitLog.checkMessageAndReturnSize``, ``ConsumeQueue.recover``,
+    ``IndexFile.load``, without its repairs).
 
     Args:
-        root: the store directory.
+        root: the store directory (for a source that is not local, its
+            :attr:`engine.format.source.StoreSource.root`).
         config: a :class:`engine.store.StoreConfig` (segment sizes for a new file, index
             geometry, delay levels); default settings when None.
         progress: a progress factory, ``progress(total, desc, unit) -> bar``
             (:mod:`engine.service.workprogress`; tqdm's shape): one bar per phase (CommitLog bytes,
             ConsumeQueue queues, IndexFile files).
+        check_index: check the IndexFiles too.
+        source: where every file is read from (:mod:`engine.format.source`): the local
+            filesystem, or a snapshot in object storage read in place (CommitLog files in
+            ranges of :data:`RANGE` bytes); for the latter, the checks of a live directory
+            (lock, ``abort``, links) are skipped and listed in :attr:`VerifyResult.skipped`.
 
     Returns:
-        A :class:`VerifyResult`. Raises NotAStoreError for a path that is not a store.
+        A :class:`VerifyResult`.
+
+    Raises:
+        NotAStoreError: ``root`` is not a store.
+        ObjectStoreError: object storage could not be read (names the object); a file whose
+            sum differs from its manifest's raises CorruptRecordError naming it.
     """
     from ..store import StoreConfig
 
-    root = os.path.abspath(root)
-    check_store_dir(root)
+    if source.local:
+        root = os.path.abspath(root)
+    check_store_dir(root, source)
     cfg = config or StoreConfig()
     progress = progress or no_progress
     res = VerifyResult(root)
     res.explicit_config = config is not None
-    bad = unsafe_entries(root)
+    if not source.local:
+        res.skipped.extend(SNAPSHOT_SKIPS)
+    bad = unsafe_entries(root) if source.local else []
     if bad:
         # Nothing is read through a link or from a special file: the store is refused whole.
         for entry in bad:
@@ -308,7 +421,7 @@ def verify_store(
             )
         return res
     unreadable = False
-    for f in foreign_layouts(root):
+    for f in foreign_layouts(root, source):
         if f.refuses_read:
             unreadable = True
             res.add(
@@ -332,8 +445,8 @@ def verify_store(
             )
     if unreadable:
         return res
-    res.lock_holder = lock_holder(root, others_only=True)
-    if res.lock_holder is None and os.path.exists(os.path.join(root, "abort")):
+    res.lock_holder = lock_holder(root, others_only=True) if source.local else None
+    if source.local and res.lock_holder is None and source.lexists(os.path.join(root, "abort")):
         res.add(
             "warning",
             "abort",
@@ -342,19 +455,19 @@ def verify_store(
             "mount stopped without closing it); opening it runs the broker's abnormal "
             "recovery",
         )
-    segs = _check_segments(root, cfg, res)
+    segs = _check_segments(root, cfg, res, source)
     recs = _Records()
     try:
-        dledger = open_dledger(root)
+        dledger = open_dledger(root, source)
         if dledger is None:
             _scan_commitlog(segs, cfg, res, recs, progress)
         else:
             _scan_dledger(dledger, segs, cfg, res, recs, progress)
-        _forget_deleted_topics(root, recs)
-        _check_consume_queues(root, res, recs, cfg, progress)
+        _forget_deleted_topics(root, recs, source)
+        _check_consume_queues(root, res, recs, cfg, progress, source)
         if check_index and cfg.message_index_enable:
-            _check_index(root, segs, res, recs, cfg, progress)
-        _check_config(root, res)
+            _check_index(root, segs, res, recs, cfg, progress, source)
+        _check_config(root, res, source)
     finally:
         if segs:
             segs[0].files.close()  # one reader for all of them
@@ -365,24 +478,39 @@ def verify_store(
 # CommitLog
 
 
-def _check_segments(root: str, cfg: StoreConfig, res: VerifyResult) -> list[_Segment]:
-    cl_dir = commitlog_dir(root)  # dledger-<selfId>/data for a DLedger store
-    if not os.path.isdir(cl_dir):
+def _rel(path: str, root: str) -> str:
+    """``path`` relative to the store root ``root`` (a local path or a source's root URI)."""
+    return path[len(root) + 1 :] if path.startswith(root + "/") else os.path.relpath(path, root)
+
+
+def _check_segments(
+    root: str, cfg: StoreConfig, res: VerifyResult, source: StoreSource
+) -> list[_Segment]:
+    """List the CommitLog files (through ``source``) and check their sizes and names; each
+    comes mapped (a local source) or read by range through one shared :class:`_Window`."""
+    cl_dir = commitlog_dir(root, source)  # dledger-<selfId>/data for a DLedger store
+    if not source.isdir(cl_dir):
         return []
-    cl_rel = os.path.relpath(cl_dir, root)
-    listed = _segments(cl_dir)
-    for n in _not_files(cl_dir, listed):
+    cl_rel = _rel(cl_dir, root)
+    listed = _segments(cl_dir, source)
+    for n in _not_files(cl_dir, listed, source):
         res.add(
             "error",
             "commitlog-name",
             f"{cl_rel}/{n}",
             "not a regular file (RocketMQ refuses to load the CommitLog)",
         )
-    names = _files(cl_dir, listed)
-    files = MappedFiles(cl_dir)
+    names = _files(cl_dir, listed, source)
+    files = MappedFiles(cl_dir, source=source)
+    window = None if source.local else _Window(source)
     segs = [
         _Segment(
-            int(n), n, os.path.join(cl_dir, n), os.path.getsize(os.path.join(cl_dir, n)), files
+            int(n),
+            n,
+            os.path.join(cl_dir, n),
+            source.file_size(os.path.join(cl_dir, n)),
+            files,
+            window=window,
         )
         for n in names
     ]
@@ -446,7 +574,7 @@ def _check_segments(root: str, cfg: StoreConfig, res: VerifyResult) -> list[_Seg
             )
     try:
         for s in segs:
-            if s.size:
+            if s.size and source.local:
                 s.map = files.file_view(s.start)
     except BaseException:
         files.close()
@@ -456,7 +584,21 @@ def _check_segments(root: str, cfg: StoreConfig, res: VerifyResult) -> list[_Seg
 
 def _is_zero(seg: _Segment, start: int, end: int) -> bool:
     """Whether ``[start, end)`` of a segment reads as zeros; holes of a sparse file are skipped
-    (SEEK_DATA), so a new 1 GiB segment costs nothing."""
+    (SEEK_DATA), so a new 1 GiB segment costs nothing. A file read by range is read in
+    :data:`RANGE` steps, not kept (a snapshot's zeros past its stored prefix are not fetched)."""
+    if seg.map is None:
+        if seg.window is None:
+            return True
+        source = seg.window.source
+        p = start
+        while p < end:
+            data = source.pread(seg.path, min(end - p, RANGE), p)
+            if not data:
+                break
+            if data.strip(b"\0"):
+                return False
+            p += len(data)
+        return True
     step = 1 << 20
     for p, stop in seg.files.data_ranges(seg.start, start, end):
         while p < stop:
@@ -484,12 +626,11 @@ def _scan_commitlog(
     res.commitlog_end = segs[0].start
     in_use = res.lock_holder is not None
     for si, seg in enumerate(segs):
-        m = seg.map
         rel = f"commitlog/{seg.name}"
         pos = 0
         size = seg.size
         is_last = si == len(segs) - 1
-        for step in walk_segment(m, size):
+        for step, m, base in seg.walk():
             pos, total, magic = step.pos, step.total, step.magic
             if step.kind == "torn":
                 if not _is_zero(seg, pos, size):
@@ -549,7 +690,7 @@ def _scan_commitlog(
                 reachable = False
                 break
             try:
-                rec = decode_record(m, pos, check_crc=True, base_offset=seg.start)
+                rec = decode_record(m, pos - base, check_crc=True, base_offset=seg.start + base)
             except CorruptRecordError as exc:
                 msg = str(exc).split(" (at offset")[0]
                 _bad(
@@ -720,14 +861,14 @@ def _add_record(rec: MessageRecord, recs: _Records, delay_table: dict, reachable
     q[3].append(tc)
 
 
-def _forget_deleted_topics(root: str, recs: _Records) -> None:
+def _forget_deleted_topics(root: str, recs: _Records, source: StoreSource) -> None:
     """Records of topics deleted by ``rmqfs delete-topic`` (``config/rmqfs.deletedTopics.json``:
     below the CommitLog offset of the deletion) belong to no queue: no ConsumeQueue is
     expected for them (the store never re-dispatches them, :mod:`engine.service.dispatch`)."""
     from ..format.config import DeletedTopics
 
     try:
-        deleted = DeletedTopics(os.path.join(root, "config"), read_only=True).table
+        deleted = DeletedTopics(os.path.join(root, "config"), read_only=True, source=source).table
     except CorruptRecordError:
         return  # _check_config reports the file
     for key in [k for k in recs.queues if k[0] in deleted]:
@@ -752,21 +893,32 @@ def _record_index(recs: _Records, offset: int) -> int | None:
 
 
 def _check_consume_queues(
-    root: str, res: VerifyResult, recs: _Records, cfg: StoreConfig, progress: ProgressFactory
+    root: str,
+    res: VerifyResult,
+    recs: _Records,
+    cfg: StoreConfig,
+    progress: ProgressFactory,
+    source: StoreSource,
 ) -> None:
     base = os.path.join(root, "consumequeue")
-    if rocksdb_consume_queue(root):
+    if rocksdb_consume_queue(root, source):
+        if not source.local:  # a database is opened as local files (engine.format.rocksdb)
+            res.skipped.append(
+                "consumequeue: RocksDB ConsumeQueues in object storage are not read in place; "
+                "download the snapshot (rmqfs snapshot-download) and verify the copy"
+            )
+            return
         _check_rocksdb_queues(base, res, recs, progress)
         return
     seen = set()
     dirs = []
-    if os.path.isdir(base):
-        for topic in sorted(os.listdir(base)):
+    if source.isdir(base):
+        for topic in sorted(source.listdir(base)):
             tdir = os.path.join(base, topic)
-            if not os.path.isdir(tdir):
+            if not source.isdir(tdir):
                 continue
-            for q in sorted(os.listdir(tdir), key=lambda x: (not x.isdigit(), x.zfill(12))):
-                if queue_dir_id(q) is not None and os.path.isdir(os.path.join(tdir, q)):
+            for q in sorted(source.listdir(tdir), key=lambda x: (not x.isdigit(), x.zfill(12))):
+                if queue_dir_id(q) is not None and source.isdir(os.path.join(tdir, q)):
                     dirs.append((topic, int(q), os.path.join(tdir, q)))
                 else:
                     res.add(
@@ -776,12 +928,12 @@ def _check_consume_queues(
                         "not a queue directory (a canonical decimal queue id): rmqfs "
                         "ignores it; other readers may take it for a queue, remove it",
                     )
-    res.cq_file_size = _cq_file_size([d[2] for d in dirs], cfg, res.explicit_config)
+    res.cq_file_size = _cq_file_size([d[2] for d in dirs], cfg, res.explicit_config, source)
     bar = progress(len(dirs), "ConsumeQueue", "queue")
     for topic, qid, qdir in dirs:
         seen.add((topic, qid))
         rel = f"consumequeue/{topic}/{qid}"
-        _check_queue(topic, qid, qdir, rel, res, recs)
+        _check_queue(topic, qid, qdir, rel, res, recs, source)
         if rel in res.past_end:
             frel, first, n = res.past_end[rel]
             end = res.first_bad if res.first_bad is not None else res.commitlog_end
@@ -796,7 +948,7 @@ def _check_consume_queues(
         bar.update(1)
     bar.close()
     res.queues = len(dirs)
-    _check_batch_queues(root, res, recs, seen)
+    _check_batch_queues(root, res, recs, seen, source)
     for (topic, qid), units in sorted(recs.queues.items()):
         if (topic, qid) not in seen:
             live = sum(1 for off in units[1] if off >= res.commitlog_min)
@@ -810,7 +962,9 @@ def _check_consume_queues(
                 )
 
 
-def _check_batch_queues(root: str, res: VerifyResult, recs: _Records, seen: set) -> None:
+def _check_batch_queues(
+    root: str, res: VerifyResult, recs: _Records, seen: set, source: StoreSource
+) -> None:
     """Check each ``batchconsumequeue/<topic>/<queueId>`` (a BatchCQ topic's,
     :class:`engine.format.batchcq.BatchConsumeQueue`) against the records of its queue: every
     unit names a record of the queue by its commitLogOffset, with its size, tagsCode and
@@ -821,23 +975,23 @@ def _check_batch_queues(root: str, res: VerifyResult, recs: _Records, seen: set)
 
     base = os.path.join(root, BATCH_CQ_DIR)
     try:
-        topics = sorted(os.listdir(base))
+        topics = sorted(source.listdir(base))
     except OSError:
         return
     for topic in topics:
         tdir = os.path.join(base, topic)
-        if not os.path.isdir(tdir) or os.path.islink(tdir):
+        if not source.isdir(tdir) or (source.local and os.path.islink(tdir)):
             continue
-        for name in sorted(os.listdir(tdir)):
+        for name in sorted(source.listdir(tdir)):
             qid = queue_dir_id(name)
             qdir = os.path.join(tdir, name)
-            if qid is None or not os.path.isdir(qdir):
+            if qid is None or not source.isdir(qdir):
                 continue
             rel = f"{BATCH_CQ_DIR}/{topic}/{qid}"
             seen.add((topic, qid))
             res.queues += 1
             try:
-                bq = BatchConsumeQueue(qdir, topic, qid)
+                bq = BatchConsumeQueue(qdir, topic, qid, source=source)
             except CorruptRecordError as exc:
                 res.add("error", "bcq-file", rel, str(exc).split(" (at offset")[0])
                 continue
@@ -931,51 +1085,59 @@ def _check_rocksdb_queues(
         db.close()
 
 
-def _cq_file_size(qdirs: list[str], cfg: StoreConfig, explicit: bool) -> int:
+def _cq_file_size(qdirs: list[str], cfg: StoreConfig, explicit: bool, source: StoreSource) -> int:
     """The store's ConsumeQueue file size: mappedFileSizeConsumeQueue from a given broker.conf,
     else what the files say (:func:`engine.format.consumequeue.store_file_size`, the rule the store
     opens with) when more than one file tells; 0 when unknown."""
     if explicit:
         return cfg.mapped_file_size_consume_queue
-    size, trusted = store_file_size(qdirs)
+    size, trusted = store_file_size(qdirs, source)
     return size if trusted else 0
 
 
-def _segments(directory: str) -> list[str]:
+def _segments(directory: str, source: StoreSource = LOCAL) -> list[str]:
     """Segment names in a CommitLog or ConsumeQueue directory (``mappedfile.segment_names``),
     sorted; [] when it cannot be listed."""
     try:
-        return segment_names(directory)
+        return segment_names(directory, source)
     except OSError:
         return []
 
 
-def _index_names(directory: str) -> list[str]:
+def _index_names(directory: str, source: StoreSource = LOCAL) -> list[str]:
     """IndexFile names (17-digit timestamps) in ``directory``, sorted; [] when it cannot be
     listed."""
     try:
-        names = os.listdir(directory)
+        names = source.listdir(directory)
     except OSError:
         return []
     return sorted(n for n in names if INDEX_FILE_NAME.fullmatch(n))
 
 
-def _files(directory: str, names: list[str]) -> list[str]:
+def _files(directory: str, names: list[str], source: StoreSource) -> list[str]:
     """The ``names`` that are regular files in ``directory``."""
-    return [n for n in names if os.path.isfile(os.path.join(directory, n))]
+    return [n for n in names if source.isfile(os.path.join(directory, n))]
 
 
-def _not_files(directory: str, names: list[str]) -> list[str]:
+def _not_files(directory: str, names: list[str], source: StoreSource) -> list[str]:
     """The ``names`` (segment or IndexFile names) that are not regular files in ``directory``
     (a directory, say): a broker refuses them ("length not matched")."""
-    return [n for n in names if not os.path.isfile(os.path.join(directory, n))]
+    return [n for n in names if not source.isfile(os.path.join(directory, n))]
 
 
 def _check_queue(
-    topic: str, qid: int, qdir: str, rel: str, res: VerifyResult, recs: _Records
+    topic: str,
+    qid: int,
+    qdir: str,
+    rel: str,
+    res: VerifyResult,
+    recs: _Records,
+    source: StoreSource,
 ) -> None:
-    listed = _segments(qdir)
-    for n in _not_files(qdir, listed):
+    """Check one ConsumeQueue directory: its files' sizes and names, then each file (read whole
+    through ``source``: a few MB) unit by unit against the records (:func:`_check_unit`)."""
+    listed = _segments(qdir, source)
+    for n in _not_files(qdir, listed, source):
         res.add(
             "error",
             "cq-name",
@@ -983,8 +1145,10 @@ def _check_queue(
             "not a regular file (RocketMQ refuses to load the queue)",
         )
         res.bad_queues.add(rel)
-    names = _files(qdir, listed)
-    files = [(int(n), os.path.join(qdir, n), os.path.getsize(os.path.join(qdir, n))) for n in names]
+    names = _files(qdir, listed, source)
+    files = [
+        (int(n), os.path.join(qdir, n), source.file_size(os.path.join(qdir, n))) for n in names
+    ]
     if files and files[-1][2] == 0:
         res.add(
             "error",
@@ -1056,8 +1220,7 @@ def _check_queue(
     first_real = None
     end_q = None
     for fi, (start, path, _) in enumerate(files):
-        with open(path, "rb") as f:
-            data = f.read()
+        data = source.pread(path, fsize, 0)  # the whole file (all are fsize bytes)
         frel = f"{rel}/{os.path.basename(path)}"
         qbase = start // CQ_STORE_UNIT_SIZE
         if end_q is not None:
@@ -1181,11 +1344,21 @@ def _check_unit(
 
 
 def _read_record_at(segs: list[_Segment], offset: int) -> MessageRecord | None:
-    """Decode the record at a CommitLog offset from the mapped segments, or None."""
+    """Decode the record at a CommitLog offset from the segments (mapped, or read by range:
+    an IndexFile's items come in CommitLog order, so one range serves many), or None."""
     for s in segs:
-        if s.start <= offset < s.start + s.size and s.map is not None:
+        if s.start <= offset < s.start + s.size and s.readable:
+            pos = offset - s.start
+            buf, base = s.map, 0
+            if buf is None:  # a range: the record whole in it
+                buf, base = s.bytes_at(pos, RECORD_HEAD.size)
+                if len(buf) - (pos - base) < RECORD_HEAD.size:
+                    return None
+                total = RECORD_HEAD.unpack_from(buf, pos - base)[0]
+                if total > RECORD_HEAD.size:
+                    buf, base = s.bytes_at(pos, total)
             try:
-                return decode_record(s.map, offset - s.start, check_crc=False)
+                return decode_record(buf, pos - base, check_crc=False)
             except CorruptRecordError:
                 return None
     return None
@@ -1198,13 +1371,14 @@ def _check_index(
     recs: _Records,
     cfg: StoreConfig,
     progress: ProgressFactory,
+    source: StoreSource,
 ) -> None:
     idx_dir = os.path.join(root, "index")
     names = []
-    if os.path.isdir(idx_dir):
-        listed = _index_names(idx_dir)
-        names = _files(idx_dir, listed)
-        for odd in _not_files(idx_dir, listed):
+    if source.isdir(idx_dir):
+        listed = _index_names(idx_dir, source)
+        names = _files(idx_dir, listed, source)
+        for odd in _not_files(idx_dir, listed, source):
             res.add("error", "index-size", f"index/{odd}", "not a regular file")
             res.bad_index_files.add(f"index/{odd}")
     bar = progress(len(names), "IndexFile", "file")
@@ -1214,7 +1388,7 @@ def _check_index(
     for name in names:
         rel = f"index/{name}"
         path = os.path.join(idx_dir, name)
-        r = _check_index_file(path, rel, segs, res, recs, cfg)
+        r = _check_index_file(path, rel, segs, res, recs, cfg, source)
         bar.update(1)
         if r is None:
             continue
@@ -1249,11 +1423,14 @@ def _check_index(
             )
 
 
-def _check_index_file(
-    path: str, rel: str, segs: list[_Segment], res: VerifyResult, recs: _Records, cfg: StoreConfig
-) -> tuple[int, int, int] | None:
-    """Check one IndexFile; returns (first phy, last phy, valid items) or None if unusable."""
-    size = os.path.getsize(path)
+def _read_index_file(
+    path: str, rel: str, res: VerifyResult, cfg: StoreConfig, source: StoreSource
+) -> tuple[tuple[int, ...], int, bytes, memoryview] | None:
+    """One IndexFile's parts read through ``source`` in file order (``IndexFile.load``):
+    ``(header fields, slot count, slots' bytes, items' bytes from item 1)``, the item count
+    at least 1; None, with the problem added to ``res``, when its size or header make it
+    unusable."""
+    size = source.file_size(path)
     if size == 0:
         res.add("warning", "index-size", rel, "empty file (deleted on load)")
         return None
@@ -1268,22 +1445,39 @@ def _check_index_file(
         )
         res.bad_index_files.add(rel)
         return None
-    with open(path, "rb") as f:
-        head = f.read(INDEX_HEADER_SIZE)
-        b_ts, _e_ts, b_phy, e_phy, slot_count, count = HEADER.unpack(head)
-        if count <= 0:
-            count = 1
-        if count > index_num:
-            res.add("error", "index-header", rel, f"indexCount {count} > indexNum {index_num}")
-            res.bad_index_files.add(rel)
-            return None
-        slot_raw = f.read(slots * 4)
-        f.seek(INDEX_HEADER_SIZE + slots * 4 + INDEX_SIZE)
-        items_raw = f.read((count - 1) * INDEX_SIZE)
-    if len(items_raw) != (count - 1) * INDEX_SIZE:
+    header = list(HEADER.unpack(source.pread(path, INDEX_HEADER_SIZE, 0)))
+    count = header[5] = max(header[5], 1)
+    if count > index_num:
+        res.add("error", "index-header", rel, f"indexCount {count} > indexNum {index_num}")
+        res.bad_index_files.add(rel)
+        return None
+    slot_raw = source.pread(path, slots * 4, INDEX_HEADER_SIZE)
+    # from the unused item 0 on, so that the reads follow one another (a snapshot's source
+    # sums a file whose bytes come in order: engine.live.objectsource)
+    items = memoryview(source.pread(path, count * INDEX_SIZE, INDEX_HEADER_SIZE + slots * 4))
+    if len(items) - INDEX_SIZE != (count - 1) * INDEX_SIZE:
         res.add("error", "index-size", rel, "file shorter than its item count")
         res.bad_index_files.add(rel)
         return None
+    return tuple(header), slots, slot_raw, items[INDEX_SIZE:]
+
+
+def _check_index_file(
+    path: str,
+    rel: str,
+    segs: list[_Segment],
+    res: VerifyResult,
+    recs: _Records,
+    cfg: StoreConfig,
+    source: StoreSource,
+) -> tuple[int, int, int] | None:
+    """Check one IndexFile (its header, slots and items read through ``source``, in file
+    order: :func:`_read_index_file`); returns (first phy, last phy, valid items) or None if
+    unusable."""
+    parts = _read_index_file(path, rel, res, cfg, source)
+    if parts is None:
+        return None
+    (b_ts, _e_ts, b_phy, e_phy, slot_count, count), slots, slot_raw, items_raw = parts
     bad = False
 
     def err(what: str, n: int | None = None) -> None:
@@ -1416,11 +1610,14 @@ def _nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
 # config
 
 
-def _check_config(root: str, res: VerifyResult) -> None:
+def _check_config(root: str, res: VerifyResult, source: StoreSource) -> None:
+    """The checkpoint (``StoreCheckpoint``) and each ``config/*.json`` (``ConfigManager.load``)
+    read through ``source``: each must load; a file that loads only from its ``.bak`` is a
+    warning."""
     from ..format.checkpoint import StoreCheckpoint
 
     try:
-        cp = StoreCheckpoint.read(os.path.join(root, "checkpoint"))
+        cp = StoreCheckpoint.read(os.path.join(root, "checkpoint"), source)
     except CorruptRecordError as exc:
         res.add("error", "checkpoint", "checkpoint", str(exc))
     else:
@@ -1442,18 +1639,18 @@ def _check_config(root: str, res: VerifyResult) -> None:
     parsers = config_parsers()
     for name in CONFIG_FILES:
         path = os.path.join(root, "config", name)
-        if not os.path.lexists(path) and not os.path.lexists(path + ".bak"):
+        if not source.lexists(path) and not source.lexists(path + ".bak"):
             continue
         try:
-            load_config_file(path, parsers[name])
+            load_config_file(path, parsers[name], source)
         except CorruptRecordError as exc:
             res.add("error", "config", f"config/{name}", f"cannot be loaded: {exc}")
             continue
-        if os.path.lexists(path) and os.path.lexists(path + ".bak"):
+        if source.lexists(path) and source.lexists(path + ".bak"):
             # The file itself must load; when only its .bak does, say so (the broker and
             # rmqfs load the .bak, so this is a warning, and the next write replaces the file).
             try:
-                load_config_file_only(path, parsers[name])
+                load_config_file_only(path, parsers[name], source)
             except CorruptRecordError as exc:
                 res.add(
                     "warning", "config", f"config/{name}", f"{exc}; {name}.bak is loaded instead"
