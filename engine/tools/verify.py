@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigFileError, CorruptRecordError, StoreError
 from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
-from ..format.commitlog import RECORD_HEAD, CommitLog, Step, walk_segment
+from ..format.commitlog import RECORD_HEAD, CommitLog, Step, claim_problem, walk_segment
 from ..format.config import config_parsers, load_config_file, load_config_file_only
 from ..format.consumequeue import (
     BLANK_UNIT_SIZE,
@@ -71,6 +71,7 @@ from ..format.indexfile import (
 from ..format.javahash import index_key_hash, tags_code
 from ..format.mappedfile import MappedFiles, offset_problem, segment_names
 from ..format.message import (
+    MAX_MESSAGE_SIZE,
     PROPERTY_DELAY,
     SCHEDULE_TOPIC,
     TRANSACTION_PREPARED_TYPE,
@@ -321,7 +322,9 @@ class _Segment:
         """:func:`engine.format.commitlog.walk_segment` over the whole file, whatever the
         source: ``(step, buffer, base)`` with the step's position in the file and the buffer
         holding its bytes (``buffer[x - base]``). A range's last record, cut by its end, is
-        read again whole from its start with what follows (nothing carried)."""
+        read again whole from its start with what follows (nothing carried), unless it claims
+        more than maxMessageSize + 64 KiB (:func:`engine.format.commitlog.claim_problem`: then
+        it is the ``past_end`` step it is, never read)."""
         if not self.size or not self.readable:
             return  # an empty file: nothing to walk
         pos = 0
@@ -332,7 +335,12 @@ class _Segment:
             cut = end < self.size and not (self.window is not None and self.window.short)
             for step in walk_segment(buf, end - base, pos - base):
                 at = base + step.pos
-                if cut and step.kind in ("torn", "past_end"):
+                if (
+                    cut
+                    and step.kind in ("torn", "past_end")
+                    # a claim past what a broker writes is not read whole (a damaged header)
+                    and claim_problem(MAX_MESSAGE_SIZE, -1, 0, at, step.total) is None
+                ):
                     need = max(step.total, RECORD_HEAD.size)  # again, from it, whole
                     pos = at
                     break

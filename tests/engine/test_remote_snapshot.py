@@ -362,3 +362,22 @@ def test_the_source_checks_a_files_sum_when_its_bytes_come_in_order(copy, tmp_pa
             src.pread(f"{src.root}/{rel}", 100, 0)
     finally:
         src.close()
+
+
+def test_a_damaged_size_is_never_read_whole_from_object_storage(copy, tmp_path, monkeypatch):
+    """A record header claiming more than a broker writes (maxMessageSize + 64 KiB) is
+    damage named at its offset, not a range read of what it claims (up to the file's end)."""
+    monkeypatch.setattr(remote, "REQUEST", 1000)
+    bad = Path(shutil.copytree(copy, tmp_path / "bad"))
+    r = RemoteSnapshot(str(bad))
+    seg = r.pieces(0, 1 << 62)[1]
+    ends = [x["physicalOffset"] for x in refreader.read_commitlog(copy / "commitlog")]
+    at = min(e for e in ends if e > seg.start + 2000)
+    with open(bad / seg.rel, "r+b") as f:
+        f.seek(at - seg.start)
+        f.write((60 << 20).to_bytes(4, "big"))  # 60 MiB claimed, the file is 64 KiB
+    r = RemoteSnapshot(str(bad))
+    with pytest.raises(CorruptRecordError, match=rf"claims {60 << 20} bytes") as e:
+        list(r.read_piece(seg, _all(r)))
+    assert e.value.offset == at
+    assert r.stats.bytes < 16_000  # ranges of 1000 bytes up to it, nothing more
