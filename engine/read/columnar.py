@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, UnsupportedLayoutError
 from ..format.batchcq import BATCH_CQ_DIR, BatchConsumeQueue
 from ..format.commitlog import (
     DEFAULT_FILE_SIZE,
@@ -110,6 +110,7 @@ from ..format.message import (
 )
 from ..format.queue import QueueReader
 from ..format.rocksdbcq import RocksDBConsumeQueue, RocksDBConsumeQueues
+from ..format.source import LOCAL, StoreSource
 from ..service.storetree import check_store_tree, rocksdb_consume_queue
 from . import kernel
 from .jsonline import message_fields
@@ -364,27 +365,33 @@ class StoreFiles:
 
     Args:
         root: the store directory (``storePathRootDir``: has ``commitlog/`` and
-            ``consumequeue/``).
+            ``consumequeue/``), a path of ``source``.
         check_crc: check every record's BODYCRC (default, as RocketMQ's
             ``checkCRCOnRecover``); False trusts the files (a store already verified; the
             baseline of ``bench/bodycrc.py``) and a flipped body byte is then served.
+        source: where the files are read from (:mod:`engine.format.source`): the local
+            filesystem, or a snapshot in object storage
+            (:class:`engine.live.objectsource.ObjectSource`, whose root is ``root``).
 
     Raises:
         FileNotFoundError: ``root`` has no ``commitlog/`` directory.
+        UnsupportedLayoutError: RocksDB ConsumeQueues from a source that is not local.
         UnsafeStoreError: a link, FIFO or device below ``root``
             (:func:`engine.service.storetree.check_store_tree`).
         CorruptRecordError: (from :meth:`queue` and the reads) a queue's files cannot be a
             queue (mixed sizes, misnamed), or a record is not its unit's.
     """
 
-    def __init__(self, root: str, check_crc: bool = True) -> None:
-        self.root = os.path.abspath(root)
-        # never through a link, never a FIFO or device, as every open of a store
-        check_store_tree(self.root)
+    def __init__(self, root: str, check_crc: bool = True, source: StoreSource = LOCAL) -> None:
+        #: where the store's files are read from (:mod:`engine.format.source`)
+        self.source = source
+        self.root = os.path.abspath(root) if source.local else root
+        if source.local:  # never through a link, never a FIFO or device, as every open
+            check_store_tree(self.root)
         #: the store's DLedger CommitLog (engine.format.dledger), or None for a plain store
-        self.dledger = open_dledger(self.root)
+        self.dledger = open_dledger(self.root, source)
         cl = self.dledger.data_dir if self.dledger else os.path.join(self.root, "commitlog")
-        if not os.path.isdir(cl):
+        if not source.isdir(cl):
             raise FileNotFoundError(f"{root}: not a RocketMQ store (no commitlog/ directory)")
         #: where a DLedger store's committed entries end (``getCommittedPos``): records from
         #: there on are not messages; None for a plain store
@@ -392,14 +399,19 @@ class StoreFiles:
         if self.dledger is not None:
             self.committed_end = self.dledger.committed_end() or 0
         #: the store's CommitLog files (read-only mmaps)
-        self.commitlog = MappedFiles(cl)
+        self.commitlog = MappedFiles(cl, source=source)
         #: whether records read here have their BODYCRC checked (the decoders' ``check_crc``)
         self.check_crc = check_crc
         self._queues: dict[tuple[str, int], QueueReader] = {}
         #: the store's RocksDB ConsumeQueues (engine.format.rocksdbcq) when it keeps them
         #: there (storetree.rocksdb_consume_queue, the one decision), else None
         self.rocksdb: RocksDBConsumeQueues | None = None
-        if rocksdb_consume_queue(self.root):
+        if rocksdb_consume_queue(self.root, source):
+            if not source.local:
+                raise UnsupportedLayoutError(
+                    f"{root}: RocksDB ConsumeQueues are read from a local store only "
+                    "(download the snapshot first)"
+                )
             self.rocksdb = RocksDBConsumeQueues(os.path.join(self.root, "consumequeue"))
         self._cq_file_size: int | None = None
 
@@ -412,14 +424,14 @@ class StoreFiles:
         for kind in _QUEUE_DIRS:  # ConsumeQueues and BatchConsumeQueues
             base = os.path.join(self.root, kind)
             try:
-                names = os.listdir(base)
+                names = self.source.listdir(base)
             except FileNotFoundError:
                 continue
             # the store's rule (config.topic_path_problem): what a broker loads, unless unsafe
             out.update(
                 t
                 for t in names
-                if os.path.isdir(os.path.join(base, t)) and topic_path_problem(t) is None
+                if self.source.isdir(os.path.join(base, t)) and topic_path_problem(t) is None
             )
         return sorted(out)
 
@@ -431,14 +443,14 @@ class StoreFiles:
         for kind in _QUEUE_DIRS:
             base = os.path.join(self.root, kind, topic)
             try:
-                names = os.listdir(base)
+                names = self.source.listdir(base)
             except FileNotFoundError:
                 continue
             # canonical decimal names only, as the store reads them ("007" or "²" is no queue)
             out.update(
                 q
                 for q in map(queue_dir_id, names)
-                if q is not None and os.path.isdir(os.path.join(base, str(q)))
+                if q is not None and self.source.isdir(os.path.join(base, str(q)))
             )
         return sorted(out)
 
@@ -462,10 +474,12 @@ class StoreFiles:
         else:
             d = os.path.join(self.root, "consumequeue", topic, str(queue_id))
             b = os.path.join(self.root, BATCH_CQ_DIR, topic, str(queue_id))
-            if not os.path.isdir(d) and os.path.isdir(b):  # a BatchCQ topic's queue
-                q = BatchConsumeQueue(b, topic, queue_id)
+            if not self.source.isdir(d) and self.source.isdir(b):  # a BatchCQ topic's queue
+                q = BatchConsumeQueue(b, topic, queue_id, source=self.source)
             else:
-                q = ConsumeQueue(d, topic, queue_id, self._queue_file_size(), read_only=True)
+                q = ConsumeQueue(
+                    d, topic, queue_id, self._queue_file_size(), read_only=True, source=self.source
+                )
                 q.catch_up()
         self._queues[key] = q
         return q
@@ -478,7 +492,7 @@ class StoreFiles:
             qdirs = [
                 os.path.join(base, t, str(q)) for t in self.topics() for q in self.queue_ids(t)
             ][:64]
-            size, _ = cq_store_file_size(qdirs)
+            size, _ = cq_store_file_size(qdirs, self.source)
             self._cq_file_size = size or DEFAULT_UNITS_PER_FILE * CQ_STORE_UNIT_SIZE
         return self._cq_file_size
 

@@ -381,3 +381,33 @@ def test_a_damaged_size_is_never_read_whole_from_object_storage(copy, tmp_path, 
         list(r.read_piece(seg, _all(r)))
     assert e.value.offset == at
     assert r.stats.bytes < 16_000  # ranges of 1000 bytes up to it, nothing more
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_store_files_over_the_source_reads_as_the_local_copy(copy, tmp_path, cached):
+    """``StoreFiles`` over a snapshot's store source (object storage; here a local location)
+    lists the same topics and queues and reads the same rows, queue by queue, as over the
+    copy's own files: one reader, two sources."""
+    from rmqfs.engine.live.objectsource import ObjectSource
+
+    src = ObjectSource(str(copy), str(tmp_path / "cache") if cached else None)
+    remote_files = StoreFiles(src.root, source=src)
+    local = StoreFiles(str(copy))
+    try:
+        assert remote_files.topics() == local.topics() and "T" in local.topics()
+        rows = 0
+        for t in local.topics():
+            assert remote_files.queue_ids(t) == local.queue_ids(t)
+            for q in local.queue_ids(t):
+                lo, hi = local.min_offset(t, q), local.max_offset(t, q)
+                assert (remote_files.min_offset(t, q), remote_files.max_offset(t, q)) == (lo, hi)
+                want = _rows(list(local.read_batches(t, q, lo, hi)))
+                assert _rows(list(remote_files.read_batches(t, q, lo, hi))) == want
+                rows += len(want)
+        assert rows > 1000
+        walked = [b.num_rows for b in remote_files.read_commitlog()]
+        assert sum(walked) == sum(b.num_rows for b in local.read_commitlog())
+    finally:
+        remote_files.close()
+        local.close()
+        src.close()
