@@ -413,6 +413,20 @@ def weed(tmp_path_factory):
         w.stop()
 
 
+@pytest.fixture
+def aws(monkeypatch, weed):
+    """:func:`weed`, its credentials in the standard AWS variables (what rmqfs and pyarrow
+    read), running again if a test stopped it and failed before starting it."""
+    from s3server import KEY, SECRET
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    if weed.proc is None:
+        weed.start()
+    return weed
+
+
 def run_available_now(df, out, checkpoint, timeout: float = 120) -> None:
     """Write the streaming DataFrame ``df`` to Parquet at ``out`` with
     ``trigger(availableNow=True)`` and ``checkpoint``, wait for it, and fail with its error."""

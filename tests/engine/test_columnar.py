@@ -511,6 +511,23 @@ def test_the_commitlog_walk_in_ranges_of_any_size_finds_every_record(tmp_path, r
     bad = recs[450]["physicalOffset"]
     seg = _cfg().mapped_file_size_commit_log
     _patch(root / "commitlog" / f"{bad - bad % seg:020d}", bad % seg + 4, b"\0\0\0\1")
+    seen, err = _walk_to_damage(root, read_size)
+    assert err.offset == bad
+    assert seen == [r["physicalOffset"] for r in recs[:450]]
+    _patch(root / "commitlog" / f"{bad - bad % seg:020d}", bad % seg + 4, b"\xda\xa3\x20\xa7")
+    body = recs[300]["physicalOffset"] + 88  # the body's first byte (after BODYLENGTH)
+    with open(root / "commitlog" / f"{body - body % seg:020d}", "r+b") as f:
+        f.seek(body % seg)
+        byte = f.read(1)
+        f.seek(body % seg)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    seen, err = _walk_to_damage(root, read_size)  # BODYCRC: found by the decoder
+    assert err.offset == recs[300]["physicalOffset"]
+    assert seen == [r["physicalOffset"] for r in recs[:300]]
+
+
+def _walk_to_damage(root, read_size: int) -> tuple[list[int], CorruptRecordError]:
+    """The CommitLog offsets ``decode_commitlog`` yields before the error it must raise."""
     files = columnar.StoreFiles(str(root))
     seen: list[int] = []
     try:
@@ -521,27 +538,7 @@ def test_the_commitlog_walk_in_ranges_of_any_size_finds_every_record(tmp_path, r
                 seen.extend(x.column("commitLogOffset").to_pylist())
     finally:
         files.close()
-    assert info.value.offset == bad
-    assert seen == [r["physicalOffset"] for r in recs[:450]]
-    _patch(root / "commitlog" / f"{bad - bad % seg:020d}", bad % seg + 4, b"\xda\xa3\x20\xa7")
-    body = recs[300]["physicalOffset"] + 88  # the body's first byte (after BODYLENGTH)
-    with open(root / "commitlog" / f"{body - body % seg:020d}", "r+b") as f:
-        f.seek(body % seg)
-        byte = f.read(1)
-        f.seek(body % seg)
-        f.write(bytes([byte[0] ^ 0xFF]))
-    files = columnar.StoreFiles(str(root))
-    seen = []
-    try:  # BODYCRC: found by the decoder, still every record before it first
-        with pytest.raises(CorruptRecordError) as info:
-            for x in columnar.decode_commitlog(
-                files.commitlog, columns=("commitLogOffset",), read_size=read_size
-            ):
-                seen.extend(x.column("commitLogOffset").to_pylist())
-    finally:
-        files.close()
-    assert info.value.offset == recs[300]["physicalOffset"]
-    assert seen == [r["physicalOffset"] for r in recs[:300]]
+    return seen, info.value
 
 
 def test_the_commitlog_walk_names_a_missing_or_short_file(tmp_path):

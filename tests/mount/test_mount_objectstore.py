@@ -21,7 +21,7 @@ from conftest import REPO, fuse, in_mount_table, run_rmqfs, wait_unmounted
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.mount.mounts import CACHE_OWNER, CACHE_PREFIX
-from s3server import BUCKET, KEY, SECRET
+from s3server import BUCKET
 from test_snapshots import materialize, small_store_config
 
 pq = pytest.importorskip("pyarrow.parquet")
@@ -33,17 +33,6 @@ CONF = (
     "mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
     "maxHashSlotNum=64\nmaxIndexNum=256\n"
 )
-
-
-@pytest.fixture
-def aws(monkeypatch, weed):
-    """The server's credentials in the standard AWS variables (what rmqfs and pyarrow read)."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    if weed.proc is None:  # a test stopped it and failed before starting it again
-        weed.start()
-    return weed
 
 
 def rmqfs_mounts() -> set[str]:

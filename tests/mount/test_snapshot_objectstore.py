@@ -22,20 +22,11 @@ from rmqfs.engine.live import location, objectstore
 from rmqfs.engine.live.remote import RemoteSnapshot
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import MessageStore
-from s3server import BUCKET, KEY, SECRET
+from s3server import BUCKET
 from stores import materialize, snapshot_copy
 from test_snapshots import _put, bodies_of, small_store_config
 
 pafs = pytest.importorskip("pyarrow.fs")
-
-
-@pytest.fixture
-def aws(monkeypatch, weed):
-    """The server's credentials in the standard AWS variables (what rmqfs and pyarrow read)."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    return weed
 
 
 def snapshot_copies(tmp_path: Path, rounds: list[int]) -> tuple[Path, list[Path]]:

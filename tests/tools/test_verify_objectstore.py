@@ -26,15 +26,6 @@ CONF = (
 )
 
 
-@pytest.fixture
-def aws(monkeypatch, weed):
-    """The server's credentials in the standard AWS variables (what rmqfs and pyarrow read)."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    return weed
-
-
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory) -> Path:
     """A snapshot copy of a store of several 64 KiB CommitLog files, two topics with keys."""
