@@ -65,10 +65,11 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
             self.dropped += 1
 
 
-def _setup_logging(args: argparse.Namespace, foreground: bool) -> None:
+def _setup_logging(args: argparse.Namespace, foreground: bool) -> queue.Queue[logging.LogRecord]:
     """The daemon's logging: records go through a bounded queue to one writer thread
     (``logging.handlers.QueueListener``), so a log call on the trio loop (a refused write,
-    ``--debug``'s decisions) never waits on the disk or on syslog."""
+    ``--debug``'s decisions) never waits on the disk or on syslog. Returns the queue
+    (:func:`_log_written` waits until what it holds is written)."""
     level = logging.DEBUG if args.debug else logging.INFO
     handler: logging.Handler
     if args.log_file:
@@ -90,6 +91,16 @@ def _setup_logging(args: argparse.Namespace, foreground: bool) -> None:
     # its "%(levelname)s:%(name)s:%(message)s": lines read "rmqfs INFO INFO:rmqfs:mounted".
     front.setFormatter(logging.Formatter("%(message)s"))
     logging.basicConfig(level=level, handlers=[front])
+    return q
+
+
+def _log_written(q: queue.Queue[logging.LogRecord], timeout: float = 5.0) -> None:
+    """Wait (at most ``timeout`` seconds) until the writer thread has written every record
+    queued so far: what the mount logged while it opened the store (its recovery, the
+    brokerName it took) is in the log when ``rmqfs mount`` returns."""
+    deadline = time.monotonic() + timeout
+    while q.unfinished_tasks and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def default_log_file() -> str:
@@ -171,7 +182,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if args.ready_fd is not None:
         # libfuse's auto_unmount helper must not inherit the pipe, or the parent never sees EOF.
         os.set_inheritable(args.ready_fd, False)
-    _setup_logging(args, foreground=args.ready_fd is None)
+    log_queue = _setup_logging(args, foreground=args.ready_fd is None)
     # How far opening the store is (a long recovery): through the ready pipe to the parent,
     # which draws it; with -f, drawn here (on a terminal only).
     pipe = PipeProgress(args.ready_fd) if args.ready_fd is not None else None
@@ -214,6 +225,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if pipe is not None and note is not None:
         pipe.note(note)  # the daemon logged it too (with -f, on this stderr)
     if args.ready_fd is not None:
+        _log_written(log_queue)  # the log holds what the mount said before it is ready
         os.write(args.ready_fd, b"ok")
         os.close(args.ready_fd)
         devnull = os.open(os.devnull, os.O_RDWR)

@@ -159,9 +159,9 @@ def test_du_of_a_snapshot_is_du_of_the_store_files_it_froze(mount_store):
     per decoded file (docs/mount.md, "Sizes and du")."""
     m = mount_store()
     os.mkdir(m.mnt / "topics" / "T")
-    (m.mnt / "topics" / "T" / "produce").write_bytes(
-        b"".join(b"line %d key%d\n" % (i, i) for i in range(3000))
-    )
+    with open(m.mnt / "topics" / "T" / "produce", "wb") as f:
+        f.write(b"".join(b"line %d key%d\n" % (i, i) for i in range(3000)))
+        os.fsync(f.fileno())  # the store flushed: its files stop growing (du compares them)
     os.mkdir(m.mnt / "snapshots" / "s1")
 
     def du(path) -> int:
