@@ -434,7 +434,10 @@ class MessageStore:
     ) -> None:
         """Recover the store (not followed); ``may_follow``: a read-only open that chose not to
         follow, which attaches a follower to a clean store no one writes now."""
-        self.recovery_report = recovery.recover(self, progress)
+        from .read import kernel, recoverruns  # the batched walk needs the compiled kernel
+
+        runs = recoverruns.recovery_runs if kernel.load() is not None else None
+        self.recovery_report = recovery.recover(self, progress, runs=runs)
         for bq in self.batch_queues.values():  # as the recovered CommitLog has them
             bq.truncate_dirty(self.commitlog.max_offset)
             bq.correct_min_offset(self.commitlog.min_offset)

@@ -545,8 +545,9 @@ class CommitLog:
                             base_offset=chunk_start,
                             force_verify_prop_crc=force_prop_crc,
                         )
-                    except CorruptRecordError as exc:
-                        self.scan_error = str(exc)
+                    except CorruptRecordError as exc:  # named at its CommitLog offset
+                        what = str(exc).rsplit(" (at offset ", 1)[0]
+                        self.scan_error = f"{what} (at offset {chunk_start + r})"
                         return
                     yield (
                         chunk,
