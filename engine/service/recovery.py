@@ -7,8 +7,14 @@ hold; after a crash, at the newest CommitLog segment whose first record is older
 checkpoint. Every record from there is checked (size, magic, body CRC), a torn tail is dropped,
 ConsumeQueue units and index items past the end are cut, and the records the queues lack are
 dispatched again (:mod:`engine.service.dispatch`). Records the queues already hold are compared by their
-unit without decoding (:func:`light_unit`). Tests: tests/engine/test_crash.py,
-test_rocketmq_scenarios.py, test_store_hardening.py, test_fastpaths.py (decoded vs undecoded).
+unit without decoding (:func:`light_unit`). A plain CommitLog is walked in batches by the
+compiled step and decoder (:class:`RecordRun`, :func:`engine.read.recoverruns.recovery_runs`,
+which the store hands :func:`recover`), their units compared per queue at once; where the
+batches stop, :meth:`engine.format.commitlog.CommitLog.scan_raw` walks on record by record
+and says where the data ends; a DLedger CommitLog is walked by ``scan_raw`` alone. Tests:
+tests/engine/test_crash.py, test_rocketmq_scenarios.py, test_store_hardening.py,
+test_fastpaths.py (decoded vs undecoded), test_recovery_batches.py (batched vs record by
+record, on damaged stores).
 """
 
 from __future__ import annotations
