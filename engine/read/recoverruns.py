@@ -31,6 +31,7 @@ from ..format.message import (
     decode_record,
 )
 from ..service.recovery import RecordRun
+from . import kernel
 from .columnar import CommitLogWindow, commitlog_runs, decode_records
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
@@ -47,6 +48,17 @@ _TAGS_CODES: dict[str, int] = {}
 
 
 def recovery_runs(
+    files: MappedFiles, start: int, check_crc: bool, max_message_size: int
+) -> Iterator[RecordRun] | None:
+    """:func:`batched_runs`, or None in a process without the compiled kernel
+    (``engine.read.kernel.load``): recovery then walks record by record
+    (:data:`engine.service.recovery.RunSource`)."""
+    if kernel.load() is None:
+        return None
+    return batched_runs(files, start, check_crc, max_message_size)
+
+
+def batched_runs(
     files: MappedFiles, start: int, check_crc: bool, max_message_size: int
 ) -> Iterator[RecordRun]:
     """The records of a plain CommitLog from ``start`` (a record's or a segment's offset, bytes)

@@ -584,8 +584,11 @@ class RecordRun(NamedTuple):
 
 #: ``runs(files, start, check_crc, max_message_size)``: the batched walk of a plain CommitLog
 #: (:func:`engine.read.recoverruns.recovery_runs`, which the store hands recovery: this layer
-#: cannot import the reader's)
-RunSource = Callable[[MappedFiles, int, bool, int], Iterator[RecordRun]]
+#: cannot import the reader's), or None when this process has no compiled walk
+RunSource = Callable[[MappedFiles, int, bool, int], Iterator[RecordRun] | None]
+#: The scan goes record by record over its first this many bytes, in batches after them (a
+#: short scan does not load numpy and pyarrow; tests set 0)
+BATCHES_AFTER = 1 << 20
 
 
 class _Scan:
@@ -798,13 +801,15 @@ def _scan(
 ) -> tuple[int, bool, int, _Tail]:
     """Walk the CommitLog from ``start`` and hand dispatch what the derived files lack.
 
-    A plain CommitLog with the compiled walk (``runs``) goes in batches
-    (:class:`RecordRun`, compared per queue at once): where they stop (damage, or a record
-    they cannot vouch for), :meth:`engine.format.commitlog.CommitLog.scan_raw` walks on,
-    record by record, and decides where the data ends (``scan_end``, ``scan_error``); after
-    a record it takes, the batches go on. A DLedger CommitLog, a store that verifies every
-    ``__CRC32#`` property (``forceVerifyPropCRC``) or one without the compiled walk is
-    walked by ``scan_raw`` alone. Returns ``(end, gap, records, (prev, last))``.
+    A plain CommitLog with the compiled walk (``runs``) goes in batches past its first
+    :data:`BATCHES_AFTER` bytes (:class:`RecordRun`, compared per queue at once): where they
+    stop (damage, or a record they cannot vouch for),
+    :meth:`engine.format.commitlog.CommitLog.scan_raw` walks on, record by record, and
+    decides where the data ends (``scan_end``, ``scan_error``); after a record it takes, the
+    batches go on. A DLedger CommitLog, a store that verifies every ``__CRC32#`` property
+    (``forceVerifyPropCRC``), one whose ``runs`` gives None (no compiled walk) and the
+    first :data:`BATCHES_AFTER` bytes are walked by ``scan_raw`` alone. Returns ``(end,
+    gap, records, (prev, last))``.
     """
     cl = store.commitlog
     check_crc = store.config.check_crc_on_recover
@@ -812,11 +817,20 @@ def _scan(
     if runs is None or cl.entries is not None or (cl.force_verify_prop_crc and check_crc):
         runs = None
     pos = start
+    mapped = False
+    # record by record first: a short scan (normal recovery's, from the queues' last record)
+    # does not pay for loading the batches' numpy and pyarrow
+    budget = start + BATCHES_AFTER
     while True:
-        if runs is not None:
-            for r in runs(cl.files, pos, check_crc, cl.max_message_size):
-                s.run(r)
-                pos = int(r.offsets[-1] + r.sizes[-1])
+        batches = None
+        if runs is not None and pos >= budget:
+            batches = runs(cl.files, pos, check_crc, cl.max_message_size)
+            if batches is None:  # no compiled walk in this process
+                runs = None
+        for r in batches or ():
+            s.run(r)
+            pos = int(r.offsets[-1] + r.sizes[-1])
+            mapped = True
         took = False
         for buf, at, phys, total, topic, qid, qoff, sys_flag in cl.scan_raw(pos, check_crc):
             s.records += 1
@@ -824,12 +838,12 @@ def _scan(
             s.one(buf, at, phys, topic, qid, qoff, sys_flag)
             s.keep_tail(buf, at, total)
             pos, took = phys + total, True
-            if runs is not None:
+            if runs is not None and pos >= budget:
                 break  # the batches go on after it
         if not took or runs is None:
             break
     s.flush()
-    if runs is not None:
+    if mapped:
         cl.files.release_pages()  # the mapped pages leave this process's RSS
     prev, last = ([None, None] + s.tail)[-2:]
     tail = (

@@ -132,7 +132,9 @@ def recover(root: Path, batched: bool, monkeypatch, **config) -> tuple:
     given = []
 
     def counted(*a, **k):
-        for run in recoverruns.recovery_runs(*a, **k):
+        runs = recoverruns.recovery_runs(*a, **k)
+        assert runs is not None  # the compiled kernel is there
+        for run in runs:
             given.append(len(run.offsets))
             yield run
 
@@ -141,6 +143,7 @@ def recover(root: Path, batched: bool, monkeypatch, **config) -> tuple:
         return real(*a, **k)
 
     monkeypatch.setattr(recovery, "recover", recover_with)
+    monkeypatch.setattr(recovery, "BATCHES_AFTER", 0)  # batches from the first record
     (root / "abort").write_text("1")
     with MessageStore(str(root), small_segments(**config)) as s:
         r = s.recovery_report
@@ -202,6 +205,27 @@ def test_batched_recovery_ends_and_dispatches_as_scan_raw(
     if kind == "none":
         assert got[3] > 0 and got[0][2] is None  # the batches took the records
         assert got[3] >= got[0][3] // 2
+
+
+def test_a_short_scan_goes_record_by_record(base, tmp_path, monkeypatch):
+    """A scan shorter than BATCHES_AFTER (normal recovery's, from the queues' last record)
+    does not load the batches (numpy, pyarrow): scan_raw walks it alone."""
+    root = tmp_path / "s"
+    shutil.copytree(base, root)
+    called = []
+    real = recoverruns.recovery_runs
+    monkeypatch.setattr(recoverruns, "recovery_runs", lambda *a: called.append(a) or real(*a))
+    (root / "abort").write_text("1")
+    with MessageStore(str(root), small_segments()) as s:
+        assert s.recovery_report is not None
+        assert s.recovery_report.records_scanned == len(_records(base))
+    assert called == []
+    monkeypatch.setattr(recovery, "BATCHES_AFTER", 5000)  # the batches from there on
+    (root / "abort").write_text("1")
+    with MessageStore(str(root), small_segments()) as s:
+        assert s.recovery_report is not None
+        assert s.recovery_report.records_scanned == len(_records(base))
+    assert called and all(a[1] >= 5000 for a in called)
 
 
 def test_the_batches_take_every_record_of_a_plain_store(base, tmp_path, monkeypatch):
