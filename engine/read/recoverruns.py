@@ -105,6 +105,7 @@ def _decode(
         batch = decode_records(window, offs, sizes, COLUMNS, check_crc)
     except CorruptRecordError as exc:
         k = 0 if exc.offset is None else int(np.searchsorted(offs, exc.offset))
+        k = min(k, len(offs) - 1)  # an offset past the records: fewer of them, never the same
         if not k:
             return None, True
         offs, sizes = offs[:k], sizes[:k]
