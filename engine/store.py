@@ -161,6 +161,17 @@ def _load_kernel() -> Any:
     return kernel.load()
 
 
+def _recovery_runs(
+    files: Any, start: int, check_crc: bool, max_message_size: int
+) -> Iterator[recovery.RecordRun] | None:
+    """Recovery's batched walk of a plain CommitLog (``engine.read.recoverruns.recovery_runs``:
+    None without the compiled kernel), given to recovery, which sits below engine.read; loaded
+    when a scan first needs it (numpy, pyarrow)."""
+    from .read import recoverruns
+
+    return recoverruns.recovery_runs(files, start, check_crc, max_message_size)
+
+
 class MessageStore:
     """A RocketMQ store directory opened for reading and writing.
 
@@ -434,7 +445,7 @@ class MessageStore:
     ) -> None:
         """Recover the store (not followed); ``may_follow``: a read-only open that chose not to
         follow, which attaches a follower to a clean store no one writes now."""
-        self.recovery_report = recovery.recover(self, progress)
+        self.recovery_report = recovery.recover(self, progress, runs=_recovery_runs)
         for bq in self.batch_queues.values():  # as the recovered CommitLog has them
             bq.truncate_dirty(self.commitlog.max_offset)
             bq.correct_min_offset(self.commitlog.min_offset)

@@ -333,9 +333,13 @@ class CommitLog:
         past the checkpoint's committedIndex ends the walk cleanly (``getCommittedPos``), and
         :attr:`scan_end` is then the end of the last committed entry
         (``DLedgerCommitLog.checkMessageAndReturnSize``, ``DLedgerMmapFileStore.recover``).
-        This is the walk of recovery and of DLedger CommitLogs (tests/engine/
-        test_layout_home.py); readers of a plain CommitLog in order use the compiled step over
-        ranges (:func:`engine.read.columnar.commitlog_runs`, ``walk_segment``'s rules).
+        This is the walk of DLedger CommitLogs and recovery's judge (tests/engine/
+        test_layout_home.py): recovery walks a plain CommitLog in batches
+        (:func:`engine.read.recoverruns.recovery_runs`) and goes on with this walk where they
+        stop, so this walk says where the data ends; readers of a plain CommitLog in order use
+        the compiled step over ranges (:func:`engine.read.columnar.commitlog_runs`,
+        ``walk_segment``'s rules). A record ``decode_record`` refuses is named at its
+        CommitLog offset in :attr:`scan_error`.
         """
         self.scan_error = None
         pos = start
@@ -545,8 +549,9 @@ class CommitLog:
                             base_offset=chunk_start,
                             force_verify_prop_crc=force_prop_crc,
                         )
-                    except CorruptRecordError as exc:
-                        self.scan_error = str(exc)
+                    except CorruptRecordError as exc:  # named at its CommitLog offset
+                        what = str(exc).rsplit(" (at offset ", 1)[0]
+                        self.scan_error = f"{what} (at offset {chunk_start + r})"
                         return
                     yield (
                         chunk,

@@ -824,6 +824,7 @@ def commitlog_runs(
     read_size: int = SCAN_CHUNK,
     exact_end: bool = False,
     max_message_size: int = MAX_MESSAGE_SIZE,
+    refresh: bool = True,
 ) -> Iterator[tuple[CommitLogWindow, np.ndarray, np.ndarray]]:
     """Walk a plain CommitLog's records from ``start`` (a record's or a segment's offset) to
     ``end`` (None: the end of the data) in runs: ``(window, offsets, sizes)``, the CommitLog
@@ -838,7 +839,8 @@ def commitlog_runs(
     a record longer than ``read_size`` is read whole; from a source read by range, not one
     that claims more than ``max_message_size`` + 64 KiB: :func:`engine.format.commitlog.
     claim_problem`). Record layouts and BODYCRC are the decoders' to check
-    (:func:`decode_records`).
+    (:func:`decode_records`). ``refresh`` False walks the files as ``commitlog`` lists them
+    (a writer's own list: recovery) instead of listing them again first.
 
     Raises:
         CorruptRecordError: after the runs before it, at a header that is neither a record
@@ -849,7 +851,8 @@ def commitlog_runs(
             offset).
         OSError, ObjectStoreError: a file could not be read.
     """
-    commitlog.refresh()
+    if refresh:
+        commitlog.refresh()
     segs = commitlog.segments
     stop = commitlog.end_offset if end is None else end
     pos = max(start, segs[0].start) if segs else start

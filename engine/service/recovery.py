@@ -7,8 +7,14 @@ hold; after a crash, at the newest CommitLog segment whose first record is older
 checkpoint. Every record from there is checked (size, magic, body CRC), a torn tail is dropped,
 ConsumeQueue units and index items past the end are cut, and the records the queues lack are
 dispatched again (:mod:`engine.service.dispatch`). Records the queues already hold are compared by their
-unit without decoding (:func:`light_unit`). Tests: tests/engine/test_crash.py,
-test_rocketmq_scenarios.py, test_store_hardening.py, test_fastpaths.py (decoded vs undecoded).
+unit without decoding (:func:`light_unit`). A plain CommitLog is walked in batches by the
+compiled step and decoder (:class:`RecordRun`, :func:`engine.read.recoverruns.recovery_runs`,
+which the store hands :func:`recover`), their units compared per queue at once; where the
+batches stop, :meth:`engine.format.commitlog.CommitLog.scan_raw` walks on record by record
+and says where the data ends; a DLedger CommitLog is walked by ``scan_raw`` alone. Tests:
+tests/engine/test_crash.py, test_rocketmq_scenarios.py, test_store_hardening.py,
+test_fastpaths.py (decoded vs undecoded), test_recovery_batches.py (batched vs record by
+record, on damaged stores).
 """
 
 from __future__ import annotations
@@ -17,14 +23,16 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import CorruptRecordError
-from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT
+from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, UNIT_DTYPE_SPEC
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from ..format.javahash import tags_code
+from ..format.mappedfile import MappedFiles
 from ..format.message import (
     BORNHOST_V6_FLAG,
     FIXED_V4,
@@ -54,6 +62,8 @@ from .dispatch import DispatchRequest
 from .storetree import controller_replica
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -204,6 +214,7 @@ def recover(
     progress: workprogress.ProgressFactory | None = None,
     report: RecoveryReport | None = None,
     undecoded: bool = True,
+    runs: RunSource | None = None,
 ) -> RecoveryReport:
     """Find the end of the CommitLog and make the ConsumeQueues agree with it.
 
@@ -219,13 +230,16 @@ def recover(
     bound of the data), updated every :data:`PROGRESS_STEP` bytes. Returns ``report`` (a new
     :class:`RecoveryReport` when None) with what was done. ``undecoded`` False decodes every
     record instead of comparing the units of records the queues already hold with the raw
-    record (the two must agree: tests/engine/test_fastpaths.py compares them).
+    record (the two must agree: tests/engine/test_fastpaths.py compares them). ``runs``: the
+    batched walk of a plain CommitLog (:data:`RunSource`; the store hands
+    :func:`engine.read.recoverruns.recovery_runs`); None walks record by record
+    (:meth:`engine.format.commitlog.CommitLog.scan_raw`), as a DLedger CommitLog always is.
     """
     started = time.monotonic()
     report = report if report is not None else RecoveryReport()
     report.abnormal = not store.last_exit_ok
     try:
-        _recover(store, progress, report, undecoded)
+        _recover(store, progress, report, undecoded, runs)
     finally:
         report.repairs = list(store.repairs)
         report.seconds += time.monotonic() - started
@@ -237,6 +251,7 @@ def _recover(
     progress: workprogress.ProgressFactory | None,
     report: RecoveryReport,
     undecoded: bool,
+    runs: RunSource | None = None,
 ) -> None:
     cl = store.commitlog
     if not cl.files.segments:
@@ -259,13 +274,27 @@ def _recover(
         )
     report.scan_start = start
     end, gap, tail = _scan_and_dispatch(
-        store, start, start <= cl.min_offset, progress, report, "recovering CommitLog", undecoded
+        store,
+        start,
+        start <= cl.min_offset,
+        progress,
+        report,
+        "recovering CommitLog",
+        undecoded,
+        runs,
     )
     if gap and start > cl.min_offset:
         log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
         report.scan_start = cl.min_offset
         end, _, tail = _scan_and_dispatch(
-            store, cl.min_offset, True, progress, report, "re-dispatching CommitLog", undecoded
+            store,
+            cl.min_offset,
+            True,
+            progress,
+            report,
+            "re-dispatching CommitLog",
+            undecoded,
+            runs,
         )
     prev, last = tail
     if (
@@ -477,6 +506,7 @@ def scan_and_dispatch(
     progress: workprogress.ProgressFactory | None = None,
     report: RecoveryReport | None = None,
     desc: str = "recovering CommitLog",
+    runs: RunSource | None = None,
 ) -> tuple[int, bool]:
     """Check every record from ``start`` to the first invalid one and dispatch what the
     derived files lack. Returns ``(end, gap)``: where the valid records end, and whether a
@@ -485,9 +515,9 @@ def scan_and_dispatch(
     ``progress`` (a progress factory, :mod:`engine.service.workprogress`) gets one bar, ``desc``, of
     the bytes from ``start`` to the end of the last segment, updated every
     :data:`PROGRESS_STEP` bytes and filled at the end. ``report`` counts what was scanned and
-    rebuilt.
+    rebuilt. ``runs``: as for :func:`recover`.
     """
-    end, gap, _ = _scan_and_dispatch(store, start, full, progress, report, desc, True)
+    end, gap, _ = _scan_and_dispatch(store, start, full, progress, report, desc, True, runs)
     return end, gap
 
 
@@ -503,6 +533,7 @@ def _scan_and_dispatch(
     report: RecoveryReport | None,
     desc: str,
     undecoded: bool,
+    runs: RunSource | None = None,
 ) -> tuple[int, bool, _Tail]:
     """:func:`scan_and_dispatch`, and the last two records decoded ``(prev, last)`` (None
     where there are fewer)."""
@@ -513,7 +544,7 @@ def _scan_and_dispatch(
     index = store.index_service
     indexed_before = index.item_count() if index is not None else 0
     try:
-        end, gap, records, tail = _scan(store, start, full, bar, report, undecoded)
+        end, gap, records, tail = _scan(store, start, full, bar, report, undecoded, runs)
     finally:
         bar.close()
     report.bytes_scanned += max(0, end - start)
@@ -523,6 +554,242 @@ def _scan_and_dispatch(
     return end, gap, tail
 
 
+class RecordRun(NamedTuple):
+    """The records of one range of a plain CommitLog, checked and decoded column-wise
+    (:func:`engine.read.recoverruns.recovery_runs`): what :func:`_scan` compares with the
+    ConsumeQueues at once. Arrays are aligned, one element per record, in CommitLog order.
+
+    Attributes:
+        data, base: the buffer holding the records (a file's mapping, or bytes) and the
+            CommitLog offset of ``data[0]``.
+        offsets, sizes: int64 CommitLog offsets and TOTALSIZEs (bytes).
+        topics: the distinct topics of the run; ``topic_index`` (int) each record's.
+        queue_ids, queue_offsets, sys_flags, store_timestamps: the record fields.
+        tags_codes: int64 tagsCode of each record's TAGS (0 without), as
+            :func:`light_unit` gives (not a ``SCHEDULE_TOPIC_XXXX`` deliver time).
+    """
+
+    data: Any
+    base: int
+    offsets: np.ndarray
+    sizes: np.ndarray
+    topics: list[str]
+    topic_index: np.ndarray
+    queue_ids: np.ndarray
+    queue_offsets: np.ndarray
+    sys_flags: np.ndarray
+    store_timestamps: np.ndarray
+    tags_codes: np.ndarray
+
+
+#: ``runs(files, start, check_crc, max_message_size)``: the batched walk of a plain CommitLog
+#: (:func:`engine.read.recoverruns.recovery_runs`, which the store hands recovery: this layer
+#: cannot import the reader's), or None when this process has no compiled walk
+RunSource = Callable[[MappedFiles, int, bool, int], Iterator[RecordRun] | None]
+#: The scan goes record by record over its first this many bytes, in batches after them (a
+#: short scan does not load numpy and pyarrow; tests set 0)
+BATCHES_AFTER = 1 << 20
+
+
+class _Scan:
+    """The state of one recovery scan: what :func:`_scan` hands to dispatch record by record,
+    the queues already handed a record (``dirty``), the units read ahead, the progress bar."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        start: int,
+        full: bool,
+        bar: workprogress.ProgressBar,
+        report: RecoveryReport,
+        undecoded: bool,
+    ) -> None:
+        self.store = store
+        self.full = full
+        self.bar = bar
+        self.report = report
+        self.batch: list[DispatchRequest] = []
+        self.gap = False
+        self.cqs = store.consume_queues
+        index = store.index_service
+        # Records the ConsumeQueues and the index already hold need no decoding. The index
+        # drops them (offset below its endPhyOffset); _dispatch would compare each one's unit
+        # with the record (_verify_present) and change nothing when they agree. So the unit
+        # is compared here, from offset, size and the tagsCode read straight from the record,
+        # against units read ahead in blocks. From the first record of a queue that goes to
+        # _dispatch (a unit that differs, or any other reason), every later record of that
+        # queue goes there too, so a truncation and rewrite happen exactly as on the decoded
+        # path. Dispatchers that need every record decoded turn this off
+        # (engine.service.dispatch). An LMQ store's records are all decoded: the units of a
+        # record's LMQ queues (INNER_MULTI_DISPATCH, in its properties) are checked and
+        # rebuilt like its own.
+        self.skip_known = (
+            undecoded
+            and not store.lmq_enabled
+            and all(map(dispatch.skips_below_end_offset, store.dispatchers))
+        )
+        self.indexed_below = index.end_phy_offset if index is not None else None
+        self.windows: dict = {}  # (topic, queueId) -> (first queue offset, raw units ahead)
+        self.dirty: set = set()  # queues with a record handed to _dispatch
+        self.tail: list[bytes] = []  # the last two records' bytes, decoded after the scan
+        self.shown = start  # bytes up to here are on the progress bar
+        self.next_show = start + PROGRESS_STEP
+        self.records = 0
+
+    def show(self, phys: int) -> None:
+        """The progress bar at the record at ``phys`` (every PROGRESS_STEP bytes)."""
+        if phys >= self.next_show:
+            self.bar.update(phys - self.shown)
+            self.shown, self.next_show = phys, phys + PROGRESS_STEP
+
+    def one(
+        self, buf: Any, pos: int, phys: int, topic: str, qid: int, qoff: int, sys_flag: int
+    ) -> None:
+        """Hand the record at ``buf[pos]`` (CommitLog offset ``phys``) to dispatch unless the
+        derived files hold it already (the record-by-record rule)."""
+        d = None
+        key = (topic, qid)
+        if self.skip_known and (self.indexed_below is None or phys < self.indexed_below):
+            if sys_flag & TRANSACTION_TYPE_MASK in (
+                TRANSACTION_PREPARED_TYPE,
+                TRANSACTION_ROLLBACK_TYPE,
+            ):
+                return  # no unit, and already indexed
+            cq = self.cqs.get(key)
+            if (
+                cq is not None
+                and qoff < cq.max_offset
+                and topic != SCHEDULE_TOPIC
+                and not sys_flag & _HOSTS_V6
+            ):
+                size, tc, store_ts = light_unit(buf, pos)
+                if key not in self.dirty:
+                    if qoff < cq.min_offset:
+                        return  # not present, not written: as _dispatch does
+                    w = self.windows.get(key)
+                    if w is None or not w[0] <= qoff < w[0] + len(w[1]) // CQ_STORE_UNIT_SIZE:
+                        w = self.windows[key] = (qoff, cq.read_units(qoff, 4096))
+                    i = (qoff - w[0]) * CQ_STORE_UNIT_SIZE
+                    if w[1][i : i + CQ_STORE_UNIT_SIZE] == UNIT.pack(phys, size, tc):
+                        return
+                d = DispatchRequest(topic, qid, phys, size, tc, store_ts, qoff, [], None, sys_flag)
+        if d is None:
+            d = dispatch.dispatch_of(self.store, decode_record(buf, pos, check_crc=False))
+        self.dirty.add(key)
+        if d is not None:
+            self.batch.append(d)
+        if len(self.batch) >= 4096:
+            self.flush()
+
+    def flush(self) -> None:
+        """Dispatch what was handed so far."""
+        if self.batch:
+            self.gap |= dispatch.dispatch(
+                self.store, self.batch, recovering=True, full=self.full, report=self.report
+            )
+            self.batch = []
+
+    def keep_tail(self, buf: Any, pos: int, size: int) -> None:
+        """Keep a copy of the record ``buf[pos:pos + size]`` as the last one scanned."""
+        self.tail = [*self.tail[-1:], bytes(buf[pos : pos + size])]
+
+    def run(self, r: RecordRun) -> None:
+        """Every record of ``r``: those whose units the queues hold as they are (compared at
+        once, per queue) are passed over; the rest go through :meth:`one`, in order."""
+        import numpy as np  # lazily: `import engine` stays light (tests/test_layers.py)
+
+        n = len(r.offsets)
+        self.records += n
+        offs = r.offsets
+        while self.next_show <= offs[-1]:
+            self.show(int(offs[int(np.searchsorted(offs, self.next_show))]))
+        for i in np.flatnonzero(~self.known(r)).tolist():
+            off = int(offs[i])
+            self.one(
+                r.data,
+                off - r.base,
+                off,
+                r.topics[int(r.topic_index[i])],
+                int(r.queue_ids[i]),
+                int(r.queue_offsets[i]),
+                int(r.sys_flags[i]),
+            )
+        for i in range(max(0, n - 2), n):
+            self.keep_tail(r.data, int(offs[i]) - r.base, int(r.sizes[i]))
+
+    def known(self, r: RecordRun) -> np.ndarray:
+        """Which records of ``r`` :meth:`one` would pass over: the records below the index's
+        end (``indexed_below``) that are PREPARED or ROLLBACK, or whose queue was handed no
+        record before them and holds their unit as it is, or expired it (bool array)."""
+        import numpy as np
+
+        n = len(r.offsets)
+        skip = np.zeros(n, bool)
+        if not self.skip_known:
+            return skip
+        eligible = np.ones(n, bool)
+        if self.indexed_below is not None:
+            eligible &= r.offsets < self.indexed_below
+        flags = r.sys_flags & TRANSACTION_TYPE_MASK
+        txn = eligible & (
+            (flags == TRANSACTION_PREPARED_TYPE) | (flags == TRANSACTION_ROLLBACK_TYPE)
+        )
+        comparable = eligible & ~txn & ((r.sys_flags & _HOSTS_V6) == 0)
+        keys = (r.topic_index.astype(np.int64) << 32) | (r.queue_ids.astype(np.int64) & 0xFFFFFFFF)
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
+        for g in range(len(uniq)):
+            idx = order[bounds[g] : bounds[g + 1]]
+            topic = r.topics[int(r.topic_index[idx[0]])]
+            key = (topic, int(r.queue_ids[idx[0]]))
+            held = np.zeros(len(idx), bool)
+            cq = self.cqs.get(key)
+            if key not in self.dirty and cq is not None and topic != SCHEDULE_TOPIC:
+                held = comparable[idx] & self.held(cq, r, idx)
+            ok = held | txn[idx]
+            first = int(np.argmin(ok)) if not ok.all() else len(idx)
+            skip[idx[:first]] = True
+            skip[idx[first:]] = txn[idx[first:]]
+        return skip
+
+    def held(self, cq: Any, r: RecordRun, idx: np.ndarray) -> np.ndarray:
+        """Whether ``cq`` holds the unit of each record ``idx`` of ``r`` as it is (or expired
+        it: below its min offset), compared in bulk (bool array)."""
+        import numpy as np
+
+        qoff = r.queue_offsets[idx]
+        lo, hi = cq.min_offset, cq.max_offset
+        present = (qoff >= lo) & (qoff < hi)
+        out = (qoff < lo) & (qoff < hi)
+        if not present.any():
+            return out
+        first, last = int(qoff[present].min()), int(qoff[present].max()) + 1
+        if last - first > 4 * len(idx) + 4096:
+            return out  # scattered queue offsets: each record compared by one()
+        raw = []
+        at = first
+        while at < last:
+            got = cq.read_units(at, last - at)
+            if not got:
+                break
+            raw.append(got)
+            at += len(got) // CQ_STORE_UNIT_SIZE
+        units = np.frombuffer(b"".join(raw), UNIT_DTYPE_SPEC)
+        rel = qoff - first
+        have = present & (rel < len(units))
+        j = np.where(have, rel, 0)
+        if not len(units):
+            return out
+        same = (
+            have
+            & (units["off"][j] == r.offsets[idx])
+            & (units["size"][j] == r.sizes[idx])
+            & (units["tags"][j] == r.tags_codes[idx])
+        )
+        return out | same
+
+
 def _scan(
     store: MessageStore,
     start: int,
@@ -530,87 +797,62 @@ def _scan(
     bar: workprogress.ProgressBar,
     report: RecoveryReport,
     undecoded: bool,
+    runs: RunSource | None = None,
 ) -> tuple[int, bool, int, _Tail]:
+    """Walk the CommitLog from ``start`` and hand dispatch what the derived files lack.
+
+    A plain CommitLog with the compiled walk (``runs``) goes in batches past its first
+    :data:`BATCHES_AFTER` bytes (:class:`RecordRun`, compared per queue at once): where they
+    stop (damage, or a record they cannot vouch for),
+    :meth:`engine.format.commitlog.CommitLog.scan_raw` walks on, record by record, and
+    decides where the data ends (``scan_end``, ``scan_error``); after a record it takes, the
+    batches go on. A DLedger CommitLog, a store that verifies every ``__CRC32#`` property
+    (``forceVerifyPropCRC``), one whose ``runs`` gives None (no compiled walk) and the
+    first :data:`BATCHES_AFTER` bytes are walked by ``scan_raw`` alone. Returns ``(end,
+    gap, records, (prev, last))``.
+    """
     cl = store.commitlog
-    batch: list[DispatchRequest] = []
-    gap = False
-    cqs = store.consume_queues
-    index = store.index_service
-    # Records the ConsumeQueues and the index already hold need no decoding. The index
-    # drops them (offset below its endPhyOffset); _dispatch would compare each one's unit
-    # with the record (_verify_present) and change nothing when they agree. So the unit is
-    # compared here, from offset, size and the tagsCode read straight from the record,
-    # against units read ahead in blocks. From the first record of a queue that goes to
-    # _dispatch (a unit that differs, or any other reason), every later record of that
-    # queue goes there too, so a truncation and rewrite happen exactly as on the decoded
-    # path. Dispatchers that need every record decoded turn this off (engine.service.dispatch).
-    # An LMQ store's records are all decoded: the units of a record's LMQ queues
-    # (INNER_MULTI_DISPATCH, in its properties) are checked and rebuilt like its own.
-    skip_known = (
-        undecoded
-        and not store.lmq_enabled
-        and all(map(dispatch.skips_below_end_offset, store.dispatchers))
-    )
-    indexed_below = index.end_phy_offset if index is not None else None
-    light = light_unit
-    pack_unit = UNIT.pack
-    windows: dict = {}  # (topic, queueId) -> (first queue offset, raw units read ahead)
-    dirty: set = set()  # queues with a record handed to _dispatch
-    last = prev = None  # (buf, pos) of the last two records, decoded after the scan
-    shown = start  # bytes up to here are on the progress bar
-    next_show = start + PROGRESS_STEP
-    records = 0
-    for buf, pos, phys, _size, topic, qid, qoff, sys_flag in cl.scan_raw(
-        start, check_crc=store.config.check_crc_on_recover
-    ):
-        prev, last = last, (buf, pos)
-        records += 1
-        if phys >= next_show:
-            bar.update(phys - shown)
-            shown, next_show = phys, phys + PROGRESS_STEP
-        d = None
-        key = (topic, qid)
-        if skip_known and (indexed_below is None or phys < indexed_below):
-            if sys_flag & TRANSACTION_TYPE_MASK in (
-                TRANSACTION_PREPARED_TYPE,
-                TRANSACTION_ROLLBACK_TYPE,
-            ):
-                continue  # no unit, and already indexed
-            cq = cqs.get(key)
-            if (
-                cq is not None
-                and qoff < cq.max_offset
-                and topic != SCHEDULE_TOPIC
-                and not sys_flag & _HOSTS_V6
-            ):
-                size, tc, store_ts = light(buf, pos)
-                if key not in dirty:
-                    if qoff < cq.min_offset:
-                        continue  # not present, not written: as _dispatch does
-                    w = windows.get(key)
-                    if w is None or not w[0] <= qoff < w[0] + len(w[1]) // CQ_STORE_UNIT_SIZE:
-                        w = windows[key] = (qoff, cq.read_units(qoff, 4096))
-                    i = (qoff - w[0]) * CQ_STORE_UNIT_SIZE
-                    if w[1][i : i + CQ_STORE_UNIT_SIZE] == pack_unit(phys, size, tc):
-                        continue
-                d = DispatchRequest(topic, qid, phys, size, tc, store_ts, qoff, [], None, sys_flag)
-        if d is None:
-            d = dispatch.dispatch_of(store, decode_record(buf, pos, check_crc=False))
-        dirty.add(key)
-        if d is not None:
-            batch.append(d)
-        if len(batch) >= 4096:
-            gap |= dispatch.dispatch(store, batch, recovering=True, full=full, report=report)
-            batch = []
-    if batch:
-        gap |= dispatch.dispatch(store, batch, recovering=True, full=full, report=report)
+    check_crc = store.config.check_crc_on_recover
+    s = _Scan(store, start, full, bar, report, undecoded)
+    if runs is None or cl.entries is not None or (cl.force_verify_prop_crc and check_crc):
+        runs = None
+    pos = start
+    mapped = False
+    # record by record first: a short scan (normal recovery's, from the queues' last record)
+    # does not pay for loading the batches' numpy and pyarrow
+    budget = start + BATCHES_AFTER
+    while True:
+        batches = None
+        if runs is not None and pos >= budget:
+            batches = runs(cl.files, pos, check_crc, cl.max_message_size)
+            if batches is None:  # no compiled walk in this process
+                runs = None
+        for r in batches or ():
+            s.run(r)
+            pos = int(r.offsets[-1] + r.sizes[-1])
+            mapped = True
+        took = False
+        for buf, at, phys, total, topic, qid, qoff, sys_flag in cl.scan_raw(pos, check_crc):
+            s.records += 1
+            s.show(phys)
+            s.one(buf, at, phys, topic, qid, qoff, sys_flag)
+            s.keep_tail(buf, at, total)
+            pos, took = phys + total, True
+            if runs is not None and pos >= budget:
+                break  # the batches go on after it
+        if not took or runs is None:
+            break
+    s.flush()
+    if mapped:
+        cl.files.release_pages()  # the mapped pages leave this process's RSS
+    prev, last = ([None, None] + s.tail)[-2:]
     tail = (
-        None if prev is None else decode_record(prev[0], prev[1], check_crc=False),
-        None if last is None else decode_record(last[0], last[1], check_crc=False),
+        None if prev is None else decode_record(prev, 0, check_crc=False),
+        None if last is None else decode_record(last, 0, check_crc=False),
     )
-    if cl.files.end_offset > shown:
-        bar.update(cl.files.end_offset - shown)  # the rest, to the end of the last segment
-    return cl.scan_end, gap, records, tail
+    if cl.files.end_offset > s.shown:
+        bar.update(cl.files.end_offset - s.shown)  # the rest, to the end of the last segment
+    return cl.scan_end, s.gap, s.records, tail
 
 
 def light_unit(buf: bytes, pos: int) -> tuple[int, int, int]:

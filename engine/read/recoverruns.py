@@ -1,0 +1,199 @@
+"""The records recovery checks, in batches: the compiled CommitLog walk and decoder over a
+plain CommitLog, giving recovery (:mod:`engine.service.recovery`, which cannot import this
+layer: the store hands it :func:`recovery_runs`) each range's records as arrays
+(RocketMQ ``CommitLog.recoverAbnormally``: ``checkMessageAndReturnSize`` per record, then
+``DefaultMessageStore.doDispatch``).
+
+The runs stop before the first record this path cannot vouch for exactly as
+:meth:`engine.format.commitlog.CommitLog.scan_raw` would: recovery walks on from there with
+``scan_raw`` itself, record by record, which decides where the CommitLog ends and why
+(tests/engine/test_recovery_batches.py compares the two walks on damaged stores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import CorruptRecordError
+from ..format.javahash import tags_code
+from ..format.mappedfile import MappedFiles, SegmentMap
+from ..format.message import (
+    BODY_LENGTH_POSITION,
+    BORNHOST_V6_FLAG,
+    CRC32_RESERVED_LEN,
+    HOST_V6_EXTRA,
+    PROPERTY_CRC32,
+    RECORD_SLACK,
+    STOREHOSTADDRESS_V6_FLAG,
+    decode_record,
+)
+from ..service.recovery import RecordRun
+from . import kernel
+from .columnar import CommitLogWindow, commitlog_runs, decode_records
+
+if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
+    import pyarrow as pa
+
+#: the columns recovery needs (engine.read.schema), decoded by the kernel
+COLUMNS = ("topic", "queueId", "queueOffset", "sysFlag", "storeTimestamp", "tags", "bodyCRC")
+#: bytes of CommitLog a range of the walk holds (a local file's mapping: no copy)
+READ_SIZE = 16 << 20
+# the first 8 bytes of a __CRC32# trailer (prop_crc_status), as one big-endian integer
+_TRAILER = int.from_bytes(PROPERTY_CRC32.encode()[:8], "big")
+# TAGS value -> tagsCode (a pure function), bounded
+_TAGS_CODES: dict[str, int] = {}
+
+
+def recovery_runs(
+    files: MappedFiles, start: int, check_crc: bool, max_message_size: int
+) -> Iterator[RecordRun] | None:
+    """:func:`batched_runs`, or None in a process without the compiled kernel
+    (``engine.read.kernel.load``): recovery then walks record by record
+    (:data:`engine.service.recovery.RunSource`)."""
+    if kernel.load() is None:
+        return None
+    return batched_runs(files, start, check_crc, max_message_size)
+
+
+def batched_runs(
+    files: MappedFiles, start: int, check_crc: bool, max_message_size: int
+) -> Iterator[RecordRun]:
+    """The records of a plain CommitLog from ``start`` (a record's or a segment's offset, bytes)
+    in runs (:class:`engine.service.recovery.RecordRun`: the records of one range as arrays,
+    each record checked as :meth:`engine.format.commitlog.CommitLog.scan_raw` checks it:
+    magic, TOTALSIZE, layout, PHYSICALOFFSET, BODYCRC when ``check_crc``
+    (``checkCRCOnRecover``), the ``__CRC32#`` property when present and ``check_crc``).
+
+    The walk is :func:`engine.read.columnar.commitlog_runs` (the compiled step, ``walk_segment``'s
+    rules), the decode :func:`engine.read.columnar.decode_records`. The runs end, without an
+    error, before the first record (or header) that the walk or the decoder refuses, that
+    claims more than ``max_message_size`` + 64 KiB (``scan_raw`` reads such a claim only when
+    no hole lies under it), or that has an empty body and a BODYCRC other than 0 (the kernel
+    checks no empty body; ``scan_raw`` does): the caller walks on from the end of the last
+    record with ``scan_raw``, which says where the data ends and why. Not for a DLedger
+    CommitLog (``scan_raw`` walks its entries).
+
+    Raises:
+        OSError: a file could not be read.
+    """
+    claim = max_message_size + RECORD_SLACK
+    try:
+        for window, offs, sizes in commitlog_runs(files, start, None, READ_SIZE, refresh=False):
+            over = sizes > claim
+            k = int(np.argmax(over)) if over.any() else len(offs)
+            if k:
+                run, stop = _decode(window, offs[:k], sizes[:k], check_crc)
+                if run is not None:
+                    yield run
+                if stop:
+                    return
+            if k < len(offs):
+                return
+    except CorruptRecordError:
+        return  # the walk refuses what follows the last run: scan_raw names it
+
+
+def _decode(
+    window: CommitLogWindow, offs: np.ndarray, sizes: np.ndarray, check_crc: bool
+) -> tuple[RecordRun | None, bool]:
+    """``(run, stopped)``: the records of ``offs`` that pass every check, as a run (None when
+    none does), and whether one did not (the run is then the records before it)."""
+    try:
+        batch = decode_records(window, offs, sizes, COLUMNS, check_crc)
+    except CorruptRecordError as exc:
+        k = 0 if exc.offset is None else int(np.searchsorted(offs, exc.offset))
+        k = min(k, len(offs) - 1)  # an offset past the records: fewer of them, never the same
+        if not k:
+            return None, True
+        offs, sizes = offs[:k], sizes[:k]
+        return _decode(window, offs, sizes, check_crc)[0], True
+    bad = _doubtful(window.data, window.base, offs, sizes, batch, check_crc)
+    if bad < len(offs):
+        if not bad:
+            return None, True
+        return _run(window, offs[:bad], sizes[:bad], batch.slice(0, bad)), True
+    return _run(window, offs, sizes, batch), False
+
+
+def _doubtful(
+    data: SegmentMap | bytes,
+    base: int,
+    offs: np.ndarray,
+    sizes: np.ndarray,
+    batch: pa.RecordBatch,
+    check_crc: bool,
+) -> int:
+    """The index of the first record that ``scan_raw`` may refuse though the decoder took it
+    (``len(offs)`` when none): with ``check_crc``, an empty body whose BODYCRC is not 0, or a
+    ``__CRC32#`` trailer (where ``engine.format.message.prop_crc_status`` looks for it) that
+    ``decode_record`` refuses, checked in place as ``scan_raw`` checks such a record."""
+    n = len(offs)
+    if not check_crc:
+        return n
+    rel = offs - base
+    crc = batch.column(COLUMNS.index("bodyCRC")).to_numpy()
+    bad = np.zeros(n, bool)
+    maybe = np.flatnonzero(crc != 0)
+    if len(maybe):  # bodyLength of each, read in place (after its hosts: body_length_position)
+        flags = batch.column(COLUMNS.index("sysFlag")).to_numpy()[maybe]
+        at = rel[maybe] + BODY_LENGTH_POSITION
+        at += HOST_V6_EXTRA * ((flags & BORNHOST_V6_FLAG) != 0)
+        at += HOST_V6_EXTRA * ((flags & STOREHOSTADDRESS_V6_FLAG) != 0)
+        bad[maybe] = _at(data, at, ">i4") == 0
+    ends = rel + sizes - CRC32_RESERVED_LEN
+    trailer = np.flatnonzero(
+        (sizes >= CRC32_RESERVED_LEN) & (_at(data, ends, ">u8") == _TRAILER)
+    ).tolist()
+    first = int(np.argmax(bad)) if bad.any() else n
+    for i in trailer:
+        if i >= first:
+            break
+        try:
+            decode_record(data, int(rel[i]), check_crc=True, base_offset=base)
+        except CorruptRecordError:
+            return i
+    return first
+
+
+def _at(data: SegmentMap | bytes, pos: np.ndarray, dtype: str) -> np.ndarray:
+    """The big-endian integers of ``dtype`` at byte positions ``pos`` of ``data`` (a copy)."""
+    width = np.dtype(dtype).itemsize
+    view = np.ndarray((len(data) - width + 1,), dtype, data, 0, (1,))
+    try:
+        return view[pos]
+    finally:
+        del view  # a mapping is never held past the read
+
+
+def _run(
+    window: CommitLogWindow, offs: np.ndarray, sizes: np.ndarray, batch: pa.RecordBatch
+) -> RecordRun:
+    """The :class:`RecordRun` of decoded records (tags as tagsCodes, topics as indices)."""
+    cols = {name: batch.column(i) for i, name in enumerate(COLUMNS)}
+    topics = cols["topic"].dictionary_encode()
+    tags = cols["tags"].dictionary_encode()
+    codes = np.zeros(len(tags.dictionary) + 1, np.int64)
+    for j, t in enumerate(tags.dictionary.to_pylist()):
+        tc = _TAGS_CODES.get(t)
+        if tc is None:
+            tc = tags_code(t)
+            if len(_TAGS_CODES) < 4096:
+                _TAGS_CODES[t] = tc
+        codes[j] = tc
+    tag_index = tags.indices.fill_null(len(tags.dictionary)).to_numpy()  # none: 0 (codes[-1])
+    return RecordRun(
+        window.data,
+        window.base,
+        offs,
+        sizes,
+        topics.dictionary.to_pylist(),
+        topics.indices.to_numpy(),
+        cols["queueId"].to_numpy(),
+        cols["queueOffset"].to_numpy(),
+        cols["sysFlag"].to_numpy(),
+        cols["storeTimestamp"].to_numpy(),
+        codes[tag_index],
+    )
