@@ -1084,7 +1084,7 @@ def read_piece(p: SegmentRange) -> Iterator:
     """Arrow batches of one CommitLog range of a snapshot in object storage (runs in the Python
     worker). The snapshot at the location may be newer than the one planned (uploaded again
     meanwhile): the bytes of the range are the same (CommitLog files are append-only), so it is
-    read as planned, the file's sum checked only against the planned snapshot's manifest.
+    read as planned, the file's sum checked only when the snapshot is still the planned one.
 
     Raises:
         DataLossError: a damaged record or file (named), or the file was removed from the
@@ -1096,7 +1096,7 @@ def read_piece(p: SegmentRange) -> Iterator:
     if s.identity != p.identity:
         s.refresh()
         if s.identity != p.identity:
-            piece = replace(piece, crc32c=None)
+            piece = replace(piece, whole=False)
     bounds = {(t, q): (a, b) for t, q, a, b in p.bounds}
     try:
         yield from _with_broker(

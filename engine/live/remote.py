@@ -121,16 +121,16 @@ class RequestStats:
 class Piece:
     """One CommitLog file's range ``[start, end)`` to read (absolute CommitLog offsets, bytes;
     ``start`` a record boundary), from a snapshot's file ``rel`` of ``file_size`` bytes starting
-    at CommitLog offset ``file_start``. ``crc32c`` is the manifest's sum of the file when the
-    piece covers it whole (from its start to its end, or to the snapshot's cut, where zeros
-    follow), else None: the read then checks it."""
+    at CommitLog offset ``file_start``. ``whole``: the piece covers the file whole (from its
+    start to its end, or to the snapshot's cut, where zeros follow), so the read has the
+    source check the file's sum against the manifest's crc32c."""
 
     rel: str
     file_start: int
     file_size: int
     start: int
     end: int
-    crc32c: int | None = None
+    whole: bool = False
 
 
 class RemoteSnapshot:
@@ -188,7 +188,7 @@ class RemoteSnapshot:
         files = doc.files
         queues = doc.queues
         tix = {t: i for i, t in enumerate(queues.topic_names)}
-        segments: list[tuple[int, str, int, int]] = []
+        segments: list[tuple[int, str, int]] = []
         qkeys: list[int] = []
         qstarts: list[int] = []
         qfiles: list[int] = []
@@ -201,7 +201,7 @@ class RemoteSnapshot:
                 )
             m = _SEGMENT.match(rel)
             if m:
-                segments.append((int(m.group(1)), rel, int(files.sizes[i]), int(files.crcs[i])))
+                segments.append((int(m.group(1)), rel, int(files.sizes[i])))
                 continue
             m = _QUEUE_FILE.match(rel)
             if m:
@@ -280,7 +280,7 @@ class RemoteSnapshot:
         seg = self._segment_of(offset)
         if seg is None:
             raise CorruptRecordError("record not in the snapshot's CommitLog", offset)
-        start, rel, _, _ = seg
+        start, rel, _ = seg
         head = self.read(rel, offset - start, STORE_TIMESTAMP_END_MAX)
         try:
             return read_store_timestamp(head, 0)
@@ -332,19 +332,19 @@ class RemoteSnapshot:
 
     def pieces(self, lo: int, hi: int) -> list[Piece]:
         """The CommitLog files' parts of ``[lo, hi)`` (bytes; ``lo`` a record boundary), one
-        :class:`Piece` per file, cut at the snapshot's cut; whole ones carry the manifest's
-        crc32c."""
+        :class:`Piece` per file, cut at the snapshot's cut (``whole`` where it covers its
+        file)."""
         hi = min(hi, self.commitlog_offset)
         out = []
-        for start, rel, size, crc in self._segments:
+        for start, rel, size in self._segments:
             a, b = max(lo, start), min(hi, start + size)
             if a >= b:
                 continue
             whole = a == start and b == min(start + size, self.commitlog_offset)
-            out.append(Piece(rel, start, size, a, b, crc if whole else None))
+            out.append(Piece(rel, start, size, a, b, whole))
         return out
 
-    def _segment_of(self, offset: int) -> tuple[int, str, int, int] | None:
+    def _segment_of(self, offset: int) -> tuple[int, str, int] | None:
         i = bisect.bisect_right(self._seg_starts, offset) - 1
         if i >= 0 and offset < self._segments[i][0] + self._segments[i][2]:
             return self._segments[i]
@@ -411,7 +411,7 @@ class RemoteSnapshot:
             named = CorruptRecordError(f"{piece.rel} of {self.where}: {exc}")
             named.offset = exc.offset
             raise named from None
-        if piece.crc32c is not None:
+        if piece.whole:
             self.source.check_sum(f"{self.source.root}/{piece.rel}", REQUEST)
 
     def close(self) -> None:
