@@ -18,10 +18,8 @@ LAYERS = ("engine", "fusefs", "mount", "pipeline")
 MAX_LINES = 150
 
 #: ``path::qualified name`` of the functions over :data:`MAX_LINES` lines, each to be split
-#: along its seams (the record step of issue 33 item 1 takes scan_raw's; putmessage's are being
-#: rewritten).
+#: along its seams (putmessage's is being rewritten).
 ALLOWED = {
-    "engine/format/commitlog.py::CommitLog.scan_raw",
     "engine/service/putmessage.py::_put",
 }
 

@@ -11,22 +11,20 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import CorruptRecordError, MessageTooLargeError
 from .dledger import (
     ENTRY_HEADER,
-    ENTRY_MAGIC,
     FILLER,
     FILLER_MAGIC,
     HEADER_SIZE,
     DLedgerLog,
     entry_problem,
 )
-from .mappedfile import FileQueue
+from .mappedfile import FileQueue, Segment
 from .message import (
-    BLANK,
     BODY_CRC_MASK,
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
@@ -114,10 +112,10 @@ RawRecord = tuple[bytes, int, int, int, str, int, int, int]
 
 
 class Step(NamedTuple):
-    """One step of :func:`walk_segment`: what lies at ``pos`` (bytes into the file).
+    """One step of the walk (:func:`record_step`): what lies at ``pos`` (bytes into the buffer).
 
     ``kind`` is one of :data:`STEP_KINDS`; ``total`` and ``magic`` are the TOTALSIZE and
-    MAGICCODE read there (0 where the file ends inside the header)."""
+    MAGICCODE read there (0 where the buffer ends inside the header)."""
 
     kind: str
     pos: int
@@ -125,17 +123,52 @@ class Step(NamedTuple):
     magic: int
 
 
-#: What :func:`walk_segment` finds at a position: ``record`` (a record header that fits the
-#: file: decode it to know more), ``blank`` (the END_OF_FILE record: the file's data ends),
-#: ``zeros`` (a zero header: the written data ends), ``torn`` (the file ends inside a header),
+#: What :func:`record_step` finds at a position: ``record`` (a record header that fits the
+#: buffer: decode it to know more), ``blank`` (the END_OF_FILE record: the file's data ends),
+#: ``zeros`` (a zero header: the written data ends), ``torn`` (the buffer ends inside a header),
 #: ``not_record`` (a header with another magic or a size <= 0) and ``past_end`` (a record that
-#: runs past the end of its file). Every kind but ``record`` ends the walk.
+#: runs past the end of the buffer). Every kind but ``record`` ends a walk.
 STEP_KINDS = ("record", "blank", "zeros", "torn", "not_record", "past_end")
 
 
-#: The magics :func:`walk_segment` tells apart (a record's, V1 and V2, and the blank
-#: END_OF_FILE record's), for its compiled fast path (``engine.read.kernel.Kernel.walk``).
+#: The magics :func:`record_step` tells apart (a record's, V1 and V2, and the blank
+#: END_OF_FILE record's), for its compiled batch loop (``engine.read.kernel.Kernel.walk``).
 WALK_MAGICS = (MAGIC_V1, MAGIC_V2, MAGIC_BLANK)
+
+_HEAD = RECORD_HEAD.size
+_unpack_head = RECORD_HEAD.unpack_from
+_unpack_fixed = FIXED_V4.unpack_from
+
+
+def record_step(buf: RecordBuffer, pos: int, limit: int) -> tuple[str, int, int]:
+    """The one record step of a CommitLog walk: what lies at ``pos`` of ``buf`` when its data
+    ends at ``limit`` (``pos < limit``), by the rules of ``CommitLog.checkMessageAndReturnSize``:
+    a record is ``TOTALSIZE`` bytes with magic ``MAGIC_V1``/``MAGIC_V2``, the blank END_OF_FILE
+    record (``MAGIC_BLANK``) ends a file, a zero header ends the data, anything else is not a
+    record. Returns ``(kind, total, magic)``: one of :data:`STEP_KINDS` and the TOTALSIZE and
+    MAGICCODE read (0, 0 where ``limit`` cuts the header); a ``torn`` or ``past_end`` step is
+    a header or record that ``limit`` cuts: the end of its file, or of a range the caller
+    reads again from there.
+
+    Every walk of a CommitLog loops over this step: :func:`walk_segment` (the lenient walk of
+    ``rmqfs verify``), :meth:`CommitLog.scan_raw` (recovery, reput, the follower), and, through
+    :func:`entry_step`, DLedger entries (``DLedgerCommitLog.checkMessageAndReturnSize`` wraps
+    the plain one). The compiled batch loop (``rmq_walk``, ``engine.read.kernel.Kernel.walk``)
+    repeats these rules per record and is judged against this step (tests/engine/test_kernel.py,
+    under the sanitizer build too). Only the header is read: the record's content is the
+    decoder's (:func:`engine.format.message.decode_record`)."""
+    if pos + _HEAD > limit:
+        return "torn", 0, 0
+    total, magic = _unpack_head(buf, pos)
+    if magic == MAGIC_BLANK:
+        return "blank", total, magic
+    if total == 0 and magic == 0:
+        return "zeros", total, magic
+    if (magic != MAGIC_V1 and magic != MAGIC_V2) or total <= 0:
+        return "not_record", total, magic
+    if pos + total > limit:
+        return "past_end", total, magic
+    return "record", total, magic
 
 
 def walk_segment(buf: RecordBuffer, size: int, start: int = 0) -> Iterator[Step]:
@@ -143,9 +176,7 @@ def walk_segment(buf: RecordBuffer, size: int, start: int = 0) -> Iterator[Step]
     walk of a checker (``rmqfs verify``), which goes on past a record whose body is damaged (the
     caller decodes each ``record`` step and may find its CRC wrong) and reports what ends the
     file's data instead of stopping at the first doubt as :meth:`CommitLog.scan_raw` (recovery,
-    the readers) does. The rules are the same: a record is ``TOTALSIZE`` bytes with magic
-    ``MAGIC_V1``/``MAGIC_V2``, the blank END_OF_FILE record (``MAGIC_BLANK``) ends a file, zeros
-    end the data (``CommitLog.checkMessageAndReturnSize``).
+    the readers) does. A loop over :func:`record_step`, the one home of the rules.
 
     Yields :class:`Step` tuples in file order; the last one is not a ``record`` unless the
     records end exactly at ``size``. ``buf`` is any buffer (an mmap of the file, or a range of
@@ -154,27 +185,60 @@ def walk_segment(buf: RecordBuffer, size: int, start: int = 0) -> Iterator[Step]
     ``start``: where the first record starts in ``buf``.
     """
     pos = start
-    head = RECORD_HEAD.size
-    while True:
-        if pos + head > size:
-            if pos < size:
-                yield Step("torn", pos, 0, 0)
+    while pos < size:
+        kind, total, magic = record_step(buf, pos, size)
+        yield Step(kind, pos, total, magic)
+        if kind != "record":
             return
-        total, magic = RECORD_HEAD.unpack_from(buf, pos)
-        if magic == MAGIC_BLANK:
-            yield Step("blank", pos, total, magic)
-            return
-        if total == 0 and magic == 0:
-            yield Step("zeros", pos, total, magic)
-            return
-        if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
-            yield Step("not_record", pos, total, magic)
-            return
-        if pos + total > size:
-            yield Step("past_end", pos, total, magic)
-            return
-        yield Step("record", pos, total, magic)
         pos += total
+
+
+class EntryStep(NamedTuple):
+    """One step of a DLedger CommitLog walk (:func:`entry_step`) at ``pos`` of the buffer.
+
+    ``kind``: ``entry`` (a whole entry whose header passes ``DLedgerMmapFileStore.recover``'s
+    checks: its record is ``size - 48`` bytes from ``pos + 48``), ``filler`` (the filler that
+    ends a file's data, ``size`` bytes), ``zeros`` (the written data ends), ``cut`` (the buffer
+    ends inside the entry or its header: read again from ``pos``, or the file ends there) and
+    ``damaged`` (``problem`` says why). ``entry_index`` and ``term`` are the entry's."""
+
+    kind: str
+    pos: int
+    size: int
+    entry_index: int
+    term: int
+    problem: str | None
+
+
+_MIN_ENTRY = HEADER_SIZE + _HEAD
+
+
+def entry_step(
+    buf: RecordBuffer, pos: int, limit: int, base: int, last_index: int, last_term: int
+) -> EntryStep:
+    """The step of a DLedger CommitLog (``DLedgerCommitLog.checkMessageAndReturnSize``): the
+    48-byte entry header at ``pos`` of ``buf`` (its data ending at ``limit``, ``pos + 8 <=
+    limit``; ``base``: the CommitLog offset of ``buf[0]``) after entry ``last_index`` of term
+    ``last_term`` (-1, -1 for the first one walked), checked as ``DLedgerMmapFileStore.recover``
+    does (:func:`engine.format.dledger.entry_problem`). The record inside an ``entry`` is the
+    caller's next :func:`record_step`, with the entry's end as its limit."""
+    if limit - pos >= HEADER_SIZE:
+        emagic, esize, eindex, eterm, epos, _, _, _, body_len = ENTRY_HEADER.unpack_from(buf, pos)
+    else:
+        emagic, esize = FILLER.unpack_from(buf, pos)
+        eindex = eterm = epos = body_len = 0
+    if emagic == FILLER_MAGIC:
+        return EntryStep("filler", pos, esize, 0, 0, None)
+    if emagic == 0 and esize == 0:
+        return EntryStep("zeros", pos, 0, 0, 0, None)
+    if pos + (esize if esize > _MIN_ENTRY else _MIN_ENTRY) > limit:
+        return EntryStep("cut", pos, esize, 0, 0, None)
+    problem = entry_problem(
+        emagic, esize, eindex, eterm, epos, body_len, base + pos, last_index, last_term
+    )
+    if problem is not None:
+        return EntryStep("damaged", pos, esize, eindex, eterm, problem)
+    return EntryStep("entry", pos, esize, eindex, eterm, None)
 
 
 def claim_problem(
@@ -324,265 +388,150 @@ class CommitLog:
         its segment, or a segment file that ends early end it with :attr:`scan_error` set.
         ``read_size``: bytes read at a time (a record longer than that is read whole).
 
-        A DLedger CommitLog (:attr:`entries`) is walked entry by entry from ``start``, an
-        entry's offset: the 48-byte header is checked as ``DLedgerMmapFileStore.recover`` does
-        (:func:`engine.format.dledger.entry_problem`: magic 1, pos, size = bodyLen + 48, index
-        + 1, terms never decreasing), the record after it is checked as
-        above and must be bodyLen bytes, and ``phys`` is the record's offset (entry + 48).
-        A filler (magic -1) skips its size, to the next file at a file's end; the first entry
-        past the checkpoint's committedIndex ends the walk cleanly (``getCommittedPos``), and
-        :attr:`scan_end` is then the end of the last committed entry
-        (``DLedgerCommitLog.checkMessageAndReturnSize``, ``DLedgerMmapFileStore.recover``).
-        This is the walk of DLedger CommitLogs and recovery's judge (tests/engine/
-        test_layout_home.py): recovery walks a plain CommitLog in batches
-        (:func:`engine.read.recoverruns.recovery_runs`) and goes on with this walk where they
-        stop, so this walk says where the data ends; readers of a plain CommitLog in order use
-        the compiled step over ranges (:func:`engine.read.columnar.commitlog_runs`,
-        ``walk_segment``'s rules). A record ``decode_record`` refuses is named at its
-        CommitLog offset in :attr:`scan_error`.
+        Each position is judged by the one record step, :func:`record_step`
+        (``CommitLog.checkMessageAndReturnSize``); a DLedger CommitLog (:attr:`entries`) is
+        walked entry by entry from ``start``, an entry's offset, each entry judged by
+        :func:`entry_step` (``DLedgerMmapFileStore.recover``'s checks) and its record by
+        :func:`record_step` within the entry, which must hold bodyLen bytes; ``phys`` is the
+        record's offset (entry + 48). A filler (magic -1) skips its size, to the next file at a
+        file's end; the first entry past the checkpoint's committedIndex ends the walk cleanly
+        (``getCommittedPos``), and :attr:`scan_end` is then the end of the last committed
+        entry (``DLedgerCommitLog.checkMessageAndReturnSize``). This is the walk of DLedger
+        CommitLogs and recovery's judge (tests/engine/test_layout_home.py): recovery walks a
+        plain CommitLog in batches (:func:`engine.read.recoverruns.recovery_runs`) and goes on
+        with this walk where they stop, so this walk says where the data ends; readers of a
+        plain CommitLog in order use the compiled loop of the same step over ranges
+        (:func:`engine.read.columnar.commitlog_runs`). A record ``decode_record`` refuses is
+        named at its CommitLog offset in :attr:`scan_error`.
         """
         self.scan_error = None
         pos = start
         self.scan_end = pos
         stop = self.files.end_offset if end is None else min(end, self.files.end_offset)
-        unpack_head = BLANK.unpack_from
-        unpack_fixed = FIXED_V4.unpack_from
-        unpack_short = INT16.unpack_from
-        topics: dict[bytes, str] = {}
-        last_tail, last_topic, last_magic = b"", "", 0
-        force_prop_crc = self.force_verify_prop_crc
-        dl = self.entries is not None
-        committed = self.entries.committed_index if self.entries is not None else -1
-        last_index = last_term = -1  # of the last DLedger entry walked
-        hdr = self.header_size
-        min_entry = hdr + RECORD_HEAD.size
-        unpack_filler = FILLER.unpack_from
-        unpack_entry = ENTRY_HEADER.unpack_from
+        state = _ScanState(self, check_crc)
         while pos < stop:
             seg = self.files.find(pos)
             if seg is None:
                 break
-            chunk_start = pos
             chunk = self.files.pread_segment(seg, min(read_size, seg.end - pos), pos - seg.start)
-            view = memoryview(chunk)
-            i = 0
-            n = len(chunk)
-            rolled = False
-            while i < n and chunk_start + i < stop:
-                if n - i < RECORD_HEAD.size:
-                    if chunk_start + n >= seg.end:
-                        self.scan_error = "segment ends inside a record header"
-                        return
-                    break  # read more
-                r = i  # where the record starts: after the DLedger entry header, if any
-                if dl:
-                    if n - i >= hdr:
-                        emagic, esize, eindex, eterm, epos, _, _, _, body_len = unpack_entry(
-                            chunk, i
-                        )
-                    else:
-                        emagic, esize = unpack_filler(chunk, i)
-                    if emagic == FILLER_MAGIC:
-                        at = chunk_start + i
-                        if esize < FILLER.size or at + esize > seg.end:
-                            self.scan_error = f"DLedger filler at {at} of {esize} bytes"
-                            return
-                        if at + esize < seg.end:  # a filler inside a file: skip it
-                            pos = at + esize
-                            self.scan_end = pos
-                            rolled = True
-                            break
-                        if self.files.find(seg.end) is None:
-                            return
-                        pos = seg.end
-                        self.scan_end = pos
-                        rolled = True
-                        break
-                    if emagic == 0 and esize == 0:
-                        return
-                    if i + (esize if esize > min_entry else min_entry) > n:
-                        at = chunk_start + i
-                        if esize <= hdr or at + esize > seg.end:
-                            self.scan_error = (
-                                f"DLedger entry at {at} of {esize} bytes (magic {emagic}) "
-                                "does not fit its file"
-                            )
-                            return
-                        if i == 0:
-                            problem = self.claim_problem(seg.fd, seg.start, pos, esize)
-                            if problem is not None:
-                                self.scan_error = problem
-                                return
-                            chunk = self.files.pread_segment(seg, esize, pos - seg.start)
-                            view = memoryview(chunk)
-                            n = len(chunk)
-                            if n < esize:
-                                self.scan_error = f"DLedger entry at {pos} is truncated"
-                                return
-                            continue
-                        break  # re-read from this entry
-                    # DLedgerMmapFileStore.recover's checks (entry_problem says which failed)
-                    if (
-                        emagic != ENTRY_MAGIC
-                        or epos != chunk_start + i
-                        or esize != body_len + hdr
-                        or body_len <= 0
-                        or (last_index != -1 and eindex != last_index + 1)
-                        or eterm < last_term
-                    ):
-                        self.scan_error = entry_problem(
-                            emagic, esize, eindex, eterm, epos, body_len,
-                            chunk_start + i, last_index, last_term,
-                        )  # fmt: skip
-                        return
-                    if eindex > committed:
-                        return  # past committedIndex: not messages (getCommittedPos)
-                    last_index, last_term = eindex, eterm
-                    r = i + hdr
-                    total, magic = unpack_head(chunk, r)
-                    if total != body_len:
+            nxt = yield from self._scan_chunk(chunk, pos, seg, stop, state)
+            if nxt is None:
+                return
+            pos = nxt
+
+    def _scan_chunk(
+        self, chunk: bytes, chunk_start: int, seg: Segment, stop: int, state: _ScanState
+    ) -> Generator[RawRecord, None, int | None]:
+        """The records :meth:`scan_raw` takes from ``chunk`` (read at CommitLog offset
+        ``chunk_start`` of file ``seg``). Returns where the walk goes on (the next chunk, or the
+        next file after a blank record or a filler), or None when it ended (:attr:`scan_end`,
+        :attr:`scan_error` say where and why)."""
+        i, n = 0, len(chunk)
+        view = memoryview(chunk)
+        dl = self.entries is not None
+        step, check = record_step, state.check
+        while i < n and chunk_start + i < stop:
+            r = i  # where the record starts: after the DLedger entry header, if any
+            if n - i < _HEAD:
+                if chunk_start + n >= seg.end:
+                    self.scan_error = "segment ends inside a record header"
+                    return None
+                break  # read more
+            if dl:
+                e = entry_step(chunk, i, n, chunk_start, state.last_index, state.last_term)
+                at = chunk_start + i
+                if e.kind == "filler":
+                    if e.size < FILLER.size or at + e.size > seg.end:
+                        self.scan_error = f"DLedger filler at {at} of {e.size} bytes"
+                        return None
+                    if at + e.size < seg.end:  # a filler inside a file: skip it
+                        self.scan_end = at + e.size
+                        return at + e.size
+                    return self._next_file(seg)
+                if e.kind == "zeros":
+                    return None
+                if e.kind == "cut":
+                    if e.size <= HEADER_SIZE or at + e.size > seg.end:
+                        magic = FILLER.unpack_from(chunk, i)[0]
                         self.scan_error = (
-                            f"record of {total} bytes in a DLedger entry of bodyLen {body_len} "
-                            f"(entry at {chunk_start + i})"
+                            f"DLedger entry at {at} of {e.size} bytes (magic {magic}) "
+                            "does not fit its file"
                         )
-                        return
-                else:
-                    total, magic = unpack_head(chunk, i)
-                if magic == MAGIC_BLANK and not dl:
-                    # recoverNormally: a blank in the last file ends the scan at the blank
-                    # (the next append overwrites it); otherwise go on in the next file.
-                    if self.files.find(seg.end) is None:
-                        return
-                    pos = seg.end
-                    self.scan_end = pos
-                    rolled = True
-                    break
-                if total == 0 and magic == 0:
-                    self.scan_error = None
-                    return
-                if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
-                    self.scan_error = f"no record at {chunk_start + r} (magic 0x{magic:08X})"
-                    return
-                if r + total > n:
-                    if chunk_start + r + total > seg.end:
-                        self.scan_error = f"record at {chunk_start + r} runs past its segment"
-                        return
-                    if i == 0:
-                        problem = self.claim_problem(seg.fd, seg.start, pos, total)
-                        if problem is not None:
-                            self.scan_error = problem
-                            return
-                        chunk = self.files.pread_segment(seg, total, pos - seg.start)
-                        view = memoryview(chunk)
-                        n = len(chunk)
-                        if n < total:
-                            self.scan_error = f"record at {pos} is truncated"
-                            return
-                        continue
-                    break  # re-read from this record
-                rec_end = r + total
-                fields = None
-                if total >= MIN_RECORD_SIZE:
-                    (
-                        _,
-                        _,
-                        crc,
-                        queue_id,
-                        _,
-                        queue_offset,
-                        phys,
-                        sys_flag,
-                        _,
-                        _,
-                        _,
-                        _,
-                        _,
-                        _,
-                        _,
-                        _,
-                        body_len,
-                    ) = unpack_fixed(chunk, r)
-                    if not sys_flag & _HOSTS_V6 and body_len >= 0:
-                        p = r + FIXED_V4.size + body_len
-                        if magic == last_magic and chunk.startswith(last_tail, p):
-                            # the previous record's topic (length field + name)
-                            topic = last_topic
-                            q = p + len(last_tail)
-                        else:
-                            topic = None
-                            if magic == MAGIC_V1:
-                                tlen = chunk[p] if p < rec_end else -1
-                                if tlen > MAX_TOPIC_LENGTH_V1:
-                                    tlen -= 256  # a signed byte
-                                t0 = p + TOPIC_LENGTH_SIZE_V1
-                            else:
-                                t0 = p + TOPIC_LENGTH_SIZE_V2
-                                tlen = unpack_short(chunk, p)[0] if t0 <= rec_end else -1
-                            q = t0 + tlen
-                            if tlen >= 0 and q + PROPERTIES_LENGTH_SIZE <= rec_end:
-                                traw = chunk[t0:q]
-                                topic = topics.get(traw)
-                                if topic is None:
-                                    try:
-                                        topic = traw.decode("utf-8")
-                                    except UnicodeDecodeError:
-                                        topic = None
-                                    else:
-                                        topics[traw] = topic
-                                if topic is not None:
-                                    last_tail, last_topic, last_magic = chunk[p:q], topic, magic
-                        if topic is not None and q + PROPERTIES_LENGTH_SIZE <= rec_end:
-                            plen = unpack_short(chunk, q)[0]
-                            if (
-                                plen >= 0
-                                and q + PROPERTIES_LENGTH_SIZE + plen == rec_end
-                                and not force_prop_crc
-                                and chunk.find(_PROP_CRC, q + PROPERTIES_LENGTH_SIZE, rec_end) < 0
-                            ):
-                                fields = topic
-                if fields is None:
-                    try:  # anything unusual, or a layout error to report precisely
-                        rec = decode_record(
-                            chunk,
-                            r,
-                            check_crc=check_crc,
-                            base_offset=chunk_start,
-                            force_verify_prop_crc=force_prop_crc,
-                        )
-                    except CorruptRecordError as exc:  # named at its CommitLog offset
-                        what = str(exc).rsplit(" (at offset ", 1)[0]
-                        self.scan_error = f"{what} (at offset {chunk_start + r})"
-                        return
-                    yield (
-                        chunk,
-                        r,
-                        rec.commitlog_offset,
-                        total,
-                        rec.topic,
-                        rec.queue_id,
-                        rec.queue_offset,
-                        rec.sys_flag,
-                    )
-                else:
-                    body_at = r + FIXED_V4.size
-                    if check_crc and crc != (
-                        _crc32(view[body_at : body_at + body_len]) & BODY_CRC_MASK
-                    ):
-                        self.scan_error = f"body CRC mismatch (record at {chunk_start + r})"
-                        return
-                    if phys != chunk_start + r:
-                        self.scan_error = f"PHYSICALOFFSET {phys} != position {chunk_start + r}"
-                        return
-                    yield (chunk, r, phys, total, fields, queue_id, queue_offset, sys_flag)
-                i = rec_end
+                        return None
+                    if i:
+                        break  # read again from this entry
+                    whole = self._read_whole(seg, at, e.size, "DLedger entry")
+                    if whole is None:
+                        return None
+                    chunk, view, n = whole, memoryview(whole), len(whole)
+                    continue
+                if e.kind == "damaged":
+                    self.scan_error = e.problem
+                    return None
+                if e.entry_index > state.committed:
+                    return None  # past committedIndex: not messages (getCommittedPos)
+                state.last_index, state.last_term = e.entry_index, e.term
+                r = i + HEADER_SIZE
+            kind, total, magic = step(chunk, r, n)
+            if dl and total != e.size - HEADER_SIZE:
+                self.scan_error = (
+                    f"record of {total} bytes in a DLedger entry of bodyLen "
+                    f"{e.size - HEADER_SIZE} (entry at {chunk_start + i})"
+                )
+                return None
+            if kind == "record":
+                rec = check(chunk, view, r, total, magic, chunk_start)
+                if rec.__class__ is str:
+                    self.scan_error = rec
+                    return None
+                yield rec  # type: ignore[misc]
+                i = r + total
                 self.scan_end = chunk_start + i
-            if not rolled:
-                if n == 0 or (i == 0 and n < 8):
-                    self.scan_error = f"segment file ends early at {chunk_start + i}"
-                    return
-                pos = chunk_start + i
-                if pos >= stop:
-                    break
+                continue
+            if kind == "blank" and not dl:
+                # recoverNormally: a blank in the last file ends the scan at the blank (the
+                # next append overwrites it); otherwise go on in the next file.
+                return self._next_file(seg)
+            if kind == "zeros":
+                return None
+            if kind != "past_end":  # not_record, or a blank inside a DLedger entry
+                self.scan_error = f"no record at {chunk_start + r} (magic 0x{magic:08X})"
+                return None
+            if chunk_start + r + total > seg.end:
+                self.scan_error = f"record at {chunk_start + r} runs past its segment"
+                return None
+            if i:
+                break  # read again from this record
+            whole = self._read_whole(seg, chunk_start, total, "record")
+            if whole is None:
+                return None
+            chunk, view, n = whole, memoryview(whole), len(whole)
+        if n == 0 or (i == 0 and n < _HEAD):
+            self.scan_error = f"segment file ends early at {chunk_start + i}"
+            return None
+        return chunk_start + i
+
+    def _next_file(self, seg: Segment) -> int | None:
+        """Where a walk goes on after the data of file ``seg`` ended (a blank record, a
+        DLedger filler): the next file's start, or None when ``seg`` is the last file."""
+        if self.files.find(seg.end) is None:
+            return None
+        self.scan_end = seg.end
+        return seg.end
+
+    def _read_whole(self, seg: Segment, at: int, total: int, what: str) -> bytes | None:
+        """The ``total`` bytes a record (or DLedger entry) at CommitLog offset ``at`` claims,
+        longer than one read of :meth:`scan_raw`; None when the claim is refused
+        (:meth:`claim_problem`) or the file holds fewer (:attr:`scan_error` says which)."""
+        problem = self.claim_problem(seg.fd, seg.start, at, total)
+        if problem is not None:
+            self.scan_error = problem
+            return None
+        chunk = self.files.pread_segment(seg, total, at - seg.start)
+        if len(chunk) < total:
+            self.scan_error = f"{what} at {at} is truncated"
+            return None
+        return chunk
 
     # -- write ------------------------------------------------------------------------------
     def append(
@@ -722,3 +671,98 @@ class CommitLog:
     def close(self) -> None:
         """Close the segment files."""
         self.files.close()
+
+
+class _ScanState:
+    """What :meth:`CommitLog.scan_raw` carries from record to record, and its check of a
+    record's content (:meth:`check`): its CRC settings, the topics decoded so far (the
+    previous record's topic bytes, compared in place), and the last DLedger entry's index and
+    term."""
+
+    __slots__ = (
+        "check_crc", "force_prop_crc", "topics", "last_tail", "last_topic", "last_magic",
+        "committed", "last_index", "last_term",
+    )  # fmt: skip
+
+    def __init__(self, cl: CommitLog, check_crc: bool) -> None:
+        self.check_crc = check_crc
+        self.force_prop_crc = cl.force_verify_prop_crc
+        self.topics: dict[bytes, str] = {}
+        self.last_tail, self.last_topic, self.last_magic = b"", "", 0
+        self.committed = cl.entries.committed_index if cl.entries is not None else -1
+        self.last_index = self.last_term = -1
+
+    def check(
+        self, chunk: bytes, view: memoryview, r: int, total: int, magic: int, base: int
+    ) -> RawRecord | str:
+        """The :data:`RawRecord` of the whole record at ``chunk[r:r + total]`` (magic
+        ``magic``; ``view``: a memoryview of ``chunk``; ``base``: the CommitLog offset of
+        ``chunk[0]``) when its content passes, else what is wrong with it, named at its
+        CommitLog offset: BODYCRC when the walk checks CRCs, PHYSICALOFFSET, the layout of
+        topic and properties (the decode of ``CommitLog.checkMessageAndReturnSize``). A plain
+        IPv4 record whose valid UTF-8 topic and properties end the record, with no ``__CRC32#``
+        property (nor ``forceVerifyPropCRC``), is checked in place here (the previous record's
+        topic bytes compared in place); anything else by
+        :func:`engine.format.message.decode_record`."""
+        fixed = _unpack_fixed(chunk, r) if total >= MIN_RECORD_SIZE else None
+        topic = None
+        if fixed is not None and not fixed[7] & _HOSTS_V6 and fixed[16] >= 0:
+            rec_end = r + total
+            p = r + FIXED_V4.size + fixed[16]
+            if magic == self.last_magic and chunk.startswith(self.last_tail, p):
+                topic = self.last_topic  # the previous record's (length field + name)
+                q = p + len(self.last_tail)
+            else:
+                if magic == MAGIC_V1:
+                    tlen = chunk[p] if p < rec_end else -1
+                    if tlen > MAX_TOPIC_LENGTH_V1:
+                        tlen -= 256  # a signed byte
+                    t0 = p + TOPIC_LENGTH_SIZE_V1
+                else:
+                    t0 = p + TOPIC_LENGTH_SIZE_V2
+                    tlen = INT16.unpack_from(chunk, p)[0] if t0 <= rec_end else -1
+                q = t0 + tlen
+                if tlen >= 0 and q + PROPERTIES_LENGTH_SIZE <= rec_end:
+                    topic = self._topic(chunk[t0:q])
+                    if topic is not None:
+                        self.last_tail, self.last_topic, self.last_magic = chunk[p:q], topic, magic
+            if topic is not None and (
+                q + PROPERTIES_LENGTH_SIZE > rec_end
+                or q + PROPERTIES_LENGTH_SIZE + INT16.unpack_from(chunk, q)[0] != rec_end
+                or self.force_prop_crc
+                or chunk.find(_PROP_CRC, q + PROPERTIES_LENGTH_SIZE, rec_end) >= 0
+            ):
+                topic = None
+        if fixed is None or topic is None:
+            try:  # anything unusual, or a layout error to report precisely
+                rec = decode_record(
+                    chunk,
+                    r,
+                    check_crc=self.check_crc,
+                    base_offset=base,
+                    force_verify_prop_crc=self.force_prop_crc,
+                )
+            except CorruptRecordError as exc:  # named at its CommitLog offset
+                return f"{str(exc).rsplit(' (at offset ', 1)[0]} (at offset {base + r})"
+            return (
+                chunk, r, rec.commitlog_offset, total, rec.topic, rec.queue_id,
+                rec.queue_offset, rec.sys_flag,
+            )  # fmt: skip
+        _, _, crc, queue_id, _, queue_offset, phys, sys_flag, *_, body_len = fixed
+        body_at = r + FIXED_V4.size
+        if self.check_crc and crc != (_crc32(view[body_at : body_at + body_len]) & BODY_CRC_MASK):
+            return f"body CRC mismatch (record at {base + r})"
+        if phys != base + r:
+            return f"PHYSICALOFFSET {phys} != position {base + r}"
+        return (chunk, r, phys, total, topic, queue_id, queue_offset, sys_flag)
+
+    def _topic(self, raw: bytes) -> str | None:
+        """The topic named by ``raw`` (UTF-8, decoded once per walk), or None when invalid."""
+        topic = self.topics.get(raw)
+        if topic is None:
+            try:
+                topic = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+            self.topics[raw] = topic
+        return topic
