@@ -70,6 +70,7 @@ from ..format.message import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
+    EncodedMessage,
     Message,
     cal_msg_length,
     compress_body,
@@ -275,6 +276,12 @@ def _check_room(store: MessageStore) -> None:
 
 
 def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutResult]:
+    """``DefaultMessageStore.putMessage``/``putMessages`` of ``messages`` (one MessageBatch when
+    ``batch``): the plain ones by :func:`put_plain`, the rest here: each checked and given its
+    queue (:func:`_targets`), encoded (:func:`_encode_all`), given consecutive queue offsets
+    (:func:`_assign_offsets`, ``assignOffset``), appended, and dispatched to the ConsumeQueues
+    and the index (undone on a disk error: :func:`_dispatch`); with SYNC_FLUSH it waits for
+    the group commit. Returns a :class:`PutResult` per message."""
     _check_room(store)
     if not messages:
         return []
@@ -284,97 +291,12 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
             listener(out)
         return out
     now = int(time.time() * 1000)
-    encoded = []
-    cfg_ = store.config
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
-        # (topic, queueId, extra properties) after the delay rewrite
-        targets: list[tuple[str, int, dict[str, str] | None]] = []
-        if batch and len({m.topic for m in messages}) > 1:
-            raise PutMessageError("a batch must have a single topic")
-        for msg in messages:
-            cfg = store.topic_config.get(msg.topic)
-            if cfg is None:
-                raise NoSuchTopicError(f"topic {msg.topic} does not exist")
-            if not cfg.writable:
-                raise PermissionDeniedError(
-                    f"topic {msg.topic} has perm {cfg.perm}, without write permission"
-                )
-            if msg.sys_flag & INNER_BATCH_FLAG or msg.topic in store.batch_cq_topics:
-                raise MessageIllegalError(
-                    f"{msg.topic}: inner-batch messages and BatchCQ topics need "
-                    "batchconsumequeue/, which this engine does not write"
-                )
-            qid = targets[0][1] if batch and targets else select_queue(store, msg, cfg)
-            if msg.delay_level > 0 and msg.topic != SCHEDULE_TOPIC:
-                level = min(msg.delay_level, max(store.delay_levels, default=1))
-                schedule_topic(store)
-                targets.append(
-                    (
-                        SCHEDULE_TOPIC,
-                        level - 1,
-                        {
-                            PROPERTY_REAL_TOPIC: msg.topic,
-                            PROPERTY_REAL_QID: str(qid),
-                            PROPERTY_DELAY: str(level),
-                        },
-                    )
-                )
-            else:
-                targets.append(timer_target(store, msg, qid, now))
-        delays = []
-        for msg, (topic, qid, extra) in zip(messages, targets):
-            props = dict(msg.properties or {})
-            if msg.tags:
-                props[PROPERTY_TAGS] = msg.tags
-            if msg.keys:
-                props[PROPERTY_KEYS] = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
-            if msg.sharding_key is not None:
-                props.setdefault(PROPERTY_SHARDING_KEY, msg.sharding_key)
-            if not msg.wait_store_msg_ok:
-                props[PROPERTY_WAIT] = "false"
-            if extra:
-                props.update(extra)
-            born = msg.born_timestamp or now
-            props.setdefault(PROPERTY_UNIQ_KEY, store.uniq_keys.next(born))
-            delays.append(props.get(PROPERTY_DELAY) if topic == SCHEDULE_TOPIC else None)
-            body, sys_flag = msg.body, msg.sys_flag
-            if should_compress(store, msg):
-                kind = COMPRESSION_TYPES[cfg_.compress_type.upper()]
-                body = compress_body(body, kind, cfg_.compress_level)
-                sys_flag = (sys_flag & ~COMPRESSION_TYPE_MASK) | COMPRESSED_FLAG | kind
-            encoded.append(
-                encode_message(
-                    topic,
-                    body,
-                    queue_id=qid,
-                    properties=props,
-                    born_timestamp=born,
-                    born_host=msg.born_host or (b"\x7f\x00\x00\x01", 0),
-                    store_host=store.store_host,
-                    flag=msg.flag,
-                    sys_flag=sys_flag,
-                    max_message_size=cfg_.max_message_size,
-                    auto_v2=cfg_.auto_message_version_on_topic_len,
-                    append_prop_crc=cfg_.enabled_append_prop_crc,
-                )
-            )
-        # assignOffset: consecutive queue offsets, not for prepared/rollback records.
-        next_offsets: dict[tuple[str, int], int] = {}
-        queue_offsets = []
-        for e in encoded:
-            key = (e.topic, e.queue_id)
-            if e.sys_flag & TRANSACTION_TYPE_MASK in (
-                TRANSACTION_PREPARED_TYPE,
-                TRANSACTION_ROLLBACK_TYPE,
-            ):
-                queue_offsets.append(0)
-                continue
-            if key not in next_offsets:
-                next_offsets[key] = store.max_offset(*key, committed=False)
-            queue_offsets.append(next_offsets[key])
-            next_offsets[key] += 1
+        targets = _targets(store, messages, batch, now)
+        encoded, delays = _encode_all(store, messages, targets, now)
+        queue_offsets, next_offsets = _assign_offsets(store, encoded)
         cl = store.commitlog
         start = cl.max_offset
         before = {k: store.max_offset(*k) for k in next_offsets}
@@ -400,20 +322,7 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
                     e.sys_flag,
                 )
             )
-        if store.sync_flush:
-            store.flusher.add_pending(cl.max_offset, requests)
-        else:
-            try:
-                dispatch.dispatch(store, requests)
-            except OSError:
-                for key, old in before.items():
-                    cq = store.consume_queues.get(key)
-                    if cq is not None:
-                        cq.truncate_to(old)
-                for d in store.dispatchers:
-                    d.truncate(start)
-                cl.truncate(start)
-                raise
+        _dispatch(store, requests, start, before)
         store.putter.queue_offsets.update(next_offsets)
         end = cl.max_offset
         out = [
@@ -437,6 +346,149 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
     for listener in store.listeners:
         listener(out)
     return out
+
+
+def _targets(
+    store: MessageStore, messages: list[Message], batch: bool, now: int
+) -> list[tuple[str, int, dict[str, str] | None]]:
+    """Where each message goes after the delay and timer rewrites: ``(topic, queueId, extra
+    properties)``; a batch goes whole to its first message's queue. Checks each topic as
+    ``DefaultMessageStore.checkMessage`` and the broker's ``SendMessageProcessor`` do.
+
+    Raises:
+        PutMessageError: a batch of several topics.
+        NoSuchTopicError, PermissionDeniedError, MessageIllegalError: the topic refuses it.
+    """
+    targets: list[tuple[str, int, dict[str, str] | None]] = []
+    if batch and len({m.topic for m in messages}) > 1:
+        raise PutMessageError("a batch must have a single topic")
+    for msg in messages:
+        cfg = store.topic_config.get(msg.topic)
+        if cfg is None:
+            raise NoSuchTopicError(f"topic {msg.topic} does not exist")
+        if not cfg.writable:
+            raise PermissionDeniedError(
+                f"topic {msg.topic} has perm {cfg.perm}, without write permission"
+            )
+        if msg.sys_flag & INNER_BATCH_FLAG or msg.topic in store.batch_cq_topics:
+            raise MessageIllegalError(
+                f"{msg.topic}: inner-batch messages and BatchCQ topics need "
+                "batchconsumequeue/, which this engine does not write"
+            )
+        qid = targets[0][1] if batch and targets else select_queue(store, msg, cfg)
+        if msg.delay_level > 0 and msg.topic != SCHEDULE_TOPIC:
+            level = min(msg.delay_level, max(store.delay_levels, default=1))
+            schedule_topic(store)
+            extra = {
+                PROPERTY_REAL_TOPIC: msg.topic,
+                PROPERTY_REAL_QID: str(qid),
+                PROPERTY_DELAY: str(level),
+            }
+            targets.append((SCHEDULE_TOPIC, level - 1, extra))
+        else:
+            targets.append(timer_target(store, msg, qid, now))
+    return targets
+
+
+def _encode_all(
+    store: MessageStore,
+    messages: list[Message],
+    targets: list[tuple[str, int, dict[str, str] | None]],
+    now: int,
+) -> tuple[list[EncodedMessage], list[str | None]]:
+    """Each message encoded as a record for its target (properties with TAGS, KEYS, UNIQ_KEY,
+    the body compressed per ``tryToCompressMessage``; ``now``: epoch ms for an unset born
+    timestamp), and the DELAY level of each one rewritten to the schedule topic (None for
+    the others). Raises MessageTooLargeError as :func:`engine.format.message.encode_message`."""
+    cfg_ = store.config
+    encoded = []
+    delays = []
+    for msg, (topic, qid, extra) in zip(messages, targets):
+        props = dict(msg.properties or {})
+        if msg.tags:
+            props[PROPERTY_TAGS] = msg.tags
+        if msg.keys:
+            props[PROPERTY_KEYS] = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
+        if msg.sharding_key is not None:
+            props.setdefault(PROPERTY_SHARDING_KEY, msg.sharding_key)
+        if not msg.wait_store_msg_ok:
+            props[PROPERTY_WAIT] = "false"
+        if extra:
+            props.update(extra)
+        born = msg.born_timestamp or now
+        props.setdefault(PROPERTY_UNIQ_KEY, store.uniq_keys.next(born))
+        delays.append(props.get(PROPERTY_DELAY) if topic == SCHEDULE_TOPIC else None)
+        body, sys_flag = msg.body, msg.sys_flag
+        if should_compress(store, msg):
+            kind = COMPRESSION_TYPES[cfg_.compress_type.upper()]
+            body = compress_body(body, kind, cfg_.compress_level)
+            sys_flag = (sys_flag & ~COMPRESSION_TYPE_MASK) | COMPRESSED_FLAG | kind
+        encoded.append(
+            encode_message(
+                topic,
+                body,
+                queue_id=qid,
+                properties=props,
+                born_timestamp=born,
+                born_host=msg.born_host or (b"\x7f\x00\x00\x01", 0),
+                store_host=store.store_host,
+                flag=msg.flag,
+                sys_flag=sys_flag,
+                max_message_size=cfg_.max_message_size,
+                auto_v2=cfg_.auto_message_version_on_topic_len,
+                append_prop_crc=cfg_.enabled_append_prop_crc,
+            )
+        )
+    return encoded, delays
+
+
+def _assign_offsets(
+    store: MessageStore, encoded: list[EncodedMessage]
+) -> tuple[list[int], dict[tuple[str, int], int]]:
+    """``CommitLog.assignOffset``: the queue offset of each record (consecutive per queue from
+    its uncommitted max offset; 0 for prepared and rollback records, which no queue holds),
+    and each queue's next offset after them."""
+    next_offsets: dict[tuple[str, int], int] = {}
+    queue_offsets = []
+    for e in encoded:
+        key = (e.topic, e.queue_id)
+        if e.sys_flag & TRANSACTION_TYPE_MASK in (
+            TRANSACTION_PREPARED_TYPE,
+            TRANSACTION_ROLLBACK_TYPE,
+        ):
+            queue_offsets.append(0)
+            continue
+        if key not in next_offsets:
+            next_offsets[key] = store.max_offset(*key, committed=False)
+        queue_offsets.append(next_offsets[key])
+        next_offsets[key] += 1
+    return queue_offsets, next_offsets
+
+
+def _dispatch(
+    store: MessageStore,
+    requests: list[DispatchRequest],
+    start: int,
+    before: dict[tuple[str, int], int],
+) -> None:
+    """Hand the appended records to the ConsumeQueues and the index: to the group commit with
+    SYNC_FLUSH (it dispatches once flushed), else now; a disk error while dispatching undoes
+    the put (each queue back to its offset in ``before``, the dispatchers and the CommitLog
+    back to ``start``) and is raised, so no half-stored message is ever visible."""
+    if store.sync_flush:
+        store.flusher.add_pending(store.commitlog.max_offset, requests)
+        return
+    try:
+        dispatch.dispatch(store, requests)
+    except OSError:
+        for key, old in before.items():
+            cq = store.consume_queues.get(key)
+            if cq is not None:
+                cq.truncate_to(old)
+        for d in store.dispatchers:
+            d.truncate(start)
+        store.commitlog.truncate(start)
+        raise
 
 
 def should_compress(store: MessageStore, msg: Message) -> bool:
