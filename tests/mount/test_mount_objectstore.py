@@ -91,6 +91,16 @@ class Mounts:
     def log(self, name: str) -> Path:
         return self.tmp / f"{name}.log"
 
+    def log_with(self, name: str, text: str, timeout: float = 10.0) -> str:
+        """The mount's log once it holds ``text`` (the daemon writes its log from a queue, a
+        moment after the request that logged it was answered), or as it is at ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            log = self.log(name).read_text()
+            if text in log or time.monotonic() > deadline:
+                return log
+            time.sleep(0.05)
+
     def new_mounts(self) -> set[str]:
         """This test's rmqfs mounts (under its directory: other suites may run beside it)."""
         return {m for m in rmqfs_mounts() - self.mounts_before if m.startswith(f"{self.tmp}/")}
@@ -341,7 +351,7 @@ def test_a_server_that_stops_gives_eio_and_the_mount_serves_again(aws, mounts, t
     assert len(rows) == 4000
     (part,) = os.listdir(remote / "view/topic=T/queue=0")
     assert pq.read_table(remote / "view/topic=T/queue=0" / part).num_rows == 2000
-    log = mounts.log("remote").read_text()
+    log = mounts.log_with("remote", f"EIO reading commitlog/{segs[1].name} of {uri}")
     assert f"EIO reading commitlog/{segs[1].name} of {uri}" in log, log[-3000:]
 
 
@@ -388,7 +398,7 @@ def test_a_server_that_hangs_answers_eio_in_time_and_no_worker_dies(aws, mounts,
     assert len(rows) == 4000 and json.loads(rows[-1])["body"].startswith("line 5999 ")
     assert (remote / "topics/U/messages.jsonl").read_bytes() == want_u
     assert workers <= descendants(pid)
-    log = mounts.log("remote").read_text()
+    log = mounts.log_with("remote", f"of {uri}: no answer within 3 s")
     assert f"of {uri}: no answer within 3 s" in log, log[-3000:]
 
 
@@ -464,7 +474,7 @@ def test_an_upload_to_the_mounted_location_is_never_read_as_the_snapshot(
         segs[1].read_bytes()
     assert exc.value.errno == errno.EIO
     assert segs[0].read_bytes() == first
-    log = mounts.log("remote").read_text()
+    log = mounts.log_with("remote", "changed since it was mounted")
     assert "changed since it was mounted" in log, log[-2000:]
 
 
