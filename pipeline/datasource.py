@@ -161,7 +161,7 @@ __all__ = [
     "StoreRef",
     "SegmentRange",
     "is_remote",
-    "remote_snapshot",
+    "open_snapshot",
     "remote_broker_name",
     "read_store_queue",
     "read_queue",
@@ -174,7 +174,6 @@ log = logging.getLogger(__name__)
 EARLIEST = -2
 LATEST = -1
 DEFAULT_RECORDS_PER_PARTITION = 100_000
-_remotes: dict[str, RemoteSnapshot] = {}
 
 
 class DataLossError(RuntimeError):
@@ -366,17 +365,17 @@ def is_remote(path: str) -> bool:
     return is_uri(path) and not path.startswith("file://")
 
 
-def remote_snapshot(location: str) -> RemoteSnapshot:
-    """A per-process cached reader of the snapshot at ``location``.
+def open_snapshot(location: str) -> RemoteSnapshot:
+    """A reader of the snapshot at ``location`` as its manifest is now, owned by the caller,
+    who closes it (``with open_snapshot(uri) as s:``): a plan on the driver, a task in the
+    Python worker, a report. Opening reads the manifest (one GET); nothing is cached between
+    owners, so a reused worker never serves an old snapshot's plan.
 
     Raises ValueError naming the location (without secrets) when it cannot be read as one."""
-    r = _remotes.get(location)
-    if r is None:
-        try:
-            r = _remotes[location] = RemoteSnapshot(location)
-        except StoreError as exc:
-            raise ValueError(f"rocketmq: {exc}") from None
-    return r
+    try:
+        return RemoteSnapshot(location)
+    except StoreError as exc:
+        raise ValueError(f"rocketmq: {exc}") from None
 
 
 #: Where a store's broker name came from (:func:`store_broker_name`), in the order tried.
@@ -571,7 +570,7 @@ def _expand_remote(raw: str) -> list[str]:
     except ObjectStoreError as exc:
         raise ValueError(f"rocketmq: {exc}") from None
     if not glob.has_magic(base):
-        remote_snapshot(raw)  # refuses a location with no snapshot, naming it
+        open_snapshot(raw).close()  # refuses a location with no snapshot, naming it
         return [raw]
     host = urlsplit(raw).netloc.rpartition("@")[2]
     parts = base.split("/")
@@ -599,7 +598,7 @@ def _expand_remote(raw: str) -> list[str]:
     for path in current:
         uri = _uri_with_path(raw, host, path)
         try:
-            remote_snapshot(uri)
+            open_snapshot(uri).close()
         except ValueError as exc:
             if "no SNAPSHOT.json" not in str(exc):
                 raise
@@ -643,9 +642,9 @@ def _located(uri: str, options: Mapping[str, str]) -> str:
 def remote_broker_name(location: str) -> tuple[str, str]:
     """``(broker name, rule)`` of a snapshot in object storage: its manifest's ``brokerName``,
     else the location's last directory name (its parent's when it is ``latest`` or ``store``)."""
-    r = remote_snapshot(location)
-    if r.broker_name:
-        return r.broker_name, RULE_MANIFEST
+    with open_snapshot(location) as r:
+        if r.broker_name:
+            return r.broker_name, RULE_MANIFEST
     return path_broker_name(location), RULE_DIRECTORY
 
 
@@ -894,14 +893,20 @@ class _Planner:
         self.pushed = pushed
         self.ref = ref or (opts.stores[0] if opts.stores else StoreRef(opts.path, ""))
         self.store: StoreFiles | RemoteSnapshot
-        if is_remote(self.ref.path):
-            self.store = remote_snapshot(self.ref.path)
-            try:  # each plan reads the location's manifest as it is now (a newer snapshot)
-                self.store.refresh()
-            except StoreError as exc:
-                raise ValueError(f"rocketmq: {exc}") from None
+        if is_remote(self.ref.path):  # the location's manifest as it is now
+            self.store = open_snapshot(self.ref.path)
         else:
             self.store = StoreFiles(self.ref.path)
+
+    def close(self) -> None:
+        """Close the store this plan opened (its files, a snapshot's request threads)."""
+        self.store.close()
+
+    def __enter__(self) -> _Planner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def queues(self) -> list[tuple[str, int]]:
         o = self.o
@@ -1091,12 +1096,10 @@ def read_piece(p: SegmentRange) -> Iterator:
             location since planning (``failOnDataLoss=false``: logged and skipped).
         ObjectStoreError: the server failed or refused (retried by pyarrow first; named).
     """
-    s = remote_snapshot(p.location)
+    s = open_snapshot(p.location)  # the task's own, closed when it ends
     piece = p.piece
     if s.identity != p.identity:
-        s.refresh()
-        if s.identity != p.identity:
-            piece = replace(piece, whole=False)
+        piece = replace(piece, whole=False)
     bounds = {(t, q): (a, b) for t, q, a, b in p.bounds}
     try:
         yield from _with_broker(
@@ -1115,6 +1118,8 @@ def read_piece(p: SegmentRange) -> Iterator:
                 f"rocketmq: {exc}; set failOnDataLoss=false to skip what it held"
             ) from None
         log.warning("rocketmq: %s; skipped (failOnDataLoss=false)", exc)
+    finally:
+        s.close()
 
 
 def _with_broker(
@@ -1164,15 +1169,15 @@ class RocketMQReader(DataSourceReader):
             raise ValueError('endingOffsets="earliest" is not allowed for a batch query')
         parts: list[QueueRange] = []
         for ref in _planned_stores(o, self.pushed):
-            plan = _Planner(o, self.pushed, ref)
-            bounds = {}
-            for t, q in plan.queues():
-                start = plan.resolve(o.starting, o.start_ts, t, q, EARLIEST)
-                end = plan.resolve(o.ending, o.end_ts, t, q, LATEST)
-                end = min(end, plan.store.max_offset(t, q))
-                if end > start:
-                    bounds[(t, q)] = (plan.check_start(t, q, start), end)
-            parts.extend(plan.ranges(bounds))
+            with _Planner(o, self.pushed, ref) as plan:
+                bounds = {}
+                for t, q in plan.queues():
+                    start = plan.resolve(o.starting, o.start_ts, t, q, EARLIEST)
+                    end = plan.resolve(o.ending, o.end_ts, t, q, LATEST)
+                    end = min(end, plan.store.max_offset(t, q))
+                    if end > start:
+                        bounds[(t, q)] = (plan.check_start(t, q, start), end)
+                parts.extend(plan.ranges(bounds))
         return parts or [QueueRange(o.path, "", 0, 0, 0, ())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -1318,6 +1323,13 @@ class RocketMQStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Nothing to do: Spark's checkpoint holds the position."""
+
+    def stop(self) -> None:
+        """The query stopped: close the stores its plans opened (``DataSourceStreamReader.stop``);
+        a restart plans again."""
+        plans, self._plans = self._plans, None
+        for p in (plans or {}).values():
+            p.close()
 
 
 def _rate_limit(start: dict, latest: dict, max_rows: int, plans: dict[str, _Planner]) -> dict:

@@ -220,18 +220,23 @@ class SnapshotInput:
     def __init__(self, location: str):
         from rmqfs.engine.errors import StoreError
         from rmqfs.engine.live.location import redact
-        from rmqfs.pipeline.datasource import remote_broker_name, remote_snapshot
+        from rmqfs.pipeline.datasource import open_snapshot, path_broker_name
 
         self.path = location
         self.shown = redact(location)
-        self.snapshot = remote_snapshot(location)
-        self.broker_name = remote_broker_name(location)[0]
+        self.snapshot = open_snapshot(location)  # this input's, closed by :meth:`close`
+        self.broker_name = self.snapshot.broker_name or path_broker_name(location)
         try:
             from rmqfs.engine.live.remote import SnapshotProgress
 
             self.progress = SnapshotProgress(self.snapshot)
         except StoreError as exc:
+            self.snapshot.close()
             raise ValueError(f"{self.shown}: {exc}") from None
+
+    def close(self) -> None:
+        """Close the snapshot reader this input opened."""
+        self.snapshot.close()
 
     def has_messages(self) -> bool:
         """Whether the snapshot has a queue with messages."""
@@ -802,6 +807,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             mount = SnapshotInput(m) if is_snapshot_uri(m) else Mount(m)
             where = mount.path if isinstance(mount, SnapshotInput) else os.path.realpath(mount.path)
             if where in seen_paths:
+                if isinstance(mount, SnapshotInput):
+                    mount.close()
                 continue
             seen_paths.add(where)
             names = {x.broker_name for x in mounts}
@@ -809,6 +816,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mount.broker_name = f"{mount.broker_name}#{len(mounts) + 1}"
             mounts.append(mount)
     except (FileNotFoundError, ValueError) as exc:
+        _close_inputs(mounts)
         print(f"rmqfs report: {exc}", file=sys.stderr)
         return 1
     owns_session = SparkSession.getActiveSession() is None
@@ -819,13 +827,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"rmqfs report: cannot start Spark (Java 17+ and JAVA_HOME needed): {exc}",
             file=sys.stderr,
         )
+        _close_inputs(mounts)
         return 1
     try:
         run(spark, mounts, os.path.abspath(args.out), args.top, series=args.series)
     finally:
         if owns_session:
             spark.stop()
+        _close_inputs(mounts)
     return 0
+
+
+def _close_inputs(inputs: Sequence[Mount | SnapshotInput]) -> None:
+    """Close the snapshot readers of the report's inputs (a mount holds nothing open)."""
+    for m in inputs:
+        if isinstance(m, SnapshotInput):
+            m.close()
 
 
 if __name__ == "__main__":  # pragma: no cover

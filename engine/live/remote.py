@@ -419,6 +419,12 @@ class RemoteSnapshot:
         self._commitlog.close()
         self.source.close()
 
+    def __enter__(self) -> RemoteSnapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class _Stamp:
     """A message's store time (what :func:`engine.live.progress.consumer_progress` asks of a

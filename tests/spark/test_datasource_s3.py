@@ -251,3 +251,37 @@ def test_the_report_runs_over_snapshot_uris(spark, weed, fleet, tmp_path, capsys
     c = with_credentials(_uri(weed, "fleet/broker-c/latest"), KEY, SECRET)
     assert report.main([c, "--out", str(tmp_path / "x")]) == 1
     assert "no SNAPSHOT.json" in capsys.readouterr().err
+
+
+def test_every_snapshot_reader_is_closed_by_its_owner(weed, fleet, monkeypatch):
+    """No snapshot reader outlives its owner (issue 33 item 4): the plan closes the ones it
+    opened, each partition's read (a task in the Python worker) opens its own and closes it,
+    and nothing is cached between them, so a reused worker never serves an old snapshot. The
+    reader's planning and reading run here in-process, as Spark's driver and worker run them;
+    the read equals the local copy's."""
+    opened: list[RemoteSnapshot] = []
+    closed: list[RemoteSnapshot] = []
+    real_init, real_close = RemoteSnapshot.__init__, RemoteSnapshot.close
+
+    def init(self, location):
+        real_init(self, location)
+        opened.append(self)
+
+    def close(self):
+        closed.append(self)
+        real_close(self)
+
+    monkeypatch.setattr(RemoteSnapshot, "__init__", init)
+    monkeypatch.setattr(RemoteSnapshot, "close", close)
+    where = {"path": _uri(weed, "fleet/broker-a/latest"), "accessKey": KEY, "secretKey": SECRET}
+    reader = D.RocketMQReader(D.parse_options(where))
+    parts = reader.partitions()
+    assert opened and sorted(map(id, opened)) == sorted(map(id, closed))  # the plan's, closed
+    rows = 0
+    for part in parts:
+        before = len(opened)
+        for batch in reader.read(part):
+            rows += batch.num_rows
+        assert len(opened) == before + 1  # the task's own reader
+        assert sorted(map(id, opened)) == sorted(map(id, closed))  # closed when it ended
+    assert rows == 2 * (120 + 40)
