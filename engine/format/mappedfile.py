@@ -887,6 +887,17 @@ def extend_with_zeros(path: str, size: int) -> None:
         os.close(fd)
 
 
+def fsync_file(path: str) -> None:
+    """fsync the file ``path`` by name (its data and metadata), e.g. a file a store wrote
+    through descriptors since closed: ``rmqfs recover`` makes the ConsumeQueues and IndexFiles
+    it had rebuilt durable before writing a checkpoint that vouches for them. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: str) -> None:
     """fsync a directory, so the names created or removed in it survive a power cut (the one
     home of this step for every file the store creates: segments, IndexFiles, config)."""

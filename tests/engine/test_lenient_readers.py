@@ -31,7 +31,7 @@ from rmqfs.engine.format.indexfile import (
     read_index_header,
     scan_index_file,
 )
-from rmqfs.engine.format.mappedfile import FileQueue, extend_with_zeros
+from rmqfs.engine.format.mappedfile import FileQueue, extend_with_zeros, fsync_file
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.engine.storeconfig import StoreConfig
 
@@ -233,3 +233,6 @@ def test_truncate_dirty_then_sync_file(tmp_path):
         fq.close()
     assert sorted(os.listdir(d)) == ["0" * 20, "0" * 18 + "64"]
     assert (d / ("0" * 18 + "64")).read_bytes() == b"x" * 6 + bytes(58)
+    fsync_file(str(d / ("0" * 20)))
+    with pytest.raises(FileNotFoundError):
+        fsync_file(str(d / ("0" * 17 + "128")))

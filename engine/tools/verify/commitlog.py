@@ -291,6 +291,12 @@ def scan_commitlog(
     recs: Records,
     progress: ProgressFactory,
 ) -> None:
+    """Walk every record of a plain CommitLog's files ``segs`` (:func:`check_segments`) with
+    the lenient :func:`engine.format.commitlog.walk_segment` and decode each with its CRCs
+    (``CommitLog.checkMessageAndReturnSize``), adding to ``res`` what ends each file's data
+    (blank END_OF_FILE record, zeros, damage, a hole followed by records) and setting
+    ``res.first_bad`` where the broker's recovery would cut; the valid records go to ``recs``.
+    ``progress`` gets one bar in bytes. Raises OSError / ObjectStoreError from the source."""
     if not segs:
         return
     file_size = res.segment_size
@@ -557,6 +563,8 @@ def forget_deleted_topics(root: str, recs: Records, source: StoreSource) -> None
 
 
 def record_index(recs: Records, offset: int) -> int | None:
+    """The index in ``recs`` of the valid record starting at CommitLog offset ``offset``
+    (bytes), or None where none starts (a binary search)."""
     i = bisect.bisect_left(recs.offsets, offset)
     if i < len(recs.offsets) and recs.offsets[i] == offset:
         return i

@@ -30,6 +30,12 @@ def check_index_files(
     progress: ProgressFactory,
     source: StoreSource,
 ) -> None:
+    """Check every IndexFile under ``root``/index (``IndexService.load``, ``IndexFile``): each
+    file read through ``source`` by :func:`engine.format.indexfile.scan_index_file` and its
+    items checked against the records ``recs`` (the keys re-read from ``segs``); then the
+    records with keys that no file indexes (``index-lag``, a warning: re-dispatched on open)
+    and the keys missing inside the indexed range (``index-missing``). ``progress`` gets one
+    bar in files. Raises OSError / ObjectStoreError from the source."""
     idx_dir = os.path.join(root, "index")
     names = []
     if source.isdir(idx_dir):

@@ -40,6 +40,12 @@ def check_consume_queues(
     progress: ProgressFactory,
     source: StoreSource,
 ) -> None:
+    """Check every queue under ``root``: each ``consumequeue/<topic>/<queueId>`` directory
+    (:func:`_check_queue`), or each queue of a RocksDB ConsumeQueue (local only), then the
+    BatchCQ queues, each unit against the valid records ``recs`` (``ConsumeQueue.recover``,
+    ``checkMessageAndReturnSize``'s dispatch request); queues the records have but no
+    directory holds are lag (a warning: re-dispatched on open). ``progress`` gets one bar in
+    queues. Raises OSError / ObjectStoreError from the source."""
     base = os.path.join(root, "consumequeue")
     if rocksdb_consume_queue(root, source):
         if not source.local:  # a database is opened as local files (engine.format.rocksdb)

@@ -15,7 +15,7 @@ from ...errors import ConfigFileError, CorruptRecordError, StoreError
 from ...format.commitlog import CommitLog
 from ...format.consumequeue import queue_dir_id
 from ...format.indexfile import read_index_header
-from ...format.mappedfile import extend_with_zeros, fsync_dir
+from ...format.mappedfile import extend_with_zeros, fsync_dir, fsync_file
 from ...service.lock import StoreLock, release_store_lock, take_store_lock
 from ...service.storetree import check_layout, check_store_tree, remove_tree, walk_tree
 from .listing import index_names, segment_files
@@ -204,11 +204,7 @@ def _sync_and_checkpoint(root: str, res: VerifyResult) -> None:
     for sub in ("consumequeue", "index"):
         for dirpath, _dirs, files, _depth in walk_tree(os.path.join(root, sub)):
             for name in files:
-                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_file(os.path.join(dirpath, name))
             fsync_dir(dirpath)
     index_ts = 0
     names = index_names(os.path.join(root, "index"))
