@@ -423,6 +423,24 @@ class MappedFiles:
                     self.views[start] = m
         return m
 
+    def pread_file(self, start: int, length: int, pos: int) -> bytes:
+        """Up to ``length`` bytes at ``pos`` (fewer at its end) of the file named by ``start``,
+        whatever its size or alignment, listed or not (for a checker that must read misnamed
+        or mis-sized files, as :meth:`file_view` maps them): a local file opened as
+        :meth:`open_file` does, else one range read of the source.
+
+        Raises:
+            OSError: as :meth:`open_file`; ObjectStoreError: the source could not read it.
+        """
+        if not self.source.local:
+            path = os.path.join(self.directory, offset_to_file_name(start))
+            return self.source.pread(path, length, pos)
+        fd = self.open_file(start)
+        try:
+            return os.pread(fd, length, pos)
+        finally:
+            os.close(fd)
+
     def data_ranges(self, start: int, lo: int, hi: int) -> list[tuple[int, int]]:
         """The parts of ``[lo, hi)`` (positions in the file named by ``start``) that may hold
         data, in order: the holes of a sparse file are left out (``SEEK_DATA``/``SEEK_HOLE``),

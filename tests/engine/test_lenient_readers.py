@@ -236,3 +236,23 @@ def test_truncate_dirty_then_sync_file(tmp_path):
     fsync_file(str(d / ("0" * 20)))
     with pytest.raises(FileNotFoundError):
         fsync_file(str(d / ("0" * 17 + "128")))
+
+
+def test_pread_file_reads_files_the_listing_cannot_address(tmp_path):
+    """verify reads a mis-sized or misnamed CommitLog file by range through the reader's
+    ``pread_file``, by its name whatever its size or alignment (never through a link)."""
+    from rmqfs.engine.format.mappedfile import MappedFiles
+
+    d = tmp_path / "cl"
+    d.mkdir()
+    (d / ("0" * 20)).write_bytes(b"a" * 64)
+    (d / ("0" * 18 + "70")).write_bytes(b"0123456789")  # misnamed and short
+    (d / ("0" * 17 + "200")).symlink_to(d / ("0" * 20))
+    files = MappedFiles(str(d))
+    try:
+        assert files.pread_file(70, 4, 3) == b"3456"
+        assert files.pread_file(70, 100, 8) == b"89"  # fewer at its end
+        with pytest.raises(OSError):
+            files.pread_file(200, 4, 0)
+    finally:
+        files.close()

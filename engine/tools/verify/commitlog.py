@@ -50,29 +50,32 @@ RANGE = 16 << 20
 class Window:
     """The one buffer of CommitLog bytes verify holds when it reads a source that is not local:
     the last range read (at least :data:`RANGE` bytes, or a whole record longer than that),
-    shared by every file, so memory stays at one range whatever the number of files."""
+    shared by every file, so memory stays at one range whatever the number of files. The
+    bytes come through the CommitLog's reader ``files``
+    (:meth:`engine.format.mappedfile.MappedFiles.pread_file`: one range read of the source)."""
 
-    def __init__(self, source: StoreSource) -> None:
-        self.source = source
-        self.path = ""
+    def __init__(self, files: MappedFiles) -> None:
+        self.files = files
+        self.start = -1  # the file (its start offset, its name) buf comes from
         self.base = 0  # file position of buf[0]
         self.buf = b""
         self.short = False  # the read gave less than asked: the file ends there
 
-    def read(self, path: str, pos: int, need: int, size: int) -> tuple[bytes, int]:
-        """``(buffer, base)`` holding ``[pos, pos + need)`` of the ``size``-byte file ``path``
-        (clipped to its end) unless it ended sooner: ``buffer[x - base]`` is the byte at ``x``.
+    def read(self, start: int, pos: int, need: int, size: int) -> tuple[bytes, int]:
+        """``(buffer, base)`` holding ``[pos, pos + need)`` of the ``size``-byte file named by
+        ``start`` (clipped to its end) unless it ended sooner: ``buffer[x - base]`` is the byte
+        at ``x``.
 
         Raises:
             OSError; ObjectStoreError: the range could not be read.
         """
         stop = min(pos + need, size)
-        if path == self.path and self.base <= pos and stop <= self.base + len(self.buf):
+        if start == self.start and self.base <= pos and stop <= self.base + len(self.buf):
             return self.buf, self.base
         n = min(max(need, RANGE), size - pos)
         self.buf = b""  # the old range goes before the new one comes
-        self.buf = self.source.pread(path, n, pos)
-        self.path, self.base, self.short = path, pos, len(self.buf) < n
+        self.buf = self.files.pread_file(start, n, pos)
+        self.start, self.base, self.short = start, pos, len(self.buf) < n
         return self.buf, pos
 
 
@@ -102,7 +105,7 @@ class SegmentFile:
         :meth:`Window.read`."""
         if self.map is not None or self.window is None:
             return self.map, 0
-        return self.window.read(self.path, pos, need, self.size)
+        return self.window.read(self.start, pos, need, self.size)
 
     def walk(self) -> Iterator[tuple[Step, Any, int]]:
         """:func:`engine.format.commitlog.walk_segment` over the whole file, whatever the
@@ -177,7 +180,7 @@ def check_segments(
         )
     names = regular_files(cl_dir, listed, source)
     files = MappedFiles(cl_dir, source=source)
-    window = None if source.local else Window(source)
+    window = None if source.local else Window(files)
     segs = [
         SegmentFile(
             int(n),
@@ -264,10 +267,9 @@ def _is_zero(seg: SegmentFile, start: int, end: int) -> bool:
     if seg.map is None:
         if seg.window is None:
             return True
-        source = seg.window.source
         p = start
         while p < end:
-            data = source.pread(seg.path, min(end - p, RANGE), p)
+            data = seg.files.pread_file(seg.start, min(end - p, RANGE), p)
             if not data:
                 break
             if data.strip(b"\0"):
