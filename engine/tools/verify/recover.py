@@ -247,7 +247,8 @@ def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverR
     """Drop the CommitLog from ``cut`` on, as the broker's recovery does
     (``CommitLog.truncate``: ``MappedFileQueue.truncateDirtyFiles``, the files after the one
     holding ``cut`` deleted and that one zeroed from ``cut``); valid records after it are
-    saved under lost+found/ first. The zeroed file is fsynced, then the directory."""
+    saved under lost+found/ first (fsynced before anything is cut). The zeroed file is
+    fsynced, then the directory."""
     cl_dir = os.path.join(root, "commitlog")
     fs = res.segment_size
     names = segment_files(cl_dir)
@@ -258,6 +259,12 @@ def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverR
         for n in names:
             if int(n) + fs > cut:
                 shutil.copyfile(os.path.join(cl_dir, n), os.path.join(dest, n))
+                fsync_file(os.path.join(dest, n))  # the copy is durable before the cut
+        d = dest
+        while d != root:  # commitlog/, <time>/, lost+found/ and their names
+            fsync_dir(d)
+            d = os.path.dirname(d)
+        fsync_dir(root)
         report.actions.append(
             f"copied the CommitLog files from offset {cut - cut % fs} to "
             f"{os.path.relpath(dest, root)} (they hold {dropped_records} "
