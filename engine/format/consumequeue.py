@@ -576,3 +576,66 @@ def valid_prefix_units(data: bytes) -> int:
     if 0 <= k < first:
         first = k
     return first
+
+
+class UnitFile:
+    """One ConsumeQueue file's units read leniently, for a checker (``rmqfs verify``): where
+    :meth:`ConsumeQueue.recover` silently drops what follows the last valid unit, this keeps
+    the whole file and names what is wrong with it instead of raising.
+
+    The rule of where the units end is :func:`valid_prefix_units` (``offset >= 0 and
+    size > 0``, ``ConsumeQueue.recover``), the one recovery and every reader use; the units
+    are decoded with :data:`UNIT`. Build one with :func:`read_unit_file` (a file through a
+    store source) or from a file's bytes.
+
+    Attributes:
+        data: the file's bytes (a multiple of 20 bytes is expected; a partial unit at the end
+            is ignored).
+        count: whole units in ``data``.
+        valid: the leading valid units (``count`` when every unit is valid).
+    """
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.count = len(data) // CQ_STORE_UNIT_SIZE
+        self.valid = valid_prefix_units(data)
+
+    @property
+    def ended(self) -> bool:
+        """Whether an invalid unit ends the queue inside this file (unit :attr:`valid`)."""
+        return self.valid < self.count
+
+    def units(self) -> Iterator[tuple[int, int, int]]:
+        """The valid units from the file's start, in order: ``(commitLogOffset, size,
+        tagsCode)`` (bytes, bytes, a tag hash or a deliver time in epoch ms); blank fillers
+        (``(0, BLANK_UNIT_SIZE, 0)``, ``fillPreBlank``) included, as they are valid units."""
+        return UNIT.iter_unpack(memoryview(self.data)[: self.valid * CQ_STORE_UNIT_SIZE])
+
+    def problems(self) -> list[tuple[int, str]]:
+        """``[(unit number in the file, what is wrong)]``: the invalid unit that ends the queue
+        when it is not a zero unit or data follows it (a broker writes units in order, so
+        nothing but zeros follows the end: the rest is damage, ``ConsumeQueue.recover``
+        drops it). [] for a file whose units are all valid or that ends in zeros."""
+        if not self.ended:
+            return []
+        at = self.valid * CQ_STORE_UNIT_SIZE
+        unit = UNIT.unpack_from(self.data, at)
+        if unit == (0, 0, 0) and not self.holds_data(at + CQ_STORE_UNIT_SIZE):
+            return []
+        off, size, tc = unit
+        return [(self.valid, f"invalid unit ({off}, {size}, {tc}) followed by more data")]
+
+    def holds_data(self, start: int = 0) -> bool:
+        """Whether any byte of :attr:`data` from ``start`` (bytes) is not zero."""
+        return bool(self.data[start:].strip(b"\0"))
+
+
+def read_unit_file(path: str, size: int, source: StoreSource = LOCAL) -> UnitFile:
+    """The ConsumeQueue file ``path`` read whole (``size`` bytes, one read through ``source``:
+    a few MB) as a lenient :class:`UnitFile` (damage reported by
+    :meth:`UnitFile.problems`, never raised).
+
+    Raises:
+        OSError; ObjectStoreError: the source could not read the file.
+    """
+    return UnitFile(source.pread(path, size, 0))

@@ -1178,3 +1178,102 @@ def build_key(topic: str, key: str) -> str:
     the UNIQ_KEY) of a record of ``topic``: ``topic#key``. ``build_key(topic, "")`` is the
     prefix shared by a topic's keys (its hash seeds the fast path's key hashes)."""
     return f"{topic}#{key}"
+
+
+def nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
+    """``[(slot number, item number)]`` of the non-zero hash slots in ``raw`` (a slot table,
+    :data:`SLOT` each, from slot 0), in slot order; all-zero chunks of ``chunk`` bytes are
+    skipped in C (a sparse table of millions of slots costs little)."""
+    out = []
+    zero = bytes(chunk)
+    for base in range(0, len(raw), chunk):
+        part = raw[base : base + chunk]
+        if part == zero[: len(part)]:
+            continue
+        for i, (v,) in enumerate(SLOT.iter_unpack(part)):
+            if v:
+                out.append((base // HASH_SLOT_SIZE + i, v))
+    return out
+
+
+def read_index_header(path: str, source: StoreSource = LOCAL) -> tuple[int, ...] | None:
+    """The six :data:`HEADER` fields of the IndexFile ``path`` as stored (``IndexHeader.load``:
+    beginTimestamp, endTimestamp (epoch ms), beginPhyOffset, endPhyOffset (bytes),
+    hashSlotCount, indexCount), read through ``source``; None when the file is shorter than a
+    header (nothing is raised for a damaged file).
+
+    Raises:
+        OSError; ObjectStoreError: the source could not read the file.
+    """
+    head = source.pread(path, INDEX_HEADER_SIZE, 0)
+    if len(head) < INDEX_HEADER_SIZE:
+        return None
+    return tuple(HEADER.unpack(head))
+
+
+class IndexScan(NamedTuple):
+    """One IndexFile read leniently (:func:`scan_index_file`), for a checker: the parts
+    :class:`IndexFile` loads, or the problem that makes the file unusable.
+
+    ``problem`` is None or ``(what, text)``: ``what`` is ``"empty"`` (a 0-byte file, which
+    ``IndexService.load`` deletes), ``"geometry"`` (a size that fits no geometry:
+    :func:`index_geometry`), ``"header"`` (indexCount past indexNum) or ``"short"`` (the file
+    ends before its indexCount items); the other fields are then empty."""
+
+    #: the six :data:`HEADER` fields, indexCount read as at least 1 (``IndexHeader.load``)
+    header: tuple[int, ...]
+    hash_slot_num: int
+    index_num: int
+    #: ``[(slot, item)]`` of the non-zero hash slots (:func:`nonzero_slots`)
+    slots: list[tuple[int, int]]
+    #: items 1 .. indexCount-1 as ``(keyHash, phyOffset, timeDiff, prevIndex)`` (:data:`ITEM`)
+    items: list[tuple[int, int, int, int]]
+    problem: tuple[str, str] | None = None
+
+
+def _unusable(problem: tuple[str, str]) -> IndexScan:
+    """An :class:`IndexScan` of a file that cannot be read as an IndexFile, and why."""
+    return IndexScan((), 0, 0, [], [], problem)
+
+
+def scan_index_file(
+    path: str,
+    hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+    index_num: int = DEFAULT_INDEX_NUM,
+    source: StoreSource = LOCAL,
+    label: str = "",
+) -> IndexScan:
+    """Read the IndexFile ``path`` through ``source`` leniently (``IndexFile.load``, without
+    raising for damage): its size and geometry (:func:`index_geometry`, the configured
+    ``hash_slot_num``/``index_num`` winning when they fit), its header, its hash slots and its
+    items, in file order (a snapshot's source sums a file whose bytes come in order:
+    ``engine.live.objectsource``). A file that cannot be read as an IndexFile comes back
+    with :attr:`IndexScan.problem` set (``label`` names the file in its text; default
+    ``path``). The checks of what the parts say (chains, buckets, counts) are the caller's.
+
+    Raises:
+        OSError; ObjectStoreError: the source could not read the file.
+    """
+    size = source.file_size(path)
+    if size == 0:
+        return _unusable(("empty", "empty file (deleted on load)"))
+    try:
+        slots, items_num = index_geometry(size, hash_slot_num, index_num, label or path)
+    except CorruptRecordError as exc:
+        return _unusable(("geometry", str(exc)))
+    head = read_index_header(path, source)
+    if head is None:
+        return _unusable(("short", "file shorter than its header"))
+    header = head[:5] + (max(head[5], 1),)
+    count = header[5]
+    if count > items_num:
+        return _unusable(("header", f"indexCount {count} > indexNum {items_num}"))
+    slot_raw = source.pread(path, slots * HASH_SLOT_SIZE, INDEX_HEADER_SIZE)
+    # from the unused item 0 on, so that the reads follow one another
+    raw = memoryview(
+        source.pread(path, count * INDEX_SIZE, INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE)
+    )
+    if len(raw) - INDEX_SIZE != (count - 1) * INDEX_SIZE:
+        return _unusable(("short", "file shorter than its item count"))
+    items: list[tuple[int, int, int, int]] = list(ITEM.iter_unpack(raw[INDEX_SIZE:]))
+    return IndexScan(header, slots, items_num, nonzero_slots(slot_raw), items)

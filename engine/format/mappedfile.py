@@ -423,6 +423,24 @@ class MappedFiles:
                     self.views[start] = m
         return m
 
+    def pread_file(self, start: int, length: int, pos: int) -> bytes:
+        """Up to ``length`` bytes at ``pos`` (fewer at its end) of the file named by ``start``,
+        whatever its size or alignment, listed or not (for a checker that must read misnamed
+        or mis-sized files, as :meth:`file_view` maps them): a local file opened as
+        :meth:`open_file` does, else one range read of the source.
+
+        Raises:
+            OSError: as :meth:`open_file`; ObjectStoreError: the source could not read it.
+        """
+        if not self.source.local:
+            path = os.path.join(self.directory, offset_to_file_name(start))
+            return self.source.pread(path, length, pos)
+        fd = self.open_file(start)
+        try:
+            return os.pread(fd, length, pos)
+        finally:
+            os.close(fd)
+
     def data_ranges(self, start: int, lo: int, hi: int) -> list[tuple[int, int]]:
         """The parts of ``[lo, hi)`` (positions in the file named by ``start``) that may hold
         data, in order: the holes of a sparse file are left out (``SEEK_DATA``/``SEEK_HOLE``),
@@ -784,6 +802,13 @@ class FileQueue(MappedFiles):
         if last is not None:
             self.zero_range(offset, last.end)
 
+    def sync_file(self, offset: int) -> None:
+        """``fsync`` (data and metadata: a :meth:`truncate_dirty` freed its blocks) the file
+        holding ``offset``; no file holds it: nothing to do. Raises OSError."""
+        seg = self.find(offset)
+        if seg is not None:
+            os.fsync(seg.fd)
+
     def delete_first(self) -> Segment | None:
         """Delete the oldest file (expiry); never the last one. Returns it, or None."""
         with self._lock:
@@ -854,6 +879,41 @@ def map_read_only(fd: int) -> SegmentMap:
     file's bytes are read in place, here only (a segment, or a block of one cached from object
     storage: ``engine.live.blockcache``). Raises ValueError for an empty file, OSError."""
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+
+
+def extend_with_zeros(path: str, size: int) -> None:
+    """Extend the segment file ``path``, cut short (a crash while it was created, a partial
+    copy), to ``size`` bytes of which the new ones read as zeros (``ftruncate`` up: a hole,
+    no space used), and ``fsync`` it: a broker maps every segment at its full size
+    (``MappedFile``), and zeros past the data end it as recovery expects. Opened without
+    following a link and refused unless a regular file.
+
+    Raises:
+        ValueError: the file is already larger than ``size``.
+        OSError: ENOENT, ELOOP for a link, EACCES for anything but a regular file, ...
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EACCES, "not a regular file", path)
+        if st.st_size > size:
+            raise ValueError(f"{path}: {st.st_size} bytes, larger than {size}")
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str) -> None:
+    """fsync the file ``path`` by name (its data and metadata), e.g. a file a store wrote
+    through descriptors since closed: ``rmqfs recover`` makes the ConsumeQueues and IndexFiles
+    it had rebuilt durable before writing a checkpoint that vouches for them. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: str) -> None:

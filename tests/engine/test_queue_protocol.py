@@ -37,7 +37,7 @@ READERS = (
     "engine/read/scheduled.py",
     "engine/service/getmessage.py",
     "engine/live/stats.py",
-    "engine/tools/verify.py",
+    "engine/tools/verify/queues.py",
     "fusefs/views.py",
     "mount/admin.py",
     "pipeline/datasource.py",

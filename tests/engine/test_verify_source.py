@@ -1,4 +1,4 @@
-"""engine/tools/verify.py over a store source (issue 32, item 2): ``verify_store(root,
+"""engine/tools/verify/ over a store source (issue 32, item 2): ``verify_store(root,
 source=ObjectSource(...))`` checks a snapshot in object storage in place, every read through the
 source (listings and sizes from the manifest, the CommitLog by range, ConsumeQueue and IndexFile
 bytes, config files, the checkpoint), and reports what ``verify_store`` reports over the local
@@ -6,8 +6,8 @@ copy of the same snapshot: the same problems and counts, for a good store and fo
 
 The location is a local directory (``pyarrow.fs.LocalFileSystem``: the same range reads as S3);
 tests/tools/test_verify_objectstore.py runs ``rmqfs verify s3://...`` against a real S3 server.
-The ranges are made small (:data:`engine.tools.verify.RANGE`), so records are cut by them and
-read again whole, and a record longer than a range is read in one read of its own."""
+The ranges are made small (:data:`engine.tools.verify.commitlog.RANGE`), so records are cut by
+them and read again whole, and a record longer than a range is read in one read of its own."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from rmqfs.engine.live.objectsource import ObjectSource
 from rmqfs.engine.live.snapshot import MANIFEST_NAME
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.engine.storeconfig import StoreConfig
-from rmqfs.engine.tools import verify
 from rmqfs.engine.tools.verify import SNAPSHOT_SKIPS, VerifyResult, verify_store
+from rmqfs.engine.tools.verify import commitlog as verify_commitlog
 from stores import snapshot_copy
 
 SEG = 64 * 1024
@@ -67,7 +67,7 @@ def copy(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def small_ranges(monkeypatch):
-    monkeypatch.setattr(verify, "RANGE", 4096)
+    monkeypatch.setattr(verify_commitlog, "RANGE", 4096)
 
 
 def _report(res: VerifyResult) -> dict:
