@@ -4,8 +4,11 @@ Node, Dir, Stat, Handle and the generic handles and files, FsError (an errno), t
 the permission model, and Context (what every node needs: the store, the view cache, the
 snapshot manager, the mount's flags). The tree modules (``nodes`` the topics/groups/messages/
 raw tree and the root, ``viewtree`` the ``view/`` tree, ``snapshots`` the ``snapshots/`` tree)
-build on this; ``ops`` maps the kernel's requests onto it. Nothing here imports pyfuse3 or trio,
-so the whole tree runs without a kernel mount (tests/fs/).
+build on this; ``ops`` maps the kernel's requests onto it. Each operation a node or handle
+answers has a blocking method (``stat``, ``read``...) and may have a fast one beside it
+(``stat_cached``, ``read_cached``...: "Where work runs" below) that answers on the trio loop
+or says None, "not ready". Nothing here imports pyfuse3 or trio, so the whole tree runs
+without a kernel mount (tests/fs/).
 """
 
 from __future__ import annotations

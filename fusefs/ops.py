@@ -41,7 +41,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyfuse3
@@ -84,24 +84,21 @@ SEALED_TIMEOUT = 3600.0
 BLKSIZE = 128 * 1024
 
 
-#: Directories removed by ``rmdir`` in this mount (``topics/T``, ``groups/G``) -> how many
-#: times. The kernel marks a removed directory's inode dead while it still holds it, so a
-#: directory made again under the name needs a new inode number: its paths' numbers are
-#: salted with this count (stable numbers otherwise, as before any rmdir).
-_REMOVED: dict[str, int] = {}
-
-
-def path_inode(path: str) -> pyfuse3.InodeT:
-    """Stable inode number of a path (the root is ``pyfuse3.ROOT_INODE``)."""
+def path_inode(path: str, removed: Mapping[str, int] | None = None) -> pyfuse3.InodeT:
+    """Stable inode number of a path (the root is ``pyfuse3.ROOT_INODE``). ``removed``: the
+    directories ``rmdir`` removed in this mount (``topics/T``, ``groups/G``) -> how many times
+    (:attr:`RmqOperations.removed`). The kernel marks a removed directory's inode dead while it
+    still holds it, so a directory made again under the name needs a new inode number: its
+    paths' numbers are salted with this count (stable numbers otherwise, as before any rmdir)."""
     if path == "/":
         return pyfuse3.ROOT_INODE
     key = path
-    if _REMOVED:
+    if removed:
         parts = path.split("/")
         salt = [
-            f"{p}#{_REMOVED[p]}"
+            f"{p}#{removed[p]}"
             for p in ("/".join(parts[:i]) for i in range(3, min(len(parts), 4) + 1))
-            if p in _REMOVED
+            if p in removed
         ]
         if salt:
             key = path + "\0" + salt[0]
@@ -337,6 +334,8 @@ class RmqOperations(pyfuse3.Operations):
             )
         self.budget = budget  # what other users may hold open (HandleBudget)
         self.dispatch = Dispatcher()  # where this mount's requests run, its worker threads
+        # directories rmdir removed in this mount -> how many times (path_inode's salt)
+        self.removed: dict[str, int] = {}
         self.nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: RootDir(ctx, "/")}
         self.lookups: dict[int, int] = {}
         self.parents: dict[int, int] = {}
@@ -397,8 +396,13 @@ class RmqOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return node
 
+    def inode_of(self, path: str) -> pyfuse3.InodeT:
+        """The inode number of ``path`` in this mount (:func:`path_inode`, salted by the
+        directories removed here)."""
+        return path_inode(path, self.removed)
+
     def _remember(self, node: Node, parent: pyfuse3.InodeT) -> pyfuse3.InodeT:
-        ino = path_inode(node.path)
+        ino = self.inode_of(node.path)
         self.nodes[ino] = node
         self.parents[ino] = parent
         self.lookups[ino] = self.lookups.get(ino, 0) + 1
@@ -481,7 +485,7 @@ class RmqOperations(pyfuse3.Operations):
                 raise
             if child is None:
                 return None  # not ready: find() in a worker thread
-            attr = self._entry_cached(child, path_inode(child.path))
+            attr = self._entry_cached(child, self.inode_of(child.path))
             if attr is not None:
                 self._remember(child, parent_inode)
             return attr
@@ -490,7 +494,7 @@ class RmqOperations(pyfuse3.Operations):
             child = parent.child(text)
             if child is None:
                 return missing()
-            attr = self._entry(child, path_inode(child.path))
+            attr = self._entry(child, self.inode_of(child.path))
             self._remember(child, parent_inode)
             return attr
 
@@ -668,11 +672,10 @@ class RmqOperations(pyfuse3.Operations):
                     return
                 self._remember(child, inode)
 
-    @staticmethod
-    def _order(node: Node, names: list[str]) -> list[tuple[int, str]]:
+    def _order(self, node: Node, names: list[str]) -> list[tuple[int, str]]:
         """``(inode, name)`` of each child name of ``node``, in inode order."""
         sub = node.sub if isinstance(node, Dir) else (lambda n: f"{node.path.rstrip('/')}/{n}")
-        return sorted((int(path_inode(sub(name))), name) for name in names)
+        return sorted((int(self.inode_of(sub(name))), name) for name in names)
 
     def _names(self, node: Node) -> list[tuple[int, str]]:
         """A listing's order (:meth:`_order`) of :meth:`Node.list`: may block."""
@@ -728,11 +731,10 @@ class RmqOperations(pyfuse3.Operations):
             out.append((ino, name, child, attr))
         return out
 
-    @staticmethod
-    def _listed_at(child: Node, node: Node, name: str, ino: int) -> bool:
+    def _listed_at(self, child: Node, node: Node, name: str, ino: int) -> bool:
         """Whether ``child`` has the inode its listing gave it (it is at ``node.sub(name)``);
         logged when not."""
-        if path_inode(child.path) == ino:
+        if self.inode_of(child.path) == ino:
             return True
         log.warning("%s: listed as %s/%s", child.path, node.path, name)
         return False
@@ -787,7 +789,7 @@ class RmqOperations(pyfuse3.Operations):
 
         def make() -> pyfuse3.EntryAttributes:
             child = parent.mkdir(text)
-            attr = self._entry(child, path_inode(child.path))
+            attr = self._entry(child, self.inode_of(child.path))
             self._remember(child, parent_inode)
             return attr
 
@@ -816,7 +818,7 @@ class RmqOperations(pyfuse3.Operations):
         # answer ENOENT from now on, whatever the kernel still holds
         gone: tuple[str, ...] = (path,)
         if parent.path in ("/topics", "/groups"):
-            _REMOVED[path] = _REMOVED.get(path, 0) + 1
+            self.removed[path] = self.removed.get(path, 0) + 1
         if parent.path == "/topics":
             gone += (f"/view/{topic_dir_name(text)}",)
         with self._lock:
@@ -977,7 +979,7 @@ class RmqOperations(pyfuse3.Operations):
         for rel in changes.get("deleted", ()):
             parent, name = os.path.split("/raw/" + rel)
             try:
-                pyfuse3.invalidate_entry(path_inode(parent), os.fsencode(name))
+                pyfuse3.invalidate_entry(self.inode_of(parent), os.fsencode(name))
             except (OSError, AttributeError) as exc:  # not known to the kernel: fine
                 log.debug("invalidate_entry(%s): %s", rel, exc)
 
@@ -1095,7 +1097,7 @@ class RmqOperations(pyfuse3.Operations):
         """After a commit through ``h``: its own inode, and siblings whose content moved."""
         self._invalidate(h.inode, attr_only=False)
         for path in h.invalidates:
-            self._invalidate(path_inode(path), attr_only=False)
+            self._invalidate(self.inode_of(path), attr_only=False)
 
     async def fsync(self, fh: pyfuse3.FileHandleT, datasync: bool) -> None:
         """FUSE FSYNC: :meth:`Handle.fsync` in a worker thread."""
