@@ -692,7 +692,7 @@ class StaticFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing.
     Threads: getattr (:meth:`stat`) and open run in a worker thread (``trio.to_thread``); reads
-    answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
+    answer on the trio loop from the bytes taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, data: bytes) -> None:
         super().__init__(ctx, path)

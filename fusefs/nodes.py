@@ -145,7 +145,7 @@ class RefusedFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing.
     Threads: getattr and open (:meth:`open_as`, with the reader's uid) run in a worker thread;
-    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
+    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read_cached``)."""
 
     def stat(self) -> Stat:
         """Size 0 (read with direct I/O), the mount's start as mtime."""
@@ -173,7 +173,7 @@ class StatusFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
     Threads: getattr (which renders the content for its size) and open run in a worker thread;
-    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
+    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read_cached``)."""
 
     def content(self) -> bytes:
         """``store_status`` (as ``rmqfs brokerStatus``) with the mount's pid and readOnly, and
@@ -483,7 +483,7 @@ class TopicJsonFile(GeneratedFile):
     truncate to a size other than 0, for text that is not a JSON object, or for a field value
     the engine refuses (its errno).
     Threads: getattr, open, write, flush and release run in a worker thread; reads of a
-    read-only open answer on the trio loop (``BytesHandle.read``)."""
+    read-only open answer on the trio loop (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
@@ -631,7 +631,7 @@ class OffsetsFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
     Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read``)."""
+    taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
@@ -782,7 +782,7 @@ class TopicViewFile(ViewFile):
     by range (``fusefs.views.View``): any size reads under any ``--cache-size``.
     Threads: getattr answers on the trio loop when the view is cached and caught up
     (:meth:`stat`), else renders in a worker thread; open runs in a worker thread; reads
-    answer on the trio loop from the page cache (``ViewHandle.read``), else in a worker
+    answer on the trio loop from the page cache (``ViewHandle.read_cached``), else in a worker
     thread."""
 
     def __init__(self, ctx: Context, path: str, topic: str, kind: str) -> None:
@@ -808,7 +808,7 @@ class QueueViewFile(ViewFile):
     by range (``fusefs.views.View``): any size reads under any ``--cache-size``.
     Threads: getattr answers on the trio loop when the view is cached and caught up
     (:meth:`stat`), else renders in a worker thread; open runs in a worker thread; reads
-    answer on the trio loop from the page cache (``ViewHandle.read``), else in a worker
+    answer on the trio loop from the page cache (``ViewHandle.read_cached``), else in a worker
     thread."""
 
     def __init__(self, ctx: Context, path: str, topic: str, queue_id: int, kind: str) -> None:
@@ -831,7 +831,7 @@ class MessageFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing.
     Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read``)."""
+    taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, records: list[MessageRecord]) -> None:
         super().__init__(ctx, path)
@@ -1279,7 +1279,7 @@ class ProgressFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
     Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read``)."""
+    taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, group: str) -> None:
         super().__init__(ctx, path)
@@ -1418,7 +1418,7 @@ class OffsetFile(GeneratedFile):
     for a truncate to a size other than 0, or a line that is not an offset (or over
     :data:`OFFSET_LINE_MAX` bytes); an engine error's errno for a commit it refuses.
     Threads: getattr, open, write, flush and release run in a worker thread; reads of a
-    read-only open answer on the trio loop (``BytesHandle.read``)."""
+    read-only open answer on the trio loop (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
@@ -1473,7 +1473,7 @@ class PendingFile(ViewFile):
     chunk that cannot be rendered again.
     Threads: getattr and open run in a worker thread (no :meth:`stat_cached`: the start needs
     the consumer offsets); reads answer on the trio loop from the page cache
-    (``ViewHandle.read``), else in a worker thread."""
+    (``ViewHandle.read_cached``), else in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)

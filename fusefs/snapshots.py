@@ -161,7 +161,7 @@ class SnapshotFile(Node):
     Errnos: EACCES for an open for writing; ENOENT for an open after the snapshot was dropped.
     Threads: getattr answers on the trio loop (:meth:`stat_cached`: all in memory);
     open runs in a worker thread; reads answer on the trio loop when the pieces are in memory or
-    the page cache (``SnapshotHandle.read``), else in a worker thread."""
+    the page cache (``SnapshotHandle.read_cached``), else in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, snap: Snapshot, frozen: FrozenFile) -> None:
         super().__init__(ctx, path)
@@ -192,7 +192,7 @@ class ManifestFile(Node):
     Errnos: EACCES for an open for writing; ENOENT when the snapshot was dropped meanwhile.
     Threads: getattr answers on the trio loop once the manifest is done (:meth:`stat_cached`),
     else waits in a worker thread; open runs in a worker thread; reads answer on the trio loop from
-    the bytes taken at open (``BytesHandle.read``)."""
+    the bytes taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, snap: Snapshot) -> None:
         super().__init__(ctx, path)

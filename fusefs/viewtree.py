@@ -315,7 +315,7 @@ class ViewPartFile(Node):
     ConsumeQueue units) or the mount is closing.
     Threads: lookup, getattr and open answer on the trio loop when the part is rendered
     (:meth:`stat_cached`, :meth:`open_cached`), else wait for its render in a worker thread; reads answer
-    on the trio loop from the page cache (``PartHandle.read``), else in a worker thread;
+    on the trio loop from the page cache (``PartHandle.read_cached``), else in a worker thread;
     release closes its descriptor on the loop (``cheap_close``)."""
 
     #: Seconds the kernel may keep the attributes of a part that is still growing (the
