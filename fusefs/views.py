@@ -731,29 +731,44 @@ class View:
     def read_cached(
         self, offset: int, length: int, end: int | None = None
     ) -> bytes | bytearray | None:
-        """:meth:`read` when its bytes lie in one chunk held in memory, or in the render cache
-        and the page cache (:meth:`ChunkCache.read_cached`), and no read-ahead is due; else
-        None (a read across chunks takes the blocking :meth:`read`: so nothing is done twice).
-        Never waits: the trio loop calls it."""
+        """:meth:`read` when every chunk it touches is held in memory, or in the render cache
+        and the page cache (:meth:`ChunkCache.read_cached`: all of them or none), and no
+        read-ahead is due; else None, and nothing changed. Never waits: the trio loop calls
+        it."""
         ix = self.index
         stop = min(offset + length, ix.size if end is None else min(end, ix.size))
-        if offset >= stop:
-            return b""
-        i = ix.chunk_at(offset)
-        first, last = ix.byte_at[i], ix.byte_at[i + 1]
-        if stop > last:
-            return None
-        at, n = offset - first, stop - offset
-        mem = self._mem
-        if mem is not None and mem[0] == (self.vid, i, last):
-            return mem[1][at : at + n]
+        spans = []  # (chunk, offset in it, bytes, its length) of each chunk the read touches
+        while offset < stop:
+            i = ix.chunk_at(offset)
+            first, last = ix.byte_at[i], ix.byte_at[i + 1]
+            n = min(stop, last) - offset
+            spans.append((i, offset - first, n, last - first))
+            offset += n
+        mem = self._mem  # (key, bytes) of a chunk held in memory (no room in the cache)
+        in_mem = {
+            i
+            for i, _, _, _ in spans
+            if mem is not None and mem[0] == (self.vid, i, ix.byte_at[i + 1])
+        }
         chunks = self.cache.chunks
-        if chunks.wants_ahead(self, ix, i):
+        want = [(i, at, n) for i, at, n, _ in spans if i not in in_mem]
+        if any(chunks.wants_ahead(self, ix, i) for i, _, _ in want):
             return None  # the thread that serves it starts the next chunks
-        data = chunks.read_cached(self, ix, i, at, n)
-        if data is not None and at + n == last - first:
-            chunks.read_through(self, i)  # read to its end: the first to go for room
-        return data
+        got = chunks.read_cached(self, ix, want)
+        if got is None:
+            return None
+        out: list[bytes | bytearray] = []
+        for i, at, n, length in spans:
+            if i in in_mem:
+                assert mem is not None
+                out.append(mem[1][at : at + n])
+                continue
+            out.append(got[i])
+            if at + n == length:  # read to its end: the first to go for room (drop-behind)
+                chunks.read_through(self, i)
+        if len(out) == 1:
+            return out[0]
+        return b"".join(out)
 
     def read(self, offset: int, length: int, end: int | None = None) -> bytes | bytearray:
         """Up to ``length`` bytes at ``offset``, not past ``end`` (default: the view's size);
@@ -927,24 +942,32 @@ class ChunkCache:
             os.close(fd)
 
     def read_cached(
-        self, view: View, ix: ChunkIndex, i: int, at: int, n: int
-    ) -> bytes | bytearray | None:
-        """:meth:`read` when it needs not wait: the lock is free, the cache holds the chunk
-        and its bytes are in the page cache (:func:`fusefs.base.pread_cached`), else None. The
-        chunk becomes the most recently used only when it answers."""
+        self, view: View, ix: ChunkIndex, want: list[tuple[int, int, int]]
+    ) -> dict[int, bytearray] | None:
+        """:meth:`read` of each ``(chunk, at, n)`` of ``want`` when it needs not wait: the
+        lock is free, the cache holds every chunk and their bytes are in the page cache
+        (:func:`fusefs.base.pread_cached`): ``{chunk: bytes}``; else None. The chunks become
+        the most recently used only when it answers (all of them)."""
+        if not want:
+            return {}
         if not self.lock.acquire(blocking=False):
             return None
         try:
-            fd = self._open_kept(view, ix, i)
-            if fd is None:
-                return None
-            try:
-                data = pread_cached(fd, n, at)
-            finally:
-                os.close(fd)
-            if data is not None:
+            got = {}
+            for i, at, n in want:
+                fd = self._open_kept(view, ix, i)
+                if fd is None:
+                    return None
+                try:
+                    data = pread_cached(fd, n, at)
+                finally:
+                    os.close(fd)
+                if data is None:
+                    return None
+                got[i] = data
+            for i in got:
                 self._used(view, i)
-            return data
+            return got
         finally:
             self.lock.release()
 

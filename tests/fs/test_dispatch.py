@@ -180,10 +180,12 @@ def test_view_requests_stay_on_the_loop_once_rendered_and_others_take_a_thread(
 
 def test_a_view_read_answers_on_the_loop_from_the_render_cache(tmp_path, monkeypatch):
     """``messages.jsonl``: a read of what the render cache and the page cache hold answers on
-    the loop (its sizing kept the chunk), and no blocking step runs there; a view that is not
-    caught up takes a thread."""
+    the loop (its sizing kept the chunks), across chunks too, and no blocking step runs there;
+    a view that is not caught up takes a thread."""
+    import rmqfs.fusefs.views as views
     from rmqfs.fusefs.ops import RmqOperations
 
+    monkeypatch.setattr(views, "CHUNK_UNITS", 8)  # 50 messages: 7 chunks
     with tree(tmp_path) as t:
         t.store.create_topic("V", 1)
         t.store.put_messages([Message("V", b"m%d" % i) for i in range(50)])
@@ -193,10 +195,13 @@ def test_a_view_read_answers_on_the_loop_from_the_render_cache(tmp_path, monkeyp
         for name in ("topics", "V", "messages.jsonl"):
             ino = trio.run(ops.lookup, ino, name.encode(), None).st_ino
         info = trio.run(ops.open, ino, os.O_RDONLY, None)
-        first = trio.run(ops.read, info.fh, 0, 64)  # reads the chunk file: now in the page cache
+        size = trio.run(ops.getattr, ino, None).st_size
+        first = trio.run(ops.read, info.fh, 0, size)  # reads the chunk files: in the page cache
+        assert t.ctx.views.peek("messages", "V").index.chunks > 3
         del threads.calls[:]
-        again = trio.run(ops.read, info.fh, 0, 64)
+        again = trio.run(ops.read, info.fh, 0, size)  # every chunk
         assert again == first and first.startswith(b"{") and threads.calls == []
+        assert trio.run(ops.read, info.fh, 100, 64) == first[100:164] and threads.calls == []
         trio.run(ops.release, info.fh)
         t.store.put_messages([Message("V", b"more")])
         trio.run(ops.getattr, ino, None)  # not caught up: sized in a thread
