@@ -305,8 +305,9 @@ class LineSeekHandle(Handle):
     Memory: 16 bytes a seek point, at most ``held_max`` rendered bytes (or one run, when a run
     holds more: a single line longer than it).
 
-    Threads: :meth:`read` answers on the trio loop from the runs held, else renders in a worker
-    thread; concurrent reads of one handle are safe (two may render one run: it is the same).
+    Threads: :meth:`read_cached` answers on the trio loop from the runs held, else :meth:`read`
+    renders in a worker thread; concurrent reads of one handle are safe (two may render one
+    run: it is the same).
     """
 
     direct_io = True

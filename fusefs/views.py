@@ -1456,7 +1456,8 @@ class PartCache:
     READY -> EVICTED, EVICTED | FAILED -> RENDERING: :data:`PART_TRANSITIONS`); this class
     alone moves it, under :attr:`lock`, and wakes the readers waiting on :attr:`changed` at
     each move. Thread-safe; :meth:`open` and :meth:`info` may wait for a render in a worker
-    thread; :meth:`known`, and :meth:`open` of a READY part on the trio loop, never wait.
+    thread; :meth:`known` and :meth:`open_cached` (a READY part) never wait: the trio loop
+    calls them.
     """
 
     #: renders one :meth:`open` starts at most: a part's render fails with BrokenProcessPool
