@@ -99,7 +99,7 @@ def as_user(uid: int | None, fn: Callable[..., _T], *args: object) -> _T:
 # *fast* method on the trio loop, side-effect free until it answers, that returns the answer
 # or None ("not ready": answering would block) and raises nothing but :class:`FsError` (the
 # request's answer); when it says not ready, the *blocking* method in a worker thread, at one
-# named point (``ops.Dispatcher.serve``, ``trio.to_thread.run_sync``). The fast methods are
+# named point (``ops.Dispatcher.thread``, ``trio.to_thread.run_sync``). The fast methods are
 # :meth:`Node.stat_cached`, :meth:`Node.list_cached`, :meth:`Node.child_cached`,
 # :meth:`Node.open_cached` and :meth:`Handle.read_cached`; each answers None by default (the
 # operation always takes a thread), so a node opts in by overriding it next to the blocking
@@ -121,7 +121,7 @@ def pread_cached(fd: int, length: int, offset: int) -> bytearray | None:
     """``length`` bytes at ``offset`` of ``fd`` when every one is in the page cache, else None
     (never blocks: ``preadv`` with ``RWF_NOWAIT``, Linux 4.14+). A short read is None too: the
     end of the file or a page not cached, which the blocking ``os.pread`` tells apart. Only
-    ``length <= 0`` reads nothing (``b""``)."""
+    ``length <= 0`` reads nothing (an empty buffer)."""
     buf = bytearray(max(length, 0))
     if length <= 0:
         return buf
