@@ -196,7 +196,7 @@ def part_bench(root: Path, passes: int, work: Path) -> dict:
     from rmqfs.engine.read.columnar import StoreFiles, decode_units, drop_blank_units
     from rmqfs.engine.read.schema import part_schema
     from rmqfs.fusefs.base import VIEW_PART_MESSAGES
-    from rmqfs.fusefs.render import PART_BATCH_ROWS, _worker_segments, render_part
+    from rmqfs.fusefs.render import PART_BATCH_ROWS, RenderWorker, render_part
 
     files = StoreFiles(str(root))
     try:
@@ -223,7 +223,7 @@ def part_bench(root: Path, passes: int, work: Path) -> dict:
     def decode() -> float:  # render_part's loop without the writer
         import numpy as np
 
-        segs = _worker_segments(commitlog_dir)
+        segs = RenderWorker.current().commitlog(commitlog_dir)
         c0 = time.process_time()
         for first, part in parts:
             qoffs = np.arange(first, first + len(part), dtype=np.int64)
@@ -255,12 +255,12 @@ def lines_bench(root: Path, passes: int) -> dict:
     import numpy as np
 
     from rmqfs.engine.read.columnar import StoreFiles, decode_units
-    from rmqfs.fusefs.render import LINE_COLUMNS, _worker_segments, render_lines
+    from rmqfs.fusefs.render import LINE_COLUMNS, RenderWorker, render_lines
 
     files = StoreFiles(str(root))
     cols = tuple(LINE_COLUMNS["messages"])
     hi = files.max_offset(TOPIC, 0)
-    segs = _worker_segments(str(root / "commitlog"))
+    segs = RenderWorker.current().commitlog(str(root / "commitlog"))
     total = [0]
 
     def run() -> float:

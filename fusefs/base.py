@@ -4,8 +4,11 @@ Node, Dir, Stat, Handle and the generic handles and files, FsError (an errno), t
 the permission model, and Context (what every node needs: the store, the view cache, the
 snapshot manager, the mount's flags). The tree modules (``nodes`` the topics/groups/messages/
 raw tree and the root, ``viewtree`` the ``view/`` tree, ``snapshots`` the ``snapshots/`` tree)
-build on this; ``ops`` maps the kernel's requests onto it. Nothing here imports pyfuse3 or trio,
-so the whole tree runs without a kernel mount (tests/fs/).
+build on this; ``ops`` maps the kernel's requests onto it. Each operation a node or handle
+answers has a blocking method (``stat``, ``read``...) and may have a fast one beside it
+(``stat_cached``, ``read_cached``...: "Where work runs" below) that answers on the trio loop
+or says None, "not ready". Nothing here imports pyfuse3 or trio, so the whole tree runs
+without a kernel mount (tests/fs/).
 """
 
 from __future__ import annotations
@@ -92,100 +95,44 @@ def as_user(uid: int | None, fn: Callable[..., _T], *args: object) -> _T:
 
 # --------------------------------------------------------------------------------------------
 # Where work runs: the trio loop or a worker thread (docs/architecture.md, "fusefs: where work
-# runs"). A request's handler in ``fusefs.ops`` calls one node method through one dispatch
-# point (``ops._serve``, which is :func:`try_on_loop` then a worker thread): a method marked
-# :func:`loop_first` is tried on the loop first and calls :func:`would_block` before anything
-# that could block (disk I/O not in the page cache, a render, a lock a writer holds long),
-# which on the loop gives up (:class:`WouldBlock`) and in a worker thread does nothing; then
-# the same method runs again in a worker thread. Every other method runs in a worker thread.
+# runs"). Each request the FUSE layer (``fusefs.ops``) serves names its two phases: first a
+# *fast* method on the trio loop, side-effect free until it answers, that returns the answer
+# or None ("not ready": answering would block) and raises nothing but :class:`FsError` (the
+# request's answer); when it says not ready, the *blocking* method in a worker thread, at one
+# named point (``ops.Dispatcher.thread``, ``trio.to_thread.run_sync``). The fast methods are
+# :meth:`Node.stat_cached`, :meth:`Node.list_cached`, :meth:`Node.child_cached`,
+# :meth:`Node.open_cached` and :meth:`Handle.read_cached`; each answers None by default (the
+# operation always takes a thread), so a node opts in by overriding it next to the blocking
+# method it shortcuts (``tests/fs/test_dispatch.py`` holds each pair together, names in
+# :data:`FAST_METHODS`). Nothing is retried: a fast method that fails is answered as the
+# blocking one would be (a bug is EIO, logged), never run again in a thread.
 
-#: True while a method is tried on the trio loop (:func:`try_on_loop`); a worker thread runs
-#: in a copy of the request's context taken before, so it sees False.
-_ON_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar("rmqfs_on_loop", default=False)
-
-_F = TypeVar("_F", bound=Callable[..., object])
-
-
-class WouldBlock(Exception):
-    """A method tried on the trio loop would have to block (:func:`would_block`): the
-    dispatcher runs it in a worker thread instead. Never reaches a caller of the tree."""
-
-
-#: the operations a :func:`loop_first` method may be: the read side, safe to run twice
-LOOP_FIRST_OPERATIONS = frozenset(
-    {"read", "stat", "list", "listing", "child", "entries", "find", "open", "open_as", "_entry"}
-)
+#: each fast method and the blocking method it answers for (the pairs of the two phases)
+FAST_METHODS = {
+    "stat_cached": "stat",
+    "list_cached": "list",
+    "child_cached": "child",
+    "open_cached": "open",
+    "read_cached": "read",
+}
 
 
-def loop_first(fn: _F) -> _F:
-    """Mark a node or handle method that may be tried on the trio loop: it calls
-    :func:`would_block` before anything that could block, and raises nothing else on the way
-    to a blocking step that it could not raise in a worker thread too.
-
-    A method tried on the loop runs again in a worker thread after any error but
-    :class:`FsError` (:func:`try_on_loop`), so it must be safe to run twice: only the read side
-    of the filesystem is marked (lookups, stat, listings, reads, and opens that build a handle
-    the caller registers), never a write, a commit or a budget taken
-    (``tests/fs/test_dispatch.py`` holds the names to :data:`LOOP_FIRST_OPERATIONS`)."""
-    fn.loop_first = True  # type: ignore[attr-defined]
-    return fn
-
-
-def on_loop() -> bool:
-    """True while the calling method is tried on the trio loop (:func:`try_on_loop`)."""
-    return _ON_LOOP.get()
-
-
-def would_block() -> None:
-    """Call before a step that may block: raises :class:`WouldBlock` on the trio loop, does
-    nothing in a worker thread."""
-    if _ON_LOOP.get():
-        raise WouldBlock
-
-
-def call(fn: Callable[..., _T], *args: object) -> _T:
-    """``fn(*args)`` from inside a :func:`loop_first` method: on the trio loop, a ``fn`` that
-    is not :func:`loop_first` itself raises :class:`WouldBlock` instead of running."""
-    if _ON_LOOP.get() and not getattr(fn, "loop_first", False):
-        raise WouldBlock
-    return fn(*args)
-
-
-def try_on_loop(fn: Callable[..., _T], *args: object) -> _T | None:
-    """``fn(*args)`` as the trio loop runs it: its answer, or None when it would block (not
-    :func:`loop_first`, or it met :func:`would_block`) or failed otherwise (the worker thread
-    that runs it next reports the error). An :class:`FsError` is the request's answer and is
-    raised. ``fn`` must not answer None itself. The one place that tries work on the loop;
-    ``fusefs.ops`` runs what it declines in a worker thread."""
-    if not getattr(fn, "loop_first", False):
-        return None
-    token = _ON_LOOP.set(True)
-    try:
-        return fn(*args)
-    except FsError:
-        raise
-    except Exception:  # noqa: BLE001 - WouldBlock, or an error the worker thread reports
-        return None
-    finally:
-        _ON_LOOP.reset(token)
-
-
-def pread(fd: int, length: int, offset: int) -> bytes | bytearray:
-    """``os.pread(fd, length, offset)``; on the trio loop only when every byte is in the page
-    cache (``preadv`` with ``RWF_NOWAIT``, Linux 4.14+), else :class:`WouldBlock` (a short
-    read there is the end of the file or a page not cached: the worker thread decides)."""
-    if not _ON_LOOP.get():
-        return os.pread(fd, length, offset)
+def pread_cached(fd: int, length: int, offset: int) -> bytearray | None:
+    """``length`` bytes at ``offset`` of ``fd`` when every one is in the page cache, else None
+    (never blocks: ``preadv`` with ``RWF_NOWAIT``, Linux 4.14+). A short read is None too: the
+    end of the file or a page not cached, which the blocking ``os.pread`` tells apart. Only
+    ``length <= 0`` reads nothing (an empty buffer)."""
+    buf = bytearray(max(length, 0))
     if length <= 0:
-        return b""
-    buf = bytearray(length)
+        return buf
+    nowait = getattr(os, "RWF_NOWAIT", None)
+    if nowait is None:  # not Linux: every read takes a thread
+        return None
     try:
-        n = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
-    except (BlockingIOError, OSError, AttributeError):
-        raise WouldBlock from None
-    if n != length:
-        raise WouldBlock
-    return buf
+        n = os.preadv(fd, [buf], offset, nowait)
+    except OSError:  # EAGAIN (BlockingIOError): not cached; EOPNOTSUPP: no RWF_NOWAIT here
+        return None
+    return buf if n == length else None
 
 
 class HandleBudget:
@@ -510,9 +457,10 @@ class Node:
     ``ops`` also turns an engine ``StoreError`` and an ``OSError`` into their errno, and any
     other exception into EIO (logged: a bug never kills the mount). Threads: a method runs in a
     worker thread (``trio.to_thread``, several at once, so nodes guard shared state
-    themselves) and may block on the disk or the store's locks, unless it is marked
-    :func:`loop_first`: then it is tried on the trio loop first and calls :func:`would_block`
-    before any step that may block (see "Where work runs" above). Nodes are made per lookup
+    themselves) and may block on the disk or the store's locks; its fast method
+    (``stat_cached`` for ``stat``...) runs first on the trio loop, never blocks and answers
+    None when only the blocking method can answer (see "Where work runs" above). Nodes are
+    made per lookup
     and may be dropped at any time (keep state in the store, the view cache or
     :class:`Context`, not in a node).
     """
@@ -528,7 +476,17 @@ class Node:
         size); ENOENT when what it shows is gone (a deleted topic), EIO on damage."""
         raise NotImplementedError
 
+    def stat_cached(self) -> Stat | None:
+        """:meth:`stat` when it can answer without blocking (from memory), else None; on the
+        trio loop. Default: None (getattr takes a thread)."""
+        return None
+
     # directories
+    def list_cached(self) -> list[str] | None:
+        """:meth:`list` when it can answer without blocking, else None; on the trio loop.
+        Default: None."""
+        return None
+
     def list(self) -> list[str]:
         """readdir: the names of the children, in listing order. ENOTDIR for a file. A child
         that fails to load is skipped by ``ops`` (logged), not the whole listing."""
@@ -536,10 +494,15 @@ class Node:
 
     def child(self, name: str) -> Node | None:
         """lookup: the child ``name``, or None (ENOENT). ENOTDIR for a file. A directory
-        whose children live in the store's memory (``view/``) marks it :func:`loop_first`:
-        lookups and listings there answer on the trio loop when the child's :meth:`stat`
-        does too."""
+        whose children live in the store's memory (``view/``) answers :meth:`child_cached`
+        too: lookups and listings there answer on the trio loop when the child's
+        :meth:`stat_cached` does too."""
         raise FsError(errno.ENOTDIR)
+
+    def child_cached(self, name: str) -> Node | None:
+        """:meth:`child` when it can answer without blocking, else None; on the trio loop. No
+        such child is FsError(ENOENT) here (None is "not ready"). Default: None."""
+        return None
 
     def never_child(self, name: str) -> bool:
         """True when no child can ever have this name here (not a name this directory
@@ -567,12 +530,16 @@ class Node:
         write open of a read-only file; EMFILE past :class:`HandleBudget`."""
         raise FsError(errno.EISDIR)
 
-    @loop_first
     def open_as(self, flags: int, uid: int | None) -> Handle:
-        """:meth:`open` for the user ``uid`` (the FUSE layer calls this; on the trio loop
-        when :meth:`open` is :func:`loop_first`); a file whose content depends on who reads it
-        (``refused.jsonl``) overrides it."""
-        return call(self.open, flags)
+        """:meth:`open` for the user ``uid`` (the FUSE layer calls this); a file whose content
+        depends on who reads it (``refused.jsonl``) overrides it."""
+        return self.open(flags)
+
+    def open_cached(self, flags: int, uid: int | None) -> Handle | None:
+        """:meth:`open_as` when it can answer without blocking (a rendered ``view/`` part),
+        else None; on the trio loop, for an open for reading. The handle is the caller's (it
+        registers it, or releases it when the open is cancelled). Default: None."""
+        return None
 
     def truncate(self, size: int) -> None:
         """setattr(size): ``open(O_TRUNC)`` and truncate(2) of a writable file (the writable
@@ -611,14 +578,22 @@ class Dir(Node):
         return f"{self.path.rstrip('/')}/{name}"
 
 
+def present(node: Node | None) -> Node:
+    """``node``, or FsError(ENOENT) when it is None: a :meth:`Node.child_cached` answers no
+    such child so (its None is "not ready")."""
+    if node is None:
+        raise FsError(errno.ENOENT)
+    return node
+
+
 class Handle:
     """An open file: what :meth:`Node.open` returns and the kernel's file handle names.
 
     ``direct_io`` (the kernel reads through to :meth:`read` every time, for content that
     changes without a size change) and ``keep_cache`` (keep cached pages across opens) go to
     the kernel in pyfuse3's ``FileInfo``. Errors are :class:`FsError` as for :class:`Node`.
-    Threads: as for :class:`Node` (a :func:`loop_first` :meth:`read` answers on the trio loop
-    from memory or the page cache, :func:`pread`); one handle may see concurrent reads (the
+    Threads: as for :class:`Node` (:meth:`read_cached` answers on the trio loop from memory or
+    the page cache, :func:`pread_cached`); one handle may see concurrent reads (the
     kernel issues them in parallel), writes come in order.
     """
 
@@ -634,6 +609,11 @@ class Handle:
         """read(2): up to ``length`` bytes at ``offset``; short (or empty) only at the end of
         the file, as FUSE expects unless ``direct_io``. EBADF when not open for reading."""
         raise FsError(errno.EBADF)
+
+    def read_cached(self, offset: int, length: int) -> bytes | bytearray | None:
+        """:meth:`read` when it can answer without blocking (memory, the page cache), else
+        None; on the trio loop. Default: None (reads take a thread)."""
+        return None
 
     def write(self, data: bytes) -> int:
         """write(2) of ``data``; returns the bytes taken (all of them). The offset is not
@@ -669,11 +649,13 @@ class BytesHandle(Handle):
     def __init__(self, data: bytes) -> None:
         self.data = data
 
-    @loop_first
     def read(self, offset: int, length: int) -> bytes:
-        """``[offset, offset + length)`` of the bytes taken at open (memory only: on the trio
-        loop)."""
+        """``[offset, offset + length)`` of the bytes taken at open."""
         return self.data[offset : offset + length]
+
+    def read_cached(self, offset: int, length: int) -> bytes:
+        """:meth:`read`: memory only, so always on the trio loop."""
+        return self.read(offset, length)
 
 
 class GeneratedFile(Node):
@@ -710,7 +692,7 @@ class StaticFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing.
     Threads: getattr (:meth:`stat`) and open run in a worker thread (``trio.to_thread``); reads
-    answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
+    answer on the trio loop from the bytes taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, data: bytes) -> None:
         super().__init__(ctx, path)

@@ -52,11 +52,8 @@ from .base import (
     StaticFile,
     check_read_only_open,
     fs_error,
-    loop_first,
     ms_to_ns,
-    on_loop,
-    pread,
-    would_block,
+    pread_cached,
 )
 from .snapshots import SnapshotsDir
 from .viewtree import ViewRootDir, view_ddl_file
@@ -148,7 +145,7 @@ class RefusedFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing.
     Threads: getattr and open (:meth:`open_as`, with the reader's uid) run in a worker thread;
-    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
+    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read_cached``)."""
 
     def stat(self) -> Stat:
         """Size 0 (read with direct I/O), the mount's start as mtime."""
@@ -176,7 +173,7 @@ class StatusFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
     Threads: getattr (which renders the content for its size) and open run in a worker thread;
-    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read``)."""
+    reads answer on the trio loop from the bytes taken at open (``BytesHandle.read_cached``)."""
 
     def content(self) -> bytes:
         """``store_status`` (as ``rmqfs brokerStatus``) with the mount's pid and readOnly, and
@@ -308,8 +305,9 @@ class LineSeekHandle(Handle):
     Memory: 16 bytes a seek point, at most ``held_max`` rendered bytes (or one run, when a run
     holds more: a single line longer than it).
 
-    Threads: :meth:`read` answers on the trio loop from the runs held, else renders in a worker
-    thread; concurrent reads of one handle are safe (two may render one run: it is the same).
+    Threads: :meth:`read_cached` answers on the trio loop from the runs held, else :meth:`read`
+    renders in a worker thread; concurrent reads of one handle are safe (two may render one
+    run: it is the same).
     """
 
     direct_io = True
@@ -344,11 +342,33 @@ class LineSeekHandle(Handle):
         """Seek points known so far (runs whose start is known)."""
         return len(self._starts_line)
 
-    @loop_first
+    def read_cached(self, offset: int, length: int) -> bytes | None:
+        """:meth:`read` when every run it touches is held (then they are the most recently
+        read), else None: nothing is rendered, and nothing changes unless it answers."""
+        out: list[bytes] = []
+        used: list[int] = []
+        pos, end = offset, offset + length
+        with self._lock:
+            k = bisect.bisect_right(self._starts_byte, pos) - 1
+            while pos < end and self._starts_line[k] < self.count:
+                data = self._held.get(k)
+                if data is None:
+                    return None
+                start = self._starts_byte[k]
+                if pos < start + len(data):
+                    piece = data[pos - start : end - start]
+                    out.append(piece)
+                    pos += len(piece)
+                    used.append(k)
+                k += 1  # held: the start of the run after it is known
+            for k in used:
+                self._held.move_to_end(k)
+        return b"".join(out)
+
     def read(self, offset: int, length: int) -> bytes:
-        """``[offset, offset + length)`` of the lines, short only at their end; on the trio loop
-        when the runs it touches are held. EIO (or the engine error's errno) when a line cannot
-        be rendered."""
+        """``[offset, offset + length)`` of the lines, short only at their end; renders the
+        runs it touches that are not held. EIO (or the engine error's errno) when a line
+        cannot be rendered."""
         out: list[bytes] = []
         pos, end = offset, offset + length
         while pos < end:
@@ -375,7 +395,6 @@ class LineSeekHandle(Handle):
                 if data is not None:
                     self._held.move_to_end(k)
             if data is None:
-                would_block()
                 data = self._render(k)
             if pos < start + len(data):
                 return start, data
@@ -465,7 +484,7 @@ class TopicJsonFile(GeneratedFile):
     truncate to a size other than 0, for text that is not a JSON object, or for a field value
     the engine refuses (its errno).
     Threads: getattr, open, write, flush and release run in a worker thread; reads of a
-    read-only open answer on the trio loop (``BytesHandle.read``)."""
+    read-only open answer on the trio loop (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, topic: str) -> None:
         super().__init__(ctx, path)
@@ -613,7 +632,7 @@ class OffsetsFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
     Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read``)."""
+    taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
@@ -691,14 +710,18 @@ class ViewHandle(Handle):
         """Stop holding the view."""
         self.view.release()
 
-    @loop_first
-    def read(self, offset: int, length: int) -> bytes | bytearray:
-        """The view's bytes at ``start + offset`` (on the trio loop when the render cache
-        and the page cache hold them, never past damage). EIO at the end of what is sized
-        when the view ends at a damaged record, and for a chunk that cannot be rendered again
-        (its messages expired, its topic deleted)."""
+    def read_cached(self, offset: int, length: int) -> bytes | bytearray | None:
+        """:meth:`read` when the render cache and the page cache hold the bytes
+        (:meth:`fusefs.views.View.read_cached`), else None; never for a view that ends at
+        damage (the blocking read decides where the damage starts)."""
         if self.view.damage is not None:
-            would_block()  # a worker thread decides where the damage starts
+            return None
+        return self.view.read_cached(self.start + offset, length)
+
+    def read(self, offset: int, length: int) -> bytes | bytearray:
+        """The view's bytes at ``start + offset``, never past damage. EIO at the end of what
+        is sized when the view ends at a damaged record, and for a chunk that cannot be
+        rendered again (its messages expired, its topic deleted)."""
         try:
             data = self.view.read(self.start + offset, length)
         except OSError as exc:
@@ -731,15 +754,13 @@ class ViewFile(Node):
             attr_timeout=VIEW_ATTR_TIMEOUT,
         )
 
-    @loop_first
+    def stat_cached(self) -> Stat | None:
+        """:meth:`stat` from the cached view when it is caught up (:meth:`peek`), else None."""
+        v = self.peek()
+        return None if v is None else self._stat_of(v)
+
     def stat(self) -> Stat:
-        """The view's size and newest store time, once it caught up (may render); on the trio
-        loop from the cached view when it is caught up (:meth:`peek`)."""
-        if on_loop():
-            v = self.peek()
-            if v is not None:
-                return self._stat_of(v)
-            would_block()
+        """The view's size and newest store time, once it caught up (may render)."""
         return self._stat_of(self.view())
 
     def open(self, flags: int) -> Handle:
@@ -762,7 +783,7 @@ class TopicViewFile(ViewFile):
     by range (``fusefs.views.View``): any size reads under any ``--cache-size``.
     Threads: getattr answers on the trio loop when the view is cached and caught up
     (:meth:`stat`), else renders in a worker thread; open runs in a worker thread; reads
-    answer on the trio loop from the page cache (``ViewHandle.read``), else in a worker
+    answer on the trio loop from the page cache (``ViewHandle.read_cached``), else in a worker
     thread."""
 
     def __init__(self, ctx: Context, path: str, topic: str, kind: str) -> None:
@@ -788,7 +809,7 @@ class QueueViewFile(ViewFile):
     by range (``fusefs.views.View``): any size reads under any ``--cache-size``.
     Threads: getattr answers on the trio loop when the view is cached and caught up
     (:meth:`stat`), else renders in a worker thread; open runs in a worker thread; reads
-    answer on the trio loop from the page cache (``ViewHandle.read``), else in a worker
+    answer on the trio loop from the page cache (``ViewHandle.read_cached``), else in a worker
     thread."""
 
     def __init__(self, ctx: Context, path: str, topic: str, queue_id: int, kind: str) -> None:
@@ -811,7 +832,7 @@ class MessageFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing.
     Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read``)."""
+    taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, records: list[MessageRecord]) -> None:
         super().__init__(ctx, path)
@@ -1259,7 +1280,7 @@ class ProgressFile(GeneratedFile):
 
     Errnos: EACCES for an open for writing; an engine error's errno (EIO on damage).
     Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read``)."""
+    taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, group: str) -> None:
         super().__init__(ctx, path)
@@ -1398,7 +1419,7 @@ class OffsetFile(GeneratedFile):
     for a truncate to a size other than 0, or a line that is not an offset (or over
     :data:`OFFSET_LINE_MAX` bytes); an engine error's errno for a commit it refuses.
     Threads: getattr, open, write, flush and release run in a worker thread; reads of a
-    read-only open answer on the trio loop (``BytesHandle.read``)."""
+    read-only open answer on the trio loop (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
@@ -1451,9 +1472,9 @@ class PendingFile(ViewFile):
 
     Errnos: EACCES for an open for writing; EIO for a read that reaches a damaged record or a
     chunk that cannot be rendered again.
-    Threads: getattr and open run in a worker thread (:meth:`stat` is not ``loop_first``: the start
-    needs the consumer offsets); reads answer on the trio loop from the page cache
-    (``ViewHandle.read``), else in a worker thread."""
+    Threads: getattr and open run in a worker thread (no :meth:`stat_cached`: the start needs
+    the consumer offsets); reads answer on the trio loop from the page cache
+    (``ViewHandle.read_cached``), else in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, group: str, topic: str, queue_id: int) -> None:
         super().__init__(ctx, path)
@@ -1479,8 +1500,12 @@ class PendingFile(ViewFile):
 
     def stat(self) -> Stat:
         """The bytes from the committed offset's line to the end; mtime moves with messages
-        and commits. Not :func:`loop_first`: the start needs the consumer offsets."""
+        and commits."""
         return self._pending_stat(self.view())
+
+    def stat_cached(self) -> None:
+        """Never on the trio loop: the start needs the consumer offsets."""
+        return None
 
     def open(self, flags: int) -> Handle:
         """A direct-I/O :class:`ViewHandle` from the committed offset's line. EACCES for
@@ -1511,11 +1536,14 @@ class RawHandle(Handle):
         self.keep_cache = keep_cache
         self.direct_io = direct_io
 
-    @loop_first
     def read(self, offset: int, length: int) -> bytes | bytearray:
-        """``pread`` of the real file (on the trio loop when its pages are cached:
-        :func:`fusefs.base.pread`)."""
-        return pread(self.fd, length, offset)
+        """``pread`` of the real file."""
+        return os.pread(self.fd, length, offset)
+
+    def read_cached(self, offset: int, length: int) -> bytearray | None:
+        """:meth:`read` when its pages are in the page cache
+        (:func:`fusefs.base.pread_cached`), else None."""
+        return pread_cached(self.fd, length, offset)
 
     def release(self) -> None:
         """Close the descriptor."""
@@ -1632,7 +1660,7 @@ class RawFile(Node):
     for writing, or when the path is now a link (ELOOP) or unreadable; EISDIR when it is now
     no regular file.
     Threads: getattr and open run in a worker thread; reads answer on the trio loop when the
-    pages are in the page cache (``fusefs.base.pread``), else in a worker thread."""
+    pages are in the page cache (``RawHandle.read_cached``), else in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, rel: str, real: str) -> None:
         super().__init__(ctx, path)

@@ -3,14 +3,17 @@
 Inodes are stable across mounts: a 63-bit hash of the path, so ``rsync``, ``tar`` and
 ``restic`` see unchanged files as unchanged.
 
-Threads: each request calls one node (or handle) method through one dispatch point,
-:func:`_serve`: a method marked ``loop_first`` (``fusefs.base``) is tried on the trio loop and
-gives up there (``WouldBlock``) before any step that could block; then, as every other method,
-it runs in a worker thread (``trio.to_thread``, :func:`_run`), so one slow reader never stalls
-the mount. A thread hop costs 0.1-0.5 ms on a busy machine and Spark's listing of ``view/``
-makes hundreds of requests a query, so the hot methods are ``loop_first``: ``read`` of data in
-the page cache (``preadv(RWF_NOWAIT)``, ``fusefs.base.pread``), ``getattr`` of a decoded view
-that is caught up, ``lookup`` and ``readdir`` in ``view/`` (children from the store's memory),
+Threads: each request names its two phases (``fusefs.base``, "Where work runs") and
+:class:`Dispatcher` (one per mount, owned by :class:`RmqOperations`) runs them: the node's
+fast method on the trio loop (:meth:`Dispatcher.fast`), which answers or says "not ready"
+(None) without blocking, then, only when it is not ready, the blocking method in a worker
+thread (:meth:`Dispatcher.thread`, ``trio.to_thread.run_sync``: the one named blocking point,
+:meth:`Dispatcher.serve` for both), so one slow reader never stalls the mount. Nothing is
+retried: an error in either phase is the request's answer (:func:`_answer`). A thread hop
+costs 0.1-0.5 ms on a busy machine and Spark's listing of ``view/`` makes hundreds of requests
+a query, so the hot requests have fast methods: ``read`` of data in memory or the page cache
+(``preadv(RWF_NOWAIT)``, ``fusefs.base.pread_cached``), ``getattr`` of a decoded view that is
+caught up, ``lookup`` and ``readdir`` in ``view/`` (children from the store's memory),
 ``open`` of a rendered part; ``flush``/``release`` of a handle with nothing to commit
 (``Handle.cheap_close``) do nothing more than close its descriptor.
 
@@ -38,7 +41,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyfuse3
@@ -56,11 +59,7 @@ from .base import (
     HandleBudget,
     Node,
     Stat,
-    WouldBlock,
     as_user,
-    call,
-    loop_first,
-    try_on_loop,
 )
 from .nodes import RootDir
 from .viewtree import topic_dir_name
@@ -68,7 +67,7 @@ from .viewtree import topic_dir_name
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-#: ``on_error(errno, reason)``: told of each error a request answers (:func:`_run`)
+#: ``on_error(errno, reason)``: told of each error a request answers (:func:`_answer`)
 OnError = Callable[[int, str], None]
 #: readdir's entries: (inode, name, child, its attributes), in inode order
 DirEntries = list[tuple[int, str, Node, pyfuse3.EntryAttributes]]
@@ -85,42 +84,26 @@ SEALED_TIMEOUT = 3600.0
 BLKSIZE = 128 * 1024
 
 
-#: Directories removed by ``rmdir`` in this mount (``topics/T``, ``groups/G``) -> how many
-#: times. The kernel marks a removed directory's inode dead while it still holds it, so a
-#: directory made again under the name needs a new inode number: its paths' numbers are
-#: salted with this count (stable numbers otherwise, as before any rmdir).
-_REMOVED: dict[str, int] = {}
-
-
-def path_inode(path: str) -> pyfuse3.InodeT:
-    """Stable inode number of a path (the root is ``pyfuse3.ROOT_INODE``)."""
+def path_inode(path: str, removed: Mapping[str, int] | None = None) -> pyfuse3.InodeT:
+    """Stable inode number of a path (the root is ``pyfuse3.ROOT_INODE``). ``removed``: the
+    directories ``rmdir`` removed in this mount (``topics/T``, ``groups/G``) -> how many times
+    (:attr:`RmqOperations.removed`). The kernel marks a removed directory's inode dead while it
+    still holds it, so a directory made again under the name needs a new inode number: its
+    paths' numbers are salted with this count (stable numbers otherwise, as before any rmdir)."""
     if path == "/":
         return pyfuse3.ROOT_INODE
     key = path
-    if _REMOVED:
+    if removed:
         parts = path.split("/")
         salt = [
-            f"{p}#{_REMOVED[p]}"
+            f"{p}#{removed[p]}"
             for p in ("/".join(parts[:i]) for i in range(3, min(len(parts), 4) + 1))
-            if p in _REMOVED
+            if p in removed
         ]
         if salt:
             key = path + "\0" + salt[0]
     h = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big")
     return (h & 0x7FFF_FFFF_FFFF_FFFF) | 0x100  # never 0 or 1
-
-
-_limiter: trio.CapacityLimiter | None = None
-
-
-def _threads() -> trio.CapacityLimiter:
-    """Worker threads for node methods: more than pyfuse3's 99 request tasks, so requests
-    waiting on a slow render can never use up the threads the others need (trio's default
-    limiter has 40)."""
-    global _limiter
-    if _limiter is None:
-        _limiter = trio.CapacityLimiter(128)
-    return _limiter
 
 
 def signalled(pid: int) -> bool:
@@ -154,22 +137,11 @@ def signalled(pid: int) -> bool:
     return bool(pending & ~masked) or bool(pending & (1 << 8))  # SIGKILL cannot be masked
 
 
-# Requests waiting on a worker thread, with the pid that asked: the watcher cancels (EINTR) the
-# ones whose caller was signalled.
-_waiting: dict[trio.CancelScope, int] = {}
-_watcher_started = False
-WATCH_INTERVAL = 0.1  # seconds between checks of the waiting callers
-
-
-async def _watch_callers() -> None:
-    while True:
-        await trio.sleep(WATCH_INTERVAL)
-        for scope, pid in list(_waiting.items()):
-            try:
-                if signalled(pid):
-                    scope.cancel()
-            except Exception:  # the watcher must never die
-                log.exception("checking caller %s", pid)
+WATCH_INTERVAL = 0.1  # seconds between checks of the callers waiting on a worker thread
+#: Worker threads for node methods, per mount: more than pyfuse3's 99 request tasks, so
+#: requests waiting on a slow render can never use up the threads the others need (trio's
+#: default limiter has 40).
+WORKER_THREADS = 128
 
 
 def _pid(ctx: pyfuse3.RequestContext | None) -> int | None:
@@ -177,86 +149,144 @@ def _pid(ctx: pyfuse3.RequestContext | None) -> int | None:
     return getattr(ctx, "pid", None) or None
 
 
-async def _run(
-    fn: Callable[..., _T],
-    *args: Any,
-    pid: int | None = None,
-    uid: int | None = None,
-    on_error: OnError | None = None,
-) -> _T:
-    """Run ``fn(*args)`` in a worker thread; FsError/OSError become their errno.
+class Dispatcher:
+    """Where a request's work runs, for one mount (:class:`RmqOperations` owns one): the two
+    phases of ``fusefs.base`` ("Where work runs"). :meth:`fast` runs a node's fast method on
+    the trio loop; :meth:`thread` is the one named blocking point, a worker thread
+    (``trio.to_thread.run_sync`` under this mount's :attr:`limiter`); :meth:`serve` is the
+    first, then the second when the first answers None. Nothing is ever retried: an error is
+    the request's answer wherever it was raised (:func:`_answer`).
 
-    ``uid``: the requesting user, set as :data:`fusefs.base.REQUEST_UID` while ``fn`` runs
-    (what it renders is charged to that user: ``fusefs.views.RenderBudget``).
+    It holds the worker threads' limiter, the requests waiting on a worker thread with the
+    pid that asked, and the watcher that cancels (EINTR) those whose caller was signalled
+    (:func:`signalled`), started in the trio run that first needs it."""
 
-    With ``pid`` (the caller of the FUSE request) the request answers EINTR as soon as the
-    caller is killed or signalled (checked every WATCH_INTERVAL s); the thread is abandoned
-    and its work (a render) finishes in the background for the next reader. ``on_error``
-    (errno, reason) is called with each error answered, EINTR excepted (refused writes are
-    recorded: :class:`fusefs.base.RefusalLog`).
-    """
-    global _watcher_started
-    call = (as_user, uid, fn, *args) if uid is not None else (fn, *args)
-    try:
-        if not pid:
-            return await trio.to_thread.run_sync(*call, limiter=_threads())
-        if not _watcher_started:
-            _watcher_started = True
-            trio.lowlevel.spawn_system_task(_watch_callers)
-        with trio.CancelScope() as scope:
-            _waiting[scope] = pid
-            try:
-                return await trio.to_thread.run_sync(
-                    *call, limiter=_threads(), abandon_on_cancel=True
-                )
-            finally:
-                _waiting.pop(scope, None)
-        raise pyfuse3.FUSEError(errno.EINTR)
-    except FsError as exc:
+    def __init__(self, threads: int = WORKER_THREADS) -> None:
+        self.limiter = trio.CapacityLimiter(threads)
+        self.waiting: dict[trio.CancelScope, int] = {}
+        self._watched: object = None  # the trio run (its token) whose watcher runs
+
+    async def _watch_callers(self) -> None:
+        while True:
+            await trio.sleep(WATCH_INTERVAL)
+            for scope, pid in list(self.waiting.items()):
+                try:
+                    if signalled(pid):
+                        scope.cancel()
+                except Exception:  # the watcher must never die
+                    log.exception("checking caller %s", pid)
+
+    def _watch(self) -> None:
+        """Start the watcher of waiting callers in this trio run, once."""
+        token = trio.lowlevel.current_trio_token()
+        if self._watched is not token:
+            self._watched = token
+            trio.lowlevel.spawn_system_task(self._watch_callers)
+
+    async def run_sync(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` in a worker thread of this mount, as it returns or raises: for the
+        FUSE layer's own blocking steps (``statvfs``, invalidations)."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+    async def thread(
+        self,
+        fn: Callable[..., _T],
+        *args: Any,
+        pid: int | None = None,
+        uid: int | None = None,
+        on_error: OnError | None = None,
+    ) -> _T:
+        """Run the blocking ``fn(*args)`` in a worker thread; its errors become their errno
+        (:func:`_answer`).
+
+        ``uid``: the requesting user, set as :data:`fusefs.base.REQUEST_UID` while ``fn`` runs
+        (what it renders is charged to that user: ``fusefs.views.RenderBudget``).
+
+        With ``pid`` (the caller of the FUSE request) the request answers EINTR as soon as the
+        caller is killed or signalled (checked every WATCH_INTERVAL s); the thread is
+        abandoned and its work (a render) finishes in the background for the next reader.
+        ``on_error`` (errno, reason) is called with each error answered, EINTR excepted
+        (refused writes are recorded: :class:`fusefs.base.RefusalLog`).
+        """
+        call = (as_user, uid, fn, *args) if uid is not None else (fn, *args)
+        try:
+            if not pid:
+                return await trio.to_thread.run_sync(*call, limiter=self.limiter)
+            self._watch()
+            with trio.CancelScope() as scope:
+                self.waiting[scope] = pid
+                try:
+                    return await trio.to_thread.run_sync(
+                        *call, limiter=self.limiter, abandon_on_cancel=True
+                    )
+                finally:
+                    self.waiting.pop(scope, None)
+            raise pyfuse3.FUSEError(errno.EINTR)
+        except Exception as exc:  # noqa: BLE001 - each error is the request's answer
+            raise _answer(exc, fn, on_error) from None
+
+    def fast(
+        self,
+        fn: Callable[..., _T | None],
+        *args: Any,
+        uid: int | None = None,
+        on_error: OnError | None = None,
+    ) -> _T | None:
+        """The fast ``fn(*args)`` on the trio loop, with ``uid`` as
+        :data:`fusefs.base.REQUEST_UID`: its answer, or None when it is not ready. An error is
+        the request's answer, as in :meth:`thread` (:func:`_answer`): a bug in a fast method
+        is EIO and logged, never run again in a thread."""
+        try:
+            return as_user(uid, fn, *args)
+        except Exception as exc:  # noqa: BLE001 - each error is the request's answer
+            raise _answer(exc, fn, on_error) from None
+
+    async def serve(
+        self,
+        fast: Callable[..., _T | None],
+        slow: Callable[..., _T],
+        *args: Any,
+        pid: int | None = None,
+        uid: int | None = None,
+        on_error: OnError | None = None,
+    ) -> _T:
+        """A request's two phases: ``fast(*args)`` on the trio loop (:meth:`fast`), and when
+        it answers None, the blocking ``slow(*args)`` in a worker thread (:meth:`thread`, with
+        ``pid``, ``uid`` and ``on_error`` as there)."""
+        got = self.fast(fast, *args, uid=uid, on_error=on_error)
+        if got is not None:
+            return got
+        return await self.thread(slow, *args, pid=pid, uid=uid, on_error=on_error)
+
+
+def _answer(exc: Exception, fn: Callable[..., object], on_error: OnError | None) -> Exception:
+    """The ``pyfuse3.FUSEError`` a request answers for ``exc``, raised by ``fn`` on the trio
+    loop or in a worker thread: FsError, OSError and engine errors become their errno; any
+    other exception is a bug, logged and answered EIO (it never kills the mount).
+    ``on_error`` is told, EINTR excepted. ``exc`` itself when it is no Exception to answer."""
+    name = getattr(fn, "__qualname__", fn)
+    if isinstance(exc, FsError):
         _tell(on_error, exc.errno, str(exc))
-        raise pyfuse3.FUSEError(exc.errno) from None
-    except pyfuse3.FUSEError as exc:
+        return pyfuse3.FUSEError(exc.errno)
+    if isinstance(exc, pyfuse3.FUSEError):
         if exc.errno != errno.EINTR:
             _tell(on_error, exc.errno, "")
-        raise
-    except OSError as exc:
+        return exc
+    if isinstance(exc, OSError):
         _tell(on_error, exc.errno or errno.EIO, exc.strerror or str(exc))
-        raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
-    except CorruptRecordError as exc:  # damage: the store logged it once, in one line
-        log.debug("%s: %s", getattr(fn, "__qualname__", fn), exc)
+        return pyfuse3.FUSEError(exc.errno or errno.EIO)
+    if isinstance(exc, CorruptRecordError):  # damage: the store logged it once, in one line
+        log.debug("%s: %s", name, exc)
         _tell(on_error, exc.errno, str(exc))
-        raise pyfuse3.FUSEError(exc.errno) from None
-    except StoreError as exc:  # an engine error the tree did not translate: its errno
+        return pyfuse3.FUSEError(exc.errno)
+    if isinstance(exc, StoreError):  # an engine error the tree did not translate: its errno
         if on_error is None:
-            log.warning("%s: %s", getattr(fn, "__qualname__", fn), exc)
+            log.warning("%s: %s", name, exc)
         _tell(on_error, exc.errno, str(exc))
-        raise pyfuse3.FUSEError(exc.errno) from None
-    except Exception:  # never let a bug kill the mount
-        log.exception("error in %s", getattr(fn, "__qualname__", fn))
-        _tell(on_error, errno.EIO, "internal error (see the mount's log)")
-        raise pyfuse3.FUSEError(errno.EIO) from None
-
-
-async def _serve(
-    fn: Callable[..., _T],
-    *args: Any,
-    pid: int | None = None,
-    uid: int | None = None,
-    on_error: OnError | None = None,
-) -> _T:
-    """The one place that decides where a request's work runs: ``fn(*args)`` on the trio
-    loop when it is ``loop_first`` and needs not block (``fusefs.base.try_on_loop``), else in
-    a worker thread (:func:`_run`, with ``pid``, ``uid`` and ``on_error`` as there). ``uid``
-    is the requesting user on the loop too (``fusefs.base.REQUEST_UID``). An FsError raised
-    on the loop is the answer (its errno; ``on_error`` is told)."""
-    try:
-        got = as_user(uid, try_on_loop, fn, *args)
-    except FsError as exc:
-        _tell(on_error, exc.errno, str(exc))
-        raise pyfuse3.FUSEError(exc.errno) from None
-    if got is not None:
-        return got
-    return await _run(fn, *args, pid=pid, uid=uid, on_error=on_error)
+        return pyfuse3.FUSEError(exc.errno)
+    log.error("error in %s", name, exc_info=exc)  # never let a bug kill the mount
+    _tell(on_error, errno.EIO, "internal error (see the mount's log)")
+    return pyfuse3.FUSEError(errno.EIO)
 
 
 def _tell(on_error: OnError | None, err: int, reason: str) -> None:
@@ -303,6 +333,9 @@ class RmqOperations(pyfuse3.Operations):
                 ctx.owner_uid, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
             )
         self.budget = budget  # what other users may hold open (HandleBudget)
+        self.dispatch = Dispatcher()  # where this mount's requests run, its worker threads
+        # directories rmdir removed in this mount -> how many times (path_inode's salt)
+        self.removed: dict[str, int] = {}
         self.nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: RootDir(ctx, "/")}
         self.lookups: dict[int, int] = {}
         self.parents: dict[int, int] = {}
@@ -318,7 +351,7 @@ class RmqOperations(pyfuse3.Operations):
 
     # -- helpers ----------------------------------------------------------------------------
     def _refusal(self, op: str, path: str, pid: int | None, uid: int | None) -> OnError:
-        """An ``on_error`` for :func:`_run`: records the refused request (Context.refusals:
+        """An ``on_error`` for :meth:`Dispatcher.thread`: records the refused request (Context.refusals:
         the log and ``refused.jsonl``)."""
         return lambda err, reason: self.ctx.refusals.record(op, path, pid, uid, err, reason)
 
@@ -363,20 +396,29 @@ class RmqOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return node
 
+    def inode_of(self, path: str) -> pyfuse3.InodeT:
+        """The inode number of ``path`` in this mount (:func:`path_inode`, salted by the
+        directories removed here)."""
+        return path_inode(path, self.removed)
+
     def _remember(self, node: Node, parent: pyfuse3.InodeT) -> pyfuse3.InodeT:
-        ino = path_inode(node.path)
+        ino = self.inode_of(node.path)
         self.nodes[ino] = node
         self.parents[ino] = parent
         self.lookups[ino] = self.lookups.get(ino, 0) + 1
         return ino
 
-    @loop_first
-    def _entry(
-        self, node: Node, ino: pyfuse3.InodeT, st: Stat | None = None
-    ) -> pyfuse3.EntryAttributes:
-        """The kernel's attributes of ``node`` (its :meth:`Node.stat` unless ``st``)."""
-        if st is None:
-            st = call(node.stat)
+    def _entry(self, node: Node, ino: pyfuse3.InodeT) -> pyfuse3.EntryAttributes:
+        """The kernel's attributes of ``node`` (its :meth:`Node.stat`: may block)."""
+        return self._attrs(node, ino, node.stat())
+
+    def _entry_cached(self, node: Node, ino: pyfuse3.InodeT) -> pyfuse3.EntryAttributes | None:
+        """:meth:`_entry` when :meth:`Node.stat_cached` answers, else None (the trio loop)."""
+        st = node.stat_cached()
+        return None if st is None else self._attrs(node, ino, st)
+
+    def _attrs(self, node: Node, ino: pyfuse3.InodeT, st: Stat) -> pyfuse3.EntryAttributes:
+        """The kernel's attributes of ``node`` whose :class:`Stat` is ``st``."""
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
         a.st_mode = st.mode
@@ -413,33 +455,50 @@ class RmqOperations(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         """FUSE LOOKUP: the attributes of ``name`` in ``parent_inode`` (``.`` and ``..`` too:
         ``supports_dot_lookup``); each answer adds one to the inode's lookup count. On the trio loop
-        when the parent's :meth:`Node.child` and the child's :meth:`Node.stat` are ``loop_first``
-        (``view/``; a name that can never exist there gets a negative entry the kernel keeps),
-        else in a worker thread (:func:`_serve`). ENOENT for no such child."""
+        when the parent's :meth:`Node.child_cached` and the child's :meth:`Node.stat_cached`
+        answer (``view/``; a name that can never exist there gets a negative entry the kernel
+        keeps), else in a worker thread (:meth:`Dispatcher.serve`). ENOENT for no such child."""
         parent = self._node(parent_inode)
         text = os.fsdecode(name)
+        serve = self.dispatch.serve
         if text == ".":
-            return await _serve(self._entry, parent, parent_inode)
+            return await serve(self._entry_cached, self._entry, parent, parent_inode)
         if text == "..":
             pino = self.parents.get(parent_inode, pyfuse3.ROOT_INODE)
-            return await _serve(self._entry, self._node(pino), pino)
+            return await serve(self._entry_cached, self._entry, self._node(pino), pino)
 
-        @loop_first
-        def find() -> pyfuse3.EntryAttributes:
-            child = call(parent.child, text)
+        def missing() -> pyfuse3.EntryAttributes:  # no child ``text``
+            if not parent.never_child(text):
+                raise FsError(errno.ENOENT)
+            # view/: Spark's lookups of absent .crc files, kept by the kernel
+            miss = pyfuse3.EntryAttributes()
+            miss.st_ino = 0
+            miss.entry_timeout = SEALED_TIMEOUT
+            return miss
+
+        def find_cached() -> pyfuse3.EntryAttributes | None:
+            try:
+                child = parent.child_cached(text)
+            except FsError as exc:
+                if exc.errno == errno.ENOENT:
+                    return missing()
+                raise
             if child is None:
-                if not parent.never_child(text):
-                    raise FsError(errno.ENOENT)
-                # view/: Spark's lookups of absent .crc files, kept by the kernel
-                miss = pyfuse3.EntryAttributes()
-                miss.st_ino = 0
-                miss.entry_timeout = SEALED_TIMEOUT
-                return miss
-            attr = self._entry(child, path_inode(child.path))
+                return None  # not ready: find() in a worker thread
+            attr = self._entry_cached(child, self.inode_of(child.path))
+            if attr is not None:
+                self._remember(child, parent_inode)
+            return attr
+
+        def find() -> pyfuse3.EntryAttributes:
+            child = parent.child(text)
+            if child is None:
+                return missing()
+            attr = self._entry(child, self.inode_of(child.path))
             self._remember(child, parent_inode)
             return attr
 
-        return await _serve(find, pid=_pid(ctx), uid=_uid(ctx))
+        return await serve(find_cached, find, pid=_pid(ctx), uid=_uid(ctx))
 
     # pyfuse3 calls forget without awaiting a plain return (save_retval in handlers.pxi):
     # kept synchronous so the maps change before the next request; the stub says async.
@@ -460,10 +519,13 @@ class RmqOperations(pyfuse3.Operations):
     async def getattr(
         self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext | None = None
     ) -> pyfuse3.EntryAttributes:
-        """FUSE GETATTR: the node's attributes (:meth:`Node.stat`, through :func:`_serve`: on
-        the trio loop when it needs not block). ENOENT for an unknown inode."""
+        """FUSE GETATTR: the node's attributes (:meth:`Node.stat_cached` on the trio loop,
+        else :meth:`Node.stat` in a worker thread: :meth:`Dispatcher.serve`). ENOENT for an
+        unknown inode."""
         node = self._node(inode)
-        return await _serve(self._entry, node, inode, pid=_pid(ctx), uid=_uid(ctx))
+        return await self.dispatch.serve(
+            self._entry_cached, self._entry, node, inode, pid=_pid(ctx), uid=_uid(ctx)
+        )
 
     async def setattr(
         self,
@@ -492,7 +554,7 @@ class RmqOperations(pyfuse3.Operations):
         if fields.update_size:
             # open(O_TRUNC) and truncate(); the kernel adds mtime/ctime, which follow the data
             self._check_writer("truncate", node.path, ctx)
-            await _run(
+            await self.dispatch.thread(
                 node.truncate,
                 attr.st_size,
                 on_error=self._refusal("truncate", node.path, _pid(ctx), _uid(ctx)),
@@ -502,7 +564,7 @@ class RmqOperations(pyfuse3.Operations):
             raise self._no_write(
                 "utime", node.path, ctx, errno.EPERM, "times in the mount come from the data"
             )
-        return await _run(self._entry, node, inode)
+        return await self.dispatch.thread(self._entry, node, inode)
 
     async def access(
         self, inode: pyfuse3.InodeT, mode: pyfuse3.ModeT, ctx: pyfuse3.RequestContext
@@ -511,7 +573,7 @@ class RmqOperations(pyfuse3.Operations):
         ``mode`` to the caller (the owner's bits for the mounting user and root, the others'
         bits for anyone else); writes also need :meth:`Context.may_write`."""
         node = self._node(inode)
-        st = await _serve(node.stat, uid=_uid(ctx))
+        st = await self.dispatch.serve(node.stat_cached, node.stat, uid=_uid(ctx))
         uid = _uid(ctx)
         if mode & os.W_OK and (self.ctx.read_only or not self.ctx.may_write(uid)):
             return False
@@ -532,7 +594,7 @@ class RmqOperations(pyfuse3.Operations):
         store = self.ctx.store
         # a store in object storage: the file system its blocks are cached on
         where = store.root if store.source.local else (self.ctx.snapshot_cache_dir or "/")
-        st = await trio.to_thread.run_sync(os.statvfs, where, limiter=_threads())
+        st = await self.dispatch.run_sync(os.statvfs, where)
         s = pyfuse3.StatvfsData()
         for name in (
             "f_bsize",
@@ -577,10 +639,10 @@ class RmqOperations(pyfuse3.Operations):
         """FUSE READDIRPLUS: the entries after ``start_id`` in inode order, each with its
         attributes (a lookup each): ``next_id`` is the entry's inode, so a listing that goes on
         after entries were added neither repeats nor skips one. On the trio loop when the
-        directory's :meth:`Node.list` and :meth:`Node.child` and every child's :meth:`Node.stat`
-        need not block (``view/`` once its parts are known), else in a worker thread
-        (:func:`_serve`); a child that fails to load is skipped (logged). EBADF for an unknown
-        handle."""
+        directory's :meth:`Node.list_cached` and :meth:`Node.child_cached` and every child's
+        :meth:`Node.stat_cached` answer (``view/`` once its parts are known), else in a worker
+        thread (:meth:`Dispatcher.serve`: :meth:`_names`, :meth:`_entries`); a child that
+        fails to load is skipped (logged). EBADF for an unknown handle."""
         inode, pid, uid = self.dir_handles.get(fh, (None, None, None))
         if inode is None:
             raise pyfuse3.FUSEError(errno.EBADF)
@@ -594,58 +656,88 @@ class RmqOperations(pyfuse3.Operations):
         # kept for the handle (:meth:`_listing`); children and their attributes are built
         # only for the entries a reply takes, a chunk at a time: building every child on
         # every call made ``ls`` of 22,500 topics take 9 s (a reply holds a few dozen).
-        sub = node.sub if isinstance(node, Dir) else (lambda n: f"{node.path.rstrip('/')}/{n}")
-
-        @loop_first
-        def listing() -> list[tuple[int, str]]:  # the read side: safe to run twice
-            return sorted((int(path_inode(sub(name))), name) for name in call(node.list))
-
+        serve = self.dispatch.serve
         names = self._listing(fh) if start_id else None
         if names is None:
-            names = await _serve(listing, pid=pid, uid=uid)
+            names = await serve(self._names_cached, self._names, node, pid=pid, uid=uid)
             self._keep_listing(fh, names)
-
-        @loop_first
-        def entries(chunk: list[tuple[int, str]]) -> DirEntries:
-            out: DirEntries = []
-            for ino, name in chunk:
-                try:
-                    child = call(node.child, name)
-                except WouldBlock:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - one bad entry never fails a listing
-                    log.warning("%s/%s skipped in a listing: %s", node.path, name, exc)
-                    continue
-                if child is None:
-                    continue
-                if path_inode(child.path) != ino:  # not at node.sub(name): its own inode
-                    log.warning("%s: listed as %s/%s", child.path, node.path, name)
-                    continue
-                try:
-                    attr = self._entry(child, ino)
-                except FsError:
-                    continue
-                except WouldBlock:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - e.g. a view over a damaged queue
-                    # Listed with a placeholder size; opening it reports the error (EIO).
-                    log.warning("%s: %s", child.path, exc)
-                    attr = self._entry(
-                        child,
-                        ino,
-                        Stat(RO_DIR if child.is_dir else RO_FILE, 0, self.ctx.mount_time_ns),
-                    )
-                out.append((ino, name, child, attr))
-            return out
 
         at = bisect.bisect_right(names, (start_id, "\U0010ffff"))
         while at < len(names):
             chunk = names[at : at + READDIR_CHUNK]
             at += len(chunk)
-            for ino, name, child, attr in await _serve(entries, chunk, pid=pid, uid=uid):
+            got = await serve(self._entries_cached, self._entries, node, chunk, pid=pid, uid=uid)
+            for ino, name, child, attr in got:
                 if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, ino):
                     return
                 self._remember(child, inode)
+
+    def _order(self, node: Node, names: list[str]) -> list[tuple[int, str]]:
+        """``(inode, name)`` of each child name of ``node``, in inode order."""
+        sub = node.sub if isinstance(node, Dir) else (lambda n: f"{node.path.rstrip('/')}/{n}")
+        return sorted((int(self.inode_of(sub(name))), name) for name in names)
+
+    def _names(self, node: Node) -> list[tuple[int, str]]:
+        """A listing's order (:meth:`_order`) of :meth:`Node.list`: may block."""
+        return self._order(node, node.list())
+
+    def _names_cached(self, node: Node) -> list[tuple[int, str]] | None:
+        """:meth:`_names` when :meth:`Node.list_cached` answers, else None (the trio loop)."""
+        names = node.list_cached()
+        return None if names is None else self._order(node, names)
+
+    def _entries(self, node: Node, chunk: list[tuple[int, str]]) -> DirEntries:
+        """The children of ``node`` named in ``chunk`` with their attributes (may block); one
+        that fails to load is skipped (logged), one whose stat fails is listed with a
+        placeholder size."""
+        out: DirEntries = []
+        for ino, name in chunk:
+            try:
+                child = node.child(name)
+            except Exception as exc:  # noqa: BLE001 - one bad entry never fails a listing
+                log.warning("%s/%s skipped in a listing: %s", node.path, name, exc)
+                continue
+            if child is None or not self._listed_at(child, node, name, ino):
+                continue
+            try:
+                attr = self._entry(child, ino)
+            except FsError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - e.g. a view over a damaged queue
+                # Listed with a placeholder size; opening it reports the error (EIO).
+                log.warning("%s: %s", child.path, exc)
+                st = Stat(RO_DIR if child.is_dir else RO_FILE, 0, self.ctx.mount_time_ns)
+                attr = self._attrs(child, ino, st)
+            out.append((ino, name, child, attr))
+        return out
+
+    def _entries_cached(self, node: Node, chunk: list[tuple[int, str]]) -> DirEntries | None:
+        """:meth:`_entries` when every child's :meth:`Node.child_cached` and
+        :meth:`Node.stat_cached` answer, else None (the trio loop); a child gone since the
+        listing (FsError) is skipped."""
+        out: DirEntries = []
+        for ino, name in chunk:
+            try:
+                child = node.child_cached(name)
+                if child is None:
+                    return None
+                if not self._listed_at(child, node, name, ino):
+                    continue
+                attr = self._entry_cached(child, ino)
+            except FsError:
+                continue
+            if attr is None:
+                return None
+            out.append((ino, name, child, attr))
+        return out
+
+    def _listed_at(self, child: Node, node: Node, name: str, ino: int) -> bool:
+        """Whether ``child`` has the inode its listing gave it (it is at ``node.sub(name)``);
+        logged when not."""
+        if self.inode_of(child.path) == ino:
+            return True
+        log.warning("%s: listed as %s/%s", child.path, node.path, name)
+        return False
 
     def _listing(self, fh: int) -> list[tuple[int, str]] | None:
         """The ``(inode, name)`` order kept for directory handle ``fh``, or None."""
@@ -697,11 +789,13 @@ class RmqOperations(pyfuse3.Operations):
 
         def make() -> pyfuse3.EntryAttributes:
             child = parent.mkdir(text)
-            attr = self._entry(child, path_inode(child.path))
+            attr = self._entry(child, self.inode_of(child.path))
             self._remember(child, parent_inode)
             return attr
 
-        attr = await _run(make, on_error=self._refusal("mkdir", path, _pid(ctx), _uid(ctx)))
+        attr = await self.dispatch.thread(
+            make, on_error=self._refusal("mkdir", path, _pid(ctx), _uid(ctx))
+        )
         self._invalidate(parent_inode)
         return attr
 
@@ -717,12 +811,14 @@ class RmqOperations(pyfuse3.Operations):
         # only the owner drops snapshots (docs/guarantees.md "Other users")
         self._check_writer("rmdir", path, ctx, owner_only=True)
         text = os.fsdecode(name)
-        await _run(parent.rmdir, text, on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx)))
+        await self.dispatch.thread(
+            parent.rmdir, text, on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx))
+        )
         # rmdir topics/T, groups/G: the nodes of what went (and of the topic's view/ tree)
         # answer ENOENT from now on, whatever the kernel still holds
         gone: tuple[str, ...] = (path,)
         if parent.path in ("/topics", "/groups"):
-            _REMOVED[path] = _REMOVED.get(path, 0) + 1
+            self.removed[path] = self.removed.get(path, 0) + 1
         if parent.path == "/topics":
             gone += (f"/view/{topic_dir_name(text)}",)
         with self._lock:
@@ -883,7 +979,7 @@ class RmqOperations(pyfuse3.Operations):
         for rel in changes.get("deleted", ()):
             parent, name = os.path.split("/raw/" + rel)
             try:
-                pyfuse3.invalidate_entry(path_inode(parent), os.fsencode(name))
+                pyfuse3.invalidate_entry(self.inode_of(parent), os.fsencode(name))
             except (OSError, AttributeError) as exc:  # not known to the kernel: fine
                 log.debug("invalidate_entry(%s): %s", rel, exc)
 
@@ -891,9 +987,9 @@ class RmqOperations(pyfuse3.Operations):
         self, inode: pyfuse3.InodeT, flags: pyfuse3.FlagT, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.FileInfo:
         """FUSE OPEN: a new file handle for the node's :class:`Handle`; its ``direct_io`` and
-        ``keep_cache`` go to the kernel in the ``FileInfo``. :meth:`Node.open_as`, through
-        :func:`_serve` for a read-only open (on the trio loop when it needs not block), else in a
-        worker thread (EINTR when the caller is signalled meanwhile). EISDIR for a directory;
+        ``keep_cache`` go to the kernel in the ``FileInfo``. :meth:`Node.open_as` in a worker
+        thread, after :meth:`Node.open_cached` on the trio loop for a read-only open
+        (:meth:`Dispatcher.serve`; EINTR when the caller is signalled meanwhile). EISDIR for a directory;
         for writing, EROFS on a read-only mount and EACCES for a user who may not write; EMFILE
         past the handle budget."""
         node = self._node(inode)
@@ -908,16 +1004,21 @@ class RmqOperations(pyfuse3.Operations):
         self._take(uid, node.path, ctx)
         handle: Handle | None = None
         try:
-            handle = await (_run if writing else _serve)(
-                node.open_as,
-                flags,
-                uid,
-                pid=_pid(ctx),
-                uid=uid,
-                on_error=self._refusal("open", node.path, _pid(ctx), uid) if writing else None,
-            )
+            if writing:
+                handle = await self.dispatch.thread(
+                    node.open_as,
+                    flags,
+                    uid,
+                    pid=_pid(ctx),
+                    uid=uid,
+                    on_error=self._refusal("open", node.path, _pid(ctx), uid),
+                )
+            else:
+                handle = await self.dispatch.serve(
+                    node.open_cached, node.open_as, flags, uid, pid=_pid(ctx), uid=uid
+                )
             if handle.stale_attrs:  # the kernel's size predates what this open reads
-                await trio.to_thread.run_sync(self._invalidate, inode, True, limiter=_threads())
+                await self.dispatch.run_sync(self._invalidate, inode, True)
         except BaseException:
             self.budget.give(uid)
             if handle is not None:  # opened, then cancelled: its descriptor goes too
@@ -951,16 +1052,17 @@ class RmqOperations(pyfuse3.Operations):
         return h
 
     # pyfuse3 replies with any contiguous buffer (PyObject_GetBuffer in fuse_read_async): a
-    # page-cache read (fusefs.base.pread on the loop) returns a bytearray, which the stub's
+    # page-cache read (fusefs.base.pread_cached on the loop) returns a bytearray, which the stub's
     # ``bytes`` omits.
     async def read(  # type: ignore[override]
         self, fh: pyfuse3.FileHandleT, off: int, size: int
     ) -> bytes | bytearray:
-        """FUSE READ: up to ``size`` bytes at ``off`` (:meth:`Handle.read`, through
-        :func:`_serve`: on the trio loop from memory or the page cache, else in a worker thread,
-        EINTR when the caller is signalled meanwhile). EBADF for an unknown handle."""
+        """FUSE READ: up to ``size`` bytes at ``off`` (:meth:`Handle.read_cached` on the trio
+        loop from memory or the page cache, else :meth:`Handle.read` in a worker thread, EINTR
+        when the caller is signalled meanwhile: :meth:`Dispatcher.serve`). EBADF for an
+        unknown handle."""
         h = self._handle(fh)
-        return await _serve(h.read, off, size, pid=getattr(h, "pid", None))
+        return await self.dispatch.serve(h.read_cached, h.read, off, size, pid=h.pid)
 
     async def write(self, fh: pyfuse3.FileHandleT, off: int, buf: bytes) -> int:
         """FUSE WRITE: :meth:`Handle.write` in a worker thread (``off`` is not used: the
@@ -968,7 +1070,9 @@ class RmqOperations(pyfuse3.Operations):
         write changed are dropped before the answer."""
         h = self._handle(fh)
         try:
-            return await _run(h.write, buf, on_error=self._handle_refusal("write", h))
+            return await self.dispatch.thread(
+                h.write, buf, on_error=self._handle_refusal("write", h)
+            )
         finally:
             await self._after_write(h)
 
@@ -979,7 +1083,7 @@ class RmqOperations(pyfuse3.Operations):
         if h.cheap_close:  # nothing to commit
             return
         try:
-            await _run(h.flush, on_error=self._handle_refusal("close", h))
+            await self.dispatch.thread(h.flush, on_error=self._handle_refusal("close", h))
         finally:
             await self._after_write(h)
 
@@ -987,18 +1091,18 @@ class RmqOperations(pyfuse3.Operations):
         """Before a write or flush is answered: drop what the kernel caches of the files it
         changed (``Handle.invalidates``)."""
         if h.invalidates:
-            await trio.to_thread.run_sync(self._invalidate_after, h, limiter=_threads())
+            await self.dispatch.run_sync(self._invalidate_after, h)
 
     def _invalidate_after(self, h: Handle) -> None:
         """After a commit through ``h``: its own inode, and siblings whose content moved."""
         self._invalidate(h.inode, attr_only=False)
         for path in h.invalidates:
-            self._invalidate(path_inode(path), attr_only=False)
+            self._invalidate(self.inode_of(path), attr_only=False)
 
     async def fsync(self, fh: pyfuse3.FileHandleT, datasync: bool) -> None:
         """FUSE FSYNC: :meth:`Handle.fsync` in a worker thread."""
         h = self._handle(fh)
-        await _run(h.fsync, on_error=self._handle_refusal("fsync", h))
+        await self.dispatch.thread(h.fsync, on_error=self._handle_refusal("fsync", h))
 
     async def release(self, fh: pyfuse3.FileHandleT) -> None:
         """FUSE RELEASE (the last descriptor closed): :meth:`Handle.release`, on the trio
@@ -1012,4 +1116,4 @@ class RmqOperations(pyfuse3.Operations):
                 except Exception:
                     log.exception("release of %s", type(h).__name__)
                 return
-            await _run(h.release)
+            await self.dispatch.thread(h.release)

@@ -191,78 +191,98 @@ PART_COMPRESSION = "zstd"
 #: directory)`` for a store whose source is not local (``engine.format.source``: a snapshot in
 #: object storage, which the worker opens again from its spec, with its own block cache).
 CommitLogRef = str | tuple[tuple[str, ...], str]
-_segments: dict[CommitLogRef, MappedFiles] = {}
-
-
-def _worker_segments(commitlog: CommitLogRef) -> MappedFiles:
-    """The CommitLog of a worker process (read-only mmaps of local files, or range reads of
-    object storage; kept between tasks, refreshed so segments created since are seen).
-
-    Raises:
-        ObjectStoreError: a store in object storage cannot be opened (its manifest unread)."""
-    from rmqfs.engine.format.mappedfile import MappedFiles
-
-    segs = _segments.get(commitlog)
-    if segs is None:
-        if isinstance(commitlog, str):
-            segs = MappedFiles(commitlog)
-        else:
-            from rmqfs.engine.live.objectsource import open_source
-
-            spec, directory = commitlog
-            segs = MappedFiles(directory, source=open_source(spec))
-        _segments[commitlog] = segs
-    else:
-        segs.refresh()
-    return segs
 
 
 #: Seconds a worker process stays idle before it unmaps the CommitLog pages it read.
 WORKER_IDLE_TRIM_S = 1.0
 
 
-class _Idle:
-    """When this worker process last finished a task, and whether it trimmed since."""
+class RenderWorker:
+    """What a render worker process keeps between its tasks: the CommitLogs it reads (mapped
+    once, refreshed at each task) and when it last finished one. Its lifetime is the worker
+    process's: :meth:`current` makes the process's one on its first task (``fusefs.views``
+    runs the render functions below in a ``ProcessPoolExecutor``, whose tasks are module
+    functions, so they find it here), and its maps go with the process."""
 
-    last = 0.0
-    trimmed = True
-    thread: object = None
+    _current: RenderWorker | None = None
 
+    def __init__(self) -> None:
+        import threading
 
-def _task_done(release_memory: bool) -> None:
-    """After each task of a worker process. ``release_memory``: give back what Arrow's
-    allocator keeps for reuse (mimalloc: only from the thread that allocated, so here; about
-    2 ms, paid after a Parquet part, not after each small JSON chunk, whose memory the next
-    one reuses). And note the time: a thread of the worker, started here once, unmaps the
-    CommitLog pages it read after :data:`WORKER_IDLE_TRIM_S` without a task
-    (``MappedFiles.release_pages``; they would otherwise add up to the whole CommitLog in every
-    worker). Not after every task: the queues' records share pages, and the next part would
-    map them again."""
-    import threading
-    import time
+        self.commitlogs: dict[CommitLogRef, MappedFiles] = {}
+        self.last = 0.0  # when the last task ended (time.monotonic)
+        self.trimmed = True  # pages unmapped since
+        self._trimmer: threading.Thread | None = None
+        self._lock = threading.Lock()
 
-    if release_memory:
-        import pyarrow as pa
+    @classmethod
+    def current(cls) -> RenderWorker:
+        """This process's worker state, made on first use."""
+        if cls._current is None:
+            cls._current = cls()
+        return cls._current
 
-        pa.default_memory_pool().release_unused()
-    _Idle.last = time.monotonic()
-    _Idle.trimmed = False
-    if _Idle.thread is None:
-        thread = threading.Thread(target=_trim_when_idle, name="rmqfs-trim", daemon=True)
-        thread.start()
-        _Idle.thread = thread
+    def commitlog(self, ref: CommitLogRef) -> MappedFiles:
+        """The CommitLog ``ref`` (read-only mmaps of local files, or range reads of object
+        storage; kept between tasks, refreshed so segments created since are seen).
 
+        Raises:
+            ObjectStoreError: a store in object storage cannot be opened (its manifest
+            unread)."""
+        from rmqfs.engine.format.mappedfile import MappedFiles
 
-def _trim_when_idle() -> None:
-    import time
+        with self._lock:
+            segs = self.commitlogs.get(ref)
+        if segs is not None:
+            segs.refresh()
+            return segs
+        if isinstance(ref, str):
+            segs = MappedFiles(ref)
+        else:
+            from rmqfs.engine.live.objectsource import open_source
 
-    while True:
-        time.sleep(WORKER_IDLE_TRIM_S / 2)
-        if _Idle.trimmed or time.monotonic() - _Idle.last < WORKER_IDLE_TRIM_S:
-            continue
-        _Idle.trimmed = True
-        for segs in list(_segments.values()):
-            segs.release_pages()
+            spec, directory = ref
+            segs = MappedFiles(directory, source=open_source(spec))
+        with self._lock:
+            self.commitlogs[ref] = segs
+        return segs
+
+    def task_done(self, release_memory: bool) -> None:
+        """After each task. ``release_memory``: give back what Arrow's allocator keeps for
+        reuse (mimalloc: only from the thread that allocated, so here; about 2 ms, paid after
+        a Parquet part, not after each small JSON chunk, whose memory the next one reuses).
+        And note the time: a thread of the worker, started here once, unmaps the CommitLog
+        pages it read after :data:`WORKER_IDLE_TRIM_S` without a task
+        (``MappedFiles.release_pages``; they would otherwise add up to the whole CommitLog in
+        every worker). Not after every task: the queues' records share pages, and the next
+        part would map them again."""
+        import threading
+        import time
+
+        if release_memory:
+            import pyarrow as pa
+
+            pa.default_memory_pool().release_unused()
+        self.last = time.monotonic()
+        self.trimmed = False
+        if self._trimmer is None:
+            self._trimmer = threading.Thread(
+                target=self._trim_when_idle, name="rmqfs-trim", daemon=True
+            )
+            self._trimmer.start()
+
+    def _trim_when_idle(self) -> None:
+        import time
+
+        while True:
+            time.sleep(WORKER_IDLE_TRIM_S / 2)
+            if self.trimmed or time.monotonic() - self.last < WORKER_IDLE_TRIM_S:
+                continue
+            self.trimmed = True
+            with self._lock:
+                held = list(self.commitlogs.values())
+            for segs in held:
+                segs.release_pages()
 
 
 def chunk_room(kind: str, units: np.ndarray) -> int:
@@ -324,7 +344,8 @@ def render_view_chunk(
     """
     from rmqfs.engine.read.columnar import decode_topic_units, decode_units
 
-    segs = _worker_segments(commitlog_dir)
+    worker = RenderWorker.current()
+    segs = worker.commitlog(commitlog_dir)
     cols = LINE_COLUMNS[kind]
     if isinstance(queue_ids, int):
         batch = decode_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
@@ -335,12 +356,12 @@ def render_view_chunk(
     length, lines = len(data), len(ends)
     if isinstance(out, str):  # SIZE_ONLY
         del data
-        _task_done(release_memory=False)
+        worker.task_done(release_memory=False)
         return length, None, lines, newest
     if out is None or length > out[1]:
         result = length, bytes(data), lines, newest
         del data
-        _task_done(release_memory=False)
+        worker.task_done(release_memory=False)
         return result
     path = out[0]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -357,7 +378,7 @@ def render_view_chunk(
         raise
     os.close(fd)
     del data, view
-    _task_done(release_memory=False)
+    worker.task_done(release_memory=False)
     return length, None, lines, newest
 
 
@@ -395,7 +416,8 @@ def render_part(
     from rmqfs.engine.read.columnar import decode_units, drop_blank_units
     from rmqfs.engine.read.schema import part_schema
 
-    segs = _worker_segments(commitlog_dir)
+    worker = RenderWorker.current()
+    segs = worker.commitlog(commitlog_dir)
     arr = units
     qoffs = np.arange(first, first + len(arr), dtype=np.int64)
     schema = part_schema()
@@ -440,7 +462,7 @@ def render_part(
         raise
     finally:
         group = []
-        _task_done(release_memory=True)
+        worker.task_done(release_memory=True)
     return size, newest, rows
 
 

@@ -30,10 +30,7 @@ from .base import (
     Stat,
     check_read_only_open,
     fs_error,
-    loop_first,
-    on_loop,
-    pread,
-    would_block,
+    pread_cached,
 )
 
 
@@ -136,18 +133,19 @@ class SnapshotHandle(Handle):
         self.snap, self.frozen = snap, frozen
         self._released = False
 
-    @loop_first
     def read(self, offset: int, length: int) -> bytes | bytearray:
-        """The frozen file's bytes (``FrozenFile.read``); on the trio loop when they are one
-        piece in memory or in the page cache (``FrozenFile.piece``)."""
-        if on_loop():
-            p = self.frozen.piece(offset, length)
-            if p is not None:
-                if p[0] == "fd":
-                    return pread(p[1], p[3], p[2])
-                return bytes(p[1]) if p[0] == "zeros" else p[1]
-            would_block()
+        """The frozen file's bytes (``FrozenFile.read``)."""
         return self.frozen.read(offset, length)
+
+    def read_cached(self, offset: int, length: int) -> bytes | bytearray | None:
+        """:meth:`read` when the bytes are one piece in memory or in the page cache
+        (``FrozenFile.piece``, :func:`fusefs.base.pread_cached`), else None."""
+        p = self.frozen.piece(offset, length)
+        if p is None:
+            return None
+        if p[0] == "fd":
+            return pread_cached(p[1], p[3], p[2])
+        return bytes(p[1]) if p[0] == "zeros" else p[1]
 
     def release(self) -> None:
         """Release the snapshot's hold (once)."""
@@ -161,20 +159,23 @@ class SnapshotFile(Node):
     (:class:`engine.live.snapshot.FrozenFile`: its extents of the real file, frozen slots, zeros).
 
     Errnos: EACCES for an open for writing; ENOENT for an open after the snapshot was dropped.
-    Threads: getattr answers on the trio loop (:meth:`stat` is ``loop_first``: all in memory);
+    Threads: getattr answers on the trio loop (:meth:`stat_cached`: all in memory);
     open runs in a worker thread; reads answer on the trio loop when the pieces are in memory or
-    the page cache (``SnapshotHandle.read``), else in a worker thread."""
+    the page cache (``SnapshotHandle.read_cached``), else in a worker thread."""
 
     def __init__(self, ctx: Context, path: str, snap: Snapshot, frozen: FrozenFile) -> None:
         super().__init__(ctx, path)
         self.snap, self.frozen = snap, frozen
 
-    @loop_first
     def stat(self) -> Stat:
         """The frozen size, mtime and data blocks; never changes (in memory)."""
         f = self.frozen
         blocks = (f.allocated_bytes() + 511) // 512
         return Stat(RO_FILE, f.size, f.mtime_ns, live=False, blocks=blocks)
+
+    def stat_cached(self) -> Stat:
+        """:meth:`stat` (in memory), on the trio loop."""
+        return self.stat()
 
     def open(self, flags: int) -> Handle:
         """A :class:`SnapshotHandle` (holds the snapshot open). EACCES for writing;
@@ -189,9 +190,9 @@ class ManifestFile(Node):
     is summed (in the background).
 
     Errnos: EACCES for an open for writing; ENOENT when the snapshot was dropped meanwhile.
-    Threads: getattr answers on the trio loop once the manifest is done (:meth:`stat`),
+    Threads: getattr answers on the trio loop once the manifest is done (:meth:`stat_cached`),
     else waits in a worker thread; open runs in a worker thread; reads answer on the trio loop from
-    the bytes taken at open (``BytesHandle.read``)."""
+    the bytes taken at open (``BytesHandle.read_cached``)."""
 
     def __init__(self, ctx: Context, path: str, snap: Snapshot) -> None:
         super().__init__(ctx, path)
@@ -203,13 +204,15 @@ class ManifestFile(Node):
         except InterruptedError:
             raise FsError(errno.ENOENT, "snapshot dropped") from None
 
-    @loop_first
-    def stat(self) -> Stat:
-        """The manifest's size (waits for the sums; on the trio loop once they are done);
-        ENOENT when the snapshot was dropped."""
+    def stat_cached(self) -> Stat | None:
+        """:meth:`stat` once the sums are done (the manifest is in memory), else None."""
         fut = self.snap.manifest_future
         if fut is None or not fut.done() or fut.exception() is not None:
-            would_block()
+            return None
+        return self.stat()
+
+    def stat(self) -> Stat:
+        """The manifest's size (waits for the sums); ENOENT when the snapshot was dropped."""
         return Stat(RO_FILE, len(self._data()), self.snap.time_ms * 1_000_000, live=False)
 
     def open(self, flags: int) -> Handle:

@@ -17,9 +17,10 @@ Everything rendered (chunks, parts, renders under way) shares one bound (``--cac
 :class:`RenderBudget`), least recently used first; a chunk the bound has no room for is
 rendered into memory for the read that needs it, so no view is too large to read. Views catch
 up on demand (:meth:`View.sync`, in worker threads) from a consistent cut of the queues;
-:meth:`ViewCache.peek`, :meth:`View.read` of chunks in the cache, :meth:`PartCache.known` and
-:meth:`PartCache.open` of a READY part are what the FUSE layer may run on its trio loop
-(``fusefs.base.loop_first``): they never wait there.
+:meth:`ViewCache.peek`, :meth:`View.read_cached`, :meth:`PartCache.known` and
+:meth:`PartCache.open_cached` are what the FUSE layer runs on its trio loop (the fast methods
+of ``fusefs.base``, "Where work runs"): they never wait, and answer None when only a worker
+thread can answer.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from rmqfs.engine.format.message import MessageRecord
 from rmqfs.engine.store import MessageStore
 
 from . import render as R
-from .base import REQUEST_UID, loop_first, on_loop, pread, would_block
+from .base import REQUEST_UID, pread_cached
 
 if TYPE_CHECKING:  # imported where a pool starts: most mounts never render
     from collections import deque
@@ -463,8 +464,8 @@ class View:
     expired fails with EIO. A sizing pass that meets damage ends
     the view there (:attr:`damage`): reads that reach it fail with EIO.
 
-    Thread-safe: :meth:`sync` under :attr:`lock`; :meth:`read` may run on the trio loop
-    (``fusefs.base.loop_first``) and never waits there."""
+    Thread-safe: :meth:`sync` under :attr:`lock`; :meth:`read_cached` runs on the trio loop
+    and never waits."""
 
     for_others = False  # its sizing was asked by another user than the owner
 
@@ -727,13 +728,53 @@ class View:
         where = self.topic if self.queue_id is None else f"{self.topic}/{self.queue_id}"
         return f"{where}'s {self.kind} view"
 
-    @loop_first
+    def read_cached(
+        self, offset: int, length: int, end: int | None = None
+    ) -> bytes | bytearray | None:
+        """:meth:`read` when every chunk it touches is held in memory, or in the render cache
+        and the page cache (:meth:`ChunkCache.read_cached`: all of them or none), and no
+        read-ahead is due; else None, and nothing changed. Never waits: the trio loop calls
+        it."""
+        ix = self.index
+        stop = min(offset + length, ix.size if end is None else min(end, ix.size))
+        spans = []  # (chunk, offset in it, bytes, its length) of each chunk the read touches
+        while offset < stop:
+            i = ix.chunk_at(offset)
+            first, last = ix.byte_at[i], ix.byte_at[i + 1]
+            n = min(stop, last) - offset
+            spans.append((i, offset - first, n, last - first))
+            offset += n
+        mem = self._mem  # (key, bytes) of a chunk held in memory (no room in the cache)
+        in_mem = {
+            i
+            for i, _, _, _ in spans
+            if mem is not None and mem[0] == (self.vid, i, ix.byte_at[i + 1])
+        }
+        chunks = self.cache.chunks
+        want = [(i, at, n) for i, at, n, _ in spans if i not in in_mem]
+        if any(chunks.wants_ahead(self, ix, i) for i, _, _ in want):
+            return None  # the thread that serves it starts the next chunks
+        got = chunks.read_cached(self, ix, want)
+        if got is None:
+            return None
+        out: list[bytes | bytearray] = []
+        for i, at, n, length in spans:
+            if i in in_mem:
+                assert mem is not None
+                out.append(mem[1][at : at + n])
+                continue
+            out.append(got[i])
+            if at + n == length:  # read to its end: the first to go for room (drop-behind)
+                chunks.read_through(self, i)
+        if len(out) == 1:
+            return out[0]
+        return b"".join(out)
+
     def read(self, offset: int, length: int, end: int | None = None) -> bytes | bytearray:
-        """Up to ``length`` bytes at ``offset``, not past ``end`` (default: the view's size).
-        On the trio loop only when every chunk touched is in the render cache and its bytes in
-        the page cache (else WouldBlock); in a worker thread it renders the chunks missing
-        and starts the next ones (read-ahead). Raises OSError(EIO) when a chunk cannot be
-        rendered again (its messages expired, a worker keeps dying)."""
+        """Up to ``length`` bytes at ``offset``, not past ``end`` (default: the view's size);
+        renders the chunks missing and starts the next ones (read-ahead): worker threads
+        only. Raises OSError(EIO) when a chunk cannot be rendered again (its messages expired,
+        a worker keeps dying)."""
         ix = self.index
         stop = min(offset + length, ix.size if end is None else min(end, ix.size))
         out = []
@@ -758,12 +799,8 @@ class View:
         if data is not None and len(data) == n:
             if at + n == length:  # read to its end: the first to go for room (drop-behind)
                 chunks.read_through(self, i)
-            if on_loop() and chunks.wants_ahead(self, ix, i):
-                would_block()  # the thread that serves it starts the next chunks
-            if not on_loop():
-                chunks.read_ahead(self, ix, i)
+            chunks.read_ahead(self, ix, i)
             return data
-        would_block()
         chunks.read_ahead(self, ix, i)
         from concurrent.futures.process import BrokenProcessPool
 
@@ -890,37 +927,69 @@ class ChunkCache:
             self._unkeep(key)
         return None
 
-    @loop_first
     def read(self, view: View, ix: ChunkIndex, i: int, at: int, n: int) -> bytes | bytearray | None:
         """``n`` bytes at ``at`` of chunk ``i`` when the cache holds it (most recently used
-        now, and the owner's when the owner reads it), else None. On the trio loop it never
-        waits (WouldBlock when the lock is busy or the bytes are not in the page cache)."""
-        if on_loop():
-            if not self.lock.acquire(blocking=False):
-                would_block()
-        else:
-            self.lock.acquire()
-        try:
-            got = self._current(view, ix, i)
-            if got is None:
+        now, and the owner's when the owner reads it), else None. May wait for the lock and
+        the disk: worker threads only."""
+        with self.lock:
+            fd = self._open_kept(view, ix, i)
+            if fd is None:
                 return None
-            key = (view.vid, i)
-            v, end, path, disk, others = self.kept.pop(key)
-            if others and not self.budget.is_other():
-                self.totals[True] -= disk
-                self.totals[False] += disk
-                others = False
-            self.kept[key] = (v, end, path, disk, others)
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            except FileNotFoundError:
-                return None
-        finally:
-            self.lock.release()
+            self._used(view, i)
         try:
-            return pread(fd, n, at)
+            return os.pread(fd, n, at)
         finally:
             os.close(fd)
+
+    def read_cached(
+        self, view: View, ix: ChunkIndex, want: list[tuple[int, int, int]]
+    ) -> dict[int, bytearray] | None:
+        """:meth:`read` of each ``(chunk, at, n)`` of ``want`` when it needs not wait: the
+        lock is free, the cache holds every chunk and their bytes are in the page cache
+        (:func:`fusefs.base.pread_cached`): ``{chunk: bytes}``; else None. The chunks become
+        the most recently used only when it answers (all of them)."""
+        if not want:
+            return {}
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            got = {}
+            for i, at, n in want:
+                fd = self._open_kept(view, ix, i)
+                if fd is None:
+                    return None
+                try:
+                    data = pread_cached(fd, n, at)
+                finally:
+                    os.close(fd)
+                if data is None:
+                    return None
+                got[i] = data
+            for i in got:
+                self._used(view, i)
+            return got
+        finally:
+            self.lock.release()
+
+    def _open_kept(self, view: View, ix: ChunkIndex, i: int) -> int | None:
+        """An fd of kept chunk ``i`` of ``view`` (caller holds :attr:`lock`), else None."""
+        if self._current(view, ix, i) is None:
+            return None
+        try:
+            return os.open(self.kept[(view.vid, i)][2], os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+
+    def _used(self, view: View, i: int) -> None:
+        """Kept chunk ``i`` of ``view`` was read (caller holds :attr:`lock`): most recently
+        used, and the owner's from now on when the owner (or root) reads it."""
+        key = (view.vid, i)
+        v, end, path, disk, others = self.kept.pop(key)
+        if others and not self.budget.is_other():
+            self.totals[True] -= disk
+            self.totals[False] += disk
+            others = False
+        self.kept[key] = (v, end, path, disk, others)
 
     def read_through(self, view: View, i: int) -> None:
         """A reader read chunk ``i`` of ``view`` to its end: it becomes the least recently
@@ -1387,7 +1456,8 @@ class PartCache:
     READY -> EVICTED, EVICTED | FAILED -> RENDERING: :data:`PART_TRANSITIONS`); this class
     alone moves it, under :attr:`lock`, and wakes the readers waiting on :attr:`changed` at
     each move. Thread-safe; :meth:`open` and :meth:`info` may wait for a render in a worker
-    thread; :meth:`known`, and :meth:`open` of a READY part on the trio loop, never wait.
+    thread; :meth:`known` and :meth:`open_cached` (a READY part) never wait: the trio loop
+    calls them.
     """
 
     #: renders one :meth:`open` starts at most: a part's render fails with BrokenProcessPool
@@ -1710,18 +1780,27 @@ class PartCache:
             p.others = False
             self.others_total -= p.disk
 
-    @loop_first
+    def open_cached(self, key: PartKey) -> int | None:
+        """:meth:`open` when it needs not wait: an fd of the part when it is READY and the
+        lock is free (then it is the most recently used), else None."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            p = self.parts.get(key)
+            if p is None or p.state is not PartState.READY:
+                return None
+            self._used(p)
+            return os.open(self._path(key), os.O_RDONLY)
+        finally:
+            self.lock.release()
+
     def open(self, key: PartKey) -> int:
         """An fd of the rendered part (rendering it first when needed: the caller waits
         while the part is RENDERING); the file stays readable through the fd after an
         eviction. Raises OSError(EIO) when the render fails on damage (noted in the store:
         status.json, one warning line), when the mount is closing, or after
-        :attr:`OPEN_RENDERS` renders that ended in a dead worker or a dropped part."""
-        if on_loop():  # the trio loop (fusefs.base.loop_first): READY parts only
-            fd = self._open_ready(key)
-            if fd is not None:
-                return fd
-            would_block()
+        :attr:`OPEN_RENDERS` renders that ended in a dead worker or a dropped part. Worker
+        threads only (it waits for the lock and the render)."""
         from concurrent.futures.process import BrokenProcessPool
 
         for _ in range(self.OPEN_RENDERS):
@@ -1754,20 +1833,6 @@ class PartCache:
         if first + len(units) < end:  # as _units: none when some are missing
             units, qoffs = units[:0], qoffs[:0]
         note_damage(self.store, topic, queue_id, units, qoffs, exc)
-
-    def _open_ready(self, key: PartKey) -> int | None:
-        """An fd of the part when it is READY, else None. Never waits for the lock (the trio
-        loop calls it, :meth:`open`)."""
-        if not self.lock.acquire(blocking=False):
-            return None
-        try:
-            p = self.parts.get(key)
-            if p is None or p.state is not PartState.READY:
-                return None
-            self._used(p)
-            return os.open(self._path(key), os.O_RDONLY)
-        finally:
-            self.lock.release()
 
     def info(self, key: PartKey) -> tuple[int, int, int]:
         """``(size, mtime ms, rows)`` of a part, rendering it when it was never rendered."""

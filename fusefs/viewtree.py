@@ -30,10 +30,9 @@ from .base import (
     Stat,
     StaticFile,
     check_read_only_open,
-    loop_first,
     ms_to_ns,
-    pread,
-    would_block,
+    pread_cached,
+    present,
 )
 
 # ExternalCatalogUtils.charToEscape (Spark): the characters its writer escapes as %XX.
@@ -110,20 +109,29 @@ class ViewRootDir(Dir):
 
     Errnos: ENOENT for any other name (a negative entry the kernel keeps for a name that can
     never be a child: :meth:`never_child`); EROFS or EPERM for mkdir/rmdir.
-    Threads: lookup, readdir and getattr answer on the trio loop (:meth:`child`,
-    :meth:`list` and :meth:`stat` are ``loop_first``: the store's in-memory topics and
-    offsets)."""
+    Threads: lookup, readdir and getattr answer on the trio loop (:meth:`child_cached`,
+    :meth:`list_cached` and :meth:`stat_cached`: the store's in-memory topics and offsets)."""
 
-    @loop_first
     def stat(self) -> Stat:
         """:meth:`Dir.stat` (two stats of config files the store itself keeps writing)."""
         return Dir.stat(self)
+
+    def stat_cached(self) -> Stat:
+        """:meth:`stat`, on the trio loop."""
+        return self.stat()
 
     def never_child(self, name: str) -> bool:
         """Any name not ``topic=...``."""
         return not name.startswith(_TOPIC_DIR)
 
-    @loop_first
+    def list_cached(self) -> list[str]:
+        """:meth:`list` (in memory), on the trio loop."""
+        return self.list()
+
+    def child_cached(self, name: str) -> Node:
+        """:meth:`child` (in memory), on the trio loop; ENOENT for no such child."""
+        return present(self.child(name))
+
     def list(self) -> list[str]:
         """``topic=<escaped topic>`` of every topic with messages (in memory)."""
         s = self.ctx.store
@@ -133,7 +141,6 @@ class ViewRootDir(Dir):
             if any(s.max_offset(t, q) > s.min_offset(t, q) for q in s.queue_ids(t))
         ]
 
-    @loop_first
     def child(self, name: str) -> Node | None:
         """The :class:`ViewTopicDir` of ``name`` (a shortened name mapped back), or None."""
         if not name.startswith(_TOPIC_DIR):
@@ -164,6 +171,7 @@ class ViewTopicDir(Dir):
         self.topic = topic
 
     stat = ViewRootDir.stat
+    stat_cached = ViewRootDir.stat_cached
 
     def never_child(self, name: str) -> bool:
         """Any name not ``queue=<n>``."""
@@ -186,21 +194,29 @@ class ViewTopicDir(Dir):
         ]
         return queues, keys
 
-    @loop_first
-    def list(self) -> list[str]:
-        """``queue=<q>`` of every queue with messages; prefetches every part's render (on the
-        trio loop when every part's size is known: nothing to prefetch)."""
+    def list_cached(self) -> list[str] | None:
+        """:meth:`list` when every part's size is known (nothing to prefetch), else None."""
         queues, keys = self._queues()
         known = self.ctx.views.parts.known
         if not all(known(k) for k in keys):
-            would_block()
+            return None
+        return [f"queue={q}" for q in queues]
+
+    def list(self) -> list[str]:
+        """``queue=<q>`` of every queue with messages; prefetches every part's render."""
+        queues, keys = self._queues()
+        known = self.ctx.views.parts.known
+        if not all(known(k) for k in keys):
             # A reader of the topic (Spark) lists each queue directory next and stats its
             # parts, one directory after another: queue the renders of every queue's parts
             # now, first parts first, so that the worker pool renders them in parallel.
             self.ctx.views.parts.prefetch(keys)
         return [f"queue={q}" for q in queues]
 
-    @loop_first
+    def child_cached(self, name: str) -> Node:
+        """:meth:`child` (in memory), on the trio loop; ENOENT for no such child."""
+        return present(self.child(name))
+
     def child(self, name: str) -> Node | None:
         """The :class:`ViewQueueDir` of ``queue=<q>``, or None."""
         q = parse_decimal(name[6:]) if name.startswith("queue=") else None
@@ -229,26 +245,35 @@ class ViewQueueDir(Dir):
         return part_firsts(lo, hi, self.ctx.part_messages)
 
     stat = ViewRootDir.stat
+    stat_cached = ViewRootDir.stat_cached
 
     def never_child(self, name: str) -> bool:
         """Any name not ``part-<20 digits>.parquet``."""
         return _PART_NAME.fullmatch(name) is None
 
-    @loop_first
+    def list_cached(self) -> list[str] | None:
+        """:meth:`list` when every part's size is known (nothing to prefetch), else None."""
+        firsts = self.part_firsts()
+        known = self.ctx.views.parts.known
+        if not all(known(part_key(self.ctx, self.topic, self.queue_id, f)) for f in firsts):
+            return None
+        return [f"part-{first:020d}.parquet" for first in firsts]
+
     def list(self) -> list[str]:
-        """The parts' names; prefetches their renders (on the trio loop when every part's
-        size is known: nothing to prefetch)."""
+        """The parts' names; prefetches their renders."""
         firsts = self.part_firsts()
         keys = [part_key(self.ctx, self.topic, self.queue_id, f) for f in firsts]
         known = self.ctx.views.parts.known
         if not all(known(k) for k in keys):
-            would_block()
             # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
             # size needs its render: queue them all now, so the worker pool renders in parallel.
             self.ctx.views.parts.prefetch(keys)
         return [f"part-{first:020d}.parquet" for first in firsts]
 
-    @loop_first
+    def child_cached(self, name: str) -> Node:
+        """:meth:`child` (in memory), on the trio loop; ENOENT for no such child."""
+        return present(self.child(name))
+
     def child(self, name: str) -> Node | None:
         """The :class:`ViewPartFile` of a part of the grid, or None."""
         m = _PART_NAME.fullmatch(name)
@@ -289,8 +314,8 @@ class ViewPartFile(Node):
     Errnos: EACCES for an open for writing; EIO when its render fails (damaged or missing
     ConsumeQueue units) or the mount is closing.
     Threads: lookup, getattr and open answer on the trio loop when the part is rendered
-    (:meth:`stat`, :meth:`open`), else wait for its render in a worker thread; reads answer
-    on the trio loop from the page cache (``PartHandle.read``), else in a worker thread;
+    (:meth:`stat_cached`, :meth:`open_cached`), else wait for its render in a worker thread; reads answer
+    on the trio loop from the page cache (``PartHandle.read_cached``), else in a worker thread;
     release closes its descriptor on the loop (``cheap_close``)."""
 
     #: Seconds the kernel may keep the attributes of a part that is still growing (the
@@ -319,21 +344,28 @@ class ViewPartFile(Node):
             attr_timeout=None if full else self.LIVE_PART_TIMEOUT,
         )
 
-    @loop_first
-    def stat(self) -> Stat:
-        """The rendered part's size and mtime (waits for its render; on the trio loop when
-        its render is known)."""
+    def stat_cached(self) -> Stat | None:
+        """:meth:`stat` when the part's render is known (its size kept), else None."""
         key = self._key()
         info = self.ctx.views.parts.known(key)
-        if info is None:
-            would_block()
-            info = self.ctx.views.parts.info(key)
-        return self._stat(key, info)
+        return None if info is None else self._stat(key, info)
 
-    @loop_first
+    def stat(self) -> Stat:
+        """The rendered part's size and mtime (waits for its render)."""
+        key = self._key()
+        return self._stat(key, self.ctx.views.parts.info(key))
+
+    def open_cached(self, flags: int, uid: int | None) -> Handle | None:
+        """:meth:`open` when the part is READY (:meth:`fusefs.views.PartCache.open_cached`),
+        else None. EACCES for writing."""
+        check_read_only_open(flags)
+        key = self._key()
+        fd = self.ctx.views.parts.open_cached(key)
+        return None if fd is None else self._handle(key, fd)
+
     def open(self, flags: int) -> Handle:
-        """A :class:`PartHandle` of the rendered part (waits for its render; on the trio loop
-        when it is READY: :meth:`fusefs.views.PartCache.open`). EACCES for writing."""
+        """A :class:`PartHandle` of the rendered part (waits for its render). EACCES for
+        writing."""
         check_read_only_open(flags)
         key = self._key()
         return self._handle(key, self.ctx.views.parts.open(key))
@@ -357,11 +389,15 @@ class PartHandle(Handle):
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    @loop_first
     def read(self, offset: int, length: int) -> bytes:
-        """``pread`` of the rendered file (on the trio loop when its pages are cached:
-        :func:`fusefs.base.pread`)."""
-        return bytes(pread(self.fd, length, offset))
+        """``pread`` of the rendered file."""
+        return os.pread(self.fd, length, offset)
+
+    def read_cached(self, offset: int, length: int) -> bytes | None:
+        """:meth:`read` when its pages are in the page cache (:func:`fusefs.base.pread_cached`),
+        else None."""
+        got = pread_cached(self.fd, length, offset)
+        return None if got is None else bytes(got)
 
     def release(self) -> None:
         """Close the descriptor."""

@@ -101,9 +101,9 @@ def test_a_view_part_is_the_first_to_meet_the_damage(tmp_path):
 
 
 def test_fuse_requests_turn_engine_errors_into_their_errno_without_traceback(caplog):
-    """What reaches pyfuse3 (fusefs/ops.py ``_run``): a CorruptRecordError a node let through
-    answers EIO with no traceback in the log (the store logged the damage once); before, it
-    was logged with log.exception as a bug."""
+    """What reaches pyfuse3 (fusefs/ops.py ``Dispatcher``, on the loop or in a thread): a
+    CorruptRecordError a node let through answers EIO with no traceback in the log (the store
+    logged the damage once); before, it was logged with log.exception as a bug."""
     pyfuse3 = pytest.importorskip("pyfuse3")
     import trio
 
@@ -119,7 +119,10 @@ def test_fuse_requests_turn_engine_errors_into_their_errno_without_traceback(cap
     caplog.set_level(logging.DEBUG)
     for fn, want in ((damaged, errno.EIO), (gone, errno.ENOENT)):
         with pytest.raises(pyfuse3.FUSEError) as info:
-            trio.run(ops._run, fn)
+            trio.run(ops.Dispatcher().thread, fn)
+        assert info.value.errno == want
+        with pytest.raises(pyfuse3.FUSEError) as info:
+            ops.Dispatcher().fast(fn)
         assert info.value.errno == want
     assert not [r for r in caplog.records if r.exc_info]
 

@@ -15,7 +15,6 @@ import pytest
 
 from rmqfs.engine.errors import CorruptRecordError
 from rmqfs.engine.store import Message, MessageStore
-from rmqfs.fusefs.base import try_on_loop
 from rmqfs.fusefs.views import PART_TRANSITIONS, Part, PartCache, PartState, PartStateError
 from stores import small_segments
 
@@ -124,7 +123,7 @@ def test_a_part_is_born_rendering_then_ready(cache):
     r = Reader(parts)
     waiting(parts)
     assert parts.state(KEY) is PartState.RENDERING and parts.known(KEY) is None
-    assert try_on_loop(parts.open, KEY) is None  # the loop never waits for a render
+    assert parts.open_cached(KEY) is None  # the loop never waits for a render
     pool.finish()
     fd = r.result()
     try:
@@ -133,7 +132,7 @@ def test_a_part_is_born_rendering_then_ready(cache):
         os.close(fd)
     assert parts.state(KEY) is PartState.READY and parts.known(KEY) == RESULT
     assert parts.used_bytes == 4096 and parts.parts[KEY].readers == 0
-    fd = try_on_loop(parts.open, KEY)  # READY: the loop opens it at once
+    fd = parts.open_cached(KEY)  # READY: the loop opens it at once
     assert fd is not None
     os.close(fd)
     assert len(pool.futures) == 1  # rendered once
@@ -259,7 +258,7 @@ def test_eviction_of_an_open_part_keeps_its_fd_and_the_next_open_renders_again(c
         assert parts.evict_one(False)  # READY -> EVICTED: open fds do not hold a part
         assert parts.state(KEY) is PartState.EVICTED and parts.used_bytes == 0
         assert parts.known(KEY) == (100, 0, 5)  # its size stays known: a stat renders nothing
-        assert try_on_loop(parts.open, KEY) is None
+        assert parts.open_cached(KEY) is None
         assert os.pread(fd, 200, 0) == b"a" * 100  # the unlinked file still reads
     finally:
         os.close(fd)

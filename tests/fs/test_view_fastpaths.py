@@ -1,5 +1,5 @@
-"""The FUSE layer's answers for ``view/`` that never leave its event loop (fusefs/ops.py:
-``loop_first`` methods tried through ``fusefs.base.try_on_loop``, ``Dir.never_child``,
+"""The FUSE layer's answers for ``view/`` that never leave its event loop (fusefs/ops.py: the
+fast methods of ``fusefs.base``, "Where work runs": ``open_cached``, ``Dir.never_child``,
 ``Handle.cheap_close``),
 driven through ``RmqOperations`` without a kernel: what they answer must be what the worker
 thread path answers, and a name that can never exist is a negative entry the kernel may keep."""
@@ -13,7 +13,7 @@ import pytest
 
 from fstree import tree
 from rmqfs.engine.store import Message
-from rmqfs.fusefs.base import try_on_loop
+from rmqfs.fusefs.base import FsError
 
 pyfuse3 = pytest.importorskip("pyfuse3")
 trio = pytest.importorskip("trio")
@@ -69,7 +69,7 @@ def test_a_rendered_part_opens_and_closes_on_the_loop(tmp_path):
         ops = _ops(t)
         ino = _walk(ops, f"/view/topic=V/queue=0/part-{0:020d}.parquet")  # rendered by stat
         node = ops.nodes[ino]
-        h = try_on_loop(node.open_as, os.O_RDONLY, None)
+        h = node.open_cached(os.O_RDONLY, None)
         assert h is not None and h.cheap_close and h.keep_cache and not h.stale_attrs
         data = h.read(0, 1 << 20)
         assert data[:4] == b"PAR1" and data[-4:] == b"PAR1"
@@ -80,9 +80,9 @@ def test_a_rendered_part_opens_and_closes_on_the_loop(tmp_path):
         h2.release()
         # the part grows: an open after the size the kernel holds says it is stale
         t.store.put_messages([Message("V", b"more")])
-        h3 = try_on_loop(node.open_as, os.O_RDONLY, None) or node.open(os.O_RDONLY)
+        h3 = node.open_cached(os.O_RDONLY, None) or node.open(os.O_RDONLY)
         assert h3.stale_attrs and not h3.keep_cache
         h3.release()
-        with pytest.raises(Exception) as info:
-            try_on_loop(node.open_as, os.O_WRONLY, None)
-        assert getattr(info.value, "errno", None) == errno.EACCES
+        with pytest.raises(FsError) as info:  # the fast method's answer: no thread to try
+            node.open_cached(os.O_WRONLY, None)
+        assert info.value.errno == errno.EACCES

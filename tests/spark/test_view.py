@@ -18,7 +18,7 @@ from conftest import fuse
 from rmqfs.engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
 from rmqfs.engine.read.schema import DATASOURCE_DDL, part_schema
 from rmqfs.engine.store import Message, MessageStore
-from rmqfs.fusefs.base import Context, try_on_loop
+from rmqfs.fusefs.base import Context
 from rmqfs.fusefs.views import ViewCache
 from rmqfs.fusefs.viewtree import (
     ViewRootDir,
@@ -123,7 +123,7 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
         while parts.evict_one(False):
             pass
         assert parts.used_bytes == 0
-        assert try_on_loop(qdir.child(names[0]).stat) == after[names[0]][0]  # size kept: no render
+        assert qdir.child(names[0]).stat_cached() == after[names[0]][0]  # size kept: no render
         assert snapshot() == after
         ctx2 = Context(store, ViewCache(store, str(tmp_path / "cache2")), False, part_messages=10)
         q2 = ViewRootDir(ctx2, "/view").child("topic=TopicA").child("queue=0")
