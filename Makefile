@@ -75,11 +75,15 @@ lint: venv
 # (the sanitizer build, the wheel build, tests marked long), which `make test-long` runs; CI
 # (.ci/run) runs both. Each prints its slowest tests.
 TEST_MARKS ?= not long and not sanitize and not wheel
+# Test processes (pytest-xdist): each test file runs whole in one of them (--dist loadfile:
+# its module fixtures, an S3 server or a store, are started once); 0 runs in this process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: venv
-	$(VENV)/bin/pytest -q -ra --durations=15 -m "$(TEST_MARKS)" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -ra --durations=15 $(XDIST) -m "$(TEST_MARKS)" $(PYTEST_ARGS)
 
 test-long: venv
-	$(VENV)/bin/pytest -q -ra --durations=15 -m "long or sanitize or wheel" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -ra --durations=15 $(XDIST) -m "long or sanitize or wheel" $(PYTEST_ARGS)
 
 demo: venv
 	$(PY) -m rmqfs.mount.demo $(DATA)
