@@ -182,6 +182,19 @@ class RenderBudget:
         with self.lock:
             self.reserved[others] -= n
 
+    @contextlib.contextmanager
+    def landing(self, n: int, others: bool) -> Iterator[None]:
+        """A render's reservation of ``n`` bytes ends as its file is counted where it landed
+        (the ``with`` block, which must not take this budget's lock): one step for
+        :meth:`used`, which sees the bytes reserved or on disk, never both (a sampler saw
+        the cache one chunk over its bound in between). The cache's lock may be held around
+        it: the budget never takes a cache's lock under its own."""
+        with self.lock:
+            try:
+                yield
+            finally:
+                self.reserved[others] -= n
+
 
 # -- the JSON views: a seek-point index per view, chunks rendered by range --------------------
 
@@ -1054,7 +1067,7 @@ class ChunkCache:
                 return
             del self.rendering[rkey]
             _fut, room, others, path = job
-            try:
+            with self.budget.landing(room, others):
                 written = (
                     not fut.cancelled() and fut.exception() is None and fut.result()[1] is None
                 )
@@ -1064,8 +1077,6 @@ class ChunkCache:
                 elif written:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
-            finally:
-                self.budget.give(room, others)
 
     def render_for_read(self, view: View, ix: ChunkIndex, i: int) -> bytes | None:
         """Render chunk ``i`` for a read and wait for it: None once its file is kept (read it
@@ -1149,9 +1160,10 @@ class ChunkCache:
                     keep = None
                 result = view.render(*chunk, R.SIZE_ONLY).result()
             if keep and result[1] is None:
-                with self.lock:
+                with self.lock, self.budget.landing(keep[0], others):
                     end = ix.size + result[0]
                     self._keep(view, i, end, keep[1], result[0], others)
+                keep = None  # its reservation ended as it landed
             return result
         finally:
             if keep:
@@ -1703,19 +1715,16 @@ class PartCache:
         (or EIO when the mount closed or the part's topic was deleted meanwhile); then the
         reservation of ``est`` bytes is given back. Wakes every reader waiting on
         :attr:`changed`. Runs in the pool's thread (or the submitter's)."""
-        try:
-            with self.lock:
-                try:
-                    self._record(p, fut, others)
-                except BaseException as exc:  # the readers must wake, whatever happened
-                    if p.state is PartState.RENDERING:
-                        p.error = exc
-                        p.to(PartState.FAILED)
-                    raise
-                finally:
-                    self.changed.notify_all()
-        finally:
-            self.budget.give(est, others)
+        with self.lock, self.budget.landing(est, others):
+            try:
+                self._record(p, fut, others)
+            except BaseException as exc:  # the readers must wake, whatever happened
+                if p.state is PartState.RENDERING:
+                    p.error = exc
+                    p.to(PartState.FAILED)
+                raise
+            finally:
+                self.changed.notify_all()
 
     def _record(self, p: Part, fut: Future[tuple[int, int, int]], others: bool) -> None:
         """:meth:`_finish`'s transition (caller holds :attr:`lock`)."""

@@ -19,8 +19,10 @@ CommitLog:
    QUEUEOFFSET = the unit's queue and position) and have a good body CRC. A writer writes the
    record, then its unit (``ReputMessageService``), so a unit names a complete record; the
    checks catch torn units and damage. The visible end stops at the first record without its
-   unit. Checks are columnar (numpy over units and the 40-byte record heads), only the CRCs
-   are one C call per record.
+   unit. The tiling is columnar (numpy over units); the records are checked by the compiled
+   decoder every reader of units uses (``engine.read.columnar.decode_units``), and the
+   records between units by the CommitLog's own walk (``CommitLog.scan_raw``, over the one
+   record step), so the follower holds no record rule of its own.
 
 Why follow the writer's ConsumeQueues instead of dispatching in memory: queue offsets are then
 exactly the broker's (units are what its consumers pull), nothing has to be held in memory per
@@ -61,23 +63,15 @@ from ..format.consumequeue import (
 )
 from ..format.mappedfile import FileQueue
 from ..format.message import (
-    BODY_CRC_MASK,
-    BODY_LENGTH_POSITION,
-    BORNHOST_V6_FLAG,
-    HOST_V6_EXTRA,
     INNER_BATCH_FLAG,
-    INT32,
     RECORD_HEAD,
-    RECORD_MAGICS,
     STORE_TIMESTAMP_END_MAX,
-    STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    crc32,
     read_store_timestamp,
     transaction_type,
 )
-from ..read.columnar import UNIT_DTYPE, record_dtype
+from ..read.columnar import UNIT_DTYPE, CommitLogWindow, decode_units
 from ..service import recovery
 from ..service.lock import lock_holder
 
@@ -91,13 +85,11 @@ MAX_NEW_UNITS = 1 << 20  # units of one queue taken per refresh
 BRIDGE_MAX = 10_000  # unit-less records walked one by one per refresh
 BRIDGE_CHUNK = 64 * 1024  # bytes the bridge reads at a time (records past it are read whole)
 TAIL_MAX = 10_000  # records past the last unit walked to measure the writer's lead
-CHECK_CHUNK = 16_384  # records checked per numpy pass
-# A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.format.consumequeue) and the
-# first 40 bytes of a CommitLog record (engine.format.message FIXED_V4_FIELDS up to SYSFLAG: the same
-# offsets whatever the hosts), as numpy records for the columnar checks.
+CHECK_CHUNK = 16_384  # records checked per decoder pass
+RETRIES = 8  # decoder passes over a range after bad units, before one unit at a time
+# A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.format.consumequeue) as a
+# numpy record, for the columnar tiling.
 _UNIT_DT = UNIT_DTYPE
-_HEAD_DT = record_dtype("sysFlag")
-_MAGICS = np.array(RECORD_MAGICS, dtype=np.uint32)
 
 
 def _file_sig(path: str) -> tuple[int, int, int] | None:
@@ -381,10 +373,11 @@ class Follower:
 
         Columnar: the new units of every queue are read in one pass per queue, sorted by
         CommitLog offset and must tile the CommitLog from the visible end (a unit ends where
-        the next begins); their records' headers are checked with numpy (TOTALSIZE equals the
-        unit's size, MAGIC, PHYSICALOFFSET, QUEUEID and QUEUEOFFSET equal the unit's) and
-        their bodies' CRCs computed; only the gaps of the tiling (a blank record at a segment
-        end, records that get no unit, or a unit not written yet) are looked at one by one.
+        the next begins); their records are checked by the compiled decoder
+        (:meth:`_check_records`: TOTALSIZE equals the unit's size, MAGIC, PHYSICALOFFSET,
+        topic, QUEUEID and QUEUEOFFSET equal the unit's, the layout and the body CRC); only the
+        gaps of the tiling (a blank record at a segment end, records that get no unit, or a
+        unit not written yet) are walked one by one (:meth:`_bridge`).
         """
         s = self.store
         cl = s.commitlog
@@ -517,9 +510,13 @@ class Follower:
         queues: list[ConsumeQueue],
         take: np.ndarray,
     ) -> np.ndarray:
-        """Check the records of the units where ``take`` is set (numpy over each segment's
-        bytes, then the body CRCs). Returns a bool array over all units: False for a unit
-        whose record does not agree with it (True for units not checked)."""
+        """Check the records of the units where ``take`` is set, as every reader of units
+        checks them: the compiled decoder (:func:`engine.read.columnar.decode_units`: the
+        record is whole in its file, magic, TOTALSIZE = the unit's size, PHYSICALOFFSET = its
+        commitLogOffset, the queue's topic and queueId, the unit's queue offset, the layout,
+        the body CRC), over ranges of at most CHECK_CHUNK records of one CommitLog file.
+        Returns a bool array over all units: False for a unit whose record does not agree with
+        it (True for units not checked)."""
         valid = np.ones(len(off), dtype=bool)
         idx = np.flatnonzero(take)
         if not len(idx):
@@ -528,58 +525,16 @@ class Follower:
         idx = idx[np.argsort(off[idx], kind="stable")]
         fs = cl.files.file_size
         seg_of = off[idx] // fs
-        qids = np.array([cq.queue_id for cq in queues], dtype=np.int64)
-        chunks = []
         for seg_no in np.unique(seg_of):
             in_seg = idx[seg_of == seg_no]
-            chunks += [in_seg[k : k + CHECK_CHUNK] for k in range(0, len(in_seg), CHECK_CHUNK)]
-        for sel in chunks:  # bounded memory: a chunk's bytes and a (units x 40) index
-            lo = int(off[sel].min())
-            hi = int((off[sel] + size[sel]).max())
-            data = cl.files.read(lo, hi - lo)
-            ok = np.zeros(len(sel), dtype=bool)
-            rel = off[sel] - lo
-            fits = (rel >= 0) & (rel + size[sel] <= len(data)) & (size[sel] >= _HEAD_DT.itemsize)
-            if fits.any() and data:
-                buf = np.frombuffer(data, dtype=np.uint8)
-                r = rel[fits]
-                heads = buf[r[:, None] + np.arange(_HEAD_DT.itemsize)].copy().view(_HEAD_DT)
-                heads = heads.reshape(-1)
-                u = sel[fits]
-                good = (
-                    (heads["totalSize"] == size[u])
-                    & np.isin(heads["magicCode"], _MAGICS)
-                    & (heads["physicalOffset"] == off[u])
-                    & (heads["queueId"] == qids[qidx[u]])
-                    & (heads["queueOffset"] == qoff[u])
-                )
-                # body CRCs (BODYCRC covers the body only), one C call per record
-                sysf = heads["sysFlag"].astype(np.int64)
-                # message.body_length_position, column-wise
-                blen_at = (
-                    r
-                    + BODY_LENGTH_POSITION
-                    + HOST_V6_EXTRA * ((sysf & BORNHOST_V6_FLAG) > 0)
-                    + HOST_V6_EXTRA * ((sysf & STOREHOSTADDRESS_V6_FLAG) > 0)
-                )
-                n4 = INT32.size
-                inside = blen_at + n4 <= len(data)
-                blen = np.full(len(r), -1, dtype=np.int64)
-                if inside.any():
-                    b = buf[blen_at[inside][:, None] + np.arange(n4)].copy().view(">i4")
-                    blen[inside] = b.reshape(-1)
-                good &= inside & (blen >= 0) & (blen_at + n4 + blen <= r + size[u])
-                mv = memoryview(data)
-                js = np.flatnonzero(good)
-                a_list = (blen_at[js] + n4).tolist()
-                e_list = (blen_at[js] + n4 + blen[js]).tolist()
-                c_list = heads["bodyCRC"][js].tolist()
-                crc, mask = crc32, BODY_CRC_MASK  # message.body_crc without a call per record
-                for j, a, e, c in zip(js.tolist(), a_list, e_list, c_list):
-                    if crc(mv[a:e]) & mask != c:
-                        good[j] = False
-                ok[fits] = good
-            valid[sel] = ok
+            for k in range(0, len(in_seg), CHECK_CHUNK):  # bounded: one range's bytes
+                sel = in_seg[k : k + CHECK_CHUNK]
+                lo = int(off[sel].min())
+                hi = int((off[sel] + size[sel]).max())
+                window = CommitLogWindow(cl.files.read(lo, hi - lo), lo, fs)
+                for q in np.unique(qidx[sel]).tolist():
+                    mine = sel[qidx[sel] == q]  # in CommitLog order, as a queue's units are
+                    valid[mine] = _agree(window, queues[q], off[mine], size[mine], qoff[mine])
         return valid
 
     def _writer_tail(self, pos: int) -> tuple[int, int]:
@@ -605,6 +560,36 @@ class Follower:
         if len(head) < STORE_TIMESTAMP_END_MAX:
             return 0
         return read_store_timestamp(head, 0)
+
+
+def _agree(
+    window: CommitLogWindow,
+    cq: ConsumeQueue,
+    off: np.ndarray,
+    size: np.ndarray,
+    qoff: np.ndarray,
+) -> np.ndarray:
+    """Whether each unit of ``cq`` (commitLogOffset ``off``, ``size``, queue offset ``qoff``, in
+    CommitLog order) names its record in ``window`` (:func:`engine.read.columnar.decode_units`
+    builds no column, only checks). The decoder stops at the first unit that does not: that
+    one is False and the rest are checked again after it; past RETRIES of them, one by one."""
+    ok = np.ones(len(off), dtype=bool)
+    units = np.zeros(len(off), dtype=UNIT_DTYPE)
+    units["off"], units["size"] = off, size
+    at, tries = 0, 0
+    while at < len(off):
+        step = len(off) - at if tries < RETRIES else 1
+        part = slice(at, at + step)
+        try:
+            decode_units(window, cq.topic, cq.queue_id, units[part], qoff[part], columns=())
+        except CorruptRecordError as exc:
+            bad = at if exc.offset is None else at + int(np.searchsorted(off[part], exc.offset))
+            bad = min(bad, at + step - 1)
+            ok[bad] = False
+            at, tries = bad + 1, tries + 1
+            continue
+        at += step
+    return ok
 
 
 def _close(fd: int) -> None:

@@ -642,7 +642,7 @@ class StoreFiles:
 
 
 def decode_units(
-    commitlog: MappedFiles,
+    commitlog: RecordSource,
     topic: str,
     queue_id: int,
     units: np.ndarray,
@@ -655,7 +655,8 @@ def decode_units(
 
     Args:
         commitlog: the store's CommitLog files
-            (:class:`engine.format.mappedfile.MappedFiles`).
+            (:class:`engine.format.mappedfile.MappedFiles`), or one range of them read
+            (:class:`CommitLogWindow`: the follower's check of a writer's new units).
         topic, queue_id: the queue; every record must belong to it.
         units: :data:`UNIT_DTYPE` array (commitLogOffset, size, tagsCode); no blank filler.
         queue_offsets: int64 array, the queue offset of each unit.
@@ -1024,7 +1025,7 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 
 def _check_lmq_units(
-    commitlog: MappedFiles,
+    commitlog: RecordSource,
     topic: str,
     queue_id: int,
     offs: np.ndarray,

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import SHARED, copy_fixture, fuse, run_rmqfs
 from rmqfs.engine.errors import CorruptRecordError, OffsetOutOfRangeError
+from rmqfs.engine.format.message import FIXED_V4
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 
@@ -209,6 +210,69 @@ def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(
         f.follower.refresh()
         assert f.max_offset("T", 0) == 12 and f.commitlog.max_offset == w.commitlog.max_offset
         assert f.follower.behind_bytes == 0
+    finally:
+        if f is not None:
+            f.close()
+        w.close()
+
+
+def test_engine_follower_stops_at_a_damaged_record_and_each_queue_at_its_own(tmp_path):
+    """The writer's new units are checked by the decoder every unit reader uses: a record
+    whose body no longer matches its BODYCRC stops the visible CommitLog there and each queue
+    before it; a unit naming another topic's record is not taken; both appear once right
+    again."""
+    root = tmp_path / "store"
+    cfg = _config()
+    w = MessageStore(root, cfg)
+    f = None
+    try:
+        w.create_topic("A", 1)
+        w.create_topic("B", 1)
+        w.put_messages([Message("A", b"a-first"), Message("B", b"b-first")])
+        f = MessageStore(root, cfg, read_only=True, follow=True)
+        assert (f.max_offset("A", 0), f.max_offset("B", 0)) == (1, 1)
+        puts = w.put_messages(
+            [Message(t, f"{t}-{i}".encode() * 20) for i in range(4) for t in ("A", "B")]
+        )
+        a1 = puts[2]  # A's second new record, after A-0 and B-0
+        pos = a1.commitlog_offset % cfg.mapped_file_size_commit_log
+        seg = root / "commitlog" / f"{a1.commitlog_offset - pos:020d}"
+        fd = os.open(seg, os.O_RDWR)
+        try:
+            body_at = pos + FIXED_V4.size  # the body of this IPv4 record: 60 bytes
+            body = os.pread(fd, 4, body_at)
+            os.pwrite(fd, bytes(b ^ 0x55 for b in body), body_at)
+            f.follower.refresh()
+            assert f.commitlog.max_offset == a1.commitlog_offset
+            assert (f.max_offset("A", 0), f.max_offset("B", 0)) == (2, 2)
+            os.pwrite(fd, body, body_at)
+        finally:
+            os.close(fd)
+        f.follower.refresh()
+        assert (f.max_offset("A", 0), f.max_offset("B", 0)) == (5, 5)
+        # a unit of A naming a record of B with the same queue id and queue offset, already
+        # visible (below the visible end, where a queue's late units are checked): a foreign
+        # record, not taken (QUEUEID and QUEUEOFFSET agree; the topic does not)
+        (b5,) = w.put_messages([Message("B", b"late B")])
+        f.follower.refresh()
+        assert f.max_offset("B", 0) == 6
+        (a5,) = w.put_messages([Message("A", b"late A")])
+        cq = root / "consumequeue" / "A" / "0" / f"{0:020d}"
+        fd = os.open(cq, os.O_RDWR)
+        try:
+            unit = os.pread(fd, 20, 5 * 20)
+            foreign = b5.commitlog_offset.to_bytes(8, "big") + b5.size.to_bytes(4, "big")
+            os.pwrite(fd, foreign + unit[12:], 5 * 20)
+            f.follower.refresh()
+            assert f.max_offset("A", 0) == 5 and f.commitlog.max_offset == a5.commitlog_offset
+            os.pwrite(fd, unit, 5 * 20)
+        finally:
+            os.close(fd)
+        f.follower.refresh()
+        assert (f.max_offset("A", 0), f.max_offset("B", 0)) == (6, 6)
+        assert f.commitlog.max_offset == w.commitlog.max_offset
+        assert f.get_message("A", 0, 5).plain_body == b"late A"
+        assert f.get_message("A", 0, 2).plain_body == b"A-1" * 20
     finally:
         if f is not None:
             f.close()
