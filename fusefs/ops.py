@@ -713,19 +713,30 @@ class RmqOperations(pyfuse3.Operations):
 
     def _entries_cached(self, node: Node, chunk: list[tuple[int, str]]) -> DirEntries | None:
         """:meth:`_entries` when every child's :meth:`Node.child_cached` and
-        :meth:`Node.stat_cached` answer, else None (the trio loop); a child gone since the
-        listing (FsError) is skipped."""
+        :meth:`Node.stat_cached` answer, else None (the trio loop), with its rules: a child
+        gone since the listing (FsError) or that fails to load is skipped (logged), one whose
+        stat fails is listed with a placeholder size; one bad entry never fails a listing."""
         out: DirEntries = []
         for ino, name in chunk:
             try:
                 child = node.child_cached(name)
-                if child is None:
-                    return None
-                if not self._listed_at(child, node, name, ino):
-                    continue
+            except FsError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - as _entries: the entry is skipped
+                log.warning("%s/%s skipped in a listing: %s", node.path, name, exc)
+                continue
+            if child is None:
+                return None
+            if not self._listed_at(child, node, name, ino):
+                continue
+            try:
                 attr = self._entry_cached(child, ino)
             except FsError:
                 continue
+            except Exception as exc:  # noqa: BLE001 - as _entries: a placeholder size
+                log.warning("%s: %s", child.path, exc)
+                st = Stat(RO_DIR if child.is_dir else RO_FILE, 0, self.ctx.mount_time_ns)
+                attr = self._attrs(child, ino, st)
             if attr is None:
                 return None
             out.append((ino, name, child, attr))

@@ -925,18 +925,20 @@ class ChunkCache:
             os.unlink(path)
 
     def _current(
-        self, view: View, ix: ChunkIndex, i: int
+        self, view: View, ix: ChunkIndex, i: int, prune: bool = True
     ) -> tuple[View, int, str, int, bool] | None:
         """The kept chunk ``i`` of ``view`` when it is chunk ``i`` of the index ``ix`` (caller
         holds :attr:`lock`); one cut otherwise (shorter, before the index grew) is deleted
-        when ``ix`` is the view's index now."""
+        when ``ix`` is the view's index now, unless ``prune`` is False (the trio loop's
+        :meth:`read_cached` changes nothing unless it answers: the next read in a worker
+        thread deletes it)."""
         key = (view.vid, i)
         got = self.kept.get(key)
         if got is None:
             return None
         if got[0] is view and i < ix.chunks and got[1] == ix.byte_at[i + 1]:
             return got
-        if ix is view.index:
+        if prune and ix is view.index:
             self._unkeep(key)
         return None
 
@@ -968,7 +970,7 @@ class ChunkCache:
         try:
             got = {}
             for i, at, n in want:
-                fd = self._open_kept(view, ix, i)
+                fd = self._open_kept(view, ix, i, prune=False)
                 if fd is None:
                     return None
                 try:
@@ -984,9 +986,10 @@ class ChunkCache:
         finally:
             self.lock.release()
 
-    def _open_kept(self, view: View, ix: ChunkIndex, i: int) -> int | None:
-        """An fd of kept chunk ``i`` of ``view`` (caller holds :attr:`lock`), else None."""
-        if self._current(view, ix, i) is None:
+    def _open_kept(self, view: View, ix: ChunkIndex, i: int, prune: bool = True) -> int | None:
+        """An fd of kept chunk ``i`` of ``view`` (caller holds :attr:`lock`), else None;
+        ``prune`` as :meth:`_current`."""
+        if self._current(view, ix, i, prune) is None:
             return None
         try:
             return os.open(self.kept[(view.vid, i)][2], os.O_RDONLY | os.O_NOFOLLOW)
@@ -1798,8 +1801,9 @@ class PartCache:
             p = self.parts.get(key)
             if p is None or p.state is not PartState.READY:
                 return None
-            self._used(p)
-            return os.open(self._path(key), os.O_RDONLY)
+            fd = os.open(self._path(key), os.O_RDONLY)
+            self._used(p)  # only once it answers
+            return fd
         finally:
             self.lock.release()
 

@@ -220,8 +220,10 @@ def make_cache_dir() -> str:
     """A private temporary cache directory recording its daemon (pid and start time), so a
     later mount or umount can remove it once that daemon is gone (kill -9)."""
     path = tempfile.mkdtemp(prefix=CACHE_PREFIX)
-    with open(os.path.join(path, CACHE_OWNER), "w") as f:
+    owner = os.path.join(path, CACHE_OWNER)
+    with open(owner + ".new", "w") as f:  # whole or absent: another process may read it now
         f.write(f"{os.getpid()} {_proc_start_time(os.getpid())}\n")
+    os.replace(owner + ".new", owner)
     return path
 
 

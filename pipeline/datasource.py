@@ -1097,11 +1097,11 @@ def read_piece(p: SegmentRange) -> Iterator:
         ObjectStoreError: the server failed or refused (retried by pyarrow first; named).
     """
     s = open_snapshot(p.location)  # the task's own, closed when it ends
-    piece = p.piece
-    if s.identity != p.identity:
-        piece = replace(piece, whole=False)
-    bounds = {(t, q): (a, b) for t, q, a, b in p.bounds}
     try:
+        piece = p.piece
+        if s.identity != p.identity:
+            piece = replace(piece, whole=False)
+        bounds = {(t, q): (a, b) for t, q, a, b in p.bounds}
         yield from _with_broker(
             p.broker, p.columns, lambda cols: s.read_piece(piece, bounds, p.tags, cols)
         )
@@ -1227,10 +1227,16 @@ class RocketMQStreamReader(DataSourceStreamReader):
     def plans(self) -> dict[str, _Planner]:
         """``{brokerName: planner}`` of each store (``{"": planner}`` on a one-store load)."""
         if self._plans is None:
-            if self.o.fleet:
-                self._plans = {r.broker: _Planner(self.o, NO_FILTERS, r) for r in self.o.stores}
-            else:
-                self._plans = {"": _Planner(self.o)}
+            refs = [(r.broker, r) for r in self.o.stores] if self.o.fleet else [("", None)]
+            plans: dict[str, _Planner] = {}
+            try:
+                for broker, ref in refs:
+                    plans[broker] = _Planner(self.o, NO_FILTERS, ref)
+            except BaseException:  # a store that cannot be planned: close the others
+                for p in plans.values():
+                    p.close()
+                raise
+            self._plans = plans
         return self._plans
 
     def _split(self, offsets: dict) -> dict[str, dict]:

@@ -230,9 +230,11 @@ class SnapshotInput:
             from rmqfs.engine.live.remote import SnapshotProgress
 
             self.progress = SnapshotProgress(self.snapshot)
-        except StoreError as exc:
+        except BaseException as exc:
             self.snapshot.close()
-            raise ValueError(f"{self.shown}: {exc}") from None
+            if isinstance(exc, StoreError):
+                raise ValueError(f"{self.shown}: {exc}") from None
+            raise
 
     def close(self) -> None:
         """Close the snapshot reader this input opened."""
@@ -819,6 +821,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _close_inputs(mounts)
         print(f"rmqfs report: {exc}", file=sys.stderr)
         return 1
+    except BaseException:
+        _close_inputs(mounts)
+        raise
     owns_session = SparkSession.getActiveSession() is None
     try:
         spark = build_session(args.master)

@@ -33,6 +33,13 @@ def _free_port() -> int:
     raise RuntimeError("no free port pair")
 
 
+_PROBE = f"{BUCKET}/.weed-probe"
+
+
+class _Exited(RuntimeError):
+    """weed exited while starting (a port taken meanwhile, among others)."""
+
+
 class Weed:
     """``weed mini`` on 127.0.0.1 (telemetry, admin UI, WebDAV, Iceberg and Lance off), its
     data under ``root``; :meth:`stop` kills its process group."""
@@ -40,12 +47,31 @@ class Weed:
     def __init__(self, root: Path):
         self.root = root
         self.proc: subprocess.Popen | None = None
+        self.started = False  # once started, its ports are the ones its clients know
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
         ports = set()
         while len(ports) < 5:
             ports.add(_free_port())
         self.s3, self.master, self.volume, self.filer, self.admin = sorted(ports)
 
-    def start(self) -> None:
+    def start(self, tries: int = 3) -> None:
+        """Start the server and wait until its bucket answers. A port picked free may be
+        taken before weed binds it (another test process starts servers too): a server that
+        exits at its first start is started again on new ports, ``tries`` times in all; a
+        restart keeps the ports its clients know."""
+        for left in range(tries - 1 if not self.started else 0, -1, -1):
+            try:
+                self._start()
+                self.started = True
+                return
+            except _Exited:
+                if not left:
+                    raise
+                self._pick_ports()
+
+    def _start(self) -> None:
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         cmd = [
             str(WEED),
@@ -74,15 +100,28 @@ class Weed:
         fs = self.fs()
         while True:
             try:
-                if fs.get_file_info(BUCKET).type == pafs.FileType.Directory:
+                if fs.get_file_info(BUCKET).type == pafs.FileType.Directory and self._serves(fs):
                     return
             except OSError:
                 pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            exited = self.proc.poll() is not None
+            if exited or time.monotonic() > deadline:
                 self.stop()
                 log_tail = (self.root / "weed.log").read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"weed mini did not start:\n{log_tail}")
+                raise (_Exited if exited else RuntimeError)(f"weed mini did not start:\n{log_tail}")
             time.sleep(0.2)
+
+    @staticmethod
+    def _serves(fs: pafs.S3FileSystem) -> bool:
+        """Whether objects can be written and read back: the bucket answers before the
+        volume server has joined (a GetObject then fails with INTERNAL_FAILURE), more so
+        after a restart on a loaded machine. The probe object is deleted again."""
+        with fs.open_output_stream(_PROBE) as f:
+            f.write(b"probe")
+        with fs.open_input_stream(_PROBE) as f:
+            ok = f.read() == b"probe"
+        fs.delete_file(_PROBE)
+        return ok
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the server (SIGKILL: as in a crash); SIGKILL after 5 s of SIGTERM."""

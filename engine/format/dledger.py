@@ -327,8 +327,9 @@ def entry_problem(
     entry ``last_index`` of term ``last_term`` (-1, -1 for the first one walked), or None:
     the checks ``DLedgerMmapFileStore.recover`` makes on each entry. The magic is 1, ``pos``
     is ``at``, ``size`` is ``bodyLen + 48`` (and bodyLen > 0), each index is the one before
-    plus one and terms never decrease. The walk (``CommitLog.scan_raw``) makes the same
-    checks inline and calls this for the message."""
+    plus one and terms never decrease. The walk's step of an entry
+    (:func:`engine.format.commitlog.entry_step`, under ``CommitLog.scan_raw``) asks it of
+    every entry."""
     if magic != ENTRY_MAGIC:
         return f"no DLedger entry at {at} (magic {magic})"
     if pos != at:

@@ -1,5 +1,5 @@
 """The offline commands (mount/admin.py) through the real command line. ``rmqfs verify`` and
-``rmqfs recover`` (engine/tools/verify.py) are tested in test_verify.py, which shares this module's
+``rmqfs recover`` (engine/tools/verify/) are tested in test_verify.py, which shares this module's
 store fixtures."""
 
 import json

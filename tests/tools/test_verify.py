@@ -1,4 +1,4 @@
-"""engine/tools/verify.py: ``rmqfs verify`` / ``rmqfs recover`` end to end and ``verify_store`` /
+"""engine/tools/verify/: ``rmqfs verify`` / ``rmqfs recover`` end to end and ``verify_store`` /
 ``recover_store`` directly, and the one ``__CRC32#`` check (``engine.format.message.prop_crc_status``)
 that the record decoder and verify share.
 

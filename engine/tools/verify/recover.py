@@ -273,6 +273,9 @@ def _truncate_commitlog(root: str, res: VerifyResult, cut: int, report: RecoverR
             + " after the damage, which recovery drops)"
         )
     commitlog = CommitLog(cl_dir, fs)
+    # what opening the file queue for writing repaired (a half-created file, a gap, a short
+    # file: MappedFileQueue.load's rules) is part of what recover did
+    report.actions.extend(f"CommitLog: {r}" for r in commitlog.files.repairs)
     try:
         before = commitlog.segment_count
         commitlog.truncate(cut)
