@@ -193,52 +193,42 @@ def walk_segment(buf: RecordBuffer, size: int, start: int = 0) -> Iterator[Step]
         pos += total
 
 
-class EntryStep(NamedTuple):
-    """One step of a DLedger CommitLog walk (:func:`entry_step`) at ``pos`` of the buffer.
-
-    ``kind``: ``entry`` (a whole entry whose header passes ``DLedgerMmapFileStore.recover``'s
-    checks: its record is ``size - 48`` bytes from ``pos + 48``), ``filler`` (the filler that
-    ends a file's data, ``size`` bytes), ``zeros`` (the written data ends), ``cut`` (the buffer
-    ends inside the entry or its header: read again from ``pos``, or the file ends there) and
-    ``damaged`` (``problem`` says why). ``entry_index`` and ``term`` are the entry's."""
-
-    kind: str
-    pos: int
-    size: int
-    entry_index: int
-    term: int
-    problem: str | None
-
-
 _MIN_ENTRY = HEADER_SIZE + _HEAD
 
 
 def entry_step(
     buf: RecordBuffer, pos: int, limit: int, base: int, last_index: int, last_term: int
-) -> EntryStep:
+) -> tuple[str, int, int, int, str | None]:
     """The step of a DLedger CommitLog (``DLedgerCommitLog.checkMessageAndReturnSize``): the
     48-byte entry header at ``pos`` of ``buf`` (its data ending at ``limit``, ``pos + 8 <=
     limit``; ``base``: the CommitLog offset of ``buf[0]``) after entry ``last_index`` of term
     ``last_term`` (-1, -1 for the first one walked), checked as ``DLedgerMmapFileStore.recover``
     does (:func:`engine.format.dledger.entry_problem`). The record inside an ``entry`` is the
-    caller's next :func:`record_step`, with the entry's end as its limit."""
+    caller's next :func:`record_step`, with the entry's end as its limit.
+
+    Returns ``(kind, size, index, term, problem)``: ``kind`` is ``entry`` (a whole entry whose
+    header passes the checks: its record is ``size - 48`` bytes from ``pos + 48``), ``filler``
+    (the filler that ends a file's data, ``size`` bytes), ``zeros`` (the written data ends),
+    ``cut`` (``limit`` cuts the entry or its header: read again from ``pos``, or the file ends
+    there) or ``damaged`` (``problem`` says why); ``index`` and ``term`` are the entry's. A
+    plain tuple: the walk takes one per message."""
     if limit - pos >= HEADER_SIZE:
         emagic, esize, eindex, eterm, epos, _, _, _, body_len = ENTRY_HEADER.unpack_from(buf, pos)
     else:
         emagic, esize = FILLER.unpack_from(buf, pos)
         eindex = eterm = epos = body_len = 0
     if emagic == FILLER_MAGIC:
-        return EntryStep("filler", pos, esize, 0, 0, None)
+        return "filler", esize, 0, 0, None
     if emagic == 0 and esize == 0:
-        return EntryStep("zeros", pos, 0, 0, 0, None)
+        return "zeros", 0, 0, 0, None
     if pos + (esize if esize > _MIN_ENTRY else _MIN_ENTRY) > limit:
-        return EntryStep("cut", pos, esize, 0, 0, None)
+        return "cut", esize, 0, 0, None
     problem = entry_problem(
         emagic, esize, eindex, eterm, epos, body_len, base + pos, last_index, last_term
     )
     if problem is not None:
-        return EntryStep("damaged", pos, esize, eindex, eterm, problem)
-    return EntryStep("entry", pos, esize, eindex, eterm, None)
+        return "damaged", esize, eindex, eterm, problem
+    return "entry", esize, eindex, eterm, None
 
 
 def claim_problem(
@@ -429,7 +419,7 @@ class CommitLog:
         i, n = 0, len(chunk)
         view = memoryview(chunk)
         dl = self.entries is not None
-        step, check = record_step, state.check
+        step, check, entry = record_step, state.check, entry_step
         while i < n and chunk_start + i < stop:
             r = i  # where the record starts: after the DLedger entry header, if any
             if n - i < _HEAD:
@@ -438,45 +428,47 @@ class CommitLog:
                     return None
                 break  # read more
             if dl:
-                e = entry_step(chunk, i, n, chunk_start, state.last_index, state.last_term)
+                ekind, esize, eindex, eterm, problem = entry(
+                    chunk, i, n, chunk_start, state.last_index, state.last_term
+                )
                 at = chunk_start + i
-                if e.kind == "filler":
-                    if e.size < FILLER.size or at + e.size > seg.end:
-                        self.scan_error = f"DLedger filler at {at} of {e.size} bytes"
+                if ekind == "filler":
+                    if esize < FILLER.size or at + esize > seg.end:
+                        self.scan_error = f"DLedger filler at {at} of {esize} bytes"
                         return None
-                    if at + e.size < seg.end:  # a filler inside a file: skip it
-                        self.scan_end = at + e.size
-                        return at + e.size
+                    if at + esize < seg.end:  # a filler inside a file: skip it
+                        self.scan_end = at + esize
+                        return at + esize
                     return self._next_file(seg)
-                if e.kind == "zeros":
+                if ekind == "zeros":
                     return None
-                if e.kind == "cut":
-                    if e.size <= HEADER_SIZE or at + e.size > seg.end:
+                if ekind == "cut":
+                    if esize <= HEADER_SIZE or at + esize > seg.end:
                         magic = FILLER.unpack_from(chunk, i)[0]
                         self.scan_error = (
-                            f"DLedger entry at {at} of {e.size} bytes (magic {magic}) "
+                            f"DLedger entry at {at} of {esize} bytes (magic {magic}) "
                             "does not fit its file"
                         )
                         return None
                     if i:
                         break  # read again from this entry
-                    whole = self._read_whole(seg, at, e.size, "DLedger entry")
+                    whole = self._read_whole(seg, at, esize, "DLedger entry")
                     if whole is None:
                         return None
                     chunk, view, n = whole, memoryview(whole), len(whole)
                     continue
-                if e.kind == "damaged":
-                    self.scan_error = e.problem
+                if ekind == "damaged":
+                    self.scan_error = problem
                     return None
-                if e.entry_index > state.committed:
+                if eindex > state.committed:
                     return None  # past committedIndex: not messages (getCommittedPos)
-                state.last_index, state.last_term = e.entry_index, e.term
+                state.last_index, state.last_term = eindex, eterm
                 r = i + HEADER_SIZE
             kind, total, magic = step(chunk, r, n)
-            if dl and total != e.size - HEADER_SIZE:
+            if dl and total != esize - HEADER_SIZE:
                 self.scan_error = (
                     f"record of {total} bytes in a DLedger entry of bodyLen "
-                    f"{e.size - HEADER_SIZE} (entry at {chunk_start + i})"
+                    f"{esize - HEADER_SIZE} (entry at {chunk_start + i})"
                 )
                 return None
             if kind == "record":

@@ -161,16 +161,9 @@ def test_the_compiled_walk_is_walk_segment(k, pieces, cut, cap):
     makes it stop and go on (RMQ_WALK_FULL)."""
     data = b"".join(pieces)
     data = data[: max(0, len(data) - cut)]
-    want_s, want_z, want_kind, want_pos = [], [], "end", len(data)
-    for step in walk_segment(data, len(data)):
-        if step.kind == "record":
-            want_s.append(step.pos)
-            want_z.append(step.total)
-        else:
-            want_kind, want_pos = step.kind, step.pos
+    want = _walk_steps(data)
     for c in (cap, 1 << 20):
-        starts, sizes, kind, pos = k.walk(_buf(data), cap=c)
-        assert (starts.tolist(), sizes.tolist(), kind, pos) == (want_s, want_z, want_kind, want_pos)
+        assert _same_walk(k.walk(_buf(data), cap=c), want)
 
 
 def test_crc32_every_length_around_the_folding_steps(k):
