@@ -68,10 +68,11 @@ from ..format.message import (
     STORE_TIMESTAMP_END_MAX,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    is_lmq,
     read_store_timestamp,
     transaction_type,
 )
-from ..read.columnar import UNIT_DTYPE, CommitLogWindow, decode_units
+from ..read.columnar import UNIT_DTYPE, CommitLogWindow, decode_records, decode_units
 from ..service import recovery
 from ..service.lock import lock_holder
 
@@ -87,6 +88,7 @@ BRIDGE_CHUNK = 64 * 1024  # bytes the bridge reads at a time (records past it ar
 TAIL_MAX = 10_000  # records past the last unit walked to measure the writer's lead
 CHECK_CHUNK = 16_384  # records checked per decoder pass
 RETRIES = 8  # decoder passes over a range after bad units, before one unit at a time
+_UNIT_CHECK_COLUMNS = ("topic", "queueId", "queueOffset")  # what a unit says of its record
 # A ConsumeQueue unit (ConsumeQueue.CQ_STORE_UNIT_SIZE, see engine.format.consumequeue) as a
 # numpy record, for the columnar tiling.
 _UNIT_DT = UNIT_DTYPE
@@ -511,10 +513,12 @@ class Follower:
         take: np.ndarray,
     ) -> np.ndarray:
         """Check the records of the units where ``take`` is set, as every reader of units
-        checks them: the compiled decoder (:func:`engine.read.columnar.decode_units`: the
-        record is whole in its file, magic, TOTALSIZE = the unit's size, PHYSICALOFFSET = its
-        commitLogOffset, the queue's topic and queueId, the unit's queue offset, the layout,
-        the body CRC), over ranges of at most CHECK_CHUNK records of one CommitLog file.
+        checks them: the compiled decoder (the record is whole in its file, magic, TOTALSIZE =
+        the unit's size, PHYSICALOFFSET = its commitLogOffset, the layout, the body CRC:
+        :func:`engine.read.columnar.decode_records`, one call for the units of every queue in
+        a range of at most CHECK_CHUNK records of one CommitLog file), then the record's topic,
+        queueId and queueOffset against the unit's queue and place, column-wise; an LMQ's units
+        name other topics' records (:func:`engine.read.columnar.decode_units` checks them).
         Returns a bool array over all units: False for a unit whose record does not agree with
         it (True for units not checked)."""
         valid = np.ones(len(off), dtype=bool)
@@ -532,9 +536,17 @@ class Follower:
                 lo = int(off[sel].min())
                 hi = int((off[sel] + size[sel]).max())
                 window = CommitLogWindow(cl.files.read(lo, hi - lo), lo, fs)
-                for q in np.unique(qidx[sel]).tolist():
-                    mine = sel[qidx[sel] == q]  # in CommitLog order, as a queue's units are
+                lmq = np.array([is_lmq(queues[q].topic) for q in qidx[sel].tolist()], bool)
+                for q in np.unique(qidx[sel[lmq]]).tolist():
+                    mine = sel[lmq][qidx[sel[lmq]] == q]
                     valid[mine] = _agree(window, queues[q], off[mine], size[mine], qoff[mine])
+                rest = sel[~lmq]
+                if len(rest):
+                    topic = np.array([queues[q].topic for q in qidx[rest].tolist()], object)
+                    qid = np.array([queues[q].queue_id for q in qidx[rest].tolist()], np.int64)
+                    valid[rest] = _records_agree(
+                        window, off[rest], size[rest], qoff[rest], topic, qid
+                    )
         return valid
 
     def _writer_tail(self, pos: int) -> tuple[int, int]:
@@ -562,6 +574,43 @@ class Follower:
         return read_store_timestamp(head, 0)
 
 
+def _records_agree(
+    window: CommitLogWindow,
+    off: np.ndarray,
+    size: np.ndarray,
+    qoff: np.ndarray,
+    topic: np.ndarray,
+    qid: np.ndarray,
+) -> np.ndarray:
+    """Whether each unit (commitLogOffset ``off``, ``size``; its queue's ``topic`` and ``qid``,
+    its queue offset ``qoff``; in CommitLog order) names a good record of its queue and place
+    in ``window``: one decode of them all (:func:`engine.read.columnar.decode_records`), which
+    stops at the first record that is not one: that unit is False, the units before it are
+    decoded again, then those after it; past RETRIES refusals, one unit at a time."""
+    n = len(off)
+    ok = np.zeros(n, dtype=bool)
+    at, end, tries = 0, n, 0  # decode [at, end); ``end`` < n: the unit refused last
+    while at < n:
+        if at == end:  # the refused unit stays False
+            at, end = at + 1, n
+            continue
+        step = end - at if tries < RETRIES else 1
+        part = slice(at, at + step)
+        try:
+            batch = decode_records(window, off[part], size[part], _UNIT_CHECK_COLUMNS)
+        except CorruptRecordError as exc:
+            bad = at if exc.offset is None else at + int(np.searchsorted(off[part], exc.offset))
+            end, tries = min(bad, at + step - 1), tries + 1  # first the units before it
+            continue
+        ok[part] = (
+            (batch.column(0).to_numpy(zero_copy_only=False) == topic[part])
+            & (batch.column(1).to_numpy() == qid[part])
+            & (batch.column(2).to_numpy() == qoff[part])
+        )
+        at += step
+    return ok
+
+
 def _agree(
     window: CommitLogWindow,
     cq: ConsumeQueue,
@@ -569,8 +618,8 @@ def _agree(
     size: np.ndarray,
     qoff: np.ndarray,
 ) -> np.ndarray:
-    """Whether each unit of ``cq`` (commitLogOffset ``off``, ``size``, queue offset ``qoff``, in
-    CommitLog order) names its record in ``window`` (:func:`engine.read.columnar.decode_units`
+    """Whether each unit of the LMQ ``cq`` (commitLogOffset ``off``, ``size``, queue offset
+    ``qoff``, in CommitLog order) names its record in ``window`` (:func:`engine.read.columnar.decode_units`
     builds no column, only checks). The decoder stops at the first unit that does not: that
     one is False and the rest are checked again after it; past RETRIES of them, one by one."""
     ok = np.ones(len(off), dtype=bool)
