@@ -233,9 +233,20 @@ class _MapIO(_FdIO):
         chunks, step = self.chunks, self.CHUNK
         for c in range(offset // step, (end - 1) // step + 1):
             if not chunks[c]:
-                os.posix_fallocate(self.fd, c * step, min(step, self.size - c * step))
-                chunks[c] = 1
+                self.allocate(c)
         mm[offset:end] = data
+
+    def allocate(self, chunk: int) -> None:
+        """Allocate chunk number ``chunk`` of the file (``posix_fallocate``; ENOSPC as
+        OSError) and note it in :attr:`chunks`."""
+        step = self.CHUNK
+        os.posix_fallocate(self.fd, chunk * step, min(step, self.size - chunk * step))
+        self.chunks[chunk] = 1
+
+    def mapping(self) -> mmap.mmap | None:
+        """The writable mapping of the whole file (made now if not yet), None where the file
+        cannot be mapped."""
+        return self.mm if self.mm is not None else self._map()
 
     def _map(self) -> mmap.mmap | None:
         if self.failed:
@@ -586,7 +597,11 @@ class IndexFile:
         return slots
 
     def put_hashed(
-        self, entries: Sequence[int], start: int = 0, step: IndexStep | None = None
+        self,
+        entries: Sequence[int],
+        start: int = 0,
+        step: IndexStep | None = None,
+        in_place: IndexInPlace | None = None,
     ) -> int:
         """Add many keys at once; byte for byte what :meth:`put_key` would write for each.
 
@@ -598,6 +613,9 @@ class IndexFile:
             step: what builds the items and moves the slots (:data:`IndexStep`):
                 :func:`index_step` (the default, Python), or the compiled core's
                 (``engine.read.kernel.Kernel.index_step``), which must do the same.
+            in_place: what writes them straight into the file's mapping
+                (:data:`IndexInPlace`, the compiled core's ``IndexWriter``), used before
+                ``step`` where the file is mapped for writing: one call, no write of Python's.
 
         Returns:
             The number of the first entry not stored: ``len(entries) // 3`` when all fit, less
@@ -618,6 +636,9 @@ class IndexFile:
         n = min(len(entries) // 3 - start, self.index_num - count)
         if n <= 0:
             return start
+        io = self._io
+        if in_place is not None and isinstance(io, _MapIO) and (mm := io.mapping()) is not None:
+            return self._put_in_place(in_place, io, mm, entries, start, n)
         if n <= _FEW_ENTRIES and step is None:
             return self._put_few(entries, start, n)
         slots = self._slot_table()
@@ -655,6 +676,36 @@ class IndexFile:
                     pass
             raise
         self._advance((begin_ts, ts, begin_phy, phy, slot_count, c))
+        return start + n
+
+    def _put_in_place(
+        self,
+        in_place: IndexInPlace,
+        io: _MapIO,
+        mm: mmap.mmap,
+        entries: Sequence[int],
+        start: int,
+        n: int,
+    ) -> int:
+        """:meth:`put_hashed` by ``in_place`` into the mapping: the chunks under its writes
+        allocated first (ENOSPC before anything is written), then one call writes the items,
+        the slots and the header, in that order."""
+        slots = self._slot_table()
+        state = (
+            self.index_count,
+            self.hash_slot_count,
+            self.begin_timestamp,
+            self.begin_phy_offset,
+        )
+        while True:
+            after = in_place(
+                mm, io.chunks, io.CHUNK, self._items_base, slots, entries, start, n, state
+            )
+            if isinstance(after, tuple):
+                break
+            for chunk in sorted(set(after)):
+                io.allocate(chunk)
+        self._advance(after)
         return start + n
 
     def _put_few(self, entries: Sequence[int], start: int, n: int) -> int:
@@ -1107,9 +1158,23 @@ IndexStep = Callable[
     tuple[bytes, dict[int, int], tuple[int, int, int, int, int, int]],
 ]
 
+#: What :meth:`IndexFile.put_hashed` calls to write ``n`` entries straight into the file's
+#: mapping (the compiled core's ``engine.read.kernel.IndexWriter``): ``(mapping, allocated
+#: chunks, chunk size, items base, slots, entries, start, n, (indexCount, hashSlotCount,
+#: beginTimestamp, beginPhyOffset))`` -> the header after (:data:`HEADER`'s order), or, with
+#: nothing written, the chunks to allocate first; the slot table updated.
+IndexInPlace = Callable[
+    [Any, bytearray, int, int, array, Sequence[int], int, int, tuple[int, int, int, int]],
+    "tuple[int, int, int, int, int, int] | list[int]",
+]
+
 #: Byte offset of each field in an ITEM (the compiled step writes them there).
 ITEM_POSITIONS = {
     name: struct.calcsize(">" + ITEM.format[1 : 1 + i]) for i, name in enumerate(ITEM_FIELDS)
+}
+#: Byte offset of each field of the header (HEADER_NAMES' order), for the compiled step.
+HEADER_POSITIONS = {
+    name: struct.calcsize(">" + HEADER.format[1 : 1 + i]) for i, name in enumerate(HEADER_NAMES)
 }
 
 

@@ -1110,3 +1110,57 @@ int64_t rmq_index_put(rmq_index_args *a)
     a->end_phy = phy;
     return n;
 }
+
+/* Note chunk c as needed when it is not allocated; 0, or -2 outside the table. */
+static inline int index_need(rmq_index_map *m, int64_t c)
+{
+    if (c < 0 || c >= m->nchunks)
+        return -2;
+    if (!m->chunks[c]) {
+        if (m->nneed < m->need_cap)
+            m->need[m->nneed] = c;
+        m->nneed++;
+    }
+    return 0;
+}
+
+int64_t rmq_index_put_mapped(rmq_index_args *a, rmq_index_map *m)
+{
+    const int64_t n = a->n, cs = m->chunk_size, hs = m->header_size, ss = m->slot_size;
+    m->nneed = 0;
+    if (n <= 0 || a->count < 0 || a->nslots <= 0 || cs <= 0 || a->item_size <= 0)
+        return n == 0 ? 0 : -2;
+    const int64_t items_at = m->items_base + (int64_t)a->count * a->item_size;
+    const int64_t items_end = items_at + n * a->item_size;
+    if (hs + ss * a->nslots > m->items_base || items_end > m->map_len || a->first < 0)
+        return -2;
+    /* every chunk a store touches: the header's, the items', each changed slot's */
+    for (int64_t c = 0; c <= (hs - 1) / cs; c++)
+        if (index_need(m, c))
+            return -2;
+    for (int64_t c = items_at / cs; c <= (items_end - 1) / cs; c++)
+        if (index_need(m, c))
+            return -2;
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t key_hash = (uint32_t)a->entries[3 * (a->first + i)];
+        const int64_t slot = (int64_t)(key_hash % (uint64_t)a->nslots);
+        if (index_need(m, (hs + ss * slot) / cs))
+            return -2;
+    }
+    if (m->nneed)
+        return -1;
+    a->items = m->map + items_at;
+    rmq_index_put(a); /* the items, in place; the native table moved */
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t slot = a->touched[i];
+        wr32(m->map + hs + ss * (int64_t)slot, (uint32_t)a->slots[slot]);
+    }
+    uint8_t *h = m->map;
+    wr64(h + m->at_begin_ts, (uint64_t)a->begin_ts);
+    wr64(h + m->at_end_ts, (uint64_t)a->end_ts);
+    wr64(h + m->at_begin_phy, (uint64_t)a->begin_phy);
+    wr64(h + m->at_end_phy, (uint64_t)a->end_phy);
+    wr32(h + m->at_slot_count, (uint32_t)a->slot_count);
+    wr32(h + m->at_count, (uint32_t)a->count);
+    return n;
+}

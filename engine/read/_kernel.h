@@ -222,4 +222,28 @@ typedef struct {
 /* Returns n. */
 int64_t rmq_index_put(rmq_index_args *a);
 
+/* rmq_index_put_mapped: rmq_index_put into the IndexFile's own writable mapping (IndexFile.putKey
+ * writes through its MappedByteBuffer): the n items at items_base + count * item_size, then
+ * every slot they changed (big-endian, from a->slots), then the header fields (positions from
+ * engine/format/indexfile.py's HEADER), in that order, so that a process killed between two
+ * stores leaves slots naming written items only and a header counting only items its slots
+ * may reach. a->items is set here; a->touched and a->old need room for n. A store into a hole
+ * of the file would be a SIGBUS on a full disk: every chunk_size chunk under a write must be
+ * allocated (chunks[c] != 0) first. */
+typedef struct {
+    uint8_t *map;           /* the file's mapping */
+    int64_t map_len;        /* its length (bytes) */
+    int64_t items_base;     /* where item 0 starts (after the header and the slot table) */
+    const uint8_t *chunks;  /* nchunks: 1 where the file's blocks are allocated */
+    int64_t nchunks, chunk_size;
+    int32_t header_size, slot_size;
+    int32_t at_begin_ts, at_end_ts, at_begin_phy, at_end_phy, at_slot_count, at_count;
+    int64_t *need;          /* out: chunks to allocate first (up to need_cap of them) */
+    int64_t need_cap, nneed;
+} rmq_index_map;
+
+/* n: written. -1: m->nneed chunks (m->need) must be allocated first; -2: a write would fall
+ * outside the mapping or the chunk table. Nothing is written or changed when it returns < 0. */
+int64_t rmq_index_put_mapped(rmq_index_args *a, rmq_index_map *m);
+
 #endif

@@ -184,6 +184,18 @@ typedef struct {
     int32_t *old;
 } rmq_index_args;
 int64_t rmq_index_put(rmq_index_args *a);
+typedef struct {
+    uint8_t *map;
+    int64_t map_len;
+    int64_t items_base;
+    const uint8_t *chunks;
+    int64_t nchunks, chunk_size;
+    int32_t header_size, slot_size;
+    int32_t at_begin_ts, at_end_ts, at_begin_phy, at_end_phy, at_slot_count, at_count;
+    int64_t *need;
+    int64_t need_cap, nneed;
+} rmq_index_map;
+int64_t rmq_index_put_mapped(rmq_index_args *a, rmq_index_map *m);
 
 const char *rmq_source_digest(void);
 """

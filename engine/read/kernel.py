@@ -10,7 +10,8 @@ of its variable part, the body CRC-32 (``UtilAll.crc32``, checked as
 (``MessageDecoder.createMessageId``) and host texts, written straight into Arrow buffers.
 :meth:`Kernel.json_lines` writes ``messages.jsonl`` lines from a batch. The store's put path
 uses ``rmq_put`` (through the module's ``ffi``/``lib``, engine.service.putmessage.put_plain)
-and :meth:`Kernel.index_step` (``rmq_index_put``). :meth:`Kernel.crc32`
+and :meth:`Kernel.index_step` (``rmq_index_put``), or an :class:`IndexWriter` writing
+straight into an IndexFile's mapping (``rmq_index_put_mapped``). :meth:`Kernel.crc32`
 and :meth:`Kernel.utf8_bad` are the primitives the decoder is built from, for the tests. The
 record layout stays in ``engine.format.message``: callers pass field offsets and widths from
 its field table.
@@ -55,12 +56,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..format.commitlog import WALK_MAGICS
-from ..format.indexfile import INDEX_SIZE, INVALID_INDEX, ITEM_POSITIONS
+from ..format.indexfile import (
+    HASH_SLOT_SIZE,
+    HEADER_POSITIONS,
+    INDEX_HEADER_SIZE,
+    INDEX_SIZE,
+    INVALID_INDEX,
+    ITEM_POSITIONS,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Kernel", "Decoded", "load"]
+__all__ = ["Kernel", "Decoded", "IndexWriter", "load"]
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +142,12 @@ class Kernel:
         (a cdef that drifted from ``_kernel.h``)."""
         self.ffi, self.lib = module.ffi, module.lib
         try:
-            for struct_type in ("rmq_decode_args", "rmq_put_args", "rmq_index_args"):
+            for struct_type in (
+                "rmq_decode_args",
+                "rmq_put_args",
+                "rmq_index_args",
+                "rmq_index_map",
+            ):
                 self.ffi.new(f"{struct_type} *")  # cffi checks each field's offset and size here
         except Exception as exc:  # noqa: BLE001 - cffi's own error type (ffi.error)
             raise ImportError(f"rmqfs kernel: {exc}") from None
@@ -255,6 +268,11 @@ class Kernel:
         before = dict(zip(reversed(ffi.unpack(touched, n)), reversed(ffi.unpack(old, n))))
         after = (a.count, a.slot_count, a.begin_ts, a.begin_phy, a.end_ts, a.end_phy)
         return ffi.buffer(items, INDEX_SIZE * n)[:], before, after
+
+    def index_writer(self) -> IndexWriter:
+        """A new :class:`IndexWriter` (one per store: it keeps its argument structs between
+        calls, so two stores must not share one)."""
+        return IndexWriter(self)
 
     def decode(
         self,
@@ -474,6 +492,98 @@ class Kernel:
             out = bigger
         out = out[: at[0]]
         return out.data, ends
+
+
+class IndexWriter:
+    """:data:`engine.format.indexfile.IndexInPlace` compiled (``rmq_index_put_mapped``): the
+    items of ``n`` pre-hashed entries, the slots they change and the header written straight
+    into an IndexFile's writable mapping, as ``IndexFile.putKey`` writes through its
+    ``MappedByteBuffer``, with the bytes :func:`engine.format.indexfile.index_step` builds
+    (tests/engine/test_put_kernel.py). The argument structs are kept between calls (a single
+    put's one or two entries cost a call, not a set-up); not thread-safe: the caller holds
+    the index's lock."""
+
+    def __init__(self, kernel: Kernel):
+        ffi = self.ffi = kernel.ffi
+        self.lib = kernel.lib
+        a = self.args = ffi.new("rmq_index_args *")
+        a.invalid_index, a.item_size = INVALID_INDEX, INDEX_SIZE
+        a.at_hash, a.at_phy, a.at_diff, a.at_prev = ITEM_POSITIONS.values()
+        m = self.map = ffi.new("rmq_index_map *")
+        m.header_size, m.slot_size = INDEX_HEADER_SIZE, HASH_SLOT_SIZE
+        (
+            m.at_begin_ts,
+            m.at_end_ts,
+            m.at_begin_phy,
+            m.at_end_phy,
+            m.at_slot_count,
+            m.at_count,
+        ) = HEADER_POSITIONS.values()
+        self.cap = 0
+        self.need_cap = 256
+        self.need = m.need = ffi.new("int64_t[]", self.need_cap)
+        m.need_cap = self.need_cap
+        self.table: Any = None  # the slot table the struct points at, and its buffer
+        self.table_buf: Any = None
+        self.chunks: Any = None
+        self.chunks_buf: Any = None
+
+    def __call__(
+        self,
+        mapping: Any,
+        chunks: bytearray,
+        chunk_size: int,
+        items_base: int,
+        slots: array,
+        entries: Sequence[int],
+        start: int,
+        n: int,
+        state: tuple[int, int, int, int],
+    ) -> tuple[int, int, int, int, int, int] | list[int]:
+        """Write entries ``start .. start + n`` (flat ``[keyHash, phyOffset, storeTimestamp,
+        ...]``, keyHash in [0, 2**31)) into ``mapping`` (the whole file, writable), the slot
+        table ``slots`` (``array("i")``, native order) moved with it; ``state`` is
+        ``(indexCount, hashSlotCount, beginTimestamp, beginPhyOffset)`` and the caller has
+        checked that the items fit (``indexCount + n <= indexNum``). ``chunks`` says which
+        ``chunk_size``-byte chunks of the file are allocated (1): returns the header after
+        (:data:`engine.format.indexfile.HEADER`'s order), or, with nothing written, the chunk
+        numbers to allocate first. Raises ValueError for entries outside ``entries``, a table
+        of another type or a write outside the mapping."""
+        ffi, a, m = self.ffi, self.args, self.map
+        if not isinstance(entries, array) or entries.typecode != "q":
+            entries = array("q", entries)
+        if start < 0 or n <= 0 or 3 * (start + n) > len(entries):
+            raise ValueError("entries outside the list")
+        if slots is not self.table:
+            if not isinstance(slots, array) or slots.itemsize != 4 or not slots:
+                raise ValueError("slots must be a non-empty array of int32")
+            self.table_buf = a.slots = ffi.from_buffer("int32_t[]", slots)
+            a.nslots = len(slots)
+            self.table = slots
+        if chunks is not self.chunks:
+            self.chunks_buf = m.chunks = ffi.from_buffer("uint8_t[]", chunks)
+            m.nchunks = len(chunks)
+            self.chunks = chunks
+        if n > self.cap:
+            self.cap = max(n, 2 * self.cap, 16)
+            self.touched = a.touched = ffi.new("int32_t[]", self.cap)
+            self.old = a.old = ffi.new("int32_t[]", self.cap)
+        given = ffi.from_buffer("int64_t[]", entries)
+        a.entries, a.first, a.n = given, start, n
+        a.count, a.slot_count, a.begin_ts, a.begin_phy = state
+        m.chunk_size, m.items_base = chunk_size, items_base
+        view = ffi.from_buffer("uint8_t[]", mapping, require_writable=True)
+        try:
+            m.map, m.map_len = view, len(view)
+            rc = self.lib.rmq_index_put_mapped(a, m)
+        finally:
+            ffi.release(view)
+            ffi.release(given)
+        if rc == n:
+            return (a.begin_ts, a.end_ts, a.begin_phy, a.end_phy, a.slot_count, a.count)
+        if rc == -1:
+            return ffi.unpack(self.need, min(m.nneed, self.need_cap))
+        raise ValueError("an index write would fall outside the file")
 
 
 def _out(count: int, dtype: np.typing.DTypeLike = np.uint8) -> np.ndarray:

@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..format.config import MAX_TOPIC_BYTES, TopicConfig
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code
-from ..format.indexfile import IndexStep, build_key
+from ..format.indexfile import IndexInPlace, IndexStep, build_key
 from ..format.javahash import java_hash_u32, tags_code
 from ..format.message import (
     APPEND_LAYOUT,
@@ -168,11 +168,23 @@ class PutService:
     def __init__(self, store: MessageStore, load_kernel: Callable[[], Any] | None = None):
         self._load_kernel = load_kernel
         self._kernel: Any = _UNLOADED
+        self._index_writer: Any = _UNLOADED
         self.call: _PutCall | None = None
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.round_robin: dict[str, int] = {}
         self.tags_cache: dict[str, tuple[bytes, int]] = {}
         self.plain_topics: dict[str, tuple[TopicConfig, tuple[int, int, int], PlainTopic]] = {}
+
+    @property
+    def index_writer(self) -> IndexInPlace | None:
+        """The compiled core's writer of index entries into an IndexFile's mapping
+        (``engine.read.kernel.IndexWriter``, this store's own: it keeps state between puts),
+        None without the core."""
+        w = self._index_writer
+        if w is _UNLOADED:
+            k = self.kernel
+            w = self._index_writer = k.index_writer() if k is not None else None
+        return w
 
     @property
     def kernel(self) -> Any:
@@ -1025,8 +1037,10 @@ def _put_compiled(
     entries = array("q")
     if index is not None:
         entries.frombytes(ffi.buffer(call.idx, 24 * a.nidx))
-    # a few entries cost less in Python than the compiled step's set-up (the same bytes)
+    # a few entries cost less in Python than the compiled step's set-up (the same bytes);
+    # the writer into the mapping keeps its set-up, and goes first where the file is mapped
     step = kernel.index_step if a.nidx >= _COMPILED_INDEX_MIN else None
+    writer = putter.index_writer
     if store.sync_flush:
         # SYNC_FLUSH: the units and index entries follow once the CommitLog is flushed (the
         # flush thread dispatches them, as for the general path; ReputMessageService
@@ -1051,7 +1065,7 @@ def _put_compiled(
             ],
         )
     else:
-        dispatch_plain(store, (tags_c, keys_c), built, units, entries, start, now, step)
+        dispatch_plain(store, (tags_c, keys_c), built, units, entries, start, now, step, writer)
         store.dispatched_store_timestamp = now
     for k in used:
         queue_offsets[slots[k]] = sn_after[k]
@@ -1450,13 +1464,14 @@ def dispatch_plain(
     start: int,
     now: int,
     index_step: IndexStep | None = None,
+    index_writer: IndexInPlace | None = None,
 ) -> None:
     """ConsumeQueue units, index keys and other dispatchers for :func:`put_plain`:
     ``tags_keys`` the batch's TAGS and KEYS columns and ``out`` its PutResults, or what builds
     them (for dispatchers other than the index),
     ``units`` is ``((topic, queueId), first queue offset, encoded units)`` per queue, ``idx`` flat
     ``[keyHash, phyOffset, storeTimestamp, ...]`` (:meth:`IndexService.put_hashed`, with
-    ``index_step``: the compiled core's). On an
+    ``index_step`` and ``index_writer``: the compiled core's). On an
     OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
     index = store.index_service
     ds = store.dispatchers
@@ -1472,7 +1487,7 @@ def dispatch_plain(
             cq.put_units(first, encoded)
         if index is not None and idx:
             if idx[1] > index.end_phy_offset:
-                index.put_hashed(idx, index_step)
+                index.put_hashed(idx, index_step, index_writer)
             else:  # cannot happen after recovery; keep the general rule anyway
                 others.insert(0, index)
         if others:

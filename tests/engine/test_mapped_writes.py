@@ -190,3 +190,66 @@ def test_few_entry_puts_write_what_index_step_writes(tmp_path):
     a.close()
     b.close()
     assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+
+
+def test_in_place_index_writes_are_index_steps(tmp_path):
+    """The compiled writer into the IndexFile's mapping (``kernel.IndexWriter``,
+    ``rmq_index_put_mapped``) writes the bytes of the Python step (:func:`indexfile.index_step`,
+    written with ``pwrite``s), batch by batch through a file's fill and into the next: single
+    entries and batches, entries sharing a slot, store times before, at and far after the
+    begin time, the chunks under each write allocated as they are first touched."""
+    import random
+
+    from rmqfs.engine.format import indexfile
+    from rmqfs.engine.read import kernel
+
+    writer = kernel.load().index_writer()
+    rng = random.Random(11)
+    t = 1_700_000_000_000
+    for geometry in ((16, 64), (3000, 700)):  # a table of one page; one over three pages
+        a = indexfile.IndexFile(str(tmp_path / f"a{geometry[0]}"), *geometry)
+        b = indexfile.IndexFile(str(tmp_path / f"b{geometry[0]}"), *geometry)
+        stored = i = 0
+        while a.index_count < a.index_num:
+            e = []
+            for k in range(rng.choice((1, 1, 2, 5, 40))):
+                ts = t + rng.choice((-5000, 0, 999, 1000, 1 << 45))
+                e += [rng.choice((5, 21, rng.randrange(1 << 31))), 100 * i + k, ts]
+            i += 1
+            got = a.put_hashed(e, 0, None, writer)
+            assert got == b.put_hashed(e, 0, indexfile.index_step)
+            stored += got
+            assert a.header_fields() == b.header_fields()
+        assert stored == geometry[1] - 1
+        a.close()
+        b.close()
+        assert (tmp_path / f"a{geometry[0]}").read_bytes() == (
+            tmp_path / f"b{geometry[0]}"
+        ).read_bytes()
+
+
+def test_in_place_index_write_refused_allocation_writes_nothing(tmp_path, monkeypatch):
+    """A chunk that cannot be allocated (ENOSPC) refuses the in-place write before any byte
+    of it is stored: the file and its header are as before, and the next write succeeds."""
+    from rmqfs.engine.format import indexfile
+    from rmqfs.engine.read import kernel
+
+    writer = kernel.load().index_writer()
+    path = tmp_path / "i"
+    f = indexfile.IndexFile(str(path), 5000, 100)
+    t = 1_700_000_000_000
+    assert f.put_hashed([7, 100, t], 0, None, writer) == 1
+    before, header = path.read_bytes(), f.header_fields()
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(OSError) as exc:  # slot 4000's page is new
+        f.put_hashed([4000, 200, t + 1000], 0, None, writer)
+    assert exc.value.errno == errno.ENOSPC
+    assert path.read_bytes() == before and f.header_fields() == header
+    monkeypatch.undo()
+    assert f.put_hashed([4000, 200, t + 1000], 0, None, writer) == 1
+    assert f.header_fields()[5] == 3
+    f.close()

@@ -13,7 +13,10 @@ independent reader reads back.
   offset), the blank records end their segments, each ConsumeQueue unit points at its record
   and each UNIQ_KEY and key is found through the IndexFile's slot chains.
 * A record the compiled path refuses (properties or record too large) changes nothing.
-* The compiled IndexFile step (``rmq_index_put``) builds what ``indexfile.index_step`` builds.
+* The compiled IndexFile step (``rmq_index_put``) builds what ``indexfile.index_step`` builds,
+  and its writer into a file's mapping (``rmq_index_put_mapped``) stores those bytes where
+  ``IndexFile.put_hashed`` writes them, asks for every unallocated chunk under them before
+  storing anything, and refuses any write outside the mapping.
 
 tests/engine/test_kernel_sanitize.py runs this file against the sanitizer build (the
 Makefile's SAN_TESTS).
@@ -261,6 +264,77 @@ def test_compiled_index_step_equals_the_python_one(table, entries, start, count,
     want = indexfile.index_step(py_slots, flat, start, n, state)
     got = kernel.load().index_step(c_slots, array("q", flat), start, n, state)
     assert got == want and c_slots == py_slots
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 3000),
+    st.lists(
+        st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**40), st.integers(-5000, 10**7)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 30),
+    st.sampled_from([0, -1, T0]),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([64, 4096]),
+)
+def test_in_place_index_writer_stores_the_steps_bytes(
+    nslots, entries, count, ts0, allocated, chunk_size
+):
+    """``Kernel.index_writer()`` into a buffer standing for the file: with chunks missing it
+    names them and stores nothing; once they are allocated it stores the items, slots and
+    header :func:`indexfile.index_step` builds, at the file's positions, and nothing else."""
+    flat = array("q", [v for e in entries for v in (e[0], e[1], T0 + e[2])])
+    n = len(entries)
+    items_base = indexfile.INDEX_HEADER_SIZE + 4 * nslots
+    size = items_base + (count + n + 3) * indexfile.INDEX_SIZE
+    nchunks = -(-size // chunk_size)
+    chunks = bytearray(((allocated >> (c % 32)) & 1) for c in range(nchunks))
+    table = array("i", [(7 * i) % (count + 2) for i in range(nslots)])
+    state = (count, 3, ts0, 77)
+    writer = kernel.load().index_writer()
+    mapping = bytearray(b"\xa5" * size)
+    got = writer(mapping, chunks, chunk_size, items_base, table, flat, 0, n, state)
+    if isinstance(got, list):  # chunks to allocate: nothing stored
+        assert got and all(not chunks[c] for c in got)
+        assert mapping == b"\xa5" * size
+        for c in got:
+            chunks[c] = 1
+        got = writer(mapping, chunks, chunk_size, items_base, table, flat, 0, n, state)
+        if isinstance(got, list):  # more than the writer names at once
+            chunks[:] = b"\x01" * nchunks
+            got = writer(mapping, chunks, chunk_size, items_base, table, flat, 0, n, state)
+    py_table = array("i", [(7 * i) % (count + 2) for i in range(nslots)])
+    items, old, (c, slot_count, begin_ts, begin_phy, ts, phy) = indexfile.index_step(
+        py_table, flat, 0, n, state
+    )
+    assert got == (begin_ts, ts, begin_phy, phy, slot_count, c) and table == py_table
+    want = bytearray(b"\xa5" * size)
+    want[:40] = indexfile.HEADER.pack(*got)
+    for slot in old:
+        want[40 + 4 * slot : 44 + 4 * slot] = indexfile.SLOT.pack(py_table[slot])
+    at = items_base + count * indexfile.INDEX_SIZE
+    want[at : at + len(items)] = items
+    assert mapping == want
+
+
+def test_in_place_index_writer_refuses_writes_outside_the_mapping():
+    """Items past the mapping's end, a slot table that overlaps the items and a chunk table
+    shorter than the file are refused (ValueError) with nothing stored."""
+    writer = kernel.load().index_writer()
+    flat = array("q", [5, 100, T0])
+    base = indexfile.INDEX_HEADER_SIZE + 4 * 16
+    for size, items_base, nchunks, count in (
+        (base + 20, base, 1, 1),  # item 1 ends past the mapping
+        (base + 60, base - 4, 1, 1),  # the slot table runs into the items
+        (base + 60, base, 0, 1),  # no chunk table
+    ):
+        mapping = bytearray(size)
+        with pytest.raises(ValueError):
+            writer(mapping, bytearray(b"\x01" * nchunks), 4096, items_base,
+                   array("i", bytes(64)), flat, 0, 1, (count, 0, 0, 0))  # fmt: skip
+        assert mapping == bytearray(size)
 
 
 def test_next_keys_are_next_manys_ids():
