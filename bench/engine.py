@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m bench.engine [--quick] [--dir DIR] [--out bench-out]
+    python -m bench.engine [--quick] [--dir DIR] [--out bench-out] [--repeat N]
+                           [--only append|read|recovery|growth ...] [--grow-to SIZE]
 
 Everything runs in one process, on one core (the store's flush thread sleeps in fdatasync), in a
 temporary directory under ``--dir`` (default ``bench-out/``, i.e. the disk of the checkout), so
@@ -21,6 +22,30 @@ the store and the baseline write to the same filesystem:
   abnormal recovery scans every record from the start of the segment with CRC checks.
   Reported in MB/s of CommitLog scanned. The files are in the page cache (just written).
 
+* **growth** (only with ``--only growth``: it writes 10 GiB): how the costs above grow with the
+  store. One store (default config: 1 GiB CommitLog segments, the IndexFile on, 4 queues) is
+  filled with batches of 256 x 100-byte bodies to ``--grow-to`` bytes of CommitLog (bytes, or
+  with a suffix K/M/G/T: ``10G``, ``512M``; default 10 GiB, ``--quick`` 1 GiB), one step per
+  GiB (``--quick``: per 128 MiB). At each mark: the step's appends in messages/s and MB/s (wall
+  clock and per CPU-second), the same bytes written by the plain ``os.write`` loop (one write
+  per batch-sized chunk) to a scratch file in the same directory, deleted at once, and the
+  ratio; 20,000 single puts (``put_messages([m])``, ``--quick`` 5,000), messages/s; 20,000
+  ``get_message`` at random (queue, queue offset) over the whole store (``--quick`` 5,000),
+  messages/s. At the first, middle and last mark (``--quick``: the last) the store is closed,
+  its ``abort`` file put back and the reopen timed (abnormal recovery), with the CommitLog
+  bytes it scanned (``MessageStore.recovery_report.bytes_scanned``) and a check that the
+  CommitLog and every queue came back to what was written. Like RocketMQ's
+  ``CommitLog.recoverAbnormally`` (which walks the segments from the last one back to the
+  newest whose first message is older than the checkpoint's ``getMinTimestamp``, min of the
+  CommitLog and ConsumeQueue flush times less 3 s, and checks every record from there to the
+  end), recovery scans from a segment start, not from the start of the store: at a mark the
+  store has just rolled into a new segment (a few seconds old), so recovery goes one segment
+  further back and scans about 1 GiB whatever the store's size. The store is written once
+  (``--repeat`` does not apply) and removed at the end, also on failure or Ctrl-C. The quick
+  run takes about 16 s on the 2-vCPU machine of docs/performance.md; a 10 GiB run about
+  2 minutes if the disk keeps up with about 120 MB/s of writeback (an estimate from the quick
+  run, not measured). Results go to ``engine-growth[-quick].json`` when growth runs alone.
+
 Every case runs ``--repeat`` times (default 5; store and baseline alternate) and the best run
 of each is reported, since the machine may be shared; all run times are in the JSON.
 Messages are created before the clock starts (a producer has its messages already); batches are
@@ -35,6 +60,8 @@ import gc
 import json
 import os
 import platform
+import random
+import re
 import shutil
 import sys
 import tempfile
@@ -48,6 +75,8 @@ LOGHUB = Path(os.environ.get("RMQFS_SHARED", REPO.parent / "shared")) / "data" /
 TOPIC = "BenchTopic"
 BATCH = 256
 MB = 1_000_000
+MIB = 1 << 20
+GIB = 1 << 30
 
 
 def _corpus() -> bytes:
@@ -102,19 +131,20 @@ def _plain_once(work: str, sizes: list, written: int, tag: str) -> float:
     chunks = [bytes(n) for n in sizes]
     path = os.path.join(work, f"plain-{tag}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    left, i = written, 0
-    t1 = time.perf_counter()
-    while left > 0:
-        chunk = chunks[i % len(chunks)]
-        if len(chunk) > left:
-            chunk = chunk[:left]
-        os.write(fd, chunk)
-        left -= len(chunk)
-        i += 1
-    elapsed = time.perf_counter() - t1
-    os.close(fd)
-    os.unlink(path)
-    return elapsed
+    try:
+        left, i = written, 0
+        t1 = time.perf_counter()
+        while left > 0:
+            chunk = chunks[i % len(chunks)]
+            if len(chunk) > left:
+                chunk = chunk[:left]
+            os.write(fd, chunk)
+            left -= len(chunk)
+            i += 1
+        return time.perf_counter() - t1
+    finally:  # also on failure or Ctrl-C: the scratch file never stays on the disk
+        os.close(fd)
+        os.unlink(path)
 
 
 def bench_append(work: str, body_size: int, batch: int, count: int, repeat: int) -> dict:
@@ -227,6 +257,180 @@ def bench_recovery(work: str, size: int, repeat: int, body_size: int = 1024) -> 
     }
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``text``: an integer (bytes), or a number with a binary suffix K, M, G or T
+    (any case, optionally followed by ``B`` or ``iB``): ``10G`` = ``10GiB`` = 10 * 2**30 bytes,
+    ``512M`` = 512 * 2**20, ``1.5G`` = 1.5 * 2**30. Raises ValueError for anything else or 0."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (bytes, or a number with K, M, G or T)")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if value <= 0:
+        raise ValueError(f"not a positive size: {text!r}")
+    return value
+
+
+def _size_arg(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def growth_marks(grow_to: int, step: int) -> list[int]:
+    """The CommitLog sizes (bytes) at which the growth part measures: every ``step`` bytes up
+    to ``grow_to`` bytes, and ``grow_to`` itself when it is not a multiple of ``step``."""
+    marks = list(range(step, grow_to + 1, step))
+    if not marks or marks[-1] != grow_to:
+        marks.append(grow_to)
+    return marks
+
+
+def _grow_step(store: MessageStore, batches: list, mark: int, sizes: list) -> dict:
+    """Batches of ``batches`` until the CommitLog holds ``mark`` bytes; the first batches' sizes
+    (bytes) go to ``sizes`` (the plain baseline writes chunks of those sizes)."""
+    start = store.commitlog.max_offset
+    n = 0
+    gc.collect()
+    t0, c0 = time.perf_counter(), time.process_time()
+    while store.commitlog.max_offset < mark:
+        res = store.put_messages(batches[n % len(batches)])
+        if len(sizes) < len(batches):
+            sizes.append(sum(r.size for r in res))
+        n += 1
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "step_bytes": store.commitlog.max_offset - start,
+        "step_messages": n * BATCH,
+        "step_seconds": round(elapsed, 3),
+        "step_cpu_seconds": round(cpu, 3),
+    }
+
+
+def _single_puts(store: MessageStore, singles: list, count: int) -> float:
+    """``count`` puts of one message each (``put_messages([m])``): messages/s, wall clock."""
+    gc.collect()
+    t0 = time.perf_counter()
+    for i in range(count):
+        store.put_messages(singles[i % len(singles)])
+    return count / (time.perf_counter() - t0)
+
+
+def _random_gets(store: MessageStore, count: int, seed: int) -> float:
+    """``count`` ``get_message`` calls at random (queue, queue offset) over the whole store
+    (offsets drawn before the clock starts): messages/s, wall clock."""
+    rng = random.Random(seed)
+    spans = [
+        (q, store.min_offset(TOPIC, q), store.max_offset(TOPIC, q)) for q in store.queue_ids(TOPIC)
+    ]
+    spans = [s for s in spans if s[2] > s[1]]
+    picks = []
+    for _ in range(count):
+        q, lo, hi = spans[rng.randrange(len(spans))]
+        picks.append((q, rng.randrange(lo, hi)))
+    gc.collect()
+    t0 = time.perf_counter()
+    for q, off in picks:
+        store.get_message(TOPIC, q, off)
+    return count / (time.perf_counter() - t0)
+
+
+def _recover_at(root: str, store: MessageStore) -> tuple[MessageStore, dict]:
+    """Close ``store``, put its ``abort`` file back as a crashed broker leaves it and time the
+    reopen (abnormal recovery): the reopened store and what recovery did (seconds, CommitLog
+    bytes scanned and from where, whether the CommitLog and every queue came back whole)."""
+    written = store.commitlog.max_offset
+    queues = store.queue_max_offsets(TOPIC)
+    store.close()
+    Path(root, "abort").write_text("0")
+    gc.collect()
+    t0 = time.perf_counter()
+    store = MessageStore(root, StoreConfig())
+    elapsed = time.perf_counter() - t0
+    rep = store.recovery_report
+    return store, {
+        "recovery_seconds": round(elapsed, 3),
+        "recovery_commitlog_bytes": written,
+        "recovery_scan_start": rep.scan_start if rep else None,
+        "recovery_bytes_scanned": rep.bytes_scanned if rep else None,
+        "recovered_whole_store": (
+            store.commitlog.max_offset == written
+            and not store.last_exit_ok
+            and store.queue_max_offsets(TOPIC) == queues
+        ),
+    }
+
+
+def bench_growth(
+    work: str, marks: list[int], single_count: int, read_count: int, recover_at: set[int]
+) -> list[dict]:
+    """Grow one store (default config: 1 GiB segments, index on, 4 queues) with batches of
+    256 x 100-byte bodies to each CommitLog size of ``marks`` (bytes) in turn; at each mark:
+    the step's appends (messages/s, MB/s, per CPU-second) against as many bytes of plain
+    ``os.write`` (a scratch file, deleted at once), ``single_count`` single puts (messages/s),
+    ``read_count`` random ``get_message`` (messages/s), and at the marks of ``recover_at`` an
+    abnormal recovery (seconds). One dict per mark; the store is removed at the end, also on
+    failure or Ctrl-C."""
+    # What abnormal recovery's batched scan loads on its first use (numpy, pyarrow), loaded now,
+    # so that the first recovery times the recovery and not the imports.
+    from rmqfs.engine.read import recoverruns  # noqa: F401
+
+    root = os.path.join(work, "growth")
+    batches = make_batches(100, BATCH, distinct=64)
+    singles = make_batches(100, 1, distinct=64)
+    sizes: list[int] = []
+    rows: list[dict] = []
+    store = _open(root)
+    try:
+        for mark in marks:
+            row = _grow_step(store, batches, mark, sizes)
+            row["commitlog_bytes"] = store.commitlog.max_offset
+            plain = _plain_once(work, sizes, row["step_bytes"], "growth")
+            mbps = row["step_bytes"] / row["step_seconds"] / MB
+            plain_mbps = row["step_bytes"] / plain / MB
+            row.update(
+                messages_per_s=round(row["step_messages"] / row["step_seconds"]),
+                messages_per_cpu_s=round(row["step_messages"] / max(row["step_cpu_seconds"], 1e-9)),
+                mb_per_s=round(mbps, 1),
+                plain_write_mb_per_s=round(plain_mbps, 1),
+                ratio_to_plain_write=round(mbps / plain_mbps, 4),
+                single_puts=single_count,
+                single_put_messages_per_s=round(_single_puts(store, singles, single_count)),
+                get_message_reads=read_count,
+                get_message_messages_per_s=round(_random_gets(store, read_count, mark)),
+            )
+            if mark in recover_at:
+                store, rec = _recover_at(root, store)
+                row.update(rec)
+            rows.append(row)
+            print(_growth_line(row), flush=True)
+    finally:
+        try:
+            store.close()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def _growth_line(r: dict) -> str:
+    line = (
+        f"growth {r['commitlog_bytes'] / 2**30:6.3f} GiB  batch {r['messages_per_s']:>9,} msg/s "
+        f"({r['messages_per_cpu_s']:,} per CPU-s) {r['mb_per_s']:>6.1f} MB/s  plain "
+        f"{r['plain_write_mb_per_s']:>7.1f} MB/s  single {r['single_put_messages_per_s']:,} msg/s  "
+        f"get {r['get_message_messages_per_s']:,} msg/s"
+    )
+    if "recovery_seconds" in r:
+        line += (
+            f"  recovery {r['recovery_seconds']} s "
+            f"({(r['recovery_bytes_scanned'] or 0) / 2**20:.0f} MiB scanned)"
+        )
+    return line
+
+
 def machine() -> dict:
     """CPU model, cores, Python, kernel and filesystem of the run."""
     cpu = platform.processor()
@@ -248,7 +452,11 @@ def machine() -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a tenth of the volume (smoke run)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a tenth of the volume (smoke run); growth: 1 GiB in steps of 128 MiB",
+    )
     ap.add_argument("--dir", default=None, help="where the stores go (default: bench-out/)")
     ap.add_argument("--out", default=str(REPO / "bench-out"), help="where engine.json goes")
     ap.add_argument(
@@ -256,9 +464,16 @@ def main(argv=None) -> int:
     )
     ap.add_argument(
         "--only",
-        choices=["append", "read", "recovery"],
+        choices=["append", "read", "recovery", "growth"],
         action="append",
-        help="run only these parts (repeatable)",
+        help="run only these parts (repeatable); growth runs only when named here",
+    )
+    ap.add_argument(
+        "--grow-to",
+        type=_size_arg,
+        default=None,
+        metavar="SIZE",
+        help="growth: CommitLog size to grow to, bytes or with K/M/G/T (default 10G, --quick 1G)",
     )
     args = ap.parse_args(argv)
     scale = 0.1 if args.quick else 1.0
@@ -269,7 +484,7 @@ def main(argv=None) -> int:
     parts = set(args.only or ["append", "read", "recovery"])
     results: dict = {
         "machine": machine(),
-        "command": "python -m bench.engine" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python -m bench.engine", *(sys.argv[1:] if argv is None else argv)]),
         "dir": os.path.abspath(work),
     }
     try:
@@ -304,20 +519,39 @@ def main(argv=None) -> int:
                 f"{r['mb_per_s']} MB/s ({r['messages_per_s']:,} msg/s)",
                 flush=True,
             )
+        if "growth" in parts:
+            t0 = time.perf_counter()
+            results["growth"] = run_growth(work, args.grow_to, args.quick)
+            results["growth_seconds"] = round(time.perf_counter() - t0, 1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_table(results)
-    out = Path(args.out) / ("engine-quick.json" if args.quick else "engine.json")
+    name = "engine-growth" if parts == {"growth"} else "engine"
+    out = Path(args.out) / (f"{name}-quick.json" if args.quick else f"{name}.json")
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {out}")
     return 0
 
 
+def run_growth(work: str, grow_to: int | None, quick: bool) -> list[dict]:
+    """The growth part as ``main`` runs it: to ``grow_to`` bytes of CommitLog (default 10 GiB,
+    ``quick`` 1 GiB) in steps of 1 GiB (``quick``: 128 MiB), 20,000 single puts and reads per
+    mark (``quick``: 5,000), recovery at the first, middle and last mark (``quick``: last)."""
+    step = 128 * MIB if quick else GIB
+    marks = growth_marks(grow_to or (GIB if quick else 10 * GIB), step)
+    recover_at = {marks[-1]}
+    if not quick:
+        recover_at |= {marks[0], marks[max(0, len(marks) // 2 - 1)]}
+    samples = 5_000 if quick else 20_000
+    return bench_growth(work, marks, samples, samples, recover_at)
+
+
 def print_table(results: dict) -> None:
     """The results as a Markdown table (pasted into docs/performance.md)."""
-    print()
-    print("| case | messages/s | per CPU-second | MB/s | plain os.write MB/s | ratio |")
-    print("|---|---:|---:|---:|---:|---:|")
+    if any(k in results for k in ("append", "read", "recovery")):
+        print()
+        print("| case | messages/s | per CPU-second | MB/s | plain os.write MB/s | ratio |")
+        print("|---|---:|---:|---:|---:|---:|")
     for r in results.get("append", []):
         print(
             f"| append {r['body_bytes']} B bodies, batch {r['batch']} | "
@@ -339,6 +573,52 @@ def print_table(results: dict) -> None:
         print(
             f"| abnormal recovery, {r['commitlog_bytes'] / 2**20:.0f} MiB CommitLog "
             f"({r['body_bytes']} B bodies) | {r['messages_per_s']:,} | | {r['mb_per_s']:.1f} | | |"
+        )
+    if results.get("growth"):
+        print_growth_table(results["growth"])
+
+
+def print_growth_table(rows: list[dict]) -> None:
+    """The growth part as a Markdown table, one row per mark (CommitLog GiB; messages/s and
+    MB/s of the step's batch appends; recovery in seconds and MiB of CommitLog scanned), and a
+    line saying how the last step compares with the first."""
+    print()
+    print(
+        "| CommitLog GiB | batch msg/s | per CPU-s | MB/s | plain MB/s | ratio | single put msg/s "
+        "| get_message msg/s | recovery s | recovery scanned MiB |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        rec = scanned = ""
+        if "recovery_seconds" in r:
+            rec = f"{r['recovery_seconds']:.3f}" + ("" if r["recovered_whole_store"] else " (!)")
+            scanned = f"{(r['recovery_bytes_scanned'] or 0) / MIB:,.0f}"
+        print(
+            f"| {r['commitlog_bytes'] / GIB:.3f} | {r['messages_per_s']:,} | "
+            f"{r['messages_per_cpu_s']:,} | {r['mb_per_s']:.1f} | {r['plain_write_mb_per_s']:.1f} | "
+            f"{r['ratio_to_plain_write']:.3f} | {r['single_put_messages_per_s']:,} | "
+            f"{r['get_message_messages_per_s']:,} | {rec} | {scanned} |"
+        )
+    first, last = rows[0], rows[-1]
+    print()
+    print(
+        f"From the first step to the last ({first['commitlog_bytes'] / GIB:.3f} to "
+        f"{last['commitlog_bytes'] / GIB:.3f} GiB of CommitLog), last/first: batch appends "
+        f"{last['messages_per_s'] / first['messages_per_s']:.2f}x "
+        f"({last['messages_per_cpu_s'] / first['messages_per_cpu_s']:.2f}x per CPU-second), "
+        f"single puts {last['single_put_messages_per_s'] / first['single_put_messages_per_s']:.2f}x, "
+        f"get_message {last['get_message_messages_per_s'] / first['get_message_messages_per_s']:.2f}x."
+    )
+    recs = [r for r in rows if "recovery_seconds" in r]
+    if recs:
+        print(
+            "Abnormal recovery: "
+            + ", ".join(
+                f"{r['recovery_seconds']:.3f} s for {(r['recovery_bytes_scanned'] or 0) / MIB:,.0f} "
+                f"MiB scanned of {r['recovery_commitlog_bytes'] / GIB:.3f} GiB"
+                for r in recs
+            )
+            + "."
         )
 
 
