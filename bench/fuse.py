@@ -21,6 +21,10 @@ Measures, and prints as a table with ratios against the baseline of the same run
    files, vs a plain in-process ``crc32c`` of the same files (read whole) and vs
    ``cat FILES > /dev/null``; and ``tar -c`` of the snapshot vs of ``raw/`` (files per second
    of wall time). ``--snapshots-only`` runs just this part.
+``--produce-only`` (issue 34): ``cat`` of ``--messages`` 100-byte lines into ``produce``
+   and as many JSON lines into ``produce.jsonl`` of a fresh mount, lines/s and per CPU-second
+   of the daemon, against the engine's ``put_bodies`` of the same 128 KiB pieces; targets
+   500,000 and 250,000 lines/s.
 5. Follower lag (issue 10, :mod:`bench.follower`): a writer mount producing at 100,000 msg/s
    and a ``-o ro`` follower mount read like ``tail -f``; per message visible time minus ack
    time, p50/p99, per 5 s window with the store's size. ``--follower-only`` runs just this.
@@ -370,6 +374,98 @@ def snapshot_bench(work: Path, store: Path, results: list, rounds: int = 10) -> 
     )
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def produce_bench(work: Path, n: int, rounds: int) -> list:
+    """Issue 34's produce figures: ``cat`` of ``n`` 100-byte lines into ``topics/T/produce``
+    of a fresh mount, and of ``n`` JSON lines (``{"body": ...}``, a 100-character body) into
+    ``produce.jsonl``, in lines/s of wall clock and per CPU-second of the mount's daemon,
+    ``rounds`` times each (a new topic each round, best round kept), against the engine's
+    own ``put_bodies`` of the same lines in the same 128 KiB pieces (in this process) and a
+    plain ``cat`` of the file into a file of the same disk. Returns the result rows."""
+    import json
+
+    from rmqfs.engine.store import MessageStore
+
+    store, mnt = work / "produce-store", work / "produce-mnt"
+    mnt.mkdir(exist_ok=True)
+    lines = [b"%09d " % i + b"x" * 90 for i in range(n)]
+    src = work / "produce-lines.txt"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    jsrc = work / "produce-lines.jsonl"
+    jsrc.write_bytes(
+        b"".join(b'{"body": "' + line + b'"}\n' for line in lines)  # 100 ASCII characters
+    )
+    best: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+
+    def keep(case: str, seconds: float, cpu_s: float | None = None) -> None:
+        if case not in best or seconds < best[case]:
+            best[case] = seconds
+            if cpu_s is not None:
+                cpu[case] = cpu_s
+
+    data = src.read_bytes()
+    for r in range(rounds):
+        with MessageStore(str(work / f"engine-{r}")) as s:
+            s.create_topic("P")
+            t0 = time.perf_counter()
+            carry = b""
+            for i in range(0, len(data), CHUNK):
+                piece = carry + data[i : i + CHUNK]
+                cut = piece.rfind(b"\n")
+                carry = piece[cut + 1 :]
+                s.put_bodies("P", piece[:cut].split(b"\n"), results=False)
+            keep("engine", time.perf_counter() - t0)
+        shutil.rmtree(work / f"engine-{r}")
+        t0 = time.perf_counter()
+        subprocess.run(["bash", "-c", f"cat '{src}' > '{work}/plain-copy'"], check=True)
+        keep("plain", time.perf_counter() - t0)
+        os.unlink(work / "plain-copy")
+    rmqfs("mount", str(store), str(mnt))
+    try:
+        pid = json.loads((mnt / "status.json").read_text())["pid"]
+        for r in range(rounds):
+            for case, name, path in (("produce", f"P{r}", src), ("jsonl", f"J{r}", jsrc)):
+                os.mkdir(mnt / "topics" / name)
+                target = "produce" if case == "produce" else "produce.jsonl"
+                c0 = _cpu_seconds(pid)
+                t0 = time.perf_counter()
+                subprocess.run(
+                    ["bash", "-c", f"cat '{path}' > '{mnt}/topics/{name}/{target}'"], check=True
+                )
+                keep(case, time.perf_counter() - t0, _cpu_seconds(pid) - c0)
+        with open(mnt / "topics" / f"P{rounds - 1}" / "bodies.txt", "rb") as fh:
+            got = sum(1 for _ in fh)
+        if got != n:
+            raise SystemExit(f"produce stored {got} lines of {n}")
+    finally:
+        rmqfs("umount", str(mnt))
+        shutil.rmtree(store, ignore_errors=True)
+    rows = [
+        ("engine put_bodies, 128 KiB pieces", f"{n / best['engine']:,.0f} lines/s", "baseline"),
+        ("plain cat FILE > file (same disk)", f"{n / best['plain']:,.0f} lines/s", ""),
+    ]
+    for case, label, target in (
+        ("produce", f"cat {n:,} 100 B lines > produce", 500_000),
+        ("jsonl", f"cat {n:,} JSON lines > produce.jsonl", 250_000),
+    ):
+        rows.append(
+            (
+                label,
+                f"{n / best[case]:,.0f} lines/s",
+                f"{best['engine'] / best[case]:.2f} x engine; daemon "
+                f"{n / max(cpu[case], 1e-9):,.0f} lines per CPU-s (target {target:,} lines/s)",
+            )
+        )
+    return rows
+
+
 def store_bytes(store: Path) -> int:
     return sum(p.stat().st_size for p in (store / "commitlog").iterdir())
 
@@ -394,6 +490,12 @@ def main(argv=None) -> int:
         "--snapshots-only", action="store_true", help="only the snapshot figures (item 4)"
     )
     p.add_argument(
+        "--produce-only",
+        action="store_true",
+        help="only the produce figures (issue 34): cat of --messages 100-byte lines",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="rounds of --produce-only (best kept)")
+    p.add_argument(
         "--follower-only",
         action="store_true",
         help="only the follower lag (python -m bench.follower has its options)",
@@ -410,6 +512,15 @@ def main(argv=None) -> int:
     ptmnt.mkdir(exist_ok=True)
     results = []
     pt_proc = None
+    if args.produce_only:
+        try:
+            log(f"produce: {args.messages:,} lines, {args.rounds} rounds ...")
+            results += produce_bench(work, args.messages, args.rounds)
+        finally:
+            if not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        print_results(results)
+        return 0
     if args.snapshots_only:
         try:
             log("filling a 1 GiB CommitLog segment ...")

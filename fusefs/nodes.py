@@ -28,7 +28,7 @@ from rmqfs.engine import errors as E
 from rmqfs.engine.format.message import MessageRecord
 from rmqfs.engine.live.progress import consumer_progress, diff_total
 from rmqfs.engine.live.status import store_status
-from rmqfs.engine.read.jsonline import message_from_json, parse_json_line
+from rmqfs.engine.read.jsonline import message_from_json, parse_json_line, plain_body
 from rmqfs.engine.read.scheduled import waiting_refs
 from rmqfs.engine.service.storetree import lstat_beneath, open_beneath
 from rmqfs.engine.service.validation import check_send_topic, check_topic_creatable, parse_decimal
@@ -1024,17 +1024,34 @@ class ProduceHandle(Handle):
         """Nothing: a produce file reads as empty, opened O_RDWR too."""
         return b""  # docs/mount.md: a produce file reads as empty, opened O_RDWR too
 
-    def _messages(self, lines: list[bytes]) -> list[Message]:
-        """The messages of ``produce.jsonl`` lines (blank ones skipped)."""
-        msgs = []
+    def _messages(self, lines: list[bytes]) -> tuple[list[bytes], list[Message]]:
+        """What ``produce.jsonl`` lines say to put (blank ones skipped): ``(their bodies, [])``
+        when every line is ``{"body": text}`` alone (``jsonline.plain_body``: stored as
+        ``produce``'s lines are), else ``([], a Message each)``. FsError names the first bad
+        line."""
+        bodies: list[bytes] = []
+        msgs: list[Message] = []
+        plain: list[object] = []  # the plain lines' objects, while a Message may be needed
         for i, line in enumerate(lines):
             if not line.strip(b" \t\r"):
                 continue
             try:
-                msgs.append(message_from_json(parse_json_line(line), self.topic, self.queue_id))
+                obj = parse_json_line(line)
+                body = plain_body(obj)
+                if body is not None:
+                    bodies.append(body)
+                    plain.append(obj)
+                else:
+                    msgs.append(message_from_json(obj, self.topic, self.queue_id))
+                    plain.append(msgs[-1])
             except E.StoreError as exc:
                 raise FsError(exc.errno, f"line {i + 1} of the write: {exc}") from None
-        return msgs
+        if not msgs:
+            return bodies, []
+        return [], [  # a Message each, in line order
+            p if isinstance(p, Message) else message_from_json(p, self.topic, self.queue_id)
+            for p in plain
+        ]
 
     def _put(self, lines: list[bytes]) -> None:
         try:
@@ -1043,8 +1060,10 @@ class ProduceHandle(Handle):
                 if bodies:
                     self.ctx.store.put_bodies(self.topic, bodies, self.queue_id, results=False)
                 return
-            msgs = self._messages(lines)
-            if msgs:
+            bodies, msgs = self._messages(lines)
+            if bodies:  # plain lines: as produce's, no Message each
+                self.ctx.store.put_bodies(self.topic, bodies, self.queue_id, results=False)
+            elif msgs:
                 self.ctx.store.put_messages(msgs)
         except E.StoreError as exc:
             raise fs_error(exc) from exc

@@ -39,6 +39,7 @@ __all__ = [
     "DELIVER_TIMESTAMP",
     "build_scheduled_line",
     "parse_json_line",
+    "plain_body",
     "message_from_json",
 ]
 
@@ -166,7 +167,7 @@ def parse_json_line(line: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise MessageIllegalError(f"the line is not UTF-8 (byte {exc.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        return _DECODER.decode(text)
     except ValueError as exc:
         raise MessageIllegalError(f"not JSON: {exc}") from None
     except RecursionError:
@@ -186,6 +187,27 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
+
+
+#: the one strict decoder of produce.jsonl lines (made once: ``json.loads`` with options builds
+#: a decoder a call)
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+
+
+def plain_body(obj: object) -> bytes | None:
+    """The body (UTF-8) of a parsed ``produce.jsonl`` line that is ``{"body": text}`` alone
+    with a non-empty text (what :func:`message_from_json` makes a plain message of, which
+    ``MessageStore.put_bodies`` stores without a Message), else None (then
+    :func:`message_from_json` makes its Message, or says what is wrong with it)."""
+    if obj.__class__ is not dict or len(obj) != 1:
+        return None
+    body = obj.get("body")
+    if body.__class__ is not str or not body:
+        return None
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: message_from_json names it
+        return None
 
 
 def message_from_json(obj: object, topic: str, queue_id: int | None = None) -> Message:

@@ -79,6 +79,40 @@ def test_produce_jsonl_refusals_store_nothing_of_the_write(tmp_path):
         assert rec.tags == "TagA" and rec.keys == ["k1"]
 
 
+def test_produce_jsonl_plain_lines_store_what_their_messages_store(tmp_path):
+    """A write whose lines are all ``{"body": text}`` is stored as ``produce``'s lines are
+    (``put_bodies``, no Message each); a write with one richer line as a Message each: both
+    give the records, queues and tags that one Message per line gives, in line order, and a
+    bad line among plain ones still refuses the whole write, naming that line."""
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/J")
+        t.mkdir("/topics/K")
+        plain = b"".join(b'{"body": "m%d \\u00e9\\ud83d\\ude00"}\n' % i for i in range(6))
+        t.write("/topics/J/produce.jsonl", plain)
+        t.write("/topics/K/produce", "".join(f"m{i} \u00e9\U0001f600\n" for i in range(6)).encode())
+        for topic in ("J", "K"):
+            got = sorted(messages(t, topic), key=lambda m: m[2])
+            assert [(q, b) for q, _, b in got] == [
+                (i % 4, f"m{i} \u00e9\U0001f600".encode()) for i in range(6)
+            ]
+        mixed = b'{"body": "p1"}\n{"body": "t1", "tags": "TagA"}\n \n{"body": "p2"}\n'
+        t.store.create_topic("M", 1)
+        t.write("/topics/M/produce.jsonl", mixed)
+        got = [(r.body, r.tags) for _, r in t.store.iter_queue("M", 0)]
+        assert got == [(b"p1", None), (b"t1", "TagA"), (b"p2", None)]
+        before = len(messages(t, "J"))
+        for bad, line in (
+            (b'{"body": "ok"}\n{"body": ""}\n', 2),  # an empty body
+            (b'{"body": "ok"}\n{"body": "\\ud800"}\n', 2),  # a lone surrogate
+            (b'{"body": "ok"}\n{"body": "a", "body": "b"}\n', 2),  # a name twice
+            (b'{"body": "ok"}\n{"body": "x", "bad": 1}\n{nope\n', 2),  # the first bad line
+        ):
+            with pytest.raises(FsError) as info:
+                t.write("/topics/J/produce.jsonl", bad)
+            assert info.value.errno == errno.EINVAL and f"line {line} " in str(info.value), bad
+        assert len(messages(t, "J")) == before
+
+
 def test_a_refused_continuation_poisons_the_open_file(tmp_path):
     with tree(tmp_path) as t:
         t.mkdir("/topics/P")
