@@ -956,11 +956,11 @@ class IndexFile:
             return "an item whose prevIndex is in another hash bucket"
         if len(phy) > 1 and (np.diff(phy) < 0).any():
             return "items out of CommitLog order"
-        newest = np.zeros(slots, np.int64)
-        if len(bucket):
-            last_first, where = np.unique(bucket[::-1], return_index=True)
-            newest[last_first] = (count - 1) - where
-        if (slot.astype(np.int64) != newest).any():
+        if not _slots_name_newest(slot.astype(np.int64), bucket, n, count):
+            newest = np.zeros(slots, np.int64)  # which slot is wrong, the costly way
+            if len(bucket):
+                last_first, where = np.unique(bucket[::-1], return_index=True)
+                newest[last_first] = (count - 1) - where
             s = int(np.flatnonzero(slot.astype(np.int64) != newest)[0])
             return (
                 f"hash slot {s} holds item {int(slot[s])}, the newest item of its bucket "
@@ -1213,6 +1213,21 @@ def index_step(
         slots[slot] = c
         c += 1
     return _items_struct(n).pack(*items), old, (c, slot_count, begin_ts, begin_phy, ts, phy)
+
+
+def _slots_name_newest(slot: np.ndarray, bucket: np.ndarray, n: np.ndarray, count: int) -> bool:
+    """Whether every hash slot holds the newest item of its bucket (0 for an empty one), in
+    linear time: each non-zero slot names an item (below ``count``) of its own bucket, and no
+    item is newer than its bucket's slot (``slot``: the table as int64; ``bucket``: each item's
+    bucket, items 1 .. count - 1 in order; ``n``: their numbers)."""
+    import numpy as np
+
+    if ((slot < 0) | (slot >= count)).any():
+        return False
+    used = np.flatnonzero(slot)
+    if (bucket[slot[used] - 1] != used).any():
+        return False
+    return bool((n <= slot[bucket]).all())
 
 
 def _slot_runs(sorted_slots: list[int], gap: int = 1) -> Iterator[tuple[int, int]]:

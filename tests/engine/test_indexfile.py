@@ -784,3 +784,31 @@ def test_one_cut_for_recovery_and_snapshots(tmp_path):
     assert on_disk.tolist() == cut.slots.tolist() == [7, 5, 6, 0]
     assert f.select_phy_offsets("T#k0", 8) == [600, 300, 0]
     f.close()
+
+
+def test_structure_problem_finds_every_slot_that_is_not_its_buckets_newest(tmp_path):
+    """``IndexFile.structure_problem`` (its linear check that each slot names the newest item
+    of its bucket) finds a slot naming an older item of its bucket, an item of another bucket,
+    an item past indexCount, an item in an empty bucket, and a used bucket's slot zeroed;
+    a good file has no problem."""
+    import struct
+
+    path = str(tmp_path / "i")
+    f = IndexFile(path, 16, 64)
+    t = 1_700_000_000_000
+    for i, h in enumerate((3, 19, 35, 4, 20, 7)):  # buckets 3, 3, 3, 4, 4, 7
+        assert f.put_hashed([h, 100 * (i + 1), t]) == 1
+    f.close()
+    good = Path(path).read_bytes()
+    assert IndexFile(path, 16, 64, read_only=True).structure_problem() is None
+
+    def slot_at(data: bytes, slot: int, value: int) -> bytes:
+        at = INDEX_HEADER_SIZE + 4 * slot
+        return data[:at] + struct.pack(">i", value) + data[at + 4 :]
+
+    for slot, value in ((3, 2), (3, 4), (3, 9), (5, 1), (4, 0), (7, 0)):
+        Path(path).write_bytes(slot_at(good, slot, value))
+        g = IndexFile(path, 16, 64, read_only=True)
+        problem = g.structure_problem()
+        g.close()
+        assert problem is not None and f"hash slot {slot} " in problem, (slot, value, problem)
