@@ -92,6 +92,9 @@ _FEW_ENTRIES = 4
 #: them (from the in-memory table, so the same bytes the file holds): the slots of a batch's
 #: UNIQ_KEYs, whose hashes differ by a few units, take one or two writes instead of dozens.
 _SLOT_GAP = 1024
+#: Chunks (pages) of items allocated at once ahead of in-place writes (64 KiB: an IndexFile's
+#: items grow in order; its slots, spread over the table, are allocated a page at a time)
+_ITEM_CHUNKS_AHEAD = 16
 #: An IndexFile name: its creation time as yyyyMMddHHmmssSSS (UtilAll.timeMillisToHumanString).
 INDEX_FILE_NAME = re.compile(r"[0-9]{17}\Z")
 _TRUNCATE_CHUNK = 65536  # items read at once when undoing items
@@ -236,12 +239,14 @@ class _MapIO(_FdIO):
                 self.allocate(c)
         mm[offset:end] = data
 
-    def allocate(self, chunk: int) -> None:
-        """Allocate chunk number ``chunk`` of the file (``posix_fallocate``; ENOSPC as
-        OSError) and note it in :attr:`chunks`."""
+    def allocate(self, chunk: int, count: int = 1) -> None:
+        """Allocate chunks ``chunk .. chunk + count - 1`` of the file (those past its end
+        left out) with one ``posix_fallocate`` (ENOSPC as OSError, nothing noted then) and
+        note them in :attr:`chunks`."""
         step = self.CHUNK
-        os.posix_fallocate(self.fd, chunk * step, min(step, self.size - chunk * step))
-        self.chunks[chunk] = 1
+        count = max(1, min(count, len(self.chunks) - chunk))
+        os.posix_fallocate(self.fd, chunk * step, min(count * step, self.size - chunk * step))
+        self.chunks[chunk : chunk + count] = b"\x01" * count
 
     def mapping(self) -> mmap.mmap | None:
         """The writable mapping of the whole file (made now if not yet), None where the file
@@ -697,6 +702,7 @@ class IndexFile:
             self.begin_timestamp,
             self.begin_phy_offset,
         )
+        items_from = self._items_base // io.CHUNK  # items are written in order: allocated ahead
         while True:
             after = in_place(
                 mm, io.chunks, io.CHUNK, self._items_base, slots, entries, start, n, state
@@ -704,7 +710,8 @@ class IndexFile:
             if isinstance(after, tuple):
                 break
             for chunk in sorted(set(after)):
-                io.allocate(chunk)
+                if not io.chunks[chunk]:
+                    io.allocate(chunk, _ITEM_CHUNKS_AHEAD if chunk > items_from else 1)
         self._advance(after)
         return start + n
 
