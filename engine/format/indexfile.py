@@ -246,7 +246,7 @@ class _MapIO(_FdIO):
         step = self.CHUNK
         count = max(1, min(count, len(self.chunks) - chunk))
         os.posix_fallocate(self.fd, chunk * step, min(count * step, self.size - chunk * step))
-        self.chunks[chunk : chunk + count] = b"\x01" * count
+        self.chunks[chunk : chunk + count] = bytes([1]) * count
 
     def mapping(self) -> mmap.mmap | None:
         """The writable mapping of the whole file (made now if not yet), None where the file

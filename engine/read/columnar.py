@@ -125,7 +125,7 @@ from .kernel import (
     WANT_TAGS,
     WANT_TOPIC,
 )
-from .schema import arrow_schema
+from .schema import arrow_schema, int_values
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
     import pyarrow as pa
@@ -726,7 +726,7 @@ def decode_topic_units(
         None,
         build,
     )
-    got = batch.column("queueId").to_numpy()
+    got = int_values(batch.column("queueId"))
     bad = got != np.asarray(queue_ids)
     if bad.any():
         i = int(np.argmax(bad))

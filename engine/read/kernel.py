@@ -64,6 +64,7 @@ from ..format.indexfile import (
     INVALID_INDEX,
     ITEM_POSITIONS,
 )
+from .schema import int_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -445,7 +446,7 @@ class Kernel:
             col = batch.column(f)
             t = col.type
             if pa.types.is_integer(t):
-                values = np.ascontiguousarray(col.to_numpy(), dtype=np.int64)
+                values = np.ascontiguousarray(int_values(col), dtype=np.int64)
                 keep.append(values)
                 kinds[f], ptrs[0][f] = _JL_INT, self._p(values)
             elif pa.types.is_string(t):
@@ -459,7 +460,7 @@ class Kernel:
                 kinds[f] = _JL_BODY
                 ptrs[0][f], ptrs[1][f] = strings(col)
             elif pa.types.is_map(t) or pa.types.is_list(t):
-                offsets = np.ascontiguousarray(col.offsets.to_numpy(), dtype=np.int32)
+                offsets = np.ascontiguousarray(int_values(col.offsets), dtype=np.int32)
                 keep.append(offsets)
                 ptrs[0][f] = self._p(offsets)
                 if pa.types.is_map(t):

@@ -33,6 +33,7 @@ from ..format.message import (
 from ..service.recovery import RecordRun
 from . import kernel
 from .columnar import CommitLogWindow, commitlog_runs, decode_records
+from .schema import int_values
 
 if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is built
     import pyarrow as pa
@@ -134,11 +135,11 @@ def _doubtful(
     if not check_crc:
         return n
     rel = offs - base
-    crc = batch.column(COLUMNS.index("bodyCRC")).to_numpy()
+    crc = int_values(batch.column(COLUMNS.index("bodyCRC")))
     bad = np.zeros(n, bool)
     maybe = np.flatnonzero(crc != 0)
     if len(maybe):  # bodyLength of each, read in place (after its hosts: body_length_position)
-        flags = batch.column(COLUMNS.index("sysFlag")).to_numpy()[maybe]
+        flags = int_values(batch.column(COLUMNS.index("sysFlag")))[maybe]
         at = rel[maybe] + BODY_LENGTH_POSITION
         at += HOST_V6_EXTRA * ((flags & BORNHOST_V6_FLAG) != 0)
         at += HOST_V6_EXTRA * ((flags & STOREHOSTADDRESS_V6_FLAG) != 0)
@@ -183,17 +184,17 @@ def _run(
             if len(_TAGS_CODES) < 4096:
                 _TAGS_CODES[t] = tc
         codes[j] = tc
-    tag_index = tags.indices.fill_null(len(tags.dictionary)).to_numpy()  # none: 0 (codes[-1])
+    tag_index = int_values(tags.indices, len(tags.dictionary))  # none: 0 (codes[-1])
     return RecordRun(
         window.data,
         window.base,
         offs,
         sizes,
         topics.dictionary.to_pylist(),
-        topics.indices.to_numpy(),
-        cols["queueId"].to_numpy(),
-        cols["queueOffset"].to_numpy(),
-        cols["sysFlag"].to_numpy(),
-        cols["storeTimestamp"].to_numpy(),
+        int_values(topics.indices),
+        int_values(cols["queueId"]),
+        int_values(cols["queueOffset"]),
+        int_values(cols["sysFlag"]),
+        int_values(cols["storeTimestamp"]),
         codes[tag_index],
     )

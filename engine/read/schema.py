@@ -22,9 +22,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
 __all__ = [
+    "int_values",
     "LINE_COLUMNS",
     "PART_COLUMNS",
     "PARTITION_COLUMNS",
@@ -151,3 +153,24 @@ def part_schema() -> pa.Schema:
 
         s = _cache["part"] = pa.schema([(n, _arrow_type(t)) for n, t in PART_COLUMNS])
     return s
+
+
+def int_values(col: pa.Array, null: int | None = None) -> np.ndarray:
+    """The values of an integer Arrow array: a zero-copy numpy view of its data buffer
+    (native order, what Arrow holds), or, where it has nulls and ``null`` is given, a copy with
+    ``null`` in their place. Where pandas is installed, pyarrow's ``to_numpy`` and
+    ``fill_null`` import it on their first call in a process (0.3 s here: a tenth of a 4 GiB
+    store's recovery after a crash, paid for one column). ValueError for another type, or
+    for nulls without ``null``."""
+    import numpy as np
+    import pyarrow as pa
+
+    t = col.type
+    if not pa.types.is_integer(t) or (col.null_count and null is None):
+        raise ValueError(f"not an integer column without nulls: {t}, {col.null_count} nulls")
+    dtype = np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
+    values = np.frombuffer(col.buffers()[1], dtype, len(col), col.offset * dtype.itemsize)
+    if not col.null_count or null is None:
+        return values
+    bits = np.unpackbits(np.frombuffer(col.buffers()[0], np.uint8), bitorder="little")
+    return np.where(bits[col.offset : col.offset + len(col)].astype(bool), values, null)

@@ -736,11 +736,11 @@ class _Scan:
         )
         comparable = eligible & ~txn & ((r.sys_flags & _HOSTS_V6) == 0)
         keys = (r.topic_index.astype(np.int64) << 32) | (r.queue_ids.astype(np.int64) & 0xFFFFFFFF)
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
-        for g in range(len(uniq)):
-            idx = order[bounds[g] : bounds[g + 1]]
+        order = np.argsort(keys, kind="stable")  # each queue's records, in CommitLog order
+        ordered = keys[order]
+        bounds = np.flatnonzero(np.diff(ordered)) + 1
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), n]):
+            idx = order[lo:hi]
             topic = r.topics[int(r.topic_index[idx[0]])]
             key = (topic, int(r.queue_ids[idx[0]]))
             held = np.zeros(len(idx), bool)

@@ -237,3 +237,29 @@ def test_the_batches_take_every_record_of_a_plain_store(base, tmp_path, monkeypa
     assert seen[2] is None
     assert given == seen[3] == len(_records(base))
     assert seen[6] == seen[7] == 0
+
+
+def test_int_values_reads_arrow_integers_without_pyarrows_conversions():
+    """``schema.int_values`` (recovery's columns, without pyarrow's ``to_numpy`` or
+    ``fill_null``, which import pandas): the values of signed and unsigned arrays and of
+    slices, nulls replaced where a value is given, refused where none is, and a column that
+    is not of integers refused."""
+    import numpy as np
+    import pyarrow as pa
+    import pytest
+
+    from rmqfs.engine.read.schema import int_values
+
+    for t in (pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.uint32()):
+        a = pa.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 120], t)
+        assert int_values(a).tolist() == a.to_pylist()
+        assert int_values(a.slice(3, 5)).tolist() == [4, 5, 6, 7, 8]
+    d = pa.array(["x", None, "y", "x", None, "z", "y", "x", None, "q", "x"]).dictionary_encode()
+    want = [0, 9, 1, 0, 9, 2, 1, 0, 9, 3, 0]
+    assert int_values(d.indices, 9).tolist() == want
+    assert int_values(d.indices.slice(1, 9), 9).tolist() == want[1:10]
+    with pytest.raises(ValueError):
+        int_values(d.indices)
+    with pytest.raises(ValueError):
+        int_values(pa.array([1.5]))
+    assert int_values(pa.array([], pa.int32())).dtype == np.int32
