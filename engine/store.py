@@ -154,8 +154,8 @@ class QueueTable(dict):
 
 
 def _load_kernel() -> Any:
-    """The compiled core for the put path (``engine.read.kernel.load``: None without one);
-    given to the put service, which sits below engine.read."""
+    """The compiled core (``engine.read.kernel.load``: None without one), for the put path
+    and the IndexFile check after a crash, which sit below engine.read."""
     from .read import kernel
 
     return kernel.load()
@@ -423,7 +423,10 @@ class MessageStore:
         # an indexCount past the file, a slot past the count), and rebuilds it as well.
         dropped = []
         if not self.last_exit_ok:
-            dropped = self.index_service.drop_inconsistent()
+            k = _load_kernel()
+            dropped = self.index_service.drop_inconsistent(
+                check=k.index_check if k is not None else None
+            )
         elif not read_only:
             dropped = self.index_service.drop_inconsistent(newest=1, quick=True)
         if dropped:

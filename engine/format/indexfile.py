@@ -927,56 +927,45 @@ class IndexFile:
             )
         return None
 
-    def structure_problem(self) -> str | None:
+    def structure_problem(self, check: IndexCheck | None = None) -> str | None:
         """The first way the file's header, hash slots and items disagree, or None.
 
         A crash (or a copy taken while the file was written: ``tar`` of ``raw/``) can leave
         slots pointing at items the header does not count, or chains through items written
-        after the header. Checked column-wise over the whole file (numpy): each slot is the
-        newest item of its bucket (0 for an empty bucket), every prevIndex points at an older
-        item of the same bucket, phyOffsets never go back, keyHash and timeDiff are not
-        negative, and hashSlotCount and endPhyOffset match. Costs one read of the file (up to
-        about 420 MB for the default geometry): run after an abnormal exit only.
+        after the header. Checked over the whole file: each slot is the newest item of its
+        bucket (0 for an empty bucket), every prevIndex points at an older item of the same
+        bucket, phyOffsets never go back, keyHash and timeDiff are not negative, and
+        hashSlotCount and endPhyOffset match. ``check`` finds these (:data:`IndexCheck`: the
+        compiled core's one pass, ``engine.read.kernel.Kernel.index_check``), by default
+        :func:`structure_findings` (numpy). Costs one read of the file (up to about 420 MB for
+        the default geometry): run after an abnormal exit only.
         """
-        import numpy as np
-
         problem = self.header_problem()
         if problem is not None:
             return problem
         slots, count = self.hash_slot_num, self.index_count
-        slot = np.frombuffer(self._io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE), ">i4")
+        slot_raw = self._io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE)
         raw = self._io.read(self._items_base + INDEX_SIZE, (count - 1) * INDEX_SIZE)
-        if len(slot) != slots or len(raw) != (count - 1) * INDEX_SIZE:
+        if len(slot_raw) != slots * HASH_SLOT_SIZE or len(raw) != (count - 1) * INDEX_SIZE:
             return "file shorter than its hash slots and indexCount items"
-        items = np.frombuffer(
-            raw, np.dtype([("h", ">i4"), ("phy", ">i8"), ("td", ">i4"), ("prev", ">i4")])
-        )
-        h, phy, prev = items["h"], items["phy"], items["prev"]
-        n = np.arange(1, count, dtype=np.int64)
-        if (h < 0).any() or (items["td"] < 0).any():
+        f = (check or structure_findings)(slot_raw, raw, slots, count)
+        if f.negative:
             return "an item with a negative keyHash or timeDiff"
-        if ((prev < 0) | (prev >= n)).any():
+        if f.bad_prev:
             return "an item whose prevIndex is not an older item"
-        bucket = h.astype(np.int64) % slots
-        chained = prev > 0
-        if (bucket[prev[chained] - 1] != bucket[chained]).any():
+        if f.cross_bucket:
             return "an item whose prevIndex is in another hash bucket"
-        if len(phy) > 1 and (np.diff(phy) < 0).any():
+        if f.out_of_order:
             return "items out of CommitLog order"
-        if not _slots_name_newest(slot.astype(np.int64), bucket, n, count):
-            newest = np.zeros(slots, np.int64)  # which slot is wrong, the costly way
-            if len(bucket):
-                last_first, where = np.unique(bucket[::-1], return_index=True)
-                newest[last_first] = (count - 1) - where
-            s = int(np.flatnonzero(slot.astype(np.int64) != newest)[0])
+        if f.slot >= 0:
             return (
-                f"hash slot {s} holds item {int(slot[s])}, the newest item of its bucket "
-                f"is {int(newest[s])}"
+                f"hash slot {f.slot} holds item {f.slot_value}, the newest item of its bucket "
+                f"is {f.newest}"
             )
-        if int(np.count_nonzero(slot)) != self.hash_slot_count:
-            return f"hashSlotCount {self.hash_slot_count} but {np.count_nonzero(slot)} in use"
-        if count > 1 and self.end_phy_offset != int(phy[-1]):
-            return f"endPhyOffset {self.end_phy_offset} != the last item's {int(phy[-1])}"
+        if f.used != self.hash_slot_count:
+            return f"hashSlotCount {self.hash_slot_count} but {f.used} in use"
+        if count > 1 and self.end_phy_offset != f.last_phy:
+            return f"endPhyOffset {self.end_phy_offset} != the last item's {f.last_phy}"
         return None
 
     # -- truncate -----------------------------------------------------------------------------
@@ -1220,6 +1209,60 @@ def index_step(
         slots[slot] = c
         c += 1
     return _items_struct(n).pack(*items), old, (c, slot_count, begin_ts, begin_phy, ts, phy)
+
+
+class StructureFindings(NamedTuple):
+    """What :meth:`IndexFile.structure_problem` checks, found over a file's slots and items
+    (:data:`IndexCheck`)."""
+
+    negative: bool  #: an item with a keyHash or timeDiff below 0
+    bad_prev: bool  #: an item whose prevIndex is not an older item (below 0, or not below it)
+    cross_bucket: bool  #: an item whose prevIndex (a valid one) is in another hash bucket
+    out_of_order: bool  #: an item whose phyOffset is below the one before it
+    slot: int  #: the first slot that does not hold its bucket's newest item (0: none), -1: none
+    slot_value: int  #: what that slot holds
+    newest: int  #: the newest item of its bucket
+    used: int  #: slots that are not 0
+    last_phy: int  #: the last item's phyOffset (0 without items)
+
+
+#: What finds :class:`StructureFindings`: ``(slots as stored, items 1 .. count - 1 as stored,
+#: hashSlotNum, indexCount)`` (the bytes of the file after its header, big-endian).
+IndexCheck = Callable[[bytes, bytes, int, int], StructureFindings]
+
+
+def structure_findings(slot_raw: bytes, raw: bytes, slots: int, count: int) -> StructureFindings:
+    """:data:`IndexCheck` in numpy (the reference the compiled one is judged against)."""
+    import numpy as np
+
+    slot = np.frombuffer(slot_raw, ">i4").astype(np.int64)
+    items = np.frombuffer(
+        raw, np.dtype([("h", ">i4"), ("phy", ">i8"), ("td", ">i4"), ("prev", ">i4")])
+    )
+    h, phy, prev = items["h"], items["phy"], items["prev"]
+    n = np.arange(1, count, dtype=np.int64)
+    bad_prev = (prev < 0) | (prev >= n)
+    bucket = h.astype(np.int64) % slots
+    chained = np.flatnonzero((prev > 0) & ~bad_prev)
+    bad_slot, slot_value, newest_value = -1, 0, 0
+    if not _slots_name_newest(slot, bucket, n, count):
+        newest = np.zeros(slots, np.int64)  # which slot is wrong, the costly way
+        if len(bucket):
+            last_first, where = np.unique(bucket[::-1], return_index=True)
+            newest[last_first] = (count - 1) - where
+        bad_slot = int(np.flatnonzero(slot != newest)[0])
+        slot_value, newest_value = int(slot[bad_slot]), int(newest[bad_slot])
+    return StructureFindings(
+        bool((h < 0).any() or (items["td"] < 0).any()),
+        bool(bad_prev.any()),
+        bool((bucket[prev[chained] - 1] != bucket[chained]).any()),
+        bool((phy[1:] < phy[:-1]).any()),  # not np.diff: it wraps on random phyOffsets
+        bad_slot,
+        slot_value,
+        newest_value,
+        int(np.count_nonzero(slot)),
+        int(phy[-1]) if len(phy) else 0,
+    )
 
 
 def _slots_name_newest(slot: np.ndarray, bucket: np.ndarray, n: np.ndarray, count: int) -> bool:

@@ -1164,3 +1164,55 @@ int64_t rmq_index_put_mapped(rmq_index_args *a, rmq_index_map *m)
     wr32(h + m->at_count, (uint32_t)a->count);
     return n;
 }
+
+static inline int64_t floor_mod(int64_t v, int64_t n)
+{
+    int64_t r = v % n;
+    return r < 0 ? r + n : r;
+}
+
+void rmq_index_check(rmq_index_check_args *a)
+{
+    const int64_t ns = a->nslots, count = a->count, is = a->item_size;
+    int64_t *newest = a->newest;
+    a->negative = a->bad_prev = a->cross_bucket = a->out_of_order = 0;
+    a->slot = -1;
+    a->slot_value = a->newest_value = a->used = a->last_phy = 0;
+    if (ns <= 0)
+        return;
+    memset(newest, 0, (size_t)ns * sizeof(int64_t));
+    int64_t last_phy = 0;
+    for (int64_t j = 0; j + 1 < count; j++) {
+        const uint8_t *it = a->items + is * j;
+        const int64_t num = j + 1; /* the item's number */
+        const int32_t h = (int32_t)rd32(it + a->at_hash);
+        const int64_t phy = (int64_t)rd64(it + a->at_phy);
+        const int32_t diff = (int32_t)rd32(it + a->at_diff);
+        const int32_t prev = (int32_t)rd32(it + a->at_prev);
+        if (h < 0 || diff < 0)
+            a->negative = 1;
+        const int64_t bucket = floor_mod(h, ns);
+        if (prev < 0 || prev >= num) {
+            a->bad_prev = 1;
+        } else if (prev > 0) {
+            const int32_t ph = (int32_t)rd32(a->items + is * (int64_t)(prev - 1) + a->at_hash);
+            if (floor_mod(ph, ns) != bucket)
+                a->cross_bucket = 1;
+        }
+        if (j > 0 && phy < last_phy)
+            a->out_of_order = 1;
+        last_phy = phy;
+        newest[bucket] = num;
+    }
+    a->last_phy = last_phy;
+    for (int64_t s = 0; s < ns; s++) {
+        const int64_t v = (int32_t)rd32(a->slots + 4 * s);
+        if (v != 0)
+            a->used++;
+        if (a->slot < 0 && v != newest[s]) {
+            a->slot = s;
+            a->slot_value = v;
+            a->newest_value = newest[s];
+        }
+    }
+}

@@ -246,4 +246,21 @@ typedef struct {
  * outside the mapping or the chunk table. Nothing is written or changed when it returns < 0. */
 int64_t rmq_index_put_mapped(rmq_index_args *a, rmq_index_map *m);
 
+/* rmq_index_check: engine/format/indexfile.py's structure_findings in one pass over an
+ * IndexFile's slots and items as stored (big-endian): which of its checks fail, and the first
+ * slot that does not hold the newest item of its bucket (bucket = keyHash floor-mod nslots). */
+typedef struct {
+    const uint8_t *slots;  /* nslots big-endian int32 */
+    int64_t nslots;
+    const uint8_t *items;  /* items 1 .. count - 1, item_size bytes each */
+    int64_t count;
+    int32_t item_size, at_hash, at_phy, at_diff, at_prev, pad_;
+    int64_t *newest;       /* scratch: nslots */
+    /* out */
+    int32_t negative, bad_prev, cross_bucket, out_of_order;
+    int64_t slot, slot_value, newest_value, used, last_phy;
+} rmq_index_check_args;
+
+void rmq_index_check(rmq_index_check_args *a);
+
 #endif

@@ -196,6 +196,17 @@ typedef struct {
     int64_t need_cap, nneed;
 } rmq_index_map;
 int64_t rmq_index_put_mapped(rmq_index_args *a, rmq_index_map *m);
+typedef struct {
+    const uint8_t *slots;
+    int64_t nslots;
+    const uint8_t *items;
+    int64_t count;
+    int32_t item_size, at_hash, at_phy, at_diff, at_prev, pad_;
+    int64_t *newest;
+    int32_t negative, bad_prev, cross_bucket, out_of_order;
+    int64_t slot, slot_value, newest_value, used, last_phy;
+} rmq_index_check_args;
+void rmq_index_check(rmq_index_check_args *a);
 
 const char *rmq_source_digest(void);
 """

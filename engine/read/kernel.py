@@ -63,6 +63,7 @@ from ..format.indexfile import (
     INDEX_SIZE,
     INVALID_INDEX,
     ITEM_POSITIONS,
+    StructureFindings,
 )
 from .schema import int_values
 
@@ -148,6 +149,7 @@ class Kernel:
                 "rmq_put_args",
                 "rmq_index_args",
                 "rmq_index_map",
+                "rmq_index_check_args",
             ):
                 self.ffi.new(f"{struct_type} *")  # cffi checks each field's offset and size here
         except Exception as exc:  # noqa: BLE001 - cffi's own error type (ffi.error)
@@ -269,6 +271,38 @@ class Kernel:
         before = dict(zip(reversed(ffi.unpack(touched, n)), reversed(ffi.unpack(old, n))))
         after = (a.count, a.slot_count, a.begin_ts, a.begin_phy, a.end_ts, a.end_phy)
         return ffi.buffer(items, INDEX_SIZE * n)[:], before, after
+
+    def index_check(self, slot_raw: bytes, raw: bytes, slots: int, count: int) -> StructureFindings:
+        """:data:`engine.format.indexfile.IndexCheck` compiled (``rmq_index_check``): one pass
+        over an IndexFile's slots and items 1 .. ``count`` - 1 as stored, what
+        :func:`engine.format.indexfile.structure_findings` finds (tests/engine/test_put_kernel.py
+        judges it against that). ValueError when the buffers are shorter than ``slots`` slots
+        and ``count`` - 1 items."""
+        if slots < 1 or count < 1:
+            raise ValueError("an IndexFile has a slot and an item at least")
+        if len(slot_raw) < HASH_SLOT_SIZE * slots or len(raw) < INDEX_SIZE * (count - 1):
+            raise ValueError("slots or items shorter than the geometry")
+        ffi = self.ffi
+        a = ffi.new("rmq_index_check_args *")
+        newest = np.empty(slots, np.int64)
+        slot_buf = ffi.from_buffer("uint8_t[]", slot_raw)
+        item_buf = ffi.from_buffer("uint8_t[]", raw)
+        a.slots, a.nslots, a.items, a.count = slot_buf, slots, item_buf, count
+        a.item_size = INDEX_SIZE
+        a.at_hash, a.at_phy, a.at_diff, a.at_prev = ITEM_POSITIONS.values()
+        a.newest = self._p(newest)
+        self.lib.rmq_index_check(a)
+        return StructureFindings(
+            bool(a.negative),
+            bool(a.bad_prev),
+            bool(a.cross_bucket),
+            bool(a.out_of_order),
+            a.slot,
+            a.slot_value,
+            a.newest_value,
+            a.used,
+            a.last_phy,
+        )
 
     def index_writer(self) -> IndexWriter:
         """A new :class:`IndexWriter` (one per store: it keeps its argument structs between

@@ -20,6 +20,7 @@ from ..format.indexfile import (
     INDEX_FILE_NAME,
     LONG_MAX,
     MAX_MSGS_NUM_BATCH,
+    IndexCheck,
     IndexFile,
     IndexInPlace,
     IndexStep,
@@ -185,7 +186,9 @@ class IndexService:
             self.files = keep
         return dropped
 
-    def drop_inconsistent(self, newest: int = 2, quick: bool = False) -> list[tuple[str, str]]:
+    def drop_inconsistent(
+        self, newest: int = 2, quick: bool = False, check: IndexCheck | None = None
+    ) -> list[tuple[str, str]]:
         """After an abnormal exit: check the ``newest`` files (those a crash or a live copy
         can have caught mid-write) with :meth:`IndexFile.structure_problem`; the first
         inconsistent one and every newer one are destroyed (dropped only, when read-only), so
@@ -194,6 +197,8 @@ class IndexService:
         past the checkpoint; a file copied while written can pass that test and still be torn.
         ``quick``: check only the header against the file and its slots
         (:meth:`IndexFile.header_problem`), what a writable open does after a clean exit.
+        ``check``: what finds the problems of the whole file (:data:`IndexCheck`, the
+        compiled core's; numpy's by default).
 
         Returns:
             ``(name, problem)`` of each file dropped.
@@ -202,7 +207,7 @@ class IndexService:
             first_bad = None
             for i in range(max(0, len(self.files) - newest), len(self.files)):
                 f = self.files[i]
-                problem = f.header_problem() if quick else f.structure_problem()
+                problem = f.header_problem() if quick else f.structure_problem(check)
                 if problem is not None:
                     first_bad = (i, problem)
                     break

@@ -16,7 +16,8 @@ independent reader reads back.
 * The compiled IndexFile step (``rmq_index_put``) builds what ``indexfile.index_step`` builds,
   and its writer into a file's mapping (``rmq_index_put_mapped``) stores those bytes where
   ``IndexFile.put_hashed`` writes them, asks for every unallocated chunk under them before
-  storing anything, and refuses any write outside the mapping.
+  storing anything, and refuses any write outside the mapping. Its check of a whole file after
+  a crash (``rmq_index_check``) finds what the numpy check finds, on written and mutated files.
 
 tests/engine/test_kernel_sanitize.py runs this file against the sanitizer build (the
 Makefile's SAN_TESTS).
@@ -335,6 +336,52 @@ def test_in_place_index_writer_refuses_writes_outside_the_mapping():
             writer(mapping, bytearray(b"\x01" * nchunks), 4096, items_base,
                    array("i", bytes(64)), flat, 0, 1, (count, 0, 0, 0))  # fmt: skip
         assert mapping == bytearray(size)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(1, 40),
+    st.integers(1, 60),
+    st.integers(0, 2**32 - 1),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=12),
+    st.booleans(),
+)
+def test_compiled_index_check_finds_what_numpy_finds(slots, count, seed, flips, noise):
+    """``Kernel.index_check`` (``rmq_index_check``) against ``indexfile.structure_findings``
+    on the slots and items of a file its own put path wrote, with bytes overwritten, and on
+    bytes that are noise: the same findings, the first bad slot included."""
+    import random
+
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as d:
+        f = indexfile.IndexFile(os.path.join(d, "i"), slots, count + 1)
+        entries = []
+        for i in range(count - 1):
+            entries += [rng.randrange(2**31), 100 * i + rng.randrange(3), T0 + 1000 * i]
+        if entries:
+            f.put_hashed(entries)
+        f.close()
+        data = bytearray(Path(d, "i").read_bytes())
+    base = indexfile.INDEX_HEADER_SIZE
+    body = bytearray(rng.randbytes(len(data) - base)) if noise else data[base:]
+    for at, value in flips:
+        body[at % len(body)] = value
+    slot_raw = bytes(body[: 4 * slots])
+    raw = bytes(body[4 * slots + indexfile.INDEX_SIZE : 4 * slots + indexfile.INDEX_SIZE * count])
+    want = indexfile.structure_findings(slot_raw, raw, slots, count)
+    assert kernel.load().index_check(slot_raw, raw, slots, count) == want
+    if not flips and not noise:
+        assert want.slot == -1 and not (want.negative or want.bad_prev or want.cross_bucket)
+
+
+def test_compiled_index_check_refuses_short_buffers():
+    k = kernel.load()
+    with pytest.raises(ValueError):
+        k.index_check(bytes(8), bytes(20), 4, 2)  # 4 slots need 16 bytes
+    with pytest.raises(ValueError):
+        k.index_check(bytes(16), bytes(19), 4, 2)  # item 1 needs 20 bytes
+    with pytest.raises(ValueError):
+        k.index_check(b"", b"", 0, 1)
 
 
 def test_next_keys_are_next_manys_ids():
