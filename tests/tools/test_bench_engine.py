@@ -1,0 +1,48 @@
+"""bench/engine.py's growth part and bench/fuse.py's produce part (issue 34) at a tiny scale, so
+the benches cannot rot: every mark measured, recovery checked whole, the store and the scratch
+files removed, the tables printed; the produce part mounts, writes and counts what it stored.
+The figures themselves are not checked (a few MiB on a shared machine say nothing)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench import engine, stores
+from conftest import fuse
+
+MIB = 1 << 20
+
+pytestmark = pytest.mark.skipif(not list(stores.LOGHUB.glob("*_2k.log")), reason="no loghub logs")
+
+
+def test_growth_measures_every_mark_and_cleans_up(tmp_path, capsys):
+    marks = engine.growth_marks(5 * MIB, 2 * MIB)
+    assert marks == [2 * MIB, 4 * MIB, 5 * MIB]
+    rows = engine.bench_growth(str(tmp_path), marks, 300, 300, {marks[0], marks[-1]})
+    assert [r["commitlog_bytes"] >= m for r, m in zip(rows, marks)] == [True] * 3
+    for r in rows:
+        assert r["messages_per_s"] > 0 and r["plain_write_mb_per_s"] > 0
+        assert r["single_put_messages_per_s"] > 0 and r["get_message_messages_per_s"] > 0
+    recovered = [r for r in rows if "recovery_seconds" in r]
+    assert len(recovered) == 2 and all(r["recovered_whole_store"] for r in recovered)
+    assert all(r["recovery_bytes_scanned"] > 0 for r in recovered)
+    assert os.listdir(tmp_path) == []  # the store and the plain scratch files are gone
+    engine.print_growth_table(rows)
+    out = capsys.readouterr().out
+    assert "| CommitLog GiB |" in out and "last/first: batch appends" in out
+    assert "Abnormal recovery: " in out
+    assert engine.parse_size("10G") == 10 << 30 and engine.parse_size("512M") == 512 * MIB
+
+
+@fuse
+@pytest.mark.fuse
+def test_produce_part_mounts_writes_and_counts(tmp_path):
+    from bench import fuse as bench_fuse
+
+    rows = bench_fuse.produce_bench(tmp_path, 3000, 1)
+    labels = [r[0] for r in rows]
+    assert labels[0].startswith("engine put_bodies") and "produce.jsonl" in labels[-1]
+    assert all("lines/s" in r[1] for r in rows)
+    assert not os.path.ismount(tmp_path / "produce-mnt")
