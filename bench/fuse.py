@@ -127,8 +127,9 @@ def wait_mounted(path: Path, timeout: float = 20) -> None:
     raise SystemExit(f"{path} did not mount")
 
 
-def engine_append(store: Path, data: bytes) -> float:
-    """Seconds for MessageStore.put_messages of ``data``'s lines in cat-sized pieces."""
+def engine_append(store: Path, data: bytes, bodies: bool = False) -> float:
+    """Seconds for MessageStore.put_messages of ``data``'s lines in cat-sized pieces (``bodies``:
+    ``put_bodies`` without results, what the mount's ``produce`` calls)."""
     from rmqfs.engine.store import Message, MessageStore
 
     with MessageStore(str(store)) as s:
@@ -139,7 +140,11 @@ def engine_append(store: Path, data: bytes) -> float:
             piece = carry + data[i : i + CHUNK]
             cut = piece.rfind(b"\n")
             carry = piece[cut + 1 :]
-            s.put_messages([Message("P", line) for line in piece[:cut].split(b"\n")])
+            lines = [line for line in piece[:cut].split(b"\n") if line] if cut >= 0 else []
+            if bodies and lines:
+                s.put_bodies("P", lines, results=False)
+            elif lines:
+                s.put_messages([Message("P", line) for line in lines])
         if carry:
             s.put_messages([Message("P", carry)])
         return time.perf_counter() - t0
@@ -390,8 +395,6 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
     plain ``cat`` of the file into a file of the same disk. Returns the result rows."""
     import json
 
-    from rmqfs.engine.store import MessageStore
-
     store, mnt = work / "produce-store", work / "produce-mnt"
     mnt.mkdir(exist_ok=True)
     lines = [b"%09d " % i + b"x" * 90 for i in range(n)]
@@ -412,16 +415,7 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
 
     data = src.read_bytes()
     for r in range(rounds):
-        with MessageStore(str(work / f"engine-{r}")) as s:
-            s.create_topic("P")
-            t0 = time.perf_counter()
-            carry = b""
-            for i in range(0, len(data), CHUNK):
-                piece = carry + data[i : i + CHUNK]
-                cut = piece.rfind(b"\n")
-                carry = piece[cut + 1 :]
-                s.put_bodies("P", piece[:cut].split(b"\n"), results=False)
-            keep("engine", time.perf_counter() - t0)
+        keep("engine", engine_append(work / f"engine-{r}", data, bodies=True))
         shutil.rmtree(work / f"engine-{r}")
         t0 = time.perf_counter()
         subprocess.run(["bash", "-c", f"cat '{src}' > '{work}/plain-copy'"], check=True)
