@@ -12,7 +12,10 @@ The runs stop before the first record this path cannot vouch for exactly as
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,6 +45,9 @@ if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is buil
 COLUMNS = ("topic", "queueId", "queueOffset", "sysFlag", "storeTimestamp", "tags", "bodyCRC")
 #: bytes of CommitLog a range of the walk holds (a local file's mapping: no copy)
 READ_SIZE = 16 << 20
+#: threads that decode the ranges the walk found, one a core up to 4 (the walk and recovery's
+#: own checks run in the caller's thread)
+DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
 # the first 8 bytes of a __CRC32# trailer (prop_crc_status), as one big-endian integer
 _TRAILER = int.from_bytes(PROPERTY_CRC32.encode()[:8], "big")
 # TAGS value -> tagsCode (a pure function), bounded
@@ -75,26 +81,53 @@ def batched_runs(
     no hole lies under it), or that has an empty body and a BODYCRC other than 0 (the kernel
     checks no empty body; ``scan_raw`` does): the caller walks on from the end of the last
     record with ``scan_raw``, which says where the data ends and why. Not for a DLedger
-    CommitLog (``scan_raw`` walks its entries).
+    CommitLog (``scan_raw`` walks its entries). The ranges the walk finds are decoded in
+    :data:`DECODE_THREADS` threads while it goes on (at most that many ranges ahead), and the
+    runs are given in CommitLog order; what the walk meets past a run that stopped (a file it
+    cannot read) is never raised.
 
     Raises:
-        OSError: a file could not be read.
+        OSError: a file could not be read (before the runs stopped).
     """
     claim = max_message_size + RECORD_SLACK
-    try:
-        for window, offs, sizes in commitlog_runs(files, start, None, READ_SIZE, refresh=False):
-            over = sizes > claim
-            k = int(np.argmax(over)) if over.any() else len(offs)
-            if k:
-                run, stop = _decode(window, offs[:k], sizes[:k], check_crc)
+    # The walk goes on ahead while the ranges before it are decoded in DECODE_THREADS threads
+    # (the compiled decoder and numpy's large steps release the GIL); runs come out in
+    # CommitLog order, and nothing after a run that stopped is given.
+    pending: deque[Future[tuple[RecordRun | None, bool]]] = deque()
+    last = False  # the walk ended: the data ends, a claim too large, or a record it refuses
+    failed: Exception | None = None  # how the walk ended, raised once the runs before it are
+    with ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="rmqfs-recover") as pool:
+        walk = commitlog_runs(files, start, None, READ_SIZE, refresh=False)
+        try:
+            while True:
+                while not last and len(pending) <= DECODE_THREADS:
+                    try:
+                        window, offs, sizes = next(walk)
+                    except StopIteration:
+                        last = True
+                        break
+                    except Exception as exc:  # noqa: BLE001 - raised in order, below
+                        failed, last = exc, True
+                        break
+                    over = sizes > claim
+                    k = int(np.argmax(over)) if over.any() else len(offs)
+                    if k:
+                        pending.append(pool.submit(_decode, window, offs[:k], sizes[:k], check_crc))
+                    if k < len(offs):
+                        last = True
+                if not pending:
+                    if failed is not None and not isinstance(failed, CorruptRecordError):
+                        raise failed  # OSError: as the walk in this thread would have
+                    return  # CorruptRecordError: the walk refuses what follows: scan_raw names it
+                run, stop = pending.popleft().result()
                 if run is not None:
                     yield run
                 if stop:
                     return
-            if k < len(offs):
-                return
-    except CorruptRecordError:
-        return  # the walk refuses what follows the last run: scan_raw names it
+        finally:
+            walk.close()
+            for f in pending:
+                f.cancel()
 
 
 def _decode(
