@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -826,7 +826,7 @@ def commitlog_runs(
     exact_end: bool = False,
     max_message_size: int = MAX_MESSAGE_SIZE,
     refresh: bool = True,
-) -> Iterator[tuple[CommitLogWindow, np.ndarray, np.ndarray]]:
+) -> Generator[tuple[CommitLogWindow, np.ndarray, np.ndarray], None, None]:
     """Walk a plain CommitLog's records from ``start`` (a record's or a segment's offset) to
     ``end`` (None: the end of the data) in runs: ``(window, offsets, sizes)``, the CommitLog
     offsets (int64, bytes) and TOTALSIZEs of the whole records that start in one range of
