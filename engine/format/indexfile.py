@@ -1003,6 +1003,10 @@ class IndexFile:
         self._set_header(cut.header)
         self._io.write(0, HEADER.pack(*cut.header))
         self._dirty = True
+        io = self._io
+        if type(io) is _FdIO and self.index_count < self.index_num:
+            # a file that filled (and lost its mapping) has room again: written in place again
+            self._io = _MapIO(io.fd, io.path, self.size)
         return self.index_count
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -1219,7 +1223,7 @@ class StructureFindings(NamedTuple):
     bad_prev: bool  #: an item whose prevIndex is not an older item (below 0, or not below it)
     cross_bucket: bool  #: an item whose prevIndex (a valid one) is in another hash bucket
     out_of_order: bool  #: an item whose phyOffset is below the one before it
-    slot: int  #: the first slot that does not hold its bucket's newest item (0: none), -1: none
+    slot: int  #: the first slot that does not hold its bucket's newest item (0 for an empty one), -1: none
     slot_value: int  #: what that slot holds
     newest: int  #: the newest item of its bucket
     used: int  #: slots that are not 0

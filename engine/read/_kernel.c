@@ -1151,10 +1151,14 @@ int64_t rmq_index_put_mapped(rmq_index_args *a, rmq_index_map *m)
         return -1;
     a->items = m->map + items_at;
     rmq_index_put(a); /* the items, in place; the native table moved */
+    /* another process reading the file (a follower) sees the items before the slots naming
+     * them, and the slots before the header counting them, on any CPU */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     for (int64_t i = 0; i < n; i++) {
         const int32_t slot = a->touched[i];
         wr32(m->map + hs + ss * (int64_t)slot, (uint32_t)a->slots[slot]);
     }
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     uint8_t *h = m->map;
     wr64(h + m->at_begin_ts, (uint64_t)a->begin_ts);
     wr64(h + m->at_end_ts, (uint64_t)a->end_ts);

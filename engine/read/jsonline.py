@@ -166,6 +166,8 @@ def parse_json_line(line: bytes) -> Any:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MessageIllegalError(f"the line is not UTF-8 (byte {exc.start})") from None
+    if text.startswith("\ufeff"):  # what json.loads says (JSONDecoder.decode does not look)
+        raise MessageIllegalError("not JSON: Unexpected UTF-8 BOM (decode using utf-8-sig)")
     try:
         return _DECODER.decode(text)
     except ValueError as exc:

@@ -38,6 +38,7 @@ runs (the C side trusts them), and raises ValueError otherwise.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -582,8 +583,8 @@ class IndexWriter:
         checked that the items fit (``indexCount + n <= indexNum``). ``chunks`` says which
         ``chunk_size``-byte chunks of the file are allocated (1): returns the header after
         (:data:`engine.format.indexfile.HEADER`'s order), or, with nothing written, the chunk
-        numbers to allocate first. Raises ValueError for entries outside ``entries``, a table
-        of another type or a write outside the mapping."""
+        numbers to allocate first. Raises ValueError for entries outside ``entries`` or a table
+        of another type, OSError (EIO) for a write outside the mapping (nothing written)."""
         ffi, a, m = self.ffi, self.args, self.map
         if not isinstance(entries, array) or entries.typecode != "q":
             entries = array("q", entries)
@@ -603,22 +604,25 @@ class IndexWriter:
             self.cap = max(n, 2 * self.cap, 16)
             self.touched = a.touched = ffi.new("int32_t[]", self.cap)
             self.old = a.old = ffi.new("int32_t[]", self.cap)
-        given = ffi.from_buffer("int64_t[]", entries)
-        a.entries, a.first, a.n = given, start, n
+        a.first, a.n = start, n
         a.count, a.slot_count, a.begin_ts, a.begin_phy = state
         m.chunk_size, m.items_base = chunk_size, items_base
-        view = ffi.from_buffer("uint8_t[]", mapping, require_writable=True)
+        given = view = None
         try:
+            given = a.entries = ffi.from_buffer("int64_t[]", entries)
+            view = ffi.from_buffer("uint8_t[]", mapping, require_writable=True)
             m.map, m.map_len = view, len(view)
             rc = self.lib.rmq_index_put_mapped(a, m)
         finally:
-            ffi.release(view)
-            ffi.release(given)
+            for buf in (view, given):
+                if buf is not None:
+                    ffi.release(buf)
         if rc == n:
             return (a.begin_ts, a.end_ts, a.begin_phy, a.end_phy, a.slot_count, a.count)
         if rc == -1:
             return ffi.unpack(self.need, min(m.nneed, self.need_cap))
-        raise ValueError("an index write would fall outside the file")
+        # the file is shorter than its geometry says (cut by someone else): the put is undone
+        raise OSError(errno.EIO, "an IndexFile write would fall outside the file")
 
 
 def _out(count: int, dtype: np.typing.DTypeLike = np.uint8) -> np.ndarray:

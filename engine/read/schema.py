@@ -160,8 +160,8 @@ def int_values(col: pa.Array, null: int | None = None) -> np.ndarray:
     (native order, what Arrow holds), or, where it has nulls and ``null`` is given, a copy with
     ``null`` in their place. Where pandas is installed, pyarrow's ``to_numpy`` and
     ``fill_null`` import it on their first call in a process (0.3 s here: a tenth of a 4 GiB
-    store's recovery after a crash, paid for one column). ValueError for another type, or
-    for nulls without ``null``."""
+    store's recovery after a crash, paid for one column). ValueError for another type, for
+    nulls without ``null``, or for a ``null`` the type cannot hold."""
     import numpy as np
     import pyarrow as pa
 
@@ -172,5 +172,8 @@ def int_values(col: pa.Array, null: int | None = None) -> np.ndarray:
     values = np.frombuffer(col.buffers()[1], dtype, len(col), col.offset * dtype.itemsize)
     if not col.null_count or null is None:
         return values
+    info = np.iinfo(dtype)
+    if not info.min <= null <= info.max:
+        raise ValueError(f"{null} is not a value of {t}")
     bits = np.unpackbits(np.frombuffer(col.buffers()[0], np.uint8), bitorder="little")
     return np.where(bits[col.offset : col.offset + len(col)].astype(bool), values, null)

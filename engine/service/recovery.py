@@ -725,7 +725,7 @@ class _Scan:
 
         n = len(r.offsets)
         skip = np.zeros(n, bool)
-        if not self.skip_known:
+        if not self.skip_known or not n:
             return skip
         eligible = np.ones(n, bool)
         if self.indexed_below is not None:

@@ -253,3 +253,25 @@ def test_in_place_index_write_refused_allocation_writes_nothing(tmp_path, monkey
     assert f.put_hashed([4000, 200, t + 1000], 0, None, writer) == 1
     assert f.header_fields()[5] == 3
     f.close()
+
+
+def test_an_index_file_cut_below_full_is_written_in_place_again(tmp_path):
+    """A file that filled gives up its mapping (no more puts); a cut (an undone batch) that
+    gives it room again maps it again, and the in-place writer writes what the Python step
+    writes into it."""
+    from rmqfs.engine.format import indexfile
+    from rmqfs.engine.read import kernel
+
+    writer = kernel.load().index_writer()
+    t = 1_700_000_000_000
+    files = [indexfile.IndexFile(str(tmp_path / n), 16, 8) for n in ("a", "b")]
+    for f, w in zip(files, (writer, None)):
+        entries = [x for i in range(7) for x in (i * 5, 100 * (i + 1), t)]
+        assert f.put_hashed(entries, 0, None, w) == 7 and f.is_write_full
+        assert type(f._io) is indexfile._FdIO  # a full file: no mapping
+        assert f.truncate(400) == 4  # items at 400 and after are undone
+        assert type(f._io) is indexfile._MapIO
+        assert f.put_hashed([3, 900, t + 5000], 0, None, w) == 1
+    for f in files:
+        f.close()
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()

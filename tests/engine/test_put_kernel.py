@@ -322,7 +322,7 @@ def test_in_place_index_writer_stores_the_steps_bytes(
 
 def test_in_place_index_writer_refuses_writes_outside_the_mapping():
     """Items past the mapping's end, a slot table that overlaps the items and a chunk table
-    shorter than the file are refused (ValueError) with nothing stored."""
+    shorter than the file are refused (OSError EIO: the put is undone) with nothing stored."""
     writer = kernel.load().index_writer()
     flat = array("q", [5, 100, T0])
     base = indexfile.INDEX_HEADER_SIZE + 4 * 16
@@ -332,7 +332,7 @@ def test_in_place_index_writer_refuses_writes_outside_the_mapping():
         (base + 60, base, 0, 1),  # no chunk table
     ):
         mapping = bytearray(size)
-        with pytest.raises(ValueError):
+        with pytest.raises(OSError):
             writer(mapping, bytearray(b"\x01" * nchunks), 4096, items_base,
                    array("i", bytes(64)), flat, 0, 1, (count, 0, 0, 0))  # fmt: skip
         assert mapping == bytearray(size)

@@ -264,4 +264,8 @@ def test_int_values_reads_arrow_integers_without_pyarrows_conversions():
         int_values(d.indices)
     with pytest.raises(ValueError):
         int_values(pa.array([1.5]))
+    with pytest.raises(ValueError):  # a null the type cannot hold is refused, not wrapped
+        int_values(pa.array([1, None], pa.int8()), 128)
+    with pytest.raises(ValueError):
+        int_values(pa.array([1, None], pa.uint32()), -1)
     assert int_values(pa.array([], pa.int32())).dtype == np.int32

@@ -106,6 +106,7 @@ def test_produce_jsonl_plain_lines_store_what_their_messages_store(tmp_path):
             (b'{"body": "ok"}\n{"body": "\\ud800"}\n', 2),  # a lone surrogate
             (b'{"body": "ok"}\n{"body": "a", "body": "b"}\n', 2),  # a name twice
             (b'{"body": "ok"}\n{"body": "x", "bad": 1}\n{nope\n', 2),  # the first bad line
+            (b'{"body": "ok"}\n\xef\xbb\xbf{"body": "b"}\n', 2),  # a byte-order mark
         ):
             with pytest.raises(FsError) as info:
                 t.write("/topics/J/produce.jsonl", bad)
