@@ -177,6 +177,16 @@ class _FdIO:
             raise CorruptRecordError(f"{self.path}: short read of {length} bytes", offset)
         return data
 
+    def read_mapping(self, length: int) -> mmap.mmap | None:
+        """A read-only mapping of the file's first ``length`` bytes, or None where it cannot
+        be mapped (the caller reads instead). The caller closes it."""
+        try:
+            if length <= 0 or os.fstat(self.fd).st_size < length:
+                return None
+            return mmap.mmap(self.fd, length, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        except (OSError, ValueError):
+            return None
+
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         n = os.pwrite(self.fd, data, offset)  # all of it, but for a short write
         if n == len(data):
@@ -938,17 +948,37 @@ class IndexFile:
         hashSlotCount and endPhyOffset match. ``check`` finds these (:data:`IndexCheck`: the
         compiled core's one pass, ``engine.read.kernel.Kernel.index_check``), by default
         :func:`structure_findings` (numpy). Costs one read of the file (up to about 420 MB for
-        the default geometry): run after an abnormal exit only.
+        the default geometry; a local file is read through a read-only mapping, not copied
+        into memory): run after an abnormal exit only.
         """
         problem = self.header_problem()
         if problem is not None:
             return problem
         slots, count = self.hash_slot_num, self.index_count
-        slot_raw = self._io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE)
-        raw = self._io.read(self._items_base + INDEX_SIZE, (count - 1) * INDEX_SIZE)
-        if len(slot_raw) != slots * HASH_SLOT_SIZE or len(raw) != (count - 1) * INDEX_SIZE:
-            return "file shorter than its hash slots and indexCount items"
-        f = (check or structure_findings)(slot_raw, raw, slots, count)
+        items_at = self._items_base + INDEX_SIZE
+        items_end = items_at + (count - 1) * INDEX_SIZE
+        io = self._io
+        mm = io.read_mapping(items_end) if isinstance(io, _FdIO) else None
+        views: list[memoryview] = []
+        slot_raw: bytes | memoryview
+        raw: bytes | memoryview
+        try:
+            if mm is not None and len(mm) >= items_end:  # read in place: no copy of the file
+                whole = memoryview(mm)
+                views = [whole, whole[INDEX_HEADER_SIZE:items_at], whole[items_at:items_end]]
+                slot_raw, raw = views[1][: slots * HASH_SLOT_SIZE], views[2]
+                views.append(slot_raw)
+            else:
+                slot_raw = io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE)
+                raw = io.read(items_at, (count - 1) * INDEX_SIZE)
+            if len(slot_raw) != slots * HASH_SLOT_SIZE or len(raw) != (count - 1) * INDEX_SIZE:
+                return "file shorter than its hash slots and indexCount items"
+            f = (check or structure_findings)(slot_raw, raw, slots, count)
+        finally:
+            for v in reversed(views):
+                v.release()
+            if mm is not None:
+                mm.close()
         if f.negative:
             return "an item with a negative keyHash or timeDiff"
         if f.bad_prev:
@@ -1231,11 +1261,12 @@ class StructureFindings(NamedTuple):
 
 
 #: What finds :class:`StructureFindings`: ``(slots as stored, items 1 .. count - 1 as stored,
-#: hashSlotNum, indexCount)`` (the bytes of the file after its header, big-endian).
-IndexCheck = Callable[[bytes, bytes, int, int], StructureFindings]
+#: hashSlotNum, indexCount)`` (buffers of the file's bytes after its header, big-endian: bytes
+#: or a memoryview of its mapping, released by the caller after the call).
+IndexCheck = Callable[[Any, Any, int, int], StructureFindings]
 
 
-def structure_findings(slot_raw: bytes, raw: bytes, slots: int, count: int) -> StructureFindings:
+def structure_findings(slot_raw: Any, raw: Any, slots: int, count: int) -> StructureFindings:
     """:data:`IndexCheck` in numpy (the reference the compiled one is judged against)."""
     import numpy as np
 

@@ -273,7 +273,7 @@ class Kernel:
         after = (a.count, a.slot_count, a.begin_ts, a.begin_phy, a.end_ts, a.end_phy)
         return ffi.buffer(items, INDEX_SIZE * n)[:], before, after
 
-    def index_check(self, slot_raw: bytes, raw: bytes, slots: int, count: int) -> StructureFindings:
+    def index_check(self, slot_raw: Any, raw: Any, slots: int, count: int) -> StructureFindings:
         """:data:`engine.format.indexfile.IndexCheck` compiled (``rmq_index_check``): one pass
         over an IndexFile's slots and items 1 .. ``count`` - 1 as stored, what
         :func:`engine.format.indexfile.structure_findings` finds (tests/engine/test_put_kernel.py
@@ -292,7 +292,11 @@ class Kernel:
         a.item_size = INDEX_SIZE
         a.at_hash, a.at_phy, a.at_diff, a.at_prev = ITEM_POSITIONS.values()
         a.newest = self._p(newest)
-        self.lib.rmq_index_check(a)
+        try:
+            self.lib.rmq_index_check(a)
+        finally:  # the caller may close the mapping the buffers are in
+            ffi.release(slot_buf)
+            ffi.release(item_buf)
         return StructureFindings(
             bool(a.negative),
             bool(a.bad_prev),
