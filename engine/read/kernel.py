@@ -10,8 +10,8 @@ of its variable part, the body CRC-32 (``UtilAll.crc32``, checked as
 (``MessageDecoder.createMessageId``) and host texts, written straight into Arrow buffers.
 :meth:`Kernel.json_lines` writes ``messages.jsonl`` lines from a batch. The store's put path
 uses ``rmq_put`` (through the module's ``ffi``/``lib``, engine.service.putmessage.put_plain)
-and :meth:`Kernel.index_step` (``rmq_index_put``), or an :class:`IndexWriter` writing
-straight into an IndexFile's mapping (``rmq_index_put_mapped``). :meth:`Kernel.crc32`
+and an :class:`IndexWriter` writing IndexFile entries straight into the file's mapping
+(``rmq_index_put_mapped``). :meth:`Kernel.crc32`
 and :meth:`Kernel.utf8_bad` are the primitives the decoder is built from, for the tests. The
 record layout stays in ``engine.format.message``: callers pass field offsets and widths from
 its field table.
@@ -234,44 +234,6 @@ class Kernel:
             _WALK_KINDS[kind[0]],
             base,
         )
-
-    def index_step(
-        self,
-        slots: array,
-        entries: Sequence[int],
-        start: int,
-        n: int,
-        state: tuple[int, int, int, int],
-    ) -> tuple[bytes, dict[int, int], tuple[int, int, int, int, int, int]]:
-        """:data:`engine.format.indexfile.IndexStep` compiled (``rmq_index_put``): the items of
-        entries ``start .. start + n`` (keyHash in [0, 2**31), as ``IndexFile.indexKeyHashMethod``
-        gives it), the slot table ``slots`` (``array("i")``, native order) moved, the slots
-        touched with their values before. Byte for byte what
-        :func:`engine.format.indexfile.index_step` builds (tests/engine/test_put_kernel.py).
-        Raises ValueError for entries outside ``entries`` or a table of another type."""
-        ffi = self.ffi
-        if not isinstance(entries, array) or entries.typecode != "q":
-            entries = array("q", entries)
-        if start < 0 or n < 0 or 3 * (start + n) > len(entries):
-            raise ValueError("entries outside the list")
-        if not isinstance(slots, array) or slots.itemsize != 4 or not slots:
-            raise ValueError("slots must be a non-empty array of int32")
-        a = ffi.new("rmq_index_args *")
-        table = ffi.from_buffer("int32_t[]", slots)
-        given = ffi.from_buffer("int64_t[]", entries)
-        items = ffi.new("uint8_t[]", max(1, INDEX_SIZE * n))
-        touched = ffi.new("int32_t[]", max(1, n))
-        old = ffi.new("int32_t[]", max(1, n))
-        a.slots, a.nslots, a.entries, a.first, a.n = table, len(slots), given, start, n
-        a.count, a.slot_count, a.begin_ts, a.begin_phy = state
-        a.invalid_index, a.item_size = INVALID_INDEX, INDEX_SIZE
-        a.at_hash, a.at_phy, a.at_diff, a.at_prev = ITEM_POSITIONS.values()
-        a.items, a.touched, a.old = items, touched, old
-        self.lib.rmq_index_put(a)
-        # the first touch of a slot holds its value before the call: reversed, it wins
-        before = dict(zip(reversed(ffi.unpack(touched, n)), reversed(ffi.unpack(old, n))))
-        after = (a.count, a.slot_count, a.begin_ts, a.begin_phy, a.end_ts, a.end_phy)
-        return ffi.buffer(items, INDEX_SIZE * n)[:], before, after
 
     def index_check(self, slot_raw: Any, raw: Any, slots: int, count: int) -> StructureFindings:
         """:data:`engine.format.indexfile.IndexCheck` compiled (``rmq_index_check``): one pass

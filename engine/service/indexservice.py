@@ -23,7 +23,6 @@ from ..format.indexfile import (
     IndexCheck,
     IndexFile,
     IndexInPlace,
-    IndexStep,
     build_key,
     check_geometry,
     index_file_name,
@@ -326,19 +325,14 @@ class IndexService:
                 continue
             self._put(key, offset, store_timestamp)
 
-    def put_hashed(
-        self,
-        entries: Sequence[int],
-        step: IndexStep | None = None,
-        in_place: IndexInPlace | None = None,
-    ) -> None:
+    def put_hashed(self, entries: Sequence[int], in_place: IndexInPlace | None = None) -> None:
         """Index pre-hashed keys of new records (the store's put path).
 
         ``entries`` is flat ``[keyHash, phyOffset, storeTimestamp, ...]`` in CommitLog order
         (a list or an ``array("q")``), every phyOffset after :attr:`end_phy_offset`; keyHash
-        is ``index_key_hash("topic#key")``. ``step`` and ``in_place``: what builds the items
-        (:meth:`IndexFile.put_hashed`: the compiled core's, or Python's by default). Rolls to
-        new files as they fill. Raises OSError.
+        is ``index_key_hash("topic#key")``. ``in_place``: the compiled core's writer into each
+        file's mapping (:meth:`IndexFile.put_hashed`; Python's step without it, or where a file
+        is not mapped). Rolls to new files as they fill. Raises OSError.
         """
         with self._mutex:
             files = self.files
@@ -346,25 +340,21 @@ class IndexService:
             if files:  # the usual case, without a layer more: all go to the last file
                 last = files[-1]
                 if last.index_count < last.index_num and not last.read_only:
-                    i = last.put_hashed(entries, 0, step, in_place)
+                    i = last.put_hashed(entries, 0, None, in_place)
                     if 3 * i == len(entries):
                         return
-            self._put_entries(entries, step, i, in_place)
+            self._put_entries(entries, i, in_place)
 
     def _put_entries(
-        self,
-        entries: Sequence[int],
-        step: IndexStep | None = None,
-        i: int = 0,
-        in_place: IndexInPlace | None = None,
+        self, entries: Sequence[int], i: int = 0, in_place: IndexInPlace | None = None
     ) -> None:
         total = len(entries) // 3
         while i < total:
             f = self._writable_last()
-            j = f.put_hashed(entries, i, step, in_place)
+            j = f.put_hashed(entries, i, None, in_place)
             if j == i:
                 f = self._new_file()
-                j = f.put_hashed(entries, i, step, in_place)
+                j = f.put_hashed(entries, i, None, in_place)
                 if j == i:
                     raise StoreError(f"{f.name}: a new index file refused a key")
             i = j

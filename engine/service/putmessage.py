@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..format.config import MAX_TOPIC_BYTES, TopicConfig
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code
-from ..format.indexfile import IndexInPlace, IndexStep, build_key
+from ..format.indexfile import IndexInPlace, build_key
 from ..format.javahash import java_hash_u32, tags_code
 from ..format.message import (
     APPEND_LAYOUT,
@@ -1037,10 +1037,7 @@ def _put_compiled(
     entries = array("q")
     if index is not None:
         entries.frombytes(ffi.buffer(call.idx, 24 * a.nidx))
-    # a few entries cost less in Python than the compiled step's set-up (the same bytes);
-    # the writer into the mapping keeps its set-up, and goes first where the file is mapped
-    step = kernel.index_step if a.nidx >= _COMPILED_INDEX_MIN else None
-    writer = putter.index_writer
+    writer = putter.index_writer  # into the IndexFile's mapping (Python's step where unmapped)
     if store.sync_flush:
         # SYNC_FLUSH: the units and index entries follow once the CommitLog is flushed (the
         # flush thread dispatches them, as for the general path; ReputMessageService
@@ -1065,7 +1062,7 @@ def _put_compiled(
             ],
         )
     else:
-        dispatch_plain(store, (tags_c, keys_c), built, units, entries, start, now, step, writer)
+        dispatch_plain(store, (tags_c, keys_c), built, units, entries, start, now, writer)
         store.dispatched_store_timestamp = now
     for k in used:
         queue_offsets[slots[k]] = sn_after[k]
@@ -1445,9 +1442,6 @@ def _tags_item(tags_cache: dict[str, tuple[bytes, int]], tags: str) -> tuple[byt
     return head_tc
 
 
-#: index entries from which the compiled IndexFile step beats Python's (measured: one put of
-#: one message takes 9 us with it, 3 us without)
-_COMPILED_INDEX_MIN = 16
 #: average body size (bytes) from which rmq_put reads each body where it is rather than from
 #: one joined copy
 _JOIN_BODIES_UNDER = 2048
@@ -1463,7 +1457,6 @@ def dispatch_plain(
     idx: Sequence[int],
     start: int,
     now: int,
-    index_step: IndexStep | None = None,
     index_writer: IndexInPlace | None = None,
 ) -> None:
     """ConsumeQueue units, index keys and other dispatchers for :func:`put_plain`:
@@ -1471,7 +1464,7 @@ def dispatch_plain(
     them (for dispatchers other than the index),
     ``units`` is ``((topic, queueId), first queue offset, encoded units)`` per queue, ``idx`` flat
     ``[keyHash, phyOffset, storeTimestamp, ...]`` (:meth:`IndexService.put_hashed`, with
-    ``index_step`` and ``index_writer``: the compiled core's). On an
+    ``index_writer``: the compiled core's). On an
     OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
     index = store.index_service
     ds = store.dispatchers
@@ -1487,7 +1480,7 @@ def dispatch_plain(
             cq.put_units(first, encoded)
         if index is not None and idx:
             if idx[1] > index.end_phy_offset:
-                index.put_hashed(idx, index_step, index_writer)
+                index.put_hashed(idx, index_writer)
             else:  # cannot happen after recovery; keep the general rule anyway
                 others.insert(0, index)
         if others:

@@ -426,7 +426,7 @@ def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch):
         end, q0 = s.commitlog.max_offset, s.max_offset("T", 0)
         real = IndexService.put_hashed
 
-        def fail(self, entries, step=None, in_place=None):
+        def fail(self, entries, in_place=None):
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(IndexService, "put_hashed", fail)

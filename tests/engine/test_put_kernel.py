@@ -13,8 +13,8 @@ independent reader reads back.
   offset), the blank records end their segments, each ConsumeQueue unit points at its record
   and each UNIQ_KEY and key is found through the IndexFile's slot chains.
 * A record the compiled path refuses (properties or record too large) changes nothing.
-* The compiled IndexFile step (``rmq_index_put``) builds what ``indexfile.index_step`` builds,
-  and its writer into a file's mapping (``rmq_index_put_mapped``) stores those bytes where
+* The compiled IndexFile step (``rmq_index_put``, through its writer into a file's mapping,
+  ``rmq_index_put_mapped``) builds what ``indexfile.index_step`` builds, stores those bytes where
   ``IndexFile.put_hashed`` writes them, asks for every unallocated chunk under them before
   storing anything, and refuses any write outside the mapping. Its check of a whole file after
   a crash (``rmq_index_check``) finds what the numpy check finds, on written and mutated files.
@@ -32,7 +32,7 @@ from array import array
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import refreader
@@ -254,17 +254,28 @@ def test_a_batch_rolls_segments_with_blank_records(tmp_path):
     st.sampled_from([0, -1, T0]),
 )
 def test_compiled_index_step_equals_the_python_one(table, entries, start, count, slot_count, ts0):
-    """``Kernel.index_step`` (``rmq_index_put``) against ``indexfile.index_step``: the same
-    items, slot table, slots touched with their values before, and header values, from any
-    slot table (values that are invalid, or above indexCount, included)."""
-    flat = [v for e in entries for v in (e[0], e[1], T0 + e[2])]
+    """The compiled step (``rmq_index_put``, through the writer into a mapping with every chunk
+    allocated) against ``indexfile.index_step``: the same items, slot table, slots and header,
+    from any slot table (values that are invalid, or above indexCount, included), from any
+    entry on."""
+    flat = array("q", [v for e in entries for v in (e[0], e[1], T0 + e[2])])
     start = min(start, len(entries))
     n = len(entries) - start
+    assume(n > 0)
     state = (count, slot_count, ts0, 77)
     py_slots, c_slots = array("i", table), array("i", table)
-    want = indexfile.index_step(py_slots, flat, start, n, state)
-    got = kernel.load().index_step(c_slots, array("q", flat), start, n, state)
-    assert got == want and c_slots == py_slots
+    items, old, (c, s_count, begin_ts, begin_phy, ts, phy) = indexfile.index_step(
+        py_slots, flat, start, n, state
+    )
+    base = indexfile.INDEX_HEADER_SIZE + 4 * len(table)
+    mapping = bytearray(base + (count + n) * indexfile.INDEX_SIZE)
+    chunks = bytearray([1]) * (len(mapping) // 4096 + 1)
+    got = kernel.load().index_writer()(mapping, chunks, 4096, base, c_slots, flat, start, n, state)
+    assert got == (begin_ts, ts, begin_phy, phy, s_count, c) and c_slots == py_slots
+    at = base + count * indexfile.INDEX_SIZE
+    assert mapping[at : at + len(items)] == items
+    for slot in old:
+        assert mapping[40 + 4 * slot : 44 + 4 * slot] == indexfile.SLOT.pack(py_slots[slot])
 
 
 @settings(max_examples=200, deadline=None)
