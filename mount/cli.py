@@ -326,6 +326,27 @@ def _running(pid: int) -> bool:
         return True
 
 
+#: how long ``rmqfs umount`` tries again while the mount is busy and nobody holds it (seconds)
+BUSY_RETRY_S = 2.0
+
+
+def _unmount(cmd: list[str], mnt: str) -> subprocess.CompletedProcess:
+    """``fusermount3 -u``, tried again for up to :data:`BUSY_RETRY_S` while it says busy and no
+    process holds the mount (no cwd, root or open file under it: ``mounts.mount_users``): a
+    reference the kernel holds only for a moment (a lookup or a close under way, waiting for
+    a loaded daemon's answer) is not a user to name, and the next try succeeds."""
+    from .mounts import mount_users
+
+    deadline = time.monotonic() + BUSY_RETRY_S
+    while True:
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode == 0 or "busy" not in res.stderr.lower():
+            return res
+        if time.monotonic() >= deadline or mount_users(mnt):
+            return res
+        time.sleep(0.05)
+
+
 def cmd_umount(args: argparse.Namespace) -> int:
     """Unmount and wait for the daemon to close the store."""
     from .mounts import is_mounted
@@ -336,7 +357,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
         return 1
     pid = _mount_pid(mnt)
     cmd = ["fusermount3", "-u"] + (["-z"] if args.lazy else []) + [mnt]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = _unmount(cmd, mnt)
     if res.returncode != 0:
         why = res.stderr.strip()
         if "busy" in why.lower():
