@@ -14,6 +14,7 @@ import os
 import subprocess
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -83,12 +84,11 @@ def _queue_bodies(store: MessageStore, topic: str, q: int) -> list[tuple[int, by
 def test_engine_follower_follows_puts_rollover_new_queues_configs_and_expiry(tmp_path):
     root = tmp_path / "store"
     cfg = _config()
-    w = MessageStore(root, cfg)
-    f = None
-    try:
+    with ExitStack() as stack:  # the follower is closed first, then the writer
+        w = stack.enter_context(MessageStore(root, cfg))
         w.create_topic("T", 4)
         w.put_messages([Message("T", b"before %d" % i, keys=[f"b{i}"]) for i in range(40)])
-        f = MessageStore(root, cfg, read_only=True, follow=True)
+        f = stack.enter_context(MessageStore(root, cfg, read_only=True, follow=True))
         assert f.follower is not None and f.commitlog.max_offset == w.commitlog.max_offset
         acked = []
         for rnd in range(40):
@@ -152,10 +152,6 @@ def test_engine_follower_follows_puts_rollover_new_queues_configs_and_expiry(tmp
         assert [r.commitlog_offset for r in f.query_by_key("T", "after")] == [
             more[0].commitlog_offset
         ]
-    finally:
-        if f is not None:
-            f.close()
-        w.close()
 
 
 def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(tmp_path):
@@ -164,12 +160,11 @@ def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(
     appears once complete."""
     root = tmp_path / "store"
     cfg = _config()
-    w = MessageStore(root, cfg)
-    f = None
-    try:
+    with ExitStack() as stack:  # the follower is closed first, then the writer
+        w = stack.enter_context(MessageStore(root, cfg))
         w.create_topic("T", 1)
         w.put_messages([Message("T", b"first %d" % i) for i in range(10)])
-        f = MessageStore(root, cfg, read_only=True, follow=True)
+        f = stack.enter_context(MessageStore(root, cfg, read_only=True, follow=True))
         assert f.max_offset("T", 0) == 10
         visible = f.commitlog.max_offset
         (x,) = w.put_messages([Message("T", b"x" * 3000, keys=["x"])])
@@ -210,10 +205,6 @@ def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(
         f.follower.refresh()
         assert f.max_offset("T", 0) == 12 and f.commitlog.max_offset == w.commitlog.max_offset
         assert f.follower.behind_bytes == 0
-    finally:
-        if f is not None:
-            f.close()
-        w.close()
 
 
 def test_engine_follower_stops_at_a_damaged_record_and_each_queue_at_its_own(tmp_path):
@@ -223,13 +214,12 @@ def test_engine_follower_stops_at_a_damaged_record_and_each_queue_at_its_own(tmp
     again."""
     root = tmp_path / "store"
     cfg = _config()
-    w = MessageStore(root, cfg)
-    f = None
-    try:
+    with ExitStack() as stack:  # the follower is closed first, then the writer
+        w = stack.enter_context(MessageStore(root, cfg))
         w.create_topic("A", 1)
         w.create_topic("B", 1)
         w.put_messages([Message("A", b"a-first"), Message("B", b"b-first")])
-        f = MessageStore(root, cfg, read_only=True, follow=True)
+        f = stack.enter_context(MessageStore(root, cfg, read_only=True, follow=True))
         assert (f.max_offset("A", 0), f.max_offset("B", 0)) == (1, 1)
         puts = w.put_messages(
             [Message(t, f"{t}-{i}".encode() * 20) for i in range(4) for t in ("A", "B")]
@@ -273,10 +263,6 @@ def test_engine_follower_stops_at_a_damaged_record_and_each_queue_at_its_own(tmp
         assert f.commitlog.max_offset == w.commitlog.max_offset
         assert f.get_message("A", 0, 5).plain_body == b"late A"
         assert f.get_message("A", 0, 2).plain_body == b"A-1" * 20
-    finally:
-        if f is not None:
-            f.close()
-        w.close()
 
 
 def test_engine_follower_walks_records_without_units_and_segment_ends(tmp_path):
@@ -286,11 +272,10 @@ def test_engine_follower_walks_records_without_units_and_segment_ends(tmp_path):
 
     root = tmp_path / "store"
     cfg = _config()
-    w = MessageStore(root, cfg)
-    f = None
-    try:
+    with ExitStack() as stack:  # the follower is closed first, then the writer
+        w = stack.enter_context(MessageStore(root, cfg))
         w.create_topic("T", 2)
-        f = MessageStore(root, cfg, read_only=True, follow=True)
+        f = stack.enter_context(MessageStore(root, cfg, read_only=True, follow=True))
         got = []
         for i in range(60):
             w.put_messages([Message("T", b"half %d" % i * 300, sys_flag=TRANSACTION_PREPARED_TYPE)])
@@ -303,10 +288,6 @@ def test_engine_follower_walks_records_without_units_and_segment_ends(tmp_path):
         ]
         assert sum(f.max_offset("T", q) for q in (0, 1)) == 60
         assert f.query_by_key("T", "w59")[0].commitlog_offset == got[-1].commitlog_offset
-    finally:
-        if f is not None:
-            f.close()
-        w.close()
 
 
 def test_engine_follower_writes_nothing(tmp_path):
@@ -361,10 +342,9 @@ def test_engine_follower_of_a_store_rocketmq_wrote(tmp_path):
         .splitlines()
     ]
     cfg = StoreConfig(max_hash_slot_num=32, max_index_num=128)
-    w = MessageStore(root, cfg)
-    f = None
-    try:
-        f = MessageStore(root, cfg, read_only=True, follow=True)
+    with ExitStack() as stack:  # the follower is closed first, then the writer
+        w = stack.enter_context(MessageStore(root, cfg))
+        f = stack.enter_context(MessageStore(root, cfg, read_only=True, follow=True))
         by_queue: dict = {}
         for e in expected:
             by_queue.setdefault((e["topic"], e["queueId"]), []).append(e["queueOffset"])
@@ -385,10 +365,6 @@ def test_engine_follower_of_a_store_rocketmq_wrote(tmp_path):
         old = expected[0]
         rec = f.get_message(old["topic"], old["queueId"], old["queueOffset"])
         assert rec.msg_id == old["msgId"]
-    finally:
-        if f is not None:
-            f.close()
-        w.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -846,12 +822,11 @@ def test_engine_follower_opens_only_canonical_queue_directories(tmp_path):
     queue and ignores the others ("²".isdigit() is True, but int("²") raises)."""
     root = tmp_path / "store"
     cfg = _config()
-    w = MessageStore(root, cfg)
-    f = None
-    try:
+    with ExitStack() as stack:  # the follower is closed first, then the writer
+        w = stack.enter_context(MessageStore(root, cfg))
         w.create_topic("T", 1)
         w.put_messages([Message("T", b"t0")])
-        f = MessageStore(root, cfg, read_only=True, follow=True)
+        f = stack.enter_context(MessageStore(root, cfg, read_only=True, follow=True))
         w.create_topic("V", 2)
         for odd in ("²", "007", "1234567890"):
             (root / "consumequeue" / "V" / odd).mkdir(parents=True)
@@ -860,10 +835,6 @@ def test_engine_follower_opens_only_canonical_queue_directories(tmp_path):
         f.follower.refresh()
         assert _queue_bodies(f, "V", 1) == [(i, b"v%d" % i) for i in range(3)]
         assert sorted(k for k in f.consume_queues if k[0] == "V") == [("V", 1)]
-    finally:
-        if f is not None:
-            f.close()
-        w.close()
 
 
 def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
@@ -876,12 +847,11 @@ def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
 
     root = tmp_path / "store"
     cfg = _config(mapped_file_size_commit_log=16 * 1024)
-    w = MessageStore(root, cfg)
-    f = None
-    try:
+    with ExitStack() as stack:  # the follower is closed first, then the writer
+        w = stack.enter_context(MessageStore(root, cfg))
         w.create_topic("T", 2)
         w.put_messages([Message("T", b"first")])
-        f = MessageStore(root, cfg, read_only=True, follow=True)
+        f = stack.enter_context(MessageStore(root, cfg, read_only=True, follow=True))
         w.create_topic(RETRY_TOPIC, 1)
         w.create_topic(DLQ_TOPIC, 1)
         w.topic_config.put(TopicConfig(LONG_TOPIC, 2, 2))
@@ -914,7 +884,3 @@ def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
         assert f.consumer_offsets.query(LONG_GROUP, RETRY_TOPIC, 0) == 4
         assert [r.topic for r in f.query_by_key(LONG_TOPIC, "k11")] == [LONG_TOPIC]
         assert [d["topic"] for d in f.skipped_topics()] == ["x" * 256]
-    finally:
-        if f is not None:
-            f.close()
-        w.close()
