@@ -963,11 +963,11 @@ class IndexFile:
         slot_raw: bytes | memoryview
         raw: bytes | memoryview
         try:
-            if mm is not None and len(mm) >= items_end:  # read in place: no copy of the file
+            if mm is not None:  # read in place (its first items_end bytes): no copy
                 whole = memoryview(mm)
-                views = [whole, whole[INDEX_HEADER_SIZE:items_at], whole[items_at:items_end]]
-                slot_raw, raw = views[1][: slots * HASH_SLOT_SIZE], views[2]
-                views.append(slot_raw)
+                slot_raw = whole[INDEX_HEADER_SIZE : INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE]
+                raw = whole[items_at:]
+                views = [whole, slot_raw, raw]
             else:
                 slot_raw = io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE)
                 raw = io.read(items_at, (count - 1) * INDEX_SIZE)
