@@ -11,8 +11,10 @@ the store and the baseline write to the same filesystem:
 
 * **append**: ``MessageStore.put_messages`` of 100-byte, 1 KiB and 16 KiB bodies (loghub lines,
   tags ``TagA``, a UNIQ_KEY per message indexed in the IndexFile, 4 queues round-robin) in
-  batches of 256 and of 1. The baseline writes the very same number of CommitLog bytes with a
-  sequential ``os.write`` loop, one write per batch, to a new file in the same directory.
+  batches of 256 and of 1, and 100-byte bodies as MessageBatches of 256 (``batch=True``: one
+  queue a batch, kept whole in one segment, as RocketMQ's ``putMessages``). The baseline
+  writes the very same number of CommitLog bytes with a sequential ``os.write`` loop, one
+  write per batch, to a new file in the same directory.
   Reported: messages/s (wall clock, and per CPU-second of the process: what one core does
   when the machine is shared), MB/s of CommitLog bytes, and the ratio of the two bandwidths.
 * **read**: ``MessageStore.iter_queue`` over every queue of the 1 KiB store (decoded
@@ -109,14 +111,16 @@ def _open(root: str, **cfg) -> MessageStore:
     return store
 
 
-def _append_once(work: str, batches, nbatches: int, tag: str) -> tuple[float, float, int, list]:
+def _append_once(
+    work: str, batches, nbatches: int, tag: str, message_batch: bool = False
+) -> tuple[float, float, int, list]:
     root = os.path.join(work, f"append-{tag}")
     store = _open(root)
     gc.collect()
     sizes = []
     t0, c0 = time.perf_counter(), time.process_time()
     for i in range(nbatches):
-        res = store.put_messages(batches[i % len(batches)])
+        res = store.put_messages(batches[i % len(batches)], batch=message_batch)
         if i < len(batches):
             sizes.append(sum(r.size for r in res))
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -147,15 +151,19 @@ def _plain_once(work: str, sizes: list, written: int, tag: str) -> float:
         os.unlink(path)
 
 
-def bench_append(work: str, body_size: int, batch: int, count: int, repeat: int) -> dict:
-    """Put ``count`` messages in batches of ``batch``, then write as many bytes with os.write;
-    ``repeat`` times, alternating, keeping the best run of each (the machine is shared)."""
+def bench_append(
+    work: str, body_size: int, batch: int, count: int, repeat: int, message_batch: bool = False
+) -> dict:
+    """Put ``count`` messages in batches of ``batch`` (``message_batch``: as MessageBatches),
+    then write as many bytes with os.write; ``repeat`` times, alternating, keeping the best run
+    of each (the machine is shared)."""
     batches = make_batches(body_size, batch, distinct=max(1, min(64, count // batch)))
     nbatches = max(1, count // batch)
     runs = []
     for _r in range(repeat):
-        elapsed, cpu, written, sizes = _append_once(work, batches, nbatches, f"{body_size}-{batch}")
-        plain = _plain_once(work, sizes, written, f"{body_size}-{batch}")
+        tag = f"{body_size}-{batch}"
+        elapsed, cpu, written, sizes = _append_once(work, batches, nbatches, tag, message_batch)
+        plain = _plain_once(work, sizes, written, tag)
         runs.append((elapsed, cpu, plain))
     elapsed, cpu, _ = min(runs)
     plain_elapsed = min(r[2] for r in runs)
@@ -165,6 +173,7 @@ def bench_append(work: str, body_size: int, batch: int, count: int, repeat: int)
     return {
         "body_bytes": body_size,
         "batch": batch,
+        "message_batch": message_batch,
         "messages": n,
         "commitlog_bytes": written,
         "seconds": round(elapsed, 3),
@@ -490,18 +499,22 @@ def main(argv=None) -> int:
     try:
         if "append" in parts:
             results["append"] = []
-            for body, count in ((100, 500_000), (1024, 300_000), (16384, 40_000)):
-                for batch in (BATCH, 1):
-                    n = int(count * scale) if batch > 1 else int(min(count, 20_000) * scale)
-                    r = bench_append(work, body, batch, max(n, batch), args.repeat)
-                    results["append"].append(r)
-                    print(
-                        f"append {body:>6} B x{batch:<4} {r['messages_per_s']:>9,} msg/s "
-                        f"({r['messages_per_cpu_s']:,} per CPU-s) "
-                        f"{r['mb_per_s']:>8.1f} MB/s  plain {r['plain_write_mb_per_s']:>8.1f} "
-                        f"MB/s  ratio {r['ratio_to_plain_write']:.3f}",
-                        flush=True,
-                    )
+            cases = [(body, batch, False) for body in (100, 1024, 16384) for batch in (BATCH, 1)]
+            cases.insert(1, (100, BATCH, True))
+            counts = {100: 500_000, 1024: 300_000, 16384: 40_000}
+            for body, batch, message_batch in cases:
+                count = counts[body]
+                n = int(count * scale) if batch > 1 else int(min(count, 20_000) * scale)
+                r = bench_append(work, body, batch, max(n, batch), args.repeat, message_batch)
+                results["append"].append(r)
+                kind = " MessageBatch" if message_batch else ""
+                print(
+                    f"append {body:>6} B x{batch:<4}{kind} {r['messages_per_s']:>9,} msg/s "
+                    f"({r['messages_per_cpu_s']:,} per CPU-s) "
+                    f"{r['mb_per_s']:>8.1f} MB/s  plain {r['plain_write_mb_per_s']:>8.1f} "
+                    f"MB/s  ratio {r['ratio_to_plain_write']:.3f}",
+                    flush=True,
+                )
         if "read" in parts:
             r = bench_read(work, 1024, int(200_000 * scale), args.repeat)
             results["read"] = r
@@ -554,7 +567,8 @@ def print_table(results: dict) -> None:
         print("|---|---:|---:|---:|---:|---:|")
     for r in results.get("append", []):
         print(
-            f"| append {r['body_bytes']} B bodies, batch {r['batch']} | "
+            f"| append {r['body_bytes']} B bodies, "
+            f"{'MessageBatch' if r.get('message_batch') else 'batch'} {r['batch']} | "
             f"{r['messages_per_s']:,} | {r['messages_per_cpu_s']:,} | {r['mb_per_s']:.1f} | "
             f"{r['plain_write_mb_per_s']:.1f} | {r['ratio_to_plain_write']:.2f} |"
         )

@@ -894,6 +894,19 @@ static uint32_t java_hash_utf8(uint32_t h, const uint8_t *s, int64_t n)
     return h;
 }
 
+/* The END_OF_FILE blank at *pos, the rest of the segment; the next chunk starts the next one. */
+static void put_roll(rmq_put_args *a, int64_t *need, int64_t *nchunks, int64_t *pos,
+                     int64_t *seg_end, int64_t fs)
+{
+    *need += 8;
+    a->chunks[3 * *nchunks + 2] = *need;
+    (*nchunks)++;
+    *pos = *seg_end;
+    *seg_end += fs;
+    a->chunks[3 * *nchunks] = *pos;
+    a->chunks[3 * *nchunks + 1] = *need;
+}
+
 /* Encode, place and dispatch a batch of plain records (see _kernel.h). Three passes: sizes,
  * checks and CommitLog positions (nothing changes when one fails, or when out is too small);
  * queues and queue offsets; then the bytes, the ConsumeQueue units and the index entries. */
@@ -904,16 +917,17 @@ int32_t rmq_put(rmq_put_args *a)
     const int32_t uniq_item = a->uniq_name_len + a->uniq_len + 1;
     int64_t pos = a->start;
     int64_t seg_end = pos - pos % fs + fs;
-    int64_t need = 0, nchunks = 0, nidx = 0;
+    int64_t need = 0, nchunks = 0, nidx = 0, batch = 0;
     a->bad = -1;
     a->chunks[0] = pos;
     a->chunks[1] = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* each record's size, and the rules it must meet */
         const int64_t blen = a->body_end[i] - (i ? a->body_end[i - 1] : 0);
         const int32_t t = a->topic_of[i], h = a->head_of[i];
         const int64_t plen = (a->head_end[h] - (h ? a->head_end[h - 1] : 0)) + uniq_item;
         const int64_t total = a->topic_base[t] + blen + plen;
-        if (plen > a->max_props || total > a->max_total || total + 8 > fs) {
+        /* a MessageBatch is checked whole below (CommitLog.append(together) checks it first) */
+        if (plen > a->max_props || total > a->max_total || (!a->together && total + 8 > fs)) {
             a->bad = i;
             a->bad_code = plen > a->max_props ? RMQ_PUT_PROPS
                           : total > a->max_total ? RMQ_PUT_TOO_LARGE
@@ -921,17 +935,25 @@ int32_t rmq_put(rmq_put_args *a)
             a->bad_value = plen > a->max_props ? plen : total;
             return 1;
         }
-        if (pos + total + 8 > seg_end) { /* END_OF_FILE blank, the next segment */
-            need += 8;
-            a->chunks[3 * nchunks + 2] = need;
-            nchunks++;
-            pos = seg_end;
-            seg_end += fs;
-            a->chunks[3 * nchunks] = pos;
-            a->chunks[3 * nchunks + 1] = need;
-        }
-        a->pos[i] = pos;
         a->size[i] = (int32_t)total;
+        batch += total;
+    }
+    if (a->together && n > 0) { /* a MessageBatch goes whole into one segment */
+        if (batch + 8 > fs) {
+            a->bad = 0;
+            a->bad_code = RMQ_PUT_BATCH;
+            a->bad_value = batch;
+            return 1;
+        }
+        if (pos + batch + 8 > seg_end)
+            put_roll(a, &need, &nchunks, &pos, &seg_end, fs);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t h = a->head_of[i];
+        const int64_t total = a->size[i];
+        if (pos + total + 8 > seg_end) /* END_OF_FILE blank, the next segment */
+            put_roll(a, &need, &nchunks, &pos, &seg_end, fs);
+        a->pos[i] = pos;
         pos += total;
         need += total;
         const int32_t lo = a->head_keys_at[h], kl = a->head_keys_len[h];

@@ -126,6 +126,9 @@ int64_t rmq_json_lines(int64_t first, int64_t n, int32_t nf, const int32_t *kind
  * message's head (TAGS, KEYS, SHARDING_KEY items) then UNIQ_KEY; body CRC-32 & crc_mask. Record
  * i goes at the CommitLog offset pos[i]; a record that does not fit before the end of its
  * segment (with 8 bytes to spare) is preceded by the END_OF_FILE blank and starts the next.
+ * With together (a MessageBatch, CommitLog.DefaultAppendMessageCallback.doAppend(MessageExtBatch))
+ * the n records go whole into one segment: the blank comes before the first when they do not
+ * all fit in the rest of it, and a batch larger than a segment is refused (RMQ_PUT_BATCH).
  * The layout's field offsets come from engine/format/message.py's FIXED_V4_FIELDS. */
 typedef struct {
     int64_t n;
@@ -165,7 +168,8 @@ typedef struct {
     uint32_t magic_blank, crc_mask;
     int32_t at_total, at_magic, at_crc, at_queue, at_flag, at_qoff, at_phys, at_born;
     int32_t at_born_host, at_store_ts, at_store_host, at_body_len, fixed, want_index;
-    int32_t nslots, pad1_;
+    int32_t nslots;
+    int32_t together; /* a MessageBatch: the n records kept whole in one segment */
     int64_t *slot_next; /* in/out: nslots, the next queue offset of each queue */
     /* out */
     uint8_t *out; /* the bytes to write, chunk by chunk */
@@ -191,7 +195,7 @@ typedef struct {
     int32_t pad2_;
 } rmq_put_args;
 
-enum { RMQ_PUT_PROPS = 1, RMQ_PUT_TOO_LARGE = 2, RMQ_PUT_SEGMENT = 3 };
+enum { RMQ_PUT_PROPS = 1, RMQ_PUT_TOO_LARGE = 2, RMQ_PUT_SEGMENT = 3, RMQ_PUT_BATCH = 4 };
 
 /* 0: done; 1: message a->bad refused (a->bad_code), nothing changed; 2: out or idx too small
  * (a->need, a->nidx say how much), nothing changed. */

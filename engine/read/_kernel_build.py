@@ -142,7 +142,8 @@ typedef struct {
     uint32_t magic_blank, crc_mask;
     int32_t at_total, at_magic, at_crc, at_queue, at_flag, at_qoff, at_phys, at_born;
     int32_t at_born_host, at_store_ts, at_store_host, at_body_len, fixed, want_index;
-    int32_t nslots, pad1_;
+    int32_t nslots;
+    int32_t together;
     int64_t *slot_next;
     uint8_t *out;
     int64_t cap;
@@ -166,7 +167,7 @@ typedef struct {
     int32_t bad_code;
     int32_t pad2_;
 } rmq_put_args;
-enum { RMQ_PUT_PROPS, RMQ_PUT_TOO_LARGE, RMQ_PUT_SEGMENT, ... };
+enum { RMQ_PUT_PROPS, RMQ_PUT_TOO_LARGE, RMQ_PUT_SEGMENT, RMQ_PUT_BATCH, ... };
 int32_t rmq_put(rmq_put_args *a);
 typedef struct {
     int32_t *slots;

@@ -297,7 +297,7 @@ def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutR
     _check_room(store)
     if not messages:
         return []
-    out = None if batch else put_plain(store, messages)
+    out = put_plain(store, messages, batch)
     if out is not None:
         for listener in store.listeners:
             listener(out)
@@ -641,7 +641,9 @@ def plain_topic(store: MessageStore, topic: str) -> PlainTopic | None:
     return info
 
 
-def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] | None:
+def put_plain(
+    store: MessageStore, messages: list[Message], batch: bool = False
+) -> list[PutResult] | None:
     """The put path for the common case: the batch encoded, placed and dispatched by the
     compiled core (``rmq_put`` of engine/read/_kernel.c), Python checking and accounting per
     batch, not per message.
@@ -652,8 +654,14 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
     wait_store_msg_ok=False), with an IPv4 store host, without enabledAppendPropCRC or
     compressMsgBodyOverHowmuch, with the compiled core loaded;
     returns None for anything else (nothing written, no state changed), and
-    :func:`put_messages` runs the general path. MessageBatch puts (``batch=True``) never
-    come here; the disk-full refusal is checked before.
+    :func:`put_messages` runs the general path. The disk-full refusal is checked before.
+
+    ``batch``: a MessageBatch (``putMessages`` of a ``MessageExtBatch``) of one topic: the
+    queue is chosen once, from the first message (its queueId, its sharding key's hash, else
+    the topic's round robin, advanced once), every record goes to it with consecutive queue
+    offsets, and the records go whole into one CommitLog segment (the blank before the first
+    when they do not all fit in the rest of it: ``doAppend(MessageExtBatch)``), as the general
+    path puts them. A batch of several topics returns None (the general path refuses it).
 
     What RocketMQ does per message in ``CommitLog.DefaultAppendMessageCallback.doAppend`` (the
     record, the END_OF_FILE blank and the roll to the next segment),
@@ -719,10 +727,12 @@ def put_plain(store: MessageStore, messages: list[Message]) -> list[PutResult] |
             except ValueError:  # an IPv6 born host
                 return None
         tnames = tuple(dict.fromkeys(cols[0]))
+        if batch and len(tnames) > 1:
+            return None  # the general path refuses a batch of several topics
         infos = tuple(map(plain_topic, itertools.repeat(store), tnames))
         if None in infos or min(i[0] for i in infos) <= 0:
             return None  # no write queue: the general path says so
-    return _put_columns(store, kernel, cols, lens, born_hosts, tnames, infos)
+    return _put_columns(store, kernel, cols, lens, born_hosts, tnames, infos, together=batch)
 
 
 def _put_columns(
@@ -734,15 +744,18 @@ def _put_columns(
     tnames: tuple[str, ...],
     infos: tuple[PlainTopic, ...],
     results: bool = True,
+    together: bool = False,
 ) -> list[PutResult]:
     """:func:`put_plain` from the batch's columns (:data:`_PLAIN_FIELDS`' order) on: the
     compiled put under the put lock, then the SYNC_FLUSH wait. ``results`` False: [] unless
-    the store needs them (:func:`_put_compiled`)."""
+    the store needs them (:func:`_put_compiled`); ``together``: a MessageBatch."""
     now = int(time.time() * 1000)
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
-        out = _put_compiled(store, kernel, cols, lens, born_hosts, tnames, infos, now, results)
+        out = _put_compiled(
+            store, kernel, cols, lens, born_hosts, tnames, infos, now, results, together
+        )
     if store.sync_flush:  # GroupCommitService: one fdatasync for this batch and its peers'
         last = out[-1]
         store.flusher.wait_flushed(last.commitlog_offset + last.size, out)
@@ -979,10 +992,12 @@ def _put_compiled(
     infos: tuple[PlainTopic, ...],
     now: int,
     results: bool = True,
+    together: bool = False,
 ) -> list[PutResult]:
     """:func:`put_plain` under the put lock: the batch's columns to ``rmq_put``, its output
     to the files, its results ([] when not ``results`` and the store needs none: built only
-    for SYNC_FLUSH, listeners, or a dispatcher besides the index)."""
+    for SYNC_FLUSH, listeners, or a dispatcher besides the index). ``together``: a
+    MessageBatch of one topic (:func:`put_plain`)."""
     topic_c, tags_c, keys_c = cols[0], cols[2], cols[3]
     n = len(topic_c)
     putter = store.putter
@@ -1003,7 +1018,7 @@ def _put_compiled(
         hold, uniq_keys = _one_args(call, store, cols, born_hosts, tables, infos[0], now, index)
     else:
         hold, uniq_keys = _batch_args(
-            call, store, cols, lens, born_hosts, tnames, infos, tables, nslots, now, index
+            call, store, cols, lens, born_hosts, tnames, infos, tables, nslots, now, index, together
         )
         _queue_state(store, call, tnames, slots, tables[7])
     rr_now = tables[7]
@@ -1012,6 +1027,7 @@ def _put_compiled(
     a.start = start = cl.max_offset
     a.want_index = index is not None
     a.nslots = nslots
+    a.together = together
     rc = lib.rmq_put(a)
     if rc == 2:  # short of room (cannot happen with the sizes above): nothing changed
         call.arrays(n, nslots, a.nidx, a.need)
@@ -1085,9 +1101,11 @@ def _batch_args(
     nslots: int,
     now: int,
     index: Any,
+    together: bool = False,
 ) -> tuple[list, list[str]]:
     """Set ``rmq_put``'s per-batch arguments for a batch of several messages: ``(the buffers
-    to keep alive until it returns, the UNIQ_KEYs)``."""
+    to keep alive until it returns, the UNIQ_KEYs)``; ``together``: a MessageBatch (one
+    queue for all, chosen by :func:`_queue_args`)."""
     topic_c, bodies, tags_c, keys_c, qid_c, shard_c, born_c, _, flag_c = cols[:9]
     n = len(topic_c)
     ffi, a = call.ffi, call.args
@@ -1095,7 +1113,10 @@ def _batch_args(
     call.arrays(n, nslots, n * (1 + heads[3]) if index else 0, sum(lens) + 512 * n)
     head_of, head_tables = _head_args(call, store.putter.tags_cache, *heads[:3])
     fb = ffi.from_buffer
-    topic_of, queue_of = _queue_args(call, tnames, infos, topic_c, qid_c, shard_c)
+    if together:
+        topic_of, queue_of = call.zeros, _batch_queue(call, store, tnames[0], infos[0], cols, n)
+    else:
+        topic_of, queue_of = _queue_args(call, tnames, infos, topic_c, qid_c, shard_c)
     born: Any = ffi.NULL
     if born_c.count(0) + born_c.count(None) == n:
         uniq_keys = store.uniq_keys.next_keys(n, now)
@@ -1307,6 +1328,28 @@ def _queue_args(
     return topic_of, fb("int32_t[]", queues)
 
 
+def _batch_queue(
+    call: _PutCall, store: MessageStore, topic: str, info: PlainTopic, cols: list[tuple], n: int
+) -> Any:
+    """``queue_of`` of a MessageBatch of ``n`` messages of ``topic``: the queue
+    :func:`select_queue` gives its first message (its queueId, its sharding key's hash, else
+    the topic's round robin, advanced once for the batch), for every message.
+    PutMessageError for a queueId that is not the topic's."""
+    q, sk = cols[4][0], cols[5][0]
+    nwq, nq = info[:2]
+    if q is None:
+        if sk is None:
+            rr = store.putter.round_robin
+            count = rr.get(topic, 0)
+            rr[topic] = count + 1
+            q = count % nwq
+        else:
+            q = (zlib.crc32(sk.encode()) & 0x7FFFFFFF) % nwq
+    elif not 0 <= q < nq:
+        raise PutMessageError(f"queueId {q} is not a queue of {topic} (0..{nwq - 1})")
+    return call.ffi.from_buffer("int32_t[]", array("i", (q,)) * n)
+
+
 def _refused(lib: Any, a: Any, rc: int, segment_size: int) -> NoReturn:
     """Raise what ``rmq_put``'s refusal ``rc`` means (nothing was written)."""
     if rc == 1:
@@ -1318,6 +1361,10 @@ def _refused(lib: Any, a: Any, rc: int, segment_size: int) -> NoReturn:
         if bad == lib.RMQ_PUT_TOO_LARGE:
             raise MessageTooLargeError(
                 f"message record is {value} bytes, more than maxMessageSize + 64 KiB"
+            )
+        if bad == lib.RMQ_PUT_BATCH:
+            raise MessageTooLargeError(
+                f"batch of {value} bytes does not fit in a {segment_size}-byte CommitLog segment"
             )
         raise MessageTooLargeError(
             f"record of {value} bytes does not fit in a {segment_size}-byte CommitLog segment"

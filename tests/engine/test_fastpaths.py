@@ -13,13 +13,14 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import zlib
 from pathlib import Path
 
 import pytest
 
 import rmqfs.engine.store as store_mod
 from conftest import recover_decoding_every_record
-from rmqfs.engine.errors import InvalidNameError
+from rmqfs.engine.errors import InvalidNameError, MessageTooLargeError, PutMessageError
 from rmqfs.engine.format.config import TopicConfig
 from rmqfs.engine.format.indexfile import IndexFile
 from rmqfs.engine.format.javahash import (
@@ -108,7 +109,7 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     clock = itertools.count(T0, 1700)  # store times cross seconds: index timeDiff varies
     monkeypatch.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
     if general:
-        monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs: None)
+        monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs, batch=False: None)
     cfg = StoreConfig(
         mapped_file_size_commit_log=16 * 1024,
         mapped_file_size_consume_queue=10 * 20,
@@ -595,10 +596,11 @@ def test_recovery_without_decoding_rewrites_a_torn_unit_in_the_middle(tmp_path, 
 
 
 def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
-    """delay_level, compress, wait_store_msg_ok, MessageBatch puts, enabledAppendPropCRC,
-    compressMsgBodyOverHowmuch, an IPv6 store host and BatchCQ topics all take the general
-    path; a fallback leaves round-robin and UNIQ_KEY counter as they were. (SYNC_FLUSH stores
-    take the fast path: tests/engine/test_put_kernel.py.)"""
+    """delay_level, compress, wait_store_msg_ok, MessageBatches of several topics,
+    enabledAppendPropCRC, compressMsgBodyOverHowmuch, an IPv6 store host and BatchCQ topics all
+    take the general path; a fallback leaves round-robin and UNIQ_KEY counter as they were.
+    (SYNC_FLUSH stores and MessageBatches of one topic take the fast path:
+    tests/engine/test_put_kernel.py.)"""
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 4)
         assert putmessage.put_plain(s, [Message("T", b"plain")]) is not None
@@ -622,19 +624,64 @@ def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
         s.batch_cq_topics.add("T")
         assert putmessage.put_plain(s, [Message("T", b"x")]) is None
         s.batch_cq_topics.discard("T")
+        s.create_topic("U", 1)
+        two_topics = [Message("T", b"t"), Message("U", b"u")]
+        assert putmessage.put_plain(s, two_topics, batch=True) is None
+        with pytest.raises(PutMessageError, match="single topic"):
+            s.put_messages(two_topics, batch=True)
+        assert s.putter.round_robin == rr and s.uniq_keys.counter == counter
         seen = []
         real = putmessage.put_plain
-        putmessage.put_plain = lambda store, msgs: seen.append(1) or real(store, msgs)
+        putmessage.put_plain = lambda store, msgs, batch=False: (
+            seen.append(1) or real(store, msgs, batch)
+        )
         try:
             res = s.put_messages([Message("T", b"b%d" % i) for i in range(3)], batch=True)
-            assert not seen and len({r.queue_id for r in res}) == 1
+            assert seen == [1] and len({r.queue_id for r in res}) == 1
             res = s.put_messages([Message("T", b"delayed", delay_level=1)])
         finally:
             putmessage.put_plain = real
-        assert res[0].topic == "SCHEDULE_TOPIC_XXXX" and seen == [1]
+        assert res[0].topic == "SCHEDULE_TOPIC_XXXX" and seen == [1, 1]
     with MessageStore(str(tmp_path / "v6"), StoreConfig(broker_ip1="::1")) as s:
         s.create_topic("T", 1)
         assert putmessage.put_plain(s, [Message("T", b"x")]) is None
+
+
+def test_message_batches_take_the_fast_path_whole(tmp_path, monkeypatch):
+    """A MessageBatch of one topic on the compiled path: one queue for the batch (the round
+    robin advanced once, or the first message's sharding key or queueId), consecutive queue
+    offsets, the records whole in one segment (a batch that does not fit in the rest of it
+    starts the next, behind the blank), a batch larger than a segment refused with nothing
+    written; the records read back in order."""
+    served = []
+    real = putmessage.put_plain
+    monkeypatch.setattr(
+        putmessage,
+        "put_plain",
+        lambda store, msgs, batch=False: served.append(batch) or real(store, msgs, batch),
+    )
+    with MessageStore(str(tmp_path / "s"), StoreConfig(mapped_file_size_commit_log=16384)) as s:
+        s.create_topic("T", 4)
+        a = s.put_messages([Message("T", b"a" * 1000) for _ in range(10)], batch=True)
+        b = s.put_messages([Message("T", b"b" * 1000) for _ in range(5)], batch=True)
+        assert [r.queue_id for r in a] == [0] * 10 and [r.queue_id for r in b] == [1] * 5
+        assert [r.queue_offset for r in a] == list(range(10))
+        assert [r.queue_offset for r in b] == list(range(5))
+        assert a[-1].commitlog_offset + a[-1].size + 5 * b[0].size > 16384 - 8
+        assert b[0].commitlog_offset == 16384  # rolled whole
+        end = s.commitlog.max_offset
+        with pytest.raises(MessageTooLargeError, match=r"^batch of .* 16384-byte"):
+            s.put_messages([Message("T", b"c" * 1000) for _ in range(16)], batch=True)
+        assert s.commitlog.max_offset == end and s.max_offset("T", 2) == 0
+        sharded = s.put_messages([Message("T", b"d", sharding_key="k") for _ in range(3)], True)
+        assert len({r.queue_id for r in sharded}) == 1
+        assert sharded[0].queue_id == (zlib.crc32(b"k") & 0x7FFFFFFF) % 4
+        first_two = [Message("T", b"e", queue_id=2), Message("T", b"f", queue_id=0)]
+        given = s.put_messages(first_two, batch=True)
+        assert [r.queue_id for r in given] == [2, 2]
+        got = s.get_messages("G", "T", 1, 0, 5)
+        assert [m.body for m in got.messages] == [b"b" * 1000] * 5
+    assert served == [True] * 5  # the compiled path took every one (none fell back)
 
 
 def test_fast_put_path_refused_when_the_disk_is_full(tmp_path):
@@ -662,7 +709,7 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
         now = [T0]  # one store time per put, however often a put reads the clock
         monkeypatch.setattr(store_mod.time, "time", lambda: now[0] / 1000)
         if general:
-            monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs: None)
+            monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs, batch=False: None)
         cfg = StoreConfig(
             mapped_file_size_commit_log=16 * 1024,
             mapped_file_size_consume_queue=10 * 20,

@@ -25,6 +25,7 @@ Makefile's SAN_TESTS).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import tempfile
@@ -37,7 +38,7 @@ from hypothesis import strategies as st
 
 import refreader
 import rmqfs.engine.store as store_mod
-from rmqfs.engine.errors import PropertiesSizeExceededError
+from rmqfs.engine.errors import MessageTooLargeError, PropertiesSizeExceededError
 from rmqfs.engine.format import indexfile
 from rmqfs.engine.format.config import TopicConfig
 from rmqfs.engine.format.message import MAX_PROPERTIES_LENGTH
@@ -87,12 +88,17 @@ messages = st.builds(
 batches = st.lists(st.lists(messages, min_size=1, max_size=12), min_size=1, max_size=6)
 
 
-def _put_all(root: str, batches: list[list[Message]], compiled: bool, **config) -> list:
+def _put_all(
+    root: str, batches: list[list[Message]], compiled: bool, batch: bool = False, **config
+) -> list:
+    """Put each batch (``batch``: as a MessageBatch) into a new store, compiled or by the
+    general path: the PutResults, and for a MessageBatch the store refused, ``(error type,
+    message)`` in its place."""
     clock = itertools.count(T0, 1300)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
         if not compiled:
-            mp.setattr(putmessage, "put_plain", lambda store, msgs: None)
+            mp.setattr(putmessage, "put_plain", lambda store, msgs, batch=False: None)
         cfg = StoreConfig(
             mapped_file_size_commit_log=SEGMENT,
             mapped_file_size_consume_queue=8 * 20,
@@ -109,7 +115,13 @@ def _put_all(root: str, batches: list[list[Message]], compiled: bool, **config) 
         results = []
         try:
             for msgs in batches:
-                out = put_internal(s, msgs)
+                try:
+                    out = put_internal(s, msgs, batch)
+                except MessageTooLargeError as exc:
+                    if not batch:
+                        raise
+                    results.append((type(exc).__name__, str(exc)))
+                    continue
                 if compiled:
                     assert s.putter.call is not None  # the compiled path ran
                 results += out
@@ -167,6 +179,47 @@ singles = st.lists(
 @given(singles)
 def test_single_puts_write_the_python_encoders_bytes(batches):
     test_compiled_put_writes_the_python_encoders_bytes.hypothesis.inner_test(batches)
+
+
+@settings(
+    max_examples=int(os.environ.get("RMQFS_PUT_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(batches)
+def test_message_batches_write_the_python_encoders_bytes(batches):
+    """MessageBatch puts (``batch=True``) on the compiled path: one queue for the batch (the
+    first message's queueId or sharding key, else the round robin once), consecutive queue
+    offsets, the records whole in one segment, a batch larger than a segment refused with
+    nothing written; the general path's bytes, results and refusals."""
+    # a MessageBatch has one topic; a later message's queueId or sharding key is not used
+    batches = [[dataclasses.replace(m, topic=b[0].topic) for m in b] for b in batches]
+    with tempfile.TemporaryDirectory() as tmp:
+        fast = _put_all(os.path.join(tmp, "c"), batches, True, batch=True)
+        general = _put_all(os.path.join(tmp, "p"), batches, False, batch=True)
+        assert fast == general
+        for sub in ("commitlog", "consumequeue"):
+            assert _files(os.path.join(tmp, "c"), sub) == _files(os.path.join(tmp, "p"), sub)
+        fi = [b for _, b in _files(os.path.join(tmp, "c"), "index")]
+        assert fi == [b for _, b in _files(os.path.join(tmp, "p"), "index")]
+        stored: list[Message] = []
+        results = []
+        it = iter(fast)
+        for b in batches:
+            first = next(it)
+            if type(first) is tuple:  # refused, whole (not a PutResult)
+                assert first[1].startswith("batch of ")
+                continue
+            res = [first, *(next(it) for _ in b[1:])]
+            assert len({r.queue_id for r in res}) == 1
+            assert [r.queue_offset for r in res] == list(
+                range(res[0].queue_offset, res[0].queue_offset + len(b))
+            )
+            assert len({r.commitlog_offset // SEGMENT for r in res}) == 1
+            stored += b
+            results += res
+        if stored:
+            _read_back(os.path.join(tmp, "c"), stored, results)
 
 
 def _read_back(root: str, msgs: list[Message], results: list) -> None:

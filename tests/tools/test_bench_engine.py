@@ -1,7 +1,8 @@
-"""bench/engine.py's growth part and bench/fuse.py's produce part (issue 34) at a tiny scale, so
-the benches cannot rot: every mark measured, recovery checked whole, the store and the scratch
-files removed, the tables printed; the produce part mounts, writes and counts what it stored.
-The figures themselves are not checked (a few MiB on a shared machine say nothing)."""
+"""bench/engine.py's growth part and MessageBatch appends, and bench/fuse.py's produce part
+(issue 34) at a tiny scale, so the benches cannot rot: every mark measured, recovery checked
+whole, the store and the scratch files removed, the tables printed; the produce part mounts,
+writes and counts what it stored. The figures themselves are not checked (a few MiB on a
+shared machine say nothing)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ def test_growth_measures_every_mark_and_cleans_up(tmp_path, capsys):
     assert "| CommitLog GiB |" in out and "last/first: batch appends" in out
     assert "Abnormal recovery: " in out
     assert engine.parse_size("10G") == 10 << 30 and engine.parse_size("512M") == 512 * MIB
+
+
+def test_append_measures_message_batches_and_cleans_up(tmp_path, capsys):
+    r = engine.bench_append(str(tmp_path), 100, 256, 512, 1, message_batch=True)
+    assert r["message_batch"] and r["messages"] == 512 and r["commitlog_bytes"] > 512 * 100
+    assert r["messages_per_s"] > 0 and r["ratio_to_plain_write"] > 0
+    assert os.listdir(tmp_path) == []
+    engine.print_table({"append": [r]})
+    assert "| append 100 B bodies, MessageBatch 256 |" in capsys.readouterr().out
 
 
 @fuse
