@@ -47,7 +47,8 @@ kernel: $(STAMP)
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
 SAN_DIR := build/sanitize
 SAN_TESTS := tests/engine/test_kernel.py tests/engine/test_hostile_records.py \
-	tests/engine/test_store_damage_fuzz.py tests/engine/test_put_kernel.py -k "not bomb"
+	tests/engine/test_store_damage_fuzz.py tests/engine/test_put_kernel.py \
+	tests/engine/test_recovery_dledger.py -k "not bomb"
 sanitize: venv sanitize-run
 
 sanitize-run:

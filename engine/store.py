@@ -162,14 +162,20 @@ def _load_kernel() -> Any:
 
 
 def _recovery_runs(
-    files: Any, start: int, check_crc: bool, max_message_size: int
+    files: Any,
+    start: int,
+    check_crc: bool,
+    max_message_size: int,
+    committed: int | None,
+    after: tuple[int, int] | None,
 ) -> Iterator[recovery.RecordRun] | None:
-    """Recovery's batched walk of a plain CommitLog (``engine.read.recoverruns.recovery_runs``:
-    None without the compiled kernel), given to recovery, which sits below engine.read; loaded
+    """Recovery's batched walk of a plain CommitLog, or (``committed``: committedIndex) of a
+    DLedger one from the entry after ``after`` (``engine.read.recoverruns.recovery_runs``: None
+    without the compiled kernel), given to recovery, which sits below engine.read; loaded
     when a scan first needs it (numpy, pyarrow)."""
     from .read import recoverruns
 
-    return recoverruns.recovery_runs(files, start, check_crc, max_message_size)
+    return recoverruns.recovery_runs(files, start, check_crc, max_message_size, committed, after)
 
 
 class MessageStore:

@@ -231,6 +231,37 @@ def entry_step(
     return "entry", esize, eindex, eterm, None
 
 
+def filler_next(size: int, at: int, file_end: int) -> int | None:
+    """Where a walk of a DLedger CommitLog goes on after the filler of ``size`` bytes at
+    CommitLog offset ``at`` of a file ending at ``file_end``: past it (the next file's start
+    when it ends the file's data, ``MmapFileList``'s rule), or None for a filler that is not one
+    (shorter than its own header, or running past its file)."""
+    if size < FILLER.size or at + size > file_end:
+        return None
+    return at + size
+
+
+def entry_resume(
+    kind: str, buf: RecordBuffer, pos: int, at: int, file_end: int, claim: int
+) -> tuple[str, int]:
+    """What a batched walk of a DLedger CommitLog does where its compiled entry step
+    (``Kernel.walk_entries``) stopped with ``kind``, at ``buf[pos]`` (CommitLog offset ``at``,
+    in a file ending at ``file_end``): ``("next", offset)`` goes on at
+    ``offset`` (past a filler), ``("read", total)`` reads again from ``at`` with ``total`` bytes
+    held (an entry the range cut, no larger than ``claim`` + 48 and inside its file), ``("end",
+    0)`` stops (anything else: :meth:`CommitLog.scan_raw` walks on from there and says why).
+    The rules are :func:`entry_step`'s and :meth:`CommitLog.scan_raw`'s."""
+    if kind == "filler":
+        nxt = filler_next(FILLER.unpack_from(buf, pos)[1], at, file_end)
+        return ("end", 0) if nxt is None else ("next", nxt)
+    if kind in ("torn", "past_end"):
+        total = FILLER.unpack_from(buf, pos)[1] if kind == "past_end" else 0
+        total = max(total, _MIN_ENTRY)
+        if total <= claim + HEADER_SIZE and at + total <= file_end:
+            return "read", total
+    return "end", 0
+
+
 def claim_problem(
     max_message_size: int, fd: int, file_start: int, at: int, total: int
 ) -> str | None:
@@ -304,6 +335,8 @@ class CommitLog:
         # bytes never written is not read (:meth:`claim_problem`)
         self.max_message_size = MAX_MESSAGE_SIZE
         self.flush_count = 0  # fdatasync rounds, for group-commit accounting
+        #: the last DLedger entry (index, term) :meth:`scan_raw` took, or its ``after``
+        self.scan_entry: tuple[int, int] | None = None
 
     @property
     def min_offset(self) -> int:
@@ -364,6 +397,7 @@ class CommitLog:
         check_crc: bool = True,
         end: int | None = None,
         read_size: int = SCAN_CHUNK,
+        after: tuple[int, int] | None = None,
     ) -> Iterator[RawRecord]:
         """Walk records from ``start`` to the first invalid one without decoding them.
 
@@ -392,13 +426,18 @@ class CommitLog:
         with this walk where they stop, so this walk says where the data ends; readers of a
         plain CommitLog in order use the compiled loop of the same step over ranges
         (:func:`engine.read.columnar.commitlog_runs`). A record ``decode_record`` refuses is
-        named at its CommitLog offset in :attr:`scan_error`.
+        named at its CommitLog offset in :attr:`scan_error`. ``after``: the DLedger entry (index,
+        term) the entry at ``start`` must follow (None: the first entry walked is not compared
+        with one); :attr:`scan_entry` is the last entry the walk took.
         """
         self.scan_error = None
         pos = start
         self.scan_end = pos
+        self.scan_entry = after
         stop = self.files.end_offset if end is None else min(end, self.files.end_offset)
         state = _ScanState(self, check_crc)
+        if after is not None:
+            state.last_index, state.last_term = after
         while pos < stop:
             seg = self.files.find(pos)
             if seg is None:
@@ -433,12 +472,13 @@ class CommitLog:
                 )
                 at = chunk_start + i
                 if ekind == "filler":
-                    if esize < FILLER.size or at + esize > seg.end:
+                    nxt = filler_next(esize, at, seg.end)
+                    if nxt is None:
                         self.scan_error = f"DLedger filler at {at} of {esize} bytes"
                         return None
-                    if at + esize < seg.end:  # a filler inside a file: skip it
-                        self.scan_end = at + esize
-                        return at + esize
+                    if nxt < seg.end:  # a filler inside a file: skip it
+                        self.scan_end = nxt
+                        return nxt
                     return self._next_file(seg)
                 if ekind == "zeros":
                     return None
@@ -463,6 +503,7 @@ class CommitLog:
                 if eindex > state.committed:
                     return None  # past committedIndex: not messages (getCommittedPos)
                 state.last_index, state.last_term = eindex, eterm
+                self.scan_entry = (eindex, eterm)
                 r = i + HEADER_SIZE
             kind, total, magic = step(chunk, r, n)
             if dl and total != esize - HEADER_SIZE:

@@ -53,11 +53,26 @@ DIR_PREFIX = "dledger-"
 #: bodyCrc, bodyLen.
 ENTRY_HEADER = struct.Struct(">iiqqqiiii")
 HEADER_SIZE = ENTRY_HEADER.size  # 48
+#: ENTRY_HEADER's fields by name: their byte positions in the header (from its format).
+ENTRY_POSITIONS = {
+    name: struct.calcsize(ENTRY_HEADER.format[: i + 1])
+    for i, name in enumerate(
+        ("magic", "size", "index", "term", "pos", "channel", "chainCrc", "bodyCrc", "bodyLen")
+    )
+}
 #: DLedgerMmapFileStore.MAGIC_1 (CURRENT_MAGIC in DLedger 0.1-0.3).
 ENTRY_MAGIC = 1
 #: MmapFileList.BLANK_MAGIC_CODE: the filler at the end of a data file (magic, size).
 FILLER_MAGIC = -1
 FILLER = struct.Struct(">ii")
+#: What the compiled entry walk (``rmq_walk_entries``) is given: the header's size, the
+#: positions of its size, index, term, pos and bodyLen fields, the entry and filler magics.
+WALK_LAYOUT = (
+    HEADER_SIZE,
+    *(ENTRY_POSITIONS[f] for f in ("size", "index", "term", "pos", "bodyLen")),
+    ENTRY_MAGIC,
+    FILLER_MAGIC,
+)
 #: DLedgerEntryCoder.encodeIndex: magic, pos, size, index, term (INDEX_UNIT_SIZE 32).
 INDEX_UNIT = struct.Struct(">iqiqq")
 CHECKPOINT = "checkpoint"

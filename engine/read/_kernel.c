@@ -226,6 +226,13 @@ static inline uint32_t rd32(const uint8_t *p)
 /* The walk of CommitLog records by TOTALSIZE (engine.format.commitlog.walk_segment's rules, in
  * its order: a header cut short, the blank magic, a zero header, another magic or a size <= 0,
  * a record running past len). Reads only buf[0..len); writes at most cap entries. */
+static inline uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return BE64(v);
+}
+
 int64_t rmq_walk(const uint8_t *buf, int64_t len, uint32_t magic_v1, uint32_t magic_v2,
                  uint32_t magic_blank, int64_t *starts, int64_t *sizes, int64_t cap,
                  int64_t *end, int32_t *kind)
@@ -267,12 +274,77 @@ int64_t rmq_walk(const uint8_t *buf, int64_t len, uint32_t magic_v1, uint32_t ma
     return n;
 }
 
-static inline uint64_t rd64(const uint8_t *p)
+/* The DLedger entry walk (see _kernel.h): one step per entry, as scan_raw's entry_step and
+ * record_step, stopping where scan_raw would say something (a filler, damage, the end). */
+int64_t rmq_walk_entries(const uint8_t *buf, int64_t len, int64_t base, int64_t committed,
+                         const int32_t *layout, uint32_t magic_v1, uint32_t magic_v2,
+                         int64_t *state, int64_t *starts, int64_t *sizes, int64_t *entries,
+                         int64_t cap, int64_t *end, int32_t *kind)
 {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return BE64(v);
+    const int64_t hs = layout[0];
+    const int32_t at_size = layout[1], at_index = layout[2], at_term = layout[3];
+    const int32_t at_pos = layout[4], at_body = layout[5];
+    const int32_t entry_magic = layout[6], filler_magic = layout[7];
+    const int64_t min_entry = hs + 8; /* a header and a record's TOTALSIZE and MAGICCODE */
+    int64_t pos = 0, n = 0, last_index = state[0], last_term = state[1];
+    for (;;) {
+        if (pos + 8 > len) {
+            *kind = pos < len ? RMQ_WALK_TORN : RMQ_WALK_END;
+            break;
+        }
+        const int32_t emagic = (int32_t)rd32(buf + pos);
+        const int32_t esize = (int32_t)rd32(buf + pos + at_size);
+        if (emagic == filler_magic) {
+            *kind = RMQ_WALK_FILLER;
+            break;
+        }
+        if (emagic == 0 && esize == 0) {
+            *kind = RMQ_WALK_ZEROS;
+            break;
+        }
+        if (pos + (esize > min_entry ? esize : min_entry) > len) {
+            *kind = RMQ_WALK_PAST_END;
+            break;
+        }
+        const int64_t index = (int64_t)rd64(buf + pos + at_index);
+        const int64_t term = (int64_t)rd64(buf + pos + at_term);
+        const int64_t epos = (int64_t)rd64(buf + pos + at_pos);
+        const int32_t body = (int32_t)rd32(buf + pos + at_body);
+        if (emagic != entry_magic || epos != base + pos || body <= 0 || esize != body + hs ||
+            (last_index != -1 && (last_index == INT64_MAX || index != last_index + 1)) ||
+            term < last_term) {
+            *kind = RMQ_WALK_DAMAGED;
+            break;
+        }
+        if (index > committed) {
+            *kind = RMQ_WALK_COMMITTED;
+            break;
+        }
+        const int32_t total = (int32_t)rd32(buf + pos + hs);
+        const uint32_t magic = rd32(buf + pos + hs + 4);
+        if ((magic != magic_v1 && magic != magic_v2) || total != body) {
+            *kind = RMQ_WALK_DAMAGED;
+            break;
+        }
+        if (n == cap) {
+            *kind = RMQ_WALK_FULL;
+            break;
+        }
+        starts[n] = pos + hs;
+        sizes[n] = total;
+        entries[2 * n] = index;
+        entries[2 * n + 1] = term;
+        n++;
+        last_index = index;
+        last_term = term;
+        pos += esize;
+    }
+    state[0] = last_index;
+    state[1] = last_term;
+    *end = pos;
+    return n;
 }
+
 
 /* The unsigned big-endian integer of width bytes (1 to 8) at p. */
 static inline uint64_t load_be(const uint8_t *p, int32_t width)

@@ -102,7 +102,10 @@ enum {
     RMQ_WALK_TORN = 3,       /* len ends inside a header */
     RMQ_WALK_NOT_RECORD = 4, /* another magic, or TOTALSIZE <= 0 */
     RMQ_WALK_PAST_END = 5,   /* a record that runs past len */
-    RMQ_WALK_FULL = 6        /* cap records found: call again from *end */
+    RMQ_WALK_FULL = 6,       /* cap records found: call again from *end */
+    RMQ_WALK_FILLER = 7,     /* a DLedger filler (rmq_walk_entries) */
+    RMQ_WALK_DAMAGED = 8,    /* an entry DLedgerMmapFileStore.recover refuses, or its record */
+    RMQ_WALK_COMMITTED = 9   /* an entry past committedIndex (rmq_walk_entries) */
 };
 
 /* Walk CommitLog records in buf[0..len) from 0 by TOTALSIZE, as
@@ -111,6 +114,24 @@ enum {
 int64_t rmq_walk(const uint8_t *buf, int64_t len, uint32_t magic_v1, uint32_t magic_v2,
                  uint32_t magic_blank, int64_t *starts, int64_t *sizes, int64_t cap,
                  int64_t *end, int32_t *kind);
+
+/* Walk a DLedger CommitLog's entries in buf[0..len) from 0 (base: the CommitLog offset of
+ * buf[0]), as engine.format.commitlog.entry_step and record_step under CommitLog.scan_raw do
+ * (DLedgerCommitLog.checkMessageAndReturnSize, DLedgerMmapFileStore.recover): each entry's
+ * header checked as engine.format.dledger.entry_problem checks it (magic, pos, size = bodyLen +
+ * header, index = the last + 1, term never lower), its record a V1/V2 record of exactly bodyLen
+ * bytes. Record i starts at starts[i] (the entry + header) and is sizes[i] bytes (at most cap),
+ * its entry's index and term are entries[2i], entries[2i + 1];
+ * state[0], state[1]: the last entry's index and term (in/out, -1 -1 before the first); layout:
+ * the header's size, the positions of its size, index, term, pos and bodyLen fields, the entry
+ * and the filler magic (engine/format/dledger.py's ENTRY_HEADER). An entry past committed ends
+ * the walk (RMQ_WALK_COMMITTED). Returns the count, *end = where the walk stopped (an entry's
+ * start), *kind = why (RMQ_WALK_*: END, FILLER, ZEROS, TORN, PAST_END, DAMAGED, COMMITTED or
+ * FULL). */
+int64_t rmq_walk_entries(const uint8_t *buf, int64_t len, int64_t base, int64_t committed,
+                         const int32_t *layout, uint32_t magic_v1, uint32_t magic_v2,
+                         int64_t *state, int64_t *starts, int64_t *sizes, int64_t *entries,
+                         int64_t cap, int64_t *end, int32_t *kind);
 
 enum { JL_INT = 0, JL_STR = 1, JL_STRLIST = 2, JL_MAP = 3, JL_BODY = 4 };
 

@@ -91,7 +91,8 @@ enum {
 };
 enum { RMQ_BAD_MAGIC, RMQ_BAD_TOTAL, RMQ_BAD_PHYS, RMQ_BAD_QUEUE, RMQ_BAD_CRC, RMQ_BAD_QOFF, ... };
 enum { RMQ_WALK_END, RMQ_WALK_BLANK, RMQ_WALK_ZEROS, RMQ_WALK_TORN, RMQ_WALK_NOT_RECORD,
-       RMQ_WALK_PAST_END, RMQ_WALK_FULL, ... };
+       RMQ_WALK_PAST_END, RMQ_WALK_FULL, RMQ_WALK_FILLER, RMQ_WALK_DAMAGED, RMQ_WALK_COMMITTED,
+       ... };
 enum { JL_INT, JL_STR, JL_STRLIST, JL_MAP, JL_BODY, ... };
 
 void rmq_crc32(const uint8_t *buf, const int64_t *start, const int64_t *len, int64_t n,
@@ -102,6 +103,10 @@ int32_t rmq_decode(rmq_decode_args *a);
 int64_t rmq_walk(const uint8_t *buf, int64_t len, uint32_t magic_v1, uint32_t magic_v2,
                  uint32_t magic_blank, int64_t *starts, int64_t *sizes, int64_t cap,
                  int64_t *end, int32_t *kind);
+int64_t rmq_walk_entries(const uint8_t *buf, int64_t len, int64_t base, int64_t committed,
+                         const int32_t *layout, uint32_t magic_v1, uint32_t magic_v2,
+                         int64_t *state, int64_t *starts, int64_t *sizes, int64_t *entries,
+                         int64_t cap, int64_t *end, int32_t *kind);
 int64_t rmq_json_lines(int64_t first, int64_t n, int32_t nf, const int32_t *kind,
                        const uint8_t *lit, const int32_t *lit_off, void *const *p0,
                        void *const *p1, void *const *p2, void *const *p3, void *const *p4,

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..format.commitlog import WALK_MAGICS
+from ..format.dledger import WALK_LAYOUT as ENTRY_WALK_LAYOUT
 from ..format.indexfile import (
     HASH_SLOT_SIZE,
     HEADER_POSITIONS,
@@ -233,6 +234,54 @@ class Kernel:
             np.concatenate(parts_z) if len(parts_z) > 1 else parts_z[0],
             _WALK_KINDS[kind[0]],
             base,
+        )
+
+    def walk_entries(
+        self, buf: np.ndarray, base: int, committed: int, state: list[int], cap: int = 1 << 20
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, int]:
+        """Walk a DLedger CommitLog's entries in ``buf`` (1-d uint8, CommitLog offset ``base``
+        at 0) from 0 (``rmq_walk_entries``: :func:`engine.format.commitlog.entry_step` and
+        :func:`engine.format.commitlog.record_step` as ``CommitLog.scan_raw`` takes them, which
+        judges it in the tests), up to the entry of index ``committed``; ``state`` is
+        ``[last index, last term]`` (``[-1, -1]`` before the first entry), moved on in place.
+
+        Returns ``(starts, sizes, entries, kind, pos)``: int64 arrays of each record's position
+        in ``buf`` (its entry's + 48) and TOTALSIZE, and its entry's index and term (shape
+        ``(n, 2)``), what ended the walk (``end``, ``filler``, ``zeros``, ``torn``,
+        ``past_end``, ``damaged`` or ``committed``) and where (an entry's position)."""
+        if buf.dtype != np.uint8 or buf.ndim != 1:
+            raise ValueError("buf must be a 1-d uint8 array")
+        ffi, p = self.ffi, self._p
+        end = ffi.new("int64_t *", 0)
+        kind = ffi.new("int32_t *", 0)
+        st = ffi.new("int64_t[2]", state)
+        layout = ffi.new("int32_t[]", list(ENTRY_WALK_LAYOUT))
+        parts_s, parts_z, parts_e = [], [], []
+        at = 0
+        while True:
+            rest = buf[at:]
+            n_cap = max(1, min(cap, len(rest) // ENTRY_WALK_LAYOUT[0] + 1))
+            starts = np.empty(n_cap, np.int64)
+            sizes = np.empty(n_cap, np.int64)
+            entries = np.empty((n_cap, 2), np.int64)
+            n = self.lib.rmq_walk_entries(
+                p(rest), len(rest), base + at, committed, layout, *WALK_MAGICS[:2],
+                st, p(starts), p(sizes), p(entries), n_cap, end, kind,
+            )  # fmt: skip
+            parts_s.append(starts[:n] + at)
+            parts_z.append(sizes[:n])
+            parts_e.append(entries[:n])
+            at += int(end[0])
+            if kind[0] != self.lib.RMQ_WALK_FULL:
+                break
+        state[0], state[1] = int(st[0]), int(st[1])
+        one = len(parts_s) == 1
+        return (
+            parts_s[0] if one else np.concatenate(parts_s),
+            parts_z[0] if one else np.concatenate(parts_z),
+            parts_e[0] if one else np.concatenate(parts_e),
+            _WALK_KINDS[kind[0]],
+            at,
         )
 
     def index_check(self, slot_raw: Any, raw: Any, slots: int, count: int) -> StructureFindings:
@@ -611,8 +660,12 @@ def json_name(name: str) -> bytes:
 _JL_INT, _JL_STR, _JL_STRLIST, _JL_MAP, _JL_BODY = range(5)  # _kernel.h's JL_* kinds
 _EMPTY = np.zeros(1, dtype=np.uint8)
 #: the C constants this module repeats (it imports without the binary), checked on load
-#: rmq_walk's kinds by value (RMQ_WALK_*): engine.format.commitlog.STEP_KINDS' names
-_WALK_KINDS = ("end", "blank", "zeros", "torn", "not_record", "past_end", "full")
+#: rmq_walk's and rmq_walk_entries' kinds by value (RMQ_WALK_*): the names of
+#: engine.format.commitlog.STEP_KINDS, then the entry walk's own
+_WALK_KINDS = (
+    "end", "blank", "zeros", "torn", "not_record", "past_end", "full",
+    "filler", "damaged", "committed",
+)  # fmt: skip
 
 _CONSTANTS = {
     "RMQ_WANT_BODY": WANT_BODY, "RMQ_WANT_TOPIC": WANT_TOPIC, "RMQ_WANT_TAGS": WANT_TAGS,

@@ -1,7 +1,8 @@
-"""The records recovery checks, in batches: the compiled CommitLog walk and decoder over a
-plain CommitLog, giving recovery (:mod:`engine.service.recovery`, which cannot import this
-layer: the store hands it :func:`recovery_runs`) each range's records as arrays
-(RocketMQ ``CommitLog.recoverAbnormally``: ``checkMessageAndReturnSize`` per record, then
+"""The records recovery checks, in batches: the compiled CommitLog walk (or DLedger entry walk,
+``DLedgerCommitLog.checkMessageAndReturnSize``) and decoder, giving recovery
+(:mod:`engine.service.recovery`, which cannot import this layer: the store hands it
+:func:`recovery_runs`) each range's records as arrays (RocketMQ
+``CommitLog.recoverAbnormally``: ``checkMessageAndReturnSize`` per record, then
 ``DefaultMessageStore.doDispatch``).
 
 The runs stop before the first record this path cannot vouch for exactly as
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import CorruptRecordError
+from ..format.commitlog import DEFAULT_FILE_SIZE, entry_resume
 from ..format.javahash import tags_code
 from ..format.mappedfile import MappedFiles, SegmentMap
 from ..format.message import (
@@ -55,36 +57,49 @@ _TAGS_CODES: dict[str, int] = {}
 
 
 def recovery_runs(
-    files: MappedFiles, start: int, check_crc: bool, max_message_size: int
+    files: MappedFiles,
+    start: int,
+    check_crc: bool,
+    max_message_size: int,
+    committed: int | None = None,
+    after: tuple[int, int] | None = None,
 ) -> Iterator[RecordRun] | None:
     """:func:`batched_runs`, or None in a process without the compiled kernel
     (``engine.read.kernel.load``): recovery then walks record by record
     (:data:`engine.service.recovery.RunSource`)."""
     if kernel.load() is None:
         return None
-    return batched_runs(files, start, check_crc, max_message_size)
+    return batched_runs(files, start, check_crc, max_message_size, committed, after)
 
 
 def batched_runs(
-    files: MappedFiles, start: int, check_crc: bool, max_message_size: int
+    files: MappedFiles,
+    start: int,
+    check_crc: bool,
+    max_message_size: int,
+    committed: int | None = None,
+    after: tuple[int, int] | None = None,
 ) -> Iterator[RecordRun]:
     """The records of a plain CommitLog from ``start`` (a record's or a segment's offset, bytes)
-    in runs (:class:`engine.service.recovery.RecordRun`: the records of one range as arrays,
-    each record checked as :meth:`engine.format.commitlog.CommitLog.scan_raw` checks it:
-    magic, TOTALSIZE, layout, PHYSICALOFFSET, BODYCRC when ``check_crc``
-    (``checkCRCOnRecover``), the ``__CRC32#`` property when present and ``check_crc``).
+    in runs, or with ``committed`` (its checkpoint's committedIndex) those of a DLedger
+    CommitLog from an entry's offset, following the entry ``after`` (index, term; None: the
+    first walked) (:class:`engine.service.recovery.RecordRun`: the records
+    of one range as arrays, each record checked as
+    :meth:`engine.format.commitlog.CommitLog.scan_raw` checks it: magic, TOTALSIZE, layout,
+    PHYSICALOFFSET, BODYCRC when ``check_crc`` (``checkCRCOnRecover``), the ``__CRC32#``
+    property when present and ``check_crc``; a DLedger entry's header as well).
 
     The walk is :func:`engine.read.columnar.commitlog_runs` (the compiled step, ``walk_segment``'s
-    rules), the decode :func:`engine.read.columnar.decode_records`. The runs end, without an
+    rules), or :func:`entry_runs` for a DLedger CommitLog, the decode
+    :func:`engine.read.columnar.decode_records`. The runs end, without an
     error, before the first record (or header) that the walk or the decoder refuses, that
     claims more than ``max_message_size`` + 64 KiB (``scan_raw`` reads such a claim only when
     no hole lies under it), or that has an empty body and a BODYCRC other than 0 (the kernel
     checks no empty body; ``scan_raw`` does): the caller walks on from the end of the last
-    record with ``scan_raw``, which says where the data ends and why. Not for a DLedger
-    CommitLog (``scan_raw`` walks its entries). The ranges the walk finds are decoded in
-    :data:`DECODE_THREADS` threads while it goes on (at most that many ranges ahead), and the
-    runs are given in CommitLog order; what the walk meets past a run that stopped (a file it
-    cannot read) is never raised.
+    record with ``scan_raw``, which says where the data ends and why. The ranges the walk
+    finds are decoded in :data:`DECODE_THREADS` threads while it goes on (at most that many
+    ranges ahead), and the runs are given in CommitLog order; what the walk meets past a run
+    that stopped (a file it cannot read) is never raised.
 
     Raises:
         OSError: a file could not be read (before the runs stopped).
@@ -97,12 +112,16 @@ def batched_runs(
     last = False  # the walk ended: the data ends, a claim too large, or a record it refuses
     failed: Exception | None = None  # how the walk ended, raised once the runs before it are
     with ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="rmqfs-recover") as pool:
-        walk = commitlog_runs(files, start, None, READ_SIZE, refresh=False)
+        walk = (
+            _plain_runs(files, start)
+            if committed is None
+            else entry_runs(files, start, committed, claim, after)
+        )
         try:
             while True:
                 while not last and len(pending) <= DECODE_THREADS:
                     try:
-                        window, offs, sizes = next(walk)
+                        window, offs, sizes, entries = next(walk)
                     except StopIteration:
                         last = True
                         break
@@ -112,7 +131,11 @@ def batched_runs(
                     over = sizes > claim
                     k = int(np.argmax(over)) if over.any() else len(offs)
                     if k:
-                        pending.append(pool.submit(_decode, window, offs[:k], sizes[:k], check_crc))
+                        if entries is not None:
+                            entries = entries[:k]
+                        pending.append(
+                            pool.submit(_decode, window, offs[:k], sizes[:k], check_crc, entries)
+                        )
                     if k < len(offs):
                         last = True
                 if not pending:
@@ -130,11 +153,89 @@ def batched_runs(
                 f.cancel()
 
 
+#: what a walk gives :func:`batched_runs`: a window, the records' offsets and sizes, and their
+#: DLedger entries' index and term (None for a plain CommitLog)
+Walked = tuple[CommitLogWindow, np.ndarray, np.ndarray, "np.ndarray | None"]
+
+
+def _plain_runs(files: MappedFiles, start: int) -> Generator[Walked, None, None]:
+    """:func:`engine.read.columnar.commitlog_runs` over a writer's own file list, as
+    :data:`Walked` items."""
+    walk = commitlog_runs(files, start, None, READ_SIZE, refresh=False)
+    try:
+        for window, offs, sizes in walk:
+            yield window, offs, sizes, None
+    finally:
+        walk.close()
+
+
+def entry_runs(
+    files: MappedFiles,
+    start: int,
+    committed: int,
+    claim: int,
+    after: tuple[int, int] | None = None,
+    read_size: int = READ_SIZE,
+) -> Generator[Walked, None, None]:
+    """The records of a DLedger CommitLog from the entry at ``start`` (bytes) up to the entry of
+    index ``committed`` (committedIndex), as :func:`engine.read.columnar.commitlog_runs` gives a
+    plain CommitLog's: ``(window, offsets, sizes, entries)``, each record's offset (its
+    entry's + 48), TOTALSIZE and entry index and term (shape ``(n, 2)``), of the whole entries
+    that start in one range of ``read_size`` bytes (an entry the range cuts is read again from
+    its start with the next). The entry at ``start`` must follow the entry ``after`` (index,
+    term; None: it is the first walked).
+
+    One step per entry, compiled (``Kernel.walk_entries``: ``scan_raw``'s ``entry_step`` and
+    ``record_step``, ``DLedgerMmapFileStore.recover``'s checks, the index and term carried from
+    entry to entry and over fillers): a filler that ends a file's data goes on at the next file,
+    one inside a file after it. Anything else ends the runs without an error (zeros, damage, an
+    entry past ``committed``, one claiming more than ``claim`` + 48 bytes, a file missing):
+    ``scan_raw`` walks on from there and says why. Raises OSError from the files."""
+    k = kernel.load()
+    assert k is not None  # recovery_runs checked
+    state = list(after) if after is not None else [-1, -1]
+    fs = files.file_size or DEFAULT_FILE_SIZE
+    pos, need = start, 0
+    while True:
+        seg = files.find(pos)
+        if seg is None:
+            return
+        want = min(seg.end, max(pos + read_size, pos + need))
+        got = files.span(pos, want)
+        if got is None:
+            return
+        buf, base = got
+        lo, hi = pos - base, min(len(buf), want - base)
+        if hi <= lo:
+            return
+        arr = np.frombuffer(buf, np.uint8, hi - lo, lo)
+        starts, sizes, entries, kind, at = k.walk_entries(arr, pos, committed, state)
+        del arr  # a mapping is never held past the walk
+        if len(starts):
+            yield CommitLogWindow(buf, base, fs), starts + pos, sizes, entries
+        if kind == "end":
+            pos, need = base + hi, 0
+            continue
+        # a filler, an entry the range cut, or what scan_raw must judge (format's rules)
+        step, value = entry_resume(kind, buf, lo + at, pos + at, seg.end, claim)
+        if step == "next":
+            pos, need = value, 0
+        elif step == "read" and (at or need < value):
+            pos, need = pos + at, value  # the next range holds it whole
+        else:  # scan_raw judges it (or the file's bytes end before the entry: damage)
+            return
+
+
 def _decode(
-    window: CommitLogWindow, offs: np.ndarray, sizes: np.ndarray, check_crc: bool
+    window: CommitLogWindow,
+    offs: np.ndarray,
+    sizes: np.ndarray,
+    check_crc: bool,
+    entries: np.ndarray | None = None,
 ) -> tuple[RecordRun | None, bool]:
     """``(run, stopped)``: the records of ``offs`` that pass every check, as a run (None when
-    none does), and whether one did not (the run is then the records before it)."""
+    none does), and whether one did not (the run is then the records before it); ``entries``:
+    their DLedger entries' index and term, None for a plain CommitLog."""
     try:
         batch = decode_records(window, offs, sizes, COLUMNS, check_crc)
     except CorruptRecordError as exc:
@@ -143,13 +244,15 @@ def _decode(
         if not k:
             return None, True
         offs, sizes = offs[:k], sizes[:k]
-        return _decode(window, offs, sizes, check_crc)[0], True
+        entries = entries[:k] if entries is not None else None
+        return _decode(window, offs, sizes, check_crc, entries)[0], True
     bad = _doubtful(window.data, window.base, offs, sizes, batch, check_crc)
     if bad < len(offs):
         if not bad:
             return None, True
-        return _run(window, offs[:bad], sizes[:bad], batch.slice(0, bad)), True
-    return _run(window, offs, sizes, batch), False
+        entries = entries[:bad] if entries is not None else None
+        return _run(window, offs[:bad], sizes[:bad], batch.slice(0, bad), entries), True
+    return _run(window, offs, sizes, batch, entries), False
 
 
 def _doubtful(
@@ -203,9 +306,14 @@ def _at(data: SegmentMap | bytes, pos: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _run(
-    window: CommitLogWindow, offs: np.ndarray, sizes: np.ndarray, batch: pa.RecordBatch
+    window: CommitLogWindow,
+    offs: np.ndarray,
+    sizes: np.ndarray,
+    batch: pa.RecordBatch,
+    entries: np.ndarray | None = None,
 ) -> RecordRun:
-    """The :class:`RecordRun` of decoded records (tags as tagsCodes, topics as indices)."""
+    """The :class:`RecordRun` of decoded records (tags as tagsCodes, topics as indices;
+    ``entries``: a DLedger CommitLog's entry index and term of each)."""
     cols = {name: batch.column(i) for i, name in enumerate(COLUMNS)}
     topics = cols["topic"].dictionary_encode()
     tags = cols["tags"].dictionary_encode()
@@ -230,4 +338,5 @@ def _run(
         int_values(cols["sysFlag"]),
         int_values(cols["storeTimestamp"]),
         codes[tag_index],
+        entries,
     )

@@ -7,11 +7,12 @@ hold; after a crash, at the newest CommitLog segment whose first record is older
 checkpoint. Every record from there is checked (size, magic, body CRC), a torn tail is dropped,
 ConsumeQueue units and index items past the end are cut, and the records the queues lack are
 dispatched again (:mod:`engine.service.dispatch`). Records the queues already hold are compared by their
-unit without decoding (:func:`light_unit`). A plain CommitLog is walked in batches by the
-compiled step and decoder (:class:`RecordRun`, :func:`engine.read.recoverruns.recovery_runs`,
-which the store hands :func:`recover`), their units compared per queue at once; where the
-batches stop, :meth:`engine.format.commitlog.CommitLog.scan_raw` walks on record by record
-and says where the data ends; a DLedger CommitLog is walked by ``scan_raw`` alone. Tests:
+unit without decoding (:func:`light_unit`). A CommitLog (plain, or DLedger's entries) is
+walked in batches by the compiled step and decoder (:class:`RecordRun`,
+:func:`engine.read.recoverruns.recovery_runs`, which the store hands :func:`recover`), their
+units compared per queue at once; where the batches stop,
+:meth:`engine.format.commitlog.CommitLog.scan_raw` walks on record by record and says where
+the data ends. Tests:
 tests/engine/test_crash.py, test_rocketmq_scenarios.py, test_store_hardening.py,
 test_fastpaths.py (decoded vs undecoded), test_recovery_batches.py (batched vs record by
 record, on damaged stores).
@@ -231,9 +232,9 @@ def recover(
     :class:`RecoveryReport` when None) with what was done. ``undecoded`` False decodes every
     record instead of comparing the units of records the queues already hold with the raw
     record (the two must agree: tests/engine/test_fastpaths.py compares them). ``runs``: the
-    batched walk of a plain CommitLog (:data:`RunSource`; the store hands
+    batched walk of a plain or DLedger CommitLog (:data:`RunSource`; the store hands
     :func:`engine.read.recoverruns.recovery_runs`); None walks record by record
-    (:meth:`engine.format.commitlog.CommitLog.scan_raw`), as a DLedger CommitLog always is.
+    (:meth:`engine.format.commitlog.CommitLog.scan_raw`).
     """
     started = time.monotonic()
     report = report if report is not None else RecoveryReport()
@@ -555,7 +556,7 @@ def _scan_and_dispatch(
 
 
 class RecordRun(NamedTuple):
-    """The records of one range of a plain CommitLog, checked and decoded column-wise
+    """The records of one range of a CommitLog, checked and decoded column-wise
     (:func:`engine.read.recoverruns.recovery_runs`): what :func:`_scan` compares with the
     ConsumeQueues at once. Arrays are aligned, one element per record, in CommitLog order.
 
@@ -567,6 +568,8 @@ class RecordRun(NamedTuple):
         queue_ids, queue_offsets, sys_flags, store_timestamps: the record fields.
         tags_codes: int64 tagsCode of each record's TAGS (0 without), as
             :func:`light_unit` gives (not a ``SCHEDULE_TOPIC_XXXX`` deliver time).
+        entries: a DLedger CommitLog's: each record's entry index and term (int64, shape
+            ``(n, 2)``), None for a plain one.
     """
 
     data: Any
@@ -580,12 +583,18 @@ class RecordRun(NamedTuple):
     sys_flags: np.ndarray
     store_timestamps: np.ndarray
     tags_codes: np.ndarray
+    entries: np.ndarray | None = None
 
 
-#: ``runs(files, start, check_crc, max_message_size)``: the batched walk of a plain CommitLog
+#: ``runs(files, start, check_crc, max_message_size, committed, after)``: the batched walk of
+#: a plain CommitLog, or with ``committed`` (the checkpoint's committedIndex) of a DLedger one
+#: whose entry at ``start`` follows the entry ``after`` (index, term; None: the first walked)
 #: (:func:`engine.read.recoverruns.recovery_runs`, which the store hands recovery: this layer
 #: cannot import the reader's), or None when this process has no compiled walk
-RunSource = Callable[[MappedFiles, int, bool, int], Iterator[RecordRun] | None]
+RunSource = Callable[
+    [MappedFiles, int, bool, int, "int | None", "tuple[int, int] | None"],
+    Iterator[RecordRun] | None,
+]
 #: The scan goes record by record over its first this many bytes, in batches after them (a
 #: short scan does not load numpy and pyarrow; tests set 0)
 BATCHES_AFTER = 1 << 20
@@ -801,12 +810,12 @@ def _scan(
 ) -> tuple[int, bool, int, _Tail]:
     """Walk the CommitLog from ``start`` and hand dispatch what the derived files lack.
 
-    A plain CommitLog with the compiled walk (``runs``) goes in batches past its first
-    :data:`BATCHES_AFTER` bytes (:class:`RecordRun`, compared per queue at once): where they
-    stop (damage, or a record they cannot vouch for),
+    A CommitLog, plain or DLedger, with the compiled walk (``runs``) goes in batches past its
+    first :data:`BATCHES_AFTER` bytes (:class:`RecordRun`, compared per queue at once): where
+    they stop (damage, a DLedger filler they cannot pass, or a record they cannot vouch for),
     :meth:`engine.format.commitlog.CommitLog.scan_raw` walks on, record by record, and
     decides where the data ends (``scan_end``, ``scan_error``); after a record it takes, the
-    batches go on. A DLedger CommitLog, a store that verifies every ``__CRC32#`` property
+    batches go on. A store that verifies every ``__CRC32#`` property
     (``forceVerifyPropCRC``), one whose ``runs`` gives None (no compiled walk) and the
     first :data:`BATCHES_AFTER` bytes are walked by ``scan_raw`` alone. Returns ``(end,
     gap, records, (prev, last))``.
@@ -814,8 +823,10 @@ def _scan(
     cl = store.commitlog
     check_crc = store.config.check_crc_on_recover
     s = _Scan(store, start, full, bar, report, undecoded)
-    if runs is None or cl.entries is not None or (cl.force_verify_prop_crc and check_crc):
+    if cl.force_verify_prop_crc and check_crc:
         runs = None
+    committed = cl.entries.committed_index if cl.entries is not None else None
+    after: tuple[int, int] | None = None  # the last DLedger entry taken (index, term)
     pos = start
     mapped = False
     # record by record first: a short scan (normal recovery's, from the queues' last record)
@@ -824,20 +835,24 @@ def _scan(
     while True:
         batches = None
         if runs is not None and pos >= budget:
-            batches = runs(cl.files, pos, check_crc, cl.max_message_size)
+            batches = runs(cl.files, pos, check_crc, cl.max_message_size, committed, after)
             if batches is None:  # no compiled walk in this process
                 runs = None
         for r in batches or ():
             s.run(r)
             pos = int(r.offsets[-1] + r.sizes[-1])
+            if r.entries is not None:  # the entry before the next one (a DLedger walk's rule)
+                after = (int(r.entries[-1, 0]), int(r.entries[-1, 1]))
             mapped = True
         took = False
-        for buf, at, phys, total, topic, qid, qoff, sys_flag in cl.scan_raw(pos, check_crc):
+        walk = cl.scan_raw(pos, check_crc, after=after)
+        for buf, at, phys, total, topic, qid, qoff, sys_flag in walk:
             s.records += 1
             s.show(phys)
             s.one(buf, at, phys, topic, qid, qoff, sys_flag)
             s.keep_tail(buf, at, total)
             pos, took = phys + total, True
+            after = cl.scan_entry
             if runs is not None and pos >= budget:
                 break  # the batches go on after it
         if not took or runs is None:
