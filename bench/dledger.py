@@ -16,8 +16,12 @@ as the plain store it was made from.
    - **decode by ConsumeQueue**: every queue decoded with ``decode_units`` in batches of
      16,384 units, all columns, body CRC checked (what ``view/``, the data source and the
      JSON views do: ``bench.decode``'s pass);
-   - **walk** (recovery's and verify's): ``CommitLog.scan_raw`` over the whole log with body
-     CRCs, entry headers checked for DLedger.
+   - **walk** (verify's, and recovery's where its batches stop): ``CommitLog.scan_raw`` over
+     the whole log with body CRCs, entry headers checked for DLedger;
+   - **recovery after a crash**: an open with the ``abort`` file left (read-only, the index
+     off), which walks the whole log in compiled batches (the DLedger entry walk for DLedger)
+     and compares every record's unit with its ConsumeQueue, CPU time of the process (the
+     decode threads included) per record.
 
 Prints µs per message for each and the DLedger / plain ratio, with the load average (as
 ``uptime`` prints it) before and after; writes ``bench-out/dledger.json``.
@@ -127,6 +131,26 @@ def walk_pass(root: Path) -> tuple[float, int]:
         cl.close()
 
 
+def recover_pass(root: Path) -> tuple[float, int]:
+    """Recovery after a crash as an open makes it (an ``abort`` file left, read-only, the index
+    off): the walk from the start of the data with CRCs, in compiled batches, every record's
+    unit compared with its ConsumeQueue's: ``(CPU s, records scanned)``."""
+    from rmqfs.engine.store import MessageStore, StoreConfig
+
+    abort = root / "abort"
+    abort.write_text("")
+    try:
+        c0 = time.process_time()
+        cfg = StoreConfig(message_index_enable=False)
+        with MessageStore(str(root), cfg, read_only=True) as s:
+            cpu = time.process_time() - c0
+            r = s.recovery_report
+        assert r is not None and r.torn_tail is None and not r.units_rebuilt, r
+        return cpu, r.records_scanned
+    finally:
+        abort.unlink()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.dledger", description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
@@ -147,6 +171,7 @@ def main(argv=None) -> int:
     assert sum(ends["plain"].values()) == sum(ends["dledger"].values()) == args.messages
     decode: dict[str, list[float]] = {k: [] for k in stores}
     walk: dict[str, list[float]] = {k: [] for k in stores}
+    recover: dict[str, list[float]] = {k: [] for k in stores}
     for k in stores:  # warm-up: page cache, maps
         decode_pass(files[k], ends[k], None)
         walk_pass(stores[k])
@@ -156,17 +181,22 @@ def main(argv=None) -> int:
             decode[k].append(cpu / rows * 1e6)
             cpu, n = walk_pass(stores[k])
             walk[k].append(cpu / n * 1e6)
+            cpu, n = recover_pass(stores[k])
+            assert n == args.messages, (k, n)
+            recover[k].append(cpu / n * 1e6)
     res = {
         "messages": args.messages,
         "decode_us_per_msg": {k: min(v) for k, v in decode.items()},
         "walk_us_per_msg": {k: min(v) for k, v in walk.items()},
-        "runs": {"decode": decode, "walk": walk},
+        "recover_us_per_msg": {k: min(v) for k, v in recover.items()},
+        "runs": {"decode": decode, "walk": walk, "recover": recover},
     }
     print(f"\n{args.messages:,} messages, CPU µs per message, best of {args.passes}:")
     print(f"{'':34} {'plain':>8} {'DLedger':>8} {'ratio':>6}")
     for label, key in (
         ("decode by ConsumeQueue (all cols)", "decode"),
         ("walk (scan_raw, CRC)", "walk"),
+        ("recovery after a crash (batches)", "recover"),
     ):
         r = res[f"{key}_us_per_msg"]
         print(f"{label:34} {r['plain']:8.3f} {r['dledger']:8.3f} {r['dledger'] / r['plain']:6.2f}")

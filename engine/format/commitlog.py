@@ -248,7 +248,7 @@ def entry_resume(
     (``Kernel.walk_entries``) stopped with ``kind``, at ``buf[pos]`` (CommitLog offset ``at``,
     in a file ending at ``file_end``): ``("next", offset)`` goes on at
     ``offset`` (past a filler), ``("read", total)`` reads again from ``at`` with ``total`` bytes
-    held (an entry the range cut, no larger than ``claim`` + 48 and inside its file), ``("end",
+    held (an entry the range cut, no larger than ``claim`` and inside its file), ``("end",
     0)`` stops (anything else: :meth:`CommitLog.scan_raw` walks on from there and says why).
     The rules are :func:`entry_step`'s and :meth:`CommitLog.scan_raw`'s."""
     if kind == "filler":
@@ -256,8 +256,8 @@ def entry_resume(
         return ("end", 0) if nxt is None else ("next", nxt)
     if kind in ("torn", "past_end"):
         total = FILLER.unpack_from(buf, pos)[1] if kind == "past_end" else 0
-        total = max(total, _MIN_ENTRY)
-        if total <= claim + HEADER_SIZE and at + total <= file_end:
+        total = max(total, _MIN_ENTRY)  # as scan_raw reads a cut entry again
+        if total <= claim and at + total <= file_end:
             return "read", total
     return "end", 0
 
@@ -420,12 +420,12 @@ class CommitLog:
         record's offset (entry + 48). A filler (magic -1) skips its size, to the next file at a
         file's end; the first entry past the checkpoint's committedIndex ends the walk cleanly
         (``getCommittedPos``), and :attr:`scan_end` is then the end of the last committed
-        entry (``DLedgerCommitLog.checkMessageAndReturnSize``). This is the walk of DLedger
-        CommitLogs and recovery's judge (tests/engine/test_layout_home.py): recovery walks a
-        plain CommitLog in batches (:func:`engine.read.recoverruns.recovery_runs`) and goes on
-        with this walk where they stop, so this walk says where the data ends; readers of a
-        plain CommitLog in order use the compiled loop of the same step over ranges
-        (:func:`engine.read.columnar.commitlog_runs`). A record ``decode_record`` refuses is
+        entry (``DLedgerCommitLog.checkMessageAndReturnSize``). This is recovery's judge
+        (tests/engine/test_layout_home.py): recovery walks a plain or DLedger CommitLog in
+        batches (:func:`engine.read.recoverruns.recovery_runs`, compiled loops of the same
+        steps) and goes on with this walk where they stop, so this walk says where the data
+        ends; readers of a plain CommitLog in order use the compiled loop over ranges
+        (:func:`engine.read.columnar.commitlog_runs`), DLedger readers this walk. A record ``decode_record`` refuses is
         named at its CommitLog offset in :attr:`scan_error`. ``after``: the DLedger entry (index,
         term) the entry at ``start`` must follow (None: the first entry walked is not compared
         with one); :attr:`scan_entry` is the last entry the walk took.
@@ -483,7 +483,9 @@ class CommitLog:
                 if ekind == "zeros":
                     return None
                 if ekind == "cut":
-                    if esize <= HEADER_SIZE or at + esize > seg.end:
+                    # what judging it takes: the entry, or a header and a record head at least
+                    need = max(esize, _MIN_ENTRY)
+                    if at + need > seg.end:
                         magic = FILLER.unpack_from(chunk, i)[0]
                         self.scan_error = (
                             f"DLedger entry at {at} of {esize} bytes (magic {magic}) "
@@ -492,7 +494,7 @@ class CommitLog:
                         return None
                     if i:
                         break  # read again from this entry
-                    whole = self._read_whole(seg, at, esize, "DLedger entry")
+                    whole = self._read_whole(seg, at, need, "DLedger entry")
                     if whole is None:
                         return None
                     chunk, view, n = whole, memoryview(whole), len(whole)

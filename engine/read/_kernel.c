@@ -223,9 +223,6 @@ static inline uint32_t rd32(const uint8_t *p)
     return BE32(v);
 }
 
-/* The walk of CommitLog records by TOTALSIZE (engine.format.commitlog.walk_segment's rules, in
- * its order: a header cut short, the blank magic, a zero header, another magic or a size <= 0,
- * a record running past len). Reads only buf[0..len); writes at most cap entries. */
 static inline uint64_t rd64(const uint8_t *p)
 {
     uint64_t v;
@@ -233,6 +230,9 @@ static inline uint64_t rd64(const uint8_t *p)
     return BE64(v);
 }
 
+/* The walk of CommitLog records by TOTALSIZE (engine.format.commitlog.walk_segment's rules, in
+ * its order: a header cut short, the blank magic, a zero header, another magic or a size <= 0,
+ * a record running past len). Reads only buf[0..len); writes at most cap entries. */
 int64_t rmq_walk(const uint8_t *buf, int64_t len, uint32_t magic_v1, uint32_t magic_v2,
                  uint32_t magic_blank, int64_t *starts, int64_t *sizes, int64_t cap,
                  int64_t *end, int32_t *kind)
@@ -261,7 +261,7 @@ int64_t rmq_walk(const uint8_t *buf, int64_t len, uint32_t magic_v1, uint32_t ma
             *kind = RMQ_WALK_PAST_END;
             break;
         }
-        if (n == cap) {
+        if (n >= cap) {
             *kind = RMQ_WALK_FULL;
             break;
         }
@@ -287,6 +287,13 @@ int64_t rmq_walk_entries(const uint8_t *buf, int64_t len, int64_t base, int64_t 
     const int32_t entry_magic = layout[6], filler_magic = layout[7];
     const int64_t min_entry = hs + 8; /* a header and a record's TOTALSIZE and MAGICCODE */
     int64_t pos = 0, n = 0, last_index = state[0], last_term = state[1];
+    if (hs < 8 || at_size < 0 || at_size > hs - 4 || at_index < 0 || at_index > hs - 8 ||
+        at_term < 0 || at_term > hs - 8 || at_pos < 0 || at_pos > hs - 8 || at_body < 0 ||
+        at_body > hs - 4) { /* a layout whose fields lie outside its header: nothing read */
+        *kind = RMQ_WALK_DAMAGED;
+        *end = 0;
+        return 0;
+    }
     for (;;) {
         if (pos + 8 > len) {
             *kind = pos < len ? RMQ_WALK_TORN : RMQ_WALK_END;
@@ -326,7 +333,7 @@ int64_t rmq_walk_entries(const uint8_t *buf, int64_t len, int64_t base, int64_t 
             *kind = RMQ_WALK_DAMAGED;
             break;
         }
-        if (n == cap) {
+        if (n >= cap) {
             *kind = RMQ_WALK_FULL;
             break;
         }
@@ -344,7 +351,6 @@ int64_t rmq_walk_entries(const uint8_t *buf, int64_t len, int64_t base, int64_t 
     *end = pos;
     return n;
 }
-
 
 /* The unsigned big-endian integer of width bytes (1 to 8) at p. */
 static inline uint64_t load_be(const uint8_t *p, int32_t width)

@@ -260,7 +260,8 @@ class Kernel:
         at = 0
         while True:
             rest = buf[at:]
-            n_cap = max(1, min(cap, len(rest) // ENTRY_WALK_LAYOUT[0] + 1))
+            # an entry holds a header and a record head at least
+            n_cap = max(1, min(cap, len(rest) // (ENTRY_WALK_LAYOUT[0] + 8) + 1))
             starts = np.empty(n_cap, np.int64)
             sizes = np.empty(n_cap, np.int64)
             entries = np.empty((n_cap, 2), np.int64)
@@ -269,8 +270,8 @@ class Kernel:
                 st, p(starts), p(sizes), p(entries), n_cap, end, kind,
             )  # fmt: skip
             parts_s.append(starts[:n] + at)
-            parts_z.append(sizes[:n])
-            parts_e.append(entries[:n])
+            parts_z.append(sizes[:n].copy())  # not the whole output array, held by a run
+            parts_e.append(entries[:n].copy())
             at += int(end[0])
             if kind[0] != self.lib.RMQ_WALK_FULL:
                 break

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import CorruptRecordError
 from ..format.commitlog import DEFAULT_FILE_SIZE, entry_resume
+from ..format.dledger import WALK_LAYOUT
 from ..format.javahash import tags_code
 from ..format.mappedfile import MappedFiles, SegmentMap
 from ..format.message import (
@@ -47,6 +48,8 @@ if TYPE_CHECKING:  # annotations only: pyarrow is imported where a batch is buil
 COLUMNS = ("topic", "queueId", "queueOffset", "sysFlag", "storeTimestamp", "tags", "bodyCRC")
 #: bytes of CommitLog a range of the walk holds (a local file's mapping: no copy)
 READ_SIZE = 16 << 20
+#: a DLedger entry's header, before its record (bytes)
+ENTRY_HEADER_SIZE = WALK_LAYOUT[0]
 #: threads that decode the ranges the walk found, one a core up to 4 (the walk and recovery's
 #: own checks run in the caller's thread)
 DECODE_THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -105,6 +108,8 @@ def batched_runs(
         OSError: a file could not be read (before the runs stopped).
     """
     claim = max_message_size + RECORD_SLACK
+    # a record's claim: a DLedger entry's is its header's more (scan_raw judges the entry's)
+    record_claim = claim - (ENTRY_HEADER_SIZE if committed is not None else 0)
     # The walk goes on ahead while the ranges before it are decoded in DECODE_THREADS threads
     # (the compiled decoder and numpy's large steps release the GIL); runs come out in
     # CommitLog order, and nothing after a run that stopped is given.
@@ -128,7 +133,7 @@ def batched_runs(
                     except Exception as exc:  # noqa: BLE001 - raised in order, below
                         failed, last = exc, True
                         break
-                    over = sizes > claim
+                    over = sizes > record_claim
                     k = int(np.argmax(over)) if over.any() else len(offs)
                     if k:
                         if entries is not None:
@@ -175,13 +180,14 @@ def entry_runs(
     committed: int,
     claim: int,
     after: tuple[int, int] | None = None,
-    read_size: int = READ_SIZE,
+    read_size: int | None = None,
 ) -> Generator[Walked, None, None]:
     """The records of a DLedger CommitLog from the entry at ``start`` (bytes) up to the entry of
     index ``committed`` (committedIndex), as :func:`engine.read.columnar.commitlog_runs` gives a
     plain CommitLog's: ``(window, offsets, sizes, entries)``, each record's offset (its
     entry's + 48), TOTALSIZE and entry index and term (shape ``(n, 2)``), of the whole entries
-    that start in one range of ``read_size`` bytes (an entry the range cuts is read again from
+    that start in one range of ``read_size`` bytes (default :data:`READ_SIZE`, looked up at the
+    call; an entry the range cuts is read again from
     its start with the next). The entry at ``start`` must follow the entry ``after`` (index,
     term; None: it is the first walked).
 
@@ -190,9 +196,12 @@ def entry_runs(
     entry to entry and over fillers): a filler that ends a file's data goes on at the next file,
     one inside a file after it. Anything else ends the runs without an error (zeros, damage, an
     entry past ``committed``, one claiming more than ``claim`` + 48 bytes, a file missing):
-    ``scan_raw`` walks on from there and says why. Raises OSError from the files."""
+    ``scan_raw`` walks on from there and says why. ``claim``: the most bytes an entry may
+    claim here (scan_raw reads a larger one only when no hole lies under it). Raises OSError
+    from the files."""
     k = kernel.load()
     assert k is not None  # recovery_runs checked
+    read_size = READ_SIZE if read_size is None else read_size
     state = list(after) if after is not None else [-1, -1]
     fs = files.file_size or DEFAULT_FILE_SIZE
     pos, need = start, 0

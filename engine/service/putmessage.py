@@ -1014,7 +1014,7 @@ def _put_compiled(
     index = store.index_service
     # The struct does not own what its pointers point at: ``hold`` keeps this call's buffers
     # alive until rmq_put has returned; the cached ones live in ``call``.
-    if n == 1:
+    if n == 1 and not together:  # a MessageBatch of one takes _batch_queue's queue choice
         hold, uniq_keys = _one_args(call, store, cols, born_hosts, tables, infos[0], now, index)
     else:
         hold, uniq_keys = _batch_args(

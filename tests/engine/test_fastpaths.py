@@ -673,6 +673,10 @@ def test_message_batches_take_the_fast_path_whole(tmp_path, monkeypatch):
         with pytest.raises(MessageTooLargeError, match=r"^batch of .* 16384-byte"):
             s.put_messages([Message("T", b"c" * 1000) for _ in range(16)], batch=True)
         assert s.commitlog.max_offset == end and s.max_offset("T", 2) == 0
+        rr = s.putter.round_robin["T"]
+        with pytest.raises(MessageTooLargeError, match=r"^batch of "):
+            s.put_messages([Message("T", b"c" * 20000)], batch=True)  # a batch of one
+        assert s.putter.round_robin["T"] == rr + 1  # as select_queue advances it (general path)
         sharded = s.put_messages([Message("T", b"d", sharding_key="k") for _ in range(3)], True)
         assert len({r.queue_id for r in sharded}) == 1
         assert sharded[0].queue_id == (zlib.crc32(b"k") & 0x7FFFFFFF) % 4
@@ -681,7 +685,7 @@ def test_message_batches_take_the_fast_path_whole(tmp_path, monkeypatch):
         assert [r.queue_id for r in given] == [2, 2]
         got = s.get_messages("G", "T", 1, 0, 5)
         assert [m.body for m in got.messages] == [b"b" * 1000] * 5
-    assert served == [True] * 5  # the compiled path took every one (none fell back)
+    assert served == [True] * 6  # the compiled path took every one (none fell back)
 
 
 def test_fast_put_path_refused_when_the_disk_is_full(tmp_path):

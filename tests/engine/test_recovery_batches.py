@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import refreader
+from recoverwith import recover_with, report_fields
 from rmqfs.engine.format.message import CRC32_RESERVED_LEN, FIXED_V4_POSITIONS
 from rmqfs.engine.read import recoverruns
 from rmqfs.engine.service import recovery
@@ -128,38 +129,10 @@ def derived(root: Path) -> dict[str, bytes]:
 def recover(root: Path, batched: bool, monkeypatch, **config) -> tuple:
     """Open the store at ``root`` after a crash with the batched scan or ``scan_raw`` alone:
     ``(report fields, CommitLog end, derived files, records the batches gave)``."""
-    real = recovery.recover
-    given = []
-
-    def counted(*a, **k):
-        runs = recoverruns.recovery_runs(*a, **k)
-        assert runs is not None  # the compiled kernel is there
-        for run in runs:
-            given.append(len(run.offsets))
-            yield run
-
-    def recover_with(*a, **k):
-        k["runs"] = counted if batched else None
-        return real(*a, **k)
-
-    monkeypatch.setattr(recovery, "recover", recover_with)
-    monkeypatch.setattr(recovery, "BATCHES_AFTER", 0)  # batches from the first record
-    # ranges of 4 KiB: many of them decoded ahead of the one given, as a large store has
-    monkeypatch.setattr(recoverruns, "READ_SIZE", 4096)
+    given, _ = recover_with(monkeypatch, batched)
     (root / "abort").write_text("1")
     with MessageStore(str(root), small_segments(**config)) as s:
-        r = s.recovery_report
-        assert r is not None
-        seen = (
-            r.scan_start,
-            r.scan_end,
-            r.torn_tail,
-            r.records_scanned,
-            r.records_cut,
-            r.units_dropped,
-            r.units_rebuilt,
-            r.index_rebuilt,
-        )
+        seen = report_fields(s.recovery_report)
         end = s.commitlog.max_offset
     monkeypatch.undo()
     return seen, end, derived(root), sum(given)

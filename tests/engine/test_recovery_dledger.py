@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from conftest import copy_fixture
+from recoverwith import recover_with, report_fields
 from rmqfs.engine.format.commitlog import entry_step, record_step
 from rmqfs.engine.format.dledger import ENTRY_HEADER, ENTRY_POSITIONS, HEADER_SIZE, open_dledger
-from rmqfs.engine.read import kernel, recoverruns
-from rmqfs.engine.service import recovery
+from rmqfs.engine.read import kernel
 from rmqfs.engine.store import MessageStore
 
 pytestmark = pytest.mark.skipif(kernel.load() is None, reason="no compiled kernel")
@@ -88,6 +88,13 @@ def damage(root: Path, kind: str, rng: random.Random) -> None:
     elif kind == "cut":  # the last data file cut short (a torn file: the others stay whole)
         p = sorted((root / "dledger-n0" / "data").iterdir())[-1]
         os.truncate(p, rng.randrange(1, _data_end(bytearray(p.read_bytes())) + 8))
+    elif kind == "tiny":  # a 50-byte entry 52 bytes before the end of the last file's bytes
+        p = sorted((root / "dledger-n0" / "data").iterdir())[-1]
+        data = bytearray(p.read_bytes())
+        end = _data_end(data)
+        last = open_dledger(str(root)).committed_index
+        header = ENTRY_HEADER.pack(1, 50, last + 1, 0, int(p.name) + end, 0, 0, 0, 2)
+        p.write_bytes(bytes(data[:end]) + header + bytes(4))
     elif kind == "committed":
         (root / "dledger-n0" / "checkpoint").write_text(
             f"committedIndex={rng.randrange(ENTRIES)}\nendIndex={ENTRIES - 1}\n"
@@ -104,42 +111,15 @@ def _data_end(data: bytearray) -> int:
     return at
 
 
-def recover(root: Path, batched: bool, monkeypatch, abnormal: bool) -> tuple:
+def recover(root: Path, batched: bool, monkeypatch, abnormal: bool, budget: int = 0) -> tuple:
     """Open the DLedger store at ``root`` (read-only: rmqfs never writes one) with the batched
-    walk or ``scan_raw`` alone: ``(report fields, CommitLog end, every queue's units, records
-    the batches gave)``."""
-    real = recovery.recover
-    given = []
-
-    def counted(*a, **k):
-        runs = recoverruns.recovery_runs(*a, **k)
-        assert runs is not None
-        for run in runs:
-            given.append(len(run.offsets))
-            yield run
-
-    def recover_with(*a, **k):
-        k["runs"] = counted if batched else None
-        return real(*a, **k)
-
-    monkeypatch.setattr(recovery, "recover", recover_with)
-    monkeypatch.setattr(recovery, "BATCHES_AFTER", 0)
-    monkeypatch.setattr(recoverruns, "READ_SIZE", 4096)  # entries cut by ranges, read again
+    walk (after ``scan_raw`` over the first ``budget`` bytes) or ``scan_raw`` alone: ``(report
+    fields, CommitLog end, every queue's units, records the batches gave, their calls)``."""
+    given, calls = recover_with(monkeypatch, batched, budget)
     if abnormal:
         (root / "abort").write_text("1")
     with MessageStore(str(root), read_only=True) as s:
-        r = s.recovery_report
-        assert r is not None
-        seen = (
-            r.scan_start,
-            r.scan_end,
-            r.torn_tail,
-            r.records_scanned,
-            r.records_cut,
-            r.units_dropped,
-            r.units_rebuilt,
-            r.index_rebuilt,
-        )
+        seen = report_fields(s.recovery_report)
         end = s.commitlog.max_offset
         queues = {
             key: cq.read_units(cq.min_offset, cq.max_offset - cq.min_offset)
@@ -148,30 +128,43 @@ def recover(root: Path, batched: bool, monkeypatch, abnormal: bool) -> tuple:
     if abnormal:
         (root / "abort").unlink()
     monkeypatch.undo()
-    return seen, end, queues, sum(given)
+    return seen, end, queues, sum(given), calls
 
 
 def _cases() -> list[tuple]:
     rng = random.Random(SEED)
-    kinds = ("header", "record", "zeros", "filler", "cut", "committed")
-    cases = [("none", False, 0), ("none", True, 0)]
-    cases += [(rng.choice(kinds), rng.random() < 0.5, i + 1) for i in range(20)]
+    kinds = ("header", "record", "zeros", "filler", "cut", "tiny", "committed")
+    cases = [("none", False, 0, 0), ("none", True, 0, 0), ("none", True, 0, MIDDLE)]
+    cases += [("tiny", False, 0, 0), ("tiny", True, 0, MIDDLE)]
+    cases += [
+        (rng.choice(kinds), rng.random() < 0.5, i + 1, rng.choice((0, MIDDLE))) for i in range(20)
+    ]
     return cases
 
 
-@pytest.mark.parametrize("kind, abnormal, seed", _cases())
+#: a budget of bytes ``scan_raw`` walks before the batches: they go on from the middle
+MIDDLE = 700_000
+
+
+@pytest.mark.parametrize("kind, abnormal, seed, budget", _cases())
 def test_batched_dledger_recovery_ends_and_dispatches_as_scan_raw(
-    tmp_path, monkeypatch, kind, abnormal, seed
+    tmp_path, monkeypatch, kind, abnormal, seed, budget
 ):
     root = copy_fixture(FIXTURE, tmp_path / "s")
     if kind != "none":
         damage(root, kind, random.Random(SEED * 1000 + seed))
-    got = recover(root, True, monkeypatch, abnormal)
+    got = recover(root, True, monkeypatch, abnormal, budget)
     want = recover(root, False, monkeypatch, abnormal)
     assert got[:3] == want[:3]
     assert want[3] == 0
-    if kind == "none":  # the batches took every record
+    if kind == "none" and not budget:  # the batches took every record
         assert got[0][2] is None and got[3] == got[0][3] > 0
+    if kind == "none" and budget:  # scan_raw, then the batches after the entry it took last
+        assert got[0][2] is None and 0 < got[3] < got[0][3]
+        start, after = got[4][0][1], got[4][0][5]
+        d = open_dledger(str(root))
+        prev = next(i for i in range(ENTRIES) if sum(d.index_unit(i)[1:3]) == start)
+        assert after == (prev, d.index_unit(prev)[4])
 
 
 def _reference(buf: bytes, base: int, committed: int, state: list[int]) -> tuple:
