@@ -66,22 +66,6 @@ def recovery_runs(
     max_message_size: int,
     committed: int | None = None,
     after: tuple[int, int] | None = None,
-) -> Iterator[RecordRun] | None:
-    """:func:`batched_runs`, or None in a process without the compiled kernel
-    (``engine.read.kernel.load``): recovery then walks record by record
-    (:data:`engine.service.recovery.RunSource`)."""
-    if kernel.load() is None:
-        return None
-    return batched_runs(files, start, check_crc, max_message_size, committed, after)
-
-
-def batched_runs(
-    files: MappedFiles,
-    start: int,
-    check_crc: bool,
-    max_message_size: int,
-    committed: int | None = None,
-    after: tuple[int, int] | None = None,
 ) -> Iterator[RecordRun]:
     """The records of a plain CommitLog from ``start`` (a record's or a segment's offset, bytes)
     in runs, or with ``committed`` (its checkpoint's committedIndex) those of a DLedger
@@ -102,7 +86,8 @@ def batched_runs(
     record with ``scan_raw``, which says where the data ends and why. The ranges the walk
     finds are decoded in :data:`DECODE_THREADS` threads while it goes on (at most that many
     ranges ahead), and the runs are given in CommitLog order; what the walk meets past a run
-    that stopped (a file it cannot read) is never raised.
+    that stopped (a file it cannot read) is never raised. Needs the compiled kernel
+    (``engine.read.kernel.load``); without one the store hands recovery no batches.
 
     Raises:
         OSError: a file could not be read (before the runs stopped).
@@ -158,7 +143,7 @@ def batched_runs(
                 f.cancel()
 
 
-#: what a walk gives :func:`batched_runs`: a window, the records' offsets and sizes, and their
+#: what a walk gives :func:`recovery_runs`: a window, the records' offsets and sizes, and their
 #: DLedger entries' index and term (None for a plain CommitLog)
 Walked = tuple[CommitLogWindow, np.ndarray, np.ndarray, "np.ndarray | None"]
 
@@ -200,7 +185,7 @@ def entry_runs(
     claim here (scan_raw reads a larger one only when no hole lies under it). Raises OSError
     from the files."""
     k = kernel.load()
-    assert k is not None  # recovery_runs checked
+    assert k is not None  # the store checked (recovery_runs needs the kernel)
     read_size = READ_SIZE if read_size is None else read_size
     state = list(after) if after is not None else [-1, -1]
     fs = files.file_size or DEFAULT_FILE_SIZE

@@ -210,19 +210,41 @@ class PutService:
 
 
 def select_queue(store: MessageStore, msg: Message, cfg: TopicConfig) -> int:
+    """The queue ``msg`` goes to in topic ``cfg`` (:func:`choose_queue`)."""
     n = cfg.write_queue_nums
-    if msg.queue_id is not None:
-        if not 0 <= msg.queue_id < max(n, cfg.read_queue_nums):
+    return choose_queue(
+        store.putter.round_robin,
+        cfg.topic_name,
+        msg.queue_id,
+        msg.sharding_key,
+        n,
+        max(n, cfg.read_queue_nums),
+    )
+
+
+def choose_queue(
+    round_robin: dict[str, int],
+    topic: str,
+    queue_id: int | None,
+    sharding_key: str | None,
+    write_queues: int,
+    queues: int,
+) -> int:
+    """The queue of a message of ``topic`` (every put path's rule): its ``queue_id`` (one of
+    the topic's ``queues``), else its sharding key's hash (``SelectMessageQueueByHash``), else
+    the topic's next round-robin queue (``round_robin`` advanced), among ``write_queues``.
+    PutMessageError for a queueId that is not the topic's."""
+    if queue_id is not None:
+        if not 0 <= queue_id < queues:
             raise PutMessageError(
-                f"queueId {msg.queue_id} is not a queue of {cfg.topic_name} (0..{n - 1})"
+                f"queueId {queue_id} is not a queue of {topic} (0..{write_queues - 1})"
             )
-        return msg.queue_id
-    if msg.sharding_key is not None:
-        return (zlib.crc32(msg.sharding_key.encode()) & 0x7FFFFFFF) % n
-    rr = store.putter.round_robin
-    i = rr.get(cfg.topic_name, 0)
-    rr[cfg.topic_name] = i + 1
-    return i % n
+        return queue_id
+    if sharding_key is not None:
+        return (zlib.crc32(sharding_key.encode()) & 0x7FFFFFFF) % write_queues
+    i = round_robin.get(topic, 0)
+    round_robin[topic] = i + 1
+    return i % write_queues
 
 
 def put_messages(
@@ -1014,7 +1036,7 @@ def _put_compiled(
     index = store.index_service
     # The struct does not own what its pointers point at: ``hold`` keeps this call's buffers
     # alive until rmq_put has returned; the cached ones live in ``call``.
-    if n == 1 and not together:  # a MessageBatch of one takes _batch_queue's queue choice
+    if n == 1:
         hold, uniq_keys = _one_args(call, store, cols, born_hosts, tables, infos[0], now, index)
     else:
         hold, uniq_keys = _batch_args(
@@ -1210,18 +1232,12 @@ def _one_args(
     call.one_tc[0] = tc
     call.one_keys_at[0] = keys_at
     call.one_keys_len[0] = keys_len
-    # the queue chosen here (rmq_put's round robin, for one message), so that only its
-    # queue offset is looked up; tables[7] is what the round robin count becomes
-    rr_count = store.putter.round_robin.get(topic, 0)
-    if qid is not None:
-        if not 0 <= qid < nslots:
-            raise PutMessageError(f"queueId {qid} is not a queue of {topic} (0..{info[0] - 1})")
-    elif sharding is not None:
-        qid = (zlib.crc32(sharding.encode()) & 0x7FFFFFFF) % info[0]
-    else:
-        qid = rr_count % info[0]
-        rr_count += 1
-    tables[7][0] = rr_count
+    # the queue chosen here (the round robin advanced before the put, as the general path's
+    # select_queue does), so that only its queue offset is looked up; tables[7] is what
+    # rmq_put leaves the round robin count at
+    rr = store.putter.round_robin
+    qid = choose_queue(rr, topic, qid, sharding, info[0], nslots)
+    tables[7][0] = rr.get(topic, 0)
     call.one_queue[0] = qid
     nxt = store.putter.queue_offsets.get((topic, qid))
     if nxt is None:
@@ -1335,18 +1351,7 @@ def _batch_queue(
     :func:`select_queue` gives its first message (its queueId, its sharding key's hash, else
     the topic's round robin, advanced once for the batch), for every message.
     PutMessageError for a queueId that is not the topic's."""
-    q, sk = cols[4][0], cols[5][0]
-    nwq, nq = info[:2]
-    if q is None:
-        if sk is None:
-            rr = store.putter.round_robin
-            count = rr.get(topic, 0)
-            rr[topic] = count + 1
-            q = count % nwq
-        else:
-            q = (zlib.crc32(sk.encode()) & 0x7FFFFFFF) % nwq
-    elif not 0 <= q < nq:
-        raise PutMessageError(f"queueId {q} is not a queue of {topic} (0..{nwq - 1})")
+    q = choose_queue(store.putter.round_robin, topic, cols[4][0], cols[5][0], *info[:2])
     return call.ffi.from_buffer("int32_t[]", array("i", (q,)) * n)
 
 

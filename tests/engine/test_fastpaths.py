@@ -677,6 +677,9 @@ def test_message_batches_take_the_fast_path_whole(tmp_path, monkeypatch):
         with pytest.raises(MessageTooLargeError, match=r"^batch of "):
             s.put_messages([Message("T", b"c" * 20000)], batch=True)  # a batch of one
         assert s.putter.round_robin["T"] == rr + 1  # as select_queue advances it (general path)
+        with pytest.raises(MessageTooLargeError, match=r"^record of "):
+            s.put_messages([Message("T", b"c" * 20000)])  # a single put, refused alike
+        assert s.putter.round_robin["T"] == rr + 2
         sharded = s.put_messages([Message("T", b"d", sharding_key="k") for _ in range(3)], True)
         assert len({r.queue_id for r in sharded}) == 1
         assert sharded[0].queue_id == (zlib.crc32(b"k") & 0x7FFFFFFF) % 4
@@ -685,7 +688,8 @@ def test_message_batches_take_the_fast_path_whole(tmp_path, monkeypatch):
         assert [r.queue_id for r in given] == [2, 2]
         got = s.get_messages("G", "T", 1, 0, 5)
         assert [m.body for m in got.messages] == [b"b" * 1000] * 5
-    assert served == [True] * 6  # the compiled path took every one (none fell back)
+    # the compiled path took every put (none fell back), the single put as no batch
+    assert served == [True] * 4 + [False] + [True] * 2
 
 
 def test_fast_put_path_refused_when_the_disk_is_full(tmp_path):
