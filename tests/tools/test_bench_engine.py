@@ -40,7 +40,9 @@ def test_growth_measures_every_mark_and_cleans_up(tmp_path, capsys):
 def test_append_measures_message_batches_and_cleans_up(tmp_path, capsys):
     r = engine.bench_append(str(tmp_path), 100, 256, 512, 1, message_batch=True)
     assert r["message_batch"] and r["messages"] == 512 and r["commitlog_bytes"] > 512 * 100
-    assert r["messages_per_s"] > 0 and r["ratio_to_plain_write"] > 0
+    # a tiny run on a fresh store: the ratio may round to 0.000, the figures say nothing
+    assert r["messages_per_s"] > 0 and r["plain_write_mb_per_s"] > 0
+    assert r["ratio_to_plain_write"] >= 0
     assert os.listdir(tmp_path) == []
     engine.print_table({"append": [r]})
     assert "| append 100 B bodies, MessageBatch 256 |" in capsys.readouterr().out
