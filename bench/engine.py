@@ -23,6 +23,8 @@ the store and the baseline write to the same filesystem:
   ``abort`` file is created as a crashed broker leaves it, and ``MessageStore(...)`` is timed:
   abnormal recovery scans every record from the start of the segment with CRC checks.
   Reported in MB/s of CommitLog scanned. The files are in the page cache (just written).
+  Three times: with the derived files as the store left them, with ``index/`` removed (every
+  record's UNIQ_KEY indexed again) and with ``consumequeue/`` removed (every unit rebuilt).
 
 * **growth** (only with ``--only growth``: it writes 10 GiB): how the costs above grow with the
   store. One store (default config: 1 GiB CommitLog segments, the IndexFile on, 4 queues) is
@@ -228,9 +230,19 @@ def bench_read(work: str, body_size: int, count: int, repeat: int) -> dict:
     }
 
 
-def bench_recovery(work: str, size: int, repeat: int, body_size: int = 1024) -> dict:
+#: what the recovery part takes away before each reopen: nothing (the derived files are as a
+#: broker leaves them), the IndexFiles, or the ConsumeQueues (both rebuilt from the CommitLog)
+RECOVERY_LOSSES = ("none", "index", "consumequeue")
+
+
+def bench_recovery(
+    work: str, size: int, repeat: int, body_size: int = 1024, losses=RECOVERY_LOSSES
+) -> list[dict]:
     """Build ``size`` bytes of CommitLog in one segment, fake a crash, time the reopen (best of
-    ``repeat``: each reopen finds the abort file again and scans the whole segment)."""
+    ``repeat``: each reopen finds the abort file again and scans the whole segment), once per
+    loss of :data:`RECOVERY_LOSSES` in ``losses``: with ``index`` or ``consumequeue`` that
+    directory is removed before each reopen, and recovery rebuilds it (the count it reports
+    is checked). One dict per loss."""
     root = os.path.join(work, "recovery")
     store = _open(root, mapped_file_size_commit_log=size)
     batches = make_batches(body_size, BATCH, distinct=16)
@@ -242,28 +254,42 @@ def bench_recovery(work: str, size: int, repeat: int, body_size: int = 1024) -> 
     built = store.commitlog.max_offset
     messages = i * BATCH
     store.close()
-    times = []
-    ok = True
-    for _ in range(repeat):
-        Path(root, "abort").write_text("0")  # a broker that died leaves its abort file
-        gc.collect()
-        t0 = time.perf_counter()
-        store = MessageStore(root, StoreConfig(mapped_file_size_commit_log=size))
-        times.append(time.perf_counter() - t0)
-        ok = ok and store.commitlog.max_offset == built and not store.last_exit_ok
-        store.close()
+    rows = []
+    for lose in losses:
+        times = []
+        ok = True
+        for _ in range(repeat):
+            if lose != "none":
+                shutil.rmtree(os.path.join(root, lose))
+            Path(root, "abort").write_text("0")  # a broker that died leaves its abort file
+            gc.collect()
+            t0 = time.perf_counter()
+            store = MessageStore(root, StoreConfig(mapped_file_size_commit_log=size))
+            times.append(time.perf_counter() - t0)
+            rep = store.recovery_report
+            ok = ok and store.commitlog.max_offset == built and not store.last_exit_ok
+            ok = ok and rep is not None
+            if rep is not None and lose == "index":  # a UNIQ_KEY a message
+                ok = ok and rep.index_rebuilt == messages
+            if rep is not None and lose == "consumequeue":
+                ok = ok and rep.units_rebuilt == messages
+            store.close()
+        elapsed = min(times)
+        rows.append(
+            {
+                "lost": lose,
+                "commitlog_bytes": built,
+                "messages": messages,
+                "body_bytes": body_size,
+                "seconds": round(elapsed, 3),
+                "mb_per_s": round(built / elapsed / MB, 1),
+                "messages_per_s": round(messages / elapsed),
+                "recovered_whole_log": ok,
+                "runs_seconds": [round(t, 3) for t in times],
+            }
+        )
     shutil.rmtree(root)
-    elapsed = min(times)
-    return {
-        "commitlog_bytes": built,
-        "messages": messages,
-        "body_bytes": body_size,
-        "seconds": round(elapsed, 3),
-        "mb_per_s": round(built / elapsed / MB, 1),
-        "messages_per_s": round(messages / elapsed),
-        "recovered_whole_log": ok,
-        "runs_seconds": [round(t, 3) for t in times],
-    }
+    return rows
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -525,13 +551,14 @@ def main(argv=None) -> int:
             )
         if "recovery" in parts:
             size = (128 if args.quick else 1024) * 1024 * 1024
-            r = bench_recovery(work, size, args.repeat)
-            results["recovery"] = r
-            print(
-                f"recovery {r['commitlog_bytes'] / 2**20:.0f} MiB in {r['seconds']} s: "
-                f"{r['mb_per_s']} MB/s ({r['messages_per_s']:,} msg/s)",
-                flush=True,
-            )
+            results["recovery"] = bench_recovery(work, size, args.repeat)
+            for r in results["recovery"]:
+                print(
+                    f"recovery {r['commitlog_bytes'] / 2**20:.0f} MiB, lost: {r['lost']:<12} "
+                    f"in {r['seconds']} s: {r['mb_per_s']} MB/s "
+                    f"({r['messages_per_s']:,} msg/s)",
+                    flush=True,
+                )
         if "growth" in parts:
             t0 = time.perf_counter()
             results["growth"] = run_growth(work, args.grow_to, args.quick)
@@ -582,11 +609,16 @@ def print_table(results: dict) -> None:
             f"| read back, get_message by queue offset ({r['body_bytes']} B) | "
             f"{r['get_message_messages_per_s']:,} | | | | |"
         )
-    r = results.get("recovery")
-    if r:
+    for r in results.get("recovery", []):
+        lost = {
+            "none": "",
+            "index": ", IndexFiles rebuilt",
+            "consumequeue": ", ConsumeQueues rebuilt",
+        }
         print(
-            f"| abnormal recovery, {r['commitlog_bytes'] / 2**20:.0f} MiB CommitLog "
-            f"({r['body_bytes']} B bodies) | {r['messages_per_s']:,} | | {r['mb_per_s']:.1f} | | |"
+            f"| abnormal recovery{lost[r['lost']]}, {r['commitlog_bytes'] / 2**20:.0f} MiB "
+            f"CommitLog ({r['body_bytes']} B bodies) | {r['messages_per_s']:,} | | "
+            f"{r['mb_per_s']:.1f} | | |"
         )
     if results.get("growth"):
         print_growth_table(results["growth"])

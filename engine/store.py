@@ -168,17 +168,20 @@ def _recovery_runs(
     max_message_size: int,
     committed: int | None,
     after: tuple[int, int] | None,
+    index_after: int | None = None,
 ) -> Iterator[recovery.RecordRun] | None:
     """Recovery's batched walk of a plain CommitLog, or (``committed``: committedIndex) of a
-    DLedger one from the entry after ``after`` (``engine.read.recoverruns.recovery_runs``), or
-    None without the compiled kernel (recovery then walks record by record); given to
-    recovery, which sits below engine.read; loaded when a scan first needs it (numpy,
-    pyarrow)."""
+    DLedger one from the entry after ``after`` (``engine.read.recoverruns.recovery_runs``),
+    with the index entries of the records past ``index_after`` (None: none), or None without
+    the compiled kernel (recovery then walks record by record); given to recovery, which sits
+    below engine.read; loaded when a scan first needs it (numpy, pyarrow)."""
     if _load_kernel() is None:
         return None
     from .read import recoverruns
 
-    return recoverruns.recovery_runs(files, start, check_crc, max_message_size, committed, after)
+    return recoverruns.recovery_runs(
+        files, start, check_crc, max_message_size, committed, after, index_after
+    )
 
 
 class MessageStore:

@@ -316,12 +316,24 @@ class _SourceIO:
 
 
 class _MemIO:
-    """An anonymous mapping standing in for a file (read-only stores): zero pages cost nothing."""
+    """An anonymous mapping standing in for a file (read-only stores): zero pages cost nothing.
+    Written in place like :class:`_MapIO` (:meth:`IndexFile.put_hashed`'s ``in_place``): every
+    chunk counts as allocated, since a store into an anonymous mapping never meets a hole."""
 
-    __slots__ = ("mm",)
+    __slots__ = ("mm", "chunks")
+
+    CHUNK = _MapIO.CHUNK
 
     def __init__(self, size: int):
         self.mm = mmap.mmap(-1, size)
+        self.chunks = bytearray([1]) * -(-size // self.CHUNK)
+
+    def mapping(self) -> mmap.mmap:
+        """The mapping (what :class:`_MapIO` maps its file to)."""
+        return self.mm
+
+    def allocate(self, chunk: int, count: int = 1) -> None:
+        """Nothing to allocate (every chunk is noted allocated)."""
 
     def read(self, offset: int, length: int) -> bytes:
         return self.mm[offset : offset + length]
@@ -652,7 +664,11 @@ class IndexFile:
         if n <= 0:
             return start
         io = self._io
-        if in_place is not None and isinstance(io, _MapIO) and (mm := io.mapping()) is not None:
+        if (
+            in_place is not None
+            and isinstance(io, (_MapIO, _MemIO))
+            and (mm := io.mapping()) is not None
+        ):
             return self._put_in_place(in_place, io, mm, entries, start, n)
         if n <= _FEW_ENTRIES and step is None:
             return self._put_few(entries, start, n)
@@ -696,7 +712,7 @@ class IndexFile:
     def _put_in_place(
         self,
         in_place: IndexInPlace,
-        io: _MapIO,
+        io: _MapIO | _MemIO,
         mm: mmap.mmap,
         entries: Sequence[int],
         start: int,

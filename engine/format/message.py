@@ -360,6 +360,27 @@ APPEND_LAYOUT: dict[str, int] = {
     "magic_blank": MAGIC_BLANK,
     "crc_mask": BODY_CRC_MASK,
 }
+#: What the compiled reader of stored records' index keys (``rmq_index_keys`` of
+#: engine/read/_kernel.c, recovery's re-dispatch) is told of this layout, by the name of its C
+#: argument: the positions of the fields it reads in a record with IPv4 hosts, what an IPv6
+#: host adds before bodyLength, the magics, the sysFlag bits it tests and the property
+#: separators. One home: the C core retypes none of them.
+INDEX_KEYS_LAYOUT: dict[str, int] = {
+    "at_total": FIXED_V4_POSITIONS["totalSize"],
+    "at_magic": FIXED_V4_POSITIONS["magicCode"],
+    "at_sysflag": FIXED_V4_POSITIONS["sysFlag"],
+    "at_body_len": FIXED_V4_POSITIONS["bodyLength"],
+    "host_v6_extra": HOST_V6_EXTRA,
+    "magic_v1": MAGIC_V1,
+    "magic_v2": MAGIC_V2,
+    "born_v6": BORNHOST_V6_FLAG,
+    "store_v6": STOREHOSTADDRESS_V6_FLAG,
+    "tx_mask": TRANSACTION_TYPE_MASK,
+    "tx_rollback": TRANSACTION_ROLLBACK_TYPE,
+    "pair_sep": ord(PROPERTY_SEPARATOR),
+    "name_sep": ord(NAME_VALUE_SEPARATOR),
+    "key_sep": ord(KEY_SEPARATOR),
+}
 assert FIXED_V4_POSITIONS["bornHostPort"] == FIXED_V4_POSITIONS["bornHostAddress"] + 4
 assert FIXED_V4_POSITIONS["storeHostPort"] == FIXED_V4_POSITIONS["storeHostAddress"] + 4
 

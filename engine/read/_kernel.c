@@ -1320,3 +1320,112 @@ void rmq_index_check(rmq_index_check_args *a)
         }
     }
 }
+
+/* ---- IndexFile entries of stored records (recovery's re-dispatch) -------------------------- */
+
+static inline int64_t be_signed(const uint8_t *p, int width)
+{
+    return width == 1 ? (int64_t)(int8_t)p[0] : (int64_t)(int16_t)((p[0] << 8) | p[1]);
+}
+
+/* One record's entries at a->entries + 3 * *nout; 0: done, 1: out of room (nothing kept),
+ * -1: the record cannot be read here. */
+static int keys_of(rmq_keys_args *a, int64_t i, int64_t *nout)
+{
+    const int64_t at = a->pos[i];
+    if (at < 0 || at > a->len - (a->at_body_len + 4))
+        return -1;
+    const uint8_t *r = a->buf + at;
+    const int64_t total = (int32_t)rd32(r + a->at_total);
+    const uint32_t magic = rd32(r + a->at_magic);
+    const uint32_t flags = rd32(r + a->at_sysflag);
+    if (total <= 0 || total > a->len - at || (magic != a->magic_v1 && magic != a->magic_v2))
+        return -1;
+    if ((flags & a->tx_mask) == a->tx_rollback)
+        return 0; /* IndexService.buildIndex: a rolled-back record gets no entries */
+    int64_t p = a->at_body_len + ((flags & a->born_v6) ? a->host_v6_extra : 0) +
+                ((flags & a->store_v6) ? a->host_v6_extra : 0);
+    if (p + 4 > total)
+        return -1;
+    const int64_t blen = (int32_t)rd32(r + p);
+    const int tl_size = magic == a->magic_v2 ? 2 : 1;
+    if (blen < 0 || blen > total)
+        return -1;
+    p += 4 + blen;
+    if (p + tl_size > total)
+        return -1;
+    const int64_t tl = be_signed(r + p, tl_size);
+    if (tl < 0)
+        return -1;
+    p += tl_size + tl;
+    if (p + 2 > total)
+        return -1;
+    const int64_t pl = be_signed(r + p, 2);
+    p += 2;
+    if (pl < 0 || p + pl > total)
+        return -1;
+    const uint8_t *area = r + p;
+    if (any_high(area, pl) && !utf8_ok(area, pl))
+        return -1; /* decode_properties would replace bytes: the hashes would differ */
+    int64_t uniq_at = -1, uniq_len = 0, keys_at = -1, keys_len = 0;
+    for (int64_t q = 0; q < pl;) {
+        const uint8_t *hit = memchr(area + q, a->pair_sep, (size_t)(pl - q));
+        const int64_t e = hit ? hit - area : pl;
+        const uint8_t *sep = memchr(area + q, a->name_sep, (size_t)(e - q));
+        if (sep) {
+            const int64_t s = sep - area, nl = s - q, vl = e - s - 1;
+            if (nl > 0 && vl > 0) {
+                if (nl == a->uniq_len && memcmp(area + q, a->uniq_name, (size_t)nl) == 0)
+                    uniq_at = s + 1, uniq_len = vl;
+                else if (nl == a->keys_len && memcmp(area + q, a->keys_name, (size_t)nl) == 0)
+                    keys_at = s + 1, keys_len = vl;
+            }
+        }
+        q = e + 1;
+    }
+    int64_t k = *nout;
+    const uint32_t prefix = a->prefix_hash[i];
+    if (uniq_at >= 0) {
+        if (k >= a->cap)
+            return 1;
+        int64_t *e = a->entries + 3 * k++;
+        e[0] = index_hash(java_hash_utf8(prefix, area + uniq_at, uniq_len));
+        e[1] = a->phys[i];
+        e[2] = a->store_ts[i];
+    }
+    for (int64_t j = 0; keys_at >= 0 && j < keys_len;) {
+        const uint8_t *v = area + keys_at;
+        const uint8_t *hit = memchr(v + j, a->key_sep, (size_t)(keys_len - j));
+        const int64_t j2 = hit ? hit - v : keys_len;
+        if (j2 > j) {
+            if (k >= a->cap)
+                return 1;
+            int64_t *e = a->entries + 3 * k++;
+            e[0] = index_hash(java_hash_utf8(prefix, v + j, j2 - j));
+            e[1] = a->phys[i];
+            e[2] = a->store_ts[i];
+        }
+        j = j2 + 1;
+    }
+    *nout = k;
+    return 0;
+}
+
+int64_t rmq_index_keys(rmq_keys_args *a)
+{
+    int64_t nout = a->nout;
+    a->bad = -1;
+    int64_t i = a->first < 0 ? 0 : a->first;
+    for (; i < a->n; i++) {
+        const int rc = keys_of(a, i, &nout);
+        if (rc > 0)
+            break;
+        if (rc < 0) {
+            a->bad = i;
+            break;
+        }
+    }
+    a->nout = nout;
+    a->done = i;
+    return i;
+}

@@ -288,4 +288,43 @@ typedef struct {
 
 void rmq_index_check(rmq_index_check_args *a);
 
+/* rmq_index_keys: the IndexFile entries that re-dispatching n stored records adds
+ * (CommitLogDispatcherBuildIndex, IndexService.buildIndex; engine/service/indexservice.py's
+ * IndexService.dispatch is the reference): for each record that is not a ROLLBACK,
+ * "topic#UNIQ_KEY" when it has that property, then "topic#key" for each non-empty part of KEYS
+ * split on key_sep, each as (IndexFile.indexKeyHashMethod of the Java hashCode, phyOffset,
+ * storeTimestamp). The properties are read as MessageDecoder.string2messageProperties (and
+ * engine/format/message.py's decode_properties) reads them: pairs split on pair_sep, a pair
+ * kept when its first name_sep lies strictly inside it, the last value of a name kept. The
+ * records come from a walk that checked them; still, every length is checked against the
+ * record's TOTALSIZE and buf. A record the call cannot read as the reference would (properties
+ * not strict UTF-8, a length outside the record) stops it: bad is set and the caller decodes
+ * the records record by record. */
+typedef struct {
+    const uint8_t *buf;
+    int64_t len;                 /* bytes of buf */
+    const int64_t *pos;          /* n: where each record starts in buf */
+    const int64_t *phys;         /* n: its CommitLog offset */
+    const int64_t *store_ts;     /* n: its STORETIMESTAMP (epoch ms) */
+    const uint32_t *prefix_hash; /* n: the Java hashCode of "topic#" of its topic */
+    int64_t n;
+    int64_t first;               /* the record to start from */
+    /* engine/format/message.py's layout of a record with IPv4 hosts */
+    int32_t at_total, at_magic, at_sysflag, at_body_len, host_v6_extra, pad0_;
+    uint32_t magic_v1, magic_v2, born_v6, store_v6, tx_mask, tx_rollback;
+    uint8_t pair_sep, name_sep, key_sep, pad1_;
+    int32_t uniq_len, keys_len, pad2_;
+    const uint8_t *uniq_name; /* "UNIQ_KEY" */
+    const uint8_t *keys_name; /* "KEYS" */
+    /* out */
+    int64_t *entries; /* 3 * cap: keyHash, phyOffset, storeTimestamp */
+    int64_t cap;
+    int64_t nout; /* entries written */
+    int64_t done; /* the first record not done: n, or where room ran out, or bad */
+    int64_t bad;  /* -1, or the record the call cannot read */
+} rmq_keys_args;
+
+/* Returns a->done. */
+int64_t rmq_index_keys(rmq_keys_args *a);
+
 #endif

@@ -213,6 +213,28 @@ typedef struct {
     int64_t slot, slot_value, newest_value, used, last_phy;
 } rmq_index_check_args;
 void rmq_index_check(rmq_index_check_args *a);
+typedef struct {
+    const uint8_t *buf;
+    int64_t len;
+    const int64_t *pos;
+    const int64_t *phys;
+    const int64_t *store_ts;
+    const uint32_t *prefix_hash;
+    int64_t n;
+    int64_t first;
+    int32_t at_total, at_magic, at_sysflag, at_body_len, host_v6_extra, pad0_;
+    uint32_t magic_v1, magic_v2, born_v6, store_v6, tx_mask, tx_rollback;
+    uint8_t pair_sep, name_sep, key_sep, pad1_;
+    int32_t uniq_len, keys_len, pad2_;
+    const uint8_t *uniq_name;
+    const uint8_t *keys_name;
+    int64_t *entries;
+    int64_t cap;
+    int64_t nout;
+    int64_t done;
+    int64_t bad;
+} rmq_keys_args;
+int64_t rmq_index_keys(rmq_keys_args *a);
 
 const char *rmq_source_digest(void);
 """

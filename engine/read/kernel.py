@@ -67,6 +67,7 @@ from ..format.indexfile import (
     ITEM_POSITIONS,
     StructureFindings,
 )
+from ..format.message import INDEX_KEYS_LAYOUT, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 from .schema import int_values
 
 if TYPE_CHECKING:
@@ -152,6 +153,7 @@ class Kernel:
                 "rmq_index_args",
                 "rmq_index_map",
                 "rmq_index_check_args",
+                "rmq_keys_args",
             ):
                 self.ffi.new(f"{struct_type} *")  # cffi checks each field's offset and size here
         except Exception as exc:  # noqa: BLE001 - cffi's own error type (ffi.error)
@@ -320,6 +322,63 @@ class Kernel:
             a.used,
             a.last_phy,
         )
+
+    def index_keys(
+        self,
+        buf: Any,
+        pos: np.ndarray,
+        phys: np.ndarray,
+        store_ts: np.ndarray,
+        prefix_hash: np.ndarray,
+    ) -> tuple[np.ndarray, int]:
+        """The IndexFile entries re-dispatching the records at ``pos`` of ``buf`` adds
+        (``rmq_index_keys``: ``IndexService.buildIndex`` of each record, as
+        :meth:`engine.service.indexservice.IndexService.dispatch` builds them from decoded
+        records, which judges it in tests/engine/test_index_keys.py).
+
+        Args:
+            buf: the records (bytes-like: a file's mapping, or bytes).
+            pos: int64, where each record starts in ``buf``; ``phys``: its CommitLog offset;
+                ``store_ts``: its STORETIMESTAMP (epoch ms); ``prefix_hash``: uint32, the Java
+                hashCode of ``topic#`` of its topic.
+
+        Returns ``(entries, bad)``: flat int64 ``[keyHash, phyOffset, storeTimestamp, ...]`` in
+        record order (what :meth:`IndexService.put_hashed` takes) of the records before
+        ``bad``, and ``bad``: ``len(pos)``, or the first record read differently here than by
+        the decoder (properties that are not strict UTF-8, lengths outside the record): the
+        caller decodes the records from there one by one."""
+        ffi, p = self.ffi, self._p
+        pos, phys, ts = self._i64(pos), self._i64(phys), self._i64(store_ts)
+        ph = np.ascontiguousarray(prefix_hash, dtype=np.uint32)
+        n = len(pos)
+        if not len(phys) == len(ts) == len(ph) == n:
+            raise ValueError("one CommitLog offset, timestamp and topic hash per record")
+        a = ffi.new("rmq_keys_args *")
+        for name, value in INDEX_KEYS_LAYOUT.items():
+            setattr(a, name, value)
+        uniq, keys = PROPERTY_UNIQ_KEY.encode(), PROPERTY_KEYS.encode()
+        view = ffi.from_buffer("uint8_t[]", buf)
+        try:
+            a.buf, a.len = view, len(view)
+            a.pos, a.phys, a.store_ts, a.prefix_hash, a.n = p(pos), p(phys), p(ts), p(ph), n
+            names = ffi.from_buffer(uniq), ffi.from_buffer(keys)  # kept until the calls end
+            a.uniq_name, a.uniq_len = names[0], len(uniq)
+            a.keys_name, a.keys_len = names[1], len(keys)
+            cap = 2 * n + 16  # a UNIQ_KEY and a key a record: grown when short
+            out = np.empty(3 * cap, np.int64)
+            while True:
+                a.entries, a.cap = p(out), cap
+                self.lib.rmq_index_keys(a)
+                if a.done == n or a.bad >= 0:
+                    break
+                a.first = a.done  # out of room: the record goes again into a larger array
+                cap *= 2
+                bigger = np.empty(3 * cap, np.int64)
+                bigger[: 3 * a.nout] = out[: 3 * a.nout]
+                out = bigger
+        finally:  # the caller may close the mapping
+            ffi.release(view)
+        return out[: 3 * a.nout], n if a.bad < 0 else int(a.bad)
 
     def index_writer(self) -> IndexWriter:
         """A new :class:`IndexWriter` (one per store: it keeps its argument structs between

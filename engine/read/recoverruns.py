@@ -24,7 +24,8 @@ import numpy as np
 from ..errors import CorruptRecordError
 from ..format.commitlog import DEFAULT_FILE_SIZE, entry_resume
 from ..format.dledger import WALK_LAYOUT
-from ..format.javahash import tags_code
+from ..format.indexfile import build_key
+from ..format.javahash import java_hash_u32, tags_code
 from ..format.mappedfile import MappedFiles, SegmentMap
 from ..format.message import (
     BODY_LENGTH_POSITION,
@@ -66,6 +67,7 @@ def recovery_runs(
     max_message_size: int,
     committed: int | None = None,
     after: tuple[int, int] | None = None,
+    index_after: int | None = None,
 ) -> Iterator[RecordRun]:
     """The records of a plain CommitLog from ``start`` (a record's or a segment's offset, bytes)
     in runs, or with ``committed`` (its checkpoint's committedIndex) those of a DLedger
@@ -83,7 +85,9 @@ def recovery_runs(
     claims more than ``max_message_size`` + 64 KiB (``scan_raw`` reads such a claim only when
     no hole lies under it), or that has an empty body and a BODYCRC other than 0 (the kernel
     checks no empty body; ``scan_raw`` does): the caller walks on from the end of the last
-    record with ``scan_raw``, which says where the data ends and why. The ranges the walk
+    record with ``scan_raw``, which says where the data ends and why. With ``index_after``
+    (a CommitLog offset, bytes) each run carries the IndexFile entries of its records past it
+    (``RecordRun.index_entries``, :func:`index_entries`). The ranges the walk
     finds are decoded in :data:`DECODE_THREADS` threads while it goes on (at most that many
     ranges ahead), and the runs are given in CommitLog order; what the walk meets past a run
     that stopped (a file it cannot read) is never raised. Needs the compiled kernel
@@ -124,7 +128,15 @@ def recovery_runs(
                         if entries is not None:
                             entries = entries[:k]
                         pending.append(
-                            pool.submit(_decode, window, offs[:k], sizes[:k], check_crc, entries)
+                            pool.submit(
+                                _decode,
+                                window,
+                                offs[:k],
+                                sizes[:k],
+                                check_crc,
+                                entries,
+                                index_after,
+                            )
                         )
                     if k < len(offs):
                         last = True
@@ -226,10 +238,12 @@ def _decode(
     sizes: np.ndarray,
     check_crc: bool,
     entries: np.ndarray | None = None,
+    index_after: int | None = None,
 ) -> tuple[RecordRun | None, bool]:
     """``(run, stopped)``: the records of ``offs`` that pass every check, as a run (None when
     none does), and whether one did not (the run is then the records before it); ``entries``:
-    their DLedger entries' index and term, None for a plain CommitLog."""
+    their DLedger entries' index and term, None for a plain CommitLog; ``index_after``: the
+    run carries the index entries of its records past this offset (None: none)."""
     try:
         batch = decode_records(window, offs, sizes, COLUMNS, check_crc)
     except CorruptRecordError as exc:
@@ -239,14 +253,15 @@ def _decode(
             return None, True
         offs, sizes = offs[:k], sizes[:k]
         entries = entries[:k] if entries is not None else None
-        return _decode(window, offs, sizes, check_crc, entries)[0], True
+        return _decode(window, offs, sizes, check_crc, entries, index_after)[0], True
     bad = _doubtful(window.data, window.base, offs, sizes, batch, check_crc)
     if bad < len(offs):
         if not bad:
             return None, True
         entries = entries[:bad] if entries is not None else None
-        return _run(window, offs[:bad], sizes[:bad], batch.slice(0, bad), entries), True
-    return _run(window, offs, sizes, batch, entries), False
+        run = _run(window, offs[:bad], sizes[:bad], batch.slice(0, bad), entries, index_after)
+        return run, True
+    return _run(window, offs, sizes, batch, entries, index_after), False
 
 
 def _doubtful(
@@ -305,9 +320,11 @@ def _run(
     sizes: np.ndarray,
     batch: pa.RecordBatch,
     entries: np.ndarray | None = None,
+    index_after: int | None = None,
 ) -> RecordRun:
     """The :class:`RecordRun` of decoded records (tags as tagsCodes, topics as indices;
-    ``entries``: a DLedger CommitLog's entry index and term of each)."""
+    ``entries``: a DLedger CommitLog's entry index and term of each; ``index_after``: the
+    index entries of the records past it, :func:`index_entries`)."""
     cols = {name: batch.column(i) for i, name in enumerate(COLUMNS)}
     topics = cols["topic"].dictionary_encode()
     tags = cols["tags"].dictionary_encode()
@@ -320,17 +337,52 @@ def _run(
                 _TAGS_CODES[t] = tc
         codes[j] = tc
     tag_index = int_values(tags.indices, len(tags.dictionary))  # none: 0 (codes[-1])
+    names = topics.dictionary.to_pylist()
+    topic_index = int_values(topics.indices)
+    store_ts = int_values(cols["storeTimestamp"])
+    keyed = None
+    if index_after is not None:
+        keyed = index_entries(window, offs, store_ts, names, topic_index, index_after)
     return RecordRun(
         window.data,
         window.base,
         offs,
         sizes,
-        topics.dictionary.to_pylist(),
-        int_values(topics.indices),
+        names,
+        topic_index,
         int_values(cols["queueId"]),
         int_values(cols["queueOffset"]),
         int_values(cols["sysFlag"]),
-        int_values(cols["storeTimestamp"]),
+        store_ts,
         codes[tag_index],
         entries,
+        keyed,
     )
+
+
+def index_entries(
+    window: CommitLogWindow,
+    offs: np.ndarray,
+    store_ts: np.ndarray,
+    topics: list[str],
+    topic_index: np.ndarray,
+    after: int,
+) -> np.ndarray | None:
+    """The IndexFile entries of the records at ``offs`` past the CommitLog offset ``after``,
+    flat int64 ``[keyHash, phyOffset, storeTimestamp, ...]`` in CommitLog order, as
+    ``IndexService.buildIndex`` adds them when the records are dispatched
+    (``engine.read.kernel.Kernel.index_keys``); None when the compiled core reads one of
+    them differently from the decoder (its properties not strict UTF-8): recovery then
+    dispatches that run's records one by one."""
+    k = kernel.load()
+    if k is None:
+        return None
+    sel = np.flatnonzero(offs > after)
+    if not len(sel):
+        return np.empty(0, np.int64)
+    prefix = np.array([java_hash_u32(build_key(t, "")) for t in topics] or [0], dtype=np.uint32)
+    picked = offs[sel]
+    got, bad = k.index_keys(
+        window.data, picked - window.base, picked, store_ts[sel], prefix[topic_index[sel]]
+    )
+    return got if bad == len(sel) else None

@@ -24,6 +24,7 @@ import logging
 import os
 import struct
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -570,6 +571,10 @@ class RecordRun(NamedTuple):
             :func:`light_unit` gives (not a ``SCHEDULE_TOPIC_XXXX`` deliver time).
         entries: a DLedger CommitLog's: each record's entry index and term (int64, shape
             ``(n, 2)``), None for a plain one.
+        index_entries: the IndexFile entries of the records past the offset the scan asked
+            for (``index_after`` of :data:`RunSource`), flat int64 ``[keyHash, phyOffset,
+            storeTimestamp, ...]`` in CommitLog order, as ``IndexService.buildIndex`` adds
+            them; None when not asked for, or when one record must be decoded on its own.
     """
 
     data: Any
@@ -584,15 +589,18 @@ class RecordRun(NamedTuple):
     store_timestamps: np.ndarray
     tags_codes: np.ndarray
     entries: np.ndarray | None = None
+    index_entries: np.ndarray | None = None
 
 
-#: ``runs(files, start, check_crc, max_message_size, committed, after)``: the batched walk of
-#: a plain CommitLog, or with ``committed`` (the checkpoint's committedIndex) of a DLedger one
-#: whose entry at ``start`` follows the entry ``after`` (index, term; None: the first walked)
-#: (:func:`engine.read.recoverruns.recovery_runs`, which the store hands recovery: this layer
-#: cannot import the reader's), or None when this process has no compiled walk
+#: ``runs(files, start, check_crc, max_message_size, committed, after, index_after)``: the
+#: batched walk of a plain CommitLog, or with ``committed`` (the checkpoint's committedIndex)
+#: of a DLedger one whose entry at ``start`` follows the entry ``after`` (index, term; None:
+#: the first walked), its runs carrying the index entries of the records past ``index_after``
+#: (None: none) (:func:`engine.read.recoverruns.recovery_runs`, which the store hands
+#: recovery: this layer cannot import the reader's), or None when this process has no
+#: compiled walk
 RunSource = Callable[
-    [MappedFiles, int, bool, int, "int | None", "tuple[int, int] | None"],
+    [MappedFiles, int, bool, int, "int | None", "tuple[int, int] | None", "int | None"],
     Iterator[RecordRun] | None,
 ]
 #: The scan goes record by record over its first this many bytes, in batches after them (a
@@ -638,6 +646,13 @@ class _Scan:
             and all(map(dispatch.skips_below_end_offset, store.dispatchers))
         )
         self.indexed_below = index.end_phy_offset if index is not None else None
+        # Where the ConsumeQueues and the index are the only dispatchers, a run goes to them
+        # whole (run_whole): the units of its records the queues lack from its columns, the
+        # index entries of its records past indexed_below from the compiled core
+        # (RecordRun.index_entries, asked for with index_after); no record decoded one by one.
+        self.index = index
+        self.whole_runs = self.skip_known and all(d is index for d in store.dispatchers)
+        self.index_after = self.indexed_below if self.whole_runs else None
         self.windows: dict = {}  # (topic, queueId) -> (first queue offset, raw units ahead)
         self.dirty: set = set()  # queues with a record handed to _dispatch
         self.tail: list[bytes] = []  # the last two records' bytes, decoded after the scan
@@ -658,14 +673,17 @@ class _Scan:
         derived files hold it already (the record-by-record rule)."""
         d = None
         key = (topic, qid)
-        if self.skip_known and (self.indexed_below is None or phys < self.indexed_below):
+        covered = self.indexed_below is None or phys < self.indexed_below
+        held = False  # its queue holds its unit as it is (or expired it)
+        if self.skip_known:
+            cq = self.cqs.get(key)
             if sys_flag & TRANSACTION_TYPE_MASK in (
                 TRANSACTION_PREPARED_TYPE,
                 TRANSACTION_ROLLBACK_TYPE,
             ):
-                return  # no unit, and already indexed
-            cq = self.cqs.get(key)
-            if (
+                if covered:
+                    return  # no unit, and already indexed
+            elif (
                 cq is not None
                 and qoff < cq.max_offset
                 and topic != SCHEDULE_TOPIC
@@ -674,17 +692,26 @@ class _Scan:
                 size, tc, store_ts = light_unit(buf, pos)
                 if key not in self.dirty:
                     if qoff < cq.min_offset:
-                        return  # not present, not written: as _dispatch does
-                    w = self.windows.get(key)
-                    if w is None or not w[0] <= qoff < w[0] + len(w[1]) // CQ_STORE_UNIT_SIZE:
-                        w = self.windows[key] = (qoff, cq.read_units(qoff, 4096))
-                    i = (qoff - w[0]) * CQ_STORE_UNIT_SIZE
-                    if w[1][i : i + CQ_STORE_UNIT_SIZE] == UNIT.pack(phys, size, tc):
+                        held = True  # not present, not written: as _dispatch does
+                    else:
+                        w = self.windows.get(key)
+                        if w is None or not w[0] <= qoff < w[0] + len(w[1]) // CQ_STORE_UNIT_SIZE:
+                            w = self.windows[key] = (qoff, cq.read_units(qoff, 4096))
+                        i = (qoff - w[0]) * CQ_STORE_UNIT_SIZE
+                        held = w[1][i : i + CQ_STORE_UNIT_SIZE] == UNIT.pack(phys, size, tc)
+                if covered:
+                    if held:
                         return
-                d = DispatchRequest(topic, qid, phys, size, tc, store_ts, qoff, [], None, sys_flag)
-        if d is None:
+                    d = DispatchRequest(
+                        topic, qid, phys, size, tc, store_ts, qoff, [], None, sys_flag
+                    )
+        if d is None:  # decoded: its index keys are wanted, or its unit needs more than the above
             d = dispatch.dispatch_of(self.store, decode_record(buf, pos, check_crc=False))
-        self.dirty.add(key)
+        if not held:
+            # From here on every record of this queue goes to dispatch. A record handed over
+            # only for its index keys changes nothing in its queue (dispatch compares the unit
+            # it holds and finds it equal), so its queue is not marked.
+            self.dirty.add(key)
         if d is not None:
             self.batch.append(d)
         if len(self.batch) >= 4096:
@@ -712,24 +739,80 @@ class _Scan:
         offs = r.offsets
         while self.next_show <= offs[-1]:
             self.show(int(offs[int(np.searchsorted(offs, self.next_show))]))
-        for i in np.flatnonzero(~self.known(r)).tolist():
-            off = int(offs[i])
-            self.one(
-                r.data,
-                off - r.base,
-                off,
-                r.topics[int(r.topic_index[i])],
-                int(r.queue_ids[i]),
-                int(r.queue_offsets[i]),
-                int(r.sys_flags[i]),
-            )
+        if self.whole_runs and (self.index_after is None or r.index_entries is not None):
+            self.run_whole(r)
+        else:
+            for i in np.flatnonzero(~self.known(r)).tolist():
+                off = int(offs[i])
+                self.one(
+                    r.data,
+                    off - r.base,
+                    off,
+                    r.topics[int(r.topic_index[i])],
+                    int(r.queue_ids[i]),
+                    int(r.queue_offsets[i]),
+                    int(r.sys_flags[i]),
+                )
         for i in range(max(0, n - 2), n):
             self.keep_tail(r.data, int(offs[i]) - r.base, int(r.sizes[i]))
 
-    def known(self, r: RecordRun) -> np.ndarray:
+    def run_whole(self, r: RecordRun) -> None:
+        """Dispatch ``r`` as :meth:`one` would record by record, without decoding its
+        records: a request from its columns (no keys) for each record whose unit its queue
+        lacks (:meth:`known` with the index left out), and the run's index entries
+        (``r.index_entries``) put at once (``IndexService.put_hashed``) after every request
+        before them. A ``SCHEDULE_TOPIC_XXXX`` record (its tagsCode is a deliver time) and
+        the record at ``indexed_below`` (the index may hold some of its keys: it goes through
+        ``IndexService.dispatch``) are decoded."""
+        import numpy as np
+
+        todo = ~self.known(r, index_too=False)
+        at = -1  # the record at indexed_below, if in this run
+        if self.index_after is not None:
+            hit = np.flatnonzero(r.offsets == self.index_after)
+            if len(hit):
+                at = int(hit[0])
+                todo[at] = True
+        picked = np.flatnonzero(todo)
+        if len(picked):
+            topics = r.topics
+            decoded = {j for j, t in enumerate(topics) if t == SCHEDULE_TOPIC}
+            reqs = []
+            for i, ti, qid, off, size, tc, ts, qoff, flag in zip(
+                picked.tolist(),
+                r.topic_index[picked].tolist(),
+                r.queue_ids[picked].tolist(),
+                r.offsets[picked].tolist(),
+                r.sizes[picked].tolist(),
+                r.tags_codes[picked].tolist(),
+                r.store_timestamps[picked].tolist(),
+                r.queue_offsets[picked].tolist(),
+                r.sys_flags[picked].tolist(),
+            ):
+                if ti in decoded or i == at:
+                    d = dispatch.dispatch_of(
+                        self.store, decode_record(r.data, off - r.base, check_crc=False)
+                    )
+                    if i != at:  # its index entries are in r.index_entries
+                        d.keys, d.uniq_key = [], None
+                else:
+                    d = DispatchRequest(topics[ti], qid, off, size, tc, ts, qoff, [], None, flag)
+                reqs.append(d)
+            self.dirty.update((d.topic, d.queue_id) for d in reqs)
+            self.batch += reqs
+        entries = r.index_entries
+        if at >= 0 or (entries is not None and len(entries)):
+            self.flush()  # the index takes the keys of the records before these first
+        if entries is not None and len(entries) and self.index is not None:
+            self.index.put_hashed(array("q", entries.tobytes()), self.store.putter.index_writer)
+        elif len(self.batch) >= 4096:
+            self.flush()
+
+    def known(self, r: RecordRun, index_too: bool = True) -> np.ndarray:
         """Which records of ``r`` :meth:`one` would pass over: the records below the index's
-        end (``indexed_below``) that are PREPARED or ROLLBACK, or whose queue was handed no
-        record before them and holds their unit as it is, or expired it (bool array)."""
+        end (``indexed_below``; any record with ``index_too`` False) that are PREPARED or
+        ROLLBACK, or whose queue was handed no record before them and holds their unit as it
+        is, or expired it (bool array)."""
         import numpy as np
 
         n = len(r.offsets)
@@ -737,7 +820,7 @@ class _Scan:
         if not self.skip_known or not n:
             return skip
         eligible = np.ones(n, bool)
-        if self.indexed_below is not None:
+        if self.indexed_below is not None and index_too:
             eligible &= r.offsets < self.indexed_below
         flags = r.sys_flags & TRANSACTION_TYPE_MASK
         txn = eligible & (
@@ -835,7 +918,9 @@ def _scan(
     while True:
         batches = None
         if runs is not None and pos >= budget:
-            batches = runs(cl.files, pos, check_crc, cl.max_message_size, committed, after)
+            batches = runs(
+                cl.files, pos, check_crc, cl.max_message_size, committed, after, s.index_after
+            )
             if batches is None:  # no compiled walk in this process
                 runs = None
         for r in batches or ():

@@ -1,0 +1,241 @@
+"""Recovery's re-dispatch to the index in batches (issue 34 item 3).
+
+Where the index lacks records (its files lost, dropped after a crash, or never written: a
+DLedger store or a broker with ``messageIndexEnable=false``), recovery rebuilds their entries.
+It did so record by record (``decode_record``, ``dispatch_of``, ``IndexService.dispatch``'s
+Java hashes in Python); the compiled core now reads each run's KEYS and UNIQ_KEY in place and
+hashes them (``rmq_index_keys``, ``Kernel.index_keys``), and the run's entries go to the
+index at once.
+
+* The judge of ``Kernel.index_keys`` is ``IndexService.dispatch`` itself, fed the records
+  ``decode_record`` decodes: hypothesis draws records with any properties area (pairs of
+  KEYS, UNIQ_KEY and other names, repeated, empty names and values, separators inside values,
+  characters outside the BMP, bytes that are not UTF-8), V1 and V2 topics, IPv6 hosts and
+  every transaction type. The entries must be equal, or the call must stop at the first record
+  whose properties are not strict UTF-8 (recovery decodes that run record by record).
+* Whole stores: a store with every record kind, its index (or its ConsumeQueues) lost,
+  recovers to the same index and queue files by the batches as record by record, writable
+  and read-only (the in-memory index written in place); the runs carried the entries.
+
+tests/engine/test_kernel_sanitize.py runs this file against the sanitizer build.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import refreader
+from recoverwith import recover_with, report_fields
+from rmqfs.engine.format.indexfile import build_key
+from rmqfs.engine.format.javahash import java_hash_u32
+from rmqfs.engine.format.message import (
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    decode_record,
+    encode_message,
+)
+from rmqfs.engine.read import kernel
+from rmqfs.engine.service.dispatch import DispatchRequest
+from rmqfs.engine.service.indexservice import IndexService
+from rmqfs.engine.store import MessageStore
+from stores import every_kind_store, small_segments
+
+pytestmark = pytest.mark.skipif(kernel.load() is None, reason="no compiled kernel")
+
+V4 = (bytes([10, 0, 0, 1]), 9876)
+V6 = (bytes(range(16)), 10911)
+
+words = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=6
+)
+names = st.one_of(st.sampled_from([PROPERTY_KEYS, PROPERTY_UNIQ_KEY, "TAGS", ""]), words)
+values = st.one_of(
+    st.lists(st.sampled_from(["k1", "", " ", "é", "\U0001f600", "a\x01b", "x y"]), max_size=4).map(
+        " ".join
+    ),
+    words,
+)
+
+
+@st.composite
+def areas(draw) -> bytes:
+    """A properties area: pairs, or bytes that may not be UTF-8."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.binary(max_size=40))
+    pairs = draw(st.lists(st.tuples(names, values), max_size=6))
+    raw = "".join(f"{n}\x01{v}\x02" for n, v in pairs).encode()
+    if draw(st.booleans()) and raw:
+        raw = raw[: draw(st.integers(0, len(raw)))]  # a cut area: a pair without its end
+    return raw
+
+
+@st.composite
+def records(draw) -> tuple[bytes, str, bytes]:
+    """A stored record (bytes) with the drawn properties area, its topic and that area."""
+    topic = draw(st.sampled_from(["T", "Topic\u00e9", "V" * 140]))
+    tx = draw(
+        st.sampled_from(
+            [0, TRANSACTION_PREPARED_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE]
+        )
+    )
+    enc = encode_message(
+        topic,
+        draw(st.binary(max_size=20)),
+        queue_id=0,
+        properties={},
+        born_timestamp=1_795_305_347_998,
+        born_host=draw(st.sampled_from([V4, V6])),
+        store_host=draw(st.sampled_from([V4, V6])),
+        sys_flag=tx,
+    )
+    area = draw(areas())
+    data = bytes(enc.data[:-2]) + struct.pack(">h", len(area)) + area  # props length last
+    return struct.pack(">i", len(data)) + data[4:], topic, area
+
+
+def _reference(recs: list[tuple[bytes, str, bytes]], offsets: list[int]) -> list[int]:
+    """What ``IndexService.dispatch`` puts for these records, decoded one by one."""
+    got: list[int] = []
+    index = IndexService("/nonexistent", read_only=True)
+    index._put_entries = lambda entries, i=0, in_place=None: got.extend(entries)
+    batch = []
+    for (raw, _topic, _area), off in zip(recs, offsets):
+        rec = decode_record(raw, 0, check_crc=False)
+        batch.append(
+            DispatchRequest(
+                rec.topic, 0, off, len(raw), 0, rec.store_timestamp, 0, rec.keys,
+                rec.uniq_key, rec.sys_flag,
+            )
+        )  # fmt: skip
+    index.dispatch(batch)
+    return got
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records(), min_size=1, max_size=6), st.integers(0, 7))
+def test_index_keys_are_what_index_service_dispatch_puts(recs, lead):
+    k = kernel.load()
+    buf = bytes(lead) + b"".join(r[0] for r in recs)  # the records at some offset in a buffer
+    pos, at = [], lead
+    for r in recs:
+        pos.append(at)
+        at += len(r[0])
+    offsets = [1000 + p for p in pos]
+    ts = [decode_record(r[0], 0, check_crc=False).store_timestamp for r in recs]
+    prefix = [java_hash_u32(build_key(r[1], "")) for r in recs]
+    entries, bad = k.index_keys(
+        buf, np.array(pos), np.array(offsets), np.array(ts), np.array(prefix, np.uint32)
+    )
+    strict = []  # a ROLLBACK record's properties are not read: it gets no entries
+    for raw, _topic, area in recs:
+        try:
+            area.decode("utf-8")
+            strict.append(True)
+        except UnicodeDecodeError:
+            flag = decode_record(raw, 0, check_crc=False).sys_flag
+            strict.append(flag & TRANSACTION_ROLLBACK_TYPE == TRANSACTION_ROLLBACK_TYPE)
+    want_bad = strict.index(False) if False in strict else len(recs)
+    assert bad == want_bad
+    assert entries.tolist() == _reference(recs[:bad], offsets[:bad])
+
+
+def test_index_keys_refuse_lengths_outside_the_record():
+    """A record whose lengths do not add up (a hostile buffer) stops the call; nothing is
+    read outside the buffer (the sanitizer build checks that)."""
+    k = kernel.load()
+    enc = encode_message(
+        "T", b"body", queue_id=0, properties={PROPERTY_KEYS: "a b"},
+        born_timestamp=1, born_host=V4, store_host=V4,
+    )  # fmt: skip
+    raw = bytes(enc.data)
+    ok, bad = k.index_keys(
+        raw, np.array([0]), np.array([0]), np.array([1]), np.array([7], np.uint32)
+    )
+    assert bad == 1 and len(ok) == 6
+    for cut in (10, len(raw) - 1):
+        got, bad = k.index_keys(
+            raw[:cut], np.array([0]), np.array([0]), np.array([1]), np.array([7], np.uint32)
+        )
+        assert bad == 0 and len(got) == 0
+    for field_at, value in ((84, 1 << 20), (84, -5)):  # bodyLength beyond the record, negative
+        broken = bytearray(raw)
+        struct.pack_into(">i", broken, field_at, value)
+        got, bad = k.index_keys(
+            bytes(broken), np.array([0]), np.array([0]), np.array([1]), np.array([7], np.uint32)
+        )
+        assert bad == 0
+    got, bad = k.index_keys(
+        raw, np.array([len(raw)]), np.array([0]), np.array([1]), np.array([7], np.uint32)
+    )
+    assert bad == 0
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("every-kind") / "s"
+    every_kind_store(root)
+    return root
+
+
+def _derived(root: Path) -> dict[str, bytes]:
+    out = {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted((root / "consumequeue").rglob("*"))
+        if p.is_file()
+    }
+    index = sorted(p for p in (root / "index").glob("*") if p.is_file())
+    out.update((f"index/{i}", p.read_bytes()) for i, p in enumerate(index))
+    return out
+
+
+def _found(s: MessageStore, recs: list[dict]) -> list:
+    """Every record's index hits by its UNIQ_KEY and keys (the in-memory index included)."""
+    index = s.index_service
+    assert index is not None
+    out = []
+    for r in recs:
+        props = r["properties"]
+        keys = [props.get(PROPERTY_UNIQ_KEY)] + (props.get(PROPERTY_KEYS) or "").split(" ")
+        for key in filter(None, keys):
+            out.append((r["topic"], key, sorted(index.query(r["topic"], key, 64))))
+    return out
+
+
+@pytest.mark.parametrize("lost", ["index", "consumequeue"])
+@pytest.mark.parametrize("read_only", [False, True])
+def test_recovery_rebuilds_by_runs_what_it_rebuilds_record_by_record(
+    base, tmp_path, monkeypatch, lost, read_only
+):
+    recs = refreader.read_commitlog(base / "commitlog", check=False)
+    seen = {}
+    for batched in (True, False):
+        root = tmp_path / f"b{batched}"
+        shutil.copytree(base, root)
+        shutil.rmtree(root / lost, ignore_errors=True)
+        given, calls = recover_with(monkeypatch, batched)
+        (root / "abort").write_text("1")
+        with MessageStore(str(root), small_segments(), read_only=read_only) as s:
+            seen[batched] = (report_fields(s.recovery_report), _found(s, recs))
+        monkeypatch.undo()
+        if not read_only:
+            seen[batched] += (_derived(root),)
+        if batched:
+            assert sum(given) == len(recs)
+            # the index's rebuild was asked of the runs (from offset 0, the index lost)
+            assert calls and all(c[6] is not None for c in calls)
+    assert seen[True] == seen[False]
+    fields = seen[True][0]
+    if lost == "index":
+        assert fields[7] > 0  # index entries rebuilt
+    else:
+        assert fields[6] > 0  # units rebuilt
