@@ -182,7 +182,6 @@ def dispatch(
     (recovery's :class:`engine.service.recovery.RecoveryReport`) counts the units written in
     ``units_rebuilt``.
     """
-    gap = False
     # (topic, queueId) -> [(queueOffset, CommitLog offset, size, tagsCode)]: plain tuples, as
     # an LMQ record gives up to MAX_MULTI_DISPATCH units (one object each would cost more)
     per_queue: dict[tuple[str, int], list[_Unit]] = {}
@@ -204,6 +203,30 @@ def dispatch(
             per_queue.setdefault((name, qid), []).append(
                 (qoff, d.commitlog_offset, d.size, d.tags_code)
             )
+    gap = dispatch_units(store, per_queue, recovering, full, report)
+    for disp in store.dispatchers:
+        disp.dispatch(batch)
+    if batch and not recovering:
+        store.dispatched_store_timestamp = batch[-1].store_timestamp
+    return gap
+
+
+def dispatch_units(
+    store: MessageStore,
+    per_queue: dict[tuple[str, int], list[_Unit]],
+    recovering: bool = False,
+    full: bool = False,
+    report: RecoveryReport | None = None,
+) -> bool:
+    """Write the ConsumeQueue units ``per_queue`` gives, ``(topic, queueId) -> [(queueOffset,
+    CommitLog offset, size (bytes), tagsCode), ...]`` in queue order, as :func:`dispatch`
+    writes a batch's (``ConsumeQueue.putMessagePositionInfo``): a topic no directory can be
+    named after is skipped, a deleted topic's older records too; recovering, the units a
+    queue holds are compared first, and a queue is only written up to a hole (``full``: a
+    queue that is empty may start anywhere). The caller has left out what gets no unit here
+    (prepared and rolled-back transactions, BatchCQ records). Returns True when a unit's
+    queue offset lies past its queue's end (a gap)."""
+    gap = False
     unsafe = set()
     for topic in {t for t, _ in per_queue}:
         problem = topic_path_problem(topic)
@@ -262,10 +285,6 @@ def dispatch(
         cq.put_units(items[0][0], units)
         if report is not None:
             report.units_rebuilt += len(items)
-    for disp in store.dispatchers:
-        disp.dispatch(batch)
-    if batch and not recovering:
-        store.dispatched_store_timestamp = batch[-1].store_timestamp
     return gap
 
 

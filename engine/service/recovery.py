@@ -38,6 +38,7 @@ from ..format.mappedfile import MappedFiles
 from ..format.message import (
     BORNHOST_V6_FLAG,
     FIXED_V4,
+    INNER_BATCH_FLAG,
     INT32,
     PROPERTY_END,
     PROPERTY_TAGS,
@@ -758,12 +759,14 @@ class _Scan:
 
     def run_whole(self, r: RecordRun) -> None:
         """Dispatch ``r`` as :meth:`one` would record by record, without decoding its
-        records: a request from its columns (no keys) for each record whose unit its queue
-        lacks (:meth:`known` with the index left out), and the run's index entries
-        (``r.index_entries``) put at once (``IndexService.put_hashed``) after every request
-        before them. A ``SCHEDULE_TOPIC_XXXX`` record (its tagsCode is a deliver time) and
-        the record at ``indexed_below`` (the index may hold some of its keys: it goes through
-        ``IndexService.dispatch``) are decoded."""
+        records: the units its queues lack from its columns (:meth:`known` with the index left
+        out), grouped by queue (:func:`dispatch.dispatch_units`), and the run's index entries
+        (``r.index_entries``) put at once (``IndexService.put_hashed``), each after what was
+        handed before. Where one of those records needs more (a ``SCHEDULE_TOPIC_XXXX``
+        record: its tagsCode is a deliver time; a BatchCQ record; the record at
+        ``indexed_below``, of which the index may hold some keys: it goes through
+        ``IndexService.dispatch``), the run's requests go through :func:`dispatch.dispatch`,
+        those records decoded."""
         import numpy as np
 
         todo = ~self.known(r, index_too=False)
@@ -774,39 +777,97 @@ class _Scan:
                 at = int(hit[0])
                 todo[at] = True
         picked = np.flatnonzero(todo)
-        if len(picked):
-            topics = r.topics
-            decoded = {j for j, t in enumerate(topics) if t == SCHEDULE_TOPIC}
-            reqs = []
-            for i, ti, qid, off, size, tc, ts, qoff, flag in zip(
-                picked.tolist(),
-                r.topic_index[picked].tolist(),
-                r.queue_ids[picked].tolist(),
-                r.offsets[picked].tolist(),
-                r.sizes[picked].tolist(),
-                r.tags_codes[picked].tolist(),
-                r.store_timestamps[picked].tolist(),
-                r.queue_offsets[picked].tolist(),
-                r.sys_flags[picked].tolist(),
-            ):
-                if ti in decoded or i == at:
-                    d = dispatch.dispatch_of(
-                        self.store, decode_record(r.data, off - r.base, check_crc=False)
-                    )
-                    if i != at:  # its index entries are in r.index_entries
-                        d.keys, d.uniq_key = [], None
-                else:
-                    d = DispatchRequest(topics[ti], qid, off, size, tc, ts, qoff, [], None, flag)
-                reqs.append(d)
-            self.dirty.update((d.topic, d.queue_id) for d in reqs)
-            self.batch += reqs
         entries = r.index_entries
+        if len(picked):
+            special = [
+                j
+                for j, t in enumerate(r.topics)
+                if t == SCHEDULE_TOPIC or t in self.store.batch_cq_topics
+            ]
+            if np.isin(r.topic_index[picked], special).any() or (
+                (r.sys_flags[picked] & INNER_BATCH_FLAG).any()
+            ):
+                reqs = self.requests(r, picked, at, set(special))
+                self.dirty.update({(d.topic, d.queue_id) for d in reqs})
+                self.batch += reqs
+            else:  # the units by queue; the record at indexed_below alone, in its place
+                for part in (picked[picked < at], picked[picked == at], picked[picked > at]):
+                    if not len(part):
+                        continue
+                    self.flush()  # what was handed before goes first
+                    if part[0] == at:
+                        self.batch += self.requests(r, part, at, set())
+                        self.dirty.add((self.batch[-1].topic, self.batch[-1].queue_id))
+                        continue
+                    units = self.queue_units(r, part)
+                    self.dirty.update(units)
+                    self.gap |= dispatch.dispatch_units(
+                        self.store, units, True, self.full, self.report
+                    )
         if at >= 0 or (entries is not None and len(entries)):
             self.flush()  # the index takes the keys of the records before these first
         if entries is not None and len(entries) and self.index is not None:
             self.index.put_hashed(array("q", entries.tobytes()), self.store.putter.index_writer)
         elif len(self.batch) >= 4096:
             self.flush()
+
+    @staticmethod
+    def queue_units(r: RecordRun, picked: np.ndarray) -> dict[tuple[str, int], list]:
+        """The ConsumeQueue units of records ``picked`` of ``r``, by queue in CommitLog order
+        (what :func:`dispatch.dispatch_units` takes)."""
+        import numpy as np
+
+        keys = (r.topic_index[picked].astype(np.int64) << 32) | (
+            r.queue_ids[picked].astype(np.int64) & 0xFFFFFFFF
+        )
+        order = np.argsort(keys, kind="stable")
+        idx = picked[order]
+        ordered = keys[order]
+        bounds = np.flatnonzero(np.diff(ordered)) + 1
+        out: dict[tuple[str, int], list] = {}
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(idx)]):
+            sel = idx[lo:hi]
+            first = int(sel[0])
+            key = (r.topics[int(r.topic_index[first])], int(r.queue_ids[first]))
+            out[key] = list(
+                zip(
+                    r.queue_offsets[sel].tolist(),
+                    r.offsets[sel].tolist(),
+                    r.sizes[sel].tolist(),
+                    r.tags_codes[sel].tolist(),
+                )
+            )
+        return out
+
+    def requests(
+        self, r: RecordRun, picked: np.ndarray, at: int, decoded: set[int]
+    ) -> list[DispatchRequest]:
+        """Dispatch requests of records ``picked`` of ``r``: from its columns without keys (the
+        run's index entries hold them), the records of topics ``decoded`` and the record
+        ``at`` (with its keys) decoded."""
+        topics = r.topics
+        reqs = []
+        for i, ti, qid, off, size, tc, ts, qoff, flag in zip(
+            picked.tolist(),
+            r.topic_index[picked].tolist(),
+            r.queue_ids[picked].tolist(),
+            r.offsets[picked].tolist(),
+            r.sizes[picked].tolist(),
+            r.tags_codes[picked].tolist(),
+            r.store_timestamps[picked].tolist(),
+            r.queue_offsets[picked].tolist(),
+            r.sys_flags[picked].tolist(),
+        ):
+            if ti in decoded or i == at:
+                d = dispatch.dispatch_of(
+                    self.store, decode_record(r.data, off - r.base, check_crc=False)
+                )
+                if i != at:  # its index entries are in r.index_entries
+                    d.keys, d.uniq_key = [], None
+            else:
+                d = DispatchRequest(topics[ti], qid, off, size, tc, ts, qoff, [], None, flag)
+            reqs.append(d)
+        return reqs
 
     def known(self, r: RecordRun, index_too: bool = True) -> np.ndarray:
         """Which records of ``r`` :meth:`one` would pass over: the records below the index's
