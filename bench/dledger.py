@@ -21,7 +21,10 @@ as the plain store it was made from.
    - **recovery after a crash**: an open with the ``abort`` file left (read-only, the index
      off), which walks the whole log in compiled batches (the DLedger entry walk for DLedger)
      and compares every record's unit with its ConsumeQueue, CPU time of the process (the
-     decode threads included) per record.
+     decode threads included) per record; and the same with the index on, which for the
+     DLedger store (no IndexFiles) builds every record's entries (its UNIQ_KEY and key: 2 a
+     message) into the in-memory index, and for the plain one (its IndexFiles built with it)
+     builds none.
 
 Prints µs per message for each and the DLedger / plain ratio, with the load average (as
 ``uptime`` prints it) before and after; writes ``bench-out/dledger.json``.
@@ -131,22 +134,24 @@ def walk_pass(root: Path) -> tuple[float, int]:
         cl.close()
 
 
-def recover_pass(root: Path) -> tuple[float, int]:
+def recover_pass(root: Path, index: bool = False) -> tuple[float, int, int]:
     """Recovery after a crash as an open makes it (an ``abort`` file left, read-only, the index
-    off): the walk from the start of the data with CRCs, in compiled batches, every record's
-    unit compared with its ConsumeQueue's: ``(CPU s, records scanned)``."""
+    off unless ``index``): the walk from the start of the data with CRCs, in compiled batches,
+    every record's unit compared with its ConsumeQueue's, and with ``index`` the entries of the
+    records the IndexFiles lack built (in memory): ``(CPU s, records scanned, index entries
+    rebuilt)``."""
     from rmqfs.engine.store import MessageStore, StoreConfig
 
     abort = root / "abort"
     abort.write_text("")
     try:
         c0 = time.process_time()
-        cfg = StoreConfig(message_index_enable=False)
+        cfg = StoreConfig(message_index_enable=index)
         with MessageStore(str(root), cfg, read_only=True) as s:
             cpu = time.process_time() - c0
             r = s.recovery_report
         assert r is not None and r.torn_tail is None and not r.units_rebuilt, r
-        return cpu, r.records_scanned
+        return cpu, r.records_scanned, r.index_rebuilt
     finally:
         abort.unlink()
 
@@ -172,6 +177,8 @@ def main(argv=None) -> int:
     decode: dict[str, list[float]] = {k: [] for k in stores}
     walk: dict[str, list[float]] = {k: [] for k in stores}
     recover: dict[str, list[float]] = {k: [] for k in stores}
+    recover_index: dict[str, list[float]] = {k: [] for k in stores}
+    rebuilt: dict[str, int] = {}
     for k in stores:  # warm-up: page cache, maps
         decode_pass(files[k], ends[k], None)
         walk_pass(stores[k])
@@ -181,15 +188,25 @@ def main(argv=None) -> int:
             decode[k].append(cpu / rows * 1e6)
             cpu, n = walk_pass(stores[k])
             walk[k].append(cpu / n * 1e6)
-            cpu, n = recover_pass(stores[k])
+            cpu, n, _ = recover_pass(stores[k])
             assert n == args.messages, (k, n)
             recover[k].append(cpu / n * 1e6)
+            cpu, n, rebuilt[k] = recover_pass(stores[k], index=True)
+            assert n == args.messages, (k, n)
+            recover_index[k].append(cpu / n * 1e6)
     res = {
         "messages": args.messages,
         "decode_us_per_msg": {k: min(v) for k, v in decode.items()},
         "walk_us_per_msg": {k: min(v) for k, v in walk.items()},
         "recover_us_per_msg": {k: min(v) for k, v in recover.items()},
-        "runs": {"decode": decode, "walk": walk, "recover": recover},
+        "recover_index_us_per_msg": {k: min(v) for k, v in recover_index.items()},
+        "index_entries_rebuilt": rebuilt,
+        "runs": {
+            "decode": decode,
+            "walk": walk,
+            "recover": recover,
+            "recover_index": recover_index,
+        },
     }
     print(f"\n{args.messages:,} messages, CPU µs per message, best of {args.passes}:")
     print(f"{'':34} {'plain':>8} {'DLedger':>8} {'ratio':>6}")
@@ -197,9 +214,14 @@ def main(argv=None) -> int:
         ("decode by ConsumeQueue (all cols)", "decode"),
         ("walk (scan_raw, CRC)", "walk"),
         ("recovery after a crash (batches)", "recover"),
+        ("the same, the index on", "recover_index"),
     ):
         r = res[f"{key}_us_per_msg"]
         print(f"{label:34} {r['plain']:8.3f} {r['dledger']:8.3f} {r['dledger'] / r['plain']:6.2f}")
+    print(
+        f"index entries rebuilt with the index on: plain {rebuilt['plain']:,} (it has its "
+        f"IndexFiles), DLedger {rebuilt['dledger']:,} (it has none)"
+    )
     print(f"\n{loadavg()}")
     out = Path(args.out) / "dledger.json"
     out.write_text(json.dumps(res, indent=2) + "\n")
