@@ -943,7 +943,8 @@ static inline uint32_t index_hash(uint32_t h)
 }
 
 /* Java's String.hashCode continued from h over the UTF-16 code units of n bytes of UTF-8 (a
- * 4-byte sequence is a surrogate pair). The caller passes text Python encoded, so strict. */
+ * 4-byte sequence is a surrogate pair). The caller passes strict UTF-8 only: text Python
+ * encoded (rmq_put), or stored bytes utf8_ok accepted first (rmq_index_keys). */
 static uint32_t java_hash_utf8(uint32_t h, const uint8_t *s, int64_t n)
 {
     int64_t i = 0;

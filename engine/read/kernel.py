@@ -361,7 +361,8 @@ class Kernel:
         try:
             a.buf, a.len = view, len(view)
             a.pos, a.phys, a.store_ts, a.prefix_hash, a.n = p(pos), p(phys), p(ts), p(ph), n
-            names = ffi.from_buffer(uniq), ffi.from_buffer(keys)  # kept until the calls end
+            # kept until the calls end
+            names = ffi.from_buffer("uint8_t[]", uniq), ffi.from_buffer("uint8_t[]", keys)
             a.uniq_name, a.uniq_len = names[0], len(uniq)
             a.keys_name, a.keys_len = names[1], len(keys)
             cap = 2 * n + 16  # a UNIQ_KEY and a key a record: grown when short

@@ -771,10 +771,11 @@ class _Scan:
 
         todo = ~self.known(r, index_too=False)
         at = -1  # the record at indexed_below, if in this run
+        at_held = False  # its unit is held: it is handed over for its index keys only
         if self.index_after is not None:
-            hit = np.flatnonzero(r.offsets == self.index_after)
-            if len(hit):
-                at = int(hit[0])
+            k = int(np.searchsorted(r.offsets, self.index_after))
+            if k < len(r.offsets) and r.offsets[k] == self.index_after:
+                at, at_held = k, not todo[k]
                 todo[at] = True
         picked = np.flatnonzero(todo)
         entries = r.index_entries
@@ -787,9 +788,7 @@ class _Scan:
             if np.isin(r.topic_index[picked], special).any() or (
                 (r.sys_flags[picked] & INNER_BATCH_FLAG).any()
             ):
-                reqs = self.requests(r, picked, at, set(special))
-                self.dirty.update({(d.topic, d.queue_id) for d in reqs})
-                self.batch += reqs
+                self.batch += self.requests(r, picked, at, set(special))
             else:  # the units by queue; the record at indexed_below alone, in its place
                 for part in (picked[picked < at], picked[picked == at], picked[picked > at]):
                     if not len(part):
@@ -797,17 +796,25 @@ class _Scan:
                     self.flush()  # what was handed before goes first
                     if part[0] == at:
                         self.batch += self.requests(r, part, at, set())
-                        self.dirty.add((self.batch[-1].topic, self.batch[-1].queue_id))
                         continue
-                    units = self.queue_units(r, part)
-                    self.dirty.update(units)
                     self.gap |= dispatch.dispatch_units(
-                        self.store, units, True, self.full, self.report
+                        self.store, self.queue_units(r, part), True, self.full, self.report
                     )
+            # every queue handed a record from here on, but for a record whose unit its queue
+            # holds as it is (the one at indexed_below, handed over for its keys: as one())
+            marked = picked[picked != at] if at_held else picked
+            pairs = np.stack([r.topic_index[marked], r.queue_ids[marked]], axis=1)
+            self.dirty.update((r.topics[t], q) for t, q in np.unique(pairs, axis=0).tolist())
         if at >= 0 or (entries is not None and len(entries)):
             self.flush()  # the index takes the keys of the records before these first
         if entries is not None and len(entries) and self.index is not None:
-            self.index.put_hashed(array("q", entries.tobytes()), self.store.putter.index_writer)
+            # what the index holds already is not put again (IndexService.dispatch's rule;
+            # nothing past index_after can be there while this scan runs)
+            entries = entries.reshape(-1, 3)
+            entries = entries[entries[:, 1] > self.index.end_phy_offset].ravel()
+            if len(entries):
+                writer = self.store.putter.index_writer
+                self.index.put_hashed(array("q", entries.tobytes()), writer)
         elif len(self.batch) >= 4096:
             self.flush()
 

@@ -239,6 +239,9 @@ def test_recovery_rebuilds_by_runs_what_it_rebuilds_record_by_record(
         assert fields[7] > 0  # index entries rebuilt
     else:
         assert fields[6] > 0  # units rebuilt
+    if not read_only:  # and what was rebuilt is what the puts wrote, byte for byte
+        want = {k: v for k, v in _derived(base).items() if k.startswith(lost)}
+        assert {k: v for k, v in seen[True][2].items() if k.startswith(lost)} == want
 
 
 @pytest.mark.parametrize("read_only", [False, True])
