@@ -1000,22 +1000,31 @@ int32_t rmq_put(rmq_put_args *a)
     a->bad = -1;
     a->chunks[0] = pos;
     a->chunks[1] = 0;
+    int64_t too_wide = -1; /* the first record larger than a segment */
     for (int64_t i = 0; i < n; i++) { /* each record's size, and the rules it must meet */
         const int64_t blen = a->body_end[i] - (i ? a->body_end[i - 1] : 0);
         const int32_t t = a->topic_of[i], h = a->head_of[i];
         const int64_t plen = (a->head_end[h] - (h ? a->head_end[h - 1] : 0)) + uniq_item;
         const int64_t total = a->topic_base[t] + blen + plen;
-        /* a MessageBatch is checked whole below (CommitLog.append(together) checks it first) */
-        if (plen > a->max_props || total > a->max_total || (!a->together && total + 8 > fs)) {
+        /* what encoding refuses, message by message (MessageExtEncoder.encode) */
+        if (plen > a->max_props || total > a->max_total) {
             a->bad = i;
-            a->bad_code = plen > a->max_props ? RMQ_PUT_PROPS
-                          : total > a->max_total ? RMQ_PUT_TOO_LARGE
-                                                 : RMQ_PUT_SEGMENT;
+            a->bad_code = plen > a->max_props ? RMQ_PUT_PROPS : RMQ_PUT_TOO_LARGE;
             a->bad_value = plen > a->max_props ? plen : total;
             return 1;
         }
+        /* what appending refuses, once every message is encoded; a MessageBatch is checked
+         * whole below (CommitLog.append(together) checks it first) */
+        if (!a->together && total + 8 > fs && too_wide < 0)
+            too_wide = i;
         a->size[i] = (int32_t)total;
         batch += total;
+    }
+    if (too_wide >= 0) {
+        a->bad = too_wide;
+        a->bad_code = RMQ_PUT_SEGMENT;
+        a->bad_value = a->size[too_wide];
+        return 1;
     }
     if (a->together && n > 0) { /* a MessageBatch goes whole into one segment */
         if (batch + 8 > fs) {

@@ -1036,6 +1036,7 @@ def _put_compiled(
     index = store.index_service
     # The struct does not own what its pointers point at: ``hold`` keeps this call's buffers
     # alive until rmq_put has returned; the cached ones live in ``call``.
+    uniq_first = store.uniq_keys.counter
     if n == 1:
         hold, uniq_keys = _one_args(call, store, cols, born_hosts, tables, infos[0], now, index)
     else:
@@ -1056,6 +1057,8 @@ def _put_compiled(
         rc = lib.rmq_put(a)
     del hold
     if rc != 0:
+        if rc == 1:
+            _counters_as_refused(store, lib, a, cols, uniq_first, together)
         _refused(lib, a, rc, cl.file_size)
     data = memoryview(ffi.buffer(call.out, a.need))  # slices of it are not copies
     if a.nchunks == 1:  # one segment (a chunk starts at 0 of out)
@@ -1353,6 +1356,25 @@ def _batch_queue(
     PutMessageError for a queueId that is not the topic's."""
     q = choose_queue(store.putter.round_robin, topic, cols[4][0], cols[5][0], *info[:2])
     return call.ffi.from_buffer("int32_t[]", array("i", (q,)) * n)
+
+
+def _counters_as_refused(
+    store: MessageStore, lib: Any, a: Any, cols: list[tuple], uniq_first: int, together: bool
+) -> None:
+    """Leave the round robin and the UNIQ_KEY counter where the general path leaves them when
+    it refuses this batch (``rmq_put`` refused message ``a.bad``, changing neither): it picks
+    every message's queue first (:func:`_targets`: each message without a queueId or a
+    sharding key advances its topic's round robin; a MessageBatch's was advanced once, by
+    :func:`_batch_queue`, a single message's by :func:`_one_args`), then encodes them in
+    order, each taking its UNIQ_KEY, up to the message refused (a record too large for a
+    segment is refused only when appended, with every key taken)."""
+    if not together and len(cols[0]) > 1:  # (a single put's was advanced: _one_args)
+        rr = store.putter.round_robin
+        for topic, qid, shard in zip(cols[0], cols[4], cols[5]):
+            if qid is None and shard is None:
+                rr[topic] = rr.get(topic, 0) + 1
+    if a.bad_code in (lib.RMQ_PUT_PROPS, lib.RMQ_PUT_TOO_LARGE):
+        store.uniq_keys.counter = uniq_first + a.bad + 1
 
 
 def _refused(lib: Any, a: Any, rc: int, segment_size: int) -> NoReturn:

@@ -61,11 +61,12 @@ texts = st.text(
     max_size=12,
 )
 messages = st.builds(
-    lambda topic, body, tags, keys, route, born, host, flag: Message(
+    lambda topic, body, tags, keys, route, born, host, flag, rare: Message(
         topic,
-        body,
+        # now and then a record too large for a segment, or properties too long: refused
+        b"z" * (SEGMENT + 100) if rare == 1 else body,
         tags=tags,
-        keys=keys,
+        keys="K" * (MAX_PROPERTIES_LENGTH + 1) if rare == 0 else keys,
         queue_id=route[1] % TOPICS[topic] if route and route[0] == "q" else None,
         sharding_key=route[1] if route and route[0] == "s" else None,
         born_timestamp=born,
@@ -84,6 +85,7 @@ messages = st.builds(
     st.one_of(st.just(0), st.integers(T0 - 10**9, T0)),
     st.one_of(st.none(), st.tuples(st.binary(min_size=4, max_size=4), st.integers(0, 65535))),
     st.sampled_from([0, 0, 7, -1]),
+    st.integers(0, 60),
 )
 batches = st.lists(st.lists(messages, min_size=1, max_size=12), min_size=1, max_size=6)
 
@@ -92,8 +94,9 @@ def _put_all(
     root: str, batches: list[list[Message]], compiled: bool, batch: bool = False, **config
 ) -> list:
     """Put each batch (``batch``: as a MessageBatch) into a new store, compiled or by the
-    general path: the PutResults, and for a MessageBatch the store refused, ``(error type,
-    message)`` in its place."""
+    general path: the PutResults, and for a batch the store refused, ``(error type,
+    message)`` in its place (what a refusal leaves, the round robin and the UNIQ_KEY
+    counter, shows in the later batches' results)."""
     clock = itertools.count(T0, 1300)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
@@ -117,9 +120,7 @@ def _put_all(
             for msgs in batches:
                 try:
                     out = put_internal(s, msgs, batch)
-                except MessageTooLargeError as exc:
-                    if not batch:
-                        raise
+                except (MessageTooLargeError, PropertiesSizeExceededError) as exc:
                     results.append((type(exc).__name__, str(exc)))
                     continue
                 if compiled:
@@ -156,7 +157,17 @@ def test_compiled_put_writes_the_python_encoders_bytes(batches):
         fi = [b for _, b in _files(os.path.join(tmp, "c"), "index")]
         gi = [b for _, b in _files(os.path.join(tmp, "p"), "index")]
         assert fi == gi
-        _read_back(os.path.join(tmp, "c"), [m for b in batches for m in b], fast)
+        stored: list[Message] = []
+        results = []
+        it = iter(fast)
+        for b in batches:
+            first = next(it)
+            if type(first) is tuple:  # refused, whole
+                continue
+            results += [first, *(next(it) for _ in b[1:])]
+            stored += b
+        if stored:
+            _read_back(os.path.join(tmp, "c"), stored, results)
 
 
 #: mostly single puts (their own argument setup, _one_args), with batches between them
@@ -208,7 +219,6 @@ def test_message_batches_write_the_python_encoders_bytes(batches):
         for b in batches:
             first = next(it)
             if type(first) is tuple:  # refused, whole (not a PutResult)
-                assert first[1].startswith("batch of ")
                 continue
             res = [first, *(next(it) for _ in b[1:])]
             assert len({r.queue_id for r in res}) == 1
@@ -264,21 +274,35 @@ def _read_back(root: str, msgs: list[Message], results: list) -> None:
                 )
 
 
-def test_a_refused_batch_changes_nothing(tmp_path):
+@pytest.mark.parametrize("message_batch", [False, True])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_refused_batch_writes_nothing_and_moves_what_the_general_path_moves(
+    tmp_path, monkeypatch, compiled, message_batch
+):
+    """Nothing of a refused batch is written; the round robin and the UNIQ_KEY counter move as
+    the general path moves them (every message's queue is picked first, then each is encoded
+    with its UNIQ_KEY up to the one refused): the compiled path and the general path leave
+    the same state."""
+    if not compiled:
+        monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs, batch=False: None)
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 2)
         s.put_messages([Message("T", b"first", tags="a")])
         end = s.commitlog.max_offset
-        before = dict(s.putter.queue_offsets), dict(s.putter.round_robin)
+        offsets = dict(s.putter.queue_offsets)
+        counter = s.uniq_keys.counter
         too_many = "k" * (MAX_PROPERTIES_LENGTH + 1)
+        batch = [Message("T", b"ok"), Message("T", b"x", keys=too_many), Message("T", b"y")]
         with pytest.raises(PropertiesSizeExceededError):
-            putmessage.put_plain(
-                s, [Message("T", b"ok"), Message("T", b"x", keys=too_many), Message("T", b"y")]
-            )
+            put_internal(s, batch, batch=message_batch)
         assert s.commitlog.max_offset == end
-        assert (dict(s.putter.queue_offsets), dict(s.putter.round_robin)) == before
+        assert dict(s.putter.queue_offsets) == offsets
+        # the first put's, and one a message (a MessageBatch: one for the batch)
+        assert s.putter.round_robin == {"T": 2 if message_batch else 4}
+        assert s.uniq_keys.counter == counter + 2  # "ok" and "x" took theirs
         res = s.put_messages([Message("T", b"next")])
-        assert res[0].commitlog_offset == end and (res[0].queue_id, res[0].queue_offset) == (1, 0)
+        assert res[0].commitlog_offset == end
+        assert (res[0].queue_id, res[0].queue_offset) == (0, 1)
 
 
 def test_a_batch_rolls_segments_with_blank_records(tmp_path):
