@@ -621,8 +621,10 @@ class _Scan:
         bar: workprogress.ProgressBar,
         report: RecoveryReport,
         undecoded: bool,
+        runs: bool = False,
     ) -> None:
         self.store = store
+        self.runs = runs  # batches may follow the records handed one by one
         self.full = full
         self.bar = bar
         self.report = report
@@ -685,7 +687,8 @@ class _Scan:
                 if covered:
                     return  # no unit, and already indexed
             elif (
-                cq is not None
+                (covered or self.runs)  # (held matters past the index's end to runs only)
+                and cq is not None
                 and qoff < cq.max_offset
                 and topic != SCHEDULE_TOPIC
                 and not sys_flag & _HOSTS_V6
@@ -973,7 +976,7 @@ def _scan(
     """
     cl = store.commitlog
     check_crc = store.config.check_crc_on_recover
-    s = _Scan(store, start, full, bar, report, undecoded)
+    s = _Scan(store, start, full, bar, report, undecoded, runs is not None)
     if cl.force_verify_prop_crc and check_crc:
         runs = None
     committed = cl.entries.committed_index if cl.entries is not None else None
