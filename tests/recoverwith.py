@@ -3,6 +3,8 @@ the two (tests/engine/test_recovery_batches.py, test_recovery_dledger.py; one ho
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rmqfs.engine.read import recoverruns
 from rmqfs.engine.service import recovery
 
@@ -49,3 +51,16 @@ def report_fields(r: recovery.RecoveryReport | None) -> tuple:
         r.units_rebuilt,
         r.index_rebuilt,
     )
+
+
+def derived_files(root: Path) -> dict[str, bytes]:
+    """The bytes of every ConsumeQueue and index file of the store at ``root`` (an IndexFile by
+    its place: its name is the time it was created)."""
+    out = {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted((root / "consumequeue").rglob("*"))
+        if p.is_file()
+    }
+    index = sorted(p for p in (root / "index").glob("*") if p.is_file())
+    out.update((f"index/{i}", p.read_bytes()) for i, p in enumerate(index))
+    return out

@@ -446,6 +446,26 @@ typedef struct {
     int32_t name_at[256], name_len[256], value_at[256], value_len[256];
 } props_found;
 
+/* The pair of a properties area that starts at p (the one rule of
+ * MessageDecoder.string2messageProperties both loops below follow): where it ends (its pair_sep,
+ * or alen), and *name_len, *value_len of the name and value; *value_len is 0 for a pair that is
+ * not kept (no name_sep strictly inside it: an empty name or value). The value starts at
+ * p + *name_len + 1. */
+static inline int64_t prop_pair(const uint8_t *area, int64_t p, int64_t alen, uint8_t pair_sep,
+                                uint8_t name_sep, int64_t *name_len, int64_t *value_len)
+{
+    const uint8_t *hit = memchr(area + p, pair_sep, (size_t)(alen - p));
+    const int64_t e = hit ? hit - area : alen;
+    const uint8_t *sep = memchr(area + p, name_sep, (size_t)(e - p));
+    *name_len = *value_len = 0;
+    if (sep) {
+        const int64_t s = sep - area, nl = s - p, vl = e - s - 1;
+        if (nl > 0 && vl > 0)
+            *name_len = nl, *value_len = vl;
+    }
+    return e;
+}
+
 static int props_scan(const rmq_decode_args *a, const uint8_t *area, int64_t alen, int names,
                       props_found *f)
 {
@@ -455,33 +475,29 @@ static int props_scan(const rmq_decode_args *a, const uint8_t *area, int64_t ale
         return 0;
     int64_t p = 0;
     while (p < alen) {
-        const uint8_t *hit = memchr(area + p, a->pair_sep, (size_t)(alen - p));
-        const int64_t e = hit ? hit - area : alen;
-        const uint8_t *sep = memchr(area + p, a->name_sep, (size_t)(e - p));
-        if (sep) {
-            const int64_t s = sep - area, nl = s - p, vl = e - s - 1;
-            if (nl > 0 && vl > 0) {
-                int32_t j = f->n;
-                if (names) {
-                    for (j = 0; j < f->n; j++)
-                        if (f->name_len[j] == nl && memcmp(area + f->name_at[j], area + p,
-                                                           (size_t)nl) == 0)
-                            break;
-                }
-                if (j == f->n) {
-                    if (f->n >= a->max_pairs)
-                        return 0;
-                    f->name_at[j] = (int32_t)p;
-                    f->name_len[j] = (int32_t)nl;
-                    f->n++;
-                }
-                f->value_at[j] = (int32_t)(s + 1);
-                f->value_len[j] = (int32_t)vl;
-                if (nl == a->tag_len && memcmp(area + p, a->tag_name, (size_t)nl) == 0)
-                    f->tag = j;
-                else if (nl == a->keys_len && memcmp(area + p, a->keys_name, (size_t)nl) == 0)
-                    f->keys = j;
+        int64_t nl, vl;
+        const int64_t e = prop_pair(area, p, alen, a->pair_sep, a->name_sep, &nl, &vl);
+        if (vl > 0) {
+            int32_t j = f->n;
+            if (names) {
+                for (j = 0; j < f->n; j++)
+                    if (f->name_len[j] == nl &&
+                        memcmp(area + f->name_at[j], area + p, (size_t)nl) == 0)
+                        break;
             }
+            if (j == f->n) {
+                if (f->n >= a->max_pairs)
+                    return 0;
+                f->name_at[j] = (int32_t)p;
+                f->name_len[j] = (int32_t)nl;
+                f->n++;
+            }
+            f->value_at[j] = (int32_t)(p + nl + 1);
+            f->value_len[j] = (int32_t)vl;
+            if (nl == a->tag_len && memcmp(area + p, a->tag_name, (size_t)nl) == 0)
+                f->tag = j;
+            else if (nl == a->keys_len && memcmp(area + p, a->keys_name, (size_t)nl) == 0)
+                f->keys = j;
         }
         p = e + 1;
     }
@@ -1379,17 +1395,13 @@ static int keys_of(rmq_keys_args *a, int64_t i, int64_t *nout)
         return -1; /* decode_properties would replace bytes: the hashes would differ */
     int64_t uniq_at = -1, uniq_len = 0, keys_at = -1, keys_len = 0;
     for (int64_t q = 0; q < pl;) {
-        const uint8_t *hit = memchr(area + q, a->pair_sep, (size_t)(pl - q));
-        const int64_t e = hit ? hit - area : pl;
-        const uint8_t *sep = memchr(area + q, a->name_sep, (size_t)(e - q));
-        if (sep) {
-            const int64_t s = sep - area, nl = s - q, vl = e - s - 1;
-            if (nl > 0 && vl > 0) {
-                if (nl == a->uniq_len && memcmp(area + q, a->uniq_name, (size_t)nl) == 0)
-                    uniq_at = s + 1, uniq_len = vl;
-                else if (nl == a->keys_len && memcmp(area + q, a->keys_name, (size_t)nl) == 0)
-                    keys_at = s + 1, keys_len = vl;
-            }
+        int64_t nl, vl;
+        const int64_t e = prop_pair(area, q, pl, a->pair_sep, a->name_sep, &nl, &vl);
+        if (vl > 0) {
+            if (nl == a->uniq_len && memcmp(area + q, a->uniq_name, (size_t)nl) == 0)
+                uniq_at = q + nl + 1, uniq_len = vl;
+            else if (nl == a->keys_len && memcmp(area + q, a->keys_name, (size_t)nl) == 0)
+                keys_at = q + nl + 1, keys_len = vl;
         }
         q = e + 1;
     }

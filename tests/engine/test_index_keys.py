@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refreader
-from recoverwith import recover_with, report_fields
+from recoverwith import derived_files, recover_with, report_fields
 from rmqfs.engine.format.indexfile import build_key
 from rmqfs.engine.format.javahash import java_hash_u32
 from rmqfs.engine.format.message import (
@@ -187,17 +187,6 @@ def base(tmp_path_factory):
     return root
 
 
-def _derived(root: Path) -> dict[str, bytes]:
-    out = {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted((root / "consumequeue").rglob("*"))
-        if p.is_file()
-    }
-    index = sorted(p for p in (root / "index").glob("*") if p.is_file())
-    out.update((f"index/{i}", p.read_bytes()) for i, p in enumerate(index))
-    return out
-
-
 def _found(s: MessageStore, recs: list[dict]) -> list:
     """Every record's index hits by its UNIQ_KEY and keys (the in-memory index included)."""
     index = s.index_service
@@ -211,28 +200,47 @@ def _found(s: MessageStore, recs: list[dict]) -> list:
     return out
 
 
+def _recover_both(
+    tmp_path: Path,
+    base: Path,
+    monkeypatch,
+    read_only: bool,
+    recs: list[dict],
+    lost: str | None = None,
+) -> tuple[dict, list[int], list[tuple]]:
+    """Copies of ``base`` (``lost``: that directory removed) opened after a crash, recovered
+    by the batches and record by record: ``({batched: (report fields, index hits, derived
+    files when writable)}, records the runs gave, the runs' calls)``."""
+    seen: dict = {}
+    given: list[int] = []
+    calls: list[tuple] = []
+    for batched in (True, False):
+        root = tmp_path / f"b{batched}"
+        shutil.copytree(base, root)
+        if lost is not None:
+            shutil.rmtree(root / lost, ignore_errors=True)
+        g, c = recover_with(monkeypatch, batched)
+        (root / "abort").write_text("1")
+        with MessageStore(str(root), small_segments(), read_only=read_only) as s:
+            seen[batched] = (report_fields(s.recovery_report), _found(s, recs))
+        monkeypatch.undo()
+        if not read_only:
+            seen[batched] += (derived_files(root),)
+        if batched:
+            given, calls = g, c
+    return seen, given, calls
+
+
 @pytest.mark.parametrize("lost", ["index", "consumequeue"])
 @pytest.mark.parametrize("read_only", [False, True])
 def test_recovery_rebuilds_by_runs_what_it_rebuilds_record_by_record(
     base, tmp_path, monkeypatch, lost, read_only
 ):
     recs = refreader.read_commitlog(base / "commitlog", check=False)
-    seen = {}
-    for batched in (True, False):
-        root = tmp_path / f"b{batched}"
-        shutil.copytree(base, root)
-        shutil.rmtree(root / lost, ignore_errors=True)
-        given, calls = recover_with(monkeypatch, batched)
-        (root / "abort").write_text("1")
-        with MessageStore(str(root), small_segments(), read_only=read_only) as s:
-            seen[batched] = (report_fields(s.recovery_report), _found(s, recs))
-        monkeypatch.undo()
-        if not read_only:
-            seen[batched] += (_derived(root),)
-        if batched:
-            assert sum(given) == len(recs)
-            # the index's rebuild was asked of the runs (from offset 0, the index lost)
-            assert calls and all(c[6] is not None for c in calls)
+    seen, given, calls = _recover_both(tmp_path, base, monkeypatch, read_only, recs, lost)
+    assert sum(given) == len(recs)
+    # the index's rebuild was asked of the runs (from offset 0, the index lost)
+    assert calls and all(c[6] is not None for c in calls)
     assert seen[True] == seen[False]
     fields = seen[True][0]
     if lost == "index":
@@ -240,7 +248,7 @@ def test_recovery_rebuilds_by_runs_what_it_rebuilds_record_by_record(
     else:
         assert fields[6] > 0  # units rebuilt
     if not read_only:  # and what was rebuilt is what the puts wrote, byte for byte
-        want = {k: v for k, v in _derived(base).items() if k.startswith(lost)}
+        want = {k: v for k, v in derived_files(base).items() if k.startswith(lost)}
         assert {k: v for k, v in seen[True][2].items() if k.startswith(lost)} == want
 
 
@@ -275,17 +283,7 @@ def test_derived_files_behind_are_brought_up_by_runs_as_record_by_record(
     shutil.rmtree(base / "consumequeue" / "T" / "1")
     shutil.copytree(held / "cq1", base / "consumequeue" / "T" / "1")
     recs = refreader.read_commitlog(base / "commitlog", check=False)
-    seen = {}
-    for batched in (True, False):
-        root = tmp_path / f"b{batched}"
-        shutil.copytree(base, root)
-        recover_with(monkeypatch, batched)
-        (root / "abort").write_text("1")
-        with MessageStore(str(root), small_segments(), read_only=read_only) as s:
-            seen[batched] = (report_fields(s.recovery_report), _found(s, recs))
-        monkeypatch.undo()
-        if not read_only:
-            seen[batched] += (_derived(root),)
+    seen, _, _ = _recover_both(tmp_path, base, monkeypatch, read_only, recs)
     assert seen[True] == seen[False]
     fields = seen[True][0]
     assert fields[6] > 0 and fields[7] >= 400  # units and index entries rebuilt

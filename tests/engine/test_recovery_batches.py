@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import refreader
-from recoverwith import recover_with, report_fields
+from recoverwith import derived_files, recover_with, report_fields
 from rmqfs.engine.format.message import CRC32_RESERVED_LEN, FIXED_V4_POSITIONS
 from rmqfs.engine.read import recoverruns
 from rmqfs.engine.service import recovery
@@ -113,19 +113,6 @@ def lose(root: Path, what: str, rng: random.Random) -> None:
             path.write_bytes(bytes(data))
 
 
-def derived(root: Path) -> dict[str, bytes]:
-    """The bytes of every ConsumeQueue and index file (an IndexFile by its place: its name is
-    the time it was created)."""
-    out = {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted((root / "consumequeue").rglob("*"))
-        if p.is_file()
-    }
-    index = sorted(p for p in (root / "index").glob("*") if p.is_file())
-    out.update((f"index/{i}", p.read_bytes()) for i, p in enumerate(index))
-    return out
-
-
 def recover(root: Path, batched: bool, monkeypatch, **config) -> tuple:
     """Open the store at ``root`` after a crash with the batched scan or ``scan_raw`` alone:
     ``(report fields, CommitLog end, derived files, records the batches gave)``."""
@@ -135,7 +122,7 @@ def recover(root: Path, batched: bool, monkeypatch, **config) -> tuple:
         seen = report_fields(s.recovery_report)
         end = s.commitlog.max_offset
     monkeypatch.undo()
-    return seen, end, derived(root), sum(given)
+    return seen, end, derived_files(root), sum(given)
 
 
 def _cases() -> list[tuple]:
