@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError
-from .javahash import index_key_hash
+from .javahash import index_key_hash, java_hash_u32
 from .mappedfile import MAPPED_WRITE_MAX, create_preallocated
 from .source import LOCAL, StoreSource
 
@@ -1359,6 +1359,13 @@ def build_key(topic: str, key: str) -> str:
     the UNIQ_KEY) of a record of ``topic``: ``topic#key``. ``build_key(topic, "")`` is the
     prefix shared by a topic's keys (its hash seeds the fast path's key hashes)."""
     return f"{topic}#{key}"
+
+
+def topic_prefix_hash(topic: str) -> int:
+    """The Java ``hashCode`` (unsigned 32-bit) of ``build_key(topic, "")``: continued over a
+    key's UTF-16 units it is the hash of ``topic#key`` (what the put path, recovery's compiled
+    reader of stored keys and :meth:`IndexService.dispatch` seed their key hashes with)."""
+    return java_hash_u32(build_key(topic, ""))
 
 
 def nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:

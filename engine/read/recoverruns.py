@@ -24,8 +24,8 @@ import numpy as np
 from ..errors import CorruptRecordError
 from ..format.commitlog import DEFAULT_FILE_SIZE, entry_resume
 from ..format.dledger import WALK_LAYOUT
-from ..format.indexfile import build_key
-from ..format.javahash import java_hash_u32, tags_code
+from ..format.indexfile import topic_prefix_hash
+from ..format.javahash import tags_code
 from ..format.mappedfile import MappedFiles, SegmentMap
 from ..format.message import (
     BODY_LENGTH_POSITION,
@@ -380,7 +380,7 @@ def index_entries(
     sel = np.flatnonzero(offs > after)
     if not len(sel):
         return np.empty(0, np.int64)
-    prefix = np.array([java_hash_u32(build_key(t, "")) for t in topics] or [0], dtype=np.uint32)
+    prefix = np.array([topic_prefix_hash(t) for t in topics] or [0], dtype=np.uint32)
     picked = offs[sel]
     got, bad = k.index_keys(
         window.data, picked - window.base, picked, store_ts[sel], prefix[topic_index[sel]]

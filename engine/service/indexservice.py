@@ -27,6 +27,7 @@ from ..format.indexfile import (
     check_geometry,
     index_file_name,
     name_after,
+    topic_prefix_hash,
 )
 from ..format.javahash import combine_u32, java_hash_u32, key_hash_of_u32, utf16_len
 from ..format.mappedfile import fsync_dir
@@ -288,7 +289,7 @@ class IndexService:
                 topic = d.topic
                 ph = prefixes.get(topic)
                 if ph is None:
-                    ph = java_hash_u32(build_key(topic, ""))
+                    ph = topic_prefix_hash(topic)
                     if len(prefixes) < 65536:
                         prefixes[topic] = ph
                 ts = d.store_timestamp

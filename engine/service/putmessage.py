@@ -38,8 +38,8 @@ from ..errors import (
 )
 from ..format.config import MAX_TOPIC_BYTES, TopicConfig
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code
-from ..format.indexfile import IndexInPlace, build_key
-from ..format.javahash import java_hash_u32, tags_code
+from ..format.indexfile import IndexInPlace, topic_prefix_hash
+from ..format.javahash import tags_code
 from ..format.message import (
     APPEND_LAYOUT,
     COMPRESSED_FLAG,
@@ -654,7 +654,7 @@ def plain_topic(store: MessageStore, topic: str) -> PlainTopic | None:
         max(cfg.write_queue_nums, cfg.read_queue_nums),
         topic_field(raw, v2),
         cal_msg_length(0, 0, len(raw), 0, v2),
-        java_hash_u32(build_key(topic, "")),
+        topic_prefix_hash(topic),
         record_magic(v2),
     )
     if len(cache) > 65536:

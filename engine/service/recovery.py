@@ -806,8 +806,7 @@ class _Scan:
             # every queue handed a record from here on, but for a record whose unit its queue
             # holds as it is (the one at indexed_below, handed over for its keys: as one())
             marked = picked[picked != at] if at_held else picked
-            pairs = np.stack([r.topic_index[marked], r.queue_ids[marked]], axis=1)
-            self.dirty.update((r.topics[t], q) for t, q in np.unique(pairs, axis=0).tolist())
+            self.dirty.update(key for key, _ in _by_queue(r, marked))
         if at >= 0 or (entries is not None and len(entries)):
             self.flush()  # the index takes the keys of the records before these first
         if entries is not None and len(entries) and self.index is not None:
@@ -825,21 +824,8 @@ class _Scan:
     def queue_units(r: RecordRun, picked: np.ndarray) -> dict[tuple[str, int], list]:
         """The ConsumeQueue units of records ``picked`` of ``r``, by queue in CommitLog order
         (what :func:`dispatch.dispatch_units` takes)."""
-        import numpy as np
-
-        keys = (r.topic_index[picked].astype(np.int64) << 32) | (
-            r.queue_ids[picked].astype(np.int64) & 0xFFFFFFFF
-        )
-        order = np.argsort(keys, kind="stable")
-        idx = picked[order]
-        ordered = keys[order]
-        bounds = np.flatnonzero(np.diff(ordered)) + 1
-        out: dict[tuple[str, int], list] = {}
-        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(idx)]):
-            sel = idx[lo:hi]
-            first = int(sel[0])
-            key = (r.topics[int(r.topic_index[first])], int(r.queue_ids[first]))
-            out[key] = list(
+        return {
+            key: list(
                 zip(
                     r.queue_offsets[sel].tolist(),
                     r.offsets[sel].tolist(),
@@ -847,7 +833,8 @@ class _Scan:
                     r.tags_codes[sel].tolist(),
                 )
             )
-        return out
+            for key, sel in _by_queue(r, picked)
+        }
 
     def requests(
         self, r: RecordRun, picked: np.ndarray, at: int, decoded: set[int]
@@ -898,14 +885,8 @@ class _Scan:
             (flags == TRANSACTION_PREPARED_TYPE) | (flags == TRANSACTION_ROLLBACK_TYPE)
         )
         comparable = eligible & ~txn & ((r.sys_flags & _HOSTS_V6) == 0)
-        keys = (r.topic_index.astype(np.int64) << 32) | (r.queue_ids.astype(np.int64) & 0xFFFFFFFF)
-        order = np.argsort(keys, kind="stable")  # each queue's records, in CommitLog order
-        ordered = keys[order]
-        bounds = np.flatnonzero(np.diff(ordered)) + 1
-        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), n]):
-            idx = order[lo:hi]
-            topic = r.topics[int(r.topic_index[idx[0]])]
-            key = (topic, int(r.queue_ids[idx[0]]))
+        for key, idx in _by_queue(r, np.arange(n)):
+            topic = key[0]
             held = np.zeros(len(idx), bool)
             cq = self.cqs.get(key)
             if key not in self.dirty and cq is not None and topic != SCHEDULE_TOPIC:
@@ -1024,6 +1005,27 @@ def _scan(
     if cl.files.end_offset > s.shown:
         bar.update(cl.files.end_offset - s.shown)  # the rest, to the end of the last segment
     return cl.scan_end, s.gap, s.records, tail
+
+
+def _by_queue(r: RecordRun, idx: np.ndarray) -> list[tuple[tuple[str, int], np.ndarray]]:
+    """Records ``idx`` of ``r`` (ascending) by queue: ``[((topic, queueId), each one's index
+    in ``r``, in CommitLog order), ...]``."""
+    import numpy as np
+
+    if not len(idx):
+        return []
+    keys = (r.topic_index[idx].astype(np.int64) << 32) | (
+        r.queue_ids[idx].astype(np.int64) & 0xFFFFFFFF
+    )
+    order = np.argsort(keys, kind="stable")
+    ordered = idx[order]
+    bounds = np.flatnonzero(np.diff(keys[order])) + 1
+    out = []
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(idx)]):
+        sel = ordered[lo:hi]
+        first = int(sel[0])
+        out.append(((r.topics[int(r.topic_index[first])], int(r.queue_ids[first])), sel))
+    return out
 
 
 def light_unit(buf: bytes, pos: int) -> tuple[int, int, int]:

@@ -36,6 +36,7 @@ from recoverwith import derived_files, recover_with, report_fields
 from rmqfs.engine.format.indexfile import build_key
 from rmqfs.engine.format.javahash import java_hash_u32
 from rmqfs.engine.format.message import (
+    BODY_LENGTH_POSITION,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_KEY,
     TRANSACTION_COMMIT_TYPE,
@@ -167,7 +168,10 @@ def test_index_keys_refuse_lengths_outside_the_record():
             raw[:cut], np.array([0]), np.array([0]), np.array([1]), np.array([7], np.uint32)
         )
         assert bad == 0 and len(got) == 0
-    for field_at, value in ((84, 1 << 20), (84, -5)):  # bodyLength beyond the record, negative
+    for field_at, value in (
+        (BODY_LENGTH_POSITION, 1 << 20),
+        (BODY_LENGTH_POSITION, -5),
+    ):  # bodyLength beyond the record, negative
         broken = bytearray(raw)
         struct.pack_into(">i", broken, field_at, value)
         got, bad = k.index_keys(

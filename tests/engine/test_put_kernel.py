@@ -90,6 +90,14 @@ messages = st.builds(
 batches = st.lists(st.lists(messages, min_size=1, max_size=12), min_size=1, max_size=6)
 
 
+#: the put comparisons' hypothesis settings (RMQFS_PUT_EXAMPLES examples each)
+PUT_EXAMPLES = settings(
+    max_examples=int(os.environ.get("RMQFS_PUT_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
 def _put_all(
     root: str, batches: list[list[Message]], compiled: bool, batch: bool = False, **config
 ) -> list:
@@ -140,11 +148,7 @@ def _files(root: str, sub: str) -> list[tuple[str, bytes]]:
     ]
 
 
-@settings(
-    max_examples=int(os.environ.get("RMQFS_PUT_EXAMPLES", "40")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@PUT_EXAMPLES
 @given(batches)
 def test_compiled_put_writes_the_python_encoders_bytes(batches):
     with tempfile.TemporaryDirectory() as tmp:
@@ -182,21 +186,13 @@ singles = st.lists(
 )
 
 
-@settings(
-    max_examples=int(os.environ.get("RMQFS_PUT_EXAMPLES", "40")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@PUT_EXAMPLES
 @given(singles)
 def test_single_puts_write_the_python_encoders_bytes(batches):
     test_compiled_put_writes_the_python_encoders_bytes.hypothesis.inner_test(batches)
 
 
-@settings(
-    max_examples=int(os.environ.get("RMQFS_PUT_EXAMPLES", "40")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@PUT_EXAMPLES
 @given(batches)
 def test_message_batches_write_the_python_encoders_bytes(batches):
     """MessageBatch puts (``batch=True``) on the compiled path: one queue for the batch (the
