@@ -85,7 +85,7 @@ from ..format.timerwheel import WHEEL_FILE
 from ..storeconfig import COMPRESSION_TYPES
 from . import dispatch
 from .dispatch import DispatchRequest
-from .validation import check_messages
+from .validation import check_message_columns, check_messages
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -116,10 +116,14 @@ _PLAIN_FIELDS = (
 )
 _OTHER_FIELDS = [f for f in dataclasses.fields(Message) if f.name not in _PLAIN_FIELDS]
 _OTHER_DEFAULTS = tuple(f.default for f in _OTHER_FIELDS)
-# One attrgetter call per message reads every field (the columns come from zip(*rows)).
+# One call per message reads every field, the plain ones first (the columns come from
+# zip(*rows)): from the instance's __dict__ for a Message itself (a dict lookup a field),
+# through the attributes for anything else (a subclass may compute a field).
+_ALL_NAMES = (*_PLAIN_FIELDS, *(f.name for f in _OTHER_FIELDS))
+_ITEMS_GET = operator.itemgetter(*_ALL_NAMES)
+_ATTRS_GET = operator.attrgetter(*_ALL_NAMES)
 _PLAIN_GET = operator.attrgetter(*_PLAIN_FIELDS)
-_OTHER_GET = operator.attrgetter(*[f.name for f in _OTHER_FIELDS])
-assert len(_OTHER_FIELDS) > 1  # so _OTHER_GET returns a tuple
+_NPLAIN = len(_PLAIN_FIELDS)
 _KEYS_PREFIX = property_prefix(PROPERTY_KEYS)
 _SHARDING_PREFIX = property_prefix(PROPERTY_SHARDING_KEY)
 _UNIQ_PREFIX = property_prefix(PROPERTY_UNIQ_KEY)
@@ -279,9 +283,48 @@ def put_messages(
             ``syncFlushTimeout`` ms (the records are appended; see the error).
         OSError: the disk failed (e.g. ENOSPC); nothing of the batch is kept.
     """
-    if messages:
+    cols = None
+    if len(messages) == 1:  # one message: checked as it is, its fields read by put_plain
         check_messages(messages)
-    return _put(store, messages, batch)
+    elif messages:
+        cols = message_columns(messages)
+        if cols is None:
+            check_messages(messages)
+        else:
+            topic, body, tags, keys, queue_id, sharding = cols[:6]
+            check_message_columns(messages, topic, tags, keys, cols[9], sharding, queue_id, body)
+    return _put(store, messages, batch, cols)
+
+
+def message_columns(messages: Sequence[Message]) -> list[tuple] | None:
+    """Every field of every message as columns: one tuple a field (``len(messages)`` values in
+    order), :data:`_PLAIN_FIELDS` first, in that order (topic, body, tags, keys, queue_id,
+    sharding_key, born_timestamp, born_host, flag, properties, sys_flag), then the others in
+    :class:`Message`'s order; None where an item has no such fields (not a Message: the rules
+    of :func:`check_messages` then say why)."""
+    n = len(messages)
+    try:
+        if list(map(type, messages)).count(Message) == n:
+            return list(zip(*map(_ITEMS_GET, map(vars, messages))))
+    except KeyError:  # an attribute deleted from the instance: its class default shows
+        pass
+    try:
+        return list(zip(*map(_ATTRS_GET, messages)))
+    except AttributeError:
+        return None
+
+
+def _message_row(m: Message) -> tuple | None:
+    """One message's fields in :func:`message_columns`' order (None: not a Message)."""
+    try:
+        if m.__class__ is Message:
+            return _ITEMS_GET(m.__dict__)
+    except KeyError:  # an attribute deleted from the instance: its class default shows
+        pass
+    try:
+        return _ATTRS_GET(m)
+    except AttributeError:
+        return None
 
 
 def put_internal(
@@ -309,17 +352,20 @@ def _check_room(store: MessageStore) -> None:
         )
 
 
-def _put(store: MessageStore, messages: list[Message], batch: bool) -> list[PutResult]:
+def _put(
+    store: MessageStore, messages: list[Message], batch: bool, cols: list[tuple] | None = None
+) -> list[PutResult]:
     """``DefaultMessageStore.putMessage``/``putMessages`` of ``messages`` (one MessageBatch when
     ``batch``): the plain ones by :func:`put_plain`, the rest here: each checked and given its
     queue (:func:`_targets`), encoded (:func:`_encode_all`), given consecutive queue offsets
     (:func:`_assign_offsets`, ``assignOffset``), appended, and dispatched to the ConsumeQueues
     and the index (undone on a disk error: :func:`_dispatch`); with SYNC_FLUSH it waits for
-    the group commit. Returns a :class:`PutResult` per message."""
+    the group commit. ``cols``: :func:`message_columns` of ``messages`` when the caller has
+    them. Returns a :class:`PutResult` per message."""
     _check_room(store)
     if not messages:
         return []
-    out = put_plain(store, messages, batch)
+    out = put_plain(store, messages, batch, cols)
     if out is not None:
         for listener in store.listeners:
             listener(out)
@@ -664,7 +710,10 @@ def plain_topic(store: MessageStore, topic: str) -> PlainTopic | None:
 
 
 def put_plain(
-    store: MessageStore, messages: list[Message], batch: bool = False
+    store: MessageStore,
+    messages: list[Message],
+    batch: bool = False,
+    cols: list[tuple] | None = None,
 ) -> list[PutResult] | None:
     """The put path for the common case: the batch encoded, placed and dispatched by the
     compiled core (``rmq_put`` of engine/read/_kernel.c), Python checking and accounting per
@@ -711,11 +760,10 @@ def put_plain(
         return None
     n = len(messages)
     if n == 1:  # the least per-call cost: no columns, one topic
-        m = messages[0]
-        row = _PLAIN_GET(m)
-        if _OTHER_GET(m) != _OTHER_DEFAULTS or row[9] or row[10]:  # properties, sysFlag
-            return None
-        cols = [(v,) for v in row]
+        row = _message_row(messages[0])
+        if row is None or row[_NPLAIN:] != _OTHER_DEFAULTS or row[9] or row[10]:
+            return None  # not plain: properties, sysFlag, another field not at its default
+        cols = [(v,) for v in row[:_NPLAIN]]
         size = len(row[1])
         if size > cfgs.max_message_size:
             return None  # the general path says why
@@ -732,9 +780,14 @@ def put_plain(
             return None  # no write queue: the general path says so
         infos: tuple = (info,)
     else:
-        if list(map(_OTHER_GET, messages)).count(_OTHER_DEFAULTS) != n:
-            return None
-        cols = list(zip(*map(_PLAIN_GET, messages)))
+        if cols is None:
+            cols = message_columns(messages)
+            if cols is None:
+                return None
+        for col, default in zip(cols[_NPLAIN:], _OTHER_DEFAULTS):
+            if col.count(default) != n:
+                return None
+        cols = cols[:_NPLAIN]
         if any(cols[9]) or any(cols[10]):  # properties, sysFlag
             return None
         lens = array("q", map(len, cols[1]))

@@ -109,7 +109,9 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     clock = itertools.count(T0, 1700)  # store times cross seconds: index timeDiff varies
     monkeypatch.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
     if general:
-        monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs, batch=False: None)
+        monkeypatch.setattr(
+            putmessage, "put_plain", lambda store, msgs, batch=False, cols=None: None
+        )
     cfg = StoreConfig(
         mapped_file_size_commit_log=16 * 1024,
         mapped_file_size_consume_queue=10 * 20,
@@ -632,8 +634,8 @@ def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
         assert s.putter.round_robin == rr and s.uniq_keys.counter == counter
         seen = []
         real = putmessage.put_plain
-        putmessage.put_plain = lambda store, msgs, batch=False: (
-            seen.append(1) or real(store, msgs, batch)
+        putmessage.put_plain = lambda store, msgs, batch=False, cols=None: (
+            seen.append(1) or real(store, msgs, batch, cols)
         )
         try:
             res = s.put_messages([Message("T", b"b%d" % i) for i in range(3)], batch=True)
@@ -658,7 +660,9 @@ def test_message_batches_take_the_fast_path_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(
         putmessage,
         "put_plain",
-        lambda store, msgs, batch=False: served.append(batch) or real(store, msgs, batch),
+        lambda store, msgs, batch=False, cols=None: (
+            served.append(batch) or real(store, msgs, batch, cols)
+        ),
     )
     with MessageStore(str(tmp_path / "s"), StoreConfig(mapped_file_size_commit_log=16384)) as s:
         s.create_topic("T", 4)
@@ -717,7 +721,9 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
         now = [T0]  # one store time per put, however often a put reads the clock
         monkeypatch.setattr(store_mod.time, "time", lambda: now[0] / 1000)
         if general:
-            monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs, batch=False: None)
+            monkeypatch.setattr(
+                putmessage, "put_plain", lambda store, msgs, batch=False, cols=None: None
+            )
         cfg = StoreConfig(
             mapped_file_size_commit_log=16 * 1024,
             mapped_file_size_consume_queue=10 * 20,

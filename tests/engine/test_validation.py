@@ -385,3 +385,62 @@ def test_the_json_line_has_one_home(tmp_path):
     for name in J.PRODUCE_FIELDS - {"body", "bodyBase64"}:
         obj = {"body": "x", name: None}
         assert J.message_from_json(J.parse_json_line(json.dumps(obj).encode()), "T").body == b"x"
+
+
+_FIELD_VALUES = {
+    "topic": st.sampled_from(["T", "U", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"]),
+    "tags": st.one_of(
+        st.none(),
+        st.sampled_from(["", "a", "b|c", " ", "x\x01", "\ud800", "ok"]),
+        st.text(max_size=4),
+        st.just(["list"]),
+        st.just(0),
+    ),
+    "keys": st.one_of(
+        st.none(),
+        st.sampled_from(["", "k1 k2", "k\x02", ["a", "b"], ["a b"], [""], ("t",), 7, []]),
+        st.text(max_size=4),
+    ),
+    "properties": st.one_of(
+        st.none(), st.sampled_from([{}, {"a": "b"}, {"KEYS": "x"}, {"a": ""}, "text"])
+    ),
+    "sharding_key": st.one_of(st.none(), st.sampled_from(["s", " ", "s\x03", 5])),
+    "queue_id": st.one_of(st.none(), st.sampled_from([0, 3, True, 1.5, "1"])),
+    "body": st.sampled_from([b"x", b"", bytearray(b"y"), memoryview(b"z"), "text", None]),
+}
+
+
+@st.composite
+def _batches(draw):
+    n = draw(st.integers(1, 6))
+    out = []
+    for _ in range(n):
+        fields = {"topic": "T", "body": b"b"}
+        for name in draw(st.sets(st.sampled_from(sorted(_FIELD_VALUES)), max_size=2)):
+            fields[name] = draw(_FIELD_VALUES[name])
+        out.append(Message(**fields))
+    return out
+
+
+def _outcome(check) -> str:
+    try:
+        check()
+    except Exception as exc:  # the very error, type and words
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+@settings(max_examples=400, deadline=None)
+@given(_batches())
+def test_the_column_check_refuses_what_the_message_check_refuses(msgs):
+    """``check_message_columns`` (the put path's check of a batch from its columns) lets
+    through exactly what ``check_messages`` lets through, and refuses the rest with the same
+    error: the first broken rule of the first message that breaks one."""
+    from rmqfs.engine.service.putmessage import message_columns
+
+    cols = message_columns(msgs)
+    topic, body, tags, keys, queue_id, sharding = cols[:6]
+    mine = _outcome(
+        lambda: V.check_message_columns(msgs, topic, tags, keys, cols[9], sharding, queue_id, body)
+    )
+    assert mine == _outcome(lambda: V.check_messages(msgs))
