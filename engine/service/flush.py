@@ -196,11 +196,13 @@ class FlushService:
                     self.dispatch_flushed(cl.flushed_where)
                 # the ConsumeQueue content synced below covers at least this
                 logics_ts = store.dispatched_store_timestamp
+            index = store.index_service
+            if index is not None:  # single puts' entries reach the files every round
+                index.write_pending()
             if not synced and least_pages:
                 return False
             for cq in list(store.consume_queues.values()):
                 cq.flush()
-            index = store.index_service
             index_written, index_ts = index.flush() if index is not None else (False, 0)
             if synced or index_written:
                 self._data_moved = True

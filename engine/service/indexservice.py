@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -36,6 +37,18 @@ from ..format.source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
     from .dispatch import DispatchRequest
+
+#: Entries (keys) a put of this many or fewer hands :meth:`IndexService.put_hashed` wait in
+#: memory (a single put's UNIQ_KEY and keys) until :data:`PENDING_ENTRIES` have gathered, or
+#: anything reads or changes the files: they are then written in one compiled call, as
+#: RocketMQ's ReputMessageService builds the index behind the CommitLog.
+FEW_ENTRIES = 8
+#: Pending entries written at once (:meth:`IndexService.put_hashed`).
+PENDING_ENTRIES = 256
+#: Pending entries are written by the put that comes this long (ms of store time) after the
+#: oldest of them, so a writer that keeps putting never leaves them waiting longer; the
+#: store's flush thread writes them every round (``flushIntervalCommitLog``) in any case.
+PENDING_MS = 100
 
 
 class _RWLock:
@@ -131,6 +144,10 @@ class IndexService:
         self.read_only = read_only
         self.max_msgs_num_batch = max_msgs_num_batch
         self.files: list[IndexFile] = []
+        # entries of recent single puts not written yet (flat keyHash, phyOffset,
+        # storeTimestamp, in CommitLog order) and the writer they came with: see put_hashed
+        self._pending = array("q")
+        self._pending_writer: IndexInPlace | None = None
         self._topic_hashes: dict[str, int] = {}  # topic -> hash of "topic#"
         self._mutex = threading.RLock()
         self._rw = _RWLock()
@@ -161,6 +178,7 @@ class IndexService:
         """Hold off every change to the index files (puts, truncation, rolling, deletion)
         while the block runs; yields the list of files (a snapshot freezes them)."""
         with self._mutex:
+            self._write_pending()
             yield self.files
 
     # -- load ---------------------------------------------------------------------------------
@@ -226,19 +244,28 @@ class IndexService:
     # -- properties ---------------------------------------------------------------------------
     @property
     def last_timestamp(self) -> int:
-        """endTimestamp (epoch ms) of the newest file, 0 without files."""
+        """endTimestamp (epoch ms) of the newest entry (written or pending), 0 without any."""
+        pending = self._pending
+        if pending:
+            return pending[-1]
         files = self.files
         return files[-1].end_timestamp if files else 0
 
     @property
     def end_phy_offset(self) -> int:
-        """endPhyOffset of the newest file: records before it are indexed (0 without files)."""
+        """The phyOffset of the newest record indexed, its entries written or pending: the
+        newest file's endPhyOffset once they are written (0 without files)."""
+        pending = self._pending
+        if pending:
+            return pending[-2]
         files = self.files
         return files[-1].end_phy_offset if files else 0
 
     def item_count(self) -> int:
         """Index items in every file (what recovery reports as rebuilt, by difference)."""
-        return sum(max(0, f.index_count - 1) for f in self.files)
+        with self._mutex:
+            self._write_pending()
+            return sum(max(0, f.index_count - 1) for f in self.files)
 
     # -- build --------------------------------------------------------------------------------
     def dispatch(self, batch: list[DispatchRequest]) -> None:
@@ -258,6 +285,7 @@ class IndexService:
             OSError: from the disk (the keys put so far stay; :meth:`truncate` undoes them).
         """
         with self._mutex:
+            self._write_pending()
             entries: list[int] = []  # flat keyHash, phyOffset, storeTimestamp
             prefixes = self._topic_hashes
             last = -1  # offset of the newest pending entry
@@ -333,9 +361,35 @@ class IndexService:
         (a list or an ``array("q")``), every phyOffset after :attr:`end_phy_offset`; keyHash
         is ``index_key_hash("topic#key")``. ``in_place``: the compiled core's writer into each
         file's mapping (:meth:`IndexFile.put_hashed`; Python's step without it, or where a file
-        is not mapped). Rolls to new files as they fill. Raises OSError.
+        is not mapped). Rolls to new files as they fill.
+
+        A put of :data:`FEW_ENTRIES` or fewer (a single message's keys) on a writable store
+        waits in memory with those before it, and they are written together once
+        :data:`PENDING_ENTRIES` have gathered or before anything reads or changes the files
+        (a query, a flush, a truncation, a roll, a snapshot, close): one compiled call for a
+        few hundred puts instead of one each, as RocketMQ's ReputMessageService indexes
+        behind the CommitLog. :attr:`end_phy_offset` counts them at once; the files (and a
+        follower reading them) get them from the put :data:`PENDING_MS` later, or from the
+        flush thread's next round (:meth:`write_pending`), whichever comes first. A crash
+        loses only what recovery indexes again from the CommitLog (past the files'
+        endPhyOffset).
+
+        Raises:
+            OSError: from the disk. Entries of earlier puts that could not be written stay
+                pending (written by the next call that succeeds); this call's are kept too,
+                and the caller undoes its put with :meth:`truncate`, which drops them.
         """
         with self._mutex:
+            pending = self._pending
+            if len(entries) <= 3 * FEW_ENTRIES and not self.read_only:
+                pending.extend(entries)
+                self._pending_writer = in_place
+                if len(pending) < 3 * PENDING_ENTRIES and pending[-1] - pending[2] < PENDING_MS:
+                    return
+                self._write_pending()
+                return
+            if pending:
+                self._write_pending()
             files = self.files
             i = 0
             if files:  # the usual case, without a layer more: all go to the last file
@@ -346,9 +400,37 @@ class IndexService:
                         return
             self._put_entries(entries, i, in_place)
 
+    def write_pending(self) -> None:
+        """Write the entries single puts left pending (:meth:`put_hashed`) into the files, so
+        that a reader of the files (a follower, a backup) finds them; the store's flush
+        thread calls it every round. Raises OSError (those not written stay pending)."""
+        if self._pending:
+            with self._mutex:
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Write the pending entries (caller holds the mutex). On an error those not written
+        stay pending and the error is raised."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = array("q")
+        done = [0]
+        try:
+            self._put_entries(pending, 0, self._pending_writer, done)
+        except BaseException:
+            self._pending = pending[3 * done[0] :]
+            raise
+
     def _put_entries(
-        self, entries: Sequence[int], i: int = 0, in_place: IndexInPlace | None = None
+        self,
+        entries: Sequence[int],
+        i: int = 0,
+        in_place: IndexInPlace | None = None,
+        done: list[int] | None = None,
     ) -> None:
+        """Write entries ``i ..`` into the newest file, rolling as files fill; ``done[0]``
+        follows how many are written (what an error leaves unwritten starts there)."""
         total = len(entries) // 3
         while i < total:
             f = self._writable_last()
@@ -359,6 +441,8 @@ class IndexService:
                 if j == i:
                     raise StoreError(f"{f.name}: a new index file refused a key")
             i = j
+            if done is not None:
+                done[0] = i
 
     def _put(self, key: str, offset: int, store_timestamp: int) -> None:
         f = self._writable_last()
@@ -412,7 +496,21 @@ class IndexService:
         Read-only: only in-memory files change; on-disk files keep their entries past the cut
         (stale: they point beyond the CommitLog's end, and query callers verify each offset).
         """
-        with self._mutex, self._rw.write():
+        with self._mutex:
+            pending = self._pending
+            if pending:
+                if pending[-2] >= phy_offset:
+                    keep = 0  # entries before the cut, in CommitLog order
+                    while keep < len(pending) and pending[keep + 1] < phy_offset:
+                        keep += 3
+                    del pending[keep:]
+                if pending:  # the files hold only records before the pending ones
+                    return
+            self._truncate_files(phy_offset)
+
+    def _truncate_files(self, phy_offset: int) -> None:
+        """:meth:`truncate` of the files (caller holds the mutex; nothing pending)."""
+        with self._rw.write():
             while self.files:
                 f = self.files[-1]
                 if f.read_only:
@@ -438,6 +536,7 @@ class IndexService:
         if self.read_only:
             return 0
         with self._mutex:
+            self._write_pending()
             files = list(self.files)
             if not files or files[0].end_phy_offset >= min_phy_offset:
                 return 0
@@ -517,6 +616,9 @@ class IndexService:
         # descriptor): the walks run after it, so a writer (a roll to a new file, truncation,
         # expiry) never waits for a walk, however long a damaged file makes it.
         todo = []
+        if self._pending:
+            with self._mutex:
+                self._write_pending()
         with self._rw.read():
             for f in reversed(self.files):
                 if f.is_time_matched(begin, end):
@@ -549,6 +651,7 @@ class IndexService:
         if self.read_only:
             return False, 0
         with self._mutex:
+            self._write_pending()
             written = False
             for f in self.files:
                 written = f.flush() or written

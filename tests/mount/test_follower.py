@@ -148,6 +148,7 @@ def test_engine_follower_follows_puts_rollover_new_queues_configs_and_expiry(tmp
         assert _queue_bodies(f, "T", 2) == _queue_bodies(w, "T", 2)
         # and it goes on following after the expiry
         more = w.put_messages([Message("T", b"after", keys=["after"])])
+        w.flush()  # a single put's index entries reach the files by the writer's next flush
         f.follower.refresh()
         assert [r.commitlog_offset for r in f.query_by_key("T", "after")] == [
             more[0].commitlog_offset
@@ -282,6 +283,8 @@ def test_engine_follower_walks_records_without_units_and_segment_ends(tmp_path):
             got += w.put_messages([Message("T", b"whole %d" % i * 300, keys=[f"w{i}"])])
             f.follower.refresh()
             assert f.commitlog.max_offset == w.commitlog.max_offset
+        w.flush()  # single puts' index entries reach the files by the writer's next flush
+        f.follower.refresh()
         assert len(w.commitlog.files.segments) >= 3
         assert [rec.plain_body for q in (0, 1) for _, rec in f.iter_queue("T", q)] == [
             rec.plain_body for q in (0, 1) for _, rec in w.iter_queue("T", q)
@@ -874,6 +877,7 @@ def test_engine_follower_follows_v2_records_of_long_topics(tmp_path):
                     w.commitlog.append([odd], [0])
                 w.commit_offset(LONG_GROUP, RETRY_TOPIC, 0, 4)
             f.follower.refresh()
+        w.flush()  # single puts' index entries reach the files by the writer's next flush
         f.follower.refresh()
         assert len(w.commitlog.files.segments) >= 4
         assert f.commitlog.max_offset == w.commitlog.max_offset

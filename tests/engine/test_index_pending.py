@@ -1,0 +1,185 @@
+"""A single put's index entries wait in memory (issue 34): ``IndexService.put_hashed`` keeps the
+entries of puts of ``FEW_ENTRIES`` or fewer keys until ``PENDING_ENTRIES`` have gathered, and
+writes them in one call, as RocketMQ's ReputMessageService builds the index behind the
+CommitLog. What must hold:
+
+* whatever asks the index (a query, ``end_phy_offset``, a flush, a snapshot, close) sees every
+  put that returned; the files hold them once ``PENDING_ENTRIES`` gathered or after a flush;
+* a CommitLog cut drops the pending entries at or past it, and the files then equal what puts
+  of the surviving messages alone write;
+* a failed write (a full disk) keeps what was not written pending: the put that failed is
+  undone, the ones before it stay indexed once the disk has room;
+* a crash loses nothing a query can find after recovery.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+
+import pytest
+
+import refreader as rr
+from conftest import SRC_PATH
+from rmqfs.engine.service.indexservice import FEW_ENTRIES, PENDING_ENTRIES
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
+
+CFG = dict(max_hash_slot_num=64, max_index_num=4096)
+
+
+def _open(root, **kw) -> MessageStore:
+    """A store whose index has a file: its first record (at CommitLog offset 0, where the
+    index's end is with no file yet) is indexed at once, by ``IndexService.dispatch``."""
+    store = MessageStore(str(root), StoreConfig(**CFG, **kw))
+    store.create_topic("T", 2)
+    store.put_messages([Message("T", b"first", keys="first")])
+    assert _on_disk(root, "first") == [0]
+    return store
+
+
+def _on_disk(root, key: str) -> list[int]:
+    """CommitLog offsets the IndexFiles on disk hold for ``T#key`` (the reference reader)."""
+    index = os.path.join(str(root), "index")
+    return rr.index_lookup_dir(index, "T#" + key, 64) if os.path.isdir(index) else []
+
+
+def _indexed(store: MessageStore, key: str) -> list[int]:
+    return [r.commitlog_offset for r in store.query_by_key("T", key)]
+
+
+def test_single_puts_wait_and_every_reader_sees_them(tmp_path):
+    root = tmp_path / "s"
+    with _open(root) as s:
+        results = [s.put_messages([Message("T", b"m%d" % i, keys=f"k{i}")])[0] for i in range(5)]
+        offsets = [r.commitlog_offset for r in results]
+        # written nowhere yet, but counted: the next put's entries follow them
+        assert _on_disk(root, "k0") == []
+        assert s.index_service.end_phy_offset == offsets[-1]
+        # a query writes them first
+        assert _indexed(s, "k3") == [offsets[3]]
+        assert _on_disk(root, "k0") == [offsets[0]]
+        assert _on_disk(root, results[4].uniq_key) == [offsets[4]]
+        # a flush writes what gathered since
+        more = s.put_messages([Message("T", b"late", keys="late")])[0]
+        assert _on_disk(root, "late") == []
+        s.flush()
+        assert _on_disk(root, "late") == [more.commitlog_offset]
+        last = s.put_messages([Message("T", b"last", keys="last")])[0]
+    # close writes the rest
+    assert _on_disk(root, "last") == [last.commitlog_offset]
+
+
+def test_the_files_take_the_entries_once_enough_gathered(tmp_path):
+    root = tmp_path / "s"
+    with _open(root) as s:
+        puts = PENDING_ENTRIES // 2  # a UNIQ_KEY and one key each
+        res = [s.put_messages([Message("T", b"x", keys=f"k{i}")])[0] for i in range(puts)]
+        assert _on_disk(root, "k0") == [res[0].commitlog_offset]
+        assert _on_disk(root, f"k{puts - 1}") == [res[-1].commitlog_offset]
+        # a batch with more keys than a single put's writes at once, after what waited
+        tail = s.put_messages([Message("T", b"y", keys=f"b{i}") for i in range(FEW_ENTRIES)])
+        assert _on_disk(root, "b0") == [tail[0].commitlog_offset]
+
+
+def test_a_cut_drops_the_pending_entries_past_it(tmp_path):
+    root = tmp_path / "s"
+    with _open(root) as s:
+        res = [s.put_messages([Message("T", b"m%d" % i, keys=f"k{i}")])[0] for i in range(6)]
+        index = s.index_service
+        index.truncate(res[3].commitlog_offset)  # only pending entries lie past it
+        assert index.end_phy_offset == res[2].commitlog_offset
+        assert _on_disk(root, "k0") == []
+        assert _indexed(s, "k2") == [res[2].commitlog_offset]  # written now: puts 0-2
+        assert index.query("T", "k4") == []
+        index.truncate(res[1].commitlog_offset)  # now the file's entries
+        assert index.query("T", "k2") == [] and index.query("T", "k1") == []
+        assert index.query("T", "k0") == [res[0].commitlog_offset]
+        more = s.put_messages([Message("T", b"again", keys="k1")])[0]
+    # the file holds the first record's two entries (UNIQ_KEY, its key), put 0's, the last's
+    (name,) = os.listdir(root / "index")
+    items = rr.read_index_items(str(root / "index" / name), 64)
+    assert [phy for _, phy, _, _ in items] == [0] * 2 + [res[0].commitlog_offset] * 2 + [
+        more.commitlog_offset
+    ] * 2
+
+
+def test_a_failed_write_keeps_what_earlier_puts_acknowledged(tmp_path, monkeypatch):
+    root = tmp_path / "s"
+    with _open(root) as s:
+        before = [s.put_messages([Message("T", b"a%d" % i, keys=f"a{i}")])[0] for i in range(3)]
+        real = os.posix_fallocate
+
+        def full(fd, offset, length):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "posix_fallocate", full)
+        # the put whose entries fill the pending buffer writes them all: the disk refuses
+        ends = []
+        with pytest.raises(OSError) as exc:
+            for i in range(PENDING_ENTRIES):
+                ends.append(s.commitlog.max_offset)
+                s.put_messages([Message("T", b"b%d" % i, keys=f"b{i}")])
+        assert exc.value.errno == errno.ENOSPC
+        refused = len(ends) - 1
+        assert 0 < refused < PENDING_ENTRIES // 2
+        assert s.commitlog.max_offset == ends[-1]  # that put is undone whole
+        assert s.index_service.end_phy_offset < ends[-1]
+        monkeypatch.setattr(os, "posix_fallocate", real)
+        for i, r in enumerate(before):
+            assert _indexed(s, f"a{i}") == [r.commitlog_offset]
+        for i in range(refused):
+            assert len(_indexed(s, f"b{i}")) == 1
+        assert s.index_service.query("T", f"b{refused}") == []
+        again = s.put_messages([Message("T", b"again", keys=f"b{refused}")])[0]
+        assert _indexed(s, f"b{refused}") == [again.commitlog_offset]
+
+
+CRASH = r"""
+import os, sys
+sys.path.insert(0, {src!r})
+from rmqfs.engine.store import Message, MessageStore, StoreConfig
+s = MessageStore({root!r}, StoreConfig(max_hash_slot_num=64, max_index_num=4096))
+s.create_topic("T", 2)
+for i in range({n}):
+    s.put_messages([Message("T", b"m%d" % i, keys="k%d" % i)])
+os._exit(0)  # no close: the pending entries die with the process
+"""
+
+
+def test_a_crash_loses_no_key_a_query_finds_after_recovery(tmp_path):
+    root = tmp_path / "s"
+    n = PENDING_ENTRIES // 2 + 7  # the files hold the first ones, the last wait
+    subprocess.run(
+        [sys.executable, "-c", CRASH.format(src=str(SRC_PATH), root=str(root), n=n)],
+        check=True,
+        timeout=120,
+    )
+    assert _on_disk(root, f"k{n - 1}") == []  # they never reached the file
+    with MessageStore(str(root), StoreConfig(**CFG)) as s:
+        for i in range(n):
+            assert len(_indexed(s, f"k{i}")) == 1, i
+
+
+def test_the_flush_thread_and_a_later_put_write_what_waits(tmp_path):
+    """A writer that goes quiet leaves nothing waiting past the flush thread's next round;
+    one that keeps putting writes what waited once the oldest is ``PENDING_MS`` old."""
+    import time
+
+    from rmqfs.engine.service.indexservice import PENDING_MS
+
+    root = tmp_path / "s"
+    with _open(root, flush_interval_commit_log=20) as s:
+        quiet = s.put_messages([Message("T", b"quiet", keys="quiet")])[0]
+        deadline = time.monotonic() + 10
+        while _on_disk(root, "quiet") == [] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _on_disk(root, "quiet") == [quiet.commitlog_offset]
+    with _open(tmp_path / "t", flush_interval_commit_log=3_600_000) as s:
+        root = tmp_path / "t"
+        old = s.put_messages([Message("T", b"old", keys="old")])[0]
+        time.sleep(PENDING_MS / 1000 + 0.05)
+        assert _on_disk(root, "old") == []
+        s.put_messages([Message("T", b"new", keys="new")])
+        assert _on_disk(root, "old") == [old.commitlog_offset]
