@@ -1369,7 +1369,11 @@ class MessageStore:
         with self.put_lock:
             for d in self.dispatchers:
                 if hasattr(d, "close"):
-                    d.close()
+                    try:
+                        d.close()
+                    except Exception:  # what it left unwritten, the next open dispatches again
+                        log.exception("closing %s failed; the next open recovers", type(d).__name__)
+                        clean = False
             if not self.read_only and clean:
                 try:
                     os.unlink(self.abort_path)

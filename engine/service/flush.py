@@ -198,7 +198,10 @@ class FlushService:
                 logics_ts = store.dispatched_store_timestamp
             index = store.index_service
             if index is not None:  # single puts' entries reach the files every round
-                index.write_pending()
+                try:
+                    index.write_pending()
+                except OSError as exc:  # they stay pending; the round goes on
+                    log.warning("index entries not written this round: %s", exc)
             if not synced and least_pages:
                 return False
             for cq in list(store.consume_queues.values()):

@@ -7,6 +7,7 @@ file's bytes are :mod:`engine.format.indexfile`'s.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from array import array
@@ -30,13 +31,21 @@ from ..format.indexfile import (
     name_after,
     topic_prefix_hash,
 )
-from ..format.javahash import combine_u32, java_hash_u32, key_hash_of_u32, utf16_len
+from ..format.javahash import (
+    combine_u32,
+    index_key_hash,
+    java_hash_u32,
+    key_hash_of_u32,
+    utf16_len,
+)
 from ..format.mappedfile import fsync_dir
 from ..format.message import TRANSACTION_ROLLBACK_TYPE
 from ..format.source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
     from .dispatch import DispatchRequest
+
+log = logging.getLogger(__name__)
 
 #: Entries (keys) a put of this many or fewer hands :meth:`IndexService.put_hashed` wait in
 #: memory (a single put's UNIQ_KEY and keys) until :data:`PENDING_ENTRIES` have gathered, or
@@ -364,14 +373,16 @@ class IndexService:
         is not mapped). Rolls to new files as they fill.
 
         A put of :data:`FEW_ENTRIES` or fewer (a single message's keys) on a writable store
-        waits in memory with those before it, and they are written together once
-        :data:`PENDING_ENTRIES` have gathered or before anything reads or changes the files
-        (a query, a flush, a truncation, a roll, a snapshot, close): one compiled call for a
-        few hundred puts instead of one each, as RocketMQ's ReputMessageService indexes
-        behind the CommitLog. :attr:`end_phy_offset` counts them at once; the files (and a
-        follower reading them) get them from the put :data:`PENDING_MS` later, or from the
-        flush thread's next round (:meth:`write_pending`), whichever comes first. A crash
-        loses only what recovery indexes again from the CommitLog (past the files'
+        waits in memory with those before it, and they are written together: one compiled
+        call for a few hundred puts instead of one each, as RocketMQ's ReputMessageService
+        indexes behind the CommitLog. They are written once :data:`PENDING_ENTRIES` have
+        gathered, by the put :data:`PENDING_MS` after the oldest, by the flush thread's next
+        round (:meth:`write_pending`), and before anything else writes or hands out the files
+        (a larger put, :meth:`dispatch`, :meth:`frozen` for a snapshot, expiry, close); a cut
+        (:meth:`truncate`) drops those past it. :meth:`query` reads them where they wait and
+        :attr:`end_phy_offset` counts them, so the store answers for a put as soon as it
+        returns; a reader of the files themselves (a follower) sees them once written. A
+        crash loses only what recovery indexes again from the CommitLog (past the files'
         endPhyOffset).
 
         Raises:
@@ -414,13 +425,15 @@ class IndexService:
         pending = self._pending
         if not pending:
             return
-        self._pending = array("q")
+        # they stay in self._pending until written: a query or end_phy_offset in another
+        # thread meanwhile still counts them
         done = [0]
         try:
             self._put_entries(pending, 0, self._pending_writer, done)
         except BaseException:
             self._pending = pending[3 * done[0] :]
             raise
+        self._pending = array("q")
 
     def _put_entries(
         self,
@@ -612,13 +625,15 @@ class IndexService:
         if max_num <= 0:
             return out
         idx_key = build_key(topic, key)
+        # the newest first: the entries of single puts not written yet, read in memory (a
+        # query writes nothing), then the files
+        out = hits = self._pending_hits(idx_key, max_num, begin, end)
+        if len(out) >= max_num:
+            return out
         # Under the lock, only the files to read and a reader of each (a duplicated
         # descriptor): the walks run after it, so a writer (a roll to a new file, truncation,
         # expiry) never waits for a walk, however long a damaged file makes it.
         todo = []
-        if self._pending:
-            with self._mutex:
-                self._write_pending()
         with self._rw.read():
             for f in reversed(self.files):
                 if f.is_time_matched(begin, end):
@@ -627,12 +642,31 @@ class IndexService:
                     break
         try:
             for f, io in todo:
-                out += f.select_phy_offsets(idx_key, max_num - len(out), begin, end, io)
+                found = f.select_phy_offsets(idx_key, max_num - len(out), begin, end, io)
+                if hits:  # written since they were read from memory: the same entries
+                    seen = set(hits)
+                    found = [off for off in found if off not in seen]
+                out = out + found
                 if len(out) >= max_num:
                     break
         finally:
             for _, io in todo:
                 io.close()
+        return out
+
+    def _pending_hits(self, idx_key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """CommitLog offsets of the pending entries under ``idx_key`` (``topic#key``) stored
+        within ``[begin, end]`` (epoch ms), newest first, at most ``max_num``."""
+        pending = self._pending  # replaced whole, never changed in place while written
+        if not pending:
+            return []
+        h = index_key_hash(idx_key)
+        out = []
+        for i in range(len(pending) - 3, -1, -3):
+            if pending[i] == h and begin <= pending[i + 2] <= end:
+                out.append(pending[i + 1])
+                if len(out) >= max_num:
+                    break
         return out
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -651,21 +685,42 @@ class IndexService:
         if self.read_only:
             return False, 0
         with self._mutex:
-            self._write_pending()
+            try:
+                self._write_pending()
+            except OSError as exc:  # they stay pending (close says so): the files still sync
+                log.warning("index entries of %d puts not written yet: %s", self.pending_count, exc)
             written = False
             for f in self.files:
                 written = f.flush() or written
-            return written, self.last_timestamp
+            files = self.files  # what is on disk, not what waits
+            return written, files[-1].end_timestamp if files else 0
+
+    @property
+    def pending_count(self) -> int:
+        """Entries waiting to be written (:meth:`put_hashed`)."""
+        return len(self._pending) // 3
 
     def close(self) -> None:
-        """Flush (unless read-only) and close every file (``IndexService.shutdown``)."""
+        """Flush (unless read-only) and close every file (``IndexService.shutdown``).
+
+        Raises:
+            OSError: from the flush, or entries that could not be written (a full disk):
+                every file is closed all the same; the store then keeps ``abort``, and the
+                next open indexes those records again from the CommitLog.
+        """
         with self._mutex:
-            if not self.read_only:
-                self.flush()
-            with self._rw.write():
-                for f in self.files:
-                    try:
-                        f.close()
-                    except OSError:
-                        pass
-                self.files = []
+            try:
+                if not self.read_only:
+                    self.flush()
+            finally:
+                with self._rw.write():
+                    for f in self.files:
+                        try:
+                            f.close()
+                        except OSError:
+                            pass
+                    self.files = []
+            lost = self.pending_count
+            self._pending = array("q")
+            if lost:
+                raise OSError(f"{lost} index entries could not be written before close")

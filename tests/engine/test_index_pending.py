@@ -57,11 +57,19 @@ def test_single_puts_wait_and_every_reader_sees_them(tmp_path):
         # written nowhere yet, but counted: the next put's entries follow them
         assert _on_disk(root, "k0") == []
         assert s.index_service.end_phy_offset == offsets[-1]
-        # a query writes them first
+        # a query finds them where they wait, and writes nothing
         assert _indexed(s, "k3") == [offsets[3]]
+        assert (
+            s.look_messages_by_uniq_key(results[4].uniq_key, "T")[0].commitlog_offset
+            == (offsets[4])
+        )
+        assert s.index_service.query("T", "k1", begin=0, end=results[1].store_timestamp - 1) == []
+        assert _on_disk(root, "k0") == []
+        # a flush writes them
+        s.flush()
         assert _on_disk(root, "k0") == [offsets[0]]
         assert _on_disk(root, results[4].uniq_key) == [offsets[4]]
-        # a flush writes what gathered since
+        assert _indexed(s, "k3") == [offsets[3]]  # once, from the file now
         more = s.put_messages([Message("T", b"late", keys="late")])[0]
         assert _on_disk(root, "late") == []
         s.flush()
@@ -91,8 +99,9 @@ def test_a_cut_drops_the_pending_entries_past_it(tmp_path):
         index.truncate(res[3].commitlog_offset)  # only pending entries lie past it
         assert index.end_phy_offset == res[2].commitlog_offset
         assert _on_disk(root, "k0") == []
-        assert _indexed(s, "k2") == [res[2].commitlog_offset]  # written now: puts 0-2
+        assert _indexed(s, "k2") == [res[2].commitlog_offset]
         assert index.query("T", "k4") == []
+        s.flush()  # written now: puts 0-2
         index.truncate(res[1].commitlog_offset)  # now the file's entries
         assert index.query("T", "k2") == [] and index.query("T", "k1") == []
         assert index.query("T", "k0") == [res[0].commitlog_offset]
@@ -126,6 +135,14 @@ def test_a_failed_write_keeps_what_earlier_puts_acknowledged(tmp_path, monkeypat
         assert 0 < refused < PENDING_ENTRIES // 2
         assert s.commitlog.max_offset == ends[-1]  # that put is undone whole
         assert s.index_service.end_phy_offset < ends[-1]
+        # the flush thread's round goes on without them (and claims no more than the files'
+        # time in the checkpoint); they stay pending
+        waiting = s.index_service.pending_count
+        assert waiting >= len(before) + refused
+        _, ts = s.index_service.flush()
+        assert ts == s.index_service.files[-1].end_timestamp  # the file's, not the pending
+        s.flush()
+        assert s.index_service.pending_count == waiting
         monkeypatch.setattr(os, "posix_fallocate", real)
         for i, r in enumerate(before):
             assert _indexed(s, f"a{i}") == [r.commitlog_offset]
@@ -183,3 +200,44 @@ def test_the_flush_thread_and_a_later_put_write_what_waits(tmp_path):
         assert _on_disk(root, "old") == []
         s.put_messages([Message("T", b"new", keys="new")])
         assert _on_disk(root, "old") == [old.commitlog_offset]
+
+
+def test_a_query_while_they_are_written_still_finds_them(tmp_path, monkeypatch):
+    """The entries stay where a query reads them until they are in the file (a query in
+    another thread during the flush thread's write sees every put that returned)."""
+    from rmqfs.engine.service.indexservice import IndexService
+
+    root = tmp_path / "s"
+    seen = []
+    real = IndexService._put_entries
+
+    def slow(self, entries, i=0, in_place=None, done=None):
+        seen.append((self.query("T", "mid"), self.end_phy_offset))
+        return real(self, entries, i, in_place, done)
+
+    with _open(root) as s:
+        r = s.put_messages([Message("T", b"mid", keys="mid")])[0]
+        monkeypatch.setattr(IndexService, "_put_entries", slow)
+        s.flush()
+        assert seen == [([r.commitlog_offset], r.commitlog_offset)]
+        monkeypatch.setattr(IndexService, "_put_entries", real)
+        assert _indexed(s, "mid") == [r.commitlog_offset]  # from the file, once
+
+
+def test_a_full_disk_at_close_keeps_abort_and_the_next_open_indexes_them(tmp_path, monkeypatch):
+    from rmqfs.engine.service.indexservice import IndexService
+
+    root = tmp_path / "s"
+    s = _open(root)
+    r = s.put_messages([Message("T", b"last", keys="last")])[0]
+
+    def full(self, entries, i=0, in_place=None, done=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(IndexService, "_put_entries", full)
+    s.close()  # logged, not raised: every file closed, the lock released, abort kept
+    monkeypatch.undo()
+    assert (root / "abort").exists()
+    assert _on_disk(root, "last") == []
+    with MessageStore(str(root), StoreConfig(**CFG)) as again:  # in this process: unlocked
+        assert _indexed(again, "last") == [r.commitlog_offset]
