@@ -1089,10 +1089,11 @@ def _put_compiled(
     index = store.index_service
     # The struct does not own what its pointers point at: ``hold`` keeps this call's buffers
     # alive until rmq_put has returned; the cached ones live in ``call``.
-    uniq_first = store.uniq_keys.counter
     if n == 1:
         hold, uniq_keys = _one_args(call, store, cols, born_hosts, tables, infos[0], now, index)
+        uniq_first = -1  # asked only on a refusal: the counter less the one id taken
     else:
+        uniq_first = store.uniq_keys.counter
         hold, uniq_keys = _batch_args(
             call, store, cols, lens, born_hosts, tnames, infos, tables, nslots, now, index, together
         )
@@ -1111,6 +1112,8 @@ def _put_compiled(
     del hold
     if rc != 0:
         if rc == 1:
+            if uniq_first < 0:
+                uniq_first = store.uniq_keys.counter - 1
             _counters_as_refused(store, lib, a, cols, uniq_first, together)
         _refused(lib, a, rc, cl.file_size)
     data = memoryview(ffi.buffer(call.out, a.need))  # slices of it are not copies
@@ -1283,7 +1286,14 @@ def _one_args(
     if sharding is not None:
         head += _SHARDING_PREFIX + sharding.encode() + PROPERTY_END
     nslots = info[1]
-    call.arrays(1, nslots, nidx if index is not None else 0, len(body) + 512)
+    nidx = nidx if index is not None else 0
+    if (
+        not call.cap
+        or nslots > call.nslots_cap
+        or nidx > call.idx_cap
+        or len(body) + 512 > call.out_cap
+    ):
+        call.arrays(1, nslots, nidx, len(body) + 512)  # else what the last call left fits
     call.one_end[0] = len(head)
     call.one_tc[0] = tc
     call.one_keys_at[0] = keys_at
