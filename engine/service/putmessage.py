@@ -122,7 +122,6 @@ _OTHER_DEFAULTS = tuple(f.default for f in _OTHER_FIELDS)
 _ALL_NAMES = (*_PLAIN_FIELDS, *(f.name for f in _OTHER_FIELDS))
 _ITEMS_GET = operator.itemgetter(*_ALL_NAMES)
 _ATTRS_GET = operator.attrgetter(*_ALL_NAMES)
-_PLAIN_GET = operator.attrgetter(*_PLAIN_FIELDS)
 _NPLAIN = len(_PLAIN_FIELDS)
 _KEYS_PREFIX = property_prefix(PROPERTY_KEYS)
 _SHARDING_PREFIX = property_prefix(PROPERTY_SHARDING_KEY)
@@ -857,7 +856,7 @@ def put_bodies(
         return []
     template = Message(topic, b"", queue_id=queue_id)
     check_messages([template])
-    row = _PLAIN_GET(template)
+    row = _ITEMS_GET(vars(template))[:_NPLAIN]
     kernel = store.putter.kernel
     if (
         kernel is None
