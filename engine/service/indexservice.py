@@ -516,7 +516,8 @@ class IndexService:
                     keep = 0  # entries before the cut, in CommitLog order
                     while keep < len(pending) and pending[keep + 1] < phy_offset:
                         keep += 3
-                    del pending[keep:]
+                    # a new array: a query reading the old one in another thread goes on
+                    pending = self._pending = pending[:keep]
                 if pending:  # the files hold only records before the pending ones
                     return
             self._truncate_files(phy_offset)
@@ -657,7 +658,7 @@ class IndexService:
     def _pending_hits(self, idx_key: str, max_num: int, begin: int, end: int) -> list[int]:
         """CommitLog offsets of the pending entries under ``idx_key`` (``topic#key``) stored
         within ``[begin, end]`` (epoch ms), newest first, at most ``max_num``."""
-        pending = self._pending  # replaced whole, never changed in place while written
+        pending = self._pending  # only grows in place (a cut or a write replaces it whole)
         if not pending:
             return []
         h = index_key_hash(idx_key)
