@@ -198,10 +198,7 @@ class FlushService:
                 logics_ts = store.dispatched_store_timestamp
             index = store.index_service
             if index is not None:  # single puts' entries reach the files every round
-                try:
-                    index.write_pending()
-                except OSError as exc:  # they stay pending; the round goes on
-                    log.warning("index entries not written this round: %s", exc)
+                index.write_pending()
             if not synced and least_pages:
                 return False
             for cq in list(store.consume_queues.values()):

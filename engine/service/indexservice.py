@@ -411,13 +411,22 @@ class IndexService:
                         return
             self._put_entries(entries, i, in_place)
 
-    def write_pending(self) -> None:
+    def write_pending(self) -> bool:
         """Write the entries single puts left pending (:meth:`put_hashed`) into the files, so
         that a reader of the files (a follower, a backup) finds them; the store's flush
-        thread calls it every round. Raises OSError (those not written stay pending)."""
+        thread calls it every round. A disk error is logged, not raised: those not written
+        stay pending for the next round (and :meth:`close` reports them). Returns whether
+        none is left."""
         if self._pending:
             with self._mutex:
-                self._write_pending()
+                try:
+                    self._write_pending()
+                except OSError as exc:
+                    log.warning(
+                        "index entries of %d puts not written yet: %s", self.pending_count, exc
+                    )
+                    return False
+        return True
 
     def _write_pending(self) -> None:
         """Write the pending entries (caller holds the mutex). On an error those not written
@@ -641,11 +650,11 @@ class IndexService:
                     todo.append((f, f.reader()))
                 if f.begin_timestamp < begin:
                     break
+        seen = set(hits)  # written since they were read from memory: the same entries
         try:
             for f, io in todo:
                 found = f.select_phy_offsets(idx_key, max_num - len(out), begin, end, io)
-                if hits:  # written since they were read from memory: the same entries
-                    seen = set(hits)
+                if seen:
                     found = [off for off in found if off not in seen]
                 out = out + found
                 if len(out) >= max_num:
@@ -686,10 +695,7 @@ class IndexService:
         if self.read_only:
             return False, 0
         with self._mutex:
-            try:
-                self._write_pending()
-            except OSError as exc:  # they stay pending (close says so): the files still sync
-                log.warning("index entries of %d puts not written yet: %s", self.pending_count, exc)
+            self.write_pending()  # what it cannot write stays pending: the files still sync
             written = False
             for f in self.files:
                 written = f.flush() or written

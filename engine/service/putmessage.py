@@ -301,16 +301,13 @@ def message_columns(messages: Sequence[Message]) -> list[tuple] | None:
     sharding_key, born_timestamp, born_host, flag, properties, sys_flag), then the others in
     :class:`Message`'s order; None where an item has no such fields (not a Message: the rules
     of :func:`check_messages` then say why)."""
-    n = len(messages)
-    try:
-        if list(map(type, messages)).count(Message) == n:
+    if list(map(type, messages)).count(Message) == len(messages):
+        try:  # the usual batch: one C-level pass
             return list(zip(*map(_ITEMS_GET, map(vars, messages))))
-    except KeyError:  # an attribute deleted from the instance: its class default shows
-        pass
-    try:
-        return list(zip(*map(_ATTRS_GET, messages)))
-    except AttributeError:
-        return None
+        except KeyError:
+            pass
+    rows = list(map(_message_row, messages))
+    return None if None in rows else list(zip(*rows))
 
 
 def _message_row(m: Message) -> tuple | None:

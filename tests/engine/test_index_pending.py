@@ -26,13 +26,23 @@ from conftest import SRC_PATH
 from rmqfs.engine.service.indexservice import FEW_ENTRIES, PENDING_ENTRIES
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
-CFG = dict(max_hash_slot_num=64, max_index_num=4096)
+# the flush thread's rounds an hour apart: what a test says waits is not written behind its back
+CFG = dict(max_hash_slot_num=64, max_index_num=4096, flush_interval_commit_log=3_600_000)
+
+
+@pytest.fixture
+def no_time_limit(monkeypatch):
+    """Puts however far apart in time leave the entries waiting (a loaded machine may take
+    longer than ``PENDING_MS`` between two puts)."""
+    from rmqfs.engine.service import indexservice
+
+    monkeypatch.setattr(indexservice, "PENDING_MS", 1 << 60)
 
 
 def _open(root, **kw) -> MessageStore:
     """A store whose index has a file: its first record (at CommitLog offset 0, where the
     index's end is with no file yet) is indexed at once, by ``IndexService.dispatch``."""
-    store = MessageStore(str(root), StoreConfig(**CFG, **kw))
+    store = MessageStore(str(root), StoreConfig(**{**CFG, **kw}))
     store.create_topic("T", 2)
     store.put_messages([Message("T", b"first", keys="first")])
     assert _on_disk(root, "first") == [0]
@@ -49,7 +59,7 @@ def _indexed(store: MessageStore, key: str) -> list[int]:
     return [r.commitlog_offset for r in store.query_by_key("T", key)]
 
 
-def test_single_puts_wait_and_every_reader_sees_them(tmp_path):
+def test_single_puts_wait_and_every_reader_sees_them(tmp_path, no_time_limit):
     root = tmp_path / "s"
     with _open(root) as s:
         results = [s.put_messages([Message("T", b"m%d" % i, keys=f"k{i}")])[0] for i in range(5)]
@@ -79,7 +89,7 @@ def test_single_puts_wait_and_every_reader_sees_them(tmp_path):
     assert _on_disk(root, "last") == [last.commitlog_offset]
 
 
-def test_the_files_take_the_entries_once_enough_gathered(tmp_path):
+def test_the_files_take_the_entries_once_enough_gathered(tmp_path, no_time_limit):
     root = tmp_path / "s"
     with _open(root) as s:
         puts = PENDING_ENTRIES // 2  # a UNIQ_KEY and one key each
@@ -91,7 +101,7 @@ def test_the_files_take_the_entries_once_enough_gathered(tmp_path):
         assert _on_disk(root, "b0") == [tail[0].commitlog_offset]
 
 
-def test_a_cut_drops_the_pending_entries_past_it(tmp_path):
+def test_a_cut_drops_the_pending_entries_past_it(tmp_path, no_time_limit):
     root = tmp_path / "s"
     with _open(root) as s:
         res = [s.put_messages([Message("T", b"m%d" % i, keys=f"k{i}")])[0] for i in range(6)]
@@ -114,7 +124,7 @@ def test_a_cut_drops_the_pending_entries_past_it(tmp_path):
     ] * 2
 
 
-def test_a_failed_write_keeps_what_earlier_puts_acknowledged(tmp_path, monkeypatch):
+def test_a_failed_write_keeps_what_earlier_puts_acknowledged(tmp_path, monkeypatch, no_time_limit):
     root = tmp_path / "s"
     with _open(root) as s:
         before = [s.put_messages([Message("T", b"a%d" % i, keys=f"a{i}")])[0] for i in range(3)]
@@ -157,7 +167,10 @@ CRASH = r"""
 import os, sys
 sys.path.insert(0, {src!r})
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
-s = MessageStore({root!r}, StoreConfig(max_hash_slot_num=64, max_index_num=4096))
+import rmqfs.engine.service.indexservice as indexservice
+indexservice.PENDING_MS = 1 << 60  # nothing written for the time: only the count
+s = MessageStore({root!r}, StoreConfig(max_hash_slot_num=64, max_index_num=4096,
+                                       flush_interval_commit_log=3_600_000))
 s.create_topic("T", 2)
 for i in range({n}):
     s.put_messages([Message("T", b"m%d" % i, keys="k%d" % i)])
@@ -224,7 +237,9 @@ def test_a_query_while_they_are_written_still_finds_them(tmp_path, monkeypatch):
         assert _indexed(s, "mid") == [r.commitlog_offset]  # from the file, once
 
 
-def test_a_full_disk_at_close_keeps_abort_and_the_next_open_indexes_them(tmp_path, monkeypatch):
+def test_a_full_disk_at_close_keeps_abort_and_the_next_open_indexes_them(
+    tmp_path, monkeypatch, no_time_limit
+):
     from rmqfs.engine.service.indexservice import IndexService
 
     root = tmp_path / "s"
