@@ -1189,6 +1189,81 @@ int32_t rmq_put(rmq_put_args *a)
     return 0;
 }
 
+/* One message through rmq_put (see _kernel.h): its values in one-element arrays on this stack
+ * for the call, the struct's own per-message fields given back before returning. */
+int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *head,
+                    int32_t head_len, int64_t tags_code, int32_t keys_at, int32_t keys_len,
+                    const char *body, int64_t body_len, const char *uniq, int32_t uniq_len,
+                    int32_t queue, int64_t qnext, int64_t born, int32_t flag,
+                    const char *born_host, int32_t want_index, int64_t *out)
+{
+    if (queue < 0 || queue >= a->nslots || head_len < 0 || keys_at < 0 || keys_len < 0 ||
+        keys_at > head_len - keys_len || body_len < 0 || uniq_len < 0 ||
+        (head_len && !head) || (body_len && !body) || (uniq_len && !uniq) || !out)
+        return 3;
+    const rmq_put_args saved = *a;
+    const int32_t zero = 0, end = head_len, ka = keys_at, kl = keys_len, fl = flag;
+    const int64_t body_end = body_len, tc = tags_code, b = born;
+    a->n = 1;
+    a->ntopics = 1;
+    a->together = 0;
+    a->now = now;
+    a->start = start;
+    a->want_index = want_index;
+    a->bodies = (const uint8_t *)body;
+    a->body_at = NULL;
+    a->body_end = &body_end;
+    a->topic_of = &zero;
+    a->head_of = &zero;
+    a->queue_of = &queue;
+    a->born = &b;
+    a->born_host = (const uint8_t *)born_host;
+    a->flag = &fl;
+    a->uniq = (const uint8_t *)uniq;
+    a->uniq_len = uniq_len;
+    a->heads = (const uint8_t *)head;
+    a->head_end = &end;
+    a->head_tags_code = &tc;
+    a->head_keys_at = &ka;
+    a->head_keys_len = &kl;
+    const int64_t next_before = a->slot_next[queue];
+    a->slot_next[queue] = qnext;
+    const int32_t rc = rmq_put(a);
+    if (rc != 0)
+        a->slot_next[queue] = next_before;
+    out[0] = rc == 0 ? a->pos[0] : 0;
+    out[1] = rc == 0 ? a->size[0] : 0;
+    out[2] = rc == 0 ? a->qoff[0] : 0;
+    out[3] = a->end;
+    out[4] = a->need;
+    out[5] = a->nidx;
+    out[6] = a->nchunks;
+    /* the fields a batch sets for itself, pointing at this stack no more */
+    a->n = saved.n;
+    a->ntopics = saved.ntopics;
+    a->together = saved.together;
+    a->now = saved.now;
+    a->start = saved.start;
+    a->want_index = saved.want_index;
+    a->bodies = saved.bodies;
+    a->body_at = saved.body_at;
+    a->body_end = saved.body_end;
+    a->topic_of = saved.topic_of;
+    a->head_of = saved.head_of;
+    a->queue_of = saved.queue_of;
+    a->born = saved.born;
+    a->born_host = saved.born_host;
+    a->flag = saved.flag;
+    a->uniq = saved.uniq;
+    a->uniq_len = saved.uniq_len;
+    a->heads = saved.heads;
+    a->head_end = saved.head_end;
+    a->head_tags_code = saved.head_tags_code;
+    a->head_keys_at = saved.head_keys_at;
+    a->head_keys_len = saved.head_keys_len;
+    return rc;
+}
+
 /* IndexFile.putKey for a run of pre-hashed entries (engine/format/indexfile.py's
  * IndexFile.put_hashed, whose Python loop is the reference): items into a->items, the slot
  * table updated in memory, each slot touched and the value it held recorded. */

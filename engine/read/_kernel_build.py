@@ -174,6 +174,11 @@ typedef struct {
 } rmq_put_args;
 enum { RMQ_PUT_PROPS, RMQ_PUT_TOO_LARGE, RMQ_PUT_SEGMENT, RMQ_PUT_BATCH, ... };
 int32_t rmq_put(rmq_put_args *a);
+int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *head,
+                    int32_t head_len, int64_t tags_code, int32_t keys_at, int32_t keys_len,
+                    const char *body, int64_t body_len, const char *uniq, int32_t uniq_len,
+                    int32_t queue, int64_t qnext, int64_t born, int32_t flag,
+                    const char *born_host, int32_t want_index, int64_t *out);
 typedef struct {
     int32_t *slots;
     int64_t nslots;

@@ -755,26 +755,23 @@ def put_plain(
     if kernel is None or not _plain_store(store):
         return None
     n = len(messages)
-    if n == 1:  # the least per-call cost: no columns, one topic
+    if n == 1 and not batch:  # the least per-call cost: no columns, one topic
         row = _message_row(messages[0])
         if row is None or row[_NPLAIN:] != _OTHER_DEFAULTS or row[9] or row[10]:
             return None  # not plain: properties, sysFlag, another field not at its default
-        cols = [(v,) for v in row[:_NPLAIN]]
         size = len(row[1])
         if size > cfgs.max_message_size:
             return None  # the general path says why
-        lens = array("q", (size,))
         bh = row[7]
         born_hosts = None
         if bh is not None:
             if len(bh[0]) != 4:
                 return None  # an IPv6 born host
             born_hosts = HOST_V4.pack(*bh)
-        tnames: tuple[str, ...] = (row[0],)
         info = plain_topic(store, row[0])
         if info is None or info[0] <= 0:
             return None  # no write queue: the general path says so
-        infos: tuple = (info,)
+        return _under_put_lock(store, _put_one, kernel, row, born_hosts, info)
     else:
         if cols is None:
             cols = message_columns(messages)
@@ -800,7 +797,7 @@ def put_plain(
         tnames = tuple(dict.fromkeys(cols[0]))
         if batch and len(tnames) > 1:
             return None  # the general path refuses a batch of several topics
-        infos = tuple(map(plain_topic, itertools.repeat(store), tnames))
+        infos: tuple = tuple(map(plain_topic, itertools.repeat(store), tnames))
         if None in infos or min(i[0] for i in infos) <= 0:
             return None  # no write queue: the general path says so
     return _put_columns(store, kernel, cols, lens, born_hosts, tnames, infos, together=batch)
@@ -820,14 +817,24 @@ def _put_columns(
     """:func:`put_plain` from the batch's columns (:data:`_PLAIN_FIELDS`' order) on: the
     compiled put under the put lock, then the SYNC_FLUSH wait. ``results`` False: [] unless
     the store needs them (:func:`_put_compiled`); ``together``: a MessageBatch."""
+    return _under_put_lock(
+        store, _put_compiled, kernel, cols, lens, born_hosts, tnames, infos, results, together
+    )
+
+
+def _under_put_lock(
+    store: MessageStore, put: Callable[..., list[PutResult]], *args: Any
+) -> list[PutResult]:
+    """``put(store, *args, now)`` under the store's put lock (``putMessageLock``; ``now`` the
+    store timestamp, epoch ms), then, under SYNC_FLUSH, the wait for its records' flush
+    (GroupCommitService: one fdatasync for this put and its peers'). ReadOnlyStoreError when
+    the store is closed."""
     now = int(time.time() * 1000)
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
-        out = _put_compiled(
-            store, kernel, cols, lens, born_hosts, tnames, infos, now, results, together
-        )
-    if store.sync_flush:  # GroupCommitService: one fdatasync for this batch and its peers'
+        out = put(store, *args, now)
+    if store.sync_flush:
         last = out[-1]
         store.flusher.wait_flushed(last.commitlog_offset + last.size, out)
     return out
@@ -923,17 +930,10 @@ class _PutCall:
         # the pointers of the struct set by the last call (kept alive here): set again only
         # when one changes
         self.last: tuple = ()
-        # a single put's values (_one_args): one-element arrays the struct keeps pointing at
-        self.one_end = ffi.new("int32_t[1]")
-        self.one_tc = ffi.new("int64_t[1]")
-        self.one_keys_at = ffi.new("int32_t[1]")
-        self.one_keys_len = ffi.new("int32_t[1]")
-        self.one_queue = ffi.new("int32_t[1]")
-        self.one_born = ffi.new("int64_t[1]")
-        self.one_flag = ffi.new("int32_t[1]")
-        self.one_body_end = ffi.new("int64_t[1]")
-        self.one_set = False  # body_end, body_at, n and ntopics are a single put's
-        self.last_bh: Any = None  # the born host and topic tables of the last single put
+        self.one_out = ffi.new("int64_t[7]")  # rmq_put_one's output
+        self.msg_id_prefix = ""  # the store host's hex, for a single put's msgId
+        # the topic tables the struct points at since the last single put (set_topic)
+        self.last_topic: tuple = ()
         self.last_tables: tuple = ()
 
     def set_store(self, store: MessageStore) -> None:
@@ -943,7 +943,8 @@ class _PutCall:
             a = self.args
             host = store.store_host
             a.store_host = list(HOST_V4.pack(*host))
-            a.msg_id_prefix = list(HOST_V4.pack(*host).hex().upper().encode())
+            self.msg_id_prefix = HOST_V4.pack(*host).hex().upper()
+            a.msg_id_prefix = list(self.msg_id_prefix.encode())
             a.file_size = store.commitlog.file_size
             a.max_total = store.config.max_message_size + RECORD_SLACK
             self.store_values = values
@@ -977,6 +978,29 @@ class _PutCall:
             a.topic_rr,
         ) = varying
         self.last = varying
+
+    def set_topic(self, topic: str, info: PlainTopic) -> None:
+        """Point the struct at the tables of one topic, a single put's (``rmq_put_one`` sets
+        the per-message fields itself), when they are not the ones it points at already."""
+        last = self.last_topic
+        if last and last[1] is info and last[0] == topic:
+            return
+        slots, tables = self.topic_tables((topic,), (info,))
+        a = self.args
+        (
+            a.topic_field,
+            a.topic_field_end,
+            a.topic_magic,
+            a.topic_base,
+            a.topic_hash,
+            a.topic_nwq,
+            a.topic_slot,
+            a.topic_rr,
+        ) = tables
+        a.nslots = len(slots)
+        self.last_topic = (topic, info)
+        self.last_tables = tables  # (kept alive while the struct points at them)
+        self.last = ()  # the next batch points the struct at every one of its tables again
 
     def arrays(self, n: int, nslots: int, nidx: int, nout: int) -> None:
         """Output arrays for ``n`` messages, ``nslots`` queues, ``nidx`` index entries and
@@ -1061,40 +1085,28 @@ def _put_compiled(
     born_hosts: bytes | None,
     tnames: tuple[str, ...],
     infos: tuple[PlainTopic, ...],
+    results: bool,
+    together: bool,
     now: int,
-    results: bool = True,
-    together: bool = False,
 ) -> list[PutResult]:
-    """:func:`put_plain` under the put lock: the batch's columns to ``rmq_put``, its output
+    """:func:`put_plain` of a batch under the put lock: its columns to ``rmq_put``, its output
     to the files, its results ([] when not ``results`` and the store needs none: built only
     for SYNC_FLUSH, listeners, or a dispatcher besides the index). ``together``: a
     MessageBatch of one topic (:func:`put_plain`)."""
     topic_c, tags_c, keys_c = cols[0], cols[2], cols[3]
     n = len(topic_c)
-    putter = store.putter
-    call = putter.call
-    if call is None:
-        call = putter.call = _PutCall(kernel, store)
+    call = _call(store, kernel)
     ffi, lib, a = call.ffi, call.lib, call.args
-    call.set_store(store)
-    queue_offsets = putter.queue_offsets
-    rr = putter.round_robin
-    ntopics = len(tnames)
     slots, tables = call.topic_tables(tnames, infos)
     nslots = len(slots)
     index = store.index_service
     # The struct does not own what its pointers point at: ``hold`` keeps this call's buffers
     # alive until rmq_put has returned; the cached ones live in ``call``.
-    if n == 1:
-        hold, uniq_keys = _one_args(call, store, cols, born_hosts, tables, infos[0], now, index)
-        uniq_first = -1  # asked only on a refusal: the counter less the one id taken
-    else:
-        uniq_first = store.uniq_keys.counter
-        hold, uniq_keys = _batch_args(
-            call, store, cols, lens, born_hosts, tnames, infos, tables, nslots, now, index, together
-        )
-        _queue_state(store, call, tnames, slots, tables[7])
-    rr_now = tables[7]
+    uniq_first = store.uniq_keys.counter
+    hold, uniq_keys = _batch_args(
+        call, store, cols, lens, born_hosts, tnames, infos, tables, nslots, now, index, together
+    )
+    _queue_state(store, call, tnames, slots, tables[7])
     a.now = now
     cl = store.commitlog
     a.start = start = cl.max_offset
@@ -1108,18 +1120,9 @@ def _put_compiled(
     del hold
     if rc != 0:
         if rc == 1:
-            if uniq_first < 0:
-                uniq_first = store.uniq_keys.counter - 1
             _counters_as_refused(store, lib, a, cols, uniq_first, together)
         _refused(lib, a, rc, cl.file_size)
-    data = memoryview(ffi.buffer(call.out, a.need))  # slices of it are not copies
-    if a.nchunks == 1:  # one segment (a chunk starts at 0 of out)
-        cl.append_chunks([(call.chunks[0], [data])], a.end, now)
-    else:
-        c3 = ffi.unpack(call.chunks, 3 * a.nchunks)
-        cl.append_chunks(
-            [(c3[k], [data[c3[k + 1] : c3[k + 2]]]) for k in range(0, len(c3), 3)], a.end, now
-        )
+    _append_out(call, cl, start, a.nchunks, a.need, a.end, now)
     used, units, sn_after = _queue_units_out(call, slots, n)
     if results or store.sync_flush or store.listeners:
         out = _results(call, topic_c, uniq_keys, now)
@@ -1130,14 +1133,147 @@ def _put_compiled(
     entries = array("q")
     if index is not None:
         entries.frombytes(ffi.buffer(call.idx, 24 * a.nidx))
-    writer = putter.index_writer  # into the IndexFile's mapping (Python's step where unmapped)
+    _dispatch_out(store, out, built, tags_c, keys_c, units, entries, start, a.end, now)
+    queue_offsets = store.putter.queue_offsets
+    for k in used:
+        queue_offsets[slots[k]] = sn_after[k]
+    rr, rr_now = store.putter.round_robin, tables[7]
+    if len(tnames) == 1:
+        rr[tnames[0]] = rr_now[0]
+    else:
+        rr.update(zip(tnames, ffi.unpack(rr_now, len(tnames))))
+    return out
+
+
+def _put_one(
+    store: MessageStore,
+    kernel: Any,
+    row: tuple,
+    born_host: bytes | None,
+    info: PlainTopic,
+    now: int,
+) -> list[PutResult]:
+    """:func:`_put_compiled` of one message (``row``: :func:`_message_row`), at the least
+    per-call cost (``DefaultMessageStore.putMessage``): its property head built here (TAGS
+    from the cache, KEYS, SHARDING_KEY), its queue chosen here (the round robin advanced
+    before the put, as :func:`select_queue` does), its values handed to ``rmq_put_one`` as
+    arguments and its output read from one array."""
+    topic, body, tags, keys, qid, sharding, born, _, flag = row[:9]
+    call = _call(store, kernel)
+    ffi, a = call.ffi, call.args
+    putter = store.putter
+    index = store.index_service
+    head = b""
+    tc = 0
+    if tags:
+        tags_cache = putter.tags_cache
+        head, tc = tags_cache.get(tags) or _tags_item(tags_cache, tags)
+    nidx = 1
+    keys_at = keys_len = 0
+    if keys:  # the general path's KEYS: any keys given, even [""] (an empty value)
+        k = (keys if keys.__class__ is str else " ".join(keys)).encode()
+        head += _KEYS_PREFIX
+        keys_at, keys_len = len(head), len(k)
+        head += k + PROPERTY_END
+        nidx += k.count(_KEY_SEP) + 1
+    if sharding is not None:
+        head += _SHARDING_PREFIX + sharding.encode() + PROPERTY_END
+    nslots = info[1]
+    if index is None:
+        nidx = 0
+    if (
+        not call.cap
+        or nslots > call.nslots_cap
+        or nidx > call.idx_cap
+        or len(body) + 512 > call.out_cap
+    ):
+        call.arrays(1, nslots, nidx, len(body) + 512)  # else what the last call left fits
+    call.set_topic(topic, info)
+    qid = choose_queue(putter.round_robin, topic, qid, sharding, info[0], nslots)
+    key = (topic, qid)
+    nxt = putter.queue_offsets.get(key)
+    if nxt is None:
+        cq = store.consume_queues.get(key)
+        nxt = cq.max_offset if cq is not None else 0
+    uniq_key = store.uniq_keys.next_one(born or now)
+    uniq = uniq_key.encode()
+    if body.__class__ is not bytes:
+        body = ffi.from_buffer("char[]", body)
+    cl = store.commitlog
+    start = cl.max_offset
+    o = call.one_out
+    args = (a, now, start, head, len(head), tc, keys_at, keys_len, body, len(body), uniq, len(uniq))
+    more = (qid, nxt, born or 0, flag, born_host or ffi.NULL, index is not None, o)
+    rc = call.lib.rmq_put_one(*args, *more)
+    if rc == 2:  # short of room (cannot happen with the sizes above): nothing changed
+        call.arrays(1, nslots, o[5], o[4])
+        rc = call.lib.rmq_put_one(*args, *more)
+    if rc != 0:  # (the UNIQ_KEY taken stays taken, as the general path's)
+        _refused(call.lib, a, rc, cl.file_size)
+    pos, size, qoff, end, need, nidx, nchunks = ffi.unpack(o, 7)
+    _append_out(call, cl, start, nchunks, need, end, now)
+    out = [
+        _NEW_RESULT(
+            (topic, qid, qoff, pos, size, now, call.msg_id_prefix + "%016X" % pos, uniq_key)
+        )
+    ]
+    entries = array("q")
+    if index is not None:
+        entries.frombytes(ffi.buffer(call.idx, 24 * nidx))
+    units = [(key, qoff, ffi.buffer(call.units, CQ_STORE_UNIT_SIZE)[:])]
+    _dispatch_out(store, out, out, (tags,), (keys,), units, entries, start, end, now)
+    putter.queue_offsets[key] = qoff + 1
+    return out
+
+
+def _call(store: MessageStore, kernel: Any) -> _PutCall:
+    """The store's :class:`_PutCall` (made on the first compiled put), with the store's
+    current values."""
+    putter = store.putter
+    call = putter.call
+    if call is None:
+        call = putter.call = _PutCall(kernel, store)
+    call.set_store(store)
+    return call
+
+
+def _append_out(
+    call: _PutCall, cl: Any, start: int, nchunks: int, need: int, end: int, now: int
+) -> None:
+    """Append the ``need`` bytes ``rmq_put`` left in ``call.out`` to the CommitLog ``cl``:
+    ``nchunks`` runs (the records of one segment each, the END_OF_FILE blank ending a run
+    before the next), the first at ``start``; ``end``: the CommitLog's end after them."""
+    data = memoryview(call.ffi.buffer(call.out, need))  # slices of it are not copies
+    if nchunks == 1:  # one segment (a chunk starts at 0 of out)
+        cl.append_chunks([(start, [data])], end, now)
+    else:
+        c3 = call.ffi.unpack(call.chunks, 3 * nchunks)
+        cl.append_chunks(
+            [(c3[k], [data[c3[k + 1] : c3[k + 2]]]) for k in range(0, len(c3), 3)], end, now
+        )
+
+
+def _dispatch_out(
+    store: MessageStore,
+    out: list[PutResult],
+    built: list[PutResult] | Callable[[], list[PutResult]],
+    tags_c: tuple,
+    keys_c: tuple,
+    units: list[tuple[tuple[str, int], int, bytes]],
+    entries: array,
+    start: int,
+    end: int,
+    now: int,
+) -> None:
+    """The ConsumeQueue units and index entries of a compiled put whose records end the
+    CommitLog at ``end``: dispatched now (:func:`dispatch_plain`), or under SYNC_FLUSH handed to
+    the flush thread, which dispatches them once the CommitLog is flushed (as for the general
+    path; ReputMessageService dispatches only up to the flushed offset). ``out`` the put's
+    results (built: SYNC_FLUSH needs them), ``built`` them or what builds them."""
     if store.sync_flush:
-        # SYNC_FLUSH: the units and index entries follow once the CommitLog is flushed (the
-        # flush thread dispatches them, as for the general path; ReputMessageService
-        # dispatches only up to the flushed offset)
         tc_of = {t: tags_code(t) for t in dict.fromkeys(tags_c)}
         store.flusher.add_pending(
-            a.end,
+            end,
             [
                 DispatchRequest(
                     r.topic,
@@ -1155,15 +1291,9 @@ def _put_compiled(
             ],
         )
     else:
+        writer = store.putter.index_writer  # into the IndexFile's mapping (Python's where unmapped)
         dispatch_plain(store, (tags_c, keys_c), built, units, entries, start, now, writer)
         store.dispatched_store_timestamp = now
-    for k in used:
-        queue_offsets[slots[k]] = sn_after[k]
-    if ntopics == 1:
-        rr[tnames[0]] = rr_now[0]
-    else:
-        rr.update(zip(tnames, ffi.unpack(rr_now, ntopics)))
-    return out
 
 
 def _batch_args(
@@ -1228,8 +1358,7 @@ def _batch_args(
     a.n = n
     a.uniq_len = len(uniq_keys[0])
     a.ntopics = len(tnames)
-    call.one_set = False
-    call.last_tables = ()  # the next single put points the struct at its arrays again
+    call.last_topic = ()  # the next single put points the struct at its topic's tables again
     return hold, uniq_keys
 
 
@@ -1249,95 +1378,6 @@ def _queue_state(
             cq = store.consume_queues.get(key)
             nxt = cq.max_offset if cq is not None else 0
         sn[k] = nxt
-
-
-def _one_args(
-    call: _PutCall,
-    store: MessageStore,
-    cols: list[tuple],
-    born_host: bytes | None,
-    tables: tuple,
-    info: PlainTopic,
-    now: int,
-    index: Any,
-) -> tuple[list, list[str]]:
-    """:func:`_batch_args` for one message, the least per-call cost: its head built
-    directly (no tables), its values in the one-element arrays ``call`` keeps, so the
-    struct's pointers stay those of the last single put and only the values move."""
-    (topic,), (body,), (tags,), (keys,), (qid,), (sharding,), (born,), _, (flag,) = cols[:9]
-    ffi, a = call.ffi, call.args
-    head = b""
-    tc = 0
-    if tags:
-        tags_cache = store.putter.tags_cache
-        head, tc = tags_cache.get(tags) or _tags_item(tags_cache, tags)
-    nidx = 1
-    keys_at = keys_len = 0
-    if keys:  # the general path's KEYS: any keys given, even [""] (an empty value)
-        k = (keys if keys.__class__ is str else " ".join(keys)).encode()
-        head += _KEYS_PREFIX
-        keys_at, keys_len = len(head), len(k)
-        head += k + PROPERTY_END
-        nidx += k.count(_KEY_SEP) + 1
-    if sharding is not None:
-        head += _SHARDING_PREFIX + sharding.encode() + PROPERTY_END
-    nslots = info[1]
-    nidx = nidx if index is not None else 0
-    if (
-        not call.cap
-        or nslots > call.nslots_cap
-        or nidx > call.idx_cap
-        or len(body) + 512 > call.out_cap
-    ):
-        call.arrays(1, nslots, nidx, len(body) + 512)  # else what the last call left fits
-    call.one_end[0] = len(head)
-    call.one_tc[0] = tc
-    call.one_keys_at[0] = keys_at
-    call.one_keys_len[0] = keys_len
-    # the queue chosen here (the round robin advanced before the put, as the general path's
-    # select_queue does), so that only its queue offset is looked up; tables[7] is what
-    # rmq_put leaves the round robin count at
-    rr = store.putter.round_robin
-    qid = choose_queue(rr, topic, qid, sharding, info[0], nslots)
-    tables[7][0] = rr.get(topic, 0)
-    call.one_queue[0] = qid
-    nxt = store.putter.queue_offsets.get((topic, qid))
-    if nxt is None:
-        cq = store.consume_queues.get((topic, qid))
-        nxt = cq.max_offset if cq is not None else 0
-    call.slot_next[qid] = nxt  # the topic's queue q is slot q
-    call.one_born[0] = born or 0
-    call.one_flag[0] = flag
-    call.one_body_end[0] = len(body)
-    bh = ffi.NULL if born_host is None else ffi.from_buffer("uint8_t[]", born_host)
-    uniq_keys = [store.uniq_keys.next_one(born or now)]
-    uniq = ffi.from_buffer("uint8_t[]", uniq_keys[0].encode())
-    hold = [ffi.from_buffer("uint8_t[]", head), ffi.from_buffer("uint8_t[]", body), uniq, bh]
-    a.heads, a.bodies, a.uniq = hold[:3]
-    if born_host is not None or call.last_bh is not ffi.NULL or call.last_tables is not tables:
-        call.set_varying(
-            (
-                call.zeros,
-                call.zeros,
-                call.one_queue,
-                call.one_born,
-                bh,
-                call.one_flag,
-                call.one_end,
-                call.one_tc,
-                call.one_keys_at,
-                call.one_keys_len,
-                *tables,
-            )
-        )
-        call.last_bh = bh
-        call.last_tables = tables
-    if not call.one_set:  # what every single put sets the same
-        a.body_end, a.body_at = call.one_body_end, ffi.NULL
-        a.n = a.ntopics = 1
-        call.one_set = True
-    a.uniq_len = len(uniq_keys[0])
-    return hold, uniq_keys
 
 
 def _head_parts(tags_c: tuple, keys_c: tuple, shard_c: tuple) -> tuple[Iterable, list, list, int]:
@@ -1465,9 +1505,6 @@ def _queue_units_out(
     units bytes)], next queue offset per slot used)``."""
     ffi = call.ffi
     ub = ffi.buffer(call.units, n * CQ_STORE_UNIT_SIZE)
-    if n == 1:  # one topic, one queue: its slot is its queueId
-        k = call.queue[0]
-        return [k], [(slots[k], call.qoff[0], ub[:])], {k: call.qoff[0] + 1}
     nslots = len(slots)
     su = ffi.unpack(call.slot_units, nslots + 1)
     sn_after = dict(enumerate(ffi.unpack(call.slot_next, nslots)))
@@ -1488,21 +1525,6 @@ def _results(call: _PutCall, topic_c: tuple, uniq_keys: list[str], now: int) -> 
     ffi = call.ffi
     n = len(topic_c)
     ids = ffi.buffer(call.msg_id, 33 * n)[:].decode()  # one msgId a line
-    if n == 1:  # the least per-call cost for one message
-        return [
-            _NEW_RESULT(
-                (
-                    topic_c[0],
-                    call.queue[0],
-                    call.qoff[0],
-                    call.pos[0],
-                    call.size[0],
-                    now,
-                    ids[:32],
-                    uniq_keys[0],
-                )
-            )
-        ]
     return list(
         map(
             _NEW_RESULT,

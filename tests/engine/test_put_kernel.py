@@ -174,7 +174,7 @@ def test_compiled_put_writes_the_python_encoders_bytes(batches):
             _read_back(os.path.join(tmp, "c"), stored, results)
 
 
-#: mostly single puts (their own argument setup, _one_args), with batches between them
+#: mostly single puts (their own entry, rmq_put_one via _put_one), with batches between them
 singles = st.lists(
     st.one_of(
         st.lists(messages, min_size=1, max_size=1),
@@ -314,6 +314,48 @@ def test_a_batch_rolls_segments_with_blank_records(tmp_path):
     scan = refreader.scan_commitlog(str(tmp_path / "s" / "commitlog"))
     assert [r["physicalOffset"] for r in scan["records"]] == [r.commitlog_offset for r in res]
     assert len(scan["blanks"]) == len({r.commitlog_offset // 4096 for r in res}) - 1
+
+
+def test_a_single_puts_entry_refuses_arguments_out_of_range(tmp_path):
+    """``rmq_put_one`` (a single put's entry) refuses a queue that is not one of its topic's,
+    a length out of range and a missing buffer with code 3, changing nothing; the struct's
+    fields a batch uses are given back after every call; bodies that are not bytes go in
+    place."""
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 4)
+        first = s.put_messages([Message("T", bytearray(b"ab"), tags="t")])[0]
+        assert s.get_message("T", first.queue_id, first.queue_offset).body == b"ab"
+        call = s.putter.call
+        ffi, lib, a = call.ffi, call.lib, call.args
+        fields = ("n", "bodies", "body_end", "topic_of", "head_of", "queue_of", "heads", "uniq")
+        before = [getattr(a, f) for f in fields]
+        end = s.commitlog.max_offset
+        o = ffi.new("int64_t[7]")
+        ok = dict(head=b"", head_len=0, keys_at=0, keys_len=0, body=b"x", body_len=1)
+        ok |= dict(uniq=b"U" * 32, uniq_len=32, queue=1, out=o)
+        for bad in (
+            dict(queue=-1),
+            dict(queue=4),
+            dict(head=b"KEYS\x01k\x02", head_len=7, keys_at=5, keys_len=3),
+            dict(keys_len=-1),
+            dict(body_len=-1),
+            dict(body=ffi.NULL),
+            dict(uniq=ffi.NULL),
+            dict(out=ffi.NULL),
+        ):
+            v = ok | bad
+            rc = lib.rmq_put_one(
+                a, T0, end, v["head"], v["head_len"], 0, v["keys_at"], v["keys_len"],
+                v["body"], v["body_len"], v["uniq"], v["uniq_len"], v["queue"], 0, 0, 0,
+                ffi.NULL, 1, v["out"],
+            )  # fmt: skip
+            assert rc == 3, bad
+            assert [getattr(a, f) for f in fields] == before
+        assert s.commitlog.max_offset == end
+        r = s.put_messages([Message("T", memoryview(b"cd"), keys="k")])[0]
+        assert r.commitlog_offset == end
+        assert s.get_message("T", r.queue_id, r.queue_offset).body == b"cd"
+        assert [m.body for m in s.query_by_key("T", "k")] == [b"cd"]
 
 
 @settings(max_examples=200, deadline=None)
