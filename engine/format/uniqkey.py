@@ -39,6 +39,8 @@ class UniqKeyGenerator:
         self._head_since: int | None = None
         self._head = ""
         self._head_hash = 0
+        self._one_since: int | None = None  # next_one's head and the time it is for
+        self._one_head = ""
 
     def _roll_month(self, now_ms: int) -> None:
         now = _dt.datetime.fromtimestamp(now_ms / 1000)
@@ -94,11 +96,10 @@ class UniqKeyGenerator:
             c = self._next_counter
             self._next_counter = c + 1
             since = now_ms - self._month_start
-            if since == self._head_since:
-                head = self._head
-            else:
-                head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
-        return head + _HEX4[c & 0xFFFF]
+            if since != self._one_since:  # (its own head: _take's goes with its hash)
+                self._one_head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
+                self._one_since = since
+            return self._one_head + _HEX4[c & 0xFFFF]
 
     def next_keys(self, n: int, now_ms: int | None = None) -> list[str]:
         """``n`` new ids for the same time (epoch ms), without their hashes (the compiled put
