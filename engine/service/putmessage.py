@@ -1464,10 +1464,11 @@ def _counters_as_refused(
     it refuses this batch (``rmq_put`` refused message ``a.bad``, changing neither): it picks
     every message's queue first (:func:`_targets`: each message without a queueId or a
     sharding key advances its topic's round robin; a MessageBatch's was advanced once, by
-    :func:`_batch_queue`, a single message's by :func:`_one_args`), then encodes them in
-    order, each taking its UNIQ_KEY, up to the message refused (a record too large for a
-    segment is refused only when appended, with every key taken)."""
-    if not together and len(cols[0]) > 1:  # (a single put's was advanced: _one_args)
+    :func:`_batch_queue`), then encodes them in order, each taking its UNIQ_KEY, up to the
+    message refused (a record too large for a segment is refused only when appended, with
+    every key taken). A single put (:func:`_put_one`) chose its queue and took its key before
+    its call, as the general path does, and has nothing to put back."""
+    if not together:
         rr = store.putter.round_robin
         for topic, qid, shard in zip(cols[0], cols[4], cols[5]):
             if qid is None and shard is None:
