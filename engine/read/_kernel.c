@@ -1197,9 +1197,13 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
                     int32_t queue, int64_t qnext, int64_t born, int32_t flag,
                     const char *born_host, int32_t want_index, int64_t *out)
 {
-    if (queue < 0 || queue >= a->nslots || head_len < 0 || keys_at < 0 || keys_len < 0 ||
-        keys_at > head_len - keys_len || body_len < 0 || uniq_len < 0 ||
-        (head_len && !head) || (body_len && !body) || (uniq_len && !uniq) || !out)
+    /* lengths past these would overflow rmq_put's int32 property sums or int64 record sizes
+     * before its own limits (maxMessageSize, 32,767 bytes of properties) refuse them */
+    const int32_t most = (int32_t)1 << 29;
+    if (queue < 0 || queue >= a->nslots || head_len < 0 || head_len > most || keys_at < 0 ||
+        keys_len < 0 || keys_at > head_len - keys_len || body_len < 0 ||
+        body_len > a->max_total || uniq_len < 0 || uniq_len > most || (head_len && !head) ||
+        (body_len && !body) || (uniq_len && !uniq) || !out)
         return 3;
     const rmq_put_args saved = *a;
     const int32_t zero = 0, end = head_len, ka = keys_at, kl = keys_len, fl = flag;
@@ -1214,6 +1218,7 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     a->body_at = NULL;
     a->body_end = &body_end;
     a->topic_of = &zero;
+    a->topic_slot = &zero; /* its queue q is slot q */
     a->head_of = &zero;
     a->queue_of = &queue;
     a->born = &b;
@@ -1249,6 +1254,7 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     a->body_at = saved.body_at;
     a->body_end = saved.body_end;
     a->topic_of = saved.topic_of;
+    a->topic_slot = saved.topic_slot;
     a->head_of = saved.head_of;
     a->queue_of = saved.queue_of;
     a->born = saved.born;

@@ -225,15 +225,18 @@ int32_t rmq_put(rmq_put_args *a);
 /* rmq_put_one: rmq_put of one message, its values passed as arguments rather than through
  * one-element arrays, so that a single put costs one call instead of a dozen stores into the
  * struct (engine/service/putmessage.py's _put_one; DefaultMessageStore.putMessage). a holds
- * the tables of the message's topic (topic 0, a->nslots its queues) and the store's values;
- * its per-message fields are set here for the call and given back their values before it
- * returns. head[0..head_len): the property items before UNIQ_KEY, the KEYS value at keys_at
- * (keys_len bytes, 0: none); tags_code: its ConsumeQueue tagsCode; queue: its queueId, whose
- * next queue offset is qnext; born 0: now; born_host: 8 bytes, NULL: a->default_born.
- * out[7]: the record's CommitLog offset, TOTALSIZE and queue offset, the CommitLog's end after
- * it, the bytes of a->out and the index entries it takes, the chunks (2 when it starts the
- * next segment). Returns rmq_put's codes, and 3 (nothing changed) for a queue that is not one
- * of a->nslots or a length out of range. */
+ * the tables of the message's topic (topic 0, a->nslots its queues, queue q in slot q) and
+ * the store's values; its per-message fields (and topic_slot) are set here for the call and
+ * given back their values before it returns. head[0..head_len): the property items before
+ * UNIQ_KEY, the KEYS value at keys_at (keys_len bytes, 0: none); tags_code: its ConsumeQueue
+ * tagsCode; queue: its queueId, whose next queue offset is qnext; born 0: now; born_host: 8
+ * bytes, NULL: a->default_born. out[7]: the record's CommitLog offset, TOTALSIZE and queue
+ * offset (0 unless it returns 0), the CommitLog's end after it, the bytes of a->out and the
+ * index entries it takes (what rmq_put asks for when it returns 2), the chunks (2 when it
+ * starts the next segment); out[3..6] mean nothing when it returns 1 or 3. Returns rmq_put's
+ * codes, and 3 (nothing changed, out untouched) for a queue that is not one of a->nslots, a
+ * length below 0 or above 2^29 (body_len: above a->max_total), KEYS outside the head, a NULL
+ * buffer of a non-zero length or a NULL out. */
 int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *head,
                     int32_t head_len, int64_t tags_code, int32_t keys_at, int32_t keys_len,
                     const char *body, int64_t body_len, const char *uniq, int32_t uniq_len,

@@ -868,10 +868,10 @@ def put_bodies(
         or list(map(type, bodies)).count(bytes) != len(bodies)
         or max(lens := array("q", map(len, bodies))) > store.config.max_message_size
     ):
-        return _put(store, [Message(topic, b, queue_id=queue_id) for b in bodies], False)
+        return put_messages(store, [Message(topic, b, queue_id=queue_id) for b in bodies])
     info = plain_topic(store, topic)
     if info is None or info[0] <= 0:  # no write queue: the general path says so
-        return _put(store, [Message(topic, b, queue_id=queue_id) for b in bodies], False)
+        return put_messages(store, [Message(topic, b, queue_id=queue_id) for b in bodies])
     _check_room(store)
     n = len(bodies)
     cols = [tuple(itertools.repeat(v, n)) for v in row]
@@ -978,6 +978,9 @@ class _PutCall:
             a.topic_rr,
         ) = varying
         self.last = varying
+        # the topic tables changed: the next single put points the struct at its own again,
+        # even when this batch fails before it is done (set_topic)
+        self.last_topic = ()
 
     def set_topic(self, topic: str, info: PlainTopic) -> None:
         """Point the struct at the tables of one topic, a single put's (``rmq_put_one`` sets
@@ -1114,7 +1117,7 @@ def _put_compiled(
     a.nslots = nslots
     a.together = together
     rc = lib.rmq_put(a)
-    if rc == 2:  # short of room (cannot happen with the sizes above): nothing changed
+    if rc == 2:  # short of room (properties past 512 bytes a message): nothing changed
         call.arrays(n, nslots, a.nidx, a.need)
         rc = lib.rmq_put(a)
     del hold
@@ -1205,7 +1208,7 @@ def _put_one(
     args = (a, now, start, head, len(head), tc, keys_at, keys_len, body, len(body), uniq, len(uniq))
     more = (qid, nxt, born or 0, flag, born_host or ffi.NULL, index is not None, o)
     rc = call.lib.rmq_put_one(*args, *more)
-    if rc == 2:  # short of room (cannot happen with the sizes above): nothing changed
+    if rc == 2:  # short of room (properties past 512 bytes a message): nothing changed
         call.arrays(1, nslots, o[5], o[4])
         rc = call.lib.rmq_put_one(*args, *more)
     if rc != 0:  # (the UNIQ_KEY taken stays taken, as the general path's)
@@ -1310,9 +1313,9 @@ def _batch_args(
     index: Any,
     together: bool = False,
 ) -> tuple[list, list[str]]:
-    """Set ``rmq_put``'s per-batch arguments for a batch of several messages: ``(the buffers
-    to keep alive until it returns, the UNIQ_KEYs)``; ``together``: a MessageBatch (one
-    queue for all, chosen by :func:`_queue_args`)."""
+    """Set ``rmq_put``'s per-batch arguments for a batch (any put but a single message's,
+    :func:`_put_one`): ``(the buffers to keep alive until it returns, the UNIQ_KEYs)``;
+    ``together``: a MessageBatch (one queue for all, chosen by :func:`_batch_queue`)."""
     topic_c, bodies, tags_c, keys_c, qid_c, shard_c, born_c, _, flag_c = cols[:9]
     n = len(topic_c)
     ffi, a = call.ffi, call.args
@@ -1358,7 +1361,6 @@ def _batch_args(
     a.n = n
     a.uniq_len = len(uniq_keys[0])
     a.ntopics = len(tnames)
-    call.last_topic = ()  # the next single put points the struct at its topic's tables again
     return hold, uniq_keys
 
 

@@ -298,8 +298,15 @@ def check_message(msg: Message) -> None:
         check_text("shardingKey", msg.sharding_key)
     check_queue_id(msg.queue_id)
     check_timing(msg)
-    if not isinstance(msg.body, (bytes, bytearray, memoryview)):
-        raise MessageIllegalError(f"body must be bytes, not {type(msg.body).__name__}")
+    body = msg.body
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise MessageIllegalError(f"body must be bytes, not {type(body).__name__}")
+    if isinstance(body, memoryview) and (body.itemsize != 1 or not body.c_contiguous):
+        # its len() would not be its size in bytes, and the put paths copy it as one block
+        raise MessageIllegalError(
+            "body must be bytes: a memoryview body must be contiguous, of single bytes "
+            f"(this one: format {body.format!r}, {'' if body.c_contiguous else 'not '}contiguous)"
+        )
 
 
 def check_messages(messages: Iterable[Message]) -> None:

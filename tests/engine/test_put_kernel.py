@@ -316,46 +316,150 @@ def test_a_batch_rolls_segments_with_blank_records(tmp_path):
     assert len(scan["blanks"]) == len({r.commitlog_offset // 4096 for r in res}) - 1
 
 
+#: the fields of rmq_put_args rmq_put_one sets for its call and gives back
+_ONE_FIELDS = (
+    "n", "ntopics", "together", "now", "start", "want_index", "bodies", "body_at", "body_end",
+    "topic_of", "topic_slot", "head_of", "queue_of", "born", "born_host", "flag", "uniq",
+    "uniq_len", "heads", "head_end", "head_tags_code", "head_keys_at", "head_keys_len",
+)  # fmt: skip
+
+
 def test_a_single_puts_entry_refuses_arguments_out_of_range(tmp_path):
     """``rmq_put_one`` (a single put's entry) refuses a queue that is not one of its topic's,
-    a length out of range and a missing buffer with code 3, changing nothing; the struct's
-    fields a batch uses are given back after every call; bodies that are not bytes go in
-    place."""
-    with MessageStore(str(tmp_path / "s")) as s:
+    a length out of range (lengths that would overflow the encoder's sums included) and a
+    missing buffer with code 3, changing nothing; it gives the struct's fields a batch set
+    back after a put and after a refusal; bodies that are not bytes go in place."""
+    cfg = StoreConfig(max_message_size=4096)
+    with MessageStore(str(tmp_path / "s"), cfg) as s:
         s.create_topic("T", 4)
-        first = s.put_messages([Message("T", bytearray(b"ab"), tags="t")])[0]
-        assert s.get_message("T", first.queue_id, first.queue_offset).body == b"ab"
+        s.put_messages([Message("T", b"batch%d" % i, keys="k") for i in range(3)])
         call = s.putter.call
         ffi, lib, a = call.ffi, call.lib, call.args
-        fields = ("n", "bodies", "body_end", "topic_of", "head_of", "queue_of", "heads", "uniq")
-        before = [getattr(a, f) for f in fields]
+        before = [getattr(a, f) for f in _ONE_FIELDS]
+        first = s.put_messages([Message("T", bytearray(b"ab"), tags="t")])[0]
+        assert s.get_message("T", first.queue_id, first.queue_offset).body == b"ab"
+        assert [getattr(a, f) for f in _ONE_FIELDS] == before
         end = s.commitlog.max_offset
         o = ffi.new("int64_t[7]")
+        big = b"B" * a.max_total
         ok = dict(head=b"", head_len=0, keys_at=0, keys_len=0, body=b"x", body_len=1)
         ok |= dict(uniq=b"U" * 32, uniq_len=32, queue=1, out=o)
+
+        def one(**bad):
+            v = ok | bad
+            return lib.rmq_put_one(
+                a, T0, end, v["head"], v["head_len"], 0, v["keys_at"], v["keys_len"],
+                v["body"], v["body_len"], v["uniq"], v["uniq_len"], v["queue"], 0, 0, 0,
+                ffi.NULL, 1, v["out"],
+            )  # fmt: skip
+
+        assert one(body=big, body_len=len(big)) == 1  # too large: rmq_put's own refusal
+        assert a.bad_code == lib.RMQ_PUT_TOO_LARGE
+        assert [getattr(a, f) for f in _ONE_FIELDS] == before
         for bad in (
             dict(queue=-1),
             dict(queue=4),
             dict(head=b"KEYS\x01k\x02", head_len=7, keys_at=5, keys_len=3),
             dict(keys_len=-1),
+            dict(head_len=(1 << 29) + 1),
             dict(body_len=-1),
+            dict(body=big, body_len=len(big) + 1),
+            dict(body_len=2**63 - 60),
+            dict(uniq_len=2**31 - 10),
             dict(body=ffi.NULL),
             dict(uniq=ffi.NULL),
             dict(out=ffi.NULL),
         ):
-            v = ok | bad
-            rc = lib.rmq_put_one(
-                a, T0, end, v["head"], v["head_len"], 0, v["keys_at"], v["keys_len"],
-                v["body"], v["body_len"], v["uniq"], v["uniq_len"], v["queue"], 0, 0, 0,
-                ffi.NULL, 1, v["out"],
-            )  # fmt: skip
-            assert rc == 3, bad
-            assert [getattr(a, f) for f in fields] == before
+            assert one(**bad) == 3, bad
+            assert [getattr(a, f) for f in _ONE_FIELDS] == before
         assert s.commitlog.max_offset == end
         r = s.put_messages([Message("T", memoryview(b"cd"), keys="k")])[0]
         assert r.commitlog_offset == end
         assert s.get_message("T", r.queue_id, r.queue_offset).body == b"cd"
-        assert [m.body for m in s.query_by_key("T", "k")] == [b"cd"]
+        assert [m.body for m in s.query_by_key("T", "k")] == [
+            b"cd",
+            b"batch2",
+            b"batch1",
+            b"batch0",
+        ]
+
+
+@pytest.fixture(scope="module")
+def one_call(tmp_path_factory):
+    """A store's compiled put struct after a batch and a single put of topic T (4 queues)."""
+    with MessageStore(str(tmp_path_factory.mktemp("one") / "s")) as s:
+        s.create_topic("T", 4)
+        s.put_messages([Message("T", b"batch", keys="k")] * 2)
+        s.put_messages([Message("T", b"one")])
+        yield s.putter.call
+
+
+_HUGE = st.sampled_from([2**29, 2**29 + 1, 2**31 - 10, 2**31 - 1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    head_len=st.one_of(st.integers(-3, 80), _HUGE),
+    keys=st.tuples(st.integers(-3, 80), st.integers(-3, 80)),
+    body_len=st.one_of(st.integers(-3, 400), st.sampled_from([2**40, 2**63 - 60])),
+    uniq_len=st.one_of(st.integers(-3, 80), _HUGE),
+    queue=st.integers(-2, 5),
+    start=st.integers(0, 3 * SEGMENT),
+    seed=st.binary(min_size=1, max_size=8),
+)
+def test_a_single_puts_entry_takes_any_arguments(
+    one_call, head_len, keys, body_len, uniq_len, queue, start, seed
+):
+    """Fuzzed under the sanitizer build (SAN_TESTS): whatever lengths, offsets and queue it is
+    handed (each buffer as long as its length says, where that is small enough to build),
+    ``rmq_put_one`` refuses with 3 exactly what breaks its rules, returns one of rmq_put's
+    codes otherwise, and gives back every field it set."""
+    ffi, lib, a = one_call.ffi, one_call.lib, one_call.args
+    before = [getattr(a, f) for f in _ONE_FIELDS]
+
+    def buf(n):
+        return (seed * (n // len(seed) + 1))[:n] if 0 < n <= 4096 else b"?"
+
+    keys_at, keys_len = keys
+    o = ffi.new("int64_t[7]")
+    rc = lib.rmq_put_one(
+        a, T0, start, buf(head_len), head_len, 7, keys_at, keys_len, buf(body_len), body_len,
+        buf(uniq_len), uniq_len, queue, 3, 0, 0, ffi.NULL, 1, o,
+    )  # fmt: skip
+    broken = (
+        not 0 <= queue < a.nslots
+        or not 0 <= head_len <= 2**29
+        or keys_at < 0
+        or keys_len < 0
+        or keys_at + keys_len > head_len
+        or not 0 <= body_len <= a.max_total
+        or not 0 <= uniq_len <= 2**29
+    )
+    assert rc == 3 if broken else rc in (0, 1, 2)
+    assert [getattr(a, f) for f in _ONE_FIELDS] == before
+    if rc == 0:
+        assert (o[0], o[2]) == (o[3] - o[1], 3) and o[1] > 0
+
+
+def test_a_single_put_after_another_topics_batch_failed_names_its_own_topic(tmp_path):
+    """A batch points the struct at its topics' tables before its last steps; one that fails
+    after that (its buffers, a full memory) must not leave the next single put of the topic
+    before it encoding its record with the batch's topic name and hash (the single put's
+    tables are cached: ``_PutCall.set_topic``)."""
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 4)
+        s.create_topic("Other", 1)
+        s.put_messages([Message("T", b"a")])
+        call = s.putter.call
+        # what _batch_args does first for a batch of Other, which then fails
+        _, tables = call.topic_tables(("Other",), (putmessage.plain_topic(s, "Other"),))
+        call.set_varying((call.ffi.NULL,) * 10 + tuple(tables))
+        r = s.put_messages([Message("T", b"b", keys="kb")])[0]
+        rec = s.get_message("T", r.queue_id, r.queue_offset)
+        assert (rec.topic, rec.body) == ("T", b"b")
+        assert [m.body for m in s.query_by_key("T", "kb")] == [b"b"]
+    scan = refreader.scan_commitlog(str(tmp_path / "s" / "commitlog"))
+    assert [r["topic"] for r in scan["records"]] == ["T", "T"]
 
 
 @settings(max_examples=200, deadline=None)

@@ -154,6 +154,32 @@ def test_blank_and_malformed_fields(store):
     assert store.get_message("T", 3, 0).keys == ["a", "b"]
 
 
+def test_a_memoryview_body_must_be_contiguous_single_bytes(store):
+    """A memoryview whose ``len()`` is not its size in bytes (items wider than a byte), or
+    that is not one block (a strided slice), is refused as a body by every put; bytes-like
+    bodies that are one block of bytes are stored as given."""
+    from array import array
+
+    wide = memoryview(array("i", [1, 2, 3]))
+    strided = memoryview(b"abcdefgh" * 500)[::2]
+    for body, what in ((wide, "format 'i'"), (strided, "not contiguous")):
+        _refused(store, Message("T", body), what)
+        end = store.commitlog.max_offset
+        with pytest.raises(MessageIllegalError, match=what):
+            store.put_messages([Message("T", body)])  # a single put
+        with pytest.raises(MessageIllegalError, match=what):
+            store.put_messages([Message("T", body)] * 3, batch=True)
+        with pytest.raises(MessageIllegalError, match=what):
+            store.put_bodies("T", [b"ok", body])
+        assert store.commitlog.max_offset == end
+    good = [bytearray(b"ba"), memoryview(b"mv"), memoryview(bytearray(b"xyz"))[1:]]
+    res = store.put_messages([Message("T", b, queue_id=0) for b in good])
+    got = [store.get_message("T", 0, r.queue_offset).body for r in res]
+    assert got == [b"ba", b"mv", b"yz"]
+    r = store.put_messages([Message("T", memoryview(b"one"), queue_id=0)])[0]
+    assert store.get_message("T", 0, r.queue_offset).body == b"one"
+
+
 def test_bool_queue_id_never_names_a_consume_queue(store, tmp_path):
     """Issue 9 item 2: queueId true was taken as queue 1 with its CQ at consumequeue/T/True."""
     _refused(store, Message("T", b"b0", queue_id=True))
