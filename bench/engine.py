@@ -12,7 +12,10 @@ the store and the baseline write to the same filesystem:
 * **append**: ``MessageStore.put_messages`` of 100-byte, 1 KiB and 16 KiB bodies (loghub lines,
   tags ``TagA``, a UNIQ_KEY per message indexed in the IndexFile, 4 queues round-robin) in
   batches of 256 and of 1, and 100-byte bodies as MessageBatches of 256 (``batch=True``: one
-  queue a batch, kept whole in one segment, as RocketMQ's ``putMessages``). The baseline
+  queue a batch, kept whole in one segment, as RocketMQ's ``putMessages``) and through
+  ``MessageStore.put_bodies`` in batches of 256 (no ``Message`` and, with ``results=False``,
+  no ``PutResult`` a body: what the mount's ``produce`` calls for each ``write()``; its
+  records have no TAGS property, so they are 10 bytes shorter). The baseline
   writes the very same number of CommitLog bytes with a sequential ``os.write`` loop, one
   write per batch, to a new file in the same directory.
   Reported: messages/s (wall clock, and per CPU-second of the process: what one core does
@@ -114,17 +117,31 @@ def _open(root: str, **cfg) -> MessageStore:
 
 
 def _append_once(
-    work: str, batches, nbatches: int, tag: str, message_batch: bool = False
+    work: str, batches, nbatches: int, tag: str, message_batch: bool = False, bodies: bool = False
 ) -> tuple[float, float, int, list]:
+    """One run of :func:`bench_append`: ``(seconds, CPU seconds, CommitLog bytes, the bytes of
+    each distinct batch)``; ``bodies``: the batches' bodies through ``put_bodies`` without
+    PutResults (what the mount's produce calls), their bytes from the CommitLog's end."""
     root = os.path.join(work, f"append-{tag}")
     store = _open(root)
-    gc.collect()
     sizes = []
-    t0, c0 = time.perf_counter(), time.process_time()
-    for i in range(nbatches):
-        res = store.put_messages(batches[i % len(batches)], batch=message_batch)
-        if i < len(batches):
-            sizes.append(sum(r.size for r in res))
+    if bodies:
+        plain = [[m.body for m in b] for b in batches]
+        gc.collect()
+        t0, c0 = time.perf_counter(), time.process_time()
+        for i in range(nbatches):
+            if i < len(plain):
+                start = store.commitlog.max_offset
+            store.put_bodies(TOPIC, plain[i % len(plain)], results=False)
+            if i < len(plain):
+                sizes.append(store.commitlog.max_offset - start)
+    else:
+        gc.collect()
+        t0, c0 = time.perf_counter(), time.process_time()
+        for i in range(nbatches):
+            res = store.put_messages(batches[i % len(batches)], batch=message_batch)
+            if i < len(batches):
+                sizes.append(sum(r.size for r in res))
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     written = store.commitlog.max_offset
     store.close()
@@ -154,17 +171,25 @@ def _plain_once(work: str, sizes: list, written: int, tag: str) -> float:
 
 
 def bench_append(
-    work: str, body_size: int, batch: int, count: int, repeat: int, message_batch: bool = False
+    work: str,
+    body_size: int,
+    batch: int,
+    count: int,
+    repeat: int,
+    message_batch: bool = False,
+    bodies: bool = False,
 ) -> dict:
-    """Put ``count`` messages in batches of ``batch`` (``message_batch``: as MessageBatches),
-    then write as many bytes with os.write; ``repeat`` times, alternating, keeping the best run
-    of each (the machine is shared)."""
+    """Put ``count`` messages in batches of ``batch`` (``message_batch``: as MessageBatches;
+    ``bodies``: their bodies through ``put_bodies``), then write as many bytes with os.write;
+    ``repeat`` times, alternating, keeping the best run of each (the machine is shared)."""
     batches = make_batches(body_size, batch, distinct=max(1, min(64, count // batch)))
     nbatches = max(1, count // batch)
     runs = []
     for _r in range(repeat):
         tag = f"{body_size}-{batch}"
-        elapsed, cpu, written, sizes = _append_once(work, batches, nbatches, tag, message_batch)
+        elapsed, cpu, written, sizes = _append_once(
+            work, batches, nbatches, tag, message_batch, bodies
+        )
         plain = _plain_once(work, sizes, written, tag)
         runs.append((elapsed, cpu, plain))
     elapsed, cpu, _ = min(runs)
@@ -176,6 +201,7 @@ def bench_append(
         "body_bytes": body_size,
         "batch": batch,
         "message_batch": message_batch,
+        "put_bodies": bodies,
         "messages": n,
         "commitlog_bytes": written,
         "seconds": round(elapsed, 3),
@@ -525,15 +551,19 @@ def main(argv=None) -> int:
     try:
         if "append" in parts:
             results["append"] = []
-            cases = [(body, batch, False) for body in (100, 1024, 16384) for batch in (BATCH, 1)]
-            cases.insert(1, (100, BATCH, True))
+            cases = [
+                (body, batch, False, False) for body in (100, 1024, 16384) for batch in (BATCH, 1)
+            ]
+            cases[1:1] = [(100, BATCH, True, False), (100, BATCH, False, True)]
             counts = {100: 500_000, 1024: 300_000, 16384: 40_000}
-            for body, batch, message_batch in cases:
+            for body, batch, message_batch, bodies in cases:
                 count = counts[body]
                 n = int(count * scale) if batch > 1 else int(min(count, 20_000) * scale)
-                r = bench_append(work, body, batch, max(n, batch), args.repeat, message_batch)
+                r = bench_append(
+                    work, body, batch, max(n, batch), args.repeat, message_batch, bodies
+                )
                 results["append"].append(r)
-                kind = " MessageBatch" if message_batch else ""
+                kind = " MessageBatch" if message_batch else " put_bodies" if bodies else ""
                 print(
                     f"append {body:>6} B x{batch:<4}{kind} {r['messages_per_s']:>9,} msg/s "
                     f"({r['messages_per_cpu_s']:,} per CPU-s) "
@@ -586,6 +616,13 @@ def run_growth(work: str, grow_to: int | None, quick: bool) -> list[dict]:
     return bench_growth(work, marks, samples, samples, recover_at)
 
 
+def _append_kind(r: dict) -> str:
+    """How an append case put its batches, as the table names it."""
+    if r.get("message_batch"):
+        return "MessageBatch"
+    return "put_bodies, batch" if r.get("put_bodies") else "batch"
+
+
 def print_table(results: dict) -> None:
     """The results as a Markdown table (pasted into docs/performance.md)."""
     if any(k in results for k in ("append", "read", "recovery")):
@@ -595,7 +632,7 @@ def print_table(results: dict) -> None:
     for r in results.get("append", []):
         print(
             f"| append {r['body_bytes']} B bodies, "
-            f"{'MessageBatch' if r.get('message_batch') else 'batch'} {r['batch']} | "
+            f"{_append_kind(r)} {r['batch']} | "
             f"{r['messages_per_s']:,} | {r['messages_per_cpu_s']:,} | {r['mb_per_s']:.1f} | "
             f"{r['plain_write_mb_per_s']:.1f} | {r['ratio_to_plain_write']:.2f} |"
         )

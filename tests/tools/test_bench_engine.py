@@ -37,7 +37,7 @@ def test_growth_measures_every_mark_and_cleans_up(tmp_path, capsys):
     assert engine.parse_size("10G") == 10 << 30 and engine.parse_size("512M") == 512 * MIB
 
 
-def test_append_measures_message_batches_and_cleans_up(tmp_path, capsys):
+def test_append_measures_message_batches_and_put_bodies_and_cleans_up(tmp_path, capsys):
     r = engine.bench_append(str(tmp_path), 100, 256, 512, 1, message_batch=True)
     assert r["message_batch"] and r["messages"] == 512 and r["commitlog_bytes"] > 512 * 100
     # a tiny run on a fresh store: the ratio may round to 0.000, the figures say nothing
@@ -46,6 +46,12 @@ def test_append_measures_message_batches_and_cleans_up(tmp_path, capsys):
     assert os.listdir(tmp_path) == []
     engine.print_table({"append": [r]})
     assert "| append 100 B bodies, MessageBatch 256 |" in capsys.readouterr().out
+    b = engine.bench_append(str(tmp_path), 100, 256, 512, 1, bodies=True)
+    assert b["put_bodies"] and b["messages"] == 512
+    assert 512 * 100 < b["commitlog_bytes"] < r["commitlog_bytes"]  # no TAGS: put_bodies has none
+    assert os.listdir(tmp_path) == []
+    engine.print_table({"append": [b]})
+    assert "| append 100 B bodies, put_bodies, batch 256 |" in capsys.readouterr().out
 
 
 def test_recovery_rebuilds_what_it_lost_and_cleans_up(tmp_path, capsys):
