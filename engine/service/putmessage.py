@@ -968,15 +968,8 @@ class _PutCall:
             a.head_tags_code,
             a.head_keys_at,
             a.head_keys_len,
-            a.topic_field,
-            a.topic_field_end,
-            a.topic_magic,
-            a.topic_base,
-            a.topic_hash,
-            a.topic_nwq,
-            a.topic_slot,
-            a.topic_rr,
-        ) = varying
+        ) = varying[:10]
+        self._point_at(varying[10:])
         self.last = varying
         # the topic tables changed: the next single put points the struct at its own again,
         # even when this batch fails before it is done (set_topic)
@@ -989,6 +982,15 @@ class _PutCall:
         if last and last[1] is info and last[0] == topic:
             return
         slots, tables = self.topic_tables((topic,), (info,))
+        self._point_at(tables)
+        self.args.nslots = len(slots)
+        self.last_topic = (topic, info)
+        self.last_tables = tables  # (kept alive while the struct points at them)
+        self.last = ()  # the next batch points the struct at every one of its tables again
+
+    def _point_at(self, tables: Sequence) -> None:
+        """Point the struct at a set of topics' tables (:meth:`topic_tables`' arrays, in its
+        order); the caller keeps them alive."""
         a = self.args
         (
             a.topic_field,
@@ -1000,10 +1002,6 @@ class _PutCall:
             a.topic_slot,
             a.topic_rr,
         ) = tables
-        a.nslots = len(slots)
-        self.last_topic = (topic, info)
-        self.last_tables = tables  # (kept alive while the struct points at them)
-        self.last = ()  # the next batch points the struct at every one of its tables again
 
     def arrays(self, n: int, nslots: int, nidx: int, nout: int) -> None:
         """Output arrays for ``n`` messages, ``nslots`` queues, ``nidx`` index entries and
