@@ -489,6 +489,9 @@ class IndexFile:
         # The hash slots as native ints, loaded on the first batched put (hashSlotNum * 4
         # bytes, 20 MB for the default geometry) and kept equal to the file by every writer.
         self._slots: array | None = None
+        # made here: its slots are all 0 until its first item (a slot is written only with
+        # an item, or put back as it was), so they need not be read
+        self._created = created
 
     def _items_base_of(self) -> int:
         """Where item 0 would start: after the header and the slot table."""
@@ -616,10 +619,14 @@ class IndexFile:
     def _slot_table(self) -> array:
         slots = self._slots
         if slots is None:
-            slots = array("i")
-            slots.frombytes(self._io.read(INDEX_HEADER_SIZE, self.hash_slot_num * HASH_SLOT_SIZE))
-            if sys.byteorder == "little":
-                slots.byteswap()
+            size = self.hash_slot_num * HASH_SLOT_SIZE
+            if self._created and self.index_count <= 1:  # no item yet: the slots are all 0
+                slots = array("i", bytes(size))
+            else:
+                slots = array("i")
+                slots.frombytes(self._io.read(INDEX_HEADER_SIZE, size))
+                if sys.byteorder == "little":
+                    slots.byteswap()
             self._slots = slots
         return slots
 
@@ -1042,6 +1049,7 @@ class IndexFile:
         if cut is None:
             return self.index_count
         self._slots = None  # reloaded from the file on the next batched put
+        self._created = False  # (a cut to no item may leave slots that are not 0)
         for slot in cut.changed.tolist():
             self._io.write(
                 INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE, SLOT.pack(int(cut.slots[slot]))

@@ -168,6 +168,35 @@ def test_stale_slot_counts_as_empty(tmp_path):
     f.close()
 
 
+def test_a_new_file_does_not_read_its_slots_until_it_holds_an_item(tmp_path, monkeypatch):
+    """A file this process created has only 0 slots until its first item: its first batched
+    put does not read the slot table (20 MB by default, a sparse file's zero pages), and
+    writes what a put into a reopened file writes. A file opened, or cut, reads them."""
+    reads = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: reads.append(n) or real(fd, n, off))
+    flat = [v for i in range(3) for v in (index_key_hash(f"T#k{i}"), 100 + i, T0 + i)]
+    new = IndexFile(str(tmp_path / "new"), 64, 32)
+    new.put_hashed(flat)
+    assert max(reads, default=0) < 64 * 4  # no read of the slot table
+    new.close()
+    IndexFile(str(tmp_path / "old"), 64, 32).close()
+    reads.clear()
+    old = IndexFile(str(tmp_path / "old"), 64, 32)  # opened: its slots are read
+    old.put_hashed(flat)
+    assert 64 * 4 in reads
+    old.close()
+    assert used_bytes(tmp_path / "new", 64) == used_bytes(tmp_path / "old", 64)
+    cut = IndexFile(str(tmp_path / "cut"), 64, 32)  # created here, then cut to no item
+    cut.put_hashed(flat)
+    cut.truncate(0)
+    assert cut.index_count == 1
+    reads.clear()
+    cut.put_hashed(flat)  # a cut file's slots are read again
+    assert 64 * 4 in reads
+    cut.close()
+
+
 def test_select_time_window(tmp_path):
     f = IndexFile(str(tmp_path / "f"), 4, 64)
     for i in range(10):
