@@ -598,6 +598,7 @@ class IndexFile:
             begin_ts, store_timestamp, begin_phy, phy_offset, slot_count, count + 1
         )
         self._io.write(self._items_base + count * INDEX_SIZE, item)
+        self._created = False  # its slots are read from now on (this write may be left behind)
         self._io.write(slot_pos, SLOT.pack(count))
         try:
             self._io.write(0, header)
@@ -621,7 +622,7 @@ class IndexFile:
         if slots is None:
             size = self.hash_slot_num * HASH_SLOT_SIZE
             if self._created and self.index_count <= 1:  # no item yet: the slots are all 0
-                slots = array("i", bytes(size))
+                slots = array("i", [0]) * self.hash_slot_num
             else:
                 slots = array("i")
                 slots.frombytes(self._io.read(INDEX_HEADER_SIZE, size))
@@ -689,7 +690,6 @@ class IndexFile:
         )
         c, slot_count, begin_ts, begin_phy, ts, phy = after
         io = self._io
-        written: list[tuple[int, int]] = []
         try:
             io.write(self._items_base + count * INDEX_SIZE, packed)
             for first, run in _slot_runs(sorted(old), _SLOT_GAP):
@@ -699,12 +699,13 @@ class IndexFile:
                     if run == 1
                     else struct.pack(f">{run}i", *slots[first : first + run]),
                 )
-                written.append((first, run))
             io.write(0, HEADER.pack(begin_ts, ts, begin_phy, phy, slot_count, c))
         except OSError:
             for slot, value in old.items():
                 slots[slot] = value
-            for first, run in written:  # the chains must not name unwritten items
+            # the chains must not name unwritten items: every run put back, the one a write
+            # failed in the middle of (a short pwrite) included
+            for first, run in _slot_runs(sorted(old), _SLOT_GAP):
                 try:
                     io.write(
                         INDEX_HEADER_SIZE + first * HASH_SLOT_SIZE,

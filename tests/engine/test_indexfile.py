@@ -238,6 +238,61 @@ def test_put_key_restores_slot_when_header_write_fails(tmp_path):
     f.close()
 
 
+def test_a_batch_put_cut_short_in_its_slots_puts_every_slot_back(tmp_path):
+    """A batched put whose write of a run of slots stops part way (a short ``pwrite``, then
+    ENOSPC) leaves no slot naming an item the header does not count: every run is put back,
+    the one cut short too; the header and the in-memory table are as before."""
+    f = IndexFile(str(tmp_path / "f"), 64, 32)
+    f.put_hashed([1, 10, T0])  # one item: the file now holds a slot
+    before = Path(f.path).read_bytes()[: INDEX_HEADER_SIZE + 64 * 4]
+    real = f._io
+
+    class ShortSlotRun:
+        def __init__(self):
+            self.read = real.read
+            self.failed = False
+
+        def write(self, off, data):
+            in_slots = INDEX_HEADER_SIZE <= off < INDEX_HEADER_SIZE + 64 * 4
+            if not self.failed and in_slots and len(data) > 4:
+                # the run of slots 5..9: its first two land, then ENOSPC
+                real.write(off, bytes(data)[:8])
+                self.failed = True
+                raise OSError(28, "No space left on device")
+            real.write(off, data)
+
+    f._io = ShortSlotRun()
+    entries = [v for k in range(5, 10) for v in (k, 100 + k, T0 + k)]  # slots 5..9: one run
+    with pytest.raises(OSError):
+        f.put_hashed(entries)
+    f._io = real
+    assert f.index_count == 2
+    assert Path(f.path).read_bytes()[: INDEX_HEADER_SIZE + 64 * 4] == before
+    assert f.put_hashed(entries) == 5  # and the next put goes on from the table as it was
+    items = rr.read_index_items(f.path, 64)  # (keyHash, phyOffset, timeDiff, prevIndex)
+    assert [(i[0], i[1], i[3]) for i in items] == [(1, 10, 0)] + [
+        (k, 100 + k, 0) for k in range(5, 10)
+    ]
+    f.close()
+
+
+def test_a_new_files_first_key_then_a_batch_chain_as_put_key_does(tmp_path):
+    """A file created here whose first item came through ``put_key`` (its in-memory slot
+    table not loaded yet) reads its slots for the next batched put: the batch's item for the
+    same key chains to item 1, as a file written only by ``put_key``."""
+    a = IndexFile(str(tmp_path / "a"), 64, 32)
+    a.put_key("T#a", 10, T0)
+    a.put_hashed([index_key_hash("T#a"), 20, T0 + 1000] * 5)  # a batch (more than a few)
+    b = IndexFile(str(tmp_path / "b"), 64, 32)
+    b.put_key("T#a", 10, T0)
+    for _ in range(5):
+        b.put_key("T#a", 20, T0 + 1000)
+    assert rr.read_index_items(a.path, 64)[1][3] == 1  # prevIndex of the batch's first item
+    assert used_bytes(a, 64) == used_bytes(b, 64)
+    a.close()
+    b.close()
+
+
 def test_read_only_file_refuses_put(tmp_path):
     f = IndexFile(str(tmp_path / "f"), 4, 16)
     f.put_key("T#a", 1, T0)
