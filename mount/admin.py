@@ -30,8 +30,10 @@ Exit status: 0 on success, 1 with ``rmqfs: <message>`` on stderr on failure (and
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import json
+import operator
 import os
 import re
 import sys
@@ -519,44 +521,52 @@ def cmd_produce(args: argparse.Namespace) -> int:
             print(f"created topic {args.topic} with {created.write_queue_nums} queues")
         if args.queue_id is not None:
             _queue(store, args.topic, args.queue_id)
-        counts: dict[int, int] = {}
+        counts: collections.Counter[int] = collections.Counter()
         held: set[str] = set()  # the system topics delayed and timed messages wait in
         first: PutResult | None = None
         last: PutResult | None = None
         total = 0
+        # lines that are bodies only go in as bodies (put_bodies: no Message a line)
+        plain = not (args.tags or args.keys or properties or timing["delay_level"]) and (
+            timing["deliver_time_ms"] is None and timing["delay_time_ms"] is None
+        )
 
         def put(lines: Iterable[bytes]) -> None:
             nonlocal first, last, total
-            msgs = [
-                Message(
-                    args.topic,
-                    line,
-                    tags=args.tags,
-                    keys=args.keys,
-                    properties=properties or None,
-                    queue_id=args.queue_id,
-                    **timing,
-                )
-                for line in lines
-                if line
-            ]  # an empty line is no message
-            if not msgs:
+            bodies = list(filter(None, lines))  # an empty line is no message
+            if not bodies:
                 return
             try:
-                results = store.put_messages(msgs)
+                if plain:
+                    results = store.put_bodies(args.topic, bodies, args.queue_id)
+                else:
+                    msgs = [
+                        Message(
+                            args.topic,
+                            body,
+                            tags=args.tags,
+                            keys=args.keys,
+                            properties=properties or None,
+                            queue_id=args.queue_id,
+                            **timing,
+                        )
+                        for body in bodies
+                    ]
+                    results = store.put_messages(msgs)
             except StoreError as exc:
                 raise AdminError(
                     f"{exc}; {total} messages before lines {total + 1}.."
-                    f"{total + len(msgs)} were produced, none after"
+                    f"{total + len(bodies)} were produced, none after"
                 ) from None
-            for r in results:
-                if r.topic != args.topic:
-                    held.add(r.topic)
-                counts[r.queue_id] = counts.get(r.queue_id, 0) + 1
-                first = first or r
-                last = r
-                total += 1
-                if args.verbose:
+            counts.update(map(_RESULT_QUEUE, results))
+            if not plain:  # (a delayed or timed message's result names the topic it waits in)
+                held.update(map(_RESULT_TOPIC, results))
+                held.discard(args.topic)
+            first = first or results[0]
+            last = results[-1]
+            total += len(results)
+            if args.verbose:
+                for r in results:
                     print(f"{r.msg_id} {r.uniq_key} {r.queue_id} {r.queue_offset}")
 
         if args.body is not None:
@@ -576,6 +586,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
     else:
         print(f"produced 0 messages to {args.topic}")
     return 0
+
+
+_RESULT_QUEUE = operator.attrgetter("queue_id")  # of a PutResult
+_RESULT_TOPIC = operator.attrgetter("topic")
 
 
 def _produce_stream(

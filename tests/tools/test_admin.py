@@ -205,6 +205,28 @@ def test_produce_a_loghub_file_matches_the_mount_contract(tmp_path):
     assert b"".join(b + b"\n" for b in bodies) == log.read_bytes()
 
 
+def test_produce_of_plain_lines_puts_bodies_and_says_where_each_went(tmp_path):
+    """Lines with no tags, keys, properties or timing go in as bodies (``put_bodies``, no
+    Message a line): ``-v`` prints each one's msgId, UNIQ_KEY, queue and queue offset, the
+    summary counts them per queue, and the records read back as produced."""
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"".join(b"line %d\n" % i for i in range(7)) + b"\n\nlast")
+    root = tmp_path / "s"
+    r = run_rmqfs("produce", root, "-t", "T", "-c", "--queues", "3", src, "-v")
+    lines = r.stdout.splitlines()
+    assert lines[0] == "created topic T with 3 queues"
+    assert lines[-1].startswith("produced 8 messages to T (queue: count 0: 3, 1: 3, 2: 2)")
+    shown = [x.split() for x in lines[1:-1]]
+    assert [(int(q), int(o)) for _, _, q, o in shown] == [(i % 3, i // 3) for i in range(8)]
+    with MessageStore(root, read_only=True) as s:
+        for i, (msg_id, uniq, q, o) in enumerate(shown):
+            rec = s.get_message("T", int(q), int(o))
+            assert (rec.msg_id, rec.uniq_key) == (msg_id, uniq)
+            assert rec.body == (b"line %d" % i if i < 7 else b"last")
+            assert rec.tags is None and rec.keys == [] and rec.topic == "T"
+    assert "OK: no errors, 0 warnings" in _verify(root).stdout
+
+
 def test_print_msg_time_range_and_tags(tmp_path):
     root = tmp_path / "s"
     batches = []
