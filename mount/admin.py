@@ -527,8 +527,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         last: PutResult | None = None
         total = 0
         # lines that are bodies only go in as bodies (put_bodies: no Message a line)
-        plain = not (args.tags or args.keys or properties or timing["delay_level"]) and (
-            timing["deliver_time_ms"] is None and timing["delay_time_ms"] is None
+        plain = not (args.tags or args.keys or properties or args.delay_level) and (
+            args.deliver_time is None and args.delay_ms is None
         )
 
         def put(lines: Iterable[bytes]) -> None:
@@ -559,9 +559,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
                     f"{total + len(bodies)} were produced, none after"
                 ) from None
             counts.update(map(_RESULT_QUEUE, results))
-            if not plain:  # (a delayed or timed message's result names the topic it waits in)
-                held.update(map(_RESULT_TOPIC, results))
-                held.discard(args.topic)
+            held.update(map(_RESULT_TOPIC, results))  # (a delayed message's: where it waits)
+            held.discard(args.topic)
             first = first or results[0]
             last = results[-1]
             total += len(results)

@@ -772,53 +772,35 @@ def put_plain(
         if info is None or info[0] <= 0:
             return None  # no write queue: the general path says so
         return _under_put_lock(store, _put_one, kernel, row, born_hosts, info)
-    else:
+    if cols is None:
+        cols = message_columns(messages)
         if cols is None:
-            cols = message_columns(messages)
-            if cols is None:
-                return None
-        for col, default in zip(cols[_NPLAIN:], _OTHER_DEFAULTS):
-            if col.count(default) != n:
-                return None
-        cols = cols[:_NPLAIN]
-        if any(cols[9]) or any(cols[10]):  # properties, sysFlag
             return None
-        lens = array("q", map(len, cols[1]))
-        if max(lens) > cfgs.max_message_size:
-            return None  # the general path says why
-        bh_c = cols[7]
-        if bh_c.count(None) == n:
-            born_hosts = None
-        else:
-            try:
-                born_hosts = b"".join(map(_born_host_bytes, bh_c))
-            except ValueError:  # an IPv6 born host
-                return None
-        tnames = tuple(dict.fromkeys(cols[0]))
-        if batch and len(tnames) > 1:
-            return None  # the general path refuses a batch of several topics
-        infos: tuple = tuple(map(plain_topic, itertools.repeat(store), tnames))
-        if None in infos or min(i[0] for i in infos) <= 0:
-            return None  # no write queue: the general path says so
-    return _put_columns(store, kernel, cols, lens, born_hosts, tnames, infos, together=batch)
-
-
-def _put_columns(
-    store: MessageStore,
-    kernel: Any,
-    cols: list[tuple],
-    lens: array,
-    born_hosts: bytes | None,
-    tnames: tuple[str, ...],
-    infos: tuple[PlainTopic, ...],
-    results: bool = True,
-    together: bool = False,
-) -> list[PutResult]:
-    """:func:`put_plain` from the batch's columns (:data:`_PLAIN_FIELDS`' order) on: the
-    compiled put under the put lock, then the SYNC_FLUSH wait. ``results`` False: [] unless
-    the store needs them (:func:`_put_compiled`); ``together``: a MessageBatch."""
+    for col, default in zip(cols[_NPLAIN:], _OTHER_DEFAULTS):
+        if col.count(default) != n:
+            return None
+    cols = cols[:_NPLAIN]
+    if any(cols[9]) or any(cols[10]):  # properties, sysFlag
+        return None
+    lens = array("q", map(len, cols[1]))
+    if max(lens) > cfgs.max_message_size:
+        return None  # the general path says why
+    bh_c = cols[7]
+    if bh_c.count(None) == n:
+        born_hosts = None
+    else:
+        try:
+            born_hosts = b"".join(map(_born_host_bytes, bh_c))
+        except ValueError:  # an IPv6 born host
+            return None
+    tnames = tuple(dict.fromkeys(cols[0]))
+    if batch and len(tnames) > 1:
+        return None  # the general path refuses a batch of several topics
+    infos: tuple = tuple(map(plain_topic, itertools.repeat(store), tnames))
+    if None in infos or min(i[0] for i in infos) <= 0:
+        return None  # no write queue: the general path says so
     return _under_put_lock(
-        store, _put_compiled, kernel, cols, lens, born_hosts, tnames, infos, results, together
+        store, _put_compiled, kernel, cols, lens, born_hosts, tnames, infos, True, batch
     )
 
 
@@ -876,7 +858,9 @@ def put_bodies(
     n = len(bodies)
     cols = [tuple(itertools.repeat(v, n)) for v in row]
     cols[1] = tuple(bodies)
-    out = _put_columns(store, kernel, cols, lens, None, (topic,), (info,), results)
+    out = _under_put_lock(
+        store, _put_compiled, kernel, cols, lens, None, (topic,), (info,), results, False
+    )
     for listener in store.listeners:
         listener(out)
     return out
@@ -931,7 +915,6 @@ class _PutCall:
         # when one changes
         self.last: tuple = ()
         self.one_out = ffi.new("int64_t[7]")  # rmq_put_one's output
-        self.msg_id_prefix = ""  # the store host's hex, for a single put's msgId
         # the topic tables the struct points at since the last single put (set_topic)
         self.last_topic: tuple = ()
         self.last_tables: tuple = ()
@@ -943,8 +926,7 @@ class _PutCall:
             a = self.args
             host = store.store_host
             a.store_host = list(HOST_V4.pack(*host))
-            self.msg_id_prefix = HOST_V4.pack(*host).hex().upper()
-            a.msg_id_prefix = list(self.msg_id_prefix.encode())
+            a.msg_id_prefix = list(HOST_V4.pack(*host).hex().upper().encode())
             a.file_size = store.commitlog.file_size
             a.max_total = store.config.max_message_size + RECORD_SLACK
             self.store_values = values
@@ -1134,7 +1116,7 @@ def _put_compiled(
     entries = array("q")
     if index is not None:
         entries.frombytes(ffi.buffer(call.idx, 24 * a.nidx))
-    _dispatch_out(store, out, built, tags_c, keys_c, units, entries, start, a.end, now)
+    _dispatch_out(store, built, tags_c, keys_c, units, entries, start, a.end, now)
     queue_offsets = store.putter.queue_offsets
     for k in used:
         queue_offsets[slots[k]] = sn_after[k]
@@ -1213,16 +1195,13 @@ def _put_one(
         _refused(call.lib, a, rc, cl.file_size)
     pos, size, qoff, end, need, nidx, nchunks = ffi.unpack(o, 7)
     _append_out(call, cl, start, nchunks, need, end, now)
-    out = [
-        _NEW_RESULT(
-            (topic, qid, qoff, pos, size, now, call.msg_id_prefix + "%016X" % pos, uniq_key)
-        )
-    ]
+    msg_id = ffi.string(call.msg_id, 32).decode()  # as rmq_put wrote it (createMessageId)
+    out = [_NEW_RESULT((topic, qid, qoff, pos, size, now, msg_id, uniq_key))]
     entries = array("q")
     if index is not None:
         entries.frombytes(ffi.buffer(call.idx, 24 * nidx))
     units = [(key, qoff, ffi.buffer(call.units, CQ_STORE_UNIT_SIZE)[:])]
-    _dispatch_out(store, out, out, (tags,), (keys,), units, entries, start, end, now)
+    _dispatch_out(store, out, (tags,), (keys,), units, entries, start, end, now)
     putter.queue_offsets[key] = qoff + 1
     return out
 
@@ -1256,8 +1235,7 @@ def _append_out(
 
 def _dispatch_out(
     store: MessageStore,
-    out: list[PutResult],
-    built: list[PutResult] | Callable[[], list[PutResult]],
+    results: list[PutResult] | Callable[[], list[PutResult]],
     tags_c: tuple,
     keys_c: tuple,
     units: list[tuple[tuple[str, int], int, bytes]],
@@ -1269,9 +1247,10 @@ def _dispatch_out(
     """The ConsumeQueue units and index entries of a compiled put whose records end the
     CommitLog at ``end``: dispatched now (:func:`dispatch_plain`), or under SYNC_FLUSH handed to
     the flush thread, which dispatches them once the CommitLog is flushed (as for the general
-    path; ReputMessageService dispatches only up to the flushed offset). ``out`` the put's
-    results (built: SYNC_FLUSH needs them), ``built`` them or what builds them."""
+    path; ReputMessageService dispatches only up to the flushed offset). ``results``: the
+    put's PutResults, or what builds them (for dispatchers other than the index)."""
     if store.sync_flush:
+        out = results() if callable(results) else results
         tc_of = {t: tags_code(t) for t in dict.fromkeys(tags_c)}
         store.flusher.add_pending(
             end,
@@ -1293,7 +1272,7 @@ def _dispatch_out(
         )
     else:
         writer = store.putter.index_writer  # into the IndexFile's mapping (Python's where unmapped)
-        dispatch_plain(store, (tags_c, keys_c), built, units, entries, start, now, writer)
+        dispatch_plain(store, (tags_c, keys_c), results, units, entries, start, now, writer)
         store.dispatched_store_timestamp = now
 
 
