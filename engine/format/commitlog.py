@@ -667,6 +667,16 @@ class CommitLog:
         self.max_offset = end
         self.last_store_timestamp = store_timestamp
 
+    def appended_in_place(self, end: int, store_timestamp: int) -> None:
+        """Records up to ``end`` (bytes) were stored by the put path straight into the mapping
+        :meth:`FileQueue.write_window` gave for :attr:`max_offset` (``doAppend`` into the
+        ``MappedByteBuffer``): ``end`` becomes :attr:`max_offset`, its last record's store time
+        (epoch ms) the last append's. ValueError for an ``end`` before :attr:`max_offset`."""
+        if end < self.max_offset:
+            raise ValueError(f"CommitLog end {end} is before {self.max_offset}")
+        self.max_offset = end
+        self.last_store_timestamp = store_timestamp
+
     def flush(
         self, least_pages: int = 0, end: int | None = None, store_timestamp: int | None = None
     ) -> bool:

@@ -714,6 +714,34 @@ class FileQueue(MappedFiles):
         else:
             m[pos:end] = data
 
+    def write_window(self, offset: int, n: int) -> tuple[mmap.mmap, int, int] | None:
+        """Where a writer may store up to ``n`` bytes at ``offset`` itself, as :meth:`write`
+        would through the mapping (``MappedFile.appendMessage`` handing ``doAppend`` its
+        ``MappedByteBuffer``): ``(the file's writable mapping, the position of offset in it,
+        the bytes from there that are allocated, at least n)``, the blocks allocated first as
+        :meth:`write` allocates them. None where :meth:`write` must take the bytes: ``n`` from
+        :data:`MAPPED_WRITE_MAX` on, ``offset`` outside the file mapped for writing (the first
+        write into the next file maps it), ``[offset, offset + n)`` crossing the file's end, a
+        file that cannot be mapped or allocated. The writer exports the mapping only while it
+        stores (:meth:`write` may close it at its next call).
+
+        Raises:
+            OSError: ENOSPC, EIO, ... from ``posix_fallocate``; nothing is written.
+        """
+        w = self._wmap
+        if w is None or n >= MAPPED_WRITE_MAX:
+            return None
+        seg, m = w
+        pos = offset - seg.start
+        end = pos + n
+        if m is None or pos < 0 or end > seg.size:
+            return None
+        if end > self._allocated:
+            m = self._allocate(seg, pos, end)
+            if m is None:
+                return None
+        return m, pos, self._allocated - pos
+
     def _map_for_write(self, seg: Segment) -> tuple[Segment, mmap.mmap | None]:
         """Map ``seg`` shared and writable in place of the file written before (one writable
         mapping per queue, so thousands of queues never hold thousands of mappings)."""

@@ -1195,7 +1195,8 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
                     int32_t head_len, int64_t tags_code, int32_t keys_at, int32_t keys_len,
                     const char *body, int64_t body_len, const char *uniq, int32_t uniq_len,
                     int32_t queue, int64_t qnext, int64_t born, int32_t flag,
-                    const char *born_host, int32_t want_index, int64_t *out)
+                    const char *born_host, int32_t want_index, uint8_t *dst, int64_t room,
+                    int64_t *out)
 {
     /* lengths past these would overflow rmq_put's int32 property sums or int64 record sizes
      * before its own limits (maxMessageSize, 32,767 bytes of properties) refuse them */
@@ -1203,7 +1204,7 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     if (queue < 0 || queue >= a->nslots || head_len < 0 || head_len > most || keys_at < 0 ||
         keys_len < 0 || keys_at > head_len - keys_len || body_len < 0 ||
         body_len > a->max_total || uniq_len < 0 || uniq_len > most || (head_len && !head) ||
-        (body_len && !body) || (uniq_len && !uniq) || !out)
+        (body_len && !body) || (uniq_len && !uniq) || !out || room < 0 || (room && !dst))
         return 3;
     const rmq_put_args saved = *a;
     const int32_t zero = 0, end = head_len, ka = keys_at, kl = keys_len, fl = flag;
@@ -1231,6 +1232,10 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     a->head_tags_code = &tc;
     a->head_keys_at = &ka;
     a->head_keys_len = &kl;
+    if (dst) { /* the record straight into the CommitLog's mapping: room bytes there */
+        a->out = dst;
+        a->cap = room;
+    }
     const int64_t next_before = a->slot_next[queue];
     a->slot_next[queue] = qnext;
     const int32_t rc = rmq_put(a);
@@ -1267,6 +1272,8 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     a->head_tags_code = saved.head_tags_code;
     a->head_keys_at = saved.head_keys_at;
     a->head_keys_len = saved.head_keys_len;
+    a->out = saved.out;
+    a->cap = saved.cap;
     return rc;
 }
 

@@ -178,7 +178,8 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
                     int32_t head_len, int64_t tags_code, int32_t keys_at, int32_t keys_len,
                     const char *body, int64_t body_len, const char *uniq, int32_t uniq_len,
                     int32_t queue, int64_t qnext, int64_t born, int32_t flag,
-                    const char *born_host, int32_t want_index, int64_t *out);
+                    const char *born_host, int32_t want_index, uint8_t *dst, int64_t room,
+                    int64_t *out);
 typedef struct {
     int32_t *slots;
     int64_t nslots;

@@ -153,6 +153,9 @@ _NEW_RESULT = functools.partial(tuple.__new__, PutResult)  # PutResult from its 
 _UNLOADED = object()
 _BORN_OF = operator.attrgetter("born_timestamp")
 _SHORTS = [n.to_bytes(2, "big") for n in range(4096)]  # big-endian int16 of small lengths
+#: The most bytes a record's UNIQ_KEY item takes (``UNIQ_KEY``, separators and the id of an
+#: IPv6 producer, 56 hex digits): a single put asks for a window of its record's size at most.
+_UNIQ_ITEM_MAX = 96
 
 
 class PutService:
@@ -1178,23 +1181,36 @@ def _put_one(
     if nxt is None:
         cq = store.consume_queues.get(key)
         nxt = cq.max_offset if cq is not None else 0
+    cl = store.commitlog
+    start = cl.max_offset
+    # the record straight into the segment's mapping where it fits what is allocated there
+    # (OSError from allocating: nothing written); else into call.out, then CommitLog's append
+    window = cl.files.write_window(start, info[3] + len(body) + len(head) + _UNIQ_ITEM_MAX)
     uniq_key = store.uniq_keys.next_one(born or now)
     uniq = uniq_key.encode()
     if body.__class__ is not bytes:
         body = ffi.from_buffer("char[]", body)
-    cl = store.commitlog
-    start = cl.max_offset
     o = call.one_out
     args = (a, now, start, head, len(head), tc, keys_at, keys_len, body, len(body), uniq, len(uniq))
-    more = (qid, nxt, born or 0, flag, born_host or ffi.NULL, index is not None, o)
-    rc = call.lib.rmq_put_one(*args, *more)
-    if rc == 2:  # short of room (properties past 512 bytes a message): nothing changed
+    more = (qid, nxt, born or 0, flag, born_host or ffi.NULL, index is not None)
+    rc = 2
+    if window is not None:
+        mapped = ffi.from_buffer("uint8_t[]", window[0])  # exported for this call only
+        rc = call.lib.rmq_put_one(*args, *more, mapped + window[1], window[2], o)
+        ffi.release(mapped)
+    in_place = rc == 0
+    if rc == 2:  # no window, or short of room there (a roll): nothing changed
+        rc = call.lib.rmq_put_one(*args, *more, ffi.NULL, 0, o)
+    if rc == 2:  # short of room in call.out (properties past 512 bytes a message)
         call.arrays(1, nslots, o[5], o[4])
-        rc = call.lib.rmq_put_one(*args, *more)
+        rc = call.lib.rmq_put_one(*args, *more, ffi.NULL, 0, o)
     if rc != 0:  # (the UNIQ_KEY taken stays taken, as the general path's)
         _refused(call.lib, a, rc, cl.file_size)
     pos, size, qoff, end, need, nidx, nchunks = ffi.unpack(o, 7)
-    _append_out(call, cl, start, nchunks, need, end, now)
+    if in_place:
+        cl.appended_in_place(end, now)
+    else:
+        _append_out(call, cl, start, nchunks, need, end, now)
     msg_id = ffi.string(call.msg_id, 32).decode()  # as rmq_put wrote it (createMessageId)
     out = [_NEW_RESULT((topic, qid, qoff, pos, size, now, msg_id, uniq_key))]
     entries = array("q")

@@ -436,16 +436,28 @@ class DiskModel:
     """Records the CommitLog's writes and fdatasyncs, and builds what a disk could hold after a
     power cut: every write made durable by a later fdatasync of its file, plus a random subset
     of the others (the page cache reaches the disk in any order), the last of them possibly
-    torn at a random byte."""
+    torn at a random byte. A write is one through ``FileQueue.write`` or the records a put
+    stored in place (``CommitLog.appended_in_place``: read back from the file)."""
 
-    def __init__(self, files):
-        self.files = files
+    def __init__(self, commitlog):
+        self.files = files = commitlog.files
         self.writes = []  # [segment start, offset in segment, bytes, durable]
         self.real_write, self.real_flush = files.write, files.flush
         files.write, files.flush = self.write, self.flush
+        real_in_place = commitlog.appended_in_place
+
+        def appended_in_place(end, store_timestamp):
+            start = commitlog.max_offset
+            real_in_place(end, store_timestamp)
+            self.record(start, files.read(start, end - start))
+
+        commitlog.appended_in_place = appended_in_place
 
     def write(self, offset, data):
         self.real_write(offset, data)
+        self.record(offset, data)
+
+    def record(self, offset, data):
         seg = offset - offset % self.files.file_size
         self.writes.append([seg, offset - seg, bytes(data), False])
 
@@ -484,7 +496,7 @@ def test_power_loss(tmp_path, flush, case):
     with MessageStore(root, cfg) as s:
         for t in TOPICS:
             s.create_topic(t, 3)
-        model = DiskModel(s.commitlog.files)
+        model = DiskModel(s.commitlog)
         n = rng.randint(20, 60)
         sync_at = rng.randrange(n)
         for i in range(n):
@@ -518,22 +530,33 @@ def test_power_loss(tmp_path, flush, case):
 
 class StoreDiskModel:
     """:class:`DiskModel` for every segment file of the store (CommitLog and ConsumeQueues),
-    recorded through ``FileQueue.write``/``flush``; the checkpoint is taken as written (it is
-    fdatasync'ed by every write), the index is left out (rebuilt on recovery)."""
+    recorded through ``FileQueue.write``/``flush`` and ``CommitLog.appended_in_place``; the
+    checkpoint is taken as written (it is fdatasync'ed by every write), the index is left out
+    (rebuilt on recovery)."""
 
     def __init__(self, monkeypatch, root: Path):
+        from rmqfs.engine.format.commitlog import CommitLog
         from rmqfs.engine.format.mappedfile import FileQueue
 
         self.root = root
         self.writes = []  # [relative path, file size, offset in file, bytes, durable]
         real_write, real_flush = FileQueue.write, FileQueue.flush
+        real_in_place = CommitLog.appended_in_place
         model = self
 
-        def write(fq, offset, data):
-            real_write(fq, offset, data)
+        def record(fq, offset, data):
             seg = offset - offset % fq.file_size
             rel = os.path.relpath(os.path.join(fq.directory, f"{seg:020d}"), root)
             model.writes.append([rel, fq.file_size, offset - seg, bytes(data), False])
+
+        def write(fq, offset, data):
+            real_write(fq, offset, data)
+            record(fq, offset, data)
+
+        def appended_in_place(cl, end, store_timestamp):
+            start = cl.max_offset
+            real_in_place(cl, end, store_timestamp)
+            record(cl.files, start, cl.files.read(start, end - start))
 
         def flush(fq, start=0, end=None):
             pending = [w for w in model.writes if not w[4]]
@@ -547,6 +570,7 @@ class StoreDiskModel:
 
         monkeypatch.setattr(FileQueue, "write", write)
         monkeypatch.setattr(FileQueue, "flush", flush)
+        monkeypatch.setattr(CommitLog, "appended_in_place", appended_in_place)
 
     def cut(self):
         """Freeze what the disk holds now (call before close)."""

@@ -275,3 +275,75 @@ def test_an_index_file_cut_below_full_is_written_in_place_again(tmp_path):
     for f in files:
         f.close()
     assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+
+
+def test_a_write_window_is_the_allocated_mapped_room(tmp_path, monkeypatch):
+    """``FileQueue.write_window`` hands out only what ``write`` would store through the
+    mapping: the file mapped for writing, blocks allocated first, at least ``n`` bytes before
+    the file's end; None for a large write, another file, a crossing of the file's end; a
+    refused allocation is an OSError with nothing written."""
+    from rmqfs.engine.format.mappedfile import MAPPED_WRITE_MAX
+
+    fq = FileQueue(str(tmp_path / "q"), 1 << 20)
+    assert fq.write_window(0, 10) is None  # nothing mapped yet: write() maps the file
+    fq.write(0, b"a" * 10)
+    m, pos, room = fq.write_window(10, 100)
+    assert pos == 10 and room >= 100
+    m[pos : pos + 3] = b"xyz"
+    assert os.pread(fq.segments[0].fd, 4, 9) == b"axyz"
+    assert fq.write_window(10, MAPPED_WRITE_MAX) is None  # write() pwrites it
+    assert fq.write_window((1 << 20) - 50, 100) is None  # crosses the file's end
+    assert fq.write_window(1 << 20, 10) is None  # the next file: write() creates it
+    m, pos, room = fq.write_window((1 << 20) - 100, 100)
+    assert (pos, room) == ((1 << 20) - 100, 100)
+
+    fq2 = FileQueue(str(tmp_path / "q2"), 1 << 22)
+    fq2.write(0, b"b")
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(OSError) as exc:
+        fq2.write_window(3 << 20, 100)
+    assert exc.value.errno == errno.ENOSPC
+    monkeypatch.undo()
+    m, pos, room = fq2.write_window(3 << 20, 100)
+    assert pos == 3 << 20 and room >= 100
+    fq.close()
+    fq2.close()
+
+
+def test_single_puts_store_their_records_in_place(tmp_path, monkeypatch):
+    """A single put of the compiled path stores its record straight into the CommitLog
+    segment's mapping (``rmq_put_one`` given the window), except one that starts the next
+    segment or is as large as a mapped write gets, which goes through ``CommitLog``'s append:
+    every record reads back the same (tests/refreader.py), across segment rolls."""
+    from rmqfs.engine.format.commitlog import CommitLog
+
+    in_place = []
+    real = CommitLog.appended_in_place
+
+    def counted(cl, end, ts):
+        in_place.append(end - cl.max_offset)
+        real(cl, end, ts)
+
+    monkeypatch.setattr(CommitLog, "appended_in_place", counted)
+    root = tmp_path / "s"
+    cfg = StoreConfig(mapped_file_size_commit_log=64 * 1024)
+    want = []
+    with MessageStore(str(root), cfg) as s:
+        s.create_topic("T", 2)
+        for i in range(800):
+            body = b"%05d" % i + (b"L" * 5000 if i % 100 == 7 else b"s" * (i % 300))
+            s.put_messages([Message("T", body, tags="t", keys=[f"k{i}"])])
+            want.append(body)
+        ends = s.commitlog.files.segments
+        assert len(ends) > 3  # the puts rolled segments
+    recs = refreader.read_commitlog(root / "commitlog")
+    assert [r["body"] for r in recs] == want
+    large = sum(len(b) > 4096 for b in want)
+    assert large == 8
+    # all but the large ones and those that started a segment went in place
+    assert len(want) - large - len(ends) <= len(in_place) <= len(want) - large
+    assert all(0 < n < 4096 for n in in_place)

@@ -320,7 +320,8 @@ def test_a_batch_rolls_segments_with_blank_records(tmp_path):
 _ONE_FIELDS = (
     "n", "ntopics", "together", "now", "start", "want_index", "bodies", "body_at", "body_end",
     "topic_of", "topic_slot", "head_of", "queue_of", "born", "born_host", "flag", "uniq",
-    "uniq_len", "heads", "head_end", "head_tags_code", "head_keys_at", "head_keys_len",
+    "uniq_len", "heads", "head_end", "head_tags_code", "head_keys_at", "head_keys_len", "out",
+    "cap",
 )  # fmt: skip
 
 
@@ -343,14 +344,14 @@ def test_a_single_puts_entry_refuses_arguments_out_of_range(tmp_path):
         o = ffi.new("int64_t[7]")
         big = b"B" * a.max_total
         ok = dict(head=b"", head_len=0, keys_at=0, keys_len=0, body=b"x", body_len=1)
-        ok |= dict(uniq=b"U" * 32, uniq_len=32, queue=1, out=o)
+        ok |= dict(uniq=b"U" * 32, uniq_len=32, queue=1, dst=ffi.NULL, room=0, out=o)
 
         def one(**bad):
             v = ok | bad
             return lib.rmq_put_one(
                 a, T0, end, v["head"], v["head_len"], 0, v["keys_at"], v["keys_len"],
                 v["body"], v["body_len"], v["uniq"], v["uniq_len"], v["queue"], 0, 0, 0,
-                ffi.NULL, 1, v["out"],
+                ffi.NULL, 1, v["dst"], v["room"], v["out"],
             )  # fmt: skip
 
         assert one(body=big, body_len=len(big)) == 1  # too large: rmq_put's own refusal
@@ -368,6 +369,9 @@ def test_a_single_puts_entry_refuses_arguments_out_of_range(tmp_path):
             dict(uniq_len=2**31 - 10),
             dict(body=ffi.NULL),
             dict(uniq=ffi.NULL),
+            dict(room=-1),
+            dict(room=4096),  # room without a place
+            dict(dst=ffi.new("uint8_t[]", 8), room=-8),
             dict(out=ffi.NULL),
         ):
             assert one(**bad) == 3, bad
@@ -405,15 +409,18 @@ _HUGE = st.sampled_from([2**29, 2**29 + 1, 2**31 - 10, 2**31 - 1])
     uniq_len=st.one_of(st.integers(-3, 80), _HUGE),
     queue=st.integers(-2, 5),
     start=st.integers(0, 3 * SEGMENT),
+    room=st.one_of(st.none(), st.integers(-3, 700)),
     seed=st.binary(min_size=1, max_size=8),
 )
 def test_a_single_puts_entry_takes_any_arguments(
-    one_call, head_len, keys, body_len, uniq_len, queue, start, seed
+    one_call, head_len, keys, body_len, uniq_len, queue, start, room, seed
 ):
-    """Fuzzed under the sanitizer build (SAN_TESTS): whatever lengths, offsets and queue it is
-    handed (each buffer as long as its length says, where that is small enough to build),
-    ``rmq_put_one`` refuses with 3 exactly what breaks its rules, returns one of rmq_put's
-    codes otherwise, and gives back every field it set."""
+    """Fuzzed under the sanitizer build (SAN_TESTS): whatever lengths, offsets, queue and
+    place for the record (``dst`` of ``room`` bytes, a heap block of exactly that size, or
+    none) it is handed (each buffer as long as its length says, where that is small enough to
+    build), ``rmq_put_one`` refuses with 3 exactly what breaks its rules, returns one of
+    rmq_put's codes otherwise, writes a record into ``dst`` only where it fits, and gives back
+    every field it set."""
     ffi, lib, a = one_call.ffi, one_call.lib, one_call.args
     before = [getattr(a, f) for f in _ONE_FIELDS]
 
@@ -422,12 +429,15 @@ def test_a_single_puts_entry_takes_any_arguments(
 
     keys_at, keys_len = keys
     o = ffi.new("int64_t[7]")
+    dst = ffi.new("uint8_t[]", room) if room is not None and room > 0 else ffi.NULL
+    room = room or 0
     rc = lib.rmq_put_one(
         a, T0, start, buf(head_len), head_len, 7, keys_at, keys_len, buf(body_len), body_len,
-        buf(uniq_len), uniq_len, queue, 3, 0, 0, ffi.NULL, 1, o,
+        buf(uniq_len), uniq_len, queue, 3, 0, 0, ffi.NULL, 1, dst, room, o,
     )  # fmt: skip
     broken = (
-        not 0 <= queue < a.nslots
+        room < 0
+        or not 0 <= queue < a.nslots
         or not 0 <= head_len <= 2**29
         or keys_at < 0
         or keys_len < 0
@@ -439,6 +449,9 @@ def test_a_single_puts_entry_takes_any_arguments(
     assert [getattr(a, f) for f in _ONE_FIELDS] == before
     if rc == 0:
         assert (o[0], o[2]) == (o[3] - o[1], 3) and o[1] > 0
+        if dst != ffi.NULL:  # the record, whole, in the room it had
+            assert o[4] == o[1] <= room
+            assert int.from_bytes(ffi.buffer(dst, 4), "big") == o[1]
 
 
 def test_a_single_put_after_another_topics_batch_failed_names_its_own_topic(tmp_path):
