@@ -836,10 +836,11 @@ def put_bodies(
     none, without a :class:`Message` per body on the compiled path (the mount's ``produce``
     lines; RocketMQ's ``DefaultMessageStore.putMessages`` of plain messages): the topic and
     queue are checked once, the columns :func:`put_plain` reads from each message are built
-    from the one topic, queue and the bodies. With ``results`` False the compiled path builds
-    no :class:`PutResult` where nothing needs them (ASYNC_FLUSH, no listener, the index the
-    only dispatcher) and returns [] then: a caller that only needs to know the put succeeded
-    saves their cost. Same errors as :func:`put_messages`."""
+    from the one topic, queue and the bodies; one body is put as a single message
+    (:func:`_put_one`). With ``results`` False the compiled path builds no :class:`PutResult`
+    for a batch where nothing needs them (ASYNC_FLUSH, no listener, the index the only
+    dispatcher) and returns [] then: a caller that only needs to know the put succeeded saves
+    their cost. Same errors as :func:`put_messages`."""
     if not bodies:
         _check_room(store)  # as put_messages([]) does
         return []
@@ -859,11 +860,15 @@ def put_bodies(
         return put_messages(store, [Message(topic, b, queue_id=queue_id) for b in bodies])
     _check_room(store)
     n = len(bodies)
-    cols = [tuple(itertools.repeat(v, n)) for v in row]
-    cols[1] = tuple(bodies)
-    out = _under_put_lock(
-        store, _put_compiled, kernel, cols, lens, None, (topic,), (info,), results, False
-    )
+    if n == 1:  # one line a write (``echo >> produce``): the single put's least cost
+        one = (topic, bodies[0], *row[2:])
+        out = _under_put_lock(store, _put_one, kernel, one, None, info)
+    else:
+        cols = [tuple(itertools.repeat(v, n)) for v in row]
+        cols[1] = tuple(bodies)
+        out = _under_put_lock(
+            store, _put_compiled, kernel, cols, lens, None, (topic,), (info,), results, False
+        )
     for listener in store.listeners:
         listener(out)
     return out

@@ -959,7 +959,7 @@ def test_put_bodies_writes_what_put_messages_writes(tmp_path, monkeypatch, flush
             q = rnd.choice((None, None, 2))
             if bodies_path == "bare":  # no PutResults where nothing needs them
                 got = s.put_bodies("T", bodies, q, results=False)
-                assert got == [] or flush == "SYNC_FLUSH"
+                assert got == [] or flush == "SYNC_FLUSH" or len(bodies) == 1  # (a single put)
             elif bodies_path:
                 out += s.put_bodies("T", bodies, q)
             else:
