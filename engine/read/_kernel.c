@@ -1204,7 +1204,8 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     if (queue < 0 || queue >= a->nslots || head_len < 0 || head_len > most || keys_at < 0 ||
         keys_len < 0 || keys_at > head_len - keys_len || body_len < 0 ||
         body_len > a->max_total || uniq_len < 0 || uniq_len > most || (head_len && !head) ||
-        (body_len && !body) || (uniq_len && !uniq) || !out || room < 0 || (room && !dst))
+        (body_len && !body) || (uniq_len && !uniq) || !out || room < 0 || (room && !dst) ||
+        (dst && (start < 0 || a->file_size <= 0)))
         return 3;
     const rmq_put_args saved = *a;
     const int32_t zero = 0, end = head_len, ka = keys_at, kl = keys_len, fl = flag;
@@ -1232,9 +1233,11 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     a->head_tags_code = &tc;
     a->head_keys_at = &ka;
     a->head_keys_len = &kl;
-    if (dst) { /* the record straight into the CommitLog's mapping: room bytes there */
+    if (dst) { /* the record straight into the CommitLog's mapping: room bytes there, never
+                * past the segment's end (a record that starts the next one needs more) */
+        const int64_t left = a->file_size - start % a->file_size;
         a->out = dst;
-        a->cap = room;
+        a->cap = room < left ? room : left;
     }
     const int64_t next_before = a->slot_next[queue];
     a->slot_next[queue] = qnext;

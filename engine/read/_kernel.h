@@ -231,15 +231,17 @@ int32_t rmq_put(rmq_put_args *a);
  * UNIQ_KEY, the KEYS value at keys_at (keys_len bytes, 0: none); tags_code: its ConsumeQueue
  * tagsCode; queue: its queueId, whose next queue offset is qnext; born 0: now; born_host: 8
  * bytes, NULL: a->default_born. dst: where the record goes instead of a->out (the CommitLog
- * segment's mapping at start, room bytes there: it returns 2 and writes nothing when the record
- * needs more, as when it starts the next segment); NULL: a->out, and room must be 0.
+ * segment's mapping at start, room bytes there, of which it uses none past the segment's end:
+ * it returns 2 and writes nothing when the record needs more, as one that starts the next
+ * segment does); NULL: a->out, and room must be 0.
  * out[7]: the record's CommitLog offset, TOTALSIZE and queue
  * offset (0 unless it returns 0), the CommitLog's end after it, the bytes of a->out and the
  * index entries it takes (what rmq_put asks for when it returns 2), the chunks (2 when it
  * starts the next segment); out[3..6] mean nothing when it returns 1 or 3. Returns rmq_put's
  * codes, and 3 (nothing changed, out untouched) for a queue that is not one of a->nslots, a
  * length below 0 or above 2^29 (body_len: above a->max_total), KEYS outside the head, a NULL
- * buffer of a non-zero length (dst of room bytes included), a room below 0 or a NULL out. */
+ * buffer of a non-zero length (dst of room bytes included), a room below 0, a dst with a start
+ * below 0 or a->file_size not above 0, or a NULL out. */
 int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *head,
                     int32_t head_len, int64_t tags_code, int32_t keys_at, int32_t keys_len,
                     const char *body, int64_t body_len, const char *uniq, int32_t uniq_len,

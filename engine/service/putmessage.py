@@ -294,7 +294,19 @@ def put_messages(
             check_messages(messages)
         else:
             topic, body, tags, keys, queue_id, sharding = cols[:6]
-            check_message_columns(messages, topic, tags, keys, cols[9], sharding, queue_id, body)
+            check_message_columns(
+                messages,
+                topic,
+                tags,
+                keys,
+                cols[9],
+                sharding,
+                queue_id,
+                body,
+                cols[8],
+                cols[10],
+                cols[6],
+            )
     return _put(store, messages, batch, cols)
 
 
@@ -1200,9 +1212,13 @@ def _put_one(
     more = (qid, nxt, born or 0, flag, born_host or ffi.NULL, index is not None)
     rc = 2
     if window is not None:
-        mapped = ffi.from_buffer("uint8_t[]", window[0])  # exported for this call only
-        rc = call.lib.rmq_put_one(*args, *more, mapped + window[1], window[2], o)
-        ffi.release(mapped)
+        # exported for this call only, whatever it raises (an export left open would stop the
+        # CommitLog from closing or remapping its file)
+        mapped = ffi.from_buffer("uint8_t[]", window[0])
+        try:
+            rc = call.lib.rmq_put_one(*args, *more, mapped + window[1], window[2], o)
+        finally:
+            ffi.release(mapped)
     in_place = rc == 0
     if rc == 2:  # no window, or short of room there (a roll): nothing changed
         rc = call.lib.rmq_put_one(*args, *more, ffi.NULL, 0, o)
@@ -1212,7 +1228,7 @@ def _put_one(
     if rc != 0:  # (the UNIQ_KEY taken stays taken, as the general path's)
         _refused(call.lib, a, rc, cl.file_size)
     pos, size, qoff, end, need, nidx, nchunks = ffi.unpack(o, 7)
-    if in_place:
+    if in_place:  # (one record, in the segment it started in)
         cl.appended_in_place(end, now)
     else:
         _append_out(call, cl, start, nchunks, need, end, now)

@@ -283,6 +283,32 @@ def check_timing(msg: Message) -> None:
             raise MessageIllegalError(f"{name} must be an integer (epoch ms or ms), not {v!r}")
 
 
+_INT_END = 1 << 31
+#: The latest born timestamp a message may carry (epoch ms): 9999-01-01, the last year
+#: ``datetime`` (and the UNIQ_KEY's month, ``MessageClientIDSetter``) can name whole.
+MAX_BORN_TIMESTAMP = 253_370_764_800_000
+
+
+def check_numbers(msg: Message) -> None:
+    """``flag`` and ``sys_flag`` ints in a Java int's range (``Message.flag``,
+    ``MessageExt.sysFlag``); ``born_timestamp`` None (the store's time) or an int of epoch ms
+    from 0 to :data:`MAX_BORN_TIMESTAMP` (``MessageExt.bornTimestamp``; its UNIQ_KEY counts ms
+    from the start of its month). A ``bool`` is an int here, as Python has it.
+
+    Raises:
+        MessageIllegalError: naming the field.
+    """
+    for name, v in (("flag", msg.flag), ("sysFlag", msg.sys_flag)):
+        if not isinstance(v, int) or not -_INT_END <= v < _INT_END:
+            raise MessageIllegalError(f"{name} must be an integer in a Java int's range, not {v!r}")
+    born = msg.born_timestamp
+    if born is not None and (not isinstance(born, int) or not 0 <= born <= MAX_BORN_TIMESTAMP):
+        raise MessageIllegalError(
+            f"born timestamp must be epoch ms from 0 to {MAX_BORN_TIMESTAMP} (year 9999), "
+            f"not {born!r}"
+        )
+
+
 def check_message(msg: Message) -> None:
     """Every rule of this module for one :class:`engine.format.message.Message`.
 
@@ -297,6 +323,7 @@ def check_message(msg: Message) -> None:
     if msg.sharding_key is not None:
         check_text("shardingKey", msg.sharding_key)
     check_queue_id(msg.queue_id)
+    check_numbers(msg)
     check_timing(msg)
     body = msg.body
     if not isinstance(body, (bytes, bytearray, memoryview)):
@@ -326,6 +353,15 @@ def check_messages(messages: Iterable[Message]) -> None:
         q = m.queue_id
         if q is not None and q.__class__ is not int:
             check_queue_id(q)
+        f, sf = m.flag, m.sys_flag
+        if (
+            f.__class__ is not int
+            or sf.__class__ is not int
+            or not -_INT_END <= f < _INT_END
+            or not -_INT_END <= sf < _INT_END
+            or m.born_timestamp is not None
+        ):
+            check_numbers(m)
         if m.body.__class__ is not bytes:
             check_message(m)
 
@@ -343,12 +379,16 @@ def check_message_columns(
     sharding_keys: Sequence[object],
     queue_ids: Sequence[object],
     bodies: Sequence[object],
+    flags: Sequence[object],
+    sys_flags: Sequence[object],
+    borns: Sequence[object],
 ) -> None:
     """:func:`check_messages` of a batch from its columns (each a sequence of one field of
     every message, in ``messages``' order): the batch is let through by a few C-level passes
     over the columns when they show that every message passes every rule; anything the passes
     cannot vouch for (a tag not seen before, keys or a sharding key with a character to look at,
-    properties, a queueId or body of another type, an unhashable field) runs
+    properties, a queueId or body of another type, a flag or sysFlag that is not an int in a
+    Java int's range, a born timestamp, an unhashable field) runs
     :func:`check_messages` over ``messages``, so a refusal is the one it gives: the first broken
     rule of the first message that breaks one.
 
@@ -365,11 +405,23 @@ def check_message_columns(
             and not any(map(operator.is_not, sharding_keys, repeat(None)))
             and set(map(type, queue_ids)) <= _NONE_OR_INT
             and list(map(type, bodies)).count(bytes) == n
+            and _int32s(flags)
+            and _int32s(sys_flags)
+            and borns.count(None) == n
         )
     except Exception:  # noqa: BLE001 - a field that fails a pass: the rules say what is wrong
         fast = False
     if not fast:
         check_messages(messages)
+
+
+def _int32s(values: Sequence[object]) -> bool:
+    """Whether every value is an ``int`` in a Java int's range (:func:`check_numbers`)."""
+    n = len(values)
+    if list(map(type, values)).count(int) != n:
+        return False
+    ints = cast("Sequence[int]", values)
+    return ints.count(0) == n or (min(ints) >= -_INT_END and max(ints) < _INT_END)
 
 
 def _keys_clean(keys: Sequence[object]) -> bool:

@@ -422,11 +422,14 @@ def test_put_hashed_restores_slots_when_the_header_write_fails(tmp_path):
     f.close()
 
 
-def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize("n", [5, 1])
+def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch, n):
+    """A put whose index dispatch fails (ENOSPC) is undone whole: a batch, and a single put
+    whose record went straight into the CommitLog's mapping (its bytes zeroed again)."""
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 2)
         s.put_messages([Message("T", b"first", keys=["a"])])
-        end, q0 = s.commitlog.max_offset, s.max_offset("T", 0)
+        end, q0, q1 = s.commitlog.max_offset, s.max_offset("T", 0), s.max_offset("T", 1)
         real = IndexService.put_hashed
 
         def fail(self, entries, in_place=None):
@@ -434,8 +437,10 @@ def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch):
 
         monkeypatch.setattr(IndexService, "put_hashed", fail)
         with pytest.raises(OSError):
-            s.put_messages([Message("T", b"lost %d" % i, keys=["a"]) for i in range(5)])
-        assert s.commitlog.max_offset == end and s.max_offset("T", 0) == q0
+            s.put_messages([Message("T", b"lost %d" % i, keys=["a"]) for i in range(n)])
+        assert s.commitlog.max_offset == end
+        assert (s.max_offset("T", 0), s.max_offset("T", 1)) == (q0, q1)
+        assert s.commitlog.files.read(end, 4096) == bytes(4096)
         monkeypatch.setattr(IndexService, "put_hashed", real)
         res = s.put_messages([Message("T", b"second", keys=["a"])])
         assert res[0].commitlog_offset == end

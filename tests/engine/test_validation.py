@@ -455,6 +455,11 @@ _FIELD_VALUES = {
     "sharding_key": st.one_of(st.none(), st.sampled_from(["s", " ", "s\x03", 5]), _ODD),
     "queue_id": st.one_of(st.none(), st.sampled_from([0, 3, True, 1.5, "1"])),
     "body": st.sampled_from([b"x", b"", bytearray(b"y"), memoryview(b"z"), "text", None]),
+    "flag": st.sampled_from([0, 1, -(2**31), 2**31 - 1, 2**31, -(2**31) - 1, True, 0.0, None]),
+    "sys_flag": st.sampled_from([0, 4, 2**31, 1.0, "0"]),
+    "born_timestamp": st.sampled_from(
+        [None, 0, 1_700_000_000_000, V.MAX_BORN_TIMESTAMP, V.MAX_BORN_TIMESTAMP + 1, -1, 2.5]
+    ),
 }
 
 
@@ -489,6 +494,47 @@ def test_the_column_check_refuses_what_the_message_check_refuses(msgs):
     cols = message_columns(msgs)
     topic, body, tags, keys, queue_id, sharding = cols[:6]
     mine = _outcome(
-        lambda: V.check_message_columns(msgs, topic, tags, keys, cols[9], sharding, queue_id, body)
+        lambda: V.check_message_columns(
+            msgs, topic, tags, keys, cols[9], sharding, queue_id, body, cols[8], cols[10], cols[6]
+        )
     )
     assert mine == _outcome(lambda: V.check_messages(msgs))
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"flag": 2**40},
+        {"flag": 1.5},
+        {"flag": 0.0},
+        {"sys_flag": 2**31},
+        {"born_timestamp": 2**70},
+        {"born_timestamp": -5},
+        {"born_timestamp": "x"},
+    ],
+)
+def test_every_put_refuses_numbers_out_of_their_fields_range(tmp_path, field):
+    """A flag or sysFlag that is not an int in a Java int's range, or a born timestamp that is
+    not epoch ms from 0 to year 9999, is a MessageIllegalError naming the field for a single
+    put and for a batch, with nothing written; before, they surfaced as TypeError,
+    OverflowError, struct.error or OSError(EOVERFLOW) from deep in the put paths. The store
+    closes cleanly after (a single put's CommitLog mapping is not left exported)."""
+    name = (
+        "sysFlag"
+        if "sys_flag" in field
+        else "born timestamp"
+        if "born_timestamp" in field
+        else "flag"
+    )
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"first")])
+        end = s.commitlog.max_offset
+        for n in (1, 3):
+            with pytest.raises(MessageIllegalError, match=name):
+                s.put_messages([Message("T", b"x", **field)] * n)
+        assert s.commitlog.max_offset == end
+        ok = {"flag": -7, "sys_flag": 0, "born_timestamp": V.MAX_BORN_TIMESTAMP}
+        key = next(iter(field))
+        r = s.put_messages([Message("T", b"y", **{key: ok[key]})])[0]
+        assert s.get_message("T", r.queue_id, r.queue_offset).body == b"y"

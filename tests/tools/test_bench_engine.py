@@ -71,6 +71,7 @@ def test_produce_part_mounts_writes_and_counts(tmp_path):
 
     rows = bench_fuse.produce_bench(tmp_path, 3000, 1)
     labels = [r[0] for r in rows]
-    assert labels[0].startswith("engine put_bodies") and "produce.jsonl" in labels[-1]
+    assert labels[0].startswith("engine put_bodies") and "produce.jsonl" in labels[3]
+    assert labels[-1] == "300 lines > produce, one write() a line"  # (stored lines counted)
     assert all("lines/s" in r[1] for r in rows)
     assert not os.path.ismount(tmp_path / "produce-mnt")
