@@ -24,7 +24,9 @@ Measures, and prints as a table with ratios against the baseline of the same run
 ``--produce-only`` (issue 34): ``cat`` of ``--messages`` 100-byte lines into ``produce``
    and as many JSON lines into ``produce.jsonl`` of a fresh mount, lines/s and per CPU-second
    of the daemon, against the engine's ``put_bodies`` of the same 128 KiB pieces; targets
-   500,000 and 250,000 lines/s.
+   500,000 and 250,000 lines/s. Then a tenth as many lines written one ``write()`` a line (a
+   line-buffered logger) into ``produce``, against the engine's ``put_bodies`` of one line a
+   call and the same writes into a plain file.
 5. Follower lag (issue 10, :mod:`bench.follower`): a writer mount producing at 100,000 msg/s
    and a ``-o ro`` follower mount read like ``tail -f``; per message visible time minus ack
    time, p50/p99, per 5 s window with the store's size. ``--follower-only`` runs just this.
@@ -386,6 +388,45 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+LINE_WRITER = r"""
+import os, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+lines = [b"%09d " % i + b"y" * 90 + b"\n" for i in range(n)]
+fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+t0 = time.perf_counter()
+for line in lines:
+    os.write(fd, line)
+print(time.perf_counter() - t0)
+os.close(fd)
+"""
+
+
+def line_writes(path: Path, n: int) -> float:
+    """Seconds a writer process takes to ``os.write`` ``n`` 100-byte lines to ``path``, one line
+    a write (a line-buffered logger, ``tail -f``)."""
+    out = subprocess.run(
+        [sys.executable, "-c", LINE_WRITER, str(path), str(n)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return float(out.stdout)
+
+
+def engine_line_puts(store: Path, n: int) -> float:
+    """Seconds for ``put_bodies`` of ``n`` 100-byte lines, one line a call (what the mount's
+    ``produce`` makes of one line a write), in this process."""
+    from rmqfs.engine.store import MessageStore
+
+    lines = [b"%09d " % i + b"y" * 90 for i in range(n)]
+    with MessageStore(str(store)) as s:
+        s.create_topic("L")
+        t0 = time.perf_counter()
+        for line in lines:
+            s.put_bodies("L", [line], results=False)
+        return time.perf_counter() - t0
+
+
 def produce_bench(work: Path, n: int, rounds: int) -> list:
     """Issue 34's produce figures: ``cat`` of ``n`` 100-byte lines into ``topics/T/produce``
     of a fresh mount, and of ``n`` JSON lines (``{"body": ...}``, a 100-character body) into
@@ -414,6 +455,7 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
                 cpu[case] = cpu_s
 
     data = src.read_bytes()
+    n_lines = max(n // 10, 1)  # one line a write: the FUSE round trip each
     for r in range(rounds):
         keep("engine", engine_append(work / f"engine-{r}", data, bodies=True))
         shutil.rmtree(work / f"engine-{r}")
@@ -421,6 +463,10 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
         subprocess.run(["bash", "-c", f"cat '{src}' > '{work}/plain-copy'"], check=True)
         keep("plain", time.perf_counter() - t0)
         os.unlink(work / "plain-copy")
+        keep("engine-lines", engine_line_puts(work / f"engine-lines-{r}", n_lines))
+        shutil.rmtree(work / f"engine-lines-{r}")
+        keep("plain-lines", line_writes(work / "plain-lines", n_lines))
+        os.unlink(work / "plain-lines")
     rmqfs("mount", str(store), str(mnt))
     try:
         pid = json.loads((mnt / "status.json").read_text())["pid"]
@@ -434,10 +480,18 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
                     ["bash", "-c", f"cat '{path}' > '{mnt}/topics/{name}/{target}'"], check=True
                 )
                 keep(case, time.perf_counter() - t0, _cpu_seconds(pid) - c0)
+            os.mkdir(mnt / "topics" / f"L{r}")
+            c0 = _cpu_seconds(pid)
+            seconds = line_writes(mnt / "topics" / f"L{r}" / "produce", n_lines)
+            keep("lines", seconds, _cpu_seconds(pid) - c0)
         with open(mnt / "topics" / f"P{rounds - 1}" / "bodies.txt", "rb") as fh:
             got = sum(1 for _ in fh)
         if got != n:
             raise SystemExit(f"produce stored {got} lines of {n}")
+        with open(mnt / "topics" / f"L{rounds - 1}" / "bodies.txt", "rb") as fh:
+            got = sum(1 for _ in fh)
+        if got != n_lines:
+            raise SystemExit(f"produce stored {got} lines of {n_lines} written one a write")
     finally:
         rmqfs("umount", str(mnt))
         shutil.rmtree(store, ignore_errors=True)
@@ -457,6 +511,25 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
                 f"{n / max(cpu[case], 1e-9):,.0f} lines per CPU-s (target {target:,} lines/s)",
             )
         )
+    rows += [
+        (
+            f"engine put_bodies, one line a call ({n_lines:,})",
+            f"{n_lines / best['engine-lines']:,.0f} lines/s",
+            "baseline of the next",
+        ),
+        (
+            f"{n_lines:,} lines > plain file, one write() a line",
+            f"{n_lines / best['plain-lines']:,.0f} lines/s",
+            "",
+        ),
+        (
+            f"{n_lines:,} lines > produce, one write() a line",
+            f"{n_lines / best['lines']:,.0f} lines/s",
+            f"{best['engine-lines'] / best['lines']:.2f} x engine; "
+            f"{best['plain-lines'] / best['lines']:.2f} x plain file; daemon "
+            f"{n_lines / max(cpu['lines'], 1e-9):,.0f} lines per CPU-s",
+        ),
+    ]
     return rows
 
 
