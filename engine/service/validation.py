@@ -284,6 +284,7 @@ def check_timing(msg: Message) -> None:
 
 
 _INT_END = 1 << 31
+_ZERO = 0
 #: The latest born timestamp a message may carry (epoch ms): 9999-01-01, the last year
 #: ``datetime`` (and the UNIQ_KEY's month, ``MessageClientIDSetter``) can name whole.
 MAX_BORN_TIMESTAMP = 253_370_764_800_000
@@ -353,14 +354,8 @@ def check_messages(messages: Iterable[Message]) -> None:
         q = m.queue_id
         if q is not None and q.__class__ is not int:
             check_queue_id(q)
-        f, sf = m.flag, m.sys_flag
-        if (
-            f.__class__ is not int
-            or sf.__class__ is not int
-            or not -_INT_END <= f < _INT_END
-            or not -_INT_END <= sf < _INT_END
-            or m.born_timestamp is not None
-        ):
+        # (an int 0 is one object in CPython: anything else, or a born time, is looked at)
+        if m.flag is not _ZERO or m.sys_flag is not _ZERO or m.born_timestamp is not None:
             check_numbers(m)
         if m.body.__class__ is not bytes:
             check_message(m)
@@ -418,10 +413,12 @@ def check_message_columns(
 def _int32s(values: Sequence[object]) -> bool:
     """Whether every value is an ``int`` in a Java int's range (:func:`check_numbers`)."""
     n = len(values)
+    if values.count(0) == n:  # the usual column; a 0.0 or Decimal(0) among them sums to no int
+        return sum(cast("Sequence[int]", values)).__class__ is int
     if list(map(type, values)).count(int) != n:
         return False
     ints = cast("Sequence[int]", values)
-    return ints.count(0) == n or (min(ints) >= -_INT_END and max(ints) < _INT_END)
+    return min(ints) >= -_INT_END and max(ints) < _INT_END
 
 
 def _keys_clean(keys: Sequence[object]) -> bool:
