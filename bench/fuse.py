@@ -405,11 +405,10 @@ def line_writes(path: Path, n: int) -> float:
     """Seconds a writer process takes to ``os.write`` ``n`` 100-byte lines to ``path``, one line
     a write (a line-buffered logger, ``tail -f``)."""
     out = subprocess.run(
-        [sys.executable, "-c", LINE_WRITER, str(path), str(n)],
-        check=True,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-c", LINE_WRITER, str(path), str(n)], capture_output=True, text=True
     )
+    if out.returncode != 0:
+        raise SystemExit(f"the line writer into {path} failed: {out.stderr.strip()}")
     return float(out.stdout)
 
 
@@ -433,7 +432,9 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
     ``produce.jsonl``, in lines/s of wall clock and per CPU-second of the mount's daemon,
     ``rounds`` times each (a new topic each round, best round kept), against the engine's
     own ``put_bodies`` of the same lines in the same 128 KiB pieces (in this process) and a
-    plain ``cat`` of the file into a file of the same disk. Returns the result rows."""
+    plain ``cat`` of the file into a file of the same disk; then ``n // 10`` lines written one
+    ``write()`` a line into ``produce``, against the engine's ``put_bodies`` of one line a call
+    and the same writes into a plain file. Returns the result rows."""
     import json
 
     store, mnt = work / "produce-store", work / "produce-mnt"
@@ -515,7 +516,7 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
         (
             f"engine put_bodies, one line a call ({n_lines:,})",
             f"{n_lines / best['engine-lines']:,.0f} lines/s",
-            "baseline of the next",
+            "baseline",
         ),
         (
             f"{n_lines:,} lines > plain file, one write() a line",

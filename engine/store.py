@@ -1205,8 +1205,9 @@ class MessageStore:
         results: bool = True,
     ) -> list[PutResult]:
         """``put_messages`` of one plain message per body (topic, body and queue only), all or
-        none, without building the messages (``results`` False: nor, where nothing needs them,
-        the PutResults; [] then): see :func:`engine.service.putmessage.put_bodies` (RocketMQ's
+        none, without building the messages (``results`` False: nor, for a batch where nothing
+        needs them, the PutResults; [] then; one body is a single put, its result built): see
+        :func:`engine.service.putmessage.put_bodies` (RocketMQ's
         ``DefaultMessageStore.putMessages``; the errors of :meth:`put_messages`)."""
         return putmessage.put_bodies(self, topic, bodies, queue_id, results)
 

@@ -293,20 +293,7 @@ def put_messages(
         if cols is None:
             check_messages(messages)
         else:
-            topic, body, tags, keys, queue_id, sharding = cols[:6]
-            check_message_columns(
-                messages,
-                topic,
-                tags,
-                keys,
-                cols[9],
-                sharding,
-                queue_id,
-                body,
-                cols[8],
-                cols[10],
-                cols[6],
-            )
+            check_message_columns(messages, dict(zip(_ALL_NAMES, cols)))
     return _put(store, messages, batch, cols)
 
 

@@ -25,7 +25,10 @@ Rules (all refusals raise :class:`~engine.errors.MessageIllegalError`, errno EIN
   sets, such as ``__CRC32#`` and ``__SHARDINGKEY``) and none starting with
   ``__RMQ.TRANSIENT.``; tags, keys and the sharding key have their own fields;
 * queueId: an ``int`` and not a ``bool`` (``True`` would be queue 1 and name a ConsumeQueue
-  directory ``True``); its range is checked against the topic by the store.
+  directory ``True``); its range is checked against the topic by the store;
+* flag and sysFlag: ``int`` in a Java int's range; born timestamp: None or 0 (the store's
+  time) or epoch ms up to :data:`MAX_BORN_TIMESTAMP` (9999-01-01 00:00 UTC); delay level and
+  the timer fields: :func:`check_timing`.
 
 Size limits (maxMessageSize, 32767 bytes of properties) stay with the encoder
 (:func:`engine.format.message.encode_message`), which raises
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, cast
 
@@ -285,16 +288,17 @@ def check_timing(msg: Message) -> None:
 
 _INT_END = 1 << 31
 _ZERO = 0
-#: The latest born timestamp a message may carry (epoch ms): 9999-01-01, the last year
-#: ``datetime`` (and the UNIQ_KEY's month, ``MessageClientIDSetter``) can name whole.
+#: The latest born timestamp a message may carry (epoch ms): 9999-01-01 00:00 UTC, in the
+#: last year ``datetime`` (and so the UNIQ_KEY's month, ``MessageClientIDSetter``) can name
+#: whole in any time zone.
 MAX_BORN_TIMESTAMP = 253_370_764_800_000
 
 
 def check_numbers(msg: Message) -> None:
     """``flag`` and ``sys_flag`` ints in a Java int's range (``Message.flag``,
-    ``MessageExt.sysFlag``); ``born_timestamp`` None (the store's time) or an int of epoch ms
-    from 0 to :data:`MAX_BORN_TIMESTAMP` (``MessageExt.bornTimestamp``; its UNIQ_KEY counts ms
-    from the start of its month). A ``bool`` is an int here, as Python has it.
+    ``MessageExt.sysFlag``); ``born_timestamp`` None or 0 (both: the store's time) or an int of
+    epoch ms up to :data:`MAX_BORN_TIMESTAMP` (``MessageExt.bornTimestamp``; its UNIQ_KEY counts
+    ms from the start of its month). A ``bool`` is an int here, as Python has it.
 
     Raises:
         MessageIllegalError: naming the field.
@@ -305,7 +309,7 @@ def check_numbers(msg: Message) -> None:
     born = msg.born_timestamp
     if born is not None and (not isinstance(born, int) or not 0 <= born <= MAX_BORN_TIMESTAMP):
         raise MessageIllegalError(
-            f"born timestamp must be epoch ms from 0 to {MAX_BORN_TIMESTAMP} (year 9999), "
+            f"born timestamp must be epoch ms from 0 to {MAX_BORN_TIMESTAMP} (9999-01-01 UTC), "
             f"not {born!r}"
         )
 
@@ -357,6 +361,13 @@ def check_messages(messages: Iterable[Message]) -> None:
         # (an int 0 is one object in CPython: anything else, or a born time, is looked at)
         if m.flag is not _ZERO or m.sys_flag is not _ZERO or m.born_timestamp is not None:
             check_numbers(m)
+        if (
+            m.delay_level is not _ZERO
+            or m.deliver_time_ms is not None
+            or m.delay_time_ms is not None
+            or m.delay_time_sec is not None
+        ):
+            check_timing(m)
         if m.body.__class__ is not bytes:
             check_message(m)
 
@@ -366,43 +377,35 @@ _NONE_OR_STR = frozenset((type(None), str))
 
 
 def check_message_columns(
-    messages: Sequence[Message],
-    topics: Sequence[object],
-    tags: Sequence[object],
-    keys: Sequence[object],
-    properties: Sequence[object],
-    sharding_keys: Sequence[object],
-    queue_ids: Sequence[object],
-    bodies: Sequence[object],
-    flags: Sequence[object],
-    sys_flags: Sequence[object],
-    borns: Sequence[object],
+    messages: Sequence[Message], cols: Mapping[str, Sequence[object]]
 ) -> None:
-    """:func:`check_messages` of a batch from its columns (each a sequence of one field of
-    every message, in ``messages``' order): the batch is let through by a few C-level passes
-    over the columns when they show that every message passes every rule; anything the passes
-    cannot vouch for (a tag not seen before, keys or a sharding key with a character to look at,
-    properties, a queueId or body of another type, a flag or sysFlag that is not an int in a
-    Java int's range, a born timestamp, an unhashable field) runs
-    :func:`check_messages` over ``messages``, so a refusal is the one it gives: the first broken
-    rule of the first message that breaks one.
+    """:func:`check_messages` of a batch from its columns: ``cols`` maps each
+    :class:`~engine.format.message.Message` field's name to that field of every message, in
+    ``messages``' order. The batch is let through by a few C-level passes over the columns when
+    they show that every message passes every rule; anything the passes cannot vouch for (a tag
+    not seen before, keys or a sharding key with a character to look at, properties, a queueId
+    or body of another type, a flag or sysFlag that is not an int in a Java int's range, a born
+    time, a delay level or timer field, an unhashable field) runs :func:`check_messages` over
+    ``messages``, so a refusal is the one it gives: the first broken rule of the first message
+    that breaks one.
 
     Raises: as :func:`check_messages`.
     """
-    n = len(topics)
+    n = len(messages)
     try:
         fast = (
-            NOT_ALLOWED_SEND_TOPICS.isdisjoint(topics)
-            and set(map(type, tags)) <= _NONE_OR_STR
-            and all(t in _GOOD_TAGS for t in set(tags) if t)
-            and _keys_clean(keys)
-            and not any(properties)
-            and not any(map(operator.is_not, sharding_keys, repeat(None)))
-            and set(map(type, queue_ids)) <= _NONE_OR_INT
-            and list(map(type, bodies)).count(bytes) == n
-            and _int32s(flags)
-            and _int32s(sys_flags)
-            and borns.count(None) == n
+            NOT_ALLOWED_SEND_TOPICS.isdisjoint(cols["topic"])
+            and set(map(type, cols["tags"])) <= _NONE_OR_STR
+            and all(t in _GOOD_TAGS for t in set(cols["tags"]) if t)
+            and _keys_clean(cols["keys"])
+            and not any(cols["properties"])
+            and not any(map(operator.is_not, cols["sharding_key"], repeat(None)))
+            and set(map(type, cols["queue_id"])) <= _NONE_OR_INT
+            and list(map(type, cols["body"])).count(bytes) == n
+            and _int32s(cols["flag"])
+            and _int32s(cols["sys_flag"])
+            and not any(map(operator.is_not, cols["delay_level"], repeat(_ZERO)))  # (no bool)
+            and all(cols[f].count(None) == n for f in _NONE_FIELDS)
         )
     except Exception:  # noqa: BLE001 - a field that fails a pass: the rules say what is wrong
         fast = False
@@ -410,11 +413,25 @@ def check_message_columns(
         check_messages(messages)
 
 
+#: The fields a batch's columns are let through with only when every value is None (one C-level
+#: ``count`` each: an object that says it equals None passes as None, as the put path reads it).
+_NONE_FIELDS = ("born_timestamp", "deliver_time_ms", "delay_time_ms", "delay_time_sec")
+
+
+def _zeros(values: Sequence[object]) -> bool:
+    """Whether every value is the int 0 (their sum an int: a 0.0 or a Decimal among them makes
+    another type)."""
+    return values.count(0) == len(values) and sum(cast("Sequence[int]", values)).__class__ is int
+
+
 def _int32s(values: Sequence[object]) -> bool:
-    """Whether every value is an ``int`` in a Java int's range (:func:`check_numbers`)."""
+    """Whether every value is an ``int`` in a Java int's range (:func:`check_numbers`). A
+    column of zeros is vouched for by its sum being an int (a 0.0, Decimal or numpy zero among
+    them makes another type); an object that lies about equalling 0 and sums to an int could
+    pass, as no honest value can."""
     n = len(values)
-    if values.count(0) == n:  # the usual column; a 0.0 or Decimal(0) among them sums to no int
-        return sum(cast("Sequence[int]", values)).__class__ is int
+    if values.count(0) == n:  # the usual column
+        return _zeros(values)
     if list(map(type, values)).count(int) != n:
         return False
     ints = cast("Sequence[int]", values)

@@ -460,6 +460,12 @@ _FIELD_VALUES = {
     "born_timestamp": st.sampled_from(
         [None, 0, 1_700_000_000_000, V.MAX_BORN_TIMESTAMP, V.MAX_BORN_TIMESTAMP + 1, -1, 2.5]
     ),
+    "delay_level": st.sampled_from([0, 3, -1, "3", 1.0, False, None]),
+    # (no object that says it equals None: a batch's None columns are counted, not looked at
+    # one by one, see validation._NONE_FIELDS)
+    "deliver_time_ms": st.sampled_from([None, 1_700_000_000_000, 2**63, 1.5, "1"]),
+    "delay_time_ms": st.sampled_from([None, 0, 1000, -(2**63) - 1, True]),
+    "delay_time_sec": st.sampled_from([None, 5, "5"]),
 }
 
 
@@ -489,52 +495,45 @@ def test_the_column_check_refuses_what_the_message_check_refuses(msgs):
     """``check_message_columns`` (the put path's check of a batch from its columns) lets
     through exactly what ``check_messages`` lets through, and refuses the rest with the same
     error: the first broken rule of the first message that breaks one."""
+    from rmqfs.engine.service import putmessage
     from rmqfs.engine.service.putmessage import message_columns
 
     cols = message_columns(msgs)
-    topic, body, tags, keys, queue_id, sharding = cols[:6]
-    mine = _outcome(
-        lambda: V.check_message_columns(
-            msgs, topic, tags, keys, cols[9], sharding, queue_id, body, cols[8], cols[10], cols[6]
-        )
-    )
+    named = dict(zip(putmessage._ALL_NAMES, cols))
+    mine = _outcome(lambda: V.check_message_columns(msgs, named))
     assert mine == _outcome(lambda: V.check_messages(msgs))
 
 
 @pytest.mark.parametrize(
-    "field",
+    ("field", "match"),
     [
-        {"flag": 2**40},
-        {"flag": 1.5},
-        {"flag": 0.0},
-        {"sys_flag": 2**31},
-        {"born_timestamp": 2**70},
-        {"born_timestamp": -5},
-        {"born_timestamp": "x"},
+        ({"flag": 2**40}, "flag"),
+        ({"flag": 1.5}, "flag"),
+        ({"flag": 0.0}, "flag"),
+        ({"sys_flag": 2**31}, "sysFlag"),
+        ({"born_timestamp": 2**70}, "born timestamp"),
+        ({"born_timestamp": -5}, "born timestamp"),
+        ({"born_timestamp": "x"}, "born timestamp"),
+        ({"delay_level": "3"}, "delay level"),
+        ({"delay_time_ms": 1.5}, "delay ms"),
+        ({"deliver_time_ms": 1, "delay_time_sec": 1}, "give one of"),
     ],
 )
-def test_every_put_refuses_numbers_out_of_their_fields_range(tmp_path, field):
-    """A flag or sysFlag that is not an int in a Java int's range, or a born timestamp that is
-    not epoch ms from 0 to year 9999, is a MessageIllegalError naming the field for a single
-    put and for a batch, with nothing written; before, they surfaced as TypeError,
-    OverflowError, struct.error or OSError(EOVERFLOW) from deep in the put paths. The store
-    closes cleanly after (a single put's CommitLog mapping is not left exported)."""
-    name = (
-        "sysFlag"
-        if "sys_flag" in field
-        else "born timestamp"
-        if "born_timestamp" in field
-        else "flag"
-    )
+def test_every_put_refuses_numbers_out_of_their_fields_range(tmp_path, field, match):
+    """A flag or sysFlag that is not an int in a Java int's range, a born timestamp that is
+    not epoch ms from 0 to 9999-01-01, a delay level or timer field of the wrong type, or two
+    timer fields, is a MessageIllegalError naming the field for a single put and for a batch,
+    with nothing written; before, they surfaced as TypeError, OverflowError, ValueError,
+    struct.error or OSError(EOVERFLOW) from deep in the put paths (a bytes body skipped the
+    timing rules). The store closes cleanly after (a single put's CommitLog mapping is not left
+    exported)."""
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 2)
         s.put_messages([Message("T", b"first")])
         end = s.commitlog.max_offset
         for n in (1, 3):
-            with pytest.raises(MessageIllegalError, match=name):
+            with pytest.raises(MessageIllegalError, match=match):
                 s.put_messages([Message("T", b"x", **field)] * n)
         assert s.commitlog.max_offset == end
-        ok = {"flag": -7, "sys_flag": 0, "born_timestamp": V.MAX_BORN_TIMESTAMP}
-        key = next(iter(field))
-        r = s.put_messages([Message("T", b"y", **{key: ok[key]})])[0]
+        r = s.put_messages([Message("T", b"y", flag=-7, born_timestamp=V.MAX_BORN_TIMESTAMP)])[0]
         assert s.get_message("T", r.queue_id, r.queue_offset).body == b"y"
