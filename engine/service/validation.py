@@ -418,23 +418,17 @@ def check_message_columns(
 _NONE_FIELDS = ("born_timestamp", "deliver_time_ms", "delay_time_ms", "delay_time_sec")
 
 
-def _zeros(values: Sequence[object]) -> bool:
-    """Whether every value is the int 0 (their sum an int: a 0.0 or a Decimal among them makes
-    another type)."""
-    return values.count(0) == len(values) and sum(cast("Sequence[int]", values)).__class__ is int
-
-
 def _int32s(values: Sequence[object]) -> bool:
-    """Whether every value is an ``int`` in a Java int's range (:func:`check_numbers`). A
-    column of zeros is vouched for by its sum being an int (a 0.0, Decimal or numpy zero among
-    them makes another type); an object that lies about equalling 0 and sums to an int could
-    pass, as no honest value can."""
+    """Whether every value is an ``int`` (a ``bool`` included, as :func:`check_numbers` has it)
+    in a Java int's range. The usual column, every value equal to 0, is vouched for by its sum
+    being an int (a 0.0, Decimal or numpy zero among them makes another type); an object that
+    lies about equalling 0 and sums to an int could pass, as no honest value can."""
     n = len(values)
-    if values.count(0) == n:  # the usual column
-        return _zeros(values)
-    if list(map(type, values)).count(int) != n:
-        return False
     ints = cast("Sequence[int]", values)
+    if ints.count(0) == n:
+        return sum(ints).__class__ is int
+    if list(map(type, values)).count(int) != n:
+        return False  # (a bool or an int subclass among them: check_messages decides)
     return min(ints) >= -_INT_END and max(ints) < _INT_END
 
 
