@@ -3,7 +3,7 @@
 Usage::
 
     python -m bench.engine [--quick] [--dir DIR] [--out bench-out] [--repeat N]
-                           [--only append|read|recovery|growth ...] [--grow-to SIZE]
+                           [--only append|read|recovery|queues|growth ...] [--grow-to SIZE]
 
 Everything runs in one process, on one core (the store's flush thread sleeps in fdatasync), in a
 temporary directory under ``--dir`` (default ``bench-out/``, i.e. the disk of the checkout), so
@@ -28,6 +28,10 @@ the store and the baseline write to the same filesystem:
   Reported in MB/s of CommitLog scanned. The files are in the page cache (just written).
   Three times: with the derived files as the store left them, with ``index/`` removed (every
   record's UNIQ_KEY indexed again) and with ``consumequeue/`` removed (every unit rebuilt).
+* **queues**: how a batch's cost grows with its topic's queues: 64,000 100-byte messages in
+  batches of 16 and of 256 into a topic of 4, 16 and 64 queues (the round robin spreads each
+  batch over all of them: one ConsumeQueue append a queue a batch), µs a message of CPU and
+  the ratio to 4 queues.
 
 * **growth** (only with ``--only growth``: it writes 10 GiB): how the costs above grow with the
   store. One store (default config: 1 GiB CommitLog segments, the IndexFile on, 4 queues) is
@@ -400,6 +404,74 @@ def _random_gets(store: MessageStore, count: int, seed: int) -> float:
     return count / (time.perf_counter() - t0)
 
 
+#: queues: the topic sizes and batch sizes of the queues part.
+QUEUE_COUNTS = (4, 16, 64)
+QUEUE_BATCHES = (16, BATCH)
+
+
+def bench_queues(
+    work: str,
+    queue_counts: tuple[int, ...] = QUEUE_COUNTS,
+    batch_sizes: tuple[int, ...] = QUEUE_BATCHES,
+    count: int = 64_000,
+    repeat: int = 5,
+) -> list[dict]:
+    """How a batch's cost grows with its topic's queues: ``count`` 100-byte messages (the
+    append part's: tags, an indexed UNIQ_KEY) in batches of each of ``batch_sizes`` into a
+    fresh store's topic of each of ``queue_counts`` queues, the round robin spreading each batch
+    over all of them (a ConsumeQueue append per queue a batch). CPU time of the puts after 16
+    batches to warm the store, the best of ``repeat`` runs; µs a message and messages per
+    CPU-second, and the ratio to the fewest queues at the same batch size. One dict per case;
+    the stores are removed."""
+    rows: list[dict] = []
+    for b in batch_sizes:
+        batches = make_batches(100, b, distinct=16)
+        n = max(count // b, 1)
+        for q in queue_counts:
+            best = float("inf")
+            for k in range(repeat):
+                root = os.path.join(work, f"queues-{q}-{b}-{k}")
+                store = MessageStore(root, StoreConfig())
+                try:
+                    store.create_topic(TOPIC, q)
+                    for i in range(16):
+                        store.put_messages(batches[i % 16])
+                    gc.collect()
+                    c0 = time.process_time()
+                    for i in range(n):
+                        store.put_messages(batches[i % 16])
+                    best = min(best, time.process_time() - c0)
+                finally:
+                    store.close()
+                    shutil.rmtree(root, ignore_errors=True)
+            us = best / (n * b) * 1e6
+            rows.append(
+                {
+                    "queues": q,
+                    "batch": b,
+                    "messages": n * b,
+                    "us_per_message": round(us, 3),
+                    "messages_per_cpu_s": round(n * b / max(best, 1e-9)),
+                }
+            )
+    for r in rows:
+        first = next(x for x in rows if x["batch"] == r["batch"])
+        r["x_fewest_queues"] = round(r["us_per_message"] / first["us_per_message"], 2)
+    return rows
+
+
+def print_queues_table(rows: list[dict]) -> None:
+    """The queues part as a Markdown table."""
+    print()
+    print(f"| queues | batch | µs a message | per CPU-second | x of {rows[0]['queues']} queues |")
+    print("|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['queues']} | {r['batch']} | {r['us_per_message']:.3f} | "
+            f"{r['messages_per_cpu_s']:,} | {r['x_fewest_queues']:.2f} |"
+        )
+
+
 def _recover_at(root: str, store: MessageStore) -> tuple[MessageStore, dict]:
     """Close ``store``, put its ``abort`` file back as a crashed broker leaves it and time the
     reopen (abnormal recovery): the reopened store and what recovery did (seconds, CommitLog
@@ -525,7 +597,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument(
         "--only",
-        choices=["append", "read", "recovery", "growth"],
+        choices=["append", "read", "recovery", "queues", "growth"],
         action="append",
         help="run only these parts (repeatable); growth runs only when named here",
     )
@@ -542,7 +614,7 @@ def main(argv=None) -> int:
     base = args.dir or args.out
     os.makedirs(base, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench-engine-", dir=base)
-    parts = set(args.only or ["append", "read", "recovery"])
+    parts = set(args.only or ["append", "read", "recovery", "queues"])
     results: dict = {
         "machine": machine(),
         "command": " ".join(["python -m bench.engine", *(sys.argv[1:] if argv is None else argv)]),
@@ -587,6 +659,15 @@ def main(argv=None) -> int:
                     f"recovery {r['commitlog_bytes'] / 2**20:.0f} MiB, lost: {r['lost']:<12} "
                     f"in {r['seconds']} s: {r['mb_per_s']} MB/s "
                     f"({r['messages_per_s']:,} msg/s)",
+                    flush=True,
+                )
+        if "queues" in parts:
+            results["queues"] = bench_queues(work, count=int(64_000 * scale), repeat=args.repeat)
+            for r in results["queues"]:
+                print(
+                    f"queues {r['queues']:>3} batch {r['batch']:>4}  {r['us_per_message']:.3f} µs "
+                    f"a message ({r['messages_per_cpu_s']:,} per CPU-s, "
+                    f"{r['x_fewest_queues']:.2f}x)",
                     flush=True,
                 )
         if "growth" in parts:
@@ -657,6 +738,8 @@ def print_table(results: dict) -> None:
             f"CommitLog ({r['body_bytes']} B bodies) | {r['messages_per_s']:,} | | "
             f"{r['mb_per_s']:.1f} | | |"
         )
+    if results.get("queues"):
+        print_queues_table(results["queues"])
     if results.get("growth"):
         print_growth_table(results["growth"])
 

@@ -1,5 +1,6 @@
-"""bench/engine.py's growth part, MessageBatch appends and recovery with lost derived files,
-and bench/fuse.py's produce part (issue 34) at a tiny scale, so the benches cannot rot: every
+"""bench/engine.py's growth and queues parts, MessageBatch appends and recovery with lost
+derived files, and bench/fuse.py's produce part (issue 34) at a tiny scale, so the benches
+cannot rot: every
 mark measured, recovery checked whole, the store and the scratch files removed, the tables
 printed; the produce part mounts, writes and counts what it stored. The figures themselves are
 not checked (a few MiB on a shared machine say nothing)."""
@@ -52,6 +53,16 @@ def test_append_measures_message_batches_and_put_bodies_and_cleans_up(tmp_path, 
     assert os.listdir(tmp_path) == []
     engine.print_table({"append": [b]})
     assert "| append 100 B bodies, put_bodies, batch 256 |" in capsys.readouterr().out
+
+
+def test_queues_measures_every_topic_size_and_cleans_up(tmp_path, capsys):
+    rows = engine.bench_queues(str(tmp_path), (2, 8), (4, 16), count=64, repeat=1)
+    assert [(r["queues"], r["batch"]) for r in rows] == [(2, 4), (8, 4), (2, 16), (8, 16)]
+    assert all(r["messages"] == 64 and r["us_per_message"] > 0 for r in rows)
+    assert [r["x_fewest_queues"] for r in rows][::2] == [1.0, 1.0]
+    assert os.listdir(tmp_path) == []
+    engine.print_queues_table(rows)
+    assert "| 8 | 16 |" in capsys.readouterr().out
 
 
 def test_recovery_rebuilds_what_it_lost_and_cleans_up(tmp_path, capsys):
