@@ -1371,16 +1371,15 @@ def _queue_state(
     """Give ``rmq_put`` each topic's round robin count and each queue's next queue offset
     (topicQueueTable, else the ConsumeQueue's end)."""
     rr = store.putter.round_robin
-    queue_offsets = store.putter.queue_offsets
     for i, t in enumerate(tnames):
         rr_now[i] = rr.get(t, 0)
-    sn = call.slot_next
-    for k, key in enumerate(slots):
-        nxt = queue_offsets.get(key)
-        if nxt is None:
-            cq = store.consume_queues.get(key)
-            nxt = cq.max_offset if cq is not None else 0
-        sn[k] = nxt
+    nexts = list(map(store.putter.queue_offsets.get, slots))  # one C-level pass over the slots
+    if None in nexts:  # a queue not put to since the store opened: its ConsumeQueue's end
+        cqs = store.consume_queues
+        for k in [k for k, v in enumerate(nexts) if v is None]:
+            cq = cqs.get(slots[k])
+            nexts[k] = cq.max_offset if cq is not None else 0
+    call.slot_next[0 : len(nexts)] = nexts
 
 
 def _head_parts(tags_c: tuple, keys_c: tuple, shard_c: tuple) -> tuple[Iterable, list, list, int]:
@@ -1511,12 +1510,13 @@ def _queue_units_out(
     ub = ffi.buffer(call.units, n * CQ_STORE_UNIT_SIZE)
     nslots = len(slots)
     su = ffi.unpack(call.slot_units, nslots + 1)
-    sn_after = dict(enumerate(ffi.unpack(call.slot_next, nslots)))
-    used = [k for k in range(nslots) if su[k + 1] > su[k]]
+    sn_after = ffi.unpack(call.slot_next, nslots)
+    counts = list(map(operator.sub, su[1:], su))  # units of each slot
+    used = list(itertools.compress(range(nslots), counts))
     units = [
         (
             slots[k],
-            sn_after[k] - (su[k + 1] - su[k]),
+            sn_after[k] - counts[k],
             ub[su[k] * CQ_STORE_UNIT_SIZE : su[k + 1] * CQ_STORE_UNIT_SIZE],
         )
         for k in used
