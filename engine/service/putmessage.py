@@ -1182,9 +1182,8 @@ def _put_one(
     qid = choose_queue(putter.round_robin, topic, qid, sharding, info[0], nslots)
     key = (topic, qid)
     nxt = putter.queue_offsets.get(key)
-    if nxt is None:
-        cq = store.consume_queues.get(key)
-        nxt = cq.max_offset if cq is not None else 0
+    if nxt is None:  # the queue's first put since the store opened: where its queue ends
+        nxt = store.max_offset(topic, qid, committed=False)
     cl = store.commitlog
     start = cl.max_offset
     # the record straight into the segment's mapping where it fits what is allocated there
@@ -1369,16 +1368,15 @@ def _queue_state(
     store: MessageStore, call: _PutCall, tnames: tuple[str, ...], slots: list, rr_now: Any
 ) -> None:
     """Give ``rmq_put`` each topic's round robin count and each queue's next queue offset
-    (topicQueueTable, else the ConsumeQueue's end)."""
+    (topicQueueTable, else :meth:`MessageStore.max_offset` uncommitted: the queue's end)."""
     rr = store.putter.round_robin
     for i, t in enumerate(tnames):
         rr_now[i] = rr.get(t, 0)
     nexts = list(map(store.putter.queue_offsets.get, slots))  # one C-level pass over the slots
-    if None in nexts:  # a queue not put to since the store opened: its ConsumeQueue's end
-        cqs = store.consume_queues
+    if None in nexts:  # a queue not put to since the store opened: where its queue ends
         for k in [k for k, v in enumerate(nexts) if v is None]:
-            cq = cqs.get(slots[k])
-            nexts[k] = cq.max_offset if cq is not None else 0
+            topic, q = slots[k]
+            nexts[k] = store.max_offset(topic, q, committed=False)
     call.slot_next[0 : len(nexts)] = nexts
 
 
