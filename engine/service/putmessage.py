@@ -1220,9 +1220,7 @@ def _put_one(
         _append_out(call, cl, start, nchunks, need, end, now)
     msg_id = ffi.string(call.msg_id, 32).decode()  # as rmq_put wrote it (createMessageId)
     out = [_NEW_RESULT((topic, qid, qoff, pos, size, now, msg_id, uniq_key))]
-    entries = array("q")
-    if index is not None:
-        entries.frombytes(ffi.buffer(call.idx, 24 * nidx))
+    entries = ffi.unpack(call.idx, 3 * nidx) if index is not None else []
     units = [(key, qoff, ffi.buffer(call.units, CQ_STORE_UNIT_SIZE)[:])]
     _dispatch_out(store, out, (tags,), (keys,), units, entries, start, end, now)
     putter.queue_offsets[key] = qoff + 1
@@ -1262,7 +1260,7 @@ def _dispatch_out(
     tags_c: tuple,
     keys_c: tuple,
     units: list[tuple[tuple[str, int], int, bytes]],
-    entries: array,
+    entries: Sequence[int],
     start: int,
     end: int,
     now: int,
@@ -1621,11 +1619,26 @@ def dispatch_plain(
     them (for dispatchers other than the index),
     ``units`` is ``((topic, queueId), first queue offset, encoded units)`` per queue, ``idx`` flat
     ``[keyHash, phyOffset, storeTimestamp, ...]`` (:meth:`IndexService.put_hashed`, with
-    ``index_writer``: the compiled core's). On an
-    OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
+    ``index_writer``: the compiled core's). The usual single put (one queue's units, the
+    index the store's only dispatcher) takes a short branch with the same effect. On an
+    OSError everything of the batch is undone (CommitLog included: :func:`_undo_dispatch`)
+    and it is re-raised."""
     index = store.index_service
     ds = store.dispatchers
     if len(ds) == 1 and ds[0] is index:  # the usual store: the index takes the hashed keys
+        if len(units) == 1 and (not idx or idx[1] > index.end_phy_offset):
+            # one queue's units (a single put's): its unit and keys, at the least cost
+            key, first, encoded = units[0]
+            cq = store.writable_consume_queue(key[0], key[1])
+            old = cq.max_offset
+            try:
+                cq.put_units(first, encoded)
+                if idx:
+                    index.put_hashed(idx, index_writer)
+            except OSError:
+                _undo_dispatch(store, {key: old}, start)
+                raise
+            return
         others = []
     else:
         others = [d for d in ds if not dispatch.puts_hashed_keys(d)]
@@ -1664,9 +1677,16 @@ def dispatch_plain(
             for d in others:
                 d.dispatch(batch)
     except OSError:
-        for key, old in before.items():
-            store.consume_queues[key].truncate_to(old)
-        for d in store.dispatchers:
-            d.truncate(start)
-        store.commitlog.truncate(start)
+        _undo_dispatch(store, before, start)
         raise
+
+
+def _undo_dispatch(store: MessageStore, before: dict[tuple[str, int], int], start: int) -> None:
+    """Undo a put whose records begin at ``start`` (CommitLog bytes) after a disk error in its
+    dispatch: each ConsumeQueue of ``before`` back to its end before the put (``{(topic,
+    queueId): queue offset}``), every dispatcher and the CommitLog cut at ``start``."""
+    for key, old in before.items():
+        store.consume_queues[key].truncate_to(old)
+    for d in store.dispatchers:
+        d.truncate(start)
+    store.commitlog.truncate(start)

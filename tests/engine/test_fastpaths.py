@@ -22,6 +22,7 @@ import rmqfs.engine.store as store_mod
 from conftest import recover_decoding_every_record
 from rmqfs.engine.errors import InvalidNameError, MessageTooLargeError, PutMessageError
 from rmqfs.engine.format.config import TopicConfig
+from rmqfs.engine.format.consumequeue import ConsumeQueue
 from rmqfs.engine.format.indexfile import IndexFile
 from rmqfs.engine.format.javahash import (
     combine_u32,
@@ -423,25 +424,34 @@ def test_put_hashed_restores_slots_when_the_header_write_fails(tmp_path):
 
 
 @pytest.mark.parametrize("n", [5, 1])
-def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch, n):
-    """A put whose index dispatch fails (ENOSPC) is undone whole: a batch, and a single put
+@pytest.mark.parametrize("where", ["index", "consumequeue"])
+def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch, n, where):
+    """A put whose dispatch fails (ENOSPC) in the index or in a ConsumeQueue (a batch's second
+    queue: its first queue's units are taken back) is undone whole: a batch, and a single put
     whose record went straight into the CommitLog's mapping (its bytes zeroed again)."""
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 2)
         s.put_messages([Message("T", b"first", keys=["a"])])
         end, q0, q1 = s.commitlog.max_offset, s.max_offset("T", 0), s.max_offset("T", 1)
-        real = IndexService.put_hashed
+        owner, name = (
+            (IndexService, "put_hashed") if where == "index" else (ConsumeQueue, "put_units")
+        )
+        real = getattr(owner, name)
+        calls = []
 
-        def fail(self, entries, in_place=None):
+        def fail(self, *args):
+            calls.append(args)
+            if where == "consumequeue" and n > 1 and len(calls) == 1:
+                return real(self, *args)  # the first queue's units go in, the second's fail
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(IndexService, "put_hashed", fail)
+        monkeypatch.setattr(owner, name, fail)
         with pytest.raises(OSError):
             s.put_messages([Message("T", b"lost %d" % i, keys=["a"]) for i in range(n)])
         assert s.commitlog.max_offset == end
         assert (s.max_offset("T", 0), s.max_offset("T", 1)) == (q0, q1)
         assert s.commitlog.files.read(end, 4096) == bytes(4096)
-        monkeypatch.setattr(IndexService, "put_hashed", real)
+        monkeypatch.setattr(owner, name, real)
         res = s.put_messages([Message("T", b"second", keys=["a"])])
         assert res[0].commitlog_offset == end
         assert [r.body for r in s.query_by_key("T", "a")] == [b"second", b"first"]
