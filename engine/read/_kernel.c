@@ -1002,6 +1002,37 @@ static void put_roll(rmq_put_args *a, int64_t *need, int64_t *nchunks, int64_t *
     a->chunks[3 * *nchunks + 1] = *need;
 }
 
+/* The keys of a KEYS value k[0..kl): its non-empty runs between key_sep bytes (what
+ * IndexService.buildIndex indexes, MessageExt.getKeys split on KEY_SEPARATOR). */
+static int32_t count_keys(const uint8_t *k, int32_t kl, uint8_t sep)
+{
+    int32_t keys = 0;
+    for (int32_t j = 0; j < kl; j++)
+        keys += k[j] != sep && (j == 0 || k[j - 1] == sep);
+    return keys;
+}
+
+/* The index entries ("topic#key": the topic's hash continued over each key) of the keys of
+ * k[0..kl) of the record at p, from a->idx + 3 * nidx; returns the entries after them. */
+static int64_t put_key_entries(const rmq_put_args *a, int64_t nidx, uint32_t topic_hash,
+                               const uint8_t *k, int32_t kl, int64_t p)
+{
+    for (int32_t j = 0; j < kl;) {
+        int32_t j2 = j;
+        while (j2 < kl && k[j2] != a->key_sep)
+            j2++;
+        if (j2 > j) {
+            int64_t *e = a->idx + 3 * nidx;
+            e[0] = index_hash(java_hash_utf8(topic_hash, k + j, j2 - j));
+            e[1] = p;
+            e[2] = a->now;
+            nidx++;
+        }
+        j = j2 + 1;
+    }
+    return nidx;
+}
+
 /* Encode, place and dispatch a batch of plain records (see _kernel.h). Three passes: sizes,
  * checks and CommitLog positions (nothing changes when one fails, or when out is too small);
  * queues and queue offsets; then the bytes, the ConsumeQueue units and the index entries. */
@@ -1017,10 +1048,19 @@ int32_t rmq_put(rmq_put_args *a)
     a->chunks[0] = pos;
     a->chunks[1] = 0;
     int64_t too_wide = -1; /* the first record larger than a segment */
+    const int32_t *mkl = a->keys_len; /* each message's own KEYS, NULL: in the heads */
     for (int64_t i = 0; i < n; i++) { /* each record's size, and the rules it must meet */
         const int64_t blen = a->body_end[i] - (i ? a->body_end[i - 1] : 0);
         const int32_t t = a->topic_of[i], h = a->head_of[i];
-        const int64_t plen = (a->head_end[h] - (h ? a->head_end[h - 1] : 0)) + uniq_item;
+        int64_t plen = (a->head_end[h] - (h ? a->head_end[h - 1] : 0)) + uniq_item;
+        if (mkl) {
+            if (mkl[i] < -1 || mkl[i] > (int32_t)1 << 29) {
+                a->bad = i;
+                return 3;
+            }
+            if (mkl[i] >= 0)
+                plen += a->keys_name_len + mkl[i] + 1;
+        }
         const int64_t total = a->topic_base[t] + blen + plen;
         /* what encoding refuses, message by message (MessageExtEncoder.encode) */
         if (plen > a->max_props || total > a->max_total) {
@@ -1052,6 +1092,7 @@ int32_t rmq_put(rmq_put_args *a)
         if (pos + batch + 8 > seg_end)
             put_roll(a, &need, &nchunks, &pos, &seg_end, fs);
     }
+    int64_t ko = 0; /* where message i's own KEYS value starts in a->keys */
     for (int64_t i = 0; i < n; i++) {
         const int32_t h = a->head_of[i];
         const int64_t total = a->size[i];
@@ -1060,14 +1101,14 @@ int32_t rmq_put(rmq_put_args *a)
         a->pos[i] = pos;
         pos += total;
         need += total;
-        const int32_t lo = a->head_keys_at[h], kl = a->head_keys_len[h];
-        int32_t keys = 0;
         if (a->want_index) {
-            const uint8_t *k = a->heads + (h ? a->head_end[h - 1] : 0) + lo;
-            for (int32_t j = 0; j < kl; j++)
-                keys += k[j] != a->key_sep && (j == 0 || k[j - 1] == a->key_sep);
-            nidx += 1 + keys;
+            const uint8_t *k = a->heads + (h ? a->head_end[h - 1] : 0) + a->head_keys_at[h];
+            nidx += 1 + count_keys(k, a->head_keys_len[h], a->key_sep);
+            if (mkl && mkl[i] > 0)
+                nidx += count_keys(a->keys + ko, mkl[i], a->key_sep);
         }
+        if (mkl && mkl[i] > 0)
+            ko += mkl[i];
     }
     a->chunks[3 * nchunks + 2] = need;
     a->nchunks = nchunks + 1;
@@ -1099,6 +1140,7 @@ int32_t rmq_put(rmq_put_args *a)
         next_unit[s] = a->slot_units[s];
     int64_t op = 0, c = 0;
     nidx = 0;
+    ko = 0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t b0 = i ? a->body_end[i - 1] : 0, blen = a->body_end[i] - b0;
         const int32_t t = a->topic_of[i], h = a->head_of[i];
@@ -1136,10 +1178,21 @@ int32_t rmq_put(rmq_put_args *a)
         const int32_t tfl = a->topic_field_end[t] - tf0;
         memcpy(o, a->topic_field + tf0, (size_t)tfl);
         o += tfl;
-        wr16(o, (uint16_t)(hlen + a->uniq_name_len + a->uniq_len + 1));
+        const int32_t kl = mkl ? mkl[i] : -1; /* the message's own KEYS */
+        const uint8_t *mk = a->keys + ko;
+        const int64_t kitem = kl >= 0 ? a->keys_name_len + kl + 1 : 0;
+        wr16(o, (uint16_t)(hlen + kitem + a->uniq_name_len + a->uniq_len + 1));
         o += 2;
         memcpy(o, a->heads + h0, (size_t)hlen);
         o += hlen;
+        if (kl >= 0) {
+            memcpy(o, a->keys_name, (size_t)a->keys_name_len);
+            o += a->keys_name_len;
+            memcpy(o, mk, (size_t)kl);
+            o += kl;
+            *o++ = a->prop_end;
+            ko += kl;
+        }
         memcpy(o, a->uniq_name, (size_t)a->uniq_name_len);
         o += a->uniq_name_len;
         const uint8_t *uniq = a->uniq + (int64_t)a->uniq_len * i;
@@ -1169,21 +1222,10 @@ int32_t rmq_put(rmq_put_args *a)
             e[1] = p;
             e[2] = a->now;
             nidx++;
-            const uint8_t *k = a->heads + h0 + a->head_keys_at[h];
-            const int32_t kl = a->head_keys_len[h];
-            for (int32_t j = 0; j < kl;) {
-                int32_t j2 = j;
-                while (j2 < kl && k[j2] != a->key_sep)
-                    j2++;
-                if (j2 > j) {
-                    e = a->idx + 3 * nidx;
-                    e[0] = index_hash(java_hash_utf8(a->topic_hash[t], k + j, j2 - j));
-                    e[1] = p;
-                    e[2] = a->now;
-                    nidx++;
-                }
-                j = j2 + 1;
-            }
+            nidx = put_key_entries(a, nidx, a->topic_hash[t], a->heads + h0 + a->head_keys_at[h],
+                                   a->head_keys_len[h], p);
+            if (kl > 0)
+                nidx = put_key_entries(a, nidx, a->topic_hash[t], mk, kl, p);
         }
     }
     return 0;
@@ -1233,6 +1275,7 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     a->head_tags_code = &tc;
     a->head_keys_at = &ka;
     a->head_keys_len = &kl;
+    a->keys_len = NULL; /* its KEYS are in its head */
     if (dst) { /* the record straight into the CommitLog's mapping: room bytes there, never
                 * past the segment's end (a record that starts the next one needs more) */
         const int64_t left = a->file_size - start % a->file_size;
@@ -1275,6 +1318,7 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     a->head_tags_code = saved.head_tags_code;
     a->head_keys_at = saved.head_keys_at;
     a->head_keys_len = saved.head_keys_len;
+    a->keys_len = saved.keys_len;
     a->out = saved.out;
     a->cap = saved.cap;
     return rc;

@@ -214,12 +214,22 @@ typedef struct {
     int64_t bad_value;
     int32_t bad_code; /* RMQ_PUT_* */
     int32_t pad2_;
+    /* each message's own KEYS (a batch whose messages have keys of their own: no head per
+     * message): message i's KEYS item (keys_name, its value, prop_end) follows its head's
+     * items, its value the next keys_len[i] bytes of keys; keys_len NULL: KEYS are in the
+     * heads only */
+    const uint8_t *keys;     /* the values one after another (UTF-8) */
+    const int32_t *keys_len; /* n: the length of message i's value, -1: no KEYS item */
+    const uint8_t *keys_name; /* "KEYS" + NAME_VALUE_SEPARATOR */
+    int32_t keys_name_len;
+    int32_t pad3_;
 } rmq_put_args;
 
 enum { RMQ_PUT_PROPS = 1, RMQ_PUT_TOO_LARGE = 2, RMQ_PUT_SEGMENT = 3, RMQ_PUT_BATCH = 4 };
 
 /* 0: done; 1: message a->bad refused (a->bad_code), nothing changed; 2: out or idx too small
- * (a->need, a->nidx say how much), nothing changed. */
+ * (a->need, a->nidx say how much), nothing changed; 3: a keys_len below -1 or above 2^29
+ * (message a->bad), nothing changed. */
 int32_t rmq_put(rmq_put_args *a);
 
 /* rmq_put_one: rmq_put of one message, its values passed as arguments rather than through

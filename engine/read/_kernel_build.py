@@ -171,6 +171,11 @@ typedef struct {
     int64_t bad_value;
     int32_t bad_code;
     int32_t pad2_;
+    const uint8_t *keys;
+    const int32_t *keys_len;
+    const uint8_t *keys_name;
+    int32_t keys_name_len;
+    int32_t pad3_;
 } rmq_put_args;
 enum { RMQ_PUT_PROPS, RMQ_PUT_TOO_LARGE, RMQ_PUT_SEGMENT, RMQ_PUT_BATCH, ... };
 int32_t rmq_put(rmq_put_args *a);

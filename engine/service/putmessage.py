@@ -117,10 +117,8 @@ _PLAIN_FIELDS = (
 _OTHER_FIELDS = [f for f in dataclasses.fields(Message) if f.name not in _PLAIN_FIELDS]
 _OTHER_DEFAULTS = tuple(f.default for f in _OTHER_FIELDS)
 # One call per message reads every field, the plain ones first (the columns come from
-# zip(*rows)): from the instance's __dict__ for a Message itself (a dict lookup a field),
-# through the attributes for anything else (a subclass may compute a field).
+# zip(*rows)), through the attributes (a subclass may compute a field).
 _ALL_NAMES = (*_PLAIN_FIELDS, *(f.name for f in _OTHER_FIELDS))
-_ITEMS_GET = operator.itemgetter(*_ALL_NAMES)
 _ATTRS_GET = operator.attrgetter(*_ALL_NAMES)
 _NPLAIN = len(_PLAIN_FIELDS)
 _KEYS_PREFIX = property_prefix(PROPERTY_KEYS)
@@ -302,23 +300,17 @@ def message_columns(messages: Sequence[Message]) -> list[tuple] | None:
     order), :data:`_PLAIN_FIELDS` first, in that order (topic, body, tags, keys, queue_id,
     sharding_key, born_timestamp, born_host, flag, properties, sys_flag), then the others in
     :class:`Message`'s order; None where an item has no such fields (not a Message: the rules
-    of :func:`check_messages` then say why)."""
-    if list(map(type, messages)).count(Message) == len(messages):
-        try:  # the usual batch: one C-level pass
-            return list(zip(*map(_ITEMS_GET, map(vars, messages))))
-        except KeyError:
-            pass
-    rows = list(map(_message_row, messages))
-    return None if None in rows else list(zip(*rows))
+    of :func:`check_messages` then say why). One C-level pass of attribute reads: a message's
+    instance ``__dict__`` is never asked for (CPython keeps a new instance's attributes without
+    one and would build it for each message put)."""
+    try:
+        return list(zip(*map(_ATTRS_GET, messages)))
+    except AttributeError:
+        return None
 
 
 def _message_row(m: Message) -> tuple | None:
     """One message's fields in :func:`message_columns`' order (None: not a Message)."""
-    try:
-        if m.__class__ is Message:
-            return _ITEMS_GET(m.__dict__)
-    except KeyError:  # an attribute deleted from the instance: its class default shows
-        pass
     try:
         return _ATTRS_GET(m)
     except AttributeError:
@@ -845,7 +837,7 @@ def put_bodies(
         return []
     template = Message(topic, b"", queue_id=queue_id)
     check_messages([template])
-    row = _ITEMS_GET(vars(template))[:_NPLAIN]
+    row = _ATTRS_GET(template)[:_NPLAIN]
     kernel = store.putter.kernel
     if (
         kernel is None
@@ -905,6 +897,9 @@ class _PutCall:
         self.keep: list = [ffi.from_buffer("uint8_t[]", _UNIQ_PREFIX)]
         a.uniq_name = self.keep[0]
         a.uniq_name_len = len(_UNIQ_PREFIX)
+        self.keep.append(ffi.from_buffer("uint8_t[]", _KEYS_PREFIX))
+        a.keys_name = self.keep[1]
+        a.keys_name_len = len(_KEYS_PREFIX)
         a.prop_end = PROPERTY_END[0]
         a.key_sep = _KEY_SEP
         a.default_born = list(_DEFAULT_BORN)
@@ -1161,7 +1156,7 @@ def _put_one(
     nidx = 1
     keys_at = keys_len = 0
     if keys:  # the general path's KEYS: any keys given, even [""] (an empty value)
-        k = (keys if keys.__class__ is str else " ".join(keys)).encode()
+        k = (keys if isinstance(keys, str) else " ".join(keys)).encode()
         head += _KEYS_PREFIX
         keys_at, keys_len = len(head), len(k)
         head += k + PROPERTY_END
@@ -1318,7 +1313,10 @@ def _batch_args(
     n = len(topic_c)
     ffi, a = call.ffi, call.args
     heads = _head_parts(tags_c, keys_c, shard_c)
-    call.arrays(n, nslots, n * (1 + heads[3]) if index else 0, sum(lens) + 512 * n)
+    own = heads[4]  # each message's own KEYS, outside the heads
+    nidx = n * (1 + heads[3]) + (own[2] + n if own else 0)
+    nout = sum(lens) + 512 * n + (len(own[0]) if own else 0)
+    call.arrays(n, nslots, nidx if index else 0, nout)
     head_of, head_tables = _head_args(call, store.putter.tags_cache, *heads[:3])
     fb = ffi.from_buffer
     if together:
@@ -1356,6 +1354,11 @@ def _batch_args(
     uniq = fb("uint8_t[]", "".join(uniq_keys).encode())
     hold.append(uniq)
     a.uniq = uniq
+    if own:
+        hold += (fb("uint8_t[]", own[0]), fb("int32_t[]", own[1]))
+        a.keys, a.keys_len = hold[-2:]
+    else:
+        a.keys_len = ffi.NULL
     a.n = n
     a.uniq_len = len(uniq_keys[0])
     a.ntopics = len(tnames)
@@ -1378,24 +1381,56 @@ def _queue_state(
     call.slot_next[0 : len(nexts)] = nexts
 
 
-def _head_parts(tags_c: tuple, keys_c: tuple, shard_c: tuple) -> tuple[Iterable, list, list, int]:
-    """The property heads of a batch (the items before UNIQ_KEY, one per distinct tags, keys
-    and sharding key): ``(each message's head, the distinct heads, their parts, the most
-    keys of one head)``."""
+def _head_parts(
+    tags_c: tuple, keys_c: tuple, shard_c: tuple
+) -> tuple[Iterable, list, list, int, tuple[bytes, array, int] | None]:
+    """The property heads of a batch (the items before UNIQ_KEY, one per distinct head):
+    ``(each message's head, the distinct heads, their parts, the most keys of one head, the
+    messages' own KEYS)``. Without sharding keys a head is the TAGS item alone, and each
+    message's KEYS value goes to ``rmq_put`` apart (:func:`_own_keys`), so a batch whose every
+    message has keys of its own (an order id each) still has one head a distinct tag; with
+    sharding keys (whose item follows KEYS) a head holds TAGS, KEYS and SHARDING_KEY."""
     n = len(tags_c)
-    head_keys: Iterable
-    if keys_c.count(None) == n and shard_c.count(None) == n:
-        head_keys = tags_c
+    if shard_c.count(None) == n:
         distinct = list(dict.fromkeys(tags_c))
-        parts = [(t, None, None) for t in distinct]
-    else:
-        # the general path's KEYS: any keys given, even [""] (an empty value)
-        norm = [None if not k else k if k.__class__ is str else " ".join(k) for k in keys_c]
-        head_keys = list(zip(tags_c, norm, shard_c))
-        distinct = list(dict.fromkeys(head_keys))
-        parts = distinct
-    keys_max = max(map(_key_count, parts)) if len(parts) > 1 else _key_count(parts[0])
-    return head_keys, distinct, parts, keys_max
+        return tags_c, distinct, [(t, None, None) for t in distinct], 0, _own_keys(keys_c)
+    norm = [_keys_value(k) for k in keys_c]
+    head_keys = list(zip(tags_c, norm, shard_c))
+    distinct = list(dict.fromkeys(head_keys))
+    keys_max = max(map(_key_count, distinct)) if len(distinct) > 1 else _key_count(distinct[0])
+    return head_keys, distinct, distinct, keys_max, None
+
+
+def _keys_value(keys: list[str] | str | None) -> str | None:
+    """The KEYS property value of a message's ``keys`` as the general path writes it: a list
+    joined with spaces, any keys given (even ``[""]``, an empty value); None: no KEYS item
+    (None, "" or [])."""
+    return None if not keys else keys if isinstance(keys, str) else " ".join(keys)
+
+
+#: None -> "" (:func:`_own_keys`' C-level pass: ``get(k, k)`` is k for any other key)
+_NONE_AS_EMPTY: dict[Any, str] = {None: ""}
+
+
+def _own_keys(keys_c: tuple) -> tuple[bytes, array, int] | None:
+    """Each message's KEYS value for ``rmq_put`` (``keys``, ``keys_len``): ``(the values one
+    after another in UTF-8, each one's length in bytes, -1 for a message without a KEYS item,
+    the spaces among them)``; None when no message has keys. C-level passes, but for keys
+    given as lists (joined first, one by one)."""
+    n = len(keys_c)
+    if keys_c.count(None) == n:
+        return None
+    if list(map(type, keys_c)).count(str) + keys_c.count(None) == n:
+        absent = map(operator.not_, keys_c)  # None and "": no KEYS item
+    else:  # lists among them: joined, and [""] is an (empty) value
+        keys_c = tuple(map(_keys_value, keys_c))
+        absent = map(operator.is_, keys_c, itertools.repeat(None))
+    values: list[str] = list(map(_NONE_AS_EMPTY.get, keys_c, keys_c))
+    joined = "".join(values)
+    blob = joined.encode()
+    sizes = map(len, values) if len(blob) == len(joined) else map(len, map(str.encode, values))
+    lens = array("i", map(operator.sub, sizes, absent))  # (an absent value is "": -1)
+    return blob, lens, joined.count(KEY_SEPARATOR)
 
 
 def _head_args(

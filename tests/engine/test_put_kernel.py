@@ -60,34 +60,71 @@ texts = st.text(
     min_size=1,
     max_size=12,
 )
-messages = st.builds(
-    lambda topic, body, tags, keys, route, born, host, flag, rare: Message(
-        topic,
-        # now and then a record too large for a segment, or properties too long: refused
-        b"z" * (SEGMENT + 100) if rare == 1 else body,
-        tags=tags,
-        keys="K" * (MAX_PROPERTIES_LENGTH + 1) if rare == 0 else keys,
-        queue_id=route[1] % TOPICS[topic] if route and route[0] == "q" else None,
-        sharding_key=route[1] if route and route[0] == "s" else None,
-        born_timestamp=born,
-        born_host=host,
-        flag=flag,
-    ),
-    st.sampled_from(sorted(TOPICS)),
-    st.one_of(st.binary(max_size=300), st.binary(min_size=2000, max_size=4000)),
-    st.one_of(st.none(), texts),
-    st.one_of(st.none(), texts, st.lists(st.one_of(texts, st.just("")), max_size=3)),
+
+
+class KeyText(str):
+    """Keys given as a str subclass: one value, as a str (never joined letter by letter)."""
+
+
+#: keys as the put paths take them: None, "" (no KEYS item), a value (spaces separating keys),
+#: a str subclass, a list (joined with spaces; [""] an empty value), a long value
+keys_given = st.one_of(
+    st.none(),
+    st.just(""),
+    texts,
+    st.lists(texts, min_size=2, max_size=3).map(" ".join),
+    texts.map(KeyText),
+    st.lists(st.one_of(texts, st.just("")), max_size=3),
+    st.just("k" * 700),
+)
+
+
+def _message(route_strategy: st.SearchStrategy) -> st.SearchStrategy:
+    """Messages of :data:`TOPICS`, their queue given by ``route_strategy`` (None: round robin,
+    ("q", n): a queueId, ("s", text): a sharding key)."""
+    return st.builds(
+        lambda topic, body, tags, keys, route, born, host, flag, rare: Message(
+            topic,
+            # now and then a record too large for a segment, or properties too long: refused
+            b"z" * (SEGMENT + 100) if rare == 1 else body,
+            tags=tags,
+            keys="K" * (MAX_PROPERTIES_LENGTH + 1) if rare == 0 else keys,
+            queue_id=route[1] % TOPICS[topic] if route and route[0] == "q" else None,
+            sharding_key=route[1] if route and route[0] == "s" else None,
+            born_timestamp=born,
+            born_host=host,
+            flag=flag,
+        ),
+        st.sampled_from(sorted(TOPICS)),
+        st.one_of(st.binary(max_size=300), st.binary(min_size=2000, max_size=4000)),
+        st.one_of(st.none(), texts),
+        keys_given,
+        route_strategy,
+        st.one_of(st.just(0), st.integers(T0 - 10**9, T0)),
+        st.one_of(st.none(), st.tuples(st.binary(min_size=4, max_size=4), st.integers(0, 65535))),
+        st.sampled_from([0, 0, 7, -1]),
+        st.integers(0, 60),
+    )
+
+
+messages = _message(
     st.one_of(
         st.none(),
         st.tuples(st.just("q"), st.integers(0, 3)),
         st.tuples(st.just("s"), texts),
-    ),
-    st.one_of(st.just(0), st.integers(T0 - 10**9, T0)),
-    st.one_of(st.none(), st.tuples(st.binary(min_size=4, max_size=4), st.integers(0, 65535))),
-    st.sampled_from([0, 0, 7, -1]),
-    st.integers(0, 60),
+    )
 )
 batches = st.lists(st.lists(messages, min_size=1, max_size=12), min_size=1, max_size=6)
+#: batches without sharding keys: each message's KEYS go to rmq_put apart from the heads
+keyed_batches = st.lists(
+    st.lists(
+        _message(st.one_of(st.none(), st.tuples(st.just("q"), st.integers(0, 3)))),
+        min_size=1,
+        max_size=12,
+    ),
+    min_size=1,
+    max_size=6,
+)
 
 
 #: the put comparisons' hypothesis settings (RMQFS_PUT_EXAMPLES examples each)
@@ -189,6 +226,14 @@ singles = st.lists(
 @PUT_EXAMPLES
 @given(singles)
 def test_single_puts_write_the_python_encoders_bytes(batches):
+    test_compiled_put_writes_the_python_encoders_bytes.hypothesis.inner_test(batches)
+
+
+@PUT_EXAMPLES
+@given(keyed_batches)
+def test_batches_of_keys_of_their_own_write_the_python_encoders_bytes(batches):
+    """Batches without sharding keys, whose KEYS the compiled path hands over message by
+    message (``rmq_put``'s ``keys``/``keys_len``), every way keys are given."""
     test_compiled_put_writes_the_python_encoders_bytes.hypothesis.inner_test(batches)
 
 
