@@ -99,16 +99,21 @@ def _corpus() -> bytes:
     return data if len(data) > 1 << 20 else (b"0123456789abcdef" * 65536)
 
 
-def make_batches(body_size: int, batch: int, distinct: int) -> list[list[Message]]:
-    """``distinct`` batches of ``batch`` messages with bodies of exactly ``body_size`` bytes."""
+def make_batches(
+    body_size: int, batch: int, distinct: int, keyed: bool = False
+) -> list[list[Message]]:
+    """``distinct`` batches of ``batch`` messages with bodies of exactly ``body_size`` bytes and
+    tags; ``keyed``: each with a key of its own too (``order-<n>``, as a producer's business key:
+    the message the issue's RocketMQ figures put, with tags, a key and a UNIQ_KEY)."""
     corpus = _corpus()
     out, pos = [], 0
-    for _ in range(distinct):
+    for b in range(distinct):
         msgs = []
-        for _ in range(batch):
+        for i in range(batch):
             if pos + body_size > len(corpus):
                 pos = (pos + 7919) % max(1, len(corpus) - body_size)
-            msgs.append(Message(TOPIC, corpus[pos : pos + body_size], tags="TagA"))
+            key = f"order-{b * batch + i}" if keyed else None
+            msgs.append(Message(TOPIC, corpus[pos : pos + body_size], tags="TagA", keys=key))
             pos += body_size
         out.append(msgs)
     return out
@@ -182,11 +187,13 @@ def bench_append(
     repeat: int,
     message_batch: bool = False,
     bodies: bool = False,
+    keyed: bool = False,
 ) -> dict:
     """Put ``count`` messages in batches of ``batch`` (``message_batch``: as MessageBatches;
-    ``bodies``: their bodies through ``put_bodies``), then write as many bytes with os.write;
-    ``repeat`` times, alternating, keeping the best run of each (the machine is shared)."""
-    batches = make_batches(body_size, batch, distinct=max(1, min(64, count // batch)))
+    ``bodies``: their bodies through ``put_bodies``; ``keyed``: each message with a key of its
+    own), then write as many bytes with os.write; ``repeat`` times, alternating, keeping the
+    best run of each (the machine is shared)."""
+    batches = make_batches(body_size, batch, max(1, min(64, count // batch)), keyed)
     nbatches = max(1, count // batch)
     runs = []
     for _r in range(repeat):
@@ -206,6 +213,7 @@ def bench_append(
         "batch": batch,
         "message_batch": message_batch,
         "put_bodies": bodies,
+        "keyed": keyed,
         "messages": n,
         "commitlog_bytes": written,
         "seconds": round(elapsed, 3),
@@ -624,18 +632,26 @@ def main(argv=None) -> int:
         if "append" in parts:
             results["append"] = []
             cases = [
-                (body, batch, False, False) for body in (100, 1024, 16384) for batch in (BATCH, 1)
+                (body, batch, False, False, False)
+                for body in (100, 1024, 16384)
+                for batch in (BATCH, 1)
             ]
-            cases[1:1] = [(100, BATCH, True, False), (100, BATCH, False, True)]
+            cases[1:1] = [
+                (100, BATCH, True, False, False),
+                (100, BATCH, False, True, False),
+                (100, BATCH, False, False, True),  # the issue's message: tags, a key, UNIQ_KEY
+            ]
+            cases[5:5] = [(100, 1, False, False, True)]
             counts = {100: 500_000, 1024: 300_000, 16384: 40_000}
-            for body, batch, message_batch, bodies in cases:
+            for body, batch, message_batch, bodies, keyed in cases:
                 count = counts[body]
                 n = int(count * scale) if batch > 1 else int(min(count, 20_000) * scale)
                 r = bench_append(
-                    work, body, batch, max(n, batch), args.repeat, message_batch, bodies
+                    work, body, batch, max(n, batch), args.repeat, message_batch, bodies, keyed
                 )
                 results["append"].append(r)
                 kind = " MessageBatch" if message_batch else " put_bodies" if bodies else ""
+                kind += " keyed" if keyed else ""
                 print(
                     f"append {body:>6} B x{batch:<4}{kind} {r['messages_per_s']:>9,} msg/s "
                     f"({r['messages_per_cpu_s']:,} per CPU-s) "
@@ -701,7 +717,9 @@ def _append_kind(r: dict) -> str:
     """How an append case put its batches, as the table names it."""
     if r.get("message_batch"):
         return "MessageBatch"
-    return "put_bodies, batch" if r.get("put_bodies") else "batch"
+    if r.get("put_bodies"):
+        return "put_bodies, batch"
+    return "a key each, batch" if r.get("keyed") else "batch"
 
 
 def print_table(results: dict) -> None:

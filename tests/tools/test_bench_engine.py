@@ -53,6 +53,13 @@ def test_append_measures_message_batches_and_put_bodies_and_cleans_up(tmp_path, 
     assert os.listdir(tmp_path) == []
     engine.print_table({"append": [b]})
     assert "| append 100 B bodies, put_bodies, batch 256 |" in capsys.readouterr().out
+    k = engine.bench_append(str(tmp_path), 100, 256, 512, 1, keyed=True)
+    # the same messages as a MessageBatch's, with a KEYS item each
+    per_key = len("KEYS\x01order-0\x02")
+    assert k["keyed"] and k["commitlog_bytes"] >= r["commitlog_bytes"] + 512 * per_key
+    assert os.listdir(tmp_path) == []
+    engine.print_table({"append": [k]})
+    assert "| append 100 B bodies, a key each, batch 256 |" in capsys.readouterr().out
 
 
 def test_queues_measures_every_topic_size_and_cleans_up(tmp_path, capsys):
