@@ -1425,7 +1425,10 @@ def _own_keys(keys_c: tuple) -> tuple[bytes, array, int] | None:
     else:  # lists among them: joined, and [""] is an (empty) value
         keys_c = tuple(map(_keys_value, keys_c))
         absent = map(operator.is_, keys_c, itertools.repeat(None))
-    values: list[str] = list(map(_NONE_AS_EMPTY.get, keys_c, keys_c))
+    if keys_c.count(None):
+        values: Sequence[str] = list(map(_NONE_AS_EMPTY.get, keys_c, keys_c))
+    else:
+        values = keys_c
     joined = "".join(values)
     blob = joined.encode()
     sizes = map(len, values) if len(blob) == len(joined) else map(len, map(str.encode, values))

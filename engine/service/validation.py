@@ -435,7 +435,7 @@ def _int32s(values: Sequence[object]) -> bool:
 def _keys_clean(keys: Sequence[object]) -> bool:
     """Whether every message's keys are None or a ``str`` without a control character or a
     lone surrogate (what :func:`check_keys` accepts of a string), by one search."""
-    given = [k for k in keys if k is not None]
+    given = list(filter(None, keys))  # (None, "" and [] have no character to look at)
     if not given:
         return True
     if list(map(type, given)).count(str) != len(given):
