@@ -1186,16 +1186,19 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # writing (engine.service.putmessage)
 
-    def put_messages(self, messages: list[Message], batch: bool = False) -> list[PutResult]:
+    def put_messages(
+        self, messages: list[Message], batch: bool = False, results: bool = True
+    ) -> list[PutResult]:
         """Append messages and dispatch them; all of them or none are stored.
 
         See :func:`engine.service.putmessage.put_messages` (validation, ``batch`` as RocketMQ's
-        MessageBatch, SYNC_FLUSH group commit, and the errors raised: NoSuchTopicError,
+        MessageBatch, ``results`` False to have no PutResults built where nothing needs them,
+        SYNC_FLUSH group commit, and the errors raised: NoSuchTopicError,
         PermissionDeniedError, MessageIllegalError, MessageTooLargeError,
         PropertiesSizeExceededError, PutMessageError, ReadOnlyStoreError,
         FlushDiskTimeoutError, OSError with nothing of the batch kept).
         """
-        return putmessage.put_messages(self, messages, batch)
+        return putmessage.put_messages(self, messages, batch, results)
 
     def put_bodies(
         self,

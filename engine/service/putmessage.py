@@ -252,7 +252,7 @@ def choose_queue(
 
 
 def put_messages(
-    store: MessageStore, messages: list[Message], batch: bool = False
+    store: MessageStore, messages: list[Message], batch: bool = False, results: bool = True
 ) -> list[PutResult]:
     """Append messages and dispatch them; all of them or none are stored.
 
@@ -270,6 +270,11 @@ def put_messages(
     until they are on disk, and they become visible only then, as RocketMQ's
     ReputMessageService dispatches only up to the flushed offset. Encoding errors are
     raised before anything is written.
+
+    Returns a :class:`PutResult` per message; with ``results`` False, [] for a batch the
+    compiled path stores where nothing needs them (ASYNC_FLUSH, no listener, the index the only
+    dispatcher): a caller that only needs to know that the put succeeded (the mount's
+    ``produce.jsonl``) saves their cost (:func:`put_bodies` has the same switch).
 
     Raises:
         NoSuchTopicError: a topic that was never created.
@@ -292,7 +297,7 @@ def put_messages(
             check_messages(messages)
         else:
             check_message_columns(messages, dict(zip(_ALL_NAMES, cols)))
-    return _put(store, messages, batch, cols)
+    return _put(store, messages, batch, cols, results)
 
 
 def message_columns(messages: Sequence[Message]) -> list[tuple] | None:
@@ -343,7 +348,11 @@ def _check_room(store: MessageStore) -> None:
 
 
 def _put(
-    store: MessageStore, messages: list[Message], batch: bool, cols: list[tuple] | None = None
+    store: MessageStore,
+    messages: list[Message],
+    batch: bool,
+    cols: list[tuple] | None = None,
+    want_results: bool = True,
 ) -> list[PutResult]:
     """``DefaultMessageStore.putMessage``/``putMessages`` of ``messages`` (one MessageBatch when
     ``batch``): the plain ones by :func:`put_plain`, the rest here: each checked and given its
@@ -351,11 +360,12 @@ def _put(
     (:func:`_assign_offsets`, ``assignOffset``), appended, and dispatched to the ConsumeQueues
     and the index (undone on a disk error: :func:`_dispatch`); with SYNC_FLUSH it waits for
     the group commit. ``cols``: :func:`message_columns` of ``messages`` when the caller has
-    them. Returns a :class:`PutResult` per message."""
+    them. Returns a :class:`PutResult` per message (``want_results`` False: see
+    ``results`` in :func:`put_messages`)."""
     _check_room(store)
     if not messages:
         return []
-    out = put_plain(store, messages, batch, cols)
+    out = put_plain(store, messages, batch, cols, want_results)
     if out is not None:
         for listener in store.listeners:
             listener(out)
@@ -704,6 +714,7 @@ def put_plain(
     messages: list[Message],
     batch: bool = False,
     cols: list[tuple] | None = None,
+    results: bool = True,
 ) -> list[PutResult] | None:
     """The put path for the common case: the batch encoded, placed and dispatched by the
     compiled core (``rmq_put`` of engine/read/_kernel.c), Python checking and accounting per
@@ -794,7 +805,7 @@ def put_plain(
     if None in infos or min(i[0] for i in infos) <= 0:
         return None  # no write queue: the general path says so
     return _under_put_lock(
-        store, _put_compiled, kernel, cols, lens, born_hosts, tnames, infos, True, batch
+        store, _put_compiled, kernel, cols, lens, born_hosts, tnames, infos, results, batch
     )
 
 

@@ -110,9 +110,7 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
     clock = itertools.count(T0, 1700)  # store times cross seconds: index timeDiff varies
     monkeypatch.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
     if general:
-        monkeypatch.setattr(
-            putmessage, "put_plain", lambda store, msgs, batch=False, cols=None: None
-        )
+        monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs, *args: None)
     cfg = StoreConfig(
         mapped_file_size_commit_log=16 * 1024,
         mapped_file_size_consume_queue=10 * 20,
@@ -649,9 +647,7 @@ def test_fast_put_path_falls_back_for_every_engine_feature(tmp_path):
         assert s.putter.round_robin == rr and s.uniq_keys.counter == counter
         seen = []
         real = putmessage.put_plain
-        putmessage.put_plain = lambda store, msgs, batch=False, cols=None: (
-            seen.append(1) or real(store, msgs, batch, cols)
-        )
+        putmessage.put_plain = lambda store, msgs, *args: seen.append(1) or real(store, msgs, *args)
         try:
             res = s.put_messages([Message("T", b"b%d" % i) for i in range(3)], batch=True)
             assert seen == [1] and len({r.queue_id for r in res}) == 1
@@ -675,8 +671,8 @@ def test_message_batches_take_the_fast_path_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(
         putmessage,
         "put_plain",
-        lambda store, msgs, batch=False, cols=None: (
-            served.append(batch) or real(store, msgs, batch, cols)
+        lambda store, msgs, batch=False, *args: (
+            served.append(batch) or real(store, msgs, batch, *args)
         ),
     )
     with MessageStore(str(tmp_path / "s"), StoreConfig(mapped_file_size_commit_log=16384)) as s:
@@ -736,9 +732,7 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
         now = [T0]  # one store time per put, however often a put reads the clock
         monkeypatch.setattr(store_mod.time, "time", lambda: now[0] / 1000)
         if general:
-            monkeypatch.setattr(
-                putmessage, "put_plain", lambda store, msgs, batch=False, cols=None: None
-            )
+            monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs, *args: None)
         cfg = StoreConfig(
             mapped_file_size_commit_log=16 * 1024,
             mapped_file_size_consume_queue=10 * 20,
@@ -946,7 +940,8 @@ def reference_scan(self, start: int, check_crc: bool = True, end: int | None = N
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_put_bodies_writes_what_put_messages_writes(tmp_path, monkeypatch, flush):
     """``MessageStore.put_bodies`` (the mount's produce lines, no Message per body) against
-    ``put_messages`` of the same plain messages: byte-identical files and equal PutResults,
+    ``put_messages`` of the same plain messages (and both without PutResults): byte-identical
+    files and equal PutResults,
     round robin and explicit queues, over segment, ConsumeQueue-file and IndexFile rolls; the
     general path's refusals (no such topic, a body over maxMessageSize, a queue out of range)
     change nothing."""
@@ -972,9 +967,14 @@ def test_put_bodies_writes_what_put_messages_writes(tmp_path, monkeypatch, flush
         for b in range(40):
             bodies = [b"%d-%d" % (b, i) * rnd.choice((1, 30)) for i in range(rnd.choice((1, 5)))]
             q = rnd.choice((None, None, 2))
-            if bodies_path == "bare":  # no PutResults where nothing needs them
-                got = s.put_bodies("T", bodies, q, results=False)
+            if bodies_path in ("bare", "bare messages"):  # no PutResults where none is needed
+                if bodies_path == "bare":
+                    got = s.put_bodies("T", bodies, q, results=False)
+                else:
+                    msgs = [Message("T", x, queue_id=q) for x in bodies]
+                    got = s.put_messages(msgs, results=False)
                 assert got == [] or flush == "SYNC_FLUSH" or len(bodies) == 1  # (a single put)
+                assert got == [] or len(got) == len(bodies)
             elif bodies_path:
                 out += s.put_bodies("T", bodies, q)
             else:
@@ -995,8 +995,9 @@ def test_put_bodies_writes_what_put_messages_writes(tmp_path, monkeypatch, flush
     a = run(tmp_path / "a", False)
     b = run(tmp_path / "b", True)
     run(tmp_path / "c", "bare")
+    run(tmp_path / "d", "bare messages")
     assert a == b
-    for other in ("b", "c"):
+    for other in ("b", "c", "d"):
         for sub in ("commitlog", "consumequeue"):
             assert _files(tmp_path / "a", sub) == _files(tmp_path / other, sub)
         index_a, index_b = _files(tmp_path / "a", "index"), _files(tmp_path / other, "index")

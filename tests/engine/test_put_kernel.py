@@ -146,7 +146,7 @@ def _put_all(
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
         if not compiled:
-            mp.setattr(putmessage, "put_plain", lambda store, msgs, batch=False, cols=None: None)
+            mp.setattr(putmessage, "put_plain", lambda store, msgs, *args: None)
         cfg = StoreConfig(
             mapped_file_size_commit_log=SEGMENT,
             mapped_file_size_consume_queue=8 * 20,
@@ -325,9 +325,7 @@ def test_a_refused_batch_writes_nothing_and_moves_what_the_general_path_moves(
     with its UNIQ_KEY up to the one refused): the compiled path and the general path leave
     the same state."""
     if not compiled:
-        monkeypatch.setattr(
-            putmessage, "put_plain", lambda store, msgs, batch=False, cols=None: None
-        )
+        monkeypatch.setattr(putmessage, "put_plain", lambda store, msgs, *args: None)
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 2)
         s.put_messages([Message("T", b"first", tags="a")])
