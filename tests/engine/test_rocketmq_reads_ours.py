@@ -1,13 +1,15 @@
 """RocketMQ's own store classes read the stores rmqfs writes.
 
-The oracle is Apache RocketMQ 4.9.8's ``DefaultMessageStore``, compiled from the apache/rocketmq
-git mirror by tests/rocketmq_oracle.py (nothing of RocketMQ is in this repository), and our
-harness tests/java/oracle/OracleRead.java around it: it ``load()``s a copy of a store (RocketMQ's
-normal recovery, or its abnormal one where the copy has an ``abort`` file), optionally
-``start()``s it (ReputMessageService dispatches any CommitLog tail the ConsumeQueues lack), and
-prints every message ``getMessage`` reads from each ConsumeQueue, with its unit, whether
-``lookMessageByOffset`` decodes the same record and whether ``queryMessage`` finds it by its
-UNIQ_KEY and by each of its KEYS.
+The oracle is Apache RocketMQ's ``DefaultMessageStore``, in two versions (each test runs with
+both): 4.9.8, and 5.3.3 with its default file-based ConsumeQueue (no RocksDB, no timer store).
+tests/rocketmq_oracle.py compiles each from the apache/rocketmq git mirror (nothing of RocketMQ
+is in this repository), with our harness around it (tests/java/oracle/OracleRead.java, and
+OracleRead5.java for 5.x, which prints the same fields): it ``load()``s a copy of a store
+(RocketMQ's normal recovery, or its abnormal one where the copy has an ``abort`` file),
+optionally ``start()``s it (ReputMessageService dispatches any CommitLog tail the ConsumeQueues
+lack), and prints every message ``getMessage`` reads from each ConsumeQueue, with its unit,
+whether ``lookMessageByOffset`` decodes the same record and whether ``queryMessage`` finds it by
+its UNIQ_KEY and by each of its KEYS.
 
 Each store here is written through every put path (a single put into the mapping and through
 the general encoder, batches with the keys of each message apart from the heads and with
@@ -17,7 +19,7 @@ after a crash with a torn last record. Every message must come out of RocketMQ f
 as rmqfs reads it, every unit (tagsCode included) as rmqfs wrote it, and the index must find
 every message by every key.
 
-Skipped, with the reason, where the oracle cannot be built (no JDK, no mirror of
+Each version is skipped, with the reason, where its oracle cannot be built (no JDK, no mirror of
 apache/rocketmq with the tag, a jar missing from ~/.m2: tests/rocketmq_oracle.py says which).
 """
 
@@ -52,14 +54,15 @@ def _config(**more: Any) -> StoreConfig:
     )
 
 
-@pytest.fixture(scope="module")
-def oracle() -> list[str]:
-    """The java command line of OracleRead (built first when stale); skips, saying why, where
-    it cannot be built here."""
+@pytest.fixture(scope="module", params=rocketmq_oracle.VERSIONS)
+def oracle(request: pytest.FixtureRequest) -> list[str]:
+    """The java command line of each RocketMQ version's harness (built first when stale);
+    skips that version, saying why, where it cannot be built here."""
+    version: str = request.param
     try:
-        return rocketmq_oracle.command()
+        return rocketmq_oracle.command(version)
     except rocketmq_oracle.Missing as exc:
-        pytest.skip(f"RocketMQ's store classes: {exc}")
+        pytest.skip(f"RocketMQ {version}'s store classes: {exc}")
 
 
 def _write(root: str, **config: Any) -> None:

@@ -1,6 +1,6 @@
 // rmqfs test oracle (our code): opens a store directory with Apache RocketMQ 4.9.8's own
 // DefaultMessageStore and prints, one JSON line each, every message it reads back, then a summary.
-// Build and run it with tests/java/oracle/build.py.
+// Built and run by tests/rocketmq_oracle.py (`python3 tests/rocketmq_oracle.py run ARGS`).
 //
 //   java ... OracleRead [--start] [--body] STORE_ROOT COMMITLOG_FILE_SIZE CQ_FILE_SIZE
 //        MAX_HASH_SLOT_NUM MAX_INDEX_NUM

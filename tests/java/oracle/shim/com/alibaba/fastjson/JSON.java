@@ -1,7 +1,9 @@
 // rmqfs oracle shim (our code, not fastjson's): the few com.alibaba.fastjson.JSON methods that
-// RocketMQ 4.9.8's common/remoting/store classes call, implemented on Jackson. What the store's
-// load path really uses is parseObject (ConfigManager -> delayOffset.json) and toJSONString
-// (ConfigManager.persist on shutdown). Beans are read and written through getters/setters, unknown
+// RocketMQ's common/remoting/store classes call (4.9.8 and 5.3.3), implemented on Jackson. What the
+// store's load path really uses is parseObject (ConfigManager -> delayOffset.json; 5.3.3's
+// TopicConfig attributes through a TypeReference) and toJSONString (ConfigManager.persist on
+// shutdown); 5.3.3 also names parseObject(byte[], Class) (RemotingSerializable) and
+// writeJSONString (TimerMetrics). Beans are read and written through getters/setters, unknown
 // properties are ignored, unquoted names such as the Integer keys of delayOffset.json's offsetTable
 // ({1:0}) are read, and a member marked @JSONField(serialize = false) is left out (in both
 // directions; fastjson only on writing). Map keys are written quoted, which fastjson reads too.
@@ -15,6 +17,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.SerializationFeature;
 import com.fasterxml.jackson.databind.introspect.AnnotatedMember;
 import com.fasterxml.jackson.databind.introspect.JacksonAnnotationIntrospector;
+import java.io.Writer;
+import java.lang.reflect.Type;
 import java.util.List;
 
 public abstract class JSON {
@@ -61,6 +65,34 @@ public abstract class JSON {
             return MAPPER.readValue(text, clazz);
         } catch (Exception e) {
             throw new JSONException("parseObject: " + e.getMessage(), e);
+        }
+    }
+
+    public static <T> T parseObject(byte[] bytes, Class<T> clazz) {
+        return bytes == null ? null : parseObject(new String(bytes, java.nio.charset.StandardCharsets.UTF_8), clazz);
+    }
+
+    @SuppressWarnings("unchecked")
+    public static <T> T parseObject(String text, Type type) {
+        if (text == null || text.trim().isEmpty()) {
+            return null;
+        }
+        try {
+            return (T) MAPPER.readValue(text, MAPPER.getTypeFactory().constructType(type));
+        } catch (Exception e) {
+            throw new JSONException("parseObject: " + e.getMessage(), e);
+        }
+    }
+
+    public static <T> T parseObject(String text, TypeReference<T> type) {
+        return parseObject(text, type.getType());
+    }
+
+    public static void writeJSONString(Writer writer, Object object, SerializerFeature... features) {
+        try {
+            writer.write(toJSONString(object, features));
+        } catch (java.io.IOException e) {
+            throw new JSONException("writeJSONString: " + e.getMessage(), e);
         }
     }
 
