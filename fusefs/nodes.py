@@ -1063,7 +1063,7 @@ class ProduceHandle(Handle):
             bodies, msgs = self._messages(lines)
             if bodies:  # plain lines: as produce's, no Message each
                 self.ctx.store.put_bodies(self.topic, bodies, self.queue_id, results=False)
-            elif msgs:  # (the writer learns nothing of their PutResults: none built)
+            elif msgs:  # (the writer learns nothing of their PutResults: none asked for)
                 self.ctx.store.put_messages(msgs, results=False)
         except E.StoreError as exc:
             raise fs_error(exc) from exc

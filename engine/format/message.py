@@ -494,11 +494,21 @@ def check_unit_record(
 def encode_properties(props: dict[str, str]) -> bytes:
     """Encode properties as ``name\\x01value\\x02`` for every entry (``messageProperties2String``).
 
-    Entries whose value is ``None`` are skipped, as in RocketMQ.
+    Entries whose value is ``None`` are skipped, as in RocketMQ. A name or value given as a
+    ``str`` subclass is written as its characters, whatever its ``__str__`` says (an ``Enum``
+    mixed with ``str``: its value, not ``Cls.NAME``), as the compiled put path writes it.
     """
     if not props:
         return b""
-    return "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v is not None).encode("utf-8")
+    return "".join(
+        f"{_text(k)}\x01{_text(v)}\x02" for k, v in props.items() if v is not None
+    ).encode("utf-8")
+
+
+def _text(v: object) -> object:
+    """A property name or value as :func:`encode_properties` writes it: a ``str`` subclass as
+    its own characters (``str.__str__``), anything else as it formats."""
+    return str.__str__(v) if isinstance(v, str) and v.__class__ is not str else v
 
 
 def decode_properties(raw: bytes) -> dict[str, str]:

@@ -1054,12 +1054,12 @@ int32_t rmq_put(rmq_put_args *a)
         const int32_t t = a->topic_of[i], h = a->head_of[i];
         int64_t plen = (a->head_end[h] - (h ? a->head_end[h - 1] : 0)) + uniq_item;
         if (mkl) {
-            if (mkl[i] < -1 || mkl[i] > (int32_t)1 << 29) {
+            if (mkl[i] < -1) {
                 a->bad = i;
                 return 3;
             }
-            if (mkl[i] >= 0)
-                plen += a->keys_name_len + mkl[i] + 1;
+            if (mkl[i] >= 0) /* (int64: any length is refused below as too long) */
+                plen += (int64_t)a->keys_name_len + mkl[i] + 1;
         }
         const int64_t total = a->topic_base[t] + blen + plen;
         /* what encoding refuses, message by message (MessageExtEncoder.encode) */
@@ -1179,7 +1179,7 @@ int32_t rmq_put(rmq_put_args *a)
         memcpy(o, a->topic_field + tf0, (size_t)tfl);
         o += tfl;
         const int32_t kl = mkl ? mkl[i] : -1; /* the message's own KEYS */
-        const uint8_t *mk = a->keys + ko;
+        const uint8_t *mk = kl >= 0 ? a->keys + ko : NULL;
         const int64_t kitem = kl >= 0 ? a->keys_name_len + kl + 1 : 0;
         wr16(o, (uint16_t)(hlen + kitem + a->uniq_name_len + a->uniq_len + 1));
         o += 2;

@@ -228,8 +228,8 @@ typedef struct {
 enum { RMQ_PUT_PROPS = 1, RMQ_PUT_TOO_LARGE = 2, RMQ_PUT_SEGMENT = 3, RMQ_PUT_BATCH = 4 };
 
 /* 0: done; 1: message a->bad refused (a->bad_code), nothing changed; 2: out or idx too small
- * (a->need, a->nidx say how much), nothing changed; 3: a keys_len below -1 or above 2^29
- * (message a->bad), nothing changed. */
+ * (a->need, a->nidx say how much), nothing changed; 3: a keys_len below -1 (message a->bad),
+ * nothing changed. */
 int32_t rmq_put(rmq_put_args *a);
 
 /* rmq_put_one: rmq_put of one message, its values passed as arguments rather than through

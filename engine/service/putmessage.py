@@ -24,7 +24,7 @@ import time
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from ..errors import (
@@ -271,9 +271,9 @@ def put_messages(
     ReputMessageService dispatches only up to the flushed offset. Encoding errors are
     raised before anything is written.
 
-    Returns a :class:`PutResult` per message; with ``results`` False, [] for a batch the
-    compiled path stores where nothing needs them (ASYNC_FLUSH, no listener, the index the only
-    dispatcher): a caller that only needs to know that the put succeeded (the mount's
+    Returns a :class:`PutResult` per message; with ``results`` False, [] for a batch of more
+    than one message the compiled path stores without SYNC_FLUSH or a listener (which need
+    them): a caller that only needs to know that the put succeeded (the mount's
     ``produce.jsonl``) saves their cost (:func:`put_bodies` has the same switch).
 
     Raises:
@@ -840,9 +840,9 @@ def put_bodies(
     queue are checked once, the columns :func:`put_plain` reads from each message are built
     from the one topic, queue and the bodies; one body is put as a single message
     (:func:`_put_one`). With ``results`` False the compiled path builds no :class:`PutResult`
-    for a batch where nothing needs them (ASYNC_FLUSH, no listener, the index the only
-    dispatcher) and returns [] then: a caller that only needs to know the put succeeded saves
-    their cost. Same errors as :func:`put_messages`."""
+    for a batch where nothing needs them (no SYNC_FLUSH, no listener) and returns [] then: a
+    caller that only needs to know the put succeeded saves their cost. Same errors as
+    :func:`put_messages`."""
     if not bodies:
         _check_room(store)  # as put_messages([]) does
         return []
@@ -1086,8 +1086,8 @@ def _put_compiled(
     now: int,
 ) -> list[PutResult]:
     """:func:`put_plain` of a batch under the put lock: its columns to ``rmq_put``, its output
-    to the files, its results ([] when not ``results`` and the store needs none: built only
-    for SYNC_FLUSH, listeners, or a dispatcher besides the index). ``together``: a
+    to the files, its results ([] when not ``results`` and neither SYNC_FLUSH nor a listener
+    needs them; a dispatcher besides the index gets them built for it alone). ``together``: a
     MessageBatch of one topic (:func:`put_plain`)."""
     topic_c, tags_c, keys_c = cols[0], cols[2], cols[3]
     n = len(topic_c)
@@ -1118,6 +1118,13 @@ def _put_compiled(
         if rc == 1:
             _counters_as_refused(store, lib, a, cols, uniq_first, together)
         _refused(lib, a, rc, cl.file_size)
+    # the round robin moves as the general path's, which picks every queue before it appends
+    # (a disk error below leaves it moved)
+    rr, rr_now = store.putter.round_robin, tables[7]
+    if len(tnames) == 1:
+        rr[tnames[0]] = rr_now[0]
+    else:
+        rr.update(zip(tnames, ffi.unpack(rr_now, len(tnames))))
     _append_out(call, cl, start, a.nchunks, a.need, a.end, now)
     used, units, sn_after = _queue_units_out(call, slots, n)
     if results or store.sync_flush or store.listeners:
@@ -1133,11 +1140,6 @@ def _put_compiled(
     queue_offsets = store.putter.queue_offsets
     for k in used:
         queue_offsets[slots[k]] = sn_after[k]
-    rr, rr_now = store.putter.round_robin, tables[7]
-    if len(tnames) == 1:
-        rr[tnames[0]] = rr_now[0]
-    else:
-        rr.update(zip(tnames, ffi.unpack(rr_now, len(tnames))))
     return out
 
 
@@ -1402,9 +1404,10 @@ def _head_parts(
     message has keys of its own (an order id each) still has one head a distinct tag; with
     sharding keys (whose item follows KEYS) a head holds TAGS, KEYS and SHARDING_KEY."""
     n = len(tags_c)
-    if shard_c.count(None) == n:
+    own = _own_keys(keys_c) if shard_c.count(None) == n else False
+    if own is not False:
         distinct = list(dict.fromkeys(tags_c))
-        return tags_c, distinct, [(t, None, None) for t in distinct], 0, _own_keys(keys_c)
+        return tags_c, distinct, [(t, None, None) for t in distinct], 0, own
     norm = [_keys_value(k) for k in keys_c]
     head_keys = list(zip(tags_c, norm, shard_c))
     distinct = list(dict.fromkeys(head_keys))
@@ -1423,11 +1426,12 @@ def _keys_value(keys: list[str] | str | None) -> str | None:
 _NONE_AS_EMPTY: dict[Any, str] = {None: ""}
 
 
-def _own_keys(keys_c: tuple) -> tuple[bytes, array, int] | None:
+def _own_keys(keys_c: tuple) -> tuple[bytes, array, int] | Literal[False] | None:
     """Each message's KEYS value for ``rmq_put`` (``keys``, ``keys_len``): ``(the values one
     after another in UTF-8, each one's length in bytes, -1 for a message without a KEYS item,
-    the spaces among them)``; None when no message has keys. C-level passes, but for keys
-    given as lists (joined first, one by one)."""
+    the spaces among them)``; None when no message has keys; False when they take 2 GiB or
+    more (an int32 length: the heads take them, and the properties' limit refuses them).
+    C-level passes, but for keys given as lists (joined first, one by one)."""
     n = len(keys_c)
     if keys_c.count(None) == n:
         return None
@@ -1442,6 +1446,8 @@ def _own_keys(keys_c: tuple) -> tuple[bytes, array, int] | None:
         values = keys_c
     joined = "".join(values)
     blob = joined.encode()
+    if len(blob) >= 1 << 31:
+        return False
     sizes = map(len, values) if len(blob) == len(joined) else map(len, map(str.encode, values))
     lens = array("i", map(operator.sub, sizes, absent))  # (an absent value is "": -1)
     return blob, lens, joined.count(KEY_SEPARATOR)
@@ -1678,14 +1684,15 @@ def dispatch_plain(
         if len(units) == 1 and (not idx or idx[1] > index.end_phy_offset):
             # one queue's units (a single put's): its unit and keys, at the least cost
             key, first, encoded = units[0]
-            cq = store.writable_consume_queue(key[0], key[1])
-            old = cq.max_offset
+            held: dict[tuple[str, int], int] = {}  # (its queue's end, once it is open)
             try:
+                cq = store.writable_consume_queue(key[0], key[1])  # (a new one opens files)
+                held[key] = cq.max_offset
                 cq.put_units(first, encoded)
                 if idx:
                     index.put_hashed(idx, index_writer)
             except OSError:
-                _undo_dispatch(store, {key: old}, start)
+                _undo_dispatch(store, held, start)
                 raise
             return
         others = []

@@ -433,8 +433,8 @@ def _int32s(values: Sequence[object]) -> bool:
 
 
 def _keys_clean(keys: Sequence[object]) -> bool:
-    """Whether every message's keys are None or a ``str`` without a control character or a
-    lone surrogate (what :func:`check_keys` accepts of a string), by one search."""
+    """Whether every message's keys are empty (None, "", []) or a ``str`` without a control
+    character or a lone surrogate (what :func:`check_keys` accepts), by one search."""
     given = list(filter(None, keys))  # (None, "" and [] have no character to look at)
     if not given:
         return True

@@ -422,26 +422,29 @@ def test_put_hashed_restores_slots_when_the_header_write_fails(tmp_path):
 
 
 @pytest.mark.parametrize("n", [5, 1])
-@pytest.mark.parametrize("where", ["index", "consumequeue"])
+@pytest.mark.parametrize("where", ["index", "consumequeue", "queue files"])
 def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch, n, where):
-    """A put whose dispatch fails (ENOSPC) in the index or in a ConsumeQueue (a batch's second
-    queue: its first queue's units are taken back) is undone whole: a batch, and a single put
+    """A put whose dispatch fails (ENOSPC) in the index, in a ConsumeQueue (a batch's second
+    queue: its first queue's units are taken back) or while a ConsumeQueue's files open (EMFILE:
+    its queue's first unit since the store opened) is undone whole: a batch, and a single put
     whose record went straight into the CommitLog's mapping (its bytes zeroed again)."""
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 2)
         s.put_messages([Message("T", b"first", keys=["a"])])
         end, q0, q1 = s.commitlog.max_offset, s.max_offset("T", 0), s.max_offset("T", 1)
-        owner, name = (
-            (IndexService, "put_hashed") if where == "index" else (ConsumeQueue, "put_units")
-        )
+        owner, name = {
+            "index": (IndexService, "put_hashed"),
+            "consumequeue": (ConsumeQueue, "put_units"),
+            "queue files": (MessageStore, "writable_consume_queue"),
+        }[where]
         real = getattr(owner, name)
         calls = []
 
         def fail(self, *args):
             calls.append(args)
-            if where == "consumequeue" and n > 1 and len(calls) == 1:
+            if where != "index" and n > 1 and len(calls) == 1:
                 return real(self, *args)  # the first queue's units go in, the second's fail
-            raise OSError(28, "No space left on device")
+            raise OSError(28 if where != "queue files" else 24, "refused")
 
         monkeypatch.setattr(owner, name, fail)
         with pytest.raises(OSError):

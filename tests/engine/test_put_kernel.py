@@ -63,7 +63,15 @@ texts = st.text(
 
 
 class KeyText(str):
-    """Keys given as a str subclass: one value, as a str (never joined letter by letter)."""
+    """Text given as a str subclass whose ``str()`` and ``format()`` say something else (as an
+    ``Enum`` mixed with ``str`` does): stored as its characters, one value (keys never joined
+    letter by letter)."""
+
+    def __str__(self) -> str:
+        return "not-" + str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return "not-" + str.__str__(self)
 
 
 #: keys as the put paths take them: None, "" (no KEYS item), a value (spaces separating keys),
@@ -97,7 +105,7 @@ def _message(route_strategy: st.SearchStrategy) -> st.SearchStrategy:
         ),
         st.sampled_from(sorted(TOPICS)),
         st.one_of(st.binary(max_size=300), st.binary(min_size=2000, max_size=4000)),
-        st.one_of(st.none(), texts),
+        st.one_of(st.none(), texts, texts.map(KeyText)),
         keys_given,
         route_strategy,
         st.one_of(st.just(0), st.integers(T0 - 10**9, T0)),
