@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError
-from .javahash import index_key_hash, java_hash_u32
+from .javahash import combine_u32, index_key_hash, java_hash_u32, key_hash_of_u32, utf16_len
 from .mappedfile import MAPPED_WRITE_MAX, create_preallocated
 from .source import LOCAL, StoreSource
 
@@ -1375,6 +1375,22 @@ def topic_prefix_hash(topic: str) -> int:
     key's UTF-16 units it is the hash of ``topic#key`` (what the put path, recovery's compiled
     reader of stored keys and :meth:`IndexService.dispatch` seed their key hashes with)."""
     return java_hash_u32(build_key(topic, ""))
+
+
+def record_entries(
+    prefix_hash: int, uniq: str | None, keys: Sequence[str], offset: int, store_timestamp: int
+) -> list[int]:
+    """The entries ``IndexService.buildIndex`` adds for one record, flat ``[keyHash,
+    phyOffset, storeTimestamp, ...]`` (what :meth:`IndexService.put_hashed` takes): its
+    UNIQ_KEY (when not None, even empty), then each non-empty key of ``keys`` (its KEYS split
+    on spaces), each hashed as ``topic#key`` from ``prefix_hash`` (:func:`topic_prefix_hash` of
+    its topic); ``offset``: its CommitLog offset, ``store_timestamp``: its STORETIMESTAMP (epoch
+    ms)."""
+    out: list[int] = []
+    for k in (uniq, *filter(None, keys)) if uniq is not None else filter(None, keys):
+        h = key_hash_of_u32(combine_u32(prefix_hash, java_hash_u32(k), utf16_len(k)))
+        out += (h, offset, store_timestamp)
+    return out
 
 
 def nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import CorruptRecordError
 from ..format.commitlog import DEFAULT_FILE_SIZE, entry_resume
 from ..format.dledger import WALK_LAYOUT
-from ..format.indexfile import topic_prefix_hash
+from ..format.indexfile import record_entries, topic_prefix_hash
 from ..format.javahash import tags_code
 from ..format.mappedfile import MappedFiles, SegmentMap
 from ..format.message import (
@@ -35,6 +35,8 @@ from ..format.message import (
     PROPERTY_CRC32,
     RECORD_SLACK,
     STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
     decode_record,
 )
 from ..service.recovery import RecordRun
@@ -371,9 +373,13 @@ def index_entries(
     """The IndexFile entries of the records at ``offs`` past the CommitLog offset ``after``,
     flat int64 ``[keyHash, phyOffset, storeTimestamp, ...]`` in CommitLog order, as
     ``IndexService.buildIndex`` adds them when the records are dispatched
-    (``engine.read.kernel.Kernel.index_keys``); None when the compiled core reads one of
-    them differently from the decoder (its properties not strict UTF-8): recovery then
-    dispatches that run's records one by one."""
+    (``engine.read.kernel.Kernel.index_keys``). A record the compiled core reads differently
+    from the decoder (its properties not strict UTF-8: only a damaged or hostile store has
+    them, Java writes UTF-8) gets the entries ``IndexService.dispatch`` gives it decoded
+    (:func:`engine.format.indexfile.record_entries`), and the compiled core goes on after it:
+    one such record in every run costs one decode each, not the run's records one by one.
+    None without the compiled core, or for a record the decoder refuses too (recovery then
+    dispatches that run's records one by one)."""
     k = kernel.load()
     if k is None:
         return None
@@ -381,8 +387,23 @@ def index_entries(
     if not len(sel):
         return np.empty(0, np.int64)
     prefix = np.array([topic_prefix_hash(t) for t in topics] or [0], dtype=np.uint32)
-    picked = offs[sel]
-    got, bad = k.index_keys(
-        window.data, picked - window.base, picked, store_ts[sel], prefix[topic_index[sel]]
-    )
-    return got if bad == len(sel) else None
+    picked, ts, ph = offs[sel], store_ts[sel], prefix[topic_index[sel]]
+    parts = []
+    done = 0  # records of picked whose entries are in parts
+    while True:
+        got, bad = k.index_keys(
+            window.data, picked[done:] - window.base, picked[done:], ts[done:], ph[done:]
+        )
+        parts.append(got)
+        done += bad
+        if done == len(picked):
+            return np.concatenate(parts) if len(parts) > 1 else got
+        off = int(picked[done])
+        try:
+            rec = decode_record(window.data, off - window.base, check_crc=False)
+        except CorruptRecordError:  # (lengths the core refused): the run record by record
+            return None
+        if rec.sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK_TYPE:
+            one = record_entries(int(ph[done]), rec.uniq_key, rec.keys, off, int(ts[done]))
+            parts.append(np.array(one, np.int64))
+        done += 1

@@ -29,15 +29,10 @@ from ..format.indexfile import (
     check_geometry,
     index_file_name,
     name_after,
+    record_entries,
     topic_prefix_hash,
 )
-from ..format.javahash import (
-    combine_u32,
-    index_key_hash,
-    java_hash_u32,
-    key_hash_of_u32,
-    utf16_len,
-)
+from ..format.javahash import index_key_hash
 from ..format.mappedfile import fsync_dir
 from ..format.message import TRANSACTION_ROLLBACK_TYPE
 from ..format.source import LOCAL, StoreSource
@@ -329,20 +324,7 @@ class IndexService:
                     ph = topic_prefix_hash(topic)
                     if len(prefixes) < 65536:
                         prefixes[topic] = ph
-                ts = d.store_timestamp
-                if uniq is not None:
-                    entries += (
-                        key_hash_of_u32(combine_u32(ph, java_hash_u32(uniq), utf16_len(uniq))),
-                        offset,
-                        ts,
-                    )
-                for k in keys or ():
-                    if k:
-                        entries += (
-                            key_hash_of_u32(combine_u32(ph, java_hash_u32(k), utf16_len(k))),
-                            offset,
-                            ts,
-                        )
+                entries += record_entries(ph, uniq, keys or (), offset, d.store_timestamp)
                 last = offset
             self._put_entries(entries)
 

@@ -291,3 +291,50 @@ def test_derived_files_behind_are_brought_up_by_runs_as_record_by_record(
     assert seen[True] == seen[False]
     fields = seen[True][0]
     assert fields[6] > 0 and fields[7] >= 400  # units and index entries rebuilt
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_record_with_properties_not_utf8_costs_its_run_one_decode(
+    tmp_path, monkeypatch, read_only
+):
+    """A record whose KEYS are not UTF-8 (only a damaged or hostile store has one: Java writes
+    UTF-8), in the middle of runs: its entries are the decoder's (as ``IndexService.dispatch``
+    puts them, U+FFFD for each bad byte sequence), the compiled core's go on after it, and no
+    run falls back to dispatching its records one by one. Same index files as record by
+    record."""
+    from rmqfs.engine.read import recoverruns
+    from rmqfs.engine.store import Message
+
+    base = tmp_path / "base"
+    with MessageStore(str(base), small_segments()) as s:
+        s.create_topic("T", 2)
+        for i in range(300):
+            key = "BADKEY" if i % 97 == 50 else f"k{i}"
+            s.put_messages([Message("T", b"b%d" % i, keys=[key, f"j{i % 5}"], tags="t")])
+    recs = refreader.read_commitlog(base / "commitlog", check=False)  # (strict UTF-8: before)
+    bad_at = []
+    for seg in sorted((base / "commitlog").iterdir()):
+        raw = bytearray(seg.read_bytes())
+        at = raw.find(b"BADKEY")
+        while at >= 0:  # the same length, not UTF-8 (the body CRC does not cover properties)
+            raw[at + 3 : at + 6] = b"\xff\xc3\x28"
+            bad_at.append(at)
+            at = raw.find(b"BADKEY", at + 1)
+        seg.write_bytes(bytes(raw))
+    assert len(bad_at) == 3
+    shutil.rmtree(base / "index")
+    returned = []
+    real = recoverruns.index_entries
+
+    def watched(*a, **k):
+        returned.append(real(*a, **k))
+        return returned[-1]
+
+    monkeypatch.setattr(recoverruns, "index_entries", watched)
+    seen, given, _ = _recover_both(tmp_path, base, monkeypatch, read_only, recs)
+    assert sum(given) == len(recs) == 300
+    assert returned and all(r is not None for r in returned)  # no run record by record
+    assert seen[True] == seen[False]
+    with MessageStore(str(tmp_path / "bTrue"), small_segments(), read_only=True) as s:
+        hits = s.query_by_key("T", "BAD\ufffd\ufffd(")
+        assert len(hits) == 3
