@@ -12,7 +12,8 @@ what it is built from, never rebuilt in place), the files our stand-ins replace 
 deleted from that copy, and it is compiled with our shims (tests/java/oracle/shim/, shared, and
 shim-5/ for 5.x) into classes/; tests/java/oracle/compile-stubs/ (type stand-ins of netty-common
 and lz4-java, which the read path never uses) into stubs/, last on the class path; our harness
-(tests/java/oracle/OracleRead.java, OracleRead5.java for 5.x) into harness/. Jars come from
+(tests/java/oracle/Oracle.java, what both versions share, with OracleRead.java, or
+OracleRead5.java for 5.x) into harness/. Jars come from
 ~/.m2/repository, the newest version of each artifact.
 
 4.9.8: the store, common, remoting and logging modules; all of the store module but its DLedger
@@ -214,6 +215,11 @@ def _sources(d: Path) -> list[Path]:
     return sorted(d.rglob("*.java"))
 
 
+def _harness_sources(recipe: Recipe) -> list[Path]:
+    """The harness of ``recipe``: what both versions share, and the version's own side."""
+    return [JAVA / "Oracle.java", JAVA / f"{recipe.harness}.java"]
+
+
 def cache(version: str = DEFAULT) -> Path:
     """Where ``version``'s builds go (one directory each, named by its stamp)."""
     return CACHE_ROOT / f"rocketmq-{version}"
@@ -239,7 +245,7 @@ def command(version: str = DEFAULT) -> list[str]:
     cp = recipe.jars()
     ours = [p for d in (*recipe.shims, "compile-stubs") for p in _sources(JAVA / d)]
     recipe_key = (recipe.modules, recipe.drop, recipe.sourcepath, recipe.roots, recipe.shims)
-    ours.append(JAVA / f"{recipe.harness}.java")
+    ours += _harness_sources(recipe)
     key = _stamp(commit, recipe_key, [str(j) for j in cp], *[p.read_bytes() for p in ours])
     # one directory a build, never rebuilt in place: a harness another process runs (a test
     # worker, an older checkout) keeps its classes while a newer build goes beside it
@@ -296,7 +302,7 @@ def _build(
         (where / "stamp").write_text(key)
     runtime = os.pathsep.join([str(harness), str(classes), *map(str, cp), str(stubs)])
     if not (harness / "stamp").is_file():
-        _javac(["-d", str(harness), "-cp", runtime, str(JAVA / f"{recipe.harness}.java")])
+        _javac(["-d", str(harness), "-cp", runtime, *map(str, _harness_sources(recipe))])
         (harness / "stamp").write_text(key)
     return ["java", *JAVA_OPTS, "-cp", runtime, recipe.harness]
 
