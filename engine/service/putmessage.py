@@ -487,8 +487,9 @@ def _encode_all(
         props = dict(msg.properties or {})
         if msg.tags:
             props[PROPERTY_TAGS] = msg.tags
-        if msg.keys:
-            props[PROPERTY_KEYS] = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
+        keys = _keys_value(msg.keys)
+        if keys is not None:
+            props[PROPERTY_KEYS] = keys
         if msg.sharding_key is not None:
             props.setdefault(PROPERTY_SHARDING_KEY, msg.sharding_key)
         if not msg.wait_store_msg_ok:
@@ -1168,8 +1169,9 @@ def _put_one(
         head, tc = tags_cache.get(tags) or _tags_item(tags_cache, tags)
     nidx = 1
     keys_at = keys_len = 0
-    if keys:  # the general path's KEYS: any keys given, even [""] (an empty value)
-        k = (keys if isinstance(keys, str) else " ".join(keys)).encode()
+    value = _keys_value(keys)  # the general path's KEYS: any keys given, even [""] (empty)
+    if value is not None:
+        k = value.encode()
         head += _KEYS_PREFIX
         keys_at, keys_len = len(head), len(k)
         head += k + PROPERTY_END
@@ -1599,9 +1601,8 @@ def _results(call: _PutCall, topic_c: tuple, uniq_keys: list[str], now: int) -> 
 
 def _index_keys(keys: list[str] | str | None) -> list[str]:
     """A message's KEYS as the dispatchers take them: the non-empty space-separated keys."""
-    if not keys:
-        return []
-    return [k for k in (keys if isinstance(keys, str) else " ".join(keys)).split(" ") if k]
+    value = _keys_value(keys)
+    return [k for k in value.split(KEY_SEPARATOR) if k] if value else []
 
 
 def _key_count(part: tuple[str | None, str | None, str | None]) -> int:
