@@ -362,6 +362,11 @@ def _run(
     )
 
 
+#: records of a run whose index entries :func:`index_entries` takes from the decoder before it
+#: leaves the run to be dispatched record by record
+DECODED_MAX = 64
+
+
 def index_entries(
     window: CommitLogWindow,
     offs: np.ndarray,
@@ -378,8 +383,9 @@ def index_entries(
     them, Java writes UTF-8) gets the entries ``IndexService.dispatch`` gives it decoded
     (:func:`engine.format.indexfile.record_entries`), and the compiled core goes on after it:
     one such record in every run costs one decode each, not the run's records one by one.
-    None without the compiled core, or for a record the decoder refuses too (recovery then
-    dispatches that run's records one by one)."""
+    None without the compiled core, for a record the decoder refuses too, or past
+    :data:`DECODED_MAX` such records in the run (each costs a call on the rest of the run):
+    recovery then dispatches that run's records one by one."""
     k = kernel.load()
     if k is None:
         return None
@@ -388,16 +394,17 @@ def index_entries(
         return np.empty(0, np.int64)
     prefix = np.array([topic_prefix_hash(t) for t in topics] or [0], dtype=np.uint32)
     picked, ts, ph = offs[sel], store_ts[sel], prefix[topic_index[sel]]
+    pos = picked - window.base
     parts = []
     done = 0  # records of picked whose entries are in parts
-    while True:
-        got, bad = k.index_keys(
-            window.data, picked[done:] - window.base, picked[done:], ts[done:], ph[done:]
-        )
+    while True:  # (slices of the arrays are views: no copy a call)
+        got, bad = k.index_keys(window.data, pos[done:], picked[done:], ts[done:], ph[done:])
         parts.append(got)
         done += bad
         if done == len(picked):
             return np.concatenate(parts) if len(parts) > 1 else got
+        if len(parts) > 2 * DECODED_MAX:  # a run of such records: one by one is cheaper
+            return None
         off = int(picked[done])
         try:
             rec = decode_record(window.data, off - window.base, check_crc=False)

@@ -293,15 +293,17 @@ def test_derived_files_behind_are_brought_up_by_runs_as_record_by_record(
     assert fields[6] > 0 and fields[7] >= 400  # units and index entries rebuilt
 
 
-@pytest.mark.parametrize("read_only", [False, True])
+@pytest.mark.parametrize(
+    "read_only, every, limit", [(False, 97, 64), (True, 97, 64), (False, 3, 1), (True, 3, 1)]
+)
 def test_a_record_with_properties_not_utf8_costs_its_run_one_decode(
-    tmp_path, monkeypatch, read_only
+    tmp_path, monkeypatch, read_only, every, limit
 ):
     """A record whose KEYS are not UTF-8 (only a damaged or hostile store has one: Java writes
     UTF-8), in the middle of runs: its entries are the decoder's (as ``IndexService.dispatch``
     puts them, U+FFFD for each bad byte sequence), the compiled core's go on after it, and no
-    run falls back to dispatching its records one by one. Same index files as record by
-    record."""
+    run falls back to dispatching its records one by one; a run with more than
+    ``DECODED_MAX`` (``limit``) of them does. Same index files as record by record."""
     from rmqfs.engine.read import recoverruns
     from rmqfs.engine.store import Message
 
@@ -309,7 +311,7 @@ def test_a_record_with_properties_not_utf8_costs_its_run_one_decode(
     with MessageStore(str(base), small_segments()) as s:
         s.create_topic("T", 2)
         for i in range(300):
-            key = "BADKEY" if i % 97 == 50 else f"k{i}"
+            key = "BADKEY" if i % every == 50 % every else f"k{i}"
             s.put_messages([Message("T", b"b%d" % i, keys=[key, f"j{i % 5}"], tags="t")])
     recs = refreader.read_commitlog(base / "commitlog", check=False)  # (strict UTF-8: before)
     bad_at = []
@@ -321,8 +323,9 @@ def test_a_record_with_properties_not_utf8_costs_its_run_one_decode(
             bad_at.append(at)
             at = raw.find(b"BADKEY", at + 1)
         seg.write_bytes(bytes(raw))
-    assert len(bad_at) == 3
+    assert len(bad_at) == len(range(50 % every, 300, every))
     shutil.rmtree(base / "index")
+    monkeypatch.setattr(recoverruns, "DECODED_MAX", limit)
     returned = []
     real = recoverruns.index_entries
 
@@ -333,8 +336,9 @@ def test_a_record_with_properties_not_utf8_costs_its_run_one_decode(
     monkeypatch.setattr(recoverruns, "index_entries", watched)
     seen, given, _ = _recover_both(tmp_path, base, monkeypatch, read_only, recs)
     assert sum(given) == len(recs) == 300
-    assert returned and all(r is not None for r in returned)  # no run record by record
+    fell_back = [r is None for r in returned]
+    assert returned and any(fell_back) == (limit == 1)  # (record by record: many in a run)
     assert seen[True] == seen[False]
     with MessageStore(str(tmp_path / "bTrue"), small_segments(), read_only=True) as s:
-        hits = s.query_by_key("T", "BAD\ufffd\ufffd(")
-        assert len(hits) == 3
+        hits = s.query_by_key("T", "BAD\ufffd\ufffd(", max_num=1000)
+        assert len(hits) == min(len(bad_at), 64)  # (queryMessage gives 64 at most)
