@@ -126,11 +126,18 @@ def _open(root: str, **cfg) -> MessageStore:
 
 
 def _append_once(
-    work: str, batches, nbatches: int, tag: str, message_batch: bool = False, bodies: bool = False
+    work: str,
+    batches,
+    nbatches: int,
+    tag: str,
+    message_batch: bool = False,
+    bodies: bool = False,
+    results: bool = True,
 ) -> tuple[float, float, int, list]:
     """One run of :func:`bench_append`: ``(seconds, CPU seconds, CommitLog bytes, the bytes of
     each distinct batch)``; ``bodies``: the batches' bodies through ``put_bodies`` without
-    PutResults (what the mount's produce calls), their bytes from the CommitLog's end."""
+    PutResults (what the mount's produce calls), their bytes from the CommitLog's end;
+    ``results`` False: ``put_messages`` builds none either (what produce.jsonl calls)."""
     root = os.path.join(work, f"append-{tag}")
     store = _open(root)
     sizes = []
@@ -148,9 +155,10 @@ def _append_once(
         gc.collect()
         t0, c0 = time.perf_counter(), time.process_time()
         for i in range(nbatches):
-            res = store.put_messages(batches[i % len(batches)], batch=message_batch)
+            start = store.commitlog.max_offset
+            store.put_messages(batches[i % len(batches)], batch=message_batch, results=results)
             if i < len(batches):
-                sizes.append(sum(r.size for r in res))
+                sizes.append(store.commitlog.max_offset - start)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     written = store.commitlog.max_offset
     store.close()
@@ -188,18 +196,19 @@ def bench_append(
     message_batch: bool = False,
     bodies: bool = False,
     keyed: bool = False,
+    results: bool = True,
 ) -> dict:
     """Put ``count`` messages in batches of ``batch`` (``message_batch``: as MessageBatches;
     ``bodies``: their bodies through ``put_bodies``; ``keyed``: each message with a key of its
-    own), then write as many bytes with os.write; ``repeat`` times, alternating, keeping the
-    best run of each (the machine is shared)."""
+    own; ``results`` False: no PutResults built), then write as many bytes with os.write;
+    ``repeat`` times, alternating, keeping the best run of each (the machine is shared)."""
     batches = make_batches(body_size, batch, max(1, min(64, count // batch)), keyed)
     nbatches = max(1, count // batch)
     runs = []
     for _r in range(repeat):
         tag = f"{body_size}-{batch}"
         elapsed, cpu, written, sizes = _append_once(
-            work, batches, nbatches, tag, message_batch, bodies
+            work, batches, nbatches, tag, message_batch, bodies, results
         )
         plain = _plain_once(work, sizes, written, tag)
         runs.append((elapsed, cpu, plain))
@@ -214,6 +223,7 @@ def bench_append(
         "message_batch": message_batch,
         "put_bodies": bodies,
         "keyed": keyed,
+        "results": results,
         "messages": n,
         "commitlog_bytes": written,
         "seconds": round(elapsed, 3),
@@ -269,8 +279,30 @@ def bench_read(work: str, body_size: int, count: int, repeat: int) -> dict:
 
 
 #: what the recovery part takes away before each reopen: nothing (the derived files are as a
-#: broker leaves them), the IndexFiles, or the ConsumeQueues (both rebuilt from the CommitLog)
-RECOVERY_LOSSES = ("none", "index", "consumequeue")
+#: broker leaves them), the IndexFiles, or the ConsumeQueues (both rebuilt from the CommitLog);
+#: last, the IndexFiles of a CommitLog with a record whose properties are not UTF-8 every
+#: :data:`DAMAGE_EVERY` bytes (a damaged or hostile store: Java writes UTF-8)
+RECOVERY_LOSSES = ("none", "index", "consumequeue", "index, not UTF-8")
+DAMAGE_EVERY = 4 * MIB
+
+
+def _damage_properties(segment: str, end: int, every: int) -> int:
+    """Make the UNIQ_KEY of the first record after each ``every`` bytes of the CommitLog
+    ``segment`` (records up to ``end``) not UTF-8, in place, its length kept (the body CRC does
+    not cover properties); returns how many."""
+    name = b"UNIQ_KEY\x01"
+    n = 0
+    with open(segment, "r+b") as f:
+        for at in range(0, end, every):
+            f.seek(at)
+            chunk = f.read(min(64 * 1024, end - at))
+            i = chunk.find(name)
+            if i < 0:
+                continue
+            f.seek(at + i + len(name) + 2)
+            f.write(b"\xff\xc3\x28")  # a byte that starts nothing, a lead byte cut short
+            n += 1
+    return n
 
 
 def bench_recovery(
@@ -280,7 +312,8 @@ def bench_recovery(
     ``repeat``: each reopen finds the abort file again and scans the whole segment), once per
     loss of :data:`RECOVERY_LOSSES` in ``losses``: with ``index`` or ``consumequeue`` that
     directory is removed before each reopen, and recovery rebuilds it (the count it reports
-    is checked). One dict per loss."""
+    is checked); ``index, not UTF-8`` damages the CommitLog first (:func:`_damage_properties`,
+    so it comes last). One dict per loss."""
     root = os.path.join(work, "recovery")
     store = _open(root, mapped_file_size_commit_log=size)
     batches = make_batches(body_size, BATCH, distinct=16)
@@ -296,9 +329,14 @@ def bench_recovery(
     for lose in losses:
         times = []
         ok = True
+        lost_dir = lose.split(",")[0]
+        damaged = 0
+        if lose == "index, not UTF-8":
+            segment = os.path.join(root, "commitlog", f"{0:020d}")
+            damaged = _damage_properties(segment, built, DAMAGE_EVERY)
         for _ in range(repeat):
             if lose != "none":
-                shutil.rmtree(os.path.join(root, lose))
+                shutil.rmtree(os.path.join(root, lost_dir))
             Path(root, "abort").write_text("0")  # a broker that died leaves its abort file
             gc.collect()
             t0 = time.perf_counter()
@@ -307,7 +345,7 @@ def bench_recovery(
             rep = store.recovery_report
             ok = ok and store.commitlog.max_offset == built and not store.last_exit_ok
             ok = ok and rep is not None
-            if rep is not None and lose == "index":  # a UNIQ_KEY a message
+            if rep is not None and lost_dir == "index":  # a UNIQ_KEY a message
                 ok = ok and rep.index_rebuilt == messages
             if rep is not None and lose == "consumequeue":
                 ok = ok and rep.units_rebuilt == messages
@@ -316,6 +354,7 @@ def bench_recovery(
         rows.append(
             {
                 "lost": lose,
+                "records_not_utf8": damaged,
                 "commitlog_bytes": built,
                 "messages": messages,
                 "body_bytes": body_size,
@@ -631,27 +670,44 @@ def main(argv=None) -> int:
     try:
         if "append" in parts:
             results["append"] = []
+            # (body bytes, batch, MessageBatch, put_bodies, a key each, PutResults built)
             cases = [
-                (body, batch, False, False, False)
+                (body, batch, False, False, False, True)
                 for body in (100, 1024, 16384)
                 for batch in (BATCH, 1)
             ]
             cases[1:1] = [
-                (100, BATCH, True, False, False),
-                (100, BATCH, False, True, False),
-                (100, BATCH, False, False, True),  # the issue's message: tags, a key, UNIQ_KEY
+                (100, BATCH, True, False, False, True),
+                (100, BATCH, False, True, False, True),
+                (
+                    100,
+                    BATCH,
+                    False,
+                    False,
+                    True,
+                    True,
+                ),  # the issue's message: tags, a key, UNIQ_KEY
+                (100, BATCH, False, False, True, False),  # the same, no PutResults built
             ]
-            cases[5:5] = [(100, 1, False, False, True)]
+            cases[6:6] = [(100, 1, False, False, True, True)]
             counts = {100: 500_000, 1024: 300_000, 16384: 40_000}
-            for body, batch, message_batch, bodies, keyed in cases:
+            for body, batch, message_batch, bodies, keyed, results_too in cases:
                 count = counts[body]
                 n = int(count * scale) if batch > 1 else int(min(count, 20_000) * scale)
                 r = bench_append(
-                    work, body, batch, max(n, batch), args.repeat, message_batch, bodies, keyed
+                    work,
+                    body,
+                    batch,
+                    max(n, batch),
+                    args.repeat,
+                    message_batch,
+                    bodies,
+                    keyed,
+                    results_too,
                 )
                 results["append"].append(r)
                 kind = " MessageBatch" if message_batch else " put_bodies" if bodies else ""
-                kind += " keyed" if keyed else ""
+                kind += (" keyed" if keyed else "") + ("" if results_too else ", no results")
                 print(
                     f"append {body:>6} B x{batch:<4}{kind} {r['messages_per_s']:>9,} msg/s "
                     f"({r['messages_per_cpu_s']:,} per CPU-s) "
@@ -719,7 +775,8 @@ def _append_kind(r: dict) -> str:
         return "MessageBatch"
     if r.get("put_bodies"):
         return "put_bodies, batch"
-    return "a key each, batch" if r.get("keyed") else "batch"
+    kind = "a key each, batch" if r.get("keyed") else "batch"
+    return kind if r.get("results", True) else kind.replace("batch", "no PutResults, batch")
 
 
 def print_table(results: dict) -> None:
@@ -750,6 +807,7 @@ def print_table(results: dict) -> None:
             "none": "",
             "index": ", IndexFiles rebuilt",
             "consumequeue": ", ConsumeQueues rebuilt",
+            "index, not UTF-8": ", IndexFiles rebuilt, a record not in UTF-8 every 4 MiB",
         }
         print(
             f"| abnormal recovery{lost[r['lost']]}, {r['commitlog_bytes'] / 2**20:.0f} MiB "

@@ -193,9 +193,13 @@ VERSIONS = tuple(RECIPES)
 DEFAULT = "4.9.8"
 
 
+#: javac's flags for every compile (part of a build's key)
+JAVAC = ["javac", "-nowarn", "-proc:none", "-encoding", "UTF-8", "-Xlint:none"]
+
+
 def _javac(args: list[str]) -> None:
     r = subprocess.run(
-        ["javac", "-nowarn", "-proc:none", "-encoding", "UTF-8", "-Xlint:none", *args],
+        [*JAVAC, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -246,7 +250,11 @@ def command(version: str = DEFAULT) -> list[str]:
     ours = [p for d in (*recipe.shims, "compile-stubs") for p in _sources(JAVA / d)]
     recipe_key = (recipe.modules, recipe.drop, recipe.sourcepath, recipe.roots, recipe.shims)
     ours += _harness_sources(recipe)
-    key = _stamp(commit, recipe_key, [str(j) for j in cp], *[p.read_bytes() for p in ours])
+    jdk = subprocess.run(["javac", "-version"], capture_output=True, text=True).stdout
+    # how it is built: this file (its recipes, flags) and the JDK (a newer one's classes do not
+    # load in an older one)
+    build = (Path(__file__).read_bytes(), jdk)
+    key = _stamp(commit, recipe_key, build, [str(j) for j in cp], *[p.read_bytes() for p in ours])
     # one directory a build, never rebuilt in place: a harness another process runs (a test
     # worker, an older checkout) keeps its classes while a newer build goes beside it
     where = cache(version) / key[:16]
@@ -269,7 +277,9 @@ def _build(
         archive = subprocess.Popen(
             [*git, "archive", commit, *recipe.modules], stdout=subprocess.PIPE
         )
-        subprocess.run(["tar", "-x", "-C", str(src)], stdin=archive.stdout, check=True)
+        assert archive.stdout is not None
+        with archive.stdout:  # closed here too, so git never waits on a tar that failed
+            subprocess.run(["tar", "-x", "-C", str(src)], stdin=archive.stdout, check=True)
         if archive.wait():
             raise RuntimeError("git archive failed")
         for rel in recipe.drop:

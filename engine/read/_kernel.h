@@ -335,8 +335,8 @@ void rmq_index_check(rmq_index_check_args *a);
  * kept when its first name_sep lies strictly inside it, the last value of a name kept. The
  * records come from a walk that checked them; still, every length is checked against the
  * record's TOTALSIZE and buf. A record the call cannot read as the reference would (properties
- * not strict UTF-8, a length outside the record) stops it: bad is set and the caller decodes
- * the records record by record. */
+ * not strict UTF-8, a length outside the record) stops it: bad is set, and the caller decodes
+ * that record and calls again from the next. */
 typedef struct {
     const uint8_t *buf;
     int64_t len;                 /* bytes of buf */

@@ -346,7 +346,8 @@ class Kernel:
         record order (what :meth:`IndexService.put_hashed` takes) of the records before
         ``bad``, and ``bad``: ``len(pos)``, or the first record read differently here than by
         the decoder (properties that are not strict UTF-8, lengths outside the record): the
-        caller decodes the records from there one by one."""
+        caller decodes that record (:func:`engine.read.recoverruns.index_entries`) and calls
+        again from the next one."""
         ffi, p = self.ffi, self._p
         pos, phys, ts = self._i64(pos), self._i64(phys), self._i64(store_ts)
         ph = np.ascontiguousarray(prefix_hash, dtype=np.uint32)

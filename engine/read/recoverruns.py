@@ -397,14 +397,16 @@ def index_entries(
     pos = picked - window.base
     parts = []
     done = 0  # records of picked whose entries are in parts
+    decoded = 0  # records of them the decoder read
     while True:  # (slices of the arrays are views: no copy a call)
         got, bad = k.index_keys(window.data, pos[done:], picked[done:], ts[done:], ph[done:])
         parts.append(got)
         done += bad
         if done == len(picked):
             return np.concatenate(parts) if len(parts) > 1 else got
-        if len(parts) > 2 * DECODED_MAX:  # a run of such records: one by one is cheaper
+        if decoded == DECODED_MAX:  # a run of such records: one by one is cheaper
             return None
+        decoded += 1
         off = int(picked[done])
         try:
             rec = decode_record(window.data, off - window.base, check_crc=False)

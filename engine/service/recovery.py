@@ -575,7 +575,8 @@ class RecordRun(NamedTuple):
         index_entries: the IndexFile entries of the records past the offset the scan asked
             for (``index_after`` of :data:`RunSource`), flat int64 ``[keyHash, phyOffset,
             storeTimestamp, ...]`` in CommitLog order, as ``IndexService.buildIndex`` adds
-            them; None when not asked for, or when one record must be decoded on its own.
+            them; None when not asked for, or when the run must be dispatched record by
+            record (:func:`engine.read.recoverruns.index_entries` says when).
     """
 
     data: Any

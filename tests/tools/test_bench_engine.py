@@ -60,6 +60,12 @@ def test_append_measures_message_batches_and_put_bodies_and_cleans_up(tmp_path, 
     assert os.listdir(tmp_path) == []
     engine.print_table({"append": [k]})
     assert "| append 100 B bodies, a key each, batch 256 |" in capsys.readouterr().out
+    bare = engine.bench_append(str(tmp_path), 100, 256, 512, 1, keyed=True, results=False)
+    assert not bare["results"] and bare["commitlog_bytes"] == k["commitlog_bytes"]
+    engine.print_table({"append": [bare]})
+    assert (
+        "| append 100 B bodies, a key each, no PutResults, batch 256 |" in capsys.readouterr().out
+    )
 
 
 def test_queues_measures_every_topic_size_and_cleans_up(tmp_path, capsys):
@@ -74,9 +80,10 @@ def test_queues_measures_every_topic_size_and_cleans_up(tmp_path, capsys):
 
 def test_recovery_rebuilds_what_it_lost_and_cleans_up(tmp_path, capsys):
     rows = engine.bench_recovery(str(tmp_path), 4 * MIB, 1, body_size=1024)
-    assert [r["lost"] for r in rows] == ["none", "index", "consumequeue"]
+    assert [r["lost"] for r in rows] == ["none", "index", "consumequeue", "index, not UTF-8"]
     # the whole log scanned each time, and each lost directory rebuilt whole
     assert all(r["recovered_whole_log"] and r["mb_per_s"] > 0 for r in rows)
+    assert [r["records_not_utf8"] > 0 for r in rows] == [False, False, False, True]
     assert os.listdir(tmp_path) == []
     engine.print_table({"recovery": rows})
     assert "| abnormal recovery, IndexFiles rebuilt, 4 MiB" in capsys.readouterr().out
