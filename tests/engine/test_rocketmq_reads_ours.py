@@ -12,8 +12,9 @@ whether ``lookMessageByOffset`` decodes the same record and whether ``queryMessa
 its UNIQ_KEY and by each of its KEYS.
 
 Each store here is written through every put path (a single put into the mapping and through
-the general encoder, batches with the keys of each message apart from the heads and with
-sharding keys, MessageBatch, ``put_bodies``, SYNC_FLUSH), with segments small enough that the
+the general encoder, a transaction's half, commit and rollback, batches with the keys of each
+message apart from the heads and with sharding keys, MessageBatch, ``put_bodies``, SYNC_FLUSH),
+with segments small enough that the
 CommitLog, the ConsumeQueues and the IndexFiles all roll; one more is a store rmqfs recovered
 after a crash with a torn last record. Every message must come out of RocketMQ field by field
 as rmqfs reads it, every unit (tagsCode included) as rmqfs wrote it, and the index must find
@@ -38,9 +39,17 @@ import pytest
 
 import rocketmq_oracle
 from conftest import FIXTURES
-from rmqfs.engine.format.message import Message, host_from_str, host_to_str
+from rmqfs.engine.format.message import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    Message,
+    host_from_str,
+    host_to_str,
+)
 from rmqfs.engine.store import MessageStore
 from rmqfs.engine.storeconfig import StoreConfig
+from stores import put_internal
 
 #: CommitLog segment, ConsumeQueue file (bytes), IndexFile hash slots and items: all roll
 CL, CQ, SLOTS, ITEMS = 256 * 1024, 64 * 20, 64, 512
@@ -67,8 +76,9 @@ def oracle(request: pytest.FixtureRequest) -> list[str]:
         pytest.skip(f"RocketMQ {version}'s store classes: {exc}")
 
 
-#: the messages :func:`_write` puts
-WRITTEN = 8 + 12 * (256 + 32 + 256 + 1)
+#: the messages :func:`_write` puts that a ConsumeQueue holds (a transaction's half and its
+#: rollback have no unit: neither store reads them back through one)
+WRITTEN = 8 + 1 + 12 * (256 + 32 + 256 + 1)
 
 
 def _write(root: str, **config: Any) -> None:
@@ -96,6 +106,13 @@ def _write(root: str, **config: Any) -> None:
         ]
         for m in singles:
             store.put_messages([m])
+        # a transaction's records, as the broker writes them (its own put path): the half
+        # (PREPARED: no ConsumeQueue unit, indexed), its COMMIT (a unit), a ROLLBACK (neither)
+        for kind in (TRANSACTION_PREPARED_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            put_internal(
+                store,
+                [Message("CrossA", b"tx %d" % kind, tags="TX", keys="tx-%d" % kind, sys_flag=kind)],
+            )
         for i in range(12):
             keyed = [  # each message's own keys: an order id, now and then two, or none
                 Message(
