@@ -1675,27 +1675,11 @@ def dispatch_plain(
     them (for dispatchers other than the index),
     ``units`` is ``((topic, queueId), first queue offset, encoded units)`` per queue, ``idx`` flat
     ``[keyHash, phyOffset, storeTimestamp, ...]`` (:meth:`IndexService.put_hashed`, with
-    ``index_writer``: the compiled core's). The usual single put (one queue's units, the
-    index the store's only dispatcher) takes a short branch with the same effect. On an
-    OSError everything of the batch is undone (CommitLog included: :func:`_undo_dispatch`)
-    and it is re-raised."""
+    ``index_writer``: the compiled core's). On an
+    OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
     index = store.index_service
     ds = store.dispatchers
     if len(ds) == 1 and ds[0] is index:  # the usual store: the index takes the hashed keys
-        if len(units) == 1 and (not idx or idx[1] > index.end_phy_offset):
-            # one queue's units (a single put's): its unit and keys, at the least cost
-            key, first, encoded = units[0]
-            held: dict[tuple[str, int], int] = {}  # (its queue's end, once it is open)
-            try:
-                cq = store.writable_consume_queue(key[0], key[1])  # (a new one opens files)
-                held[key] = cq.max_offset
-                cq.put_units(first, encoded)
-                if idx:
-                    index.put_hashed(idx, index_writer)
-            except OSError:
-                _undo_dispatch(store, held, start)
-                raise
-            return
         others = []
     else:
         others = [d for d in ds if not dispatch.puts_hashed_keys(d)]
@@ -1734,16 +1718,9 @@ def dispatch_plain(
             for d in others:
                 d.dispatch(batch)
     except OSError:
-        _undo_dispatch(store, before, start)
+        for key, old in before.items():
+            store.consume_queues[key].truncate_to(old)
+        for d in store.dispatchers:
+            d.truncate(start)
+        store.commitlog.truncate(start)
         raise
-
-
-def _undo_dispatch(store: MessageStore, before: dict[tuple[str, int], int], start: int) -> None:
-    """Undo a put whose records begin at ``start`` (CommitLog bytes) after a disk error in its
-    dispatch: each ConsumeQueue of ``before`` back to its end before the put (``{(topic,
-    queueId): queue offset}``), every dispatcher and the CommitLog cut at ``start``."""
-    for key, old in before.items():
-        store.consume_queues[key].truncate_to(old)
-    for d in store.dispatchers:
-        d.truncate(start)
-    store.commitlog.truncate(start)
