@@ -8,7 +8,8 @@ Nothing of RocketMQ is in this repository. The sources of its modules at tag
 ``rocketmq-all-VERSION`` are extracted from a git mirror of apache/rocketmq
 (``RMQFS_ROCKETMQ_MIRROR``, default /work/.mirror/apache+rocketmq/repo, the tool library's
 ``fetch``) into ~/.cache/rmqfs-oracle/rocketmq-VERSION/STAMP/src (a directory a build, named by
-what it is built from, never rebuilt in place), the files our stand-ins replace are
+what it is built from, never rebuilt in place; one no run has used for a week is deleted by
+the next), the files our stand-ins replace are
 deleted from that copy, and it is compiled with our shims (tests/java/oracle/shim/, shared, and
 shim-5/ for 5.x) into classes/; tests/java/oracle/compile-stubs/ (type stand-ins of netty-common
 and lz4-java, which the read path never uses) into stubs/, last on the class path; our harness
@@ -44,6 +45,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,7 +263,36 @@ def command(version: str = DEFAULT) -> list[str]:
     where.mkdir(parents=True, exist_ok=True)
     with open(where / ".lock", "w") as lock:  # one build at a time (test workers, CI, a user)
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _build(recipe, where, git, commit, cp, key)
+        cmd = _build(recipe, where, git, commit, cp, key)
+        (where / "used").touch()
+    _prune(where)
+    return cmd
+
+
+#: a build directory no :func:`command` has returned for this long (seconds) is deleted
+PRUNE_AFTER = 7 * 86400
+
+
+def _prune(keep: Path) -> None:
+    """Delete the other builds of ``keep``'s version that no :func:`command` has returned for
+    :data:`PRUNE_AFTER` seconds (an older checkout's, a former JDK's): every change of the
+    recipe or our Java sources makes a new directory beside the old ones. One being built (its
+    lock held) is left alone, and a harness run started from one is long over by then."""
+    for d in keep.parent.iterdir():
+        if d == keep or not d.is_dir() or d.is_symlink():
+            continue
+        try:
+            used = max((d / n).stat().st_mtime for n in ("used", ".lock") if (d / n).exists())
+        except (ValueError, OSError):  # neither: a directory of something else, or gone
+            continue
+        if time.time() - used < PRUNE_AFTER:
+            continue
+        with open(d / ".lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being built now
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _build(
