@@ -39,7 +39,7 @@ class UniqKeyGenerator:
         self._head_since: int | None = None
         self._head = ""
         self._head_hash = 0
-        self._one_since: int | None = None  # next_one's head and the time it is for
+        self._one_since: int | None = None  # _take_plain's head and the time it is for
         self._one_head = ""
 
     def _roll_month(self, now_ms: int) -> None:
@@ -90,27 +90,36 @@ class UniqKeyGenerator:
     def next_one(self, now_ms: int) -> str:
         """``next_keys(1, now_ms)[0]`` at the least cost (a single put): no list, and no
         hash of a new time part (the compiled put path hashes the id itself)."""
-        with self._lock:
-            if now_ms >= self._next_month:
-                self._roll_month(now_ms)
-            c = self._next_counter
-            self._next_counter = c + 1
-            since = now_ms - self._month_start
-            if since != self._one_since:  # (its own head: _take's goes with its hash)
-                self._one_head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
-                self._one_since = since
-            return self._one_head + _HEX4[c & 0xFFFF]
+        head, c = self._take_plain(1, now_ms)
+        return head + _HEX4[c & 0xFFFF]
 
     def next_keys(self, n: int, now_ms: int | None = None) -> list[str]:
         """``n`` new ids for the same time (epoch ms), without their hashes (the compiled put
         path hashes them itself): the ids :meth:`next_many` would give, in C-level loops."""
-        head, _, first = self._take(n, now_ms)
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        head, first = self._take_plain(n, now_ms)
         c = first & 0xFFFF
         if c + n <= 0x10000:
             digits = _HEX4[c : c + n]
         else:  # the 16-bit counter wraps
             digits = list(itertools.islice(itertools.cycle(_HEX4), c, c + n))
         return list(map(head.__add__, digits))
+
+    def _take_plain(self, n: int, now_ms: int) -> tuple[str, int]:
+        """Reserve ``n`` counter values: ``(fixed head of the ids, the first counter value)``,
+        the head without its hash (the ids of the compiled put path, which hashes them: a head
+        of a new millisecond costs no hash here)."""
+        with self._lock:
+            if now_ms >= self._next_month:
+                self._roll_month(now_ms)
+            first = self._next_counter
+            self._next_counter = first + n
+            since = now_ms - self._month_start
+            if since != self._one_since:
+                self._one_head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
+                self._one_since = since
+            return self._one_head, first
 
     def _take(self, n: int, now_ms: int | None) -> tuple[str, int, int]:
         """Reserve ``n`` counter values: ``(fixed head of the ids, its hash * 31**4, the

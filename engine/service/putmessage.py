@@ -293,11 +293,17 @@ def put_messages(
         check_messages(messages)
     elif messages:
         cols = message_columns(messages)
-        if cols is None:
+        if cols is None or len(messages) <= _CHECK_EACH_UP_TO:
             check_messages(messages)
         else:
             check_message_columns(messages, dict(zip(_ALL_NAMES, cols)))
     return _put(store, messages, batch, cols, results)
+
+
+#: batches of up to this many messages are checked message by message (``check_messages``), larger
+#: ones by the passes over their columns (``check_message_columns``), whose fixed cost a few
+#: messages do not repay (16 keyed messages: 3.4 against 5.8 us; even at about 48)
+_CHECK_EACH_UP_TO = 32
 
 
 def message_columns(messages: Sequence[Message]) -> list[tuple] | None:

@@ -34,7 +34,7 @@ from rmqfs.engine.format.javahash import (
 from rmqfs.engine.format.message import MAGIC_V2, cal_msg_length, encode_properties, topic_needs_v2
 from rmqfs.engine.format.uniqkey import UniqKeyGenerator
 from rmqfs.engine.service import dispatch, putmessage, recovery
-from rmqfs.engine.service.indexservice import IndexService
+from rmqfs.engine.service.indexservice import FEW_ENTRIES, IndexService
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 
@@ -223,14 +223,16 @@ def test_batched_index_writes_equal_put_key(tmp_path):
 def test_batched_index_write_stops_when_full_and_service_rolls(tmp_path):
     f = IndexFile(str(tmp_path / "f"), 4, 10)
     entries = []
-    for i in range(20):
+    n = FEW_ENTRIES + 1  # more than a small put's, which would wait in memory
+    for i in range(n):
         entries += (index_key_hash(f"T#{i}"), 100 + i, T0 + i)
     assert f.put_hashed(entries) == 9  # indexNum - 1 items fit
     assert f.put_hashed(entries, 9) == 9
     svc = IndexService(str(tmp_path / "idx"), 4, 10)
     svc.put_hashed(entries)
-    assert len(svc.files) == 3
+    assert len(svc.files) == -(-n // 9)
     assert svc.query("T", "15") == [115]
+    assert svc.query("T", str(n - 1)) == [100 + n - 1]
     svc.close()
 
 

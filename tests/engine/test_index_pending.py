@@ -1,4 +1,4 @@
-"""A single put's index entries wait in memory (issue 34): ``IndexService.put_hashed`` keeps the
+"""A single put's index entries, and a small batch's, wait in memory (issue 34): ``IndexService.put_hashed`` keeps the
 entries of puts of ``FEW_ENTRIES`` or fewer keys until ``PENDING_ENTRIES`` have gathered, and
 writes them in one call, as RocketMQ's ReputMessageService builds the index behind the
 CommitLog. What must hold:
@@ -96,9 +96,17 @@ def test_the_files_take_the_entries_once_enough_gathered(tmp_path, no_time_limit
         res = [s.put_messages([Message("T", b"x", keys=f"k{i}")])[0] for i in range(puts)]
         assert _on_disk(root, "k0") == [res[0].commitlog_offset]
         assert _on_disk(root, f"k{puts - 1}") == [res[-1].commitlog_offset]
-        # a batch with more keys than a single put's writes at once, after what waited
+        # a batch with more keys than FEW_ENTRIES writes at once, after what waited
         tail = s.put_messages([Message("T", b"y", keys=f"b{i}") for i in range(FEW_ENTRIES)])
         assert _on_disk(root, "b0") == [tail[0].commitlog_offset]
+        # a small batch waits, as single puts do, and is found where it waits
+        n = FEW_ENTRIES // 2  # a UNIQ_KEY and a key each: FEW_ENTRIES entries
+        small = s.put_messages([Message("T", b"z", keys=f"s{i}") for i in range(n)])
+        assert _on_disk(root, "s0") == [] and _on_disk(root, f"s{n - 1}") == []
+        assert _indexed(s, f"s{n - 1}") == [small[-1].commitlog_offset]
+        assert s.index_service.end_phy_offset == small[-1].commitlog_offset
+        s.flush()
+        assert _on_disk(root, f"s{n - 1}") == [small[-1].commitlog_offset]
 
 
 def test_a_cut_drops_the_pending_entries_past_it(tmp_path, no_time_limit):
