@@ -348,7 +348,9 @@ def _unmount(cmd: list[str], mnt: str) -> subprocess.CompletedProcess:
 
 
 def cmd_umount(args: argparse.Namespace) -> int:
-    """Unmount and wait for the daemon to close the store."""
+    """Unmount and wait for the daemon to close the store; with ``-z`` (``umount -l``,
+    ``fusermount3 -u -z``) detach the mount and return at once: the daemon closes the store
+    when the last user lets go."""
     from .mounts import is_mounted
 
     mnt = os.path.abspath(args.mountpoint)
@@ -374,7 +376,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
             )
         print(f"rmqfs: cannot unmount {mnt}: {why}", file=sys.stderr)
         return 1
-    if pid:
+    if pid and not args.lazy:
         deadline = time.monotonic() + args.timeout
         while _running(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -502,8 +504,16 @@ def build_parser() -> RmqfsParser:
 
     u = sub.add_parser("umount", help="unmount and wait for the store to close")
     u.add_argument("mountpoint")
-    u.add_argument("-z", "--lazy", action="store_true", help="lazy unmount (busy mounts)")
-    u.add_argument("--timeout", type=float, default=60, help="seconds to wait for the daemon")
+    u.add_argument(
+        "-z",
+        "--lazy",
+        action="store_true",
+        help="lazy unmount (busy mounts): detach now and return; the store closes when the "
+        "last user lets go",
+    )
+    u.add_argument(
+        "--timeout", type=float, default=60, help="seconds to wait for the daemon (not with -z)"
+    )
     u.set_defaults(func=cmd_umount)
 
     # Listed here for ``rmqfs --help``; main() hands everything after "report" to the report's

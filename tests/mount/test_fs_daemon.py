@@ -349,12 +349,31 @@ def test_a_busy_umount_names_who_holds_it_and_the_lazy_option(mount_store):
         assert f"pid {reader.pid} " in err
         assert f"or unmount lazily: rmqfs umount -z {m.mnt}" in err
         assert mounted(m.mnt)
+        # -z detaches now and returns, as umount -l does; the daemon closes the store once
+        # its last user lets go
+        daemon = m.pid
+        t0 = time.monotonic()
+        run_rmqfs("umount", "-z", m.mnt)
+        assert time.monotonic() - t0 < 10 and not mounted(m.mnt)
+        assert reader.poll() is None and _pid_alive(daemon)  # the reader still holds it
     finally:
         for p in (in_cwd, reader):
             p.kill()
             p.wait()
-    m.umount()
-    assert not mounted(m.mnt)
+    deadline = time.monotonic() + 30
+    while _pid_alive(daemon) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _pid_alive(daemon)
+    assert not (m.store / "abort").exists()  # closed cleanly
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_the_mount_and_snapshot_upload_say_where_the_broker_name_came_from(tmp_path):
