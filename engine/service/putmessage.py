@@ -1202,10 +1202,11 @@ def _put_one(
         nxt = store.max_offset(topic, qid, committed=False)
     cl = store.commitlog
     start = cl.max_offset
+    # taken before anything can fail on the disk, as the general path takes it when encoding
+    uniq_key = store.uniq_keys.next_one(born or now)
     # the record straight into the segment's mapping where it fits what is allocated there
     # (OSError from allocating: nothing written); else into call.out, then CommitLog's append
     window = cl.files.write_window(start, info[3] + len(body) + len(head) + _UNIQ_ITEM_MAX)
-    uniq_key = store.uniq_keys.next_one(born or now)
     uniq = uniq_key.encode()
     if body.__class__ is not bytes:
         body = ffi.from_buffer("char[]", body)
@@ -1343,7 +1344,8 @@ def _batch_args(
     if together:
         topic_of, queue_of = call.zeros, _batch_queue(call, store, tnames[0], infos[0], cols, n)
     else:
-        topic_of, queue_of = _queue_args(call, tnames, infos, topic_c, qid_c, shard_c)
+        rr = store.putter.round_robin
+        topic_of, queue_of = _queue_args(call, tnames, infos, topic_c, qid_c, shard_c, rr)
     born: Any = ffi.NULL
     if born_c.count(0) + born_c.count(None) == n:
         uniq_keys = store.uniq_keys.next_keys(n, now)
@@ -1482,10 +1484,12 @@ def _queue_args(
     topic_c: tuple,
     qid_c: tuple,
     shard_c: tuple,
+    round_robin: dict[str, int],
 ) -> tuple[Any, Any]:
     """``(topic_of, queue_of)`` for ``rmq_put``: each message's topic among ``tnames`` and
     its queue (-1: round robin; a sharding key's hash, as ``SelectMessageQueueByHash``).
-    PutMessageError for a queueId that is not the topic's."""
+    PutMessageError for a queueId that is not the topic's, with ``round_robin`` (the
+    store's, not otherwise changed here) advanced as the general path leaves it."""
     n = len(topic_c)
     fb = call.ffi.from_buffer
     if len(tnames) == 1:
@@ -1502,9 +1506,21 @@ def _queue_args(
         if q is None:
             q = -1 if sk is None else (zlib.crc32(sk.encode()) & 0x7FFFFFFF) % nwq
         elif not 0 <= q < nq:
+            # the general path picked the queues of the messages before it (_targets)
+            _advance_round_robin(round_robin, topic_c, qid_c, shard_c, len(queues))
             raise PutMessageError(f"queueId {q} is not a queue of {t} (0..{nwq - 1})")
         queues.append(q)
     return topic_of, fb("int32_t[]", queues)
+
+
+def _advance_round_robin(
+    round_robin: dict[str, int], topic_c: tuple, qid_c: tuple, shard_c: tuple, n: int
+) -> None:
+    """Advance ``round_robin`` as :func:`choose_queue` does for the first ``n`` messages of a
+    batch's columns: once for each without a queueId or a sharding key."""
+    for topic, qid, shard in zip(topic_c[:n], qid_c[:n], shard_c[:n]):
+        if qid is None and shard is None:
+            round_robin[topic] = round_robin.get(topic, 0) + 1
 
 
 def _batch_queue(
@@ -1530,10 +1546,7 @@ def _counters_as_refused(
     every key taken). A single put (:func:`_put_one`) chose its queue and took its key before
     its call, as the general path does, and has nothing to put back."""
     if not together:
-        rr = store.putter.round_robin
-        for topic, qid, shard in zip(cols[0], cols[4], cols[5]):
-            if qid is None and shard is None:
-                rr[topic] = rr.get(topic, 0) + 1
+        _advance_round_robin(store.putter.round_robin, cols[0], cols[4], cols[5], len(cols[0]))
     if a.bad_code in (lib.RMQ_PUT_PROPS, lib.RMQ_PUT_TOO_LARGE):
         store.uniq_keys.counter = uniq_first + a.bad + 1
 

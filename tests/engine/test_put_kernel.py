@@ -38,7 +38,11 @@ from hypothesis import strategies as st
 
 import refreader
 import rmqfs.engine.store as store_mod
-from rmqfs.engine.errors import MessageTooLargeError, PropertiesSizeExceededError
+from rmqfs.engine.errors import (
+    MessageTooLargeError,
+    PropertiesSizeExceededError,
+    PutMessageError,
+)
 from rmqfs.engine.format import indexfile
 from rmqfs.engine.format.config import TopicConfig
 from rmqfs.engine.format.message import MAX_PROPERTIES_LENGTH
@@ -352,6 +356,84 @@ def test_a_refused_batch_writes_nothing_and_moves_what_the_general_path_moves(
         res = s.put_messages([Message("T", b"next")])
         assert res[0].commitlog_offset == end
         assert (res[0].queue_id, res[0].queue_offset) == (0, 1)
+
+
+def _state(s: MessageStore) -> tuple:
+    """What a refused put may move: round robin, UNIQ_KEY counter, queue offsets, the end."""
+    return (
+        dict(s.putter.round_robin),
+        s.uniq_keys.counter,
+        dict(s.putter.queue_offsets),
+        s.commitlog.max_offset,
+    )
+
+
+def _both_paths(tmp_path, monkeypatch, steps) -> list[tuple]:
+    """Run ``steps(store)`` on a store put to by the compiled path and on one put to by the
+    general path alone (the same UNIQ_KEY counter to start), returning what each gave."""
+    got = []
+    for compiled in (True, False):
+        with monkeypatch.context() as mp:
+            if not compiled:
+                mp.setattr(putmessage, "put_plain", lambda store, msgs, *args: None)
+            with MessageStore(str(tmp_path / f"s{compiled}"), StoreConfig(**_SMALL)) as s:
+                s.create_topic("T", 3)
+                s.uniq_keys.counter = 100
+                got.append(steps(s, mp))
+    return got
+
+
+_SMALL = dict(mapped_file_size_commit_log=256 << 10)
+
+
+def test_a_bad_queue_id_mid_batch_moves_the_round_robin_as_the_general_path(tmp_path, monkeypatch):
+    """The general path picks each message's queue in order (``_targets``): the messages
+    before one whose queueId is not the topic's advance the round robin before the refusal;
+    the compiled path leaves it where the general path does, so the next put goes to the same
+    queue on both."""
+
+    def steps(s, mp):
+        s.put_messages([Message("T", b"a")])
+        batch = [Message("T", b"b"), Message("T", b"c"), Message("T", b"d", queue_id=7)]
+        with pytest.raises(PutMessageError, match="queueId 7"):
+            s.put_messages(batch)
+        after = _state(s)
+        r = s.put_messages([Message("T", b"e")])[0]
+        return after, (r.queue_id, r.queue_offset, r.commitlog_offset)
+
+    compiled, general = _both_paths(tmp_path, monkeypatch, steps)
+    assert compiled == general
+    assert compiled[0][0] == {"T": 3}  # "a", then "b" and "c" before the refusal
+
+
+def test_a_single_put_the_disk_refuses_takes_its_uniq_key_as_the_general_path(
+    tmp_path, monkeypatch
+):
+    """A single put whose record needs blocks the disk cannot allocate (ENOSPC from
+    ``posix_fallocate``) writes nothing, and has taken its UNIQ_KEY as the general path has
+    (which takes it when encoding, before the append fails): the ids after it are the same."""
+    import errno
+
+    from rmqfs.engine.format import mappedfile
+
+    def no_room(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device (test)")
+
+    def steps(s, mp):
+        for _ in range(57):  # up to where the next record needs blocks not yet allocated
+            s.put_messages([Message("T", b"f" * 1000)])
+        end = s.commitlog.max_offset
+        with mp.context() as m2:
+            m2.setattr(mappedfile.os, "posix_fallocate", no_room)
+            with pytest.raises(OSError) as exc:
+                s.put_messages([Message("T", b"x" * 3000)])  # past the blocks allocated
+        assert exc.value.errno == errno.ENOSPC and s.commitlog.max_offset == end
+        after = _state(s)
+        r = s.put_messages([Message("T", b"y")])[0]
+        return after, (r.queue_id, r.queue_offset, r.commitlog_offset, r.uniq_key[-4:])
+
+    compiled, general = _both_paths(tmp_path, monkeypatch, steps)
+    assert compiled == general
 
 
 def test_a_batch_rolls_segments_with_blank_records(tmp_path):
