@@ -15,7 +15,10 @@ the store and the baseline write to the same filesystem:
   queue a batch, kept whole in one segment, as RocketMQ's ``putMessages``) and through
   ``MessageStore.put_bodies`` in batches of 256 (no ``Message`` and, with ``results=False``,
   no ``PutResult`` a body: what the mount's ``produce`` calls for each ``write()``; its
-  records have no TAGS property, so they are 10 bytes shorter). The baseline
+  records have no TAGS property, so they are 10 bytes shorter), and the issue's message (tags,
+  a key of its own, a UNIQ_KEY) as ``Message`` objects (with and without PutResults) and as
+  columns (``put_bodies(..., tags=, keys=)``: what ``rmqfs produce -a -k`` and the mount's
+  ``produce.jsonl`` lines of body, tags and keys call). The baseline
   writes the very same number of CommitLog bytes with a sequential ``os.write`` loop, one
   write per batch, to a new file in the same directory.
   Reported: messages/s (wall clock, and per CPU-second of the process: what one core does
@@ -133,22 +136,30 @@ def _append_once(
     message_batch: bool = False,
     bodies: bool = False,
     results: bool = True,
+    keyed: bool = False,
 ) -> tuple[float, float, int, list]:
     """One run of :func:`bench_append`: ``(seconds, CPU seconds, CommitLog bytes, the bytes of
     each distinct batch)``; ``bodies``: the batches' bodies through ``put_bodies`` without
-    PutResults (what the mount's produce calls), their bytes from the CommitLog's end;
-    ``results`` False: ``put_messages`` builds none either (what produce.jsonl calls)."""
+    PutResults (what the mount's produce calls), their bytes from the CommitLog's end, and with
+    ``keyed`` their tags and keys too, as columns (``rmqfs produce -a -k``, ``produce.jsonl``
+    lines of body, tags and keys), PutResults as ``results`` says; ``results`` False:
+    ``put_messages`` builds none either (what produce.jsonl calls)."""
     root = os.path.join(work, f"append-{tag}")
     store = _open(root)
     sizes = []
     if bodies:
         plain = [[m.body for m in b] for b in batches]
+        keys = [[m.keys for m in b] for b in batches] if keyed else None
         gc.collect()
         t0, c0 = time.perf_counter(), time.process_time()
         for i in range(nbatches):
+            j = i % len(plain)
             if i < len(plain):
                 start = store.commitlog.max_offset
-            store.put_bodies(TOPIC, plain[i % len(plain)], results=False)
+            if keys is None:
+                store.put_bodies(TOPIC, plain[j], results=False)
+            else:
+                store.put_bodies(TOPIC, plain[j], results=results, tags="TagA", keys=keys[j])
             if i < len(plain):
                 sizes.append(store.commitlog.max_offset - start)
     else:
@@ -208,7 +219,7 @@ def bench_append(
     for _r in range(repeat):
         tag = f"{body_size}-{batch}"
         elapsed, cpu, written, sizes = _append_once(
-            work, batches, nbatches, tag, message_batch, bodies, results
+            work, batches, nbatches, tag, message_batch, bodies, results, keyed
         )
         plain = _plain_once(work, sizes, written, tag)
         runs.append((elapsed, cpu, plain))
@@ -688,8 +699,10 @@ def main(argv=None) -> int:
                     True,
                 ),  # the issue's message: tags, a key, UNIQ_KEY
                 (100, BATCH, False, False, True, False),  # the same, no PutResults built
+                (100, BATCH, False, True, True, True),  # the same from columns (put_bodies)
+                (100, BATCH, False, True, True, False),
             ]
-            cases[6:6] = [(100, 1, False, False, True, True)]
+            cases[8:8] = [(100, 1, False, False, True, True)]
             counts = {100: 500_000, 1024: 300_000, 16384: 40_000}
             for body, batch, message_batch, bodies, keyed, results_too in cases:
                 count = counts[body]
@@ -773,9 +786,11 @@ def _append_kind(r: dict) -> str:
     """How an append case put its batches, as the table names it."""
     if r.get("message_batch"):
         return "MessageBatch"
-    if r.get("put_bodies"):
+    if r.get("put_bodies") and not r.get("keyed"):
         return "put_bodies, batch"
     kind = "a key each, batch" if r.get("keyed") else "batch"
+    if r.get("put_bodies"):
+        kind = "put_bodies, tags and " + kind
     return kind if r.get("results", True) else kind.replace("batch", "no PutResults, batch")
 
 

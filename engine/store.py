@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
@@ -1206,13 +1206,18 @@ class MessageStore:
         bodies: list[bytes],
         queue_id: int | None = None,
         results: bool = True,
+        tags: str | Sequence[str | None] | None = None,
+        keys: str | Sequence[str | list[str] | None] | None = None,
     ) -> list[PutResult]:
-        """``put_messages`` of one plain message per body (topic, body and queue only), all or
-        none, without building the messages (``results`` False: nor, for a batch where nothing
-        needs them, the PutResults; [] then; one body is a single put, its result built): see
-        :func:`engine.service.putmessage.put_bodies` (RocketMQ's
-        ``DefaultMessageStore.putMessages``; the errors of :meth:`put_messages`)."""
-        return putmessage.put_bodies(self, topic, bodies, queue_id, results)
+        """``put_messages`` of one message per body (its topic, queue, tags and keys only), all
+        or none, without building the messages (``results`` False: nor, for a batch where
+        nothing needs them, the PutResults; [] then; one body is a single put, its result
+        built). ``tags``: a ``str`` (or None) for every message or one per body; ``keys``: a
+        ``str`` of space-separated keys for every message or one value per body (a ``str``, a
+        list of keys or None). See :func:`engine.service.putmessage.put_bodies` (RocketMQ's
+        ``DefaultMessageStore.putMessages``; ValueError for a column of another length than
+        ``bodies``, else the errors of :meth:`put_messages`)."""
+        return putmessage.put_bodies(self, topic, bodies, queue_id, results, tags, keys)
 
     # ------------------------------------------------------------------------------------------
     # getMessage

@@ -28,10 +28,15 @@ from rmqfs.engine import errors as E
 from rmqfs.engine.format.message import MessageRecord
 from rmqfs.engine.live.progress import consumer_progress, diff_total
 from rmqfs.engine.live.status import store_status
-from rmqfs.engine.read.jsonline import message_from_json, parse_json_line, plain_body
+from rmqfs.engine.read.jsonline import message_from_json, parse_json_line, plain_fields
 from rmqfs.engine.read.scheduled import waiting_refs
 from rmqfs.engine.service.storetree import lstat_beneath, open_beneath
-from rmqfs.engine.service.validation import check_send_topic, check_topic_creatable, parse_decimal
+from rmqfs.engine.service.validation import (
+    check_send_topic,
+    check_topic_creatable,
+    parse_decimal,
+    tags_keys_clean,
+)
 from rmqfs.engine.store import Message
 
 from . import render as R
@@ -1024,47 +1029,67 @@ class ProduceHandle(Handle):
         """Nothing: a produce file reads as empty, opened O_RDWR too."""
         return b""  # docs/mount.md: a produce file reads as empty, opened O_RDWR too
 
-    def _messages(self, lines: list[bytes]) -> tuple[list[bytes], list[Message]]:
-        """What ``produce.jsonl`` lines say to put (blank ones skipped): ``(their bodies, [])``
-        when every line is ``{"body": text}`` alone (``jsonline.plain_body``: stored as
-        ``produce``'s lines are), else ``([], a Message each)``. FsError names the first bad
-        line."""
+    def _messages(self, lines: list[bytes]) -> tuple[list[bytes], list, list, list[Message]]:
+        """What ``produce.jsonl`` lines say to put (blank ones skipped): ``(their bodies, their
+        tags, their keys, [])`` when every line has a body and at most tags and keys
+        (``jsonline.plain_fields``) whose values the columns' passes vouch for
+        (``validation.tags_keys_clean``): stored from columns, as ``produce``'s lines are;
+        else ``([], [], [], a Message each)``. FsError names the first bad line."""
         bodies: list[bytes] = []
+        tags: list[str | None] = []
+        keys: list[str | None] = []
         msgs: list[Message] = []
-        plain: list[object] = []  # the plain lines' objects, while a Message may be needed
+        numbered: list[tuple[int, object]] = []  # (line, parsed or Message), while needed
         for i, line in enumerate(lines):
             if not line.strip(b" \t\r"):
                 continue
             try:
                 obj = parse_json_line(line)
-                body = plain_body(obj)
-                if body is not None:
-                    bodies.append(body)
-                    plain.append(obj)
+                fields = plain_fields(obj)
+                if fields is not None:
+                    bodies.append(fields[0])
+                    tags.append(fields[1])
+                    keys.append(fields[2])
                 else:
-                    msgs.append(message_from_json(obj, self.topic, self.queue_id))
-                    plain.append(msgs[-1])
+                    obj = message_from_json(obj, self.topic, self.queue_id)
+                    msgs.append(obj)
+                numbered.append((i, obj))
             except E.StoreError as exc:
                 raise FsError(exc.errno, f"line {i + 1} of the write: {exc}") from None
-        if not msgs:
-            return bodies, []
-        return [], [  # a Message each, in line order
-            p if isinstance(p, Message) else message_from_json(p, self.topic, self.queue_id)
-            for p in plain
-        ]
+        if not msgs and tags_keys_clean(tags, keys):
+            return bodies, tags, keys, []
+        out = []  # a Message each, in line order; message_from_json names a line that is bad
+        for i, obj in numbered:
+            try:
+                out.append(
+                    obj
+                    if isinstance(obj, Message)
+                    else message_from_json(obj, self.topic, self.queue_id)
+                )
+            except E.StoreError as exc:
+                raise FsError(exc.errno, f"line {i + 1} of the write: {exc}") from None
+        return [], [], [], out
 
     def _put(self, lines: list[bytes]) -> None:
         try:
+            store = self.ctx.store
             if not self.jsonl:  # the lines' bodies as they are: no Message, no PutResult each
                 bodies = [line for line in lines if line]
                 if bodies:
-                    self.ctx.store.put_bodies(self.topic, bodies, self.queue_id, results=False)
+                    store.put_bodies(self.topic, bodies, self.queue_id, results=False)
                 return
-            bodies, msgs = self._messages(lines)
-            if bodies:  # plain lines: as produce's, no Message each
-                self.ctx.store.put_bodies(self.topic, bodies, self.queue_id, results=False)
+            bodies, tags, keys, msgs = self._messages(lines)
+            if bodies:  # body, tags and keys alone: from columns, no Message each
+                store.put_bodies(
+                    self.topic,
+                    bodies,
+                    self.queue_id,
+                    results=False,
+                    tags=tags if any(tags) else None,
+                    keys=keys if any(keys) else None,
+                )
             elif msgs:  # (the writer learns nothing of their PutResults: none asked for)
-                self.ctx.store.put_messages(msgs, results=False)
+                store.put_messages(msgs, results=False)
         except E.StoreError as exc:
             raise fs_error(exc) from exc
 

@@ -526,8 +526,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         first: PutResult | None = None
         last: PutResult | None = None
         total = 0
-        # lines that are bodies only go in as bodies (put_bodies: no Message a line)
-        plain = not (args.tags or args.keys or properties or args.delay_level) and (
+        # lines with tags and keys at most go in from columns (put_bodies: no Message a line)
+        plain = not (properties or args.delay_level) and (
             args.deliver_time is None and args.delay_ms is None
         )
 
@@ -538,7 +538,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 return
             try:
                 if plain:
-                    results = store.put_bodies(args.topic, bodies, args.queue_id)
+                    results = store.put_bodies(
+                        args.topic, bodies, args.queue_id, tags=args.tags, keys=args.keys
+                    )
                 else:
                     msgs = [
                         Message(

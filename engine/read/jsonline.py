@@ -39,7 +39,7 @@ __all__ = [
     "DELIVER_TIMESTAMP",
     "build_scheduled_line",
     "parse_json_line",
-    "plain_body",
+    "plain_fields",
     "message_from_json",
 ]
 
@@ -196,18 +196,29 @@ def _no_constant(name: str) -> NoReturn:
 _DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
 
 
-def plain_body(obj: object) -> bytes | None:
-    """The body (UTF-8) of a parsed ``produce.jsonl`` line that is ``{"body": text}`` alone
-    with a non-empty text (what :func:`message_from_json` makes a plain message of, which
-    ``MessageStore.put_bodies`` stores without a Message), else None (then
-    :func:`message_from_json` makes its Message, or says what is wrong with it)."""
-    if obj.__class__ is not dict or len(obj) != 1:
+#: the fields a ``produce.jsonl`` line may have and still be put from columns (plain_fields)
+_PLAIN_FIELDS = frozenset(("body", "tags", "keys"))
+
+
+def plain_fields(obj: object) -> tuple[bytes, str | None, str | None] | None:
+    """``(body as UTF-8, tags, keys)`` of a parsed ``produce.jsonl`` line that has a non-empty
+    ``body`` text and at most ``tags`` and ``keys`` besides, each a string or null (what
+    :func:`message_from_json` makes a message of topic, body, tags and keys of, which
+    ``MessageStore.put_bodies`` stores from columns, without a Message), else None (then
+    :func:`message_from_json` makes its Message, or says what is wrong with it). The tags and
+    keys are not checked against the rules here: ``validation.tags_keys_clean`` vouches for
+    a batch's, or :func:`message_from_json` says which line breaks one."""
+    if obj.__class__ is not dict or not _PLAIN_FIELDS.issuperset(obj):
         return None
-    body = obj.get("body")
+    body, tags, keys = obj.get("body"), obj.get("tags"), obj.get("keys")
     if body.__class__ is not str or not body:
         return None
+    if (tags is not None and tags.__class__ is not str) or (
+        keys is not None and keys.__class__ is not str
+    ):
+        return None
     try:
-        return body.encode("utf-8")
+        return body.encode("utf-8"), tags, keys
     except UnicodeEncodeError:  # a lone surrogate: message_from_json names it
         return None
 

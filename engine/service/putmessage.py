@@ -85,7 +85,7 @@ from ..format.timerwheel import WHEEL_FILE
 from ..storeconfig import COMPRESSION_TYPES
 from . import dispatch
 from .dispatch import DispatchRequest
-from .validation import check_message_columns, check_messages
+from .validation import check_message_columns, check_messages, tags_keys_clean
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -840,16 +840,38 @@ def put_bodies(
     bodies: list[bytes],
     queue_id: int | None = None,
     results: bool = True,
+    tags: str | Sequence[str | None] | None = None,
+    keys: str | Sequence[str | list[str] | None] | None = None,
 ) -> list[PutResult]:
-    """``put_messages([Message(topic, body, queue_id=queue_id) for body in bodies])``, all or
-    none, without a :class:`Message` per body on the compiled path (the mount's ``produce``
-    lines; RocketMQ's ``DefaultMessageStore.putMessages`` of plain messages): the topic and
-    queue are checked once, the columns :func:`put_plain` reads from each message are built
-    from the one topic, queue and the bodies; one body is put as a single message
-    (:func:`_put_one`). With ``results`` False the compiled path builds no :class:`PutResult`
-    for a batch where nothing needs them (no SYNC_FLUSH, no listener) and returns [] then: a
-    caller that only needs to know the put succeeded saves their cost. Same errors as
-    :func:`put_messages`."""
+    """``put_messages([Message(topic, body, tags=..., keys=..., queue_id=queue_id) for body in
+    bodies])``, all or none, without a :class:`Message` per body on the compiled path (the
+    mount's ``produce`` lines, ``rmqfs produce``; RocketMQ's ``DefaultMessageStore.putMessages``
+    of messages with tags and keys at most): the topic and queue are checked once, the tags and
+    keys by passes over their columns (:func:`validation.tags_keys_clean`; the rules of
+    :func:`check_messages`), and the columns :func:`put_plain` reads from each message are built
+    from them; one body is put as a single message (:func:`_put_one`).
+
+    ``tags``: one value for every message (a ``str``, or None: no tags) or a sequence of one
+    per body (each a ``str`` or None). ``keys``: a ``str`` for every message (space-separated
+    keys, as :class:`Message` takes them) or a sequence of one per body (each a ``str``, a list
+    of keys or None). With ``results`` False the compiled path builds no :class:`PutResult` for
+    a batch where nothing needs them (no SYNC_FLUSH, no listener) and returns [] then: a caller
+    that only needs to know the put succeeded saves their cost.
+
+    Raises: ValueError for a ``tags`` or ``keys`` sequence whose length is not ``len(bodies)``;
+    otherwise the errors of :func:`put_messages` (MessageIllegalError for a tag or key that
+    breaks a rule, ...).
+    """
+    n = len(bodies)
+    tags_c = _per_body("tags", tags, n)
+    keys_c = _per_body("keys", keys, n)
+
+    def messages() -> list[Message]:
+        return [
+            Message(topic, b, tags=t, keys=k, queue_id=queue_id)
+            for b, t, k in zip(bodies, tags_c, keys_c)
+        ]
+
     if not bodies:
         _check_room(store)  # as put_messages([]) does
         return []
@@ -860,27 +882,39 @@ def put_bodies(
     if (
         kernel is None
         or not _plain_store(store)
-        or list(map(type, bodies)).count(bytes) != len(bodies)
+        or list(map(type, bodies)).count(bytes) != n
         or max(lens := array("q", map(len, bodies))) > store.config.max_message_size
     ):
-        return put_messages(store, [Message(topic, b, queue_id=queue_id) for b in bodies])
+        return put_messages(store, messages())
     info = plain_topic(store, topic)
     if info is None or info[0] <= 0:  # no write queue: the general path says so
-        return put_messages(store, [Message(topic, b, queue_id=queue_id) for b in bodies])
+        return put_messages(store, messages())
+    if (tags is not None or keys is not None) and not tags_keys_clean(tags_c, keys_c):
+        check_messages(messages())  # the rule a value breaks, or each one passes
     _check_room(store)
-    n = len(bodies)
     if n == 1:  # one line a write (``echo >> produce``): the single put's least cost
-        one = (topic, bodies[0], *row[2:])
+        one = (topic, bodies[0], tags_c[0], keys_c[0], *row[4:])
         out = _under_put_lock(store, _put_one, kernel, one, None, info)
     else:
         cols = [tuple(itertools.repeat(v, n)) for v in row]
-        cols[1] = tuple(bodies)
+        cols[1], cols[2], cols[3] = tuple(bodies), tags_c, keys_c
         out = _under_put_lock(
             store, _put_compiled, kernel, cols, lens, None, (topic,), (info,), results, False
         )
     for listener in store.listeners:
         listener(out)
     return out
+
+
+def _per_body(name: str, value: str | Sequence[object] | None, n: int) -> tuple:
+    """:func:`put_bodies`' ``tags`` or ``keys`` as a column of ``n`` values: None or a ``str``
+    for every body, else the sequence's values (ValueError when they are not ``n``)."""
+    if value is None or isinstance(value, str):
+        return tuple(itertools.repeat(value, n))
+    col = tuple(value)
+    if len(col) != n:
+        raise ValueError(f"{name}: {len(col)} values for {n} bodies")
+    return col
 
 
 def _plain_store(store: MessageStore) -> bool:

@@ -395,9 +395,7 @@ def check_message_columns(
     try:
         fast = (
             NOT_ALLOWED_SEND_TOPICS.isdisjoint(cols["topic"])
-            and set(map(type, cols["tags"])) <= _NONE_OR_STR
-            and all(t in _GOOD_TAGS for t in set(cols["tags"]) if t)
-            and _keys_clean(cols["keys"])
+            and tags_keys_clean(cols["tags"], cols["keys"])
             and not any(cols["properties"])
             and not any(map(operator.is_not, cols["sharding_key"], repeat(None)))
             and set(map(type, cols["queue_id"])) <= _NONE_OR_INT
@@ -430,6 +428,23 @@ def _int32s(values: Sequence[object]) -> bool:
     if list(map(type, values)).count(int) != n:
         return False  # (a bool or an int subclass among them: check_messages decides)
     return min(ints) >= -_INT_END and max(ints) < _INT_END
+
+
+def tags_keys_clean(tags: Sequence[object], keys: Sequence[object]) -> bool:
+    """Whether every value of a batch's tags column (each None or a ``str``) and keys column
+    passes :func:`check_tags` and :func:`check_keys`, by a few C-level passes (a tag seen
+    before, keys strings without a control character or a lone surrogate); False where they
+    cannot vouch for a value (a tag not seen before, a list of keys, another type): then
+    :func:`check_messages` says whether and why one breaks a rule. Raises nothing: an
+    unhashable tag is not vouched for."""
+    try:
+        return (
+            set(map(type, tags)) <= _NONE_OR_STR
+            and all(t in _GOOD_TAGS for t in set(tags) if t)
+            and _keys_clean(keys)
+        )
+    except TypeError:
+        return False
 
 
 def _keys_clean(keys: Sequence[object]) -> bool:

@@ -945,12 +945,19 @@ def reference_scan(self, start: int, check_crc: bool = True, end: int | None = N
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_put_bodies_writes_what_put_messages_writes(tmp_path, monkeypatch, flush):
     """``MessageStore.put_bodies`` (the mount's produce lines, no Message per body) against
-    ``put_messages`` of the same plain messages (and both without PutResults): byte-identical
+    ``put_messages`` of the same messages (and both without PutResults): byte-identical
     files and equal PutResults,
-    round robin and explicit queues, over segment, ConsumeQueue-file and IndexFile rolls; the
-    general path's refusals (no such topic, a body over maxMessageSize, a queue out of range)
-    change nothing."""
-    from rmqfs.engine.errors import MessageTooLargeError, NoSuchTopicError, PutMessageError
+    round robin and explicit queues, no tags, tags for all or one per body, keys for all (a
+    string) or one per body (strings, lists, None and ""), over segment,
+    ConsumeQueue-file and IndexFile rolls; the general path's refusals (no such topic, a body
+    over maxMessageSize, a queue out of range, a tag or key with a control character, a column
+    of another length) change nothing."""
+    from rmqfs.engine.errors import (
+        MessageIllegalError,
+        MessageTooLargeError,
+        NoSuchTopicError,
+        PutMessageError,
+    )
 
     def run(root, bodies_path: bool | str):
         monkeypatch.setattr(store_mod.time, "time", lambda: T0 / 1000)
@@ -969,31 +976,55 @@ def test_put_bodies_writes_what_put_messages_writes(tmp_path, monkeypatch, flush
         s.create_topic("T", 3)
         rnd = random.Random(11)
         out = []
-        for b in range(40):
-            bodies = [b"%d-%d" % (b, i) * rnd.choice((1, 30)) for i in range(rnd.choice((1, 5)))]
+        key_values = (None, "", "k1", "k1 k2", ["a", "b"], [], "\u00e9t\u00e9")
+        for b in range(60):
+            n = rnd.choice((1, 5))
+            bodies = [b"%d-%d" % (b, i) * rnd.choice((1, 30)) for i in range(n)]
             q = rnd.choice((None, None, 2))
+            tags = rnd.choice((None, "TagA", [rnd.choice((None, "", "A", "B")) for _ in bodies]))
+            keys = rnd.choice((None, "o-%d" % b, [rnd.choice(key_values) for _ in bodies]))
+            tags_c = tags if isinstance(tags, list) else [tags] * n
+            keys_c = keys if isinstance(keys, list) else [keys] * n
+            msgs = [
+                Message("T", x, tags=t, keys=k, queue_id=q)
+                for x, t, k in zip(bodies, tags_c, keys_c)
+            ]
             if bodies_path in ("bare", "bare messages"):  # no PutResults where none is needed
                 if bodies_path == "bare":
-                    got = s.put_bodies("T", bodies, q, results=False)
+                    got = s.put_bodies("T", bodies, q, results=False, tags=tags, keys=keys)
                 else:
-                    msgs = [Message("T", x, queue_id=q) for x in bodies]
                     got = s.put_messages(msgs, results=False)
                 assert got == [] or flush == "SYNC_FLUSH" or len(bodies) == 1  # (a single put)
                 assert got == [] or len(got) == len(bodies)
             elif bodies_path:
-                out += s.put_bodies("T", bodies, q)
+                out += s.put_bodies("T", bodies, q, tags=tags, keys=keys)
             else:
-                out += s.put_messages([Message("T", x, queue_id=q) for x in bodies])
+                out += s.put_messages(msgs)
         for bad, exc in (
             (("Nope", [b"x"], None), NoSuchTopicError),
             (("T", [b"x", b"y" * 5000], None), MessageTooLargeError),
             (("T", [b"x"], 7), PutMessageError),
+            (("T", [b"x", b"y"], None, ["A", "B\x01"]), MessageIllegalError),
+            (("T", [b"x", b"y"], None, "A", ["k", "k\n"]), MessageIllegalError),
+            (("T", [b"x", b"y"], None, ["A"]), ValueError),
         ):
+            end = s.commitlog.max_offset
             with pytest.raises(exc):
                 if bodies_path:
-                    s.put_bodies(*bad)
+                    s.put_bodies(*bad[:3], True, *bad[3:])
                 else:
-                    s.put_messages([Message(bad[0], x, queue_id=bad[2]) for x in bad[1]])
+                    if exc is ValueError:
+                        raise ValueError("a column of another length: put_bodies alone")
+                    t, k = (list(bad[3:]) + [None, None])[:2]
+                    tc = t if isinstance(t, list) else [t] * len(bad[1])
+                    kc = k if isinstance(k, list) else [k] * len(bad[1])
+                    s.put_messages(
+                        [
+                            Message(bad[0], x, tags=tt, keys=kk, queue_id=bad[2])
+                            for x, tt, kk in zip(bad[1], tc, kc)
+                        ]
+                    )
+            assert s.commitlog.max_offset == end
         s.close()
         return out
 

@@ -13,7 +13,8 @@ its UNIQ_KEY and by each of its KEYS.
 
 Each store here is written through every put path (a single put into the mapping and through
 the general encoder, a transaction's half, commit and rollback, batches with the keys of each
-message apart from the heads and with sharding keys, MessageBatch, ``put_bodies``, SYNC_FLUSH),
+message apart from the heads and with sharding keys, MessageBatch, ``put_bodies`` with tags and
+keys, SYNC_FLUSH),
 with segments small enough that the
 CommitLog, the ConsumeQueues and the IndexFiles all roll; one more is a store rmqfs recovered
 after a crash with a torn last record. Every message must come out of RocketMQ field by field
@@ -135,7 +136,12 @@ def _write(root: str, **config: Any) -> None:
                 for j in range(32)
             ]
             store.put_messages(sharded)
-            store.put_bodies("CrossB", [b"body-%d-%d" % (i, j) * (1 + j % 9) for j in range(256)])
+            store.put_bodies(
+                "CrossB",
+                [b"body-%d-%d" % (i, j) * (1 + j % 9) for j in range(256)],
+                tags=[("B%d" % (j % 3)) if j % 4 else None for j in range(256)],
+                keys=["b-%d-%d" % (i, j) if j % 5 else None for j in range(256)],
+            )
             store.put_messages([Message("CrossC", b"single-%d" % i, tags="S", keys="s-%d" % i)])
 
 

@@ -79,11 +79,11 @@ def test_produce_jsonl_refusals_store_nothing_of_the_write(tmp_path):
         assert rec.tags == "TagA" and rec.keys == ["k1"]
 
 
-def test_produce_jsonl_plain_lines_store_what_their_messages_store(tmp_path):
-    """A write whose lines are all ``{"body": text}`` is stored as ``produce``'s lines are
+def test_produce_jsonl_plain_lines_store_what_their_messages_store(tmp_path, monkeypatch):
+    """A write whose lines have a body and at most tags and keys is stored from columns
     (``put_bodies``, no Message each); a write with one richer line as a Message each: both
-    give the records, queues and tags that one Message per line gives, in line order, and a
-    bad line among plain ones still refuses the whole write, naming that line."""
+    give the records, queues, tags and keys that one Message per line gives, in line order,
+    and a bad line among plain ones still refuses the whole write, naming that line."""
     with tree(tmp_path) as t:
         t.mkdir("/topics/J")
         t.mkdir("/topics/K")
@@ -100,8 +100,30 @@ def test_produce_jsonl_plain_lines_store_what_their_messages_store(tmp_path):
         t.write("/topics/M/produce.jsonl", mixed)
         got = [(r.body, r.tags) for _, r in t.store.iter_queue("M", 0)]
         assert got == [(b"p1", None), (b"t1", "TagA"), (b"p2", None)]
+        tagged = (
+            b'{"body": "a", "tags": "TagA", "keys": "k1 k2"}\n'
+            b'{"body": "b", "tags": null, "keys": "k3"}\n{"body": "c", "tags": "TagB"}\n'
+            b'{"keys": null, "body": "d"}\n'
+        )
+        t.store.create_topic("N", 1)
+        t.write("/topics/N/produce.jsonl", tagged)  # (new tags: checked a line each, once)
+        with monkeypatch.context() as mp:  # known tags: from columns, no Message each
+            mp.setattr(t.store, "put_messages", None)
+            t.write("/topics/N/produce.jsonl", tagged)
+        got = [(r.body, r.tags, r.keys) for _, r in t.store.iter_queue("N", 0)]
+        assert got == 2 * [
+            (b"a", "TagA", ["k1", "k2"]),
+            (b"b", None, ["k3"]),
+            (b"c", "TagB", []),
+            (b"d", None, []),
+        ]
+        assert [r.commitlog_offset for r in t.store.query_by_key("N", "k3")] == [
+            r.commitlog_offset for q, r in t.store.iter_queue("N", 0) if r.body == b"b"
+        ][::-1]
         before = len(messages(t, "J"))
         for bad, line in (
+            (b'{"body": "ok", "tags": "TagA"}\n{"body": "x", "tags": "B\\u0001"}\n', 2),
+            (b'{"body": "ok", "keys": "k"}\n{"body": "x", "keys": "k\\n"}\n', 2),
             (b'{"body": "ok"}\n{"body": ""}\n', 2),  # an empty body
             (b'{"body": "ok"}\n{"body": "\\ud800"}\n', 2),  # a lone surrogate
             (b'{"body": "ok"}\n{"body": "a", "body": "b"}\n', 2),  # a name twice

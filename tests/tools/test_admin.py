@@ -206,9 +206,10 @@ def test_produce_a_loghub_file_matches_the_mount_contract(tmp_path):
 
 
 def test_produce_of_plain_lines_puts_bodies_and_says_where_each_went(tmp_path):
-    """Lines with no tags, keys, properties or timing go in as bodies (``put_bodies``, no
-    Message a line): ``-v`` prints each one's msgId, UNIQ_KEY, queue and queue offset, the
-    summary counts them per queue, and the records read back as produced."""
+    """Lines with no properties or timing go in from columns (``put_bodies``, no Message a
+    line), with ``-a`` tags and ``-k`` keys or without: ``-v`` prints each one's msgId,
+    UNIQ_KEY, queue and queue offset, the summary counts them per queue, and the records read
+    back as produced, found by their keys."""
     src = tmp_path / "in.txt"
     src.write_bytes(b"".join(b"line %d\n" % i for i in range(7)) + b"\n\nlast")
     root = tmp_path / "s"
@@ -224,6 +225,15 @@ def test_produce_of_plain_lines_puts_bodies_and_says_where_each_went(tmp_path):
             assert (rec.msg_id, rec.uniq_key) == (msg_id, uniq)
             assert rec.body == (b"line %d" % i if i < 7 else b"last")
             assert rec.tags is None and rec.keys == [] and rec.topic == "T"
+    r = run_rmqfs("produce", root, "-t", "U", "-c", src, "-a", "TagA", "-k", "blk order", "-v")
+    shown = [x.split() for x in r.stdout.splitlines()[1:-1]]
+    with MessageStore(root, read_only=True) as s:
+        for i, (msg_id, _uniq, q, o) in enumerate(shown):
+            rec = s.get_message("U", int(q), int(o))
+            assert (rec.msg_id, rec.body) == (msg_id, b"line %d" % i if i < 7 else b"last")
+            assert rec.tags == "TagA" and rec.keys == ["blk", "order"]
+        found = {r.msg_id for r in s.query_by_key("U", "order", max_num=64)}
+        assert found == {m for m, _, _, _ in shown}
     assert "OK: no errors, 0 warnings" in _verify(root).stdout
 
 

@@ -66,6 +66,15 @@ def test_append_measures_message_batches_and_put_bodies_and_cleans_up(tmp_path, 
     assert (
         "| append 100 B bodies, a key each, no PutResults, batch 256 |" in capsys.readouterr().out
     )
+    # the same messages from columns: the same records
+    cols = engine.bench_append(str(tmp_path), 100, 256, 512, 1, bodies=True, keyed=True)
+    assert cols["put_bodies"] and cols["commitlog_bytes"] == k["commitlog_bytes"]
+    assert os.listdir(tmp_path) == []
+    engine.print_table({"append": [cols]})
+    assert (
+        "| append 100 B bodies, put_bodies, tags and a key each, batch 256 |"
+        in capsys.readouterr().out
+    )
 
 
 def test_queues_measures_every_topic_size_and_cleans_up(tmp_path, capsys):
