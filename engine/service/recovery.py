@@ -105,6 +105,10 @@ class RecoveryReport:
             ConsumeQueues): not shown (:func:`confirmed_end`).
         repairs: what opening the store repaired (``MessageStore.repairs``: torn or missing
             files, inconsistent IndexFiles), as ``"<path>: <what>"`` lines.
+        damaged: damaged records a re-dispatch met before where RocketMQ's recovery starts
+            (``recoverNormally``/``recoverAbnormally`` never read there), as ``"<offset>:
+            <what>; ..."`` lines: the CommitLog is kept whole (it is not cut there), and the
+            records from each to the next segment were not re-dispatched.
         seconds: how long recovery took (loading the ConsumeQueues included).
     """
 
@@ -120,6 +124,7 @@ class RecoveryReport:
     index_rebuilt: int = 0
     unconfirmed: int = 0
     repairs: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def did_something(self) -> bool:
@@ -134,6 +139,7 @@ class RecoveryReport:
             or self.index_rebuilt
             or self.unconfirmed
             or self.repairs
+            or self.damaged
         )
 
     def moved_data(self) -> bool:
@@ -176,6 +182,11 @@ class RecoveryReport:
             parts.append(
                 f"{len(self.repairs)} repair{'s' * (len(self.repairs) != 1)} (status.json repairs)"
             )
+        if self.damaged:
+            parts.append(
+                f"{len(self.damaged)} damaged record{'s' * (len(self.damaged) != 1)} before "
+                f"where recovery starts, kept (rmqfs verify; status.json recovery.damaged)"
+            )
         how = "after a crash" if self.abnormal else "after a clean shutdown"
         return f"recovery {how} in {self.seconds:.1f} s: " + ", ".join(parts)
 
@@ -194,6 +205,7 @@ class RecoveryReport:
             "indexEntriesRebuilt": self.index_rebuilt,
             "unconfirmedBytes": self.unconfirmed,
             "repairs": len(self.repairs),
+            "damaged": list(self.damaged),
             "seconds": round(self.seconds, 3),
             "didSomething": self.did_something(),
         }
@@ -270,29 +282,25 @@ def _recover(
     start = recovery_start(store)
     if cl.entries is not None:
         start = min(start, dledger_recovery_start(store))
+    # where RocketMQ's recovery would start: only the records from here on decide the end
+    trusted = start
     if store.index_service is not None:
         # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
         start = max(
             cl.min_offset, min(start, record_boundary(store, store.index_service.end_phy_offset))
         )
     report.scan_start = start
-    end, gap, tail = _scan_and_dispatch(
-        store,
-        start,
-        start <= cl.min_offset,
-        progress,
-        report,
-        "recovering CommitLog",
-        undecoded,
-        runs,
+    end, gap, tail = _scan_past_old_damage(
+        store, start, trusted, progress, report, "recovering CommitLog", undecoded, runs
     )
     if gap and start > cl.min_offset:
         log.warning("a ConsumeQueue lacks older units; re-dispatching the whole CommitLog")
         report.scan_start = cl.min_offset
-        end, _, tail = _scan_and_dispatch(
+        report.damaged.clear()  # (met again, from the first segment)
+        end, _, tail = _scan_past_old_damage(
             store,
             cl.min_offset,
-            True,
+            trusted,
             progress,
             report,
             "re-dispatching CommitLog",
@@ -526,6 +534,48 @@ def scan_and_dispatch(
 
 #: The last two records a scan decoded, ``(prev, last)`` (None where there are fewer).
 _Tail = tuple[MessageRecord | None, MessageRecord | None]
+
+
+def _scan_past_old_damage(
+    store: MessageStore,
+    start: int,
+    trusted: int,
+    progress: workprogress.ProgressFactory | None,
+    report: RecoveryReport,
+    desc: str,
+    undecoded: bool,
+    runs: RunSource | None,
+) -> tuple[int, bool, _Tail]:
+    """:func:`_scan_and_dispatch` from ``start`` to the CommitLog's end, where ``trusted`` is
+    where RocketMQ's recovery starts (``recoverNormally``: the queues' last record;
+    ``recoverAbnormally``: the segment the checkpoint vouches for). A scan that starts before
+    it (to rebuild an index or a queue that lags) and stops at a damaged or zeroed record
+    before it has met old damage, which RocketMQ never reads and never cuts the log at: the
+    damage goes to ``report.damaged`` and the scan goes on from the next segment's first
+    record (or from ``trusted``, when that comes first), so only a record from ``trusted`` on
+    ends the CommitLog. Returns what the last scan returned (``gap``: any scan's)."""
+    cl = store.commitlog
+    full = start <= cl.min_offset
+    end, gap, tail = _scan_and_dispatch(store, start, full, progress, report, desc, undecoded, runs)
+    while end < trusted:
+        seg = cl.files.find(end)
+        resume = trusted if seg is None else min(seg.end, trusted)
+        what = cl.scan_error or "zeros where a record should be"
+        report.damaged.append(f"{end}: {what}; [{end}, {resume}) not re-dispatched")
+        log.warning(
+            "CommitLog: a damaged record at %d (%s), before where recovery starts (%d): kept, "
+            "and [%d, %d) not re-dispatched",
+            end,
+            what,
+            trusted,
+            end,
+            resume,
+        )
+        end, more_gap, tail = _scan_and_dispatch(
+            store, resume, False, progress, report, desc, undecoded, runs
+        )
+        gap = gap or more_gap
+    return end, gap, tail
 
 
 def _scan_and_dispatch(

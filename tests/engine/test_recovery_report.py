@@ -133,3 +133,58 @@ def test_a_follower_recovers_nothing(tmp_path):
     fill(root, crash=False)
     with MessageStore(str(root), StoreConfig(**CONFIG), read_only=True, follow=True) as s:
         assert s.recovery_report is None
+
+
+def _flip_body_byte(root, offset: int) -> None:
+    """Flip a byte 100 bytes into the record at CommitLog ``offset`` (old bit rot: its body
+    CRC no longer matches)."""
+    seg = CONFIG["mapped_file_size_commit_log"]
+    path = root / "commitlog" / f"{offset - offset % seg:020d}"
+    with open(path, "r+b") as f:
+        f.seek(offset % seg + 100)
+        b = f.read(1)
+        f.seek(offset % seg + 100)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def test_old_damage_before_where_recovery_starts_never_cuts_the_log(tmp_path):
+    """A damaged record in an old segment, before where RocketMQ's recovery starts (the
+    segment the checkpoint vouches for after a crash; the queues' last record after a clean
+    shutdown), cut every later record when the scan went back to rebuild an index that lags
+    (IndexFiles newer than the checkpoint's indexMsgTimestamp are dropped at load, as
+    RocketMQ drops them; or index/ deleted): RocketMQ never reads there. The damage is
+    reported and kept, the scan goes on from the next segment, every record after it stays,
+    and the index finds the records after the damaged segment again."""
+    from rmqfs.engine.format.checkpoint import StoreCheckpoint
+
+    src = tmp_path / "src"
+    fill(src, crash=False)
+    recs = refreader.read_commitlog(str(src / "commitlog"))
+    end0 = recs[-1]["physicalOffset"] + recs[-1]["totalSize"]
+    assert len({r["physicalOffset"] // CONFIG["mapped_file_size_commit_log"] for r in recs}) > 4
+    cp = StoreCheckpoint.read(str(src / "checkpoint"))
+    # as a running broker's flush leaves it: physic/logics past the last record, the IndexFile
+    # not full, so indexMsgTimestamp 0 (RocketMQ sets it when a file fills)
+    cp.physic_msg_timestamp = cp.logics_msg_timestamp = recs[-1]["storeTimestamp"] + 5000
+    cp.index_msg_timestamp = 0
+    cp.write(str(src / "checkpoint"))
+    _flip_body_byte(src, recs[3]["physicalOffset"])
+    crash, clean = tmp_path / "crash", tmp_path / "clean"
+    shutil.copytree(src, crash)
+    (crash / "abort").write_text("1")
+    shutil.copytree(src, clean)
+    shutil.rmtree(clean / "index")
+    for root in (crash, clean):
+        with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
+            rep = s.recovery_report
+            assert s.commitlog.max_offset == end0, root
+            assert rep.scan_start == 0 and rep.torn_tail is None
+            (damaged,) = rep.damaged
+            assert damaged.startswith(f"{recs[3]['physicalOffset']}: body CRC mismatch")
+            assert rep.to_json()["damaged"] == [damaged] and "1 damaged record" in rep.summary()
+            assert sum(cq.max_offset for cq in s.consume_queues.values()) == len(recs)
+            last = recs[-1]
+            assert [r.commitlog_offset for r in s.query_by_key("T", "k199")] == [
+                last["physicalOffset"]
+            ]
+        assert len(refreader.read_commitlog(str(root / "commitlog"), check=False)) == len(recs)
