@@ -313,11 +313,13 @@ def _recover(
         and prev is not None
         and last.commitlog_offset + last.store_size == end
         and ends_with_separator(store, prev) is True
-        and ends_with_separator(store, last) is False
+        and _properties_end_in_zeros(store, last)
     ):
         # A tear inside the properties passes the size and body-CRC checks. 5.x writers
         # end a properties area with PROPERTY_SEPARATOR (\x02) (4.9.x ones do not): when
-        # the record before does, the last record of the log must too.
+        # the record before does, a last record whose properties end in the zeros a tear
+        # leaves (the preallocated file's) is torn; one that ends in a value's character is
+        # a 4.9.x writer's after a 5.x one's (a downgrade), whole, and kept as RocketMQ keeps it.
         log.warning(
             "CommitLog: the last record at %d is torn inside its properties; dropped",
             last.commitlog_offset,
@@ -327,6 +329,14 @@ def _recover(
     if cl.scan_error:
         log.warning("CommitLog: dropping a torn tail at %d: %s", end, cl.scan_error)
         report.torn_tail = cl.scan_error
+    else:
+        later = _records_after(store, end)
+        if later is not None:  # zeros end the log as RocketMQ's walk ends it: say what goes
+            report.torn_tail = (
+                f"zeros at {end} where a record should be; the records from {later} on "
+                "are dropped with them"
+            )
+            log.warning("CommitLog: %s", report.torn_tail)
     report.scan_end = end
     if store.read_only and controller_replica(store.root):
         shown = confirmed_end(store, end, held)
@@ -387,6 +397,30 @@ def ends_with_separator(store: MessageStore, rec: MessageRecord) -> bool | None:
         return None
     end = rec.commitlog_offset + rec.store_size
     return store.commitlog.files.read(end - 1, 1) == PROPERTY_END
+
+
+def _records_after(store: MessageStore, end: int) -> int | None:
+    """The start of the first segment after the one ``end`` is in (or starts) whose first
+    record has a record's magic, where zeros ended the scan at ``end``: records recovery drops
+    with the zeros (None: none; a preallocated next segment is all zeros)."""
+    cl = store.commitlog
+    for seg in cl.files.segments:
+        if seg.start <= end:
+            continue
+        head = os.pread(seg.fd, RECORD_HEAD.size, cl.header_size)
+        if len(head) == RECORD_HEAD.size and is_record_magic(RECORD_HEAD.unpack_from(head)[1]):
+            return seg.start
+    return None
+
+
+def _properties_end_in_zeros(store: MessageStore, rec: MessageRecord) -> bool:
+    """Whether the record's properties area is not empty and its last byte is 0 (where a
+    torn write left the preallocated file's zeros; a written properties area ends with
+    PROPERTY_SEPARATOR or a value's last character)."""
+    if ends_with_separator(store, rec) is not False:
+        return False
+    end = rec.commitlog_offset + rec.store_size
+    return store.commitlog.files.read(end - 1, 1) == b"\0"
 
 
 def check_queue_tails(store: MessageStore) -> int:

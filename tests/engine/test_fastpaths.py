@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import struct
 import zlib
 from pathlib import Path
 
@@ -587,6 +588,36 @@ def test_torn_properties_of_the_last_record_dropped_with_the_raw_scan(
         monkeypatch.undo()
     assert ends[0] == ends[1]
     assert _files(tmp_path / "sTrue", "consumequeue") == _files(tmp_path / "sFalse", "consumequeue")
+
+
+def test_a_last_record_in_4_9_form_after_5_x_ones_is_kept(tmp_path):
+    """4.9.x's ``messageProperties2String`` drops the last PROPERTY_SEPARATOR (5.x keeps it):
+    a store a 5.x broker wrote and a 4.9.x one went on writing (a downgrade) has a whole last
+    record whose properties end with a value's character, after records whose end with
+    \x02. It passes every RocketMQ check and RocketMQ keeps it after a crash; so does rmqfs
+    (only properties ending in the zeros a tear leaves are torn)."""
+    cfg = StoreConfig(mapped_file_size_commit_log=4096)
+    root = tmp_path / "s"
+    res = _fill(root, cfg)
+    last = res[-1]
+    seg = sorted((root / "commitlog").iterdir())[-1]
+    data = bytearray(seg.read_bytes())
+    at = last.commitlog_offset - int(seg.name)
+    rec = data[at : at + last.size]
+    assert rec[-1] == 2
+    body_len = struct.unpack_from(">i", rec, 84)[0]
+    props_at = 88 + body_len + 1 + rec[88 + body_len]
+    # the same record as 4.9.x writes it: the separator gone, TOTALSIZE and the length one less
+    struct.pack_into(">i", rec, 0, last.size - 1)
+    struct.pack_into(">h", rec, props_at, struct.unpack_from(">h", rec, props_at)[0] - 1)
+    data[at : at + last.size] = rec[:-1] + b"\0"
+    seg.write_bytes(bytes(data))
+    (root / "abort").write_text("1")
+    with MessageStore(str(root), cfg) as s:
+        assert s.commitlog.max_offset == last.commitlog_offset + last.size - 1
+        assert s.recovery_report.records_cut == 0
+        got = s.get_message("T", last.queue_id, last.queue_offset)
+        assert got.uniq_key == last.uniq_key and got.keys == ["k39"]
 
 
 def test_recovery_without_decoding_rewrites_a_torn_unit_in_the_middle(tmp_path, monkeypatch):

@@ -188,3 +188,28 @@ def test_old_damage_before_where_recovery_starts_never_cuts_the_log(tmp_path):
                 last["physicalOffset"]
             ]
         assert len(refreader.read_commitlog(str(root / "commitlog"), check=False)) == len(recs)
+
+
+def test_zeros_with_records_after_them_say_what_goes(tmp_path):
+    """Zeros where a record should be end the CommitLog, as RocketMQ's walk ends it, and
+    every record after them goes; when later segments hold records the report says so
+    (``torn_tail``) instead of calling it a clean end."""
+    root = tmp_path / "s"
+    fill(root)
+    recs = refreader.read_commitlog(str(root / "commitlog"))
+    seg = CONFIG["mapped_file_size_commit_log"]
+    victim = next(r for r in recs if r["physicalOffset"] // seg == 2)
+    at = victim["physicalOffset"]
+    path = root / "commitlog" / f"{at - at % seg:020d}"
+    with open(path, "r+b") as f:
+        f.seek(at % seg)
+        f.write(bytes(victim["totalSize"]))
+    (root / "checkpoint").unlink()  # nothing vouched for: recovery walks from the start
+    with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
+        rep = s.recovery_report
+        assert s.commitlog.max_offset == at
+        assert rep.torn_tail == (
+            f"zeros at {at} where a record should be; the records from {3 * seg} on are "
+            "dropped with them"
+        )
+        assert "dropped a torn tail" in rep.summary()
