@@ -191,8 +191,9 @@ class HandleBudget:
 
 
 class LineBudget:
-    """Bytes of unfinished lines that ``produce`` / ``produce.jsonl`` handles may buffer, all
-    together (:class:`fusefs.nodes.ProduceHandle` asks before its buffer grows).
+    """Bytes of unfinished lines that ``produce`` / ``produce.jsonl`` handles may buffer, and
+    of unfinished ``topic.json`` objects, all together (:class:`fusefs.nodes.ProduceHandle`
+    and :class:`fusefs.nodes.TopicJsonWriteHandle` ask before their buffers grow).
 
     Each handle's unfinished line is bounded by what one message may be (``maxMessageSize``,
     about 5.4 MB for ``produce.jsonl``), but handles are many: a user let in with
@@ -238,8 +239,9 @@ class LineBudget:
             if over:
                 raise FsError(
                     errno.ENOBUFS,
-                    f"unfinished lines of open produce files hold {mine} bytes of uid {uid}; "
-                    f"{bound}: end lines with a newline, or close some files",
+                    f"unfinished lines of open produce files (and topic.json writes) hold "
+                    f"{mine} bytes of uid {uid}; {bound}: end lines with a newline, or close "
+                    "some files",
                 )
             self.held[key] = mine + n
 

@@ -527,6 +527,13 @@ class TopicJsonFile(GeneratedFile):
             raise FsError(errno.EROFS)
         return TopicJsonWriteHandle(self)
 
+    def open_as(self, flags: int, uid: int | None) -> Handle:
+        """:meth:`open`, what a write handle holds charged to ``uid``."""
+        h = self.open(flags)
+        if isinstance(h, TopicJsonWriteHandle):
+            h.uid = uid  # its buffer counts in uid's share of ctx.line_budget
+        return h
+
     def truncate(self, size: int) -> None:
         """Size 0 only (``open(O_TRUNC)``): EINVAL otherwise, EROFS on a read-only mount."""
         if size != 0:
@@ -535,7 +542,9 @@ class TopicJsonFile(GeneratedFile):
             raise FsError(errno.EROFS)
 
     def update(self, text: bytes) -> None:
-        """Apply one JSON object (all its fields or none)."""
+        """Apply one JSON object (all its fields or none). FsError: EINVAL for text that is
+        not one, ENOENT when the topic was deleted (a descriptor opened before ``rmdir``
+        never brings it back), an engine error's errno."""
         import json
 
         from rmqfs.engine.format.config import topic_update_from_json
@@ -544,6 +553,8 @@ class TopicJsonFile(GeneratedFile):
             obj = json.loads(text.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise FsError(errno.EINVAL, f"topic.json: not a JSON object: {exc}") from None
+        if not self.ctx.store.has_topic(self.topic):  # deleted while this file was open
+            raise FsError(errno.ENOENT, f"topic {self.topic} was deleted")
         try:
             self.ctx.store.update_topic(self.topic, **topic_update_from_json(self.config(), obj))
         except E.StoreError as exc:
@@ -556,14 +567,21 @@ TOPIC_JSON_MAX = 64 << 10
 
 class TopicJsonWriteHandle(Handle):
     """Collects what is written to ``topic.json``; as soon as it is one whole JSON object
-    it is applied (so the ``write()`` reports a refusal), else at close."""
+    it is applied (so the ``write()`` reports a refusal), else when the open file's last
+    descriptor closes (release: a dup's or a forked child's close only checks it). What it
+    holds counts in the mount's :class:`fusefs.base.LineBudget` (ENOBUFS past it), as an
+    unfinished produce line does. Threads: a worker thread each call; ``lock`` serialises a
+    FLUSH from another descriptor's close with a write."""
 
     writable = True
     direct_io = True
 
-    def __init__(self, node: TopicJsonFile) -> None:
+    def __init__(self, node: TopicJsonFile, uid: int | None = None) -> None:
         self.node = node
+        self.uid = uid
         self.buf = bytearray()
+        self.held = 0  # bytes of ctx.line_budget this handle holds (>= len(buf))
+        self.lock = threading.Lock()
         parent = node.path.rsplit("/", 1)[0]
         self.invalidates = (node.path, parent)
 
@@ -573,35 +591,58 @@ class TopicJsonWriteHandle(Handle):
 
     def write(self, data: bytes) -> int:
         """Collect ``data``; once the bytes are one whole JSON object, apply it
-        (:meth:`TopicJsonFile.update`). EINVAL past :data:`TOPIC_JSON_MAX` bytes."""
-        if len(self.buf) + len(data) > TOPIC_JSON_MAX:
-            self.buf.clear()
-            raise FsError(errno.EINVAL, f"topic.json: over {TOPIC_JSON_MAX} bytes")
-        self.buf += data
-        import json
+        (:meth:`TopicJsonFile.update`). EINVAL past :data:`TOPIC_JSON_MAX` bytes, ENOBUFS
+        past the mount's budget of buffered bytes."""
+        with self.lock:
+            try:
+                if len(self.buf) + len(data) > TOPIC_JSON_MAX:
+                    self.buf.clear()
+                    raise FsError(errno.EINVAL, f"topic.json: over {TOPIC_JSON_MAX} bytes")
+                if len(self.buf) + len(data) > self.held:
+                    self.node.ctx.line_budget.take(self.uid, len(self.buf) + len(data) - self.held)
+                    self.held = len(self.buf) + len(data)
+                self.buf += data
+                import json
 
-        try:
-            json.loads(bytes(self.buf).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            return len(data)  # not whole yet: wait for more, or for close
-        text = bytes(self.buf)
-        self.buf.clear()
-        self.node.update(text)
-        return len(data)
+                try:
+                    json.loads(bytes(self.buf).decode("utf-8"))
+                except (UnicodeDecodeError, ValueError):
+                    return len(data)  # not whole yet: wait for more, or for the last close
+                text = bytes(self.buf)
+                self.buf.clear()
+                self.node.update(text)
+                return len(data)
+            finally:
+                self._settle()
+
+    def _settle(self) -> None:
+        """Give back what the buffer no longer holds."""
+        if self.held > len(self.buf):
+            self.node.ctx.line_budget.give(self.uid, self.held - len(self.buf))
+            self.held = len(self.buf)
 
     def flush(self) -> None:
-        """Apply what is left (close(2) reports its EINVAL)."""
-        if bytes(self.buf).strip():
-            text = bytes(self.buf)
-            self.buf.clear()
-            self.node.update(text)
+        """FUSE FLUSH (each close(2) of a descriptor): EINVAL when what is left is not one
+        whole JSON object (what the last close would refuse); nothing applied or changed."""
+        with self.lock:
+            if bytes(self.buf).strip():
+                import json
+
+                try:
+                    json.loads(bytes(self.buf).decode("utf-8"))
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise FsError(errno.EINVAL, f"topic.json: not a JSON object: {exc}") from None
 
     def release(self) -> None:
-        """:meth:`flush`, its errors dropped (the kernel reports none)."""
-        try:
-            self.flush()
-        except FsError:
-            pass
+        """The open file's last descriptor closed: apply what is left (FsError for a refusal,
+        which the FUSE layer logs), and give the budget back."""
+        with self.lock:
+            text, self.buf = bytes(self.buf), bytearray()
+            try:
+                if text.strip():
+                    self.node.update(text)
+            finally:
+                self._settle()
 
 
 class QueueDir(Dir):
@@ -984,17 +1025,23 @@ class ProduceHandle(Handle):
       (``produce.jsonl``: lines of only JSON whitespace too).
     * Bytes after the request's last newline are buffered (per open file, so writers in other
       processes never interleave inside a line); the line becomes a message when a later
-      request ends it, or at flush (close()/fsync()), which then reports its errors. An
-      unfinished line that grows past what could ever be one message (``maxMessageSize``, or
-      4/3 of it plus 64 KiB for ``produce.jsonl``) fails the request with EMSGSIZE.
+      request ends it, or when the open file's last descriptor closes (release), as a
+      pipe's reader sees its end only then: a dup's or a forked child's copy closing (a
+      FLUSH) never cuts a line, it only checks the unfinished line and reports its errno
+      (what a ``produce.jsonl`` line that ended there would be refused for) without changing
+      anything. An unfinished line that grows past what could ever be one message
+      (``maxMessageSize``, or 4/3 of it plus 64 KiB for ``produce.jsonl``) fails the request
+      with EMSGSIZE.
     * A failed request that started at a line boundary leaves the file as before it: a retry
       fails the same way, other writes go on. A failed request that continued an unfinished
       line refuses that line whole: its buffered start is dropped, and every later write and
       flush on this open file fails with the same errno (the rest of the line may follow in a
       retry of a short write, and must not be stored as a line of its own). Open the file
       again to go on.
-    * SYNC_FLUSH timeout (ETIMEDOUT): the lines were appended and become durable with the next
-      flush (RocketMQ's FLUSH_DISK_TIMEOUT); they are not buffered again.
+    * SYNC_FLUSH timeout (RocketMQ's FLUSH_DISK_TIMEOUT send status, not a failure): the
+      lines are stored and become durable with the next flush; the write succeeds (a failed
+      write must store nothing, and a retry would store them twice), the daemon logs it, and
+      an fsync() waits for the disk.
 
     direct_io: writes reach us at the caller's size (up to about 1 MiB), never go through
     the page cache, and the file's size stays 0.
@@ -1071,6 +1118,8 @@ class ProduceHandle(Handle):
         return [], [], [], out
 
     def _put(self, lines: list[bytes]) -> None:
+        """Store ``lines`` (all or none). FsError with the errno of a refusal; a SYNC_FLUSH
+        timeout is not one (the lines are stored: logged, and durable with the next flush)."""
         try:
             store = self.ctx.store
             if not self.jsonl:  # the lines' bodies as they are: no Message, no PutResult each
@@ -1090,6 +1139,8 @@ class ProduceHandle(Handle):
                 )
             elif msgs:  # (the writer learns nothing of their PutResults: none asked for)
                 store.put_messages(msgs, results=False)
+        except E.FlushDiskTimeoutError as exc:
+            log.warning("%s: %s (stored; durable with the next flush)", self.path, exc)
         except E.StoreError as exc:
             raise fs_error(exc) from exc
 
@@ -1111,8 +1162,6 @@ class ProduceHandle(Handle):
                 return self._write(data)
             except (FsError, OSError) as exc:
                 err = exc.errno or errno.EIO
-                if isinstance(exc, FsError) and err == errno.ETIMEDOUT:
-                    raise
                 if continued:
                     self.buf.clear()
                     self.refused = err
@@ -1152,42 +1201,38 @@ class ProduceHandle(Handle):
             raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
         self._reserve(len(data) - cut - 1)  # before any line is stored: all or none
         lines = (bytes(buf) + data[:cut] if buf else bytes(data[:cut])).split(b"\n")
-        try:
-            self._put(lines)
-        except FsError as exc:
-            if exc.errno == errno.ETIMEDOUT:  # appended: never store these lines twice
-                buf[:] = data[cut + 1 :]
-            raise
+        self._put(lines)
         buf[:] = data[cut + 1 :]
         return len(data)
 
     def flush(self) -> None:
-        """Store the unfinished line as a message; the errno of a refused line first."""
+        """FUSE FLUSH (each close(2) of a descriptor, a dup's or a forked child's copy too):
+        the errno of a refused line, or of the unfinished line were it to end here (a
+        ``produce.jsonl`` line that is not one whole valid object); nothing is stored or
+        changed (:meth:`release` stores the unfinished line)."""
         with self.lock:
             if self.refused:
                 raise FsError(self.refused, "a line written to this file was refused")
-            if self.buf:
-                line = bytes(self.buf)
-                self.buf.clear()
-                try:
-                    self._put([line])  # a refusal is logged by the FUSE layer
-                finally:
-                    self._settle()
+            if self.buf and self.jsonl:
+                self._messages([bytes(self.buf)])  # FsError names what is wrong
 
     def fsync(self) -> None:
-        """:meth:`flush`, then the store's flush (durable)."""
+        """:meth:`flush`, then the store's flush (durable): the complete lines written so far
+        are on disk when it returns (the unfinished one is not a message yet)."""
         self.flush()
         self.ctx.store.flush()
 
     def release(self) -> None:
-        """:meth:`flush`, its errors dropped, and the line budget given back."""
-        try:
-            self.flush()
-        except (FsError, OSError):
-            pass
-        finally:
-            self.buf.clear()
-            self._settle()
+        """The open file's last descriptor closed: store the unfinished line as a message
+        (FsError or OSError for a refused one, which the FUSE layer logs: no process sees
+        it), and give the line budget back."""
+        with self.lock:
+            try:
+                if self.buf and not self.refused:
+                    self._put([bytes(self.buf)])
+            finally:
+                self.buf.clear()
+                self._settle()
 
 
 class ProduceFile(Node):
@@ -1390,7 +1435,16 @@ OFFSET_LINE_MAX = 64
 
 
 class OffsetWriteHandle(Handle):
-    """Collects the written text; a complete line (or close) commits the offset."""
+    """Collects the written text; each complete line commits its offset, and the unfinished
+    one is committed when the open file's last descriptor closes (release), as
+    :class:`ProduceHandle` stores its last line: a dup's or a forked child's close never cuts
+    a number in two.
+
+    A write is all or nothing: its lines are checked first, then committed in order. A write
+    that fails while extending a line earlier writes began refuses that line whole, and every
+    later write on this open file fails with the same errno (the rest of the line must not be
+    committed as a number of its own). Threads: every method runs in a worker thread; ``lock``
+    serialises a FLUSH from another descriptor's close with a write."""
 
     writable = True
     direct_io = True
@@ -1398,6 +1452,8 @@ class OffsetWriteHandle(Handle):
     def __init__(self, node: OffsetFile) -> None:
         self.node = node
         self.buf = bytearray()
+        self.lock = threading.Lock()
+        self.refused = 0  # errno of a refused line this file continued; 0 when fine
         parent = node.path.rsplit("/", 1)[0]
         group_dir = parent.rsplit("/", 2)[0]
         self.invalidates = (f"{parent}/pending.jsonl", f"{group_dir}/progress.json")
@@ -1407,51 +1463,74 @@ class OffsetWriteHandle(Handle):
         return self.node.content()[offset : offset + length]
 
     def write(self, data: bytes) -> int:
-        """Each complete line commits its offset, in order; the unfinished line is kept.
+        """Commit the offset of each complete line, in order, all or none; keep the unfinished
+        line.
 
         The buffer holds at most :data:`OFFSET_LINE_MAX` bytes (an offset line is short):
         a longer line is refused with EINVAL as soon as it is seen, so the cost of a write is
         linear in its size and another user cannot make the daemon hold memory.
         """
+        with self.lock:
+            if self.refused:
+                raise FsError(
+                    self.refused,
+                    "an earlier write on this file refused the line it continued; "
+                    "open the file again",
+                )
+            continued = bool(self.buf)
+            try:
+                return self._write(data)
+            except FsError as exc:
+                if continued:
+                    self.buf.clear()
+                    self.refused = exc.errno or errno.EIO
+                raise
+
+    def _write(self, data: bytes) -> int:
         cut = data.rfind(b"\n")
         if cut < 0:
             if len(self.buf) + len(data) > OFFSET_LINE_MAX:
-                self.buf.clear()
                 raise FsError(errno.EINVAL, f"not an offset: a line over {OFFSET_LINE_MAX} bytes")
             self.buf += data
             return len(data)
-        lines = (bytes(self.buf) + data[:cut]).split(b"\n")
-        self.buf.clear()
         rest = data[cut + 1 :]
         if len(rest) > OFFSET_LINE_MAX:
             raise FsError(errno.EINVAL, f"not an offset: a line over {OFFSET_LINE_MAX} bytes")
-        for line in lines:
-            if line.strip():
-                self._commit(line)
-        self.buf += rest
+        lines = (bytes(self.buf) + data[:cut]).split(b"\n")
+        offsets = [_offset_of(line) for line in lines if line.strip()]  # all checked first
+        for offset in offsets:
+            self.node.commit(offset)
+        self.buf[:] = rest
         return len(data)
 
-    def _commit(self, line: bytes) -> None:
-        # mqadmin's rule for an offset (resetOffsetByTime, updateOffset...: the option's
-        # value trim()med, then Long.parseLong): ASCII blanks around, one sign, decimal digits
-        text = line[:OFFSET_LINE_MAX].decode("ascii", "replace").strip(" \t\r\n\f\v")
-        if len(line) > OFFSET_LINE_MAX or not re.fullmatch(r"[+-]?[0-9]{1,19}", text):
-            raise FsError(errno.EINVAL, f"not an offset: {text[:40]!r}")
-        self.node.commit(int(text))
-
     def flush(self) -> None:
-        """Commit the unfinished line, if any (close(2) reports its EINVAL)."""
-        if self.buf.strip():
-            line = bytes(self.buf)
-            self.buf.clear()
-            self._commit(line)
+        """FUSE FLUSH (each close(2) of a descriptor): the errno of a refused line, or of the
+        unfinished line were it to end here; nothing is committed or changed
+        (:meth:`release` commits it)."""
+        with self.lock:
+            if self.refused:
+                raise FsError(self.refused, "a line written to this file was refused")
+            if self.buf.strip():
+                _offset_of(bytes(self.buf))
 
     def release(self) -> None:
-        """:meth:`flush`, its errors dropped (the kernel reports none)."""
-        try:
-            self.flush()
-        except FsError:
-            pass
+        """The open file's last descriptor closed: commit the unfinished line, if any
+        (FsError for one that is not an offset, which the FUSE layer logs)."""
+        with self.lock:
+            line, self.buf = bytes(self.buf), bytearray()
+            if line.strip() and not self.refused:
+                self.node.commit(_offset_of(line))
+
+
+def _offset_of(line: bytes) -> int:
+    """The offset a line of an ``offset`` file says: mqadmin's rule (resetOffsetByTime,
+    updateOffset...: the option's value trim()med, then Long.parseLong): ASCII blanks around,
+    one sign, decimal digits. FsError(EINVAL) for anything else, or a line over
+    :data:`OFFSET_LINE_MAX` bytes."""
+    text = line[:OFFSET_LINE_MAX].decode("ascii", "replace").strip(" \t\r\n\f\v")
+    if len(line) > OFFSET_LINE_MAX or not re.fullmatch(r"[+-]?[0-9]{1,19}", text):
+        raise FsError(errno.EINVAL, f"not an offset: {text[:40]!r}")
+    return int(text)
 
 
 class OffsetFile(GeneratedFile):
@@ -1484,9 +1563,12 @@ class OffsetFile(GeneratedFile):
 
     def commit(self, offset: int) -> None:
         """Commit ``offset`` for the group (``commitOffset``). EROFS on a read-only mount;
-        an engine error's errno."""
+        ENOENT when the group was deleted (a descriptor opened before ``rmdir`` never brings
+        it back); an engine error's errno."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
+        if self.group not in self.ctx.store.group_names():  # deleted while this file was open
+            raise FsError(errno.ENOENT, f"consumer group {self.group} was deleted")
         try:
             self.ctx.store.commit_offset(self.group, self.topic, self.queue_id, offset)
         except E.StoreError as exc:

@@ -1110,6 +1110,21 @@ class RmqOperations(pyfuse3.Operations):
         for path in h.invalidates:
             self._invalidate(self.inode_of(path), attr_only=False)
 
+    def release_all(self) -> int:
+        """Release every handle still open, as RELEASE would (the daemon is stopping with
+        files open: once unmounted the kernel sends none): a produce file's unfinished line is
+        stored, an ``offset`` file's committed, a ``topic.json`` write applied, each refusal
+        recorded in refused.jsonl. Call it once the FUSE loop is over (no request runs).
+        Returns how many handles were open."""
+        handles, self.handles = self.handles, {}
+        for h in handles.values():
+            self.budget.give(getattr(h, "uid", None))
+            try:
+                h.release()
+            except Exception as exc:  # noqa: BLE001 - each one told, the others released
+                _answer(exc, h.release, self._handle_refusal("close", h))
+        return len(handles)
+
     async def fsync(self, fh: pyfuse3.FileHandleT, datasync: bool) -> None:
         """FUSE FSYNC: :meth:`Handle.fsync` in a worker thread."""
         h = self._handle(fh)
@@ -1117,7 +1132,9 @@ class RmqOperations(pyfuse3.Operations):
 
     async def release(self, fh: pyfuse3.FileHandleT) -> None:
         """FUSE RELEASE (the last descriptor closed): :meth:`Handle.release`, on the trio
-        loop for a ``cheap_close`` handle, else in a worker thread; no process sees its errors."""
+        loop for a ``cheap_close`` handle, else in a worker thread; no process sees its errors
+        (a refusal, such as an unfinished line a produce file cannot store, is recorded in
+        refused.jsonl), and the kernel cannot wait for it: it answers close(2) first."""
         h = self.handles.pop(fh, None)
         if h is not None:
             self.budget.give(getattr(h, "uid", None))
@@ -1127,4 +1144,7 @@ class RmqOperations(pyfuse3.Operations):
                 except Exception:
                     log.exception("release of %s", type(h).__name__)
                 return
-            await self.dispatch.thread(h.release)
+            try:
+                await self.dispatch.thread(h.release, on_error=self._handle_refusal("close", h))
+            finally:
+                await self._after_write(h)

@@ -223,6 +223,7 @@ class Daemon:
         self.store: MessageStore | None = None
         self.views: ViewCache | None = None
         self.snapshots: SnapshotManager | None = None
+        self.ops: RmqOperations | None = None  # the FUSE operations, once set up
         self._own_cache = False
         # (process, pipe write end) of the dead-mount guard
         self._guard: tuple[subprocess.Popen, int] | None = None
@@ -277,7 +278,7 @@ class Daemon:
             location=None if self.location is None else redact(self.location),
         )
         self.snapshots = ctx.snapshot_manager()
-        ops = RmqOperations(ctx)
+        ops = self.ops = RmqOperations(ctx)
         opts = set(self.options)
         # A read-only mount is read-only in the daemon (every write is EROFS there), not in the
         # kernel: the kernel would refuse `mkdir snapshots/<name>` too.
@@ -356,6 +357,14 @@ class Daemon:
                 log.info("%s: unmounting", came)
             if self.store is not None and self.store.follower is not None:
                 self.store.follower.stop()  # its listener talks to the FUSE session
+            try:
+                # files still open (SIGTERM while a writer writes): what they hold goes to the
+                # store, as their last close would have put it
+                held = self.ops.release_all() if self.ops is not None else 0
+                if held:
+                    log.info("released %d open file(s) before unmounting", held)
+            except Exception:
+                log.exception("releasing the open files")
             try:
                 pyfuse3.close(unmount=True)
             finally:

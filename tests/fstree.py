@@ -50,8 +50,8 @@ class Tree:
             h.release()
 
     def write(self, path: str, *chunks: bytes, flags: int = os.O_WRONLY | os.O_APPEND) -> None:
-        """open, one write() per chunk, release (a last line without newline is put at
-        flush/release, as at close())."""
+        """open, one write() per chunk, flush (close(2)), release (the last close: a last line
+        without newline is put then)."""
         h = self.node(path).open(flags)
         try:
             for c in chunks:

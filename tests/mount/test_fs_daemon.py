@@ -1,6 +1,7 @@
 """``rmqfs mount`` / ``rmqfs umount``: readiness, clear failures, signals, no dead mounts, and
 a cleanly closed store (no ``abort`` file) after every orderly exit."""
 
+import contextlib
 import errno
 import json
 import os
@@ -99,11 +100,15 @@ def test_background_mount_umount_and_sigterm_close_the_store(mount_store, tmp_pa
     m.umount()
     assert not mounted(m.mnt) and not pid_alive(pid)
     assert not (m.store / "abort").exists()
-    # SIGTERM
+    # SIGTERM, with a writer's unfinished line open: stored as its last close would store it
     m.mount()
     pid = m.pid
+    fd = os.open(m.mnt / "topics" / "T" / "produce", os.O_WRONLY | os.O_APPEND)
+    assert os.write(fd, b"two\npart") == 8
     os.kill(pid, signal.SIGTERM)
     assert wait_until(lambda: not mounted(m.mnt) and not pid_alive(pid))
+    with contextlib.suppress(OSError):  # ENOTCONN: the mount is gone
+        os.close(fd)
     assert not (m.store / "abort").exists()
     assert os.listdir(m.mnt) == []
     # options reach the kernel
@@ -114,7 +119,7 @@ def test_background_mount_umount_and_sigterm_close_the_store(mount_store, tmp_pa
         if x.split()[4] == str(m2.mnt)
     )
     assert "allow_other" in line and "default_permissions" in line
-    assert (m2.mnt / "topics" / "T" / "bodies.txt").read_text() == "one\n"
+    assert (m2.mnt / "topics" / "T" / "bodies.txt").read_text() == "one\ntwo\npart\n"
     m2.umount()
     log = m2.log.read_text()
     assert "mounted" in log and "store closed" in log and "DEBUG" in log
