@@ -635,6 +635,12 @@ class Handle:
         """The last descriptor closed: free what the handle holds (its errors are only
         logged; the kernel does not report them)."""
 
+    def holds_unfinished(self) -> bool:
+        """Whether :meth:`release` has something to store or commit (an unfinished line, a
+        number, an object): the FUSE layer has readers wait for it, as the kernel answers
+        close(2) before the daemon has the RELEASE done. Default: False."""
+        return False
+
     #: :meth:`release` never blocks (it closes a descriptor of a regular file at most) and
     #: :meth:`flush` does nothing: the FUSE layer runs both on the trio loop.
     cheap_close = False

@@ -622,16 +622,13 @@ class TopicJsonWriteHandle(Handle):
             self.held = len(self.buf)
 
     def flush(self) -> None:
-        """FUSE FLUSH (each close(2) of a descriptor): EINVAL when what is left is not one
-        whole JSON object (what the last close would refuse); nothing applied or changed."""
-        with self.lock:
-            if bytes(self.buf).strip():
-                import json
+        """FUSE FLUSH (each close(2) of a descriptor): nothing; a whole object was applied (or
+        refused) by the write that completed it, and what is left may be completed by a later
+        write (the last close applies it, :meth:`release`)."""
 
-                try:
-                    json.loads(bytes(self.buf).decode("utf-8"))
-                except (UnicodeDecodeError, ValueError) as exc:
-                    raise FsError(errno.EINVAL, f"topic.json: not a JSON object: {exc}") from None
+    def holds_unfinished(self) -> bool:
+        """Whether the last close has something to apply (:meth:`release`)."""
+        return bool(self.buf) and not getattr(self, "refused", 0)
 
     def release(self) -> None:
         """The open file's last descriptor closed: apply what is left (FsError for a refusal,
@@ -1207,20 +1204,34 @@ class ProduceHandle(Handle):
 
     def flush(self) -> None:
         """FUSE FLUSH (each close(2) of a descriptor, a dup's or a forked child's copy too):
-        the errno of a refused line, or of the unfinished line were it to end here (a
-        ``produce.jsonl`` line that is not one whole valid object); nothing is stored or
+        the errno of a refused line, or of an unfinished ``produce.jsonl`` line that no more
+        bytes can make valid (it is one whole JSON value already, and not a message the rules
+        let through); a line that is merely unfinished is no error. Nothing is stored or
         changed (:meth:`release` stores the unfinished line)."""
         with self.lock:
-            if self.refused:
-                raise FsError(self.refused, "a line written to this file was refused")
+            self._check_refused()
             if self.buf and self.jsonl:
-                self._messages([bytes(self.buf)])  # FsError names what is wrong
+                tail = bytes(self.buf)
+                try:
+                    parse_json_line(tail)
+                except E.StoreError:
+                    return  # not one whole JSON value: more may come
+                self._messages([tail])  # FsError names what is wrong
+
+    def _check_refused(self) -> None:
+        if self.refused:
+            raise FsError(self.refused, "a line written to this file was refused")
 
     def fsync(self) -> None:
-        """:meth:`flush`, then the store's flush (durable): the complete lines written so far
-        are on disk when it returns (the unfinished one is not a message yet)."""
-        self.flush()
+        """The store's flush (durable): the complete lines written so far are on disk when it
+        returns (the unfinished one is not a message yet); the errno of a refused line first."""
+        with self.lock:
+            self._check_refused()
         self.ctx.store.flush()
+
+    def holds_unfinished(self) -> bool:
+        """Whether the last close has something to apply (:meth:`release`)."""
+        return bool(self.buf) and not getattr(self, "refused", 0)
 
     def release(self) -> None:
         """The open file's last descriptor closed: store the unfinished line as a message
@@ -1497,21 +1508,32 @@ class OffsetWriteHandle(Handle):
         if len(rest) > OFFSET_LINE_MAX:
             raise FsError(errno.EINVAL, f"not an offset: a line over {OFFSET_LINE_MAX} bytes")
         lines = (bytes(self.buf) + data[:cut]).split(b"\n")
-        offsets = [_offset_of(line) for line in lines if line.strip()]  # all checked first
+        offsets = [_offset_of(line) for line in lines if line.strip()]
+        for offset in offsets:  # all checked first: all committed or none
+            self.node.check_range(offset)
         for offset in offsets:
             self.node.commit(offset)
         self.buf[:] = rest
         return len(data)
 
     def flush(self) -> None:
-        """FUSE FLUSH (each close(2) of a descriptor): the errno of a refused line, or of the
-        unfinished line were it to end here; nothing is committed or changed
-        (:meth:`release` commits it)."""
+        """FUSE FLUSH (each close(2) of a descriptor): the errno of a refused line, or of an
+        unfinished one no more bytes can make an offset (not blanks, a sign and digits; or a
+        number already past the queue's max offset, or negative); a number that is merely
+        unfinished is no error. Nothing is committed (:meth:`release` commits it)."""
         with self.lock:
             if self.refused:
                 raise FsError(self.refused, "a line written to this file was refused")
-            if self.buf.strip():
-                _offset_of(bytes(self.buf))
+            text = bytes(self.buf).decode("ascii", "replace").strip(" \t\r\n\f\v")
+            if not text or text in "+-":
+                return
+            offset = _offset_of(bytes(self.buf))  # EINVAL: not an offset, whatever follows
+            if offset < 0 or offset > self.node.max_offset():  # digits only make it worse
+                self.node.check_range(offset)
+
+    def holds_unfinished(self) -> bool:
+        """Whether the last close has something to apply (:meth:`release`)."""
+        return bool(self.buf) and not getattr(self, "refused", 0)
 
     def release(self) -> None:
         """The open file's last descriptor closed: commit the unfinished line, if any
@@ -1560,6 +1582,21 @@ class OffsetFile(GeneratedFile):
             len(self.content()),
             self.ctx.file_mtime_ns("consumerOffset.json"),
         )
+
+    def max_offset(self) -> int:
+        """The queue's max offset (the highest an offset may be)."""
+        return self.ctx.store.max_offset(self.topic, self.queue_id)
+
+    def check_range(self, offset: int) -> None:
+        """FsError(EINVAL) when ``offset`` is outside the queue's ``[minOffset, maxOffset]``
+        (what :meth:`commit` would refuse), before anything is committed."""
+        store = self.ctx.store
+        lo, hi = store.min_offset(self.topic, self.queue_id), self.max_offset()
+        if not lo <= offset <= hi:
+            raise FsError(
+                errno.EINVAL,
+                f"offset {offset} of {self.topic}/{self.queue_id} outside [{lo}, {hi}]",
+            )
 
     def commit(self, offset: int) -> None:
         """Commit ``offset`` for the group (``commitOffset``). EROFS on a read-only mount;

@@ -67,6 +67,8 @@ from .viewtree import topic_dir_name
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+#: The most a request waits (s) for RELEASEs storing what their files held (_after_releases)
+RELEASE_WAIT = 5.0
 #: ``on_error(errno, reason)``: told of each error a request answers (:func:`_answer`)
 OnError = Callable[[int, str], None]
 #: readdir's entries: (inode, name, child, its attributes), in inode order
@@ -348,8 +350,23 @@ class RmqOperations(pyfuse3.Operations):
             collections.OrderedDict()
         )
         self._lock = threading.Lock()
+        # RELEASEs storing what an open file held (an unfinished line): requests that may
+        # read it wait for them (_after_releases); the event is set when the count is 0
+        self._releasing = 0
+        self._released: trio.Event | None = None
 
     # -- helpers ----------------------------------------------------------------------------
+    async def _after_releases(self) -> None:
+        """Wait (at most :data:`RELEASE_WAIT` s) for the RELEASEs under way that store what
+        their files held. The kernel answers close(2) before the daemon has the RELEASE done,
+        but queues it first, and a request read after it starts after its first step: so a
+        ``cat`` right after ``printf 'last' >> produce`` finds the line."""
+        with trio.move_on_after(RELEASE_WAIT):
+            while self._releasing:
+                if self._released is None:
+                    self._released = trio.Event()
+                await self._released.wait()
+
     def _refusal(self, op: str, path: str, pid: int | None, uid: int | None) -> OnError:
         """An ``on_error`` for :meth:`Dispatcher.thread`: records the refused request (Context.refusals:
         the log and ``refused.jsonl``)."""
@@ -458,6 +475,8 @@ class RmqOperations(pyfuse3.Operations):
         when the parent's :meth:`Node.child_cached` and the child's :meth:`Node.stat_cached`
         answer (``view/``; a name that can never exist there gets a negative entry the kernel
         keeps), else in a worker thread (:meth:`Dispatcher.serve`). ENOENT for no such child."""
+        if self._releasing:
+            await self._after_releases()
         parent = self._node(parent_inode)
         text = os.fsdecode(name)
         serve = self.dispatch.serve
@@ -522,6 +541,8 @@ class RmqOperations(pyfuse3.Operations):
         """FUSE GETATTR: the node's attributes (:meth:`Node.stat_cached` on the trio loop,
         else :meth:`Node.stat` in a worker thread: :meth:`Dispatcher.serve`). ENOENT for an
         unknown inode."""
+        if self._releasing:
+            await self._after_releases()
         node = self._node(inode)
         return await self.dispatch.serve(
             self._entry_cached, self._entry, node, inode, pid=_pid(ctx), uid=_uid(ctx)
@@ -1003,6 +1024,8 @@ class RmqOperations(pyfuse3.Operations):
         (:meth:`Dispatcher.serve`; EINTR when the caller is signalled meanwhile). EISDIR for a directory;
         for writing, EROFS on a read-only mount and EACCES for a user who may not write; EMFILE
         past the handle budget."""
+        if self._releasing:
+            await self._after_releases()
         node = self._node(inode)
         if node.is_dir:
             raise pyfuse3.FUSEError(errno.EISDIR)
@@ -1144,7 +1167,17 @@ class RmqOperations(pyfuse3.Operations):
                 except Exception:
                     log.exception("release of %s", type(h).__name__)
                 return
+            holds = h.holds_unfinished()  # (before the first await: see _after_releases)
+            if holds:
+                self._releasing += 1
             try:
                 await self.dispatch.thread(h.release, on_error=self._handle_refusal("close", h))
             finally:
-                await self._after_write(h)
+                try:
+                    await self._after_write(h)
+                finally:
+                    if holds:
+                        self._releasing -= 1
+                        if not self._releasing and self._released is not None:
+                            self._released.set()
+                            self._released = None

@@ -283,7 +283,7 @@ def _recover(
     if cl.entries is not None:
         start = min(start, dledger_recovery_start(store))
     # where RocketMQ's recovery would start: only the records from here on decide the end
-    trusted = start
+    trusted = min(start, rocketmq_start(store)) if cl.entries is not None else rocketmq_start(store)
     if store.index_service is not None:
         # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
         start = max(
@@ -329,7 +329,7 @@ def _recover(
     if cl.scan_error:
         log.warning("CommitLog: dropping a torn tail at %d: %s", end, cl.scan_error)
         report.torn_tail = cl.scan_error
-    else:
+    elif cl.entries is None:  # (a DLedger walk also ends at the committed index)
         later = _records_after(store, end)
         if later is not None:  # zeros end the log as RocketMQ's walk ends it: say what goes
             report.torn_tail = (
@@ -542,6 +542,20 @@ def recovery_start(store: MessageStore) -> int:
         if store_ts and store_ts <= min_ts:
             return seg.start
     return cl.min_offset
+
+
+def rocketmq_start(store: MessageStore) -> int:
+    """Where RocketMQ's own recovery starts reading the CommitLog, whose records decide where
+    it ends: after a crash the segment the checkpoint vouches for (``recoverAbnormally``,
+    :func:`recovery_start`); after a clean shutdown the start of the segment holding the newest
+    record the ConsumeQueues point at (``recoverNormally`` of 5.3.2 on; 4.x walks from the
+    third-last segment), or the first segment when they point at none."""
+    cl = store.commitlog
+    if not store.last_exit_ok:
+        return recovery_start(store)
+    last = max((cq.last_commitlog_offset for cq in store.consume_queues.values()), default=-1)
+    seg = cl.files.find(last) if last >= cl.min_offset else None
+    return seg.start if seg is not None else cl.min_offset
 
 
 def scan_and_dispatch(

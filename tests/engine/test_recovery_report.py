@@ -213,3 +213,35 @@ def test_zeros_with_records_after_them_say_what_goes(tmp_path):
             "dropped with them"
         )
         assert "dropped a torn tail" in rep.summary()
+
+
+def test_an_idle_queues_damaged_last_record_never_cuts_the_log(tmp_path):
+    """After a clean shutdown RocketMQ starts at the segment of the newest record the queues
+    point at. An idle queue whose last record (old) lost its header has that unit dropped and
+    is re-dispatched from its last good one: the scan starts there, meets the damage, and
+    must not cut the log there (it cut 201 of 204 records)."""
+    root = tmp_path / "s"
+    with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
+        s.create_topic("T", 3)
+        s.create_topic("OLD", 1)
+        s.put_messages([Message("OLD", b"o%d" % i + b"y" * 200, queue_id=0) for i in range(4)])
+        s.put_messages(
+            [
+                Message("T", b"m%d-" % i + b"x" * 200, keys=[f"k{i}"], queue_id=i % 3)
+                for i in range(200)
+            ]
+        )
+        end0 = s.commitlog.max_offset
+    recs = refreader.read_commitlog(str(root / "commitlog"))
+    victim = recs[3]
+    assert victim["topic"] == "OLD"
+    seg = CONFIG["mapped_file_size_commit_log"]
+    at = victim["physicalOffset"]
+    with open(root / "commitlog" / f"{at - at % seg:020d}", "r+b") as f:
+        f.seek(at % seg + 4)
+        f.write(bytes(4))  # its magic gone
+    with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
+        rep = s.recovery_report
+        assert s.commitlog.max_offset == end0 and rep.torn_tail is None
+        assert [d.split(":")[0] for d in rep.damaged] == [str(at)]
+        assert s.max_offset("T", 0) == 67 and s.max_offset("OLD", 0) == 3

@@ -514,9 +514,9 @@ def test_writing_topic_json_is_update_topic(tmp_path):
             h.release()
         assert json.loads(t.read(path))["readQueueNums"] == 8
         assert "7" in t.node("/topics/T").list()
-        h = t.node(path).open(os.O_WRONLY)  # an unfinished object fails at close
+        h = t.node(path).open(os.O_WRONLY)  # an unfinished object fails at the last close
         h.write(b'{"perm": ')
-        assert errno_of(h.flush) == errno.EINVAL  # a close(2): said, nothing changed
+        h.flush()  # a close(2) of a copy: nothing changed, no error
         assert h.write(b"4}") == 2  # (a dup's or a child's close never cut it)
         now = json.loads(t.read(path))
         assert now["perm"] == 4
@@ -545,11 +545,16 @@ def test_a_descriptor_copy_closing_never_cuts_a_line(tmp_path):
         assert [b for _, _, b in messages(t, "T")] == [b"partial", b"last"]
         j = t.node("/topics/T/produce.jsonl").open(os.O_WRONLY)
         j.write(b'{"body": "a')
-        assert errno_of(j.flush) == errno.EINVAL  # not one whole object were it to end here
+        j.flush()  # merely unfinished: no error (a child's close(2) must not fail)
+        j.fsync()  # the complete lines made durable, no error either
         j.write(b'b"}')  # still one line
         j.flush()
         j.release()
         assert sorted(b for _, _, b in messages(t, "T"))[0] == b"ab"
+        j = t.node("/topics/T/produce.jsonl").open(os.O_WRONLY)
+        j.write(b'{"body": "x", "colour": 1}')  # whole already, and refused whatever follows
+        assert errno_of(j.flush) == errno.EINVAL
+        assert errno_of(j.release) == errno.EINVAL
         t.write("/topics/T/0/produce", b"".join(b"m%d\n" % i for i in range(20)))
         t.mkdir("/groups/G")
         o = t.node("/groups/G/T/0/offset").open(os.O_WRONLY)
@@ -558,6 +563,11 @@ def test_a_descriptor_copy_closing_never_cuts_a_line(tmp_path):
         o.write(b"1")
         assert t.store.consumer_offsets.query("G", "T", 0) == -1
         o.release()
+        assert t.store.consumer_offsets.query("G", "T", 0) == 11
+        o = t.node("/groups/G/T/0/offset").open(os.O_WRONLY)
+        o.write(b"99")  # past the max offset (21), and more digits only make it larger
+        assert errno_of(o.flush) == errno.EINVAL
+        assert errno_of(o.release) == errno.EINVAL
         assert t.store.consumer_offsets.query("G", "T", 0) == 11
 
 
@@ -574,6 +584,7 @@ def test_an_offset_write_is_all_or_nothing_and_a_refused_line_stays_refused(tmp_
         h = t.node(offset).open(os.O_WRONLY)
         assert errno_of(h.write, b"5\nabc\n") == errno.EINVAL
         assert errno_of(h.write, b"4\nabc\n9") == errno.EINVAL
+        assert errno_of(h.write, b"5\n99999\n") == errno.EINVAL  # out of range
         assert t.read(offset) == b"2\n"  # neither 5 nor 4
         assert h.write(b"0" * 40) == 40
         assert errno_of(h.write, b"0" * 30) == errno.EINVAL

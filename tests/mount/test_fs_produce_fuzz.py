@@ -57,19 +57,25 @@ class Fuzzed:
     def max_offset(self) -> int:
         return json.loads((self.mount.mnt / "status.json").read_text())["commitLogMaxOffset"]
 
-    def released(self, before: int, timeout: float = 10.0) -> bool:
+    def refused_lines(self) -> list[bytes]:
+        return (self.mount.mnt / "refused.jsonl").read_bytes().splitlines()
+
+    def released(self, before: int, old: list[bytes], timeout: float = 10.0) -> bool:
         """After a close() that left an unfinished line: wait for the daemon's RELEASE, which
         the kernel sends without waiting for it; True when it stored the line (the CommitLog
-        grew past ``before``), False when it refused it (a new "close" line in refused.jsonl)."""
+        grew past ``before``), False when it refused it (a "close" line in refused.jsonl
+        after ``old``, its lines before the close)."""
         import time
 
         refused = self.mount.mnt / "refused.jsonl"
-        seen = len(refused.read_bytes().splitlines())
+        mark = old[-1] if old else None  # (a ring: the oldest go as new ones come)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.max_offset() > before:
                 return True
-            lines = refused.read_bytes().splitlines()[seen:]
+            lines = refused.read_bytes().splitlines()
+            if mark in lines:
+                lines = lines[len(lines) - lines[::-1].index(mark) :]
             if any(json.loads(x)["op"] == "close" for x in lines):
                 return False
             time.sleep(0.01)
@@ -322,6 +328,7 @@ def test_every_write_stores_all_its_lines_or_fails_and_stores_none(fuzzed, strea
             event("write stored lines" if lines else "write buffered or skipped only")
     finally:
         before = fuzzed.max_offset()
+        old_refused = fuzzed.refused_lines()
         try:
             os.close(fd)
         except OSError as exc:
@@ -331,7 +338,7 @@ def test_every_write_stores_all_its_lines_or_fails_and_stores_none(fuzzed, strea
         else:
             assert not refused, "close() after a refused line succeeded"
             if pending and (pending.strip(b" \t\r") if jsonl else pending):
-                if fuzzed.released(before):
+                if fuzzed.released(before, old_refused):
                     stored.append(pending)
                     event("last line stored at release")
                 else:
