@@ -628,7 +628,7 @@ class TopicJsonWriteHandle(Handle):
 
     def holds_unfinished(self) -> bool:
         """Whether the last close has something to apply (:meth:`release`)."""
-        return bool(self.buf) and not getattr(self, "refused", 0)
+        return bool(self.buf)
 
     def release(self) -> None:
         """The open file's last descriptor closed: apply what is left (FsError for a refusal,
@@ -1010,7 +1010,45 @@ class MessagesDir(Dir):
 # -- producing -------------------------------------------------------------------------------
 
 
-class ProduceHandle(Handle):
+class LineHandle(Handle):
+    """What the files that take lines (``produce``, ``offset``) share: ``buf`` the unfinished
+    line, ``lock`` (a FLUSH from another descriptor's close runs beside a write), and
+    ``refused``: a write that fails while extending a line earlier writes began refuses that
+    line whole, its start dropped, and every later write (and close) of the open file fails
+    with the same errno, so the rest of the line is never taken as a line of its own."""
+
+    buf: bytearray
+    lock: threading.Lock
+    refused = 0  # errno of a refused line this file continued; 0 when fine
+
+    def _write(self, data: bytes) -> int:
+        raise NotImplementedError
+
+    def _write_lines(self, data: bytes) -> int:
+        """``_write(data)`` under the rule above; the caller holds ``lock``."""
+        self._check_refused()
+        continued = bool(self.buf)
+        try:
+            return self._write(data)
+        except (FsError, OSError) as exc:
+            if continued:
+                self.buf.clear()
+                self.refused = exc.errno or errno.EIO
+            raise  # logged and kept by the FUSE layer (Context.refusals)
+
+    def _check_refused(self) -> None:
+        if self.refused:
+            raise FsError(
+                self.refused,
+                "an earlier write on this file refused the line it continued; open the file again",
+            )
+
+    def holds_unfinished(self) -> bool:
+        """Whether the last close has an unfinished line to take (:meth:`release`)."""
+        return bool(self.buf) and not self.refused
+
+
+class ProduceHandle(LineHandle):
     """Splits written bytes into lines; each complete non-empty line is a message.
 
     The rules (docs/mount.md, docs/guarantees.md "Bad input"), per write request the kernel sends (a
@@ -1143,26 +1181,13 @@ class ProduceHandle(Handle):
 
     def write(self, data: bytes) -> int:
         """Store the complete lines of ``data`` and buffer the rest (the class's rules).
-        EROFS on a read-only mount; EINVAL, EMSGSIZE, ENOSPC, ENOBUFS, ETIMEDOUT; after a refused
+        EROFS on a read-only mount; EINVAL, EMSGSIZE, ENOSPC, ENOBUFS; after a refused
         continued line, that errno for every later write."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         with self.lock:
-            if self.refused:
-                raise FsError(
-                    self.refused,
-                    "an earlier write on this file refused the line "
-                    "it continued; open the file again",
-                )
-            continued = bool(self.buf)
             try:
-                return self._write(data)
-            except (FsError, OSError) as exc:
-                err = exc.errno or errno.EIO
-                if continued:
-                    self.buf.clear()
-                    self.refused = err
-                raise  # logged and kept by the FUSE layer (Context.refusals)
+                return self._write_lines(data)
             finally:
                 self._settle()
 
@@ -1218,20 +1243,12 @@ class ProduceHandle(Handle):
                     return  # not one whole JSON value: more may come
                 self._messages([tail])  # FsError names what is wrong
 
-    def _check_refused(self) -> None:
-        if self.refused:
-            raise FsError(self.refused, "a line written to this file was refused")
-
     def fsync(self) -> None:
         """The store's flush (durable): the complete lines written so far are on disk when it
         returns (the unfinished one is not a message yet); the errno of a refused line first."""
         with self.lock:
             self._check_refused()
         self.ctx.store.flush()
-
-    def holds_unfinished(self) -> bool:
-        """Whether the last close has something to apply (:meth:`release`)."""
-        return bool(self.buf) and not getattr(self, "refused", 0)
 
     def release(self) -> None:
         """The open file's last descriptor closed: store the unfinished line as a message
@@ -1445,7 +1462,7 @@ class GroupQueueDir(Dir):
 OFFSET_LINE_MAX = 64
 
 
-class OffsetWriteHandle(Handle):
+class OffsetWriteHandle(LineHandle):
     """Collects the written text; each complete line commits its offset, and the unfinished
     one is committed when the open file's last descriptor closes (release), as
     :class:`ProduceHandle` stores its last line: a dup's or a forked child's close never cuts
@@ -1482,20 +1499,7 @@ class OffsetWriteHandle(Handle):
         linear in its size and another user cannot make the daemon hold memory.
         """
         with self.lock:
-            if self.refused:
-                raise FsError(
-                    self.refused,
-                    "an earlier write on this file refused the line it continued; "
-                    "open the file again",
-                )
-            continued = bool(self.buf)
-            try:
-                return self._write(data)
-            except FsError as exc:
-                if continued:
-                    self.buf.clear()
-                    self.refused = exc.errno or errno.EIO
-                raise
+            return self._write_lines(data)
 
     def _write(self, data: bytes) -> int:
         cut = data.rfind(b"\n")
@@ -1522,18 +1526,13 @@ class OffsetWriteHandle(Handle):
         number already past the queue's max offset, or negative); a number that is merely
         unfinished is no error. Nothing is committed (:meth:`release` commits it)."""
         with self.lock:
-            if self.refused:
-                raise FsError(self.refused, "a line written to this file was refused")
+            self._check_refused()
             text = bytes(self.buf).decode("ascii", "replace").strip(" \t\r\n\f\v")
             if not text or text in "+-":
                 return
             offset = _offset_of(bytes(self.buf))  # EINVAL: not an offset, whatever follows
             if offset < 0 or offset > self.node.max_offset():  # digits only make it worse
                 self.node.check_range(offset)
-
-    def holds_unfinished(self) -> bool:
-        """Whether the last close has something to apply (:meth:`release`)."""
-        return bool(self.buf) and not getattr(self, "refused", 0)
 
     def release(self) -> None:
         """The open file's last descriptor closed: commit the unfinished line, if any

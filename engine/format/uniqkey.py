@@ -36,7 +36,6 @@ class UniqKeyGenerator:
         self._lock = threading.Lock()
         self._month_start = 0
         self._next_month = 0
-        self._head_since: int | None = None
         self._head = ""
         self._head_hash = 0
         self._one_since: int | None = None  # _take_plain's head and the time it is for
@@ -123,21 +122,16 @@ class UniqKeyGenerator:
 
     def _take(self, n: int, now_ms: int | None) -> tuple[str, int, int]:
         """Reserve ``n`` counter values: ``(fixed head of the ids, its hash * 31**4, the
-        first counter value)``."""
+        first counter value)`` (:meth:`_take_plain`, the head's hash kept for the next call
+        of the same millisecond)."""
         if now_ms is None:
             now_ms = int(time.time() * 1000)
+        head, first = self._take_plain(n, now_ms)
         with self._lock:
-            if now_ms >= self._next_month:
-                self._roll_month(now_ms)
-            first = self._next_counter
-            self._next_counter = first + n
-            since = now_ms - self._month_start
-            if since != self._head_since:
-                head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
-                self._head = head
+            if head != self._head:
                 self._head_hash = (java_hash_u32(head) * _POW31_4) & 0xFFFFFFFF
-                self._head_since = since
-            return self._head, self._head_hash, first
+                self._head = head
+            return head, self._head_hash, first
 
 
 # "%04X" of every counter value and the Java hash of that text (65536 entries, built lazily
