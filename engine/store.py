@@ -736,17 +736,19 @@ class MessageStore:
         perm: int | None = None,
         order: bool | None = None,
         topic_sys_flag: int | None = None,
+        create: bool = True,
     ) -> TopicConfig:
         """``updateTopic`` (``AdminBrokerProcessor.updateAndCreateTopic`` ->
         ``TopicConfigManager.updateTopicConfig``): set the given fields of a topic's entry in
-        topics.json (creating the topic with ``defaultTopicQueueNums`` queues when missing) and
-        persist atomically. Fields not given keep their values; a caller that replaces the
-        entry as mqadmin's whole ``TopicConfig`` does gives them all (mount/admin.py).
-        ``topic_sys_flag``: ``TopicSysFlag`` bits (0 or more).
+        topics.json (creating the topic with ``defaultTopicQueueNums`` queues when missing,
+        unless ``create`` is False) and persist atomically. Fields not given keep their values;
+        a caller that replaces the entry as mqadmin's whole ``TopicConfig`` does gives them all
+        (mount/admin.py). ``topic_sys_flag``: ``TopicSysFlag`` bits (0 or more).
 
         Raises InvalidNameError (a bad name, queue count outside 1-1024, perm not 2/4/6),
         SystemTopicError (a system topic: ``validateSystemTopicWhenUpdateTopic``),
-        ReadOnlyStoreError.
+        NoSuchTopicError (``create`` False and no such topic, checked under the lock
+        :meth:`delete_topic` takes: a deleted topic never comes back), ReadOnlyStoreError.
         """
         from .service.validation import is_system_topic
 
@@ -768,6 +770,8 @@ class MessageStore:
         if perm is not None and (isinstance(perm, bool) or perm not in (2, 4, 6)):
             raise InvalidNameError(f"perm {perm!r}: use 2 (write), 4 (read) or 6 (read and write)")
         with self.put_lock:
+            if not create and not self.has_topic(name):
+                raise NoSuchTopicError(f"topic {name} does not exist")
             old = self.topic_config.get(name)
             if old is None:
                 n = self.config.default_topic_queue_nums

@@ -553,10 +553,10 @@ class TopicJsonFile(GeneratedFile):
             obj = json.loads(text.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise FsError(errno.EINVAL, f"topic.json: not a JSON object: {exc}") from None
-        if not self.ctx.store.has_topic(self.topic):  # deleted while this file was open
-            raise FsError(errno.ENOENT, f"topic {self.topic} was deleted")
-        try:
-            self.ctx.store.update_topic(self.topic, **topic_update_from_json(self.config(), obj))
+        try:  # (create=False: a topic deleted while this file was open stays deleted)
+            self.ctx.store.update_topic(
+                self.topic, **topic_update_from_json(self.config(), obj), create=False
+            )
         except E.StoreError as exc:
             raise fs_error(exc) from exc
 
