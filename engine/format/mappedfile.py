@@ -25,7 +25,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..errors import CorruptRecordError
 from .source import LOCAL, StoreSource
@@ -241,7 +241,19 @@ class MappedFiles:
         ]
         self.file_size = max(size for _, size in listed) if listed else 0
         present = {start for start, _ in listed}
-        return [seg for seg in old if seg.start not in present]
+        gone = [seg for seg in old if seg.start not in present]
+        self.forget_maps(seg.start for seg in gone)
+        return gone
+
+    def forget_maps(self, starts: Iterable[int]) -> None:
+        """Drop the mappings kept of the files that start at ``starts`` (deleted by expiry, or
+        gone from the listing), so their blocks go back to the disk as RocketMQ's
+        ``MappedFile.destroy`` gives them back: not closed here, a reader that took one a
+        moment ago still reads it, and it is unmapped with its last reference."""
+        with self._lock:
+            for start in starts:
+                self.maps.pop(start, None)
+                self.views.pop(start, None)
 
     def _relist(self) -> None:
         """What :meth:`locate` does when no listed file holds an offset: list again."""

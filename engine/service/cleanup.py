@@ -333,6 +333,7 @@ class CleanService:
             if len(segs) <= 1 or segs[0] is not seg:
                 return False
             fq.segments = segs[1:]  # a new list: concurrent lookups keep a consistent view
+        fq.forget_maps([seg.start])  # its blocks free once unlinked and its fd closed
         try:
             os.unlink(seg.path)
         except FileNotFoundError:

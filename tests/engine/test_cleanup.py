@@ -4,6 +4,7 @@ MappedFileQueueTest.testDeleteExpiredFileByTime and ConsumeQueueTest.testCorrect
 import errno
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -304,3 +305,35 @@ def test_broker_conf_clean_keys(tmp_path):
     assert cfg.clean_file_forcibly_enable is False
     assert (cfg.disk_space_clean_forcibly_ratio, cfg.disk_space_warning_level_ratio) == (0.5, 0.6)
     assert cfg.delete_commit_log_files_interval == 0
+
+
+def _mapped_gone_bytes(root) -> int:
+    """Bytes this process maps of files under ``root`` that are no longer there (by inode: the
+    store creates its files with O_TMPFILE, so /proc shows every one as ``(deleted)``)."""
+    live = {p.stat().st_ino for p in root.rglob("*") if p.is_file()}
+    total = 0
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and str(root) in line and int(fields[4]) not in live:
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            total += hi - lo
+    return total
+
+
+def test_expired_files_are_unmapped_so_their_blocks_go_back(tmp_path):
+    """An expired file that was mapped for reading (recovery's walk, a reader's ``locate``)
+    was unlinked but stayed mapped until the store closed, so its blocks (1 GiB a segment by
+    default) never went back to a disk that is full: RocketMQ's ``MappedFile.destroy`` unmaps
+    before it deletes. Its mapping goes with it now (and its fd with the next round)."""
+    with _open(tmp_path, _hour_not_now(), 99, 0.1) as s:
+        res = _fill(s, 12)
+        for r in res:  # every segment and the ConsumeQueue file mapped, as readers map them
+            assert s.commitlog.files.locate(r.commitlog_offset) is not None
+        s.consume_queue(TOPIC, 0).files.locate(0)
+        _expire(s, 8)
+        s.delete_expired_files()
+        assert s.commitlog.min_offset == 8 * SEG
+        assert not set(s.commitlog.files.maps) & {r.commitlog_offset for r in res[:8]}
+        s.delete_expired_files()  # the next rounds close the deleted files' descriptors
+        s.delete_expired_files()
+        assert _mapped_gone_bytes(tmp_path / "store") == 0
