@@ -344,6 +344,11 @@ class ConsumeQueue:
             self.max_offset = max(self.max_offset, base)
         return gone
 
+    def writer_deleted(self) -> bool:
+        """Whether the process that writes this queue deleted it (``deleteTopic``: no file
+        left after :meth:`follow_files`, and its directory gone)."""
+        return not self.files.segments and not os.path.isdir(self.files.directory)
+
     def written_units(
         self, max_units: int, relist: Callable[[FileQueue], object] | None = None
     ) -> bytes:

@@ -324,6 +324,10 @@ class RocksDBConsumeQueue:
         """No files to follow (the database is read as opened). Returns []."""
         return []
 
+    def writer_deleted(self) -> bool:
+        """False: the database is read as it was when opened."""
+        return False
+
     def read_units(self, start: int, count: int) -> bytes:
         """Units from ``start`` (at most ``count``, whole units; shorter at a gap); those past
         ``mem_base`` from memory. CorruptRecordError when one inside ``[min, max)`` is missing

@@ -225,14 +225,26 @@ class Follower:
                 deleted = self._follow_file_queue(cl.files)
                 cl.file_size = cl.files.file_size
                 # the writer deletes ConsumeQueue files a little after the segments: their
-                # deletion is also looked for once a second
-                if cl.min_offset != old_min or deleted or self.refreshes % 10 == 0:
+                # deletion is also looked for once a second, and at once when it rewrote
+                # topics.json (a topic deleted: deleteTopic removes its queues' directories)
+                topics_changed = any(name == "topics.json" for name, _, _ in configs)
+                if (
+                    cl.min_offset != old_min
+                    or deleted
+                    or topics_changed
+                    or self.refreshes % 10 == 0
+                ):
                     changes["deleted"] += [os.path.relpath(p, s.root) for p in deleted]
                     if cl.max_offset < cl.min_offset:
                         cl.max_offset = cl.min_offset
-                    for cq in list(s.consume_queues.values()):
+                    for key, cq in list(s.consume_queues.items()):
                         gone = self._bury_later(cq.follow_files(add=False))
                         changes["deleted"] += [os.path.relpath(p, s.root) for p in gone]
+                        if cq.writer_deleted():
+                            # the writer deleted the topic (or the queue): it goes here too,
+                            # and a topic made again under the name starts afresh (_queue)
+                            del s.consume_queues[key]
+                            continue
                         # here, under the lock that dropped the segments, so that no reader
                         # is ever handed a unit whose record was just deleted; again after
                         # the reput below for queues whose visible units have all expired

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, copy_fixture, fuse, run_rmqfs
-from rmqfs.engine.errors import CorruptRecordError, OffsetOutOfRangeError
+from rmqfs.engine.errors import CorruptRecordError, NoSuchTopicError, OffsetOutOfRangeError
 from rmqfs.engine.format.message import FIXED_V4
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
@@ -157,6 +157,35 @@ def test_engine_follower_follows_puts_rollover_new_queues_configs_and_expiry(tmp
         assert [r.commitlog_offset for r in f.query_by_key("T", "after")] == [
             more[0].commitlog_offset
         ]
+
+
+def test_engine_follower_follows_a_topic_deleted_and_made_again(tmp_path):
+    """The writer's deleteTopic removes the topic's queues: the follower drops them too (it
+    kept them, and its reads of them failed with struct.error), and when the writer makes the
+    topic again the follower follows the new queues (it stopped at their first record, and
+    every later message of every topic stayed hidden)."""
+    root = tmp_path / "store"
+    cfg = _config()
+    with ExitStack() as stack:
+        w = stack.enter_context(MessageStore(root, cfg))
+        w.create_topic("T", 2)
+        w.create_topic("U", 1)
+        w.put_messages([Message("T", b"t%d" % i, keys=[f"kt{i}"]) for i in range(40)])
+        w.put_messages([Message("U", b"u%d" % i) for i in range(5)])
+        f = stack.enter_context(MessageStore(root, cfg, read_only=True, follow=True))
+        assert f.max_offset("T", 0) == 20
+        w.delete_topic("T")
+        f.follower.refresh()
+        assert f.topic_names() == ["U"] and f.queue_ids("T") == []
+        with pytest.raises(NoSuchTopicError):
+            f.get_message("T", 0, 0)
+        w.create_topic("T", 2)
+        w.put_messages([Message("T", b"new%d" % i, queue_id=0) for i in range(3)])
+        w.put_messages([Message("U", b"u-after")])
+        f.follower.refresh()
+        assert [r.body for _, r in f.iter_queue("T", 0)] == [b"new0", b"new1", b"new2"]
+        assert f.max_offset("U", 0) == w.max_offset("U", 0) == 6
+        assert f.follower.behind_bytes == 0
 
 
 def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(tmp_path):
