@@ -1145,9 +1145,10 @@ class MessageStore:
         """Yield ``(queueOffset, MessageRecord)`` for ``[start, end)`` of one queue.
 
         Reads ConsumeQueue units in batches and, where a batch's records lie close together in
-        the CommitLog (one queue of a few), the whole span with one pread. Raises
-        CorruptRecordError for a unit that points at no valid record or at one whose body
-        fails its CRC.
+        the CommitLog (one queue of a few), the whole span with one pread. Messages that
+        expiry deletes while the iteration runs are skipped, as a consumer's pull moves to
+        minOffset (``OFFSET_TOO_SMALL``). Raises CorruptRecordError for a unit that points at
+        no valid record or at one whose body fails its CRC.
         """
         cq = self.consume_queue(topic, queue_id)
         if cq is None:
@@ -1158,6 +1159,9 @@ class MessageStore:
         pos = max(start, cq.min_offset)
         while pos < end:
             raw = cq.read_units(pos, min(_READ_BATCH, end - pos))
+            if cq.min_offset > pos:  # expiry moved the queue's start past pos: from there
+                pos = cq.min_offset
+                continue
             if not raw:
                 return
             units = UNIT.iter_unpack(raw)
@@ -1165,6 +1169,7 @@ class MessageStore:
                 first, last = group[0], group[-1]
                 lo, hi = first[0], last[0] + last[1]
                 data = files.read(lo, hi - lo)
+                at = pos  # the queue offset of group[0]
                 try:
                     if len(data) != hi - lo:
                         raise CorruptRecordError(
@@ -1184,6 +1189,14 @@ class MessageStore:
                         yield pos, rec
                         pos += 1
                 except CorruptRecordError as exc:
+                    if cq.min_offset > pos:
+                        break  # expired meanwhile: the loop goes on from the queue's start
+                    k = pos - at  # the CommitLog expired under units the queue still has
+                    while k < len(group) and group[k][0] < cl.min_offset:
+                        k += 1
+                    if k > pos - at:
+                        pos = at + k
+                        break
                     self.note_damage(topic, queue_id, pos, exc)
                     raise
 

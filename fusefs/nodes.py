@@ -944,9 +944,11 @@ class ByTimeDir(ByOffsetDir):
         off = s.offset_by_time(self.topic, self.queue_id, ms)
         if off >= s.max_offset(self.topic, self.queue_id):
             return None
-        return MessageFile(
-            self.ctx, self.sub(name), [s.get_message(self.topic, self.queue_id, off)]
-        )
+        try:
+            rec = s.get_message(self.topic, self.queue_id, off)
+        except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
+            return None  # expired (or the topic deleted) since the search: as by-offset/
+        return MessageFile(self.ctx, self.sub(name), [rec])
 
 
 class KeysDir(Dir):
@@ -1651,8 +1653,18 @@ class PendingFile(ViewFile):
         return self.ctx.views.peek("messages", self.topic, self.queue_id)
 
     def _start(self, v: View) -> int:
-        committed = self.ctx.store.consumer_offsets.query(self.group, self.topic, self.queue_id)
-        return v.byte_offset(max(committed, 0))
+        """Where the pending lines start in ``v``: the committed offset's line, or minOffset's
+        when expiry passed the committed offset (``getMessage``'s OFFSET_TOO_SMALL, whose next
+        offset is minOffset). When the view was sized before that expiry and is held open
+        (its old lines cannot be rendered again), the first line after the chunk that holds
+        minOffset (:meth:`View.live_byte_offset`)."""
+        store = self.ctx.store
+        committed = store.consumer_offsets.query(self.group, self.topic, self.queue_id)
+        try:
+            low = store.min_offset(self.topic, self.queue_id)
+        except E.StoreError:
+            low = 0
+        return v.live_byte_offset(max(committed, low, 0))
 
     def _pending_stat(self, v: View) -> Stat:
         start = self._start(v)

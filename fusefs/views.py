@@ -585,14 +585,20 @@ class View:
         else:
             start, end = {q: nxt[q] for q in grow}, grow
         reached: dict[int, int] = {}
+        cl_min = self.store.commitlog.min_offset
         plan = plan_chunks(
             self.store, self.topic, self.kind, self.queue_id, start, end, reached, exact=again
         )
         try:
-            self._size(ix, plan)
+            self._size(ix, plan, cl_min)
         except (_Expired, StoreError) as exc:
             if isinstance(exc, StoreError) and exc.transient:
                 raise  # object storage did not answer: the index stays as it was
+            if isinstance(exc, StoreError) and self._expired_since(cl_min):
+                # records planned were deleted by expiry meanwhile (here, or by the writer a
+                # follower follows): not damage; the next sync plans again from what is left
+                self.index = base
+                return
             if not again:
                 assert isinstance(exc, StoreError)
                 self.index = ix
@@ -602,15 +608,25 @@ class View:
             ix, reached = base, {}
             plan = plan_chunks(self.store, self.topic, self.kind, self.queue_id, nxt, grow, reached)
             try:
-                self._size(ix, plan)
+                self._size(ix, plan, cl_min)
             except StoreError as exc2:
                 if exc2.transient:
                     raise
+                if self._expired_since(cl_min):
+                    self.index = base
+                    return
                 self.index = ix
                 self.damage = exc2
                 return
         ix.advance(reached)
         self.index = ix
+
+    def _expired_since(self, cl_min: int) -> bool:
+        """Whether expiry took CommitLog files since the CommitLog started at ``cl_min``: its
+        min offset moved, or its oldest listed file is gone from the disk (the writer a
+        follower follows deleted it, and the follower has not listed the files again)."""
+        cl = self.store.commitlog
+        return cl.min_offset != cl_min or cl.files.oldest_gone()
 
     def _extends_last(self, ix: ChunkIndex, grow: dict[int, int], nxt: dict[int, int]) -> bool:
         """Whether the last chunk is short and the new units all come after its units in
@@ -643,11 +659,13 @@ class View:
                 return False
         return True
 
-    def _size(self, ix: ChunkIndex, chunks: Iterable[PlannedChunk]) -> None:
-        """Size ``chunks`` (from :func:`plan_chunks`) in the workers, up to two per worker at
-        once, and append them to the index in order (caller holds :attr:`lock`). A chunk
-        that meets damage: the lines before the damaged record are sized alone and end the
-        view, and its StoreError is raised after ``note_damage``."""
+    def _size(self, ix: ChunkIndex, chunks: Iterable[PlannedChunk], cl_min: int) -> None:
+        """Size ``chunks`` (from :func:`plan_chunks`, planned when the CommitLog started at
+        ``cl_min``) in the workers, up to two per worker at once, and append them to the
+        index in order (caller holds :attr:`lock`). A chunk that meets damage: the lines
+        before the damaged record are sized alone and end the view, and its StoreError is
+        raised after ``note_damage``; one whose records expiry deleted meanwhile
+        (:meth:`_expired_since`) raises it without either."""
         from collections import deque
 
         parts = self.cache.parts
@@ -662,8 +680,8 @@ class View:
                     self, ix, i, fut, keep, (ids, units, qoffs)
                 )
             except StoreError as exc:
-                if exc.transient:  # not damage: the next read asks again
-                    raise
+                if exc.transient or self._expired_since(cl_min):
+                    raise  # not damage: the next read asks again, or plans what is left
                 note_damage(self.store, self.topic, ids, units, qoffs, exc)
                 k = damage_index(units, exc)
                 if k:  # the lines before the damaged record end the view
@@ -857,6 +875,45 @@ class View:
         data = self.read(ix.byte_at[i], ix.byte_at[i + 1] - ix.byte_at[i])
         nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
         return ix.byte_at[i] + int(nl[k - 1]) + 1
+
+    def live_byte_offset(self, queue_offset: int) -> int:
+        """:meth:`byte_offset` of a queue offset at or past the queue's minOffset; where the
+        chunk holding it also holds messages that expired since the view sized it (its units
+        cannot be read again: the view is held open across the expiry), the line found in the
+        chunk as rendered (cached), else the start of the next chunk, whose messages all
+        live."""
+        try:
+            return self.byte_offset(queue_offset)
+        except (StoreError, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno != errno.EIO:
+                raise
+        ix = self.index
+        assert self.queue_id is not None
+        i = ix.chunk_of_offset(self.queue_id, queue_offset)
+        if i >= ix.chunks:
+            return ix.size
+        # its units cannot be read again, but the chunk as rendered may still be cached: its
+        # lines are in queue offset order, each naming its queueOffset
+        try:
+            data = self.read(ix.byte_at[i], ix.byte_at[i + 1] - ix.byte_at[i])
+        except (StoreError, OSError):
+            return ix.byte_at[min(i + 1, ix.chunks)]
+        import bisect
+
+        import numpy as np
+
+        starts = [0, *(np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1).tolist()]
+        starts = [p for p in starts if p < len(data)]
+
+        def offset_at(k: int) -> int:
+            at = data.find(b'"queueOffset":', starts[k]) + len(b'"queueOffset":')
+            end = at
+            while end < len(data) and data[end : end + 1].isdigit():
+                end += 1
+            return int(data[at:end])
+
+        k = bisect.bisect_left(range(len(starts)), queue_offset, key=offset_at)
+        return ix.byte_at[i] + starts[k] if k < len(starts) else ix.byte_at[i + 1]
 
     def hold(self) -> None:
         """An open handle reads it: its index is not dropped meanwhile."""

@@ -245,6 +245,13 @@ class MappedFiles:
         self.forget_maps(seg.start for seg in gone)
         return gone
 
+    def oldest_gone(self) -> bool:
+        """Whether the oldest listed file is no longer on the disk (deleted by expiry, by this
+        process or by a writer another process follows, before this listing caught up).
+        Local files only (False for another source)."""
+        segs = self.segments
+        return bool(segs) and self.source.local and not os.path.lexists(segs[0].path)
+
     def forget_maps(self, starts: Iterable[int]) -> None:
         """Drop the mappings kept of the files that start at ``starts`` (deleted by expiry, or
         gone from the listing), so their blocks go back to the disk as RocketMQ's

@@ -337,3 +337,18 @@ def test_expired_files_are_unmapped_so_their_blocks_go_back(tmp_path):
         s.delete_expired_files()  # the next rounds close the deleted files' descriptors
         s.delete_expired_files()
         assert _mapped_gone_bytes(tmp_path / "store") == 0
+
+
+def test_an_iteration_that_spans_an_expiry_goes_on_from_the_queues_start(tmp_path):
+    """``iter_queue`` running while expiry deletes its next messages read the units from the
+    new minOffset as if they were at its position, and reported damage (QUEUEOFFSET 272 !=
+    16); it goes on from minOffset, as a pull moves there on OFFSET_TOO_SMALL."""
+    with _open(tmp_path, _hour_not_now(), 99, 0.1) as s:
+        res = _fill(s, 20)
+        it = s.iter_queue(TOPIC, 0)
+        assert next(it)[0] == 0
+        _expire(s, 8)
+        s.delete_expired_files()
+        rest = [q for q, _ in it]
+        assert rest == list(range(8, 20)) and s.damaged == {}
+        assert s.get_message(TOPIC, 0, 19).commitlog_offset == res[19].commitlog_offset

@@ -159,3 +159,89 @@ def test_the_lines_before_a_damaged_record_stay_readable(tmp_path):
         assert [(d["topic"], d["queueId"]) for d in damaged] == [("T", 0)]
         assert f"offset {off}" in damaged[0]["error"]
         assert t.read("/topics/T/1/bodies.txt").count(b"\n") == 10
+
+
+def test_expiry_while_a_view_is_sized_is_not_damage(tmp_path, monkeypatch):
+    """Expiry that deletes records a view planned, before the render workers read them (on a
+    writer, or the writer a follower follows), is not damage: the queue was marked damaged,
+    the view answered EIO until remount and verify/recover were suggested. The view plans
+    again from what is left; no queue is marked."""
+    import os
+    import time
+
+    from rmqfs.fusefs.views import View
+
+    root = tmp_path / "store"
+    with MessageStore(str(root), small_config()) as s:
+        s.create_topic("T", 1)
+        for b in range(20):
+            s.put_messages(
+                [Message("T", b"m%05d " % (b * 200 + i) + b"x" * 60) for i in range(200)]
+            )
+    old = time.time() - 100 * 86400
+    segs = sorted((root / "commitlog").iterdir())
+    for p in segs[: len(segs) // 2]:
+        os.utime(p, (old, old))
+    with tree(tmp_path) as t:
+        real = View._size
+        raced = []
+
+        def expiry_between_plan_and_render(self, ix, chunks, cl_min):
+            def planned():  # the first chunk planned, then expiry, then the workers read it
+                it = iter(chunks)
+                first = next(it, None)
+                if first is None:
+                    return
+                if not raced:
+                    raced.append(t.store.delete_expired_files())
+                yield first
+                yield from it
+
+            return real(self, ix, planned(), cl_min)
+
+        monkeypatch.setattr(View, "_size", expiry_between_plan_and_render)
+        data = t.read("/topics/T/0/messages.jsonl")
+        assert raced and raced[0].commitlog
+        assert t.store.damaged == {}
+        lo, hi = t.store.min_offset("T", 0), t.store.max_offset("T", 0)
+        lines = data.splitlines()
+        assert lo > 0 and len(lines) == hi - lo
+        assert json.loads(lines[0])["queueOffset"] == lo
+
+
+def test_pending_starts_at_min_offset_once_expiry_passed_the_commit(tmp_path):
+    """A group whose committed offset expiry passed has its pending messages from minOffset
+    (``getMessage``'s OFFSET_TOO_SMALL, next = minOffset); while a reader held the queue's
+    view open across the expiry, pending.jsonl answered EIO (its start was looked for in
+    chunks that cannot be rendered again)."""
+    import os
+    import time
+
+    root = tmp_path / "store"
+    with MessageStore(str(root), small_config()) as s:
+        s.create_topic("T", 1)
+        for b in range(20):
+            s.put_messages(
+                [Message("T", b"m%05d " % (b * 200 + i) + b"x" * 60) for i in range(200)]
+            )
+        s.create_group("G")
+        s.commit_offset("G", "T", 0, 10)
+    with tree(tmp_path) as t:
+        h = t.node("/topics/T/0/messages.jsonl").open(os.O_RDONLY)  # holds the view
+        try:
+            assert h.read(0, 100)
+            old = time.time() - 100 * 86400
+            segs = sorted((root / "commitlog").iterdir())
+            for p in segs[: len(segs) // 2]:
+                os.utime(p, (old, old))
+            assert t.store.delete_expired_files().commitlog
+            lo, hi = t.store.min_offset("T", 0), t.store.max_offset("T", 0)
+            assert lo > 10
+            lines = t.read("/groups/G/T/0/pending.jsonl").splitlines()
+            first = json.loads(lines[0])["queueOffset"]
+            assert lo <= first < hi and len(lines) == hi - first
+        finally:
+            h.release()
+        # nobody holds the view: it starts again from the oldest left, pending at minOffset
+        lines = t.read("/groups/G/T/0/pending.jsonl").splitlines()
+        assert json.loads(lines[0])["queueOffset"] == lo and len(lines) == hi - lo
