@@ -594,7 +594,7 @@ class View:
         except (_Expired, StoreError) as exc:
             if isinstance(exc, StoreError) and exc.transient:
                 raise  # object storage did not answer: the index stays as it was
-            if isinstance(exc, StoreError) and self._expired_since(cl_min):
+            if isinstance(exc, StoreError) and self._expired_since(cl_min, exc):
                 # records planned were deleted by expiry meanwhile (here, or by the writer a
                 # follower follows): not damage; the next sync plans again from what is left
                 self.index = base
@@ -612,7 +612,7 @@ class View:
             except StoreError as exc2:
                 if exc2.transient:
                     raise
-                if self._expired_since(cl_min):
+                if self._expired_since(cl_min, exc2):
                     self.index = base
                     return
                 self.index = ix
@@ -621,12 +621,20 @@ class View:
         ix.advance(reached)
         self.index = ix
 
-    def _expired_since(self, cl_min: int) -> bool:
-        """Whether expiry took CommitLog files since the CommitLog started at ``cl_min``: its
-        min offset moved, or its oldest listed file is gone from the disk (the writer a
-        follower follows deleted it, and the follower has not listed the files again)."""
+    def _expired_since(self, cl_min: int, exc: StoreError) -> bool:
+        """Whether the failure ``exc`` is expiry since the CommitLog started at ``cl_min``, not
+        damage: the record it names (or, naming none, any) lies below where the CommitLog
+        starts now, or, in a follower, in its oldest listed file, which the writer deleted
+        before the follower listed the files again. Damage anywhere else, or a file missing
+        for another reason, is damage."""
         cl = self.store.commitlog
-        return cl.min_offset != cl_min or cl.files.oldest_gone()
+        at = getattr(exc, "offset", None)
+        if cl.min_offset != cl_min and (at is None or at < cl.min_offset):
+            return True
+        if self.store.follower is None or at is None:
+            return False
+        segs = cl.files.segments
+        return bool(segs) and segs[0].start <= at < segs[0].end and cl.files.oldest_gone()
 
     def _extends_last(self, ix: ChunkIndex, grow: dict[int, int], nxt: dict[int, int]) -> bool:
         """Whether the last chunk is short and the new units all come after its units in
@@ -680,7 +688,7 @@ class View:
                     self, ix, i, fut, keep, (ids, units, qoffs)
                 )
             except StoreError as exc:
-                if exc.transient or self._expired_since(cl_min):
+                if exc.transient or self._expired_since(cl_min, exc):
                     raise  # not damage: the next read asks again, or plans what is left
                 note_damage(self.store, self.topic, ids, units, qoffs, exc)
                 k = damage_index(units, exc)
@@ -882,16 +890,25 @@ class View:
         cannot be read again: the view is held open across the expiry), the line found in the
         chunk as rendered (cached), else the start of the next chunk, whose messages all
         live."""
+        ix = self.index
+        q = self.queue_id
+        assert q is not None
         try:
             return self.byte_offset(queue_offset)
         except (StoreError, OSError) as exc:
             if isinstance(exc, OSError) and exc.errno != errno.EIO:
                 raise
-        ix = self.index
-        assert self.queue_id is not None
-        i = ix.chunk_of_offset(self.queue_id, queue_offset)
-        if i >= ix.chunks:
-            return ix.size
+            if isinstance(exc, StoreError) and exc.transient:
+                raise
+            i = ix.chunk_of_offset(q, queue_offset)
+            first = ix.start_offsets(i).get(q, 0) if i < ix.chunks and ix.has(q) else None
+            if first is None:
+                raise
+            if first >= queue_offset:
+                return ix.byte_at[i]  # its line starts the chunk: nothing to read
+            cq = self.store.consume_queue(self.topic, q)
+            if cq is None or first >= cq.min_offset:
+                raise  # nothing of the chunk expired: damage, or the render failed
         # its units cannot be read again, but the chunk as rendered may still be cached: its
         # lines are in queue offset order, each naming its queueOffset
         try:

@@ -345,9 +345,22 @@ class ConsumeQueue:
         return gone
 
     def writer_deleted(self) -> bool:
-        """Whether the process that writes this queue deleted it (``deleteTopic``: no file
-        left after :meth:`follow_files`, and its directory gone)."""
-        return not self.files.segments and not os.path.isdir(self.files.directory)
+        """Whether the process that writes this queue deleted it (``deleteTopic``), after
+        :meth:`follow_files`: no file left and its directory gone, or its first file under
+        its name is another file than the one held (deleted and made again between two
+        looks: ``deleteTopic`` then ``updateTopic`` and a send)."""
+        segs = self.files.segments
+        if not segs:
+            return not os.path.isdir(self.files.directory)
+        first = segs[0]
+        if first.fd < 0:
+            return False
+        try:
+            now = os.lstat(first.path)
+        except FileNotFoundError:
+            return not os.path.isdir(self.files.directory)
+        held = os.fstat(first.fd)
+        return (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev)
 
     def written_units(
         self, max_units: int, relist: Callable[[FileQueue], object] | None = None

@@ -15,6 +15,7 @@ import pytest
 
 from fstree import small_config, tree
 from rmqfs.engine.store import Message, MessageStore
+from rmqfs.fusefs.base import FsError
 from stores import flip_body_byte
 
 
@@ -245,3 +246,48 @@ def test_pending_starts_at_min_offset_once_expiry_passed_the_commit(tmp_path):
         # nobody holds the view: it starts again from the oldest left, pending at minOffset
         lines = t.read("/groups/G/T/0/pending.jsonl").splitlines()
         assert json.loads(lines[0])["queueOffset"] == lo and len(lines) == hi - lo
+
+
+def test_a_missing_oldest_file_is_damage_not_expiry(tmp_path):
+    """Expiry is told from damage by the record a failure names: one below where the
+    CommitLog starts now. A CommitLog file removed by hand (not by expiry) leaves the store's
+    start where it was: the view's EIO and the damaged queue are reported, as before."""
+    import os
+
+    root = tmp_path / "store"
+    with MessageStore(str(root), small_config()) as s:
+        s.create_topic("T", 1)
+        for b in range(6):
+            s.put_messages(
+                [Message("T", b"m%05d " % (b * 200 + i) + b"x" * 60) for i in range(200)]
+            )
+    with tree(tmp_path) as t:
+        os.unlink(sorted((root / "commitlog").iterdir())[0])
+        with pytest.raises(FsError) as info:
+            t.read("/topics/T/0/messages.jsonl")
+        assert info.value.errno == errno.EIO
+        assert ("T", 0) in t.store.damaged
+
+
+def test_pending_answers_eio_when_a_render_fails_without_expiry(tmp_path, monkeypatch):
+    """pending.jsonl looks for its start in a chunk as rendered only where that chunk holds
+    expired messages; a render that fails for another reason (workers gone) is EIO, never a
+    pending file that silently lost its lines."""
+    from rmqfs.fusefs.views import View
+
+    root = tmp_path / "store"
+    with MessageStore(str(root), small_config()) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"m%05d" % i) for i in range(100)])
+        s.create_group("G")
+        s.commit_offset("G", "T", 0, 10)
+    with tree(tmp_path) as t:
+        t.read("/topics/T/0/messages.jsonl")
+
+        def failing(self, *args, **kw):
+            raise OSError(errno.EIO, "chunk 0 could not be rendered")
+
+        monkeypatch.setattr(View, "read", failing)
+        with pytest.raises(OSError) as info:
+            t.node("/groups/G/T/0/pending.jsonl").stat()
+        assert info.value.errno == errno.EIO

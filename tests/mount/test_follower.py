@@ -186,6 +186,15 @@ def test_engine_follower_follows_a_topic_deleted_and_made_again(tmp_path):
         assert [r.body for _, r in f.iter_queue("T", 0)] == [b"new0", b"new1", b"new2"]
         assert f.max_offset("U", 0) == w.max_offset("U", 0) == 6
         assert f.follower.behind_bytes == 0
+        # deleted and made again between two looks: its files have the old names, not the
+        # old inodes
+        w.delete_topic("T")
+        w.create_topic("T", 2)
+        w.put_messages([Message("T", b"again%d" % i, queue_id=0) for i in range(2)])
+        w.put_messages([Message("U", b"u-last")])
+        f.follower.refresh()
+        assert [r.body for _, r in f.iter_queue("T", 0)] == [b"again0", b"again1"]
+        assert f.max_offset("U", 0) == 7 and f.follower.behind_bytes == 0
 
 
 def test_engine_follower_never_shows_a_torn_record_or_a_record_without_its_unit(tmp_path):
