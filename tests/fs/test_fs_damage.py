@@ -162,27 +162,38 @@ def test_the_lines_before_a_damaged_record_stay_readable(tmp_path):
         assert t.read("/topics/T/1/bodies.txt").count(b"\n") == 10
 
 
+def _one_queue(root, batches: int = 20) -> None:
+    """A store at ``root`` whose topic T (one queue) holds ``batches`` x 200 messages of 67
+    bytes over many small CommitLog segments (fstree.small_config)."""
+    with MessageStore(str(root), small_config()) as s:
+        s.create_topic("T", 1)
+        for b in range(batches):
+            s.put_messages(
+                [Message("T", b"m%05d " % (b * 200 + i) + b"x" * 60) for i in range(200)]
+            )
+
+
+def _age_oldest_half(root) -> None:
+    """Make the oldest half of the CommitLog segments 100 days old (expired)."""
+    import os
+    import time
+
+    old = time.time() - 100 * 86400
+    segs = sorted((root / "commitlog").iterdir())
+    for p in segs[: len(segs) // 2]:
+        os.utime(p, (old, old))
+
+
 def test_expiry_while_a_view_is_sized_is_not_damage(tmp_path, monkeypatch):
     """Expiry that deletes records a view planned, before the render workers read them (on a
     writer, or the writer a follower follows), is not damage: the queue was marked damaged,
     the view answered EIO until remount and verify/recover were suggested. The view plans
     again from what is left; no queue is marked."""
-    import os
-    import time
-
     from rmqfs.fusefs.views import View
 
     root = tmp_path / "store"
-    with MessageStore(str(root), small_config()) as s:
-        s.create_topic("T", 1)
-        for b in range(20):
-            s.put_messages(
-                [Message("T", b"m%05d " % (b * 200 + i) + b"x" * 60) for i in range(200)]
-            )
-    old = time.time() - 100 * 86400
-    segs = sorted((root / "commitlog").iterdir())
-    for p in segs[: len(segs) // 2]:
-        os.utime(p, (old, old))
+    _one_queue(root)
+    _age_oldest_half(root)
     with tree(tmp_path) as t:
         real = View._size
         raced = []
@@ -216,25 +227,17 @@ def test_pending_starts_at_min_offset_once_expiry_passed_the_commit(tmp_path):
     view open across the expiry, pending.jsonl answered EIO (its start was looked for in
     chunks that cannot be rendered again)."""
     import os
-    import time
 
     root = tmp_path / "store"
+    _one_queue(root)
     with MessageStore(str(root), small_config()) as s:
-        s.create_topic("T", 1)
-        for b in range(20):
-            s.put_messages(
-                [Message("T", b"m%05d " % (b * 200 + i) + b"x" * 60) for i in range(200)]
-            )
         s.create_group("G")
         s.commit_offset("G", "T", 0, 10)
     with tree(tmp_path) as t:
         h = t.node("/topics/T/0/messages.jsonl").open(os.O_RDONLY)  # holds the view
         try:
             assert h.read(0, 100)
-            old = time.time() - 100 * 86400
-            segs = sorted((root / "commitlog").iterdir())
-            for p in segs[: len(segs) // 2]:
-                os.utime(p, (old, old))
+            _age_oldest_half(root)
             assert t.store.delete_expired_files().commitlog
             lo, hi = t.store.min_offset("T", 0), t.store.max_offset("T", 0)
             assert lo > 10
@@ -255,12 +258,7 @@ def test_a_missing_oldest_file_is_damage_not_expiry(tmp_path):
     import os
 
     root = tmp_path / "store"
-    with MessageStore(str(root), small_config()) as s:
-        s.create_topic("T", 1)
-        for b in range(6):
-            s.put_messages(
-                [Message("T", b"m%05d " % (b * 200 + i) + b"x" * 60) for i in range(200)]
-            )
+    _one_queue(root, 6)
     with tree(tmp_path) as t:
         os.unlink(sorted((root / "commitlog").iterdir())[0])
         with pytest.raises(FsError) as info:
