@@ -1294,6 +1294,11 @@ class MessageStore:
         """Groups from subscriptionGroup.json and consumerOffset.json, sorted."""
         return sorted(set(self.subscription_groups.groups) | self.consumer_offsets.groups())
 
+    def has_group(self, group: str) -> bool:
+        """Whether ``group`` is one of :meth:`group_names`, at the cost of one lookup (not of
+        listing every group)."""
+        return group in self.subscription_groups.groups or group in self.consumer_offsets.groups()
+
     def create_group(self, group: str) -> None:
         """Create a subscription group (persisted). Raises InvalidNameError."""
         self.check_writable()
@@ -1322,7 +1327,7 @@ class MessageStore:
         removeOffset``). Returns ``{"group", "config": bool, "offsets": [keys]}``.
         Raises NoSuchGroupError, ReadOnlyStoreError."""
         self.check_writable()
-        if group not in self.group_names():
+        if not self.has_group(group):
             raise NoSuchGroupError(f"consumer group {group} does not exist")
         had = self.subscription_groups.remove(group)
         offsets = self.consumer_offsets.remove_group(group) if remove_offset else []

@@ -1341,7 +1341,7 @@ class GroupsDir(Dir):
         """The group's :class:`GroupDir`, or None when no such group exists."""
         # Only existing groups: a lookup that answered for any valid name would make
         # `mkdir groups/<new>` fail with EEXIST (the kernel looks the name up first).
-        if name not in self.ctx.store.group_names():
+        if not self.ctx.store.has_group(name):
             return None
         return GroupDir(self.ctx, self.sub(name), name)
 
@@ -1350,7 +1350,7 @@ class GroupsDir(Dir):
         for a name refused."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
-        if name in self.ctx.store.group_names():
+        if self.ctx.store.has_group(name):
             raise FsError(errno.EEXIST)
         try:
             self.ctx.store.create_group(name)
@@ -1605,7 +1605,7 @@ class OffsetFile(GeneratedFile):
         it back); an engine error's errno."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
-        if self.group not in self.ctx.store.group_names():  # deleted while this file was open
+        if not self.ctx.store.has_group(self.group):  # deleted while this file was open
             raise FsError(errno.ENOENT, f"consumer group {self.group} was deleted")
         try:
             self.ctx.store.commit_offset(self.group, self.topic, self.queue_id, offset)

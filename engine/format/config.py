@@ -480,6 +480,8 @@ class ConsumerOffsetManager:
         self.read_only = read_only
         self.lock = threading.Lock()
         self.table: dict[str, dict[int, int]] = {}
+        # (table, counter, its groups, {group: {topic: queues}}): built once per change
+        self._index: tuple | None = None
         if raw is None:
             raw = load_config_file(self.path, self.parse, source) or {}
         self.table = self._offsets(raw)
@@ -534,27 +536,35 @@ class ConsumerOffsetManager:
             table[key] = row
         return table
 
+    def _groups_index(self) -> tuple[set[str], dict[str, dict[str, dict[int, int]]]]:
+        """``(every group with an offset, {group: {topic: queues}})`` of the table, built in
+        one pass and kept until the table changes (a lookup or a listing per group costs that
+        group, not the table: 20,000 groups took ``ls groups/`` 2 min 48 s)."""
+        idx = self._index
+        if idx is not None and idx[0] is self.table and idx[1] == self.counter:
+            return idx[2], idx[3]
+        table = self.table
+        groups: set[str] = set()
+        by_group: dict[str, dict[str, dict[int, int]]] = {}
+        for key, queues in list(table.items()):
+            parts = key.split(TOPIC_GROUP_SEPARATOR)
+            if len(parts) < 2:
+                continue
+            if _VALID_NAME.match(parts[1]) and len(parts[1]) <= GROUP_MAX_LENGTH:
+                groups.add(parts[1])
+            if len(parts) == 2:
+                by_group.setdefault(parts[1], {})[parts[0]] = queues
+        self._index = (table, self.counter, groups, by_group)
+        return groups, by_group
+
     def groups(self) -> set[str]:
-        """Every group that has an offset (broadcast keys included, without the suffix)."""
-        out = set()
-        for k in self.table:
-            parts = k.split(TOPIC_GROUP_SEPARATOR)
-            if (
-                len(parts) >= 2
-                and _VALID_NAME.match(parts[1])
-                and len(parts[1]) <= GROUP_MAX_LENGTH
-            ):
-                out.add(parts[1])
-        return out
+        """Every group that has an offset (broadcast keys included, without the suffix); a
+        set the caller must not change."""
+        return self._groups_index()[0]
 
     def topics_of(self, group: str) -> dict[str, dict[int, int]]:
         """``{topic: {queueId: offset}}`` committed by ``group``."""
-        out = {}
-        for key, queues in self.table.items():
-            parts = key.split(TOPIC_GROUP_SEPARATOR)
-            if len(parts) == 2 and parts[1] == group:
-                out[parts[0]] = dict(queues)
-        return out
+        return {t: dict(q) for t, q in self._groups_index()[1].get(group, {}).items()}
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when there is none (``queryOffset``)."""
@@ -567,6 +577,7 @@ class ConsumerOffsetManager:
             row = self.table.get(key)
             old = None if row is None else row.get(queue_id)
             self.table.setdefault(key, {})[queue_id] = offset
+            self._index = None
             try:
                 self._persist()
             except BaseException:  # ENOSPC...: the commit did not happen, in memory either
@@ -576,6 +587,7 @@ class ConsumerOffsetManager:
                     del row[queue_id]
                 else:
                     row[queue_id] = old
+                self._index = None
                 raise
             self.counter += 1
 
@@ -585,6 +597,7 @@ class ConsumerOffsetManager:
         with self.lock:
             before = {k: dict(v) for k, v in self.table.items()}
             result = change(self.table)
+            self._index = None
             try:
                 self._persist()
             except BaseException:
