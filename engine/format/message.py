@@ -477,7 +477,7 @@ def check_unit_record(
         if (topic, 0, queue_offset) in units and queue_id == 0:
             return rec
         raise CorruptRecordError(
-            f"the record ({rec.topic}) is not dispatched to {topic} at {queue_offset}",
+            f"the record ({rec.topic!r}) is not dispatched to {topic!r} at {queue_offset}",
             rec.commitlog_offset,
         )
     if rec.queue_id != queue_id:

@@ -1383,7 +1383,9 @@ def _slow_batch(
             queue_id is not None and rec.queue_id != queue_id
         ):
             raise CorruptRecordError(
-                f"the record belongs to {rec.topic}/{rec.queue_id}, not {topic}/{queue_id}", off
+                f"the record belongs to {rec.topic!r}/{rec.queue_id}, not {topic!r}"
+                + ("" if queue_id is None else f"/{queue_id}"),
+                off,
             )
         if qoffs is not None and rec.queue_offset != int(qoffs[i]):
             raise CorruptRecordError(unit_mismatch(rec.queue_offset, int(qoffs[i])), off)

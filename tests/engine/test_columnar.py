@@ -224,7 +224,7 @@ def test_damaged_record_raises_naming_its_offset(tmp_path, what):
     if what in ("unit_offset",):
         assert err.offset == offs[4] + 7
     elif what == "topic":
-        assert err.offset == offs[-1] + sizes_of(root)[-2] and "belongs to E/0" in str(err)
+        assert err.offset == offs[-1] + sizes_of(root)[-2] and "belongs to 'E'/0" in str(err)
     else:
         assert err.offset == offs[4]
     assert f"offset {err.offset}" in str(err)

@@ -53,7 +53,7 @@ def test_an_lmq_unit_at_a_record_that_does_not_name_it_is_damage(tmp_path):
         f.write(UNIT.pack(off, size, tc))  # unit 0 (unit 1, the tail, is checked on open)
     with (
         MessageStore(str(root), read_only=True) as s,
-        pytest.raises(CorruptRecordError, match="not dispatched to %LMQ%b at 0"),
+        pytest.raises(CorruptRecordError, match="not dispatched to '%LMQ%b' at 0"),
     ):
         s.get_message("%LMQ%b", 0, 0)
 
