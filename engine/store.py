@@ -797,9 +797,10 @@ class MessageStore:
         ``consumequeue/<topic>/`` removed). Its CommitLog records stay until they expire.
 
         The deletion is remembered with the CommitLog's end (:class:`config.DeletedTopics`)
-        before anything is removed, so no recovery or rebuild dispatches the old records
+        before the queues are removed, so no recovery or rebuild dispatches the old records
         again, and each step can be redone: a crash in between leaves a topic that a second
-        delete finishes.
+        delete finishes. The offsets go first, taking only their own lock (a snapshot takes
+        it before the put lock: never the other way round).
 
         Returns ``{"topic", "queues": [ids removed], "offsets": [keys removed],
         "commitLogOffset": where the deletion stands}``. Raises NoSuchTopicError,
@@ -815,6 +816,10 @@ class MessageStore:
             )
         if name not in self.topic_names():
             raise NoSuchTopicError(f"topic {name} does not exist")
+        # the offsets first, under their own lock alone: a snapshot holds that lock and then
+        # takes the put lock (engine.live.snapshot.freeze), so taking it under the put lock
+        # deadlocked the two; a crash right after leaves a topic a second delete finishes
+        offsets = self.consumer_offsets.remove_topic(name)
         with self.put_lock:
             # records of the topic waiting for a SYNC_FLUSH group commit lie below ``end``
             # too: their dispatch skips them (engine.service.dispatch)
@@ -829,7 +834,6 @@ class MessageStore:
                 if os.path.isdir(tdir) and not os.path.islink(tdir):
                     remove_tree(tdir)  # no recursion: any junk depth
                     _fsync_dir(os.path.join(self.root, base))
-            offsets = self.consumer_offsets.remove_topic(name)
             self.topic_config.remove(name)
             self.putter.forget_topic(name)
             self.batch_cq_topics.discard(name)

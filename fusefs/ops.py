@@ -846,10 +846,11 @@ class RmqOperations(pyfuse3.Operations):
         await self.dispatch.thread(
             parent.rmdir, text, on_error=self._refusal("rmdir", path, _pid(ctx), _uid(ctx))
         )
-        # rmdir topics/T, groups/G: the nodes of what went (and of the topic's view/ tree)
-        # answer ENOENT from now on, whatever the kernel still holds
+        # rmdir topics/T, groups/G, snapshots/S: the nodes of what went (and of the topic's
+        # view/ tree) answer ENOENT from now on, whatever the kernel still holds, and what is
+        # made again under the name gets new inode numbers
         gone: tuple[str, ...] = (path,)
-        if parent.path in ("/topics", "/groups"):
+        if parent.path in ("/topics", "/groups", "/snapshots"):
             self.removed[path] = self.removed.get(path, 0) + 1
         if parent.path == "/topics":
             gone += (f"/view/{topic_dir_name(text)}",)

@@ -562,3 +562,28 @@ def test_the_broker_name_carries_where_it_came_from(tmp_path):
     with MessageStore(str(root), settle_broker_name(None, str(root), "b3")) as s:
         st = store_status(s)
         assert (st["brokerName"], st["brokerNameFrom"]) == ("b3", "--broker-name")
+
+
+def test_delete_topic_never_holds_the_put_lock_while_it_waits_for_the_offsets(tmp_path):
+    """A snapshot takes the consumer offsets' lock and then the put lock
+    (engine.live.snapshot.freeze); deleteTopic took the put lock and then the offsets' lock
+    (removing the topic's offsets), so the two deadlocked and the mount froze. Holding the
+    offsets' lock as a snapshot does, the put lock must stay free while deleteTopic waits."""
+    import threading
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("D", 1)
+        s.put_messages([Message("D", b"x")])
+        s.commit_offset("G", "D", 0, 1)
+        s.consumer_offsets.lock.acquire()  # as freeze does first
+        t = threading.Thread(target=s.delete_topic, args=("D",))
+        t.start()
+        try:
+            got = s.put_lock.acquire(timeout=5)  # as freeze does next
+            assert got, "deleteTopic held the put lock while waiting for the offsets' lock"
+            s.put_lock.release()
+        finally:
+            s.consumer_offsets.lock.release()
+            t.join(10)
+        assert not t.is_alive() and "D" not in s.topic_names()
+        assert s.consumer_offsets.topics_of("G") == {}

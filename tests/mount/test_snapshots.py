@@ -779,3 +779,24 @@ def test_a_controller_replica_s_snapshot_carries_its_epoch_file_and_identity(mou
     assert run_rmqfs("snapshot-verify", copy).returncode == 0
     assert {n: (copy / n).read_bytes() for n in kept} == kept
     os.rmdir(snap)
+
+
+def test_a_snapshot_made_again_under_its_name_while_the_old_one_was_open(mount_store):
+    """``rmdir snapshots/S`` while a file of S is open, then ``mkdir snapshots/S`` again: the
+    new S got the old directory's inode number, which the kernel still held as removed, and
+    came up empty (ENOENT for its SNAPSHOT.json) until remount; what is made again under a
+    name gets new inode numbers, as for topics and groups."""
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_text("one\n")
+    s = m.mnt / "snapshots" / "x4"
+    os.mkdir(s)
+    fd = os.open(s / "checkpoint", os.O_RDONLY)
+    os.rmdir(s)
+    os.close(fd)
+    os.mkdir(s)
+    try:
+        assert "SNAPSHOT.json" in os.listdir(s) and "commitlog" in os.listdir(s)
+        assert json.loads((s / "SNAPSHOT.json").read_text())["files"]
+    finally:
+        os.rmdir(s)
