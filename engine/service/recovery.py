@@ -283,7 +283,10 @@ def _recover(
     if cl.entries is not None:
         start = min(start, dledger_recovery_start(store))
     # where RocketMQ's recovery would start: only the records from here on decide the end
-    trusted = min(start, rocketmq_start(store)) if cl.entries is not None else rocketmq_start(store)
+    # (after a crash that is ``start`` itself, the checkpoint's segment: not looked for twice)
+    trusted = start if not store.last_exit_ok else rocketmq_start(store)
+    if cl.entries is not None:
+        trusted = min(trusted, start)
     if store.index_service is not None:
         # The IndexFiles may lag the ConsumeQueues (deleted, or dropped after a crash).
         start = max(
@@ -545,14 +548,12 @@ def recovery_start(store: MessageStore) -> int:
 
 
 def rocketmq_start(store: MessageStore) -> int:
-    """Where RocketMQ's own recovery starts reading the CommitLog, whose records decide where
-    it ends: after a crash the segment the checkpoint vouches for (``recoverAbnormally``,
-    :func:`recovery_start`); after a clean shutdown the start of the segment holding the newest
-    record the ConsumeQueues point at (``recoverNormally`` of 5.3.2 on; 4.x walks from the
-    third-last segment), or the first segment when they point at none."""
+    """Where RocketMQ's own recovery after a clean shutdown starts reading the CommitLog, whose
+    records decide where it ends: the start of the segment holding the newest record the
+    ConsumeQueues point at (``recoverNormally`` of 5.3.2 on; 4.x walks from the third-last
+    segment), or the first segment when they point at none. (After a crash it is
+    :func:`recovery_start`'s segment, ``recoverAbnormally``'s.)"""
     cl = store.commitlog
-    if not store.last_exit_ok:
-        return recovery_start(store)
     last = max((cq.last_commitlog_offset for cq in store.consume_queues.values()), default=-1)
     seg = cl.files.find(last) if last >= cl.min_offset else None
     return seg.start if seg is not None else cl.min_offset

@@ -133,8 +133,6 @@ def test_the_lines_before_a_damaged_record_stay_readable(tmp_path):
     stay readable. The views' stat answered EIO for the whole queue (issue 26); now the queue
     and topic views end at the damage: their stat works, a reader gets every line before the
     damaged record, then EIO, and the damage is noted."""
-    from rmqfs.fusefs.base import FsError
-
     root = tmp_path / "store"
     with MessageStore(str(root), small_config()) as s:
         s.create_topic("T", 2)
