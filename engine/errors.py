@@ -9,6 +9,7 @@ follow RocketMQ's ``PutMessageStatus`` (``MESSAGE_ILLEGAL``, ``PROPERTIES_SIZE_E
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 
 
 class StoreError(Exception):
@@ -126,9 +127,9 @@ class FlushDiskTimeoutError(StoreError):
 
     errno = errno.ETIMEDOUT
 
-    def __init__(self, message: str, results: list | None = None):
+    def __init__(self, message: str, results: Sequence | None = None):
         super().__init__(message)
-        self.results = results or []
+        self.results: Sequence = results if results is not None else []
 
 
 class SnapshotExistsError(StoreError):

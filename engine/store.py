@@ -323,7 +323,7 @@ class MessageStore:
         # are the TopicConfigManager's (skip_reasons); skipped_topics() joins both.
         self._skipped_topics: dict[str, str] = {}
         self.index_service: IndexService | None = None
-        self.listeners: list = []  # callables(list[PutResult]) run after each put
+        self.listeners: list = []  # callables(Sequence[PutResult]) run after each put
         if self.config.message_index_enable:
             self._open_index(read_only)
         # the put path's caches and queue offsets (engine.service.putmessage)
@@ -1209,7 +1209,7 @@ class MessageStore:
 
     def put_messages(
         self, messages: list[Message], batch: bool = False, results: bool = True
-    ) -> list[PutResult]:
+    ) -> Sequence[PutResult]:
         """Append messages and dispatch them; all of them or none are stored.
 
         See :func:`engine.service.putmessage.put_messages` (validation, ``batch`` as RocketMQ's
@@ -1229,7 +1229,7 @@ class MessageStore:
         results: bool = True,
         tags: str | Sequence[str | None] | None = None,
         keys: str | Sequence[str | list[str] | None] | None = None,
-    ) -> list[PutResult]:
+    ) -> Sequence[PutResult]:
         """``put_messages`` of one message per body (its topic, queue, tags and keys only), all
         or none, without building the messages (``results`` False: nor, for a batch where
         nothing needs them, the PutResults; [] then; one body is a single put, its result

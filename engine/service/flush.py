@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import FlushDiskTimeoutError
@@ -236,7 +237,7 @@ class FlushService:
             dispatch.dispatch(self.store, pending[0][1])
             pending.pop(0)
 
-    def wait_flushed(self, end: int, results: list) -> None:
+    def wait_flushed(self, end: int, results: Sequence) -> None:
         """GroupCommitService: wait until the CommitLog is flushed to ``end``."""
         cfg = self.store.config
         timeout = cfg.sync_flush_timeout / 1000

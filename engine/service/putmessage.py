@@ -23,7 +23,7 @@ import os
 import time
 import zlib
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
@@ -148,6 +148,88 @@ class PutResult(NamedTuple):
 
 
 _NEW_RESULT = functools.partial(tuple.__new__, PutResult)  # PutResult from its field tuple
+
+
+class PutResults(Sequence[PutResult]):
+    """A compiled batch put's :class:`PutResult` s, kept as the columns ``rmq_put`` wrote
+    (copied out of its reused buffers: a few copies a batch) and built as they are read: one
+    when indexed, all (once, then kept) when iterated, sliced or compared. RocketMQ's
+    ``putMessages`` answers a batch with one ``AppendMessageResult`` (its msgIds joined); this
+    is that batch's answer with a result per message for whoever reads it, at no cost per
+    message for whoever does not (the mount's ``produce``, ``bench.engine``).
+
+    ``topics``: a topic per message; ``queue_ids`` (int32), ``queue_offsets`` (units),
+    ``commitlog_offsets`` (bytes, int64) and ``sizes`` (bytes, int32) arrays of as many
+    values; ``store_timestamp`` the batch's (epoch ms); ``msg_ids`` the offset msgIds
+    (``MessageDecoder.createMessageId``) as ASCII, each 32 characters and a separator;
+    ``uniq_keys`` a UNIQ_KEY per message. Equal to a list of the same PutResults."""
+
+    __slots__ = ("_cols", "_now", "_ids", "_uniq", "_all")
+
+    def __init__(
+        self,
+        topics: Sequence[str],
+        queue_ids: array,
+        queue_offsets: array,
+        commitlog_offsets: array,
+        sizes: array,
+        store_timestamp: int,
+        msg_ids: bytes,
+        uniq_keys: Sequence[str | None],
+    ):
+        self._cols = (topics, queue_ids, queue_offsets, commitlog_offsets, sizes)
+        self._now = store_timestamp
+        self._ids = msg_ids
+        self._uniq = uniq_keys
+        self._all: list[PutResult] | None = None
+
+    def __len__(self) -> int:
+        return len(self._uniq)
+
+    def __getitem__(self, i: Any) -> Any:  # (int -> PutResult, slice -> Sequence[PutResult])
+        if isinstance(i, slice):
+            return self._built()[i]
+        if self._all is not None:
+            return self._all[i]
+        n = len(self._uniq)
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("PutResults index out of range")
+        t, q, qo, pos, size = (c[i] for c in self._cols)
+        msg_id = self._ids[33 * i : 33 * i + 32].decode()
+        return _NEW_RESULT((t, q, qo, pos, size, self._now, msg_id, self._uniq[i]))
+
+    def __iter__(self) -> Iterator[PutResult]:
+        return iter(self._built())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (PutResults, list)):
+            return self._built() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # (as a list's: mutable neighbours compare equal)
+
+    def __repr__(self) -> str:
+        return f"PutResults({self._built()!r})"
+
+    def _built(self) -> list[PutResult]:
+        if self._all is None:
+            self._all = list(
+                map(
+                    _NEW_RESULT,
+                    zip(
+                        *self._cols,
+                        itertools.repeat(self._now),
+                        self._ids.decode().split(),
+                        self._uniq,
+                    ),
+                )
+            )
+        return self._all
+
+
 _UNLOADED = object()
 _BORN_OF = operator.attrgetter("born_timestamp")
 _SHORTS = [n.to_bytes(2, "big") for n in range(4096)]  # big-endian int16 of small lengths
@@ -253,7 +335,7 @@ def choose_queue(
 
 def put_messages(
     store: MessageStore, messages: list[Message], batch: bool = False, results: bool = True
-) -> list[PutResult]:
+) -> Sequence[PutResult]:
     """Append messages and dispatch them; all of them or none are stored.
 
     Every message is first checked against :mod:`engine.service.validation` (RocketMQ's client and
@@ -330,7 +412,7 @@ def _message_row(m: Message) -> tuple | None:
 
 def put_internal(
     store: MessageStore, messages: list[Message], batch: bool = False
-) -> list[PutResult]:
+) -> Sequence[PutResult]:
     """The broker's own put path: :func:`put_messages` without the client rules of
     :mod:`engine.service.validation`, for records the broker writes itself (its retry, schedule
     and transaction records carry system properties and reserved topics; RocketMQ's
@@ -359,7 +441,7 @@ def _put(
     batch: bool,
     cols: list[tuple] | None = None,
     want_results: bool = True,
-) -> list[PutResult]:
+) -> Sequence[PutResult]:
     """``DefaultMessageStore.putMessage``/``putMessages`` of ``messages`` (one MessageBatch when
     ``batch``): the plain ones by :func:`put_plain`, the rest here: each checked and given its
     queue (:func:`_targets`), encoded (:func:`_encode_all`), given consecutive queue offsets
@@ -722,7 +804,7 @@ def put_plain(
     batch: bool = False,
     cols: list[tuple] | None = None,
     results: bool = True,
-) -> list[PutResult] | None:
+) -> Sequence[PutResult] | None:
     """The put path for the common case: the batch encoded, placed and dispatched by the
     compiled core (``rmq_put`` of engine/read/_kernel.c), Python checking and accounting per
     batch, not per message.
@@ -817,8 +899,8 @@ def put_plain(
 
 
 def _under_put_lock(
-    store: MessageStore, put: Callable[..., list[PutResult]], *args: Any
-) -> list[PutResult]:
+    store: MessageStore, put: Callable[..., Sequence[PutResult]], *args: Any
+) -> Sequence[PutResult]:
     """``put(store, *args, now)`` under the store's put lock (``putMessageLock``; ``now`` the
     store timestamp, epoch ms), then, under SYNC_FLUSH, the wait for its records' flush
     (GroupCommitService: one fdatasync for this put and its peers'). ReadOnlyStoreError when
@@ -842,7 +924,7 @@ def put_bodies(
     results: bool = True,
     tags: str | Sequence[str | None] | None = None,
     keys: str | Sequence[str | list[str] | None] | None = None,
-) -> list[PutResult]:
+) -> Sequence[PutResult]:
     """``put_messages([Message(topic, body, tags=..., keys=..., queue_id=queue_id) for body in
     bodies])``, all or none, without a :class:`Message` per body on the compiled path (the
     mount's ``produce`` lines, ``rmqfs produce``; RocketMQ's ``DefaultMessageStore.putMessages``
@@ -1125,7 +1207,7 @@ def _put_compiled(
     results: bool,
     together: bool,
     now: int,
-) -> list[PutResult]:
+) -> Sequence[PutResult]:
     """:func:`put_plain` of a batch under the put lock: its columns to ``rmq_put``, its output
     to the files, its results ([] when not ``results`` and neither SYNC_FLUSH nor a listener
     needs them; a dispatcher besides the index gets them built for it alone). ``together``: a
@@ -1168,9 +1250,10 @@ def _put_compiled(
         rr.update(zip(tnames, ffi.unpack(rr_now, len(tnames))))
     _append_out(call, cl, start, a.nchunks, a.need, a.end, now)
     used, units, sn_after = _queue_units_out(call, slots, n)
+    out: Sequence[PutResult]
     if results or store.sync_flush or store.listeners:
         out = _results(call, topic_c, uniq_keys, now)
-        built: list[PutResult] | Callable[[], list[PutResult]] = out
+        built: Sequence[PutResult] | Callable[[], Sequence[PutResult]] = out
     else:
         out = []
         built = functools.partial(_results, call, topic_c, uniq_keys, now)
@@ -1191,7 +1274,7 @@ def _put_one(
     born_host: bytes | None,
     info: PlainTopic,
     now: int,
-) -> list[PutResult]:
+) -> Sequence[PutResult]:
     """:func:`_put_compiled` of one message (``row``: :func:`_message_row`), at the least
     per-call cost (``DefaultMessageStore.putMessage``): its property head built here (TAGS
     from the cache, KEYS, SHARDING_KEY), its queue chosen here (the round robin advanced
@@ -1307,7 +1390,7 @@ def _append_out(
 
 def _dispatch_out(
     store: MessageStore,
-    results: list[PutResult] | Callable[[], list[PutResult]],
+    results: Sequence[PutResult] | Callable[[], Sequence[PutResult]],
     tags_c: tuple,
     keys_c: tuple,
     units: list[tuple[tuple[str, int], int, bytes]],
@@ -1630,26 +1713,14 @@ def _queue_units_out(
     return used, units, sn_after
 
 
-def _results(call: _PutCall, topic_c: tuple, uniq_keys: list[str], now: int) -> list[PutResult]:
-    """One :class:`PutResult` per message of ``rmq_put``'s output."""
+def _results(call: _PutCall, topic_c: tuple, uniq_keys: list[str], now: int) -> PutResults:
+    """The :class:`PutResults` of ``rmq_put``'s output (its columns copied out of ``call``)."""
     ffi = call.ffi
     n = len(topic_c)
-    ids = ffi.buffer(call.msg_id, 33 * n)[:].decode()  # one msgId a line
-    return list(
-        map(
-            _NEW_RESULT,
-            zip(
-                topic_c,
-                ffi.unpack(call.queue, n),
-                ffi.unpack(call.qoff, n),
-                ffi.unpack(call.pos, n),
-                ffi.unpack(call.size, n),
-                itertools.repeat(now),
-                ids.split(),
-                uniq_keys,
-            ),
-        )
-    )
+    q, qo, pos, size = array("i"), array("q"), array("q"), array("i")
+    for col, ptr in ((q, call.queue), (qo, call.qoff), (pos, call.pos), (size, call.size)):
+        col.frombytes(ffi.buffer(ptr, col.itemsize * n))
+    return PutResults(topic_c, q, qo, pos, size, now, ffi.buffer(call.msg_id, 33 * n)[:], uniq_keys)
 
 
 def _index_keys(keys: list[str] | str | None) -> list[str]:
@@ -1716,7 +1787,7 @@ _HEAD_TYPES = ("uint8_t[]", "int32_t[]", "int64_t[]", "int32_t[]", "int32_t[]")
 def dispatch_plain(
     store: MessageStore,
     tags_keys: tuple[tuple, tuple],
-    out: list[PutResult] | Callable[[], list[PutResult]],
+    out: Sequence[PutResult] | Callable[[], Sequence[PutResult]],
     units: list[tuple[tuple[str, int], int, bytes]],
     idx: Sequence[int],
     start: int,

@@ -158,6 +158,47 @@ def test_fast_put_path_writes_the_general_paths_bytes(tmp_path, monkeypatch):
     assert len(fi) > 1 and fi == gi
 
 
+def test_put_results_read_lazily_equal_the_general_paths(tmp_path, monkeypatch):
+    """A compiled batch's PutResults are built as they are read (PutResults): each way of
+    reading them (an index, a negative one, a slice, iteration, equality) gives the general
+    path's PutResult for the same put, and an index past the end raises IndexError."""
+    batches = [b for b in _batches(random.Random(5)) if len(b) > 1][:6]
+    general = []
+    for b in batches:
+        general.append(_run(tmp_path / f"g{len(general)}", [b], True, monkeypatch))
+    for k, b in enumerate(batches):
+        tick = itertools.count(T0, 1700).__next__
+        monkeypatch.setattr(store_mod.time, "time", lambda tick=tick: tick() / 1000)
+        s = MessageStore(
+            str(tmp_path / f"f{k}"), StoreConfig(mapped_file_size_commit_log=16 * 1024)
+        )
+        s.uniq_keys = UniqKeyGenerator()
+        s.uniq_keys._prefix = "7F0000010001000000FF"
+        s.uniq_keys.counter = 65530
+        s.create_topic("T", 4)
+        s.create_topic("Other", 2)
+        for t in LONG_TOPICS:
+            s.topic_config.put(TopicConfig(t, 2, 2))
+        got = put_internal(s, b)
+        want = general[k]
+        assert isinstance(got, putmessage.PutResults), type(got)
+        assert len(got) == len(want)
+        assert (
+            got[0] == want[0]
+            and got[-1] == want[-1]
+            and got[len(want) // 2] == want[len(want) // 2]
+        )
+        with pytest.raises(IndexError):
+            got[len(want)]
+        with pytest.raises(IndexError):
+            got[-len(want) - 1]
+        assert got[1:3] == want[1:3]
+        assert list(got) == want and got == want and got == got and got != want[:-1]
+        assert got[-1] == want[-1]  # (read from the built list now)
+        s.close()
+        monkeypatch.undo()
+
+
 def test_fast_put_path_writes_v2_records_for_long_topics(tmp_path):
     """put_plain itself (not a fallback to the general path) writes the V2 record of a topic
     over 127 chars: magic 0xDAA320AB, a 2-byte topic length, calMsgLength + 1."""
