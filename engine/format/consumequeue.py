@@ -335,8 +335,8 @@ class ConsumeQueue:
     def follow_files(self, add: bool = True) -> list[Segment]:
         """Re-list the files of a read-only queue another process writes
         (:meth:`engine.format.mappedfile.FileQueue.refresh`): files the writer deleted are
-        dropped and ``min_offset`` moves to the first file left. Returns the segments dropped,
-        whose descriptors the caller closes once no reader can still use them."""
+        dropped and ``min_offset`` moves to the first file left. Returns the segments dropped
+        (each closes its descriptor once no reader holds it: :class:`Segment`)."""
         gone = self.files.refresh(add)
         base = self.files.min_offset // CQ_STORE_UNIT_SIZE
         if self.files.segments and self.min_offset < base:
@@ -372,8 +372,8 @@ class ConsumeQueue:
         records, :meth:`catch_up` at once).
 
         ``relist``: called with the :class:`FileQueue` when the read reaches the end of the
-        last listed file (default :meth:`follow_files`; a follower passes its own, which keeps
-        the dropped descriptors until no reader uses them)."""
+        last listed file (default :meth:`follow_files`; a follower passes its own, which
+        reports the files the writer deleted)."""
         fq = self.files
         lo = self.max_offset
         out = []
@@ -383,8 +383,7 @@ class ConsumeQueue:
             pos = (lo + n_total) * CQ_STORE_UNIT_SIZE
             if pos >= fq.end_offset:
                 if relist is None:
-                    for seg in self.follow_files():
-                        os.close(seg.fd)
+                    self.follow_files()  # (a dropped file's descriptor: closed when unheld)
                 else:
                     relist(fq)  # the writer may have started the next file
                 if pos >= fq.end_offset:

@@ -160,7 +160,14 @@ def remove_temp_files(directory: str) -> list[str]:
 class Segment:
     """One file of a :class:`MappedFiles` / :class:`FileQueue`: ``[start, start + size)`` of the
     logical byte space; ``fd`` its descriptor (a :class:`FileQueue`'s), -1 where the file is
-    only listed (:class:`MappedFiles`: mapped when read)."""
+    only listed (:class:`MappedFiles`: mapped when read) or once closed.
+
+    The segment owns its descriptor: :meth:`close` closes it (the queue's close, a truncation),
+    and a segment dropped from its queue without one (expiry, a follower's look at files the
+    writer deleted) closes it when the last holder lets go of it: a reader that took the segment
+    before the file was deleted reads the deleted file's bytes through it for as long as it
+    holds it, and its number is never another file's meanwhile (RocketMQ's
+    ``ReferenceResource``: a MappedFile is destroyed once its last reference is released)."""
 
     __slots__ = ("start", "path", "fd", "size")
 
@@ -169,6 +176,20 @@ class Segment:
         self.path = path
         self.fd = fd
         self.size = size
+
+    def close(self) -> None:
+        """Close the descriptor now (a second call, or a listed-only file: nothing to do);
+        ``fd`` is -1 after, so a late reader gets EBADF, never another file's bytes."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            self.close()
 
     @property
     def end(self) -> int:
@@ -607,8 +628,8 @@ class FileQueue(MappedFiles):
         vanish alone: the run of files that ends at the newest one is kept.
 
         The list is replaced as a whole under :attr:`lock`, so readers (:meth:`find`) always
-        see one consistent list. Returns the segments dropped: their descriptors are NOT
-        closed (a reader may still use them); the caller closes them when none can.
+        see one consistent list. Returns the segments dropped: their descriptors close when
+        the last reader holding one lets go of it (:class:`Segment`).
         """
         names = segment_names(self.directory)  # [] once the directory is gone
         present = {int(n) for n in names}
@@ -843,7 +864,7 @@ class FileQueue(MappedFiles):
             ):
                 seg = self.segments.pop()
                 self._unmap_written(seg)
-                os.close(seg.fd)
+                seg.close()
                 os.unlink(seg.path)
         last = self.find(offset)
         if last is not None:
@@ -863,7 +884,7 @@ class FileQueue(MappedFiles):
                 return None
             seg = self.segments.pop(0)
             self._unmap_written(seg)
-        os.close(seg.fd)
+        seg.close()
         os.unlink(seg.path)
         return seg
 
@@ -878,10 +899,7 @@ class FileQueue(MappedFiles):
         with self._lock:
             self._unmap_written(None)
             for seg in self.segments:
-                try:
-                    os.close(seg.fd)
-                except OSError:
-                    pass
+                seg.close()
             self.segments = []
         super().close()
 

@@ -81,7 +81,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GRAVE_ROUNDS = 50  # refreshes before the descriptor of a deleted file is closed
 MAX_NEW_UNITS = 1 << 20  # units of one queue taken per refresh
 BRIDGE_MAX = 10_000  # unit-less records walked one by one per refresh
 BRIDGE_CHUNK = 64 * 1024  # bytes the bridge reads at a time (records past it are read whole)
@@ -127,7 +126,6 @@ class Follower:
         self.refreshed_ms = 0
         self.refreshes = 0
         self._config_sigs: dict[str, tuple] = {}
-        self._graves: list[tuple[int, list]] = []  # (refresh number, fds to close)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._refresh_lock = threading.Lock()
@@ -189,15 +187,11 @@ class Follower:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the refresh thread (if any) and close the descriptors of deleted files."""
+        """Stop the refresh thread (if any)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        for _, fds in self._graves:
-            for fd in fds:
-                _close(fd)
-        self._graves = []
 
     # -- one step -----------------------------------------------------------------------------
     def refresh(self) -> dict:
@@ -211,7 +205,6 @@ class Follower:
             s = self.store
             changes: dict[str, Any] = {"records": 0, "deleted": [], "configs": []}
             self.refreshes += 1
-            self._bury()
             # read now, shown after the reput below: a config the writer wrote after a put
             # (a consumer offset past its messages) is never visible before those messages
             configs = self._follow_configs()
@@ -238,7 +231,7 @@ class Follower:
                     if cl.max_offset < cl.min_offset:
                         cl.max_offset = cl.min_offset
                     for key, cq in list(s.consume_queues.items()):
-                        gone = self._bury_later(cq.follow_files(add=False))
+                        gone = [seg.path for seg in cq.follow_files(add=False)]
                         changes["deleted"] += [os.path.relpath(p, s.root) for p in gone]
                         if cq.writer_deleted():
                             # the writer deleted the topic (or the queue): it goes here too,
@@ -297,27 +290,10 @@ class Follower:
     # -- files --------------------------------------------------------------------------------
     def _follow_file_queue(self, fq: FileQueue, add: bool = True) -> list[str]:
         """Make ``fq.segments`` match the directory
-        (:meth:`engine.format.mappedfile.FileQueue.refresh`); the descriptors of the files
-        dropped are closed later, once no reader can hold them. Returns the deleted paths."""
-        return self._bury_later(fq.refresh(add))
-
-    def _bury_later(self, gone: list) -> list[str]:
-        """Close the descriptors of the segments ``gone`` later, once no reader can hold them
-        (:meth:`_bury`). Returns their paths."""
-        if gone:
-            self._graves.append((self.refreshes, [seg.fd for seg in gone]))
-        return [seg.path for seg in gone]
-
-    def _bury(self) -> None:
-        """Close descriptors of deleted files once GRAVE_ROUNDS refreshes have passed."""
-        keep = []
-        for n, fds in self._graves:
-            if self.refreshes - n >= GRAVE_ROUNDS:
-                for fd in fds:
-                    _close(fd)
-            else:
-                keep.append((n, fds))
-        self._graves = keep
+        (:meth:`engine.format.mappedfile.FileQueue.refresh`); a dropped file's descriptor
+        closes once no reader holds its segment (:class:`engine.format.mappedfile.Segment`).
+        Returns the deleted paths."""
+        return [seg.path for seg in fq.refresh(add)]
 
     def _config_sig(self, name: str) -> tuple[tuple[int, int, int] | None, ...]:
         path = os.path.join(self.store.root, "config", name)
@@ -651,10 +627,3 @@ def _agree(
             continue
         at += step
     return ok
-
-
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass

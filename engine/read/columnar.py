@@ -528,8 +528,7 @@ class StoreFiles:
         (:meth:`engine.format.consumequeue.ConsumeQueue.correct_min_offset`, after the files
         retention deleted are dropped)."""
         q = self.queue(topic, queue_id)
-        for seg in q.follow_files(add=False):
-            os.close(seg.fd)
+        q.follow_files(add=False)
         q.catch_up()
         self.commitlog.refresh()
         q.correct_min_offset(self.commitlog.min_offset)

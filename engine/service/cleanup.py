@@ -140,7 +140,6 @@ class CleanService:
         self.clean_immediately = False
         self.last_physical_min_offset = 0
         self._lock = threading.Lock()
-        self._graveyard: list[int] = []  # fds of deleted files, closed on the next run
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -205,7 +204,6 @@ class CleanService:
     def run_once(self) -> CleanReport:
         """One run of both services (what the background thread does every interval)."""
         with self._lock:
-            self._close_graveyard()
             report = self.clean_commitlog()
             report.merge(self.clean_consume_queues())
             return report
@@ -327,7 +325,9 @@ class CleanService:
             cq.correct_min_offset(min_commitlog_offset)
 
     def _drop_first(self, fq: FileQueue, seg: Segment) -> bool:
-        """Take ``seg`` (the first file) out of ``fq`` and unlink it; the fd closes later."""
+        """Take ``seg`` (the first file) out of ``fq`` and unlink it; its descriptor closes when
+        no reader holds the segment any more (:class:`engine.format.mappedfile.Segment`: a
+        reader that took it before reads the deleted file, never a file opened since)."""
         with fq.lock:
             segs = fq.segments
             if len(segs) <= 1 or segs[0] is not seg:
@@ -338,16 +338,7 @@ class CleanService:
             os.unlink(seg.path)
         except FileNotFoundError:
             pass
-        self._graveyard.append(seg.fd)
         return True
-
-    def _close_graveyard(self) -> None:
-        fds, self._graveyard = self._graveyard, []
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
     def delete_expired_files(self, rounds: int = MANUAL_DELETE_ROUNDS) -> CleanReport:
         """``deleteExpiredCommitLog`` run now: a manual request, then up to ``rounds`` runs back to
@@ -385,10 +376,8 @@ class CleanService:
         self._thread.start()
 
     def shutdown(self) -> None:
-        """Stop the thread (waits for a running run) and close the deleted files' fds."""
+        """Stop the thread (waits for a running run)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        with self._lock:
-            self._close_graveyard()

@@ -324,7 +324,7 @@ def test_expired_files_are_unmapped_so_their_blocks_go_back(tmp_path):
     """An expired file that was mapped for reading (recovery's walk, a reader's ``locate``)
     was unlinked but stayed mapped until the store closed, so its blocks (1 GiB a segment by
     default) never went back to a disk that is full: RocketMQ's ``MappedFile.destroy`` unmaps
-    before it deletes. Its mapping goes with it now (and its fd with the next round)."""
+    before it deletes. Its mapping goes with it now (and its fd once no reader holds it)."""
     with _open(tmp_path, _hour_not_now(), 99, 0.1) as s:
         res = _fill(s, 12)
         for r in res:  # every segment and the ConsumeQueue file mapped, as readers map them
@@ -334,9 +334,50 @@ def test_expired_files_are_unmapped_so_their_blocks_go_back(tmp_path):
         s.delete_expired_files()
         assert s.commitlog.min_offset == 8 * SEG
         assert not set(s.commitlog.files.maps) & {r.commitlog_offset for r in res[:8]}
-        s.delete_expired_files()  # the next rounds close the deleted files' descriptors
-        s.delete_expired_files()
         assert _mapped_gone_bytes(tmp_path / "store") == 0
+
+
+def test_a_reader_holding_an_expired_file_reads_it_never_a_file_opened_since(tmp_path):
+    """A reader that took a segment before expiry deleted its file (a slow ``pread`` of the
+    mount, a follower's decoder) reads that file's bytes for as long as it holds it: its
+    descriptor used to be closed by the next clean run whoever held it, and the number, handed
+    to the next file opened, read that file's bytes as the deleted one's. It closes when the
+    last holder lets go (RocketMQ's MappedFile reference count)."""
+
+    def held(ident):  # the descriptors of this process open on the file ``ident``
+        out = []
+        for n in os.listdir("/proc/self/fd"):
+            try:
+                st = os.stat(f"/proc/self/fd/{n}")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == ident:
+                out.append(int(n))
+        return out
+
+    with _open(tmp_path, _hour_not_now(), 99, 0.1) as s:
+        res = _fill(s, 12)
+        fq = s.commitlog.files
+        seg = fq.find(res[0].commitlog_offset)  # what a reader holds while it reads
+        assert seg is not None
+        want = os.pread(seg.fd, SEG, 0)
+        st = os.fstat(seg.fd)
+        ident = (st.st_dev, st.st_ino)
+        _expire(s, 8)
+        s.delete_expired_files()
+        s.delete_expired_files()  # (the old code closed deleted files' fds here)
+        assert s.commitlog.min_offset == 8 * SEG
+        others = [os.open(p.path, os.O_RDONLY) for p in fq.segments]  # numbers reused
+        try:
+            assert os.fstat(seg.fd).st_nlink == 0  # deleted, and still the file it was
+            assert (os.fstat(seg.fd).st_dev, os.fstat(seg.fd).st_ino) == ident
+            assert os.pread(seg.fd, SEG, 0) == want
+            assert held(ident) == [seg.fd]
+            del seg  # the last holder lets go: the descriptor closes, the blocks go back
+            assert held(ident) == []
+        finally:
+            for fd in others:
+                os.close(fd)
 
 
 def test_an_iteration_that_spans_an_expiry_goes_on_from_the_queues_start(tmp_path):
