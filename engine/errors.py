@@ -149,6 +149,14 @@ class SnapshotError(StoreError):
     one cannot be read: see :class:`ManifestError`."""
 
 
+class SnapshotDescriptorsError(SnapshotError):
+    """A snapshot would take so many of the process's file descriptors (one per store file)
+    that too few would be left for producers, readers and the store's next files (EMFILE,
+    with the counts and what to do: drop a snapshot, or raise ``ulimit -n``)."""
+
+    errno = errno.EMFILE
+
+
 class ManifestError(SnapshotError, ValueError):
     """A snapshot's ``SNAPSHOT.json`` is not a manifest rmqfs reads: too large, not JSON,
     nested too deep, or a field of the wrong JSON type or range. The message names

@@ -50,6 +50,7 @@ import json
 import logging
 import os
 import re
+import resource
 import stat
 import sys
 import threading
@@ -65,6 +66,7 @@ import numpy as np
 from ..errors import (
     InvalidNameError,
     NoSuchSnapshotError,
+    SnapshotDescriptorsError,
     SnapshotError,
     SnapshotExistsError,
     UnsupportedLayoutError,
@@ -639,6 +641,49 @@ def _identify(files: list[FrozenFile], partial_mtime: int) -> None:
             f.candidate_mtime_ns = partial_mtime
 
 
+#: file descriptors a snapshot must leave free, at least (and an eighth of the limit): for the
+#: producers' and readers' open files, the store's next segments and the other snapshots' reads
+DESCRIPTOR_RESERVE = 256
+
+
+def descriptors_needed(store: MessageStore) -> int:
+    """How many file descriptors :func:`freeze` of ``store`` takes now: one per CommitLog,
+    ConsumeQueue and IndexFile file (each is held open until the snapshot is dropped)."""
+    n = len(store.commitlog.files.segments)
+    for _, cq in store.file_queues():
+        n += len(cq.files.segments)
+    index = store.index_service
+    if index is not None:
+        n += len(index.files)
+    return n
+
+
+def check_descriptor_room(store: MessageStore) -> None:
+    """Refuse a snapshot that would leave fewer than :data:`DESCRIPTOR_RESERVE` (or an eighth of
+    RLIMIT_NOFILE, whichever is more) of this process's file descriptors free: past that the
+    next producer's ``open``, a reader's or the store's next segment would fail with EMFILE.
+
+    Raises:
+        SnapshotDescriptorsError: (EMFILE) with the counts and what to do.
+    """
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no /proc: nothing to count against (os.dup still says EMFILE)
+        return
+    need = descriptors_needed(store)
+    reserve = max(DESCRIPTOR_RESERVE, soft // 8)
+    if used + need + reserve > soft:
+        raise SnapshotDescriptorsError(
+            f"a snapshot holds one file descriptor per store file: this one needs {need}, "
+            f"{used} of the {soft} this process may open are in use, and {reserve} must stay "
+            "free for producers, readers and new segments; drop a snapshot you no longer "
+            "need (rmdir snapshots/NAME) or raise the limit (ulimit -n) and mount again"
+        )
+
+
 def freeze(store: MessageStore, name: str) -> Snapshot:
     """Freeze ``store`` (an open :class:`engine.store.MessageStore`) as snapshot ``name``.
 
@@ -651,9 +696,12 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
         UnsupportedLayoutError: a DLedger store (its entries would be served as a plain
             ``commitlog/``, which no reader could read), a store with RocksDB ConsumeQueues or
             BatchConsumeQueues (the snapshot would lack them).
-        OSError: from dup/pread (EMFILE when out of file descriptors).
+        SnapshotDescriptorsError: (EMFILE) it would leave too few file descriptors free
+            (:func:`check_descriptor_room`).
+        OSError: from dup/pread.
     """
     _check_layout(store)
+    check_descriptor_room(store)
     fds: list[int] = []
 
     def dup(fd: int) -> int:

@@ -232,6 +232,40 @@ def test_manager_names_manifest_and_drop(tmp_path):
     assert json.loads((tmp_path / "cache" / "snapshot-crc32c.json").read_text())
 
 
+def test_a_snapshot_that_would_leave_too_few_descriptors_is_refused(tmp_path):
+    """A snapshot holds a descriptor per store file: snapshots taken until the limit ran out
+    left the owner's next produce, a reader's open and the store's next segment failing with
+    EMFILE. One that would leave fewer than the reserve free is refused (EMFILE, with the
+    counts and what to do), nothing held; with room it is taken."""
+    import resource
+
+    from rmqfs.engine.errors import SnapshotDescriptorsError
+    from rmqfs.engine.live.snapshot import DESCRIPTOR_RESERVE, descriptors_needed
+
+    cfg = small_store_config()
+    with MessageStore(str(tmp_path / "s"), cfg) as store:
+        store.create_topic("T", 2)
+        _put(store, 300)
+        need = descriptors_needed(store)
+        assert need > 4  # CommitLog segments, queue files, index files
+        mgr = SnapshotManager(store, None)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        used = len(os.listdir("/proc/self/fd"))
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (used + need + DESCRIPTOR_RESERVE - 2, hard))
+            with pytest.raises(SnapshotDescriptorsError) as info:
+                mgr.create("a")
+            assert info.value.errno == errno.EMFILE
+            assert f"needs {need}" in str(info.value) and "ulimit -n" in str(info.value)
+            assert mgr.names() == [] and len(os.listdir("/proc/self/fd")) <= used + 1
+            resource.setrlimit(resource.RLIMIT_NOFILE, (used + need + DESCRIPTOR_RESERVE + 8, hard))
+            mgr.create("a")
+            assert mgr.names() == ["a"]
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        mgr.close()
+
+
 def test_verify_copy_names_missing_short_and_damaged_files(tmp_path):
     cfg = small_store_config()
     with MessageStore(str(tmp_path / "s"), cfg) as store:
