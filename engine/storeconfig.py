@@ -100,6 +100,7 @@ COMPRESSION_TYPES = {"LZ4": COMPRESSION_LZ4, "ZSTD": COMPRESSION_ZSTD, "ZLIB": C
 #: Where a store's brokerName comes from (:func:`settle_broker_name`), first rule first.
 BROKER_NAME_OPTION = "--broker-name"
 BROKER_NAME_CONF = "broker.conf"
+BROKER_NAME_SNAPSHOT = "SNAPSHOT.json"
 BROKER_NAME_IDENTITY = "brokerIdentity"
 BROKER_NAME_HOST = "host name"
 _MAX_IDENTITY = 4096
@@ -293,13 +294,15 @@ class StoreConfig:
     def broker_name_source(self) -> str:
         """Where :attr:`broker_name` came from, in words for a log line, ``status.json``'s
         ``brokerNameFrom`` and the snapshot manifest: ``--broker-name``, ``brokerName= in
-        PATH``, ``the store's brokerIdentity file``, or ``the host name (no --config)`` /
-        ``the host name (PATH has no brokerName=)``."""
+        PATH``, ``the snapshot's SNAPSHOT.json``, ``the store's brokerIdentity file``, or
+        ``the host name (no --config)`` / ``the host name (PATH has no brokerName=)``."""
         rule = self.broker_name_rule
         if rule == BROKER_NAME_OPTION:
             return "--broker-name"
         if rule == BROKER_NAME_CONF:
             return f"brokerName= in {self.broker_conf}"
+        if rule == BROKER_NAME_SNAPSHOT:
+            return "the snapshot's SNAPSHOT.json"
         if rule == BROKER_NAME_IDENTITY:
             return "the store's brokerIdentity file"
         if self.broker_conf:
@@ -335,14 +338,16 @@ def settle_broker_name(
     root: str | None,
     name: str | None = None,
     source: StoreSource = LOCAL,
+    snapshot_broker: str | None = None,
 ) -> StoreConfig:
     """Decide the brokerName a mount reports (``status.json``) and writes into its snapshots'
     manifests, by the first rule that applies: ``name`` (the ``--broker-name`` option), the
-    ``brokerName=`` of ``--config``'s broker.conf (RocketMQ's ``BrokerConfig``), the store's
-    ``brokerIdentity`` file (:func:`identity_broker_name`; ``root`` None: not looked for),
-    else the host name (``BrokerIdentity.defaultBrokerName()``, RocketMQ's default, which two
-    machines often share: ``vm``, ``localhost``). :meth:`StoreConfig.broker_name_source` then
-    says which.
+    ``brokerName=`` of ``--config``'s broker.conf (RocketMQ's ``BrokerConfig``),
+    ``snapshot_broker`` (a snapshot in object storage: its ``SNAPSHOT.json``'s brokerName, the
+    name of the broker it was taken of), the store's ``brokerIdentity`` file
+    (:func:`identity_broker_name`; ``root`` None: not looked for), else the host name
+    (``BrokerIdentity.defaultBrokerName()``, RocketMQ's default, which two machines often
+    share: ``vm``, ``localhost``). :meth:`StoreConfig.broker_name_source` then says which.
 
     Returns ``config`` (a new default StoreConfig when None) with ``broker_name`` and
     ``broker_name_rule`` set. Raises ValueError for an empty ``name``.
@@ -354,6 +359,9 @@ def settle_broker_name(
         cfg.broker_name, cfg.broker_name_rule = name, BROKER_NAME_OPTION
         return cfg
     if cfg.broker_name_rule == BROKER_NAME_CONF:
+        return cfg
+    if snapshot_broker and snapshot_broker.strip():
+        cfg.broker_name, cfg.broker_name_rule = snapshot_broker, BROKER_NAME_SNAPSHOT
         return cfg
     found = identity_broker_name(root, source) if root is not None else None
     if found:

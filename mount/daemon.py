@@ -250,12 +250,17 @@ class Daemon:
             self._own_cache = True
         try:
             source: StoreSource = LOCAL
+            snapshot_broker = None
             if self.location is not None:
-                source = self._source = open_object_source(
+                remote = self._source = open_object_source(
                     self.location, self.cache_dir, self.remote_cache, self.remote_timeout
                 )
-                self.store_path = source.root
-            self.config = settle_broker_name(self.config, self.store_path, self.broker_name, source)
+                source, self.store_path = remote, remote.root
+                named = remote.manifest.get("brokerName")  # the broker it is a snapshot of
+                snapshot_broker = named if isinstance(named, str) else None
+            self.config = settle_broker_name(
+                self.config, self.store_path, self.broker_name, source, snapshot_broker
+            )
             self.store = MessageStore(
                 self.store_path,
                 self.config,

@@ -522,7 +522,8 @@ def test_a_record_that_expires_while_read_is_out_of_range_not_damage(tmp_path, m
 
 def test_the_broker_name_carries_where_it_came_from(tmp_path):
     """Issue 35, item 5: settle_broker_name takes --broker-name, then broker.conf's
-    brokerName=, then the store's brokerIdentity, then the host name, and says which."""
+    brokerName=, then a snapshot's SNAPSHOT.json (object storage), then the store's
+    brokerIdentity, then the host name, and says which."""
     import socket
 
     from rmqfs.engine.storeconfig import (
@@ -530,6 +531,7 @@ def test_the_broker_name_carries_where_it_came_from(tmp_path):
         BROKER_NAME_HOST,
         BROKER_NAME_IDENTITY,
         BROKER_NAME_OPTION,
+        BROKER_NAME_SNAPSHOT,
         settle_broker_name,
     )
 
@@ -547,6 +549,11 @@ def test_the_broker_name_carries_where_it_came_from(tmp_path):
     cfg = settle_broker_name(StoreConfig.from_broker_conf(str(bare)), str(root))
     assert (cfg.broker_name, cfg.broker_name_rule) == ("from-identity", BROKER_NAME_IDENTITY)
     assert cfg.broker_name_source() == "the store's brokerIdentity file"
+    # a snapshot in object storage: the name of the broker it was taken of, before the
+    # brokerIdentity it holds and the host name (the mount used to take the host name)
+    cfg = settle_broker_name(None, str(root), None, snapshot_broker="from-manifest")
+    assert (cfg.broker_name, cfg.broker_name_rule) == ("from-manifest", BROKER_NAME_SNAPSHOT)
+    assert cfg.broker_name_source() == "the snapshot's SNAPSHOT.json"
     named = tmp_path / "broker.conf"
     named.write_text("brokerName = broker-a\n")
     cfg = settle_broker_name(StoreConfig.from_broker_conf(str(named)), str(root))

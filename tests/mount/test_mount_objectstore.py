@@ -125,7 +125,9 @@ def snapshot_copy(tmp_path: Path, n: int, body: int = 100) -> Path:
     """A store of ``n`` messages on topics T (2 queues) and U (1 queue) with 64 KiB segments,
     snapshotted and written out as a copy; returns the copy."""
     store = tmp_path / "store"
-    with MessageStore(str(store), small_store_config()) as s:
+    cfg = small_store_config()
+    cfg.broker_name = "broker-a"  # what its SNAPSHOT.json says
+    with MessageStore(str(store), cfg) as s:
         s.create_topic("T", 2)
         s.create_topic("U", 1)
         s.put_messages(
@@ -209,7 +211,13 @@ def test_a_snapshot_in_object_storage_mounts_as_its_local_copy(aws, mounts, tmp_
     for rel in ("topics/T/messages.jsonl", "topics/U/messages.jsonl", "topics/T/1/bodies.txt"):
         assert (remote / rel).read_bytes() == (local / rel).read_bytes(), rel
     assert f"Store: {uri}" in (remote / "README.txt").read_text()
-    assert json.loads((remote / "status.json").read_text())["location"] == uri
+    status = json.loads((remote / "status.json").read_text())
+    assert status["location"] == uri
+    # named as the broker it is a snapshot of (its manifest), not as this machine
+    assert (status["brokerName"], status["brokerNameFrom"]) == (
+        "broker-a",
+        "the snapshot's SNAPSHOT.json",
+    )
     rows = [json.loads(x) for x in (remote / "topics/T/messages.jsonl").read_text().splitlines()]
     assert len(rows) == 2000
     parts = sorted(p for p in remote_tree if p.startswith("view/") and p.endswith(".parquet"))
