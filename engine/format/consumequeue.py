@@ -193,17 +193,52 @@ def first_unit_from(q: QueueReader, phy_offset: int) -> int:
 
 def first_live_unit(q: QueueReader, min_commitlog_offset: int) -> int:
     """The first queue offset of ``q`` whose record is still in the CommitLog (not blank
-    filler, commitLogOffset ``>= min_commitlog_offset``), ``max_offset`` when none is, by binary
-    search (``correctMinOffset``)."""
+    filler, commitLogOffset ``>= min_commitlog_offset``), ``max_offset`` when none is
+    (``correctMinOffset``), by binary search over the units' commitLogOffsets.
+
+    Blank filler units (``fillPreBlank``: commitLogOffset 0) belong before a queue's first
+    record, but a damaged store can hold one further on, where its 0 would make the search
+    skip live units before it: a blank unit is therefore judged by the first record unit at or
+    after it, which keeps the search's order, and the answer moves past blank units."""
     lo, hi = q.min_offset, q.max_offset
     while lo < hi:
         mid = (lo + hi) // 2
-        off, size, _ = q.unit(mid)
-        if off >= min_commitlog_offset and size != BLANK_UNIT_SIZE:
+        at, off = _record_unit_from(q, mid, hi)
+        if at < hi and off >= min_commitlog_offset:
             hi = mid
         else:
             lo = mid + 1
-    return lo
+    return _record_unit_from(q, lo, q.max_offset)[0]
+
+
+#: units read at a time where a run of blank filler units is walked (:func:`_record_unit_from`)
+_BLANK_RUN_STEP = 4096
+
+
+def _record_unit_from(q: QueueReader, start: int, end: int) -> tuple[int, int]:
+    """``(queue offset, commitLogOffset)`` of the first unit in ``[start, end)`` that is not
+    blank filler; ``(end, -1)`` when there is none."""
+    if start >= end:
+        return end, -1
+    raw = q.read_units(start, 1)
+    if len(raw) < CQ_STORE_UNIT_SIZE:
+        return end, -1
+    off, size, _ = UNIT.unpack(raw)
+    if size != BLANK_UNIT_SIZE:
+        return start, off
+    import numpy as np
+
+    at = start + 1
+    while at < end:
+        raw = q.read_units(at, min(_BLANK_RUN_STEP, end - at))
+        if not raw:
+            break
+        units = np.frombuffer(raw, dtype=_UNIT_DTYPE)
+        real = np.flatnonzero(units["size"] != BLANK_UNIT_SIZE)
+        if len(real):
+            return at + int(real[0]), int(units["off"][real[0]])
+        at += len(units)
+    return end, -1
 
 
 def read_held_units(

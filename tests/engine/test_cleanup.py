@@ -278,6 +278,36 @@ def test_correct_min_offset():
         cq.close()
 
 
+def test_correct_min_offset_is_not_misled_by_blank_units():
+    """Blank filler units (commitLogOffset 0) belong before a queue's first record
+    (``fillPreBlank``); one further on, in a damaged store, made the binary search jump past
+    it and hide the live units before it (min offset 3 where unit 1 is live). Leading filler
+    is still skipped, with and without expiry, over runs longer than one read."""
+    import tempfile
+
+    from rmqfs.engine.format.consumequeue import BLANK_UNIT_SIZE
+
+    blank = UNIT.pack(0, BLANK_UNIT_SIZE, 0)
+    with tempfile.TemporaryDirectory() as d:
+        cq = ConsumeQueue(d, "T", 0, 20 * 20000)
+        units = [UNIT.pack(100, 50, 0), UNIT.pack(200, 50, 0), blank, UNIT.pack(300, 50, 0)]
+        cq.put_units(0, b"".join([*units, UNIT.pack(400, 50, 0)]))
+        cq.correct_min_offset(150)
+        assert cq.min_offset == 1
+        cq.correct_min_offset(250)  # past the blank: the record after it
+        assert cq.min_offset == 3
+        cq.close()
+    for lead in (3, 5000):  # a queue that starts above 0: filler first (over one read's 4096)
+        with tempfile.TemporaryDirectory() as d:
+            cq = ConsumeQueue(d, "T", 0, 20 * 20000)
+            cq.put_units(0, blank * lead + b"".join(UNIT.pack(i * 100, 100, 0) for i in range(50)))
+            for cl_min, want in ((0, lead), (1000, lead + 10), (10**9, lead + 50)):
+                cq.min_offset = 0
+                cq.correct_min_offset(cl_min)
+                assert cq.min_offset == want, (lead, cl_min)
+            cq.close()
+
+
 def test_is_time_to_delete_hours():
     t = time.mktime((2026, 11, 22, 4, 30, 0, 0, 0, -1))
     assert is_time_to_delete("04", t)
