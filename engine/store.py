@@ -242,6 +242,21 @@ class MessageStore:
         self._closed = False
         self._lock: StoreLock | None = None  # the lock this store took (not a held_lock)
         self._held_lock = held_lock
+        # broker.conf settings that put the files elsewhere or make the broker expect another
+        # kind of store: refused before anything is read or created
+        refusals = self.config.layout_refusals(read_only)
+        if refusals:
+            advice = (
+                "mount it read-only (rmqfs mount -o ro) to read it"
+                if not read_only and not self.config.layout_refusals(True)
+                else "rmqfs does not open such a store"
+            )
+            raise UnsupportedLayoutError(
+                f"store {self.root}: {self.config.broker_conf or 'the config'} says "
+                f"{'; '.join(refusals)}: {advice}"
+            )
+        for note in self.config.conf_notes:
+            log.warning("%s", note)
         if not read_only:
             os.makedirs(self.root, exist_ok=True)
         elif not source.isdir(self.root):

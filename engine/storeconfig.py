@@ -8,6 +8,7 @@ config files of the store (topics, consumer offsets, subscription groups) are en
 
 from __future__ import annotations
 
+import difflib
 import os
 import socket
 from collections.abc import Callable
@@ -186,6 +187,11 @@ class StoreConfig:
     delete_file_batch_max: int = 10
     delete_commit_log_files_interval: int = 100
     store_path_root_dir: str | None = None  # storePathRootDir, for tools given only broker.conf
+    # broker.conf keys that place the store's files or choose its kind (LAYOUT_KEYS), as the
+    # file gives them: :meth:`layout_refusals` judges them; and the notes on keys that look
+    # like a misspelt setting (:meth:`from_broker_conf`)
+    layout_settings: dict[str, str] = field(default_factory=dict, compare=False)
+    conf_notes: list[str] = field(default_factory=list, compare=False)
     enabled_append_prop_crc: bool = False
     force_verify_prop_crc: bool = False
     auto_message_version_on_topic_len: bool = True
@@ -255,7 +261,11 @@ class StoreConfig:
         """Read a RocketMQ ``broker.conf`` (a Java properties file, see
         :func:`read_java_properties`) with the broker's key names.
 
-        Unknown keys are ignored; a bad value raises ValueError naming the key.
+        Keys rmqfs does not use are ignored, as the broker ignores keys it does not know
+        (``MixAll.properties2Object``); one that looks like a misspelt setting rmqfs reads
+        (``flushDiskTyp``) gets a note in :attr:`conf_notes`, which the mount logs and prints.
+        The keys of :data:`LAYOUT_KEYS` are kept for :meth:`layout_refusals`. A bad value
+        raises ValueError naming the key.
         """
         cfg = cls()
         with open(path, encoding="utf-8") as f:
@@ -264,18 +274,90 @@ class StoreConfig:
         if props.get("brokerName", "").strip():
             cfg.broker_name_rule = BROKER_NAME_CONF
         for key, value in props.items():
+            if key in LAYOUT_KEYS:
+                cfg.layout_settings[key] = value.strip()
             if key in cls._KEYS:
                 attr, conv = cls._KEYS[key]
                 try:
                     setattr(cfg, attr, conv(value.strip()))
                 except ValueError as exc:
                     raise ValueError(f"{path}: bad value for {key}: {value!r}") from exc
+            elif key not in LAYOUT_KEYS:
+                near = difflib.get_close_matches(key, _READ_KEYS, n=1, cutoff=0.85)
+                if near and near[0] not in props:
+                    cfg.conf_notes.append(
+                        f"{path}: {key} is not a setting rmqfs reads (ignored, as the broker "
+                        f"ignores keys it does not know); did you mean {near[0]}?"
+                    )
         if cfg.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise ValueError(f"{path}: flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH")
         cfg.compress_type = cfg.compress_type.upper()
         if cfg.compress_type not in COMPRESSION_TYPES:
             raise ValueError(f"{path}: compressType must be one of {sorted(COMPRESSION_TYPES)}")
         return cfg
+
+    def layout_refusals(self, read_only: bool) -> list[str]:
+        """Why a store opened with these settings must not be opened (``read_only`` False: for
+        writing): each :data:`LAYOUT_KEYS` setting that places the store's files where rmqfs
+        does not read them (the CommitLog outside ``storePathRootDir/commitlog`` or in several
+        directories, ``MultiPathMappedFileQueue``; read-only CommitLog directories; a DLedger
+        log outside the root), or, for writing, makes the broker expect what rmqfs does not
+        write (a DLedger or RocksDB store, controller mode, an epoch file elsewhere). [] when
+        none does. RocketMQ's paths: ``MessageStoreConfig.getStorePathCommitLog``,
+        ``getStorePathEpochFile``, ``DLedgerCommitLog``'s ``setDataStorePath``."""
+        s = self.layout_settings
+        root = s.get("storePathRootDir") or self.store_path_root_dir
+        out = []
+        cl = s.get("storePathCommitLog", "")
+        if "," in cl:
+            out.append(
+                f"storePathCommitLog={cl} spreads the CommitLog over several directories "
+                "(MultiPathMappedFileQueue), which rmqfs does not read"
+            )
+        elif cl and not _standard_path(cl, root, "commitlog"):
+            out.append(
+                f"storePathCommitLog={cl} puts the CommitLog outside the store's root "
+                f"({root or 'storePathRootDir'}/commitlog), where rmqfs reads it"
+            )
+        if s.get("readOnlyCommitLogStorePaths"):
+            out.append(
+                "readOnlyCommitLogStorePaths="
+                f"{s['readOnlyCommitLogStorePaths']} adds CommitLog directories rmqfs does not read"
+            )
+        dl = s.get("storePathDLedgerCommitLog", "")
+        if dl:
+            head, tail = os.path.split(os.path.normpath(dl))
+            if (
+                "," in dl
+                or tail != "data"
+                or not os.path.basename(head).startswith("dledger-")
+                or (root and os.path.normpath(os.path.dirname(head)) != os.path.normpath(root))
+            ):
+                out.append(
+                    f"storePathDLedgerCommitLog={dl} puts the DLedger log outside the store's "
+                    "root (ROOT/dledger-SELFID/data), where rmqfs reads it"
+                )
+        if read_only:
+            return out
+        epoch = s.get("storePathEpochFile", "")
+        if epoch and not _standard_path(epoch, root, "epochFileCheckpoint"):
+            out.append(
+                f"storePathEpochFile={epoch} keeps a controller-mode replica's epoch file "
+                "outside the store's root, where rmqfs looks for it before it writes"
+            )
+        for key, what in (
+            ("enableDLegerCommitLog", "a DLedger CommitLog"),
+            ("enableControllerMode", "a controller-mode replica"),
+        ):
+            if s.get(key, "").lower() == "true":
+                out.append(f"{key}=true: the broker keeps {what}, which rmqfs never writes")
+        kind = s.get("storeType", "")
+        if kind and kind != "default":
+            out.append(
+                f"storeType={kind}: the broker keeps its ConsumeQueues in RocksDB, which rmqfs "
+                "never writes"
+            )
+        return out
 
     def to_broker_conf(self) -> list[tuple[str, str]]:
         """``[(key, value)]`` of every setting, as broker.conf lines would hold them (the
@@ -331,6 +413,35 @@ class StoreConfig:
         for i, item in enumerate(self.message_delay_level.split(), start=1):
             table[i] = int(item[:-1]) * _TIME_UNITS[item[-1]]
         return table
+
+
+#: broker.conf keys that place a store's files or choose what kind of store it is
+#: (MessageStoreConfig, BrokerConfig): :meth:`StoreConfig.layout_refusals` judges them.
+LAYOUT_KEYS = frozenset(
+    {
+        "storePathRootDir",
+        "storePathCommitLog",
+        "readOnlyCommitLogStorePaths",
+        "storePathDLedgerCommitLog",
+        "storePathEpochFile",
+        "enableDLegerCommitLog",
+        "enableControllerMode",
+        "storeType",
+    }
+)
+#: the broker.conf keys rmqfs reads, which a misspelt key is compared with
+_READ_KEYS = sorted({*StoreConfig._KEYS, *LAYOUT_KEYS})
+
+
+def _standard_path(value: str, root: str | None, name: str) -> bool:
+    """Whether ``value`` (one path a broker.conf gives) is ``root/name``, RocketMQ's default
+    place (``root`` None: the broker's default root, ``~/store`` of the user it runs as, so
+    any ``.../store/name``)."""
+    path = os.path.normpath(value)
+    if root:
+        return path == os.path.normpath(os.path.join(root, name))
+    parent, base = os.path.split(path)
+    return base == name and os.path.basename(parent) == "store"
 
 
 def settle_broker_name(

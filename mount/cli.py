@@ -224,6 +224,9 @@ def cmd_mount(args: argparse.Namespace) -> int:
     note = daemon.broker_name_note()
     if pipe is not None and note is not None:
         pipe.note(note)  # the daemon logged it too (with -f, on this stderr)
+    for line in daemon.config_notes():
+        if pipe is not None:
+            pipe.note(line)  # the store logged it too
     if args.ready_fd is not None:
         _log_written(log_queue)  # the log holds what the mount said before it is ready
         os.write(args.ready_fd, b"ok")

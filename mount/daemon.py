@@ -324,6 +324,12 @@ class Daemon:
             return None
         return broker_name_notice(cfg)
 
+    def config_notes(self) -> list[str]:
+        """The notes on the broker.conf (a key that looks like a misspelt setting:
+        ``StoreConfig.conf_notes``) that ``rmqfs mount`` prints; the store logged them."""
+        cfg = self.store.config if self.store is not None else None
+        return list(cfg.conf_notes) if cfg is not None else []
+
     def recovery_report(self) -> RecoveryReport | None:
         """What the store's recovery did (:class:`engine.service.recovery.RecoveryReport`), None
         before :meth:`setup` or for a follower."""

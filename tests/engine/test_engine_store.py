@@ -571,6 +571,68 @@ def test_the_broker_name_carries_where_it_came_from(tmp_path):
         assert (st["brokerName"], st["brokerNameFrom"]) == ("b3", "--broker-name")
 
 
+@pytest.mark.parametrize(
+    "lines, read_refused, write_refused",
+    [
+        ("storePathRootDir=/srv/store\nstorePathCommitLog=/srv/store/commitlog", False, False),
+        ("storePathCommitLog=/home/rocketmq/store/commitlog", False, False),
+        ("storePathRootDir=/srv/store\nstorePathCommitLog=/disk2/commitlog", True, True),
+        ("storePathCommitLog=/d1/commitlog,/d2/commitlog", True, True),
+        ("readOnlyCommitLogStorePaths=/old/commitlog", True, True),
+        ("storePathDLedgerCommitLog=/elsewhere/log", True, True),
+        ("storePathRootDir=/s\nstorePathDLedgerCommitLog=/s/dledger-n0/data", False, False),
+        ("storePathEpochFile=/other/epoch", False, True),
+        ("enableDLegerCommitLog=true", False, True),
+        ("enableControllerMode=true", False, True),
+        ("storeType=defaultRocksDB", False, True),
+        ("storeType=default\nenableDLegerCommitLog=false", False, False),
+    ],
+)
+def test_broker_conf_settings_that_move_the_files_are_refused(
+    tmp_path, lines, read_refused, write_refused
+):
+    """A broker.conf whose keys put the CommitLog (or a DLedger log) where rmqfs does not read
+    it, or make the broker expect a store rmqfs does not write (DLedger, RocksDB queues,
+    controller mode), refuses the open (writing, or at all), before anything is created: the
+    keys were ignored, and a writable open made a second, empty CommitLog under the root."""
+    from rmqfs.engine.errors import UnsupportedLayoutError
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(lines + "\n")
+    cfg = StoreConfig.from_broker_conf(str(conf))
+    assert bool(cfg.layout_refusals(read_only=True)) == read_refused
+    assert bool(cfg.layout_refusals(read_only=False)) == write_refused
+    root = tmp_path / "store"
+    if write_refused:
+        with pytest.raises(UnsupportedLayoutError, match=str(conf)) as info:
+            MessageStore(str(root), cfg)
+        assert ("read-only" in str(info.value)) == (not read_refused)
+        assert not root.exists()
+    else:
+        MessageStore(str(root), cfg).close()
+    root.mkdir(exist_ok=True)
+    if read_refused:
+        with pytest.raises(UnsupportedLayoutError):
+            MessageStore(str(root), cfg, read_only=True)
+    else:
+        MessageStore(str(root), cfg, read_only=True).close()
+
+
+def test_a_misspelt_broker_conf_key_gets_a_note(tmp_path):
+    """Keys rmqfs does not read are ignored, as the broker ignores keys it does not know; one
+    that looks like a misspelt setting rmqfs reads gets a note naming the setting."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("flushDiskTyp=SYNC_FLUSH\nbrokerRole=ASYNC_MASTER\nmaxMessageSiz=5\n")
+    cfg = StoreConfig.from_broker_conf(str(conf))
+    assert cfg.flush_disk_type == "ASYNC_FLUSH"  # ignored
+    assert [n.rsplit("mean ", 1)[1] for n in cfg.conf_notes] == [
+        "flushDiskType?",
+        "maxMessageSize?",
+    ]
+    conf.write_text("flushDiskType=SYNC_FLUSH\nbrokerRole=SLAVE\nlistenPort=10911\n")
+    assert StoreConfig.from_broker_conf(str(conf)).conf_notes == []
+
+
 def test_delete_topic_never_holds_the_put_lock_while_it_waits_for_the_offsets(tmp_path):
     """A snapshot takes the consumer offsets' lock and then the put lock
     (engine.live.snapshot.freeze); deleteTopic took the put lock and then the offsets' lock

@@ -425,11 +425,21 @@ def test_the_mount_and_snapshot_upload_say_where_the_broker_name_came_from(tmp_p
         os.rmdir(mnt / "snapshots" / "two")
         run_rmqfs("umount", mnt)
 
+        # a misspelt setting is said (it is ignored, as the broker ignores it); a key that
+        # puts the CommitLog elsewhere refuses the mount, nothing created
+        conf.write_text("brokerName=from-conf\nflushDiskTyp=SYNC_FLUSH\n")
         res = run_rmqfs("mount", store, mnt, "--config", conf)
         assert "brokerName" not in res.stderr
+        assert f"rmqfs: {conf}: flushDiskTyp is not a setting rmqfs reads" in res.stderr
+        assert "did you mean flushDiskType?" in res.stderr
         st = json.loads((mnt / "status.json").read_text())
         assert (st["brokerName"], st["brokerNameFrom"]) == ("from-conf", f"brokerName= in {conf}")
         run_rmqfs("umount", mnt)
+        elsewhere = tmp_path / "conf2"
+        elsewhere.write_text(f"storePathCommitLog={tmp_path}/disk2/commitlog\n")
+        res = run_rmqfs("mount", tmp_path / "new", mnt, "--config", elsewhere, check=False)
+        assert res.returncode != 0 and "puts the CommitLog outside the store's root" in res.stderr
+        assert not (tmp_path / "new").exists() and not in_mount_table(mnt)
         res = run_rmqfs("mount", store, mnt, "--broker-name", " ", check=False)
         assert res.returncode == 1 and "--broker-name ' '" in res.stderr
     finally:
