@@ -239,6 +239,9 @@ class MessageStore:
         self.config = config or StoreConfig()
         self.read_only = read_only
         self.put_lock = threading.RLock()
+        # a group's deletion against a commit that must find the group (commit_offset's
+        # existing_group): taken before the consumer offsets' and subscription groups' locks
+        self._group_lock = threading.Lock()
         self._closed = False
         self._lock: StoreLock | None = None  # the lock this store took (not a held_lock)
         self._held_lock = held_lock
@@ -1292,11 +1295,18 @@ class MessageStore:
     # ------------------------------------------------------------------------------------------
     # consumer offsets and groups
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    def commit_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, existing_group: bool = False
+    ) -> None:
         """Commit a consumer offset (persisted atomically in consumerOffset.json).
 
+        ``existing_group``: only for a group the store holds, checked atomically with the
+        commit against :meth:`delete_group` (a descriptor of the mount opened before the
+        group's ``rmdir`` must not bring it back).
+
         Raises OffsetOutOfRangeError outside ``[minOffset, maxOffset]``, InvalidNameError for a
-        bad group name, NoSuchTopicError for an unknown queue, ReadOnlyStoreError.
+        bad group name, NoSuchTopicError for an unknown queue, NoSuchGroupError (with
+        ``existing_group``), ReadOnlyStoreError.
         """
         self.check_writable()
         validate_group_name(group)
@@ -1307,7 +1317,13 @@ class MessageStore:
             raise OffsetOutOfRangeError(
                 f"offset {offset} outside [{lo}, {hi}] of {topic}/{queue_id}"
             )
-        self.consumer_offsets.commit(group, topic, queue_id, offset)
+        if not existing_group:
+            self.consumer_offsets.commit(group, topic, queue_id, offset)
+            return
+        with self._group_lock:
+            if not self.has_group(group):
+                raise NoSuchGroupError(f"consumer group {group} was deleted")
+            self.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def group_names(self) -> list[str]:
         """Groups from subscriptionGroup.json and consumerOffset.json, sorted."""
@@ -1346,10 +1362,11 @@ class MessageStore:
         removeOffset``). Returns ``{"group", "config": bool, "offsets": [keys]}``.
         Raises NoSuchGroupError, ReadOnlyStoreError."""
         self.check_writable()
-        if not self.has_group(group):
-            raise NoSuchGroupError(f"consumer group {group} does not exist")
-        had = self.subscription_groups.remove(group)
-        offsets = self.consumer_offsets.remove_group(group) if remove_offset else []
+        with self._group_lock:
+            if not self.has_group(group):
+                raise NoSuchGroupError(f"consumer group {group} does not exist")
+            had = self.subscription_groups.remove(group)
+            offsets = self.consumer_offsets.remove_group(group) if remove_offset else []
         return {"group": group, "config": had, "offsets": offsets}
 
     def clone_group_offset(self, src: str, dest: str, topic: str) -> dict[int, int]:

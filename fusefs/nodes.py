@@ -1605,10 +1605,10 @@ class OffsetFile(GeneratedFile):
         it back); an engine error's errno."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
-        if not self.ctx.store.has_group(self.group):  # deleted while this file was open
-            raise FsError(errno.ENOENT, f"consumer group {self.group} was deleted")
-        try:
-            self.ctx.store.commit_offset(self.group, self.topic, self.queue_id, offset)
+        try:  # (the group's existence checked with the commit: deleted while this was open)
+            self.ctx.store.commit_offset(
+                self.group, self.topic, self.queue_id, offset, existing_group=True
+            )
         except E.StoreError as exc:
             raise fs_error(exc) from exc
 

@@ -633,6 +633,50 @@ def test_a_misspelt_broker_conf_key_gets_a_note(tmp_path):
     assert StoreConfig.from_broker_conf(str(conf)).conf_notes == []
 
 
+def test_a_commit_that_must_find_its_group_never_brings_a_deleted_group_back(tmp_path):
+    """The mount's offset file checked that its group still existed and then committed: a
+    ``rmdir groups/G`` between the two brought G back with one offset. The check and the
+    commit are one step against deleteSubGroup now (``existing_group``): a deletion that
+    comes while a commit is under way waits for it and removes what it wrote."""
+    import threading
+
+    from rmqfs.engine.errors import NoSuchGroupError
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"x"), Message("T", b"y")])
+        s.commit_offset("G", "T", 0, 1)
+        real = s.consumer_offsets.commit
+        in_commit, go_on = threading.Event(), threading.Event()
+
+        def slow_commit(*args):
+            in_commit.set()
+            go_on.wait(10)
+            real(*args)
+
+        s.consumer_offsets.commit = slow_commit
+        committer = threading.Thread(
+            target=s.commit_offset, args=("G", "T", 0, 2), kwargs={"existing_group": True}
+        )
+        committer.start()
+        assert in_commit.wait(10)
+        deleter = threading.Thread(
+            target=s.delete_group, args=("G",), kwargs={"remove_offset": True}
+        )
+        deleter.start()
+        deleter.join(0.3)
+        go_on.set()
+        committer.join(10)
+        deleter.join(10)
+        s.consumer_offsets.commit = real
+        assert not s.has_group("G") and s.consumer_offsets.groups() == set()
+        with pytest.raises(NoSuchGroupError):
+            s.commit_offset("G", "T", 0, 2, existing_group=True)
+        assert not s.has_group("G")
+        s.commit_offset("G", "T", 0, 2)  # (the API's plain commit still creates the group)
+        assert s.has_group("G")
+
+
 def test_delete_topic_never_holds_the_put_lock_while_it_waits_for_the_offsets(tmp_path):
     """A snapshot takes the consumer offsets' lock and then the put lock
     (engine.live.snapshot.freeze); deleteTopic took the put lock and then the offsets' lock
