@@ -20,6 +20,7 @@ record, on damaged stores).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -340,6 +341,14 @@ def _recover(
                 "are dropped with them"
             )
             log.warning("CommitLog: %s", report.torn_tail)
+        else:
+            written = _written_after(store, end)
+            if written is not None:  # a later page reached the disk, an earlier one did not
+                report.torn_tail = (
+                    f"zeros at {end} where a record should be; bytes written from {written} "
+                    "on in the same file are dropped with them"
+                )
+                log.warning("CommitLog: %s", report.torn_tail)
     report.scan_end = end
     if store.read_only and controller_replica(store.root):
         shown = confirmed_end(store, end, held)
@@ -413,6 +422,44 @@ def _records_after(store: MessageStore, end: int) -> int | None:
         head = os.pread(seg.fd, RECORD_HEAD.size, cl.header_size)
         if len(head) == RECORD_HEAD.size and is_record_magic(RECORD_HEAD.unpack_from(head)[1]):
             return seg.start
+    return None
+
+
+#: bytes of data (``SEEK_DATA``) :func:`_written_after` reads past zeros, at most
+_WRITTEN_AFTER_MAX = 64 << 20
+
+
+def _written_after(store: MessageStore, end: int) -> int | None:
+    """The CommitLog offset of the first non-zero byte after ``end`` in the segment holding
+    ``end``, where zeros ended the scan (a crash that wrote a later page of the file and not
+    an earlier one: the records there go with the zeros, as RocketMQ's walk drops them); None
+    when the rest of the file is zeros. Preallocated, never written parts are skipped with
+    ``SEEK_DATA``; at most :data:`_WRITTEN_AFTER_MAX` bytes are read."""
+    import numpy as np
+
+    seg = store.commitlog.files.find(end)
+    if seg is None or seg.fd < 0:
+        return None
+    pos, budget = end - seg.start, _WRITTEN_AFTER_MAX
+    seek_data: int | None = getattr(os, "SEEK_DATA", None)
+    while pos < seg.size and budget > 0:
+        if seek_data is not None:
+            try:
+                pos = os.lseek(seg.fd, pos, seek_data)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    return None  # no data past pos
+                seek_data = None  # not supported here: read the bytes
+        if pos >= seg.size:
+            break
+        chunk = os.pread(seg.fd, min(1 << 20, seg.size - pos, budget), pos)
+        if not chunk:
+            break
+        nonzero = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8))
+        if len(nonzero):
+            return seg.start + pos + int(nonzero[0])
+        pos += len(chunk)
+        budget -= len(chunk)
     return None
 
 

@@ -215,6 +215,44 @@ def test_zeros_with_records_after_them_say_what_goes(tmp_path):
         assert "dropped a torn tail" in rep.summary()
 
 
+def test_zeros_with_bytes_written_after_them_in_the_same_file_say_what_goes(tmp_path):
+    """A crash can leave a later page of the live segment on disk and an earlier one not:
+    the walk ends at the zeros, as RocketMQ's does, and the records after them in the same
+    file go. The report says so instead of calling it a clean end; zeros to the end of the
+    file are a clean end."""
+    root = tmp_path / "s"
+    fill(root)
+    recs = refreader.read_commitlog(str(root / "commitlog"))
+    seg = CONFIG["mapped_file_size_commit_log"]
+    last_seg = recs[-1]["physicalOffset"] // seg
+    in_last = [r for r in recs if r["physicalOffset"] // seg == last_seg]
+    assert len(in_last) > 4
+    victim = in_last[len(in_last) // 2]
+    at, after = victim["physicalOffset"], victim["physicalOffset"] + victim["totalSize"]
+    path = root / "commitlog" / f"{last_seg * seg:020d}"
+    with open(path, "r+b") as f:
+        f.seek(at % seg)
+        f.write(bytes(victim["totalSize"]))
+    clean = tmp_path / "clean"
+    shutil.copytree(root, clean)
+    (root / "checkpoint").unlink()  # nothing vouched for: recovery walks from the start
+    with MessageStore(str(root), StoreConfig(**CONFIG)) as s:
+        rep = s.recovery_report
+        assert s.commitlog.max_offset == at
+        head = f"zeros at {at} where a record should be; bytes written from "
+        assert rep.torn_tail.startswith(head)
+        assert rep.torn_tail.endswith(" on in the same file are dropped with them")
+        # the next record's first non-zero byte (its TOTALSIZE is big-endian: leading zeros)
+        assert after <= int(rep.torn_tail[len(head) :].split()[0]) < after + 4
+    # the records after the hole zeroed too: zeros to the end of the file, a clean end
+    with open(clean / "commitlog" / f"{last_seg * seg:020d}", "r+b") as f:
+        f.seek(at % seg)
+        f.write(bytes(seg - at % seg))
+    (clean / "checkpoint").unlink()
+    with MessageStore(str(clean), StoreConfig(**CONFIG)) as s:
+        assert s.commitlog.max_offset == at and s.recovery_report.torn_tail is None
+
+
 def test_an_idle_queues_damaged_last_record_never_cuts_the_log(tmp_path):
     """After a clean shutdown RocketMQ starts at the segment of the newest record the queues
     point at. An idle queue whose last record (old) lost its header has that unit dropped and
