@@ -273,6 +273,7 @@ class StoreConfig:
         cfg.broker_conf = path
         if props.get("brokerName", "").strip():
             cfg.broker_name_rule = BROKER_NAME_CONF
+        read_keys = sorted({*cls._KEYS, *LAYOUT_KEYS})  # what a misspelt key is compared with
         for key, value in props.items():
             if key in LAYOUT_KEYS:
                 cfg.layout_settings[key] = value.strip()
@@ -283,7 +284,7 @@ class StoreConfig:
                 except ValueError as exc:
                     raise ValueError(f"{path}: bad value for {key}: {value!r}") from exc
             elif key not in LAYOUT_KEYS:
-                near = difflib.get_close_matches(key, _READ_KEYS, n=1, cutoff=0.85)
+                near = difflib.get_close_matches(key, read_keys, n=1, cutoff=0.85)
                 if near and near[0] not in props:
                     cfg.conf_notes.append(
                         f"{path}: {key} is not a setting rmqfs reads (ignored, as the broker "
@@ -429,8 +430,6 @@ LAYOUT_KEYS = frozenset(
         "storeType",
     }
 )
-#: the broker.conf keys rmqfs reads, which a misspelt key is compared with
-_READ_KEYS = sorted({*StoreConfig._KEYS, *LAYOUT_KEYS})
 
 
 def _standard_path(value: str, root: str | None, name: str) -> bool:
