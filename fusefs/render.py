@@ -12,8 +12,9 @@ from __future__ import annotations
 import base64
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from rmqfs.engine.format.mappedfile import pwrite_all
 from rmqfs.engine.format.message import Host, MessageRecord, host_to_str
 from rmqfs.engine.read.jsonline import LINE_FIELDS, build_lines
 
@@ -23,11 +24,36 @@ if TYPE_CHECKING:  # annotations only: workers import these where they render
 
     from rmqfs.engine.format.mappedfile import MappedFiles
 
-#: What :func:`render_view_chunk` returns: ``(length in bytes, data or None, lines, newest ms)``
-ChunkResult = tuple[int, bytes | None, int, int]
+
+class ChunkResult(NamedTuple):
+    """What :func:`render_view_chunk` returns about a chunk's lines."""
+
+    #: bytes of the lines
+    length: int
+    #: the lines, when they were to be returned (``out`` None), else None
+    data: bytes | None
+    #: number of lines
+    lines: int
+    #: the newest storeTimestamp (epoch ms, 0 for none)
+    newest: int
+    #: the lines are in ``out``'s cache file (they fit in its room)
+    written: bool
+    #: the byte offset just after each line (int64), when the lines are longer than
+    #: ``ends_over`` bytes (the views' sizing pass cuts such a chunk: ``fusefs.views``), else None
+    ends: np.ndarray | None
+
+
 #: Where :func:`render_view_chunk` puts a chunk's lines: ``(cache file, room)``,
 #: :data:`SIZE_ONLY` or None (returned)
 ChunkOut = tuple[str, int] | str | None
+#: Bytes of bodies a render worker decodes at once, compressed ones inflated
+#: (``engine.read.columnar.decode_units``' ``max_bytes``; one body may have more, up to
+#: ``engine.format.message.MAX_INFLATED_BODY``): a chunk's units are sized by their records'
+#: bytes, and a few hundred bytes of a compressed record may inflate to 16 MiB, so a chunk is
+#: decoded and rendered in pieces of bodies up to this, and its lines written (or counted) piece
+#: by piece: what a worker holds is bounded by this and the largest record, never by how many
+#: compressed records a chunk has.
+RENDER_BODY_BYTES = 8 << 20
 
 # -- the fast path -----------------------------------------------------------------------------
 # Rendering is the cost of a first read of a decoded view, so the line is assembled from an
@@ -287,9 +313,10 @@ class RenderWorker:
 
 def chunk_room(kind: str, units: np.ndarray) -> int:
     """Bytes to reserve in the render cache for the lines of ``units`` (a chunk of
-    :func:`render_view_chunk`): what such lines usually take (a ``messages.jsonl`` line is
-    the record's bytes, a few escapes, property values twice and about 400 bytes of names and
-    numbers); a chunk that turns out longer is returned whole instead of written."""
+    :func:`render_view_chunk` not sized yet): what such lines usually take (a
+    ``messages.jsonl`` line is the record's bytes, a few escapes, property values twice and
+    about 400 bytes of names and numbers); a chunk that turns out longer is not kept (and
+    compressed bodies may inflate far past it: ``fusefs.views`` cuts such a chunk)."""
     return int(unit_rooms(kind, units).sum())
 
 
@@ -315,10 +342,13 @@ def render_view_chunk(
     queue_offsets: np.ndarray,
     kind: str,
     out: ChunkOut = None,
+    ends_over: int | None = None,
 ) -> ChunkResult:
     """Render one chunk of a ``messages.jsonl`` / ``bodies.txt`` view in a worker process
     (``fusefs.views`` cuts a view into chunks of units, sizes each once and renders a chunk
-    again whenever a read needs it and the render cache no longer holds it).
+    again whenever a read needs it and the render cache no longer holds it). The units are
+    decoded and rendered in pieces of at most :data:`RENDER_BODY_BYTES` of bodies (one record
+    may have more), each piece's lines written, counted or kept before the next is decoded.
 
     Args:
         commitlog_dir: the store's CommitLog directory (``commitlog/``; a DLedger store's
@@ -329,57 +359,84 @@ def render_view_chunk(
         units: ``engine.read.columnar.UNIT_DTYPE`` array without blank filler.
         queue_offsets: int64 array, the units' queue offsets.
         kind: ``"messages"`` or ``"bodies"``.
-        out: ``(cache file, room)``: create that file (never through a link, never an
-            existing one) and write the lines there when they fit in ``room`` bytes, so they
-            never pass through the daemon; :data:`SIZE_ONLY`: keep nothing; None: return them.
+        out: ``(cache file, room in bytes)``: create that file (never through a link, never
+            an existing one) and write the lines there when they fit in the room, so they
+            never pass through the daemon (when they do not, the file is removed and the
+            lines are only counted); :data:`SIZE_ONLY`: keep nothing; None: return them (the
+            caller bounds their length: the views return only chunks they sized).
+        ends_over: return the end of each line when the lines are longer than this many
+            bytes (None: never).
 
     Returns:
-        ``(length in bytes, data, lines, newest ms)``: ``data`` is the lines (bytes) when
-        ``out`` is None or they did not fit in the room, else None; ``lines`` the number of
-        lines; ``newest`` the newest storeTimestamp (epoch ms, 0 for none).
+        :class:`ChunkResult`: the lines' length in bytes, their data (``out`` None), number,
+        newest storeTimestamp, whether they were written to ``out``'s file, and their ends.
 
     Raises:
         CorruptRecordError: a unit does not point at its record (``engine.read.columnar``).
         OSError: the cache file could not be written.
     """
+    import numpy as np
+
     from rmqfs.engine.read.columnar import decode_topic_units, decode_units
 
     worker = RenderWorker.current()
     segs = worker.commitlog(commitlog_dir)
     cols = LINE_COLUMNS[kind]
-    if isinstance(queue_ids, int):
-        batch = decode_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
-    else:
-        batch = decode_topic_units(segs, topic, queue_ids, units, queue_offsets, columns=cols)
-    data, ends, newest = _lines(batch, kind)
-    del batch
-    length, lines = len(data), len(ends)
-    if isinstance(out, str):  # SIZE_ONLY
-        del data
-        worker.task_done(release_memory=False)
-        return length, None, lines, newest
-    if out is None or length > out[1]:
-        result = length, bytes(data), lines, newest
-        del data
-        worker.task_done(release_memory=False)
-        return result
-    path = out[0]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd, path, room = -1, "", 0
+    if isinstance(out, tuple):
+        path, room = out
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    pieces: list[bytes] = []  # the lines, to return (out None)
+    ends: list[np.ndarray] = []
+    length = lines = newest = 0
+    done, n = 0, len(units)
     try:
-        view = memoryview(data)
-        at = 0
-        while view:
-            n = os.pwrite(fd, view, at)
-            view = view[n:]
-            at += n
+        while True:
+            u, q = units[done:], queue_offsets[done:]
+            if isinstance(queue_ids, int):
+                batch = decode_units(
+                    segs, topic, queue_ids, u, q, columns=cols, max_bytes=RENDER_BODY_BYTES
+                )
+            else:
+                batch = decode_topic_units(
+                    segs, topic, queue_ids[done:], u, q, cols, max_bytes=RENDER_BODY_BYTES
+                )
+            done += batch.num_rows
+            data, piece_ends, piece_newest = _lines(batch, kind)
+            del batch
+            newest = max(newest, piece_newest)
+            if ends_over is not None:
+                ends.append(piece_ends + length)
+            if fd >= 0 and length + len(data) > room:  # does not fit: counted only
+                os.close(fd)
+                fd = -1
+                os.unlink(path)
+            if fd >= 0:
+                pwrite_all(fd, data, length)
+            elif out is None:
+                pieces.append(bytes(data))  # not a view: it would keep the decode's buffers
+            length += len(data)
+            lines += len(piece_ends)
+            del data
+            if done >= n:
+                break
     except BaseException:
-        os.close(fd)
-        os.unlink(path)
+        if fd >= 0:
+            os.close(fd)
+            os.unlink(path)
         raise
-    os.close(fd)
-    del data, view
+    written = fd >= 0
+    if written:
+        os.close(fd)
+    joined = None
+    if out is None:
+        joined = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()
+    line_ends = None
+    if ends_over is not None and length > ends_over:
+        line_ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
     worker.task_done(release_memory=False)
-    return length, None, lines, newest
+    return ChunkResult(length, joined, lines, newest, written, line_ends)
 
 
 def render_part(

@@ -5,8 +5,10 @@ per message; a ``view/`` part is a Parquet file of a range of one queue. Message
 once stored, so a view's bytes are a pure function of the store and a view only grows.
 
 A view is never rendered whole. It is cut into chunks of units (:func:`plan_chunks`: at most
-8,192 messages or a few MB of lines each), and a sizing pass renders each chunk once in the
-render workers and keeps only its length and line count: the view's seek-point index
+8,192 messages or a few MB of lines each, as their records' sizes promise, and cut again where
+compressed bodies inflate past that: :data:`CHUNK_BYTES`), and a sizing pass renders each
+chunk once in the render workers and keeps only its length and line count: the view's
+seek-point index
 (:class:`ChunkIndex`, ratarmount's idea), so ``stat`` answers the exact size at once. A read
 renders only the chunks its range touches (and the next few, read-ahead) into files of the
 render cache (:class:`ChunkCache`), and ``pread``s them; an evicted chunk is rendered again,
@@ -60,10 +62,9 @@ if TYPE_CHECKING:  # imported where a pool starts: most mounts never render
     ChunkUnits = tuple[QueueIds, np.ndarray, np.ndarray]
     #: what :func:`plan_chunks` yields: ``(queue_ids, units, queue offsets, ends)``
     PlannedChunk = tuple[QueueIds, np.ndarray, np.ndarray, dict[int, int]]
-    #: a sizing render under way (``View._size``): ``(chunk, render, queue_ids, units,
-    #: queue offsets, ends, (room, file) or None)``
+    #: a sizing render under way (``View._size``): ``(render, queue_ids, units, queue
+    #: offsets, ends, (room, file) or None)``
     SizeJob = tuple[
-        int,
         Future[R.ChunkResult],
         QueueIds,
         np.ndarray,
@@ -93,9 +94,10 @@ class RenderBudget:
     """The one bound of the render cache (``--cache-size``), held at every moment.
 
     Everything rendered counts: the JSON views' bytes, the ``view/`` parts' files and the
-    room reserved for renders under way (a chunk's ``render.chunk_room``, a part's CommitLog
-    bytes). A render reserves before it starts (:meth:`take`) and gives the room back once its
-    bytes are counted where they landed (:meth:`give`). A reservation that does not fit first
+    room reserved for renders under way (a chunk's ``render.chunk_room`` while it is sized,
+    its length once it is, a part's CommitLog bytes). A render reserves before it starts
+    (:meth:`take`) and gives the room back once its bytes are counted where they landed
+    (:meth:`give`). A reservation that does not fit first
     evicts least recently used renders that no one holds open or is rendering (JSON views,
     then parts: ``ViewCache.evict_one``); when it still does not fit, :meth:`take` raises
     EFBIG: a ``view/`` part is then refused, and a JSON view's chunk is rendered into memory
@@ -206,6 +208,13 @@ CHUNK_UNITS = 8192
 #: one unit excepted: what a read of a few bytes renders, and all of a view the cache must
 #: hold at once, so a view of any size reads under a cache of a few of these.
 CHUNK_ROOM = 4 << 20
+#: Bytes of rendered lines of one chunk at most, a chunk of one line excepted. The room
+#: estimates a chunk's lines from its records' sizes, but a compressed body may inflate
+#: ``engine.format.message.MAX_INFLATED_BODY`` / a few hundred bytes fold: a chunk whose lines
+#: the sizing pass finds longer than this is cut into chunks of at most this
+#: (:meth:`ChunkIndex.append_cut`), so what a read renders, and what the daemon holds of a
+#: chunk it serves from memory, stays bounded by this and the longest line.
+CHUNK_BYTES = 2 * CHUNK_ROOM
 #: Views whose index is kept (least recently used first); a dropped index is rebuilt by a
 #: sizing pass when its view is used again.
 VIEWS_KEPT = 4096
@@ -251,8 +260,9 @@ class ChunkIndex:
     pos[j][i + 1])`` of each queue ``qids[j]`` (blank filler dropped), merged by
     commitLogOffset; its lines are a pure function of the store, so any chunk can be rendered
     again, alone, with the same bytes. Nothing rendered is kept here: a few integers per chunk
-    (8,192 messages or :data:`CHUNK_ROOM` of lines), so the index of a view of 20,000,000
-    messages takes some tens of kilobytes.
+    (8,192 messages or :data:`CHUNK_ROOM` of lines; at most :data:`CHUNK_BYTES` of lines, one
+    line excepted), so the index of a view of 20,000,000 messages takes some tens of
+    kilobytes.
 
     Grows only at its end (:meth:`append`, :meth:`drop_last` of a short last chunk that is cut
     again longer); owned by its :class:`View`, which changes a :meth:`copy` under its lock and
@@ -321,6 +331,24 @@ class ChunkIndex:
             self.pos[j].append(ends.get(q, self.pos[j][-1]))
         self.byte_at.append(self.byte_at[-1] + length)
         self.line_at.append(self.line_at[-1] + lines)
+
+    def append_cut(self, queue_ids: QueueIds, qoffs: np.ndarray, line_ends: np.ndarray) -> None:
+        """A planned chunk (:func:`plan_chunks`: its units' queue ids and queue offsets) whose
+        lines end at ``line_ends`` (byte offsets in the chunk, one per unit), appended as
+        chunks of at most :data:`CHUNK_BYTES` of lines each (one line alone may have more), in
+        view order: each is a run of the planned chunk's units, which
+        :meth:`View.chunk_units` finds again from the queue offsets where it starts and
+        ends."""
+        import numpy as np
+
+        n, a, at = len(line_ends), 0, 0
+        while a < n:
+            z = int(np.searchsorted(line_ends, at + CHUNK_BYTES, side="right"))
+            z = max(z, a + 1)
+            ids = queue_ids if isinstance(queue_ids, int) else queue_ids[a:z]
+            end = int(line_ends[z - 1])
+            self.append(queue_ends(ids, qoffs[a:z]), end - at, z - a)
+            a, at = z, end
 
     def move_start(self, qid: int, start: int) -> None:
         """Queue ``qid`` has no message in the view yet, and none before ``start`` left (they
@@ -451,11 +479,25 @@ def plan_chunks(
                 pending.append((units[a:], qoffs[a:], qid_arr[a:]))
                 break
             sl = slice(a, z)
-            ends = {}
-            for q in np.unique(qid_arr[sl]).tolist():
-                ends[q] = int(qoffs[sl][qid_arr[sl] == q][-1]) + 1
+            ends = queue_ends(qid_arr[sl], qoffs[sl])
             yield (qid_arr[sl] if queue_id is None else queue_id), units[sl], qoffs[sl], ends
             a = z
+
+
+def queue_ends(queue_ids: QueueIds, qoffs: np.ndarray) -> dict[int, int]:
+    """Per queue of a chunk's units (``queue_ids``: its queue's id, or one per unit; their
+    queue offsets ``qoffs``, in view order), one past its last queue offset there: what
+    :meth:`ChunkIndex.append` takes."""
+    import numpy as np
+
+    if not len(qoffs):
+        return {}
+    if isinstance(queue_ids, int):
+        return {queue_ids: int(qoffs[-1]) + 1}
+    ends = {}
+    for q in np.unique(queue_ids).tolist():
+        ends[q] = int(qoffs[queue_ids == q][-1]) + 1
+    return ends
 
 
 class _Expired(Exception):
@@ -670,10 +712,11 @@ class View:
     def _size(self, ix: ChunkIndex, chunks: Iterable[PlannedChunk], cl_min: int) -> None:
         """Size ``chunks`` (from :func:`plan_chunks`, planned when the CommitLog started at
         ``cl_min``) in the workers, up to two per worker at once, and append them to the
-        index in order (caller holds :attr:`lock`). A chunk that meets damage: the lines
-        before the damaged record are sized alone and end the view, and its StoreError is
-        raised after ``note_damage``; one whose records expiry deleted meanwhile
-        (:meth:`_expired_since`) raises it without either."""
+        index in order (caller holds :attr:`lock`); one whose lines are longer than
+        :data:`CHUNK_BYTES` is appended cut (:meth:`ChunkIndex.append_cut`). A chunk that
+        meets damage: the lines before the damaged record are sized alone and end the view,
+        and its StoreError is raised after ``note_damage``; one whose records expiry deleted
+        meanwhile (:meth:`_expired_since`) raises it without either."""
         from collections import deque
 
         parts = self.cache.parts
@@ -681,12 +724,19 @@ class View:
         ahead: deque[SizeJob] = deque()
         depth = 2 * parts.workers
 
+        def append(
+            ids: QueueIds, qoffs: np.ndarray, ends: dict[int, int], result: R.ChunkResult
+        ) -> None:
+            if result.ends is None:  # no longer than CHUNK_BYTES: one chunk, as planned
+                ix.append(ends, result.length, result.lines)
+            else:
+                ix.append_cut(ids, qoffs, result.ends)
+            self.mtime_ms = max(self.mtime_ms, result.newest)
+
         def land(job: SizeJob) -> None:
-            i, fut, ids, units, qoffs, ends, keep = job
+            fut, ids, units, qoffs, ends, keep = job
             try:
-                length, _data, lines, newest = store.sized(
-                    self, ix, i, fut, keep, (ids, units, qoffs)
-                )
+                result = store.sized(self, ix, fut, keep, (ids, units, qoffs))
             except StoreError as exc:
                 if exc.transient or self._expired_since(cl_min, exc):
                     raise  # not damage: the next read asks again, or plans what is left
@@ -694,38 +744,48 @@ class View:
                 k = damage_index(units, exc)
                 if k:  # the lines before the damaged record end the view
                     ids_k = ids if isinstance(ids, int) else ids[:k]
-                    fut = self.render(ids_k, units[:k], qoffs[:k], R.SIZE_ONLY)
-                    length, _data, lines, newest = fut.result()
-                    qs = [ids_k] * k if isinstance(ids_k, int) else ids_k.tolist()
-                    ends_k = {q: off + 1 for q, off in zip(qs, qoffs[:k].tolist())}
-                    ix.append(ends_k, length, lines)
-                    self.mtime_ms = max(self.mtime_ms, newest)
+                    fut = self.render(ids_k, units[:k], qoffs[:k], R.SIZE_ONLY, sizing=True)
+                    append(ids_k, qoffs[:k], queue_ends(ids_k, qoffs[:k]), fut.result())
                 raise
-            ix.append(ends, length, lines)
-            self.mtime_ms = max(self.mtime_ms, newest)
+            append(ids, qoffs, ends, result)
 
         try:
             for ids, units, qoffs, ends in chunks:
-                i = ix.chunks + len(ahead)
                 fut, keep = store.size_chunk(self, ids, units, qoffs)
-                ahead.append((i, fut, ids, units, qoffs, ends, keep))
+                ahead.append((fut, ids, units, qoffs, ends, keep))
                 while len(ahead) >= depth:
                     land(ahead.popleft())
             while ahead:
                 land(ahead.popleft())
         finally:
             for job in ahead:  # an error: the chunks after it are not wanted
-                store.abandon(job[1], job[6])
+                store.abandon(job[0], job[5])
 
     def render(
-        self, ids: int | np.ndarray, units: np.ndarray, qoffs: np.ndarray, out: R.ChunkOut
+        self,
+        ids: int | np.ndarray,
+        units: np.ndarray,
+        qoffs: np.ndarray,
+        out: R.ChunkOut,
+        sizing: bool = False,
     ) -> Future[R.ChunkResult]:
         """Render units of this view in a render worker (``render.render_view_chunk``, the
         one call of the workers for the view's chunks): ``out`` says where the lines go (a
-        file of the cache, nowhere, or back)."""
+        file of the cache, nowhere, or back; returned only for a chunk of the index, which
+        :data:`CHUNK_BYTES` bounds). ``sizing``: a planned chunk, whose lines' ends come back
+        when they are longer than :data:`CHUNK_BYTES` (the index cuts it)."""
         parts = self.cache.parts
+        over = CHUNK_BYTES if sizing else None
         return parts.submit_task(
-            R.render_view_chunk, parts.commitlog_dir, self.topic, ids, units, qoffs, self.kind, out
+            R.render_view_chunk,
+            parts.commitlog_dir,
+            self.topic,
+            ids,
+            units,
+            qoffs,
+            self.kind,
+            out,
+            over,
         )
 
     def chunk_units(self, ix: ChunkIndex, i: int) -> ChunkUnits:
@@ -1110,7 +1170,8 @@ class ChunkCache:
             if self._current(view, ix, i) is not None:
                 return None, True
         ids, units, qoffs = view.chunk_units(ix, i)
-        room = on_disk(R.chunk_room(view.kind, units))
+        length = ix.byte_at[i + 1] - ix.byte_at[i]  # sized: its lines take exactly that
+        room = on_disk(length)
         others = self.budget.is_other()
         if evict:
             try:
@@ -1126,7 +1187,7 @@ class ChunkCache:
                     self.budget.give(room, others)
                     return (job[0] if job else None), job is None
                 path = self._new_path()
-                fut = view.render(ids, units, qoffs, (path, room))
+                fut = view.render(ids, units, qoffs, (path, length))
                 self.rendering[rkey] = (fut, room, others, path)
         except BaseException:
             self.budget.give(room, others)
@@ -1145,12 +1206,10 @@ class ChunkCache:
             del self.rendering[rkey]
             _fut, room, others, path = job
             with self.budget.landing(room, others):
-                written = (
-                    not fut.cancelled() and fut.exception() is None and fut.result()[1] is None
-                )
+                written = not fut.cancelled() and fut.exception() is None and fut.result().written
                 vid, i, end = rkey
                 if written and vid == view.vid and not view.dropped:
-                    self._keep(view, i, end, path, fut.result()[0], others)
+                    self._keep(view, i, end, path, fut.result().length, others)
                 elif written:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
@@ -1158,16 +1217,19 @@ class ChunkCache:
     def render_for_read(self, view: View, ix: ChunkIndex, i: int) -> bytes | None:
         """Render chunk ``i`` for a read and wait for it: None once its file is kept (read it
         with :meth:`read`), or its bytes when the cache has no room for it (served from
-        memory, not kept). Raises the render's error (StoreError on damage,
-        BrokenProcessPool when its worker died)."""
+        memory, not kept: at most :data:`CHUNK_BYTES`, or one line). Raises the render's
+        error (StoreError on damage, BrokenProcessPool when its worker died), OSError(EIO)
+        when its lines no longer fit the length the index has (the store changed)."""
         fut, kept = self._start(view, ix, i, evict=True)
         if kept:
             return None
         if fut is None:  # no room even after evicting: rendered into memory for this read
-            return view.render(*view.chunk_units(ix, i), None).result()[1]
-        data = fut.result()[1]
+            return view.render(*view.chunk_units(ix, i), None).result().data
+        written = fut.result().written
         self._landed(view, (view.vid, i, ix.byte_at[i + 1]), fut)  # before its callback
-        return data
+        if not written:
+            raise OSError(errno.EIO, f"{view.what}: the store changed under the view")
+        return None
 
     def wants_ahead(self, view: View, ix: ChunkIndex, i: int) -> bool:
         """Whether a sequential reader at chunk ``i`` should start the next chunks (the one
@@ -1203,7 +1265,8 @@ class ChunkCache:
         others = self.budget.is_other()
         keep = (room, self._new_path()) if self.budget.try_take(room, others) else None
         try:
-            fut = view.render(ids, units, qoffs, (keep[1], room) if keep else R.SIZE_ONLY)
+            out = (keep[1], room) if keep else R.SIZE_ONLY
+            fut = view.render(ids, units, qoffs, out, sizing=True)
         except BaseException:
             if keep:
                 self.budget.give(room, others)
@@ -1214,15 +1277,15 @@ class ChunkCache:
         self,
         view: View,
         ix: ChunkIndex,
-        i: int,
         fut: Future[R.ChunkResult],
         keep: tuple[int, str] | None,
         chunk: ChunkUnits,
     ) -> R.ChunkResult:
-        """The result of :meth:`size_chunk`'s render of chunk ``i`` (``chunk``: its
-        ``(queue_ids, units, queue offsets)``; raises its error), its file kept when it was
-        written, the room given back. A worker that died: sized once more, keeping nothing.
-        Called in chunk order, before the chunk joins ``ix`` (the index being built)."""
+        """The result of :meth:`size_chunk`'s render of a planned chunk (``chunk``: its
+        ``(queue_ids, units, queue offsets)``; raises its error), its file kept as the next
+        chunk of ``ix`` when it was written and is not to be cut (no line ends returned), the
+        room given back. A worker that died: sized once more, keeping nothing. Called in
+        chunk order, before the chunk joins ``ix`` (the index being built)."""
         from concurrent.futures.process import BrokenProcessPool
 
         others = self.budget.is_other()
@@ -1235,12 +1298,15 @@ class ChunkCache:
                         os.unlink(keep[1])
                     self.budget.give(keep[0], others)
                     keep = None
-                result = view.render(*chunk, R.SIZE_ONLY).result()
-            if keep and result[1] is None:
+                result = view.render(*chunk, R.SIZE_ONLY, sizing=True).result()
+            if keep and result.written and result.ends is None:
                 with self.lock, self.budget.landing(keep[0], others):
-                    end = ix.size + result[0]
-                    self._keep(view, i, end, keep[1], result[0], others)
+                    end = ix.size + result.length
+                    self._keep(view, ix.chunks, end, keep[1], result.length, others)
                 keep = None  # its reservation ended as it landed
+            elif keep and result.written:  # cut into chunks: its file is none of them
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(keep[1])
             return result
         finally:
             if keep:

@@ -649,6 +649,7 @@ def decode_units(
     wanted_tags: set | None = None,
     columns: tuple | None = None,
     check_crc: bool = True,
+    max_bytes: int | None = None,
 ) -> pa.RecordBatch:
     """Decode the records ConsumeQueue ``units`` of one queue point at, column-wise.
 
@@ -664,10 +665,16 @@ def decode_units(
             (None: all of them). Columns not asked for are not decoded.
         check_crc: check each record's BODYCRC (``checkCRCOnRecover``; ``StoreFiles``'
             ``check_crc``); False trusts the files.
+        max_bytes: decode only the first units, as many as have bodies of at most this many
+            bytes in all (compressed bodies inflated), and the first one always: the batch
+            then has fewer rows than units, and another call decodes the rest. A compressed
+            body's size is known only once it is inflated (a few hundred stored bytes may
+            inflate to ``MAX_INFLATED_BODY``), so this, not the units' sizes, bounds what a
+            decode holds. None: no bound. Not with ``wanted_tags`` (ValueError).
 
     Returns:
-        one ``pyarrow.RecordBatch`` with a row per unit (fewer with ``wanted_tags``), in the
-        units' order.
+        one ``pyarrow.RecordBatch`` with a row per unit (fewer with ``wanted_tags`` or
+        ``max_bytes``), in the units' order.
 
     Raises:
         CorruptRecordError: a record is not in the CommitLog, runs past its file, or is not
@@ -676,6 +683,8 @@ def decode_units(
     """
     import pyarrow as pa
 
+    if max_bytes is not None and wanted_tags is not None:
+        raise ValueError("decode_units: max_bytes with wanted_tags")
     build: Sequence[str] | None = columns
     if columns is not None and wanted_tags is not None and "tags" not in columns:
         build = (*columns, "tags")
@@ -685,9 +694,9 @@ def decode_units(
     if is_lmq(topic):
         # an LMQ's units point at other topics' records, shown as they are
         _check_lmq_units(commitlog, topic, queue_id, offs, sizes, qoffs)
-        batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, build)
+        batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, build, max_bytes)
     else:
-        batch = _decode(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, build)
+        batch = _decode(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, build, max_bytes)
     if wanted_tags is not None and batch.num_rows:
         import pyarrow.compute as pc
 
@@ -707,12 +716,16 @@ def decode_topic_units(
     queue_offsets: np.ndarray,
     columns: tuple | None = None,
     check_crc: bool = True,
+    max_bytes: int | None = None,
 ) -> pa.RecordBatch:
     """:func:`decode_units` for units of several queues of one topic (``queue_ids[i]`` is the
-    queue of ``units[i]``), e.g. merged in CommitLog order. Same batch and errors; a record
-    whose QUEUEID is not its unit's queue raises CorruptRecordError."""
+    queue of ``units[i]``), e.g. merged in CommitLog order. Same batch (``max_bytes``: its
+    first rows only, as there) and errors; a record whose QUEUEID is not its unit's queue
+    raises CorruptRecordError."""
     if is_lmq(topic):  # one queue (0), records of other topics and queues
-        return decode_units(commitlog, topic, 0, units, queue_offsets, None, columns, check_crc)
+        return decode_units(
+            commitlog, topic, 0, units, queue_offsets, None, columns, check_crc, max_bytes
+        )
     names = tuple(arrow_schema().names if columns is None else columns)
     build = names if "queueId" in names else (*names, "queueId")
     batch = _decode(
@@ -724,9 +737,11 @@ def decode_topic_units(
         topic,
         None,
         build,
+        max_bytes,
     )
+    queue_ids = np.asarray(queue_ids)[: batch.num_rows]
     got = int_values(batch.column("queueId"))
-    bad = got != np.asarray(queue_ids)
+    bad = got != queue_ids
     if bad.any():
         i = int(np.argmax(bad))
         raise CorruptRecordError(
@@ -1071,9 +1086,14 @@ def _decode(
     topic: str | None,
     queue_id: int | None,
     columns: Sequence[str] | None,
+    max_bytes: int | None = None,
 ) -> pa.RecordBatch:
-    """Decode records at CommitLog ``offs`` of ``sizes`` bytes; split by CommitLog file."""
+    """Decode records at CommitLog ``offs`` of ``sizes`` bytes; split by CommitLog file.
+    ``max_bytes``: only the first records, as many as have bodies of at most this many bytes
+    in all, the first one always (:func:`decode_units`)."""
     names = list(arrow_schema().names if columns is None else columns)
+    if "body" not in names:
+        max_bytes = None  # no body is decoded: nothing to bound
     fs = commitlog.file_size
     n = len(offs)
     if not n or not fs:
@@ -1081,23 +1101,43 @@ def _decode(
             raise CorruptRecordError("CommitLog offset is not in the store", int(offs[0]))
         return _empty(names)
     runs = _ranged_runs(commitlog, offs, sizes) if commitlog.ranged else _file_runs(commitlog, offs)
-    batches = []
+    batches: list[pa.RecordBatch] = []
+    left = max_bytes  # bytes of bodies the runs after these may still decode
     for a, b, buf, base in runs:
-        batches.append(
-            _decode_segment(
-                commitlog,
-                check_crc,
-                buf,
-                base,
-                offs[a:b],
-                sizes[a:b],
-                None if qoffs is None else qoffs[a:b],
-                topic,
-                queue_id,
-                names,
-            )
+        batch = _decode_segment(
+            commitlog,
+            check_crc,
+            buf,
+            base,
+            offs[a:b],
+            sizes[a:b],
+            None if qoffs is None else qoffs[a:b],
+            topic,
+            queue_id,
+            names,
+            None if left is None else (left, not batches),
         )
+        batches.append(batch)
+        if left is not None:
+            if batch.num_rows < b - a:
+                break  # the bound stopped it: the rest in another call
+            left -= int(_body_lengths(batch).sum())
     return _concat(batches)
+
+
+def _body_lengths(batch: pa.RecordBatch) -> np.ndarray:
+    """Bytes of each row's body (int64; a batch with a ``body`` column)."""
+    col = batch.column("body")
+    n = len(col)
+    offsets = np.frombuffer(col.buffers()[1], dtype=np.int32, count=n + 1, offset=col.offset * 4)
+    return np.diff(offsets).astype(np.int64)
+
+
+def _prefix(lengths: np.ndarray, room: int, first: bool) -> int:
+    """How many of the first rows, whose bodies have ``lengths`` bytes, fit in ``room`` bytes
+    (with ``first``, at least one)."""
+    k = int(np.searchsorted(np.cumsum(lengths), room, side="right"))
+    return max(k, 1) if first and len(lengths) else k
 
 
 _Run = tuple[int, int, "SegmentMap | bytes", int]
@@ -1172,8 +1212,11 @@ def _decode_segment(
     topic: str | None,
     queue_id: int | None,
     names: Sequence[str],
+    bound: tuple[int, bool] | None = None,
 ) -> pa.RecordBatch:
-    """Decode records that all lie in one mapped CommitLog file (see :func:`decode_units`)."""
+    """Decode records that all lie in one mapped CommitLog file (see :func:`decode_units`).
+    ``bound``: ``(room, first)``: only the first records, as many as have bodies of at most
+    ``room`` bytes in all (with ``first``, at least one); None: all of them."""
     import pyarrow as pa
 
     n = len(offs)
@@ -1186,18 +1229,36 @@ def _decode_segment(
             _first_bad(offs, bad),
         )
     k = kernel.load()
+    all_slow = None if bound is None else _slow_rooms(n, bound)
     if k is None:  # no compiled core: every record through the per-record decoder
-        return _slow_batch(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names)
+        return _slow_batch(
+            commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names, all_slow
+        )
     if n > 1 and int(sizes.sum()) > _MAX_DECODE_BYTES:  # Arrow's int32 offsets: in halves
         h = n // 2
-        halves = []
+        halves: list[pa.RecordBatch] = []
         for s in (slice(0, h), slice(h, n)):
             q = None if qoffs is None else qoffs[s]
+            half_bound = bound
+            if bound is not None and halves:
+                half_bound = (bound[0] - int(_body_lengths(halves[0]).sum()), False)
             halves.append(
                 _decode_segment(
-                    commitlog, check_crc, m, seg_start, offs[s], sizes[s], q, topic, queue_id, names
+                    commitlog,
+                    check_crc,
+                    m,
+                    seg_start,
+                    offs[s],
+                    sizes[s],
+                    q,
+                    topic,
+                    queue_id,
+                    names,
+                    half_bound,
                 )
             )
+            if bound is not None and halves[-1].num_rows < s.stop - s.start:
+                break
         return _concat(halves)
     want = CHECK_CRC if check_crc else 0
     for name in names:
@@ -1222,20 +1283,34 @@ def _decode_segment(
             ):
                 # a message inside an inner batch (BatchCQ): its queue offset is the record's
                 # plus its place, which the per-record decoder checked; batches are rare
-                return _slow_batch(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names)
+                return _slow_batch(
+                    commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names, all_slow
+                )
         unit_qoff = None if qoffs is None else int(qoffs[d.bad])
         raise CorruptRecordError(
             _bad_message(d, int(sizes[d.bad]), queue_id, unit_qoff), int(offs[d.bad])
         )
     fast = d.fast
     if not d.rows:
-        return _slow_batch(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names)
+        return _slow_batch(
+            commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names, all_slow
+        )
     every = d.rows == n
     a = _fast_batch(d, None if qoffs is None else (qoffs if every else qoffs[fast]), topic, names)
     if every:
+        if bound is not None:
+            a = a.slice(0, _prefix(_body_lengths(a), *bound))
         return a
     fi = np.flatnonzero(fast)
     si = np.flatnonzero(~fast)
+    slow_rooms = None
+    if bound is not None:  # each slow row's room: the bound less the fast bodies before it
+        lengths = np.zeros(n, dtype=np.int64)
+        lengths[fi] = _body_lengths(a)
+        before = np.cumsum(lengths) - lengths
+        slow_rooms = bound[0] - before[si]
+        if bound[1] and si[0] == 0:
+            slow_rooms[0] = np.iinfo(np.int64).max  # the first record: always decoded
     b = _slow_batch(
         commitlog,
         check_crc,
@@ -1245,10 +1320,27 @@ def _decode_segment(
         topic,
         queue_id,
         names,
+        slow_rooms,
     )
+    if bound is not None:  # the rows before the first that does not fit
+        got = b.num_rows
+        stop = int(si[got]) if got < len(si) else n
+        lengths[si[:got]] = _body_lengths(b)
+        n = min(stop, _prefix(lengths[:stop], *bound))
+        nf, ns = int(np.searchsorted(fi, n)), int(np.searchsorted(si, n))
+        a, b, fi, si = a.slice(0, nf), b.slice(0, ns), fi[:nf], si[:ns]
     order = np.empty(n, dtype=np.int64)
     order[np.concatenate([fi, si])] = np.arange(n)
     return _concat([a, b]).take(pa.array(order))
+
+
+def _slow_rooms(n: int, bound: tuple[int, bool]) -> np.ndarray:
+    """:func:`_slow_batch`'s ``rooms`` when all ``n`` records take it: the bound's room for
+    each (the first one unbounded when the bound says it is always decoded)."""
+    rooms = np.full(n, bound[0], dtype=np.int64)
+    if bound[1] and n:
+        rooms[0] = np.iinfo(np.int64).max
+    return rooms
 
 
 def _bad_message(
@@ -1349,17 +1441,22 @@ def _slow_batch(
     topic: str | None,
     queue_id: int | None,
     names: Sequence[str],
+    rooms: np.ndarray | None = None,
 ) -> pa.RecordBatch:
     """Record-by-record decode with ``engine.format.message.decode_record`` (any record kind).
 
-    Bodies are decompressed. Raises CorruptRecordError for a record that is not the one its
-    unit describes (see :func:`decode_units`)."""
+    Bodies are decompressed. ``rooms``: the decode stops before record ``i`` when its body
+    and the bodies decoded before it would take more than ``rooms[i]`` bytes (a shorter
+    batch: :func:`decode_units`' ``max_bytes``); None: every record. Raises
+    CorruptRecordError for a record that is not the one its unit describes (see
+    :func:`decode_units`)."""
     import pyarrow as pa
 
     rows: dict[str, list] = {name: [] for name in names}
     # an inner batch's record read, checked and split once for all its rows (each row read
     # and checked the whole batch: quadratic in its messages)
     inner_cache = InnerBatchCache()
+    spent = 0  # bytes of the bodies decoded
     for i, (off, size) in enumerate(zip(offs.tolist(), sizes.tolist())):
         hit = inner_cache.get(off, size) if qoffs is not None else None
         try:
@@ -1376,6 +1473,10 @@ def _slow_batch(
             body = rec.plain_body if "body" in rows else None
         except CorruptRecordError as exc:  # name the CommitLog offset, not the buffer's
             raise _renamed(exc, off) from exc
+        if rooms is not None and body is not None:
+            if spent + len(body) > rooms[i]:
+                break  # past the bound: this record and the rest in another call
+            spent += len(body)
         if rec.store_size != size:
             raise CorruptRecordError(f"TOTALSIZE {rec.store_size} != the unit's size {size}", off)
         if (topic is not None and rec.topic != topic) or (

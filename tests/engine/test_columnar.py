@@ -154,6 +154,72 @@ def test_mixed_runs_keep_their_order(tmp_path, monkeypatch):
     assert any(r["sysFlag"] & COMPRESSED_FLAG for r in got)
 
 
+@pytest.mark.parametrize("halves", [False, True], ids=["whole", "in-halves"])
+@pytest.mark.parametrize("max_bytes", [0, 1, 100, 5000, 20000])
+def test_a_bounded_decode_gives_the_whole_decode_in_prefixes(
+    tmp_path, monkeypatch, max_bytes, halves
+):
+    """decode_units / decode_topic_units with max_bytes: each batch is the longest prefix of
+    the units left whose bodies (compressed ones inflated) fit in max_bytes, one row at least,
+    and the batches one after the other are the unbounded decode, over every record kind,
+    across CommitLog files (common, compressed, IPv6 and V2 records mixed), and where a run
+    of records is decoded in halves (past Arrow's int32 offsets: made small here)."""
+    import pyarrow as pa
+
+    if halves:
+        monkeypatch.setattr(columnar, "_MAX_DECODE_BYTES", 3000)
+    root = every_kind_store(tmp_path / "s")
+    files = columnar.StoreFiles(str(root))
+
+    def lengths(batch):
+        return [len(b) for b in batch.column("body").to_pylist()]
+
+    def check(decode, n):
+        whole = decode(0, n, None)
+        got, a = [], 0
+        while a < n:
+            b = decode(a, n, max_bytes)
+            sizes = lengths(b)
+            assert b.num_rows >= 1 and (sum(sizes) <= max_bytes or b.num_rows == 1)
+            if a + b.num_rows < n:  # the next body would not have fit
+                assert sum(sizes) + lengths(whole.slice(a + b.num_rows, 1))[0] > max_bytes
+            got.append(b)
+            a += b.num_rows
+        assert pa.Table.from_batches(got).equals(pa.Table.from_batches([whole]))
+        return len(got)
+
+    try:
+        pieces = 0
+        merged = []
+        for q in range(3):
+            units = files.units("T", q, 0, files.max_offset("T", q))
+            qoffs = np.arange(len(units), dtype=np.int64)
+            units, qoffs, _ = columnar.drop_blank_units(units, qoffs)
+            merged.append((units, qoffs, np.full(len(units), q, dtype=np.int64)))
+
+            def one(a, z, limit, units=units, qoffs=qoffs, q=q):
+                return columnar.decode_units(
+                    files.commitlog, "T", q, units[a:z], qoffs[a:z], max_bytes=limit
+                )
+
+            pieces += check(one, len(units))
+        units = np.concatenate([m[0] for m in merged])
+        qoffs = np.concatenate([m[1] for m in merged])
+        qids = np.concatenate([m[2] for m in merged])
+        order = np.argsort(units["off"].astype(np.int64), kind="stable")
+        units, qoffs, qids = units[order], qoffs[order], qids[order]
+
+        def topic(a, z, limit):
+            return columnar.decode_topic_units(
+                files.commitlog, "T", qids[a:z], units[a:z], qoffs[a:z], max_bytes=limit
+            )
+
+        pieces += check(topic, len(units))
+        assert pieces > 6
+    finally:
+        files.close()
+
+
 def _damage(root, mutate):
     files = columnar.StoreFiles(str(root))
     units = files.units("D", 0, 0, 10)
