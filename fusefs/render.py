@@ -193,6 +193,13 @@ def render_json(obj: object) -> bytes:
 
 PART_BATCH_ROWS = 16384  # decode batch (a divisor of PART_ROW_GROUP_ROWS)
 PART_ROW_GROUP_ROWS = 65536  # rows per Parquet row group (tens of MB: one Spark task each)
+#: Bytes of bodies (compressed ones inflated) a row group holds at most, one body excepted: a
+#: row group is written whole, so it is what a worker holds at once, and a few hundred bytes of
+#: a compressed record may inflate to ``engine.format.message.MAX_INFLATED_BODY``. A row group
+#: ends at PART_ROW_GROUP_ROWS units or where the next body would pass this, whichever comes
+#: first: both a function of the store alone, so a part's bytes still are. Rows of up to 2 KiB
+#: of body on average never reach it.
+PART_ROW_GROUP_BYTES = 128 << 20
 #: How a part's columns are written, chosen per column by what its readers do (issue 16;
 #: ``python -m bench.spark`` reads the parts with Spark, DuckDB and pyarrow beside the same rows
 #: written by Spark with its defaults). zstd. A dictionary where values repeat: the queue,
@@ -470,7 +477,7 @@ def render_part(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rmqfs.engine.read.columnar import decode_units, drop_blank_units
+    from rmqfs.engine.read.columnar import body_bytes, decode_units, drop_blank_units
     from rmqfs.engine.read.schema import part_schema
 
     worker = RenderWorker.current()
@@ -492,23 +499,38 @@ def render_part(
             write_page_index=True,
             sorting_columns=[pq.SortingColumn(schema.get_field_index("queueOffset"))],
         ) as w:
-            group = []
+            group: list[pa.RecordBatch] = []
+            held = 0  # bytes of bodies in group
+
+            def flush() -> None:
+                nonlocal group, held
+                if group:
+                    table = pa.Table.from_batches(group, schema)
+                    group, held = [], 0
+                    w.write_table(table, row_group_size=PART_ROW_GROUP_ROWS)
+
             for a in range(0, len(arr), PART_BATCH_ROWS):
                 u, q = arr[a : a + PART_BATCH_ROWS], qoffs[a : a + PART_BATCH_ROWS]
                 u, q, _ = drop_blank_units(u, q)
-                if len(u):
-                    b = decode_units(segs, topic, queue_id, u, q, columns=names)
+                while len(u):
+                    if held >= PART_ROW_GROUP_BYTES:
+                        flush()
+                    b = decode_units(
+                        segs, topic, queue_id, u, q, columns=names,
+                        max_bytes=PART_ROW_GROUP_BYTES - held,
+                    )  # fmt: skip
                     group.append(b)
                     rows += b.num_rows
                     newest = int(b.column("storeTimestamp")[-1].as_py())
+                    if b.num_rows < len(u):  # the next body would pass the bound
+                        flush()
+                    else:
+                        held += body_bytes(b)
+                    u, q = u[b.num_rows :], q[b.num_rows :]
                 if (a + PART_BATCH_ROWS) % PART_ROW_GROUP_ROWS == 0 or a + PART_BATCH_ROWS >= len(
                     arr
                 ):
-                    if group:
-                        w.write_table(
-                            pa.Table.from_batches(group, schema), row_group_size=PART_ROW_GROUP_ROWS
-                        )
-                    group = []
+                    flush()
         size = os.path.getsize(tmp)
         os.rename(tmp, out_path)
     except BaseException:

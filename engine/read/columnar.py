@@ -1125,6 +1125,12 @@ def _decode(
     return _concat(batches)
 
 
+def body_bytes(batch: pa.RecordBatch) -> int:
+    """Bytes of the bodies of a decoded batch (one with a ``body`` column, compressed bodies
+    as inflated): what ``max_bytes`` of :func:`decode_units` counts."""
+    return int(_body_lengths(batch).sum())
+
+
 def _body_lengths(batch: pa.RecordBatch) -> np.ndarray:
     """Bytes of each row's body (int64; a batch with a ``body`` column)."""
     col = batch.column("body")

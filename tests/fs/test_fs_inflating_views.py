@@ -183,3 +183,49 @@ def test_a_worker_decodes_a_chunk_in_pieces_of_bounded_bodies(tmp_path, monkeypa
         assert (sized.length, sized.lines, sized.data) == (len(want), len(lines), None)
     finally:
         store.close()
+
+
+def test_a_parquet_part_of_inflating_records_holds_bounded_row_groups(tmp_path, monkeypatch):
+    """A ``view/`` part is written a row group at a time, and a row group of 65,536 units of
+    compressed records that inflate to 16 MiB each held them all at once. A row group now also
+    ends where the next body would pass PART_ROW_GROUP_BYTES (one body alone may): the rows
+    are the decoder's, the groups bounded, and the same units give the same bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rmqfs.engine.read.columnar import StoreFiles, queue_units
+    from rmqfs.engine.read.schema import part_schema
+
+    store = _store(tmp_path / "s")
+    try:
+        names = part_schema().names
+        directory = store.commitlog.files.directory
+        files = StoreFiles(str(tmp_path / "s"))
+        for q in range(2):
+            cq = store.consume_queue("T", q)
+            lo, hi = cq.min_offset, cq.max_offset
+            units = queue_units(cq, lo, hi)[0]
+            want = pa.Table.from_batches(
+                list(files.read_batches("T", q, lo, hi, columns=tuple(names))), part_schema()
+            )
+            out = str(tmp_path / f"whole-{q}.parquet")
+            R.render_part(directory, "T", q, units, lo, out)
+            assert pq.ParquetFile(out).metadata.num_row_groups == 1  # (under 128 MiB)
+            monkeypatch.setattr(R, "PART_ROW_GROUP_BYTES", BOUND)
+            cut = [str(tmp_path / f"cut-{q}-{k}.parquet") for k in range(2)]
+            for path in cut:
+                size, newest, rows = R.render_part(directory, "T", q, units, lo, path)
+            monkeypatch.undo()
+            got = pq.read_table(cut[0])
+            assert got.equals(want) and rows == want.num_rows
+            with open(cut[0], "rb") as a, open(cut[1], "rb") as b:
+                assert a.read() == b.read()  # a function of the units
+            meta = pq.ParquetFile(cut[0]).metadata
+            assert meta.num_row_groups > 3
+            for g in range(meta.num_row_groups):
+                group = pq.ParquetFile(cut[0]).read_row_group(g, columns=["body"])
+                body = sum(len(x) for x in group.column("body").to_pylist())
+                assert body <= BOUND or group.num_rows == 1, (q, g, body)
+        files.close()
+    finally:
+        store.close()
