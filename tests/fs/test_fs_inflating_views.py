@@ -214,7 +214,7 @@ def test_a_parquet_part_of_inflating_records_holds_bounded_row_groups(tmp_path, 
             monkeypatch.setattr(R, "PART_ROW_GROUP_BYTES", BOUND)
             cut = [str(tmp_path / f"cut-{q}-{k}.parquet") for k in range(2)]
             for path in cut:
-                size, newest, rows = R.render_part(directory, "T", q, units, lo, path)
+                _size, _newest, rows = R.render_part(directory, "T", q, units, lo, path)
             monkeypatch.undo()
             got = pq.read_table(cut[0])
             assert got.equals(want) and rows == want.num_rows
