@@ -93,7 +93,7 @@ groups/<group>/<topic>/<queueId>/offset        the committed offset; echo N > of
 groups/<group>/<topic>/<queueId>/pending.jsonl messages from the committed offset on
 groups/<group>/progress.json    brokerOffset, consumerOffset, diff per queue
 messages/<msgId>                a message by its offset msgId or UNIQ_KEY
-view/                           Spark: topic=<t>/queue=<q>/part-<first offset>.parquet
+view/                           Spark: topic=<t>/queue=<q>/part-<first offset>[-<end>].parquet
 view.ddl                        the schema of view/ as Spark DDL (queue INT)
 raw/                            the store's own files, read-only (live: see snapshots/)
 snapshots/<name>/               mkdir: a frozen point in time of raw/ + SNAPSHOT.json (crc32c);

@@ -6,14 +6,19 @@ shortened: :func:`topic_dir_name`), and nothing else: Polars reads a
 directory only when every file in it is Parquet (it skips no ``_``/``.`` names, unlike Spark's
 and pyarrow's Hive-style listing), so the DDL of ``spark.read.parquet(view)``
 (``engine.read.schema.DATASOURCE_DDL``) is ``view.ddl`` beside ``view/`` (:func:`view_ddl_file`).
-A part covers a fixed
-range of queue offsets and never changes once full; it holds the columns
+A part covers a fixed range of queue offsets (``part_messages`` of them, at multiples of it); a
+part that holds only some of its range (the queue's last, still growing, or the first, whose
+oldest messages expired) is named by the offsets it holds, ``part-<start>-<end>.parquet``
+(:func:`part_name`), so the bytes behind a name never change: a job that listed a part reads
+the part it listed, whatever producers add meanwhile (a name listed once stays readable until
+its messages expire). It holds the columns
 ``engine.read.schema.PART_COLUMNS`` (``body`` BINARY; ``topic`` and ``queue`` are left to the
 directory names), zstd-compressed. Parts render in worker processes (``views.PartCache``).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -64,7 +69,7 @@ def unescape_partition_value(name: str) -> str:
     return unquote(name)
 
 
-_PART_NAME = re.compile(r"part-([0-9]{20})\.parquet")
+_PART_NAME = re.compile(r"part-([0-9]{20})(?:-([0-9]{20}))?\.parquet")
 #: The longest directory entry name, in bytes (Linux NAME_MAX; FUSE refuses longer ones).
 NAME_MAX = 255
 _TOPIC_DIR = "topic="
@@ -185,11 +190,11 @@ class ViewTopicDir(Dir):
             for q in s.queue_ids(self.topic)
             if s.max_offset(self.topic, q) > s.min_offset(self.topic, q)
         ]
-        firsts = [ViewQueueDir(self.ctx, "", self.topic, q).part_firsts() for q in queues]
+        spans = [ViewQueueDir(self.ctx, "", self.topic, q).spans() for q in queues]
         keys = [
-            part_key(self.ctx, self.topic, q, f[i])
-            for i in range(max(map(len, firsts), default=0))
-            for q, f in zip(queues, firsts)
+            (self.topic, q, *f[i])
+            for i in range(max(map(len, spans), default=0))
+            for q, f in zip(queues, spans)
             if i < len(f)
         ]
         return queues, keys
@@ -226,8 +231,10 @@ class ViewTopicDir(Dir):
 
 
 class ViewQueueDir(Dir):
-    """``view/topic=<t>/queue=<q>/``: one ``part-<first offset>.parquet`` per
-    ``part_messages`` queue offsets (:func:`part_firsts`). Listing it queues their renders.
+    """``view/topic=<t>/queue=<q>/``: one part per ``part_messages`` queue offsets
+    (:func:`part_firsts`), named by :func:`part_name`. Listing it queues their renders. A part
+    named by the offsets it holds is found by that name as long as they are in the queue (a
+    reader that listed it before the queue grew).
 
     Errnos: ENOENT for any other name (kept by the kernel for a name that is not a part's:
     :meth:`never_child`); EROFS or EPERM for mkdir/rmdir.
@@ -238,111 +245,119 @@ class ViewQueueDir(Dir):
         super().__init__(ctx, path)
         self.topic, self.queue_id = topic, queue_id
 
-    def part_firsts(self) -> list[int]:
-        """The first queue offset of each part of this queue, as the store stands."""
+    def spans(self) -> list[tuple[int, int]]:
+        """``(start, end)`` queue offsets of each part of this queue, as the store stands."""
         s = self.ctx.store
         lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
-        return part_firsts(lo, hi, self.ctx.part_messages)
+        p = self.ctx.part_messages
+        return [part_span(first, lo, hi, p) for first in part_firsts(lo, hi, p)]
 
     stat = ViewRootDir.stat
     stat_cached = ViewRootDir.stat_cached
 
     def never_child(self, name: str) -> bool:
-        """Any name not ``part-<20 digits>.parquet``."""
+        """Any name not ``part-<20 digits>[-<20 digits>].parquet``."""
         return _PART_NAME.fullmatch(name) is None
+
+    def _names(self, spans: list[tuple[int, int]]) -> list[str]:
+        return [part_name(a, b, self.ctx.part_messages) for a, b in spans]
 
     def list_cached(self) -> list[str] | None:
         """:meth:`list` when every part's size is known (nothing to prefetch), else None."""
-        firsts = self.part_firsts()
+        spans = self.spans()
         known = self.ctx.views.parts.known
-        if not all(known(part_key(self.ctx, self.topic, self.queue_id, f)) for f in firsts):
+        if not all(known((self.topic, self.queue_id, a, b)) for a, b in spans):
             return None
-        return [f"part-{first:020d}.parquet" for first in firsts]
+        return self._names(spans)
 
     def list(self) -> list[str]:
         """The parts' names; prefetches their renders."""
-        firsts = self.part_firsts()
-        keys = [part_key(self.ctx, self.topic, self.queue_id, f) for f in firsts]
+        spans = self.spans()
+        keys = [(self.topic, self.queue_id, a, b) for a, b in spans]
         known = self.ctx.views.parts.known
         if not all(known(k) for k in keys):
             # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
             # size needs its render: queue them all now, so the worker pool renders in parallel.
             self.ctx.views.parts.prefetch(keys)
-        return [f"part-{first:020d}.parquet" for first in firsts]
+        return self._names(spans)
 
     def child_cached(self, name: str) -> Node:
         """:meth:`child` (in memory), on the trio loop; ENOENT for no such child."""
         return present(self.child(name))
 
     def child(self, name: str) -> Node | None:
-        """The :class:`ViewPartFile` of a part of the grid, or None."""
+        """The :class:`ViewPartFile` a part name names (:func:`part_name`: a whole part of the
+        grid, or offsets of one still in the queue), or None."""
         m = _PART_NAME.fullmatch(name)
-        if not m or int(m.group(1)) not in self.part_firsts():
+        if not m:
             return None
-        return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id, int(m.group(1)))
+        p = self.ctx.part_messages
+        a = int(m.group(1))
+        b = a + p if m.group(2) is None else int(m.group(2))
+        s = self.ctx.store
+        lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
+        if not (lo <= a < b <= hi and a // p == (b - 1) // p) or part_name(a, b, p) != name:
+            return None
+        return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id, a, b)
 
 
 def part_firsts(lo: int, hi: int, part_messages: int) -> list[int]:
-    """The view's part grid: the first queue offset of each part (its file name) of a queue
-    holding offsets ``[lo, hi)``; parts start at multiples of ``part_messages``."""
+    """The view's part grid: the first queue offset of each part of a queue holding offsets
+    ``[lo, hi)``; parts start at multiples of ``part_messages``."""
     p = part_messages
     return [k * p for k in range(lo // p, (hi - 1) // p + 1)] if hi > lo else []
 
 
 def part_span(first: int, lo: int, hi: int, part_messages: int) -> tuple[int, int]:
-    """``(first, end)`` queue offsets a part named ``first`` holds of a queue holding
+    """``(start, end)`` queue offsets the part at ``first`` holds of a queue holding
     ``[lo, hi)``: from ``lo`` when older messages expired, to ``hi`` while it grows."""
     return max(first, lo), min(first + part_messages, hi)
 
 
-def part_key(ctx: Context, topic: str, queue_id: int, first: int) -> tuple:
-    """``(topic, queueId, first, end)`` of a part as the store stands: ``end`` is one past
-    its last queue offset (``first + part_messages`` once full)."""
-    s = ctx.store
-    lo, hi = s.min_offset(topic, queue_id), s.max_offset(topic, queue_id)
-    return (topic, queue_id, *part_span(first, lo, hi, ctx.part_messages))
+def part_name(start: int, end: int, part_messages: int) -> str:
+    """The file name of the part holding queue offsets ``[start, end)``:
+    ``part-<start>.parquet`` (20 digits) for a whole part of the grid (``part_messages``
+    offsets from a multiple of it), which never changes, else ``part-<start>-<end>.parquet``:
+    every name stands for bytes that never change (a part's bytes are a function of its
+    offsets), so a reader that listed a growing part reads what it listed."""
+    if start % part_messages == 0 and end - start == part_messages:
+        return f"part-{start:020d}.parquet"
+    return f"part-{start:020d}-{end:020d}.parquet"
+
+
+#: The size a part that cannot be rendered reports (:meth:`ViewPartFile.stat`): not 0, which
+#: readers take for an empty part.
+UNREADABLE_SIZE = 1
 
 
 class ViewPartFile(Node):
-    """``view/topic=<t>/queue=<q>/part-<first>.parquet``: the Parquet file of queue offsets
-    ``[first, first + part_messages)``.
+    """``view/topic=<t>/queue=<q>/part-<start>[-<end>].parquet``: the Parquet file of queue
+    offsets ``[start, end)`` (:func:`part_name`).
 
     Columns: ``engine.read.schema.PART_COLUMNS`` (``topic`` and ``queue`` come from the path).
-    mtime: store time of the part's last message; a full part never changes (same bytes,
-    size and mtime after an eviction or a remount), the last part grows as messages arrive.
+    mtime: store time of the part's last message. A part's bytes never change (the same bytes,
+    size and mtime after an eviction or a remount): a growing queue's last part gets a new
+    name as it grows.
 
     Errnos: EACCES for an open for writing; EIO when its render fails (damaged or missing
-    ConsumeQueue units) or the mount is closing.
+    ConsumeQueue units: its messages expired since it was looked up) or the mount is closing.
     Threads: lookup, getattr and open answer on the trio loop when the part is rendered
     (:meth:`stat_cached`, :meth:`open_cached`), else wait for its render in a worker thread; reads answer
     on the trio loop from the page cache (``PartHandle.read_cached``), else in a worker thread;
     release closes its descriptor on the loop (``cheap_close``)."""
 
-    #: Seconds the kernel may keep the attributes of a part that is still growing (the
-    #: queue's last): Spark stats each file some thirty times a query, and with a zero timeout
-    #: each stat was a round trip to the daemon. An open checks that the size the kernel
-    #: holds is still the part's (:meth:`open`), so no read sees a part cut short.
-    LIVE_PART_TIMEOUT = 1.0
-
-    def __init__(self, ctx: Context, path: str, topic: str, queue_id: int, first: int) -> None:
+    def __init__(
+        self, ctx: Context, path: str, topic: str, queue_id: int, start: int, end: int
+    ) -> None:
         super().__init__(ctx, path)
-        self.topic, self.queue_id, self.first = topic, queue_id, first
-        self.reported: tuple | None = None  # the key whose size the kernel was last told
+        self.topic, self.queue_id, self.start, self.end = topic, queue_id, start, end
 
     def _key(self) -> tuple:
-        return part_key(self.ctx, self.topic, self.queue_id, self.first)
+        return (self.topic, self.queue_id, self.start, self.end)
 
     def _stat(self, key: tuple, info: tuple) -> Stat:
         size, mtime_ms, _ = info
-        full = key[3] >= self.first + self.ctx.part_messages
-        self.reported = key
-        return Stat(
-            RO_FILE,
-            size,
-            ms_to_ns(mtime_ms) or self.ctx.mount_time_ns,
-            live=not full,
-            attr_timeout=None if full else self.LIVE_PART_TIMEOUT,
-        )
+        return Stat(RO_FILE, size, ms_to_ns(mtime_ms) or self.ctx.mount_time_ns, live=False)
 
     def stat_cached(self) -> Stat | None:
         """:meth:`stat` when the part's render is known (its size kept), else None."""
@@ -351,32 +366,32 @@ class ViewPartFile(Node):
         return None if info is None else self._stat(key, info)
 
     def stat(self) -> Stat:
-        """The rendered part's size and mtime (waits for its render)."""
+        """The rendered part's size and mtime (waits for its render). A part that cannot be
+        rendered (EIO: a damaged record, the mount closing) still answers, with
+        :data:`UNREADABLE_SIZE` bytes, kept by the kernel for no time, and its reads fail with
+        EIO, as a file with unreadable blocks does: a stat that failed read as an empty file to
+        Spark (Java's ``File.length()`` is 0 then, and empty files are skipped), and a report
+        over a damaged queue left its rows out without a word."""
         key = self._key()
-        return self._stat(key, self.ctx.views.parts.info(key))
+        try:
+            return self._stat(key, self.ctx.views.parts.info(key))
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                raise
+            return Stat(RO_FILE, UNREADABLE_SIZE, self.ctx.mount_time_ns, attr_timeout=0.0)
 
     def open_cached(self, flags: int, uid: int | None) -> Handle | None:
         """:meth:`open` when the part is READY (:meth:`fusefs.views.PartCache.open_cached`),
         else None. EACCES for writing."""
         check_read_only_open(flags)
-        key = self._key()
-        fd = self.ctx.views.parts.open_cached(key)
-        return None if fd is None else self._handle(key, fd)
+        fd = self.ctx.views.parts.open_cached(self._key())
+        return None if fd is None else PartHandle(fd)
 
     def open(self, flags: int) -> Handle:
         """A :class:`PartHandle` of the rendered part (waits for its render). EACCES for
         writing."""
         check_read_only_open(flags)
-        key = self._key()
-        return self._handle(key, self.ctx.views.parts.open(key))
-
-    def _handle(self, key: tuple, fd: int) -> PartHandle:
-        h = PartHandle(fd)
-        if self.reported is not None and self.reported != key:
-            # the part grew since the kernel cached its size (and maybe pages): drop both
-            h.keep_cache = False
-            h.stale_attrs = True
-        return h
+        return PartHandle(self.ctx.views.parts.open(self._key()))
 
 
 class PartHandle(Handle):

@@ -836,11 +836,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     try:
         run(spark, mounts, os.path.abspath(args.out), args.top, series=args.series)
+    except Exception as exc:
+        if not _spark_failure(exc):
+            raise
+        # a job that failed in the JVM (a part that cannot be read: a damaged record, messages
+        # that expired under the job): its cause in one line, not Py4J's Java traceback
+        print(f"rmqfs report: the Spark job failed: {_root_cause(exc)}", file=sys.stderr)
+        return 1
     finally:
         if owns_session:
             spark.stop()
         _close_inputs(mounts)
     return 0
+
+
+def _spark_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Spark job's failure as PySpark raises it (``Py4JJavaError``, or a
+    ``PySparkException`` such as an ``AnalysisException``)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    return isinstance(exc, (Py4JJavaError, PySparkException))
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost cause a Spark failure's text names (its last ``Caused by:`` line, else its
+    first line), at most 400 characters."""
+    text = str(exc)
+    causes = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Caused by:")]
+    line = causes[-1][len("Caused by:") :].strip() if causes else ""
+    if not line:
+        line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return line[:400]
 
 
 def _close_inputs(inputs: Sequence[Mount | SnapshotInput]) -> None:

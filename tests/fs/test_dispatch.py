@@ -146,7 +146,7 @@ def test_view_requests_stay_on_the_loop_once_rendered_and_others_take_a_thread(
             return ino
 
         view = walk("/view")  # the root's children have no fast lookup: a thread
-        name = f"part-{0:020d}.parquet"
+        name = f"part-{0:020d}-{20:020d}.parquet"  # (a part of a growing queue: its offsets)
         part = walk(f"topic=V/queue=0/{name}", view)
         assert threads.calls == ["find", "find"]  # the part's first stat renders it: a thread
         del threads.calls[:]
@@ -221,7 +221,7 @@ def test_an_open_on_the_loop_is_charged_to_the_user_who_makes_it(tmp_path):
         ops = RmqOperations(t.ctx)
         other = SimpleNamespace(uid=os.getuid() + 1000, pid=None)
         ino = pyfuse3.ROOT_INODE
-        for name in ("view", "topic=V", "queue=0", f"part-{0:020d}.parquet"):
+        for name in ("view", "topic=V", "queue=0", f"part-{0:020d}-{20:020d}.parquet"):
             ino = trio.run(ops.lookup, ino, name.encode(), other).st_ino
         parts = t.ctx.views.parts
         charged = parts.bytes_of(True)

@@ -75,7 +75,7 @@ def test_every_read_path_of_the_tree_refuses_a_damaged_record(tmp_path):
             f"/topics/T/0/by-time/{ts}",
             "/topics/T/keys/k0",
             f"/messages/{msg_id}",
-            "/view/topic=T/queue=0/part-" + "0" * 20 + ".parquet",
+            f"/view/topic=T/queue=0/part-{0:020d}-{10:020d}.parquet",
             "/topics/T/messages.jsonl",
         ]
         for path in paths:
@@ -87,18 +87,25 @@ def test_every_read_path_of_the_tree_refuses_a_damaged_record(tmp_path):
         assert json.loads(t.read("/topics/T/0/by-offset/1"))["body"] == "m2" == good.body.decode()
         assert b"m5" in t.read("/topics/T/keys/k5")
         assert t.read("/topics/T/1/bodies.txt").count(b"\n") == 10
-        assert t.node("/view/topic=T/queue=1/part-" + "0" * 20 + ".parquet").stat().size > 0
+        assert t.node(f"/view/topic=T/queue=1/part-{0:020d}-{10:020d}.parquet").stat().size > 0
 
 
 def test_a_view_part_is_the_first_to_meet_the_damage(tmp_path):
     """A view/ part alone notes the damage too (the Spark-over-the-mount path)."""
     root, off = _store(tmp_path)
     with tree(tmp_path, store_dir=root) as t:
-        part = "/view/topic=T/queue=0/part-" + "0" * 20 + ".parquet"
+        part = f"/view/topic=T/queue=0/part-{0:020d}-{10:020d}.parquet"
         assert errno_of(t.read, part) == errno.EIO
         damaged = _damaged(t)
         assert [(d["topic"], d["queueId"]) for d in damaged] == [("T", 0)]
         assert f"offset {off}" in damaged[0]["error"]
+        # its stat answers, not 0 bytes (Spark takes a failed stat for an empty part and
+        # skips it): the rows are not left out without a word, the reads fail
+        from rmqfs.fusefs.viewtree import UNREADABLE_SIZE
+
+        st = t.node(part).stat()
+        assert st.size == UNREADABLE_SIZE > 0 and st.attr_timeout == 0
+        assert errno_of(t.read, part) == errno.EIO
 
 
 def test_fuse_requests_turn_engine_errors_into_their_errno_without_traceback(caplog):

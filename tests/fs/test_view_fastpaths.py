@@ -40,7 +40,7 @@ def test_names_that_can_never_exist_in_view_are_kept_negative(tmp_path):
         t.store.put_messages([Message("V", b"m%d" % i, queue_id=0) for i in range(5)])
         ops = _ops(t)
         queue = _walk(ops, "/view/topic=V/queue=0")
-        part = f"part-{0:020d}.parquet"
+        part = f"part-{0:020d}-{5:020d}.parquet"  # the offsets a growing queue's part holds
         for parent, name in (
             (queue, f".{part}.crc"),  # what Spark looks up beside each file it reads
             (queue, "_SUCCESS"),
@@ -52,6 +52,8 @@ def test_names_that_can_never_exist_in_view_are_kept_negative(tmp_path):
         # a name of the directory's own kind that is not there (yet) is a plain ENOENT
         for parent, name in (
             (queue, f"part-{100000:020d}.parquet"),
+            (queue, f"part-{0:020d}.parquet"),  # (not whole yet)
+            (queue, f"part-{0:020d}-{6:020d}.parquet"),  # (past the queue's end)
             (_walk(ops, "/view/topic=V"), "queue=7"),
             (_walk(ops, "/view"), "topic=W"),
         ):
@@ -67,7 +69,7 @@ def test_a_rendered_part_opens_and_closes_on_the_loop(tmp_path):
         t.store.create_topic("V", 1)
         t.store.put_messages([Message("V", b"m%d" % i) for i in range(50)])
         ops = _ops(t)
-        ino = _walk(ops, f"/view/topic=V/queue=0/part-{0:020d}.parquet")  # rendered by stat
+        ino = _walk(ops, f"/view/topic=V/queue=0/part-{0:020d}-{50:020d}.parquet")  # stat renders
         node = ops.nodes[ino]
         h = node.open_cached(os.O_RDONLY, None)
         assert h is not None and h.cheap_close and h.keep_cache and not h.stale_attrs
@@ -78,11 +80,14 @@ def test_a_rendered_part_opens_and_closes_on_the_loop(tmp_path):
         h2 = node.open(os.O_RDONLY)
         assert h2.read(0, 1 << 20) == data
         h2.release()
-        # the part grows: an open after the size the kernel holds says it is stale
+        # the queue grows: the part listed under this name keeps its bytes (a reader that
+        # listed it reads what it listed), and the queue's last part has a new name
         t.store.put_messages([Message("V", b"more")])
         h3 = node.open_cached(os.O_RDONLY, None) or node.open(os.O_RDONLY)
-        assert h3.stale_attrs and not h3.keep_cache
+        assert h3.read(0, 1 << 20) == data and h3.keep_cache and not h3.stale_attrs
         h3.release()
+        names = t.node("/view/topic=V/queue=0").list()
+        assert names == [f"part-{0:020d}-{51:020d}.parquet"]
         with pytest.raises(FsError) as info:  # the fast method's answer: no thread to try
             node.open_cached(os.O_WRONLY, None)
         assert info.value.errno == errno.EACCES

@@ -196,6 +196,24 @@ def test_store_latency_says_when_it_cannot_be_measured(spark):
     assert "latency n/a: not measurable" in text
 
 
+def test_a_failed_spark_job_is_one_line_not_a_java_traceback(spark, mount_store, tmp_path, capsys):
+    """A part Spark cannot read (here a damaged record: EIO) failed the report with Py4J's
+    Java traceback, 287 lines on stderr; it says the job failed and why, in one line."""
+    from rmqfs.engine.store import Message, MessageStore
+    from stores import flip_body_byte, small
+
+    root = tmp_path / "store"
+    with MessageStore(str(root), small()) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"m%d" % i) for i in range(20)])
+    flip_body_byte(root, "T", 0, 3)
+    m = mount_store(root)
+    assert report.main([str(m.mnt), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rmqfs report: the Spark job failed: "), err
+    assert "Input/output error" in err[0] or "EIO" in err[0] or "IOException" in err[0], err
+
+
 def test_not_a_mount_is_a_clear_error(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 1
     assert "no view/ directory" in capsys.readouterr().err

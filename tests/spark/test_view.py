@@ -77,7 +77,10 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
         assert topic.child("queue=00") is None
         qdir = topic.child("queue=0")
         names = qdir.list()
-        assert names == [f"part-{n:020d}.parquet" for n in (0, 10, 20)]
+        # whole parts by their first offset; the growing last one by the offsets it holds
+        assert names == [f"part-{0:020d}.parquet", f"part-{10:020d}.parquet"] + [
+            f"part-{20:020d}-{25:020d}.parquet"
+        ]
 
         def snapshot():
             out = {}
@@ -104,16 +107,24 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
             assert offs == list(range(first, min(first + 10, 25)))
             last = store.get_message("TopicA", 0, offs[-1])
             assert st.mtime_ns == last.store_timestamp * 1_000_000
-        assert not before[names[0]][0].live and not before[names[1]][0].live
-        assert before[names[2]][0].live  # the open part may still grow
+        assert not any(st.live for st, _ in before.values())  # no name's bytes ever change
 
         fill(store, 12, start=25)  # part 20 fills up, part 30 starts
         after = snapshot()
-        assert list(after) == names + [f"part-{30:020d}.parquet"]
+        whole = f"part-{20:020d}.parquet"
+        assert list(after) == names[:2] + [whole, f"part-{30:020d}-{37:020d}.parquet"]
         for name in names[:2]:
             assert after[name] == before[name]  # full parts: same bytes, size and mtime
-        assert after[names[2]][0].size > before[names[2]][0].size
-        assert not after[names[2]][0].live
+        assert after[whole][0].size > before[names[2]][0].size
+        assert not after[whole][0].live
+        # the name a reader listed before the queue grew still reads the bytes it listed
+        node = qdir.child(names[2])
+        h = node.open(os.O_RDONLY)
+        assert (node.stat(), h.read(0, 1 << 20)) == before[names[2]]
+        h.release()
+        assert qdir.child(f"part-{20:020d}-{38:020d}.parquet") is None  # (past the end)
+        assert qdir.child(f"part-{20:020d}-{30:020d}.parquet") is None  # (a whole part's)
+        assert qdir.child(f"part-{19:020d}-{21:020d}.parquet") is None  # (across two)
         # body is BINARY, decompressed
         assert rows(after[names[0]][1])[0]["body"] == b"m0"
 

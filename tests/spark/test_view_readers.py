@@ -110,8 +110,11 @@ def test_view_is_parquet_with_the_partition_columns_in_the_path(mounted):
     view = m.mnt / "view"
     parts = sorted(p.relative_to(view).as_posix() for p in view.rglob("*.parquet"))
     assert "topic=Bulk/queue=0/part-00000000000000000000.parquet" in parts
-    assert "topic=Bulk/queue=0/part-00000000000000100000.parquet" in parts
-    assert "topic=%25RETRY%25CafeGroup/queue=0/part-00000000000000000000.parquet" in parts
+    # a part that holds only some of its range: named by the offsets it holds
+    assert any(p.startswith("topic=Bulk/queue=0/part-00000000000000100000-") for p in parts)
+    assert any(
+        p.startswith("topic=%25RETRY%25CafeGroup/queue=0/part-0000000000000000") for p in parts
+    )
     # nothing but Parquet parts (Polars refuses a directory with other files, hidden ones too)
     assert not [p for p in view.rglob("*") if p.is_file() and p.suffix != ".parquet"]
     assert (m.mnt / "view.ddl").read_text() == DATASOURCE_DDL + "\n"  # beside view/
