@@ -48,6 +48,7 @@ import pyfuse3
 import trio
 
 from rmqfs.engine.errors import CorruptRecordError, StoreError
+from rmqfs.engine.read.viewnames import topic_dir_name
 
 from .base import (
     RO_DIR,
@@ -62,7 +63,6 @@ from .base import (
     as_user,
 )
 from .nodes import RootDir
-from .viewtree import topic_dir_name
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,16 @@ directory names), zstd-compressed. Parts render in worker processes (``views.Par
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
 
 from rmqfs.engine.read.schema import DATASOURCE_DDL
+from rmqfs.engine.read.viewnames import (
+    NAME_MAX,
+    TOPIC_DIR,
+    topic_dir_name,
+    unescape_partition_value,
+)
 from rmqfs.engine.service.validation import parse_decimal
 
 from .base import (
@@ -40,67 +45,7 @@ from .base import (
     present,
 )
 
-# ExternalCatalogUtils.charToEscape (Spark): the characters its writer escapes as %XX.
-_SPARK_ESCAPED = frozenset('"#%\'*/:=?\\{[]^\x7f') | frozenset(map(chr, range(0x20)))
-
-
-def escape_partition_value(value: str) -> str:
-    """Escape a value for a Hive-style directory name as Spark's ``escapePathName`` does.
-
-    ``%RETRY%g`` -> ``%25RETRY%25g``. Spark URL-decodes partition values when it reads them
-    (``unescapePathName``), so an unescaped ``%`` followed by two hex digits would be read back
-    as another character (``%DLQ%CafeGroup`` -> ``%DLQÊfeGroup``). Only ASCII characters are
-    escaped, one ``%XX`` each, which both Spark and :func:`unescape_partition_value` decode.
-    """
-    out = []
-    for ch in value:
-        if ch in _SPARK_ESCAPED:
-            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8")))
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def unescape_partition_value(name: str) -> str:
-    """Inverse of :func:`escape_partition_value` (names it did not produce are refused by the
-    callers, which check that escaping the result gives ``name`` back)."""
-    from urllib.parse import unquote
-
-    return unquote(name)
-
-
 _PART_NAME = re.compile(r"part-([0-9]{20})(?:-([0-9]{20}))?\.parquet")
-#: The longest directory entry name, in bytes (Linux NAME_MAX; FUSE refuses longer ones).
-NAME_MAX = 255
-_TOPIC_DIR = "topic="
-_DIGEST_HEX = 16  # "~" + 16 hex digits of SHA-256 end a shortened name
-
-
-def topic_dir_name(topic: str) -> str:
-    """The ``view/`` directory of a topic: ``topic=<escaped topic>``.
-
-    A topic may have 255 bytes (``HookUtils.MAX_TOPIC_LENGTH``), a retry or DLQ topic of a
-    long group that many; escaped and prefixed, its name can pass NAME_MAX (``topic=%25RETRY%25``
-    + 248 chars is 263 bytes). Such a name is shortened to exactly what fits:
-    ``topic=<escaped start of the topic>~<16 hex digits of the SHA-256 of its UTF-8>``, unique
-    and mapped back by the mount (:meth:`ViewRootDir.child`). Spark's ``topic`` column then holds
-    the shortened name; the ``rocketmq`` data source (pipeline/datasource.py) reads the store
-    and gives the whole one.
-    """
-    name = _TOPIC_DIR + escape_partition_value(topic)
-    if len(name.encode("utf-8", "surrogateescape")) <= NAME_MAX:
-        return name
-    budget = NAME_MAX - len(_TOPIC_DIR) - 1 - _DIGEST_HEX
-    out, n = [], 0
-    for ch in topic:
-        piece = escape_partition_value(ch)
-        size = len(piece.encode("utf-8", "surrogateescape"))
-        if n + size > budget:
-            break
-        out.append(piece)
-        n += size
-    digest = hashlib.sha256(topic.encode("utf-8", "surrogateescape")).hexdigest()[:_DIGEST_HEX]
-    return f"{_TOPIC_DIR}{''.join(out)}~{digest}"
 
 
 def view_ddl_file(ctx: Context, path: str) -> StaticFile:
@@ -127,7 +72,7 @@ class ViewRootDir(Dir):
 
     def never_child(self, name: str) -> bool:
         """Any name not ``topic=...``."""
-        return not name.startswith(_TOPIC_DIR)
+        return not name.startswith(TOPIC_DIR)
 
     def list_cached(self) -> list[str]:
         """:meth:`list` (in memory), on the trio loop."""
@@ -148,10 +93,10 @@ class ViewRootDir(Dir):
 
     def child(self, name: str) -> Node | None:
         """The :class:`ViewTopicDir` of ``name`` (a shortened name mapped back), or None."""
-        if not name.startswith(_TOPIC_DIR):
+        if not name.startswith(TOPIC_DIR):
             return None
         topics = self.ctx.store.topic_names()
-        topic: str | None = unescape_partition_value(name[len(_TOPIC_DIR) :])
+        topic: str | None = unescape_partition_value(name[len(TOPIC_DIR) :])
         if topic not in topics or topic_dir_name(topic) != name:
             # a shortened name (topic_dir_name): only a name of NAME_MAX bytes can be one
             if len(name.encode("utf-8", "surrogateescape")) < NAME_MAX - 3:

@@ -205,6 +205,29 @@ class Mount:
         """Whether ``view/`` has a topic with messages."""
         return any(n.startswith("topic=") for n in os.listdir(self.view))
 
+    def shortened_topics(self) -> dict[str, str]:
+        """``{what Spark's topic column holds for a shortened view/ directory: the topic}``
+        for the mount's topics (``MNT/topics/``) whose ``view/`` directory name is shortened
+        to fit NAME_MAX (``engine.read.viewnames.topic_dir_name``: a retry or DLQ topic of a
+        long group)."""
+        from rmqfs.engine.read.viewnames import (
+            TOPIC_DIR,
+            escape_partition_value,
+            topic_dir_name,
+            unescape_partition_value,
+        )
+
+        try:
+            names = os.listdir(os.path.join(self.path, "topics"))
+        except OSError:
+            return {}
+        out = {}
+        for topic in names:
+            d = topic_dir_name(topic)
+            if d != TOPIC_DIR + escape_partition_value(topic):
+                out[unescape_partition_value(d[len(TOPIC_DIR) :])] = topic
+        return out
+
 
 class SnapshotInput:
     """A snapshot in object storage given to the report (``s3://...``, any URI
@@ -291,7 +314,9 @@ def read_input_lag(source: Mount | SnapshotInput) -> list[dict]:
 
 
 def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
-    """The mount's ``view/`` as a DataFrame: ``DATASOURCE_DDL`` columns plus ``brokerName``.
+    """The mount's ``view/`` as a DataFrame: ``DATASOURCE_DDL`` columns plus ``brokerName``;
+    ``topic`` the whole topic where its ``view/`` directory name is shortened
+    (:meth:`Mount.shortened_topics`), so the message tables and ``consumer_lag`` name it alike.
 
     A view without any topic yet gives an empty DataFrame of the same schema.
     """
@@ -302,7 +327,11 @@ def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
         df = spark.read.schema(DATASOURCE_DDL).parquet("file://" + mount.view)
     else:
         df = spark.createDataFrame([], DATASOURCE_DDL)
-    cols = [c.split()[0] for c in _top_level(DATASOURCE_DDL)]
+    cols: list[Any] = [c.split()[0] for c in _top_level(DATASOURCE_DDL)]
+    short = mount.shortened_topics()
+    if short:  # the whole topic, as consumer_lag (progress.json) names it
+        whole = F.create_map(*[F.lit(x) for kv in sorted(short.items()) for x in kv])
+        cols[cols.index("topic")] = F.coalesce(whole[F.col("topic")], F.col("topic")).alias("topic")
     return df.select(*cols, F.lit(mount.broker_name).alias("brokerName"))
 
 

@@ -11,7 +11,7 @@ import json
 import pyarrow.parquet as pq
 
 from fstree import tree
-from rmqfs.fusefs.viewtree import NAME_MAX, topic_dir_name
+from rmqfs.engine.read.viewnames import NAME_MAX, topic_dir_name
 from stores import DLQ_TOPIC, LONG_GROUP, LONG_TOPIC, LONG_TOPICS, RETRY_TOPIC, long_topic_store
 
 

@@ -214,6 +214,24 @@ def test_a_failed_spark_job_is_one_line_not_a_java_traceback(spark, mount_store,
     assert "Input/output error" in err[0] or "EIO" in err[0] or "IOException" in err[0], err
 
 
+def test_a_long_retry_topic_is_named_alike_in_every_table(spark, mount_store, tmp_path, capsys):
+    """A retry topic of a long group has its view/ directory shortened (NAME_MAX): the message
+    tables named it by the shortened name and consumer_lag by the whole one, so a join of the
+    two lost exactly the topics whose lag matters. Every table names the whole topic."""
+    from stores import RETRY_TOPIC, long_topic_store
+
+    long_topic_store(tmp_path / "store")
+    m = mount_store(tmp_path / "store")
+    tables = report.run(spark, [report.Mount(str(m.mnt))], str(tmp_path / "out"))
+    capsys.readouterr()
+    lag = tables["consumer_lag"]
+    assert RETRY_TOPIC in set(lag["topic"])
+    for name in ("per_queue_tag", "per_minute"):
+        topics = set(tables[name]["topic"])
+        assert RETRY_TOPIC in topics, name
+        assert not [t for t in topics if "~" in t], name
+
+
 def test_not_a_mount_is_a_clear_error(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 1
     assert "no view/ directory" in capsys.readouterr().err

@@ -347,7 +347,7 @@ def test_long_topics_through_the_data_source_and_a_mounted_view(spark, mount_sto
     directory (255-byte names) and Spark reads view/, where a partition name over 255 bytes
     is shortened (fusefs.viewtree.topic_dir_name); `rmqfs verify` is clean."""
     from conftest import run_rmqfs
-    from rmqfs.fusefs.viewtree import topic_dir_name, unescape_partition_value
+    from rmqfs.engine.read.viewnames import topic_dir_name, unescape_partition_value
     from stores import LONG_TOPICS, RETRY_TOPIC, long_topic_store
 
     store = tmp_path / "store"

@@ -17,15 +17,11 @@ import pytest
 from conftest import fuse
 from rmqfs.engine.format.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, compress_body
 from rmqfs.engine.read.schema import DATASOURCE_DDL, part_schema
+from rmqfs.engine.read.viewnames import escape_partition_value, unescape_partition_value
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.fusefs.base import Context
 from rmqfs.fusefs.views import ViewCache
-from rmqfs.fusefs.viewtree import (
-    ViewRootDir,
-    escape_partition_value,
-    unescape_partition_value,
-    view_ddl_file,
-)
+from rmqfs.fusefs.viewtree import ViewRootDir, view_ddl_file
 from stores import put_internal
 
 RETRY, DLQ = "%RETRY%CafeGroup", "%DLQ%CafeGroup"
