@@ -920,6 +920,8 @@ class _Planner:
         pf = self.pushed
         if pf.topics is not None:
             topics = [t for t in topics if t in pf.topics]
+        if not topics and not self.store.topics():
+            self._warn_without_queues()
         out = []
         for t in topics:
             for q in self.store.queue_ids(t):
@@ -931,6 +933,20 @@ class _Planner:
                     continue
                 out.append((t, q))
         return out
+
+    def _warn_without_queues(self) -> None:
+        """A store whose CommitLog holds records but that has no ConsumeQueue (they were never
+        dispatched, or deleted): the data source reads messages through the ConsumeQueues, as
+        a broker does, so it finds none; say so instead of reading nothing without a word."""
+        store = self.store
+        if isinstance(store, StoreFiles) and store.holds_records():
+            log.warning(
+                "rocketmq: %s: the CommitLog holds messages but the store has no ConsumeQueue "
+                "(consumequeue/ missing or empty), and the data source reads messages through "
+                "them: none are read. Mount the store once (rmqfs mount STORE MNT: its recovery "
+                "builds them) or read MNT/view/ of a read-only mount",
+                self.ref.path,
+            )
 
     def resolve(
         self,

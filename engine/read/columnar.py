@@ -416,6 +416,26 @@ class StoreFiles:
         self._cq_file_size: int | None = None
 
     # -- layout ------------------------------------------------------------------------------
+    def holds_records(self) -> bool:
+        """Whether the CommitLog's first file starts with a record (TOTALSIZE and a record's
+        MAGICCODE): the store holds messages, whatever its ConsumeQueues say. A DLedger store's
+        entries are not looked at (False)."""
+        if self.dledger is not None:
+            return False
+        cl = self.commitlog
+        if not cl.end_offset > cl.min_offset:
+            return False
+        got = cl.span(cl.min_offset, cl.min_offset + RECORD_HEAD.size)
+        if got is None:
+            return False
+        data, base = got
+        at = cl.min_offset - base
+        head = bytes(data[at : at + RECORD_HEAD.size])
+        if len(head) < RECORD_HEAD.size:
+            return False
+        size, magic = RECORD_HEAD.unpack(head)
+        return size > 0 and magic in RECORD_MAGICS
+
     def topics(self) -> list[str]:
         """Topics that have a ConsumeQueue directory (or RocksDB queues), sorted."""
         if self.rocksdb is not None:

@@ -85,6 +85,24 @@ def test_pushed_filters_stay_in_their_reader(tmp_path):
     assert second.partitions() == want and {p.queue_id for p in want} == {0, 1, 2, 3}
 
 
+def test_a_store_without_consumequeues_is_said_not_read_as_empty(tmp_path, caplog):
+    """No Spark: a store whose CommitLog holds messages and that has no ConsumeQueue (apache
+    PR 3535's fixture: 47 messages, CommitLog only) gave 0 rows without a word, while a mount
+    of it shows them all. The data source reads through the ConsumeQueues, as a broker does,
+    and now says why it finds nothing and what to do; a store with ConsumeQueues says
+    nothing."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger=D.log.name)
+    path = str(copy_fixture("apache-rocketmq-pr3535", tmp_path / "pr") / "store")
+    D.RocketMQDataSource({"path": path}).reader(None).partitions()
+    said = [r.getMessage() for r in caplog.records if "no ConsumeQueue" in r.getMessage()]
+    assert said and "rmqfs mount" in said[0] and path in said[0]
+    caplog.clear()
+    D.RocketMQDataSource({"path": str(FIX / "store")}).reader(None).partitions()
+    assert not [r for r in caplog.records if "no ConsumeQueue" in r.getMessage()]
+
+
 def test_a_filter_over_filters_is_left_to_spark():
     """No Spark: ``WHERE topic <> 'x'`` reaches pushFilters as Not(EqualTo(...)), which has no
     column of its own (``attribute``): it is left to Spark, not an AttributeError."""
