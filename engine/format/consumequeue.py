@@ -17,6 +17,7 @@ a queue that starts at a non-zero offset (``fillPreBlank``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -491,7 +492,10 @@ class ConsumeQueue:
         """Append encoded units starting at ``first_queue_offset`` (must equal ``max_offset``).
 
         A queue that starts above 0 gets blank filler units first (``fillPreBlank``).
-        Raises OSError from the disk (e.g. ENOSPC); nothing is counted then.
+        Raises OSError from the disk (e.g. ENOSPC); nothing is counted then, and nothing of
+        them stays on disk (units written into earlier files before a later one failed are
+        cut again, a file this call made deleted): a put the disk refused leaves the queue's
+        files as they were, which the put's undo (``truncate_to`` of what is counted) relies on.
         """
         if first_queue_offset != self.max_offset:
             raise ValueError(
@@ -507,22 +511,32 @@ class ConsumeQueue:
             self._advance(units)
             return
         pos = first_queue_offset * CQ_STORE_UNIT_SIZE
-        if not self.files.segments and pos % self.files.file_size:
-            start = pos - pos % self.files.file_size
-            filler = UNIT.pack(0, BLANK_UNIT_SIZE, 0) * ((pos - start) // CQ_STORE_UNIT_SIZE)
-            self.files.write(start, filler)
-            self.min_offset = first_queue_offset
-        if pos // self.files.file_size == (pos + len(units) - 1) // self.files.file_size:
-            self.files.write(pos, units)  # in one file (always, for one put's units)
+        fs = self.files.file_size
+        if self.files.segments and pos // fs == (pos + len(units) - 1) // fs:
+            self.files.write(pos, units)  # in one file (always, for one put's units): whole or not
             self._advance(units)
             return
-        view = memoryview(units)
-        while view:
-            seg = self.files.segment_for_write(pos)
-            n = min(len(view), seg.end - pos)
-            self.files.write(pos, view[:n])
-            view = view[n:]
-            pos += n
+        first, min_before = pos, self.min_offset
+        try:
+            if not self.files.segments and pos % fs:
+                first = pos - pos % fs
+                filler = UNIT.pack(0, BLANK_UNIT_SIZE, 0) * ((pos - first) // CQ_STORE_UNIT_SIZE)
+                self.files.write(first, filler)
+                self.min_offset = first_queue_offset
+            view = memoryview(units)
+            while view:
+                seg = self.files.segment_for_write(pos)
+                n = min(len(view), seg.end - pos)
+                self.files.write(pos, view[:n])
+                view = view[n:]
+                pos += n
+        except OSError:
+            self.min_offset = min_before
+            # what this call wrote goes (ConsumeQueue.truncateDirtyLogicFiles: a file whose
+            # first unit goes is deleted); the caller's error is the disk's
+            with contextlib.suppress(OSError):
+                self.files.truncate_dirty(first, delete_at_start=first % fs == 0)
+            raise
         self._advance(units)
 
     def _advance(self, units: bytes) -> None:

@@ -478,15 +478,16 @@ def check_queue_tails(store: MessageStore) -> int:
 
     A torn unit can look valid (offset and size intact, tagsCode half written); RocketMQ
     would keep it. Each queue's last units are compared with the CommitLog record they
-    point at (start, size, queue offset, tagsCode) and dropped until one agrees; the scan
-    that follows re-dispatches them. Cost: one record read per queue. Returns the number of
-    units dropped.
+    point at (start, size, queue offset, tagsCode) and dropped until one agrees, in one cut
+    and one log line a queue; the scan that follows re-dispatches them. Cost: one record read
+    per queue, and one per unit dropped. Returns the number of units dropped.
     """
     cl = store.commitlog
     dropped = 0
     for cq in store.consume_queues.values():
-        while cq.max_offset > cq.min_offset:
-            qoff = cq.max_offset - 1
+        end = qend = cq.max_offset
+        while qend > cq.min_offset:
+            qoff = qend - 1
             off, size, tc = cq.unit(qoff)
             if size == 0x7FFFFFFF:
                 break
@@ -503,15 +504,18 @@ def check_queue_tails(store: MessageStore) -> int:
                 break
             if rec is None and off < cl.min_offset:
                 break  # expired record: nothing to compare with
+            qend = qoff
+        if qend < end:
+            what = f"unit {qend}" if end - qend == 1 else f"units {qend}..{end - 1}"
             log.warning(
-                "ConsumeQueue %s/%d: unit %d does not match the CommitLog; dropped and rebuilt",
+                "ConsumeQueue %s/%d: %s did not match the CommitLog; dropped and rebuilt",
                 cq.topic,
                 cq.queue_id,
-                qoff,
+                what,
             )
-            cq.truncate_to(qoff)
-            cq.repairs.append(f"unit {qoff} did not match the CommitLog")
-            dropped += 1
+            cq.truncate_to(qend)
+            cq.repairs.append(f"{what} did not match the CommitLog")
+            dropped += end - qend
     return dropped
 
 

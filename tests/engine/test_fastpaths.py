@@ -503,6 +503,50 @@ def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch, n,
         assert [r.body for _, r in s.iter_queue("T", res[0].queue_id)][-1] == b"second"
 
 
+@pytest.mark.parametrize("start", [3, 0])
+def test_a_batch_refused_in_the_next_queue_file_leaves_no_unit_behind(tmp_path, monkeypatch, start):
+    """A batch whose ConsumeQueue units cross into a new file, and the disk refuses that file
+    (ENOSPC): the units already written into the earlier file stayed there past the queue's end
+    (only the count was taken back), so verify failed and every later open logged a repair a
+    unit. The put is undone on disk too: the earlier file's bytes as they were, no new file,
+    and a store that opens clean. ``start`` 0: the queue's first units, into its first file."""
+    import rmqfs.engine.format.mappedfile as mf
+
+    cfg = StoreConfig(mapped_file_size_consume_queue=10 * 20)
+    root = tmp_path / "s"
+    with MessageStore(str(root), cfg) as s:
+        s.create_topic("T", 1)
+        if start:
+            s.put_messages([Message("T", b"x%d" % i) for i in range(start)])
+        qdir = root / "consumequeue" / "T" / "0"
+        before = {p.name: p.read_bytes() for p in qdir.iterdir()} if qdir.exists() else {}
+        end = s.commitlog.max_offset
+        real = mf.create_preallocated
+        made = []
+
+        def refuse_the_second(path, size, exclusive=False):
+            if "consumequeue" in str(path):
+                made.append(path)
+                if len(made) == (1 if start else 2):
+                    raise OSError(28, "No space left on device")
+            return real(path, size, exclusive)
+
+        monkeypatch.setattr(mf, "create_preallocated", refuse_the_second)
+        with pytest.raises(OSError):
+            s.put_messages([Message("T", b"lost %d" % i, queue_id=0) for i in range(12)])
+        monkeypatch.undo()
+        assert s.commitlog.max_offset == end and s.max_offset("T", 0) == start
+        after = {p.name: p.read_bytes() for p in qdir.iterdir()} if qdir.exists() else {}
+        assert after == before
+        res = s.put_messages([Message("T", b"kept %d" % i, queue_id=0) for i in range(12)])
+        assert [r.queue_offset for r in res] == list(range(start, start + 12))
+    with MessageStore(str(root), cfg, read_only=True) as s:
+        assert not s.consume_queue("T", 0).repairs
+        assert [r.body for _, r in s.iter_queue("T", 0)][start:] == [
+            b"kept %d" % i for i in range(12)
+        ]
+
+
 def test_scan_raw_handles_v2_ipv6_and_crc_property_records(tmp_path):
     """Records off the common layout (V2 magic for a 200-char topic, IPv6 hosts, a __CRC32#
     property) are walked exactly as the decoding scan walks them."""
