@@ -1308,15 +1308,7 @@ class MessageStore:
         bad group name, NoSuchTopicError for an unknown queue, NoSuchGroupError (with
         ``existing_group``), ReadOnlyStoreError.
         """
-        self.check_writable()
-        validate_group_name(group)
-        if topic not in self.topic_names() or queue_id not in self.queue_ids(topic):
-            raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
-        lo, hi = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
-        if not lo <= offset <= hi:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} outside [{lo}, {hi}] of {topic}/{queue_id}"
-            )
+        self._check_commit(group, topic, {queue_id: offset})
         if not existing_group:
             self.consumer_offsets.commit(group, topic, queue_id, offset)
             return
@@ -1324,6 +1316,27 @@ class MessageStore:
             if not self.has_group(group):
                 raise NoSuchGroupError(f"consumer group {group} was deleted")
             self.consumer_offsets.commit(group, topic, queue_id, offset)
+
+    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Commit the offsets of several queues of ``topic`` (``{queueId: offset}``) in one
+        write of consumerOffset.json: every one is checked first, then all are stored or, on a
+        failed write (ENOSPC...), none (mqadmin ``resetOffsetByTime`` of a topic). Raises as
+        :meth:`commit_offset`."""
+        self._check_commit(group, topic, offsets)
+        self.consumer_offsets.commit_queues(group, topic, offsets)
+
+    def _check_commit(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        self.check_writable()
+        validate_group_name(group)
+        queues = self.queue_ids(topic) if topic in self.topic_names() else []
+        for queue_id, offset in offsets.items():
+            if queue_id not in queues:
+                raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
+            lo, hi = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
+            if not lo <= offset <= hi:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} outside [{lo}, {hi}] of {topic}/{queue_id}"
+                )
 
     def group_names(self) -> list[str]:
         """Groups from subscriptionGroup.json and consumerOffset.json, sorted."""

@@ -555,9 +555,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
                         for body in bodies
                     ]
                     results = store.put_messages(msgs)
-            except StoreError as exc:
+            except (StoreError, OSError) as exc:  # (a full disk: OSError, nothing of the batch)
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 raise AdminError(
-                    f"{exc}; {total} messages before lines {total + 1}.."
+                    f"{reason}; {total} messages before lines {total + 1}.."
                     f"{total + len(bodies)} were produced, none after"
                 ) from None
             counts.update(map(_RESULT_QUEUE, results))
@@ -916,8 +917,12 @@ def cmd_consumer_progress(args: argparse.Namespace) -> int:
 
 def cmd_reset_offset(args: argparse.Namespace) -> int:
     """``resetOffsetByTime``: commit, for every queue of the topic (or ``-q``), the first offset
-    stored at or after ``-s`` time, or ``-o`` offset. Written atomically to
-    consumerOffset.json; refused while a mount or broker holds the store."""
+    stored at or after ``-s`` time (``-1``: the queue's max offset, mqadmin's
+    ``skipAccumulatedMessage``), or ``-o`` offset; with ``--rollback-only`` (mqadmin's ``-f
+    false``) only where that is at or before the committed offset (the queue's min offset
+    where none is), as ``DefaultMQAdminExtImpl.resetOffsetConsumeOffset`` does. Every queue's
+    offset is checked, then all are written to consumerOffset.json in one atomic write;
+    refused while a mount or broker holds the store."""
     from rmqfs.engine.format.config import validate_group_name
 
     if (args.timestamp is None) == (args.offset is None):
@@ -931,22 +936,27 @@ def cmd_reset_offset(args: argparse.Namespace) -> int:
             if args.queue_id is not None
             else store.queue_ids(topic)
         )
-        plan = []
+        plan: list[tuple[int, int, int | None]] = []
         for q in queues:
             lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
-            if ts is not None:
+            new: int | None
+            if ts == -1:  # (the request's timestamp -1: the max offset)
+                new = hi
+            elif ts is not None:
                 new = store.offset_by_time(topic, q, ts) if hi > lo else hi
             else:
                 new = args.offset
                 if not lo <= new <= hi:
                     raise AdminError(f"offset {new} is outside [{lo}, {hi}] of {topic}/{q}")
             old = store.consumer_offsets.query(args.group, topic, q)
+            if args.rollback_only and new is not None and new > (old if old >= 0 else lo):
+                new = None  # it would move forward: left as it is
             plan.append((q, old, new))
-        for q, _, new in plan:
-            store.commit_offset(args.group, topic, q, new)
+        store.commit_offsets(args.group, topic, {q: new for q, _, new in plan if new is not None})
         print(f"{'#Topic':<32} {'#QID':>4} {'#Old Offset':>12} {'#New Offset':>12}")
         for q, old, new in plan:
-            print(f"{topic:<32} {q:>4} {old if old >= 0 else '-':>12} {new:>12}")
+            shown = new if new is not None else "(kept)"
+            print(f"{topic:<32} {q:>4} {old if old >= 0 else '-':>12} {shown:>12}")
     return 0
 
 
@@ -982,6 +992,20 @@ def _bool_arg(text: str | None, option: str) -> bool | None:
     if text.strip().lower() not in ("true", "false"):
         raise AdminError(f"{option} takes true or false, not {text!r}")
     return text.strip().lower() == "true"
+
+
+def _hours(text: str) -> float:
+    """An argparse type: a finite number of hours, 0 or more (``inf``, ``nan`` and negative
+    values are usage errors)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"give a finite number of hours, 0 or more: {text!r}")
+    return value
 
 
 def _int_arg(text: str | None, option: str) -> int | None:
@@ -1735,9 +1759,18 @@ COMMANDS: tuple[SubCommand, ...] = (
         (
             arg("-g", "--group", required=True),
             _TOPIC,
-            arg("-s", "--timestamp", help=f"{TIME_FORMAT_HELP}, or now"),
+            arg(
+                "-s",
+                "--timestamp",
+                help=f"{TIME_FORMAT_HELP}, now, or -1 (each queue's max offset)",
+            ),
             arg("-o", "--offset", type=int, help="this queue offset"),
             arg("-q", "--queue-id", type=int, help="only this queue"),
+            arg(
+                "--rollback-only",
+                action="store_true",
+                help="only move offsets back, never forward (mqadmin's -f false)",
+            ),
         ),
     ),
     SubCommand(
@@ -1922,7 +1955,7 @@ COMMANDS: tuple[SubCommand, ...] = (
         (
             arg(
                 "--file-reserved-time",
-                type=float,
+                type=_hours,
                 metavar="HOURS",
                 help="override fileReservedTime (hours; default 72 or broker.conf)",
             ),

@@ -42,6 +42,7 @@ VALUE = "value"  # the rmqfs option Opt.to, with the value
 FLAG = "flag"  # an mqadmin flag (no value): the rmqfs flag Opt.to
 FLAG_OFF = "flag-off"  # an mqadmin flag whose absence is the rmqfs flag Opt.to
 IF_TRUE = "if-true"  # an mqadmin true|false option: true is the rmqfs flag Opt.to
+IF_FALSE = "if-false"  # an mqadmin true|false option: false is the rmqfs flag Opt.to
 BROKER_NAME = "brokerName"  # checked against the store's broker name
 BROKER_ADDR = "brokerAddr"  # checked against brokerIP1:listenPort
 CLUSTER = "clusterName"  # checked against brokerClusterName
@@ -269,7 +270,7 @@ COMMANDS: tuple[MqCommand, ...] = (
             _v("g", "group", "--group", required=True),
             _v("t", "topic", "--topic", required=True),
             _v("s", "timestamp", "--timestamp", required=True),
-            Opt("f", "force", ACCEPT, why="deprecated; no consumer is online to ask"),
+            Opt("f", "force", IF_FALSE, "--rollback-only"),
             _addr("b", "broker"),
             _v("q", "queue", "--queue-id"),
             _v("o", "offset", "--offset"),
@@ -285,10 +286,10 @@ COMMANDS: tuple[MqCommand, ...] = (
         (
             _v("g", "group", "--group", required=True),
             _v("t", "topic", "--topic", required=True),
-            Opt("f", "force", ACCEPT, why="deprecated; no consumer is online to ask"),
+            Opt("f", "force", IF_FALSE, "--rollback-only"),
             _cluster("c", "cluster"),
         ),
-        fixed=("--timestamp=now",),
+        fixed=("--timestamp=-1",),  # the max offset (SkipAccumulationSubCommand's timestamp -1)
     ),
     MqCommand(
         "deleteTopic",
@@ -696,6 +697,9 @@ def translate(cmd: MqCommand, args: argparse.Namespace) -> tuple[list[str], list
         elif o.kind == IF_TRUE:
             if value is not None and _truth(value, o.letter):
                 argv.append(o.to)
+        elif o.kind == IF_FALSE:
+            if value is not None and not _truth(value, o.letter):
+                argv.append(o.to)
         elif value is None:
             continue
         elif o.kind in (BROKER_NAME, BROKER_ADDR, CLUSTER, NAMESRV):
@@ -714,8 +718,10 @@ def _help(o: Opt) -> str:
     if o.kind == VALUE:
         extra = f" (default {o.default})" if o.default is not None else ""
         return f"{o.long}: rmqfs {o.to}{extra}"
-    if o.kind in (FLAG, FLAG_OFF, IF_TRUE):
-        when = {FLAG: "", FLAG_OFF: " when absent", IF_TRUE: " when true"}[o.kind]
+    if o.kind in (FLAG, FLAG_OFF, IF_TRUE, IF_FALSE):
+        when = {FLAG: "", FLAG_OFF: " when absent", IF_TRUE: " when true", IF_FALSE: " when false"}[
+            o.kind
+        ]
         return f"{o.long}: rmqfs {o.to}{when}"
     if o.kind in (BROKER_NAME, BROKER_ADDR, CLUSTER, NAMESRV):
         return f"{o.long}: checked against the store's {o.kind} (broker.conf)"

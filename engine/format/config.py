@@ -21,7 +21,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -590,6 +590,19 @@ class ConsumerOffsetManager:
                 self._index = None
                 raise
             self.counter += 1
+
+    def commit_queues(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Set the offsets of several queues of ``topic`` for ``group`` (``{queueId: offset}``)
+        in one write of the file: all of them or, on a failed write (ENOSPC...), none, in
+        memory too (mqadmin's resetOffsetByTime of a topic, one request a broker)."""
+        if not offsets:
+            return
+        key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+        def change(table: dict[str, dict[int, int]]) -> None:
+            table.setdefault(key, {}).update(offsets)
+
+        self._mutate(change)
 
     def _mutate(self, change: Callable[[dict[str, dict[int, int]]], Any]) -> Any:
         """Apply ``change(table)`` and persist; on a failed write (ENOSPC...) the table is
