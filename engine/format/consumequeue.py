@@ -200,16 +200,18 @@ def first_live_unit(q: QueueReader, min_commitlog_offset: int) -> int:
     Blank filler units (``fillPreBlank``: commitLogOffset 0) belong before a queue's first
     record, but a damaged store can hold one further on, where its 0 would make the search
     skip live units before it: a blank unit is therefore judged by the first record unit at or
-    after it, which keeps the search's order, and the answer moves past blank units."""
-    lo, hi = q.min_offset, q.max_offset
+    after it in the whole queue (blank units with no record after them count as live: nothing
+    after them is dead), which keeps the search's order, and the answer moves past blank
+    units."""
+    lo, hi, end = q.min_offset, q.max_offset, q.max_offset
     while lo < hi:
         mid = (lo + hi) // 2
-        at, off = _record_unit_from(q, mid, hi)
-        if at < hi and off >= min_commitlog_offset:
+        at, off = _record_unit_from(q, mid, end)
+        if at >= end or off >= min_commitlog_offset:
             hi = mid
         else:
             lo = mid + 1
-    return _record_unit_from(q, lo, q.max_offset)[0]
+    return _record_unit_from(q, lo, end)[0]
 
 
 #: units read at a time where a run of blank filler units is walked (:func:`_record_unit_from`)

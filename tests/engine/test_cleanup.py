@@ -297,6 +297,40 @@ def test_correct_min_offset_is_not_misled_by_blank_units():
         cq.correct_min_offset(250)  # past the blank: the record after it
         assert cq.min_offset == 3
         cq.close()
+    # blank runs just below the search's bound, and trailing ones (a review's layouts), and
+    # random ones against the linear rule: the first record unit at or past the CommitLog's min
+    import random
+
+    def search(layout, cl_min):
+        with tempfile.TemporaryDirectory() as d:
+            cq = ConsumeQueue(d, "T", 0, 20 * 20000)
+            cq.put_units(0, b"".join(blank if u is None else UNIT.pack(u, 10, 0) for u in layout))
+            cq.correct_min_offset(cl_min)
+            got = cq.min_offset
+            cq.close()
+        want = next((i for i, u in enumerate(layout) if u is not None and u >= cl_min), len(layout))
+        return got, want
+
+    B = None
+    for layout, cl_min in (
+        ([16, B, B, 20, 39, B, 68, 90, 119], 0),
+        ([2, 5, B, 41, 74, 103, B, 131, 166], 100),
+        ([46, 93, B, B, B, B], 83),
+        ([2, 5, B, B], 100),
+    ):
+        got, want = search(layout, cl_min)
+        assert got == want, (layout, cl_min, got)
+    rnd = random.Random(7)
+    for _ in range(300):
+        off, layout = 0, []
+        for _ in range(rnd.randint(1, 30)):
+            if rnd.random() < 0.3:
+                layout.append(B)
+            else:
+                off += rnd.randint(1, 50)
+                layout.append(off)
+        got, want = search(layout, rnd.randint(0, off + 10))
+        assert got == want, layout
     for lead in (3, 5000):  # a queue that starts above 0: filler first (over one read's 4096)
         with tempfile.TemporaryDirectory() as d:
             cq = ConsumeQueue(d, "T", 0, 20 * 20000)
