@@ -211,6 +211,9 @@ class StoreConfig:
     _KEYS: ClassVar[dict[str, tuple[str, Callable[[str], Any]]]] = {
         "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", int),
         "mappedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", int),
+        # RocketMQ 4.3 and older spell them so (setMapedFileSizeCommitLog)
+        "mapedFileSizeCommitLog": ("mapped_file_size_commit_log", int),
+        "mapedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", int),
         "flushDiskType": ("flush_disk_type", str),
         "flushIntervalCommitLog": ("flush_interval_commit_log", int),
         "flushCommitLogLeastPages": ("flush_commit_log_least_pages", int),
@@ -283,7 +286,7 @@ class StoreConfig:
                     setattr(cfg, attr, conv(value.strip()))
                 except ValueError as exc:
                     raise ValueError(f"{path}: bad value for {key}: {value!r}") from exc
-            elif key not in LAYOUT_KEYS:
+            elif key not in LAYOUT_KEYS and key not in _OTHER_ROCKETMQ_KEYS:
                 near = difflib.get_close_matches(key, read_keys, n=1, cutoff=0.85)
                 if near and near[0] not in props:
                     cfg.conf_notes.append(
@@ -327,12 +330,13 @@ class StoreConfig:
             )
         dl = s.get("storePathDLedgerCommitLog", "")
         if dl:
-            head, tail = os.path.split(os.path.normpath(dl))
+            pm = _path_module(dl, root)
+            head, tail = pm.split(pm.normpath(dl))
             if (
                 "," in dl
                 or tail != "data"
-                or not os.path.basename(head).startswith("dledger-")
-                or (root and os.path.normpath(os.path.dirname(head)) != os.path.normpath(root))
+                or not pm.basename(head).startswith("dledger-")
+                or (root and pm.normpath(pm.dirname(head)) != pm.normpath(root))
             ):
                 out.append(
                     f"storePathDLedgerCommitLog={dl} puts the DLedger log outside the store's "
@@ -353,7 +357,7 @@ class StoreConfig:
             if s.get(key, "").lower() == "true":
                 out.append(f"{key}=true: the broker keeps {what}, which rmqfs never writes")
         kind = s.get("storeType", "")
-        if kind and kind != "default":
+        if kind.lower() == "defaultrocksdb":  # (StoreType, compared ignoring case)
             out.append(
                 f"storeType={kind}: the broker keeps its ConsumeQueues in RocksDB, which rmqfs "
                 "never writes"
@@ -367,7 +371,7 @@ class StoreConfig:
         out = []
         for key, (attr, _conv) in self._KEYS.items():
             value = getattr(self, attr)
-            if value is None:
+            if value is None or key.startswith("maped"):  # (the old spellings: read only)
                 continue
             out.append(
                 (key, ("true" if value else "false") if isinstance(value, bool) else str(value))
@@ -416,6 +420,17 @@ class StoreConfig:
         return table
 
 
+#: RocketMQ broker.conf keys (the setters of MessageStoreConfig, BrokerConfig, NettyServerConfig,
+#: NettyClientConfig and BrokerIdentity, 4.3 to 5.3) that look like a key rmqfs reads but are
+#: other settings: never noted as misspelt (:meth:`StoreConfig.from_broker_conf`)
+_OTHER_ROCKETMQ_KEYS = frozenset(
+    {
+        "accessMessageInMemoryHotRatio",
+        "brokerIP2",
+        "mappedFileSizeConsumeQueueExt",
+        "mapperFileSizeBatchConsumeQueue",
+    }
+)
 #: broker.conf keys that place a store's files or choose what kind of store it is
 #: (MessageStoreConfig, BrokerConfig): :meth:`StoreConfig.layout_refusals` judges them.
 LAYOUT_KEYS = frozenset(
@@ -436,11 +451,24 @@ def _standard_path(value: str, root: str | None, name: str) -> bool:
     """Whether ``value`` (one path a broker.conf gives) is ``root/name``, RocketMQ's default
     place (``root`` None: the broker's default root, ``~/store`` of the user it runs as, so
     any ``.../store/name``)."""
-    path = os.path.normpath(value)
+    pm = _path_module(value, root)
+    path = pm.normpath(value)
     if root:
-        return path == os.path.normpath(os.path.join(root, name))
-    parent, base = os.path.split(path)
-    return base == name and os.path.basename(parent) == "store"
+        return path == pm.normpath(pm.join(root, name))
+    parent, base = pm.split(path)
+    return base == name and pm.basename(parent) == "store"
+
+
+def _path_module(*paths: str | None) -> Any:
+    """``ntpath`` where a broker.conf path is a Windows one (a drive letter or a backslash: a
+    store copied from a Windows broker), else ``posixpath``."""
+    import ntpath
+    import posixpath
+
+    for p in paths:
+        if p and ("\\" in p or (len(p) > 1 and p[1] == ":" and p[0].isalpha())):
+            return ntpath
+    return posixpath
 
 
 def settle_broker_name(

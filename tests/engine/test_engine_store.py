@@ -586,6 +586,17 @@ def test_the_broker_name_carries_where_it_came_from(tmp_path):
         ("enableControllerMode=true", False, True),
         ("storeType=defaultRocksDB", False, True),
         ("storeType=default\nenableDLegerCommitLog=false", False, False),
+        ("storeType=Default", False, False),  # (StoreType is compared ignoring case)
+        ("storeType=DEFAULTROCKSDB", False, True),
+        # a Windows broker's paths (a store copied from one, with its broker.conf; a properties
+        # file escapes its backslashes)
+        (
+            "storePathRootDir=C:\\\\mq\\\\store\nstorePathCommitLog=C:\\\\mq\\\\store\\\\commitlog",
+            False,
+            False,
+        ),
+        ("storePathCommitLog=C:\\\\Users\\\\mq\\\\store\\\\commitlog", False, False),
+        ("storePathCommitLog=D:\\\\disk2\\\\commitlog", True, True),
     ],
 )
 def test_broker_conf_settings_that_move_the_files_are_refused(
@@ -631,6 +642,16 @@ def test_a_misspelt_broker_conf_key_gets_a_note(tmp_path):
     ]
     conf.write_text("flushDiskType=SYNC_FLUSH\nbrokerRole=SLAVE\nlistenPort=10911\n")
     assert StoreConfig.from_broker_conf(str(conf)).conf_notes == []
+    # RocketMQ's own keys that look like ours are not notes; 4.3's spellings are read
+    conf.write_text(
+        "brokerIP2=10.0.0.2\naccessMessageInMemoryHotRatio=26\n"
+        "mappedFileSizeConsumeQueueExt=50331648\nmapperFileSizeBatchConsumeQueue=13800000\n"
+        "mapedFileSizeCommitLog=65536\nmapedFileSizeConsumeQueue=2000\n"
+    )
+    cfg = StoreConfig.from_broker_conf(str(conf))
+    assert cfg.conf_notes == []
+    assert (cfg.mapped_file_size_commit_log, cfg.mapped_file_size_consume_queue) == (65536, 2000)
+    assert not [k for k, _ in cfg.to_broker_conf() if k.startswith("maped")]
 
 
 def test_a_commit_that_must_find_its_group_never_brings_a_deleted_group_back(tmp_path):
