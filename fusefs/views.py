@@ -1596,6 +1596,14 @@ class Part:
         self.state = state
 
 
+#: ends of a part's name kept per part that holds only some of its range (PartCache.listed):
+#: a name handed out before the queue grew this many times more is no longer found
+LISTED_ENDS = 256
+#: parts whose size the cache keeps, every state (PartCache.parts), before the entries of
+#: evicted and failed ones are dropped, oldest first
+PARTS_KEPT = 65536
+
+
 class PartCache:
     """Rendered ``view/`` parts: ``(topic, queueId, first, end)`` -> a Parquet file.
 
@@ -1650,6 +1658,10 @@ class PartCache:
         self.parts: dict[PartKey, Part] = {}  # key -> its Part, every state
         self.ready: dict[PartKey, Part] = {}  # the READY parts, least recently used first
         self.latest: dict[tuple[str, int, int], int] = {}  # (topic, queueId, first) -> newest end
+        #: (topic, queueId, start) -> the ends listings handed out for a part that holds only
+        #: some of its range (its name's ``-<end>``), the newest :data:`LISTED_ENDS` kept: the
+        #: names a lookup finds besides the current one (:meth:`was_listed`)
+        self.listed: dict[tuple[str, int, int], OrderedDict[int, None]] = {}
         self.total = 0
         self.others_total = 0  # bytes of the READY parts charged to other users
         self._pool: ProcessPoolExecutor | None = None
@@ -1786,6 +1798,25 @@ class PartCache:
         fut.add_done_callback(self._task_over)
         return fut
 
+    def note_listed(self, keys: Iterable[PartKey]) -> None:
+        """A listing handed out the names of ``keys``: their ends stay found by
+        :meth:`was_listed` (the newest :data:`LISTED_ENDS` of each part), so a job that listed a
+        growing part reads it after the queue grew."""
+        with self.lock:
+            for topic, queue_id, start, end in keys:
+                ends = self.listed.setdefault((topic, queue_id, start), OrderedDict())
+                ends[end] = None
+                ends.move_to_end(end)
+                while len(ends) > LISTED_ENDS:
+                    ends.popitem(last=False)
+
+    def was_listed(self, key: PartKey) -> bool:
+        """Whether a listing handed out the name of ``key`` (:meth:`note_listed`). Never waits
+        for long (the trio loop calls it)."""
+        with self.lock:
+            ends = self.listed.get(key[:3])
+            return ends is not None and key[3] in ends
+
     def known(self, key: PartKey) -> tuple[int, int, int] | None:
         """``(size, mtime ms, rows)`` of a part rendered before (evicted or not), or None.
         Never waits (the trio loop calls it)."""
@@ -1838,6 +1869,8 @@ class PartCache:
                 )
                 if p is None:
                     p = self.parts[key] = Part(key)  # born RENDERING
+                    if len(self.parts) > PARTS_KEPT:
+                        self._forget_old_parts()
                 else:
                     p.to(PartState.RENDERING)
                     p.error = None
@@ -1902,6 +1935,17 @@ class PartCache:
                 if stale is not None and not stale.readers:  # else LRU evicts it later
                     self._evict(stale)
 
+    def _forget_old_parts(self) -> None:
+        """Drop the entries of parts neither READY nor RENDERING, oldest first, until a tenth
+        under :data:`PARTS_KEPT` (caller holds :attr:`lock`): what a part that grew left
+        behind (its shorter renders' sizes), bounded as the queues grow for days."""
+        for key in list(self.parts):
+            if len(self.parts) <= PARTS_KEPT * 9 // 10:
+                return
+            p = self.parts[key]
+            if p.state not in (PartState.READY, PartState.RENDERING) and not p.readers:
+                del self.parts[key]
+
     def prefetch(self, keys: Iterable[PartKey]) -> None:
         """Queue renders of parts not rendered yet (a directory listing: the stats follow)."""
         for key in keys:
@@ -1923,6 +1967,8 @@ class PartCache:
                     self._evict(p)
             for short in [k for k in self.latest if k[0] == topic]:
                 del self.latest[short]
+            for short in [k for k in self.listed if k[0] == topic]:
+                del self.listed[short]
 
     def _used(self, p: Part) -> None:
         """``p`` was just opened (caller holds :attr:`lock`): most recently used, and the

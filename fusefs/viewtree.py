@@ -210,20 +210,23 @@ class ViewQueueDir(Dir):
     def list_cached(self) -> list[str] | None:
         """:meth:`list` when every part's size is known (nothing to prefetch), else None."""
         spans = self.spans()
-        known = self.ctx.views.parts.known
-        if not all(known((self.topic, self.queue_id, a, b)) for a, b in spans):
+        keys = [(self.topic, self.queue_id, a, b) for a, b in spans]
+        parts = self.ctx.views.parts
+        if not all(parts.known(k) for k in keys):
             return None
+        parts.note_listed(keys)
         return self._names(spans)
 
     def list(self) -> list[str]:
         """The parts' names; prefetches their renders."""
         spans = self.spans()
         keys = [(self.topic, self.queue_id, a, b) for a, b in spans]
-        known = self.ctx.views.parts.known
-        if not all(known(k) for k in keys):
+        parts = self.ctx.views.parts
+        if not all(parts.known(k) for k in keys):
             # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
             # size needs its render: queue them all now, so the worker pool renders in parallel.
-            self.ctx.views.parts.prefetch(keys)
+            parts.prefetch(keys)
+        parts.note_listed(keys)
         return self._names(spans)
 
     def child_cached(self, name: str) -> Node:
@@ -231,8 +234,11 @@ class ViewQueueDir(Dir):
         return present(self.child(name))
 
     def child(self, name: str) -> Node | None:
-        """The :class:`ViewPartFile` a part name names (:func:`part_name`: a whole part of the
-        grid, or offsets of one still in the queue), or None."""
+        """The :class:`ViewPartFile` a part name names, or None: a whole part of the grid, or a
+        part that holds only some of its range under the name a listing gives it now or gave
+        it before the queue grew (``PartCache.was_listed``; the start must be the one the
+        queue gives it now). Other offsets name nothing, so no reader makes the daemon render
+        parts no listing named."""
         m = _PART_NAME.fullmatch(name)
         if not m:
             return None
@@ -242,6 +248,12 @@ class ViewQueueDir(Dir):
         s = self.ctx.store
         lo, hi = s.min_offset(self.topic, self.queue_id), s.max_offset(self.topic, self.queue_id)
         if not (lo <= a < b <= hi and a // p == (b - 1) // p) or part_name(a, b, p) != name:
+            return None
+        start, end = part_span(a - a % p, lo, hi, p)
+        if a != start:
+            return None  # (not the start this part has: a name no listing gives)
+        key = (self.topic, self.queue_id, a, b)
+        if b != end and m.group(2) is not None and not self.ctx.views.parts.was_listed(key):
             return None
         return ViewPartFile(self.ctx, self.sub(name), self.topic, self.queue_id, a, b)
 

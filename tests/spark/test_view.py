@@ -121,6 +121,11 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
         assert qdir.child(f"part-{20:020d}-{38:020d}.parquet") is None  # (past the end)
         assert qdir.child(f"part-{20:020d}-{30:020d}.parquet") is None  # (a whole part's)
         assert qdir.child(f"part-{19:020d}-{21:020d}.parquet") is None  # (across two)
+        # offsets no listing named are no name: a reader cannot make the daemon render them
+        # (a review: 820 never-listed names looked up, 821 renders)
+        assert qdir.child(f"part-{30:020d}-{33:020d}.parquet") is None
+        assert qdir.child(f"part-{31:020d}-{37:020d}.parquet") is None  # (not its start)
+        assert qdir.child(f"part-{30:020d}-{37:020d}.parquet") is not None  # (listed)
         # body is BINARY, decompressed
         assert rows(after[names[0]][1])[0]["body"] == b"m0"
 
@@ -140,6 +145,9 @@ def test_parts_cover_fixed_ranges_and_never_change_once_full(tmp_path, small_con
             assert (node.stat(), h.read(0, st.size + 1)) == (st, data)
             h.release()
         ctx2.views.close()
+        fill(store, 1, start=37)  # the name a listing gave before the queue grew still reads
+        assert qdir.child(f"part-{30:020d}-{37:020d}.parquet") is not None
+        assert qdir.child(f"part-{30:020d}-{38:020d}.parquet") is not None  # (the current)
         ctx.views.close()
     finally:
         store.close()
