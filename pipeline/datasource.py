@@ -1116,6 +1116,17 @@ def read_piece(p: SegmentRange) -> Iterator:
     try:
         piece = p.piece
         if s.identity != p.identity:
+            if not s.holds(piece.rel):  # a newer upload dropped it: it expired since planning
+                gone = (
+                    f"{redact(p.location)}: {piece.rel} is gone from the snapshot there (it "
+                    "expired; a newer snapshot was uploaded since the query was planned)"
+                )
+                if p.fail_on_data_loss:
+                    raise DataLossError(
+                        f"rocketmq: {gone}; set failOnDataLoss=false to skip what it held"
+                    )
+                log.warning("rocketmq: %s; skipped (failOnDataLoss=false)", gone)
+                return
             piece = replace(piece, whole=False)
         bounds = {(t, q): (a, b) for t, q, a, b in p.bounds}
         yield from _with_broker(
@@ -1126,14 +1137,6 @@ def read_piece(p: SegmentRange) -> Iterator:
             f"rocketmq: {redact(p.location)}: damaged, not served: {exc} (rmqfs snapshot-verify "
             "checks every file of a snapshot)"
         ) from None
-    except ObjectStoreError as exc:
-        if "is gone from" not in str(exc):
-            raise
-        if p.fail_on_data_loss:
-            raise DataLossError(
-                f"rocketmq: {exc}; set failOnDataLoss=false to skip what it held"
-            ) from None
-        log.warning("rocketmq: %s; skipped (failOnDataLoss=false)", exc)
     finally:
         s.close()
 

@@ -367,6 +367,11 @@ class RemoteSnapshot:
         except FileNotFoundError:
             raise ObjectStoreError(f"{rel} of {self.where}: not in its {MANIFEST_NAME}") from None
 
+    def holds(self, rel: str) -> bool:
+        """Whether the snapshot's manifest names the file ``rel`` (a CommitLog file a newer
+        upload left out: it expired since an older snapshot was planned from)."""
+        return rel in self.manifest.files
+
     def read_piece(
         self,
         piece: Piece,

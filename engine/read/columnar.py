@@ -890,6 +890,12 @@ def commitlog_runs(
         commitlog.refresh()
     segs = commitlog.segments
     stop = commitlog.end_offset if end is None else end
+    if exact_end and start < stop and (not segs or start < segs[0].start):
+        # a range asked for exactly whose first file is gone (expired, or deleted by a newer
+        # upload of a snapshot): not read as empty
+        raise CorruptRecordError(
+            f"no CommitLog file holds offset {start}: its file is gone (expired)", start
+        )
     pos = max(start, segs[0].start) if segs else start
     last = segs[-1].start if segs else 0  # files before the last are full (FileQueue's rule)
     fs = commitlog.file_size or DEFAULT_FILE_SIZE

@@ -285,3 +285,45 @@ def test_every_snapshot_reader_is_closed_by_its_owner(weed, fleet, monkeypatch):
         assert len(opened) == before + 1  # the task's own reader
         assert sorted(map(id, opened)) == sorted(map(id, closed))  # closed when it ended
     assert rows == 2 * (120 + 40)
+
+
+def test_a_file_a_newer_upload_dropped_is_data_loss_not_empty(
+    weed, fleet, tmp_path, caplog, monkeypatch
+):
+    """A query planned from a snapshot, read after a newer upload to the location left out a
+    CommitLog file (expired meanwhile): its task yielded 0 rows and no error, so a stream
+    committed past rows it never delivered (a review). It is a DataLossError, or logged and
+    skipped with failOnDataLoss=false."""
+    import json
+    import shutil
+
+    from rmqfs.engine.live.location import open_location
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    uri = _uri(weed, "gone/latest")
+    fs, base = open_location(uri)
+    src = tmp_path / "snap"
+    shutil.copytree(fleet["broker-a"][1], src)
+    objectstore.upload_snapshot(str(src), fs, base)
+    with RemoteSnapshot(uri) as s:  # the plan (Spark's driver)
+        piece = s.pieces(0, s.commitlog_offset)[0]
+        bounds = tuple(
+            (t, q, s.min_offset(t, q), s.max_offset(t, q))
+            for t in s.topics()
+            for q in s.queue_ids(t)
+        )
+        ident = s.identity
+    man = json.loads((src / "SNAPSHOT.json").read_text())  # a newer one without that file
+    del man["files"][piece.rel]
+    man["name"] = "next"
+    (src / piece.rel).unlink()
+    (src / "SNAPSHOT.json").write_text(json.dumps(man))
+    objectstore.upload_snapshot(str(src), fs, base)
+    lost = D.SegmentRange(uri, ident, piece, bounds, fail_on_data_loss=True)
+    with pytest.raises(D.DataLossError, match="is gone from the snapshot"):
+        list(D.read_piece(lost))
+    skipped = D.SegmentRange(uri, ident, piece, bounds, fail_on_data_loss=False)
+    with caplog.at_level(logging.WARNING):
+        assert sum(b.num_rows for b in D.read_piece(skipped)) == 0
+    assert "skipped (failOnDataLoss=false)" in caplog.text
