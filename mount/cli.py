@@ -176,6 +176,10 @@ def cmd_mount(args: argparse.Namespace) -> int:
     from rmqfs.engine.errors import StoreError, StoreLockedError
     from rmqfs.engine.live.location import redact
 
+    hidden = os.environ.pop(LOCATION_ENV, None)
+    if hidden is not None and redact(hidden) == args.store:
+        args.store = hidden  # (handed over out of argv: see _spawn_background)
+
     from .daemon import Daemon, MountError
     from .progress import PipeProgress, terminal_bar
 
@@ -238,9 +242,16 @@ def cmd_mount(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The environment variable a location with credentials reaches the daemon through: its
+#: command line, which every local user can read (``ps``), shows it redacted.
+LOCATION_ENV = "RMQFS_MOUNT_LOCATION"
+
+
 def _spawn_background(args: argparse.Namespace) -> int:
-    """Start the daemon as a new session and wait until it says the mount is ready."""
-    from rmqfs.engine.live.location import is_uri
+    """Start the daemon as a new session and wait until it says the mount is ready. A location
+    with credentials goes to it in its environment (:data:`LOCATION_ENV`, readable by its
+    user alone), its command line holding the redacted form."""
+    from rmqfs.engine.live.location import is_uri, redact
 
     r, w = os.pipe()
     if not args.log_file and not os.path.exists("/dev/log"):
@@ -251,7 +262,7 @@ def _spawn_background(args: argparse.Namespace) -> int:
         "-m",
         "rmqfs.mount.cli",
         "mount",
-        args.store if is_uri(args.store) else os.path.abspath(args.store),
+        redact(args.store) if is_uri(args.store) else os.path.abspath(args.store),
         os.path.abspath(args.mountpoint),
         "--ready-fd",
         str(w),
@@ -282,7 +293,7 @@ def _spawn_background(args: argparse.Namespace) -> int:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        env=module_env(),
+        env={**module_env(), LOCATION_ENV: args.store} if is_uri(args.store) else module_env(),
         cwd="/",
     )
     os.close(w)

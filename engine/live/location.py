@@ -35,19 +35,38 @@ def is_uri(location: str) -> bool:
 
 def redact(location: str) -> str:
     """``location`` fit to print: the values of credential parameters and the user info of
-    ``s3://KEY:SECRET@bucket/...`` replaced by ``***``."""
+    ``s3://KEY:SECRET@bucket/...`` replaced by ``***``. The user info is everything between
+    ``://`` and the last ``@`` before the query, whatever it holds (a secret key with an
+    unencoded ``/`` or ``#`` is not a well-formed URI, and is still hidden)."""
     if not is_uri(location):
         return location
-    parts = urlsplit(location)
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    if not parts.query and netloc == parts.netloc:
-        return location
-    query = [(k, "***" if k in _SECRETS else v) for k, v in parse_qsl(parts.query, True)]
-    return urlunsplit(
-        (parts.scheme, netloc, parts.path, urlencode(query, safe=":/*"), parts.fragment)
-    )
+    scheme, _, rest = location.partition("://")
+    head, q, query = rest.partition("?")
+    if "@" in head:
+        head = "***@" + head.rpartition("@")[2]
+    if q:
+        pairs = [(k, "***" if k in _SECRETS else v) for k, v in parse_qsl(query, True)]
+        query = urlencode(pairs, safe=":/*")
+    return f"{scheme}://{head}{q}{query}"
+
+
+def _scrub(text: str, location: str) -> str:
+    """``text`` (an error from pyarrow, which may quote the location) with ``location`` and
+    its credentials replaced by :func:`redact`'s form."""
+    shown = redact(location)
+    if shown == location:
+        return text
+    text = text.replace(location, shown)
+    rest = location.partition("://")[2]
+    head = rest.partition("?")[0]
+    secrets = []
+    if "@" in head:
+        info = head.rpartition("@")[0]
+        secrets += [info, *info.split(":", 1)]
+    secrets += [v for k, v in parse_qsl(rest.partition("?")[2], True) if k in _SECRETS]
+    for s in sorted({x for x in secrets if len(x) >= 4}, key=len, reverse=True):
+        text = text.replace(s, "***")
+    return text
 
 
 def with_credentials(location: str, access_key: str, secret_key: str) -> str:
@@ -87,10 +106,41 @@ def open_location(location: str) -> tuple[pafs.FileSystem, str]:
     if not is_uri(location):
         return pafs.LocalFileSystem(), os.path.abspath(location)
     try:
-        fs, path = pafs.FileSystem.from_uri(location)
+        fs, path = pafs.FileSystem.from_uri(_credentials_in_user_info(location))
     except (pa.ArrowException, ValueError, OSError) as exc:
-        raise ObjectStoreError(f"{redact(location)}: not a storage location: {exc}") from None
+        raise ObjectStoreError(
+            f"{redact(location)}: not a storage location: {_scrub(str(exc), location)}"
+        ) from None
     return fs, path.rstrip("/")
+
+
+def _credentials_in_user_info(location: str) -> str:
+    """``location`` with ``access_key=``/``secret_key=`` query parameters (which pyarrow's
+    ``S3Options::FromUri`` refuses) moved into its user info (which it reads).
+
+    Raises:
+        ObjectStoreError: ``session_token=``, which a URI cannot carry to pyarrow (use
+            ``AWS_SESSION_TOKEN``), or only one of the two keys.
+    """
+    parts = urlsplit(location)
+    if parts.scheme != "s3" or not parts.query:
+        return location
+    pairs = parse_qsl(parts.query, True)
+    given = {k: v for k, v in pairs if k in _SECRETS}
+    if not given:
+        return location
+    if "session_token" in given:
+        raise ObjectStoreError(
+            f"{redact(location)}: a session_token cannot be given in the URI; set "
+            "AWS_SESSION_TOKEN (with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) instead"
+        )
+    if set(given) != {"access_key", "secret_key"}:
+        raise ObjectStoreError(
+            f"{redact(location)}: give both access_key= and secret_key= (or neither)"
+        )
+    rest = urlencode([(k, v) for k, v in pairs if k not in _SECRETS], safe=":/")
+    bare = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
+    return with_credentials(bare, given["access_key"], given["secret_key"])
 
 
 def is_local(fs: Any) -> bool:
