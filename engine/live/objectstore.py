@@ -451,6 +451,17 @@ def download_snapshot(
         )
     doc, data = read
     files = doc.files
+    # a file is written through "<name>.part" and the manifest last through its own: a
+    # manifest naming one of those too (no store does) would have them overwrite each other
+    clash = next(
+        (r for r in files if r.endswith(".part") and (r[:-5] in files or r[:-5] == MANIFEST_NAME)),
+        None,
+    )
+    if clash is not None:
+        raise ObjectStoreError(
+            f"{where}: {MANIFEST_NAME} names both {clash[:-5]} and {clash}, which a download "
+            "writes through: not a snapshot rmqfs wrote, nothing downloaded"
+        )
     if os.path.lexists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
         raise ObjectStoreError(f"{dest}: not an empty directory (restore into a new one)")
     os.makedirs(dest, exist_ok=True)

@@ -73,3 +73,34 @@ def test_a_bad_manifest_field_is_one_line_naming_it(tmp_path, over, words, cmd):
     assert r.returncode == 1 and r.stdout == "", r.stdout + r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("rmqfs: ") and words in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("twin", ["config/a.part", "SNAPSHOT.json.part"])
+def test_a_manifest_naming_a_file_and_its_download_name_is_refused(tmp_path, twin):
+    """A download writes each file through ``<name>.part`` and the manifest last through
+    ``SNAPSHOT.json.part``: a manifest naming ``config/a`` and ``config/a.part`` (no store has
+    such names) had one overwrite the other, ``config/a`` holding the other's bytes, and the
+    download said OK (a review). It is refused, nothing written."""
+    from rmqfs.engine.format.crc import crc32c
+
+    loc = tmp_path / "loc"
+    (loc / "config").mkdir(parents=True)
+    files = {}
+    for rel, data in (("config/a", b"x" * 5000), (twin, b"I am the twin\n")):
+        (loc / rel).write_bytes(data)
+        files[rel] = {"size": len(data), "stored": len(data), "crc32c": f"{crc32c(data):08x}"}
+    man = {
+        "format": 1,
+        "name": "h",
+        "time": 0,
+        "commitLogOffset": 0,
+        "commitLogMinOffset": 0,
+        "messageCount": 0,
+        "storePathRootDir": "/x",
+        "files": files,
+    }
+    (loc / "SNAPSHOT.json").write_text(json.dumps(man))
+    r = run_rmqfs("snapshot-download", loc, tmp_path / "out", check=False)
+    assert r.returncode == 1 and "which a download writes through" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
