@@ -90,6 +90,19 @@ def read_only_remote_message(location: str, mountpoint: str) -> str:
     )
 
 
+def render_workers(capacity: int | None) -> int:
+    """The render workers of a mount: one a core, and for a snapshot in object storage (its
+    block cache of ``capacity`` bytes, None: the default) no more than half the cache holds at
+    two blocks each (``blockcache.MIN_BLOCK``), so the daemon's half and the workers' shares
+    stay within ``capacity`` however many cores the machine has."""
+    from rmqfs.engine.live.blockcache import MIN_BLOCK
+
+    cores = os.cpu_count() or 1
+    if capacity is None:
+        return cores
+    return max(1, min(cores, (capacity // 2) // (2 * MIN_BLOCK)))
+
+
 def open_object_source(
     location: str, cache_dir: str, capacity: int | None, timeout: float | None
 ) -> ObjectSource:
@@ -106,7 +119,7 @@ def open_object_source(
             cache_dir,
             capacity or DEFAULT_CACHE_SIZE,
             timeout or DEFAULT_TIMEOUT,
-            workers=os.cpu_count() or 1,
+            workers=render_workers(capacity or DEFAULT_CACHE_SIZE),
         )
     except StoreError as exc:
         raise MountError(f"cannot mount {redact(location)}: {exc}") from None
@@ -273,7 +286,10 @@ class Daemon:
         except BaseException:
             self._close_store()  # the lower mount and the cache directory go
             raise
-        self.views = ViewCache(self.store, self.cache_dir, self.cache_size)
+        workers = None  # one a core; a block cache's bound allows fewer (render_workers)
+        if self.location is not None:
+            workers = render_workers(self.remote_cache or DEFAULT_CACHE_SIZE)
+        self.views = ViewCache(self.store, self.cache_dir, self.cache_size, workers=workers)
         ctx = Context(
             self.store,
             self.views,

@@ -108,3 +108,21 @@ def test_daemon_log_lines_name_the_level_and_logger_once(tmp_path):
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
     assert re.fullmatch(stamp + " rmqfs INFO mounted S on M", lines[0]), lines[0]
     assert re.fullmatch(stamp + " rmqfs.fs WARNING refused", lines[1]), lines[1]
+
+
+def test_a_block_cache_bounds_the_render_workers(monkeypatch):
+    """A snapshot in object storage: each render worker keeps two blocks at least, so on a
+    machine of many cores the workers' shares passed ``remote_cache`` (a review: 2.6 MB held
+    under remote_cache=1M with 16 cores). The workers are as many as the cache's half holds at
+    two blocks each; without a block cache, one a core."""
+    from rmqfs.engine.live.blockcache import MIN_BLOCK
+    from rmqfs.mount import daemon
+
+    monkeypatch.setattr(daemon.os, "cpu_count", lambda: 16)
+    assert daemon.render_workers(None) == 16
+    assert daemon.render_workers(1 << 30) == 16
+    for capacity in (1 << 20, 2 << 20, 100 << 10):
+        n = daemon.render_workers(capacity)
+        own = capacity // 2
+        assert n >= 1 and (n == 1 or own + n * 2 * MIN_BLOCK <= capacity), (capacity, n)
+    assert daemon.render_workers(1 << 20) == 4
