@@ -47,6 +47,7 @@ from .mounts import (  # noqa: F401 - the CLI and tests import them from here
     clean_stale_caches,
     is_mounted,
     make_cache_dir,
+    mark_owner,
     mount_info,
 )
 
@@ -265,9 +266,13 @@ class Daemon:
             source: StoreSource = LOCAL
             snapshot_broker = None
             if self.location is not None:
+                # the block caches of daemons killed (kill -9) under this cache dir
+                clean_stale_caches(self.cache_dir, prefix="blocks-")
                 remote = self._source = open_object_source(
                     self.location, self.cache_dir, self.remote_cache, self.remote_timeout
                 )
+                if remote.blocks_dir is not None:
+                    mark_owner(remote.blocks_dir)  # removed by a later mount once this is gone
                 source, self.store_path = remote, remote.root
                 named = remote.manifest.get("brokerName")  # the broker it is a snapshot of
                 snapshot_broker = named if isinstance(named, str) else None

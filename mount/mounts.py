@@ -220,19 +220,26 @@ def make_cache_dir() -> str:
     """A private temporary cache directory recording its daemon (pid and start time), so a
     later mount or umount can remove it once that daemon is gone (kill -9)."""
     path = tempfile.mkdtemp(prefix=CACHE_PREFIX)
+    mark_owner(path)
+    return path
+
+
+def mark_owner(path: str) -> None:
+    """Record this process (pid and start time) as the owner of the directory ``path``, which
+    :func:`clean_stale_caches` removes once it is gone (a daemon's cache, its block cache)."""
     owner = os.path.join(path, CACHE_OWNER)
     with open(owner + ".new", "w") as f:  # whole or absent: another process may read it now
         f.write(f"{os.getpid()} {_proc_start_time(os.getpid())}\n")
     os.replace(owner + ".new", owner)
-    return path
 
 
-def clean_stale_caches(tmpdir: str | None = None) -> list[str]:
-    """Remove the temporary cache directories of rmqfs daemons that died without cleaning up.
+def clean_stale_caches(tmpdir: str | None = None, prefix: str = CACHE_PREFIX) -> list[str]:
+    """Remove the cache directories of rmqfs daemons that died without cleaning up.
 
-    Only directories named ``rmqfs-cache-*`` in the temp dir, owned by the current user and
-    holding a ``daemon.pid`` whose process is gone (or is another process with that pid) are
-    removed. Returns their paths.
+    Only directories named ``<prefix>*`` in ``tmpdir`` (default: the temp dir's
+    ``rmqfs-cache-*``; a ``--cache-dir``'s block caches, ``blocks-*``), owned by the current
+    user and holding a ``daemon.pid`` (:func:`mark_owner`) whose process is gone (or is another
+    process with that pid) are removed. Returns their paths.
     """
     tmpdir = tmpdir or tempfile.gettempdir()
     gone: list[str] = []
@@ -241,7 +248,7 @@ def clean_stale_caches(tmpdir: str | None = None) -> list[str]:
     except OSError:
         return gone
     for name in names:
-        if not name.startswith(CACHE_PREFIX):
+        if not name.startswith(prefix):
             continue
         path = os.path.join(tmpdir, name)
         try:

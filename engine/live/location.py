@@ -106,7 +106,7 @@ def open_location(location: str) -> tuple[pafs.FileSystem, str]:
     if not is_uri(location):
         return pafs.LocalFileSystem(), os.path.abspath(location)
     try:
-        fs, path = pafs.FileSystem.from_uri(_credentials_in_user_info(location))
+        fs, path = pafs.FileSystem.from_uri(credentials_in_user_info(location))
     except (pa.ArrowException, ValueError, OSError) as exc:
         raise ObjectStoreError(
             f"{redact(location)}: not a storage location: {_scrub(str(exc), location)}"
@@ -114,7 +114,7 @@ def open_location(location: str) -> tuple[pafs.FileSystem, str]:
     return fs, path.rstrip("/")
 
 
-def _credentials_in_user_info(location: str) -> str:
+def credentials_in_user_info(location: str) -> str:
     """``location`` with ``access_key=``/``secret_key=`` query parameters (which pyarrow's
     ``S3Options::FromUri`` refuses) moved into its user info (which it reads).
 

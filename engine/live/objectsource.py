@@ -54,7 +54,7 @@ from ..format.crc import crc32c
 from ..format.mappedfile import SegmentMap
 from ..format.source import LOCAL, StoreSource
 from .blockcache import MIN_BLOCK, BlockCache, CacheStats
-from .location import explain, join, open_location, read_small, redact
+from .location import credentials_in_user_info, explain, join, open_location, read_small, redact
 from .manifest import MANIFEST_NAME, MAX_MANIFEST, Manifest, parse_manifest
 from .objectstore import read_manifest
 
@@ -201,6 +201,7 @@ def _filesystem(location: str, timeout: float) -> tuple[pafs.FileSystem, str]:
     import pyarrow.fs as pafs
 
     fs, base = open_location(location)
+    location = credentials_in_user_info(location)  # (keys in the query: as open_location)
     parts = urlsplit(location)
     query = dict(parse_qsl(parts.query))
     if parts.scheme != "s3" or set(query) - set(_S3_QUERY):
@@ -307,6 +308,11 @@ class ObjectSource:
             self.cache = BlockCache(
                 self._fetch, self._blocks, max(own, 2 * MIN_BLOCK), peers=self._peers
             )
+
+    @property
+    def blocks_dir(self) -> str | None:
+        """This source's block cache directory (``blocks-*`` under the cache dir), or None."""
+        return self._blocks
 
     def _peers(self) -> list[str]:
         """The other block caches of this mount (the daemon's and its render workers'): a

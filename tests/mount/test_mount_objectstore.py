@@ -492,6 +492,22 @@ def test_a_killed_daemon_leaves_nothing_mounted_and_mounts_again(aws, mounts, tm
     assert (remote / "topics/T/messages.jsonl").read_bytes().count(b"\n") == 200
     run_rmqfs("umount", remote)
     assert mounts.new_mounts() == set()
+    # with --cache-dir (the docs' example) the killed daemon's block cache was left there
+    # for good (a review); the next mount of that cache dir removes it, never a live one's
+    mine = tmp_path / "cachedir"
+    remote = mounts.mount(uri, "remote", "ro", cache_dir=mine)
+    (remote / "topics/T/messages.jsonl").read_bytes()
+    (left,) = mine.glob("blocks-*")
+    os.kill(json.loads((remote / "status.json").read_text())["pid"], signal.SIGKILL)
+    assert wait_unmounted(remote)
+    other = mounts.mount(uri, "other", "ro", cache_dir=mine)
+    assert not left.exists()
+    (live,) = mine.glob("blocks-*")  # the new daemon's
+    remote = mounts.mount(uri, "remote", "ro", cache_dir=mine)  # a second daemon beside it
+    assert live.exists() and len(list(mine.glob("blocks-*"))) == 2
+    run_rmqfs("umount", remote)
+    run_rmqfs("umount", other)
+    assert list(mine.glob("blocks-*")) == []
 
 
 def test_an_upload_to_the_mounted_location_is_never_read_as_the_snapshot(
