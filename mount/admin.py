@@ -1383,7 +1383,9 @@ def cmd_snapshot_upload(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.src):
         raise AdminError(f"{args.src} is not a directory")
     fs, base, shown = _location(args.location)
-    rep = upload_snapshot(args.src, fs, base, where=shown, workers=args.jobs, progress=_progress)
+    rep = upload_snapshot(
+        args.src, fs, base, where=shown, workers=args.jobs, progress=_progress, force=args.force
+    )
     rep["location"] = shown
     rep["brokerName"], rep["brokerNameFrom"] = _manifest_broker_name(args.src)
     if args.json:
@@ -1930,6 +1932,11 @@ COMMANDS: tuple[SubCommand, ...] = (
             arg("src", metavar="SRC", help="MNT/snapshots/NAME or a copy (holds SNAPSHOT.json)"),
             arg("location", metavar="URI", help="where the snapshot goes: a URI or a directory"),
             arg("-j", "--jobs", type=int, help="files uploaded at once (default 4)"),
+            arg(
+                "--force",
+                action="store_true",
+                help="go on although another upload's UPLOADING-* marker is there (one killed)",
+            ),
             _JSON,
         ),
         on_store=False,

@@ -52,6 +52,7 @@ query parameters that carry secrets (``secret_key``, ``session_token``) are neve
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -229,6 +230,12 @@ def _run_all(
             raise
 
 
+#: The name prefix of the object an upload keeps at its location while it runs
+#: (``UPLOADING-<random hex>``, :func:`upload_snapshot`): two uploads to one location at once
+#: would each write a manifest over the other's files
+UPLOADING = "UPLOADING-"
+
+
 def upload_snapshot(
     src: str,
     fs: pafs.FileSystem,
@@ -236,6 +243,7 @@ def upload_snapshot(
     where: str | None = None,
     workers: int | None = None,
     progress: workprogress.ProgressFactory | None = None,
+    force: bool = False,
 ) -> dict:
     """Make the location ``base`` of ``fs`` a copy of the snapshot directory ``src`` (see the
     module docstring for the order of the steps).
@@ -247,6 +255,14 @@ def upload_snapshot(
         workers: files uploaded at once (default :data:`DEFAULT_WORKERS`).
         progress: a progress factory (:mod:`engine.service.workprogress`): one bar ("upload",
             bytes to upload) updated as each file is done.
+        force: go on although another upload's :data:`UPLOADING` marker is there (one that
+            was killed; its marker is removed).
+
+    An upload keeps a marker object (:data:`UPLOADING`) at the location while it runs: one
+    that finds another's refuses to start, and one that finds another's appeared before its
+    manifest is written refuses to write it (the location then holds no manifest; the next
+    upload repairs it), so two uploads at once never leave one's manifest over the other's
+    files.
 
     Returns:
         ``{"name", "commitLogOffset", "messageCount", "uploaded": [[rel, bytes], ...],
@@ -257,8 +273,8 @@ def upload_snapshot(
 
     Raises:
         ObjectStoreError: ``src`` is not a snapshot (no or a bad manifest, a file that does not
-            match it), or a transfer failed (the message names the file and the location);
-            the location then holds no manifest.
+            match it), another upload to the location is under way, or a transfer failed (the
+            message names the file and the location); the location then holds no manifest.
     """
     where = where or base
     start_t = time.monotonic()
@@ -273,13 +289,88 @@ def upload_snapshot(
         raise ObjectStoreError(f"{man_path}: {exc.strerror or exc}") from None
     except ManifestError as exc:
         raise ManifestError(f"{src}: {exc}") from None
-    files = doc.files
-
     try:
         old = read_manifest(fs, base, where)
     except ManifestError:
         old = None  # a bad manifest there is replaced: every file is sent again
     remote = list_files(fs, base, where)
+    markers = sorted(r for r in remote if r.startswith(UPLOADING) and "/" not in r)
+    running = [r for r in markers if not _marker_stale(fs, join(base, r))]
+    if running and not force:
+        raise ObjectStoreError(
+            f"{where}: another upload to it is under way ({running[0]} is there): wait for it "
+            "to end; if it was killed, upload again with --force"
+        )
+    mine = f"{UPLOADING}{os.urandom(8).hex()}"
+    try:
+        if is_local(fs):  # (object stores have no directories)
+            fs.create_dir(base, recursive=True)
+        with fs.open_output_stream(join(base, mine), compression=None) as out:
+            out.write(f"{socket.gethostname()} pid {os.getpid()} at {time.time():.0f}\n".encode())
+    except OSError as exc:
+        raise ObjectStoreError(f"writing {mine} to {where}: {explain(exc)}") from None
+    try:
+        for rel in markers:  # the markers of uploads that were killed (or forced past)
+            _delete(fs, base, rel, where)
+        return _upload(
+            src, fs, base, where, workers, progress, doc, data, old, remote, mine, start_t
+        )
+    finally:
+        try:
+            _delete(fs, base, mine, where)
+        except ObjectStoreError:  # (the server gone too): known as no running upload's
+            _ABANDONED.add(mine)
+
+
+#: Seconds after which another host's upload marker is taken for one of an upload that was
+#: killed (one of this host's is as soon as its process is gone)
+MARKER_STALE = 12 * 3600
+#: markers of this process's uploads that ended (failed) without removing them
+_ABANDONED: set[str] = set()
+
+
+def _marker_stale(fs: pafs.FileSystem, path: str) -> bool:
+    """Whether the :data:`UPLOADING` marker at ``path`` is an upload's that no longer runs: one
+    of this host's whose process is gone, or one this process left when its upload failed, or
+    one older than :data:`MARKER_STALE`."""
+    if path.rpartition("/")[2] in _ABANDONED:
+        return True
+    try:
+        raw = read_small(fs, path, 512, path)
+        info = fs.get_file_info(path)
+    except (OSError, ObjectStoreError):
+        return False  # (cannot tell: taken for a running one)
+    if raw is None:
+        return True  # gone meanwhile
+    text = raw.decode("utf-8", "replace").split()
+    if len(text) >= 3 and text[0] == socket.gethostname() and text[2].isdigit():
+        try:
+            os.kill(int(text[2]), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            pass
+    mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
+    return time.time() - mtime > MARKER_STALE
+
+
+def _upload(
+    src: str,
+    fs: pafs.FileSystem,
+    base: str,
+    where: str,
+    workers: int | None,
+    progress: workprogress.ProgressFactory | None,
+    doc: Manifest,
+    data: bytes,
+    old: tuple[Manifest, bytes] | None,
+    remote: dict[str, int],
+    mine: str,
+    start_t: float,
+) -> dict:
+    """:func:`upload_snapshot`'s steps once its marker ``mine`` is at the location (``old``:
+    the manifest there, ``remote``: its listing, both read before)."""
+    files = doc.files
     if old is not None or MANIFEST_NAME in remote:
         _delete(fs, base, MANIFEST_NAME, where)
     old_files = old[0].files if old is not None else None
@@ -322,9 +413,22 @@ def upload_snapshot(
     finally:
         done.close()
 
-    deleted = sorted(rel for rel in remote if rel not in files and rel != MANIFEST_NAME)
+    deleted = sorted(
+        rel
+        for rel in remote
+        if rel not in files and rel != MANIFEST_NAME and not rel.startswith(UPLOADING)
+    )
     for rel in deleted:
         _delete(fs, base, rel, where)
+    started = sorted(
+        r for r in list_files(fs, base, where) if r.startswith(UPLOADING) and r != mine
+    )
+    if started:  # another upload began meanwhile: its files and ours are mixed now
+        raise ObjectStoreError(
+            f"{where}: another upload to it started meanwhile ({started[0]}); this one wrote no "
+            f"{MANIFEST_NAME}, so the location holds no snapshot until an upload ends alone "
+            "(upload again once the other has ended)"
+        )
     try:
         with fs.open_output_stream(join(base, MANIFEST_NAME), compression=None) as out:
             out.write(data)

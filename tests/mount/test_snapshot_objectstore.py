@@ -352,8 +352,66 @@ def test_a_server_stopped_mid_upload_leaves_no_manifest(aws, tmp_path):
     assert MANIFEST_NAME not in location.list_files(aws.fs(), f"{BUCKET}/cut", "x")
     res = run_rmqfs("snapshot-verify", uri, check=False)
     assert res.returncode == 1 and f"has no {MANIFEST_NAME}" in res.stderr
-    rep = upload(b, uri)
+    # the failed upload's marker is still there (the server was gone when it ended), and its
+    # process runs: another process's upload refuses until told it is no running upload's
+    res = upload(b, uri, check=False)
+    assert res.returncode == 1 and "another upload to it is under way" in res.stderr
+    assert "--force" in res.stderr
+    rep = upload(b, uri, "--force")
     assert rep["skipped"] == []  # without a manifest nothing is trusted
+    assert run_rmqfs("snapshot-verify", uri).returncode == 0
+    assert not [r for r in location.list_files(aws.fs(), f"{BUCKET}/cut", "x") if "UPLOADING" in r]
+
+
+def test_two_uploads_at_once_never_leave_one_manifest_over_the_others_files(aws, tmp_path):
+    """A slow upload overlapped by the next one: both said OK, and the location held the
+    first's manifest over the second's files, a snapshot that failed verify (a review). The
+    second refuses to start while the first's marker is there; one that finds another's
+    marker appeared before its manifest writes none (the location then holds no snapshot,
+    and the next upload repairs it)."""
+    _, (a, b) = snapshot_copies(tmp_path, [300, 200])
+    uri = aws.uri("race")
+    upload(a, uri)
+    fs, base = aws.fs(), f"{BUCKET}/race"
+    hold = []
+
+    class SecondStartsMidway:  # the first upload's progress: the second starts meanwhile
+        def update(self, n):
+            if not hold:
+                hold.append(upload(a, uri, check=False))
+
+        def close(self):
+            pass
+
+    rep = objectstore.upload_snapshot(
+        str(b), fs, base, where=uri, workers=1, progress=lambda *x: SecondStartsMidway()
+    )
+    assert rep["name"]  # the first ends
+    (second,) = hold
+    assert second.returncode == 1 and "another upload to it is under way" in second.stderr
+    assert run_rmqfs("snapshot-verify", uri).returncode == 0
+    # a marker that appears while an upload runs (another that started without seeing it):
+    # the upload writes no manifest
+    real = location.list_files
+    calls = []
+
+    def another_appears(fs_, base_, where_):
+        got = real(fs_, base_, where_)
+        calls.append(1)
+        if len(calls) == 2:  # (the check before the manifest)
+            got[f"{objectstore.UPLOADING}0123456789abcdef"] = 10
+        return got
+
+    import rmqfs.engine.live.objectstore as O
+
+    O.list_files = another_appears
+    try:
+        with pytest.raises(ObjectStoreError, match="another upload to it started meanwhile"):
+            objectstore.upload_snapshot(str(a), fs, base, where=uri)
+    finally:
+        O.list_files = real
+    assert MANIFEST_NAME not in location.list_files(fs, base, "x")
+    upload(a, uri)
     assert run_rmqfs("snapshot-verify", uri).returncode == 0
 
 
