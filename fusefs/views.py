@@ -1662,6 +1662,8 @@ class PartCache:
         #: some of its range (its name's ``-<end>``), the newest :data:`LISTED_ENDS` kept: the
         #: names a lookup finds besides the current one (:meth:`was_listed`)
         self.listed: dict[tuple[str, int, int], OrderedDict[int, None]] = {}
+        # held for a few dict operations only (never the render lock: the trio loop asks)
+        self._listed_lock = threading.Lock()
         self.total = 0
         self.others_total = 0  # bytes of the READY parts charged to other users
         self._pool: ProcessPoolExecutor | None = None
@@ -1802,7 +1804,7 @@ class PartCache:
         """A listing handed out the names of ``keys``: their ends stay found by
         :meth:`was_listed` (the newest :data:`LISTED_ENDS` of each part), so a job that listed a
         growing part reads it after the queue grew."""
-        with self.lock:
+        with self._listed_lock:
             for topic, queue_id, start, end in keys:
                 ends = self.listed.setdefault((topic, queue_id, start), OrderedDict())
                 ends[end] = None
@@ -1813,7 +1815,7 @@ class PartCache:
     def was_listed(self, key: PartKey) -> bool:
         """Whether a listing handed out the name of ``key`` (:meth:`note_listed`). Never waits
         for long (the trio loop calls it)."""
-        with self.lock:
+        with self._listed_lock:
             ends = self.listed.get(key[:3])
             return ends is not None and key[3] in ends
 
@@ -1967,8 +1969,9 @@ class PartCache:
                     self._evict(p)
             for short in [k for k in self.latest if k[0] == topic]:
                 del self.latest[short]
-            for short in [k for k in self.listed if k[0] == topic]:
-                del self.listed[short]
+            with self._listed_lock:
+                for short in [k for k in self.listed if k[0] == topic]:
+                    del self.listed[short]
 
     def _used(self, p: Part) -> None:
         """``p`` was just opened (caller holds :attr:`lock`): most recently used, and the
