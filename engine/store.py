@@ -1298,7 +1298,16 @@ class MessageStore:
     def commit_offset(
         self, group: str, topic: str, queue_id: int, offset: int, existing_group: bool = False
     ) -> None:
-        """Commit a consumer offset (persisted atomically in consumerOffset.json).
+        """Commit a consumer offset (persisted atomically in consumerOffset.json):
+        :meth:`commit_offsets` of one queue."""
+        self.commit_offsets(group, topic, {queue_id: offset}, existing_group)
+
+    def commit_offsets(
+        self, group: str, topic: str, offsets: dict[int, int], existing_group: bool = False
+    ) -> None:
+        """Commit the offsets of queues of ``topic`` (``{queueId: offset}``) in one write of
+        consumerOffset.json: every one is checked first, then all are stored or, on a failed
+        write (ENOSPC...), none (a commit; mqadmin ``resetOffsetByTime`` of a topic).
 
         ``existing_group``: only for a group the store holds, checked atomically with the
         commit against :meth:`delete_group` (a descriptor of the mount opened before the
@@ -1308,22 +1317,14 @@ class MessageStore:
         bad group name, NoSuchTopicError for an unknown queue, NoSuchGroupError (with
         ``existing_group``), ReadOnlyStoreError.
         """
-        self._check_commit(group, topic, {queue_id: offset})
+        self._check_commit(group, topic, offsets)
         if not existing_group:
-            self.consumer_offsets.commit(group, topic, queue_id, offset)
+            self.consumer_offsets.commit_queues(group, topic, offsets)
             return
         with self._group_lock:
             if not self.has_group(group):
                 raise NoSuchGroupError(f"consumer group {group} was deleted")
-            self.consumer_offsets.commit(group, topic, queue_id, offset)
-
-    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
-        """Commit the offsets of several queues of ``topic`` (``{queueId: offset}``) in one
-        write of consumerOffset.json: every one is checked first, then all are stored or, on a
-        failed write (ENOSPC...), none (mqadmin ``resetOffsetByTime`` of a topic). Raises as
-        :meth:`commit_offset`."""
-        self._check_commit(group, topic, offsets)
-        self.consumer_offsets.commit_queues(group, topic, offsets)
+            self.consumer_offsets.commit_queues(group, topic, offsets)
 
     def _check_commit(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         self.check_writable()

@@ -571,38 +571,37 @@ class ConsumerOffsetManager:
         return self.table.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {}).get(queue_id, -1)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Set an offset and persist the file atomically before returning."""
+        """Set an offset and persist the file atomically before returning
+        (:meth:`commit_queues` of one queue)."""
+        self.commit_queues(group, topic, {queue_id: offset})
+
+    def commit_queues(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Set the offsets of queues of ``topic`` for ``group`` (``{queueId: offset}``) in one
+        write of the file: all of them or, on a failed write (ENOSPC...), none, in memory too
+        (a commit; mqadmin's resetOffsetByTime of a topic, one request a broker). What a
+        failure undoes is the row's old values, not a copy of the table."""
+        if not offsets:
+            return
         key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
         with self.lock:
             row = self.table.get(key)
-            old = None if row is None else row.get(queue_id)
-            self.table.setdefault(key, {})[queue_id] = offset
+            old = {} if row is None else {q: row[q] for q in offsets if q in row}
+            self.table.setdefault(key, {}).update(offsets)
             self._index = None
             try:
                 self._persist()
             except BaseException:  # ENOSPC...: the commit did not happen, in memory either
                 if row is None:
                     del self.table[key]
-                elif old is None:
-                    del row[queue_id]
                 else:
-                    row[queue_id] = old
+                    for q in offsets:
+                        if q in old:
+                            row[q] = old[q]
+                        else:
+                            del row[q]
                 self._index = None
                 raise
             self.counter += 1
-
-    def commit_queues(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
-        """Set the offsets of several queues of ``topic`` for ``group`` (``{queueId: offset}``)
-        in one write of the file: all of them or, on a failed write (ENOSPC...), none, in
-        memory too (mqadmin's resetOffsetByTime of a topic, one request a broker)."""
-        if not offsets:
-            return
-        key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
-
-        def change(table: dict[str, dict[int, int]]) -> None:
-            table.setdefault(key, {}).update(offsets)
-
-        self._mutate(change)
 
     def _mutate(self, change: Callable[[dict[str, dict[int, int]]], Any]) -> Any:
         """Apply ``change(table)`` and persist; on a failed write (ENOSPC...) the table is

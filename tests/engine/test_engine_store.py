@@ -667,7 +667,7 @@ def test_a_commit_that_must_find_its_group_never_brings_a_deleted_group_back(tmp
         s.create_topic("T", 1)
         s.put_messages([Message("T", b"x"), Message("T", b"y")])
         s.commit_offset("G", "T", 0, 1)
-        real = s.consumer_offsets.commit
+        real = s.consumer_offsets.commit_queues
         in_commit, go_on = threading.Event(), threading.Event()
 
         def slow_commit(*args):
@@ -675,7 +675,7 @@ def test_a_commit_that_must_find_its_group_never_brings_a_deleted_group_back(tmp
             go_on.wait(10)
             real(*args)
 
-        s.consumer_offsets.commit = slow_commit
+        s.consumer_offsets.commit_queues = slow_commit
         committer = threading.Thread(
             target=s.commit_offset, args=("G", "T", 0, 2), kwargs={"existing_group": True}
         )
@@ -689,7 +689,7 @@ def test_a_commit_that_must_find_its_group_never_brings_a_deleted_group_back(tmp
         go_on.set()
         committer.join(10)
         deleter.join(10)
-        s.consumer_offsets.commit = real
+        s.consumer_offsets.commit_queues = real
         assert not s.has_group("G") and s.consumer_offsets.groups() == set()
         with pytest.raises(NoSuchGroupError):
             s.commit_offset("G", "T", 0, 2, existing_group=True)

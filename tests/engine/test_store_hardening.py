@@ -21,7 +21,7 @@ from rmqfs.engine.errors import ConfigFileError, InvalidNameError, StoreError, U
 from rmqfs.engine.format import config as C
 from rmqfs.engine.format import mappedfile
 from rmqfs.engine.read.columnar import StoreFiles
-from rmqfs.engine.store import MessageStore
+from rmqfs.engine.store import Message, MessageStore
 from rmqfs.engine.tools.verify import recover_store, verify_store
 from stores import bodies, flip_body_byte, produce, small
 
@@ -464,3 +464,28 @@ def test_a_config_write_that_fails_leaves_no_trace(tmp_path, monkeypatch):
     monkeypatch.undo()
     after = {n: (tmp_path / "config" / n).read_bytes() for n in os.listdir(tmp_path / "config")}
     assert after == before and sorted(after) == ["topics.json", "topics.json.bak"]
+
+
+def test_a_commit_of_several_queues_the_disk_refuses_changes_nothing(tmp_path, monkeypatch):
+    """``commit_queues`` (a commit, a topic's reset) is all or nothing, in memory too: on
+    ENOSPC the queues it changed get their old offsets back and the ones it added go, without
+    a copy of the whole table."""
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 3)
+        s.put_messages([Message("T", b"m", queue_id=q) for q in range(3) for _ in range(4)])
+        offsets = s.consumer_offsets
+        offsets.commit_queues("G", "T", {0: 1})
+        before = {k: dict(v) for k, v in offsets.table.items()}
+
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(C, "persist_config_file", full)
+        with pytest.raises(OSError):
+            offsets.commit_queues("G", "T", {0: 3, 1: 2, 2: 4})
+        with pytest.raises(OSError):
+            offsets.commit_queues("H", "T", {0: 3})
+        assert offsets.table == before and offsets.groups() == {"G"}
+        monkeypatch.undo()
+        offsets.commit_queues("G", "T", {0: 3, 1: 2})
+        assert offsets.topics_of("G") == {"T": {0: 3, 1: 2}}
