@@ -204,30 +204,30 @@ class ViewQueueDir(Dir):
         """Any name not ``part-<20 digits>[-<20 digits>].parquet``."""
         return _PART_NAME.fullmatch(name) is None
 
-    def _names(self, spans: list[tuple[int, int]]) -> list[str]:
+    def _list(self, prefetch: bool) -> list[str] | None:
+        """The parts' names, handed out (``PartCache.note_listed``); a part whose size is not
+        known yet: its render queued with ``prefetch`` (a listing is what Spark and ``ls -l``
+        do before a stat of every part: the worker pool renders them in parallel), else
+        None."""
+        spans = self.spans()
+        keys = [(self.topic, self.queue_id, a, b) for a, b in spans]
+        parts = self.ctx.views.parts
+        if not all(parts.known(k) for k in keys):
+            if not prefetch:
+                return None
+            parts.prefetch(keys)
+        parts.note_listed(keys)
         return [part_name(a, b, self.ctx.part_messages) for a, b in spans]
 
     def list_cached(self) -> list[str] | None:
         """:meth:`list` when every part's size is known (nothing to prefetch), else None."""
-        spans = self.spans()
-        keys = [(self.topic, self.queue_id, a, b) for a, b in spans]
-        parts = self.ctx.views.parts
-        if not all(parts.known(k) for k in keys):
-            return None
-        parts.note_listed(keys)
-        return self._names(spans)
+        return self._list(prefetch=False)
 
     def list(self) -> list[str]:
         """The parts' names; prefetches their renders."""
-        spans = self.spans()
-        keys = [(self.topic, self.queue_id, a, b) for a, b in spans]
-        parts = self.ctx.views.parts
-        if not all(parts.known(k) for k in keys):
-            # Listing is what Spark (and ls -l) does before a stat of every part, and a part's
-            # size needs its render: queue them all now, so the worker pool renders in parallel.
-            parts.prefetch(keys)
-        parts.note_listed(keys)
-        return self._names(spans)
+        names = self._list(prefetch=True)
+        assert names is not None  # (with prefetch)
+        return names
 
     def child_cached(self, name: str) -> Node:
         """:meth:`child` (in memory), on the trio loop; ENOENT for no such child."""
@@ -312,7 +312,7 @@ class ViewPartFile(Node):
     def _key(self) -> tuple:
         return (self.topic, self.queue_id, self.start, self.end)
 
-    def _stat(self, key: tuple, info: tuple) -> Stat:
+    def _stat(self, info: tuple) -> Stat:
         size, mtime_ms, _ = info
         return Stat(RO_FILE, size, ms_to_ns(mtime_ms) or self.ctx.mount_time_ns, live=False)
 
@@ -320,7 +320,7 @@ class ViewPartFile(Node):
         """:meth:`stat` when the part's render is known (its size kept), else None."""
         key = self._key()
         info = self.ctx.views.parts.known(key)
-        return None if info is None else self._stat(key, info)
+        return None if info is None else self._stat(info)
 
     def stat(self) -> Stat:
         """The rendered part's size and mtime (waits for its render). A part that cannot be
@@ -331,7 +331,7 @@ class ViewPartFile(Node):
         over a damaged queue left its rows out without a word."""
         key = self._key()
         try:
-            return self._stat(key, self.ctx.views.parts.info(key))
+            return self._stat(self.ctx.views.parts.info(key))
         except OSError as exc:
             if exc.errno != errno.EIO:
                 raise
