@@ -873,6 +873,12 @@ class MessageStore:
             ids.update(range(cfg.shown_queue_nums))
         return sorted(ids)
 
+    def read_queue_nums(self, topic: str) -> int | None:
+        """The topic's ``readQueueNums`` (:attr:`TopicConfig.consumed_queue_nums`: the queues
+        consumers read), None for a topic without a config in topics.json."""
+        cfg = self.topic_config.get(topic)
+        return None if cfg is None else cfg.consumed_queue_nums
+
     def queue_max_offsets(self, topic: str) -> dict[int, int]:
         """``{queueId: maxOffset}`` of a topic's queues, as one consistent cut.
 

@@ -348,6 +348,12 @@ class TopicConfig:
         return max(0, min(max(self.read_queue_nums, self.write_queue_nums), MAX_QUEUE_NUMS))
 
     @property
+    def consumed_queue_nums(self) -> int:
+        """Queues consumers read: ``readQueueNums``, clamped to ``0..MAX_QUEUE_NUMS`` (the queues
+        ``AdminBrokerProcessor.getConsumeStats`` reports a group's progress on)."""
+        return max(0, min(self.read_queue_nums, MAX_QUEUE_NUMS))
+
+    @property
     def writable(self) -> bool:
         """The perm has the write bit (``PermName.isWriteable``)."""
         return bool(self.perm & PERM_WRITE)

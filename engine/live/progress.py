@@ -9,7 +9,10 @@ broker/src/main/java/org/apache/rocketmq/broker/processor/AdminBrokerProcessor.j
 
 - topics: the one asked for, else every topic the group has committed offsets for
   (``ConsumerOffsetManager.whichTopicByConsumer``); a topic without a config is skipped;
-- queues: the topic's queues (``readQueueNums``; we also keep any queue that holds data);
+- queues: ``0 .. readQueueNums - 1`` of the topic's config (the queues consumers read; a
+  queue past them, written while ``writeQueueNums`` was larger, is not reported, as the broker
+  does not report it); a topic with queues on disk but no config (which the broker skips) is
+  shown with the queues it holds;
 - ``brokerOffset`` = the queue's max offset (never below 0);
 - ``consumerOffset`` = the committed offset, or 0 when there is none (``queryOffset`` gives -1,
   which the broker shows as 0);
@@ -43,6 +46,9 @@ class ProgressSource(Protocol):
     def queue_ids(self, topic: str) -> list[int]:
         """The queue ids of ``topic``, sorted."""
 
+    def read_queue_nums(self, topic: str) -> int | None:
+        """The topic's ``readQueueNums``, None for a topic without a config."""
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The queue's min offset."""
 
@@ -70,7 +76,8 @@ def consumer_progress(store: ProgressSource, group: str, topic: str | None = Non
         if t not in known:
             continue  # "consumeStats, topic config not exist"
         offsets = committed.get(t, {})
-        for q in store.queue_ids(t):
+        n = store.read_queue_nums(t)
+        for q in range(n) if n is not None else store.queue_ids(t):
             broker_offset = max(store.max_offset(t, q), 0)
             consumer_offset = max(offsets.get(q, -1), 0)
             rows.append(

@@ -455,7 +455,8 @@ class SnapshotProgress:
         topics = self._config("topics.json", TopicConfigManager.parse)
         # raw tables given: no file is read or written (the offsets are only looked at)
         self.consumer_offsets = ConsumerOffsetManager("", raw=offsets)
-        self._topics = set(TopicConfigManager("", raw=topics).topics) | set(snap.topics())
+        self._configs = TopicConfigManager("", raw=topics)
+        self._topics = set(self._configs.topics) | set(snap.topics())
 
     def _config(self, name: str, parse: Callable[[object], object]) -> dict[str, Any]:
         rel = f"config/{name}"
@@ -483,6 +484,11 @@ class SnapshotProgress:
     def queue_ids(self, topic: str) -> list[int]:
         """The topic's queues in the snapshot."""
         return self.snap.queue_ids(topic)
+
+    def read_queue_nums(self, topic: str) -> int | None:
+        """The topic's ``readQueueNums`` in the snapshot's topics.json (None: not there)."""
+        cfg = self._configs.get(topic)
+        return None if cfg is None else cfg.consumed_queue_nums
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue`` of the snapshot."""

@@ -48,6 +48,23 @@ def test_rows_follow_the_brokers_rules(tmp_path, small_config):
         assert consumer_progress(s, "nobody") == []
 
 
+def test_rows_are_the_queues_consumers_read(tmp_path, small_config):
+    """getConsumeStats reports queues 0..readQueueNums-1: a queue written while writeQueueNums
+    was larger is not a consumer's, and its messages are no one's lag."""
+    with MessageStore(str(tmp_path / "s"), small_config) as s:
+        s.create_topic("T", 4)
+        s.put_messages([Message("T", b"m", queue_id=q) for q in range(4)])
+        s.update_topic("T", read_queue_nums=2)
+        s.commit_offset("G", "T", 0, 1)
+        rows = consumer_progress(s, "G")
+        assert [r["queueId"] for r in rows] == [0, 1]
+        assert sum(r["diff"] for r in rows) == 1
+        s.update_topic("T", read_queue_nums=6, write_queue_nums=2)
+        rows = consumer_progress(s, "G")
+        assert [r["queueId"] for r in rows] == [0, 1, 2, 3, 4, 5]
+        assert [r["brokerOffset"] for r in rows] == [1, 1, 1, 1, 0, 0]
+
+
 @fuse
 @pytest.mark.fuse
 def test_cli_and_mount_show_the_same_progress(mount_store):
