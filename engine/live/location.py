@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from ..errors import ObjectStoreError
 from ..format.crc import CHUNK, crc32c
@@ -24,6 +24,15 @@ if TYPE_CHECKING:
 
 #: Files transferred at once by default (each holds up to FLUSH_EVERY + CHUNK bytes).
 DEFAULT_WORKERS = 4
+#: Seconds an S3 request may go without a byte moving before it fails (its attempt), by
+#: default: the command line's and Spark's requests; the mount's ``-o remote_timeout=``.
+REQUEST_TIMEOUT = 10.0
+#: Attempts of one S3 request (AwsStandardS3RetryStrategy): a server that never answers costs
+#: a command about ``S3_ATTEMPTS * timeout`` seconds per request, not pyarrow's default minutes.
+S3_ATTEMPTS = 2
+#: The query parameters of an ``s3://`` location rmqfs passes on to ``S3FileSystem``; a
+#: location with others is opened by pyarrow's ``from_uri`` as it stands.
+_S3_QUERY = ("endpoint_override", "scheme", "region")
 _URI_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SECRETS = ("secret_key", "session_token", "access_key")
 
@@ -93,9 +102,14 @@ def explain(exc: BaseException) -> str:
     return text
 
 
-def open_location(location: str) -> tuple[pafs.FileSystem, str]:
+def open_location(location: str, timeout: float = REQUEST_TIMEOUT) -> tuple[pafs.FileSystem, str]:
     """``(filesystem, base path)`` of a location: ``FileSystem.from_uri`` for a URI (for S3,
     base is ``bucket/prefix``), a ``LocalFileSystem`` and the absolute path for a plain path.
+
+    An ``s3://`` location (with no query parameters but :data:`_S3_QUERY`'s) gets an
+    ``S3FileSystem`` whose requests fail after ``timeout`` seconds without a byte moving
+    (connecting: at most 5 s), tried :data:`S3_ATTEMPTS` times: a hung server fails a request
+    in about ``S3_ATTEMPTS * timeout`` seconds (pyarrow's defaults wait about 100 s).
 
     Raises:
         ObjectStoreError: pyarrow does not accept the URI.
@@ -105,12 +119,27 @@ def open_location(location: str) -> tuple[pafs.FileSystem, str]:
 
     if not is_uri(location):
         return pafs.LocalFileSystem(), os.path.abspath(location)
+    location = credentials_in_user_info(location)  # (keys in the query: in its user info)
     try:
-        fs, path = pafs.FileSystem.from_uri(credentials_in_user_info(location))
+        fs, path = pafs.FileSystem.from_uri(location)
     except (pa.ArrowException, ValueError, OSError) as exc:
         raise ObjectStoreError(
             f"{redact(location)}: not a storage location: {_scrub(str(exc), location)}"
         ) from None
+    parts = urlsplit(location)
+    query = dict(parse_qsl(parts.query))
+    if parts.scheme == "s3" and not set(query) - set(_S3_QUERY):
+        kw: dict[str, Any] = {k: query[k] for k in _S3_QUERY if k in query}
+        user = parts.netloc.rpartition("@")[0]
+        if user:
+            access, _, secret = user.partition(":")
+            kw.update(access_key=unquote(access), secret_key=unquote(secret))
+        fs = pafs.S3FileSystem(
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS),
+            connect_timeout=min(timeout, 5.0),
+            request_timeout=timeout,
+            **kw,
+        )
     return fs, path.rstrip("/")
 
 

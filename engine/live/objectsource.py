@@ -13,8 +13,9 @@ each render worker: no second filesystem, no memory map of network-backed bytes.
   ``stored`` prefix (a segment's tail after the snapshot's cut) are never asked of the server.
 - **A failed request is an error, not a hang.** Each request (a block, the manifest) runs in a
   thread of a bounded pool and is waited for at most ``timeout`` seconds
-  (:data:`DEFAULT_TIMEOUT`); S3 requests are retried at most :data:`S3_ATTEMPTS` times inside
-  it. What fails or times out raises :class:`engine.errors.ObjectStoreError` (errno EIO) naming
+  (:data:`DEFAULT_TIMEOUT`); S3 requests are tried at most
+  :data:`engine.live.location.S3_ATTEMPTS` times (:func:`engine.live.location.open_location`).
+  What fails or times out raises :class:`engine.errors.ObjectStoreError` (errno EIO) naming
   the object and the location; nothing is cached, and the next read asks again. A request
   still hung holds its thread; when every thread is held, a read fails at once, so hung
   requests cannot pile up.
@@ -47,19 +48,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import CorruptRecordError, ManifestError, ObjectStoreError, StoreError
 from ..format.crc import crc32c
 from ..format.mappedfile import SegmentMap
 from ..format.source import LOCAL, StoreSource
 from .blockcache import MIN_BLOCK, BlockCache, CacheStats
-from .location import credentials_in_user_info, explain, join, open_location, read_small, redact
+from .location import REQUEST_TIMEOUT, explain, join, open_location, read_small, redact
 from .manifest import MANIFEST_NAME, MAX_MANIFEST, Manifest, parse_manifest
 from .objectstore import read_manifest
 
 if TYPE_CHECKING:
-    import pyarrow.fs as pafs
+    pass
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",
@@ -73,13 +74,11 @@ __all__ = [
 log = logging.getLogger("rmqfs")
 
 #: Seconds one request (a block's range read, the manifest) may take (``-o remote_timeout=``).
-DEFAULT_TIMEOUT = 10.0
+DEFAULT_TIMEOUT = REQUEST_TIMEOUT
 #: Bytes of block files the daemon and its render workers keep together (``-o remote_cache=``).
 DEFAULT_CACHE_SIZE = 1 << 30
 #: Requests in flight at once (each holds at most one block in memory).
 REQUEST_THREADS = 8
-#: Attempts of one S3 request inside its timeout (AwsStandardS3RetryStrategy).
-S3_ATTEMPTS = 2
 #: Seconds between two reads of the manifest (one small request, before a fetch only).
 MANIFEST_POLL = 10.0
 #: The file in a mount's block directory that marks the server as not answering (a request
@@ -95,7 +94,6 @@ MAX_SUMS = 4096
 #: A file's entry in ``ObjectSource._sums`` once its sum matched the manifest's.
 _SUMMED = (-1, 0)
 #: Query parameters of an ``s3://`` URI this module passes on (others: pyarrow's own parse).
-_S3_QUERY = ("endpoint_override", "scheme", "region")
 
 _T = TypeVar("_T")
 _SEGMENT_NAME = re.compile(r"commitlog/[0-9]{20}\Z")  # ASCII digits ("²".isdigit() is True)
@@ -195,31 +193,6 @@ class ManifestTree:
         return sorted(out)  # path order puts "A-b/x" before "A/x"
 
 
-def _filesystem(location: str, timeout: float) -> tuple[pafs.FileSystem, str]:
-    """``(filesystem, base)`` of ``location`` (:func:`engine.live.location.open_location`); an
-    ``s3://`` one made with bounded retries and a connect timeout."""
-    import pyarrow.fs as pafs
-
-    fs, base = open_location(location)
-    location = credentials_in_user_info(location)  # (keys in the query: as open_location)
-    parts = urlsplit(location)
-    query = dict(parse_qsl(parts.query))
-    if parts.scheme != "s3" or set(query) - set(_S3_QUERY):
-        return fs, base
-    kw: dict[str, Any] = {k: query[k] for k in _S3_QUERY if k in query}
-    user = parts.netloc.rpartition("@")[0]
-    if user:
-        access, _, secret = user.partition(":")
-        kw.update(access_key=unquote(access), secret_key=unquote(secret))
-    s3 = pafs.S3FileSystem(
-        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS),
-        connect_timeout=min(timeout, 5.0),
-        request_timeout=timeout,
-        **kw,
-    )
-    return s3, base
-
-
 class ObjectSource:
     """The snapshot at ``location`` (a URI ``pyarrow.fs`` opens) as a
     :class:`engine.format.source.StoreSource` (see the module docstring).
@@ -268,7 +241,7 @@ class ObjectSource:
         self._pool = ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="rmqfs-object")
         self._lock = threading.Lock()
         self._open: dict[str, Any] = {}
-        self.fs, self.base = _filesystem(location, timeout)
+        self.fs, self.base = open_location(location, timeout)
         self._blocks: str | None = None
         #: where the mark of a server that does not answer is kept, for the daemon and its
         #: render workers together (the daemon's block directory); without a block cache, in
