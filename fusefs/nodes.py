@@ -99,7 +99,7 @@ raw/                            the store's own files, read-only (live: see snap
 snapshots/<name>/               mkdir: a frozen point in time of raw/ + SNAPSHOT.json (crc32c);
                                 copy it with tar, rsync or restic; rmdir drops it
 status.json                     CommitLog offsets, flush and dispatch lag, segment sizes, counts
-refused.jsonl                   your recent refused writes: time, pid, path, errno, reason
+refused.jsonl                   your recent refused writes: time, pid, uid, op, path, errno, reason
 
 mkdir topics/<topic> creates a topic; mkdir groups/<group> creates a consumer group;
 rmdir deletes them (mqadmin deleteTopic; deleteSubGroup with its offsets). Writing
@@ -1038,6 +1038,18 @@ class LineHandle(Handle):
                 self.refused = exc.errno or errno.EIO
             raise  # logged and kept by the FUSE layer (Context.refusals)
 
+    def _refuse_unfinished(self, check: Callable[[], object]) -> None:
+        """``check()`` of the unfinished line at a FLUSH; when it refuses (no more bytes can make
+        the line valid), the line is refused for good, as a write's refusal refuses it: dropped,
+        its errno kept for the open file's later writes and closes, so the last close does not
+        refuse (and log) it a second time. The caller holds ``lock``."""
+        try:
+            check()
+        except (FsError, OSError) as exc:
+            self.buf.clear()
+            self.refused = exc.errno or errno.EIO
+            raise
+
     def _check_refused(self) -> None:
         if self.refused:
             raise FsError(
@@ -1233,8 +1245,9 @@ class ProduceHandle(LineHandle):
         """FUSE FLUSH (each close(2) of a descriptor, a dup's or a forked child's copy too):
         the errno of a refused line, or of an unfinished ``produce.jsonl`` line that no more
         bytes can make valid (it is one whole JSON value already, and not a message the rules
-        let through); a line that is merely unfinished is no error. Nothing is stored or
-        changed (:meth:`release` stores the unfinished line)."""
+        let through), which refuses that line for good (:meth:`_refuse_unfinished`: logged
+        once); a line that is merely unfinished is no error. Nothing is stored
+        (:meth:`release` stores the unfinished line)."""
         with self.lock:
             self._check_refused()
             if self.buf and self.jsonl:
@@ -1243,7 +1256,10 @@ class ProduceHandle(LineHandle):
                     parse_json_line(tail)
                 except E.StoreError:
                     return  # not one whole JSON value: more may come
-                self._messages([tail])  # FsError names what is wrong
+                try:
+                    self._refuse_unfinished(lambda: self._messages([tail]))  # FsError: why
+                finally:
+                    self._settle()
 
     def fsync(self) -> None:
         """The store's flush (durable): the complete lines written so far are on disk when it
@@ -1526,15 +1542,21 @@ class OffsetWriteHandle(LineHandle):
         """FUSE FLUSH (each close(2) of a descriptor): the errno of a refused line, or of an
         unfinished one no more bytes can make an offset (not blanks, a sign and digits; or a
         number already past the queue's max offset, or negative); a number that is merely
-        unfinished is no error. Nothing is committed (:meth:`release` commits it)."""
+        unfinished is no error. A refused line is refused for good (:meth:`_refuse_unfinished`:
+        logged once). Nothing is committed (:meth:`release` commits it)."""
         with self.lock:
             self._check_refused()
             text = bytes(self.buf).decode("ascii", "replace").strip(" \t\r\n\f\v")
             if not text or text in "+-":
                 return
-            offset = _offset_of(bytes(self.buf))  # EINVAL: not an offset, whatever follows
-            if offset < 0 or offset > self.node.max_offset():  # digits only make it worse
-                self.node.check_range(offset)
+            self._refuse_unfinished(self._check_unfinished)
+
+    def _check_unfinished(self) -> None:
+        """FsError(EINVAL) for an unfinished line that is not an offset whatever follows, or
+        one already outside the queue's range in the direction more digits take it."""
+        offset = _offset_of(bytes(self.buf))
+        if offset < 0 or offset > self.node.max_offset():  # digits only make it worse
+            self.node.check_range(offset)
 
     def release(self) -> None:
         """The open file's last descriptor closed: commit the unfinished line, if any
@@ -1596,7 +1618,7 @@ class OffsetFile(GeneratedFile):
         if not lo <= offset <= hi:
             raise FsError(
                 errno.EINVAL,
-                f"offset {offset} of {self.topic}/{self.queue_id} outside [{lo}, {hi}]",
+                f"offset {offset} outside [{lo}, {hi}] of {self.topic}/{self.queue_id}",
             )
 
     def commit(self, offset: int) -> None:

@@ -174,7 +174,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
     if not args.foreground and args.ready_fd is None:
         return _spawn_background(args)  # the daemon imports what serving takes, not this one
     from rmqfs.engine.errors import StoreError, StoreLockedError
-    from rmqfs.engine.live.location import redact
+    from rmqfs.engine.live.location import is_uri, redact
 
     hidden = os.environ.pop(LOCATION_ENV, None)
     if hidden is not None and redact(hidden) == args.store:
@@ -220,7 +220,9 @@ def cmd_mount(args: argparse.Namespace) -> int:
             os.close(args.ready_fd)
         print(msg, file=sys.stderr)
         return 1
-    log.info("mounted %s on %s", redact(args.store), args.mountpoint)
+    # absolute paths, as the daemon's later lines ("unmounted ...") name the mount point
+    where = redact(args.store) if is_uri(args.store) else os.path.abspath(args.store)
+    log.info("mounted %s on %s", where, daemon.mountpoint)
     os.chdir("/")
     report = daemon.recovery_report()
     if pipe is not None and report is not None and report.did_something():

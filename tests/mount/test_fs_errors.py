@@ -66,7 +66,21 @@ def test_einval(mount_store):
     # a bad last line without newline fails at close() when no more bytes could mend it; one
     # merely unfinished is refused by the last close (the kernel answers close() first):
     # refused.jsonl says so (a read waits for such a close to be done)
+    refused = m.mnt / "refused.jsonl"
+    seen = len(refused.read_text().splitlines())
     assert oserror(write_then_close, pj, b'{"body": 1}') == errno.EINVAL
+    # one refusal, one record: the last close (RELEASE) does not refuse it again
+    new = [json.loads(x) for x in refused.read_text().splitlines()[seen:]]
+    assert [(r["op"], r["errno"]) for r in new] == [("close", "EINVAL")], new
+    # refused at a dup's close, the line is refused for good: the open file's next write
+    # must not take the rest of it as a line of its own
+    fd = os.open(pj, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b'{"body": 2}')
+        assert oserror(os.close, os.dup(fd)) == errno.EINVAL
+        assert oserror(os.write, fd, b', "tags": "t"}\n') == errno.EINVAL
+    finally:
+        assert oserror(os.close, fd) == errno.EINVAL
     write_then_close(pj, b'{"body": ')
     last = json.loads((m.mnt / "refused.jsonl").read_text().splitlines()[-1])
     assert (last["op"], last["errno"]) == ("close", "EINVAL") and "not JSON" in last["reason"]
@@ -85,6 +99,14 @@ def test_einval(mount_store):
     bad = subprocess.run(["bash", "-c", f"echo nope > '{off}'"], capture_output=True, text=True)
     assert bad.returncode == 1 and "Invalid argument" in bad.stderr
     assert off.read_text() == "-1\n"
+    seen = len(refused.read_text().splitlines())
+    for text in [b"x", b"99"]:  # refused at close(), no more bytes could mend them: once each
+        assert oserror(write_then_close, off, text) == errno.EINVAL, text
+    new = [json.loads(x) for x in refused.read_text().splitlines()[seen:]]
+    assert [(r["op"], r["reason"]) for r in new] == [
+        ("close", "not an offset: 'x'"),
+        ("close", "offset 99 outside [0, 1] of E/0"),
+    ], new
     write_once(off, b"1\n", os.O_WRONLY | os.O_TRUNC)
     assert off.read_text() == "1\n"
     # `>` and `>>` both commit; `truncate -s 0` is accepted
