@@ -419,8 +419,18 @@ def put_internal(
     ``DefaultMessageStore.putMessage`` checks none of the client's rules). The size limits
     and everything else apply as in :func:`put_messages`. Nothing in rmqfs's faces (the
     mount, ``rmqfs produce``) calls it; tests build broker-written stores with it.
+
+    A text field that UTF-8 cannot encode (a lone surrogate in the tags, keys or a property)
+    raises MessageIllegalError, nothing of the batch stored: every text is encoded before
+    anything is written.
     """
-    return _put(store, messages, batch)
+    try:
+        return _put(store, messages, batch)
+    except UnicodeEncodeError as exc:
+        raise MessageIllegalError(
+            f"a message field is not encodable as UTF-8 ({exc.reason} at position {exc.start} "
+            f"of {exc.object[max(0, exc.start - 20) : exc.end + 20]!r})"
+        ) from None
 
 
 def _check_room(store: MessageStore) -> None:

@@ -721,3 +721,30 @@ def test_delete_topic_never_holds_the_put_lock_while_it_waits_for_the_offsets(tm
             t.join(10)
         assert not t.is_alive() and "D" not in s.topic_names()
         assert s.consumer_offsets.topics_of("G") == {}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"tags": "a\udc80"},
+        {"keys": "k\udc80"},
+        {"keys": ["ok", "k\udc80"]},
+        {"properties": {"p": "\udc80"}},
+        {"sharding_key": "s\udc80"},
+    ],
+)
+def test_put_internal_refuses_text_utf8_cannot_encode(tmp_path, bad):
+    """The broker's own put path has no client rules, but a lone surrogate cannot be encoded:
+    one MessageIllegalError (the store's error type, EINVAL), nothing of the batch stored, in
+    the compiled path and the general one alike."""
+    from rmqfs.engine.errors import MessageIllegalError
+    from rmqfs.engine.service.putmessage import put_internal
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 1)
+        end = s.commitlog.max_offset
+        for batch in ([Message("T", b"x", **bad)], [Message("T", b"ok"), Message("T", b"x", **bad)]):
+            with pytest.raises(MessageIllegalError, match="not encodable as UTF-8"):
+                put_internal(s, batch)
+            assert s.commitlog.max_offset == end and s.max_offset("T", 0) == 0
+        assert put_internal(s, [Message("T", b"fine", tags="a")])[0].queue_offset == 0
