@@ -743,7 +743,10 @@ def test_put_internal_refuses_text_utf8_cannot_encode(tmp_path, bad):
     with MessageStore(str(tmp_path / "s")) as s:
         s.create_topic("T", 1)
         end = s.commitlog.max_offset
-        for batch in ([Message("T", b"x", **bad)], [Message("T", b"ok"), Message("T", b"x", **bad)]):
+        for batch in (
+            [Message("T", b"x", **bad)],
+            [Message("T", b"ok"), Message("T", b"x", **bad)],
+        ):
             with pytest.raises(MessageIllegalError, match="not encodable as UTF-8"):
                 put_internal(s, batch)
             assert s.commitlog.max_offset == end and s.max_offset("T", 0) == 0
