@@ -247,17 +247,7 @@ class MessageStore:
         self._held_lock = held_lock
         # broker.conf settings that put the files elsewhere or make the broker expect another
         # kind of store: refused before anything is read or created
-        refusals = self.config.layout_refusals(read_only)
-        if refusals:
-            advice = (
-                "mount it read-only (rmqfs mount -o ro) to read it"
-                if not read_only and not self.config.layout_refusals(True)
-                else "rmqfs does not open such a store"
-            )
-            raise UnsupportedLayoutError(
-                f"store {self.root}: {self.config.broker_conf or 'the config'} says "
-                f"{'; '.join(refusals)}: {advice}"
-            )
+        self.config.check_layout_settings(self.root, read_only)
         for note in self.config.conf_notes:
             log.warning("%s", note)
         if not read_only:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .errors import StoreError
+from .errors import StoreError, UnsupportedLayoutError
 from .format.consumequeue import CQ_STORE_UNIT_SIZE
 from .format.message import (
     COMPRESSION_LZ4,
@@ -299,6 +299,22 @@ class StoreConfig:
         if cfg.compress_type not in COMPRESSION_TYPES:
             raise ValueError(f"{path}: compressType must be one of {sorted(COMPRESSION_TYPES)}")
         return cfg
+
+    def check_layout_settings(self, root: str, read_only: bool) -> None:
+        """Raise UnsupportedLayoutError (naming the config, the settings and what to do) when
+        :meth:`layout_refusals` refuses a store at ``root`` opened with these settings; every
+        opener asks before it reads, creates or deletes anything (``MessageStore``, ``recover``)."""
+        refusals = self.layout_refusals(read_only)
+        if refusals:
+            advice = (
+                "mount it read-only (rmqfs mount -o ro) to read it"
+                if not read_only and not self.layout_refusals(True)
+                else "rmqfs does not open such a store"
+            )
+            raise UnsupportedLayoutError(
+                f"store {root}: {self.broker_conf or 'the config'} says "
+                f"{'; '.join(refusals)}: {advice}"
+            )
 
     def layout_refusals(self, read_only: bool) -> list[str]:
         """Why a store opened with these settings must not be opened (``read_only`` False: for

@@ -766,3 +766,52 @@ def test_recover_rebuild_rebuilds_a_healthy_store(tmp_path):
     assert units() == before
     with MessageStore(str(root), small(), read_only=True) as s:
         assert [r.body for r in s.query_by_key("T", "k7")] == [b"m7"]
+
+
+def _tree_sums(root) -> dict:
+    """Every file under ``root`` and its bytes' digest (what a refusal must leave as it was)."""
+    import hashlib
+
+    return {
+        p.relative_to(root): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize(
+    "line", ["storeType=defaultRocksDB", "enableDLegerCommitLog=true", "enableControllerMode=true"]
+)
+@pytest.mark.parametrize("rebuild", [False, True])
+def test_recover_refuses_a_broker_conf_it_cannot_honour_before_touching_anything(
+    tmp_path, line, rebuild
+):
+    """A broker.conf saying the broker expects another kind of store refused `recover` only
+    when it reopened the store, after the ConsumeQueues and IndexFiles were deleted (and the
+    checkpoint rewritten, an abort file made); with the store's own sizes in the conf a plain
+    recover said "nothing to repair". It is refused first now, every file as it was."""
+    root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "s")
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"{line}\nmappedFileSizeCommitLog={ORACLE_SEG}\nmappedFileSizeConsumeQueue=160\n"
+        "maxHashSlotNum=32\nmaxIndexNum=128\n"
+    )
+    before = _tree_sums(root)
+    args = ("recover", root, "--config", conf) + (("--rebuild",) if rebuild else ())
+    r = run_rmqfs(*args, check=False)
+    assert r.returncode == 1, r
+    assert line.split("=")[0] in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _tree_sums(root) == before
+
+
+def test_recover_rebuild_without_a_config_keeps_the_store_s_file_sizes(tmp_path):
+    """Without --config, the ConsumeQueue and IndexFiles `recover --rebuild` makes take the
+    sizes of those it replaces (160-byte queues, 32/128 index geometry), not StoreConfig's
+    6,000,000-byte and 5,000,000-slot defaults that a broker configured as the store refuses."""
+    root = copy_fixture("rocketmq-4.9.8-written/store", tmp_path / "s")
+    rep = recover_store(str(root), rebuild=True)
+    assert rep.after.ok, rep.after.problems
+    sizes = {p.stat().st_size for p in (root / "consumequeue").rglob("0*") if p.is_file()}
+    assert sizes == {160}, sizes
+    index = [p.stat().st_size for p in (root / "index").iterdir()]
+    assert index and set(index) == {40 + 32 * 4 + 128 * 20}, index

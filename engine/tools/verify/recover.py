@@ -5,6 +5,8 @@ is extended and truncated through the engine's file queue (``CommitLog.truncate`
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import shutil
 import time
@@ -14,7 +16,8 @@ from typing import TYPE_CHECKING
 from ...errors import ConfigFileError, CorruptRecordError, StoreError
 from ...format.commitlog import CommitLog
 from ...format.consumequeue import queue_dir_id
-from ...format.indexfile import read_index_header
+from ...format.consumequeue import store_file_size as cq_store_file_size
+from ...format.indexfile import index_geometry, read_index_header
 from ...format.mappedfile import extend_with_zeros, fsync_dir, fsync_file
 from ...service.lock import StoreLock, release_store_lock, take_store_lock
 from ...service.storetree import check_layout, check_store_tree, remove_tree, walk_tree
@@ -55,6 +58,8 @@ def recover_store(
     verify; if errors or lag remain, rebuild every derived file and verify again.
 
     Raises:
+        UnsupportedLayoutError: a layout rmqfs does not write, in the store or in ``config``'s
+            broker.conf settings: nothing is touched.
         StoreLockedError: a broker or mount holds the store (names its pid).
         NotAStoreError: ``root`` is not a store.
         StoreError: a damage this cannot repair (e.g. a CommitLog file missing in the middle).
@@ -67,6 +72,11 @@ def recover_store(
     report = RecoverReport()
     check_store_tree(root)  # links and special files: refused, never repaired through
     check_layout(root, read_only=False)  # a layout rmqfs does not write: never repaired
+    # nor one whose broker.conf says the broker expects another kind of store (DLedger,
+    # RocksDB, controller mode) or keeps its files elsewhere: before anything is deleted
+    cfg.check_layout_settings(root, read_only=False)
+    if config is None:  # the files it rebuilds take the sizes of those they replace
+        cfg = _store_geometry(root, cfg)
     lock = take_store_lock(root)
     try:
         before = verify_store(root, config, progress)
@@ -156,6 +166,31 @@ def _delete_files(directory: str, names: list[str]) -> None:
     for n in names:
         p = os.path.join(directory, n)
         remove_tree(p)  # a directory in its place too, at any depth
+
+
+def _store_geometry(root: str, cfg: StoreConfig) -> StoreConfig:
+    """``cfg`` with the store's own ConsumeQueue file size and IndexFile geometry where its
+    files show them (:func:`engine.format.consumequeue.store_file_size`, the most common index
+    file size by :func:`engine.format.indexfile.index_geometry`): without a broker.conf, the
+    files ``recover`` deletes are rebuilt at the sizes of those they replace, not at
+    StoreConfig's defaults, so a broker configured as the store was still loads them
+    (RocketMQ maps every ConsumeQueue and IndexFile at its configured size)."""
+    size, _ = cq_store_file_size([os.path.join(root, rel) for rel in _all_queue_dirs(root)])
+    if size and size != cfg.mapped_file_size_consume_queue:
+        cfg = dataclasses.replace(cfg, mapped_file_size_consume_queue=size)
+    index_dir = os.path.join(root, "index")
+    sizes: dict[int, int] = {}
+    for n in index_names(index_dir):
+        with contextlib.suppress(OSError):
+            fsize = os.path.getsize(os.path.join(index_dir, n))
+            sizes[fsize] = sizes.get(fsize, 0) + 1
+    if sizes:
+        common = max(sizes, key=lambda k: (sizes[k], k))
+        with contextlib.suppress(CorruptRecordError):
+            slots, num = index_geometry(common, cfg.max_hash_slot_num, cfg.max_index_num)
+            if (slots, num) != (cfg.max_hash_slot_num, cfg.max_index_num):
+                cfg = dataclasses.replace(cfg, max_hash_slot_num=slots, max_index_num=num)
+    return cfg
 
 
 def _all_queue_dirs(root: str) -> list[str]:
