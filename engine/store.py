@@ -1149,12 +1149,15 @@ class MessageStore:
         if (topic, queue_id) not in self.damaged and len(self.damaged) < 10_000:
             what = str(exc) if queue_offset is None else f"unit {queue_offset}: {exc}"
             self.damaged[(topic, queue_id)] = what
+            # (recover writes only what a writer may open: not a DLedger, RocksDB or controller
+            # layout, nor a snapshot in object storage)
+            repairable = self.source.local and not any(f.refuses_write for f in self.foreign)
             log.warning(
-                "queue %s/%d damaged: %s (not served; rmqfs verify names it, "
-                "rmqfs recover repairs it)",
+                "queue %s/%d damaged: %s (not served; rmqfs verify names it%s)",
                 topic,
                 queue_id,
                 what,
+                ", rmqfs recover repairs it" if repairable else "",
             )
 
     def iter_queue(

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
 
-from rmqfs.engine.errors import StoreLockedError
+from rmqfs.engine.errors import StoreLockedError, UnsupportedLayoutError
 from rmqfs.engine.live.progress import consumer_progress, diff_total
 
 if TYPE_CHECKING:
@@ -287,16 +287,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from rmqfs.engine.live.location import is_uri
     from rmqfs.engine.tools.verify import verify_store
 
+    config = broker_config(args)
     if is_uri(args.store):
-        res = _verify_remote(args.store, broker_config(args))
+        res = _verify_remote(args.store, config)
         root = res.root
+        refusal: str | None = "recover repairs a local store only: snapshot-download it first"
     else:
         root = _check_store(args.store)
-        res = verify_store(root, broker_config(args), _progress)
+        res = verify_store(root, config, _progress)
+        refusal = _recover_refusal(root, config)
     if args.json:
-        print(json.dumps(_verify_json(res), indent=1))
+        print(json.dumps(_verify_json(res, refusal), indent=1))
     else:
-        _print_verify(res)
+        _print_verify(res, refusal)
     if res.ok:
         return 0
     print(f"rmqfs: {root}: {res.count('error')} errors", file=sys.stderr)
@@ -318,8 +321,26 @@ def _verify_remote(location: str, config: StoreConfig | None) -> VerifyResult:
         source.close()
 
 
-def _verify_json(res: VerifyResult) -> dict[str, Any]:
-    """The verification as one JSON object (offsets in bytes, RocketMQ-style field names)."""
+def _recover_refusal(root: str, config: StoreConfig | None) -> str | None:
+    """Why ``rmqfs recover`` would refuse the store at ``root`` (a layout rmqfs never writes, in
+    its files or in ``config``'s broker.conf settings), None when it would repair it: verify's
+    advice names the refusal rather than a repair that cannot happen."""
+    from rmqfs.engine.service.storetree import check_layout
+    from rmqfs.engine.store import StoreConfig
+
+    try:
+        check_layout(root, read_only=False)
+        (config or StoreConfig()).check_layout_settings(root, read_only=False)
+    except UnsupportedLayoutError as exc:
+        return str(exc)
+    except OSError:
+        return None  # (verify itself reports what cannot be read)
+    return None
+
+
+def _verify_json(res: VerifyResult, recover_refused: str | None = None) -> dict[str, Any]:
+    """The verification as one JSON object (offsets in bytes, RocketMQ-style field names);
+    ``recoverRefused``: why ``recover`` would not repair this store (None: it would)."""
     return {
         "ok": res.ok,
         "errors": res.count("error"),
@@ -336,6 +357,7 @@ def _verify_json(res: VerifyResult) -> dict[str, Any]:
         "indexItems": res.index_items,
         "lockHolder": res.lock_holder,
         "byHand": res.by_hand(),
+        "recoverRefused": recover_refused,
         "skipped": res.skipped,
         "problems": [
             {
@@ -354,7 +376,8 @@ def _verify_json(res: VerifyResult) -> dict[str, Any]:
     }
 
 
-def _print_verify(res: VerifyResult) -> None:
+def _print_verify(res: VerifyResult, recover_refused: str | None = None) -> None:
+    """verify's report; ``recover_refused``: why ``recover`` would not repair this store."""
     if res.lock_holder:
         print(
             f"store in use by process {res.lock_holder}: records still being written may "
@@ -383,14 +406,15 @@ def _print_verify(res: VerifyResult) -> None:
             else ""
         )
         by_hand = res.by_hand()  # what recover refuses: say what to do instead
-        print(
-            f"FAILED: {n_err} errors, {n_warn} warnings{where} "
-            + (
-                "(rmqfs recover repairs them)"
-                if not by_hand
-                else "(rmqfs recover cannot repair them all)"
-            )
-        )
+        if recover_refused:
+            advice = "(rmqfs recover does not repair this store)"
+        elif by_hand:
+            advice = "(rmqfs recover cannot repair them all)"
+        else:
+            advice = "(rmqfs recover repairs them)"
+        print(f"FAILED: {n_err} errors, {n_warn} warnings{where} {advice}")
+        if recover_refused:
+            print(f"BY HAND: {recover_refused}")
         for line in by_hand:
             print(f"BY HAND: {line}")
     else:

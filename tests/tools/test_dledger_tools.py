@@ -29,6 +29,24 @@ def test_verify_reads_the_entries_and_finds_nothing_wrong(store):
     assert "OK: no errors, 0 warnings" in res.stdout
 
 
+def test_verify_of_a_damaged_replica_does_not_send_the_user_to_recover(store):
+    """recover never writes a DLedger store: verify's advice names that refusal (and what to do
+    instead) rather than "rmqfs recover repairs them"."""
+    import json
+
+    q = next(p for p in sorted((store / "consumequeue").rglob("0" * 20)) if p.stat().st_size)
+    units = bytearray(q.read_bytes())
+    units[8:12] = (12345).to_bytes(4, "big")  # the first unit's size: no such record there
+    q.write_bytes(bytes(units))
+    res = run_rmqfs("verify", store, check=False)
+    assert res.returncode == 1
+    failed = next(x for x in res.stdout.splitlines() if x.startswith("FAILED: "))
+    assert failed.endswith("(rmqfs recover does not repair this store)"), res.stdout
+    assert "BY HAND: store " in res.stdout and "DLedger" in res.stdout and "-o ro" in res.stdout
+    doc = json.loads(run_rmqfs("verify", store, "--json", check=False).stdout)
+    assert "DLedger" in doc["recoverRefused"]
+
+
 @pytest.mark.parametrize(
     "args",
     [
