@@ -47,7 +47,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, cast
 
 from ..errors import InvalidNameError, MessageIllegalError, PermissionDeniedError
-from ..format.message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC
+from ..format.message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC, TIMER_TOPIC
 
 if TYPE_CHECKING:
     from ..format.message import Message
@@ -66,6 +66,11 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
         "TRANS_CHECK_MAX_TIME_TOPIC",
         "SELF_TEST_TOPIC",
         "OFFSET_MOVED_EVENT",
+        # not in RocketMQ's set, whose broker takes a client's record there: it has no
+        # TIMER_OUT_MS, and TimerMessageStore.enqueue retries its Long.parseLong(null) for ever
+        # (timerSkipUnknownError off), every timed message behind it stuck; only the broker's
+        # timer hook (HookUtils.transformTimerMessage) writes it
+        TIMER_TOPIC,
     )
 )
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | frozenset(
@@ -243,7 +248,8 @@ def check_topic_creatable(topic: str) -> None:
 
 def check_send_topic(topic: str) -> None:
     """Refuse a client's message to a topic only the broker writes
-    (``TopicValidator.isNotAllowedSendTopic``).
+    (``TopicValidator.isNotAllowedSendTopic``, and ``rmq_sys_wheel_timer``: see
+    :data:`NOT_ALLOWED_SEND_TOPICS`).
 
     Raises:
         PermissionDeniedError: EACCES (RocketMQ NO_PERMISSION).

@@ -95,3 +95,29 @@ def test_a_5x_store_s_timer_files_are_listed_and_kept(tmp_path):
         listed = {e["path"] for e in store_status(s)["notUnderstood"]}
     assert {"timerwheel", "timerlog"} <= listed
     assert {p: (root / p).read_bytes() for p in kept} == kept
+
+
+def test_the_timer_topic_takes_no_client_message(tmp_path):
+    """A client's record in rmq_sys_wheel_timer has no TIMER_OUT_MS: the broker's timer retries
+    it for ever and every scheduled.jsonl of the mount failed with EIO. Every put path a user
+    reaches refuses it as a topic only the broker writes (EACCES); a timed message still goes
+    there the broker's way."""
+    from conftest import run_rmqfs
+    from rmqfs.engine.errors import PermissionDeniedError
+    from rmqfs.engine.format.message import TIMER_TOPIC
+
+    root = copy_fixture("rocketmq-5.3.3-timer/store", tmp_path / "s")
+    r = run_rmqfs("produce", root, "-t", TIMER_TOPIC, "--body", "x", check=False)
+    assert r.returncode == 1 and "only the broker writes it" in r.stderr, r
+    with MessageStore(str(root)) as s:
+        before = s.max_offset(TIMER_TOPIC, 0)
+        for put in (
+            lambda: s.put_messages([Message(TIMER_TOPIC, b"x")]),
+            lambda: s.put_messages([Message("TopicA", b"a"), Message(TIMER_TOPIC, b"x")]),
+            lambda: s.put_bodies(TIMER_TOPIC, [b"x", b"y"]),
+        ):
+            with pytest.raises(PermissionDeniedError, match="only the broker writes it"):
+                put()
+        assert s.max_offset(TIMER_TOPIC, 0) == before
+        r0 = s.put_messages([Message("TopicA", b"later", delay_time_ms=60_000)])[0]
+        assert r0.topic == TIMER_TOPIC and s.max_offset(TIMER_TOPIC, 0) == before + 1
