@@ -200,3 +200,25 @@ def test_scheduled_jsonl_of_a_wheel_sharing_one_chain_lists_each_message_once(tm
         lines = [json.loads(x) for x in t.read("/topics/T/scheduled.jsonl").splitlines()]
     assert [x["commitLogOffset"] for x in lines] == offsets
     assert time.monotonic() - t0 < 10
+
+
+def test_scheduled_jsonl_skips_timer_entries_whose_records_expired(tmp_path):
+    """After expiry deleted CommitLog files the timer wheel still names, scheduled.jsonl failed
+    with EIO for every topic; those entries are misses now (TimerMessageStore's
+    getMessageByCommitOffset null), the rest listed as before."""
+    from conftest import run_rmqfs
+
+    root = copy_fixture("rocketmq-5.3.3-timer/store", tmp_path / "s")
+    with tree(tmp_path / "a", read_only=True, store_dir=root) as t:
+        before = {
+            topic: [json.loads(x) for x in t.read(f"/topics/{topic}/scheduled.jsonl").splitlines()]
+            for topic in ("TopicA", "TopicD")
+        }
+    run_rmqfs("clean", root, "--file-reserved-time", "0")
+    with MessageStore(str(root), read_only=True) as s:
+        low = s.commitlog.min_offset
+    assert low > min(x["commitLogOffset"] for rows in before.values() for x in rows)
+    with tree(tmp_path / "b", read_only=True, store_dir=root) as t:
+        for topic, rows in before.items():
+            after = [json.loads(x) for x in t.read(f"/topics/{topic}/scheduled.jsonl").splitlines()]
+            assert after == [x for x in rows if x["commitLogOffset"] >= low]
