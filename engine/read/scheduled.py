@@ -231,11 +231,19 @@ def waiting_refs(store: MessageStore, topic: str | None = None) -> WaitingRefs:
 
     Raises:
         CorruptRecordError: a wheel, timerlog unit, ConsumeQueue unit or record that is not
-            what it must be (a timerlog chain that loops is cut and logged instead).
+            what it must be (a timerlog chain that loops is cut and logged instead); the timer
+            store's is noted as damage of ``rmq_sys_wheel_timer``/0 (``note_damage``: one log
+            line, status.json).
         ConfigFileError: ``config/delayOffset.json`` and its ``.bak`` are unusable.
     """
     cols = _RefColumns()
-    drop = _timer_refs(store, topic, cols)
+    try:
+        drop = _timer_refs(store, topic, cols)
+    except CorruptRecordError as exc:
+        # the timer store's damage, noted once as its queue's (the log, status.json's
+        # damagedQueues), as every read that meets damage notes it
+        store.note_damage(TIMER_TOPIC, 0, None, f"timer store: {exc}")
+        raise
     _delay_refs(store, topic, cols)
     return cols.sorted(drop)
 

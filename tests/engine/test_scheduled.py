@@ -368,3 +368,25 @@ def test_a_real_qid_past_an_int_is_a_damaged_record(tmp_path):
         pytest.raises(CorruptRecordError, match="REAL_QID"),
     ):
         list(waiting_messages(s))
+
+
+def test_a_damaged_timer_store_is_noted_once_with_its_reason(tmp_path, caplog):
+    """A damaged timer store (a cut timerwheel) failed scheduled.jsonl's open with EIO and its
+    reason went nowhere (not the log, not status.json); it is noted as damage of the timer
+    store's queue: one warning line naming what is wrong, and status.json's damagedQueues."""
+    import logging
+
+    from conftest import copy_fixture
+    from rmqfs.engine.live.status import store_status
+
+    root = copy_fixture("rocketmq-5.3.3-timer/store", tmp_path / "s")
+    wheel = root / "timerwheel"
+    wheel.write_bytes(wheel.read_bytes()[:1_000_000])
+    with MessageStore(str(root), read_only=True) as s, caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            with pytest.raises(CorruptRecordError, match="timer wheel"):
+                waiting_refs(s, "TopicA")
+        lines = [r.getMessage() for r in caplog.records if "rmq_sys_wheel_timer" in r.getMessage()]
+        assert len(lines) == 1 and "timer store: " in lines[0] and "timerwheel" in lines[0], lines
+        damaged = store_status(s)["damagedQueues"]
+        assert [d["topic"] for d in damaged] == ["rmq_sys_wheel_timer"], damaged
