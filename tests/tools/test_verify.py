@@ -815,3 +815,61 @@ def test_recover_rebuild_without_a_config_keeps_the_store_s_file_sizes(tmp_path)
     assert sizes == {160}, sizes
     index = [p.stat().st_size for p in (root / "index").iterdir()]
     assert index and set(index) == {40 + 32 * 4 + 128 * 20}, index
+
+
+def _damage_timer(root, case: str) -> None:
+    import struct
+
+    if case == "wheel":
+        os.truncate(root / "timerwheel", 1_000_000)
+    elif case == "log-cut":
+        os.truncate(sorted((root / "timerlog").iterdir())[-1], 1000)
+    elif case == "log-missing":
+        sorted((root / "timerlog").iterdir())[1].unlink()
+    elif case == "check":
+        os.truncate(root / "config" / "timercheck", 20)
+    elif case == "unit":
+        log = sorted((root / "timerlog").iterdir())[0]
+        data = bytearray(log.read_bytes())
+        data[0:4] = struct.pack(">i", 99)  # the first unit's size: not a unit
+        log.write_bytes(bytes(data))
+    elif case == "lastpos":
+        wheel = root / "timerwheel"
+        data = bytearray(wheel.read_bytes())
+        for i in range(0, len(data), 32):
+            tick, _first, last, _n, _m = struct.unpack_from(">qqqii", data, i)
+            if last >= 0 and tick > 0:
+                struct.pack_into(">q", data, i + 16, 10**6)
+                break
+        wheel.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "case, severity, what",
+    [
+        ("wheel", "ERROR", "a timer wheel is 38707200"),
+        ("log-cut", "ERROR", "1000 bytes, the others 1664"),
+        ("log-missing", "ERROR", "a timerlog file is missing before it"),
+        ("check", "ERROR", "a timer checkpoint has 56"),
+        ("unit", "ERROR", "not a timerlog unit"),
+        ("lastpos", "WARNING", "start past the timerlog's end"),
+    ],
+)
+def test_verify_checks_the_timer_store_and_recover_leaves_it_alone(tmp_path, case, severity, what):
+    """verify said OK of a cut timerwheel (which 5.3.3's TimerWheel refuses at load), a timerlog
+    file cut short or missing, a bad timer checkpoint, a unit that is not one; now each is an
+    error of kind timer, which recover does not repair (BY HAND: restore or move the three
+    files), refusing with the store unchanged; a slot past the log's end is a warning."""
+    root = copy_fixture("rocketmq-5.3.3-timer/store", tmp_path / "s")
+    _damage_timer(root, case)
+    r = run_rmqfs("verify", root, check=False)
+    lines = [x for x in r.stdout.splitlines() if x.startswith(severity) and what in x]
+    assert lines, r.stdout
+    if severity == "WARNING":
+        assert r.returncode == 0, r.stdout
+        return
+    assert r.returncode == 1 and "BY HAND: the timer store" in r.stdout, r.stdout
+    before = _tree_sums(root)
+    rec = run_rmqfs("recover", root, check=False)
+    assert rec.returncode != 0 and "cannot repair" in rec.stderr, rec
+    assert _tree_sums(root) == before

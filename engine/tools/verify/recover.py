@@ -92,6 +92,8 @@ def recover_store(
                 # offsets and topics are not derived data: nothing is changed, the operator
                 # restores the file (or its .bak)
                 raise ConfigFileError(f"cannot repair {p.path}: {p.what}")
+            if p.kind == "timer":  # the waiting timed messages are not derived data either
+                raise StoreError(f"cannot repair {p.path}: {p.what}")
         for path, size in sorted(before.bad_segment_sizes.items()):
             if size > before.segment_size:
                 raise StoreError(

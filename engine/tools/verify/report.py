@@ -40,6 +40,11 @@ BY_HAND = {
     "config": "a config/*.json file (and its .bak) cannot be loaded: rmqfs recover does not "
     "rewrite offsets or topics; restore the file from a backup, then run rmqfs "
     "verify again",
+    "timer": "the timer store (timerwheel, timerlog/, config/timercheck) is damaged: rmqfs "
+    "recover does not rebuild it; restore the three from a backup, or move all three out of "
+    "the store, and the broker enqueues rmq_sys_wheel_timer's messages again from its "
+    "ConsumeQueue (a timed message already delivered may be delivered again); then run rmqfs "
+    "verify again",
 }
 
 

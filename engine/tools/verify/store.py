@@ -1,5 +1,5 @@
 """:func:`verify_store`: every check of a store, in order (CommitLog, ConsumeQueues, IndexFiles,
-config), read-only and without the store's recovery.
+config, the 5.x timer store), read-only and without the store's recovery.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from .config import check_config
 from .index import check_index_files
 from .queues import check_consume_queues
 from .report import SNAPSHOT_SKIPS, VerifyResult, check_store_dir
+from .timer import check_timer_store
 
 if TYPE_CHECKING:
     from ...service.workprogress import ProgressFactory
@@ -128,6 +129,7 @@ def verify_store(
         if check_index and cfg.message_index_enable:
             check_index_files(root, segs, res, recs, cfg, progress, source)
         check_config(root, res, source)
+        check_timer_store(root, res, cfg, source)
     finally:
         if segs:
             segs[0].files.close()  # one reader for all of them
