@@ -349,7 +349,9 @@ def entry_problem(
         return f"no DLedger entry at {at} (magic {magic})"
     if pos != at:
         return f"the DLedger entry at {at} says pos {pos}"
-    if size != body_len + HEADER_SIZE or body_len <= 0:
+    if body_len <= 0:
+        return f"DLedger entry at {at}: bodyLen {body_len} (an entry holds a record)"
+    if size != body_len + HEADER_SIZE:
         return f"DLedger entry at {at}: size {size} != bodyLen {body_len} + 48"
     if last_index != -1 and index != last_index + 1:
         return f"DLedger entry at {at}: index {index} after {last_index} (not +1)"

@@ -170,7 +170,13 @@ def _patch_entry(root, entry_no: int, field: int, value: int) -> int:
 
 @pytest.mark.parametrize(
     "field, value, why",
-    [(2, 7, "index 7 after"), (3, -1, "term -1 after"), (4, 12, "says pos 12"), (1, 99, "size")],
+    [
+        (2, 7, "index 7 after"),
+        (3, -1, "term -1 after"),
+        (4, 12, "says pos 12"),
+        (1, 99, "size"),
+        (8, 0, "bodyLen 0 (an entry holds a record)"),
+    ],
 )
 def test_entries_are_checked_as_dledger_recovers_them(tmp_path, field, value, why):
     """Entry 200's index not +1, its term lower, its pos wrong, its size not bodyLen + 48:
