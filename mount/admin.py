@@ -1298,12 +1298,21 @@ def cmd_stats_all(args: argparse.Namespace) -> int:
 
 def cmd_get_broker_config(args: argparse.Namespace) -> int:
     """``getBrokerConfig``: the store's effective settings as broker.conf lines (key=value):
-    --config's, else the defaults, with the segment sizes the store's files have."""
+    --config's, else the defaults, with the segment sizes and index geometry the store's files
+    have, and a DLedger replica's ``enableDLegerCommitLog``/``dLegerSelfId``."""
     with open_store(args) as store:
         items = dict(store.config.to_broker_conf())
         items["mappedFileSizeCommitLog"] = str(store.commitlog.file_size)
         items["mappedFileSizeConsumeQueue"] = str(store.cq_file_size)
         items["storePathRootDir"] = store.root
+        index = store.index_service
+        if index is not None and index.files:  # the newest file's geometry (as it was made)
+            items["maxHashSlotNum"] = str(index.files[-1].hash_slot_num)
+            items["maxIndexNum"] = str(index.files[-1].index_num)
+        if store.dledger is not None:  # ROOT/dledger-<selfId>/data
+            replica = os.path.basename(os.path.dirname(store.dledger.data_dir))
+            items["enableDLegerCommitLog"] = "true"
+            items["dLegerSelfId"] = replica.removeprefix("dledger-")
     for k, v in sorted(items.items()):
         print(f"{k}={v}")
     return 0

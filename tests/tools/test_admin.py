@@ -863,6 +863,18 @@ def test_get_broker_config_and_broker_status(store, conf):
     assert conf_items["flushDiskType"] == "ASYNC_FLUSH"
     assert conf_items["messageIndexEnable"] == "true"
     assert conf_items["storePathRootDir"] == str(root)
+    assert "enableDLegerCommitLog" not in conf_items
+    # the geometry the store's files have, whatever the defaults, and a DLedger replica's keys
+    from conftest import FIXTURES
+
+    items = dict(
+        line.split("=", 1)
+        for line in run_rmqfs(
+            "getBrokerConfig", FIXTURES / "rocketmq-4.9.8-dledger/store"
+        ).stdout.splitlines()
+    )
+    assert (items["maxHashSlotNum"], items["maxIndexNum"]) == ("64", "256")
+    assert (items["enableDLegerCommitLog"], items["dLegerSelfId"]) == ("true", "n0")
     st = json.loads(run_rmqfs("broker-status", root, "--json", "--config", conf).stdout)
     from rmqfs.engine.live.status import store_status
 
