@@ -42,10 +42,12 @@ class TimerCheckpoint:
 
 
 def read_timercheck(path: str) -> TimerCheckpoint:
-    """Read a ``timercheck`` file; all zeros when it does not exist.
+    """Read a ``timercheck`` file; all zeros when it does not exist. A file shorter than 56
+    bytes reads as zeros past its end, as the broker reads it (``TimerCheckpoint`` maps a whole
+    page; verify warns of it).
 
     Raises:
-        CorruptRecordError: shorter than 56 bytes, or a negative offset.
+        CorruptRecordError: a negative offset.
         OSError: from the file.
     """
     try:
@@ -53,9 +55,7 @@ def read_timercheck(path: str) -> TimerCheckpoint:
             raw = f.read(LAYOUT.size)
     except FileNotFoundError:
         return TimerCheckpoint()
-    if len(raw) < LAYOUT.size:
-        raise CorruptRecordError(f"{path}: {len(raw)} bytes, a timer checkpoint has {LAYOUT.size}")
-    ck = TimerCheckpoint(*LAYOUT.unpack(raw))
+    ck = TimerCheckpoint(*LAYOUT.unpack(raw.ljust(LAYOUT.size, b"\0")))
     if ck.last_timer_log_flush_pos < 0 or ck.last_timer_queue_offset < 0:
         raise CorruptRecordError(f"{path}: negative offset in the timer checkpoint")
     return ck

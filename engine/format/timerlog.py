@@ -45,7 +45,6 @@ BLANK_MAGIC_CODE = struct.unpack(">i", struct.pack(">I", 0xBBCCDDEE ^ (188068158
 MAGIC_DEFAULT = 1
 MAGIC_ROLL = 1 << 1
 MAGIC_DELETE = 1 << 2
-_MAGIC_BITS = MAGIC_DEFAULT | MAGIC_ROLL | MAGIC_DELETE
 #: The directory's name in the store root (TimerMessageStore.getTimerLogPath).
 LOG_DIR = "timerlog"
 
@@ -83,15 +82,16 @@ def decode_unit(raw: bytes, pos: int) -> TimerUnit:
     """The unit in ``raw`` (:data:`UNIT_SIZE` bytes) that sits at log offset ``pos``.
 
     Raises:
-        CorruptRecordError: short, a blank, a size other than 52, a magic with no
-            MAGIC_DEFAULT or unknown bits, or a negative CommitLog offset or size.
+        CorruptRecordError: short, a blank, a size other than 52, a magic the broker's
+            ``isMagicOK`` refuses (bits past the low four), or a negative CommitLog offset or
+            size.
     """
     if len(raw) < UNIT_SIZE:
         raise CorruptRecordError("timerlog unit cut short", pos)
     size, prev, magic, wt, delay, off, sz, th, _ = UNIT.unpack_from(raw)
     if magic == BLANK_MAGIC_CODE:
         raise CorruptRecordError("a timerlog chain points at a blank", pos)
-    if size != UNIT_SIZE or magic & ~_MAGIC_BITS or not magic & MAGIC_DEFAULT:
+    if size != UNIT_SIZE or magic & ~0xF:  # TimerMessageStore.isMagicOK: (magic | 0xF) == 0xF
         raise CorruptRecordError(f"not a timerlog unit (size {size}, magic {magic:#x})", pos)
     if off < 0 or sz <= 0:
         raise CorruptRecordError(f"timerlog unit points at CommitLog {off}+{sz}", pos)

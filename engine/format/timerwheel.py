@@ -69,8 +69,9 @@ def read_live_slots(
         (``TimerWheel.getSlot``), sorted by time.
 
     Raises:
-        CorruptRecordError: the file is not :data:`WHEEL_LENGTH` bytes (``TimerWheel`` refuses
-            such a file) or ``precision_ms`` is not positive.
+        CorruptRecordError: the file is neither empty (a new wheel to ``TimerWheel``) nor
+            :data:`WHEEL_LENGTH` bytes (``TimerWheel`` refuses such a file), or ``precision_ms``
+            is not positive.
         OSError: from the file.
     """
     import numpy as np
@@ -78,6 +79,8 @@ def read_live_slots(
     if precision_ms <= 0:
         raise CorruptRecordError(f"timerPrecisionMs {precision_ms} is not positive")
     size = os.stat(path).st_size
+    if size == 0:  # TimerWheel takes an empty file as a new wheel (setLength): no slot
+        return np.empty(0, dtype=np.dtype(list(SLOT_FIELDS) + [("timeMs", "<i8")]))
     if size != WHEEL_LENGTH:
         raise CorruptRecordError(
             f"{path}: {size} bytes, a timer wheel is {WHEEL_LENGTH} (TimerWheel refuses it)"

@@ -129,7 +129,7 @@ def verify_store(
         if check_index and cfg.message_index_enable:
             check_index_files(root, segs, res, recs, cfg, progress, source)
         check_config(root, res, source)
-        check_timer_store(root, res, cfg, source)
+        check_timer_store(root, res, recs, cfg, source)
     finally:
         if segs:
             segs[0].files.close()  # one reader for all of them

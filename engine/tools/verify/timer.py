@@ -14,6 +14,7 @@ unit naming a record expiry deleted is no problem: the broker skips it
 from __future__ import annotations
 
 import os
+from array import array
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,25 +22,33 @@ import numpy as np
 from ...errors import CorruptRecordError
 from ...format.mappedfile import segment_names
 from ...format.source import StoreSource
-from ...format.timercheck import CHECK_FILE, read_timercheck
+from ...format.timercheck import CHECK_FILE, LAYOUT, read_timercheck
 from ...format.timerlog import LOG_DIR, TimerLogReader
 from ...format.timerwheel import WHEEL_FILE, read_live_slots
+from .commitlog import Records
 from .report import VerifyResult
 
 if TYPE_CHECKING:
     from ...storeconfig import StoreConfig
 
+#: bytes of a timer checkpoint's fields (``TimerCheckpoint``: a page is mapped, read from 0)
+CHECKPOINT_BYTES = LAYOUT.size
+#: units that name no record listed one by one; the rest counted
+MAX_NAMED = 5
 #: what :func:`check_timer_store` says of a store in object storage (its readers are local)
 SKIPPED_REMOTE = (
     "timer store: timerwheel, timerlog/ and config/timercheck are checked on a local copy"
 )
 
 
-def check_timer_store(root: str, res: VerifyResult, cfg: StoreConfig, source: StoreSource) -> None:
+def check_timer_store(
+    root: str, res: VerifyResult, recs: Records, cfg: StoreConfig, source: StoreSource
+) -> None:
     """Check the timer store of the store at ``root`` (nothing when it has none), adding
-    problems of kind ``timer`` to ``res``; ``res.commitlog_end`` must be set (the CommitLog
-    scanned). A store read through a source that is not local is skipped (listed in
-    ``res.skipped``) when it holds a timer store."""
+    problems of kind ``timer`` to ``res``; ``recs``: the CommitLog's valid records (the scan
+    done), which each unit on a live chain must name (its offset and size), unless expired. A
+    store read through a source that is not local is skipped (listed in ``res.skipped``) when
+    it holds a timer store."""
     wheel = os.path.join(root, WHEEL_FILE)
     check = os.path.join(root, CHECK_FILE)
     logdir = os.path.join(root, LOG_DIR)
@@ -50,9 +59,18 @@ def check_timer_store(root: str, res: VerifyResult, cfg: StoreConfig, source: St
         return
     try:
         ck = read_timercheck(check)
+        size = os.path.getsize(check) if os.path.exists(check) else CHECKPOINT_BYTES
     except (CorruptRecordError, OSError) as exc:
         res.add("error", "timer", CHECK_FILE, str(exc))
         return
+    if size < CHECKPOINT_BYTES:
+        res.add(
+            "warning",
+            "timer",
+            CHECK_FILE,
+            f"{size} bytes, a timer checkpoint has {CHECKPOINT_BYTES}: the broker reads the "
+            "rest as zeros (TimerCheckpoint maps a page), which moves the timer back",
+        )
     if not _check_log_files(logdir, res):
         return
     if not os.path.exists(wheel):
@@ -64,6 +82,7 @@ def check_timer_store(root: str, res: VerifyResult, cfg: StoreConfig, source: St
         return
     heads = np.unique(slots["lastPos"]).tolist()
     problems: list[str] = []
+    pos, off, sz = array("q"), array("q"), array("q")
     try:
         with TimerLogReader(logdir) as tl:
             end = tl.files.end_offset if tl.files is not None else 0
@@ -77,25 +96,53 @@ def check_timer_store(root: str, res: VerifyResult, cfg: StoreConfig, source: St
                     f"lastPos {past[0]}): the wheel delivers none of their timed messages",
                 )
             for u in tl.walk_chains(reversed([h for h in heads if h < end]), problems):
-                if u.offset_py + u.size_py > res.commitlog_end:
-                    res.add(
-                        "error",
-                        "timer",
-                        LOG_DIR,
-                        f"unit at {u.pos} names CommitLog {u.offset_py}+{u.size_py}, past the "
-                        f"CommitLog's end {res.commitlog_end}",
-                        u.pos,
-                    )
+                pos.append(u.pos)
+                off.append(u.offset_py)
+                sz.append(u.size_py)
     except CorruptRecordError as exc:
         res.add("error", "timer", LOG_DIR, str(exc))
     for problem in problems:
         res.add("warning", "timer", LOG_DIR, f"a live chain stops early: {problem}")
+    _check_named_records(res, recs, pos, off, sz)
+
+
+def _check_named_records(
+    res: VerifyResult, recs: Records, pos: array, off: array, sz: array
+) -> None:
+    """Each unit (timerlog offset ``pos``) must name a valid record: its CommitLog offset the
+    start of one, its size that record's (what ``TimerMessageStore.getMessageByCommitOffset``
+    reads); one below the CommitLog's first file is expired (a miss, as the broker's)."""
+    if not pos:
+        return
+    p = np.frombuffer(pos, dtype=np.int64)
+    o = np.frombuffer(off, dtype=np.int64)
+    z = np.frombuffer(sz, dtype=np.int64)
+    starts = np.frombuffer(recs.offsets, dtype=np.int64) if recs.offsets else np.zeros(0, np.int64)
+    sizes = np.frombuffer(recs.sizes, dtype=np.int32) if recs.sizes else np.zeros(0, np.int32)
+    i = np.searchsorted(starts, o)
+    found = i < len(starts)
+    found[found] = starts[i[found]] == o[found]
+    good = found.copy()
+    good[found] = sizes[i[found]] == z[found]
+    bad = np.flatnonzero(~good & (o >= res.commitlog_min))
+    for k in bad[:MAX_NAMED].tolist():
+        res.add(
+            "error",
+            "timer",
+            LOG_DIR,
+            f"unit at {int(p[k])} names CommitLog {int(o[k])}+{int(z[k])}: no record of that "
+            "size starts there",
+            int(p[k]),
+        )
+    if len(bad) > MAX_NAMED:
+        res.add("error", "timer", LOG_DIR, f"{len(bad) - MAX_NAMED} more units name no record")
 
 
 def _check_log_files(logdir: str, res: VerifyResult) -> bool:
     """timerlog/'s files (``MappedFileQueue``: every one preallocated at mappedFileSizeTimerLog):
     each named by its start offset, all of one size (the most common), none missing between
-    others. Returns whether they form one log."""
+    others; an empty last file is no problem (``doLoad`` deletes it). Returns whether they
+    form one log."""
     try:
         names = segment_names(logdir)
     except OSError:
@@ -103,6 +150,10 @@ def _check_log_files(logdir: str, res: VerifyResult) -> bool:
     if not names:
         return True
     sizes = [os.path.getsize(os.path.join(logdir, n)) for n in names]
+    if sizes[-1] == 0:  # MappedFileQueue.doLoad deletes an empty last file: no problem
+        names, sizes = names[:-1], sizes[:-1]
+        if not names:
+            return True
     size = max(set(sizes), key=lambda k: (sizes.count(k), k))
     ok = True
     for i, (n, got) in enumerate(zip(names, sizes)):
