@@ -326,6 +326,8 @@ class MessageStore:
         # (found while reading): "<path>: <what>" lines for logs and status.json.
         self.repairs: list[str] = config_problems
         self.damaged: dict[tuple[str, int], str] = {}
+        #: the first damage a read found in the timer store (:meth:`note_timer_damage`), or None
+        self.timer_damage: str | None = None
         # Topics the store holds but cannot show (a name unsafe as a path: topic_path_problem),
         # found in a consumequeue/ directory name or a record: {topic: reason}. topics.json's
         # are the TopicConfigManager's (skip_reasons); skipped_topics() joins both.
@@ -1135,6 +1137,20 @@ class MessageStore:
         for t, r in self._skipped_topics.items():
             out[t] = f"{out[t]}; {r}" if t in out else r
         return [{"topic": t, "reason": r} for t, r in sorted(out.items())]
+
+    def note_timer_damage(self, what: str) -> None:
+        """Remember (status.json ``timerDamage``) and log, once per open, damage a read found
+        in the 5.x timer store (``timerwheel``, ``timerlog/``, ``config/timercheck`` or a
+        record they name): ``scheduled.jsonl`` fails with EIO while it lasts, and ``recover``
+        does not rebuild it (what to do is said here)."""
+        if self.timer_damage is None:
+            self.timer_damage = what
+            log.warning(
+                "timer store damaged: %s (scheduled.jsonl fails with EIO; rmqfs verify names "
+                "it; rmqfs recover does not rebuild it: restore timerwheel, timerlog/ and "
+                "config/timercheck from a backup)",
+                what,
+            )
 
     def note_damage(
         self, topic: str, queue_id: int, queue_offset: int | None, exc: Exception | str

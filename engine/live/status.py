@@ -72,6 +72,8 @@ def store_status(store: MessageStore) -> dict:
             {"topic": t, "queueId": q, "error": what}
             for (t, q), what in sorted(getattr(s, "damaged", {}).items())[:100]
         ],
+        # the first damage a read of scheduled.jsonl found in the 5.x timer store (null: none)
+        "timerDamage": getattr(s, "timer_damage", None),
         # topics the store holds under names unsafe as a path (empty, '.', '..', '/',
         # NUL, over 255 bytes): not shown; every other topic is
         "skippedTopics": s.skipped_topics()[:100],

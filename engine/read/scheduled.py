@@ -232,17 +232,14 @@ def waiting_refs(store: MessageStore, topic: str | None = None) -> WaitingRefs:
     Raises:
         CorruptRecordError: a wheel, timerlog unit, ConsumeQueue unit or record that is not
             what it must be (a timerlog chain that loops is cut and logged instead); the timer
-            store's is noted as damage of ``rmq_sys_wheel_timer``/0 (``note_damage``: one log
-            line, status.json).
+            store's is noted with the store (``note_timer_damage``: one log line, status.json).
         ConfigFileError: ``config/delayOffset.json`` and its ``.bak`` are unusable.
     """
     cols = _RefColumns()
     try:
         drop = _timer_refs(store, topic, cols)
     except CorruptRecordError as exc:
-        # the timer store's damage, noted once as its queue's (the log, status.json's
-        # damagedQueues), as every read that meets damage notes it
-        store.note_damage(TIMER_TOPIC, 0, None, f"timer store: {exc}")
+        store.note_timer_damage(str(exc))  # one log line with the reason and what to do
         raise
     _delay_refs(store, topic, cols)
     return cols.sorted(drop)
@@ -328,10 +325,12 @@ def _timer_refs(store: MessageStore, topic: str | None, cols: _RefColumns) -> li
     for off, size in zip(offsets.tolist(), sizes.tolist()):
         try:
             rec = store.read_record(off, size)
-        except CorruptRecordError:
+        except CorruptRecordError as exc:
             if off < store.commitlog.min_offset:
                 continue  # expired while this read (as _timer_entries skips it)
-            raise
+            raise CorruptRecordError(
+                f"the timer store names CommitLog {off}+{size}, which holds no such record ({exc})"
+            ) from None
         props = rec.properties
         try:  # Long.parseLong in the broker: a long, or no deliver time
             out = int(props.get(PROPERTY_TIMER_OUT_MS, ""))
