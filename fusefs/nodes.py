@@ -1045,7 +1045,7 @@ class LineHandle(Handle):
         refuse (and log) it a second time. The caller holds ``lock``."""
         try:
             check()
-        except (FsError, OSError) as exc:
+        except FsError as exc:  # (an OSError, e.g. reading the queue's end, is no verdict)
             self.buf.clear()
             self.refused = exc.errno or errno.EIO
             raise
