@@ -121,7 +121,7 @@ def open_location(location: str, timeout: float = REQUEST_TIMEOUT) -> tuple[pafs
         return pafs.LocalFileSystem(), os.path.abspath(location)
     location = credentials_in_user_info(location)  # (keys in the query: in its user info)
     try:
-        fs, path = pafs.FileSystem.from_uri(location)
+        fs, path = pyarrow_filesystem(location)
     except (pa.ArrowException, ValueError, OSError) as exc:
         raise ObjectStoreError(
             f"{redact(location)}: not a storage location: {_scrub(str(exc), location)}"
@@ -130,6 +130,10 @@ def open_location(location: str, timeout: float = REQUEST_TIMEOUT) -> tuple[pafs
     query = dict(parse_qsl(parts.query))
     if parts.scheme == "s3" and not set(query) - set(_S3_QUERY):
         kw: dict[str, Any] = {k: query[k] for k in _S3_QUERY if k in query}
+        # the region from_uri found (the bucket's, asked of AWS when the URI names none)
+        kw.setdefault("region", getattr(fs, "region", None) or None)
+        if kw["region"] is None:
+            del kw["region"]
         user = parts.netloc.rpartition("@")[0]
         if user:
             access, _, secret = user.partition(":")
@@ -141,6 +145,15 @@ def open_location(location: str, timeout: float = REQUEST_TIMEOUT) -> tuple[pafs
             **kw,
         )
     return fs, path.rstrip("/")
+
+
+def pyarrow_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """``pyarrow.fs.FileSystem.from_uri(uri)``: pyarrow's filesystem and path for a URI (for
+    an AWS ``s3://`` URI without ``region=``, the bucket's region asked of AWS). Raises what
+    pyarrow raises (ArrowException, ValueError, OSError)."""
+    import pyarrow.fs as pafs
+
+    return pafs.FileSystem.from_uri(uri)
 
 
 def credentials_in_user_info(location: str) -> str:

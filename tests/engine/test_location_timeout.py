@@ -84,3 +84,26 @@ def test_snapshot_verify_of_a_silent_server_ends_with_one_line(silent_server, mo
     assert "Traceback" not in res.stderr
     assert "SNAPSHOT.json" in res.stderr and "server unreachable" in res.stderr, res.stderr
     assert took < 60, took
+
+
+def test_the_bounded_filesystem_keeps_the_region_from_uri_found(monkeypatch):
+    """For an AWS URI without ``region=``, pyarrow's from_uri asks AWS for the bucket's region
+    (ResolveS3BucketRegion); the bounded filesystem keeps it rather than the SDK's default
+    (us-east-1, where the bucket's requests would fail). from_uri is stood in for here: this
+    machine reaches no AWS."""
+    import pyarrow.fs as pafs
+
+    from rmqfs.engine.live import location
+
+    real = location.pyarrow_filesystem
+
+    def resolved(uri):
+        if uri.startswith("s3://") and "region=" not in uri:
+            return pafs.S3FileSystem(region="eu-north-1", anonymous=True), "bkt/snap"
+        return real(uri)
+
+    monkeypatch.setattr(location, "pyarrow_filesystem", resolved)
+    fs, base = open_location("s3://bkt/snap", timeout=1.0)
+    assert (type(fs).__name__, fs.region, base) == ("S3FileSystem", "eu-north-1", "bkt/snap")
+    fs, _ = open_location(_uri(9) + "&region=ap-south-1", timeout=1.0)
+    assert fs.region == "ap-south-1"
