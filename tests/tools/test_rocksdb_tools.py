@@ -81,3 +81,20 @@ def test_writers_refuse_saying_why_and_change_nothing(tmp_path):
         assert res.returncode != 0, args
         assert "never writes a RocksDB ConsumeQueue" in res.stderr and "-o ro" in res.stderr
     assert tree() == before
+
+
+def test_verify_calls_a_rocksdb_config_that_does_not_load_an_error(tmp_path):
+    """The broker loads its topics, groups and offsets from the RocksDB config; one that does not
+    load was no problem to verify (the mount read the stale JSON beside it); it is an error of
+    kind config now, which recover leaves to the user."""
+    from rocksdbstore import _options
+
+    _, rdb = _stores(tmp_path)
+    db = Rdict(str(rdb / "config" / "topics"), _options())
+    db[b"T"] = b"{not json"
+    db.close()
+    (rdb / "config" / "topics" / "rocksdict-config.json").unlink(missing_ok=True)
+    res = run_rmqfs("verify", str(rdb), check=False)
+    assert res.returncode == 1, res.stdout
+    line = next(x for x in res.stdout.splitlines() if x.startswith("ERROR   config:"))
+    assert "RocksDB config" in line and "may be stale" in line, line

@@ -9,6 +9,7 @@ import time
 
 from ...errors import CorruptRecordError
 from ...format.config import config_parsers, load_config_file, load_config_file_only
+from ...format.rocksdbconfig import load_rocksdb_config
 from ...format.source import StoreSource
 from .report import VerifyResult
 
@@ -23,8 +24,9 @@ CONFIG_FILES = (
 
 
 def check_config(root: str, res: VerifyResult, source: StoreSource) -> None:
-    """The checkpoint (``StoreCheckpoint``) and each ``config/*.json`` (``ConfigManager.load``)
-    read through ``source``: each must load; a file that loads only from its ``.bak`` is a
+    """The checkpoint (``StoreCheckpoint``), a RocksDB config's databases (5.2+, local only:
+    ``RocksDBConfigManager.load``) and each ``config/*.json`` (``ConfigManager.load``) read
+    through ``source``: each must load; a file that loads only from its ``.bak`` is a
     warning."""
     from ...format.checkpoint import StoreCheckpoint
 
@@ -47,6 +49,17 @@ def check_config(root: str, res: VerifyResult, source: StoreSource) -> None:
                 if severity == "error"
                 else f"{what}: damaged (recovery after a crash scans more of the CommitLog; "
                 "rmqfs recover rewrites it)",
+            )
+    if source.local:
+        try:  # a RocksDB config (5.2+) is what the broker loads its tables from, not the JSON
+            load_rocksdb_config(os.path.join(root, "config"))
+        except CorruptRecordError as exc:
+            res.add(
+                "error",
+                "config",
+                "config",
+                f"RocksDB config: {exc} (the broker cannot load its topics, groups and offsets "
+                "from it; rmqfs shows the JSON files beside it instead, which may be stale)",
             )
     parsers = config_parsers()
     for name in CONFIG_FILES:
