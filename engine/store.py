@@ -887,9 +887,21 @@ class MessageStore:
         cq = self.consume_queue(topic, queue_id)
         if cq is None:
             return 0
-        return cq.offset_by_time(
-            timestamp, lambda off, size: self.commitlog.read_message(off, size).store_timestamp
-        )
+        cl = self.commitlog
+
+        def stored_at(off: int, size: int) -> int:
+            # a unit whose record expiry deleted (the queue's min offset not moved yet) counts
+            # as older than any time, as units below getMinPhyOffset do in the broker's search
+            if off < cl.min_offset:
+                return -1
+            try:
+                return cl.read_message(off, size).store_timestamp
+            except CorruptRecordError:
+                if off < cl.min_offset:  # deleted while it was read
+                    return -1
+                raise
+
+        return cq.offset_by_time(timestamp, stored_at)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset still readable."""

@@ -751,3 +751,22 @@ def test_put_internal_refuses_text_utf8_cannot_encode(tmp_path, bad):
                 put_internal(s, batch)
             assert s.commitlog.max_offset == end and s.max_offset("T", 0) == 0
         assert put_internal(s, [Message("T", b"fine", tags="a")])[0].queue_offset == 0
+
+
+def test_offset_by_time_while_expiry_deletes_under_the_queue(tmp_path):
+    """Between the deletion of a CommitLog file and the correction of the queues' min offsets
+    (expiry runs them one after the other), a search by time met units whose records are gone
+    and failed; they count as older than any time, as units below getMinPhyOffset do in the
+    broker's getOffsetInQueueByTime."""
+    cfg = StoreConfig(mapped_file_size_commit_log=4096)
+    with MessageStore(str(tmp_path / "s"), cfg) as s:
+        s.create_topic("T", 1)
+        res = [s.put_messages([Message("T", b"x" * 200)])[0] for _ in range(60)]
+        assert s.commitlog.segment_count > 3
+        s.commitlog.files.delete_first()  # the file goes; the queue's min offset not moved yet
+        gone = sum(r.commitlog_offset < s.commitlog.min_offset for r in res)
+        assert gone and s.min_offset("T", 0) == 0
+        assert s.offset_by_time("T", 0, 0) == gone
+        last = res[-1]
+        assert s.offset_by_time("T", 0, last.store_timestamp) <= last.queue_offset
+        assert s.offset_by_time("T", 0, last.store_timestamp + 10_000) == 60
