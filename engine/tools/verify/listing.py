@@ -18,8 +18,8 @@ def rel_path(path: str, root: str) -> str:
 
 
 def segment_files(directory: str, source: StoreSource = LOCAL) -> list[str]:
-    """Segment names in a CommitLog or ConsumeQueue directory (``mappedfile.segment_names``),
-    sorted; [] when it cannot be listed."""
+    """Segment names in a CommitLog, ConsumeQueue or timerlog directory
+    (``mappedfile.segment_names``), sorted; [] when it cannot be listed."""
     try:
         return segment_names(directory, source)
     except OSError:

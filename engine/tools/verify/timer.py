@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...errors import CorruptRecordError
-from ...format.mappedfile import segment_names
 from ...format.source import StoreSource
 from ...format.timercheck import CHECK_FILE, LAYOUT, read_timercheck
 from ...format.timerlog import LOG_DIR, TimerLogReader
 from ...format.timerwheel import WHEEL_FILE, read_live_slots
 from .commitlog import Records
+from .listing import segment_files
 from .report import VerifyResult
 
 if TYPE_CHECKING:
@@ -143,11 +143,8 @@ def _check_log_files(logdir: str, res: VerifyResult) -> bool:
     each named by its start offset, all of one size (the most common), none missing between
     others; an empty last file is no problem (``doLoad`` deletes it). Returns whether they
     form one log."""
-    try:
-        names = segment_names(logdir)
-    except OSError:
-        return True  # no timerlog/: no units to check
-    if not names:
+    names = segment_files(logdir)
+    if not names:  # no timerlog/ (or an empty one): no units to check
         return True
     sizes = [os.path.getsize(os.path.join(logdir, n)) for n in names]
     if sizes[-1] == 0:  # MappedFileQueue.doLoad deletes an empty last file: no problem
