@@ -41,6 +41,7 @@ tests/engine/test_layout_home.py fails when a copy appears elsewhere.
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import zlib
@@ -430,8 +431,12 @@ def multi_dispatch(topic: str, properties: dict[str, str]) -> list[tuple[str, in
     At most :data:`MAX_MULTI_DISPATCH` (8,191) units: more names than a record's properties
     can hold (``MessageExtEncoder``: 32,767 bytes) is no broker's record.
 
+    The two lists are split as Java splits them (:func:`java_split`: a trailing comma adds no
+    name) and each offset parsed as ``Long.parseLong`` parses it; at an offset it cannot parse
+    the broker's loop throws, the names before it dispatched: those are returned.
+
     Raises:
-        ValueError: an offset that is not an integer (``Long.parseLong``), or more than
+        ValueError: the first offset is not a long (``Long.parseLong``), or more than
             :data:`MAX_MULTI_DISPATCH` names (counted before anything is split).
     """
     if topic.startswith(("%RETRY%", "rmq_sys_")) or topic == SCHEDULE_TOPIC:
@@ -445,15 +450,37 @@ def multi_dispatch(topic: str, properties: dict[str, str]) -> list[tuple[str, in
             f"INNER_MULTI_DISPATCH names {names.count(LMQ_DISPATCH_SEPARATOR) + 1} queues, "
             f"more than the {MAX_MULTI_DISPATCH} a record's properties can hold"
         )
-    queues = names.split(LMQ_DISPATCH_SEPARATOR)
-    offs = offsets.split(LMQ_DISPATCH_SEPARATOR)
+    queues = java_split(names, LMQ_DISPATCH_SEPARATOR)
+    offs = java_split(offsets, LMQ_DISPATCH_SEPARATOR)
     if len(queues) != len(offs):
         return []
-    return [
-        (q, 0 if is_lmq(q) else -1, int(o))
-        for q, o in zip(queues, offs, strict=True)
-        if "/" not in q
-    ]
+    out: list[tuple[str, int, int]] = []
+    for q, o in zip(queues, offs, strict=True):
+        if "/" in q:
+            continue
+        if not _JAVA_LONG.fullmatch(o) or not -(1 << 63) <= int(o) < 1 << 63:
+            # Long.parseLong throws here: the broker has dispatched the names before it
+            if not out:
+                raise ValueError(f"INNER_MULTI_QUEUE_OFFSET {o!r} is not a long")
+            break
+        out.append((q, 0 if is_lmq(q) else -1, int(o)))
+    return out
+
+
+#: what ``Long.parseLong`` takes: a sign, then decimal digits (no blanks, no ``_``)
+_JAVA_LONG = re.compile(r"[+-]?[0-9]+")
+
+
+def java_split(text: str, sep: str) -> list[str]:
+    """``text.split(sep)`` as Java's ``String.split`` of a one-character literal separator
+    does it: trailing empty fields dropped (``"a,b,"`` is two fields, ``","`` none), the
+    whole text when ``sep`` is not in it."""
+    if sep not in text:
+        return [text]
+    parts = text.split(sep)
+    while parts and not parts[-1]:
+        parts.pop()
+    return parts
 
 
 def check_unit_record(
@@ -465,17 +492,25 @@ def check_unit_record(
     swapped, copied or forged, is damage, never that other message). Raises
     CorruptRecordError naming the record's CommitLog offset.
 
-    In an LMQ's queue (``topic`` an LMQ name other than the record's topic) the record is
-    another topic's: it must name the LMQ and the unit's queue offset in its
-    ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET`` (:func:`multi_dispatch`).
+    In another topic's queue (``topic`` not the record's: an LMQ's, or a name a 4.x broker's
+    ``MultiDispatch`` dispatched the record to in the record's own queue id) the record must
+    name that queue and the unit's queue offset in its ``INNER_MULTI_DISPATCH`` /
+    ``INNER_MULTI_QUEUE_OFFSET`` (:func:`multi_dispatch`); any other record is damage.
     (A BatchCQ unit of an inner batch's message: :func:`engine.format.innerbatch.unit_message`.)"""
-    if topic is not None and topic != rec.topic and is_lmq(topic):
+    if topic is not None and topic != rec.topic:
         try:
             units = multi_dispatch(rec.topic, rec.properties)
         except ValueError:
             units = []
         if (topic, 0, queue_offset) in units and queue_id == 0:
-            return rec
+            return rec  # an LMQ's unit (queue 0)
+        if (topic, -1, queue_offset) in units and queue_id == rec.queue_id:
+            return rec  # another name's: the record's own queue id (4.x MultiDispatch)
+        if not units and not is_lmq(topic):  # a plain queue's unit at another's record
+            raise CorruptRecordError(
+                f"the record belongs to {rec.topic!r}/{rec.queue_id}, not {topic!r}/{queue_id}",
+                rec.commitlog_offset,
+            )
         raise CorruptRecordError(
             f"the record ({rec.topic!r}) is not dispatched to {topic!r} at {queue_offset}",
             rec.commitlog_offset,

@@ -716,7 +716,19 @@ def decode_units(
         _check_lmq_units(commitlog, topic, queue_id, offs, sizes, qoffs)
         batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, build, max_bytes)
     else:
-        batch = _decode(commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, build, max_bytes)
+        try:
+            batch = _decode(
+                commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, build, max_bytes
+            )
+        except CorruptRecordError as exc:
+            # a 4.x broker's MultiDispatch puts other topics' records in a queue of a plain
+            # name: the units are the broker's when each record is the queue's own or names it
+            # (check_unit_record); anything else is the damage raised
+            try:
+                _check_lmq_units(commitlog, topic, queue_id, offs, sizes, qoffs)
+            except CorruptRecordError:
+                raise exc from None
+            batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, build, max_bytes)
     if wanted_tags is not None and batch.num_rows:
         import pyarrow.compute as pc
 
@@ -748,17 +760,22 @@ def decode_topic_units(
         )
     names = tuple(arrow_schema().names if columns is None else columns)
     build = names if "queueId" in names else (*names, "queueId")
-    batch = _decode(
-        commitlog,
-        check_crc,
-        units["off"].astype(np.int64),
-        units["size"].astype(np.int64),
-        np.asarray(queue_offsets, dtype=np.int64),
-        topic,
-        None,
-        build,
-        max_bytes,
-    )
+    offs = units["off"].astype(np.int64)
+    sizes = units["size"].astype(np.int64)
+    qoffs = np.asarray(queue_offsets, dtype=np.int64)
+    try:
+        batch = _decode(commitlog, check_crc, offs, sizes, qoffs, topic, None, build, max_bytes)
+    except CorruptRecordError as exc:
+        # a 4.x MultiDispatch queue holds other topics' records (in their own queue id): the
+        # units are the broker's when each passes check_unit_record, else the damage is raised
+        qids = np.asarray(queue_ids)
+        try:
+            for q in np.unique(qids).tolist():
+                mine = qids == q
+                _check_lmq_units(commitlog, topic, q, offs[mine], sizes[mine], qoffs[mine])
+        except CorruptRecordError:
+            raise exc from None
+        batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, build, max_bytes)
     queue_ids = np.asarray(queue_ids)[: batch.num_rows]
     got = int_values(batch.column("queueId"))
     bad = got != queue_ids
@@ -1072,10 +1089,11 @@ def _check_lmq_units(
     sizes: np.ndarray,
     qoffs: np.ndarray,
 ) -> None:
-    """Raise CorruptRecordError unless each record that a unit of the LMQ ``topic`` points at
-    names ``topic`` and the unit's queue offset in its ``INNER_MULTI_DISPATCH`` /
-    ``INNER_MULTI_QUEUE_OFFSET`` (``ConsumeQueue.multiDispatchLmqQueue``;
-    :func:`engine.format.message.check_unit_record`)."""
+    """Raise CorruptRecordError unless each record that a unit of ``topic`` points at is that
+    unit's (:func:`engine.format.message.check_unit_record`): the queue's own record, or one
+    whose ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET`` name ``topic`` and the unit's
+    queue offset (an LMQ's, ``ConsumeQueue.multiDispatchLmqQueue``; a 4.x ``MultiDispatch``
+    name's)."""
     for off, size, qoff in zip(offs.tolist(), sizes.tolist(), qoffs.tolist(), strict=True):
         check_unit_record(_record_at(commitlog, off, size), queue_id, qoff, topic)
 

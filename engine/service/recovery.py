@@ -55,7 +55,6 @@ from ..format.message import (
     check_unit_record,
     decode_properties,
     decode_record,
-    is_lmq,
     is_record_magic,
     is_v2_magic,
     property_prefix,
@@ -521,12 +520,13 @@ def check_queue_tails(store: MessageStore) -> int:
 
 def is_unit_of(rec: MessageRecord, topic: str, queue_id: int, queue_offset: int) -> bool:
     """Whether ``rec`` is the record of unit ``queue_offset`` of ``topic``/``queue_id``: its
-    own topic's, or an LMQ's that the record names (``check_unit_record``)."""
+    own topic's, or another queue's that the record's multi-dispatch properties name (an
+    LMQ's, or a 4.x ``MultiDispatch`` name's: ``check_unit_record``)."""
     try:
         check_unit_record(rec, queue_id, queue_offset, topic)
     except CorruptRecordError:
         return False
-    return rec.topic == topic or is_lmq(topic)
+    return True
 
 
 def record_boundary(store: MessageStore, offset: int) -> int:

@@ -13,7 +13,7 @@ import pytest
 
 from lmqstore import UNIT, build_lmq_store
 from rmqfs.engine.errors import CorruptRecordError, UnsupportedLayoutError
-from rmqfs.engine.store import MessageStore
+from rmqfs.engine.store import Message, MessageStore
 
 
 def _queue_files(root, q):
@@ -124,7 +124,7 @@ def test_a_store_marked_lmq_only_by_its_offsets_file_refuses_writers(tmp_path, m
 FANOUT_OPEN = r"""
 import json, sys, time
 from rmqfs.engine.live.status import store_status
-from rmqfs.engine.store import MessageStore
+from rmqfs.engine.store import Message, MessageStore
 t = time.monotonic()
 with MessageStore(sys.argv[1], read_only=True) as s:
     lmq = [n for n in s.topic_names() if n.startswith("%LMQ%")]
@@ -194,3 +194,66 @@ def test_a_record_naming_more_queues_than_its_properties_can_hold_is_not_dispatc
     over = {k: v + ",0" for k, v in ok.items()}
     with pytest.raises(ValueError, match=f"names {n + 1} queues, more than the {n}"):
         multi_dispatch("T", over)
+
+
+@pytest.mark.parametrize(
+    "names, offsets, want",
+    [
+        # Java's String.split drops trailing empty fields: a trailing comma adds no name
+        ("%LMQ%a,%LMQ%b,", "0,0", [("%LMQ%a", 0, 0), ("%LMQ%b", 0, 0)]),
+        ("%LMQ%a,%LMQ%b", "0,0,", [("%LMQ%a", 0, 0), ("%LMQ%b", 0, 0)]),
+        ("%LMQ%a,,", "3", [("%LMQ%a", 0, 3)]),
+        # Long.parseLong takes no blanks nor "_": the names before a bad offset are dispatched
+        ("%LMQ%a,%LMQ%b,%LMQ%c", "1,x,2", [("%LMQ%a", 0, 1)]),
+        ("%LMQ%a,%LMQ%b", "1, 0", [("%LMQ%a", 0, 1)]),
+        ("%LMQ%a,%LMQ%b", "+4,-0", [("%LMQ%a", 0, 4), ("%LMQ%b", 0, 0)]),
+        ("%LMQ%a", "9223372036854775808", None),  # past a long: nothing (ValueError)
+        ("%LMQ%a", "1_0", None),
+        ("B,%LMQ%a", "1,2", [("B", -1, 1), ("%LMQ%a", 0, 2)]),
+    ],
+)
+def test_multi_dispatch_splits_and_parses_as_the_broker(names, offsets, want):
+    """ConsumeQueue.multiDispatchLmqQueue's String.split(",") and Long.parseLong, not Python's
+    str.split and int(): the units rmqfs expects are the ones the broker wrote."""
+    from rmqfs.engine.format.message import multi_dispatch
+
+    props = {"INNER_MULTI_DISPATCH": names, "INNER_MULTI_QUEUE_OFFSET": offsets}
+    if want is None:
+        with pytest.raises(ValueError):
+            multi_dispatch("T", props)
+    else:
+        assert multi_dispatch("T", props) == want
+
+
+def test_a_4x_multi_dispatch_unit_in_a_plain_queue_is_the_brokers(tmp_path):
+    """A 4.x broker's MultiDispatch (enableMultiDispatch) puts a record in the queue of each
+    name of its INNER_MULTI_DISPATCH, a plain name in the record's own queue id. Such a unit
+    was taken for damage: dropped (on disk by a writable open, whose next put then reused its
+    queue offset) and the queue's reads failed. It is the broker's now: read, kept, and the
+    next put takes the offset after it, as the broker's shared topicQueueTable gives."""
+    import struct
+
+    from fstree import tree
+    from rmqfs.engine.service import validation
+
+    root = tmp_path / "s"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validation, "RESERVED_PROPERTY_NAMES", frozenset())
+        with MessageStore(str(root)) as s:
+            s.create_topic("B", 1)
+            s.create_topic("T", 1)
+            s.put_messages([Message("B", b"b0", queue_id=0)])
+            props = {"INNER_MULTI_DISPATCH": "B", "INNER_MULTI_QUEUE_OFFSET": "1"}
+            (r,) = s.put_messages([Message("T", b"m0", tags="x", queue_id=0, properties=props)])
+            rec = s.read_record(r.commitlog_offset, r.size)
+    qfile = root / "consumequeue" / "B" / "0" / ("0" * 20)
+    data = bytearray(qfile.read_bytes())
+    data[20:40] = struct.pack(">qiq", rec.commitlog_offset, rec.store_size, rec.tags_code)
+    qfile.write_bytes(bytes(data))  # the unit the broker's MultiDispatch wrote
+    with tree(tmp_path / "t", read_only=True, store_dir=root) as t:
+        assert t.read("/topics/B/0/bodies.txt") == b"b0\nm0\n"
+        assert t.read("/topics/B/messages.jsonl").count(b"\n") == 2
+    with MessageStore(str(root)) as s:
+        assert [s.get_message("B", 0, i).body for i in range(2)] == [b"b0", b"m0"]
+        assert s.put_messages([Message("B", b"b1", queue_id=0)])[0].queue_offset == 2
+    assert qfile.read_bytes()[20:40] == bytes(data[20:40])
