@@ -309,12 +309,17 @@ class BatchConsumeQueue:
         hi: int | None = None,
     ) -> int:
         """``getOffsetInQueueByTime`` (lower boundary): the msgBaseOffset of the first unit stored
-        at or after ``timestamp`` (epoch ms, from the unit's own storeTime), or
-        :attr:`max_offset` when every unit is older; then brought into ``[lo, hi]`` where they
-        are given (a reader's own min and max offsets). ``store_timestamp_at`` is not needed
-        (the units hold their store time): the argument keeps
-        :meth:`engine.format.queue.QueueReader.offset_by_time`'s signature."""
-        got = self._base_of(self.first_unit_where("store_time", timestamp))
+        at or after ``timestamp`` (epoch ms, from the unit's own storeTime); when every unit is
+        older, the last unit's msgBaseOffset, as ``BatchConsumeQueue.getOffsetInQueueByTime``
+        answers a time at or past the last unit's (unlike the file ConsumeQueue, which
+        answers its max offset); :attr:`max_offset` for a queue without units. Then brought
+        into ``[lo, hi]`` where they are given (a reader's own min and max offsets).
+        ``store_timestamp_at`` is not needed (the units hold their store time): the argument
+        keeps :meth:`engine.format.queue.QueueReader.offset_by_time`'s signature."""
+        unit = self.first_unit_where("store_time", timestamp)
+        if unit >= self.end_unit > self.first_unit:
+            unit = self.end_unit - 1
+        got = self._base_of(unit)
         if lo is not None:
             got = max(got, lo)
         if hi is not None:

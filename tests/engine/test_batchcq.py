@@ -52,6 +52,9 @@ def test_the_store_reads_every_inner_message_at_its_own_queue_offset(bcq):
         assert [m.body for m in pulled.messages] == [b for b, _ in want]
         ts = recs[3]["ts"]  # the first message stored at or after it (records may share a ms)
         assert s.offset_by_time("B", 0, ts) == min(r["base"] for r in recs if r["ts"] >= ts)
+        # past every unit: the last unit's msgBaseOffset, as BatchConsumeQueue answers it
+        # (not the max offset, which the file ConsumeQueue answers)
+        assert s.offset_by_time("B", 0, recs[-1]["ts"] + 1000) == recs[-1]["base"]
         assert [r.body for _, r in s.iter_queue("T", 0)] == [b"t0", b"t1"]
         assert not s.damaged
 
@@ -72,6 +75,7 @@ def test_storefiles_and_the_columnar_decoder_read_the_same_rows(bcq):
         assert [r["body"] for r in mid] == [b"i1", b"i2", b"b4", b"j0"]
         ts = recs[3]["ts"]
         assert sf.offset_by_time("B", 0, ts) == min(r["base"] for r in recs if r["ts"] >= ts)
+        assert sf.offset_by_time("B", 0, recs[-1]["ts"] + 1000) == recs[-1]["base"]
         units = sf.units("B", 0, 0, len(want))
         slow = decode_units_per_record(
             sf.commitlog, "B", 0, units, np.arange(len(want)), columns=("body", "queueOffset")
