@@ -1150,6 +1150,16 @@ class MessageStore:
             out[t] = f"{out[t]}; {r}" if t in out else r
         return [{"topic": t, "reason": r} for t, r in sorted(out.items())]
 
+    def note_repair(self, line: str) -> bool:
+        """Add ``line`` (``"<path>: <what>"``) to :attr:`repairs` (status.json ``repairs``, the
+        recovery report's) unless a line for the same path is there; returns whether it was
+        added (the caller logs it then)."""
+        path = line.split(":", 1)[0] + ":"
+        if any(r.startswith(path) for r in self.repairs) or len(self.repairs) >= 10_000:
+            return False
+        self.repairs.append(line)
+        return True
+
     def note_timer_damage(self, what: str) -> None:
         """Remember (status.json ``timerDamage``) and log, once per open, damage a read found
         in the 5.x timer store (``timerwheel``, ``timerlog/``, ``config/timercheck`` or a

@@ -169,6 +169,24 @@ def admit_lmq(
     return kept
 
 
+def _note_batch_gap(store: MessageStore, d: DispatchRequest) -> None:
+    """Say (once per queue: the log and ``store.repairs``, status.json) that recovery met a
+    record of a BatchCQ topic its BatchConsumeQueue lacks (one a crash left undispatched):
+    a broker's recovery dispatches it (``BatchConsumeQueue.putMessagePositionInfoWrapper``),
+    rmqfs does not rebuild a BatchConsumeQueue, so its messages are not shown."""
+    bq = store.batch_queues.get((d.topic, d.queue_id))
+    if bq is not None and d.commitlog_offset < bq.max_physic_offset:
+        return  # held
+    what = (
+        f"batchconsumequeue/{d.topic}/{d.queue_id}: lacks the CommitLog's records from offset "
+        f"{d.commitlog_offset} on (a crash before they were dispatched); rmqfs does not "
+        "rebuild a BatchConsumeQueue, so their messages are not shown until a broker's "
+        "recovery dispatches them"
+    )
+    if store.note_repair(what):
+        log.warning("%s", what)
+
+
 def dispatch(
     store: MessageStore,
     batch: list[DispatchRequest],
@@ -194,6 +212,8 @@ def dispatch(
         if d.sys_flag & INNER_BATCH_FLAG or d.topic in store.batch_cq_topics:
             # BatchCQ topics dispatch to batchconsumequeue/, which is not written here;
             # a plain ConsumeQueue for them would make a broker refuse the store.
+            if recovering:
+                _note_batch_gap(store, d)
             continue
         per_queue.setdefault((d.topic, d.queue_id), []).append(
             (d.queue_offset, d.commitlog_offset, d.size, d.tags_code)

@@ -150,3 +150,26 @@ def test_a_snapshot_of_a_bcq_store_is_refused(bcq):
         pytest.raises(UnsupportedLayoutError, match="batchconsumequeue"),
     ):
         freeze(s, "s1")
+
+
+def test_a_batchcq_a_crash_left_behind_is_said_not_silent(bcq, tmp_path, caplog):
+    """After a crash the broker dispatches the records its BatchConsumeQueue lacks; rmqfs does
+    not rebuild one, and said nothing: the messages were silently missing. The recovery says
+    so now, once per queue (the log, the report's repairs, status.json)."""
+    import logging
+    import shutil
+
+    root, _recs = bcq
+    copy = tmp_path / "lag"
+    shutil.copytree(root, copy)
+    qfile = copy / "batchconsumequeue" / "B" / "0" / ("0" * 20)
+    data = bytearray(qfile.read_bytes())
+    data[3 * BCQ_UNIT.size : 4 * BCQ_UNIT.size] = bytes(BCQ_UNIT.size)  # the last unit lost
+    qfile.write_bytes(bytes(data))
+    (copy / "abort").write_bytes(b"")
+    with caplog.at_level(logging.WARNING), MessageStore(str(copy), read_only=True) as s:
+        notes = [r for r in s.recovery_report.repairs if r.startswith("batchconsumequeue/B/0:")]
+        assert len(notes) == 1 and "does not rebuild a BatchConsumeQueue" in notes[0], notes
+        assert sum("batchconsumequeue/B/0" in r.getMessage() for r in caplog.records) == 1
+    with caplog.at_level(logging.WARNING), MessageStore(str(root), read_only=True) as s:
+        assert not [r for r in s.recovery_report.repairs if "batchconsumequeue" in r]
