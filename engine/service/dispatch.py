@@ -133,10 +133,10 @@ def admit_lmq(
 ) -> list[tuple[str, int, int]]:
     """The units of ``multi`` (:func:`engine.format.message.multi_dispatch` of the record at
     ``commitlog_offset``) the store dispatches: all of them while the store has at most
-    ``max_lmq_consume_queue_num`` LMQ queues, as the broker puts an LMQ message only then
-    (``DefaultMessageStore.isLmqConsumeQueueNumExceeded``: refused once the count is past
-    the limit, so a broker's store has at most the limit plus one record's queues); past it,
-    only the units of LMQ queues the store already has. So the queues any read builds are
+    ``max_lmq_consume_queue_num`` LMQ queues (a 4.x broker puts an LMQ message only then,
+    ``DefaultMessageStore.isLmqConsumeQueueNumExceeded``; a 5.x broker has no such limit, so
+    its store may hold more: a larger value in broker.conf reads them); past it, only the
+    units of LMQ queues the store already has. So the queues any read builds are
     bounded by the limit plus :data:`engine.format.message.MAX_MULTI_DISPATCH`, whatever
     the records name.
 
@@ -159,9 +159,10 @@ def admit_lmq(
                 "records": 0,
                 "units": 0,
                 "reason": f"the record at {commitlog_offset} ({where}) names LMQ queues past "
-                f"maxLmqConsumeQueueNum {store.config.max_lmq_consume_queue_num} "
-                "(DefaultMessageStore.isLmqConsumeQueueNumExceeded: a broker refuses such a "
-                "put); they are not built",
+                f"maxLmqConsumeQueueNum {store.config.max_lmq_consume_queue_num}, the most "
+                "rmqfs builds from records (a bound on what a store can make it hold; a 4.x "
+                "broker refuses puts past it, a 5.x broker does not); they are not built: "
+                "give a larger maxLmqConsumeQueueNum in broker.conf (--config) to read them",
             }
             log.warning("LMQ: %s", r["reason"])
         r["records"] += 1
