@@ -418,7 +418,9 @@ def is_lmq(name: str) -> bool:
     return name.startswith(LMQ_PREFIX)
 
 
-def multi_dispatch(topic: str, properties: dict[str, str]) -> list[tuple[str, int, int]]:
+def multi_dispatch(
+    topic: str, properties: dict[str, str], v4: bool = False
+) -> list[tuple[str, int, int]]:
     """The extra ConsumeQueue units a record of ``topic`` gets, ``[(queue, queueId,
     queueOffset)]``: one per name of its ``INNER_MULTI_DISPATCH`` property, at the offset of
     the same place in ``INNER_MULTI_QUEUE_OFFSET`` (comma-separated both), as
@@ -431,6 +433,10 @@ def multi_dispatch(topic: str, properties: dict[str, str]) -> list[tuple[str, in
     At most :data:`MAX_MULTI_DISPATCH` (8,191) units: more names than a record's properties
     can hold (``MessageExtEncoder``: 32,767 bytes) is no broker's record.
 
+    ``v4``: a 4.x broker's rules (``ConsumeQueue.multiDispatchLmqQueue`` of 4.9): every
+    topic's records are dispatched, names holding ``/`` too (the exclusions came with 5.x's
+    ``MultiDispatchUtils``).
+
     The two lists are split as Java splits them (:func:`java_split`: a trailing comma adds no
     name) and each offset parsed as ``Long.parseLong`` parses it; at an offset it cannot parse
     the broker's loop throws, the names before it dispatched: those are returned.
@@ -439,7 +445,7 @@ def multi_dispatch(topic: str, properties: dict[str, str]) -> list[tuple[str, in
         ValueError: the first offset is not a long (``Long.parseLong``), or more than
             :data:`MAX_MULTI_DISPATCH` names (counted before anything is split).
     """
-    if topic.startswith(("%RETRY%", "rmq_sys_")) or topic == SCHEDULE_TOPIC:
+    if not v4 and (topic.startswith(("%RETRY%", "rmq_sys_")) or topic == SCHEDULE_TOPIC):
         return []
     names = properties.get(PROPERTY_INNER_MULTI_DISPATCH, "")
     offsets = properties.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET, "")
@@ -456,7 +462,7 @@ def multi_dispatch(topic: str, properties: dict[str, str]) -> list[tuple[str, in
         return []
     out: list[tuple[str, int, int]] = []
     for q, o in zip(queues, offs, strict=True):
-        if "/" in q:
+        if "/" in q and not v4:
             continue
         if not _JAVA_LONG.fullmatch(o) or not -(1 << 63) <= int(o) < 1 << 63:
             # Long.parseLong throws here: the broker has dispatched the names before it
@@ -495,13 +501,16 @@ def check_unit_record(
     In another topic's queue (``topic`` not the record's: an LMQ's, or a name a 4.x broker's
     ``MultiDispatch`` dispatched the record to in the record's own queue id) the record must
     name that queue and the unit's queue offset in its ``INNER_MULTI_DISPATCH`` /
-    ``INNER_MULTI_QUEUE_OFFSET`` (:func:`multi_dispatch`); any other record is damage.
+    ``INNER_MULTI_QUEUE_OFFSET`` (:func:`multi_dispatch`, by 5.x's rules or 4.x's, which
+    also dispatch retry, system and schedule records); any other record is damage.
     (A BatchCQ unit of an inner batch's message: :func:`engine.format.innerbatch.unit_message`.)"""
     if topic is not None and topic != rec.topic:
-        try:
-            units = multi_dispatch(rec.topic, rec.properties)
-        except ValueError:
-            units = []
+        units = []
+        for v4 in (False, True):  # the store's broker may be 5.x or 4.x: either's unit
+            try:
+                units += multi_dispatch(rec.topic, rec.properties, v4)
+            except ValueError:
+                pass
         if (topic, 0, queue_offset) in units and queue_id == 0:
             return rec  # an LMQ's unit (queue 0)
         if (topic, -1, queue_offset) in units and queue_id == rec.queue_id:

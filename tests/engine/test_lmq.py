@@ -257,3 +257,31 @@ def test_a_4x_multi_dispatch_unit_in_a_plain_queue_is_the_brokers(tmp_path):
         assert [s.get_message("B", 0, i).body for i in range(2)] == [b"b0", b"m0"]
         assert s.put_messages([Message("B", b"b1", queue_id=0)])[0].queue_offset == 2
     assert qfile.read_bytes()[20:40] == bytes(data[20:40])
+
+
+def test_a_4x_brokers_lmq_unit_of_a_retry_record_is_read(tmp_path, monkeypatch):
+    """A 4.9 broker dispatches every topic's records to their LMQs (5.x's MultiDispatchUtils
+    skips %RETRY%, rmq_sys_ and SCHEDULE_TOPIC_XXXX): the unit of a retry record in %LMQ%a was
+    taken for damage and the queue's read stopped there. Either broker's unit is read now."""
+    import lmqstore
+
+    records = [
+        ("T", b"m0", ["%LMQ%a"]),
+        ("%RETRY%G", b"r0", ["%LMQ%a"]),
+        ("T", b"m1", ["%LMQ%a"]),
+    ]
+    monkeypatch.setattr(lmqstore, "RECORDS", records)
+    real = MessageStore.create_topic
+
+    def with_retry(self, name, *args, **kw):  # _build makes T and U; the retry topic too
+        if name == "T":
+            real(self, "%RETRY%G", 1)
+        return real(self, name, *args, **kw)
+
+    monkeypatch.setattr(MessageStore, "create_topic", with_retry)
+    root = tmp_path / "s"
+    want = build_lmq_store(root)
+    assert want["%LMQ%a"] == [b"m0", b"r0", b"m1"]
+    with MessageStore(str(root), read_only=True) as s:
+        got = [s.get_message("%LMQ%a", 0, i).body for i in range(s.max_offset("%LMQ%a", 0))]
+        assert got == [b"m0", b"r0", b"m1"] and not s.damaged
