@@ -511,8 +511,8 @@ def check_unit_record(
                 units += multi_dispatch(rec.topic, rec.properties, v4)
             except ValueError:
                 pass
-        if (topic, 0, queue_offset) in units and queue_id == 0:
-            return rec  # an LMQ's unit (queue 0)
+        if (topic, 0, queue_offset) in units and queue_id in (0, rec.queue_id):
+            return rec  # an LMQ's unit (queue 0; the record's own with enableLmq off)
         if (topic, -1, queue_offset) in units and queue_id == rec.queue_id:
             return rec  # another name's: the record's own queue id (4.x MultiDispatch)
         if not units and not is_lmq(topic):  # a plain queue's unit at another's record

@@ -285,3 +285,25 @@ def test_a_4x_brokers_lmq_unit_of_a_retry_record_is_read(tmp_path, monkeypatch):
     with MessageStore(str(root), read_only=True) as s:
         got = [s.get_message("%LMQ%a", 0, i).body for i in range(s.max_offset("%LMQ%a", 0))]
         assert got == [b"m0", b"r0", b"m1"] and not s.damaged
+
+
+def test_an_lmq_unit_in_the_records_own_queue_id_is_read(tmp_path):
+    """With enableLmq off (its default) a 5.x broker dispatches an %LMQ% name like any other,
+    in the record's own queue id (ConsumeQueue.multiDispatchLmqQueue sets queue 0 only with
+    enableLmq): such a unit is the record's; one in a third queue id is damage."""
+    from rmqfs.engine.format.message import check_unit_record
+    from rmqfs.engine.service import validation
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validation, "RESERVED_PROPERTY_NAMES", frozenset())
+        with MessageStore(str(tmp_path / "s")) as s:
+            s.create_topic("T", 4)
+            props = {"INNER_MULTI_DISPATCH": "%LMQ%a", "INNER_MULTI_QUEUE_OFFSET": "7"}
+            (r,) = s.put_messages([Message("T", b"m", queue_id=3, properties=props)])
+            rec = s.read_record(r.commitlog_offset, r.size)
+    for qid in (0, 3):
+        assert check_unit_record(rec, qid, 7, "%LMQ%a") is rec
+    with pytest.raises(CorruptRecordError):
+        check_unit_record(rec, 2, 7, "%LMQ%a")
+    with pytest.raises(CorruptRecordError):
+        check_unit_record(rec, 0, 8, "%LMQ%a")
