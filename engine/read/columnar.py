@@ -90,6 +90,7 @@ from ..format.message import (
     NAME_VALUE_SEPARATOR,
     NEED_UNWRAP_FLAG,
     PROPERTIES_LENGTH_SIZE,
+    PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -724,6 +725,8 @@ def decode_units(
             # a 4.x broker's MultiDispatch puts other topics' records in a queue of a plain
             # name: the units are the broker's when each record is the queue's own or names it
             # (check_unit_record); anything else is the damage raised
+            if not _multi_dispatched(commitlog, exc, offs, sizes):
+                raise
             try:
                 _check_lmq_units(commitlog, topic, queue_id, offs, sizes, qoffs)
             except CorruptRecordError:
@@ -768,6 +771,8 @@ def decode_topic_units(
     except CorruptRecordError as exc:
         # a 4.x MultiDispatch queue holds other topics' records (in their own queue id): the
         # units are the broker's when each passes check_unit_record, else the damage is raised
+        if not _multi_dispatched(commitlog, exc, offs, sizes):
+            raise
         qids = np.asarray(queue_ids)
         try:
             for q in np.unique(qids).tolist():
@@ -1079,6 +1084,26 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
         if sum(b.num_rows for b in batches)
         else batches[0]
     )
+
+
+def _multi_dispatched(
+    commitlog: RecordSource, exc: CorruptRecordError, offs: np.ndarray, sizes: np.ndarray
+) -> bool:
+    """Whether the record the compiled decode refused (``exc.offset``, one of ``offs``) is a
+    valid record carrying ``INNER_MULTI_DISPATCH``: only then may the queue hold another
+    topic's records, and the per-record check (:func:`_check_lmq_units`) is worth its cost;
+    damage in a plain queue is raised at once."""
+    at = exc.offset
+    if at is None:
+        return False
+    hit = np.flatnonzero(offs == at)
+    if not len(hit):
+        return False
+    try:
+        rec = _record_at(commitlog, at, int(sizes[hit[0]]))
+    except CorruptRecordError:
+        return False
+    return PROPERTY_INNER_MULTI_DISPATCH in rec.properties
 
 
 def _check_lmq_units(
