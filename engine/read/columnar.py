@@ -727,11 +727,10 @@ def decode_units(
             # (check_unit_record); anything else is the damage raised
             if not _multi_dispatched(commitlog, exc, offs, sizes):
                 raise
-            try:
-                _check_lmq_units(commitlog, topic, queue_id, offs, sizes, qoffs)
-            except CorruptRecordError:
-                raise exc from None
-            batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, build, max_bytes)
+            qids = np.full(len(offs), queue_id, dtype=np.int64)
+            batch = _decode_foreign(
+                commitlog, check_crc, topic, qids, offs, sizes, qoffs, build, max_bytes
+            )
     if wanted_tags is not None and batch.num_rows:
         import pyarrow.compute as pc
 
@@ -773,14 +772,10 @@ def decode_topic_units(
         # units are the broker's when each passes check_unit_record, else the damage is raised
         if not _multi_dispatched(commitlog, exc, offs, sizes):
             raise
-        qids = np.asarray(queue_ids)
-        try:
-            for q in np.unique(qids).tolist():
-                mine = qids == q
-                _check_lmq_units(commitlog, topic, q, offs[mine], sizes[mine], qoffs[mine])
-        except CorruptRecordError:
-            raise exc from None
-        batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, build, max_bytes)
+        qids = np.asarray(queue_ids, dtype=np.int64)
+        batch = _decode_foreign(
+            commitlog, check_crc, topic, qids, offs, sizes, qoffs, build, max_bytes
+        )
     queue_ids = np.asarray(queue_ids)[: batch.num_rows]
     got = int_values(batch.column("queueId"))
     bad = got != queue_ids
@@ -1086,12 +1081,48 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     )
 
 
+def _decode_foreign(
+    commitlog: RecordSource,
+    check_crc: bool,
+    topic: str,
+    qids: np.ndarray,
+    offs: np.ndarray,
+    sizes: np.ndarray,
+    qoffs: np.ndarray,
+    build: Sequence[str] | None,
+    max_bytes: int | None,
+) -> pa.RecordBatch:
+    """:func:`_decode` of a queue of ``topic`` that holds other topics' records too (a 4.x
+    broker's MultiDispatch): the records decoded without the topic and queue checks, then the
+    rows returned (a ``max_bytes`` prefix: no more) compared with their units at once, and only
+    the rows that are not the queue's own checked one by one (``check_unit_record``: the record
+    names this queue at that offset), in order, so the first bad unit is the one raised.
+    ``qids``: each unit's queue id."""
+    names = tuple(arrow_schema().names if build is None else build)
+    need = tuple(c for c in ("topic", "queueId", "queueOffset") if c not in names)
+    batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, (*names, *need), max_bytes)
+    n = batch.num_rows
+    import pyarrow.compute as pc
+
+    same = pc.fill_null(pc.equal(batch.column("topic"), topic), False)
+    own = (
+        same.to_numpy(zero_copy_only=False)
+        & (int_values(batch.column("queueId")) == qids[:n])
+        & (int_values(batch.column("queueOffset")) == qoffs[:n])
+    )
+    for i in np.flatnonzero(~own).tolist():
+        check_unit_record(
+            _record_at(commitlog, int(offs[i]), int(sizes[i])), int(qids[i]), int(qoffs[i]), topic
+        )
+    return batch.select(list(names)) if need else batch
+
+
 def _multi_dispatched(
     commitlog: RecordSource, exc: CorruptRecordError, offs: np.ndarray, sizes: np.ndarray
 ) -> bool:
     """Whether the record the compiled decode refused (``exc.offset``, one of ``offs``) is a
     valid record carrying ``INNER_MULTI_DISPATCH``: only then may the queue hold another
-    topic's records, and the per-record check (:func:`_check_lmq_units`) is worth its cost;
+    topic's records, and the per-record check (:func:`_decode_foreign`) is worth its cost;
     damage in a plain queue is raised at once."""
     at = exc.offset
     if at is None:

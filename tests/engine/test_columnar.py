@@ -255,7 +255,7 @@ def test_damaged_record_raises_naming_its_offset(tmp_path, what, monkeypatch):
     # damage of a plain queue is raised at once: the per-record pass that lets a 4.x
     # MultiDispatch queue hold other topics' records runs only for a record that names queues
     monkeypatch.setattr(
-        columnar, "_check_lmq_units", lambda *a: pytest.fail("per-record pass on plain damage")
+        columnar, "_decode_foreign", lambda *a: pytest.fail("per-record pass on plain damage")
     )
     root = tmp_path / "s"
     with MessageStore(str(root), _cfg()) as s:

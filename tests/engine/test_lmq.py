@@ -307,3 +307,38 @@ def test_an_lmq_unit_in_the_records_own_queue_id_is_read(tmp_path):
         check_unit_record(rec, 2, 7, "%LMQ%a")
     with pytest.raises(CorruptRecordError):
         check_unit_record(rec, 0, 8, "%LMQ%a")
+
+
+def test_a_4x_multi_dispatch_queue_names_the_damaged_unit_not_the_brokers(tmp_path):
+    """In a queue holding a 4.x MultiDispatch unit, damage further on is the unit raised (not
+    the broker's unit before it), and a prefix read (``max_bytes``) that ends before the
+    damage is served: only the rows returned are checked, the foreign ones one by one."""
+    import numpy as np
+
+    from rmqfs.engine.read.columnar import StoreFiles, decode_units
+    from rmqfs.engine.service import validation
+
+    root = tmp_path / "s"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validation, "RESERVED_PROPERTY_NAMES", frozenset())
+        with MessageStore(str(root)) as s:
+            s.create_topic("B", 1)
+            s.create_topic("T", 1)
+            s.put_messages([Message("B", b"b%d" % i, queue_id=0) for i in range(200)])
+            props = {"INNER_MULTI_DISPATCH": "B", "INNER_MULTI_QUEUE_OFFSET": "10"}
+            (m,) = s.put_messages([Message("T", b"m0", queue_id=0, properties=props)])
+            (p,) = s.put_messages([Message("T", b"plain", queue_id=0)])
+    sf = StoreFiles(str(root))
+    try:
+        units = sf.units("B", 0, 0, 200).copy()
+        units[10] = (m.commitlog_offset, m.size, 0)  # the broker's unit (tagsCode unused)
+        units[150] = (p.commitlog_offset, p.size, 0)  # damage: T's plain record
+        qoffs = np.arange(200, dtype=np.int64)
+        with pytest.raises(CorruptRecordError) as info:
+            decode_units(sf.commitlog, "B", 0, units, qoffs, columns=("body",))
+        assert info.value.offset == p.commitlog_offset and "belongs to 'T'/0" in str(info.value)
+        head = decode_units(sf.commitlog, "B", 0, units, qoffs, columns=("body",), max_bytes=300)
+        bodies = head.column("body").to_pylist()
+        assert 11 <= len(bodies) < 150 and bodies[10] == b"m0" and bodies[9] == b"b9"
+    finally:
+        sf.close()
