@@ -316,9 +316,12 @@ class BatchConsumeQueue:
         into ``[lo, hi]`` where they are given (a reader's own min and max offsets).
         ``store_timestamp_at`` is not needed (the units hold their store time): the argument
         keeps :meth:`engine.format.queue.QueueReader.offset_by_time`'s signature."""
-        unit = self.first_unit_where("store_time", timestamp)
-        if unit >= self.end_unit > self.first_unit:
-            unit = self.end_unit - 1
+        if self.end_unit > self.first_unit and timestamp >= int(
+            self.units(self.end_unit - 1, self.end_unit)["store_time"][0]
+        ):
+            unit = self.end_unit - 1  # at or past the last unit's time: that unit
+        else:
+            unit = self.first_unit_where("store_time", timestamp)
         got = self._base_of(unit)
         if lo is not None:
             got = max(got, lo)

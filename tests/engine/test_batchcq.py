@@ -28,6 +28,14 @@ def bcq(tmp_path):
     return str(root), recs
 
 
+def _java_offset_by_time(recs: list[dict], ts: int) -> int:
+    """BatchConsumeQueue.getOffsetInQueueByTime (LOWER): at or past the last unit's time, the
+    last unit's msgBaseOffset; else the first unit stored at or after ``ts``."""
+    if ts >= recs[-1]["ts"]:
+        return recs[-1]["base"]
+    return min(r["base"] for r in recs if r["ts"] >= ts)
+
+
 def test_the_store_reads_every_inner_message_at_its_own_queue_offset(bcq):
     """Before: B had no queue at all (batchconsumequeue/ was not read), and a unit naming an
     inner batch's second message was refused as damage (QUEUEOFFSET is the first's)."""
@@ -50,8 +58,8 @@ def test_the_store_reads_every_inner_message_at_its_own_queue_offset(bcq):
         assert got[1].flag == 0 and not got[1].sys_flag & 1
         pulled = s.get_messages("g", "B", 0, 0)
         assert [m.body for m in pulled.messages] == [b for b, _ in want]
-        ts = recs[3]["ts"]  # the first message stored at or after it (records may share a ms)
-        assert s.offset_by_time("B", 0, ts) == min(r["base"] for r in recs if r["ts"] >= ts)
+        for ts in {r["ts"] for r in recs}:  # (records may share a ms)
+            assert s.offset_by_time("B", 0, ts) == _java_offset_by_time(recs, ts)
         # past every unit: the last unit's msgBaseOffset, as BatchConsumeQueue answers it
         # (not the max offset, which the file ConsumeQueue answers)
         assert s.offset_by_time("B", 0, recs[-1]["ts"] + 1000) == recs[-1]["base"]
@@ -73,8 +81,8 @@ def test_storefiles_and_the_columnar_decoder_read_the_same_rows(bcq):
         # a range starting inside an inner batch
         mid = [b for batch in sf.read_batches("B", 0, 2, 6) for b in batch.to_pylist()]
         assert [r["body"] for r in mid] == [b"i1", b"i2", b"b4", b"j0"]
-        ts = recs[3]["ts"]
-        assert sf.offset_by_time("B", 0, ts) == min(r["base"] for r in recs if r["ts"] >= ts)
+        for ts in {r["ts"] for r in recs}:
+            assert sf.offset_by_time("B", 0, ts) == _java_offset_by_time(recs, ts)
         assert sf.offset_by_time("B", 0, recs[-1]["ts"] + 1000) == recs[-1]["base"]
         units = sf.units("B", 0, 0, len(want))
         slow = decode_units_per_record(
