@@ -328,8 +328,9 @@ def _timer_refs(store: MessageStore, topic: str | None, cols: _RefColumns) -> li
         except CorruptRecordError as exc:
             if off < store.commitlog.min_offset:
                 continue  # expired while this read (as _timer_entries skips it)
+            why = str(exc).rsplit(" (at offset ", 1)[0]
             raise CorruptRecordError(
-                f"the timer store names CommitLog {off}+{size}, which holds no such record ({exc})"
+                f"the timer store names a record of {size} bytes, not there ({why})", off
             ) from None
         props = rec.properties
         try:  # Long.parseLong in the broker: a long, or no deliver time
