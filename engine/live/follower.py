@@ -535,6 +535,12 @@ class Follower:
                     valid[rest] = _records_agree(
                         window, off[rest], size[rest], qoff[rest], topic, qid
                     )
+                    # a unit at another topic's record may be a 4.x broker's MultiDispatch
+                    # one (the record names the queue): asked of decode_units, as readers do
+                    odd = rest[~valid[rest]]
+                    for q in np.unique(qidx[odd]).tolist():
+                        mine = odd[qidx[odd] == q]
+                        valid[mine] = _agree(window, queues[q], off[mine], size[mine], qoff[mine])
         return valid
 
     def _writer_tail(self, pos: int) -> tuple[int, int]:
@@ -606,7 +612,8 @@ def _agree(
     size: np.ndarray,
     qoff: np.ndarray,
 ) -> np.ndarray:
-    """Whether each unit of the LMQ ``cq`` (commitLogOffset ``off``, ``size``, queue offset
+    """Whether each unit of ``cq`` (an LMQ's, or one whose record is another topic's: a 4.x
+    MultiDispatch unit or damage; commitLogOffset ``off``, ``size``, queue offset
     ``qoff``, in CommitLog order) names its record in ``window`` (:func:`engine.read.columnar.decode_units`
     builds no column, only checks). The decoder stops at the first unit that does not: that
     one is False and the rest are checked again after it; past RETRIES of them, one by one."""

@@ -342,3 +342,37 @@ def test_a_4x_multi_dispatch_queue_names_the_damaged_unit_not_the_brokers(tmp_pa
         assert 11 <= len(bodies) < 150 and bodies[10] == b"m0" and bodies[9] == b"b9"
     finally:
         sf.close()
+
+
+def test_a_follower_passes_a_4x_multi_dispatch_unit(tmp_path):
+    """The follower checked a plain queue's units against their records' topic, queueId and
+    queueOffset only: at a 4.x MultiDispatch unit it stopped for good (visible end stuck,
+    behind for ever). It asks the readers' check now (the record names the queue there)."""
+    import struct
+    from contextlib import ExitStack
+
+    from rmqfs.engine.service import validation
+
+    root = str(tmp_path / "s")
+    with pytest.MonkeyPatch.context() as mp, ExitStack() as st:
+        mp.setattr(validation, "RESERVED_PROPERTY_NAMES", frozenset())
+        w = st.enter_context(MessageStore(root))
+        w.create_topic("B", 1)
+        w.create_topic("T", 1)
+        w.put_messages([Message("B", b"b0", queue_id=0)])
+        f = st.enter_context(MessageStore(root, read_only=True, follow=True))
+        props = {"INNER_MULTI_DISPATCH": "B", "INNER_MULTI_QUEUE_OFFSET": "1"}
+        (r,) = w.put_messages([Message("T", b"m0", tags="x", queue_id=0, properties=props)])
+        rec = w.read_record(r.commitlog_offset, r.size)
+        unit = struct.pack(">qiq", rec.commitlog_offset, rec.store_size, rec.tags_code)
+        fd = os.open(os.path.join(root, "consumequeue", "B", "0", "0" * 20), os.O_RDWR)
+        try:
+            os.pwrite(fd, unit, 20)  # the unit the broker's MultiDispatch writes
+        finally:
+            os.close(fd)
+        w.put_messages([Message("T", b"m1", queue_id=0)])
+        for _ in range(3):
+            f.follower.refresh()
+        assert f.commitlog.max_offset == w.commitlog.max_offset and f.follower.behind_bytes == 0
+        assert [f.get_message("B", 0, i).body for i in range(2)] == [b"b0", b"m0"]
+        assert [f.get_message("T", 0, i).body for i in range(2)] == [b"m0", b"m1"]
