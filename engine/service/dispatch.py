@@ -288,12 +288,15 @@ def dispatch_units(
                     cq.max_offset = cq.min_offset = items[0][0]
                 else:
                     gap = True
+                    _note_hole(store, topic, qid, cq.max_offset, items[0][0])
                     continue
             # Units must be contiguous; stop at a hole (a later full pass fills it).
             first = items[0][0]
             for i, u in enumerate(items):
                 if u[0] != first + i:
                     gap = True
+                    if full:
+                        _note_hole(store, topic, qid, first + i, u[0])
                     items = items[:i]
                     break
             if not is_lmq(topic) and (
@@ -307,6 +310,19 @@ def dispatch_units(
         if report is not None:
             report.units_rebuilt += len(items)
     return gap
+
+
+def _note_hole(store: MessageStore, topic: str, qid: int, missing: int, next_at: int) -> None:
+    """Say (once per queue: the log, ``store.repairs``) that the whole CommitLog's re-dispatch
+    left a hole in a queue: no record gives unit ``missing`` (a unit of a rule this store's
+    records do not show, e.g. a 4.x broker's LMQ unit of a retry record), so the units from
+    ``next_at`` on are not rebuilt and the queue ends before them."""
+    what = (
+        f"consumequeue/{topic}/{qid}: no record gives unit {missing} (the next is {next_at}); "
+        "the queue ends there, the units after it not rebuilt"
+    )
+    if store.note_repair(what):
+        log.warning("%s", what)
 
 
 def verify_present(

@@ -376,3 +376,36 @@ def test_a_follower_passes_a_4x_multi_dispatch_unit(tmp_path):
         assert f.commitlog.max_offset == w.commitlog.max_offset and f.follower.behind_bytes == 0
         assert [f.get_message("B", 0, i).body for i in range(2)] == [b"b0", b"m0"]
         assert [f.get_message("T", 0, i).body for i in range(2)] == [b"m0", b"m1"]
+
+
+def test_a_hole_the_whole_re_dispatch_cannot_fill_is_said(tmp_path, monkeypatch):
+    """A 4.x broker's LMQ unit of a retry record is not rebuilt (rebuilding follows 5.x's
+    rules), so after a crash the units after it stop at the hole: the queue ends there, and
+    now recovery says so once (the log, status.json repairs) instead of nothing."""
+    import lmqstore
+
+    monkeypatch.setattr(
+        lmqstore,
+        "RECORDS",
+        [("T", b"m0", ["%LMQ%a"]), ("%RETRY%G", b"r0", ["%LMQ%a"]), ("T", b"m1", ["%LMQ%a"])],
+    )
+    real = MessageStore.create_topic
+
+    def with_retry(self, name, *args, **kw):
+        if name == "T":
+            real(self, "%RETRY%G", 1)
+        return real(self, name, *args, **kw)
+
+    monkeypatch.setattr(MessageStore, "create_topic", with_retry)
+    root = tmp_path / "s"
+    build_lmq_store(root)
+    monkeypatch.setattr(MessageStore, "create_topic", real)
+    q = root / "consumequeue" / "%LMQ%a" / "0" / ("0" * 20)
+    data = bytearray(q.read_bytes())
+    data[20:60] = bytes(40)  # units 1 (r0's) and 2 (m1's) lost
+    q.write_bytes(bytes(data))
+    (root / "abort").write_bytes(b"")
+    with MessageStore(str(root), read_only=True) as s:
+        assert s.max_offset("%LMQ%a", 0) == 1
+        notes = [r for r in s.repairs if r.startswith("consumequeue/%LMQ%a/0:")]
+        assert len(notes) == 1 and "no record gives unit 1" in notes[0], s.repairs
