@@ -325,6 +325,10 @@ def bench_recovery(
     directory is removed before each reopen, and recovery rebuilds it (the count it reports
     is checked); ``index, not UTF-8`` damages the CommitLog first (:func:`_damage_properties`,
     so it comes last). One dict per loss."""
+    # what abnormal recovery's batched scan loads on its first use (numpy, pyarrow): loaded
+    # now, so that the first reopen (the "none" row) times recovery and not the imports
+    from rmqfs.engine.read import recoverruns  # noqa: F401
+
     root = os.path.join(work, "recovery")
     store = _open(root, mapped_file_size_commit_log=size)
     batches = make_batches(body_size, BATCH, distinct=16)

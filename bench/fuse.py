@@ -611,7 +611,9 @@ def main(argv=None) -> int:
         src.write_bytes(data)
 
         log("engine append ...")
-        t_engine = engine_append(work / "engine-store", data)
+        # what the mount's produce calls for the same pieces (put_messages of Messages would
+        # be a costlier path, flattering the mount's ratio)
+        t_engine = engine_append(work / "engine-store", data, bodies=True)
 
         rmqfs("mount", str(store), str(mnt))
         import json
@@ -668,7 +670,7 @@ def main(argv=None) -> int:
             t_produce = time.perf_counter() - t0
             n = len(lines)
             results.append(
-                ("engine put_messages (128 KiB pieces)", f"{n / t_engine:,.0f} msg/s", "baseline")
+                ("engine put_bodies (128 KiB pieces)", f"{n / t_engine:,.0f} msg/s", "baseline")
             )
             results.append(
                 (
@@ -710,11 +712,15 @@ def main(argv=None) -> int:
                 with open(part, "rb") as fh:
                     psize += len(fh.read())
             t_parts = time.perf_counter() - t0
+            import pyarrow.parquet as pq
+
+            # every part's rows (view/ holds the Fill topic's parts too, not only P's n)
+            rows = sum(pq.read_metadata(part).num_rows for part in parts)
             results.append(
                 (
                     f"view/ {len(parts)} Parquet parts, first read (renders)",
-                    f"{n / t_parts:,.0f} msg/s",
-                    f"{psize / 1e6:,.1f} MB of Parquet",
+                    f"{rows / t_parts:,.0f} msg/s",
+                    f"{rows:,} messages, {psize / 1e6:,.1f} MB of Parquet",
                 )
             )
             bodies = mnt / "topics" / "P" / "bodies.txt"

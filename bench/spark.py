@@ -225,13 +225,22 @@ def measure(n: int, topics: int, queues: int, runs: int, out: Path = OUT) -> dic
     mnt.mkdir(exist_ok=True)
     cache = Path(tempfile.mkdtemp(prefix="cache-", dir=out))  # cold: nothing rendered yet
     floor = Path(tempfile.mkdtemp(prefix="rmqfs-bench-floor-", dir=SHM if SHM.is_dir() else out))
-    rmqfs("mount", store, mnt, "--cache-dir", cache, "--log-file", out / "rmqfs.log")
-    daemon = json.loads((mnt / "status.json").read_text())["pid"]
-
-    spark = report.build_session("local[2]", app_name="bench-spark", shuffle_partitions=2)
-    register(spark)
-    spark.dataSource.register(FloorDataSource)
-    jvm = jvm_pid(spark)
+    spark = None
+    try:  # what is set up here is taken down again when a step of it fails (or Ctrl-C)
+        rmqfs("mount", store, mnt, "--cache-dir", cache, "--log-file", out / "rmqfs.log")
+        daemon = json.loads((mnt / "status.json").read_text())["pid"]
+        spark = report.build_session("local[2]", app_name="bench-spark", shuffle_partitions=2)
+        register(spark)
+        spark.dataSource.register(FloorDataSource)
+        jvm = jvm_pid(spark)
+    except BaseException:
+        if spark is not None:
+            spark.stop()
+        if os.path.ismount(mnt):
+            rmqfs("umount", mnt)
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(floor, ignore_errors=True)
+        raise
 
     def query(df):
         return sorted(

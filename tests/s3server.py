@@ -75,6 +75,7 @@ class Weed:
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         cmd = [
             str(WEED),
+            f"-logdir={self.root}",  # its glog files with its data, removed with them
             "mini",
             f"-dir={self.root / 'data'}",
             "-ip=127.0.0.1",
