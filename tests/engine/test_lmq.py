@@ -13,6 +13,7 @@ import pytest
 
 from lmqstore import UNIT, build_lmq_store
 from rmqfs.engine.errors import CorruptRecordError, UnsupportedLayoutError
+from rmqfs.engine.format.javahash import tags_code
 from rmqfs.engine.store import Message, MessageStore
 
 
@@ -225,6 +226,24 @@ def test_multi_dispatch_splits_and_parses_as_the_broker(names, offsets, want):
         assert multi_dispatch("T", props) == want
 
 
+def _store_with_a_4x_unit(root, plain: int, at: int):
+    """A store of topics B and T: ``plain`` messages of B (``b0``, ``b1``...), then T's record
+    ``m0`` (tags ``x``) whose INNER_MULTI_DISPATCH names B at queue offset ``at``, as a 4.x
+    broker's MultiDispatch record (the broker sets the property; a client may not). B's unit
+    for it is the test's to write. Returns m0's PutResult."""
+    from rmqfs.engine.service import validation
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validation, "RESERVED_PROPERTY_NAMES", frozenset())
+        with MessageStore(str(root)) as s:
+            s.create_topic("B", 1)
+            s.create_topic("T", 1)
+            s.put_messages([Message("B", b"b%d" % i, queue_id=0) for i in range(plain)])
+            props = {"INNER_MULTI_DISPATCH": "B", "INNER_MULTI_QUEUE_OFFSET": str(at)}
+            (r,) = s.put_messages([Message("T", b"m0", tags="x", queue_id=0, properties=props)])
+    return r
+
+
 def test_a_4x_multi_dispatch_unit_in_a_plain_queue_is_the_brokers(tmp_path):
     """A 4.x broker's MultiDispatch (enableMultiDispatch) puts a record in the queue of each
     name of its INNER_MULTI_DISPATCH, a plain name in the record's own queue id. Such a unit
@@ -234,21 +253,12 @@ def test_a_4x_multi_dispatch_unit_in_a_plain_queue_is_the_brokers(tmp_path):
     import struct
 
     from fstree import tree
-    from rmqfs.engine.service import validation
 
     root = tmp_path / "s"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(validation, "RESERVED_PROPERTY_NAMES", frozenset())
-        with MessageStore(str(root)) as s:
-            s.create_topic("B", 1)
-            s.create_topic("T", 1)
-            s.put_messages([Message("B", b"b0", queue_id=0)])
-            props = {"INNER_MULTI_DISPATCH": "B", "INNER_MULTI_QUEUE_OFFSET": "1"}
-            (r,) = s.put_messages([Message("T", b"m0", tags="x", queue_id=0, properties=props)])
-            rec = s.read_record(r.commitlog_offset, r.size)
+    r = _store_with_a_4x_unit(root, plain=1, at=1)
     qfile = root / "consumequeue" / "B" / "0" / ("0" * 20)
     data = bytearray(qfile.read_bytes())
-    data[20:40] = struct.pack(">qiq", rec.commitlog_offset, rec.store_size, rec.tags_code)
+    data[20:40] = struct.pack(">qiq", r.commitlog_offset, r.size, tags_code("x"))
     qfile.write_bytes(bytes(data))  # the unit the broker's MultiDispatch wrote
     with tree(tmp_path / "t", read_only=True, store_dir=root) as t:
         assert t.read("/topics/B/0/bodies.txt") == b"b0\nm0\n"
@@ -316,22 +326,15 @@ def test_a_4x_multi_dispatch_queue_names_the_damaged_unit_not_the_brokers(tmp_pa
     import numpy as np
 
     from rmqfs.engine.read.columnar import StoreFiles, decode_units
-    from rmqfs.engine.service import validation
 
     root = tmp_path / "s"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(validation, "RESERVED_PROPERTY_NAMES", frozenset())
-        with MessageStore(str(root)) as s:
-            s.create_topic("B", 1)
-            s.create_topic("T", 1)
-            s.put_messages([Message("B", b"b%d" % i, queue_id=0) for i in range(200)])
-            props = {"INNER_MULTI_DISPATCH": "B", "INNER_MULTI_QUEUE_OFFSET": "10"}
-            (m,) = s.put_messages([Message("T", b"m0", queue_id=0, properties=props)])
-            (p,) = s.put_messages([Message("T", b"plain", queue_id=0)])
+    m = _store_with_a_4x_unit(root, plain=200, at=10)
+    with MessageStore(str(root)) as s:
+        (p,) = s.put_messages([Message("T", b"plain", queue_id=0)])
     sf = StoreFiles(str(root))
     try:
         units = sf.units("B", 0, 0, 200).copy()
-        units[10] = (m.commitlog_offset, m.size, 0)  # the broker's unit (tagsCode unused)
+        units[10] = (m.commitlog_offset, m.size, tags_code("x"))  # the broker's unit
         units[150] = (p.commitlog_offset, p.size, 0)  # damage: T's plain record
         qoffs = np.arange(200, dtype=np.int64)
         with pytest.raises(CorruptRecordError) as info:
