@@ -712,10 +712,12 @@ def decode_units(
     offs = units["off"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
     qoffs = np.asarray(queue_offsets, dtype=np.int64)
+    qids = np.full(len(offs), queue_id, dtype=np.int64)
     if is_lmq(topic):
-        # an LMQ's units point at other topics' records, shown as they are
-        _check_lmq_units(commitlog, topic, queue_id, offs, sizes, qoffs)
-        batch = _decode(commitlog, check_crc, offs, sizes, None, None, None, build, max_bytes)
+        # an LMQ's units point at other topics' records, shown as they are (each checked)
+        batch = _decode_foreign(
+            commitlog, check_crc, topic, qids, offs, sizes, qoffs, build, max_bytes
+        )
     else:
         try:
             batch = _decode(
@@ -727,7 +729,6 @@ def decode_units(
             # (check_unit_record); anything else is the damage raised
             if not _multi_dispatched(commitlog, exc, offs, sizes):
                 raise
-            qids = np.full(len(offs), queue_id, dtype=np.int64)
             batch = _decode_foreign(
                 commitlog, check_crc, topic, qids, offs, sizes, qoffs, build, max_bytes
             )
@@ -1092,8 +1093,9 @@ def _decode_foreign(
     build: Sequence[str] | None,
     max_bytes: int | None,
 ) -> pa.RecordBatch:
-    """:func:`_decode` of a queue of ``topic`` that holds other topics' records too (a 4.x
-    broker's MultiDispatch): the records decoded without the topic and queue checks, then the
+    """:func:`_decode` of a queue of ``topic`` that holds other topics' records (an LMQ's, all
+    of them; a 4.x broker's MultiDispatch queue, some): the records decoded without the topic
+    and queue checks, then the
     rows returned (a ``max_bytes`` prefix: no more) compared with their units at once, and only
     the rows that are not the queue's own checked one by one (``check_unit_record``: the record
     names this queue at that offset), in order, so the first bad unit is the one raised.
@@ -1122,7 +1124,7 @@ def _multi_dispatched(
 ) -> bool:
     """Whether the record the compiled decode refused (``exc.offset``, one of ``offs``) is a
     valid record carrying ``INNER_MULTI_DISPATCH``: only then may the queue hold another
-    topic's records, and the per-record check (:func:`_decode_foreign`) is worth its cost;
+    topic's records, and the per-row check (:func:`_decode_foreign`) is worth its cost;
     damage in a plain queue is raised at once."""
     at = exc.offset
     if at is None:
@@ -1135,23 +1137,6 @@ def _multi_dispatched(
     except CorruptRecordError:
         return False
     return PROPERTY_INNER_MULTI_DISPATCH in rec.properties
-
-
-def _check_lmq_units(
-    commitlog: RecordSource,
-    topic: str,
-    queue_id: int,
-    offs: np.ndarray,
-    sizes: np.ndarray,
-    qoffs: np.ndarray,
-) -> None:
-    """Raise CorruptRecordError unless each record that a unit of ``topic`` points at is that
-    unit's (:func:`engine.format.message.check_unit_record`): the queue's own record, or one
-    whose ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET`` name ``topic`` and the unit's
-    queue offset (an LMQ's, ``ConsumeQueue.multiDispatchLmqQueue``; a 4.x ``MultiDispatch``
-    name's)."""
-    for off, size, qoff in zip(offs.tolist(), sizes.tolist(), qoffs.tolist(), strict=True):
-        check_unit_record(_record_at(commitlog, off, size), queue_id, qoff, topic)
 
 
 def _renamed(exc: CorruptRecordError, off: int) -> CorruptRecordError:
