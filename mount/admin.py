@@ -325,12 +325,11 @@ def _recover_refusal(root: str, config: StoreConfig | None) -> str | None:
     """Why ``rmqfs recover`` would refuse the store at ``root`` (a layout rmqfs never writes, in
     its files or in ``config``'s broker.conf settings), None when it would repair it: verify's
     advice names the refusal rather than a repair that cannot happen."""
-    from rmqfs.engine.service.storetree import check_layout
     from rmqfs.engine.store import StoreConfig
+    from rmqfs.engine.tools.verify import check_recoverable
 
     try:
-        check_layout(root, read_only=False)
-        (config or StoreConfig()).check_layout_settings(root, read_only=False)
+        check_recoverable(root, config or StoreConfig())
     except UnsupportedLayoutError as exc:
         return str(exc)
     except OSError:

@@ -41,7 +41,7 @@ them from the CommitLog (``CommitLog.recoverAbnormally``); when that is not enou
 derived file.
 """
 
-from .recover import RecoverReport, recover_store
+from .recover import RecoverReport, check_recoverable, recover_store
 from .report import (
     BY_HAND,
     MAX_REPORTED_PER_FILE,
@@ -61,6 +61,7 @@ __all__ = [
     "Problem",
     "RecoverReport",
     "VerifyResult",
+    "check_recoverable",
     "check_store_dir",
     "recover_store",
     "verify_store",

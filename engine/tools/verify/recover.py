@@ -40,6 +40,16 @@ class RecoverReport:
     after: VerifyResult | None = None
 
 
+def check_recoverable(root: str, config: StoreConfig) -> None:
+    """Raise UnsupportedLayoutError (naming what and what to do) when :func:`recover_store`
+    must not write the store at ``root``: a layout rmqfs does not write
+    (``storetree.check_layout``: DLedger, RocksDB, controller mode...), or ``config``'s
+    broker.conf settings saying the broker expects another kind of store or keeps its files
+    elsewhere (``StoreConfig.check_layout_settings``). verify's advice asks it too."""
+    check_layout(root, read_only=False)
+    config.check_layout_settings(root, read_only=False)
+
+
 def recover_store(
     root: str,
     config: StoreConfig | None = None,
@@ -71,10 +81,7 @@ def recover_store(
     cfg = config or StoreConfig()
     report = RecoverReport()
     check_store_tree(root)  # links and special files: refused, never repaired through
-    check_layout(root, read_only=False)  # a layout rmqfs does not write: never repaired
-    # nor one whose broker.conf says the broker expects another kind of store (DLedger,
-    # RocksDB, controller mode) or keeps its files elsewhere: before anything is deleted
-    cfg.check_layout_settings(root, read_only=False)
+    check_recoverable(root, cfg)  # before anything is deleted
     if config is None:  # the files it rebuilds take the sizes of those they replace
         cfg = _store_geometry(root, cfg)
     lock = take_store_lock(root)
