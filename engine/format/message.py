@@ -505,12 +505,10 @@ def check_unit_record(
     also dispatch retry, system and schedule records); any other record is damage.
     (A BatchCQ unit of an inner batch's message: :func:`engine.format.innerbatch.unit_message`.)"""
     if topic is not None and topic != rec.topic:
-        units = []
-        for v4 in (False, True):  # the store's broker may be 5.x or 4.x: either's unit
-            try:
-                units += multi_dispatch(rec.topic, rec.properties, v4)
-            except ValueError:
-                pass
+        try:  # 4.x's rules: a superset of 5.x's units (the store's broker may be either)
+            units = multi_dispatch(rec.topic, rec.properties, v4=True)
+        except ValueError:
+            units = []
         if (topic, 0, queue_offset) in units and queue_id in (0, rec.queue_id):
             return rec  # an LMQ's unit (queue 0; the record's own with enableLmq off)
         if (topic, -1, queue_offset) in units and queue_id == rec.queue_id:

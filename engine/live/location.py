@@ -131,9 +131,8 @@ def open_location(location: str, timeout: float = REQUEST_TIMEOUT) -> tuple[pafs
     if parts.scheme == "s3" and not set(query) - set(_S3_QUERY):
         kw: dict[str, Any] = {k: query[k] for k in _S3_QUERY if k in query}
         # the region from_uri found (the bucket's, asked of AWS when the URI names none)
-        kw.setdefault("region", getattr(fs, "region", None) or None)
-        if kw["region"] is None:
-            del kw["region"]
+        if "region" not in kw and getattr(fs, "region", None):
+            kw["region"] = fs.region
         user = parts.netloc.rpartition("@")[0]
         if user:
             access, _, secret = user.partition(":")
