@@ -104,3 +104,19 @@ def read_live_slots(
     out["timeMs"] = rows["timeTick"].astype(np.int64) * precision_ms
     out.sort(order="timeMs", kind="stable")
     return out
+
+
+def live_chain_heads(
+    path: str, from_ms: int, precision_ms: int = DEFAULT_PRECISION_MS
+) -> list[int]:
+    """The distinct ``lastPos`` of the live slots of the ``timerwheel`` at ``path``
+    (:func:`read_live_slots`), newest first: where ``TimerMessageStore.dequeue`` starts its
+    walks back through the timerlog. Slots sharing a lastPos share its chain, so each head
+    comes once (``TimerLogReader.walk_chains`` then walks them with one visited set).
+
+    Raises: as :func:`read_live_slots`.
+    """
+    import numpy as np
+
+    slots = read_live_slots(path, from_ms, precision_ms)
+    return np.unique(slots["lastPos"]).tolist()[::-1]

@@ -58,7 +58,7 @@ from ..format.message import (
 )
 from ..format.timercheck import CHECK_FILE, read_timercheck
 from ..format.timerlog import LOG_DIR, TimerLogReader
-from ..format.timerwheel import WHEEL_FILE, read_live_slots
+from ..format.timerwheel import WHEEL_FILE, live_chain_heads
 from .jsonline import build_scheduled_line
 
 if TYPE_CHECKING:
@@ -281,13 +281,12 @@ def _timer_entries(store: MessageStore, topic: str | None) -> tuple[np.ndarray, 
     wheel = os.path.join(root, WHEEL_FILE)
     if os.path.exists(wheel):
         want_hash = java_string_hash(topic) if topic is not None else None
-        slots = read_live_slots(wheel, ck.last_read_time_ms, store.config.timer_precision_ms)
-        # slots sharing a lastPos share its chain: each distinct head once, and one visited
-        # set over all the chains (TimerLogReader.walk_chains): bounded by the timerlog's units
-        heads = np.unique(slots["lastPos"]).tolist()
+        # one visited set over all the chains (TimerLogReader.walk_chains): bounded by the
+        # timerlog's units
+        heads = live_chain_heads(wheel, ck.last_read_time_ms, store.config.timer_precision_ms)
         problems: list[str] = []
         with TimerLogReader(os.path.join(root, LOG_DIR)) as tl:
-            for u in tl.walk_chains(reversed(heads), problems):
+            for u in tl.walk_chains(heads, problems):
                 # hashTopicForMetrics(realTopic): a cheap filter before the record is read
                 if want_hash is None or u.topic_hash == want_hash:
                     offs.append(u.offset_py)

@@ -23,7 +23,7 @@ from ...errors import CorruptRecordError
 from ...format.source import StoreSource
 from ...format.timercheck import CHECK_FILE, LAYOUT, read_timercheck
 from ...format.timerlog import LOG_DIR, TimerLogReader
-from ...format.timerwheel import WHEEL_FILE, read_live_slots
+from ...format.timerwheel import WHEEL_FILE, live_chain_heads
 from .commitlog import Records
 from .listing import segment_files
 from .report import VerifyResult
@@ -76,11 +76,10 @@ def check_timer_store(
     if not os.path.exists(wheel):
         return
     try:
-        slots = read_live_slots(wheel, ck.last_read_time_ms, cfg.timer_precision_ms)
+        heads = live_chain_heads(wheel, ck.last_read_time_ms, cfg.timer_precision_ms)
     except (CorruptRecordError, OSError) as exc:
         res.add("error", "timer", WHEEL_FILE, str(exc))
         return
-    heads = np.unique(slots["lastPos"]).tolist()
     problems: list[str] = []
     pos, off, sz = array("q"), array("q"), array("q")
     try:
@@ -95,7 +94,7 @@ def check_timer_store(
                     f"{len(past)} live slots start past the timerlog's end {end} (the first: "
                     f"lastPos {past[0]}): the wheel delivers none of their timed messages",
                 )
-            for u in tl.walk_chains(reversed([h for h in heads if h < end]), problems):
+            for u in tl.walk_chains([h for h in heads if h < end], problems):
                 pos.append(u.pos)
                 off.append(u.offset_py)
                 sz.append(u.size_py)
