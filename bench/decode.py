@@ -37,7 +37,12 @@ For each size N (default 1M, 5M and 20M messages; ``--quick``: 200k and 1M):
 5. **JSON lines**: queue 0 decoded with ``LINE_COLUMNS["messages"]`` (not timed) and each batch
    rendered by ``fusefs.render.render_lines(batch, "messages")`` (timed): µs per message and MB
    of ``messages.jsonl`` per CPU-second.
-6. **memory**: the child's peak RSS (``VmHWM``, which counts the CommitLog pages mapped and
+6. **baseline, same run**: queue 0's messages written (not timed) to one local Parquet file as
+   the mount writes its ``view/`` parts (zstd) and read back whole by ``pyarrow.parquet.read_table``
+   on one thread, all columns and ``tags, body, storeTimestamp``: CPU µs per message, and the
+   decode's figure over it (**decode / Parquet read**): what reading the store costs against the
+   same columns already in Parquet on local disk, both from the page cache.
+7. **memory**: the child's peak RSS (``VmHWM``, which counts the CommitLog pages mapped and
    touched: about the CommitLog's size, since ``StoreFiles`` keeps its maps) and its peak
    anonymous RSS (``RssAnon`` sampled after every batch of the warm-up passes; the decoder's
    own memory), and ``RssFile`` at the end.
@@ -248,6 +253,54 @@ def part_bench(root: Path, passes: int, work: Path) -> dict:
     }
 
 
+def parquet_bench(root: Path, passes: int, work: Path) -> dict:
+    """The same-run baseline: queue 0's messages, decoded (not timed) and written to one local
+    Parquet file as the mount writes its ``view/`` parts (``PART_COMPRESSION``, row groups of
+    ``PART_ROW_GROUP_ROWS``), then read back whole with ``pyarrow.parquet.read_table`` on one
+    thread (``use_threads=False``), every column and each of :data:`COLUMN_SETS`' column sets: CPU µs
+    per message, best of ``passes`` after a warm-up. What a Spark job pays for the same columns
+    when they are already Parquet on local disk (the file is in the page cache, as the
+    CommitLog is for the decode passes)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rmqfs.engine.read.columnar import StoreFiles, decode_units
+    from rmqfs.fusefs.render import PART_COMPRESSION, PART_ROW_GROUP_ROWS
+
+    files = StoreFiles(str(root))
+    try:
+        hi = files.max_offset(TOPIC, 0)
+        batches = []
+        for pos in range(0, hi, BATCH):
+            units = files.units(TOPIC, 0, pos, min(hi, pos + BATCH))
+            qoffs = np.arange(pos, pos + len(units), dtype=np.int64)
+            batches.append(decode_units(files.commitlog, TOPIC, 0, units, qoffs))
+    finally:
+        files.close()
+    path = work / "baseline.parquet"
+    pq.write_table(
+        pa.Table.from_batches(batches),
+        path,
+        compression=PART_COMPRESSION,
+        row_group_size=PART_ROW_GROUP_ROWS,
+    )
+    del batches
+    out: dict = {"messages": hi, "parquet_bytes": path.stat().st_size, "us": {}}
+    for label, cols in COLUMN_SETS.items():
+
+        def read(cols=cols) -> float:
+            c0 = time.process_time()
+            t = pq.read_table(path, columns=list(cols) if cols else None, use_threads=False)
+            assert t.num_rows == hi
+            return time.process_time() - c0
+
+        best, _ = _best(read, passes)
+        out["us"][label] = best / hi * 1e6
+    path.unlink()
+    return out
+
+
 def lines_bench(root: Path, passes: int) -> dict:
     """``render_lines(batch, "messages")`` over queue 0 (the decode is not timed). The records
     are read through the render worker's CommitLog maps (``render_view_chunk``'s), the ones
@@ -346,6 +399,12 @@ def measure(root: Path, n: int, passes: int = 3, work: Path | None = None) -> di
     mem["peak_anon_decode"] = anon[0]
     mem["ru_maxrss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     res["memory"] = mem
+    # last: its table of queue 0 would count in the peaks above
+    tmp = Path(tempfile.mkdtemp(prefix="baseline-", dir=work or root.parent))
+    try:
+        res["parquet"] = parquet_bench(root, passes, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     res["load_after"] = os.getloadavg()
     return res
 
@@ -387,14 +446,18 @@ def run_size(n: int, passes: int, base: Path) -> dict:
 
 def rows_of(res: dict) -> list[tuple[str, float | None, str, str]]:
     """``(label, value, target, unit)`` rows of one size's results, in the table's order;
-    ``unit`` is ``"us"`` (CPU µs per message), ``"MB"`` (memory), ``"MB/s"`` or ``""`` (a
-    heading)."""
+    ``unit`` is ``"us"`` (CPU µs per message), ``"x"`` (a ratio), ``"MB"`` (memory), ``"MB/s"``
+    or ``""`` (a heading)."""
     d, p, li, m = res["decode"], res["part"], res["lines"], res["memory"]
     rows: list[tuple[str, float | None, str, str]] = []
     for label in COLUMN_SETS:
         t = TARGETS.get(label)
         rows.append((f"decode, {label}", d[label]["crc"], f"<= {t}" if t else "", "us"))
         rows.append(("  without CRC (check_crc=False)", d[label]["no_crc"], "", "us"))
+        if "parquet" in res:  # (results written before the baseline was measured lack it)
+            base = res["parquet"]["us"][label]
+            rows.append(("  baseline: local Parquet read, same columns", base, "", "us"))
+            rows.append(("  decode / Parquet read (ratio)", d[label]["crc"] / base, "", "x"))
     rows.append(("all columns, by stage (what each adds):", None, "", ""))
     for label, v in res["stages"].items():
         rows.append((f"  {label}", v, "", "us"))
@@ -429,7 +492,7 @@ def print_table(results: list[dict]) -> None:
         if not unit:
             print(line)
             continue
-        fmt = "{:>11.3f}" if unit == "us" else "{:>11,.0f}"
+        fmt = "{:>11.3f}" if unit == "us" else "{:>11.2f}" if unit == "x" else "{:>11,.0f}"
         line += "".join(" " + ("{:>11}".format("-") if v is None else fmt.format(v)) for v in vals)
         line += f" {target:>8}"
         nums = [v for v in vals if v is not None and v > 0]

@@ -34,10 +34,16 @@ def test_measure_finds_every_stage(tmp_path, capsys):
     assert res["lines"]["bytes"] > 0 and res["lines"]["us"] > 0
     assert res["memory"]["end"]["VmHWM"] >= res["memory"]["peak_anon_decode"] > 0
     assert not list(tmp_path.glob("parts-*"))  # the Parquet parts are removed
+    # the same-run baseline: queue 0 read back from local Parquet, each column set
+    base = res["parquet"]
+    assert base["messages"] == part["messages"] and base["parquet_bytes"] > 0
+    assert set(base["us"]) == set(decode.COLUMN_SETS) and min(base["us"].values()) > 0
+    assert not list(tmp_path.glob("baseline-*"))
     decode.print_table([res, res])
     out = capsys.readouterr().out
     assert "<= 0.5" in out and "<= 0.3" in out and "<= 1.2" in out
     assert "cost per message is flat" in out
+    assert out.count("decode / Parquet read (ratio)") == len(decode.COLUMN_SETS)
 
 
 def test_command_writes_the_table_and_json(tmp_path, capsys):
