@@ -1,9 +1,11 @@
 """DLedger read cost (issue 22, section 2.1): a DLedger store read at the same cost per message
 as the plain store it was made from.
 
-``python -m bench.dledger [--messages 1000000] [--passes 3]``
+``python -m bench.dledger [--sizes 250000,1000000] [--passes 3]``
 
-1. the plain store of ``bench.decode`` (``--messages`` messages, 1 topic x 8 queues, built or
+For each size (messages; default 250,000 and 1,000,000):
+
+1. the plain store of ``bench.decode`` (that many messages, 1 topic x 8 queues, built or
    reused under ``bench-out/decode/``);
 2. the same messages as a DLedger store (``dledger-n0/data``: each record after a 48-byte entry
    header at pos + 48, fillers at file ends, ``index/`` units, a checkpoint committing every
@@ -26,8 +28,9 @@ as the plain store it was made from.
      message) into the in-memory index, and for the plain one (its IndexFiles built with it)
      builds none.
 
-Prints µs per message for each and the DLedger / plain ratio, with the load average (as
-``uptime`` prints it) before and after; writes ``bench-out/dledger.json``.
+Prints µs per message for each and the DLedger / plain ratio per size, then how each figure
+grows from the smallest size to the largest (flat: the cost linear in the messages), with the
+load average (as ``uptime`` prints it) before and after; writes ``bench-out/dledger.json``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from array import array
 from pathlib import Path
 
 from bench import loadavg
-from bench.decode import _queue_ends, decode_pass, ensure_store
+from bench.decode import FLAT, FLAT_US, _queue_ends, decode_pass, ensure_store
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench-out"
@@ -156,75 +159,108 @@ def recover_pass(root: Path, index: bool = False) -> tuple[float, int, int]:
         abort.unlink()
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.dledger", description=__doc__.split("\n")[0])
-    ap.add_argument("--messages", type=int, default=1_000_000)
-    ap.add_argument("--passes", type=int, default=3)
-    ap.add_argument("--out", default=str(OUT))
-    args = ap.parse_args(argv)
+ROWS = (
+    ("decode by ConsumeQueue (all cols)", "decode"),
+    ("walk (scan_raw, CRC)", "walk"),
+    ("recovery after a crash (batches)", "recover"),
+    ("the same, the index on", "recover_index"),
+)
+
+
+def measure_size(n: int, passes: int, out: Path) -> dict:
+    """Every figure of one size: the plain store of ``n`` messages (``bench.decode``'s, built or
+    reused under ``out/decode``) and its DLedger copy (under ``out/dledger``), measured
+    alternately, best of ``passes`` after a warm-up: CPU µs per message for each row of
+    :data:`ROWS` and store, the index entries rebuilt and every run's figures."""
     from rmqfs.engine.read.columnar import StoreFiles
 
-    print(loadavg(), flush=True)
-    plain, _ = ensure_store(args.messages, Path(args.out) / "decode")
-    dl = Path(args.out) / "dledger" / f"store-{args.messages}-1x8"
+    plain, _ = ensure_store(n, out / "decode")
+    dl = out / "dledger" / f"store-{n}-1x8"
     t0 = time.perf_counter()
     convert(plain, dl)
     print(f"DLedger copy ready in {time.perf_counter() - t0:.1f} s: {dl}", flush=True)
     stores = {"plain": plain, "dledger": dl}
     files = {k: StoreFiles(str(v)) for k, v in stores.items()}
-    ends = {k: _queue_ends(f) for k, f in files.items()}
-    assert sum(ends["plain"].values()) == sum(ends["dledger"].values()) == args.messages
-    decode: dict[str, list[float]] = {k: [] for k in stores}
-    walk: dict[str, list[float]] = {k: [] for k in stores}
-    recover: dict[str, list[float]] = {k: [] for k in stores}
-    recover_index: dict[str, list[float]] = {k: [] for k in stores}
+    runs: dict[str, dict[str, list[float]]] = {key: {k: [] for k in stores} for _, key in ROWS}
     rebuilt: dict[str, int] = {}
-    for k in stores:  # warm-up: page cache, maps
-        decode_pass(files[k], ends[k], None)
-        walk_pass(stores[k])
-    for _ in range(args.passes):
-        for k in stores:
-            cpu, _, rows = decode_pass(files[k], ends[k], None)
-            decode[k].append(cpu / rows * 1e6)
-            cpu, n = walk_pass(stores[k])
-            walk[k].append(cpu / n * 1e6)
-            cpu, n, _ = recover_pass(stores[k])
-            assert n == args.messages, (k, n)
-            recover[k].append(cpu / n * 1e6)
-            cpu, n, rebuilt[k] = recover_pass(stores[k], index=True)
-            assert n == args.messages, (k, n)
-            recover_index[k].append(cpu / n * 1e6)
-    res = {
-        "messages": args.messages,
-        "decode_us_per_msg": {k: min(v) for k, v in decode.items()},
-        "walk_us_per_msg": {k: min(v) for k, v in walk.items()},
-        "recover_us_per_msg": {k: min(v) for k, v in recover.items()},
-        "recover_index_us_per_msg": {k: min(v) for k, v in recover_index.items()},
-        "index_entries_rebuilt": rebuilt,
-        "runs": {
-            "decode": decode,
-            "walk": walk,
-            "recover": recover,
-            "recover_index": recover_index,
-        },
-    }
-    print(f"\n{args.messages:,} messages, CPU µs per message, best of {args.passes}:")
+    try:
+        ends = {k: _queue_ends(f) for k, f in files.items()}
+        assert sum(ends["plain"].values()) == sum(ends["dledger"].values()) == n
+        for k in stores:  # warm-up: page cache, maps
+            decode_pass(files[k], ends[k], None)
+            walk_pass(stores[k])
+        for _ in range(passes):
+            for k in stores:
+                cpu, _, rows = decode_pass(files[k], ends[k], None)
+                runs["decode"][k].append(cpu / rows * 1e6)
+                cpu, m = walk_pass(stores[k])
+                runs["walk"][k].append(cpu / m * 1e6)
+                cpu, m, _ = recover_pass(stores[k])
+                assert m == n, (k, m)
+                runs["recover"][k].append(cpu / m * 1e6)
+                cpu, m, rebuilt[k] = recover_pass(stores[k], index=True)
+                assert m == n, (k, m)
+                runs["recover_index"][k].append(cpu / m * 1e6)
+    finally:
+        for f in files.values():
+            f.close()
+    res: dict = {"messages": n}
+    for _, key in ROWS:
+        res[f"{key}_us_per_msg"] = {k: min(v) for k, v in runs[key].items()}
+    res["index_entries_rebuilt"] = rebuilt
+    res["runs"] = runs
+    return res
+
+
+def print_size(res: dict, passes: int) -> None:
+    """One size's table: µs per message, plain and DLedger, and their ratio."""
+    rebuilt = res["index_entries_rebuilt"]
+    print(f"\n{res['messages']:,} messages, CPU µs per message, best of {passes}:")
     print(f"{'':34} {'plain':>8} {'DLedger':>8} {'ratio':>6}")
-    for label, key in (
-        ("decode by ConsumeQueue (all cols)", "decode"),
-        ("walk (scan_raw, CRC)", "walk"),
-        ("recovery after a crash (batches)", "recover"),
-        ("the same, the index on", "recover_index"),
-    ):
+    for label, key in ROWS:
         r = res[f"{key}_us_per_msg"]
         print(f"{label:34} {r['plain']:8.3f} {r['dledger']:8.3f} {r['dledger'] / r['plain']:6.2f}")
     print(
         f"index entries rebuilt with the index on: plain {rebuilt['plain']:,} (it has its "
         f"IndexFiles), DLedger {rebuilt['dledger']:,} (it has none)"
     )
+
+
+def print_growth(results: list[dict]) -> None:
+    """How each figure grows from the smallest size to the largest: the µs per message at the
+    largest over the one at the smallest (flat within ``bench.decode``'s FLAT or FLAT_US: the
+    total linear in N), and the DLedger / plain ratio at each end."""
+    first, last = results[0], results[-1]
+    n0, n1 = first["messages"], last["messages"]
+    print(f"\nfrom {n0:,} to {n1:,} messages ({n1 / n0:.0f}x), µs per message largest / smallest:")
+    for label, key in ROWS:
+        words = []
+        for k in ("plain", "dledger"):
+            a, b = first[f"{key}_us_per_msg"][k], last[f"{key}_us_per_msg"][k]
+            flat = max(a, b) / min(a, b) <= FLAT or abs(b - a) <= FLAT_US
+            words.append(f"{k} {'flat' if flat else 'GROWS' if b > a else 'falls'} ({b / a:.2f}x)")
+        r0, r1 = (r[f"{key}_us_per_msg"] for r in (first, last))
+        ratios = f"ratio {r0['dledger'] / r0['plain']:.2f} -> {r1['dledger'] / r1['plain']:.2f}"
+        print(f"{label:34} {', '.join(words)}; {ratios}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.dledger", description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="250000,1000000", help="messages per store, comma-separated")
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",")]
+    print(loadavg(), flush=True)
+    results = []
+    for n in sizes:
+        results.append(measure_size(n, args.passes, Path(args.out)))
+        print_size(results[-1], args.passes)
+    if len(results) > 1:
+        print_growth(results)
     print(f"\n{loadavg()}")
     out = Path(args.out) / "dledger.json"
-    out.write_text(json.dumps(res, indent=2) + "\n")
+    out.write_text(json.dumps({"passes": args.passes, "sizes": results}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 
