@@ -2,7 +2,7 @@
 S3 server against the same snapshot on local disk, in the same run, and what it asks of the
 server.
 
-``python -m bench.objectstore [--n 5000000] [--store DIR] [--runs 3]``:
+``python -m bench.objectstore [--n 5000000] [--growth-n N/4] [--store DIR] [--runs 3]``:
 
 1. a store of N messages (``bench.stores.build_store``: 8 topics x 8 queues, loghub lines;
    ``--store`` reuses one), snapshotted with the engine (``SnapshotManager``) and written out
@@ -13,7 +13,9 @@ server.
 3. the reader alone, one process (no Spark): every queue of the snapshot read in CommitLog
    order from S3 (``engine.live.remote``), against ``StoreFiles`` reading the local copy queue
    by queue: seconds, range reads, bytes read per CommitLog byte the query needs (the
-   records' bytes) and per request;
+   records' bytes) and per request; then the same on a store of ``--growth-n`` messages (N/4
+   unless given; 0: not), built, copied and uploaded as the first, and how each figure per
+   CommitLog byte grows from it to N (:func:`reader_growth`);
 4. Spark (one local session, ``local[2]``): bench.spark's query (``groupBy(topic, tags)``:
    count, avg body length, max storeTimestamp) with the full schema and with the query's
    four columns, on the S3 location and on the local copy, alternating, after one warm-up
@@ -23,9 +25,10 @@ server.
    every part) and warm.
 
 Targets: S3 / local <= 1.5 (same cores); bytes read <= 1.2x the CommitLog bytes needed; at
-least 8 MiB per request on average. How it grows: the reader's requests and bytes are linear in
-the CommitLog bytes read (one request per 16 MiB), planning is one manifest GET plus two
-20-byte unit reads per queue, whatever the size; time is linear in bytes / cores. The load
+least 8 MiB per request on average. How it grows (measured in step 3): the reader's requests
+and bytes are linear in the CommitLog bytes read (one request per 16 MiB), planning is one
+manifest GET plus two 20-byte unit reads per queue, whatever the size; time is linear in bytes
+/ cores. The load
 average is printed before and after. Results go to ``bench-out/objectstore/result.json``.
 """
 
@@ -133,6 +136,25 @@ def _reader_alone(copy: Path, uri: str, repeat: int = 3) -> dict:
         "mib_per_request": round(
             (got["bytes"] / max(1, got["requests"] - got["plan"])) / (1 << 20), 2
         ),
+    }
+
+
+def reader_growth(small: dict, large: dict) -> dict:
+    """How :func:`_reader_alone`'s costs grow from a ``small`` store's figures to a ``large``
+    one's: each per CommitLog byte needed, large over small (1.0: linear in the bytes read;
+    the planning requests, one manifest GET and two unit reads a queue, are fixed whatever the
+    size, so requests per byte fall a little at the larger size), and ``needed_x`` the
+    growth of the bytes themselves."""
+
+    def per(res: dict, key: str) -> float:
+        return res[key] / max(1, res["needed"])
+
+    return {
+        "needed_x": round(large["needed"] / max(1, small["needed"]), 2),
+        "s3_s_per_byte_x": round(per(large, "s3_s") / per(small, "s3_s"), 2),
+        "local_s_per_byte_x": round(per(large, "local_s") / per(small, "local_s"), 2),
+        "requests_per_byte_x": round(per(large, "requests") / per(small, "requests"), 2),
+        "bytes_over_needed_x": round(large["bytes_over_needed"] / small["bytes_over_needed"], 2),
     }
 
 
@@ -245,6 +267,12 @@ def main() -> None:
     ap.add_argument("--store", type=Path, help="an existing store to use (built otherwise)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument(
+        "--growth-n",
+        type=int,
+        help="the reader alone also on a store of this many messages (default N/4; 0: not), "
+        "to say how its cost grows",
+    )
+    ap.add_argument(
         "--only", choices=("reader", "spark", "mount"), action="append", help="phases to run"
     )
     args = ap.parse_args()
@@ -283,6 +311,16 @@ def main() -> None:
         if "reader" in only:
             result["reader"] = _reader_alone(copy, with_credentials(uri, KEY, SECRET))
             print(json.dumps(result["reader"]), flush=True)
+            small_n = args.n // 4 if args.growth_n is None else args.growth_n
+            if small_n:
+                small = OUT / f"store-{small_n}-8x8"
+                build_store(small, small_n, 8, 8)
+                small_copy = _copy(small, OUT / f"copy-{small.name}")
+                objectstore.upload_snapshot(str(small_copy), fs, f"{BUCKET}/growth/latest")
+                small_uri = with_credentials(weed.uri("growth/latest"), KEY, SECRET)
+                result["reader_small"] = _reader_alone(small_copy, small_uri)
+                result["reader_small"]["n"] = small_n
+                result["reader_growth"] = reader_growth(result["reader_small"], result["reader"])
         if "spark" in only:
             fleet = weed.uri("fleet/*/latest")
             result["spark"] = _spark(copy, uri, fleet, args.runs, KEY, SECRET)
@@ -305,6 +343,15 @@ def main() -> None:
     print(targets_line(args.n, result, TARGETS))
     if "reader" in result:
         print(f"MiB per request: {result['reader']['mib_per_request']} (goal >= 8)")
+    if "reader_growth" in result:
+        g = result["reader_growth"]
+        print(
+            f"reader alone, {result['reader_small']['n']:,} to {args.n:,} messages "
+            f"({g['needed_x']}x the CommitLog bytes): S3 time per byte {g['s3_s_per_byte_x']}x, "
+            f"local {g['local_s_per_byte_x']}x, requests per byte {g['requests_per_byte_x']}x, "
+            f"bytes read per byte needed {g['bytes_over_needed_x']}x, S3 / local "
+            f"{result['reader_small']['ratio']} -> {result['reader']['ratio']}"
+        )
     print(loadavg())
 
 
