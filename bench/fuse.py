@@ -26,7 +26,9 @@ Measures, and prints as a table with ratios against the baseline of the same run
    of the daemon, against the engine's ``put_bodies`` of the same 128 KiB pieces; targets
    500,000 and 250,000 lines/s. Then a tenth as many lines written one ``write()`` a line (a
    line-buffered logger) into ``produce``, against the engine's ``put_bodies`` of one line a
-   call and the same writes into a plain file.
+   call and the same writes into a plain file. The rounds write into one store, so each case
+   ends with how its time per line changed from the second round (the first pays the mount's first
+   use) to the last as the store grew.
 5. Follower lag (issue 10, :mod:`bench.follower`): a writer mount producing at 100,000 msg/s
    and a ``-o ro`` follower mount read like ``tail -f``; per message visible time minus ack
    time, p50/p99, per 5 s window with the store's size. ``--follower-only`` runs just this.
@@ -448,8 +450,17 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
     )
     best: dict[str, float] = {}
     cpu: dict[str, float] = {}
+    # (messages in the store before the round, seconds) of each round of the mount's cases:
+    # the rounds write into one store, so they say how a produce's cost grows with the store
+    by_round: dict[str, list[tuple[int, float]]] = {}
+    stored = [0]
 
-    def keep(case: str, seconds: float, cpu_s: float | None = None) -> None:
+    def keep(
+        case: str, seconds: float, cpu_s: float | None = None, before: int | None = None
+    ) -> None:
+        if before is not None:
+            by_round.setdefault(case, []).append((before, seconds))
+            stored[0] += n_lines if case == "lines" else n
         if case not in best or seconds < best[case]:
             best[case] = seconds
             if cpu_s is not None:
@@ -480,11 +491,11 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
                 subprocess.run(
                     ["bash", "-c", f"cat '{path}' > '{mnt}/topics/{name}/{target}'"], check=True
                 )
-                keep(case, time.perf_counter() - t0, _cpu_seconds(pid) - c0)
+                keep(case, time.perf_counter() - t0, _cpu_seconds(pid) - c0, stored[0])
             os.mkdir(mnt / "topics" / f"L{r}")
             c0 = _cpu_seconds(pid)
             seconds = line_writes(mnt / "topics" / f"L{r}" / "produce", n_lines)
-            keep("lines", seconds, _cpu_seconds(pid) - c0)
+            keep("lines", seconds, _cpu_seconds(pid) - c0, stored[0])
         with open(mnt / "topics" / f"P{rounds - 1}" / "bodies.txt", "rb") as fh:
             got = sum(1 for _ in fh)
         if got != n:
@@ -531,6 +542,23 @@ def produce_bench(work: Path, n: int, rounds: int) -> list:
             f"{n_lines / max(cpu['lines'], 1e-9):,.0f} lines per CPU-s",
         ),
     ]
+    for case, label in (("produce", "produce"), ("jsonl", "produce.jsonl"), ("lines", "lines")):
+        runs = by_round.get(case, [])
+        if len(runs) > 1:
+            # round 1 pays the mount's first use (its first topic, the first segment's
+            # allocation): with 3 rounds or more the growth is read from round 2 on
+            first = 1 if len(runs) > 2 else 0
+            (b0, s0), (b1, s1) = runs[first], runs[-1]
+            x = s1 / s0  # the same lines each round: time per line, last round over first
+            word = "flat" if 1 / 1.15 <= x <= 1.15 else "GROWS" if x > 1 else "falls"
+            rows.append(
+                (
+                    f"  {label}: round {first + 1} (store of {b0:,} messages) to {len(runs)} "
+                    f"({b1:,})",
+                    f"{x:.2f}x",
+                    f"time per line {word} as the store grows",
+                )
+            )
     return rows
 
 
