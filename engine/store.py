@@ -1276,6 +1276,14 @@ class MessageStore:
         """
         return putmessage.put_messages(self, messages, batch, results)
 
+    def check_put(self, messages: list[Message], batch: bool = False) -> None:
+        """Raise what :meth:`put_messages` would raise for ``messages`` now, changing nothing
+        and writing nothing (for a caller that stores them later and must answer for them
+        first: the mount's unfinished ``produce.jsonl`` line at ``close()``). See
+        :func:`engine.service.putmessage.check_put` (the client rules, the topic and queue, the
+        delay and timer rules, the records' sizes; ENOSPC while the disk is full)."""
+        putmessage.check_put(self, messages, batch)
+
     def put_bodies(
         self,
         topic: str,

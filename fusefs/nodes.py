@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from rmqfs.engine import errors as E
-from rmqfs.engine.format.message import MessageRecord
+from rmqfs.engine.format.message import MAX_PROPERTIES_LENGTH, MessageRecord
 from rmqfs.engine.live.progress import consumer_progress, diff_total
 from rmqfs.engine.live.status import store_status
 from rmqfs.engine.read.jsonline import message_from_json, parse_json_line, plain_fields
@@ -1079,7 +1079,8 @@ class ProduceHandle(LineHandle):
       FLUSH) never cuts a line, it only checks the unfinished line and reports its errno
       (what a ``produce.jsonl`` line that ended there would be refused for) without changing
       anything. An unfinished line that grows past what could ever be one message
-      (``maxMessageSize``, or 4/3 of it plus 64 KiB for ``produce.jsonl``) fails the request
+      (``maxMessageSize``; for ``produce.jsonl`` six times it and the longest properties, plus
+      64 KiB: a JSON escape takes up to 6 bytes a byte) fails the request
       with EMSGSIZE.
     * A failed request that started at a line boundary leaves the file as before it: a retry
       fails the same way, other writes go on. A failed request that continued an unfinished
@@ -1119,18 +1120,29 @@ class ProduceHandle(LineHandle):
         self.lock = threading.Lock()
         self.refused = 0  # errno of a refused line this file continued; 0 when fine
         limit = ctx.store.config.max_message_size
-        self.max_line = limit * 4 // 3 + 64 * 1024 if jsonl else limit
+        # the longest line one message can be written as: a produce line is its body; a JSON
+        # line's body and properties may have every byte escaped (``\u0001``: 6 bytes)
+        self.max_line = 6 * (limit + MAX_PROPERTIES_LENGTH) + 64 * 1024 if jsonl else limit
+        self.too_long = (
+            f"line longer than one message's JSON can be ({self.max_line} bytes: a body of "
+            f"maxMessageSize {limit} and the longest properties, every byte escaped)"
+            if jsonl
+            else f"line longer than maxMessageSize ({limit} bytes)"
+        )
 
     def read(self, offset: int, length: int) -> bytes:
         """Nothing: a produce file reads as empty, opened O_RDWR too."""
         return b""  # docs/mount.md: a produce file reads as empty, opened O_RDWR too
 
-    def _messages(self, lines: list[bytes]) -> tuple[list[bytes], list, list, list[Message]]:
+    def _messages(
+        self, lines: list[bytes]
+    ) -> tuple[list[bytes], list, list, list[Message], list[int]]:
         """What ``produce.jsonl`` lines say to put (blank ones skipped): ``(their bodies, their
-        tags, their keys, [])`` when every line has a body and at most tags and keys
-        (``jsonline.plain_fields``) whose values the columns' passes vouch for
+        tags, their keys, [], line indexes)`` when every line has a body and at most tags and
+        keys (``jsonline.plain_fields``) whose values the columns' passes vouch for
         (``validation.tags_keys_clean``): stored from columns, as ``produce``'s lines are;
-        else ``([], [], [], a Message each)``. FsError names the first bad line."""
+        else ``([], [], [], a Message each, line indexes)``; the line indexes say which of
+        ``lines`` each message is. FsError names the first bad line."""
         bodies: list[bytes] = []
         tags: list[str | None] = []
         keys: list[str | None] = []
@@ -1152,8 +1164,9 @@ class ProduceHandle(LineHandle):
                 numbered.append((i, obj))
             except E.StoreError as exc:
                 raise FsError(exc.errno, f"line {i + 1} of the write: {exc}") from None
+        at = [i for i, _ in numbered]
         if not msgs and tags_keys_clean(tags, keys):
-            return bodies, tags, keys, []
+            return bodies, tags, keys, [], at
         out = []  # a Message each, in line order; message_from_json names a line that is bad
         for i, obj in numbered:
             try:
@@ -1164,7 +1177,39 @@ class ProduceHandle(LineHandle):
                 )
             except E.StoreError as exc:
                 raise FsError(exc.errno, f"line {i + 1} of the write: {exc}") from None
-        return [], [], [], out
+        return [], [], [], out, at
+
+    def _each(self, lines: list[bytes]) -> list[tuple[int, Message]]:
+        """Each message ``lines`` say to put, with the index of its line (``produce``: every
+        non-empty line a body; ``produce.jsonl``: :meth:`_messages`)."""
+        if not self.jsonl:
+            return [
+                (i, Message(self.topic, line, queue_id=self.queue_id))
+                for i, line in enumerate(lines)
+                if line
+            ]
+        bodies, tags, keys, msgs, at = self._messages(lines)
+        if not msgs:
+            msgs = [
+                Message(self.topic, b, tags=t, keys=k, queue_id=self.queue_id)
+                for b, t, k in zip(bodies, tags, keys)
+            ]
+        return list(zip(at, msgs))
+
+    def _which_line(self, lines: list[bytes], exc: E.StoreError) -> FsError:
+        """The FsError for a put of ``lines`` the store refused with ``exc``: the first line
+        that the store's checks refuse alone (``MessageStore.check_put``), named as the
+        parsing names one (``line N of the write: ...``), or ``exc`` as it is when each line
+        passes alone (a refusal of the whole write)."""
+        store = self.ctx.store
+        for i, msg in self._each(lines):
+            try:
+                store.check_put([msg])
+            except E.StoreError as one:
+                return FsError(one.errno, f"line {i + 1} of the write: {one}")
+            except OSError:
+                break
+        return fs_error(exc)
 
     def _put(self, lines: list[bytes]) -> None:
         """Store ``lines`` (all or none). FsError with the errno of a refusal; a SYNC_FLUSH
@@ -1176,7 +1221,7 @@ class ProduceHandle(LineHandle):
                 if bodies:
                     store.put_bodies(self.topic, bodies, self.queue_id, results=False)
                 return
-            bodies, tags, keys, msgs = self._messages(lines)
+            bodies, tags, keys, msgs, _ = self._messages(lines)
             if bodies:  # body, tags and keys alone: from columns, no Message each
                 store.put_bodies(
                     self.topic,
@@ -1190,8 +1235,10 @@ class ProduceHandle(LineHandle):
                 store.put_messages(msgs, results=False)
         except E.FlushDiskTimeoutError as exc:
             log.warning("%s: %s (stored; durable with the next flush)", self.path, exc)
+        except FsError:
+            raise  # (a bad line: named already)
         except E.StoreError as exc:
-            raise fs_error(exc) from exc
+            raise (self._which_line(lines, exc) if len(lines) > 1 else fs_error(exc)) from exc
 
     def write(self, data: bytes) -> int:
         """Store the complete lines of ``data`` and buffer the rest (the class's rules).
@@ -1229,12 +1276,12 @@ class ProduceHandle(LineHandle):
         cut = data.rfind(b"\n")
         if cut < 0:
             if len(buf) + len(data) > self.max_line:
-                raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
+                raise FsError(errno.EMSGSIZE, self.too_long)
             self._reserve(len(buf) + len(data))
             buf += data
             return len(data)
         if len(data) - cut - 1 > self.max_line:
-            raise FsError(errno.EMSGSIZE, "line longer than maxMessageSize")
+            raise FsError(errno.EMSGSIZE, self.too_long)
         self._reserve(len(data) - cut - 1)  # before any line is stored: all or none
         lines = (bytes(buf) + data[:cut] if buf else bytes(data[:cut])).split(b"\n")
         self._put(lines)
@@ -1257,9 +1304,20 @@ class ProduceHandle(LineHandle):
                 except E.StoreError:
                     return  # not one whole JSON value: more may come
                 try:
-                    self._refuse_unfinished(lambda: self._messages([tail]))  # FsError: why
+                    self._refuse_unfinished(lambda: self._check_tail(tail))  # FsError: why
                 finally:
                     self._settle()
+
+    def _check_tail(self, tail: bytes) -> None:
+        """FsError when the unfinished ``produce.jsonl`` line ``tail`` (one whole JSON value)
+        is a message the store would refuse: its fields (:meth:`_messages`), then what the put
+        checks (``MessageStore.check_put``: the queue, the body's size, the timer rules...), so
+        that the close() is told and not the release, which no process hears."""
+        for _, msg in self._each([tail]):
+            try:
+                self.ctx.store.check_put([msg])
+            except E.StoreError as exc:
+                raise FsError(exc.errno, f"line 1 of the write: {exc}") from None
 
     def fsync(self) -> None:
         """The store's flush (durable): the complete lines written so far are on disk when it

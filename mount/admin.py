@@ -38,7 +38,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
 
@@ -511,6 +511,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     )
     if args.body is not None and args.files:
         raise AdminError("give FILEs or --body, not both")
+    if args.body == "":
+        # (mqadmin sendMessage: Validators.checkMessage)
+        raise AdminError("--body: the message body length is zero (RocketMQ refuses empty bodies)")
     for path in args.files:
         if path != "-" and (not os.path.exists(path) or os.path.isdir(path)):
             raise AdminError(f"{path}: no such file")
@@ -554,8 +557,20 @@ def cmd_produce(args: argparse.Namespace) -> int:
             args.deliver_time is None and args.delay_ms is None
         )
 
-        def put(lines: Iterable[bytes]) -> None:
+        limit = store.config.max_message_size
+
+        def put(lines: list[bytes], where: str = "--body", line_no: int = 1) -> None:
+            """Store ``lines`` (``line_no``: the first one's number in ``where``), the lines
+            before one over maxMessageSize first (AdminError naming it)."""
             nonlocal first, last, total
+            long = next((i for i, line in enumerate(lines) if len(line) > limit), None)
+            if long is not None:
+                put(lines[:long], where, line_no)
+                raise AdminError(
+                    f"{where}, line {line_no + long}: the message body is {len(lines[long])} "
+                    f"bytes, more than maxMessageSize {limit}; {total} messages produced "
+                    "before it, none from it on"
+                )
             bodies = list(filter(None, lines))  # an empty line is no message
             if not bodies:
                 return
@@ -580,9 +595,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
                     results = store.put_messages(msgs)
             except (StoreError, OSError) as exc:  # (a full disk: OSError, nothing of the batch)
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                end = line_no + len(lines) - 1
+                span = f"line {line_no}" if end == line_no else f"lines {line_no}..{end}"
                 raise AdminError(
-                    f"{reason}; {total} messages before lines {total + 1}.."
-                    f"{total + len(bodies)} were produced, none after"
+                    f"{reason}; {where}, {span} (a batch of {len(bodies)} messages): none of "
+                    f"them produced, nor anything after; {total} messages produced before them"
                 ) from None
             counts.update(map(_RESULT_QUEUE, results))
             held.update(map(_RESULT_TOPIC, results))  # (a delayed message's: where it waits)
@@ -598,7 +615,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             put([args.body.encode("utf-8")])
         else:
             for path in args.files or ["-"]:
-                _produce_stream(path, put)
+                _produce_stream(path, put, limit)
         store.flush()
     if total:
         assert first is not None and last is not None  # set by the first message put
@@ -618,9 +635,17 @@ _RESULT_TOPIC = operator.attrgetter("topic")
 
 
 def _produce_stream(
-    path: str, put: Callable[[list[bytes]], None], batch_bytes: int = 1 << 20
+    path: str,
+    put: Callable[[list[bytes], str, int], None],
+    limit: int,
+    batch_bytes: int = 1 << 20,
 ) -> None:
-    """Split ``path`` (``-`` = stdin) into lines and put them in batches of about 1 MiB."""
+    """Split ``path`` (``-`` = stdin) into lines and ``put(lines, name, first line's number)``
+    them in batches of about 1 MiB. A line without end is held as a list of pieces (no copy
+    of what came before per read) and refused (AdminError) as soon as it is longer than
+    ``limit`` bytes (maxMessageSize), so an endless line costs neither memory nor time past
+    that."""
+    name = "stdin" if path == "-" else path
     if path == "-":
         f = sys.stdin.buffer
         size = None
@@ -629,21 +654,30 @@ def _produce_stream(
         size = os.path.getsize(path)
     bar = _progress(size or 0, os.path.basename(path) if path != "-" else "stdin")
     try:
-        rest = b""
+        line_no = 1  # the number of the line the held pieces begin
+        held: list[bytes] = []  # the pieces of the unfinished line
+        held_len = 0
         while True:
             chunk = f.read(batch_bytes)
             if not chunk:
                 break
             bar.update(len(chunk))
-            data = rest + chunk
-            cut = data.rfind(b"\n")
+            cut = chunk.rfind(b"\n")
             if cut < 0:
-                rest = data
-                continue
-            put(data[:cut].split(b"\n"))
-            rest = data[cut + 1 :]
-        if rest:
-            put([rest])
+                held.append(chunk)
+                held_len += len(chunk)
+            else:
+                lines = (b"".join(held) + chunk[:cut] if held else chunk[:cut]).split(b"\n")
+                put(lines, name, line_no)
+                line_no += len(lines)
+                held, held_len = [chunk[cut + 1 :]], len(chunk) - cut - 1
+            if held_len > limit:
+                raise AdminError(
+                    f"{name}, line {line_no}: longer than maxMessageSize ({limit} bytes); "
+                    "the lines before it were produced, none from it on"
+                )
+        if held_len:
+            put([b"".join(held)], name, line_no)
     finally:
         bar.close()
         if path != "-":

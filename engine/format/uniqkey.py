@@ -49,6 +49,12 @@ class UniqKeyGenerator:
         self._next_month = int(nxt.timestamp() * 1000)
 
     @property
+    def id_length(self) -> int:
+        """Characters of each id: the address, pid and class-loader hash as hex, then 8 hex
+        digits of time and 4 of counter (32 for IPv4, 56 for IPv6)."""
+        return len(self._prefix) + 12
+
+    @property
     def counter(self) -> int:
         """The counter the next id takes (its low 16 bits are used, ``MessageClientIDSetter``).
         Setting it rewinds or moves the sequence: the store's fast put path puts it back when

@@ -295,11 +295,14 @@ class PutService:
         self.plain_topics.pop(topic, None)
 
 
-def select_queue(store: MessageStore, msg: Message, cfg: TopicConfig) -> int:
-    """The queue ``msg`` goes to in topic ``cfg`` (:func:`choose_queue`)."""
+def select_queue(
+    store: MessageStore, msg: Message, cfg: TopicConfig, round_robin: dict[str, int] | None = None
+) -> int:
+    """The queue ``msg`` goes to in topic ``cfg`` (:func:`choose_queue`), the store's round
+    robin advanced (or ``round_robin``'s)."""
     n = cfg.write_queue_nums
     return choose_queue(
-        store.putter.round_robin,
+        store.putter.round_robin if round_robin is None else round_robin,
         cfg.topic_name,
         msg.queue_id,
         msg.sharding_key,
@@ -322,9 +325,7 @@ def choose_queue(
     PutMessageError for a queueId that is not the topic's."""
     if queue_id is not None:
         if not 0 <= queue_id < queues:
-            raise PutMessageError(
-                f"queueId {queue_id} is not a queue of {topic} (0..{write_queues - 1})"
-            )
+            raise PutMessageError(f"queueId {queue_id} is not a queue of {topic} (0..{queues - 1})")
         return queue_id
     if sharding_key is not None:
         return (zlib.crc32(sharding_key.encode()) & 0x7FFFFFFF) % write_queues
@@ -380,6 +381,30 @@ def put_messages(
         else:
             check_message_columns(messages, dict(zip(_ALL_NAMES, cols)))
     return _put(store, messages, batch, cols, results)
+
+
+def check_put(store: MessageStore, messages: list[Message], batch: bool = False) -> None:
+    """Raise what :func:`put_messages` would raise for ``messages`` now, short of the disk,
+    changing nothing: the client rules (:mod:`engine.service.validation`), the topic and queue
+    (``_targets``, the round robin left where it is, no system topic created), the delay and
+    timer rules, and the sizes of the records they would be (encoded with a stand-in
+    UNIQ_KEY, none taken). For a caller that must answer for messages it stores later (the
+    mount's ``produce.jsonl`` line left unfinished at ``close()``: the broker's checks of
+    ``SendMessageProcessor`` and ``DefaultMessageStore.checkMessage``, which a put repeats).
+
+    Raises: as :func:`put_messages`, but FlushDiskTimeoutError and OSError from a write
+    (OSError ENOSPC while the store refuses messages for a full disk); ReadOnlyStoreError for
+    a read-only or closed store."""
+    _check_room(store)
+    check_messages(messages)
+    if not messages:
+        return
+    now = int(time.time() * 1000)
+    with store.put_lock:
+        if store.closed:
+            raise ReadOnlyStoreError("store is closed")
+        targets = _targets(store, messages, batch, now, dry=True)
+        _encode_all(store, messages, targets, now, dry=True)
 
 
 #: batches of up to this many messages are checked message by message (``check_messages``), larger
@@ -527,17 +552,20 @@ def _put(
 
 
 def _targets(
-    store: MessageStore, messages: list[Message], batch: bool, now: int
+    store: MessageStore, messages: list[Message], batch: bool, now: int, dry: bool = False
 ) -> list[tuple[str, int, dict[str, str] | None]]:
     """Where each message goes after the delay and timer rewrites: ``(topic, queueId, extra
     properties)``; a batch goes whole to its first message's queue. Checks each topic as
     ``DefaultMessageStore.checkMessage`` and the broker's ``SendMessageProcessor`` do.
+    ``dry``: change nothing (the round robin is not moved, no system topic is created:
+    :func:`check_put`).
 
     Raises:
         PutMessageError: a batch of several topics.
         NoSuchTopicError, PermissionDeniedError, MessageIllegalError: the topic refuses it.
     """
     targets: list[tuple[str, int, dict[str, str] | None]] = []
+    round_robin = dict(store.putter.round_robin) if dry else store.putter.round_robin
     if batch and len({m.topic for m in messages}) > 1:
         raise PutMessageError("a batch must have a single topic")
     for msg in messages:
@@ -553,10 +581,11 @@ def _targets(
                 f"{msg.topic}: inner-batch messages and BatchCQ topics need "
                 "batchconsumequeue/, which this engine does not write"
             )
-        qid = targets[0][1] if batch and targets else select_queue(store, msg, cfg)
+        qid = targets[0][1] if batch and targets else select_queue(store, msg, cfg, round_robin)
         if msg.delay_level > 0 and msg.topic != SCHEDULE_TOPIC:
             level = min(msg.delay_level, max(store.delay_levels, default=1))
-            schedule_topic(store)
+            if not dry:
+                schedule_topic(store)
             extra = {
                 PROPERTY_REAL_TOPIC: msg.topic,
                 PROPERTY_REAL_QID: str(qid),
@@ -564,7 +593,7 @@ def _targets(
             }
             targets.append((SCHEDULE_TOPIC, level - 1, extra))
         else:
-            targets.append(timer_target(store, msg, qid, now))
+            targets.append(timer_target(store, msg, qid, now, dry))
     return targets
 
 
@@ -573,11 +602,13 @@ def _encode_all(
     messages: list[Message],
     targets: list[tuple[str, int, dict[str, str] | None]],
     now: int,
+    dry: bool = False,
 ) -> tuple[list[EncodedMessage], list[str | None]]:
     """Each message encoded as a record for its target (properties with TAGS, KEYS, UNIQ_KEY,
     the body compressed per ``tryToCompressMessage``; ``now``: epoch ms for an unset born
     timestamp), and the DELAY level of each one rewritten to the schedule topic (None for
-    the others). Raises MessageTooLargeError as :func:`engine.format.message.encode_message`."""
+    the others); ``dry``: no UNIQ_KEY taken (a stand-in of the same length: :func:`check_put`).
+    Raises MessageTooLargeError as :func:`engine.format.message.encode_message`."""
     cfg_ = store.config
     encoded = []
     delays = []
@@ -595,7 +626,10 @@ def _encode_all(
         if extra:
             props.update(extra)
         born = msg.born_timestamp or now
-        props.setdefault(PROPERTY_UNIQ_KEY, store.uniq_keys.next(born))
+        if PROPERTY_UNIQ_KEY not in props:
+            props[PROPERTY_UNIQ_KEY] = (
+                "0" * store.uniq_keys.id_length if dry else store.uniq_keys.next(born)
+            )
         delays.append(props.get(PROPERTY_DELAY) if topic == SCHEDULE_TOPIC else None)
         body, sys_flag = msg.body, msg.sys_flag
         if should_compress(store, msg):
@@ -690,7 +724,7 @@ def timer_enabled(store: MessageStore) -> bool:
 
 
 def timer_target(
-    store: MessageStore, msg: Message, qid: int, now: int
+    store: MessageStore, msg: Message, qid: int, now: int, dry: bool = False
 ) -> tuple[str, int, dict[str, str] | None]:
     """``(topic, queueId, extra properties)`` of ``msg`` as the broker stores it: a timed one
     (``deliver_time_ms``/``delay_time_ms``/``delay_time_sec``) rewritten as
@@ -753,7 +787,7 @@ def timer_target(
         )
     tick = cfg.timer_precision_ms
     deliver = deliver - tick if deliver % tick == 0 else deliver // tick * tick
-    if store.topic_config.get(TIMER_TOPIC) is None:
+    if not dry and store.topic_config.get(TIMER_TOPIC) is None:
         store.topic_config.put(TopicConfig(TIMER_TOPIC, 1, 1))
     extra.update(
         {

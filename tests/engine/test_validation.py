@@ -15,7 +15,7 @@ from rmqfs.engine.errors import (
     MessageIllegalError,
     MessageTooLargeError,
 )
-from rmqfs.engine.format.config import validate_group_name, validate_topic_name
+from rmqfs.engine.format.config import TopicConfig, validate_group_name, validate_topic_name
 from rmqfs.engine.read import jsonline as J
 from rmqfs.engine.service import validation as V
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
@@ -537,3 +537,41 @@ def test_every_put_refuses_numbers_out_of_their_fields_range(tmp_path, field, ma
         assert s.commitlog.max_offset == end
         r = s.put_messages([Message("T", b"y", flag=-7, born_timestamp=V.MAX_BORN_TIMESTAMP)])[0]
         assert s.get_message("T", r.queue_id, r.queue_offset).body == b"y"
+
+
+def test_check_put_refuses_what_the_put_refuses_and_changes_nothing(tmp_path):
+    """``MessageStore.check_put`` raises the error ``put_messages`` raises for the same
+    messages (topic, queue, size, properties, timer rules), and changes nothing: no record,
+    the round robin and the UNIQ_KEY counter where they were, no system topic created; for
+    messages the put takes it raises nothing."""
+    cfg = StoreConfig(max_message_size=1024, timer_wheel_enable=False)
+    with MessageStore(str(tmp_path / "s"), cfg) as s:
+        s.create_topic("T", 2)
+        s.topic_config.put(TopicConfig("R", 1, 1, perm=4))
+        cases = [
+            Message("Nope", b"x"),
+            Message("R", b"x"),  # perm 4: no write bit
+            Message("T", b"x", queue_id=2),
+            Message("T", b"x" * 1025),
+            Message("T", b"x", properties={"p": "v" * 40_000}),
+            Message("T", b"x", delay_time_ms=60_000),  # no timer store
+            Message("T", b"x", tags="a|b"),  # a client rule
+        ]
+        rr, counter = dict(s.putter.round_robin), s.uniq_keys.counter
+        topics = set(s.topic_config.topics)
+        for m in cases:
+            with pytest.raises(Exception) as checked:
+                s.check_put([m])
+            with pytest.raises(Exception) as put:
+                s.put_messages([m])
+            assert type(checked.value) is type(put.value) and str(checked.value) == str(
+                put.value
+            ), m
+        s.putter.round_robin.clear()
+        s.putter.round_robin.update(rr)
+        s.uniq_keys.counter = counter
+        for m in (Message("T", b"ok"), Message("T", b"late", delay_level=3)):
+            s.check_put([m])
+        assert s.putter.round_robin == rr and s.uniq_keys.counter == counter
+        assert set(s.topic_config.topics) == topics  # no SCHEDULE_TOPIC_XXXX made
+        assert s.commitlog.max_offset == 0

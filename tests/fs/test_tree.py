@@ -666,3 +666,82 @@ def test_a_sync_flush_timeout_is_no_failed_write(tmp_path, monkeypatch):
         assert h.write(b"d\n") == 2
         h.release()
         assert [b for _, _, b in messages(t, "T")] == [b"a", b"b", b"cd"]
+
+
+def test_close_refuses_a_whole_json_line_the_put_would_refuse(tmp_path):
+    """An unfinished ``produce.jsonl`` line that is one whole JSON value is checked at close()
+    as the put would check it (a queueId the topic lacks, a body over maxMessageSize, a timed
+    message without a timer store), not only its fields: close() fails with the errno, the
+    line is refused for good and nothing is stored (the release, which no process hears,
+    would have refused it)."""
+    with tree(tmp_path) as t:
+        t.store.create_topic("F", 4)
+        limit = t.store.config.max_message_size
+        for line, err in (
+            (b'{"body": "q9", "queueId": 9}', errno.EINVAL),
+            (b'{"body": "%s"}' % (b"b" * (limit + 1)), errno.EMSGSIZE),
+            (b'{"body": "t", "delayMs": 60000}', errno.EINVAL),  # no timerwheel here
+        ):
+            h = t.node("/topics/F/produce.jsonl").open(os.O_WRONLY)
+            h.write(line)
+            with pytest.raises(FsError) as info:
+                h.flush()
+            assert info.value.errno == err, (line[:40], info.value)
+            assert "line 1 of the write: " in str(info.value)
+            assert "unknown field" not in str(info.value)
+            h.release()
+        # a good whole line still waits for the last close, and is stored then
+        h = t.node("/topics/F/produce.jsonl").open(os.O_WRONLY)
+        h.write(b'{"body": "fine", "queueId": 3}')
+        h.flush()
+        assert messages(t, "F") == []
+        h.release()
+        assert [(q, b) for q, _, b in messages(t, "F")] == [(3, b"fine")]
+        h = t.node("/topics/F/produce.jsonl").open(os.O_WRONLY)
+        h.write(b'{"body": "t", "delayMs": 60000}')
+        with pytest.raises(FsError) as info:
+            h.flush()
+        assert "timerwheel" in str(info.value)
+        h.release()
+        # nothing was changed by the checks: no round robin moved, no system topic made
+        assert t.store.topic_config.get("rmq_sys_wheel_timer") is None
+
+
+def test_a_json_line_may_be_as_long_as_its_escapes_make_it(tmp_path):
+    """A body of maxMessageSize bytes written with every byte escaped (``\\u0001``: 6 bytes
+    each) is a valid message: the unfinished line may grow to six times maxMessageSize (and
+    the longest properties) before the write is refused with EMSGSIZE, whose reason gives
+    the bound."""
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/E")
+        h = t.node("/topics/E/produce.jsonl").open(os.O_WRONLY)
+        limit = t.store.config.max_message_size
+        assert h.max_line >= 6 * limit
+        body = "\u0001" * 20_000  # (a record must fit a 64 KiB segment here)
+        line = json.dumps({"body": body}).encode()
+        assert len(line) > 6 * 20_000
+        assert h.write(line) == len(line)
+        h.release()
+        assert [b for _, _, b in messages(t, "E")] == [body.encode()]
+        h = t.node("/topics/E/produce.jsonl").open(os.O_WRONLY)
+        with pytest.raises(FsError) as info:
+            h.write(b'{"body": "' + b"x" * h.max_line)
+        assert info.value.errno == errno.EMSGSIZE and f"({h.max_line} bytes" in str(info.value)
+        h.release()
+
+
+def test_a_write_refused_at_put_names_its_line(tmp_path):
+    """A line the put refuses (a queueId the topic lacks, a body over maxMessageSize) fails
+    the whole write, naming the line as a parsing refusal does; nothing of the write stored."""
+    with tree(tmp_path) as t:
+        t.store.create_topic("Q", 2)
+        limit = t.store.config.max_message_size
+        with pytest.raises(FsError) as info:
+            t.write("/topics/Q/produce.jsonl", b'{"body": "a"}\n\n{"body": "c", "queueId": 5}\n')
+        assert info.value.errno == errno.EINVAL
+        assert "line 3 of the write: " in str(info.value) and "(0..1)" in str(info.value)
+        big = b"x" * (limit + 1)
+        with pytest.raises(FsError) as info:
+            t.write("/topics/Q/produce.jsonl", b'{"body": "a"}\n{"body": "%s"}\n' % big)
+        assert info.value.errno == errno.EMSGSIZE and "line 2 of the write: " in str(info.value)
+        assert messages(t, "Q") == []

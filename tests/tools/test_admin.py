@@ -518,8 +518,9 @@ def test_produce_says_what_it_stored_when_the_disk_fills(tmp_path, monkeypatch, 
     with MessageStore(str(root), read_only=True) as s:
         stored = sum(s.max_offset("T", q) for q in s.queue_ids("T"))
     assert 0 < stored < 30000
-    assert f"No space left on device; {stored} messages before lines {stored + 1}.." in err
-    assert "were produced, none after" in err
+    # the batch refused is named by its lines (one message a line here), and what came before
+    assert f"No space left on device; {src}, lines {stored + 1}.." in err
+    assert f"none of them produced, nor anything after; {stored} messages produced before" in err
 
 
 def test_clean_deletes_expired_files(store, conf):
@@ -555,14 +556,36 @@ def test_clean_deletes_expired_files(store, conf):
 
 
 def test_produce_stops_at_an_oversized_line(tmp_path):
+    """A line over maxMessageSize stops ``rmqfs produce`` there, named by its number: the
+    lines before it (in its batch too) are produced, none from it on; a line that never ends
+    (``/dev/zero``) is refused as soon as it is too long, not held whole in memory."""
     src = tmp_path / "in.txt"
-    src.write_bytes(b"a\n" + b"x" * (4 * 1024 * 1024 + 1) + b"\nb\n")
+    src.write_bytes(b"a\n\n\n\n" + b"x" * (4 * 1024 * 1024 + 1) + b"\nb\n")
     r = run_rmqfs("produce", tmp_path / "s", "-t", "T", "-c", src, check=False)
     assert r.returncode == 1
-    assert r.stderr.startswith("rmqfs: ") and "4194305" in r.stderr  # the engine's reason
-    assert r.stderr.endswith("; 1 messages before lines 2..3 were produced, none after\n")
+    assert r.stderr == (
+        f"rmqfs: {src}, line 5: the message body is 4194305 bytes, more than maxMessageSize "
+        "4194304; 1 messages produced before it, none from it on\n"
+    )
+    small = tmp_path / "small.txt"  # the same, the long line within one read
+    small.write_bytes(b"c\n\n" + b"y" * 2000 + b"\nd\n")
+    conf = tmp_path / "broker.conf"
+    conf.write_text("maxMessageSize=1024\n")
+    r = run_rmqfs("produce", tmp_path / "s", "-t", "T", "--config", conf, small, check=False)
+    assert r.returncode == 1 and r.stderr == (
+        f"rmqfs: {small}, line 3: the message body is 2000 bytes, more than maxMessageSize "
+        "1024; 1 messages produced before it, none from it on\n"
+    )
     with MessageStore(tmp_path / "s", read_only=True) as s:
-        assert [rec.body for q in s.queue_ids("T") for _, rec in s.iter_queue("T", q)] == [b"a"]
+        got = [rec.body for q in s.queue_ids("T") for _, rec in s.iter_queue("T", q)]
+    assert sorted(got) == [b"a", b"c"]
+    r = run_rmqfs("produce", tmp_path / "s", "-t", "T", "/dev/zero", check=False, timeout=60)
+    assert r.returncode == 1 and r.stderr == (
+        "rmqfs: /dev/zero, line 1: longer than maxMessageSize (4194304 bytes); the lines "
+        "before it were produced, none from it on\n"
+    )
+    r = run_rmqfs("produce", tmp_path / "s", "-t", "T", "--body", "", check=False)
+    assert r.returncode == 1 and "the message body length is zero" in r.stderr
 
 
 def test_print_and_query_never_show_a_damaged_record(tmp_path, conf):
