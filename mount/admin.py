@@ -481,34 +481,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from rmqfs.engine.errors import StoreError
     from rmqfs.engine.format.config import validate_queue_nums, validate_topic_name
     from rmqfs.engine.service.putmessage import PutResult
+    from rmqfs.engine.service.validation import check_topic_creatable
     from rmqfs.engine.store import Message
 
-    properties = {}
-    for item in args.property or ():
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise AdminError(f"bad --property {item!r}: use NAME=VALUE")
-        properties[k] = v
-    from rmqfs.engine.service.validation import check_message, check_topic_creatable
-
-    # a delayed or timed message (HookUtils.handleScheduleMessage stores it as the broker does)
-    timing = {
-        "delay_level": args.delay_level or 0,
-        "deliver_time_ms": args.deliver_time,
-        "delay_time_ms": args.delay_ms,
-    }
-    # the message fields shared by every line, checked once before the store is opened
-    check_message(
-        Message(
-            args.topic,
-            b"",
-            tags=args.tags,
-            keys=args.keys,
-            properties=properties or None,
-            queue_id=args.queue_id,
-            **timing,
-        )
-    )
+    properties, timing = _produce_fields(args)
     if args.body is not None and args.files:
         raise AdminError("give FILEs or --body, not both")
     if args.body == "":
@@ -628,6 +604,39 @@ def cmd_produce(args: argparse.Namespace) -> int:
     else:
         print(f"produced 0 messages to {args.topic}")
     return 0
+
+
+def _produce_fields(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, Any]]:
+    """``rmqfs produce``'s message fields shared by every line, checked once before the store
+    is opened: ``(--property NAME=VALUE as a dict, the delay or timer fields of Message)``
+    (a delayed or timed message: ``HookUtils.handleScheduleMessage`` stores it as the broker
+    does). AdminError or StoreError for a bad one."""
+    from rmqfs.engine.service.validation import check_message
+    from rmqfs.engine.store import Message
+
+    properties = {}
+    for item in args.property or ():
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise AdminError(f"bad --property {item!r}: use NAME=VALUE")
+        properties[k] = v
+    timing = {
+        "delay_level": args.delay_level or 0,
+        "deliver_time_ms": args.deliver_time,
+        "delay_time_ms": args.delay_ms,
+    }
+    check_message(
+        Message(
+            args.topic,
+            b"",
+            tags=args.tags,
+            keys=args.keys,
+            properties=properties or None,
+            queue_id=args.queue_id,
+            **timing,
+        )
+    )
+    return properties, timing
 
 
 _RESULT_QUEUE = operator.attrgetter("queue_id")  # of a PutResult

@@ -77,6 +77,9 @@ class FlushService:
         self.store = store
         # SYNC_FLUSH: dispatches waiting for their records to be flushed, in CommitLog order.
         self._pending: list[tuple[int, list]] = []
+        # the first pending batch's dispatch failed part way (a disk error): its retry keeps
+        # and checks what that try wrote; the error, logged once until a dispatch succeeds
+        self._dispatch_failed: OSError | None = None
         self._lock = threading.Lock()
         self._gc_cond = threading.Condition()
         self._gc_waiters: list[_GroupCommitRequest] = []
@@ -227,14 +230,43 @@ class FlushService:
         self._data_moved = True
 
     def dispatch_flushed(self, flushed: int) -> None:
-        """SYNC_FLUSH: dispatch the pending puts whose records end at or before ``flushed``.
+        """SYNC_FLUSH: dispatch the pending puts whose records end at or before ``flushed``
+        (``ReputMessageService.doReput`` up to the flushed offset).
 
-        Caller holds the put lock. A dispatch error leaves the batch pending (retried on the
-        next flush; a restart re-dispatches it from the CommitLog anyway).
+        Caller holds the put lock. A disk error (OSError) leaves the batch pending and is
+        logged once, not raised: the records are on disk, so their puts succeeded (RocketMQ's
+        PUT_OK: its reput thread dispatches behind the put and retries); they become visible
+        when a later flush round dispatches them (or a restart, which re-dispatches them from
+        the CommitLog). The retry keeps what the failed try wrote: it goes through
+        :func:`dispatch.dispatch`'s re-dispatch rule (units present are compared and skipped,
+        the index skips what it holds), so no unit is written twice.
         """
         pending = self._pending
+        store = self.store
         while pending and pending[0][0] <= flushed:
-            dispatch.dispatch(self.store, pending[0][1])
+            batch = pending[0][1]
+            try:
+                if self._dispatch_failed is None:
+                    dispatch.dispatch(store, batch)
+                else:
+                    dispatch.dispatch(store, batch, recovering=True)
+                    if batch:
+                        store.dispatched_store_timestamp = batch[-1].store_timestamp
+            except OSError as exc:
+                if self._dispatch_failed is None:
+                    log.warning(
+                        "records from CommitLog offset %d on are on disk, but their ConsumeQueue "
+                        "units and index entries could not be written (%s): their puts "
+                        "succeeded; they become visible when a later flush writes them "
+                        "(retried every round; a restart rebuilds them)",
+                        min((d.commitlog_offset for d in batch), default=flushed),
+                        exc,
+                    )
+                self._dispatch_failed = exc
+                return
+            if self._dispatch_failed is not None:
+                log.warning("dispatch resumed: the records on disk are visible again")
+                self._dispatch_failed = None
             pending.pop(0)
 
     def wait_flushed(self, end: int, results: Sequence) -> None:

@@ -351,7 +351,9 @@ def put_messages(
     When this returns, the records are in the CommitLog (page cache) and visible to readers.
     With SYNC_FLUSH the call waits (group commit: concurrent callers share one fdatasync)
     until they are on disk, and they become visible only then, as RocketMQ's
-    ReputMessageService dispatches only up to the flushed offset. Encoding errors are
+    ReputMessageService dispatches only up to the flushed offset (a disk error in that
+    dispatch fails no put: the records are durable, and a later flush round makes them
+    visible; ``FlushService.dispatch_flushed``). Encoding errors are
     raised before anything is written.
 
     Returns a :class:`PutResult` per message; with ``results`` False, [] for a batch of more

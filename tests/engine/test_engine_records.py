@@ -409,6 +409,61 @@ def test_sync_flush_timeout(tmp_path):
         assert s.get_message("T", 0, 0).body == b"late"
 
 
+@pytest.mark.parametrize("where", ["index", "second queue"])
+@pytest.mark.parametrize("general", [False, True])
+def test_sync_flush_dispatch_error_keeps_the_store_working(tmp_path, monkeypatch, where, general):
+    """Under SYNC_FLUSH a disk error while the group commit dispatches flushed records (the
+    IndexFile, or a ConsumeQueue after another queue took its units) fails no put: the records
+    are on disk, so the puts succeed (RocketMQ's reput dispatches behind PUT_OK), and the next
+    round's retry writes what is missing without writing a unit twice. It used to report the
+    put as failed (though its record was kept: a retrying producer stored it twice), and every
+    later put failed with "unit N does not follow M" until a restart."""
+    import errno
+
+    from rmqfs.engine.format.consumequeue import ConsumeQueue
+    from rmqfs.engine.service.indexservice import IndexService
+
+    with MessageStore(tmp_path / "s", _cfg(flush_disk_type="SYNC_FLUSH")) as s:
+        if general:
+            monkeypatch.setattr(s.putter, "_load_kernel", None)
+            monkeypatch.setattr(s.putter, "_kernel", None)
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"one", keys="k1", queue_id=0)])
+        calls = []
+        if where == "index":
+            real = IndexService.dispatch
+
+            def fail_once(self, batch):
+                calls.append(1)
+                if len(calls) == 1:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return real(self, batch)
+
+            monkeypatch.setattr(IndexService, "dispatch", fail_once)
+        else:
+            real_units = ConsumeQueue.put_units
+
+            def fail_queue_1_once(self, first, units):
+                if self.queue_id == 1 and not calls:
+                    calls.append(1)
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return real_units(self, first, units)
+
+            monkeypatch.setattr(ConsumeQueue, "put_units", fail_queue_1_once)
+        two = [Message("T", b"two-%d" % q, keys=f"k2{q}", queue_id=q) for q in (0, 1)]
+        res = s.put_messages(two)  # no error: the records are on disk
+        assert calls and [r.queue_offset for r in res] == [1, 0]
+        later = s.put_messages([Message("T", b"three", keys="k3", queue_id=1)])
+        assert later[0].queue_offset == 1
+        assert s.flusher.pending_count() == 0
+        bodies = {q: [m.body for m in s.get_messages("g", "T", q, 0, 32).messages] for q in (0, 1)}
+        assert bodies == {0: [b"one", b"two-0"], 1: [b"two-1", b"three"]}
+        for key in ("k1", "k20", "k21", "k3"):
+            assert len(s.query_by_key("T", key)) == 1, key  # each entry once
+    with MessageStore(tmp_path / "s", _cfg(flush_disk_type="SYNC_FLUSH"), read_only=True) as s:
+        assert s.max_offset("T", 0) == 2 and s.max_offset("T", 1) == 2
+
+
 # ---------------------------------------------------------------------------------------------
 # getMessage
 
