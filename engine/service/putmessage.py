@@ -322,11 +322,20 @@ def choose_queue(
     """The queue of a message of ``topic`` (every put path's rule): its ``queue_id`` (one of
     the topic's ``queues``), else its sharding key's hash (``SelectMessageQueueByHash``), else
     the topic's next round-robin queue (``round_robin`` advanced), among ``write_queues``.
-    PutMessageError for a queueId that is not the topic's."""
+    PutMessageError for a queueId that is not the topic's, or for none given to a topic
+    without write queues (``writeQueueNums`` 0)."""
     if queue_id is not None:
         if not 0 <= queue_id < queues:
             raise PutMessageError(f"queueId {queue_id} is not a queue of {topic} (0..{queues - 1})")
         return queue_id
+    if write_queues <= 0:
+        # (writeQueueNums 0: a topic being drained; the broker's randomQueueId has no queue)
+        raise PutMessageError(
+            f"topic {topic} has no write queue (writeQueueNums 0): it takes a message only "
+            f"with a queueId of its queues (0..{queues - 1})"
+            if queues > 0
+            else f"topic {topic} has no queue (readQueueNums and writeQueueNums 0)"
+        )
     if sharding_key is not None:
         return (zlib.crc32(sharding_key.encode()) & 0x7FFFFFFF) % write_queues
     i = round_robin.get(topic, 0)

@@ -320,6 +320,27 @@ def check_numbers(msg: Message) -> None:
         )
 
 
+def check_born_host(host: object) -> None:
+    """``born_host`` None (the put's default, 127.0.0.1:0) or ``(address, port)``: the address
+    4 bytes (IPv4) or 16 (IPv6), the port an int from 0 to 65535 (``InetSocketAddress``;
+    ``MessageExt.bornHost``, stored as the address bytes and an int32 port).
+
+    Raises:
+        MessageIllegalError: naming what is wrong (the record would hold another host).
+    """
+    if host is None:
+        return
+    if not isinstance(host, tuple) or len(host) != 2:
+        raise MessageIllegalError(f"born host must be (address bytes, port), not {host!r}")
+    addr, port = host
+    if not isinstance(addr, bytes) or len(addr) not in (4, 16):
+        raise MessageIllegalError(
+            f"born host address must be 4 bytes (IPv4) or 16 (IPv6), not {addr!r}"
+        )
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise MessageIllegalError(f"born host port must be an int from 0 to 65535, not {port!r}")
+
+
 def check_message(msg: Message) -> None:
     """Every rule of this module for one :class:`engine.format.message.Message`.
 
@@ -335,6 +356,7 @@ def check_message(msg: Message) -> None:
         check_text("shardingKey", msg.sharding_key)
     check_queue_id(msg.queue_id)
     check_numbers(msg)
+    check_born_host(msg.born_host)
     check_timing(msg)
     body = msg.body
     if not isinstance(body, (bytes, bytearray, memoryview)):
@@ -367,6 +389,8 @@ def check_messages(messages: Iterable[Message]) -> None:
         # (an int 0 is one object in CPython: anything else, or a born time, is looked at)
         if m.flag is not _ZERO or m.sys_flag is not _ZERO or m.born_timestamp is not None:
             check_numbers(m)
+        if m.born_host is not None:
+            check_born_host(m.born_host)
         if (
             m.delay_level is not _ZERO
             or m.deliver_time_ms is not None
@@ -391,7 +415,7 @@ def check_message_columns(
     they show that every message passes every rule; anything the passes cannot vouch for (a tag
     not seen before, keys or a sharding key with a character to look at, properties, a queueId
     or body of another type, a flag or sysFlag that is not an int in a Java int's range, a born
-    time, a delay level or timer field, an unhashable field) runs :func:`check_messages` over
+    time or host, a delay level or timer field, an unhashable field) runs :func:`check_messages` over
     ``messages``, so a refusal is the one it gives: the first broken rule of the first message
     that breaks one.
 
@@ -419,7 +443,13 @@ def check_message_columns(
 
 #: The fields a batch's columns are let through with only when every value is None (one C-level
 #: ``count`` each: an object that says it equals None passes as None, as the put path reads it).
-_NONE_FIELDS = ("born_timestamp", "deliver_time_ms", "delay_time_ms", "delay_time_sec")
+_NONE_FIELDS = (
+    "born_timestamp",
+    "born_host",
+    "deliver_time_ms",
+    "delay_time_ms",
+    "delay_time_sec",
+)
 
 
 def _int32s(values: Sequence[object]) -> bool:

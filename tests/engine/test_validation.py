@@ -14,6 +14,7 @@ from rmqfs.engine.errors import (
     InvalidNameError,
     MessageIllegalError,
     MessageTooLargeError,
+    PutMessageError,
 )
 from rmqfs.engine.format.config import TopicConfig, validate_group_name, validate_topic_name
 from rmqfs.engine.read import jsonline as J
@@ -575,3 +576,52 @@ def test_check_put_refuses_what_the_put_refuses_and_changes_nothing(tmp_path):
         assert s.putter.round_robin == rr and s.uniq_keys.counter == counter
         assert set(s.topic_config.topics) == topics  # no SCHEDULE_TOPIC_XXXX made
         assert s.commitlog.max_offset == 0
+
+
+@pytest.mark.parametrize(
+    "host, match",
+    [
+        ((b"\n\x00\x00\x01c", 8080), "4 bytes"),  # 5 bytes: was cut to 4 and stored
+        ((b"\n\x00\x01", 8080), "4 bytes"),  # 3 bytes: was padded with a zero
+        (("10.0.0.1", 80), "4 bytes"),  # text: a bare struct.error
+        ((b"\n\x00\x00\x01", 2**31), "port"),  # past int32: a bare struct.error
+        ((b"\n\x00\x00\x01", -1), "port"),
+        ((b"\n\x00\x00\x01",), "address bytes, port"),
+    ],
+)
+def test_a_bad_born_host_is_refused_on_every_path(store, host, match):
+    """A born host is 4 or 16 address bytes and a port 0..65535; anything else is refused
+    (EINVAL) before anything is written, alone or in a batch, on the compiled path and the
+    general one alike, the round robin and the UNIQ_KEY counter left as they were."""
+    rr, counter = dict(store.putter.round_robin), store.uniq_keys.counter
+    for msgs in (
+        [Message("T", b"x", born_host=host)],
+        [Message("T", b"a")] * 40 + [Message("T", b"x", born_host=host)],  # the column pass
+        [Message("T", b"x", born_host=host, properties={"p": "v"})],  # the general path
+    ):
+        with pytest.raises(MessageIllegalError, match=match):
+            store.put_messages(msgs)
+    assert store.commitlog.max_offset == 0
+    assert store.putter.round_robin == rr and store.uniq_keys.counter == counter
+    ok = store.put_messages([Message("T", b"y", born_host=(b"\n\x00\x00\x01", 65535))])
+    assert store.get_message("T", ok[0].queue_id, 0).born_host == (b"\n\x00\x00\x01", 65535)
+
+
+def test_a_topic_without_write_queues_takes_only_a_queue_id(tmp_path):
+    """writeQueueNums 0 (a topic being drained): a message without a queueId is refused with
+    a reason (it was a bare ZeroDivisionError), one with a queueId of its read queues is put,
+    as the broker's SendMessageProcessor checks it against max(read, write)."""
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.topic_config.put(TopicConfig("Z", read_queue_nums=4, write_queue_nums=0))
+        for put in (
+            lambda: s.put_messages([Message("Z", b"a")]),
+            lambda: s.put_messages([Message("Z", b"a", sharding_key="k")]),
+            lambda: s.put_bodies("Z", [b"a", b"b"]),
+            lambda: s.put_messages([Message("Z", b"a")] * 3, batch=True),
+        ):
+            with pytest.raises(PutMessageError, match="no write queue") as info:
+                put()
+            assert info.value.errno == errno.EINVAL
+        assert s.putter.round_robin.get("Z") is None and s.commitlog.max_offset == 0
+        assert s.put_messages([Message("Z", b"q3", queue_id=3)])[0].queue_id == 3
+        assert s.put_bodies("Z", [b"b0", b"b1"], queue_id=1)[1].queue_offset == 1
