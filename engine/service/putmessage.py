@@ -85,7 +85,13 @@ from ..format.timerwheel import WHEEL_FILE
 from ..storeconfig import COMPRESSION_TYPES
 from . import dispatch
 from .dispatch import DispatchRequest
-from .validation import check_message_columns, check_messages, tags_keys_clean
+from .validation import (
+    check_born_host,
+    check_message_columns,
+    check_messages,
+    check_numbers,
+    tags_keys_clean,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -458,8 +464,14 @@ def put_internal(
 
     A text field that UTF-8 cannot encode (a lone surrogate in the tags, keys or a property)
     raises MessageIllegalError, nothing of the batch stored: every text is encoded before
-    anything is written.
+    anything is written. So do the fields' own ranges, which are the record's and not the
+    client's rules (a flag or sysFlag outside a Java int, a born time or host that its fields
+    cannot hold: :func:`validation.check_numbers`, :func:`validation.check_born_host`), checked
+    before any path moves the round robin or takes a UNIQ_KEY.
     """
+    for m in messages:
+        check_numbers(m)
+        check_born_host(m.born_host)
     try:
         return _put(store, messages, batch)
     except UnicodeEncodeError as exc:

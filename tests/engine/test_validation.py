@@ -625,3 +625,19 @@ def test_a_topic_without_write_queues_takes_only_a_queue_id(tmp_path):
         assert s.putter.round_robin.get("Z") is None and s.commitlog.max_offset == 0
         assert s.put_messages([Message("Z", b"q3", queue_id=3)])[0].queue_id == 3
         assert s.put_bodies("Z", [b"b0", b"b1"], queue_id=1)[1].queue_offset == 1
+
+
+def test_put_internal_refuses_what_the_record_cannot_hold(store):
+    """put_internal skips the client's rules, not the record's fields: a flag past a Java int
+    or a bad born host is MessageIllegalError on both paths (it was an OverflowError on the
+    compiled path and a struct.error on the general one, which had moved the round robin)."""
+    rr, counter = dict(store.putter.round_robin), store.uniq_keys.counter
+    for bad in (
+        Message("T", b"x", flag=2**31),
+        Message("T", b"x", flag=2**31, properties={"p": "v"}),
+        Message("T", b"x", born_host=(b"\x01\x02\x03", 1)),
+    ):
+        with pytest.raises(MessageIllegalError):
+            put_internal(store, [Message("T", b"a"), bad])
+    assert store.commitlog.max_offset == 0
+    assert store.putter.round_robin == rr and store.uniq_keys.counter == counter
