@@ -1238,7 +1238,7 @@ class ProduceHandle(LineHandle):
         except FsError:
             raise  # (a bad line: named already)
         except E.StoreError as exc:
-            raise (self._which_line(lines, exc) if len(lines) > 1 else fs_error(exc)) from exc
+            raise self._which_line(lines, exc) from exc
 
     def write(self, data: bytes) -> int:
         """Store the complete lines of ``data`` and buffer the rest (the class's rules).
