@@ -242,6 +242,10 @@ class MessageStore:
         # a group's deletion against a commit that must find the group (commit_offset's
         # existing_group): taken before the consumer offsets' and subscription groups' locks
         self._group_lock = threading.Lock()
+        # a topic's deletion against a commit that checked the topic: taken first, before the
+        # group lock, the consumer offsets' lock and the put lock (ConsumerManageProcessor
+        # refuses a commit to a topic the broker deleted: none may land after its cleanup)
+        self._topic_lock = threading.Lock()
         self._closed = False
         self._lock: StoreLock | None = None  # the lock this store took (not a held_lock)
         self._held_lock = held_lock
@@ -824,6 +828,11 @@ class MessageStore:
                 f"the topic {name} is a RocketMQ system topic and cannot "
                 "be deleted (the broker refuses: conflict with system topic)"
             )
+        with self._topic_lock:  # no commit checks the topic and lands after its cleanup
+            return self._delete_topic(name)
+
+    def _delete_topic(self, name: str) -> dict:
+        """:meth:`delete_topic` under the topic lock."""
         if name not in self.topic_names():
             raise NoSuchTopicError(f"topic {name} does not exist")
         # the offsets first, under their own lock alone: a snapshot holds that lock and then
@@ -1362,14 +1371,15 @@ class MessageStore:
         bad group name, NoSuchTopicError for an unknown queue, NoSuchGroupError (with
         ``existing_group``), ReadOnlyStoreError.
         """
-        self._check_commit(group, topic, offsets)
-        if not existing_group:
-            self.consumer_offsets.commit_queues(group, topic, offsets)
-            return
-        with self._group_lock:
-            if not self.has_group(group):
-                raise NoSuchGroupError(f"consumer group {group} was deleted")
-            self.consumer_offsets.commit_queues(group, topic, offsets)
+        with self._topic_lock:  # the topic checked stays until the commit is written
+            self._check_commit(group, topic, offsets)
+            if not existing_group:
+                self.consumer_offsets.commit_queues(group, topic, offsets)
+                return
+            with self._group_lock:
+                if not self.has_group(group):
+                    raise NoSuchGroupError(f"consumer group {group} was deleted")
+                self.consumer_offsets.commit_queues(group, topic, offsets)
 
     def _check_commit(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         self.check_writable()
@@ -1435,9 +1445,10 @@ class MessageStore:
         ReadOnlyStoreError."""
         self.check_writable()
         validate_group_name(dest)
-        if topic not in self.topic_names():
-            raise NoSuchTopicError(f"topic {topic} does not exist")
-        copied = self.consumer_offsets.clone(src, dest, topic)
+        with self._topic_lock:  # (as a commit: never after the topic's deletion)
+            if topic not in self.topic_names():
+                raise NoSuchTopicError(f"topic {topic} does not exist")
+            copied = self.consumer_offsets.clone(src, dest, topic)
         if copied is None:
             raise NoSuchGroupError(f"consumer group {src} has no offsets of {topic}")
         return copied

@@ -82,9 +82,11 @@ def parse_time(text: str) -> int:
     text = text.strip()
     if text.lower() == "now":
         return int(time.time() * 1000)
-    if text.lstrip("-").isdigit():
-        return int(text)
-    m = re.fullmatch(r"(\d{4}-\d{2}-\d{2}#\d{2}:\d{2}:\d{2}):(\d{1,3})", text)
+    if re.fullmatch(r"-?[0-9]+", text):
+        ms = int(text)
+        if -(1 << 63) <= ms < 1 << 63:  # (mqadmin's Long.parseLong)
+            return ms
+    m = re.fullmatch(r"([0-9]{4}-[0-9]{2}-[0-9]{2}#[0-9]{2}:[0-9]{2}:[0-9]{2}):([0-9]{1,3})", text)
     try:
         if m is None:
             raise ValueError
@@ -997,6 +999,14 @@ def cmd_reset_offset(args: argparse.Namespace) -> int:
     ts = parse_time(args.timestamp) if args.timestamp is not None else None
     with open_store(args, write=True) as store:
         topic = _topic(store, args.topic)
+        if not store.has_group(args.group):
+            # (AdminBrokerProcessor.resetOffsetInner: SUBSCRIPTION_GROUP_NOT_EXIST; a reset
+            # of a misspelt group would make a group no consumer has)
+            raise AdminError(
+                f"consumer group {args.group} does not exist (groups: "
+                f"{', '.join(store.group_names()[:20]) or 'none'}); create it first: rmqfs "
+                f"update-sub-group STORE -g {args.group}"
+            )
         queues = (
             [_queue(store, topic, args.queue_id)]
             if args.queue_id is not None

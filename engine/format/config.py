@@ -556,7 +556,7 @@ class ConsumerOffsetManager:
             parts = key.split(TOPIC_GROUP_SEPARATOR)
             if len(parts) < 2:
                 continue
-            if _VALID_NAME.match(parts[1]) and len(parts[1]) <= GROUP_MAX_LENGTH:
+            if _VALID_NAME.fullmatch(parts[1]) and len(parts[1]) <= GROUP_MAX_LENGTH:
                 groups.add(parts[1])
             if len(parts) == 2:
                 by_group.setdefault(parts[1], {})[parts[0]] = queues

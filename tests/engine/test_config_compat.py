@@ -74,3 +74,25 @@ def test_groups_and_their_topics_follow_every_change_of_the_offsets(tmp_path, mo
         s.delete_group("H", remove_offset=True)
         assert offsets.groups() == {"G"} and offsets.topics_of("H") == {}
         assert not s.has_group("H") and s.group_names() == ["G"]
+
+
+def test_a_group_name_rocketmq_refuses_is_not_listed(tmp_path):
+    """A broker stores whatever group a client commits (ConsumerOffsetManager.commitOffset
+    checks no name), so consumerOffset.json may hold ``T@a/b``: such a group is not one of
+    the store's groups (a mount lists each as a directory: a ``/`` in one made ``ls groups``
+    fail with EIO for every group), but one of valid characters is. The check was anchored at
+    the start only: ``a/b`` passed as ``a``."""
+    from rmqfs.engine.store import MessageStore
+
+    root = tmp_path / "s"
+    with MessageStore(str(root)) as s:
+        s.create_topic("T", 1)
+        s.commit_offset("good", "T", 0, 0)
+    path = root / "config" / "consumerOffset.json"
+    doc = json.loads(path.read_text())
+    for bad in ("a/b", "ok/../x", "gé", "x y", "%RETRY%ok"):
+        doc["offsetTable"][f"T@{bad}"] = {"0": 0}
+    path.write_text(json.dumps(doc))
+    with MessageStore(str(root), read_only=True) as s:
+        assert s.consumer_offsets.groups() == {"good", "%RETRY%ok"}
+        assert s.group_names() == ["%RETRY%ok", "good"]

@@ -770,3 +770,38 @@ def test_offset_by_time_while_expiry_deletes_under_the_queue(tmp_path):
         last = res[-1]
         assert s.offset_by_time("T", 0, last.store_timestamp) <= last.queue_offset
         assert s.offset_by_time("T", 0, last.store_timestamp + 10_000) == 60
+
+
+def test_no_commit_lands_after_its_topic_is_deleted(tmp_path):
+    """A commit racing ``delete_topic`` either lands before the deletion (and is cleaned with
+    it) or is refused (the topic is gone, ConsumerManageProcessor's TOPIC_NOT_EXIST): it used
+    to pass its check before the deletion and land after the offsets' cleanup, so a topic
+    created again under the name started from the stale offset."""
+    import threading
+
+    from rmqfs.engine.errors import NoSuchGroupError, NoSuchTopicError
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_group("g")
+        for _ in range(15):
+            s.create_topic("T", 1)
+            stop = threading.Event()
+
+            def commit(stop=stop):
+                while not stop.is_set():
+                    try:
+                        s.commit_offset("g", "T", 0, 0, existing_group=True)
+                        s.clone_group_offset("g", "h", "T")
+                    except (NoSuchTopicError, NoSuchGroupError):
+                        pass
+
+            th = threading.Thread(target=commit)
+            th.start()
+            s.commit_offset("g", "T", 0, 0, existing_group=True)
+            s.delete_topic("T")
+            stop.set()
+            th.join()
+            assert s.consumer_offsets.topics_of("g").get("T") is None
+            assert s.consumer_offsets.topics_of("h").get("T") is None
+        with open(tmp_path / "s" / "config" / "consumerOffset.json") as f:
+            assert "T@" not in f.read()

@@ -96,6 +96,13 @@ def test_clear_errors(tmp_path, store):
     assert r.returncode == 1 and r.stderr == "rmqfs: unknown charset bogus\n"
     r = run_rmqfs("print-msg", root, "-t", "HDFS", "-b", "yesterday", check=False)
     assert r.returncode == 1 and "bad time 'yesterday'" in r.stderr
+    r = run_rmqfs("reset-offset", root, "-g", "G", "-t", "HDFS", "-o", "1", check=False)
+    assert r.returncode == 1 and r.stderr == (
+        "rmqfs: consumer group G does not exist (groups: none); create it first: rmqfs "
+        "update-sub-group STORE -g G\n"
+    )  # (the broker: SUBSCRIPTION_GROUP_NOT_EXIST; a misspelt group is not made)
+    assert not (root / "config" / "consumerOffset.json").exists()
+    run_rmqfs("update-sub-group", root, "-g", "G")
     r = run_rmqfs("reset-offset", root, "-g", "G", "-t", "HDFS", "-o", "301", check=False)
     assert r.returncode == 1 and r.stderr == "rmqfs: offset 301 is outside [0, 300] of HDFS/0\n"
 
@@ -463,14 +470,18 @@ def test_consumer_progress_and_reset_offset(store, conf):
     assert doc["offsetTable"]["HDFS@G3"] == {str(q): 300 for q in range(4)}
     # skipAccumulatedMessage is the max offset (timestamp -1), not the time now: messages
     # stamped after this host's clock are skipped too
+    run_rmqfs("update-sub-group", root, "-g", "G4")
     run_rmqfs("skipAccumulatedMessage", root, "-g", "G4", "-t", "HDFS")
     doc = json.loads((root / "config" / "consumerOffset.json").read_text())
     assert doc["offsetTable"]["HDFS@G4"] == {str(q): 300 for q in range(4)}
     # a reset of every queue is one write: a queue out of range refuses all of them
+    run_rmqfs("update-sub-group", root, "-g", "G5")
     r = run_rmqfs("reset-offset", root, "-g", "G5", "-t", "HDFS", "-o", "301", check=False)
     assert r.returncode == 1 and "outside" in r.stderr
     doc = json.loads((root / "config" / "consumerOffset.json").read_text())
     assert "HDFS@G5" not in doc["offsetTable"]
+    r = run_rmqfs("reset-offset", root, "-g", "G6", "-t", "HDFS", "-o", "1", check=False)
+    assert r.returncode == 1 and "consumer group G6 does not exist (groups: G1, G2" in r.stderr
 
 
 def test_skip_accumulated_reaches_messages_stamped_after_this_hosts_clock(tmp_path, monkeypatch):
@@ -485,6 +496,7 @@ def test_skip_accumulated_reaches_messages_stamped_after_this_hosts_clock(tmp_pa
     with MessageStore(str(root), _cfg()) as s:
         s.create_topic("T", 1)
         s.put_bodies("T", [b"a", b"b", b"c"])
+        s.create_group("g")
     monkeypatch.undo()
     run_rmqfs("skipAccumulatedMessage", root, "-g", "g", "-t", "T")
     doc = json.loads((root / "config" / "consumerOffset.json").read_text())
@@ -939,11 +951,19 @@ def test_mqadmin_names_and_one_time_syntax(store, conf):
     t = parse_time("2026-11-22#00:30:00:123")
     assert t % 1000 == 123 and parse_time(str(t)) == t
     assert abs(parse_time("now") - time.time() * 1000) < 5000
-    for bad in ("yesterday", "2026-11-22 00:30:00", "2026-11-22#00:30:00:1234"):
-        r = run_rmqfs("print-msg", root, "-t", "HDFS", "-b", bad, check=False)
-        assert r.returncode == 1 and "bad time" in r.stderr and "now" in r.stderr
-        r = run_rmqfs("resetOffsetByTime", root, "-g", "G", "-t", "HDFS", "-s", bad, check=False)
-        assert r.returncode == 1 and "bad time" in r.stderr
+    for bad in (
+        "yesterday",
+        "2026-11-22 00:30:00",
+        "2026-11-22#00:30:00:1234",
+        "\u00b2",  # a digit to str.isdigit, not to Long.parseLong (was a bare int() error)
+        "--5",
+        "99999999999999999999",  # past a Java long
+    ):
+        r = run_rmqfs("print-msg", root, "-t", "HDFS", f"-b={bad}", check=False)
+        assert r.returncode == 1 and "bad time" in r.stderr and "now" in r.stderr, bad
+        r = run_rmqfs("resetOffsetByTime", root, "-g", "G", "-t", "HDFS", f"-s={bad}", check=False)
+        assert r.returncode == 1 and "bad time" in r.stderr, bad
+    run_rmqfs("update-sub-group", root, "-g", "G")
     run_rmqfs("resetOffsetByTime", root, "-g", "G", "-t", "HDFS", "-s", "now")
     run_rmqfs("deleteExpiredCommitLog", root)
 
