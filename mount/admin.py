@@ -153,8 +153,9 @@ def _through_mount(args: argparse.Namespace, mnt: str) -> str:
         src = getattr(args, "src_group", None) or "SRC"
         dest = getattr(args, "dest_group", None) or "DEST"
         return (
-            f"copy through it, one queue at a time: cat {mnt}/groups/{src}/{topic}/QUEUE/offset "
-            f"> {mnt}/groups/{dest}/{topic}/QUEUE/offset"
+            f"copy through it: mkdir -p {mnt}/groups/{dest} (a new group), then one queue at a "
+            f"time: cat {mnt}/groups/{src}/{topic}/QUEUE/offset > "
+            f"{mnt}/groups/{dest}/{topic}/QUEUE/offset"
         )
     if cmd == "update-topic":
         return (

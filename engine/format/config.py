@@ -783,8 +783,10 @@ class SubscriptionGroupManager:
             return entry
 
     def remove(self, group: str) -> bool:
-        """``deleteSubscriptionGroupConfig``: drop the group's entry and persist. Returns
-        whether it existed."""
+        """``deleteSubscriptionGroupConfig``: drop the group's entry, and its
+        ``forbiddenTable`` entry (``forbiddenTable.remove(groupName)``: a group made again
+        under the name starts with no topic forbidden), and persist. Returns whether it
+        existed."""
         with self.lock:
             if group not in self.groups:
                 return False
@@ -803,6 +805,9 @@ class SubscriptionGroupManager:
             return
         obj = dict(self._extra)
         obj.setdefault("forbiddenTable", {})
+        forbidden = obj["forbiddenTable"]
+        if entry is None and isinstance(forbidden, dict) and group in forbidden:
+            obj["forbiddenTable"] = {k: v for k, v in forbidden.items() if k != group}
         obj["dataVersion"] = _data_version(self.counter + 1)
         obj["subscriptionGroupTable"] = dict(sorted({**self.groups, **self.skipped}.items()))
         try:
@@ -813,6 +818,8 @@ class SubscriptionGroupManager:
             else:
                 self.groups[group] = old
             raise
+        if "forbiddenTable" in self._extra:
+            self._extra["forbiddenTable"] = obj["forbiddenTable"]
         self.counter += 1
 
 

@@ -52,6 +52,7 @@ import numpy as np
 from ..errors import CorruptRecordError, StoreError
 from ..format.checkpoint import StoreCheckpoint
 from ..format.config import (
+    LMQ_CONSUMER_OFFSET_FILE,
     ConsumerOffsetManager,
     SubscriptionGroupManager,
     TopicConfigManager,
@@ -296,8 +297,16 @@ class Follower:
         return [seg.path for seg in fq.refresh(add)]
 
     def _config_sig(self, name: str) -> tuple[tuple[int, int, int] | None, ...]:
-        path = os.path.join(self.store.root, "config", name)
-        return (_file_sig(path), _file_sig(path + ".bak"))
+        """What says a config file changed: its and its ``.bak``'s size, mtime and inode;
+        for consumerOffset.json those of lmqConsumerOffset.json too, which its manager
+        reads beside it (a broker with enableLmq rewrites only that one)."""
+        config = os.path.join(self.store.root, "config")
+        names = [name]
+        if name == "consumerOffset.json":
+            names.append(LMQ_CONSUMER_OFFSET_FILE)
+        return tuple(
+            _file_sig(os.path.join(config, n) + bak) for n in names for bak in ("", ".bak")
+        )
 
     def _follow_configs(self) -> list:
         """Reload the config files the writer rewrote (atomically: a file that does not parse

@@ -96,3 +96,24 @@ def test_a_group_name_rocketmq_refuses_is_not_listed(tmp_path):
     with MessageStore(str(root), read_only=True) as s:
         assert s.consumer_offsets.groups() == {"good", "%RETRY%ok"}
         assert s.group_names() == ["%RETRY%ok", "good"]
+
+
+def test_deleting_a_group_drops_its_forbidden_topics(tmp_path):
+    """``deleteSubscriptionGroupConfig`` also removes the group's ``forbiddenTable`` entry
+    (SubscriptionGroupManager): a group made again under the name has no topic forbidden;
+    other groups' entries stay."""
+    from rmqfs.engine.store import MessageStore
+
+    root = tmp_path / "s"
+    with MessageStore(str(root)) as s:
+        s.create_group("gf")
+        s.create_group("other")
+    path = root / "config" / "subscriptionGroup.json"
+    doc = json.loads(path.read_text())
+    doc["forbiddenTable"] = {"gf": {"T1": 1}, "other": {"T2": 1}}
+    path.write_text(json.dumps(doc))
+    with MessageStore(str(root)) as s:
+        s.delete_group("gf")
+        assert json.loads(path.read_text())["forbiddenTable"] == {"other": {"T2": 1}}
+        s.create_group("gf")
+    assert json.loads(path.read_text())["forbiddenTable"] == {"other": {"T2": 1}}

@@ -412,3 +412,24 @@ def test_a_hole_the_whole_re_dispatch_cannot_fill_is_said(tmp_path, monkeypatch)
         assert s.max_offset("%LMQ%a", 0) == 1
         notes = [r for r in s.repairs if r.startswith("consumequeue/%LMQ%a/0:")]
         assert len(notes) == 1 and "no record gives unit 1" in notes[0], s.repairs
+
+
+def test_a_follower_shows_the_lmq_brokers_offset_commits(tmp_path):
+    """A broker with enableLmq keeps every offset in lmqConsumerOffset.json
+    (LmqConsumerOffsetManager) and never rewrites consumerOffset.json: a follower watched only
+    the latter and showed the offsets of the open for ever. It reloads the offsets when
+    either file changes."""
+    root = tmp_path / "s"
+    build_lmq_store(root)
+    path = root / "config" / "lmqConsumerOffset.json"
+    with MessageStore(str(root), read_only=True, follow=True) as f:
+        assert f.consumer_offsets.query("%LMQ%g", "%LMQ%a", 0) == 1
+        assert f.consumer_offsets.query("G", "T", 0) == 1
+        tmp = path.with_name(path.name + ".tmp")  # ConfigManager.persist: a new file renamed
+        tmp.write_text(
+            '{"offsetTable":{"T@G":{0:2}},"lmqOffsetTable":{"%LMQ%a@%LMQ%g":2,"%LMQ%b@%LMQ%g":3}}'
+        )
+        os.replace(tmp, path)
+        f.follower.refresh()
+        assert f.consumer_offsets.query("%LMQ%g", "%LMQ%a", 0) == 2
+        assert f.consumer_offsets.query("G", "T", 0) == 2
