@@ -246,6 +246,7 @@ class MessageStore:
         # group lock, the consumer offsets' lock and the put lock (ConsumerManageProcessor
         # refuses a commit to a topic the broker deleted: none may land after its cleanup)
         self._topic_lock = threading.Lock()
+        self._touched_end = -1  # the CommitLog's end at the last touch_written
         self._closed = False
         self._lock: StoreLock | None = None  # the lock this store took (not a held_lock)
         self._held_lock = held_lock
@@ -475,6 +476,7 @@ class MessageStore:
         """Recover the store (not followed); ``may_follow``: a read-only open that chose not to
         follow, which attaches a follower to a clean store no one writes now."""
         self.recovery_report = recovery.recover(self, progress, runs=_recovery_runs)
+        self.commitlog.mark_touched()  # (the bytes found: their mtimes are the files')
         for bq in self.batch_queues.values():  # as the recovered CommitLog has them
             bq.truncate_dirty(self.commitlog.max_offset)
             bq.correct_min_offset(self.commitlog.min_offset)
@@ -1284,6 +1286,27 @@ class MessageStore:
         FlushDiskTimeoutError, OSError with nothing of the batch kept).
         """
         return putmessage.put_messages(self, messages, batch, results)
+
+    def touch_written(self) -> None:
+        """Set to now the mtime of every file written since the last call (the CommitLog's,
+        the ConsumeQueues', the IndexFiles'): a write through a shared mapping into a page
+        that is dirty already moves no mtime, so a backup's quick check (rsync, restic: size
+        and mtime) of the files would skip bytes written since it last looked. The flushes
+        do it too (every ``flushIntervalCommitLog``); the mount's ``raw/`` asks it before it
+        answers a file's attributes, so a backup sees every write acknowledged before.
+        Nothing to do on a read-only store, nor when nothing was put since the last call."""
+        if self.read_only:
+            return
+        cl = self.commitlog
+        end = cl.max_offset
+        if end == self._touched_end:
+            return
+        self._touched_end = end
+        cl.touch_written(end)
+        for cq in list(self.consume_queues.values()):
+            cq.touch_written()
+        if self.index_service is not None:
+            self.index_service.touch_written()
 
     def check_put(self, messages: list[Message], batch: bool = False) -> None:
         """Raise what :meth:`put_messages` would raise for ``messages`` now, changing nothing

@@ -1951,6 +1951,9 @@ class RawFile(Node):
                 raise FsError(errno.ENOENT) from None
             mtime = source.mtime_ns(self.real)
             return Stat(RO_FILE, size, mtime, live=False, blocks=(stored + 511) // 512)
+        # the mtimes of files written through their mappings since the last look, set to now
+        # first (a backup's quick check compares size and mtime)
+        self.ctx.store.touch_written()
         try:
             st = lstat_beneath(self.ctx.store.root, self.rel)
         except OSError:

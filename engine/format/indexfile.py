@@ -413,6 +413,7 @@ class IndexFile:
         self.name = os.path.basename(path) if path else "<memory>"
         self.read_only = read_only and path is not None
         self._dirty = False
+        self._unstamped = False
         created = False
         if path is None:
             check_geometry(hash_slot_num, index_num)
@@ -482,6 +483,7 @@ class IndexFile:
                     self.destroy()
                     raise
                 self._dirty = True
+                self._unstamped = True  # (written since the mtime was set: touch)
         self._items_base = self._items_base_of()
         # A file another process writes (a follower's): chains are walked up to the file's
         # capacity rather than the header's indexCount read earlier (see reload_header).
@@ -609,6 +611,7 @@ class IndexFile:
                 pass
             raise
         self._dirty = True
+        self._unstamped = True  # (written since the mtime was set: touch)
         if self._slots is not None:
             self._slots[(slot_pos - INDEX_HEADER_SIZE) // HASH_SLOT_SIZE] = count
         self.begin_timestamp, self.begin_phy_offset = begin_ts, begin_phy
@@ -782,6 +785,7 @@ class IndexFile:
         """The header fields after a put (:data:`HEADER`'s order); a full file drops its slot
         table and its mapping (no more puts)."""
         self._dirty = True
+        self._unstamped = True  # (written since the mtime was set: touch)
         self._set_header(header)
         if self.index_count >= self.index_num:
             self._slots = None
@@ -1058,6 +1062,7 @@ class IndexFile:
         self._set_header(cut.header)
         self._io.write(0, HEADER.pack(*cut.header))
         self._dirty = True
+        self._unstamped = True  # (written since the mtime was set: touch)
         io = self._io
         if type(io) is _FdIO and self.index_count < self.index_num:
             # a file that filled (and lost its mapping) has room again: written in place again
@@ -1066,13 +1071,27 @@ class IndexFile:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def flush(self) -> bool:
-        """``fdatasync`` the file if it was written since the last flush (``IndexFile.flush``).
-        Returns whether it was (False: nothing to sync)."""
+        """``fdatasync`` the file if it was written since the last flush (``IndexFile.flush``),
+        and :meth:`touch` it. Returns whether it was (False: nothing to sync)."""
         if not self._dirty:
             return False
         self._io.sync()
         self._dirty = False
+        self.touch()
         return True
+
+    def touch(self) -> None:
+        """Set the file's mtime to now if it was written since it was last set: a store into
+        a page of a shared mapping that is dirty already moves no mtime (the kernel stamps a
+        page's first store after writeback only), and a backup's quick check (rsync, restic:
+        size and mtime) would skip the file. Errors are ignored (a file being deleted)."""
+        if not self._unstamped or self.path is None or self.read_only:
+            return
+        self._unstamped = False
+        try:
+            os.utime(self.path)
+        except OSError:
+            pass
 
     def close(self) -> None:
         """Close the file descriptor (or drop the memory). Does not flush."""

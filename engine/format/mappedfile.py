@@ -894,6 +894,21 @@ class FileQueue(MappedFiles):
             if seg.end > start and (end is None or seg.start < end):
                 os.fdatasync(seg.fd)
 
+    def touch(self, start: int, end: int) -> None:
+        """Set the mtime of the files overlapping ``[start, end)`` (bytes written since the
+        caller last touched them) to now: a store into a page of a shared mapping that is
+        dirty already moves no mtime (the kernel stamps a page's first store after writeback
+        only), and a backup's quick check (rsync, restic: size and mtime) would skip a file
+        whose bytes changed. Errors are ignored (a file being deleted by expiry)."""
+        if start >= end:
+            return
+        for seg in list(self.segments):
+            if seg.end > start and seg.start < end:
+                try:
+                    os.utime(seg.fd)
+                except (OSError, ValueError):  # (ValueError: its descriptor just closed)
+                    pass
+
     def close(self) -> None:
         """Close every file descriptor and unmap every file."""
         with self._lock:

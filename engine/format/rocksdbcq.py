@@ -414,5 +414,8 @@ class RocksDBConsumeQueue:
     def flush(self) -> None:
         """Nothing is written."""
 
+    def touch_written(self) -> None:
+        """Nothing is written (``ConsumeQueue.touch_written``)."""
+
     def close(self) -> None:
         """The database is closed by its owner (:meth:`RocksDBConsumeQueues.close`)."""

@@ -685,6 +685,15 @@ class IndexService:
             files = self.files  # what is on disk, not what waits
             return written, files[-1].end_timestamp if files else 0
 
+    def touch_written(self) -> None:
+        """Set to now the mtime of the IndexFiles written since it was last set
+        (:meth:`IndexFile.touch`; ``MessageStore.touch_written``)."""
+        if self.read_only:
+            return
+        with self._mutex:
+            for f in self.files:
+                f.touch()
+
     @property
     def pending_count(self) -> int:
         """Entries waiting to be written (:meth:`put_hashed`)."""

@@ -805,3 +805,38 @@ def test_no_commit_lands_after_its_topic_is_deleted(tmp_path):
             assert s.consumer_offsets.topics_of("h").get("T") is None
         with open(tmp_path / "s" / "config" / "consumerOffset.json") as f:
             assert "T@" not in f.read()
+
+
+def test_touch_written_stamps_the_files_written_since_and_no_other(tmp_path):
+    """A store into a page of a shared mapping that is dirty already moves no mtime, so an
+    incremental backup of the files (rsync, restic: size and mtime) skipped acknowledged
+    messages. ``touch_written`` (which the mount's raw/ asks before answering attributes, and
+    every flush runs) sets the mtime of each file written since the last call, and leaves
+    every other file's alone."""
+    old = 1_000_000_000 * 10**9  # 2001: an mtime no write of this test can give
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"a", keys="k", queue_id=0)])
+        s.put_messages([Message("T", b"b", keys="k", queue_id=1)])
+        s.flush()
+        root = tmp_path / "s"
+        files = {
+            "commitlog": next((root / "commitlog").iterdir()),
+            "cq0": next((root / "consumequeue" / "T" / "0").iterdir()),
+            "cq1": next((root / "consumequeue" / "T" / "1").iterdir()),
+            "index": next((root / "index").iterdir()),
+        }
+        for p in files.values():
+            os.utime(p, ns=(old, old))  # as a write into a dirty page leaves it: stale
+        s.touch_written()  # nothing written since the flush: nothing stamped
+        assert {k: p.stat().st_mtime_ns for k, p in files.items()} == dict.fromkeys(files, old)
+        s.put_messages([Message("T", b"c", keys="k2", queue_id=0)])
+        s.flush()  # (single puts' index entries are written at a flush)
+        for p in files.values():
+            os.utime(p, ns=(old, old))
+        s.put_messages([Message("T", b"d", keys="k3", queue_id=0)])
+        s.index_service.write_pending()
+        s.touch_written()
+        got = {k: p.stat().st_mtime_ns > old for k, p in files.items()}
+        assert got == {"commitlog": True, "cq0": True, "cq1": False, "index": True}
