@@ -477,6 +477,13 @@ class MessageStore:
         follow, which attaches a follower to a clean store no one writes now."""
         self.recovery_report = recovery.recover(self, progress, runs=_recovery_runs)
         self.commitlog.mark_touched()  # (the bytes found: their mtimes are the files')
+        last = self.commitlog.last_store_timestamp
+        if 0 < last < self.dispatched_store_timestamp:
+            # the checkpoint's logicsMsgTimestamp lies after the last record kept (a copy
+            # whose checkpoint was read after its CommitLog, a tail recovery dropped): the
+            # ConsumeQueues hold no record that late, so the next checkpoint says the last one
+            self.dispatched_store_timestamp = last
+            self.flusher.note_data_moved()
         for bq in self.batch_queues.values():  # as the recovered CommitLog has them
             bq.truncate_dirty(self.commitlog.max_offset)
             bq.correct_min_offset(self.commitlog.min_offset)

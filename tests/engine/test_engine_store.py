@@ -840,3 +840,27 @@ def test_touch_written_stamps_the_files_written_since_and_no_other(tmp_path):
         s.touch_written()
         got = {k: p.stat().st_mtime_ns > old for k, p in files.items()}
         assert got == {"commitlog": True, "cq0": True, "cq1": False, "index": True}
+
+
+def test_a_checkpoint_later_than_the_records_kept_is_lowered_by_recovery(tmp_path):
+    """A copy of raw/ whose checkpoint was read after its CommitLog (or a crash whose tail
+    recovery dropped) has a logicsMsgTimestamp after the last record kept; the store wrote it
+    back at its next flush and verify then failed ("logicsMsgTimestamp ... after the last
+    record's store time"). Recovery lowers it to the last record's store time."""
+    from rmqfs.engine.format.checkpoint import StoreCheckpoint
+    from rmqfs.engine.tools.verify import verify_store
+
+    root = tmp_path / "s"
+    with MessageStore(str(root)) as s:
+        s.create_topic("T", 1)
+        res = s.put_messages([Message("T", b"a")])
+    last = res[0].store_timestamp
+    path = str(root / "checkpoint")
+    cp = StoreCheckpoint.read(path)
+    cp.logics_msg_timestamp = last + 60_000  # as a later flush of the live store wrote it
+    cp.write(path)
+    (root / "abort").write_text("")
+    with MessageStore(str(root)) as s:
+        assert s.dispatched_store_timestamp == last
+    assert StoreCheckpoint.read(path).logics_msg_timestamp == last
+    assert verify_store(str(root)).ok
