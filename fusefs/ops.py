@@ -104,7 +104,10 @@ def path_inode(path: str, removed: Mapping[str, int] | None = None) -> pyfuse3.I
         ]
         if salt:
             key = path + "\0" + salt[0]
-    h = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big")
+    # (a name that is not UTF-8 holds surrogates, as os.fsdecode gives it: its own bytes)
+    h = int.from_bytes(
+        hashlib.blake2b(key.encode("utf-8", "surrogateescape"), digest_size=8).digest(), "big"
+    )
     return (h & 0x7FFF_FFFF_FFFF_FFFF) | 0x100  # never 0 or 1
 
 

@@ -235,3 +235,31 @@ def test_an_idle_read_write_mount_changes_no_byte_of_the_store(mount_store, tmp_
     assert (m.mnt / "topics" / topics[0] / "messages.jsonl").read_bytes()
     m.umount()
     assert _rsync_changes(backup, store) == []
+
+
+@fuse
+def test_a_store_file_name_that_is_not_utf8_lists_and_copies(mount_store, tmp_path):
+    """A file in the store whose name is not UTF-8 (a latin-1 note an operator left) made the
+    raw/ directory holding it fail to list with EIO (the inode of its name was hashed from
+    strict UTF-8), so tar and rsync of raw/ copied nothing; it lists, and copies, by its
+    bytes, and a snapshot of such a store lists too."""
+    m = mount_store()
+    os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_bytes(b"a\nb\n")
+    m.umount()
+    odd = b"notes\xe9.txt"
+    with open(os.path.join(bytes(m.store), odd), "wb") as f:
+        f.write(b"x")
+    with open(os.path.join(bytes(m.store / "config"), b"line\xe9.json"), "wb") as f:
+        f.write(b"{}")
+    m.mount()
+    assert odd in os.listdir(bytes(m.mnt / "raw"))
+    assert b"line\xe9.json" in os.listdir(bytes(m.mnt / "raw" / "config"))
+    with open(os.path.join(bytes(m.mnt / "raw"), odd), "rb") as f:
+        assert f.read() == b"x"
+    out = tmp_path / "copy"
+    r = subprocess.run(["rsync", "-a", "--sparse", f"{m.mnt}/raw/", f"{out}/"], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert (out / "commitlog").is_dir() and os.path.exists(os.path.join(bytes(out), odd))
+    os.mkdir(m.mnt / "snapshots" / "s")
+    assert "topics.json" in os.listdir(m.mnt / "snapshots" / "s" / "config")
