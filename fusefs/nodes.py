@@ -22,7 +22,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from rmqfs.engine import errors as E
 from rmqfs.engine.format.message import MAX_PROPERTIES_LENGTH, MessageRecord
@@ -1779,7 +1779,13 @@ class PendingFile(ViewFile):
 
 
 class RawHandle(Handle):
-    """An open store file; reads are ``pread`` of the real file (byte-identical)."""
+    """An open store file; reads are ``pread`` of the real file (byte-identical). While it is
+    open, a file that expiry deletes stays readable through it, and its attributes are its
+    descriptor's (:meth:`open_fstat`), as a local file system keeps a deleted file open."""
+
+    # (store root, path below it) -> the handles open on it; a lock: worker threads
+    _open: ClassVar[dict[tuple[str, str], set[RawHandle]]] = {}
+    _open_lock = threading.Lock()
 
     def __init__(self, root: str, rel: str, keep_cache: bool, direct_io: bool = False) -> None:
         # Never through a link, anywhere below the store root (engine/service/storetree.py).
@@ -1789,6 +1795,22 @@ class RawHandle(Handle):
             raise FsError(errno.EISDIR)
         self.keep_cache = keep_cache
         self.direct_io = direct_io
+        self.key = (root, rel)
+        with self._open_lock:
+            self._open.setdefault(self.key, set()).add(self)
+
+    @classmethod
+    def open_fstat(cls, root: str, rel: str) -> os.stat_result | None:
+        """``fstat`` of a handle open on the file (one that expiry may have deleted since),
+        None when none is open."""
+        with cls._open_lock:
+            handles = list(cls._open.get((root, rel), ()))
+        for h in handles:
+            try:
+                return os.fstat(h.fd)
+            except OSError:  # (closed meanwhile)
+                continue
+        return None
 
     def read(self, offset: int, length: int) -> bytes | bytearray:
         """``pread`` of the real file."""
@@ -1801,6 +1823,12 @@ class RawHandle(Handle):
 
     def release(self) -> None:
         """Close the descriptor."""
+        with self._open_lock:
+            open_ = self._open.get(self.key)
+            if open_ is not None:
+                open_.discard(self)
+                if not open_:
+                    del self._open[self.key]
         os.close(self.fd)
 
 
@@ -1957,7 +1985,11 @@ class RawFile(Node):
         try:
             st = lstat_beneath(self.ctx.store.root, self.rel)
         except OSError:
-            raise FsError(errno.ENOENT) from None
+            # deleted (expiry) while a reader holds it open: that reader goes on reading it
+            kept = RawHandle.open_fstat(self.ctx.store.root, self.rel)
+            if kept is None:
+                raise FsError(errno.ENOENT) from None
+            st = kept
         if not stat.S_ISREG(st.st_mode):
             raise FsError(errno.ENOENT)
         # st_blocks of the real file: preallocated segments are sparse, and `du`, `tar -S`

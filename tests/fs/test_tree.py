@@ -745,3 +745,23 @@ def test_a_write_refused_at_put_names_its_line(tmp_path):
             t.write("/topics/Q/produce.jsonl", b'{"body": "a"}\n{"body": "%s"}\n' % big)
         assert info.value.errno == errno.EMSGSIZE and "line 2 of the write: " in str(info.value)
         assert messages(t, "Q") == []
+
+
+def test_a_raw_file_deleted_while_open_keeps_its_attributes_for_its_reader(tmp_path):
+    """Expiry deleting a store file that a backup holds open: the reader goes on reading it,
+    and its attributes are its descriptor's (tar fstat()s and stat()s what it reads: ENOENT
+    made it write a zero-padded member and exit 2), as a local file system keeps a deleted
+    file open; once no one holds it, it is gone (ENOENT)."""
+    with tree(tmp_path) as t:
+        t.mkdir("/topics/T")
+        t.write("/topics/T/produce", b"".join(b"line %d\n" % i for i in range(3000)))
+        first = sorted(os.listdir(tmp_path / "store" / "commitlog"))[0]
+        node = t.node(f"/raw/commitlog/{first}")
+        size = node.stat().size
+        h = node.open(os.O_RDONLY)
+        head = h.read(0, 4096)
+        os.unlink(tmp_path / "store" / "commitlog" / first)  # as expiry deletes it
+        assert node.stat().size == size
+        assert h.read(0, 4096) == head
+        h.release()
+        assert errno_of(node.stat) == errno.ENOENT
