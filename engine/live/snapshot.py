@@ -38,7 +38,8 @@ and one copy of the live IndexFile's slot table (20 MB for the default 5,000,000
 
 Not in a snapshot: IndexFiles a read-only store built in memory only (the restored store's
 recovery re-indexes from the last on-disk index file's endPhyOffset), and other 5.x
-directories (``timerwheel``, ``batchconsumequeue``, ...), which this engine does not write.
+directories (``timerwheel``, ``timerlog/``, ``batchconsumequeue``, ...), which this engine
+does not write, with the timer store's ``config/timercheck`` (:data:`CONFIG_LEFT_OUT`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from ..format.consumequeue import CQ_STORE_UNIT_SIZE
 from ..format.crc import CHUNK, crc32c, crc32c_fd, crc32c_zeros
 from ..format.indexfile import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INDEX_SIZE, cut_index
 from ..format.mappedfile import offset_to_file_name
+from ..format.timercheck import CHECK_FILE as TIMER_CHECK_FILE
 from ..service import workprogress
 from ..service.storetree import CONTROLLER_TOP, MAX_STORE_DEPTH, walk_tree
 from .manifest import (
@@ -474,8 +476,18 @@ def _check_layout(store: MessageStore) -> None:
         )
 
 
+#: ``config/`` files a snapshot leaves out: the 5.x timer store's checkpoint
+#: (``TimerCheckpoint``), which says how far the timer store took ``rmq_sys_wheel_timer`` into
+#: ``timerwheel`` and ``timerlog/``; those are not in a snapshot, and a broker restored with the
+#: checkpoint and without them would never deliver the messages they held (the restored
+#: broker's TimerMessageStore takes the queue again from its start instead: a message
+#: delivered before the snapshot may be delivered again, none is lost).
+CONFIG_LEFT_OUT = frozenset({os.path.basename(TIMER_CHECK_FILE)})
+
+
 def _read_config(config_dir: str) -> dict[str, tuple[bytes, int]]:
-    """``{name: (bytes, mtime_ns)}`` of the files in ``config/`` (no ``.tmp``, no links)."""
+    """``{name: (bytes, mtime_ns)}`` of the files in ``config/`` (no ``.tmp``, no links, none
+    of :data:`CONFIG_LEFT_OUT`)."""
     config: dict[str, tuple[bytes, int]] = {}
     try:
         names = sorted(os.listdir(config_dir))
@@ -483,7 +495,7 @@ def _read_config(config_dir: str) -> dict[str, tuple[bytes, int]]:
         names = []
     for n in names:
         p = os.path.join(config_dir, n)
-        if n.endswith(".tmp") or not os.path.isfile(p) or os.path.islink(p):
+        if n.endswith(".tmp") or n in CONFIG_LEFT_OUT or not os.path.isfile(p) or os.path.islink(p):
             continue
         try:
             with open(p, "rb") as fh:
@@ -725,6 +737,10 @@ def freeze(store: MessageStore, name: str) -> Snapshot:
             locked_at = time.perf_counter_ns()
             if store.closed:
                 raise SnapshotError("store is closed")
+            # every file written so far gets its mtime now (writes through a mapping leave
+            # it behind): the snapshot's mtimes are final, so a later snapshot shows a file
+            # unchanged since with the same one (rsync's and restic's quick check)
+            store.touch_written()
             now_ms = int(time.time() * 1000)
             cl = store.commitlog
             # SYNC_FLUSH puts waiting for their flush are not acknowledged yet: the snapshot
