@@ -493,3 +493,38 @@ print(json.dumps([len(errs), sorted(set(errs)), reasons]))
         "from the owner",
         "owner again",
     ]
+
+
+@fuse
+def test_other_users_hold_a_bounded_number_of_snapshots(shared_dir):
+    """Each snapshot holds memory until it is dropped (the live IndexFile's slot table: 20 MB
+    with the default slots; 30 snapshots of another user took the daemon from 82 to 775 MB):
+    users other than the owner and root hold at most OTHERS_SNAPSHOTS at a time (ENOBUFS past
+    it, the reason in refused.jsonl); dropping one makes room; the owner is not bounded."""
+    from rmqfs.fusefs.ops import OTHERS_SNAPSHOTS
+
+    m = mount(shared_dir, "allow_other", "allow_other_write")
+    os.mkdir(m.mnt / "topics" / "T")
+    (m.mnt / "topics" / "T" / "produce").write_bytes(b"a\nb\n")
+    snaps = str(m.mnt / "snapshots")
+
+    def mkdirs(names) -> list:  # as nobody: the errno name each mkdir got (0: made)
+        return as_nobody(
+            "out = []\n"
+            f"for n in {list(names)!r}:\n"
+            "    try:\n"
+            f"        os.mkdir({snaps!r} + '/' + n)\n"
+            "        out.append(0)\n"
+            "    except OSError as e:\n"
+            "        out.append(errno.errorcode[e.errno])\n"
+            "print(json.dumps(out))"
+        )
+
+    got = mkdirs(f"n{i}" for i in range(OTHERS_SNAPSHOTS + 2))
+    assert got == [0] * OTHERS_SNAPSHOTS + ["ENOBUFS"] * 2
+    refused = [json.loads(x) for x in (m.mnt / "refused.jsonl").read_text().splitlines()]
+    assert any(r["errno"] == "ENOBUFS" and "snapshots" in r["reason"] for r in refused)
+    for i in range(OTHERS_SNAPSHOTS + 2):  # the owner is not bounded
+        os.mkdir(m.mnt / "snapshots" / f"o{i}")
+    os.rmdir(m.mnt / "snapshots" / "n0")
+    assert mkdirs(["n9"]) == [0]
