@@ -1196,11 +1196,11 @@ class ProduceHandle(LineHandle):
             ]
         return list(zip(at, msgs))
 
-    def _which_line(self, lines: list[bytes], exc: E.StoreError) -> FsError:
-        """The FsError for a put of ``lines`` the store refused with ``exc``: the first line
-        that the store's checks refuse alone (``MessageStore.check_put``), named as the
-        parsing names one (``line N of the write: ...``), or ``exc`` as it is when each line
-        passes alone (a refusal of the whole write)."""
+    def _first_refused(self, lines: list[bytes]) -> FsError | None:
+        """The FsError of the first of ``lines`` the store's checks refuse alone (its fields:
+        :meth:`_messages`, FsError raised; then ``MessageStore.check_put``), named as the
+        parsing names one (``line N of the write: ...``); None when each passes (an OSError,
+        e.g. a full disk, is no verdict on a line)."""
         store = self.ctx.store
         for i, msg in self._each(lines):
             try:
@@ -1209,7 +1209,13 @@ class ProduceHandle(LineHandle):
                 return FsError(one.errno, f"line {i + 1} of the write: {one}")
             except OSError:
                 break
-        return fs_error(exc)
+        return None
+
+    def _which_line(self, lines: list[bytes], exc: E.StoreError) -> FsError:
+        """The FsError for a put of ``lines`` the store refused with ``exc``: the first line
+        refused alone (:meth:`_first_refused`), or ``exc`` as it is when each line passes
+        alone (a refusal of the whole write)."""
+        return self._first_refused(lines) or fs_error(exc)
 
     def _put(self, lines: list[bytes]) -> None:
         """Store ``lines`` (all or none). FsError with the errno of a refusal; a SYNC_FLUSH
@@ -1313,11 +1319,9 @@ class ProduceHandle(LineHandle):
         is a message the store would refuse: its fields (:meth:`_messages`), then what the put
         checks (``MessageStore.check_put``: the queue, the body's size, the timer rules...), so
         that the close() is told and not the release, which no process hears."""
-        for _, msg in self._each([tail]):
-            try:
-                self.ctx.store.check_put([msg])
-            except E.StoreError as exc:
-                raise FsError(exc.errno, f"line 1 of the write: {exc}") from None
+        refused = self._first_refused([tail])
+        if refused is not None:
+            raise refused
 
     def fsync(self) -> None:
         """The store's flush (durable): the complete lines written so far are on disk when it

@@ -346,9 +346,9 @@ class RmqOperations(pyfuse3.Operations):
         self.dispatch = Dispatcher()  # where this mount's requests run, its worker threads
         # directories rmdir removed in this mount -> how many times (path_inode's salt)
         self.removed: dict[str, int] = {}
-        # snapshots other users made (path -> uid): each holds memory (the live IndexFile's
+        # snapshots other users made (their paths): each holds memory (the live IndexFile's
         # slot table, up to 20 MB) until dropped, so they hold at most OTHERS_SNAPSHOTS
-        self.others_snapshots: dict[str, int] = {}
+        self.others_snapshots: set[str] = set()
         self.nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: RootDir(ctx, "/")}
         self.lookups: dict[int, int] = {}
         self.parents: dict[int, int] = {}
@@ -829,8 +829,7 @@ class RmqOperations(pyfuse3.Operations):
         # read-only mount cannot create (a ro mount still takes snapshots).
         path = parent.path.rstrip("/") + "/" + text
         self._check_writer("mkdir", path, ctx, owner_only=True)
-        uid = _uid(ctx)
-        other_snapshot = parent.path == "/snapshots" and self.budget.counted(uid)
+        other_snapshot = parent.path == "/snapshots" and self.budget.counted(_uid(ctx))
         if other_snapshot and len(self.others_snapshots) >= OTHERS_SNAPSHOTS:
             raise self._refuse(
                 "mkdir",
@@ -841,14 +840,14 @@ class RmqOperations(pyfuse3.Operations):
                 "snapshots at a time (each holds memory until it is dropped): rmdir one",
             )
         if other_snapshot:  # reserved here, on the loop: concurrent mkdirs cannot pass the bound
-            self.others_snapshots[path] = uid  # type: ignore[assignment]
+            self.others_snapshots.add(path)
 
         def make() -> pyfuse3.EntryAttributes:
             try:
                 child = parent.mkdir(text)
             except BaseException:
                 if other_snapshot:
-                    self.others_snapshots.pop(path, None)
+                    self.others_snapshots.discard(path)
                 raise
             attr = self._entry(child, self.inode_of(child.path))
             self._remember(child, parent_inode)
@@ -879,7 +878,7 @@ class RmqOperations(pyfuse3.Operations):
         # view/ tree) answer ENOENT from now on, whatever the kernel still holds, and what is
         # made again under the name gets new inode numbers
         gone: tuple[str, ...] = (path,)
-        self.others_snapshots.pop(path, None)
+        self.others_snapshots.discard(path)
         if parent.path in ("/topics", "/groups", "/snapshots"):
             self.removed[path] = self.removed.get(path, 0) + 1
         if parent.path == "/topics":

@@ -327,7 +327,6 @@ class CommitLog:
         self.file_size = self.files.file_size
         self.max_offset = self.files.min_offset
         self.flushed_where = 0
-        self._touched_to = 0  # bytes up to which the files' mtimes show the writes
         self.last_store_timestamp = 0
         self.flushed_store_timestamp = 0
         self.lock = threading.Lock()
@@ -709,20 +708,13 @@ class CommitLog:
         return True
 
     def mark_touched(self) -> None:
-        """Say that the files' mtimes show every byte up to :attr:`max_offset` (the log as an
-        open found it): :meth:`touch_written` stamps only what is written after."""
-        self._touched_to = self.max_offset
+        """The log as an open found it: its files' mtimes stand (``FileQueue.mark_touched``)."""
+        self.files.mark_touched(self.max_offset)
 
     def touch_written(self, end: int | None = None) -> None:
-        """Set the mtime of the files written since the last call (up to ``end``, default
-        :attr:`max_offset`) to now (:meth:`FileQueue.touch`: a write through the mapping
-        alone may leave it where a backup's quick check sees no change)."""
-        if end is None:
-            end = self.max_offset
-        touched = self._touched_to
-        if end > touched and not self.files.read_only:
-            self._touched_to = end
-            self.files.touch(touched, end)
+        """Stamp the files written since the last call, up to ``end`` (default
+        :attr:`max_offset`): ``FileQueue.touch_written``."""
+        self.files.touch_written(self.max_offset if end is None else end)
 
     def truncate(self, offset: int) -> None:
         """Drop everything from ``offset`` on (recovery of a dirty tail)."""
@@ -730,7 +722,6 @@ class CommitLog:
             self.files.truncate_dirty(offset)
         self.max_offset = offset
         self.flushed_where = min(self.flushed_where, offset)
-        self._touched_to = min(self._touched_to, offset)
 
     def close(self) -> None:
         """Close the segment files."""

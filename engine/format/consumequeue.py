@@ -313,7 +313,7 @@ class ConsumeQueue:
         self.max_offset = self.min_offset
         self.max_physic_offset = -1  # end (offset + size) of the last unit
         self._flushed_to = self.min_offset  # queue offset up to which units were synced
-        self._touched_to = self.max_offset  # ... whose files' mtimes show them (touch_written)
+        self.files.mark_touched(self.max_offset * CQ_STORE_UNIT_SIZE)  # (recover() moves it)
         self.last_commitlog_offset = -1  # start of the last unit's record
 
     # -- recovery ---------------------------------------------------------------------------
@@ -339,7 +339,8 @@ class ConsumeQueue:
             end = seg.start + n * CQ_STORE_UNIT_SIZE
             if n * CQ_STORE_UNIT_SIZE < seg.size:
                 break
-        self.max_offset = self._touched_to = end // CQ_STORE_UNIT_SIZE  # (as found: stamped)
+        self.max_offset = end // CQ_STORE_UNIT_SIZE
+        self.files.mark_touched(end)  # (the units as found: their files' mtimes stand)
         if end > self.files.min_offset:
             last = UNIT.unpack(self.files.read(end - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE))
             self.last_commitlog_offset = last[0]
@@ -358,7 +359,6 @@ class ConsumeQueue:
             return
         self.max_offset = lo
         self._flushed_to = min(self._flushed_to, lo)
-        self._touched_to = min(self._touched_to, lo)
         if self.mem:
             keep = max(0, lo - self.mem_base) * CQ_STORE_UNIT_SIZE
             del self.mem[keep:]
@@ -563,14 +563,9 @@ class ConsumeQueue:
         self.touch_written()
 
     def touch_written(self) -> None:
-        """Set the mtime of the files holding units written since the last call to now
-        (:meth:`FileQueue.touch`: units stored through the mapping alone may leave it where a
-        backup's quick check sees no change)."""
-        end = self.max_offset
-        touched = self._touched_to
-        if end > touched and not self.files.read_only:
-            self._touched_to = end
-            self.files.touch(touched * CQ_STORE_UNIT_SIZE, end * CQ_STORE_UNIT_SIZE)
+        """Stamp the files holding units written since the last call
+        (``FileQueue.touch_written``)."""
+        self.files.touch_written(self.max_offset * CQ_STORE_UNIT_SIZE)
 
     @property
     def file_count(self) -> int:

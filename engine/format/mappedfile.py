@@ -556,6 +556,9 @@ class FileQueue(MappedFiles):
         if not source.local and not read_only:
             raise ValueError(f"{directory}: only a local store is written")
         self.read_only = read_only
+        # bytes up to which the files' mtimes show the writes (touch_written); the owner says
+        # where its data ends once it knows (mark_touched)
+        self._touched_to = 0
         # the writable mapping of the file written last (:meth:`write`; None in it: that file
         # takes pwrite) and the end of the range allocated under it (a position in the file)
         self._wmap: tuple[Segment, mmap.mmap | None] | None = None
@@ -857,6 +860,7 @@ class FileQueue(MappedFiles):
         ``ConsumeQueue.truncateDirtyLogicFiles`` does (its first unit is dirty): a broker would
         otherwise read its zero first unit as a message.
         """
+        self._touched_to = min(self._touched_to, offset)
         with self._lock:
             while self.segments and (
                 self.segments[-1].start > offset
@@ -894,14 +898,22 @@ class FileQueue(MappedFiles):
             if seg.end > start and (end is None or seg.start < end):
                 os.fdatasync(seg.fd)
 
-    def touch(self, start: int, end: int) -> None:
-        """Set the mtime of the files overlapping ``[start, end)`` (bytes written since the
-        caller last touched them) to now: a store into a page of a shared mapping that is
-        dirty already moves no mtime (the kernel stamps a page's first store after writeback
-        only), and a backup's quick check (rsync, restic: size and mtime) would skip a file
-        whose bytes changed. Errors are ignored (a file being deleted by expiry)."""
-        if start >= end:
+    def mark_touched(self, end: int) -> None:
+        """Say that the files' mtimes show every byte before ``end`` (the data as an open
+        found it): :meth:`touch_written` stamps only what is written after."""
+        self._touched_to = end
+
+    def touch_written(self, end: int) -> None:
+        """Set to now the mtime of the files holding bytes written since the last call (or
+        :meth:`mark_touched`), up to ``end`` (where the owner's data ends): a store into a
+        page of a shared mapping that is dirty already moves no mtime (the kernel stamps a
+        page's first store after writeback only), and a backup's quick check (rsync, restic:
+        size and mtime) would skip a file whose bytes changed. Errors are ignored (a file
+        being deleted by expiry); nothing on a read-only queue."""
+        start = self._touched_to
+        if end <= start or self.read_only:
             return
+        self._touched_to = end
         for seg in list(self.segments):
             if seg.end > start and seg.start < end:
                 try:

@@ -77,9 +77,9 @@ class FlushService:
         self.store = store
         # SYNC_FLUSH: dispatches waiting for their records to be flushed, in CommitLog order.
         self._pending: list[tuple[int, list]] = []
-        # the first pending batch's dispatch failed part way (a disk error): its retry keeps
-        # and checks what that try wrote; the error, logged once until a dispatch succeeds
-        self._dispatch_failed: OSError | None = None
+        # the first pending batch's dispatch failed part way (a disk error, logged once until
+        # a dispatch succeeds): its retry keeps and checks what that try wrote
+        self._retrying = False
         self._lock = threading.Lock()
         self._gc_cond = threading.Condition()
         self._gc_waiters: list[_GroupCommitRequest] = []
@@ -246,14 +246,14 @@ class FlushService:
         while pending and pending[0][0] <= flushed:
             batch = pending[0][1]
             try:
-                if self._dispatch_failed is None:
+                if not self._retrying:
                     dispatch.dispatch(store, batch)
                 else:
                     dispatch.dispatch(store, batch, recovering=True)
                     if batch:
                         store.dispatched_store_timestamp = batch[-1].store_timestamp
             except OSError as exc:
-                if self._dispatch_failed is None:
+                if not self._retrying:
                     log.warning(
                         "records from CommitLog offset %d on are on disk, but their ConsumeQueue "
                         "units and index entries could not be written (%s): their puts "
@@ -262,11 +262,11 @@ class FlushService:
                         min((d.commitlog_offset for d in batch), default=flushed),
                         exc,
                     )
-                self._dispatch_failed = exc
+                self._retrying = True
                 return
-            if self._dispatch_failed is not None:
+            if self._retrying:
                 log.warning("dispatch resumed: the records on disk are visible again")
-                self._dispatch_failed = None
+                self._retrying = False
             pending.pop(0)
 
     def wait_flushed(self, end: int, results: Sequence) -> None:
