@@ -1006,7 +1006,7 @@ def decode_record(
 # Writer
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     """A message to put (``MessageExtBrokerInner`` before the store fills its fields).
 

@@ -37,7 +37,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = "rmqfs.engine.read._kernel_cffi"
-SOURCES = ("_kernel.c", "_kernel.h")
+SOURCES = ("_kernel.c", "_kernel.h", "_putobj.c")
 
 #: What Python uses of _kernel.h, declared once more for cffi (checked by the compiler).
 CDEF = """
@@ -270,16 +270,19 @@ def make_builder(cdef: str = CDEF, header: str = "_kernel.h", absolute: bool = F
     ffi = FFI()
     ffi.cdef(cdef)
     rel = os.path.abspath if absolute else os.path.relpath
-    src = rel(os.path.join(HERE, "_kernel.c"))
+    srcs = [rel(os.path.join(HERE, n)) for n in SOURCES if n.endswith(".c")]
     ffi.set_source(
         MODULE,
         f'#include "{header}"\n'
         f'const char *rmq_source_digest(void) {{ return "{source_digest()}"; }}\n',
-        sources=[src],
+        sources=srcs,
         include_dirs=[HERE],
         libraries=["z"],
         extra_compile_args=CFLAGS,
         depends=[rel(os.path.join(HERE, n)) for n in SOURCES],
+        # _putobj.c reads Message objects through CPython's full API (slot offsets), so the
+        # module is built for this interpreter, not for the limited API (no abi3 tag)
+        py_limited_api=False,
     )
     return ffi
 

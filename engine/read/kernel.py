@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from types import ModuleType
@@ -161,6 +161,31 @@ class Kernel:
         for name, value in _CONSTANTS.items():
             if getattr(self.lib, name) != value:
                 raise ImportError(f"rmqfs kernel: {name} is {getattr(self.lib, name)}, not {value}")
+        self.objects = _companion(module)
+
+    def message_reader(
+        self, message_type: type, names: tuple[str, ...], defaults: tuple
+    ) -> tuple[Callable[..., list[tuple] | None], Callable[[Sequence], Any]] | None:
+        """The put path's readers of Python objects (``_putobj.c``): ``(vouch, keys_utf8)``
+        configured for exact instances of ``message_type`` (a dataclass with slots), whose
+        fields ``names`` are the eleven the put path reads in ``_putobj.c``'s order, then the
+        ones that must be at their ``defaults`` (by identity).
+
+        ``vouch(messages, good_tags, banned_topics)``: the eleven columns of a list of
+        messages (a tuple a field) when it can vouch that every message passes the client's
+        rules and is a plain one (see ``_putobj.c``), else None. ``keys_utf8(keys)``: a KEYS
+        column (a tuple or list of None or str) as ``putmessage._own_keys`` gives it (the
+        UTF-8 values one after another, their int32 lengths as bytes, -1 for no value, the
+        spaces among them), None when every item is None, False when it cannot vouch for one.
+
+        None without the companion module (then the Python paths read the objects). Raises
+        TypeError when a name is not an object slot of ``message_type``."""
+        objects = self.objects
+        if objects is None:
+            return None
+        with _lock:
+            objects.configure(message_type, names, defaults)
+        return objects.vouch, objects.keys_utf8
 
     def _p(self, a: np.ndarray) -> Any:
         """``a``'s memory as a ``void *`` for the C side (``a`` must be kept alive)."""
@@ -769,6 +794,27 @@ def load() -> Kernel | None:
         return kernel
 
 
+def _companion(module: ModuleType) -> ModuleType | None:
+    """``_putobj``, the second extension module in the kernel's file (``_putobj.c``, the put
+    path's reader of Message objects: CPython's multiple modules in one library, loaded by
+    name from the same file), None (with a warning) where it will not load."""
+    name = f"{__package__}._putobj"
+    path = module.__file__
+    try:
+        if path is None:
+            raise ImportError("the kernel module has no file")
+        loader = importlib.machinery.ExtensionFileLoader(name, path)
+        spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+        if spec is None:
+            raise ImportError(f"{path}: no module spec")
+        companion = importlib.util.module_from_spec(spec)
+        loader.exec_module(companion)
+    except (ImportError, OSError) as exc:
+        log.warning("rmqfs: the put path's reader of messages will not load (%s)", exc)
+        return None
+    return companion
+
+
 def compiled_module() -> ModuleType:
     """The extension module: the file ``$RMQFS_KERNEL_MODULE`` names (``make sanitize``'s
     build), else imported as usual, else (a package in a zip) from the cache. Raises
@@ -801,7 +847,7 @@ def source_digest() -> str | None:
     module (``_kernel_build.source_digest``), None when they are not there."""
     h = hashlib.sha256()
     try:
-        for name in ("_kernel.c", "_kernel.h"):
+        for name in ("_kernel.c", "_kernel.h", "_putobj.c"):
             h.update(resources.files(__package__).joinpath(name).read_bytes())
     except OSError:
         return None

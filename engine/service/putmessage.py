@@ -24,7 +24,7 @@ import time
 import zlib
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, cast
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from ..errors import (
@@ -86,6 +86,8 @@ from ..storeconfig import COMPRESSION_TYPES
 from . import dispatch
 from .dispatch import DispatchRequest
 from .validation import (
+    CHECKED_TAGS,
+    NOT_ALLOWED_SEND_TOPICS,
     check_born_host,
     check_message_columns,
     check_messages,
@@ -261,6 +263,7 @@ class PutService:
         self._load_kernel = load_kernel
         self._kernel: Any = _UNLOADED
         self._index_writer: Any = _UNLOADED
+        self._readers: Any = _UNLOADED
         self.call: _PutCall | None = None
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.round_robin: dict[str, int] = {}
@@ -277,6 +280,20 @@ class PutService:
             k = self.kernel
             w = self._index_writer = k.index_writer() if k is not None else None
         return w
+
+    @property
+    def readers(self) -> tuple[Callable[..., list[tuple] | None], Callable[[Sequence], Any]] | None:
+        """The compiled readers of :class:`Message` objects, ``(vouch, keys_utf8)``
+        (``engine.read.kernel.Kernel.message_reader``, configured with this module's field
+        order), None without them: :func:`put_messages` and :func:`_own_keys` then read the
+        objects in Python."""
+        r = self._readers
+        if r is _UNLOADED:
+            k = self.kernel
+            r = self._readers = (
+                k.message_reader(Message, _ALL_NAMES, _OTHER_DEFAULTS) if k is not None else None
+            )
+        return r
 
     @property
     def kernel(self) -> Any:
@@ -392,6 +409,11 @@ def put_messages(
     if len(messages) == 1:  # one message: checked as it is, its fields read by put_plain
         check_messages(messages)
     elif messages:
+        readers = store.putter.readers
+        if readers is not None:  # one C pass: every rule met and the columns, or None
+            cols = readers[0](messages, CHECKED_TAGS, NOT_ALLOWED_SEND_TOPICS)
+            if cols is not None:
+                return _put(store, messages, batch, cols, results)
         cols = message_columns(messages)
         if cols is None or len(messages) <= _CHECK_EACH_UP_TO:
             check_messages(messages)
@@ -1518,7 +1540,7 @@ def _batch_args(
     topic_c, bodies, tags_c, keys_c, qid_c, shard_c, born_c, _, flag_c = cols[:9]
     n = len(topic_c)
     ffi, a = call.ffi, call.args
-    heads = _head_parts(tags_c, keys_c, shard_c)
+    heads = _head_parts(tags_c, keys_c, shard_c, store.putter.readers)
     own = heads[4]  # each message's own KEYS, outside the heads
     nidx = n * (1 + heads[3]) + (own[2] + n if own else 0)
     nout = sum(lens) + 512 * n + (len(own[0]) if own else 0)
@@ -1589,16 +1611,17 @@ def _queue_state(
 
 
 def _head_parts(
-    tags_c: tuple, keys_c: tuple, shard_c: tuple
-) -> tuple[Iterable, list, list, int, tuple[bytes, array, int] | None]:
+    tags_c: tuple, keys_c: tuple, shard_c: tuple, readers: Any = None
+) -> tuple[Iterable, list, list, int, tuple[bytes, array | bytes, int] | None]:
     """The property heads of a batch (the items before UNIQ_KEY, one per distinct head):
     ``(each message's head, the distinct heads, their parts, the most keys of one head, the
     messages' own KEYS)``. Without sharding keys a head is the TAGS item alone, and each
     message's KEYS value goes to ``rmq_put`` apart (:func:`_own_keys`), so a batch whose every
     message has keys of its own (an order id each) still has one head a distinct tag; with
-    sharding keys (whose item follows KEYS) a head holds TAGS, KEYS and SHARDING_KEY."""
+    sharding keys (whose item follows KEYS) a head holds TAGS, KEYS and SHARDING_KEY.
+    ``readers``: :attr:`PutService.readers` (:func:`_own_keys`' compiled pass)."""
     n = len(tags_c)
-    own = _own_keys(keys_c) if shard_c.count(None) == n else False
+    own = _own_keys(keys_c, readers) if shard_c.count(None) == n else False
     if own is not False:
         distinct = list(dict.fromkeys(tags_c))
         return tags_c, distinct, [(t, None, None) for t in distinct], 0, own
@@ -1620,12 +1643,20 @@ def _keys_value(keys: list[str] | str | None) -> str | None:
 _NONE_AS_EMPTY: dict[Any, str] = {None: ""}
 
 
-def _own_keys(keys_c: tuple) -> tuple[bytes, array, int] | Literal[False] | None:
+def _own_keys(
+    keys_c: tuple, readers: Any = None
+) -> tuple[bytes, array | bytes, int] | Literal[False] | None:
     """Each message's KEYS value for ``rmq_put`` (``keys``, ``keys_len``): ``(the values one
-    after another in UTF-8, each one's length in bytes, -1 for a message without a KEYS item,
-    the spaces among them)``; None when no message has keys; False when they take 2 GiB or
-    more (an int32 length: the heads take them, and the properties' limit refuses them).
-    C-level passes, but for keys given as lists (joined first, one by one)."""
+    after another in UTF-8, each one's length in bytes (int32s), -1 for a message without a
+    KEYS item, the spaces among them)``; None when no message has keys; False when they take
+    2 GiB or more (an int32 length: the heads take them, and the properties' limit refuses
+    them). One compiled pass with ``readers`` (:attr:`PutService.readers`: ``keys_utf8``,
+    for keys that are None or a ``str`` without a control character), else C-level passes
+    here, but for keys given as lists (joined first, one by one)."""
+    if readers is not None:
+        got = readers[1](keys_c)
+        if got is not False:
+            return cast("tuple[bytes, bytes, int] | None", got)
     n = len(keys_c)
     if keys_c.count(None) == n:
         return None

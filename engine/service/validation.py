@@ -147,7 +147,9 @@ TRANSIENT_PREFIX = "__RMQ.TRANSIENT."  # MessageConst.PROPERTY_TRANSIENT_PREFIX
 
 # javaIsoControl, and the UTF-16 surrogates (a str holding one cannot be encoded to UTF-8)
 _BAD_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-_GOOD_TAGS: set[str] = set()  # tags already checked (bounded)
+#: Tags :func:`check_tags` has let through (at most 4096; cleared, never rebound): the put
+#: paths let a tag in this set through without looking at it again.
+CHECKED_TAGS: set[str] = set()
 
 
 def describe_char(ch: str) -> str:
@@ -172,14 +174,14 @@ def check_tags(tags: str | None) -> None:
     """A message's tags (``GrpcValidator.validateTag``); ``None`` and ``""`` mean no tags."""
     if tags is None or tags == "":
         return
-    if isinstance(tags, str) and tags in _GOOD_TAGS:
+    if isinstance(tags, str) and tags in CHECKED_TAGS:
         return
     check_text("tags", tags)
     if "|" in tags:
         raise MessageIllegalError(f"tags {tags!r} contain '|' (the tag expression separator)")
-    if len(_GOOD_TAGS) > 4096:
-        _GOOD_TAGS.clear()
-    _GOOD_TAGS.add(tags)
+    if len(CHECKED_TAGS) > 4096:
+        CHECKED_TAGS.clear()
+    CHECKED_TAGS.add(tags)
 
 
 def check_keys(keys: list[str] | tuple[str, ...] | str | None) -> None:
@@ -375,7 +377,7 @@ def check_messages(messages: Iterable[Message]) -> None:
         if m.topic in NOT_ALLOWED_SEND_TOPICS:
             check_send_topic(m.topic)
         t = m.tags
-        if t and (t.__class__ is not str or t not in _GOOD_TAGS):
+        if t and (t.__class__ is not str or t not in CHECKED_TAGS):
             check_tags(t)
         if m.keys:
             check_keys(m.keys)
@@ -476,7 +478,7 @@ def tags_keys_clean(tags: Sequence[object], keys: Sequence[object]) -> bool:
     try:
         return (
             set(map(type, tags)) <= _NONE_OR_STR
-            and all(t in _GOOD_TAGS for t in set(tags) if t)
+            and all(t in CHECKED_TAGS for t in set(tags) if t)
             and _keys_clean(keys)
         )
     except TypeError:

@@ -1,0 +1,403 @@
+/* The put path's reader of Python objects: a batch of Message objects vouched for, and its
+ * columns read, in one C pass (engine/service/putmessage.py, ``put_messages``).
+ *
+ * This file is compiled into the kernel's shared object (engine/read/_kernel_build.py names
+ * it among the sources) and is a second extension module in it, ``_putobj``, with its own
+ * ``PyInit__putobj`` (CPython's "multiple modules in one library": engine/read/kernel.py
+ * loads it from the kernel's file under that name). Unlike _kernel.c, which cffi hands only
+ * C buffers, it reads CPython objects, so it is built against the full (not the limited) API
+ * of the interpreter it is compiled for.
+ *
+ * What it vouches for, and nothing more: a batch whose every item is exactly the configured
+ * ``Message`` class (a dataclass with slots; a subclass may compute a field and is never
+ * vouched for), with every field of the common case (RocketMQ's
+ * ``DefaultMessageStore.putMessages`` of a producer's plain messages: a topic not reserved, a
+ * bytes body, tags already checked or none, keys a ``str`` without a control character or a
+ * lone surrogate, a queueId None or an int, a flag an int in a Java int's range, sysFlag 0,
+ * every other field at its default). Anything else answers None, and the caller checks and
+ * puts the batch field by field as before: this module decides no refusal, so it can only
+ * make a put faster, never change what it does. tests/engine/test_putobj.py holds it against
+ * the Python rules (engine/service/validation.py) on generated batches, under the sanitizer
+ * build too.
+ *
+ * It trusts nothing it is handed: every argument's type is checked, every slot may be unset
+ * (NULL), every int may be of any size, and nothing it reads can run Python code (exact str,
+ * bytes and int only; set lookups of exact str), so the batch cannot change under it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The fields, in the order of engine/service/putmessage.py's _PLAIN_FIELDS, then the others
+ * (each of which must be its default, by identity). */
+enum {
+    F_TOPIC,
+    F_BODY,
+    F_TAGS,
+    F_KEYS,
+    F_QUEUE_ID,
+    F_SHARDING_KEY,
+    F_BORN_TIMESTAMP,
+    F_BORN_HOST,
+    F_FLAG,
+    F_PROPERTIES,
+    F_SYS_FLAG,
+    N_PLAIN,
+    MAX_FIELDS = 32
+};
+
+static PyTypeObject *message_type; /* strong reference; NULL until configure() */
+static PyObject *field_name[MAX_FIELDS];  /* strong references */
+static PyObject *field_descr[MAX_FIELDS]; /* the slots' member descriptors, strong references */
+static Py_ssize_t field_offset[MAX_FIELDS];
+static PyObject *field_default[MAX_FIELDS]; /* strong references, [N_PLAIN, n_fields) */
+static int n_fields;
+
+/* Whether the code point c is one check_keys refuses: a control character (C0, DEL, C1) or a
+ * lone surrogate (validation._BAD_CHAR: [\x00-\x1f\x7f-\x9f\ud800-\udfff]). */
+static inline int bad_char(Py_UCS4 c)
+{
+    return c < 0x20 || (c >= 0x7f && c <= 0x9f) || (c >= 0xd800 && c <= 0xdfff);
+}
+
+/* 1 when the exact str s has no bad character, 0 when it has one. */
+static int clean_text(PyObject *s)
+{
+    Py_ssize_t len;
+    int kind;
+    const void *data;
+    if (PyUnicode_READY(s) < 0) { /* (a legacy string of the old C API: made canonical) */
+        PyErr_Clear();
+        return 0;
+    }
+    len = PyUnicode_GET_LENGTH(s);
+    kind = PyUnicode_KIND(s);
+    data = PyUnicode_DATA(s);
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *p = data;
+        for (Py_ssize_t i = 0; i < len; i++)
+            if (p[i] < 0x20 || (p[i] >= 0x7f && p[i] <= 0x9f))
+                return 0;
+        return 1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++)
+        if (bad_char(PyUnicode_READ(kind, data, i)))
+            return 0;
+    return 1;
+}
+
+/* v's value when it is an exact int in [lo, hi), else *ok = 0. */
+static long long int_in(PyObject *v, long long lo, long long hi, int *ok)
+{
+    int overflow = 0;
+    long long x;
+    if (!PyLong_CheckExact(v)) {
+        *ok = 0;
+        return 0;
+    }
+    x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        *ok = 0;
+        return 0;
+    }
+    if (x < lo || x >= hi)
+        *ok = 0;
+    return x;
+}
+
+/* The KEYS values of a column (a tuple of n items) as putmessage._own_keys gives them:
+ * (the UTF-8 values one after another, each one's length in bytes as int32 (-1 for None or
+ * ""), the spaces among them); None when every item is None; False when it cannot vouch
+ * (an item neither None nor an exact str, a bad character, 2 GiB or more). NULL with an
+ * exception only for a memory error. */
+static PyObject *keys_utf8(PyObject *const *keys, Py_ssize_t n)
+{
+    Py_ssize_t total = 0, spaces = 0, none = 0;
+    PyObject *blob, *lens, *out;
+    char *b;
+    int32_t *l;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = keys[i];
+        Py_ssize_t size;
+        const char *u;
+        if (k == Py_None) {
+            none++;
+            continue;
+        }
+        if (!PyUnicode_CheckExact(k) || !clean_text(k))
+            Py_RETURN_FALSE;
+        u = PyUnicode_AsUTF8AndSize(k, &size); /* cached in the str; ASCII: its own data */
+        if (u == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_MemoryError))
+                return NULL;
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+        total += size;
+        if (total >= ((Py_ssize_t)1 << 31))
+            Py_RETURN_FALSE;
+        for (Py_ssize_t j = 0; j < size; j++)
+            spaces += u[j] == ' ';
+    }
+    if (none == n)
+        Py_RETURN_NONE;
+    blob = PyBytes_FromStringAndSize(NULL, total);
+    lens = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int32_t)));
+    if (blob == NULL || lens == NULL) {
+        Py_XDECREF(blob);
+        Py_XDECREF(lens);
+        return NULL;
+    }
+    b = PyBytes_AS_STRING(blob);
+    l = (int32_t *)PyBytes_AS_STRING(lens);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = keys[i];
+        Py_ssize_t size = 0;
+        const char *u;
+        if (k == Py_None || PyUnicode_GET_LENGTH(k) == 0) {
+            l[i] = -1;
+            continue;
+        }
+        u = PyUnicode_AsUTF8AndSize(k, &size); /* cached by the pass above */
+        if (u == NULL || size > total - (b - PyBytes_AS_STRING(blob))) {
+            Py_DECREF(blob);
+            Py_DECREF(lens);
+            if (u == NULL)
+                return NULL;
+            PyErr_SetString(PyExc_RuntimeError, "a key changed while it was read");
+            return NULL;
+        }
+        memcpy(b, u, (size_t)size);
+        b += size;
+        l[i] = (int32_t)size;
+    }
+    out = Py_BuildValue("(NNn)", blob, lens, spaces);
+    return out;
+}
+
+/* keys_utf8(keys): keys a tuple or a list. */
+static PyObject *py_keys_utf8(PyObject *self, PyObject *keys)
+{
+    (void)self;
+    if (PyTuple_CheckExact(keys))
+        return keys_utf8(((PyTupleObject *)keys)->ob_item, PyTuple_GET_SIZE(keys));
+    if (PyList_CheckExact(keys)) /* (nothing read runs Python code: the list keeps its items) */
+        return keys_utf8(((PyListObject *)keys)->ob_item, PyList_GET_SIZE(keys));
+    Py_RETURN_FALSE;
+}
+
+/* 1 when every field of the configured class is still the slot configure() found (a class
+ * attribute set since, a property over a field, would be read through and not from the
+ * slot: then 0, and nothing is vouched for). A dict lookup of a str runs no Python code. */
+static int fields_unchanged(void)
+{
+    PyObject *dict = message_type->tp_dict;
+    if (dict == NULL)
+        return 0;
+    for (int f = 0; f < n_fields; f++) {
+        PyObject *d = PyDict_GetItemWithError(dict, field_name[f]);
+        if (d != field_descr[f]) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* One message's fields into the columns at row i; 0: not vouched for. */
+static int vouch_one(PyObject *m, Py_ssize_t i, PyObject **cols, PyObject *good_tags,
+                     PyObject *banned_topics, PyObject **last_topic, PyObject **last_tags)
+{
+    PyObject *v[MAX_FIELDS];
+    int ok = 1;
+    if (Py_TYPE(m) != message_type)
+        return 0;
+    for (int f = 0; f < n_fields; f++) {
+        v[f] = *(PyObject **)((char *)m + field_offset[f]);
+        if (v[f] == NULL)
+            return 0; /* a slot never set (deleted): the Python path says what is wrong */
+    }
+    for (int f = N_PLAIN; f < n_fields; f++)
+        if (v[f] != field_default[f])
+            return 0;
+    if (!PyUnicode_CheckExact(v[F_TOPIC]) || !PyBytes_CheckExact(v[F_BODY]))
+        return 0;
+    if (v[F_TOPIC] != *last_topic) {
+        int r = PySet_Contains(banned_topics, v[F_TOPIC]);
+        if (r != 0) {
+            if (r < 0)
+                PyErr_Clear();
+            return 0;
+        }
+        *last_topic = v[F_TOPIC];
+    }
+    if (v[F_TAGS] != Py_None) {
+        if (!PyUnicode_CheckExact(v[F_TAGS]) || PyUnicode_READY(v[F_TAGS]) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (PyUnicode_GET_LENGTH(v[F_TAGS]) && v[F_TAGS] != *last_tags) {
+            int r = PySet_Contains(good_tags, v[F_TAGS]);
+            if (r != 1) {
+                if (r < 0)
+                    PyErr_Clear();
+                return 0; /* a tag not checked before: check_tags decides */
+            }
+            *last_tags = v[F_TAGS];
+        }
+    }
+    if (v[F_KEYS] != Py_None && (!PyUnicode_CheckExact(v[F_KEYS]) || !clean_text(v[F_KEYS])))
+        return 0; /* a list of keys (the Python path joins it), a character to refuse */
+    if (v[F_QUEUE_ID] != Py_None && !PyLong_CheckExact(v[F_QUEUE_ID]))
+        return 0;
+    if (v[F_SHARDING_KEY] != Py_None || v[F_BORN_TIMESTAMP] != Py_None ||
+        v[F_BORN_HOST] != Py_None || v[F_PROPERTIES] != Py_None)
+        return 0;
+    int_in(v[F_FLAG], -((long long)1 << 31), (long long)1 << 31, &ok);
+    int_in(v[F_SYS_FLAG], 0, 1, &ok);
+    if (!ok)
+        return 0;
+    for (int f = 0; f < N_PLAIN; f++) {
+        Py_INCREF(v[f]);
+        PyTuple_SET_ITEM(cols[f], i, v[f]);
+    }
+    return 1;
+}
+
+/* vouch(messages, good_tags, banned_topics) -> [11 columns] | None */
+static PyObject *py_vouch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *messages, *good_tags, *banned_topics, *cols[N_PLAIN] = {NULL};
+    PyObject *last_topic = NULL, *last_tags = NULL, *out = NULL;
+    Py_ssize_t n;
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "vouch(messages, good_tags, banned_topics)");
+        return NULL;
+    }
+    messages = args[0];
+    good_tags = args[1];
+    banned_topics = args[2];
+    if (message_type == NULL || !PyList_CheckExact(messages) || !PyAnySet_Check(good_tags) ||
+        !PyAnySet_Check(banned_topics) || !fields_unchanged())
+        Py_RETURN_NONE;
+    n = PyList_GET_SIZE(messages);
+    if (n == 0)
+        Py_RETURN_NONE;
+    for (int f = 0; f < N_PLAIN; f++) {
+        cols[f] = PyTuple_New(n);
+        if (cols[f] == NULL)
+            goto done;
+    }
+    /* nothing below runs Python code (exact types only), so the list keeps its size */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!vouch_one(PyList_GET_ITEM(messages, i), i, cols, good_tags, banned_topics,
+                       &last_topic, &last_tags)) {
+            out = Py_None;
+            Py_INCREF(out);
+            goto done;
+        }
+    }
+    out = PyList_New(N_PLAIN);
+    if (out == NULL)
+        goto done;
+    for (int f = 0; f < N_PLAIN; f++) {
+        PyList_SET_ITEM(out, f, cols[f]);
+        cols[f] = NULL;
+    }
+done:
+    for (int f = 0; f < N_PLAIN; f++)
+        Py_XDECREF(cols[f]); /* (a tuple partly filled: its NULL items are skipped) */
+    return out;
+}
+
+/* configure(message_type, names, defaults): the class whose exact instances are vouched for,
+ * its field names in the order above (slots: member descriptors of type object), and the
+ * defaults of the fields past the plain ones. */
+static PyObject *py_configure(PyObject *self, PyObject *args)
+{
+    PyObject *type, *names, *defaults, *descr[MAX_FIELDS];
+    Py_ssize_t nn, nd, offset[MAX_FIELDS];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &type, &PyTuple_Type, &names,
+                          &PyTuple_Type, &defaults))
+        return NULL;
+    nn = PyTuple_GET_SIZE(names);
+    nd = PyTuple_GET_SIZE(defaults);
+    if (nn > MAX_FIELDS || nn - nd != N_PLAIN) {
+        PyErr_SetString(PyExc_ValueError, "configure: 11 plain fields, then the defaulted ones");
+        return NULL;
+    }
+    for (Py_ssize_t f = 0; f < nn; f++) {
+        PyObject *name = PyTuple_GET_ITEM(names, f);
+        PyObject *d = PyUnicode_CheckExact(name) && ((PyTypeObject *)type)->tp_dict
+                          ? PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, name)
+                          : NULL; /* (borrowed) */
+        PyMemberDef *member;
+        if (d == NULL && PyErr_Occurred())
+            return NULL;
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyErr_Format(PyExc_TypeError, "configure: %R is not a slot of %R",
+                         PyTuple_GET_ITEM(names, f), type);
+            return NULL;
+        }
+        member = ((PyMemberDescrObject *)d)->d_member;
+        if (member->type != T_OBJECT_EX || member->offset < (Py_ssize_t)sizeof(PyObject) ||
+            member->offset + (Py_ssize_t)sizeof(PyObject *) >
+                ((PyTypeObject *)type)->tp_basicsize) {
+            PyErr_Format(PyExc_TypeError, "configure: %R is not an object slot",
+                         PyTuple_GET_ITEM(names, f));
+            return NULL;
+        }
+        offset[f] = member->offset;
+        descr[f] = d;
+    }
+    /* Nothing changed before every name was found good (a refused call leaves the old
+     * configuration whole), and the old references are let go only once the new ones are
+     * all in place: letting one go may run Python code (a finalizer), which may call vouch. */
+    PyObject *old[3 * MAX_FIELDS + 1];
+    int nold = 0;
+    for (int f = 0; f < MAX_FIELDS; f++) {
+        old[nold++] = field_name[f];
+        old[nold++] = field_descr[f];
+        old[nold++] = field_default[f];
+        field_name[f] = field_descr[f] = field_default[f] = NULL;
+    }
+    old[nold++] = (PyObject *)message_type;
+    memcpy(field_offset, offset, (size_t)nn * sizeof(Py_ssize_t));
+    for (Py_ssize_t f = 0; f < nn; f++) {
+        field_name[f] = Py_NewRef(PyTuple_GET_ITEM(names, f));
+        field_descr[f] = Py_NewRef(descr[f]);
+        if (f >= N_PLAIN)
+            field_default[f] = Py_NewRef(PyTuple_GET_ITEM(defaults, f - N_PLAIN));
+    }
+    message_type = (PyTypeObject *)Py_NewRef(type);
+    n_fields = (int)nn;
+    for (int k = 0; k < nold; k++)
+        Py_XDECREF(old[k]);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", py_configure, METH_VARARGS,
+     "configure(message_type, names, defaults): the Message class (slots) vouch() reads."},
+    {"vouch", (PyCFunction)(void (*)(void))py_vouch, METH_FASTCALL,
+     "vouch(messages, good_tags, banned_topics) -> [the 11 plain columns] | None"},
+    {"keys_utf8", py_keys_utf8, METH_O,
+     "keys_utf8(keys) -> (blob, int32 lengths, spaces) | None | False"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_putobj",
+    "The put path's reader of Message objects (engine/read/_putobj.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__putobj(void)
+{
+    return PyModule_Create(&module_def);
+}

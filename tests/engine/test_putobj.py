@@ -1,0 +1,354 @@
+"""The put path's compiled reader of Message objects (engine/read/_putobj.c, ``vouch`` and
+``keys_utf8``) is judged by the Python rules it stands in for.
+
+* ``vouch`` may answer None for anything (the caller then checks and reads the batch in
+  Python), but whenever it returns columns, every message passes every client rule
+  (``validation.check_messages``), is a plain one (what ``putmessage.put_plain`` takes: no
+  properties, sysFlag 0, every other field at its default) and the columns are the
+  messages' very field objects. Hypothesis draws batches with odd values in every field
+  (types that pass for others: bool, int and str subclasses, bytearray bodies; lists of
+  keys; control characters, lone surrogates, characters outside the BMP; ints past a Java
+  int; subclasses of Message; a deleted slot) to find a batch it vouches for wrongly.
+* It does vouch for the common batch (so the judge above is not satisfied by a reader that
+  never answers), and a tag not checked before waits for ``check_tags``.
+* ``keys_utf8`` gives what ``putmessage._own_keys`` computes in Python, or False.
+* A put of the same batches through ``put_messages`` with and without the reader leaves the
+  same files, byte for byte.
+* ``configure`` refuses a class whose fields are not slots and keeps what it had; a class
+  changed after (a property set over a field) is no longer vouched for.
+
+tests/engine/test_kernel_sanitize.py runs this file against the sanitizer build (the
+Makefile's SAN_TESTS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from array import array
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rmqfs.engine.store as store_mod
+from rmqfs.engine.format.message import Message
+from rmqfs.engine.format.uniqkey import UniqKeyGenerator
+from rmqfs.engine.read import kernel
+from rmqfs.engine.service import putmessage
+from rmqfs.engine.service import validation as V
+from rmqfs.engine.store import MessageStore, StoreConfig
+
+K = kernel.load()
+pytestmark = pytest.mark.skipif(
+    K is None or K.objects is None, reason="no compiled kernel or no _putobj in it"
+)
+
+NAMES = tuple(f.name for f in dataclasses.fields(Message))
+PLAIN = (
+    "topic",
+    "body",
+    "tags",
+    "keys",
+    "queue_id",
+    "sharding_key",
+    "born_timestamp",
+    "born_host",
+    "flag",
+    "properties",
+    "sys_flag",
+)
+OTHERS = tuple(n for n in NAMES if n not in PLAIN)
+DEFAULTS = tuple(f.default for f in dataclasses.fields(Message) if f.name in OTHERS)
+
+
+def readers():
+    """(vouch, keys_utf8) configured as the store's put path configures them."""
+    r = K.message_reader(Message, (*PLAIN, *OTHERS), DEFAULTS)
+    assert r is not None
+    return r
+
+
+class Text(str):
+    """A str subclass (its own hash and equality could run Python code)."""
+
+
+class Int(int):
+    pass
+
+
+class SubMessage(Message):
+    """A subclass may compute a field: never vouched for."""
+
+
+_TEXT = st.one_of(
+    st.sampled_from(["x\x01", "\x00", "\x1f", "\x7f", "\x9f", "\ud800", "a\udfffb", "é\x85"]),
+    st.sampled_from(["", "a", "k1 k2", " ", "é", "😀 x", "\xa0", "\u2028"]),
+    st.text(max_size=6),
+    st.builds(Text, st.sampled_from(["a", "b"])),
+)
+FIELDS = {
+    "topic": st.sampled_from(["T", "U", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", 5]),
+    "body": st.sampled_from([b"x", b"", bytearray(b"y"), memoryview(b"z"), "text", None]),
+    "tags": st.one_of(st.none(), _TEXT, st.just(["list"]), st.just(0)),
+    "keys": st.one_of(st.none(), _TEXT, st.sampled_from([["a", "b"], [""], ("t",), 7, [], b"k"])),
+    "properties": st.sampled_from([None, {}, {"a": "b"}, "text"]),
+    "sharding_key": st.sampled_from([None, "s", "", 5]),
+    "queue_id": st.sampled_from([None, 0, 3, -1, 2**40, True, Int(1), 1.5, "1"]),
+    "flag": st.sampled_from([0, 1, -(2**31), 2**31 - 1, 2**31, -(2**31) - 1, 2**80, True, Int(0)]),
+    "sys_flag": st.sampled_from([0, 4, 2**31, 1.0, "0", False, Int(0)]),
+    "born_timestamp": st.sampled_from([None, 0, 1_700_000_000_000, -1]),
+    "born_host": st.sampled_from([None, (b"\x7f\x00\x00\x01", 1)]),
+    "delay_level": st.sampled_from([0, 3, False, None, Int(0)]),
+    "compress": st.sampled_from([None, True, False]),
+    "wait_store_msg_ok": st.sampled_from([True, False, 1]),
+    "deliver_time_ms": st.sampled_from([None, 1_700_000_000_000]),
+    "delay_time_ms": st.sampled_from([None, 0]),
+    "delay_time_sec": st.sampled_from([None, 5]),
+}
+
+
+_PLAIN_VARIANTS = {
+    "tags": st.sampled_from([None, "", "TagA"]),
+    "keys": st.one_of(
+        st.none(), st.sampled_from(["", "k1 k2", "é 😀"]), st.text("ab ", max_size=3)
+    ),
+    "queue_id": st.sampled_from([None, 0, 3]),
+    "flag": st.sampled_from([0, 7, -(2**31), 2**31 - 1]),
+    "topic": st.sampled_from(["T", "U"]),
+}
+
+
+@st.composite
+def batches(draw):
+    """Up to 8 messages: plain ones with the values a producer gives, and up to two odd
+    ones (1 or 2 fields drawn from FIELDS, a subclass, a deleted slot)."""
+    n = draw(st.integers(1, 8))
+    odd = draw(st.sets(st.integers(0, n - 1), max_size=2))
+    out = []
+    for i in range(n):
+        fields: dict = {"topic": "T", "body": b"b", "tags": "TagA"}
+        for name in draw(st.sets(st.sampled_from(sorted(_PLAIN_VARIANTS)), max_size=3)):
+            fields[name] = draw(_PLAIN_VARIANTS[name])
+        kind = Message
+        if i in odd:
+            for name in draw(st.sets(st.sampled_from(sorted(FIELDS)), min_size=1, max_size=2)):
+                fields[name] = draw(FIELDS[name])
+            kind = draw(st.sampled_from([Message, Message, Message, SubMessage]))
+        m = kind(**fields)
+        if i in odd and draw(st.integers(0, 20)) == 0:
+            delattr(m, draw(st.sampled_from(NAMES)))
+        out.append(m)
+    return out
+
+
+def _judge(msgs) -> bool:
+    """Whether vouch vouched for ``msgs``; when it did, that every rule lets them through,
+    that they are plain and that the columns are their fields."""
+    vouch, _ = readers()
+    V.check_tags("TagA")  # (checked: vouch may let it through)
+    cols = vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS)
+    if cols is None:
+        return False
+    V.check_messages(msgs)  # raises if vouch let a broken rule through
+    assert len(cols) == len(PLAIN)
+    for name, col in zip(PLAIN, cols):
+        assert type(col) is tuple and len(col) == len(msgs)
+        assert all(v is getattr(m, name) for v, m in zip(col, msgs)), name
+    for m in msgs:
+        assert type(m) is Message
+        assert type(m.topic) is str and type(m.body) is bytes
+        assert m.tags is None or type(m.tags) is str
+        assert m.keys is None or type(m.keys) is str
+        assert m.queue_id is None or type(m.queue_id) is int
+        assert type(m.flag) is int and -(2**31) <= m.flag < 2**31
+        assert type(m.sys_flag) is int and m.sys_flag == 0
+        assert m.properties is m.sharding_key is m.born_timestamp is m.born_host is None
+        assert tuple(getattr(m, n) for n in OTHERS) == DEFAULTS
+    return True
+
+
+@settings(max_examples=500, deadline=None)
+@given(batches())
+def test_vouch_only_for_batches_every_rule_lets_through(msgs):
+    _judge(msgs)
+
+
+def _odd_values() -> list[tuple[str, object]]:
+    """Every (field, value) of FIELDS' sampled values, and of _TEXT's for tags and keys."""
+    out = []
+    for name, strategy in FIELDS.items():
+        for v in _samples(strategy):
+            out.append((name, v))
+    return out
+
+
+def _samples(strategy) -> list:
+    """The values a strategy samples from (sampled_from and just, through one_of)."""
+    wrapped = getattr(strategy, "wrapped_strategy", strategy)
+    if hasattr(wrapped, "elements"):
+        return list(wrapped.elements)
+    if hasattr(wrapped, "value"):
+        return [wrapped.value]
+    return [v for sub in getattr(wrapped, "original_strategies", ()) for v in _samples(sub)]
+
+
+@pytest.mark.parametrize(("field", "value"), _odd_values())
+def test_vouch_judged_for_each_odd_value_alone(field, value):
+    """Each odd value of each field, alone in one message of a plain batch: vouched for
+    only when the rules let it through (the exhaustive half of the judge above)."""
+    odd = Message("T", b"y", tags="TagA")
+    setattr(odd, field, value)
+    vouched = _judge([Message("T", b"x", tags="TagA", keys="k"), odd])
+    if field in ("sys_flag", "properties", "sharding_key", "born_timestamp", "born_host"):
+        assert not vouched or value is None or (value == 0 and type(value) is int)
+
+
+def test_vouch_answers_for_the_common_batch():
+    """A producer's batch (a checked tag, keys of its own, queues given or not) is vouched
+    for; a tag never checked is not, until ``check_tags`` has let it through."""
+    vouch, _ = readers()
+    V.check_tags("TagA")
+    msgs = [
+        Message("T", b"body %d" % i, tags="TagA", keys=f"order-{i}", queue_id=i % 2 or None)
+        for i in range(300)
+    ]
+    cols = vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS)
+    assert cols is not None and cols[3][7] == "order-7" and cols[4][:2] == (None, 1)
+    fresh = "never-seen-%d" % os.getpid()
+    msgs[5] = Message("T", b"x", tags=fresh)
+    assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is None
+    V.check_tags(fresh)
+    assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is not None
+    assert vouch(tuple(msgs), V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is None  # a list only
+    assert vouch([], V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is None
+
+
+_KEYS = st.one_of(
+    st.none(),
+    st.text(max_size=8),
+    st.sampled_from(["", " ", "a b  c", "\x00", "é ü", "😀", "\udc80", Text("x y")]),
+    st.sampled_from([["a", "b"], 5, b"k"]),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_KEYS, max_size=12), st.booleans())
+def test_keys_utf8_is_own_keys(keys, as_list):
+    """``keys_utf8`` of a KEYS column gives what ``_own_keys`` gives in Python (the UTF-8
+    values, their lengths, -1 for none, the spaces), None when no message has keys, or
+    False where it cannot vouch (then Python computes it)."""
+    _, keys_utf8 = readers()
+    column = list(keys) if as_list else tuple(keys)
+    got = keys_utf8(column)
+    if got is False:
+        assert any(k is not None and not V.tags_keys_clean((), [k]) for k in keys)
+        return
+    try:
+        want = putmessage._own_keys(tuple(keys))
+    except (TypeError, UnicodeEncodeError):  # pragma: no cover - vouched values encode
+        raise AssertionError(f"keys_utf8 vouched for {keys!r}") from None
+    if want is None:
+        assert got is None
+        return
+    assert got is not None
+    blob, lens, spaces = got
+    assert (blob, array("i", lens), spaces) == (want[0], array("i", want[1]), want[2])
+
+
+def test_keys_utf8_refuses_what_is_not_a_column():
+    _, keys_utf8 = readers()
+    assert keys_utf8("a b") is False
+    assert keys_utf8(iter(["a"])) is False
+    assert keys_utf8(()) is None
+
+
+def _put_all(root: Path, batches, with_reader: bool) -> dict[str, bytes]:
+    """The store files (but for config, checkpoint, lock and abort) after putting
+    ``batches`` into a new store, the clock and the UNIQ_KEYs fixed."""
+    clock = itertools.count(1_795_305_347_998, 1300)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store_mod.time, "time", lambda: next(clock) / 1000)
+        if not with_reader:
+            mp.setattr(putmessage.PutService, "readers", property(lambda self: None))
+        cfg = StoreConfig(mapped_file_size_commit_log=4096, max_hash_slot_num=64, max_index_num=64)
+        with MessageStore(str(root), cfg) as s:
+            s.uniq_keys = UniqKeyGenerator()
+            s.uniq_keys._prefix = "7F0000010001000000FF"
+            s.uniq_keys.counter = 65533
+            s.create_topic("T", 4)
+            s.create_topic("U", 2)
+            for b in batches:
+                s.put_messages(b)
+            assert s.putter.call is not None  # the compiled path ran
+    out = {}
+    files = [p for p in sorted(root.rglob("*")) if p.is_file()]
+    indexes = [p for p in files if p.parent.name == "index"]  # (named by the wall clock)
+    for p in files:
+        rel = str(p.relative_to(root))
+        if p in indexes:
+            rel = f"index #{indexes.index(p)}"
+        if not rel.startswith(("config", "checkpoint", "lock", "abort")):
+            out[rel] = p.read_bytes()
+    return out
+
+
+def test_a_put_with_the_reader_writes_what_one_without_it_writes(tmp_path):
+    """The same batches (keys, no keys, explicit queues, two topics, a fresh tag, one that
+    the reader leaves to Python: a list of keys) put with the reader and without it leave
+    the same CommitLog, ConsumeQueue and IndexFile bytes (the store's clock and UNIQ_KEYs
+    fixed)."""
+    V.check_tags("TagA")
+    batches = [
+        [Message("T", b"a%d" % i, tags="TagA", keys=f"k-{i}") for i in range(40)],
+        [Message("T", b"b%d" % i, tags="TagB-%d" % os.getpid(), queue_id=i % 4) for i in range(20)],
+        [
+            Message("U" if i % 3 else "T", b"c%d" % i, keys="x y" if i % 2 else None)
+            for i in range(30)
+        ],
+        [Message("T", b"d%d" % i, keys=["a", "b"]) for i in range(10)],
+        [Message("T", b"e%d" % i, tags="TagA", keys="é 😀") for i in range(10)],
+    ]
+    with_it = _put_all(tmp_path / "with", batches, True)
+    without = _put_all(tmp_path / "without", batches, False)
+    assert with_it.keys() == without.keys()
+    assert any(k.startswith("commitlog") for k in with_it)
+    for name in with_it:
+        assert with_it[name] == without[name], name
+
+
+def test_configure_keeps_its_class_when_refused_and_a_changed_class_is_not_vouched_for():
+    vouch, _ = readers()
+
+    @dataclasses.dataclass
+    class NoSlots:
+        topic: str = "T"
+
+    with pytest.raises(TypeError, match="not a slot"):
+        K.message_reader(NoSlots, (*PLAIN, *OTHERS), DEFAULTS)
+    with pytest.raises(ValueError):
+        K.message_reader(Message, PLAIN[:5], ())
+    V.check_tags("TagA")
+    msgs = [Message("T", b"x", tags="TagA"), Message("T", b"y")]
+    assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is not None
+
+    @dataclasses.dataclass(slots=True)
+    class Other:
+        topic: str
+        body: bytes
+        tags: object = None
+
+    other_names = tuple(f.name for f in dataclasses.fields(Message))
+    with pytest.raises(TypeError):
+        K.message_reader(Other, other_names, DEFAULTS)
+    assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is not None
+
+    slot = Message.__dict__["tags"]
+    try:
+        Message.tags = property(lambda self: "Computed")  # type: ignore[assignment,method-assign]
+        assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is None
+    finally:
+        Message.tags = slot  # type: ignore[method-assign]
+    assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is not None
