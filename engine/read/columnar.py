@@ -169,6 +169,10 @@ assert RECORD_DTYPE.itemsize == FIXED_V4.size
 assert RECORD_DTYPE.fields is not None
 assert all(RECORD_DTYPE.fields[n][1] == at for n, at in FIXED_V4_POSITIONS.items())
 _FIXED = FIXED_V4.size
+#: Bodies (bytes, compressed ones inflated) one batch of :meth:`StoreFiles.read_batches` holds
+#: at most, but for a batch of one record: what a reader (a Spark task) holds at a time, far
+#: under the 2 GiB an Arrow binary column can hold.
+READ_BATCH_BYTES = 256 << 20
 #: A ConsumeQueue unit (``engine.format.consumequeue.UNIT``: commitLogOffset | size | tagsCode).
 UNIT_DTYPE = np.dtype(UNIT_DTYPE_SPEC)
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
@@ -603,9 +607,11 @@ class StoreFiles:
 
         ``tags``: keep only messages whose TAGS equal one of these; units are first selected by
         their ConsumeQueue tagsCode (Java hash of the tag), then the decoded tag is compared,
-        so hash collisions are removed. Batches (at most ``batch_rows`` rows each) have the
-        schema :func:`engine.read.schema.arrow_schema`, or only ``columns`` of it, in that order.
-        Blank filler units are skipped; empty batches are not yielded.
+        so hash collisions are removed. Batches (at most ``batch_rows`` rows each, and bodies
+        of at most :data:`READ_BATCH_BYTES` in all but for a batch of one row: a record's
+        body of any size is read whole) have the schema :func:`engine.read.schema.arrow_schema`,
+        or only ``columns`` of it, in that order. Blank filler units are skipped; empty
+        batches are not yielded.
 
         Raises CorruptRecordError when a unit is missing or points at bytes that are not its
         record (the message names the CommitLog offset).
@@ -627,10 +633,16 @@ class StoreFiles:
             qoffs = np.arange(pos, pos + n, dtype=np.int64)
             keep = None if codes is None else np.isin(units["tags"].astype(np.int64), codes)
             units, qoffs, _ = drop_blank_units(units, qoffs, keep=keep)
-            if len(units):
+            build = columns
+            if wanted is not None and columns is not None and "tags" not in columns:
+                build = (*columns, "tags")
+            while len(units):  # READ_BATCH_BYTES of bodies a batch at most: none is cut
                 batch = decode_units(
-                    self.commitlog, topic, queue_id, units, qoffs, wanted, columns, self.check_crc
-                )
+                    self.commitlog, topic, queue_id, units, qoffs, None, build, self.check_crc,
+                    max_bytes=READ_BATCH_BYTES,
+                )  # fmt: skip
+                units, qoffs = units[batch.num_rows :], qoffs[batch.num_rows :]
+                batch = keep_tags(batch, wanted, columns)
                 if batch.num_rows:
                     yield batch
             pos += n
@@ -702,7 +714,6 @@ def decode_units(
             the record of its unit (magic, TOTALSIZE != unit size, PHYSICALOFFSET != unit
             offset, lengths, topic or queue); the message names its CommitLog offset.
     """
-    import pyarrow as pa
 
     if max_bytes is not None and wanted_tags is not None:
         raise ValueError("decode_units: max_bytes with wanted_tags")
@@ -732,14 +743,25 @@ def decode_units(
             batch = _decode_foreign(
                 commitlog, check_crc, topic, qids, offs, sizes, qoffs, build, max_bytes
             )
+    return keep_tags(batch, wanted_tags, columns)
+
+
+def keep_tags(
+    batch: pa.RecordBatch, wanted_tags: set | None, columns: Sequence[str] | None
+) -> pa.RecordBatch:
+    """The rows of a decoded ``batch`` whose TAGS is one of ``wanted_tags`` (None: every
+    row), with only ``columns`` (None: as it is; the batch may hold "tags" besides them, for
+    this filter)."""
+    import pyarrow as pa
+
     if wanted_tags is not None and batch.num_rows:
         import pyarrow.compute as pc
 
         batch = batch.filter(
             pc.fill_null(pc.is_in(batch.column("tags"), pa.array(sorted(wanted_tags))), False)
         )
-    if columns is not None and build is not columns:  # "tags" was added for the filter
-        batch = batch.select(list(columns))
+    if columns is not None and list(batch.schema.names) != list(columns):
+        batch = batch.select(list(columns))  # ("tags", added for the filter)
     return batch
 
 
@@ -1071,15 +1093,22 @@ def decode_records(
 
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """The rows of ``batches`` (one CommitLog file's run each) as one batch. Raises
+    ValueError where they cannot be one (more than 2 GiB of a binary or string column: a
+    caller decodes that much only without ``max_bytes``, which every bulk reader passes)."""
     import pyarrow as pa
 
     if len(batches) == 1:
         return batches[0]
-    return (
-        pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 62)[0]
-        if sum(b.num_rows for b in batches)
-        else batches[0]
-    )
+    if not sum(b.num_rows for b in batches):
+        return batches[0]
+    out = pa.Table.from_batches(batches).combine_chunks().to_batches(max_chunksize=1 << 62)
+    if len(out) != 1:  # (never drop the rows past the first chunk)
+        raise ValueError(
+            "decode: the records' bodies take more than one Arrow batch holds (2 GiB): "
+            "decode them with max_bytes"
+        )
+    return out[0]
 
 
 def _decode_foreign(
