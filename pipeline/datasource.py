@@ -55,8 +55,8 @@ Options (strings, names case-insensitive), modelled on Spark's Kafka source:
     that fails its BODYCRC, a unit pointing at no record) fails the query with
     :class:`DataLossError` naming the queue and the CommitLog offset either way.
 ``maxOffsetsPerTrigger``
-    Streaming: at most this many messages per micro-batch, shared across queues in proportion
-    to their backlog.
+    Streaming: at most this many messages per micro-batch (a positive integer), shared
+    across queues in proportion to their backlog.
 ``.schema("topic STRING, queue INT, queueOffset BIGINT, body BINARY")``
     A narrower schema (a subset of the columns, same names and types) decodes only those
     columns: the Python Data Source API has no column pruning, this is the way to ask for it.
@@ -812,7 +812,13 @@ def _timestamps_option(
     options: Mapping[str, str], single: str, per_queue: str
 ) -> int | Offsets | None:
     if options.get(per_queue) is not None:
-        return _offsets_option(options[per_queue], per_queue)
+        parsed = _offsets_option(options[per_queue], per_queue)
+        if not isinstance(parsed, dict):  # ("earliest"/"latest" name offsets, not times)
+            raise ValueError(
+                f'option {per_queue} must be JSON of epoch ms like '
+                f'{{"TopicA": {{"0": 1714564800000}}}}, not {options[per_queue]!r}'
+            )
+        return parsed
     if options.get(single) is not None:
         return _int(options[single], single)
     return None
@@ -845,7 +851,8 @@ def parse_options(options: Mapping[str, str]) -> _Options:
     o = _Options(path=stores[0].path, stores=stores, fleet=fleet)
     topics = get("topics")
     if topics:
-        o.topics = [t.strip() for t in topics.split(",") if t.strip()]
+        # (a topic named twice is read once)
+        o.topics = list(dict.fromkeys(t.strip() for t in topics.split(",") if t.strip()))
     pattern = get("subscribePattern")
     if pattern:
         o.pattern = pattern
@@ -872,8 +879,12 @@ def parse_options(options: Mapping[str, str]) -> _Options:
     if fail is not None:
         o.fail_on_data_loss = _bool(fail, "failOnDataLoss")
     per_trigger = get("maxOffsetsPerTrigger")
-    if per_trigger:
+    if per_trigger is not None:
         o.max_per_trigger = _int(per_trigger, "maxOffsetsPerTrigger")
+        if o.max_per_trigger < 1:  # (0 or less would read nothing, or everything, for ever)
+            raise ValueError(
+                f"option maxOffsetsPerTrigger must be a positive integer, not {per_trigger!r}"
+            )
     per_partition = get("maxRecordsPerPartition")
     if per_partition:
         o.per_partition = max(1, _int(per_partition, "maxRecordsPerPartition"))
@@ -1283,11 +1294,13 @@ class RocketMQStreamReader(DataSourceStreamReader):
         """Where the query starts: ``startingOffsets`` (default latest) or the starting
         timestamps, per queue."""
         out: dict = {}
+        # a queue a JSON startingOffsets does not name starts at earliest, as in a batch read
+        unnamed = EARLIEST if isinstance(self.o.starting, dict) else LATEST
         for broker, p in self.plans.items():
             mine = out.setdefault(broker, {})
             for t, q in p.queues():
                 mine.setdefault(t, {})[str(q)] = p.resolve(
-                    self.o.starting or "latest", self.o.start_ts, t, q, LATEST
+                    self.o.starting or "latest", self.o.start_ts, t, q, unnamed
                 )
         return self._join(out)
 

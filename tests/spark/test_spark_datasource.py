@@ -514,3 +514,38 @@ def test_a_batchcq_store_reads_each_inner_message_through_the_data_source(spark,
     assert [bytes(r.body) for r in rows] == [b for b, _ in want]
     assert [r.tags for r in rows] == ["plain", "x", None, None, "plain", "y", "y"]
     assert df.where("topic = 'T'").count() == 2
+
+
+def test_options_that_would_read_wrong_are_refused_or_made_right(tmp_path):
+    """No Spark (found by a review): a maxOffsetsPerTrigger of 0 or less is refused (-1 sent
+    the checkpointed offsets below the start, batch after batch; 0 meant no limit); a
+    startingOffsetsByTimestamp of "earliest" is refused with the option's name (it was a
+    TypeError from planning); a topic named twice is read once (scheduled=true returned
+    each row twice)."""
+    path = str(FIX / "store")
+    for bad in ("0", "-1"):
+        with pytest.raises(ValueError, match="maxOffsetsPerTrigger must be a positive integer"):
+            D.parse_options({"path": path, "maxOffsetsPerTrigger": bad})
+    assert D.parse_options({"path": path, "maxOffsetsPerTrigger": "7"}).max_per_trigger == 7
+    for bad in ("earliest", "latest"):
+        with pytest.raises(ValueError, match="startingOffsetsByTimestamp must be JSON of epoch"):
+            D.parse_options({"path": path, "startingOffsetsByTimestamp": bad})
+    assert D.parse_options({"path": path, "topics": "A, B,A ,B"}).topics == ["A", "B"]
+
+
+def test_a_stream_starts_the_queues_its_json_offsets_leave_out_at_earliest(tmp_path):
+    """No Spark: ``startingOffsets`` JSON that names some queues starts the others at their
+    earliest offset, as the option's documentation and a batch read have it (a stream
+    started them at latest: their messages were skipped without a word)."""
+    root = str(tmp_path / "s")
+    with MessageStore(root) as s:
+        s.create_topic("A", 2)
+        s.create_topic("B", 1)
+        s.put_messages([Message("A", b"a%d" % i) for i in range(10)])
+        s.put_messages([Message("B", b"b%d" % i) for i in range(5)])
+    r = D.RocketMQDataSource({"path": root, "startingOffsets": '{"A": {"0": 4}}'}).streamReader(
+        None
+    )
+    assert r.initialOffset() == {"A": {"0": 4, "1": 0}, "B": {"0": 0}}
+    latest = D.RocketMQDataSource({"path": root}).streamReader(None)
+    assert latest.initialOffset() == {"A": {"0": 5, "1": 5}, "B": {"0": 5}}
