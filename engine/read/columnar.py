@@ -540,13 +540,39 @@ class StoreFiles:
         q.catch_up()
         end = q.max_offset
         # A concurrent writer may have written a unit whose record we cannot see yet (another
-        # host's page cache, a torn copy): back off to the last unit whose record header is sane.
-        while end > q.min_offset:
-            off, size, _ = q.unit(end - 1)
-            if self._record_ok(off, size):
-                break
+        # host's page cache, a torn copy): back off to the last unit whose record header is
+        # sane. A few units one by one; past those (a CommitLog cut short under a million
+        # units) by galloping and then halving, so the cost grows with the log of the units
+        # that point nowhere, not with their number.
+        lo = q.min_offset
+
+        def ok(i: int) -> bool:
+            off, size, _ = q.unit(i)
+            return self._record_ok(off, size)
+
+        for _ in range(16):
+            if end <= lo or ok(end - 1):
+                return end
             end -= 1
-        return end
+        bad, step = end, 1  # ``bad``: a queue offset past the last readable unit
+        while True:
+            probe = bad - step
+            if probe < lo:
+                if not ok(lo):
+                    return lo
+                probe = lo
+                break
+            if ok(probe):
+                break
+            bad, step = probe, step * 2
+        good = probe  # readable; every unit from ``bad`` on was found unreadable or unseen
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if ok(mid):
+                good = mid
+            else:
+                bad = mid
+        return good + 1
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """``getMinOffsetInQueue``: first queue offset whose record is still in the CommitLog
