@@ -173,6 +173,12 @@ def cmd_mount(args: argparse.Namespace) -> int:
     options, remote_cache, remote_timeout = remote
     if not args.foreground and args.ready_fd is None:
         return _spawn_background(args)  # the daemon imports what serving takes, not this one
+    # the daemon serves from "/" (it must not keep the caller's directory busy): a relative
+    # cache directory or log file given to `mount -f` is the caller's, made absolute here as
+    # _spawn_background does for a background mount
+    for name in ("cache_dir", "log_file", "config"):
+        if getattr(args, name):
+            setattr(args, name, os.path.abspath(getattr(args, name)))
     from rmqfs.engine.errors import StoreError, StoreLockedError
     from rmqfs.engine.live.location import is_uri, redact
 

@@ -185,6 +185,36 @@ def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
     assert "SIGINT" in proc.stderr.read()
 
 
+@fuse
+def test_foreground_mount_takes_relative_cache_dir_and_log_file_from_the_caller(tmp_path):
+    """``mount -f --cache-dir cache --log-file daemon.log``, run in a directory: both are the
+    caller's (as for a background mount), though the daemon serves from "/" (found by a
+    review: the views failed with ENOENT, and the log went to /daemon.log)."""
+    (tmp_path / "mnt").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqfs.mount.cli", "mount", "store", "mnt", "-f"]
+        + ["--cache-dir", "cache", "--log-file", "daemon.log"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=SRC_PATH),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    mnt = tmp_path / "mnt"
+    try:
+        assert wait_until(lambda: mounted(mnt) and (mnt / "status.json").exists())
+        os.mkdir(mnt / "topics" / "A")
+        (mnt / "topics" / "A" / "produce").write_text("hello\n")
+        assert json.loads((mnt / "topics" / "A" / "messages.jsonl").read_text())["body"] == "hello"
+        assert (tmp_path / "cache").is_dir()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+    assert "mounted" in (tmp_path / "daemon.log").read_text()
+
+
 def _descendants(pid: int) -> set[int]:
     out: set[int] = set()
     todo = [pid]
