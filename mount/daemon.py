@@ -42,7 +42,7 @@ from .mounts import (  # noqa: F401 - the CLI and tests import them from here
     FSNAME,
     FSTYPE,
     MountError,
-    check_mountpoint,
+    claim_mountpoint,
     clean_dead_mount,
     clean_stale_caches,
     is_mounted,
@@ -250,7 +250,14 @@ class Daemon:
         """
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         check_fuse()
-        check_mountpoint(self.mountpoint)
+        claim = claim_mountpoint(self.mountpoint)  # held until mounted (or refused)
+        try:
+            self._setup_claimed()
+        finally:
+            os.close(claim)
+
+    def _setup_claimed(self) -> None:
+        """:meth:`setup` once the mount point is this process's to mount on."""
         if self.location is not None and not self.read_only:
             raise MountError(read_only_remote_message(self.location, self.mountpoint))
         if self.location is None and self.read_only and not os.path.isdir(self.store_path):

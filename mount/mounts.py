@@ -10,6 +10,7 @@ Light on purpose (no pyfuse3, trio or store imports): the dead-mount guard
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import re
@@ -146,6 +147,34 @@ def check_mountpoint(mountpoint: str) -> None:
             raise MountError(f"mount point {mountpoint} is not empty")
     except PermissionError as exc:
         raise MountError(f"mount point {mountpoint}: {exc.strerror}") from exc
+
+
+def claim_mountpoint(mountpoint: str) -> int:
+    """:func:`check_mountpoint`, then hold the mount point for this process until the mount
+    is made: an exclusive ``flock`` on the directory (a descriptor returned; closing it lets
+    go), and the check once more under it. Two ``rmqfs mount`` commands started together on
+    one mount point (whose checks both passed before either mounted) then cannot both mount
+    and stack: the second is refused (it is being mounted, or it is a mount point now).
+
+    Raises MountError (what :func:`check_mountpoint` raises, or another rmqfs mount holds
+    it)."""
+    check_mountpoint(mountpoint)
+    try:
+        fd = os.open(mountpoint, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise MountError(f"mount point {mountpoint}: {exc.strerror}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise MountError(
+                f"mount point {mountpoint} is being mounted by another rmqfs mount (busy)"
+            ) from None
+        check_mountpoint(mountpoint)  # (one that mounted before the lock was taken)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def mount_users(mountpoint: str) -> list[tuple[int, str, str]]:

@@ -215,6 +215,45 @@ def test_foreground_mount_takes_relative_cache_dir_and_log_file_from_the_caller(
     assert "mounted" in (tmp_path / "daemon.log").read_text()
 
 
+def _mounts_on(path: Path) -> int:
+    target = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        return sum(line.split()[1].replace("\\040", " ") == target for line in f)
+
+
+@fuse
+def test_two_mounts_started_together_on_one_mount_point_do_not_stack(tmp_path):
+    """Two ``rmqfs mount -o ro`` started at once on one empty mount point: one mounts, the
+    other is refused with exit status 1 (being mounted, or a mount point now), and one mount
+    is in the table (a review found both exiting 0 with two mounts stacked, 3 times of 3:
+    each checked the mount point before either had mounted)."""
+    from conftest import rmqfs_cmd
+
+    store, mnt = tmp_path / "st", tmp_path / "m"
+    mnt.mkdir()
+    run_rmqfs("mount", store, mnt, "--broker-name", "x")
+    run_rmqfs("umount", mnt)
+    env = dict(os.environ, PYTHONPATH=SRC_PATH)
+    for _ in range(3):
+        cmd = rmqfs_cmd("mount", store, mnt, "-o", "ro", "--broker-name", "x")
+        procs = [
+            subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        try:
+            codes = sorted(p.wait(timeout=60) for p in procs)
+            errs = " ".join(p.stderr.read() for p in procs)
+            assert codes == [0, 1], errs
+            assert "busy" in errs or "already a mount point" in errs, errs
+            assert _mounts_on(mnt) == 1
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            while _mounts_on(mnt):
+                subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+
+
 def _descendants(pid: int) -> set[int]:
     out: set[int] = set()
     todo = [pid]
