@@ -239,14 +239,22 @@ def cmd_mount(args: argparse.Namespace) -> int:
     for line in daemon.config_notes():
         if pipe is not None:
             pipe.note(line)  # the store logged it too
+    ready = None
     if args.ready_fd is not None:
-        _log_written(log_queue)  # the log holds what the mount said before it is ready
-        os.write(args.ready_fd, b"ok")
-        os.close(args.ready_fd)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
-    daemon.serve(args.log_file)
+        ready_fd = args.ready_fd
+
+        def ready() -> None:
+            """The mount answered (the kernel's INIT and a first request served): "ok" to
+            the waiting `rmqfs mount`. A session that dies as it starts never says it, and
+            the command fails with what libfuse wrote on this stderr (still its pipe)."""
+            _log_written(log_queue)  # the log holds what the mount said before it is ready
+            os.write(ready_fd, b"ok")
+            os.close(ready_fd)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+
+    daemon.serve(args.log_file, ready)
     return 0
 
 

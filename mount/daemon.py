@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 import pyfuse3
 import trio
@@ -363,11 +364,14 @@ class Daemon:
         before :meth:`setup` or for a follower."""
         return self.store.recovery_report if self.store is not None else None
 
-    def serve(self, log_file: str | None = None) -> None:
+    def serve(self, log_file: str | None = None, ready: Callable[[], None] | None = None) -> None:
         """Serve requests until unmounted or signalled, then unmount and close the store.
 
         Fatal errors and ``kill -USR1 PID`` (every thread's stack) go to ``log_file`` when
-        given, else to stderr.
+        given, else to stderr. ``ready``: called (from a thread of its own) once the mount
+        answers a listing of its root, which the kernel asks for only after the FUSE
+        session's INIT has been answered: never when the session dies as it starts (libfuse refusing
+        the options it was given, ``max_read``), so ``rmqfs mount`` does not say it mounted.
         """
         out = open(log_file, "a") if log_file else sys.stderr  # noqa: SIM115 - kept open
         faulthandler.enable(file=out)
@@ -383,6 +387,10 @@ class Daemon:
             # signals are unblocked, which the server and every worker inherit (a worker must
             # die of the SIGTERM that stops it)
             threading.Thread(target=_start_workers, name="rmqfs-workers", daemon=True).start()
+            if ready is not None:
+                threading.Thread(
+                    target=self._when_answering, args=(ready,), name="rmqfs-ready", daemon=True
+                ).start()
             await pyfuse3.main()
 
         try:
@@ -410,6 +418,21 @@ class Daemon:
                 self._stop_guard()
                 self._close_store()
                 log.info("unmounted %s; store closed", self.mountpoint)
+
+    def _when_answering(self, ready: Callable[[], None]) -> None:
+        """``ready()`` once a listing of the mount point (not a ``stat``, which the kernel
+        may answer itself) is this mount's root, ``status.json`` in it; nothing when it
+        fails: the session died (a session that dies at once may even be unmounted before
+        the listing, which then lists the empty directory below)."""
+        try:
+            names = os.listdir(self.mountpoint)
+        except OSError as exc:
+            log.error("the mount does not answer: %s", exc)
+            return
+        if "status.json" not in names:
+            log.error("the mount at %s is gone (its FUSE session ended)", self.mountpoint)
+            return
+        ready()
 
     def _stop_guard(self) -> None:
         """Set the dead-mount guard off once unmounted (it finds nothing to do) and reap it."""

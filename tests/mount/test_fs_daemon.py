@@ -215,6 +215,23 @@ def test_foreground_mount_takes_relative_cache_dir_and_log_file_from_the_caller(
     assert "mounted" in (tmp_path / "daemon.log").read_text()
 
 
+@fuse
+def test_a_session_that_dies_as_it_starts_fails_the_mount_command(tmp_path):
+    """``-o max_read=4096``: libfuse refuses the kernel's INIT and the session ends at once.
+    ``rmqfs mount`` exits 1 with libfuse's reason, nothing mounted, as the manual says ("it
+    returns once the mount answers"); it said "ok" as soon as pyfuse3.init returned, and
+    exited 0 with nothing mounted (found by a review). Each of 4 tries."""
+    store, mnt = tmp_path / "st", tmp_path / "m"
+    mnt.mkdir()
+    for _ in range(4):
+        res = run_rmqfs(
+            "mount", store, mnt, "-o", "max_read=4096", "--broker-name", "x", check=False
+        )
+        assert res.returncode == 1, res.stderr
+        assert "maximum read size" in res.stderr
+        assert not _mounts_on(mnt)
+
+
 def _mounts_on(path: Path) -> int:
     target = os.path.realpath(path)
     with open("/proc/self/mounts") as f:
