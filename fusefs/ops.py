@@ -1036,8 +1036,12 @@ class RmqOperations(pyfuse3.Operations):
 
     def follower_changed(self, changes: dict[str, list[str]]) -> None:
         """A follower refresh saw the writer delete files (expiry): drop the kernel's cached
-        entries of their ``raw/`` paths, which sealed files keep for an hour. Runs in the
-        follower's thread, never in a request handler (where it could deadlock)."""
+        entries of their ``raw/`` paths, which sealed files keep for an hour; and topics
+        (``changes["topics"]``: their queues deleted, the topic perhaps made again): drop
+        their rendered views, as ``rmdir topics/T`` on the writer's own mount does. Runs in
+        the follower's thread, never in a request handler (where it could deadlock)."""
+        for topic in changes.get("topics", ()):
+            self.ctx.views.drop_topic(topic)
         for rel in changes.get("deleted", ()):
             parent, name = os.path.split("/raw/" + rel)
             try:

@@ -204,7 +204,7 @@ class Follower:
         """
         with self._refresh_lock:
             s = self.store
-            changes: dict[str, Any] = {"records": 0, "deleted": [], "configs": []}
+            changes: dict[str, Any] = {"records": 0, "deleted": [], "configs": [], "topics": []}
             self.refreshes += 1
             # read now, shown after the reput below: a config the writer wrote after a put
             # (a consumer offset past its messages) is never visible before those messages
@@ -236,8 +236,11 @@ class Follower:
                         changes["deleted"] += [os.path.relpath(p, s.root) for p in gone]
                         if cq.writer_deleted():
                             # the writer deleted the topic (or the queue): it goes here too,
-                            # and a topic made again under the name starts afresh (_queue)
+                            # and a topic made again under the name starts afresh (_queue),
+                            # its views too (listeners drop what they rendered of it)
                             del s.consume_queues[key]
+                            if key[0] not in changes["topics"]:
+                                changes["topics"].append(key[0])
                             continue
                         # here, under the lock that dropped the segments, so that no reader
                         # is ever handed a unit whose record was just deleted; again after
@@ -267,7 +270,7 @@ class Follower:
             if self.refreshes % 10 == 0:  # the writer may have stopped, or been restarted
                 s.writer_pid = lock_holder(s.root)
             self.refreshed_ms = int(time.time() * 1000)
-        if changes["records"] or changes["deleted"] or changes["configs"]:
+        if changes["records"] or changes["deleted"] or changes["configs"] or changes["topics"]:
             for listener in self.listeners:
                 try:
                     listener(changes)

@@ -666,6 +666,33 @@ def test_follower_mount_follows_groups_topics_and_lookups(mount_store, tmp_path)
         (r.mnt / "groups" / "G" / "A" / "2" / "offset").write_text("1\n")
 
 
+@fuse
+def test_follower_mount_drops_the_views_of_a_topic_the_writer_deleted(mount_store, tmp_path):
+    """The writer deletes topic A and makes it again: the follower's ``bodies.txt`` of A shows
+    the new messages, not the rendering of the deleted ones it had cached (found by a review:
+    it showed "one two three" while its own messages.jsonl showed "four")."""
+    store = tmp_path / "store"
+    w = mount_store(store, config=_conf(tmp_path), name="w")
+    os.mkdir(w.mnt / "topics" / "A")
+    for body in ("one", "two", "three"):
+        (w.mnt / "topics" / "A" / "produce").write_text(body + "\n")
+    r = mount_store(store, "ro", name="r")
+    bodies = r.mnt / "topics" / "A" / "bodies.txt"
+    assert bodies.read_text() == "one\ntwo\nthree\n"
+    os.rmdir(w.mnt / "topics" / "A")
+    os.mkdir(w.mnt / "topics" / "A")
+    (w.mnt / "topics" / "A" / "produce").write_text("four\n")
+    t0 = time.monotonic()
+    while True:
+        try:
+            if bodies.read_text() == "four\n":
+                break
+        except OSError:  # (the topic between its deletion and its new queue)
+            pass
+        assert time.monotonic() - t0 < 30, bodies.read_text()
+        time.sleep(0.1)
+
+
 def _settled_digest(root: Path, timeout: float = 30) -> dict:
     """The store's digest once two readings 1.5 s apart agree (the writer idle)."""
     prev = store_digest(root)
