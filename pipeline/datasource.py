@@ -1285,6 +1285,11 @@ class RocketMQStreamReader(DataSourceStreamReader):
                     p.store.refresh()
                 except ObjectStoreError as exc:  # an upload in progress (no manifest): wait
                     log.warning("rocketmq: %s; offsets kept until the next trigger", exc)
+            else:  # a DLedger store's writer commits more while the stream runs
+                try:
+                    p.store.refresh_committed()
+                except (OSError, StoreError) as exc:  # a checkpoint caught mid-write
+                    log.warning("rocketmq: %s; commit point kept until the next trigger", exc)
             mine = out.setdefault(broker, {})
             for t, q in p.queues():
                 mine.setdefault(t, {})[str(q)] = p.store.max_offset(t, q)

@@ -533,6 +533,20 @@ class StoreFiles:
             return np.empty(0, dtype=UNIT_DTYPE)
         return queue_units(q, start, end)[0]
 
+    def refresh_committed(self) -> None:
+        """Read again where a DLedger store's committed entries end (its writer commits more
+        while a stream follows it: ``committed_end`` was read once, at open); never lowered
+        (a committed entry stays committed). Nothing for a plain store. Raises OSError, and
+        what :func:`engine.format.dledger.open_dledger` raises for a checkpoint gone bad."""
+        if self.dledger is not None:
+            now = open_dledger(self.root, self.source)  # (its checkpoint, read again)
+            if now is None:
+                return
+            self.dledger = now
+            end = now.committed_end() or 0
+            if self.committed_end is None or end > self.committed_end:
+                self.committed_end = end
+
     # -- offsets -----------------------------------------------------------------------------
     def max_offset(self, topic: str, queue_id: int) -> int:
         """``getMaxOffsetInQueue``: one past the last queue offset whose record is readable."""

@@ -549,3 +549,29 @@ def test_a_stream_starts_the_queues_its_json_offsets_leave_out_at_earliest(tmp_p
     assert r.initialOffset() == {"A": {"0": 4, "1": 0}, "B": {"0": 0}}
     latest = D.RocketMQDataSource({"path": root}).streamReader(None)
     assert latest.initialOffset() == {"A": {"0": 5, "1": 5}, "B": {"0": 5}}
+
+
+def test_a_stream_over_a_dledger_store_follows_its_commit_point(tmp_path):
+    """No Spark: a stream's planner keeps its store open for the query's life; entries the
+    DLedger writer commits after the stream started are read at the next trigger (the
+    committed end was read once, at open, and the stream never delivered them: found by a
+    review)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    store = copy_fixture("rocketmq-4.9.8-dledger/store", tmp_path / "store")
+    checkpoint = store / "dledger-n0" / "checkpoint"
+    checkpoint.write_text("committedIndex=99\nendIndex=299\n")
+    r = D.RocketMQDataSource({"path": str(store), "startingOffsets": "earliest"}).streamReader(None)
+    start = r.initialOffset()
+
+    def total(offsets: dict) -> int:
+        return sum(n for qs in offsets.values() for n in qs.values())
+
+    def fresh() -> dict:  # what a reader opened now says
+        return D.RocketMQDataSource({"path": str(store)}).streamReader(None).initialOffset()
+
+    first = r.latestOffset(start, ReadAllAvailable())
+    assert first == fresh()
+    checkpoint.write_text("committedIndex=299\nendIndex=299\n")
+    later = r.latestOffset(first, ReadAllAvailable())
+    assert later == fresh() and total(later) > total(first) + 150
