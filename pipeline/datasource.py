@@ -192,7 +192,9 @@ def register(spark: SparkSession) -> None:
     Where :func:`pushdown_is_per_scan`, registers :class:`RocketMQFilteringDataSource` (its
     reader implements ``pushFilters``) and turns on ``spark.sql.python.filterPushdown.enabled``
     (off by default in Spark 4), without which Spark refuses such a reader; elsewhere
-    :class:`RocketMQDataSource`, whose reader pushes nothing (see the module docstring).
+    :class:`RocketMQDataSource`, whose reader pushes nothing (see the module docstring), and
+    the setting is turned off (with a warning) where it was on: on those Spark versions it
+    alone makes a DataFrame's next query reuse the read planned for an earlier filtered one.
 
     Raises :class:`WorkerEnvironmentError` at once when Spark's Python workers cannot import
     pyarrow, numpy or this project (typically ``.venv/bin/python job.py`` without activating
@@ -206,7 +208,20 @@ def register(spark: SparkSession) -> None:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
         spark.dataSource.register(RocketMQFilteringDataSource)
     else:
+        if (spark.conf.get(_PUSHDOWN_CONF, "false") or "").strip().lower() == "true":
+            # on this Spark the setting alone (a reader that pushes nothing included) makes a
+            # DataFrame's later query reuse the read planned for an earlier filtered one:
+            # d.count() after d.where(...).count() counted what that filter kept
+            log.warning(
+                "rocketmq: %s turned off: on this Spark it makes later queries of a DataFrame "
+                "answer from the read planned for an earlier filtered query",
+                _PUSHDOWN_CONF,
+            )
+            spark.conf.set(_PUSHDOWN_CONF, "false")
         spark.dataSource.register(RocketMQDataSource)
+
+
+_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 _SCAN_BUILDER = "org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder"

@@ -153,7 +153,6 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(int(shuffle_partitions)))
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
     )
     if local:
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(

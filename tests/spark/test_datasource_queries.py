@@ -110,3 +110,26 @@ def test_streaming_queries_on_one_dataframe_do_not_leak_into_each_other(spark, s
         got = [(r.topic, r.queue, r.queueOffset) for r in spark.table(name).collect()]
         assert len(got) == len(set(got))
         assert set(got) == _expect(rows, pred), cond
+
+
+def test_a_growing_store_answers_every_query_of_a_dataframe_from_now(spark, tmp_path):
+    """With ``spark.sql.python.filterPushdown.enabled`` on (the report's session set it), a
+    Spark whose scan builder shares the planned read (4.0 to 4.3) answered ``count()`` with
+    the read planned for the last filtered query, even with a reader that pushes nothing: over
+    a store that grew, count() said 20 before and 10 after two filtered counts of 10 each.
+    ``register()`` turns the setting off there (and the report's session no longer sets it);
+    every query of the DataFrame then answers from one moment."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    D.register(spark)
+    if not D.pushdown_is_per_scan(spark):
+        assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "false"
+    root = str(tmp_path / "s")
+    with MessageStore(root) as s:
+        s.create_topic("A", 2)
+        s.put_messages([Message("A", b"a%d" % i) for i in range(10)])
+    df = spark.read.format("rocketmq").load(root)
+    assert (df.count(), df.where("queue = 0").count()) == (10, 5)
+    with MessageStore(root) as s:
+        s.put_messages([Message("A", b"b%d" % i) for i in range(10)])
+    total, q0, q1 = df.count(), df.where("queue = 0").count(), df.where("queue = 1").count()
+    assert total == q0 + q1 == df.count()  # one moment for every query of the DataFrame
