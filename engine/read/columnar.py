@@ -285,7 +285,9 @@ def drop_blank_units(
     queue_ids: np.ndarray | int | None = None,
     keep: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | int | None]:
-    """Remove blank filler units (size ``BLANK_UNIT_SIZE``: ``ConsumeQueue.fillPreBlank``) and,
+    """Remove blank filler units (``(0, BLANK_UNIT_SIZE, _)``: ``ConsumeQueue.fillPreBlank``
+    writes commitLogOffset 0; a unit of that size at another offset is damage, left for the
+    decode to refuse, never skipped without a word) and,
     when ``keep`` (a bool array) is given, the units it marks False, from ``units`` and the
     arrays aligned with them: their queue offsets and, for a topic's merged units, their queue
     ids (an int, one queue, passes through). Returns ``(units, queue_offsets, queue_ids)``,
@@ -294,7 +296,7 @@ def drop_blank_units(
     The one blank filter of every decode of a queue (``StoreFiles.read_batches``, the views'
     chunks and Parquet parts in ``fusefs``).
     """
-    mask = units["size"] != BLANK_UNIT_SIZE
+    mask = (units["size"] != BLANK_UNIT_SIZE) | (units["off"] != 0)
     if keep is not None:
         mask &= keep
     if not mask.all():

@@ -704,3 +704,33 @@ def test_max_offset_backs_off_units_past_the_commitlog_in_log_time(tmp_path, goo
         assert len(checks) <= 16 + 2 * (bad.bit_length() + 1) + 1
     finally:
         files.close()
+
+
+def test_a_unit_of_the_blank_size_at_a_record_is_damage_not_filler(tmp_path):
+    """``fillPreBlank`` writes ``(0, Integer.MAX_VALUE, 0)``; a unit of that size pointing at a
+    record (a damaged size) is refused as the damage it is, as any other impossible size
+    is, instead of being skipped as filler (found by a review: 39 of 40 rows, no error)."""
+    from rmqfs.engine.format.consumequeue import BLANK_UNIT_SIZE, UNIT
+
+    root = tmp_path / "s"
+    with MessageStore(str(root), _cfg()) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"m%d" % i, queue_id=0) for i in range(40)])
+    qdir = root / "consumequeue" / "T" / "0"
+    f = qdir / sorted(os.listdir(qdir))[0]
+    with open(f, "r+b") as fh:
+        fh.seek(10 * 20)
+        off, _, tags = UNIT.unpack(fh.read(20))
+        fh.seek(10 * 20)
+        fh.write(UNIT.pack(off, BLANK_UNIT_SIZE, tags))
+    files = columnar.StoreFiles(str(root))
+    try:
+        with pytest.raises(CorruptRecordError):
+            for _ in files.read_batches("T", 0, 0, 40):
+                pass
+        blanks = np.zeros(3, dtype=columnar.UNIT_DTYPE)
+        blanks["size"] = BLANK_UNIT_SIZE
+        kept, _, _ = columnar.drop_blank_units(blanks, np.arange(3))
+        assert len(kept) == 0  # fillPreBlank's own filler is still skipped
+    finally:
+        files.close()
