@@ -21,8 +21,11 @@
  * build too.
  *
  * It trusts nothing it is handed: every argument's type is checked, every slot may be unset
- * (NULL), every int may be of any size, and nothing it reads can run Python code (exact str,
- * bytes and int only; set lookups of exact str), so the batch cannot change under it.
+ * (NULL), every int may be of any size. It reads exact str, bytes and int only, and looks
+ * up exact str in sets that hold exact str only (validation.check_tags keeps no subclass),
+ * which runs no Python code; still, everything it reads is held from the moment it is read,
+ * and the batch is checked again after each lookup and each allocation (a garbage collection
+ * may run finalizers), so that Python code run there could only make it answer None.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -189,13 +192,15 @@ static PyObject *py_keys_utf8(PyObject *self, PyObject *keys)
     Py_RETURN_FALSE;
 }
 
-/* 1 when every field of the configured class is still the slot configure() found (a class
- * attribute set since, a property over a field, would be read through and not from the
- * slot: then 0, and nothing is vouched for). A dict lookup of a str runs no Python code. */
+/* 1 when every field of the configured class is still the slot configure() found, read by
+ * the generic attribute lookup (a class attribute set since, a property over a field, or a
+ * __getattribute__, would be read through and not from the slot: then 0, and nothing is
+ * vouched for). A dict lookup of an exact str in a type's dict runs no Python code. */
 static int fields_unchanged(void)
 {
     PyObject *dict = message_type->tp_dict;
-    if (dict == NULL)
+    /* (a __getattribute__ set on the class reads every field through Python code) */
+    if (dict == NULL || message_type->tp_getattro != PyObject_GenericGetAttr)
         return 0;
     for (int f = 0; f < n_fields; f++) {
         PyObject *d = PyDict_GetItemWithError(dict, field_name[f]);
@@ -207,64 +212,92 @@ static int fields_unchanged(void)
     return 1;
 }
 
-/* One message's fields into the columns at row i; 0: not vouched for. */
-static int vouch_one(PyObject *m, Py_ssize_t i, PyObject **cols, PyObject *good_tags,
-                     PyObject *banned_topics, PyObject **last_topic, PyObject **last_tags)
+/* Whether a set lookup may have run Python code that changed the batch: the list no longer
+ * holds n items, or m at i. (The sets the put path passes hold exact str only, whose
+ * comparisons run no Python code; a set handed in with other objects could, and then
+ * nothing read before the lookup is trusted.) */
+static inline int batch_changed(PyObject *messages, Py_ssize_t n, Py_ssize_t i, PyObject *m)
 {
-    PyObject *v[MAX_FIELDS];
-    int ok = 1;
+    return PyList_GET_SIZE(messages) != n || PyList_GET_ITEM(messages, i) != m;
+}
+
+/* 1 when the exact str key is in the set, 0 when not or on an error (cleared). */
+static int in_set(PyObject *set, PyObject *key)
+{
+    int r = PySet_Contains(set, key);
+    if (r < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return r;
+}
+
+/* Message i of the list into the columns at row i; 0: not vouched for. Every value read is
+ * held (a strong reference) from the moment it is read, the message too, so that nothing a
+ * set lookup might run can free what is used after it; ``last_*`` are held references to
+ * the last topic and tag vouched for (their lookups are skipped for the same object). */
+static int vouch_one(PyObject *messages, Py_ssize_t n, Py_ssize_t i, PyObject **cols,
+                     PyObject *good_tags, PyObject *banned_topics, PyObject **last_topic,
+                     PyObject **last_tags)
+{
+    PyObject *m, *v[MAX_FIELDS] = {NULL};
+    int ok = 1, got = 0, f;
+    if (PyList_GET_SIZE(messages) != n)
+        return 0;
+    m = PyList_GET_ITEM(messages, i);
     if (Py_TYPE(m) != message_type)
         return 0;
-    for (int f = 0; f < n_fields; f++) {
+    Py_INCREF(m);
+    for (f = 0; f < n_fields; f++) {
         v[f] = *(PyObject **)((char *)m + field_offset[f]);
         if (v[f] == NULL)
-            return 0; /* a slot never set (deleted): the Python path says what is wrong */
+            goto done; /* a slot never set (deleted): the Python path says what is wrong */
+        Py_INCREF(v[f]);
+        got = f + 1;
     }
-    for (int f = N_PLAIN; f < n_fields; f++)
+    for (f = N_PLAIN; f < n_fields; f++)
         if (v[f] != field_default[f])
-            return 0;
+            goto done;
     if (!PyUnicode_CheckExact(v[F_TOPIC]) || !PyBytes_CheckExact(v[F_BODY]))
-        return 0;
+        goto done;
     if (v[F_TOPIC] != *last_topic) {
-        int r = PySet_Contains(banned_topics, v[F_TOPIC]);
-        if (r != 0) {
-            if (r < 0)
-                PyErr_Clear();
-            return 0;
-        }
-        *last_topic = v[F_TOPIC];
+        if (in_set(banned_topics, v[F_TOPIC]) || batch_changed(messages, n, i, m))
+            goto done;
+        Py_XSETREF(*last_topic, Py_NewRef(v[F_TOPIC]));
     }
     if (v[F_TAGS] != Py_None) {
         if (!PyUnicode_CheckExact(v[F_TAGS]) || PyUnicode_READY(v[F_TAGS]) < 0) {
             PyErr_Clear();
-            return 0;
+            goto done;
         }
         if (PyUnicode_GET_LENGTH(v[F_TAGS]) && v[F_TAGS] != *last_tags) {
-            int r = PySet_Contains(good_tags, v[F_TAGS]);
-            if (r != 1) {
-                if (r < 0)
-                    PyErr_Clear();
-                return 0; /* a tag not checked before: check_tags decides */
-            }
-            *last_tags = v[F_TAGS];
+            /* a tag not checked before: check_tags decides */
+            if (!in_set(good_tags, v[F_TAGS]) || batch_changed(messages, n, i, m))
+                goto done;
+            Py_XSETREF(*last_tags, Py_NewRef(v[F_TAGS]));
         }
     }
     if (v[F_KEYS] != Py_None && (!PyUnicode_CheckExact(v[F_KEYS]) || !clean_text(v[F_KEYS])))
-        return 0; /* a list of keys (the Python path joins it), a character to refuse */
+        goto done; /* a list of keys (the Python path joins it), a character to refuse */
     if (v[F_QUEUE_ID] != Py_None && !PyLong_CheckExact(v[F_QUEUE_ID]))
-        return 0;
+        goto done;
     if (v[F_SHARDING_KEY] != Py_None || v[F_BORN_TIMESTAMP] != Py_None ||
         v[F_BORN_HOST] != Py_None || v[F_PROPERTIES] != Py_None)
-        return 0;
+        goto done;
     int_in(v[F_FLAG], -((long long)1 << 31), (long long)1 << 31, &ok);
     int_in(v[F_SYS_FLAG], 0, 1, &ok);
     if (!ok)
-        return 0;
-    for (int f = 0; f < N_PLAIN; f++) {
-        Py_INCREF(v[f]);
+        goto done;
+    for (f = 0; f < N_PLAIN; f++) { /* the columns take the references held */
         PyTuple_SET_ITEM(cols[f], i, v[f]);
+        v[f] = NULL;
     }
-    return 1;
+    ok = 2;
+done:
+    for (f = 0; f < got; f++)
+        Py_XDECREF(v[f]);
+    Py_DECREF(m);
+    return ok == 2;
 }
 
 /* vouch(messages, good_tags, banned_topics) -> [11 columns] | None */
@@ -288,14 +321,13 @@ static PyObject *py_vouch(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (n == 0)
         Py_RETURN_NONE;
     for (int f = 0; f < N_PLAIN; f++) {
-        cols[f] = PyTuple_New(n);
+        cols[f] = PyTuple_New(n); /* (may collect garbage: a finalizer may change the list) */
         if (cols[f] == NULL)
             goto done;
     }
-    /* nothing below runs Python code (exact types only), so the list keeps its size */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!vouch_one(PyList_GET_ITEM(messages, i), i, cols, good_tags, banned_topics,
-                       &last_topic, &last_tags)) {
+    for (Py_ssize_t i = 0; i < n; i++) { /* (each checks that the list still holds n) */
+        if (!vouch_one(messages, n, i, cols, good_tags, banned_topics, &last_topic,
+                       &last_tags)) {
             out = Py_None;
             Py_INCREF(out);
             goto done;
@@ -311,6 +343,8 @@ static PyObject *py_vouch(PyObject *self, PyObject *const *args, Py_ssize_t narg
 done:
     for (int f = 0; f < N_PLAIN; f++)
         Py_XDECREF(cols[f]); /* (a tuple partly filled: its NULL items are skipped) */
+    Py_XDECREF(last_topic);
+    Py_XDECREF(last_tags);
     return out;
 }
 

@@ -181,7 +181,9 @@ def check_tags(tags: str | None) -> None:
         raise MessageIllegalError(f"tags {tags!r} contain '|' (the tag expression separator)")
     if len(CHECKED_TAGS) > 4096:
         CHECKED_TAGS.clear()
-    CHECKED_TAGS.add(tags)
+    # an exact str only: a subclass's own __eq__ would run in every lookup of an equal tag
+    # (the compiled reader of the put path looks tags up in this set)
+    CHECKED_TAGS.add(str.__str__(tags))
 
 
 def check_keys(keys: list[str] | tuple[str, ...] | str | None) -> None:

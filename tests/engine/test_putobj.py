@@ -352,3 +352,71 @@ def test_configure_keeps_its_class_when_refused_and_a_changed_class_is_not_vouch
     finally:
         Message.tags = slot  # type: ignore[method-assign]
     assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is not None
+
+
+def test_python_code_run_during_a_call_changes_nothing_it_uses():
+    """Found by a review (under the sanitizer build: reads of freed memory, and a crash of the
+    normal build): a set whose entry's ``__eq__`` runs Python code that empties the batch, and
+    a garbage collection during the call whose finalizer shrinks it, make ``vouch`` answer
+    None, never read what was freed; ``check_tags`` keeps exact ``str`` only, so the put
+    path's own set runs no Python code in a lookup."""
+    import gc
+
+    vouch, _ = readers()
+    hook = []
+
+    class Tag(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other):
+            while hook:
+                hook.pop()()
+            return str.__eq__(self, other)
+
+    msgs = [Message("T", b"x", tags="TagZ", keys="order-%d" % i) for i in range(64)]
+    hook.append(msgs.clear)
+    assert vouch(msgs, {Tag("TagZ")}, V.NOT_ALLOWED_SEND_TOPICS) is None
+    assert msgs == []
+
+    msgs = [Message("T", b"x", keys="order-%d" % i) for i in range(300)]
+
+    class Bomb:
+        def __del__(self):
+            del msgs[2:]
+
+    gc.collect()
+    gc.disable()
+    b = Bomb()
+    b.me = b  # cyclic garbage with a finalizer
+    del b
+    old = gc.get_threshold()
+    gc.set_threshold(1)
+    gc.enable()
+    try:
+        got = vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS)
+    finally:
+        gc.set_threshold(*old)
+    assert got is None or len(got[0]) == len(msgs)
+
+    V.check_tags(Tag("TagY"))
+    assert [type(t) for t in V.CHECKED_TAGS if t == "TagY"] == [str]
+
+
+def test_a_class_that_reads_its_fields_through_python_is_not_vouched_for():
+    """A ``__getattribute__`` set on Message (as a property over a field) is what the Python
+    path reads through: the compiled reader, which reads the slots, then vouches for nothing
+    (found by a review: it vouched for a topic the override turned into a reserved one)."""
+    vouch, _ = readers()
+    msgs = [Message("T", b"x"), Message("T", b"y")]
+    assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is not None
+
+    def ga(self, name):
+        v = object.__getattribute__(self, name)
+        return "SCHEDULE_TOPIC_XXXX" if name == "topic" else v
+
+    Message.__getattribute__ = ga  # type: ignore[method-assign]
+    try:
+        assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is None
+    finally:
+        del Message.__getattribute__  # type: ignore[attr-defined]
+    assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is not None
