@@ -64,13 +64,16 @@ from .format.mappedfile import offset_to_file_name, remove_temp_files
 
 # The fast put path and the recovery scan (kept apart from the imports above on purpose).
 from .format.message import (
-    INT32,
+    MIN_RECORD_SIZE,
+    RECORD_HEAD,
+    RECORD_SLACK,
     Host,
     Message,
     MessageRecord,
     check_body_crc,
     decode_record,
     is_lmq,
+    is_record_magic,
 )
 from .format.queue import QueueReader
 from .format.rocksdbconfig import load_rocksdb_config
@@ -1010,16 +1013,25 @@ class MessageStore:
     def message_at(self, commitlog_offset: int) -> MessageRecord | None:
         """The record starting at a CommitLog offset, or None when none starts there.
 
+        Only a head that can be a record's is read further: a record magic and a TOTALSIZE
+        from the smallest record to maxMessageSize + 64 KiB (the largest a broker writes),
+        ending in the CommitLog; an offset inside another record (a msgId naming one, made up
+        or of another store) costs 8 bytes read, not the gigabyte its bytes might claim.
+
         A record that starts there but whose body fails its CRC is damage, not a miss: it is
         noted (:meth:`note_damage`) and CorruptRecordError raised."""
         cl = self.commitlog
         if not cl.min_offset <= commitlog_offset < cl.max_offset:
             return None
-        head = cl.files.read(commitlog_offset, 4)
-        if len(head) < 4:
+        head = cl.files.read(commitlog_offset, RECORD_HEAD.size)
+        if len(head) < RECORD_HEAD.size:
             return None
-        size = INT32.unpack(head)[0]
-        if size <= 0 or commitlog_offset + size > cl.max_offset:
+        size, magic = RECORD_HEAD.unpack(head)
+        if (
+            not is_record_magic(magic)
+            or not MIN_RECORD_SIZE <= size <= self.config.max_message_size + RECORD_SLACK
+            or commitlog_offset + size > cl.max_offset
+        ):
             return None
         try:
             rec = cl.read_message(commitlog_offset, size)

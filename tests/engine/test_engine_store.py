@@ -864,3 +864,28 @@ def test_a_checkpoint_later_than_the_records_kept_is_lowered_by_recovery(tmp_pat
         assert s.dispatched_store_timestamp == last
     assert StoreCheckpoint.read(path).logics_msg_timestamp == last
     assert verify_store(str(root)).ok
+
+
+def test_a_msgid_naming_an_offset_inside_a_body_reads_eight_bytes(tmp_path):
+    """``message_at`` (``messages/<offset msgId>`` of the mount) at an offset inside a record:
+    the bytes there are not a record's head (no magic, or a size past maxMessageSize + 64 KiB)
+    and nothing more is read (found by a review: a body of spaces claimed 538,976,288 bytes,
+    and a lookup that answered ENOENT read them all: 588 MB of the daemon's memory). A real
+    record at its own offset is still found."""
+    root = tmp_path / "s"
+    claim = (4 << 20) + (64 << 10) + 1  # one past the largest record a broker writes
+    forged = claim.to_bytes(4, "big") + MAGIC_V1.to_bytes(4, "big")
+    with MessageStore(str(root)) as s:
+        s.create_topic("T", 1)
+        body = b" " * 4096 + forged + b" " * 64
+        r = s.put_messages([Message("T", body, queue_id=0)])[0]
+        s.put_messages([Message("T", b"x" * (1 << 20), queue_id=0) for _ in range(5)])
+        raw = s.commitlog.files.read(r.commitlog_offset, r.size)
+        at_forged = r.commitlog_offset + raw.index(forged)
+        reads = []
+        real = s.commitlog.files.read
+        s.commitlog.files.read = lambda off, n: reads.append(n) or real(off, n)
+        assert s.message_at(r.commitlog_offset + 200) is None  # spaces: 538,976,288 bytes
+        assert s.message_at(at_forged) is None  # a record magic, 4 MiB + 64 KiB + 1 claimed
+        assert max(reads) <= 8
+        assert s.message_at(r.commitlog_offset).body == body
