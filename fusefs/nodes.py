@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import errno
 import functools
+import itertools
 import logging
 import os
 import re
@@ -22,7 +23,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqfs.engine import errors as E
 from rmqfs.engine.format.message import MAX_PROPERTIES_LENGTH, MessageRecord
@@ -873,30 +874,121 @@ class MessageFile(GeneratedFile):
     lookup found, one JSON line each (``render_message``). Cached by the kernel for 1 s (for
     long on a store nothing writes): expiry may remove them.
 
-    Errnos: EACCES for an open for writing.
-    Threads: getattr and open run in a worker thread; reads answer on the trio loop from the bytes
-    taken at open (``BytesHandle.read_cached``)."""
+    Holds no message: each line's length (rendered once, one message at a time, when the
+    node is made) and how to read its message again (``reload``), so a node the kernel
+    keeps costs a few numbers, not the bodies (a lookup of 64 messages of 16 MiB inflated
+    each held them all, in every node and every open handle); a read renders the one line
+    it falls in (:class:`MessageLinesHandle`).
 
-    def __init__(self, ctx: Context, path: str, records: list[MessageRecord]) -> None:
+    Errnos: EACCES for an open for writing; EIO for a read of a message gone since the
+    lookup (expired, or the topic deleted) or that reads back other than it was.
+    Threads: getattr and open run in a worker thread; a read within the line last rendered
+    answers on the trio loop, any other in a worker thread."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        path: str,
+        records: list[MessageRecord],
+        reload: Callable[[Any], MessageRecord | None],
+    ) -> None:
         super().__init__(ctx, path)
-        self.records = records
+        self.reload = reload
+        self.lengths = array("q", (len(R.render_message(r)) for r in records))
+        self.locations = [_Located(r) for r in records]
+        self.newest = max(r.store_timestamp for r in records)
 
     def content(self) -> bytes:
-        """The messages' JSON lines."""
-        return b"".join(R.render_message(r) for r in self.records)
+        """The messages' JSON lines (read again)."""
+        return MessageLinesHandle(self.lengths, self.locations, self.reload).read(
+            0, sum(self.lengths)
+        )
 
     def stat(self) -> Stat:
         """Read-only, the lines' size, the newest message's store time."""
-        data = self.content()
-        ms = max(r.store_timestamp for r in self.records)
         # cached for long only when the store cannot change (expiry makes lookups ENOENT)
         return Stat(
             RO_FILE,
-            len(data),
-            ms_to_ns(ms),
+            sum(self.lengths),
+            ms_to_ns(self.newest),
             live=False,
             attr_timeout=None if self.ctx.frozen else 1.0,
         )
+
+    def open(self, flags: int) -> Handle:
+        """A :class:`MessageLinesHandle` over the lines; EACCES for writing."""
+        check_read_only_open(flags)
+        return MessageLinesHandle(self.lengths, self.locations, self.reload)
+
+
+class _Located:
+    """Where a looked-up message is (what :attr:`MessageFile.reload` reads it again from),
+    without its body."""
+
+    __slots__ = ("commitlog_offset", "queue_offset", "store_size", "store_timestamp")
+
+    def __init__(self, rec: MessageRecord) -> None:
+        self.commitlog_offset = rec.commitlog_offset
+        self.queue_offset = rec.queue_offset
+        self.store_size = rec.store_size
+        self.store_timestamp = rec.store_timestamp
+
+
+class MessageLinesHandle(Handle):
+    """An open :class:`MessageFile`: read by range, the one line a read falls in rendered
+    from its message read again (one line held at a time: a message's, at most maxMessageSize
+    inflated as JSON). EIO where a message is gone or reads back as another length."""
+
+    direct_io = True
+
+    def __init__(
+        self,
+        lengths: array,
+        located: list,
+        reload: Callable[[Any], MessageRecord | None],
+    ) -> None:
+        self.ends = list(itertools.accumulate(lengths))
+        self.located = located
+        self.reload = reload
+        self.lock = threading.Lock()
+        self.held: tuple[int, int, bytes] = (0, 0, b"")  # (start, line index, line)
+
+    def _line(self, i: int) -> bytes:
+        rec = self.reload(self.located[i])
+        start = self.ends[i - 1] if i else 0
+        line = R.render_message(rec) if rec is not None else b""
+        if rec is None or len(line) != self.ends[i] - start:
+            raise FsError(errno.EIO)  # gone since the lookup (expiry), or not as it was
+        return line
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``[offset, offset + length)`` of the lines, each rendered as the read reaches it."""
+        out = []
+        end = min(offset + length, self.ends[-1] if self.ends else 0)
+        with self.lock:
+            while offset < end:
+                start, i, line = self.held
+                if not start <= offset < start + len(line):
+                    i = bisect.bisect_right(self.ends, offset)
+                    start = self.ends[i - 1] if i else 0
+                    line = self._line(i)
+                    self.held = (start, i, line)
+                piece = line[offset - start : end - start]
+                out.append(piece)
+                offset += len(piece)
+        return b"".join(out)
+
+    def read_cached(self, offset: int, length: int) -> bytes | None:
+        """:meth:`read` when it falls in the line held (or past the end), else None (a
+        render: a thread)."""
+        start, _, line = self.held
+        end = start + len(line)
+        size = self.ends[-1] if self.ends else 0
+        if offset >= size:
+            return b""
+        if start <= offset and (offset + length <= end or end == size):
+            return line[offset - start : offset - start + length]
+        return None
 
 
 class ByOffsetDir(Dir):
@@ -924,7 +1016,14 @@ class ByOffsetDir(Dir):
             rec = self.ctx.store.get_message(self.topic, self.queue_id, offset)
         except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
             return None
-        return MessageFile(self.ctx, self.sub(name), [rec])
+        return MessageFile(self.ctx, self.sub(name), [rec], self._reload)
+
+    def _reload(self, at: Any) -> MessageRecord | None:
+        """The message at ``at``'s queue offset again (None: gone since)."""
+        try:
+            return self.ctx.store.get_message(self.topic, self.queue_id, at.queue_offset)
+        except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
+            return None
 
 
 class ByTimeDir(ByOffsetDir):
@@ -948,7 +1047,7 @@ class ByTimeDir(ByOffsetDir):
             rec = s.get_message(self.topic, self.queue_id, off)
         except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
             return None  # expired (or the topic deleted) since the search: as by-offset/
-        return MessageFile(self.ctx, self.sub(name), [rec])
+        return MessageFile(self.ctx, self.sub(name), [rec], self._reload)
 
 
 class KeysDir(Dir):
@@ -976,7 +1075,7 @@ class KeysDir(Dir):
         records = self.ctx.store.query_by_key(self.topic, name)
         if not records:
             return None
-        return MessageFile(self.ctx, self.sub(name), records)
+        return MessageFile(self.ctx, self.sub(name), records, _reload_at(self.ctx))
 
 
 class MessagesDir(Dir):
@@ -995,7 +1094,7 @@ class MessagesDir(Dir):
         """The message with the offset msgId ``name``, else those with that UNIQ_KEY, or None."""
         rec = self.ctx.store.look_message_by_offset_msg_id(name)
         if rec is not None:
-            return MessageFile(self.ctx, self.sub(name), [rec])
+            return MessageFile(self.ctx, self.sub(name), [rec], _reload_at(self.ctx))
         return self._by_uniq_key(name)
 
     def _by_uniq_key(self, name: str) -> Node | None:
@@ -1006,7 +1105,19 @@ class MessagesDir(Dir):
         records = self.ctx.store.look_messages_by_uniq_key(name)
         if not records:
             return None
-        return MessageFile(self.ctx, self.sub(name), records)
+        return MessageFile(self.ctx, self.sub(name), records, _reload_at(self.ctx))
+
+
+def _reload_at(ctx: Context) -> Callable[[Any], MessageRecord | None]:
+    """What reads a looked-up message again from its CommitLog offset (None: gone since)."""
+
+    def reload(at: Any) -> MessageRecord | None:
+        try:
+            return ctx.store.message_at(at.commitlog_offset)
+        except E.CorruptRecordError:
+            return None
+
+    return reload
 
 
 # -- producing -------------------------------------------------------------------------------
