@@ -136,8 +136,23 @@ def search_by_time(
     ``(commitLogOffset, size, tagsCode)`` (a ConsumeQueue's files, or range reads of a snapshot
     in object storage); ``store_timestamp_at(commitLogOffset, size)`` a record's STORETIMESTAMP
     (raising CorruptRecordError where no record is). Blank filler units (``fillPreBlank``) have
-    no record: the first real unit after one stands for it."""
+    no record: the first real unit after one stands for it. They are a prefix of the queue
+    (``fillPreBlank`` fills the first file up to the first unit), which is stepped over by
+    galloping and halving: a lookup reads a number of units that grows with the log of the
+    filler, not with the filler (a whole file of it is 300,000 units)."""
     end = hi
+    if lo < hi and unit_at(lo)[1] == BLANK_UNIT_SIZE:
+        blank, step = lo, 1  # ``blank``: a filler unit; the real ones follow the prefix
+        while blank + step < hi and unit_at(blank + step)[1] == BLANK_UNIT_SIZE:
+            blank, step = blank + step, step * 2
+        real = min(blank + step, hi)  # a real unit, or the end
+        while real - blank > 1:
+            mid = (blank + real) // 2
+            if unit_at(mid)[1] == BLANK_UNIT_SIZE:
+                blank = mid
+            else:
+                real = mid
+        lo = real
     while lo < hi:
         mid = (lo + hi) // 2
         probe = mid

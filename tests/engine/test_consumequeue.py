@@ -100,3 +100,31 @@ def test_deliver_tags_code_of_a_delayed_record():
     assert deliver_tags_code("9", 1_000_000, levels) == 1_010_000  # capped at the top level
     for no in (None, "", "0", "x"):
         assert deliver_tags_code(no, 1_000_000, levels) is None  # keeps the tag hash
+
+
+@pytest.mark.parametrize("blanks", [0, 1, 2, 7, 300_000])
+@pytest.mark.parametrize("reals", [0, 1, 5, 1000])
+def test_search_by_time_steps_over_the_filler_in_log_time(blanks, reals):
+    """``search_by_time`` over a queue whose first file begins with ``fillPreBlank`` filler
+    gives what a walk of every unit gives (the first real unit stored at or after the time,
+    else the end), reading a number of units that grows with the log of the filler (it
+    stepped over it one unit at a time: 300,000 reads a by-time lookup)."""
+    from rmqfs.engine.format.consumequeue import BLANK_UNIT_SIZE, search_by_time
+
+    reads = []
+
+    def unit_at(i: int):
+        reads.append(i)
+        return (0, BLANK_UNIT_SIZE, 0) if i < blanks else ((i - blanks) * 100 + 5, 100, 0)
+
+    def ts_at(off: int, size: int) -> int:
+        return 1000 + 10 * ((off - 5) // 100)
+
+    for ts in (0, 1000, 1005, 1010, 1000 + 10 * (reals - 1), 10**12):
+        want = next(
+            (i for i in range(blanks, blanks + reals) if ts_at(*unit_at(i)[:2]) >= ts),
+            blanks + reals,
+        )
+        reads.clear()
+        assert search_by_time(unit_at, ts, ts_at, 0, blanks + reals) == want
+        assert len(reads) <= 4 * ((blanks + reals).bit_length() + 2)
