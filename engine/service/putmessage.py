@@ -856,6 +856,14 @@ def schedule_topic(store: MessageStore) -> None:
 PlainTopic = tuple[int, int, bytes, int, int, int]
 
 
+#: The most queues (``max(writeQueueNums, readQueueNums)``) of a topic the compiled path puts
+#: to: its per-topic tables take a few words a queue, so a topics.json written elsewhere with
+#: a huge count (2147483647) would have them take gigabytes; such a topic takes the general
+#: path, which holds nothing a queue it does not put to. (A broker's topics have 8 to a few
+#: hundred; rmqfs creates at most 1024.)
+PLAIN_MAX_QUEUES = 8192
+
+
 def plain_topic(store: MessageStore, topic: str) -> PlainTopic | None:
     """Per-topic pieces for the fast path, or None when the topic needs the general one:
     ``(writeQueueNums, queues, TOPIC field (length + name), 91 + name length (+1 for V2),
@@ -864,6 +872,8 @@ def plain_topic(store: MessageStore, topic: str) -> PlainTopic | None:
     cfg = store.topic_config.get(topic)
     if cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC or topic in store.batch_cq_topics:
         return None
+    if max(cfg.write_queue_nums, cfg.read_queue_nums) > PLAIN_MAX_QUEUES:
+        return None  # its tables would take memory a queue: the general path takes none
     state = (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums)
     cache = store.putter.plain_topics
     hit = cache.get(topic)

@@ -1155,3 +1155,26 @@ def test_put_bodies_writes_what_put_messages_writes(tmp_path, monkeypatch, flush
         index_a, index_b = _files(tmp_path / "a", "index"), _files(tmp_path / other, "index")
         assert len(index_a) > 1  # named by their creation times: compared in order
         assert [index_a[k] for k in sorted(index_a)] == [index_b[k] for k in sorted(index_b)]
+
+
+def test_a_topic_with_a_huge_queue_count_takes_no_memory_a_queue(tmp_path):
+    """A topics.json written elsewhere with writeQueueNums 2147483647: the compiled path's
+    per-topic tables took some 150 bytes a configured queue (20 GB, then the OOM killer, for
+    `rmqfs produce`, found by a review); such a topic takes the general path, which holds
+    nothing for queues it does not put to, and the messages are stored."""
+    import tracemalloc
+
+    huge = 2**31 - 1
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.topic_config.put(TopicConfig("T", huge, huge))
+        assert putmessage.plain_topic(s, "T") is None
+        tracemalloc.start()
+        try:
+            out = s.put_messages([Message("T", b"m%d" % i, tags="a") for i in range(50)])
+            s.put_messages([Message("T", b"one")])
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 64 << 20  # (the live IndexFile's slot table is 20 MB of it)
+        assert [r.queue_id for r in out[:3]] == [0, 1, 2]
+        assert s.get_message("T", 1, 0).body == b"m1"
