@@ -70,6 +70,11 @@ class AdminError(Exception):
     """A failure to report as ``rmqfs: <message>`` with exit status 1."""
 
 
+class UsageError(AdminError):
+    """A command line that misses an argument (or gives two that exclude each other):
+    ``rmqfs: <message>`` with exit status 2, as argparse's own usage errors."""
+
+
 # ----------------------------------------------------------------------------------------------
 # helpers
 
@@ -489,7 +494,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
     properties, timing = _produce_fields(args)
     if args.body is not None and args.files:
-        raise AdminError("give FILEs or --body, not both")
+        raise UsageError("give FILEs or --body, not both")
     if args.body == "":
         # (mqadmin sendMessage: Validators.checkMessage)
         raise AdminError("--body: the message body length is zero (RocketMQ refuses empty bodies)")
@@ -718,7 +723,7 @@ def cmd_print_msg(args: argparse.Namespace) -> int:
         print_body = args.print_body.lower() != "false"
         print_msgs = _bool_arg(args.print_msg, "-p")
         if args.from_offset is not None and args.queue_id is None:
-            raise AdminError("--from-offset needs -i QUEUE")
+            raise UsageError("--from-offset needs -i QUEUE")
         if args.max is not None and args.max < 1:
             raise AdminError(f"--max {args.max}: give a count of at least 1")
         shown = 0
@@ -768,12 +773,12 @@ def cmd_query_msg(args: argparse.Namespace) -> int:
     """``queryMsgByKey`` (-k -t), ``queryMsgById`` (-i) and ``queryMsgByOffset`` (-t -q -o)."""
     modes = sum(x is not None for x in (args.key, args.msg_id, args.offset))
     if modes != 1:
-        raise AdminError("give one of -k KEY (with -t), -i MSGID, or -o OFFSET (with -t -q)")
+        raise UsageError("give one of -k KEY (with -t), -i MSGID, or -o OFFSET (with -t -q)")
     print_body = args.print_body.lower() != "false"
     with open_store(args) as store:
         if args.key is not None:
             if not args.topic:
-                raise AdminError("-k needs -t TOPIC")
+                raise UsageError("-k needs -t TOPIC")
             topic = _topic(store, args.topic)
             begin = parse_time(args.begin) if args.begin else 0
             end = parse_time(args.end) if args.end else 2**63 - 1
@@ -797,7 +802,7 @@ def cmd_query_msg(args: argparse.Namespace) -> int:
                 recs = recs[:1]
         else:
             if not args.topic or args.queue_id is None:
-                raise AdminError("-o needs -t TOPIC and -q QUEUE")
+                raise UsageError("-o needs -t TOPIC and -q QUEUE")
             topic = _topic(store, args.topic)
             q = _queue(store, topic, args.queue_id)
             lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
@@ -995,7 +1000,7 @@ def cmd_reset_offset(args: argparse.Namespace) -> int:
     from rmqfs.engine.format.config import validate_group_name
 
     if (args.timestamp is None) == (args.offset is None):
-        raise AdminError("give -s TIMESTAMP (ms, yyyy-MM-dd#HH:mm:ss:SSS or now) or -o OFFSET")
+        raise UsageError("give -s TIMESTAMP (ms, yyyy-MM-dd#HH:mm:ss:SSS or now) or -o OFFSET")
     validate_group_name(args.group)
     ts = parse_time(args.timestamp) if args.timestamp is not None else None
     with open_store(args, write=True) as store:
@@ -2089,6 +2094,9 @@ def wrap_command(func: Command) -> Command:
         try:
             _check_common(args)
             return func(args)
+        except UsageError as exc:
+            print(f"rmqfs: {exc}", file=sys.stderr)
+            return 2
         except AdminError as exc:
             print(f"rmqfs: {exc}", file=sys.stderr)
         except StoreLockedError as exc:  # a writer holds the store: what to do instead

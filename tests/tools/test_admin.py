@@ -1026,3 +1026,18 @@ def test_topic_status_of_a_store_whose_records_fan_out_to_a_million_lmq_queues(t
     assert "Traceback" not in r.stderr and "maxLmqConsumeQueueNum 20000" in r.stderr
     (row,) = r.stdout.splitlines()[1:]
     assert row.split()[1:4] == ["0", "0", "400"]
+
+
+def test_a_command_line_that_misses_an_argument_exits_2(store):
+    """As offline-commands.md says (a usage error, as argparse's own): reset-offset without
+    -s or -o, query-msg without a mode or with -q and no -o, produce with files and --body
+    (they exited 1, found by a review)."""
+    store = store[0]
+    for argv in (
+        ("reset-offset", store, "-g", "g", "-t", "HDFS"),
+        ("query-msg", store),
+        ("query-msg", store, "-t", "HDFS", "-q", "1"),
+        ("produce", store, "-t", "HDFS", "--body", "x", os.devnull),
+    ):
+        r = run_rmqfs(*argv, check=False)
+        assert r.returncode == 2 and r.stderr.startswith("rmqfs: give"), (argv, r.stderr)
