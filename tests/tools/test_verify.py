@@ -889,3 +889,22 @@ def test_verify_checks_the_timer_store_and_recover_leaves_it_alone(tmp_path, cas
     rec = run_rmqfs("recover", root, check=False)
     assert rec.returncode != 0 and "cannot repair" in rec.stderr, rec
     assert _tree_sums(root) == before
+
+
+def test_verify_sends_an_oversized_commitlog_file_to_the_hand_not_to_recover(tmp_path):
+    """A CommitLog file larger than the others: ``recover`` refuses it (it cannot tell which
+    size the broker wrote), so ``verify`` says so with a BY HAND line instead of "rmqfs
+    recover repairs them" (found by a review: verify promised a repair recover refused)."""
+    root = tmp_path / "store"
+    produce(root, 120, queue_id=0)
+    cl = sorted((root / "commitlog").iterdir())
+    assert len(cl) >= 2
+    os.truncate(cl[0], SMALL["mapped_file_size_commit_log"] + 1)
+    res = verify_store(str(root), small())
+    assert ("commitlog-oversize", "error") in {(p.kind, p.severity) for p in res.problems}
+    assert any("larger than the segment size" in line for line in res.by_hand())
+    out = run_rmqfs("verify", root, check=False)
+    assert out.returncode == 1 and "BY HAND: a CommitLog file larger" in out.stdout
+    assert "recover repairs them" not in out.stdout
+    r = run_rmqfs("recover", root, check=False)
+    assert r.returncode == 1 and "cannot repair" in r.stderr

@@ -228,7 +228,9 @@ def check_segments(
             )
             res.add(
                 "error",
-                "commitlog-size",
+                # cut short: recover extends it with zeros; larger: recover cannot tell which
+                # size is the broker's (BY_HAND)
+                "commitlog-size" if s.size < file_size else "commitlog-oversize",
                 rel,
                 f"{s.size} bytes, {expected}" + (" (cut short)" if s.size < file_size else ""),
             )

@@ -93,7 +93,7 @@ def recover_store(
             report.after = before
             return report
         for p in before.errors:  # the kinds of BY_HAND (unsafe ones are refused above)
-            if p.kind in ("commitlog-gap", "commitlog-name"):
+            if p.kind in ("commitlog-gap", "commitlog-name", "commitlog-oversize"):
                 raise StoreError(f"cannot repair {p.path}: {p.what}")
             if p.kind == "config":
                 # offsets and topics are not derived data: nothing is changed, the operator

@@ -34,6 +34,10 @@ BY_HAND = {
     "commitlog-gap": "a CommitLog file is missing between others: rmqfs recover cannot "
     "rebuild it; restore it from a backup (or move the files after the gap "
     "out of commitlog/, losing their records), then run rmqfs verify again",
+    "commitlog-oversize": "a CommitLog file larger than the segment size: rmqfs recover "
+    "cannot tell which size the broker wrote; when the broker's mappedFileSizeCommitLog is the "
+    "larger size, give its broker.conf with --config; else cut the file to the segment size "
+    "by hand (truncate -s), then run rmqfs verify again",
     "commitlog-name": "a CommitLog file whose name is not its start offset: rmqfs recover "
     "cannot repair it; rename or remove it by hand, then run rmqfs verify "
     "again",
