@@ -716,6 +716,20 @@ class CommitLog:
         :attr:`max_offset`): ``FileQueue.touch_written``."""
         self.files.touch_written(self.max_offset if end is None else end)
 
+    def end_of_file_blank(self, offset: int) -> int | None:
+        """The end of the file holding ``offset`` when an END_OF_FILE blank record
+        (``BLANK_MAGIC_CODE``, TOTALSIZE the rest of the file: ``doAppend``'s filler) starts
+        at ``offset``, else None. Recovery's walk ends at a blank in the last file
+        (``recoverNormally``); this says whether what ends it is that filler, whole."""
+        seg = self.files.find(offset)
+        if seg is None:
+            return None
+        head = self.files.read(offset, _HEAD)
+        if len(head) < _HEAD:
+            return None
+        total, magic = _unpack_head(head)
+        return seg.end if magic == MAGIC_BLANK and total == seg.end - offset else None
+
     def truncate(self, offset: int) -> None:
         """Drop everything from ``offset`` on (recovery of a dirty tail)."""
         if not self.files.read_only:

@@ -128,3 +128,30 @@ def test_truncate_and_is_sealed(tmp_path):
     assert [r["physicalOffset"] for r in refreader.read_commitlog(tmp_path / "copy")] == [
         r["physicalOffset"] for r in recs[:10]
     ]
+
+
+def test_an_end_of_file_blank_ending_the_last_file_is_no_torn_tail(tmp_path):
+    """The pr3535 fixture's last (only) CommitLog file ends with RocketMQ's END_OF_FILE blank
+    record (TOTALSIZE 108, the rest of the file): its writer stopped before it made the next
+    file. Every open called it "zeros ... bytes written from 8087 on ... dropped" and the
+    recovery of a crash and `rmqfs recover` zeroed it (found by a review: verify called the
+    store healthy). The file is whole: nothing is reported or changed, and the next put goes
+    to a new file, as RocketMQ's does once it finds no room."""
+    from conftest import copy_fixture
+    from rmqfs.engine.tools.verify import recover_store
+
+    root = copy_fixture("apache-rocketmq-pr3535/store", tmp_path / "store")
+    seg = root / "commitlog" / "00000000000000000000"
+    before = seg.read_bytes()
+    assert int.from_bytes(before[8088:8092], "big") == MAGIC_BLANK
+    with MessageStore(str(root), read_only=True) as s:
+        assert s.recovery_report.torn_tail is None
+        assert s.commitlog.max_offset == len(before) == 8192
+    (root / "abort").write_bytes(b"")  # as a crash leaves it
+    rep = recover_store(str(root))
+    assert rep.after.ok and seg.read_bytes() == before
+    with MessageStore(str(root)) as s:
+        assert s.recovery_report.torn_tail is None and seg.read_bytes() == before
+        r = s.put_messages([Message("abc", b"after the blank")])[0]
+        assert r.commitlog_offset == 8192
+        assert s.get_message("abc", r.queue_id, r.queue_offset).body == b"after the blank"
