@@ -46,6 +46,8 @@ from .format.commitlog import CommitLog
 from .format.config import (
     PERM_READ,
     PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOPIC_GROUP_SEPARATOR,
     ConsumerOffsetManager,
     DeletedTopics,
     SubscriptionGroupManager,
@@ -828,9 +830,14 @@ class MessageStore:
         delete finishes. The offsets go first, taking only their own lock (a snapshot takes
         it before the put lock: never the other way round).
 
+        With ``clearRetryTopicWhenDeleteTopic`` (on by default, as in RocketMQ 5.x
+        ``AdminBrokerProcessor.deleteTopic``) the POP retry topics of every group that had
+        offsets on it (``%RETRY%<group>+<topic>`` and ``%RETRY%<group>_<topic>``) go too.
+
         Returns ``{"topic", "queues": [ids removed], "offsets": [keys removed],
-        "commitLogOffset": where the deletion stands}``. Raises NoSuchTopicError,
-        SystemTopicError (``validateSystemTopicWhenUpdateTopic``), ReadOnlyStoreError.
+        "commitLogOffset": where the deletion stands, "retryTopics": [the same for each retry
+        topic removed]}``. Raises NoSuchTopicError, SystemTopicError
+        (``validateSystemTopicWhenUpdateTopic``), ReadOnlyStoreError.
         """
         from .service.validation import is_system_topic
 
@@ -841,7 +848,20 @@ class MessageStore:
                 "be deleted (the broker refuses: conflict with system topic)"
             )
         with self._topic_lock:  # no commit checks the topic and lands after its cleanup
-            return self._delete_topic(name)
+            out = self._delete_topic(name)
+            retry: list[dict] = []
+            if self.config.clear_retry_topic_when_delete_topic:
+                # clearRetryTopicWhenDeleteTopic: the POP retry topics of each group that had
+                # offsets on it (KeyBuilder.buildPopRetryTopic V2 "+", V1 "_"), when they exist
+                for group in dict.fromkeys(
+                    k.split(TOPIC_GROUP_SEPARATOR, 1)[1] for k in out["offsets"]
+                ):
+                    for sep in ("+", "_"):
+                        pop = f"{RETRY_GROUP_TOPIC_PREFIX}{group}{sep}{name}"
+                        if pop in self.topic_names():
+                            retry.append(self._delete_topic(pop))
+            out["retryTopics"] = retry
+            return out
 
     def _delete_topic(self, name: str) -> dict:
         """:meth:`delete_topic` under the topic lock."""

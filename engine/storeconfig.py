@@ -195,6 +195,8 @@ class StoreConfig:
     enabled_append_prop_crc: bool = False
     force_verify_prop_crc: bool = False
     auto_message_version_on_topic_len: bool = True
+    # deleteTopic also deletes the topic's POP retry topics (BrokerConfig, default true in 5.x)
+    clear_retry_topic_when_delete_topic: bool = True
     # Producer-side compression (DefaultMQProducer.compressMsgBodyOverHowmuch, default 4096
     # there): bodies of at least this many bytes are stored compressed; -1 never compresses.
     compress_msg_body_over_howmuch: int = -1
@@ -248,6 +250,7 @@ class StoreConfig:
         "enabledAppendPropCRC": ("enabled_append_prop_crc", _bool),
         "forceVerifyPropCRC": ("force_verify_prop_crc", _bool),
         "autoMessageVersionOnTopicLen": ("auto_message_version_on_topic_len", _bool),
+        "clearRetryTopicWhenDeleteTopic": ("clear_retry_topic_when_delete_topic", _bool),
         "compressMsgBodyOverHowmuch": ("compress_msg_body_over_howmuch", int),
         "compressType": ("compress_type", str),
         "compressLevel": ("compress_level", int),

@@ -244,17 +244,20 @@ class TopicsDir(Dir):
 
     def rmdir(self, name: str) -> None:
         """``rmdir topics/T``: mqadmin deleteTopic (``MessageStore.delete_topic``): the
-        topics.json entry, the ConsumeQueues and the topic's consumer offsets go; CommitLog
-        records stay until they expire. The topic's rendered views are dropped. EPERM for a
+        topics.json entry, the ConsumeQueues and the topic's consumer offsets go, and its POP
+        retry topics (``clearRetryTopicWhenDeleteTopic``); CommitLog records stay until they
+        expire. The topic's rendered views are dropped. EPERM for a
         RocketMQ system topic, ENOENT for no topic, EROFS on a read-only mount."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
         try:
-            self.ctx.store.delete_topic(name)
+            done = self.ctx.store.delete_topic(name)
         except E.StoreError as exc:
             raise fs_error(exc) from exc
         finally:
             self.ctx.views.drop_topic(name)
+        for retry in done["retryTopics"]:  # its POP retry topics went too
+            self.ctx.views.drop_topic(retry["topic"])
 
 
 class TopicDir(Dir):

@@ -1117,6 +1117,11 @@ def cmd_delete_topic(args: argparse.Namespace) -> int:
         + f"; its records stay in the CommitLog below offset {done['commitLogOffset']} "
         "until they expire"
     )
+    for retry in done["retryTopics"]:  # (clearRetryTopicWhenDeleteTopic)
+        print(
+            f"deleted its POP retry topic {retry['topic']}: {len(retry['queues'])} "
+            f"ConsumeQueues, {len(retry['offsets'])} consumer offset entries"
+        )
     return 0
 
 
