@@ -31,14 +31,17 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime
 import json
 import operator
 import os
 import re
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar
 
@@ -545,11 +548,16 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
         def put(lines: list[bytes], where: str = "--body", line_no: int = 1) -> None:
             """Store ``lines`` (``line_no``: the first one's number in ``where``), the lines
-            before one over maxMessageSize first (AdminError naming it)."""
+            before one over maxMessageSize first (AdminError naming it). A Ctrl-C while a
+            batch is stored waits for it (:class:`_PutsWhole`)."""
+            with whole:
+                _put(lines, where, line_no)
+
+        def _put(lines: list[bytes], where: str, line_no: int) -> None:
             nonlocal first, last, total
             long = next((i for i, line in enumerate(lines) if len(line) > limit), None)
             if long is not None:
-                put(lines[:long], where, line_no)
+                _put(lines[:long], where, line_no)
                 raise AdminError(
                     f"{where}, line {line_no + long}: the message body is {len(lines[long])} "
                     f"bytes, more than maxMessageSize {limit}; {total} messages produced "
@@ -595,11 +603,27 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 for r in results:
                     print(f"{r.msg_id} {r.uniq_key} {r.queue_id} {r.queue_offset}")
 
-        if args.body is not None:
-            put([args.body.encode("utf-8")])
-        else:
-            for path in args.files or ["-"]:
-                _produce_stream(path, put, limit)
+        whole = _PutsWhole()
+        try:
+            with whole.installed():
+                if args.body is not None:
+                    put([args.body.encode("utf-8")])
+                else:
+                    for path in args.files or ["-"]:
+                        _produce_stream(path, put, limit)
+        except KeyboardInterrupt:
+            store.flush()
+            print(
+                f"rmqfs produce: interrupted; {total} messages produced before it"
+                + (
+                    f" (CommitLog [{first.commitlog_offset}, {last.commitlog_offset + last.size}))"
+                    if first is not None and last is not None
+                    else ""
+                )
+                + ", none of the input after them",
+                file=sys.stderr,
+            )
+            return 130
         store.flush()
     if total:
         assert first is not None and last is not None  # set by the first message put
@@ -612,6 +636,44 @@ def cmd_produce(args: argparse.Namespace) -> int:
     else:
         print(f"produced 0 messages to {args.topic}")
     return 0
+
+
+class _PutsWhole:
+    """``rmqfs produce``'s Ctrl-C: between batches it interrupts at once (a read of the input
+    that blocks, a terminal's); while a batch is being stored it waits until the batch is
+    stored whole, then interrupts, so that the count printed is what the store holds. A
+    context manager around each batch; :meth:`installed` sets its SIGINT handler (the main
+    thread only) and puts the old one back."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.pending = False
+
+    def __enter__(self) -> None:
+        self.busy = True
+
+    def __exit__(self, *exc: object) -> None:
+        self.busy = False
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+    def _handler(self, signum: int, frame: object) -> None:
+        if self.busy:
+            self.pending = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = signal.signal(signal.SIGINT, self._handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
 
 
 def _produce_fields(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, Any]]:
