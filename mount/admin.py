@@ -720,10 +720,11 @@ def _produce_stream(
     batch_bytes: int = 1 << 20,
 ) -> None:
     """Split ``path`` (``-`` = stdin) into lines and ``put(lines, name, first line's number)``
-    them in batches of about 1 MiB. A line without end is held as a list of pieces (no copy
-    of what came before per read) and refused (AdminError) as soon as it is longer than
-    ``limit`` bytes (maxMessageSize), so an endless line costs neither memory nor time past
-    that."""
+    them in batches of what one read returns, at most about 1 MiB: a pipe's lines go in as
+    they arrive (``tail -f app.log | rmqfs produce``), not once 1 MiB has come. A line
+    without end is held as a list of pieces (no copy of what came before per read) and
+    refused (AdminError) as soon as it is longer than ``limit`` bytes (maxMessageSize), so
+    an endless line costs neither memory nor time past that."""
     name = "stdin" if path == "-" else path
     if path == "-":
         f = sys.stdin.buffer
@@ -731,13 +732,16 @@ def _produce_stream(
     else:
         f = open(path, "rb")  # noqa: SIM115 - closed in the finally below (stdin is not)
         size = os.path.getsize(path)
+    # what is there, in one read (a pipe's lines as they come); read() where a stream has no
+    # read1 (one a caller put in place of stdin)
+    read: Callable[[int], bytes] = getattr(f, "read1", f.read)
     bar = _progress(size or 0, os.path.basename(path) if path != "-" else "stdin")
     try:
         line_no = 1  # the number of the line the held pieces begin
         held: list[bytes] = []  # the pieces of the unfinished line
         held_len = 0
         while True:
-            chunk = f.read(batch_bytes)
+            chunk = read(batch_bytes)
             if not chunk:
                 break
             bar.update(len(chunk))

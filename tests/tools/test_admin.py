@@ -1079,3 +1079,32 @@ def test_ctrl_c_during_produce_says_how_many_messages_the_store_holds(tmp_path):
     with MessageStore(str(store), read_only=True) as s:
         held = sum(s.max_offset("T", q) for q in s.queue_ids("T"))
     assert held == int(m.group(1)) > 0
+
+
+def test_produce_from_a_pipe_stores_lines_as_they_arrive(tmp_path):
+    """`tail -f app.log | rmqfs produce`: lines are stored as a read returns them, not once
+    1 MiB has come (raised by a review: a pipe's lines waited for 1 MiB or the end)."""
+    import re
+    import signal as sig
+
+    from conftest import rmqfs_cmd
+
+    store = tmp_path / "s"
+    proc = subprocess.Popen(
+        rmqfs_cmd("produce", store, "-t", "T", "-c"),
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=SRC_PATH),
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"one\ntwo\nthree\n")
+        proc.stdin.flush()
+        time.sleep(2)  # (the input stays open)
+        proc.send_signal(sig.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert re.search(rb"interrupted; 3 messages produced before it", err), err
