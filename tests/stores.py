@@ -351,3 +351,14 @@ def run_measured(script: str, *args, timeout: float = 120) -> tuple[dict, str]:
         + (f", {got['seconds']:.2f} s" if "seconds" in got else "")
     )
     return got, r.stderr
+
+
+def fix_uniq_keys(store, counter: int) -> None:
+    """Give ``store`` a UNIQ_KEY generator of a fixed prefix (127.0.0.1, pid 1, class loader
+    0xFF) whose counter starts at ``counter``: two stores given the same one write the same
+    UNIQ_KEYs, so tests can compare their files byte for byte."""
+    from rmqfs.engine.format.uniqkey import UniqKeyGenerator
+
+    store.uniq_keys = UniqKeyGenerator()
+    store.uniq_keys._prefix = "7F0000010001000000FF"
+    store.uniq_keys.counter = counter

@@ -37,7 +37,7 @@ from rmqfs.engine.format.uniqkey import UniqKeyGenerator
 from rmqfs.engine.service import dispatch, putmessage, recovery
 from rmqfs.engine.service.indexservice import FEW_ENTRIES, IndexService
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
-from stores import put_internal
+from stores import fix_uniq_keys, put_internal
 
 T0 = 1_795_305_347_998
 
@@ -119,9 +119,7 @@ def _run(root: Path, batches, general: bool, monkeypatch) -> list:
         max_index_num=64,
     )
     s = MessageStore(str(root), cfg)
-    s.uniq_keys = UniqKeyGenerator()
-    s.uniq_keys._prefix = "7F0000010001000000FF"
-    s.uniq_keys.counter = 65530  # wraps the 16-bit counter
+    fix_uniq_keys(s, 65530)  # wraps the 16-bit counter
     s.create_topic("T", 4)
     s.create_topic("Other", 2)
     for t in LONG_TOPICS:
@@ -172,9 +170,7 @@ def test_put_results_read_lazily_equal_the_general_paths(tmp_path, monkeypatch):
         s = MessageStore(
             str(tmp_path / f"f{k}"), StoreConfig(mapped_file_size_commit_log=16 * 1024)
         )
-        s.uniq_keys = UniqKeyGenerator()
-        s.uniq_keys._prefix = "7F0000010001000000FF"
-        s.uniq_keys.counter = 65530
+        fix_uniq_keys(s, 65530)
         s.create_topic("T", 4)
         s.create_topic("Other", 2)
         for t in LONG_TOPICS:
@@ -861,9 +857,7 @@ def test_fast_and_general_puts_mixed_with_engine_features(tmp_path, monkeypatch)
             max_index_num=64,
         )
         s = MessageStore(str(root), cfg)
-        s.uniq_keys = UniqKeyGenerator()
-        s.uniq_keys._prefix = "7F0000010001000000FF"
-        s.uniq_keys.counter = 100
+        fix_uniq_keys(s, 100)
         s.create_topic("T", 2)
         out = []
         rnd = random.Random(5)
@@ -1086,9 +1080,7 @@ def test_put_bodies_writes_what_put_messages_writes(tmp_path, monkeypatch, flush
             flush_disk_type=flush,
         )
         s = MessageStore(str(root), cfg)
-        s.uniq_keys = UniqKeyGenerator()
-        s.uniq_keys._prefix = "7F0000010001000000FF"
-        s.uniq_keys.counter = 100
+        fix_uniq_keys(s, 100)
         s.create_topic("T", 3)
         rnd = random.Random(11)
         out = []

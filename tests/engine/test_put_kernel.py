@@ -50,7 +50,7 @@ from rmqfs.engine.format.uniqkey import UniqKeyGenerator
 from rmqfs.engine.read import kernel
 from rmqfs.engine.service import putmessage
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
-from stores import put_internal
+from stores import fix_uniq_keys, put_internal
 
 pytestmark = pytest.mark.skipif(kernel.load() is None, reason="no compiled kernel")
 
@@ -167,9 +167,7 @@ def _put_all(
             **config,
         )
         s = MessageStore(root, cfg)
-        s.uniq_keys = UniqKeyGenerator()
-        s.uniq_keys._prefix = "7F0000010001000000FF"
-        s.uniq_keys.counter = 65533
+        fix_uniq_keys(s, 65533)
         for topic, n in TOPICS.items():
             s.topic_config.put(TopicConfig(topic, n, n))
         results = []

@@ -35,11 +35,11 @@ from hypothesis import strategies as st
 
 import rmqfs.engine.store as store_mod
 from rmqfs.engine.format.message import Message
-from rmqfs.engine.format.uniqkey import UniqKeyGenerator
 from rmqfs.engine.read import kernel
 from rmqfs.engine.service import putmessage
 from rmqfs.engine.service import validation as V
 from rmqfs.engine.store import MessageStore, StoreConfig
+from stores import fix_uniq_keys
 
 K = kernel.load()
 pytestmark = pytest.mark.skipif(
@@ -47,19 +47,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 NAMES = tuple(f.name for f in dataclasses.fields(Message))
-PLAIN = (
-    "topic",
-    "body",
-    "tags",
-    "keys",
-    "queue_id",
-    "sharding_key",
-    "born_timestamp",
-    "born_host",
-    "flag",
-    "properties",
-    "sys_flag",
-)
+PLAIN = putmessage._PLAIN_FIELDS  # (the order _putobj.c's enum of fields has)
 OTHERS = tuple(n for n in NAMES if n not in PLAIN)
 DEFAULTS = tuple(f.default for f in dataclasses.fields(Message) if f.name in OTHERS)
 
@@ -275,9 +263,7 @@ def _put_all(root: Path, batches, with_reader: bool) -> dict[str, bytes]:
             mp.setattr(putmessage.PutService, "readers", property(lambda self: None))
         cfg = StoreConfig(mapped_file_size_commit_log=4096, max_hash_slot_num=64, max_index_num=64)
         with MessageStore(str(root), cfg) as s:
-            s.uniq_keys = UniqKeyGenerator()
-            s.uniq_keys._prefix = "7F0000010001000000FF"
-            s.uniq_keys.counter = 65533
+            fix_uniq_keys(s, 65533)
             s.create_topic("T", 4)
             s.create_topic("U", 2)
             for b in batches:

@@ -160,26 +160,34 @@ def test_sigterm_during_the_unmount_closes_cleanly_every_time(mount_store):
     assert (m.mnt / "topics" / "T" / "bodies.txt").read_text() == "round 0\nround 1\nround 2\n"
 
 
-def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    store = tmp_path / "store"
+@contextlib.contextmanager
+def _foreground(mnt: Path, *args: str, cwd=REPO):
+    """``rmqfs mount ... -f`` (``args``) run in ``cwd``, yielded once ``mnt`` answers; the test
+    stops it (SIGINT); killed and lazily unmounted if it did not."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rmqfs.mount.cli", "mount", str(store), str(mnt), "-f"],
-        cwd=REPO,
+        [sys.executable, "-m", "rmqfs.mount.cli", "mount", *args, "-f"],
+        cwd=cwd,
         env=dict(os.environ, PYTHONPATH=SRC_PATH),
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert wait_until(lambda: mounted(mnt) and (mnt / "status.json").exists())
-        os.mkdir(mnt / "topics" / "T")
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
         subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+
+
+def test_foreground_ctrl_c_unmounts_cleanly(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    store = tmp_path / "store"
+    with _foreground(mnt, str(store), str(mnt)) as proc:
+        os.mkdir(mnt / "topics" / "T")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
     assert not mounted(mnt)
     assert not (store / "abort").exists()
     assert "SIGINT" in proc.stderr.read()
@@ -190,28 +198,16 @@ def test_foreground_mount_takes_relative_cache_dir_and_log_file_from_the_caller(
     """``mount -f --cache-dir cache --log-file daemon.log``, run in a directory: both are the
     caller's (as for a background mount), though the daemon serves from "/" (found by a
     review: the views failed with ENOENT, and the log went to /daemon.log)."""
-    (tmp_path / "mnt").mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmqfs.mount.cli", "mount", "store", "mnt", "-f"]
-        + ["--cache-dir", "cache", "--log-file", "daemon.log"],
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=SRC_PATH),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     mnt = tmp_path / "mnt"
-    try:
-        assert wait_until(lambda: mounted(mnt) and (mnt / "status.json").exists())
+    mnt.mkdir()
+    args = ("store", "mnt", "--cache-dir", "cache", "--log-file", "daemon.log")
+    with _foreground(mnt, *args, cwd=tmp_path) as proc:
         os.mkdir(mnt / "topics" / "A")
         (mnt / "topics" / "A" / "produce").write_text("hello\n")
         assert json.loads((mnt / "topics" / "A" / "messages.jsonl").read_text())["body"] == "hello"
         assert (tmp_path / "cache").is_dir()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
     assert "mounted" in (tmp_path / "daemon.log").read_text()
 
 
