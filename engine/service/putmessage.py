@@ -290,9 +290,12 @@ class PutService:
         r = self._readers
         if r is _UNLOADED:
             k = self.kernel
-            r = self._readers = (
-                k.message_reader(Message, _ALL_NAMES, _OTHER_DEFAULTS) if k is not None else None
-            )
+            try:
+                r = k.message_reader(Message, _ALL_NAMES, _OTHER_DEFAULTS) if k else None
+            except (TypeError, ValueError) as exc:  # (Message changed: its fields not slots)
+                log.warning("the compiled reader of messages is off: %s", exc)
+                r = None
+            self._readers = r
         return r
 
     @property
