@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit, urlunsplit
 
 from ..errors import ObjectStoreError
 from ..format.crc import CHUNK, crc32c
@@ -42,6 +42,33 @@ def is_uri(location: str) -> bool:
     return bool(_URI_RE.match(location))
 
 
+def query_pairs(query: str) -> list[tuple[str, str]]:
+    """The ``name=value`` pairs of a URI's query, each ``%XX`` decoded and a ``+`` kept as a
+    ``+`` (RFC 3986: ``urllib.parse.parse_qsl`` decodes HTML forms, where ``+`` is a space,
+    and turned half of AWS's secret keys, which hold ``+``, into wrong ones); empty values
+    kept."""
+    out = []
+    for part in query.split("&"):
+        if part:
+            name, _, value = part.partition("=")
+            out.append((unquote(name), unquote(value)))
+    return out
+
+
+def _user_info(rest: str) -> tuple[str | None, str]:
+    """``(user info, the rest)`` of what follows ``scheme://``: the user info is everything
+    up to the last ``@`` before the query, whatever it holds (a secret key with an unencoded
+    ``/``, ``#`` or ``?`` is not a well-formed URI, and is still hidden); ``(None, rest)``
+    without one. A ``?`` after a ``/`` starts the query (an ``@`` there is the query's)."""
+    at = rest.rfind("@")
+    q = rest.find("?")
+    if at >= 0 and 0 <= q < at and "/" in rest[:q]:
+        at = rest.rfind("@", 0, q)
+    if at < 0:
+        return None, rest
+    return rest[:at], rest[at + 1 :]
+
+
 def redact(location: str) -> str:
     """``location`` fit to print: the values of credential parameters and the user info of
     ``s3://KEY:SECRET@bucket/...`` replaced by ``***``. The user info is everything between
@@ -50,11 +77,12 @@ def redact(location: str) -> str:
     if not is_uri(location):
         return location
     scheme, _, rest = location.partition("://")
+    user, rest = _user_info(rest)
     head, q, query = rest.partition("?")
-    if "@" in head:
-        head = "***@" + head.rpartition("@")[2]
+    if user is not None:
+        head = "***@" + head
     if q:
-        pairs = [(k, "***" if k in _SECRETS else v) for k, v in parse_qsl(query, True)]
+        pairs = [(k, "***" if k in _SECRETS else v) for k, v in query_pairs(query)]
         query = urlencode(pairs, safe=":/*")
     return f"{scheme}://{head}{q}{query}"
 
@@ -66,13 +94,11 @@ def _scrub(text: str, location: str) -> str:
     if shown == location:
         return text
     text = text.replace(location, shown)
-    rest = location.partition("://")[2]
-    head = rest.partition("?")[0]
+    info, rest = _user_info(location.partition("://")[2])
     secrets = []
-    if "@" in head:
-        info = head.rpartition("@")[0]
+    if info:
         secrets += [info, *info.split(":", 1)]
-    secrets += [v for k, v in parse_qsl(rest.partition("?")[2], True) if k in _SECRETS]
+    secrets += [v for k, v in query_pairs(rest.partition("?")[2]) if k in _SECRETS]
     for s in sorted({x for x in secrets if len(x) >= 4}, key=len, reverse=True):
         text = text.replace(s, "***")
     return text
@@ -127,7 +153,7 @@ def open_location(location: str, timeout: float = REQUEST_TIMEOUT) -> tuple[pafs
             f"{redact(location)}: not a storage location: {_scrub(str(exc), location)}"
         ) from None
     parts = urlsplit(location)
-    query = dict(parse_qsl(parts.query))
+    query = dict(query_pairs(parts.query))
     if parts.scheme == "s3" and not set(query) - set(_S3_QUERY):
         kw: dict[str, Any] = {k: query[k] for k in _S3_QUERY if k in query}
         # the region from_uri found (the bucket's, asked of AWS when the URI names none)
@@ -166,7 +192,7 @@ def credentials_in_user_info(location: str) -> str:
     parts = urlsplit(location)
     if parts.scheme != "s3" or not parts.query:
         return location
-    pairs = parse_qsl(parts.query, True)
+    pairs = query_pairs(parts.query)
     given = {k: v for k, v in pairs if k in _SECRETS}
     if not given:
         return location
