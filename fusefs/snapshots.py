@@ -112,7 +112,7 @@ class SnapshotDir(Dir):
         if not self.rel and name == "SNAPSHOT.json":
             return ManifestFile(self.ctx, self.sub(name), self.snap)
         if rel in self.snap.files:
-            return SnapshotFile(self.ctx, self.sub(name), self.snap, self.snap.files[rel])
+            return SnapshotFile(self.ctx, self.sub(name), self.snap, self.snap.files[rel], rel)
         if self.snap.is_dir(rel):
             return SnapshotDir(self.ctx, self.sub(name), self.snap, rel)
         return None
@@ -123,23 +123,51 @@ class SnapshotDir(Dir):
 
 
 class SnapshotHandle(Handle):
-    """An open snapshot file: keeps the snapshot's descriptors open until release."""
+    """An open snapshot file. The owner's and root's keep the snapshot's descriptors open
+    until release (a backup reading it is never cut off by an ``rmdir``); another user's
+    (``-o allow_other``) holds nothing between reads (``pin`` False): each read takes the
+    snapshot for its own length, and once the owner dropped it the read fails with EIO, so
+    no other user keeps a dropped snapshot's descriptors and memory (its frozen IndexFile
+    slot table) alive by holding a file open."""
 
     keep_cache = True
 
-    def __init__(self, snap: Snapshot, frozen: FrozenFile) -> None:
+    def __init__(self, snap: Snapshot, frozen: FrozenFile, rel: str, pin: bool = True) -> None:
         if not snap.acquire():
             raise FsError(errno.ENOENT, "snapshot dropped")
-        self.snap, self.frozen = snap, frozen
+        self.snap, self.rel, self.pin = snap, rel, pin
+        self.frozen: FrozenFile | None = frozen
         self._released = False
+        if not pin:
+            self.frozen = None
+            snap.release()
+
+    def _file(self) -> FrozenFile:
+        """The frozen file, the snapshot taken (an unpinned handle; EIO: dropped)."""
+        if not self.snap.acquire():
+            raise FsError(errno.EIO, "the snapshot was dropped")
+        f = self.snap.files.get(self.rel)
+        if f is None:
+            self.snap.release()
+            raise FsError(errno.EIO, "the snapshot was dropped")
+        return f
 
     def read(self, offset: int, length: int) -> bytes | bytearray:
         """The frozen file's bytes (``FrozenFile.read``)."""
-        return self.frozen.read(offset, length)
+        if self.frozen is not None:
+            return self.frozen.read(offset, length)
+        f = self._file()
+        try:
+            return f.read(offset, length)
+        finally:
+            self.snap.release()
 
     def read_cached(self, offset: int, length: int) -> bytes | bytearray | None:
         """:meth:`read` when the bytes are one piece in memory or in the page cache
-        (``FrozenFile.piece``, :func:`fusefs.base.pread_cached`), else None."""
+        (``FrozenFile.piece``, :func:`fusefs.base.pread_cached`), else None (an unpinned
+        handle: None, its reads take a thread)."""
+        if self.frozen is None:
+            return None
         p = self.frozen.piece(offset, length)
         if p is None:
             return None
@@ -148,10 +176,11 @@ class SnapshotHandle(Handle):
         return bytes(p[1]) if p[0] == "zeros" else p[1]
 
     def release(self) -> None:
-        """Release the snapshot's hold (once)."""
+        """Release the snapshot's hold (once; an unpinned handle holds none)."""
         if not self._released:
             self._released = True
-            self.snap.release()
+            if self.pin:
+                self.snap.release()
 
 
 class SnapshotFile(Node):
@@ -163,9 +192,11 @@ class SnapshotFile(Node):
     open runs in a worker thread; reads answer on the trio loop when the pieces are in memory or
     the page cache (``SnapshotHandle.read_cached``), else in a worker thread."""
 
-    def __init__(self, ctx: Context, path: str, snap: Snapshot, frozen: FrozenFile) -> None:
+    def __init__(
+        self, ctx: Context, path: str, snap: Snapshot, frozen: FrozenFile, rel: str
+    ) -> None:
         super().__init__(ctx, path)
-        self.snap, self.frozen = snap, frozen
+        self.snap, self.frozen, self.rel = snap, frozen, rel
 
     def stat(self) -> Stat:
         """The frozen size, mtime and data blocks; never changes (in memory)."""
@@ -180,8 +211,14 @@ class SnapshotFile(Node):
     def open(self, flags: int) -> Handle:
         """A :class:`SnapshotHandle` (holds the snapshot open). EACCES for writing;
         ENOENT when the snapshot was dropped."""
+        return self.open_as(flags, None)
+
+    def open_as(self, flags: int, uid: int | None) -> Handle:
+        """:meth:`open` for ``uid``: another user's handle does not pin the snapshot
+        (:class:`SnapshotHandle`)."""
         check_read_only_open(flags)
-        return SnapshotHandle(self.snap, self.frozen)
+        pin = uid is None or uid in (0, self.ctx.owner_uid)
+        return SnapshotHandle(self.snap, self.frozen, self.rel, pin)
 
 
 class ManifestFile(Node):

@@ -340,12 +340,14 @@ class Snapshot:
             return True
 
     def release(self) -> None:
-        """Drop a reference; the last one closes the file descriptors."""
+        """Drop a reference; the last one closes the file descriptors and lets go of the
+        frozen files (their in-memory pieces: the IndexFile's slot table)."""
         with self._lock:
             self._refs -= 1
             if self._refs > 0:
                 return
             fds, self._fds = self._fds, []
+            self.files = {}
         for fd in fds:
             try:
                 os.close(fd)
