@@ -289,18 +289,10 @@ def upload_snapshot(
         raise ObjectStoreError(f"{man_path}: {exc.strerror or exc}") from None
     except ManifestError as exc:
         raise ManifestError(f"{src}: {exc}") from None
-    try:
-        old = read_manifest(fs, base, where)
-    except ManifestError:
-        old = None  # a bad manifest there is replaced: every file is sent again
-    remote = list_files(fs, base, where)
-    markers = sorted(r for r in remote if r.startswith(UPLOADING) and "/" not in r)
-    running = [r for r in markers if not _marker_stale(fs, join(base, r))]
-    if running and not force:
-        raise ObjectStoreError(
-            f"{where}: another upload to it is under way ({running[0]} is there): wait for it "
-            "to end; if it was killed, upload again with --force"
-        )
+    # The marker goes first, then the location is read: of two uploads started together, each
+    # finds the other's marker, or the second finds the first's, so never do both go on with
+    # what they listed before the other began (a review had one skip every file as unchanged
+    # and write its manifest over the other's files).
     mine = f"{UPLOADING}{os.urandom(8).hex()}"
     try:
         if is_local(fs):  # (object stores have no directories)
@@ -310,16 +302,51 @@ def upload_snapshot(
     except OSError as exc:
         raise ObjectStoreError(f"writing {mine} to {where}: {explain(exc)}") from None
     try:
+        try:
+            old = read_manifest(fs, base, where)
+        except ManifestError:
+            old = None  # a bad manifest there is replaced: every file is sent again
+        remote = list_files(fs, base, where)
+        markers = sorted(
+            r for r in remote if r.startswith(UPLOADING) and "/" not in r and r != mine
+        )
+        running = [r for r in markers if not _marker_stale(fs, join(base, r))]
+        if running and not force:
+            raise ObjectStoreError(
+                f"{where}: another upload to it is under way ({running[0]} is there): wait "
+                "for it to end; if it was killed, upload again with --force"
+            )
         for rel in markers:  # the markers of uploads that were killed (or forced past)
             _delete(fs, base, rel, where)
         return _upload(
             src, fs, base, where, workers, progress, doc, data, old, remote, mine, start_t
         )
-    finally:
+    except _Overlapped:
+        # Our marker stays, marked as an overlap's: the other upload, which may have listed
+        # the location before our files went there, finds it at its own end and writes no
+        # manifest either; an upload started later takes it for stale (it proceeds once no
+        # upload runs). The location holds no snapshot until an upload runs alone.
         try:
-            _delete(fs, base, mine, where)
-        except ObjectStoreError:  # (the server gone too): known as no running upload's
-            _ABANDONED.add(mine)
+            with fs.open_output_stream(join(base, mine), compression=None) as out:
+                out.write(f"{_OVERLAP} {socket.gethostname()} pid {os.getpid()}\n".encode())
+        except OSError:
+            pass  # (stale once this process is gone, as any of this host's)
+        mine = ""
+        raise
+    finally:
+        if mine:
+            try:
+                _delete(fs, base, mine, where)
+            except ObjectStoreError:  # (the server gone too): known as no running upload's
+                _ABANDONED.add(mine)
+
+
+class _Overlapped(ObjectStoreError):
+    """An upload found another's marker at its end: neither writes a manifest."""
+
+
+#: The first word of the marker an upload leaves when it overlapped another (:class:`_Overlapped`)
+_OVERLAP = "overlapped"
 
 
 #: Seconds after which another host's upload marker is taken for one of an upload that was
@@ -332,7 +359,8 @@ _ABANDONED: set[str] = set()
 def _marker_stale(fs: pafs.FileSystem, path: str) -> bool:
     """Whether the :data:`UPLOADING` marker at ``path`` is an upload's that no longer runs: one
     of this host's whose process is gone, or one this process left when its upload failed, or
-    one older than :data:`MARKER_STALE`."""
+    one an upload left when it overlapped another (:data:`_OVERLAP`), or one older than
+    :data:`MARKER_STALE`."""
     if path.rpartition("/")[2] in _ABANDONED:
         return True
     try:
@@ -343,6 +371,8 @@ def _marker_stale(fs: pafs.FileSystem, path: str) -> bool:
     if raw is None:
         return True  # gone meanwhile
     text = raw.decode("utf-8", "replace").split()
+    if text[:1] == [_OVERLAP]:
+        return True  # an upload's that overlapped another and ended (it writes it last)
     if len(text) >= 3 and text[0] == socket.gethostname() and text[2].isdigit():
         try:
             os.kill(int(text[2]), 0)
@@ -424,7 +454,7 @@ def _upload(
         r for r in list_files(fs, base, where) if r.startswith(UPLOADING) and r != mine
     )
     if started:  # another upload began meanwhile: its files and ours are mixed now
-        raise ObjectStoreError(
+        raise _Overlapped(
             f"{where}: another upload to it started meanwhile ({started[0]}); this one wrote no "
             f"{MANIFEST_NAME}, so the location holds no snapshot until an upload ends alone "
             "(upload again once the other has ended)"

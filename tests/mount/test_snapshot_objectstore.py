@@ -300,7 +300,8 @@ def test_wrong_secret_key_is_refused_and_writes_nothing(aws, tmp_path, monkeypat
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     res = upload(a, uri, check=False)
     assert res.returncode == 1
-    assert "rmqfs: reading SNAPSHOT.json of " + uri in res.stderr, res.stderr
+    # (the first thing an upload writes is its marker: refused there)
+    assert f"rmqfs: writing {objectstore.UPLOADING}" in res.stderr and f" to {uri}: " in res.stderr
     assert "credentials refused" in res.stderr
     assert "not-the-secret" not in res.stderr
     assert location.list_files(aws.fs(), f"{BUCKET}/wrong-key", "x") == {}
@@ -346,7 +347,8 @@ def test_a_server_stopped_mid_upload_leaves_no_manifest(aws, tmp_path):
     # the server down: the command says what it was doing, where, and fails
     res = upload(b, uri, check=False)
     assert res.returncode == 1
-    assert f"rmqfs: reading {MANIFEST_NAME} of {uri}" in res.stderr
+    assert f"rmqfs: writing {objectstore.UPLOADING}" in res.stderr and f" to {uri}: " in res.stderr
+    assert "server unreachable" in res.stderr
     aws.start()
     # the old manifest was deleted before the first file went up: no whole snapshot there
     assert MANIFEST_NAME not in location.list_files(aws.fs(), f"{BUCKET}/cut", "x")
@@ -412,6 +414,69 @@ def test_two_uploads_at_once_never_leave_one_manifest_over_the_others_files(aws,
         O.list_files = real
     assert MANIFEST_NAME not in location.list_files(fs, base, "x")
     upload(a, uri)
+    assert run_rmqfs("snapshot-verify", uri).returncode == 0
+
+
+def test_two_uploads_that_list_before_each_others_markers_both_write_no_manifest(aws, tmp_path):
+    """Two uploads started at the same moment (found by a review): A's files go up while B,
+    which listed the location before them, skips its files as unchanged; A then finds B's
+    marker and refuses, and B, which no longer found A's marker (A had removed it), wrote its
+    manifest over A's files: a snapshot that failed verify. A marker is now written before the
+    location is read, and one that finds another at its end leaves its own (marked as an
+    overlap's) so that the other refuses too; the next upload takes it for stale."""
+    _, (a, b) = snapshot_copies(tmp_path, [300, 200])
+    uri = aws.uri("overlap")
+    upload(a, uri)
+    fs, base = aws.fs(), f"{BUCKET}/overlap"
+    import rmqfs.engine.live.objectstore as O
+
+    real = location.list_files
+    state: dict = {}
+
+    def listing(fs_, base_, where_):  # B's end check: A's leftover marker is what it sees
+        return real(fs_, base_, where_)
+
+    class AInsideB:  # B chose what to send (it listed before A's marker); A runs now
+        def __init__(self, *args):
+            if "a" in state:
+                return
+            calls = []
+
+            def a_sees_b_late(fs_, base_, where_):
+                got = real(fs_, base_, where_)
+                calls.append(1)
+                if len(calls) == 1:  # A's first listing: as before B's marker was written
+                    got = {k: v for k, v in got.items() if not k.startswith(O.UPLOADING)}
+                return got
+
+            O.list_files = a_sees_b_late
+            try:
+                O.upload_snapshot(str(b), fs, base, where=uri, workers=1)
+                state["a"] = "ok"
+            except ObjectStoreError as exc:
+                state["a"] = str(exc)
+            finally:
+                O.list_files = listing
+
+        def update(self, n):
+            pass
+
+        def close(self):
+            pass
+
+    O.list_files = listing
+    try:
+        try:
+            O.upload_snapshot(str(a), fs, base, where=uri, workers=1, progress=AInsideB)
+            raise AssertionError(f"B did not refuse; A: {state}")
+        except ObjectStoreError as exc:
+            assert "started meanwhile" in str(exc), (str(exc), state)
+    finally:
+        O.list_files = real
+    assert "started meanwhile" in state["a"]
+    assert MANIFEST_NAME not in location.list_files(fs, base, "x")  # no snapshot, not a torn one
+    rep = upload(a, uri)  # the next upload, alone, repairs it (the leftover markers are stale)
+    assert rep["skipped"] == []
     assert run_rmqfs("snapshot-verify", uri).returncode == 0
 
 
