@@ -1156,6 +1156,17 @@ def _hours(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    """An argparse type: a count of at least 1 (``-m 0`` would find nothing, quietly)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"give a count of at least 1, not {value}")
+    return value
+
+
 def _int_arg(text: str | None, option: str) -> int | None:
     if text is None:
         return None
@@ -1866,7 +1877,7 @@ COMMANDS: tuple[SubCommand, ...] = (
             arg("-o", "--offset", type=int, help="queue offset (queryMsgByOffset; -t -q)"),
             arg("-b", "--begin", help=f"key query: from this time ({TIME_FORMAT_HELP})"),
             arg("-e", "--end", help=f"key query: until this time ({TIME_FORMAT_HELP})"),
-            arg("-m", "--max-num", type=int, default=64, help="key query: at most (64)"),
+            arg("-m", "--max-num", type=_count, default=64, help="key query: at most (64)"),
             arg("--uniq-key", action="store_true", help="-i is a UNIQ_KEY, never an offset msgId"),
             arg("--first", action="store_true", help="-i: only the first message found"),
             *BODY_ARGS,
@@ -1882,7 +1893,7 @@ COMMANDS: tuple[SubCommand, ...] = (
             arg("-t", "--trace-topic", help="the trace topic (default RMQ_SYS_TRACE_TOPIC)"),
             arg("-b", "--begin", help=f"from this store time ({TIME_FORMAT_HELP})"),
             arg("-e", "--end", help=f"until this store time ({TIME_FORMAT_HELP})"),
-            arg("-m", "--max-num", type=int, default=64, help="trace messages read (64)"),
+            arg("-m", "--max-num", type=_count, default=64, help="trace messages read (64)"),
         ),
     ),
     SubCommand(

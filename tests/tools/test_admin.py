@@ -1041,6 +1041,9 @@ def test_a_command_line_that_misses_an_argument_exits_2(store):
     ):
         r = run_rmqfs(*argv, check=False)
         assert r.returncode == 2 and r.stderr.startswith("rmqfs: give"), (argv, r.stderr)
+    for m in ("0", "-3", "x"):  # (-m 0 said "no message with key": a count of at least 1)
+        r = run_rmqfs("query-msg", store, "-t", "HDFS", "-k", "x", "-m", m, check=False)
+        assert r.returncode == 2 and "-m/--max-num" in r.stderr, (m, r.stderr)
 
 
 def test_ctrl_c_during_produce_says_how_many_messages_the_store_holds(tmp_path):
