@@ -928,13 +928,11 @@ class _Located:
     """Where a looked-up message is (what :attr:`MessageFile.reload` reads it again from),
     without its body."""
 
-    __slots__ = ("commitlog_offset", "queue_offset", "store_size", "store_timestamp")
+    __slots__ = ("commitlog_offset", "queue_offset")
 
     def __init__(self, rec: MessageRecord) -> None:
         self.commitlog_offset = rec.commitlog_offset
         self.queue_offset = rec.queue_offset
-        self.store_size = rec.store_size
-        self.store_timestamp = rec.store_timestamp
 
 
 class MessageLinesHandle(Handle):

@@ -113,9 +113,10 @@ static long long int_in(PyObject *v, long long lo, long long hi, int *ok)
 
 /* The KEYS values of a column (a tuple of n items) as putmessage._own_keys gives them:
  * (the UTF-8 values one after another, each one's length in bytes as int32 (-1 for None or
- * ""), the spaces among them); None when every item is None; False when it cannot vouch
- * (an item neither None nor an exact str, a bad character, 2 GiB or more). NULL with an
- * exception only for a memory error. */
+ * ""), the spaces among them); None when every item is None; False when it cannot (an item
+ * neither None nor an exact str, one UTF-8 cannot encode: a lone surrogate, 2 GiB or more).
+ * No rule is checked here (vouch checks the client's; the broker's own puts have none).
+ * NULL with an exception only for a memory error. */
 static PyObject *keys_utf8(PyObject *const *keys, Py_ssize_t n)
 {
     Py_ssize_t total = 0, spaces = 0, none = 0;
@@ -130,7 +131,7 @@ static PyObject *keys_utf8(PyObject *const *keys, Py_ssize_t n)
             none++;
             continue;
         }
-        if (!PyUnicode_CheckExact(k) || !clean_text(k))
+        if (!PyUnicode_CheckExact(k))
             Py_RETURN_FALSE;
         u = PyUnicode_AsUTF8AndSize(k, &size); /* cached in the str; ASCII: its own data */
         if (u == NULL) {

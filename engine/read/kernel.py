@@ -176,7 +176,8 @@ class Kernel:
         rules and is a plain one (see ``_putobj.c``), else None. ``keys_utf8(keys)``: a KEYS
         column (a tuple or list of None or str) as ``putmessage._own_keys`` gives it (the
         UTF-8 values one after another, their int32 lengths as bytes, -1 for no value, the
-        spaces among them), None when every item is None, False when it cannot vouch for one.
+        spaces among them), None when every item is None, False for one it cannot encode (not
+        None or a ``str``, a lone surrogate).
 
         None without the companion module (then the Python paths read the objects). Raises
         TypeError when a name is not an object slot of ``message_type``."""

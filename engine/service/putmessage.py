@@ -1664,8 +1664,8 @@ def _own_keys(
     KEYS item, the spaces among them)``; None when no message has keys; False when they take
     2 GiB or more (an int32 length: the heads take them, and the properties' limit refuses
     them). One compiled pass with ``readers`` (:attr:`PutService.readers`: ``keys_utf8``,
-    for keys that are None or a ``str`` without a control character), else C-level passes
-    here, but for keys given as lists (joined first, one by one)."""
+    for keys that are None or a ``str``), else C-level passes here, but for keys given as
+    lists (joined first, one by one)."""
     if readers is not None:
         got = readers[1](keys_c)
         if got is not False:

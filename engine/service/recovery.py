@@ -28,7 +28,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import CorruptRecordError
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, UNIT_DTYPE_SPEC
@@ -332,11 +332,11 @@ def _recover(
     if cl.scan_error:
         log.warning("CommitLog: dropping a torn tail at %d: %s", end, cl.scan_error)
         report.torn_tail = cl.scan_error
-    elif cl.entries is None and cl.end_of_file_blank(end) is not None:
+    elif cl.entries is None and (file_end := cl.end_of_file_blank(end)) is not None:
         # RocketMQ's END_OF_FILE blank record fills the rest of the last file (its writer
         # stopped before it made the next one): the file is whole, and the next put goes to
         # a new file, as RocketMQ's goes once it finds no room here
-        end = cast(int, cl.end_of_file_blank(end))
+        end = file_end
     elif cl.entries is None:  # (a DLedger walk also ends at the committed index)
         later = _records_after(store, end)
         if later is not None:  # zeros end the log as RocketMQ's walk ends it: say what goes
