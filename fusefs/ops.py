@@ -17,8 +17,9 @@ caught up, ``lookup`` and ``readdir`` in ``view/`` (children from the store's me
 ``open`` of a rendered part; ``flush``/``release`` of a handle with nothing to commit
 (``Handle.cheap_close``) do nothing more than close its descriptor.
 
-Kernel caching: files that grow are reported with a zero attribute timeout so ``tail -f`` and
-``ls -l`` see new sizes at once (a size change also drops the file's cached pages), except a
+Kernel caching: files that grow, and directories of a mount that can change (their mtimes
+move with the store), are reported with a zero attribute timeout so ``tail -f`` and ``ls -l``
+see new sizes and times at once (a size change also drops the file's cached pages), except a
 ``view/`` part that is still growing, cached for a second and checked at each open (its
 attributes and pages are dropped before the open is answered when it grew since); files that
 never change again (sealed segments, full ``view/`` parts) are cached for an hour. Generated
@@ -463,7 +464,12 @@ class RmqOperations(pyfuse3.Operations):
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = st.mtime_ns
         a.generation = 0
         if node.is_dir:
-            a.attr_timeout = a.entry_timeout = DIR_TIMEOUT
+            # a directory's mtime moves with the store (raw/: the store's own writes make a
+            # checkpoint, a segment, a queue's directory; the others: config/*.json), so on a
+            # mount that can change the kernel asks each time: a cached second let `rsync`
+            # copy an mtime older than the directory had when it started
+            a.entry_timeout = DIR_TIMEOUT
+            a.attr_timeout = LIVE_TIMEOUT if st.live and not self.ctx.frozen else DIR_TIMEOUT
         elif st.attr_timeout is not None:
             a.attr_timeout = st.attr_timeout
             a.entry_timeout = DIR_TIMEOUT

@@ -244,6 +244,27 @@ def test_inodes_and_mtimes_are_stable_across_remounts(mount_store):
     assert after == before
 
 
+def test_directory_mtimes_are_fresh_right_after_the_mount_changes_them(mount_store):
+    """A directory's attributes are not cached on a mount that can change: the store's own
+    writes move raw/ mtimes (config/ on a mkdir), and a mkdir moves every generated
+    directory's (the tree's time). A cached second made the first of two rsyncs copy an
+    older mtime of raw/, and the second copy it again (the CI failure of stop 53)."""
+    m = mount_store()
+    t = m.mnt / "topics" / "A"
+    os.mkdir(t)
+    for _ in range(3):  # each round: cache the attributes, change them, look again at once
+        raw_config = os.stat(m.mnt / "raw" / "config").st_mtime_ns
+        topic = os.stat(t).st_mtime_ns
+        time.sleep(0.02)  # the next config write gets a later mtime (coarse clocks)
+        os.mkdir(m.mnt / "groups" / f"g{_}")
+        real = os.stat(m.store / "config").st_mtime_ns
+        assert real != raw_config
+        assert os.stat(m.mnt / "raw" / "config").st_mtime_ns == real
+        tree = os.stat(m.store / "config" / "subscriptionGroup.json").st_mtime_ns
+        assert topic != tree
+        assert os.stat(t).st_mtime_ns == tree
+
+
 def fsync_produce(path: Path) -> None:
     """fsync() on a produce file: returns once everything stored is on disk (checkpoint too)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -274,9 +295,10 @@ def test_second_rsync_transfers_nothing(mount_store, tmp_path):
         second = _rsync(src, dst)
         assert "Number of regular files transferred: 0" in second, second
         # itemized changes: nothing but the summary
-        assert not [
+        changed = [
             x for x in second.splitlines() if len(x) > 1 and x[0] in "<>ch." and x[1] in "fdL"
         ]
+        assert not changed, (name, changed)
     assert (tmp_path / "copy-topic" / "bodies.txt").read_bytes() == HDFS.read_bytes()
     for name in os.listdir(m.store / "commitlog"):
         assert (tmp_path / "copy-raw" / "commitlog" / name).read_bytes() == (
