@@ -173,6 +173,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
     options, remote_cache, remote_timeout = remote
     if not args.foreground and args.ready_fd is None:
         return _spawn_background(args)  # the daemon imports what serving takes, not this one
+    if args.ready_fd is None:
+        _hide_location_of_foreground(args)  # (returns when there is nothing to hide)
     # the daemon serves from "/" (it must not keep the caller's directory busy): a relative
     # cache directory or log file given to `mount -f` is the caller's, made absolute here as
     # _spawn_background does for a background mount
@@ -261,6 +263,30 @@ def cmd_mount(args: argparse.Namespace) -> int:
 #: The environment variable a location with credentials reaches the daemon through: its
 #: command line, which every local user can read (``ps``), shows it redacted.
 LOCATION_ENV = "RMQFS_MOUNT_LOCATION"
+
+
+def _hide_location_of_foreground(args: argparse.Namespace) -> None:
+    """``mount -f`` of a location with credentials: this process serves the mount, and its
+    command line, which every local user can read (``ps``) for as long as it runs, holds the
+    secret the user typed. It replaces itself (``execv``: the same process, terminal and
+    signals) by one whose command line holds the redacted location, the real one handed over
+    in :data:`LOCATION_ENV` as to a background daemon (:func:`_spawn_background`). Returns
+    when the location holds no credentials or was handed over already."""
+    from rmqfs.engine.live.location import is_uri, redact
+
+    if not is_uri(args.store) or LOCATION_ENV in os.environ:
+        return
+    shown = redact(args.store)
+    if shown == args.store:
+        return
+    argv = sys.argv[1:]
+    if args.store not in argv:  # called as main(argv) by a program: its own argv is not it
+        return
+    argv[argv.index(args.store)] = shown
+    os.environ[LOCATION_ENV] = args.store
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "rmqfs.mount.cli", *argv])
 
 
 def _spawn_background(args: argparse.Namespace) -> int:

@@ -11,13 +11,14 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fuse, in_mount_table, run_rmqfs, wait_unmounted
+from conftest import REPO, SRC_PATH, fuse, in_mount_table, run_rmqfs, wait_unmounted
 from rmqfs.engine.live.snapshot import MANIFEST_NAME, SnapshotManager
 from rmqfs.engine.store import Message, MessageStore
 from rmqfs.mount.mounts import CACHE_OWNER, CACHE_PREFIX
@@ -282,6 +283,51 @@ def test_credentials_in_the_location_stay_out_of_the_daemons_command_line(
     assert SECRET not in json.dumps(status)
     lines = (remote / "topics" / "T" / "messages.jsonl").read_text().splitlines()
     assert len(lines) > 0
+
+
+def test_credentials_in_the_location_stay_out_of_a_foreground_mounts_command_line(
+    aws, mounts, tmp_path, monkeypatch
+):
+    """``rmqfs mount -f s3://...&secret_key=S MNT -o ro``: the process the user started serves
+    the mount, and its command line held the secret for as long as it ran (a known item of
+    stop 53). It replaces itself (the same pid) by one whose command line holds the redacted
+    location, and serves with the real one; Ctrl-C still ends it and unmounts."""
+    from s3server import KEY, SECRET
+
+    copy = snapshot_copy(tmp_path, 200)
+    uri = aws.uri("creds-fg/latest")
+    upload(copy, uri)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    mnt = tmp_path / "fg"
+    mnt.mkdir()
+    location = uri + f"&access_key={KEY}&secret_key={SECRET}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqfs.mount.cli", "mount", location, str(mnt), "-o", "ro", "-f"],
+        env=dict(os.environ, PYTHONPATH=SRC_PATH),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (mnt / "status.json").exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        status = json.loads((mnt / "status.json").read_text())
+        assert status["pid"] == proc.pid  # replaced in place: the same process
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            argv = f.read().decode()
+        assert SECRET not in argv and "secret_key=***" in argv
+        lines = (mnt / "topics" / "T" / "messages.jsonl").read_text().splitlines()
+        assert len(lines) > 0
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+    assert not in_mount_table(mnt)
 
 
 def test_a_snapshot_uploaded_without_its_zeros_mounts_as_its_local_copy(aws, mounts, tmp_path):
