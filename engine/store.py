@@ -99,6 +99,7 @@ from .service.storetree import (
     remove_tree,
     rocksdb_consume_queue,
 )
+from .service.validation import check_not_lmq
 from .storeconfig import StoreConfig
 
 if TYPE_CHECKING:
@@ -740,11 +741,13 @@ class MessageStore:
     ) -> TopicConfig:
         """Create a topic (or return the existing one) and persist topics.json.
 
-        Raises InvalidNameError for a name RocketMQ would refuse; ReadOnlyStoreError. Like
+        Raises InvalidNameError for a name RocketMQ would refuse, or an LMQ's
+        (:func:`~engine.service.validation.check_not_lmq`); ReadOnlyStoreError. Like
         the broker's ``TopicConfigManager`` it makes system topics too: a client's request
         is refused those at its boundary (``validation.check_topic_creatable``).
         """
         validate_topic_name(name)
+        check_not_lmq(name)
         self.check_writable()
         existing = self.topic_config.get(name)
         if existing is not None:
@@ -773,7 +776,8 @@ class MessageStore:
         a caller that replaces the entry as mqadmin's whole ``TopicConfig`` does gives them all
         (mount/admin.py). ``topic_sys_flag``: ``TopicSysFlag`` bits (0 or more).
 
-        Raises InvalidNameError (a bad name, queue count outside 1-1024, perm not 2/4/6),
+        Raises InvalidNameError (a bad name or an LMQ's, queue count outside 1-1024, perm
+        not 2/4/6),
         SystemTopicError (a system topic: ``validateSystemTopicWhenUpdateTopic``),
         NoSuchTopicError (``create`` False and no such topic, checked under the lock
         :meth:`delete_topic` takes: a deleted topic never comes back), ReadOnlyStoreError.
@@ -781,6 +785,7 @@ class MessageStore:
         from .service.validation import is_system_topic
 
         validate_topic_name(name)
+        check_not_lmq(name)
         if is_system_topic(name):
             raise SystemTopicError(
                 f"the topic {name} is a RocketMQ system topic (the broker "

@@ -928,11 +928,10 @@ class _Located:
     """Where a looked-up message is (what :attr:`MessageFile.reload` reads it again from),
     without its body."""
 
-    __slots__ = ("commitlog_offset", "queue_offset")
+    __slots__ = ("commitlog_offset",)
 
     def __init__(self, rec: MessageRecord) -> None:
         self.commitlog_offset = rec.commitlog_offset
-        self.queue_offset = rec.queue_offset
 
 
 class MessageLinesHandle(Handle):
@@ -1013,18 +1012,26 @@ class ByOffsetDir(Dir):
         offset = parse_decimal(name)
         if offset is None:
             return None
+        return self._file(name, offset)
+
+    def _file(self, name: str, offset: int) -> Node | None:
+        """The :class:`MessageFile` of the message at queue offset ``offset`` of this queue,
+        read again from that offset (not from the record's own queueOffset: an LMQ's unit
+        at offset n points at a record that keeps its topic's queueOffset; the broker's
+        ``multiDispatchLmqQueue``), or None when there is none."""
         try:
             rec = self.ctx.store.get_message(self.topic, self.queue_id, offset)
         except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
-            return None
-        return MessageFile(self.ctx, self.sub(name), [rec], self._reload)
+            return None  # (by-time: expired, or the topic deleted, since the search)
 
-    def _reload(self, at: Any) -> MessageRecord | None:
-        """The message at ``at``'s queue offset again (None: gone since)."""
-        try:
-            return self.ctx.store.get_message(self.topic, self.queue_id, at.queue_offset)
-        except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
-            return None
+        def reload(_at: Any) -> MessageRecord | None:
+            """The message at ``offset`` again (None: gone since)."""
+            try:
+                return self.ctx.store.get_message(self.topic, self.queue_id, offset)
+            except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
+                return None
+
+        return MessageFile(self.ctx, self.sub(name), [rec], reload)
 
 
 class ByTimeDir(ByOffsetDir):
@@ -1044,11 +1051,7 @@ class ByTimeDir(ByOffsetDir):
         off = s.offset_by_time(self.topic, self.queue_id, ms)
         if off >= s.max_offset(self.topic, self.queue_id):
             return None
-        try:
-            rec = s.get_message(self.topic, self.queue_id, off)
-        except (E.OffsetOutOfRangeError, E.NoSuchTopicError):
-            return None  # expired (or the topic deleted) since the search: as by-offset/
-        return MessageFile(self.ctx, self.sub(name), [rec], self._reload)
+        return self._file(name, off)
 
 
 class KeysDir(Dir):

@@ -75,6 +75,7 @@ from ..format.message import (
     cal_msg_length,
     compress_body,
     encode_message,
+    is_lmq,
     offset_msg_id,
     property_prefix,
     record_magic,
@@ -91,6 +92,7 @@ from .validation import (
     check_born_host,
     check_message_columns,
     check_messages,
+    check_not_lmq,
     check_numbers,
     tags_keys_clean,
 )
@@ -617,6 +619,7 @@ def _targets(
     if batch and len({m.topic for m in messages}) > 1:
         raise PutMessageError("a batch must have a single topic")
     for msg in messages:
+        check_not_lmq(msg.topic)
         cfg = store.topic_config.get(msg.topic)
         if cfg is None:
             raise NoSuchTopicError(f"topic {msg.topic} does not exist")
@@ -875,6 +878,8 @@ def plain_topic(store: MessageStore, topic: str) -> PlainTopic | None:
     cfg = store.topic_config.get(topic)
     if cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC or topic in store.batch_cq_topics:
         return None
+    if is_lmq(topic):
+        return None  # the general path refuses it
     if max(cfg.write_queue_nums, cfg.read_queue_nums) > PLAIN_MAX_QUEUES:
         return None  # its tables would take memory a queue: the general path takes none
     state = (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums)

@@ -47,7 +47,14 @@ from itertools import repeat
 from typing import TYPE_CHECKING, cast
 
 from ..errors import InvalidNameError, MessageIllegalError, PermissionDeniedError
-from ..format.message import KEY_SEPARATOR, PROPERTY_CRC32, SCHEDULE_TOPIC, TIMER_TOPIC
+from ..format.message import (
+    KEY_SEPARATOR,
+    LMQ_PREFIX,
+    PROPERTY_CRC32,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    is_lmq,
+)
 
 if TYPE_CHECKING:
     from ..format.message import Message
@@ -131,7 +138,10 @@ RESERVED_PROPERTY_NAMES = frozenset(
         "INNER_MULTI_QUEUE_OFFSET",
         "TRACE_CONTEXT",
         "TIMER_DELAY_SEC",
+        "TIMER_DELAY_MS",
         "TIMER_DELIVER_MS",
+        "DLQ_ORIGIN_TOPIC",
+        "DLQ_ORIGIN_MESSAGE_ID",
         "__BORNHOST",
         "BORN_TIMESTAMP",
         "TIMER_ENQUEUE_MS",
@@ -140,7 +150,7 @@ RESERVED_PROPERTY_NAMES = frozenset(
         "TIMER_OUT_MS",
         "TIMER_DEL_UNIQKEY",
         "TIMER_DELAY_LEVEL",
-        PROPERTY_CRC32,  # CommitLog.doAppend with enabledAppendPropCRC (not in MessageConst)
+        PROPERTY_CRC32,  # CommitLog.doAppend with enabledAppendPropCRC (STRING_HASH_SET in 5.3)
     )
 )
 TRANSIENT_PREFIX = "__RMQ.TRANSIENT."  # MessageConst.PROPERTY_TRANSIENT_PREFIX
@@ -247,6 +257,24 @@ def check_topic_creatable(topic: str) -> None:
     if is_system_topic(topic):
         raise InvalidNameError(
             f"the topic {topic!r} is a RocketMQ system topic; clients may not create it"
+        )
+
+
+def check_not_lmq(topic: str) -> None:
+    """Refuse to make or write a topic named as a light message queue: ``%LMQ%...``
+    (``MixAll.isLmq``) is the broker's multi-dispatch queue, made by ``CommitLog``'s
+    ``MultiDispatch`` and kept out of topics.json (``LmqTopicConfigManager``), and a store
+    holding one is an LMQ store, which rmqfs reads but does not write: such a topic would
+    lock every writer out of the store, its own delete included.
+
+    Raises:
+        InvalidNameError: EINVAL, with the reason.
+    """
+    if is_lmq(topic):
+        raise InvalidNameError(
+            f"the topic {topic!r}: a name starting with {LMQ_PREFIX} is a light message "
+            "queue's, which the broker's multi-dispatch makes; rmqfs does not write LMQ "
+            "stores (docs/format.md)"
         )
 
 

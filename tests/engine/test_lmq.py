@@ -12,7 +12,8 @@ import shutil
 import pytest
 
 from lmqstore import UNIT, build_lmq_store
-from rmqfs.engine.errors import CorruptRecordError, UnsupportedLayoutError
+from rmqfs.engine.errors import CorruptRecordError, InvalidNameError, UnsupportedLayoutError
+from rmqfs.engine.format.config import TopicConfig
 from rmqfs.engine.format.javahash import tags_code
 from rmqfs.engine.store import Message, MessageStore
 
@@ -84,6 +85,28 @@ def test_an_lmq_store_still_refuses_writers(tmp_path):
     build_lmq_store(root)
     with pytest.raises(UnsupportedLayoutError, match="LMQ"):
         MessageStore(str(root))
+
+
+def test_a_plain_store_makes_and_writes_no_lmq_topic(tmp_path):
+    """A topic named ``%LMQ%...`` is a light message queue's (``MixAll.isLmq``): making or
+    writing one made a plain store an LMQ store, which then refused every writer, its delete
+    included (a review). Creation, update and puts refuse it, with the reason, and the store
+    stays a plain one that takes writes."""
+    root = tmp_path / "s"
+    with MessageStore(str(root)) as s:
+        s.create_topic("T", 1)
+        for make in (lambda: s.create_topic("%LMQ%y", 4), lambda: s.update_topic("%LMQ%y")):
+            with pytest.raises(InvalidNameError, match="light message queue"):
+                make()
+        # a topics.json entry of that name (another tool's): its puts are refused too
+        s.topic_config.put(TopicConfig("%LMQ%z", 1, 1, 6))
+        for batch in ([Message("%LMQ%z", b"x")], [Message("%LMQ%z", b"x")] * 3):
+            with pytest.raises(InvalidNameError, match="light message queue"):
+                s.put_messages(batch)
+        assert s.put_messages([Message("T", b"still a plain store")])
+        assert os.listdir(root / "consumequeue") == ["T"]
+    with MessageStore(str(root)) as s:  # opens for writing: not an LMQ store
+        assert s.put_messages([Message("T", b"after a reopen")])
 
 
 def _tree(root):

@@ -51,7 +51,10 @@ def test_every_reserved_property_name_is_refused(store):
 
 
 def test_rocketmq_string_hash_set_is_covered():
-    """MessageConst.STRING_HASH_SET (5.3), the set Message.putUserProperty refuses."""
+    """MessageConst.STRING_HASH_SET (5.3.3: its 51 ``STRING_HASH_SET.add`` lines), the set
+    Message.putUserProperty refuses (TIMER_DELAY_MS, DLQ_ORIGIN_TOPIC and
+    DLQ_ORIGIN_MESSAGE_ID were missing from both lists: a message with TIMER_DELAY_MS was
+    stored for delivery at once; a review)."""
     string_hash_set = {
         "TRACE_ON",
         "MSG_REGION",
@@ -91,6 +94,7 @@ def test_rocketmq_string_hash_set_is_covered():
         "MSG_TYPE",
         "INNER_MULTI_QUEUE_OFFSET",
         "TIMER_DELAY_SEC",
+        "TIMER_DELAY_MS",
         "TIMER_DELIVER_MS",
         "TIMER_ENQUEUE_MS",
         "TIMER_DEQUEUE_MS",
@@ -100,7 +104,11 @@ def test_rocketmq_string_hash_set_is_covered():
         "TIMER_DELAY_LEVEL",
         "__BORNHOST",
         "BORN_TIMESTAMP",
+        "DLQ_ORIGIN_TOPIC",
+        "DLQ_ORIGIN_MESSAGE_ID",
+        "__CRC32#",
     }
+    assert len(string_hash_set) == 51
     assert string_hash_set <= V.RESERVED_PROPERTY_NAMES
     assert {"__CRC32#", "__SHARDINGKEY", "INNER_NUM", "INNER_BASE"} <= V.RESERVED_PROPERTY_NAMES
 
