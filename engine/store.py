@@ -676,7 +676,7 @@ class MessageStore:
             return self.batch_queues.get((topic, queue_id))
         return cq
 
-    def _all_queues(self) -> list[tuple[tuple[str, int], QueueReader]]:
+    def all_queues(self) -> list[tuple[tuple[str, int], QueueReader]]:
         """``[((topic, queueId), queue)]`` of the ConsumeQueues and BatchConsumeQueues."""
         return [*self.consume_queues.items(), *self.batch_queues.items()]
 
@@ -924,7 +924,7 @@ class MessageStore:
         the queues up to these offsets by CommitLog offset gives CommitLog order.
         """
         with self.put_lock:
-            return {q: cq.max_offset for (t, q), cq in self._all_queues() if t == topic}
+            return {q: cq.max_offset for (t, q), cq in self.all_queues() if t == topic}
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """``getOffsetInQueueByTime`` (LOWER): first queue offset stored at or after

@@ -150,16 +150,25 @@ class Follower:
         # last one, which is compared with its record (a unit being written is dropped, in
         # memory); the reput goes on from the end of the newest record a unit names.
         recovery.check_queue_tails(s)
-        start = max(
+        # (end of the newest record a unit names, its offset)
+        newest = max(
             (
-                cq.max_physic_offset
+                (cq.max_physic_offset, cq.last_commitlog_offset)
                 for cq in s.consume_queues.values()
                 if cq.max_offset > cq.min_offset
             ),
-            default=cl.min_offset,
+            default=(cl.min_offset, -1),
         )
-        start = max(start, cl.min_offset)
+        start = max(newest[0], cl.min_offset)
         cl.max_offset = start
+        if start == newest[0] and newest[1] >= 0:
+            # the store time of the newest visible record (status.json's lastStoreTimestamp,
+            # the views' mtimes), as recovery sets it: the refresh sets it only for records it
+            # takes past this point, and the writer may store nothing more for hours
+            ts = self._store_ts_at(newest[1])
+            if ts:
+                cl.last_store_timestamp = ts
+                s.dispatched_store_timestamp = ts
         self.writer_end = start
         self.refresh()
         for cq in s.consume_queues.values():

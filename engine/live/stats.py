@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import errors as E
 from ..read.columnar import UNIT_DTYPE
 
 if TYPE_CHECKING:
+    from ..format.queue import QueueReader
     from ..store import MessageStore
 
 #: The windows reported: name -> milliseconds.
@@ -29,7 +31,11 @@ _CHUNK = 1 << 20  # ConsumeQueue units read at once
 def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> dict:
     """``{"topic", "queueId", "messages", "bytes", "minute": {"messages", "bytes"}, "hour":
     ..., "day": ...}`` for one queue: readable messages in total and stored in each window
-    before ``now_ms`` (epoch ms; messages stored after it are not counted in the windows)."""
+    before ``now_ms`` (epoch ms; messages stored after it are not counted in the windows).
+
+    ``bytes`` are the CommitLog bytes of their records, each record once (``TOPIC_PUT_SIZE``
+    counts a put's bytes once): the messages of a BatchCQ topic's inner batch share one
+    record, whose size each of their units carries."""
     cq = store.consume_queue(topic, queue_id)
     row = {"topic": topic, "queueId": queue_id, "messages": 0, "bytes": 0}
     for w in WINDOWS:
@@ -39,16 +45,22 @@ def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> 
     lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
     if hi <= lo:
         return row
-    # the sizes of every readable unit, once; each window is a suffix sum of them
-    end = store.offset_by_time(topic, queue_id, now_ms + 1)  # stored at or before now
+    # the bytes of every readable unit's record, once; each window is a suffix sum of them
+    end = _first_stored_at_or_after(store, topic, queue_id, now_ms + 1, hi)
     sizes = np.empty(0, np.int64)
     pos = lo
     parts = []
+    last_offset = -1  # the record of the unit before a chunk
     while pos < hi:
         units = np.frombuffer(cq.read_units(pos, min(_CHUNK, hi - pos)), UNIT_DTYPE)
         if not len(units):
             break
-        parts.append(units["size"].astype(np.int64))
+        offsets = units["off"].astype(np.int64)
+        first_of_record = np.empty(len(units), bool)
+        first_of_record[0] = offsets[0] != last_offset
+        np.not_equal(offsets[1:], offsets[:-1], out=first_of_record[1:])
+        parts.append(np.where(first_of_record, units["size"].astype(np.int64), 0))
+        last_offset = int(offsets[-1])
         pos += len(units)
     if parts:
         sizes = np.concatenate(parts)
@@ -56,12 +68,36 @@ def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> 
     row["messages"] = len(sizes)
     row["bytes"] = int(cum[-1])
     for w, ms in WINDOWS.items():
-        first = store.offset_by_time(topic, queue_id, now_ms - ms)
+        first = _first_stored_at_or_after(store, topic, queue_id, now_ms - ms, hi)
         a, b = max(first, lo) - lo, max(end, lo) - lo
         a, b = min(a, len(sizes)), min(b, len(sizes))
         if b > a:
-            row[w] = {"messages": b - a, "bytes": int(cum[b] - cum[a])}
+            # a window that starts inside an inner batch counts its record's bytes
+            bytes_ = int(cum[b] - cum[a]) + (int(sizes[a]) == 0) * _record_size(cq, lo + a)
+            row[w] = {"messages": b - a, "bytes": bytes_}
     return row
+
+
+def _first_stored_at_or_after(
+    store: MessageStore, topic: str, queue_id: int, ts: int, hi: int
+) -> int:
+    """The first queue offset stored at or after ``ts`` (epoch ms), ``hi`` (the max offset)
+    when every message is older. ``getOffsetInQueueByTime`` answers the last unit's
+    msgBaseOffset there for a BatchCQ queue (``BatchConsumeQueue``), whose messages are
+    older: their store time says so."""
+    off = store.offset_by_time(topic, queue_id, ts)
+    if off >= hi:
+        return hi
+    try:
+        older = store.get_message(topic, queue_id, off).store_timestamp < ts
+    except (E.OffsetOutOfRangeError, E.CorruptRecordError):
+        return off  # expired or damaged since: the search's answer stands
+    return hi if older else off
+
+
+def _record_size(cq: QueueReader, offset: int) -> int:
+    """The size of the record the unit at queue offset ``offset`` points at (bytes)."""
+    return int(np.frombuffer(cq.read_units(offset, 1), UNIT_DTYPE)["size"][0])
 
 
 def topic_stats(store: MessageStore, topic: str, now_ms: int) -> list[dict]:

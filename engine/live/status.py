@@ -28,7 +28,7 @@ def store_status(store: MessageStore) -> dict:
     s = store
     cl = s.commitlog
     topics = s.topic_names()
-    queues = list(s.consume_queues.items())
+    queues = s.all_queues()  # BatchCQ topics' queues too
     with s.put_lock:
         reput = s.flusher.dispatched_offset()
     index_files = 0

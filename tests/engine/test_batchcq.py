@@ -13,6 +13,8 @@ import pytest
 from bcqstore import BCQ_UNIT, build_bcq_store, expected
 from rmqfs.engine.errors import CorruptRecordError, UnsupportedLayoutError
 from rmqfs.engine.format.innerbatch import encode_inner_batch, split_inner_batch
+from rmqfs.engine.live.stats import WINDOWS, queue_stats, topic_stats, total
+from rmqfs.engine.live.status import store_status
 from rmqfs.engine.read.columnar import StoreFiles, decode_units_per_record
 from rmqfs.engine.store import MessageStore
 
@@ -65,6 +67,33 @@ def test_the_store_reads_every_inner_message_at_its_own_queue_offset(bcq):
         assert s.offset_by_time("B", 0, recs[-1]["ts"] + 1000) == recs[-1]["base"]
         assert [r.body for _, r in s.iter_queue("T", 0)] == [b"t0", b"t1"]
         assert not s.damaged
+
+
+def test_status_and_stats_count_batch_queues_and_each_record_once(bcq):
+    """status.json and ``stats-all`` over a BatchCQ topic (a review): status counted the
+    ConsumeQueues only (B's 7 messages and its queue missing), the windows ended at the last
+    unit's msgBaseOffset (BatchConsumeQueue's answer to a time past every message: the last
+    batch was never in a window), and the bytes counted an inner batch's record once per
+    message. A window after every message counts nothing."""
+    root, recs = bcq
+    want = expected()
+    with MessageStore(root, read_only=True) as s:
+        st = store_status(s)
+        total_t = s.max_offset("T", 0) - s.min_offset("T", 0)
+        assert st["messages"] == len(want) + total_t
+        assert st["queues"] == 2 and st["consumeQueueFiles"] == 2
+        record_bytes = sum(r["size"] for r in recs)  # each record once
+        newest = max(r["ts"] for r in recs)
+        row = total(topic_stats(s, "B", newest + 1))
+        assert row["messages"] == len(want) and row["bytes"] == record_bytes
+        for w in WINDOWS:
+            assert row[w] == {"messages": len(want), "bytes": record_bytes}
+        later = total(topic_stats(s, "B", newest + 2 * WINDOWS["day"]))
+        assert all(later[w] == {"messages": 0, "bytes": 0} for w in WINDOWS)
+        # a window from inside the last inner batch on: its messages and its record's bytes
+        last = recs[-1]
+        row = queue_stats(s, "B", 0, last["ts"] + WINDOWS["minute"] - 1)
+        assert row["minute"]["messages"] >= len(want) - last["base"]
 
 
 def test_storefiles_and_the_columnar_decoder_read_the_same_rows(bcq):

@@ -22,6 +22,7 @@ import pytest
 from conftest import SHARED, copy_fixture, fuse, run_rmqfs
 from rmqfs.engine.errors import CorruptRecordError, NoSuchTopicError, OffsetOutOfRangeError
 from rmqfs.engine.format.message import FIXED_V4
+from rmqfs.engine.live.status import store_status
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 from stores import put_internal
 
@@ -90,6 +91,11 @@ def test_engine_follower_follows_puts_rollover_new_queues_configs_and_expiry(tmp
         w.put_messages([Message("T", b"before %d" % i, keys=[f"b{i}"]) for i in range(40)])
         f = stack.enter_context(MessageStore(root, cfg, read_only=True, follow=True))
         assert f.follower is not None and f.commitlog.max_offset == w.commitlog.max_offset
+        # the newest visible record's time from the open on (it stayed 0 until the writer
+        # stored again: status.json's lastStoreTimestamp null, the views' mtimes the mount's;
+        # a review)
+        assert f.commitlog.last_store_timestamp == w.commitlog.last_store_timestamp > 0
+        assert store_status(f)["lastStoreTimestamp"] == w.commitlog.last_store_timestamp
         acked = []
         for rnd in range(40):
             acked += w.put_messages(
