@@ -188,8 +188,11 @@ def _no_data(ax: Axes, title: str, what: str) -> None:
 
 
 def _thousands(axis: Axis) -> None:
-    from matplotlib.ticker import FuncFormatter
+    """Ticks at whole counts only, labelled with thousands separators (a count axis of 2
+    had ticks at 0.25, 0.5, ... labelled 0, 0, 0, 1, 1, ...)."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+    axis.set_major_locator(MaxNLocator(integer=True))
     axis.set_major_formatter(FuncFormatter(lambda x, _pos=None: f"{x:,.0f}"))
 
 

@@ -24,8 +24,8 @@ Output (``--out``, default ``./report``): for each table ``<name>.parquet`` and 
 summary on stdout. The tables:
 
 ``per_queue_tag``
-    brokerName, topic, queue, tags: messages, bytes (sum of storeSize, whole CommitLog records),
-    bodyBytes.
+    brokerName, topic, queue, tags: messages, bytes (sum of storeSize, whole CommitLog records:
+    an inner batch's messages each carry their shared record's), bodyBytes.
 ``per_minute``
     brokerName, topic, minute (UTC minute of storeTimestamp): messages, bytes.
 ``body_size``
@@ -53,8 +53,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -312,6 +313,13 @@ def read_input_lag(source: Mount | SnapshotInput) -> list[dict]:
     return rows
 
 
+def _glob_literal(path: str) -> str:
+    """``path`` with Hadoop's glob characters escaped (``GlobPattern``: ``\\`` quotes the
+    next character): Spark's file sources expand a path as a pattern, so a mount at
+    ``/mnt/[a]`` was not found (PATH_NOT_FOUND)."""
+    return re.sub(r"([\\{}\[\]*?])", r"\\\1", path)
+
+
 def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
     """The mount's ``view/`` as a DataFrame: ``DATASOURCE_DDL`` columns plus ``brokerName``;
     ``topic`` the whole topic where its ``view/`` directory name is shortened
@@ -323,7 +331,7 @@ def read_view(spark: SparkSession, mount: Mount) -> DataFrame:
     if mount.has_messages():
         # The schema is given so that topic names made of digits stay STRING (Spark would
         # infer the partition column's type from the directory names).
-        df = spark.read.schema(DATASOURCE_DDL).parquet("file://" + mount.view)
+        df = spark.read.schema(DATASOURCE_DDL).parquet("file://" + _glob_literal(mount.view))
     else:
         df = spark.createDataFrame([], DATASOURCE_DDL)
     cols: list[Any] = [c.split()[0] for c in _top_level(DATASOURCE_DDL)]
@@ -752,20 +760,36 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--top",
-        type=int,
+        type=_at_least(1),
         default=DEFAULT_TOP,
         metavar="N",
         help=f"rows of top_keys (default: {DEFAULT_TOP})",
     )
     p.add_argument(
         "--series",
-        type=int,
+        type=_at_least(0),
         default=DEFAULT_SERIES,
         metavar="N",
         help=f"topics drawn on their own in a chart, the rest summed as "
         f"'other' (default: {DEFAULT_SERIES})",
     )
     return p
+
+
+def _at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``least`` (else a usage error, exit 2: a
+    negative --top started Spark and failed there as a job, exit 1)."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if n < least:
+            raise argparse.ArgumentTypeError(f"{n}: give {least} or more")
+        return n
+
+    return parse
 
 
 def run(

@@ -34,7 +34,9 @@ def test_report_on_loghub_logs_over_two_brokers(spark, mount_store, tmp_path, ca
     for n in "ab":
         (tmp_path / f"broker-{n}.conf").write_text(f"brokerName = broker-{n}\n")
     a = mount_store(tmp_path / "store-a", config=tmp_path / "broker-a.conf", name="mnt-a")
-    b = mount_store(tmp_path / "store-b", config=tmp_path / "broker-b.conf", name="mnt-b")
+    b = mount_store(
+        tmp_path / "store-b", config=tmp_path / "broker-b.conf", name="mnt-[b]"
+    )  # glob characters: a literal path
     assert json.loads((a.mnt / "status.json").read_text())["brokerName"] == "broker-a"
     produce_lines(a.mnt, "HDFS", hdfs)
     produce_lines(a.mnt, "Zookeeper", zk)
@@ -235,6 +237,16 @@ def test_a_long_retry_topic_is_named_alike_in_every_table(spark, mount_store, tm
 def test_not_a_mount_is_a_clear_error(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 1
     assert "no view/ directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args", [["--top", "-1"], ["--top", "0"], ["--series", "-2"], ["--top", "x"]]
+)
+def test_counts_out_of_range_are_usage_errors(tmp_path, capsys, args):
+    """``--top -1`` started Spark and failed there as a job (exit 1, a Spark error); a usage
+    error now (exit 2), before Spark starts (a review)."""
+    assert report.main([str(tmp_path), *args]) == 2
+    assert "--top" in capsys.readouterr().err or "--series" in " ".join(args)
 
 
 def test_chart_bucket_suits_the_time_span():

@@ -210,6 +210,28 @@ def test_time_ticks_a_person_reads_at_every_scale(scale, topics):
         plt.close(fig)
 
 
+def test_count_axes_tick_whole_counts_only():
+    """A panel of a few messages, a lag of 2: ticks at 0.25, 0.5, ... read "0, 0, 0, 1, 1"
+    (a review); counts tick at whole numbers."""
+    import matplotlib.pyplot as plt
+
+    fig = charts.plot_timeline(timeline([("b", "T", T0, 1), ("b", "T", T0 + 10, 2)]), 10, "10 ms")
+    fig.canvas.draw()
+    lag = pd.DataFrame([{"brokerName": "b", "group": "g", "topic": "T", "queueId": 0, "lag": 2}])
+    fig2 = charts.plot_lag(lag)
+    fig2.canvas.draw()
+    for ticks, labels in (
+        (fig.get_axes()[0].get_yticks(), fig.get_axes()[0].get_yticklabels()),
+        (fig2.get_axes()[0].get_xticks(), fig2.get_axes()[0].get_xticklabels()),
+    ):
+        shown = [t for t in ticks if t >= 0]
+        assert shown and all(float(t).is_integer() for t in shown), ticks
+        texts = [x.get_text() for x in labels if x.get_text()]
+        assert len(texts) == len(set(texts)), texts
+    plt.close(fig)
+    plt.close(fig2)
+
+
 def test_lag_chart_groups_topics_the_same_way():
     import matplotlib.pyplot as plt
 
