@@ -22,9 +22,10 @@ from collections.abc import Callable
 import pyfuse3
 import trio
 
-from rmqfs.engine.errors import StoreError
+from rmqfs.engine.errors import ManifestError, StoreError
 from rmqfs.engine.format.source import LOCAL, StoreSource
 from rmqfs.engine.live.location import redact
+from rmqfs.engine.live.manifest import restored_broker_name
 from rmqfs.engine.live.objectsource import DEFAULT_CACHE_SIZE, DEFAULT_TIMEOUT, ObjectSource
 from rmqfs.engine.live.snapshot import SnapshotManager
 from rmqfs.engine.service.recovery import RecoveryReport
@@ -284,6 +285,11 @@ class Daemon:
                 source, self.store_path = remote, remote.root
                 named = remote.manifest.get("brokerName")  # the broker it is a snapshot of
                 snapshot_broker = named if isinstance(named, str) else None
+            else:
+                try:  # a store restored from a snapshot: the broker it was taken of
+                    snapshot_broker = restored_broker_name(self.store_path)
+                except ManifestError as exc:
+                    log.warning("%s: not used for brokerName", exc)
             self.config = settle_broker_name(
                 self.config, self.store_path, self.broker_name, source, snapshot_broker
             )

@@ -129,7 +129,7 @@ from pyspark.sql.datasource import (
 from rmqfs.engine.errors import CorruptRecordError, ObjectStoreError, StoreError
 from rmqfs.engine.format.dledger import commitlog_dir
 from rmqfs.engine.live.location import is_uri, open_location, redact, with_credentials
-from rmqfs.engine.live.manifest import MANIFEST_NAME, read_manifest_file
+from rmqfs.engine.live.manifest import restored_broker_name
 from rmqfs.engine.live.remote import Piece, RemoteSnapshot
 from rmqfs.engine.read.columnar import StoreFiles
 from rmqfs.engine.read.schema import (
@@ -400,14 +400,13 @@ RULE_DIRECTORY = "directory name"
 
 
 def _manifest_broker(path: str) -> str | None:
-    """``brokerName`` of the ``SNAPSHOT.json`` at the top of ``path`` (a snapshot copy), if any."""
+    """``brokerName`` of the ``SNAPSHOT.json`` at the top of ``path`` (a snapshot copy), if any
+    (:func:`engine.live.manifest.restored_broker_name`). ValueError for one that is not a
+    manifest."""
     try:
-        name = read_manifest_file(os.path.join(path, MANIFEST_NAME))[0].get("brokerName")
+        return restored_broker_name(path)
     except ValueError as exc:  # ManifestError: the field named; larger than MAX_MANIFEST
         raise ValueError(f"rocketmq: {path}: {exc}") from None
-    except OSError:
-        return None
-    return name if isinstance(name, str) and name else None
 
 
 def _identity_broker(path: str) -> str | None:

@@ -649,3 +649,19 @@ def read_manifest_file(path: str) -> tuple[Manifest, bytes]:
     finally:
         os.close(fd)
     return parse_manifest(data), data
+
+
+def restored_broker_name(root: str) -> str | None:
+    """``brokerName`` of the ``SNAPSHOT.json`` at the top of the local directory ``root``: a
+    store restored from a snapshot (a copy of ``MNT/snapshots/NAME``, or what
+    ``snapshot-download`` wrote) names the broker it was taken of. None without one (or
+    without the field, or an empty one).
+
+    Raises:
+        ManifestError: a ``SNAPSHOT.json`` that is not a manifest (the field named).
+    """
+    try:
+        name = read_manifest_file(os.path.join(root, MANIFEST_NAME))[0].get("brokerName")
+    except OSError:
+        return None
+    return name if isinstance(name, str) and name else None

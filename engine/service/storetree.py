@@ -182,6 +182,8 @@ KEPT_TOP = {
     "brokerIdentity": "the broker's identity (cluster#broker#id)",
     "abort.bak": "a copy of abort",
     "lost+found": "records rmqfs recover saved",
+    # engine.live.manifest.MANIFEST_NAME (a layer above this one)
+    "SNAPSHOT.json": "the manifest of the rmqfs snapshot this store was restored from",
 }
 
 

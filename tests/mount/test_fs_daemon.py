@@ -5,6 +5,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -504,7 +505,23 @@ def test_the_mount_and_snapshot_upload_say_where_the_broker_name_came_from(tmp_p
         assert json.loads((tmp_path / "up2" / "SNAPSHOT.json").read_text())["brokerName"] == (
             "broker-a"
         )
+        shutil.copytree(mnt / "snapshots" / "two", tmp_path / "restored")  # a restore
         os.rmdir(mnt / "snapshots" / "two")
+        run_rmqfs("umount", mnt)
+        # the restored copy names the broker it was taken of, not this host (a review: the
+        # data source named it so, the mount and the report by the host name), and its
+        # SNAPSHOT.json is said for what it is
+        (tmp_path / "restored").chmod(0o755)
+        run_rmqfs("mount", tmp_path / "restored", mnt, "-o", "ro")
+        st = json.loads((mnt / "status.json").read_text())
+        assert (st["brokerName"], st["brokerNameFrom"]) == (
+            "broker-a",
+            "the snapshot's SNAPSHOT.json",
+        )
+        assert {
+            "path": "SNAPSHOT.json",
+            "what": "the manifest of the rmqfs snapshot this store was restored from",
+        }.items() <= next(x for x in st["notUnderstood"] if x["path"] == "SNAPSHOT.json").items()
         run_rmqfs("umount", mnt)
 
         # a misspelt setting is said (it is ignored, as the broker ignores it); a key that
