@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import errors as E
+from ..errors import CorruptRecordError, OffsetOutOfRangeError
 from ..read.columnar import UNIT_DTYPE
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def _first_stored_at_or_after(
         return hi
     try:
         older = store.get_message(topic, queue_id, off).store_timestamp < ts
-    except (E.OffsetOutOfRangeError, E.CorruptRecordError):
+    except (OffsetOutOfRangeError, CorruptRecordError):
         return off  # expired or damaged since: the search's answer stands
     return hi if older else off
 
