@@ -159,6 +159,17 @@ class QueueTable(dict):
         raise TypeError("QueueTable.popitem: use pop(key)")
 
 
+#: The file a writer creates at open and removes at a clean close (``DefaultMessageStore``'s
+#: ``abort``): one left behind makes the next open recover as after a crash.
+ABORT_FILE = "abort"
+
+
+def closed_cleanly(root: str) -> bool:
+    """Whether the local store ``root`` has no ``abort`` left (:data:`ABORT_FILE`): its last
+    writer closed it cleanly, or none is open (a running writer holds one)."""
+    return not os.path.lexists(os.path.join(root, ABORT_FILE))
+
+
 def _load_kernel() -> Any:
     """The compiled core (``engine.read.kernel.load``: None without one), for the put path
     and the IndexFile check after a crash, which sit below engine.read."""
@@ -295,7 +306,7 @@ class MessageStore:
     ) -> None:
         """The rest of the constructor, under the lock: config, queues, recovery, services."""
         started = time.monotonic()
-        self.abort_path = os.path.join(self.root, "abort")
+        self.abort_path = os.path.join(self.root, ABORT_FILE)
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
         self.last_exit_ok = not self.source.lexists(self.abort_path)
         auto_follow = follow is None
@@ -1564,6 +1575,9 @@ class MessageStore:
         if not self.read_only:
             try:
                 self.flusher.flush()
+            except OSError as exc:  # a full disk, EIO: recorded as an abnormal shutdown
+                log.error("flush at close failed; the next open recovers: %s", exc)
+                clean = False
             except Exception:  # recorded as an abnormal shutdown
                 log.exception("flush at close failed; the next open recovers")
                 clean = False
@@ -1575,6 +1589,11 @@ class MessageStore:
                 if hasattr(d, "close"):
                     try:
                         d.close()
+                    except OSError as exc:  # a full disk: a line, not a traceback
+                        log.error(
+                            "closing %s failed; the next open recovers: %s", type(d).__name__, exc
+                        )
+                        clean = False
                     except Exception:  # what it left unwritten, the next open dispatches again
                         log.exception("closing %s failed; the next open recovers", type(d).__name__)
                         clean = False

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import errno
 import json
 import logging
 import logging.handlers
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -217,6 +219,11 @@ def cmd_mount(args: argparse.Namespace) -> int:
         daemon.setup()
     except (MountError, StoreError, ValueError, OSError) as exc:
         msg = f"rmqfs: {exc}"
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            msg += (
+                "; the store's disk is full (opening it writes: recovery, a new file): free "
+                "space there, or mount it read-only (-o ro) to read it meanwhile"
+            )
         if isinstance(exc, StoreLockedError) and "ro" not in _parse_options(args.options):
             # a read-only mount follows a running writer (engine.live.follower)
             msg += (
@@ -353,16 +360,26 @@ def _spawn_background(args: argparse.Namespace) -> int:
         return 0
     err = stderr.read().decode(errors="replace").strip() if not answer else ""
     proc.wait()
-    print(answer or f"rmqfs: the mount daemon exited ({proc.returncode}): {err}", file=sys.stderr)
+    how = f"exited ({proc.returncode})"
+    if proc.returncode < 0:  # killed: say by what (a SIGBUS, SIGKILL from the OOM killer...)
+        how = f"was killed by {signal.Signals(-proc.returncode).name}"
+    print(answer or f"rmqfs: the mount daemon {how}: {err}".rstrip(": "), file=sys.stderr)
     return 1
 
 
-def _mount_pid(mountpoint: str) -> int | None:
+def _mount_status(mountpoint: str) -> tuple[int | None, str | None]:
+    """The daemon's pid and, for a mount that writes a local store, the store's directory
+    (None for a read-only one), from the mount's status.json; (None, None) when it cannot be
+    read."""
     try:
         with open(os.path.join(mountpoint, "status.json")) as f:
-            return int(json.load(f)["pid"])
-    except (OSError, ValueError, KeyError):
-        return None
+            st = json.load(f)
+        pid = int(st["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
+    root = st.get("storePathRootDir")
+    writes = st.get("readOnly") is False and isinstance(root, str) and os.path.isabs(root)
+    return pid, root if writes else None
 
 
 def _running(pid: int) -> bool:
@@ -413,7 +430,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
     if not is_mounted(mnt):
         print(f"rmqfs: {mnt} is not mounted", file=sys.stderr)
         return 1
-    pid = _mount_pid(mnt)
+    pid, written = _mount_status(mnt)
     cmd = ["fusermount3", "-u"] + (["-z"] if args.lazy else []) + [mnt]
     res = _unmount(cmd, mnt)
     if res.returncode != 0:
@@ -439,6 +456,15 @@ def cmd_umount(args: argparse.Namespace) -> int:
         if _running(pid):
             print(f"rmqfs: unmounted, but daemon {pid} is still closing the store", file=sys.stderr)
             return 1
+        from rmqfs.engine.store import closed_cleanly
+
+        if written is not None and not closed_cleanly(written):
+            # (a full disk at close: index entries or the last flush not written)
+            print(
+                f"rmqfs: unmounted, but the store {written} was not closed cleanly (the "
+                "daemon's log says why): its next open recovers it as after a crash",
+                file=sys.stderr,
+            )
     from .mounts import clean_stale_caches
 
     clean_stale_caches()  # the view caches of daemons killed earlier (kill -9)

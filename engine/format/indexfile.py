@@ -177,13 +177,23 @@ class _FdIO:
             raise CorruptRecordError(f"{self.path}: short read of {length} bytes", offset)
         return data
 
-    def read_mapping(self, length: int) -> mmap.mmap | None:
-        """A read-only mapping of the file's first ``length`` bytes, or None where it cannot
-        be mapped (the caller reads instead). The caller closes it."""
+    def read_mapping(self, start: int, end: int) -> tuple[mmap.mmap, int] | None:
+        """A read-only mapping of the file's bytes ``[start, end)`` and where ``start`` lies
+        in it (the mapping starts at a page), or None where the caller must read instead:
+        the range is empty, past the file's end, or holds a hole. A hole read through a
+        mapping takes a page of tmpfs (shmem allocates on a fault, not on ``pread``): on a
+        full tmpfs that read is a SIGBUS, and a sparse file would grow by what it never held.
+        The caller closes the mapping."""
         try:
-            if length <= 0 or os.fstat(self.fd).st_size < length:
+            if end <= start or os.fstat(self.fd).st_size < end:
                 return None
-            return mmap.mmap(self.fd, length, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            if os.lseek(self.fd, start, os.SEEK_HOLE) < end:
+                return None  # (the end of the file counts as a hole: past end here)
+            base = start - start % mmap.ALLOCATIONGRANULARITY
+            mm = mmap.mmap(
+                self.fd, end - base, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=base
+            )
+            return mm, start - base
         except (OSError, ValueError):
             return None
 
@@ -977,7 +987,8 @@ class IndexFile:
         compiled core's one pass, ``engine.read.kernel.Kernel.index_check``), by default
         :func:`structure_findings` (numpy). Costs one read of the file (up to about 420 MB for
         the default geometry; a local file is read through a read-only mapping, not copied
-        into memory): run after an abnormal exit only.
+        into memory, where it holds no hole; the hash slots, sparse where few are used, by
+        ``pread``: :meth:`_FdIO.read_mapping`): run after an abnormal exit only.
         """
         problem = self.header_problem()
         if problem is not None:
@@ -986,18 +997,17 @@ class IndexFile:
         items_at = self._items_base + INDEX_SIZE
         items_end = items_at + (count - 1) * INDEX_SIZE
         io = self._io
-        mm = io.read_mapping(items_end) if isinstance(io, _FdIO) else None
+        mapped = io.read_mapping(items_at, items_end) if isinstance(io, _FdIO) else None
+        mm = mapped[0] if mapped is not None else None
         views: list[memoryview] = []
-        slot_raw: bytes | memoryview
         raw: bytes | memoryview
         try:
-            if mm is not None:  # read in place (its first items_end bytes): no copy
-                whole = memoryview(mm)
-                slot_raw = whole[INDEX_HEADER_SIZE : INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE]
-                raw = whole[items_at:]
-                views = [whole, slot_raw, raw]
+            slot_raw = io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE)
+            if mapped is not None:  # the items read in place: no copy
+                whole = memoryview(mapped[0])
+                raw = whole[mapped[1] :]
+                views = [whole, raw]
             else:
-                slot_raw = io.read(INDEX_HEADER_SIZE, slots * HASH_SLOT_SIZE)
                 raw = io.read(items_at, (count - 1) * INDEX_SIZE)
             if len(slot_raw) != slots * HASH_SLOT_SIZE or len(raw) != (count - 1) * INDEX_SIZE:
                 return "file shorter than its hash slots and indexCount items"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import refreader
-from conftest import fuse
+from conftest import fuse, run_rmqfs
 
 pytestmark = [fuse, pytest.mark.fuse]
 
@@ -275,6 +275,76 @@ def test_enospc_on_a_full_disk_keeps_the_store_consistent(mount_store, tmp_path)
         m.mount()
         assert bodies(t) == acked
         m.umount()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _fill(disk: Path) -> None:
+    """Fill the filesystem at ``disk`` to its last page."""
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for size in (1 << 20, 4096):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_disk_at_close_is_said_and_the_crash_recovery_after_it_opens(mount_store, tmp_path):
+    """Index entries of single puts wait in memory; on a disk full by then the close cannot
+    write them, so ``abort`` stays: ``rmqfs umount`` said nothing (it says so now), and the
+    recovery that follows read the IndexFile's sparse slot table through a mapping, which on
+    a full tmpfs is a SIGBUS (each hole read so takes a page): the mount, ``rmqfs produce``
+    and ``rmqfs recover`` died (a review). It reads the slots with pread now: the store opens
+    for writing on the full disk, and every acknowledged message is there."""
+    disk = tmp_path / "disk"
+    _tmpfs(disk, "8m")
+    try:
+        conf = tmp_path / "broker.conf"
+        conf.write_text(
+            "mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=60000\n"
+            "defaultTopicQueueNums=1\n"
+        )
+        m = mount_store(disk / "store", config=conf)
+        t = m.mnt / "topics" / "T"
+        os.mkdir(t)
+        fd = os.open(t / "produce.jsonl", os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, b'{"body": "m0", "keys": ["k0"]}\n')
+            os.fsync(fd)  # every file made and the checkpoint written, before the disk fills
+            _fill(disk)
+            for i in range(1, 9):  # the CommitLog and the queue's file are preallocated
+                os.write(fd, b'{"body": "m%d", "keys": ["key-%d"]}\n' % (i, i))
+        finally:
+            os.close(fd)
+        res = run_rmqfs("umount", m.mnt)
+        assert "was not closed cleanly" in res.stderr and "recovers it" in res.stderr
+        assert (disk / "store" / "abort").exists()
+
+        def index_kib() -> int:
+            du = subprocess.run(["du", "-sk", disk / "store" / "index"], capture_output=True)
+            return int(du.stdout.split()[0])
+
+        used = index_kib()
+        # on the full disk: the recovery must write what the close could not, and says so
+        # (it was killed by a SIGBUS before it got there)
+        res = run_rmqfs("mount", disk / "store", m.mnt, "--config", conf, check=False)
+        assert res.returncode == 1 and "SIG" not in res.stderr
+        assert "No space left on device" in res.stderr and "-o ro" in res.stderr
+        assert index_kib() <= used + 64  # the slot table's holes were not read into pages
+        ro = mount_store(disk / "store", "ro", config=conf, name="ro")
+        assert bodies(ro.mnt / "topics" / "T") == [b"m%d" % i for i in range(9)]
+        ro.umount()
+        os.unlink(disk / "filler")
+        m.mount()
+        assert bodies(t) == [b"m%d" % i for i in range(9)]
+        assert json.loads((t / "keys" / "key-8").read_text())["body"] == "m8"
+        m.umount()
+        assert not (disk / "store" / "abort").exists()
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
