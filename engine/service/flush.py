@@ -14,6 +14,7 @@ waiters, the last thorough flush, the checkpoint values on disk) is a
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -90,6 +91,9 @@ class FlushService:
             _checkpoint_values(store.checkpoint) if _nonempty(store.checkpoint_path) else None
         )
         self._data_moved = False
+        # the first error a sync of the CommitLog met: from then on the store takes no write
+        # and no flush answers success (what the disk kept is unknown until a reopen)
+        self._failed: OSError | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -158,11 +162,63 @@ class FlushService:
             t.join()
 
     def release_waiters(self) -> None:
-        """Wake every group-commit waiter (at close, after the last flush)."""
+        """Wake every group-commit waiter (at close, after the last flush): those whose
+        records it did not make durable with the error (:meth:`check_not_failed`'s)."""
         with self._gc_cond:
             waiters, self._gc_waiters = self._gc_waiters, []
+        flushed = self.store.commitlog.flushed_where
         for w in waiters:
+            if w.end > flushed:
+                w.error = self._failure()
             w.done.set()
+
+    # -- a failed sync ----------------------------------------------------------------------
+
+    def check_not_failed(self) -> None:
+        """Raise OSError(EIO) once a sync of the CommitLog failed in this open: a put, and a
+        flush (``fsync()``), are refused from then on, as a database stops at a failed
+        ``fsync`` (Linux may mark the pages whose writeback failed clean, so a later sync's
+        success would not prove them on disk). The next open's recovery reads what the disk
+        holds."""
+        if self._failed is not None:
+            raise self._failure()
+
+    def _failure(self) -> OSError:
+        return OSError(
+            errno.EIO,
+            f"a sync of the CommitLog failed in this open ({self._failed or 'the close'}): "
+            "the store takes no more writes; reopen it (remount), and recovery reads what "
+            "the disk holds",
+        )
+
+    def _sync_failed(self, exc: OSError) -> None:
+        """A sync of the CommitLog raised ``exc``: note it (:meth:`check_not_failed`) and,
+        under SYNC_FLUSH, cut the records past the last durable point, whose puts wait for
+        this sync and are told it failed: none of them is stored (RocketMQ answers
+        FLUSH_DISK_TIMEOUT and keeps them; a producer told "failed" that sent again would
+        store it twice). Their units were never dispatched (the reput waits for the flush):
+        the pending dispatches go and their queue offsets are assigned again. Caller holds
+        the flush lock."""
+        if self._failed is None:
+            log.error("a sync of the CommitLog failed: the store takes no more writes: %s", exc)
+            self._failed = exc
+        store = self.store
+        if not store.sync_flush:
+            return  # (acknowledged without a sync: nothing to take back)
+        cl = store.commitlog
+        with store.put_lock:
+            durable = cl.flushed_where
+            if cl.max_offset <= durable:
+                return
+            for _end, requests in self._pending:
+                for d in requests:
+                    store.putter.rewind((d.topic, d.queue_id), d.queue_offset)
+            self._pending.clear()
+            self._retrying = False
+            try:
+                cl.truncate(durable)
+            except OSError as cut:  # the next open's recovery decides what the disk holds
+                log.error("cutting the unsynced CommitLog tail at %d failed: %s", durable, cut)
 
     # -- flushing ------------------------------------------------------------------------
 
@@ -173,7 +229,9 @@ class FlushService:
         puts continue meanwhile. Under SYNC_FLUSH the records synced here are then dispatched
         (made visible). ``least_pages`` > 0 skips the round when fewer 4 KiB pages are dirty
         (``flushCommitLogLeastPages``). Returns True when CommitLog data was synced.
-        Raises OSError from the disk.
+        Raises OSError from the disk; once a sync of the CommitLog failed, OSError(EIO) at
+        every call (:meth:`check_not_failed`; under SYNC_FLUSH the puts waiting for that
+        sync were cut: :meth:`_sync_failed`).
 
         The checkpoint's values move only once this open changed what they describe: records
         appended and synced, index entries written, or recovery's repairs
@@ -192,9 +250,14 @@ class FlushService:
             return False
         cl = store.commitlog
         with self._lock:
+            self.check_not_failed()
             with store.put_lock:
                 end, ts = cl.max_offset, cl.last_store_timestamp
-            synced = cl.flush(least_pages, end, ts)
+            try:
+                synced = cl.flush(least_pages, end, ts)
+            except OSError as exc:
+                self._sync_failed(exc)
+                raise
             with store.put_lock:
                 if store.sync_flush:
                     self.dispatch_flushed(cl.flushed_where)
@@ -299,10 +362,13 @@ class FlushService:
             error: Exception | None = None
             try:
                 self.flush_commitlog()
+            except OSError as exc:  # reported to every waiter (logged once: _sync_failed)
+                error = exc
+                self._stop.wait(0.01)  # do not spin on a failing disk
             except Exception as exc:  # reported to every waiter
                 log.exception("group commit flush failed")
                 error = exc
-                self._stop.wait(0.01)  # do not spin on a failing disk
+                self._stop.wait(0.01)
             flushed = self.store.commitlog.flushed_where
             for w in waiters:
                 if error is None and flushed < w.end:
@@ -322,9 +388,14 @@ class FlushService:
         store = self.store
         cl = store.commitlog
         with self._lock:
+            self.check_not_failed()
             with store.put_lock:
                 end, ts = cl.max_offset, cl.last_store_timestamp
-            synced = cl.flush(0, end, ts)
+            try:
+                synced = cl.flush(0, end, ts)
+            except OSError as exc:
+                self._sync_failed(exc)
+                raise
             if synced:
                 self._data_moved = True
             if store.sync_flush:
@@ -342,6 +413,8 @@ class FlushService:
         cfg = store.config
         interval = cfg.flush_interval_commit_log / 1000
         while not self._stop.wait(interval):
+            if self._failed is not None:
+                continue  # nothing is synced after a failed sync (check_not_failed)
             try:
                 now = time.monotonic()
                 if (

@@ -315,6 +315,12 @@ class PutService:
         this open."""
         return self.queue_offsets.get((topic, queue_id))
 
+    def rewind(self, key: tuple[str, int], queue_offset: int) -> None:
+        """Assign ``queue_offset`` next in queue ``key`` again: the puts from it on were cut
+        before they were dispatched (a failed SYNC_FLUSH sync; caller holds the put lock)."""
+        if self.queue_offsets.get(key, queue_offset) > queue_offset:
+            self.queue_offsets[key] = queue_offset
+
     def forget_topic(self, topic: str) -> None:
         """Drop what is cached of a deleted topic (caller holds the put lock)."""
         for key in [k for k in self.queue_offsets if k[0] == topic]:
@@ -510,8 +516,10 @@ def put_internal(
 
 def _check_room(store: MessageStore) -> None:
     """ReadOnlyStoreError for a read-only store, OSError(ENOSPC) while the disk is full
-    (``DefaultMessageStore.checkStoreStatus``)."""
+    (``DefaultMessageStore.checkStoreStatus``), OSError(EIO) once a sync of the CommitLog
+    failed (:meth:`FlushService.check_not_failed`)."""
     store.check_writable()
+    store.flusher.check_not_failed()
     if store.disk_full:
         raise OSError(
             errno.ENOSPC,

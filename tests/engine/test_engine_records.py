@@ -464,6 +464,61 @@ def test_sync_flush_dispatch_error_keeps_the_store_working(tmp_path, monkeypatch
         assert s.max_offset("T", 0) == 2 and s.max_offset("T", 1) == 2
 
 
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+@pytest.mark.parametrize("general", [False, True])
+def test_a_failed_commitlog_sync_stops_writes_and_stores_no_failed_put(
+    tmp_path, monkeypatch, flush, general
+):
+    """The CommitLog's fdatasync fails once (EIO: a failing disk, a thin pool out of space).
+    Under SYNC_FLUSH the put told so was kept anyway, visible at the next round and after a
+    reopen, so a producer that sent it again stored it twice; and the next sync's success was
+    taken as durable (Linux may mark the failed pages clean). A review. Now the records past
+    the last durable point are cut (their puts are told the error: none stored), and the
+    store takes no more writes, nor answers a flush with success, until it is reopened. Under
+    ASYNC_FLUSH the puts were acknowledged before any sync: they stay; writes stop too."""
+    import errno
+
+    real = os.fdatasync
+    fail = {"n": 0}
+
+    def flaky(fd):
+        if fail["n"]:
+            fail["n"] -= 1
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", flaky)
+    cfg = _cfg(flush_disk_type=flush)
+    with MessageStore(tmp_path / "s", cfg) as s:
+        if general:
+            monkeypatch.setattr(s.putter, "_load_kernel", None)
+            monkeypatch.setattr(s.putter, "_kernel", None)
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"first", keys="k1")])
+        s.flush()
+        fail["n"] = 1
+        if flush == "SYNC_FLUSH":
+            with pytest.raises(OSError) as e:
+                s.put_messages([Message("T", b"second", keys="k2")])
+            assert e.value.errno == errno.EIO
+            kept = [b"first"]
+        else:
+            s.put_messages([Message("T", b"second", keys="k2")])  # acknowledged, unsynced
+            with pytest.raises(OSError):
+                s.flush()  # the fsync() that fails
+            kept = [b"first", b"second"]
+        for attempt in (lambda: s.put_messages([Message("T", b"third")]), s.flush):
+            with pytest.raises(OSError, match="a sync of the CommitLog failed") as e:
+                attempt()
+            assert e.value.errno == errno.EIO
+        time.sleep(0.05)  # a group-commit round more: nothing comes back
+        assert [m.body for m in s.get_messages("g", "T", 0, 0, 10).messages] == kept
+    with MessageStore(tmp_path / "s", cfg) as s:  # recovery reads what the disk holds
+        assert [m.body for m in s.get_messages("g", "T", 0, 0, 10).messages] == kept
+        assert s.put_messages([Message("T", b"again")])[0].queue_offset == len(kept)
+        assert len(s.query_by_key("T", "k2")) == (flush == "ASYNC_FLUSH")
+
+
 # ---------------------------------------------------------------------------------------------
 # getMessage
 
