@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
@@ -1135,18 +1135,34 @@ class MessageStore:
     def query_by_key(
         self, topic: str, key: str, max_num: int = 64, begin: int = 0, end: int = 2**63 - 1
     ) -> list[MessageRecord]:
-        """Messages of ``topic`` whose KEYS or UNIQ_KEY equal ``key``, via the IndexFiles.
+        """Messages of ``topic`` one of whose KEYS equals ``key``, via the IndexFiles.
 
-        Like ``queryMsgByKey``: at most ``max_num`` (capped at 64), store time within
-        ``[begin, end]`` (epoch ms), newest first; hash collisions are filtered out here.
-        Raises CorruptRecordError when a found record fails its body CRC (:meth:`message_at`).
+        Like ``queryMsgByKey`` (``queryMessage`` with ``isUniqKey`` false: a record is kept
+        when its KEYS hold the key, ``MQAdminImpl.queryMessage``; a UNIQ_KEY is looked up by
+        :meth:`look_messages_by_uniq_key`): at most ``max_num`` (capped at 64), store time
+        within ``[begin, end]`` (epoch ms), newest first; hash collisions are filtered out
+        here. Raises CorruptRecordError when a found record fails its body CRC
+        (:meth:`message_at`).
         """
+        return self._indexed(topic, key, max_num, begin, end, lambda r: key in r.keys)
+
+    def _indexed(
+        self,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin: int,
+        end: int,
+        match: Callable[[MessageRecord], bool],
+    ) -> list[MessageRecord]:
+        """The records of ``topic`` the IndexFiles hold under ``key`` (newest first, at most
+        ``max_num``, stored within ``[begin, end]``) that ``match`` (a hit is only a hash's)."""
         if self.index_service is None:
             return []
         out = []
         for off in self.index_service.query(topic, key, max_num, begin, end):
             rec = self.message_at(off)
-            if rec is not None and rec.topic == topic and (key in rec.keys or rec.uniq_key == key):
+            if rec is not None and rec.topic == topic and match(rec):
                 out.append(rec)
         return out
 
@@ -1165,7 +1181,9 @@ class MessageStore:
         topics = [topic] if topic is not None else self.topic_names()
         out = []
         for t in topics:
-            out += [r for r in self.query_by_key(t, uniq_key, max_num) if r.uniq_key == uniq_key]
+            out += self._indexed(
+                t, uniq_key, max_num, 0, 2**63 - 1, lambda r: r.uniq_key == uniq_key
+            )
         return out
 
     def get_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:

@@ -44,7 +44,10 @@ Options (strings, names case-insensitive), modelled on Spark's Kafka source:
     precedence over the offset options.
 ``tags``
     RocketMQ sub-expression ``TagA || TagB`` (``*`` = all). Selects ConsumeQueue units by
-    tagsCode before any CommitLog read. Where Spark allows it safely (see "Filter pushdown"
+    tagsCode before any CommitLog read; in ``SCHEDULE_TOPIC_XXXX``, whose tagsCode is the
+    deliver time, by the decoded TAGS alone (a broker's subscription would match nothing
+    there: ``rmqfs print-msg -s`` and ``getMessage`` answer none), so that a pushed-down
+    ``WHERE tags = ...`` stays exact. Where Spark allows it safely (see "Filter pushdown"
     below), ``WHERE tags = 'TagA'`` / ``tags IN (...)`` are pushed down the same way
     (``pushFilters``), as are ``topic``/``queue``/``queueId`` equality and ``IN``, and
     ``queueOffset`` ranges.

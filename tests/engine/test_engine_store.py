@@ -243,7 +243,10 @@ def test_index_lookup_by_key_and_uniq_key(tmp_path, small_config):
         )
         hits = s.query_by_key("T", "order-3")
         assert sorted(r.body for r in hits) == sorted(b"m%d" % i for i in range(100) if i % 7 == 3)
-        assert [r.body for r in s.query_by_key("T", res[5].uniq_key)] == [b"m5"]
+        # a UNIQ_KEY is not a key (queryMsgByKey: isUniqKey false keeps KEYS matches only;
+        # it answered the message, as the mount's keys/ did: a review); its own lookup finds it
+        assert s.query_by_key("T", res[5].uniq_key) == []
+        assert [r.body for r in s.look_messages_by_uniq_key(res[5].uniq_key, "T")] == [b"m5"]
         assert s.query_by_key("T", "nope") == []
     # written in RocketMQ's layout: the independent reader finds the same offsets
     files = sorted((root / "index").iterdir())
@@ -489,7 +492,8 @@ def test_look_messages_by_uniq_key_serves_only_that_uniq_key(tmp_path, small_con
         s.create_topic("T")
         (a,) = s.put_messages([Message("T", b"a")])
         s.put_messages([Message("T", b"decoy", keys=a.uniq_key)])
-        assert len(s.query_by_key("T", a.uniq_key)) == 2  # the index finds both
+        # the index holds both under the id; a key lookup keeps the one with it in KEYS
+        assert [r.body for r in s.query_by_key("T", a.uniq_key)] == [b"decoy"]
         found = s.look_messages_by_uniq_key(a.uniq_key)
         assert [r.commitlog_offset for r in found] == [a.commitlog_offset]
 

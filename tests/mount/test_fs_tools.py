@@ -372,6 +372,9 @@ def test_messages_by_offset_msgid_and_by_uniq_key(mount_store):
     assert json.loads((m.mnt / "messages" / a[1]["msgId"].lower()).read_text()) == a[1]
     for missing in (twin, uniq.lower(), uniq[:-1], "X" * 32):
         assert not (m.mnt / "messages" / missing).exists(), missing
+    # keys/ finds KEYS only (queryMsgByKey): A's own UNIQ_KEY is no key of A, B's decoy has it
+    assert not (m.mnt / "topics" / "A" / "keys" / uniq).exists()
+    assert json.loads((m.mnt / "topics" / "B" / "keys" / uniq).read_text())["body"] == "decoy"
     # the same lookup as query-msg -i
     out = run_rmqfs("query-msg", m.store, "-i", uniq, "--json").stdout
     assert [json.loads(x) for x in out.splitlines()] == [a[0]]
