@@ -225,10 +225,10 @@ def test_readers_after_expiry_and_reopen(tmp_path):
         assert s.get_message(TOPIC, 0, 8).commitlog_offset == res[8].commitlog_offset
         assert [q for q, _ in s.iter_queue(TOPIC, 0, 0)] == list(range(8, 20))
         assert s.message_at(res[0].commitlog_offset) is None
-        assert s.query_by_key(TOPIC, res[0].uniq_key) == []
-        assert [r.commitlog_offset for r in s.query_by_key(TOPIC, res[9].uniq_key)] == [
-            res[9].commitlog_offset
-        ]
+        assert s.look_messages_by_uniq_key(res[0].uniq_key, TOPIC) == []
+        assert [
+            r.commitlog_offset for r in s.look_messages_by_uniq_key(res[9].uniq_key, TOPIC)
+        ] == [res[9].commitlog_offset]
         assert s.offset_by_time(TOPIC, 0, 0) == 8
     with MessageStore(tmp_path / "store", _config(_hour_not_now(), 99)) as s:
         assert s.commitlog.min_offset == 8 * SEG
