@@ -2042,14 +2042,23 @@ class RawDir(Dir):
         if not source.local:
             if not source.isdir(self.real):
                 raise FsError(errno.ENOENT)
-            return Stat(RO_DIR, 0, source.mtime_ns(self.real))
+            return Stat(RO_DIR, 0, source.mtime_ns(self.real))  # (a snapshot: never moves)
         try:
             st = lstat_beneath(self.ctx.store.root, self.rel)
         except OSError:
             raise FsError(errno.ENOENT) from None
         if not stat.S_ISDIR(st.st_mode):
             raise FsError(errno.ENOENT)
-        return Stat(RO_DIR, 0, st.st_mtime_ns, blocks=st.st_blocks)  # du raw/ == du STORE
+        # du raw/ == du STORE; the store's own writes (a checkpoint made, a segment, a queue's
+        # directory, config/*.json replaced) move the mtime: asked each time where it changes
+        # (a cached second let rsync copy an older time, then see it move on the next run)
+        return Stat(
+            RO_DIR,
+            0,
+            st.st_mtime_ns,
+            blocks=st.st_blocks,
+            attr_timeout=None if self.ctx.frozen else 0.0,
+        )
 
 
 class RawFile(Node):

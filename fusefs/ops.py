@@ -17,9 +17,11 @@ caught up, ``lookup`` and ``readdir`` in ``view/`` (children from the store's me
 ``open`` of a rendered part; ``flush``/``release`` of a handle with nothing to commit
 (``Handle.cheap_close``) do nothing more than close its descriptor.
 
-Kernel caching: files that grow, and directories of a mount that can change (their mtimes
-move with the store), are reported with a zero attribute timeout so ``tail -f`` and ``ls -l``
-see new sizes and times at once (a size change also drops the file's cached pages), except a
+Kernel caching: files that grow, and ``raw/``'s directories where the store changes (the
+store's own writes move their mtimes), are reported with a zero attribute timeout so ``tail
+-f``, ``ls -l`` and ``rsync`` see new sizes and times at once; the other directories are cached
+for a second, and dropped when a change through the mount moves the tree's time
+(``_tree_moved``) (a size change also drops the file's cached pages), except a
 ``view/`` part that is still growing, cached for a second and checked at each open (its
 attributes and pages are dropped before the open is answered when it grew since); files that
 never change again (sealed segments, full ``view/`` parts) are cached for an hour. Generated
@@ -347,6 +349,8 @@ class RmqOperations(pyfuse3.Operations):
         self.dispatch = Dispatcher()  # where this mount's requests run, its worker threads
         # directories rmdir removed in this mount -> how many times (path_inode's salt)
         self.removed: dict[str, int] = {}
+        # the tree's time (Context.tree_mtime_ns) when the directories' caches last dropped
+        self._tree_seen: int | None = None
         # snapshots other users made (their paths): each holds memory (the live IndexFile's
         # slot table, up to 20 MB) until dropped, so they hold at most OTHERS_SNAPSHOTS
         self.others_snapshots: set[str] = set()
@@ -464,12 +468,10 @@ class RmqOperations(pyfuse3.Operations):
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = st.mtime_ns
         a.generation = 0
         if node.is_dir:
-            # a directory's mtime moves with the store (raw/: the store's own writes make a
-            # checkpoint, a segment, a queue's directory; the others: config/*.json), so on a
-            # mount that can change the kernel asks each time: a cached second let `rsync`
-            # copy an mtime older than the directory had when it started
+            # a second, or what the node says (raw/ of a store that changes: 0); the
+            # generated directories' cached times are dropped when they move (_tree_moved)
             a.entry_timeout = DIR_TIMEOUT
-            a.attr_timeout = LIVE_TIMEOUT if st.live and not self.ctx.frozen else DIR_TIMEOUT
+            a.attr_timeout = DIR_TIMEOUT if st.attr_timeout is None else st.attr_timeout
         elif st.attr_timeout is not None:
             a.attr_timeout = st.attr_timeout
             a.entry_timeout = DIR_TIMEOUT
@@ -863,6 +865,7 @@ class RmqOperations(pyfuse3.Operations):
             make, on_error=self._refusal("mkdir", path, _pid(ctx), _uid(ctx))
         )
         self._invalidate(parent_inode)
+        await self.dispatch.run_sync(self._tree_moved)
         return attr
 
     async def rmdir(
@@ -901,6 +904,7 @@ class RmqOperations(pyfuse3.Operations):
             for ino in dropped:
                 self.nodes.pop(ino, None)
         self._invalidate(parent_inode)
+        await self.dispatch.run_sync(self._tree_moved)
 
     async def unlink(
         self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT, ctx: pyfuse3.RequestContext
@@ -1048,6 +1052,7 @@ class RmqOperations(pyfuse3.Operations):
         the follower's thread, never in a request handler (where it could deadlock)."""
         for topic in changes.get("topics", ()):
             self.ctx.views.drop_topic(topic)
+        self._tree_moved()
         for rel in changes.get("deleted", ()):
             parent, name = os.path.split("/raw/" + rel)
             try:
@@ -1172,6 +1177,27 @@ class RmqOperations(pyfuse3.Operations):
         self._invalidate(h.inode, attr_only=False)
         for path in h.invalidates:
             self._invalidate(self.inode_of(path), attr_only=False)
+        self._tree_moved()
+
+    def _tree_moved(self) -> None:
+        """After a change that may rewrite topics.json or subscriptionGroup.json (a mkdir, an
+        rmdir, a commit, a follower's refresh): when the tree's time moved
+        (:meth:`Context.tree_mtime_ns`, the mtime of every generated directory), drop the
+        cached attributes of the directories the kernel knows (but ``raw/``'s, asked each
+        time), so ``stat`` and ``rsync`` see the new time at once, not a second later. Blocks
+        (two stats): a worker thread."""
+        now = self.ctx.tree_mtime_ns()
+        if now == self._tree_seen:
+            return
+        self._tree_seen = now
+        with self._lock:
+            dirs = [
+                ino
+                for ino, node in self.nodes.items()
+                if node.is_dir and not (node.path + "/").startswith("/raw/")
+            ]
+        for ino in dirs:
+            self._invalidate(ino)
 
     def release_all(self) -> int:
         """Release every handle still open, as RELEASE would (the daemon is stopping with

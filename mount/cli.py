@@ -290,10 +290,13 @@ def _hide_location_of_foreground(args: argparse.Namespace) -> None:
     if args.store not in argv:  # called as main(argv) by a program: its own argv is not it
         return
     argv[argv.index(args.store)] = shown
-    os.environ[LOCATION_ENV] = args.store
+    from .mounts import module_env
+
+    env = module_env()  # the same code, as for a background daemon
+    env[LOCATION_ENV] = args.store
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "rmqfs.mount.cli", *argv])
+    os.execve(sys.executable, [sys.executable, "-m", "rmqfs.mount.cli", *argv], env)
 
 
 def _spawn_background(args: argparse.Namespace) -> int:

@@ -19,7 +19,6 @@ from ..errors import CorruptRecordError, OffsetOutOfRangeError
 from ..read.columnar import UNIT_DTYPE
 
 if TYPE_CHECKING:
-    from ..format.queue import QueueReader
     from ..store import MessageStore
 
 #: The windows reported: name -> milliseconds.
@@ -46,7 +45,11 @@ def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> 
     if hi <= lo:
         return row
     # the bytes of every readable unit's record, once; each window is a suffix sum of them
-    end = _first_stored_at_or_after(store, topic, queue_id, now_ms + 1, hi)
+    try:
+        newest = store.get_message(topic, queue_id, hi - 1).store_timestamp
+    except (OffsetOutOfRangeError, CorruptRecordError):
+        newest = None  # expired or damaged since: each search's answer stands
+    end = _first_stored_at_or_after(store, topic, queue_id, now_ms + 1, hi, newest)
     sizes = np.empty(0, np.int64)
     pos = lo
     parts = []
@@ -68,36 +71,24 @@ def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> 
     row["messages"] = len(sizes)
     row["bytes"] = int(cum[-1])
     for w, ms in WINDOWS.items():
-        first = _first_stored_at_or_after(store, topic, queue_id, now_ms - ms, hi)
+        first = _first_stored_at_or_after(store, topic, queue_id, now_ms - ms, hi, newest)
         a, b = max(first, lo) - lo, max(end, lo) - lo
         a, b = min(a, len(sizes)), min(b, len(sizes))
-        if b > a:
-            # a window that starts inside an inner batch counts its record's bytes
-            bytes_ = int(cum[b] - cum[a]) + (int(sizes[a]) == 0) * _record_size(cq, lo + a)
-            row[w] = {"messages": b - a, "bytes": bytes_}
+        if b > a:  # (a window starts at a record: a batch's messages share its store time)
+            row[w] = {"messages": b - a, "bytes": int(cum[b] - cum[a])}
     return row
 
 
 def _first_stored_at_or_after(
-    store: MessageStore, topic: str, queue_id: int, ts: int, hi: int
+    store: MessageStore, topic: str, queue_id: int, ts: int, hi: int, newest: int | None
 ) -> int:
     """The first queue offset stored at or after ``ts`` (epoch ms), ``hi`` (the max offset)
-    when every message is older. ``getOffsetInQueueByTime`` answers the last unit's
-    msgBaseOffset there for a BatchCQ queue (``BatchConsumeQueue``), whose messages are
-    older: their store time says so."""
-    off = store.offset_by_time(topic, queue_id, ts)
-    if off >= hi:
+    when the queue's newest message (stored at ``newest``) is older. ``getOffsetInQueueByTime``
+    answers the last unit's msgBaseOffset there for a BatchCQ queue
+    (``BatchConsumeQueue``)."""
+    if newest is not None and newest < ts:
         return hi
-    try:
-        older = store.get_message(topic, queue_id, off).store_timestamp < ts
-    except (OffsetOutOfRangeError, CorruptRecordError):
-        return off  # expired or damaged since: the search's answer stands
-    return hi if older else off
-
-
-def _record_size(cq: QueueReader, offset: int) -> int:
-    """The size of the record the unit at queue offset ``offset`` points at (bytes)."""
-    return int(np.frombuffer(cq.read_units(offset, 1), UNIT_DTYPE)["size"][0])
+    return min(store.offset_by_time(topic, queue_id, ts), hi)
 
 
 def topic_stats(store: MessageStore, topic: str, now_ms: int) -> list[dict]:

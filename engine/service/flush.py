@@ -184,41 +184,27 @@ class FlushService:
             raise self._failure()
 
     def _failure(self) -> OSError:
+        """The error of a put or flush after a failed sync (or one the close did not make
+        durable)."""
         return OSError(
             errno.EIO,
             f"a sync of the CommitLog failed in this open ({self._failed or 'the close'}): "
-            "the store takes no more writes; reopen it (remount), and recovery reads what "
-            "the disk holds",
+            "the messages of the writes it fails may be stored or not (the next open's "
+            "recovery keeps what reached the disk), and the store takes no more writes; "
+            "reopen it (remount)",
         )
 
     def _sync_failed(self, exc: OSError) -> None:
-        """A sync of the CommitLog raised ``exc``: note it (:meth:`check_not_failed`) and,
-        under SYNC_FLUSH, cut the records past the last durable point, whose puts wait for
-        this sync and are told it failed: none of them is stored (RocketMQ answers
-        FLUSH_DISK_TIMEOUT and keeps them; a producer told "failed" that sent again would
-        store it twice). Their units were never dispatched (the reput waits for the flush):
-        the pending dispatches go and their queue offsets are assigned again. Caller holds
-        the flush lock."""
+        """A sync of the CommitLog raised ``exc``: note it (:meth:`check_not_failed`). The
+        records past the last durable point stay where they are, undispatched (the reput of
+        SYNC_FLUSH waits for the flush): some were acknowledged (a put with WAIT=false, one
+        answered FLUSH_DISK_TIMEOUT), so no suffix can be cut that holds only the puts now
+        told the error. Those puts' records may be on disk, and the next open's recovery keeps
+        what it finds, as RocketMQ keeps a FLUSH_DISK_TIMEOUT put's (a producer that sends
+        again may store one twice: :meth:`_failure` says so)."""
         if self._failed is None:
             log.error("a sync of the CommitLog failed: the store takes no more writes: %s", exc)
             self._failed = exc
-        store = self.store
-        if not store.sync_flush:
-            return  # (acknowledged without a sync: nothing to take back)
-        cl = store.commitlog
-        with store.put_lock:
-            durable = cl.flushed_where
-            if cl.max_offset <= durable:
-                return
-            for _end, requests in self._pending:
-                for d in requests:
-                    store.putter.rewind((d.topic, d.queue_id), d.queue_offset)
-            self._pending.clear()
-            self._retrying = False
-            try:
-                cl.truncate(durable)
-            except OSError as cut:  # the next open's recovery decides what the disk holds
-                log.error("cutting the unsynced CommitLog tail at %d failed: %s", durable, cut)
 
     # -- flushing ------------------------------------------------------------------------
 
@@ -230,8 +216,7 @@ class FlushService:
         (made visible). ``least_pages`` > 0 skips the round when fewer 4 KiB pages are dirty
         (``flushCommitLogLeastPages``). Returns True when CommitLog data was synced.
         Raises OSError from the disk; once a sync of the CommitLog failed, OSError(EIO) at
-        every call (:meth:`check_not_failed`; under SYNC_FLUSH the puts waiting for that
-        sync were cut: :meth:`_sync_failed`).
+        every call (:meth:`check_not_failed`).
 
         The checkpoint's values move only once this open changed what they describe: records
         appended and synced, index entries written, or recovery's repairs
@@ -427,4 +412,5 @@ class FlushService:
                 else:
                     self.flush(cfg.flush_commit_log_least_pages)
             except Exception:  # keep flushing; the next round retries
-                log.exception("background flush failed")
+                if self._failed is None:  # (else said once, by _sync_failed)
+                    log.exception("background flush failed")

@@ -315,12 +315,6 @@ class PutService:
         this open."""
         return self.queue_offsets.get((topic, queue_id))
 
-    def rewind(self, key: tuple[str, int], queue_offset: int) -> None:
-        """Assign ``queue_offset`` next in queue ``key`` again: the puts from it on were cut
-        before they were dispatched (a failed SYNC_FLUSH sync; caller holds the put lock)."""
-        if self.queue_offsets.get(key, queue_offset) > queue_offset:
-            self.queue_offsets[key] = queue_offset
-
     def forget_topic(self, topic: str) -> None:
         """Drop what is cached of a deleted topic (caller holds the put lock)."""
         for key in [k for k in self.queue_offsets if k[0] == topic]:
@@ -555,6 +549,7 @@ def _put(
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
+        store.flusher.check_not_failed()  # (again: a sync may have failed while it waited)
         targets = _targets(store, messages, batch, now)
         encoded, delays = _encode_all(store, messages, targets, now)
         queue_offsets, next_offsets = _assign_offsets(store, encoded)
@@ -1024,6 +1019,7 @@ def _under_put_lock(
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
+        store.flusher.check_not_failed()  # (again: a sync may have failed while it waited)
         out = put(store, *args, now)
     if store.sync_flush:
         last = out[-1]

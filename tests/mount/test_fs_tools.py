@@ -245,10 +245,11 @@ def test_inodes_and_mtimes_are_stable_across_remounts(mount_store):
 
 
 def test_directory_mtimes_are_fresh_right_after_the_mount_changes_them(mount_store):
-    """A directory's attributes are not cached on a mount that can change: the store's own
-    writes move raw/ mtimes (config/ on a mkdir), and a mkdir moves every generated
-    directory's (the tree's time). A cached second made the first of two rsyncs copy an
-    older mtime of raw/, and the second copy it again (the CI failure of stop 53)."""
+    """The store's own writes move raw/ mtimes (config/ on a mkdir): raw/'s directories are
+    not attribute-cached where the store changes. A mkdir moves every generated directory's
+    (the tree's time): their cached attributes are dropped. A cached second made the first of
+    two rsyncs copy an older mtime of raw/, and the second copy it again (the CI failure of
+    stop 53)."""
     m = mount_store()
     t = m.mnt / "topics" / "A"
     os.mkdir(t)
