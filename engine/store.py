@@ -874,14 +874,14 @@ class MessageStore:
                 ):
                     for sep in ("+", "_"):
                         pop = f"{RETRY_GROUP_TOPIC_PREFIX}{group}{sep}{name}"
-                        if pop in self.topic_names():
+                        if self.has_topic(pop):
                             retry.append(self._delete_topic(pop))
             out["retryTopics"] = retry
             return out
 
     def _delete_topic(self, name: str) -> dict:
         """:meth:`delete_topic` under the topic lock."""
-        if name not in self.topic_names():
+        if not self.has_topic(name):
             raise NoSuchTopicError(f"topic {name} does not exist")
         # the offsets first, under their own lock alone: a snapshot holds that lock and then
         # takes the put lock (engine.live.snapshot.freeze), so taking it under the put lock
@@ -1480,7 +1480,7 @@ class MessageStore:
     def _check_commit(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         self.check_writable()
         validate_group_name(group)
-        queues = self.queue_ids(topic) if topic in self.topic_names() else []
+        queues = self.queue_ids(topic) if self.has_topic(topic) else []
         for queue_id, offset in offsets.items():
             if queue_id not in queues:
                 raise NoSuchTopicError(f"no queue {topic}/{queue_id}")
@@ -1542,7 +1542,7 @@ class MessageStore:
         self.check_writable()
         validate_group_name(dest)
         with self._topic_lock:  # (as a commit: never after the topic's deletion)
-            if topic not in self.topic_names():
+            if not self.has_topic(topic):
                 raise NoSuchTopicError(f"topic {topic} does not exist")
             copied = self.consumer_offsets.clone(src, dest, topic)
         if copied is None:

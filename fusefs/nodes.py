@@ -233,7 +233,7 @@ class TopicsDir(Dir):
         read-only mount, EEXIST when it exists, EINVAL for a name refused."""
         if self.ctx.read_only:
             raise FsError(errno.EROFS)
-        if name in self.ctx.store.topic_names():
+        if self.ctx.store.has_topic(name):
             raise FsError(errno.EEXIST)
         try:
             check_topic_creatable(name)  # AdminBrokerProcessor: no system topics
@@ -1574,15 +1574,18 @@ class GroupDir(Dir):
         super().__init__(ctx, path)
         self.group = group
 
-    def entries(self) -> dict[str, Callable[[], Node]]:
-        """``progress.json`` and a directory per topic."""
-        c, g = self.ctx, self.group
-        d: dict[str, Callable[[], Node]] = {
-            "progress.json": lambda: ProgressFile(c, self.sub("progress.json"), g)
-        }
-        for t in c.store.topic_names():
-            d[t] = functools.partial(GroupTopicDir, c, self.sub(t), g, t)
-        return d
+    def list(self) -> list[str]:
+        """``progress.json`` and a directory per topic, without a node each."""
+        return ["progress.json", *self.ctx.store.topic_names()]
+
+    def child(self, name: str) -> Node | None:
+        """``progress.json``, or the topic's directory when the store has it (not the whole
+        :meth:`entries` per name: ``ls`` of a group of 8,000 topics took 106 s)."""
+        if name == "progress.json":
+            return ProgressFile(self.ctx, self.sub(name), self.group)
+        if self.ctx.store.has_topic(name):
+            return GroupTopicDir(self.ctx, self.sub(name), self.group, name)
+        return None
 
 
 class ProgressFile(GeneratedFile):

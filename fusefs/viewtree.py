@@ -95,13 +95,13 @@ class ViewRootDir(Dir):
         """The :class:`ViewTopicDir` of ``name`` (a shortened name mapped back), or None."""
         if not name.startswith(TOPIC_DIR):
             return None
-        topics = self.ctx.store.topic_names()
+        store = self.ctx.store
         topic: str | None = unescape_partition_value(name[len(TOPIC_DIR) :])
-        if topic not in topics or topic_dir_name(topic) != name:
+        if topic is None or not store.has_topic(topic) or topic_dir_name(topic) != name:
             # a shortened name (topic_dir_name): only a name of NAME_MAX bytes can be one
             if len(name.encode("utf-8", "surrogateescape")) < NAME_MAX - 3:
                 return None
-            topic = next((t for t in topics if topic_dir_name(t) == name), None)
+            topic = next((t for t in store.topic_names() if topic_dir_name(t) == name), None)
             if topic is None:
                 return None
         return ViewTopicDir(self.ctx, self.sub(name), topic)

@@ -144,7 +144,7 @@ def get_messages(
         # RocketMQ's findConsumeQueue creates an empty queue on demand, so a queue of a known
         # topic reads as NO_MESSAGE_IN_QUEUE; an unknown topic or queue id as
         # NO_MATCHED_LOGIC_QUEUE.
-        known = topic in store.topic_names() and queue_id in store.queue_ids(topic)
+        known = store.has_topic(topic) and queue_id in store.queue_ids(topic)
         return GetMessageResult(
             GetMessageStatus.NO_MESSAGE_IN_QUEUE
             if known

@@ -128,3 +128,52 @@ def test_search_by_time_steps_over_the_filler_in_log_time(blanks, reals):
         reads.clear()
         assert search_by_time(unit_at, ts, ts_at, 0, blanks + reals) == want
         assert len(reads) <= 4 * ((blanks + reals).bit_length() + 2)
+
+
+@pytest.mark.parametrize("units", [0, 9, 3276, 3277, 10_000, 29_999, 30_000])
+def test_recovery_reads_a_file_only_as_far_as_its_units_go(tmp_path, monkeypatch, units):
+    """``recover`` read each of the last three files whole (6 MB each by default): opening a
+    store of 8,000 queues of ten messages read 48 GB of zeros (a review). It reads in growing
+    chunks and stops where the units end; the units it finds are the same, whatever chunk
+    they end in, and a torn unit inside a later chunk still ends the queue there."""
+    from rmqfs.engine.format import consumequeue as C
+    from rmqfs.engine.format.mappedfile import FileQueue
+
+    file_units = 30_000  # 600,000-byte files: chunks of 65,520, 131,040, 262,080... bytes
+    d = tmp_path / "consumequeue" / "T" / "0"
+    cq = ConsumeQueue(str(d), "T", 0, file_units * CQ_STORE_UNIT_SIZE)
+    if units:
+        cq.put_units(0, pack_units([v for i in range(units) for v in (i * 100, 100, 7)]))
+    cq.close()
+    read = []
+    real = FileQueue.pread_segment
+
+    def counted(self, seg, length, pos):
+        data = real(self, seg, length, pos)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(FileQueue, "pread_segment", counted)
+    cq = ConsumeQueue(str(d), "T", 0, file_units * CQ_STORE_UNIT_SIZE)
+    cq.recover()
+    try:
+        assert (cq.min_offset, cq.max_offset) == (0, units)
+        if units:
+            assert cq.unit(units - 1) == ((units - 1) * 100, 100, 7)
+        # the units and at most a chunk as large again past them (a few units more: the
+        # last one read again); a small queue one chunk, not its file
+        assert sum(read) <= 3 * units * CQ_STORE_UNIT_SIZE + C.RECOVER_CHUNK + 100
+        if units < C.RECOVER_CHUNK // CQ_STORE_UNIT_SIZE:
+            assert sum(read) <= C.RECOVER_CHUNK + 100
+    finally:
+        cq.close()
+    if 3 <= units < file_units:  # a torn unit (size 0) three units before the end
+        with open(d / "00000000000000000000", "r+b") as f:
+            f.seek((units - 3) * CQ_STORE_UNIT_SIZE + 8)
+            f.write(b"\0\0\0\0")
+        cq = ConsumeQueue(str(d), "T", 0, file_units * CQ_STORE_UNIT_SIZE)
+        cq.recover()
+        try:
+            assert cq.max_offset == units - 3
+        finally:
+            cq.close()

@@ -792,3 +792,32 @@ def test_a_raw_file_deleted_while_open_keeps_its_attributes_for_its_reader(tmp_p
         assert h.read(0, 4096) == head
         h.release()
         assert errno_of(node.stat) == errno.ENOENT
+
+
+def test_lookups_in_groups_and_view_do_not_list_every_topic(tmp_path, monkeypatch):
+    """``ls groups/G`` built every topic's node for each name it looked up, and a lookup in
+    ``view/`` sorted every topic's name (on the trio loop): quadratic in the topics (106 s and
+    12 s for 8,000; a review). A lookup asks the store for that one topic now; a listing names
+    the topics once."""
+    with tree(tmp_path) as t:
+        for i in range(30):
+            t.store.create_topic(f"T{i:02d}", 1)
+        t.write("/topics/T07/produce", b"m\n")
+        t.mkdir("/groups/G")
+        calls = []
+        real = type(t.store).topic_names
+
+        def counted(self):
+            calls.append(1)
+            return real(self)
+
+        monkeypatch.setattr(type(t.store), "topic_names", counted)
+        g = t.node("/groups/G")
+        names = g.list()
+        assert names[0] == "progress.json" and len(names) == 31 and len(calls) == 1
+        assert all(g.child(n) is not None for n in names) and len(calls) == 1
+        assert g.child("nope") is None
+        view = t.node("/view")
+        assert view.child("topic=T07") is not None and view.child("topic=T99") is None
+        assert len(calls) == 1
+        assert t.read("/groups/G/T07/0/offset") == b"-1\n"  # (no commit yet)
