@@ -299,8 +299,9 @@ def test_a_full_disk_at_close_is_said_and_the_crash_recovery_after_it_opens(moun
     write them, so ``abort`` stays: ``rmqfs umount`` said nothing (it says so now), and the
     recovery that follows read the IndexFile's sparse slot table through a mapping, which on
     a full tmpfs is a SIGBUS (each hole read so takes a page): the mount, ``rmqfs produce``
-    and ``rmqfs recover`` died (a review). It reads the slots with pread now: the store opens
-    for writing on the full disk, and every acknowledged message is there."""
+    and ``rmqfs recover`` died (a review). It reads the slots with pread now: on the full disk
+    the writable mount refuses with the ENOSPC and a hint (recovery has to write), ``-o ro``
+    reads every acknowledged message, and once space is free it mounts and recovers."""
     disk = tmp_path / "disk"
     _tmpfs(disk, "8m")
     try:
