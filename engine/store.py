@@ -934,8 +934,12 @@ class MessageStore:
         Taken under the put lock, so a put is either wholly in the cut or not at all; merging
         the queues up to these offsets by CommitLog offset gives CommitLog order.
         """
-        with self.put_lock:
-            return {q: cq.max_offset for (t, q), cq in self.all_queues() if t == topic}
+        with self.put_lock:  # (the topic's queues, not a walk of every queue)
+            return {
+                q: cq.max_offset
+                for q in sorted(self._queue_ids_of(topic))
+                if (cq := self.consume_queue(topic, q)) is not None
+            }
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """``getOffsetInQueueByTime`` (LOWER): first queue offset stored at or after

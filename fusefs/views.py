@@ -563,8 +563,10 @@ class View:
         if self.queue_id is not None:
             cq = self.store.consume_queue(self.topic, self.queue_id)
             return cq is None or (ix.has(self.queue_id) and cq.max_offset == nxt[self.queue_id])
-        for (t, q), cq in list(self.store.consume_queues.items()):
-            if t == self.topic and cq.max_offset != nxt.get(q, cq.min_offset):
+        queues = self.store.consume_queues
+        for q in self.store.queue_ids(self.topic):  # this topic's, not every queue's
+            cq = queues.get((self.topic, q))
+            if cq is not None and cq.max_offset != nxt.get(q, cq.min_offset):
                 return False
         return True
 

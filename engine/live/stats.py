@@ -44,15 +44,24 @@ def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> 
     lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
     if hi <= lo:
         return row
-    # the bytes of every readable unit's record, once; each window is a suffix sum of them
+    # each window's offsets first, then one pass over the units, a chunk at a time (a queue of
+    # any length holds one chunk: the whole queue's sizes took 33 bytes a message), adding
+    # each unit's record bytes once to the total and to the windows it falls in
     try:
         newest = store.get_message(topic, queue_id, hi - 1).store_timestamp
     except (OffsetOutOfRangeError, CorruptRecordError):
         newest = None  # expired or damaged since: each search's answer stands
-    end = _first_stored_at_or_after(store, topic, queue_id, now_ms + 1, hi, newest)
-    sizes = np.empty(0, np.int64)
+    end = max(_first_stored_at_or_after(store, topic, queue_id, now_ms + 1, hi, newest), lo)
+    spans = {
+        w: (
+            max(_first_stored_at_or_after(store, topic, queue_id, now_ms - ms, hi, newest), lo),
+            end,
+        )
+        for w, ms in WINDOWS.items()
+    }
+    in_window = dict.fromkeys(WINDOWS, 0)
+    total = 0
     pos = lo
-    parts = []
     last_offset = -1  # the record of the unit before a chunk
     while pos < hi:
         units = np.frombuffer(cq.read_units(pos, min(_CHUNK, hi - pos)), UNIT_DTYPE)
@@ -62,20 +71,20 @@ def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> 
         first_of_record = np.empty(len(units), bool)
         first_of_record[0] = offsets[0] != last_offset
         np.not_equal(offsets[1:], offsets[:-1], out=first_of_record[1:])
-        parts.append(np.where(first_of_record, units["size"].astype(np.int64), 0))
+        sizes = np.where(first_of_record, units["size"].astype(np.int64), 0)
+        total += int(sizes.sum())
+        for w, (a, b) in spans.items():
+            x, y = max(a, pos), min(b, pos + len(sizes))
+            if y > x:
+                in_window[w] += int(sizes[x - pos : y - pos].sum())
         last_offset = int(offsets[-1])
         pos += len(units)
-    if parts:
-        sizes = np.concatenate(parts)
-    cum = np.concatenate(([0], np.cumsum(sizes)))
-    row["messages"] = len(sizes)
-    row["bytes"] = int(cum[-1])
-    for w, ms in WINDOWS.items():
-        first = _first_stored_at_or_after(store, topic, queue_id, now_ms - ms, hi, newest)
-        a, b = max(first, lo) - lo, max(end, lo) - lo
-        a, b = min(a, len(sizes)), min(b, len(sizes))
+    row["messages"] = pos - lo  # (the units read: fewer where the queue ends short)
+    row["bytes"] = total
+    for w, (a, b) in spans.items():
+        a, b = min(a, pos), min(b, pos)
         if b > a:  # (a window starts at a record: a batch's messages share its store time)
-            row[w] = {"messages": b - a, "bytes": int(cum[b] - cum[a])}
+            row[w] = {"messages": b - a, "bytes": in_window[w]}
     return row
 
 

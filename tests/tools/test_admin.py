@@ -1111,3 +1111,53 @@ def test_produce_from_a_pipe_stores_lines_as_they_arrive(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert re.search(rb"interrupted; 3 messages produced before it", err), err
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_stats_all_windows_stream_in_chunks(tmp_path, monkeypatch, chunk):
+    """statsAll held a whole queue's unit sizes and their running sums (33 bytes a message:
+    10 GB for a queue of 300M; a review): it reads the units a chunk at a time and adds each
+    to the windows it falls in. Messages stored two days, two hours, half an hour and half
+    a minute before now count alike whatever the chunk, windows straddling chunks included."""
+    from rmqfs.engine.live import stats
+    from rmqfs.engine.service import putmessage
+
+    now = 1_800_000_000_000
+    ages = {"2d": 2 * 86_400_000, "2h": 7_200_000, "30m": 1_800_000, "30s": 30_000}
+    with MessageStore(tmp_path / "s", _cfg()) as s:
+        s.create_topic("T", 1)
+        sizes = {}
+        for name, age in ages.items():
+            monkeypatch.setattr(putmessage.time, "time", lambda age=age: (now - age) / 1000)
+            res = s.put_messages([Message("T", b"%s-%d" % (name.encode(), i)) for i in range(5)])
+            sizes[name] = sum(r.size for r in res)
+        monkeypatch.undo()
+        monkeypatch.setattr(stats, "_CHUNK", chunk)
+        row = stats.queue_stats(s, "T", 0, now)
+    assert row["messages"] == 20 and row["bytes"] == sum(sizes.values())
+    assert row["minute"] == {"messages": 5, "bytes": sizes["30s"]}
+    assert row["hour"] == {"messages": 10, "bytes": sizes["30s"] + sizes["30m"]}
+    assert row["day"] == {"messages": 15, "bytes": row["bytes"] - sizes["2d"]}
+
+
+def test_stats_all_holds_a_chunk_not_the_queue(tmp_path, monkeypatch):
+    """The memory a queue's statsAll takes is a chunk's, not the queue's (tracemalloc sees
+    numpy's arrays): 200,000 units in chunks of 4,096."""
+    import tracemalloc
+
+    from rmqfs.engine.live import stats
+
+    cfg = StoreConfig(mapped_file_size_commit_log=64 << 20)
+    with MessageStore(tmp_path / "s", cfg) as s:
+        s.create_topic("T", 1)
+        for _ in range(4):
+            s.put_bodies("T", [b"x"] * 50_000, queue_id=0, results=False)
+        monkeypatch.setattr(stats, "_CHUNK", 4096)
+        tracemalloc.start()
+        try:
+            row = stats.queue_stats(s, "T", 0, 2**62)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert row["messages"] == 200_000
+    assert peak < 1_000_000, peak  # the whole queue's arrays took 5 MB and more
