@@ -164,10 +164,10 @@ class QueueTable(dict):
 ABORT_FILE = "abort"
 
 
-def closed_cleanly(root: str) -> bool:
-    """Whether the local store ``root`` has no ``abort`` left (:data:`ABORT_FILE`): its last
-    writer closed it cleanly, or none is open (a running writer holds one)."""
-    return not os.path.lexists(os.path.join(root, ABORT_FILE))
+def closed_cleanly(root: str, source: StoreSource = LOCAL) -> bool:
+    """Whether the store ``root`` has no ``abort`` left (:data:`ABORT_FILE`): its last writer
+    closed it cleanly, or none is open (a running writer holds one)."""
+    return not source.lexists(os.path.join(root, ABORT_FILE))
 
 
 def _load_kernel() -> Any:
@@ -308,7 +308,7 @@ class MessageStore:
         started = time.monotonic()
         self.abort_path = os.path.join(self.root, ABORT_FILE)
         self.checkpoint_path = os.path.join(self.root, "checkpoint")
-        self.last_exit_ok = not self.source.lexists(self.abort_path)
+        self.last_exit_ok = closed_cleanly(self.root, self.source)
         auto_follow = follow is None
         follow = self._follows(read_only, follow)
         config_problems = self._open_config(read_only)

@@ -17,14 +17,15 @@ caught up, ``lookup`` and ``readdir`` in ``view/`` (children from the store's me
 ``open`` of a rendered part; ``flush``/``release`` of a handle with nothing to commit
 (``Handle.cheap_close``) do nothing more than close its descriptor.
 
-Kernel caching: files that grow, and ``raw/``'s directories where the store changes (the
-store's own writes move their mtimes), are reported with a zero attribute timeout so ``tail
--f``, ``ls -l`` and ``rsync`` see new sizes and times at once; the other directories are cached
-for a second, and dropped when a change through the mount moves the tree's time
-(``_tree_moved``) (a size change also drops the file's cached pages), except a
+Kernel caching: files that grow are reported with a zero attribute timeout so ``tail -f`` and
+``ls -l`` see new sizes at once (a size change also drops the file's cached pages), except a
 ``view/`` part that is still growing, cached for a second and checked at each open (its
 attributes and pages are dropped before the open is answered when it grew since); files that
-never change again (sealed segments, full ``view/`` parts) are cached for an hour. Generated
+never change again (sealed segments, full ``view/`` parts) are cached for an hour.
+``raw/``'s directories, where the store changes, have a zero attribute timeout too (the
+store's own writes move their mtimes: ``rsync`` must see the time they have); the other
+directories are cached for a second, and dropped when a change through the mount moves the
+tree's time (``_tree_moved``). Generated
 files whose bytes change without a size change (``offset``, ``status.json``, ...) are read with
 ``direct_io``; after a commit or a mkdir the affected inodes are invalidated explicitly
 (``invalidate_inode``) so no cached attribute survives.

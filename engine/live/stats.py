@@ -52,11 +52,8 @@ def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> 
     except (OffsetOutOfRangeError, CorruptRecordError):
         newest = None  # expired or damaged since: each search's answer stands
     end = max(_first_stored_at_or_after(store, topic, queue_id, now_ms + 1, hi, newest), lo)
-    spans = {
-        w: (
-            max(_first_stored_at_or_after(store, topic, queue_id, now_ms - ms, hi, newest), lo),
-            end,
-        )
+    starts = {
+        w: max(_first_stored_at_or_after(store, topic, queue_id, now_ms - ms, hi, newest), lo)
         for w, ms in WINDOWS.items()
     }
     in_window = dict.fromkeys(WINDOWS, 0)
@@ -73,16 +70,16 @@ def queue_stats(store: MessageStore, topic: str, queue_id: int, now_ms: int) -> 
         np.not_equal(offsets[1:], offsets[:-1], out=first_of_record[1:])
         sizes = np.where(first_of_record, units["size"].astype(np.int64), 0)
         total += int(sizes.sum())
-        for w, (a, b) in spans.items():
-            x, y = max(a, pos), min(b, pos + len(sizes))
+        for w, a in starts.items():
+            x, y = max(a, pos), min(end, pos + len(sizes))
             if y > x:
                 in_window[w] += int(sizes[x - pos : y - pos].sum())
         last_offset = int(offsets[-1])
         pos += len(units)
     row["messages"] = pos - lo  # (the units read: fewer where the queue ends short)
     row["bytes"] = total
-    for w, (a, b) in spans.items():
-        a, b = min(a, pos), min(b, pos)
+    for w, a in starts.items():
+        a, b = min(a, pos), min(end, pos)
         if b > a:  # (a window starts at a record: a batch's messages share its store time)
             row[w] = {"messages": b - a, "bytes": in_window[w]}
     return row

@@ -1,6 +1,7 @@
 """Every error of the mount contract (sections 2.2, 2.3, 2.4), provoked through a real mount with
 its errno checked, and the store still consistent afterwards."""
 
+import contextlib
 import errno
 import json
 import os
@@ -229,24 +230,32 @@ def test_enoent_eisdir_enotdir(mount_store):
     assert oserror(os.mkdir, t / "0" / "sub") == errno.EPERM
 
 
-def _tmpfs(path: Path, size: str):
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+@contextlib.contextmanager
+def _full_disk_mount(mount_store, tmp_path: Path, conf: str, topic: str):
+    """A store on an 8 MiB tmpfs mounted with the broker.conf text ``conf`` and ``topic``
+    made: yields ``(tmpfs directory, broker.conf path, Mount, topic directory)``; the tmpfs is
+    unmounted afterwards, whatever happened."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], check=True)
+    try:
+        path = tmp_path / "broker.conf"
+        path.write_text(conf)
+        m = mount_store(disk / "store", config=path)
+        t = m.mnt / "topics" / topic
+        os.mkdir(t)
+        yield disk, path, m, t
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_enospc_on_a_full_disk_keeps_the_store_consistent(mount_store, tmp_path):
-    disk = tmp_path / "disk"
-    _tmpfs(disk, "8m")
-    try:
-        conf = tmp_path / "broker.conf"
-        conf.write_text(
-            "mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=20000\n"
-            "messageIndexEnable=false\n"
-        )
-        m = mount_store(disk / "store", config=conf)
-        t = m.mnt / "topics" / "Full"
-        os.mkdir(t)
+    conf = (
+        "mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=20000\n"
+        "messageIndexEnable=false\n"
+    )
+    with _full_disk_mount(mount_store, tmp_path, conf, "Full") as (disk, _, m, t):
         acked = [b"first"]
         fd = os.open(t / "produce", os.O_WRONLY | os.O_APPEND)
         os.write(fd, b"first\n")
@@ -275,8 +284,6 @@ def test_enospc_on_a_full_disk_keeps_the_store_consistent(mount_store, tmp_path)
         m.mount()
         assert bodies(t) == acked
         m.umount()
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _fill(disk: Path) -> None:
@@ -302,17 +309,11 @@ def test_a_full_disk_at_close_is_said_and_the_crash_recovery_after_it_opens(moun
     and ``rmqfs recover`` died (a review). It reads the slots with pread now: on the full disk
     the writable mount refuses with the ENOSPC and a hint (recovery has to write), ``-o ro``
     reads every acknowledged message, and once space is free it mounts and recovers."""
-    disk = tmp_path / "disk"
-    _tmpfs(disk, "8m")
-    try:
-        conf = tmp_path / "broker.conf"
-        conf.write_text(
-            "mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=60000\n"
-            "defaultTopicQueueNums=1\n"
-        )
-        m = mount_store(disk / "store", config=conf)
-        t = m.mnt / "topics" / "T"
-        os.mkdir(t)
+    conf_text = (
+        "mappedFileSizeCommitLog=1048576\nmappedFileSizeConsumeQueue=60000\n"
+        "defaultTopicQueueNums=1\n"
+    )
+    with _full_disk_mount(mount_store, tmp_path, conf_text, "T") as (disk, conf, m, t):
         fd = os.open(t / "produce.jsonl", os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, b'{"body": "m0", "keys": ["k0"]}\n')
@@ -346,8 +347,6 @@ def test_a_full_disk_at_close_is_said_and_the_crash_recovery_after_it_opens(moun
         assert json.loads((t / "keys" / "key-8").read_text())["body"] == "m8"
         m.umount()
         assert not (disk / "store" / "abort").exists()
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_refusals_the_readme_names(mount_store, tmp_path):
