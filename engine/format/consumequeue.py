@@ -572,6 +572,26 @@ class ConsumeQueue:
             raise
         self._advance(units)
 
+    def put_unit(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> None:
+        """:meth:`put_units` of one unit (``ConsumeQueue.putMessagePositionInfo``: the record
+        at ``commitlog_offset``, ``size`` bytes, its ``tags_code``), at the least per-call cost
+        where it goes into the file being written (a single put's). Raises as
+        :meth:`put_units`."""
+        pos = queue_offset * CQ_STORE_UNIT_SIZE
+        files = self.files
+        if (
+            queue_offset != self.max_offset
+            or files.read_only
+            or not files.segments
+            or pos % files.file_size == 0  # (the first unit of a file: put_units finds it)
+        ):
+            self.put_units(queue_offset, UNIT.pack(commitlog_offset, size, tags_code))
+            return
+        files.write(pos, UNIT.pack(commitlog_offset, size, tags_code))
+        self.max_offset = queue_offset + 1
+        self.last_commitlog_offset = commitlog_offset
+        self.max_physic_offset = commitlog_offset + size
+
     def _advance(self, units: bytes) -> None:
         self.max_offset += len(units) // CQ_STORE_UNIT_SIZE
         off, size, _ = UNIT.unpack_from(units, len(units) - CQ_STORE_UNIT_SIZE)

@@ -219,7 +219,8 @@ static int fields_unchanged(void)
  * nothing read before the lookup is trusted.) */
 static inline int batch_changed(PyObject *messages, Py_ssize_t n, Py_ssize_t i, PyObject *m)
 {
-    return PyList_GET_SIZE(messages) != n || PyList_GET_ITEM(messages, i) != m;
+    /* (no list: one message, held by the caller, vouched for by what was read of it) */
+    return messages != NULL && (PyList_GET_SIZE(messages) != n || PyList_GET_ITEM(messages, i) != m);
 }
 
 /* 1 when the exact str key is in the set, 0 when not or on an error (cleared). */
@@ -233,19 +234,21 @@ static int in_set(PyObject *set, PyObject *key)
     return r;
 }
 
-/* Message i of the list into the columns at row i; 0: not vouched for. Every value read is
- * held (a strong reference) from the moment it is read, the message too, so that nothing a
- * set lookup might run can free what is used after it; ``last_*`` are held references to
- * the last topic and tag vouched for (their lookups are skipped for the same object). */
+/* Message i of the list into the columns at row i (``cols``), or, without a list
+ * (``messages`` NULL), the message ``one`` into a new tuple of its plain fields (``*row``);
+ * 0: not vouched for. Every value read is held (a strong reference) from the moment it is
+ * read, the message too, so that nothing a set lookup might run can free what is used after
+ * it; ``last_*`` are held references to the last topic and tag vouched for (their lookups
+ * are skipped for the same object). */
 static int vouch_one(PyObject *messages, Py_ssize_t n, Py_ssize_t i, PyObject **cols,
                      PyObject *good_tags, PyObject *banned_topics, PyObject **last_topic,
-                     PyObject **last_tags)
+                     PyObject **last_tags, PyObject *one, PyObject **row)
 {
     PyObject *m, *v[MAX_FIELDS] = {NULL};
     int ok = 1, got = 0, f;
-    if (PyList_GET_SIZE(messages) != n)
+    if (messages != NULL && PyList_GET_SIZE(messages) != n)
         return 0;
-    m = PyList_GET_ITEM(messages, i);
+    m = messages != NULL ? PyList_GET_ITEM(messages, i) : one;
     if (Py_TYPE(m) != message_type)
         return 0;
     Py_INCREF(m);
@@ -289,8 +292,15 @@ static int vouch_one(PyObject *messages, Py_ssize_t n, Py_ssize_t i, PyObject **
     int_in(v[F_SYS_FLAG], 0, 1, &ok);
     if (!ok)
         goto done;
-    for (f = 0; f < N_PLAIN; f++) { /* the columns take the references held */
-        PyTuple_SET_ITEM(cols[f], i, v[f]);
+    if (cols == NULL) {
+        *row = PyTuple_New(N_PLAIN); /* (a collection it may run changes nothing held) */
+        if (*row == NULL) {
+            PyErr_Clear();
+            goto done;
+        }
+    }
+    for (f = 0; f < N_PLAIN; f++) { /* the columns (the row) take the references held */
+        PyTuple_SET_ITEM(cols != NULL ? cols[f] : *row, cols != NULL ? i : f, v[f]);
         v[f] = NULL;
     }
     ok = 2;
@@ -328,7 +338,7 @@ static PyObject *py_vouch(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     for (Py_ssize_t i = 0; i < n; i++) { /* (each checks that the list still holds n) */
         if (!vouch_one(messages, n, i, cols, good_tags, banned_topics, &last_topic,
-                       &last_tags)) {
+                       &last_tags, NULL, NULL)) {
             out = Py_None;
             Py_INCREF(out);
             goto done;
@@ -347,6 +357,29 @@ done:
     Py_XDECREF(last_topic);
     Py_XDECREF(last_tags);
     return out;
+}
+
+/* vouch_row(message, good_tags, banned_topics) -> (the 11 plain fields) | None: vouch() of
+ * one message, its fields as one tuple (a single put's, at the least cost). */
+static PyObject *py_vouch_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *last_topic = NULL, *last_tags = NULL, *row = NULL;
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "vouch_row(message, good_tags, banned_topics)");
+        return NULL;
+    }
+    if (message_type == NULL || !PyAnySet_Check(args[1]) || !PyAnySet_Check(args[2]) ||
+        !fields_unchanged())
+        Py_RETURN_NONE;
+    if (!vouch_one(NULL, 1, 0, NULL, args[1], args[2], &last_topic, &last_tags, args[0],
+                   &row))
+        row = NULL;
+    Py_XDECREF(last_topic);
+    Py_XDECREF(last_tags);
+    if (row == NULL)
+        Py_RETURN_NONE;
+    return row;
 }
 
 /* configure(message_type, names, defaults): the class whose exact instances are vouched for,
@@ -421,6 +454,8 @@ static PyMethodDef methods[] = {
      "configure(message_type, names, defaults): the Message class (slots) vouch() reads."},
     {"vouch", (PyCFunction)(void (*)(void))py_vouch, METH_FASTCALL,
      "vouch(messages, good_tags, banned_topics) -> [the 11 plain columns] | None"},
+    {"vouch_row", (PyCFunction)(void (*)(void))py_vouch_row, METH_FASTCALL,
+     "vouch_row(message, good_tags, banned_topics) -> (the 11 plain fields) | None"},
     {"keys_utf8", py_keys_utf8, METH_O,
      "keys_utf8(keys) -> (blob, int32 lengths, spaces) | None | False"},
     {NULL, NULL, 0, NULL},

@@ -83,6 +83,10 @@ MAX_FAST_PAIRS = 64
 #: the extension module's name (``_kernel_build.MODULE``) within this package
 _MODULE = "_kernel_cffi"
 
+#: :meth:`Kernel.message_reader`'s ``(vouch, keys_utf8, vouch_row)``
+MessageReaders = tuple[
+    Callable[..., "list[tuple] | None"], Callable[[Sequence], Any], Callable[..., "tuple | None"]
+]
 #: ``want`` flags of :meth:`Kernel.decode` (``RMQ_WANT_*``, ``RMQ_CHECK_CRC`` of _kernel.c)
 WANT_BODY, WANT_TOPIC, WANT_TAGS, WANT_KEYS, WANT_PROPS = 1, 2, 4, 8, 16
 WANT_MSGID, WANT_BORN_HOST, WANT_STORE_HOST, CHECK_CRC = 32, 64, 128, 256
@@ -165,8 +169,9 @@ class Kernel:
 
     def message_reader(
         self, message_type: type, names: tuple[str, ...], defaults: tuple
-    ) -> tuple[Callable[..., list[tuple] | None], Callable[[Sequence], Any]] | None:
-        """The put path's readers of Python objects (``_putobj.c``): ``(vouch, keys_utf8)``
+    ) -> MessageReaders | None:
+        """The put path's readers of Python objects (``_putobj.c``): ``(vouch, keys_utf8,
+        vouch_row)``
         configured for exact instances of ``message_type`` (a dataclass with slots), whose
         fields ``names`` are the eleven the put path reads in ``_putobj.c``'s order, then the
         ones that must be at their ``defaults`` (by identity).
@@ -177,7 +182,8 @@ class Kernel:
         column (a tuple or list of None or str) as ``putmessage._own_keys`` gives it (the
         UTF-8 values one after another, their int32 lengths as bytes, -1 for no value, the
         spaces among them), None when every item is None, False for one it cannot encode (not
-        None or a ``str``, a lone surrogate).
+        None or a ``str``, a lone surrogate). ``vouch_row(message, good_tags, banned_topics)``:
+        ``vouch`` of one message, its eleven fields as one tuple (a single put's), else None.
 
         None without the companion module (then the Python paths read the objects). Raises
         TypeError when a name is not an object slot of ``message_type``."""
@@ -186,7 +192,7 @@ class Kernel:
             return None
         with _lock:
             objects.configure(message_type, names, defaults)
-        return objects.vouch, objects.keys_utf8
+        return objects.vouch, objects.keys_utf8, objects.vouch_row
 
     def _p(self, a: np.ndarray) -> Any:
         """``a``'s memory as a ``void *`` for the C side (``a`` must be kept alive)."""

@@ -37,7 +37,7 @@ from ..errors import (
     ReadOnlyStoreError,
 )
 from ..format.config import MAX_TOPIC_BYTES, TopicConfig
-from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code
+from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, deliver_tags_code
 from ..format.indexfile import IndexInPlace, topic_prefix_hash
 from ..format.javahash import tags_code
 from ..format.message import (
@@ -284,8 +284,8 @@ class PutService:
         return w
 
     @property
-    def readers(self) -> tuple[Callable[..., list[tuple] | None], Callable[[Sequence], Any]] | None:
-        """The compiled readers of :class:`Message` objects, ``(vouch, keys_utf8)``
+    def readers(self) -> tuple[Callable[..., Any], ...] | None:
+        """The compiled readers of :class:`Message` objects, ``(vouch, keys_utf8, vouch_row)``
         (``engine.read.kernel.Kernel.message_reader``, configured with this module's field
         order), None without them: :func:`put_messages` and :func:`_own_keys` then read the
         objects in Python."""
@@ -411,7 +411,12 @@ def put_messages(
         OSError: the disk failed (e.g. ENOSPC); nothing of the batch is kept.
     """
     cols = None
-    if len(messages) == 1:  # one message: checked as it is, its fields read by put_plain
+    if len(messages) == 1:  # one message: vouched for in C (its fields read), else checked
+        readers = store.putter.readers
+        if readers is not None:
+            row = readers[2](messages[0], CHECKED_TAGS, NOT_ALLOWED_SEND_TOPICS)
+            if row is not None:
+                return _put(store, messages, batch, None, results, row)
         check_messages(messages)
     elif messages:
         readers = store.putter.readers
@@ -528,6 +533,7 @@ def _put(
     batch: bool,
     cols: list[tuple] | None = None,
     want_results: bool = True,
+    row: tuple | None = None,
 ) -> Sequence[PutResult]:
     """``DefaultMessageStore.putMessage``/``putMessages`` of ``messages`` (one MessageBatch when
     ``batch``): the plain ones by :func:`put_plain`, the rest here: each checked and given its
@@ -535,12 +541,13 @@ def _put(
     (:func:`_assign_offsets`, ``assignOffset``), appended, and dispatched to the ConsumeQueues
     and the index (undone on a disk error: :func:`_dispatch`); with SYNC_FLUSH it waits for
     the group commit. ``cols``: :func:`message_columns` of ``messages`` when the caller has
-    them. Returns a :class:`PutResult` per message (``want_results`` False: see
+    them, ``row`` the plain fields of the one message the compiled reader vouched for
+    (``vouch_row``). Returns a :class:`PutResult` per message (``want_results`` False: see
     ``results`` in :func:`put_messages`)."""
     _check_room(store)
     if not messages:
         return []
-    out = put_plain(store, messages, batch, cols, want_results)
+    out = put_plain(store, messages, batch, cols, want_results, row)
     if out is not None:
         for listener in store.listeners:
             listener(out)
@@ -879,17 +886,20 @@ def plain_topic(store: MessageStore, topic: str) -> PlainTopic | None:
     hash of "topic#", MAGICCODE)``; a topic over 127 chars takes the V2 record, as in the
     general path (``message.topic_needs_v2``). Cached while the topic's config stays the same."""
     cfg = store.topic_config.get(topic)
-    if cfg is None or not cfg.writable or topic == SCHEDULE_TOPIC or topic in store.batch_cq_topics:
+    if cfg is None:
+        return None
+    state = (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums)
+    cache = store.putter.plain_topics
+    hit = cache.get(topic)
+    # (what the rest checks follows from the topic and its config's state, but for BatchCQ)
+    if hit is not None and hit[0] is cfg and hit[1] == state and topic not in store.batch_cq_topics:
+        return hit[2]
+    if not cfg.writable or topic == SCHEDULE_TOPIC or topic in store.batch_cq_topics:
         return None
     if is_lmq(topic):
         return None  # the general path refuses it
     if max(cfg.write_queue_nums, cfg.read_queue_nums) > PLAIN_MAX_QUEUES:
         return None  # its tables would take memory a queue: the general path takes none
-    state = (cfg.perm, cfg.write_queue_nums, cfg.read_queue_nums)
-    cache = store.putter.plain_topics
-    hit = cache.get(topic)
-    if hit is not None and hit[0] is cfg and hit[1] == state:
-        return hit[2]
     raw = topic.encode("utf-8")
     v2 = topic_needs_v2(topic, store.config.auto_message_version_on_topic_len)
     if len(raw) > (MAX_TOPIC_BYTES if v2 else MAX_TOPIC_LENGTH_V1):
@@ -914,6 +924,7 @@ def put_plain(
     batch: bool = False,
     cols: list[tuple] | None = None,
     results: bool = True,
+    row: tuple | None = None,
 ) -> Sequence[PutResult] | None:
     """The put path for the common case: the batch encoded, placed and dispatched by the
     compiled core (``rmq_put`` of engine/read/_kernel.c), Python checking and accounting per
@@ -933,6 +944,8 @@ def put_plain(
     offsets, and the records go whole into one CommitLog segment (the blank before the first
     when they do not all fit in the rest of it: ``doAppend(MessageExtBatch)``), as the general
     path puts them. A batch of several topics returns None (the general path refuses it).
+    ``cols``: the batch's :func:`message_columns` where the caller has them; ``row``: the
+    plain fields of a single message the compiled reader vouched for (``vouch_row``).
 
     What RocketMQ does per message in ``CommitLog.DefaultAppendMessageCallback.doAppend`` (the
     record, the END_OF_FILE blank and the roll to the next segment),
@@ -960,9 +973,10 @@ def put_plain(
         return None
     n = len(messages)
     if n == 1 and not batch:  # the least per-call cost: no columns, one topic
-        row = _message_row(messages[0])
-        if row is None or row[_NPLAIN:] != _OTHER_DEFAULTS or row[9] or row[10]:
-            return None  # not plain: properties, sysFlag, another field not at its default
+        if row is None:  # (else the compiled reader vouched for a plain one: ``vouch_row``)
+            row = _message_row(messages[0])
+            if row is None or row[_NPLAIN:] != _OTHER_DEFAULTS or row[9] or row[10]:
+                return None  # not plain: properties, sysFlag, another field not at its default
         size = len(row[1])
         if size > cfgs.max_message_size:
             return None  # the general path says why
@@ -1466,10 +1480,57 @@ def _put_one(
     msg_id = ffi.string(call.msg_id, 32).decode()  # as rmq_put wrote it (createMessageId)
     out = [_NEW_RESULT((topic, qid, qoff, pos, size, now, msg_id, uniq_key))]
     entries = ffi.unpack(call.idx, 3 * nidx) if index is not None else []
-    units = [(key, qoff, ffi.buffer(call.units, CQ_STORE_UNIT_SIZE)[:])]
-    _dispatch_out(store, out, (tags,), (keys,), units, entries, start, end, now)
+    if store.sync_flush or not _dispatch_one(
+        store, key, qoff, (pos, size, tc), entries, start, now
+    ):
+        unit = ffi.buffer(call.units, CQ_STORE_UNIT_SIZE)[:]
+        _dispatch_out(store, out, (tags,), (keys,), [(key, qoff, unit)], entries, start, end, now)
     putter.queue_offsets[key] = qoff + 1
     return out
+
+
+def _dispatch_one(
+    store: MessageStore,
+    key: tuple[str, int],
+    queue_offset: int,
+    unit: tuple[int, int, int],
+    entries: list[int],
+    start: int,
+    now: int,
+) -> bool:
+    """:func:`dispatch_plain` of a single put on a store whose only dispatcher is its index
+    (the usual store; ``CommitLogDispatcherBuildConsumeQueue`` and ``...BuildIndex``), at the
+    least per-call cost: the ConsumeQueue unit of ``key`` at ``queue_offset`` (``unit``:
+    ``(commitLogOffset, size, tagsCode)``), the index
+    ``entries`` (:meth:`IndexService.put_hashed`). False, with nothing done, for any other
+    store (the caller dispatches it the general way). On an OSError the put is undone (its
+    unit, its entries, the CommitLog from ``start``) and the error re-raised."""
+    index = store.index_service
+    ds = store.dispatchers
+    if index is None:
+        if ds or entries:
+            return False
+    elif len(ds) != 1 or ds[0] is not index or (entries and entries[1] <= index.end_phy_offset):
+        return False
+    cq = None
+    try:
+        cq = store.writable_consume_queue(*key)  # (EMFILE, ...: its files opened)
+        old = cq.max_offset
+        if isinstance(cq, ConsumeQueue):
+            cq.put_unit(queue_offset, *unit)
+        else:  # (a RocksDB store's, in memory)
+            cq.put_units(queue_offset, UNIT.pack(*unit))
+        if index is not None and entries:
+            index.put_hashed(entries, store.putter.index_writer)
+    except OSError:
+        if cq is not None:
+            cq.truncate_to(old)
+        for d in ds:
+            d.truncate(start)
+        store.commitlog.truncate(start)
+        raise
+    store.dispatched_store_timestamp = now
+    return True
 
 
 def _call(store: MessageStore, kernel: Any) -> _PutCall:

@@ -474,7 +474,8 @@ def test_fast_put_path_undoes_a_batch_the_disk_refused(tmp_path, monkeypatch, n,
         end, q0, q1 = s.commitlog.max_offset, s.max_offset("T", 0), s.max_offset("T", 1)
         owner, name = {
             "index": (IndexService, "put_hashed"),
-            "consumequeue": (ConsumeQueue, "put_units"),
+            # (a single put's one unit: put_unit)
+            "consumequeue": (ConsumeQueue, "put_units" if n > 1 else "put_unit"),
             "queue files": (MessageStore, "writable_consume_queue"),
         }[where]
         real = getattr(owner, name)

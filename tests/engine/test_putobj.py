@@ -53,7 +53,7 @@ DEFAULTS = tuple(f.default for f in dataclasses.fields(Message) if f.name in OTH
 
 
 def readers():
-    """(vouch, keys_utf8) configured as the store's put path configures them."""
+    """(vouch, keys_utf8, vouch_row) configured as the store's put path configures them."""
     r = K.message_reader(Message, (*PLAIN, *OTHERS), DEFAULTS)
     assert r is not None
     return r
@@ -134,9 +134,18 @@ def batches(draw):
 
 def _judge(msgs) -> bool:
     """Whether vouch vouched for ``msgs``; when it did, that every rule lets them through,
-    that they are plain and that the columns are their fields."""
-    vouch, _ = readers()
+    that they are plain and that the columns are their fields. ``vouch_row`` (a single
+    put's) of each message alone answers as ``vouch`` of it alone, with its fields."""
+    vouch, _, vouch_row = readers()
     V.check_tags("TagA")  # (checked: vouch may let it through)
+    for m in msgs if isinstance(msgs, list) else ():
+        row = vouch_row(m, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS)
+        one = vouch([m], V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS)
+        assert (row is None) == (one is None)
+        if row is not None:
+            assert type(row) is tuple and len(row) == len(PLAIN)
+            assert all(v is getattr(m, name) for v, name in zip(row, PLAIN))
+            assert all(v is c[0] for v, c in zip(row, one))
     cols = vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS)
     if cols is None:
         return False
@@ -197,7 +206,7 @@ def test_vouch_judged_for_each_odd_value_alone(field, value):
 def test_vouch_answers_for_the_common_batch():
     """A producer's batch (a checked tag, keys of its own, queues given or not) is vouched
     for; a tag never checked is not, until ``check_tags`` has let it through."""
-    vouch, _ = readers()
+    vouch = readers()[0]
     V.check_tags("TagA")
     msgs = [
         Message("T", b"body %d" % i, tags="TagA", keys=f"order-{i}", queue_id=i % 2 or None)
@@ -228,7 +237,7 @@ def test_keys_utf8_is_own_keys(keys, as_list):
     """``keys_utf8`` of a KEYS column gives what ``_own_keys`` gives in Python (the UTF-8
     values, their lengths, -1 for none, the spaces), None when no message has keys, or
     False where it cannot vouch (then Python computes it)."""
-    _, keys_utf8 = readers()
+    keys_utf8 = readers()[1]
     column = list(keys) if as_list else tuple(keys)
     got = keys_utf8(column)
     if got is False:
@@ -247,7 +256,7 @@ def test_keys_utf8_is_own_keys(keys, as_list):
 
 
 def test_keys_utf8_refuses_what_is_not_a_column():
-    _, keys_utf8 = readers()
+    keys_utf8 = readers()[1]
     assert keys_utf8("a b") is False
     assert keys_utf8(iter(["a"])) is False
     assert keys_utf8(()) is None
@@ -306,7 +315,7 @@ def test_a_put_with_the_reader_writes_what_one_without_it_writes(tmp_path):
 
 
 def test_configure_keeps_its_class_when_refused_and_a_changed_class_is_not_vouched_for():
-    vouch, _ = readers()
+    vouch = readers()[0]
 
     @dataclasses.dataclass
     class NoSlots:
@@ -348,7 +357,7 @@ def test_python_code_run_during_a_call_changes_nothing_it_uses():
     path's own set runs no Python code in a lookup."""
     import gc
 
-    vouch, _ = readers()
+    vouch = readers()[0]
     hook = []
 
     class Tag(str):
@@ -363,6 +372,14 @@ def test_python_code_run_during_a_call_changes_nothing_it_uses():
     hook.append(msgs.clear)
     assert vouch(msgs, {Tag("TagZ")}, V.NOT_ALLOWED_SEND_TOPICS) is None
     assert msgs == []
+
+    # a single message's fields deleted while vouch_row looks its tag up: it answers with the
+    # values it read (held), never a freed one
+    one = Message("T", b"body", tags="TagZ", keys="k")
+    hook.append(lambda: [delattr(one, n) for n in ("topic", "body", "tags", "keys")])
+    row = readers()[2](one, {Tag("TagZ")}, V.NOT_ALLOWED_SEND_TOPICS)
+    assert row is not None and row[:4] == ("T", b"body", "TagZ", "k")
+    assert not hasattr(one, "topic")
 
     msgs = [Message("T", b"x", keys="order-%d" % i) for i in range(300)]
 
@@ -392,7 +409,7 @@ def test_a_class_that_reads_its_fields_through_python_is_not_vouched_for():
     """A ``__getattribute__`` set on Message (as a property over a field) is what the Python
     path reads through: the compiled reader, which reads the slots, then vouches for nothing
     (found by a review: it vouched for a topic the override turned into a reserved one)."""
-    vouch, _ = readers()
+    vouch = readers()[0]
     msgs = [Message("T", b"x"), Message("T", b"y")]
     assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is not None
 
