@@ -1161,3 +1161,30 @@ def test_stats_all_holds_a_chunk_not_the_queue(tmp_path, monkeypatch):
             tracemalloc.stop()
     assert row["messages"] == 200_000
     assert peak < 1_000_000, peak  # the whole queue's arrays took 5 MB and more
+
+
+def test_print_msg_count_alone_reads_no_record(tmp_path, monkeypatch, capsys):
+    """From a scale review: ``print-msg -p false --count`` decoded every record of the topic
+    to count them (hours for a 100 GB topic). A count alone (no tag filter, nothing printed)
+    comes from the ConsumeQueues' units in the range; --max, -i and -b/-e still apply, and a
+    tag filter still reads the records (its exact match needs their tags)."""
+    from rmqfs.engine.format.message import Message
+    from rmqfs.mount.cli import main
+
+    root = tmp_path / "store"
+    with MessageStore(str(root)) as s:
+        s.create_topic("T", 2)
+        s.put_messages([Message("T", b"m%d" % i, tags="A" if i % 3 else "B") for i in range(50)])
+
+    def no_read(self, *args, **kwargs):
+        raise AssertionError("a count alone read a record")
+
+    monkeypatch.setattr(MessageStore, "read_record", no_read)
+    counts = []
+    for extra in ([], ["--max", "7"], ["-i", "1"], ["-b", "0", "-e", "now"]):
+        assert main(["print-msg", str(root), "-t", "T", "-p", "false", "--count", *extra]) == 0
+        counts.append(capsys.readouterr().err.strip())
+    assert counts == ["50 messages", "7 messages", "25 messages", "50 messages"]
+    monkeypatch.undo()
+    assert main(["print-msg", str(root), "-t", "T", "-p", "false", "--count", "-s", "B"]) == 0
+    assert capsys.readouterr().err.strip() == "17 messages"
