@@ -411,6 +411,10 @@ class RocksDBConsumeQueue:
         off, size, _ = UNIT.unpack_from(units, len(units) - CQ_STORE_UNIT_SIZE)
         self.last_commitlog_offset, self.max_physic_offset = off, off + size
 
+    def put_unit(self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int) -> None:
+        """:meth:`put_units` of one unit (``ConsumeQueue.put_unit``'s signature)."""
+        self.put_units(queue_offset, UNIT.pack(commitlog_offset, size, tags_code))
+
     def flush(self) -> None:
         """Nothing is written."""
 

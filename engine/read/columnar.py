@@ -8,10 +8,12 @@ fixed fields of every record (:data:`RECORD_DTYPE`, built from
 gathered into native numpy columns, the variable parts walked, bodies, topics and property
 names and values copied straight into Arrow buffers, properties split as
 ``MessageDecoder.string2messageProperties`` splits them, msgIds hex-encoded in one call. There
-is no per-record Python for the common record (V1 magic, IPv4 hosts, uncompressed body, no
-inner batch, properties in UTF-8 with at most ``kernel.MAX_FAST_PAIRS`` pairs); the rare kinds
-(compressed bodies, IPv6 hosts, V2 magic, inner batches, properties that are not UTF-8) go
-record by record through ``engine.format.message.decode_record``, so the result is always
+is no per-record Python for the common record (V1 magic, IPv4 hosts, no inner batch,
+properties in UTF-8 with at most ``kernel.MAX_FAST_PAIRS`` pairs); a compressed body is
+inflated after the kernel's pass (one Python call a compressed body, whose inflation costs
+more: :func:`_inflated`); the rare kinds (IPv6 hosts, V2 magic, inner batches, properties
+that are not UTF-8, a body kept compressed past ``MAX_INFLATED_BODY``) go record by record
+through ``engine.format.message.decode_record``, so the result is always
 exact and equal to the per-record decoder (:func:`decode_units_per_record`; tests/engine/
 test_kernel.py and test_columnar.py compare them). Without the kernel (no C compiler) every
 record takes the per-record decoder. ``bench/decode.py`` measures the cost per stage.
@@ -104,6 +106,7 @@ from ..format.message import (
     check_body_crc,
     check_unit_record,
     decode_record,
+    inflate_body,
     is_lmq,
     is_record_magic,
     read_store_timestamp,
@@ -176,14 +179,10 @@ READ_BATCH_BYTES = 256 << 20
 #: A ConsumeQueue unit (``engine.format.consumequeue.UNIT``: commitLogOffset | size | tagsCode).
 UNIT_DTYPE = np.dtype(UNIT_DTYPE_SPEC)
 assert UNIT_DTYPE.itemsize == CQ_STORE_UNIT_SIZE
-# SYSFLAG bits whose records take the per-record decoder.
-_RARE_FLAGS = (
-    COMPRESSED_FLAG
-    | BORNHOST_V6_FLAG
-    | STOREHOSTADDRESS_V6_FLAG
-    | INNER_BATCH_FLAG
-    | NEED_UNWRAP_FLAG
-)
+# SYSFLAG bits whose records take the per-record decoder. A compressed body (a Java
+# client's every body past compressMsgBodyOverHowmuch, 4 KiB) does not: the kernel decodes
+# its record as any other, and :func:`_inflated` inflates the bodies it copied as stored.
+_RARE_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG | INNER_BATCH_FLAG | NEED_UNWRAP_FLAG
 _MIN_RECORD = MIN_RECORD_SIZE  # calMsgLength with empty body, topic and properties
 _HEAD = RECORD_HEAD  # TOTALSIZE | MAGICCODE
 _PROPS_SEP = PROPERTY_SEPARATOR
@@ -1428,6 +1427,8 @@ def _decode_segment(
     if topic is not None:
         want &= ~WANT_TOPIC  # every row has the queue's topic: no need to read it
     fields = {_NUMERIC[x] for x in names if x in _NUMERIC}
+    if "body" in names:
+        fields.add("sysFlag")  # which bodies are compressed (_inflated)
     if qoffs is not None:
         fields.discard("queueOffset")  # the unit's queue offset is the column
     fixed = [(f, FIXED_V4_POSITIONS[f], _WIDTH[f]) for f in sorted(fields)]
@@ -1459,6 +1460,13 @@ def _decode_segment(
         )
     every = d.rows == n
     a = _fast_batch(d, None if qoffs is None else (qoffs if every else qoffs[fast]), topic, names)
+    if "body" in names:
+        inflated = _inflated(a, d.fixed["sysFlag"], bound, every)
+        if inflated is None:  # a body served as stored, past the bound, a codec's error
+            return _slow_batch(
+                commitlog, check_crc, offs, sizes, qoffs, topic, queue_id, names, all_slow
+            )
+        a = inflated
     if every:
         if bound is not None:
             a = a.slice(0, _prefix(_body_lengths(a), *bound))
@@ -1494,6 +1502,65 @@ def _decode_segment(
     order = np.empty(n, dtype=np.int64)
     order[np.concatenate([fi, si])] = np.arange(n)
     return _concat([a, b]).take(pa.array(order))
+
+
+def _inflated(
+    batch: pa.RecordBatch, sys_flags: np.ndarray, bound: tuple[int, bool] | None, can_cut: bool
+) -> pa.RecordBatch | None:
+    """``batch`` (rows the kernel decoded, with a ``body`` column holding each body as
+    stored) with its compressed bodies (``sys_flags``: each row's SYSFLAG) inflated, as the
+    per-record decoder's :attr:`MessageRecord.plain_body` inflates them
+    (``MessageDecoder.decode`` with ``deCompressBody``); the batch itself when none is
+    compressed. A body inflates only after the ones before it fit ``bound`` (``(room,
+    first)``, :func:`_decode_segment`'s): with ``can_cut`` the batch ends before the first row
+    that does not fit (at least one row with ``first``), else None. None too where the
+    per-record decoder must say it: a body that stays compressed (past MAX_INFLATED_BODY: its
+    row gets a property), one that does not decompress (its CorruptRecordError names the
+    CommitLog offset), bodies past an Arrow binary column's 2 GiB. Python runs once per
+    compressed body, whose inflation costs more."""
+    import pyarrow as pa
+
+    packed = np.flatnonzero(sys_flags & COMPRESSED_FLAG)
+    if not len(packed):
+        return batch
+    col = batch.column("body")
+    n = len(col)
+    offsets = np.frombuffer(col.buffers()[1], dtype=np.int32, count=n + 1, offset=col.offset * 4)
+    stored = col.buffers()[2]
+    data = memoryview(stored if stored is not None else b"")
+    lengths = np.diff(offsets).astype(np.int64)
+    ends = np.cumsum(lengths)  # of the bodies as stored: moved by each inflation after
+    grown = 0
+    pieces: list[bytes | memoryview] = []
+    at = 0  # the first row not in pieces yet
+    rows = n
+    for i in packed.tolist():
+        try:
+            body, codec = inflate_body(bytes(data[offsets[i] : offsets[i + 1]]), int(sys_flags[i]))
+        except CorruptRecordError:
+            return None
+        if codec is not None:
+            return None
+        grown += len(body) - int(lengths[i])
+        if bound is not None and int(ends[i]) + grown > bound[0] and not (i == 0 and bound[1]):
+            if not can_cut:
+                return None
+            rows = i  # (the rows before it that do not fit either: the caller's _prefix)
+            break
+        pieces += (data[offsets[at] : offsets[i]], body)
+        lengths[i] = len(body)
+        at = i + 1
+    pieces.append(data[offsets[at] : offsets[rows]])
+    new_ends = np.cumsum(lengths[:rows])
+    if rows and int(new_ends[-1]) > np.iinfo(np.int32).max:
+        return None
+    new_offsets = np.zeros(rows + 1, dtype=np.int32)
+    new_offsets[1:] = new_ends
+    bodies = pa.Array.from_buffers(
+        pa.binary(), rows, [None, pa.py_buffer(new_offsets), pa.py_buffer(b"".join(pieces))]
+    )
+    out = batch.slice(0, rows)
+    return out.set_column(out.schema.get_field_index("body"), "body", bodies)
 
 
 def _slow_rooms(n: int, bound: tuple[int, bool]) -> np.ndarray:

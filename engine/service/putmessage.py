@@ -37,7 +37,7 @@ from ..errors import (
     ReadOnlyStoreError,
 )
 from ..format.config import MAX_TOPIC_BYTES, TopicConfig
-from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, deliver_tags_code
+from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code
 from ..format.indexfile import IndexInPlace, topic_prefix_hash
 from ..format.javahash import tags_code
 from ..format.message import (
@@ -1516,10 +1516,7 @@ def _dispatch_one(
     try:
         cq = store.writable_consume_queue(*key)  # (EMFILE, ...: its files opened)
         old = cq.max_offset
-        if isinstance(cq, ConsumeQueue):
-            cq.put_unit(queue_offset, *unit)
-        else:  # (a RocksDB store's, in memory)
-            cq.put_units(queue_offset, UNIT.pack(*unit))
+        cq.put_unit(queue_offset, *unit)
         if index is not None and entries:
             index.put_hashed(entries, store.putter.index_writer)
     except OSError:

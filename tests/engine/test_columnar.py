@@ -130,11 +130,17 @@ def test_columnar_on_every_record_kind(tmp_path):
 
 
 def test_mixed_runs_keep_their_order(tmp_path, monkeypatch):
-    """Common and rare records interleaved in one queue come back in queue order."""
+    """Common and rare records (an IPv6 born host) interleaved in one queue come back in
+    queue order; compressed ones among them are the kernel's (their bodies inflated after
+    it), not the per-record decoder's."""
     root = tmp_path / "s"
+    v6 = (bytes(15) + b"\x01", 7)
+    bodies = [(b"%d " % i) * (1 + 60 * (i % 4 == 0)) for i in range(50)]
     with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=100)) as s:
         s.create_topic("M", 1)
-        s.put_messages([Message("M", (b"%d " % i) * (1 + 60 * (i % 3 == 0))) for i in range(50)])
+        s.put_messages(
+            [Message("M", b, born_host=v6 if i % 3 == 0 else None) for i, b in enumerate(bodies)]
+        )
     files = columnar.StoreFiles(str(root))
     slow_rows = []
     real = columnar._slow_batch
@@ -145,13 +151,12 @@ def test_mixed_runs_keep_their_order(tmp_path, monkeypatch):
 
     monkeypatch.setattr(columnar, "_slow_batch", counting)
     got = [r for b in files.read_batches("M", 0, 0, 50) for r in b.to_pylist()]
-    # only the compressed records took the per-record decoder
-    assert sorted(slow_rows) == [
-        r["commitLogOffset"] for r in got if r["sysFlag"] & COMPRESSED_FLAG
-    ]
+    # only the IPv6 records took the per-record decoder
+    assert sorted(slow_rows) == [r["commitLogOffset"] for r in got if r["bornHost"].startswith("[")]
+    assert len(slow_rows) == 17
     assert [r["queueOffset"] for r in got] == list(range(50))
-    assert [r["body"] for r in got] == [(b"%d " % i) * (1 + 60 * (i % 3 == 0)) for i in range(50)]
-    assert any(r["sysFlag"] & COMPRESSED_FLAG for r in got)
+    assert [r["body"] for r in got] == bodies
+    assert sum(bool(r["sysFlag"] & COMPRESSED_FLAG) for r in got) == 13
 
 
 @pytest.mark.parametrize("halves", [False, True], ids=["whole", "in-halves"])
@@ -216,6 +221,78 @@ def test_a_bounded_decode_gives_the_whole_decode_in_prefixes(
 
         pieces += check(topic, len(units))
         assert pieces > 6
+    finally:
+        files.close()
+
+
+@pytest.mark.parametrize("max_bytes", [None, 1, 150, 700, 5000])
+def test_compressed_bodies_inflate_after_the_kernel_within_the_bound(
+    tmp_path, monkeypatch, max_bytes
+):
+    """From a scale review: every compressed record (a Java client compresses each body past
+    4 KiB) took the per-record decoder, 40 times slower. The kernel decodes them now and their
+    bodies inflate after it: the batches equal the per-record decoder's, no record of a queue
+    of plain and compressed ones takes it, and a bounded decode stops before the first body
+    that does not fit (its prefix rule), inflating none past it; a body that stays compressed
+    (past MAX_INFLATED_BODY) and one that does not inflate go to the per-record decoder, which
+    says what it says of them."""
+    import pyarrow as pa
+
+    root = tmp_path / "s"
+    bodies = [(b"%d " % i) * (1 + 90 * (i % 3 == 0)) for i in range(40)]
+    with MessageStore(str(root), _cfg(compress_msg_body_over_howmuch=100)) as s:
+        s.create_topic("Z", 1)
+        s.put_messages([Message("Z", b, tags="t%d" % (i % 2)) for i, b in enumerate(bodies)])
+    files = columnar.StoreFiles(str(root))
+    units = files.units("Z", 0, 0, 40)
+    qoffs = np.arange(40, dtype=np.int64)
+    slow = []
+    real_slow, real_inflate = columnar._slow_batch, columnar.inflate_body
+    inflated = []
+
+    def counting_slow(cl, check_crc, offs, *a):
+        slow.extend(offs.tolist())
+        return real_slow(cl, check_crc, offs, *a)
+
+    def counting_inflate(body, flag, *a):
+        inflated.append(body)
+        return real_inflate(body, flag, *a)
+
+    ref = columnar.decode_units_per_record(files.commitlog, "Z", 0, units, qoffs)
+    monkeypatch.setattr(columnar, "_slow_batch", counting_slow)
+    monkeypatch.setattr(columnar, "inflate_body", counting_inflate)
+    try:
+        got, a = [], 0
+        while a < 40:
+            before = len(inflated)
+            b = columnar.decode_units(
+                files.commitlog, "Z", 0, units[a:], qoffs[a:], max_bytes=max_bytes
+            )
+            # no body inflated past the first that does not fit
+            assert len(inflated) - before <= sum(i % 3 == 0 for i in range(a, a + b.num_rows)) + 1
+            lengths = [len(x) for x in b.column("body").to_pylist()]
+            if max_bytes is not None:
+                assert b.num_rows == 1 or sum(lengths) <= max_bytes
+                if a + b.num_rows < 40:
+                    assert sum(lengths) + len(bodies[a + b.num_rows]) > max_bytes
+            got.append(b)
+            a += b.num_rows
+        assert pa.Table.from_batches(got).equals(pa.Table.from_batches([ref]))
+        assert slow == []
+        packed = sum(1 for i in range(40) if i % 3 == 0)
+        assert packed == 14 and len(inflated) >= packed
+        if max_bytes is None:
+            assert len(inflated) == packed  # one inflation each, none twice
+        # the fallbacks: a body kept compressed, and one that does not inflate
+        monkeypatch.setattr(columnar, "inflate_body", lambda b, f: (b, "zlib"))
+        assert columnar.decode_units(files.commitlog, "Z", 0, units, qoffs).equals(ref)
+        assert sorted(slow) == units["off"].astype(np.int64).tolist()
+
+        def broken(b, f):
+            raise CorruptRecordError("does not inflate")
+
+        monkeypatch.setattr(columnar, "inflate_body", broken)
+        assert columnar.decode_units(files.commitlog, "Z", 0, units, qoffs).equals(ref)
     finally:
         files.close()
 
