@@ -73,6 +73,7 @@ from ..format.message import (
     read_store_timestamp,
     transaction_type,
 )
+from ..read import kernel
 from ..read.columnar import UNIT_DTYPE, CommitLogWindow, decode_records, decode_units
 from ..service import recovery
 from ..service.lock import lock_holder
@@ -83,6 +84,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_NEW_UNITS = 1 << 20  # units of one queue taken per refresh
+#: a store of at most this many queues has every queue asked for new units each refresh; past
+#: it, only those of the records written since the last (see Follower._queues_to_ask)
+ASK_ALL_UP_TO = 64
+#: CommitLog bytes past the visible end whose records name the queues a refresh asks
+WALK_BYTES = 4 << 20
+#: refreshes between two full passes on a store of more than ASK_ALL_UP_TO queues (10 s)
+FULL_PASS_EVERY = 100
 BRIDGE_MAX = 10_000  # unit-less records walked one by one per refresh
 BRIDGE_CHUNK = 64 * 1024  # bytes the bridge reads at a time (records past it are read whole)
 TAIL_MAX = 10_000  # records past the last unit walked to measure the writer's lead
@@ -131,6 +139,10 @@ class Follower:
         self._stop = threading.Event()
         self._refresh_lock = threading.Lock()
         self._opened_queue = False
+        # queue -> the CommitLog minOffset its min_offset was last corrected to: corrected
+        # again only when that moves or its files change (thousands of queues a refresh)
+        self._min_corrected: dict[tuple[str, int], int] = {}
+        self._lmq = False  # whether a queue of an LMQ was opened (_queues_to_ask)
         self.listeners: list = []  # callables(dict of what changed) run after a refresh
 
     # -- open ---------------------------------------------------------------------------------
@@ -146,6 +158,7 @@ class Follower:
         cl = s.commitlog
         for name in ("topics.json", "consumerOffset.json", "subscriptionGroup.json"):
             self._config_sigs[name] = self._config_sig(name)
+        self._lmq = any(is_lmq(topic) for topic, _ in s.consume_queues)
         # The writer's units are trusted as normal recovery trusts them, but for each queue's
         # last one, which is compared with its record (a unit being written is dropped, in
         # memory); the reput goes on from the end of the newest record a unit names.
@@ -171,13 +184,15 @@ class Follower:
                 s.dispatched_store_timestamp = ts
         self.writer_end = start
         self.refresh()
-        for cq in s.consume_queues.values():
+        for key, cq in list(s.consume_queues.items()):
             cq.correct_min_offset(cl.min_offset)
+            self._min_corrected[key] = cl.min_offset
 
     def attach(self) -> None:
         """Follow from the state normal recovery left (a clean store no one wrote at open)."""
         for name in ("topics.json", "consumerOffset.json", "subscriptionGroup.json"):
             self._config_sigs[name] = self._config_sig(name)
+        self._lmq = any(is_lmq(topic) for topic, _ in self.store.consume_queues)
         self.writer_end = self.store.commitlog.max_offset
 
     # -- the loop -----------------------------------------------------------------------------
@@ -228,36 +243,17 @@ class Follower:
                 deleted = self._follow_file_queue(cl.files)
                 cl.file_size = cl.files.file_size
                 # the writer deletes ConsumeQueue files a little after the segments: their
-                # deletion is also looked for once a second, and at once when it rewrote
-                # topics.json (a topic deleted: deleteTopic removes its queues' directories)
+                # deletion is also looked for on each full pass (_full_pass), and at once when
+                # it rewrote topics.json (a topic deleted: deleteTopic removes its queues'
+                # directories)
                 topics_changed = any(name == "topics.json" for name, _, _ in configs)
-                if (
-                    cl.min_offset != old_min
-                    or deleted
-                    or topics_changed
-                    or self.refreshes % 10 == 0
-                ):
+                if cl.min_offset != old_min or deleted or topics_changed or self._full_pass():
                     changes["deleted"] += [os.path.relpath(p, s.root) for p in deleted]
                     if cl.max_offset < cl.min_offset:
                         cl.max_offset = cl.min_offset
-                    for key, cq in list(s.consume_queues.items()):
-                        gone = [seg.path for seg in cq.follow_files(add=False)]
-                        changes["deleted"] += [os.path.relpath(p, s.root) for p in gone]
-                        if cq.writer_deleted():
-                            # the writer deleted the topic (or the queue): it goes here too,
-                            # and a topic made again under the name starts afresh (_queue),
-                            # its views too (listeners drop what they rendered of it)
-                            del s.consume_queues[key]
-                            if key[0] not in changes["topics"]:
-                                changes["topics"].append(key[0])
-                            continue
-                        # here, under the lock that dropped the segments, so that no reader
-                        # is ever handed a unit whose record was just deleted; again after
-                        # the reput below for queues whose visible units have all expired
-                        cq.correct_min_offset(cl.min_offset)
-                    correct = True
+                    corrected = self._follow_queue_files(changes)
                 else:
-                    correct = False
+                    corrected = []
             for _ in range(8):  # again at once when the writer started new queues
                 self._opened_queue = False
                 changes["records"] += self._reput()
@@ -267,12 +263,12 @@ class Follower:
                 for name, mgr_attr, mgr in configs:
                     setattr(s, mgr_attr, mgr)
                     changes["configs"].append(name)
-            if correct:
+            if corrected:
                 # again after the reput: a queue whose every visible unit had expired stopped
                 # at its old max_offset above; the writer's minOffset is past it, in units
                 # visible now
                 with s.put_lock:
-                    for cq in list(s.consume_queues.values()):
+                    for cq in corrected:
                         cq.correct_min_offset(cl.min_offset)
             if s.index_service is not None:
                 changes["deleted"] += [os.path.relpath(p, s.root) for p in s.index_service.follow()]
@@ -301,6 +297,34 @@ class Follower:
         return max(0, now_ms - self.waiting_since_ms)
 
     # -- files --------------------------------------------------------------------------------
+    def _follow_queue_files(self, changes: dict[str, Any]) -> list[ConsumeQueue]:
+        """Drop the ConsumeQueue files (and queues, topics) the writer deleted, adding them to
+        ``changes``, and move each queue's min_offset past units whose records expired
+        (``correctMinOffset``) where the CommitLog's minOffset moved since it was last
+        corrected or its files changed: here, under the put lock that dropped the segments
+        (the caller holds it), so that no reader is ever handed a unit whose record was just
+        deleted. Returns the queues corrected."""
+        s = self.store
+        cl = s.commitlog
+        corrected = []
+        for key, cq in s.file_queues():  # (a RocksDB store has no follower)
+            gone = [seg.path for seg in cq.follow_files(add=False)]
+            changes["deleted"] += [os.path.relpath(p, s.root) for p in gone]
+            if cq.writer_deleted():
+                # the writer deleted the topic (or the queue): it goes here too, and a topic
+                # made again under the name starts afresh (_queue), its views too (listeners
+                # drop what they rendered of it)
+                del s.consume_queues[key]
+                self._min_corrected.pop(key, None)
+                if key[0] not in changes["topics"]:
+                    changes["topics"].append(key[0])
+                continue
+            if gone or self._min_corrected.get(key) != cl.min_offset:
+                cq.correct_min_offset(cl.min_offset)
+                self._min_corrected[key] = cl.min_offset
+                corrected.append(cq)
+        return corrected
+
     def _follow_file_queue(self, fq: FileQueue, add: bool = True) -> list[str]:
         """Make ``fq.segments`` match the directory
         (:meth:`engine.format.mappedfile.FileQueue.refresh`); a dropped file's descriptor
@@ -375,6 +399,7 @@ class Follower:
         cq.max_offset = cq.min_offset  # units become visible through the reput only
         with s.put_lock:
             s.consume_queues[key] = cq
+        self._lmq = self._lmq or is_lmq(topic)
         return cq
 
     # -- reput --------------------------------------------------------------------------------
@@ -393,7 +418,15 @@ class Follower:
         s = self.store
         cl = s.commitlog
         start = cl.max_offset
-        queues = [cq for _key, cq in s.file_queues()]
+        if not self._full_pass() and not self._written_after(start):
+            # nothing past the visible end: no queue has a unit to take but a late one (another
+            # queue's unit of a record visible already: a MultiDispatch or LMQ one), which the
+            # full pass takes; thousands of queues cost a read each
+            self.writer_end = start
+            self.waiting_since_ms = 0
+            self._confirm_flushed()
+            return 0
+        queues = self._queues_to_ask(start)
         parts = []
         for i, cq in enumerate(queues):
             raw = cq.written_units(MAX_NEW_UNITS, self._follow_file_queue)
@@ -474,10 +507,71 @@ class Follower:
                 if ts:
                     cl.last_store_timestamp = ts
                     s.dispatched_store_timestamp = ts
-            # what the writer says it has synced (checkpoint), within what is visible
+        self._confirm_flushed()
+        return made
+
+    def _queues_to_ask(self, start: int) -> list[ConsumeQueue]:
+        """The queues whose new units this refresh reads: on a store of more than
+        :data:`ASK_ALL_UP_TO` queues, those of the records the writer wrote after ``start``
+        when they all lie in the next :data:`WALK_BYTES` of its segment (walked and their
+        topics and queueIds decoded by the compiled core: a refresh after a few puts reads a
+        few queues, not thousands); every queue else, on a full pass (:meth:`_full_pass`: a
+        late unit, another queue's unit of a record visible already, a 4.x MultiDispatch
+        one), on a store with an LMQ (a record's units in queues it does not name) or a
+        DLedger CommitLog."""
+        s = self.store
+        k = kernel.load()
+        cl = s.commitlog
+        if (
+            len(s.consume_queues) <= ASK_ALL_UP_TO
+            or self._full_pass()
+            or k is None
+            or cl.entries is not None
+            or self._lmq
+        ):
+            return [cq for _key, cq in s.file_queues()]
+        fs = cl.file_size
+        data = cl.files.read(start, min(WALK_BYTES, fs - start % fs))
+        starts, sizes, kind, _ = k.walk(np.frombuffer(data, np.uint8))
+        if kind != "zeros" or not len(starts):  # (more than the window, a blank, damage)
+            return [cq for _key, cq in s.file_queues()]
+        try:
+            window = CommitLogWindow(data, start, fs)
+            named = decode_records(
+                window, starts + start, sizes, columns=("topic", "queue"), check_crc=False
+            )
+        except CorruptRecordError:  # (the tiling's checks say what is wrong)
+            return [cq for _key, cq in s.file_queues()]
+        pairs = named.to_pydict()  # (a few records: each refresh reads what was written since)
+        asked = []
+        for key in dict.fromkeys(zip(pairs["topic"], pairs["queue"])):
+            cq = s.file_queue(key)
+            if cq is not None:
+                asked.append(cq)
+        return asked
+
+    def _full_pass(self) -> bool:
+        """Whether this refresh asks every queue for new units and lists every queue's files
+        (the writer's deletions): once a second (every tenth refresh), on a store of more than
+        :data:`ASK_ALL_UP_TO` queues every :data:`FULL_PASS_EVERY` refreshes (a read and a
+        listing a queue: at 8,000 queues a quarter of a second of CPU)."""
+        every = 10 if len(self.store.consume_queues) <= ASK_ALL_UP_TO else FULL_PASS_EVERY
+        return self.refreshes % every == 0
+
+    def _confirm_flushed(self) -> None:
+        """What the writer says it has synced (its checkpoint), within what is visible, as the
+        CommitLog's flushed position."""
+        s = self.store
+        cl = s.commitlog
+        with s.put_lock:
             confirmed = s.checkpoint.confirm_phy_offset
             cl.flushed_where = min(cl.max_offset, confirmed) if confirmed > 0 else cl.max_offset
-        return made
+
+    def _written_after(self, pos: int) -> bool:
+        """Whether the writer has written anything at CommitLog offset ``pos`` (a record's
+        first bytes: TOTALSIZE and MAGICCODE are never zero)."""
+        head = self.store.commitlog.files.read(pos, RECORD_HEAD.size)
+        return len(head) == RECORD_HEAD.size and head != bytes(RECORD_HEAD.size)
 
     def _bridge(self, pos: int, target: int | None) -> int:
         """Walk records from ``pos`` that need no unit of a known queue: a blank record at a
@@ -489,8 +583,7 @@ class Follower:
         body CRCs checked), read in :data:`BRIDGE_CHUNK` pieces."""
         s = self.store
         cl = s.commitlog
-        head = cl.files.read(pos, RECORD_HEAD.size)
-        if len(head) < RECORD_HEAD.size or head == bytes(RECORD_HEAD.size):
+        if not self._written_after(pos):
             return pos  # nothing written after pos yet
         walk = cl.scan_raw(pos, check_crc=True, end=target, read_size=BRIDGE_CHUNK)
         for n, (_, _, phys, total, topic, queue_id, _, sys_flag) in enumerate(walk, 1):
@@ -569,8 +662,7 @@ class Follower:
         (records its ConsumeQueues do not point at yet), walking at most TAIL_MAX of them."""
         cl = self.store.commitlog
         end, ts = pos, 0
-        head = cl.files.read(pos, RECORD_HEAD.size)
-        if len(head) < RECORD_HEAD.size or head == bytes(RECORD_HEAD.size):
+        if not self._written_after(pos):
             return end, ts  # the usual case: nothing after the units (no 8 MB scan read)
         for n, (buf, at, phys, total, *_) in enumerate(cl.scan_raw(pos, check_crc=True), 1):
             end = phys + total

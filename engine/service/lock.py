@@ -229,11 +229,13 @@ def lock_holder(root: str, others_only: bool = False) -> int | None:
         return None
     key = (st.st_dev, st.st_ino)
     cached = _last_ofd_holder.get(key)
-    holders = _ofd_holders(st, pids=[cached]) if cached is not None else set()
+    found: dict[int, str] = {}
+    holders = _ofd_holders(st, [cached[0]], cached[1], found) if cached is not None else set()
     if not holders or (others_only and holders == {os.getpid()}):
-        holders = _ofd_holders(st)
+        holders = _ofd_holders(st, found=found)
     if holders:
-        _last_ofd_holder[key] = min(holders)
+        pid = min(holders)
+        _last_ofd_holder[key] = (pid, found.get(pid))
     if others_only and os.getpid() in holders:
         holders.discard(os.getpid())
         if not holders:
@@ -241,9 +243,10 @@ def lock_holder(root: str, others_only: bool = False) -> int | None:
     return min(holders) if holders else -1
 
 
-#: (st_dev, st_ino) of a lock file -> the pid last found holding its OFD lock: asked first, so a
-#: follower asking every few seconds does not scan every process's descriptors each time.
-_last_ofd_holder: dict[tuple[int, int], int] = {}
+#: (st_dev, st_ino) of a lock file -> the pid last found holding its OFD lock and the
+#: descriptor it was found on: asked first, so a follower asking every second does not scan
+#: every process's descriptors each time (a broker's are thousands: one per queue file).
+_last_ofd_holder: dict[tuple[int, int], tuple[int, str | None]] = {}
 
 
 def _is_lock_on(parts: list[str], ino: int) -> bool:
@@ -254,21 +257,31 @@ def _is_lock_on(parts: list[str], ino: int) -> bool:
     return len(dev_ino) == 2 and dev_ino[1].isdigit() and int(dev_ino[1]) == ino
 
 
-def _ofd_holders(st: os.stat_result, pids: list[int] | None = None) -> set[int]:
+def _ofd_holders(
+    st: os.stat_result,
+    pids: list[int] | None = None,
+    fd: str | None = None,
+    found: dict[int, str] | None = None,
+) -> set[int]:
     """pids whose open descriptors of the file ``st`` carry an OFD lock (``/proc/<pid>/fdinfo``).
 
     Only called when /proc/locks shows an OFD lock on the file; the scan opens no file of the
-    store (it stats ``/proc/<pid>/fd/<n>`` links and reads fdinfo).
+    store (it stats ``/proc/<pid>/fd/<n>`` links and reads fdinfo). ``fd``: look at that
+    descriptor (of each of ``pids``) only; ``found`` gets the descriptor each holder was
+    found on.
     """
-    found: set[int] = set()
+    holders: set[int] = set()
     if pids is None:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     for pid in pids:
         fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
+        if fd is not None:
+            fds = [fd]
+        else:
+            try:
+                fds = os.listdir(fd_dir)
+            except OSError:
+                continue
         for n in fds:
             try:
                 fst = os.stat(f"{fd_dir}/{n}")
@@ -284,8 +297,10 @@ def _ofd_holders(st: os.stat_result, pids: list[int] | None = None) -> set[int]:
                     and _is_lock_on(line.split()[1:], st.st_ino)
                     and "OFDLCK" in line
                 ):
-                    found.add(pid)
-    return found
+                    holders.add(pid)
+                    if found is not None:
+                        found.setdefault(pid, n)
+    return holders
 
 
 def _holder_by_getlk(path: str) -> int | None:
