@@ -418,10 +418,11 @@ class Follower:
         s = self.store
         cl = s.commitlog
         start = cl.max_offset
-        if not self._full_pass() and not self._written_after(start):
+        if not (self._full_pass() or self._lmq) and not self._written_after(start):
             # nothing past the visible end: no queue has a unit to take but a late one (another
-            # queue's unit of a record visible already: a MultiDispatch or LMQ one), which the
-            # full pass takes; thousands of queues cost a read each
+            # queue's unit of a record visible already: a 4.x MultiDispatch one), which the
+            # full pass takes; thousands of queues cost a read each. (A broker writes an LMQ's
+            # units just after the record's own: an LMQ store's queues are asked every step.)
             self.writer_end = start
             self.waiting_since_ms = 0
             self._confirm_flushed()

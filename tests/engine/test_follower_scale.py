@@ -117,3 +117,54 @@ def test_the_writer_is_named_without_listing_its_descriptors_again(tmp_path, mon
         for _ in range(3):
             assert lock_mod.lock_holder(w.root) == os.getpid()
         assert not [p for p in listed if p.startswith("/proc/")]
+
+
+def test_an_lmq_stores_late_unit_shows_at_the_next_step(tmp_path):
+    """Found by a review: a broker writes a record's LMQ units just after its own, so the
+    follower may take the record between the two; with the writer idle after, the LMQ unit
+    waited for the full pass (10 s past 64 queues). An LMQ store's queues are asked every step."""
+    from rmqfs.engine.format.consumequeue import UNIT
+    from rmqfs.engine.service import validation
+
+    root = str(tmp_path / "s")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validation, "RESERVED_PROPERTY_NAMES", frozenset())
+        w = MessageStore(root)
+        w.create_topic("T", 1)
+        for t in range(TOPICS):
+            w.create_topic(f"X{t}", 1)
+        w.put_messages([Message(f"X{t}", b"m") for t in range(TOPICS)])
+        qdir = os.path.join(root, "consumequeue", "%LMQ%a", "0")
+
+        def put_lmq(qoff):
+            props = {"INNER_MULTI_DISPATCH": "%LMQ%a", "INNER_MULTI_QUEUE_OFFSET": str(qoff)}
+            (r,) = w.put_messages([Message("T", b"b%d" % qoff, queue_id=0, properties=props)])
+            rec = w.read_record(r.commitlog_offset, r.size)
+            os.makedirs(qdir, exist_ok=True)
+            path = os.path.join(qdir, "0" * 20)
+            if not os.path.exists(path):
+                with open(path, "wb") as fh:
+                    fh.write(bytes(w.cq_file_size))
+            return path, UNIT.pack(rec.commitlog_offset, rec.store_size, rec.tags_code)
+
+        def write_unit(path, unit, qoff):
+            fd = os.open(path, os.O_RDWR)
+            try:
+                os.pwrite(fd, unit, qoff * 20)
+            finally:
+                os.close(fd)
+
+        write_unit(*put_lmq(0), 0)
+        f = MessageStore(root, read_only=True, follow=True)
+        try:
+            f.follower.refreshes = 1
+            assert f.max_offset("%LMQ%a", 0) == 1
+            path, unit = put_lmq(1)
+            f.follower.refresh()  # the record taken by its own unit
+            assert f.commitlog.max_offset == w.commitlog.max_offset
+            write_unit(path, unit, 1)  # the broker's LMQ unit, just after
+            f.follower.refresh()
+            assert f.max_offset("%LMQ%a", 0) == 2
+        finally:
+            f.close()
+            w.close()
