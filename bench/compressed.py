@@ -40,6 +40,8 @@ BATCH = 16384
 def _bodies(n: int, size: int) -> list[bytes]:
     lines = [ln for f in sorted(LOGHUB.glob("*_2k.log")) for ln in f.read_bytes().splitlines()]
     lines = [ln for ln in lines if ln]
+    if not lines:
+        raise SystemExit(f"no loghub logs under {LOGHUB} (set RMQFS_LOGHUB)")
     out, k = [], 0
     for _ in range(n):
         b = bytearray()
@@ -80,6 +82,10 @@ def measure(n: int, size: int, passes: int) -> dict:
     try:
         _build(work / "s", n, size)
         files = columnar.StoreFiles(str(work / "s"))
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    try:
         units = files.units("Z", 0, 0, n)
         qoffs = np.arange(n, dtype=np.int64)
         cl = files.commitlog
@@ -99,7 +105,6 @@ def measure(n: int, size: int, passes: int) -> dict:
         per_record = (
             _best(lambda: columnar.decode_units_per_record(cl, "Z", 0, units[:k], qoffs[:k]), 1) / k
         )
-        files.close()
         return {
             "n": n,
             "decode_us": dec * 1e6,
@@ -107,6 +112,7 @@ def measure(n: int, size: int, passes: int) -> dict:
             "per_record_us": per_record * 1e6,
         }
     finally:
+        files.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -6,9 +6,9 @@ measures the lag of a mounted follower), and how it grows with the queues.
 For each size N: a store of N one-queue topics of ten 100-byte messages each is written by a
 writer ``MessageStore`` in this process, and a follower ``MessageStore`` (read-only, following
 the writer, as a ``-o ro`` mount's daemon does) is opened on it. Measured in CPU time
-(``time.process_time``), per step (``Follower.refresh``, which the daemon runs every 100 ms):
-``--steps`` steps while the writer writes nothing; ``--steps`` steps each after one put to a
-queue (the put's own CPU time included); and one full pass (``Follower._full_pass``: every
+(``time.process_time``), per step (``Follower.refresh``, which the daemon runs every 100 ms;
+none of them a full pass): ``--steps`` steps while the writer writes nothing; ``--steps``
+steps each after one put to a queue (the put not timed); and one full pass (``Follower._full_pass``: every
 queue asked for new units, every queue's files listed). Baseline in the same run: N
 ``os.pread`` of 20 bytes (of one file), the least a step that asks every queue pays. The ratios
 printed are a step over that baseline; the growth line compares the largest size with the
@@ -47,27 +47,35 @@ def measure(n: int, steps: int) -> dict:
                 batch = [Message(f"T{k}", b"x" * 100) for k in range(t, min(n, t + 256))]
                 w.put_messages(batch * 10)
         w = MessageStore(root)  # (again: it maps only the queues it writes from here)
-        f = MessageStore(root, read_only=True, follow=True)
+        try:
+            f = MessageStore(root, read_only=True, follow=True)
+        except BaseException:
+            w.close()
+            raise
         fol = f.follower
         try:
             fol.refresh()
             w.put_messages([Message("T0", b"warm")])  # (what the first step imports)
             fol.refresh()
-            fol.refreshes = 1  # counted from here: no full pass among the steps below
+
+            def step() -> float:
+                """One step that is not a full pass, in CPU ms."""
+                fol.refreshes = 1
+                t = time.process_time()
+                fol.refresh()
+                return (time.process_time() - t) * 1000
 
             def timed(fn) -> float:
                 t = time.process_time()
                 fn()
                 return (time.process_time() - t) * 1000
 
-            idle = timed(lambda: [fol.refresh() for _ in range(steps)]) / steps
-
-            def after_puts() -> None:
-                for i in range(steps):
-                    w.put_messages([Message(f"T{i % n}", b"y" * 100)])
-                    fol.refresh()
-
-            active = timed(after_puts) / steps
+            idle = sum(step() for _ in range(steps)) / steps
+            active = 0.0
+            for i in range(steps):
+                w.put_messages([Message(f"T{i % n}", b"y" * 100)])  # (not timed)
+                active += step()
+            active /= steps
             assert f.commitlog.max_offset == w.commitlog.max_offset, "the follower fell behind"
             fol.refreshes = -1  # the next step is a full pass
             full = timed(fol.refresh)
@@ -95,11 +103,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=30, help="steps timed in each case")
     ap.add_argument("--out", default=str(OUT), help="where follower_queues.json goes")
     args = ap.parse_args(argv)
-    # the follower holds a descriptor a queue, the writer one a queue and one more a queue it
-    # writes (its mapping's): as many as the daemon allows itself (mount/daemon.py)
+    # the follower holds a descriptor a queue, the writer one a queue (and one more a queue it
+    # writes, its mapping's: a few here): as many as the daemon allows itself (mount/daemon.py)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    need = 2 * max(int(n) for n in args.queues.split(",")) + 256
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise SystemExit(
+            f"--queues {args.queues} needs about {need} file descriptors (the writer and the "
+            f"follower hold one a queue); this process may have {hard}: raise `ulimit -n` or "
+            "give fewer queues"
+        )
     before = loadavg()
     print(before, flush=True)
     rows = [measure(int(n), args.steps) for n in args.queues.split(",")]
@@ -116,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     growth = None
     if len(rows) > 1:
-        growth = rows[-1]["after_put_ms"] / max(rows[0]["after_put_ms"], 1e-6)
+        lo, hi = min(rows, key=lambda r: r["queues"]), max(rows, key=lambda r: r["queues"])
+        growth = hi["after_put_ms"] / max(lo["after_put_ms"], 1e-6)
         print(
-            f"step after a put, {rows[0]['queues']:,} to {rows[-1]['queues']:,} queues: "
-            f"{growth:.2f}x (the queues grew {rows[-1]['queues'] / rows[0]['queues']:.0f}x)"
+            f"step after a put, {lo['queues']:,} to {hi['queues']:,} queues: "
+            f"{growth:.2f}x (the queues grew {hi['queues'] / lo['queues']:.0f}x)"
         )
     after = loadavg()
     print(after)

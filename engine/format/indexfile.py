@@ -1422,20 +1422,45 @@ def record_entries(
     return out
 
 
-def nonzero_slots(raw: bytes, chunk: int = 4096) -> list[tuple[int, int]]:
-    """``[(slot number, item number)]`` of the non-zero hash slots in ``raw`` (a slot table,
-    :data:`SLOT` each, from slot 0), in slot order; all-zero chunks of ``chunk`` bytes are
-    skipped in C (a sparse table of millions of slots costs little)."""
-    out = []
-    zero = bytes(chunk)
-    for base in range(0, len(raw), chunk):
-        part = raw[base : base + chunk]
-        if part == zero[: len(part)]:
-            continue
-        for i, (v,) in enumerate(SLOT.iter_unpack(part)):
-            if v:
-                out.append((base // HASH_SLOT_SIZE + i, v))
-    return out
+class NonzeroSlots(Sequence[tuple[int, int]]):
+    """The non-zero hash slots of a slot table, in slot order, as ``(slot number, item
+    number)`` pairs; held as two int64 arrays (:attr:`numbers`, :attr:`values`: 16 bytes a
+    slot, not a tuple each: a full file's 5 million slots as tuples took some 500 MB)."""
+
+    def __init__(self, numbers: np.ndarray, values: np.ndarray) -> None:
+        self.numbers = numbers
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __getitem__(self, i: Any) -> Any:  # (int -> one pair; a slice is not served)
+        if not isinstance(i, int):
+            raise TypeError("slots are read one at a time")
+        return int(self.numbers[i]), int(self.values[i])
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return zip(self.numbers.tolist(), self.values.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        raise TypeError("unhashable type: 'NonzeroSlots'")
+
+
+def nonzero_slots(raw: bytes, chunk: int = 4096) -> NonzeroSlots:
+    """The non-zero hash slots in ``raw`` (a slot table, :data:`SLOT` each, from slot 0), in
+    slot order (:class:`NonzeroSlots`: ``(slot number, item number)`` pairs). ``chunk``: kept
+    for the callers that give it (the table is read whole, in numpy)."""
+    import numpy as np
+
+    del chunk
+    table = np.frombuffer(raw, dtype=">i4", count=len(raw) // HASH_SLOT_SIZE)
+    numbers = np.flatnonzero(table)
+    return NonzeroSlots(numbers.astype(np.int64), table[numbers].astype(np.int64))
 
 
 def read_index_header(path: str, source: StoreSource = LOCAL) -> tuple[int, ...] | None:
@@ -1453,6 +1478,47 @@ def read_index_header(path: str, source: StoreSource = LOCAL) -> tuple[int, ...]
     return tuple(HEADER.unpack(head))
 
 
+class IndexItems(Sequence[tuple[int, int, int, int]]):
+    """An IndexFile's items 1 .. indexCount-1 as read, each ``(keyHash, phyOffset, timeDiff,
+    prevIndex)`` (:data:`ITEM`) unpacked when asked for: the bytes are held (20 a item), not a
+    tuple each (a full file's 20 million items as tuples took some 4 GB)."""
+
+    def __init__(self, raw: bytes | memoryview) -> None:
+        self._raw = raw
+
+    def __len__(self) -> int:
+        return len(self._raw) // INDEX_SIZE
+
+    def __getitem__(self, i: Any) -> Any:  # (int -> one item; a slice is not served)
+        n = len(self)
+        if not isinstance(i, int):
+            raise TypeError("items are read one at a time")
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return ITEM.unpack_from(self._raw, i * INDEX_SIZE)
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, int]]:
+        return ITEM.iter_unpack(self._raw)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IndexItems):
+            return bytes(self._raw) == bytes(other._raw)
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        raise TypeError("unhashable type: 'IndexItems'")
+
+    def key_hashes(self) -> np.ndarray:
+        """Every item's keyHash (int64, native order), in one pass."""
+        import numpy as np
+
+        return np.frombuffer(self._raw, dtype=item_dtype())[ITEM_FIELDS[0]].astype(np.int64)
+
+
 class IndexScan(NamedTuple):
     """One IndexFile read leniently (:func:`scan_index_file`), for a checker: the parts
     :class:`IndexFile` loads, or the problem that makes the file unusable.
@@ -1466,16 +1532,16 @@ class IndexScan(NamedTuple):
     header: tuple[int, ...]
     hash_slot_num: int
     index_num: int
-    #: ``[(slot, item)]`` of the non-zero hash slots (:func:`nonzero_slots`)
-    slots: list[tuple[int, int]]
+    #: ``(slot, item)`` of the non-zero hash slots (:func:`nonzero_slots`)
+    slots: NonzeroSlots
     #: items 1 .. indexCount-1 as ``(keyHash, phyOffset, timeDiff, prevIndex)`` (:data:`ITEM`)
-    items: list[tuple[int, int, int, int]]
+    items: IndexItems
     problem: tuple[str, str] | None = None
 
 
 def _unusable(problem: tuple[str, str]) -> IndexScan:
     """An :class:`IndexScan` of a file that cannot be read as an IndexFile, and why."""
-    return IndexScan((), 0, 0, [], [], problem)
+    return IndexScan((), 0, 0, nonzero_slots(b""), IndexItems(b""), problem)
 
 
 def scan_index_file(
@@ -1517,5 +1583,5 @@ def scan_index_file(
     )
     if len(raw) - INDEX_SIZE != (count - 1) * INDEX_SIZE:
         return _unusable(("short", "file shorter than its item count"))
-    items: list[tuple[int, int, int, int]] = list(ITEM.iter_unpack(raw[INDEX_SIZE:]))
+    items = IndexItems(raw[INDEX_SIZE:])
     return IndexScan(header, slots, items_num, nonzero_slots(slot_raw), items)

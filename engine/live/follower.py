@@ -516,7 +516,9 @@ class Follower:
         :data:`ASK_ALL_UP_TO` queues, those of the records the writer wrote after ``start``
         when they all lie in the next :data:`WALK_BYTES` of its segment (walked and their
         topics and queueIds decoded by the compiled core: a refresh after a few puts reads a
-        few queues, not thousands); every queue else, on a full pass (:meth:`_full_pass`: a
+        few queues, not thousands; none when no record there is complete); every queue where
+        more than the window was written or the segment ends there (its blank record), on a
+        full pass (:meth:`_full_pass`: a
         late unit, another queue's unit of a record visible already, a 4.x MultiDispatch
         one), on a store with an LMQ (a record's units in queues it does not name) or a
         DLedger CommitLog."""
@@ -534,15 +536,29 @@ class Follower:
         fs = cl.file_size
         data = cl.files.read(start, min(WALK_BYTES, fs - start % fs))
         starts, sizes, kind, _ = k.walk(np.frombuffer(data, np.uint8))
-        if kind != "zeros" or not len(starts):  # (more than the window, a blank, damage)
+        if kind == "blank" or (kind != "zeros" and len(data) == WALK_BYTES):
+            # the segment ends (its records may go on in the next), or more than the window
+            # was written: a busy writer, whose step asks every queue once for all of it
             return [cq for _key, cq in s.file_queues()]
-        try:
-            window = CommitLogWindow(data, start, fs)
-            named = decode_records(
-                window, starts + start, sizes, columns=("topic", "queue"), check_crc=False
-            )
-        except CorruptRecordError:  # (the tiling's checks say what is wrong)
-            return [cq for _key, cq in s.file_queues()]
+        # (a record cut short past these, one being written or left torn by a crash, or
+        # damage, is not complete: nothing to take there yet)
+        window = CommitLogWindow(data, start, fs)
+        offs = starts + start
+        while True:
+            if not len(offs):
+                return []
+            try:
+                named = decode_records(
+                    window, offs, sizes, columns=("topic", "queue"), check_crc=False
+                )
+                break
+            except CorruptRecordError as exc:  # the records before it: a writer's torn tail
+                if exc.offset is None:
+                    return [cq for _key, cq in s.file_queues()]
+                keep = offs < exc.offset
+                if keep.all():
+                    return [cq for _key, cq in s.file_queues()]
+                offs, sizes = offs[keep], sizes[keep]
         pairs = named.to_pydict()  # (a few records: each refresh reads what was written since)
         asked = []
         for key in dict.fromkeys(zip(pairs["topic"], pairs["queue"])):

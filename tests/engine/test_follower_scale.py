@@ -168,3 +168,35 @@ def test_an_lmq_stores_late_unit_shows_at_the_next_step(tmp_path):
         finally:
             f.close()
             w.close()
+
+
+@pytest.mark.parametrize("tail", ["header only", "half", "a bad topic"])
+def test_a_torn_tail_asks_the_queues_of_the_records_before_it(pair, tail):
+    """Found by a review: a record cut short after the writer's end (one being written, or
+    left by a crash) made every step ask every queue, for as long as it stayed. The records
+    before it name the queues to ask; it names none until it is whole."""
+    w, f, asked = pair
+    (r,) = w.put_messages([Message("T5", b"x" * 50)])
+    f.follower.refresh()
+    end = w.commitlog.max_offset
+    rec = bytearray(w.commitlog.files.read(r.commitlog_offset, r.size))
+    torn = bytearray(len(rec))
+    if tail == "header only":
+        torn[:8] = rec[:8]
+    elif tail == "half":
+        torn[: len(rec) // 2] = rec[: len(rec) // 2]
+    else:
+        torn[:] = rec
+        i = torn.find(b"T5")
+        torn[i : i + 2] = b"\xff\xfe"
+    (r2,) = w.put_messages([Message("T9", b"whole")])  # a whole record first
+    fd = os.open(os.path.join(w.root, "commitlog", "0" * 20), os.O_RDWR)
+    try:
+        os.pwrite(fd, bytes(torn), w.commitlog.max_offset)
+    finally:
+        os.close(fd)
+    for _ in range(3):
+        asked.clear()
+        f.follower.refresh()
+        assert asked in (["T9"], [])
+    assert f.commitlog.max_offset == r2.commitlog_offset + r2.size > end
