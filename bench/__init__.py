@@ -46,6 +46,35 @@ def loadavg() -> str:
     return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def write_result(out_dir: str | os.PathLike[str], name: str, doc: object) -> str:
+    """Write ``doc`` as JSON to ``<out_dir>/<name>`` (the folder made if needed); its path."""
+    import json
+
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, name)
+    with open(path, "w") as f:
+        f.write(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def growth_line(
+    rows: list[dict], size: str, figure: str, what: str, unit: str = ""
+) -> tuple[float | None, str]:
+    """How ``figure`` grew from the smallest ``size`` of ``rows`` to the largest (``unit``:
+    what a size counts, default its key): ``(ratio, the line saying it)``; ``(None, "")`` for
+    fewer than two rows."""
+    if len(rows) < 2:
+        return None, ""
+    unit = unit or size
+    lo, hi = min(rows, key=lambda r: r[size]), max(rows, key=lambda r: r[size])
+    ratio = hi[figure] / max(lo[figure], 1e-9)
+    flat = "flat" if ratio <= 1.15 else "grows"
+    return ratio, (
+        f"{what}, {lo[size]:,} to {hi[size]:,} {unit}: {ratio:.2f}x ({flat}; the {unit} grew "
+        f"{hi[size] / lo[size]:.0f}x)"
+    )
+
+
 def targets_line(size: int, got: dict, targets: dict, digits: int = 2) -> str:
     """``targets at N messages: name figure <= target (met); ...`` for the benches' last line.
 

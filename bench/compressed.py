@@ -20,7 +20,6 @@ or more, whether the cost per message is flat (largest / smallest <= 1.15). The 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import loadavg
+from . import growth_line, loadavg, write_result
 from .stores import LOGHUB, REPO
 
 OUT = REPO / "bench-out"
@@ -140,19 +139,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['per_record_us']:>14.2f} {r['decode_over_inflate']:>15.2f} "
             f"{r['per_record_over_decode']:>18.1f}"
         )
-    growth = None
-    if len(rows) > 1:
-        growth = rows[-1]["decode_us"] / rows[0]["decode_us"]
-        print(
-            f"decode cost per message, {rows[0]['n']:,} to {rows[-1]['n']:,} messages: "
-            f"{growth:.2f}x ({'flat' if growth <= 1.15 else 'grows'})"
-        )
+    growth, line = growth_line(rows, "n", "decode_us", "decode cost per message", "messages")
+    if line:
+        print(line)
     after = loadavg()
     print(after)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     doc = {"body": args.body, "sizes": rows, "growth": growth, "load": [before, after]}
-    (out / "compressed.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_result(args.out, "compressed.json", doc)
     return 0
 
 

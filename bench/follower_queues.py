@@ -19,7 +19,6 @@ smallest. The load average (as ``uptime`` prints it) is printed before and after
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -27,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import loadavg
+from . import growth_line, loadavg, write_result
 from .stores import REPO
 
 OUT = REPO / "bench-out"
@@ -129,20 +128,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['full_ms']:>13.1f} {r['pread_each_ms']:>17.2f} "
             f"{r['after_put_over_pread_each']:>25.2f}"
         )
-    growth = None
-    if len(rows) > 1:
-        lo, hi = min(rows, key=lambda r: r["queues"]), max(rows, key=lambda r: r["queues"])
-        growth = hi["after_put_ms"] / max(lo["after_put_ms"], 1e-6)
-        print(
-            f"step after a put, {lo['queues']:,} to {hi['queues']:,} queues: "
-            f"{growth:.2f}x (the queues grew {hi['queues'] / lo['queues']:.0f}x)"
-        )
+    growth, line = growth_line(rows, "queues", "after_put_ms", "step after a put")
+    if line:
+        print(line)
     after = loadavg()
     print(after)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    doc = {"sizes": rows, "growth": growth, "load": [before, after]}
-    (out / "follower_queues.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_result(
+        args.out, "follower_queues.json", {"sizes": rows, "growth": growth, "load": [before, after]}
+    )
     return 0
 
 
