@@ -1503,8 +1503,6 @@ class IndexItems(Sequence[tuple[int, int, int, int]]):
         return ITEM.iter_unpack(self._raw)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, IndexItems):
-            return bytes(self._raw) == bytes(other._raw)
         if isinstance(other, Sequence):
             return list(self) == list(other)
         return NotImplemented
