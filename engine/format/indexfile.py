@@ -1422,7 +1422,19 @@ def record_entries(
     return out
 
 
-class NonzeroSlots(Sequence[tuple[int, int]]):
+class _ReadOnlySequence(Sequence[Any]):
+    """A sequence read from a file, equal to any sequence of the same items, unhashable (what
+    :class:`IndexItems` and :class:`NonzeroSlots` share)."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class NonzeroSlots(_ReadOnlySequence):
     """The non-zero hash slots of a slot table, in slot order, as ``(slot number, item
     number)`` pairs; held as two int64 arrays (:attr:`numbers`, :attr:`values`: 16 bytes a
     slot, not a tuple each: a full file's 5 million slots as tuples took some 500 MB)."""
@@ -1441,14 +1453,6 @@ class NonzeroSlots(Sequence[tuple[int, int]]):
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return zip(self.numbers.tolist(), self.values.tolist())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence):
-            return list(self) == list(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        raise TypeError("unhashable type: 'NonzeroSlots'")
 
 
 def nonzero_slots(raw: bytes, chunk: int = 4096) -> NonzeroSlots:
@@ -1478,7 +1482,7 @@ def read_index_header(path: str, source: StoreSource = LOCAL) -> tuple[int, ...]
     return tuple(HEADER.unpack(head))
 
 
-class IndexItems(Sequence[tuple[int, int, int, int]]):
+class IndexItems(_ReadOnlySequence):
     """An IndexFile's items 1 .. indexCount-1 as read, each ``(keyHash, phyOffset, timeDiff,
     prevIndex)`` (:data:`ITEM`) unpacked when asked for: the bytes are held (20 a item), not a
     tuple each (a full file's 20 million items as tuples took some 4 GB)."""
@@ -1501,14 +1505,6 @@ class IndexItems(Sequence[tuple[int, int, int, int]]):
 
     def __iter__(self) -> Iterator[tuple[int, int, int, int]]:
         return ITEM.iter_unpack(self._raw)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence):
-            return list(self) == list(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        raise TypeError("unhashable type: 'IndexItems'")
 
     def key_hashes(self) -> np.ndarray:
         """Every item's keyHash (int64, native order), in one pass."""

@@ -525,6 +525,10 @@ class Follower:
         s = self.store
         k = kernel.load()
         cl = s.commitlog
+
+        def every() -> list[ConsumeQueue]:
+            return [cq for _key, cq in s.file_queues()]
+
         if (
             len(s.consume_queues) <= ASK_ALL_UP_TO
             or self._full_pass()
@@ -532,14 +536,14 @@ class Follower:
             or cl.entries is not None
             or self._lmq
         ):
-            return [cq for _key, cq in s.file_queues()]
+            return every()
         fs = cl.file_size
         data = cl.files.read(start, min(WALK_BYTES, fs - start % fs))
         starts, sizes, kind, _ = k.walk(np.frombuffer(data, np.uint8))
         if kind == "blank" or (kind != "zeros" and len(data) == WALK_BYTES):
             # the segment ends (its records may go on in the next), or more than the window
             # was written: a busy writer, whose step asks every queue once for all of it
-            return [cq for _key, cq in s.file_queues()]
+            return every()
         # (a record cut short past these, one being written or left torn by a crash, or
         # damage, is not complete: nothing to take there yet)
         window = CommitLogWindow(data, start, fs)
@@ -554,10 +558,10 @@ class Follower:
                 break
             except CorruptRecordError as exc:  # the records before it: a writer's torn tail
                 if exc.offset is None:
-                    return [cq for _key, cq in s.file_queues()]
+                    return every()
                 keep = offs < exc.offset
                 if keep.all():
-                    return [cq for _key, cq in s.file_queues()]
+                    return every()
                 offs, sizes = offs[keep], sizes[keep]
         pairs = named.to_pydict()  # (a few records: each refresh reads what was written since)
         asked = []

@@ -755,14 +755,21 @@ def _dispatch(
     try:
         dispatch.dispatch(store, requests)
     except OSError:
-        for key, old in before.items():
-            cq = store.consume_queues.get(key)
-            if cq is not None:
-                cq.truncate_to(old)
-        for d in store.dispatchers:
-            d.truncate(start)
-        store.commitlog.truncate(start)
+        _undo_put(store, before, start)
         raise
+
+
+def _undo_put(store: MessageStore, before: dict[tuple[str, int], int], start: int) -> None:
+    """Undo a put whose dispatch the disk refused, every put path's one undo: each queue of
+    ``before`` back to its max offset there, the dispatchers (the index) and the CommitLog
+    back to ``start`` (bytes), so no half-stored message is ever visible."""
+    for key, old in before.items():
+        cq = store.consume_queues.get(key)
+        if cq is not None:
+            cq.truncate_to(old)
+    for d in store.dispatchers:
+        d.truncate(start)
+    store.commitlog.truncate(start)
 
 
 def should_compress(store: MessageStore, msg: Message) -> bool:
@@ -1512,19 +1519,15 @@ def _dispatch_one(
             return False
     elif len(ds) != 1 or ds[0] is not index or (entries and entries[1] <= index.end_phy_offset):
         return False
-    cq = None
+    before = {}
     try:
         cq = store.writable_consume_queue(*key)  # (EMFILE, ...: its files opened)
-        old = cq.max_offset
+        before[key] = cq.max_offset
         cq.put_unit(queue_offset, *unit)
         if index is not None and entries:
             index.put_hashed(entries, store.putter.index_writer)
     except OSError:
-        if cq is not None:
-            cq.truncate_to(old)
-        for d in ds:
-            d.truncate(start)
-        store.commitlog.truncate(start)
+        _undo_put(store, before, start)
         raise
     store.dispatched_store_timestamp = now
     return True
@@ -2020,9 +2023,5 @@ def dispatch_plain(
             for d in others:
                 d.dispatch(batch)
     except OSError:
-        for key, old in before.items():
-            store.consume_queues[key].truncate_to(old)
-        for d in store.dispatchers:
-            d.truncate(start)
-        store.commitlog.truncate(start)
+        _undo_put(store, before, start)
         raise
