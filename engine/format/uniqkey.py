@@ -17,6 +17,7 @@ import random
 import struct
 import threading
 import time
+from array import array
 
 from .javahash import java_hash_u32
 
@@ -32,21 +33,31 @@ class UniqKeyGenerator:
         # (short) UtilAll.getPid(): the low 16 bits; then the class loader's hashCode.
         prefix = ip + struct.pack(">Hi", os.getpid() & 0xFFFF, random.getrandbits(31))
         self._prefix = prefix.hex().upper()
-        self._next_counter = random.getrandbits(16)  # used & 0xFFFF, like a short
+        # [the counter the next id takes (used & 0xFFFF, like a short), the month's first ms,
+        # the next month's] (epoch ms): an array, so that the compiled single put takes ids
+        # from the same state (:meth:`lane_state`)
+        self._state = array("q", [random.getrandbits(16), 0, 0])
         self._lock = threading.Lock()
-        self._month_start = 0
-        self._next_month = 0
         self._head = ""
         self._head_hash = 0
-        self._one_since: int | None = None  # _take_plain's head and the time it is for
-        self._one_head = ""
 
-    def _roll_month(self, now_ms: int) -> None:
+    def roll_month(self, now_ms: int) -> None:
+        """Make the month of ``now_ms`` (epoch ms, local time, as ``MessageClientIDSetter``'s
+        ``setStartTime``) the one ids count their time part from."""
         now = _dt.datetime.fromtimestamp(now_ms / 1000)
         start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         nxt = (start + _dt.timedelta(days=32)).replace(day=1)
-        self._month_start = int(start.timestamp() * 1000)
-        self._next_month = int(nxt.timestamp() * 1000)
+        with self._lock:
+            self._state[1] = int(start.timestamp() * 1000)
+            self._state[2] = int(nxt.timestamp() * 1000)
+
+    def lane_state(self) -> tuple[str, array]:
+        """``(the ids' fixed prefix, the state array)`` for the compiled single put
+        (``engine/read/_putobj.c``'s Lane), which takes ids from them as :meth:`next_keys`
+        would, one at a time, under the store's put lock (every caller of a store's generator
+        holds it): it reads the month from ``state[1:3]`` (asking :meth:`roll_month` when a
+        time is past it) and advances the counter ``state[0]``."""
+        return self._prefix, self._state
 
     @property
     def id_length(self) -> int:
@@ -59,12 +70,12 @@ class UniqKeyGenerator:
         """The counter the next id takes (its low 16 bits are used, ``MessageClientIDSetter``).
         Setting it rewinds or moves the sequence: the store's fast put path puts it back when
         it falls back, so the general path hands out the ids it would have alone."""
-        return self._next_counter
+        return self._state[0]
 
     @counter.setter
     def counter(self, value: int) -> None:
         with self._lock:
-            self._next_counter = value
+            self._state[0] = value
 
     def next(self, now_ms: int | None = None) -> str:
         """A new id (32 hex digits for IPv4)."""
@@ -92,12 +103,6 @@ class UniqKeyGenerator:
             [(head_hash + _HASH4[c]) & 0xFFFFFFFF for c in counters],
         )
 
-    def next_one(self, now_ms: int) -> str:
-        """``next_keys(1, now_ms)[0]`` at the least cost (a single put): no list, and no
-        hash of a new time part (the compiled put path hashes the id itself)."""
-        head, c = self._take_plain(1, now_ms)
-        return head + _HEX4[c & 0xFFFF]
-
     def next_keys(self, n: int, now_ms: int | None = None) -> list[str]:
         """``n`` new ids for the same time (epoch ms), without their hashes (the compiled put
         path hashes them itself): the ids :meth:`next_many` would give, in C-level loops."""
@@ -113,18 +118,14 @@ class UniqKeyGenerator:
 
     def _take_plain(self, n: int, now_ms: int) -> tuple[str, int]:
         """Reserve ``n`` counter values: ``(fixed head of the ids, the first counter value)``,
-        the head without its hash (the ids of the compiled put path, which hashes them: a head
-        of a new millisecond costs no hash here)."""
+        the head without its hash (the ids of the compiled put path, which hashes them)."""
+        if now_ms >= self._state[2]:
+            self.roll_month(now_ms)
         with self._lock:
-            if now_ms >= self._next_month:
-                self._roll_month(now_ms)
-            first = self._next_counter
-            self._next_counter = first + n
-            since = now_ms - self._month_start
-            if since != self._one_since:
-                self._one_head = self._prefix + "%08X" % (since & 0x7FFFFFFF)
-                self._one_since = since
-            return self._one_head, first
+            state = self._state
+            first = state[0]
+            state[0] = first + n
+            return self._prefix + "%08X" % ((now_ms - state[1]) & 0x7FFFFFFF), first
 
     def _take(self, n: int, now_ms: int | None) -> tuple[str, int, int]:
         """Reserve ``n`` counter values: ``(fixed head of the ids, its hash * 31**4, the

@@ -1,5 +1,7 @@
 /* The put path's reader of Python objects: a batch of Message objects vouched for, and its
- * columns read, in one C pass (engine/service/putmessage.py, ``put_messages``).
+ * columns read, in one C pass (engine/service/putmessage.py, ``put_messages``); and the
+ * single put's lane (``Lane``, at the end of this file), which puts one message's record in
+ * one call.
  *
  * This file is compiled into the kernel's shared object (engine/read/_kernel_build.py names
  * it among the sources) and is a second extension module in it, ``_putobj``, with its own
@@ -32,6 +34,9 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <zlib.h>
+
+#include "_kernel.h"
 
 /* The fields, in the order of engine/service/putmessage.py's _PLAIN_FIELDS, then the others
  * (each of which must be its default, by identity). */
@@ -449,6 +454,480 @@ static PyObject *py_configure(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- The single put's lane (engine/service/putmessage.py, ``_put_one``) -------------------
+ *
+ * One message put at the least per-call cost (RocketMQ's DefaultMessageStore.putMessage ->
+ * CommitLog.asyncPutMessage -> DefaultAppendMessageCallback.doAppend): its property head
+ * built (the TAGS item from the put path's cache, KEYS, SHARDING_KEY), its queue chosen
+ * (putmessage.choose_queue's rule: the queueId given, the sharding key's hash, else the
+ * topic's round robin), its queue offset read from the topicQueueTable, its record encoded by
+ * rmq_put_one straight into the CommitLog's mapping (or the struct's out buffer), and its
+ * PutResult built: one call instead of a dozen Python steps. The Python caller keeps every
+ * decision this does not make: the store's state, the topic (plain_topic), the UNIQ_KEY, the
+ * window of the mapping (FileQueue.write_window), the dispatch and accounting after.
+ *
+ * A Lane belongs to one PutService (putmessage._PutCall makes it): the rmq_put_args struct
+ * it is given the address of (the cffi object that owns it is held here, so it outlives the
+ * lane), and the PutService's own dicts (round robin, topicQueueTable, tags cache), which the
+ * lane reads and, for the round robin, advances, as choose_queue would. Everything else it is
+ * handed per call is checked: a row of the plain fields, exact types, ranges, the window
+ * inside its mapping. What it cannot do it answers with a code and changes nothing
+ * (``put``'s docstring), and the Python path does that step and calls again. */
+
+typedef struct {
+    PyObject_HEAD
+    rmq_put_args *a;
+    PyObject *owner;         /* what keeps *a alive (the cffi struct) */
+    PyObject *round_robin;   /* dict: topic -> next round-robin count */
+    PyObject *queue_offsets; /* dict: (topic, queueId) -> next queue offset */
+    PyObject *tags_cache;    /* dict: tags -> (TAGS item bytes, tagsCode) */
+    PyObject *sharding_prefix; /* bytes: "SHARDING_KEY" + NAME_VALUE_SEPARATOR */
+    PyTypeObject *result_type; /* PutResult: a tuple subclass of 8 fields, no more */
+    PyObject *uniq_state; /* the UNIQ_KEY generator's array("q"): counter, month, next month */
+    char uniq_prefix[64]; /* its ids' fixed head (ASCII hex) */
+    Py_ssize_t uniq_prefix_len;
+} Lane;
+
+static void lane_dealloc(Lane *self)
+{
+    Py_XDECREF(self->owner);
+    Py_XDECREF(self->round_robin);
+    Py_XDECREF(self->queue_offsets);
+    Py_XDECREF(self->tags_cache);
+    Py_XDECREF(self->sharding_prefix);
+    Py_XDECREF(self->result_type);
+    Py_XDECREF(self->uniq_state);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Lane(address, owner, round_robin, queue_offsets, tags_cache, sharding_prefix, result_type,
+ *      uniq_prefix, uniq_state) */
+static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *addr, *owner, *rr, *qo, *tc, *sp, *up, *us;
+    PyTypeObject *rt;
+    Lane *self;
+    if (kw != NULL && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Lane takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!O!O!O!O", &PyLong_Type, &addr, &owner, &PyDict_Type,
+                          &rr, &PyDict_Type, &qo, &PyDict_Type, &tc, &PyBytes_Type, &sp,
+                          &PyType_Type, &rt, &PyUnicode_Type, &up, &us))
+        return NULL;
+    Py_ssize_t up_len;
+    const char *up_u = PyUnicode_AsUTF8AndSize(up, &up_len);
+    if (up_u == NULL)
+        return NULL;
+    if (!PyUnicode_IS_ASCII(up) || up_len > 48) {
+        PyErr_SetString(PyExc_ValueError, "Lane: the UNIQ_KEY prefix is ASCII, 48 at most");
+        return NULL;
+    }
+    Py_buffer ub;
+    if (PyObject_GetBuffer(us, &ub, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+        return NULL;
+    const int state_ok = ub.itemsize == 8 && ub.len >= 24 && ub.format != NULL &&
+                         (strcmp(ub.format, "q") == 0 || strcmp(ub.format, "l") == 0);
+    PyBuffer_Release(&ub);
+    if (!state_ok) {
+        PyErr_SetString(PyExc_TypeError, "Lane: the UNIQ_KEY state is 3 int64 at least");
+        return NULL;
+    }
+    if (!PyType_IsSubtype(rt, &PyTuple_Type) || rt->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        rt->tp_itemsize != PyTuple_Type.tp_itemsize || rt->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "Lane: result_type must be a named tuple class");
+        return NULL;
+    }
+    void *p = PyLong_AsVoidPtr(addr);
+    if (p == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "Lane: a NULL struct");
+        return NULL;
+    }
+    self = (Lane *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->a = (rmq_put_args *)p;
+    self->owner = Py_NewRef(owner);
+    self->round_robin = Py_NewRef(rr);
+    self->queue_offsets = Py_NewRef(qo);
+    self->tags_cache = Py_NewRef(tc);
+    self->sharding_prefix = Py_NewRef(sp);
+    self->result_type = (PyTypeObject *)Py_NewRef(rt);
+    self->uniq_state = Py_NewRef(us);
+    memcpy(self->uniq_prefix, up_u, (size_t)up_len);
+    self->uniq_prefix_len = up_len;
+    return (PyObject *)self;
+}
+
+/* An exact int as int64 in [lo, hi); 0 with *ok cleared otherwise (no exception left). */
+static int64_t i64_in(PyObject *v, int64_t lo, int64_t hi, int *ok)
+{
+    return (int64_t)int_in(v, (long long)lo, (long long)hi, ok);
+}
+
+/* The UTF-8 of an exact str (NULL, no exception left, for one it cannot encode). */
+static const char *utf8_of(PyObject *s, Py_ssize_t *len)
+{
+    const char *u = PyUnicode_AsUTF8AndSize(s, len);
+    if (u == NULL)
+        PyErr_Clear();
+    return u;
+}
+
+/* A miss: (code, a, b), nothing changed. */
+static PyObject *lane_code(int code, int64_t x, int64_t y)
+{
+    return Py_BuildValue("(iLL)", code, (long long)x, (long long)y);
+}
+
+enum {
+    LANE_TAGS = -1,   /* the tags are not in the tags cache: put them there (b: none) */
+    LANE_QUEUE = -2,  /* the queueId is not the topic's, or no write queue: choose_queue says */
+    LANE_OFFSET = -3, /* (topic, a) is not in the topicQueueTable: put its next offset there */
+    LANE_ROW = -4,    /* a row this does not put (a type, a range): the Python path's */
+    LANE_MONTH = -5,  /* the id's time (a) is past the generator's month: roll it */
+};
+
+static const char HEX[] = "0123456789ABCDEF";
+
+/* put(row, born_host, info, now, start, window, want_index) -> result | code
+ *
+ * row: the plain fields (putmessage._message_row's first 9: topic str, body (a buffer), tags
+ * None|str (none when empty), keys None|str|bytes (the KEYS value: a str's none when empty,
+ * bytes its UTF-8 as it is, even empty), queueId None|int, sharding key None|str, born
+ * timestamp None|int (epoch ms), born host (unused), flag int); born_host: None or its 8
+ * bytes (IPv4, int32 port); info: the topic's PlainTopic, whose tables the struct points at
+ * (writeQueueNums, queues, ...); now: store timestamp (epoch ms); start: the CommitLog offset the record goes at; window: None or (mmap, position,
+ * room) from FileQueue.write_window(start, ...); want_index: whether to compute the index
+ * entries. Its UNIQ_KEY is the generator's next id (MessageClientIDSetter.createUniqID: the
+ * prefix, the ms of its born timestamp (else now) since the month began, the counter), the
+ * counter advanced once the record is written or refused.
+ *
+ * Returns (PutResult, (topic, queueId), tagsCode, end, in_place, need, nchunks, entries)
+ * when the record is written (into the window: in_place True; else into the struct's out
+ * buffer, ``need`` bytes in ``nchunks`` chunks, for the caller to append), entries the flat
+ * [keyHash, phyOffset, storeTimestamp, ...] (None without want_index); or (code, a, b):
+ * a LANE_* code (nothing changed), or rmq_put_one's 1 or 3 (refused; the round robin moved
+ * as choose_queue moves it before a put), or 2 (short of room in the window or in the out
+ * buffer; a = bytes needed, b = index entries; nothing changed). */
+static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *row, *born_host, *info, *window, *topic, *body, *tags, *keys, *qid_o;
+    PyObject *sharding, *born_o, *flag_o, *key = NULL, *rr_old = NULL, *rr_new = NULL;
+    PyObject *result = NULL, *entries = NULL, *ret = NULL, *msg_id = NULL, *hit = NULL;
+    PyObject *uniq = NULL;
+    Py_buffer bodyb = {0}, winb = {0}, stateb = {0};
+    char small[512], *head = small;
+    int ok = 1, in_place = 0;
+    int64_t out[7] = {0};
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "put(row, born_host, info, now, start, window, want_index)");
+        return NULL;
+    }
+    row = args[0];
+    born_host = args[1];
+    info = args[2];
+    window = args[5];
+    const int64_t now = i64_in(args[3], 0, INT64_MAX, &ok);
+    const int64_t start = i64_in(args[4], 0, INT64_MAX, &ok);
+    const int want_index = PyObject_IsTrue(args[6]);
+    if (!ok || want_index < 0 || !PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) < 9 ||
+        !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) < 2 ||
+        !(born_host == Py_None || (PyBytes_CheckExact(born_host) && PyBytes_GET_SIZE(born_host) == 8))) {
+        PyErr_Clear();
+        return lane_code(LANE_ROW, 0, 0);
+    }
+    topic = PyTuple_GET_ITEM(row, 0);
+    body = PyTuple_GET_ITEM(row, 1);
+    tags = PyTuple_GET_ITEM(row, 2);
+    keys = PyTuple_GET_ITEM(row, 3);
+    qid_o = PyTuple_GET_ITEM(row, 4);
+    sharding = PyTuple_GET_ITEM(row, 5);
+    born_o = PyTuple_GET_ITEM(row, 6);
+    flag_o = PyTuple_GET_ITEM(row, 8);
+    const int64_t nwq = i64_in(PyTuple_GET_ITEM(info, 0), INT32_MIN, INT32_MAX, &ok);
+    const int64_t nq = i64_in(PyTuple_GET_ITEM(info, 1), 0, INT32_MAX, &ok);
+    const int64_t flag = i64_in(flag_o, INT32_MIN, (int64_t)INT32_MAX + 1, &ok);
+    const int64_t born = born_o == Py_None ? 0 : i64_in(born_o, INT64_MIN, INT64_MAX, &ok);
+    if (!ok || !PyUnicode_CheckExact(topic) || (tags != Py_None && !PyUnicode_CheckExact(tags)) ||
+        (keys != Py_None && !PyUnicode_CheckExact(keys) && !PyBytes_CheckExact(keys)) ||
+        (sharding != Py_None && !PyUnicode_CheckExact(sharding)) ||
+        (qid_o != Py_None && !PyLong_CheckExact(qid_o)) || nq != self->a->nslots)
+        return lane_code(LANE_ROW, 0, 0);
+    /* The property items before UNIQ_KEY: TAGS (cached), KEYS, SHARDING_KEY. */
+    const char *tags_item = NULL, *keys_u = NULL, *shard_u = NULL;
+    Py_ssize_t tags_len = 0, keys_len = 0, shard_len = 0;
+    int64_t tc = 0;
+    if (tags != Py_None && PyUnicode_GET_LENGTH(tags)) {
+        hit = PyDict_GetItemWithError(self->tags_cache, tags); /* (exact str key) */
+        if (hit == NULL) {
+            PyErr_Clear();
+            return lane_code(LANE_TAGS, 0, 0);
+        }
+        if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 2 ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(hit, 0)))
+            return lane_code(LANE_ROW, 0, 0);
+        tc = i64_in(PyTuple_GET_ITEM(hit, 1), INT64_MIN, INT64_MAX, &ok);
+        if (!ok)
+            return lane_code(LANE_ROW, 0, 0);
+        Py_INCREF(hit); /* (its bytes are read after allocations, which may run a finalizer) */
+        tags_item = PyBytes_AS_STRING(PyTuple_GET_ITEM(hit, 0));
+        tags_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(hit, 0));
+    }
+    /* (the strs and the tags item are held by row and the cache entry for the call: nothing
+     * below runs Python code before they are read, but for the dict lookups of exact keys) */
+    if (PyBytes_CheckExact(keys)) { /* a KEYS value as it is, even empty */
+        keys_u = PyBytes_AS_STRING(keys);
+        keys_len = PyBytes_GET_SIZE(keys);
+    }
+    if ((PyUnicode_CheckExact(keys) && PyUnicode_GET_LENGTH(keys) &&
+         (keys_u = utf8_of(keys, &keys_len)) == NULL) ||
+        (sharding != Py_None && (shard_u = utf8_of(sharding, &shard_len)) == NULL)) {
+        ret = lane_code(LANE_ROW, 0, 0);
+        goto done;
+    }
+    const Py_ssize_t kn = self->a->keys_name_len, sn = PyBytes_GET_SIZE(self->sharding_prefix);
+    const Py_ssize_t head_len = tags_len + (keys_u ? kn + keys_len + 1 : 0) +
+                                (shard_u ? sn + shard_len + 1 : 0);
+    if (head_len > (1 << 29)) {
+        ret = lane_code(LANE_ROW, 0, 0);
+        goto done;
+    }
+    /* The queue (choose_queue's rule). */
+    int64_t qid, rr = -1;
+    if (qid_o != Py_None) {
+        qid = i64_in(qid_o, 0, nq, &ok);
+        if (!ok) {
+            ret = lane_code(LANE_QUEUE, 0, 0);
+            goto done;
+        }
+    } else if (nwq <= 0) {
+        ret = lane_code(LANE_QUEUE, 0, 0);
+        goto done;
+    } else if (shard_u != NULL) {
+        qid = (int64_t)((crc32(0L, (const Bytef *)shard_u, (uInt)shard_len) & 0x7FFFFFFFu) %
+                        (uint64_t)nwq);
+    } else {
+        rr_old = PyDict_GetItemWithError(self->round_robin, topic);
+        if (rr_old == NULL && PyErr_Occurred())
+            goto done;
+        rr = rr_old == NULL ? 0 : i64_in(rr_old, 0, INT64_MAX, &ok);
+        if (!ok) {
+            rr_old = NULL;
+            ret = lane_code(LANE_ROW, 0, 0);
+            goto done;
+        }
+        qid = rr % nwq;
+        Py_XINCREF(rr_old);
+    }
+    key = Py_BuildValue("(OL)", topic, (long long)qid);
+    if (key == NULL)
+        goto fail;
+    PyObject *nxt_o = PyDict_GetItemWithError(self->queue_offsets, key);
+    if (nxt_o == NULL) {
+        if (PyErr_Occurred())
+            goto fail;
+        ret = lane_code(LANE_OFFSET, qid, 0);
+        goto done;
+    }
+    const int64_t nxt = i64_in(nxt_o, 0, INT64_MAX, &ok);
+    if (!ok) {
+        ret = lane_code(LANE_ROW, 0, 0);
+        goto done;
+    }
+    if (head_len > (Py_ssize_t)sizeof(small) && (head = PyMem_Malloc((size_t)head_len)) == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    Py_ssize_t at = 0, keys_at = 0;
+    if (tags_len) {
+        memcpy(head, tags_item, (size_t)tags_len);
+        at = tags_len;
+    }
+    if (keys_u) {
+        memcpy(head + at, self->a->keys_name, (size_t)kn);
+        keys_at = at + kn;
+        memcpy(head + keys_at, keys_u, (size_t)keys_len);
+        at = keys_at + keys_len;
+        head[at++] = (char)self->a->prop_end;
+    }
+    if (shard_u) {
+        memcpy(head + at, PyBytes_AS_STRING(self->sharding_prefix), (size_t)sn);
+        memcpy(head + at + sn, shard_u, (size_t)shard_len);
+        at += sn + shard_len;
+        head[at++] = (char)self->a->prop_end;
+    }
+    /* The UNIQ_KEY: the generator's next id (uniqkey.UniqKeyGenerator._take_plain). */
+    if (PyObject_GetBuffer(self->uniq_state, &stateb, PyBUF_WRITABLE) < 0 || stateb.len < 24) {
+        PyErr_Clear();
+        ret = lane_code(LANE_ROW, 0, 0);
+        goto done;
+    }
+    int64_t *state = (int64_t *)stateb.buf;
+    const int64_t id_time = born ? born : now;
+    if (id_time >= state[2]) {
+        ret = lane_code(LANE_MONTH, id_time, 0);
+        goto done;
+    }
+    const uint64_t since = (uint64_t)(id_time - state[1]) & 0x7FFFFFFFu;
+    const uint64_t counter = (uint64_t)state[0] & 0xFFFFu;
+    char uniq_u[64 + 12];
+    const Py_ssize_t uniq_len = self->uniq_prefix_len + 12;
+    memcpy(uniq_u, self->uniq_prefix, (size_t)self->uniq_prefix_len);
+    for (int k = 0; k < 8; k++)
+        uniq_u[self->uniq_prefix_len + k] = HEX[(since >> (28 - 4 * k)) & 15];
+    for (int k = 0; k < 4; k++)
+        uniq_u[self->uniq_prefix_len + 8 + k] = HEX[(counter >> (12 - 4 * k)) & 15];
+    if (rr >= 0) { /* the round robin moves before the put, as choose_queue moves it */
+        rr_new = PyLong_FromLongLong(rr + 1);
+        if (rr_new == NULL || PyDict_SetItem(self->round_robin, topic, rr_new) < 0)
+            goto fail;
+    }
+    if (PyObject_GetBuffer(body, &bodyb, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        ret = lane_code(LANE_ROW, 0, 0);
+        goto restore;
+    }
+    uint8_t *dst = NULL;
+    int64_t room = 0;
+    if (window != Py_None) {
+        int64_t wpos, wroom;
+        if (!PyTuple_CheckExact(window) || PyTuple_GET_SIZE(window) != 3 ||
+            PyObject_GetBuffer(PyTuple_GET_ITEM(window, 0), &winb, PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            ret = lane_code(LANE_ROW, 0, 0);
+            goto restore;
+        }
+        wpos = i64_in(PyTuple_GET_ITEM(window, 1), 0, (int64_t)winb.len + 1, &ok);
+        wroom = i64_in(PyTuple_GET_ITEM(window, 2), 0, INT64_MAX, &ok);
+        if (!ok || wroom > (int64_t)winb.len - wpos) {
+            ret = lane_code(LANE_ROW, 0, 0);
+            goto restore;
+        }
+        dst = (uint8_t *)winb.buf + wpos;
+        room = wroom;
+    }
+    const int32_t rc = rmq_put_one(
+        self->a, now, start, head, (int32_t)head_len, tc, (int32_t)keys_at,
+        (int32_t)(keys_u ? keys_len : 0), (const char *)bodyb.buf, (int64_t)bodyb.len, uniq_u,
+        (int32_t)uniq_len, (int32_t)qid, nxt, born, (int32_t)flag,
+        born_host == Py_None ? NULL : PyBytes_AS_STRING(born_host), want_index, dst, room, out);
+    in_place = dst != NULL;
+    if (winb.obj != NULL)
+        PyBuffer_Release(&winb);
+    PyBuffer_Release(&bodyb);
+    if (rc == 2) {
+        ret = lane_code(2, out[4], out[5]);
+        goto restore;
+    }
+    state[0]++; /* the id is taken, as the general path takes it, put or refused */
+    if (rc != 0) {
+        ret = lane_code(rc, 0, 0);
+        goto done;
+    }
+    /* Written: from here the put has happened, and what follows only reports it. */
+    uniq = PyUnicode_New(uniq_len, 127);
+    msg_id = uniq ? PyUnicode_New(32, 127) : NULL;
+    result = msg_id ? self->result_type->tp_alloc(self->result_type, 8) : NULL;
+    if (want_index && result) {
+        entries = PyList_New(3 * self->a->nidx);
+        for (Py_ssize_t k = 0; entries && k < 3 * self->a->nidx; k++) {
+            PyObject *v = PyLong_FromLongLong(self->a->idx[k]);
+            if (v == NULL)
+                Py_CLEAR(entries);
+            else
+                PyList_SET_ITEM(entries, k, v);
+        }
+        if (entries == NULL)
+            Py_CLEAR(result);
+    }
+    if (result == NULL)
+        goto fail_written;
+    memcpy(PyUnicode_DATA(msg_id), self->a->msg_id, 32);
+    memcpy(PyUnicode_DATA(uniq), uniq_u, (size_t)uniq_len);
+    PyObject *vals[8] = {Py_NewRef(topic), PyLong_FromLongLong(qid), PyLong_FromLongLong(out[2]),
+                         PyLong_FromLongLong(out[0]), PyLong_FromLongLong(out[1]),
+                         PyLong_FromLongLong(now), msg_id, uniq};
+    msg_id = uniq = NULL;
+    for (int k = 0; k < 8; k++)
+        PyTuple_SET_ITEM(result, k, vals[k]); /* (a NULL left by a failed int: checked below) */
+    for (int k = 0; k < 8; k++)
+        if (vals[k] == NULL)
+            goto fail_written;
+    ret = Py_BuildValue("(NOLLOLLN)", result, key, (long long)tc, (long long)out[3],
+                        in_place ? Py_True : Py_False, (long long)out[4], (long long)out[6],
+                        entries ? entries : Py_NewRef(Py_None));
+    result = entries = NULL;
+    if (ret == NULL)
+        goto fail_written;
+    goto done;
+fail_written:
+    /* A memory error after the record was written: the caller must not lose track of it.
+     * MemoryError is raised; the record stays where rmq_put_one wrote it, past the
+     * CommitLog's end (in the mapping, or in the out buffer), and is overwritten by the next
+     * put, as a record the CommitLog does not count. */
+    if (!PyErr_Occurred())
+        PyErr_NoMemory();
+    goto done;
+restore:
+    if (rr_new != NULL) { /* nothing was put: the round robin as it was (no allocation) */
+        if (rr_old != NULL)
+            PyDict_SetItem(self->round_robin, topic, rr_old);
+        else
+            PyDict_DelItem(self->round_robin, topic);
+    }
+    goto done;
+fail:
+    if (rr_new != NULL && !PyErr_Occurred())
+        PyErr_NoMemory();
+    if (rr_new != NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (rr_old != NULL)
+            PyDict_SetItem(self->round_robin, topic, rr_old);
+        else
+            PyDict_DelItem(self->round_robin, topic);
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+done:
+    if (stateb.obj != NULL)
+        PyBuffer_Release(&stateb);
+    if (winb.obj != NULL)
+        PyBuffer_Release(&winb);
+    if (bodyb.obj != NULL)
+        PyBuffer_Release(&bodyb);
+    if (head != small)
+        PyMem_Free(head);
+    Py_XDECREF(msg_id);
+    Py_XDECREF(uniq);
+    Py_XDECREF(hit);
+    Py_XDECREF(result);
+    Py_XDECREF(entries);
+    Py_XDECREF(key);
+    Py_XDECREF(rr_old);
+    Py_XDECREF(rr_new);
+    return ret;
+}
+
+static PyMethodDef lane_methods[] = {
+    {"put", (PyCFunction)(void (*)(void))lane_put, METH_FASTCALL,
+     "put(row, born_host, info, now, start, window, want_index) -> result | code"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_putobj.Lane",
+    .tp_basicsize = sizeof(Lane),
+    .tp_dealloc = (destructor)lane_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The single put's lane (engine/read/_putobj.c).",
+    .tp_methods = lane_methods,
+    .tp_new = lane_new,
+};
+
 static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS,
      "configure(message_type, names, defaults): the Message class (slots) vouch() reads."},
@@ -469,5 +948,15 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__putobj(void)
 {
-    return PyModule_Create(&module_def);
+    PyObject *m;
+    if (PyType_Ready(&LaneType) < 0)
+        return NULL;
+    m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -194,6 +194,42 @@ class Kernel:
             objects.configure(message_type, names, defaults)
         return objects.vouch, objects.keys_utf8, objects.vouch_row
 
+    def put_lane(
+        self,
+        args: Any,
+        round_robin: dict,
+        queue_offsets: dict,
+        tags_cache: dict,
+        sharding_prefix: bytes,
+        result_type: type,
+        uniq_prefix: str,
+        uniq_state: Any,
+    ) -> Any:
+        """The single put's lane (``_putobj.Lane``, see ``_putobj.c``) over ``args``, a cffi
+        ``rmq_put_args *`` of this kernel (kept alive by the lane), with the put path's round
+        robin (topic -> next count, advanced by the lane), topicQueueTable ((topic, queueId)
+        -> next queue offset, read), tags cache (tags -> (TAGS item, tagsCode), read), the
+        SHARDING_KEY item's prefix, the class of its results (a named tuple of the eight
+        PutResult fields) and the UNIQ_KEY generator's prefix and state
+        (``UniqKeyGenerator.lane_state``: ids are taken from it). ``lane.put(row, born_host,
+        info, now, start, window, want_index)`` puts one message (``_putobj.c`` says what it
+        returns). None without the companion module."""
+        objects = self.objects
+        if objects is None:
+            return None
+        address = int(self.ffi.cast("uintptr_t", args))
+        return objects.Lane(
+            address,
+            args,
+            round_robin,
+            queue_offsets,
+            tags_cache,
+            sharding_prefix,
+            result_type,
+            uniq_prefix,
+            uniq_state,
+        )
+
     def _p(self, a: np.ndarray) -> Any:
         """``a``'s memory as a ``void *`` for the C side (``a`` must be kept alive)."""
         return self.ffi.cast("void *", a.ctypes.data)

@@ -243,9 +243,6 @@ class PutResults(Sequence[PutResult]):
 _UNLOADED = object()
 _BORN_OF = operator.attrgetter("born_timestamp")
 _SHORTS = [n.to_bytes(2, "big") for n in range(4096)]  # big-endian int16 of small lengths
-#: The most bytes a record's UNIQ_KEY item takes (``UNIQ_KEY``, separators and the id of an
-#: IPv6 producer, 56 hex digits): a single put asks for a window of its record's size at most.
-_UNIQ_ITEM_MAX = 96
 
 
 class PutService:
@@ -984,19 +981,13 @@ def put_plain(
             row = _message_row(messages[0])
             if row is None or row[_NPLAIN:] != _OTHER_DEFAULTS or row[9] or row[10]:
                 return None  # not plain: properties, sysFlag, another field not at its default
-        size = len(row[1])
-        if size > cfgs.max_message_size:
-            return None  # the general path says why
         bh = row[7]
-        born_hosts = None
+        born_host = None
         if bh is not None:
             if len(bh[0]) != 4:
                 return None  # an IPv6 born host
-            born_hosts = HOST_V4.pack(*bh)
-        info = plain_topic(store, row[0])
-        if info is None or info[0] <= 0:
-            return None  # no write queue: the general path says so
-        return _under_put_lock(store, _put_one, kernel, row, born_hosts, info)
+            born_host = HOST_V4.pack(*bh)
+        return _put_row(store, row, born_host)
     if cols is None:
         cols = message_columns(messages)
         if cols is None:
@@ -1027,6 +1018,27 @@ def put_plain(
     return _under_put_lock(
         store, _put_compiled, kernel, cols, lens, born_hosts, tnames, infos, results, batch
     )
+
+
+def _put_row(
+    store: MessageStore, row: tuple, born_host: bytes | None
+) -> Sequence[PutResult] | None:
+    """:func:`put_plain` of one message, not a MessageBatch (``row``: its plain fields, as
+    :func:`_message_row` reads them or ``vouch_row`` vouched for them; ``born_host``: its 8
+    bytes, None for the default): :func:`_put_one` under the put lock, or None, nothing done,
+    where the general path must put it (no compiled core, a store or topic setting the fast
+    path does not take, a body past maxMessageSize, a topic without write queues: the general
+    path says why). The disk-full refusal is checked before."""
+    kernel = store.putter.kernel
+    if (
+        kernel is None
+        or not _plain_store(store)
+        or len(row[1]) > store.config.max_message_size
+        or (info := plain_topic(store, row[0])) is None
+        or info[0] <= 0
+    ):
+        return None
+    return _under_put_lock(store, _put_one, kernel, row, born_host, info)
 
 
 def _under_put_lock(
@@ -1182,7 +1194,16 @@ class _PutCall:
         # the pointers of the struct set by the last call (kept alive here): set again only
         # when one changes
         self.last: tuple = ()
-        self.one_out = ffi.new("int64_t[7]")  # rmq_put_one's output
+        putter = store.putter
+        self.lane = kernel.put_lane(  # the single put's (_put_one)
+            a,
+            putter.round_robin,
+            putter.queue_offsets,
+            putter.tags_cache,
+            _SHARDING_PREFIX,
+            PutResult,
+            *store.uniq_keys.lane_state(),
+        )
         # the topic tables the struct points at since the last single put (set_topic)
         self.last_topic: tuple = ()
         self.last_tables: tuple = ()
@@ -1407,93 +1428,112 @@ def _put_one(
     info: PlainTopic,
     now: int,
 ) -> Sequence[PutResult]:
-    """:func:`_put_compiled` of one message (``row``: :func:`_message_row`), at the least
-    per-call cost (``DefaultMessageStore.putMessage``): its property head built here (TAGS
-    from the cache, KEYS, SHARDING_KEY), its queue chosen here (the round robin advanced
-    before the put, as :func:`select_queue` does), its values handed to ``rmq_put_one`` as
-    arguments and its output read from one array."""
-    topic, body, tags, keys, qid, sharding, born, _, flag = row[:9]
+    """:func:`_put_compiled` of one message (``row``: :func:`_message_row`'s fields), at the
+    least per-call cost (``DefaultMessageStore.putMessage``): one call of the compiled lane
+    (``_putobj.Lane.put``) builds its property head (TAGS from the cache, KEYS, SHARDING_KEY),
+    chooses its queue (:func:`choose_queue`'s rule, the round robin advanced before the put),
+    takes its UNIQ_KEY (``UniqKeyGenerator.lane_state``), encodes its record straight into the
+    CommitLog's mapping where it fits what is allocated there (else into ``call.out``, then
+    CommitLog's append) and builds its PutResult; what it cannot do it answers with a code,
+    done here before it is called again (a tags item, a queue's first offset, the month of its
+    UNIQ_KEY, a row's texts as exact ``str``, a larger buffer, the error to raise). Then the
+    unit and the index entries (:func:`_dispatch_one`, else :func:`_dispatch_out`)."""
+    keys = row[3]
     call = _call(store, kernel)
-    ffi, a = call.ffi, call.args
-    putter = store.putter
-    index = store.index_service
-    head = b""
-    tc = 0
-    if tags:
-        tags_cache = putter.tags_cache
-        head, tc = tags_cache.get(tags) or _tags_item(tags_cache, tags)
-    nidx = 1
-    keys_at = keys_len = 0
-    value = _keys_value(keys)  # the general path's KEYS: any keys given, even [""] (empty)
-    if value is not None:
-        k = value.encode()
-        head += _KEYS_PREFIX
-        keys_at, keys_len = len(head), len(k)
-        head += k + PROPERTY_END
-        nidx += k.count(_KEY_SEP) + 1
-    if sharding is not None:
-        head += _SHARDING_PREFIX + sharding.encode() + PROPERTY_END
     nslots = info[1]
-    if index is None:
-        nidx = 0
-    if (
-        not call.cap
-        or nslots > call.nslots_cap
-        or nidx > call.idx_cap
-        or len(body) + 512 > call.out_cap
-    ):
-        call.arrays(1, nslots, nidx, len(body) + 512)  # else what the last call left fits
-    call.set_topic(topic, info)
-    qid = choose_queue(putter.round_robin, topic, qid, sharding, info[0], nslots)
-    key = (topic, qid)
-    nxt = putter.queue_offsets.get(key)
-    if nxt is None:  # the queue's first put since the store opened: where its queue ends
-        nxt = store.max_offset(topic, qid, committed=False)
+    if not call.cap or nslots > call.nslots_cap:
+        call.arrays(1, nslots, 1, len(row[1]) + 512)  # else what the last call left fits
+    call.set_topic(row[0], info)
+    index = store.index_service
     cl = store.commitlog
     start = cl.max_offset
-    # taken before anything can fail on the disk, as the general path takes it when encoding
-    uniq_key = store.uniq_keys.next_one(born or now)
-    # the record straight into the segment's mapping where it fits what is allocated there
-    # (OSError from allocating: nothing written); else into call.out, then CommitLog's append
-    window = cl.files.write_window(start, info[3] + len(body) + len(head) + _UNIQ_ITEM_MAX)
-    uniq = uniq_key.encode()
-    if body.__class__ is not bytes:
-        body = ffi.from_buffer("char[]", body)
-    o = call.one_out
-    args = (a, now, start, head, len(head), tc, keys_at, keys_len, body, len(body), uniq, len(uniq))
-    more = (qid, nxt, born or 0, flag, born_host or ffi.NULL, index is not None)
-    rc = 2
-    if window is not None:
-        # exported for this call only, whatever it raises (an export left open would stop the
-        # CommitLog from closing or remapping its file)
-        mapped = ffi.from_buffer("uint8_t[]", window[0])
-        try:
-            rc = call.lib.rmq_put_one(*args, *more, mapped + window[1], window[2], o)
-        finally:
-            ffi.release(mapped)
-    in_place = rc == 0
-    if rc == 2:  # no window, or short of room there (a roll): nothing changed
-        rc = call.lib.rmq_put_one(*args, *more, ffi.NULL, 0, o)
-    if rc == 2:  # short of room in call.out (properties past 512 bytes a message)
-        call.arrays(1, nslots, o[5], o[4])
-        rc = call.lib.rmq_put_one(*args, *more, ffi.NULL, 0, o)
-    if rc != 0:  # (the UNIQ_KEY taken stays taken, as the general path's)
-        _refused(call.lib, a, rc, cl.file_size)
-    pos, size, qoff, end, need, nidx, nchunks = ffi.unpack(o, 7)
+    try:
+        window = cl.files.write_window(start, info[3] + len(row[1]) + _ONE_HEAD_ROOM)
+    except OSError:  # from allocating, nothing written: the record goes into call.out, and its
+        window = None  # append meets the disk's error once its queue and UNIQ_KEY are taken,
+        # as in the general path, which chooses and encodes before it writes
+    lane = call.lane
+    while True:
+        r = lane.put(row, born_host, info, now, start, window, index is not None)
+        if len(r) != 3:
+            break
+        rc = r[0]
+        if rc == 2 and window is not None:  # short of room in the window (a roll): call.out
+            window = None
+        elif rc == 2:  # short of room in call.out (properties past 512 bytes a message)
+            call.arrays(1, nslots, r[2], r[1])
+        elif rc == _LANE_MONTH:  # its UNIQ_KEY's time is past the generator's month
+            store.uniq_keys.roll_month(r[1])
+        elif rc == _LANE_TAGS:
+            _tags_item(store.putter.tags_cache, row[2])
+        elif rc == _LANE_OFFSET:  # the queue's first put since the store opened
+            store.putter.queue_offsets[(row[0], r[1])] = store.max_offset(
+                row[0], r[1], committed=False
+            )
+        elif rc == _LANE_QUEUE:  # a queueId not the topic's, or no write queue
+            choose_queue({}, row[0], row[4], row[5], info[0], nslots)  # (raises why)
+            raise PutMessageError(f"no queue of {row[0]} takes the message")
+        elif rc == _LANE_ROW and row is not (row := _lane_row(row)):
+            pass  # its texts as exact str, its keys as their KEYS value: once more
+        elif rc == _LANE_ROW:  # (a text UTF-8 cannot encode raises UnicodeEncodeError here)
+            for text in (row[0], row[2], row[3], row[5]):
+                if text.__class__ is str:
+                    text.encode()
+            raise PutMessageError(f"the compiled put path cannot put a message of {row[0]!r}")
+        else:
+            _refused(call.lib, call.args, rc, cl.file_size)
+    result, key, tc, end, in_place, need, nchunks, entries = r
     if in_place:  # (one record, in the segment it started in)
         cl.appended_in_place(end, now)
     else:
         _append_out(call, cl, start, nchunks, need, end, now)
-    msg_id = ffi.string(call.msg_id, 32).decode()  # as rmq_put wrote it (createMessageId)
-    out = [_NEW_RESULT((topic, qid, qoff, pos, size, now, msg_id, uniq_key))]
-    entries = ffi.unpack(call.idx, 3 * nidx) if index is not None else []
+    out = [result]
+    qoff = result.queue_offset
+    if entries is None:
+        entries = []
     if store.sync_flush or not _dispatch_one(
-        store, key, qoff, (pos, size, tc), entries, start, now
+        store, key, qoff, (result.commitlog_offset, result.size, tc), entries, start, now
     ):
-        unit = ffi.buffer(call.units, CQ_STORE_UNIT_SIZE)[:]
-        _dispatch_out(store, out, (tags,), (keys,), [(key, qoff, unit)], entries, start, end, now)
-    putter.queue_offsets[key] = qoff + 1
+        unit = UNIT.pack(result.commitlog_offset, result.size, tc)
+        _dispatch_out(store, out, (row[2],), (keys,), [(key, qoff, unit)], entries, start, end, now)
+    store.putter.queue_offsets[key] = qoff + 1
     return out
+
+
+def _lane_row(row: tuple) -> tuple:
+    """``row`` as ``_putobj.Lane.put`` takes it (a row it answered ``_LANE_ROW`` for): its
+    topic, tags and sharding key exact ``str`` (a subclass's characters, as the general path
+    stores them), its keys their KEYS value (a list's joined, as UTF-8 bytes: ``[""]`` is an
+    empty value, written; a ``str``'s characters). ``row`` itself when nothing changes."""
+    topic, tags, keys, sharding = row[0], row[2], row[3], row[5]
+    if keys is not None and keys.__class__ is not str:
+        value = _keys_value(keys)
+        keys = None if value is None else str.__str__(value).encode()
+    new = (
+        _exact_str(topic),
+        row[1],
+        _exact_str(tags),
+        keys,
+        row[4],
+        _exact_str(sharding),
+        *row[6:],
+    )
+    return row if all(map(operator.is_, new, row)) else new
+
+
+def _exact_str(v: Any) -> Any:
+    """A ``str`` subclass's characters as an exact ``str`` (its ``__str__`` not asked); any
+    other value as it is."""
+    return str.__str__(v) if isinstance(v, str) and v.__class__ is not str else v
+
+
+#: what ``_putobj.Lane.put`` answers when it needs a step of Python first (``_putobj.c``)
+_LANE_TAGS, _LANE_QUEUE, _LANE_OFFSET, _LANE_ROW, _LANE_MONTH = -1, -2, -3, -4, -5
+#: bytes of a single put's window past the record's fixed part and body, for its property items:
+#: the most a UNIQ_KEY item takes (``UNIQ_KEY``, separators and the id of an IPv6 producer, 56
+#: hex digits), room for short TAGS or KEYS. The window is what is allocated, usually more;
+#: a record that does not fit, at the end of what is allocated, takes call.out and the append.
+_ONE_HEAD_ROOM = 96
 
 
 def _dispatch_one(

@@ -24,6 +24,7 @@ import pytest
 
 import refreader
 from conftest import SRC_PATH
+from rmqfs.engine.errors import PutMessageError
 from rmqfs.engine.format.mappedfile import FileQueue
 from rmqfs.engine.store import Message, MessageStore, StoreConfig
 
@@ -354,26 +355,26 @@ def test_single_puts_store_their_records_in_place(tmp_path, monkeypatch):
 
 
 def test_a_single_put_that_raises_leaves_no_mapping_exported(tmp_path):
-    """Whatever a single put's compiled call raises while it holds the CommitLog's mapping
-    exported, the export ends with it: the store closes while that exception goes up through
-    its ``with`` (an export left open makes ``mmap.close`` raise BufferError there, the store
-    lock left held), and opens and puts on after (a roll remaps the file)."""
+    """Whatever a single put's compiled lane refuses after it has exported the CommitLog's
+    mapping (here a window whose room runs past the mapping: ``_putobj.Lane.put`` answers
+    ``_LANE_ROW`` and the put raises), the export ends with the call: the store closes while
+    that exception goes up through its ``with`` (an export left open makes ``mmap.close``
+    raise BufferError there, the store lock left held), and opens and puts on after (a roll
+    remaps the file)."""
     cfg = StoreConfig(mapped_file_size_commit_log=8 * 1024)
     root = str(tmp_path / "s")
-    with pytest.raises(KeyboardInterrupt), MessageStore(root, cfg) as s:
+    with pytest.raises(PutMessageError), MessageStore(root, cfg) as s:
         s.create_topic("T", 1)
         s.put_messages([Message("T", b"first")])
-        call = s.putter.call
-        real = call.lib
+        files = s.commitlog.files
+        real = files.write_window
 
-        class Raising:
-            def __getattr__(self, name):
-                return getattr(real, name)
+        def past_the_mapping(offset, n):
+            w = real(offset, n)
+            assert w is not None
+            return (w[0], w[1], len(w[0]) - w[1] + 1)
 
-            def rmq_put_one(self, *args):
-                raise KeyboardInterrupt
-
-        call.lib = Raising()
+        files.write_window = past_the_mapping
         s.put_messages([Message("T", b"lost")])
     with MessageStore(root, cfg) as s:
         for i in range(100):  # over several segments: each roll remaps

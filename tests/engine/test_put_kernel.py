@@ -779,12 +779,25 @@ def test_next_keys_are_next_manys_ids():
         for n in (1, 5, 300):
             assert a.next_keys(n, T0) == b.next_many(n, T0)[0]
             assert a.counter == b.counter
-    # a single put's id (next_one), a time part new to the generator or the one it holds
-    for counter in (0, 65535):
-        a.counter = b.counter = counter
-        for now in (T0, T0, T0 + 7, T0 + 7 + 86_400_000 * 40, T0):
-            assert a.next_one(now) == b.next_many(1, now)[0][0]
-            assert a.counter == b.counter
+
+
+def test_a_single_puts_ids_are_next_manys(tmp_path):
+    """A single put's UNIQ_KEY (taken by the compiled lane from the generator's state) is
+    ``next_many``'s id for its born timestamp: the same time part, a time of a later month
+    (the generator's month rolled), one before it, the 16-bit counter's wrap; the counter
+    moves as ``next_many``'s."""
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 2)
+        b = UniqKeyGenerator()
+        b._prefix = s.uniq_keys.lane_state()[0]
+        later = T0 + 7 + 86_400_000 * 40
+        for counter in (0, 65535):
+            s.uniq_keys.counter = b.counter = counter
+            for born in (T0, T0, T0 + 7, later, T0, later + 1):
+                r = s.put_messages([Message("T", b"x", born_timestamp=born)])[0]
+                assert r.uniq_key == b.next_many(1, born)[0][0]
+                assert s.uniq_keys.counter == b.counter
+        assert s.putter.call is not None and s.putter.call.lane is not None  # (the lane's ids)
 
 
 def test_large_bodies_are_read_in_place(tmp_path):

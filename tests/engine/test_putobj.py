@@ -423,3 +423,148 @@ def test_a_class_that_reads_its_fields_through_python_is_not_vouched_for():
     finally:
         del Message.__getattribute__  # type: ignore[attr-defined]
     assert vouch(msgs, V.CHECKED_TAGS, V.NOT_ALLOWED_SEND_TOPICS) is not None
+
+
+# -- the single put's lane (``_putobj.Lane``) ------------------------------------------------
+
+
+def _lane_store(tmp_path):
+    """A store with topic T (4 queues) that has put a message to each (so the lane exists
+    and knows every queue's next offset), its lane and the topic's PlainTopic."""
+    s = MessageStore(str(tmp_path / "lane"))
+    s.create_topic("T", 4)
+    for _ in range(4):
+        s.put_messages([Message("T", b"first", tags="TagA", keys="k")])
+    call = s.putter.call
+    assert call is not None and call.lane is not None
+    return s, call.lane, putmessage.plain_topic(s, "T")
+
+
+def _commitlog_bytes(s):
+    return b"".join(
+        p.read_bytes() for p in sorted((Path(s.root) / "commitlog").iterdir()) if p.is_file()
+    )
+
+
+def test_the_lane_answers_a_code_and_changes_nothing_for_what_it_is_handed_wrongly(tmp_path):
+    """``Lane.put`` trusts nothing it is handed: rows of the wrong shape or types (a list,
+    str subclasses, a float queueId, a flag past a Java int, a non-buffer body), a born host
+    of the wrong size, a window that is not one (not a tuple, a read-only buffer, a position
+    or room past its buffer, negative), an info of another topic's queue count: each answers
+    ``(code, a, b)`` or raises TypeError, and neither the CommitLog's bytes, nor the round
+    robin, nor the UNIQ_KEY counter, nor the topicQueueTable moved. Run under the sanitizer
+    build too (tests/engine/test_kernel_sanitize.py)."""
+    import mmap
+
+    s, lane, info = _lane_store(tmp_path)
+    try:
+        start = s.commitlog.max_offset
+        before = (
+            _commitlog_bytes(s),
+            dict(s.putter.round_robin),
+            s.uniq_keys.counter,
+            dict(s.putter.queue_offsets),
+        )
+        good = ("T", b"body", "TagA", "k", None, None, None, None, 0)
+
+        class S(str):
+            pass
+
+        rows = [
+            ["T", b"body", None, None, None, None, None, None, 0],  # a list
+            good[:8],  # too short
+            (S("T"), *good[1:]),
+            (*good[:2], S("TagA"), *good[3:]),
+            (*good[:3], S("k"), *good[4:]),
+            (*good[:3], ["k"], *good[4:]),
+            (*good[:4], 1.0, *good[5:]),
+            (*good[:4], 2**70, *good[5:]),
+            (*good[:4], -1, *good[5:]),
+            (*good[:4], 4, *good[5:]),
+            (*good[:5], b"shard", *good[6:]),
+            (*good[:6], 1.5, *good[7:]),
+            (*good[:6], 2**64, *good[7:]),
+            (*good[:8], 2**31),
+            (*good[:8], -(2**31) - 1),
+            (*good[:8], None),
+            (good[0], "not bytes", *good[2:]),
+            (good[0], 12345, *good[2:]),
+            (good[0], None, *good[2:]),
+        ]
+        answers = []
+        for row in rows:
+            answers.append(lane.put(row, None, info, 1, start, None, True))
+        ro = mmap.mmap(-1, 4096)
+        ro_view = memoryview(b"x" * 4096)
+        windows = [
+            [ro, 0, 10],
+            (ro, 0),
+            (ro_view, 0, 100),
+            (ro, 4097, 10),
+            (ro, 0, 4097),
+            (ro, 100, 4000),
+            (ro, -1, 10),
+            (ro, 0, -1),
+            (b"not a mapping", 0, 10),
+            (ro, 2**70, 1),
+        ]
+        for w in windows:
+            answers.append(lane.put(good, None, info, 1, start, w, True))
+        for host in (b"1234567", b"123456789", "12345678", bytearray(8)):
+            answers.append(lane.put(good, host, info, 1, start, None, True))
+        other = (info[0], info[1] + 1, *info[2:])
+        answers.append(lane.put(good, None, other, 1, start, None, True))
+        answers.append(lane.put(good, None, (4,), 1, start, None, True))
+        answers.append(lane.put(good, None, info, -1, start, None, True))
+        answers.append(lane.put(good, None, info, 1, -5, None, True))
+        for a in answers:
+            assert isinstance(a, tuple) and len(a) == 3 and a[0] < 0, a
+        for bad in ((), (good,), (good, None, info, 1, start, None, True, 1)):
+            with pytest.raises(TypeError):
+                lane.put(*bad)
+        ro.close()
+        assert before == (
+            _commitlog_bytes(s),
+            dict(s.putter.round_robin),
+            s.uniq_keys.counter,
+            dict(s.putter.queue_offsets),
+        )
+        # the store goes on: the next put is the one after the first four, on the queue the
+        # round robin had before the refusals
+        r = s.put_messages([Message("T", b"second", tags="TagA", keys="k")])[0]
+        assert (r.commitlog_offset, r.queue_id, r.queue_offset) == (start, 0, 1)
+    finally:
+        s.close()
+
+
+def test_the_lane_refuses_a_struct_it_cannot_trust_at_construction():
+    """``Lane(...)``: an address of 0, a result class that is not a bare tuple subclass, a
+    UNIQ_KEY prefix that is not short ASCII, a state that is not three int64: TypeError or
+    ValueError, no lane."""
+    import collections
+
+    Lane = K.objects.Lane
+    rt = putmessage.PutResult
+    state = array("q", [0, 0, 0])
+    ok = (1, object(), {}, {}, {}, b"S\x01", rt, "ABCD", state)
+
+    def lane(i, v):
+        return Lane(*ok[:i], v, *ok[i + 1 :])
+
+    with pytest.raises(ValueError):
+        lane(0, 0)
+
+    class WithDict(tuple):
+        pass
+
+    for bad in (list, WithDict, int, collections.OrderedDict):
+        with pytest.raises(TypeError):
+            lane(6, bad)
+    for prefix in ("é" * 4, "A" * 49):
+        with pytest.raises(ValueError):
+            lane(7, prefix)
+    for state in (array("q", [0, 0]), array("i", [0] * 6), bytearray(24), b"x" * 24):
+        with pytest.raises((TypeError, BufferError)):
+            lane(8, state)
+    with pytest.raises(TypeError):
+        Lane(*ok, extra=1)
