@@ -44,12 +44,19 @@ class UniqKeyGenerator:
     def roll_month(self, now_ms: int) -> None:
         """Make the month of ``now_ms`` (epoch ms, local time, as ``MessageClientIDSetter``'s
         ``setStartTime``) the one ids count their time part from."""
+        with self._lock:
+            self._roll_locked(now_ms)
+
+    def _roll_locked(self, now_ms: int) -> None:
+        """:meth:`roll_month` under the lock. The next month's start is kept past ``now_ms``
+        even where local time gives an earlier one (clocks set back across a month's first
+        midnight), so a time is never past its own month: it is counted from the same start
+        as on every call before."""
         now = _dt.datetime.fromtimestamp(now_ms / 1000)
         start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         nxt = (start + _dt.timedelta(days=32)).replace(day=1)
-        with self._lock:
-            self._state[1] = int(start.timestamp() * 1000)
-            self._state[2] = int(nxt.timestamp() * 1000)
+        self._state[1] = int(start.timestamp() * 1000)
+        self._state[2] = max(int(nxt.timestamp() * 1000), now_ms + 1)
 
     def lane_state(self) -> tuple[str, array]:
         """``(the ids' fixed prefix, the state array)`` for the compiled single put
@@ -119,10 +126,10 @@ class UniqKeyGenerator:
     def _take_plain(self, n: int, now_ms: int) -> tuple[str, int]:
         """Reserve ``n`` counter values: ``(fixed head of the ids, the first counter value)``,
         the head without its hash (the ids of the compiled put path, which hashes them)."""
-        if now_ms >= self._state[2]:
-            self.roll_month(now_ms)
         with self._lock:
             state = self._state
+            if now_ms >= state[2]:
+                self._roll_locked(now_ms)
             first = state[0]
             state[0] = first + n
             return self._prefix + "%08X" % ((now_ms - state[1]) & 0x7FFFFFFF), first

@@ -476,8 +476,8 @@ static PyObject *py_configure(PyObject *self, PyObject *args)
 
 typedef struct {
     PyObject_HEAD
-    rmq_put_args *a;
-    PyObject *owner;         /* what keeps *a alive (the cffi struct) */
+    rmq_put_args *a;         /* the struct's memory, exported by its owner for the lane's life */
+    Py_buffer struct_view;   /* that export (its obj keeps the struct alive) */
     PyObject *round_robin;   /* dict: topic -> next round-robin count */
     PyObject *queue_offsets; /* dict: (topic, queueId) -> next queue offset */
     PyObject *tags_cache;    /* dict: tags -> (TAGS item bytes, tagsCode) */
@@ -490,7 +490,8 @@ typedef struct {
 
 static void lane_dealloc(Lane *self)
 {
-    Py_XDECREF(self->owner);
+    if (self->struct_view.obj != NULL)
+        PyBuffer_Release(&self->struct_view);
     Py_XDECREF(self->round_robin);
     Py_XDECREF(self->queue_offsets);
     Py_XDECREF(self->tags_cache);
@@ -500,20 +501,22 @@ static void lane_dealloc(Lane *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Lane(address, owner, round_robin, queue_offsets, tags_cache, sharding_prefix, result_type,
- *      uniq_prefix, uniq_state) */
+/* Lane(struct, round_robin, queue_offsets, tags_cache, sharding_prefix, result_type,
+ *      uniq_prefix, uniq_state): struct a writable buffer of exactly one rmq_put_args (cffi's
+ *      ffi.buffer of the kernel's struct; its pointers are the kernel's own, set by
+ *      putmessage._PutCall, as for every call of rmq_put), exported for the lane's life. */
 static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    PyObject *addr, *owner, *rr, *qo, *tc, *sp, *up, *us;
+    PyObject *sobj, *rr, *qo, *tc, *sp, *up, *us;
     PyTypeObject *rt;
     Lane *self;
     if (kw != NULL && PyDict_GET_SIZE(kw)) {
         PyErr_SetString(PyExc_TypeError, "Lane takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!O!O!O!O", &PyLong_Type, &addr, &owner, &PyDict_Type,
-                          &rr, &PyDict_Type, &qo, &PyDict_Type, &tc, &PyBytes_Type, &sp,
-                          &PyType_Type, &rt, &PyUnicode_Type, &up, &us))
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O", &sobj, &PyDict_Type, &rr, &PyDict_Type, &qo,
+                          &PyDict_Type, &tc, &PyBytes_Type, &sp, &PyType_Type, &rt,
+                          &PyUnicode_Type, &up, &us))
         return NULL;
     Py_ssize_t up_len;
     const char *up_u = PyUnicode_AsUTF8AndSize(up, &up_len);
@@ -538,17 +541,22 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TypeError, "Lane: result_type must be a named tuple class");
         return NULL;
     }
-    void *p = PyLong_AsVoidPtr(addr);
-    if (p == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "Lane: a NULL struct");
+    Py_buffer sv;
+    if (PyObject_GetBuffer(sobj, &sv, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (sv.len != (Py_ssize_t)sizeof(rmq_put_args) ||
+        (uintptr_t)sv.buf % _Alignof(rmq_put_args) != 0) {
+        PyBuffer_Release(&sv);
+        PyErr_SetString(PyExc_ValueError, "Lane: the struct is one aligned rmq_put_args");
         return NULL;
     }
     self = (Lane *)type->tp_alloc(type, 0);
-    if (self == NULL)
+    if (self == NULL) {
+        PyBuffer_Release(&sv);
         return NULL;
-    self->a = (rmq_put_args *)p;
-    self->owner = Py_NewRef(owner);
+    }
+    self->struct_view = sv;
+    self->a = (rmq_put_args *)sv.buf;
     self->round_robin = Py_NewRef(rr);
     self->queue_offsets = Py_NewRef(qo);
     self->tags_cache = Py_NewRef(tc);
@@ -620,7 +628,8 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer bodyb = {0}, winb = {0}, stateb = {0};
     char small[512], *head = small;
     int ok = 1, in_place = 0;
-    int64_t out[7] = {0};
+    int64_t out[7] = {0}, room = 0;
+    uint8_t *dst = NULL;
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError,
                         "put(row, born_host, info, now, start, window, want_index)");
@@ -790,8 +799,6 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
         ret = lane_code(LANE_ROW, 0, 0);
         goto restore;
     }
-    uint8_t *dst = NULL;
-    int64_t room = 0;
     if (window != Py_None) {
         int64_t wpos, wroom;
         if (!PyTuple_CheckExact(window) || PyTuple_GET_SIZE(window) != 3 ||
@@ -814,9 +821,7 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
         (int32_t)(keys_u ? keys_len : 0), (const char *)bodyb.buf, (int64_t)bodyb.len, uniq_u,
         (int32_t)uniq_len, (int32_t)qid, nxt, born, (int32_t)flag,
         born_host == Py_None ? NULL : PyBytes_AS_STRING(born_host), want_index, dst, room, out);
-    in_place = dst != NULL;
-    if (winb.obj != NULL)
-        PyBuffer_Release(&winb);
+    in_place = dst != NULL; /* (the window stays exported until the record is reported) */
     PyBuffer_Release(&bodyb);
     if (rc == 2) {
         ret = lane_code(2, out[4], out[5]);
@@ -864,10 +869,13 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
         goto fail_written;
     goto done;
 fail_written:
-    /* A memory error after the record was written: the caller must not lose track of it.
-     * MemoryError is raised; the record stays where rmq_put_one wrote it, past the
-     * CommitLog's end (in the mapping, or in the out buffer), and is overwritten by the next
-     * put, as a record the CommitLog does not count. */
+    /* A memory error after the record was written, before it could be reported: the put
+     * fails (MemoryError; its queue and UNIQ_KEY taken, as a refused put's), and the record
+     * must not outlive it. One in the mapping is zeroed (recovery reads a zero header as the
+     * end of what was written, and the next put writes there); one in the out buffer was
+     * never written to the file. */
+    if (in_place && out[1] > 0 && out[1] <= room)
+        memset(dst, 0, (size_t)out[1]);
     if (!PyErr_Occurred())
         PyErr_NoMemory();
     goto done;

@@ -206,21 +206,19 @@ class Kernel:
         uniq_state: Any,
     ) -> Any:
         """The single put's lane (``_putobj.Lane``, see ``_putobj.c``) over ``args``, a cffi
-        ``rmq_put_args *`` of this kernel (kept alive by the lane), with the put path's round
-        robin (topic -> next count, advanced by the lane), topicQueueTable ((topic, queueId)
-        -> next queue offset, read), tags cache (tags -> (TAGS item, tagsCode), read), the
-        SHARDING_KEY item's prefix, the class of its results (a named tuple of the eight
-        PutResult fields) and the UNIQ_KEY generator's prefix and state
-        (``UniqKeyGenerator.lane_state``: ids are taken from it). ``lane.put(row, born_host,
-        info, now, start, window, want_index)`` puts one message (``_putobj.c`` says what it
-        returns). None without the companion module."""
+        ``rmq_put_args *`` of this kernel (its memory exported to the lane for the lane's
+        life), with the put path's round robin (topic -> next count, advanced by the lane),
+        topicQueueTable ((topic, queueId) -> next queue offset, read), tags cache (tags ->
+        (TAGS item, tagsCode), read), the SHARDING_KEY item's prefix, the class of its results
+        (a named tuple of the eight PutResult fields) and the UNIQ_KEY generator's prefix and
+        state (``UniqKeyGenerator.lane_state``: ids are taken from it). ``lane.put(row,
+        born_host, info, now, start, window, want_index)`` puts one message (``_putobj.c``
+        says what it returns). None without the companion module."""
         objects = self.objects
         if objects is None:
             return None
-        address = int(self.ffi.cast("uintptr_t", args))
         return objects.Lane(
-            address,
-            args,
+            self.ffi.buffer(args),
             round_robin,
             queue_offsets,
             tags_cache,

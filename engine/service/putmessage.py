@@ -981,13 +981,18 @@ def put_plain(
             row = _message_row(messages[0])
             if row is None or row[_NPLAIN:] != _OTHER_DEFAULTS or row[9] or row[10]:
                 return None  # not plain: properties, sysFlag, another field not at its default
+        if len(row[1]) > cfgs.max_message_size:
+            return None  # the general path says why
         bh = row[7]
         born_host = None
         if bh is not None:
             if len(bh[0]) != 4:
                 return None  # an IPv6 born host
             born_host = HOST_V4.pack(*bh)
-        return _put_row(store, row, born_host)
+        info = plain_topic(store, row[0])
+        if info is None or info[0] <= 0:
+            return None  # no write queue: the general path says so
+        return _under_put_lock(store, _put_one, kernel, row, born_host, info)
     if cols is None:
         cols = message_columns(messages)
         if cols is None:
@@ -1020,41 +1025,21 @@ def put_plain(
     )
 
 
-def _put_row(
-    store: MessageStore, row: tuple, born_host: bytes | None
-) -> Sequence[PutResult] | None:
-    """:func:`put_plain` of one message, not a MessageBatch (``row``: its plain fields, as
-    :func:`_message_row` reads them or ``vouch_row`` vouched for them; ``born_host``: its 8
-    bytes, None for the default): :func:`_put_one` under the put lock, or None, nothing done,
-    where the general path must put it (no compiled core, a store or topic setting the fast
-    path does not take, a body past maxMessageSize, a topic without write queues: the general
-    path says why). The disk-full refusal is checked before."""
-    kernel = store.putter.kernel
-    if (
-        kernel is None
-        or not _plain_store(store)
-        or len(row[1]) > store.config.max_message_size
-        or (info := plain_topic(store, row[0])) is None
-        or info[0] <= 0
-    ):
-        return None
-    return _under_put_lock(store, _put_one, kernel, row, born_host, info)
-
-
 def _under_put_lock(
-    store: MessageStore, put: Callable[..., Sequence[PutResult]], *args: Any
-) -> Sequence[PutResult]:
+    store: MessageStore, put: Callable[..., Sequence[PutResult] | None], *args: Any
+) -> Sequence[PutResult] | None:
     """``put(store, *args, now)`` under the store's put lock (``putMessageLock``; ``now`` the
     store timestamp, epoch ms), then, under SYNC_FLUSH, the wait for its records' flush
-    (GroupCommitService: one fdatasync for this put and its peers'). ReadOnlyStoreError when
-    the store is closed."""
+    (GroupCommitService: one fdatasync for this put and its peers'); None where ``put``
+    answers None (nothing put: the general path's). ReadOnlyStoreError when the store is
+    closed."""
     now = int(time.time() * 1000)
     with store.put_lock:
         if store.closed:
             raise ReadOnlyStoreError("store is closed")
         store.flusher.check_not_failed()  # (again: a sync may have failed while it waited)
         out = put(store, *args, now)
-    if store.sync_flush:
+    if out is not None and store.sync_flush:
         last = out[-1]
         store.flusher.wait_flushed(last.commitlog_offset + last.size, out)
     return out
@@ -1127,6 +1112,8 @@ def put_bodies(
         out = _under_put_lock(
             store, _put_compiled, kernel, cols, lens, None, (topic,), (info,), results, False
         )
+    if out is None:  # (a line the single put's compiled lane does not take: the general path)
+        return put_messages(store, messages())
     for listener in store.listeners:
         listener(out)
     return out
@@ -1194,22 +1181,28 @@ class _PutCall:
         # the pointers of the struct set by the last call (kept alive here): set again only
         # when one changes
         self.last: tuple = ()
-        putter = store.putter
-        self.lane = kernel.put_lane(  # the single put's (_put_one)
-            a,
-            putter.round_robin,
-            putter.queue_offsets,
-            putter.tags_cache,
-            _SHARDING_PREFIX,
-            PutResult,
-            *store.uniq_keys.lane_state(),
-        )
+        self.kernel = kernel
+        self.lane: Any = None  # the single put's (_put_one), for the generator below
+        self.lane_ids: object = None
         # the topic tables the struct points at since the last single put (set_topic)
         self.last_topic: tuple = ()
         self.last_tables: tuple = ()
 
     def set_store(self, store: MessageStore) -> None:
-        """The store's values that may change between puts (a config reload)."""
+        """The store's values that may change between puts (a config reload, a UNIQ_KEY
+        generator put in place of another: the lane is made again over its state)."""
+        if store.uniq_keys is not self.lane_ids:
+            putter = store.putter
+            self.lane = self.kernel.put_lane(
+                self.args,
+                putter.round_robin,
+                putter.queue_offsets,
+                putter.tags_cache,
+                _SHARDING_PREFIX,
+                PutResult,
+                *store.uniq_keys.lane_state(),
+            )
+            self.lane_ids = store.uniq_keys
         values = (store.store_host, store.commitlog.file_size, store.config.max_message_size)
         if values != self.store_values:
             a = self.args
@@ -1427,7 +1420,7 @@ def _put_one(
     born_host: bytes | None,
     info: PlainTopic,
     now: int,
-) -> Sequence[PutResult]:
+) -> Sequence[PutResult] | None:
     """:func:`_put_compiled` of one message (``row``: :func:`_message_row`'s fields), at the
     least per-call cost (``DefaultMessageStore.putMessage``): one call of the compiled lane
     (``_putobj.Lane.put``) builds its property head (TAGS from the cache, KEYS, SHARDING_KEY),
@@ -1436,8 +1429,11 @@ def _put_one(
     CommitLog's mapping where it fits what is allocated there (else into ``call.out``, then
     CommitLog's append) and builds its PutResult; what it cannot do it answers with a code,
     done here before it is called again (a tags item, a queue's first offset, the month of its
-    UNIQ_KEY, a row's texts as exact ``str``, a larger buffer, the error to raise). Then the
-    unit and the index entries (:func:`_dispatch_one`, else :func:`_dispatch_out`)."""
+    UNIQ_KEY, a row's texts and ints as exact types, a larger buffer, the error to raise).
+    Then the unit and the index entries (:func:`_dispatch_one`, else :func:`_dispatch_out`).
+    None, nothing taken or changed, for a row the lane does not take (a text UTF-8 cannot
+    encode, no companion module, ...): :func:`put_plain` answers None and the general path
+    puts it or says why."""
     keys = row[3]
     call = _call(store, kernel)
     nslots = info[1]
@@ -1453,7 +1449,9 @@ def _put_one(
         window = None  # append meets the disk's error once its queue and UNIQ_KEY are taken,
         # as in the general path, which chooses and encodes before it writes
     lane = call.lane
-    while True:
+    if lane is None:  # (no companion module: the general path)
+        return None
+    for _ in range(_LANE_TRIES):
         r = lane.put(row, born_host, info, now, start, window, index is not None)
         if len(r) != 3:
             break
@@ -1472,16 +1470,15 @@ def _put_one(
             )
         elif rc == _LANE_QUEUE:  # a queueId not the topic's, or no write queue
             choose_queue({}, row[0], row[4], row[5], info[0], nslots)  # (raises why)
-            raise PutMessageError(f"no queue of {row[0]} takes the message")
+            return None  # (it did not: the general path says)
         elif rc == _LANE_ROW and row is not (row := _lane_row(row)):
-            pass  # its texts as exact str, its keys as their KEYS value: once more
-        elif rc == _LANE_ROW:  # (a text UTF-8 cannot encode raises UnicodeEncodeError here)
-            for text in (row[0], row[2], row[3], row[5]):
-                if text.__class__ is str:
-                    text.encode()
-            raise PutMessageError(f"the compiled put path cannot put a message of {row[0]!r}")
-        else:
+            pass  # its texts as exact str, its ints as int, its keys their KEYS value: again
+        elif rc > 0:
             _refused(call.lib, call.args, rc, cl.file_size)
+        else:  # a row the lane does not take (a text UTF-8 cannot encode, ...): the general
+            return None  # path puts it or says why; nothing was taken or changed
+    else:
+        return None  # (answers that did not settle: the general path, nothing changed)
     result, key, tc, end, in_place, need, nchunks, entries = r
     if in_place:  # (one record, in the segment it started in)
         cl.appended_in_place(end, now)
@@ -1503,9 +1500,11 @@ def _put_one(
 def _lane_row(row: tuple) -> tuple:
     """``row`` as ``_putobj.Lane.put`` takes it (a row it answered ``_LANE_ROW`` for): its
     topic, tags and sharding key exact ``str`` (a subclass's characters, as the general path
-    stores them), its keys their KEYS value (a list's joined, as UTF-8 bytes: ``[""]`` is an
-    empty value, written; a ``str``'s characters). ``row`` itself when nothing changes."""
+    stores them), its queueId, born timestamp and flag exact ``int`` (a bool's or IntEnum's
+    value), its keys their KEYS value (a list's joined, as UTF-8 bytes: ``[""]`` is an empty
+    value, written; a ``str``'s characters). ``row`` itself when nothing changes."""
     topic, tags, keys, sharding = row[0], row[2], row[3], row[5]
+    qid, born, flag = (_exact_int(row[i]) for i in (4, 6, 8))
     if keys is not None and keys.__class__ is not str:
         value = _keys_value(keys)
         keys = None if value is None else str.__str__(value).encode()
@@ -1514,11 +1513,20 @@ def _lane_row(row: tuple) -> tuple:
         row[1],
         _exact_str(tags),
         keys,
-        row[4],
+        qid,
         _exact_str(sharding),
-        *row[6:],
+        born,
+        row[7],
+        flag,
+        *row[9:],
     )
     return row if all(map(operator.is_, new, row)) else new
+
+
+def _exact_int(v: Any) -> Any:
+    """An ``int`` subclass's value (a bool, an IntEnum: what the rules take as an int) as an
+    exact ``int``; any other value as it is."""
+    return int(v) if isinstance(v, int) and v.__class__ is not int else v
 
 
 def _exact_str(v: Any) -> Any:
@@ -1527,6 +1535,10 @@ def _exact_str(v: Any) -> Any:
     return str.__str__(v) if isinstance(v, str) and v.__class__ is not str else v
 
 
+#: calls of ``_putobj.Lane.put`` a single put makes at most: each answer but the last asks for
+#: one step done once (a tags item, a queue's offset, the month, a row as it takes it, a
+#: window that is short, larger arrays)
+_LANE_TRIES = 8
 #: what ``_putobj.Lane.put`` answers when it needs a step of Python first (``_putobj.c``)
 _LANE_TAGS, _LANE_QUEUE, _LANE_OFFSET, _LANE_ROW, _LANE_MONTH = -1, -2, -3, -4, -5
 #: bytes of a single put's window past the record's fixed part and body, for its property items:
@@ -1993,8 +2005,9 @@ def _heads(
 def _tags_item(tags_cache: dict[str, tuple[bytes, int]], tags: str) -> tuple[bytes, int]:
     """The TAGS property item of ``tags`` and its tagsCode, kept in ``tags_cache``."""
     head_tc = (_TAGS_ITEM + tags.encode() + PROPERTY_END, tags_code(tags))
-    if len(tags_cache) < 4096:
-        tags_cache[tags] = head_tc
+    if len(tags_cache) >= 4096:  # (bounded: a full cache starts again, and the single put's
+        tags_cache.clear()  # lane, which reads it, finds what it asked for)
+    tags_cache[tags] = head_tc
     return head_tc
 
 

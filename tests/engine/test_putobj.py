@@ -538,33 +538,180 @@ def test_the_lane_answers_a_code_and_changes_nothing_for_what_it_is_handed_wrong
 
 
 def test_the_lane_refuses_a_struct_it_cannot_trust_at_construction():
-    """``Lane(...)``: an address of 0, a result class that is not a bare tuple subclass, a
-    UNIQ_KEY prefix that is not short ASCII, a state that is not three int64: TypeError or
-    ValueError, no lane."""
+    """``Lane(...)``: a struct that is not a writable buffer of exactly one ``rmq_put_args``
+    (an address as an int, a read-only or short buffer), a result class that is not a bare
+    tuple subclass, a UNIQ_KEY prefix that is not short ASCII, a state that is not three
+    int64: TypeError, ValueError or BufferError, no lane."""
     import collections
 
     Lane = K.objects.Lane
-    rt = putmessage.PutResult
+    struct = K.ffi.new("rmq_put_args *")
+    size = len(K.ffi.buffer(struct))
     state = array("q", [0, 0, 0])
-    ok = (1, object(), {}, {}, {}, b"S\x01", rt, "ABCD", state)
+    ok = (K.ffi.buffer(struct), {}, {}, {}, b"S\x01", putmessage.PutResult, "ABCD", state)
+    Lane(*ok)  # (what is refused below is refused for the one value changed)
 
     def lane(i, v):
         return Lane(*ok[:i], v, *ok[i + 1 :])
 
-    with pytest.raises(ValueError):
-        lane(0, 0)
+    for bad in (1, id(struct), bytes(size), bytearray(size - 1), bytearray(size + 1)):
+        with pytest.raises((TypeError, ValueError, BufferError)):
+            lane(0, bad)
 
     class WithDict(tuple):
         pass
 
     for bad in (list, WithDict, int, collections.OrderedDict):
         with pytest.raises(TypeError):
-            lane(6, bad)
+            lane(5, bad)
     for prefix in ("é" * 4, "A" * 49):
         with pytest.raises(ValueError):
-            lane(7, prefix)
-    for state in (array("q", [0, 0]), array("i", [0] * 6), bytearray(24), b"x" * 24):
+            lane(6, prefix)
+    for st_ in (array("q", [0, 0]), array("i", [0] * 6), bytearray(24), b"x" * 24):
         with pytest.raises((TypeError, BufferError)):
-            lane(8, state)
+            lane(7, st_)
     with pytest.raises(TypeError):
         Lane(*ok, extra=1)
+
+
+def test_a_single_put_of_a_tag_new_to_a_full_tags_cache_is_put(tmp_path):
+    """Found by a review: the tags cache held at most 4,096 items and stopped taking more,
+    while the lane asks for a tag's item in it, so a single put of a tag new to a full cache
+    asked again forever under the put lock. A full cache starts again; the put is made."""
+    s, _lane, _info = _lane_store(tmp_path)
+    try:
+        cache = s.putter.tags_cache
+        for i in range(4096 - len(cache)):
+            cache[f"filler-{i}"] = (b"TAGS\x01f\x02", 0)
+        r = s.put_messages([Message("T", b"x", tags="new-tag")])[0]
+        assert "new-tag" in cache and len(cache) <= 4096
+        got = s.get_message("T", r.queue_id, r.queue_offset)
+        assert got.tags == "new-tag" and got.body == b"x"
+    finally:
+        s.close()
+
+
+def test_a_single_put_takes_the_int_values_the_rules_take(tmp_path):
+    """Found by a review: the rules take a bool or an IntEnum for a flag, a born timestamp or
+    a queueId (``validation.check_numbers``, ``check_queue_id``), and the lane, which reads
+    exact ints, made such a put fail; they are put with their values, as the general path
+    puts them (the same CommitLog bytes, the UNIQ_KEYs fixed)."""
+    import enum
+
+    class Q(enum.IntEnum):
+        TWO = 2
+
+    batches = [
+        [Message("T", b"a", flag=True)],
+        [Message("T", b"b", queue_id=Q.TWO)],
+        [Message("T", b"c", born_timestamp=Q.TWO, flag=Q.TWO)],
+        [Message("T", b"d", born_timestamp=True)],
+    ]
+    with_it = _put_all(tmp_path / "with", batches, True)
+    without = _put_all(tmp_path / "without", batches, False)
+    assert with_it == without and any(k.startswith("commitlog") for k in with_it)
+
+
+def test_the_lane_takes_ids_from_the_generator_in_place(tmp_path):
+    """Found by a review: the lane was bound to the generator the store had when it was
+    made, so a generator put in its place (tests/stores.py's ``fix_uniq_keys``) was rolled
+    while the lane read the old one's state: ids of the old prefix, and a born time of a
+    later month asked for a roll forever. The lane follows the store's generator."""
+    import time
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"x")])
+        fix_uniq_keys(s, 100)
+        prefix = s.uniq_keys.lane_state()[0]
+        r = s.put_messages([Message("T", b"x")])[0]
+        assert r.uniq_key.startswith(prefix) and r.uniq_key.endswith("0064")
+        later = int(time.time() * 1000) + 40 * 86_400_000
+        r = s.put_messages([Message("T", b"y", born_timestamp=later)])[0]
+        assert r.uniq_key.startswith(prefix) and s.uniq_keys.counter == 102
+
+
+def test_a_month_whose_next_begins_before_a_time_in_it_still_rolls(tmp_path):
+    """Found by a review: where clocks go back across a month's first midnight (St. John's,
+    2009-11-01 00:01 -> 2009-10-31 23:01), a time after the change is in October by local
+    time while November's start is already past: the month's next start was before the time,
+    and a single put of it asked for a roll forever. The next start is kept past the time; the
+    id counts from the month's start, as every call did before."""
+    import subprocess
+    import sys
+
+    from conftest import SRC_PATH
+
+    script = (
+        "import sys\n"
+        "from rmqfs.engine.store import Message, MessageStore\n"
+        "from rmqfs.engine.format.uniqkey import UniqKeyGenerator\n"
+        "born = 1257043500000\n"
+        "g = UniqKeyGenerator()\n"
+        "g.roll_month(born)\n"
+        "assert g.lane_state()[1][2] > born, g.lane_state()[1]\n"
+        "with MessageStore(sys.argv[1]) as s:\n"
+        "    s.create_topic('T', 1)\n"
+        "    r = s.put_messages([Message('T', b'x', born_timestamp=born)])[0]\n"
+        "    g2 = UniqKeyGenerator()\n"
+        "    g2._prefix = s.uniq_keys.lane_state()[0]\n"
+        "    g2.counter = s.uniq_keys.counter - 1\n"
+        "    assert r.uniq_key == g2.next_many(1, born)[0][0], r.uniq_key\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, TZ="America/St_Johns", PYTHONPATH=SRC_PATH)
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "s")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_put_that_runs_out_of_memory_leaves_no_record_past_the_end(tmp_path):
+    """Found by a review: a memory error after ``rmq_put_one`` wrote the record into the
+    mapping (building the ids, the PutResult, the entries) failed the put but left a valid
+    record past the CommitLog's end, which recovery counted after a restart, even a clean
+    one. Every allocation of the lane's call made to fail in turn: each put either succeeds
+    or leaves nothing past the end (the bytes there are zeros), and the store reopens with
+    exactly the puts that succeeded."""
+    testcapi = pytest.importorskip("_testcapi")
+    if not hasattr(testcapi, "set_nomemory"):
+        pytest.skip("no _testcapi.set_nomemory")
+    root = str(tmp_path / "s")
+    acked = []
+    failed = 0
+    with MessageStore(root) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"kept", tags="TagA", keys="k")])
+        acked.append(b"kept")
+        call = s.putter.call
+        real = call.lane
+        segment = s.commitlog.files.segments[0]
+        for k in range(40):
+
+            class Failing:
+                def put(self, *a, k=k):
+                    testcapi.set_nomemory(k, k + 1)
+                    try:
+                        return real.put(*a)
+                    finally:
+                        testcapi.remove_mem_hooks()
+
+            call.lane = Failing()
+            body = b"m%d" % k
+            try:
+                s.put_messages([Message("T", body, tags="TagA", keys="k")])
+                acked.append(body)
+            except MemoryError:
+                failed += 1
+            finally:
+                call.lane = real
+            end = s.commitlog.max_offset
+            assert os.pread(segment.fd, 8, end - segment.start) == bytes(8), k
+    assert failed > 5  # (the allocations after the write among them)
+    with MessageStore(root) as s:
+        got = s.get_messages("G", "T", 0, 0, 100).messages
+        assert [m.body for m in got] == acked
