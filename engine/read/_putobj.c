@@ -460,19 +460,23 @@ static PyObject *py_configure(PyObject *self, PyObject *args)
  * CommitLog.asyncPutMessage -> DefaultAppendMessageCallback.doAppend): its property head
  * built (the TAGS item from the put path's cache, KEYS, SHARDING_KEY), its queue chosen
  * (putmessage.choose_queue's rule: the queueId given, the sharding key's hash, else the
- * topic's round robin), its queue offset read from the topicQueueTable, its record encoded by
- * rmq_put_one straight into the CommitLog's mapping (or the struct's out buffer), and its
- * PutResult built: one call instead of a dozen Python steps. The Python caller keeps every
- * decision this does not make: the store's state, the topic (plain_topic), the UNIQ_KEY, the
- * window of the mapping (FileQueue.write_window), the dispatch and accounting after.
+ * topic's round robin), its queue offset read from the topicQueueTable,
+ * its UNIQ_KEY taken from the generator's state (uniqkey.UniqKeyGenerator.lane_state), its
+ * record encoded by rmq_put_one straight into the CommitLog's mapping (or the struct's out
+ * buffer), and its PutResult built: one call instead of a dozen Python steps. The Python
+ * caller keeps every decision this does not make: the store's state, the topic
+ * (plain_topic), the window of the mapping (FileQueue.write_window), the dispatch and the
+ * accounting after.
  *
- * A Lane belongs to one PutService (putmessage._PutCall makes it): the rmq_put_args struct
- * it is given the address of (the cffi object that owns it is held here, so it outlives the
- * lane), and the PutService's own dicts (round robin, topicQueueTable, tags cache), which the
- * lane reads and, for the round robin, advances, as choose_queue would. Everything else it is
- * handed per call is checked: a row of the plain fields, exact types, ranges, the window
- * inside its mapping. What it cannot do it answers with a code and changes nothing
- * (``put``'s docstring), and the Python path does that step and calls again. */
+ * A Lane belongs to one PutService (putmessage._PutCall makes it): the rmq_put_args struct,
+ * whose memory its owner exports to the lane for the lane's life (a buffer of exactly that
+ * size; its pointers are the kernel's own, set by _PutCall as for every rmq_put), the
+ * PutService's own dicts (round robin, topicQueueTable, tags cache), which the lane reads
+ * and, for the round robin, advances, as choose_queue would, and the UNIQ_KEY generator's
+ * state array, whose counter it advances. Everything else it is handed per call is checked:
+ * a row of the plain fields, exact types, ranges, the window inside its mapping. What it
+ * cannot do it answers with a code and changes nothing (``put``'s comment), and the Python
+ * path does that step and calls again, or hands the message to the general path. */
 
 typedef struct {
     PyObject_HEAD
@@ -606,9 +610,10 @@ static const char HEX[] = "0123456789ABCDEF";
  * bytes its UTF-8 as it is, even empty), queueId None|int, sharding key None|str, born
  * timestamp None|int (epoch ms), born host (unused), flag int); born_host: None or its 8
  * bytes (IPv4, int32 port); info: the topic's PlainTopic, whose tables the struct points at
- * (writeQueueNums, queues, ...); now: store timestamp (epoch ms); start: the CommitLog offset the record goes at; window: None or (mmap, position,
- * room) from FileQueue.write_window(start, ...); want_index: whether to compute the index
- * entries. Its UNIQ_KEY is the generator's next id (MessageClientIDSetter.createUniqID: the
+ * (writeQueueNums, queues, ...); now: store timestamp (epoch ms); start: the CommitLog offset
+ * the record goes at; window: None or (mmap, position, room) from
+ * FileQueue.write_window(start, ...), exported for the call only; want_index: whether to
+ * compute the index entries. Its UNIQ_KEY is the generator's next id (MessageClientIDSetter.createUniqID: the
  * prefix, the ms of its born timestamp (else now) since the month began, the counter), the
  * counter advanced once the record is written or refused.
  *
@@ -617,8 +622,10 @@ static const char HEX[] = "0123456789ABCDEF";
  * buffer, ``need`` bytes in ``nchunks`` chunks, for the caller to append), entries the flat
  * [keyHash, phyOffset, storeTimestamp, ...] (None without want_index); or (code, a, b):
  * a LANE_* code (nothing changed), or rmq_put_one's 1 or 3 (refused; the round robin moved
- * as choose_queue moves it before a put), or 2 (short of room in the window or in the out
- * buffer; a = bytes needed, b = index entries; nothing changed). */
+ * as choose_queue moves it before a put, the UNIQ_KEY taken), or 2 (short of room in the
+ * window or in the out buffer; a = bytes needed, b = index entries; nothing changed). A
+ * memory error once the record is written raises MemoryError, the record zeroed where it was
+ * written into the window (its queue and UNIQ_KEY taken, as a refused put's). */
 static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *row, *born_host, *info, *window, *topic, *body, *tags, *keys, *qid_o;

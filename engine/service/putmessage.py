@@ -1436,6 +1436,9 @@ def _put_one(
     puts it or says why."""
     keys = row[3]
     call = _call(store, kernel)
+    lane = call.lane
+    if lane is None:  # (no companion module: the general path)
+        return None
     nslots = info[1]
     if not call.cap or nslots > call.nslots_cap:
         call.arrays(1, nslots, 1, len(row[1]) + 512)  # else what the last call left fits
@@ -1448,9 +1451,6 @@ def _put_one(
     except OSError:  # from allocating, nothing written: the record goes into call.out, and its
         window = None  # append meets the disk's error once its queue and UNIQ_KEY are taken,
         # as in the general path, which chooses and encodes before it writes
-    lane = call.lane
-    if lane is None:  # (no companion module: the general path)
-        return None
     for _ in range(_LANE_TRIES):
         r = lane.put(row, born_host, info, now, start, window, index is not None)
         if len(r) != 3:
