@@ -482,6 +482,7 @@ typedef struct {
     PyObject_HEAD
     rmq_put_args *a;         /* the struct's memory, exported by its owner for the lane's life */
     Py_buffer struct_view;   /* that export (its obj keeps the struct alive) */
+    PyObject *owner;         /* what holds the arrays the struct points at (putmessage._PutCall) */
     PyObject *round_robin;   /* dict: topic -> next round-robin count */
     PyObject *queue_offsets; /* dict: (topic, queueId) -> next queue offset */
     PyObject *tags_cache;    /* dict: tags -> (TAGS item bytes, tagsCode) */
@@ -492,35 +493,55 @@ typedef struct {
     Py_ssize_t uniq_prefix_len;
 } Lane;
 
+/* (a lane and its owner refer to each other: the collector sees both) */
+static int lane_traverse(Lane *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->owner);
+    Py_VISIT(self->round_robin);
+    Py_VISIT(self->queue_offsets);
+    Py_VISIT(self->tags_cache);
+    Py_VISIT(self->uniq_state);
+    return 0;
+}
+
+/* A cleared lane puts nothing (lane_put checks ``owner``). */
+static int lane_clear(Lane *self)
+{
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->round_robin);
+    Py_CLEAR(self->queue_offsets);
+    Py_CLEAR(self->tags_cache);
+    Py_CLEAR(self->uniq_state);
+    return 0;
+}
+
 static void lane_dealloc(Lane *self)
 {
+    PyObject_GC_UnTrack(self);
+    lane_clear(self);
     if (self->struct_view.obj != NULL)
         PyBuffer_Release(&self->struct_view);
-    Py_XDECREF(self->round_robin);
-    Py_XDECREF(self->queue_offsets);
-    Py_XDECREF(self->tags_cache);
     Py_XDECREF(self->sharding_prefix);
     Py_XDECREF(self->result_type);
-    Py_XDECREF(self->uniq_state);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Lane(struct, round_robin, queue_offsets, tags_cache, sharding_prefix, result_type,
- *      uniq_prefix, uniq_state): struct a writable buffer of exactly one rmq_put_args (cffi's
- *      ffi.buffer of the kernel's struct; its pointers are the kernel's own, set by
- *      putmessage._PutCall, as for every call of rmq_put), exported for the lane's life. */
-static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+static PyTypeObject LaneType;
+
+/* new_lane(owner, struct, round_robin, queue_offsets, tags_cache, sharding_prefix,
+ *          result_type, uniq_prefix, uniq_state) -> Lane (the type itself is not callable):
+ * struct a writable buffer of exactly one rmq_put_args (cffi's ffi.buffer of the kernel's
+ * struct; its pointers are the kernel's own, set by putmessage._PutCall, owner, which holds
+ * the arrays they point at and which the lane holds), exported for the lane's life. */
+static PyObject *py_new_lane(PyObject *module, PyObject *args)
 {
-    PyObject *sobj, *rr, *qo, *tc, *sp, *up, *us;
+    PyObject *owner, *sobj, *rr, *qo, *tc, *sp, *up, *us;
     PyTypeObject *rt;
     Lane *self;
-    if (kw != NULL && PyDict_GET_SIZE(kw)) {
-        PyErr_SetString(PyExc_TypeError, "Lane takes no keyword arguments");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O", &sobj, &PyDict_Type, &rr, &PyDict_Type, &qo,
-                          &PyDict_Type, &tc, &PyBytes_Type, &sp, &PyType_Type, &rt,
-                          &PyUnicode_Type, &up, &us))
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!O!O!O!O", &owner, &sobj, &PyDict_Type, &rr,
+                          &PyDict_Type, &qo, &PyDict_Type, &tc, &PyBytes_Type, &sp,
+                          &PyType_Type, &rt, &PyUnicode_Type, &up, &us))
         return NULL;
     Py_ssize_t up_len;
     const char *up_u = PyUnicode_AsUTF8AndSize(up, &up_len);
@@ -554,13 +575,15 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "Lane: the struct is one aligned rmq_put_args");
         return NULL;
     }
-    self = (Lane *)type->tp_alloc(type, 0);
+    self = PyObject_GC_New(Lane, &LaneType);
     if (self == NULL) {
         PyBuffer_Release(&sv);
         return NULL;
     }
+    memset((char *)self + sizeof(PyObject), 0, sizeof(Lane) - sizeof(PyObject));
     self->struct_view = sv;
     self->a = (rmq_put_args *)sv.buf;
+    self->owner = Py_NewRef(owner);
     self->round_robin = Py_NewRef(rr);
     self->queue_offsets = Py_NewRef(qo);
     self->tags_cache = Py_NewRef(tc);
@@ -569,6 +592,7 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->uniq_state = Py_NewRef(us);
     memcpy(self->uniq_prefix, up_u, (size_t)up_len);
     self->uniq_prefix_len = up_len;
+    PyObject_GC_Track(self);
     return (PyObject *)self;
 }
 
@@ -640,6 +664,10 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError,
                         "put(row, born_host, info, now, start, window, want_index)");
+        return NULL;
+    }
+    if (self->owner == NULL) { /* (cleared by the collector) */
+        PyErr_SetString(PyExc_ValueError, "the lane was cleared");
         return NULL;
     }
     row = args[0];
@@ -783,6 +811,10 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     }
     int64_t *state = (int64_t *)stateb.buf;
     const int64_t id_time = born ? born : now;
+    if (state[0] == INT64_MAX) { /* (the counter's next step would overflow) */
+        ret = lane_code(LANE_ROW, 0, 0);
+        goto done;
+    }
     if (id_time >= state[2]) {
         ret = lane_code(LANE_MONTH, id_time, 0);
         goto done;
@@ -888,10 +920,14 @@ fail_written:
     goto done;
 restore:
     if (rr_new != NULL) { /* nothing was put: the round robin as it was (no allocation) */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb); /* (a memory error of the answer's tuple, kept) */
         if (rr_old != NULL)
             PyDict_SetItem(self->round_robin, topic, rr_old);
         else
             PyDict_DelItem(self->round_robin, topic);
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
     }
     goto done;
 fail:
@@ -937,10 +973,11 @@ static PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_putobj.Lane",
     .tp_basicsize = sizeof(Lane),
     .tp_dealloc = (destructor)lane_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The single put's lane (engine/read/_putobj.c).",
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .tp_doc = "The single put's lane (engine/read/_putobj.c), made by new_lane().",
+    .tp_traverse = (traverseproc)lane_traverse,
+    .tp_clear = (inquiry)lane_clear,
     .tp_methods = lane_methods,
-    .tp_new = lane_new,
 };
 
 static PyMethodDef methods[] = {
@@ -950,6 +987,9 @@ static PyMethodDef methods[] = {
      "vouch(messages, good_tags, banned_topics) -> [the 11 plain columns] | None"},
     {"vouch_row", (PyCFunction)(void (*)(void))py_vouch_row, METH_FASTCALL,
      "vouch_row(message, good_tags, banned_topics) -> (the 11 plain fields) | None"},
+    {"new_lane", py_new_lane, METH_VARARGS,
+     "new_lane(owner, struct, round_robin, queue_offsets, tags_cache, sharding_prefix, "
+     "result_type, uniq_prefix, uniq_state) -> Lane"},
     {"keys_utf8", py_keys_utf8, METH_O,
      "keys_utf8(keys) -> (blob, int32 lengths, spaces) | None | False"},
     {NULL, NULL, 0, NULL},

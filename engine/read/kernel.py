@@ -196,6 +196,7 @@ class Kernel:
 
     def put_lane(
         self,
+        owner: Any,
         args: Any,
         round_robin: dict,
         queue_offsets: dict,
@@ -207,7 +208,8 @@ class Kernel:
     ) -> Any:
         """The single put's lane (``_putobj.Lane``, see ``_putobj.c``) over ``args``, a cffi
         ``rmq_put_args *`` of this kernel (its memory exported to the lane for the lane's
-        life), with the put path's round robin (topic -> next count, advanced by the lane),
+        life), held by ``owner`` with the arrays its pointers point at (the lane holds
+        ``owner``), with the put path's round robin (topic -> next count, advanced by the lane),
         topicQueueTable ((topic, queueId) -> next queue offset, read), tags cache (tags ->
         (TAGS item, tagsCode), read), the SHARDING_KEY item's prefix, the class of its results
         (a named tuple of the eight PutResult fields) and the UNIQ_KEY generator's prefix and
@@ -217,7 +219,8 @@ class Kernel:
         objects = self.objects
         if objects is None:
             return None
-        return objects.Lane(
+        return objects.new_lane(
+            owner,
             self.ffi.buffer(args),
             round_robin,
             queue_offsets,

@@ -1191,18 +1191,22 @@ class _PutCall:
     def set_store(self, store: MessageStore) -> None:
         """The store's values that may change between puts (a config reload, a UNIQ_KEY
         generator put in place of another: the lane is made again over its state)."""
-        if store.uniq_keys is not self.lane_ids:
+        ids = store.uniq_keys
+        if ids is not self.lane_ids:
             putter = store.putter
-            self.lane = self.kernel.put_lane(
+            # (a generator of another kind: no lane, single puts take the general path)
+            state = getattr(ids, "lane_state", None)
+            self.lane = state and self.kernel.put_lane(
+                self,
                 self.args,
                 putter.round_robin,
                 putter.queue_offsets,
                 putter.tags_cache,
                 _SHARDING_PREFIX,
                 PutResult,
-                *store.uniq_keys.lane_state(),
+                *state(),
             )
-            self.lane_ids = store.uniq_keys
+            self.lane_ids = ids
         values = (store.store_host, store.commitlog.file_size, store.config.max_message_size)
         if values != self.store_values:
             a = self.args
@@ -1435,6 +1439,8 @@ def _put_one(
     encode, no companion module, ...): :func:`put_plain` answers None and the general path
     puts it or says why."""
     keys = row[3]
+    if keys.__class__ is bytes:  # (not a value the rules take: the general path says so; to
+        return None  # the lane, bytes are a KEYS value _lane_row encoded)
     call = _call(store, kernel)
     lane = call.lane
     if lane is None:  # (no companion module: the general path)
@@ -1443,7 +1449,6 @@ def _put_one(
     if not call.cap or nslots > call.nslots_cap:
         call.arrays(1, nslots, 1, len(row[1]) + 512)  # else what the last call left fits
     call.set_topic(row[0], info)
-    index = store.index_service
     cl = store.commitlog
     start = cl.max_offset
     try:
@@ -1451,39 +1456,29 @@ def _put_one(
     except OSError:  # from allocating, nothing written: the record goes into call.out, and its
         window = None  # append meets the disk's error once its queue and UNIQ_KEY are taken,
         # as in the general path, which chooses and encodes before it writes
-    for _ in range(_LANE_TRIES):
-        r = lane.put(row, born_host, info, now, start, window, index is not None)
-        if len(r) != 3:
-            break
-        rc = r[0]
-        if rc == 2 and window is not None:  # short of room in the window (a roll): call.out
-            window = None
-        elif rc == 2:  # short of room in call.out (properties past 512 bytes a message)
-            call.arrays(1, nslots, r[2], r[1])
-        elif rc == _LANE_MONTH:  # its UNIQ_KEY's time is past the generator's month
-            store.uniq_keys.roll_month(r[1])
-        elif rc == _LANE_TAGS:
-            _tags_item(store.putter.tags_cache, row[2])
-        elif rc == _LANE_OFFSET:  # the queue's first put since the store opened
-            store.putter.queue_offsets[(row[0], r[1])] = store.max_offset(
-                row[0], r[1], committed=False
-            )
-        elif rc == _LANE_QUEUE:  # a queueId not the topic's, or no write queue
-            choose_queue({}, row[0], row[4], row[5], info[0], nslots)  # (raises why)
-            return None  # (it did not: the general path says)
-        elif rc == _LANE_ROW and row is not (row := _lane_row(row)):
-            pass  # its texts as exact str, its ints as int, its keys their KEYS value: again
-        elif rc > 0:
-            _refused(call.lib, call.args, rc, cl.file_size)
-        else:  # a row the lane does not take (a text UTF-8 cannot encode, ...): the general
-            return None  # path puts it or says why; nothing was taken or changed
-    else:
-        return None  # (answers that did not settle: the general path, nothing changed)
-    result, key, tc, end, in_place, need, nchunks, entries = r
-    if in_place:  # (one record, in the segment it started in)
-        cl.appended_in_place(end, now)
-    else:
-        _append_out(call, cl, start, nchunks, need, end, now)
+    queue_offsets = store.putter.queue_offsets
+    looked_up: list[tuple[str, int]] = []  # queues whose next offset a step put in the table
+    r: tuple | None = None
+    try:
+        r = _lane_put(store, call, lane, row, born_host, info, now, start, window, looked_up)
+        if r is None:
+            for k in looked_up:  # (the general path, alone, would not have them yet)
+                queue_offsets.pop(k, None)
+            return None
+        result, key, tc, end, in_place, need, nchunks, entries = r
+        if in_place:  # (one record, in the segment it started in)
+            cl.appended_in_place(end, now)
+        else:
+            _append_out(call, cl, start, nchunks, need, end, now)
+    except BaseException:
+        # anything raised (a signal's KeyboardInterrupt, a MemoryError) between the record's
+        # write into the mapping and the CommitLog counting it: the record is zeroed there,
+        # so recovery never finds a put that failed
+        if r is not None and len(r) == 8 and r[4] and window is not None:
+            size = r[0].size  # (written into the window: zeroed unless the CommitLog counts it)
+            if cl.max_offset == start:
+                window[0][window[1] : window[1] + size] = bytes(size)
+        raise
     out = [result]
     qoff = result.queue_offset
     if entries is None:
@@ -1497,6 +1492,58 @@ def _put_one(
     return out
 
 
+def _lane_put(
+    store: MessageStore,
+    call: _PutCall,
+    lane: Any,
+    row: tuple,
+    born_host: bytes | None,
+    info: PlainTopic,
+    now: int,
+    start: int,
+    window: tuple | None,
+    looked_up: list,
+) -> tuple | None:
+    """``lane.put`` of one message until it answers with its record written (its 8-tuple),
+    each step it asks for done in between (:data:`_LANE_TRIES` calls at most): None where the
+    general path must put it (a row the lane does not take, answers that did not settle),
+    nothing taken (``looked_up`` names the queues whose next offset a step added to the
+    topicQueueTable). Raises what the general path raises for a queueId that is not the
+    topic's and for a refused record (:func:`_refused`)."""
+    index = store.index_service
+    nslots = info[1]
+    for _ in range(_LANE_TRIES):
+        r = lane.put(row, born_host, info, now, start, window, index is not None)
+        if len(r) != 3:
+            return r
+        rc = r[0]
+        if rc == 2 and window is not None:  # short of room in the window (a roll): call.out
+            window = None
+        elif rc == 2:  # short of room in call.out (properties past 512 bytes a message)
+            call.arrays(1, nslots, r[2], r[1])
+        elif rc == _LANE_MONTH:  # its UNIQ_KEY's time is past the generator's month
+            store.uniq_keys.roll_month(r[1])
+        elif rc == _LANE_TAGS:  # (tags UTF-8 cannot encode: the general path says why, after
+            try:  # it has chosen the queue and taken the UNIQ_KEY, as it does)
+                _tags_item(store.putter.tags_cache, row[2])
+            except UnicodeEncodeError:
+                return None
+        elif rc == _LANE_OFFSET:  # the queue's first put since the store opened
+            k = (row[0], r[1])
+            store.putter.queue_offsets[k] = store.max_offset(row[0], r[1], committed=False)
+            looked_up.append(k)
+        elif rc == _LANE_QUEUE:  # a queueId not the topic's, or no write queue
+            choose_queue({}, row[0], row[4], row[5], info[0], nslots)  # (raises why)
+            return None  # (it did not: the general path says)
+        elif rc == _LANE_ROW and row is not (row := _lane_row(row)):
+            pass  # its texts as exact str, its ints as int, its keys their KEYS value: again
+        elif rc > 0:
+            _refused(call.lib, call.args, rc, store.commitlog.file_size)
+        else:  # a row the lane does not take (a text UTF-8 cannot encode, ...): the general
+            return None  # path puts it or says why; nothing was taken or changed
+    return None  # (answers that did not settle: the general path, nothing changed)
+
+
 def _lane_row(row: tuple) -> tuple:
     """``row`` as ``_putobj.Lane.put`` takes it (a row it answered ``_LANE_ROW`` for): its
     topic, tags and sharding key exact ``str`` (a subclass's characters, as the general path
@@ -1507,7 +1554,10 @@ def _lane_row(row: tuple) -> tuple:
     qid, born, flag = (_exact_int(row[i]) for i in (4, 6, 8))
     if keys is not None and keys.__class__ is not str:
         value = _keys_value(keys)
-        keys = None if value is None else str.__str__(value).encode()
+        try:
+            keys = None if value is None else str.__str__(value).encode()
+        except UnicodeEncodeError:  # (the general path says so, as it says it: not here)
+            return row
     new = (
         _exact_str(topic),
         row[1],

@@ -839,3 +839,66 @@ def test_sync_flush_puts_take_the_compiled_path(tmp_path):
             assert s.putter.call is not None
             assert s.commitlog.flushed_where >= res[-1].commitlog_offset + res[-1].size
             assert s.get_message("T", res[-1].queue_id, res[-1].queue_offset).body == b"m%d" % i
+
+
+def test_a_broker_put_the_lane_does_not_take_moves_what_the_general_path_moves(
+    tmp_path, monkeypatch
+):
+    """Found by a review: a broker put (``put_internal``, no client rules) of a message the
+    single put's lane does not take (tags or a list of keys UTF-8 cannot encode, a bytes
+    KEYS value, a str body) went wrong where the general path would have: raised before the
+    queue was chosen and the UNIQ_KEY taken (the general path chooses and takes them first),
+    stored a bytes KEYS value the general path refuses, or left a queue's next offset in the
+    topicQueueTable. Each now goes to the general path, and the store is left as the general
+    path alone leaves it: the same error, round robin, UNIQ_KEY counter, topicQueueTable and
+    CommitLog end, and the next put goes to the same queue, offset and id."""
+    odd = [
+        Message("T", b"x", tags="bad-\ud800"),
+        Message("T", b"x", keys=["ok", "bad-\udfff"]),
+        Message("T", b"x", keys=b"raw"),  # type: ignore[arg-type]
+        Message("T", "a str body", queue_id=2),  # type: ignore[arg-type]
+    ]
+
+    def steps(s, mp):
+        s.put_messages([Message("T", b"first")])
+        seen = []
+        for m in odd:
+            try:
+                r = put_internal(s, [m])[0]
+                seen.append(("put", r.queue_id, r.queue_offset, r.uniq_key[-4:]))
+            except Exception as exc:  # noqa: BLE001 (the general path's error, whatever it is)
+                seen.append(type(exc).__name__)
+            seen.append(_state(s))
+        r = s.put_messages([Message("T", b"next")])[0]
+        return seen, (r.queue_id, r.queue_offset, r.commitlog_offset, r.uniq_key[-4:])
+
+    compiled, general = _both_paths(tmp_path, monkeypatch, steps)
+    assert compiled == general
+
+
+def test_a_put_interrupted_after_its_record_is_written_leaves_no_record(tmp_path):
+    """Found by a review: an exception between the lane's write into the mapping and the
+    CommitLog counting the record (a signal's KeyboardInterrupt there) left a valid record
+    past the CommitLog's end, which recovery counted. The record is zeroed where it was
+    written: the store reopens with the puts that succeeded only."""
+    root = str(tmp_path / "s")
+    with MessageStore(root) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"kept")])
+        cl = s.commitlog
+        real = cl.appended_in_place
+        segment = cl.files.segments[0]
+
+        def interrupted(end, now):
+            cl.appended_in_place = real
+            raise KeyboardInterrupt
+
+        cl.appended_in_place = interrupted
+        end = cl.max_offset
+        with pytest.raises(KeyboardInterrupt):
+            s.put_messages([Message("T", b"lost")])
+        assert cl.max_offset == end and os.pread(segment.fd, 64, end) == bytes(64)
+        s.put_messages([Message("T", b"after")])
+    with MessageStore(root) as s:
+        got = s.get_messages("G", "T", 0, 0, 10).messages
+        assert [m.body for m in got] == [b"kept", b"after"]

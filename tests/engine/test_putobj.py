@@ -538,40 +538,53 @@ def test_the_lane_answers_a_code_and_changes_nothing_for_what_it_is_handed_wrong
 
 
 def test_the_lane_refuses_a_struct_it_cannot_trust_at_construction():
-    """``Lane(...)``: a struct that is not a writable buffer of exactly one ``rmq_put_args``
-    (an address as an int, a read-only or short buffer), a result class that is not a bare
-    tuple subclass, a UNIQ_KEY prefix that is not short ASCII, a state that is not three
-    int64: TypeError, ValueError or BufferError, no lane."""
+    """``new_lane(...)`` (the type itself cannot be called): a struct that is not a writable
+    buffer of exactly one ``rmq_put_args`` (an address as an int, a read-only or short
+    buffer), a result class that is not a bare tuple subclass, a UNIQ_KEY prefix that is not
+    short ASCII, a state that is not three int64: TypeError, ValueError or BufferError, no
+    lane. A lane holds its owner (what holds the arrays the struct points at): the collector
+    frees the two together."""
     import collections
+    import gc
+    import weakref
 
-    Lane = K.objects.Lane
+    new_lane = K.objects.new_lane
+    with pytest.raises(TypeError):
+        K.objects.Lane()
     struct = K.ffi.new("rmq_put_args *")
     size = len(K.ffi.buffer(struct))
     state = array("q", [0, 0, 0])
-    ok = (K.ffi.buffer(struct), {}, {}, {}, b"S\x01", putmessage.PutResult, "ABCD", state)
-    Lane(*ok)  # (what is refused below is refused for the one value changed)
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    ok = (owner, K.ffi.buffer(struct), {}, {}, {}, b"S\x01", putmessage.PutResult, "ABCD", state)
+    owner.lane = new_lane(*ok)  # (what is refused below is refused for the one value changed)
 
     def lane(i, v):
-        return Lane(*ok[:i], v, *ok[i + 1 :])
+        return new_lane(*ok[:i], v, *ok[i + 1 :])
 
     for bad in (1, id(struct), bytes(size), bytearray(size - 1), bytearray(size + 1)):
         with pytest.raises((TypeError, ValueError, BufferError)):
-            lane(0, bad)
+            lane(1, bad)
 
     class WithDict(tuple):
         pass
 
     for bad in (list, WithDict, int, collections.OrderedDict):
         with pytest.raises(TypeError):
-            lane(5, bad)
+            lane(6, bad)
     for prefix in ("é" * 4, "A" * 49):
         with pytest.raises(ValueError):
-            lane(6, prefix)
+            lane(7, prefix)
     for st_ in (array("q", [0, 0]), array("i", [0] * 6), bytearray(24), b"x" * 24):
         with pytest.raises((TypeError, BufferError)):
-            lane(7, st_)
-    with pytest.raises(TypeError):
-        Lane(*ok, extra=1)
+            lane(8, st_)
+    gone = weakref.ref(owner)
+    owner = ok = None  # type: ignore[assignment]
+    gc.collect()
+    assert gone() is None  # (the owner and its lane, a cycle, collected)
 
 
 def test_a_single_put_of_a_tag_new_to_a_full_tags_cache_is_put(tmp_path):
