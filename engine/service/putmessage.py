@@ -89,6 +89,7 @@ from .dispatch import DispatchRequest
 from .validation import (
     CHECKED_TAGS,
     NOT_ALLOWED_SEND_TOPICS,
+    check_body,
     check_born_host,
     check_message_columns,
     check_messages,
@@ -495,12 +496,14 @@ def put_internal(
     raises MessageIllegalError, nothing of the batch stored: every text is encoded before
     anything is written. So do the fields' own ranges, which are the record's and not the
     client's rules (a flag or sysFlag outside a Java int, a born time or host that its fields
-    cannot hold: :func:`validation.check_numbers`, :func:`validation.check_born_host`), checked
-    before any path moves the round robin or takes a UNIQ_KEY.
+    cannot hold, a body that is not bytes: :func:`validation.check_numbers`,
+    :func:`validation.check_born_host`, :func:`validation.check_body`), checked before any
+    path moves the round robin or takes a UNIQ_KEY.
     """
     for m in messages:
         check_numbers(m)
         check_born_host(m.born_host)
+        check_body(m.body)
     try:
         return _put(store, messages, batch)
     except UnicodeEncodeError as exc:
@@ -1456,15 +1459,13 @@ def _put_one(
     except OSError:  # from allocating, nothing written: the record goes into call.out, and its
         window = None  # append meets the disk's error once its queue and UNIQ_KEY are taken,
         # as in the general path, which chooses and encodes before it writes
-    queue_offsets = store.putter.queue_offsets
-    looked_up: list[tuple[str, int]] = []  # queues whose next offset a step put in the table
     r: tuple | None = None
     try:
-        r = _lane_put(store, call, lane, row, born_host, info, now, start, window, looked_up)
-        if r is None:
-            for k in looked_up:  # (the general path, alone, would not have them yet)
-                queue_offsets.pop(k, None)
-            return None
+        r = lane.put(row, born_host, info, now, start, window, store.index_service is not None)
+        if len(r) == 3:  # a step of Python first, or the general path's (None)
+            r = _lane_put(store, call, lane, r, row, born_host, info, now, start, window)
+            if r is None:
+                return None
         result, key, tc, end, in_place, need, nchunks, entries = r
         if in_place:  # (one record, in the segment it started in)
             cl.appended_in_place(end, now)
@@ -1496,24 +1497,26 @@ def _lane_put(
     store: MessageStore,
     call: _PutCall,
     lane: Any,
+    answer: tuple,
     row: tuple,
     born_host: bytes | None,
     info: PlainTopic,
     now: int,
     start: int,
     window: tuple | None,
-    looked_up: list,
 ) -> tuple | None:
-    """``lane.put`` of one message until it answers with its record written (its 8-tuple),
-    each step it asks for done in between (:data:`_LANE_TRIES` calls at most): None where the
-    general path must put it (a row the lane does not take, answers that did not settle),
-    nothing taken (``looked_up`` names the queues whose next offset a step added to the
-    topicQueueTable). Raises what the general path raises for a queueId that is not the
-    topic's and for a refused record (:func:`_refused`)."""
-    index = store.index_service
+    """The steps ``lane.put``'s ``answer`` (a code) asks for, each done before it is called
+    again, until it answers with its record written (its 8-tuple; :data:`_LANE_TRIES` calls
+    at most): None where the general path must put the message (a row the lane does not
+    take, answers that did not settle), nothing taken and nothing left behind (a queue's next
+    offset a step put in the topicQueueTable goes again). Raises what the general path raises
+    for a queueId that is not the topic's and for a refused record (:func:`_refused`)."""
+    want_index = store.index_service is not None
     nslots = info[1]
+    queue_offsets = store.putter.queue_offsets
+    looked_up = []
+    r = answer
     for _ in range(_LANE_TRIES):
-        r = lane.put(row, born_host, info, now, start, window, index is not None)
         if len(r) != 3:
             return r
         rc = r[0]
@@ -1527,21 +1530,27 @@ def _lane_put(
             try:  # it has chosen the queue and taken the UNIQ_KEY, as it does)
                 _tags_item(store.putter.tags_cache, row[2])
             except UnicodeEncodeError:
-                return None
+                break
         elif rc == _LANE_OFFSET:  # the queue's first put since the store opened
             k = (row[0], r[1])
-            store.putter.queue_offsets[k] = store.max_offset(row[0], r[1], committed=False)
+            queue_offsets[k] = store.max_offset(row[0], r[1], committed=False)
             looked_up.append(k)
         elif rc == _LANE_QUEUE:  # a queueId not the topic's, or no write queue
             choose_queue({}, row[0], row[4], row[5], info[0], nslots)  # (raises why)
-            return None  # (it did not: the general path says)
+            break  # (it did not: the general path says)
         elif rc == _LANE_ROW and row is not (row := _lane_row(row)):
             pass  # its texts as exact str, its ints as int, its keys their KEYS value: again
         elif rc > 0:
             _refused(call.lib, call.args, rc, store.commitlog.file_size)
         else:  # a row the lane does not take (a text UTF-8 cannot encode, ...): the general
-            return None  # path puts it or says why; nothing was taken or changed
-    return None  # (answers that did not settle: the general path, nothing changed)
+            break  # path puts it or says why; nothing was taken or changed
+        r = lane.put(row, born_host, info, now, start, window, want_index)
+    else:
+        if len(r) != 3:
+            return r
+    for k in looked_up:  # (the general path, alone, would not have them yet)
+        queue_offsets.pop(k, None)
+    return None
 
 
 def _lane_row(row: tuple) -> tuple:

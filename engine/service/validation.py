@@ -352,6 +352,21 @@ def check_numbers(msg: Message) -> None:
         )
 
 
+def check_body(body: object) -> None:
+    """MessageIllegalError unless ``body`` is bytes, a bytearray or a contiguous memoryview of
+    single bytes: the record's BODYLENGTH is the body's ``len()``, which for another buffer
+    (an ``array("i")``, a memoryview cast to ints) is not its size in bytes. A rule of the
+    record, checked for the broker's own puts too (``putmessage.put_internal``)."""
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise MessageIllegalError(f"body must be bytes, not {type(body).__name__}")
+    if isinstance(body, memoryview) and (body.itemsize != 1 or not body.c_contiguous):
+        # its len() would not be its size in bytes, and the put paths copy it as one block
+        raise MessageIllegalError(
+            "body must be bytes: a memoryview body must be contiguous, of single bytes "
+            f"(this one: format {body.format!r}, {'' if body.c_contiguous else 'not '}contiguous)"
+        )
+
+
 def check_born_host(host: object) -> None:
     """``born_host`` None (the put's default, 127.0.0.1:0) or ``(address, port)``: the address
     4 bytes (IPv4) or 16 (IPv6), the port an int from 0 to 65535 (``InetSocketAddress``;
@@ -390,15 +405,7 @@ def check_message(msg: Message) -> None:
     check_numbers(msg)
     check_born_host(msg.born_host)
     check_timing(msg)
-    body = msg.body
-    if not isinstance(body, (bytes, bytearray, memoryview)):
-        raise MessageIllegalError(f"body must be bytes, not {type(body).__name__}")
-    if isinstance(body, memoryview) and (body.itemsize != 1 or not body.c_contiguous):
-        # its len() would not be its size in bytes, and the put paths copy it as one block
-        raise MessageIllegalError(
-            "body must be bytes: a memoryview body must be contiguous, of single bytes "
-            f"(this one: format {body.format!r}, {'' if body.c_contiguous else 'not '}contiguous)"
-        )
+    check_body(msg.body)
 
 
 def check_messages(messages: Iterable[Message]) -> None:

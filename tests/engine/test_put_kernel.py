@@ -902,3 +902,23 @@ def test_a_put_interrupted_after_its_record_is_written_leaves_no_record(tmp_path
     with MessageStore(root) as s:
         got = s.get_messages("G", "T", 0, 0, 10).messages
         assert [m.body for m in got] == [b"kept", b"after"]
+
+
+def test_a_broker_put_of_a_body_that_is_not_bytes_is_refused(tmp_path):
+    """Found by a review: a broker put (``put_internal``) of a body whose items are not
+    single bytes (an ``array("i")``, a memoryview cast to ints) went to the general path,
+    which wrote its item count as BODYLENGTH and TOTALSIZE while the record took its size in
+    bytes: a damaged record. It is refused as the client's put refuses it, nothing written."""
+    from array import array as arr
+
+    from rmqfs.engine.errors import MessageIllegalError
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        s.create_topic("T", 1)
+        end = s.commitlog.max_offset
+        for body in (arr("i", [1, 2, 3]), memoryview(b"x" * 8).cast("i"), "text", 7):
+            with pytest.raises(MessageIllegalError, match="body must be bytes"):
+                put_internal(s, [Message("T", body)])  # type: ignore[arg-type]
+        assert s.commitlog.max_offset == end
+        put_internal(s, [Message("T", bytearray(b"ok"))])
+    assert [r["body"] for r in refreader.read_commitlog(tmp_path / "s" / "commitlog")] == [b"ok"]
