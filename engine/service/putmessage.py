@@ -1506,7 +1506,7 @@ def _lane_put(
     window: tuple | None,
 ) -> tuple | None:
     """The steps ``lane.put``'s ``answer`` (a code) asks for, each done before it is called
-    again, until it answers with its record written (its 8-tuple; :data:`_LANE_TRIES` calls
+    again, until it answers with its record written (its 8-tuple; :data:`_LANE_TRIES` steps
     at most): None where the general path must put the message (a row the lane does not
     take, answers that did not settle), nothing taken and nothing left behind (a queue's next
     offset a step put in the topicQueueTable goes again). Raises what the general path raises
@@ -1594,9 +1594,9 @@ def _exact_str(v: Any) -> Any:
     return str.__str__(v) if isinstance(v, str) and v.__class__ is not str else v
 
 
-#: calls of ``_putobj.Lane.put`` a single put makes at most: each answer but the last asks for
-#: one step done once (a tags item, a queue's offset, the month, a row as it takes it, a
-#: window that is short, larger arrays)
+#: steps a single put's lane may ask for before its put is given to the general path, each
+#: followed by one more call of ``_putobj.Lane.put`` (a tags item, a queue's offset, the
+#: month, a row as it takes it, a window that is short, larger arrays: each asked once)
 _LANE_TRIES = 8
 #: what ``_putobj.Lane.put`` answers when it needs a step of Python first (``_putobj.c``)
 _LANE_TAGS, _LANE_QUEUE, _LANE_OFFSET, _LANE_ROW, _LANE_MONTH = -1, -2, -3, -4, -5
