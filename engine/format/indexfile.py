@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import CorruptRecordError, ReadOnlyStoreError
 from .javahash import combine_u32, index_key_hash, java_hash_u32, key_hash_of_u32, utf16_len
-from .mappedfile import MAPPED_WRITE_MAX, create_preallocated
+from .mappedfile import MAPPED_WRITE_MAX, create_preallocated, no_readahead
 from .source import LOCAL, StoreSource
 
 if TYPE_CHECKING:
@@ -277,7 +277,8 @@ class _MapIO(_FdIO):
         if self.failed:
             return None
         try:
-            self.mm = mmap.mmap(self.fd, self.size)
+            # (the slots are written where keys hash: scattered)
+            self.mm = no_readahead(mmap.mmap(self.fd, self.size))
         except (OSError, ValueError):
             self.failed = True
             return None
@@ -559,7 +560,8 @@ class IndexFile:
 
     def freeze_slots(self) -> bytes | None:
         """A copy of the slot table this writer keeps in memory (native byte order), None
-        when there is none (read-only, or not loaded): then the file's slots are current.
+        when there is none (read-only, written through its mapping, where the file's own
+        slots are the chain heads, or not loaded): then the file's slots are current.
         Caller holds the :class:`IndexService`'s lock (:meth:`IndexService.frozen`)."""
         if self._slots is None or self.read_only:
             return None
@@ -658,9 +660,9 @@ class IndexFile:
                 :func:`engine.format.javahash.index_key_hash` gives it; bytes; epoch ms), in order
                 (a list, or an ``array("q")``).
             start: the first entry (counted in entries, not list items) to store.
-            step: what builds the items and moves the slots (:data:`IndexStep`):
-                :func:`index_step` (the default, Python), or the compiled core's
-                (``engine.read.kernel.Kernel.index_step``), which must do the same.
+            step: what builds the items and moves the slots (:data:`IndexStep`) where
+                ``in_place`` is not used: :func:`index_step` (the default, Python), or a
+                stand-in that does the same.
             in_place: what writes them straight into the file's mapping
                 (:data:`IndexInPlace`, the compiled core's ``IndexWriter``), used before
                 ``step`` where the file is mapped for writing: one call, no write of Python's.
@@ -741,8 +743,8 @@ class IndexFile:
     ) -> int:
         """:meth:`put_hashed` by ``in_place`` into the mapping: the chunks under its writes
         allocated first (ENOSPC before anything is written), then one call writes the items,
-        the slots and the header, in that order."""
-        slots = self._slot_table()
+        the slots and the header, in that order, each chain head read from the file's own
+        slot (no table in memory: 20 MB of a default file's, zeroed or read at its first put)."""
         state = (
             self.index_count,
             self.hash_slot_count,
@@ -752,13 +754,22 @@ class IndexFile:
         items_from = self._items_base // io.CHUNK  # items are written in order: allocated ahead
         while True:
             after = in_place(
-                mm, io.chunks, io.CHUNK, self._items_base, slots, entries, start, n, state
+                mm,
+                io.chunks,
+                io.CHUNK,
+                self._items_base,
+                self.hash_slot_num,
+                entries,
+                start,
+                n,
+                state,
             )
             if isinstance(after, tuple):
                 break
             for chunk in sorted(set(after)):
                 if not io.chunks[chunk]:
                     io.allocate(chunk, _ITEM_CHUNKS_AHEAD if chunk > items_from else 1)
+        self._slots = None  # (a table a step of Python's loaded is behind the file now)
         self._advance(after)
         return start + n
 
@@ -1244,11 +1255,11 @@ IndexStep = Callable[
 
 #: What :meth:`IndexFile.put_hashed` calls to write ``n`` entries straight into the file's
 #: mapping (the compiled core's ``engine.read.kernel.IndexWriter``): ``(mapping, allocated
-#: chunks, chunk size, items base, slots, entries, start, n, (indexCount, hashSlotCount,
+#: chunks, chunk size, items base, hashSlotNum, entries, start, n, (indexCount, hashSlotCount,
 #: beginTimestamp, beginPhyOffset))`` -> the header after (:data:`HEADER`'s order), or, with
-#: nothing written, the chunks to allocate first; the slot table updated.
+#: nothing written, the chunks to allocate first; the chain heads are the file's slots.
 IndexInPlace = Callable[
-    [Any, bytearray, int, int, array, Sequence[int], int, int, tuple[int, int, int, int]],
+    [Any, bytearray, int, int, int, Sequence[int], int, int, tuple[int, int, int, int]],
     "tuple[int, int, int, int, int, int] | list[int]",
 ]
 

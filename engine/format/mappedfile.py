@@ -18,6 +18,7 @@ from a store into a hole.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import itertools
 import mmap
@@ -791,7 +792,7 @@ class FileQueue(MappedFiles):
         with self._lock:
             self._unmap_written(None)
             try:
-                m: mmap.mmap | None = mmap.mmap(seg.fd, seg.size)  # MAP_SHARED, read + write
+                m: mmap.mmap | None = no_readahead(mmap.mmap(seg.fd, seg.size))  # shared, rw
             except (OSError, ValueError):
                 m = None  # cannot be mapped (address space, a file gone short): pwrite it
             self._wmap = (seg, m)
@@ -1006,6 +1007,18 @@ def fsync_file(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def no_readahead(m: mmap.mmap) -> mmap.mmap:
+    """``madvise(MADV_RANDOM)`` on a writable mapping of a file being filled: a store's first
+    touch of a page faults it in, and with readahead the kernel would read (for a hole or
+    preallocated blocks: zero) the pages around it as well, a window at a time, of which a
+    queue's few units or an IndexFile's scattered slots use little (a fresh store's first puts
+    took 24 ms instead of 10). Only this mapping is advised; readers map their own. Advice:
+    a kernel that refuses it changes nothing else. Returns ``m``."""
+    with contextlib.suppress(OSError):
+        m.madvise(mmap.MADV_RANDOM)
+    return m
 
 
 def fsync_dir(path: str) -> None:

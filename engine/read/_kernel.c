@@ -8,12 +8,12 @@
  * MessageDecoder.string2messageProperties, the numeric fields, msgId and host texts. The
  * JSON lines of messages.jsonl come from rmq_json_lines; rmq_crc32 and rmq_utf8_check are the
  * primitives the decoder is built from, exported for the tests. The store's put path
- * (engine/service/putmessage.py) encodes and places a batch of records with rmq_put and builds
- * IndexFile items with rmq_index_put, into buffers the caller then writes. Every function works on
- * positions the caller has already checked against the mapping's length; none allocates,
- * none keeps a pointer after it returns, none calls back into Python (cffi releases the GIL
- * around each call). The record layout itself is not here: the caller passes field offsets
- * and widths from engine/format/message.py's field table.
+ * (engine/service/putmessage.py) encodes and places a batch of records with rmq_put and writes
+ * IndexFile items, chains and header into the file's mapping with rmq_index_put_mapped. Every
+ * function works on positions the caller has already checked against the mapping's length;
+ * none allocates, none keeps a pointer after it returns, none calls back into Python (cffi
+ * releases the GIL around each call). The record layout itself is not here: the caller passes
+ * field offsets and widths from engine/format/message.py's field table.
  *
  * Built by the build backend as the extension module engine.read._kernel_cffi (cffi,
  * engine/read/_kernel_build.py; `pip install`, `pip wheel`, `make kernel`). What the Python
@@ -1327,51 +1327,6 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
 /* IndexFile.putKey for a run of pre-hashed entries (engine/format/indexfile.py's
  * IndexFile.put_hashed, whose Python loop is the reference): items into a->items, the slot
  * table updated in memory, each slot touched and the value it held recorded. */
-int64_t rmq_index_put(rmq_index_args *a)
-{
-    int64_t n = a->n;
-    int32_t c = a->count;
-    int64_t begin_ts = a->begin_ts, begin_phy = a->begin_phy, phy = 0, ts = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t *e = a->entries + 3 * (a->first + i);
-        const uint32_t key_hash = (uint32_t)e[0];
-        phy = e[1];
-        ts = e[2];
-        const int64_t slot = (int64_t)(key_hash % (uint64_t)a->nslots);
-        int32_t value = a->slots[slot];
-        if (value <= a->invalid_index || value > c) {
-            value = a->invalid_index;
-            a->slot_count++;
-        }
-        int64_t diff = 0;
-        if (begin_ts > 0) {
-            const int64_t delta = ts - begin_ts;
-            diff = delta >= 0 ? delta / 1000 : 0;
-            if (diff > INT32_MAX)
-                diff = INT32_MAX;
-        }
-        uint8_t *o = a->items + (int64_t)a->item_size * i;
-        wr32(o + a->at_hash, key_hash);
-        wr64(o + a->at_phy, (uint64_t)phy);
-        wr32(o + a->at_diff, (uint32_t)diff);
-        wr32(o + a->at_prev, (uint32_t)value);
-        if (c <= 1) {
-            begin_phy = phy;
-            begin_ts = ts;
-        }
-        a->touched[i] = (int32_t)slot;
-        a->old[i] = a->slots[slot];
-        a->slots[slot] = c;
-        c++;
-    }
-    a->count = c;
-    a->begin_ts = begin_ts;
-    a->begin_phy = begin_phy;
-    a->end_ts = ts;
-    a->end_phy = phy;
-    return n;
-}
-
 /* Note chunk c as needed when it is not allocated; 0, or -2 outside the table. */
 static inline int index_need(rmq_index_map *m, int64_t c)
 {
@@ -1410,15 +1365,48 @@ int64_t rmq_index_put_mapped(rmq_index_args *a, rmq_index_map *m)
     }
     if (m->nneed)
         return -1;
-    a->items = m->map + items_at;
-    rmq_index_put(a); /* the items, in place; the native table moved */
-    /* another process reading the file (a follower) sees the items before the slots naming
-     * them, and the slots before the header counting them, on any CPU */
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+    uint8_t *const map = m->map;
+    int32_t c = a->count, slot_count = a->slot_count;
+    int64_t begin_ts = a->begin_ts, begin_phy = a->begin_phy, phy = 0, ts = 0;
     for (int64_t i = 0; i < n; i++) {
-        const int32_t slot = a->touched[i];
-        wr32(m->map + hs + ss * (int64_t)slot, (uint32_t)a->slots[slot]);
+        const int64_t *e = a->entries + 3 * (a->first + i);
+        const uint32_t key_hash = (uint32_t)e[0];
+        phy = e[1];
+        ts = e[2];
+        uint8_t *slot = map + hs + ss * (int64_t)(key_hash % (uint64_t)a->nslots);
+        int32_t prev = (int32_t)rd32(slot);
+        if (prev <= a->invalid_index || prev > c) {
+            prev = a->invalid_index;
+            slot_count++;
+        }
+        int64_t diff = 0;
+        if (begin_ts > 0) {
+            const int64_t delta = ts - begin_ts;
+            diff = delta >= 0 ? delta / 1000 : 0;
+            if (diff > INT32_MAX)
+                diff = INT32_MAX;
+        }
+        uint8_t *o = map + items_at + (int64_t)a->item_size * i;
+        wr32(o + a->at_hash, key_hash);
+        wr64(o + a->at_phy, (uint64_t)phy);
+        wr32(o + a->at_diff, (uint32_t)diff);
+        wr32(o + a->at_prev, (uint32_t)prev);
+        if (c <= 1) {
+            begin_phy = phy;
+            begin_ts = ts;
+        }
+        /* another process reading the file (a follower) sees the item before the slot
+         * naming it, and the slots before the header counting them, on any CPU */
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        wr32(slot, (uint32_t)c);
+        c++;
     }
+    a->count = c;
+    a->slot_count = slot_count;
+    a->begin_ts = begin_ts;
+    a->begin_phy = begin_phy;
+    a->end_ts = ts;
+    a->end_phy = phy;
     __atomic_thread_fence(__ATOMIC_RELEASE);
     uint8_t *h = m->map;
     wr64(h + m->at_begin_ts, (uint64_t)a->begin_ts);

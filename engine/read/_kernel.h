@@ -259,14 +259,13 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
                     const char *born_host, int32_t want_index, uint8_t *dst, int64_t room,
                     int64_t *out);
 
-/* rmq_index_put: the IndexFile items of n pre-hashed entries (entries[3 * (first + i)..]: keyHash
- * (abs'ed, IndexFile.indexKeyHashMethod), phyOffset, storeTimestamp), with the rules of
+/* The IndexFile items of n pre-hashed entries (entries[3 * (first + i)..]: keyHash (abs'ed,
+ * IndexFile.indexKeyHashMethod), phyOffset, storeTimestamp), with the rules of
  * IndexFile.putKey: the slot's chain head (invalid when <= invalid_index or above count),
  * timeDiff in seconds from begin_ts, the first items setting begin_ts/begin_phy. The caller
  * has checked that n items fit (count + n <= indexNum). The item layout comes from
  * engine/format/indexfile.py's ITEM. */
 typedef struct {
-    int32_t *slots; /* the slot table, native byte order (in/out) */
     int64_t nslots;
     const int64_t *entries;
     int64_t first, n;
@@ -276,20 +275,15 @@ typedef struct {
     int32_t at_hash, at_phy, at_diff, at_prev;
     int64_t begin_ts, begin_phy; /* in/out */
     int64_t end_ts, end_phy;     /* out: the last entry's */
-    uint8_t *items;              /* out: n items */
-    int32_t *touched;            /* out: n, the slot each entry set */
-    int32_t *old;                /* out: n, the value that slot held just before */
 } rmq_index_args;
 
-/* Returns n. */
-int64_t rmq_index_put(rmq_index_args *a);
-
-/* rmq_index_put_mapped: rmq_index_put into the IndexFile's own writable mapping (IndexFile.putKey
- * writes through its MappedByteBuffer): the n items at items_base + count * item_size, then
- * every slot they changed (big-endian, from a->slots), then the header fields (positions from
- * engine/format/indexfile.py's HEADER), in that order, so that a process killed between two
- * stores leaves slots naming written items only and a header counting only items its slots
- * may reach. a->items is set here; a->touched and a->old need room for n. A store into a hole
+/* rmq_index_put_mapped: the items of rmq_index_args into the IndexFile's own writable mapping
+ * (IndexFile.putKey writes through its MappedByteBuffer), each chain head read from the slot
+ * table in the mapping (big-endian, as stored): item by item, the item at items_base +
+ * count * item_size, then its slot; the header fields (positions from
+ * engine/format/indexfile.py's HEADER) last, so that a process killed between two stores
+ * leaves slots naming written items only and a header counting only items its slots may
+ * reach (a slot above the header's count reads as empty). A store into a hole
  * of the file would be a SIGBUS on a full disk: every chunk_size chunk under a write must be
  * allocated (chunks[c] != 0) first. */
 typedef struct {

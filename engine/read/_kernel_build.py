@@ -186,7 +186,6 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
                     const char *born_host, int32_t want_index, uint8_t *dst, int64_t room,
                     int64_t *out);
 typedef struct {
-    int32_t *slots;
     int64_t nslots;
     const int64_t *entries;
     int64_t first, n;
@@ -196,11 +195,7 @@ typedef struct {
     int32_t at_hash, at_phy, at_diff, at_prev;
     int64_t begin_ts, begin_phy;
     int64_t end_ts, end_phy;
-    uint8_t *items;
-    int32_t *touched;
-    int32_t *old;
 } rmq_index_args;
-int64_t rmq_index_put(rmq_index_args *a);
 typedef struct {
     uint8_t *map;
     int64_t map_len;

@@ -680,10 +680,10 @@ class IndexWriter:
     """:data:`engine.format.indexfile.IndexInPlace` compiled (``rmq_index_put_mapped``): the
     items of ``n`` pre-hashed entries, the slots they change and the header written straight
     into an IndexFile's writable mapping, as ``IndexFile.putKey`` writes through its
-    ``MappedByteBuffer``, with the bytes :func:`engine.format.indexfile.index_step` builds
-    (tests/engine/test_put_kernel.py). The argument structs are kept between calls (a single
-    put's one or two entries cost a call, not a set-up); not thread-safe: the caller holds
-    the index's lock."""
+    ``MappedByteBuffer`` (each chain head read from the slot in the mapping), with the bytes
+    :func:`engine.format.indexfile.index_step` builds (tests/engine/test_put_kernel.py). The
+    argument structs are kept between calls (a single put's one or two entries cost a call,
+    not a set-up); not thread-safe: the caller holds the index's lock."""
 
     def __init__(self, kernel: Kernel):
         ffi = self.ffi = kernel.ffi
@@ -701,12 +701,9 @@ class IndexWriter:
             m.at_slot_count,
             m.at_count,
         ) = HEADER_POSITIONS.values()
-        self.cap = 0
         self.need_cap = 256
         self.need = m.need = ffi.new("int64_t[]", self.need_cap)
         m.need_cap = self.need_cap
-        self.table: Any = None  # the slot table the struct points at, and its buffer
-        self.table_buf: Any = None
         self.chunks: Any = None
         self.chunks_buf: Any = None
 
@@ -716,41 +713,31 @@ class IndexWriter:
         chunks: bytearray,
         chunk_size: int,
         items_base: int,
-        slots: array,
+        nslots: int,
         entries: Sequence[int],
         start: int,
         n: int,
         state: tuple[int, int, int, int],
     ) -> tuple[int, int, int, int, int, int] | list[int]:
         """Write entries ``start .. start + n`` (flat ``[keyHash, phyOffset, storeTimestamp,
-        ...]``, keyHash in [0, 2**31)) into ``mapping`` (the whole file, writable), the slot
-        table ``slots`` (``array("i")``, native order) moved with it; ``state`` is
+        ...]``, keyHash in [0, 2**31)) into ``mapping`` (the whole file, writable; its
+        ``nslots`` hash slots after the header, items from ``items_base``); ``state`` is
         ``(indexCount, hashSlotCount, beginTimestamp, beginPhyOffset)`` and the caller has
         checked that the items fit (``indexCount + n <= indexNum``). ``chunks`` says which
         ``chunk_size``-byte chunks of the file are allocated (1): returns the header after
         (:data:`engine.format.indexfile.HEADER`'s order), or, with nothing written, the chunk
-        numbers to allocate first. Raises ValueError for entries outside ``entries`` or a table
-        of another type, OSError (EIO) for a write outside the mapping (nothing written)."""
+        numbers to allocate first. Raises ValueError for entries outside ``entries``, OSError
+        (EIO) for a write outside the mapping (nothing written)."""
         ffi, a, m = self.ffi, self.args, self.map
         if not isinstance(entries, array) or entries.typecode != "q":
             entries = array("q", entries)
         if start < 0 or n <= 0 or 3 * (start + n) > len(entries):
             raise ValueError("entries outside the list")
-        if slots is not self.table:
-            if not isinstance(slots, array) or slots.itemsize != 4 or not slots:
-                raise ValueError("slots must be a non-empty array of int32")
-            self.table_buf = a.slots = ffi.from_buffer("int32_t[]", slots)
-            a.nslots = len(slots)
-            self.table = slots
         if chunks is not self.chunks:
             self.chunks_buf = m.chunks = ffi.from_buffer("uint8_t[]", chunks)
             m.nchunks = len(chunks)
             self.chunks = chunks
-        if n > self.cap:
-            self.cap = max(n, 2 * self.cap, 16)
-            self.touched = a.touched = ffi.new("int32_t[]", self.cap)
-            self.old = a.old = ffi.new("int32_t[]", self.cap)
-        a.first, a.n = start, n
+        a.first, a.n, a.nslots = start, n, nslots
         a.count, a.slot_count, a.begin_ts, a.begin_phy = state
         m.chunk_size, m.items_base = chunk_size, items_base
         given = view = None

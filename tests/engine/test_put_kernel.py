@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import struct
 import tempfile
 from array import array
 from pathlib import Path
@@ -628,26 +629,33 @@ def test_a_single_put_after_another_topics_batch_failed_names_its_own_topic(tmp_
     st.sampled_from([0, -1, T0]),
 )
 def test_compiled_index_step_equals_the_python_one(table, entries, start, count, slot_count, ts0):
-    """The compiled step (``rmq_index_put``, through the writer into a mapping with every chunk
-    allocated) against ``indexfile.index_step``: the same items, slot table, slots and header,
-    from any slot table (values that are invalid, or above indexCount, included), from any
-    entry on."""
+    """The compiled step (``rmq_index_put_mapped``, the writer into a mapping with every chunk
+    allocated, its chain heads read from the mapping's slots) against
+    ``indexfile.index_step``: the same items, slots and header, from any slot table (values
+    that are invalid, or above indexCount, included), from any entry on; nothing else of the
+    mapping written."""
     flat = array("q", [v for e in entries for v in (e[0], e[1], T0 + e[2])])
     start = min(start, len(entries))
     n = len(entries) - start
     assume(n > 0)
     state = (count, slot_count, ts0, 77)
-    py_slots, c_slots = array("i", table), array("i", table)
+    py_slots = array("i", table)
     items, old, (c, s_count, begin_ts, begin_phy, ts, phy) = indexfile.index_step(
         py_slots, flat, start, n, state
     )
     base = indexfile.INDEX_HEADER_SIZE + 4 * len(table)
-    mapping = bytearray(base + (count + n) * indexfile.INDEX_SIZE)
+    mapping = bytearray(b"\x5a" * (base + (count + n + 1) * indexfile.INDEX_SIZE))
+    mapping[40:base] = struct.pack(f">{len(table)}i", *table)
     chunks = bytearray([1]) * (len(mapping) // 4096 + 1)
-    got = kernel.load().index_writer()(mapping, chunks, 4096, base, c_slots, flat, start, n, state)
-    assert got == (begin_ts, ts, begin_phy, phy, s_count, c) and c_slots == py_slots
+    nslots = len(table)
+    got = kernel.load().index_writer()(mapping, chunks, 4096, base, nslots, flat, start, n, state)
+    assert got == (begin_ts, ts, begin_phy, phy, s_count, c)
+    want = bytearray(b"\x5a" * len(mapping))
+    want[:40] = indexfile.HEADER.pack(*got)
+    want[40:base] = struct.pack(f">{len(table)}i", *py_slots)
     at = base + count * indexfile.INDEX_SIZE
-    assert mapping[at : at + len(items)] == items
+    want[at : at + len(items)] = items
+    assert mapping == want
     for slot in old:
         assert mapping[40 + 4 * slot : 44 + 4 * slot] == indexfile.SLOT.pack(py_slots[slot])
 
@@ -677,26 +685,28 @@ def test_in_place_index_writer_stores_the_steps_bytes(
     size = items_base + (count + n + 3) * indexfile.INDEX_SIZE
     nchunks = -(-size // chunk_size)
     chunks = bytearray(((allocated >> (c % 32)) & 1) for c in range(nchunks))
-    table = array("i", [(7 * i) % (count + 2) for i in range(nslots)])
+    table = [(7 * i) % (count + 2) for i in range(nslots)]
     state = (count, 3, ts0, 77)
     writer = kernel.load().index_writer()
     mapping = bytearray(b"\xa5" * size)
-    got = writer(mapping, chunks, chunk_size, items_base, table, flat, 0, n, state)
+    mapping[40:items_base] = struct.pack(f">{nslots}i", *table)
+    before = bytes(mapping)
+    got = writer(mapping, chunks, chunk_size, items_base, nslots, flat, 0, n, state)
     if isinstance(got, list):  # chunks to allocate: nothing stored
         assert got and all(not chunks[c] for c in got)
-        assert mapping == b"\xa5" * size
+        assert mapping == before
         for c in got:
             chunks[c] = 1
-        got = writer(mapping, chunks, chunk_size, items_base, table, flat, 0, n, state)
+        got = writer(mapping, chunks, chunk_size, items_base, nslots, flat, 0, n, state)
         if isinstance(got, list):  # more than the writer names at once
             chunks[:] = b"\x01" * nchunks
-            got = writer(mapping, chunks, chunk_size, items_base, table, flat, 0, n, state)
-    py_table = array("i", [(7 * i) % (count + 2) for i in range(nslots)])
+            got = writer(mapping, chunks, chunk_size, items_base, nslots, flat, 0, n, state)
+    py_table = array("i", table)
     items, old, (c, slot_count, begin_ts, begin_phy, ts, phy) = indexfile.index_step(
         py_table, flat, 0, n, state
     )
-    assert got == (begin_ts, ts, begin_phy, phy, slot_count, c) and table == py_table
-    want = bytearray(b"\xa5" * size)
+    assert got == (begin_ts, ts, begin_phy, phy, slot_count, c)
+    want = bytearray(before)
     want[:40] = indexfile.HEADER.pack(*got)
     for slot in old:
         want[40 + 4 * slot : 44 + 4 * slot] = indexfile.SLOT.pack(py_table[slot])
@@ -718,8 +728,8 @@ def test_in_place_index_writer_refuses_writes_outside_the_mapping():
     ):
         mapping = bytearray(size)
         with pytest.raises(OSError):
-            writer(mapping, bytearray(b"\x01" * nchunks), 4096, items_base,
-                   array("i", bytes(64)), flat, 0, 1, (count, 0, 0, 0))  # fmt: skip
+            writer(mapping, bytearray(b"\x01" * nchunks), 4096, items_base, 16, flat, 0, 1,
+                   (count, 0, 0, 0))  # fmt: skip
         assert mapping == bytearray(size)
 
 
