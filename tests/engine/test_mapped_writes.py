@@ -263,7 +263,7 @@ def test_in_place_index_write_refused_allocation_writes_nothing(tmp_path, monkey
 
     writer = kernel.load().index_writer()
     path = tmp_path / "i"
-    f = indexfile.IndexFile(str(path), 5000, 100)
+    f = indexfile.IndexFile(str(path), 50000, 100)
     t = 1_700_000_000_000
     assert f.put_hashed([7, 100, t], 0, None, writer) == 1
     before, header = path.read_bytes(), f.header_fields()
@@ -272,12 +272,13 @@ def test_in_place_index_write_refused_allocation_writes_nothing(tmp_path, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", full)
-    with pytest.raises(OSError) as exc:  # slot 4000's page is new
-        f.put_hashed([4000, 200, t + 1000], 0, None, writer)
+    assert (40 + 4 * 40000) // indexfile._MapIO.CHUNK != 0
+    with pytest.raises(OSError) as exc:  # slot 40000's chunk of the table is new
+        f.put_hashed([40000, 200, t + 1000], 0, None, writer)
     assert exc.value.errno == errno.ENOSPC
     assert path.read_bytes() == before and f.header_fields() == header
     monkeypatch.undo()
-    assert f.put_hashed([4000, 200, t + 1000], 0, None, writer) == 1
+    assert f.put_hashed([40000, 200, t + 1000], 0, None, writer) == 1
     assert f.header_fields()[5] == 3
     f.close()
 
