@@ -178,6 +178,13 @@ def _load_kernel() -> Any:
     return kernel.load()
 
 
+def _load_index_writer() -> Any:
+    """A new ``engine.read.kernel.IndexWriter`` (the IndexService's own: it keeps state
+    between calls), None without the compiled core."""
+    k = _load_kernel()
+    return k.index_writer() if k is not None else None
+
+
 def _recovery_runs(
     files: Any,
     start: int,
@@ -460,6 +467,7 @@ class MessageStore:
             read_only,
             timestamp_of=self._store_timestamp_at,
             source=self.source,
+            load_writer=_load_index_writer,
         )
         self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
         # After a crash the newest files are checked whole; a writable open also checks

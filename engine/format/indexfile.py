@@ -37,9 +37,11 @@ file is opened for writing, the items ahead of the writes), so a full disk gives
 with ``os.pwrite`` (:class:`_FdIO`). Writers
 write an item before the slot that points at it, so a concurrent reader never follows a slot to
 a half-written item. The store's put path writes keys in batches (:meth:`IndexFile.put_hashed`):
-every item of the batch with one pwrite, then each changed slot, then the header, with the slot
+through the mapping by the compiled writer (each chain head read from the file's own slot, each
+item before its slot, the header last), or, without it or a mapping, by Python's step: every
+item of the batch with one pwrite, then each changed slot, then the header, with the slot
 values taken from an in-memory copy of the slot table (``hashSlotNum * 4`` bytes, loaded on the
-first batch) instead of one pread per key.
+first such batch) instead of one pread per key.
 """
 
 from __future__ import annotations
@@ -129,8 +131,14 @@ def index_geometry(
     the defaults and for 32/128 test stores). RocketMQ itself always maps the configured size.
 
     Raises:
-        CorruptRecordError: the size fits neither.
+        CorruptRecordError: the size fits neither, or is over 2**31 - 1 bytes (RocketMQ's
+            ``IndexFile`` maps an int's size: its counts could not be held).
     """
+    if file_size > _INT_MAX:  # (RocketMQ maps an IndexFile of an int's size; counts are ints)
+        raise CorruptRecordError(
+            f"{path or 'index file'}: size {file_size} is larger than an IndexFile can be "
+            f"({_INT_MAX} bytes)"
+        )
     if file_size == index_file_size(hash_slot_num, index_num):
         return hash_slot_num, index_num
     body = file_size - INDEX_HEADER_SIZE
@@ -503,8 +511,10 @@ class IndexFile:
         # A file another process writes (a follower's): chains are walked up to the file's
         # capacity rather than the header's indexCount read earlier (see reload_header).
         self.live = False
-        # The hash slots as native ints, loaded on the first batched put (hashSlotNum * 4
-        # bytes, 20 MB for the default geometry) and kept equal to the file by every writer.
+        # The hash slots as native ints, loaded by the first put of Python's steps
+        # (hashSlotNum * 4 bytes, 20 MB for the default geometry), kept equal to the file by
+        # those steps and put_key, dropped by the mapped writer (which reads the file's own)
+        # and by truncate.
         self._slots: array | None = None
         # made here: its slots are all 0 until its first item (a slot is written only with
         # an item, or put back as it was), so they need not be read
@@ -1400,10 +1410,17 @@ def _slot_runs(sorted_slots: list[int], gap: int = 1) -> Iterator[tuple[int, int
 
 
 def check_geometry(hash_slot_num: int, index_num: int) -> None:
+    """ValueError for a geometry no IndexFile has: fewer than 1 slot or 2 items, or a file
+    over 2**31 - 1 bytes (``IndexFile``'s fileTotalSize and counts are Java ints)."""
     if hash_slot_num < 1 or index_num < 2:
         raise ValueError(
             f"bad index geometry: hashSlotNum={hash_slot_num}, "
             f"indexNum={index_num} (need >= 1 and >= 2)"
+        )
+    if index_file_size(hash_slot_num, index_num) > _INT_MAX:
+        raise ValueError(
+            f"bad index geometry: hashSlotNum={hash_slot_num}, indexNum={index_num} make a "
+            f"file over {_INT_MAX} bytes"
         )
 
 

@@ -1324,9 +1324,6 @@ int32_t rmq_put_one(rmq_put_args *a, int64_t now, int64_t start, const char *hea
     return rc;
 }
 
-/* IndexFile.putKey for a run of pre-hashed entries (engine/format/indexfile.py's
- * IndexFile.put_hashed, whose Python loop is the reference): items into a->items, the slot
- * table updated in memory, each slot touched and the value it held recorded. */
 /* Note chunk c as needed when it is not allocated; 0, or -2 outside the table. */
 static inline int index_need(rmq_index_map *m, int64_t c)
 {
@@ -1340,12 +1337,18 @@ static inline int index_need(rmq_index_map *m, int64_t c)
     return 0;
 }
 
+/* IndexFile.putKey for a run of pre-hashed entries (engine/format/indexfile.py's
+ * IndexFile.put_hashed, whose Python step is the reference), into the file's mapping. */
 int64_t rmq_index_put_mapped(rmq_index_args *a, rmq_index_map *m)
 {
     const int64_t n = a->n, cs = m->chunk_size, hs = m->header_size, ss = m->slot_size;
     m->nneed = 0;
     if (n <= 0 || a->count < 0 || a->nslots <= 0 || cs <= 0 || a->item_size <= 0)
         return n == 0 ? 0 : -2;
+    /* indexCount and hashSlotCount are Java ints: a count they cannot hold is refused */
+    if (n > INT32_MAX - (int64_t)a->count || a->slot_count < 0 ||
+        n > INT32_MAX - (int64_t)a->slot_count)
+        return -2;
     const int64_t items_at = m->items_base + (int64_t)a->count * a->item_size;
     const int64_t items_end = items_at + n * a->item_size;
     if (hs + ss * a->nslots > m->items_base || items_end > m->map_len || a->first < 0)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .dispatch import DispatchRequest
 
 log = logging.getLogger(__name__)
+_UNLOADED = object()  # (the writer not asked for yet)
 
 #: Entries (keys) a put of this many or fewer hands :meth:`IndexService.put_hashed` wait in
 #: memory (a single put's UNIQ_KEY and keys, a small batch's) until :data:`PENDING_ENTRIES`
@@ -140,6 +141,7 @@ class IndexService:
         max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
         timestamp_of: Callable[[int], int | None] | None = None,
         source: StoreSource = LOCAL,
+        load_writer: Callable[[], IndexInPlace | None] | None = None,
     ):
         check_geometry(hash_slot_num, index_num)
         self.timestamp_of = timestamp_of
@@ -150,9 +152,13 @@ class IndexService:
         self.max_msgs_num_batch = max_msgs_num_batch
         self.files: list[IndexFile] = []
         # entries of recent single puts not written yet (flat keyHash, phyOffset,
-        # storeTimestamp, in CommitLog order) and the writer they came with: see put_hashed
+        # storeTimestamp, in CommitLog order): see put_hashed
         self._pending = array("q")
-        self._pending_writer: IndexInPlace | None = None
+        # the compiled core's writer into a file's mapping, loaded at the first write (None:
+        # none, Python's steps write); every write of this service goes through it, so the
+        # slot tables Python's steps keep are never behind a file
+        self._load_writer = load_writer
+        self._writer: IndexInPlace | object | None = _UNLOADED
         self._topic_hashes: dict[str, int] = {}  # topic -> hash of "topic#"
         self._mutex = threading.RLock()
         self._rw = _RWLock()
@@ -346,14 +352,14 @@ class IndexService:
                 continue
             self._put(key, offset, store_timestamp)
 
-    def put_hashed(self, entries: Sequence[int], in_place: IndexInPlace | None = None) -> None:
+    def put_hashed(self, entries: Sequence[int]) -> None:
         """Index pre-hashed keys of new records (the store's put path).
 
         ``entries`` is flat ``[keyHash, phyOffset, storeTimestamp, ...]`` in CommitLog order
         (a list or an ``array("q")``), every phyOffset after :attr:`end_phy_offset`; keyHash
-        is ``index_key_hash("topic#key")``. ``in_place``: the compiled core's writer into each
-        file's mapping (:meth:`IndexFile.put_hashed`; Python's step without it, or where a file
-        is not mapped). Rolls to new files as they fill.
+        is ``index_key_hash("topic#key")``. Written by :meth:`writer` into each file's mapping
+        (:meth:`IndexFile.put_hashed`; Python's step without it, or where a file is not
+        mapped). Rolls to new files as they fill.
 
         A put of :data:`FEW_ENTRIES` or fewer (a single message's keys, a small batch's) on a
         writable store waits in memory with those before it, and they are written together:
@@ -377,7 +383,6 @@ class IndexService:
             pending = self._pending
             if len(entries) <= 3 * FEW_ENTRIES and not self.read_only:
                 pending.extend(entries)
-                self._pending_writer = in_place
                 if len(pending) < 3 * PENDING_ENTRIES and pending[-1] - pending[2] < PENDING_MS:
                     return
                 self._write_pending()
@@ -389,10 +394,10 @@ class IndexService:
             if files:  # the usual case, without a layer more: all go to the last file
                 last = files[-1]
                 if last.index_count < last.index_num and not last.read_only:
-                    i = last.put_hashed(entries, 0, None, in_place)
+                    i = last.put_hashed(entries, 0, None, self.writer())
                     if 3 * i == len(entries):
                         return
-            self._put_entries(entries, i, in_place)
+            self._put_entries(entries, i)
 
     def write_pending(self) -> bool:
         """Write the entries single puts left pending (:meth:`put_hashed`) into the files, so
@@ -421,21 +426,29 @@ class IndexService:
         # thread meanwhile still counts them
         done = [0]
         try:
-            self._put_entries(pending, 0, self._pending_writer, done)
+            self._put_entries(pending, 0, done)
         except BaseException:
             self._pending = pending[3 * done[0] :]
             raise
         self._pending = array("q")
 
+    def writer(self) -> IndexInPlace | None:
+        """The compiled core's writer into an IndexFile's mapping (``engine.read.kernel.
+        IndexWriter``, loaded at the first call by the callable the store gave; this layer does
+        not import engine.read), None without one. Caller holds the mutex (it keeps state
+        between calls)."""
+        w = self._writer
+        if w is _UNLOADED:
+            w = self._writer = self._load_writer() if self._load_writer is not None else None
+        return w  # type: ignore[return-value]
+
     def _put_entries(
-        self,
-        entries: Sequence[int],
-        i: int = 0,
-        in_place: IndexInPlace | None = None,
-        done: list[int] | None = None,
+        self, entries: Sequence[int], i: int = 0, done: list[int] | None = None
     ) -> None:
-        """Write entries ``i ..`` into the newest file, rolling as files fill; ``done[0]``
-        follows how many are written (what an error leaves unwritten starts there)."""
+        """Write entries ``i ..`` into the newest file (by :meth:`writer`), rolling as files
+        fill; ``done[0]`` follows how many are written (what an error leaves unwritten starts
+        there)."""
+        in_place = self.writer()
         total = len(entries) // 3
         while i < total:
             f = self._writable_last()

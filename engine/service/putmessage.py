@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..format.config import MAX_TOPIC_BYTES, TopicConfig
 from ..format.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, deliver_tags_code
-from ..format.indexfile import IndexInPlace, topic_prefix_hash
+from ..format.indexfile import topic_prefix_hash
 from ..format.javahash import tags_code
 from ..format.message import (
     APPEND_LAYOUT,
@@ -262,24 +262,12 @@ class PutService:
     def __init__(self, store: MessageStore, load_kernel: Callable[[], Any] | None = None):
         self._load_kernel = load_kernel
         self._kernel: Any = _UNLOADED
-        self._index_writer: Any = _UNLOADED
         self._readers: Any = _UNLOADED
         self.call: _PutCall | None = None
         self.queue_offsets: dict[tuple[str, int], int] = {}
         self.round_robin: dict[str, int] = {}
         self.tags_cache: dict[str, tuple[bytes, int]] = {}
         self.plain_topics: dict[str, tuple[TopicConfig, tuple[int, int, int], PlainTopic]] = {}
-
-    @property
-    def index_writer(self) -> IndexInPlace | None:
-        """The compiled core's writer of index entries into an IndexFile's mapping
-        (``engine.read.kernel.IndexWriter``, this store's own: it keeps state between puts),
-        None without the core."""
-        w = self._index_writer
-        if w is _UNLOADED:
-            k = self.kernel
-            w = self._index_writer = k.index_writer() if k is not None else None
-        return w
 
     @property
     def readers(self) -> tuple[Callable[..., Any], ...] | None:
@@ -1636,7 +1624,7 @@ def _dispatch_one(
         before[key] = cq.max_offset
         cq.put_unit(queue_offset, *unit)
         if index is not None and entries:
-            index.put_hashed(entries, store.putter.index_writer)
+            index.put_hashed(entries)
     except OSError:
         _undo_put(store, before, start)
         raise
@@ -1709,8 +1697,7 @@ def _dispatch_out(
             ],
         )
     else:
-        writer = store.putter.index_writer  # into the IndexFile's mapping (Python's where unmapped)
-        dispatch_plain(store, (tags_c, keys_c), results, units, entries, start, now, writer)
+        dispatch_plain(store, (tags_c, keys_c), results, units, entries, start, now)
         store.dispatched_store_timestamp = now
 
 
@@ -2085,14 +2072,12 @@ def dispatch_plain(
     idx: Sequence[int],
     start: int,
     now: int,
-    index_writer: IndexInPlace | None = None,
 ) -> None:
     """ConsumeQueue units, index keys and other dispatchers for :func:`put_plain`:
     ``tags_keys`` the batch's TAGS and KEYS columns and ``out`` its PutResults, or what builds
     them (for dispatchers other than the index),
     ``units`` is ``((topic, queueId), first queue offset, encoded units)`` per queue, ``idx`` flat
-    ``[keyHash, phyOffset, storeTimestamp, ...]`` (:meth:`IndexService.put_hashed`, with
-    ``index_writer``: the compiled core's). On an
+    ``[keyHash, phyOffset, storeTimestamp, ...]`` (:meth:`IndexService.put_hashed`). On an
     OSError everything of the batch is undone (CommitLog included) and it is re-raised."""
     index = store.index_service
     ds = store.dispatchers
@@ -2108,7 +2093,7 @@ def dispatch_plain(
             cq.put_units(first, encoded)
         if index is not None and idx:
             if idx[1] > index.end_phy_offset:
-                index.put_hashed(idx, index_writer)
+                index.put_hashed(idx)
             else:  # cannot happen after recovery; keep the general rule anyway
                 others.insert(0, index)
         if others:

@@ -971,8 +971,7 @@ class _Scan:
             entries = entries.reshape(-1, 3)
             entries = entries[entries[:, 1] > self.index.end_phy_offset].ravel()
             if len(entries):
-                writer = self.store.putter.index_writer
-                self.index.put_hashed(array("q", entries.tobytes()), writer)
+                self.index.put_hashed(array("q", entries.tobytes()))
         elif len(self.batch) >= 4096:
             self.flush()
 

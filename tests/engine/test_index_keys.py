@@ -108,7 +108,7 @@ def _reference(recs: list[tuple[bytes, str, bytes]], offsets: list[int]) -> list
     """What ``IndexService.dispatch`` puts for these records, decoded one by one."""
     got: list[int] = []
     index = IndexService("/nonexistent", read_only=True)
-    index._put_entries = lambda entries, i=0, in_place=None: got.extend(entries)
+    index._put_entries = lambda entries, i=0, done=None: got.extend(entries)
     batch = []
     for (raw, _topic, _area), off in zip(recs, offsets):
         rec = decode_record(raw, 0, check_crc=False)

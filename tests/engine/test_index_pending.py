@@ -237,9 +237,9 @@ def test_a_query_while_they_are_written_still_finds_them(tmp_path, monkeypatch):
     seen = []
     real = IndexService._put_entries
 
-    def slow(self, entries, i=0, in_place=None, done=None):
+    def slow(self, entries, i=0, done=None):
         seen.append((self.query("T", "mid"), self.end_phy_offset))
-        return real(self, entries, i, in_place, done)
+        return real(self, entries, i, done)
 
     with _open(root) as s:
         r = s.put_messages([Message("T", b"mid", keys="mid")])[0]
@@ -259,7 +259,7 @@ def test_a_full_disk_at_close_keeps_abort_and_the_next_open_indexes_them(
     s = _open(root)
     r = s.put_messages([Message("T", b"last", keys="last")])[0]
 
-    def full(self, entries, i=0, in_place=None, done=None):
+    def full(self, entries, i=0, done=None):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(IndexService, "_put_entries", full)

@@ -448,3 +448,37 @@ def test_the_writable_mappings_read_no_pages_ahead(tmp_path):
             flags = _vm_flags(p)
             assert flags, f"{p} is not mapped"
             assert any("rr" in f and "wr" in f for f in flags), (p, flags)
+
+
+def test_every_index_write_of_a_store_goes_through_its_mapping(tmp_path, monkeypatch):
+    """The IndexService owns the compiled writer and every write of its goes through it: the
+    first record (indexed by ``IndexService.dispatch``), a message the general path puts (user
+    properties) and single puts between; no slot table of Python's is built (20 MB zeroed, or
+    read back whole at each turn of paths), and every key is found."""
+    from rmqfs.engine.format import indexfile
+    from rmqfs.engine.read import kernel
+
+    written, tables = [], []
+    real_call, real_table = kernel.IndexWriter.__call__, indexfile.IndexFile._slot_table
+
+    def counting(self, *args):
+        written.append(args[7])  # n
+        return real_call(self, *args)
+
+    def table(self):
+        tables.append(self.path)
+        return real_table(self)
+
+    monkeypatch.setattr(kernel.IndexWriter, "__call__", counting)
+    monkeypatch.setattr(indexfile.IndexFile, "_slot_table", table)
+    with MessageStore(str(tmp_path / "s"), StoreConfig()) as s:
+        s.create_topic("T", 1)
+        s.put_messages([Message("T", b"first", keys="k0")])
+        assert written  # (the first record, at CommitLog offset 0, is dispatched at once)
+        for i in range(1, 7):
+            props = {"p": "v"} if i % 2 else {}
+            s.put_messages([Message("T", b"m%d" % i, keys=f"k{i}", properties=props)])
+        s.index_service.write_pending()
+        assert tables == []
+        for i in range(7):
+            assert len(s.query_by_key("T", f"k{i}")) == 1

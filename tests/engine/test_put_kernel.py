@@ -40,6 +40,7 @@ from hypothesis import strategies as st
 import refreader
 import rmqfs.engine.store as store_mod
 from rmqfs.engine.errors import (
+    CorruptRecordError,
     MessageTooLargeError,
     PropertiesSizeExceededError,
     PutMessageError,
@@ -731,6 +732,28 @@ def test_in_place_index_writer_refuses_writes_outside_the_mapping():
             writer(mapping, bytearray(b"\x01" * nchunks), 4096, items_base, 16, flat, 0, 1,
                    (count, 0, 0, 0))  # fmt: skip
         assert mapping == bytearray(size)
+
+
+def test_in_place_index_writer_refuses_counts_a_java_int_cannot_hold():
+    """A hashSlotCount the put would carry past 2**31 - 1, or a negative one (a header that
+    lies; the counts are Java ints), is refused (OSError EIO: the put is undone) with nothing
+    stored; no geometry of a file over 2**31 - 1 bytes (whose indexCount could pass it) is
+    taken."""
+    writer = kernel.load().index_writer()
+    base = indexfile.INDEX_HEADER_SIZE + 4 * 16
+    flat = array("q", [5, 100, T0])
+    for slot_count in (2**31 - 1, -1):
+        mapping = bytearray(base + 200)
+        with pytest.raises(OSError):
+            writer(mapping, bytearray(b"\x01"), 4096, base, 16, flat, 0, 1, (1, slot_count, 0, 0))
+        assert mapping == bytearray(len(mapping))
+    got = writer(bytearray(base + 200), bytearray(b"\x01"), 4096, base, 16, flat, 0, 1,
+                 (1, 2**31 - 2, 0, 0))  # fmt: skip
+    assert got[4] == 2**31 - 1  # (the last count that fits)
+    with pytest.raises(CorruptRecordError):
+        indexfile.index_geometry(40 + 84 * 536_870_912)  # indexNum 2**31
+    with pytest.raises(ValueError):
+        indexfile.check_geometry(536_870_912, 2**31)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
