@@ -256,9 +256,9 @@ class IndexService:
     @property
     def last_timestamp(self) -> int:
         """endTimestamp (epoch ms) of the newest entry (written or pending), 0 without any."""
-        pending = self._pending
-        if pending:
-            return pending[-1]
+        last = self._pending[-1:]  # (one read: the array may shrink in another thread)
+        if last:
+            return last[0]
         files = self.files
         return files[-1].end_timestamp if files else 0
 
@@ -266,9 +266,9 @@ class IndexService:
     def end_phy_offset(self) -> int:
         """The phyOffset of the newest record indexed, its entries written or pending: the
         newest file's endPhyOffset once they are written (0 without files)."""
-        pending = self._pending
-        if pending:
-            return pending[-2]
+        last = self._pending[-2:]  # (one read: the array may shrink in another thread)
+        if last:
+            return last[0]
         files = self.files
         return files[-1].end_phy_offset if files else 0
 
@@ -372,21 +372,30 @@ class IndexService:
         :attr:`end_phy_offset` counts them, so the store answers for a put as soon as it
         returns; a reader of the files themselves (a follower) sees them once written. A
         crash loses only what recovery indexes again from the CommitLog (past the files'
-        endPhyOffset).
+        endPhyOffset). Callers hold the store's put lock (every put path, recovery and the
+        flush thread's SYNC_FLUSH dispatch do): a few entries are added without the
+        service's own lock.
 
         Raises:
             OSError: from the disk. Entries of earlier puts that could not be written stay
                 pending (written by the next call that succeeds); this call's are kept too,
                 and the caller undoes its put with :meth:`truncate`, which drops them.
         """
-        with self._mutex:
-            pending = self._pending
-            if len(entries) <= 3 * FEW_ENTRIES and not self.read_only:
-                pending.extend(entries)
-                if len(pending) < 3 * PENDING_ENTRIES and pending[-1] - pending[2] < PENDING_MS:
-                    return
-                self._write_pending()
+        pending = self._pending
+        if len(entries) <= 3 * FEW_ENTRIES and not self.read_only:
+            # without the mutex (puts hold the store's put lock): the array only grows here,
+            # and what shrinks it takes the mutex; the flush thread's write reads a copy
+            # (_write_pending), so it is never exported while another thread appends, and may
+            # empty the array right after the append: nothing of it is indexed after that
+            oldest = pending[2:3]  # (before the append: the array may be emptied after it)
+            pending.extend(entries)
+            oldest_ts = oldest[0] if oldest else entries[2]
+            if len(pending) < 3 * PENDING_ENTRIES and entries[-1] - oldest_ts < PENDING_MS:
                 return
+            with self._mutex:
+                self._write_pending()
+            return
+        with self._mutex:
             if pending:
                 self._write_pending()
             files = self.files
@@ -422,15 +431,15 @@ class IndexService:
         pending = self._pending
         if not pending:
             return
-        # they stay in self._pending until written: a query or end_phy_offset in another
-        # thread meanwhile still counts them
+        # written from a copy: a put appends to the array meanwhile (the writer releases the
+        # GIL), which an array exporting its buffer would refuse; they stay in the array
+        # until written, so a query or end_phy_offset in another thread still counts them
+        batch = pending[:]
         done = [0]
         try:
-            self._put_entries(pending, 0, done)
-        except BaseException:
-            self._pending = pending[3 * done[0] :]
-            raise
-        self._pending = array("q")
+            self._put_entries(batch, 0, done)
+        finally:  # (those written go; a put's appended since stay)
+            del pending[: 3 * done[0]]
 
     def writer(self) -> IndexInPlace | None:
         """The compiled core's writer into an IndexFile's mapping (``engine.read.kernel.
@@ -521,8 +530,7 @@ class IndexService:
                     keep = 0  # entries before the cut, in CommitLog order
                     while keep < len(pending) and pending[keep + 1] < phy_offset:
                         keep += 3
-                    # a new array: a query reading the old one in another thread goes on
-                    pending = self._pending = pending[:keep]
+                    del pending[keep:]  # (a query reads a copy: _pending_hits)
                 if pending:  # the files hold only records before the pending ones
                     return
             self._truncate_files(phy_offset)
@@ -663,7 +671,7 @@ class IndexService:
     def _pending_hits(self, idx_key: str, max_num: int, begin: int, end: int) -> list[int]:
         """CommitLog offsets of the pending entries under ``idx_key`` (``topic#key``) stored
         within ``[begin, end]`` (epoch ms), newest first, at most ``max_num``."""
-        pending = self._pending  # only grows in place (a cut or a write replaces it whole)
+        pending = self._pending[:]  # a copy: a write or a cut shrinks the array in place
         if not pending:
             return []
         h = index_key_hash(idx_key)
@@ -733,6 +741,6 @@ class IndexService:
                             pass
                     self.files = []
             lost = self.pending_count
-            self._pending = array("q")
+            del self._pending[:]
             if lost:
                 raise OSError(f"{lost} index entries could not be written before close")

@@ -1473,7 +1473,7 @@ def _put_one(
     if entries is None:
         entries = []
     if store.sync_flush or not _dispatch_one(
-        store, key, qoff, (result.commitlog_offset, result.size, tc), entries, start, now
+        store, key, qoff, result.commitlog_offset, result.size, tc, entries, start, now
     ):
         unit = UNIT.pack(result.commitlog_offset, result.size, tc)
         _dispatch_out(store, out, (row[2],), (keys,), [(key, qoff, unit)], entries, start, end, now)
@@ -1599,18 +1599,20 @@ def _dispatch_one(
     store: MessageStore,
     key: tuple[str, int],
     queue_offset: int,
-    unit: tuple[int, int, int],
+    commitlog_offset: int,
+    size: int,
+    tc: int,
     entries: list[int],
     start: int,
     now: int,
 ) -> bool:
     """:func:`dispatch_plain` of a single put on a store whose only dispatcher is its index
     (the usual store; ``CommitLogDispatcherBuildConsumeQueue`` and ``...BuildIndex``), at the
-    least per-call cost: the ConsumeQueue unit of ``key`` at ``queue_offset`` (``unit``:
-    ``(commitLogOffset, size, tagsCode)``), the index
-    ``entries`` (:meth:`IndexService.put_hashed`). False, with nothing done, for any other
-    store (the caller dispatches it the general way). On an OSError the put is undone (its
-    unit, its entries, the CommitLog from ``start``) and the error re-raised."""
+    least per-call cost: the ConsumeQueue unit of ``key`` at ``queue_offset`` (the record at
+    ``commitlog_offset``, ``size`` bytes, its tagsCode ``tc``), the index ``entries``
+    (:meth:`IndexService.put_hashed`). False, with nothing done, for any other store (the
+    caller dispatches it the general way). On an OSError the put is undone (its unit, its
+    entries, the CommitLog from ``start``) and the error re-raised."""
     index = store.index_service
     ds = store.dispatchers
     if index is None:
@@ -1618,15 +1620,15 @@ def _dispatch_one(
             return False
     elif len(ds) != 1 or ds[0] is not index or (entries and entries[1] <= index.end_phy_offset):
         return False
-    before = {}
+    cq = None
     try:
         cq = store.writable_consume_queue(*key)  # (EMFILE, ...: its files opened)
-        before[key] = cq.max_offset
-        cq.put_unit(queue_offset, *unit)
+        old = cq.max_offset
+        cq.put_unit(queue_offset, commitlog_offset, size, tc)
         if index is not None and entries:
             index.put_hashed(entries)
     except OSError:
-        _undo_put(store, before, start)
+        _undo_put(store, {key: old} if cq is not None else {}, start)
         raise
     store.dispatched_store_timestamp = now
     return True

@@ -269,3 +269,74 @@ def test_a_full_disk_at_close_keeps_abort_and_the_next_open_indexes_them(
     assert _on_disk(root, "last") == []
     with MessageStore(str(root), StoreConfig(**CFG)) as again:  # in this process: unlocked
         assert _indexed(again, "last") == [r.commitlog_offset]
+
+
+def test_a_put_appends_while_the_flush_thread_writes_from_a_copy(
+    tmp_path, no_time_limit, monkeypatch
+):
+    """A single put adds its entries without the index's lock while the flush thread writes
+    those waiting through the compiled writer (which releases the GIL with the entries
+    exported): the write reads a copy, so the put's append is never refused (an array
+    exporting its buffer cannot grow), and neither its entries nor those written are lost or
+    written twice."""
+    import threading
+
+    from rmqfs.engine.read import kernel
+
+    root = tmp_path / "s"
+    with _open(root) as s:
+        index = s.index_service
+        real = kernel.IndexWriter.__call__
+        puts: list = []
+
+        def writing(self, mapping, chunks, chunk_size, items_base, nslots, entries, *rest):
+            if not puts and not isinstance(entries, list):  # (a dispatch's list: copied)
+                with memoryview(entries):  # exported, as ffi.from_buffer exports it
+                    t = threading.Thread(  # a put meanwhile, in another thread
+                        target=lambda: puts.append(s.put_messages([Message("T", b"b", keys="b")]))
+                    )
+                    t.start()
+                    t.join()
+            return real(self, mapping, chunks, chunk_size, items_base, nslots, entries, *rest)
+
+        a = s.put_messages([Message("T", b"a", keys="a")])[0]
+        monkeypatch.setattr(kernel.IndexWriter, "__call__", writing)
+        assert index.write_pending()  # the flush thread's round
+        monkeypatch.undo()
+        assert len(puts) == 1  # (the put raised nothing: it returned)
+        b = puts[0][0]
+        assert index.end_phy_offset == b.commitlog_offset and index.pending_count == 2
+        index.write_pending()
+        assert _on_disk(root, "a") == [a.commitlog_offset]
+        assert _on_disk(root, "b") == [b.commitlog_offset]
+        assert _indexed(s, "b") == [b.commitlog_offset]
+
+
+def test_a_put_whose_entries_are_written_at_once_by_the_flush_thread(tmp_path, no_time_limit):
+    """The flush thread may write (and take out) a put's entries right after its append,
+    before the put reads the array again: the put neither fails nor loses them (it read
+    what it needs before the append), and the store goes on putting to that queue."""
+    import threading
+    from array import array
+
+    root = tmp_path / "s"
+    with _open(root) as s:
+        index = s.index_service
+
+        class Racing(array):  # the flush thread's round lands right after the append
+            def extend(self, values):
+                super().extend(values)
+                t = threading.Thread(target=index.write_pending)
+                t.start()
+                t.join()
+
+        racing = Racing("q", index._pending)
+        index._pending = racing  # (the one array the service keeps: a subclass of it)
+        try:
+            got = [s.put_messages([Message("T", b"m%d" % i, keys=f"k{i}")])[0] for i in range(3)]
+        finally:
+            index._pending = array("q", racing)
+        assert index.pending_count == 0
+        for i, r in enumerate(got):
+            assert _on_disk(root, f"k{i}") == [r.commitlog_offset]
+            assert _indexed(s, f"k{i}") == [r.commitlog_offset]
