@@ -381,6 +381,8 @@ class IndexService:
                 pending (written by the next call that succeeds); this call's are kept too,
                 and the caller undoes its put with :meth:`truncate`, which drops them.
         """
+        if not entries:
+            return
         pending = self._pending
         if len(entries) <= 3 * FEW_ENTRIES and not self.read_only:
             # without the mutex (puts hold the store's put lock): the array only grows here,
