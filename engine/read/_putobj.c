@@ -627,7 +627,52 @@ enum {
 
 static const char HEX[] = "0123456789ABCDEF";
 
-/* put(row, born_host, info, now, start, window, want_index) -> result | code
+/* The index's waiting entries (indexservice.IndexService.lane_state): (buffer, few, cap, ms),
+ * a bytearray of native int64 keyHash, phyOffset, storeTimestamp per entry, and the limits
+ * put_hashed's few-entry branch keeps. NULL *buf for anything else (the entries go back to
+ * the caller as a list). */
+static void index_state(PyObject *state, PyObject **buf, int64_t *few, int64_t *cap,
+                        int64_t *ms)
+{
+    int ok = 1;
+    *buf = NULL;
+    if (!PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != 4 ||
+        !PyByteArray_CheckExact(PyTuple_GET_ITEM(state, 0)))
+        return;
+    *few = i64_in(PyTuple_GET_ITEM(state, 1), 0, 1 << 20, &ok);
+    *cap = i64_in(PyTuple_GET_ITEM(state, 2), 0, 1 << 24, &ok);
+    *ms = i64_in(PyTuple_GET_ITEM(state, 3), 0, INT64_MAX, &ok);
+    if (ok)
+        *buf = PyTuple_GET_ITEM(state, 0);
+}
+
+/* Add the n entries (3 int64 each) at idx to the index's waiting ones, as
+ * IndexService.put_hashed's few-entry branch adds them: only where n <= few, entries wait
+ * already and the last one's phyOffset is below theirs (end_phy_offset's rule), and the
+ * buffer can grow (not exported, memory). Returns -1 where they are not added (no exception
+ * left), else whether they are due: cap entries gathered, or the newest's storeTimestamp ms
+ * or more after the oldest's. *had: the buffer's size before (bytes). */
+static int index_append(PyObject *buf, int64_t few, int64_t cap, int64_t ms, const int64_t *idx,
+                        int64_t n, Py_ssize_t *had)
+{
+    const Py_ssize_t have = PyByteArray_GET_SIZE(buf);
+    int64_t last_phy, oldest_ts;
+    if (n <= 0 || n > few || have < 24 || have % 24 != 0)
+        return -1;
+    memcpy(&last_phy, PyByteArray_AS_STRING(buf) + have - 16, 8);
+    memcpy(&oldest_ts, PyByteArray_AS_STRING(buf) + 16, 8);
+    if (last_phy >= idx[1] || have > PY_SSIZE_T_MAX - 24 * n)
+        return -1;
+    if (PyByteArray_Resize(buf, have + (Py_ssize_t)(24 * n)) < 0) {
+        PyErr_Clear(); /* (exported, or no memory: the caller's list takes them) */
+        return -1;
+    }
+    memcpy(PyByteArray_AS_STRING(buf) + have, idx, (size_t)(24 * n));
+    *had = have;
+    return have + 24 * n >= 24 * cap || idx[3 * n - 1] - oldest_ts >= ms;
+}
+
+/* put(row, born_host, info, now, start, window, index) -> result | code
  *
  * row: the plain fields (putmessage._message_row's first 9: topic str, body (a buffer), tags
  * None|str (none when empty), keys None|str|bytes (the KEYS value: a str's none when empty,
@@ -636,15 +681,18 @@ static const char HEX[] = "0123456789ABCDEF";
  * bytes (IPv4, int32 port); info: the topic's PlainTopic, whose tables the struct points at
  * (writeQueueNums, queues, ...); now: store timestamp (epoch ms); start: the CommitLog offset
  * the record goes at; window: None or (mmap, position, room) from
- * FileQueue.write_window(start, ...), exported for the call only; want_index: whether to
- * compute the index entries. Its UNIQ_KEY is the generator's next id (MessageClientIDSetter.createUniqID: the
+ * FileQueue.write_window(start, ...), exported for the call only; index: None or False for
+ * no index entries, True for them as a list, or the index's state (index_state) to add them
+ * to where it can (index_append). Its UNIQ_KEY is the generator's next id (MessageClientIDSetter.createUniqID: the
  * prefix, the ms of its born timestamp (else now) since the month began, the counter), the
  * counter advanced once the record is written or refused.
  *
  * Returns (PutResult, (topic, queueId), tagsCode, end, in_place, need, nchunks, entries)
  * when the record is written (into the window: in_place True; else into the struct's out
  * buffer, ``need`` bytes in ``nchunks`` chunks, for the caller to append), entries the flat
- * [keyHash, phyOffset, storeTimestamp, ...] (None without want_index); or (code, a, b):
+ * [keyHash, phyOffset, storeTimestamp, ...] (None without index), or a bool where they were
+ * added to the index's waiting ones (whether they are due: the caller writes them, and undoes
+ * them with the put, IndexService.truncate, should anything fail after); or (code, a, b):
  * a LANE_* code (nothing changed), or rmq_put_one's 1 or 3 (refused; the round robin moved
  * as choose_queue moves it before a put, the UNIQ_KEY taken), or 2 (short of room in the
  * window or in the out buffer; a = bytes needed, b = index entries; nothing changed). A
@@ -662,8 +710,7 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     int64_t out[7] = {0}, room = 0;
     uint8_t *dst = NULL;
     if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "put(row, born_host, info, now, start, window, want_index)");
+        PyErr_SetString(PyExc_TypeError, "put(row, born_host, info, now, start, window, index)");
         return NULL;
     }
     if (self->owner == NULL) { /* (cleared by the collector) */
@@ -676,7 +723,10 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     window = args[5];
     const int64_t now = i64_in(args[3], 0, INT64_MAX, &ok);
     const int64_t start = i64_in(args[4], 0, INT64_MAX, &ok);
-    const int want_index = PyObject_IsTrue(args[6]);
+    PyObject *pending = NULL;
+    int64_t few = 0, cap = 0, ms = 0;
+    index_state(args[6], &pending, &few, &cap, &ms);
+    const int want_index = pending != NULL ? 1 : PyObject_IsTrue(args[6]);
     if (!ok || want_index < 0 || !PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) < 9 ||
         !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) < 2 ||
         !(born_host == Py_None || (PyBytes_CheckExact(born_host) && PyBytes_GET_SIZE(born_host) == 8))) {
@@ -875,18 +925,6 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     uniq = PyUnicode_New(uniq_len, 127);
     msg_id = uniq ? PyUnicode_New(32, 127) : NULL;
     result = msg_id ? self->result_type->tp_alloc(self->result_type, 8) : NULL;
-    if (want_index && result) {
-        entries = PyList_New(3 * self->a->nidx);
-        for (Py_ssize_t k = 0; entries && k < 3 * self->a->nidx; k++) {
-            PyObject *v = PyLong_FromLongLong(self->a->idx[k]);
-            if (v == NULL)
-                Py_CLEAR(entries);
-            else
-                PyList_SET_ITEM(entries, k, v);
-        }
-        if (entries == NULL)
-            Py_CLEAR(result);
-    }
     if (result == NULL)
         goto fail_written;
     memcpy(PyUnicode_DATA(msg_id), self->a->msg_id, 32);
@@ -900,12 +938,39 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     for (int k = 0; k < 8; k++)
         if (vals[k] == NULL)
             goto fail_written;
+    /* The index entries: added to the index's waiting ones, else a list, else none. */
+    Py_ssize_t had = -1;
+    const int due = pending != NULL ? index_append(pending, few, cap, ms, self->a->idx,
+                                                   self->a->nidx, &had)
+                                    : -1;
+    if (due >= 0) {
+        entries = PyBool_FromLong(due);
+    } else if (want_index) {
+        entries = PyList_New(3 * self->a->nidx);
+        for (Py_ssize_t k = 0; entries && k < 3 * self->a->nidx; k++) {
+            PyObject *v = PyLong_FromLongLong(self->a->idx[k]);
+            if (v == NULL)
+                Py_CLEAR(entries);
+            else
+                PyList_SET_ITEM(entries, k, v);
+        }
+        if (entries == NULL)
+            goto fail_written;
+    }
     ret = Py_BuildValue("(NOLLOLLN)", result, key, (long long)tc, (long long)out[3],
                         in_place ? Py_True : Py_False, (long long)out[4], (long long)out[6],
                         entries ? entries : Py_NewRef(Py_None));
     result = entries = NULL;
-    if (ret == NULL)
+    if (ret == NULL) {
+        if (had >= 0) { /* (a shrink into what it held: no allocation, nothing exported) */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            if (PyByteArray_Resize(pending, had) < 0)
+                PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
         goto fail_written;
+    }
     goto done;
 fail_written:
     /* A memory error after the record was written, before it could be reported: the put
@@ -965,7 +1030,7 @@ done:
 
 static PyMethodDef lane_methods[] = {
     {"put", (PyCFunction)(void (*)(void))lane_put, METH_FASTCALL,
-     "put(row, born_host, info, now, start, window, want_index) -> result | code"},
+     "put(row, born_host, info, now, start, window, index) -> result | code"},
     {NULL, NULL, 0, NULL},
 };
 

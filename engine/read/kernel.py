@@ -214,8 +214,9 @@ class Kernel:
         (TAGS item, tagsCode), read), the SHARDING_KEY item's prefix, the class of its results
         (a named tuple of the eight PutResult fields) and the UNIQ_KEY generator's prefix and
         state (``UniqKeyGenerator.lane_state``: ids are taken from it). ``lane.put(row,
-        born_host, info, now, start, window, want_index)`` puts one message (``_putobj.c``
-        says what it returns). None without the companion module."""
+        born_host, info, now, start, window, index)`` puts one message, its index entries
+        added to the index's waiting ones where ``index`` is ``IndexService.lane_state()``
+        (``_putobj.c`` says what it returns). None without the companion module."""
         objects = self.objects
         if objects is None:
             return None

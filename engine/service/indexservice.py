@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -55,6 +56,9 @@ PENDING_ENTRIES = 256
 #: oldest of them, so a writer that keeps putting never leaves them waiting longer; the
 #: store's flush thread writes them every round (``flushIntervalCommitLog``) in any case.
 PENDING_MS = 100
+#: One int64 of the pending entries (native order: keyHash, phyOffset and storeTimestamp of
+#: each entry one after another, as ``array("q")`` and the compiled single put hold them).
+_INT64 = struct.Struct("=q")
 
 
 class _RWLock:
@@ -152,8 +156,10 @@ class IndexService:
         self.max_msgs_num_batch = max_msgs_num_batch
         self.files: list[IndexFile] = []
         # entries of recent single puts not written yet (flat keyHash, phyOffset,
-        # storeTimestamp, in CommitLog order): see put_hashed
-        self._pending = array("q")
+        # storeTimestamp, in CommitLog order, as native int64: _ENTRY): see put_hashed. A
+        # bytearray, so that the compiled single put appends to it too (lane_state)
+        self._pending = bytearray()
+        self._lane_state = (self._pending, FEW_ENTRIES, PENDING_ENTRIES, PENDING_MS)
         # the compiled core's writer into a file's mapping, loaded at the first write (None:
         # none, Python's steps write); every write of this service goes through it, so the
         # slot tables Python's steps keep are never behind a file
@@ -256,9 +262,9 @@ class IndexService:
     @property
     def last_timestamp(self) -> int:
         """endTimestamp (epoch ms) of the newest entry (written or pending), 0 without any."""
-        last = self._pending[-1:]  # (one read: the array may shrink in another thread)
+        last = self._pending[-8:]  # (one read: the array may shrink in another thread)
         if last:
-            return last[0]
+            return _INT64.unpack(last)[0]
         files = self.files
         return files[-1].end_timestamp if files else 0
 
@@ -266,9 +272,9 @@ class IndexService:
     def end_phy_offset(self) -> int:
         """The phyOffset of the newest record indexed, its entries written or pending: the
         newest file's endPhyOffset once they are written (0 without files)."""
-        last = self._pending[-2:]  # (one read: the array may shrink in another thread)
+        last = self._pending[-16:-8]  # (one read: the array may shrink in another thread)
         if last:
-            return last[0]
+            return _INT64.unpack(last)[0]
         files = self.files
         return files[-1].end_phy_offset if files else 0
 
@@ -385,17 +391,17 @@ class IndexService:
             return
         pending = self._pending
         if len(entries) <= 3 * FEW_ENTRIES and not self.read_only:
-            # without the mutex (puts hold the store's put lock): the array only grows here,
-            # and what shrinks it takes the mutex; the flush thread's write reads a copy
-            # (_write_pending), so it is never exported while another thread appends, and may
-            # empty the array right after the append: nothing of it is indexed after that
-            oldest = pending[2:3]  # (before the append: the array may be emptied after it)
-            pending.extend(entries)
-            oldest_ts = oldest[0] if oldest else entries[2]
-            if len(pending) < 3 * PENDING_ENTRIES and entries[-1] - oldest_ts < PENDING_MS:
+            # without the mutex (puts hold the store's put lock): the buffer only grows here
+            # (and in the compiled single put, under the same lock), and what shrinks it
+            # takes the mutex; the flush thread's write reads a copy (_write_pending), so it
+            # is never exported while another thread appends, and may empty the buffer right
+            # after the append: nothing of it is read after that
+            oldest = pending[16:24]  # (before the append: the buffer may be emptied after it)
+            pending += entries if isinstance(entries, array) else array("q", entries)
+            oldest_ts = _INT64.unpack(oldest)[0] if oldest else entries[2]
+            if len(pending) < 24 * PENDING_ENTRIES and entries[-1] - oldest_ts < PENDING_MS:
                 return
-            with self._mutex:
-                self._write_pending()
+            self.write_pending_now()
             return
         with self._mutex:
             if pending:
@@ -409,6 +415,29 @@ class IndexService:
                     if 3 * i == len(entries):
                         return
             self._put_entries(entries, i)
+
+    def lane_state(self) -> tuple[bytearray, int, int, int]:
+        """``(the pending entries, FEW_ENTRIES, PENDING_ENTRIES, PENDING_MS)`` for the compiled
+        single put (``engine/read/_putobj.c``'s Lane), which adds a put's entries (``FEW_ENTRIES``
+        or fewer) where :meth:`put_hashed` would, under the store's put lock as every caller
+        of it holds: to the end of the buffer (native int64 keyHash, phyOffset,
+        storeTimestamp each), only where entries wait already and the last one's phyOffset is
+        below the put's (:attr:`end_phy_offset`'s rule), and tells its caller when they are
+        due (``PENDING_ENTRIES`` gathered, or its store time ``PENDING_MS`` or more after the
+        oldest's), who then calls :meth:`write_pending_now`. The caller undoes a put that
+        fails after the append with :meth:`truncate`, as for :meth:`put_hashed`."""
+        return self._lane_state
+
+    def write_pending_now(self) -> None:
+        """Write the entries waiting (:meth:`put_hashed`) into the files now, under the
+        service's lock: what a put that finds them due calls.
+
+        Raises:
+            OSError: from the disk; those not written stay pending (the next write takes
+                them), and the caller undoes its put (:meth:`truncate`).
+        """
+        with self._mutex:
+            self._write_pending()
 
     def write_pending(self) -> bool:
         """Write the entries single puts left pending (:meth:`put_hashed`) into the files, so
@@ -433,15 +462,15 @@ class IndexService:
         pending = self._pending
         if not pending:
             return
-        # written from a copy: a put appends to the array meanwhile (the writer releases the
-        # GIL), which an array exporting its buffer would refuse; they stay in the array
+        # written from a copy: a put appends to the buffer meanwhile (the writer releases
+        # the GIL), which a buffer exporting its memory would refuse; they stay in the buffer
         # until written, so a query or end_phy_offset in another thread still counts them
-        batch = pending[:]
+        batch = array("q", pending)
         done = [0]
         try:
             self._put_entries(batch, 0, done)
         finally:  # (those written go; a put's appended since stay)
-            del pending[: 3 * done[0]]
+            del pending[: 24 * done[0]]
 
     def writer(self) -> IndexInPlace | None:
         """The compiled core's writer into an IndexFile's mapping (``engine.read.kernel.
@@ -528,11 +557,12 @@ class IndexService:
         with self._mutex:
             pending = self._pending
             if pending:
-                if pending[-2] >= phy_offset:
+                entries = array("q", pending)  # (puts, which append, hold the put lock too)
+                if entries[-2] >= phy_offset:
                     keep = 0  # entries before the cut, in CommitLog order
-                    while keep < len(pending) and pending[keep + 1] < phy_offset:
+                    while keep < len(entries) and entries[keep + 1] < phy_offset:
                         keep += 3
-                    del pending[keep:]  # (a query reads a copy: _pending_hits)
+                    del pending[8 * keep :]  # (a query reads a copy: _pending_hits)
                 if pending:  # the files hold only records before the pending ones
                     return
             self._truncate_files(phy_offset)
@@ -673,7 +703,7 @@ class IndexService:
     def _pending_hits(self, idx_key: str, max_num: int, begin: int, end: int) -> list[int]:
         """CommitLog offsets of the pending entries under ``idx_key`` (``topic#key``) stored
         within ``[begin, end]`` (epoch ms), newest first, at most ``max_num``."""
-        pending = self._pending[:]  # a copy: a write or a cut shrinks the array in place
+        pending = array("q", self._pending)  # a copy: a write or a cut shrinks it in place
         if not pending:
             return []
         h = index_key_hash(idx_key)
@@ -720,7 +750,7 @@ class IndexService:
     @property
     def pending_count(self) -> int:
         """Entries waiting to be written (:meth:`put_hashed`)."""
-        return len(self._pending) // 3
+        return len(self._pending) // 24
 
     def close(self) -> None:
         """Flush (unless read-only) and close every file (``IndexService.shutdown``).

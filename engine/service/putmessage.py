@@ -1425,7 +1425,9 @@ def _put_one(
     CommitLog's append) and builds its PutResult; what it cannot do it answers with a code,
     done here before it is called again (a tags item, a queue's first offset, the month of its
     UNIQ_KEY, a row's texts and ints as exact types, a larger buffer, the error to raise).
-    Then the unit and the index entries (:func:`_dispatch_one`, else :func:`_dispatch_out`).
+    On a store whose only dispatcher is its index, without SYNC_FLUSH, the lane adds the
+    index entries to those waiting (``IndexService.lane_state``) where it can; then the unit
+    and the entries the lane did not add (:func:`_dispatch_one`, else :func:`_dispatch_out`).
     None, nothing taken or changed, for a row the lane does not take (a text UTF-8 cannot
     encode, no companion module, ...): :func:`put_plain` answers None and the general path
     puts it or says why."""
@@ -1447,11 +1449,19 @@ def _put_one(
     except OSError:  # from allocating, nothing written: the record goes into call.out, and its
         window = None  # append meets the disk's error once its queue and UNIQ_KEY are taken,
         # as in the general path, which chooses and encodes before it writes
+    index = store.index_service
+    sync = store.sync_flush
+    if index is None:
+        want = None  # (no entries)
+    elif not sync and len(ds := store.dispatchers) == 1 and ds[0] is index:
+        want = index.lane_state()  # (the lane adds them to those waiting where it can)
+    else:
+        want = True  # (as a list)
     r: tuple | None = None
     try:
-        r = lane.put(row, born_host, info, now, start, window, store.index_service is not None)
+        r = lane.put(row, born_host, info, now, start, window, want)
         if len(r) == 3:  # a step of Python first, or the general path's (None)
-            r = _lane_put(store, call, lane, r, row, born_host, info, now, start, window)
+            r = _lane_put(store, call, lane, r, row, born_host, info, now, start, window, want)
             if r is None:
                 return None
         result, key, tc, end, in_place, need, nchunks, entries = r
@@ -1460,19 +1470,22 @@ def _put_one(
         else:
             _append_out(call, cl, start, nchunks, need, end, now)
     except BaseException:
-        # anything raised (a signal's KeyboardInterrupt, a MemoryError) between the record's
-        # write into the mapping and the CommitLog counting it: the record is zeroed there,
-        # so recovery never finds a put that failed
-        if r is not None and len(r) == 8 and r[4] and window is not None:
-            size = r[0].size  # (written into the window: zeroed unless the CommitLog counts it)
-            if cl.max_offset == start:
+        # anything raised (a signal's KeyboardInterrupt, a MemoryError, the disk's error of
+        # the append) before the CommitLog counts the record: the record is zeroed where it
+        # was written into the mapping, and the index entries the lane added go, so recovery
+        # and queries never find a put that failed
+        if r is not None and len(r) == 8 and cl.max_offset == start:
+            if r[4] and window is not None:  # (written into the window)
+                size = r[0].size
                 window[0][window[1] : window[1] + size] = bytes(size)
+            if r[7].__class__ is bool and index is not None:
+                index.truncate(start)
         raise
     out = [result]
     qoff = result.queue_offset
     if entries is None:
         entries = []
-    if store.sync_flush or not _dispatch_one(
+    if sync or not _dispatch_one(
         store, key, qoff, result.commitlog_offset, result.size, tc, entries, start, now
     ):
         unit = UNIT.pack(result.commitlog_offset, result.size, tc)
@@ -1492,14 +1505,15 @@ def _lane_put(
     now: int,
     start: int,
     window: tuple | None,
+    want: object,
 ) -> tuple | None:
     """The steps ``lane.put``'s ``answer`` (a code) asks for, each done before it is called
-    again, until it answers with its record written (its 8-tuple; :data:`_LANE_TRIES` steps
+    again (``want``: its index argument, as :func:`_put_one` gave it), until it answers with
+    its record written (its 8-tuple; :data:`_LANE_TRIES` steps
     at most): None where the general path must put the message (a row the lane does not
     take, answers that did not settle), nothing taken and nothing left behind (a queue's next
     offset a step put in the topicQueueTable goes again). Raises what the general path raises
     for a queueId that is not the topic's and for a refused record (:func:`_refused`)."""
-    want_index = store.index_service is not None
     nslots = info[1]
     queue_offsets = store.putter.queue_offsets
     looked_up = []
@@ -1532,7 +1546,7 @@ def _lane_put(
             _refused(call.lib, call.args, rc, store.commitlog.file_size)
         else:  # a row the lane does not take (a text UTF-8 cannot encode, ...): the general
             break  # path puts it or says why; nothing was taken or changed
-        r = lane.put(row, born_host, info, now, start, window, want_index)
+        r = lane.put(row, born_host, info, now, start, window, want)
     else:
         if len(r) != 3:
             return r
@@ -1602,7 +1616,7 @@ def _dispatch_one(
     commitlog_offset: int,
     size: int,
     tc: int,
-    entries: list[int],
+    entries: list[int] | bool,
     start: int,
     now: int,
 ) -> bool:
@@ -1610,23 +1624,31 @@ def _dispatch_one(
     (the usual store; ``CommitLogDispatcherBuildConsumeQueue`` and ``...BuildIndex``), at the
     least per-call cost: the ConsumeQueue unit of ``key`` at ``queue_offset`` (the record at
     ``commitlog_offset``, ``size`` bytes, its tagsCode ``tc``), the index ``entries``
-    (:meth:`IndexService.put_hashed`). False, with nothing done, for any other store (the
-    caller dispatches it the general way). On an OSError the put is undone (its unit, its
-    entries, the CommitLog from ``start``) and the error re-raised."""
+    (:meth:`IndexService.put_hashed`), or, where the lane added them to those waiting
+    (``entries`` a bool: whether they are due), the write of those due
+    (:meth:`IndexService.write_pending_now`). False, with nothing done, for any other store
+    (the caller dispatches it the general way). On an OSError the put is undone (its unit,
+    its entries, the CommitLog from ``start``) and the error re-raised."""
     index = store.index_service
-    ds = store.dispatchers
-    if index is None:
-        if ds or entries:
+    if entries.__class__ is not bool:  # (added by the lane: the store is one of these)
+        ds = store.dispatchers
+        if index is None:
+            if ds or entries:
+                return False
+        elif (
+            len(ds) != 1 or ds[0] is not index or (entries and entries[1] <= index.end_phy_offset)  # type: ignore[index]
+        ):
             return False
-    elif len(ds) != 1 or ds[0] is not index or (entries and entries[1] <= index.end_phy_offset):
-        return False
     cq = None
     try:
         cq = store.writable_consume_queue(*key)  # (EMFILE, ...: its files opened)
         old = cq.max_offset
         cq.put_unit(queue_offset, commitlog_offset, size, tc)
-        if index is not None and entries:
-            index.put_hashed(entries)
+        if entries.__class__ is bool:
+            if entries:  # (due)
+                index.write_pending_now()  # type: ignore[union-attr]
+        elif index is not None and entries:
+            index.put_hashed(entries)  # type: ignore[arg-type]
     except OSError:
         _undo_put(store, {key: old} if cq is not None else {}, start)
         raise

@@ -313,30 +313,147 @@ def test_a_put_appends_while_the_flush_thread_writes_from_a_copy(
 
 
 def test_a_put_whose_entries_are_written_at_once_by_the_flush_thread(tmp_path, no_time_limit):
-    """The flush thread may write (and take out) a put's entries right after its append,
-    before the put reads the array again: the put neither fails nor loses them (it read
-    what it needs before the append), and the store goes on putting to that queue."""
+    """The flush thread may write (and take out) a put's entries right after its append
+    (``IndexService.put_hashed``'s), before the put reads the buffer again: the put neither
+    fails nor loses them (it read what it needs before the append), and the store goes on
+    putting to that queue."""
     import threading
-    from array import array
 
     root = tmp_path / "s"
     with _open(root) as s:
         index = s.index_service
 
-        class Racing(array):  # the flush thread's round lands right after the append
-            def extend(self, values):
-                super().extend(values)
+        class Racing(bytearray):  # the flush thread's round lands right after the append
+            def __iadd__(self, values):
+                super().__iadd__(values)
                 t = threading.Thread(target=index.write_pending)
                 t.start()
                 t.join()
+                return self
 
-        racing = Racing("q", index._pending)
-        index._pending = racing  # (the one array the service keeps: a subclass of it)
+        plain, state = index._pending, index._lane_state
+        racing = Racing(plain)
+        # (the one buffer the service keeps, a subclass of it: the compiled single put, which
+        # takes an exact bytearray only, hands put_hashed its entries)
+        index._pending, index._lane_state = racing, (racing, *state[1:])
         try:
             got = [s.put_messages([Message("T", b"m%d" % i, keys=f"k{i}")])[0] for i in range(3)]
         finally:
-            index._pending = array("q", racing)
+            plain[:] = racing
+            index._pending, index._lane_state = plain, state
         assert index.pending_count == 0
         for i, r in enumerate(got):
             assert _on_disk(root, f"k{i}") == [r.commitlog_offset]
             assert _indexed(s, f"k{i}") == [r.commitlog_offset]
+        more = s.put_messages([Message("T", b"more", keys="more")])[0]
+        assert _indexed(s, "more") == [more.commitlog_offset]
+
+
+def test_the_flush_thread_writes_right_after_the_lane_added_a_puts_entries(
+    tmp_path, monkeypatch, no_time_limit
+):
+    """The compiled single put adds a put's entries to those waiting itself
+    (``IndexService.lane_state``); the flush thread's round may write them right after, while
+    the put still dispatches its unit: nothing is lost or written twice, and the puts after
+    it go on adding theirs."""
+    import threading
+
+    from rmqfs.engine.format.commitlog import CommitLog
+
+    root = tmp_path / "s"
+    with _open(root) as s:
+        index = s.index_service
+        a = s.put_messages([Message("T", b"a", keys="a")])[0]  # (from Python: none waited)
+        assert index.pending_count == 2
+        real = CommitLog.appended_in_place
+        seen = []
+
+        def counted(self, end, now):  # (right after the lane returned)
+            seen.append(index.pending_count)
+            real(self, end, now)
+            t = threading.Thread(target=index.write_pending)
+            t.start()
+            t.join()
+
+        monkeypatch.setattr(CommitLog, "appended_in_place", counted)
+        b = s.put_messages([Message("T", b"b", keys="b")])[0]
+        monkeypatch.undo()
+        assert seen == [4]  # the lane added b's two entries to a's
+        assert index.pending_count == 0
+        c = s.put_messages([Message("T", b"c", keys="c")])[0]
+        d = s.put_messages([Message("T", b"d", keys="d")])[0]
+        assert index.pending_count == 4
+        s.flush()
+        for key, r in (("a", a), ("b", b), ("c", c), ("d", d)):
+            assert _on_disk(root, key) == [r.commitlog_offset]
+            assert _on_disk(root, r.uniq_key) == [r.commitlog_offset]
+            assert _indexed(s, key) == [r.commitlog_offset]
+
+
+def test_a_put_that_fails_after_the_lane_added_its_entries_leaves_none(
+    tmp_path, monkeypatch, no_time_limit
+):
+    """The compiled single put adds a put's entries before its record is counted: where the
+    CommitLog's append then fails (the disk, the record written into the put path's buffer
+    and not the mapping) or anything is raised before it counts a record written into the
+    mapping (a signal), its entries go again, with its record: no query finds a put that
+    failed, and the next put indexes its own."""
+    from rmqfs.engine.format.commitlog import CommitLog
+    from rmqfs.engine.format.mappedfile import FileQueue
+
+    root = tmp_path / "s"
+    with _open(root) as s:
+        index = s.index_service
+        a = s.put_messages([Message("T", b"a", keys="a")])[0]
+        b = s.put_messages([Message("T", b"b", keys="b")])[0]  # (added by the lane)
+        assert index.pending_count == 4
+        # the append of a record from the buffer fails
+        monkeypatch.setattr(FileQueue, "write_window", lambda self, offset, n: None)
+
+        def full(self, chunks, end, now):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(CommitLog, "append_chunks", full)
+        end = s.commitlog.max_offset
+        with pytest.raises(OSError):
+            s.put_messages([Message("T", b"c", keys="c")])
+        assert index.pending_count == 4 and index.end_phy_offset == b.commitlog_offset
+        assert index.query("T", "c") == [] and s.commitlog.max_offset == end
+        monkeypatch.undo()
+        # a signal between the record's write into the mapping and the CommitLog counting it
+
+        def interrupted(self, end, now):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(CommitLog, "appended_in_place", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            s.put_messages([Message("T", b"d", keys="d")])
+        monkeypatch.undo()
+        assert index.pending_count == 4 and index.query("T", "d") == []
+        assert s.commitlog.read(end, 8) == bytes(8)  # (the record zeroed in the mapping)
+        e = s.put_messages([Message("T", b"e", keys="c")])[0]
+        assert e.commitlog_offset == end
+        assert _indexed(s, "c") == [end] and _indexed(s, "b") == [b.commitlog_offset]
+        s.flush()
+        assert _on_disk(root, "c") == [end] and _on_disk(root, "d") == []
+        assert _on_disk(root, "a") == [a.commitlog_offset]
+
+
+def test_the_lane_adds_entries_only_after_those_waiting(tmp_path, no_time_limit):
+    """The entries waiting stay in CommitLog order: where the last one waiting is at or past
+    a put's record (an index ahead of the CommitLog), the compiled single put adds none of
+    its own, and the put takes the dispatch that judges them (``_dispatch_one``'s rule,
+    ``IndexService.dispatch``), as without it."""
+    root = tmp_path / "s"
+    with _open(root) as s:
+        index = s.index_service
+        s.put_messages([Message("T", b"a", keys="a")])
+        ahead = s.commitlog.max_offset + (1 << 20)
+        index.put_hashed([123, ahead, 1])  # (an entry of a record past the CommitLog's end)
+        r = s.put_messages([Message("T", b"b", keys="b")])[0]
+        assert r.commitlog_offset < ahead
+        assert index.end_phy_offset == ahead  # (the dispatch took it as indexed already)
+        s.flush()
+    (name,) = os.listdir(root / "index")
+    phys = [phy for _, phy, _, _ in rr.read_index_items(str(root / "index" / name), 64)]
+    assert phys == sorted(phys) and phys[-1] == ahead  # none added after it

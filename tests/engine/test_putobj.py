@@ -537,6 +537,66 @@ def test_the_lane_answers_a_code_and_changes_nothing_for_what_it_is_handed_wrong
         s.close()
 
 
+def test_the_lane_adds_index_entries_only_to_a_buffer_it_can_trust(tmp_path):
+    """``Lane.put``'s index argument (``IndexService.lane_state()``: an exact bytearray of
+    native int64 entries and three limits): where it is not one (another shape, a subclass,
+    limits of another type or range, a buffer that holds no whole entry or none at all, one
+    exported, one whose last entry is at or past the put's record, more entries than ``few``)
+    the put's entries come back as a list and the buffer is as it was; otherwise they are
+    added to its end and the answer says whether they are due. Run under the sanitizer build
+    too (tests/engine/test_kernel_sanitize.py)."""
+    s, lane, info = _lane_store(tmp_path)
+    try:
+        start = s.commitlog.max_offset
+        good = ("T", b"body", "TagA", "k", None, None, None, None, 0)
+        entry = array("q", [7, start - 1, 1]).tobytes()  # (a record before the put's)
+
+        class Sub(bytearray):
+            pass
+
+        def put(state):
+            r = lane.put(good, None, info, 1, start, None, state)  # (into the struct's buffer)
+            assert isinstance(r, tuple) and len(r) == 8, r
+            return r[7]
+
+        ahead = bytearray(array("q", [7, start, 1]).tobytes())
+        for state in [
+            (bytearray(entry), 64, 256),
+            (bytearray(entry), 64, 256, 100, 1),
+            [bytearray(entry), 64, 256, 100],
+            (Sub(entry), 64, 256, 100),
+            (bytearray(entry), -1, 256, 100),
+            (bytearray(entry), 64.0, 256, 100),
+            (bytearray(entry), 2**70, 256, 100),
+            (bytearray(entry), 64, 2**70, 100),
+            (bytearray(entry), 64, 256, -1),
+            (bytearray(entry), 1, 256, 100),  # (two entries: a UNIQ_KEY and a key)
+            (bytearray(entry[:23]), 64, 256, 100),
+            (bytearray(entry + entry[:8]), 64, 256, 100),
+            (bytearray(), 64, 256, 100),
+            (ahead, 64, 256, 100),
+        ]:
+            before = bytes(state[0])
+            got = put(state)
+            assert isinstance(got, list) and len(got) == 6 and got[1::3] == [start, start]
+            assert bytes(state[0]) == before
+        held = bytearray(entry)
+        with memoryview(held):  # (exported: it cannot grow)
+            assert isinstance(put((held, 64, 256, 100)), list)
+        assert bytes(held) == entry
+        for ms, due in ((100, False), (0, True)):
+            buf = bytearray(entry)
+            assert put((buf, 64, 256, ms)) is due
+            added = array("q", bytes(buf))
+            assert len(added) == 9 and list(added[4::3]) == [start, start]
+            assert list(added[5::3]) == [1, 1]  # (their store time: now)
+        buf = bytearray(entry * 255)  # one more makes 256 entries or more: due
+        assert put((buf, 64, 256, 100)) is True and len(buf) == 24 * 257
+        assert isinstance(put(True), list) and put(None) is None and put(False) is None
+    finally:
+        s.close()
+
+
 def test_the_lane_refuses_a_struct_it_cannot_trust_at_construction():
     """``new_lane(...)`` (the type itself cannot be called): a struct that is not a writable
     buffer of exactly one ``rmq_put_args`` (an address as an int, a read-only or short
@@ -688,8 +748,8 @@ def test_a_put_that_runs_out_of_memory_leaves_no_record_past_the_end(tmp_path):
     mapping (building the ids, the PutResult, the entries) failed the put but left a valid
     record past the CommitLog's end, which recovery counted after a restart, even a clean
     one. Every allocation of the lane's call made to fail in turn: each put either succeeds
-    or leaves nothing past the end (the bytes there are zeros), and the store reopens with
-    exactly the puts that succeeded."""
+    or leaves nothing past the end (the bytes there are zeros, no index entry waits for it),
+    and the store reopens with exactly the puts that succeeded."""
     testcapi = pytest.importorskip("_testcapi")
     if not hasattr(testcapi, "set_nomemory"):
         pytest.skip("no _testcapi.set_nomemory")
@@ -698,8 +758,10 @@ def test_a_put_that_runs_out_of_memory_leaves_no_record_past_the_end(tmp_path):
     failed = 0
     with MessageStore(root) as s:
         s.create_topic("T", 1)
-        s.put_messages([Message("T", b"kept", tags="TagA", keys="k")])
-        acked.append(b"kept")
+        for _ in range(2):  # (the second's entries wait: the lane adds the next ones to them)
+            s.put_messages([Message("T", b"kept", tags="TagA", keys="k")])
+            acked.append(b"kept")
+        assert s.index_service.pending_count == 2
         call = s.putter.call
         real = call.lane
         segment = s.commitlog.files.segments[0]
@@ -724,7 +786,14 @@ def test_a_put_that_runs_out_of_memory_leaves_no_record_past_the_end(tmp_path):
                 call.lane = real
             end = s.commitlog.max_offset
             assert os.pread(segment.fd, 8, end - segment.start) == bytes(8), k
+            # nor index entries of it waiting (the lane adds them to those that wait)
+            assert s.index_service.end_phy_offset < end, k
+            assert s.query_by_key("T", "k")[0].commitlog_offset < end, k
     assert failed > 5  # (the allocations after the write among them)
     with MessageStore(root) as s:
-        got = s.get_messages("G", "T", 0, 0, 100).messages
+        got, offset = [], 0
+        while offset < s.max_offset("T", 0):  # (32 messages a call at most)
+            r = s.get_messages("G", "T", 0, offset, 100)
+            got += r.messages
+            offset = r.next_begin_offset
         assert [m.body for m in got] == acked
