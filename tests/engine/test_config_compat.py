@@ -3,10 +3,12 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import copy_fixture
-from rmqfs.engine.format.config import loads_fastjson
-from rmqfs.engine.store import MessageStore
+from rmqfs.engine.format.config import dumps_pretty, dumps_pretty_table, loads_fastjson
+from rmqfs.engine.store import Message, MessageStore
 
 
 def test_fastjson_bare_integer_keys_are_read(tmp_path):
@@ -117,3 +119,73 @@ def test_deleting_a_group_drops_its_forbidden_topics(tmp_path):
         assert json.loads(path.read_text())["forbiddenTable"] == {"other": {"T2": 1}}
         s.create_group("gf")
     assert json.loads(path.read_text())["forbiddenTable"] == {"other": {"T2": 1}}
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),  # (control characters, quotes, U+2028 and surrogates' neighbours)
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    top=st.dictionaries(st.text(max_size=6), _values, max_size=4),
+    tables=st.lists(
+        st.dictionaries(st.text(max_size=6), _values, max_size=6), min_size=1, max_size=4
+    ),
+    name=st.text(max_size=6),
+)
+def test_a_table_rendered_entry_by_entry_is_dumps_pretty(top, tables, name):
+    """The config managers write their tables entry by entry, each entry's text kept until
+    it changes (``dumps_pretty_table``): every write is byte for byte what ``dumps_pretty``
+    of the whole file gives (fastjson's pretty mode), whatever changed since the last, and
+    the cache ends holding only the table's entries."""
+    cache: dict = {}
+    for table in tables:  # (successive writes of one file, one cache)
+        obj = {**top, name: table}
+        assert dumps_pretty_table(obj, name, cache) == dumps_pretty(obj)
+        assert set(cache) == set(table)
+    assert dumps_pretty_table({name: 5}, name, cache) == dumps_pretty({name: 5})
+    assert dumps_pretty_table({}, name, cache) == "{}"
+
+
+def test_a_write_renders_only_the_entries_that_changed(tmp_path, monkeypatch):
+    """Creating a topic renders that topic's entry (and the file's small members), not the
+    thousands before it; committing an offset renders that group and topic's entry: what
+    kept 2,000 more topics taking 39 s to create (json's pretty encoder runs in Python)."""
+    from rmqfs.engine.format import config
+
+    rendered: list = []
+    real = config.dumps_pretty
+
+    def counting(obj):
+        rendered.append(obj)
+        return real(obj)
+
+    with MessageStore(str(tmp_path / "s")) as s:
+        for i in range(50):
+            s.create_topic(f"T{i}", 2)
+        for t in ("T1", "T2"):
+            s.put_messages([Message(t, b"m", queue_id=0) for _ in range(8)])
+        s.commit_offset("G", "T1", 0, 1)
+        s.commit_offset("G", "T2", 0, 1)
+        monkeypatch.setattr(config, "dumps_pretty", counting)
+        s.create_topic("New", 2)
+        tables = [o for o in rendered if isinstance(o, dict) and "topicName" in o]
+        assert [t["topicName"] for t in tables] == ["New"]
+        del rendered[:]
+        s.commit_offset("G", "T2", 0, 7)
+        assert {"0": 7} in rendered and {"0": 1} not in rendered
+    topics = json.loads((tmp_path / "s" / "config" / "topics.json").read_text())
+    assert len(topics["topicConfigTable"]) >= 51
+    assert (tmp_path / "s" / "config" / "topics.json").read_text() == real(topics)

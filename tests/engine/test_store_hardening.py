@@ -340,7 +340,7 @@ def test_enospc_on_config_writes_rolls_back(tmp_path, monkeypatch):
     with MessageStore(str(root), small()) as s:
         s.commit_offset("g", "T", 0, 4)
 
-        def full(path, obj):
+        def full(path, obj, table=None):
             raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr(C, "persist_config_file", full)
