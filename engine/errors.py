@@ -157,6 +157,16 @@ class SnapshotDescriptorsError(SnapshotError):
     errno = errno.EMFILE
 
 
+class DescriptorsError(StoreError):
+    """The process ran out of file descriptors (EMFILE) opening a store: a store holds one
+    open descriptor per CommitLog, ConsumeQueue and IndexFile file, as a RocketMQ broker holds
+    a ``FileChannel`` per ``MappedFile``, so a broker's store of a few hundred topics needs
+    thousands. The message gives the limit and what to do (raise ``ulimit -n``; rmqfs's command
+    line and mount raise the soft limit to the hard one themselves, as the JVM does)."""
+
+    errno = errno.EMFILE
+
+
 class ManifestError(SnapshotError, ValueError):
     """A snapshot's ``SNAPSHOT.json`` is not a manifest rmqfs reads: too large, not JSON,
     nested too deep, or a field of the wrong JSON type or range. The message names

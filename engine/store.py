@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     CorruptRecordError,
+    DescriptorsError,
     InvalidNameError,
     NoSuchGroupError,
     NoSuchTopicError,
@@ -170,6 +172,20 @@ def closed_cleanly(root: str, source: StoreSource = LOCAL) -> bool:
     return not source.lexists(os.path.join(root, ABORT_FILE))
 
 
+def _out_of_descriptors(root: str, exc: OSError) -> DescriptorsError:
+    """The :class:`DescriptorsError` of a store whose open ran out of file descriptors
+    (``exc``, EMFILE): the soft and hard ``RLIMIT_NOFILE`` and what to do."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard_text = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    return DescriptorsError(
+        f"{root}: out of file descriptors opening {exc.filename or 'a store file'} (the limit "
+        f"of open files is {soft}, at most {hard_text}): the store holds one open a CommitLog, "
+        "ConsumeQueue and IndexFile file, as a broker does; raise the limit (ulimit -n, or "
+        "resource.setrlimit(RLIMIT_NOFILE, ...) in this process) and open it again (the rmqfs "
+        "command line and mount raise it to the most they may themselves)"
+    )
+
+
 def _load_kernel() -> Any:
     """The compiled core (``engine.read.kernel.load``: None without one), for the put path
     and the IndexFile check after a crash, which sit below engine.read."""
@@ -297,13 +313,34 @@ class MessageStore:
                     log.warning("removed %s/%s: a file a crash left half-created", sub or ".", n)
         try:
             self._open(read_only, follow, progress)
-        except BaseException:
-            # a failed open gives the lock back (an OFD lock would otherwise stay held by the
-            # leaked descriptor until it is collected, refusing the next open in this process)
+        except BaseException as exc:
+            # a failed open closes what it opened and gives the lock back (an OFD lock would
+            # otherwise stay held by the leaked descriptor until it is collected, refusing the
+            # next open in this process; the exception holds the store while it is handled)
+            self._close_opened()
             if self._lock is not None:
                 release_store_lock(self._lock)
                 self._lock = None
+            if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+                raise _out_of_descriptors(self.root, exc) from exc
             raise
+
+    def _close_opened(self) -> None:
+        """After a failed open: close the files it opened (the ConsumeQueues', the
+        BatchConsumeQueues', the IndexFiles', the CommitLog's), nothing flushed or written
+        (``abort`` stays: the next open recovers); an error of a close is logged, the open's
+        is the one raised."""
+        closers = [q.close for q in getattr(self, "consume_queues", {}).values()]
+        closers += [q.close for q in getattr(self, "batch_queues", {}).values()]
+        index = getattr(self, "index_service", None)
+        closers += [f.close for f in index.files] if index is not None else []
+        commitlog = getattr(self, "commitlog", None)
+        closers += [commitlog.close] if commitlog is not None else []
+        for close in closers:
+            try:
+                close()
+            except Exception as exc:  # noqa: BLE001 - the open's own error is raised
+                log.warning("closing a file of a failed open: %s", exc)
 
     def _open(
         self,

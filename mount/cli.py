@@ -23,6 +23,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .fdlimit import raise_fd_limit
+
 if TYPE_CHECKING:
     from rmqfs.engine.store import StoreConfig
 
@@ -653,6 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cluster says what to use instead (:func:`mqadmin.not_offered`), Ctrl-C ends quietly."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv else ""
+    raise_fd_limit()  # a store holds a descriptor per file, as the JVM's tools may (fdlimit)
     try:
         if command == "report":
             return cmd_report(argparse.Namespace(rest=argv[1:]))

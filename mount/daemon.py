@@ -37,6 +37,7 @@ from rmqfs.fusefs.ops import RmqOperations
 from rmqfs.fusefs.views import ViewCache, start_worker_server
 
 from . import guard
+from .fdlimit import raise_fd_limit
 from .fusestop import STOP_SIGNALS, StopSignals
 from .mounts import (  # noqa: F401 - the CLI and tests import them from here
     CACHE_OWNER,
@@ -134,29 +135,6 @@ def check_fuse() -> None:
         raise MountError("FUSE is not available: /dev/fuse is missing (modprobe fuse?)")
     if shutil.which("fusermount3") is None:
         raise MountError("FUSE is not available: fusermount3 is missing (apt install fuse3)")
-
-
-def _raise_fd_limit() -> int:
-    """Raise RLIMIT_NOFILE as brokers are told to run (``ulimit -n 655350``): to the kernel's
-    ``fs.nr_open`` (at most 1,048,576) where this process may raise its hard limit (root),
-    else the soft limit to the hard one. Returns the soft limit in force."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        with open("/proc/sys/fs/nr_open") as f:
-            want = min(int(f.read()), 1 << 20)
-    except (OSError, ValueError):
-        want = hard
-    for target in (max(want, hard), hard):
-        if target <= soft:
-            break
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, max(target, hard)))
-            break
-        except (OSError, ValueError):
-            continue
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def broker_name_notice(config: StoreConfig) -> str:
@@ -264,7 +242,7 @@ class Daemon:
             raise MountError(read_only_remote_message(self.location, self.mountpoint))
         if self.location is None and self.read_only and not os.path.isdir(self.store_path):
             raise MountError(f"store {self.store_path} does not exist (read-only mount)")
-        _raise_fd_limit()  # each snapshot holds a descriptor per store file
+        raise_fd_limit(beyond_hard=True)  # each snapshot holds a descriptor per store file
         if self.location is None:
             check_store_path(self.store_path, "create" in self.own_options)
         clean_stale_caches()

@@ -489,3 +489,34 @@ def test_a_commit_of_several_queues_the_disk_refuses_changes_nothing(tmp_path, m
         monkeypatch.undo()
         offsets.commit_queues("G", "T", {0: 3, 1: 2})
         assert offsets.topics_of("G") == {"T": {0: 3, 1: 2}}
+
+
+def test_a_store_with_more_files_than_descriptors_left_says_why(tmp_path):
+    """A store holds a descriptor per CommitLog, ConsumeQueue and IndexFile file (as a broker
+    holds a FileChannel each): opened with too few left under RLIMIT_NOFILE, it raises
+    DescriptorsError (EMFILE) naming the limit and what to do, not a bare OSError, and
+    gives its lock back; with the limit raised it opens."""
+    import resource
+
+    from rmqfs.engine.errors import DescriptorsError
+
+    root = tmp_path / "store"
+    with MessageStore(str(root)) as s:
+        for t in range(30):
+            s.create_topic(f"T{t}", 4)
+            s.put_messages([Message(f"T{t}", b"m", queue_id=q) for q in range(4)])
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 40, hard))  # (120 queue files)
+    try:
+        with pytest.raises(DescriptorsError) as info:
+            MessageStore(str(root), read_only=True)
+        with pytest.raises(DescriptorsError):
+            MessageStore(str(root))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert info.value.errno == errno.EMFILE
+    assert f"the limit of open files is {in_use + 40}" in str(info.value)
+    assert "ulimit -n" in str(info.value)
+    with MessageStore(str(root)) as s:  # (the failed writable open gave its lock back)
+        assert s.max_offset("T29", 3) == 1

@@ -126,3 +126,48 @@ def test_a_block_cache_bounds_the_render_workers(monkeypatch):
         own = capacity // 2
         assert n >= 1 and (n == 1 or own + n * 2 * MIN_BLOCK <= capacity), (capacity, n)
     assert daemon.render_workers(1 << 20) == 4
+
+
+def test_a_command_opens_a_store_of_more_files_than_the_shells_soft_limit(tmp_path):
+    """A store holds a descriptor per CommitLog, ConsumeQueue and IndexFile file (as a broker
+    does): a shell's soft limit of open files (``ulimit -n``, often 1,024) is below what a
+    broker's store of a few hundred topics needs. The command line raises the soft limit to
+    the hard one first, as the JVM does for ``mqadmin``; with the hard limit too low it says
+    why in one line (DescriptorsError, EMFILE), no traceback."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import REPO, SRC_PATH
+    from rmqfs.engine.store import Message, MessageStore
+
+    root = tmp_path / "store"
+    with MessageStore(str(root)) as s:
+        for t in range(40):
+            s.create_topic(f"T{t}", 4)
+            s.put_messages([Message(f"T{t}", b"m", queue_id=q) for q in range(4)])
+    env = dict(os.environ, PYTHONPATH=SRC_PATH)
+
+    def topic_list(soft: int, hard: int | None = None) -> subprocess.CompletedProcess:
+        def limit() -> None:
+            h = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if hard is None else hard
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, h))
+
+        return subprocess.run(
+            [sys.executable, "-m", "rmqfs.mount.cli", "topic-list", str(root)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+            preexec_fn=limit,
+        )
+
+    r = topic_list(64)  # (160 ConsumeQueue files)
+    assert r.returncode == 0, r.stderr
+    assert {f"T{t}" for t in range(40)} <= set(r.stdout.split())
+    r = topic_list(64, 64)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "out of file descriptors" in r.stderr and "ulimit -n" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
