@@ -651,9 +651,9 @@ static void index_state(PyObject *state, PyObject **buf, int64_t *few, int64_t *
  * already and the last one's phyOffset is below theirs (end_phy_offset's rule), and the
  * buffer can grow (not exported, memory). Returns -1 where they are not added (no exception
  * left), else whether they are due: cap entries gathered, or the newest's storeTimestamp ms
- * or more after the oldest's. *had: the buffer's size before (bytes). */
+ * or more after the oldest's. */
 static int index_append(PyObject *buf, int64_t few, int64_t cap, int64_t ms, const int64_t *idx,
-                        int64_t n, Py_ssize_t *had)
+                        int64_t n)
 {
     const Py_ssize_t have = PyByteArray_GET_SIZE(buf);
     int64_t last_phy, oldest_ts;
@@ -668,8 +668,23 @@ static int index_append(PyObject *buf, int64_t few, int64_t cap, int64_t ms, con
         return -1;
     }
     memcpy(PyByteArray_AS_STRING(buf) + have, idx, (size_t)(24 * n));
-    *had = have;
-    return have + 24 * n >= 24 * cap || idx[3 * n - 1] - oldest_ts >= ms;
+    /* (the newest's store time is now, 0 or more, and ms too: the difference cannot overflow
+     * as the one with the oldest's, which may be anything a damaged store held, could) */
+    return have + 24 * n >= 24 * cap || oldest_ts <= idx[3 * n - 1] - ms;
+}
+
+/* The n = a->nidx entries a put computed as a list of 3n ints (NULL on a memory error). */
+static PyObject *entries_list(const rmq_put_args *a)
+{
+    PyObject *list = PyList_New(3 * a->nidx);
+    for (Py_ssize_t k = 0; list != NULL && k < 3 * a->nidx; k++) {
+        PyObject *v = PyLong_FromLongLong(a->idx[k]);
+        if (v == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, k, v);
+    }
+    return list;
 }
 
 /* put(row, born_host, info, now, start, window, index) -> result | code
@@ -938,38 +953,31 @@ static PyObject *lane_put(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     for (int k = 0; k < 8; k++)
         if (vals[k] == NULL)
             goto fail_written;
-    /* The index entries: added to the index's waiting ones, else a list, else none. */
-    Py_ssize_t had = -1;
-    const int due = pending != NULL ? index_append(pending, few, cap, ms, self->a->idx,
-                                                   self->a->nidx, &had)
-                                    : -1;
-    if (due >= 0) {
-        entries = PyBool_FromLong(due);
-    } else if (want_index) {
-        entries = PyList_New(3 * self->a->nidx);
-        for (Py_ssize_t k = 0; entries && k < 3 * self->a->nidx; k++) {
-            PyObject *v = PyLong_FromLongLong(self->a->idx[k]);
-            if (v == NULL)
-                Py_CLEAR(entries);
-            else
-                PyList_SET_ITEM(entries, k, v);
-        }
-        if (entries == NULL)
-            goto fail_written;
-    }
+    /* The index entries: a list where none waits to take them (made before the answer, which
+     * may still fail), else none. */
+    if (want_index && pending == NULL && (entries = entries_list(self->a)) == NULL)
+        goto fail_written;
     ret = Py_BuildValue("(NOLLOLLN)", result, key, (long long)tc, (long long)out[3],
                         in_place ? Py_True : Py_False, (long long)out[4], (long long)out[6],
                         entries ? entries : Py_NewRef(Py_None));
     result = entries = NULL;
-    if (ret == NULL) {
-        if (had >= 0) { /* (a shrink into what it held: no allocation, nothing exported) */
-            PyObject *et, *ev, *tb;
-            PyErr_Fetch(&et, &ev, &tb);
-            if (PyByteArray_Resize(pending, had) < 0)
-                PyErr_Clear();
-            PyErr_Restore(et, ev, tb);
-        }
+    if (ret == NULL)
         goto fail_written;
+    if (pending != NULL) {
+        /* Added to the waiting ones only once nothing can fail any more (the answer is built,
+         * its last item swapped without an allocation: nothing can run the collector, whose
+         * finalizers could let the flush thread change the buffer, between the append and
+         * the return), so a put that fails never leaves them there; where they are not
+         * added, the list, whose allocation may fail as the answer's could. */
+        const int due = index_append(pending, few, cap, ms, self->a->idx, self->a->nidx);
+        PyObject *last = due >= 0 ? PyBool_FromLong(due) : entries_list(self->a);
+        if (last == NULL) {
+            Py_CLEAR(ret);
+            goto fail_written;
+        }
+        PyObject *none = PyTuple_GET_ITEM(ret, 7);
+        PyTuple_SET_ITEM(ret, 7, last);
+        Py_DECREF(none);
     }
     goto done;
 fail_written:

@@ -156,7 +156,7 @@ class IndexService:
         self.max_msgs_num_batch = max_msgs_num_batch
         self.files: list[IndexFile] = []
         # entries of recent single puts not written yet (flat keyHash, phyOffset,
-        # storeTimestamp, in CommitLog order, as native int64: _ENTRY): see put_hashed. A
+        # storeTimestamp, in CommitLog order, as native int64: _INT64): see put_hashed. A
         # bytearray, so that the compiled single put appends to it too (lane_state)
         self._pending = bytearray()
         self._lane_state = (self._pending, FEW_ENTRIES, PENDING_ENTRIES, PENDING_MS)
@@ -262,7 +262,7 @@ class IndexService:
     @property
     def last_timestamp(self) -> int:
         """endTimestamp (epoch ms) of the newest entry (written or pending), 0 without any."""
-        last = self._pending[-8:]  # (one read: the array may shrink in another thread)
+        last = self._pending[-8:]  # (one read: the buffer may shrink in another thread)
         if last:
             return _INT64.unpack(last)[0]
         files = self.files
@@ -272,7 +272,7 @@ class IndexService:
     def end_phy_offset(self) -> int:
         """The phyOffset of the newest record indexed, its entries written or pending: the
         newest file's endPhyOffset once they are written (0 without files)."""
-        last = self._pending[-16:-8]  # (one read: the array may shrink in another thread)
+        last = self._pending[-16:-8]  # (one read: the buffer may shrink in another thread)
         if last:
             return _INT64.unpack(last)[0]
         files = self.files
@@ -397,7 +397,9 @@ class IndexService:
             # is never exported while another thread appends, and may empty the buffer right
             # after the append: nothing of it is read after that
             oldest = pending[16:24]  # (before the append: the buffer may be emptied after it)
-            pending += entries if isinstance(entries, array) else array("q", entries)
+            if not isinstance(entries, array) or entries.typecode != "q":
+                entries = array("q", entries)
+            pending += entries
             oldest_ts = _INT64.unpack(oldest)[0] if oldest else entries[2]
             if len(pending) < 24 * PENDING_ENTRIES and entries[-1] - oldest_ts < PENDING_MS:
                 return

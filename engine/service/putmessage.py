@@ -1470,16 +1470,15 @@ def _put_one(
         else:
             _append_out(call, cl, start, nchunks, need, end, now)
     except BaseException:
-        # anything raised (a signal's KeyboardInterrupt, a MemoryError, the disk's error of
-        # the append) before the CommitLog counts the record: the record is zeroed where it
-        # was written into the mapping, and the index entries the lane added go, so recovery
-        # and queries never find a put that failed
-        if r is not None and len(r) == 8 and cl.max_offset == start:
-            if r[4] and window is not None:  # (written into the window)
-                size = r[0].size
-                window[0][window[1] : window[1] + size] = bytes(size)
-            if r[7].__class__ is bool and index is not None:
-                index.truncate(start)
+        # anything raised (a signal's KeyboardInterrupt, even one raised as the lane's call
+        # returns, before its answer is kept; a MemoryError; the disk's error of the append)
+        # before the CommitLog counts the record: so that recovery and queries never find a
+        # put that failed, its record goes where it was written into the mapping (what lies
+        # past the CommitLog's end is zeros, or this put's record), and the index entries the
+        # lane added (under the put lock, entries at or past the CommitLog's end are this
+        # put's alone)
+        if cl.max_offset == start:
+            _forget_failed_put(window, index if want.__class__ is tuple else None, start)
         raise
     out = [result]
     qoff = result.queue_offset
@@ -1492,6 +1491,26 @@ def _put_one(
         _dispatch_out(store, out, (row[2],), (keys,), [(key, qoff, unit)], entries, start, end, now)
     store.putter.queue_offsets[key] = qoff + 1
     return out
+
+
+def _forget_failed_put(window: tuple | None, index: Any, start: int) -> None:
+    """What a single put that failed before the CommitLog counted its record (at ``start``)
+    may have left (:func:`_put_one`): its record in the mapping's ``window`` (what lies past
+    the CommitLog's end is zeros, or this put's record: its first four bytes are its size),
+    zeroed; its entries among the ``index``'s waiting ones (given where the lane may have added
+    them; under the put lock, entries at or past the CommitLog's end are this put's alone),
+    taken out. Raises nothing: the put's own error is the one raised (a mapping the failed
+    append closed, a cut of the IndexFiles the disk refuses, are logged)."""
+    try:
+        if window is not None:
+            m, pos, room = window
+            size = int.from_bytes(m[pos : pos + 4], "big")
+            if 0 < size <= room:
+                m[pos : pos + size] = bytes(size)
+        if index is not None and index.end_phy_offset >= start:
+            index.truncate(start)
+    except (OSError, ValueError) as exc:
+        log.warning("undoing a put that failed at CommitLog offset %d: %s", start, exc)
 
 
 def _lane_put(

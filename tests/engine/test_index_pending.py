@@ -439,6 +439,43 @@ def test_a_put_that_fails_after_the_lane_added_its_entries_leaves_none(
         assert _on_disk(root, "a") == [a.commitlog_offset]
 
 
+def test_a_signal_as_the_lanes_call_returns_leaves_nothing_of_the_put(tmp_path, no_time_limit):
+    """Found by a review: CPython handles a signal that came during a call into C as the call
+    returns, before its answer is kept (a KeyboardInterrupt raised there): the put had no
+    answer to undo by, and left its index entries waiting (a query found the put that
+    failed, and after a flush the IndexFile held them for the next record at that offset)
+    and its record in the mapping. Both go, whatever the put holds of the answer."""
+    root = tmp_path / "s"
+    with _open(root) as s:
+        index = s.index_service
+        s.put_messages([Message("T", b"a", keys="a")])
+        b = s.put_messages([Message("T", b"b", keys="b")])[0]
+        assert index.pending_count == 4
+        call = s.putter.call
+        real = call.lane
+
+        class SignalAsItReturns:
+            def put(self, *args):
+                real.put(*args)
+                raise KeyboardInterrupt
+
+        call.lane = SignalAsItReturns()
+        end = s.commitlog.max_offset
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                s.put_messages([Message("T", b"c", keys="c")])
+        finally:
+            call.lane = real
+        assert s.commitlog.max_offset == end and s.commitlog.read(end, 8) == bytes(8)
+        assert index.pending_count == 4 and index.end_phy_offset == b.commitlog_offset
+        assert index.query("T", "c") == []
+        e = s.put_messages([Message("T", b"e", keys="e")])[0]
+        assert e.commitlog_offset == end
+        s.flush()
+        assert index.query("T", "c") == [] and _on_disk(root, "c") == []
+        assert _on_disk(root, "e") == [end]
+
+
 def test_the_lane_adds_entries_only_after_those_waiting(tmp_path, no_time_limit):
     """The entries waiting stay in CommitLog order: where the last one waiting is at or past
     a put's record (an index ahead of the CommitLog), the compiled single put adds none of

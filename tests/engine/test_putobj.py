@@ -590,9 +590,33 @@ def test_the_lane_adds_index_entries_only_to_a_buffer_it_can_trust(tmp_path):
             added = array("q", bytes(buf))
             assert len(added) == 9 and list(added[4::3]) == [start, start]
             assert list(added[5::3]) == [1, 1]  # (their store time: now)
+        # the oldest's store time as far back as an int64 goes (a damaged store's): due, as
+        # Python's rule says, with no overflow on the way (the sanitizer build's UBSan)
+        buf = bytearray(array("q", [7, start - 1, -(2**63)]).tobytes())
+        assert put((buf, 64, 256, 100)) is True
         buf = bytearray(entry * 255)  # one more makes 256 entries or more: due
         assert put((buf, 64, 256, 100)) is True and len(buf) == 24 * 257
         assert isinstance(put(True), list) and put(None) is None and put(False) is None
+        # found by a review: a memory error after the entries were added (the answer's
+        # allocations, a shrink back that allocates too) left them there for a put that
+        # failed; every run of failing allocations: added and answered, or neither
+        testcapi = pytest.importorskip("_testcapi")
+        if hasattr(testcapi, "set_nomemory"):
+            for k, width in [(k, w) for w in (1, 2, 3, 6) for k in range(40)]:
+                buf = bytearray(entry)
+                testcapi.set_nomemory(k, k + width)
+                try:
+                    got = lane.put(good, None, info, 1, start, None, (buf, 64, 256, 100))
+                except MemoryError:
+                    got = None
+                finally:
+                    testcapi.remove_mem_hooks()
+                if got is None:
+                    assert bytes(buf) == entry, (k, width)
+                elif isinstance(got[7], bool):
+                    assert len(buf) == 72, (k, width)
+                else:
+                    assert bytes(buf) == entry and len(got[7]) == 6, (k, width)
     finally:
         s.close()
 
@@ -765,11 +789,11 @@ def test_a_put_that_runs_out_of_memory_leaves_no_record_past_the_end(tmp_path):
         call = s.putter.call
         real = call.lane
         segment = s.commitlog.files.segments[0]
-        for k in range(40):
+        for k, width in [(k, w) for w in (1, 2, 4) for k in range(40)]:
 
             class Failing:
-                def put(self, *a, k=k):
-                    testcapi.set_nomemory(k, k + 1)
+                def put(self, *a, k=k, width=width):
+                    testcapi.set_nomemory(k, k + width)  # (a run of allocations fails)
                     try:
                         return real.put(*a)
                     finally:
