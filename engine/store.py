@@ -179,10 +179,9 @@ def _out_of_descriptors(root: str, exc: OSError) -> DescriptorsError:
     hard_text = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
     return DescriptorsError(
         f"{root}: out of file descriptors opening {exc.filename or 'a store file'} (the limit "
-        f"of open files is {soft}, at most {hard_text}): the store holds one open a CommitLog, "
-        "ConsumeQueue and IndexFile file, as a broker does; raise the limit (ulimit -n, or "
-        "resource.setrlimit(RLIMIT_NOFILE, ...) in this process) and open it again (the rmqfs "
-        "command line and mount raise it to the most they may themselves)"
+        f"of open files is {soft}, at most {hard_text}): a store keeps a descriptor open for "
+        "each CommitLog, ConsumeQueue and IndexFile file, as a broker does; raise the limit "
+        "(ulimit -n) and open it again"
     )
 
 
@@ -326,12 +325,24 @@ class MessageStore:
             raise
 
     def _close_opened(self) -> None:
-        """After a failed open: close the files it opened (the ConsumeQueues', the
-        BatchConsumeQueues', the IndexFiles', the CommitLog's), nothing flushed or written
-        (``abort`` stays: the next open recovers); an error of a close is logged, the open's
-        is the one raised."""
-        closers = [q.close for q in getattr(self, "consume_queues", {}).values()]
+        """After a failed open: stop the threads it started (the follower, clean-up and
+        flush services'), then close the files it opened (the ConsumeQueues', the
+        BatchConsumeQueues', the RocksDB ConsumeQueues', the IndexFiles', the CommitLog's),
+        nothing flushed or written (``abort`` stays: the next open recovers); an error of a
+        stop or close is logged, the open's is the one raised."""
+        closers = []
+        for name, stop in (
+            ("follower", "stop"),
+            ("clean_service", "shutdown"),
+            ("flusher", "stop"),
+        ):
+            service = getattr(self, name, None)
+            if service is not None:
+                closers.append(getattr(service, stop))
+        closers += [q.close for q in getattr(self, "consume_queues", {}).values()]
         closers += [q.close for q in getattr(self, "batch_queues", {}).values()]
+        rocksdb_cq = getattr(self, "rocksdb_cq", None)
+        closers += [rocksdb_cq.close] if rocksdb_cq is not None else []
         index = getattr(self, "index_service", None)
         closers += [f.close for f in index.files] if index is not None else []
         commitlog = getattr(self, "commitlog", None)
@@ -340,7 +351,7 @@ class MessageStore:
             try:
                 close()
             except Exception as exc:  # noqa: BLE001 - the open's own error is raised
-                log.warning("closing a file of a failed open: %s", exc)
+                log.warning("undoing a failed open: %s", exc)
 
     def _open(
         self,

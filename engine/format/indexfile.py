@@ -220,7 +220,12 @@ class _FdIO:
         os.fdatasync(self.fd)
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Close the descriptor, once: a second call does nothing (a file destroyed by a
+        load that then failed is closed again by the store's cleanup; its number may be
+        another file's by then)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def reader(self) -> _FdIO:
         """An independent reader of the same file (a duplicated descriptor): a walk through
@@ -299,7 +304,8 @@ class _MapIO(_FdIO):
     def close(self) -> None:
         if self.mm is not None:
             self.mm.close()
-        os.close(self.fd)
+            self.mm = None
+        super().close()
 
     def unmapped(self) -> _FdIO:
         """The same file with ``pwrite`` writes, this mapping closed (a full file)."""

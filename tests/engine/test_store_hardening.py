@@ -520,3 +520,40 @@ def test_a_store_with_more_files_than_descriptors_left_says_why(tmp_path):
     assert "ulimit -n" in str(info.value)
     with MessageStore(str(root)) as s:  # (the failed writable open gave its lock back)
         assert s.max_offset("T29", 3) == 1
+
+
+def test_a_failed_open_stops_what_it_started_and_closes_each_file_once(tmp_path, monkeypatch):
+    """Found by a review: a writable open that failed after it started its clean-up thread
+    (starting the flush threads failed) left that thread running over a store whose lock it
+    gave back; and an IndexFile a failed load had destroyed (closed) was closed again by the
+    cleanup, which could close another file that had taken its descriptor's number."""
+    import threading
+
+    from rmqfs.engine.format.indexfile import IndexFile
+    from rmqfs.engine.service import flush
+
+    root = tmp_path / "store"
+    produce(root, 10, queue_id=0)
+
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(flush.FlushService, "start", refused)
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(RuntimeError):
+        MessageStore(str(root), small())
+    monkeypatch.undo()
+    left = {t.name for t in threading.enumerate() if t.is_alive()} - before
+    assert not [n for n in left if n.startswith("rmq")], left
+    with MessageStore(str(root), small()) as s:  # (unlocked, nothing left running on it)
+        assert s.max_offset("T", 0) == 10
+    # an IndexFile closed twice closes its descriptor once
+    (name,) = os.listdir(root / "index")
+    f = IndexFile(str(root / "index" / name), 5_000_000, 20_000_000, read_only=True)
+    f.close()
+    other = os.open(str(root / "index" / name), os.O_RDONLY)  # (the number just freed)
+    try:
+        f.close()
+        os.fstat(other)  # still open
+    finally:
+        os.close(other)
