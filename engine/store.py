@@ -1267,9 +1267,14 @@ class MessageStore:
             rec = check_body_crc(self.commitlog.read_message(off, size))
             return unit_message(rec, queue_id, queue_offset, topic, self.inner_batches)
         except CorruptRecordError as exc:
-            if off < self.commitlog.min_offset:
+            cl_min = self.commitlog.min_offset
+            if off < cl_min:
                 # not damage: retention (or a followed writer's) deleted the record's file
-                # after the unit was read (getMessage's OFFSET_TOO_SMALL)
+                # after the unit was read (getMessage's OFFSET_TOO_SMALL); the queue's minOffset
+                # follows now (correctMinOffset), so that a reader asking again for the queue's
+                # first message finds one (a follower corrects it only once its refresh that
+                # saw the CommitLog's files go has got to this queue)
+                cq.correct_min_offset(cl_min)
                 raise OffsetOutOfRangeError(
                     f"offset {queue_offset}: its record expired while being read (the "
                     f"CommitLog starts at {self.commitlog.min_offset} now)"

@@ -523,6 +523,10 @@ def test_a_record_that_expires_while_read_is_out_of_range_not_damage(tmp_path, m
         with pytest.raises(OffsetOutOfRangeError, match="expired"):
             s.get_message("T", 0, 1)
         assert not s.damaged
+        # the queue's minOffset followed (found by a flaky follower test: offsets.json asked
+        # for the first message three times while the follower's refresh had not corrected
+        # the queue yet, and answered EINVAL)
+        assert s.min_offset("T", 0) == s.max_offset("T", 0) == 3
 
 
 def test_the_broker_name_carries_where_it_came_from(tmp_path):
