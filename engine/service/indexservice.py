@@ -159,6 +159,8 @@ class IndexService:
         # storeTimestamp, in CommitLog order, as native int64: _INT64): see put_hashed. A
         # bytearray, so that the compiled single put appends to it too (lane_state)
         self._pending = bytearray()
+        # the buffer and its limits (taken at open), what put_hashed and the compiled single
+        # put both go by
         self._lane_state = (self._pending, FEW_ENTRIES, PENDING_ENTRIES, PENDING_MS)
         # the compiled core's writer into a file's mapping, loaded at the first write (None:
         # none, Python's steps write); every write of this service goes through it, so the
@@ -389,8 +391,8 @@ class IndexService:
         """
         if not entries:
             return
-        pending = self._pending
-        if len(entries) <= 3 * FEW_ENTRIES and not self.read_only:
+        pending, few, cap, ms = self._lane_state  # (the limits the compiled put keeps too)
+        if len(entries) <= 3 * few and not self.read_only:
             # without the mutex (puts hold the store's put lock): the buffer only grows here
             # (and in the compiled single put, under the same lock), and what shrinks it
             # takes the mutex; the flush thread's write reads a copy (_write_pending), so it
@@ -401,7 +403,7 @@ class IndexService:
                 entries = array("q", entries)
             pending += entries
             oldest_ts = _INT64.unpack(oldest)[0] if oldest else entries[2]
-            if len(pending) < 24 * PENDING_ENTRIES and entries[-1] - oldest_ts < PENDING_MS:
+            if len(pending) < 24 * cap and entries[-1] - oldest_ts < ms:
                 return
             self.write_pending_now()
             return
